@@ -1,0 +1,243 @@
+// CPU elementwise kernels: binary arithmetic and comparisons with broadcasting, unary math,
+// pow, dtype-converting copies and fill. Strided operands go through for_each_strided();
+// rows that turn out contiguous run as plain loops the compiler vectorises, and the
+// transcendental functions on contiguous float/double data use Eigen's vectorised versions.
+#include <cmath>
+#include <cstring>
+
+#include <Eigen/Core>
+
+#include "tensor/cpu/kernels.h"
+#include "tensor/cpu/loops.h"
+
+namespace tinyddp::tensor::cpu {
+
+Shape broadcast_strides(const Tensor& t, const Shape& shape) {
+  Shape strides(shape.size(), 0);
+  const size_t lead = shape.size() - t.sizes().size();
+  for (size_t d = 0; d < t.sizes().size(); ++d) {
+    strides[lead + d] = t.sizes()[d] == 1 ? 0 : t.strides()[d];
+  }
+  return strides;
+}
+
+namespace {
+
+template <typename T>
+constexpr bool is_16bit_float_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+// Converts one value between element types the way PyTorch's casts do (16-bit floats go
+// through float; anything -> bool is "!= 0").
+template <typename D, typename S>
+D convert(S value) {
+  if constexpr (std::is_same_v<D, S>) {
+    return value;
+  } else if constexpr (std::is_same_v<D, bool>) {
+    return static_cast<compute_t<S>>(value) != static_cast<compute_t<S>>(0);
+  } else if constexpr (is_16bit_float_v<D>) {
+    return D(static_cast<float>(static_cast<compute_t<S>>(value)));
+  } else {
+    return static_cast<D>(static_cast<compute_t<S>>(value));
+  }
+}
+
+// out = op(a, b) elementwise over out's shape; a and b broadcast. Out may alias a or b
+// exactly (in-place ops), which is safe because every element reads and writes one index.
+template <typename Out, typename In, typename Op>
+void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, Op op) {
+  using C = compute_t<In>;
+  Out* po = out.data_ptr<Out>();
+  const In* pa = a.data_ptr<In>();
+  const In* pb = b.data_ptr<In>();
+  const Shape& shape = out.sizes();
+  for_each_strided<3>(shape, {out.strides(), broadcast_strides(a, shape), broadcast_strides(b, shape)},
+                      [&](int64_t n, const std::array<int64_t, 3>& off, const std::array<int64_t, 3>& st) {
+                        Out* o = po + off[0];
+                        const In* x = pa + off[1];
+                        const In* y = pb + off[2];
+                        if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
+                          for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(C(x[i]), C(y[i])));
+                        } else if (st[0] == 1 && st[1] == 1 && st[2] == 0) {
+                          const C yv = C(*y);
+                          for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(C(x[i]), yv));
+                        } else if (st[0] == 1 && st[1] == 0 && st[2] == 1) {
+                          const C xv = C(*x);
+                          for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(xv, C(y[i])));
+                        } else {
+                          for (int64_t i = 0; i < n; ++i) {
+                            o[i * st[0]] = static_cast<Out>(op(C(x[i * st[1]]), C(y[i * st[2]])));
+                          }
+                        }
+                      });
+}
+
+// out = op(x) elementwise; x broadcast to out's shape.
+template <typename Out, typename In, typename Op>
+void unary_loop(const Tensor& out, const Tensor& x, Op op) {
+  Out* po = out.data_ptr<Out>();
+  const In* px = x.data_ptr<In>();
+  const Shape& shape = out.sizes();
+  for_each_strided<2>(shape, {out.strides(), broadcast_strides(x, shape)},
+                      [&](int64_t n, const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st) {
+                        Out* o = po + off[0];
+                        const In* in = px + off[1];
+                        if (st[0] == 1 && st[1] == 1) {
+                          for (int64_t i = 0; i < n; ++i) o[i] = op(in[i]);
+                        } else {
+                          for (int64_t i = 0; i < n; ++i) o[i * st[0]] = op(in[i * st[1]]);
+                        }
+                      });
+}
+
+// NaN-propagating max/min (std::max would drop a NaN in its first argument).
+template <typename C>
+C nan_max(C a, C b) {
+  if (a != a) return a;  // NOLINT: NaN test that also compiles for integers
+  if (b != b) return b;
+  return a > b ? a : b;
+}
+template <typename C>
+C nan_min(C a, C b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  return a < b ? a : b;
+}
+
+template <typename T>
+using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <typename T>
+using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// Vectorised transcendental ops for contiguous float/double (out and x both contiguous).
+template <typename T>
+bool try_eigen_unary(UnaryOp op, const Tensor& out, const Tensor& x) {
+  if (!out.is_contiguous() || !x.is_contiguous() || x.sizes() != out.sizes()) return false;
+  ArrayMap<T> o(out.data_ptr<T>(), out.numel());
+  ConstArrayMap<T> in(x.data_ptr<T>(), x.numel());
+  switch (op) {
+    case UnaryOp::kExp: o = in.exp(); return true;
+    case UnaryOp::kLog: o = in.log(); return true;
+    case UnaryOp::kSqrt: o = in.sqrt(); return true;
+    case UnaryOp::kTanh: o = in.tanh(); return true;
+    case UnaryOp::kSigmoid: o = T(1) / (T(1) + (-in).exp()); return true;
+    default: return false;
+  }
+}
+
+template <typename C>
+C apply_unary(UnaryOp op, C v) {
+  switch (op) {
+    case UnaryOp::kNeg: return -v;
+    case UnaryOp::kAbs: return v < C(0) ? -v : v;
+    case UnaryOp::kRelu: return v < C(0) ? C(0) : v;  // NaN stays NaN
+    case UnaryOp::kExp: return std::exp(v);
+    case UnaryOp::kLog: return std::log(v);
+    case UnaryOp::kSqrt: return std::sqrt(v);
+    case UnaryOp::kTanh: return std::tanh(v);
+    case UnaryOp::kSigmoid: return C(1) / (C(1) + std::exp(-v));
+  }
+  return v;
+}
+
+}  // namespace
+
+void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
+  dispatch_numeric(a.dtype(), "binary op", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    switch (op) {
+      case BinaryOp::kAdd:
+        if (alpha == 1.0) {
+          binary_loop<T, T>(out, a, b, [](C x, C y) { return x + y; });
+        } else {
+          const C scale = static_cast<C>(alpha);
+          binary_loop<T, T>(out, a, b, [scale](C x, C y) { return x + scale * y; });
+        }
+        return;
+      case BinaryOp::kMul: binary_loop<T, T>(out, a, b, [](C x, C y) { return x * y; }); return;
+      case BinaryOp::kDiv: binary_loop<T, T>(out, a, b, [](C x, C y) { return x / y; }); return;
+      case BinaryOp::kMaximum: binary_loop<T, T>(out, a, b, nan_max<C>); return;
+      case BinaryOp::kMinimum: binary_loop<T, T>(out, a, b, nan_min<C>); return;
+    }
+  });
+}
+
+void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
+  dispatch_all(a.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    switch (op) {
+      case CompareOp::kEq: binary_loop<bool, T>(out, a, b, [](C x, C y) { return x == y; }); return;
+      case CompareOp::kNe: binary_loop<bool, T>(out, a, b, [](C x, C y) { return x != y; }); return;
+      case CompareOp::kLt: binary_loop<bool, T>(out, a, b, [](C x, C y) { return x < y; }); return;
+      case CompareOp::kLe: binary_loop<bool, T>(out, a, b, [](C x, C y) { return x <= y; }); return;
+      case CompareOp::kGt: binary_loop<bool, T>(out, a, b, [](C x, C y) { return x > y; }); return;
+      case CompareOp::kGe: binary_loop<bool, T>(out, a, b, [](C x, C y) { return x >= y; }); return;
+    }
+  });
+}
+
+void unary(UnaryOp op, const Tensor& out, const Tensor& x) {
+  dispatch_numeric(x.dtype(), "unary op", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    if constexpr (std::is_floating_point_v<T>) {
+      if (try_eigen_unary<T>(op, out, x)) return;
+    }
+    unary_loop<T, T>(out, x, [op](T v) { return static_cast<T>(apply_unary<C>(op, C(v))); });
+  });
+}
+
+void pow_scalar(const Tensor& out, const Tensor& x, double exponent) {
+  dispatch_numeric(x.dtype(), "pow", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    if constexpr (std::is_integral_v<T>) {
+      // Callers guarantee a non-negative integral exponent here.
+      const auto e = static_cast<int64_t>(exponent);
+      unary_loop<T, T>(out, x, [e](T base) {
+        T result = 1;
+        for (int64_t i = 0; i < e; ++i) result *= base;
+        return result;
+      });
+    } else if (exponent == 2.0) {  // exact, like PyTorch's special case
+      unary_loop<T, T>(out, x, [](T v) { return static_cast<T>(C(v) * C(v)); });
+    } else if (exponent == 0.5) {
+      unary_loop<T, T>(out, x, [](T v) { return static_cast<T>(std::sqrt(C(v))); });
+    } else {
+      const C e = static_cast<C>(exponent);
+      unary_loop<T, T>(out, x, [e](T v) { return static_cast<T>(std::pow(C(v), e)); });
+    }
+  });
+}
+
+void copy(const Tensor& dst, const Tensor& src) {
+  dispatch_all(dst.dtype(), [&](auto dst_tag) {
+    using D = typename decltype(dst_tag)::type;
+    dispatch_all(src.dtype(), [&](auto src_tag) {
+      using S = typename decltype(src_tag)::type;
+      if constexpr (std::is_same_v<D, S>) {
+        if (dst.is_contiguous() && src.is_contiguous() && dst.sizes() == src.sizes()) {
+          if (dst.numel() > 0) std::memcpy(dst.raw_data_ptr(), src.raw_data_ptr(), dst.nbytes());
+          return;
+        }
+      }
+      unary_loop<D, S>(dst, src, [](S v) { return convert<D, S>(v); });
+    });
+  });
+}
+
+void fill(const Tensor& dst, double value) {
+  dispatch_all(dst.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T v = convert<T, double>(value);
+    T* base = dst.data_ptr<T>();
+    for_each_strided<1>(dst.sizes(), {dst.strides()},
+                        [&](int64_t n, const std::array<int64_t, 1>& off, const std::array<int64_t, 1>& st) {
+                          T* o = base + off[0];
+                          for (int64_t i = 0; i < n; ++i) o[i * st[0]] = v;
+                        });
+  });
+}
+
+}  // namespace tinyddp::tensor::cpu

@@ -1,0 +1,32 @@
+// The CPU kernels that ops.cc dispatches to. Arguments are already validated: dtypes agree,
+// `out` has the broadcast shape, devices are CPU. Each kernel lives in the .cc named below.
+#pragma once
+
+#include <tuple>
+
+#include "tensor/tensor.h"
+
+namespace tinyddp::tensor::cpu {
+
+// elementwise.cc
+enum class BinaryOp { kAdd, kMul, kDiv, kMaximum, kMinimum };  // kAdd computes a + alpha * b
+enum class CompareOp { kEq, kNe, kLt, kLe, kGt, kGe };
+enum class UnaryOp { kNeg, kAbs, kExp, kLog, kSqrt, kRelu, kTanh, kSigmoid };
+
+void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha);
+void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b);  // out: bool
+void unary(UnaryOp op, const Tensor& out, const Tensor& x);
+void pow_scalar(const Tensor& out, const Tensor& x, double exponent);
+void copy(const Tensor& dst, const Tensor& src);  // src broadcast to dst; any dtypes
+void fill(const Tensor& dst, double value);
+
+// reduce.cc: `dims` are wrapped and unique; an empty list means every dim.
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim);
+Tensor mean(const Tensor& x, const Shape& dims, bool keepdim);
+std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim);  // values, flat indices
+void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log);
+
+// matmul.cc: out [n, m] (contiguous) = a [n, k] x b [k, m], any strides on a and b.
+void mm(const Tensor& out, const Tensor& a, const Tensor& b);
+
+}  // namespace tinyddp::tensor::cpu

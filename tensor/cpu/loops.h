@@ -1,0 +1,136 @@
+// CPU kernel plumbing: dtype dispatch (a switch calling a generic lambda with a type tag),
+// the compute type of each dtype, and for_each_strided(), which walks N operands over one
+// shape with per-operand strides (0 along broadcast dims), coalescing dims so that a
+// contiguous case becomes one flat loop.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace tinyddp::tensor::cpu {
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Arithmetic on 16-bit floats happens in float; everything else computes in its own type.
+template <typename T>
+using compute_t = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
+
+// f(TypeTag<T>{}) for the C++ type of `dtype`.
+template <typename F>
+decltype(auto) dispatch_all(DType dtype, F&& f) {
+  switch (dtype) {
+    case kFloat32: return f(TypeTag<float>{});
+    case kFloat64: return f(TypeTag<double>{});
+    case kFloat16: return f(TypeTag<Half>{});
+    case kBFloat16: return f(TypeTag<BFloat16>{});
+    case kInt64: return f(TypeTag<int64_t>{});
+    case kBool: return f(TypeTag<bool>{});
+  }
+  throw Error("dispatch: unknown dtype");
+}
+
+// Same, for the dtypes that support arithmetic (callers have already rejected bool).
+template <typename F>
+decltype(auto) dispatch_numeric(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case kFloat32: return f(TypeTag<float>{});
+    case kFloat64: return f(TypeTag<double>{});
+    case kFloat16: return f(TypeTag<Half>{});
+    case kBFloat16: return f(TypeTag<BFloat16>{});
+    case kInt64: return f(TypeTag<int64_t>{});
+    case kBool: break;
+  }
+  throw Error(fmt::format("{}: not supported for dtype {}", op, dtype_name(dtype)));
+}
+
+template <typename F>
+decltype(auto) dispatch_floating(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case kFloat32: return f(TypeTag<float>{});
+    case kFloat64: return f(TypeTag<double>{});
+    case kFloat16: return f(TypeTag<Half>{});
+    case kBFloat16: return f(TypeTag<BFloat16>{});
+    default: break;
+  }
+  throw Error(fmt::format("{}: expected a floating-point tensor, got dtype {}", op, dtype_name(dtype)));
+}
+
+// Strides (in elements) of `t` when broadcast to `shape` (which has at least t.dim() dims):
+// 0 for dims that are new or of size 1 in t.
+Shape broadcast_strides(const Tensor& t, const Shape& shape);
+
+// The coalesced iteration space of N operands over one shape.
+template <size_t N>
+struct StridedPlan {
+  Shape sizes;                    // outer dims first; the last one is the inner loop
+  std::vector<std::array<int64_t, N>> strides;  // per dim, per operand
+};
+
+template <size_t N>
+StridedPlan<N> plan_strided(const Shape& shape, const std::array<Shape, N>& strides) {
+  StridedPlan<N> plan;
+  // Keep dims of size > 1, innermost first, merging a dim into the one inside it when every
+  // operand steps over the inner dim's full extent with its stride.
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    if (shape[d] == 1) continue;
+    std::array<int64_t, N> s;
+    for (size_t k = 0; k < N; ++k) s[k] = strides[k][d];
+    if (!plan.sizes.empty()) {
+      bool mergeable = true;
+      for (size_t k = 0; k < N; ++k) mergeable &= s[k] == plan.strides.back()[k] * plan.sizes.back();
+      if (mergeable) {
+        plan.sizes.back() *= shape[d];
+        continue;
+      }
+    }
+    plan.sizes.push_back(shape[d]);
+    plan.strides.push_back(s);
+  }
+  if (plan.sizes.empty()) {  // a single element
+    plan.sizes.push_back(1);
+    plan.strides.push_back({});
+  }
+  std::reverse(plan.sizes.begin(), plan.sizes.end());
+  std::reverse(plan.strides.begin(), plan.strides.end());
+  return plan;
+}
+
+// Calls inner(n, offsets, inner_strides) once per innermost row: n elements starting at
+// element offsets[k] of operand k, stepping inner_strides[k]. Nothing is called when the
+// shape has no elements.
+template <size_t N, typename F>
+void for_each_strided(const Shape& shape, const std::array<Shape, N>& strides, F&& inner) {
+  for (int64_t size : shape) {
+    if (size == 0) return;
+  }
+  const StridedPlan<N> plan = plan_strided<N>(shape, strides);
+  const size_t outer_dims = plan.sizes.size() - 1;
+  const int64_t n = plan.sizes.back();
+  const std::array<int64_t, N> inner_strides = plan.strides.back();
+  std::vector<int64_t> counter(outer_dims, 0);
+  std::array<int64_t, N> offsets{};
+  while (true) {
+    inner(n, offsets, inner_strides);
+    // Odometer over the outer dims, innermost of them first.
+    size_t d = outer_dims;
+    while (d > 0) {
+      --d;
+      for (size_t k = 0; k < N; ++k) offsets[k] += plan.strides[d][k];
+      if (++counter[d] < plan.sizes[d]) break;
+      for (size_t k = 0; k < N; ++k) offsets[k] -= plan.strides[d][k] * plan.sizes[d];
+      counter[d] = 0;
+      if (d == 0) return;
+    }
+    if (outer_dims == 0) return;
+  }
+}
+
+}  // namespace tinyddp::tensor::cpu

@@ -1,0 +1,163 @@
+// CPU reductions (sum, mean, max with indices) and softmax / log_softmax. Each moves the
+// reduced dims last and makes the data contiguous (a no-op in the common case of reducing
+// trailing dims of a contiguous tensor), then reduces rows of a [outer, inner] matrix.
+#include <cmath>
+#include <limits>
+
+#include "tensor/cpu/kernels.h"
+#include "tensor/cpu/loops.h"
+#include "tensor/factory.h"
+
+namespace tinyddp::tensor::cpu {
+
+namespace {
+
+// Integers (and bools) sum in int64; floating types sum in double for accuracy.
+template <typename T>
+using acc_t = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
+
+struct RowPlan {
+  Tensor rows;  // contiguous; logically [outer, inner]
+  int64_t outer = 1;
+  int64_t inner = 1;
+  Shape out_shape;
+};
+
+RowPlan plan_rows(const Tensor& x, const Shape& dims, bool keepdim) {
+  const int64_t ndim = x.dim();
+  std::vector<bool> reduced(static_cast<size_t>(ndim), dims.empty());
+  for (int64_t d : dims) {
+    if (d < ndim) reduced[d] = true;  // a 0-d tensor's dim 0 is its only element
+  }
+  RowPlan plan;
+  Shape perm;
+  for (int64_t d = 0; d < ndim; ++d) {
+    if (reduced[d]) {
+      if (keepdim) plan.out_shape.push_back(1);
+      continue;
+    }
+    perm.push_back(d);
+    plan.out_shape.push_back(x.sizes()[d]);
+    plan.outer *= x.sizes()[d];
+  }
+  for (int64_t d = 0; d < ndim; ++d) {
+    if (!reduced[d]) continue;
+    perm.push_back(d);
+    plan.inner *= x.sizes()[d];
+  }
+  plan.rows = x.permute(perm).contiguous();
+  return plan;
+}
+
+template <typename T>
+bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<compute_t<T>> && !std::is_same_v<T, bool>) {
+    return std::isnan(static_cast<compute_t<T>>(v));
+  } else {
+    return false;
+  }
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+  const RowPlan plan = plan_rows(x, dims, keepdim);
+  const DType out_dtype = x.dtype() == kBool ? kInt64 : x.dtype();
+  Tensor out = empty(plan.out_shape, out_dtype);
+  dispatch_all(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using A = acc_t<T>;
+    const T* in = plan.rows.data_ptr<T>();
+    dispatch_all(out_dtype, [&](auto out_tag) {
+      using O = typename decltype(out_tag)::type;
+      if constexpr (std::is_same_v<O, T> || (std::is_same_v<T, bool> && std::is_same_v<O, int64_t>)) {
+        O* o = out.data_ptr<O>();
+        for (int64_t r = 0; r < plan.outer; ++r) {
+          const T* row = in + r * plan.inner;
+          A acc = 0;
+          for (int64_t i = 0; i < plan.inner; ++i) acc += static_cast<A>(static_cast<compute_t<T>>(row[i]));
+          o[r] = static_cast<O>(static_cast<compute_t<O>>(acc));
+        }
+      }
+    });
+  });
+  return out;
+}
+
+Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
+  const RowPlan plan = plan_rows(x, dims, keepdim);
+  Tensor out = empty(plan.out_shape, x.dtype());
+  dispatch_floating(x.dtype(), "mean", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    const T* in = plan.rows.data_ptr<T>();
+    T* o = out.data_ptr<T>();
+    for (int64_t r = 0; r < plan.outer; ++r) {
+      const T* row = in + r * plan.inner;
+      double acc = 0;
+      for (int64_t i = 0; i < plan.inner; ++i) acc += static_cast<double>(static_cast<C>(row[i]));
+      o[r] = static_cast<T>(static_cast<C>(acc / static_cast<double>(plan.inner)));  // 0/0 -> NaN
+    }
+  });
+  return out;
+}
+
+std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim) {
+  const RowPlan plan = plan_rows(x, dims, keepdim);
+  Tensor values = empty(plan.out_shape, x.dtype());
+  Tensor indices = empty(plan.out_shape, kInt64);
+  dispatch_all(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    const T* in = plan.rows.data_ptr<T>();
+    T* v = values.data_ptr<T>();
+    int64_t* idx = indices.data_ptr<int64_t>();
+    for (int64_t r = 0; r < plan.outer; ++r) {
+      const T* row = in + r * plan.inner;
+      int64_t best = 0;
+      for (int64_t i = 1; i < plan.inner && !is_nan(row[best]); ++i) {
+        if (is_nan(row[i]) || static_cast<C>(row[i]) > static_cast<C>(row[best])) best = i;
+      }
+      v[r] = row[best];
+      idx[r] = best;
+    }
+  });
+  return {values, indices};
+}
+
+void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) {
+  const Tensor rows = x.transpose(dim, -1).contiguous();
+  const int64_t n = x.dim() == 0 ? 1 : x.size(dim);
+  if (rows.numel() == 0) return;
+  const int64_t outer = rows.numel() / n;
+  Tensor result = empty(rows.sizes(), x.dtype());
+  dispatch_floating(x.dtype(), log ? "log_softmax" : "softmax", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    const T* in = rows.data_ptr<T>();
+    T* o = result.data_ptr<T>();
+    std::vector<C> shifted(static_cast<size_t>(n));
+    for (int64_t r = 0; r < outer; ++r) {
+      const T* row = in + r * n;
+      T* out_row = o + r * n;
+      C m = -std::numeric_limits<C>::infinity();
+      for (int64_t i = 0; i < n; ++i) m = std::max(m, static_cast<C>(row[i]));
+      double total = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        shifted[i] = static_cast<C>(row[i]) - m;
+        total += static_cast<double>(std::exp(shifted[i]));
+      }
+      if (log) {
+        const C log_total = static_cast<C>(std::log(total));
+        for (int64_t i = 0; i < n; ++i) out_row[i] = static_cast<T>(shifted[i] - log_total);
+      } else {
+        for (int64_t i = 0; i < n; ++i) {
+          out_row[i] = static_cast<T>(static_cast<C>(static_cast<double>(std::exp(shifted[i])) / total));
+        }
+      }
+    }
+  });
+  copy(out, result.transpose(dim, -1));
+}
+
+}  // namespace tinyddp::tensor::cpu

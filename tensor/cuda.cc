@@ -1,0 +1,63 @@
+// tensor/cuda.h: answers from the nvcc-compiled query under --config=cuda, and "not built"
+// answers otherwise (TINYDDP_WITH_CUDA is set by the BUILD file under that config).
+#include "tensor/cuda.h"
+
+#include <fmt/format.h>
+
+#include "tensor/error.h"
+
+#if TINYDDP_WITH_CUDA
+#include "tensor/cuda/device_query.h"
+#endif
+
+namespace tinyddp::tensor::cuda {
+
+#if TINYDDP_WITH_CUDA
+
+bool is_built() { return true; }
+
+int device_count() {
+  std::string error;
+  const int count = detail::query_device_count(&error);
+  return count < 0 ? 0 : count;
+}
+
+std::vector<DeviceProperties> device_properties() {
+  std::vector<DeviceProperties> result;
+  for (int i = 0; i < device_count(); ++i) {
+    detail::RawDeviceProperties raw;
+    std::string error;
+    TDDP_CHECK(detail::query_device_properties(i, &raw, &error), "cuda::device_properties({}): {}", i, error);
+    result.push_back({i, raw.name, raw.total_memory, raw.major, raw.minor});
+  }
+  return result;
+}
+
+std::string unavailable_reason() {
+  std::string error;
+  const int count = detail::query_device_count(&error);
+  if (count < 0) return "no usable CUDA device (" + error + ")";
+  if (count == 0) return "no CUDA device found";
+  return fmt::format("CUDA tensors are not implemented yet in this build ({} device(s) found)", count);
+}
+
+std::string smoke_test(int device) {
+  std::string error;
+  return detail::run_fill_kernel(device, &error) ? "" : error;
+}
+
+#else
+
+bool is_built() { return false; }
+int device_count() { return 0; }
+std::vector<DeviceProperties> device_properties() { return {}; }
+std::string unavailable_reason() { return "tinyddp was built without CUDA support (rebuild with --config=cuda)"; }
+std::string smoke_test(int device) {
+  return fmt::format("cuda::smoke_test({}): {}", device, unavailable_reason());
+}
+
+#endif
+
+bool is_available() { return device_count() > 0; }
+
+}  // namespace tinyddp::tensor::cuda

@@ -1,0 +1,72 @@
+// Element types: DType, the 16-bit storage types Half and BFloat16 with exact
+// round-to-nearest-even conversion from float32, and the C++ type <-> DType mapping.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace tinyddp::tensor {
+
+enum class DType : uint8_t { kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kBool };
+
+// Short names, as torch::kFloat32 etc.
+inline constexpr DType kFloat32 = DType::kFloat32;
+inline constexpr DType kFloat64 = DType::kFloat64;
+inline constexpr DType kFloat16 = DType::kFloat16;
+inline constexpr DType kBFloat16 = DType::kBFloat16;
+inline constexpr DType kInt64 = DType::kInt64;
+inline constexpr DType kBool = DType::kBool;
+
+size_t element_size(DType dtype);
+// "float32", "float64", "float16", "bfloat16", "int64", "bool" (PyTorch's names without "torch.").
+const char* dtype_name(DType dtype);
+bool is_floating_point(DType dtype);
+
+// IEEE binary16 <-> float32. float_to_half_bits rounds to nearest, ties to even; overflow gives
+// inf, NaN stays NaN (quiet, sign kept), subnormals are exact.
+uint16_t float_to_half_bits(float value);
+float half_bits_to_float(uint16_t bits);
+// bfloat16 (the top half of a float32) <-> float32, same rounding rules.
+uint16_t float_to_bfloat16_bits(float value);
+float bfloat16_bits_to_float(uint16_t bits);
+
+// 16-bit storage types. Arithmetic happens in float: the implicit conversions make
+// `float x = h;` and `Half h = 1.5f;` work, rounding exactly as above.
+struct Half {
+  uint16_t bits = 0;
+  Half() = default;
+  Half(float value) : bits(float_to_half_bits(value)) {}  // NOLINT: implicit by design
+  operator float() const { return half_bits_to_float(bits); }
+  static Half from_bits(uint16_t b) {
+    Half h;
+    h.bits = b;
+    return h;
+  }
+};
+
+struct BFloat16 {
+  uint16_t bits = 0;
+  BFloat16() = default;
+  BFloat16(float value) : bits(float_to_bfloat16_bits(value)) {}  // NOLINT: implicit by design
+  operator float() const { return bfloat16_bits_to_float(bits); }
+  static BFloat16 from_bits(uint16_t b) {
+    BFloat16 h;
+    h.bits = b;
+    return h;
+  }
+};
+
+// C++ element type -> DType (dtype_of<float> == kFloat32).
+template <typename T>
+struct DTypeOf;
+template <> struct DTypeOf<float> { static constexpr DType value = kFloat32; };
+template <> struct DTypeOf<double> { static constexpr DType value = kFloat64; };
+template <> struct DTypeOf<Half> { static constexpr DType value = kFloat16; };
+template <> struct DTypeOf<BFloat16> { static constexpr DType value = kBFloat16; };
+template <> struct DTypeOf<int64_t> { static constexpr DType value = kInt64; };
+template <> struct DTypeOf<bool> { static constexpr DType value = kBool; };
+template <typename T>
+inline constexpr DType dtype_of = DTypeOf<T>::value;
+
+}  // namespace tinyddp::tensor

@@ -1,0 +1,28 @@
+// tinyddp's exception type and the TDDP_CHECK macro used at every API boundary.
+// Messages name the operation, the offending argument and the shapes/dtypes/devices involved.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace tinyddp {
+
+// Every error tinyddp raises on bad input. Derives from std::runtime_error so callers that
+// only know the standard library can still catch it.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+}  // namespace tinyddp
+
+// TDDP_CHECK(cond, "fmt {}", args...): throws tinyddp::Error with the formatted message when
+// cond is false. The message is only formatted on failure.
+#define TDDP_CHECK(cond, ...)                                  \
+  do {                                                         \
+    if (!(cond)) {                                             \
+      throw ::tinyddp::Error(::fmt::format(__VA_ARGS__));      \
+    }                                                          \
+  } while (false)

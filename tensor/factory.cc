@@ -1,0 +1,78 @@
+// Tensor factories: see factory.h.
+#include "tensor/factory.h"
+
+#include <cmath>
+
+#include "tensor/ops.h"
+
+namespace tinyddp::tensor {
+
+Tensor empty(const Shape& sizes, TensorOptions options) {
+  const int64_t numel = shape_numel(sizes, "empty");
+  const DType dtype = options.dtype();
+  Storage storage(static_cast<size_t>(numel) * element_size(dtype), options.device());
+  return Tensor::make(std::move(storage), sizes, contiguous_strides(sizes), 0, dtype);
+}
+
+Tensor zeros(const Shape& sizes, TensorOptions options) { return full(sizes, 0.0, options); }
+
+Tensor ones(const Shape& sizes, TensorOptions options) { return full(sizes, 1.0, options); }
+
+Tensor full(const Shape& sizes, double value, TensorOptions options) {
+  Tensor out = empty(sizes, options);
+  out.fill_(value);
+  return out;
+}
+
+Tensor scalar_tensor(double value, TensorOptions options) {
+  // Built on the CPU and moved, so that a 0-d CUDA scalar needs no device kernel.
+  Tensor cpu = empty({}, TensorOptions().dtype(options.dtype()));
+  cpu.fill_(value);
+  return cpu.to(options.device());
+}
+
+Tensor arange_impl(double start, double end, double step, DType default_dtype, TensorOptions options) {
+  TDDP_CHECK(step != 0, "arange: step must be nonzero");
+  TDDP_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
+             "arange: start ({}), end ({}) and step ({}) must be finite", start, end, step);
+  TDDP_CHECK((step > 0 && start <= end) || (step < 0 && start >= end) || start == end,
+             "arange: upper bound and larger bound inconsistent with step sign (start {}, end {}, step {})", start,
+             end, step);
+  const auto count = static_cast<int64_t>(std::ceil((end - start) / step));
+  std::vector<double> values(static_cast<size_t>(std::max<int64_t>(count, 0)));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = start + static_cast<double>(i) * step;
+  const DType dtype = options.dtype_or(default_dtype);
+  return from_vector(values).to(dtype).to(options.device());
+}
+
+Tensor tensor(std::initializer_list<double> values, TensorOptions options) {
+  return from_vector(std::vector<double>(values)).to(options.dtype()).to(options.device());
+}
+
+Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorOptions options) {
+  const int64_t num_rows = static_cast<int64_t>(rows.size());
+  const int64_t num_cols = num_rows == 0 ? 0 : static_cast<int64_t>(rows.begin()->size());
+  std::vector<double> values;
+  for (const auto& row : rows) {
+    TDDP_CHECK(static_cast<int64_t>(row.size()) == num_cols,
+               "tensor: rows have different lengths ({} and {}); a 2-D tensor needs equal rows", num_cols, row.size());
+    values.insert(values.end(), row.begin(), row.end());
+  }
+  return from_vector(values, Shape{num_rows, num_cols}).to(options.dtype()).to(options.device());
+}
+
+namespace {
+TensorOptions like_options(const Tensor& t, const std::optional<TensorOptions>& options) {
+  if (!options) return TensorOptions().dtype(t.dtype()).device(t.device());
+  return TensorOptions().dtype(options->dtype_or(t.dtype())).device(options->device_or(t.device()));
+}
+}  // namespace
+
+Tensor empty_like(const Tensor& t, std::optional<TensorOptions> options) { return empty(t.sizes(), like_options(t, options)); }
+Tensor zeros_like(const Tensor& t, std::optional<TensorOptions> options) { return zeros(t.sizes(), like_options(t, options)); }
+Tensor ones_like(const Tensor& t, std::optional<TensorOptions> options) { return ones(t.sizes(), like_options(t, options)); }
+Tensor full_like(const Tensor& t, double value, std::optional<TensorOptions> options) {
+  return full(t.sizes(), value, like_options(t, options));
+}
+
+}  // namespace tinyddp::tensor

@@ -1,0 +1,92 @@
+// Creating tensors: TensorOptions (dtype + device, as torch::TensorOptions), empty/zeros/
+// ones/full/arange, tensors from C++ values, and the *_like variants.
+#pragma once
+
+#include <initializer_list>
+#include <optional>
+#include <type_traits>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace tinyddp::tensor {
+
+// Chained setters: TensorOptions().dtype(kFloat64).device(Device::cuda(0)). Implicit from a
+// DType or a Device so that zeros({2, 3}, kFloat64) reads like PyTorch.
+class TensorOptions {
+ public:
+  TensorOptions() = default;
+  TensorOptions(DType dtype) : dtype_(dtype) {}     // NOLINT: implicit by design
+  TensorOptions(Device device) : device_(device) {} // NOLINT: implicit by design
+
+  TensorOptions& dtype(DType dtype) {
+    dtype_ = dtype;
+    return *this;
+  }
+  TensorOptions& device(Device device) {
+    device_ = device;
+    return *this;
+  }
+  // The dtype if one was set, else `fallback` (float32 for most factories).
+  DType dtype_or(DType fallback) const { return dtype_.value_or(fallback); }
+  DType dtype() const { return dtype_or(kFloat32); }
+  bool has_dtype() const { return dtype_.has_value(); }
+  Device device() const { return device_.value_or(kCPU); }
+  Device device_or(Device fallback) const { return device_.value_or(fallback); }
+
+ private:
+  std::optional<DType> dtype_;
+  std::optional<Device> device_;
+};
+
+Tensor empty(const Shape& sizes, TensorOptions options = {});
+Tensor zeros(const Shape& sizes, TensorOptions options = {});
+Tensor ones(const Shape& sizes, TensorOptions options = {});
+Tensor full(const Shape& sizes, double value, TensorOptions options = {});
+// A 0-d tensor holding `value` converted to the dtype.
+Tensor scalar_tensor(double value, TensorOptions options = {});
+
+// Values start, start + step, ... below end (above end for a negative step). The dtype is
+// int64 when every bound is an integer type (arange(5)), float32 otherwise, unless given.
+Tensor arange_impl(double start, double end, double step, DType default_dtype, TensorOptions options);
+template <typename E>
+  requires std::is_arithmetic_v<E>
+Tensor arange(E end, TensorOptions options = {}) {
+  return arange_impl(0, static_cast<double>(end), 1, std::is_integral_v<E> ? kInt64 : kFloat32, options);
+}
+template <typename S, typename E, typename P = int64_t>
+  requires std::is_arithmetic_v<S> && std::is_arithmetic_v<E> && std::is_arithmetic_v<P>
+Tensor arange(S start, E end, P step = 1, TensorOptions options = {}) {
+  const bool integral = std::is_integral_v<S> && std::is_integral_v<E> && std::is_integral_v<P>;
+  return arange_impl(static_cast<double>(start), static_cast<double>(end), static_cast<double>(step),
+                     integral ? kInt64 : kFloat32, options);
+}
+
+// 1-D and 2-D tensors from literals: tensor({1, 2, 3}), tensor({{1, 2}, {3, 4}}, kFloat64).
+// The default dtype is float32, as torch.tensor with Python floats.
+Tensor tensor(std::initializer_list<double> values, TensorOptions options = {});
+Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorOptions options = {});
+
+// A tensor of dtype_of<T> holding a copy of `values`, shaped `sizes` (1-D when omitted).
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, std::optional<Shape> sizes = {}, Device device = {});
+
+Tensor empty_like(const Tensor& t, std::optional<TensorOptions> options = {});
+Tensor zeros_like(const Tensor& t, std::optional<TensorOptions> options = {});
+Tensor ones_like(const Tensor& t, std::optional<TensorOptions> options = {});
+Tensor full_like(const Tensor& t, double value, std::optional<TensorOptions> options = {});
+
+// ---- template definitions ----------------------------------------------------------------
+
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, std::optional<Shape> sizes, Device device) {
+  const Shape shape = sizes.value_or(Shape{static_cast<int64_t>(values.size())});
+  TDDP_CHECK(shape_numel(shape, "from_vector") == static_cast<int64_t>(values.size()),
+             "from_vector: shape {} needs {} values but {} were given", format_shape(shape), shape_numel(shape),
+             values.size());
+  Tensor cpu = empty(shape, TensorOptions(dtype_of<T>));
+  if (!values.empty()) std::memcpy(cpu.raw_data_ptr(), static_cast<const void*>(values.data()), values.size() * sizeof(T));
+  return cpu.to(device);
+}
+
+}  // namespace tinyddp::tensor

@@ -1,0 +1,149 @@
+// Random sampling on the CPU generator, mirroring the draws PyTorch's CPU generator makes.
+#include "tensor/random.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "tensor/ops.h"
+
+namespace tinyddp::tensor {
+
+void Generator::manual_seed(uint64_t seed) {
+  seed_ = seed;
+  engine_.seed(static_cast<uint32_t>(seed & 0xFFFFFFFFu));  // mt19937 takes 32 bits of the seed
+  next_normal_.reset();
+}
+
+uint32_t Generator::random() { return static_cast<uint32_t>(engine_()); }
+
+uint64_t Generator::random64() {
+  const uint64_t high = random();
+  const uint64_t low = random();
+  return (high << 32) | low;
+}
+
+float Generator::uniform_float() {
+  return static_cast<float>(static_cast<double>(random() & ((1u << 24) - 1)) * 0x1p-24);
+}
+
+double Generator::uniform_double() {
+  return static_cast<double>(random64() & ((1ULL << 53) - 1)) * 0x1p-53;
+}
+
+double Generator::normal_double() {
+  if (next_normal_) {
+    const double cached = *next_normal_;
+    next_normal_.reset();
+    return cached;
+  }
+  const double u1 = uniform_double();
+  const double u2 = uniform_double();
+  const double radius = std::sqrt(-2.0 * std::log1p(-u2));
+  const double theta = 2.0 * std::numbers::pi * u1;
+  next_normal_ = radius * std::sin(theta);
+  return radius * std::cos(theta);
+}
+
+Generator& default_generator() {
+  static Generator generator;
+  return generator;
+}
+
+void manual_seed(uint64_t seed) {
+  Generator& g = default_generator();
+  std::lock_guard<std::mutex> lock(g.mutex());
+  g.manual_seed(seed);
+}
+
+namespace {
+
+Generator& pick(Generator* generator) { return generator != nullptr ? *generator : default_generator(); }
+
+// Writes values[i] into t in row-major order (t may be strided; dtype converted).
+void write_values(const Tensor& t, const std::vector<double>& values) {
+  t.copy_(from_vector(values, t.sizes()));
+}
+
+void check_sampling_target(const Tensor& t, const char* op) {
+  TDDP_CHECK(t.defined(), "{}: undefined tensor", op);
+  TDDP_CHECK(t.is_floating_point(), "{}: expected a floating-point tensor, got dtype {}", op, dtype_name(t.dtype()));
+  TDDP_CHECK(t.is_cpu(), "{}: only CPU tensors can be sampled in this build, got a tensor on {}", op, t.device().str());
+}
+
+// PyTorch's layout for float32 normals: draw all uniforms first, then transform each block
+// of 16 as 8 Box-Muller pairs (j, j + 8); a ragged tail redoes the last 16 with fresh draws.
+void normal_fill_16(float* data, float mean, float std) {
+  for (int j = 0; j < 8; ++j) {
+    const float u1 = 1.0f - data[j];  // (0, 1] so that log is finite
+    const float u2 = data[j + 8];
+    const float radius = std::sqrt(-2.0f * std::log(u1));
+    const float theta = 2.0f * std::numbers::pi_v<float> * u2;
+    data[j] = radius * std::cos(theta) * std + mean;
+    data[j + 8] = radius * std::sin(theta) * std + mean;
+  }
+}
+
+void normal_fill_float(float* data, int64_t size, float mean, float std, Generator& g) {
+  for (int64_t i = 0; i < size; ++i) data[i] = g.uniform_float();
+  for (int64_t i = 0; i + 16 <= size; i += 16) normal_fill_16(data + i, mean, std);
+  if (size % 16 != 0) {
+    float* tail = data + size - 16;
+    for (int i = 0; i < 16; ++i) tail[i] = g.uniform_float();
+    normal_fill_16(tail, mean, std);
+  }
+}
+
+}  // namespace
+
+const Tensor& uniform_(const Tensor& t, double from, double to, Generator* generator) {
+  check_sampling_target(t, "uniform_");
+  TDDP_CHECK(from <= to, "uniform_: expects from <= to, but got from={} > to={}", from, to);
+  Generator& g = pick(generator);
+  std::vector<double> values(static_cast<size_t>(t.numel()));
+  {
+    std::lock_guard<std::mutex> lock(g.mutex());
+    for (double& v : values) {
+      const double u = t.dtype() == kFloat64 ? g.uniform_double() : static_cast<double>(g.uniform_float());
+      v = u * (to - from) + from;
+    }
+  }
+  write_values(t, values);
+  return t;
+}
+
+const Tensor& normal_(const Tensor& t, double mean, double std, Generator* generator) {
+  check_sampling_target(t, "normal_");
+  TDDP_CHECK(std >= 0, "normal_: expects std >= 0.0, but found std {}", std);
+  Generator& g = pick(generator);
+  std::lock_guard<std::mutex> lock(g.mutex());
+  if (t.dtype() == kFloat32 && t.numel() >= 16 && t.is_contiguous()) {
+    normal_fill_float(t.data_ptr<float>(), t.numel(), static_cast<float>(mean), static_cast<float>(std), g);
+    return t;
+  }
+  std::vector<double> values(static_cast<size_t>(t.numel()));
+  for (double& v : values) v = g.normal_double() * std + mean;
+  write_values(t, values);
+  return t;
+}
+
+Tensor rand(const Shape& sizes, TensorOptions options, Generator* generator) {
+  Tensor t = empty(sizes, options);
+  uniform_(t, 0.0, 1.0, generator);
+  return t;
+}
+
+Tensor randn(const Shape& sizes, TensorOptions options, Generator* generator) {
+  Tensor t = empty(sizes, options);
+  normal_(t, 0.0, 1.0, generator);
+  return t;
+}
+
+Tensor rand_like(const Tensor& t, Generator* generator) {
+  return rand(t.sizes(), TensorOptions().dtype(t.dtype()).device(t.device()), generator);
+}
+
+Tensor randn_like(const Tensor& t, Generator* generator) {
+  return randn(t.sizes(), TensorOptions().dtype(t.dtype()).device(t.device()), generator);
+}
+
+}  // namespace tinyddp::tensor

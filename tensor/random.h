@@ -1,0 +1,59 @@
+// Random numbers: a seeded Mersenne-Twister Generator per device and the sampling ops.
+// The CPU streams follow PyTorch's CPU generator: after manual_seed(s) the same calls give
+// the same numbers as torch.manual_seed(s) (uniform exactly; normal to float rounding).
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <random>
+
+#include "tensor/factory.h"
+
+namespace tinyddp::tensor {
+
+class Generator {
+ public:
+  static constexpr uint64_t kDefaultSeed = 67280421310721ULL;  // PyTorch's default CPU seed
+
+  explicit Generator(uint64_t seed = kDefaultSeed) { manual_seed(seed); }
+
+  void manual_seed(uint64_t seed);
+  uint64_t initial_seed() const { return seed_; }
+
+  // Raw draws: 32 bits, or 64 bits from two draws (first draw in the high half).
+  uint32_t random();
+  uint64_t random64();
+  // Uniform in [0, 1): 24 random bits for float, 53 for double.
+  float uniform_float();
+  double uniform_double();
+  // Standard normal in double (Box-Muller; the second value of each pair is kept for the
+  // next call).
+  double normal_double();
+
+  // Callers that draw many numbers hold this for the whole batch.
+  std::mutex& mutex() { return mutex_; }
+
+ private:
+  uint64_t seed_ = kDefaultSeed;
+  std::mt19937 engine_;
+  std::optional<double> next_normal_;
+  std::mutex mutex_;
+};
+
+// The default CPU generator used when none is given.
+Generator& default_generator();
+// Seeds the default generator (torch.manual_seed).
+void manual_seed(uint64_t seed);
+
+// Fills t in place with U(from, to) / N(mean, std). Float32 tensors of 16 or more contiguous
+// elements use PyTorch's batched Box-Muller layout, so the numbers match it.
+const Tensor& uniform_(const Tensor& t, double from = 0.0, double to = 1.0, Generator* generator = nullptr);
+const Tensor& normal_(const Tensor& t, double mean = 0.0, double std = 1.0, Generator* generator = nullptr);
+
+Tensor rand(const Shape& sizes, TensorOptions options = {}, Generator* generator = nullptr);
+Tensor randn(const Shape& sizes, TensorOptions options = {}, Generator* generator = nullptr);
+Tensor rand_like(const Tensor& t, Generator* generator = nullptr);
+Tensor randn_like(const Tensor& t, Generator* generator = nullptr);
+
+}  // namespace tinyddp::tensor

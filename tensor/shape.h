@@ -1,0 +1,30 @@
+// Shape arithmetic shared by views and ops: element counts, contiguous strides, dimension
+// wrapping, NumPy broadcasting, and the stride computation that decides whether a view exists.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tinyddp::tensor {
+
+using Shape = std::vector<int64_t>;
+
+// "[2, 3]" (PyTorch's spelling of torch.Size in error messages).
+std::string format_shape(const Shape& shape);
+// Product of sizes; throws if a size is negative or the product overflows int64.
+int64_t shape_numel(const Shape& shape, const char* op = "shape");
+// Row-major strides for `sizes` (in elements).
+Shape contiguous_strides(const Shape& sizes);
+// Maps dim in [-ndim, ndim) to [0, ndim); a 0-d tensor accepts 0 and -1 like PyTorch.
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
+// Result shape of broadcasting a and b (NumPy rules); throws naming `op` and both shapes.
+Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+// Replaces a single -1 in `requested` so that the product equals numel; throws otherwise.
+Shape infer_size(const Shape& requested, int64_t numel, const char* op);
+// Strides that let a tensor with (sizes, strides) be viewed as new_sizes without a copy,
+// or nullopt when the memory layout does not allow it.
+std::optional<Shape> view_strides(const Shape& sizes, const Shape& strides, const Shape& new_sizes);
+
+}  // namespace tinyddp::tensor

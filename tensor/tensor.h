@@ -1,0 +1,174 @@
+// Tensor: a cheap, shared handle to a TensorImpl (storage + sizes, strides, offset, dtype).
+// Views (view, narrow, transpose, ...) make new impls over the same Storage, so writing
+// through a view changes the base: DDP's bucket views rely on this.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "tensor/device.h"
+#include "tensor/dtype.h"
+#include "tensor/error.h"
+#include "tensor/shape.h"
+#include "tensor/storage.h"
+
+namespace tinyddp::tensor {
+
+// Autograd attaches its per-tensor state (requires_grad, grad, grad_fn) through this seam;
+// the tensor layer only owns it and never looks inside.
+struct AutogradMetaInterface {
+  virtual ~AutogradMetaInterface() = default;
+};
+
+// The shared state behind a Tensor handle. Element (not byte) strides and offset.
+struct TensorImpl {
+  Storage storage;
+  Shape sizes;
+  Shape strides;
+  int64_t storage_offset = 0;
+  DType dtype = kFloat32;
+  std::shared_ptr<AutogradMetaInterface> autograd_meta;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: defined() is false
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+  // A tensor over `storage` with the given geometry; checks that it stays inside the storage.
+  static Tensor make(Storage storage, Shape sizes, Shape strides, int64_t storage_offset, DType dtype);
+
+  // --- metadata -----------------------------------------------------------------------
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& sizes() const { return checked()->sizes; }
+  int64_t size(int64_t dim) const;
+  const Shape& strides() const { return checked()->strides; }
+  int64_t stride(int64_t dim) const;
+  int64_t dim() const { return static_cast<int64_t>(sizes().size()); }
+  int64_t numel() const;
+  int64_t storage_offset() const { return checked()->storage_offset; }
+  DType dtype() const { return checked()->dtype; }
+  Device device() const { return checked()->storage.device(); }
+  size_t element_size() const { return tensor::element_size(dtype()); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
+  bool is_cpu() const { return device().is_cpu(); }
+  bool is_cuda() const { return device().is_cuda(); }
+  bool is_floating_point() const { return tensor::is_floating_point(dtype()); }
+  // True when elements are laid out row-major without gaps (size-1 dims are ignored).
+  bool is_contiguous() const;
+  const Storage& storage() const { return checked()->storage; }
+  // Same impl (the same tensor), or at least the same storage (a view of it).
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  bool shares_storage(const Tensor& other) const { return storage().is_same(other.storage()); }
+  TensorImpl* impl() const { return impl_.get(); }
+  long use_count() const { return impl_.use_count(); }
+
+  // --- data -----------------------------------------------------------------------------
+  // Pointer to the first element (storage + offset); throws unless T matches dtype().
+  template <typename T>
+  T* data_ptr() const;
+  void* raw_data_ptr() const;
+  // The single value of a one-element tensor, converted to T.
+  template <typename T>
+  T item() const;
+  // All values in row-major (logical) order; T must match dtype().
+  template <typename T>
+  std::vector<T> to_vector() const;
+
+  // --- views (share storage) -----------------------------------------------------------
+  Tensor view(const Shape& sizes) const;     // throws when the strides do not allow a view
+  Tensor reshape(const Shape& sizes) const;  // a view when possible, else a contiguous copy
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;  // 2-D transpose (0-D and 1-D tensors are returned as they are)
+  Tensor permute(const Shape& dims) const;
+  Tensor expand(const Shape& sizes) const;  // -1 keeps a size; new leading dims allowed
+  Tensor expand_as(const Tensor& other) const { return expand(other.sizes()); }
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor as_strided(const Shape& sizes, const Shape& strides, std::optional<int64_t> storage_offset = {}) const;
+  // Itself when already contiguous, else a contiguous copy.
+  Tensor contiguous() const;
+  // A contiguous copy that shares nothing with this tensor.
+  Tensor clone() const;
+
+  // --- conversion -----------------------------------------------------------------------
+  Tensor to(DType dtype) const;    // itself when the dtype already matches
+  Tensor to(Device device) const;  // itself when the device already matches
+
+  // --- in place (the handle is const; the data is not) -----------------------------------
+  const Tensor& add_(const Tensor& other, double alpha = 1.0) const;
+  const Tensor& add_(double value) const;
+  const Tensor& sub_(const Tensor& other) const;
+  const Tensor& mul_(const Tensor& other) const;
+  const Tensor& mul_(double value) const;
+  const Tensor& div_(const Tensor& other) const;
+  const Tensor& div_(double value) const;
+  // Copies src into this tensor: src broadcasts to this shape, any strides, dtype converted.
+  const Tensor& copy_(const Tensor& src) const;
+  const Tensor& fill_(double value) const;
+  const Tensor& zero_() const;
+
+  // PyTorch-style text: "tensor([[1., 2.],\n        [3., 4.]])".
+  std::string str() const;
+
+  // Autograd's state for this tensor (null for plain tensors); shared by copies of the handle.
+  AutogradMetaInterface* autograd_meta() const { return checked()->autograd_meta.get(); }
+  void set_autograd_meta(std::shared_ptr<AutogradMetaInterface> meta) const {
+    checked()->autograd_meta = std::move(meta);
+  }
+
+ private:
+  TensorImpl* checked() const {
+    TDDP_CHECK(impl_ != nullptr, "tensor: operation on an undefined tensor");
+    return impl_.get();
+  }
+  void check_dtype(DType expected, const char* op) const;
+
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// ---- template definitions ----------------------------------------------------------------
+
+template <typename T>
+T* Tensor::data_ptr() const {
+  check_dtype(dtype_of<std::remove_const_t<T>>, "data_ptr");
+  return static_cast<T*>(raw_data_ptr());
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  check_dtype(dtype_of<T>, "to_vector");
+  const Tensor dense = to(kCPU).contiguous();
+  std::vector<T> out(static_cast<size_t>(dense.numel()));
+  if (!out.empty()) std::memcpy(static_cast<void*>(out.data()), dense.raw_data_ptr(), out.size() * sizeof(T));
+  return out;
+}
+
+namespace detail {
+// The value of a one-element CPU tensor as a double (int64 values beyond 2^53 go through item_int64).
+double item_as_double(const Tensor& t);
+int64_t item_as_int64(const Tensor& t);
+}  // namespace detail
+
+template <typename T>
+T Tensor::item() const {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    return static_cast<T>(detail::item_as_int64(*this));
+  } else {
+    return static_cast<T>(detail::item_as_double(*this));
+  }
+}
+
+}  // namespace tinyddp::tensor

@@ -1,0 +1,44 @@
+"""CUDA helpers for --config=cuda.
+
+if_cuda(a, b) picks `a` under --config=cuda and `b` otherwise. cuda_objects() compiles .cu
+files with nvcc into .pic.o objects that a cc_library lists in its srcs. Every reference to
+@cuda sits inside a select(), so the default build never loads the toolkit repository.
+"""
+
+CUDA_PATH = "/usr/local/cuda"
+
+# H100/H200: native sm_90 code plus compute_90 PTX for later GPUs.
+NVCC_ARCH_FLAGS = "-gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90"
+
+def if_cuda(if_true, if_false = []):
+    return select({
+        "//third_party/cuda:enabled": if_true,
+        "//conditions:default": if_false,
+    })
+
+def cuda_objects(name, srcs, hdrs = [], copts = []):
+    """Compiles each .cu in srcs with nvcc into <name>/<stem>.pic.o (only under --config=cuda).
+
+    Returns the list of object labels, to be placed in a cc_library's srcs through if_cuda().
+    """
+    outs = []
+    for src in srcs:
+        stem = src.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+        out = "%s/%s.pic.o" % (name, stem)
+        native.genrule(
+            name = "%s_%s" % (name, stem),
+            srcs = [src] + hdrs + if_cuda(["@cuda//:headers"]),
+            outs = [out],
+            cmd = " ".join([
+                CUDA_PATH + "/bin/nvcc",
+                "-std=c++20 -O2 -Xcompiler -fPIC -Xcompiler -march=x86-64-v3",
+                "-Xcompiler -Wall -Xcompiler -Wextra",
+                NVCC_ARCH_FLAGS,
+                "-I.",
+                " ".join(copts),
+                "-c $(location %s) -o $@" % src,
+            ]),
+            target_compatible_with = if_cuda([], ["@platforms//:incompatible"]),
+        )
+        outs.append(":" + out)
+    return outs
