@@ -417,7 +417,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 void copy_into(const Tensor& dst, const Tensor& src) {
   check_defined(dst, "copy_", "self");
   check_defined(src, "copy_", "src");
-  TDDP_CHECK(broadcast_shapes(dst.sizes(), src.sizes(), "copy_") == dst.sizes(),
+  TDDP_CHECK(is_expandable_to(src.sizes(), dst.sizes()),
              "copy_: source of shape {} cannot be broadcast to the destination shape {}", format_shape(src.sizes()),
              format_shape(dst.sizes()));
   check_writable(dst, "copy_");

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <sstream>
 
+#include <fmt/ranges.h>
+
 #include "tensor/ops.h"
 
 namespace tinyddp::tensor {
@@ -31,12 +33,9 @@ FloatFormat choose_format(const std::vector<double>& values) {
     if (a > 0) min_abs = std::min(min_abs, a);
   }
   if (!any_finite) return f;
-  if (all_integral) {
-    f.integral = true;
-    f.scientific = max_abs >= 1e8;
-    return f;
-  }
-  f.scientific = max_abs >= 1e8 || (min_abs < 1e-4) || (min_abs != INFINITY && max_abs / min_abs > 1000);
+  const bool wide_range = max_abs > 1e8 || (min_abs != INFINITY && max_abs / min_abs > 1000);
+  f.integral = all_integral;
+  f.scientific = wide_range || (!all_integral && min_abs < 1e-4);
   return f;
 }
 
@@ -58,7 +57,7 @@ void print_dim(std::ostringstream& out, const Tensor& t, const std::vector<std::
   out << '[';
   for (int64_t i = 0; i < size; ++i) {
     if (summarize && size > 2 * kEdgeItems && i == kEdgeItems) {
-      out << (last_dim ? "..., " : fmt::format("...,\n{:{}}", "", indent + 1));
+      out << (last_dim ? " ..., " : fmt::format("...,\n{:{}}", "", indent + 1));
       i = size - kEdgeItems;
     }
     if (last_dim) {
@@ -107,7 +106,7 @@ std::string Tensor::str() const {
   if (dtype() != kFloat32 && dtype() != kInt64 && dtype() != kBool) suffix += fmt::format(", dtype=torch.{}", dtype_name(dtype()));
   if (is_cuda()) suffix = fmt::format(", device='{}'", device().str()) + suffix;
   if (numel() == 0) {
-    const std::string size = dim() == 1 ? "" : fmt::format(", size={}", format_shape(sizes()));
+    const std::string size = dim() == 1 ? "" : fmt::format(", size=({})", fmt::join(sizes(), ", "));
     return fmt::format("tensor([]{}{})", size, suffix);
   }
   const bool summarize = numel() > kSummarizeThreshold;

@@ -52,6 +52,15 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   return out;
 }
 
+bool is_expandable_to(const Shape& shape, const Shape& target) {
+  if (shape.size() > target.size()) return false;
+  const size_t lead = target.size() - shape.size();
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] != 1 && shape[i] != target[lead + i]) return false;
+  }
+  return true;
+}
+
 Shape infer_size(const Shape& requested, int64_t numel, const char* op) {
   Shape out = requested;
   int64_t known = 1;

@@ -21,6 +21,8 @@ Shape contiguous_strides(const Shape& sizes);
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
 // Result shape of broadcasting a and b (NumPy rules); throws naming `op` and both shapes.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
+// True when a tensor of `shape` can be expanded (broadcast) to `target` without changing target.
+bool is_expandable_to(const Shape& shape, const Shape& target);
 // Replaces a single -1 in `requested` so that the product equals numel; throws otherwise.
 Shape infer_size(const Shape& requested, int64_t numel, const char* op);
 // Strides that let a tensor with (sizes, strides) be viewed as new_sizes without a copy,

@@ -43,11 +43,13 @@ Allocator* allocator_for(Device device) {
   throw Error("allocator_for: unknown device type");
 }
 
-Storage::Storage(size_t nbytes, Device device) : impl_(std::make_shared<Impl>()) {
-  Allocator* allocator = allocator_for(device);
+Storage::Storage(size_t nbytes, Device device) : Storage(nbytes, allocator_for(device)) {}
+
+Storage::Storage(size_t nbytes, Allocator* allocator) : impl_(std::make_shared<Impl>()) {
+  TDDP_CHECK(allocator != nullptr, "Storage: allocator is null");
   impl_->data = allocator->allocate(nbytes);
   impl_->nbytes = nbytes;
-  impl_->device = device;
+  impl_->device = allocator->device();
   impl_->allocator = allocator;
 }
 

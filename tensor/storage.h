@@ -30,6 +30,8 @@ class Storage {
   Storage() = default;
   // Allocates `nbytes` on `device`.
   Storage(size_t nbytes, Device device);
+  // Allocates `nbytes` from a specific allocator (on allocator->device()).
+  Storage(size_t nbytes, Allocator* allocator);
 
   void* data() const { return impl_ ? impl_->data : nullptr; }
   size_t nbytes() const { return impl_ ? impl_->nbytes : 0; }

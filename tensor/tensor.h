@@ -152,7 +152,12 @@ std::vector<T> Tensor::to_vector() const {
   check_dtype(dtype_of<T>, "to_vector");
   const Tensor dense = to(kCPU).contiguous();
   std::vector<T> out(static_cast<size_t>(dense.numel()));
-  if (!out.empty()) std::memcpy(static_cast<void*>(out.data()), dense.raw_data_ptr(), out.size() * sizeof(T));
+  if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> is packed: copy one by one
+    const bool* data = static_cast<const bool*>(dense.raw_data_ptr());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = data[i];
+  } else if (!out.empty()) {
+    std::memcpy(static_cast<void*>(out.data()), dense.raw_data_ptr(), out.size() * sizeof(T));
+  }
   return out;
 }
 

@@ -1,0 +1,56 @@
+// Test helpers: see test_util.h.
+#include "tests/test_util.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace tinyddp::testing {
+
+std::map<std::string, std::vector<double>> load_fixture(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open fixture " + path);
+  std::map<std::string, std::vector<double>> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string name, token;
+    fields >> name;
+    std::vector<double>& values = out[name];
+    while (fields >> token) values.push_back(std::stod(token));
+  }
+  return out;
+}
+
+double at(const tensor::Tensor& t, const std::vector<int64_t>& index) {
+  int64_t offset = t.storage_offset();
+  for (size_t d = 0; d < index.size(); ++d) offset += index[d] * t.strides()[d];
+  const char* base = static_cast<const char*>(t.storage().data());
+  const char* p = base + offset * static_cast<int64_t>(t.element_size());
+  switch (t.dtype()) {
+    case tensor::kFloat32: return *reinterpret_cast<const float*>(p);
+    case tensor::kFloat64: return *reinterpret_cast<const double*>(p);
+    case tensor::kFloat16: return tensor::half_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
+    case tensor::kBFloat16: return tensor::bfloat16_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
+    case tensor::kInt64: return static_cast<double>(*reinterpret_cast<const int64_t*>(p));
+    case tensor::kBool: return *reinterpret_cast<const bool*>(p) ? 1.0 : 0.0;
+  }
+  return 0;
+}
+
+std::vector<std::vector<int64_t>> all_indices(const tensor::Shape& shape) {
+  std::vector<std::vector<int64_t>> out;
+  const int64_t total = tensor::shape_numel(shape);
+  for (int64_t linear = 0; linear < total; ++linear) {
+    std::vector<int64_t> index(shape.size());
+    int64_t rest = linear;
+    for (size_t d = shape.size(); d-- > 0;) {
+      index[d] = rest % shape[d];
+      rest /= shape[d];
+    }
+    out.push_back(index);
+  }
+  return out;
+}
+
+}  // namespace tinyddp::testing

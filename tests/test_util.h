@@ -1,0 +1,36 @@
+// Test helpers: TINYDDP_SKIP (a skip that scripts/test.sh counts), reading the committed
+// PyTorch fixtures, and element access by index for naive reference implementations.
+#pragma once
+
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "tensor/all.h"
+
+// Ends the current test case as skipped: prints a marker line that scripts/test.sh counts
+// (Catch2 v2 has no skip of its own, so the case also shows up as passed in Catch's totals).
+#define TINYDDP_SKIP(reason)                                                                          \
+  do {                                                                                                \
+    std::cout << "[tinyddp-skip] " << Catch::getResultCapture().getCurrentTestName() << ": " << reason \
+              << std::endl;                                                                           \
+    return;                                                                                           \
+  } while (false)
+
+namespace tinyddp::testing {
+
+// Reads "name v1 v2 ..." lines (comments start with '#') from a file in the test's runfiles,
+// e.g. "tests/tensor/fixtures/torch_reference.txt". Throws if the file is missing.
+std::map<std::string, std::vector<double>> load_fixture(const std::string& path);
+
+// The element of `t` at a multi-index, as double, read through sizes/strides/offset (an
+// implementation independent of the library's kernels).
+double at(const tensor::Tensor& t, const std::vector<int64_t>& index);
+
+// Every multi-index of `shape` in row-major order.
+std::vector<std::vector<int64_t>> all_indices(const tensor::Shape& shape);
+
+}  // namespace tinyddp::testing
