@@ -55,13 +55,19 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, Op op) {
                         Out* o = po + off[0];
                         const In* x = pa + off[1];
                         const In* y = pb + off[2];
+                        // ivdep: the output is either separate from the inputs or exactly
+                        // one of them (ops.cc copies partially overlapping inputs first), so
+                        // no iteration reads what an earlier one wrote.
                         if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
+#pragma GCC ivdep
                           for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(C(x[i]), C(y[i])));
                         } else if (st[0] == 1 && st[1] == 1 && st[2] == 0) {
                           const C yv = C(*y);
+#pragma GCC ivdep
                           for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(C(x[i]), yv));
                         } else if (st[0] == 1 && st[1] == 0 && st[2] == 1) {
                           const C xv = C(*x);
+#pragma GCC ivdep
                           for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(xv, C(y[i])));
                         } else {
                           for (int64_t i = 0; i < n; ++i) {
@@ -82,6 +88,7 @@ void unary_loop(const Tensor& out, const Tensor& x, Op op) {
                         Out* o = po + off[0];
                         const In* in = px + off[1];
                         if (st[0] == 1 && st[1] == 1) {
+#pragma GCC ivdep
                           for (int64_t i = 0; i < n; ++i) o[i] = op(in[i]);
                         } else {
                           for (int64_t i = 0; i < n; ++i) o[i * st[0]] = op(in[i * st[1]]);

@@ -1,0 +1,42 @@
+#!/usr/bin/python3
+"""The PyTorch side of bench/compare.py: the same operations as tensor_bench.cc, one thread.
+
+Prints one JSON object per line: {"name": ..., "ms": ...}. Run with Debian's python3-torch
+and OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 (compare.py sets them).
+"""
+import json
+import time
+
+import torch
+
+
+def timeit(fn, min_seconds=1.0):
+    for _ in range(3):
+        fn()
+    reps, elapsed = 0, 0.0
+    start = time.perf_counter()
+    while elapsed < min_seconds:
+        fn()
+        reps += 1
+        elapsed = time.perf_counter() - start
+    return elapsed / reps * 1e3
+
+
+def main():
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    for n in (256, 512, 1024):
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        print(json.dumps({"name": f"BM_Matmul/{n}", "ms": timeit(lambda: torch.matmul(a, b))}))
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024).t()
+    print(json.dumps({"name": "BM_MatmulTransposedB/1024", "ms": timeit(lambda: torch.matmul(a, b))}))
+    n = 16 << 20
+    a, b = torch.randn(n), torch.randn(n)
+    print(json.dumps({"name": f"BM_Add/{n}", "ms": timeit(lambda: torch.add(a, b))}))
+    print(json.dumps({"name": f"BM_AddInPlace/{n}", "ms": timeit(lambda: a.add_(b))}))
+    print(json.dumps({"name": "torch", "version": torch.__version__,
+                      "blas": torch.__config__.show().split("BLAS_INFO=")[1].split(",")[0]}))
+
+
+if __name__ == "__main__":
+    main()

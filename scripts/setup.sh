@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs every Debian package tinyddp builds against (idempotent: installs only what is
+# missing; uses sudo only when not root). The CUDA toolkit is not a Debian package: the
+# CPU build needs none of it, and --config=cuda uses /usr/local/cuda when it is there.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap     # Bazel 4.2.3
+  bazel-platforms     # @platforms, not pulled in by bazel-bootstrap
+  g++
+  python3             # scripts/count_tests.py and the benchmark comparison
+  libeigen3-dev       # CPU kernels and GEMM
+  catch2              # tests (Catch2 v2)
+  libfmt-dev          # error messages and printing
+  libgloo-dev         # CPU collectives (comm/)
+  libcli11-dev        # command lines of the examples and the launcher
+  nlohmann-json3-dev  # checkpoint headers
+  libbenchmark-dev    # bench/
+)
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#PACKAGES[@]} packages are installed"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "setup: installing ${missing[*]}"
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+echo "setup: done"

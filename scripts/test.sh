@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds and runs every test with Bazel, then (when nvcc is present) builds the CUDA
+# configuration so that CUDA code keeps compiling. Ends with one line
+# "N passed, N failed, N skipped" counted from the Catch2 test cases that ran.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+summary=$(mktemp)
+trap 'rm -f "$summary"' EXIT
+bazel test //... --keep_going 2>&1 | tee "$summary"
+test_status=${PIPESTATUS[0]}
+
+# Count from the targets this run reported, before anything else builds.
+counts=$(python3 scripts/count_tests.py "$summary")
+count_status=$?
+
+cuda_status=0
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "test.sh: nvcc found; building --config=cuda //..."
+  bazel build --config=cuda //... --keep_going || cuda_status=$?
+  if [ "$cuda_status" -ne 0 ]; then echo "test.sh: the CUDA configuration FAILED to build"; fi
+else
+  echo "test.sh: no nvcc at /usr/local/cuda/bin; skipping the --config=cuda build"
+fi
+
+echo "$counts"
+if [ "$test_status" -ne 0 ] || [ "$count_status" -ne 0 ] || [ "$cuda_status" -ne 0 ]; then exit 1; fi
+exit 0
