@@ -2,6 +2,7 @@
 #include "tensor/factory.h"
 
 #include <cmath>
+#include <limits>
 
 #include "tensor/ops.h"
 
@@ -10,6 +11,8 @@ namespace tinyddp::tensor {
 Tensor empty(const Shape& sizes, TensorOptions options) {
   const int64_t numel = shape_numel(sizes, "empty");
   const DType dtype = options.dtype();
+  TDDP_CHECK(static_cast<uint64_t>(numel) <= std::numeric_limits<size_t>::max() / element_size(dtype),
+             "empty: shape {} of {} needs more bytes than size_t can count", format_shape(sizes), dtype_name(dtype));
   Storage storage(static_cast<size_t>(numel) * element_size(dtype), options.device());
   return Tensor::make(std::move(storage), sizes, contiguous_strides(sizes), 0, dtype);
 }

@@ -450,6 +450,7 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool e
       return false;
     }
     if (x == y) continue;  // also equal infinities
+    if (std::isinf(x) || std::isinf(y)) return false;  // inf vs anything else is never close
     if (!(std::fabs(x - y) <= atol + rtol * std::fabs(y))) return false;
   }
   return true;

@@ -207,3 +207,45 @@ TEST_CASE("creating a CUDA tensor without CUDA support is a clear error", "[tens
   CHECK_THROWS_WITH(zeros({2}, Device::cuda(0)), Contains("cannot allocate a tensor on cuda:0"));
   CHECK_THROWS_WITH(tensor({1.0}).to(Device::cuda(0)), Contains("cannot allocate a tensor on cuda:0"));
 }
+
+TEST_CASE("remaining error paths name the op and the argument", "[tensor][errors]") {
+  const Tensor t = zeros({2, 3});
+  CHECK_THROWS_WITH(t.squeeze(2), Contains("squeeze: dimension out of range"));
+  CHECK_THROWS_WITH(t.transpose(0, 2), Contains("transpose: dimension out of range"));
+  CHECK_THROWS_WITH(t.stride(-3), Contains("stride: dimension out of range"));
+  CHECK_THROWS_WITH(t.as_strided({2}, {-1}, 1), Contains("as_strided: negative stride -1"));
+  CHECK_THROWS_WITH(t.as_strided({2}, {1}, -1), Contains("as_strided: negative storage offset -1"));
+  CHECK_THROWS_WITH(t.expand({-1, 2, 3}), Contains("expand: size -1 is not allowed in a new leading dimension"));
+  CHECK_THROWS_WITH(Device(DeviceType::kCPU, 2), Contains("Device: a CPU device has no index, got 2"));
+  CHECK_THROWS_WITH(Storage(8, static_cast<Allocator*>(nullptr)), Contains("Storage: allocator is null"));
+  CHECK_THROWS_WITH(zeros({1LL << 31, 1LL << 31}), Contains("empty: shape [2147483648, 2147483648] of float32 needs more bytes"));
+  CHECK_THROWS_WITH(zeros({1LL << 62, 4}), Contains("has more elements than int64 can count"));
+  CHECK_THROWS_WITH(arange(0.0, INFINITY), Contains("arange: start (0), end (inf) and step (1) must be finite"));
+  CHECK_THROWS_WITH(Tensor().copy_(t), Contains("copy_: argument 'self' is an undefined tensor"));
+  CHECK_THROWS_WITH(t.copy_(Tensor()), Contains("copy_: argument 'src' is an undefined tensor"));
+  CHECK_THROWS_WITH(Tensor().fill_(1), Contains("fill_: argument 'self' is an undefined tensor"));
+  CHECK_THROWS_WITH(sum(Tensor()), Contains("sum: argument 'x' is an undefined tensor"));
+  CHECK_THROWS_WITH(exp(Tensor()), Contains("exp: argument 'x' is an undefined tensor"));
+  CHECK_THROWS_WITH(mm(zeros({2, 3}), zeros({3})), Contains("mm: 'b' must be a matrix (2-D), got shape [3]"));
+  CHECK_THROWS_WITH(mm(zeros({2, 3}), zeros({2, 3})), Contains("mm: shapes [2, 3] and [2, 3] cannot be multiplied (3 != 2)"));
+  CHECK_THROWS_WITH(normal_(zeros({2}, kInt64)), Contains("normal_: expected a floating-point tensor, got dtype int64"));
+  CHECK_THROWS_WITH(uniform_(zeros({2}), 1, 0), Contains("uniform_: expects from <= to, but got from=1 > to=0"));
+  CHECK_THROWS_WITH(allclose(zeros({2}), zeros({2}, kFloat64)), Contains("allclose: expected tensors of the same dtype"));
+  CHECK_THROWS_WITH(allclose(zeros({2}), zeros({3})), Contains("allclose: shapes [2] and [3] cannot be broadcast"));
+  CHECK_THROWS_WITH(max(zeros({2}), 1), Contains("max: dimension out of range"));
+  CHECK_THROWS_WITH(pow(gt(t, 0), 2), Contains("pow: arithmetic on bool tensors is not supported"));
+  CHECK_THROWS_WITH(maximum(t, zeros({2, 3}, kInt64)), Contains("maximum: expected tensors of the same dtype"));
+  CHECK_THROWS_WITH(lt(t, zeros({2, 3}, kInt64)), Contains("lt: expected tensors of the same dtype"));
+  CHECK_THROWS_WITH(t.mul_(zeros({3, 3})), Contains("mul_: shapes [2, 3] and [3, 3] cannot be broadcast"));
+  CHECK_THROWS_WITH(t.view({-1, 0}), Contains("view: shape [-1, 0] is invalid for input of size 6"));
+  // Equality helpers.
+  CHECK(equal(t, zeros({2, 3})));
+  CHECK_FALSE(equal(t, zeros({3, 2})));
+  CHECK_FALSE(equal(tensor({std::nan("")}), tensor({std::nan("")})));
+  CHECK(allclose(tensor({std::nan("")}), tensor({std::nan("")}), 1e-5, 1e-8, true));
+  CHECK(allclose(tensor({1.0, 100.0}), tensor({1.0 + 1e-6, 100.0 + 1e-4})));
+  CHECK_FALSE(allclose(tensor({1.0}), tensor({1.001})));
+  CHECK(allclose(tensor({INFINITY}), tensor({INFINITY})));
+  CHECK_FALSE(allclose(tensor({INFINITY}), tensor({-INFINITY})));
+  CHECK_FALSE(allclose(tensor({INFINITY}), tensor({1e30})));
+}
