@@ -185,29 +185,38 @@ Tensor scalar_like(const Tensor& t, double value, const char* op) {
   check_defined(t, op, "a");
   DType dtype = t.dtype();
   if (dtype == kInt64 && !(std::isfinite(value) && value == std::trunc(value))) dtype = kFloat32;
+  if (dtype == kFloat16 || dtype == kBFloat16) dtype = kFloat32;  // the scalar is not rounded to 16 bits
   return scalar_tensor(value, TensorOptions().dtype(dtype).device(t.device()));
 }
+
+namespace {
+// f(a, scalar) as PyTorch combines a tensor with a Python number: in the scalar's compute
+// dtype (see scalar_like), with 16-bit float results rounded back once at the end.
+template <typename F>
+Tensor with_scalar(const Tensor& a, double value, const char* op, F f) {
+  const Tensor s = scalar_like(a, value, op);
+  const Tensor result = f(a.to(s.dtype()), s);
+  return (a.dtype() == kFloat16 || a.dtype() == kBFloat16) ? result.to(a.dtype()) : result;
+}
+}  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b, double alpha) {
   if (a.defined()) check_alpha(a, alpha, "add");
   return binary(cpu::BinaryOp::kAdd, a, b, alpha, "add");
 }
 Tensor add(const Tensor& a, double b) {
-  const Tensor s = scalar_like(a, b, "add");
-  return add(a.to(s.dtype()), s);
+  return with_scalar(a, b, "add", [](const Tensor& x, const Tensor& s) { return add(x, s); });
 }
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
   if (a.defined()) check_alpha(a, alpha, "sub");
   return binary(cpu::BinaryOp::kAdd, a, b, -alpha, "sub");
 }
 Tensor sub(const Tensor& a, double b) {
-  const Tensor s = scalar_like(a, -b, "sub");
-  return add(a.to(s.dtype()), s);
+  return with_scalar(a, b, "sub", [](const Tensor& x, const Tensor& s) { return sub(x, s); });
 }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary(cpu::BinaryOp::kMul, a, b, 1.0, "mul"); }
 Tensor mul(const Tensor& a, double b) {
-  const Tensor s = scalar_like(a, b, "mul");
-  return mul(a.to(s.dtype()), s);
+  return with_scalar(a, b, "mul", [](const Tensor& x, const Tensor& s) { return mul(x, s); });
 }
 Tensor div(const Tensor& a, const Tensor& b) {
   check_pair(a, b, "div");
@@ -217,12 +226,12 @@ Tensor div(const Tensor& a, const Tensor& b) {
 Tensor div(const Tensor& a, double b) {
   check_defined(a, "div", "a");
   const Tensor x = a.is_floating_point() ? a : a.to(kFloat32);
-  return div(x, scalar_like(x, b, "div"));
+  return with_scalar(x, b, "div", [](const Tensor& x32, const Tensor& s) { return div(x32, s); });
 }
 Tensor operator/(double a, const Tensor& b) {
   check_defined(b, "div", "b");
   const Tensor x = b.is_floating_point() ? b : b.to(kFloat32);
-  return div(scalar_like(x, a, "div"), x);
+  return with_scalar(x, a, "div", [](const Tensor& x32, const Tensor& s) { return div(s, x32); });
 }
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary(cpu::BinaryOp::kMaximum, a, b, 1.0, "maximum"); }
 Tensor minimum(const Tensor& a, const Tensor& b) { return binary(cpu::BinaryOp::kMinimum, a, b, 1.0, "minimum"); }

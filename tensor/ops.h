@@ -5,8 +5,9 @@
 //
 // dtype rules: tensor operands of a binary op must share a dtype (no silent promotion).
 // A scalar keeps the tensor's dtype, except that a non-integral scalar with an int64 tensor
-// computes in float32, and div/exp/log/sqrt/tanh/sigmoid of int64 compute in float32, as in
-// PyTorch. bool tensors take part in comparisons and copies, not arithmetic.
+// computes in float32, a float16/bfloat16 tensor combines with a scalar in float32 and rounds
+// the result once (as PyTorch 2.x), and div/exp/log/sqrt/tanh/sigmoid of int64 compute in
+// float32, as in PyTorch. bool tensors take part in comparisons and copies, not arithmetic.
 #pragma once
 
 #include <tuple>
@@ -104,7 +105,7 @@ void div_out(const Tensor& out, const Tensor& a, const Tensor& b, const char* op
 // dst = src (src broadcast to dst's shape, dtype converted, any strides on either side).
 void copy_into(const Tensor& dst, const Tensor& src);
 void fill_out(const Tensor& dst, double value);
-// The scalar `value` as a 0-d tensor ready to combine with `t` (see the dtype rules above).
+// The scalar `value` as a 0-d tensor in the dtype it combines with `t` in (the rules above).
 Tensor scalar_like(const Tensor& t, double value, const char* op);
 
 }  // namespace tinyddp::tensor

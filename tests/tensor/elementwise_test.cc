@@ -142,6 +142,18 @@ TEST_CASE("16-bit float arithmetic computes in float and rounds once", "[element
   const std::vector<Half> got = s.to_vector<Half>();
   const std::vector<Half> ha = a.to_vector<Half>(), hb = b.to_vector<Half>();
   for (size_t k = 0; k < got.size(); ++k) CHECK(got[k].bits == Half(float(ha[k]) + float(hb[k])).bits);
+  // A scalar is not rounded to 16 bits first. s = 2^-11 + 2^-23 rounds to 2^-11 in float16,
+  // and 1 + 2^-11 is a tie that rounds down to 1; in float, 1 + s is just above the tie and
+  // rounds up to 1 + 2^-10 (0x3C01). PyTorch 2.x computes with the original scalar like this;
+  // Debian's PyTorch 1.13 still rounded the scalar first and gives 0x3C00.
+  const Tensor one = ones({1}, kFloat16);
+  CHECK(add(one, std::ldexp(1.0, -11) + std::ldexp(1.0, -23)).to_vector<Half>()[0].bits == 0x3C01);
+  CHECK(mul(one, 0.1).to_vector<Half>()[0].bits == Half(0.1f).bits);
+  const Tensor h = full({2}, 3, kFloat16);
+  h.mul_(1.0 / 3.0);
+  CHECK(h.to_vector<Half>()[0].bits == Half(3.0f * static_cast<float>(1.0 / 3.0)).bits);
+  CHECK(h.dtype() == kFloat16);
+  CHECK((1.0 - one).dtype() == kFloat16);
   const Tensor e = exp(tensor({0.5, -1.0}).to(kBFloat16));
   CHECK(e.dtype() == kBFloat16);
   CHECK(std::fabs(e.to(kFloat32).to_vector<float>()[0] - std::exp(0.5f)) < 0.01f);
