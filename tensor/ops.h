@@ -75,6 +75,10 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor mm(const Tensor& a, const Tensor& b);  // strictly 2-D x 2-D
 
+// Sums `grad` over the dims that broadcasting expanded, giving it `shape` (the gradient of a
+// broadcast input; torch.Tensor.sum_to_size).
+Tensor sum_to_size(const Tensor& grad, const Shape& shape);
+
 // ---- comparing whole tensors ------------------------------------------------------------------
 // |a - b| <= atol + rtol * |b| elementwise (a, b broadcast); dtypes must match.
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false);
@@ -105,6 +109,9 @@ void div_out(const Tensor& out, const Tensor& a, const Tensor& b, const char* op
 // dst = src (src broadcast to dst's shape, dtype converted, any strides on either side).
 void copy_into(const Tensor& dst, const Tensor& src);
 void fill_out(const Tensor& dst, double value);
+// dst += src where elements of dst may share memory (a broadcast view): each write adds in
+// turn, so shared slots receive the sum. Used by as_strided's backward.
+void accumulate_into(const Tensor& dst, const Tensor& src);
 // The scalar `value` as a 0-d tensor in the dtype it combines with `t` in (the rules above).
 Tensor scalar_like(const Tensor& t, double value, const char* op);
 

@@ -101,6 +101,7 @@ std::vector<double> shown_values(const Tensor& t, bool summarize) {
 
 std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
+  NoGradGuard no_grad;
   const Tensor values = to(kCPU).to(kFloat64);
   std::string suffix;
   if (dtype() != kFloat32 && dtype() != kInt64 && dtype() != kBool) suffix += fmt::format(", dtype=torch.{}", dtype_name(dtype()));

@@ -61,11 +61,14 @@ Generator& pick(Generator* generator) { return generator != nullptr ? *generator
 
 // Writes values[i] into t in row-major order (t may be strided; dtype converted).
 void write_values(const Tensor& t, const std::vector<double>& values) {
+  NoGradGuard no_grad;  // the caller has checked that t may be written
   t.copy_(from_vector(values, t.sizes()));
 }
 
 void check_sampling_target(const Tensor& t, const char* op) {
   TDDP_CHECK(t.defined(), "{}: undefined tensor", op);
+  TDDP_CHECK(!(GradMode::is_enabled() && t.requires_grad()),
+             "{}: in-place sampling into a tensor that requires grad; wrap it in NoGradGuard (as nn.init does)", op);
   TDDP_CHECK(t.is_floating_point(), "{}: expected a floating-point tensor, got dtype {}", op, dtype_name(t.dtype()));
   TDDP_CHECK(t.is_cpu(), "{}: only CPU tensors can be sampled in this build, got a tensor on {}", op, t.device().str());
 }
@@ -118,6 +121,7 @@ const Tensor& normal_(const Tensor& t, double mean, double std, Generator* gener
   std::lock_guard<std::mutex> lock(g.mutex());
   if (t.dtype() == kFloat32 && t.numel() >= 16 && t.is_contiguous()) {
     normal_fill_float(t.data_ptr<float>(), t.numel(), static_cast<float>(mean), static_cast<float>(std), g);
+    t.storage().bump_version();
     return t;
   }
   std::vector<double> values(static_cast<size_t>(t.numel()));

@@ -2,7 +2,9 @@
 // Allocator seam through which CPU and (later) CUDA memory is obtained.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "tensor/device.h"
@@ -39,6 +41,12 @@ class Storage {
   bool defined() const { return impl_ != nullptr; }
   long use_count() const { return impl_.use_count(); }
   bool is_same(const Storage& other) const { return impl_ == other.impl_; }
+  // Counts in-place writes into this storage through any tensor or view, so that autograd
+  // can tell when a tensor saved for backward was modified (see tensor/graph.h).
+  uint64_t version() const { return impl_ ? impl_->version.load(std::memory_order_relaxed) : 0; }
+  void bump_version() const {
+    if (impl_) impl_->version.fetch_add(1, std::memory_order_relaxed);
+  }
 
  private:
   struct Impl {
@@ -46,6 +54,7 @@ class Storage {
     size_t nbytes = 0;
     Device device;
     Allocator* allocator = nullptr;
+    std::atomic<uint64_t> version{0};
     ~Impl();
   };
   std::shared_ptr<Impl> impl_;

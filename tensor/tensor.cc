@@ -1,10 +1,12 @@
 // Tensor metadata and the view operations. Every view builds a new TensorImpl over the same
 // Storage; nothing here copies data except contiguous(), clone() and reshape()'s fallback.
+// Each differentiable method records its backward formula right after its forward.
 #include "tensor/tensor.h"
 
 #include <algorithm>
 #include <numeric>
 
+#include "tensor/graph.h"
 #include "tensor/ops.h"
 
 namespace tinyddp::tensor {
@@ -20,6 +22,15 @@ Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t storage
   impl->storage_offset = storage_offset;
   impl->dtype = base.dtype();
   return Tensor(std::move(impl));
+}
+
+// Records a view whose elements are the input's in the same row-major order (view, squeeze,
+// unsqueeze, identity aliases): grad_in = grad_out reshaped to the input's shape.
+Tensor record_reshape(const Tensor& input, const Tensor& out, const char* node) {
+  if (needs_grad(input)) {
+    record_op(node, out, {input}, [shape = input.sizes()](const Tensor& g) { return std::vector<Tensor>{g.reshape(shape)}; });
+  }
+  return out;
 }
 
 }  // namespace
@@ -90,6 +101,7 @@ namespace detail {
 double item_as_double(const Tensor& t) {
   TDDP_CHECK(t.numel() == 1, "item: a tensor with {} elements (shape {}) cannot be converted to a scalar",
              t.numel(), format_shape(t.sizes()));
+  NoGradGuard no_grad;
   const Tensor value = t.to(kCPU).to(kFloat64);
   return *value.data_ptr<double>();
 }
@@ -97,6 +109,7 @@ double item_as_double(const Tensor& t) {
 int64_t item_as_int64(const Tensor& t) {
   TDDP_CHECK(t.numel() == 1, "item: a tensor with {} elements (shape {}) cannot be converted to a scalar",
              t.numel(), format_shape(t.sizes()));
+  NoGradGuard no_grad;
   const Tensor value = t.to(kCPU).to(kInt64);
   return *value.data_ptr<int64_t>();
 }
@@ -112,14 +125,12 @@ Tensor Tensor::view(const Shape& sizes) const {
              "view: shape {} is not compatible with the input's sizes {} and strides {} (at least one dimension "
              "spans across two contiguous subspaces); use reshape() instead",
              format_shape(sizes), format_shape(this->sizes()), format_shape(strides()));
-  return make_view(*this, new_sizes, *new_strides, storage_offset());
+  return record_reshape(*this, make_view(*this, new_sizes, *new_strides, storage_offset()), "ViewBackward");
 }
 
 Tensor Tensor::reshape(const Shape& sizes) const {
   const Shape new_sizes = infer_size(sizes, numel(), "reshape");
-  if (const std::optional<Shape> new_strides = view_strides(this->sizes(), strides(), new_sizes)) {
-    return make_view(*this, new_sizes, *new_strides, storage_offset());
-  }
+  if (view_strides(this->sizes(), strides(), new_sizes)) return view(new_sizes);
   return clone().view(new_sizes);
 }
 
@@ -135,7 +146,16 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
              format_shape(sizes()));
   Shape new_sizes = sizes();
   new_sizes[d] = length;
-  return make_view(*this, new_sizes, strides(), storage_offset() + start * strides()[d]);
+  const Tensor out = make_view(*this, new_sizes, strides(), storage_offset() + start * strides()[d]);
+  // grad_out: self's shape with `length` at d -> grad_self: zeros with grad_out in the slice
+  if (needs_grad(*this)) {
+    record_op("NarrowBackward", out, {*this}, [shape = sizes(), d, start, length](const Tensor& g) {
+      const Tensor grad = zeros(shape, TensorOptions().dtype(g.dtype()).device(g.device()));
+      grad.narrow(d, start, length).copy_(g);
+      return std::vector<Tensor>{grad};
+    });
+  }
+  return out;
 }
 
 Tensor Tensor::select(int64_t dim, int64_t index) const {
@@ -149,14 +169,23 @@ Tensor Tensor::select(int64_t dim, int64_t index) const {
   Shape new_strides = strides();
   new_sizes.erase(new_sizes.begin() + d);
   new_strides.erase(new_strides.begin() + d);
-  return make_view(*this, new_sizes, new_strides, storage_offset() + index * strides()[d]);
+  const Tensor out = make_view(*this, new_sizes, new_strides, storage_offset() + index * strides()[d]);
+  // grad_out: self's shape without d -> grad_self: zeros with grad_out at `index` along d
+  if (needs_grad(*this)) {
+    record_op("SelectBackward", out, {*this}, [shape = sizes(), d, index](const Tensor& g) {
+      const Tensor grad = zeros(shape, TensorOptions().dtype(g.dtype()).device(g.device()));
+      grad.select(d, index).copy_(g);
+      return std::vector<Tensor>{grad};
+    });
+  }
+  return out;
 }
 
 Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   if (dim() == 0) {
     wrap_dim(dim0, 0, "transpose");
     wrap_dim(dim1, 0, "transpose");
-    return make_view(*this, sizes(), strides(), storage_offset());
+    return record_reshape(*this, make_view(*this, sizes(), strides(), storage_offset()), "AliasBackward");
   }
   const int64_t a = wrap_dim(dim0, dim(), "transpose");
   const int64_t b = wrap_dim(dim1, dim(), "transpose");
@@ -164,13 +193,20 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
   Shape new_strides = strides();
   std::swap(new_sizes[a], new_sizes[b]);
   std::swap(new_strides[a], new_strides[b]);
-  return make_view(*this, new_sizes, new_strides, storage_offset());
+  const Tensor out = make_view(*this, new_sizes, new_strides, storage_offset());
+  // grad_self = grad_out with the same two dims swapped back
+  if (needs_grad(*this)) {
+    record_op("TransposeBackward", out, {*this},
+              [a, b](const Tensor& g) { return std::vector<Tensor>{g.transpose(a, b)}; });
+  }
+  return out;
 }
 
 Tensor Tensor::t() const {
   TDDP_CHECK(dim() <= 2, "t: expects a tensor with <= 2 dimensions, but it has {} (shape {}); use transpose()",
              dim(), format_shape(sizes()));
-  return dim() < 2 ? make_view(*this, sizes(), strides(), storage_offset()) : transpose(0, 1);
+  if (dim() < 2) return record_reshape(*this, make_view(*this, sizes(), strides(), storage_offset()), "AliasBackward");
+  return transpose(0, 1);
 }
 
 Tensor Tensor::permute(const Shape& dims) const {
@@ -187,7 +223,15 @@ Tensor Tensor::permute(const Shape& dims) const {
     new_sizes[i] = sizes()[d];
     new_strides[i] = strides()[d];
   }
-  return make_view(*this, new_sizes, new_strides, storage_offset());
+  const Tensor out = make_view(*this, new_sizes, new_strides, storage_offset());
+  // out dim i is self dim dims[i]: grad_self = grad_out permuted by the inverse permutation
+  if (needs_grad(*this)) {
+    Shape inverse(dims.size());
+    for (size_t i = 0; i < dims.size(); ++i) inverse[wrap_dim(dims[i], dim(), "permute")] = static_cast<int64_t>(i);
+    record_op("PermuteBackward", out, {*this},
+              [inverse](const Tensor& g) { return std::vector<Tensor>{g.permute(inverse)}; });
+  }
+  return out;
 }
 
 Tensor Tensor::expand(const Shape& sizes) const {
@@ -215,7 +259,13 @@ Tensor Tensor::expand(const Shape& sizes) const {
     new_sizes[i] = want;
     new_strides[i] = want == old_size ? old_stride : 0;
   }
-  return make_view(*this, new_sizes, new_strides, storage_offset());
+  const Tensor out = make_view(*this, new_sizes, new_strides, storage_offset());
+  // grad_out: expanded shape -> grad_self: summed over the expanded dims
+  if (needs_grad(*this)) {
+    record_op("ExpandBackward", out, {*this},
+              [shape = this->sizes()](const Tensor& g) { return std::vector<Tensor>{sum_to_size(g, shape)}; });
+  }
+  return out;
 }
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
@@ -239,7 +289,7 @@ Tensor Tensor::unsqueeze(int64_t dim) const {
   const int64_t stride = d < this->dim() ? sizes()[d] * strides()[d] : 1;
   new_sizes.insert(new_sizes.begin() + d, 1);
   new_strides.insert(new_strides.begin() + d, stride);
-  return make_view(*this, new_sizes, new_strides, storage_offset());
+  return record_reshape(*this, make_view(*this, new_sizes, new_strides, storage_offset()), "UnsqueezeBackward");
 }
 
 Tensor Tensor::squeeze() const {
@@ -250,49 +300,88 @@ Tensor Tensor::squeeze() const {
     new_sizes.push_back(sizes()[d]);
     new_strides.push_back(strides()[d]);
   }
-  return make_view(*this, new_sizes, new_strides, storage_offset());
+  return record_reshape(*this, make_view(*this, new_sizes, new_strides, storage_offset()), "SqueezeBackward");
 }
 
 Tensor Tensor::squeeze(int64_t dim) const {
   if (this->dim() == 0) {
     wrap_dim(dim, 0, "squeeze");
-    return make_view(*this, sizes(), strides(), storage_offset());
+    return record_reshape(*this, make_view(*this, sizes(), strides(), storage_offset()), "SqueezeBackward");
   }
   const int64_t d = wrap_dim(dim, this->dim(), "squeeze");
-  if (sizes()[d] != 1) return make_view(*this, sizes(), strides(), storage_offset());
   Shape new_sizes = sizes();
   Shape new_strides = strides();
-  new_sizes.erase(new_sizes.begin() + d);
-  new_strides.erase(new_strides.begin() + d);
-  return make_view(*this, new_sizes, new_strides, storage_offset());
+  if (sizes()[d] == 1) {
+    new_sizes.erase(new_sizes.begin() + d);
+    new_strides.erase(new_strides.begin() + d);
+  }
+  return record_reshape(*this, make_view(*this, new_sizes, new_strides, storage_offset()), "SqueezeBackward");
 }
 
 Tensor Tensor::as_strided(const Shape& sizes, const Shape& strides, std::optional<int64_t> storage_offset) const {
-  return make(storage(), sizes, strides, storage_offset.value_or(this->storage_offset()), dtype());
+  const Tensor out = make(storage(), sizes, strides, storage_offset.value_or(this->storage_offset()), dtype());
+  if (!needs_grad(*this)) return out;
+  // grad_self: every output element's gradient added at its storage position, read back
+  // through self's geometry. Needs self to be free of self-overlap (no stride-0 dims).
+  for (int64_t d = 0; d < dim(); ++d) {
+    TDDP_CHECK(this->sizes()[d] <= 1 || this->strides()[d] != 0,
+               "as_strided: cannot compute the gradient through a tensor whose elements overlap (shape {}, strides "
+               "{}); call contiguous() first",
+               format_shape(this->sizes()), format_shape(this->strides()));
+  }
+  record_op("AsStridedBackward", out, {*this},
+            [in_sizes = this->sizes(), in_strides = this->strides(), in_offset = this->storage_offset(),
+             out_sizes = out.sizes(), out_strides = out.strides(), out_offset = out.storage_offset(),
+             span = storage().nbytes() / element_size()](const Tensor& g) {
+              const Tensor buffer = zeros({static_cast<int64_t>(span)}, TensorOptions().dtype(g.dtype()).device(g.device()));
+              accumulate_into(buffer.as_strided(out_sizes, out_strides, out_offset), g);
+              return std::vector<Tensor>{buffer.as_strided(in_sizes, in_strides, in_offset).clone()};
+            });
+  return out;
 }
 
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
 Tensor Tensor::clone() const {
   Tensor out = empty(sizes(), TensorOptions().dtype(dtype()).device(device()));
-  out.copy_(*this);
+  {
+    NoGradGuard no_grad;
+    out.copy_(*this);
+  }
+  // grad_self = grad_out
+  if (needs_grad(*this)) record_op("CloneBackward", out, {*this}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
   return out;
 }
 
+Tensor Tensor::detach() const { return make_view(*this, sizes(), strides(), storage_offset()); }
+
 // ---- conversion and in-place ops (kernels live in ops.cc / cpu/) --------------------------
+
+namespace {
+// A copy of `t` converted to another dtype or device; grad_t = grad_out converted back.
+Tensor converted_copy(const Tensor& t, DType dtype, Device device) {
+  Tensor out = empty(t.sizes(), TensorOptions().dtype(dtype).device(device));
+  {
+    NoGradGuard no_grad;
+    out.copy_(t);
+  }
+  if (needs_grad(t) && is_floating_point(dtype)) {
+    record_op("ToCopyBackward", out, {t}, [from_dtype = t.dtype(), from_device = t.device()](const Tensor& g) {
+      return std::vector<Tensor>{g.to(from_dtype).to(from_device)};
+    });
+  }
+  return out;
+}
+}  // namespace
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == this->dtype()) return *this;
-  Tensor out = empty(sizes(), TensorOptions().dtype(dtype).device(device()));
-  out.copy_(*this);
-  return out;
+  return converted_copy(*this, dtype, device());
 }
 
 Tensor Tensor::to(Device device) const {
   if (device == this->device()) return *this;
-  Tensor out = empty(sizes(), TensorOptions().dtype(dtype()).device(device));
-  out.copy_(*this);
-  return out;
+  return converted_copy(*this, dtype(), device);
 }
 
 namespace {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -15,16 +16,23 @@
 #include "tensor/device.h"
 #include "tensor/dtype.h"
 #include "tensor/error.h"
+#include "tensor/grad_mode.h"
 #include "tensor/shape.h"
 #include "tensor/storage.h"
 
+namespace tinyddp::autograd {
+class Node;
+class AccumulateGrad;
+class RemovableHandle;
+}  // namespace tinyddp::autograd
+
 namespace tinyddp::tensor {
 
-// Autograd attaches its per-tensor state (requires_grad, grad, grad_fn) through this seam;
-// the tensor layer only owns it and never looks inside.
-struct AutogradMetaInterface {
-  virtual ~AutogradMetaInterface() = default;
-};
+class Tensor;
+struct AutogradMetaInterface;
+
+// A backward formula: gradient of the op's output -> one gradient per input (see graph.h).
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
 
 // The shared state behind a Tensor handle. Element (not byte) strides and offset.
 struct TensorImpl {
@@ -121,11 +129,38 @@ class Tensor {
   // PyTorch-style text: "tensor([[1., 2.],\n        [3., 4.]])".
   std::string str() const;
 
-  // Autograd's state for this tensor (null for plain tensors); shared by copies of the handle.
+  // ---- autograd -------------------------------------------------------------------------
+  // True for a leaf created with requires_grad_() and for every result of an op recorded
+  // from one. Answered here from the metadata; everything else below is defined in
+  // autograd/tensor_methods.cc (link //autograd to use it), as libtorch does.
+  bool requires_grad() const;
+  // A tensor sharing this one's data with no autograd history (and requires_grad false).
+  Tensor detach() const;
+  // Makes this leaf require (or stop requiring) grad; only floating-point leaves may.
+  const Tensor& requires_grad_(bool requires_grad = true) const;
+  // The accumulated gradient: undefined until a backward pass reaches this tensor.
+  const Tensor& grad() const;
+  // Assignable gradient slot (DDP points it at a bucket view; zero_grad resets it).
+  Tensor& mutable_grad() const;
+  // The node that produced this tensor (null for leaves).
+  std::shared_ptr<autograd::Node> grad_fn() const;
+  bool is_leaf() const;
+  // Makes a non-leaf keep its .grad after backward (leaves always do).
+  void retain_grad() const;
+  // Runs the backward pass from this tensor: `gradient` defaults to 1 for a one-element tensor.
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  // The leaf's gradient accumulator, created once and kept alive by the tensor (DDP hooks it).
+  std::shared_ptr<autograd::AccumulateGrad> grad_accumulator() const;
+  // A hook on this tensor's gradient; it may return a replacement (or an undefined tensor to
+  // keep the gradient). The handle removes it.
+  autograd::RemovableHandle register_hook(std::function<Tensor(const Tensor&)> hook) const;
+
+  // The metadata seam itself (null for plain tensors); shared by copies of the handle.
   AutogradMetaInterface* autograd_meta() const { return checked()->autograd_meta.get(); }
   void set_autograd_meta(std::shared_ptr<AutogradMetaInterface> meta) const {
     checked()->autograd_meta = std::move(meta);
   }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
 
  private:
   TensorImpl* checked() const {
@@ -139,6 +174,21 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
+// Autograd attaches its per-tensor state (requires_grad, grad, grad_fn) through this seam;
+// the tensor layer never looks inside, it only asks the two questions below.
+struct AutogradMetaInterface {
+  virtual ~AutogradMetaInterface() = default;
+  virtual bool requires_grad() const = 0;
+  // Builds the graph node for `output` = op(`inputs`) with the given backward formula.
+  virtual void record_op(const char* name, const Tensor& output, std::vector<Tensor> inputs,
+                         BackwardFn backward) const = 0;
+};
+
+inline bool Tensor::requires_grad() const {
+  const AutogradMetaInterface* meta = autograd_meta();
+  return meta != nullptr && meta->requires_grad();
+}
+
 // ---- template definitions ----------------------------------------------------------------
 
 template <typename T>
@@ -150,6 +200,7 @@ T* Tensor::data_ptr() const {
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
   check_dtype(dtype_of<T>, "to_vector");
+  NoGradGuard no_grad;
   const Tensor dense = to(kCPU).contiguous();
   std::vector<T> out(static_cast<size_t>(dense.numel()));
   if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> is packed: copy one by one

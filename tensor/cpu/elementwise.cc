@@ -234,6 +234,22 @@ void copy(const Tensor& dst, const Tensor& src) {
   });
 }
 
+void accumulate(const Tensor& dst, const Tensor& src) {
+  dispatch_numeric(dst.dtype(), "accumulate_into", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    T* pd = dst.data_ptr<T>();
+    const T* ps = src.data_ptr<T>();
+    for_each_strided<2>(dst.sizes(), {dst.strides(), src.strides()},
+                        [&](int64_t n, const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st) {
+                          T* o = pd + off[0];
+                          const T* in = ps + off[1];
+                          // No ivdep here: with a stride-0 destination, iterations must add in turn.
+                          for (int64_t i = 0; i < n; ++i) o[i * st[0]] = static_cast<T>(C(o[i * st[0]]) + C(in[i * st[1]]));
+                        });
+  });
+}
+
 void fill(const Tensor& dst, double value) {
   dispatch_all(dst.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -19,6 +19,7 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& x);
 void pow_scalar(const Tensor& out, const Tensor& x, double exponent);
 void copy(const Tensor& dst, const Tensor& src);  // src broadcast to dst; any dtypes
 void fill(const Tensor& dst, double value);
+void accumulate(const Tensor& dst, const Tensor& src);  // dst += src; dst may overlap itself
 
 // reduce.cc: `dims` are wrapped and unique; an empty list means every dim.
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim);

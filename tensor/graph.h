@@ -1,0 +1,40 @@
+// How tensor ops join the autograd graph without knowing the engine. An op whose inputs
+// require grad (and grad mode is on) calls record_op() with a backward closure written right
+// beside its forward; the input's autograd metadata (autograd/meta.cc) turns it into a Node.
+// SavedTensor keeps data for the backward and catches in-place changes made after saving.
+#pragma once
+
+#include <functional>
+#include <initializer_list>
+#include <vector>
+
+#include "tensor/grad_mode.h"
+#include "tensor/tensor.h"
+
+namespace tinyddp::tensor {
+
+// True when grad mode is on and any of `inputs` requires grad: the op must record.
+bool needs_grad(std::initializer_list<const Tensor*> inputs);
+inline bool needs_grad(const Tensor& a) { return needs_grad({&a}); }
+inline bool needs_grad(const Tensor& a, const Tensor& b) { return needs_grad({&a, &b}); }
+
+// Makes `output` the result of op `name` (e.g. "MulBackward") applied to `inputs`. During
+// backward, `backward(grad_output)` returns one gradient per input, in order (an undefined
+// tensor where an input gets none). Call only when needs_grad(...) is true.
+void record_op(const char* name, const Tensor& output, std::vector<Tensor> inputs, BackwardFn backward);
+
+// A tensor kept for the backward pass: the data only (no autograd history, so an op may save
+// its own output without a reference cycle), plus the storage version at save time.
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  explicit SavedTensor(const Tensor& t);
+  // The saved data; throws naming `node` if it was modified in place since it was saved.
+  const Tensor& get(const char* node) const;
+
+ private:
+  Tensor data_;
+  uint64_t version_ = 0;
+};
+
+}  // namespace tinyddp::tensor
