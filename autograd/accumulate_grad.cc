@@ -1,0 +1,37 @@
+// AccumulateGrad::apply: see accumulate_grad.h.
+#include "autograd/accumulate_grad.h"
+
+#include "tensor/ops.h"
+
+namespace tinyddp::autograd {
+
+AccumulateGrad::AccumulateGrad(const Tensor& variable)
+    : Node("AccumulateGrad", {}, kSequenceNr), variable_(variable.impl_ptr()) {}
+
+Tensor AccumulateGrad::variable() const {
+  std::shared_ptr<tensor::TensorImpl> impl = variable_.lock();
+  return impl ? Tensor(std::move(impl)) : Tensor();
+}
+
+std::vector<Tensor> AccumulateGrad::apply(const Tensor& incoming) {
+  const Tensor leaf = variable();
+  if (!leaf.defined()) return {};
+  TDDP_CHECK(incoming.sizes() == leaf.sizes(), "AccumulateGrad: gradient of shape {} for a leaf of shape {}",
+             tensor::format_shape(incoming.sizes()), tensor::format_shape(leaf.sizes()));
+  TDDP_CHECK(incoming.dtype() == leaf.dtype() && incoming.device() == leaf.device(),
+             "AccumulateGrad: gradient is {} on {} but the leaf is {} on {}", tensor::dtype_name(incoming.dtype()),
+             incoming.device().str(), tensor::dtype_name(leaf.dtype()), leaf.device().str());
+  Tensor& grad = leaf.mutable_grad();
+  if (!grad.defined()) {
+    // The engine's buffer is the only holder (use_count 1 here) and no view shares its
+    // storage: adopt it as .grad instead of copying.
+    const bool stealable = incoming.use_count() == 1 && incoming.storage().use_count() == 1 &&
+                           incoming.is_contiguous() && incoming.storage_offset() == 0 && !incoming.requires_grad();
+    grad = stealable ? incoming : incoming.clone();
+  } else {
+    grad.add_(incoming);
+  }
+  return {};
+}
+
+}  // namespace tinyddp::autograd

@@ -1,0 +1,158 @@
+// Engine::backward: dependency counting, a deterministic ready queue, input buffers, and
+// final callbacks. One backward runs at a time per thread.
+#include "autograd/engine.h"
+
+#include <queue>
+#include <unordered_map>
+
+#include "autograd/meta.h"
+#include "tensor/ops.h"
+
+namespace tinyddp::autograd {
+
+namespace {
+
+struct GraphTask {
+  std::vector<std::function<void()>> callbacks;
+};
+
+thread_local GraphTask* current_task = nullptr;
+
+// Sets current_task for the duration of a backward and clears it on any exit.
+class TaskScope {
+ public:
+  explicit TaskScope(GraphTask* task) { current_task = task; }
+  ~TaskScope() { current_task = nullptr; }
+  TaskScope(const TaskScope&) = delete;
+  TaskScope& operator=(const TaskScope&) = delete;
+};
+
+// Ready nodes ordered by sequence number (higher first), then by the order they became
+// ready (earlier first), so that the run order never depends on pointer values.
+struct ReadyEntry {
+  uint64_t sequence_nr;
+  uint64_t arrival;
+  Node* node;
+  bool operator<(const ReadyEntry& other) const {
+    if (sequence_nr != other.sequence_nr) return sequence_nr < other.sequence_nr;
+    return arrival > other.arrival;
+  }
+};
+
+// The gradient for each root: the given one (checked against the root) or 1 for a
+// one-element root.
+Tensor root_gradient(const Tensor& root, const Tensor& given, size_t index) {
+  if (!given.defined()) {
+    TDDP_CHECK(root.numel() == 1,
+               "backward: a gradient can be created implicitly only for one-element outputs, but root {} has shape {}; "
+               "pass the gradient explicitly",
+               index, tensor::format_shape(root.sizes()));
+    return tensor::ones_like(root);
+  }
+  TDDP_CHECK(given.sizes() == root.sizes(), "backward: the gradient for root {} has shape {} but the root has shape {}",
+             index, tensor::format_shape(given.sizes()), tensor::format_shape(root.sizes()));
+  TDDP_CHECK(given.dtype() == root.dtype() && given.device() == root.device(),
+             "backward: the gradient for root {} is {} on {} but the root is {} on {}", index,
+             tensor::dtype_name(given.dtype()), given.device().str(), tensor::dtype_name(root.dtype()),
+             root.device().str());
+  return given;
+}
+
+}  // namespace
+
+bool Engine::in_backward() { return current_task != nullptr; }
+
+void Engine::queue_callback(std::function<void()> callback) {
+  TDDP_CHECK(current_task != nullptr, "queue_callback: no backward pass is running on this thread");
+  current_task->callbacks.push_back(std::move(callback));
+}
+
+void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph) {
+  TDDP_CHECK(current_task == nullptr, "backward: called while another backward pass runs on this thread (from a hook?)");
+  TDDP_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(),
+             "backward: got {} roots but {} gradients", roots.size(), grad_roots.size());
+  tensor::NoGradGuard no_grad;  // gradient computations are not recorded
+
+  // 1. The root edges and their gradients.
+  std::vector<std::pair<Edge, Tensor>> seeds;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    TDDP_CHECK(roots[i].defined(), "backward: root {} is an undefined tensor", i);
+    Edge edge = gradient_edge(roots[i]);
+    TDDP_CHECK(edge.is_valid(), "backward: root {} (shape {}) does not require grad and has no grad_fn", i,
+               tensor::format_shape(roots[i].sizes()));
+    seeds.emplace_back(std::move(edge), root_gradient(roots[i], grad_roots.empty() ? Tensor() : grad_roots[i], i));
+  }
+
+  // 2. Dependencies: how many edges of the reachable graph point at each node. The map also
+  //    keeps every node alive for the duration of the pass.
+  std::unordered_map<Node*, int> dependencies;
+  std::unordered_map<Node*, std::shared_ptr<Node>> alive;
+  std::vector<Node*> stack;
+  for (const auto& [edge, grad] : seeds) {
+    if (alive.emplace(edge.function.get(), edge.function).second) stack.push_back(edge.function.get());
+  }
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (const Edge& next : node->next_edges()) {
+      if (!next.is_valid()) continue;
+      ++dependencies[next.function.get()];
+      if (alive.emplace(next.function.get(), next.function).second) stack.push_back(next.function.get());
+    }
+  }
+
+  // 3. Input buffers, seeded with the root gradients; roots nothing else points at are ready.
+  std::unordered_map<Node*, Tensor> buffers;
+  const auto accumulate = [&buffers](Node* node, const Tensor& grad) {
+    Tensor& slot = buffers[node];
+    slot = slot.defined() ? tensor::add(slot, grad) : grad;
+  };
+  std::priority_queue<ReadyEntry> ready;
+  uint64_t arrivals = 0;
+  for (const auto& [edge, grad] : seeds) accumulate(edge.function.get(), grad);
+  for (const auto& [edge, grad] : seeds) {
+    Node* node = edge.function.get();
+    if (dependencies[node] == 0) {
+      dependencies[node] = -1;  // queued once even if several roots share it
+      ready.push({node->sequence_nr(), arrivals++, node});
+    }
+  }
+
+  // 4. Run ready nodes; a node becomes ready when its last incoming edge has delivered.
+  GraphTask task;
+  TaskScope scope(&task);
+  while (!ready.empty()) {
+    Node* node = ready.top().node;
+    ready.pop();
+    Tensor grad;
+    if (auto it = buffers.find(node); it != buffers.end()) {
+      grad = std::move(it->second);
+      buffers.erase(it);
+    }
+    std::vector<Tensor> outputs(node->next_edges().size());
+    if (grad.defined()) {
+      grad = node->run_pre_hooks(std::move(grad));
+      outputs = node->apply(grad);
+      grad = Tensor();  // let AccumulateGrad's adopted buffer have a single owner
+      if (!retain_graph) node->release_saved();
+      node->run_post_hooks();
+    }
+    TDDP_CHECK(outputs.size() == node->next_edges().size(), "{}: returned {} gradients for {} next edges",
+               node->name(), outputs.size(), node->next_edges().size());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const Edge& next = node->next_edges()[i];
+      if (!next.is_valid()) continue;
+      Node* child = next.function.get();
+      if (outputs[i].defined()) accumulate(child, outputs[i]);
+      if (--dependencies[child] == 0) ready.push({child->sequence_nr(), arrivals++, child});
+    }
+  }
+
+  // 5. Callbacks queued by hooks (they may queue more).
+  for (size_t i = 0; i < task.callbacks.size(); ++i) {
+    auto callback = std::move(task.callbacks[i]);
+    callback();
+  }
+}
+
+}  // namespace tinyddp::autograd

@@ -1,0 +1,31 @@
+// The backward engine: runs the graph from some roots, calling each node once all the
+// gradients flowing into it have arrived, and then the callbacks queued during the pass.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace tinyddp::autograd {
+
+class Engine {
+ public:
+  // For each root (a tensor that requires grad) with its gradient (undefined: 1 for a
+  // one-element root): counts the dependencies of every node reachable from the roots, then
+  // runs ready nodes, highest sequence number first (gradient accumulators first of all),
+  // summing gradients that meet at a node. Saved tensors are freed unless retain_graph.
+  // Runs with grad mode off. Not reentrant: a hook may not start another backward.
+  static void backward(const std::vector<tensor::Tensor>& roots, const std::vector<tensor::Tensor>& grad_roots,
+                       bool retain_graph = false);
+
+  // Queues `callback` to run once after every node of the current backward pass has run (in
+  // queueing order; callbacks may queue more). Only callable during backward, e.g. from a
+  // hook: this is where DDP's Reducer finishes its work.
+  static void queue_callback(std::function<void()> callback);
+
+  // True while a backward pass runs on this thread.
+  static bool in_backward();
+};
+
+}  // namespace tinyddp::autograd

@@ -1,0 +1,11 @@
+// Grad mode for autograd users: the thread-local switch and its guards (defined in the
+// tensor layer, whose ops consult it).
+#pragma once
+
+#include "tensor/grad_mode.h"
+
+namespace tinyddp::autograd {
+using tensor::EnableGradGuard;
+using tensor::GradMode;
+using tensor::NoGradGuard;
+}  // namespace tinyddp::autograd

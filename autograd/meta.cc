@@ -1,0 +1,42 @@
+// AutogradMeta and gradient edges: see meta.h.
+#include "autograd/meta.h"
+
+namespace tinyddp::autograd {
+
+AutogradMeta* meta_of(const Tensor& t) {
+  // Only autograd creates metadata, so the cast is safe.
+  return static_cast<AutogradMeta*>(t.autograd_meta());
+}
+
+AutogradMeta& ensure_meta(const Tensor& t) {
+  if (AutogradMeta* meta = meta_of(t)) return *meta;
+  auto meta = std::make_shared<AutogradMeta>();
+  AutogradMeta& ref = *meta;
+  t.set_autograd_meta(std::move(meta));
+  return ref;
+}
+
+Edge gradient_edge(const Tensor& t) {
+  if (!t.defined()) return {};
+  const AutogradMeta* meta = meta_of(t);
+  if (meta == nullptr) return {};
+  if (meta->grad_fn_) return {meta->grad_fn_, 0};
+  if (meta->requires_grad_) return {t.grad_accumulator(), 0};
+  return {};
+}
+
+void AutogradMeta::record_op(const char* name, const Tensor& output, std::vector<Tensor> inputs,
+                             tensor::BackwardFn backward) const {
+  std::vector<Edge> edges;
+  std::vector<Shape> shapes;
+  edges.reserve(inputs.size());
+  shapes.reserve(inputs.size());
+  for (const Tensor& input : inputs) {
+    edges.push_back(gradient_edge(input));
+    shapes.push_back(input.sizes());
+  }
+  auto node = std::make_shared<FunctionNode>(name, std::move(edges), std::move(shapes), std::move(backward));
+  ensure_meta(output).grad_fn_ = std::move(node);
+}
+
+}  // namespace tinyddp::autograd

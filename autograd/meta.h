@@ -1,0 +1,35 @@
+// AutogradMeta: the per-tensor autograd state behind tensor::AutogradMetaInterface
+// (requires_grad flag, .grad, grad_fn, the leaf's AccumulateGrad), and how a tensor becomes
+// an edge of the graph.
+#pragma once
+
+#include <memory>
+
+#include "autograd/accumulate_grad.h"
+#include "autograd/node.h"
+
+namespace tinyddp::autograd {
+
+class AutogradMeta final : public tensor::AutogradMetaInterface {
+ public:
+  bool requires_grad() const override { return requires_grad_ || grad_fn_ != nullptr; }
+  // Creates the FunctionNode for `output` = op(inputs) and makes it output's grad_fn.
+  void record_op(const char* name, const Tensor& output, std::vector<Tensor> inputs,
+                 tensor::BackwardFn backward) const override;
+
+  bool requires_grad_ = false;  // set on leaves by requires_grad_()
+  Tensor grad_;
+  std::shared_ptr<Node> grad_fn_;                       // non-leaves
+  std::shared_ptr<AccumulateGrad> grad_accumulator_;   // leaves, created on first use
+  bool retains_grad_ = false;
+};
+
+// The metadata of `t`, or null for a tensor autograd has never touched.
+AutogradMeta* meta_of(const Tensor& t);
+// The metadata of `t`, created when missing.
+AutogradMeta& ensure_meta(const Tensor& t);
+// The edge through which gradient flows into `t`: its grad_fn, its leaf accumulator, or an
+// invalid edge when it does not require grad.
+Edge gradient_edge(const Tensor& t);
+
+}  // namespace tinyddp::autograd

@@ -1,0 +1,94 @@
+// Node, hooks and FunctionNode: see node.h.
+#include "autograd/node.h"
+
+#include <atomic>
+
+#include "tensor/error.h"
+#include "tensor/shape.h"
+
+namespace tinyddp::autograd {
+
+void RemovableHandle::remove() {
+  if (remover_) {
+    auto remover = std::move(remover_);
+    remover_ = nullptr;
+    remover();
+  }
+}
+
+Node::Node(std::string name, std::vector<Edge> next_edges, uint64_t sequence_nr)
+    : name_(std::move(name)), next_edges_(std::move(next_edges)), sequence_nr_(sequence_nr) {}
+
+RemovableHandle Node::add_pre_hook(PreHook hook) {
+  const uint64_t id = next_hook_id_++;
+  pre_hooks_.emplace_back(id, std::move(hook));
+  return RemovableHandle([weak = weak_from_this(), id] {
+    if (const std::shared_ptr<Node> node = weak.lock()) {
+      std::erase_if(node->pre_hooks_, [id](const auto& entry) { return entry.first == id; });
+    }
+  });
+}
+
+RemovableHandle Node::add_post_hook(PostHook hook) {
+  const uint64_t id = next_hook_id_++;
+  post_hooks_.emplace_back(id, std::move(hook));
+  return RemovableHandle([weak = weak_from_this(), id] {
+    if (const std::shared_ptr<Node> node = weak.lock()) {
+      std::erase_if(node->post_hooks_, [id](const auto& entry) { return entry.first == id; });
+    }
+  });
+}
+
+Tensor Node::run_pre_hooks(Tensor grad) {
+  // Copy first: a hook may remove itself (or others) while running.
+  const auto hooks = pre_hooks_;
+  for (const auto& [id, hook] : hooks) {
+    Tensor replaced = hook(grad);
+    if (replaced.defined()) {
+      TDDP_CHECK(replaced.sizes() == grad.sizes(),
+                 "hook on {}: the replacement gradient has shape {} but the gradient has shape {}", name_,
+                 tensor::format_shape(replaced.sizes()), tensor::format_shape(grad.sizes()));
+      grad = std::move(replaced);
+    }
+  }
+  return grad;
+}
+
+void Node::run_post_hooks() {
+  const auto hooks = post_hooks_;
+  for (const auto& [id, hook] : hooks) hook();
+}
+
+uint64_t next_sequence_nr() {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+FunctionNode::FunctionNode(std::string name, std::vector<Edge> next_edges, std::vector<Shape> input_shapes,
+                           tensor::BackwardFn backward)
+    : Node(std::move(name), std::move(next_edges), next_sequence_nr()),
+      input_shapes_(std::move(input_shapes)),
+      backward_(std::move(backward)) {}
+
+std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
+  TDDP_CHECK(!released_,
+             "{}: trying to backward through the graph a second time, but its saved tensors were freed after the first "
+             "backward; pass retain_graph=true to the first backward if you need to run it twice",
+             name());
+  std::vector<Tensor> grads = backward_(grad_output);
+  TDDP_CHECK(grads.size() == input_shapes_.size(), "{}: the backward formula returned {} gradients for {} inputs", name(),
+             grads.size(), input_shapes_.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    TDDP_CHECK(!grads[i].defined() || grads[i].sizes() == input_shapes_[i],
+               "{}: the gradient for input {} has shape {} but the input has shape {}", name(), i,
+               tensor::format_shape(grads[i].sizes()), tensor::format_shape(input_shapes_[i]));
+  }
+  return grads;
+}
+
+void FunctionNode::release_saved() {
+  backward_ = nullptr;  // drops the closure and the SavedTensors it captured
+  released_ = true;
+}
+
+}  // namespace tinyddp::autograd

@@ -1,0 +1,98 @@
+// The graph: Node (a backward function with next_edges, a sequence number and a name),
+// Edge (node + input index), hooks with removable handles, and FunctionNode, the node that
+// tensor ops record (tensor/graph.h) with their backward closure.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace tinyddp::autograd {
+
+using tensor::Shape;
+using tensor::Tensor;
+
+class Node;
+
+// Where a gradient goes next: input `input_nr` of `function` (every tinyddp node has one
+// input, the gradient of its single output, so input_nr is 0). Invalid when the tensor it
+// stands for does not require grad.
+struct Edge {
+  std::shared_ptr<Node> function;
+  uint32_t input_nr = 0;
+  bool is_valid() const { return function != nullptr; }
+};
+
+// Removes the hook it was returned for; remove() is idempotent and safe after the node died.
+class RemovableHandle {
+ public:
+  RemovableHandle() = default;
+  explicit RemovableHandle(std::function<void()> remover) : remover_(std::move(remover)) {}
+  void remove();
+
+ private:
+  std::function<void()> remover_;
+};
+
+// A pre-hook sees the gradient flowing into a node and may return a replacement (an
+// undefined return keeps it). A post-hook runs after the node has run (AccumulateGrad's
+// post-hooks therefore see the new .grad): DDP's "this parameter's gradient is ready".
+using PreHook = std::function<Tensor(const Tensor& grad)>;
+using PostHook = std::function<void()>;
+
+class Node : public std::enable_shared_from_this<Node> {
+ public:
+  Node(std::string name, std::vector<Edge> next_edges, uint64_t sequence_nr);
+  virtual ~Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  const std::string& name() const { return name_; }
+  // Creation order; the engine runs ready nodes with higher numbers first.
+  uint64_t sequence_nr() const { return sequence_nr_; }
+  const std::vector<Edge>& next_edges() const { return next_edges_; }
+
+  // Gradient of this node's output -> one gradient per next edge (undefined where none).
+  virtual std::vector<Tensor> apply(const Tensor& grad_output) = 0;
+  // Frees the tensors saved for backward (after a backward without retain_graph).
+  virtual void release_saved() {}
+
+  RemovableHandle add_pre_hook(PreHook hook);
+  RemovableHandle add_post_hook(PostHook hook);
+  // Used by the engine: pre-hooks in registration order, each seeing the previous result.
+  Tensor run_pre_hooks(Tensor grad);
+  void run_post_hooks();
+
+ private:
+  std::string name_;
+  std::vector<Edge> next_edges_;
+  uint64_t sequence_nr_;
+  uint64_t next_hook_id_ = 0;
+  std::vector<std::pair<uint64_t, PreHook>> pre_hooks_;
+  std::vector<std::pair<uint64_t, PostHook>> post_hooks_;
+};
+
+// A fresh sequence number (monotonic across the process).
+uint64_t next_sequence_nr();
+
+// The node a differentiable tensor op records: its backward closure, the shapes of its
+// inputs (to check what the closure returns), and a flag once its saved tensors are freed.
+class FunctionNode final : public Node {
+ public:
+  FunctionNode(std::string name, std::vector<Edge> next_edges, std::vector<Shape> input_shapes,
+               tensor::BackwardFn backward);
+  std::vector<Tensor> apply(const Tensor& grad_output) override;
+  void release_saved() override;
+
+ private:
+  std::vector<Shape> input_shapes_;
+  tensor::BackwardFn backward_;
+  bool released_ = false;
+};
+
+}  // namespace tinyddp::autograd

@@ -1,0 +1,239 @@
+// gradcheck for every op that has a backward, on contiguous, non-contiguous (transposed,
+// narrowed) and broadcast inputs, in float64 against central finite differences.
+#include "autograd/autograd.h"
+#include "tests/test_util.h"
+
+using namespace tinyddp::tensor;
+using tinyddp::autograd::gradcheck;
+using tinyddp::autograd::GradcheckOptions;
+using Inputs = std::vector<Tensor>;
+
+namespace {
+
+Generator& gen() {
+  static Generator g(1234);
+  return g;
+}
+
+// A float64 leaf that requires grad, in a chosen layout.
+Tensor leaf(const Shape& shape, const std::string& layout = "contiguous") {
+  Tensor t;
+  if (layout == "transposed" && shape.size() >= 2) {
+    Shape reversed(shape.rbegin(), shape.rend());
+    Shape perm;
+    for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) perm.push_back(d);
+    t = randn(reversed, kFloat64, &gen()).permute(perm);
+  } else if (layout == "narrowed") {
+    Shape wider = shape;
+    wider.back() += 3;
+    t = randn(wider, kFloat64, &gen()).narrow(-1, 1, shape.back());
+  } else {
+    t = randn(shape, kFloat64, &gen());
+  }
+  t.requires_grad_();
+  return t;
+}
+
+// Values bounded away from zero (for log, sqrt, div, pow with fractional exponents).
+Tensor positive_leaf(const Shape& shape, const std::string& layout = "contiguous") {
+  Tensor t = leaf(shape, layout).detach();
+  t = add(abs(t), 0.5);
+  t.requires_grad_();
+  return t;
+}
+
+const std::vector<std::string> kLayouts = {"contiguous", "transposed", "narrowed"};
+
+}  // namespace
+
+TEST_CASE("gradcheck: binary arithmetic with broadcasting", "[gradcheck]") {
+  for (const std::string& layout : kLayouts) {
+    INFO(layout);
+    const Tensor a = leaf({3, 4}, layout);
+    const Tensor b = leaf({3, 4}, layout);
+    const Tensor row = leaf({4});
+    const Tensor col = leaf({3, 1});
+    const Tensor pb = positive_leaf({3, 4}, layout);
+    CHECK(gradcheck([](const Inputs& x) { return add(x[0], x[1]); }, {a, b}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return add(x[0], x[1], 2.5); }, {a, row}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return sub(x[0], x[1]); }, {col, a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return sub(x[0], x[1], -0.5); }, {a, col}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return mul(x[0], x[1]); }, {a, row}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return mul(x[0], x[1]); }, {col, row}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return div(x[0], x[1]); }, {a, pb}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return div(x[0], x[1]); }, {row, pb}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return maximum(x[0], x[1]); }, {a, b}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return minimum(x[0], x[1]); }, {a, row}) == "");
+  }
+}
+
+TEST_CASE("gradcheck: scalar operands and operators", "[gradcheck]") {
+  const Tensor a = leaf({2, 3}, "transposed");
+  const Tensor p = positive_leaf({2, 3});
+  CHECK(gradcheck([](const Inputs& x) { return x[0] + 2.0; }, {a}) == "");
+  CHECK(gradcheck([](const Inputs& x) { return x[0] - 2.0; }, {a}) == "");
+  CHECK(gradcheck([](const Inputs& x) { return 3.0 - x[0]; }, {a}) == "");
+  CHECK(gradcheck([](const Inputs& x) { return x[0] * -1.5; }, {a}) == "");
+  CHECK(gradcheck([](const Inputs& x) { return x[0] / 4.0; }, {a}) == "");
+  CHECK(gradcheck([](const Inputs& x) { return 2.0 / x[0]; }, {p}) == "");
+  CHECK(gradcheck([](const Inputs& x) { return -x[0]; }, {a}) == "");
+  CHECK(gradcheck([](const Inputs& x) { return x[0] * x[0] + x[0]; }, {a}) == "");
+}
+
+TEST_CASE("gradcheck: unary ops", "[gradcheck]") {
+  for (const std::string& layout : kLayouts) {
+    INFO(layout);
+    const Tensor a = leaf({3, 4}, layout);
+    const Tensor p = positive_leaf({3, 4}, layout);
+    CHECK(gradcheck([](const Inputs& x) { return neg(x[0]); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return abs(x[0]); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return relu(x[0]); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return exp(x[0]); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return log(x[0]); }, {p}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return sqrt(x[0]); }, {p}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return tanh(x[0]); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return sigmoid(x[0]); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return pow(x[0], 2); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return pow(x[0], 3); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return pow(x[0], 0.5); }, {p}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return pow(x[0], -1.7); }, {p}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return pow(x[0], 0); }, {a}) == "");
+  }
+}
+
+TEST_CASE("gradcheck: reductions", "[gradcheck]") {
+  for (const std::string& layout : kLayouts) {
+    INFO(layout);
+    const Tensor a = leaf({3, 4, 2}, layout);
+    CHECK(gradcheck([](const Inputs& x) { return sum(x[0]); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return sum(x[0], {1}); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return sum(x[0], {0, 2}, true); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return sum(x[0], {-1, 0}); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return mean(x[0]); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return mean(x[0], {2}, true); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return mean(x[0], {0, 1}); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return max(x[0]); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return std::get<0>(max(x[0], 1)); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return std::get<0>(max(x[0], 0, true)); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return softmax(x[0], 1); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return softmax(x[0], -1); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return log_softmax(x[0], 0); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return log_softmax(x[0], 2); }, {a}) == "");
+  }
+  // 0-d inputs.
+  const Tensor s = leaf({});
+  CHECK(gradcheck([](const Inputs& x) { return sum(x[0]); }, {s}) == "");
+  CHECK(gradcheck([](const Inputs& x) { return std::get<0>(max(x[0], 0)); }, {s}) == "");
+}
+
+TEST_CASE("gradcheck: max gives tied maxima equal shares, as PyTorch", "[gradcheck]") {
+  const Tensor t = tensor({1.0, 3.0, 3.0, 2.0}, kFloat64);
+  t.requires_grad_();
+  max(t).backward();
+  CHECK(t.grad().to_vector<double>() == std::vector<double>{0, 0.5, 0.5, 0});
+  const Tensor u = tensor({{1.0, 5.0}, {5.0, 2.0}}, kFloat64);
+  u.requires_grad_();
+  std::get<0>(max(u, 0)).backward(ones({2}, kFloat64));
+  CHECK(u.grad().to_vector<double>() == std::vector<double>{0, 1, 1, 0});  // the first index along dim 0
+  const Tensor v = tensor({2.0, 2.0}, kFloat64);
+  v.requires_grad_();
+  maximum(v, tensor({2.0, 1.0}, kFloat64)).backward(ones({2}, kFloat64));
+  CHECK(v.grad().to_vector<double>() == std::vector<double>{0.5, 1});
+}
+
+TEST_CASE("gradcheck: mm and every form of matmul", "[gradcheck]") {
+  for (const std::string& layout : kLayouts) {
+    INFO(layout);
+    const Tensor a = leaf({3, 4}, layout);
+    const Tensor b = leaf({4, 2}, layout);
+    CHECK(gradcheck([](const Inputs& x) { return mm(x[0], x[1]); }, {a, b}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return matmul(x[0], x[1]); }, {a, b}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return matmul(x[0], x[1].t()); }, {a, leaf({2, 4})}) == "");
+    const Tensor batch = leaf({2, 3, 4}, layout);
+    CHECK(gradcheck([](const Inputs& x) { return matmul(x[0], x[1]); }, {batch, b}) == "");              // fold
+    CHECK(gradcheck([](const Inputs& x) { return matmul(x[0], x[1]); }, {a, leaf({2, 4, 2})}) == "");    // broadcast left
+    CHECK(gradcheck([](const Inputs& x) { return matmul(x[0], x[1]); }, {batch, leaf({2, 4, 3})}) == "");  // batched
+    CHECK(gradcheck([](const Inputs& x) { return matmul(x[0], x[1]); }, {leaf({2, 1, 3, 4}), leaf({3, 4, 2})}) == "");
+  }
+  const Tensor v = leaf({4});
+  CHECK(gradcheck([](const Inputs& x) { return matmul(x[0], x[1]); }, {v, leaf({4})}) == "");        // dot
+  CHECK(gradcheck([](const Inputs& x) { return matmul(x[0], x[1]); }, {leaf({3, 4}), v}) == "");     // matrix-vector
+  CHECK(gradcheck([](const Inputs& x) { return matmul(x[0], x[1]); }, {v, leaf({4, 2})}) == "");     // vector-matrix
+  CHECK(gradcheck([](const Inputs& x) { return matmul(x[0], x[1]); }, {leaf({2, 3, 4}), v}) == "");  // batch-vector
+  // Only one side requires grad.
+  const Tensor constant = randn({4, 2}, kFloat64, &gen());
+  CHECK(gradcheck([&](const Inputs& x) { return matmul(x[0], constant); }, {leaf({3, 4})}) == "");
+}
+
+TEST_CASE("gradcheck: views, copies and conversions", "[gradcheck][views]") {
+  for (const std::string& layout : kLayouts) {
+    INFO(layout);
+    const Tensor a = leaf({3, 4}, layout);
+    CHECK(gradcheck([](const Inputs& x) { return x[0].view({-1}) * 2.0; }, {leaf({3, 4})}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return x[0].reshape({2, 6}); }, {a}) == "");  // a copy when not viewable
+    CHECK(gradcheck([](const Inputs& x) { return x[0].flatten(); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return x[0].narrow(1, 1, 2); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return x[0].narrow(0, -2, 2); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return x[0].select(1, 2); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return x[0][1]; }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return x[0].t(); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return x[0].transpose(0, 1) * x[1]; }, {a, leaf({4, 3})}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return x[0].unsqueeze(1).expand({3, 5, 4}); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return x[0].unsqueeze(0).squeeze(0); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return x[0].unsqueeze(-1).squeeze(); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return x[0].contiguous(); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return x[0].clone(); }, {a}) == "");
+  }
+  const Tensor cube = leaf({2, 3, 4}, "transposed");
+  CHECK(gradcheck([](const Inputs& x) { return x[0].permute({2, 0, 1}); }, {cube}) == "");
+  CHECK(gradcheck([](const Inputs& x) { return x[0].permute({1, 2, 0}).reshape({-1}); }, {cube}) == "");
+  CHECK(gradcheck([](const Inputs& x) { return x[0].expand({2, 3, 4}); }, {leaf({3, 1})}) == "");
+  // as_strided, including an output whose elements overlap (a sliding window).
+  CHECK(gradcheck([](const Inputs& x) { return x[0].as_strided({3, 3}, {1, 1}, 0); }, {leaf({6})}) == "");
+  CHECK(gradcheck([](const Inputs& x) { return x[0].as_strided({2, 2}, {4, 1}, 1); }, {leaf({2, 4})}) == "");
+  // dtype conversion: float64 -> float32 -> float64 (coarser steps for float32 resolution).
+  GradcheckOptions coarse;
+  coarse.eps = 1e-2;
+  coarse.atol = 1e-3;
+  coarse.rtol = 1e-3;
+  CHECK(gradcheck([](const Inputs& x) { return mul(x[0].to(kFloat32), 3.0).to(kFloat64); }, {leaf({5})}, coarse) == "");
+}
+
+TEST_CASE("gradcheck: composite expressions", "[gradcheck]") {
+  const Tensor x = leaf({4, 3});
+  const Tensor w = leaf({5, 3}, "transposed");
+  const Tensor bias = leaf({5});
+  // A Linear + ReLU + log_softmax + mean, the shape of a training step.
+  CHECK(gradcheck(
+            [](const Inputs& v) { return mean(log_softmax(relu(matmul(v[0], v[1].t()) + v[2]), 1)); }, {x, w, bias}) == "");
+  // MSE.
+  const Tensor target = randn({4, 5}, kFloat64, &gen());
+  CHECK(gradcheck(
+            [&](const Inputs& v) {
+              const Tensor diff = sub(tanh(matmul(v[0], v[1].t())), target);
+              return mean(mul(diff, diff));
+            },
+            {x, w}) == "");
+}
+
+TEST_CASE("gradcheck can fail: a wrong backward formula is caught", "[gradcheck]") {
+  const auto wrong_square = [](const Inputs& v) {
+    const Tensor& x = v[0];
+    Tensor out;
+    {
+      NoGradGuard no_grad;
+      out = mul(x, x);
+    }
+    // The correct gradient is 2 x grad; this records x grad.
+    record_op("WrongSquareBackward", out, {x}, [s = SavedTensor(x)](const Tensor& g) {
+      return std::vector<Tensor>{mul(g, s.get("WrongSquareBackward"))};
+    });
+    return out;
+  };
+  const std::string message = gradcheck(wrong_square, {leaf({3})});
+  CHECK_THAT(message, Catch::Contains("backward gives"));
+  CHECK_THAT(message, Catch::Contains("finite differences give"));
+  CHECK_THROWS_WITH(gradcheck(wrong_square, {leaf({3}).detach().to(kFloat32).requires_grad_()}),
+                    Catch::Contains("gradcheck: input 0 must be a float64 tensor"));
+  CHECK_THROWS_WITH(gradcheck(wrong_square, {randn({3}, kFloat64)}), Catch::Contains("gradcheck: no input requires grad"));
+}
