@@ -400,8 +400,13 @@ Tensor abs(const Tensor& x) {
 }
 Tensor relu(const Tensor& x) {
   const Tensor out = numeric_unary(cpu::UnaryOp::kRelu, x, "relu");
-  // grad_x = grad_out where out > 0
-  return record_unary(x, out, "ReluBackward", out, [](const Tensor& y) { return mask_as(gt(y, 0.0), y.dtype()); });
+  // grad_x = grad_out where out > 0, else 0 (one fused pass)
+  if (needs_grad(x)) {
+    record_op("ReluBackward", out, {x}, [so = SavedTensor(out)](const Tensor& g) {
+      return std::vector<Tensor>{binary(cpu::BinaryOp::kReluBackward, g, so.get("ReluBackward"), 1.0, "relu_backward")};
+    });
+  }
+  return out;
 }
 Tensor exp(const Tensor& x) {
   const Tensor out = floating_unary(cpu::UnaryOp::kExp, x, "exp");

@@ -165,6 +165,9 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, do
       case BinaryOp::kDiv: binary_loop<T, T>(out, a, b, [](C x, C y) { return x / y; }); return;
       case BinaryOp::kMaximum: binary_loop<T, T>(out, a, b, nan_max<C>); return;
       case BinaryOp::kMinimum: binary_loop<T, T>(out, a, b, nan_min<C>); return;
+      case BinaryOp::kReluBackward:
+        binary_loop<T, T>(out, a, b, [](C g, C y) { return y > C(0) ? g : C(0); });
+        return;
     }
   });
 }

@@ -9,7 +9,8 @@
 namespace tinyddp::tensor::cpu {
 
 // elementwise.cc
-enum class BinaryOp { kAdd, kMul, kDiv, kMaximum, kMinimum };  // kAdd computes a + alpha * b
+// kAdd computes a + alpha * b; kReluBackward computes b > 0 ? a : 0 (a: gradient, b: relu output).
+enum class BinaryOp { kAdd, kMul, kDiv, kMaximum, kMinimum, kReluBackward };
 enum class CompareOp { kEq, kNe, kLt, kLe, kGt, kGe };
 enum class UnaryOp { kNeg, kAbs, kExp, kLog, kSqrt, kRelu, kTanh, kSigmoid };
 
