@@ -260,3 +260,29 @@ TEST_CASE("unreached parameters and partial graphs", "[engine]") {
   sum(add(mul(a, c), c)).backward();
   CHECK(grad_of(a) == std::vector<double>{7});
 }
+
+TEST_CASE("graphs are freed with their outputs: no reference cycles", "[engine][memory]") {
+  const Tensor w = param({1, 2});
+  std::weak_ptr<tinyddp::autograd::Node> exp_node, sum_node;
+  std::weak_ptr<TensorImpl> output;
+  {
+    const Tensor e = exp(w);  // saves its own output
+    e.retain_grad();          // a hook on its grad_fn that refers back to e
+    const Tensor loss = sum(e);
+    exp_node = e.grad_fn();
+    sum_node = loss.grad_fn();
+    output = e.impl_ptr();
+    loss.backward(Tensor(), /*retain_graph=*/true);
+  }
+  CHECK(exp_node.expired());
+  CHECK(sum_node.expired());
+  CHECK(output.expired());
+  // The leaf's accumulator lives exactly as long as the leaf.
+  std::weak_ptr<AccumulateGrad> accumulator;
+  {
+    const Tensor leaf = param({3});
+    accumulator = leaf.grad_accumulator();
+    CHECK_FALSE(accumulator.expired());
+  }
+  CHECK(accumulator.expired());
+}
