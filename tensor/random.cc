@@ -103,11 +103,16 @@ const Tensor& uniform_(const Tensor& t, double from, double to, Generator* gener
   TDDP_CHECK(from <= to, "uniform_: expects from <= to, but got from={} > to={}", from, to);
   Generator& g = pick(generator);
   std::vector<double> values(static_cast<size_t>(t.numel()));
+  // As PyTorch: the bounds are first cast to the tensor's dtype and their difference is
+  // taken in it; the draw itself is scaled in double. (Matters for bounds like 1/sqrt(10).)
+  const bool is_double = t.dtype() == kFloat64;
+  const double low = is_double ? from : static_cast<double>(static_cast<float>(from));
+  const double span = is_double ? to - from : static_cast<double>(static_cast<float>(to) - static_cast<float>(from));
   {
     std::lock_guard<std::mutex> lock(g.mutex());
     for (double& v : values) {
-      const double u = t.dtype() == kFloat64 ? g.uniform_double() : static_cast<double>(g.uniform_float());
-      v = u * (to - from) + from;
+      const double u = is_double ? g.uniform_double() : static_cast<double>(g.uniform_float());
+      v = u * span + low;
     }
   }
   write_values(t, values);

@@ -353,6 +353,16 @@ Tensor Tensor::clone() const {
   return out;
 }
 
+void Tensor::set_data(const Tensor& other) const {
+  TDDP_CHECK(other.defined(), "set_data: the new data is an undefined tensor");
+  TensorImpl* self = checked();
+  self->storage = other.storage();
+  self->sizes = other.sizes();
+  self->strides = other.strides();
+  self->storage_offset = other.storage_offset();
+  self->dtype = other.dtype();
+}
+
 Tensor Tensor::detach() const { return make_view(*this, sizes(), strides(), storage_offset()); }
 
 // ---- conversion and in-place ops (kernels live in ops.cc / cpu/) --------------------------

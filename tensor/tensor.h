@@ -108,6 +108,10 @@ class Tensor {
   Tensor contiguous() const;
   // A contiguous copy that shares nothing with this tensor.
   Tensor clone() const;
+  // Makes this handle (and every copy of it) refer to `other`'s data: storage, geometry and
+  // dtype, keeping its own autograd metadata (torch's `t.data = other`). Used by
+  // Module::to(); only for tensors without a grad_fn.
+  void set_data(const Tensor& other) const;
 
   // --- conversion -----------------------------------------------------------------------
   Tensor to(DType dtype) const;    // itself when the dtype already matches

@@ -1,0 +1,23 @@
+// Losses with mean reduction, as torch.nn.functional: mse_loss and cross_entropy (int64
+// class targets, computed through log_softmax so that large logits cannot overflow).
+#pragma once
+
+#include "nn/module.h"
+
+namespace tinyddp::nn {
+
+// mean((input - target)^2); shapes must match.
+Tensor mse_loss(const Tensor& input, const Tensor& target);
+// logits [batch, classes], targets [batch] int64 in [0, classes):
+// mean over the batch of -log_softmax(logits)[i, targets[i]].
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+
+// Module forms, for code that passes losses around as objects.
+struct MSELoss {
+  Tensor operator()(const Tensor& input, const Tensor& target) const { return mse_loss(input, target); }
+};
+struct CrossEntropyLoss {
+  Tensor operator()(const Tensor& logits, const Tensor& targets) const { return cross_entropy(logits, targets); }
+};
+
+}  // namespace tinyddp::nn

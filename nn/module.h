@@ -1,0 +1,85 @@
+// Module: the base of every layer and model. It owns named parameters, buffers and child
+// modules in registration order and derives from them everything PyTorch's nn.Module offers:
+// (named_)parameters with dotted names, state_dict / load_state_dict, train/eval, zero_grad,
+// to(dtype/device). Modules are held by std::shared_ptr.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/autograd.h"
+#include "nn/ordered_dict.h"
+
+namespace tinyddp::nn {
+
+using tensor::Device;
+using tensor::DType;
+using tensor::Tensor;
+
+class Module : public std::enable_shared_from_this<Module> {
+ public:
+  // `type_name` is what repr() and error messages call this module ("Linear").
+  explicit Module(std::string type_name = "Module") : type_name_(std::move(type_name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // The forward pass of modules that map one tensor to one tensor (every built-in layer).
+  virtual Tensor forward(const Tensor& input);
+  Tensor operator()(const Tensor& input) { return forward(input); }
+
+  // Registration returns the registered object. Names may not contain '.' or repeat.
+  Tensor register_parameter(const std::string& name, Tensor tensor, bool requires_grad = true);
+  Tensor register_buffer(const std::string& name, Tensor tensor);
+  template <typename M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
+    check_new_name(name, "register_module");
+    TDDP_CHECK(module != nullptr, "register_module: module '{}' is null", name);
+    children_.insert(name, module);
+    return module;
+  }
+
+  // Own entries first, then each child's (depth first), names joined with '.'.
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  OrderedDict<Tensor> named_parameters(bool recurse = true) const;
+  std::vector<Tensor> buffers(bool recurse = true) const;
+  OrderedDict<Tensor> named_buffers(bool recurse = true) const;
+  std::vector<std::shared_ptr<Module>> children() const { return children_.values(); }
+  const OrderedDict<std::shared_ptr<Module>>& named_children() const { return children_; }
+
+  // Parameters and buffers by dotted name (detached aliases of the module's own tensors).
+  OrderedDict<Tensor> state_dict() const;
+  // Copies `state` into the module's tensors in place (so optimizers keep their references).
+  // Everything is checked first: missing or unexpected keys (strict) and shape mismatches
+  // throw one error listing all problems, and the module is left unchanged.
+  void load_state_dict(const OrderedDict<Tensor>& state, bool strict = true);
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // set_to_none: .grad becomes undefined (PyTorch's default); else it is zeroed in place.
+  void zero_grad(bool set_to_none = true);
+
+  // Converts every parameter and buffer in place (the tensor handles stay the same).
+  void to(DType dtype);
+  void to(Device device);
+
+  const std::string& type_name() const { return type_name_; }
+  // "Linear(in_features=10, out_features=5, bias=True)" style, children indented.
+  std::string repr() const;
+  virtual std::string extra_repr() const { return ""; }
+
+ private:
+  void check_new_name(const std::string& name, const char* op) const;
+  void collect(const std::string& prefix, bool recurse, bool params, OrderedDict<Tensor>& out) const;
+
+  std::string type_name_;
+  OrderedDict<Tensor> parameters_;
+  OrderedDict<Tensor> buffers_;
+  OrderedDict<std::shared_ptr<Module>> children_;
+  bool training_ = true;
+};
+
+}  // namespace tinyddp::nn

@@ -1,0 +1,185 @@
+// SGD and Adam/AdamW steps, mirroring torch.optim's single-tensor code paths (PyTorch 1.13 /
+// 2.x foreach=False) operation for operation, and their state for checkpoints.
+#include "nn/optim.h"
+
+#include <cmath>
+
+namespace tinyddp::nn {
+
+using tensor::NoGradGuard;
+
+Optimizer::Optimizer(std::vector<Tensor> params, std::string name) : params_(std::move(params)), name_(std::move(name)) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    TDDP_CHECK(params_[i].defined() && params_[i].is_leaf(), "{}: parameter {} must be a defined leaf tensor", name_, i);
+    TDDP_CHECK(params_[i].is_floating_point(), "{}: parameter {} has dtype {}; optimizers need floating point", name_, i,
+               tensor::dtype_name(params_[i].dtype()));
+  }
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  NoGradGuard no_grad;
+  for (const Tensor& p : params_) {
+    if (!p.grad().defined()) continue;
+    if (set_to_none) {
+      p.mutable_grad() = Tensor();
+    } else {
+      p.grad().zero_();
+    }
+  }
+}
+
+void Optimizer::check_state(const OrderedDict<Tensor>& state, const std::vector<std::string>& keys) const {
+  for (const auto& [name, t] : state) {
+    // "state.<index>.<key>"
+    const size_t first = name.find('.');
+    const size_t second = name.find('.', first + 1);
+    TDDP_CHECK(name.rfind("state.", 0) == 0 && second != std::string::npos,
+               "{}: load_state_dict: unexpected key '{}' (expected state.<index>.<key>)", name_, name);
+    const std::string index_text = name.substr(first + 1, second - first - 1);
+    const std::string key = name.substr(second + 1);
+    size_t index = 0;
+    try {
+      index = std::stoul(index_text);
+    } catch (const std::exception&) {
+      throw Error(fmt::format("{}: load_state_dict: bad parameter index in key '{}'", name_, name));
+    }
+    TDDP_CHECK(index < params_.size(), "{}: load_state_dict: key '{}' refers to parameter {} but there are only {}",
+               name_, name, index, params_.size());
+    TDDP_CHECK(std::find(keys.begin(), keys.end(), key) != keys.end(),
+               "{}: load_state_dict: unexpected state '{}' in key '{}'", name_, key, name);
+    TDDP_CHECK(t.defined(), "{}: load_state_dict: '{}' is undefined", name_, name);
+    if (key != "step") {
+      TDDP_CHECK(t.sizes() == params_[index].sizes(), "{}: load_state_dict: '{}' has shape {} but parameter {} has shape {}",
+                 name_, name, tensor::format_shape(t.sizes()), index, tensor::format_shape(params_[index].sizes()));
+    }
+  }
+}
+
+// ---- SGD --------------------------------------------------------------------------------------
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions options)
+    : Optimizer(std::move(params), "SGD"), options_(options), momentum_buffers_(params_.size()) {
+  TDDP_CHECK(options_.lr() >= 0, "SGD: invalid learning rate {}", options_.lr());
+  TDDP_CHECK(options_.momentum() >= 0, "SGD: invalid momentum {}", options_.momentum());
+  TDDP_CHECK(options_.weight_decay() >= 0, "SGD: invalid weight_decay {}", options_.weight_decay());
+  TDDP_CHECK(!options_.nesterov() || (options_.momentum() > 0 && options_.dampening() == 0),
+             "SGD: nesterov momentum requires a momentum and zero dampening");
+}
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    if (!p.grad().defined()) continue;
+    Tensor d_p = p.grad();
+    if (options_.weight_decay() != 0) d_p = tensor::add(d_p, p, options_.weight_decay());
+    if (options_.momentum() != 0) {
+      Tensor& buf = momentum_buffers_[i];
+      if (!buf.defined()) {
+        buf = d_p.clone();  // the buffer starts as the first gradient
+      } else {
+        buf.mul_(options_.momentum()).add_(d_p, 1 - options_.dampening());
+      }
+      d_p = options_.nesterov() ? tensor::add(d_p, buf, options_.momentum()) : buf;
+    }
+    p.add_(d_p, -options_.lr());
+  }
+}
+
+OrderedDict<Tensor> SGD::state_dict() const {
+  OrderedDict<Tensor> out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (momentum_buffers_[i].defined()) out.insert(fmt::format("state.{}.momentum_buffer", i), momentum_buffers_[i]);
+  }
+  return out;
+}
+
+void SGD::load_state_dict(const OrderedDict<Tensor>& state) {
+  check_state(state, {"momentum_buffer"});
+  std::vector<Tensor> buffers(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (const Tensor* buf = state.find(fmt::format("state.{}.momentum_buffer", i))) {
+      buffers[i] = buf->to(params_[i].dtype()).to(params_[i].device()).clone();
+    }
+  }
+  momentum_buffers_ = std::move(buffers);
+}
+
+// ---- Adam / AdamW -----------------------------------------------------------------------------
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Adam(std::move(params), options, false, "Adam") {}
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, std::string name)
+    : Optimizer(std::move(params), std::move(name)), options_(options), decoupled_(decoupled), state_(params_.size()) {
+  TDDP_CHECK(options_.lr() >= 0, "{}: invalid learning rate {}", name_, options_.lr());
+  TDDP_CHECK(options_.eps() >= 0, "{}: invalid epsilon {}", name_, options_.eps());
+  TDDP_CHECK(options_.beta1() >= 0 && options_.beta1() < 1, "{}: invalid beta1 {}", name_, options_.beta1());
+  TDDP_CHECK(options_.beta2() >= 0 && options_.beta2() < 1, "{}: invalid beta2 {}", name_, options_.beta2());
+  TDDP_CHECK(options_.weight_decay() >= 0, "{}: invalid weight_decay {}", name_, options_.weight_decay());
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamOptions options) : Adam(std::move(params), options, true, "AdamW") {}
+
+void Adam::step() {
+  NoGradGuard no_grad;
+  const double lr = options_.lr(), beta1 = options_.beta1(), beta2 = options_.beta2();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    if (!p.grad().defined()) continue;
+    State& s = state_[i];
+    if (!s.exp_avg.defined()) {
+      s.exp_avg = tensor::zeros_like(p);
+      s.exp_avg_sq = tensor::zeros_like(p);
+    }
+    ++s.step;
+    Tensor grad = p.grad();
+    if (options_.weight_decay() != 0) {
+      if (decoupled_) {
+        p.mul_(1 - lr * options_.weight_decay());  // AdamW: decay the weights
+      } else {
+        grad = tensor::add(grad, p, options_.weight_decay());  // Adam: L2 through the gradient
+      }
+    }
+    s.exp_avg.mul_(beta1).add_(grad, 1 - beta1);
+    // addcmul_(grad, grad, value = 1 - beta2): value * grad * grad, left to right
+    s.exp_avg_sq.mul_(beta2).add_(tensor::mul(tensor::mul(grad, 1 - beta2), grad));
+    const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(s.step));
+    const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(s.step));
+    const double step_size = lr / bias_correction1;
+    const Tensor denom = tensor::div(tensor::sqrt(s.exp_avg_sq), std::sqrt(bias_correction2)).add_(options_.eps());
+    // addcdiv_(exp_avg, denom, value = -step_size): value * exp_avg / denom, left to right
+    p.add_(tensor::div(tensor::mul(s.exp_avg, -step_size), denom));
+  }
+}
+
+OrderedDict<Tensor> Adam::state_dict() const {
+  OrderedDict<Tensor> out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const State& s = state_[i];
+    if (!s.exp_avg.defined()) continue;
+    out.insert(fmt::format("state.{}.step", i), tensor::scalar_tensor(static_cast<double>(s.step), tensor::kInt64));
+    out.insert(fmt::format("state.{}.exp_avg", i), s.exp_avg);
+    out.insert(fmt::format("state.{}.exp_avg_sq", i), s.exp_avg_sq);
+  }
+  return out;
+}
+
+void Adam::load_state_dict(const OrderedDict<Tensor>& state) {
+  check_state(state, {"step", "exp_avg", "exp_avg_sq"});
+  std::vector<State> loaded(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor* step = state.find(fmt::format("state.{}.step", i));
+    const Tensor* avg = state.find(fmt::format("state.{}.exp_avg", i));
+    const Tensor* avg_sq = state.find(fmt::format("state.{}.exp_avg_sq", i));
+    const int present = (step != nullptr) + (avg != nullptr) + (avg_sq != nullptr);
+    TDDP_CHECK(present == 0 || present == 3, "{}: load_state_dict: parameter {} has only part of its state", name_, i);
+    if (present == 0) continue;
+    TDDP_CHECK(step->numel() == 1, "{}: load_state_dict: state.{}.step must have one element", name_, i);
+    loaded[i].step = step->item<int64_t>();
+    loaded[i].exp_avg = avg->to(params_[i].dtype()).to(params_[i].device()).clone();
+    loaded[i].exp_avg_sq = avg_sq->to(params_[i].dtype()).to(params_[i].device()).clone();
+  }
+  state_ = std::move(loaded);
+}
+
+}  // namespace tinyddp::nn

@@ -1,0 +1,124 @@
+// Optimizers with PyTorch's update formulas, operation for operation (so float32 results
+// match torch.optim): SGD (momentum, dampening, nesterov, weight decay) and Adam / AdamW
+// (bias correction). Options are structs with chained setters, as in libtorch.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "nn/module.h"
+
+namespace tinyddp::nn {
+
+class Optimizer {
+ public:
+  Optimizer(std::vector<Tensor> params, std::string name);
+  virtual ~Optimizer() = default;
+
+  // Updates every parameter that has a gradient (inside NoGradGuard).
+  virtual void step() = 0;
+  void zero_grad(bool set_to_none = true);
+  const std::vector<Tensor>& params() const { return params_; }
+  const std::string& name() const { return name_; }
+
+  // Per-parameter state as "state.<index>.<key>" tensors (index = position in params()).
+  virtual OrderedDict<Tensor> state_dict() const = 0;
+  // Restores state saved from an optimizer of the same kind over parameters of the same
+  // shapes; checks everything before changing anything.
+  virtual void load_state_dict(const OrderedDict<Tensor>& state) = 0;
+
+ protected:
+  // Validates `state` against the keys `allowed` may produce for each parameter index.
+  void check_state(const OrderedDict<Tensor>& state, const std::vector<std::string>& keys) const;
+
+  std::vector<Tensor> params_;
+  std::string name_;
+};
+
+struct SGDOptions {
+  explicit SGDOptions(double lr) : lr_(lr) {}
+  SGDOptions& lr(double v) { lr_ = v; return *this; }
+  SGDOptions& momentum(double v) { momentum_ = v; return *this; }
+  SGDOptions& dampening(double v) { dampening_ = v; return *this; }
+  SGDOptions& weight_decay(double v) { weight_decay_ = v; return *this; }
+  SGDOptions& nesterov(bool v) { nesterov_ = v; return *this; }
+  double lr() const { return lr_; }
+  double momentum() const { return momentum_; }
+  double dampening() const { return dampening_; }
+  double weight_decay() const { return weight_decay_; }
+  bool nesterov() const { return nesterov_; }
+
+ private:
+  double lr_;
+  double momentum_ = 0;
+  double dampening_ = 0;
+  double weight_decay_ = 0;
+  bool nesterov_ = false;
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, SGDOptions options);
+  void step() override;
+  OrderedDict<Tensor> state_dict() const override;
+  void load_state_dict(const OrderedDict<Tensor>& state) override;
+  SGDOptions& options() { return options_; }
+
+ private:
+  SGDOptions options_;
+  std::vector<Tensor> momentum_buffers_;  // undefined until a parameter's first step
+};
+
+struct AdamOptions {
+  explicit AdamOptions(double lr = 1e-3) : lr_(lr) {}
+  AdamOptions& lr(double v) { lr_ = v; return *this; }
+  AdamOptions& betas(double beta1, double beta2) { beta1_ = beta1; beta2_ = beta2; return *this; }
+  AdamOptions& eps(double v) { eps_ = v; return *this; }
+  AdamOptions& weight_decay(double v) { weight_decay_ = v; return *this; }
+  double lr() const { return lr_; }
+  double beta1() const { return beta1_; }
+  double beta2() const { return beta2_; }
+  double eps() const { return eps_; }
+  double weight_decay() const { return weight_decay_; }
+
+ private:
+  double lr_;
+  double beta1_ = 0.9;
+  double beta2_ = 0.999;
+  double eps_ = 1e-8;
+  double weight_decay_ = 0;
+};
+
+// Adam; with decoupled = true it is AdamW (decay applied to the weights, not the gradient;
+// AdamW's default weight_decay is 1e-2).
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, AdamOptions options);
+  void step() override;
+  OrderedDict<Tensor> state_dict() const override;
+  void load_state_dict(const OrderedDict<Tensor>& state) override;
+  AdamOptions& options() { return options_; }
+
+ protected:
+  Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, std::string name);
+
+ private:
+  struct State {
+    int64_t step = 0;
+    Tensor exp_avg, exp_avg_sq;
+  };
+  AdamOptions options_;
+  bool decoupled_;
+  std::vector<State> state_;
+};
+
+class AdamW : public Adam {
+ public:
+  // AdamOptions' weight_decay is taken as given; pass AdamWOptions() for the 1e-2 default.
+  AdamW(std::vector<Tensor> params, AdamOptions options);
+};
+
+// AdamW's defaults (weight decay 1e-2).
+inline AdamOptions AdamWOptions(double lr = 1e-3) { return AdamOptions(lr).weight_decay(1e-2); }
+
+}  // namespace tinyddp::nn
