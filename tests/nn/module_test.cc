@@ -1,0 +1,138 @@
+// Module tests: registration and dotted names in PyTorch's order, the seed's ToyModel and
+// Sequential naming, state_dict / load_state_dict with their errors (and the module left
+// unchanged), zero_grad, train/eval, to(dtype) keeping tensor handles, repr.
+#include "tests/nn/nn_test_util.h"
+
+using namespace tinyddp;
+using namespace tinyddp::nn;
+using tensor::Shape;
+using Catch::Contains;
+
+namespace {
+struct Block : Module {
+  Block() : Module("Block") {
+    scale = register_parameter("scale", tensor::ones({2}));
+    running = register_buffer("running", tensor::zeros({2}));
+    inner = register_module("inner", std::make_shared<Linear>(2, 2));
+  }
+  Tensor scale, running;
+  std::shared_ptr<Linear> inner;
+};
+}  // namespace
+
+TEST_CASE("parameters and buffers are named with dots, depth first, in registration order", "[nn][module]") {
+  tensor::manual_seed(0);
+  ToyModel toy;
+  CHECK(toy.named_parameters().keys() == std::vector<std::string>{"net1.weight", "net1.bias", "net2.weight", "net2.bias"});
+  CHECK(toy.parameters().size() == 4);
+  CHECK(toy.net1->weight.sizes() == Shape{10, 10});
+  CHECK(toy.net2->weight.sizes() == Shape{5, 10});
+  CHECK(toy.named_parameters().at("net2.bias").is_same(toy.net2->bias));
+  CHECK(toy.children().size() == 3);
+  for (const Tensor& p : toy.parameters()) CHECK(p.requires_grad());
+
+  const auto seq = mlp({4, 8, 8, 3});
+  CHECK(seq->named_parameters().keys() ==
+        std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"});
+  CHECK(seq->size() == 5);
+  CHECK((*seq)[1]->type_name() == "ReLU");
+  CHECK_THROWS_WITH((*seq)[5], Contains("Sequential: index 5 is out of range for 5 modules"));
+
+  Block block;
+  CHECK(block.named_parameters().keys() == std::vector<std::string>{"scale", "inner.weight", "inner.bias"});
+  CHECK(block.named_buffers().keys() == std::vector<std::string>{"running"});
+  CHECK_FALSE(block.running.requires_grad());
+  // state_dict: each module's parameters, then its buffers, then its children.
+  CHECK(block.state_dict().keys() == std::vector<std::string>{"scale", "running", "inner.weight", "inner.bias"});
+  CHECK(block.named_parameters(false).keys() == std::vector<std::string>{"scale"});
+}
+
+TEST_CASE("registration errors", "[nn][module][errors]") {
+  Module m("Custom");
+  m.register_parameter("w", tensor::zeros({2}));
+  CHECK_THROWS_WITH(m.register_parameter("w", tensor::zeros({2})), Contains("register_parameter: 'w' is already registered in Custom"));
+  CHECK_THROWS_WITH(m.register_buffer("a.b", tensor::zeros({2})), Contains("invalid name 'a.b'"));
+  CHECK_THROWS_WITH(m.register_parameter("x", Tensor()), Contains("parameter 'x' is an undefined tensor"));
+  const Tensor leaf = tensor::ones({2}).requires_grad_();
+  CHECK_THROWS_WITH(m.register_parameter("y", tensor::mul(leaf, 2.0)), Contains("must be a leaf (it was produced by MulBackward)"));
+  CHECK_THROWS_WITH(m.forward(tensor::zeros({1})), Contains("Custom: forward(const Tensor&) is not implemented"));
+  CHECK_THROWS_WITH(mlp({3}), Contains("mlp: need at least an input and an output width"));
+  Linear linear(3, 2);
+  CHECK_THROWS_WITH(linear(tensor::zeros({4, 5})), Contains("Linear: expected input with last dimension 3 (in_features), got shape [4, 5]"));
+}
+
+TEST_CASE("load_state_dict copies in place and reports every problem at once", "[nn][module][state_dict]") {
+  tensor::manual_seed(0);
+  ToyModel a;
+  tensor::manual_seed(1);
+  ToyModel b;
+  const Tensor weight_handle = b.net1->weight;
+  b.load_state_dict(a.state_dict());
+  CHECK(tensor::equal(b.net1->weight, a.net1->weight));
+  CHECK(b.net1->weight.is_same(weight_handle));  // same tensor, new values
+  CHECK_FALSE(b.net1->weight.shares_storage(a.net1->weight));
+
+  tensor::manual_seed(2);
+  ToyModel c;
+  const OrderedDict<Tensor> before = c.state_dict();
+  std::vector<Tensor> snapshot;
+  for (const auto& [name, t] : before) snapshot.push_back(t.clone());
+  OrderedDict<Tensor> bad;
+  bad.insert("net1.weight", tensor::zeros({10, 10}));
+  bad.insert("net1.bias", tensor::zeros({7}));
+  bad.insert("net3.weight", tensor::zeros({1}));
+  try {
+    c.load_state_dict(bad);
+    FAIL("load_state_dict accepted a bad state dict");
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    CHECK_THAT(message, Contains("error(s) loading the state dict of ToyModel (the module is unchanged)"));
+    CHECK_THAT(message, Contains("missing key(s): \"net2.weight\", \"net2.bias\""));
+    CHECK_THAT(message, Contains("unexpected key(s): \"net3.weight\""));
+    CHECK_THAT(message, Contains("size mismatch for net1.bias (checkpoint [7], model [10])"));
+  }
+  size_t i = 0;
+  for (const auto& [name, t] : c.state_dict()) CHECK(tensor::equal(t, snapshot[i++]));  // untouched, even net1.weight
+  // Non-strict loading ignores missing/unexpected keys but still refuses mis-shaped ones.
+  OrderedDict<Tensor> partial;
+  partial.insert("net2.bias", tensor::ones({5}));
+  partial.insert("extra", tensor::ones({1}));
+  c.load_state_dict(partial, /*strict=*/false);
+  CHECK(tensor::equal(c.net2->bias, tensor::ones({5})));
+}
+
+TEST_CASE("zero_grad, train/eval and dtype conversion", "[nn][module]") {
+  tensor::manual_seed(0);
+  ToyModel model;
+  const Tensor loss = mse_loss(model(tensor::randn({3, 10})), tensor::zeros({3, 5}));
+  loss.backward();
+  CHECK(model.net1->weight.grad().defined());
+  model.zero_grad(/*set_to_none=*/false);
+  CHECK(tensor::equal(model.net1->weight.grad(), tensor::zeros({10, 10})));
+  model.zero_grad();
+  CHECK_FALSE(model.net1->weight.grad().defined());
+  CHECK(model.is_training());
+  model.eval();
+  CHECK_FALSE(model.net1->is_training());
+  model.train();
+  CHECK(model.net2->is_training());
+  const Tensor handle = model.net1->weight;
+  const Tensor before = handle.clone();
+  model.to(tensor::kFloat64);
+  CHECK(handle.dtype() == tensor::kFloat64);  // the same handle now holds float64 data
+  CHECK(model.net1->weight.is_same(handle));
+  CHECK(tensor::allclose(handle.to(tensor::kFloat32), before));
+  CHECK(model(tensor::randn({2, 10}, tensor::kFloat64)).dtype() == tensor::kFloat64);
+  CHECK_THROWS_WITH(model.to(tensor::kInt64), Contains("Module::to: expected a floating-point dtype, got int64"));
+}
+
+TEST_CASE("repr prints the module tree like PyTorch", "[nn][module]") {
+  tensor::manual_seed(0);
+  ToyModel model;
+  CHECK(model.repr() ==
+        "ToyModel(\n"
+        "  (net1): Linear(in_features=10, out_features=10, bias=True)\n"
+        "  (relu): ReLU()\n"
+        "  (net2): Linear(in_features=10, out_features=5, bias=True)\n"
+        ")");
+}

@@ -1,0 +1,100 @@
+// Optimizer tests: three steps of every SGD and Adam/AdamW configuration equal PyTorch's
+// parameters after each step; state saved and restored continues identically; errors.
+#include "tests/nn/nn_test_util.h"
+
+using namespace tinyddp;
+using namespace tinyddp::nn;
+using tinyddp::testing::max_abs_diff;
+using tinyddp::testing::nn_fixture;
+using Catch::Contains;
+
+namespace {
+
+std::unique_ptr<Optimizer> make(const std::string& name, const Tensor& p) {
+  if (name == "sgd") return std::make_unique<SGD>(std::vector<Tensor>{p}, SGDOptions(0.1));
+  if (name == "sgd_momentum") return std::make_unique<SGD>(std::vector<Tensor>{p}, SGDOptions(0.1).momentum(0.9));
+  if (name == "sgd_dampening") return std::make_unique<SGD>(std::vector<Tensor>{p}, SGDOptions(0.1).momentum(0.9).dampening(0.3));
+  if (name == "sgd_nesterov") return std::make_unique<SGD>(std::vector<Tensor>{p}, SGDOptions(0.1).momentum(0.9).nesterov(true));
+  if (name == "sgd_weight_decay") return std::make_unique<SGD>(std::vector<Tensor>{p}, SGDOptions(0.1).momentum(0.5).weight_decay(0.1));
+  if (name == "adam") return std::make_unique<Adam>(std::vector<Tensor>{p}, AdamOptions(0.01));
+  if (name == "adam_weight_decay") {
+    return std::make_unique<Adam>(std::vector<Tensor>{p}, AdamOptions(0.01).betas(0.8, 0.9).eps(1e-6).weight_decay(0.1));
+  }
+  return std::make_unique<AdamW>(std::vector<Tensor>{p}, AdamOptions(0.01).weight_decay(0.1));
+}
+
+const std::vector<std::string> kConfigs = {"sgd",  "sgd_momentum",      "sgd_dampening", "sgd_nesterov", "sgd_weight_decay",
+                                           "adam", "adam_weight_decay", "adamw"};
+
+}  // namespace
+
+TEST_CASE("every optimizer configuration matches PyTorch step by step", "[nn][optim][fixture]") {
+  const auto f = load_safetensors(nn_fixture("optim.safetensors")).tensors;
+  for (const std::string& name : kConfigs) {
+    const Tensor p = f.at("p0").clone().requires_grad_();
+    auto optimizer = make(name, p);
+    for (int k = 0; k < 3; ++k) {
+      INFO(name << " step " << k);
+      p.mutable_grad() = f.at("grad" + std::to_string(k)).clone();
+      optimizer->step();
+      CHECK(max_abs_diff(p, f.at(name + ".step" + std::to_string(k))) < 1e-6);
+    }
+  }
+}
+
+TEST_CASE("optimizer state round-trips through a checkpoint", "[nn][optim][checkpoint]") {
+  const auto f = load_safetensors(nn_fixture("optim.safetensors")).tensors;
+  const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
+  for (const std::string& name : {std::string("sgd_momentum"), std::string("adam_weight_decay")}) {
+    INFO(name);
+    // Straight through three steps ...
+    const Tensor p = f.at("p0").clone().requires_grad_();
+    auto straight = make(name, p);
+    for (int k = 0; k < 3; ++k) {
+      p.mutable_grad() = f.at("grad" + std::to_string(k)).clone();
+      straight->step();
+    }
+    // ... equals two steps, a save, a fresh optimizer that loads, and the third step.
+    const Tensor q = f.at("p0").clone().requires_grad_();
+    auto first = make(name, q);
+    for (int k = 0; k < 2; ++k) {
+      q.mutable_grad() = f.at("grad" + std::to_string(k)).clone();
+      first->step();
+    }
+    const std::string path = dir + "/" + name + "_state.safetensors";
+    save_optimizer_state(*first, path);
+    auto resumed = make(name, q);
+    load_optimizer_state(*resumed, path);
+    q.mutable_grad() = f.at("grad2").clone();
+    resumed->step();
+    CHECK(tensor::equal(p, q));
+  }
+  // Loading the wrong kind or mismatched shapes is refused.
+  const Tensor p = tensor::zeros({3, 2}).requires_grad_();
+  SGD sgd({p}, SGDOptions(0.1).momentum(0.9));
+  p.mutable_grad() = tensor::ones({3, 2});
+  sgd.step();
+  const std::string path = dir + "/sgd_state.safetensors";
+  save_optimizer_state(sgd, path);
+  Adam adam({p}, AdamOptions());
+  CHECK_THROWS_WITH(load_optimizer_state(adam, path), Contains("holds SGD state, not Adam"));
+  SGD other({tensor::zeros({2}).requires_grad_()}, SGDOptions(0.1).momentum(0.9));
+  CHECK_THROWS_WITH(load_optimizer_state(other, path), Contains("'state.0.momentum_buffer' has shape [3, 2] but parameter 0 has shape [2]"));
+}
+
+TEST_CASE("optimizer option errors and zero_grad", "[nn][optim][errors]") {
+  const Tensor p = tensor::zeros({2}).requires_grad_();
+  CHECK_THROWS_WITH(SGD({p}, SGDOptions(-1)), Contains("SGD: invalid learning rate -1"));
+  CHECK_THROWS_WITH(SGD({p}, SGDOptions(0.1).nesterov(true)), Contains("nesterov momentum requires a momentum and zero dampening"));
+  CHECK_THROWS_WITH(Adam({p}, AdamOptions().betas(1.0, 0.9)), Contains("Adam: invalid beta1 1"));
+  CHECK_THROWS_WITH(SGD({tensor::arange(3)}, SGDOptions(0.1)), Contains("SGD: parameter 0 has dtype int64"));
+  SGD sgd({p}, SGDOptions(0.5));
+  sgd.step();  // no gradient: nothing happens
+  CHECK(tensor::equal(p, tensor::zeros({2})));
+  p.mutable_grad() = tensor::ones({2});
+  sgd.step();
+  CHECK(p.to_vector<float>() == std::vector<float>{-0.5f, -0.5f});
+  sgd.zero_grad();
+  CHECK_FALSE(p.grad().defined());
+  CHECK(AdamWOptions().weight_decay() == 0.01);
+}
