@@ -1,0 +1,36 @@
+// //examples:train: single-process training of the ToyModel or an MLP, from the command
+// line (CLI11). `bazel run -c opt //examples:train -- --model toy --steps 100`.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "examples/train_lib.h"
+#include "tensor/error.h"
+
+int main(int argc, char** argv) {
+  tinyddp::examples::TrainConfig config;
+  CLI::App app{"Train a model with tinyddp on one process."};
+  app.add_option("--model", config.model, "toy (the seed's ToyModel) or mlp")->check(CLI::IsMember({"toy", "mlp"}));
+  app.add_option("--widths", config.widths, "layer widths of the mlp, e.g. 784,256,10")->delimiter(',');
+  app.add_option("--loss", config.loss, "mse or ce (default: mse for toy, ce for mlp)")->check(CLI::IsMember({"mse", "ce"}));
+  app.add_option("--optimizer", config.optimizer, "sgd or adam")->check(CLI::IsMember({"sgd", "adam"}));
+  app.add_option("--lr", config.lr, "learning rate (default 0.1)")->check(CLI::PositiveNumber);
+  app.add_option("--momentum", config.momentum, "SGD momentum")->check(CLI::NonNegativeNumber);
+  app.add_option("--steps", config.steps, "number of training steps")->check(CLI::PositiveNumber);
+  app.add_option("--seed", config.seed, "seed for the initial weights and the synthetic data");
+  app.add_option("--batch", config.batch, "batch size of the synthetic data (default 20 toy, 64 mlp)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--init", config.init, "safetensors state dict with the initial weights")->check(CLI::ExistingFile);
+  app.add_option("--data", config.data, "safetensors file with 'inputs' and 'targets' batches")->check(CLI::ExistingFile);
+  app.add_option("--save", config.save, "write the final state dict here (safetensors)");
+  app.add_option("--metrics", config.metrics, "write a CSV with one row per step (step,loss)");
+  app.add_option("--log_every", config.log_every, "print progress every N steps (default: about ten lines)")
+      ->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    tinyddp::examples::train(config, std::cout);
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "train: error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,178 @@
+// The training loop of //examples:train: see train_lib.h.
+#include "examples/train_lib.h"
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+
+#include "nn/nn.h"
+
+namespace tinyddp::examples {
+
+namespace t = tinyddp::tensor;
+using t::Tensor;
+
+namespace {
+
+// One batch: inputs [batch, in] and targets ([batch, out] float32 for mse, [batch] int64 for ce).
+struct Batch {
+  Tensor inputs, targets;
+};
+
+// Batches from a file, or generated on the fly from a seed.
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual Batch batch(int64_t step) = 0;
+};
+
+class FileDataset : public Dataset {
+ public:
+  FileDataset(const std::string& path, int64_t steps, int64_t in, int64_t out, bool classification) {
+    const nn::SafetensorsFile file = nn::load_safetensors(path);
+    TDDP_CHECK(file.tensors.contains("inputs") && file.tensors.contains("targets"),
+               "--data {}: expected tensors named 'inputs' and 'targets'", path);
+    inputs_ = file.tensors.at("inputs");
+    targets_ = file.tensors.at("targets");
+    TDDP_CHECK(inputs_.dtype() == t::kFloat32 && inputs_.dim() == 3 && inputs_.size(2) == in,
+               "--data {}: 'inputs' must be float32 [steps, batch, {}], got {} {}", path, in,
+               t::dtype_name(inputs_.dtype()), t::format_shape(inputs_.sizes()));
+    TDDP_CHECK(inputs_.size(0) >= steps, "--data {}: --steps {} but the file holds {} batches", path, steps, inputs_.size(0));
+    const t::Shape want = classification ? t::Shape{inputs_.size(0), inputs_.size(1)}
+                                         : t::Shape{inputs_.size(0), inputs_.size(1), out};
+    const t::DType want_dtype = classification ? t::kInt64 : t::kFloat32;
+    TDDP_CHECK(targets_.dtype() == want_dtype && targets_.sizes() == want,
+               "--data {}: 'targets' must be {} {} for this loss, got {} {}", path, t::dtype_name(want_dtype),
+               t::format_shape(want), t::dtype_name(targets_.dtype()), t::format_shape(targets_.sizes()));
+  }
+  Batch batch(int64_t step) override { return {inputs_[step], targets_[step]}; }
+
+ private:
+  Tensor inputs_, targets_;
+};
+
+// Regression: targets = inputs @ teacher^T + noise, for a fixed random teacher.
+// Classification: class centres in input space; inputs = centre[label] + noise.
+class SyntheticDataset : public Dataset {
+ public:
+  SyntheticDataset(uint64_t seed, int64_t batch, int64_t in, int64_t out, bool classification)
+      : generator_(seed + 1), batch_(batch), out_(out), classification_(classification) {
+    t::NoGradGuard no_grad;
+    // Centres about 4 noise standard deviations apart: learnable, but not trivially.
+    const double scale = (classification ? 3.0 : 1.0) / std::sqrt(static_cast<double>(in));
+    reference_ = t::mul(t::randn({out, in}, {}, &generator_), scale);  // teacher or centres
+  }
+  Batch batch(int64_t /*step*/) override {
+    t::NoGradGuard no_grad;
+    const int64_t in = reference_.size(1);
+    const Tensor noise = t::randn({batch_, in}, {}, &generator_);
+    if (!classification_) {
+      const Tensor x = noise;
+      const Tensor y = t::add(t::matmul(x, reference_.t()), t::mul(t::randn({batch_, out_}, {}, &generator_), 0.1));
+      return {x, y};
+    }
+    // labels = floor(U(0, classes)); one_hot @ centres picks each sample's centre.
+    const Tensor labels = t::rand({batch_}, t::kFloat64, &generator_).mul_(static_cast<double>(out_)).to(t::kInt64);
+    const Tensor one_hot = t::eq(labels.unsqueeze(1), t::arange(out_).unsqueeze(0)).to(t::kFloat32);
+    return {t::add(t::matmul(one_hot, reference_), noise), labels};
+  }
+
+ private:
+  t::Generator generator_;
+  int64_t batch_, out_;
+  bool classification_;
+  Tensor reference_;
+};
+
+}  // namespace
+
+TrainResult train(const TrainConfig& config, std::ostream& log) {
+  TDDP_CHECK(config.model == "toy" || config.model == "mlp", "--model must be toy or mlp, got '{}'", config.model);
+  const std::string loss_name = config.loss.empty() ? (config.model == "toy" ? "mse" : "ce") : config.loss;
+  TDDP_CHECK(loss_name == "mse" || loss_name == "ce", "--loss must be mse or ce, got '{}'", loss_name);
+  TDDP_CHECK(config.optimizer == "sgd" || config.optimizer == "adam", "--optimizer must be sgd or adam, got '{}'",
+             config.optimizer);
+  TDDP_CHECK(config.steps >= 1, "--steps must be at least 1, got {}", config.steps);
+  TDDP_CHECK(config.lr > 0, "--lr must be positive, got {}", config.lr);
+  const bool classification = loss_name == "ce";
+
+  // The model: created right after manual_seed(seed), so its initial weights equal
+  // PyTorch's for the same seed; --init replaces them.
+  t::manual_seed(config.seed);
+  std::shared_ptr<nn::Module> model;
+  int64_t in = 10, out = 5;
+  if (config.model == "toy") {
+    model = std::make_shared<nn::ToyModel>();
+  } else {
+    TDDP_CHECK(config.widths.size() >= 2, "--widths needs at least two numbers, got {}", config.widths.size());
+    model = nn::mlp(config.widths);
+    in = config.widths.front();
+    out = config.widths.back();
+  }
+  TDDP_CHECK(!classification || out >= 2, "--loss ce needs at least 2 output classes, the model has {}", out);
+  if (!config.init.empty()) nn::load_state_dict(*model, config.init);
+
+  const int64_t batch_size = config.batch > 0 ? config.batch : (config.model == "toy" ? 20 : 64);
+  std::unique_ptr<Dataset> data;
+  if (config.data.empty()) {
+    data = std::make_unique<SyntheticDataset>(config.seed, batch_size, in, out, classification);
+  } else {
+    data = std::make_unique<FileDataset>(config.data, config.steps, in, out, classification);
+  }
+
+  std::unique_ptr<nn::Optimizer> optimizer;
+  if (config.optimizer == "sgd") {
+    optimizer = std::make_unique<nn::SGD>(model->parameters(), nn::SGDOptions(config.lr).momentum(config.momentum));
+  } else {
+    optimizer = std::make_unique<nn::Adam>(model->parameters(), nn::AdamOptions(config.lr));
+  }
+
+  std::ofstream metrics;
+  if (!config.metrics.empty()) {
+    metrics.open(config.metrics);
+    TDDP_CHECK(metrics.good(), "--metrics: cannot write {}", config.metrics);
+    metrics << "step,loss\n";
+  }
+
+  log << "training " << config.model << " (" << model->parameters().size() << " parameter tensors) with "
+      << config.optimizer << " lr " << config.lr << ", " << loss_name << " loss, " << config.steps << " steps, "
+      << (config.data.empty() ? "synthetic data" : "data from " + config.data) << "\n";
+  const int64_t log_every = config.log_every > 0 ? config.log_every : std::max<int64_t>(1, config.steps / 10);
+  TrainResult result;
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t step = 0; step < config.steps; ++step) {
+    const Batch b = data->batch(step);
+    optimizer->zero_grad();
+    const Tensor prediction = model->forward(b.inputs);
+    const Tensor loss = classification ? nn::cross_entropy(prediction, b.targets) : nn::mse_loss(prediction, b.targets);
+    const double loss_value = loss.item<double>();
+    TDDP_CHECK(std::isfinite(loss_value), "the loss became {} at step {}; lower --lr", loss_value, step);
+    result.losses.push_back(loss_value);
+    if (classification && step + 1 == config.steps) {
+      result.accuracy = t::mean(t::eq(t::argmax(prediction, 1), b.targets).to(t::kFloat64)).item<double>();
+    }
+    loss.backward();
+    optimizer->step();
+    result.samples += b.inputs.size(0);
+    if (metrics.is_open()) metrics << step << "," << fmt::format("{:.9g}", loss_value) << "\n";
+    if ((step + 1) % log_every == 0 || step + 1 == config.steps) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      log << fmt::format("step {:>{}}/{}  loss {:.6f}  {:.0f} samples/s  elapsed {:.2f} s\n", step + 1,
+                         std::to_string(config.steps).size(), config.steps, loss_value,
+                         static_cast<double>(result.samples) / std::max(elapsed, 1e-9), elapsed);
+    }
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  log << fmt::format("done: {} steps in {:.2f} s ({:.0f} samples/s); loss {:.6f} -> {:.6f}", config.steps,
+                     result.seconds, static_cast<double>(result.samples) / std::max(result.seconds, 1e-9),
+                     result.losses.front(), result.losses.back());
+  if (result.accuracy >= 0) log << fmt::format("; accuracy on the last batch {:.1f}%", 100 * result.accuracy);
+  log << "\n";
+  if (!config.save.empty()) {
+    nn::save_state_dict(*model, config.save);
+    log << "saved the final weights to " << config.save << "\n";
+  }
+  return result;
+}
+
+}  // namespace tinyddp::examples

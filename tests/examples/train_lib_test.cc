@@ -1,0 +1,62 @@
+// //examples:train's loop fed PyTorch's initial weights and data (--init, --data) ends where
+// PyTorch does: the same per-step losses (--metrics) and final weights (--save).
+#include <fstream>
+#include <sstream>
+
+#include "examples/train_lib.h"
+#include "tests/nn/nn_test_util.h"
+
+using namespace tinyddp;
+using tinyddp::testing::max_abs_diff;
+using tinyddp::testing::nn_fixture;
+using Catch::Contains;
+
+TEST_CASE("the training example reproduces PyTorch's ToyModel run", "[examples][train][fixture]") {
+  const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
+  examples::TrainConfig config;
+  config.model = "toy";
+  config.loss = "mse";
+  config.lr = 0.01;
+  config.momentum = 0.9;
+  config.steps = 8;
+  config.init = nn_fixture("toy_init.safetensors");
+  config.data = nn_fixture("toy_data.safetensors");
+  config.save = dir + "/trained.safetensors";
+  config.metrics = dir + "/metrics.csv";
+  std::ostringstream log;
+  const examples::TrainResult result = examples::train(config, log);
+  CHECK_THAT(log.str(), Contains("step 8/8"));
+  const auto expected = nn::load_safetensors(nn_fixture("toy_expected.safetensors")).tensors;
+  const std::vector<double> losses = expected.at("losses").to_vector<double>();
+  REQUIRE(result.losses.size() == 8);
+  for (size_t i = 0; i < 8; ++i) CHECK(std::fabs(result.losses[i] - losses[i]) < 1e-5);
+  const auto saved = nn::load_safetensors(config.save).tensors;
+  for (const std::string name : {"net1.weight", "net1.bias", "net2.weight", "net2.bias"}) {
+    INFO(name);
+    CHECK(max_abs_diff(saved.at(name), expected.at(name)) < 1e-5);
+  }
+  std::ifstream csv(config.metrics);
+  std::string header, first;
+  std::getline(csv, header);
+  std::getline(csv, first);
+  CHECK(header == "step,loss");
+  CHECK(std::fabs(std::stod(first.substr(2)) - losses[0]) < 1e-6);
+}
+
+TEST_CASE("the training example rejects data that does not fit the model", "[examples][train][errors]") {
+  examples::TrainConfig config;
+  config.steps = 9;
+  config.data = nn_fixture("toy_data.safetensors");
+  std::ostringstream log;
+  CHECK_THROWS_WITH(examples::train(config, log), Contains("--steps 9 but the file holds 8 batches"));
+  config.steps = 2;
+  config.loss = "ce";
+  CHECK_THROWS_WITH(examples::train(config, log), Contains("'targets' must be int64 [8, 20] for this loss, got float32 [8, 20, 5]"));
+  config.loss = "mse";
+  config.model = "mlp";
+  config.widths = {12, 5};
+  CHECK_THROWS_WITH(examples::train(config, log), Contains("'inputs' must be float32 [steps, batch, 12]"));
+  config.data = nn_fixture("layers.safetensors");
+  config.widths = {10, 5};
+  CHECK_THROWS_WITH(examples::train(config, log), Contains("expected tensors named 'inputs' and 'targets'"));
+}
