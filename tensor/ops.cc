@@ -612,6 +612,18 @@ Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, t
 
 // ---- matmul -----------------------------------------------------------------------------------
 
+namespace {
+// left @ right (2-D), computed so that the result has the memory layout of `like`: when
+// `like` is a transposed view of a contiguous matrix (Linear's weight.t()), the product is
+// computed as (right^T @ left^T)^T. The view's own backward then hands the parameter a
+// contiguous gradient, which AccumulateGrad adopts without a transposing copy.
+Tensor mm_in_layout_of(const Tensor& left, const Tensor& right, const Tensor& like) {
+  const bool transposed = like.dim() == 2 && like.size(0) > 1 && like.size(1) > 1 && like.stride(0) == 1 &&
+                          like.stride(1) == like.size(0);
+  return transposed ? mm(right.t(), left.t()).t() : mm(left, right);
+}
+}  // namespace
+
 Tensor mm(const Tensor& a, const Tensor& b) {
   check_pair(a, b, "mm");
   check_not_bool(a, "mm", "a");
@@ -629,10 +641,11 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   if (needs_grad(a, b)) {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     record_op("MmBackward", out, {a, b},
-              [sa = SavedTensor(need_b ? a : Tensor()), sb = SavedTensor(need_a ? b : Tensor()), need_a,
-               need_b](const Tensor& g) {
-                return std::vector<Tensor>{need_a ? mm(g, sb.get("MmBackward").t()) : Tensor(),
-                                           need_b ? mm(sa.get("MmBackward").t(), g) : Tensor()};
+              [sa = SavedTensor(a), sb = SavedTensor(b), need_a, need_b](const Tensor& g) {
+                const Tensor& av = sa.get("MmBackward");
+                const Tensor& bv = sb.get("MmBackward");
+                return std::vector<Tensor>{need_a ? mm_in_layout_of(g, bv.t(), av) : Tensor(),
+                                           need_b ? mm_in_layout_of(av.t(), g, bv) : Tensor()};
               });
   }
   return out;
@@ -701,13 +714,20 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (needs_grad(a, b)) {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     record_op("MatmulBackward", out, {a, b},
-              [sa = SavedTensor(need_b ? a2 : Tensor()), sb = SavedTensor(need_a ? b2 : Tensor()), a_shape = a.sizes(),
+              [sa = SavedTensor(a2), sb = SavedTensor(b2), a_shape = a.sizes(),
                b_shape = b.sizes(), a2_shape = a2.sizes(), b2_shape = b2.sizes(), out2_shape = out2.sizes(), need_a,
                need_b](const Tensor& g) {
                 const Tensor g2 = g.reshape(out2_shape);
+                const Tensor& av = sa.get("MatmulBackward");
+                const Tensor& bv = sb.get("MatmulBackward");
                 Tensor ga, gb;
-                if (need_a) ga = sum_to_size(matmul(g2, sb.get("MatmulBackward").transpose(-1, -2)), a2_shape).reshape(a_shape);
-                if (need_b) gb = sum_to_size(matmul(sa.get("MatmulBackward").transpose(-1, -2), g2), b2_shape).reshape(b_shape);
+                if (av.dim() == 2 && bv.dim() == 2) {  // plain matrices: gradients in each input's layout
+                  if (need_a) ga = mm_in_layout_of(g2, bv.t(), av).reshape(a_shape);
+                  if (need_b) gb = mm_in_layout_of(av.t(), g2, bv).reshape(b_shape);
+                } else {
+                  if (need_a) ga = sum_to_size(matmul(g2, bv.transpose(-1, -2)), a2_shape).reshape(a_shape);
+                  if (need_b) gb = sum_to_size(matmul(av.transpose(-1, -2), g2), b2_shape).reshape(b_shape);
+                }
                 return std::vector<Tensor>{ga, gb};
               });
   }

@@ -1,6 +1,7 @@
 // CPU reductions (sum, mean, max with indices) and softmax / log_softmax. Each moves the
 // reduced dims last and makes the data contiguous (a no-op in the common case of reducing
 // trailing dims of a contiguous tensor), then reduces rows of a [outer, inner] matrix.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -23,8 +24,10 @@ struct RowPlan {
   Shape out_shape;
 };
 
-RowPlan plan_rows(const Tensor& x, const Shape& dims, bool keepdim) {
-  const int64_t ndim = x.dim();
+// `x` may be undefined when only the shapes are wanted (the leading-rows path): `sizes` is
+// x's shape either way.
+RowPlan plan_rows(const Tensor& x, const Shape& dims, bool keepdim, const Shape& sizes) {
+  const int64_t ndim = static_cast<int64_t>(sizes.size());
   std::vector<bool> reduced(static_cast<size_t>(ndim), dims.empty());
   for (int64_t d : dims) {
     if (d < ndim) reduced[d] = true;  // a 0-d tensor's dim 0 is its only element
@@ -37,16 +40,41 @@ RowPlan plan_rows(const Tensor& x, const Shape& dims, bool keepdim) {
       continue;
     }
     perm.push_back(d);
-    plan.out_shape.push_back(x.sizes()[d]);
-    plan.outer *= x.sizes()[d];
+    plan.out_shape.push_back(sizes[d]);
+    plan.outer *= sizes[d];
   }
   for (int64_t d = 0; d < ndim; ++d) {
     if (!reduced[d]) continue;
     perm.push_back(d);
-    plan.inner *= x.sizes()[d];
+    plan.inner *= sizes[d];
   }
-  plan.rows = x.permute(perm).contiguous();
+  if (x.defined()) plan.rows = x.permute(perm).contiguous();
   return plan;
+}
+
+// When `dims` are exactly the leading dims of a contiguous tensor (a bias gradient's sum over
+// the batch), returns the number of reduced rows: each row of the remaining `inner` elements
+// is then added element-wise into an accumulator, with no transposing copy. Else 0.
+int64_t leading_rows(const Tensor& x, const Shape& dims, int64_t* inner) {
+  if (dims.empty() || !x.is_contiguous() || static_cast<int64_t>(dims.size()) >= x.dim()) return 0;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (std::find(dims.begin(), dims.end(), static_cast<int64_t>(i)) == dims.end()) return 0;
+  }
+  int64_t rows = 1;
+  *inner = 1;
+  for (int64_t d = 0; d < x.dim(); ++d) (d < static_cast<int64_t>(dims.size()) ? rows : *inner) *= x.sizes()[d];
+  return rows;
+}
+
+// acc[j] = sum over rows i of in[i * inner + j], in the accumulation type A.
+template <typename T, typename A>
+std::vector<A> sum_rows(const T* in, int64_t rows, int64_t inner) {
+  std::vector<A> acc(static_cast<size_t>(inner), A(0));
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* row = in + i * inner;
+    for (int64_t j = 0; j < inner; ++j) acc[j] += static_cast<A>(static_cast<compute_t<T>>(row[j]));
+  }
+  return acc;
 }
 
 template <typename T>
@@ -61,17 +89,24 @@ bool is_nan(T v) {
 }  // namespace
 
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
-  const RowPlan plan = plan_rows(x, dims, keepdim);
+  int64_t inner = 0;
+  const int64_t rows = leading_rows(x, dims, &inner);
+  const RowPlan plan = plan_rows(rows > 0 ? Tensor() : x, dims, keepdim, x.sizes());
   const DType out_dtype = x.dtype() == kBool ? kInt64 : x.dtype();
   Tensor out = empty(plan.out_shape, out_dtype);
   dispatch_all(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
-    const T* in = plan.rows.data_ptr<T>();
     dispatch_all(out_dtype, [&](auto out_tag) {
       using O = typename decltype(out_tag)::type;
       if constexpr (std::is_same_v<O, T> || (std::is_same_v<T, bool> && std::is_same_v<O, int64_t>)) {
         O* o = out.data_ptr<O>();
+        if (rows > 0) {
+          const std::vector<A> acc = sum_rows<T, A>(x.data_ptr<T>(), rows, inner);
+          for (int64_t j = 0; j < inner; ++j) o[j] = static_cast<O>(static_cast<compute_t<O>>(acc[j]));
+          return;
+        }
+        const T* in = plan.rows.data_ptr<T>();
         for (int64_t r = 0; r < plan.outer; ++r) {
           const T* row = in + r * plan.inner;
           A acc = 0;
@@ -85,13 +120,20 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
-  const RowPlan plan = plan_rows(x, dims, keepdim);
+  int64_t inner = 0;
+  const int64_t rows = leading_rows(x, dims, &inner);
+  const RowPlan plan = plan_rows(rows > 0 ? Tensor() : x, dims, keepdim, x.sizes());
   Tensor out = empty(plan.out_shape, x.dtype());
   dispatch_floating(x.dtype(), "mean", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
-    const T* in = plan.rows.data_ptr<T>();
     T* o = out.data_ptr<T>();
+    if (rows > 0) {
+      const std::vector<double> acc = sum_rows<T, double>(x.data_ptr<T>(), rows, inner);
+      for (int64_t j = 0; j < inner; ++j) o[j] = static_cast<T>(static_cast<C>(acc[j] / static_cast<double>(rows)));
+      return;
+    }
+    const T* in = plan.rows.data_ptr<T>();
     for (int64_t r = 0; r < plan.outer; ++r) {
       const T* row = in + r * plan.inner;
       double acc = 0;
@@ -103,7 +145,7 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
 }
 
 std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim) {
-  const RowPlan plan = plan_rows(x, dims, keepdim);
+  const RowPlan plan = plan_rows(x, dims, keepdim, x.sizes());
   Tensor values = empty(plan.out_shape, x.dtype());
   Tensor indices = empty(plan.out_shape, kInt64);
   dispatch_all(x.dtype(), [&](auto tag) {

@@ -1,0 +1,62 @@
+#!/usr/bin/python3
+"""PyTorch side of //bench:train_step: the same steps (zero_grad, forward, loss, backward,
+SGD lr 0.01 momentum 0.9), one thread. Prints "RESULT model=<name> mode=torch median_us=<x>".
+
+Run: OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/torch_train_step.py --model mlp
+"""
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class ToyModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net1 = nn.Linear(10, 10)
+        self.relu = nn.ReLU()
+        self.net2 = nn.Linear(10, 5)
+
+    def forward(self, x):
+        return self.net2(self.relu(self.net1(x)))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", choices=["toy", "mlp"], default="toy")
+    parser.add_argument("--iterations", type=int, default=0)
+    parser.add_argument("--warmup", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    toy = args.model == "toy"
+    iterations = args.iterations or (2000 if toy else 30)
+    if toy:
+        model, inputs, targets = ToyModel(), torch.randn(20, 10), torch.randn(20, 5)
+    else:
+        model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+        inputs, targets = torch.randn(128, 784), torch.randint(0, 10, (128,))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        out = model(inputs)
+        loss = F.mse_loss(out, targets) if toy else F.cross_entropy(out, targets)
+        loss.backward()
+        optimizer.step()
+
+    for _ in range(args.warmup):
+        step()
+    times = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - start) * 1e6)
+    print(f"RESULT model={args.model} mode=torch median_us={statistics.median(times):.1f}")
+
+
+if __name__ == "__main__":
+    main()
