@@ -1,9 +1,10 @@
 // Engine::backward: dependency counting, a deterministic ready queue, input buffers, and
-// final callbacks. One backward runs at a time per thread.
+// final callbacks. One backward runs at a time per thread, and one at a time through any
+// given node (its counters and buffer live in the node).
 #include "autograd/engine.h"
 
+#include <atomic>
 #include <queue>
-#include <unordered_map>
 
 #include "autograd/meta.h"
 #include "tensor/ops.h"
@@ -83,37 +84,50 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
     seeds.emplace_back(std::move(edge), root_gradient(roots[i], grad_roots.empty() ? Tensor() : grad_roots[i], i));
   }
 
-  // 2. Dependencies: how many edges of the reachable graph point at each node. The map also
-  //    keeps every node alive for the duration of the pass.
-  std::unordered_map<Node*, int> dependencies;
-  std::unordered_map<Node*, std::shared_ptr<Node>> alive;
+  // 2. Dependencies: how many edges of the reachable graph point at each node, counted in
+  //    the nodes themselves (pass_ marks which pass the counters belong to). `alive` keeps
+  //    every node alive for the duration of the pass.
+  static std::atomic<uint64_t> pass_counter{0};
+  const uint64_t pass = ++pass_counter;
+  std::vector<std::shared_ptr<Node>> alive;
   std::vector<Node*> stack;
-  for (const auto& [edge, grad] : seeds) {
-    if (alive.emplace(edge.function.get(), edge.function).second) stack.push_back(edge.function.get());
-  }
+  const auto visit = [&](const std::shared_ptr<Node>& node) {
+    if (node->pass_ == pass) return;
+    node->pass_ = pass;
+    node->pending_ = 0;
+    node->buffer_ = Tensor();
+    alive.push_back(node);
+    stack.push_back(node.get());
+  };
+  for (const auto& [edge, grad] : seeds) visit(edge.function);
   while (!stack.empty()) {
     Node* node = stack.back();
     stack.pop_back();
     for (const Edge& next : node->next_edges()) {
       if (!next.is_valid()) continue;
-      ++dependencies[next.function.get()];
-      if (alive.emplace(next.function.get(), next.function).second) stack.push_back(next.function.get());
+      visit(next.function);
+      ++next.function->pending_;
     }
   }
+  // Whatever happens below, no gradient stays behind in a node's buffer.
+  struct ClearBuffers {
+    std::vector<std::shared_ptr<Node>>& nodes;
+    ~ClearBuffers() {
+      for (const auto& node : nodes) node->buffer_ = Tensor();
+    }
+  } clear_buffers{alive};
 
-  // 3. Input buffers, seeded with the root gradients; roots nothing else points at are ready.
-  std::unordered_map<Node*, Tensor> buffers;
-  const auto accumulate = [&buffers](Node* node, const Tensor& grad) {
-    Tensor& slot = buffers[node];
-    slot = slot.defined() ? tensor::add(slot, grad) : grad;
+  // 3. Seed the buffers with the root gradients; roots nothing else points at are ready.
+  const auto accumulate = [](Node* node, const Tensor& grad) {
+    node->buffer_ = node->buffer_.defined() ? tensor::add(node->buffer_, grad) : grad;
   };
   std::priority_queue<ReadyEntry> ready;
   uint64_t arrivals = 0;
   for (const auto& [edge, grad] : seeds) accumulate(edge.function.get(), grad);
   for (const auto& [edge, grad] : seeds) {
     Node* node = edge.function.get();
-    if (dependencies[node] == 0) {
-      dependencies[node] = -1;  // queued once even if several roots share it
+    if (node->pending_ == 0) {
+      node->pending_ = -1;  // queued once even if several roots share it
       ready.push({node->sequence_nr(), arrivals++, node});
     }
   }
@@ -124,11 +138,8 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
   while (!ready.empty()) {
     Node* node = ready.top().node;
     ready.pop();
-    Tensor grad;
-    if (auto it = buffers.find(node); it != buffers.end()) {
-      grad = std::move(it->second);
-      buffers.erase(it);
-    }
+    Tensor grad = std::move(node->buffer_);
+    node->buffer_ = Tensor();
     std::vector<Tensor> outputs(node->next_edges().size());
     if (grad.defined()) {
       grad = node->run_pre_hooks(std::move(grad));
@@ -144,7 +155,7 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
       if (!next.is_valid()) continue;
       Node* child = next.function.get();
       if (outputs[i].defined()) accumulate(child, outputs[i]);
-      if (--dependencies[child] == 0) ready.push({child->sequence_nr(), arrivals++, child});
+      if (--child->pending_ == 0) ready.push({child->sequence_nr(), arrivals++, child});
     }
   }
 

@@ -45,6 +45,8 @@ class RemovableHandle {
 using PreHook = std::function<Tensor(const Tensor& grad)>;
 using PostHook = std::function<void()>;
 
+class Engine;
+
 class Node : public std::enable_shared_from_this<Node> {
  public:
   Node(std::string name, std::vector<Edge> next_edges, uint64_t sequence_nr);
@@ -75,6 +77,13 @@ class Node : public std::enable_shared_from_this<Node> {
   uint64_t next_hook_id_ = 0;
   std::vector<std::pair<uint64_t, PreHook>> pre_hooks_;
   std::vector<std::pair<uint64_t, PostHook>> post_hooks_;
+
+  // Scratch state of the backward pass running through this node (engine.cc), kept here
+  // rather than in per-pass hash maps: one pass at a time may run through a given node.
+  friend class Engine;
+  uint64_t pass_ = 0;  // the pass that last initialised the fields below
+  int pending_ = 0;    // incoming edges that have not delivered yet
+  Tensor buffer_;      // sum of the gradients delivered so far
 };
 
 // A fresh sequence number (monotonic across the process).

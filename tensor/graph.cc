@@ -22,9 +22,9 @@ void record_op(const char* name, const Tensor& output, std::vector<Tensor> input
   throw Error(fmt::format("record_op({}): no input requires grad", name));
 }
 
-SavedTensor::SavedTensor(const Tensor& t) {
+SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
   if (!t.defined()) return;
-  data_ = t.detach();
+  data_ = is_output ? t.detach() : t;
   version_ = t.storage().version();
 }
 

@@ -23,12 +23,13 @@ inline bool needs_grad(const Tensor& a, const Tensor& b) { return needs_grad({&a
 // tensor where an input gets none). Call only when needs_grad(...) is true.
 void record_op(const char* name, const Tensor& output, std::vector<Tensor> inputs, BackwardFn backward);
 
-// A tensor kept for the backward pass: the data only (no autograd history, so an op may save
-// its own output without a reference cycle), plus the storage version at save time.
+// A tensor kept for the backward pass, plus its storage version at save time. An op's own
+// output is kept as a detached alias (its data without its history): holding the output
+// itself would make a cycle output -> grad_fn -> saved output. Inputs are kept as they are.
 class SavedTensor {
  public:
   SavedTensor() = default;
-  explicit SavedTensor(const Tensor& t);
+  explicit SavedTensor(const Tensor& t, bool is_output = false);
   // The saved data; throws naming `node` if it was modified in place since it was saved.
   const Tensor& get(const char* node) const;
 

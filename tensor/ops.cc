@@ -290,7 +290,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
   if (needs_grad(a, b)) {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     record_op("DivBackward", out, {a, b},
-              [sb = SavedTensor(b), so = SavedTensor(need_b ? out : Tensor()), a_shape = a.sizes(), b_shape = b.sizes(),
+              [sb = SavedTensor(b), so = SavedTensor(need_b ? out : Tensor(), true), a_shape = a.sizes(), b_shape = b.sizes(),
                need_a, need_b](const Tensor& g) {
                 const Tensor& bv = sb.get("DivBackward");
                 return std::vector<Tensor>{
@@ -378,7 +378,7 @@ namespace {
 template <typename F>
 Tensor record_unary(const Tensor& x, const Tensor& out, const char* node, const Tensor& saved, F factor) {
   if (needs_grad(x)) {
-    record_op(node, out, {x}, [s = SavedTensor(saved), node, factor](const Tensor& g) {
+    record_op(node, out, {x}, [s = SavedTensor(saved, saved.is_same(out)), node, factor](const Tensor& g) {
       return std::vector<Tensor>{mul(g, factor(s.get(node)))};
     });
   }
@@ -402,7 +402,7 @@ Tensor relu(const Tensor& x) {
   const Tensor out = numeric_unary(cpu::UnaryOp::kRelu, x, "relu");
   // grad_x = grad_out where out > 0, else 0 (one fused pass)
   if (needs_grad(x)) {
-    record_op("ReluBackward", out, {x}, [so = SavedTensor(out)](const Tensor& g) {
+    record_op("ReluBackward", out, {x}, [so = SavedTensor(out, true)](const Tensor& g) {
       return std::vector<Tensor>{binary(cpu::BinaryOp::kReluBackward, g, so.get("ReluBackward"), 1.0, "relu_backward")};
     });
   }
@@ -528,7 +528,7 @@ Tensor max(const Tensor& x) {
   }
   // grad_x: grad_out shared evenly among the elements equal to the maximum (all NaNs if NaN)
   if (needs_grad(x)) {
-    record_op("MaxBackward", out, {x}, [sx = SavedTensor(x), so = SavedTensor(out)](const Tensor& g) {
+    record_op("MaxBackward", out, {x}, [sx = SavedTensor(x), so = SavedTensor(out, true)](const Tensor& g) {
       const Tensor& xv = sx.get("MaxBackward");
       const Tensor& best = so.get("MaxBackward");
       const bool nan = std::isnan(best.item<double>());
@@ -593,12 +593,12 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log, const char* op) {
   if (!needs_grad(x)) return out;
   if (log) {
     // y = log_softmax(x): grad_x = grad_out - exp(y) * sum(grad_out, d)
-    record_op("LogSoftmaxBackward", out, {x}, [so = SavedTensor(out), d](const Tensor& g) {
+    record_op("LogSoftmaxBackward", out, {x}, [so = SavedTensor(out, true), d](const Tensor& g) {
       return std::vector<Tensor>{sub(g, mul(exp(so.get("LogSoftmaxBackward")), sum(g, {d}, true)))};
     });
   } else {
     // y = softmax(x): grad_x = y * (grad_out - sum(grad_out * y, d))
-    record_op("SoftmaxBackward", out, {x}, [so = SavedTensor(out), d](const Tensor& g) {
+    record_op("SoftmaxBackward", out, {x}, [so = SavedTensor(out, true), d](const Tensor& g) {
       const Tensor& y = so.get("SoftmaxBackward");
       return std::vector<Tensor>{mul(y, sub(g, sum(mul(g, y), {d}, true)))};
     });

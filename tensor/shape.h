@@ -7,9 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "tensor/small_vector.h"
+
 namespace tinyddp::tensor {
 
-using Shape = std::vector<int64_t>;
+// Sizes, strides and dim lists: up to 6 entries without a heap allocation.
+using Shape = SmallVector<int64_t, 6>;
 
 // "[2, 3]" (PyTorch's spelling of torch.Size in error messages).
 std::string format_shape(const Shape& shape);

@@ -67,11 +67,11 @@ decltype(auto) dispatch_floating(DType dtype, const char* op, F&& f) {
 // 0 for dims that are new or of size 1 in t.
 Shape broadcast_strides(const Tensor& t, const Shape& shape);
 
-// The coalesced iteration space of N operands over one shape.
+// The coalesced iteration space of N operands over one shape (inline up to 6 dims).
 template <size_t N>
 struct StridedPlan {
-  Shape sizes;                    // outer dims first; the last one is the inner loop
-  std::vector<std::array<int64_t, N>> strides;  // per dim, per operand
+  Shape sizes;                                      // outer dims first; the last one is the inner loop
+  SmallVector<std::array<int64_t, N>, 6> strides;  // per dim, per operand
 };
 
 template <size_t N>
@@ -111,11 +111,24 @@ void for_each_strided(const Shape& shape, const std::array<Shape, N>& strides, F
   for (int64_t size : shape) {
     if (size == 0) return;
   }
+  // Fast path: every operand row-major over the whole shape is one flat row.
+  bool dense = true;
+  int64_t numel = 1;
+  for (size_t d = shape.size(); d-- > 0 && dense;) {
+    for (size_t k = 0; k < N; ++k) dense &= shape[d] == 1 || strides[k][d] == numel;
+    numel *= shape[d];
+  }
+  if (dense) {
+    std::array<int64_t, N> zeros{}, ones;
+    ones.fill(1);
+    inner(numel, zeros, ones);
+    return;
+  }
   const StridedPlan<N> plan = plan_strided<N>(shape, strides);
   const size_t outer_dims = plan.sizes.size() - 1;
   const int64_t n = plan.sizes.back();
   const std::array<int64_t, N> inner_strides = plan.strides.back();
-  std::vector<int64_t> counter(outer_dims, 0);
+  Shape counter(outer_dims, 0);
   std::array<int64_t, N> offsets{};
   while (true) {
     inner(n, offsets, inner_strides);
