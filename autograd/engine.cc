@@ -89,8 +89,11 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
   //    every node alive for the duration of the pass.
   static std::atomic<uint64_t> pass_counter{0};
   const uint64_t pass = ++pass_counter;
-  std::vector<std::shared_ptr<Node>> alive;
-  std::vector<Node*> stack;
+  // Scratch vectors reused by every pass on this thread (passes are not reentrant).
+  thread_local std::vector<std::shared_ptr<Node>> alive;
+  thread_local std::vector<Node*> stack;
+  alive.clear();
+  stack.clear();
   const auto visit = [&](const std::shared_ptr<Node>& node) {
     if (node->pass_ == pass) return;
     node->pass_ = pass;
@@ -114,6 +117,7 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
     std::vector<std::shared_ptr<Node>>& nodes;
     ~ClearBuffers() {
       for (const auto& node : nodes) node->buffer_ = Tensor();
+      nodes.clear();  // drops this pass's references to the graph
     }
   } clear_buffers{alive};
 

@@ -25,17 +25,15 @@ Edge gradient_edge(const Tensor& t) {
   return {};
 }
 
-void AutogradMeta::record_op(const char* name, const Tensor& output, std::vector<Tensor> inputs,
+void AutogradMeta::record_op(const char* name, const Tensor& output, std::span<const Tensor> inputs,
                              tensor::BackwardFn backward) const {
   std::vector<Edge> edges;
-  std::vector<Shape> shapes;
   edges.reserve(inputs.size());
-  shapes.reserve(inputs.size());
   for (const Tensor& input : inputs) {
     edges.push_back(gradient_edge(input));
-    shapes.push_back(input.sizes());
+    if (input.defined()) edges.back().shape = input.sizes();
   }
-  auto node = std::make_shared<FunctionNode>(name, std::move(edges), std::move(shapes), std::move(backward));
+  auto node = std::make_shared<FunctionNode>(name, std::move(edges), std::move(backward));
   ensure_meta(output).grad_fn_ = std::move(node);
 }
 

@@ -64,11 +64,8 @@ uint64_t next_sequence_nr() {
   return counter.fetch_add(1, std::memory_order_relaxed);
 }
 
-FunctionNode::FunctionNode(std::string name, std::vector<Edge> next_edges, std::vector<Shape> input_shapes,
-                           tensor::BackwardFn backward)
-    : Node(std::move(name), std::move(next_edges), next_sequence_nr()),
-      input_shapes_(std::move(input_shapes)),
-      backward_(std::move(backward)) {}
+FunctionNode::FunctionNode(std::string name, std::vector<Edge> next_edges, tensor::BackwardFn backward)
+    : Node(std::move(name), std::move(next_edges), next_sequence_nr()), backward_(std::move(backward)) {}
 
 std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
   TDDP_CHECK(!released_,
@@ -76,12 +73,13 @@ std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
              "backward; pass retain_graph=true to the first backward if you need to run it twice",
              name());
   std::vector<Tensor> grads = backward_(grad_output);
-  TDDP_CHECK(grads.size() == input_shapes_.size(), "{}: the backward formula returned {} gradients for {} inputs", name(),
-             grads.size(), input_shapes_.size());
+  TDDP_CHECK(grads.size() == next_edges().size(), "{}: the backward formula returned {} gradients for {} inputs",
+             name(), grads.size(), next_edges().size());
   for (size_t i = 0; i < grads.size(); ++i) {
-    TDDP_CHECK(!grads[i].defined() || grads[i].sizes() == input_shapes_[i],
+    const Shape& expected = next_edges()[i].shape;
+    TDDP_CHECK(!grads[i].defined() || grads[i].sizes() == expected,
                "{}: the gradient for input {} has shape {} but the input has shape {}", name(), i,
-               tensor::format_shape(grads[i].sizes()), tensor::format_shape(input_shapes_[i]));
+               tensor::format_shape(grads[i].sizes()), tensor::format_shape(expected));
   }
   return grads;
 }

@@ -21,10 +21,12 @@ class Node;
 
 // Where a gradient goes next: input `input_nr` of `function` (every tinyddp node has one
 // input, the gradient of its single output, so input_nr is 0). Invalid when the tensor it
-// stands for does not require grad.
+// stands for does not require grad. `shape` is that tensor's shape, which the gradient sent
+// along the edge must have (FunctionNode checks it).
 struct Edge {
   std::shared_ptr<Node> function;
   uint32_t input_nr = 0;
+  Shape shape;
   bool is_valid() const { return function != nullptr; }
 };
 
@@ -89,17 +91,15 @@ class Node : public std::enable_shared_from_this<Node> {
 // A fresh sequence number (monotonic across the process).
 uint64_t next_sequence_nr();
 
-// The node a differentiable tensor op records: its backward closure, the shapes of its
-// inputs (to check what the closure returns), and a flag once its saved tensors are freed.
+// The node a differentiable tensor op records: its backward closure (checked against the
+// input shapes on its edges) and a flag once its saved tensors are freed.
 class FunctionNode final : public Node {
  public:
-  FunctionNode(std::string name, std::vector<Edge> next_edges, std::vector<Shape> input_shapes,
-               tensor::BackwardFn backward);
+  FunctionNode(std::string name, std::vector<Edge> next_edges, tensor::BackwardFn backward);
   std::vector<Tensor> apply(const Tensor& grad_output) override;
   void release_saved() override;
 
  private:
-  std::vector<Shape> input_shapes_;
   tensor::BackwardFn backward_;
   bool released_ = false;
 };

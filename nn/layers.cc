@@ -27,8 +27,7 @@ Tensor Linear::forward(const Tensor& input) {
              "Linear: expected input with last dimension {} (in_features), got shape {}", in_features,
              tensor::format_shape(input.sizes()));
   // input: [..., in], weight: [out, in] -> [..., out]
-  const Tensor out = tensor::matmul(input, weight.t());
-  return bias.defined() ? tensor::add(out, bias) : out;
+  return tensor::linear(input, weight, bias);
 }
 
 std::string Linear::extra_repr() const {

@@ -1,14 +1,35 @@
-// mse_loss and cross_entropy: see loss.h.
+// mse_loss and cross_entropy: see loss.h. Each loss is one graph node (as PyTorch's fused
+// loss kernels), with its backward formula right below its forward.
 #include "nn/loss.h"
 
+#include "tensor/graph.h"
+
 namespace tinyddp::nn {
+
+using tensor::NoGradGuard;
+using tensor::SavedTensor;
 
 Tensor mse_loss(const Tensor& input, const Tensor& target) {
   TDDP_CHECK(input.defined() && target.defined(), "mse_loss: undefined input or target");
   TDDP_CHECK(input.sizes() == target.sizes(), "mse_loss: input shape {} and target shape {} differ",
              tensor::format_shape(input.sizes()), tensor::format_shape(target.sizes()));
-  const Tensor diff = tensor::sub(input, target);
-  return tensor::mean(tensor::mul(diff, diff));
+  Tensor diff, out;
+  {
+    NoGradGuard no_grad;
+    diff = tensor::sub(input, target);
+    out = tensor::mean(tensor::mul(diff, diff));
+  }
+  // grad_input = grad_out * 2 (input - target) / n, grad_target = -grad_input
+  if (tensor::needs_grad(input, target)) {
+    const bool need_input = input.requires_grad(), need_target = target.requires_grad();
+    tensor::record_op("MseLossBackward", out, {input, target},
+                      [sd = SavedTensor(diff), n = static_cast<double>(input.numel()), need_input,
+                       need_target](const Tensor& g) {
+                        const Tensor grad = tensor::mul(sd.get("MseLossBackward"), tensor::mul(g, 2.0 / n));
+                        return std::vector<Tensor>{need_input ? grad : Tensor(), need_target ? tensor::neg(grad) : Tensor()};
+                      });
+  }
+  return out;
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
@@ -27,10 +48,25 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
     TDDP_CHECK(low >= 0 && high < classes, "cross_entropy: target {} is out of bounds for {} classes",
                low < 0 ? low : high, classes);
   }
-  // one_hot[i, c] = (targets[i] == c): picks each row's target log-probability.
-  const Tensor one_hot = tensor::eq(targets.unsqueeze(1), tensor::arange(classes).unsqueeze(0)).to(logits.dtype());
-  const Tensor picked = tensor::sum(tensor::mul(tensor::log_softmax(logits, 1), one_hot), {1});
-  return tensor::neg(tensor::mean(picked));
+  Tensor log_probs, one_hot, out;
+  {
+    NoGradGuard no_grad;
+    // one_hot[i, c] = (targets[i] == c): picks each row's target log-probability.
+    one_hot = tensor::eq(targets.unsqueeze(1), tensor::arange(classes).unsqueeze(0)).to(logits.dtype());
+    log_probs = tensor::log_softmax(logits, 1);
+    out = tensor::neg(tensor::mean(tensor::sum(tensor::mul(log_probs, one_hot), {1})));
+  }
+  // grad_logits [batch, classes] = grad_out * (softmax(logits) - one_hot) / batch
+  if (tensor::needs_grad(logits)) {
+    tensor::record_op("CrossEntropyBackward", out, {logits, targets},
+                      [sl = SavedTensor(log_probs), so = SavedTensor(one_hot),
+                       batch = static_cast<double>(logits.size(0))](const Tensor& g) {
+                        const Tensor probs = tensor::exp(sl.get("CrossEntropyBackward"));
+                        const Tensor grad = tensor::mul(tensor::sub(probs, so.get("CrossEntropyBackward")), tensor::div(g, batch));
+                        return std::vector<Tensor>{grad, Tensor()};
+                      });
+  }
+  return out;
 }
 
 }  // namespace tinyddp::nn

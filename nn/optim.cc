@@ -57,6 +57,32 @@ void Optimizer::check_state(const OrderedDict<Tensor>& state, const std::vector<
 
 // ---- SGD --------------------------------------------------------------------------------------
 
+namespace {
+
+// The SGD update of one contiguous float32/float64 parameter in a single pass: exactly the
+// float operations of the op-by-op path in SGD::step (same order, each result rounded to T),
+// so both paths give bit-identical parameters; this one just skips the temporaries.
+template <typename T>
+void sgd_fused(T* p, const T* g, T* buf, int64_t n, const SGDOptions& o, bool first_step) {
+  const T wd = static_cast<T>(o.weight_decay());
+  const T momentum = static_cast<T>(o.momentum());
+  const T keep = static_cast<T>(1 - o.dampening());
+  const T step = static_cast<T>(-o.lr());
+  const bool use_wd = o.weight_decay() != 0, use_momentum = o.momentum() != 0, nesterov = o.nesterov();
+  for (int64_t i = 0; i < n; ++i) {
+    T d = g[i];
+    if (use_wd) d = d + wd * p[i];
+    if (use_momentum) {
+      const T b = first_step ? d : static_cast<T>(buf[i] * momentum) + keep * d;
+      buf[i] = b;
+      d = nesterov ? d + momentum * b : b;
+    }
+    p[i] = p[i] + step * d;
+  }
+}
+
+}  // namespace
+
 SGD::SGD(std::vector<Tensor> params, SGDOptions options)
     : Optimizer(std::move(params), "SGD"), options_(options), momentum_buffers_(params_.size()) {
   TDDP_CHECK(options_.lr() >= 0, "SGD: invalid learning rate {}", options_.lr());
@@ -71,10 +97,27 @@ void SGD::step() {
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
-    Tensor d_p = p.grad();
+    Tensor& buf = momentum_buffers_[i];
+    const Tensor& grad = p.grad();
+    const bool fusable = p.is_cpu() && p.is_contiguous() && grad.is_contiguous() && grad.dtype() == p.dtype() &&
+                         grad.sizes() == p.sizes() && (p.dtype() == tensor::kFloat32 || p.dtype() == tensor::kFloat64);
+    if (fusable) {
+      const bool first_step = options_.momentum() != 0 && !buf.defined();
+      if (first_step) buf = tensor::empty_like(p);
+      if (p.dtype() == tensor::kFloat32) {
+        sgd_fused<float>(p.data_ptr<float>(), grad.data_ptr<float>(), buf.defined() ? buf.data_ptr<float>() : nullptr,
+                         p.numel(), options_, first_step);
+      } else {
+        sgd_fused<double>(p.data_ptr<double>(), grad.data_ptr<double>(), buf.defined() ? buf.data_ptr<double>() : nullptr,
+                          p.numel(), options_, first_step);
+      }
+      p.storage().bump_version();
+      continue;
+    }
+    // The same update op by op (any layout or dtype).
+    Tensor d_p = grad;
     if (options_.weight_decay() != 0) d_p = tensor::add(d_p, p, options_.weight_decay());
     if (options_.momentum() != 0) {
-      Tensor& buf = momentum_buffers_[i];
       if (!buf.defined()) {
         buf = d_p.clone();  // the buffer starts as the first gradient
       } else {

@@ -11,11 +11,12 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   return false;
 }
 
-void record_op(const char* name, const Tensor& output, std::vector<Tensor> inputs, BackwardFn backward) {
+void record_op(const char* name, const Tensor& output, std::initializer_list<Tensor> inputs, BackwardFn backward) {
   for (const Tensor& input : inputs) {
     if (input.defined() && input.requires_grad()) {
       // Any tracked input's metadata can build the node; the first one does.
-      input.autograd_meta()->record_op(name, output, std::move(inputs), std::move(backward));
+      input.autograd_meta()->record_op(name, output, std::span<const Tensor>(inputs.begin(), inputs.size()),
+                                       std::move(backward));
       return;
     }
   }

@@ -696,14 +696,14 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   check_pair(a, b, "matmul");
   TDDP_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dimension, got shapes {} and {}",
              format_shape(a.sizes()), format_shape(b.sizes()));
-  // Vectors become matrices for the product and lose that dim again afterwards.
-  const Tensor a2 = a.dim() == 1 ? a.detach().unsqueeze(0) : a.detach();
-  const Tensor b2 = b.dim() == 1 ? b.detach().unsqueeze(1) : b.detach();
-  TDDP_CHECK(a2.size(-1) == b2.size(-2), "matmul: shapes {} and {} cannot be multiplied ({} != {})",
-             format_shape(a.sizes()), format_shape(b.sizes()), a2.size(-1), b2.size(-2));
-  Tensor out2;
+  Tensor a2, b2, out2;
   {
     NoGradGuard no_grad;
+    // Vectors become matrices for the product and lose that dim again afterwards.
+    a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+    b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+    TDDP_CHECK(a2.size(-1) == b2.size(-2), "matmul: shapes {} and {} cannot be multiplied ({} != {})",
+               format_shape(a.sizes()), format_shape(b.sizes()), a2.size(-1), b2.size(-2));
     out2 = batched_mm(a2, b2);
   }
   Tensor out = out2;
@@ -729,6 +729,53 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                   if (need_b) gb = sum_to_size(matmul(av.transpose(-1, -2), g2), b2_shape).reshape(b_shape);
                 }
                 return std::vector<Tensor>{ga, gb};
+              });
+  }
+  return out;
+}
+
+Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
+  check_defined(input, "linear", "input");
+  check_defined(weight, "linear", "weight");
+  check_same_dtype(input, weight, "linear", "input", "weight");
+  check_same_device(input, weight, "linear", "input", "weight");
+  check_not_bool(input, "linear", "input");
+  TDDP_CHECK(weight.dim() == 2, "linear: 'weight' must be 2-D [out, in], got shape {}", format_shape(weight.sizes()));
+  const int64_t in_features = weight.size(1), out_features = weight.size(0);
+  TDDP_CHECK(input.dim() >= 1 && input.size(-1) == in_features,
+             "linear: input of shape {} does not end in in_features {} (weight shape {})", format_shape(input.sizes()),
+             in_features, format_shape(weight.sizes()));
+  if (bias.defined()) {
+    check_same_dtype(input, bias, "linear", "input", "bias");
+    check_same_device(input, bias, "linear", "input", "bias");
+    TDDP_CHECK(bias.dim() == 1 && bias.size(0) == out_features, "linear: 'bias' must have shape [{}], got {}",
+               out_features, format_shape(bias.sizes()));
+  }
+  check_cpu(input, "linear");
+  Shape out_shape = input.sizes();
+  out_shape.back() = out_features;
+  Tensor x2, out;
+  {
+    NoGradGuard no_grad;
+    x2 = input.dim() == 2 ? input : input.reshape({-1, in_features});
+    const Tensor out2 = new_output({x2.size(0), out_features}, input.dtype(), input.device());
+    cpu::mm(out2, x2, weight.t());  // x2 [n, in] @ weight^T [in, out]
+    if (bias.defined()) cpu::binary(cpu::BinaryOp::kAdd, out2, out2, bias, 1.0);
+    out = out2.reshape(out_shape);
+  }
+  // grad_out: [n, out] -> grad_input = grad_out @ weight: [n, in],
+  // grad_weight = grad_out^T @ input: [out, in] (contiguous), grad_bias = sum over rows: [out]
+  if (needs_grad({&input, &weight, &bias})) {
+    const bool need_input = input.requires_grad(), need_weight = weight.requires_grad();
+    const bool need_bias = bias.defined() && bias.requires_grad();
+    record_op("LinearBackward", out, {input, weight, bias},
+              [sx = SavedTensor(need_weight ? x2 : Tensor()), sw = SavedTensor(need_input ? weight : Tensor()),
+               in_shape = input.sizes(), out_features, need_input, need_weight, need_bias](const Tensor& g) {
+                const Tensor g2 = g.reshape({-1, out_features});
+                return std::vector<Tensor>{
+                    need_input ? mm(g2, sw.get("LinearBackward")).reshape(in_shape) : Tensor(),
+                    need_weight ? mm(g2.t(), sx.get("LinearBackward")) : Tensor(),
+                    need_bias ? sum(g2, {0}) : Tensor()};
               });
   }
   return out;

@@ -74,6 +74,10 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 // 1-D/2-D/batched as torch.matmul: batch dims broadcast; transposed views are used in place.
 Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor mm(const Tensor& a, const Tensor& b);  // strictly 2-D x 2-D
+// input [..., in] @ weight^T [in, out] + bias [out] (bias may be undefined), as
+// torch.nn.functional.linear: one GEMM and one graph node, whose backward computes the
+// weight gradient directly in the weight's layout.
+Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor());
 
 // Sums `grad` over the dims that broadcasting expanded, giving it `shape` (the gradient of a
 // broadcast input; torch.Tensor.sum_to_size).

@@ -43,18 +43,42 @@ Allocator* allocator_for(Device device) {
   throw Error("allocator_for: unknown device type");
 }
 
-Storage::Storage(size_t nbytes, Device device) : Storage(nbytes, allocator_for(device)) {}
+Storage::Storage(size_t nbytes, Device device) {
+  if (!device.is_cpu()) {
+    *this = Storage(nbytes, allocator_for(device));
+    return;
+  }
+  // One malloc holds the header and the bytes, which start at the first 64-byte boundary
+  // after the header (plain malloc is much cheaper than aligned_alloc for small blocks).
+  TDDP_CHECK(nbytes <= SIZE_MAX - sizeof(Impl) - kCpuAlignment, "CPU allocator: {} bytes is too large", nbytes);
+  void* block = std::malloc(sizeof(Impl) + kCpuAlignment + nbytes);
+  TDDP_CHECK(block != nullptr, "CPU allocator: out of memory allocating {} bytes", nbytes);
+  impl_ = new (block) Impl();
+  const auto first = reinterpret_cast<uintptr_t>(block) + sizeof(Impl);
+  impl_->data = reinterpret_cast<void*>((first + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment);
+  impl_->nbytes = nbytes;
+  impl_->device = kCPU;
+}
 
-Storage::Storage(size_t nbytes, Allocator* allocator) : impl_(std::make_shared<Impl>()) {
+Storage::Storage(size_t nbytes, Allocator* allocator) {
   TDDP_CHECK(allocator != nullptr, "Storage: allocator is null");
-  impl_->data = allocator->allocate(nbytes);
+  void* data = allocator->allocate(nbytes);
+  impl_ = new Impl();
+  impl_->data = data;
   impl_->nbytes = nbytes;
   impl_->device = allocator->device();
   impl_->allocator = allocator;
 }
 
-Storage::Impl::~Impl() {
-  if (allocator != nullptr) allocator->deallocate(data, nbytes);
+void Storage::release(Impl* impl) {
+  if (impl == nullptr || impl->references.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (impl->allocator == nullptr) {
+    impl->~Impl();
+    std::free(impl);  // header and bytes were one malloc block
+  } else {
+    impl->allocator->deallocate(impl->data, impl->nbytes);
+    delete impl;
+  }
 }
 
 }  // namespace tinyddp::tensor

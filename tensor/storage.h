@@ -26,10 +26,32 @@ Allocator* cpu_allocator();
 Allocator* allocator_for(Device device);
 
 // A shared handle to a block of bytes on one device. Copies share the block; it is returned
-// to its allocator when the last handle (tensor or view) goes away.
+// to its allocator when the last handle (tensor or view) goes away. The reference count
+// lives in the block's header, and CPU storage keeps its bytes in the same allocation, so a
+// new CPU tensor's storage costs one malloc.
 class Storage {
  public:
   Storage() = default;
+  Storage(const Storage& other) : impl_(other.impl_) { retain(); }
+  Storage(Storage&& other) noexcept : impl_(other.impl_) { other.impl_ = nullptr; }
+  Storage& operator=(const Storage& other) {
+    if (impl_ != other.impl_) {
+      Impl* old = impl_;
+      impl_ = other.impl_;
+      retain();
+      release(old);
+    }
+    return *this;
+  }
+  Storage& operator=(Storage&& other) noexcept {
+    if (this != &other) {
+      release(impl_);
+      impl_ = other.impl_;
+      other.impl_ = nullptr;
+    }
+    return *this;
+  }
+  ~Storage() { release(impl_); }
   // Allocates `nbytes` on `device`.
   Storage(size_t nbytes, Device device);
   // Allocates `nbytes` from a specific allocator (on allocator->device()).
@@ -39,7 +61,7 @@ class Storage {
   size_t nbytes() const { return impl_ ? impl_->nbytes : 0; }
   Device device() const { return impl_ ? impl_->device : Device(); }
   bool defined() const { return impl_ != nullptr; }
-  long use_count() const { return impl_.use_count(); }
+  long use_count() const { return impl_ ? impl_->references.load(std::memory_order_relaxed) : 0; }
   bool is_same(const Storage& other) const { return impl_ == other.impl_; }
   // Counts in-place writes into this storage through any tensor or view, so that autograd
   // can tell when a tensor saved for backward was modified (see tensor/graph.h).
@@ -53,11 +75,16 @@ class Storage {
     void* data = nullptr;
     size_t nbytes = 0;
     Device device;
-    Allocator* allocator = nullptr;
+    Allocator* allocator = nullptr;  // null: the bytes follow this header in one CPU block
+    std::atomic<long> references{1};
     std::atomic<uint64_t> version{0};
-    ~Impl();
   };
-  std::shared_ptr<Impl> impl_;
+  void retain() const {
+    if (impl_) impl_->references.fetch_add(1, std::memory_order_relaxed);
+  }
+  static void release(Impl* impl);
+
+  Impl* impl_ = nullptr;
 };
 
 }  // namespace tinyddp::tensor

@@ -130,6 +130,7 @@ Tensor Tensor::view(const Shape& sizes) const {
 
 Tensor Tensor::reshape(const Shape& sizes) const {
   const Shape new_sizes = infer_size(sizes, numel(), "reshape");
+  if (new_sizes == this->sizes()) return *this;  // nothing to do (also nothing to record)
   if (view_strides(this->sizes(), strides(), new_sizes)) return view(new_sizes);
   return clone().view(new_sizes);
 }

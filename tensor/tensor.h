@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -184,7 +185,7 @@ struct AutogradMetaInterface {
   virtual ~AutogradMetaInterface() = default;
   virtual bool requires_grad() const = 0;
   // Builds the graph node for `output` = op(`inputs`) with the given backward formula.
-  virtual void record_op(const char* name, const Tensor& output, std::vector<Tensor> inputs,
+  virtual void record_op(const char* name, const Tensor& output, std::span<const Tensor> inputs,
                          BackwardFn backward) const = 0;
 };
 

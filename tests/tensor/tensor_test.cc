@@ -186,7 +186,8 @@ TEST_CASE("storage is shared by views and freed with the last one", "[tensor][st
   view.fill_(1);
   CHECK(view.to_vector<float>() == std::vector<float>{1, 1});
   CHECK(Storage(16, kCPU).nbytes() == 16);
-  CHECK(Storage(0, kCPU).data() == nullptr);
+  CHECK(Storage(0, kCPU).nbytes() == 0);
+  CHECK(reinterpret_cast<uintptr_t>(Storage(100, kCPU).data()) % 64 == 0);
 }
 
 TEST_CASE("devices parse, print and compare like torch.device", "[tensor][device]") {
