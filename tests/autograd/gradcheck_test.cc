@@ -237,3 +237,20 @@ TEST_CASE("gradcheck can fail: a wrong backward formula is caught", "[gradcheck]
                     Catch::Contains("gradcheck: input 0 must be a float64 tensor"));
   CHECK_THROWS_WITH(gradcheck(wrong_square, {randn({3}, kFloat64)}), Catch::Contains("gradcheck: no input requires grad"));
 }
+
+TEST_CASE("gradcheck: linear with and without bias, for 1-D, 2-D and 3-D inputs", "[gradcheck]") {
+  for (const std::string& layout : kLayouts) {
+    INFO(layout);
+    const Tensor w = leaf({3, 4}, layout);
+    const Tensor b = leaf({3});
+    CHECK(gradcheck([](const Inputs& x) { return linear(x[0], x[1], x[2]); }, {leaf({5, 4}, layout), w, b}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return linear(x[0], x[1]); }, {leaf({5, 4}), w}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return linear(x[0], x[1], x[2]); }, {leaf({2, 3, 4}, layout), w, b}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return linear(x[0], x[1], x[2]); }, {leaf({4}), w, b}) == "");
+  }
+  // Only the weight requires grad (a frozen input and bias).
+  const Tensor input = randn({5, 4}, kFloat64, &gen());
+  CHECK(gradcheck([&](const Inputs& x) { return linear(input, x[0]); }, {leaf({3, 4})}) == "");
+  CHECK_THROWS_WITH(linear(zeros({2, 5}), zeros({3, 4})), Catch::Contains("linear: input of shape [2, 5] does not end in in_features 4"));
+  CHECK_THROWS_WITH(linear(zeros({2, 4}), zeros({3, 4}), zeros({4})), Catch::Contains("linear: 'bias' must have shape [3], got [4]"));
+}

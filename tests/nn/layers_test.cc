@@ -89,3 +89,15 @@ TEST_CASE("loss argument errors", "[nn][loss][errors]") {
   CHECK_THROWS_WITH(cross_entropy(logits, tensor::tensor({-1, 0}, tensor::kInt64)), Contains("target -1 is out of bounds"));
   CHECK_THROWS_WITH(cross_entropy(tensor::zeros({3}), tensor::arange(3)), Contains("expected logits of shape [batch, classes]"));
 }
+
+TEST_CASE("gradcheck: the fused losses", "[nn][loss][gradcheck]") {
+  using tinyddp::autograd::gradcheck;
+  using Inputs = std::vector<Tensor>;
+  tensor::Generator g(9);
+  const Tensor input = tensor::randn({4, 3}, tensor::kFloat64, &g).requires_grad_();
+  const Tensor target = tensor::randn({4, 3}, tensor::kFloat64, &g).requires_grad_();
+  CHECK(gradcheck([](const Inputs& x) { return mse_loss(x[0], x[1]); }, {input, target}) == "");
+  const Tensor logits = tensor::randn({5, 4}, tensor::kFloat64, &g).t().contiguous().t().requires_grad_();
+  const Tensor labels = tensor::tensor({3, 0, 1, 3, 2}, tensor::kInt64);
+  CHECK(gradcheck([&](const Inputs& x) { return cross_entropy(x[0], labels); }, {logits}) == "");
+}
