@@ -62,23 +62,41 @@ namespace {
 // The SGD update of one contiguous float32/float64 parameter in a single pass: exactly the
 // float operations of the op-by-op path in SGD::step (same order, each result rounded to T),
 // so both paths give bit-identical parameters; this one just skips the temporaries.
-template <typename T>
-void sgd_fused(T* p, const T* g, T* buf, int64_t n, const SGDOptions& o, bool first_step) {
+// The options are template parameters so that each variant is a branch-free loop that the
+// compiler vectorises.
+template <typename T, bool kWeightDecay, bool kMomentum, bool kNesterov, bool kFirst>
+void sgd_loop(T* __restrict p, const T* __restrict g, T* __restrict buf, int64_t n, const SGDOptions& o) {
   const T wd = static_cast<T>(o.weight_decay());
   const T momentum = static_cast<T>(o.momentum());
   const T keep = static_cast<T>(1 - o.dampening());
   const T step = static_cast<T>(-o.lr());
-  const bool use_wd = o.weight_decay() != 0, use_momentum = o.momentum() != 0, nesterov = o.nesterov();
   for (int64_t i = 0; i < n; ++i) {
     T d = g[i];
-    if (use_wd) d = d + wd * p[i];
-    if (use_momentum) {
-      const T b = first_step ? d : static_cast<T>(buf[i] * momentum) + keep * d;
+    if constexpr (kWeightDecay) d = d + wd * p[i];
+    if constexpr (kMomentum) {
+      const T b = kFirst ? d : static_cast<T>(buf[i] * momentum) + keep * d;
       buf[i] = b;
-      d = nesterov ? d + momentum * b : b;
+      d = kNesterov ? d + momentum * b : b;
     }
     p[i] = p[i] + step * d;
   }
+}
+
+template <typename T>
+void sgd_fused(T* p, const T* g, T* buf, int64_t n, const SGDOptions& o, bool first_step) {
+  const bool wd = o.weight_decay() != 0;
+  if (o.momentum() == 0) {
+    (wd ? sgd_loop<T, true, false, false, false> : sgd_loop<T, false, false, false, false>)(p, g, buf, n, o);
+    return;
+  }
+  using Loop = void (*)(T*, const T*, T*, int64_t, const SGDOptions&);
+  // [weight decay][nesterov][first step]
+  static constexpr Loop kLoops[2][2][2] = {
+      {{sgd_loop<T, false, true, false, false>, sgd_loop<T, false, true, false, true>},
+       {sgd_loop<T, false, true, true, false>, sgd_loop<T, false, true, true, true>}},
+      {{sgd_loop<T, true, true, false, false>, sgd_loop<T, true, true, false, true>},
+       {sgd_loop<T, true, true, true, false>, sgd_loop<T, true, true, true, true>}}};
+  kLoops[wd][o.nesterov()][first_step](p, g, buf, n, o);
 }
 
 }  // namespace

@@ -194,7 +194,20 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& x) {
     if constexpr (std::is_floating_point_v<T>) {
       if (try_eigen_unary<T>(op, out, x)) return;
     }
-    unary_loop<T, T>(out, x, [op](T v) { return static_cast<T>(apply_unary<C>(op, C(v))); });
+    // One loop per op (the switch is outside the loop, so each loop vectorises).
+    const auto run = [&](auto kind) {
+      unary_loop<T, T>(out, x, [](T v) { return static_cast<T>(apply_unary<C>(decltype(kind)::value, C(v))); });
+    };
+    switch (op) {
+      case UnaryOp::kNeg: run(std::integral_constant<UnaryOp, UnaryOp::kNeg>{}); return;
+      case UnaryOp::kAbs: run(std::integral_constant<UnaryOp, UnaryOp::kAbs>{}); return;
+      case UnaryOp::kRelu: run(std::integral_constant<UnaryOp, UnaryOp::kRelu>{}); return;
+      case UnaryOp::kExp: run(std::integral_constant<UnaryOp, UnaryOp::kExp>{}); return;
+      case UnaryOp::kLog: run(std::integral_constant<UnaryOp, UnaryOp::kLog>{}); return;
+      case UnaryOp::kSqrt: run(std::integral_constant<UnaryOp, UnaryOp::kSqrt>{}); return;
+      case UnaryOp::kTanh: run(std::integral_constant<UnaryOp, UnaryOp::kTanh>{}); return;
+      case UnaryOp::kSigmoid: run(std::integral_constant<UnaryOp, UnaryOp::kSigmoid>{}); return;
+    }
   });
 }
 
