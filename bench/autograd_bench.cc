@@ -1,7 +1,7 @@
 // Autograd engine benchmarks (Google Benchmark, manual timing of backward only): a chain of
 // 1,000 small elementwise ops, and a 10-layer MLP of width 16. Reports ns per graph node.
 // Build with -c opt: bazel run -c opt //bench:autograd_bench
-#include <benchmark/benchmark.h>
+#include "bench/bench_main.h"
 
 #include <chrono>
 #include <iostream>
@@ -96,13 +96,4 @@ BENCHMARK(BM_BackwardMlp)->Arg(10)->UseManualTime()->Unit(benchmark::kMicrosecon
 
 }  // namespace
 
-int main(int argc, char** argv) {
-#ifndef NDEBUG
-  std::cerr << "autograd_bench: built without -c opt; these numbers mean nothing\n";
-#endif
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return tinyddp::bench::run_benchmarks(argc, argv, "autograd_bench"); }

@@ -1,6 +1,6 @@
 // Tensor benchmarks (Google Benchmark): float32 matmul at 256/512/1024 and an elementwise
 // add of 16 M floats. Build with -c opt; bench/compare.py runs this beside PyTorch.
-#include <benchmark/benchmark.h>
+#include "bench/bench_main.h"
 
 #include <iostream>
 
@@ -60,13 +60,4 @@ BENCHMARK(BM_AddInPlace)->Arg(16 << 20)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
-int main(int argc, char** argv) {
-#ifndef NDEBUG
-  std::cerr << "tensor_bench: built without -c opt; these numbers mean nothing (bazel run -c opt //bench:tensor_bench)\n";
-#endif
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return tinyddp::bench::run_benchmarks(argc, argv, "tensor_bench"); }
