@@ -20,8 +20,8 @@ Edge gradient_edge(const Tensor& t) {
   if (!t.defined()) return {};
   const AutogradMeta* meta = meta_of(t);
   if (meta == nullptr) return {};
-  if (meta->grad_fn_) return {meta->grad_fn_, 0};
-  if (meta->requires_grad_) return {t.grad_accumulator(), 0};
+  if (meta->grad_fn_) return {meta->grad_fn_, 0, {}};
+  if (meta->requires_grad_) return {t.grad_accumulator(), 0, {}};
   return {};
 }
 
