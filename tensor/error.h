@@ -16,6 +16,12 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+// A blocking call that gave up after its timeout (a store wait, a collective, a Work::wait).
+class TimeoutError : public Error {
+ public:
+  explicit TimeoutError(const std::string& message) : Error(message) {}
+};
+
 }  // namespace tinyddp
 
 // TDDP_CHECK(cond, "fmt {}", args...): throws tinyddp::Error with the formatted message when

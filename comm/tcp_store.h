@@ -1,0 +1,99 @@
+// TCPStore: the Store across processes and machines. One process runs the server (rank 0,
+// or the launcher); every process, the server's included, talks to it as a client over TCP.
+//
+// Protocol (little-endian): a request is [u32 body length][u8 command][fields], a response
+// [u32 body length][u8 status][fields]; strings and values are [u32 length][bytes], integers
+// i64. Bodies over `max_message_bytes` or that do not parse close that connection with a
+// message on stderr; the server keeps serving everyone else.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "comm/store.h"
+
+namespace tinyddp::comm {
+
+struct TCPStoreOptions {
+  std::string host = "127.0.0.1";  // the server's address (the server binds to it)
+  uint16_t port = 0;               // 0 for the server: pick a free port (see TCPStore::port())
+  bool is_server = false;
+  Millis timeout = kDefaultStoreTimeout;  // for connecting and for every wait
+  uint32_t max_message_bytes = 64u << 20;
+};
+
+class TCPStoreServer;
+
+class TCPStore final : public Store {
+ public:
+  // Starts the server first when options.is_server; then connects, retrying until the
+  // timeout (a server that is not up yet is normal during start-up).
+  explicit TCPStore(const TCPStoreOptions& options);
+  ~TCPStore() override;
+  TCPStore(const TCPStore&) = delete;
+  TCPStore& operator=(const TCPStore&) = delete;
+
+  uint16_t port() const { return port_; }
+  const std::string& host() const { return host_; }
+
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, Millis timeout) override;
+  using Store::wait;
+  bool delete_key(const std::string& key) override;
+  int64_t num_keys() override;
+
+ private:
+  struct Request;
+  // Sends one request and returns the response fields (throws on I/O errors or a server error).
+  Bytes call(const Request& request, Millis io_timeout);
+
+  std::unique_ptr<TCPStoreServer> server_;
+  std::string host_;
+  uint16_t port_ = 0;
+  int fd_ = -1;
+  uint32_t max_message_bytes_;
+  std::mutex mutex_;  // one request at a time on the connection
+};
+
+// The server: a listening socket, an accept thread, one thread per client connection, and
+// the key-value map they share. Destroying it closes every connection and joins every thread.
+class TCPStoreServer {
+ public:
+  TCPStoreServer(const std::string& host, uint16_t port, uint32_t max_message_bytes);
+  ~TCPStoreServer();
+  TCPStoreServer(const TCPStoreServer&) = delete;
+  TCPStoreServer& operator=(const TCPStoreServer&) = delete;
+  uint16_t port() const { return port_; }
+
+ private:
+  struct Connection {
+    int fd;
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+  void accept_loop();
+  void serve(Connection* connection);
+  // Handles one request body; returns the response body. Throws on malformed input.
+  Bytes handle(const Bytes& body, int fd);
+
+  int listen_fd_ = -1;
+  int wake_pipe_[2] = {-1, -1};  // written on shutdown to wake the accept loop
+  uint16_t port_ = 0;
+  uint32_t max_message_bytes_;
+  std::atomic<bool> stopping_{false};
+  std::thread accept_thread_;
+  std::mutex connections_mutex_;
+  std::list<Connection> connections_;
+  HashStore data_;  // the keys live here; its wait() gives the blocking semantics
+};
+
+}  // namespace tinyddp::comm
