@@ -1,0 +1,73 @@
+// ProcessGroupGloo: the ProcessGroup for CPU tensors, on Gloo's TCP transport (the library
+// PyTorch uses for CPU collectives). Collectives run on a worker thread of their own, in the
+// order they were issued, so that the caller (e.g. DDP inside backward) is never blocked
+// until it waits. dtypes: float32, float64, float16, bfloat16, int64 (reductions are
+// tinyddp's own functions, so bfloat16 works too).
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <list>
+#include <thread>
+
+#include "comm/process_group.h"
+
+namespace gloo {
+class Context;
+namespace transport {
+class Device;
+}
+}  // namespace gloo
+
+namespace tinyddp::comm {
+
+class ProcessGroupGloo final : public ProcessGroup {
+ public:
+  // Joins the group: every rank calls this with the same store (one group per store; new_group
+  // makes sub-namespaces) and size. Fails within options.timeout, naming the ranks that never
+  // arrived, when some rank does not show up.
+  ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options = {});
+  // Lets queued work finish (each bounded by the timeout), then stops the worker.
+  ~ProcessGroupGloo() override;
+
+  std::string backend() const override { return "gloo"; }
+  const ProcessGroupOptions& options() const { return options_; }
+
+  std::shared_ptr<Work> allreduce(const std::vector<Tensor>& tensors, ReduceOp op = ReduceOp::kSum) override;
+  using ProcessGroup::allreduce;
+  std::shared_ptr<Work> broadcast(const Tensor& tensor, int root = 0) override;
+  std::shared_ptr<Work> allgather(const std::vector<Tensor>& outputs, const Tensor& input) override;
+  std::shared_ptr<Work> gather(const std::vector<Tensor>& outputs, const Tensor& input, int root = 0) override;
+  std::shared_ptr<Work> scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root = 0) override;
+  std::shared_ptr<Work> reduce(const Tensor& tensor, int root = 0, ReduceOp op = ReduceOp::kSum) override;
+  std::shared_ptr<Work> reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
+                                       ReduceOp op = ReduceOp::kSum) override;
+  std::shared_ptr<Work> barrier() override;
+  std::shared_ptr<Work> send(const Tensor& tensor, int dst, int tag = 0) override;
+  std::shared_ptr<Work> recv(const Tensor& tensor, int src, int tag = 0) override;
+  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override;
+
+ private:
+  // Queues `run` for the worker; the returned Work finishes when it has run.
+  std::shared_ptr<Work> enqueue(std::string description, std::function<void(uint32_t tag)> run);
+  void worker_loop();
+  // Runs a point-to-point operation on a thread of its own (not behind queued collectives).
+  std::shared_ptr<Work> start_p2p(std::string description, std::function<void()> run);
+  std::string describe(const char* op, const Tensor& tensor, const std::string& extra = "") const;
+
+  std::shared_ptr<Store> store_;
+  ProcessGroupOptions options_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::Context> context_;
+  int groups_created_ = 0;
+
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<std::pair<std::shared_ptr<Work>, std::function<void(uint32_t)>>> queue_;
+  bool stopping_ = false;
+  std::thread worker_;
+  std::mutex p2p_mutex_;
+  std::list<std::thread> p2p_threads_;
+};
+
+}  // namespace tinyddp::comm

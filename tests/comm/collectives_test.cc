@@ -1,0 +1,276 @@
+// Every collective on groups of 1-4 ranks, as threads (HashStore) and as processes (TCPStore
+// on loopback), for every dtype and for 0, 1, 7 and (float32) 25 MiB elements, each result
+// checked against values computed here independently; async work in flight; subgroups;
+// point to point; argument errors.
+#include <chrono>
+#include <cmath>
+
+#include "tests/comm/comm_test_util.h"
+
+using namespace tinyddp;
+using namespace tinyddp::comm;
+using tensor::DType;
+using tinyddp::testing::Expectations;
+using tinyddp::testing::run_processes;
+using tinyddp::testing::run_threads;
+using Catch::Contains;
+
+namespace {
+
+const std::vector<DType> kDTypes = {tensor::kFloat32, tensor::kFloat64, tensor::kFloat16, tensor::kBFloat16, tensor::kInt64};
+constexpr int64_t k25MiB = (25 << 20) / 4;  // float32 elements
+
+// Small integers: exact in every dtype, and their sums over 4 ranks too (<= 68 < 256).
+double value(int rank, int64_t i) { return static_cast<double>(((rank + 1) * 3 + i) % 17 + 1); }
+// 1 or 2: products over 4 ranks stay exact (<= 16).
+double factor(int rank, int64_t i) { return static_cast<double>(1 + (rank + i) % 2); }
+
+Tensor make(int64_t n, DType dtype, const std::function<double(int64_t)>& f) {
+  std::vector<double> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = f(i);
+  return tensor::from_vector(values).to(dtype);
+}
+
+// Compares `t` with expected(i) for every element, within the dtype's rounding.
+void expect_values(Expectations& e, const Tensor& t, const std::function<double(int64_t)>& expected, const std::string& what) {
+  const std::vector<double> got = t.to(tensor::kFloat64).to_vector<double>();
+  const double tol = t.dtype() == tensor::kBFloat16 ? 8e-3 : t.dtype() == tensor::kFloat16 ? 1e-3 : 1e-6;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double want = expected(static_cast<int64_t>(i));
+    if (std::fabs(got[i] - want) > tol * std::max(1.0, std::fabs(want))) {
+      e.failures.push_back(fmt::format("{}: element {} is {}, expected {}", what, i, got[i], want));
+      return;
+    }
+  }
+}
+
+// Every collective once for one dtype and element count.
+void exercise(ProcessGroup& pg, Expectations& e, DType dtype, int64_t n) {
+  const int r = pg.rank(), p = pg.size();
+  const std::string tag = fmt::format("{} x {} on {} ranks", n, tensor::dtype_name(dtype), p);
+  const auto sum_of = [&](int64_t i) {
+    double s = 0;
+    for (int q = 0; q < p; ++q) s += value(q, i);
+    return s;
+  };
+  // allreduce with every op.
+  Tensor t = make(n, dtype, [&](int64_t i) { return value(r, i); });
+  pg.allreduce(t)->wait();
+  expect_values(e, t, sum_of, "allreduce sum " + tag);
+  t = make(n, dtype, [&](int64_t i) { return value(r, i); });
+  pg.allreduce(t, ReduceOp::kMax)->wait();
+  expect_values(e, t, [&](int64_t i) { double m = 0; for (int q = 0; q < p; ++q) m = std::max(m, value(q, i)); return m; }, "allreduce max " + tag);
+  t = make(n, dtype, [&](int64_t i) { return value(r, i); });
+  pg.allreduce(t, ReduceOp::kMin)->wait();
+  expect_values(e, t, [&](int64_t i) { double m = 1e9; for (int q = 0; q < p; ++q) m = std::min(m, value(q, i)); return m; }, "allreduce min " + tag);
+  t = make(n, dtype, [&](int64_t i) { return factor(r, i); });
+  pg.allreduce(t, ReduceOp::kProduct)->wait();
+  expect_values(e, t, [&](int64_t i) { double m = 1; for (int q = 0; q < p; ++q) m *= factor(q, i); return m; }, "allreduce product " + tag);
+  if (tensor::is_floating_point(dtype)) {
+    t = make(n, dtype, [&](int64_t i) { return value(r, i); });
+    pg.allreduce(t, ReduceOp::kAvg)->wait();
+    expect_values(e, t, [&](int64_t i) { return sum_of(i) / p; }, "allreduce avg " + tag);
+  }
+  // Coalesced: two tensors reduced as one buffer, including a non-contiguous one.
+  Tensor a = make(n, dtype, [&](int64_t i) { return value(r, i); });
+  Tensor b = make(2 * 3, dtype, [&](int64_t i) { return value(r, i + 100); }).view({2, 3}).t();
+  pg.allreduce(std::vector<Tensor>{a, b})->wait();
+  expect_values(e, a, sum_of, "coalesced allreduce (first) " + tag);
+  expect_values(e, b.contiguous(), [&](int64_t i) { return sum_of((i % 2) * 3 + i / 2 + 100); }, "coalesced allreduce (strided second) " + tag);
+  // broadcast from the last rank.
+  t = make(n, dtype, [&](int64_t i) { return value(r, i); });
+  pg.broadcast(t, p - 1)->wait();
+  expect_values(e, t, [&](int64_t i) { return value(p - 1, i); }, "broadcast " + tag);
+  // allgather.
+  std::vector<Tensor> outputs;
+  for (int q = 0; q < p; ++q) outputs.push_back(tensor::zeros({n}, dtype));
+  pg.allgather(outputs, make(n, dtype, [&](int64_t i) { return value(r, i); }))->wait();
+  for (int q = 0; q < p; ++q) expect_values(e, outputs[q], [&](int64_t i) { return value(q, i); }, fmt::format("allgather[{}] {}", q, tag));
+  // gather to rank min(1, p - 1).
+  const int gather_root = std::min(1, p - 1);
+  std::vector<Tensor> gathered;
+  if (r == gather_root) {
+    for (int q = 0; q < p; ++q) gathered.push_back(tensor::zeros({n}, dtype));
+  }
+  pg.gather(gathered, make(n, dtype, [&](int64_t i) { return value(r, i); }), gather_root)->wait();
+  for (size_t q = 0; q < gathered.size(); ++q) {
+    expect_values(e, gathered[q], [&](int64_t i) { return value(static_cast<int>(q), i); }, fmt::format("gather[{}] {}", q, tag));
+  }
+  // scatter from rank 0: rank q receives values of "rank q + 10".
+  std::vector<Tensor> pieces;
+  if (r == 0) {
+    for (int q = 0; q < p; ++q) pieces.push_back(make(n, dtype, [&](int64_t i) { return value(q + 10, i); }));
+  }
+  t = tensor::zeros({n}, dtype);
+  pg.scatter(t, pieces, 0)->wait();
+  expect_values(e, t, [&](int64_t i) { return value(r + 10, i); }, "scatter " + tag);
+  // reduce to the last rank: only it changes.
+  t = make(n, dtype, [&](int64_t i) { return value(r, i); });
+  pg.reduce(t, p - 1)->wait();
+  expect_values(e, t, r == p - 1 ? std::function<double(int64_t)>(sum_of) : [&](int64_t i) { return value(r, i); }, "reduce " + tag);
+  // reduce_scatter: rank q gets the sum over ranks of inputs[q].
+  std::vector<Tensor> inputs;
+  for (int q = 0; q < p; ++q) inputs.push_back(make(n, dtype, [&](int64_t i) { return value(r, i + q); }));
+  t = tensor::zeros({n}, dtype);
+  pg.reduce_scatter(t, inputs)->wait();
+  expect_values(e, t, [&](int64_t i) { return sum_of(i + r); }, "reduce_scatter " + tag);
+  pg.barrier()->wait();
+}
+
+// Every dtype at 0, 1 and 7 elements; float32 at 25 MiB.
+void exercise_all(ProcessGroup& pg, Expectations& e) {
+  for (DType dtype : kDTypes) {
+    for (int64_t n : {0, 1, 7}) exercise(pg, e, dtype, n);
+  }
+  exercise(pg, e, tensor::kFloat32, k25MiB);
+}
+
+void require_no_failures(const std::vector<std::string>& failures) {
+  for (const auto& f : failures) UNSCOPED_INFO(f);
+  REQUIRE(failures.empty());
+}
+
+}  // namespace
+
+TEST_CASE("collectives on 1-4 ranks as threads", "[comm][gloo][threads]") {
+  for (int size : {1, 2, 3, 4}) {
+    INFO("world size " << size);
+    require_no_failures(run_threads(size, exercise_all));
+  }
+}
+
+TEST_CASE("collectives on 2-4 ranks as processes over TCPStore", "[comm][gloo][processes]") {
+  for (int size : {2, 3, 4}) {
+    INFO("world size " << size);
+    require_no_failures(run_processes(size, exercise_all));
+  }
+}
+
+TEST_CASE("several allreduces in flight complete in issue order", "[comm][gloo][async]") {
+  require_no_failures(run_threads(3, [](ProcessGroup& pg, Expectations& e) {
+    std::vector<Tensor> tensors;
+    std::vector<std::shared_ptr<Work>> works;
+    for (int k = 0; k < 8; ++k) {
+      tensors.push_back(tensor::full({1000 * (k + 1)}, pg.rank() + k));
+      works.push_back(pg.allreduce(tensors.back()));  // none waited yet
+    }
+    for (int k = 7; k >= 0; --k) works[k]->wait();  // wait in any order
+    for (int k = 0; k < 8; ++k) {
+      const double expected = 0 + 1 + 2 + 3 * k;  // sum over ranks of (rank + k)
+      e.expect(tensors[k].to_vector<float>().back() == expected, fmt::format("allreduce {} gave {}", k, tensors[k].to_vector<float>().back()));
+      e.expect(works[k]->is_completed() && works[k]->is_success(), "work " + std::to_string(k) + " not successful");
+    }
+  }));
+}
+
+TEST_CASE("point to point, subgroups, and a group of one", "[comm][gloo]") {
+  require_no_failures(run_threads(4, [](ProcessGroup& pg, Expectations& e) {
+    const int r = pg.rank(), p = pg.size();
+    // A ring: send to the next rank, receive from the previous, two tags at once.
+    const Tensor out = tensor::full({5}, r);
+    const Tensor in = tensor::zeros({5});
+    const Tensor in2 = tensor::zeros({2});
+    auto s1 = pg.send(out, (r + 1) % p, 7);
+    auto s2 = pg.send(tensor::full({2}, 100 + r), (r + 1) % p, 8);
+    auto r2 = pg.recv(in2, (r + p - 1) % p, 8);
+    auto r1 = pg.recv(in, (r + p - 1) % p, 7);
+    s1->wait();
+    s2->wait();
+    r1->wait();
+    r2->wait();
+    e.expect(in.to_vector<float>() == std::vector<float>(5, static_cast<float>((r + p - 1) % p)), "recv tag 7");
+    e.expect(in2.to_vector<float>() == std::vector<float>(2, static_cast<float>(100 + (r + p - 1) % p)), "recv tag 8");
+    // Subgroups of the even and the odd ranks.
+    auto evens = pg.new_group({0, 2});
+    auto odds = pg.new_group({1, 3});
+    auto mine = r % 2 == 0 ? evens : odds;
+    e.expect((r % 2 == 0) == (evens != nullptr) && (r % 2 == 1) == (odds != nullptr), "membership");
+    e.expect(mine->size() == 2 && mine->rank() == r / 2, "subgroup rank/size");
+    const Tensor t = tensor::full({3}, r);
+    mine->allreduce(t)->wait();
+    e.expect(t.to_vector<float>()[0] == (r % 2 == 0 ? 0 + 2 : 1 + 3), "subgroup allreduce");
+  }));
+  require_no_failures(run_threads(1, [](ProcessGroup& pg, Expectations& e) {
+    const Tensor t = tensor::full({4}, 3);
+    pg.allreduce(t, ReduceOp::kAvg)->wait();
+    e.expect(t.to_vector<float>()[0] == 3, "allreduce on one rank is the identity");
+    pg.barrier()->wait();
+  }));
+}
+
+TEST_CASE("argument errors are raised when the operation is issued", "[comm][gloo][errors]") {
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    const auto throws = [&](const std::function<void()>& f, const std::string& text) {
+      try {
+        f();
+        e.failures.push_back("no error for: " + text);
+      } catch (const std::exception& ex) {
+        e.expect(std::string(ex.what()).find(text) != std::string::npos, std::string("message '") + ex.what() + "' lacks '" + text + "'");
+      }
+    };
+    throws([&] { pg.broadcast(tensor::zeros({2}), 5); }, "broadcast: root 5 is not a rank of this group of 2");
+    throws([&] { pg.allgather({tensor::zeros({2})}, tensor::zeros({2})); }, "allgather: 1 outputs given for a group of 2");
+    throws([&] { pg.allgather({tensor::zeros({2}), tensor::zeros({3})}, tensor::zeros({2})); }, "output 1 is float32 [3] but must be float32 [2]");
+    throws([&] { pg.allreduce(tensor::gt(tensor::zeros({2}), 0.0)); }, "dtype bool is not supported");
+    throws([&] { pg.allreduce(tensor::arange(3), ReduceOp::kAvg); }, "avg needs floating-point tensors, got int64");
+    throws([&] { pg.allreduce(std::vector<Tensor>{}); }, "allreduce: no tensors given");
+    throws([&] { pg.send(tensor::zeros({1}), pg.rank()); }, "send: destination");
+    throws([&] { pg.new_group({1, 0}); }, "ranks must be sorted and unique");
+    pg.barrier()->wait();
+  }));
+  CHECK_THROWS_WITH(ProcessGroupGloo(std::make_shared<HashStore>(), 2, 2), Contains("rank 2 is not in [0, 2)"));
+}
+
+TEST_CASE("a rank that never joins: the others fail within the timeout, naming it", "[comm][gloo][faults]") {
+  // Threads: ranks 0 and 1 of 3 start; rank 2 never does.
+  auto store = std::make_shared<HashStore>();
+  store->set_timeout(std::chrono::milliseconds(1500));
+  std::vector<std::string> messages(2);
+  std::vector<std::thread> threads;
+  const auto start = std::chrono::steady_clock::now();
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      ProcessGroupOptions options;
+      options.timeout = std::chrono::milliseconds(1500);
+      try {
+        ProcessGroupGloo pg(store, rank, 3, options);
+      } catch (const TimeoutError& e) {
+        messages[rank] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));
+  for (const auto& m : messages) CHECK_THAT(m, Contains("ranks [2] never joined") && Contains("of 3 could not connect"));
+  // Processes: rank 2 of 3 exits before joining.
+  const auto failures = run_processes(
+      3, [](ProcessGroup&, Expectations&) {}, std::chrono::milliseconds(2000), [](int rank) {
+        if (rank == 2) ::_exit(0);
+      });
+  REQUIRE(failures.size() == 2);
+  for (const auto& f : failures) CHECK_THAT(f, Contains("ranks [2] never joined"));
+}
+
+TEST_CASE("a rank that dies mid-job: the others get an error, not a hang", "[comm][gloo][faults]") {
+  const auto start = std::chrono::steady_clock::now();
+  const auto failures = run_processes(
+      2,
+      [](ProcessGroup& pg, Expectations& e) {
+        pg.barrier()->wait();            // both fully connected
+        if (pg.rank() == 1) ::_exit(0);  // then rank 1 dies
+        const Tensor t = tensor::ones({1000});
+        const auto before = std::chrono::steady_clock::now();
+        try {
+          pg.allreduce(t)->wait();
+          e.failures.push_back("allreduce with a dead peer succeeded");
+        } catch (const Error& ex) {
+          e.expect(std::string(ex.what()).find("allreduce (rank 0 of 2") != std::string::npos,
+                   std::string("message: ") + ex.what());
+        }
+        e.expect(std::chrono::steady_clock::now() - before < std::chrono::seconds(10), "the error took longer than 10 s");
+      },
+      std::chrono::milliseconds(30000), nullptr, /*finishers=*/1);
+  for (const auto& f : failures) UNSCOPED_INFO(f);
+  CHECK(failures.empty());
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(60));
+}

@@ -1,0 +1,135 @@
+// Harnesses for collective tests: see comm_test_util.h.
+#include "tests/comm/comm_test_util.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+namespace tinyddp::testing {
+
+std::vector<std::string> run_threads(int size, const RankFn& fn, comm::Millis timeout) {
+  auto store = std::make_shared<comm::HashStore>();
+  store->set_timeout(timeout);
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      Expectations e;
+      try {
+        comm::ProcessGroupOptions options;
+        options.timeout = timeout;
+        comm::ProcessGroupGloo pg(store, rank, size, options);
+        fn(pg, e);
+      } catch (const std::exception& ex) {
+        e.failures.push_back(std::string("exception: ") + ex.what());
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      for (const auto& f : e.failures) failures.push_back("rank " + std::to_string(rank) + ": " + f);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return failures;
+}
+
+uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t length = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::vector<std::string> run_processes(int size, const RankFn& fn, comm::Millis timeout,
+                                       const std::function<void(int rank)>& before_join, int finishers) {
+  if (finishers < 0) finishers = size;
+  const uint16_t port = free_port();
+  std::vector<pid_t> pids;
+  std::vector<int> pipes;
+  for (int rank = 0; rank < size; ++rank) {
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {  // the child: one rank
+      ::close(fds[0]);
+      std::string report;
+      int status = 0;
+      try {
+        if (before_join) before_join(rank);
+        comm::TCPStoreOptions store_options;
+        store_options.port = port;
+        store_options.is_server = rank == 0;
+        store_options.timeout = timeout;
+        auto store = std::make_shared<comm::TCPStore>(store_options);
+        comm::ProcessGroupOptions options;
+        options.timeout = timeout;
+        {
+          comm::ProcessGroupGloo pg(store, rank, size, options);
+          Expectations e;
+          fn(pg, e);
+          for (const auto& f : e.failures) report += f + "\n";
+        }
+        // Rank 0 hosts the store: keep it up until every rank is done with it.
+        store->add("finished", 1);
+        if (rank == 0) {  // bounded: a rank that died never reports
+          const auto until = std::chrono::steady_clock::now() + timeout;
+          while (store->add("finished", 0) < finishers && std::chrono::steady_clock::now() < until) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          }
+        }
+      } catch (const std::exception& ex) {
+        report += std::string("exception: ") + ex.what() + "\n";
+      }
+      status = report.empty() ? 0 : 1;
+      if (!report.empty() && ::write(fds[1], report.data(), report.size()) < 0) status = 2;
+      ::close(fds[1]);
+      std::fflush(nullptr);
+      ::_exit(status);
+    }
+    ::close(fds[1]);
+    pids.push_back(pid);
+    pipes.push_back(fds[0]);
+  }
+  std::vector<std::string> failures;
+  const auto deadline = std::chrono::steady_clock::now() + timeout + comm::Millis(30000);
+  for (int rank = 0; rank < size; ++rank) {
+    std::string output;
+    char buffer[4096];
+    while (true) {
+      pollfd p{pipes[rank], POLLIN, 0};
+      const auto left = std::chrono::duration_cast<comm::Millis>(deadline - std::chrono::steady_clock::now()).count();
+      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) {
+        failures.push_back("rank " + std::to_string(rank) + ": did not finish in time (killed)");
+        for (pid_t pid : pids) ::kill(pid, SIGKILL);
+        break;
+      }
+      const ssize_t n = ::read(pipes[rank], buffer, sizeof(buffer));
+      if (n <= 0) break;
+      output.append(buffer, static_cast<size_t>(n));
+    }
+    ::close(pipes[rank]);
+    int status = 0;
+    ::waitpid(pids[rank], &status, 0);
+    if (!output.empty()) failures.push_back("rank " + std::to_string(rank) + ": " + output);
+    if (!WIFEXITED(status)) {
+      failures.push_back("rank " + std::to_string(rank) + ": ended by a signal");
+    } else if (WEXITSTATUS(status) != 0 && output.empty() && !before_join) {
+      failures.push_back("rank " + std::to_string(rank) + ": exit status " + std::to_string(WEXITSTATUS(status)));
+    }
+  }
+  return failures;
+}
+
+}  // namespace tinyddp::testing

@@ -1,0 +1,42 @@
+// Harnesses for collective tests: run a function on every rank of a group, either as threads
+// of this process (HashStore) or as forked processes (TCPStore on loopback, rank 0 hosting
+// it), and collect the failures (Catch2 assertions are not thread- or fork-safe, so ranks
+// report problems as strings).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "comm/process_group_gloo.h"
+#include "comm/tcp_store.h"
+#include "tests/test_util.h"
+
+namespace tinyddp::testing {
+
+// Collects a rank's failed expectations.
+class Expectations {
+ public:
+  void expect(bool ok, const std::string& what) {
+    if (!ok) failures.push_back(what);
+  }
+  std::vector<std::string> failures;
+};
+
+using RankFn = std::function<void(comm::ProcessGroup& pg, Expectations& e)>;
+
+// Runs fn on `size` threads; returns every failure ("rank r: ...") and exception.
+std::vector<std::string> run_threads(int size, const RankFn& fn, comm::Millis timeout = comm::Millis(20000));
+
+// Runs fn in `size` forked processes; returns failures reported through each child's exit
+// status and output. `before_join(rank)` runs in the child before it joins the group and may
+// end the process (to simulate a rank that never arrives).
+// `finishers` is how many ranks will get to the end (all by default); rank 0 keeps the store
+// up until they have.
+std::vector<std::string> run_processes(int size, const RankFn& fn, comm::Millis timeout = comm::Millis(20000),
+                                       const std::function<void(int rank)>& before_join = nullptr, int finishers = -1);
+
+// A free TCP port on loopback (bound and released: good enough for tests).
+uint16_t free_port();
+
+}  // namespace tinyddp::testing
