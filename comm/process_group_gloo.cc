@@ -14,6 +14,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
+#include <csignal>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -141,8 +142,23 @@ bool is_timeout(const std::string& message) {
 
 }  // namespace
 
+namespace {
+// A write to a connection whose peer died raises SIGPIPE, whose default action kills the
+// process; Gloo reports the failure as an error instead once SIGPIPE is ignored (as every
+// Python program, PyTorch's included, has it). A handler the program installed is kept.
+void ignore_sigpipe_once() {
+  static const bool done = [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
+    return true;
+  }();
+  (void)done;
+}
+}  // namespace
+
 ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options)
     : ProcessGroup(rank, size), store_(std::move(store)), options_(std::move(options)) {
+  ignore_sigpipe_once();
   TDDP_CHECK(store_ != nullptr, "ProcessGroupGloo: the store is null");
   TDDP_CHECK(size >= 1 && rank >= 0 && rank < size, "ProcessGroupGloo: rank {} is not in [0, {}) for a group of size {}",
              rank, size, size);
