@@ -1,0 +1,119 @@
+// init_process_group / init_from_env: see init.h.
+#include "comm/init.h"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "comm/process_group_gloo.h"
+#include "comm/tcp_store.h"
+
+namespace tinyddp::comm {
+
+namespace {
+
+std::mutex default_mutex;
+std::shared_ptr<ProcessGroup> default_pg;
+
+std::optional<std::string> env(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+int parse_int(const std::string& text, const char* name) {
+  int value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  TDDP_CHECK(ec == std::errc() && ptr == text.data() + text.size(), "init_process_group: {}='{}' is not an integer", name,
+             text);
+  return value;
+}
+
+int required_int(const std::optional<int>& given, const char* name) {
+  if (given) return *given;
+  const std::optional<std::string> text = env(name);
+  TDDP_CHECK(text.has_value(),
+             "init_process_group: {} is not set (the launcher sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; or "
+             "pass it in InitOptions)",
+             name);
+  return parse_int(*text, name);
+}
+
+bool is_loopback(const std::string& address) {
+  return address == "localhost" || address.rfind("127.", 0) == 0 || address == "::1";
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, const InitOptions& options) {
+  TDDP_CHECK(backend == "gloo", "init_process_group: unknown backend '{}' (this build has: gloo)", backend);
+  const int world_size = required_int(options.world_size, "WORLD_SIZE");
+  TDDP_CHECK(world_size >= 1, "init_process_group: WORLD_SIZE must be >= 1, got {}", world_size);
+  const int rank = world_size == 1 && !options.rank && !env("RANK") ? 0 : required_int(options.rank, "RANK");
+  TDDP_CHECK(rank >= 0 && rank < world_size, "init_process_group: RANK {} is not in [0, {})", rank, world_size);
+  const std::string master_addr = options.master_addr.value_or(env("MASTER_ADDR").value_or("127.0.0.1"));
+
+  ProcessGroupOptions pg_options;
+  pg_options.timeout = options.timeout;
+  if (options.bind_address) {
+    pg_options.bind_address = *options.bind_address;
+  } else if (const auto bind = env("TINYDDP_BIND_ADDR")) {
+    pg_options.bind_address = *bind;
+  } else if (!is_loopback(master_addr)) {
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    pg_options.bind_address = host;
+  }
+
+  std::shared_ptr<Store> store;
+  if (world_size == 1) {
+    store = std::make_shared<HashStore>();  // no network for a world of one
+  } else {
+    TCPStoreOptions store_options;
+    store_options.host = master_addr;
+    store_options.port = static_cast<uint16_t>(required_int(options.master_port, "MASTER_PORT"));
+    TDDP_CHECK(store_options.port > 0, "init_process_group: MASTER_PORT must be in [1, 65535]");
+    store_options.is_server = options.host_store.value_or(rank == 0 && env("TINYDDP_STORE_HOSTED") != "1");
+    store_options.timeout = options.timeout;
+    try {
+      store = std::make_shared<TCPStore>(store_options);
+    } catch (const Error& e) {
+      throw Error(fmt::format("init_process_group: rank {} of {} could not reach the store at {}:{}: {}", rank, world_size,
+                              master_addr, store_options.port, e.what()));
+    }
+  }
+  store->set_timeout(options.timeout);
+  auto pg = std::make_shared<ProcessGroupGloo>(store, rank, world_size, pg_options);
+  std::lock_guard<std::mutex> lock(default_mutex);
+  default_pg = pg;
+  return pg;
+}
+
+std::shared_ptr<ProcessGroup> init_from_env() { return init_process_group("gloo"); }
+
+std::shared_ptr<ProcessGroup> default_group() {
+  std::lock_guard<std::mutex> lock(default_mutex);
+  TDDP_CHECK(default_pg != nullptr, "default_group: no process group yet; call init_process_group() first");
+  return default_pg;
+}
+
+bool is_initialized() {
+  std::lock_guard<std::mutex> lock(default_mutex);
+  return default_pg != nullptr;
+}
+
+void destroy_process_group() {
+  std::lock_guard<std::mutex> lock(default_mutex);
+  default_pg.reset();
+}
+
+int local_rank() {
+  const std::optional<std::string> text = env("LOCAL_RANK");
+  return text ? parse_int(*text, "LOCAL_RANK") : 0;
+}
+
+}  // namespace tinyddp::comm

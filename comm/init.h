@@ -1,0 +1,45 @@
+// Creating the process group of a job: init_process_group("gloo") / init_from_env() read the
+// variables the launcher (and torchrun) set: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+// MASTER_PORT. Rank 0 hosts the TCPStore unless the launcher does; a world of one needs no
+// network at all.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "comm/process_group.h"
+
+namespace tinyddp::comm {
+
+struct InitOptions {
+  // Unset fields come from the environment.
+  std::optional<int> rank;
+  std::optional<int> world_size;
+  std::optional<std::string> master_addr;  // env MASTER_ADDR, default 127.0.0.1
+  std::optional<int> master_port;          // env MASTER_PORT (required when world_size > 1)
+  // Whether this process runs the TCPStore server: by default rank 0, unless the environment
+  // says TINYDDP_STORE_HOSTED=1 (the launcher runs it).
+  std::optional<bool> host_store;
+  Millis timeout{60000};
+  // The address this rank's transport binds to: env TINYDDP_BIND_ADDR, else 127.0.0.1 when
+  // the master is on loopback, else this host's name.
+  std::optional<std::string> bind_address;
+};
+
+// Joins the job's group with `backend` ("gloo"; "nccl" comes with the CUDA issue), makes it
+// the default group, and returns it. Errors name the variable or value that is wrong.
+std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend = "gloo", const InitOptions& options = {});
+// init_process_group("gloo") with everything from the environment.
+std::shared_ptr<ProcessGroup> init_from_env();
+
+// The group made by the last init_process_group (throws if there is none).
+std::shared_ptr<ProcessGroup> default_group();
+bool is_initialized();
+// Drops the default group (its connections close when the last user lets go).
+void destroy_process_group();
+
+// LOCAL_RANK from the environment (0 when unset): which device a rank uses on its node.
+int local_rank();
+
+}  // namespace tinyddp::comm
