@@ -170,10 +170,8 @@ TCPStoreServer::~TCPStoreServer() {
   if (::write(wake_pipe_[1], &byte, 1) < 0) {
   }  // nothing more to do: the loops also poll `stopping_`
   if (accept_thread_.joinable()) accept_thread_.join();
-  {
-    std::lock_guard<std::mutex> lock(connections_mutex_);
-    for (Connection& c : connections_) ::shutdown(c.fd, SHUT_RDWR);
-  }
+  // Graceful: each connection thread sees the wake pipe while it waits for its next request
+  // and stops; a request already being handled still gets its response.
   for (Connection& c : connections_) {
     if (c.thread.joinable()) c.thread.join();
     ::close(c.fd);

@@ -65,7 +65,8 @@ class TCPStore final : public Store {
 };
 
 // The server: a listening socket, an accept thread, one thread per client connection, and
-// the key-value map they share. Destroying it closes every connection and joins every thread.
+// the key-value map they share. Destroying it answers the requests in flight, then closes
+// every connection and joins every thread.
 class TCPStoreServer {
  public:
   TCPStoreServer(const std::string& host, uint16_t port, uint32_t max_message_bytes);

@@ -1,0 +1,27 @@
+// Bucket assignment: which parameters' gradients travel together in one allreduce.
+// Parameters are taken in the given order (reverse registration order at first: the order
+// in which backward usually produces their gradients), grouped by dtype and device, and a
+// bucket is closed once it holds at least its cap of bytes: the first bucket of each group is
+// capped small (so communication starts early), the rest at bucket_cap_mb. A parameter larger
+// than the cap gets a bucket of its own. Buckets are then ordered by their first parameter.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace tinyddp::ddp {
+
+struct BucketAssignment {
+  std::vector<std::vector<size_t>> buckets;  // parameter indices per bucket, in fill order
+  std::vector<size_t> bytes;                 // bytes per bucket
+};
+
+BucketAssignment assign_buckets(const std::vector<tensor::Tensor>& params, const std::vector<size_t>& order,
+                                size_t first_bucket_cap_bytes, size_t bucket_cap_bytes);
+
+// The default order: last registered parameter first.
+std::vector<size_t> reverse_order(size_t count);
+
+}  // namespace tinyddp::ddp

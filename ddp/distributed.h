@@ -1,0 +1,76 @@
+// DistributedDataParallel: wraps a module so that, after backward, every rank holds the
+// gradients averaged over all ranks, with the allreduce of each bucket overlapped with the
+// rest of the backward pass (see reducer.h). Names and options follow PyTorch's DDP.
+#pragma once
+
+#include <memory>
+
+#include "comm/process_group.h"
+#include "ddp/reducer.h"
+#include "nn/module.h"
+
+namespace tinyddp::ddp {
+
+struct DDPOptions {
+  DDPOptions& bucket_cap_mb(double v) { bucket_cap_mb_ = v; return *this; }
+  DDPOptions& first_bucket_cap_mb(double v) { first_bucket_cap_mb_ = v; return *this; }
+  DDPOptions& find_unused_parameters(bool v) { find_unused_parameters_ = v; return *this; }
+  DDPOptions& gradient_as_bucket_view(bool v) { gradient_as_bucket_view_ = v; return *this; }
+  DDPOptions& broadcast_buffers(bool v) { broadcast_buffers_ = v; return *this; }
+  double bucket_cap_mb() const { return bucket_cap_mb_; }
+  double first_bucket_cap_mb() const { return first_bucket_cap_mb_; }
+  bool find_unused_parameters() const { return find_unused_parameters_; }
+  bool gradient_as_bucket_view() const { return gradient_as_bucket_view_; }
+  bool broadcast_buffers() const { return broadcast_buffers_; }
+
+ private:
+  double bucket_cap_mb_ = 25;
+  double first_bucket_cap_mb_ = 1;
+  bool find_unused_parameters_ = false;
+  bool gradient_as_bucket_view_ = false;
+  bool broadcast_buffers_ = true;
+};
+
+class DistributedDataParallel : public nn::Module {
+ public:
+  // Checks that every rank has the same parameters (count, shapes, dtypes; a clear error
+  // naming the first difference otherwise), broadcasts rank 0's parameters and buffers, and
+  // sets up the Reducer. `pg` defaults to comm::default_group().
+  DistributedDataParallel(std::shared_ptr<nn::Module> module, std::shared_ptr<comm::ProcessGroup> pg = nullptr,
+                          DDPOptions options = {});
+
+  // Broadcasts buffers (broadcast_buffers), runs the module, and prepares the Reducer.
+  Tensor forward(const Tensor& input) override;
+  std::shared_ptr<nn::Module> module() const { return module_; }
+  const Reducer& reducer() const { return *reducer_; }
+  comm::ProcessGroup& process_group() const { return *pg_; }
+
+  // While the guard lives, backward passes only accumulate .grad locally; the first
+  // synchronised backward afterwards reduces the accumulated gradients.
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallel& ddp) : ddp_(ddp), previous_(ddp.require_sync_) { ddp.require_sync_ = false; }
+    ~NoSyncGuard() { ddp_.require_sync_ = previous_; }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool previous_;
+  };
+  NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+ private:
+  void verify_same_parameters(const std::vector<std::string>& names) const;
+  // Broadcasts `tensors` from rank 0, coalesced into flat buffers per dtype.
+  void broadcast_coalesced(const std::vector<Tensor>& tensors) const;
+
+  std::shared_ptr<nn::Module> module_;
+  std::shared_ptr<comm::ProcessGroup> pg_;
+  DDPOptions options_;
+  std::vector<Tensor> params_;
+  std::unique_ptr<Reducer> reducer_;
+  bool require_sync_ = true;
+};
+
+}  // namespace tinyddp::ddp

@@ -1,0 +1,227 @@
+// The Reducer: see reducer.h.
+#include "ddp/reducer.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "tensor/ops.h"
+
+namespace tinyddp::ddp {
+
+using autograd::Engine;
+using tensor::NoGradGuard;
+
+Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std::shared_ptr<comm::ProcessGroup> pg,
+                 ReducerOptions options)
+    : params_(std::move(params)), names_(std::move(names)), pg_(std::move(pg)), options_(options) {
+  TDDP_CHECK(params_.size() == names_.size(), "Reducer: {} parameters but {} names", params_.size(), names_.size());
+  build_buckets(reverse_order(params_.size()));
+  ready_.assign(params_.size(), false);
+  unused_.assign(params_.size(), false);
+  locally_used_.assign(params_.size(), false);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    hooks_.push_back(params_[i].grad_accumulator()->add_post_hook([this, i] { mark_ready(i); }));
+  }
+}
+
+Reducer::~Reducer() {
+  for (auto& hook : hooks_) hook.remove();
+}
+
+void Reducer::build_buckets(const std::vector<size_t>& order) {
+  assignment_ = assign_buckets(params_, order, options_.first_bucket_cap_bytes, options_.bucket_cap_bytes);
+  NoGradGuard no_grad;
+  std::vector<Bucket> buckets(assignment_.buckets.size());
+  std::vector<Tensor> views(params_.size());
+  bucket_of_.assign(params_.size(), 0);
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    Bucket& bucket = buckets[b];
+    bucket.params = assignment_.buckets[b];
+    int64_t total = 0;
+    for (size_t i : bucket.params) total += params_[i].numel();
+    const Tensor& first = params_[bucket.params.front()];
+    bucket.contents = tensor::zeros({total}, tensor::TensorOptions().dtype(first.dtype()).device(first.device()));
+    int64_t offset = 0;
+    for (size_t i : bucket.params) {
+      // The view has the parameter's shape, row-major, inside the flat contents.
+      views[i] = bucket.contents.narrow(0, offset, params_[i].numel()).view(params_[i].sizes());
+      offset += params_[i].numel();
+      bucket_of_[i] = b;
+      // gradient_as_bucket_view: an existing gradient moves into the (new) bucket slot.
+      if (options_.gradient_as_bucket_view && params_[i].grad().defined()) {
+        views[i].copy_(params_[i].grad());
+        params_[i].mutable_grad() = views[i];
+      }
+    }
+    bucket.pending = bucket.params.size();
+  }
+  buckets_ = std::move(buckets);
+  views_ = std::move(views);
+}
+
+std::vector<Tensor> Reducer::bucket_contents() const {
+  std::vector<Tensor> out;
+  for (const Bucket& b : buckets_) out.push_back(b.contents);
+  return out;
+}
+
+void Reducer::check_previous_iteration() const {
+  TDDP_CHECK(!iteration_incomplete_, "{}", incomplete_message_);
+}
+
+void Reducer::prepare_for_backward(bool synchronize, const std::vector<Tensor>& outputs) {
+  synchronize_ = synchronize;
+  unused_.assign(params_.size(), false);
+  if (!options_.find_unused_parameters) {
+    std::fill(locally_used_.begin(), locally_used_.end(), true);  // every parameter is expected to get a gradient
+    return;
+  }
+  // Walk the graph from the outputs: accumulators reached belong to used parameters.
+  std::unordered_map<const autograd::Node*, size_t> accumulator_index;
+  for (size_t i = 0; i < params_.size(); ++i) accumulator_index[params_[i].grad_accumulator().get()] = i;
+  std::vector<bool> reached(params_.size(), false);
+  std::unordered_set<const autograd::Node*> seen;
+  std::vector<const autograd::Node*> stack;
+  for (const Tensor& out : outputs) {
+    if (out.defined() && out.grad_fn()) stack.push_back(out.grad_fn().get());
+  }
+  while (!stack.empty()) {
+    const autograd::Node* node = stack.back();
+    stack.pop_back();
+    if (!seen.insert(node).second) continue;
+    if (auto it = accumulator_index.find(node); it != accumulator_index.end()) reached[it->second] = true;
+    for (const autograd::Edge& e : node->next_edges()) {
+      if (e.is_valid()) stack.push_back(e.function.get());
+    }
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    unused_[i] = !reached[i];
+    if (reached[i]) locally_used_[i] = true;
+  }
+}
+
+void Reducer::mark_unused_ready() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (unused_[i] && !ready_[i]) {
+      views_[i].zero_();  // contributes nothing to the sum
+      ready_[i] = true;
+      --buckets_[bucket_of_[i]].pending;
+    }
+  }
+}
+
+void Reducer::mark_ready(size_t i) {
+  if (!synchronize_) return;  // no_sync: .grad accumulates locally
+  NoGradGuard no_grad;
+  if (!backward_started_) {
+    backward_started_ = true;
+    launch_order_.clear();
+    Engine::queue_callback([this] { finalize(); });
+    if (options_.find_unused_parameters) mark_unused_ready();
+  }
+  TDDP_CHECK(!ready_[i], "DistributedDataParallel: the gradient of parameter {} ('{}') was produced twice in one "
+             "backward pass; DDP supports one gradient per parameter per iteration", i, names_[i]);
+  ready_[i] = true;
+  arrival_order_.push_back(i);
+  const Tensor& grad = params_[i].grad();
+  const Tensor& view = views_[i];
+  if (!(grad.shares_storage(view) && grad.storage_offset() == view.storage_offset())) {
+    view.copy_(grad);  // the gradient into its bucket slot
+    if (options_.gradient_as_bucket_view) params_[i].mutable_grad() = view;
+  }
+  Bucket& bucket = buckets_[bucket_of_[i]];
+  if (--bucket.pending == 0) launch_ready_buckets();
+}
+
+void Reducer::launch_ready_buckets() {
+  // Strictly in index order: a complete bucket waits for every earlier one.
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+    Bucket& bucket = buckets_[next_bucket_];
+    bucket.work = pg_->allreduce(bucket.contents);
+    launch_order_.push_back(next_bucket_);
+    ++next_bucket_;
+  }
+}
+
+void Reducer::finalize() {
+  NoGradGuard no_grad;
+  if (next_bucket_ < buckets_.size()) {
+    // Some parameters never got a gradient: without find_unused_parameters the buckets
+    // holding them cannot be reduced. Name them, wait for what was launched, and fail.
+    std::vector<std::string> missing;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!ready_[i]) missing.push_back(names_[i]);
+    }
+    for (Bucket& b : buckets_) {
+      if (b.work) b.work->wait();
+    }
+    iteration_incomplete_ = true;
+    incomplete_message_ = fmt::format(
+        "DistributedDataParallel: rank {} finished backward without gradients for parameter(s) [{}], so their "
+        "gradients could not be reduced. These parameters were not used to compute the loss. If the model "
+        "legitimately skips parameters in some iterations, construct DistributedDataParallel with "
+        "find_unused_parameters = true (or make sure every parameter takes part in the loss).",
+        pg_->rank(), fmt::join(missing, ", "));
+    reset_iteration();
+    throw Error(incomplete_message_);
+  }
+  std::vector<int64_t> used_everywhere(params_.size(), 1);
+  if (options_.find_unused_parameters) {
+    // Which parameters some rank used: the others keep their .grad untouched.
+    std::vector<int64_t> local(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) local[i] = locally_used_[i] ? 1 : 0;
+    const Tensor bitmap = tensor::from_vector(local);
+    pg_->allreduce(bitmap)->wait();
+    used_everywhere = bitmap.to_vector<int64_t>();
+  }
+  const double world = static_cast<double>(pg_->size());
+  for (Bucket& bucket : buckets_) {
+    bucket.work->wait();
+    bucket.contents.div_(world);
+    for (size_t i : bucket.params) {
+      if (used_everywhere[i] == 0) continue;  // unused on every rank: .grad stays as it was
+      Tensor& grad = params_[i].mutable_grad();
+      if (options_.gradient_as_bucket_view) {
+        grad = views_[i];
+      } else if (grad.defined()) {
+        grad.copy_(views_[i]);
+      } else {
+        grad = views_[i].clone();
+      }
+    }
+  }
+  // Rebuild once, after the first synchronised iteration, in the order gradients arrived
+  // on rank 0 (broadcast, so that every rank builds the same buckets).
+  if (!rebuilt_) {
+    std::vector<int64_t> order(arrival_order_.begin(), arrival_order_.end());
+    // Parameters that produced no gradient (unused) go last, last registered first.
+    for (size_t i = params_.size(); i-- > 0;) {
+      if (std::find(arrival_order_.begin(), arrival_order_.end(), i) == arrival_order_.end()) {
+        order.push_back(static_cast<int64_t>(i));
+      }
+    }
+    const Tensor shared = tensor::from_vector(order);
+    pg_->broadcast(shared, 0)->wait();
+    const std::vector<int64_t> agreed = shared.to_vector<int64_t>();
+    build_buckets(std::vector<size_t>(agreed.begin(), agreed.end()));
+    rebuilt_ = true;
+  }
+  reset_iteration();
+}
+
+void Reducer::reset_iteration() {
+  backward_started_ = false;
+  ready_.assign(params_.size(), false);
+  std::fill(locally_used_.begin(), locally_used_.end(), false);
+  next_bucket_ = 0;
+  arrival_order_.clear();
+  for (Bucket& b : buckets_) {
+    b.pending = b.params.size();
+    b.work.reset();
+  }
+}
+
+}  // namespace tinyddp::ddp

@@ -1,0 +1,93 @@
+// Reducer: DDP's gradient synchronisation. It owns the buckets (one flat contents tensor per
+// bucket, a view per parameter into it), registers one post-hook per parameter on its
+// gradient accumulator, launches each bucket's allreduce as soon as the bucket is complete
+// (strictly in bucket index order, so that every rank issues the same collectives), and at
+// the end of backward (an engine callback) waits, averages and writes the gradients back.
+// Follow one gradient: AccumulateGrad writes param.grad -> post-hook mark_ready(i) -> the
+// gradient is copied into its bucket view -> the bucket's pending count reaches zero ->
+// launch_ready_buckets() -> ProcessGroup::allreduce -> finalize() -> param.grad.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/autograd.h"
+#include "comm/process_group.h"
+#include "ddp/buckets.h"
+
+namespace tinyddp::ddp {
+
+using tensor::Tensor;
+
+struct ReducerOptions {
+  size_t first_bucket_cap_bytes = 1 << 20;
+  size_t bucket_cap_bytes = 25 << 20;
+  bool find_unused_parameters = false;
+  bool gradient_as_bucket_view = false;
+};
+
+class Reducer {
+ public:
+  // `params` must be identical (count, shapes, dtypes) on every rank (DDP checks that).
+  Reducer(std::vector<Tensor> params, std::vector<std::string> names, std::shared_ptr<comm::ProcessGroup> pg,
+          ReducerOptions options);
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Called by DDP's forward: whether this iteration synchronises (false inside no_sync),
+  // and, with find_unused_parameters, the parameters this forward's graph does not reach.
+  void prepare_for_backward(bool synchronize, const std::vector<Tensor>& outputs);
+  // Throws the "did not finish reduction" error if the previous synchronised backward left
+  // parameters without gradients (called at the start of every forward).
+  void check_previous_iteration() const;
+
+  const BucketAssignment& assignment() const { return assignment_; }
+  bool buckets_rebuilt() const { return rebuilt_; }
+  // Bucket contents (for tests: the views alias these).
+  std::vector<Tensor> bucket_contents() const;
+  const Tensor& bucket_view(size_t param) const { return views_[param]; }
+  // Launch order of the last synchronised backward (bucket indices), for tests.
+  const std::vector<size_t>& last_launch_order() const { return launch_order_; }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;
+    Tensor contents;  // flat, one dtype
+    size_t pending = 0;
+    std::shared_ptr<comm::Work> work;
+  };
+  void build_buckets(const std::vector<size_t>& order);
+  void mark_ready(size_t param);
+  void mark_unused_ready();
+  void launch_ready_buckets();
+  void finalize();
+  void reset_iteration();
+
+  std::vector<Tensor> params_;
+  std::vector<std::string> names_;
+  std::shared_ptr<comm::ProcessGroup> pg_;
+  ReducerOptions options_;
+  std::vector<autograd::RemovableHandle> hooks_;
+
+  BucketAssignment assignment_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;  // param -> bucket
+  std::vector<Tensor> views_;      // param -> its slot in the bucket contents
+
+  // Per-iteration state.
+  bool synchronize_ = true;
+  bool backward_started_ = false;
+  std::vector<bool> ready_;
+  std::vector<bool> unused_;        // this forward's graph does not reach the parameter
+  std::vector<bool> locally_used_;  // used since the last synchronised backward (no_sync too)
+  size_t next_bucket_ = 0;
+  std::vector<size_t> launch_order_;
+  std::vector<size_t> arrival_order_;  // parameters in the order their hooks fired
+  bool rebuilt_ = false;
+  bool iteration_incomplete_ = false;
+  std::string incomplete_message_;
+};
+
+}  // namespace tinyddp::ddp

@@ -1,0 +1,401 @@
+// DDP tests: bucket assignment rules; views aliasing the bucket contents; allreduce launched
+// during backward and in bucket order (an instrumented process group); N ranks equal to one
+// process on the concatenated batch (threads and processes); find_unused_parameters and the
+// missing-gradient error; no_sync; the bucket rebuild; mismatched models.
+#include <mutex>
+
+#include "ddp/distributed.h"
+#include "nn/nn.h"
+#include "tests/comm/comm_test_util.h"
+
+using namespace tinyddp;
+using namespace tinyddp::ddp;
+using comm::ProcessGroup;
+using testing::Expectations;
+using testing::run_processes;
+using testing::run_threads;
+using Catch::Contains;
+
+namespace {
+
+std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) { return std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {}); }
+
+void require_no_failures(const std::vector<std::string>& failures) {
+  for (const auto& f : failures) UNSCOPED_INFO(f);
+  REQUIRE(failures.empty());
+}
+
+// Records the order of allreduce calls (by the data pointer of the tensor) and forwards them.
+class RecordingGroup final : public ProcessGroup {
+ public:
+  explicit RecordingGroup(ProcessGroup& inner) : ProcessGroup(inner.rank(), inner.size()), inner_(inner) {}
+  std::string backend() const override { return "recording"; }
+  std::shared_ptr<comm::Work> allreduce(const std::vector<Tensor>& t, comm::ReduceOp op) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    events.push_back("allreduce " + std::to_string(reinterpret_cast<uintptr_t>(t[0].raw_data_ptr())));
+    return inner_.allreduce(t, op);
+  }
+  using ProcessGroup::allreduce;
+  std::shared_ptr<comm::Work> broadcast(const Tensor& t, int root) override { return inner_.broadcast(t, root); }
+  std::shared_ptr<comm::Work> allgather(const std::vector<Tensor>& o, const Tensor& i) override { return inner_.allgather(o, i); }
+  std::shared_ptr<comm::Work> gather(const std::vector<Tensor>& o, const Tensor& i, int r) override { return inner_.gather(o, i, r); }
+  std::shared_ptr<comm::Work> scatter(const Tensor& o, const std::vector<Tensor>& i, int r) override { return inner_.scatter(o, i, r); }
+  std::shared_ptr<comm::Work> reduce(const Tensor& t, int r, comm::ReduceOp op) override { return inner_.reduce(t, r, op); }
+  std::shared_ptr<comm::Work> reduce_scatter(const Tensor& o, const std::vector<Tensor>& i, comm::ReduceOp op) override {
+    return inner_.reduce_scatter(o, i, op);
+  }
+  std::shared_ptr<comm::Work> barrier() override { return inner_.barrier(); }
+  std::shared_ptr<comm::Work> send(const Tensor& t, int d, int tag) override { return inner_.send(t, d, tag); }
+  std::shared_ptr<comm::Work> recv(const Tensor& t, int s, int tag) override { return inner_.recv(t, s, tag); }
+  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& r) override { return inner_.new_group(r); }
+  void note(const std::string& event) {
+    std::lock_guard<std::mutex> lock(mutex);
+    events.push_back(event);
+  }
+  std::mutex mutex;
+  std::vector<std::string> events;
+
+ private:
+  ProcessGroup& inner_;
+};
+
+std::string pointer_event(const Tensor& t) { return "allreduce " + std::to_string(reinterpret_cast<uintptr_t>(t.raw_data_ptr())); }
+
+}  // namespace
+
+TEST_CASE("bucket assignment: caps, reverse order, dtypes, first bucket, oversized parameters", "[ddp][buckets]") {
+  // 4-byte floats: sizes in bytes 400, 400, 4000, 400, 40 (float64: 800).
+  const std::vector<Tensor> params = {tensor::zeros({100}), tensor::zeros({100}), tensor::zeros({1000}),
+                                      tensor::zeros({100}), tensor::zeros({10}),  tensor::zeros({100}, tensor::kFloat64)};
+  const BucketAssignment a = assign_buckets(params, reverse_order(params.size()), 500, 1000);
+  // Reverse order 5, 4, 3, 2, 1, 0; the float64 parameter travels alone.
+  REQUIRE(a.buckets.size() == 3);
+  CHECK(a.buckets[0] == std::vector<size_t>{5});          // float64: its own bucket (800 >= first cap 500)
+  CHECK(a.buckets[1] == std::vector<size_t>{4, 3, 2});    // 40 + 400 + 4000: first float32 bucket closes past 500
+  CHECK(a.bytes[1] == 4440);
+  CHECK(a.buckets[2] == std::vector<size_t>{1, 0});       // 800 < 1000: left open, closed at the end
+  CHECK(a.bytes[2] == 800);
+  // A parameter larger than the cap is a bucket of its own.
+  const BucketAssignment big = assign_buckets({tensor::zeros({10}), tensor::zeros({10}), tensor::zeros({10000})},
+                                              reverse_order(3), 100, 1000);
+  REQUIRE(big.buckets.size() == 2);
+  CHECK(big.buckets[0] == std::vector<size_t>{2});
+  CHECK(big.bytes[0] == 40000);
+  CHECK(big.buckets[1] == std::vector<size_t>{1, 0});
+  // A given order is followed.
+  const BucketAssignment ordered = assign_buckets({tensor::zeros({10}), tensor::zeros({10})}, {0, 1}, 1 << 20, 1 << 20);
+  CHECK(ordered.buckets[0] == std::vector<size_t>{0, 1});
+  CHECK_THROWS_WITH(assign_buckets(params, {0}, 1, 1), Contains("order has 1 entries for 6 parameters"));
+}
+
+TEST_CASE("bucket views alias the contents; gradient_as_bucket_view makes .grad those views", "[ddp][views]") {
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    for (bool as_view : {false, true}) {
+      tensor::manual_seed(0);
+      auto model = nn::mlp({4, 6, 3});
+      DistributedDataParallel ddp(model, borrow(pg), DDPOptions().gradient_as_bucket_view(as_view));
+      const Reducer& reducer = ddp.reducer();
+      // The first iteration rebuilds the buckets; look at the rebuilt ones.
+      nn::mse_loss(ddp(tensor::ones({2, 4})), tensor::zeros({2, 3})).backward();
+      e.expect(reducer.buckets_rebuilt(), "not rebuilt");
+      const auto contents = reducer.bucket_contents();
+      const auto params = model->parameters();
+      for (size_t i = 0; i < params.size(); ++i) {
+        const Tensor& view = reducer.bucket_view(i);
+        bool inside = false;
+        for (const Tensor& c : contents) inside |= view.shares_storage(c);
+        e.expect(inside && view.sizes() == params[i].sizes(), "view " + std::to_string(i) + " is not a slot of a bucket");
+      }
+      const Tensor loss = nn::mse_loss(ddp(tensor::ones({2, 4})), tensor::zeros({2, 3}));
+      loss.backward();
+      for (size_t i = 0; i < params.size(); ++i) {
+        const bool aliases = params[i].grad().shares_storage(reducer.bucket_view(i)) &&
+                             params[i].grad().storage_offset() == reducer.bucket_view(i).storage_offset();
+        e.expect(aliases == as_view, fmt::format("param {}: .grad aliases its bucket view: {} (gradient_as_bucket_view {})", i, aliases, as_view));
+        e.expect(tensor::equal(params[i].grad(), reducer.bucket_view(i)), "param " + std::to_string(i) + ": .grad differs from its view");
+      }
+      // Writing into the contents shows through the view.
+      contents[0].fill_(3);
+      e.expect(reducer.bucket_view(reducer.assignment().buckets[0][0]).to_vector<float>()[0] == 3, "write through contents");
+    }
+  }));
+}
+
+TEST_CASE("buckets launch during backward, in bucket order, even when gradients arrive out of order", "[ddp][overlap]") {
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    RecordingGroup recording(pg);
+    // Three layers applied in the order 2, 0, 1, so gradients arrive 1, 0, 2 (not the assumed 2, 1, 0).
+    tensor::manual_seed(1);
+    auto l0 = std::make_shared<nn::Linear>(8, 8), l1 = std::make_shared<nn::Linear>(8, 8), l2 = std::make_shared<nn::Linear>(8, 8);
+    struct Shuffled : nn::Module {
+      std::shared_ptr<nn::Linear> a, b, c;
+      Shuffled(std::shared_ptr<nn::Linear> x, std::shared_ptr<nn::Linear> y, std::shared_ptr<nn::Linear> z) : Module("Shuffled") {
+        a = register_module("l0", x);
+        b = register_module("l1", y);
+        c = register_module("l2", z);
+      }
+      Tensor forward(const Tensor& x) override { return b->forward(tensor::relu(a->forward(tensor::relu(c->forward(x))))); }
+    };
+    auto model = std::make_shared<Shuffled>(l0, l1, l2);
+    // Tiny caps: every parameter its own bucket (6 buckets, index = reverse registration order).
+    DistributedDataParallel ddp(model, borrow(recording), DDPOptions().first_bucket_cap_mb(1e-6).bucket_cap_mb(1e-6));
+    const Reducer& reducer = ddp.reducer();
+    e.expect(reducer.assignment().buckets.size() == 6, "expected 6 buckets");
+    // Mark the moment backward reaches the first-applied layer (l2's weight gradient).
+    l2->weight.register_hook([&](const Tensor&) {
+      recording.note("backward reaches l2.weight");
+      return Tensor();
+    });
+    // Scans the events of one backward: allreduce calls in order, and when l2 was reached.
+    std::vector<std::string> expected;  // the current buckets' allreduce events, in index order
+    const auto one_backward = [&](std::vector<std::string>& launches, size_t& reached_at) {
+      expected.clear();
+      for (const Tensor& c : reducer.bucket_contents()) expected.push_back(pointer_event(c));
+      recording.events.clear();
+      nn::mse_loss(ddp(tensor::ones({4, 8})), tensor::zeros({4, 8})).backward();
+      launches.clear();
+      for (size_t k = 0; k < recording.events.size(); ++k) {
+        if (recording.events[k].rfind("allreduce", 0) == 0) launches.push_back(recording.events[k]);
+        if (recording.events[k] == "backward reaches l2.weight") reached_at = k;
+      }
+    };
+    const auto expect_bucket_order = [&](const std::vector<std::string>& launches, const std::string& when) {
+      e.expect(launches.size() >= expected.size() && std::equal(expected.begin(), expected.end(), launches.begin()),
+               "allreduce calls are not in bucket index order " + when);
+    };
+    std::vector<std::string> launches;
+    size_t reached_at = 0;
+    // Iteration 1: bucket 0 (l2.bias, assumed first) is completed last, so every bucket waits
+    // for it: strict index order, and nothing before backward reaches l2.
+    one_backward(launches, reached_at);
+    expect_bucket_order(launches, "(iteration 1)");
+    e.expect(reducer.buckets_rebuilt(), "buckets were not rebuilt after the first iteration");
+    // Iteration 2: the buckets now follow the order gradients arrived in, so the first ones
+    // are reduced while backward is still working towards l2.
+    one_backward(launches, reached_at);
+    expect_bucket_order(launches, "(iteration 2)");
+    e.expect(reached_at > 0 && recording.events[0].rfind("allreduce", 0) == 0,
+             "no allreduce was launched before backward reached the first layer (iteration 2)");
+    e.expect(reducer.last_launch_order().size() == 6, "six launches");
+  }));
+}
+
+namespace {
+
+// The data of the equivalence tests: `steps` global batches of `global` rows.
+struct Data {
+  std::vector<Tensor> inputs, targets;
+};
+Data make_data(int steps, int64_t global) {
+  tensor::Generator g(42);
+  Data d;
+  for (int s = 0; s < steps; ++s) {
+    d.inputs.push_back(tensor::randn({global, 6}, {}, &g));
+    d.targets.push_back(tensor::randn({global, 3}, {}, &g));
+  }
+  return d;
+}
+
+// One process training on whole batches from `initial`: the reference.
+std::vector<Tensor> train_reference(const nn::OrderedDict<Tensor>& initial, const Data& d, int steps) {
+  auto model = nn::mlp({6, 8, 3});
+  model->load_state_dict(initial);
+  nn::SGD opt(model->parameters(), nn::SGDOptions(0.1).momentum(0.9));
+  for (int s = 0; s < steps; ++s) {
+    opt.zero_grad();
+    nn::mse_loss(model->forward(d.inputs[s]), d.targets[s]).backward();
+    opt.step();
+  }
+  std::vector<Tensor> out;
+  for (const Tensor& p : model->parameters()) out.push_back(p.clone());
+  return out;
+}
+
+constexpr int kSteps = 5;
+constexpr int64_t kGlobalBatch = 12;
+
+// Each rank trains on its rows [r*B/W, (r+1)*B/W) of every global batch; its final
+// parameters must equal the single-process run from rank 0's initial weights.
+void train_rank_and_compare(ProcessGroup& pg, Expectations& e, const DDPOptions& options, bool accumulate) {
+  const Data d = make_data(kSteps, kGlobalBatch);
+  tensor::Generator init(7 + pg.rank());  // different on each rank: DDP must broadcast rank 0's
+  auto model = nn::mlp({6, 8, 3});
+  {
+    tensor::NoGradGuard no_grad;
+    for (const Tensor& p : model->parameters()) tensor::uniform_(p, -0.5, 0.5, &init);
+  }
+  DistributedDataParallel ddp(model, borrow(pg), options);
+  const nn::OrderedDict<Tensor> initial = [&] {
+    nn::OrderedDict<Tensor> copy;
+    for (const auto& [k, v] : model->state_dict()) copy.insert(k, v.clone());
+    return copy;
+  }();
+  nn::SGD opt(model->parameters(), nn::SGDOptions(0.1).momentum(0.9));
+  const int64_t rows = kGlobalBatch / pg.size();
+  for (int s = 0; s < kSteps; ++s) {
+    opt.zero_grad();
+    const Tensor x = d.inputs[s].narrow(0, pg.rank() * rows, rows);
+    const Tensor y = d.targets[s].narrow(0, pg.rank() * rows, rows);
+    if (accumulate) {
+      // no_sync on the first half of the rows, synchronised on the second half: the sum of
+      // the two half-batch gradients, halved, is the full local batch's gradient.
+      const int64_t half = rows / 2;
+      {
+        auto guard = ddp.no_sync();
+        tensor::mul(nn::mse_loss(ddp(x.narrow(0, 0, half)), y.narrow(0, 0, half)), 0.5).backward();
+      }
+      tensor::mul(nn::mse_loss(ddp(x.narrow(0, half, rows - half)), y.narrow(0, half, rows - half)), 0.5).backward();
+    } else {
+      nn::mse_loss(ddp(x), y).backward();
+    }
+    opt.step();
+  }
+  const std::vector<Tensor> expected = train_reference(initial, d, kSteps);
+  const auto params = model->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    e.expect(tensor::allclose(params[i], expected[i], 1e-5, 1e-5),
+             fmt::format("parameter {} differs from single-process training", i));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("N ranks train like one process on the concatenated batches (threads)", "[ddp][equivalence]") {
+  for (int size : {2, 3}) {
+    INFO("world size " << size);
+    require_no_failures(run_threads(size, [](ProcessGroup& pg, Expectations& e) { train_rank_and_compare(pg, e, DDPOptions(), false); }));
+    require_no_failures(run_threads(size, [](ProcessGroup& pg, Expectations& e) {
+      train_rank_and_compare(pg, e, DDPOptions().gradient_as_bucket_view(true).first_bucket_cap_mb(1e-4), false);
+    }));
+  }
+}
+
+TEST_CASE("N ranks train like one process on the concatenated batches (processes)", "[ddp][equivalence][processes]") {
+  require_no_failures(run_processes(2, [](ProcessGroup& pg, Expectations& e) { train_rank_and_compare(pg, e, DDPOptions(), false); }));
+  require_no_failures(run_processes(3, [](ProcessGroup& pg, Expectations& e) {
+    train_rank_and_compare(pg, e, DDPOptions().find_unused_parameters(true), false);
+  }));
+}
+
+TEST_CASE("no_sync accumulation equals one large batch", "[ddp][no_sync]") {
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) { train_rank_and_compare(pg, e, DDPOptions(), true); }));
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    train_rank_and_compare(pg, e, DDPOptions().gradient_as_bucket_view(true).find_unused_parameters(true), true);
+  }));
+}
+
+namespace {
+// Two heads; `use_a` / `use_b` pick which ones the output uses.
+struct TwoHeads : nn::Module {
+  std::shared_ptr<nn::Linear> trunk, a, b, never;
+  bool use_a = true, use_b = true;
+  TwoHeads() : Module("TwoHeads") {
+    trunk = register_module("trunk", std::make_shared<nn::Linear>(4, 4));
+    a = register_module("a", std::make_shared<nn::Linear>(4, 2));
+    b = register_module("b", std::make_shared<nn::Linear>(4, 2));
+    never = register_module("never", std::make_shared<nn::Linear>(4, 2));
+  }
+  Tensor forward(const Tensor& x) override {
+    const Tensor h = tensor::relu(trunk->forward(x));
+    Tensor out = tensor::zeros({x.size(0), 2});
+    if (use_a) out = tensor::add(out, a->forward(h));
+    if (use_b) out = tensor::add(out, b->forward(h));
+    return out;
+  }
+};
+}  // namespace
+
+TEST_CASE("find_unused_parameters: different subgraphs per rank and iteration", "[ddp][unused]") {
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    tensor::manual_seed(3);
+    auto model = std::make_shared<TwoHeads>();
+    DistributedDataParallel ddp(model, borrow(pg), DDPOptions().find_unused_parameters(true));
+    const Tensor marker = tensor::full({2, 4}, 7.0);
+    model->never->weight.mutable_grad() = marker.clone();  // unused everywhere: must stay as it is
+    for (int it = 0; it < 3; ++it) {
+      // Rank 0 uses head a, rank 1 head b; in iteration 2 both use both.
+      model->use_a = pg.rank() == 0 || it == 2;
+      model->use_b = pg.rank() == 1 || it == 2;
+      model->a->weight.mutable_grad() = Tensor();
+      model->b->weight.mutable_grad() = Tensor();
+      nn::mse_loss(ddp(tensor::ones({3, 4})), tensor::zeros({3, 2})).backward();
+      // Heads used on one rank get the average (half of the user's gradient), on both ranks.
+      e.expect(model->a->weight.grad().defined() && model->b->weight.grad().defined(),
+               fmt::format("iteration {}: a head used by some rank has no gradient", it));
+      e.expect(tensor::equal(model->never->weight.grad(), marker), "a parameter unused everywhere had its .grad changed");
+      // Every rank ends with the same gradients.
+      std::vector<Tensor> all{tensor::zeros({2, 4}), tensor::zeros({2, 4})};
+      pg.allgather(all, model->a->weight.grad())->wait();
+      e.expect(tensor::equal(all[0], all[1]), "ranks disagree on head a's gradient");
+    }
+  }));
+}
+
+TEST_CASE("without find_unused_parameters, a parameter without gradient is a clear error naming it", "[ddp][unused][errors]") {
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    tensor::manual_seed(3);
+    auto model = std::make_shared<TwoHeads>();
+    DistributedDataParallel ddp(model, borrow(pg), DDPOptions());
+    model->use_b = false;
+    try {
+      nn::mse_loss(ddp(tensor::ones({3, 4})), tensor::zeros({3, 2})).backward();
+      e.failures.push_back("backward with unused parameters did not fail");
+    } catch (const Error& ex) {
+      const std::string m = ex.what();
+      e.expect(m.find("without gradients for parameter(s) [b.weight, b.bias, never.weight, never.bias]") != std::string::npos ||
+                   m.find("b.weight") != std::string::npos,
+               "message does not name b.weight: " + m);
+      e.expect(m.find("find_unused_parameters = true") != std::string::npos, "message does not suggest the fix: " + m);
+    }
+    // And the next forward refuses to go on.
+    try {
+      ddp(tensor::ones({3, 4}));
+      e.failures.push_back("forward after an incomplete reduction did not fail");
+    } catch (const Error& ex) {
+      e.expect(std::string(ex.what()).find("b.weight") != std::string::npos, "forward error does not name b.weight");
+    }
+  }));
+}
+
+TEST_CASE("the rebuilt buckets are the same on every rank", "[ddp][rebuild]") {
+  std::mutex mutex;
+  std::vector<std::vector<std::vector<size_t>>> seen;
+  require_no_failures(run_threads(3, [&](ProcessGroup& pg, Expectations& e) {
+    tensor::manual_seed(5);
+    auto model = nn::mlp({6, 8, 8, 3});
+    DistributedDataParallel ddp(model, borrow(pg), DDPOptions().first_bucket_cap_mb(1e-4).bucket_cap_mb(2e-4));
+    e.expect(!ddp.reducer().buckets_rebuilt(), "rebuilt before any iteration");
+    nn::mse_loss(ddp(tensor::ones({2, 6})), tensor::zeros({2, 3})).backward();
+    e.expect(ddp.reducer().buckets_rebuilt(), "not rebuilt after the first iteration");
+    nn::mse_loss(ddp(tensor::ones({2, 6})), tensor::zeros({2, 3})).backward();  // the rebuilt buckets work
+    std::lock_guard<std::mutex> lock(mutex);
+    seen.push_back(ddp.reducer().assignment().buckets);
+  }));
+  REQUIRE(seen.size() == 3);
+  CHECK(seen[0] == seen[1]);
+  CHECK(seen[1] == seen[2]);
+}
+
+TEST_CASE("mismatched models across ranks give a clear construction error on every rank", "[ddp][errors]") {
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    auto model = nn::mlp({6, pg.rank() == 0 ? 8 : 9, 3});
+    try {
+      DistributedDataParallel ddp(model, borrow(pg));
+      e.failures.push_back("mismatched models were accepted");
+    } catch (const Error& ex) {
+      e.expect(std::string(ex.what()).find("parameter 0 ('0.weight' on this rank) is float32 [8, 6] on rank 0 but float32 [9, 6] on rank 1") !=
+                   std::string::npos,
+               std::string("message: ") + ex.what());
+    }
+  }));
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    auto model = pg.rank() == 0 ? nn::mlp({6, 8, 3}) : nn::mlp({6, 8, 8, 3});
+    try {
+      DistributedDataParallel ddp(model, borrow(pg));
+      e.failures.push_back("mismatched models were accepted");
+    } catch (const Error& ex) {
+      e.expect(std::string(ex.what()).find("rank 0 has 4 parameters that require grad but rank 1 has 6") != std::string::npos,
+               std::string("message: ") + ex.what());
+    }
+  }));
+}
