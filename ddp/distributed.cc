@@ -38,6 +38,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   reducer_options.bucket_cap_bytes = static_cast<size_t>(options_.bucket_cap_mb() * (1 << 20));
   reducer_options.find_unused_parameters = options_.find_unused_parameters();
   reducer_options.gradient_as_bucket_view = options_.gradient_as_bucket_view();
+  reducer_options.static_graph = options_.static_graph();
   reducer_ = std::make_unique<Reducer>(params_, names, pg_, reducer_options);
 }
 

@@ -17,6 +17,8 @@ struct DDPOptions {
   DDPOptions& find_unused_parameters(bool v) { find_unused_parameters_ = v; return *this; }
   DDPOptions& gradient_as_bucket_view(bool v) { gradient_as_bucket_view_ = v; return *this; }
   DDPOptions& broadcast_buffers(bool v) { broadcast_buffers_ = v; return *this; }
+  DDPOptions& static_graph(bool v) { static_graph_ = v; return *this; }
+  bool static_graph() const { return static_graph_; }
   double bucket_cap_mb() const { return bucket_cap_mb_; }
   double first_bucket_cap_mb() const { return first_bucket_cap_mb_; }
   bool find_unused_parameters() const { return find_unused_parameters_; }
@@ -29,6 +31,7 @@ struct DDPOptions {
   bool find_unused_parameters_ = false;
   bool gradient_as_bucket_view_ = false;
   bool broadcast_buffers_ = true;
+  bool static_graph_ = false;
 };
 
 class DistributedDataParallel : public nn::Module {
@@ -44,6 +47,15 @@ class DistributedDataParallel : public nn::Module {
   std::shared_ptr<nn::Module> module() const { return module_; }
   const Reducer& reducer() const { return *reducer_; }
   comm::ProcessGroup& process_group() const { return *pg_; }
+  std::shared_ptr<comm::ProcessGroup> process_group_ptr() const { return pg_; }
+
+  // How each bucket is reduced (see comm_hooks.h). `state` is handed to the hook with the
+  // bucket, as in PyTorch: register_comm_hook(pg, hook) with hook(pg, bucket).
+  void register_comm_hook(CommHook hook) { reducer_->register_comm_hook(std::move(hook)); }
+  template <typename State, typename Hook>
+  void register_comm_hook(State state, Hook hook) {
+    reducer_->register_comm_hook([state = std::move(state), hook = std::move(hook)](GradBucket& b) { return hook(state, b); });
+  }
 
   // While the guard lives, backward passes only accumulate .grad locally; the first
   // synchronised backward afterwards reduces the accumulated gradients.

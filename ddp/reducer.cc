@@ -18,6 +18,7 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std
                  ReducerOptions options)
     : params_(std::move(params)), names_(std::move(names)), pg_(std::move(pg)), options_(options) {
   TDDP_CHECK(params_.size() == names_.size(), "Reducer: {} parameters but {} names", params_.size(), names_.size());
+  comm_hook_ = hooks::allreduce(pg_);
   build_buckets(reverse_order(params_.size()));
   ready_.assign(params_.size(), false);
   unused_.assign(params_.size(), false);
@@ -68,14 +69,26 @@ std::vector<Tensor> Reducer::bucket_contents() const {
   return out;
 }
 
+void Reducer::register_comm_hook(CommHook hook) {
+  TDDP_CHECK(hook != nullptr, "register_comm_hook: the hook is empty");
+  TDDP_CHECK(!backward_started_, "register_comm_hook: cannot change the hook during a backward pass");
+  comm_hook_ = std::move(hook);
+}
+
 void Reducer::check_previous_iteration() const {
   TDDP_CHECK(!iteration_incomplete_, "{}", incomplete_message_);
 }
 
 void Reducer::prepare_for_backward(bool synchronize, const std::vector<Tensor>& outputs) {
   synchronize_ = synchronize;
+  if (options_.static_graph && unused_known_) {  // the same graph as the first iteration
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!unused_[i]) locally_used_[i] = true;
+    }
+    return;
+  }
   unused_.assign(params_.size(), false);
-  if (!options_.find_unused_parameters) {
+  if (!options_.find_unused_parameters && !options_.static_graph) {
     std::fill(locally_used_.begin(), locally_used_.end(), true);  // every parameter is expected to get a gradient
     return;
   }
@@ -101,6 +114,7 @@ void Reducer::prepare_for_backward(bool synchronize, const std::vector<Tensor>& 
     unused_[i] = !reached[i];
     if (reached[i]) locally_used_[i] = true;
   }
+  unused_known_ = true;
 }
 
 void Reducer::mark_unused_ready() {
@@ -120,7 +134,7 @@ void Reducer::mark_ready(size_t i) {
     backward_started_ = true;
     launch_order_.clear();
     Engine::queue_callback([this] { finalize(); });
-    if (options_.find_unused_parameters) mark_unused_ready();
+    if (options_.find_unused_parameters || options_.static_graph) mark_unused_ready();
   }
   TDDP_CHECK(!ready_[i], "DistributedDataParallel: the gradient of parameter {} ('{}') was produced twice in one "
              "backward pass; DDP supports one gradient per parameter per iteration", i, names_[i]);
@@ -140,7 +154,10 @@ void Reducer::launch_ready_buckets() {
   // Strictly in index order: a complete bucket waits for every earlier one.
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& bucket = buckets_[next_bucket_];
-    bucket.work = pg_->allreduce(bucket.contents);
+    GradBucket grad_bucket{next_bucket_, bucket.contents, bucket.params, next_bucket_ + 1 == buckets_.size()};
+    bucket.future = comm_hook_(grad_bucket);
+    TDDP_CHECK(bucket.future != nullptr, "DistributedDataParallel: the communication hook returned no future for bucket {}",
+               next_bucket_);
     launch_order_.push_back(next_bucket_);
     ++next_bucket_;
   }
@@ -156,7 +173,7 @@ void Reducer::finalize() {
       if (!ready_[i]) missing.push_back(names_[i]);
     }
     for (Bucket& b : buckets_) {
-      if (b.work) b.work->wait();
+      if (b.future) b.future->wait();
     }
     iteration_incomplete_ = true;
     incomplete_message_ = fmt::format(
@@ -169,7 +186,7 @@ void Reducer::finalize() {
     throw Error(incomplete_message_);
   }
   std::vector<int64_t> used_everywhere(params_.size(), 1);
-  if (options_.find_unused_parameters) {
+  if (options_.find_unused_parameters || options_.static_graph) {
     // Which parameters some rank used: the others keep their .grad untouched.
     std::vector<int64_t> local(params_.size());
     for (size_t i = 0; i < params_.size(); ++i) local[i] = locally_used_[i] ? 1 : 0;
@@ -177,10 +194,10 @@ void Reducer::finalize() {
     pg_->allreduce(bitmap)->wait();
     used_everywhere = bitmap.to_vector<int64_t>();
   }
-  const double world = static_cast<double>(pg_->size());
   for (Bucket& bucket : buckets_) {
-    bucket.work->wait();
-    bucket.contents.div_(world);
+    // The hook's result: the averaged contents (the default hook divides by the world size).
+    const Tensor reduced = bucket.future->wait();
+    if (!reduced.is_same(bucket.contents)) bucket.contents.copy_(reduced);
     for (size_t i : bucket.params) {
       if (used_everywhere[i] == 0) continue;  // unused on every rank: .grad stays as it was
       Tensor& grad = params_[i].mutable_grad();
@@ -220,7 +237,7 @@ void Reducer::reset_iteration() {
   arrival_order_.clear();
   for (Bucket& b : buckets_) {
     b.pending = b.params.size();
-    b.work.reset();
+    b.future.reset();
   }
 }
 

@@ -15,6 +15,7 @@
 #include "autograd/autograd.h"
 #include "comm/process_group.h"
 #include "ddp/buckets.h"
+#include "ddp/comm_hooks.h"
 
 namespace tinyddp::ddp {
 
@@ -25,6 +26,9 @@ struct ReducerOptions {
   size_t bucket_cap_bytes = 25 << 20;
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
+  // The graph is the same every iteration: unused parameters are found once (on the first
+  // iteration) and reused; the buckets are rebuilt once.
+  bool static_graph = false;
 };
 
 class Reducer {
@@ -50,13 +54,15 @@ class Reducer {
   const Tensor& bucket_view(size_t param) const { return views_[param]; }
   // Launch order of the last synchronised backward (bucket indices), for tests.
   const std::vector<size_t>& last_launch_order() const { return launch_order_; }
+  // Replaces the default allreduce of each bucket (call before the first backward).
+  void register_comm_hook(CommHook hook);
 
  private:
   struct Bucket {
     std::vector<size_t> params;
     Tensor contents;  // flat, one dtype
     size_t pending = 0;
-    std::shared_ptr<comm::Work> work;
+    std::shared_ptr<Future> future;
   };
   void build_buckets(const std::vector<size_t>& order);
   void mark_ready(size_t param);
@@ -70,6 +76,8 @@ class Reducer {
   std::shared_ptr<comm::ProcessGroup> pg_;
   ReducerOptions options_;
   std::vector<autograd::RemovableHandle> hooks_;
+  CommHook comm_hook_;
+  bool unused_known_ = false;  // static_graph: unused_ was found on the first iteration
 
   BucketAssignment assignment_;
   std::vector<Bucket> buckets_;

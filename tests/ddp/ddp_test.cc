@@ -399,3 +399,74 @@ TEST_CASE("mismatched models across ranks give a clear construction error on eve
     }
   }));
 }
+
+TEST_CASE("communication hooks: a custom hook with state, fp16 and bf16 compression", "[ddp][hooks]") {
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    // The same two training steps with the default, fp16 and bf16 hooks, and a counting hook.
+    const auto train = [&](const std::function<void(DistributedDataParallel&)>& setup) {
+      auto model = nn::mlp({6, 8, 3});
+      {
+        tensor::NoGradGuard no_grad;
+        tensor::Generator g(11);
+        for (const Tensor& p : model->parameters()) tensor::uniform_(p, -0.5, 0.5, &g);
+      }
+      DistributedDataParallel ddp(model, borrow(pg));
+      setup(ddp);
+      nn::SGD opt(model->parameters(), nn::SGDOptions(0.1));
+      tensor::Generator data(100 + pg.rank());
+      for (int s = 0; s < 2; ++s) {
+        opt.zero_grad();
+        nn::mse_loss(ddp(tensor::randn({4, 6}, {}, &data)), tensor::randn({4, 3}, {}, &data)).backward();
+        opt.step();
+      }
+      std::vector<Tensor> out;
+      for (const Tensor& p : model->parameters()) out.push_back(p.clone());
+      return out;
+    };
+    const auto reference = train([](DistributedDataParallel&) {});
+    int calls = 0;
+    const auto counted = train([&](DistributedDataParallel& ddp) {
+      ddp.register_comm_hook(ddp.process_group_ptr(), [&calls](const std::shared_ptr<ProcessGroup>& state, GradBucket& b) {
+        ++calls;
+        return hooks::allreduce(state)(b);
+      });
+    });
+    e.expect(calls >= 2, "the custom hook was not called for every bucket");
+    for (size_t i = 0; i < reference.size(); ++i) e.expect(tensor::equal(counted[i], reference[i]), "custom allreduce hook changed the result");
+    const auto fp16 = train([](DistributedDataParallel& ddp) { ddp.register_comm_hook(hooks::fp16_compress(ddp.process_group_ptr())); });
+    const auto bf16 = train([](DistributedDataParallel& ddp) { ddp.register_comm_hook(hooks::bf16_compress(ddp.process_group_ptr())); });
+    bool bf16_differs = false;  // bf16's rounding must show somewhere: proof the hook ran
+    for (size_t i = 0; i < reference.size(); ++i) {
+      e.expect(tensor::allclose(fp16[i], reference[i], 1e-3, 1e-3), fmt::format("fp16 hook: parameter {} too far from float32", i));
+      e.expect(tensor::allclose(bf16[i], reference[i], 2e-2, 2e-2), fmt::format("bf16 hook: parameter {} too far from float32", i));
+      bf16_differs |= !tensor::equal(bf16[i], reference[i]);
+    }
+    e.expect(bf16_differs, "the bf16 hook left no trace (was it used?)");
+  }));
+}
+
+TEST_CASE("static_graph: unused parameters found once, results as with find_unused_parameters", "[ddp][static_graph]") {
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    std::vector<std::vector<Tensor>> results;
+    for (const DDPOptions& options : {DDPOptions().find_unused_parameters(true), DDPOptions().static_graph(true)}) {
+      tensor::manual_seed(3);
+      auto model = std::make_shared<TwoHeads>();
+      model->use_a = true;
+      model->use_b = pg.rank() == 1;  // the same graph every iteration on each rank
+      DistributedDataParallel ddp(model, borrow(pg), options);
+      nn::SGD opt(model->parameters(), nn::SGDOptions(0.1));
+      for (int it = 0; it < 3; ++it) {
+        opt.zero_grad();
+        nn::mse_loss(ddp(tensor::full({3, 4}, it + 1.0)), tensor::zeros({3, 2})).backward();
+        opt.step();
+      }
+      e.expect(!model->never->weight.grad().defined(), "a parameter unused everywhere got a gradient");
+      std::vector<Tensor> params;
+      for (const Tensor& p : model->parameters()) params.push_back(p.clone());
+      results.push_back(params);
+    }
+    for (size_t i = 0; i < results[0].size(); ++i) {
+      e.expect(tensor::equal(results[0][i], results[1][i]), fmt::format("static_graph differs from find_unused at parameter {}", i));
+    }
+  }));
+}

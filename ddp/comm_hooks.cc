@@ -1,0 +1,40 @@
+// Built-in communication hooks: see comm_hooks.h.
+#include "ddp/comm_hooks.h"
+
+#include "tensor/ops.h"
+
+namespace tinyddp::ddp::hooks {
+
+namespace {
+CommHook compress(std::shared_ptr<comm::ProcessGroup> pg, tensor::DType wire) {
+  return [pg = std::move(pg), wire](GradBucket& bucket) -> std::shared_ptr<Future> {
+    tensor::NoGradGuard no_grad;
+    const Tensor compressed = bucket.buffer.to(wire).div_(static_cast<double>(pg->size()));
+    auto work = pg->allreduce(compressed);
+    const Tensor buffer = bucket.buffer;
+    return std::make_shared<WorkFuture>(std::move(work), [compressed, buffer] {
+      tensor::NoGradGuard guard;
+      buffer.copy_(compressed);  // cast back into the bucket
+      return buffer;
+    });
+  };
+}
+}  // namespace
+
+CommHook allreduce(std::shared_ptr<comm::ProcessGroup> pg) {
+  return [pg = std::move(pg)](GradBucket& bucket) -> std::shared_ptr<Future> {
+    const Tensor buffer = bucket.buffer;
+    auto work = pg->allreduce(buffer);
+    const double world = static_cast<double>(pg->size());
+    return std::make_shared<WorkFuture>(std::move(work), [buffer, world] {
+      tensor::NoGradGuard guard;
+      buffer.div_(world);
+      return buffer;
+    });
+  };
+}
+
+CommHook fp16_compress(std::shared_ptr<comm::ProcessGroup> pg) { return compress(std::move(pg), tensor::kFloat16); }
+CommHook bf16_compress(std::shared_ptr<comm::ProcessGroup> pg) { return compress(std::move(pg), tensor::kBFloat16); }
+
+}  // namespace tinyddp::ddp::hooks

@@ -1,0 +1,59 @@
+// Communication hooks: how a bucket's gradients are reduced. A hook gets the bucket (its flat
+// contents and its parameters' indices) and returns a Future whose wait() gives the bucket's
+// final, averaged contents. Built in, as torch.distributed.algorithms.ddp_comm_hooks:
+// allreduce (the default), and fp16 / bf16 compression (cast, divide, allreduce, cast back).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "comm/process_group.h"
+
+namespace tinyddp::ddp {
+
+using tensor::Tensor;
+
+struct GradBucket {
+  size_t index = 0;                        // bucket index (launch order)
+  Tensor buffer;                           // the flat contents: gradients summed over nothing yet
+  std::vector<size_t> parameter_indices;   // which parameters it holds
+  bool is_last = false;                    // the last bucket of this backward
+};
+
+// The result of a hook: wait() blocks until the reduction is done and returns the averaged
+// contents (the Reducer copies them into the bucket if they are another tensor).
+class Future {
+ public:
+  virtual ~Future() = default;
+  virtual Tensor wait() = 0;
+};
+
+using CommHook = std::function<std::shared_ptr<Future>(GradBucket& bucket)>;
+
+// A Future for a Work, with a step to run on its result once complete.
+class WorkFuture final : public Future {
+ public:
+  WorkFuture(std::shared_ptr<comm::Work> work, std::function<Tensor()> then)
+      : work_(std::move(work)), then_(std::move(then)) {}
+  Tensor wait() override {
+    work_->wait();
+    return then_();
+  }
+
+ private:
+  std::shared_ptr<comm::Work> work_;
+  std::function<Tensor()> then_;
+};
+
+namespace hooks {
+// allreduce(sum) of the bucket, then division by the group size.
+CommHook allreduce(std::shared_ptr<comm::ProcessGroup> pg);
+// The bucket cast to float16 (divided by the group size first, to keep the sum in range),
+// allreduced, and cast back: half the bytes on the wire.
+CommHook fp16_compress(std::shared_ptr<comm::ProcessGroup> pg);
+// The same with bfloat16 (float32's range, fewer mantissa bits).
+CommHook bf16_compress(std::shared_ptr<comm::ProcessGroup> pg);
+}  // namespace hooks
+
+}  // namespace tinyddp::ddp
