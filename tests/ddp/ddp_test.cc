@@ -449,8 +449,13 @@ TEST_CASE("static_graph: unused parameters found once, results as with find_unus
   require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
     std::vector<std::vector<Tensor>> results;
     for (const DDPOptions& options : {DDPOptions().find_unused_parameters(true), DDPOptions().static_graph(true)}) {
-      tensor::manual_seed(3);
       auto model = std::make_shared<TwoHeads>();
+      {
+        // Thread-local initialisation: the global generator is shared by the rank threads.
+        tensor::NoGradGuard no_grad;
+        tensor::Generator g(21);
+        for (const Tensor& p : model->parameters()) tensor::uniform_(p, -0.5, 0.5, &g);
+      }
       model->use_a = true;
       model->use_b = pg.rank() == 1;  // the same graph every iteration on each rank
       DistributedDataParallel ddp(model, borrow(pg), options);
