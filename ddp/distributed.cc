@@ -92,7 +92,7 @@ void DistributedDataParallel::verify_same_parameters(const std::vector<std::stri
   }
 }
 
-void DistributedDataParallel::broadcast_coalesced(const std::vector<Tensor>& tensors) const {
+void DistributedDataParallel::broadcast_coalesced(const std::vector<Tensor>& tensors, int root) const {
   NoGradGuard no_grad;
   constexpr int64_t kChunkBytes = int64_t{256} << 20;
   std::map<int, std::vector<Tensor>> by_dtype;
@@ -114,7 +114,7 @@ void DistributedDataParallel::broadcast_coalesced(const std::vector<Tensor>& ten
         flat.narrow(0, offset, group[i].numel()).view(group[i].sizes()).copy_(group[i]);
         offset += group[i].numel();
       }
-      pg_->broadcast(flat, 0)->wait();
+      pg_->broadcast(flat, root)->wait();
       offset = 0;
       for (size_t i = start; i < end; ++i) {
         group[i].copy_(flat.narrow(0, offset, group[i].numel()).view(group[i].sizes()));
@@ -127,6 +127,18 @@ void DistributedDataParallel::broadcast_coalesced(const std::vector<Tensor>& ten
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
   reducer_->check_previous_iteration();
+  if (joining_) {
+    TDDP_CHECK(require_sync_, "DistributedDataParallel::join: no_sync is not supported inside join");
+    // How many ranks still have inputs (the joined ones add 0 in their shadow loop).
+    const Tensor active = tensor::ones({1}, tensor::kInt64);
+    pg_->allreduce(active)->wait();
+    const int64_t count = active.item<int64_t>();
+    TDDP_CHECK(!(join_options_.throw_on_early_termination && count < pg_->size()),
+               "DistributedDataParallel::join: {} of {} ranks ran out of inputs (throw_on_early_termination)",
+               pg_->size() - count, pg_->size());
+    reducer_->set_active_ranks(join_options_.divide_by_initial_world_size ? 0 : static_cast<int>(count));
+    ++join_iterations_;
+  }
   if (options_.broadcast_buffers() && require_sync_) {
     const std::vector<Tensor> buffers = module_->buffers();
     if (!buffers.empty()) broadcast_coalesced(buffers);
@@ -134,6 +146,50 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
   const Tensor out = module_->forward(input);
   if (tensor::GradMode::is_enabled() && is_training()) reducer_->prepare_for_backward(require_sync_, {out});
   return out;
+}
+
+}  // namespace tinyddp::ddp
+
+namespace tinyddp::ddp {
+
+void DistributedDataParallel::join(const std::function<void()>& loop, JoinOptions options) {
+  TDDP_CHECK(!joining_, "DistributedDataParallel::join: already joining");
+  joining_ = true;
+  join_options_ = options;
+  join_iterations_ = 0;
+  struct Reset {
+    DistributedDataParallel& ddp;
+    ~Reset() {
+      ddp.joining_ = false;
+      ddp.reducer_->set_active_ranks(0);
+    }
+  } reset{*this};
+  loop();
+  // Out of inputs: mirror the others' iterations until every rank is done.
+  NoGradGuard no_grad;
+  while (true) {
+    const Tensor active = tensor::zeros({1}, tensor::kInt64);
+    pg_->allreduce(active)->wait();
+    const int64_t count = active.item<int64_t>();
+    if (count == 0) break;
+    TDDP_CHECK(!options.throw_on_early_termination,
+               "DistributedDataParallel::join: rank {} ran out of inputs while {} rank(s) had more "
+               "(throw_on_early_termination)",
+               pg_->rank(), count);
+    if (options_.broadcast_buffers()) {
+      const std::vector<Tensor> buffers = module_->buffers();
+      if (!buffers.empty()) broadcast_coalesced(buffers);
+    }
+    reducer_->shadow_iteration();
+  }
+  // Everyone is done: the rank with the most iterations (ties: the highest rank) holds the
+  // model every rank agrees on.
+  const Tensor key = tensor::from_vector(std::vector<int64_t>{join_iterations_ * pg_->size() + pg_->rank()});
+  pg_->allreduce(key, comm::ReduceOp::kMax)->wait();
+  const int authority = static_cast<int>(key.item<int64_t>() % pg_->size());
+  std::vector<Tensor> state = params_;
+  for (const Tensor& b : module_->buffers()) state.push_back(b);
+  broadcast_coalesced(state, authority);
 }
 
 }  // namespace tinyddp::ddp

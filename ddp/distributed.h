@@ -3,6 +3,7 @@
 // rest of the backward pass (see reducer.h). Names and options follow PyTorch's DDP.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "comm/process_group.h"
@@ -10,6 +11,15 @@
 #include "nn/module.h"
 
 namespace tinyddp::ddp {
+
+// Join for uneven inputs (see DistributedDataParallel::join).
+struct JoinOptions {
+  // Average gradients over all ranks (the joined ones contribute zeros) instead of over the
+  // ranks that still have inputs.
+  bool divide_by_initial_world_size = false;
+  // Throw on every rank as soon as one runs out of inputs, instead of shadowing.
+  bool throw_on_early_termination = false;
+};
 
 struct DDPOptions {
   DDPOptions& bucket_cap_mb(double v) { bucket_cap_mb_ = v; return *this; }
@@ -72,10 +82,17 @@ class DistributedDataParallel : public nn::Module {
   };
   NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
+  // Uneven inputs: every rank calls join() with its own training loop (forward + backward per
+  // input). Each forward first agrees with the others on how many ranks still have inputs; a
+  // rank whose loop has ended shadows the others' collectives (with zeros) until every rank
+  // is done; gradients are averaged over the active ranks. At the end the model of the rank
+  // that ran the most iterations (the last to join) is broadcast to all.
+  void join(const std::function<void()>& loop, JoinOptions options = {});
+
  private:
   void verify_same_parameters(const std::vector<std::string>& names) const;
-  // Broadcasts `tensors` from rank 0, coalesced into flat buffers per dtype.
-  void broadcast_coalesced(const std::vector<Tensor>& tensors) const;
+  // Broadcasts `tensors` from `root`, coalesced into flat buffers per dtype.
+  void broadcast_coalesced(const std::vector<Tensor>& tensors, int root = 0) const;
 
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<comm::ProcessGroup> pg_;
@@ -83,6 +100,9 @@ class DistributedDataParallel : public nn::Module {
   std::vector<Tensor> params_;
   std::unique_ptr<Reducer> reducer_;
   bool require_sync_ = true;
+  bool joining_ = false;
+  JoinOptions join_options_;
+  int64_t join_iterations_ = 0;
 };
 
 }  // namespace tinyddp::ddp

@@ -194,10 +194,13 @@ void Reducer::finalize() {
     pg_->allreduce(bitmap)->wait();
     used_everywhere = bitmap.to_vector<int64_t>();
   }
+  // Join: zeros came from the ranks that ran out of inputs; average over the active ones.
+  const double rescale = active_ranks_ > 0 ? static_cast<double>(pg_->size()) / active_ranks_ : 1.0;
   for (Bucket& bucket : buckets_) {
     // The hook's result: the averaged contents (the default hook divides by the world size).
     const Tensor reduced = bucket.future->wait();
     if (!reduced.is_same(bucket.contents)) bucket.contents.copy_(reduced);
+    if (rescale != 1.0) bucket.contents.mul_(rescale);
     for (size_t i : bucket.params) {
       if (used_everywhere[i] == 0) continue;  // unused on every rank: .grad stays as it was
       Tensor& grad = params_[i].mutable_grad();
@@ -227,6 +230,20 @@ void Reducer::finalize() {
     rebuilt_ = true;
   }
   reset_iteration();
+}
+
+void Reducer::shadow_iteration() {
+  NoGradGuard no_grad;
+  // The buckets' collectives, through the same hook (so the same wire format), on zeros.
+  std::vector<std::shared_ptr<Future>> futures;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    GradBucket zeros{b, tensor::zeros_like(buckets_[b].contents), buckets_[b].params, b + 1 == buckets_.size()};
+    futures.push_back(comm_hook_(zeros));
+  }
+  for (auto& f : futures) f->wait();
+  if (options_.find_unused_parameters || options_.static_graph) {
+    pg_->allreduce(tensor::zeros({static_cast<int64_t>(params_.size())}, tensor::kInt64))->wait();
+  }
 }
 
 void Reducer::reset_iteration() {

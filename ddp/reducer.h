@@ -57,6 +57,13 @@ class Reducer {
   // Replaces the default allreduce of each bucket (call before the first backward).
   void register_comm_hook(CommHook hook);
 
+  // Join: the gradients of this iteration are averaged over `active` ranks instead of all
+  // (the others contribute zeros); 0 restores the plain average.
+  void set_active_ranks(int active) { active_ranks_ = active; }
+  // Join: the collectives of one iteration of the active ranks, with zeros (a rank that ran
+  // out of inputs calls this once per iteration of the others).
+  void shadow_iteration();
+
  private:
   struct Bucket {
     std::vector<size_t> params;
@@ -77,6 +84,7 @@ class Reducer {
   ReducerOptions options_;
   std::vector<autograd::RemovableHandle> hooks_;
   CommHook comm_hook_;
+  int active_ranks_ = 0;
   bool unused_known_ = false;  // static_graph: unused_ was found on the first iteration
 
   BucketAssignment assignment_;
