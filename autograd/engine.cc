@@ -15,6 +15,7 @@ namespace {
 
 struct GraphTask {
   std::vector<std::function<void()>> callbacks;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };
 
 thread_local GraphTask* current_task = nullptr;
@@ -62,6 +63,10 @@ Tensor root_gradient(const Tensor& root, const Tensor& given, size_t index) {
 }  // namespace
 
 bool Engine::in_backward() { return current_task != nullptr; }
+
+std::chrono::steady_clock::time_point Engine::backward_started_at() {
+  return current_task != nullptr ? current_task->started : std::chrono::steady_clock::now();
+}
 
 void Engine::queue_callback(std::function<void()> callback) {
   TDDP_CHECK(current_task != nullptr, "queue_callback: no backward pass is running on this thread");

@@ -2,6 +2,7 @@
 // gradients flowing into it have arrived, and then the callbacks queued during the pass.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <vector>
 
@@ -26,6 +27,8 @@ class Engine {
 
   // True while a backward pass runs on this thread.
   static bool in_backward();
+  // When the backward pass running on this thread started (for DDP's statistics).
+  static std::chrono::steady_clock::time_point backward_started_at();
 };
 
 }  // namespace tinyddp::autograd

@@ -43,10 +43,16 @@ void Work::wait(std::optional<Millis> timeout) {
   if (error_) std::rethrow_exception(error_);
 }
 
+std::chrono::steady_clock::time_point Work::finished_at() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return finished_at_;
+}
+
 void Work::finish(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     done_ = true;
+    finished_at_ = std::chrono::steady_clock::now();
     error_ = std::move(error);
   }
   done_cv_.notify_all();

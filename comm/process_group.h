@@ -41,6 +41,8 @@ class Work {
 
   // For backends: marks the operation finished, with its error if any.
   void finish(std::exception_ptr error = nullptr);
+  // When it finished (for timelines); the epoch of steady_clock while still running.
+  std::chrono::steady_clock::time_point finished_at() const;
 
  private:
   std::string description_;
@@ -48,6 +50,7 @@ class Work {
   std::condition_variable done_cv_;
   bool done_ = false;
   std::exception_ptr error_;
+  std::chrono::steady_clock::time_point finished_at_{};
 };
 
 struct ProcessGroupOptions {

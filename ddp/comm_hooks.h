@@ -4,8 +4,10 @@
 // allreduce (the default), and fp16 / bf16 compression (cast, divide, allreduce, cast back).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "comm/process_group.h"
@@ -27,6 +29,8 @@ class Future {
  public:
   virtual ~Future() = default;
   virtual Tensor wait() = 0;
+  // When the communication finished, if known (after wait()); for timelines and statistics.
+  virtual std::optional<std::chrono::steady_clock::time_point> completed_at() const { return std::nullopt; }
 };
 
 using CommHook = std::function<std::shared_ptr<Future>(GradBucket& bucket)>;
@@ -40,6 +44,7 @@ class WorkFuture final : public Future {
     work_->wait();
     return then_();
   }
+  std::optional<std::chrono::steady_clock::time_point> completed_at() const override { return work_->finished_at(); }
 
  private:
   std::shared_ptr<comm::Work> work_;

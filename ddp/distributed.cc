@@ -1,6 +1,8 @@
 // DistributedDataParallel: see distributed.h.
 #include "ddp/distributed.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <unordered_set>
 
@@ -40,6 +42,24 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   reducer_options.gradient_as_bucket_view = options_.gradient_as_bucket_view();
   reducer_options.static_graph = options_.static_graph();
   reducer_ = std::make_unique<Reducer>(params_, names, pg_, reducer_options);
+  if (options_.timeline().empty()) {
+    if (const char* env = std::getenv("TINYDDP_DDP_TIMELINE"); env != nullptr && *env != '\0') options_.timeline(env);
+  }
+  if (!options_.timeline().empty()) reducer_->enable_timeline();
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  if (options_.timeline().empty()) return;
+  try {
+    write_timeline(fmt::format("{}.rank{}.json", options_.timeline(), pg_->rank()));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "DistributedDataParallel: %s\n", e.what());  // never throw from a destructor
+  }
+}
+
+void DistributedDataParallel::write_timeline(const std::string& path) const {
+  TDDP_CHECK(!options_.timeline().empty(), "write_timeline: the timeline option is off (DDPOptions().timeline(path))");
+  reducer_->timeline().write(path, pg_->rank());
 }
 
 void DistributedDataParallel::verify_same_parameters(const std::vector<std::string>& names) const {
@@ -143,7 +163,9 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
     const std::vector<Tensor> buffers = module_->buffers();
     if (!buffers.empty()) broadcast_coalesced(buffers);
   }
+  const auto start = Timeline::Clock::now();
   const Tensor out = module_->forward(input);
+  reducer_->record_forward(start, Timeline::Clock::now());
   if (tensor::GradMode::is_enabled() && is_training()) reducer_->prepare_for_backward(require_sync_, {out});
   return out;
 }

@@ -29,6 +29,10 @@ struct DDPOptions {
   DDPOptions& broadcast_buffers(bool v) { broadcast_buffers_ = v; return *this; }
   DDPOptions& static_graph(bool v) { static_graph_ = v; return *this; }
   bool static_graph() const { return static_graph_; }
+  // Write each rank's events as a Chrome trace to "<path>.rank<r>.json" (when the DDP object
+  // is destroyed, or by write_timeline). The environment variable TINYDDP_DDP_TIMELINE sets it too.
+  DDPOptions& timeline(std::string path) { timeline_ = std::move(path); return *this; }
+  const std::string& timeline() const { return timeline_; }
   double bucket_cap_mb() const { return bucket_cap_mb_; }
   double first_bucket_cap_mb() const { return first_bucket_cap_mb_; }
   bool find_unused_parameters() const { return find_unused_parameters_; }
@@ -42,6 +46,7 @@ struct DDPOptions {
   bool gradient_as_bucket_view_ = false;
   bool broadcast_buffers_ = true;
   bool static_graph_ = false;
+  std::string timeline_;
 };
 
 class DistributedDataParallel : public nn::Module {
@@ -51,6 +56,12 @@ class DistributedDataParallel : public nn::Module {
   // sets up the Reducer. `pg` defaults to comm::default_group().
   DistributedDataParallel(std::shared_ptr<nn::Module> module, std::shared_ptr<comm::ProcessGroup> pg = nullptr,
                           DDPOptions options = {});
+  ~DistributedDataParallel() override;
+
+  // Bucket sizes, whether they were rebuilt, and per-iteration timings (see DDPStats).
+  DDPStats stats() const { return reducer_->stats(); }
+  // Writes this rank's timeline (requires the timeline option) to `path`.
+  void write_timeline(const std::string& path) const;
 
   // Broadcasts buffers (broadcast_buffers), runs the module, and prepares the Reducer.
   Tensor forward(const Tensor& input) override;

@@ -130,8 +130,10 @@ void Reducer::mark_unused_ready() {
 void Reducer::mark_ready(size_t i) {
   if (!synchronize_) return;  // no_sync: .grad accumulates locally
   NoGradGuard no_grad;
+  const auto now = Timeline::Clock::now();
   if (!backward_started_) {
     backward_started_ = true;
+    backward_start_ = Engine::backward_started_at();
     launch_order_.clear();
     Engine::queue_callback([this] { finalize(); });
     if (options_.find_unused_parameters || options_.static_graph) mark_unused_ready();
@@ -140,6 +142,8 @@ void Reducer::mark_ready(size_t i) {
              "backward pass; DDP supports one gradient per parameter per iteration", i, names_[i]);
   ready_[i] = true;
   arrival_order_.push_back(i);
+  last_hook_ = now;
+  if (timeline_enabled_) timeline_.instant("grad ready: " + names_[i], now);
   const Tensor& grad = params_[i].grad();
   const Tensor& view = views_[i];
   if (!(grad.shares_storage(view) && grad.storage_offset() == view.storage_offset())) {
@@ -158,6 +162,9 @@ void Reducer::launch_ready_buckets() {
     bucket.future = comm_hook_(grad_bucket);
     TDDP_CHECK(bucket.future != nullptr, "DistributedDataParallel: the communication hook returned no future for bucket {}",
                next_bucket_);
+    bucket.launched_at = Timeline::Clock::now();
+    if (launch_order_.empty()) first_launch_ = bucket.launched_at;
+    if (timeline_enabled_) timeline_.instant("bucket " + std::to_string(next_bucket_) + " launched", Timeline::Clock::now());
     launch_order_.push_back(next_bucket_);
     ++next_bucket_;
   }
@@ -194,12 +201,15 @@ void Reducer::finalize() {
     pg_->allreduce(bitmap)->wait();
     used_everywhere = bitmap.to_vector<int64_t>();
   }
+  const auto finalize_start = Timeline::Clock::now();
   // Join: zeros came from the ranks that ran out of inputs; average over the active ones.
   const double rescale = active_ranks_ > 0 ? static_cast<double>(pg_->size()) / active_ranks_ : 1.0;
+  Timeline::Clock::time_point comm_end = first_launch_;
   for (Bucket& bucket : buckets_) {
     // The hook's result: the averaged contents (the default hook divides by the world size).
     const Tensor reduced = bucket.future->wait();
     if (!reduced.is_same(bucket.contents)) bucket.contents.copy_(reduced);
+    comm_end = std::max(comm_end, bucket.future->completed_at().value_or(Timeline::Clock::now()));
     if (rescale != 1.0) bucket.contents.mul_(rescale);
     for (size_t i : bucket.params) {
       if (used_everywhere[i] == 0) continue;  // unused on every rank: .grad stays as it was
@@ -213,6 +223,7 @@ void Reducer::finalize() {
       }
     }
   }
+  record_iteration(finalize_start, comm_end);
   // Rebuild once, after the first synchronised iteration, in the order gradients arrived
   // on rank 0 (broadcast, so that every rank builds the same buckets).
   if (!rebuilt_) {
@@ -230,6 +241,50 @@ void Reducer::finalize() {
     rebuilt_ = true;
   }
   reset_iteration();
+}
+
+void Reducer::record_forward(Timeline::Clock::time_point start, Timeline::Clock::time_point end) {
+  forward_start_ = start;
+  forward_end_ = end;
+  if (timeline_enabled_) timeline_.span("forward", start, end);
+}
+
+void Reducer::record_iteration(Timeline::Clock::time_point finalize_start, Timeline::Clock::time_point comm_end) {
+  const auto us = [](auto from, auto to) { return std::max(0.0, std::chrono::duration<double, std::micro>(to - from).count()); };
+  const auto end = Timeline::Clock::now();
+  stats_.iterations += 1;
+  stats_.last_forward_compute_us = us(forward_start_, forward_end_);
+  stats_.last_backward_compute_us = us(backward_start_, last_hook_);
+  stats_.last_backward_comm_us = us(first_launch_, comm_end);
+  stats_.last_overlap_us = us(first_launch_, std::min(last_hook_, comm_end));
+  sum_forward_ += stats_.last_forward_compute_us;
+  sum_backward_ += stats_.last_backward_compute_us;
+  sum_comm_ += stats_.last_backward_comm_us;
+  sum_overlap_ += stats_.last_overlap_us;
+  if (timeline_enabled_) {
+    timeline_.span("backward (to the last gradient)", backward_start_, last_hook_);
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      // Launch instants are on the compute track; each allreduce's span on the communication track.
+      const auto done = buckets_[b].future->completed_at().value_or(end);
+      timeline_.span(fmt::format("allreduce bucket {} ({} KiB)", b, buckets_[b].contents.nbytes() >> 10),
+                     buckets_[b].launched_at, done, Timeline::kCommunication);
+    }
+    timeline_.span("finalize", finalize_start, end);
+  }
+}
+
+DDPStats Reducer::stats() const {
+  DDPStats out = stats_;
+  out.bucket_bytes = assignment_.bytes;
+  out.buckets_rebuilt = rebuilt_;
+  if (out.iterations > 0) {
+    const double n = static_cast<double>(out.iterations);
+    out.avg_forward_compute_us = sum_forward_ / n;
+    out.avg_backward_compute_us = sum_backward_ / n;
+    out.avg_backward_comm_us = sum_comm_ / n;
+    out.avg_overlap_us = sum_overlap_ / n;
+  }
+  return out;
 }
 
 void Reducer::shadow_iteration() {

@@ -16,6 +16,7 @@
 #include "comm/process_group.h"
 #include "ddp/buckets.h"
 #include "ddp/comm_hooks.h"
+#include "ddp/timeline.h"
 
 namespace tinyddp::ddp {
 
@@ -29,6 +30,19 @@ struct ReducerOptions {
   // The graph is the same every iteration: unused parameters are found once (on the first
   // iteration) and reused; the buckets are rebuilt once.
   bool static_graph = false;
+};
+
+// Runtime statistics, as PyTorch's DDP logging data. Times in microseconds; "last" is the
+// most recent synchronised iteration, "avg" the mean over all of them. Backward compute runs
+// from the start of backward to the last gradient; communication from the first bucket
+// launch to the last allreduce completion; overlap is the part of communication that ran
+// while backward was still computing.
+struct DDPStats {
+  std::vector<size_t> bucket_bytes;
+  bool buckets_rebuilt = false;
+  int64_t iterations = 0;
+  double last_forward_compute_us = 0, last_backward_compute_us = 0, last_backward_comm_us = 0, last_overlap_us = 0;
+  double avg_forward_compute_us = 0, avg_backward_compute_us = 0, avg_backward_comm_us = 0, avg_overlap_us = 0;
 };
 
 class Reducer {
@@ -64,18 +78,26 @@ class Reducer {
   // out of inputs calls this once per iteration of the others).
   void shadow_iteration();
 
+  // Statistics and the optional timeline (see timeline.h).
+  void record_forward(Timeline::Clock::time_point start, Timeline::Clock::time_point end);
+  DDPStats stats() const;
+  void enable_timeline() { timeline_enabled_ = true; }
+  const Timeline& timeline() const { return timeline_; }
+
  private:
   struct Bucket {
     std::vector<size_t> params;
     Tensor contents;  // flat, one dtype
     size_t pending = 0;
     std::shared_ptr<Future> future;
+    Timeline::Clock::time_point launched_at{};
   };
   void build_buckets(const std::vector<size_t>& order);
   void mark_ready(size_t param);
   void mark_unused_ready();
   void launch_ready_buckets();
   void finalize();
+  void record_iteration(Timeline::Clock::time_point finalize_start, Timeline::Clock::time_point comm_end);
   void reset_iteration();
 
   std::vector<Tensor> params_;
@@ -102,6 +124,13 @@ class Reducer {
   std::vector<size_t> launch_order_;
   std::vector<size_t> arrival_order_;  // parameters in the order their hooks fired
   bool rebuilt_ = false;
+
+  // Statistics of the current iteration and the running sums.
+  Timeline::Clock::time_point forward_start_{}, forward_end_{}, backward_start_{}, last_hook_{}, first_launch_{};
+  DDPStats stats_;
+  double sum_forward_ = 0, sum_backward_ = 0, sum_comm_ = 0, sum_overlap_ = 0;
+  bool timeline_enabled_ = false;
+  Timeline timeline_;
   bool iteration_incomplete_ = false;
   std::string incomplete_message_;
 };
