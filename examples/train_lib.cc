@@ -3,8 +3,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <sstream>
 
+#include "comm/init.h"
+#include "ddp/distributed.h"
 #include "nn/nn.h"
 
 namespace tinyddp::examples {
@@ -86,6 +90,14 @@ class SyntheticDataset : public Dataset {
 
 }  // namespace
 
+namespace {
+// WORLD_SIZE from the environment (1 when unset).
+int env_world_size() {
+  const char* text = std::getenv("WORLD_SIZE");
+  return text != nullptr && *text != '\0' ? std::atoi(text) : 1;
+}
+}  // namespace
+
 TrainResult train(const TrainConfig& config, std::ostream& log) {
   TDDP_CHECK(config.model == "toy" || config.model == "mlp", "--model must be toy or mlp, got '{}'", config.model);
   const std::string loss_name = config.loss.empty() ? (config.model == "toy" ? "mse" : "ce") : config.loss;
@@ -95,6 +107,13 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   TDDP_CHECK(config.steps >= 1, "--steps must be at least 1, got {}", config.steps);
   TDDP_CHECK(config.lr > 0, "--lr must be positive, got {}", config.lr);
   const bool classification = loss_name == "ce";
+
+  // Distributed when launched with WORLD_SIZE > 1.
+  std::shared_ptr<comm::ProcessGroup> pg;
+  if (env_world_size() > 1) pg = comm::init_from_env();
+  const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
+  std::ostringstream quiet;  // only rank 0 prints progress
+  std::ostream& progress = rank == 0 ? log : quiet;
 
   // The model: created right after manual_seed(seed), so its initial weights equal
   // PyTorch's for the same seed; --init replaces them.
@@ -111,8 +130,13 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   }
   TDDP_CHECK(!classification || out >= 2, "--loss ce needs at least 2 output classes, the model has {}", out);
   if (!config.init.empty()) nn::load_state_dict(*model, config.init);
+  std::shared_ptr<nn::Module> runner = model;  // what the loop calls: the model, or DDP around it
+  if (pg) runner = std::make_shared<ddp::DistributedDataParallel>(model, pg);
 
   const int64_t batch_size = config.batch > 0 ? config.batch : (config.model == "toy" ? 20 : 64);
+  TDDP_CHECK(config.data.empty() ? batch_size % world == 0 : true,
+             "--batch {} is not divisible by WORLD_SIZE {}: every rank takes an equal share of each batch", batch_size,
+             world);
   std::unique_ptr<Dataset> data;
   if (config.data.empty()) {
     data = std::make_unique<SyntheticDataset>(config.seed, batch_size, in, out, classification);
@@ -128,49 +152,67 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   }
 
   std::ofstream metrics;
-  if (!config.metrics.empty()) {
+  if (!config.metrics.empty() && rank == 0) {
     metrics.open(config.metrics);
     TDDP_CHECK(metrics.good(), "--metrics: cannot write {}", config.metrics);
     metrics << "step,loss\n";
   }
 
-  log << "training " << config.model << " (" << model->parameters().size() << " parameter tensors) with "
+  progress << "training " << config.model << " (" << model->parameters().size() << " parameter tensors) with "
       << config.optimizer << " lr " << config.lr << ", " << loss_name << " loss, " << config.steps << " steps, "
-      << (config.data.empty() ? "synthetic data" : "data from " + config.data) << "\n";
+      << (config.data.empty() ? "synthetic data" : "data from " + config.data)
+      << (pg ? fmt::format(", data-parallel on {} ranks", world) : std::string()) << "\n";
   const int64_t log_every = config.log_every > 0 ? config.log_every : std::max<int64_t>(1, config.steps / 10);
   TrainResult result;
   const auto start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < config.steps; ++step) {
-    const Batch b = data->batch(step);
+    const Batch global = data->batch(step);
+    const int64_t rows = global.inputs.size(0);
+    TDDP_CHECK(rows % world == 0, "a batch of {} rows is not divisible by WORLD_SIZE {}", rows, world);
+    // This rank's share: rows [rank * rows / world, (rank + 1) * rows / world).
+    const Batch b{global.inputs.narrow(0, rank * rows / world, rows / world),
+                  global.targets.narrow(0, rank * rows / world, rows / world)};
     optimizer->zero_grad();
-    const Tensor prediction = model->forward(b.inputs);
+    const Tensor prediction = runner->forward(b.inputs);
     const Tensor loss = classification ? nn::cross_entropy(prediction, b.targets) : nn::mse_loss(prediction, b.targets);
-    const double loss_value = loss.item<double>();
+    double loss_value = loss.item<double>();
+    if (pg) {  // report the mean over ranks: the loss of the whole global batch
+      const Tensor mean = t::scalar_tensor(loss_value, t::kFloat64);
+      pg->allreduce(mean, comm::ReduceOp::kAvg)->wait();
+      loss_value = mean.item<double>();
+    }
     TDDP_CHECK(std::isfinite(loss_value), "the loss became {} at step {}; lower --lr", loss_value, step);
     result.losses.push_back(loss_value);
     if (classification && step + 1 == config.steps) {
-      result.accuracy = t::mean(t::eq(t::argmax(prediction, 1), b.targets).to(t::kFloat64)).item<double>();
+      const Tensor accuracy = t::mean(t::eq(t::argmax(prediction, 1), b.targets).to(t::kFloat64));
+      if (pg) pg->allreduce(accuracy, comm::ReduceOp::kAvg)->wait();
+      result.accuracy = accuracy.item<double>();
     }
     loss.backward();
     optimizer->step();
-    result.samples += b.inputs.size(0);
+    result.samples += rows;
     if (metrics.is_open()) metrics << step << "," << fmt::format("{:.9g}", loss_value) << "\n";
     if ((step + 1) % log_every == 0 || step + 1 == config.steps) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      log << fmt::format("step {:>{}}/{}  loss {:.6f}  {:.0f} samples/s  elapsed {:.2f} s\n", step + 1,
+      progress << fmt::format("step {:>{}}/{}  loss {:.6f}  {:.0f} samples/s  elapsed {:.2f} s\n", step + 1,
                          std::to_string(config.steps).size(), config.steps, loss_value,
                          static_cast<double>(result.samples) / std::max(elapsed, 1e-9), elapsed);
     }
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  log << fmt::format("done: {} steps in {:.2f} s ({:.0f} samples/s); loss {:.6f} -> {:.6f}", config.steps,
+  progress << fmt::format("done: {} steps in {:.2f} s ({:.0f} samples/s); loss {:.6f} -> {:.6f}", config.steps,
                      result.seconds, static_cast<double>(result.samples) / std::max(result.seconds, 1e-9),
                      result.losses.front(), result.losses.back());
-  if (result.accuracy >= 0) log << fmt::format("; accuracy on the last batch {:.1f}%", 100 * result.accuracy);
-  log << "\n";
-  if (!config.save.empty()) {
+  if (result.accuracy >= 0) progress << fmt::format("; accuracy on the last batch {:.1f}%", 100 * result.accuracy);
+  progress << "\n";
+  if (!config.save.empty() && rank == 0) {
     nn::save_state_dict(*model, config.save);
-    log << "saved the final weights to " << config.save << "\n";
+    progress << "saved the final weights to " << config.save << "\n";
+  }
+  if (pg) {
+    pg->barrier()->wait();  // rank 0 hosts the store: nobody leaves before everyone is done
+    runner.reset();
+    comm::destroy_process_group();
   }
   return result;
 }

@@ -1,6 +1,9 @@
-// The single-process training loop behind //examples:train, as a library so that tests can
-// run it with fixture weights and data: model and data setup, the step loop, progress lines,
-// metrics CSV and the final checkpoint.
+// The training loop behind //examples:train, as a library so that tests can run it with
+// fixture weights and data: model and data setup, the step loop, progress lines, metrics CSV
+// and the final checkpoint. Launched with WORLD_SIZE > 1 (RANK, MASTER_ADDR, MASTER_PORT as
+// torchrun sets them), it trains data-parallel: the model is wrapped in
+// DistributedDataParallel and rank r of W takes rows [r*B/W, (r+1)*B/W) of each global batch
+// of B rows, so that the result equals a one-process run on the same data.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +22,7 @@ struct TrainConfig {
   double momentum = 0;
   int64_t steps = 100;
   uint64_t seed = 0;
-  int64_t batch = 0;      // synthetic data only; 0: 20 for toy, 64 for mlp
+  int64_t batch = 0;      // synthetic data only: the global batch; 0: 20 for toy, 64 for mlp
   std::string init;       // safetensors state dict to start from
   std::string data;       // safetensors with "inputs" [steps, batch, in] and "targets"
   std::string save;       // where to write the final state dict
@@ -28,7 +31,7 @@ struct TrainConfig {
 };
 
 struct TrainResult {
-  std::vector<double> losses;  // one per step, before the update
+  std::vector<double> losses;  // one per step, before the update (the mean over ranks)
   double accuracy = -1;        // cross-entropy only: last batch, before the last update
   double seconds = 0;
   int64_t samples = 0;
