@@ -1,33 +1,44 @@
 // //bench:train_step: times one training step (zero_grad, forward, loss, backward, SGD step)
-// on one thread and prints the median as "RESULT model=<name> mode=local median_us=<x>".
+// on one thread per process and prints the median as
+// "RESULT model=<name> mode=<mode> median_us=<x>" (from rank 0).
 //   --model toy: the seed's ToyModel, batch 20, MSE
 //   --model mlp: 784-1024-1024-10, batch 128, cross-entropy
-// Build with -c opt: bazel run -c opt //bench:train_step -- --model mlp
+//   --model huge: 1024-4096-4096-1024 (25 M parameters), batch 32, MSE
+//   --mode local: the plain model; nosync: wrapped in DDP inside no_sync (no communication);
+//          ddp: DDP with gradient synchronisation (batch sizes are per rank)
+// With --nproc N > 1 (or under a launcher: RANK/WORLD_SIZE set) every process runs the same
+// mode at the same time, so that "local" and "ddp" see the same CPU contention.
+// Build with -c opt: bazel run -c opt //bench:train_step -- --model mlp --mode ddp --nproc 2
 #include <CLI/CLI.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 
+#include "comm/init.h"
+#include "ddp/distributed.h"
 #include "nn/nn.h"
 
 namespace t = tinyddp::tensor;
 namespace nn = tinyddp::nn;
 
-int main(int argc, char** argv) {
-  std::string model_name = "toy";
+namespace {
+
+struct Config {
+  std::string model = "toy";
+  std::string mode = "local";
   int iterations = 0;
   int warmup = 5;
-  CLI::App app{"Time one training step of tinyddp."};
-  app.add_option("--model", model_name, "toy or mlp")->check(CLI::IsMember({"toy", "mlp"}));
-  app.add_option("--iterations", iterations, "timed steps (default 2000 toy, 30 mlp)")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
-  CLI11_PARSE(app, argc, argv);
-#ifndef NDEBUG
-  std::cerr << "train_step: built without -c opt; these numbers mean nothing\n";
-#endif
-  const bool toy = model_name == "toy";
-  if (iterations == 0) iterations = toy ? 2000 : 30;
+};
 
+int run(const Config& c) {
+  std::shared_ptr<tinyddp::comm::ProcessGroup> pg;
+  if (std::getenv("RANK") != nullptr) pg = tinyddp::comm::init_from_env();
+  const bool toy = c.model == "toy", huge = c.model == "huge";
+  const int iterations = c.iterations > 0 ? c.iterations : (toy ? 2000 : huge ? 8 : 30);
   t::manual_seed(0);
   std::shared_ptr<nn::Module> model;
   t::Tensor inputs, targets;
@@ -35,20 +46,41 @@ int main(int argc, char** argv) {
     model = std::make_shared<nn::ToyModel>();
     inputs = t::randn({20, 10});
     targets = t::randn({20, 5});
+  } else if (huge) {
+    model = nn::mlp({1024, 4096, 4096, 1024});
+    inputs = t::randn({32, 1024});
+    targets = t::randn({32, 1024});
   } else {
     model = nn::mlp({784, 1024, 1024, 10});
     inputs = t::randn({128, 784});
     targets = t::rand({128}).mul_(10.0).to(t::kInt64);
   }
+  std::shared_ptr<tinyddp::ddp::DistributedDataParallel> ddp;
+  if (c.mode != "local") {
+    if (!pg) pg = tinyddp::comm::init_process_group("gloo", [] {
+      tinyddp::comm::InitOptions o;
+      o.world_size = 1;
+      return o;
+    }());
+    ddp = std::make_shared<tinyddp::ddp::DistributedDataParallel>(model, pg);
+  }
   nn::SGD optimizer(model->parameters(), nn::SGDOptions(0.01).momentum(0.9));
   const auto step = [&] {
     optimizer.zero_grad();
-    const t::Tensor out = model->forward(inputs);
-    const t::Tensor loss = toy ? nn::mse_loss(out, targets) : nn::cross_entropy(out, targets);
-    loss.backward();
+    const auto body = [&] {
+      const t::Tensor out = ddp ? ddp->forward(inputs) : model->forward(inputs);
+      const t::Tensor loss = c.model == "mlp" ? nn::cross_entropy(out, targets) : nn::mse_loss(out, targets);
+      loss.backward();
+    };
+    if (c.mode == "nosync") {
+      auto guard = ddp->no_sync();
+      body();
+    } else {
+      body();
+    }
     optimizer.step();
   };
-  for (int i = 0; i < warmup; ++i) step();
+  for (int i = 0; i < c.warmup; ++i) step();
   std::vector<double> us;
   for (int i = 0; i < iterations; ++i) {
     const auto start = std::chrono::steady_clock::now();
@@ -56,6 +88,56 @@ int main(int argc, char** argv) {
     us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
   }
   std::sort(us.begin(), us.end());
-  std::cout << "RESULT model=" << model_name << " mode=local median_us=" << us[us.size() / 2] << "\n";
+  if (!pg || pg->rank() == 0) {
+    std::cout << "RESULT model=" << c.model << " mode=" << c.mode << " median_us=" << us[us.size() / 2] << std::endl;
+  }
+  if (pg) {
+    pg->barrier()->wait();
+    ddp.reset();
+    tinyddp::comm::destroy_process_group();
+  }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config c;
+  int nproc = 1;
+  CLI::App app{"Time one training step of tinyddp, locally or with DDP."};
+  app.add_option("--model", c.model, "toy, mlp or huge")->check(CLI::IsMember({"toy", "mlp", "huge"}));
+  app.add_option("--mode", c.mode, "local, nosync or ddp")->check(CLI::IsMember({"local", "nosync", "ddp"}));
+  app.add_option("--iterations", c.iterations, "timed steps (default 2000 toy, 30 mlp, 8 huge)")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", c.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  app.add_option("--nproc", nproc, "processes to fork when not under a launcher")->check(CLI::Range(1, 64));
+  CLI11_PARSE(app, argc, argv);
+#ifndef NDEBUG
+  std::cerr << "train_step: built without -c opt; these numbers mean nothing\n";
+#endif
+  try {
+    if (nproc == 1 || std::getenv("RANK") != nullptr) return run(c);
+    const std::string port = std::to_string(20000 + (getpid() % 20000));
+    std::vector<pid_t> children;
+    for (int rank = 0; rank < nproc; ++rank) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        setenv("RANK", std::to_string(rank).c_str(), 1);
+        setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+        setenv("MASTER_ADDR", "127.0.0.1", 1);
+        setenv("MASTER_PORT", port.c_str(), 1);
+        _exit(run(c));
+      }
+      children.push_back(pid);
+    }
+    int failures = 0;
+    for (pid_t pid : children) {
+      int status = 0;
+      waitpid(pid, &status, 0);
+      failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    return failures == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::cerr << "train_step: " << e.what() << "\n";
+    return 1;
+  }
 }
