@@ -299,6 +299,17 @@ void Reducer::shadow_iteration() {
   if (options_.find_unused_parameters || options_.static_graph) {
     pg_->allreduce(tensor::zeros({static_cast<int64_t>(params_.size())}, tensor::kInt64))->wait();
   }
+  // A rank that joined before its first iteration still takes part in the one-time rebuild
+  // that ends the others' first iteration (with rank 0's order, like them).
+  if (!rebuilt_) {
+    std::vector<int64_t> order;
+    for (size_t i = params_.size(); i-- > 0;) order.push_back(static_cast<int64_t>(i));
+    const Tensor shared = tensor::from_vector(order);
+    pg_->broadcast(shared, 0)->wait();
+    const std::vector<int64_t> agreed = shared.to_vector<int64_t>();
+    build_buckets(std::vector<size_t>(agreed.begin(), agreed.end()));
+    rebuilt_ = true;
+  }
 }
 
 void Reducer::reset_iteration() {

@@ -559,3 +559,29 @@ TEST_CASE("runtime statistics and the Chrome-trace timeline", "[ddp][stats][time
     }
   }));
 }
+
+TEST_CASE("join: a rank with no inputs at all (rank 0 or another) still ends with the others' model", "[ddp][join]") {
+  for (int empty_rank : {0, 1}) {
+    INFO("rank without inputs: " << empty_rank);
+    require_no_failures(run_threads(2, [empty_rank](ProcessGroup& pg, Expectations& e) {
+      auto model = nn::mlp({6, 8, 3});
+      DistributedDataParallel ddp(model, borrow(pg));
+      nn::SGD opt(model->parameters(), nn::SGDOptions(0.05));
+      tensor::Generator data(400 + pg.rank());
+      ddp.join([&] {
+        for (int k = 0; k < (pg.rank() == empty_rank ? 0 : 3); ++k) {
+          opt.zero_grad();
+          nn::mse_loss(ddp(tensor::randn({4, 6}, {}, &data)), tensor::randn({4, 3}, {}, &data)).backward();
+          opt.step();
+        }
+      });
+      for (const Tensor& p : model->parameters()) {
+        std::vector<Tensor> all{tensor::zeros_like(p), tensor::zeros_like(p)};
+        pg.allgather(all, p)->wait();
+        e.expect(tensor::equal(all[0], all[1]), "ranks end with different models");
+      }
+      e.expect(ddp.reducer().buckets_rebuilt(), "the rank without inputs did not rebuild its buckets");
+      nn::mse_loss(ddp(tensor::ones({2, 6})), tensor::zeros({2, 3})).backward();  // and DDP goes on
+    }));
+  }
+}
