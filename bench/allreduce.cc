@@ -4,14 +4,13 @@
 //   RESULT op=allreduce bytes=<n> median_us=<x> algbw_gbps=<y> busbw_gbps=<z>
 // algbw = bytes / time; busbw = algbw * 2 (n - 1) / n (what each link carries in a ring).
 #include <CLI/CLI.hpp>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
 
+#include "bench/local_ranks.h"
 #include "comm/comm.h"
 #include "tensor/all.h"
 
@@ -61,27 +60,8 @@ int main(int argc, char** argv) {
 #endif
   try {
     if (std::getenv("RANK") != nullptr) return run_rank(warmup);
-    // No launcher: fork the ranks here, on a free loopback port.
-    const std::string port = std::to_string(20000 + (getpid() % 20000));
-    std::vector<pid_t> children;
-    for (int rank = 0; rank < nproc; ++rank) {
-      const pid_t pid = fork();
-      if (pid == 0) {
-        setenv("RANK", std::to_string(rank).c_str(), 1);
-        setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-        setenv("MASTER_ADDR", "127.0.0.1", 1);
-        setenv("MASTER_PORT", port.c_str(), 1);
-        _exit(run_rank(warmup));
-      }
-      children.push_back(pid);
-    }
-    int failures = 0;
-    for (pid_t pid : children) {
-      int status = 0;
-      waitpid(pid, &status, 0);
-      failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    }
-    return failures == 0 ? 0 : 1;
+    // No launcher: fork the ranks here, on a loopback port.
+    return tinyddp::bench::run_local_ranks(nproc, [&] { return run_rank(warmup); });
   } catch (const std::exception& e) {
     std::cerr << "allreduce: " << e.what() << "\n";
     return 1;

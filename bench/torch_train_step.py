@@ -9,19 +9,9 @@ import statistics
 import time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-
-class ToyModel(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.net1 = nn.Linear(10, 10)
-        self.relu = nn.ReLU()
-        self.net2 = nn.Linear(10, 5)
-
-    def forward(self, x):
-        return self.net2(self.relu(self.net1(x)))
+from torch_models import ToyModel, mlp
 
 
 def main():
@@ -37,7 +27,7 @@ def main():
     if toy:
         model, inputs, targets = ToyModel(), torch.randn(20, 10), torch.randn(20, 5)
     else:
-        model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+        model = mlp([784, 1024, 1024, 10])
         inputs, targets = torch.randn(128, 784), torch.randint(0, 10, (128,))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 

@@ -10,14 +10,13 @@
 // mode at the same time, so that "local" and "ddp" see the same CPU contention.
 // Build with -c opt: bazel run -c opt //bench:train_step -- --model mlp --mode ddp --nproc 2
 #include <CLI/CLI.hpp>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
 
+#include "bench/local_ranks.h"
 #include "comm/init.h"
 #include "ddp/distributed.h"
 #include "nn/nn.h"
@@ -116,26 +115,7 @@ int main(int argc, char** argv) {
 #endif
   try {
     if (nproc == 1 || std::getenv("RANK") != nullptr) return run(c);
-    const std::string port = std::to_string(20000 + (getpid() % 20000));
-    std::vector<pid_t> children;
-    for (int rank = 0; rank < nproc; ++rank) {
-      const pid_t pid = fork();
-      if (pid == 0) {
-        setenv("RANK", std::to_string(rank).c_str(), 1);
-        setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-        setenv("MASTER_ADDR", "127.0.0.1", 1);
-        setenv("MASTER_PORT", port.c_str(), 1);
-        _exit(run(c));
-      }
-      children.push_back(pid);
-    }
-    int failures = 0;
-    for (pid_t pid : children) {
-      int status = 0;
-      waitpid(pid, &status, 0);
-      failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    }
-    return failures == 0 ? 0 : 1;
+    return tinyddp::bench::run_local_ranks(nproc, [&] { return run(c); });
   } catch (const std::exception& e) {
     std::cerr << "train_step: " << e.what() << "\n";
     return 1;
