@@ -259,10 +259,10 @@ std::string ProcessGroupGloo::describe(const char* op, const Tensor& t, const st
 
 std::shared_ptr<Work> ProcessGroupGloo::allreduce(const std::vector<Tensor>& tensors, ReduceOp op) {
   TDDP_CHECK(!tensors.empty(), "ProcessGroupGloo allreduce: no tensors given");
-  for (size_t i = 0; i < tensors.size(); ++i) check_like(tensors[i], tensors[i], "allreduce", fmt::format("tensor {}", i));
-  for (const Tensor& t : tensors) {
-    TDDP_CHECK(t.dtype() == tensors[0].dtype(), "ProcessGroupGloo allreduce: tensors of different dtypes ({} and {})",
-               tensor::dtype_name(tensors[0].dtype()), tensor::dtype_name(t.dtype()));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    check_cpu_tensor(tensors[i], "allreduce", fmt::format("tensor {}", i).c_str());
+    TDDP_CHECK(tensors[i].dtype() == tensors[0].dtype(), "ProcessGroupGloo allreduce: tensors of different dtypes ({} and {})",
+               tensor::dtype_name(tensors[0].dtype()), tensor::dtype_name(tensors[i].dtype()));
   }
   TDDP_CHECK(op != ReduceOp::kAvg || tensors[0].is_floating_point(),
              "ProcessGroupGloo allreduce: avg needs floating-point tensors, got {}", tensor::dtype_name(tensors[0].dtype()));

@@ -15,8 +15,10 @@ using tinyddp::testing::max_abs_diff;
 using tinyddp::testing::nn_fixture;
 using Catch::Contains;
 
-TEST_CASE("the training example reproduces PyTorch's ToyModel run", "[examples][train][fixture]") {
-  const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
+namespace {
+// The run of tests/nn/fixtures/make_nn_fixtures.py: ToyModel, MSE, SGD lr 0.01 momentum 0.9,
+// 8 steps from PyTorch's initial weights on its data.
+examples::TrainConfig pytorch_run_config() {
   examples::TrainConfig config;
   config.model = "toy";
   config.loss = "mse";
@@ -25,6 +27,13 @@ TEST_CASE("the training example reproduces PyTorch's ToyModel run", "[examples][
   config.steps = 8;
   config.init = nn_fixture("toy_init.safetensors");
   config.data = nn_fixture("toy_data.safetensors");
+  return config;
+}
+}  // namespace
+
+TEST_CASE("the training example reproduces PyTorch's ToyModel run", "[examples][train][fixture]") {
+  const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
+  examples::TrainConfig config = pytorch_run_config();
   config.save = dir + "/trained.safetensors";
   config.metrics = dir + "/metrics.csv";
   std::ostringstream log;
@@ -79,14 +88,7 @@ TEST_CASE("the training example on 2 ranks (WORLD_SIZE=2) reproduces the one-pro
       ::setenv("MASTER_PORT", port.c_str(), 1);
       int status = 0;
       try {
-        examples::TrainConfig config;
-        config.model = "toy";
-        config.loss = "mse";
-        config.lr = 0.01;
-        config.momentum = 0.9;
-        config.steps = 8;
-        config.init = nn_fixture("toy_init.safetensors");
-        config.data = nn_fixture("toy_data.safetensors");  // global batches of 20 rows: 10 per rank
+        examples::TrainConfig config = pytorch_run_config();  // global batches of 20 rows: 10 per rank
         config.save = dir + "/ddp_trained.safetensors";
         config.metrics = dir + "/ddp_metrics.csv";
         std::ostringstream log;
