@@ -77,6 +77,11 @@ void Reducer::register_comm_hook(CommHook hook) {
 
 void Reducer::check_previous_iteration() const {
   TDDP_CHECK(!iteration_incomplete_, "{}", incomplete_message_);
+  TDDP_CHECK(!backward_started_,
+             "DistributedDataParallel: the previous backward pass started reducing gradients but never finished (it "
+             "raised an error part way, or it was not run to the end); the ranks no longer agree on which collectives "
+             "come next, so this model cannot be used further. Recreate the process group and the "
+             "DistributedDataParallel wrapper.");
 }
 
 void Reducer::prepare_for_backward(bool synchronize, const std::vector<Tensor>& outputs) {

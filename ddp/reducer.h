@@ -58,7 +58,7 @@ class Reducer {
   // and, with find_unused_parameters, the parameters this forward's graph does not reach.
   void prepare_for_backward(bool synchronize, const std::vector<Tensor>& outputs);
   // Throws the "did not finish reduction" error if the previous synchronised backward left
-  // parameters without gradients (called at the start of every forward).
+  // parameters without gradients, or stopped part way (called at the start of every forward).
   void check_previous_iteration() const;
 
   const BucketAssignment& assignment() const { return assignment_; }

@@ -585,3 +585,29 @@ TEST_CASE("join: a rank with no inputs at all (rank 0 or another) still ends wit
     }));
   }
 }
+
+TEST_CASE("a backward pass that fails part way is reported at the next forward", "[ddp][errors]") {
+  require_no_failures(run_threads(1, [](ProcessGroup& pg, Expectations& e) {
+    auto model = nn::mlp({4, 6, 2});
+    DistributedDataParallel ddp(model, borrow(pg), DDPOptions().first_bucket_cap_mb(1e-6).bucket_cap_mb(1e-6));
+    // A tensor hook that throws on the first layer's weight: the hooks of the later layers
+    // have already fired (and launched their buckets) when it does.
+    auto handle = model->named_parameters().at("0.weight").register_hook([](const Tensor&) -> Tensor {
+      throw Error("hook failed on purpose");
+    });
+    try {
+      nn::mse_loss(ddp(tensor::ones({2, 4})), tensor::zeros({2, 2})).backward();
+      e.failures.push_back("the failing hook did not fail backward");
+    } catch (const Error& ex) {
+      e.expect(std::string(ex.what()).find("hook failed on purpose") != std::string::npos, ex.what());
+    }
+    handle.remove();
+    try {
+      ddp(tensor::ones({2, 4}));
+      e.failures.push_back("forward after an interrupted backward did not fail");
+    } catch (const Error& ex) {
+      e.expect(std::string(ex.what()).find("previous backward pass started reducing gradients but never finished") != std::string::npos,
+               ex.what());
+    }
+  }));
+}
