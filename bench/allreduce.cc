@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "bench/local_ranks.h"
 #include "comm/comm.h"
 #include "tensor/all.h"
 
@@ -60,8 +59,8 @@ int main(int argc, char** argv) {
 #endif
   try {
     if (std::getenv("RANK") != nullptr) return run_rank(warmup);
-    // No launcher: fork the ranks here, on a loopback port.
-    return tinyddp::bench::run_local_ranks(nproc, [&] { return run_rank(warmup); });
+    // No launcher: fork the ranks here, on a free loopback port.
+    return tinyddp::comm::spawn_local(nproc, [&](int) { return run_rank(warmup); }) == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "allreduce: " << e.what() << "\n";
     return 1;

@@ -16,8 +16,8 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "bench/local_ranks.h"
 #include "comm/init.h"
+#include "comm/spawn.h"
 #include "ddp/distributed.h"
 #include "nn/nn.h"
 
@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
 #endif
   try {
     if (nproc == 1 || std::getenv("RANK") != nullptr) return run(c);
-    return tinyddp::bench::run_local_ranks(nproc, [&] { return run(c); });
+    return tinyddp::comm::spawn_local(nproc, [&](int) { return run(c); }) == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "train_step: " << e.what() << "\n";
     return 1;

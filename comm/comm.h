@@ -4,5 +4,6 @@
 #include "comm/init.h"
 #include "comm/process_group.h"
 #include "comm/process_group_gloo.h"
+#include "comm/spawn.h"
 #include "comm/store.h"
 #include "comm/tcp_store.h"

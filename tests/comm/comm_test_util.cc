@@ -1,9 +1,9 @@
 // Harnesses for collective tests: see comm_test_util.h.
 #include "tests/comm/comm_test_util.h"
 
-#include <netinet/in.h>
+#include "comm/spawn.h"
+
 #include <poll.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,17 +39,7 @@ std::vector<std::string> run_threads(int size, const RankFn& fn, comm::Millis ti
   return failures;
 }
 
-uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t length = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+uint16_t free_port() { return static_cast<uint16_t>(comm::free_loopback_port()); }
 
 std::vector<std::string> run_processes(int size, const RankFn& fn, comm::Millis timeout,
                                        const std::function<void(int rank)>& before_join, int finishers) {

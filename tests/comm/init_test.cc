@@ -1,8 +1,5 @@
 // init_process_group / init_from_env: the torchrun environment variables, a world of one
 // without a network, processes meeting through MASTER_ADDR:MASTER_PORT, and clear errors.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdlib>
 
 #include "comm/comm.h"
@@ -61,36 +58,19 @@ TEST_CASE("missing or bad environment variables name themselves", "[comm][init][
 
 TEST_CASE("processes meet through MASTER_ADDR and MASTER_PORT, rank 0 hosting the store", "[comm][init][processes]") {
   clear_env();
-  const uint16_t port = testing::free_port();
-  std::vector<pid_t> children;
-  for (int rank = 0; rank < 3; ++rank) {
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      ::setenv("RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("WORLD_SIZE", "3", 1);
-      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      int status = 1;
-      try {
-        auto pg = init_from_env();
-        const Tensor t = tensor::full({4}, rank + 1);
-        pg->allreduce(t)->wait();
-        pg->barrier()->wait();  // nobody leaves (taking the store with it) before everyone is done
-        status = t.to_vector<float>()[3] == 6.0f ? 0 : 3;
-        destroy_process_group();
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
-        status = 2;
-      }
-      ::_exit(status);
+  const int failed = spawn_local(3, [](int rank) {
+    try {
+      auto pg = init_from_env();
+      const Tensor t = tensor::full({4}, rank + 1);
+      pg->allreduce(t)->wait();
+      pg->barrier()->wait();  // nobody leaves (taking the store with it) before everyone is done
+      const bool ok = t.to_vector<float>()[3] == 6.0f;
+      destroy_process_group();
+      return ok ? 0 : 3;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+      return 2;
     }
-    children.push_back(pid);
-  }
-  for (pid_t pid : children) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    CHECK(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 0);
-  }
+  });
+  CHECK(failed == 0);
 }

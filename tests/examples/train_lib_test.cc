@@ -1,13 +1,10 @@
 // //examples:train's loop fed PyTorch's initial weights and data (--init, --data) ends where
 // PyTorch does: the same per-step losses (--metrics) and final weights (--save).
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <fstream>
 #include <sstream>
 
 #include "examples/train_lib.h"
-#include "tests/comm/comm_test_util.h"
+#include "comm/spawn.h"
 #include "tests/nn/nn_test_util.h"
 
 using namespace tinyddp;
@@ -76,37 +73,20 @@ TEST_CASE("the training example rejects data that does not fit the model", "[exa
 
 TEST_CASE("the training example on 2 ranks (WORLD_SIZE=2) reproduces the one-process run", "[examples][train][ddp]") {
   const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
-  const std::string port = std::to_string(testing::free_port());
-  std::vector<pid_t> children;
-  for (int rank = 0; rank < 2; ++rank) {
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      ::setenv("RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("WORLD_SIZE", "2", 1);
-      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-      ::setenv("MASTER_PORT", port.c_str(), 1);
-      int status = 0;
-      try {
-        examples::TrainConfig config = pytorch_run_config();  // global batches of 20 rows: 10 per rank
-        config.save = dir + "/ddp_trained.safetensors";
-        config.metrics = dir + "/ddp_metrics.csv";
-        std::ostringstream log;
-        examples::train(config, log);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
-        status = 1;
-      }
-      ::_exit(status);
+  const int failed = comm::spawn_local(2, [&](int rank) {
+    try {
+      examples::TrainConfig config = pytorch_run_config();  // global batches of 20 rows: 10 per rank
+      config.save = dir + "/ddp_trained.safetensors";
+      config.metrics = dir + "/ddp_metrics.csv";
+      std::ostringstream log;
+      examples::train(config, log);
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+      return 1;
     }
-    children.push_back(pid);
-  }
-  for (pid_t pid : children) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    REQUIRE(WIFEXITED(status));
-    REQUIRE(WEXITSTATUS(status) == 0);
-  }
+  });
+  REQUIRE(failed == 0);
   // Rank 0 wrote both files; they match PyTorch's single-process run.
   const auto expected = nn::load_safetensors(nn_fixture("toy_expected.safetensors")).tensors;
   const auto saved = nn::load_safetensors(dir + "/ddp_trained.safetensors").tensors;
