@@ -20,12 +20,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "comm/gloo_small_allreduce.h"
+#include "comm/gloo_types.h"
 #include "tensor/ops.h"
 
 namespace tinyddp::comm {
 
 using tensor::DType;
 using tensor::NoGradGuard;
+using detail::with_element_type;
 
 namespace {
 
@@ -49,44 +52,18 @@ class GlooStore final : public gloo::rendezvous::Store {
   std::shared_ptr<comm::Store> store_;
 };
 
-// Calls f(T{}) with the storage type of `dtype` (Half and BFloat16 are 2-byte values).
-template <typename F>
-void with_element_type(DType dtype, const char* op, F&& f) {
-  switch (dtype) {
-    case tensor::kFloat32: f(float{}); return;
-    case tensor::kFloat64: f(double{}); return;
-    case tensor::kFloat16: f(tensor::Half{}); return;
-    case tensor::kBFloat16: f(tensor::BFloat16{}); return;
-    case tensor::kInt64: f(int64_t{}); return;
-    case tensor::kBool: break;
-  }
-  throw Error(fmt::format("ProcessGroupGloo {}: dtype {} is not supported (float32, float64, float16, bfloat16, int64)",
-                          op, tensor::dtype_name(dtype)));
-}
-
-template <typename T>
-using compute_t = std::conditional_t<std::is_same_v<T, tensor::Half> || std::is_same_v<T, tensor::BFloat16>, float, T>;
-
 // c = a op b elementwise, for Gloo's reduction callback (compiled here, with optimisation).
 template <typename T>
 gloo::AllreduceOptions::Func reduce_function(ReduceOp op) {
-  const auto make = [](auto f) -> gloo::AllreduceOptions::Func {
-    return [f](void* c, const void* a, const void* b, size_t n) {
+  return detail::with_reduce_op(op, [](auto tag) -> gloo::AllreduceOptions::Func {
+    constexpr ReduceOp kOp = decltype(tag)::value;
+    return [](void* c, const void* a, const void* b, size_t n) {
       T* out = static_cast<T*>(c);
       const T* x = static_cast<const T*>(a);
       const T* y = static_cast<const T*>(b);
-      for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(f(static_cast<compute_t<T>>(x[i]), static_cast<compute_t<T>>(y[i])));
+      for (size_t i = 0; i < n; ++i) out[i] = detail::combine<kOp>(x[i], y[i]);
     };
-  };
-  using C = compute_t<T>;
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: return make([](C x, C y) { return x + y; });
-    case ReduceOp::kProduct: return make([](C x, C y) { return x * y; });
-    case ReduceOp::kMin: return make([](C x, C y) { return y < x ? y : x; });
-    case ReduceOp::kMax: return make([](C x, C y) { return y > x ? y : x; });
-  }
-  return nullptr;
+  });
 }
 
 // A contiguous CPU buffer for `t`: t itself when contiguous, else a copy written back later.
@@ -173,6 +150,17 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     GlooStore rendezvous(std::make_shared<PrefixStore>("tinyddp/gloo", store_));
     context->connectFullMesh(rendezvous, device_);
     context_ = context;
+    if (size > 1) {
+      // A second mesh for small allreduces, with synchronous connections: see gloo_small_allreduce.h.
+      auto small = std::make_shared<gloo::rendezvous::Context>(rank, size);
+      small->setTimeout(options_.timeout);
+      GlooStore small_rendezvous(std::make_shared<PrefixStore>("tinyddp/gloo-small", store_));
+      small->connectFullMesh(small_rendezvous, device_);
+      for (int peer = 0; peer < size; ++peer) {
+        if (peer != rank) small->getPair(peer)->setSync(/*sync=*/true, /*busyPoll=*/false);
+      }
+      small_allreduce_ = std::make_unique<detail::SmallAllreduce>(small);
+    }
   } catch (const std::exception& e) {
     std::vector<int> missing;
     for (int r = 0; r < size; ++r) {
@@ -271,6 +259,9 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce(const std::vector<Tensor>& ten
   for (const Tensor& t : tensors) total += t.numel();
   const std::string what = fmt::format("allreduce (rank {} of {}, {} tensor(s), {} x {}, {})", rank_, size_, tensors.size(),
                                        total, tensor::dtype_name(tensors[0].dtype()), reduce_op_name(op));
+  if (small_allreduce_ && detail::SmallAllreduce::takes(tensors[0].dtype(), total) && total > 0) {
+    return enqueue(what, [this, tensors, op, total](uint32_t) { small_allreduce_->run(tensors, op, total); });
+  }
   return enqueue(what, [this, tensors, op, total](uint32_t tag) {
     const bool single = tensors.size() == 1;
     const Staged staged(single ? tensors[0] : flatten_all(tensors));

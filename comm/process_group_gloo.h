@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <list>
+#include <memory>
 #include <thread>
 
 #include "comm/process_group.h"
@@ -20,6 +21,10 @@ class Device;
 }  // namespace gloo
 
 namespace tinyddp::comm {
+
+namespace detail {
+class SmallAllreduce;
+}
 
 class ProcessGroupGloo final : public ProcessGroup {
  public:
@@ -60,6 +65,8 @@ class ProcessGroupGloo final : public ProcessGroup {
   ProcessGroupOptions options_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
+  // Allreduces of up to 64 KiB (used by the worker only; null for a group of one).
+  std::unique_ptr<detail::SmallAllreduce> small_allreduce_;
   int groups_created_ = 0;
 
   std::mutex queue_mutex_;

@@ -163,6 +163,37 @@ TEST_CASE("several allreduces in flight complete in issue order", "[comm][gloo][
   }));
 }
 
+// Allreduces of up to 64 KiB take a path of their own (comm/gloo_small_allreduce.h). Around
+// its size limit, on 2 and 3 ranks, with values whose float32 sums round: the results match
+// a double-precision sum and are bit-identical on every rank; more distinct sizes than the
+// path keeps algorithms for, revisited, stay correct; small and large calls interleave.
+TEST_CASE("small allreduces: bit-identical on every rank, around the size limit", "[comm][gloo][small]") {
+  for (int size : {2, 3}) {
+    INFO("world size " << size);
+    require_no_failures(run_threads(size, [](ProcessGroup& pg, Expectations& e) {
+      const int r = pg.rank(), p = pg.size();
+      const auto x = [](int rank, int64_t i) { return 0.1 * (rank + 1) + 1e-3 * static_cast<double>(i % 1000) + 1.0 / 3.0; };
+      std::vector<int64_t> sizes = {1, 5, 16383, 16384, 16385, 40000};  // 16384 floats = 64 KiB
+      for (int64_t n = 2; n < 140; n += 2) sizes.push_back(n);            // past the 64 kept
+      for (int64_t n = 2; n < 20; n += 2) sizes.push_back(n);             // evicted ones again
+      for (int64_t n : sizes) {
+        std::vector<double> mine(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) mine[static_cast<size_t>(i)] = x(r, i);
+        const Tensor t = tensor::from_vector(mine).to(tensor::kFloat32);
+        pg.allreduce(t, ReduceOp::kAvg)->wait();
+        expect_values(e, t, [&](int64_t i) { double s = 0; for (int q = 0; q < p; ++q) s += x(q, i); return s / p; },
+                      fmt::format("avg of {} floats", n));
+        std::vector<Tensor> all;
+        for (int q = 0; q < p; ++q) all.push_back(tensor::zeros({n}));
+        pg.allgather(all, t)->wait();
+        for (int q = 0; q < p; ++q) {
+          if (!tensor::equal(all[q], t)) e.failures.push_back(fmt::format("{} floats: rank {} holds other bits than rank {}", n, q, r));
+        }
+      }
+    }));
+  }
+}
+
 TEST_CASE("point to point, subgroups, and a group of one", "[comm][gloo]") {
   require_no_failures(run_threads(4, [](ProcessGroup& pg, Expectations& e) {
     const int r = pg.rank(), p = pg.size();
