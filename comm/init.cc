@@ -86,6 +86,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
                               master_addr, store_options.port, e.what()));
     }
   }
+  // A launcher that restarts its workers gives each attempt its own namespace in its store.
+  if (const auto prefix = env("TINYDDP_STORE_PREFIX")) store = std::make_shared<PrefixStore>(*prefix, store);
   store->set_timeout(options.timeout);
   auto pg = std::make_shared<ProcessGroupGloo>(store, rank, world_size, pg_options);
   std::lock_guard<std::mutex> lock(default_mutex);

@@ -1,7 +1,8 @@
 // Creating the process group of a job: init_process_group("gloo") / init_from_env() read the
 // variables the launcher (and torchrun) set: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-// MASTER_PORT. Rank 0 hosts the TCPStore unless the launcher does; a world of one needs no
-// network at all.
+// MASTER_PORT. Rank 0 hosts the TCPStore unless the launcher does (TINYDDP_STORE_HOSTED=1);
+// TINYDDP_STORE_PREFIX, when set, namespaces every key (the launcher gives each restart its
+// own); a world of one needs no network at all.
 #pragma once
 
 #include <memory>

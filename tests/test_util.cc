@@ -1,6 +1,10 @@
 // Test helpers: see test_util.h.
 #include "tests/test_util.h"
 
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -51,6 +55,21 @@ std::vector<std::vector<int64_t>> all_indices(const tensor::Shape& shape) {
     out.push_back(index);
   }
   return out;
+}
+
+CommandResult run_command(const std::string& command) {
+  CommandResult result;
+  const auto start = std::chrono::steady_clock::now();
+  FILE* pipe = ::popen(("exec 2>&1; " + command).c_str(), "r");
+  if (pipe == nullptr) throw std::runtime_error("run_command: popen failed for: " + command);
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.exit_code = 128 + WTERMSIG(status);
+  return result;
 }
 
 }  // namespace tinyddp::testing

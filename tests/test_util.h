@@ -33,4 +33,12 @@ double at(const tensor::Tensor& t, const std::vector<int64_t>& index);
 // Every multi-index of `shape` in row-major order.
 std::vector<std::vector<int64_t>> all_indices(const tensor::Shape& shape);
 
+// Runs `command` with /bin/sh, stdout and stderr together; returns how it ended.
+struct CommandResult {
+  int exit_code = -1;  // the shell's exit status (128 + signal for a signal, as shells report)
+  std::string output;
+  double seconds = 0;
+};
+CommandResult run_command(const std::string& command);
+
 }  // namespace tinyddp::testing

@@ -1,0 +1,51 @@
+// //launcher:launch: torchrun for tinyddp programs.
+//   launch --nproc_per_node 2 -- bazel-bin/examples/train --steps 100
+// See launcher.h for what each worker gets and how failures are handled.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "launcher/launcher.h"
+#include "tensor/error.h"
+
+int main(int argc, char** argv) {
+  tinyddp::launcher::LaunchOptions o;
+  double grace_s = 5, rdzv_timeout_s = 60;
+  CLI::App app{
+      "Start one process per local rank with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR\n"
+      "and MASTER_PORT set (as torchrun does), print their output prefixed with the rank, and stop them all when\n"
+      "one fails.\n\nUsage: launch [OPTIONS] -- PROGRAM [ARGS...]",
+      "launch"};
+  app.add_option("--nproc_per_node", o.nproc_per_node, "worker processes on this node (default 1)");
+  app.add_option("--nnodes", o.nnodes, "nodes in the job (default 1)");
+  app.add_option("--node_rank", o.node_rank, "this node's rank, 0 to nnodes-1 (default 0)");
+  app.add_option("--master_addr", o.master_addr, "address of node 0, which hosts the job's store (default 127.0.0.1)");
+  app.add_option("--master_port", o.master_port, "port of the store on node 0 (default: a free port; needed with --nnodes > 1)");
+  app.add_option("--max_restarts", o.max_restarts, "restart the whole group up to this many times after a failure (default 0)");
+  app.add_option("--log_dir", o.log_dir, "write each worker's output to LOG_DIR/attempt_<k>/rank_<r>.log instead of the console");
+  app.add_flag("--tee", o.tee, "with --log_dir: print to the console as well");
+  app.add_option("--grace_period", grace_s, "seconds between SIGTERM and SIGKILL when stopping workers (default 5)");
+  app.add_option("--rdzv_timeout", rdzv_timeout_s, "seconds for the nodes to meet through the store (default 60)");
+  app.prefix_command();  // everything from the program on belongs to the program
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  o.program = app.remaining();
+  if (!o.program.empty() && o.program.front() == "--") o.program.erase(o.program.begin());
+  o.grace_period = std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
+  o.rdzv_timeout = std::chrono::milliseconds(static_cast<int64_t>(rdzv_timeout_s * 1000));
+  try {
+    tinyddp::launcher::validate(o);
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
+  try {
+    return tinyddp::launcher::launch(o, std::cerr);
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,459 @@
+// The launcher: see launcher.h. One attempt = spawn every local worker, then one poll loop
+// that copies their output line by line, reaps them, and stops the group on the first
+// failure or on SIGINT/SIGTERM.
+#include "launcher/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "comm/store.h"
+#include "comm/tcp_store.h"
+#include "tensor/error.h"
+
+extern char** environ;
+
+namespace tinyddp::launcher {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Signals reach the poll loop through this pipe (the handler only writes the signal number).
+int signal_pipe[2] = {-1, -1};
+
+void on_signal(int signo) {
+  const int saved = errno;
+  const unsigned char byte = static_cast<unsigned char>(signo);
+  [[maybe_unused]] const ssize_t n = ::write(signal_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+void write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // a closed console: the workers' output has nowhere to go
+    done += static_cast<size_t>(n);
+  }
+}
+
+// How a worker ended, in words, and the launcher's exit status for it.
+std::string describe(int status) {
+  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return fmt::format("was killed by signal {} ({})", WTERMSIG(status), ::strsignal(WTERMSIG(status)));
+  }
+  return fmt::format("ended with wait status {}", status);
+}
+
+int exit_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+// The full path `program` runs as (execve does not search PATH; doing it here, before fork,
+// keeps the child to async-signal-safe calls).
+std::string resolve(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t end = dirs.find(':', start);
+    std::string dir = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (dir.empty()) dir = ".";
+    const std::string candidate = dir + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return program;  // execve fails and the error names it
+}
+
+// One output stream of a worker: its pipe and the part of a line not yet printed.
+struct Stream {
+  int fd = -1;
+  int console = 1;  // 1 for the worker's stdout, 2 for its stderr
+  std::string pending;
+};
+
+struct Worker {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+  Stream streams[2];
+  std::unique_ptr<std::ofstream> log_file;
+};
+
+class Attempt {
+ public:
+  Attempt(const LaunchOptions& options, std::ostream& log, int attempt, const std::vector<std::pair<std::string, std::string>>& env)
+      : options_(options), log_(log), attempt_(attempt), env_(env) {}
+
+  ~Attempt() {
+    for (Worker& w : workers_) {
+      for (Stream& s : w.streams) {
+        if (s.fd >= 0) ::close(s.fd);
+      }
+    }
+  }
+
+  // Starts the workers and runs until all have ended.
+  void run() {
+    for (int local = 0; local < options_.nproc_per_node; ++local) {
+      spawn(local);
+      if (failed_rank_ >= 0) break;  // could not even start it
+    }
+    if (failed_rank_ >= 0) stop(SIGTERM);
+    loop();
+  }
+
+  int failed_rank() const { return failed_rank_; }
+  int failed_status() const { return failed_status_; }
+  int interrupted_by() const { return interrupted_by_; }
+
+ private:
+  void spawn(int local) {
+    Worker& w = workers_.emplace_back();
+    w.rank = options_.node_rank * options_.nproc_per_node + local;
+    if (!options_.log_dir.empty()) {
+      const std::filesystem::path dir = std::filesystem::path(options_.log_dir) / fmt::format("attempt_{}", attempt_);
+      std::filesystem::create_directories(dir);
+      const std::filesystem::path file = dir / fmt::format("rank_{}.log", w.rank);
+      w.log_file = std::make_unique<std::ofstream>(file);
+      TDDP_CHECK(w.log_file->good(), "launch: cannot write the log file {}", file.string());
+    }
+    // Everything the child needs is built before fork: after it, only async-signal-safe calls.
+    std::vector<std::string> env_strings;
+    std::map<std::string, std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry(*e);
+      const size_t eq = entry.find('=');
+      if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+    }
+    for (const auto& [key, value] : env_) env[key] = value;
+    env["RANK"] = std::to_string(w.rank);
+    env["LOCAL_RANK"] = std::to_string(local);
+    if (env.find("OMP_NUM_THREADS") == env.end()) env["OMP_NUM_THREADS"] = "1";
+    for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
+    std::vector<char*> envp;
+    for (std::string& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> args = options_.program;
+    const std::string path = resolve(args[0]);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+
+    int out[2], err[2], status_pipe[2];
+    TDDP_CHECK(::pipe2(out, O_CLOEXEC) == 0 && ::pipe2(err, O_CLOEXEC) == 0 && ::pipe2(status_pipe, O_CLOEXEC) == 0,
+               "launch: pipe: {}", std::strerror(errno));
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    TDDP_CHECK(pid >= 0, "launch: fork: {}", std::strerror(errno));
+    if (pid == 0) {
+      ::setpgid(0, 0);  // a group of its own: stopping it reaches its children too
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // and it dies if the launcher is killed outright
+      if (::getppid() != parent) ::_exit(1);
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      for (int signo : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) ::sigaction(signo, &dfl, nullptr);
+      sigset_t none;
+      ::sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::dup2(out[1], 1);
+      ::dup2(err[1], 2);
+      ::execve(path.c_str(), argv.data(), envp.data());
+      const int error = errno;
+      [[maybe_unused]] const ssize_t n = ::write(status_pipe[1], &error, sizeof(error));
+      ::_exit(127);
+    }
+    ::setpgid(pid, pid);  // also here, so that the group exists before we might signal it
+    ::close(out[1]);
+    ::close(err[1]);
+    ::close(status_pipe[1]);
+    int exec_error = 0;
+    ssize_t n;
+    do {
+      n = ::read(status_pipe[0], &exec_error, sizeof(exec_error));
+    } while (n < 0 && errno == EINTR);
+    ::close(status_pipe[0]);
+    w.pid = pid;
+    w.running = true;
+    w.streams[0].fd = out[0];
+    w.streams[0].console = 1;
+    w.streams[1].fd = err[0];
+    w.streams[1].console = 2;
+    if (n == static_cast<ssize_t>(sizeof(exec_error))) {
+      log_ << fmt::format("launch: cannot run '{}' for rank {}: {}", options_.program[0], w.rank, std::strerror(exec_error))
+           << std::endl;
+      record_failure(w, 127 << 8);
+    }
+  }
+
+  void record_failure(const Worker& w, int status) {
+    if (failed_rank_ >= 0 || interrupted_by_ != 0) return;
+    failed_rank_ = w.rank;
+    failed_status_ = status;
+  }
+
+  // Sends `signo` to every running worker's process group, once; SIGKILL follows after the
+  // grace period.
+  void stop(int signo) {
+    if (stopping_) return;
+    stopping_ = true;
+    kill_at_ = Clock::now() + options_.grace_period;
+    for (const Worker& w : workers_) {
+      if (w.running) ::kill(-w.pid, signo);
+    }
+  }
+
+  void emit(Worker& w, Stream& s, const std::string& line) {
+    if (w.log_file) {
+      *w.log_file << line << '\n';
+      w.log_file->flush();
+    }
+    if (!w.log_file || options_.tee) write_all(s.console, fmt::format("[rank {}] {}\n", w.rank, line));
+  }
+
+  // Reads what is there; prints complete lines; on end of file prints the rest and closes.
+  void drain(Worker& w, Stream& s) {
+    char buffer[65536];
+    const ssize_t n = ::read(s.fd, buffer, sizeof(buffer));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (n <= 0) {
+      if (!s.pending.empty()) emit(w, s, s.pending);
+      s.pending.clear();
+      ::close(s.fd);
+      s.fd = -1;
+      return;
+    }
+    s.pending.append(buffer, static_cast<size_t>(n));
+    size_t start = 0;
+    for (size_t nl; (nl = s.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+      emit(w, s, s.pending.substr(start, nl - start));
+    }
+    s.pending.erase(0, start);
+    if (s.pending.size() > 65536) {  // a very long line without newline: print it in pieces
+      emit(w, s, s.pending);
+      s.pending.clear();
+    }
+  }
+
+  void reap() {
+    for (Worker& w : workers_) {
+      if (!w.running) continue;
+      int status = 0;
+      const pid_t got = ::waitpid(w.pid, &status, WNOHANG);
+      if (got != w.pid) continue;
+      w.running = false;
+      w.status = status;
+      ::kill(-w.pid, SIGKILL);  // whatever it left behind in its group goes with it
+      if (status != 0 && !stopping_) {
+        log_ << fmt::format("launch: rank {} (pid {}) {}; stopping the other workers", w.rank, w.pid, describe(status))
+             << std::endl;
+        record_failure(w, status);
+        stop(SIGTERM);
+      }
+    }
+  }
+
+  void on_signal_byte(int signo) {
+    if (signo == SIGCHLD) return;  // reap() runs every round anyway
+    if (interrupted_by_ == 0 && failed_rank_ < 0) {
+      interrupted_by_ = signo;
+      log_ << fmt::format("launch: got {}; passing it to the workers", ::strsignal(signo)) << std::endl;
+    }
+    stop(signo);
+  }
+
+  void loop() {
+    std::optional<Clock::time_point> all_exited_at;
+    while (true) {
+      std::vector<pollfd> fds{{signal_pipe[0], POLLIN, 0}};
+      std::vector<std::pair<Worker*, Stream*>> owners{{nullptr, nullptr}};
+      for (Worker& w : workers_) {
+        for (Stream& s : w.streams) {
+          if (s.fd < 0) continue;
+          fds.push_back({s.fd, POLLIN, 0});
+          owners.emplace_back(&w, &s);
+        }
+      }
+      const bool any_running = std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.running; });
+      if (!any_running) {
+        if (fds.size() == 1) return;
+        // Every worker has exited; a pipe still open belongs to a process that escaped its
+        // group. Give the output a moment to arrive, then stop reading.
+        if (!all_exited_at) all_exited_at = Clock::now();
+        if (Clock::now() - *all_exited_at > std::chrono::seconds(2)) return;
+      }
+      const int ready = ::poll(fds.data(), fds.size(), 50);
+      if (ready < 0 && errno != EINTR) throw Error(fmt::format("launch: poll: {}", std::strerror(errno)));
+      if (ready > 0) {
+        if (fds[0].revents & POLLIN) {
+          unsigned char signals[64];
+          const ssize_t n = ::read(signal_pipe[0], signals, sizeof(signals));
+          for (ssize_t i = 0; i < n; ++i) on_signal_byte(signals[i]);
+        }
+        for (size_t i = 1; i < fds.size(); ++i) {
+          if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) drain(*owners[i].first, *owners[i].second);
+        }
+      }
+      reap();
+      if (stopping_ && !killed_ && Clock::now() >= kill_at_) {
+        killed_ = true;
+        for (const Worker& w : workers_) {
+          if (w.running) {
+            log_ << fmt::format("launch: rank {} (pid {}) did not stop within {} ms; killing it", w.rank, w.pid,
+                                options_.grace_period.count())
+                 << std::endl;
+            ::kill(-w.pid, SIGKILL);
+          }
+        }
+      }
+    }
+  }
+
+  const LaunchOptions& options_;
+  std::ostream& log_;
+  int attempt_;
+  const std::vector<std::pair<std::string, std::string>>& env_;
+  std::vector<Worker> workers_;
+  bool stopping_ = false;
+  bool killed_ = false;
+  Clock::time_point kill_at_;
+  int failed_rank_ = -1;
+  int failed_status_ = 0;
+  int interrupted_by_ = 0;
+};
+
+// Installs the signal handlers for the launcher's lifetime and puts them back afterwards.
+class SignalScope {
+ public:
+  SignalScope() {
+    TDDP_CHECK(::pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) == 0, "launch: pipe: {}", std::strerror(errno));
+    struct sigaction action {};
+    action.sa_handler = on_signal;
+    ::sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    for (int signo : {SIGINT, SIGTERM, SIGCHLD}) ::sigaction(signo, &action, &saved_[signo]);
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ignore, &saved_[SIGPIPE]);
+  }
+  ~SignalScope() {
+    for (auto& [signo, action] : saved_) ::sigaction(signo, &action, nullptr);
+    ::close(signal_pipe[0]);
+    ::close(signal_pipe[1]);
+    signal_pipe[0] = signal_pipe[1] = -1;
+  }
+
+ private:
+  std::map<int, struct sigaction> saved_;
+};
+
+// Node 0 hosts the store; the others connect to it, within the rendezvous timeout.
+std::shared_ptr<comm::TCPStore> open_store(const LaunchOptions& o) {
+  comm::TCPStoreOptions store_options;
+  store_options.host = o.master_addr;
+  store_options.port = static_cast<uint16_t>(o.master_port);
+  store_options.is_server = o.node_rank == 0;
+  store_options.timeout = o.rdzv_timeout;
+  try {
+    return std::make_shared<comm::TCPStore>(store_options);
+  } catch (const std::exception& e) {
+    if (o.node_rank == 0) {
+      throw Error(fmt::format("launch: cannot host the job's store on {}:{}: {}", o.master_addr, o.master_port, e.what()));
+    }
+    throw Error(fmt::format("launch: node {} cannot reach the master at {}:{} within {} ms (is node 0's launch running, "
+                            "and are --master_addr/--master_port right?): {}",
+                            o.node_rank, o.master_addr, o.master_port, o.rdzv_timeout.count(), e.what()));
+  }
+}
+
+// Every node's launcher checks in for this attempt and waits for the others.
+void meet_nodes(const LaunchOptions& o, comm::Store& store, int attempt) {
+  if (o.nnodes == 1) return;
+  const std::string prefix = fmt::format("launch/attempt_{}/node_", attempt);
+  store.set(prefix + std::to_string(o.node_rank), std::string("1"));
+  std::vector<std::string> keys;
+  for (int n = 0; n < o.nnodes; ++n) keys.push_back(prefix + std::to_string(n));
+  try {
+    store.wait(keys, o.rdzv_timeout);
+  } catch (const std::exception&) {
+    std::string missing;
+    for (int n = 0; n < o.nnodes; ++n) {
+      if (!store.check({keys[static_cast<size_t>(n)]})) missing += (missing.empty() ? "" : ", ") + std::to_string(n);
+    }
+    throw Error(fmt::format("launch: nodes [{}] did not join within {} ms", missing, o.rdzv_timeout.count()));
+  }
+}
+
+}  // namespace
+
+void validate(const LaunchOptions& o) {
+  TDDP_CHECK(!o.program.empty(), "launch: no program given (usage: launch --nproc_per_node N -- PROGRAM [ARGS...])");
+  TDDP_CHECK(o.nproc_per_node >= 1, "launch: --nproc_per_node must be at least 1, got {}", o.nproc_per_node);
+  TDDP_CHECK(o.nnodes >= 1, "launch: --nnodes must be at least 1, got {}", o.nnodes);
+  TDDP_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "launch: --node_rank {} is out of range for --nnodes {} (0 to {})",
+             o.node_rank, o.nnodes, o.nnodes - 1);
+  TDDP_CHECK(o.master_port >= 0 && o.master_port <= 65535, "launch: --master_port {} is not a TCP port", o.master_port);
+  TDDP_CHECK(o.nnodes == 1 || o.master_port > 0, "launch: --master_port is needed when --nnodes > 1 (every node must use the same)");
+  TDDP_CHECK(!o.master_addr.empty(), "launch: --master_addr is empty");
+  TDDP_CHECK(o.max_restarts >= 0, "launch: --max_restarts must be at least 0, got {}", o.max_restarts);
+  TDDP_CHECK(!o.tee || !o.log_dir.empty(), "launch: --tee copies the per-rank log files to the console; it needs --log_dir");
+  TDDP_CHECK(o.grace_period.count() >= 0, "launch: --grace_period must not be negative");
+}
+
+int launch(const LaunchOptions& options, std::ostream& log) {
+  validate(options);
+  const SignalScope signals;
+  const std::shared_ptr<comm::TCPStore> store = open_store(options);
+  const int world_size = options.nnodes * options.nproc_per_node;
+  for (int attempt = 0;; ++attempt) {
+    meet_nodes(options, *store, attempt);
+    const std::vector<std::pair<std::string, std::string>> env = {
+        {"WORLD_SIZE", std::to_string(world_size)},
+        {"LOCAL_WORLD_SIZE", std::to_string(options.nproc_per_node)},
+        {"GROUP_RANK", std::to_string(options.node_rank)},
+        {"MASTER_ADDR", options.master_addr},
+        {"MASTER_PORT", std::to_string(store->port())},
+        {"TINYDDP_STORE_HOSTED", "1"},
+        {"TINYDDP_STORE_PREFIX", fmt::format("attempt_{}/", attempt)},
+        {"TINYDDP_RESTART_COUNT", std::to_string(attempt)},
+    };
+    Attempt group(options, log, attempt, env);
+    group.run();
+    if (group.interrupted_by() != 0) return 128 + group.interrupted_by();
+    if (group.failed_rank() < 0) return 0;
+    if (attempt < options.max_restarts) {
+      log << fmt::format("launch: restarting the workers (restart {} of {})", attempt + 1, options.max_restarts) << std::endl;
+      continue;
+    }
+    log << fmt::format("launch: failed: rank {} {}{}", group.failed_rank(), describe(group.failed_status()),
+                       options.max_restarts > 0 ? fmt::format(" (after {} restarts)", options.max_restarts) : "")
+        << std::endl;
+    return exit_code(group.failed_status());
+  }
+}
+
+}  // namespace tinyddp::launcher

@@ -1,0 +1,42 @@
+// The launcher behind //launcher:launch: starts one worker process per local rank with the
+// variables torchrun sets, prefixes their output with the rank, and stops the whole group
+// when one fails (restarting it up to max_restarts times).
+//
+// Node 0's launcher hosts the job's TCPStore (workers are its clients:
+// TINYDDP_STORE_HOSTED=1); the launchers of other nodes connect to it first, so an
+// unreachable master is reported by the launcher, not by every worker. Each attempt gets a
+// store namespace of its own (TINYDDP_STORE_PREFIX), so a restarted group never reads the
+// keys of the one before.
+#pragma once
+
+#include <chrono>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace tinyddp::launcher {
+
+struct LaunchOptions {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: a free port (single node only)
+  int max_restarts = 0;
+  std::string log_dir;  // when set: worker output goes to <log_dir>/attempt_<k>/rank_<r>.log
+  bool tee = false;     // with log_dir: to the console as well
+  std::chrono::milliseconds grace_period{5000};    // SIGTERM, then SIGKILL after this
+  std::chrono::milliseconds rdzv_timeout{60000};  // for the nodes to meet through the store
+  std::vector<std::string> program;                // the program and its arguments
+};
+
+// Throws tinyddp::Error naming the first bad option.
+void validate(const LaunchOptions& options);
+
+// Runs the job; returns the exit status for the launcher: 0 when every worker of the last
+// attempt exited 0, else the status of the first worker that failed (128 + signal for a
+// signal), or 128 + signal when the launcher itself was interrupted. Launcher messages go to
+// `log` ("launch: ..."); worker output to stdout/stderr as "[rank R] line".
+int launch(const LaunchOptions& options, std::ostream& log);
+
+}  // namespace tinyddp::launcher

@@ -1,0 +1,238 @@
+// //launcher:launch, run as a user runs it, with small shell programs as workers: the
+// variables each worker gets, output prefixes and log files, failures (exit status, signal,
+// a worker that ignores SIGTERM), restarts, signals sent to the launcher, processes left
+// behind, two nodes on one machine, and the errors for bad arguments.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "comm/spawn.h"
+#include "tests/test_util.h"
+
+using tinyddp::testing::CommandResult;
+using tinyddp::testing::run_command;
+using Catch::Contains;
+
+namespace {
+
+const std::string kLaunch = "launcher/launch";  // in the test's runfiles
+
+CommandResult launch(const std::string& args) { return run_command(kLaunch + " " + args); }
+
+// A fresh directory for one test's files.
+std::string scratch(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::filesystem::path dir = std::filesystem::path(tmp != nullptr ? tmp : "/tmp") / ("launch_test_" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Whether `pid` is still a live process (a zombie counts as gone).
+bool alive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return false;
+  std::string line;
+  std::getline(stat, line);
+  const size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
+}
+
+// Waits up to `seconds` for every pid written (one per line) into files `dir`/<name>*.
+std::vector<pid_t> pids_in(const std::string& dir, const std::string& prefix) {
+  std::vector<pid_t> pids;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) pids.push_back(std::stoi(read_file(entry.path().string())));
+  }
+  return pids;
+}
+
+}  // namespace
+
+TEST_CASE("launch: each worker gets the torchrun variables", "[launcher]") {
+  const CommandResult r = launch(
+      "--nproc_per_node 3 -- /bin/bash -c 'echo \"RANK=$RANK LOCAL_RANK=$LOCAL_RANK WORLD_SIZE=$WORLD_SIZE "
+      "LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE GROUP_RANK=$GROUP_RANK MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT "
+      "OMP=$OMP_NUM_THREADS RESTART=$TINYDDP_RESTART_COUNT HOSTED=$TINYDDP_STORE_HOSTED\"'");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  std::set<std::string> ports;
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::regex line(fmt::format(
+        R"(\[rank {0}\] RANK={0} LOCAL_RANK={0} WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 GROUP_RANK=0 MASTER_ADDR=127\.0\.0\.1 MASTER_PORT=([0-9]+) OMP=1 RESTART=0 HOSTED=1)",
+        rank));
+    std::smatch m;
+    REQUIRE(std::regex_search(r.output, m, line));
+    CHECK(std::stoi(m[1]) > 0);
+    ports.insert(m[1]);
+  }
+  CHECK(ports.size() == 1);  // one store for the job
+  // A value the user set is kept.
+  const CommandResult kept = run_command("OMP_NUM_THREADS=4 " + kLaunch + " -- /bin/bash -c 'echo OMP=$OMP_NUM_THREADS'");
+  CHECK_THAT(kept.output, Contains("[rank 0] OMP=4"));
+}
+
+TEST_CASE("launch: output is prefixed line by line, stdout and stderr, unfinished last lines too", "[launcher]") {
+  const CommandResult r = launch("--nproc_per_node 2 -- /bin/bash -c 'printf \"a\\nb\\n\"; printf \"err\\n\" >&2; printf \"tail\"'");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    for (const char* text : {"a", "b", "err", "tail"}) CHECK_THAT(r.output, Contains(fmt::format("[rank {}] {}\n", rank, text)));
+  }
+}
+
+TEST_CASE("launch: --log_dir writes one file per rank; --tee also prints", "[launcher]") {
+  const std::string dir = scratch("logs");
+  const std::string worker = "-- /bin/bash -c 'echo hello from $RANK; echo oops >&2'";
+  CommandResult r = launch("--nproc_per_node 2 --log_dir " + dir + " " + worker);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, !Contains("hello from"));
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string log = read_file(fmt::format("{}/attempt_0/rank_{}.log", dir, rank));
+    CHECK_THAT(log, Contains(fmt::format("hello from {}\n", rank)));
+    CHECK_THAT(log, Contains("oops\n"));
+  }
+  r = launch("--nproc_per_node 2 --tee --log_dir " + dir + " " + worker);
+  CHECK_THAT(r.output, Contains("[rank 1] hello from 1"));
+}
+
+TEST_CASE("launch: a worker that exits with status 3 stops the others; launch exits 3", "[launcher]") {
+  const std::string dir = scratch("exit3");
+  const CommandResult r = launch("--nproc_per_node 3 -- /bin/bash -c 'echo $$ > " + dir +
+                                 "/pid_$RANK; if [ $RANK = 1 ]; then sleep 0.5; exit 3; fi; sleep 60'");
+  INFO(r.output);
+  CHECK(r.exit_code == 3);
+  CHECK(r.seconds < 10);
+  CHECK_THAT(r.output, Contains("rank 1 (pid"));
+  CHECK_THAT(r.output, Contains("exited with status 3"));
+  CHECK_THAT(r.output, Contains("launch: failed: rank 1 exited with status 3"));
+  const std::vector<pid_t> pids = pids_in(dir, "pid_");
+  CHECK(pids.size() == 3);
+  for (pid_t pid : pids) CHECK_FALSE(alive(pid));
+}
+
+TEST_CASE("launch: a worker killed by a signal is reported, with 128 + signal as the status", "[launcher]") {
+  const CommandResult r = launch("--nproc_per_node 2 -- /bin/bash -c 'if [ $RANK = 0 ]; then kill -9 $$; fi; sleep 60'");
+  INFO(r.output);
+  CHECK(r.exit_code == 128 + SIGKILL);
+  CHECK_THAT(r.output, Contains("rank 0"));
+  CHECK_THAT(r.output, Contains("was killed by signal 9"));
+  CHECK(r.seconds < 10);
+}
+
+TEST_CASE("launch: a worker that ignores SIGTERM is killed after the grace period", "[launcher]") {
+  const CommandResult r = launch("--nproc_per_node 2 --grace_period 1 -- /bin/bash -c "
+                                 "'trap \"\" TERM; if [ $RANK = 1 ]; then exit 5; fi; while true; do sleep 0.1; done'");
+  INFO(r.output);
+  CHECK(r.exit_code == 5);
+  CHECK_THAT(r.output, Contains("rank 0"));
+  CHECK_THAT(r.output, Contains("did not stop within 1000 ms; killing it"));
+  CHECK(r.seconds < 8);
+}
+
+TEST_CASE("launch: processes a worker started are stopped with it", "[launcher]") {
+  const std::string dir = scratch("orphans");
+  // Each worker starts a background sleeper; rank 1 then fails. Rank 0 finishes normally.
+  const CommandResult r = launch("--nproc_per_node 2 -- /bin/bash -c 'sleep 120 & echo $! > " + dir +
+                                 "/child_$RANK; if [ $RANK = 1 ]; then sleep 0.3; exit 2; fi; sleep 60'");
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  const std::vector<pid_t> children = pids_in(dir, "child_");
+  REQUIRE(children.size() == 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (pid_t pid : children) CHECK_FALSE(alive(pid));
+}
+
+TEST_CASE("launch: --max_restarts restarts the whole group", "[launcher]") {
+  const std::string worker = "-- /bin/bash -c 'echo attempt $TINYDDP_RESTART_COUNT; [ $TINYDDP_RESTART_COUNT = 2 ] || exit 4'";
+  CommandResult r = launch("--nproc_per_node 2 --max_restarts 2 " + worker);
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("restarting the workers (restart 1 of 2)"));
+  CHECK_THAT(r.output, Contains("restarting the workers (restart 2 of 2)"));
+  CHECK_THAT(r.output, Contains("[rank 0] attempt 2"));
+  CHECK_THAT(r.output, Contains("[rank 1] attempt 2"));
+  r = launch("--nproc_per_node 2 --max_restarts 1 " + worker);
+  CHECK(r.exit_code == 4);
+  CHECK_THAT(r.output, Contains("(after 1 restarts)"));
+}
+
+TEST_CASE("launch: SIGINT and SIGTERM sent to the launcher reach every worker", "[launcher]") {
+  for (int signo : {SIGINT, SIGTERM}) {
+    INFO("signal " << signo);
+    const std::string dir = scratch("signal" + std::to_string(signo));
+    const std::string script = fmt::format(
+        "trap 'echo $$ > {0}/got_$RANK; exit 0' INT TERM; echo $$ > {0}/ready_$RANK; while true; do sleep 0.05; done", dir);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::execl(kLaunch.c_str(), kLaunch.c_str(), "--nproc_per_node", "2", "--", "/bin/bash", "-c", script.c_str(), nullptr);
+      ::_exit(127);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (pids_in(dir, "ready_").size() < 2 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ::kill(pid, signo);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 128 + signo);
+    CHECK(pids_in(dir, "got_").size() == 2);
+  }
+}
+
+TEST_CASE("launch: two nodes on one machine form one job", "[launcher]") {
+  const int port = tinyddp::comm::free_loopback_port();
+  const std::string common = fmt::format("--nnodes 2 --nproc_per_node 2 --master_port {} -- /bin/bash -c "
+                                         "'echo RANK=$RANK LOCAL_RANK=$LOCAL_RANK GROUP_RANK=$GROUP_RANK WORLD_SIZE=$WORLD_SIZE'",
+                                         port);
+  CommandResult node1;
+  std::thread second([&] { node1 = launch("--node_rank 1 " + common); });
+  const CommandResult node0 = launch("--node_rank 0 " + common);
+  second.join();
+  INFO(node0.output << node1.output);
+  CHECK(node0.exit_code == 0);
+  CHECK(node1.exit_code == 0);
+  CHECK_THAT(node0.output, Contains("[rank 1] RANK=1 LOCAL_RANK=1 GROUP_RANK=0 WORLD_SIZE=4"));
+  CHECK_THAT(node1.output, Contains("[rank 2] RANK=2 LOCAL_RANK=0 GROUP_RANK=1 WORLD_SIZE=4"));
+  CHECK_THAT(node1.output, Contains("[rank 3] RANK=3 LOCAL_RANK=1 GROUP_RANK=1 WORLD_SIZE=4"));
+}
+
+TEST_CASE("launch: bad arguments and an unreachable master give clear errors", "[launcher]") {
+  struct Case {
+    std::string args;
+    int exit_code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"", 2, "no program given"},
+      {"--nproc_per_node 2", 2, "no program given"},
+      {"--nproc_per_node 0 -- true", 2, "--nproc_per_node must be at least 1, got 0"},
+      {"--nnodes 2 --node_rank 2 --master_port 29500 -- true", 2, "--node_rank 2 is out of range for --nnodes 2"},
+      {"--nnodes 2 --node_rank 1 -- true", 2, "--master_port is needed when --nnodes > 1"},
+      {"--tee -- true", 2, "needs --log_dir"},
+      {"-- /nonexistent/program", 127, "cannot run '/nonexistent/program' for rank 0: No such file or directory"},
+      {"--nnodes 2 --node_rank 1 --master_port 1 --rdzv_timeout 1 -- true", 1, "node 1 cannot reach the master at 127.0.0.1:1"},
+  };
+  for (const Case& c : cases) {
+    const CommandResult r = launch(c.args);
+    INFO("launch " << c.args << "\n" << r.output);
+    CHECK(r.exit_code == c.exit_code);
+    CHECK_THAT(r.output, Contains(c.message));
+    CHECK(r.seconds < 10);
+  }
+}
