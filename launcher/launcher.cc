@@ -408,6 +408,28 @@ void meet_nodes(const LaunchOptions& o, comm::Store& store, int attempt) {
   }
 }
 
+// At the end of an attempt: node 0 hosts the store, so it stays until the other nodes are
+// done with it too (at most the rendezvous timeout); the others only check out.
+void leave_nodes(const LaunchOptions& o, comm::Store& store, int attempt, std::ostream& log) {
+  if (o.nnodes == 1) return;
+  const std::string prefix = fmt::format("launch/attempt_{}/done_", attempt);
+  try {
+    store.set(prefix + std::to_string(o.node_rank), std::string("1"));
+  } catch (const std::exception&) {
+    return;  // node 0 has gone already: nothing left to tell it
+  }
+  if (o.node_rank != 0) return;
+  std::vector<std::string> keys;
+  for (int n = 1; n < o.nnodes; ++n) keys.push_back(prefix + std::to_string(n));
+  try {
+    store.wait(keys, o.rdzv_timeout);
+  } catch (const std::exception&) {
+    log << fmt::format("launch: some nodes were still running {} ms after this one finished; closing the store",
+                       o.rdzv_timeout.count())
+        << std::endl;
+  }
+}
+
 }  // namespace
 
 void validate(const LaunchOptions& o) {
@@ -443,6 +465,7 @@ int launch(const LaunchOptions& options, std::ostream& log) {
     };
     Attempt group(options, log, attempt, env);
     group.run();
+    leave_nodes(options, *store, attempt, log);
     if (group.interrupted_by() != 0) return 128 + group.interrupted_by();
     if (group.failed_rank() < 0) return 0;
     if (attempt < options.max_restarts) {
