@@ -1,5 +1,8 @@
-// //examples:train: single-process training of the ToyModel or an MLP, from the command
-// line (CLI11). `bazel run -c opt //examples:train -- --model toy --steps 100`.
+// //examples:train: training an MLP classifier (default) or the seed's ToyModel, from the
+// command line (CLI11), on synthetic data by default. Alone it trains on one process; under
+// the launcher it trains data-parallel with DDP:
+//   bazel run -c opt //examples:train -- --steps 100
+//   launch --nproc_per_node 2 -- bazel-bin/examples/train --steps 100
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -8,8 +11,8 @@
 
 int main(int argc, char** argv) {
   tinyddp::examples::TrainConfig config;
-  CLI::App app{"Train a model with tinyddp on one process."};
-  app.add_option("--model", config.model, "toy (the seed's ToyModel) or mlp")->check(CLI::IsMember({"toy", "mlp"}));
+  CLI::App app{"Train a model with tinyddp (data-parallel when started by launch with WORLD_SIZE > 1)."};
+  app.add_option("--model", config.model, "mlp (default: a classifier, widths 784,256,10) or toy (the seed's ToyModel)")->check(CLI::IsMember({"toy", "mlp"}));
   app.add_option("--widths", config.widths, "layer widths of the mlp, e.g. 784,256,10")->delimiter(',');
   app.add_option("--loss", config.loss, "mse or ce (default: mse for toy, ce for mlp)")->check(CLI::IsMember({"mse", "ce"}));
   app.add_option("--optimizer", config.optimizer, "sgd or adam")->check(CLI::IsMember({"sgd", "adam"}));
@@ -25,6 +28,8 @@ int main(int argc, char** argv) {
   app.add_option("--metrics", config.metrics, "write a CSV with one row per step (step,loss)");
   app.add_option("--log_every", config.log_every, "print progress every N steps (default: about ten lines)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--device", config.device, "auto, cpu or cuda (auto: CUDA when built with it and a GPU is present)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   CLI11_PARSE(app, argc, argv);
   try {
     tinyddp::examples::train(config, std::cout);

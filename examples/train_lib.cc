@@ -10,6 +10,7 @@
 #include "comm/init.h"
 #include "ddp/distributed.h"
 #include "nn/nn.h"
+#include "tensor/cuda.h"
 
 namespace tinyddp::examples {
 
@@ -66,23 +67,28 @@ class SyntheticDataset : public Dataset {
     const double scale = (classification ? 3.0 : 1.0) / std::sqrt(static_cast<double>(in));
     reference_ = t::mul(t::randn({out, in}, {}, &generator_), scale);  // teacher or centres
   }
-  Batch batch(int64_t /*step*/) override {
+  Batch batch(int64_t /*step*/) override { return draw(batch_, generator_); }
+  // Fresh samples from the same distribution, from a generator of their own: for evaluation.
+  Batch held_out(int64_t rows) { return draw(rows, held_out_generator_); }
+
+ private:
+  Batch draw(int64_t rows, t::Generator& generator) {
     t::NoGradGuard no_grad;
     const int64_t in = reference_.size(1);
-    const Tensor noise = t::randn({batch_, in}, {}, &generator_);
+    const Tensor noise = t::randn({rows, in}, {}, &generator);
     if (!classification_) {
       const Tensor x = noise;
-      const Tensor y = t::add(t::matmul(x, reference_.t()), t::mul(t::randn({batch_, out_}, {}, &generator_), 0.1));
+      const Tensor y = t::add(t::matmul(x, reference_.t()), t::mul(t::randn({rows, out_}, {}, &generator), 0.1));
       return {x, y};
     }
     // labels = floor(U(0, classes)); one_hot @ centres picks each sample's centre.
-    const Tensor labels = t::rand({batch_}, t::kFloat64, &generator_).mul_(static_cast<double>(out_)).to(t::kInt64);
+    const Tensor labels = t::rand({rows}, t::kFloat64, &generator).mul_(static_cast<double>(out_)).to(t::kInt64);
     const Tensor one_hot = t::eq(labels.unsqueeze(1), t::arange(out_).unsqueeze(0)).to(t::kFloat32);
     return {t::add(t::matmul(one_hot, reference_), noise), labels};
   }
 
- private:
   t::Generator generator_;
+  t::Generator held_out_generator_{0x5eed};
   int64_t batch_, out_;
   bool classification_;
   Tensor reference_;
@@ -91,6 +97,7 @@ class SyntheticDataset : public Dataset {
 }  // namespace
 
 namespace {
+constexpr int64_t kHeldOutRows = 1024;
 // WORLD_SIZE from the environment (1 when unset).
 int env_world_size() {
   const char* text = std::getenv("WORLD_SIZE");
@@ -107,6 +114,13 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   TDDP_CHECK(config.steps >= 1, "--steps must be at least 1, got {}", config.steps);
   TDDP_CHECK(config.lr > 0, "--lr must be positive, got {}", config.lr);
   const bool classification = loss_name == "ce";
+  TDDP_CHECK(config.device == "auto" || config.device == "cpu" || config.device == "cuda",
+             "--device must be auto, cpu or cuda, got '{}'", config.device);
+  // GPU tensors come with the CUDA issue; until then every device choice resolves to the CPU
+  // or explains why it cannot.
+  TDDP_CHECK(config.device != "cuda" || t::cuda::is_available(), "--device cuda: {}", t::cuda::unavailable_reason());
+  TDDP_CHECK(config.device != "cuda", "--device cuda: this build has no GPU tensor kernels yet; use --device cpu");
+  const std::string device = "cpu";
 
   // Distributed when launched with WORLD_SIZE > 1.
   std::shared_ptr<comm::ProcessGroup> pg;
@@ -138,8 +152,11 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
              "--batch {} is not divisible by WORLD_SIZE {}: every rank takes an equal share of each batch", batch_size,
              world);
   std::unique_ptr<Dataset> data;
+  SyntheticDataset* synthetic = nullptr;
   if (config.data.empty()) {
-    data = std::make_unique<SyntheticDataset>(config.seed, batch_size, in, out, classification);
+    auto made = std::make_unique<SyntheticDataset>(config.seed, batch_size, in, out, classification);
+    synthetic = made.get();
+    data = std::move(made);
   } else {
     data = std::make_unique<FileDataset>(config.data, config.steps, in, out, classification);
   }
@@ -161,7 +178,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   progress << "training " << config.model << " (" << model->parameters().size() << " parameter tensors) with "
       << config.optimizer << " lr " << config.lr << ", " << loss_name << " loss, " << config.steps << " steps, "
       << (config.data.empty() ? "synthetic data" : "data from " + config.data)
-      << (pg ? fmt::format(", data-parallel on {} ranks", world) : std::string()) << "\n";
+      << (pg ? fmt::format(", data-parallel on {} ranks", world) : std::string()) << ", device " << device << "\n";
   const int64_t log_every = config.log_every > 0 ? config.log_every : std::max<int64_t>(1, config.steps / 10);
   TrainResult result;
   const auto start = std::chrono::steady_clock::now();
@@ -205,6 +222,14 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
                      result.losses.front(), result.losses.back());
   if (result.accuracy >= 0) progress << fmt::format("; accuracy on the last batch {:.1f}%", 100 * result.accuracy);
   progress << "\n";
+  if (classification && synthetic != nullptr) {
+    // The same model on every rank, the same held-out samples: every rank gets the same figure.
+    t::NoGradGuard no_grad;
+    const Batch held = synthetic->held_out(kHeldOutRows);
+    result.held_out_accuracy =
+        t::mean(t::eq(t::argmax(model->forward(held.inputs), 1), held.targets).to(t::kFloat64)).item<double>();
+    progress << fmt::format("held-out accuracy {:.1f}% on {} new samples\n", 100 * result.held_out_accuracy, kHeldOutRows);
+  }
   if (!config.save.empty() && rank == 0) {
     nn::save_state_dict(*model, config.save);
     progress << "saved the final weights to " << config.save << "\n";

@@ -14,7 +14,7 @@
 namespace tinyddp::examples {
 
 struct TrainConfig {
-  std::string model = "toy";                  // toy | mlp
+  std::string model = "mlp";                  // mlp | toy
   std::vector<int64_t> widths = {784, 256, 10};  // mlp only
   std::string loss;                           // mse | ce; empty: mse for toy, ce for mlp
   std::string optimizer = "sgd";              // sgd | adam
@@ -28,11 +28,13 @@ struct TrainConfig {
   std::string save;       // where to write the final state dict
   std::string metrics;    // CSV "step,loss" (loss before that step's update)
   int64_t log_every = 0;  // 0: about ten progress lines
+  std::string device = "auto";  // auto | cpu | cuda (auto: CUDA when built with it and a GPU is present)
 };
 
 struct TrainResult {
   std::vector<double> losses;  // one per step, before the update (the mean over ranks)
   double accuracy = -1;        // cross-entropy only: last batch, before the last update
+  double held_out_accuracy = -1;  // cross-entropy on synthetic data: 1024 new samples, after training
   double seconds = 0;
   int64_t samples = 0;
 };

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The main job: builds with optimisation and trains the seed's ToyModel single-process with
-# //examples:train (it becomes DDP training across processes with the ddp and launcher issues).
-# Extra arguments go to the trainer, e.g. `bash scripts/main.sh --model mlp --steps 50`.
+# The main job: builds with optimisation, then trains the default MLP classifier on its
+# synthetic dataset data-parallel on 2 processes (DDP over Gloo), started by tinyddp's
+# launcher, printing progress from rank 0 and the held-out accuracy at the end.
+# Extra arguments go to the trainer, e.g. `bash scripts/main.sh --steps 1000 --momentum 0.9 --lr 0.01`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bazel run -c opt //examples:train -- --model toy --steps 200 --log_every 20 "$@"
+bazel build -c opt //launcher:launch //examples:train
+bazel-bin/launcher/launch --nproc_per_node 2 -- bazel-bin/examples/train --steps 500 --log_every 50 "$@"

@@ -55,6 +55,7 @@ TEST_CASE("the training example reproduces PyTorch's ToyModel run", "[examples][
 
 TEST_CASE("the training example rejects data that does not fit the model", "[examples][train][errors]") {
   examples::TrainConfig config;
+  config.model = "toy";
   config.steps = 9;
   config.data = nn_fixture("toy_data.safetensors");
   std::ostringstream log;
