@@ -170,6 +170,14 @@ TEST_CASE("launch: --max_restarts restarts the whole group", "[launcher]") {
   CHECK_THAT(r.output, Contains("(after 1 restarts)"));
 }
 
+TEST_CASE("launch: a restarted group of real ranks forms anew in the same store", "[launcher]") {
+  const CommandResult r = launch("--nproc_per_node 3 --max_restarts 1 --grace_period 2 -- tests/launcher/restart_worker");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("restarting the workers (restart 1 of 1)"));
+  for (int rank = 0; rank < 3; ++rank) CHECK_THAT(r.output, Contains(fmt::format("[rank {}] attempt 1 sum 6", rank)));
+}
+
 TEST_CASE("launch: SIGINT and SIGTERM sent to the launcher reach every worker", "[launcher]") {
   for (int signo : {SIGINT, SIGTERM}) {
     INFO("signal " << signo);
