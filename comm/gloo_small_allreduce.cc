@@ -66,18 +66,10 @@ SmallAllreduce::Entry& SmallAllreduce::entry(tensor::DType dtype, ReduceOp op, i
 
 void SmallAllreduce::run(const std::vector<Tensor>& tensors, ReduceOp op, int64_t numel) {
   Entry& e = entry(tensors.front().dtype(), op, numel);
-  int64_t offset = 0;
-  for (const Tensor& t : tensors) {
-    e.buffer.narrow(0, offset, t.numel()).view(t.sizes()).copy_(t);
-    offset += t.numel();
-  }
+  flatten_into(tensors, e.buffer);
   e.algorithm->run();
   if (op == ReduceOp::kAvg) e.buffer.div_(static_cast<double>(context_->size));
-  offset = 0;
-  for (const Tensor& t : tensors) {
-    t.copy_(e.buffer.narrow(0, offset, t.numel()).view(t.sizes()));
-    offset += t.numel();
-  }
+  unflatten_into(e.buffer, tensors);
 }
 
 }  // namespace tinyddp::comm::detail

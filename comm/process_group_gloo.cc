@@ -77,26 +77,13 @@ struct Staged {
   }
 };
 
-// The tensors of `list` copied end to end into one flat buffer.
+// The tensors of `list` copied end to end into one new flat buffer.
 Tensor flatten_all(const std::vector<Tensor>& list) {
   int64_t total = 0;
   for (const Tensor& t : list) total += t.numel();
   Tensor flat = tensor::empty({total}, list.front().dtype());
-  int64_t offset = 0;
-  for (const Tensor& t : list) {
-    flat.narrow(0, offset, t.numel()).view(t.sizes()).copy_(t);
-    offset += t.numel();
-  }
+  detail::flatten_into(list, flat);
   return flat;
-}
-
-// Copies consecutive slices of `flat` back into the tensors of `list`.
-void unflatten_into(const Tensor& flat, const std::vector<Tensor>& list) {
-  int64_t offset = 0;
-  for (const Tensor& t : list) {
-    t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
-    offset += t.numel();
-  }
 }
 
 void check_cpu_tensor(const Tensor& t, const char* op, const char* what) {
@@ -280,7 +267,7 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce(const std::vector<Tensor>& ten
     if (single) {
       staged.write_back();
     } else {
-      unflatten_into(staged.buffer, tensors);
+      detail::unflatten_into(staged.buffer, tensors);
     }
   });
 }
@@ -326,7 +313,7 @@ std::shared_ptr<Work> ProcessGroupGloo::allgather(const std::vector<Tensor>& out
         gloo::allgather(opts);
       });
     }
-    unflatten_into(flat, outputs);
+    detail::unflatten_into(flat, outputs);
   });
 }
 
@@ -356,7 +343,7 @@ std::shared_ptr<Work> ProcessGroupGloo::gather(const std::vector<Tensor>& output
         gloo::gather(opts);
       });
     }
-    if (rank_ == root) unflatten_into(flat, outputs);
+    if (rank_ == root) detail::unflatten_into(flat, outputs);
   });
 }
 

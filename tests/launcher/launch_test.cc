@@ -50,7 +50,7 @@ bool alive(pid_t pid) {
   return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
 }
 
-// Waits up to `seconds` for every pid written (one per line) into files `dir`/<name>*.
+// The pids written into the files `dir`/<prefix>* (one file per process).
 std::vector<pid_t> pids_in(const std::string& dir, const std::string& prefix) {
   std::vector<pid_t> pids;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
