@@ -11,6 +11,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/scatter.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 
 #include "comm/gloo_small_allreduce.h"
 #include "comm/gloo_types.h"
+#include "comm/ring_allreduce.h"
 #include "tensor/ops.h"
 
 namespace tinyddp::comm {
@@ -147,6 +149,11 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
         if (peer != rank) small->getPair(peer)->setSync(/*sync=*/true, /*busyPoll=*/false);
       }
       small_allreduce_ = std::make_unique<detail::SmallAllreduce>(small);
+      // Larger allreduces: a ring of plain TCP connections (see ring_allreduce.h), listening
+      // on the address this rank's Gloo connections use.
+      const auto& pair_address = dynamic_cast<const gloo::transport::tcp::Address&>(context_->getPair((rank + 1) % size)->address());
+      ring_allreduce_ = std::make_unique<detail::RingAllreduce>(*store_, "tinyddp/ring", rank, size, pair_address.getSockaddr(),
+                                                                options_.timeout);
     }
   } catch (const std::exception& e) {
     std::vector<int> missing;
@@ -255,7 +262,12 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce(const std::vector<Tensor>& ten
     if (total > 0) {
       with_element_type(tensors[0].dtype(), "allreduce", [&](auto tag_type) {
         using T = decltype(tag_type);
-        gloo::AllreduceOptions opts(context_);
+        if (ring_allreduce_) {
+          ring_allreduce_->run(staged.buffer.raw_data_ptr(), static_cast<size_t>(total), sizeof(T), reduce_function<T>(op),
+                               options_.timeout);
+          return;
+        }
+        gloo::AllreduceOptions opts(context_);  // a group of one
         opts.setOutput<T>(static_cast<T*>(staged.buffer.raw_data_ptr()), static_cast<size_t>(total));
         opts.setReduceFunction(reduce_function<T>(op));
         opts.setTag(tag);

@@ -24,6 +24,7 @@ namespace tinyddp::comm {
 
 namespace detail {
 class SmallAllreduce;
+class RingAllreduce;
 }
 
 class ProcessGroupGloo final : public ProcessGroup {
@@ -67,6 +68,8 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::shared_ptr<gloo::Context> context_;
   // Allreduces of up to 64 KiB (used by the worker only; null for a group of one).
   std::unique_ptr<detail::SmallAllreduce> small_allreduce_;
+  // Larger allreduces (used by the worker only; null for a group of one).
+  std::unique_ptr<detail::RingAllreduce> ring_allreduce_;
   int groups_created_ = 0;
 
   std::mutex queue_mutex_;

@@ -18,7 +18,10 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std
                  ReducerOptions options)
     : params_(std::move(params)), names_(std::move(names)), pg_(std::move(pg)), options_(options) {
   TDDP_CHECK(params_.size() == names_.size(), "Reducer: {} parameters but {} names", params_.size(), names_.size());
-  comm_hook_ = hooks::allreduce(pg_);
+  comm_hook_ = [pg = pg_](GradBucket& bucket) -> std::shared_ptr<Future> {
+    const Tensor buffer = bucket.buffer;  // already divided by the world size (mark_ready)
+    return std::make_shared<WorkFuture>(pg->allreduce(buffer), [buffer] { return buffer; });
+  };
   build_buckets(reverse_order(params_.size()));
   ready_.assign(params_.size(), false);
   unused_.assign(params_.size(), false);
@@ -45,6 +48,7 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
     for (size_t i : bucket.params) total += params_[i].numel();
     const Tensor& first = params_[bucket.params.front()];
     bucket.contents = tensor::zeros({total}, tensor::TensorOptions().dtype(first.dtype()).device(first.device()));
+    bucket.inverse_world = tensor::scalar_like(bucket.contents, 1.0 / pg_->size(), "DistributedDataParallel");
     int64_t offset = 0;
     for (size_t i : bucket.params) {
       // The view has the parameter's shape, row-major, inside the flat contents.
@@ -73,6 +77,7 @@ void Reducer::register_comm_hook(CommHook hook) {
   TDDP_CHECK(hook != nullptr, "register_comm_hook: the hook is empty");
   TDDP_CHECK(!backward_started_, "register_comm_hook: cannot change the hook during a backward pass");
   comm_hook_ = std::move(hook);
+  builtin_hook_ = false;
 }
 
 void Reducer::check_previous_iteration() const {
@@ -151,10 +156,16 @@ void Reducer::mark_ready(size_t i) {
   if (timeline_enabled_) timeline_.instant("grad ready: " + names_[i], now);
   const Tensor& grad = params_[i].grad();
   const Tensor& view = views_[i];
-  if (!(grad.shares_storage(view) && grad.storage_offset() == view.storage_offset())) {
-    view.copy_(grad);  // the gradient into its bucket slot
-    if (options_.gradient_as_bucket_view) params_[i].mutable_grad() = view;
+  const bool aliased = grad.shares_storage(view) && grad.storage_offset() == view.storage_offset();
+  if (builtin_hook_) {
+    // The gradient into its bucket slot, divided by the world size on the way: the sum that
+    // the allreduce computes is then the average.
+    tensor::mul_out(view, aliased ? view : grad, buckets_[bucket_of_[i]].inverse_world, "DistributedDataParallel");
+  } else if (!aliased) {
+    view.copy_(grad);  // the gradient into its bucket slot; the hook averages
   }
+  if (!aliased && options_.gradient_as_bucket_view) params_[i].mutable_grad() = view;
+  if (timeline_enabled_) timeline_.span("into bucket " + std::to_string(bucket_of_[i]) + ": " + names_[i], now, Timeline::Clock::now());
   Bucket& bucket = buckets_[bucket_of_[i]];
   if (--bucket.pending == 0) launch_ready_buckets();
 }
@@ -211,7 +222,7 @@ void Reducer::finalize() {
   const double rescale = active_ranks_ > 0 ? static_cast<double>(pg_->size()) / active_ranks_ : 1.0;
   Timeline::Clock::time_point comm_end = first_launch_;
   for (Bucket& bucket : buckets_) {
-    // The hook's result: the averaged contents (the default hook divides by the world size).
+    // The hook's result: the averaged contents (the built-in hook's input was divided already).
     const Tensor reduced = bucket.future->wait();
     if (!reduced.is_same(bucket.contents)) bucket.contents.copy_(reduced);
     comm_end = std::max(comm_end, bucket.future->completed_at().value_or(Timeline::Clock::now()));

@@ -4,7 +4,8 @@
 // (strictly in bucket index order, so that every rank issues the same collectives), and at
 // the end of backward (an engine callback) waits, averages and writes the gradients back.
 // Follow one gradient: AccumulateGrad writes param.grad -> post-hook mark_ready(i) -> the
-// gradient is copied into its bucket view -> the bucket's pending count reaches zero ->
+// gradient is copied into its bucket view (divided by the world size on the way, when no
+// communication hook is registered) -> the bucket's pending count reaches zero ->
 // launch_ready_buckets() -> ProcessGroup::allreduce -> finalize() -> param.grad.
 #pragma once
 
@@ -88,6 +89,7 @@ class Reducer {
   struct Bucket {
     std::vector<size_t> params;
     Tensor contents;  // flat, one dtype
+    Tensor inverse_world;  // 1 / world size, as a 0-d tensor that multiplies contents' dtype
     size_t pending = 0;
     std::shared_ptr<Future> future;
     Timeline::Clock::time_point launched_at{};
@@ -106,6 +108,10 @@ class Reducer {
   ReducerOptions options_;
   std::vector<autograd::RemovableHandle> hooks_;
   CommHook comm_hook_;
+  // No hook registered: the built-in one allreduces the sum, and each gradient is divided by
+  // the world size as it is copied into its bucket (one pass over the gradient, during
+  // backward, instead of a division pass over the bucket after the allreduce).
+  bool builtin_hook_ = true;
   int active_ranks_ = 0;
   bool unused_known_ = false;  // static_graph: unused_ was found on the first iteration
 

@@ -1,0 +1,269 @@
+// The TCP ring for large allreduces: see ring_allreduce.h.
+#include "comm/ring_allreduce.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "tensor/error.h"
+
+namespace tinyddp::comm::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kHelloMagic = 0x54445247;  // "TDRG"
+// Received bytes are reduced in pieces of at most this size, while they are still in cache.
+constexpr size_t kReceiveSlice = 256 << 10;
+
+struct Hello {
+  uint32_t magic;
+  int32_t rank;
+};
+
+int remaining_ms(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(left, 0, 1 << 30));
+}
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// Waits until `fd` is ready for `events` or the deadline passes (then returns false).
+bool wait_for(int fd, short events, Clock::time_point deadline) {
+  while (true) {
+    pollfd p{fd, events, 0};
+    const int rv = ::poll(&p, 1, remaining_ms(deadline));
+    if (rv > 0) return true;
+    if (rv == 0) return false;
+    if (errno != EINTR) return true;  // the next call on fd reports the error
+  }
+}
+
+void set_nodelay(int fd) {
+  int on = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+}
+
+socklen_t address_length(const sockaddr_storage& a) {
+  return a.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+}
+
+// Sends or receives exactly `bytes` during connection setup (non-blocking socket).
+void transfer_all(int fd, char* data, size_t bytes, bool sending, Clock::time_point deadline, const std::string& what) {
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = sending ? ::send(fd, data + done, bytes - done, MSG_NOSIGNAL) : ::recv(fd, data + done, bytes - done, 0);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) throw Error(fmt::format("{}: the peer closed the connection", what));
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) throw Error(fmt::format("{}: {}", what, errno_text(errno)));
+    if (!wait_for(fd, sending ? POLLOUT : POLLIN, deadline)) throw TimeoutError(fmt::format("{}: timed out", what));
+  }
+}
+
+}  // namespace
+
+RingAllreduce::RingAllreduce(Store& store, const std::string& prefix, int rank, int size, const sockaddr_storage& local,
+                             std::chrono::milliseconds timeout)
+    : rank_(rank), size_(size) {
+  TDDP_CHECK(size >= 2 && rank >= 0 && rank < size, "RingAllreduce: rank {} of a group of {}", rank, size);
+  const auto deadline = Clock::now() + timeout;
+  const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+  int listen_fd = ::socket(local.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  TDDP_CHECK(listen_fd != -1, "RingAllreduce: socket failed: {}", errno_text(errno));
+  try {
+    int on = 1;
+    setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    sockaddr_storage address = local;
+    if (address.ss_family == AF_INET6) {
+      reinterpret_cast<sockaddr_in6*>(&address)->sin6_port = 0;
+    } else {
+      reinterpret_cast<sockaddr_in*>(&address)->sin_port = 0;
+    }
+    TDDP_CHECK(::bind(listen_fd, reinterpret_cast<sockaddr*>(&address), address_length(address)) == 0 &&
+                   ::listen(listen_fd, 4) == 0,
+               "RingAllreduce: rank {} cannot listen: {}", rank, errno_text(errno));
+    socklen_t length = sizeof(address);
+    TDDP_CHECK(::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&address), &length) == 0,
+               "RingAllreduce: getsockname failed: {}", errno_text(errno));
+    const auto* raw = reinterpret_cast<const uint8_t*>(&address);
+    store.set(fmt::format("{}/{}", prefix, rank), Bytes(raw, raw + sizeof(address)));
+
+    // To the next rank.
+    const std::string right_key = fmt::format("{}/{}", prefix, right);
+    store.wait({right_key}, std::chrono::duration_cast<Millis>(timeout));
+    const Bytes theirs = store.get(right_key);
+    TDDP_CHECK(theirs.size() == sizeof(sockaddr_storage), "RingAllreduce: rank {} published a malformed address", right);
+    sockaddr_storage peer{};
+    std::memcpy(&peer, theirs.data(), sizeof(peer));
+    send_fd_ = ::socket(peer.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    TDDP_CHECK(send_fd_ != -1, "RingAllreduce: socket failed: {}", errno_text(errno));
+    const std::string to_right = fmt::format("RingAllreduce: rank {} connecting to rank {}", rank, right);
+    if (::connect(send_fd_, reinterpret_cast<sockaddr*>(&peer), address_length(peer)) != 0) {
+      TDDP_CHECK(errno == EINPROGRESS, "{}: {}", to_right, errno_text(errno));
+      if (!wait_for(send_fd_, POLLOUT, deadline)) throw TimeoutError(to_right + ": timed out");
+      int err = 0;
+      socklen_t err_length = sizeof(err);
+      getsockopt(send_fd_, SOL_SOCKET, SO_ERROR, &err, &err_length);
+      TDDP_CHECK(err == 0, "{}: {}", to_right, errno_text(err));
+    }
+    set_nodelay(send_fd_);
+    Hello hello{kHelloMagic, rank};
+    transfer_all(send_fd_, reinterpret_cast<char*>(&hello), sizeof(hello), true, deadline, to_right);
+
+    // From the previous rank.
+    const std::string from_left = fmt::format("RingAllreduce: rank {} waiting for rank {} to connect", rank, left);
+    if (!wait_for(listen_fd, POLLIN, deadline)) throw TimeoutError(from_left + ": timed out");
+    recv_fd_ = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    TDDP_CHECK(recv_fd_ != -1, "{}: accept failed: {}", from_left, errno_text(errno));
+    set_nodelay(recv_fd_);
+    Hello theirs_hello{};
+    transfer_all(recv_fd_, reinterpret_cast<char*>(&theirs_hello), sizeof(theirs_hello), false, deadline, from_left);
+    TDDP_CHECK(theirs_hello.magic == kHelloMagic && theirs_hello.rank == left,
+               "{}: got a connection from something else (rank {} or not a tinyddp peer)", from_left, theirs_hello.rank);
+  } catch (...) {
+    ::close(listen_fd);
+    if (send_fd_ != -1) ::close(send_fd_);
+    if (recv_fd_ != -1) ::close(recv_fd_);
+    throw;
+  }
+  ::close(listen_fd);
+}
+
+RingAllreduce::~RingAllreduce() {
+  if (send_fd_ != -1) ::close(send_fd_);
+  if (recv_fd_ != -1) ::close(recv_fd_);
+}
+
+void RingAllreduce::fail(const std::string& message, bool timed_out) {
+  broken_ = message;
+  broken_by_timeout_ = timed_out;
+  if (timed_out) throw TimeoutError(message);
+  throw Error(message);
+}
+
+void RingAllreduce::exchange(const char* send_data, size_t send_bytes, char* recv_data, size_t recv_bytes,
+                             Clock::time_point deadline, const std::function<void(size_t, size_t)>& progress) {
+  const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
+  size_t sent = 0, received = 0;
+  while (sent < send_bytes || received < recv_bytes) {
+    bool moved = false;
+    if (sent < send_bytes) {
+      const ssize_t n = ::send(send_fd_, send_data + sent, send_bytes - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+        moved = true;
+      } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        fail(fmt::format("rank {} lost its connection to rank {} ({}); did rank {} exit?", rank_, right, errno_text(errno), right),
+             false);
+      }
+    }
+    if (received < recv_bytes) {
+      const ssize_t n = ::recv(recv_fd_, recv_data + received, std::min(recv_bytes - received, kReceiveSlice), MSG_DONTWAIT);
+      if (n > 0) {
+        received += static_cast<size_t>(n);
+        progress(sent, received);
+        moved = true;
+      } else if (n == 0) {
+        fail(fmt::format("rank {} closed its connection to rank {} in the middle of an allreduce; did rank {} exit?", left,
+                         rank_, left),
+             false);
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        fail(fmt::format("rank {} lost its connection from rank {} ({}); did rank {} exit?", rank_, left, errno_text(errno), left),
+             false);
+      }
+    }
+    if (moved) continue;
+    pollfd fds[2];
+    nfds_t count = 0;
+    if (sent < send_bytes) fds[count++] = pollfd{send_fd_, POLLOUT, 0};
+    if (received < recv_bytes) fds[count++] = pollfd{recv_fd_, POLLIN, 0};
+    const int rv = ::poll(fds, count, remaining_ms(deadline));
+    if (rv == 0) {
+      fail(fmt::format("rank {} timed out in an allreduce: {} of {} bytes sent to rank {}, {} of {} bytes received from rank {}",
+                       rank_, sent, send_bytes, right, received, recv_bytes, left),
+           true);
+    }
+  }
+  progress(sent, received);
+}
+
+void RingAllreduce::run(void* data, size_t count, size_t element_size, const Reduce& reduce,
+                        std::chrono::milliseconds timeout) {
+  if (!broken_.empty()) {
+    const std::string message = "an earlier allreduce failed, so the ring's connections are unusable: " + broken_;
+    if (broken_by_timeout_) throw TimeoutError(message);
+    throw Error(message);
+  }
+  if (count == 0) return;
+  const auto deadline = Clock::now() + timeout;
+  char* const bytes = static_cast<char*>(data);
+
+  if (size_ == 2) {
+    // Both ranks send everything and combine what they receive, element by element, once the
+    // element has been sent (its original value must leave first).
+    const size_t total = count * element_size;
+    if (scratch_.size() < total) scratch_.resize(total);
+    char* const theirs = scratch_.data();
+    size_t reduced = 0;  // elements
+    const auto progress = [&](size_t sent, size_t received) {
+      const size_t ready = std::min(sent, received) / element_size;
+      if (ready <= reduced) return;
+      char* out = bytes + reduced * element_size;
+      const char* other = theirs + reduced * element_size;
+      if (rank_ == 0) {
+        reduce(out, out, other, ready - reduced);
+      } else {
+        reduce(out, other, out, ready - reduced);
+      }
+      reduced = ready;
+    };
+    exchange(bytes, total, theirs, total, deadline, progress);
+    return;
+  }
+
+  // Chunk i covers elements [start(i), start(i + 1)).
+  const size_t n = static_cast<size_t>(size_);
+  const size_t base = count / n, extra = count % n;
+  const auto start = [&](size_t i) { return i * base + std::min(i, extra); };
+  const auto chunk = [&](int64_t i) { return static_cast<size_t>(((i % size_) + size_) % size_); };
+  const size_t largest = (base + (extra > 0 ? 1 : 0)) * element_size;
+  if (scratch_.size() < largest) scratch_.resize(largest);
+  // Reduce-scatter: after step s, chunk (rank - s - 1) holds s + 2 ranks' contributions.
+  for (int s = 0; s + 1 < size_; ++s) {
+    const size_t out = chunk(rank_ - s), in = chunk(rank_ - s - 1);
+    char* const target = bytes + start(in) * element_size;
+    const size_t in_bytes = (start(in + 1) - start(in)) * element_size;
+    size_t reduced = 0;
+    const auto progress = [&](size_t, size_t received) {
+      const size_t ready = received / element_size;
+      if (ready <= reduced) return;
+      reduce(target + reduced * element_size, scratch_.data() + reduced * element_size, target + reduced * element_size,
+             ready - reduced);
+      reduced = ready;
+    };
+    exchange(bytes + start(out) * element_size,
+                  (start(out + 1) - start(out)) * element_size, scratch_.data(), in_bytes, deadline, progress);
+  }
+  // Allgather: pass the finished chunks around.
+  for (int s = 0; s + 1 < size_; ++s) {
+    const size_t out = chunk(rank_ + 1 - s), in = chunk(rank_ - s);
+    exchange(bytes + start(out) * element_size,
+                  (start(out + 1) - start(out)) * element_size, bytes + start(in) * element_size,
+                  (start(in + 1) - start(in)) * element_size, deadline, [](size_t, size_t) {});
+  }
+}
+
+}  // namespace tinyddp::comm::detail
