@@ -210,59 +210,32 @@ void RingAllreduce::run(void* data, size_t count, size_t element_size, const Red
   if (count == 0) return;
   const auto deadline = Clock::now() + timeout;
   char* const bytes = static_cast<char*>(data);
-
-  if (size_ == 2) {
-    // Both ranks send everything and combine what they receive, element by element, once the
-    // element has been sent (its original value must leave first).
-    const size_t total = count * element_size;
-    if (scratch_.size() < total) scratch_.resize(total);
-    char* const theirs = scratch_.data();
-    size_t reduced = 0;  // elements
-    const auto progress = [&](size_t sent, size_t received) {
-      const size_t ready = std::min(sent, received) / element_size;
-      if (ready <= reduced) return;
-      char* out = bytes + reduced * element_size;
-      const char* other = theirs + reduced * element_size;
-      if (rank_ == 0) {
-        reduce(out, out, other, ready - reduced);
-      } else {
-        reduce(out, other, out, ready - reduced);
-      }
-      reduced = ready;
-    };
-    exchange(bytes, total, theirs, total, deadline, progress);
-    return;
-  }
-
-  // Chunk i covers elements [start(i), start(i + 1)).
+  // Chunk i covers elements [start(i), start(i + 1)); chunk(k) is chunk k mod n.
   const size_t n = static_cast<size_t>(size_);
   const size_t base = count / n, extra = count % n;
   const auto start = [&](size_t i) { return i * base + std::min(i, extra); };
-  const auto chunk = [&](int64_t i) { return static_cast<size_t>(((i % size_) + size_) % size_); };
-  const size_t largest = (base + (extra > 0 ? 1 : 0)) * element_size;
-  if (scratch_.size() < largest) scratch_.resize(largest);
-  // Reduce-scatter: after step s, chunk (rank - s - 1) holds s + 2 ranks' contributions.
+  const auto chunk = [&](int k) { return static_cast<size_t>((k % size_ + size_) % size_); };
+  const auto at = [&](size_t i) { return bytes + start(i) * element_size; };
+  const auto length = [&](size_t i) { return (start(i + 1) - start(i)) * element_size; };
+  if (scratch_.size() < length(0)) scratch_.resize(length(0));  // chunk 0 is a largest one
+  // Reduce-scatter: after step s, chunk (rank - s - 1) holds the contributions of s + 2 ranks;
+  // after the last, chunk (rank + 1) holds all of them.
   for (int s = 0; s + 1 < size_; ++s) {
     const size_t out = chunk(rank_ - s), in = chunk(rank_ - s - 1);
-    char* const target = bytes + start(in) * element_size;
-    const size_t in_bytes = (start(in + 1) - start(in)) * element_size;
-    size_t reduced = 0;
-    const auto progress = [&](size_t, size_t received) {
+    char* const target = at(in);
+    size_t reduced = 0;  // elements of `in` combined so far
+    exchange(at(out), length(out), scratch_.data(), length(in), deadline, [&](size_t, size_t received) {
       const size_t ready = received / element_size;
       if (ready <= reduced) return;
-      reduce(target + reduced * element_size, scratch_.data() + reduced * element_size, target + reduced * element_size,
-             ready - reduced);
+      const size_t offset = reduced * element_size;
+      reduce(target + offset, scratch_.data() + offset, target + offset, ready - reduced);
       reduced = ready;
-    };
-    exchange(bytes + start(out) * element_size,
-                  (start(out + 1) - start(out)) * element_size, scratch_.data(), in_bytes, deadline, progress);
+    });
   }
-  // Allgather: pass the finished chunks around.
+  // Allgather: pass the finished chunks on, each received straight into place.
   for (int s = 0; s + 1 < size_; ++s) {
     const size_t out = chunk(rank_ + 1 - s), in = chunk(rank_ - s);
-    exchange(bytes + start(out) * element_size,
-                  (start(out + 1) - start(out)) * element_size, bytes + start(in) * element_size,
-                  (start(in + 1) - start(in)) * element_size, deadline, [](size_t, size_t) {});
+    exchange(at(out), length(out), at(in), length(in), deadline, [](size_t, size_t) {});
   }
 }
 

@@ -4,6 +4,7 @@
 // point to point; argument errors.
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "tests/comm/comm_test_util.h"
 
@@ -194,6 +195,67 @@ TEST_CASE("small allreduces: bit-identical on every rank, around the size limit"
   }
 }
 
+// Allreduces above 64 KiB run on a TCP ring of their own (comm/ring_allreduce.h): on 2 ranks
+// both exchange everything, on more a reduce-scatter then allgather over chunks of unequal
+// size when the element count does not divide. Every dtype and op, values whose sums round,
+// a NaN for min/max (combined in rank order on every rank): results match a double-precision
+// reference and every rank holds the same bytes.
+TEST_CASE("large allreduces: every dtype and op on 2-4 ranks, identical bytes on every rank", "[comm][gloo][ring]") {
+  for (int size : {2, 3, 4}) {
+    INFO("world size " << size);
+    require_no_failures(run_threads(size, [](ProcessGroup& pg, Expectations& e) {
+      const int r = pg.rank(), p = pg.size();
+      const auto x = [](int rank, int64_t i) { return 0.25 * (rank + 1) + 1e-3 * static_cast<double>(i % 997) + 1.0 / 3.0; };
+      for (DType dtype : kDTypes) {
+        const bool integral = !tensor::is_floating_point(dtype);
+        const int64_t n = 40009;  // > 64 KiB in every dtype but the 16-bit ones; those get twice as many
+        const int64_t count = tensor::element_size(dtype) == 2 ? 2 * n : n;
+        const auto input = [&](int rank, int64_t i) { return integral ? value(rank, i) : x(rank, i); };
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct, ReduceOp::kAvg}) {
+          if (op == ReduceOp::kAvg && integral) continue;
+          const auto in = [&](int rank, int64_t i) { return op == ReduceOp::kProduct ? factor(rank, i) : input(rank, i); };
+          const bool with_nan = (op == ReduceOp::kMin || op == ReduceOp::kMax) && !integral;
+          Tensor t = make(count, dtype, [&](int64_t i) { return with_nan && r == 1 && i == 7 ? std::nan("") : in(r, i); });
+          pg.allreduce(t, op)->wait();
+          const std::string what = fmt::format("{} {} of {} x {}", p, reduce_op_name(op), count, tensor::dtype_name(dtype));
+          // The reference: every rank's input as rounded to the dtype, combined in double.
+          std::vector<std::vector<double>> inputs;
+          for (int q = 0; q < p; ++q) {
+            inputs.push_back(make(count, dtype, [&](int64_t i) { return in(q, i); }).to(tensor::kFloat64).to_vector<double>());
+          }
+          // Each of the p - 1 combinations may round once (16-bit types: in float, then to 16 bits).
+          const double eps = dtype == tensor::kBFloat16 ? 0x1p-8 : dtype == tensor::kFloat16 ? 0x1p-11 : dtype == tensor::kFloat32 ? 0x1p-24 : 0x1p-53;
+          const double tolerance = integral ? 0.0 : p * eps;
+          const std::vector<double> got = t.to(tensor::kFloat64).to_vector<double>();
+          for (int64_t i = with_nan ? 8 : 0; i < count; ++i) {  // element 7 holds a NaN on rank 1
+            double acc = inputs[0][i];
+            for (int q = 1; q < p; ++q) {
+              const double v = inputs[q][i];
+              if (op == ReduceOp::kSum || op == ReduceOp::kAvg) acc += v;
+              if (op == ReduceOp::kProduct) acc *= v;
+              if (op == ReduceOp::kMin) acc = std::min(acc, v);
+              if (op == ReduceOp::kMax) acc = std::max(acc, v);
+            }
+            if (op == ReduceOp::kAvg) acc /= p;
+            if (std::fabs(got[i] - acc) > tolerance * std::fabs(acc)) {
+              e.failures.push_back(fmt::format("{}: element {} is {}, expected {}", what, i, got[i], acc));
+              break;
+            }
+          }
+          std::vector<Tensor> all;
+          for (int q = 0; q < p; ++q) all.push_back(tensor::zeros({count}, dtype));
+          pg.allgather(all, t)->wait();
+          for (int q = 0; q < p; ++q) {
+            if (std::memcmp(all[q].raw_data_ptr(), t.raw_data_ptr(), static_cast<size_t>(t.nbytes())) != 0) {
+              e.failures.push_back(fmt::format("{}: rank {} holds other bytes than rank {}", what, q, r));
+            }
+          }
+        }
+      }
+    }));
+  }
+}
+
 TEST_CASE("point to point, subgroups, and a group of one", "[comm][gloo]") {
   require_no_failures(run_threads(4, [](ProcessGroup& pg, Expectations& e) {
     const int r = pg.rank(), p = pg.size();
@@ -305,3 +367,63 @@ TEST_CASE("a rank that dies mid-job: the others get an error, not a hang", "[com
   CHECK(failures.empty());
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(60));
 }
+
+// The same for allreduces on the TCP ring: a peer that died gives an error naming it within
+// seconds, and the ring then refuses further allreduces at once (data was left in flight); a
+// peer that never takes part gives a TimeoutError after the group's timeout.
+TEST_CASE("large allreduces: a dead or absent peer gives an error within the timeout", "[comm][gloo][ring][faults]") {
+  const auto failures = run_processes(
+      3,
+      [](ProcessGroup& pg, Expectations& e) {
+        pg.barrier()->wait();
+        if (pg.rank() == 2) ::_exit(0);
+        const Tensor t = tensor::ones({1 << 20});  // 4 MiB
+        const auto before = std::chrono::steady_clock::now();
+        try {
+          pg.allreduce(t)->wait();
+          e.failures.push_back("allreduce with a dead peer succeeded");
+        } catch (const Error& ex) {
+          // Rank 0 receives from rank 2, rank 1 sends to it: each names rank 2.
+          e.expect(std::string(ex.what()).find("rank 2") != std::string::npos, std::string("message: ") + ex.what());
+        }
+        e.expect(std::chrono::steady_clock::now() - before < std::chrono::seconds(10), "the error took longer than 10 s");
+        try {
+          pg.allreduce(t)->wait();
+          e.failures.push_back("a second allreduce after the failure succeeded");
+        } catch (const Error& ex) {
+          e.expect(std::string(ex.what()).find("an earlier allreduce failed") != std::string::npos,
+                   std::string("second message: ") + ex.what());
+        }
+      },
+      std::chrono::milliseconds(20000), nullptr, /*finishers=*/2);
+  for (const auto& f : failures) UNSCOPED_INFO(f);
+  CHECK(failures.empty());
+
+  auto store = std::make_shared<HashStore>();
+  std::string message;
+  std::thread absent([&] {
+    ProcessGroupOptions options;
+    options.timeout = std::chrono::milliseconds(1500);
+    ProcessGroupGloo pg(store, 1, 2, options);
+    pg.barrier()->wait();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // never joins the allreduce
+  });
+  {
+    ProcessGroupOptions options;
+    options.timeout = std::chrono::milliseconds(1500);
+    ProcessGroupGloo pg(store, 0, 2, options);
+    pg.barrier()->wait();
+    const auto before = std::chrono::steady_clock::now();
+    try {
+      pg.allreduce(tensor::ones({1 << 20}))->wait();
+    } catch (const TimeoutError& ex) {
+      message = ex.what();
+    }
+    const auto took = std::chrono::steady_clock::now() - before;
+    CHECK(took >= std::chrono::milliseconds(1400));
+    CHECK(took < std::chrono::seconds(5));
+  }
+  absent.join();
+  CHECK_THAT(message, Contains("timed out") && Contains("rank 1"));
+}
+
