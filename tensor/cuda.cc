@@ -38,7 +38,7 @@ std::string unavailable_reason() {
   const int count = detail::query_device_count(&error);
   if (count < 0) return "no usable CUDA device (" + error + ")";
   if (count == 0) return "no CUDA device found";
-  return fmt::format("CUDA tensors are not implemented yet in this build ({} device(s) found)", count);
+  return fmt::format("none: CUDA is available ({} device(s))", count);
 }
 
 std::string smoke_test(int device) {
@@ -55,6 +55,9 @@ std::string unavailable_reason() { return "tinyddp was built without CUDA suppor
 std::string smoke_test(int device) {
   return fmt::format("cuda::smoke_test({}): {}", device, unavailable_reason());
 }
+void synchronize(int) {}
+AllocatorStats allocator_stats(int) { return {}; }
+void empty_cache() {}
 
 #endif
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -28,5 +29,23 @@ std::string unavailable_reason();
 // Runs a small kernel on `device` that writes a known pattern and checks it on the host.
 // Returns "" on success, else the failing CUDA call and its error string.
 std::string smoke_test(int device);
+
+// Waits until every kernel and copy queued on `device` has run (a no-op without CUDA).
+void synchronize(int device = 0);
+
+// The caching allocator's counters for one device (see tensor/cuda/runtime.h), as
+// torch.cuda.memory_stats; all zero without CUDA.
+struct AllocatorStats {
+  size_t allocated_bytes = 0;  // in blocks handed out now (rounded sizes)
+  size_t reserved_bytes = 0;   // obtained from cudaMalloc and not yet returned
+  size_t peak_allocated_bytes = 0;
+  int64_t cuda_malloc_calls = 0;
+  int64_t cuda_free_calls = 0;
+  int64_t cache_hits = 0;  // requests served from cached blocks
+  int64_t requests = 0;
+};
+AllocatorStats allocator_stats(int device = 0);
+// Returns every cached, unused block to CUDA, as torch.cuda.empty_cache().
+void empty_cache();
 
 }  // namespace tinyddp::tensor::cuda

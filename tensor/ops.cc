@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "tensor/cpu/kernels.h"
+#include "tensor/cuda/backend.h"
 #include "tensor/graph.h"
 
 namespace tinyddp::tensor {
@@ -104,11 +105,11 @@ void check_in_place(const Tensor& self, const Tensor* source, const char* op) {
              op);
 }
 
-void run_binary(cpu::BinaryOp kind, const Tensor& out, const Tensor& a, const Tensor& b, double alpha, const char* op) {
+void run_binary(cpu::BinaryOp kind, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
   NoGradGuard no_grad;
   switch (out.device().type) {
     case DeviceType::kCPU: cpu::binary(kind, out, a, b, alpha); return;
-    case DeviceType::kCUDA: no_kernel(op, out.device());
+    case DeviceType::kCUDA: cuda::binary(kind, out, a, b, alpha); return;
   }
 }
 
@@ -125,7 +126,7 @@ void binary_out(cpu::BinaryOp kind, const Tensor& out, const Tensor& a, const Te
   check_writable(out, op);
   check_in_place(out, out.is_same(a) ? &b : &a, op);
   check_in_place(out, &b, op);
-  run_binary(kind, out, detach_from_output(a, out), detach_from_output(b, out), alpha, op);
+  run_binary(kind, out, detach_from_output(a, out), detach_from_output(b, out), alpha);
   out.storage().bump_version();
 }
 
@@ -133,7 +134,7 @@ Tensor binary(cpu::BinaryOp kind, const Tensor& a, const Tensor& b, double alpha
   check_pair(a, b, op);
   check_not_bool(a, op, "a");
   const Tensor out = new_output(broadcast_shapes(a.sizes(), b.sizes(), op), a.dtype(), a.device());
-  run_binary(kind, out, a, b, alpha, op);
+  run_binary(kind, out, a, b, alpha);
   return out;
 }
 
@@ -148,7 +149,7 @@ Tensor compare(cpu::CompareOp kind, const Tensor& a, const Tensor& b, const char
   NoGradGuard no_grad;
   switch (out.device().type) {
     case DeviceType::kCPU: cpu::compare(kind, out, a, b); return out;
-    case DeviceType::kCUDA: no_kernel(op, out.device());
+    case DeviceType::kCUDA: cuda::compare(kind, out, a, b); return out;
   }
   return out;
 }
@@ -160,12 +161,12 @@ Tensor compare_scalar(cpu::CompareOp kind, const Tensor& a, double b, const char
   return compare(kind, a.to(s.dtype()), s, op);
 }
 
-Tensor run_unary(cpu::UnaryOp kind, const Tensor& x, const char* op) {
+Tensor run_unary(cpu::UnaryOp kind, const Tensor& x) {
   NoGradGuard no_grad;
   const Tensor out = new_output(x.sizes(), x.dtype(), x.device());
   switch (x.device().type) {
     case DeviceType::kCPU: cpu::unary(kind, out, x); return out;
-    case DeviceType::kCUDA: no_kernel(op, x.device());
+    case DeviceType::kCUDA: cuda::unary(kind, out, x); return out;
   }
   return out;
 }
@@ -174,7 +175,7 @@ Tensor run_unary(cpu::UnaryOp kind, const Tensor& x, const char* op) {
 Tensor numeric_unary(cpu::UnaryOp kind, const Tensor& x, const char* op) {
   check_defined(x, op, "x");
   check_not_bool(x, op, "x");
-  return run_unary(kind, x, op);
+  return run_unary(kind, x);
 }
 
 // exp, log, sqrt, tanh, sigmoid: integers compute in float32, as in PyTorch. The input is
@@ -183,7 +184,7 @@ Tensor floating_unary(cpu::UnaryOp kind, const Tensor& x, const char* op) {
   check_defined(x, op, "x");
   NoGradGuard no_grad;
   const Tensor input = x.is_floating_point() ? x : x.to(kFloat32);
-  return run_unary(kind, input.contiguous(), op);
+  return run_unary(kind, input.contiguous());
 }
 
 // Wraps and de-duplicates reduction dims.
@@ -447,7 +448,7 @@ Tensor pow(const Tensor& x, double exponent) {
     NoGradGuard no_grad;
     switch (x.device().type) {
       case DeviceType::kCPU: cpu::pow_scalar(out, x, exponent); break;
-      case DeviceType::kCUDA: no_kernel("pow", x.device());
+      case DeviceType::kCUDA: cuda::pow_scalar(out, x, exponent); break;
     }
   }
   // grad_x = grad_out * exponent * x^(exponent - 1) (zero when exponent is 0)
@@ -794,8 +795,11 @@ void copy_into(const Tensor& dst, const Tensor& src) {
   if (same_geometry(dst, src) && dst.shares_storage(src)) return;  // copying a tensor onto itself
   NoGradGuard no_grad;
   const Tensor source = detach_from_output(src, dst);
-  if (!dst.is_cpu() || !source.is_cpu()) no_kernel("copy_", dst.is_cpu() ? source.device() : dst.device());
-  cpu::copy(dst, source);
+  if (dst.is_cpu() && source.is_cpu()) {
+    cpu::copy(dst, source);
+  } else {
+    cuda::copy(dst, source);  // on one GPU, or between devices
+  }
   dst.storage().bump_version();
 }
 
@@ -804,7 +808,7 @@ void fill_out(const Tensor& dst, double value) {
   check_in_place(dst, nullptr, "fill_");
   switch (dst.device().type) {
     case DeviceType::kCPU: cpu::fill(dst, value); break;
-    case DeviceType::kCUDA: no_kernel("fill_", dst.device());
+    case DeviceType::kCUDA: cuda::fill(dst, value); break;
   }
   dst.storage().bump_version();
 }
@@ -816,9 +820,13 @@ void accumulate_into(const Tensor& dst, const Tensor& src) {
   TDDP_CHECK(src.sizes() == dst.sizes(), "accumulate_into: shapes {} (dst) and {} (src) differ", format_shape(dst.sizes()),
              format_shape(src.sizes()));
   check_in_place(dst, &src, "accumulate_into");
-  check_cpu(dst, "accumulate_into");
+  check_same_device(dst, src, "accumulate_into", "dst", "src");
   NoGradGuard no_grad;
-  cpu::accumulate(dst, detach_from_output(src, dst));
+  if (dst.is_cpu()) {
+    cpu::accumulate(dst, detach_from_output(src, dst));
+  } else {
+    cuda::accumulate(dst, detach_from_output(src, dst));
+  }
   dst.storage().bump_version();
 }
 

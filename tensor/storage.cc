@@ -5,6 +5,9 @@
 #include <new>
 
 #include "tensor/cuda.h"
+#if TINYDDP_WITH_CUDA
+#include "tensor/cuda/runtime.h"
+#endif
 #include "tensor/error.h"
 
 namespace tinyddp::tensor {
@@ -38,6 +41,13 @@ Allocator* allocator_for(Device device) {
     case DeviceType::kCPU:
       return cpu_allocator();
     case DeviceType::kCUDA:
+#if TINYDDP_WITH_CUDA
+      if (cuda::is_available()) {
+        TDDP_CHECK(device.index >= 0 && device.index < cuda::device_count(),
+                   "cannot allocate a tensor on {}: this machine has {} CUDA device(s)", device.str(), cuda::device_count());
+        return cuda::caching_allocator(device.index);
+      }
+#endif
       throw Error(fmt::format("cannot allocate a tensor on {}: {}", device.str(), cuda::unavailable_reason()));
   }
   throw Error("allocator_for: unknown device type");

@@ -1,0 +1,24 @@
+// The CUDA kernels that ops.cc dispatches to for tensors on a GPU: the same entry points, with
+// the same contracts, as the CPU backend (tensor/cpu/kernels.h). Arguments are validated by
+// ops.cc; the tensors passed to one call are on the same CUDA device (copy: see below). Work
+// is queued on the device's compute stream and not waited for. In a build without CUDA these
+// throw (no CUDA tensor can exist there anyway: allocation fails first).
+#pragma once
+
+#include "tensor/cpu/kernels.h"
+#include "tensor/tensor.h"
+
+namespace tinyddp::tensor::cuda {
+
+void binary(cpu::BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha);
+void compare(cpu::CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b);
+void unary(cpu::UnaryOp op, const Tensor& out, const Tensor& x);
+void pow_scalar(const Tensor& out, const Tensor& x, double exponent);
+void fill(const Tensor& dst, double value);
+void accumulate(const Tensor& dst, const Tensor& src);
+// dst = src (broadcast, dtype converted) where either side, or both, is on a GPU: between
+// devices the bytes move with cudaMemcpy (staged through a contiguous buffer of src's dtype
+// when src is strided), and a copy to the CPU waits for it.
+void copy(const Tensor& dst, const Tensor& src);
+
+}  // namespace tinyddp::tensor::cuda

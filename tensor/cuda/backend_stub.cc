@@ -1,0 +1,21 @@
+// tensor/cuda/backend.h in a build without CUDA: every entry point says so.
+#include "tensor/cuda/backend.h"
+
+#include "tensor/cuda.h"
+#include "tensor/error.h"
+
+namespace tinyddp::tensor::cuda {
+
+namespace {
+[[noreturn]] void unavailable(const char* op) { throw Error(fmt::format("{}: {}", op, unavailable_reason())); }
+}  // namespace
+
+void binary(cpu::BinaryOp, const Tensor&, const Tensor&, const Tensor&, double) { unavailable("binary op"); }
+void compare(cpu::CompareOp, const Tensor&, const Tensor&, const Tensor&) { unavailable("comparison"); }
+void unary(cpu::UnaryOp, const Tensor&, const Tensor&) { unavailable("unary op"); }
+void pow_scalar(const Tensor&, const Tensor&, double) { unavailable("pow"); }
+void fill(const Tensor&, double) { unavailable("fill_"); }
+void accumulate(const Tensor&, const Tensor&) { unavailable("accumulate_into"); }
+void copy(const Tensor&, const Tensor&) { unavailable("copy_"); }
+
+}  // namespace tinyddp::tensor::cuda

@@ -1,0 +1,355 @@
+// Elementwise CUDA kernels: one grid-stride loop over the iteration shape, each thread turning
+// a linear index into per-operand offsets (strides in elements; 0 for broadcast dims). The
+// host side (backend.cc) has merged every mergeable pair of dims, so contiguous operands reach
+// here as one dim and the offset arithmetic is a multiply. 16-bit floats are stored as their
+// bits and computed in float, rounding to nearest-even on the way back, as on the CPU.
+#include "tensor/cuda/kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace tinyddp::tensor::cuda::kernels {
+
+namespace {
+
+// Storage types for the 16-bit floats (bits), with their float conversions.
+struct F16 {
+  uint16_t bits;
+};
+struct BF16 {
+  uint16_t bits;
+};
+
+template <typename T>
+struct Compute {
+  using type = T;
+};
+template <>
+struct Compute<F16> {
+  using type = float;
+};
+template <>
+struct Compute<BF16> {
+  using type = float;
+};
+template <typename T>
+using compute_t = typename Compute<T>::type;
+
+template <typename T>
+__host__ __device__ inline compute_t<T> load(const T& v) {
+  return v;
+}
+template <>
+__host__ __device__ inline float load<F16>(const F16& v) {
+  return __half2float(__ushort_as_half(v.bits));
+}
+template <>
+__host__ __device__ inline float load<BF16>(const BF16& v) {
+  return __bfloat162float(__ushort_as_bfloat16(v.bits));
+}
+
+// A computed value (any arithmetic type) stored as T, as PyTorch casts: bool is "!= 0".
+template <typename T, typename C>
+__host__ __device__ inline T store(C v) {
+  if constexpr (std::is_same_v<T, F16>) {
+    return F16{__half_as_ushort(__float2half_rn(static_cast<float>(v)))};
+  } else if constexpr (std::is_same_v<T, BF16>) {
+    return BF16{__bfloat16_as_ushort(__float2bfloat16_rn(static_cast<float>(v)))};
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return v != C(0);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+// tensor::DType numbering: kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kBool.
+template <typename F>
+cudaError_t dispatch(int dtype, F&& f) {
+  switch (dtype) {
+    case 0: return f(float{});
+    case 1: return f(double{});
+    case 2: return f(F16{});
+    case 3: return f(BF16{});
+    case 4: return f(int64_t{});
+    case 5: return f(bool{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <int N>
+struct Operands {
+  char* data[N];
+  int64_t strides[N][kMaxDims];
+};
+
+// The offsets (in elements) of linear index i in each operand.
+template <int N>
+__device__ inline void offsets(const Geometry& g, const Operands<N>& ops, int64_t i, int64_t (&off)[N]) {
+  for (int k = 0; k < N; ++k) off[k] = 0;
+  for (int d = g.ndim - 1; d >= 0; --d) {
+    const int64_t size = g.sizes[d];
+    const int64_t coord = i % size;
+    i /= size;
+    for (int k = 0; k < N; ++k) off[k] += coord * ops.strides[k][d];
+  }
+}
+
+// f(offsets) for every element; N operands.
+template <int N, typename F>
+__global__ void for_each(Geometry g, Operands<N> ops, F f) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < g.numel; i += stride) {
+    int64_t off[N];
+    offsets<N>(g, ops, i, off);
+    f(ops, off);
+  }
+}
+
+constexpr int kThreads = 256;
+
+template <int N, typename F>
+cudaError_t launch(const Geometry& g, const Operand* const (&operands)[N], void* stream, F f) {
+  if (g.numel == 0) return cudaSuccess;
+  Operands<N> ops;
+  for (int k = 0; k < N; ++k) {
+    ops.data[k] = static_cast<char*>(operands[k]->data);
+    for (int d = 0; d < kMaxDims; ++d) ops.strides[k][d] = operands[k]->strides[d];
+  }
+  const int64_t wanted = (g.numel + kThreads - 1) / kThreads;
+  const int blocks = static_cast<int>(wanted < 65535 * 8 ? wanted : 65535 * 8);
+  for_each<N><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(g, ops, f);
+  return cudaGetLastError();
+}
+
+template <typename T>
+__device__ inline T& at(char* base, int64_t offset) {
+  return reinterpret_cast<T*>(base)[offset];
+}
+
+template <typename C>
+__device__ inline C nan_max(C a, C b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  return a > b ? a : b;
+}
+template <typename C>
+__device__ inline C nan_min(C a, C b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  return a < b ? a : b;
+}
+
+template <typename C>
+__device__ inline C apply_unary(int op, C v) {
+  if constexpr (std::is_floating_point_v<C>) {
+    switch (op) {
+      case kExp: return exp(v);
+      case kLog: return log(v);
+      case kSqrt: return sqrt(v);
+      case kTanh: return tanh(v);
+      case kSigmoid: return C(1) / (C(1) + exp(-v));
+      default: break;
+    }
+  }
+  switch (op) {
+    case kNeg: return -v;
+    case kAbs: return v < C(0) ? -v : v;
+    case kRelu: return v < C(0) ? C(0) : v;  // NaN stays NaN
+    default: return v;
+  }
+}
+
+// atomicAdd for the types CUDA lacks one for: a compare-and-swap loop on the enclosing word.
+__device__ inline void atomic_add(float* p, float v) { atomicAdd(p, v); }
+__device__ inline void atomic_add(double* p, double v) { atomicAdd(p, v); }
+__device__ inline void atomic_add(int64_t* p, int64_t v) {
+  atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+}
+template <typename T>
+__device__ inline void atomic_add16(T* p, float v) {
+  auto* word = reinterpret_cast<unsigned int*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(3));
+  const bool high = (reinterpret_cast<uintptr_t>(p) & 2) != 0;
+  unsigned int old = *word, assumed;
+  do {
+    assumed = old;
+    const uint16_t bits = high ? static_cast<uint16_t>(assumed >> 16) : static_cast<uint16_t>(assumed & 0xffff);
+    const uint16_t sum = store<T>(load<T>(T{bits}) + v).bits;
+    const unsigned int next = high ? ((assumed & 0xffffu) | (static_cast<unsigned int>(sum) << 16))
+                                   : ((assumed & 0xffff0000u) | sum);
+    old = atomicCAS(word, assumed, next);
+  } while (assumed != old);
+}
+
+// The per-element work of each launcher, as functors (device lambdas cannot be defined
+// inside the generic lambdas that dispatch on dtype).
+template <typename T>
+struct BinaryFn {
+  int op;
+  compute_t<T> scale;
+  __device__ void operator()(const Operands<3>& o, const int64_t (&off)[3]) const {
+    using C = compute_t<T>;
+    const C x = load(at<T>(o.data[1], off[1]));
+    const C y = load(at<T>(o.data[2], off[2]));
+    C r;
+    switch (op) {
+      case kAdd: r = x + scale * y; break;
+      case kMul: r = x * y; break;
+      case kDiv: r = x / y; break;
+      case kMaximum: r = nan_max(x, y); break;
+      case kMinimum: r = nan_min(x, y); break;
+      default: r = y > C(0) ? x : C(0); break;  // kReluBackward
+    }
+    at<T>(o.data[0], off[0]) = store<T>(r);
+  }
+};
+
+template <typename T>
+struct CompareFn {
+  int op;
+  __device__ void operator()(const Operands<3>& o, const int64_t (&off)[3]) const {
+    using C = compute_t<T>;
+    const C x = load(at<T>(o.data[1], off[1]));
+    const C y = load(at<T>(o.data[2], off[2]));
+    bool r;
+    switch (op) {
+      case kEq: r = x == y; break;
+      case kNe: r = x != y; break;
+      case kLt: r = x < y; break;
+      case kLe: r = x <= y; break;
+      case kGt: r = x > y; break;
+      default: r = x >= y; break;  // kGe
+    }
+    at<bool>(o.data[0], off[0]) = r;
+  }
+};
+
+template <typename T>
+struct UnaryFn {
+  int op;
+  __device__ void operator()(const Operands<2>& o, const int64_t (&off)[2]) const {
+    at<T>(o.data[0], off[0]) = store<T>(apply_unary<compute_t<T>>(op, load(at<T>(o.data[1], off[1]))));
+  }
+};
+
+template <typename T>
+struct PowFn {
+  double exponent;
+  __device__ void operator()(const Operands<2>& o, const int64_t (&off)[2]) const {
+    using C = compute_t<T>;
+    const C v = load(at<T>(o.data[1], off[1]));
+    C r;
+    if constexpr (std::is_integral_v<C>) {
+      r = 1;  // callers guarantee a non-negative integral exponent
+      for (int64_t i = 0; i < static_cast<int64_t>(exponent); ++i) r *= v;
+    } else {
+      r = exponent == 2.0 ? v * v : exponent == 0.5 ? sqrt(v) : pow(v, static_cast<C>(exponent));  // x^2 exact, as on the CPU
+    }
+    at<T>(o.data[0], off[0]) = store<T>(r);
+  }
+};
+
+template <typename D, typename S>
+struct CopyFn {
+  __device__ void operator()(const Operands<2>& o, const int64_t (&off)[2]) const {
+    at<D>(o.data[0], off[0]) = store<D>(load(at<S>(o.data[1], off[1])));
+  }
+};
+
+template <typename T>
+struct FillFn {
+  T value;
+  __device__ void operator()(const Operands<1>& o, const int64_t (&off)[1]) const { at<T>(o.data[0], off[0]) = value; }
+};
+
+template <typename T>
+struct AccumulateFn {
+  __device__ void operator()(const Operands<2>& o, const int64_t (&off)[2]) const {
+    T* target = &at<T>(o.data[0], off[0]);
+    const T& v = at<T>(o.data[1], off[1]);
+    if constexpr (std::is_same_v<T, F16> || std::is_same_v<T, BF16>) {
+      atomic_add16(target, load(v));
+    } else {
+      atomic_add(target, v);
+    }
+  }
+};
+
+}  // namespace
+
+int binary(int op, const Geometry& g, const Operand& out, const Operand& a, const Operand& b, double alpha, void* stream) {
+  const Operand* const operands[3] = {&out, &a, &b};
+  return dispatch(out.dtype, [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      return cudaErrorInvalidValue;  // arithmetic on bool is refused before it gets here
+    } else {
+      return launch<3>(g, operands, stream, BinaryFn<T>{op, static_cast<compute_t<T>>(alpha)});
+    }
+  });
+}
+
+int compare(int op, const Geometry& g, const Operand& out, const Operand& a, const Operand& b, void* stream) {
+  const Operand* const operands[3] = {&out, &a, &b};
+  return dispatch(a.dtype, [&](auto tag) -> cudaError_t {
+    return launch<3>(g, operands, stream, CompareFn<decltype(tag)>{op});
+  });
+}
+
+int unary(int op, const Geometry& g, const Operand& out, const Operand& x, void* stream) {
+  const Operand* const operands[2] = {&out, &x};
+  return dispatch(out.dtype, [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      return cudaErrorInvalidValue;
+    } else {
+      return launch<2>(g, operands, stream, UnaryFn<T>{op});
+    }
+  });
+}
+
+int pow_scalar(const Geometry& g, const Operand& out, const Operand& x, double exponent, void* stream) {
+  const Operand* const operands[2] = {&out, &x};
+  return dispatch(out.dtype, [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      return cudaErrorInvalidValue;
+    } else {
+      return launch<2>(g, operands, stream, PowFn<T>{exponent});
+    }
+  });
+}
+
+int copy(const Geometry& g, const Operand& dst, const Operand& src, void* stream) {
+  const Operand* const operands[2] = {&dst, &src};
+  return dispatch(dst.dtype, [&](auto dst_tag) -> cudaError_t {
+    return dispatch(src.dtype, [&](auto src_tag) -> cudaError_t {
+      return launch<2>(g, operands, stream, CopyFn<decltype(dst_tag), decltype(src_tag)>{});
+    });
+  });
+}
+
+int fill(const Geometry& g, const Operand& dst, double value, void* stream) {
+  const Operand* const operands[1] = {&dst};
+  return dispatch(dst.dtype, [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    return launch<1>(g, operands, stream, FillFn<T>{store<T>(value)});
+  });
+}
+
+int accumulate(const Geometry& g, const Operand& dst, const Operand& src, void* stream) {
+  const Operand* const operands[2] = {&dst, &src};
+  return dispatch(dst.dtype, [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      return cudaErrorInvalidValue;
+    } else {
+      return launch<2>(g, operands, stream, AccumulateFn<T>{});
+    }
+  });
+}
+
+}  // namespace tinyddp::tensor::cuda::kernels

@@ -1,0 +1,47 @@
+// The plain-C++ interface to the nvcc-compiled elementwise kernels (tensor/cuda/elementwise.cu).
+// No CUDA or tinyddp headers here: the .cu side sees only these descriptors, built by
+// tensor/cuda/backend.cc from Tensors (shapes broadcast, adjacent dims merged, devices and
+// dtypes already checked). Every launcher enqueues on `stream` (a cudaStream_t) and returns
+// the launch's error code (cudaError_t as int; 0 is success) for the caller to check.
+#pragma once
+
+#include <cstdint>
+
+namespace tinyddp::tensor::cuda::kernels {
+
+constexpr int kMaxDims = 8;
+
+// The shape iterated over (row-major, last dim fastest).
+struct Geometry {
+  int ndim = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t numel = 0;
+};
+
+// One operand: its first element and, per dim of the Geometry, its stride in elements (0 for
+// a broadcast dim). `dtype` uses tensor::DType's numbering.
+struct Operand {
+  void* data = nullptr;
+  int dtype = 0;
+  int64_t strides[kMaxDims] = {};
+};
+
+// Numbering shared with tensor::cpu's enums (tensor/cpu/kernels.h).
+enum Binary : int { kAdd, kMul, kDiv, kMaximum, kMinimum, kReluBackward };
+enum Compare : int { kEq, kNe, kLt, kLe, kGt, kGe };
+enum Unary : int { kNeg, kAbs, kExp, kLog, kSqrt, kRelu, kTanh, kSigmoid };
+
+// out = a op b (kAdd: a + alpha * b); out, a, b share a dtype.
+int binary(int op, const Geometry& g, const Operand& out, const Operand& a, const Operand& b, double alpha, void* stream);
+// out (bool) = a op b.
+int compare(int op, const Geometry& g, const Operand& out, const Operand& a, const Operand& b, void* stream);
+int unary(int op, const Geometry& g, const Operand& out, const Operand& x, void* stream);
+int pow_scalar(const Geometry& g, const Operand& out, const Operand& x, double exponent, void* stream);
+// dst = src converted to dst's dtype, as PyTorch casts (anything -> bool is != 0).
+int copy(const Geometry& g, const Operand& dst, const Operand& src, void* stream);
+int fill(const Geometry& g, const Operand& dst, double value, void* stream);
+// dst += src with atomic adds, so that a dst whose elements share memory (a broadcast view)
+// receives every contribution. float, double, int64 (and 16-bit floats through a CAS loop).
+int accumulate(const Geometry& g, const Operand& dst, const Operand& src, void* stream);
+
+}  // namespace tinyddp::tensor::cuda::kernels

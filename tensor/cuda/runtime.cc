@@ -1,0 +1,263 @@
+// Checked CUDA calls, compute streams and the caching allocator: see runtime.h.
+#include "tensor/cuda/runtime.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "tensor/error.h"
+
+namespace tinyddp::tensor::cuda {
+
+void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
+  throw Error(fmt::format("CUDA error: {} failed with '{}' ({} = {}) at {}:{}", call, cudaGetErrorString(status),
+                          cudaGetErrorName(status), static_cast<int>(status), file, line));
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  TDDP_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != device) TDDP_CUDA_CHECK(cudaSetDevice(device));
+}
+
+DeviceGuard::~DeviceGuard() {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
+}
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+void check_device(int device) {
+  TDDP_CHECK(device >= 0 && device < kMaxDevices && device < device_count(),
+             "CUDA device {} does not exist ({} device(s) visible)", device, device_count());
+}
+
+}  // namespace
+
+cudaStream_t compute_stream(int device) {
+  static std::mutex mutex;
+  static cudaStream_t streams[kMaxDevices] = {};
+  check_device(device);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (streams[device] == nullptr) {
+    DeviceGuard guard(device);
+    TDDP_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking));
+  }
+  return streams[device];
+}
+
+void synchronize(int device) {
+  if (device_count() == 0) return;
+  DeviceGuard guard(device);
+  TDDP_CUDA_CHECK(cudaStreamSynchronize(compute_stream(device)));
+}
+
+namespace {
+
+constexpr size_t kRound = 512;
+
+class CachingAllocator final : public Allocator {
+ public:
+  explicit CachingAllocator(int device) : device_(device) {}
+
+  void* allocate(size_t nbytes) override {
+    if (nbytes == 0) return nullptr;
+    const size_t size = (nbytes + kRound - 1) / kRound * kRound;
+    const cudaStream_t stream = compute_stream(device_);
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.requests;
+    reclaim_finished();
+    auto& pool = free_[stream];
+    auto it = pool.lower_bound(size);
+    Block* block = nullptr;
+    if (it != pool.end() && it->first <= 2 * size) {
+      block = it->second;
+      pool.erase(it);
+      ++stats_.cache_hits;
+    } else {
+      block = new_block(size, stream);
+    }
+    block->in_use = true;
+    stats_.allocated_bytes += block->size;
+    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    return block->ptr;
+  }
+
+  void deallocate(void* ptr, size_t /*nbytes*/) override {
+    if (ptr == nullptr) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blocks_.find(ptr);
+    if (it == blocks_.end() || !it->second->in_use) return;  // not ours: nothing sensible to do
+    Block* block = it->second.get();
+    block->in_use = false;
+    stats_.allocated_bytes -= block->size;
+    if (block->other_streams.empty()) {
+      free_[block->stream].emplace(block->size, block);
+      return;
+    }
+    // Reuse only once the other streams' work queued so far has finished. This runs from
+    // Storage's destructor, so it must not throw: if an event cannot be made, wait instead.
+    int previous = -1;
+    cudaGetDevice(&previous);
+    cudaSetDevice(device_);
+    for (cudaStream_t s : block->other_streams) {
+      cudaEvent_t event = nullptr;
+      if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) == cudaSuccess && cudaEventRecord(event, s) == cudaSuccess) {
+        block->pending_events.push_back(event);
+      } else {
+        if (event != nullptr) cudaEventDestroy(event);
+        cudaStreamSynchronize(s);
+      }
+    }
+    if (previous >= 0) cudaSetDevice(previous);
+    block->other_streams.clear();
+    pending_.push_back(block);
+  }
+
+  Device device() const override { return Device::cuda(device_); }
+
+  void record_stream(const void* ptr, cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [base, block] : blocks_) {
+      const auto* b = static_cast<const char*>(base);
+      const auto* p = static_cast<const char*>(ptr);
+      if (p >= b && p < b + block->size) {
+        if (stream != block->stream) block->other_streams.push_back(stream);
+        return;
+      }
+    }
+  }
+
+  AllocatorStats stats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
+  // Returns the cached blocks to CUDA (waiting for pending ones first).
+  void empty() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    DeviceGuard guard(device_);
+    for (Block* block : pending_) {
+      for (cudaEvent_t e : block->pending_events) {
+        TDDP_CUDA_CHECK(cudaEventSynchronize(e));
+        cudaEventDestroy(e);
+      }
+      block->pending_events.clear();
+      free_[block->stream].emplace(block->size, block);
+    }
+    pending_.clear();
+    release_cached();
+  }
+
+ private:
+  struct Block {
+    void* ptr = nullptr;
+    size_t size = 0;
+    cudaStream_t stream = nullptr;
+    bool in_use = false;
+    std::vector<cudaStream_t> other_streams;
+    std::vector<cudaEvent_t> pending_events;
+  };
+
+  // Blocks whose events have all completed go back to their pools.
+  void reclaim_finished() {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      Block* block = *it;
+      bool done = true;
+      for (cudaEvent_t e : block->pending_events) {
+        const cudaError_t status = cudaEventQuery(e);
+        if (status == cudaErrorNotReady) {
+          done = false;
+          break;
+        }
+        if (status != cudaSuccess) throw_cuda_error(status, "cudaEventQuery", __FILE__, __LINE__);
+      }
+      if (!done) {
+        ++it;
+        continue;
+      }
+      for (cudaEvent_t e : block->pending_events) cudaEventDestroy(e);
+      block->pending_events.clear();
+      free_[block->stream].emplace(block->size, block);
+      it = pending_.erase(it);
+    }
+  }
+
+  void release_cached() {
+    for (auto& [stream, pool] : free_) {
+      for (auto& [size, block] : pool) {
+        TDDP_CUDA_CHECK(cudaFree(block->ptr));
+        ++stats_.cuda_free_calls;
+        stats_.reserved_bytes -= block->size;
+        blocks_.erase(block->ptr);
+      }
+      pool.clear();
+    }
+  }
+
+  Block* new_block(size_t size, cudaStream_t stream) {
+    DeviceGuard guard(device_);
+    void* ptr = nullptr;
+    cudaError_t status = cudaMalloc(&ptr, size);
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear the sticky-free error before retrying
+      release_cached();
+      status = cudaMalloc(&ptr, size);
+    }
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      throw Error(fmt::format(
+          "CUDA out of memory: could not allocate {} bytes on cuda:{} ({}); {} bytes in use by tensors, {} bytes "
+          "reserved by the caching allocator (after emptying its cache)",
+          size, device_, cudaGetErrorString(status), stats_.allocated_bytes, stats_.reserved_bytes));
+    }
+    ++stats_.cuda_malloc_calls;
+    stats_.reserved_bytes += size;
+    auto block = std::make_unique<Block>();
+    block->ptr = ptr;
+    block->size = size;
+    block->stream = stream;
+    Block* raw = block.get();
+    blocks_.emplace(ptr, std::move(block));
+    return raw;
+  }
+
+  const int device_;
+  std::mutex mutex_;
+  std::unordered_map<void*, std::unique_ptr<Block>> blocks_;      // every block we hold
+  std::map<cudaStream_t, std::multimap<size_t, Block*>> free_;    // per stream, by size
+  std::vector<Block*> pending_;                                    // freed, other streams busy
+  AllocatorStats stats_;
+};
+
+// Never destroyed: tensors in static storage may be freed after static destructors ran.
+CachingAllocator* allocator_of(int device) {
+  static std::mutex mutex;
+  static CachingAllocator* allocators[kMaxDevices] = {};
+  check_device(device);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (allocators[device] == nullptr) allocators[device] = new CachingAllocator(device);
+  return allocators[device];
+}
+
+}  // namespace
+
+Allocator* caching_allocator(int device) { return allocator_of(device); }
+
+AllocatorStats allocator_stats(int device) {
+  if (device_count() == 0) return {};
+  return allocator_of(device)->stats();
+}
+
+void empty_cache() {
+  for (int d = 0; d < device_count(); ++d) allocator_of(d)->empty();
+}
+
+void record_stream(const void* ptr, int device, cudaStream_t stream) { allocator_of(device)->record_stream(ptr, stream); }
+
+}  // namespace tinyddp::tensor::cuda

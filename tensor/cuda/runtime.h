@@ -1,0 +1,61 @@
+// The CUDA runtime as tinyddp uses it (host code, only compiled under --config=cuda): checked
+// calls, the current device, one compute stream per device, and the caching allocator that
+// CUDA tensors' storage comes from.
+//
+// Streams: every kernel and copy of device d runs on compute_stream(d), a non-blocking stream
+// created on first use, so work on one device is ordered without any host synchronisation.
+// Host code that reads device memory (copies to the CPU) synchronises that stream.
+//
+// The caching allocator: cudaMalloc and cudaFree synchronise the device and cost tens of
+// microseconds, so freed blocks are kept and handed out again. Requests are rounded up to
+// 512 bytes; a freed block goes back to the pool of the stream it was allocated for, and a
+// request takes the smallest cached block of that stream that fits and wastes at most half
+// of it (blocks are never split). A block that another stream used (record_stream, e.g. by
+// a collective on a communication stream) is reused only after an event recorded on that
+// stream at free time has completed. On an out-of-memory error the cache is emptied and the
+// allocation retried once; the final error reports the request and the allocator's
+// statistics. empty_cache() (tensor/cuda.h) returns every unused block to CUDA.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "tensor/cuda.h"
+#include "tensor/storage.h"
+
+namespace tinyddp::tensor::cuda {
+
+// Throws tinyddp::Error naming the call, the CUDA error string and code, and the source line.
+[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
+
+#define TDDP_CUDA_CHECK(call)                                                              \
+  do {                                                                                     \
+    const cudaError_t tddp_status_ = (call);                                               \
+    if (tddp_status_ != cudaSuccess) ::tinyddp::tensor::cuda::throw_cuda_error(tddp_status_, #call, __FILE__, __LINE__); \
+  } while (false)
+
+// Makes `device` current for its lifetime, restoring the previous one after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+// The compute stream of `device` (created on first use; never destroyed).
+cudaStream_t compute_stream(int device);
+
+// The caching allocator of `device` (the Allocator behind CUDA storage).
+Allocator* caching_allocator(int device);
+// Marks the block holding `ptr` as used by `stream` too: when it is freed, it is reused only
+// after the work queued on `stream` by then has completed.
+void record_stream(const void* ptr, int device, cudaStream_t stream);
+
+}  // namespace tinyddp::tensor::cuda
