@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "tensor/cpu/kernels.h"
+#include "tensor/cuda.h"
 #include "tensor/cuda/backend.h"
 #include "tensor/graph.h"
 
@@ -17,6 +18,12 @@ namespace {
 
 [[noreturn]] void no_kernel(const char* op, Device device) {
   throw Error(fmt::format("{}: no kernel for tensors on {} in this build", op, device.str()));
+}
+
+// Before a CUDA kernel: a build without CUDA has none (a CUDA tensor can only exist there
+// through a custom allocator, as tests make one).
+void require_cuda(const char* op, Device device) {
+  if (!cuda::is_built()) no_kernel(op, device);
 }
 
 void check_defined(const Tensor& t, const char* op, const char* arg) {
@@ -105,11 +112,11 @@ void check_in_place(const Tensor& self, const Tensor* source, const char* op) {
              op);
 }
 
-void run_binary(cpu::BinaryOp kind, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
+void run_binary(cpu::BinaryOp kind, const Tensor& out, const Tensor& a, const Tensor& b, double alpha, const char* op) {
   NoGradGuard no_grad;
   switch (out.device().type) {
     case DeviceType::kCPU: cpu::binary(kind, out, a, b, alpha); return;
-    case DeviceType::kCUDA: cuda::binary(kind, out, a, b, alpha); return;
+    case DeviceType::kCUDA: require_cuda(op, out.device()); cuda::binary(kind, out, a, b, alpha); return;
   }
 }
 
@@ -126,7 +133,7 @@ void binary_out(cpu::BinaryOp kind, const Tensor& out, const Tensor& a, const Te
   check_writable(out, op);
   check_in_place(out, out.is_same(a) ? &b : &a, op);
   check_in_place(out, &b, op);
-  run_binary(kind, out, detach_from_output(a, out), detach_from_output(b, out), alpha);
+  run_binary(kind, out, detach_from_output(a, out), detach_from_output(b, out), alpha, op);
   out.storage().bump_version();
 }
 
@@ -134,7 +141,7 @@ Tensor binary(cpu::BinaryOp kind, const Tensor& a, const Tensor& b, double alpha
   check_pair(a, b, op);
   check_not_bool(a, op, "a");
   const Tensor out = new_output(broadcast_shapes(a.sizes(), b.sizes(), op), a.dtype(), a.device());
-  run_binary(kind, out, a, b, alpha);
+  run_binary(kind, out, a, b, alpha, op);
   return out;
 }
 
@@ -149,7 +156,7 @@ Tensor compare(cpu::CompareOp kind, const Tensor& a, const Tensor& b, const char
   NoGradGuard no_grad;
   switch (out.device().type) {
     case DeviceType::kCPU: cpu::compare(kind, out, a, b); return out;
-    case DeviceType::kCUDA: cuda::compare(kind, out, a, b); return out;
+    case DeviceType::kCUDA: require_cuda(op, out.device()); cuda::compare(kind, out, a, b); return out;
   }
   return out;
 }
@@ -161,12 +168,12 @@ Tensor compare_scalar(cpu::CompareOp kind, const Tensor& a, double b, const char
   return compare(kind, a.to(s.dtype()), s, op);
 }
 
-Tensor run_unary(cpu::UnaryOp kind, const Tensor& x) {
+Tensor run_unary(cpu::UnaryOp kind, const Tensor& x, const char* op) {
   NoGradGuard no_grad;
   const Tensor out = new_output(x.sizes(), x.dtype(), x.device());
   switch (x.device().type) {
     case DeviceType::kCPU: cpu::unary(kind, out, x); return out;
-    case DeviceType::kCUDA: cuda::unary(kind, out, x); return out;
+    case DeviceType::kCUDA: require_cuda(op, x.device()); cuda::unary(kind, out, x); return out;
   }
   return out;
 }
@@ -175,7 +182,7 @@ Tensor run_unary(cpu::UnaryOp kind, const Tensor& x) {
 Tensor numeric_unary(cpu::UnaryOp kind, const Tensor& x, const char* op) {
   check_defined(x, op, "x");
   check_not_bool(x, op, "x");
-  return run_unary(kind, x);
+  return run_unary(kind, x, op);
 }
 
 // exp, log, sqrt, tanh, sigmoid: integers compute in float32, as in PyTorch. The input is
@@ -184,7 +191,7 @@ Tensor floating_unary(cpu::UnaryOp kind, const Tensor& x, const char* op) {
   check_defined(x, op, "x");
   NoGradGuard no_grad;
   const Tensor input = x.is_floating_point() ? x : x.to(kFloat32);
-  return run_unary(kind, input.contiguous());
+  return run_unary(kind, input.contiguous(), op);
 }
 
 // Wraps and de-duplicates reduction dims.
@@ -448,7 +455,7 @@ Tensor pow(const Tensor& x, double exponent) {
     NoGradGuard no_grad;
     switch (x.device().type) {
       case DeviceType::kCPU: cpu::pow_scalar(out, x, exponent); break;
-      case DeviceType::kCUDA: cuda::pow_scalar(out, x, exponent); break;
+      case DeviceType::kCUDA: require_cuda("pow", x.device()); cuda::pow_scalar(out, x, exponent); break;
     }
   }
   // grad_x = grad_out * exponent * x^(exponent - 1) (zero when exponent is 0)
@@ -798,6 +805,7 @@ void copy_into(const Tensor& dst, const Tensor& src) {
   if (dst.is_cpu() && source.is_cpu()) {
     cpu::copy(dst, source);
   } else {
+    require_cuda("copy_", dst.is_cpu() ? source.device() : dst.device());
     cuda::copy(dst, source);  // on one GPU, or between devices
   }
   dst.storage().bump_version();
@@ -808,7 +816,7 @@ void fill_out(const Tensor& dst, double value) {
   check_in_place(dst, nullptr, "fill_");
   switch (dst.device().type) {
     case DeviceType::kCPU: cpu::fill(dst, value); break;
-    case DeviceType::kCUDA: cuda::fill(dst, value); break;
+    case DeviceType::kCUDA: require_cuda("fill_", dst.device()); cuda::fill(dst, value); break;
   }
   dst.storage().bump_version();
 }
@@ -825,6 +833,7 @@ void accumulate_into(const Tensor& dst, const Tensor& src) {
   if (dst.is_cpu()) {
     cpu::accumulate(dst, detach_from_output(src, dst));
   } else {
+    require_cuda("accumulate_into", dst.device());
     cuda::accumulate(dst, detach_from_output(src, dst));
   }
   dst.storage().bump_version();
