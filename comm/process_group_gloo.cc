@@ -256,23 +256,14 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce(const std::vector<Tensor>& ten
   if (small_allreduce_ && detail::SmallAllreduce::takes(tensors[0].dtype(), total) && total > 0) {
     return enqueue(what, [this, tensors, op, total](uint32_t) { small_allreduce_->run(tensors, op, total); });
   }
-  return enqueue(what, [this, tensors, op, total](uint32_t tag) {
+  return enqueue(what, [this, tensors, op, total](uint32_t) {
     const bool single = tensors.size() == 1;
     const Staged staged(single ? tensors[0] : flatten_all(tensors));
-    if (total > 0) {
+    if (total > 0 && ring_allreduce_) {  // a group of one holds the result already
       with_element_type(tensors[0].dtype(), "allreduce", [&](auto tag_type) {
         using T = decltype(tag_type);
-        if (ring_allreduce_) {
-          ring_allreduce_->run(staged.buffer.raw_data_ptr(), static_cast<size_t>(total), sizeof(T), reduce_function<T>(op),
-                               options_.timeout);
-          return;
-        }
-        gloo::AllreduceOptions opts(context_);  // a group of one
-        opts.setOutput<T>(static_cast<T*>(staged.buffer.raw_data_ptr()), static_cast<size_t>(total));
-        opts.setReduceFunction(reduce_function<T>(op));
-        opts.setTag(tag);
-        opts.setTimeout(options_.timeout);
-        gloo::allreduce(opts);
+        ring_allreduce_->run(staged.buffer.raw_data_ptr(), static_cast<size_t>(total), sizeof(T), reduce_function<T>(op),
+                             options_.timeout);
       });
       if (op == ReduceOp::kAvg) staged.buffer.div_(static_cast<double>(size_));
     }

@@ -37,6 +37,11 @@ int remaining_ms(Clock::time_point deadline) {
 
 std::string errno_text(int err) { return std::strerror(err); }
 
+[[noreturn]] void raise(const std::string& message, bool timed_out) {
+  if (timed_out) throw TimeoutError(message);
+  throw Error(message);
+}
+
 // Waits until `fd` is ready for `events` or the deadline passes (then returns false).
 bool wait_for(int fd, short events, Clock::time_point deadline) {
   while (true) {
@@ -150,12 +155,11 @@ RingAllreduce::~RingAllreduce() {
 void RingAllreduce::fail(const std::string& message, bool timed_out) {
   broken_ = message;
   broken_by_timeout_ = timed_out;
-  if (timed_out) throw TimeoutError(message);
-  throw Error(message);
+  raise(message, timed_out);
 }
 
 void RingAllreduce::exchange(const char* send_data, size_t send_bytes, char* recv_data, size_t recv_bytes,
-                             Clock::time_point deadline, const std::function<void(size_t, size_t)>& progress) {
+                             Clock::time_point deadline, const std::function<void(size_t)>& on_receive) {
   const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
   size_t sent = 0, received = 0;
   while (sent < send_bytes || received < recv_bytes) {
@@ -174,7 +178,7 @@ void RingAllreduce::exchange(const char* send_data, size_t send_bytes, char* rec
       const ssize_t n = ::recv(recv_fd_, recv_data + received, std::min(recv_bytes - received, kReceiveSlice), MSG_DONTWAIT);
       if (n > 0) {
         received += static_cast<size_t>(n);
-        progress(sent, received);
+        if (on_receive) on_receive(received);
         moved = true;
       } else if (n == 0) {
         fail(fmt::format("rank {} closed its connection to rank {} in the middle of an allreduce; did rank {} exit?", left,
@@ -197,16 +201,11 @@ void RingAllreduce::exchange(const char* send_data, size_t send_bytes, char* rec
            true);
     }
   }
-  progress(sent, received);
 }
 
 void RingAllreduce::run(void* data, size_t count, size_t element_size, const Reduce& reduce,
                         std::chrono::milliseconds timeout) {
-  if (!broken_.empty()) {
-    const std::string message = "an earlier allreduce failed, so the ring's connections are unusable: " + broken_;
-    if (broken_by_timeout_) throw TimeoutError(message);
-    throw Error(message);
-  }
+  if (!broken_.empty()) raise("an earlier allreduce failed, so the ring's connections are unusable: " + broken_, broken_by_timeout_);
   if (count == 0) return;
   const auto deadline = Clock::now() + timeout;
   char* const bytes = static_cast<char*>(data);
@@ -224,7 +223,7 @@ void RingAllreduce::run(void* data, size_t count, size_t element_size, const Red
     const size_t out = chunk(rank_ - s), in = chunk(rank_ - s - 1);
     char* const target = at(in);
     size_t reduced = 0;  // elements of `in` combined so far
-    exchange(at(out), length(out), scratch_.data(), length(in), deadline, [&](size_t, size_t received) {
+    exchange(at(out), length(out), scratch_.data(), length(in), deadline, [&](size_t received) {
       const size_t ready = received / element_size;
       if (ready <= reduced) return;
       const size_t offset = reduced * element_size;
@@ -235,7 +234,7 @@ void RingAllreduce::run(void* data, size_t count, size_t element_size, const Red
   // Allgather: pass the finished chunks on, each received straight into place.
   for (int s = 0; s + 1 < size_; ++s) {
     const size_t out = chunk(rank_ + 1 - s), in = chunk(rank_ - s);
-    exchange(at(out), length(out), at(in), length(in), deadline, [](size_t, size_t) {});
+    exchange(at(out), length(out), at(in), length(in), deadline, nullptr);
   }
 }
 

@@ -54,10 +54,10 @@ class RingAllreduce {
   void run(void* data, size_t count, size_t element_size, const Reduce& reduce, std::chrono::milliseconds timeout);
 
  private:
-  // Sends send_bytes to rank + 1 while receiving recv_bytes from rank - 1; `progress(sent,
-  // received)` runs after every receive and once at the end.
+  // Sends send_bytes to rank + 1 while receiving recv_bytes from rank - 1; `on_receive(bytes
+  // received so far)`, if given, runs after every receive.
   void exchange(const char* send_data, size_t send_bytes, char* recv_data, size_t recv_bytes,
-                std::chrono::steady_clock::time_point deadline, const std::function<void(size_t, size_t)>& progress);
+                std::chrono::steady_clock::time_point deadline, const std::function<void(size_t)>& on_receive);
   [[noreturn]] void fail(const std::string& message, bool timed_out);
 
   int rank_;

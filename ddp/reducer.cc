@@ -156,17 +156,17 @@ void Reducer::mark_ready(size_t i) {
   if (timeline_enabled_) timeline_.instant("grad ready: " + names_[i], now);
   const Tensor& grad = params_[i].grad();
   const Tensor& view = views_[i];
+  Bucket& bucket = buckets_[bucket_of_[i]];
   const bool aliased = grad.shares_storage(view) && grad.storage_offset() == view.storage_offset();
   if (builtin_hook_) {
     // The gradient into its bucket slot, divided by the world size on the way: the sum that
     // the allreduce computes is then the average.
-    tensor::mul_out(view, aliased ? view : grad, buckets_[bucket_of_[i]].inverse_world, "DistributedDataParallel");
+    tensor::mul_out(view, aliased ? view : grad, bucket.inverse_world, "DistributedDataParallel");
   } else if (!aliased) {
     view.copy_(grad);  // the gradient into its bucket slot; the hook averages
   }
   if (!aliased && options_.gradient_as_bucket_view) params_[i].mutable_grad() = view;
   if (timeline_enabled_) timeline_.span("into bucket " + std::to_string(bucket_of_[i]) + ": " + names_[i], now, Timeline::Clock::now());
-  Bucket& bucket = buckets_[bucket_of_[i]];
   if (--bucket.pending == 0) launch_ready_buckets();
 }
 

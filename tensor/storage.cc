@@ -42,11 +42,7 @@ Allocator* allocator_for(Device device) {
       return cpu_allocator();
     case DeviceType::kCUDA:
 #if TINYDDP_WITH_CUDA
-      if (cuda::is_available()) {
-        TDDP_CHECK(device.index >= 0 && device.index < cuda::device_count(),
-                   "cannot allocate a tensor on {}: this machine has {} CUDA device(s)", device.str(), cuda::device_count());
-        return cuda::caching_allocator(device.index);
-      }
+      if (cuda::is_available()) return cuda::caching_allocator(device.index);  // which checks the index
 #endif
       throw Error(fmt::format("cannot allocate a tensor on {}: {}", device.str(), cuda::unavailable_reason()));
   }

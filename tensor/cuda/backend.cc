@@ -69,63 +69,58 @@ k::Geometry geometry(const Shape& sizes, const std::array<const Tensor*, N>& ten
 
 int device_of(const Tensor& t) { return t.device().index; }
 
-void check_launch(int status, const char* op) {
+// Runs `kernel(geometry, operands, stream)` over `tensors` (the first one is the output,
+// whose shape is iterated and whose device runs it) and checks the launch.
+template <size_t N, typename Kernel>
+void run(const std::array<const Tensor*, N>& tensors, const char* op, Kernel&& kernel) {
+  const int device = device_of(*tensors[0]);
+  DeviceGuard guard(device);
+  std::array<k::Operand, N> ops;
+  const k::Geometry g = geometry<N>(tensors[0]->sizes(), tensors, ops, op);
+  const int status = kernel(g, ops, static_cast<void*>(compute_stream(device)));
   if (status != 0) throw_cuda_error(static_cast<cudaError_t>(status), op, __FILE__, __LINE__);
 }
 
 }  // namespace
 
 void binary(cpu::BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
-  DeviceGuard guard(device_of(out));
-  std::array<k::Operand, 3> ops;
-  const k::Geometry g = geometry<3>(out.sizes(), {&out, &a, &b}, ops, "binary op");
-  check_launch(k::binary(static_cast<int>(op), g, ops[0], ops[1], ops[2], alpha, compute_stream(device_of(out))),
-               "binary op kernel");
+  run<3>({&out, &a, &b}, "binary op kernel", [&](const k::Geometry& g, const auto& o, void* stream) {
+    return k::binary(static_cast<int>(op), g, o[0], o[1], o[2], alpha, stream);
+  });
 }
 
 void compare(cpu::CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
-  DeviceGuard guard(device_of(out));
-  std::array<k::Operand, 3> ops;
-  const k::Geometry g = geometry<3>(out.sizes(), {&out, &a, &b}, ops, "comparison");
-  check_launch(k::compare(static_cast<int>(op), g, ops[0], ops[1], ops[2], compute_stream(device_of(out))),
-               "comparison kernel");
+  run<3>({&out, &a, &b}, "comparison kernel", [&](const k::Geometry& g, const auto& o, void* stream) {
+    return k::compare(static_cast<int>(op), g, o[0], o[1], o[2], stream);
+  });
 }
 
 void unary(cpu::UnaryOp op, const Tensor& out, const Tensor& x) {
-  DeviceGuard guard(device_of(out));
-  std::array<k::Operand, 2> ops;
-  const k::Geometry g = geometry<2>(out.sizes(), {&out, &x}, ops, "unary op");
-  check_launch(k::unary(static_cast<int>(op), g, ops[0], ops[1], compute_stream(device_of(out))), "unary op kernel");
+  run<2>({&out, &x}, "unary op kernel", [&](const k::Geometry& g, const auto& o, void* stream) {
+    return k::unary(static_cast<int>(op), g, o[0], o[1], stream);
+  });
 }
 
 void pow_scalar(const Tensor& out, const Tensor& x, double exponent) {
-  DeviceGuard guard(device_of(out));
-  std::array<k::Operand, 2> ops;
-  const k::Geometry g = geometry<2>(out.sizes(), {&out, &x}, ops, "pow");
-  check_launch(k::pow_scalar(g, ops[0], ops[1], exponent, compute_stream(device_of(out))), "pow kernel");
+  run<2>({&out, &x}, "pow kernel",
+         [&](const k::Geometry& g, const auto& o, void* stream) { return k::pow_scalar(g, o[0], o[1], exponent, stream); });
 }
 
 void fill(const Tensor& dst, double value) {
-  DeviceGuard guard(device_of(dst));
-  std::array<k::Operand, 1> ops;
-  const k::Geometry g = geometry<1>(dst.sizes(), {&dst}, ops, "fill_");
-  check_launch(k::fill(g, ops[0], value, compute_stream(device_of(dst))), "fill kernel");
+  run<1>({&dst}, "fill kernel",
+         [&](const k::Geometry& g, const auto& o, void* stream) { return k::fill(g, o[0], value, stream); });
 }
 
 void accumulate(const Tensor& dst, const Tensor& src) {
-  DeviceGuard guard(device_of(dst));
-  std::array<k::Operand, 2> ops;
-  const k::Geometry g = geometry<2>(dst.sizes(), {&dst, &src}, ops, "accumulate_into");
-  check_launch(k::accumulate(g, ops[0], ops[1], compute_stream(device_of(dst))), "accumulate kernel");
+  run<2>({&dst, &src}, "accumulate kernel",
+         [&](const k::Geometry& g, const auto& o, void* stream) { return k::accumulate(g, o[0], o[1], stream); });
 }
 
 void copy(const Tensor& dst, const Tensor& src) {
   if (dst.numel() == 0) return;
   if (dst.is_cuda() && src.is_cuda() && dst.device() == src.device()) {
-    DeviceGuard guard(device_of(dst));
-    std::array<k::Operand, 2> ops;
-    const k::Geometry g = geometry<2>(dst.sizes(), {&dst, &src}, ops, "copy_");
-    check_launch(k::copy(g, ops[0], ops[1], compute_stream(device_of(dst))), "copy kernel");
+    run<2>({&dst, &src}, "copy kernel",
+           [&](const k::Geometry& g, const auto& o, void* stream) { return k::copy(g, o[0], o[1], stream); });
     return;
   }
   // Between devices: move src's elements as they are (dense, src's dtype, src's shape), then

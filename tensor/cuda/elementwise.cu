@@ -80,6 +80,18 @@ cudaError_t dispatch(int dtype, F&& f) {
   return cudaErrorInvalidValue;
 }
 
+// The same for arithmetic: bool is refused (before it gets here, by ops.cc).
+template <typename F>
+cudaError_t dispatch_numeric(int dtype, F&& f) {
+  return dispatch(dtype, [&](auto tag) -> cudaError_t {
+    if constexpr (std::is_same_v<decltype(tag), bool>) {
+      return cudaErrorInvalidValue;
+    } else {
+      return f(tag);
+    }
+  });
+}
+
 template <int N>
 struct Operands {
   char* data[N];
@@ -282,51 +294,32 @@ struct AccumulateFn {
 
 int binary(int op, const Geometry& g, const Operand& out, const Operand& a, const Operand& b, double alpha, void* stream) {
   const Operand* const operands[3] = {&out, &a, &b};
-  return dispatch(out.dtype, [&](auto tag) -> cudaError_t {
+  return dispatch_numeric(out.dtype, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_same_v<T, bool>) {
-      return cudaErrorInvalidValue;  // arithmetic on bool is refused before it gets here
-    } else {
-      return launch<3>(g, operands, stream, BinaryFn<T>{op, static_cast<compute_t<T>>(alpha)});
-    }
+    return launch<3>(g, operands, stream, BinaryFn<T>{op, static_cast<compute_t<T>>(alpha)});
   });
 }
 
 int compare(int op, const Geometry& g, const Operand& out, const Operand& a, const Operand& b, void* stream) {
   const Operand* const operands[3] = {&out, &a, &b};
-  return dispatch(a.dtype, [&](auto tag) -> cudaError_t {
-    return launch<3>(g, operands, stream, CompareFn<decltype(tag)>{op});
-  });
+  return dispatch(a.dtype, [&](auto tag) { return launch<3>(g, operands, stream, CompareFn<decltype(tag)>{op}); });
 }
 
 int unary(int op, const Geometry& g, const Operand& out, const Operand& x, void* stream) {
   const Operand* const operands[2] = {&out, &x};
-  return dispatch(out.dtype, [&](auto tag) -> cudaError_t {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, bool>) {
-      return cudaErrorInvalidValue;
-    } else {
-      return launch<2>(g, operands, stream, UnaryFn<T>{op});
-    }
-  });
+  return dispatch_numeric(out.dtype, [&](auto tag) { return launch<2>(g, operands, stream, UnaryFn<decltype(tag)>{op}); });
 }
 
 int pow_scalar(const Geometry& g, const Operand& out, const Operand& x, double exponent, void* stream) {
   const Operand* const operands[2] = {&out, &x};
-  return dispatch(out.dtype, [&](auto tag) -> cudaError_t {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, bool>) {
-      return cudaErrorInvalidValue;
-    } else {
-      return launch<2>(g, operands, stream, PowFn<T>{exponent});
-    }
-  });
+  return dispatch_numeric(out.dtype,
+                          [&](auto tag) { return launch<2>(g, operands, stream, PowFn<decltype(tag)>{exponent}); });
 }
 
 int copy(const Geometry& g, const Operand& dst, const Operand& src, void* stream) {
   const Operand* const operands[2] = {&dst, &src};
-  return dispatch(dst.dtype, [&](auto dst_tag) -> cudaError_t {
-    return dispatch(src.dtype, [&](auto src_tag) -> cudaError_t {
+  return dispatch(dst.dtype, [&](auto dst_tag) {
+    return dispatch(src.dtype, [&](auto src_tag) {
       return launch<2>(g, operands, stream, CopyFn<decltype(dst_tag), decltype(src_tag)>{});
     });
   });
@@ -334,7 +327,7 @@ int copy(const Geometry& g, const Operand& dst, const Operand& src, void* stream
 
 int fill(const Geometry& g, const Operand& dst, double value, void* stream) {
   const Operand* const operands[1] = {&dst};
-  return dispatch(dst.dtype, [&](auto tag) -> cudaError_t {
+  return dispatch(dst.dtype, [&](auto tag) {
     using T = decltype(tag);
     return launch<1>(g, operands, stream, FillFn<T>{store<T>(value)});
   });
@@ -342,14 +335,7 @@ int fill(const Geometry& g, const Operand& dst, double value, void* stream) {
 
 int accumulate(const Geometry& g, const Operand& dst, const Operand& src, void* stream) {
   const Operand* const operands[2] = {&dst, &src};
-  return dispatch(dst.dtype, [&](auto tag) -> cudaError_t {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, bool>) {
-      return cudaErrorInvalidValue;
-    } else {
-      return launch<2>(g, operands, stream, AccumulateFn<T>{});
-    }
-  });
+  return dispatch_numeric(dst.dtype, [&](auto tag) { return launch<2>(g, operands, stream, AccumulateFn<decltype(tag)>{}); });
 }
 
 }  // namespace tinyddp::tensor::cuda::kernels
