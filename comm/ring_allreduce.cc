@@ -190,15 +190,24 @@ void RingAllreduce::exchange(const char* send_data, size_t send_bytes, char* rec
       }
     }
     if (moved) continue;
-    pollfd fds[2];
-    nfds_t count = 0;
-    if (sent < send_bytes) fds[count++] = pollfd{send_fd_, POLLOUT, 0};
-    if (received < recv_bytes) fds[count++] = pollfd{recv_fd_, POLLIN, 0};
-    const int rv = ::poll(fds, count, remaining_ms(deadline));
+    // The connection to rank + 1 is watched even when everything was sent: its bytes may sit
+    // in the socket buffer of a peer that died, and only the error (the peer's reset) says so,
+    // while we wait on rank - 1, which may itself be waiting for the dead rank.
+    pollfd fds[2] = {pollfd{send_fd_, static_cast<short>(sent < send_bytes ? POLLOUT : 0), 0},
+                     pollfd{recv_fd_, static_cast<short>(received < recv_bytes ? POLLIN : 0), 0}};
+    const int rv = ::poll(fds, 2, remaining_ms(deadline));
     if (rv == 0) {
       fail(fmt::format("rank {} timed out in an allreduce: {} of {} bytes sent to rank {}, {} of {} bytes received from rank {}",
                        rank_, sent, send_bytes, right, received, recv_bytes, left),
            true);
+    }
+    if (sent == send_bytes && (fds[0].revents & (POLLERR | POLLHUP)) != 0) {
+      int err = 0;
+      socklen_t length = sizeof(err);
+      getsockopt(send_fd_, SOL_SOCKET, SO_ERROR, &err, &length);
+      fail(fmt::format("rank {} lost its connection to rank {} ({}); did rank {} exit?", rank_, right,
+                       err != 0 ? errno_text(err) : "connection closed", right),
+           false);
     }
   }
 }
