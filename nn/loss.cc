@@ -52,7 +52,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
   {
     NoGradGuard no_grad;
     // one_hot[i, c] = (targets[i] == c): picks each row's target log-probability.
-    one_hot = tensor::eq(targets.unsqueeze(1), tensor::arange(classes).unsqueeze(0)).to(logits.dtype());
+    one_hot = tensor::eq(targets.unsqueeze(1), tensor::arange(classes, tensor::TensorOptions().device(logits.device())).unsqueeze(0)).to(logits.dtype());
     log_probs = tensor::log_softmax(logits, 1);
     out = tensor::neg(tensor::mean(tensor::sum(tensor::mul(log_probs, one_hot), {1})));
   }

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+
 #include "tensor/error.h"
 
 #if TINYDDP_WITH_CUDA
@@ -62,5 +64,12 @@ void empty_cache() {}
 #endif
 
 bool is_available() { return device_count() > 0; }
+
+namespace {
+std::atomic<bool> tf32_allowed{false};
+}  // namespace
+
+bool allow_tf32() { return tf32_allowed.load(std::memory_order_relaxed); }
+void set_allow_tf32(bool allow) { tf32_allowed.store(allow, std::memory_order_relaxed); }
 
 }  // namespace tinyddp::tensor::cuda

@@ -48,4 +48,10 @@ AllocatorStats allocator_stats(int device = 0);
 // Returns every cached, unused block to CUDA, as torch.cuda.empty_cache().
 void empty_cache();
 
+// Whether float32 matrix products may use TF32 tensor cores (10-bit mantissa inputs, float32
+// accumulation): off by default, so that GPU results match float32 CPU results within
+// float32 tolerances; as torch.backends.cuda.matmul.allow_tf32.
+bool allow_tf32();
+void set_allow_tf32(bool allow);
+
 }  // namespace tinyddp::tensor::cuda

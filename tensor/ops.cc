@@ -207,8 +207,16 @@ Shape reduction_dims(const Tensor& x, const Shape& dims, const char* op) {
   return wrapped;
 }
 
-void check_cpu(const Tensor& x, const char* op) {
-  if (!x.is_cpu()) no_kernel(op, x.device());
+// Before a kernel that exists for the CPU and, in CUDA builds, for GPUs.
+void check_kernel_device(const Tensor& x, const char* op) {
+  if (x.is_cuda()) require_cuda(op, x.device());
+  else if (!x.is_cpu()) no_kernel(op, x.device());
+}
+
+// out = a @ b on the tensors' device (checked by the caller).
+void run_mm(const Tensor& out, const Tensor& a, const Tensor& b) {
+  if (out.is_cpu()) cpu::mm(out, a, b);
+  else cuda::mm(out, a, b);
 }
 
 // ones where `mask` holds, zeros elsewhere, in `dtype`.
@@ -485,12 +493,12 @@ Tensor expand_reduced(const Tensor& g, const Shape& input_shape, const Shape& di
 Tensor sum(const Tensor& x) { return sum(x, {}, false); }
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
   check_defined(x, "sum", "x");
-  check_cpu(x, "sum");
+  check_kernel_device(x, "sum");
   const Shape wrapped = reduction_dims(x, dims, "sum");
   Tensor out;
   {
     NoGradGuard no_grad;
-    out = cpu::sum(x, wrapped, keepdim);
+    out = x.is_cpu() ? cpu::sum(x, wrapped, keepdim) : cuda::sum(x, wrapped, keepdim);
   }
   // grad_out: reduced shape -> grad_x: grad_out broadcast over x's shape
   if (needs_grad(x)) {
@@ -507,12 +515,12 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   TDDP_CHECK(x.is_floating_point(),
              "mean: could not infer output dtype; input dtype must be floating point, got {} (convert with .to())",
              dtype_name(x.dtype()));
-  check_cpu(x, "mean");
+  check_kernel_device(x, "mean");
   const Shape wrapped = reduction_dims(x, dims, "mean");
   Tensor out;
   {
     NoGradGuard no_grad;
-    out = cpu::mean(x, wrapped, keepdim);
+    out = x.is_cpu() ? cpu::mean(x, wrapped, keepdim) : cuda::mean(x, wrapped, keepdim);
   }
   // grad_x = grad_out broadcast over x's shape / (number of elements averaged)
   if (needs_grad(x)) {
@@ -528,11 +536,11 @@ Tensor max(const Tensor& x) {
   check_defined(x, "max", "x");
   TDDP_CHECK(x.numel() > 0, "max: expected a non-empty tensor, got shape {} (specify a dim to reduce an empty tensor)",
              format_shape(x.sizes()));
-  check_cpu(x, "max");
+  check_kernel_device(x, "max");
   Tensor out;
   {
     NoGradGuard no_grad;
-    out = std::get<0>(cpu::max(x, {}, false));
+    out = std::get<0>(x.is_cpu() ? cpu::max(x, {}, false) : cuda::max(x, {}, false));
   }
   // grad_x: grad_out shared evenly among the elements equal to the maximum (all NaNs if NaN)
   if (needs_grad(x)) {
@@ -552,11 +560,11 @@ std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
   const int64_t d = wrap_dim(dim, x.dim(), "max");
   TDDP_CHECK(x.dim() == 0 || x.sizes()[d] > 0, "max: cannot reduce over dimension {} of size 0 (shape {})", d,
              format_shape(x.sizes()));
-  check_cpu(x, "max");
+  check_kernel_device(x, "max");
   Tensor values, indices;
   {
     NoGradGuard no_grad;
-    std::tie(values, indices) = cpu::max(x, {d}, keepdim);
+    std::tie(values, indices) = x.is_cpu() ? cpu::max(x, {d}, keepdim) : cuda::max(x, {d}, keepdim);
   }
   // grad_x: zeros except grad_out at each maximum's index along `d`
   if (needs_grad(x)) {
@@ -565,7 +573,7 @@ std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
       const Tensor idx = keepdim ? si.get("MaxBackward") : si.get("MaxBackward").unsqueeze(d);
       Shape position_shape(shape.size(), 1);
       position_shape[d] = shape[d];
-      const Tensor positions = arange(shape[d]).view(position_shape);
+      const Tensor positions = arange(shape[d], TensorOptions().device(g.device())).view(position_shape);
       const Tensor hit = mask_as(eq(positions, idx), g.dtype());  // broadcasts to x's shape
       const Tensor g_kept = keepdim ? g : g.unsqueeze(d);
       return std::vector<Tensor>{mul(hit.expand(shape), g_kept)};
@@ -577,9 +585,9 @@ std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
 Tensor argmax(const Tensor& x) {
   check_defined(x, "argmax", "x");
   TDDP_CHECK(x.numel() > 0, "argmax: expected a non-empty tensor, got shape {}", format_shape(x.sizes()));
-  check_cpu(x, "argmax");
+  check_kernel_device(x, "argmax");
   NoGradGuard no_grad;
-  return std::get<1>(cpu::max(x, {}, false));
+  return std::get<1>(x.is_cpu() ? cpu::max(x, {}, false) : cuda::max(x, {}, false));
 }
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
@@ -592,11 +600,11 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log, const char* op) {
   check_defined(x, op, "x");
   TDDP_CHECK(x.is_floating_point(), "{}: expected a floating-point tensor, got dtype {}", op, dtype_name(x.dtype()));
   const int64_t d = wrap_dim(dim, x.dim(), op);
-  check_cpu(x, op);
+  check_kernel_device(x, op);
   const Tensor out = new_output(x.sizes(), x.dtype(), x.device());
   {
     NoGradGuard no_grad;
-    cpu::softmax(out, x, d, log);
+    (x.is_cpu() ? cpu::softmax : cuda::softmax)(out, x, d, log);
   }
   if (!needs_grad(x)) return out;
   if (log) {
@@ -639,11 +647,11 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   TDDP_CHECK(b.dim() == 2, "mm: 'b' must be a matrix (2-D), got shape {}", format_shape(b.sizes()));
   TDDP_CHECK(a.size(1) == b.size(0), "mm: shapes {} and {} cannot be multiplied ({} != {})", format_shape(a.sizes()),
              format_shape(b.sizes()), a.size(1), b.size(0));
-  check_cpu(a, "matmul");
+  check_kernel_device(a, "matmul");
   const Tensor out = new_output({a.size(0), b.size(1)}, a.dtype(), a.device());
   {
     NoGradGuard no_grad;
-    cpu::mm(out, a, b);
+    run_mm(out, a, b);
   }
   // grad_out: [n, m], a: [n, k], b: [k, m] -> grad_a = grad_out b^T: [n, k], grad_b = a^T grad_out: [k, m]
   if (needs_grad(a, b)) {
@@ -680,7 +688,7 @@ Tensor batched_mm(const Tensor& a2, const Tensor& b2) {
   const Tensor ae = a2.expand(a_shape);
   const Tensor be = b2.expand(b_shape);
   check_not_bool(a2, "matmul", "a");
-  check_cpu(a2, "matmul");
+  check_kernel_device(a2, "matmul");
   const Tensor out = new_output(out_shape, a2.dtype(), a2.device());
   const int64_t count = shape_numel(batch);
   for (int64_t i = 0; i < count; ++i) {
@@ -694,7 +702,7 @@ Tensor batched_mm(const Tensor& a2, const Tensor& b2) {
       sb = sb.select(d, index);
       so = so.select(d, index);
     }
-    cpu::mm(so, sa, sb);
+    run_mm(so, sa, sb);
   }
   return out;
 }
@@ -759,7 +767,7 @@ Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
     TDDP_CHECK(bias.dim() == 1 && bias.size(0) == out_features, "linear: 'bias' must have shape [{}], got {}",
                out_features, format_shape(bias.sizes()));
   }
-  check_cpu(input, "linear");
+  check_kernel_device(input, "linear");
   Shape out_shape = input.sizes();
   out_shape.back() = out_features;
   Tensor x2, out;
@@ -767,8 +775,8 @@ Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
     NoGradGuard no_grad;
     x2 = input.dim() == 2 ? input : input.reshape({-1, in_features});
     const Tensor out2 = new_output({x2.size(0), out_features}, input.dtype(), input.device());
-    cpu::mm(out2, x2, weight.t());  // x2 [n, in] @ weight^T [in, out]
-    if (bias.defined()) cpu::binary(cpu::BinaryOp::kAdd, out2, out2, bias, 1.0);
+    run_mm(out2, x2, weight.t());  // x2 [n, in] @ weight^T [in, out]
+    if (bias.defined()) run_binary(cpu::BinaryOp::kAdd, out2, out2, bias, 1.0, "linear");
     out = out2.reshape(out_shape);
   }
   // grad_out: [n, out] -> grad_input = grad_out @ weight: [n, in],

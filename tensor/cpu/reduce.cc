@@ -8,6 +8,7 @@
 #include "tensor/cpu/kernels.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/factory.h"
+#include "tensor/reduce_plan.h"
 
 namespace tinyddp::tensor::cpu {
 
@@ -16,55 +17,6 @@ namespace {
 // Integers (and bools) sum in int64; floating types sum in double for accuracy.
 template <typename T>
 using acc_t = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
-
-struct RowPlan {
-  Tensor rows;  // contiguous; logically [outer, inner]
-  int64_t outer = 1;
-  int64_t inner = 1;
-  Shape out_shape;
-};
-
-// `x` may be undefined when only the shapes are wanted (the leading-rows path): `sizes` is
-// x's shape either way.
-RowPlan plan_rows(const Tensor& x, const Shape& dims, bool keepdim, const Shape& sizes) {
-  const int64_t ndim = static_cast<int64_t>(sizes.size());
-  std::vector<bool> reduced(static_cast<size_t>(ndim), dims.empty());
-  for (int64_t d : dims) {
-    if (d < ndim) reduced[d] = true;  // a 0-d tensor's dim 0 is its only element
-  }
-  RowPlan plan;
-  Shape perm;
-  for (int64_t d = 0; d < ndim; ++d) {
-    if (reduced[d]) {
-      if (keepdim) plan.out_shape.push_back(1);
-      continue;
-    }
-    perm.push_back(d);
-    plan.out_shape.push_back(sizes[d]);
-    plan.outer *= sizes[d];
-  }
-  for (int64_t d = 0; d < ndim; ++d) {
-    if (!reduced[d]) continue;
-    perm.push_back(d);
-    plan.inner *= sizes[d];
-  }
-  if (x.defined()) plan.rows = x.permute(perm).contiguous();
-  return plan;
-}
-
-// When `dims` are exactly the leading dims of a contiguous tensor (a bias gradient's sum over
-// the batch), returns the number of reduced rows: each row of the remaining `inner` elements
-// is then added element-wise into an accumulator, with no transposing copy. Else 0.
-int64_t leading_rows(const Tensor& x, const Shape& dims, int64_t* inner) {
-  if (dims.empty() || !x.is_contiguous() || static_cast<int64_t>(dims.size()) >= x.dim()) return 0;
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (std::find(dims.begin(), dims.end(), static_cast<int64_t>(i)) == dims.end()) return 0;
-  }
-  int64_t rows = 1;
-  *inner = 1;
-  for (int64_t d = 0; d < x.dim(); ++d) (d < static_cast<int64_t>(dims.size()) ? rows : *inner) *= x.sizes()[d];
-  return rows;
-}
 
 // acc[j] = sum over rows i of in[i * inner + j], in the accumulation type A.
 template <typename T, typename A>

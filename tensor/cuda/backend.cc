@@ -8,9 +8,11 @@
 #include <cstring>
 
 #include "tensor/cuda/kernels.h"
+#include "tensor/cuda/libraries.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
 #include "tensor/factory.h"
+#include "tensor/reduce_plan.h"
 
 namespace tinyddp::tensor::cuda {
 
@@ -69,6 +71,30 @@ k::Geometry geometry(const Shape& sizes, const std::array<const Tensor*, N>& ten
 
 int device_of(const Tensor& t) { return t.device().index; }
 
+void check_launch(int status, const char* op) {
+  if (status != 0) throw_cuda_error(static_cast<cudaError_t>(status), op, __FILE__, __LINE__);
+}
+
+// sum and mean: `scale` is 1 or 1 / (elements per output). As on the CPU, a sum over the
+// leading dims of a contiguous tensor adds its rows column by column, without a copy.
+Tensor scaled_sum(const Tensor& x, const Shape& dims, bool keepdim, DType out_dtype, bool mean, const char* op) {
+  const int device = device_of(x);
+  DeviceGuard guard(device);
+  void* stream = compute_stream(device);
+  int64_t inner = 0;
+  const int64_t rows = leading_rows(x, dims, &inner);
+  const RowPlan plan = plan_rows(rows > 0 ? Tensor() : x, dims, keepdim, x.sizes());
+  const Tensor out = tensor::empty(plan.out_shape, TensorOptions().dtype(out_dtype).device(x.device()));
+  const int64_t count = rows > 0 ? rows : plan.inner;
+  const double scale = mean ? 1.0 / static_cast<double>(count) : 1.0;  // 0 elements: 0 * inf = NaN, as 0 / 0
+  const int dtype = static_cast<int>(x.dtype());
+  check_launch(rows > 0 ? k::sum_columns(x.raw_data_ptr(), dtype, out.raw_data_ptr(), rows, inner, scale, stream)
+                        : k::sum_rows(plan.rows.raw_data_ptr(), dtype, out.raw_data_ptr(), plan.outer, plan.inner, scale,
+                                      stream),
+               op);
+  return out;
+}
+
 // Runs `kernel(geometry, operands, stream)` over `tensors` (the first one is the output,
 // whose shape is iterated and whose device runs it) and checks the launch.
 template <size_t N, typename Kernel>
@@ -78,7 +104,7 @@ void run(const std::array<const Tensor*, N>& tensors, const char* op, Kernel&& k
   std::array<k::Operand, N> ops;
   const k::Geometry g = geometry<N>(tensors[0]->sizes(), tensors, ops, op);
   const int status = kernel(g, ops, static_cast<void*>(compute_stream(device)));
-  if (status != 0) throw_cuda_error(static_cast<cudaError_t>(status), op, __FILE__, __LINE__);
+  check_launch(status, op);
 }
 
 }  // namespace
@@ -115,6 +141,43 @@ void accumulate(const Tensor& dst, const Tensor& src) {
   run<2>({&dst, &src}, "accumulate kernel",
          [&](const k::Geometry& g, const auto& o, void* stream) { return k::accumulate(g, o[0], o[1], stream); });
 }
+
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+  return scaled_sum(x, dims, keepdim, x.dtype() == kBool ? kInt64 : x.dtype(), false, "sum kernel");
+}
+
+Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
+  return scaled_sum(x, dims, keepdim, x.dtype(), true, "mean kernel");
+}
+
+std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim) {
+  const int device = device_of(x);
+  DeviceGuard guard(device);
+  const RowPlan plan = plan_rows(x, dims, keepdim, x.sizes());
+  const Tensor values = tensor::empty(plan.out_shape, TensorOptions().dtype(x.dtype()).device(x.device()));
+  const Tensor indices = tensor::empty(plan.out_shape, TensorOptions().dtype(kInt64).device(x.device()));
+  check_launch(k::max_rows(plan.rows.raw_data_ptr(), static_cast<int>(x.dtype()), values.raw_data_ptr(),
+                           indices.data_ptr<int64_t>(), plan.outer, plan.inner, compute_stream(device)),
+               "max kernel");
+  return {values, indices};
+}
+
+void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) {
+  if (x.numel() == 0) return;
+  const int device = device_of(x);
+  DeviceGuard guard(device);
+  if (dnn::softmax(out, x, dim, log)) return;
+  // Our kernel: the softmax dim moved last and made contiguous, then one block per row.
+  const Tensor rows = x.transpose(dim, -1).contiguous();
+  const int64_t n = x.dim() == 0 ? 1 : x.size(dim);
+  const Tensor result = tensor::empty(rows.sizes(), TensorOptions().dtype(x.dtype()).device(x.device()));
+  check_launch(k::softmax_rows(rows.raw_data_ptr(), static_cast<int>(x.dtype()), result.raw_data_ptr(),
+                               rows.numel() / n, n, log, compute_stream(device)),
+               log ? "log_softmax kernel" : "softmax kernel");
+  copy(out, result.transpose(dim, -1));
+}
+
+void mm(const Tensor& out, const Tensor& a, const Tensor& b) { blas::mm(out, a, b); }
 
 void copy(const Tensor& dst, const Tensor& src) {
   if (dst.numel() == 0) return;

@@ -20,5 +20,13 @@ void accumulate(const Tensor& dst, const Tensor& src);
 // devices the bytes move with cudaMemcpy (staged through a contiguous buffer of src's dtype
 // when src is strided), and a copy to the CPU waits for it.
 void copy(const Tensor& dst, const Tensor& src);
+// Reductions with the CPU's contracts (`dims` wrapped and unique; empty: every dim).
+Tensor sum(const Tensor& x, const Shape& dims, bool keepdim);
+Tensor mean(const Tensor& x, const Shape& dims, bool keepdim);
+std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim);
+// cuDNN where it applies (float32/64/16), else our kernel.
+void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log);
+// out [n, m] (contiguous) = a [n, k] x b [k, m] through cuBLAS.
+void mm(const Tensor& out, const Tensor& a, const Tensor& b);
 
 }  // namespace tinyddp::tensor::cuda

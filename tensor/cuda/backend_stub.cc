@@ -17,5 +17,10 @@ void pow_scalar(const Tensor&, const Tensor&, double) { unavailable("pow"); }
 void fill(const Tensor&, double) { unavailable("fill_"); }
 void accumulate(const Tensor&, const Tensor&) { unavailable("accumulate_into"); }
 void copy(const Tensor&, const Tensor&) { unavailable("copy_"); }
+Tensor sum(const Tensor&, const Shape&, bool) { unavailable("sum"); }
+Tensor mean(const Tensor&, const Shape&, bool) { unavailable("mean"); }
+std::tuple<Tensor, Tensor> max(const Tensor&, const Shape&, bool) { unavailable("max"); }
+void softmax(const Tensor&, const Tensor&, int64_t, bool) { unavailable("softmax"); }
+void mm(const Tensor&, const Tensor&, const Tensor&) { unavailable("matmul"); }
 
 }  // namespace tinyddp::tensor::cuda

@@ -1,4 +1,4 @@
-// The plain-C++ interface to the nvcc-compiled elementwise kernels (tensor/cuda/elementwise.cu).
+// The plain-C++ interface to the nvcc-compiled kernels (tensor/cuda/elementwise.cu, reduce.cu).
 // No CUDA or tinyddp headers here: the .cu side sees only these descriptors, built by
 // tensor/cuda/backend.cc from Tensors (shapes broadcast, adjacent dims merged, devices and
 // dtypes already checked). Every launcher enqueues on `stream` (a cudaStream_t) and returns
@@ -43,5 +43,17 @@ int fill(const Geometry& g, const Operand& dst, double value, void* stream);
 // dst += src with atomic adds, so that a dst whose elements share memory (a broadcast view)
 // receives every contribution. float, double, int64 (and 16-bit floats through a CAS loop).
 int accumulate(const Geometry& g, const Operand& dst, const Operand& src, void* stream);
+
+
+// reduce.cu: contiguous inputs, outputs of the accumulated shape (see backend.cc's plans).
+// out[r] = scale * sum of row r of x [outer, inner]; out is int64 for bool x, else x's dtype.
+int sum_rows(const void* x, int dtype, void* out, int64_t outer, int64_t inner, double scale, void* stream);
+// out[j] = scale * sum over i of x[i, j], x [rows, inner].
+int sum_columns(const void* x, int dtype, void* out, int64_t rows, int64_t inner, double scale, void* stream);
+// The maximum of each row of x [outer, inner] (inner > 0) and its index in the row; NaN wins,
+// ties go to the first.
+int max_rows(const void* x, int dtype, void* values, int64_t* indices, int64_t outer, int64_t inner, void* stream);
+// (log_)softmax of each row of x [outer, n] into out (same layout); floating dtypes.
+int softmax_rows(const void* x, int dtype, void* out, int64_t outer, int64_t n, bool log_softmax, void* stream);
 
 }  // namespace tinyddp::tensor::cuda::kernels

@@ -1,0 +1,213 @@
+// tensor/cuda/libraries.h: cuBLAS GEMMs and cuDNN softmax. Every library call is checked; a
+// failure names the call and the library's own description of the status.
+#include "tensor/cuda/libraries.h"
+
+#include <cublas_v2.h>
+#include <cudnn.h>
+
+#include <climits>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "tensor/cuda.h"
+#include "tensor/cuda/runtime.h"
+#include "tensor/error.h"
+#include "tensor/ops.h"
+
+namespace tinyddp::tensor::cuda {
+
+namespace {
+
+#define TDDP_CUBLAS_CHECK(call)                                                                                 \
+  do {                                                                                                          \
+    const cublasStatus_t tddp_status_ = (call);                                                                 \
+    if (tddp_status_ != CUBLAS_STATUS_SUCCESS) {                                                                \
+      throw Error(fmt::format("cuBLAS call {} failed: {} ({}) at {}:{}", #call, cublasGetStatusString(tddp_status_), \
+                              cublasGetStatusName(tddp_status_), __FILE__, __LINE__));                          \
+    }                                                                                                           \
+  } while (false)
+
+#define TDDP_CUDNN_CHECK(call)                                                                                    \
+  do {                                                                                                            \
+    const cudnnStatus_t tddp_status_ = (call);                                                                    \
+    if (tddp_status_ != CUDNN_STATUS_SUCCESS) {                                                                   \
+      throw Error(fmt::format("cuDNN call {} failed: {} (status {}) at {}:{}", #call,                            \
+                              cudnnGetErrorString(tddp_status_), static_cast<int>(tddp_status_), __FILE__, __LINE__)); \
+    }                                                                                                             \
+  } while (false)
+
+// Library handles of one kind, per device. A call leases one (creating it the first time
+// none is free) and gives it back afterwards; handles live until the process exits.
+template <typename Handle>
+class HandlePool {
+ public:
+  explicit HandlePool(std::function<Handle()> create) : create_(std::move(create)) {}
+
+  class Lease {
+   public:
+    Lease(HandlePool* pool, int device, Handle handle) : pool_(pool), device_(device), handle_(handle) {}
+    ~Lease() { pool_->give_back(device_, handle_); }
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    Handle get() const { return handle_; }
+
+   private:
+    HandlePool* pool_;
+    int device_;
+    Handle handle_;
+  };
+
+  // The caller has made `device` current.
+  Lease lease(int device) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::vector<Handle>& free = free_[device];
+      if (!free.empty()) {
+        const Handle handle = free.back();
+        free.pop_back();
+        return Lease(this, device, handle);
+      }
+    }
+    return Lease(this, device, create_());
+  }
+
+ private:
+  void give_back(int device, Handle handle) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_[device].push_back(handle);
+  }
+
+  std::function<Handle()> create_;
+  std::mutex mutex_;
+  std::map<int, std::vector<Handle>> free_;
+};
+
+HandlePool<cublasHandle_t>& blas_handles() {
+  static auto* pool = new HandlePool<cublasHandle_t>([] {
+    cublasHandle_t handle = nullptr;
+    TDDP_CUBLAS_CHECK(cublasCreate(&handle));
+    return handle;
+  });
+  return *pool;
+}
+
+HandlePool<cudnnHandle_t>& dnn_handles() {
+  static auto* pool = new HandlePool<cudnnHandle_t>([] {
+    cudnnHandle_t handle = nullptr;
+    TDDP_CUDNN_CHECK(cudnnCreate(&handle));
+    return handle;
+  });
+  return *pool;
+}
+
+// How cuBLAS (column-major) reads a row-major matrix view [rows, cols]: its memory is the
+// column-major transpose with leading dimension stride(0) (op N) or, for a transposed view,
+// the column-major matrix itself with leading dimension stride(1) (op T). Size-1 dims may
+// carry any stride. Other layouts need a contiguous copy first.
+struct Layout {
+  cublasOperation_t op;
+  int64_t ld;
+};
+
+std::optional<Layout> blas_layout(const Tensor& t) {
+  const int64_t rows = t.size(0), cols = t.size(1), s0 = t.stride(0), s1 = t.stride(1);
+  if ((s1 == 1 || cols <= 1) && (s0 >= std::max<int64_t>(1, cols) || rows <= 1)) {
+    return Layout{CUBLAS_OP_N, rows <= 1 ? std::max<int64_t>(1, cols) : s0};
+  }
+  if ((s0 == 1 || rows <= 1) && (s1 >= std::max<int64_t>(1, rows) || cols <= 1)) {
+    return Layout{CUBLAS_OP_T, cols <= 1 ? std::max<int64_t>(1, rows) : s1};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+namespace blas {
+
+void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
+  const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
+  if (n == 0 || m == 0) return;
+  if (k == 0) {
+    out.fill_(0.0);
+    return;
+  }
+  cudaDataType type;
+  cublasComputeType_t compute;
+  switch (a.dtype()) {
+    case kFloat32:
+      type = CUDA_R_32F;
+      compute = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      break;
+    case kFloat64: type = CUDA_R_64F; compute = CUBLAS_COMPUTE_64F; break;
+    case kFloat16: type = CUDA_R_16F; compute = CUBLAS_COMPUTE_32F; break;
+    case kBFloat16: type = CUDA_R_16BF; compute = CUBLAS_COMPUTE_32F; break;
+    default:
+      throw Error(fmt::format("matmul: not supported for dtype {} on CUDA (cuBLAS multiplies floating-point matrices; "
+                              "convert with .to(float32) or multiply on the CPU)",
+                              dtype_name(a.dtype())));
+  }
+  std::optional<Layout> la = blas_layout(a), lb = blas_layout(b);
+  const Tensor ac = la ? a : a.contiguous(), bc = lb ? b : b.contiguous();
+  if (!la) la = blas_layout(ac);
+  if (!lb) lb = blas_layout(bc);
+  const int device = out.device().index;
+  DeviceGuard guard(device);
+  const auto handle = blas_handles().lease(device);
+  TDDP_CUBLAS_CHECK(cublasSetStream(handle.get(), compute_stream(device)));
+  const float alpha_f = 1.0f, beta_f = 0.0f;
+  const double alpha_d = 1.0, beta_d = 0.0;
+  const bool dbl = compute == CUBLAS_COMPUTE_64F;
+  // Row-major out = a b is column-major out^T = b^T a^T: cuBLAS's A is b, its B is a.
+  TDDP_CUBLAS_CHECK(cublasGemmEx_64(handle.get(), lb->op, la->op, m, n, k, dbl ? static_cast<const void*>(&alpha_d) : &alpha_f,
+                                    bc.raw_data_ptr(), type, lb->ld, ac.raw_data_ptr(), type, la->ld,
+                                    dbl ? static_cast<const void*>(&beta_d) : &beta_f, out.raw_data_ptr(), type, m,
+                                    compute, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace blas
+
+namespace dnn {
+
+bool softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) {
+  cudnnDataType_t type;
+  switch (x.dtype()) {
+    case kFloat32: type = CUDNN_DATA_FLOAT; break;
+    case kFloat64: type = CUDNN_DATA_DOUBLE; break;
+    case kFloat16: type = CUDNN_DATA_HALF; break;
+    default: return false;
+  }
+  // x as NCHW: N = the dims before `dim`, C = dim, H = the dims after it; CHANNEL mode
+  // normalises over C for every (n, h).
+  int64_t before = 1, after = 1;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (d < dim) before *= x.size(d);
+    if (d > dim) after *= x.size(d);
+  }
+  const int64_t channels = x.dim() == 0 ? 1 : x.size(dim);
+  if (x.numel() > INT_MAX || !out.is_contiguous()) return false;
+  const Tensor dense = x.contiguous();
+  const int device = x.device().index;
+  const auto handle = dnn_handles().lease(device);
+  TDDP_CUDNN_CHECK(cudnnSetStream(handle.get(), compute_stream(device)));
+  cudnnTensorDescriptor_t desc = nullptr;
+  TDDP_CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc));
+  const std::unique_ptr<cudnnTensorStruct, cudnnStatus_t (*)(cudnnTensorDescriptor_t)> owned(desc,
+                                                                                         cudnnDestroyTensorDescriptor);
+  TDDP_CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc, CUDNN_TENSOR_NCHW, type, static_cast<int>(before),
+                                              static_cast<int>(channels), static_cast<int>(after), 1));
+  const float one_f = 1.0f, zero_f = 0.0f;
+  const double one_d = 1.0, zero_d = 0.0;
+  const bool dbl = type == CUDNN_DATA_DOUBLE;
+  TDDP_CUDNN_CHECK(cudnnSoftmaxForward(handle.get(), log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE,
+                                       CUDNN_SOFTMAX_MODE_CHANNEL, dbl ? static_cast<const void*>(&one_d) : &one_f, desc,
+                                       dense.raw_data_ptr(), dbl ? static_cast<const void*>(&zero_d) : &zero_f, desc,
+                                       out.raw_data_ptr()));
+  return true;
+}
+
+}  // namespace dnn
+
+}  // namespace tinyddp::tensor::cuda

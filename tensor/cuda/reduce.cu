@@ -1,0 +1,204 @@
+// Reductions and softmax on the GPU, over the contiguous layouts that backend.cc prepares
+// (the same plans as the CPU's tensor/cpu/reduce.cc):
+// - rows: [outer, inner] with the reduced elements of one output adjacent. One block of
+//   kThreads threads per row (grid-striding over rows): each thread accumulates a strided
+//   share of the row, then the block combines the partial results in shared memory.
+// - columns: [rows, inner], reducing over the leading rows (a bias gradient's sum over the
+//   batch). One thread per output column walks down the rows: neighbouring threads read
+//   neighbouring addresses, so every load is coalesced and no transposing copy is needed.
+// Sums accumulate in float for the floating types (double for float64) and in int64 for
+// integers and bools, as PyTorch's CUDA reductions do.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "tensor/cuda/dtypes.cuh"
+#include "tensor/cuda/kernels.h"
+
+namespace tinyddp::tensor::cuda::kernels {
+
+namespace {
+
+constexpr int kThreads = 256;  // a power of two: block_reduce halves it
+
+template <typename T>
+using acc_t = std::conditional_t<std::is_integral_v<T>, int64_t, std::conditional_t<std::is_same_v<T, double>, double, float>>;
+
+int grid_for(int64_t items) { return static_cast<int>(items < 65535 ? (items > 0 ? items : 1) : 65535); }
+
+// Combines every thread's `v` with `op`; all threads get the result. `buf` holds kThreads.
+template <typename A, typename Op>
+__device__ A block_reduce(A v, A* buf, Op op) {
+  buf[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) buf[threadIdx.x] = op(buf[threadIdx.x], buf[threadIdx.x + s]);
+    __syncthreads();
+  }
+  const A result = buf[0];
+  __syncthreads();  // buf is reused by the next call
+  return result;
+}
+
+struct Plus {
+  template <typename A>
+  __device__ A operator()(A a, A b) const {
+    return a + b;
+  }
+};
+
+template <typename T, typename O>
+__global__ void sum_rows_kernel(const T* x, O* out, int64_t outer, int64_t inner, acc_t<T> scale) {
+  using A = acc_t<T>;
+  __shared__ A buf[kThreads];
+  for (int64_t r = blockIdx.x; r < outer; r += gridDim.x) {
+    const T* row = x + r * inner;
+    A acc = 0;
+    for (int64_t i = threadIdx.x; i < inner; i += kThreads) acc += static_cast<A>(load(row[i]));
+    acc = block_reduce(acc, buf, Plus{});
+    if (threadIdx.x == 0) out[r] = store<O>(acc * scale);
+  }
+}
+
+template <typename T, typename O>
+__global__ void sum_columns_kernel(const T* x, O* out, int64_t rows, int64_t inner, acc_t<T> scale) {
+  using A = acc_t<T>;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < inner; j += step) {
+    A acc = 0;
+    for (int64_t i = 0; i < rows; ++i) acc += static_cast<A>(load(x[i * inner + j]));
+    out[j] = store<O>(acc * scale);
+  }
+}
+
+// A candidate maximum and its position in the row. NaN wins over everything (the first NaN
+// over later ones), a larger value wins, and ties go to the smaller index: the CPU's answer.
+template <typename C>
+struct Best {
+  C value;
+  int64_t index;
+};
+
+struct KeepBetter {
+  template <typename C>
+  __device__ Best<C> operator()(Best<C> a, Best<C> b) const {
+    if (b.index < 0) return a;
+    if (a.index < 0) return b;
+    const bool a_nan = a.value != a.value, b_nan = b.value != b.value;
+    if (a_nan || b_nan) return a_nan && (!b_nan || a.index < b.index) ? a : b;
+    if (a.value != b.value) return a.value > b.value ? a : b;
+    return a.index < b.index ? a : b;
+  }
+};
+
+template <typename T>
+__global__ void max_rows_kernel(const T* x, T* values, int64_t* indices, int64_t outer, int64_t inner) {
+  using C = compute_t<T>;
+  __shared__ Best<C> buf[kThreads];
+  for (int64_t r = blockIdx.x; r < outer; r += gridDim.x) {
+    const T* row = x + r * inner;
+    Best<C> best{C(0), -1};
+    for (int64_t i = threadIdx.x; i < inner; i += kThreads) best = KeepBetter{}(best, Best<C>{load(row[i]), i});
+    best = block_reduce(best, buf, KeepBetter{});
+    if (threadIdx.x == 0) {
+      values[r] = row[best.index];
+      indices[r] = best.index;
+    }
+  }
+}
+
+struct Larger {
+  template <typename A>
+  __device__ A operator()(A a, A b) const {
+    return a != a ? a : (b != b ? b : (a > b ? a : b));
+  }
+};
+
+// One block per row of n elements: the row's maximum, the sum of exp(x - max), then the
+// outputs, all in the accumulation type.
+template <typename T>
+__global__ void softmax_rows_kernel(const T* x, T* out, int64_t outer, int64_t n, bool log_softmax) {
+  using A = acc_t<T>;
+  __shared__ A buf[kThreads];
+  for (int64_t r = blockIdx.x; r < outer; r += gridDim.x) {
+    const T* row = x + r * n;
+    T* out_row = out + r * n;
+    A m = -INFINITY;
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) m = Larger{}(m, static_cast<A>(load(row[i])));
+    m = block_reduce(m, buf, Larger{});
+    A total = 0;
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) total += exp(static_cast<A>(load(row[i])) - m);
+    total = block_reduce(total, buf, Plus{});
+    const A log_total = log(total);
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+      const A shifted = static_cast<A>(load(row[i])) - m;
+      out_row[i] = store<T>(log_softmax ? shifted - log_total : exp(shifted) / total);
+    }
+  }
+}
+
+// The output type of a sum: bool sums count into int64, everything else keeps its type.
+template <typename F>
+cudaError_t dispatch_sum(int dtype, F&& f) {
+  return dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using O = std::conditional_t<std::is_same_v<T, bool>, int64_t, T>;
+    return f(tag, O{});
+  });
+}
+
+template <typename T>
+constexpr bool is_floating = std::is_floating_point_v<compute_t<T>>;
+
+}  // namespace
+
+int sum_rows(const void* x, int dtype, void* out, int64_t outer, int64_t inner, double scale, void* stream) {
+  return dispatch_sum(dtype, [&](auto tag, auto out_tag) {
+    using T = decltype(tag);
+    using O = decltype(out_tag);
+    if (outer == 0) return cudaSuccess;
+    sum_rows_kernel<T, O><<<grid_for(outer), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<const T*>(x), static_cast<O*>(out), outer, inner, static_cast<acc_t<T>>(scale));
+    return cudaGetLastError();
+  });
+}
+
+int sum_columns(const void* x, int dtype, void* out, int64_t rows, int64_t inner, double scale, void* stream) {
+  return dispatch_sum(dtype, [&](auto tag, auto out_tag) {
+    using T = decltype(tag);
+    using O = decltype(out_tag);
+    if (inner == 0) return cudaSuccess;
+    const int blocks = grid_for((inner + kThreads - 1) / kThreads);
+    sum_columns_kernel<T, O><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<const T*>(x), static_cast<O*>(out), rows, inner, static_cast<acc_t<T>>(scale));
+    return cudaGetLastError();
+  });
+}
+
+int max_rows(const void* x, int dtype, void* values, int64_t* indices, int64_t outer, int64_t inner, void* stream) {
+  if (inner == 0) return cudaErrorInvalidValue;  // ops.cc refuses reducing an empty dim
+  return dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if (outer == 0) return cudaSuccess;
+    max_rows_kernel<T><<<grid_for(outer), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<const T*>(x), static_cast<T*>(values), indices, outer, inner);
+    return cudaGetLastError();
+  });
+}
+
+int softmax_rows(const void* x, int dtype, void* out, int64_t outer, int64_t n, bool log_softmax, void* stream) {
+  return dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!is_floating<T>) {
+      return cudaErrorInvalidValue;  // ops.cc refuses non-floating dtypes
+    } else {
+      if (outer == 0 || n == 0) return cudaSuccess;
+      softmax_rows_kernel<T><<<grid_for(outer), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+          static_cast<const T*>(x), static_cast<T*>(out), outer, n, log_softmax);
+      return cudaGetLastError();
+    }
+  });
+}
+
+}  // namespace tinyddp::tensor::cuda::kernels
