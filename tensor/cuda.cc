@@ -7,9 +7,13 @@
 #include <atomic>
 
 #include "tensor/error.h"
+#include "tensor/factory.h"
+#include "tensor/grad_mode.h"
+#include "tensor/tensor.h"
 
 #if TINYDDP_WITH_CUDA
 #include "tensor/cuda/device_query.h"
+#include "tensor/cuda/runtime.h"
 #endif
 
 namespace tinyddp::tensor::cuda {
@@ -64,6 +68,37 @@ void empty_cache() {}
 #endif
 
 bool is_available() { return device_count() > 0; }
+
+}  // namespace tinyddp::tensor::cuda
+
+namespace tinyddp::tensor {
+
+bool Tensor::is_pinned() const {
+#if TINYDDP_WITH_CUDA
+  return is_cpu() && cuda::is_pinned(raw_data_ptr());
+#else
+  return false;
+#endif
+}
+
+Tensor Tensor::pin_memory() const {
+  TDDP_CHECK(is_cpu(), "pin_memory: only CPU tensors can be pinned, got a tensor on {}", device().str());
+  if (is_pinned() && is_contiguous()) return *this;
+#if TINYDDP_WITH_CUDA
+  TDDP_CHECK(cuda::is_available(), "pin_memory: needs a GPU: {}", cuda::unavailable_reason());
+  const Storage storage(static_cast<size_t>(numel()) * tensor::element_size(dtype()), cuda::pinned_allocator());
+  const Tensor out = Tensor::make(storage, sizes(), contiguous_strides(sizes()), 0, dtype());
+  NoGradGuard no_grad;
+  out.copy_(*this);
+  return out;
+#else
+  throw Error(fmt::format("pin_memory: needs a GPU: {}", cuda::unavailable_reason()));
+#endif
+}
+
+}  // namespace tinyddp::tensor
+
+namespace tinyddp::tensor::cuda {
 
 namespace {
 std::atomic<bool> tf32_allowed{false};

@@ -70,7 +70,7 @@ void check_sampling_target(const Tensor& t, const char* op) {
   TDDP_CHECK(!(GradMode::is_enabled() && t.requires_grad()),
              "{}: in-place sampling into a tensor that requires grad; wrap it in NoGradGuard (as nn.init does)", op);
   TDDP_CHECK(t.is_floating_point(), "{}: expected a floating-point tensor, got dtype {}", op, dtype_name(t.dtype()));
-  TDDP_CHECK(t.is_cpu(), "{}: only CPU tensors can be sampled in this build, got a tensor on {}", op, t.device().str());
+  TDDP_CHECK(t.is_cpu() || t.is_cuda(), "{}: cannot sample into a tensor on {}", op, t.device().str());
 }
 
 // PyTorch's layout for float32 normals: draw all uniforms first, then transform each block
@@ -124,9 +124,17 @@ const Tensor& normal_(const Tensor& t, double mean, double std, Generator* gener
   TDDP_CHECK(std >= 0, "normal_: expects std >= 0.0, but found std {}", std);
   Generator& g = pick(generator);
   std::lock_guard<std::mutex> lock(g.mutex());
-  if (t.dtype() == kFloat32 && t.numel() >= 16 && t.is_contiguous()) {
-    normal_fill_float(t.data_ptr<float>(), t.numel(), static_cast<float>(mean), static_cast<float>(std), g);
-    t.storage().bump_version();
+  if (t.dtype() == kFloat32 && t.numel() >= 16 && (t.is_contiguous() || !t.is_cpu())) {
+    // Drawn on the host (into t itself when it is a contiguous CPU tensor), then copied.
+    const bool direct = t.is_cpu();
+    const Tensor host = direct ? t : empty(t.sizes(), kFloat32);
+    normal_fill_float(host.data_ptr<float>(), host.numel(), static_cast<float>(mean), static_cast<float>(std), g);
+    if (direct) {
+      t.storage().bump_version();
+    } else {
+      NoGradGuard no_grad;
+      t.copy_(host);
+    }
     return t;
   }
   std::vector<double> values(static_cast<size_t>(t.numel()));

@@ -1,6 +1,9 @@
 // Random numbers: a seeded Mersenne-Twister Generator per device and the sampling ops.
 // The CPU streams follow PyTorch's CPU generator: after manual_seed(s) the same calls give
 // the same numbers as torch.manual_seed(s) (uniform exactly; normal to float rounding).
+// Tensors on a GPU are filled from the same host generator (drawn on the CPU, then copied):
+// a model initialised under one seed is identical on the CPU and on any GPU. PyTorch keeps a
+// separate generator per GPU instead, so its GPU draws differ from its CPU draws.
 #pragma once
 
 #include <cstdint>

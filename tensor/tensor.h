@@ -117,6 +117,10 @@ class Tensor {
   // --- conversion -----------------------------------------------------------------------
   Tensor to(DType dtype) const;    // itself when the dtype already matches
   Tensor to(Device device) const;  // itself when the device already matches
+  // A contiguous copy in page-locked host memory (itself when already pinned), from which
+  // copies to a GPU are queued without the host waiting; needs a CUDA build and a GPU.
+  Tensor pin_memory() const;
+  bool is_pinned() const;
 
   // --- in place (the handle is const; the data is not) -----------------------------------
   const Tensor& add_(const Tensor& other, double alpha = 1.0) const;

@@ -197,11 +197,14 @@ void copy(const Tensor& dst, const Tensor& src) {
     DeviceGuard guard(device_of(dst));
     TDDP_CUDA_CHECK(cudaMemcpyPeerAsync(landing.raw_data_ptr(), device_of(dst), dense_src.raw_data_ptr(), device_of(src),
                                         nbytes, compute_stream(device_of(dst))));
-  } else if (dst.is_cuda()) {  // host to device: the stream reads the host bytes later, so wait
+  } else if (dst.is_cuda()) {
+    // Host to device without the host waiting: from pinned memory, staged through a pinned
+    // block when src is pageable; the block is not reused before the copy has run.
     DeviceGuard guard(device_of(dst));
     const cudaStream_t stream = compute_stream(device_of(dst));
-    TDDP_CUDA_CHECK(cudaMemcpyAsync(landing.raw_data_ptr(), dense_src.raw_data_ptr(), nbytes, cudaMemcpyHostToDevice, stream));
-    TDDP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const Tensor pinned = dense_src.pin_memory();
+    TDDP_CUDA_CHECK(cudaMemcpyAsync(landing.raw_data_ptr(), pinned.raw_data_ptr(), nbytes, cudaMemcpyHostToDevice, stream));
+    record_pinned_use(pinned.raw_data_ptr(), stream);
   } else {  // device to host: after the kernels that wrote src
     DeviceGuard guard(device_of(src));
     const cudaStream_t stream = compute_stream(device_of(src));

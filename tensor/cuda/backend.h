@@ -18,7 +18,8 @@ void fill(const Tensor& dst, double value);
 void accumulate(const Tensor& dst, const Tensor& src);
 // dst = src (broadcast, dtype converted) where either side, or both, is on a GPU: between
 // devices the bytes move with cudaMemcpy (staged through a contiguous buffer of src's dtype
-// when src is strided), and a copy to the CPU waits for it.
+// when src is strided). A copy to the CPU waits for it; a copy from the CPU does not (the
+// bytes are staged through pinned memory when they are not pinned already).
 void copy(const Tensor& dst, const Tensor& src);
 // Reductions with the CPU's contracts (`dims` wrapped and unique; empty: every dim).
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim);

@@ -58,4 +58,16 @@ Allocator* caching_allocator(int device);
 // after the work queued on `stream` by then has completed.
 void record_stream(const void* ptr, int device, cudaStream_t stream);
 
+// Page-locked ("pinned") host memory, which the GPU's copy engines read and write directly,
+// so a copy from or to it is queued without the host waiting. The allocator behind
+// Tensor::pin_memory() (device cpu) and the staging buffers of host-to-device copies and of
+// Gloo collectives on CUDA tensors. Freed blocks are cached by size (cudaFreeHost
+// synchronises the device) and reused only once every copy recorded on them has completed.
+Allocator* pinned_allocator();
+// True when `ptr` lies in a block of the pinned allocator that is allocated now.
+bool is_pinned(const void* ptr);
+// Marks the pinned block holding `ptr` as read or written by work queued on `stream`: the
+// block is not handed out again before that work completes.
+void record_pinned_use(const void* ptr, cudaStream_t stream);
+
 }  // namespace tinyddp::tensor::cuda
