@@ -68,11 +68,17 @@ gloo::AllreduceOptions::Func reduce_function(ReduceOp op) {
   });
 }
 
-// A contiguous CPU buffer for `t`: t itself when contiguous, else a copy written back later.
+// `t`'s elements in a contiguous CPU tensor: t itself when it is one, else a copy. For a
+// CUDA tensor the copy waits (on the worker thread, never the caller's) for the kernels
+// queued on its device so far.
+Tensor host_dense(const Tensor& t) { return t.is_cpu() ? t.contiguous() : t.to(tensor::kCPU); }
+
+// A contiguous CPU buffer for `t`: t itself when contiguous, else a copy written back later
+// (to a GPU: queued on its compute stream, so later kernels there see the result).
 struct Staged {
   Tensor original;
   Tensor buffer;
-  explicit Staged(const Tensor& t) : original(t), buffer(t.is_contiguous() ? t : t.contiguous()) {}
+  explicit Staged(const Tensor& t) : original(t), buffer(host_dense(t)) {}
   void write_back() const {
     if (!buffer.is_same(original)) original.copy_(buffer);
     original.storage().bump_version();
@@ -88,14 +94,14 @@ Tensor flatten_all(const std::vector<Tensor>& list) {
   return flat;
 }
 
-void check_cpu_tensor(const Tensor& t, const char* op, const char* what) {
+void check_tensor(const Tensor& t, const char* op, const char* what) {
   TDDP_CHECK(t.defined(), "ProcessGroupGloo {}: {} is an undefined tensor", op, what);
-  TDDP_CHECK(t.is_cpu(), "ProcessGroupGloo {}: {} is on {}; the Gloo backend takes CPU tensors", op, what,
-             t.device().str());
+  TDDP_CHECK(t.is_cpu() || t.is_cuda(), "ProcessGroupGloo {}: {} is on {}; the Gloo backend takes CPU and CUDA tensors",
+             op, what, t.device().str());
 }
 
 void check_like(const Tensor& t, const Tensor& reference, const char* op, const std::string& what) {
-  check_cpu_tensor(t, op, what.c_str());
+  check_tensor(t, op, what.c_str());
   TDDP_CHECK(t.dtype() == reference.dtype() && t.sizes() == reference.sizes(),
              "ProcessGroupGloo {}: {} is {} {} but must be {} {}", op, what, tensor::dtype_name(t.dtype()),
              tensor::format_shape(t.sizes()), tensor::dtype_name(reference.dtype()),
@@ -242,7 +248,7 @@ std::string ProcessGroupGloo::describe(const char* op, const Tensor& t, const st
 std::shared_ptr<Work> ProcessGroupGloo::allreduce(const std::vector<Tensor>& tensors, ReduceOp op) {
   TDDP_CHECK(!tensors.empty(), "ProcessGroupGloo allreduce: no tensors given");
   for (size_t i = 0; i < tensors.size(); ++i) {
-    check_cpu_tensor(tensors[i], "allreduce", fmt::format("tensor {}", i).c_str());
+    check_tensor(tensors[i], "allreduce", fmt::format("tensor {}", i).c_str());
     TDDP_CHECK(tensors[i].dtype() == tensors[0].dtype(), "ProcessGroupGloo allreduce: tensors of different dtypes ({} and {})",
                tensor::dtype_name(tensors[0].dtype()), tensor::dtype_name(tensors[i].dtype()));
   }
@@ -276,7 +282,7 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce(const std::vector<Tensor>& ten
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::broadcast(const Tensor& tensor, int root) {
-  check_cpu_tensor(tensor, "broadcast", "tensor");
+  check_tensor(tensor, "broadcast", "tensor");
   TDDP_CHECK(root >= 0 && root < size_, "ProcessGroupGloo broadcast: root {} is not a rank of this group of {}", root, size_);
   with_element_type(tensor.dtype(), "broadcast", [](auto) {});
   return enqueue(describe("broadcast", tensor, fmt::format("root {}", root)), [this, tensor, root](uint32_t tag) {
@@ -297,13 +303,13 @@ std::shared_ptr<Work> ProcessGroupGloo::broadcast(const Tensor& tensor, int root
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::allgather(const std::vector<Tensor>& outputs, const Tensor& input) {
-  check_cpu_tensor(input, "allgather", "input");
+  check_tensor(input, "allgather", "input");
   TDDP_CHECK(static_cast<int>(outputs.size()) == size_, "ProcessGroupGloo allgather: {} outputs given for a group of {}",
              outputs.size(), size_);
   for (size_t r = 0; r < outputs.size(); ++r) check_like(outputs[r], input, "allgather", fmt::format("output {}", r));
   with_element_type(input.dtype(), "allgather", [](auto) {});
   return enqueue(describe("allgather", input), [this, outputs, input](uint32_t tag) {
-    const Tensor in = input.contiguous();
+    const Tensor in = host_dense(input);
     const Tensor flat = tensor::empty({input.numel() * size_}, input.dtype());
     if (input.numel() > 0) {
       with_element_type(input.dtype(), "allgather", [&](auto tag_type) {
@@ -321,7 +327,7 @@ std::shared_ptr<Work> ProcessGroupGloo::allgather(const std::vector<Tensor>& out
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::gather(const std::vector<Tensor>& outputs, const Tensor& input, int root) {
-  check_cpu_tensor(input, "gather", "input");
+  check_tensor(input, "gather", "input");
   TDDP_CHECK(root >= 0 && root < size_, "ProcessGroupGloo gather: root {} is not a rank of this group of {}", root, size_);
   if (rank_ == root) {
     TDDP_CHECK(static_cast<int>(outputs.size()) == size_, "ProcessGroupGloo gather: the root needs {} outputs, got {}",
@@ -332,7 +338,7 @@ std::shared_ptr<Work> ProcessGroupGloo::gather(const std::vector<Tensor>& output
   }
   with_element_type(input.dtype(), "gather", [](auto) {});
   return enqueue(describe("gather", input, fmt::format("root {}", root)), [this, outputs, input, root](uint32_t tag) {
-    const Tensor in = input.contiguous();
+    const Tensor in = host_dense(input);
     const Tensor flat = rank_ == root ? tensor::empty({input.numel() * size_}, input.dtype()) : Tensor();
     if (input.numel() > 0) {
       with_element_type(input.dtype(), "gather", [&](auto tag_type) {
@@ -351,7 +357,7 @@ std::shared_ptr<Work> ProcessGroupGloo::gather(const std::vector<Tensor>& output
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root) {
-  check_cpu_tensor(output, "scatter", "output");
+  check_tensor(output, "scatter", "output");
   TDDP_CHECK(root >= 0 && root < size_, "ProcessGroupGloo scatter: root {} is not a rank of this group of {}", root, size_);
   if (rank_ == root) {
     TDDP_CHECK(static_cast<int>(inputs.size()) == size_, "ProcessGroupGloo scatter: the root needs {} inputs, got {}",
@@ -364,7 +370,7 @@ std::shared_ptr<Work> ProcessGroupGloo::scatter(const Tensor& output, const std:
   return enqueue(describe("scatter", output, fmt::format("root {}", root)), [this, output, inputs, root](uint32_t tag) {
     const Staged staged(output);
     std::vector<Tensor> dense;
-    for (const Tensor& t : inputs) dense.push_back(t.contiguous());
+    for (const Tensor& t : inputs) dense.push_back(host_dense(t));
     if (output.numel() > 0) {
       with_element_type(output.dtype(), "scatter", [&](auto tag_type) {
         using T = decltype(tag_type);
@@ -386,7 +392,7 @@ std::shared_ptr<Work> ProcessGroupGloo::scatter(const Tensor& output, const std:
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::reduce(const Tensor& tensor, int root, ReduceOp op) {
-  check_cpu_tensor(tensor, "reduce", "tensor");
+  check_tensor(tensor, "reduce", "tensor");
   TDDP_CHECK(root >= 0 && root < size_, "ProcessGroupGloo reduce: root {} is not a rank of this group of {}", root, size_);
   TDDP_CHECK(op != ReduceOp::kAvg || tensor.is_floating_point(),
              "ProcessGroupGloo reduce: avg needs floating-point tensors, got {}", tensor::dtype_name(tensor.dtype()));
@@ -417,7 +423,7 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce(const Tensor& tensor, int root, R
 
 std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
                                                        ReduceOp op) {
-  check_cpu_tensor(output, "reduce_scatter", "output");
+  check_tensor(output, "reduce_scatter", "output");
   TDDP_CHECK(static_cast<int>(inputs.size()) == size_, "ProcessGroupGloo reduce_scatter: {} inputs given for a group of {}",
              inputs.size(), size_);
   for (size_t r = 0; r < inputs.size(); ++r) check_like(inputs[r], output, "reduce_scatter", fmt::format("input {}", r));
@@ -459,11 +465,12 @@ constexpr uint64_t kP2PSlotBase = uint64_t{1} << 40;
 }  // namespace
 
 std::shared_ptr<Work> ProcessGroupGloo::send(const Tensor& tensor, int dst, int tag) {
-  check_cpu_tensor(tensor, "send", "tensor");
+  check_tensor(tensor, "send", "tensor");
   TDDP_CHECK(dst >= 0 && dst < size_ && dst != rank_, "ProcessGroupGloo send: destination {} is not another rank of this group of {}",
              dst, size_);
   TDDP_CHECK(tag >= 0, "ProcessGroupGloo send: tag must be >= 0, got {}", tag);
-  const Tensor data = tensor.contiguous().clone();  // the caller may reuse its tensor at once
+  // A copy now: the caller may reuse its tensor at once (from a GPU, after its kernels ran).
+  const Tensor data = tensor.is_cpu() ? tensor.contiguous().clone() : tensor.to(tensor::kCPU);
   return start_p2p(describe("send", tensor, fmt::format("to {}, tag {}", dst, tag)), [this, data, dst, tag] {
     auto buffer = context_->createUnboundBuffer(data.raw_data_ptr(), data.nbytes());
     buffer->send(dst, kP2PSlotBase + static_cast<uint64_t>(tag));
@@ -472,7 +479,7 @@ std::shared_ptr<Work> ProcessGroupGloo::send(const Tensor& tensor, int dst, int 
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::recv(const Tensor& tensor, int src, int tag) {
-  check_cpu_tensor(tensor, "recv", "tensor");
+  check_tensor(tensor, "recv", "tensor");
   TDDP_CHECK(src >= 0 && src < size_ && src != rank_, "ProcessGroupGloo recv: source {} is not another rank of this group of {}",
              src, size_);
   TDDP_CHECK(tag >= 0, "ProcessGroupGloo recv: tag must be >= 0, got {}", tag);

@@ -3,6 +3,12 @@
 // order they were issued, so that the caller (e.g. DDP inside backward) is never blocked
 // until it waits. dtypes: float32, float64, float16, bfloat16, int64 (reductions are
 // tinyddp's own functions, so bfloat16 works too).
+//
+// CUDA tensors are accepted too, staged through host memory: the worker copies them to the
+// host (waiting for the kernels queued on their device, not blocking the caller), runs the
+// collective there and queues the results' copies back on the device's compute stream, so
+// kernels queued after wait() see them. Slower than NCCL, but it lets several processes share
+// one GPU (NCCL refuses two ranks on one device) and lets DDP on GPUs run where NCCL cannot.
 #pragma once
 
 #include <deque>
