@@ -1,9 +1,11 @@
-// Everything comm in one include: stores, process groups, the Gloo backend, initialisation.
+// Everything comm in one include: stores, process groups, the Gloo and NCCL backends,
+// initialisation.
 #pragma once
 
 #include "comm/init.h"
 #include "comm/process_group.h"
 #include "comm/process_group_gloo.h"
+#include "comm/process_group_nccl.h"
 #include "comm/spawn.h"
 #include "comm/store.h"
 #include "comm/tcp_store.h"

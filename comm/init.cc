@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 
 #include "comm/process_group_gloo.h"
+#include "comm/process_group_nccl.h"
+#include "tensor/cuda.h"
 #include "comm/tcp_store.h"
 
 namespace tinyddp::comm {
@@ -50,7 +52,10 @@ bool is_loopback(const std::string& address) {
 }  // namespace
 
 std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, const InitOptions& options) {
-  TDDP_CHECK(backend == "gloo", "init_process_group: unknown backend '{}' (this build has: gloo)", backend);
+  TDDP_CHECK(backend == "gloo" || backend == "nccl",
+             "init_process_group: unknown backend '{}' (expected 'gloo' for CPU tensors or 'nccl' for CUDA tensors)", backend);
+  TDDP_CHECK(backend != "nccl" || tensor::cuda::is_available(), "init_process_group: the 'nccl' backend needs a GPU: {}",
+             tensor::cuda::unavailable_reason());
   const int world_size = required_int(options.world_size, "WORLD_SIZE");
   TDDP_CHECK(world_size >= 1, "init_process_group: WORLD_SIZE must be >= 1, got {}", world_size);
   const int rank = world_size == 1 && !options.rank && !env("RANK") ? 0 : required_int(options.rank, "RANK");
@@ -89,7 +94,12 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
   // A launcher that restarts its workers gives each attempt its own namespace in its store.
   if (const auto prefix = env("TINYDDP_STORE_PREFIX")) store = std::make_shared<PrefixStore>(*prefix, store);
   store->set_timeout(options.timeout);
-  auto pg = std::make_shared<ProcessGroupGloo>(store, rank, world_size, pg_options);
+  std::shared_ptr<ProcessGroup> pg;
+  if (backend == "nccl") {
+    pg = std::make_shared<ProcessGroupNccl>(store, rank, world_size, pg_options);
+  } else {
+    pg = std::make_shared<ProcessGroupGloo>(store, rank, world_size, pg_options);
+  }
   std::lock_guard<std::mutex> lock(default_mutex);
   default_pg = pg;
   return pg;

@@ -28,7 +28,8 @@ struct InitOptions {
   std::optional<std::string> bind_address;
 };
 
-// Joins the job's group with `backend` ("gloo"; "nccl" comes with the CUDA issue), makes it
+// Joins the job's group with `backend` ("gloo": CPU tensors, and CUDA tensors staged through
+// the host; "nccl": CUDA tensors, one GPU per rank, needs a CUDA build and a GPU), makes it
 // the default group, and returns it. Errors name the variable or value that is wrong.
 std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend = "gloo", const InitOptions& options = {});
 // init_process_group("gloo") with everything from the environment.

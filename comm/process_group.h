@@ -1,6 +1,7 @@
 // ProcessGroup: a set of ranks and the collectives between them, each returning a Work handle
 // at once (the caller is not blocked until it calls wait()). Backends (Gloo for CPU tensors,
-// NCCL later for CUDA) implement the interface; DDP sees only this header.
+// and CUDA tensors staged through the host; NCCL for CUDA tensors) implement the interface;
+// DDP sees only this header.
 #pragma once
 
 #include <chrono>
@@ -35,7 +36,10 @@ class Work {
   std::exception_ptr exception() const;
   // Blocks until the operation finishes and rethrows its error. With a timeout, throws
   // TimeoutError if it has not finished by then (the operation itself is not cancelled).
-  void wait(std::optional<Millis> timeout = std::nullopt);
+  // Backends on GPUs override the untimed form so that it does not block the host: NCCL's
+  // makes the device's compute stream wait for the collective instead (see
+  // process_group_nccl.h).
+  virtual void wait(std::optional<Millis> timeout = std::nullopt);
   // What the operation is, for messages: "allreduce (rank 1 of 4, 1000 x float32, sum)".
   const std::string& description() const { return description_; }
 
