@@ -31,6 +31,17 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     params_.push_back(p);
     names.push_back(name);
   }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    TDDP_CHECK(params_[i].device() == params_.front().device(),
+               "DistributedDataParallel: parameters are on several devices ('{}' on {}, '{}' on {}); move the module to "
+               "one device (module->to(device)) before wrapping it",
+               names.front(), params_.front().device().str(), names[i], params_[i].device().str());
+    TDDP_CHECK(pg_->backend() != "nccl" || params_[i].is_cuda(),
+               "DistributedDataParallel: the nccl backend needs the module on this rank's GPU, but parameter '{}' is on "
+               "{} (call module->to(Device(kCUDA, local_rank)) first, or use the gloo backend)",
+               names[i], params_[i].device().str());
+  }
+  control_device_ = control_device(*pg_, params_);
   verify_same_parameters(names);
   std::vector<Tensor> state = params_;
   for (const Tensor& b : module_->buffers()) state.push_back(b);
@@ -72,17 +83,18 @@ void DistributedDataParallel::verify_same_parameters(const std::vector<std::stri
   }
   const int size = pg_->size();
   // Exchange the lengths, then the descriptions padded to the longest.
-  const Tensor length = tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(mine.size())});
+  const tensor::TensorOptions control = tensor::TensorOptions(tensor::kInt64).device(control_device_);
+  const Tensor length = tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(mine.size())}).to(control_device_);
   std::vector<Tensor> lengths;
-  for (int r = 0; r < size; ++r) lengths.push_back(tensor::zeros({1}, tensor::kInt64));
+  for (int r = 0; r < size; ++r) lengths.push_back(tensor::zeros({1}, control));
   pg_->allgather(lengths, length)->wait();
   int64_t longest = 0;
   for (const Tensor& l : lengths) longest = std::max(longest, l.item<int64_t>());
   std::vector<int64_t> padded = mine;
   padded.resize(static_cast<size_t>(longest), -1);
   std::vector<Tensor> all;
-  for (int r = 0; r < size; ++r) all.push_back(tensor::zeros({longest}, tensor::kInt64));
-  pg_->allgather(all, tensor::from_vector(padded))->wait();
+  for (int r = 0; r < size; ++r) all.push_back(tensor::zeros({longest}, control));
+  pg_->allgather(all, tensor::from_vector(padded).to(control_device_))->wait();
   const std::vector<int64_t> reference = all[0].to_vector<int64_t>();
   for (int r = 1; r < size; ++r) {
     const std::vector<int64_t> other = all[r].to_vector<int64_t>();
@@ -115,9 +127,9 @@ void DistributedDataParallel::verify_same_parameters(const std::vector<std::stri
 void DistributedDataParallel::broadcast_coalesced(const std::vector<Tensor>& tensors, int root) const {
   NoGradGuard no_grad;
   constexpr int64_t kChunkBytes = int64_t{256} << 20;
-  std::map<int, std::vector<Tensor>> by_dtype;
-  for (const Tensor& t : tensors) by_dtype[static_cast<int>(t.dtype())].push_back(t);
-  for (const auto& [dtype, group] : by_dtype) {
+  std::map<std::pair<std::string, int>, std::vector<Tensor>> by_kind;  // (device, dtype)
+  for (const Tensor& t : tensors) by_kind[{t.device().str(), static_cast<int>(t.dtype())}].push_back(t);
+  for (const auto& [kind, group] : by_kind) {
     size_t start = 0;
     while (start < group.size()) {
       // One chunk: tensors up to about kChunkBytes, flattened into one buffer.
@@ -128,7 +140,7 @@ void DistributedDataParallel::broadcast_coalesced(const std::vector<Tensor>& ten
         numel += group[end].numel();
         ++end;
       }
-      const Tensor flat = tensor::empty({numel}, group[start].dtype());
+      const Tensor flat = tensor::empty({numel}, tensor::TensorOptions(group[start].dtype()).device(group[start].device()));
       int64_t offset = 0;
       for (size_t i = start; i < end; ++i) {
         flat.narrow(0, offset, group[i].numel()).view(group[i].sizes()).copy_(group[i]);
@@ -150,7 +162,7 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
   if (joining_) {
     TDDP_CHECK(require_sync_, "DistributedDataParallel::join: no_sync is not supported inside join");
     // How many ranks still have inputs (the joined ones add 0 in their shadow loop).
-    const Tensor active = tensor::ones({1}, tensor::kInt64);
+    const Tensor active = tensor::ones({1}, tensor::TensorOptions(tensor::kInt64).device(control_device_));
     pg_->allreduce(active)->wait();
     const int64_t count = active.item<int64_t>();
     TDDP_CHECK(!(join_options_.throw_on_early_termination && count < pg_->size()),
@@ -190,7 +202,7 @@ void DistributedDataParallel::join(const std::function<void()>& loop, JoinOption
   // Out of inputs: mirror the others' iterations until every rank is done.
   NoGradGuard no_grad;
   while (true) {
-    const Tensor active = tensor::zeros({1}, tensor::kInt64);
+    const Tensor active = tensor::zeros({1}, tensor::TensorOptions(tensor::kInt64).device(control_device_));
     pg_->allreduce(active)->wait();
     const int64_t count = active.item<int64_t>();
     if (count == 0) break;
@@ -206,7 +218,8 @@ void DistributedDataParallel::join(const std::function<void()>& loop, JoinOption
   }
   // Everyone is done: the rank with the most iterations (ties: the highest rank) holds the
   // model every rank agrees on.
-  const Tensor key = tensor::from_vector(std::vector<int64_t>{join_iterations_ * pg_->size() + pg_->rank()});
+  const Tensor key =
+      tensor::from_vector(std::vector<int64_t>{join_iterations_ * pg_->size() + pg_->rank()}).to(control_device_);
   pg_->allreduce(key, comm::ReduceOp::kMax)->wait();
   const int authority = static_cast<int>(key.item<int64_t>() % pg_->size());
   std::vector<Tensor> state = params_;

@@ -102,13 +102,14 @@ class DistributedDataParallel : public nn::Module {
 
  private:
   void verify_same_parameters(const std::vector<std::string>& names) const;
-  // Broadcasts `tensors` from `root`, coalesced into flat buffers per dtype.
+  // Broadcasts `tensors` from `root`, coalesced into flat buffers per device and dtype.
   void broadcast_coalesced(const std::vector<Tensor>& tensors, int root = 0) const;
 
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<comm::ProcessGroup> pg_;
   DDPOptions options_;
   std::vector<Tensor> params_;
+  tensor::Device control_device_;  // see control_device() in reducer.h
   std::unique_ptr<Reducer> reducer_;
   bool require_sync_ = true;
   bool joining_ = false;

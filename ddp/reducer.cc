@@ -14,9 +14,14 @@ namespace tinyddp::ddp {
 using autograd::Engine;
 using tensor::NoGradGuard;
 
+tensor::Device control_device(const comm::ProcessGroup& pg, const std::vector<Tensor>& params) {
+  return pg.backend() == "nccl" && !params.empty() ? params.front().device() : tensor::Device(tensor::kCPU);
+}
+
 Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std::shared_ptr<comm::ProcessGroup> pg,
                  ReducerOptions options)
-    : params_(std::move(params)), names_(std::move(names)), pg_(std::move(pg)), options_(options) {
+    : params_(std::move(params)), names_(std::move(names)), pg_(std::move(pg)),
+      control_device_(control_device(*pg_, params_)), options_(options) {
   TDDP_CHECK(params_.size() == names_.size(), "Reducer: {} parameters but {} names", params_.size(), names_.size());
   comm_hook_ = [pg = pg_](GradBucket& bucket) -> std::shared_ptr<Future> {
     const Tensor buffer = bucket.buffer;  // already divided by the world size (mark_ready)
@@ -213,7 +218,7 @@ void Reducer::finalize() {
     // Which parameters some rank used: the others keep their .grad untouched.
     std::vector<int64_t> local(params_.size());
     for (size_t i = 0; i < params_.size(); ++i) local[i] = locally_used_[i] ? 1 : 0;
-    const Tensor bitmap = tensor::from_vector(local);
+    const Tensor bitmap = tensor::from_vector(local).to(control_device_);
     pg_->allreduce(bitmap)->wait();
     used_everywhere = bitmap.to_vector<int64_t>();
   }
@@ -250,7 +255,7 @@ void Reducer::finalize() {
         order.push_back(static_cast<int64_t>(i));
       }
     }
-    const Tensor shared = tensor::from_vector(order);
+    const Tensor shared = tensor::from_vector(order).to(control_device_);
     pg_->broadcast(shared, 0)->wait();
     const std::vector<int64_t> agreed = shared.to_vector<int64_t>();
     build_buckets(std::vector<size_t>(agreed.begin(), agreed.end()));
@@ -313,14 +318,15 @@ void Reducer::shadow_iteration() {
   }
   for (auto& f : futures) f->wait();
   if (options_.find_unused_parameters || options_.static_graph) {
-    pg_->allreduce(tensor::zeros({static_cast<int64_t>(params_.size())}, tensor::kInt64))->wait();
+    pg_->allreduce(tensor::zeros({static_cast<int64_t>(params_.size())}, tensor::TensorOptions(tensor::kInt64).device(control_device_)))
+        ->wait();
   }
   // A rank that joined before its first iteration still takes part in the one-time rebuild
   // that ends the others' first iteration (with rank 0's order, like them).
   if (!rebuilt_) {
     std::vector<int64_t> order;
     for (size_t i = params_.size(); i-- > 0;) order.push_back(static_cast<int64_t>(i));
-    const Tensor shared = tensor::from_vector(order);
+    const Tensor shared = tensor::from_vector(order).to(control_device_);
     pg_->broadcast(shared, 0)->wait();
     const std::vector<int64_t> agreed = shared.to_vector<int64_t>();
     build_buckets(std::vector<size_t>(agreed.begin(), agreed.end()));

@@ -46,6 +46,11 @@ struct DDPStats {
   double avg_forward_compute_us = 0, avg_backward_compute_us = 0, avg_backward_comm_us = 0, avg_overlap_us = 0;
 };
 
+// Where DDP's own small collectives (parameter descriptions, unused-parameter bitmaps, join
+// counts, the agreed bucket order) run: on the parameters' GPU for NCCL, which takes CUDA
+// tensors only; on the CPU for Gloo.
+tensor::Device control_device(const comm::ProcessGroup& pg, const std::vector<Tensor>& params);
+
 class Reducer {
  public:
   // `params` must be identical (count, shapes, dtypes) on every rank (DDP checks that).
@@ -105,6 +110,7 @@ class Reducer {
   std::vector<Tensor> params_;
   std::vector<std::string> names_;
   std::shared_ptr<comm::ProcessGroup> pg_;
+  tensor::Device control_device_;
   ReducerOptions options_;
   std::vector<autograd::RemovableHandle> hooks_;
   CommHook comm_hook_;
