@@ -30,6 +30,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--device", config.device, "auto, cpu or cuda (auto: CUDA when built with it and a GPU is present)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--backend", config.backend,
+                 "auto, gloo or nccl: the process group when launched on several ranks (auto: nccl on GPUs when every "
+                 "local rank has its own, else gloo)")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}));
   CLI11_PARSE(app, argc, argv);
   try {
     tinyddp::examples::train(config, std::cout);

@@ -98,11 +98,12 @@ class SyntheticDataset : public Dataset {
 
 namespace {
 constexpr int64_t kHeldOutRows = 1024;
-// WORLD_SIZE from the environment (1 when unset).
-int env_world_size() {
-  const char* text = std::getenv("WORLD_SIZE");
-  return text != nullptr && *text != '\0' ? std::atoi(text) : 1;
+// An integer from the environment (`fallback` when unset).
+int env_int(const char* name, int fallback) {
+  const char* text = std::getenv(name);
+  return text != nullptr && *text != '\0' ? std::atoi(text) : fallback;
 }
+int env_world_size() { return env_int("WORLD_SIZE", 1); }
 }  // namespace
 
 TrainResult train(const TrainConfig& config, std::ostream& log) {
@@ -116,15 +117,26 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   const bool classification = loss_name == "ce";
   TDDP_CHECK(config.device == "auto" || config.device == "cpu" || config.device == "cuda",
              "--device must be auto, cpu or cuda, got '{}'", config.device);
-  // GPU tensors come with the CUDA issue; until then every device choice resolves to the CPU
-  // or explains why it cannot.
+  TDDP_CHECK(config.backend == "auto" || config.backend == "gloo" || config.backend == "nccl",
+             "--backend must be auto, gloo or nccl, got '{}'", config.backend);
   TDDP_CHECK(config.device != "cuda" || t::cuda::is_available(), "--device cuda: {}", t::cuda::unavailable_reason());
-  TDDP_CHECK(config.device != "cuda", "--device cuda: this build has no GPU tensor kernels yet; use --device cpu");
-  const std::string device = "cpu";
+  const bool on_gpu = config.device == "cuda" || (config.device == "auto" && t::cuda::is_available());
+  // One GPU per rank: LOCAL_RANK picks it. More local ranks than GPUs share them round-robin,
+  // which only the gloo backend allows (NCCL refuses two ranks on one device).
+  const int gpus = on_gpu ? t::cuda::device_count() : 0;
+  const int local_rank = env_int("LOCAL_RANK", 0), local_world = env_int("LOCAL_WORLD_SIZE", 1);
+  const t::Device device = on_gpu ? t::Device(t::DeviceType::kCUDA, local_rank % gpus) : t::Device(t::kCPU);
+  const std::string backend =
+      config.backend != "auto" ? config.backend : (on_gpu && local_world <= gpus ? "nccl" : "gloo");
+  TDDP_CHECK(backend != "nccl" || on_gpu, "--backend nccl needs --device cuda (NCCL reduces GPU tensors only)");
+  TDDP_CHECK(backend != "nccl" || local_world <= gpus,
+             "--backend nccl: {} ranks on this node but {} GPU(s); NCCL needs one GPU per rank (use --backend gloo to "
+             "share GPUs)",
+             local_world, gpus);
 
   // Distributed when launched with WORLD_SIZE > 1.
   std::shared_ptr<comm::ProcessGroup> pg;
-  if (env_world_size() > 1) pg = comm::init_from_env();
+  if (env_world_size() > 1) pg = comm::init_process_group(backend);
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
   std::ostringstream quiet;  // only rank 0 prints progress
   std::ostream& progress = rank == 0 ? log : quiet;
@@ -144,6 +156,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   }
   TDDP_CHECK(!classification || out >= 2, "--loss ce needs at least 2 output classes, the model has {}", out);
   if (!config.init.empty()) nn::load_state_dict(*model, config.init);
+  model->to(device);  // after initialising on the CPU: the same weights on every device
   std::shared_ptr<nn::Module> runner = model;  // what the loop calls: the model, or DDP around it
   if (pg) runner = std::make_shared<ddp::DistributedDataParallel>(model, pg);
 
@@ -178,7 +191,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   progress << "training " << config.model << " (" << model->parameters().size() << " parameter tensors) with "
       << config.optimizer << " lr " << config.lr << ", " << loss_name << " loss, " << config.steps << " steps, "
       << (config.data.empty() ? "synthetic data" : "data from " + config.data)
-      << (pg ? fmt::format(", data-parallel on {} ranks", world) : std::string()) << ", device " << device << "\n";
+      << (pg ? fmt::format(", data-parallel on {} ranks ({})", world, backend) : std::string()) << ", device " << device.str()
+      << "\n";
   const int64_t log_every = config.log_every > 0 ? config.log_every : std::max<int64_t>(1, config.steps / 10);
   TrainResult result;
   const auto start = std::chrono::steady_clock::now();
@@ -187,14 +201,14 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     const int64_t rows = global.inputs.size(0);
     TDDP_CHECK(rows % world == 0, "a batch of {} rows is not divisible by WORLD_SIZE {}", rows, world);
     // This rank's share: rows [rank * rows / world, (rank + 1) * rows / world).
-    const Batch b{global.inputs.narrow(0, rank * rows / world, rows / world),
-                  global.targets.narrow(0, rank * rows / world, rows / world)};
+    const Batch b{global.inputs.narrow(0, rank * rows / world, rows / world).to(device),
+                  global.targets.narrow(0, rank * rows / world, rows / world).to(device)};
     optimizer->zero_grad();
     const Tensor prediction = runner->forward(b.inputs);
     const Tensor loss = classification ? nn::cross_entropy(prediction, b.targets) : nn::mse_loss(prediction, b.targets);
     double loss_value = loss.item<double>();
     if (pg) {  // report the mean over ranks: the loss of the whole global batch
-      const Tensor mean = t::scalar_tensor(loss_value, t::kFloat64);
+      const Tensor mean = t::scalar_tensor(loss_value, t::TensorOptions(t::kFloat64).device(ddp::control_device(*pg, model->parameters())));
       pg->allreduce(mean, comm::ReduceOp::kAvg)->wait();
       loss_value = mean.item<double>();
     }
@@ -227,7 +241,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     t::NoGradGuard no_grad;
     const Batch held = synthetic->held_out(kHeldOutRows);
     result.held_out_accuracy =
-        t::mean(t::eq(t::argmax(model->forward(held.inputs), 1), held.targets).to(t::kFloat64)).item<double>();
+        t::mean(t::eq(t::argmax(model->forward(held.inputs.to(device)), 1), held.targets.to(device)).to(t::kFloat64))
+            .item<double>();
     progress << fmt::format("held-out accuracy {:.1f}% on {} new samples\n", 100 * result.held_out_accuracy, kHeldOutRows);
   }
   if (!config.save.empty() && rank == 0) {

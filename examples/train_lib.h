@@ -3,7 +3,9 @@
 // and the final checkpoint. Launched with WORLD_SIZE > 1 (RANK, MASTER_ADDR, MASTER_PORT as
 // torchrun sets them), it trains data-parallel: the model is wrapped in
 // DistributedDataParallel and rank r of W takes rows [r*B/W, (r+1)*B/W) of each global batch
-// of B rows, so that the result equals a one-process run on the same data.
+// of B rows, so that the result equals a one-process run on the same data. On GPUs
+// (--device cuda, or auto with a GPU present) rank r uses cuda:LOCAL_RANK; the model is
+// initialised and the data drawn on the CPU, so the numbers are the same on every device.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +31,8 @@ struct TrainConfig {
   std::string metrics;    // CSV "step,loss" (loss before that step's update)
   int64_t log_every = 0;  // 0: about ten progress lines
   std::string device = "auto";  // auto | cpu | cuda (auto: CUDA when built with it and a GPU is present)
+  // auto | gloo | nccl (auto: nccl on GPUs when each local rank has one, else gloo)
+  std::string backend = "auto";
 };
 
 struct TrainResult {

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <regex>
 
+#include "tensor/cuda.h"
 #include "tests/test_util.h"
 
 using tinyddp::testing::CommandResult;
@@ -15,6 +16,16 @@ namespace {
 
 CommandResult launch2(const std::string& program_and_args) {
   return run_command("launcher/launch --nproc_per_node 2 -- " + program_and_args);
+}
+
+// The loss column of a metrics CSV ("step,loss").
+std::vector<double> read_losses(const std::string& path) {
+  std::ifstream csv(path);
+  std::vector<double> losses;
+  std::string line;
+  std::getline(csv, line);  // header
+  while (std::getline(csv, line)) losses.push_back(std::stod(line.substr(line.find(',') + 1)));
+  return losses;
 }
 
 // Every value of the regex's first group, in order of appearance.
@@ -81,7 +92,7 @@ TEST_CASE("examples: train on 2 ranks learns the synthetic classes and reports p
       launch2("examples/train --widths 32,64,4 --steps 200 --log_every 50 --metrics " + metrics + " --save " + save);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.output, Contains("data-parallel on 2 ranks, device cpu"));
+  CHECK_THAT(r.output, Contains("data-parallel on 2 ranks (gloo), device cpu"));
   CHECK(all_matches(r.output, R"(\[rank 0\] step +([0-9]+)/200 +loss [0-9.]+ +[0-9]+ samples/s +elapsed [0-9.]+ s)").size() == 4);
   CHECK_THAT(r.output, !Contains("[rank 1]"));  // progress from rank 0 only
   // 4 classes whose centres are ~4.2 noise deviations apart: the best possible accuracy is
@@ -101,4 +112,33 @@ TEST_CASE("examples: train --device cuda without a GPU says why", "[examples][tr
   INFO(r.output);
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.output, Contains("train: error: --device cuda: "));
+}
+
+TEST_CASE("examples: train --backend nccl without a GPU says why", "[examples][train][errors]") {
+  const CommandResult r = run_command("examples/train --device cpu --backend nccl --steps 1");
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Contains("--backend nccl needs --device cuda"));
+}
+
+TEST_CASE("examples: train on 2 ranks sharing one GPU (gloo staging) matches the CPU run", "[examples][train][ddp][cuda]") {
+  if (!tinyddp::tensor::cuda::is_available()) TINYDDP_SKIP(tinyddp::tensor::cuda::unavailable_reason());
+  const std::string cpu_metrics = temp_path("train_cpu.csv"), gpu_metrics = temp_path("train_gpu.csv");
+  const std::string args = " --widths 32,64,4 --steps 30 --log_every 30 --metrics ";
+  const CommandResult cpu = launch2("examples/train --device cpu" + args + cpu_metrics);
+  INFO(cpu.output);
+  REQUIRE(cpu.exit_code == 0);
+  const CommandResult gpu = launch2("examples/train --device cuda --backend gloo" + args + gpu_metrics);
+  INFO(gpu.output);
+  REQUIRE(gpu.exit_code == 0);
+  CHECK_THAT(gpu.output, Contains("data-parallel on 2 ranks (gloo), device cuda:0"));
+  const std::vector<double> on_cpu = read_losses(cpu_metrics), on_gpu = read_losses(gpu_metrics);
+  REQUIRE(on_cpu.size() == 30);
+  REQUIRE(on_gpu.size() == 30);
+  // The same weights and data on both devices: float32 results agree to rounding (reduction
+  // orders differ), after 30 steps of training too.
+  for (size_t i = 0; i < on_cpu.size(); ++i) {
+    INFO("step " << i);
+    CHECK(on_gpu[i] == Catch::Detail::Approx(on_cpu[i]).epsilon(1e-4));
+  }
 }
