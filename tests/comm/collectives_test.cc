@@ -1,11 +1,16 @@
 // Every collective on groups of 1-4 ranks, as threads (HashStore) and as processes (TCPStore
 // on loopback), for every dtype and for 0, 1, 7 and (float32) 25 MiB elements, each result
 // checked against values computed here independently; async work in flight; subgroups;
-// point to point; argument errors.
+// point to point; argument errors. With a GPU: the same collectives on CUDA tensors through
+// Gloo's host staging (1-2 ranks) and through NCCL (a world of one; NCCL refuses two ranks on
+// one device), NCCL's argument errors, abort, and a rank that never joins.
 #include <chrono>
 #include <cmath>
 #include <cstring>
 
+#include "comm/init.h"
+#include "comm/process_group_nccl.h"
+#include "tensor/cuda.h"
 #include "tests/comm/comm_test_util.h"
 
 using namespace tinyddp;
@@ -26,11 +31,16 @@ double value(int rank, int64_t i) { return static_cast<double>(((rank + 1) * 3 +
 // 1 or 2: products over 4 ranks stay exact (<= 16).
 double factor(int rank, int64_t i) { return static_cast<double>(1 + (rank + i) % 2); }
 
+// Where exercise() puts its tensors (the GPU tests run it on cuda:0).
+thread_local tensor::Device tensor_device = tensor::kCPU;
+
 Tensor make(int64_t n, DType dtype, const std::function<double(int64_t)>& f) {
   std::vector<double> values(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = f(i);
-  return tensor::from_vector(values).to(dtype);
+  return tensor::from_vector(values).to(dtype).to(tensor_device);
 }
+
+Tensor zeros_on_device(int64_t n, DType dtype) { return tensor::zeros({n}, tensor::TensorOptions(dtype).device(tensor_device)); }
 
 // Compares `t` with expected(i) for every element, within the dtype's rounding.
 void expect_values(Expectations& e, const Tensor& t, const std::function<double(int64_t)>& expected, const std::string& what) {
@@ -45,8 +55,9 @@ void expect_values(Expectations& e, const Tensor& t, const std::function<double(
   }
 }
 
-// Every collective once for one dtype and element count.
-void exercise(ProcessGroup& pg, Expectations& e, DType dtype, int64_t n) {
+// Every collective once for one dtype and element count (`strided`: include a non-contiguous
+// tensor, which NCCL refuses).
+void exercise(ProcessGroup& pg, Expectations& e, DType dtype, int64_t n, bool strided = true) {
   const int r = pg.rank(), p = pg.size();
   const std::string tag = fmt::format("{} x {} on {} ranks", n, tensor::dtype_name(dtype), p);
   const auto sum_of = [&](int64_t i) {
@@ -75,6 +86,7 @@ void exercise(ProcessGroup& pg, Expectations& e, DType dtype, int64_t n) {
   // Coalesced: two tensors reduced as one buffer, including a non-contiguous one.
   Tensor a = make(n, dtype, [&](int64_t i) { return value(r, i); });
   Tensor b = make(2 * 3, dtype, [&](int64_t i) { return value(r, i + 100); }).view({2, 3}).t();
+  if (!strided) b = b.contiguous();
   pg.allreduce(std::vector<Tensor>{a, b})->wait();
   expect_values(e, a, sum_of, "coalesced allreduce (first) " + tag);
   expect_values(e, b.contiguous(), [&](int64_t i) { return sum_of((i % 2) * 3 + i / 2 + 100); }, "coalesced allreduce (strided second) " + tag);
@@ -84,14 +96,14 @@ void exercise(ProcessGroup& pg, Expectations& e, DType dtype, int64_t n) {
   expect_values(e, t, [&](int64_t i) { return value(p - 1, i); }, "broadcast " + tag);
   // allgather.
   std::vector<Tensor> outputs;
-  for (int q = 0; q < p; ++q) outputs.push_back(tensor::zeros({n}, dtype));
+  for (int q = 0; q < p; ++q) outputs.push_back(zeros_on_device(n, dtype));
   pg.allgather(outputs, make(n, dtype, [&](int64_t i) { return value(r, i); }))->wait();
   for (int q = 0; q < p; ++q) expect_values(e, outputs[q], [&](int64_t i) { return value(q, i); }, fmt::format("allgather[{}] {}", q, tag));
   // gather to rank min(1, p - 1).
   const int gather_root = std::min(1, p - 1);
   std::vector<Tensor> gathered;
   if (r == gather_root) {
-    for (int q = 0; q < p; ++q) gathered.push_back(tensor::zeros({n}, dtype));
+    for (int q = 0; q < p; ++q) gathered.push_back(zeros_on_device(n, dtype));
   }
   pg.gather(gathered, make(n, dtype, [&](int64_t i) { return value(r, i); }), gather_root)->wait();
   for (size_t q = 0; q < gathered.size(); ++q) {
@@ -102,7 +114,7 @@ void exercise(ProcessGroup& pg, Expectations& e, DType dtype, int64_t n) {
   if (r == 0) {
     for (int q = 0; q < p; ++q) pieces.push_back(make(n, dtype, [&](int64_t i) { return value(q + 10, i); }));
   }
-  t = tensor::zeros({n}, dtype);
+  t = zeros_on_device(n, dtype);
   pg.scatter(t, pieces, 0)->wait();
   expect_values(e, t, [&](int64_t i) { return value(r + 10, i); }, "scatter " + tag);
   // reduce to the last rank: only it changes.
@@ -112,19 +124,20 @@ void exercise(ProcessGroup& pg, Expectations& e, DType dtype, int64_t n) {
   // reduce_scatter: rank q gets the sum over ranks of inputs[q].
   std::vector<Tensor> inputs;
   for (int q = 0; q < p; ++q) inputs.push_back(make(n, dtype, [&](int64_t i) { return value(r, i + q); }));
-  t = tensor::zeros({n}, dtype);
+  t = zeros_on_device(n, dtype);
   pg.reduce_scatter(t, inputs)->wait();
   expect_values(e, t, [&](int64_t i) { return sum_of(i + r); }, "reduce_scatter " + tag);
   pg.barrier()->wait();
 }
 
 // Every dtype at 0, 1 and 7 elements; float32 at 25 MiB.
-void exercise_all(ProcessGroup& pg, Expectations& e) {
+void exercise_every_size(ProcessGroup& pg, Expectations& e, bool strided) {
   for (DType dtype : kDTypes) {
-    for (int64_t n : {0, 1, 7}) exercise(pg, e, dtype, n);
+    for (int64_t n : {0, 1, 7}) exercise(pg, e, dtype, n, strided);
   }
-  exercise(pg, e, tensor::kFloat32, k25MiB);
+  exercise(pg, e, tensor::kFloat32, k25MiB, strided);
 }
+void exercise_all(ProcessGroup& pg, Expectations& e) { exercise_every_size(pg, e, true); }
 
 // pg.allreduce(t) must fail within 10 s with a message containing `expected`.
 void expect_allreduce_error(ProcessGroup& pg, Expectations& e, const Tensor& t, const std::string& expected) {
@@ -420,3 +433,67 @@ TEST_CASE("large allreduces: a dead or absent peer gives an error within the tim
   CHECK_THAT(message, Contains("timed out") && Contains("rank 1"));
 }
 
+
+// ---- CUDA tensors: Gloo staging through the host, and NCCL -------------------------------------
+
+TEST_CASE("gloo: every collective on CUDA tensors, staged through host memory, on 1-2 ranks", "[comm][gloo][cuda]") {
+  if (!tensor::cuda::is_available()) TINYDDP_SKIP(tensor::cuda::unavailable_reason());
+  for (int size : {1, 2}) {
+    require_no_failures(run_threads(size, [](ProcessGroup& pg, Expectations& e) {
+      tensor_device = tensor::Device::cuda(0);
+      exercise_all(pg, e);
+      // A CUDA tensor's result is visible to kernels queued after wait(), without a host sync.
+      const Tensor t = tensor::ones({1000}, tensor::TensorOptions().device(tensor::Device::cuda(0)));
+      pg.allreduce(t)->wait();
+      e.expect(tensor::sum(t).item<double>() == 1000.0 * pg.size(), "allreduce result seen by the next kernel");
+    }));
+  }
+}
+
+TEST_CASE("nccl: every collective with a world of one", "[comm][nccl][cuda]") {
+  if (!tensor::cuda::is_available()) TINYDDP_SKIP(tensor::cuda::unavailable_reason());
+  ProcessGroupNccl pg(std::make_shared<HashStore>(), 0, 1);
+  CHECK(pg.backend() == "nccl");
+  Expectations e;
+  tensor_device = tensor::Device::cuda(0);
+  exercise_every_size(pg, e, /*strided=*/false);
+  tensor_device = tensor::kCPU;
+  require_no_failures(e.failures);
+  // wait() does not block the host: the compute stream waits, and a later read sees the result.
+  const Tensor t = tensor::full({1 << 20}, 2.0, tensor::TensorOptions().device(tensor::Device::cuda(0)));
+  auto work = pg.allreduce(t, ReduceOp::kAvg);
+  work->wait();
+  CHECK(tensor::max(t).item<double>() == 2.0);
+  work->wait(comm::Millis(10000));  // timed: observed on the host
+  CHECK(work->is_completed());
+  CHECK(work->is_success());
+  CHECK_THROWS_WITH(pg.allreduce(tensor::ones({3})), Contains("the NCCL backend takes CUDA tensors"));
+  CHECK_THROWS_WITH(pg.allreduce(tensor::ones({3, 2}, tensor::TensorOptions().device(tensor::Device::cuda(0))).t()),
+                    Contains("is not contiguous"));
+  CHECK_THROWS_WITH(pg.allreduce(tensor::ones({3}, tensor::TensorOptions(tensor::kBool).device(tensor::Device::cuda(0)))),
+                    Contains("cannot reduce bool tensors"));
+  // After abort, every call fails with the reason.
+  pg.abort("stopped by the test");
+  CHECK_THROWS_WITH(pg.allreduce(t), Contains("stopped by the test"));
+}
+
+TEST_CASE("nccl: a rank that never joins makes the communicator's creation fail within the timeout", "[comm][nccl][cuda][faults]") {
+  if (!tensor::cuda::is_available()) TINYDDP_SKIP(tensor::cuda::unavailable_reason());
+  ProcessGroupOptions options;
+  options.timeout = comm::Millis(1500);
+  ProcessGroupNccl pg(std::make_shared<HashStore>(), 0, 2, options);
+  const auto before = std::chrono::steady_clock::now();
+  const Tensor t = tensor::ones({4}, tensor::TensorOptions().device(tensor::Device::cuda(0)));
+  CHECK_THROWS_WITH(pg.allreduce(t), Contains("not every rank joined") && Contains("tinyddp/nccl/1/rank1"));
+  CHECK(std::chrono::steady_clock::now() - before < std::chrono::seconds(10));
+}
+
+TEST_CASE("without a GPU, the nccl backend says why", "[comm][nccl][errors]") {
+  if (tensor::cuda::is_available()) TINYDDP_SKIP("a CUDA device is present");
+  CHECK_THROWS_WITH(ProcessGroupNccl(std::make_shared<HashStore>(), 0, 1), Contains("ProcessGroupNccl") && Contains(tensor::cuda::unavailable_reason()));
+  comm::InitOptions options;
+  options.rank = 0;
+  options.world_size = 1;
+  CHECK_THROWS_WITH(comm::init_process_group("nccl", options), Contains("the 'nccl' backend needs a GPU"));
+  CHECK_THROWS_WITH(comm::init_process_group("mpi", options), Contains("unknown backend 'mpi'"));
+}

@@ -1,7 +1,11 @@
-// CUDA availability tests: the device query agrees with itself in every build, and where a
-// GPU is present a kernel really runs on it. Skips (with a reason) without a device.
+// CUDA tests: the device query agrees with itself in every build and CUDA entry points fail
+// clearly without a GPU; where a GPU is present, every CUDA op, gradient and optimizer step
+// is checked against the CPU on random inputs. GPU cases skip (with a reason) without one.
 #include <functional>
+#include <tuple>
 
+#include "nn/nn.h"
+#include "tensor/cuda.h"
 #include "tests/test_util.h"
 
 using namespace tinyddp::tensor;
@@ -140,4 +144,143 @@ TEST_CASE("CUDA: the caching allocator reuses freed blocks and empties its cache
   CHECK(after.peak_allocated_bytes >= (4u << 20));
   cuda::empty_cache();
   CHECK(cuda::allocator_stats().reserved_bytes < after.reserved_bytes);
+}
+
+TEST_CASE("CUDA: reductions, softmax and matmul match the CPU on random inputs", "[cuda]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  const auto tol_of = [](DType d) { return d == kFloat64 ? 1e-10 : d == kFloat32 ? 1e-5 : 2e-2; };
+  for (DType dtype : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    const std::string name = dtype_name(dtype);
+    const double tol = tol_of(dtype);
+    const Tensor x = randn({6, 300, 5}).to(dtype);  // 300: more than one block's threads
+    using V = std::vector<Tensor>;
+    expect_matches_cpu({x}, [](const V& v) { return sum(v[0]); }, name + " sum()", tol * 10);
+    expect_matches_cpu({x}, [](const V& v) { return sum(v[0], {1}, false); }, name + " sum over the middle dim", tol);
+    expect_matches_cpu({x}, [](const V& v) { return sum(v[0], {0}, false); }, name + " sum over the leading dim (columns)", tol);
+    expect_matches_cpu({x}, [](const V& v) { return sum(v[0], {0, 1}, true); }, name + " sum over leading dims, keepdim", tol);
+    expect_matches_cpu({x}, [](const V& v) { return mean(v[0], {2}, false); }, name + " mean over the last dim", tol);
+    expect_matches_cpu({x.transpose(0, 2)}, [](const V& v) { return mean(v[0], {1}, true); }, name + " mean, strided", tol);
+    expect_matches_cpu({x}, [](const V& v) { return max(v[0]); }, name + " max()", 0);
+    expect_matches_cpu({x}, [](const V& v) { return std::get<0>(max(v[0], 1, false)); }, name + " max values", 0);
+    expect_matches_cpu({x}, [](const V& v) { return std::get<1>(max(v[0], 1, false)); }, name + " max indices", 0);
+    expect_matches_cpu({x}, [](const V& v) { return argmax(v[0]); }, name + " argmax()", 0);
+    for (int64_t dim : {0, 1, 2}) {
+      expect_matches_cpu({x}, [dim](const V& v) { return softmax(v[0], dim); }, name + " softmax dim " + std::to_string(dim), tol);
+      expect_matches_cpu({x}, [dim](const V& v) { return log_softmax(v[0], dim); }, name + " log_softmax dim " + std::to_string(dim), tol);
+    }
+    const Tensor a = randn({33, 70}).to(dtype), b = randn({70, 45}).to(dtype);
+    const double mm_tol = dtype == kFloat32 ? 1e-4 : tol * 5;  // TF32 is off by default
+    expect_matches_cpu({a, b}, [](const V& v) { return mm(v[0], v[1]); }, name + " mm", mm_tol);
+    expect_matches_cpu({a.t().contiguous(), b}, [](const V& v) { return mm(v[0].t(), v[1]); }, name + " mm, a transposed", mm_tol);
+    expect_matches_cpu({a, b.t().contiguous()}, [](const V& v) { return mm(v[0], v[1].t()); }, name + " mm, b transposed", mm_tol);
+    expect_matches_cpu({randn({4, 33, 70}).to(dtype), b}, [](const V& v) { return matmul(v[0], v[1]); }, name + " batched matmul", mm_tol);
+    const Tensor w = randn({12, 70}).to(dtype), bias = randn({12}).to(dtype);
+    expect_matches_cpu({a, w, bias}, [](const V& v) { return linear(v[0], v[1], v[2]); }, name + " linear", mm_tol);
+  }
+  // Integers and bools: sums count in int64; NaN wins max as on the CPU.
+  const Tensor ints = (randn({40, 9}) * 100.0).to(kInt64);
+  expect_matches_cpu({ints}, [](const std::vector<Tensor>& v) { return sum(v[0], {0}, false); }, "int64 sum", 0);
+  expect_matches_cpu({gt(ints, 0.0)}, [](const std::vector<Tensor>& v) { return sum(v[0]); }, "bool sum", 0);
+  Tensor with_nan = randn({4, 600});
+  with_nan.narrow(1, 450, 1).fill_(std::nan(""));
+  expect_matches_cpu({with_nan}, [](const std::vector<Tensor>& v) { return std::get<1>(max(v[0], 1, false)); }, "max index of NaN", 0);
+  CHECK_THROWS_WITH(mm(ints.to(kGpu), ints.t().to(kGpu)), Catch::Contains("matmul: not supported for dtype int64 on CUDA"));
+}
+
+TEST_CASE("CUDA: TF32 is off by default and can be enabled", "[cuda]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  CHECK_FALSE(cuda::allow_tf32());
+  const Tensor a = randn({256, 256}), b = randn({256, 256});
+  const Tensor want = mm(a.to(kFloat64), b.to(kFloat64));
+  const double exact_error = max(abs(sub(mm(a.to(kGpu), b.to(kGpu)).to(kCPU).to(kFloat64), want))).item<double>();
+  cuda::set_allow_tf32(true);
+  const double tf32_error = max(abs(sub(mm(a.to(kGpu), b.to(kGpu)).to(kCPU).to(kFloat64), want))).item<double>();
+  cuda::set_allow_tf32(false);
+  CHECK(exact_error < 1e-3);
+  CHECK(tf32_error > exact_error);  // 10-bit mantissas: visibly coarser on a 256-long dot product
+}
+
+TEST_CASE("CUDA: gradients of an MLP and its loss on the GPU equal the CPU's", "[cuda][autograd]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  // Every differentiable op kind on the way: linear, relu, tanh, sigmoid, softmax, log_softmax,
+  // mul/div/sub with broadcasting, pow, sum/mean/max, matmul.
+  const auto loss_of = [](const std::vector<Tensor>& p, const Tensor& x, const Tensor& targets) {
+    const Tensor h = relu(linear(x, p[0], p[1]));
+    const Tensor g = add(tanh(h), mul(sigmoid(h), p[2]));
+    const Tensor logits = div(matmul(g, p[3]), add(pow(p[4], 2.0), 1.0));
+    const Tensor extra = add(mean(softmax(logits, 0)), max(logits));
+    return add(sum(mul(log_softmax(logits, 1), targets)), mul(extra, 0.1));
+  };
+  manual_seed(3);
+  std::vector<Tensor> cpu_params{randn({16, 8}), randn({16}), randn({16}), randn({16, 5}), randn({5})};
+  const Tensor x = randn({12, 8}), targets = softmax(randn({12, 5}), 1);
+  std::vector<Tensor> gpu_params;
+  for (Tensor& p : cpu_params) {
+    gpu_params.push_back(p.to(kGpu).requires_grad_(true));
+    p.requires_grad_(true);
+  }
+  loss_of(cpu_params, x, targets).backward();
+  const Tensor gpu_loss = loss_of(gpu_params, x.to(kGpu), targets.to(kGpu));
+  gpu_loss.backward();
+  for (size_t i = 0; i < cpu_params.size(); ++i) {
+    INFO("parameter " << i);
+    REQUIRE(gpu_params[i].grad().defined());
+    CHECK(gpu_params[i].grad().is_cuda());
+    CHECK(allclose(gpu_params[i].grad().to(kCPU), cpu_params[i].grad(), 1e-4, 1e-5));
+  }
+}
+
+TEST_CASE("CUDA: Module::to, SGD and Adam on the GPU follow the CPU", "[cuda][nn]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  for (const std::string optimizer : {"sgd", "adam"}) {
+    INFO(optimizer);
+    manual_seed(11);
+    const auto cpu_model = tinyddp::nn::mlp({6, 10, 3});
+    manual_seed(11);
+    const auto gpu_model = tinyddp::nn::mlp({6, 10, 3});
+    gpu_model->to(kGpu);
+    for (const Tensor& p : gpu_model->parameters()) REQUIRE(p.device() == kGpu);
+    const auto make = [&](const std::shared_ptr<tinyddp::nn::Module>& m) -> std::unique_ptr<tinyddp::nn::Optimizer> {
+      if (optimizer == "sgd") return std::make_unique<tinyddp::nn::SGD>(m->parameters(), tinyddp::nn::SGDOptions(0.1).momentum(0.9));
+      return std::make_unique<tinyddp::nn::Adam>(m->parameters(), tinyddp::nn::AdamOptions(0.01));
+    };
+    auto cpu_opt = make(cpu_model), gpu_opt = make(gpu_model);
+    for (int step = 0; step < 5; ++step) {
+      const Tensor x = randn({8, 6});
+      const Tensor y = (rand({8}) * 3.0).to(kInt64);
+      for (auto [model, opt, device] : {std::tuple{cpu_model, cpu_opt.get(), Device(kCPU)}, std::tuple{gpu_model, gpu_opt.get(), kGpu}}) {
+        opt->zero_grad();
+        tinyddp::nn::cross_entropy(model->forward(x.to(device)), y.to(device)).backward();
+        opt->step();
+      }
+    }
+    const auto cpu_state = cpu_model->parameters(), gpu_state = gpu_model->parameters();
+    for (size_t i = 0; i < cpu_state.size(); ++i) CHECK(allclose(gpu_state[i].to(kCPU), cpu_state[i], 1e-4, 1e-5));
+  }
+}
+
+TEST_CASE("CUDA: pinned host memory is reused only after its copies ran", "[cuda]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  const Tensor host = randn({1 << 20});
+  CHECK_FALSE(host.is_pinned());
+  const Tensor pinned = host.pin_memory();
+  CHECK(pinned.is_pinned());
+  CHECK(pinned.is_cpu());
+  CHECK(pinned.pin_memory().is_same(pinned));
+  CHECK(equal(pinned, host));
+  // Many host-to-device copies queued without waiting, each from a staging block that goes
+  // back to the cache at once: every destination still gets its own source's values.
+  std::vector<Tensor> sources, copies;
+  for (int i = 0; i < 20; ++i) {
+    sources.push_back(full({1 << 16}, static_cast<double>(i)));
+    copies.push_back(sources.back().to(kGpu));
+  }
+  for (int i = 0; i < 20; ++i) CHECK(equal(copies[i].to(kCPU), sources[i]));
+  CHECK_THROWS_WITH(ones({2}).to(kGpu).pin_memory(), Catch::Contains("only CPU tensors can be pinned"));
+}
+
+TEST_CASE("pin_memory without a GPU says why", "[cuda]") {
+  if (cuda::is_available()) TINYDDP_SKIP("a CUDA device is present");
+  CHECK_THROWS_WITH(ones({2}).pin_memory(), Catch::Contains("pin_memory: needs a GPU"));
+  CHECK_FALSE(ones({2}).is_pinned());
 }
