@@ -115,10 +115,8 @@ class ProcessGroupNccl::Impl {
     }
     wake_cv_.notify_all();
     watchdog_.join();
-    if (comm_ != nullptr) {
-      DeviceGuard guard(device_);
-      ncclCommAbort(comm_);  // frees the communicator at once, without a round with the peers
-    }
+    std::lock_guard<std::mutex> comm_lock(comm_mutex_);
+    abort_comm();  // frees the communicator at once, without a round with the peers
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -172,6 +170,7 @@ class ProcessGroupNccl::Impl {
   std::shared_ptr<Work> launch(std::string description, int device, std::vector<Tensor> tensors, bool host_wait,
                                const std::function<void(ncclComm_t, cudaStream_t)>& issue,
                                const StreamWork& before = nullptr, const StreamWork& after = nullptr) {
+    std::unique_lock<std::mutex> comm_lock(comm_mutex_);  // no abort while NCCL calls are made
     throw_if_broken();
     ensure_comm(device);
     DeviceGuard guard(device);
@@ -197,6 +196,7 @@ class ProcessGroupNccl::Impl {
     for (const Tensor& t : tensors) {
       if (t.defined() && t.numel() > 0) tensor::cuda::record_stream(t.raw_data_ptr(), device, stream_);
     }
+    comm_lock.unlock();
     auto work = std::make_shared<NcclWork>(std::move(description), device, end, std::move(tensors), host_wait);
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -207,8 +207,9 @@ class ProcessGroupNccl::Impl {
   }
 
   void abort(const std::string& reason) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    abort_locked(reason, false);
+    fail(reason, false);
+    std::lock_guard<std::mutex> comm_lock(comm_mutex_);
+    abort_comm();
   }
 
  private:
@@ -220,12 +221,9 @@ class ProcessGroupNccl::Impl {
   // The communicator, created on first use: every rank announces itself in the store and
   // waits for the others, rank 0 publishes the unique id, and NCCL's non-blocking
   // initialisation is polled until it completes or the timeout passes.
+  // Caller holds comm_mutex_.
   void ensure_comm(int device) {
-    std::lock_guard<std::mutex> init_lock(init_mutex_);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (comm_ != nullptr || aborted_) return;
-    }
+    if (comm_ != nullptr || aborted_) return;
     DeviceGuard guard(device);
     // Groups made on one store get numbered keys (every rank makes them in the same order).
     const int64_t generation = store_->add("tinyddp/nccl/groups/rank" + std::to_string(rank_), 1);
@@ -276,14 +274,14 @@ class ProcessGroupNccl::Impl {
       cudaStreamDestroy(stream);
       throw Error(fmt::format("ProcessGroupNccl: rank {} of {}: {}", rank_, size_, message));
     }
-    std::lock_guard<std::mutex> lock(mutex_);
     comm_ = comm;
     stream_ = stream;
+    std::lock_guard<std::mutex> lock(mutex_);
     device_ = device;
   }
 
   // In non-blocking mode NCCL may still be queueing the group's kernels when ncclGroupEnd
-  // returns: poll until it is done (bounded by the timeout).
+  // returns: poll until it is done (bounded by the timeout). Caller holds comm_mutex_.
   void wait_until_queued(const std::string& description) {
     const auto deadline = Clock::now() + options_.timeout;
     ncclResult_t state = ncclInProgress;
@@ -292,28 +290,31 @@ class ProcessGroupNccl::Impl {
       if (state == ncclSuccess) return;
       if (state != ncclInProgress) {
         const std::string message = fmt::format("{} failed: {}", description, nccl_message(state, "ncclGroupEnd", comm_));
-        abort(message);
+        fail(message, false);
+        abort_comm();
         throw Error(message);
       }
       if (Clock::now() > deadline) {
         const std::string message = fmt::format("{} could not be queued within {} ms", description, options_.timeout.count());
-        abort(message);
+        fail(message, true);
+        abort_comm();
         throw TimeoutError(message);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 
-  // Caller holds mutex_. Aborts the communicator and fails every pending Work.
-  void abort_locked(const std::string& reason, bool timeout) {
+  // The group is broken from now on: every pending Work fails with `reason`, as does every
+  // later call. Takes mutex_.
+  void fail(const std::string& reason, bool timeout) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fail_locked(reason, timeout);
+  }
+
+  // Caller holds mutex_.
+  void fail_locked(const std::string& reason, bool timeout) {
     if (!broken_) {
       broken_ = timeout ? std::make_exception_ptr(TimeoutError(reason)) : std::make_exception_ptr(Error(reason));
-    }
-    if (comm_ != nullptr && !aborted_) {
-      DeviceGuard guard(device_);
-      ncclCommAbort(comm_);  // in-flight kernels exit; the events after them complete
-      aborted_ = true;
-      comm_ = nullptr;
     }
     for (auto& work : pending_) {
       work->finish(broken_);
@@ -323,21 +324,46 @@ class ProcessGroupNccl::Impl {
     idle_cv_.notify_all();
   }
 
+  // Caller holds comm_mutex_. In-flight NCCL kernels exit; the events after them complete.
+  void abort_comm() {
+    if (comm_ == nullptr || aborted_) return;
+    DeviceGuard guard(device_);
+    ncclCommAbort(comm_);
+    aborted_ = true;
+    comm_ = nullptr;
+  }
+
+  // Called by the watchdog, holding mutex_ through `lock`: fails the group, then aborts the
+  // communicator with mutex_ released (lock order: comm_mutex_ before mutex_).
+  void fail_and_abort(std::unique_lock<std::mutex>& lock, const std::string& reason, bool timeout) {
+    fail_locked(reason, timeout);
+    lock.unlock();
+    {
+      std::lock_guard<std::mutex> comm_lock(comm_mutex_);
+      abort_comm();
+    }
+    lock.lock();
+  }
+
   void watchdog_loop() {
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stopping_) {
       wake_cv_.wait_for(lock, std::chrono::milliseconds(pending_.empty() ? 100 : 1));
       if (pending_.empty()) continue;
-      // NCCL's asynchronous errors (a peer's connection lost, ...).
-      if (comm_ != nullptr) {
+      // NCCL's asynchronous errors (a peer's connection lost, ...), when no launch is using
+      // the communicator right now.
+      std::unique_lock<std::mutex> comm_lock(comm_mutex_, std::try_to_lock);
+      if (comm_lock.owns_lock() && comm_ != nullptr) {
         ncclResult_t state = ncclSuccess;
         if (ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress) {
-          abort_locked(fmt::format("{} failed: {}", pending_.front()->description(),
-                                   nccl_message(state, "ncclCommGetAsyncError", comm_)),
-                       false);
+          const std::string reason = fmt::format("{} failed: {}", pending_.front()->description(),
+                                                 nccl_message(state, "ncclCommGetAsyncError", comm_));
+          fail_locked(reason, false);
+          abort_comm();
           continue;
         }
       }
+      if (comm_lock.owns_lock()) comm_lock.unlock();
       const auto now = Clock::now();
       for (auto it = pending_.begin(); it != pending_.end();) {
         const cudaError_t status = cudaEventQuery((*it)->end());
@@ -348,16 +374,18 @@ class ProcessGroupNccl::Impl {
           continue;
         }
         if (status != cudaErrorNotReady) {
-          abort_locked(fmt::format("{} failed: CUDA error {} ({})", (*it)->description(), cudaGetErrorString(status),
-                                   cudaGetErrorName(status)),
-                       false);
+          fail_and_abort(lock,
+                         fmt::format("{} failed: CUDA error {} ({})", (*it)->description(), cudaGetErrorString(status),
+                                     cudaGetErrorName(status)),
+                         false);
           break;
         }
         if (now - (*it)->started() > options_.timeout) {
-          abort_locked(fmt::format("ProcessGroupNccl: {} did not finish within {} ms; the communicator was aborted (did "
-                                   "a rank exit, or skip this collective?)",
-                                   (*it)->description(), options_.timeout.count()),
-                       true);
+          fail_and_abort(lock,
+                         fmt::format("ProcessGroupNccl: {} did not finish within {} ms; the communicator was aborted "
+                                     "(did a rank exit, or skip this collective?)",
+                                     (*it)->description(), options_.timeout.count()),
+                         true);
           break;
         }
         ++it;
@@ -371,7 +399,9 @@ class ProcessGroupNccl::Impl {
   int size_;
   ProcessGroupOptions options_;
 
-  std::mutex init_mutex_;  // held while the communicator is created
+  // comm_mutex_ guards comm_ and stream_: held while NCCL calls are made (creation, a
+  // launch) and to abort. mutex_ guards the rest. Order: comm_mutex_ before mutex_.
+  std::mutex comm_mutex_;
   std::mutex mutex_;
   std::condition_variable wake_cv_;
   std::condition_variable idle_cv_;
