@@ -7,6 +7,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -501,63 +502,64 @@ std::shared_ptr<Work> ProcessGroupNccl::allgather(const std::vector<Tensor>& out
                        nullptr, [&](cudaStream_t stream) { copy_slices(outputs, flat, false, stream); });
 }
 
-std::shared_ptr<Work> ProcessGroupNccl::gather(const std::vector<Tensor>& outputs, const Tensor& input, int root) {
-  impl_->check(input, "gather", "input");
-  impl_->check_rank(root, "gather", "root");
-  if (rank_ == root) {
-    TDDP_CHECK(static_cast<int>(outputs.size()) == size_, "ProcessGroupNccl gather: the root needs {} outputs, got {}", size_,
-               outputs.size());
-    for (size_t r = 0; r < outputs.size(); ++r) impl_->check_like(outputs[r], input, "gather", fmt::format("output {}", r));
-  } else {
-    TDDP_CHECK(outputs.empty(), "ProcessGroupNccl gather: only the root (rank {}) passes outputs", root);
+namespace {
+// gather (to_root) and scatter: `mine` is this rank's tensor, `at_root` the root's list (one
+// per rank, only on the root). The root exchanges with every other rank and copies its own
+// slot locally; every other rank makes one send or recv.
+void exchange_with_root(bool to_root, const Tensor& mine, const std::vector<Tensor>& at_root, int root, int rank, int size,
+                        ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) {
+  if (rank != root) {
+    if (to_root) {
+      TDDP_NCCL_CHECK(ncclSend(mine.raw_data_ptr(), count(mine), type, root, comm, stream), comm);
+    } else {
+      TDDP_NCCL_CHECK(ncclRecv(mine.raw_data_ptr(), count(mine), type, root, comm, stream), comm);
+    }
+    return;
   }
-  const ncclDataType_t type = nccl_type(input.dtype(), false, "gather");
-  std::vector<Tensor> touched = outputs;
-  touched.push_back(input);
-  return impl_->launch(impl_->describe("gather", input, fmt::format("root {}", root)), device_of(input), touched, false,
-                       [&](ncclComm_t comm, cudaStream_t stream) {
-                         if (rank_ != root) {
-                           TDDP_NCCL_CHECK(ncclSend(input.raw_data_ptr(), count(input), type, root, comm, stream), comm);
-                           return;
-                         }
-                         for (int r = 0; r < size_; ++r) {
-                           if (r == rank_) {
-                             TDDP_CUDA_CHECK(cudaMemcpyAsync(outputs[r].raw_data_ptr(), input.raw_data_ptr(), input.nbytes(),
-                                                             cudaMemcpyDeviceToDevice, stream));
-                           } else {
-                             TDDP_NCCL_CHECK(ncclRecv(outputs[r].raw_data_ptr(), count(input), type, r, comm, stream), comm);
-                           }
-                         }
-                       });
+  for (int r = 0; r < size; ++r) {
+    void* slot = at_root[r].raw_data_ptr();
+    if (r == rank) {
+      TDDP_CUDA_CHECK(cudaMemcpyAsync(to_root ? slot : mine.raw_data_ptr(), to_root ? mine.raw_data_ptr() : slot, mine.nbytes(),
+                                      cudaMemcpyDeviceToDevice, stream));
+    } else if (to_root) {
+      TDDP_NCCL_CHECK(ncclRecv(slot, count(mine), type, r, comm, stream), comm);
+    } else {
+      TDDP_NCCL_CHECK(ncclSend(slot, count(mine), type, r, comm, stream), comm);
+    }
+  }
+}
+}  // namespace
+
+std::shared_ptr<Work> ProcessGroupNccl::gather(const std::vector<Tensor>& outputs, const Tensor& input, int root) {
+  return root_exchange(true, input, outputs, root);
 }
 
 std::shared_ptr<Work> ProcessGroupNccl::scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root) {
-  impl_->check(output, "scatter", "output");
-  impl_->check_rank(root, "scatter", "root");
+  return root_exchange(false, output, inputs, root);
+}
+
+std::shared_ptr<Work> ProcessGroupNccl::root_exchange(bool to_root, const Tensor& mine, const std::vector<Tensor>& at_root,
+                                                      int root) {
+  const char* op = to_root ? "gather" : "scatter";
+  const char* mine_name = to_root ? "input" : "output";
+  const char* list_name = to_root ? "outputs" : "inputs";
+  impl_->check(mine, op, mine_name);
+  impl_->check_rank(root, op, "root");
   if (rank_ == root) {
-    TDDP_CHECK(static_cast<int>(inputs.size()) == size_, "ProcessGroupNccl scatter: the root needs {} inputs, got {}", size_,
-               inputs.size());
-    for (size_t r = 0; r < inputs.size(); ++r) impl_->check_like(inputs[r], output, "scatter", fmt::format("input {}", r));
+    TDDP_CHECK(static_cast<int>(at_root.size()) == size_, "ProcessGroupNccl {}: the root needs {} {}, got {}", op, size_,
+               list_name, at_root.size());
+    for (size_t r = 0; r < at_root.size(); ++r) {
+      impl_->check_like(at_root[r], mine, op, fmt::format("{} {}", to_root ? "output" : "input", r));
+    }
   } else {
-    TDDP_CHECK(inputs.empty(), "ProcessGroupNccl scatter: only the root (rank {}) passes inputs", root);
+    TDDP_CHECK(at_root.empty(), "ProcessGroupNccl {}: only the root (rank {}) passes {}", op, root, list_name);
   }
-  const ncclDataType_t type = nccl_type(output.dtype(), false, "scatter");
-  std::vector<Tensor> touched = inputs;
-  touched.push_back(output);
-  return impl_->launch(impl_->describe("scatter", output, fmt::format("root {}", root)), device_of(output), touched, false,
+  const ncclDataType_t type = nccl_type(mine.dtype(), false, op);
+  std::vector<Tensor> touched = at_root;
+  touched.push_back(mine);
+  return impl_->launch(impl_->describe(op, mine, fmt::format("root {}", root)), device_of(mine), touched, false,
                        [&](ncclComm_t comm, cudaStream_t stream) {
-                         if (rank_ != root) {
-                           TDDP_NCCL_CHECK(ncclRecv(output.raw_data_ptr(), count(output), type, root, comm, stream), comm);
-                           return;
-                         }
-                         for (int r = 0; r < size_; ++r) {
-                           if (r == rank_) {
-                             TDDP_CUDA_CHECK(cudaMemcpyAsync(output.raw_data_ptr(), inputs[r].raw_data_ptr(), output.nbytes(),
-                                                             cudaMemcpyDeviceToDevice, stream));
-                           } else {
-                             TDDP_NCCL_CHECK(ncclSend(inputs[r].raw_data_ptr(), count(output), type, r, comm, stream), comm);
-                           }
-                         }
+                         exchange_with_root(to_root, mine, at_root, root, rank_, size_, type, comm, stream);
                        });
 }
 
@@ -598,9 +600,14 @@ std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter(const Tensor& output, con
 }
 
 std::shared_ptr<Work> ProcessGroupNccl::barrier() {
-  // An allreduce of one element on this rank's device (cuda:0 before any collective), which
-  // wait() observes on the host.
-  const int device = std::max(0, impl_->bound_device());
+  // An allreduce of one element on this rank's device, which wait() observes on the host.
+  // Before any collective has bound the group to a device: cuda:LOCAL_RANK (the launcher's
+  // choice), else cuda:(rank mod devices), as PyTorch guesses.
+  int device = impl_->bound_device();
+  if (device < 0) {
+    const char* local = std::getenv("LOCAL_RANK");
+    device = (local != nullptr && *local != '\0' ? std::atoi(local) : rank_) % tensor::cuda::device_count();
+  }
   const Tensor token = tensor::zeros({1}, tensor::TensorOptions().dtype(tensor::kFloat32).device(tensor::Device(tensor::DeviceType::kCUDA, device)));
   return impl_->launch(fmt::format("barrier (rank {} of {})", rank_, size_), device, {token}, true,
                        [&](ncclComm_t comm, cudaStream_t stream) {

@@ -65,6 +65,9 @@ class ProcessGroupNccl final : public ProcessGroup {
   class Impl;
 
  private:
+  // gather (to_root) or scatter.
+  std::shared_ptr<Work> root_exchange(bool to_root, const Tensor& mine, const std::vector<Tensor>& at_root, int root);
+
   std::unique_ptr<Impl> impl_;
 };
 

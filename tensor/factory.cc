@@ -27,12 +27,7 @@ Tensor full(const Shape& sizes, double value, TensorOptions options) {
   return out;
 }
 
-Tensor scalar_tensor(double value, TensorOptions options) {
-  // Built on the CPU and moved, so that a 0-d CUDA scalar needs no device kernel.
-  Tensor cpu = empty({}, TensorOptions().dtype(options.dtype()));
-  cpu.fill_(value);
-  return cpu.to(options.device());
-}
+Tensor scalar_tensor(double value, TensorOptions options) { return full({}, value, options); }
 
 Tensor arange_impl(double start, double end, double step, DType default_dtype, TensorOptions options) {
   TDDP_CHECK(step != 0, "arange: step must be nonzero");

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -127,7 +128,11 @@ class CachingAllocator final : public Allocator {
       const auto* b = static_cast<const char*>(base);
       const auto* p = static_cast<const char*>(ptr);
       if (p >= b && p < b + block->size) {
-        if (stream != block->stream) block->other_streams.push_back(stream);
+        // Once per stream: a bucket recorded every iteration must not grow the list.
+        const auto& others = block->other_streams;
+        if (stream != block->stream && std::find(others.begin(), others.end(), stream) == others.end()) {
+          block->other_streams.push_back(stream);
+        }
         return;
       }
     }
