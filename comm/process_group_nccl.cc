@@ -618,26 +618,27 @@ std::shared_ptr<Work> ProcessGroupNccl::barrier() {
 }
 
 std::shared_ptr<Work> ProcessGroupNccl::send(const Tensor& tensor, int dst, int tag) {
-  impl_->check(tensor, "send", "tensor");
-  TDDP_CHECK(dst >= 0 && dst < size_ && dst != rank_, "ProcessGroupNccl send: destination {} is not another rank of this group of {}",
-             dst, size_);
-  TDDP_CHECK(tag >= 0, "ProcessGroupNccl send: tag must be >= 0, got {}", tag);
-  const ncclDataType_t type = nccl_type(tensor.dtype(), false, "send");
-  return impl_->launch(impl_->describe("send", tensor, fmt::format("to {}", dst)), device_of(tensor), {tensor}, false,
-                       [&](ncclComm_t comm, cudaStream_t stream) {
-                         TDDP_NCCL_CHECK(ncclSend(tensor.raw_data_ptr(), count(tensor), type, dst, comm, stream), comm);
-                       });
+  return point_to_point(true, tensor, dst, tag);
 }
 
 std::shared_ptr<Work> ProcessGroupNccl::recv(const Tensor& tensor, int src, int tag) {
-  impl_->check(tensor, "recv", "tensor");
-  TDDP_CHECK(src >= 0 && src < size_ && src != rank_, "ProcessGroupNccl recv: source {} is not another rank of this group of {}",
-             src, size_);
-  TDDP_CHECK(tag >= 0, "ProcessGroupNccl recv: tag must be >= 0, got {}", tag);
-  const ncclDataType_t type = nccl_type(tensor.dtype(), false, "recv");
-  return impl_->launch(impl_->describe("recv", tensor, fmt::format("from {}", src)), device_of(tensor), {tensor}, false,
-                       [&](ncclComm_t comm, cudaStream_t stream) {
-                         TDDP_NCCL_CHECK(ncclRecv(tensor.raw_data_ptr(), count(tensor), type, src, comm, stream), comm);
+  return point_to_point(false, tensor, src, tag);
+}
+
+std::shared_ptr<Work> ProcessGroupNccl::point_to_point(bool sending, const Tensor& tensor, int peer, int tag) {
+  const char* op = sending ? "send" : "recv";
+  impl_->check(tensor, op, "tensor");
+  TDDP_CHECK(peer >= 0 && peer < size_ && peer != rank_, "ProcessGroupNccl {}: {} {} is not another rank of this group of {}",
+             op, sending ? "destination" : "source", peer, size_);
+  TDDP_CHECK(tag >= 0, "ProcessGroupNccl {}: tag must be >= 0, got {}", op, tag);
+  const ncclDataType_t type = nccl_type(tensor.dtype(), false, op);
+  return impl_->launch(impl_->describe(op, tensor, fmt::format("{} {}", sending ? "to" : "from", peer)), device_of(tensor),
+                       {tensor}, false, [&](ncclComm_t comm, cudaStream_t stream) {
+                         if (sending) {
+                           TDDP_NCCL_CHECK(ncclSend(tensor.raw_data_ptr(), count(tensor), type, peer, comm, stream), comm);
+                         } else {
+                           TDDP_NCCL_CHECK(ncclRecv(tensor.raw_data_ptr(), count(tensor), type, peer, comm, stream), comm);
+                         }
                        });
 }
 

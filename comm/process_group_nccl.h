@@ -67,6 +67,8 @@ class ProcessGroupNccl final : public ProcessGroup {
  private:
   // gather (to_root) or scatter.
   std::shared_ptr<Work> root_exchange(bool to_root, const Tensor& mine, const std::vector<Tensor>& at_root, int root);
+  // send (sending) or recv.
+  std::shared_ptr<Work> point_to_point(bool sending, const Tensor& tensor, int peer, int tag);
 
   std::unique_ptr<Impl> impl_;
 };
