@@ -19,6 +19,7 @@ def main():
     parser.add_argument("--model", choices=["toy", "mlp"], default="toy")
     parser.add_argument("--iterations", type=int, default=0)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -29,6 +30,11 @@ def main():
     else:
         model = mlp([784, 1024, 1024, 10])
         inputs, targets = torch.randn(128, 784), torch.randint(0, 10, (128,))
+    gpu = args.device == "cuda"
+    if gpu:  # float32 as on the CPU: no TF32 (tinyddp's default too)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    model, inputs, targets = model.to(args.device), inputs.to(args.device), targets.to(args.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step():
@@ -37,6 +43,8 @@ def main():
         loss = F.mse_loss(out, targets) if toy else F.cross_entropy(out, targets)
         loss.backward()
         optimizer.step()
+        if gpu:
+            torch.cuda.synchronize()
 
     for _ in range(args.warmup):
         step()
@@ -45,7 +53,8 @@ def main():
         start = time.perf_counter()
         step()
         times.append((time.perf_counter() - start) * 1e6)
-    print(f"RESULT model={args.model} mode=torch median_us={statistics.median(times):.1f}")
+    device = " device=cuda" if gpu else ""
+    print(f"RESULT model={args.model} mode=torch{device} median_us={statistics.median(times):.1f}")
 
 
 if __name__ == "__main__":

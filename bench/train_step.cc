@@ -8,6 +8,8 @@
 //          ddp: DDP with gradient synchronisation (batch sizes are per rank)
 // With --nproc N > 1 (or under a launcher: RANK/WORLD_SIZE set) every process runs the same
 // mode at the same time, so that "local" and "ddp" see the same CPU contention.
+// --device cuda (a --config=cuda build): the model and data on cuda:LOCAL_RANK, each timed
+// step ending with a device synchronisation; DDP over --backend nccl (default on GPUs) or gloo.
 // Build with -c opt: bazel run -c opt //bench:train_step -- --model mlp --mode ddp --nproc 2
 #include <CLI/CLI.hpp>
 
@@ -17,6 +19,7 @@
 #include <iostream>
 
 #include "comm/init.h"
+#include "tensor/cuda.h"
 #include "comm/spawn.h"
 #include "ddp/distributed.h"
 #include "nn/nn.h"
@@ -31,11 +34,19 @@ struct Config {
   std::string mode = "local";
   int iterations = 0;
   int warmup = 5;
+  std::string device = "cpu";
+  std::string backend;  // default: nccl on GPUs, gloo on the CPU
 };
 
 int run(const Config& c) {
+  const bool gpu = c.device == "cuda";
+  const std::string backend = !c.backend.empty() ? c.backend : gpu ? "nccl" : "gloo";
+  const char* local_rank = std::getenv("LOCAL_RANK");
+  const t::Device device =
+      gpu ? t::Device::cuda((local_rank != nullptr ? std::atoi(local_rank) : 0) % std::max(1, t::cuda::device_count()))
+          : t::Device(t::kCPU);
   std::shared_ptr<tinyddp::comm::ProcessGroup> pg;
-  if (std::getenv("RANK") != nullptr) pg = tinyddp::comm::init_from_env();
+  if (std::getenv("RANK") != nullptr) pg = tinyddp::comm::init_process_group(backend);
   const bool toy = c.model == "toy", huge = c.model == "huge";
   const int iterations = c.iterations > 0 ? c.iterations : (toy ? 2000 : huge ? 8 : 30);
   t::manual_seed(0);
@@ -54,9 +65,12 @@ int run(const Config& c) {
     inputs = t::randn({128, 784});
     targets = t::rand({128}).mul_(10.0).to(t::kInt64);
   }
+  model->to(device);
+  inputs = inputs.to(device);
+  targets = targets.to(device);
   std::shared_ptr<tinyddp::ddp::DistributedDataParallel> ddp;
   if (c.mode != "local") {
-    if (!pg) pg = tinyddp::comm::init_process_group("gloo", [] {
+    if (!pg) pg = tinyddp::comm::init_process_group(backend, [] {
       tinyddp::comm::InitOptions o;
       o.world_size = 1;
       return o;
@@ -78,6 +92,7 @@ int run(const Config& c) {
       body();
     }
     optimizer.step();
+    if (gpu) t::cuda::synchronize(device.index);  // the step is done when the GPU is
   };
   for (int i = 0; i < c.warmup; ++i) step();
   std::vector<double> us;
@@ -88,7 +103,8 @@ int run(const Config& c) {
   }
   std::sort(us.begin(), us.end());
   if (!pg || pg->rank() == 0) {
-    std::cout << "RESULT model=" << c.model << " mode=" << c.mode << " median_us=" << us[us.size() / 2] << std::endl;
+    std::cout << "RESULT model=" << c.model << " mode=" << c.mode << (gpu ? " device=cuda" : "")
+              << " median_us=" << us[us.size() / 2] << std::endl;
   }
   if (pg) {
     pg->barrier()->wait();
@@ -109,6 +125,9 @@ int main(int argc, char** argv) {
   app.add_option("--iterations", c.iterations, "timed steps (default 2000 toy, 30 mlp, 8 huge)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", c.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--nproc", nproc, "processes to fork when not under a launcher")->check(CLI::Range(1, 64));
+  app.add_option("--device", c.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--backend", c.backend, "gloo or nccl (default: nccl with --device cuda, else gloo)")
+      ->check(CLI::IsMember({"gloo", "nccl"}));
   CLI11_PARSE(app, argc, argv);
 #ifndef NDEBUG
   std::cerr << "train_step: built without -c opt; these numbers mean nothing\n";
