@@ -9,6 +9,7 @@
 
 #include "tensor/cuda/kernels.h"
 #include "tensor/cuda/libraries.h"
+#include "tensor/cuda/plan.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
 #include "tensor/factory.h"
@@ -19,55 +20,6 @@ namespace tinyddp::tensor::cuda {
 namespace {
 
 namespace k = kernels;
-
-// The iteration shape `sizes` with each operand's strides broadcast to it, size-1 dims
-// dropped and every pair of dims merged that all operands traverse as one (so contiguous
-// operands become one dim).
-template <size_t N>
-k::Geometry geometry(const Shape& sizes, const std::array<const Tensor*, N>& tensors, std::array<k::Operand, N>& ops,
-                     const char* op) {
-  std::array<Shape, N> strides;
-  for (size_t i = 0; i < N; ++i) {
-    const Tensor& t = *tensors[i];
-    ops[i].data = t.raw_data_ptr();
-    ops[i].dtype = static_cast<int>(t.dtype());
-    // Right-aligned broadcasting: missing or size-1 dims of the operand get stride 0.
-    const int64_t offset = static_cast<int64_t>(sizes.size()) - t.dim();
-    for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d) {
-      const int64_t td = d - offset;
-      strides[i].push_back(td < 0 || t.size(td) == 1 ? 0 : t.stride(td));
-    }
-  }
-  // Merge from the innermost dim outwards.
-  std::vector<int64_t> merged_sizes;
-  std::array<std::vector<int64_t>, N> merged_strides;
-  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
-    if (sizes[d] == 1) continue;
-    bool joins = !merged_sizes.empty();
-    for (size_t i = 0; i < N && joins; ++i) {
-      joins = strides[i][d] == merged_strides[i].back() * merged_sizes.back();
-    }
-    if (joins) {
-      merged_sizes.back() *= sizes[d];
-    } else {
-      merged_sizes.push_back(sizes[d]);
-      for (size_t i = 0; i < N; ++i) merged_strides[i].push_back(strides[i][d]);
-    }
-  }
-  k::Geometry g;
-  g.numel = 1;
-  for (int64_t s : sizes) g.numel *= s;
-  const int ndim = static_cast<int>(merged_sizes.size());
-  TDDP_CHECK(ndim <= k::kMaxDims, "{}: CUDA kernels take at most {} non-mergeable dims, got {} (make the tensors contiguous)",
-             op, k::kMaxDims, ndim);
-  g.ndim = std::max(ndim, 1);
-  g.sizes[0] = 1;
-  for (int d = 0; d < ndim; ++d) {
-    g.sizes[d] = merged_sizes[ndim - 1 - d];  // back to outermost first
-    for (size_t i = 0; i < N; ++i) ops[i].strides[d] = merged_strides[i][ndim - 1 - d];
-  }
-  return g;
-}
 
 int device_of(const Tensor& t) { return t.device().index; }
 

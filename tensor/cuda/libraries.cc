@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tensor/cuda.h"
+#include "tensor/cuda/plan.h"
 #include "tensor/cuda/runtime.h"
 #include "tensor/error.h"
 #include "tensor/ops.h"
@@ -103,26 +104,6 @@ HandlePool<cudnnHandle_t>& dnn_handles() {
   return *pool;
 }
 
-// How cuBLAS (column-major) reads a row-major matrix view [rows, cols]: its memory is the
-// column-major transpose with leading dimension stride(0) (op N) or, for a transposed view,
-// the column-major matrix itself with leading dimension stride(1) (op T). Size-1 dims may
-// carry any stride. Other layouts need a contiguous copy first.
-struct Layout {
-  cublasOperation_t op;
-  int64_t ld;
-};
-
-std::optional<Layout> blas_layout(const Tensor& t) {
-  const int64_t rows = t.size(0), cols = t.size(1), s0 = t.stride(0), s1 = t.stride(1);
-  if ((s1 == 1 || cols <= 1) && (s0 >= std::max<int64_t>(1, cols) || rows <= 1)) {
-    return Layout{CUBLAS_OP_N, rows <= 1 ? std::max<int64_t>(1, cols) : s0};
-  }
-  if ((s0 == 1 || rows <= 1) && (s1 >= std::max<int64_t>(1, rows) || cols <= 1)) {
-    return Layout{CUBLAS_OP_T, cols <= 1 ? std::max<int64_t>(1, rows) : s1};
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 namespace blas {
@@ -149,10 +130,9 @@ void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
                               "convert with .to(float32) or multiply on the CPU)",
                               dtype_name(a.dtype())));
   }
-  std::optional<Layout> la = blas_layout(a), lb = blas_layout(b);
-  const Tensor ac = la ? a : a.contiguous(), bc = lb ? b : b.contiguous();
-  if (!la) la = blas_layout(ac);
-  if (!lb) lb = blas_layout(bc);
+  const Tensor ac = gemm_operand(a) ? a : a.contiguous(), bc = gemm_operand(b) ? b : b.contiguous();
+  const Gemm g = plan_gemm(ac, bc);
+  const auto op = [](bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; };
   const int device = out.device().index;
   DeviceGuard guard(device);
   const auto handle = blas_handles().lease(device);
@@ -160,11 +140,11 @@ void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
   const float alpha_f = 1.0f, beta_f = 0.0f;
   const double alpha_d = 1.0, beta_d = 0.0;
   const bool dbl = compute == CUBLAS_COMPUTE_64F;
-  // Row-major out = a b is column-major out^T = b^T a^T: cuBLAS's A is b, its B is a.
-  TDDP_CUBLAS_CHECK(cublasGemmEx_64(handle.get(), lb->op, la->op, m, n, k, dbl ? static_cast<const void*>(&alpha_d) : &alpha_f,
-                                    bc.raw_data_ptr(), type, lb->ld, ac.raw_data_ptr(), type, la->ld,
-                                    dbl ? static_cast<const void*>(&beta_d) : &beta_f, out.raw_data_ptr(), type, m,
-                                    compute, CUBLAS_GEMM_DEFAULT));
+  // Row-major out = a b is column-major out^T = b^T a^T: cuBLAS's A is b, its B is a (plan.h).
+  TDDP_CUBLAS_CHECK(cublasGemmEx_64(handle.get(), op(g.transpose_a), op(g.transpose_b), g.m, g.n, g.k,
+                                    dbl ? static_cast<const void*>(&alpha_d) : &alpha_f, bc.raw_data_ptr(), type, g.lda,
+                                    ac.raw_data_ptr(), type, g.ldb, dbl ? static_cast<const void*>(&beta_d) : &beta_f,
+                                    out.raw_data_ptr(), type, g.ldc, compute, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace blas

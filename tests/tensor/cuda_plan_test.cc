@@ -1,0 +1,151 @@
+// The host-side plans of the CUDA backend, checked on the CPU (they are plain C++): for an
+// elementwise launch, the merged geometry and strides must address, for every linear index,
+// the element a row-major walk of the broadcast shape reaches; for a matrix product, the
+// cuBLAS call (operand order, transposes, leading dimensions) emulated as a column-major GEMM
+// over the tensors' memory must give mm's result. These run in every CI build; the kernels
+// themselves are checked against the CPU on a GPU (cuda_test.cc).
+#include <array>
+
+#include "tensor/cuda/plan.h"
+#include "tests/test_util.h"
+
+using namespace tinyddp::tensor;
+using tinyddp::testing::at;
+
+namespace {
+
+// Distinct values, so that reading the wrong element shows.
+Tensor distinct(const Shape& shape) { return arange(shape_numel(shape)).to(kFloat64).view(shape); }
+
+// The elementwise kernel's offset arithmetic (elementwise.cu, offsets()) for linear index i.
+template <size_t N>
+std::array<int64_t, N> kernel_offsets(const cuda::kernels::Geometry& g, const std::array<cuda::kernels::Operand, N>& ops,
+                                      int64_t i) {
+  std::array<int64_t, N> off{};
+  for (int d = g.ndim - 1; d >= 0; --d) {
+    const int64_t coord = i % g.sizes[d];
+    i /= g.sizes[d];
+    for (size_t k = 0; k < N; ++k) off[k] += coord * ops[k].strides[d];
+  }
+  return off;
+}
+
+// For each operand (broadcast to `shape`), the element the kernel reads at every linear index
+// equals the one at that row-major position.
+template <size_t N>
+void check_geometry(const Shape& shape, const std::array<Tensor, N>& tensors, int expected_ndim) {
+  std::array<const Tensor*, N> pointers;
+  for (size_t k = 0; k < N; ++k) pointers[k] = &tensors[k];
+  std::array<cuda::kernels::Operand, N> ops;
+  const cuda::kernels::Geometry g = cuda::geometry<N>(shape, pointers, ops, "test");
+  CHECK(g.numel == shape_numel(shape));
+  if (expected_ndim > 0) CHECK(g.ndim == expected_ndim);
+  for (int64_t i = 0; i < g.numel; ++i) {
+    const std::array<int64_t, N> off = kernel_offsets<N>(g, ops, i);
+    // The row-major multi-index of i in `shape`.
+    std::vector<int64_t> index(shape.size());
+    int64_t rest = i;
+    for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+      index[d] = rest % shape[d];
+      rest /= shape[d];
+    }
+    for (size_t k = 0; k < N; ++k) {
+      const Tensor& t = tensors[k];
+      std::vector<int64_t> own(index.end() - t.dim(), index.end());  // right-aligned
+      for (int64_t d = 0; d < t.dim(); ++d) {
+        if (t.size(d) == 1) own[d] = 0;
+      }
+      const double got = static_cast<const double*>(ops[k].data)[off[k]];
+      if (got != at(t, own)) {
+        FAIL_CHECK("operand " << k << " at linear index " << i << ": read " << got << ", expected " << at(t, own));
+        return;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("CUDA launch plan: merged dims address the right elements", "[cuda][plan]") {
+  const Tensor m = distinct({4, 6});
+  const Tensor cube = distinct({3, 4, 5});
+  SECTION("contiguous operands merge into one dim") {
+    check_geometry<2>({4, 6}, {m, distinct({4, 6})}, 1);
+    check_geometry<3>({3, 4, 5}, {cube, cube, distinct({3, 4, 5})}, 1);
+  }
+  SECTION("a transposed operand keeps two dims") { check_geometry<2>({6, 4}, {distinct({6, 4}), m.t()}, 2); }
+  SECTION("broadcasting: a row, a column, a scalar") {
+    check_geometry<3>({4, 6}, {m, distinct({6}), distinct({4, 1})}, 2);
+    check_geometry<2>({3, 4, 5}, {cube, distinct({})}, 1);
+    check_geometry<2>({3, 4, 5}, {cube, distinct({4, 1})}, 3);
+  }
+  SECTION("narrowed, permuted and expanded views; size-1 dims with odd strides") {
+    check_geometry<2>({2, 4}, {distinct({2, 4}), m.narrow(1, 1, 4).narrow(0, 1, 2)}, 2);
+    check_geometry<2>({5, 3, 4}, {distinct({5, 3, 4}), cube.permute({2, 0, 1})}, 0);
+    check_geometry<2>({3, 4, 5}, {cube, cube.narrow(0, 1, 1).expand({3, 4, 5})}, 0);
+    check_geometry<2>({1, 6}, {distinct({1, 6}), m.narrow(0, 2, 1)}, 1);
+    check_geometry<2>({3, 1, 5}, {distinct({3, 1, 5}), cube.narrow(1, 3, 1)}, 2);
+  }
+  SECTION("a 0-d tensor and an empty one") {
+    check_geometry<2>({}, {distinct({}), distinct({})}, 1);
+    check_geometry<2>({0, 3}, {distinct({0, 3}), distinct({0, 3})}, 0);
+  }
+  SECTION("more non-mergeable dims than the kernels take is an error") {
+    const Tensor wide = distinct({2, 2, 2, 2, 2, 2, 2, 2, 2}).permute({8, 7, 6, 5, 4, 3, 2, 1, 0});
+    std::array<const Tensor*, 1> one{&wide};
+    std::array<cuda::kernels::Operand, 1> ops;
+    CHECK_THROWS_WITH(cuda::geometry<1>(wide.sizes(), one, ops, "add"), Catch::Contains("at most 8 non-mergeable dims"));
+  }
+}
+
+TEST_CASE("CUDA launch plan: the cuBLAS call reproduces mm for every operand layout", "[cuda][plan]") {
+  // Column-major GEMM exactly as cuBLAS defines it, over the tensors' memory.
+  const auto emulate = [](const Tensor& a, const Tensor& b) {
+    const Tensor ac = cuda::gemm_operand(a) ? a : a.contiguous(), bc = cuda::gemm_operand(b) ? b : b.contiguous();
+    const cuda::Gemm g = cuda::plan_gemm(ac, bc);
+    const double* A = static_cast<const double*>(bc.raw_data_ptr());
+    const double* B = static_cast<const double*>(ac.raw_data_ptr());
+    std::vector<double> C(static_cast<size_t>(g.ldc * g.n));
+    for (int64_t i = 0; i < g.m; ++i) {
+      for (int64_t j = 0; j < g.n; ++j) {
+        double s = 0;
+        for (int64_t l = 0; l < g.k; ++l) {
+          const double op_a = g.transpose_a ? A[l + i * g.lda] : A[i + l * g.lda];  // op(A) is m x k
+          const double op_b = g.transpose_b ? B[j + l * g.ldb] : B[l + j * g.ldb];  // op(B) is k x n
+          s += op_a * op_b;
+        }
+        C[i + j * g.ldc] = s;
+      }
+    }
+    // C is out^T column-major, i.e. out row-major [n, m] with row stride ldc.
+    return from_vector(C, Shape{g.n, g.ldc}).narrow(1, 0, g.m);
+  };
+  const Tensor a = sub(distinct({5, 7}), 10.0), b = div(distinct({7, 3}), 4.0);
+  const Tensor big = distinct({9, 11});
+  const std::vector<std::pair<Tensor, Tensor>> cases = {
+      {a, b},                                                          // both contiguous
+      {a.t().contiguous().t(), b},                                     // a transposed in memory
+      {a, b.t().contiguous().t()},                                     // b transposed in memory
+      {a.t().contiguous().t(), b.t().contiguous().t()},                // both
+      {big.narrow(0, 1, 5).narrow(1, 2, 7), b},                        // a row stride above its width
+      {a, big.narrow(0, 0, 7).narrow(1, 4, 3)},                        // b likewise
+      {big.t().narrow(0, 0, 5).narrow(1, 1, 7), b},                    // a transposed and narrowed
+      {a.narrow(0, 2, 1), b},                                          // one row
+      {a, b.narrow(1, 1, 1)},                                          // one column
+      {distinct({5, 1}), distinct({1, 3})},                            // k = 1
+      {distinct({2, 4, 7}).select(1, 2).t().t(), b},                   // a view with an odd offset
+      {distinct({5, 14}).narrow(1, 0, 14).view({5, 2, 7}).select(1, 1), b},  // strided rows
+      {distinct({7, 5}).t(), distinct({2, 7, 3}).select(0, 1)},
+      {distinct({5, 7, 2}).select(2, 0), b},                           // column stride 2: copied first
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    INFO("case " << c);
+    const auto& [x, y] = cases[c];
+    CHECK(allclose(emulate(x, y), mm(x, y), 1e-12, 1e-12));
+  }
+  // Layout detection itself.
+  CHECK_FALSE(cuda::gemm_operand(distinct({5, 7, 2}).select(2, 0)).has_value());
+  CHECK(cuda::gemm_operand(a)->transpose == false);
+  CHECK(cuda::gemm_operand(a.t())->transpose == true);
+  CHECK(cuda::gemm_operand(a.t())->ld == 7);
+}
