@@ -23,9 +23,13 @@ namespace tinyddp::tensor::cuda {
 bool is_built() { return true; }
 
 int device_count() {
-  std::string error;
-  const int count = detail::query_device_count(&error);
-  return count < 0 ? 0 : count;
+  // Asked before every allocation and launch; the answer cannot change within a process.
+  static const int count = [] {
+    std::string error;
+    const int n = detail::query_device_count(&error);
+    return n < 0 ? 0 : n;
+  }();
+  return count;
 }
 
 std::vector<DeviceProperties> device_properties() {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,15 +42,19 @@ void check_device(int device) {
 }  // namespace
 
 cudaStream_t compute_stream(int device) {
+  // Looked up by every launch: a lock-free read once the stream exists.
   static std::mutex mutex;
-  static cudaStream_t streams[kMaxDevices] = {};
+  static std::atomic<cudaStream_t> streams[kMaxDevices] = {};
   check_device(device);
+  if (cudaStream_t stream = streams[device].load(std::memory_order_acquire)) return stream;
   std::lock_guard<std::mutex> lock(mutex);
-  if (streams[device] == nullptr) {
+  if (streams[device].load(std::memory_order_relaxed) == nullptr) {
     DeviceGuard guard(device);
-    TDDP_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking));
+    cudaStream_t stream = nullptr;
+    TDDP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    streams[device].store(stream, std::memory_order_release);
   }
-  return streams[device];
+  return streams[device].load(std::memory_order_relaxed);
 }
 
 void synchronize(int device) {
@@ -243,11 +248,14 @@ class CachingAllocator final : public Allocator {
 // Never destroyed: tensors in static storage may be freed after static destructors ran.
 CachingAllocator* allocator_of(int device) {
   static std::mutex mutex;
-  static CachingAllocator* allocators[kMaxDevices] = {};
+  static std::atomic<CachingAllocator*> allocators[kMaxDevices] = {};
   check_device(device);
+  if (CachingAllocator* allocator = allocators[device].load(std::memory_order_acquire)) return allocator;
   std::lock_guard<std::mutex> lock(mutex);
-  if (allocators[device] == nullptr) allocators[device] = new CachingAllocator(device);
-  return allocators[device];
+  if (allocators[device].load(std::memory_order_relaxed) == nullptr) {
+    allocators[device].store(new CachingAllocator(device), std::memory_order_release);
+  }
+  return allocators[device].load(std::memory_order_relaxed);
 }
 
 }  // namespace
