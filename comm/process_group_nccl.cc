@@ -131,8 +131,8 @@ class ProcessGroupNccl::Impl {
   const std::shared_ptr<Store>& store() const { return store_; }
   const ProcessGroupOptions& options() const { return options_; }
 
-  // Checks `t` for an operation: defined, CUDA, contiguous, on this rank's device (binding the
-  // communicator to it on first use).
+  // Checks `t` for an operation: defined, CUDA, contiguous, and on this rank's device once
+  // the first collective has bound the communicator to one (launch() binds it).
   void check(const Tensor& t, const char* op, const std::string& what) {
     TDDP_CHECK(t.defined(), "ProcessGroupNccl {}: {} is an undefined tensor", op, what);
     TDDP_CHECK(t.is_cuda(), "ProcessGroupNccl {}: {} is on {}; the NCCL backend takes CUDA tensors (use gloo for CPU tensors)",
