@@ -84,7 +84,7 @@ void DistributedDataParallel::verify_same_parameters(const std::vector<std::stri
   const int size = pg_->size();
   // Exchange the lengths, then the descriptions padded to the longest.
   const tensor::TensorOptions control = tensor::TensorOptions(tensor::kInt64).device(control_device_);
-  const Tensor length = tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(mine.size())}).to(control_device_);
+  const Tensor length = tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(mine.size())}, {}, control_device_);
   std::vector<Tensor> lengths;
   for (int r = 0; r < size; ++r) lengths.push_back(tensor::zeros({1}, control));
   pg_->allgather(lengths, length)->wait();
@@ -94,7 +94,7 @@ void DistributedDataParallel::verify_same_parameters(const std::vector<std::stri
   padded.resize(static_cast<size_t>(longest), -1);
   std::vector<Tensor> all;
   for (int r = 0; r < size; ++r) all.push_back(tensor::zeros({longest}, control));
-  pg_->allgather(all, tensor::from_vector(padded).to(control_device_))->wait();
+  pg_->allgather(all, tensor::from_vector(padded, {}, control_device_))->wait();
   const std::vector<int64_t> reference = all[0].to_vector<int64_t>();
   for (int r = 1; r < size; ++r) {
     const std::vector<int64_t> other = all[r].to_vector<int64_t>();
@@ -219,7 +219,7 @@ void DistributedDataParallel::join(const std::function<void()>& loop, JoinOption
   // Everyone is done: the rank with the most iterations (ties: the highest rank) holds the
   // model every rank agrees on.
   const Tensor key =
-      tensor::from_vector(std::vector<int64_t>{join_iterations_ * pg_->size() + pg_->rank()}).to(control_device_);
+      tensor::from_vector(std::vector<int64_t>{join_iterations_ * pg_->size() + pg_->rank()}, {}, control_device_);
   pg_->allreduce(key, comm::ReduceOp::kMax)->wait();
   const int authority = static_cast<int>(key.item<int64_t>() % pg_->size());
   std::vector<Tensor> state = params_;

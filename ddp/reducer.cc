@@ -218,7 +218,7 @@ void Reducer::finalize() {
     // Which parameters some rank used: the others keep their .grad untouched.
     std::vector<int64_t> local(params_.size());
     for (size_t i = 0; i < params_.size(); ++i) local[i] = locally_used_[i] ? 1 : 0;
-    const Tensor bitmap = tensor::from_vector(local).to(control_device_);
+    const Tensor bitmap = tensor::from_vector(local, {}, control_device_);
     pg_->allreduce(bitmap)->wait();
     used_everywhere = bitmap.to_vector<int64_t>();
   }
@@ -255,7 +255,7 @@ void Reducer::finalize() {
         order.push_back(static_cast<int64_t>(i));
       }
     }
-    const Tensor shared = tensor::from_vector(order).to(control_device_);
+    const Tensor shared = tensor::from_vector(order, {}, control_device_);
     pg_->broadcast(shared, 0)->wait();
     const std::vector<int64_t> agreed = shared.to_vector<int64_t>();
     build_buckets(std::vector<size_t>(agreed.begin(), agreed.end()));
@@ -318,15 +318,16 @@ void Reducer::shadow_iteration() {
   }
   for (auto& f : futures) f->wait();
   if (options_.find_unused_parameters || options_.static_graph) {
-    pg_->allreduce(tensor::zeros({static_cast<int64_t>(params_.size())}, tensor::TensorOptions(tensor::kInt64).device(control_device_)))
-        ->wait();
+    const Tensor bitmap =
+        tensor::zeros({static_cast<int64_t>(params_.size())}, tensor::TensorOptions(tensor::kInt64).device(control_device_));
+    pg_->allreduce(bitmap)->wait();
   }
   // A rank that joined before its first iteration still takes part in the one-time rebuild
   // that ends the others' first iteration (with rank 0's order, like them).
   if (!rebuilt_) {
     std::vector<int64_t> order;
     for (size_t i = params_.size(); i-- > 0;) order.push_back(static_cast<int64_t>(i));
-    const Tensor shared = tensor::from_vector(order).to(control_device_);
+    const Tensor shared = tensor::from_vector(order, {}, control_device_);
     pg_->broadcast(shared, 0)->wait();
     const std::vector<int64_t> agreed = shared.to_vector<int64_t>();
     build_buckets(std::vector<size_t>(agreed.begin(), agreed.end()));

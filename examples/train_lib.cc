@@ -194,6 +194,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
       << (pg ? fmt::format(", data-parallel on {} ranks ({})", world, backend) : std::string()) << ", device " << device.str()
       << "\n";
   const int64_t log_every = config.log_every > 0 ? config.log_every : std::max<int64_t>(1, config.steps / 10);
+  // Where the loss is averaged over ranks (DDP's choice: the GPU under NCCL, else the CPU).
+  const t::Device report_device = pg ? ddp::control_device(*pg, model->parameters()) : device;
   TrainResult result;
   const auto start = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < config.steps; ++step) {
@@ -208,7 +210,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     const Tensor loss = classification ? nn::cross_entropy(prediction, b.targets) : nn::mse_loss(prediction, b.targets);
     double loss_value = loss.item<double>();
     if (pg) {  // report the mean over ranks: the loss of the whole global batch
-      const Tensor mean = t::scalar_tensor(loss_value, t::TensorOptions(t::kFloat64).device(ddp::control_device(*pg, model->parameters())));
+      const Tensor mean = t::scalar_tensor(loss_value, t::TensorOptions(t::kFloat64).device(report_device));
       pg->allreduce(mean, comm::ReduceOp::kAvg)->wait();
       loss_value = mean.item<double>();
     }

@@ -140,7 +140,8 @@ void copy(const Tensor& dst, const Tensor& src) {
   }
   // Between devices: move src's elements as they are (dense, src's dtype, src's shape), then
   // broadcast and convert on the destination's side.
-  const Tensor dense_src = src.contiguous();
+  // From the host: straight into a contiguous pinned copy (itself when src is one already).
+  const Tensor dense_src = src.is_cpu() ? src.pin_memory() : src.contiguous();
   const bool direct = dst.is_contiguous() && dst.dtype() == src.dtype() && dst.sizes() == src.sizes();
   const Tensor landing = direct ? dst : tensor::empty(src.sizes(), TensorOptions().dtype(src.dtype()).device(dst.device()));
   const size_t nbytes = dense_src.nbytes();
@@ -150,13 +151,12 @@ void copy(const Tensor& dst, const Tensor& src) {
     TDDP_CUDA_CHECK(cudaMemcpyPeerAsync(landing.raw_data_ptr(), device_of(dst), dense_src.raw_data_ptr(), device_of(src),
                                         nbytes, compute_stream(device_of(dst))));
   } else if (dst.is_cuda()) {
-    // Host to device without the host waiting: from pinned memory, staged through a pinned
-    // block when src is pageable; the block is not reused before the copy has run.
+    // Host to device without the host waiting: from pinned memory (src, or the pinned block
+    // it was staged into), which is not reused before the copy has run.
     DeviceGuard guard(device_of(dst));
     const cudaStream_t stream = compute_stream(device_of(dst));
-    const Tensor pinned = dense_src.pin_memory();
-    TDDP_CUDA_CHECK(cudaMemcpyAsync(landing.raw_data_ptr(), pinned.raw_data_ptr(), nbytes, cudaMemcpyHostToDevice, stream));
-    record_pinned_use(pinned.raw_data_ptr(), stream);
+    TDDP_CUDA_CHECK(cudaMemcpyAsync(landing.raw_data_ptr(), dense_src.raw_data_ptr(), nbytes, cudaMemcpyHostToDevice, stream));
+    record_pinned_use(dense_src.raw_data_ptr(), stream);
   } else {  // device to host: after the kernels that wrote src
     DeviceGuard guard(device_of(src));
     const cudaStream_t stream = compute_stream(device_of(src));

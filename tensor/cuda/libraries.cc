@@ -130,7 +130,7 @@ void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
                               "convert with .to(float32) or multiply on the CPU)",
                               dtype_name(a.dtype())));
   }
-  const Tensor ac = gemm_operand(a) ? a : a.contiguous(), bc = gemm_operand(b) ? b : b.contiguous();
+  const Tensor ac = gemm_ready(a), bc = gemm_ready(b);
   const Gemm g = plan_gemm(ac, bc);
   const auto op = [](bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; };
   const int device = out.device().index;

@@ -84,9 +84,12 @@ inline std::optional<GemmOperand> gemm_operand(int64_t rows, int64_t cols, int64
 
 inline std::optional<GemmOperand> gemm_operand(const Tensor& t) { return gemm_operand(t.size(0), t.size(1), t.stride(0), t.stride(1)); }
 
+// `t` itself when cuBLAS can read it in place, else a contiguous copy.
+inline Tensor gemm_ready(const Tensor& t) { return gemm_operand(t) ? t : t.contiguous(); }
+
 // Row-major out [n, m] (contiguous) = a [n, k] b [k, m] is column-major out^T = b^T a^T: one
 // cuBLAS GEMM C (m x n, ldc = m) = op(A) op(B) with A = b's memory and B = a's memory. a and b
-// must have gemm_operand layouts.
+// must have gemm_operand layouts (pass them through gemm_ready).
 struct Gemm {
   bool transpose_a = false, transpose_b = false;
   int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;

@@ -18,6 +18,14 @@ CommandResult launch2(const std::string& program_and_args) {
   return run_command("launcher/launch --nproc_per_node 2 -- " + program_and_args);
 }
 
+// examples/train with `args` must exit with status 1 and print `message`.
+void expect_train_error(const std::string& args, const std::string& message) {
+  const CommandResult r = run_command("examples/train " + args);
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Contains(message));
+}
+
 // The loss column of a metrics CSV ("step,loss").
 std::vector<double> read_losses(const std::string& path) {
   std::ifstream csv(path);
@@ -108,17 +116,11 @@ TEST_CASE("examples: train on 2 ranks learns the synthetic classes and reports p
 }
 
 TEST_CASE("examples: train --device cuda without a GPU says why", "[examples][train][errors]") {
-  const CommandResult r = run_command("examples/train --device cuda --steps 1");
-  INFO(r.output);
-  CHECK(r.exit_code == 1);
-  CHECK_THAT(r.output, Contains("train: error: --device cuda: "));
+  expect_train_error("--device cuda --steps 1", "train: error: --device cuda: ");
 }
 
 TEST_CASE("examples: train --backend nccl without a GPU says why", "[examples][train][errors]") {
-  const CommandResult r = run_command("examples/train --device cpu --backend nccl --steps 1");
-  INFO(r.output);
-  CHECK(r.exit_code == 1);
-  CHECK_THAT(r.output, Contains("--backend nccl needs --device cuda"));
+  expect_train_error("--device cpu --backend nccl --steps 1", "--backend nccl needs --device cuda");
 }
 
 TEST_CASE("examples: train on 2 ranks sharing one GPU (gloo staging) matches the CPU run", "[examples][train][ddp][cuda]") {
