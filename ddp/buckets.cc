@@ -15,7 +15,7 @@ std::vector<size_t> reverse_order(size_t count) {
 }
 
 BucketAssignment assign_buckets(const std::vector<tensor::Tensor>& params, const std::vector<size_t>& order,
-                                size_t first_bucket_cap_bytes, size_t bucket_cap_bytes) {
+                                size_t first_bucket_cap_bytes, size_t bucket_cap_bytes, bool sort_by_first_parameter) {
   TDDP_CHECK(order.size() == params.size(), "assign_buckets: order has {} entries for {} parameters", order.size(),
              params.size());
   struct Open {
@@ -44,7 +44,9 @@ BucketAssignment assign_buckets(const std::vector<tensor::Tensor>& params, const
   for (auto& [key, bucket] : open) {
     if (!bucket.params.empty()) closed.emplace_back(position[bucket.params.front()], bucket);
   }
-  std::sort(closed.begin(), closed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (sort_by_first_parameter) {
+    std::stable_sort(closed.begin(), closed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  }
   BucketAssignment result;
   for (auto& [first, bucket] : closed) {
     result.buckets.push_back(bucket.params);

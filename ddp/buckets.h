@@ -3,7 +3,9 @@
 // in which backward usually produces their gradients), grouped by dtype and device, and a
 // bucket is closed once it holds at least its cap of bytes: the first bucket of each group is
 // capped small (so communication starts early), the rest at bucket_cap_mb. A parameter larger
-// than the cap gets a bucket of its own. Buckets are then ordered by their first parameter.
+// than the cap gets a bucket of its own. For the initial assignment buckets are then ordered by
+// their first parameter; the rebuild keeps them in the order they closed (as PyTorch does
+// when it rebuilds along the gradients' arrival order).
 #pragma once
 
 #include <cstddef>
@@ -19,7 +21,8 @@ struct BucketAssignment {
 };
 
 BucketAssignment assign_buckets(const std::vector<tensor::Tensor>& params, const std::vector<size_t>& order,
-                                size_t first_bucket_cap_bytes, size_t bucket_cap_bytes);
+                                size_t first_bucket_cap_bytes, size_t bucket_cap_bytes,
+                                bool sort_by_first_parameter = true);
 
 // The default order: last registered parameter first.
 std::vector<size_t> reverse_order(size_t count);

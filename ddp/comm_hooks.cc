@@ -3,6 +3,20 @@
 
 #include "tensor/ops.h"
 
+namespace tinyddp::ddp {
+
+std::vector<Tensor> GradBucket::gradients() const {
+  std::vector<Tensor> out;
+  int64_t offset = 0;
+  for (const Tensor& p : params) {
+    out.push_back(buffer.narrow(0, offset, p.numel()).view(p.sizes()));
+    offset += p.numel();
+  }
+  return out;
+}
+
+}  // namespace tinyddp::ddp
+
 namespace tinyddp::ddp::hooks {
 
 namespace {
@@ -24,13 +38,11 @@ CommHook compress(std::shared_ptr<comm::ProcessGroup> pg, tensor::DType wire) {
 CommHook allreduce(std::shared_ptr<comm::ProcessGroup> pg) {
   return [pg = std::move(pg)](GradBucket& bucket) -> std::shared_ptr<Future> {
     const Tensor buffer = bucket.buffer;
-    auto work = pg->allreduce(buffer);
-    const double world = static_cast<double>(pg->size());
-    return std::make_shared<WorkFuture>(std::move(work), [buffer, world] {
-      tensor::NoGradGuard guard;
-      buffer.div_(world);
-      return buffer;
-    });
+    if (!bucket.divided) {
+      tensor::NoGradGuard no_grad;
+      buffer.div_(static_cast<double>(pg->size()));
+    }
+    return std::make_shared<WorkFuture>(pg->allreduce(buffer), [buffer] { return buffer; });
   };
 }
 

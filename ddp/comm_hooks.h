@@ -1,7 +1,8 @@
 // Communication hooks: how a bucket's gradients are reduced. A hook gets the bucket (its flat
-// contents and its parameters' indices) and returns a Future whose wait() gives the bucket's
-// final, averaged contents. Built in, as torch.distributed.algorithms.ddp_comm_hooks:
-// allreduce (the default), and fp16 / bf16 compression (cast, divide, allreduce, cast back).
+// contents, its parameters and their gradients as views of the contents) and returns a
+// Future whose wait() gives the bucket's final, averaged contents. Built in, as
+// torch.distributed.algorithms.ddp_comm_hooks: allreduce (DDP's default), and fp16 / bf16
+// compression (cast, divide, allreduce, cast back).
 #pragma once
 
 #include <chrono>
@@ -18,9 +19,19 @@ using tensor::Tensor;
 
 struct GradBucket {
   size_t index = 0;                        // bucket index (launch order)
-  Tensor buffer;                           // the flat contents: gradients summed over nothing yet
-  std::vector<size_t> parameter_indices;   // which parameters it holds
+  Tensor buffer;                           // the flat contents: this rank's gradients
+  std::vector<size_t> parameter_indices;   // which parameters it holds (DDP's parameter indices)
   bool is_last = false;                    // the last bucket of this backward
+  std::vector<Tensor> params;              // those parameters
+  // DDP's default path: the Reducer divided each gradient by the world size (or Join's count
+  // of active ranks) while copying it in, so hooks::allreduce only sums. False for a
+  // registered hook, which gets the plain gradients, as in PyTorch.
+  bool divided = false;
+
+  // The parameters, and their gradients as views of `buffer` with the parameters' shapes
+  // (PyTorch's GradBucket.parameters() and .gradients()).
+  const std::vector<Tensor>& parameters() const { return params; }
+  std::vector<Tensor> gradients() const;
 };
 
 // The result of a hook: wait() blocks until the reduction is done and returns the averaged
@@ -52,7 +63,8 @@ class WorkFuture final : public Future {
 };
 
 namespace hooks {
-// allreduce(sum) of the bucket, then division by the group size.
+// PyTorch's allreduce_hook: the bucket divided by the group size (first, to keep the sum in
+// range), then allreduced (sum). DDP runs this hook when none is registered.
 CommHook allreduce(std::shared_ptr<comm::ProcessGroup> pg);
 // The bucket cast to float16 (divided by the group size first, to keep the sum in range),
 // allreduced, and cast back: half the bytes on the wire.

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "comm/init.h"
 #include "tensor/ops.h"
@@ -23,14 +24,26 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   TDDP_CHECK(options_.bucket_cap_mb() > 0 && options_.first_bucket_cap_mb() > 0,
              "DistributedDataParallel: bucket caps must be positive");
   register_module("module", module_);  // parameters appear as "module.<name>", as in PyTorch
+  const nn::OrderedDict<Tensor> named_params = module_->named_parameters();
+  const nn::OrderedDict<Tensor> named_buffers = module_->named_buffers();
+  for (const std::string& name : options_.params_and_buffers_to_ignore()) {
+    TDDP_CHECK(named_params.contains(name) || named_buffers.contains(name),
+               "DistributedDataParallel: params_and_buffers_to_ignore names '{}', which is neither a parameter nor a "
+               "buffer of the module",
+               name);
+    ignored_.insert(name);
+  }
   // Parameters that require grad, each once even if shared between layers.
   std::vector<std::string> names;
   std::unordered_set<const tensor::TensorImpl*> seen;
-  for (const auto& [name, p] : module_->named_parameters()) {
-    if (!p.requires_grad() || !seen.insert(p.impl()).second) continue;
+  for (const auto& [name, p] : named_params) {
+    if (ignored_.count(name) != 0 || !p.requires_grad() || !seen.insert(p.impl()).second) continue;
     params_.push_back(p);
     names.push_back(name);
   }
+  TDDP_CHECK(!params_.empty(),
+             "DistributedDataParallel: the module has no parameter that requires a gradient (apart from those in "
+             "params_and_buffers_to_ignore), so there is nothing to synchronise; DistributedDataParallel is not needed");
   for (size_t i = 0; i < params_.size(); ++i) {
     TDDP_CHECK(params_[i].device() == params_.front().device(),
                "DistributedDataParallel: parameters are on several devices ('{}' on {}, '{}' on {}); move the module to "
@@ -43,9 +56,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   }
   control_device_ = control_device(*pg_, params_);
   verify_same_parameters(names);
-  std::vector<Tensor> state = params_;
-  for (const Tensor& b : module_->buffers()) state.push_back(b);
-  broadcast_coalesced(state);
+  // Every parameter (frozen ones too) and buffer starts as rank 0's.
+  broadcast_coalesced(module_states());
   ReducerOptions reducer_options;
   reducer_options.first_bucket_cap_bytes = static_cast<size_t>(options_.first_bucket_cap_mb() * (1 << 20));
   reducer_options.bucket_cap_bytes = static_cast<size_t>(options_.bucket_cap_mb() * (1 << 20));
@@ -57,6 +69,24 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     if (const char* env = std::getenv("TINYDDP_DDP_TIMELINE"); env != nullptr && *env != '\0') options_.timeline(env);
   }
   if (!options_.timeline().empty()) reducer_->enable_timeline();
+}
+
+std::vector<Tensor> DistributedDataParallel::module_states() const {
+  std::vector<Tensor> states;
+  std::unordered_set<const tensor::TensorImpl*> seen;
+  for (const auto& [name, p] : module_->named_parameters()) {
+    if (ignored_.count(name) == 0 && seen.insert(p.impl()).second) states.push_back(p);
+  }
+  for (const Tensor& b : synced_buffers()) states.push_back(b);
+  return states;
+}
+
+std::vector<Tensor> DistributedDataParallel::synced_buffers() const {
+  std::vector<Tensor> buffers;
+  for (const auto& [name, b] : module_->named_buffers()) {
+    if (ignored_.count(name) == 0) buffers.push_back(b);
+  }
+  return buffers;
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
@@ -74,12 +104,13 @@ void DistributedDataParallel::write_timeline(const std::string& path) const {
 }
 
 void DistributedDataParallel::verify_same_parameters(const std::vector<std::string>& names) const {
-  // Each rank describes its parameters as int64s: count, then (dtype, ndim, sizes...) each.
+  // Each rank describes its parameters as int64s: count, then (dtype, ndim, sizes..., strides...) each.
   std::vector<int64_t> mine{static_cast<int64_t>(params_.size())};
   for (const Tensor& p : params_) {
     mine.push_back(static_cast<int64_t>(p.dtype()));
     mine.push_back(p.dim());
     mine.insert(mine.end(), p.sizes().begin(), p.sizes().end());
+    mine.insert(mine.end(), p.strides().begin(), p.strides().end());
   }
   const int size = pg_->size();
   // Exchange the lengths, then the descriptions padded to the longest.
@@ -108,18 +139,25 @@ void DistributedDataParallel::verify_same_parameters(const std::vector<std::stri
     size_t pos = 1;
     for (int64_t k = 0; k < reference[0]; ++k) {
       const int64_t ndim = reference[pos + 1];
-      const bool same = std::equal(reference.begin() + static_cast<int64_t>(pos), reference.begin() + static_cast<int64_t>(pos) + 2 + ndim,
-                                   other.begin() + static_cast<int64_t>(pos));
-      if (!same) {
-        const auto describe = [](const std::vector<int64_t>& d, size_t at) {
-          tensor::Shape shape(d.begin() + static_cast<int64_t>(at) + 2, d.begin() + static_cast<int64_t>(at) + 2 + std::max<int64_t>(d[at + 1], 0));
-          return fmt::format("{} {}", tensor::dtype_name(static_cast<tensor::DType>(d[at])), tensor::format_shape(shape));
+      const auto span = [&](const std::vector<int64_t>& d, size_t from, int64_t count) {
+        return std::vector<int64_t>(d.begin() + static_cast<int64_t>(from), d.begin() + static_cast<int64_t>(from) + count);
+      };
+      const bool same_shape = span(reference, pos, 2 + ndim) == span(other, pos, 2 + ndim);
+      const bool same_strides = same_shape && span(reference, pos + 2 + ndim, ndim) == span(other, pos + 2 + ndim, ndim);
+      if (!same_strides) {
+        const auto format_ints = [](const std::vector<int64_t>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); };
+        const auto describe = [&](const std::vector<int64_t>& d) {
+          const int64_t n = std::max<int64_t>(d[pos + 1], 0);
+          std::string text = fmt::format("{} {}", tensor::dtype_name(static_cast<tensor::DType>(d[pos])),
+                                         format_ints(span(d, pos + 2, n)));
+          if (same_shape) text += " with strides " + format_ints(span(d, pos + 2 + n, n));
+          return text;
         };
         throw Error(fmt::format("DistributedDataParallel: parameter {} ('{}' on this rank) is {} on rank 0 but {} on rank {}; "
                                 "every rank must wrap the same model",
-                                k, names[k], describe(reference, pos), describe(other, pos), r));
+                                k, names[k], describe(reference), describe(other), r));
       }
-      pos += 2 + static_cast<size_t>(ndim);
+      pos += 2 + 2 * static_cast<size_t>(ndim);
     }
   }
 }
@@ -157,74 +195,40 @@ void DistributedDataParallel::broadcast_coalesced(const std::vector<Tensor>& ten
   }
 }
 
+int DistributedDataParallel::find_common_rank(bool candidate) const {
+  const Tensor rank =
+      tensor::from_vector(std::vector<int64_t>{candidate ? pg_->rank() : -1}, {}, control_device_);
+  pg_->allreduce(rank, comm::ReduceOp::kMax)->wait();
+  const int64_t common = rank.item<int64_t>();
+  TDDP_CHECK(common >= 0, "DistributedDataParallel: internal error: no rank qualified as the source of the model");
+  return static_cast<int>(common);
+}
+
+void DistributedDataParallel::sync_buffers(int root) { broadcast_coalesced(synced_buffers(), root); }
+
 Tensor DistributedDataParallel::forward(const Tensor& input) {
-  reducer_->check_previous_iteration();
-  if (joining_) {
-    TDDP_CHECK(require_sync_, "DistributedDataParallel::join: no_sync is not supported inside join");
-    // How many ranks still have inputs (the joined ones add 0 in their shadow loop).
-    const Tensor active = tensor::ones({1}, tensor::TensorOptions(tensor::kInt64).device(control_device_));
-    pg_->allreduce(active)->wait();
-    const int64_t count = active.item<int64_t>();
-    TDDP_CHECK(!(join_options_.throw_on_early_termination && count < pg_->size()),
-               "DistributedDataParallel::join: {} of {} ranks ran out of inputs (throw_on_early_termination)",
-               pg_->size() - count, pg_->size());
-    reducer_->set_active_ranks(join_options_.divide_by_initial_world_size ? 0 : static_cast<int>(count));
-    ++join_iterations_;
+  const bool grad_enabled = tensor::GradMode::is_enabled();
+  const bool synchronize = grad_enabled && require_sync_;
+  if (synchronize) reducer_->prepare_for_forward();
+  if (joining_) notify_join_context();
+  if (grad_enabled) reducer_->rebuild_buckets();  // also reports an unfinished previous iteration
+  if (require_forward_param_sync_ && options_.broadcast_buffers() && !synced_buffers().empty()) {
+    sync_buffers(joining_ ? find_common_rank(true) : 0);
   }
-  if (options_.broadcast_buffers() && require_sync_) {
-    const std::vector<Tensor> buffers = module_->buffers();
-    if (!buffers.empty()) broadcast_coalesced(buffers);
+  if (joining_) {
+    // Tell joined ranks whether this iteration's backward synchronises (no_sync: no).
+    should_sync_flag_ = tensor::from_vector(std::vector<int64_t>{require_sync_ ? 1 : 0}, {}, control_device_);
+    should_sync_work_ = pg_->allreduce(should_sync_flag_);
   }
   const auto start = Timeline::Clock::now();
   const Tensor out = module_->forward(input);
   reducer_->record_forward(start, Timeline::Clock::now());
-  if (tensor::GradMode::is_enabled() && is_training()) reducer_->prepare_for_backward(require_sync_, {out});
-  return out;
-}
-
-}  // namespace tinyddp::ddp
-
-namespace tinyddp::ddp {
-
-void DistributedDataParallel::join(const std::function<void()>& loop, JoinOptions options) {
-  TDDP_CHECK(!joining_, "DistributedDataParallel::join: already joining");
-  joining_ = true;
-  join_options_ = options;
-  join_iterations_ = 0;
-  struct Reset {
-    DistributedDataParallel& ddp;
-    ~Reset() {
-      ddp.joining_ = false;
-      ddp.reducer_->set_active_ranks(0);
-    }
-  } reset{*this};
-  loop();
-  // Out of inputs: mirror the others' iterations until every rank is done.
-  NoGradGuard no_grad;
-  while (true) {
-    const Tensor active = tensor::zeros({1}, tensor::TensorOptions(tensor::kInt64).device(control_device_));
-    pg_->allreduce(active)->wait();
-    const int64_t count = active.item<int64_t>();
-    if (count == 0) break;
-    TDDP_CHECK(!options.throw_on_early_termination,
-               "DistributedDataParallel::join: rank {} ran out of inputs while {} rank(s) had more "
-               "(throw_on_early_termination)",
-               pg_->rank(), count);
-    if (options_.broadcast_buffers()) {
-      const std::vector<Tensor> buffers = module_->buffers();
-      if (!buffers.empty()) broadcast_coalesced(buffers);
-    }
-    reducer_->shadow_iteration();
+  require_forward_param_sync_ = synchronize;
+  if (synchronize) {
+    reducer_->prepare_for_backward(options_.find_unused_parameters() && !options_.static_graph() ? std::vector<Tensor>{out}
+                                                                                                 : std::vector<Tensor>{});
   }
-  // Everyone is done: the rank with the most iterations (ties: the highest rank) holds the
-  // model every rank agrees on.
-  const Tensor key =
-      tensor::from_vector(std::vector<int64_t>{join_iterations_ * pg_->size() + pg_->rank()}, {}, control_device_);
-  pg_->allreduce(key, comm::ReduceOp::kMax)->wait();
-  const int authority = static_cast<int>(key.item<int64_t>() % pg_->size());
-  std::vector<Tensor> state = params_;
-  for (const Tensor& b : module_->buffers()) state.push_back(b);
-  broadcast_coalesced(state, authority);
+  return out;
 }
 
 }  // namespace tinyddp::ddp

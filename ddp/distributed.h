@@ -5,6 +5,9 @@
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
 
 #include "comm/process_group.h"
 #include "ddp/reducer.h"
@@ -12,11 +15,13 @@
 
 namespace tinyddp::ddp {
 
-// Join for uneven inputs (see DistributedDataParallel::join).
+// Join for uneven inputs (see DistributedDataParallel::join). The defaults are PyTorch's.
 struct JoinOptions {
-  // Average gradients over all ranks (the joined ones contribute zeros) instead of over the
-  // ranks that still have inputs.
-  bool divide_by_initial_world_size = false;
+  // Average gradients over all ranks (the joined ones contribute zeros), as if every rank
+  // still had inputs; false: over the ranks that still have inputs.
+  bool divide_by_initial_world_size = true;
+  // false: join() just runs the loop (no shadowing, no collectives of its own).
+  bool enable = true;
   // Throw on every rank as soon as one runs out of inputs, instead of shadowing.
   bool throw_on_early_termination = false;
 };
@@ -29,6 +34,10 @@ struct DDPOptions {
   DDPOptions& broadcast_buffers(bool v) { broadcast_buffers_ = v; return *this; }
   DDPOptions& static_graph(bool v) { static_graph_ = v; return *this; }
   bool static_graph() const { return static_graph_; }
+  // Parameters and buffers (names inside the wrapped module, e.g. "head.weight") that DDP
+  // leaves alone: not broadcast, not reduced (PyTorch's params_and_buffers_to_ignore).
+  DDPOptions& params_and_buffers_to_ignore(std::vector<std::string> names) { ignore_ = std::move(names); return *this; }
+  const std::vector<std::string>& params_and_buffers_to_ignore() const { return ignore_; }
   // Write each rank's events as a Chrome trace to "<path>.rank<r>.json" (when the DDP object
   // is destroyed, or by write_timeline). The environment variable TINYDDP_DDP_TIMELINE sets it too.
   DDPOptions& timeline(std::string path) { timeline_ = std::move(path); return *this; }
@@ -46,14 +55,16 @@ struct DDPOptions {
   bool gradient_as_bucket_view_ = false;
   bool broadcast_buffers_ = true;
   bool static_graph_ = false;
+  std::vector<std::string> ignore_;
   std::string timeline_;
 };
 
 class DistributedDataParallel : public nn::Module {
  public:
-  // Checks that every rank has the same parameters (count, shapes, dtypes; a clear error
-  // naming the first difference otherwise), broadcasts rank 0's parameters and buffers, and
-  // sets up the Reducer. `pg` defaults to comm::default_group().
+  // Checks that every rank has the same parameters (count, shapes, strides, dtypes; a clear
+  // error naming the first difference otherwise), broadcasts rank 0's parameters (those that
+  // require grad and the frozen ones) and buffers, and sets up the Reducer over the
+  // parameters that require grad. `pg` defaults to comm::default_group().
   DistributedDataParallel(std::shared_ptr<nn::Module> module, std::shared_ptr<comm::ProcessGroup> pg = nullptr,
                           DDPOptions options = {});
   ~DistributedDataParallel() override;
@@ -63,15 +74,19 @@ class DistributedDataParallel : public nn::Module {
   // Writes this rank's timeline (requires the timeline option) to `path`.
   void write_timeline(const std::string& path) const;
 
-  // Broadcasts buffers (broadcast_buffers), runs the module, and prepares the Reducer.
+  // As PyTorch's: with grad mode on, checks that the previous iteration finished and rebuilds
+  // the buckets once; broadcasts buffers (broadcast_buffers) when the previous forward
+  // synchronised; runs the module; and, unless no_sync or grad mode is off, arms the Reducer
+  // for the backward pass (training or eval mode alike).
   Tensor forward(const Tensor& input) override;
   std::shared_ptr<nn::Module> module() const { return module_; }
   const Reducer& reducer() const { return *reducer_; }
   comm::ProcessGroup& process_group() const { return *pg_; }
   std::shared_ptr<comm::ProcessGroup> process_group_ptr() const { return pg_; }
 
-  // How each bucket is reduced (see comm_hooks.h). `state` is handed to the hook with the
-  // bucket, as in PyTorch: register_comm_hook(pg, hook) with hook(pg, bucket).
+  // How each bucket is reduced (see comm_hooks.h); once, before the first forward. `state` is
+  // handed to the hook with the bucket, as in PyTorch: register_comm_hook(pg, hook) with
+  // hook(pg, bucket).
   void register_comm_hook(CommHook hook) { reducer_->register_comm_hook(std::move(hook)); }
   template <typename State, typename Hook>
   void register_comm_hook(State state, Hook hook) {
@@ -93,28 +108,45 @@ class DistributedDataParallel : public nn::Module {
   };
   NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
-  // Uneven inputs: every rank calls join() with its own training loop (forward + backward per
-  // input). Each forward first agrees with the others on how many ranks still have inputs; a
-  // rank whose loop has ended shadows the others' collectives (with zeros) until every rank
-  // is done; gradients are averaged over the active ranks. At the end the model of the rank
-  // that ran the most iterations (the last to join) is broadcast to all.
+  // Uneven inputs (PyTorch's `with ddp.join():`): every rank calls join() with its own
+  // training loop. Each forward inside tells the others this rank is still active; a rank
+  // whose loop has ended shadows the others' collectives (buffer broadcast, the buckets'
+  // reductions on zeros, the used-parameter map) until every rank is done, so nobody waits
+  // forever. Buffers come from the highest active rank; gradients are divided by the initial
+  // world size (default) or by the number of active ranks; no_sync works inside. At the end
+  // the model of the last rank to join (the highest of them) is broadcast to all. See join.cc.
   void join(const std::function<void()>& loop, JoinOptions options = {});
 
  private:
   void verify_same_parameters(const std::vector<std::string>& names) const;
   // Broadcasts `tensors` from `root`, coalesced into flat buffers per device and dtype.
   void broadcast_coalesced(const std::vector<Tensor>& tensors, int root = 0) const;
+  // Parameters and buffers DDP synchronises (everything but params_and_buffers_to_ignore).
+  std::vector<Tensor> module_states() const;
+  std::vector<Tensor> synced_buffers() const;
+  // The rank whose buffers everyone takes: 0, or inside join the highest rank still active
+  // (an allreduce of max; `candidate` false for a joined rank).
+  int find_common_rank(bool candidate) const;
+  void sync_buffers(int root);
+  // Join's steps (join.cc): an active rank's part of each forward, and a joined rank's
+  // mirror of one iteration of the others.
+  void notify_join_context();
+  void join_hook_main();
+  void join_hook_post(bool is_last_joiner);
 
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<comm::ProcessGroup> pg_;
   DDPOptions options_;
   std::vector<Tensor> params_;
+  std::unordered_set<std::string> ignored_;
   tensor::Device control_device_;  // see control_device() in reducer.h
   std::unique_ptr<Reducer> reducer_;
-  bool require_sync_ = true;
+  bool require_sync_ = true;                // false inside no_sync (PyTorch's require_backward_grad_sync)
+  bool require_forward_param_sync_ = true;  // the previous forward synchronised: broadcast buffers first
   bool joining_ = false;
   JoinOptions join_options_;
-  int64_t join_iterations_ = 0;
+  Tensor should_sync_flag_;  // Join: this forward's "my backward synchronises" (1 or 0)
+  std::shared_ptr<comm::Work> should_sync_work_;
 };
 
 }  // namespace tinyddp::ddp

@@ -1,6 +1,10 @@
-// The Reducer: see reducer.h.
+// The Reducer: see reducer.h. The functions follow one synchronised iteration: construction,
+// the forward-side steps, then backward (autograd_hook -> mark_variable_ready -> copy into the
+// bucket -> mark_bucket_ready -> the hook's allreduce), then finalize_backward, then Join's
+// mirror and the statistics.
 #include "ddp/reducer.h"
 
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -18,21 +22,27 @@ tensor::Device control_device(const comm::ProcessGroup& pg, const std::vector<Te
   return pg.backend() == "nccl" && !params.empty() ? params.front().device() : tensor::Device(tensor::kCPU);
 }
 
+namespace {
+bool aliases(const Tensor& a, const Tensor& b) {
+  return a.shares_storage(b) && a.storage_offset() == b.storage_offset();
+}
+}  // namespace
+
+// ---- Construction ----------------------------------------------------------------------------
+
 Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std::shared_ptr<comm::ProcessGroup> pg,
                  ReducerOptions options)
     : params_(std::move(params)), names_(std::move(names)), pg_(std::move(pg)),
-      control_device_(control_device(*pg_, params_)), options_(options) {
+      control_device_(control_device(*pg_, params_)), options_(options), comm_hook_(hooks::allreduce(pg_)) {
+  TDDP_CHECK(!params_.empty(), "Reducer: no parameters to reduce");
   TDDP_CHECK(params_.size() == names_.size(), "Reducer: {} parameters but {} names", params_.size(), names_.size());
-  comm_hook_ = [pg = pg_](GradBucket& bucket) -> std::shared_ptr<Future> {
-    const Tensor buffer = bucket.buffer;  // already divided by the world size (mark_ready)
-    return std::make_shared<WorkFuture>(pg->allreduce(buffer), [buffer] { return buffer; });
-  };
-  build_buckets(reverse_order(params_.size()));
-  ready_.assign(params_.size(), false);
-  unused_.assign(params_.size(), false);
-  locally_used_.assign(params_.size(), false);
+  initialize_buckets(assign_buckets(params_, reverse_order(params_.size()), options_.first_bucket_cap_bytes,
+                                    options_.bucket_cap_bytes));
+  per_iteration_ready_.assign(params_.size(), false);
+  local_used_map_.assign(params_.size(), 0);
+  num_grad_hooks_triggered_.assign(params_.size(), 0);
   for (size_t i = 0; i < params_.size(); ++i) {
-    hooks_.push_back(params_[i].grad_accumulator()->add_post_hook([this, i] { mark_ready(i); }));
+    hooks_.push_back(params_[i].grad_accumulator()->add_post_hook([this, i] { autograd_hook(i); }));
   }
 }
 
@@ -40,8 +50,8 @@ Reducer::~Reducer() {
   for (auto& hook : hooks_) hook.remove();
 }
 
-void Reducer::build_buckets(const std::vector<size_t>& order) {
-  assignment_ = assign_buckets(params_, order, options_.first_bucket_cap_bytes, options_.bucket_cap_bytes);
+void Reducer::initialize_buckets(const BucketAssignment& assignment) {
+  assignment_ = assignment;
   NoGradGuard no_grad;
   std::vector<Bucket> buckets(assignment_.buckets.size());
   std::vector<Tensor> views(params_.size());
@@ -53,7 +63,6 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
     for (size_t i : bucket.params) total += params_[i].numel();
     const Tensor& first = params_[bucket.params.front()];
     bucket.contents = tensor::zeros({total}, tensor::TensorOptions().dtype(first.dtype()).device(first.device()));
-    bucket.inverse_world = tensor::scalar_like(bucket.contents, 1.0 / pg_->size(), "DistributedDataParallel");
     int64_t offset = 0;
     for (size_t i : bucket.params) {
       // The view has the parameter's shape, row-major, inside the flat contents.
@@ -80,34 +89,89 @@ std::vector<Tensor> Reducer::bucket_contents() const {
 
 void Reducer::register_comm_hook(CommHook hook) {
   TDDP_CHECK(hook != nullptr, "register_comm_hook: the hook is empty");
-  TDDP_CHECK(!backward_started_, "register_comm_hook: cannot change the hook during a backward pass");
+  TDDP_CHECK(builtin_hook_, "register_comm_hook: a communication hook is already registered; it can only be "
+                            "registered once (as in PyTorch)");
+  TDDP_CHECK(num_iterations_ == 0 && !expect_autograd_hooks_,
+             "register_comm_hook: register the hook before the first forward pass");
   comm_hook_ = std::move(hook);
   builtin_hook_ = false;
 }
 
-void Reducer::check_previous_iteration() const {
-  TDDP_CHECK(!iteration_incomplete_, "{}", incomplete_message_);
-  TDDP_CHECK(!backward_started_,
-             "DistributedDataParallel: the previous backward pass started reducing gradients but never finished (it "
-             "raised an error part way, or it was not run to the end); the ranks no longer agree on which collectives "
-             "come next, so this model cannot be used further. Recreate the process group and the "
-             "DistributedDataParallel wrapper.");
+// ---- Forward-side steps ----------------------------------------------------------------------
+
+void Reducer::prepare_for_forward() { ++num_iterations_; }
+
+void Reducer::ensure_prior_reduction_finished() const {
+  if (!require_finalize_) return;
+  std::vector<std::string> unmarked;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!per_iteration_ready_[i]) unmarked.push_back(names_[i]);
+  }
+  if (!backward_completed_) {
+    throw Error(fmt::format(
+        "DistributedDataParallel: the previous backward pass started reducing gradients but never finished (it "
+        "raised an error part way, or it was not run to the end; rank {} still waited for parameter(s) [{}]); the "
+        "ranks no longer agree on which collectives come next, so this model cannot be used further. Recreate the "
+        "process group and the DistributedDataParallel wrapper.",
+        pg_->rank(), fmt::join(unmarked, ", ")));
+  }
+  const std::string why =
+      options_.static_graph
+          ? "With static_graph = true the set of parameters that get gradients must not change after the first "
+            "iteration, but these got one then and none now."
+      : options_.find_unused_parameters
+          ? "These parameters were reached from the forward output, but the loss did not use every output (make "
+            "sure all outputs of forward take part in the loss)."
+          : "These parameters were not used to compute the loss. If the model legitimately skips parameters in "
+            "some iterations, construct DistributedDataParallel with find_unused_parameters = true (or make sure "
+            "every parameter takes part in the loss).";
+  throw Error(fmt::format(
+      "DistributedDataParallel: expected the previous iteration to finish reducing gradients before a new one "
+      "starts, but rank {} finished backward without gradients for parameter(s) [{}], so their buckets were never "
+      "reduced. {}",
+      pg_->rank(), fmt::join(unmarked, ", "), why));
 }
 
-void Reducer::prepare_for_backward(bool synchronize, const std::vector<Tensor>& outputs) {
-  synchronize_ = synchronize;
-  if (options_.static_graph && unused_known_) {  // the same graph as the first iteration
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (!unused_[i]) locally_used_[i] = true;
-    }
-    return;
+bool Reducer::rebuild_buckets() {
+  ensure_prior_reduction_finished();
+  if (!should_rebuild_buckets() || rebuilt_param_indices_.empty()) return false;
+  TDDP_CHECK(rebuilt_param_indices_.size() == params_.size(),
+             "DistributedDataParallel: internal error: {} of {} parameters recorded for the bucket rebuild",
+             rebuilt_param_indices_.size(), params_.size());
+  // Buckets in the order they closed along the arrival order (no re-sorting); rank 0's
+  // assignment is the one every rank adopts.
+  BucketAssignment mine = assign_buckets(params_, rebuilt_param_indices_, options_.first_bucket_cap_bytes,
+                                         options_.bucket_cap_bytes, /*sort_by_first_parameter=*/false);
+  std::vector<int64_t> flat;  // bucket count, then each bucket's size and indices
+  flat.push_back(static_cast<int64_t>(mine.buckets.size()));
+  for (const auto& b : mine.buckets) {
+    flat.push_back(static_cast<int64_t>(b.size()));
+    flat.insert(flat.end(), b.begin(), b.end());
   }
-  unused_.assign(params_.size(), false);
-  if (!options_.find_unused_parameters && !options_.static_graph) {
-    std::fill(locally_used_.begin(), locally_used_.end(), true);  // every parameter is expected to get a gradient
-    return;
+  flat.resize(2 * params_.size() + 1, -1);  // the longest possible encoding: same length everywhere
+  const Tensor shared = tensor::from_vector(flat, {}, control_device_);
+  pg_->broadcast(shared, 0)->wait();
+  const std::vector<int64_t> agreed = shared.to_vector<int64_t>();
+  BucketAssignment rank0;
+  size_t pos = 1;
+  for (int64_t b = 0; b < agreed[0]; ++b) {
+    const auto count = static_cast<size_t>(agreed[pos++]);
+    std::vector<size_t> bucket(agreed.begin() + static_cast<int64_t>(pos), agreed.begin() + static_cast<int64_t>(pos + count));
+    pos += count;
+    size_t bytes = 0;
+    for (size_t i : bucket) bytes += params_[i].nbytes();
+    rank0.buckets.push_back(std::move(bucket));
+    rank0.bytes.push_back(bytes);
   }
-  // Walk the graph from the outputs: accumulators reached belong to used parameters.
+  has_rebuilt_bucket_ = true;
+  rebuilt_param_indices_.clear();
+  initialize_buckets(rank0);
+  return true;
+}
+
+void Reducer::search_unused_parameters(const std::vector<Tensor>& outputs) {
+  // Walk the graph from the outputs; the accumulators it does not reach belong to unused
+  // parameters (they will not get a gradient in this backward).
   std::unordered_map<const autograd::Node*, size_t> accumulator_index;
   for (size_t i = 0; i < params_.size(); ++i) accumulator_index[params_[i].grad_accumulator().get()] = i;
   std::vector<bool> reached(params_.size(), false);
@@ -125,144 +189,320 @@ void Reducer::prepare_for_backward(bool synchronize, const std::vector<Tensor>& 
       if (e.is_valid()) stack.push_back(e.function.get());
     }
   }
+  unused_parameters_.clear();
   for (size_t i = 0; i < params_.size(); ++i) {
-    unused_[i] = !reached[i];
-    if (reached[i]) locally_used_[i] = true;
-  }
-  unused_known_ = true;
-}
-
-void Reducer::mark_unused_ready() {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (unused_[i] && !ready_[i]) {
-      views_[i].zero_();  // contributes nothing to the sum
-      ready_[i] = true;
-      --buckets_[bucket_of_[i]].pending;
-    }
+    if (!reached[i]) unused_parameters_.push_back(i);
   }
 }
 
-void Reducer::mark_ready(size_t i) {
-  if (!synchronize_) return;  // no_sync: .grad accumulates locally
+void Reducer::reset_bucket_counting() {
+  next_bucket_ = 0;
+  for (Bucket& b : buckets_) {
+    b.pending = b.params.size();
+    b.future.reset();
+  }
+  if (options_.static_graph) num_grad_hooks_triggered_this_iteration_ = num_grad_hooks_triggered_;
+}
+
+void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
+  expect_autograd_hooks_ = true;
+  delay_all_reduce_queued_ = false;
+  grad_ready_order_.clear();
+  launch_order_.clear();
+  reset_bucket_counting();
+  has_marked_unused_parameters_ = false;
+  std::fill(per_iteration_ready_.begin(), per_iteration_ready_.end(), false);
+  if (dynamic_graph_find_unused()) search_unused_parameters(outputs);
+}
+
+void Reducer::set_forward_pass_work_handle(std::shared_ptr<comm::Work> work, Tensor active_ranks,
+                                           bool use_static_world_size) {
+  forward_pass_work_ = std::move(work);
+  forward_pass_active_ = std::move(active_ranks);
+  use_static_world_size_ = use_static_world_size;
+}
+
+void Reducer::set_divide_factor() {
+  if (div_factor_ != kUnsetDivFactor) return;
+  div_factor_ = pg_->size();
+  if (forward_pass_work_ && !use_static_world_size_) {
+    forward_pass_work_->wait();
+    div_factor_ = static_cast<int>(forward_pass_active_.item<int64_t>());
+  }
+}
+
+// ---- Backward: from the hook to the allreduce -------------------------------------------------
+
+void Reducer::autograd_hook(size_t i) {
+  if (expect_autograd_hooks_ && !first_autograd_hook_called_) {
+    // The first gradient of a synchronised backward pass.
+    first_autograd_hook_called_ = true;
+    ++num_bwd_calls_;
+    backward_start_ = Engine::backward_started_at();
+  }
+  // The parameter got a gradient since the last synchronised backward: it counts as used,
+  // also inside no_sync (its accumulated .grad must be reduced).
+  if (dynamic_graph_find_unused() || static_graph_first_iteration()) local_used_map_[i] = 1;
+  if (!expect_autograd_hooks_) return;  // no_sync, or a second backward after finalize: local only
+
+  if (backward_completed_) {
+    // Once per engine pass: note whether the pass reaches its end (an error part way skips it).
+    backward_completed_ = false;
+    Engine::queue_callback([this] { backward_completed_ = true; });
+  }
   NoGradGuard no_grad;
   const auto now = Timeline::Clock::now();
-  if (!backward_started_) {
-    backward_started_ = true;
-    backward_start_ = Engine::backward_started_at();
-    launch_order_.clear();
-    Engine::queue_callback([this] { finalize(); });
-    if (options_.find_unused_parameters || options_.static_graph) mark_unused_ready();
-  }
-  TDDP_CHECK(!ready_[i], "DistributedDataParallel: the gradient of parameter {} ('{}') was produced twice in one "
-             "backward pass; DDP supports one gradient per parameter per iteration", i, names_[i]);
-  ready_[i] = true;
-  arrival_order_.push_back(i);
   last_hook_ = now;
+  grad_ready_order_.push_back(i);
   if (timeline_enabled_) timeline_.instant("grad ready: " + names_[i], now);
-  const Tensor& grad = params_[i].grad();
-  const Tensor& view = views_[i];
-  Bucket& bucket = buckets_[bucket_of_[i]];
-  const bool aliased = grad.shares_storage(view) && grad.storage_offset() == view.storage_offset();
-  if (builtin_hook_) {
-    // The gradient into its bucket slot, divided by the world size on the way: the sum that
-    // the allreduce computes is then the average.
-    tensor::mul_out(view, aliased ? view : grad, bucket.inverse_world, "DistributedDataParallel");
-  } else if (!aliased) {
-    view.copy_(grad);  // the gradient into its bucket slot; the hook averages
+
+  if (static_graph_first_iteration()) {
+    // The first iteration of a static graph only counts the hooks; everything is reduced
+    // after backward (delay_all_reduce), when the set of used parameters is known.
+    ++num_grad_hooks_triggered_[i];
+    if (!delay_all_reduce_queued_) {
+      delay_all_reduce_queued_ = true;
+      Engine::queue_callback([this] { delay_all_reduce(); });
+    }
+    return;
   }
-  if (!aliased && options_.gradient_as_bucket_view) params_[i].mutable_grad() = view;
-  if (timeline_enabled_) timeline_.span("into bucket " + std::to_string(bucket_of_[i]) + ": " + names_[i], now, Timeline::Clock::now());
-  if (--bucket.pending == 0) launch_ready_buckets();
+  if (!has_marked_unused_parameters_) {
+    // Parameters this forward did not reach get no hook: they are ready now.
+    has_marked_unused_parameters_ = true;
+    for (size_t u : unused_parameters_) mark_variable_ready(u);
+  }
+  if (static_graph_after_first_iteration()) {
+    TDDP_CHECK(num_grad_hooks_triggered_this_iteration_[i] > 0,
+               "DistributedDataParallel: parameter {} ('{}') got a gradient, but it got none in the first iteration; with "
+               "static_graph = true the training graph must not change",
+               i, names_[i]);
+    if (--num_grad_hooks_triggered_this_iteration_[i] > 0) return;  // more firings to come in this backward
+  }
+  if (should_rebuild_buckets()) rebuilt_param_indices_.push_back(i);
+  mark_variable_ready(i);
 }
 
-void Reducer::launch_ready_buckets() {
-  // Strictly in index order: a complete bucket waits for every earlier one.
+void Reducer::check_not_marked_twice(size_t i) const {
+  if (!per_iteration_ready_[i]) return;
+  const bool unused = std::find(unused_parameters_.begin(), unused_parameters_.end(), i) != unused_parameters_.end();
+  throw Error(fmt::format(
+      "DistributedDataParallel: parameter {} ('{}') was marked ready twice in one iteration: {}",
+      i, names_[i],
+      unused && has_marked_unused_parameters_
+          ? "the forward output does not reach it (find_unused_parameters marked it unused), yet its gradient arrived. "
+            "Make sure the parameter is used in forward, or turn find_unused_parameters off if every parameter "
+            "always gets a gradient."
+          : "its gradient arrived twice in one backward pass (a parameter used outside forward, or in several "
+            "backward passes of one iteration). If the graph is the same every iteration, static_graph = true "
+            "supports gradients that arrive several times."));
+}
+
+void Reducer::mark_variable_ready(size_t i) {
+  check_not_marked_twice(i);
+  per_iteration_ready_[i] = true;
+  require_finalize_ = true;
+  set_divide_factor();
+  const size_t b = bucket_of_[i];
+  copy_grad_to_bucket(i);
+  if (--buckets_[b].pending == 0) mark_bucket_ready(b);
+  if (next_bucket_ == buckets_.size()) {
+    // The last bucket is on its way: reduce the used-parameter map, and finish at the end of
+    // this backward pass.
+    if (dynamic_graph_find_unused()) all_reduce_local_used_map();
+    Engine::queue_callback([this] {
+      if (static_graph_after_first_iteration() && should_rebuild_buckets()) {
+        for (size_t u : unused_parameters_) rebuilt_param_indices_.push_back(u);
+      }
+      finalize_backward();
+    });
+  }
+}
+
+void Reducer::copy_grad_to_bucket(size_t i) {
+  Bucket& bucket = buckets_[bucket_of_[i]];
+  const Tensor& view = views_[i];
+  Tensor& grad = params_[i].mutable_grad();
+  const auto start = Timeline::Clock::now();
+  if (!grad.defined()) {
+    view.zero_();  // no gradient (an unused parameter): contributes nothing
+    return;
+  }
+  TDDP_CHECK(grad.dtype() == view.dtype() && grad.device() == view.device(),
+             "DistributedDataParallel: the gradient of parameter '{}' is {} on {} but its bucket is {} on {}", names_[i],
+             tensor::dtype_name(grad.dtype()), grad.device().str(), tensor::dtype_name(view.dtype()),
+             view.device().str());
+  if (aliases(grad, view)) {
+    // gradient_as_bucket_view: .grad is the slot already.
+    if (builtin_hook_) view.div_(static_cast<double>(div_factor_));
+  } else {
+    if (builtin_hook_) {
+      // Divided on the way in: the sum the allreduce computes is then the average.
+      if (bucket.inverse_div_of != div_factor_) {
+        bucket.inverse_div = tensor::scalar_like(bucket.contents, 1.0 / div_factor_, "DistributedDataParallel");
+        bucket.inverse_div_of = div_factor_;
+      }
+      tensor::mul_out(view, grad, bucket.inverse_div, "DistributedDataParallel");
+    } else {
+      view.copy_(grad);  // the hook does its own averaging
+    }
+    if (options_.gradient_as_bucket_view) grad = view;
+  }
+  if (timeline_enabled_) {
+    timeline_.span("into bucket " + std::to_string(bucket_of_[i]) + ": " + names_[i], start, Timeline::Clock::now());
+  }
+}
+
+void Reducer::mark_bucket_ready(size_t b) {
+  if (b != next_bucket_) return;  // strictly in index order: it waits for the earlier ones
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
-    Bucket& bucket = buckets_[next_bucket_];
-    GradBucket grad_bucket{next_bucket_, bucket.contents, bucket.params, next_bucket_ + 1 == buckets_.size()};
-    bucket.future = comm_hook_(grad_bucket);
-    TDDP_CHECK(bucket.future != nullptr, "DistributedDataParallel: the communication hook returned no future for bucket {}",
-               next_bucket_);
-    bucket.launched_at = Timeline::Clock::now();
-    if (launch_order_.empty()) first_launch_ = bucket.launched_at;
-    if (timeline_enabled_) timeline_.instant("bucket " + std::to_string(next_bucket_) + " launched", Timeline::Clock::now());
-    launch_order_.push_back(next_bucket_);
+    all_reduce_bucket(next_bucket_);
     ++next_bucket_;
   }
 }
 
-void Reducer::finalize() {
+void Reducer::all_reduce_bucket(size_t b) {
+  Bucket& bucket = buckets_[b];
+  GradBucket grad_bucket{b, bucket.contents, bucket.params, b + 1 == buckets_.size(), {}, builtin_hook_};
+  for (size_t i : bucket.params) grad_bucket.params.push_back(params_[i]);
+  bucket.future = comm_hook_(grad_bucket);
+  TDDP_CHECK(bucket.future != nullptr, "DistributedDataParallel: the communication hook returned no future for bucket {}", b);
+  bucket.launched_at = Timeline::Clock::now();
+  if (launch_order_.empty()) first_launch_ = bucket.launched_at;
+  if (timeline_enabled_) timeline_.instant("bucket " + std::to_string(b) + " launched", bucket.launched_at);
+  launch_order_.push_back(b);
+}
+
+void Reducer::all_reduce_local_used_map() {
+  local_used_map_dev_ = tensor::from_vector(local_used_map_, {}, control_device_);
+  local_used_work_ = pg_->allreduce(local_used_map_dev_);
+  local_used_map_reduced_ = false;
+}
+
+void Reducer::delay_all_reduce() {
+  // static_graph's first iteration, after the whole backward: the parameters whose hook never
+  // fired are the unused ones from now on; every gradient goes into its bucket and every
+  // bucket is reduced, in order.
+  all_reduce_local_used_map();
+  unused_parameters_.clear();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (num_grad_hooks_triggered_[i] == 0) unused_parameters_.push_back(i);
+  }
+  require_finalize_ = true;
+  set_divide_factor();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    per_iteration_ready_[i] = true;
+    copy_grad_to_bucket(i);
+  }
+  for (Bucket& b : buckets_) b.pending = 0;
+  mark_bucket_ready(0);
+  finalize_backward();
+}
+
+// ---- finalize_backward: wait, then write the averages to .grad --------------------------------
+
+bool Reducer::globally_unused(size_t i) {
+  if (!options_.static_graph && !options_.find_unused_parameters) return false;
+  // Used here means used somewhere; only a locally unused parameter needs the reduced map.
+  if (local_used_map_[i] != 0) return false;
+  if (!local_used_map_reduced_) {
+    local_used_work_->wait();
+    local_used_map_ = local_used_map_dev_.to_vector<int64_t>();
+    local_used_map_reduced_ = true;
+  }
+  return local_used_map_[i] == 0;
+}
+
+void Reducer::copy_bucket_to_grad(size_t i, const Tensor& reduced_view, bool global_unused) {
+  if (global_unused) return;  // no rank used it: .grad stays as it was
+  Tensor& grad = params_[i].mutable_grad();
+  if (grad.defined()) {
+    grad.copy_(reduced_view);
+  } else {
+    grad = reduced_view.clone();
+  }
+}
+
+void Reducer::finalize_bucket_dense(Bucket& bucket, const Tensor& result) {
+  int64_t offset = 0;
+  for (size_t i : bucket.params) {
+    const Tensor reduced = result.is_same(bucket.contents)
+                               ? views_[i]
+                               : result.narrow(0, offset, params_[i].numel()).view(params_[i].sizes());
+    offset += params_[i].numel();
+    const bool global_unused = globally_unused(i);
+    if (!options_.gradient_as_bucket_view) {
+      copy_bucket_to_grad(i, reduced, global_unused);
+      continue;
+    }
+    if (!aliases(reduced, views_[i])) views_[i].copy_(reduced);  // a hook returned another tensor
+    if (global_unused) continue;
+    Tensor& grad = params_[i].mutable_grad();
+    if (!grad.defined()) {
+      grad = views_[i];  // used elsewhere, not here: .grad becomes the slot
+    } else {
+      TDDP_CHECK(aliases(grad, views_[i]),
+                 "DistributedDataParallel: the .grad of parameter '{}' is no longer its bucket view "
+                 "(gradient_as_bucket_view); was .grad replaced during backward?",
+                 names_[i]);
+    }
+  }
+}
+
+void Reducer::finalize_backward() {
   NoGradGuard no_grad;
-  if (next_bucket_ < buckets_.size()) {
-    // Some parameters never got a gradient: without find_unused_parameters the buckets
-    // holding them cannot be reduced. Name them, wait for what was launched, and fail.
-    std::vector<std::string> missing;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (!ready_[i]) missing.push_back(names_[i]);
-    }
-    for (Bucket& b : buckets_) {
-      if (b.future) b.future->wait();
-    }
-    iteration_incomplete_ = true;
-    incomplete_message_ = fmt::format(
-        "DistributedDataParallel: rank {} finished backward without gradients for parameter(s) [{}], so their "
-        "gradients could not be reduced. These parameters were not used to compute the loss. If the model "
-        "legitimately skips parameters in some iterations, construct DistributedDataParallel with "
-        "find_unused_parameters = true (or make sure every parameter takes part in the loss).",
-        pg_->rank(), fmt::join(missing, ", "));
-    reset_iteration();
-    throw Error(incomplete_message_);
-  }
-  std::vector<int64_t> used_everywhere(params_.size(), 1);
-  if (options_.find_unused_parameters || options_.static_graph) {
-    // Which parameters some rank used: the others keep their .grad untouched.
-    std::vector<int64_t> local(params_.size());
-    for (size_t i = 0; i < params_.size(); ++i) local[i] = locally_used_[i] ? 1 : 0;
-    const Tensor bitmap = tensor::from_vector(local, {}, control_device_);
-    pg_->allreduce(bitmap)->wait();
-    used_everywhere = bitmap.to_vector<int64_t>();
-  }
+  expect_autograd_hooks_ = false;
+  first_autograd_hook_called_ = false;
+  require_finalize_ = false;
+  delay_all_reduce_queued_ = false;
   const auto finalize_start = Timeline::Clock::now();
-  // Join: zeros came from the ranks that ran out of inputs; average over the active ones.
-  const double rescale = active_ranks_ > 0 ? static_cast<double>(pg_->size()) / active_ranks_ : 1.0;
   Timeline::Clock::time_point comm_end = first_launch_;
   for (Bucket& bucket : buckets_) {
-    // The hook's result: the averaged contents (the built-in hook's input was divided already).
-    const Tensor reduced = bucket.future->wait();
-    if (!reduced.is_same(bucket.contents)) bucket.contents.copy_(reduced);
+    const Tensor result = bucket.future->wait();
     comm_end = std::max(comm_end, bucket.future->completed_at().value_or(Timeline::Clock::now()));
-    if (rescale != 1.0) bucket.contents.mul_(rescale);
-    for (size_t i : bucket.params) {
-      if (used_everywhere[i] == 0) continue;  // unused on every rank: .grad stays as it was
-      Tensor& grad = params_[i].mutable_grad();
-      if (options_.gradient_as_bucket_view) {
-        grad = views_[i];
-      } else if (grad.defined()) {
-        grad.copy_(views_[i]);
-      } else {
-        grad = views_[i].clone();
-      }
-    }
+    finalize_bucket_dense(bucket, result);
+  }
+  div_factor_ = kUnsetDivFactor;  // Join may change it next time
+  forward_pass_work_.reset();
+  if ((dynamic_graph_find_unused() || static_graph_first_iteration()) && !local_used_map_reduced_) {
+    local_used_work_->wait();
+  }
+  if (dynamic_graph_find_unused()) {
+    std::fill(local_used_map_.begin(), local_used_map_.end(), 0);
+    local_used_map_reduced_ = false;
   }
   record_iteration(finalize_start, comm_end);
-  // Rebuild once, after the first synchronised iteration, in the order gradients arrived
-  // on rank 0 (broadcast, so that every rank builds the same buckets).
-  if (!rebuilt_) {
-    std::vector<int64_t> order(arrival_order_.begin(), arrival_order_.end());
-    // Parameters that produced no gradient (unused) go last, last registered first.
-    for (size_t i = params_.size(); i-- > 0;) {
-      if (std::find(arrival_order_.begin(), arrival_order_.end(), i) == arrival_order_.end()) {
-        order.push_back(static_cast<int64_t>(i));
-      }
-    }
-    const Tensor shared = tensor::from_vector(order, {}, control_device_);
-    pg_->broadcast(shared, 0)->wait();
-    const std::vector<int64_t> agreed = shared.to_vector<int64_t>();
-    build_buckets(std::vector<size_t>(agreed.begin(), agreed.end()));
-    rebuilt_ = true;
-  }
-  reset_iteration();
 }
+
+// ---- Join: a joined rank mirrors one iteration of the others ----------------------------------
+
+void Reducer::match_backward_collectives() {
+  NoGradGuard no_grad;
+  // The others' synchronised backward, counted as ours (static_graph's first iteration).
+  ++num_bwd_calls_;
+  const bool static_first = static_graph_first_iteration();
+  const auto zero_map = [&] {
+    const Tensor zeros =
+        tensor::zeros({static_cast<int64_t>(params_.size())}, tensor::TensorOptions(tensor::kInt64).device(control_device_));
+    pg_->allreduce(zeros)->wait();
+  };
+  if (static_first) zero_map();  // delay_all_reduce sends the map before the buckets
+  std::vector<std::shared_ptr<Future>> futures;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    GradBucket zeros{b, tensor::zeros_like(buckets_[b].contents), buckets_[b].params, b + 1 == buckets_.size(), {},
+                     builtin_hook_};
+    for (size_t i : buckets_[b].params) zeros.params.push_back(params_[i]);
+    futures.push_back(comm_hook_(zeros));
+  }
+  for (auto& f : futures) f->wait();
+  if (dynamic_graph_find_unused()) zero_map();  // the others send it after their last bucket
+  // Take part in the one-time rebuild the others' first iteration leads to (static_graph:
+  // their second, the first one being delay_all_reduce's).
+  if (should_rebuild_buckets() && !static_first && rebuilt_param_indices_.empty()) {
+    for (size_t i = 0; i < params_.size(); ++i) rebuilt_param_indices_.push_back(i);
+  }
+}
+
+// ---- Statistics --------------------------------------------------------------------------------
 
 void Reducer::record_forward(Timeline::Clock::time_point start, Timeline::Clock::time_point end) {
   forward_start_ = start;
@@ -297,7 +537,7 @@ void Reducer::record_iteration(Timeline::Clock::time_point finalize_start, Timel
 DDPStats Reducer::stats() const {
   DDPStats out = stats_;
   out.bucket_bytes = assignment_.bytes;
-  out.buckets_rebuilt = rebuilt_;
+  out.buckets_rebuilt = has_rebuilt_bucket_;
   if (out.iterations > 0) {
     const double n = static_cast<double>(out.iterations);
     out.avg_forward_compute_us = sum_forward_ / n;
@@ -306,45 +546,6 @@ DDPStats Reducer::stats() const {
     out.avg_overlap_us = sum_overlap_ / n;
   }
   return out;
-}
-
-void Reducer::shadow_iteration() {
-  NoGradGuard no_grad;
-  // The buckets' collectives, through the same hook (so the same wire format), on zeros.
-  std::vector<std::shared_ptr<Future>> futures;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    GradBucket zeros{b, tensor::zeros_like(buckets_[b].contents), buckets_[b].params, b + 1 == buckets_.size()};
-    futures.push_back(comm_hook_(zeros));
-  }
-  for (auto& f : futures) f->wait();
-  if (options_.find_unused_parameters || options_.static_graph) {
-    const Tensor bitmap =
-        tensor::zeros({static_cast<int64_t>(params_.size())}, tensor::TensorOptions(tensor::kInt64).device(control_device_));
-    pg_->allreduce(bitmap)->wait();
-  }
-  // A rank that joined before its first iteration still takes part in the one-time rebuild
-  // that ends the others' first iteration (with rank 0's order, like them).
-  if (!rebuilt_) {
-    std::vector<int64_t> order;
-    for (size_t i = params_.size(); i-- > 0;) order.push_back(static_cast<int64_t>(i));
-    const Tensor shared = tensor::from_vector(order, {}, control_device_);
-    pg_->broadcast(shared, 0)->wait();
-    const std::vector<int64_t> agreed = shared.to_vector<int64_t>();
-    build_buckets(std::vector<size_t>(agreed.begin(), agreed.end()));
-    rebuilt_ = true;
-  }
-}
-
-void Reducer::reset_iteration() {
-  backward_started_ = false;
-  ready_.assign(params_.size(), false);
-  std::fill(locally_used_.begin(), locally_used_.end(), false);
-  next_bucket_ = 0;
-  arrival_order_.clear();
-  for (Bucket& b : buckets_) {
-    b.pending = b.params.size();
-    b.future.reset();
-  }
 }
 
 }  // namespace tinyddp::ddp

@@ -1,12 +1,13 @@
-// Reducer: DDP's gradient synchronisation. It owns the buckets (one flat contents tensor per
-// bucket, a view per parameter into it), registers one post-hook per parameter on its
-// gradient accumulator, launches each bucket's allreduce as soon as the bucket is complete
-// (strictly in bucket index order, so that every rank issues the same collectives), and at
-// the end of backward (an engine callback) waits, averages and writes the gradients back.
-// Follow one gradient: AccumulateGrad writes param.grad -> post-hook mark_ready(i) -> the
-// gradient is copied into its bucket view (divided by the world size on the way, when no
-// communication hook is registered) -> the bucket's pending count reaches zero ->
-// launch_ready_buckets() -> ProcessGroup::allreduce -> finalize() -> param.grad.
+// Reducer: DDP's gradient synchronisation, step by step as PyTorch's c10d Reducer. It owns
+// the buckets (one flat contents tensor per bucket, a view per parameter into it), registers
+// one post-hook per parameter on its gradient accumulator, launches each bucket's reduction
+// as soon as the bucket is complete (strictly in bucket index order, so that every rank
+// issues the same collectives), and once the last bucket is launched queues
+// finalize_backward on the engine, which waits and writes the averaged gradients to .grad.
+// Follow one gradient: AccumulateGrad writes param.grad -> post-hook autograd_hook(i) ->
+// mark_variable_ready(i) copies it into its bucket view (divided by the world size on the way
+// when no communication hook is registered) -> the bucket's pending count reaches zero ->
+// mark_bucket_ready -> the comm hook's allreduce -> finalize_backward -> param.grad.
 #pragma once
 
 #include <memory>
@@ -28,8 +29,9 @@ struct ReducerOptions {
   size_t bucket_cap_bytes = 25 << 20;
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
-  // The graph is the same every iteration: unused parameters are found once (on the first
-  // iteration) and reused; the buckets are rebuilt once.
+  // The graph is the same every iteration: the first synchronised iteration reduces after
+  // backward and learns which parameters are unused and how often each hook fires; later
+  // iterations reuse that (no graph search, no used-parameter allreduce).
   bool static_graph = false;
 };
 
@@ -53,38 +55,48 @@ tensor::Device control_device(const comm::ProcessGroup& pg, const std::vector<Te
 
 class Reducer {
  public:
-  // `params` must be identical (count, shapes, dtypes) on every rank (DDP checks that).
+  // `params` must be identical (count, shapes, strides, dtypes) on every rank (DDP checks that).
   Reducer(std::vector<Tensor> params, std::vector<std::string> names, std::shared_ptr<comm::ProcessGroup> pg,
           ReducerOptions options);
   ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
 
-  // Called by DDP's forward: whether this iteration synchronises (false inside no_sync),
-  // and, with find_unused_parameters, the parameters this forward's graph does not reach.
-  void prepare_for_backward(bool synchronize, const std::vector<Tensor>& outputs);
-  // Throws the "did not finish reduction" error if the previous synchronised backward left
-  // parameters without gradients, or stopped part way (called at the start of every forward).
-  void check_previous_iteration() const;
+  // ---- The steps DDP's forward drives, in this order ---------------------------------------
+  // A synchronised forward (grad mode on, not in no_sync) begins: counts the iteration.
+  void prepare_for_forward();
+  // Before every forward with grad mode on: throws if the previous synchronised backward did
+  // not finish (parameters without gradients, or an error part way), then, once, rebuilds the
+  // buckets in the order gradients arrived in the first synchronised backward (rank 0's
+  // assignment, broadcast). Returns whether it rebuilt them now.
+  bool rebuild_buckets();
+  // After a synchronised forward: arms the hooks for the next backward and, with
+  // find_unused_parameters (not static_graph), finds the parameters `outputs` do not reach.
+  void prepare_for_backward(const std::vector<Tensor>& outputs);
+  // Join: this forward's allreduce of "ranks still active"; the gradients of this iteration
+  // are divided by its result (unless use_static_world_size), waited for at the first gradient.
+  void set_forward_pass_work_handle(std::shared_ptr<comm::Work> work, Tensor active_ranks, bool use_static_world_size);
 
+  // ---- Join: a joined rank's part of one iteration of the others ---------------------------
+  // The buckets' reductions on zeros through the same hook, in bucket order, then the used-
+  // parameter allreduce when the active ranks run one; the joined rank then also pushes
+  // every parameter for the one-time rebuild (as the others did in their first iteration).
+  void match_backward_collectives();
+
+  // ---- For DDP, tests and statistics -------------------------------------------------------
   const BucketAssignment& assignment() const { return assignment_; }
-  bool buckets_rebuilt() const { return rebuilt_; }
+  bool buckets_rebuilt() const { return has_rebuilt_bucket_; }
   // Bucket contents (for tests: the views alias these).
   std::vector<Tensor> bucket_contents() const;
   const Tensor& bucket_view(size_t param) const { return views_[param]; }
   // Launch order of the last synchronised backward (bucket indices), for tests.
   const std::vector<size_t>& last_launch_order() const { return launch_order_; }
-  // Replaces the default allreduce of each bucket (call before the first backward).
+  // Parameters in the order their gradients arrived in the last synchronised backward.
+  const std::vector<size_t>& grad_ready_order() const { return grad_ready_order_; }
+  // Replaces the default hooks::allreduce of each bucket; once, before the first backward
+  // (as PyTorch: register_comm_hook can only be called once).
   void register_comm_hook(CommHook hook);
 
-  // Join: the gradients of this iteration are averaged over `active` ranks instead of all
-  // (the others contribute zeros); 0 restores the plain average.
-  void set_active_ranks(int active) { active_ranks_ = active; }
-  // Join: the collectives of one iteration of the active ranks, with zeros (a rank that ran
-  // out of inputs calls this once per iteration of the others).
-  void shadow_iteration();
-
-  // Statistics and the optional timeline (see timeline.h).
   void record_forward(Timeline::Clock::time_point start, Timeline::Clock::time_point end);
   DDPStats stats() const;
   void enable_timeline() { timeline_enabled_ = true; }
@@ -93,19 +105,41 @@ class Reducer {
  private:
   struct Bucket {
     std::vector<size_t> params;
-    Tensor contents;  // flat, one dtype
-    Tensor inverse_world;  // 1 / world size, as a 0-d tensor that multiplies contents' dtype
+    Tensor contents;       // flat, one dtype
+    Tensor inverse_div;    // 1 / div_factor_ as a 0-d tensor of the contents' dtype
+    int inverse_div_of = 0;  // the divisor inverse_div holds
     size_t pending = 0;
     std::shared_ptr<Future> future;
     Timeline::Clock::time_point launched_at{};
   };
-  void build_buckets(const std::vector<size_t>& order);
-  void mark_ready(size_t param);
-  void mark_unused_ready();
-  void launch_ready_buckets();
-  void finalize();
+
+  // Backward, in the order things happen.
+  void autograd_hook(size_t param);
+  void mark_variable_ready(size_t param);
+  void copy_grad_to_bucket(size_t param);
+  void mark_bucket_ready(size_t bucket);
+  void all_reduce_bucket(size_t bucket);
+  void all_reduce_local_used_map();
+  void delay_all_reduce();
+  void finalize_backward();
+  void finalize_bucket_dense(Bucket& bucket, const Tensor& result);
+  void copy_bucket_to_grad(size_t param, const Tensor& reduced_view, bool global_unused);
+  bool globally_unused(size_t param);
+
+  void initialize_buckets(const BucketAssignment& assignment);
+  void reset_bucket_counting();
+  void set_divide_factor();
+  void search_unused_parameters(const std::vector<Tensor>& outputs);
+  void ensure_prior_reduction_finished() const;
+  void check_not_marked_twice(size_t param) const;
   void record_iteration(Timeline::Clock::time_point finalize_start, Timeline::Clock::time_point comm_end);
-  void reset_iteration();
+
+  bool dynamic_graph_find_unused() const { return options_.find_unused_parameters && !options_.static_graph; }
+  bool static_graph_first_iteration() const { return options_.static_graph && num_bwd_calls_ == 1; }
+  bool static_graph_after_first_iteration() const { return options_.static_graph && num_bwd_calls_ > 1; }
+  bool should_rebuild_buckets() const {
+    return (options_.static_graph || !options_.find_unused_parameters) && !has_rebuilt_bucket_;
+  }
 
   std::vector<Tensor> params_;
   std::vector<std::string> names_;
@@ -114,28 +148,52 @@ class Reducer {
   ReducerOptions options_;
   std::vector<autograd::RemovableHandle> hooks_;
   CommHook comm_hook_;
-  // No hook registered: the built-in one allreduces the sum, and each gradient is divided by
-  // the world size as it is copied into its bucket (one pass over the gradient, during
-  // backward, instead of a division pass over the bucket after the allreduce).
+  // No hook registered: hooks::allreduce, with its division folded into the copy of each
+  // gradient into the bucket (one pass over the gradient, during backward).
   bool builtin_hook_ = true;
-  int active_ranks_ = 0;
-  bool unused_known_ = false;  // static_graph: unused_ was found on the first iteration
 
   BucketAssignment assignment_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // param -> bucket
   std::vector<Tensor> views_;      // param -> its slot in the bucket contents
 
-  // Per-iteration state.
-  bool synchronize_ = true;
-  bool backward_started_ = false;
-  std::vector<bool> ready_;
-  std::vector<bool> unused_;        // this forward's graph does not reach the parameter
-  std::vector<bool> locally_used_;  // used since the last synchronised backward (no_sync too)
+  // Per synchronised iteration (PyTorch's names).
+  bool expect_autograd_hooks_ = false;  // armed by prepare_for_backward, disarmed by finalize
+  bool require_finalize_ = false;       // a parameter was marked ready; finalize must follow
+  bool has_marked_unused_parameters_ = false;
+  bool first_autograd_hook_called_ = false;
+  bool backward_completed_ = true;      // the engine finished the backward that armed us
   size_t next_bucket_ = 0;
+  std::vector<bool> per_iteration_ready_;
+  std::vector<size_t> unused_parameters_;
   std::vector<size_t> launch_order_;
-  std::vector<size_t> arrival_order_;  // parameters in the order their hooks fired
-  bool rebuilt_ = false;
+  std::vector<size_t> grad_ready_order_;
+  int64_t num_iterations_ = 0;  // synchronised forwards
+  int64_t num_bwd_calls_ = 0;   // synchronised backward passes (static_graph's first iteration is 1)
+
+  // Which parameters got a gradient since the last synchronised backward (no_sync included);
+  // allreduced so that a parameter no rank used keeps its .grad untouched.
+  std::vector<int64_t> local_used_map_;
+  Tensor local_used_map_dev_;
+  std::shared_ptr<comm::Work> local_used_work_;
+  bool local_used_map_reduced_ = false;
+
+  // static_graph: how often each hook fired in the first iteration, and what is left of that
+  // count in the current one (a parameter is ready after its last firing).
+  std::vector<int> num_grad_hooks_triggered_;
+  std::vector<int> num_grad_hooks_triggered_this_iteration_;
+  bool delay_all_reduce_queued_ = false;
+
+  // The one-time rebuild: parameters in the order their gradients arrived.
+  std::vector<size_t> rebuilt_param_indices_;
+  bool has_rebuilt_bucket_ = false;
+
+  // Division: the world size, or (Join) the number of ranks still active.
+  static constexpr int kUnsetDivFactor = -1;
+  int div_factor_ = kUnsetDivFactor;
+  std::shared_ptr<comm::Work> forward_pass_work_;
+  Tensor forward_pass_active_;
+  bool use_static_world_size_ = true;
 
   // Statistics of the current iteration and the running sums.
   Timeline::Clock::time_point forward_start_{}, forward_end_{}, backward_start_{}, last_hook_{}, first_launch_{};
@@ -143,8 +201,6 @@ class Reducer {
   double sum_forward_ = 0, sum_backward_ = 0, sum_comm_ = 0, sum_overlap_ = 0;
   bool timeline_enabled_ = false;
   Timeline timeline_;
-  bool iteration_incomplete_ = false;
-  std::string incomplete_message_;
 };
 
 }  // namespace tinyddp::ddp

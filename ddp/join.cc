@@ -1,0 +1,90 @@
+// Join for uneven inputs: DistributedDataParallel::join and its steps, following PyTorch's
+// Join context manager with DDP's join hook. Every collective an active rank issues in a
+// forward/backward has a twin on a joined rank, in the same order:
+//
+//   active rank (forward, then backward)          joined rank (join_hook_main, per iteration)
+//   allreduce(1): "still active"                   allreduce(0): how many are active; 0 ends the loop
+//   [throw_on_early_termination: allreduce(0)]     [allreduce(1): "terminate", then throw]
+//   the one-time bucket rebuild's broadcast        the same rebuild
+//   buffers: allreduce(max rank), broadcast        allreduce(-1), broadcast
+//   allreduce(1 or 0): "my backward synchronises"  allreduce(0): does anyone's?  (no: skip the rest)
+//   each bucket's reduction, in bucket order       the same hook on zeros
+//   the used-parameter map (find_unused)           a map of zeros
+//
+// When every rank has joined, the last ones to join agree on the highest of them, whose
+// parameters and buffers are broadcast to all (join_hook_post).
+#include <fmt/format.h>
+
+#include "ddp/distributed.h"
+#include "tensor/ops.h"
+
+namespace tinyddp::ddp {
+
+namespace {
+int64_t allreduce_count(comm::ProcessGroup& pg, tensor::Device device, int64_t mine) {
+  const Tensor t = tensor::from_vector(std::vector<int64_t>{mine}, {}, device);
+  pg.allreduce(t)->wait();
+  return t.item<int64_t>();
+}
+}  // namespace
+
+void DistributedDataParallel::join(const std::function<void()>& loop, JoinOptions options) {
+  TDDP_CHECK(!joining_, "DistributedDataParallel::join: already joining");
+  if (!options.enable) {
+    loop();
+    return;
+  }
+  joining_ = true;
+  join_options_ = options;
+  struct Reset {
+    DistributedDataParallel& ddp;
+    ~Reset() { ddp.joining_ = false; }
+  } reset{*this};
+  loop();  // an exception leaves at once, as PyTorch's context manager does
+  tensor::NoGradGuard no_grad;
+  bool is_last_joiner = true;
+  // Out of inputs: mirror the others' iterations until every rank is done (each round is a
+  // collective with the group's timeout, so a dead peer ends the loop with an error).
+  while (true) {
+    const int64_t active = allreduce_count(*pg_, control_device_, 0);
+    if (active == 0) break;
+    if (options.throw_on_early_termination) {
+      allreduce_count(*pg_, control_device_, 1);  // tells the active ranks to throw too
+      throw Error(fmt::format("DistributedDataParallel::join: rank {} ran out of inputs while {} rank(s) had more "
+                              "(throw_on_early_termination)",
+                              pg_->rank(), active));
+    }
+    join_hook_main();
+    is_last_joiner = false;
+  }
+  join_hook_post(is_last_joiner);
+}
+
+void DistributedDataParallel::notify_join_context() {
+  const Tensor active = tensor::from_vector(std::vector<int64_t>{1}, {}, control_device_);
+  std::shared_ptr<comm::Work> work = pg_->allreduce(active);
+  if (join_options_.throw_on_early_termination) {
+    if (allreduce_count(*pg_, control_device_, 0) != 0) {
+      throw Error(fmt::format("DistributedDataParallel::join: at least one rank ran out of inputs "
+                              "(throw_on_early_termination); rank {} throws with every other rank",
+                              pg_->rank()));
+    }
+  }
+  reducer_->set_forward_pass_work_handle(std::move(work), active, join_options_.divide_by_initial_world_size);
+}
+
+void DistributedDataParallel::join_hook_main() {
+  reducer_->rebuild_buckets();
+  if (require_forward_param_sync_ && options_.broadcast_buffers() && !synced_buffers().empty()) {
+    sync_buffers(find_common_rank(false));
+  }
+  const bool should_sync = allreduce_count(*pg_, control_device_, 0) != 0;
+  require_forward_param_sync_ = should_sync;  // as the active ranks' next forward will see it
+  if (should_sync) reducer_->match_backward_collectives();
+}
+
+void DistributedDataParallel::join_hook_post(bool is_last_joiner) {
+  broadcast_coalesced(module_states(), find_common_rank(is_last_joiner));
+}
+
+}  // namespace tinyddp::ddp
