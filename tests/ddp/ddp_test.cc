@@ -4,7 +4,10 @@
 // missing-gradient error; no_sync; the bucket rebuild; mismatched models. With a GPU: the
 // equivalence on CUDA through Gloo's host staging (2 ranks sharing the GPU) and through NCCL
 // (a world of one), and the overlap of NCCL allreduces with backward.
+#include <condition_variable>
 #include <fstream>
+
+#include <fmt/ranges.h>
 #include <mutex>
 #include <sstream>
 
@@ -386,6 +389,82 @@ TEST_CASE("the rebuilt buckets are the same on every rank", "[ddp][rebuild]") {
   REQUIRE(seen.size() == 3);
   CHECK(seen[0] == seen[1]);
   CHECK(seen[1] == seen[2]);
+}
+
+TEST_CASE("rebuilt buckets follow rank 0's arrival order when the ranks' orders differ", "[ddp][rebuild]") {
+  // Three layers applied in a rank-dependent order, so the gradients arrive in a different
+  // order on each rank; every rank must adopt the buckets built from rank 0's order.
+  struct Permuted : nn::Module {
+    std::vector<std::shared_ptr<nn::Linear>> layers;
+    std::vector<int> order;
+    explicit Permuted(std::vector<int> o) : Module("Permuted"), order(std::move(o)) {
+      for (int k = 0; k < 3; ++k) layers.push_back(register_module("l" + std::to_string(k), std::make_shared<nn::Linear>(8, 8)));
+    }
+    Tensor forward(const Tensor& x) override {
+      Tensor h = x;
+      for (int k : order) h = tensor::relu(layers[k]->forward(h));
+      return h;
+    }
+  };
+  for (const auto& [first_cap, cap] : {std::pair<double, double>{1e-6, 1e-6}, {300.0 / (1 << 20), 300.0 / (1 << 20)}}) {
+    INFO("bucket caps " << first_cap << " / " << cap << " MiB");
+    std::mutex mutex;
+    std::vector<std::vector<size_t>> arrival(2);
+    std::condition_variable arrived;
+    require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) {
+      auto model = std::make_shared<Permuted>(pg.rank() == 0 ? std::vector<int>{2, 0, 1} : std::vector<int>{0, 1, 2});
+      DistributedDataParallel ddp(model, borrow(pg), DDPOptions().first_bucket_cap_mb(first_cap).bucket_cap_mb(cap));
+      nn::mse_loss(ddp(tensor::ones({2, 8})), tensor::zeros({2, 8})).backward();
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        arrival[pg.rank()] = ddp.reducer().grad_ready_order();
+        arrived.notify_all();
+        arrived.wait_for(lock, std::chrono::seconds(10), [&] { return !arrival[0].empty() && !arrival[1].empty(); });
+      }
+      e.expect(arrival[0] != arrival[1], "the ranks' arrival orders do not differ: the test could not fail");
+      const Tensor out = ddp(tensor::ones({2, 8}));  // rebuilds
+      e.expect(ddp.reducer().buckets_rebuilt(), "not rebuilt");
+      const BucketAssignment expected = assign_buckets(model->parameters(), arrival[0],
+                                                       static_cast<size_t>(first_cap * (1 << 20)),
+                                                       static_cast<size_t>(cap * (1 << 20)), false);
+      e.expect(ddp.reducer().assignment().buckets == expected.buckets,
+               fmt::format("rank {}: rebuilt buckets {} are not those of rank 0's arrival order {}", pg.rank(),
+                           ddp.reducer().assignment().buckets, expected.buckets));
+      nn::mse_loss(out, tensor::zeros({2, 8})).backward();  // and they reduce correctly
+    }));
+  }
+}
+
+TEST_CASE("a bucket whose parameters are all unused is launched at the first gradient", "[ddp][unused][overlap]") {
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    RecordingGroup recording(pg);
+    tensor::manual_seed(3);
+    auto model = std::make_shared<TwoHeads>();
+    model->use_b = false;
+    // Reverse registration order: bucket 0 = never.bias, never.weight, b.bias, b.weight (80
+    // bytes, all unused), bucket 1 = a.bias, a.weight (40 bytes), bucket 2 = the trunk.
+    DistributedDataParallel ddp(model, borrow(recording),
+                                DDPOptions().find_unused_parameters(true).first_bucket_cap_mb(80.0 / (1 << 20)).bucket_cap_mb(40.0 / (1 << 20)));
+    const auto& buckets = ddp.reducer().assignment().buckets;
+    e.expect(buckets.size() == 3 && buckets[0].size() == 4 && buckets[1].size() == 2, "unexpected bucket layout");
+    for (Tensor* p : {&model->a->weight, &model->a->bias}) {
+      p->register_hook([&recording](const Tensor&) {
+        recording.note("a gradient of head a");
+        return Tensor();
+      });
+    }
+    const Tensor out = ddp(tensor::ones({3, 4}));
+    const std::string unused_bucket = pointer_event(ddp.reducer().bucket_contents()[0]);
+    recording.events.clear();
+    nn::mse_loss(out, tensor::zeros({3, 2})).backward();
+    // Head a's two gradients arrive first; the unused bucket must go out at the first of them,
+    // not wait for the second (which completes bucket 1).
+    std::vector<std::string>& ev = recording.events;
+    const auto launch = std::find(ev.begin(), ev.end(), unused_bucket);
+    const auto second_a = std::find(std::find(ev.begin(), ev.end(), "a gradient of head a") + 1, ev.end(), "a gradient of head a");
+    e.expect(launch != ev.end() && second_a != ev.end() && launch < second_a,
+             fmt::format("the all-unused bucket was not launched before head a's second gradient: {}", ev));
+  }));
 }
 
 TEST_CASE("mismatched models across ranks give a clear construction error on every rank", "[ddp][errors]") {
