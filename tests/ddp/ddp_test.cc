@@ -567,6 +567,113 @@ TEST_CASE("static_graph: unused parameters found once, results as with find_unus
   }));
 }
 
+TEST_CASE("static_graph: the used-parameter map is allreduced in the first iteration only", "[ddp][static_graph]") {
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    for (const bool static_graph : {false, true}) {
+      RecordingGroup recording(pg);
+      tensor::manual_seed(4);
+      auto model = std::make_shared<TwoHeads>();
+      model->use_b = pg.rank() == 1;
+      DDPOptions options = static_graph ? DDPOptions().static_graph(true) : DDPOptions().find_unused_parameters(true);
+      DistributedDataParallel ddp(model, borrow(recording), options);
+      for (int it = 0; it < 3; ++it) {
+        const Tensor out = ddp(tensor::ones({3, 4}));
+        const size_t buckets = ddp.reducer().bucket_contents().size();
+        recording.events.clear();
+        nn::mse_loss(out, tensor::zeros({3, 2})).backward();
+        // Every bucket is reduced; find_unused_parameters adds the map every iteration,
+        // static_graph in its first iteration only.
+        const size_t expected = buckets + ((!static_graph || it == 0) ? 1 : 0);
+        e.expect(recording.events.size() == expected,
+                 fmt::format("static_graph {} iteration {}: {} allreduces, expected {}", static_graph, it,
+                             recording.events.size(), expected));
+      }
+    }
+  }));
+}
+
+TEST_CASE("static_graph: a graph that changes after the first iteration is a clear error", "[ddp][static_graph][errors]") {
+  // A parameter unused in the first iteration that gets a gradient later.
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    tensor::manual_seed(4);
+    auto model = std::make_shared<TwoHeads>();
+    model->use_b = false;
+    DistributedDataParallel ddp(model, borrow(pg), DDPOptions().static_graph(true));
+    nn::mse_loss(ddp(tensor::ones({3, 4})), tensor::zeros({3, 2})).backward();
+    model->use_b = true;
+    try {
+      nn::mse_loss(ddp(tensor::ones({3, 4})), tensor::zeros({3, 2})).backward();
+      e.failures.push_back("a newly used parameter was accepted");
+    } catch (const Error& ex) {
+      e.expect(std::string(ex.what()).find("'b.") != std::string::npos &&
+                   std::string(ex.what()).find("got none in the first iteration") != std::string::npos,
+               ex.what());
+    }
+  }));
+  // A parameter used in the first iteration that gets none later: the next forward says so.
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    tensor::manual_seed(4);
+    auto model = std::make_shared<TwoHeads>();
+    DistributedDataParallel ddp(model, borrow(pg), DDPOptions().static_graph(true));
+    nn::mse_loss(ddp(tensor::ones({3, 4})), tensor::zeros({3, 2})).backward();
+    model->use_b = false;
+    nn::mse_loss(ddp(tensor::ones({3, 4})), tensor::zeros({3, 2})).backward();
+    try {
+      ddp(tensor::ones({3, 4}));
+      e.failures.push_back("a parameter that stopped getting gradients was accepted");
+    } catch (const Error& ex) {
+      const std::string m = ex.what();
+      e.expect(m.find("[b.weight, b.bias]") != std::string::npos && m.find("static_graph") != std::string::npos, m);
+    }
+  }));
+}
+
+TEST_CASE("static_graph: a parameter whose hook fires twice per backward is ready after the second firing",
+          "[ddp][static_graph]") {
+  // Reentrant checkpointing makes a parameter's accumulator fire more than once in one backward
+  // pass. The engine here is not reentrant, so the second firing of the first layer's weight
+  // hooks is made by hand, from the post-hook of its bias (which runs later in the same pass).
+  const auto run = [](ProcessGroup& pg, Expectations& e, bool static_graph) {
+    tensor::manual_seed(6);
+    auto model = nn::mlp({6, 8, 3});
+    const Tensor weight = model->named_parameters().at("0.weight");
+    const Tensor bias = model->named_parameters().at("0.bias");
+    DistributedDataParallel ddp(model, borrow(pg), DDPOptions().static_graph(static_graph));
+    bool fired_weight = false;
+    auto note = weight.grad_accumulator()->add_post_hook([&] { fired_weight = true; });
+    int second_firings = 0;
+    auto again = bias.grad_accumulator()->add_post_hook([&] {
+      if (!fired_weight) return;
+      ++second_firings;
+      weight.grad_accumulator()->run_post_hooks();  // the weight's gradient "arrives" again
+    });
+    nn::SGD opt(model->parameters(), nn::SGDOptions(0.1));
+    tensor::Generator data(50 + pg.rank());
+    for (int it = 0; it < 3; ++it) {
+      fired_weight = false;
+      opt.zero_grad();
+      nn::mse_loss(ddp(tensor::randn({4, 6}, {}, &data)), tensor::randn({4, 3}, {}, &data)).backward();
+      opt.step();
+    }
+    std::vector<Tensor> all{tensor::zeros_like(weight), tensor::zeros_like(weight)};
+    pg.allgather(all, weight)->wait();
+    e.expect(tensor::equal(all[0], all[1]), "ranks disagree on the first layer's weight");
+    e.expect(second_firings == 3, fmt::format("{} second firings in 3 iterations", second_firings));
+    note.remove();
+    again.remove();
+  };
+  require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) { run(pg, e, true); }));
+  // Without static_graph the second firing is the "marked twice" error, as in PyTorch.
+  require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) {
+    try {
+      run(pg, e, false);
+      e.failures.push_back("a second firing without static_graph was accepted");
+    } catch (const Error& ex) {
+      e.expect(std::string(ex.what()).find("marked ready twice") != std::string::npos, ex.what());
+    }
+  }));
+}
+
 TEST_CASE("join: rank r has 5 + r inputs; every rank finishes with the same model", "[ddp][join]") {
   for (int size : {2, 3}) {
     INFO("world size " << size);
