@@ -491,6 +491,45 @@ TEST_CASE("mismatched models across ranks give a clear construction error on eve
   }));
 }
 
+TEST_CASE("construction errors: different strides, nothing to synchronise, an unknown ignored name", "[ddp][errors]") {
+  struct One : nn::Module {
+    Tensor w;
+    explicit One(const Tensor& t) : Module("One") { w = register_parameter("w", t); }
+  };
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    // The same sizes, but rank 1's parameter is a transposed (column-major) layout.
+    auto model = std::make_shared<One>(pg.rank() == 0 ? tensor::zeros({8, 6}) : tensor::zeros({6, 8}).t());
+    try {
+      DistributedDataParallel ddp(model, borrow(pg));
+      e.failures.push_back("different strides were accepted");
+    } catch (const Error& ex) {
+      e.expect(std::string(ex.what()).find("parameter 0 ('w' on this rank) is float32 [8, 6] with strides [6, 1] on rank 0 "
+                                           "but float32 [8, 6] with strides [1, 8] on rank 1") != std::string::npos,
+               ex.what());
+    }
+  }));
+  require_no_failures(run_threads(1, [](ProcessGroup& pg, Expectations& e) {
+    auto frozen = nn::mlp({3, 2});
+    for (const Tensor& p : frozen->parameters()) p.requires_grad_(false);
+    const std::vector<std::shared_ptr<nn::Module>> modules{std::make_shared<nn::ReLU>(), frozen};
+    for (const auto& module : modules) {
+      try {
+        DistributedDataParallel ddp(module, borrow(pg));
+        e.failures.push_back("a module without parameters to synchronise was accepted");
+      } catch (const Error& ex) {
+        e.expect(std::string(ex.what()).find("no parameter that requires a gradient") != std::string::npos, ex.what());
+      }
+    }
+    try {
+      DistributedDataParallel ddp(nn::mlp({3, 2}), borrow(pg), DDPOptions().params_and_buffers_to_ignore({"0.wieght"}));
+      e.failures.push_back("an unknown name to ignore was accepted");
+    } catch (const Error& ex) {
+      e.expect(std::string(ex.what()).find("names '0.wieght', which is neither a parameter nor a buffer") != std::string::npos,
+               ex.what());
+    }
+  }));
+}
+
 TEST_CASE("communication hooks: a custom hook with state, fp16 and bf16 compression", "[ddp][hooks]") {
   require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
     // The same two training steps with the default, fp16 and bf16 hooks, and a counting hook.
