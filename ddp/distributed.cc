@@ -204,7 +204,13 @@ int DistributedDataParallel::find_common_rank(bool candidate) const {
   return static_cast<int>(common);
 }
 
-void DistributedDataParallel::sync_buffers(int root) { broadcast_coalesced(synced_buffers(), root); }
+void DistributedDataParallel::sync_module_buffers(bool candidate) {
+  // As PyTorch: only when the previous forward synchronised (require_forward_param_sync).
+  if (!require_forward_param_sync_ || !options_.broadcast_buffers()) return;
+  const std::vector<Tensor> buffers = synced_buffers();
+  if (buffers.empty()) return;
+  broadcast_coalesced(buffers, joining_ ? find_common_rank(candidate) : 0);
+}
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
   const bool grad_enabled = tensor::GradMode::is_enabled();
@@ -212,9 +218,7 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
   if (synchronize) reducer_->prepare_for_forward();
   if (joining_) notify_join_context();
   if (grad_enabled) reducer_->rebuild_buckets();  // also reports an unfinished previous iteration
-  if (require_forward_param_sync_ && options_.broadcast_buffers() && !synced_buffers().empty()) {
-    sync_buffers(joining_ ? find_common_rank(true) : 0);
-  }
+  sync_module_buffers(/*candidate=*/true);
   if (joining_) {
     // Tell joined ranks whether this iteration's backward synchronises (no_sync: no).
     should_sync_flag_ = tensor::from_vector(std::vector<int64_t>{require_sync_ ? 1 : 0}, {}, control_device_);

@@ -124,10 +124,12 @@ class DistributedDataParallel : public nn::Module {
   // Parameters and buffers DDP synchronises (everything but params_and_buffers_to_ignore).
   std::vector<Tensor> module_states() const;
   std::vector<Tensor> synced_buffers() const;
-  // The rank whose buffers everyone takes: 0, or inside join the highest rank still active
-  // (an allreduce of max; `candidate` false for a joined rank).
+  // The highest rank among the candidates (an allreduce of max): inside join, the source of
+  // the buffers (candidates: the active ranks) and of the final model (the last to join).
   int find_common_rank(bool candidate) const;
-  void sync_buffers(int root);
+  // Broadcasts the buffers before a forward when the previous forward synchronised: from rank
+  // 0, or inside join from the highest active rank (`candidate`: this rank is active).
+  void sync_module_buffers(bool candidate);
   // Join's steps (join.cc): an active rank's part of each forward, and a joined rank's
   // mirror of one iteration of the others.
   void notify_join_context();

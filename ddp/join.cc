@@ -57,6 +57,7 @@ void DistributedDataParallel::join(const std::function<void()>& loop, JoinOption
     join_hook_main();
     is_last_joiner = false;
   }
+  if (should_sync_work_) should_sync_work_->wait();  // this rank's last flag (answered by now)
   join_hook_post(is_last_joiner);
 }
 
@@ -75,9 +76,7 @@ void DistributedDataParallel::notify_join_context() {
 
 void DistributedDataParallel::join_hook_main() {
   reducer_->rebuild_buckets();
-  if (require_forward_param_sync_ && options_.broadcast_buffers() && !synced_buffers().empty()) {
-    sync_buffers(find_common_rank(false));
-  }
+  sync_module_buffers(/*candidate=*/false);
   const bool should_sync = allreduce_count(*pg_, control_device_, 0) != 0;
   require_forward_param_sync_ = should_sync;  // as the active ranks' next forward will see it
   if (should_sync) reducer_->match_backward_collectives();
