@@ -556,10 +556,23 @@ TEST_CASE("communication hooks: a custom hook with state, fp16 and bf16 compress
     const auto reference = train([](DistributedDataParallel&) {});
     int calls = 0;
     const auto counted = train([&](DistributedDataParallel& ddp) {
-      ddp.register_comm_hook(ddp.process_group_ptr(), [&calls](const std::shared_ptr<ProcessGroup>& state, GradBucket& b) {
+      ddp.register_comm_hook(ddp.process_group_ptr(), [&calls, &e](const std::shared_ptr<ProcessGroup>& state, GradBucket& b) {
         ++calls;
+        // PyTorch's GradBucket API: the parameters, and their gradients as views of the buffer.
+        const std::vector<Tensor> grads = b.gradients();
+        e.expect(grads.size() == b.parameters().size() && grads.size() == b.parameter_indices.size(), "gradients()");
+        for (size_t k = 0; k < grads.size(); ++k) {
+          e.expect(grads[k].sizes() == b.parameters()[k].sizes() && grads[k].shares_storage(b.buffer),
+                   "gradients() are not views of the buffer with the parameters' shapes");
+        }
         return hooks::allreduce(state)(b);
       });
+      try {
+        ddp.register_comm_hook(hooks::allreduce(ddp.process_group_ptr()));
+        e.failures.push_back("a second communication hook was accepted");
+      } catch (const Error& ex) {
+        e.expect(std::string(ex.what()).find("can only be registered once") != std::string::npos, ex.what());
+      }
     });
     e.expect(calls >= 2, "the custom hook was not called for every bucket");
     for (size_t i = 0; i < reference.size(); ++i) e.expect(tensor::equal(counted[i], reference[i]), "custom allreduce hook changed the result");
