@@ -360,10 +360,15 @@ void Reducer::mark_bucket_ready(size_t b) {
   }
 }
 
+GradBucket Reducer::make_grad_bucket(size_t b, Tensor buffer) const {
+  GradBucket grad_bucket{b, std::move(buffer), buckets_[b].params, b + 1 == buckets_.size(), {}, builtin_hook_};
+  for (size_t i : buckets_[b].params) grad_bucket.params.push_back(params_[i]);
+  return grad_bucket;
+}
+
 void Reducer::all_reduce_bucket(size_t b) {
   Bucket& bucket = buckets_[b];
-  GradBucket grad_bucket{b, bucket.contents, bucket.params, b + 1 == buckets_.size(), {}, builtin_hook_};
-  for (size_t i : bucket.params) grad_bucket.params.push_back(params_[i]);
+  GradBucket grad_bucket = make_grad_bucket(b, bucket.contents);
   bucket.future = comm_hook_(grad_bucket);
   TDDP_CHECK(bucket.future != nullptr, "DistributedDataParallel: the communication hook returned no future for bucket {}", b);
   bucket.launched_at = Timeline::Clock::now();
@@ -488,9 +493,7 @@ void Reducer::match_backward_collectives() {
   if (static_first) zero_map();  // delay_all_reduce sends the map before the buckets
   std::vector<std::shared_ptr<Future>> futures;
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    GradBucket zeros{b, tensor::zeros_like(buckets_[b].contents), buckets_[b].params, b + 1 == buckets_.size(), {},
-                     builtin_hook_};
-    for (size_t i : buckets_[b].params) zeros.params.push_back(params_[i]);
+    GradBucket zeros = make_grad_bucket(b, tensor::zeros_like(buckets_[b].contents));
     futures.push_back(comm_hook_(zeros));
   }
   for (auto& f : futures) f->wait();

@@ -118,6 +118,8 @@ class Reducer {
   void mark_variable_ready(size_t param);
   void copy_grad_to_bucket(size_t param);
   void mark_bucket_ready(size_t bucket);
+  // What a comm hook sees of bucket `b`, with `buffer` as its contents (Join passes zeros).
+  GradBucket make_grad_bucket(size_t b, Tensor buffer) const;
   void all_reduce_bucket(size_t bucket);
   void all_reduce_local_used_map();
   void delay_all_reduce();
