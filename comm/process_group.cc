@@ -43,8 +43,9 @@ void Work::wait(std::optional<Millis> timeout) {
   if (error_) std::rethrow_exception(error_);
 }
 
-std::chrono::steady_clock::time_point Work::finished_at() const {
+std::optional<std::chrono::steady_clock::time_point> Work::finished_at() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!done_) return std::nullopt;
   return finished_at_;
 }
 

@@ -45,8 +45,9 @@ class Work {
 
   // For backends: marks the operation finished, with its error if any.
   void finish(std::exception_ptr error = nullptr);
-  // When it finished (for timelines); the epoch of steady_clock while still running.
-  std::chrono::steady_clock::time_point finished_at() const;
+  // When the host saw it finish (for timelines), or nothing while it is still running (an
+  // NCCL collective whose untimed wait() returned may still be running on the GPU).
+  std::optional<std::chrono::steady_clock::time_point> finished_at() const;
 
  private:
   std::string description_;

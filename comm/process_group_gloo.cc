@@ -68,10 +68,22 @@ gloo::AllreduceOptions::Func reduce_function(ReduceOp op) {
   });
 }
 
-// `t`'s elements in a contiguous CPU tensor: t itself when it is one, else a copy. For a
-// CUDA tensor the copy waits (on the worker thread, never the caller's) for the kernels
-// queued on its device so far.
-Tensor host_dense(const Tensor& t) { return t.is_cpu() ? t.contiguous() : t.to(tensor::kCPU); }
+// The marks of the collective the worker runs now (see enqueue), for host_dense.
+thread_local const std::vector<tensor::cuda::StreamMark>* running_marks = nullptr;
+
+// `t`'s elements in a contiguous CPU tensor: t itself when it is one, else a copy. A CUDA
+// tensor is copied on a side stream once its device's work queued before the collective has
+// run (the mark enqueue recorded), never waiting for the caller's later kernels; without a
+// mark (point-to-point), after everything queued on its device so far.
+Tensor host_dense(const Tensor& t) {
+  if (t.is_cpu()) return t.contiguous();
+  if (running_marks != nullptr) {
+    for (const tensor::cuda::StreamMark& mark : *running_marks) {
+      if (mark.device() == t.device().index) return tensor::cuda::to_host_after(t, mark);
+    }
+  }
+  return t.to(tensor::kCPU);
+}
 
 // A contiguous CPU buffer for `t`: t itself when contiguous, else a copy written back later
 // (to a GPU: queued on its compute stream, so later kernels there see the result).
@@ -80,17 +92,26 @@ struct Staged {
   Tensor buffer;
   explicit Staged(const Tensor& t) : original(t), buffer(host_dense(t)) {}
   void write_back() const {
-    if (!buffer.is_same(original)) original.copy_(buffer);
+    // To a GPU: queued on its compute stream without waiting (the pinned buffer is kept until
+    // the copy ran), so later kernels there see the result.
+    if (!buffer.is_same(original)) original.copy_(buffer, /*non_blocking=*/true);
     original.storage().bump_version();
   }
 };
 
-// The tensors of `list` copied end to end into one new flat buffer.
+std::vector<Tensor> concat(std::vector<Tensor> list, const Tensor& last) {
+  list.push_back(last);
+  return list;
+}
+
+// The tensors of `list` copied end to end into one new flat host buffer.
 Tensor flatten_all(const std::vector<Tensor>& list) {
   int64_t total = 0;
   for (const Tensor& t : list) total += t.numel();
   Tensor flat = tensor::empty({total}, list.front().dtype());
-  detail::flatten_into(list, flat);
+  std::vector<Tensor> on_host;
+  for (const Tensor& t : list) on_host.push_back(t.is_cpu() ? t : host_dense(t));
+  detail::flatten_into(on_host, flat);
   return flat;
 }
 
@@ -175,7 +196,12 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     if (!missing.empty() || is_timeout(e.what())) throw TimeoutError(message);
     throw Error(message);
   }
-  worker_ = std::thread([this] { worker_loop(); });
+  // The worker stages CUDA tensors: it works on its creator's device from its start
+  // (tensor/cuda/device_guard.h), never binding GPU 0 by default.
+  worker_ = std::thread([this, device = tensor::cuda::current_device()] {
+    tensor::cuda::adopt_device(device);
+    worker_loop();
+  });
 }
 
 ProcessGroupGloo::~ProcessGroupGloo() {
@@ -193,7 +219,7 @@ void ProcessGroupGloo::worker_loop() {
   NoGradGuard no_grad;  // collectives write into tensors (parameters too) without recording
   uint32_t tag = 0;
   while (true) {
-    std::pair<std::shared_ptr<Work>, std::function<void(uint32_t)>> item;
+    Item item;
     {
       std::unique_lock<std::mutex> lock(queue_mutex_);
       queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
@@ -201,23 +227,34 @@ void ProcessGroupGloo::worker_loop() {
       item = std::move(queue_.front());
       queue_.pop_front();
     }
+    running_marks = &item.marks;
     try {
-      item.second(tag++);
-      item.first->finish();
+      item.run(tag++);
+      running_marks = nullptr;
+      item.work->finish();
     } catch (const std::exception& e) {
-      const std::string message = fmt::format("{} failed: {}", item.first->description(), e.what());
-      item.first->finish(is_timeout(e.what()) ? std::make_exception_ptr(TimeoutError(message))
+      running_marks = nullptr;
+      const std::string message = fmt::format("{} failed: {}", item.work->description(), e.what());
+      item.work->finish(is_timeout(e.what()) ? std::make_exception_ptr(TimeoutError(message))
                                               : std::make_exception_ptr(Error(message)));
     }
   }
 }
 
-std::shared_ptr<Work> ProcessGroupGloo::enqueue(std::string description, std::function<void(uint32_t)> run) {
+std::shared_ptr<Work> ProcessGroupGloo::enqueue(std::string description, std::function<void(uint32_t)> run,
+                                                const std::vector<Tensor>& tensors) {
   auto work = std::make_shared<Work>(std::move(description));
+  std::vector<tensor::cuda::StreamMark> marks;
+  for (const Tensor& t : tensors) {
+    if (!t.defined() || !t.is_cuda()) continue;
+    const int device = t.device().index;
+    const bool marked = std::any_of(marks.begin(), marks.end(), [&](const auto& m) { return m.device() == device; });
+    if (!marked) marks.push_back(tensor::cuda::StreamMark::record(device));
+  }
   {
     std::lock_guard<std::mutex> lock(queue_mutex_);
     TDDP_CHECK(!stopping_, "ProcessGroupGloo: {} issued while the group is shutting down", work->description());
-    queue_.emplace_back(work, std::move(run));
+    queue_.push_back(Item{work, std::move(run), std::move(marks)});
   }
   queue_cv_.notify_one();
   return work;
@@ -259,7 +296,8 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce(const std::vector<Tensor>& ten
   for (const Tensor& t : tensors) total += t.numel();
   const std::string what = fmt::format("allreduce (rank {} of {}, {} tensor(s), {} x {}, {})", rank_, size_, tensors.size(),
                                        total, tensor::dtype_name(tensors[0].dtype()), reduce_op_name(op));
-  if (small_allreduce_ && detail::SmallAllreduce::takes(tensors[0].dtype(), total) && total > 0) {
+  // CPU tensors only: a CUDA tensor pays its staging copies anyway.
+  if (small_allreduce_ && tensors[0].is_cpu() && detail::SmallAllreduce::takes(tensors[0].dtype(), total) && total > 0) {
     return enqueue(what, [this, tensors, op, total](uint32_t) { small_allreduce_->run(tensors, op, total); });
   }
   return enqueue(what, [this, tensors, op, total](uint32_t) {
@@ -278,7 +316,7 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce(const std::vector<Tensor>& ten
     } else {
       detail::unflatten_into(staged.buffer, tensors);
     }
-  });
+  }, tensors);
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::broadcast(const Tensor& tensor, int root) {
@@ -299,7 +337,7 @@ std::shared_ptr<Work> ProcessGroupGloo::broadcast(const Tensor& tensor, int root
       });
     }
     staged.write_back();
-  });
+  }, {tensor});
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::allgather(const std::vector<Tensor>& outputs, const Tensor& input) {
@@ -323,7 +361,7 @@ std::shared_ptr<Work> ProcessGroupGloo::allgather(const std::vector<Tensor>& out
       });
     }
     detail::unflatten_into(flat, outputs);
-  });
+  }, {input});
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::gather(const std::vector<Tensor>& outputs, const Tensor& input, int root) {
@@ -353,7 +391,7 @@ std::shared_ptr<Work> ProcessGroupGloo::gather(const std::vector<Tensor>& output
       });
     }
     if (rank_ == root) detail::unflatten_into(flat, outputs);
-  });
+  }, {input});
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root) {
@@ -388,7 +426,7 @@ std::shared_ptr<Work> ProcessGroupGloo::scatter(const Tensor& output, const std:
       });
     }
     staged.write_back();
-  });
+  }, concat(inputs, output));
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::reduce(const Tensor& tensor, int root, ReduceOp op) {
@@ -418,7 +456,7 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce(const Tensor& tensor, int root, R
                      if (op == ReduceOp::kAvg) staged.buffer.div_(static_cast<double>(size_));
                      staged.write_back();
                    }
-                 });
+                 }, {tensor});
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
@@ -447,7 +485,7 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter(const Tensor& output, con
     Tensor mine = flat.narrow(0, output.numel() * rank_, output.numel()).view(output.sizes());
     if (op == ReduceOp::kAvg) mine = tensor::div(mine, static_cast<double>(size_));
     output.copy_(mine);
-  });
+  }, inputs);
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::barrier() {

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "comm/process_group.h"
+#include "tensor/cuda.h"
 
 namespace gloo {
 class Context;
@@ -61,8 +62,12 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override;
 
  private:
-  // Queues `run` for the worker; the returned Work finishes when it has run.
-  std::shared_ptr<Work> enqueue(std::string description, std::function<void(uint32_t tag)> run);
+  // Queues `run` for the worker; the returned Work finishes when it has run. For the CUDA
+  // tensors among `tensors`, a mark is recorded now on their device's compute stream: the
+  // worker copies them to the host once the work queued before the collective has run, not
+  // what the caller queues after it (docs/comm.md, "Gloo and CUDA tensors").
+  std::shared_ptr<Work> enqueue(std::string description, std::function<void(uint32_t tag)> run,
+                                const std::vector<Tensor>& tensors = {});
   void worker_loop();
   // Runs a point-to-point operation on a thread of its own (not behind queued collectives).
   std::shared_ptr<Work> start_p2p(std::string description, std::function<void()> run);
@@ -80,7 +85,12 @@ class ProcessGroupGloo final : public ProcessGroup {
 
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
-  std::deque<std::pair<std::shared_ptr<Work>, std::function<void(uint32_t)>>> queue_;
+  struct Item {
+    std::shared_ptr<Work> work;
+    std::function<void(uint32_t)> run;
+    std::vector<tensor::cuda::StreamMark> marks;  // one per CUDA device the collective reads
+  };
+  std::deque<Item> queue_;
   bool stopping_ = false;
   std::thread worker_;
   std::mutex p2p_mutex_;

@@ -73,7 +73,13 @@ class NcclWork final : public Work {
   NcclWork(std::string description, int device, cudaEvent_t end, std::vector<Tensor> tensors, bool host_wait)
       : Work(std::move(description)), device_(device), end_(end), tensors_(std::move(tensors)), host_wait_(host_wait),
         started_(Clock::now()) {}
-  ~NcclWork() override { cudaEventDestroy(end_); }
+  ~NcclWork() override {
+    try {
+      DeviceGuard guard(device_);  // whichever thread drops it: never a context on another GPU
+      cudaEventDestroy(end_);
+    } catch (...) {
+    }
+  }
 
   void wait(std::optional<Millis> timeout) override {
     if (timeout || host_wait_) {
@@ -104,7 +110,12 @@ class ProcessGroupNccl::Impl {
  public:
   Impl(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options)
       : store_(std::move(store)), rank_(rank), size_(size), options_(std::move(options)) {
-    watchdog_ = std::thread([this] { watchdog_loop(); });
+    // The watchdog queries events: it works on the creating thread's device from its start
+    // (tensor/cuda/device_guard.h), and on the communicator's once that is bound.
+    watchdog_ = std::thread([this, device = tensor::cuda::current_device()] {
+      tensor::cuda::adopt_device(device);
+      watchdog_loop();
+    });
   }
 
   ~Impl() {
@@ -118,7 +129,9 @@ class ProcessGroupNccl::Impl {
     watchdog_.join();
     std::lock_guard<std::mutex> comm_lock(comm_mutex_);
     abort_comm();  // frees the communicator at once, without a round with the peers
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    // The stream goes back to the process's pool, not to CUDA: blocks recorded on it may be
+    // freed after this group is gone, and the allocator then records an event on it.
+    if (stream_ != nullptr) tensor::cuda::release_stream(device_, stream_);
   }
 
   // The device the communicator is on, or -1 before the first collective.
@@ -197,12 +210,21 @@ class ProcessGroupNccl::Impl {
     for (const Tensor& t : tensors) {
       if (t.defined() && t.numel() > 0) tensor::cuda::record_stream(t.raw_data_ptr(), device, stream_);
     }
-    comm_lock.unlock();
     auto work = std::make_shared<NcclWork>(std::move(description), device, end, std::move(tensors), host_wait);
+    if (after_queued_for_testing) after_queued_for_testing();
     {
+      // Registered before comm_mutex_ is released: abort() and the watchdog's abort take it,
+      // so they see this work and fail it. (Registered after, an abort in between would kill
+      // the kernel, its end event would pass, and wait() would report success.)
       std::lock_guard<std::mutex> lock(mutex_);
-      pending_.push_back(work);
+      if (broken_) {
+        work->finish(broken_);
+        work->release_tensors();
+      } else {
+        pending_.push_back(work);
+      }
     }
+    comm_lock.unlock();
     wake_cv_.notify_all();
     return work;
   }
@@ -250,8 +272,7 @@ class ProcessGroupNccl::Impl {
                  bytes.size(), sizeof(id));
       std::copy(bytes.begin(), bytes.end(), reinterpret_cast<uint8_t*>(&id));
     }
-    cudaStream_t stream = nullptr;
-    TDDP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const cudaStream_t stream = tensor::cuda::acquire_stream(device);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t comm = nullptr;
@@ -262,7 +283,7 @@ class ProcessGroupNccl::Impl {
       TDDP_NCCL_CHECK(ncclCommGetAsyncError(comm, &state), comm);
       if (state == ncclInProgress && Clock::now() > deadline) {
         ncclCommAbort(comm);
-        cudaStreamDestroy(stream);
+        tensor::cuda::release_stream(device, stream);
         throw TimeoutError(fmt::format("ProcessGroupNccl: rank {} of {}: creating the NCCL communicator on cuda:{} did "
                                        "not finish within {} ms",
                                        rank_, size_, device, options_.timeout.count()));
@@ -272,7 +293,7 @@ class ProcessGroupNccl::Impl {
     if (state != ncclSuccess) {
       const std::string message = nccl_message(state, "ncclCommInitRankConfig", comm);
       ncclCommAbort(comm);
-      cudaStreamDestroy(stream);
+      tensor::cuda::release_stream(device, stream);
       throw Error(fmt::format("ProcessGroupNccl: rank {} of {}: {}", rank_, size_, message));
     }
     comm_ = comm;
@@ -286,7 +307,7 @@ class ProcessGroupNccl::Impl {
   void wait_until_queued(const std::string& description) {
     const auto deadline = Clock::now() + options_.timeout;
     ncclResult_t state = ncclInProgress;
-    while (true) {
+    for (int polls = 0;; ) {
       TDDP_NCCL_CHECK(ncclCommGetAsyncError(comm_, &state), comm_);
       if (state == ncclSuccess) return;
       if (state != ncclInProgress) {
@@ -301,7 +322,13 @@ class ProcessGroupNccl::Impl {
         abort_comm();
         throw TimeoutError(message);
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      // Usually done at the first look; a communicator still connecting gets a yield, then
+      // sleeps of 20 us (this runs holding comm_mutex_, which only abort() waits for).
+      if (++polls < 64) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
     }
   }
 
@@ -365,6 +392,7 @@ class ProcessGroupNccl::Impl {
         }
       }
       if (comm_lock.owns_lock()) comm_lock.unlock();
+      if (device_ >= 0) tensor::cuda::set_device(device_);  // once: a no-op when current
       const auto now = Clock::now();
       for (auto it = pending_.begin(); it != pending_.end();) {
         const cudaError_t status = cudaEventQuery((*it)->end());
@@ -417,6 +445,9 @@ class ProcessGroupNccl::Impl {
 
  public:
   int groups_created = 0;
+  // Runs inside launch() after the collective is queued, before its work is registered and
+  // comm_mutex_ released (a test aborts the group from another thread there).
+  std::function<void()> after_queued_for_testing;
 };
 
 // ---- the public interface ----------------------------------------------------------------------
@@ -433,6 +464,10 @@ ProcessGroupNccl::ProcessGroupNccl(std::shared_ptr<Store> store, int rank, int s
 ProcessGroupNccl::~ProcessGroupNccl() = default;
 
 void ProcessGroupNccl::abort(const std::string& reason) { impl_->abort(reason); }
+
+void ProcessGroupNccl::set_after_queued_for_testing(std::function<void()> fn) {
+  impl_->after_queued_for_testing = std::move(fn);
+}
 
 namespace {
 int device_of(const Tensor& t) { return t.device().index; }

@@ -30,6 +30,7 @@
 // order they are issued, as in PyTorch. In a build without CUDA the constructor throws.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "comm/process_group.h"
@@ -61,6 +62,9 @@ class ProcessGroupNccl final : public ProcessGroup {
   // Aborts the communicator: pending collectives fail with `reason`, and so does every later
   // call on this group (as the watchdog does at a timeout).
   void abort(const std::string& reason);
+  // For tests: `fn` runs inside every launch after the collective is queued, before its Work
+  // is registered (see launch() in the .cc).
+  void set_after_queued_for_testing(std::function<void()> fn);
 
   class Impl;
 

@@ -19,6 +19,7 @@ ProcessGroupNccl::ProcessGroupNccl(std::shared_ptr<Store>, int rank, int size, P
 }
 ProcessGroupNccl::~ProcessGroupNccl() = default;
 void ProcessGroupNccl::abort(const std::string&) { unavailable(); }
+void ProcessGroupNccl::set_after_queued_for_testing(std::function<void()>) { unavailable(); }
 std::shared_ptr<Work> ProcessGroupNccl::allreduce(const std::vector<Tensor>&, ReduceOp) { unavailable(); }
 std::shared_ptr<Work> ProcessGroupNccl::broadcast(const Tensor&, int) { unavailable(); }
 std::shared_ptr<Work> ProcessGroupNccl::allgather(const std::vector<Tensor>&, const Tensor&) { unavailable(); }

@@ -224,9 +224,9 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
     should_sync_flag_ = tensor::from_vector(std::vector<int64_t>{require_sync_ ? 1 : 0}, {}, control_device_);
     should_sync_work_ = pg_->allreduce(should_sync_flag_);
   }
-  const auto start = Timeline::Clock::now();
+  reducer_->record_forward_start();
   const Tensor out = module_->forward(input);
-  reducer_->record_forward(start, Timeline::Clock::now());
+  reducer_->record_forward_end();
   require_forward_param_sync_ = synchronize;
   if (synchronize) {
     reducer_->prepare_for_backward(options_.find_unused_parameters() && !options_.static_graph() ? std::vector<Tensor>{out}

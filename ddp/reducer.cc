@@ -38,6 +38,7 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std
   TDDP_CHECK(params_.size() == names_.size(), "Reducer: {} parameters but {} names", params_.size(), names_.size());
   initialize_buckets(assign_buckets(params_, reverse_order(params_.size()), options_.first_bucket_cap_bytes,
                                     options_.bucket_cap_bytes));
+  if (params_[0].is_cuda()) timing_device_ = params_[0].device().index;
   per_iteration_ready_.assign(params_.size(), false);
   local_used_map_.assign(params_.size(), 0);
   num_grad_hooks_triggered_.assign(params_.size(), 0);
@@ -253,6 +254,7 @@ void Reducer::autograd_hook(size_t i) {
   NoGradGuard no_grad;
   const auto now = Timeline::Clock::now();
   last_hook_ = now;
+  mark(marks_.backward_end);
   grad_ready_order_.push_back(i);
   if (timeline_enabled_) timeline_.instant("grad ready: " + names_[i], now);
 
@@ -369,6 +371,7 @@ GradBucket Reducer::make_grad_bucket(size_t b, Tensor buffer) const {
 void Reducer::all_reduce_bucket(size_t b) {
   Bucket& bucket = buckets_[b];
   GradBucket grad_bucket = make_grad_bucket(b, bucket.contents);
+  if (launch_order_.empty()) mark(marks_.comm_start);  // before the hook queues its kernels
   bucket.future = comm_hook_(grad_bucket);
   TDDP_CHECK(bucket.future != nullptr, "DistributedDataParallel: the communication hook returned no future for bucket {}", b);
   bucket.launched_at = Timeline::Clock::now();
@@ -507,28 +510,67 @@ void Reducer::match_backward_collectives() {
 
 // ---- Statistics --------------------------------------------------------------------------------
 
-void Reducer::record_forward(Timeline::Clock::time_point start, Timeline::Clock::time_point end) {
-  forward_start_ = start;
-  forward_end_ = end;
-  if (timeline_enabled_) timeline_.span("forward", start, end);
+void Reducer::mark(tensor::cuda::StreamMark& slot) const {
+  if (timing_device_ >= 0) slot = tensor::cuda::StreamMark::record(timing_device_, /*timing=*/true);
+}
+
+void Reducer::record_forward_start() {
+  forward_start_ = Timeline::Clock::now();
+  marks_ = DeviceMarks();
+  mark(marks_.forward_start);
+}
+
+void Reducer::record_forward_end() {
+  forward_end_ = Timeline::Clock::now();
+  mark(marks_.forward_end);
+  if (timeline_enabled_) timeline_.span("forward", forward_start_, forward_end_);
+}
+
+std::optional<Reducer::Times> Reducer::measure(const DeviceMarks& m) {
+  if (!m.forward_start.defined() || !m.forward_end.defined() || !m.backward_end.defined() || !m.comm_start.defined() ||
+      !m.comm_end.defined()) {
+    return std::nullopt;
+  }
+  using tensor::cuda::StreamMark;
+  constexpr double kUs = 1000.0;  // per millisecond
+  const double comm = StreamMark::elapsed_ms(m.comm_start, m.comm_end) * kUs;
+  // Backward compute: from the end of forward (the loss and backward's kernels follow on the
+  // same stream) to the last gradient.
+  return Times{StreamMark::elapsed_ms(m.forward_start, m.forward_end) * kUs,
+               StreamMark::elapsed_ms(m.forward_end, m.backward_end) * kUs, comm,
+               std::clamp(StreamMark::elapsed_ms(m.comm_start, m.backward_end) * kUs, 0.0, comm)};
+}
+
+void Reducer::add_times(const Times& t, DDPStats& stats, Times& sums, int64_t& measured) {
+  stats.last_forward_compute_us = t[0];
+  stats.last_backward_compute_us = t[1];
+  stats.last_backward_comm_us = t[2];
+  stats.last_overlap_us = t[3];
+  for (size_t k = 0; k < t.size(); ++k) sums[k] += t[k];
+  ++measured;
 }
 
 void Reducer::record_iteration(Timeline::Clock::time_point finalize_start, Timeline::Clock::time_point comm_end) {
   const auto us = [](auto from, auto to) { return std::max(0.0, std::chrono::duration<double, std::micro>(to - from).count()); };
   const auto end = Timeline::Clock::now();
   stats_.iterations += 1;
-  stats_.last_forward_compute_us = us(forward_start_, forward_end_);
-  stats_.last_backward_compute_us = us(backward_start_, last_hook_);
-  stats_.last_backward_comm_us = us(first_launch_, comm_end);
-  stats_.last_overlap_us = us(first_launch_, std::min(last_hook_, comm_end));
-  sum_forward_ += stats_.last_forward_compute_us;
-  sum_backward_ += stats_.last_backward_compute_us;
-  sum_comm_ += stats_.last_backward_comm_us;
-  sum_overlap_ += stats_.last_overlap_us;
+  if (timing_device_ >= 0) {
+    // The previous iteration's marks have long passed; this one's are measured next time.
+    mark(marks_.comm_end);
+    if (unmeasured_) {
+      if (const auto times = measure(*unmeasured_)) add_times(*times, stats_, sums_, measured_iterations_);
+    }
+    unmeasured_ = marks_;
+  } else {
+    add_times(Times{us(forward_start_, forward_end_), us(backward_start_, last_hook_), us(first_launch_, comm_end),
+                    us(first_launch_, std::min(last_hook_, comm_end))},
+              stats_, sums_, measured_iterations_);
+  }
   if (timeline_enabled_) {
     timeline_.span("backward (to the last gradient)", backward_start_, last_hook_);
     for (size_t b = 0; b < buckets_.size(); ++b) {
-      // Launch instants are on the compute track; each allreduce's span on the communication track.
+      // Launch instants are on the compute track; each allreduce's span on the communication
+      // track, ending when the host saw it end (NCCL: at the latest, when finalize ended).
       const auto done = buckets_[b].future->completed_at().value_or(end);
       timeline_.span(fmt::format("allreduce bucket {} ({} KiB)", b, buckets_[b].contents.nbytes() >> 10),
                      buckets_[b].launched_at, done, Timeline::kCommunication);
@@ -541,12 +583,17 @@ DDPStats Reducer::stats() const {
   DDPStats out = stats_;
   out.bucket_bytes = assignment_.bytes;
   out.buckets_rebuilt = has_rebuilt_bucket_;
-  if (out.iterations > 0) {
-    const double n = static_cast<double>(out.iterations);
-    out.avg_forward_compute_us = sum_forward_ / n;
-    out.avg_backward_compute_us = sum_backward_ / n;
-    out.avg_backward_comm_us = sum_comm_ / n;
-    out.avg_overlap_us = sum_overlap_ / n;
+  Times sums = sums_;
+  int64_t measured = measured_iterations_;
+  if (unmeasured_) {
+    if (const auto times = measure(*unmeasured_)) add_times(*times, out, sums, measured);  // waits for the GPU
+  }
+  if (measured > 0) {
+    const double n = static_cast<double>(measured);
+    out.avg_forward_compute_us = sums[0] / n;
+    out.avg_backward_compute_us = sums[1] / n;
+    out.avg_backward_comm_us = sums[2] / n;
+    out.avg_overlap_us = sums[3] / n;
   }
   return out;
 }

@@ -10,7 +10,9 @@
 // mark_bucket_ready -> the comm hook's allreduce -> finalize_backward -> param.grad.
 #pragma once
 
+#include <array>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "ddp/buckets.h"
 #include "ddp/comm_hooks.h"
 #include "ddp/timeline.h"
+#include "tensor/cuda.h"
 
 namespace tinyddp::ddp {
 
@@ -39,7 +42,12 @@ struct ReducerOptions {
 // most recent synchronised iteration, "avg" the mean over all of them. Backward compute runs
 // from the start of backward to the last gradient; communication from the first bucket
 // launch to the last allreduce completion; overlap is the part of communication that ran
-// while backward was still computing.
+// while backward was still computing. With the parameters on a GPU the four times are GPU
+// times, measured as PyTorch does with CUDA events on the compute stream (forward start and
+// end, the last gradient, the first bucket launch, the end of finalize, which waits for every
+// allreduce): host clocks see only when work was queued, and an NCCL allreduce finishes on
+// the GPU after backward returned. Such an iteration is measured at the next one (so that
+// nothing waits for the GPU), or when stats() is called.
 struct DDPStats {
   std::vector<size_t> bucket_bytes;
   bool buckets_rebuilt = false;
@@ -97,7 +105,9 @@ class Reducer {
   // (as PyTorch: register_comm_hook can only be called once).
   void register_comm_hook(CommHook hook);
 
-  void record_forward(Timeline::Clock::time_point start, Timeline::Clock::time_point end);
+  // Around DDP's call of the module's forward.
+  void record_forward_start();
+  void record_forward_end();
   DDPStats stats() const;
   void enable_timeline() { timeline_enabled_ = true; }
   const Timeline& timeline() const { return timeline_; }
@@ -200,7 +210,23 @@ class Reducer {
   // Statistics of the current iteration and the running sums.
   Timeline::Clock::time_point forward_start_{}, forward_end_{}, backward_start_{}, last_hook_{}, first_launch_{};
   DDPStats stats_;
-  double sum_forward_ = 0, sum_backward_ = 0, sum_comm_ = 0, sum_overlap_ = 0;
+  // Forward, backward compute, communication, overlap: sums over the measured iterations.
+  using Times = std::array<double, 4>;
+  Times sums_{};
+  int64_t measured_iterations_ = 0;
+  // GPU timing (parameters on a GPU): this iteration's marks, and the last finished
+  // iteration's, measured when the next one finishes or by stats().
+  struct DeviceMarks {
+    tensor::cuda::StreamMark forward_start, forward_end, backward_end, comm_start, comm_end;
+  };
+  int timing_device_ = -1;  // the parameters' GPU, or -1: host clocks
+  DeviceMarks marks_;
+  std::optional<DeviceMarks> unmeasured_;
+  void mark(tensor::cuda::StreamMark& slot) const;
+  // One iteration's times from its marks (waits for the last); nothing if a mark is missing.
+  static std::optional<Times> measure(const DeviceMarks& m);
+  // Adds one iteration's times to `stats` as its last ones and to the sums.
+  static void add_times(const Times& t, DDPStats& stats, Times& sums, int64_t& measured);
   bool timeline_enabled_ = false;
   Timeline timeline_;
 };

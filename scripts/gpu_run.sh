@@ -1,54 +1,96 @@
 #!/usr/bin/env bash
-# Runs on the device machine (see scripts/gpu_bundle.sh): the bundled tests, with the GPU
-# cases that skip elsewhere, compute-sanitizer's memcheck and racecheck over the CUDA tensor
-# tests, and the training-step benchmarks against PyTorch on the same GPU. Logs and a summary
-# go to $OUT (the device tool fetches it), else /tmp/gpu-out.
-# Usage: bash .gpu/gpu_run.sh [tests|bench|all]
+# Runs on the device machine (see scripts/gpu_bundle.sh). One part per call, each sized to
+# end well inside the device tool's 600 s per command, and each leaving exactly two files in
+# $OUT (at most 8 come back): PART.txt (the machine, then one line per step) and PART.tar.gz
+# (every log of the part).
+#   tests     the bundled test binaries, whose GPU cases skip elsewhere        (~5 min at most)
+#   sanitize  compute-sanitizer memcheck and racecheck over our own kernels   (~6 min at most)
+#   bench     the training-step benchmarks against PyTorch on the same GPU    (~5 min at most)
+# Usage (device tool, carry [".gpu"]):  bash .gpu/gpu_run.sh tests   (then sanitize, bench)
+#
+# Library paths: NCCL and cuDNN come from PyTorch's wheels (the nvidia.* Python packages),
+# cuBLAS and cudart from the toolkit. They are set for tinyddp's binaries only (`ours`), never
+# for the PyTorch peer, which must load the libraries it was built with.
 set -uo pipefail
-what=${1:-all}
+part=${1:-}
+case "$part" in
+  tests|sanitize|bench) ;;
+  *) echo "usage: gpu_run.sh tests|sanitize|bench   (one part per device call: each fits in 600 s)" >&2; exit 2 ;;
+esac
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/gpu-out}
 mkdir -p "$out"
-summary="$out/summary.txt"
+logs=$(mktemp -d)
+summary="$out/$part.txt"
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
 
-# The CUDA libraries wherever this machine keeps them (toolkit, PyTorch's wheels).
-libdirs=$(find / -xdev \( -name 'libnccl.so.2' -o -name 'libcudnn.so.9' -o -name 'libcublas.so.13' \
-  -o -name 'libcublasLt.so.13' -o -name 'libcudart.so.13' \) 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd: -)
-export LD_LIBRARY_PATH="$here/lib${libdirs:+:$libdirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-{ echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; nvidia-smi 2>&1 | head -15; } > "$out/machine.txt"
+# The machine first: a binary built against a newer glibc, or a driver older than the
+# toolkit, fails before any test runs, and these two lines say which.
+note "glibc: $(ldd --version 2>&1 | head -1)"
+note "driver: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
+wheel_libs=$(python3 - <<'EOF' 2>/dev/null
+import os
+import nvidia.cudnn, nvidia.nccl
+print(":".join(os.path.join(list(m.__path__)[0], "lib") for m in (nvidia.nccl, nvidia.cudnn)))
+EOF
+)
+ours_path="$here/lib:${wheel_libs:+$wheel_libs:}/usr/local/cuda/lib64"
+note "tinyddp's LD_LIBRARY_PATH: $ours_path"
+[ -n "$wheel_libs" ] || note "warning: python3 could not import nvidia.nccl and nvidia.cudnn; NCCL and cuDNN may not load"
+ours() { LD_LIBRARY_PATH="$ours_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
 cd "$here/root"
 
-run() {  # run NAME COMMAND...: logs to $out/NAME.log, one summary line
-  local name=$1
-  shift
-  local start=$SECONDS
-  "$@" > "$out/$name.log" 2>&1
+# Every part ends within 540 s of its start, whatever its steps do: each step gets its own
+# limit or what is left of the part's, whichever is less.
+deadline=$((SECONDS + 540))
+step() {  # step NAME SECONDS COMMAND...: one log, one summary line, bounded in time
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS left=$((deadline - SECONDS))
+  if [ "$left" -lt 10 ]; then note "$name: skipped (the part's 540 s are spent)"; return; fi
+  [ "$left" -lt "$limit" ] && limit=$left
+  timeout --kill-after=10 "$limit" "$@" > "$logs/$name.log" 2>&1
   local status=$?
-  echo "$name: exit $status ($((SECONDS - start)) s); $(grep -E 'test cases|passed' "$out/$name.log" | tail -1)" | tee -a "$summary"
+  [ "$status" -eq 124 ] && status="124 (stopped at its $limit s limit)"
+  note "$name: exit $status ($((SECONDS - start)) s); $(grep -E 'test cases|passed|ERROR SUMMARY' "$logs/$name.log" | tail -1)"
 }
 
-if [ "$what" = tests ] || [ "$what" = all ]; then
-  for t in tests/tensor/cuda_test tests/comm/collectives_test tests/ddp/ddp_test tests/examples/examples_test; do
-    run "$(basename "$t")" "./$t" --durations yes
-  done
-  if command -v compute-sanitizer > /dev/null || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
+case "$part" in
+  tests)
+    ours ldd tests/tensor/cuda_test > "$logs/ldd.log" 2>&1
+    grep -q "not found" "$logs/ldd.log" && note "missing libraries: $(grep 'not found' "$logs/ldd.log" | tr -s ' \t\n' ' ')"
+    step cuda_test 120 ours ./tests/tensor/cuda_test --durations yes
+    step collectives_test 120 ours ./tests/comm/collectives_test --durations yes
+    step ddp_test 150 ours ./tests/ddp/ddp_test --durations yes
+    step examples_test 150 ours ./tests/examples/examples_test --durations yes
+    ;;
+  sanitize)
     sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-    run memcheck "$sanitizer" --tool memcheck --error-exitcode 99 ./tests/tensor/cuda_test "[cuda]"
-    run racecheck "$sanitizer" --tool racecheck --error-exitcode 99 ./tests/tensor/cuda_test "[cuda]"
-  else
-    echo "compute-sanitizer: not found" | tee -a "$summary"
-  fi
-fi
-
-if [ "$what" = bench ] || [ "$what" = all ]; then
-  for model in toy mlp huge; do
-    for round in 1 2 3; do
-      ./bench/train_step --device cuda --model "$model" >> "$out/bench.log" 2>&1
-      if [ "$model" != huge ]; then python3 bench/torch_train_step.py --device cuda --model "$model" >> "$out/bench.log" 2>&1; fi
+    if [ -x "$sanitizer" ]; then
+      # Our kernels and copies (the "[cuda]" cases); the library-heavy cases stay out, as
+      # cuBLAS and cuDNN are not ours to check and slow the tools down tenfold.
+      step memcheck 270 ours "$sanitizer" --tool memcheck --error-exitcode 99 ./tests/tensor/cuda_test "[cuda]"
+      step racecheck 270 ours "$sanitizer" --tool racecheck --error-exitcode 99 ./tests/tensor/cuda_test "[cuda]"
+    else
+      note "compute-sanitizer: not found"
+    fi
+    ;;
+  bench)
+    for model in toy mlp huge; do
+      for round in 1 2 3; do
+        step "train_step_${model}_$round" 40 ours ./bench/train_step --device cuda --model "$model"
+        if [ "$model" != huge ]; then
+          step "torch_${model}_$round" 60 python3 bench/torch_train_step.py --device cuda --model "$model"
+        fi
+      done
     done
-  done
-  # DDP on the GPU: a world of one over NCCL (NCCL refuses two ranks on one device).
-  ./bench/train_step --device cuda --model mlp --mode ddp >> "$out/bench.log" 2>&1
-  ./bench/train_step --device cuda --model mlp --mode nosync >> "$out/bench.log" 2>&1
-  grep RESULT "$out/bench.log" | tee -a "$summary"
-fi
+    # DDP on the GPU: a world of one over NCCL (NCCL refuses two ranks on one device).
+    step train_step_mlp_ddp 40 ours ./bench/train_step --device cuda --model mlp --mode ddp
+    step train_step_mlp_nosync 40 ours ./bench/train_step --device cuda --model mlp --mode nosync
+    cat "$logs"/train_step_*.log "$logs"/torch_*.log 2> /dev/null | grep RESULT | tee -a "$summary"
+    ;;
+esac
+tar -C "$logs" -czf "$out/$part.tar.gz" .
+rm -rf "$logs"
+note "gpu_run.sh $part: done; logs in $part.tar.gz"

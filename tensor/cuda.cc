@@ -52,8 +52,13 @@ std::string unavailable_reason() {
 }
 
 std::string smoke_test(int device) {
-  std::string error;
-  return detail::run_fill_kernel(device, &error) ? "" : error;
+  try {
+    DeviceGuard guard(device);
+    std::string error;
+    return detail::run_fill_kernel(&error) ? "" : error;
+  } catch (const std::exception& e) {
+    return e.what();
+  }
 }
 
 #else

@@ -4,8 +4,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "tensor/cuda/device_guard.h"  // set_device, current_device, DeviceGuard
+
+namespace tinyddp::tensor {
+class Tensor;
+}  // namespace tinyddp::tensor
 
 namespace tinyddp::tensor::cuda {
 
@@ -47,6 +54,34 @@ struct AllocatorStats {
 AllocatorStats allocator_stats(int device = 0);
 // Returns every cached, unused block to CUDA, as torch.cuda.empty_cache().
 void empty_cache();
+
+// A point in a device's compute stream: the work queued there when it was recorded. For
+// work another thread does later on what the stream has produced by then, without waiting
+// for what was queued after (the Gloo worker's staging copies of CUDA tensors).
+class StreamMark {
+ public:
+  StreamMark() = default;
+  // Records one on `device`'s compute stream (throws without CUDA); `timing`: one that
+  // elapsed_ms can measure from or to.
+  static StreamMark record(int device, bool timing = false);
+  // Milliseconds of GPU time from `from` to `to` (timing marks on one device), as
+  // cudaEventElapsedTime; waits for `to` to pass first.
+  static double elapsed_ms(const StreamMark& from, const StreamMark& to);
+  bool defined() const { return event_ != nullptr; }
+  int device() const { return device_; }
+  // The CUDA event behind the mark (a cudaEvent_t).
+  void* event() const { return event_.get(); }
+
+ private:
+  int device_ = -1;
+  std::shared_ptr<void> event_;
+};
+
+// src's elements in a contiguous CPU tensor (page-locked), copied on a side stream once the
+// work before `after` (a mark on src's device) has run, without waiting for anything queued
+// after it; the calling thread waits for the copy. Strided src: its span of storage is
+// copied, then gathered on the host.
+Tensor to_host_after(const Tensor& src, const StreamMark& after);
 
 // Whether float32 matrix products may use TF32 tensor cores (10-bit mantissa inputs, float32
 // accumulation): off by default, so that GPU results match float32 CPU results within

@@ -799,7 +799,7 @@ Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
 
 // ---- copy, fill, comparisons of whole tensors --------------------------------------------------
 
-void copy_into(const Tensor& dst, const Tensor& src) {
+void copy_into(const Tensor& dst, const Tensor& src, bool non_blocking) {
   check_defined(dst, "copy_", "self");
   check_defined(src, "copy_", "src");
   TDDP_CHECK(is_expandable_to(src.sizes(), dst.sizes()),
@@ -814,7 +814,7 @@ void copy_into(const Tensor& dst, const Tensor& src) {
     cpu::copy(dst, source);
   } else {
     require_cuda("copy_", dst.is_cpu() ? source.device() : dst.device());
-    cuda::copy(dst, source);  // on one GPU, or between devices
+    cuda::copy(dst, source, non_blocking);  // on one GPU, or between devices
   }
   dst.storage().bump_version();
 }

@@ -111,7 +111,7 @@ void add_out(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, 
 void mul_out(const Tensor& out, const Tensor& a, const Tensor& b, const char* op);
 void div_out(const Tensor& out, const Tensor& a, const Tensor& b, const char* op);
 // dst = src (src broadcast to dst's shape, dtype converted, any strides on either side).
-void copy_into(const Tensor& dst, const Tensor& src);
+void copy_into(const Tensor& dst, const Tensor& src, bool non_blocking = false);
 void fill_out(const Tensor& dst, double value);
 // dst += src where elements of dst may share memory (a broadcast view): each write adds in
 // turn, so shared slots receive the sum. Used by as_strided's backward.

@@ -370,11 +370,14 @@ Tensor Tensor::detach() const { return make_view(*this, sizes(), strides(), stor
 
 namespace {
 // A copy of `t` converted to another dtype or device; grad_t = grad_out converted back.
-Tensor converted_copy(const Tensor& t, DType dtype, Device device) {
-  Tensor out = empty(t.sizes(), TensorOptions().dtype(dtype).device(device));
+Tensor converted_copy(const Tensor& t, DType dtype, Device device, bool non_blocking = false) {
+  // A non-blocking copy to the host lands in pinned memory, as PyTorch's does.
+  const bool pinned_landing = non_blocking && device.type == DeviceType::kCPU && t.is_cuda();
+  Tensor out = pinned_landing ? empty(t.sizes(), TensorOptions().dtype(dtype)).pin_memory()
+                              : empty(t.sizes(), TensorOptions().dtype(dtype).device(device));
   {
     NoGradGuard no_grad;
-    out.copy_(t);
+    out.copy_(t, non_blocking);
   }
   if (needs_grad(t) && is_floating_point(dtype)) {
     record_op("ToCopyBackward", out, {t}, [from_dtype = t.dtype(), from_device = t.device()](const Tensor& g) {
@@ -390,9 +393,9 @@ Tensor Tensor::to(DType dtype) const {
   return converted_copy(*this, dtype, device());
 }
 
-Tensor Tensor::to(Device device) const {
+Tensor Tensor::to(Device device, bool non_blocking) const {
   if (device == this->device()) return *this;
-  return converted_copy(*this, dtype(), device);
+  return converted_copy(*this, dtype(), device, non_blocking);
 }
 
 namespace {
@@ -426,8 +429,8 @@ const Tensor& Tensor::div_(double value) const {
   return div_(scalar_like(*this, value, "div_"));
 }
 
-const Tensor& Tensor::copy_(const Tensor& src) const {
-  copy_into(*this, src);
+const Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) const {
+  copy_into(*this, src, non_blocking);
   return *this;
 }
 

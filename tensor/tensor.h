@@ -116,7 +116,9 @@ class Tensor {
 
   // --- conversion -----------------------------------------------------------------------
   Tensor to(DType dtype) const;    // itself when the dtype already matches
-  Tensor to(Device device) const;  // itself when the device already matches
+  // Itself when the device already matches. non_blocking (as in PyTorch): a copy between a
+  // GPU and pinned host memory returns before it has run (see copy_).
+  Tensor to(Device device, bool non_blocking = false) const;
   // A contiguous copy in page-locked host memory (itself when already pinned), from which
   // copies to a GPU are queued without the host waiting; needs a CUDA build and a GPU.
   Tensor pin_memory() const;
@@ -131,7 +133,10 @@ class Tensor {
   const Tensor& div_(const Tensor& other) const;
   const Tensor& div_(double value) const;
   // Copies src into this tensor: src broadcasts to this shape, any strides, dtype converted.
-  const Tensor& copy_(const Tensor& src) const;
+  // Between the host and a GPU the copy has finished when copy_ returns (the host may then
+  // write the source or read the destination), unless non_blocking is set and the host side
+  // is pinned memory: then it is queued on the GPU's compute stream, as in PyTorch.
+  const Tensor& copy_(const Tensor& src, bool non_blocking = false) const;
   const Tensor& fill_(double value) const;
   const Tensor& zero_() const;
 

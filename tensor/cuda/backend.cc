@@ -131,7 +131,89 @@ void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) {
 
 void mm(const Tensor& out, const Tensor& a, const Tensor& b) { blas::mm(out, a, b); }
 
-void copy(const Tensor& dst, const Tensor& src) {
+namespace {
+
+// `waiting` waits (on the GPU) for the work queued on `stream` so far, on `device`.
+void stream_wait(cudaStream_t waiting, cudaStream_t stream, int device) {
+  DeviceGuard guard(device);
+  cudaEvent_t event = nullptr;
+  TDDP_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  TDDP_CUDA_CHECK(cudaEventRecord(event, stream));
+  TDDP_CUDA_CHECK(cudaStreamWaitEvent(waiting, event, 0));
+  cudaEventDestroy(event);  // safe once recorded: the wait holds on to it
+}
+
+// Two GPUs: the copy runs on the destination's stream after the source's work so far, and
+// the source's stream waits for it, so that later kernels there neither write src (or free
+// the dense temporary, which goes back to src's allocator) while the copy still reads it.
+void copy_peer(const Tensor& landing, const Tensor& dense_src) {
+  const int from = device_of(dense_src), to = device_of(landing);
+  const cudaStream_t src_stream = compute_stream(from), dst_stream = compute_stream(to);
+  stream_wait(dst_stream, src_stream, from);
+  {
+    DeviceGuard guard(to);
+    TDDP_CUDA_CHECK(cudaMemcpyPeerAsync(landing.raw_data_ptr(), to, dense_src.raw_data_ptr(), from, dense_src.nbytes(), dst_stream));
+  }
+  stream_wait(src_stream, dst_stream, to);
+  record_stream(dense_src.raw_data_ptr(), from, dst_stream);
+}
+
+}  // namespace
+
+StreamMark StreamMark::record(int device, bool timing) {
+  DeviceGuard guard(device);
+  cudaEvent_t event = nullptr;
+  TDDP_CUDA_CHECK(cudaEventCreateWithFlags(&event, timing ? cudaEventDefault : cudaEventDisableTiming));
+  StreamMark mark;
+  mark.device_ = device;
+  mark.event_ = std::shared_ptr<void>(event, [device](void* e) {
+    try {
+      DeviceGuard on(device);
+      cudaEventDestroy(static_cast<cudaEvent_t>(e));
+    } catch (...) {
+    }
+  });
+  TDDP_CUDA_CHECK(cudaEventRecord(event, compute_stream(device)));
+  return mark;
+}
+
+double StreamMark::elapsed_ms(const StreamMark& from, const StreamMark& to) {
+  TDDP_CHECK(from.defined() && to.defined() && from.device() == to.device(),
+             "StreamMark::elapsed_ms: needs two marks on one device");
+  DeviceGuard guard(to.device());
+  TDDP_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(to.event())));
+  float ms = 0;
+  TDDP_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from.event()), static_cast<cudaEvent_t>(to.event())));
+  return ms;
+}
+
+Tensor to_host_after(const Tensor& src, const StreamMark& after) {
+  TDDP_CHECK(src.is_cuda() && after.defined() && after.device() == device_of(src),
+             "to_host_after: needs a CUDA tensor and a mark on its device");
+  if (src.numel() == 0) return tensor::empty(src.sizes(), TensorOptions().dtype(src.dtype()));
+  const int device = device_of(src);
+  DeviceGuard guard(device);
+  // The elements' span of storage: strides are never negative here.
+  int64_t extent = 1;
+  for (int64_t d = 0; d < src.dim(); ++d) extent += (src.sizes()[d] - 1) * src.strides()[d];
+  const Tensor host = tensor::empty({extent}, TensorOptions().dtype(src.dtype())).pin_memory();
+  const cudaStream_t side = acquire_stream(device);
+  try {
+    TDDP_CUDA_CHECK(cudaStreamWaitEvent(side, static_cast<cudaEvent_t>(after.event()), 0));
+    TDDP_CUDA_CHECK(cudaMemcpyAsync(host.raw_data_ptr(), src.raw_data_ptr(), static_cast<size_t>(extent) * src.element_size(),
+                                    cudaMemcpyDeviceToHost, side));
+    TDDP_CUDA_CHECK(cudaStreamSynchronize(side));
+  } catch (...) {
+    release_stream(device, side);
+    throw;
+  }
+  release_stream(device, side);
+  // src's storage is not freed before the copy ran: the caller holds src.
+  if (src.is_contiguous()) return host.view(src.sizes());
+  return host.as_strided(src.sizes(), src.strides(), 0).contiguous();
+}
+
+void copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
   if (dst.numel() == 0) return;
   if (dst.is_cuda() && src.is_cuda() && dst.device() == src.device()) {
     run<2>({&dst, &src}, "copy kernel",
@@ -139,31 +221,47 @@ void copy(const Tensor& dst, const Tensor& src) {
     return;
   }
   // Between devices: move src's elements as they are (dense, src's dtype, src's shape), then
-  // broadcast and convert on the destination's side.
-  // From the host: straight into a contiguous pinned copy (itself when src is one already).
-  const Tensor dense_src = src.is_cpu() ? src.pin_memory() : src.contiguous();
+  // broadcast and convert on the destination's side. The GPU side's device is made current
+  // first, so that pinning on a thread without a device does not bind it to GPU 0.
+  DeviceGuard guard(device_of(dst.is_cuda() ? dst : src));
   const bool direct = dst.is_contiguous() && dst.dtype() == src.dtype() && dst.sizes() == src.sizes();
-  const Tensor landing = direct ? dst : tensor::empty(src.sizes(), TensorOptions().dtype(src.dtype()).device(dst.device()));
-  const size_t nbytes = dense_src.nbytes();
-  if (src.is_cuda() && dst.is_cuda()) {  // two GPUs: wait for the source's stream, copy peer to peer
-    synchronize(device_of(src));
-    DeviceGuard guard(device_of(dst));
-    TDDP_CUDA_CHECK(cudaMemcpyPeerAsync(landing.raw_data_ptr(), device_of(dst), dense_src.raw_data_ptr(), device_of(src),
-                                        nbytes, compute_stream(device_of(dst))));
-  } else if (dst.is_cuda()) {
-    // Host to device without the host waiting: from pinned memory (src, or the pinned block
-    // it was staged into), which is not reused before the copy has run.
-    DeviceGuard guard(device_of(dst));
-    const cudaStream_t stream = compute_stream(device_of(dst));
-    TDDP_CUDA_CHECK(cudaMemcpyAsync(landing.raw_data_ptr(), dense_src.raw_data_ptr(), nbytes, cudaMemcpyHostToDevice, stream));
-    record_pinned_use(dense_src.raw_data_ptr(), stream);
-  } else {  // device to host: after the kernels that wrote src
-    DeviceGuard guard(device_of(src));
-    const cudaStream_t stream = compute_stream(device_of(src));
-    TDDP_CUDA_CHECK(cudaMemcpyAsync(landing.raw_data_ptr(), dense_src.raw_data_ptr(), nbytes, cudaMemcpyDeviceToHost, stream));
-    TDDP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (src.is_cuda() && dst.is_cuda()) {
+    const Tensor dense_src = src.contiguous();
+    const Tensor landing = direct ? dst : tensor::empty(src.sizes(), TensorOptions().dtype(src.dtype()).device(dst.device()));
+    copy_peer(landing, dense_src);
+    if (!direct) dst.copy_(landing);  // same device now: broadcast and convert there
+    return;
   }
-  if (!direct) dst.copy_(landing);  // same device now: broadcast and convert there
+  if (dst.is_cuda()) {
+    // Host to device, from pinned memory: src itself when the caller pinned it, else a pinned
+    // block src is copied into, which the allocator keeps until the copy has run.
+    const bool user_pinned = src.is_pinned() && src.is_contiguous();
+    const Tensor dense_src = src.pin_memory();
+    const Tensor landing = direct ? dst : tensor::empty(src.sizes(), TensorOptions().dtype(src.dtype()).device(dst.device()));
+    const cudaStream_t stream = compute_stream(device_of(dst));
+    TDDP_CUDA_CHECK(cudaMemcpyAsync(landing.raw_data_ptr(), dense_src.raw_data_ptr(), dense_src.nbytes(),
+                                    cudaMemcpyHostToDevice, stream));
+    record_pinned_use(dense_src.raw_data_ptr(), stream);
+    // The caller's pinned memory is theirs to write as soon as copy_ returns, unless they
+    // asked for non_blocking (PyTorch's contract): then they order their writes themselves.
+    if (user_pinned && !non_blocking) TDDP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (!direct) dst.copy_(landing);
+    return;
+  }
+  // Device to host, after the kernels that wrote src. Without waiting only into pinned
+  // memory that needs no conversion on the host afterwards.
+  const Tensor dense_src = src.contiguous();
+  const cudaStream_t stream = compute_stream(device_of(src));
+  const bool async = non_blocking && direct && dst.is_pinned();
+  const Tensor landing = direct ? dst : tensor::empty(src.sizes(), TensorOptions().dtype(src.dtype()));
+  TDDP_CUDA_CHECK(cudaMemcpyAsync(landing.raw_data_ptr(), dense_src.raw_data_ptr(), dense_src.nbytes(),
+                                  cudaMemcpyDeviceToHost, stream));
+  if (async) {
+    record_pinned_use(landing.raw_data_ptr(), stream);
+    return;
+  }
+  TDDP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (!direct) dst.copy_(landing);
 }
 
 }  // namespace tinyddp::tensor::cuda

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "tensor/cpu/kernels.h"
+#include "tensor/cuda.h"
 #include "tensor/tensor.h"
 
 namespace tinyddp::tensor::cuda {
@@ -18,9 +19,15 @@ void fill(const Tensor& dst, double value);
 void accumulate(const Tensor& dst, const Tensor& src);
 // dst = src (broadcast, dtype converted) where either side, or both, is on a GPU: between
 // devices the bytes move with cudaMemcpy (staged through a contiguous buffer of src's dtype
-// when src is strided). A copy to the CPU waits for it; a copy from the CPU does not (the
-// bytes are staged through pinned memory when they are not pinned already).
-void copy(const Tensor& dst, const Tensor& src);
+// when src is strided). The stream rules (docs/tensor.md):
+// - host to GPU: from pinned memory; a pageable source is first copied into a pinned block
+//   the allocator keeps until the copy ran, so the host never waits for it. A source the
+//   caller pinned is the caller's memory: copy waits for the copy unless non_blocking.
+// - GPU to host: waits, unless non_blocking and dst is pinned, dense and of src's dtype.
+// - GPU to GPU: the destination's stream waits for the source's work so far, the copy runs
+//   there, and the source's stream waits for the copy before anything later writes src.
+void copy(const Tensor& dst, const Tensor& src, bool non_blocking = false);
+// to_host_after: declared in tensor/cuda.h.
 // Reductions with the CPU's contracts (`dims` wrapped and unique; empty: every dim).
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim);
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim);

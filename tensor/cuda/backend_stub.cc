@@ -10,13 +10,20 @@ namespace {
 [[noreturn]] void unavailable(const char* op) { throw Error(fmt::format("{}: {}", op, unavailable_reason())); }
 }  // namespace
 
+void runtime_set_device(int device) {
+  throw Error(fmt::format("set_device({}): {}", device, unavailable_reason()));
+}
+
 void binary(cpu::BinaryOp, const Tensor&, const Tensor&, const Tensor&, double) { unavailable("binary op"); }
 void compare(cpu::CompareOp, const Tensor&, const Tensor&, const Tensor&) { unavailable("comparison"); }
 void unary(cpu::UnaryOp, const Tensor&, const Tensor&) { unavailable("unary op"); }
 void pow_scalar(const Tensor&, const Tensor&, double) { unavailable("pow"); }
 void fill(const Tensor&, double) { unavailable("fill_"); }
 void accumulate(const Tensor&, const Tensor&) { unavailable("accumulate_into"); }
-void copy(const Tensor&, const Tensor&) { unavailable("copy_"); }
+void copy(const Tensor&, const Tensor&, bool) { unavailable("copy_"); }
+Tensor to_host_after(const Tensor&, const StreamMark&) { unavailable("to_host_after"); }
+StreamMark StreamMark::record(int, bool) { unavailable("StreamMark::record"); }
+double StreamMark::elapsed_ms(const StreamMark&, const StreamMark&) { unavailable("StreamMark::elapsed_ms"); }
 Tensor sum(const Tensor&, const Shape&, bool) { unavailable("sum"); }
 Tensor mean(const Tensor&, const Shape&, bool) { unavailable("mean"); }
 std::tuple<Tensor, Tensor> max(const Tensor&, const Shape&, bool) { unavailable("max"); }

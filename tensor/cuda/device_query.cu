@@ -41,9 +41,8 @@ bool query_device_properties(int device, RawDeviceProperties* out, std::string* 
   return true;
 }
 
-bool run_fill_kernel(int device, std::string* error) {
+bool run_fill_kernel(std::string* error) {
   constexpr int kCount = 1000;
-  if (!check(cudaSetDevice(device), "cudaSetDevice", error)) return false;
   int* buffer = nullptr;
   if (!check(cudaMalloc(&buffer, kCount * sizeof(int)), "cudaMalloc", error)) return false;
   fill_pattern<<<(kCount + 255) / 256, 256>>>(buffer, kCount);

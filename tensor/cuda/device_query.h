@@ -17,7 +17,7 @@ struct RawDeviceProperties {
 // Returns the device count, or -1 with *error set ("cudaGetDeviceCount: <reason> (35)").
 int query_device_count(std::string* error);
 bool query_device_properties(int device, RawDeviceProperties* out, std::string* error);
-// Fills a device buffer with a pattern by a kernel, copies it back and verifies it.
-bool run_fill_kernel(int device, std::string* error);
+// Fills a buffer on the current device with a pattern by a kernel, copies it back and verifies it.
+bool run_fill_kernel(std::string* error);
 
 }  // namespace tinyddp::tensor::cuda::detail

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -20,16 +21,6 @@ void throw_cuda_error(cudaError_t status, const char* call, const char* file, in
                           cudaGetErrorName(status), static_cast<int>(status), file, line));
 }
 
-DeviceGuard::DeviceGuard(int device) {
-  TDDP_CUDA_CHECK(cudaGetDevice(&previous_));
-  if (previous_ != device) TDDP_CUDA_CHECK(cudaSetDevice(device));
-}
-
-DeviceGuard::~DeviceGuard() {
-  int current = -1;
-  if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
-}
-
 namespace {
 
 constexpr int kMaxDevices = 64;
@@ -40,6 +31,11 @@ void check_device(int device) {
 }
 
 }  // namespace
+
+void runtime_set_device(int device) {
+  check_device(device);
+  TDDP_CUDA_CHECK(cudaSetDevice(device));
+}
 
 cudaStream_t compute_stream(int device) {
   // Looked up by every launch: a lock-free read once the stream exists.
@@ -55,6 +51,41 @@ cudaStream_t compute_stream(int device) {
     streams[device].store(stream, std::memory_order_release);
   }
   return streams[device].load(std::memory_order_relaxed);
+}
+
+namespace {
+struct StreamPool {
+  std::mutex mutex;
+  std::vector<cudaStream_t> free[kMaxDevices];
+};
+StreamPool& stream_pool() {
+  static auto* pool = new StreamPool();  // never destroyed, as the streams
+  return *pool;
+}
+}  // namespace
+
+cudaStream_t acquire_stream(int device) {
+  check_device(device);
+  StreamPool& pool = stream_pool();
+  {
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    if (!pool.free[device].empty()) {
+      const cudaStream_t stream = pool.free[device].back();
+      pool.free[device].pop_back();
+      return stream;
+    }
+  }
+  DeviceGuard guard(device);
+  cudaStream_t stream = nullptr;
+  TDDP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return stream;
+}
+
+void release_stream(int device, cudaStream_t stream) {
+  if (stream == nullptr || device < 0 || device >= kMaxDevices) return;
+  StreamPool& pool = stream_pool();
+  std::lock_guard<std::mutex> lock(pool.mutex);
+  pool.free[device].push_back(stream);
 }
 
 void synchronize(int device) {
@@ -108,9 +139,13 @@ class CachingAllocator final : public Allocator {
     }
     // Reuse only once the other streams' work queued so far has finished. This runs from
     // Storage's destructor, so it must not throw: if an event cannot be made, wait instead.
-    int previous = -1;
-    cudaGetDevice(&previous);
-    cudaSetDevice(device_);
+    // Any thread may free a tensor: the guard sets this block's device, and never sets a
+    // device on a thread that had none (tensor/cuda/device_guard.h).
+    std::optional<DeviceGuard> guard;
+    try {
+      guard.emplace(device_);
+    } catch (...) {
+    }
     for (cudaStream_t s : block->other_streams) {
       cudaEvent_t event = nullptr;
       if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) == cudaSuccess && cudaEventRecord(event, s) == cudaSuccess) {
@@ -120,7 +155,6 @@ class CachingAllocator final : public Allocator {
         cudaStreamSynchronize(s);
       }
     }
-    if (previous >= 0) cudaSetDevice(previous);
     block->other_streams.clear();
     pending_.push_back(block);
   }
@@ -148,20 +182,36 @@ class CachingAllocator final : public Allocator {
     return stats_;
   }
 
-  // Returns the cached blocks to CUDA (waiting for pending ones first).
+  // Returns the cached blocks to CUDA, waiting for pending ones first, without holding the
+  // mutex while it waits: a collective that never ends (a dead peer) would otherwise block
+  // every allocation and free on the device, the watchdog's release of that collective's
+  // tensors included, before the watchdog could abort it.
   void empty() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<Block*> waiting;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      waiting.swap(pending_);  // out of every list: no one else touches them meanwhile
+    }
     DeviceGuard guard(device_);
-    for (Block* block : pending_) {
+    std::exception_ptr error;
+    for (Block* block : waiting) {
       for (cudaEvent_t e : block->pending_events) {
-        TDDP_CUDA_CHECK(cudaEventSynchronize(e));
+        const cudaError_t status = cudaEventSynchronize(e);
+        if (status != cudaSuccess && !error) {
+          try {
+            throw_cuda_error(status, "cudaEventSynchronize", __FILE__, __LINE__);
+          } catch (...) {
+            error = std::current_exception();
+          }
+        }
         cudaEventDestroy(e);
       }
       block->pending_events.clear();
-      free_[block->stream].emplace(block->size, block);
     }
-    pending_.clear();
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (Block* block : waiting) free_[block->stream].emplace(block->size, block);
     release_cached();
+    if (error) std::rethrow_exception(error);
   }
 
  private:

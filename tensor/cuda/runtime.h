@@ -24,6 +24,7 @@
 #include <string>
 
 #include "tensor/cuda.h"
+#include "tensor/cuda/device_guard.h"
 #include "tensor/storage.h"
 
 namespace tinyddp::tensor::cuda {
@@ -37,20 +38,16 @@ namespace tinyddp::tensor::cuda {
     if (tddp_status_ != cudaSuccess) ::tinyddp::tensor::cuda::throw_cuda_error(tddp_status_, #call, __FILE__, __LINE__); \
   } while (false)
 
-// Makes `device` current for its lifetime, restoring the previous one after.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device);
-  ~DeviceGuard();
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-};
-
 // The compute stream of `device` (created on first use; never destroyed).
 cudaStream_t compute_stream(int device);
+
+// Side streams for communication (a NCCL group's stream, the staging copies of Gloo on CUDA
+// tensors), from a per-device pool that lasts for the process: acquire_stream lends one
+// (creating it when none is free), release_stream takes it back for the next owner. They are
+// never destroyed, because blocks recorded on them (record_stream) may be freed after their
+// owner is gone, and the allocator then records an event on them.
+cudaStream_t acquire_stream(int device);
+void release_stream(int device, cudaStream_t stream);
 
 // The caching allocator of `device` (the Allocator behind CUDA storage).
 Allocator* caching_allocator(int device);

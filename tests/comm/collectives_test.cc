@@ -7,11 +7,17 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "comm/init.h"
 #include "comm/process_group_nccl.h"
 #include "tensor/cuda.h"
 #include "tests/comm/comm_test_util.h"
+
+#if TINYDDP_WITH_CUDA
+#include "tensor/cuda/runtime.h"
+#include "tests/cuda_test_util.h"
+#endif
 
 using namespace tinyddp;
 using namespace tinyddp::comm;
@@ -475,6 +481,64 @@ TEST_CASE("nccl: every collective with a world of one", "[comm][nccl][cuda]") {
   // After abort, every call fails with the reason.
   pg.abort("stopped by the test");
   CHECK_THROWS_WITH(pg.allreduce(t), Contains("stopped by the test"));
+}
+
+TEST_CASE("gloo: a CUDA tensor is staged once the work before the collective ran, not what was queued after", "[comm][gloo][cuda]") {
+  if (!tensor::cuda::is_available()) TINYDDP_SKIP(tensor::cuda::unavailable_reason());
+#if TINYDDP_WITH_CUDA
+  ProcessGroupGloo pg(std::make_shared<HashStore>(), 0, 1);
+  const tensor::Device gpu = tensor::Device::cuda(0);
+  const Tensor t = tensor::ones({1 << 16}, tensor::TensorOptions().device(gpu));
+  const Tensor strided = tensor::ones({1 << 10, 2}, tensor::TensorOptions().device(gpu)).select(1, 1);
+  const Tensor other = tensor::ones({8}, tensor::TensorOptions().device(gpu));
+  t.mul_(3.0);  // queued before the collective: the staging copy must see it
+  strided.mul_(5.0);
+  auto work = pg.allreduce(t, ReduceOp::kSum);
+  auto strided_work = pg.broadcast(strided, 0);
+  {
+    // Kernels queued after the collective are held: the worker must not wait for them.
+    testing::StreamGate gate(tensor::cuda::compute_stream(0));
+    other.add_(100.0);
+    CHECK_NOTHROW(work->wait(comm::Millis(5000)));
+    CHECK_NOTHROW(strided_work->wait(comm::Millis(5000)));
+  }
+  CHECK(tensor::sum(t).item<double>() == 3.0 * (1 << 16));
+  CHECK(tensor::sum(other).item<double>() == 101.0 * 8);
+  CHECK(tensor::sum(strided).item<double>() == 5.0 * (1 << 10));
+#endif
+}
+
+TEST_CASE("nccl: an abort while a collective is being launched fails that collective's work", "[comm][nccl][cuda][faults]") {
+  if (!tensor::cuda::is_available()) TINYDDP_SKIP(tensor::cuda::unavailable_reason());
+  ProcessGroupNccl pg(std::make_shared<HashStore>(), 0, 1);
+  const Tensor t = tensor::ones({1 << 10}, tensor::TensorOptions().device(tensor::Device::cuda(0)));
+  pg.allreduce(t)->wait(comm::Millis(10000));  // the communicator exists
+  std::thread aborter;
+  pg.set_after_queued_for_testing([&] {
+    // The collective is queued; its Work not yet registered. An abort now must still fail it.
+    aborter = std::thread([&] { pg.abort("aborted during the launch"); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  });
+  auto work = pg.allreduce(t);
+  aborter.join();
+  pg.set_after_queued_for_testing(nullptr);
+  CHECK_THROWS_WITH(work->wait(comm::Millis(5000)), Contains("aborted during the launch"));
+  CHECK_FALSE(work->is_success());
+}
+
+TEST_CASE("nccl: a tensor a collective used can be freed after the group is destroyed", "[comm][nccl][cuda]") {
+  if (!tensor::cuda::is_available()) TINYDDP_SKIP(tensor::cuda::unavailable_reason());
+  const tensor::Device gpu = tensor::Device::cuda(0);
+  for (int round = 0; round < 3; ++round) {
+    Tensor t = tensor::ones({1 << 18}, tensor::TensorOptions().device(gpu));
+    {
+      ProcessGroupNccl pg(std::make_shared<HashStore>(), 0, 1);
+      pg.allreduce(t)->wait(comm::Millis(10000));
+    }  // the group (and its use of the stream) ends first
+    t = Tensor();  // the block was recorded on the group's stream: an event is recorded there now
+    for (int i = 0; i < 4; ++i) CHECK_NOTHROW(tensor::sum(tensor::ones({1 << 18}, tensor::TensorOptions().device(gpu))));
+  }
+  tensor::cuda::synchronize();
 }
 
 TEST_CASE("nccl: a rank that never joins makes the communicator's creation fail within the timeout", "[comm][nccl][cuda][faults]") {

@@ -1,12 +1,23 @@
 // CUDA tests: the device query agrees with itself in every build and CUDA entry points fail
 // clearly without a GPU; where a GPU is present, every CUDA op, gradient and optimizer step
 // is checked against the CPU on random inputs. GPU cases skip (with a reason) without one.
+#include <atomic>
+#include <chrono>
 #include <functional>
+#include <future>
+#include <thread>
 #include <tuple>
 
 #include "nn/nn.h"
 #include "tensor/cuda.h"
 #include "tests/test_util.h"
+
+#if TINYDDP_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "tensor/cuda/runtime.h"
+#include "tests/cuda_test_util.h"
+#endif
 
 using namespace tinyddp::tensor;
 
@@ -283,4 +294,103 @@ TEST_CASE("pin_memory without a GPU says why", "[cuda]") {
   if (cuda::is_available()) TINYDDP_SKIP("a CUDA device is present");
   CHECK_THROWS_WITH(ones({2}).pin_memory(), Catch::Contains("pin_memory: needs a GPU"));
   CHECK_FALSE(ones({2}).is_pinned());
+}
+
+// ---- stream ordering (GPU cases) ---------------------------------------------------------------
+
+#if TINYDDP_WITH_CUDA
+using namespace std::chrono_literals;
+using tinyddp::testing::seconds_since;
+using tinyddp::testing::StreamGate;
+#endif
+
+TEST_CASE("CUDA: a copy from memory the caller pinned has run when copy_ returns, unless non_blocking", "[cuda][streams]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+#if TINYDDP_WITH_CUDA
+  const int64_t n = 1 << 22;
+  const Tensor pinned = ones({n}).pin_memory();
+  const Tensor gpu = zeros({n}, TensorOptions().device(kGpu));
+  {
+    StreamGate gate(cuda::compute_stream(0));
+    std::thread opener = gate.open_after(300ms);
+    const auto start = std::chrono::steady_clock::now();
+    gpu.copy_(pinned);  // must wait for the gated stream, then for the copy
+    CHECK(seconds_since(start) > 0.2);
+    pinned.fill_(2.0);  // the caller's memory is theirs again: the GPU keeps the ones
+    opener.join();
+  }
+  CHECK(sum(gpu).item<double>() == static_cast<double>(n));
+  {
+    StreamGate gate(cuda::compute_stream(0));
+    const auto start = std::chrono::steady_clock::now();
+    gpu.copy_(pinned, /*non_blocking=*/true);  // queued behind the gate; returns at once
+    CHECK(seconds_since(start) < 0.2);
+    gate.open();
+    cuda::synchronize();
+  }
+  CHECK(sum(gpu).item<double>() == 2.0 * static_cast<double>(n));
+  // A pageable source is staged through the allocator's pinned block: no wait, and the
+  // caller may write the source at once.
+  const Tensor pageable = full({n}, 3.0);
+  {
+    StreamGate gate(cuda::compute_stream(0));
+    const auto start = std::chrono::steady_clock::now();
+    gpu.copy_(pageable);
+    CHECK(seconds_since(start) < 0.2);
+    pageable.fill_(4.0);
+  }
+  CHECK(sum(gpu).item<double>() == 3.0 * static_cast<double>(n));
+  // Device to pinned host memory, non_blocking: queued; the values are there after a sync.
+  const Tensor back = empty({n}).pin_memory();
+  back.copy_(gpu, /*non_blocking=*/true);
+  cuda::synchronize();
+  CHECK(sum(back).item<double>() == 3.0 * static_cast<double>(n));
+  CHECK(gpu.to(kCPU, /*non_blocking=*/true).is_pinned());
+#endif
+}
+
+TEST_CASE("CUDA: a copy between two GPUs is ordered on both devices' streams", "[cuda][streams]") {
+  if (cuda::device_count() < 2) TINYDDP_SKIP("needs two CUDA devices, found " << cuda::device_count());
+#if TINYDDP_WITH_CUDA
+  const int64_t n = 1 << 22;
+  const Device second = Device::cuda(1);
+  const Tensor src = ones({n}, TensorOptions().device(kGpu));
+  const Tensor dst = zeros({n}, TensorOptions().device(second));
+  const Tensor strided = ones({n, 2}, TensorOptions().device(kGpu)).select(1, 0);  // through a temporary
+  const Tensor dst2 = zeros({n}, TensorOptions().device(second));
+  {
+    StreamGate gate(cuda::compute_stream(1));  // the copy waits on device 1
+    dst.copy_(src);
+    dst2.copy_(strided);
+    src.fill_(5.0);  // device 0's stream must wait for the copy before this kernel writes src
+    for (int i = 0; i < 4; ++i) (void)full({n}, 7.0, TensorOptions().device(kGpu));  // reuse the temporary's block
+  }
+  CHECK(sum(dst).item<double>() == static_cast<double>(n));
+  CHECK(sum(dst2).item<double>() == static_cast<double>(n));
+#endif
+}
+
+TEST_CASE("CUDA: empty_cache waits for busy blocks without holding the allocator", "[cuda][streams]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+#if TINYDDP_WITH_CUDA
+  const cudaStream_t side = cuda::acquire_stream(0);
+  {
+    StreamGate gate(side);  // a collective that does not end, as far as the allocator knows
+    {
+      const Tensor busy = empty({1 << 20}, TensorOptions().device(kGpu));
+      cuda::record_stream(busy.raw_data_ptr(), 0, side);
+    }  // freed: pending until the side stream passes the gate
+    auto emptied = std::async(std::launch::async, [] { cuda::empty_cache(); });
+    std::this_thread::sleep_for(100ms);
+    CHECK(emptied.wait_for(0ms) == std::future_status::timeout);  // it waits for the block...
+    // ...while allocations and frees on the device go on.
+    auto allocated = std::async(std::launch::async, [] {
+      for (int i = 0; i < 10; ++i) (void)empty({1 << 10}, TensorOptions().device(kGpu));
+    });
+    CHECK(allocated.wait_for(5s) == std::future_status::ready);
+    gate.open();
+    CHECK(emptied.wait_for(20s) == std::future_status::ready);
+  }
+  cuda::release_stream(0, side);
+#endif
 }

@@ -7,8 +7,10 @@ files with nvcc into .pic.o objects that a cc_library lists in its srcs. Every r
 
 CUDA_PATH = "/usr/local/cuda"
 
-# H100/H200: native sm_90 code plus compute_90 PTX for later GPUs.
-NVCC_ARCH_FLAGS = "-gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90"
+# H100/H200: native sm_90 code plus compute_90 PTX for later GPUs (sm_90 alone under
+# --define=cuda_ptx=0, which the GPU bundle uses to stay small).
+NVCC_SM90 = "-gencode=arch=compute_90,code=sm_90"
+NVCC_PTX90 = "-gencode=arch=compute_90,code=compute_90"
 
 def if_cuda(if_true, if_false = []):
     return select({
@@ -33,7 +35,13 @@ def cuda_objects(name, srcs, hdrs = [], copts = []):
                 CUDA_PATH + "/bin/nvcc",
                 "-std=c++20 -O2 -Xcompiler -fPIC -Xcompiler -march=x86-64-v3",
                 "-Xcompiler -Wall -Xcompiler -Wextra",
-                NVCC_ARCH_FLAGS,
+                NVCC_SM90,
+                "",
+            ]) + select({
+                "//third_party/cuda:no_ptx": "",
+                "//conditions:default": NVCC_PTX90,
+            }) + " ".join([
+                "",
                 "-I.",
                 " ".join(copts),
                 "-c $(location %s) -o $@" % src,
