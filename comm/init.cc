@@ -96,6 +96,13 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
   store->set_timeout(options.timeout);
   std::shared_ptr<ProcessGroup> pg;
   if (backend == "nccl") {
+    // One process per GPU: the main thread works on cuda:LOCAL_RANK from now on (unless the
+    // program chose a device already), and the group's helper threads adopt it when they start
+    // (tensor/cuda/device_guard.h); without LOCAL_RANK, the device is bound at the first
+    // collective.
+    if (const auto local = env("LOCAL_RANK"); local && tensor::cuda::current_device() < 0) {
+      tensor::cuda::set_device(parse_int(*local, "LOCAL_RANK") % tensor::cuda::device_count());
+    }
     pg = std::make_shared<ProcessGroupNccl>(store, rank, world_size, pg_options);
   } else {
     pg = std::make_shared<ProcessGroupGloo>(store, rank, world_size, pg_options);

@@ -134,6 +134,9 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
              "share GPUs)",
              local_world, gpus);
 
+  // This process's GPU, chosen before anything touches CUDA (as torch.cuda.set_device): no
+  // thread of it ever makes a context on another GPU (tensor/cuda/device_guard.h).
+  if (on_gpu) t::cuda::set_device(device.index);
   // Distributed when launched with WORLD_SIZE > 1.
   std::shared_ptr<comm::ProcessGroup> pg;
   if (env_world_size() > 1) pg = comm::init_process_group(backend);
