@@ -230,14 +230,13 @@ void ProcessGroupGloo::worker_loop() {
     running_marks = &item.marks;
     try {
       item.run(tag++);
-      running_marks = nullptr;
       item.work->finish();
     } catch (const std::exception& e) {
-      running_marks = nullptr;
       const std::string message = fmt::format("{} failed: {}", item.work->description(), e.what());
       item.work->finish(is_timeout(e.what()) ? std::make_exception_ptr(TimeoutError(message))
                                               : std::make_exception_ptr(Error(message)));
     }
+    running_marks = nullptr;
   }
 }
 

@@ -188,12 +188,8 @@ class ProcessGroupNccl::Impl {
     throw_if_broken();
     ensure_comm(device);
     DeviceGuard guard(device);
-    const cudaStream_t compute = tensor::cuda::compute_stream(device);
-    cudaEvent_t ready = nullptr, end = nullptr;
-    TDDP_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-    TDDP_CUDA_CHECK(cudaEventRecord(ready, compute));
-    TDDP_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
-    cudaEventDestroy(ready);  // destroying a recorded event is safe; the wait holds on to it
+    tensor::cuda::stream_wait(stream_, tensor::cuda::compute_stream(device), device);
+    cudaEvent_t end = nullptr;
     if (before) before(stream_);
     TDDP_NCCL_CHECK(ncclGroupStart(), comm_);
     try {

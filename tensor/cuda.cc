@@ -1,6 +1,7 @@
 // tensor/cuda.h: answers from the nvcc-compiled query under --config=cuda, and "not built"
 // answers otherwise (TINYDDP_WITH_CUDA is set by the BUILD file under that config).
 #include "tensor/cuda.h"
+#include "tensor/cuda/backend.h"
 
 #include <fmt/format.h>
 
@@ -90,19 +91,23 @@ bool Tensor::is_pinned() const {
 #endif
 }
 
+Tensor cuda::empty_pinned(const Shape& sizes, DType dtype, const char* op) {
+#if TINYDDP_WITH_CUDA
+  TDDP_CHECK(cuda::is_available(), "{}: needs a GPU: {}", op, cuda::unavailable_reason());
+  const Storage storage(static_cast<size_t>(shape_numel(sizes)) * tensor::element_size(dtype), cuda::pinned_allocator());
+  return Tensor::make(storage, sizes, contiguous_strides(sizes), 0, dtype);
+#else
+  throw Error(fmt::format("{}: needs a GPU: {}", op, cuda::unavailable_reason()));
+#endif
+}
+
 Tensor Tensor::pin_memory() const {
   TDDP_CHECK(is_cpu(), "pin_memory: only CPU tensors can be pinned, got a tensor on {}", device().str());
   if (is_pinned() && is_contiguous()) return *this;
-#if TINYDDP_WITH_CUDA
-  TDDP_CHECK(cuda::is_available(), "pin_memory: needs a GPU: {}", cuda::unavailable_reason());
-  const Storage storage(static_cast<size_t>(numel()) * tensor::element_size(dtype()), cuda::pinned_allocator());
-  const Tensor out = Tensor::make(storage, sizes(), contiguous_strides(sizes()), 0, dtype());
+  const Tensor out = cuda::empty_pinned(sizes(), dtype(), "pin_memory");
   NoGradGuard no_grad;
   out.copy_(*this);
   return out;
-#else
-  throw Error(fmt::format("pin_memory: needs a GPU: {}", cuda::unavailable_reason()));
-#endif
 }
 
 }  // namespace tinyddp::tensor

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "tensor/cuda/backend.h"
 #include "tensor/graph.h"
 #include "tensor/ops.h"
 
@@ -373,7 +374,7 @@ namespace {
 Tensor converted_copy(const Tensor& t, DType dtype, Device device, bool non_blocking = false) {
   // A non-blocking copy to the host lands in pinned memory, as PyTorch's does.
   const bool pinned_landing = non_blocking && device.type == DeviceType::kCPU && t.is_cuda();
-  Tensor out = pinned_landing ? empty(t.sizes(), TensorOptions().dtype(dtype)).pin_memory()
+  Tensor out = pinned_landing ? cuda::empty_pinned(t.sizes(), dtype, "to")
                               : empty(t.sizes(), TensorOptions().dtype(dtype).device(device));
   {
     NoGradGuard no_grad;

@@ -133,16 +133,6 @@ void mm(const Tensor& out, const Tensor& a, const Tensor& b) { blas::mm(out, a, 
 
 namespace {
 
-// `waiting` waits (on the GPU) for the work queued on `stream` so far, on `device`.
-void stream_wait(cudaStream_t waiting, cudaStream_t stream, int device) {
-  DeviceGuard guard(device);
-  cudaEvent_t event = nullptr;
-  TDDP_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-  TDDP_CUDA_CHECK(cudaEventRecord(event, stream));
-  TDDP_CUDA_CHECK(cudaStreamWaitEvent(waiting, event, 0));
-  cudaEventDestroy(event);  // safe once recorded: the wait holds on to it
-}
-
 // Two GPUs: the copy runs on the destination's stream after the source's work so far, and
 // the source's stream waits for it, so that later kernels there neither write src (or free
 // the dense temporary, which goes back to src's allocator) while the copy still reads it.
@@ -196,7 +186,7 @@ Tensor to_host_after(const Tensor& src, const StreamMark& after) {
   // The elements' span of storage: strides are never negative here.
   int64_t extent = 1;
   for (int64_t d = 0; d < src.dim(); ++d) extent += (src.sizes()[d] - 1) * src.strides()[d];
-  const Tensor host = tensor::empty({extent}, TensorOptions().dtype(src.dtype())).pin_memory();
+  const Tensor host = empty_pinned({extent}, src.dtype(), "to_host_after");
   const cudaStream_t side = acquire_stream(device);
   try {
     TDDP_CUDA_CHECK(cudaStreamWaitEvent(side, static_cast<cudaEvent_t>(after.event()), 0));

@@ -28,6 +28,9 @@ void accumulate(const Tensor& dst, const Tensor& src);
 //   there, and the source's stream waits for the copy before anything later writes src.
 void copy(const Tensor& dst, const Tensor& src, bool non_blocking = false);
 // to_host_after: declared in tensor/cuda.h.
+// A new contiguous CPU tensor in page-locked memory, uninitialised (tensor/cuda.cc; throws,
+// saying why, without CUDA or a GPU).
+Tensor empty_pinned(const Shape& sizes, DType dtype, const char* op);
 // Reductions with the CPU's contracts (`dims` wrapped and unique; empty: every dim).
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim);
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim);

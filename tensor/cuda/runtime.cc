@@ -53,6 +53,15 @@ cudaStream_t compute_stream(int device) {
   return streams[device].load(std::memory_order_relaxed);
 }
 
+void stream_wait(cudaStream_t waiting, cudaStream_t stream, int device) {
+  DeviceGuard guard(device);
+  cudaEvent_t event = nullptr;
+  TDDP_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  TDDP_CUDA_CHECK(cudaEventRecord(event, stream));
+  TDDP_CUDA_CHECK(cudaStreamWaitEvent(waiting, event, 0));
+  cudaEventDestroy(event);  // safe once recorded: the wait holds on to it
+}
+
 namespace {
 struct StreamPool {
   std::mutex mutex;
@@ -193,17 +202,11 @@ class CachingAllocator final : public Allocator {
       waiting.swap(pending_);  // out of every list: no one else touches them meanwhile
     }
     DeviceGuard guard(device_);
-    std::exception_ptr error;
+    cudaError_t first_error = cudaSuccess;
     for (Block* block : waiting) {
       for (cudaEvent_t e : block->pending_events) {
         const cudaError_t status = cudaEventSynchronize(e);
-        if (status != cudaSuccess && !error) {
-          try {
-            throw_cuda_error(status, "cudaEventSynchronize", __FILE__, __LINE__);
-          } catch (...) {
-            error = std::current_exception();
-          }
-        }
+        if (first_error == cudaSuccess) first_error = status;
         cudaEventDestroy(e);
       }
       block->pending_events.clear();
@@ -211,7 +214,7 @@ class CachingAllocator final : public Allocator {
     std::lock_guard<std::mutex> lock(mutex_);
     for (Block* block : waiting) free_[block->stream].emplace(block->size, block);
     release_cached();
-    if (error) std::rethrow_exception(error);
+    if (first_error != cudaSuccess) throw_cuda_error(first_error, "cudaEventSynchronize", __FILE__, __LINE__);
   }
 
  private:

@@ -41,6 +41,10 @@ namespace tinyddp::tensor::cuda {
 // The compute stream of `device` (created on first use; never destroyed).
 cudaStream_t compute_stream(int device);
 
+// `waiting` waits, on the GPU, for the work queued on `stream` (of `device`) so far: an event
+// recorded there, never a host wait.
+void stream_wait(cudaStream_t waiting, cudaStream_t stream, int device);
+
 // Side streams for communication (a NCCL group's stream, the staging copies of Gloo on CUDA
 // tensors), from a per-device pool that lasts for the process: acquire_stream lends one
 // (creating it when none is free), release_stream takes it back for the next owner. They are
