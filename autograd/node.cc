@@ -3,7 +3,7 @@
 
 #include <atomic>
 
-#include "tensor/error.h"
+#include "base/error.h"
 #include "tensor/shape.h"
 
 namespace tinyddp::autograd {

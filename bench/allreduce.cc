@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "comm/comm.h"
+#include "launcher/spawn.h"
 #include "tensor/all.h"
 
 namespace t = tinyddp::tensor;
@@ -60,7 +61,7 @@ int main(int argc, char** argv) {
   try {
     if (std::getenv("RANK") != nullptr) return run_rank(warmup);
     // No launcher: fork the ranks here, on a free loopback port.
-    return tinyddp::comm::spawn_local(nproc, [&](int) { return run_rank(warmup); }) == 0 ? 0 : 1;
+    return tinyddp::launcher::spawn_local(nproc, [&](int) { return run_rank(warmup); }) == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "allreduce: " << e.what() << "\n";
     return 1;

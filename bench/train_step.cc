@@ -20,7 +20,7 @@
 
 #include "comm/init.h"
 #include "tensor/cuda.h"
-#include "comm/spawn.h"
+#include "launcher/spawn.h"
 #include "ddp/distributed.h"
 #include "nn/nn.h"
 
@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
 #endif
   try {
     if (nproc == 1 || std::getenv("RANK") != nullptr) return run(c);
-    return tinyddp::comm::spawn_local(nproc, [&](int) { return run(c); }) == 0 ? 0 : 1;
+    return tinyddp::launcher::spawn_local(nproc, [&](int) { return run(c); }) == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "train_step: " << e.what() << "\n";
     return 1;

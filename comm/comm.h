@@ -4,8 +4,7 @@
 
 #include "comm/init.h"
 #include "comm/process_group.h"
-#include "comm/process_group_gloo.h"
-#include "comm/process_group_nccl.h"
-#include "comm/spawn.h"
+#include "comm/gloo/process_group_gloo.h"
+#include "comm/nccl/process_group_nccl.h"
 #include "comm/store.h"
 #include "comm/tcp_store.h"

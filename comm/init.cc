@@ -9,8 +9,8 @@
 
 #include <fmt/format.h>
 
-#include "comm/process_group_gloo.h"
-#include "comm/process_group_nccl.h"
+#include "comm/gloo/process_group_gloo.h"
+#include "comm/nccl/process_group_nccl.h"
 #include "tensor/cuda.h"
 #include "comm/tcp_store.h"
 

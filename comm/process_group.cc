@@ -1,7 +1,10 @@
-// Work and ReduceOp helpers: see process_group.h.
+// ProcessGroup's checks and descriptions, Work, ReduceOp names: see process_group.h.
 #include "comm/process_group.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace tinyddp::comm {
 
@@ -57,6 +60,155 @@ void Work::finish(std::exception_ptr error) {
     error_ = std::move(error);
   }
   done_cv_.notify_all();
+}
+
+// ---- ProcessGroup: one validation layer for every backend -----------------------------------
+
+ProcessGroup::ProcessGroup(int rank, int size, std::string backend, std::string display_name, TensorRules rules)
+    : rank_(rank), size_(size), backend_(std::move(backend)), display_name_(std::move(display_name)), rules_(rules) {
+  TDDP_CHECK(size >= 1 && rank >= 0 && rank < size, "{}: rank {} is not in [0, {}) for a group of size {}", display_name_,
+             rank, size, size);
+}
+
+std::string ProcessGroup::prefix(const char* op) const { return fmt::format("{} {}: ", display_name_, op); }
+
+void ProcessGroup::check_tensor(const Tensor& t, const char* op, const std::string& what, Use use) const {
+  TDDP_CHECK(t.defined(), "{}{} is an undefined tensor", prefix(op), what);
+  TDDP_CHECK(t.is_cpu() ? rules_.cpu : rules_.cuda, "{}{} is on {}; {}", prefix(op), what, t.device().str(), rules_.takes);
+  TDDP_CHECK(!rules_.contiguous_only || t.is_contiguous(), "{}{} (shape {}) is not contiguous; pass .contiguous()",
+             prefix(op), what, tensor::format_shape(t.sizes()));
+  if (t.dtype() == tensor::kBool && use != Use::kPointToPoint) {  // point to point moves bytes
+    TDDP_CHECK(!rules_.bool_data || use != Use::kReduce, "{}cannot reduce bool tensors (convert with .to(int64))", prefix(op));
+    TDDP_CHECK(rules_.bool_data, "{}dtype bool is not supported (float32, float64, float16, bfloat16, int64)", prefix(op));
+  }
+  check_placement(t, op, what);
+}
+
+void ProcessGroup::check_like(const Tensor& t, const Tensor& reference, const char* op, const std::string& what) const {
+  check_tensor(t, op, what, Use::kMove);
+  TDDP_CHECK(t.dtype() == reference.dtype() && t.sizes() == reference.sizes(), "{}{} is {} {} but must be {} {}", prefix(op),
+             what, tensor::dtype_name(t.dtype()), tensor::format_shape(t.sizes()), tensor::dtype_name(reference.dtype()),
+             tensor::format_shape(reference.sizes()));
+}
+
+void ProcessGroup::check_rank(int r, const char* op, const char* role) const {
+  TDDP_CHECK(r >= 0 && r < size_, "{}{} {} is not a rank of this group of {}", prefix(op), role, r, size_);
+}
+
+void ProcessGroup::check_peer(int peer, int tag, const char* op, const char* role) const {
+  TDDP_CHECK(peer >= 0 && peer < size_ && peer != rank_, "{}{} {} is not another rank of this group of {}", prefix(op), role,
+             peer, size_);
+  TDDP_CHECK(tag >= 0, "{}tag must be >= 0, got {}", prefix(op), tag);
+}
+
+void ProcessGroup::check_op(ReduceOp op, const Tensor& t, const char* name) const {
+  TDDP_CHECK(op != ReduceOp::kAvg || t.is_floating_point(), "{}avg needs floating-point tensors, got {}", prefix(name),
+             tensor::dtype_name(t.dtype()));
+}
+
+void ProcessGroup::check_root_list(const std::vector<Tensor>& list, const Tensor& mine, int root, const char* op,
+                                   bool list_is_output) const {
+  const char* list_name = list_is_output ? "outputs" : "inputs";
+  if (rank_ != root) {
+    TDDP_CHECK(list.empty(), "{}only the root (rank {}) passes {}", prefix(op), root, list_name);
+    return;
+  }
+  TDDP_CHECK(static_cast<int>(list.size()) == size_, "{}the root needs {} {}, got {}", prefix(op), size_, list_name,
+             list.size());
+  for (size_t r = 0; r < list.size(); ++r) {
+    check_like(list[r], mine, op, fmt::format("{} {}", list_is_output ? "output" : "input", r));
+  }
+}
+
+std::string ProcessGroup::describe(const char* op, const Tensor& t, const std::string& extra) const {
+  return fmt::format("{} (rank {} of {}, {} x {}{}{})", op, rank_, size_, t.numel(), tensor::dtype_name(t.dtype()),
+                     extra.empty() ? "" : ", ", extra);
+}
+
+std::shared_ptr<Work> ProcessGroup::allreduce(const std::vector<Tensor>& tensors, ReduceOp op) {
+  TDDP_CHECK(!tensors.empty(), "{}no tensors given", prefix("allreduce"));
+  int64_t total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    check_tensor(tensors[i], "allreduce", fmt::format("tensor {}", i), Use::kReduce);
+    TDDP_CHECK(tensors[i].dtype() == tensors[0].dtype(), "{}tensors of different dtypes ({} and {})", prefix("allreduce"),
+               tensor::dtype_name(tensors[0].dtype()), tensor::dtype_name(tensors[i].dtype()));
+    total += tensors[i].numel();
+  }
+  check_op(op, tensors[0], "allreduce");
+  return allreduce_impl(tensors, op,
+                        fmt::format("allreduce (rank {} of {}, {} tensor(s), {} x {}, {})", rank_, size_, tensors.size(),
+                                    total, tensor::dtype_name(tensors[0].dtype()), reduce_op_name(op)));
+}
+
+std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int root) {
+  check_tensor(tensor, "broadcast", "tensor", Use::kMove);
+  check_rank(root, "broadcast", "root");
+  return broadcast_impl(tensor, root, describe("broadcast", tensor, fmt::format("root {}", root)));
+}
+
+std::shared_ptr<Work> ProcessGroup::allgather(const std::vector<Tensor>& outputs, const Tensor& input) {
+  check_tensor(input, "allgather", "input", Use::kMove);
+  TDDP_CHECK(static_cast<int>(outputs.size()) == size_, "{}{} outputs given for a group of {}", prefix("allgather"),
+             outputs.size(), size_);
+  for (size_t r = 0; r < outputs.size(); ++r) check_like(outputs[r], input, "allgather", fmt::format("output {}", r));
+  return allgather_impl(outputs, input, describe("allgather", input));
+}
+
+std::shared_ptr<Work> ProcessGroup::gather(const std::vector<Tensor>& outputs, const Tensor& input, int root) {
+  check_tensor(input, "gather", "input", Use::kMove);
+  check_rank(root, "gather", "root");
+  check_root_list(outputs, input, root, "gather", /*list_is_output=*/true);
+  return gather_impl(outputs, input, root, describe("gather", input, fmt::format("root {}", root)));
+}
+
+std::shared_ptr<Work> ProcessGroup::scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root) {
+  check_tensor(output, "scatter", "output", Use::kMove);
+  check_rank(root, "scatter", "root");
+  check_root_list(inputs, output, root, "scatter", /*list_is_output=*/false);
+  return scatter_impl(output, inputs, root, describe("scatter", output, fmt::format("root {}", root)));
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce(const Tensor& tensor, int root, ReduceOp op) {
+  check_tensor(tensor, "reduce", "tensor", Use::kReduce);
+  check_rank(root, "reduce", "root");
+  check_op(op, tensor, "reduce");
+  return reduce_impl(tensor, root, op, describe("reduce", tensor, fmt::format("root {}, {}", root, reduce_op_name(op))));
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) {
+  check_tensor(output, "reduce_scatter", "output", Use::kReduce);
+  TDDP_CHECK(static_cast<int>(inputs.size()) == size_, "{}{} inputs given for a group of {}", prefix("reduce_scatter"),
+             inputs.size(), size_);
+  for (size_t r = 0; r < inputs.size(); ++r) check_like(inputs[r], output, "reduce_scatter", fmt::format("input {}", r));
+  check_op(op, output, "reduce_scatter");
+  return reduce_scatter_impl(output, inputs, op, describe("reduce_scatter", output, reduce_op_name(op)));
+}
+
+std::shared_ptr<Work> ProcessGroup::barrier() { return barrier_impl(fmt::format("barrier (rank {} of {})", rank_, size_)); }
+
+std::shared_ptr<Work> ProcessGroup::send(const Tensor& tensor, int dst, int tag) {
+  check_tensor(tensor, "send", "tensor", Use::kPointToPoint);
+  check_peer(dst, tag, "send", "destination");
+  return send_impl(tensor, dst, tag, describe("send", tensor, fmt::format("to {}, tag {}", dst, tag)));
+}
+
+std::shared_ptr<Work> ProcessGroup::recv(const Tensor& tensor, int src, int tag) {
+  check_tensor(tensor, "recv", "tensor", Use::kPointToPoint);
+  check_peer(src, tag, "recv", "source");
+  return recv_impl(tensor, src, tag, describe("recv", tensor, fmt::format("from {}, tag {}", src, tag)));
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ranks) {
+  TDDP_CHECK(!ranks.empty(), "new_group: the rank list is empty");
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    TDDP_CHECK(ranks[i] >= 0 && ranks[i] < size_, "new_group: rank {} is not in this group of {}", ranks[i], size_);
+    TDDP_CHECK(i == 0 || ranks[i] > ranks[i - 1], "new_group: ranks must be sorted and unique, got [{}]",
+               fmt::join(ranks, ", "));
+  }
+  const int id = groups_created_++;  // the same on every rank: new_group is called in the same order
+  const auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  if (it == ranks.end()) return nullptr;
+  return create_subgroup(id, static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()));
 }
 
 }  // namespace tinyddp::comm

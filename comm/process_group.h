@@ -1,7 +1,7 @@
 // ProcessGroup: a set of ranks and the collectives between them, each returning a Work handle
-// at once (the caller is not blocked until it calls wait()). Backends (Gloo for CPU tensors,
-// and CUDA tensors staged through the host; NCCL for CUDA tensors) implement the interface;
-// DDP sees only this header.
+// at once (the caller is not blocked until it calls wait()). Backends (comm/gloo: CPU tensors,
+// and CUDA tensors staged through the host; comm/nccl: CUDA tensors) implement the protected
+// side of the interface; DDP sees only this header.
 #pragma once
 
 #include <chrono>
@@ -65,49 +65,112 @@ struct ProcessGroupOptions {
   std::string bind_address = "127.0.0.1";
 };
 
+// What tensors a backend takes; ProcessGroup's checks read it, and so does DDP to place its
+// own small collectives.
+struct TensorRules {
+  bool cpu = true;               // CPU tensors
+  bool cuda = false;             // CUDA tensors
+  bool contiguous_only = false;  // non-contiguous tensors are refused (else staged)
+  bool bool_data = false;        // bool tensors in the collectives that only move data
+  // Ends the error for a tensor on a device the backend does not take.
+  const char* takes = "the backend takes CPU tensors";
+};
+
+// The interface every backend shares. Each public collective checks its arguments once, here
+// (tensors against the backend's TensorRules, list lengths, ranks, roots, dtypes, shapes,
+// reduce ops), describes the call for errors and timelines, then calls the backend's
+// protected *_impl with arguments it may trust. Adding a backend: derive from ProcessGroup,
+// give its name, display name and TensorRules to this constructor, implement the *_impl
+// functions and create_subgroup (docs/comm.md, "Adding a backend").
 class ProcessGroup {
  public:
-  ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
+  // Throws if rank is not in [0, size). `display_name` starts its error messages
+  // ("ProcessGroupGloo allreduce: ..."); `backend` is the short name ("gloo").
+  ProcessGroup(int rank, int size, std::string backend, std::string display_name, TensorRules rules);
   virtual ~ProcessGroup() = default;
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  virtual std::string backend() const = 0;
+  const std::string& backend() const { return backend_; }
+  const TensorRules& tensor_rules() const { return rules_; }
 
   // Every tensor becomes the reduction over ranks of that tensor; a list is reduced as one
   // (coalesced) buffer. kAvg divides the sum by size() (floating point only).
-  virtual std::shared_ptr<Work> allreduce(const std::vector<Tensor>& tensors, ReduceOp op = ReduceOp::kSum) = 0;
+  std::shared_ptr<Work> allreduce(const std::vector<Tensor>& tensors, ReduceOp op = ReduceOp::kSum);
   std::shared_ptr<Work> allreduce(const Tensor& tensor, ReduceOp op = ReduceOp::kSum) {
     return allreduce(std::vector<Tensor>{tensor}, op);
   }
   // `tensor` takes root's value on every rank.
-  virtual std::shared_ptr<Work> broadcast(const Tensor& tensor, int root = 0) = 0;
+  std::shared_ptr<Work> broadcast(const Tensor& tensor, int root = 0);
   // outputs[r] receives rank r's input (outputs.size() == size(), each shaped like input).
-  virtual std::shared_ptr<Work> allgather(const std::vector<Tensor>& outputs, const Tensor& input) = 0;
+  std::shared_ptr<Work> allgather(const std::vector<Tensor>& outputs, const Tensor& input);
   // As allgather, but only `root` receives (other ranks pass no outputs).
-  virtual std::shared_ptr<Work> gather(const std::vector<Tensor>& outputs, const Tensor& input, int root = 0) = 0;
+  std::shared_ptr<Work> gather(const std::vector<Tensor>& outputs, const Tensor& input, int root = 0);
   // Rank r's output receives root's inputs[r] (only root passes inputs).
-  virtual std::shared_ptr<Work> scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root = 0) = 0;
+  std::shared_ptr<Work> scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root = 0);
   // Only root's tensor receives the reduction (other ranks' tensors are left as they are).
-  virtual std::shared_ptr<Work> reduce(const Tensor& tensor, int root = 0, ReduceOp op = ReduceOp::kSum) = 0;
+  std::shared_ptr<Work> reduce(const Tensor& tensor, int root = 0, ReduceOp op = ReduceOp::kSum);
   // output on rank r = reduction over ranks of inputs[r].
-  virtual std::shared_ptr<Work> reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
-                                               ReduceOp op = ReduceOp::kSum) = 0;
-  virtual std::shared_ptr<Work> barrier() = 0;
+  std::shared_ptr<Work> reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
+                                       ReduceOp op = ReduceOp::kSum);
+  std::shared_ptr<Work> barrier();
   // Point to point; `tag` pairs a send with its recv.
-  virtual std::shared_ptr<Work> send(const Tensor& tensor, int dst, int tag = 0) = 0;
-  virtual std::shared_ptr<Work> recv(const Tensor& tensor, int src, int tag = 0) = 0;
+  std::shared_ptr<Work> send(const Tensor& tensor, int dst, int tag = 0);
+  std::shared_ptr<Work> recv(const Tensor& tensor, int src, int tag = 0);
 
   // A group of the given ranks of this group (sorted, unique). Every rank of this group must
   // call it with the same list, in the same order as other new_group calls; ranks outside
   // the list get nullptr.
-  virtual std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) = 0;
+  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks);
 
  protected:
+  // The backend's side of each collective, called after the checks; `what` describes the
+  // call ("allreduce (rank 1 of 4, 1000 x float32, sum)") for its Work and errors.
+  virtual std::shared_ptr<Work> allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, std::string what) = 0;
+  virtual std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int root, std::string what) = 0;
+  virtual std::shared_ptr<Work> allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
+                                               std::string what) = 0;
+  virtual std::shared_ptr<Work> gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
+                                            std::string what) = 0;
+  virtual std::shared_ptr<Work> scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
+                                             std::string what) = 0;
+  virtual std::shared_ptr<Work> reduce_impl(const Tensor& tensor, int root, ReduceOp op, std::string what) = 0;
+  virtual std::shared_ptr<Work> reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
+                                                    std::string what) = 0;
+  virtual std::shared_ptr<Work> barrier_impl(std::string what) = 0;
+  virtual std::shared_ptr<Work> send_impl(const Tensor& tensor, int dst, int tag, std::string what) = 0;
+  virtual std::shared_ptr<Work> recv_impl(const Tensor& tensor, int src, int tag, std::string what) = 0;
+  // This rank's group in new_group: `id` numbers the subgroups made from this group (the
+  // same on every rank); `rank` and `size` are this rank's place in it.
+  virtual std::shared_ptr<ProcessGroup> create_subgroup(int id, int rank, int size) = 0;
+  // A check beyond TensorRules, run on every tensor passed (NCCL: one device per rank).
+  virtual void check_placement(const Tensor& /*t*/, const char* /*op*/, const std::string& /*what*/) const {}
+
+  // "<display name> <op>: " for messages.
+  std::string prefix(const char* op) const;
+
   int rank_;
   int size_;
+
+ private:
+  // What a collective does with a tensor: reduces it, moves its elements, or sends its bytes.
+  enum class Use { kReduce, kMove, kPointToPoint };
+  void check_tensor(const Tensor& t, const char* op, const std::string& what, Use use) const;
+  void check_like(const Tensor& t, const Tensor& reference, const char* op, const std::string& what) const;
+  void check_rank(int r, const char* op, const char* role) const;
+  void check_peer(int peer, int tag, const char* op, const char* role) const;
+  void check_op(ReduceOp op, const Tensor& t, const char* name) const;
+  // gather (list_is_output) and scatter: the root passes one tensor per rank, others none.
+  void check_root_list(const std::vector<Tensor>& list, const Tensor& mine, int root, const char* op,
+                       bool list_is_output) const;
+  std::string describe(const char* op, const Tensor& t, const std::string& extra = "") const;
+
+  std::string backend_;
+  std::string display_name_;
+  TensorRules rules_;
+  int groups_created_ = 0;
 };
 
 }  // namespace tinyddp::comm

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor/error.h"
+#include "base/error.h"
 
 namespace tinyddp::comm {
 

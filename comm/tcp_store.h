@@ -7,13 +7,10 @@
 // message on stderr; the server keeps serving everyone else.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "comm/store.h"
 
@@ -62,39 +59,6 @@ class TCPStore final : public Store {
   int fd_ = -1;
   uint32_t max_message_bytes_;
   std::mutex mutex_;  // one request at a time on the connection
-};
-
-// The server: a listening socket, an accept thread, one thread per client connection, and
-// the key-value map they share. Destroying it answers the requests in flight, then closes
-// every connection and joins every thread.
-class TCPStoreServer {
- public:
-  TCPStoreServer(const std::string& host, uint16_t port, uint32_t max_message_bytes);
-  ~TCPStoreServer();
-  TCPStoreServer(const TCPStoreServer&) = delete;
-  TCPStoreServer& operator=(const TCPStoreServer&) = delete;
-  uint16_t port() const { return port_; }
-
- private:
-  struct Connection {
-    int fd;
-    std::thread thread;
-    std::atomic<bool> done{false};
-  };
-  void accept_loop();
-  void serve(Connection* connection);
-  // Handles one request body; returns the response body. Throws on malformed input.
-  Bytes handle(const Bytes& body, int fd);
-
-  int listen_fd_ = -1;
-  int wake_pipe_[2] = {-1, -1};  // written on shutdown to wake the accept loop
-  uint16_t port_ = 0;
-  uint32_t max_message_bytes_;
-  std::atomic<bool> stopping_{false};
-  std::thread accept_thread_;
-  std::mutex connections_mutex_;
-  std::list<Connection> connections_;
-  HashStore data_;  // the keys live here; its wait() gives the blocking semantics
 };
 
 }  // namespace tinyddp::comm

@@ -49,10 +49,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
                "DistributedDataParallel: parameters are on several devices ('{}' on {}, '{}' on {}); move the module to "
                "one device (module->to(device)) before wrapping it",
                names.front(), params_.front().device().str(), names[i], params_[i].device().str());
-    TDDP_CHECK(pg_->backend() != "nccl" || params_[i].is_cuda(),
-               "DistributedDataParallel: the nccl backend needs the module on this rank's GPU, but parameter '{}' is on "
-               "{} (call module->to(Device(kCUDA, local_rank)) first, or use the gloo backend)",
-               names[i], params_[i].device().str());
+    const bool on_gpu = params_[i].is_cuda();
+    TDDP_CHECK(on_gpu ? pg_->tensor_rules().cuda : pg_->tensor_rules().cpu,
+               "DistributedDataParallel: the {} backend needs the module on {}, but parameter '{}' is on {} ({}); {}",
+               pg_->backend(), on_gpu ? "the CPU" : "this rank's GPU", names[i], params_[i].device().str(),
+               pg_->tensor_rules().takes,
+               on_gpu ? "call module->to(kCPU) first" : "call module->to(Device(kCUDA, local_rank)) first, or use the gloo backend");
   }
   control_device_ = control_device(*pg_, params_);
   verify_same_parameters(names);

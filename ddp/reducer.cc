@@ -19,7 +19,7 @@ using autograd::Engine;
 using tensor::NoGradGuard;
 
 tensor::Device control_device(const comm::ProcessGroup& pg, const std::vector<Tensor>& params) {
-  return pg.backend() == "nccl" && !params.empty() ? params.front().device() : tensor::Device(tensor::kCPU);
+  return pg.tensor_rules().cpu || params.empty() ? tensor::Device(tensor::kCPU) : params.front().device();
 }
 
 namespace {

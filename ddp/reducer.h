@@ -57,8 +57,8 @@ struct DDPStats {
 };
 
 // Where DDP's own small collectives (parameter descriptions, unused-parameter bitmaps, join
-// counts, the agreed bucket order) run: on the parameters' GPU for NCCL, which takes CUDA
-// tensors only; on the CPU for Gloo.
+// counts, the agreed bucket order) run: on the CPU when the process group takes CPU tensors
+// (Gloo), else on the parameters' device (NCCL takes CUDA tensors only).
 tensor::Device control_device(const comm::ProcessGroup& pg, const std::vector<Tensor>& params);
 
 class Reducer {

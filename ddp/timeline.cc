@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tensor/error.h"
+#include "base/error.h"
 
 namespace tinyddp::ddp {
 

@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "comm/spawn.h"
+#include "launcher/spawn.h"
 #include "nn/nn.h"
 
 namespace tinyddp::examples {
@@ -29,7 +29,7 @@ inline int run_ranks(const char* name, int nproc, const std::function<int(int ra
     }
   };
   if (const char* rank = std::getenv("RANK")) return guarded(std::atoi(rank));
-  return comm::spawn_local(nproc, guarded) == 0 ? 0 : 1;
+  return launcher::spawn_local(nproc, guarded) == 0 ? 0 : 1;
 }
 
 // FNV-1a over the bytes of every parameter, in registration order, and their sum.

@@ -7,7 +7,7 @@
 #include <iostream>
 
 #include "examples/train_lib.h"
-#include "tensor/error.h"
+#include "base/error.h"
 
 int main(int argc, char** argv) {
   tinyddp::examples::TrainConfig config;

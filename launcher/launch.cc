@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "launcher/launcher.h"
-#include "tensor/error.h"
+#include "base/error.h"
 
 int main(int argc, char** argv) {
   tinyddp::launcher::LaunchOptions o;

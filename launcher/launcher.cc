@@ -24,7 +24,7 @@
 
 #include "comm/store.h"
 #include "comm/tcp_store.h"
-#include "tensor/error.h"
+#include "base/error.h"
 
 extern char** environ;
 

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "tensor/error.h"
+#include "base/error.h"
 
 namespace tinyddp::nn {
 

@@ -7,7 +7,7 @@
 
 #include <atomic>
 
-#include "tensor/error.h"
+#include "base/error.h"
 #include "tensor/factory.h"
 #include "tensor/grad_mode.h"
 #include "tensor/tensor.h"

@@ -3,7 +3,7 @@
 
 #include <charconv>
 
-#include "tensor/error.h"
+#include "base/error.h"
 
 namespace tinyddp::tensor {
 

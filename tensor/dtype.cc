@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "tensor/error.h"
+#include "base/error.h"
 
 namespace tinyddp::tensor {
 

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "tensor/error.h"
+#include "base/error.h"
 
 namespace tinyddp::tensor {
 

@@ -8,7 +8,7 @@
 #if TINYDDP_WITH_CUDA
 #include "tensor/cuda/runtime.h"
 #endif
-#include "tensor/error.h"
+#include "base/error.h"
 
 namespace tinyddp::tensor {
 

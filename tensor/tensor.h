@@ -16,7 +16,7 @@
 
 #include "tensor/device.h"
 #include "tensor/dtype.h"
-#include "tensor/error.h"
+#include "base/error.h"
 #include "tensor/grad_mode.h"
 #include "tensor/shape.h"
 #include "tensor/storage.h"

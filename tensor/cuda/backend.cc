@@ -11,7 +11,7 @@
 #include "tensor/cuda/libraries.h"
 #include "tensor/cuda/plan.h"
 #include "tensor/cuda/runtime.h"
-#include "tensor/error.h"
+#include "base/error.h"
 #include "tensor/factory.h"
 #include "tensor/reduce_plan.h"
 

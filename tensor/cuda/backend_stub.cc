@@ -2,7 +2,7 @@
 #include "tensor/cuda/backend.h"
 
 #include "tensor/cuda.h"
-#include "tensor/error.h"
+#include "base/error.h"
 
 namespace tinyddp::tensor::cuda {
 

@@ -15,7 +15,7 @@
 #include "tensor/cuda.h"
 #include "tensor/cuda/plan.h"
 #include "tensor/cuda/runtime.h"
-#include "tensor/error.h"
+#include "base/error.h"
 #include "tensor/ops.h"
 
 namespace tinyddp::tensor::cuda {

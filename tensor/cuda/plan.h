@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tensor/cuda/kernels.h"
-#include "tensor/error.h"
+#include "base/error.h"
 #include "tensor/tensor.h"
 
 namespace tinyddp::tensor::cuda {

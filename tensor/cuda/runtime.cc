@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tensor/error.h"
+#include "base/error.h"
 
 namespace tinyddp::tensor::cuda {
 

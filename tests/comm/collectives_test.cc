@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "comm/init.h"
-#include "comm/process_group_nccl.h"
+#include "comm/nccl/process_group_nccl.h"
 #include "tensor/cuda.h"
 #include "tests/comm/comm_test_util.h"
 
@@ -195,7 +195,7 @@ TEST_CASE("several allreduces in flight complete in issue order", "[comm][gloo][
   }));
 }
 
-// Allreduces of up to 64 KiB take a path of their own (comm/gloo_small_allreduce.h). Around
+// Allreduces of up to 64 KiB take a path of their own (comm/gloo/small_allreduce.h). Around
 // its size limit, on 2 and 3 ranks, with values whose float32 sums round: the results match
 // a double-precision sum and are bit-identical on every rank; more distinct sizes than the
 // path keeps algorithms for, revisited, stay correct; small and large calls interleave.
@@ -226,7 +226,7 @@ TEST_CASE("small allreduces: bit-identical on every rank, around the size limit"
   }
 }
 
-// Allreduces above 64 KiB run on a TCP ring of their own (comm/ring_allreduce.h): on 2 ranks
+// Allreduces above 64 KiB run on a TCP ring of their own (comm/gloo/ring_allreduce.h): on 2 ranks
 // both exchange everything, on more a reduce-scatter then allgather over chunks of unequal
 // size when the element count does not divide. Every dtype and op, values whose sums round,
 // a NaN for min/max (combined in rank order on every rank): results match a double-precision

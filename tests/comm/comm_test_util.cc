@@ -1,7 +1,7 @@
 // Harnesses for collective tests: see comm_test_util.h.
 #include "tests/comm/comm_test_util.h"
 
-#include "comm/spawn.h"
+#include "launcher/spawn.h"
 
 #include <poll.h>
 #include <sys/wait.h>
@@ -39,7 +39,7 @@ std::vector<std::string> run_threads(int size, const RankFn& fn, comm::Millis ti
   return failures;
 }
 
-uint16_t free_port() { return static_cast<uint16_t>(comm::free_loopback_port()); }
+uint16_t free_port() { return static_cast<uint16_t>(launcher::free_loopback_port()); }
 
 std::vector<std::string> run_processes(int size, const RankFn& fn, comm::Millis timeout,
                                        const std::function<void(int rank)>& before_join, int finishers) {

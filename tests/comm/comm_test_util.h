@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/process_group_gloo.h"
+#include "comm/gloo/process_group_gloo.h"
 #include "comm/tcp_store.h"
 #include "tests/test_util.h"
 

@@ -3,10 +3,12 @@
 #include <cstdlib>
 
 #include "comm/comm.h"
+#include "launcher/spawn.h"
 #include "tests/comm/comm_test_util.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;
+using tinyddp::launcher::spawn_local;
 using Catch::Contains;
 
 namespace {

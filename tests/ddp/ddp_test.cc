@@ -11,7 +11,7 @@
 #include <mutex>
 #include <sstream>
 
-#include "comm/process_group_nccl.h"
+#include "comm/nccl/process_group_nccl.h"
 #include "ddp/distributed.h"
 #include "nn/nn.h"
 #include "tensor/cuda.h"
@@ -37,26 +37,38 @@ void require_no_failures(const std::vector<std::string>& failures) {
 // Records the order of allreduce calls (by the data pointer of the tensor) and forwards them.
 class RecordingGroup final : public ProcessGroup {
  public:
-  explicit RecordingGroup(ProcessGroup& inner) : ProcessGroup(inner.rank(), inner.size()), inner_(inner) {}
-  std::string backend() const override { return "recording"; }
-  std::shared_ptr<comm::Work> allreduce(const std::vector<Tensor>& t, comm::ReduceOp op) override {
+  explicit RecordingGroup(ProcessGroup& inner)
+      : ProcessGroup(inner.rank(), inner.size(), "recording", "RecordingGroup", inner.tensor_rules()), inner_(inner) {}
+
+ protected:
+  std::shared_ptr<comm::Work> allreduce_impl(const std::vector<Tensor>& t, comm::ReduceOp op, std::string) override {
     std::lock_guard<std::mutex> lock(mutex);
     events.push_back("allreduce " + std::to_string(reinterpret_cast<uintptr_t>(t[0].raw_data_ptr())));
     return inner_.allreduce(t, op);
   }
-  using ProcessGroup::allreduce;
-  std::shared_ptr<comm::Work> broadcast(const Tensor& t, int root) override { return inner_.broadcast(t, root); }
-  std::shared_ptr<comm::Work> allgather(const std::vector<Tensor>& o, const Tensor& i) override { return inner_.allgather(o, i); }
-  std::shared_ptr<comm::Work> gather(const std::vector<Tensor>& o, const Tensor& i, int r) override { return inner_.gather(o, i, r); }
-  std::shared_ptr<comm::Work> scatter(const Tensor& o, const std::vector<Tensor>& i, int r) override { return inner_.scatter(o, i, r); }
-  std::shared_ptr<comm::Work> reduce(const Tensor& t, int r, comm::ReduceOp op) override { return inner_.reduce(t, r, op); }
-  std::shared_ptr<comm::Work> reduce_scatter(const Tensor& o, const std::vector<Tensor>& i, comm::ReduceOp op) override {
+  std::shared_ptr<comm::Work> broadcast_impl(const Tensor& t, int root, std::string) override { return inner_.broadcast(t, root); }
+  std::shared_ptr<comm::Work> allgather_impl(const std::vector<Tensor>& o, const Tensor& i, std::string) override {
+    return inner_.allgather(o, i);
+  }
+  std::shared_ptr<comm::Work> gather_impl(const std::vector<Tensor>& o, const Tensor& i, int r, std::string) override {
+    return inner_.gather(o, i, r);
+  }
+  std::shared_ptr<comm::Work> scatter_impl(const Tensor& o, const std::vector<Tensor>& i, int r, std::string) override {
+    return inner_.scatter(o, i, r);
+  }
+  std::shared_ptr<comm::Work> reduce_impl(const Tensor& t, int r, comm::ReduceOp op, std::string) override {
+    return inner_.reduce(t, r, op);
+  }
+  std::shared_ptr<comm::Work> reduce_scatter_impl(const Tensor& o, const std::vector<Tensor>& i, comm::ReduceOp op,
+                                                  std::string) override {
     return inner_.reduce_scatter(o, i, op);
   }
-  std::shared_ptr<comm::Work> barrier() override { return inner_.barrier(); }
-  std::shared_ptr<comm::Work> send(const Tensor& t, int d, int tag) override { return inner_.send(t, d, tag); }
-  std::shared_ptr<comm::Work> recv(const Tensor& t, int s, int tag) override { return inner_.recv(t, s, tag); }
-  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& r) override { return inner_.new_group(r); }
+  std::shared_ptr<comm::Work> barrier_impl(std::string) override { return inner_.barrier(); }
+  std::shared_ptr<comm::Work> send_impl(const Tensor& t, int d, int tag, std::string) override { return inner_.send(t, d, tag); }
+  std::shared_ptr<comm::Work> recv_impl(const Tensor& t, int s, int tag, std::string) override { return inner_.recv(t, s, tag); }
+  std::shared_ptr<ProcessGroup> create_subgroup(int, int, int) override { throw Error("RecordingGroup: no subgroups"); }
+
+ public:
   void note(const std::string& event) {
     std::lock_guard<std::mutex> lock(mutex);
     events.push_back(event);

@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "examples/train_lib.h"
-#include "comm/spawn.h"
+#include "launcher/spawn.h"
 #include "tests/nn/nn_test_util.h"
 
 using namespace tinyddp;
@@ -74,7 +74,7 @@ TEST_CASE("the training example rejects data that does not fit the model", "[exa
 
 TEST_CASE("the training example on 2 ranks (WORLD_SIZE=2) reproduces the one-process run", "[examples][train][ddp]") {
   const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
-  const int failed = comm::spawn_local(2, [&](int rank) {
+  const int failed = launcher::spawn_local(2, [&](int rank) {
     try {
       examples::TrainConfig config = pytorch_run_config();  // global batches of 20 rows: 10 per rank
       config.save = dir + "/ddp_trained.safetensors";

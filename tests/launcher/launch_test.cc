@@ -13,7 +13,7 @@
 #include <set>
 #include <thread>
 
-#include "comm/spawn.h"
+#include "launcher/spawn.h"
 #include "tests/test_util.h"
 
 using tinyddp::testing::CommandResult;
@@ -204,7 +204,7 @@ TEST_CASE("launch: SIGINT and SIGTERM sent to the launcher reach every worker", 
 }
 
 TEST_CASE("launch: two nodes on one machine form one job", "[launcher]") {
-  const int port = tinyddp::comm::free_loopback_port();
+  const int port = tinyddp::launcher::free_loopback_port();
   const std::string common = fmt::format("--nnodes 2 --nproc_per_node 2 --master_port {} -- /bin/bash -c "
                                          "'echo RANK=$RANK LOCAL_RANK=$LOCAL_RANK GROUP_RANK=$GROUP_RANK WORLD_SIZE=$WORLD_SIZE'",
                                          port);

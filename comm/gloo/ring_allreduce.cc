@@ -1,5 +1,5 @@
 // The TCP ring for large allreduces: see ring_allreduce.h.
-#include "comm/ring_allreduce.h"
+#include "comm/gloo/ring_allreduce.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -13,13 +13,14 @@
 
 #include <fmt/format.h>
 
-#include "tensor/error.h"
+#include "comm/socket.h"
+#include "base/error.h"
 
 namespace tinyddp::comm::detail {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using net::Clock;
 
 constexpr uint32_t kHelloMagic = 0x54445247;  // "TDRG"
 // Received bytes are reduced in pieces of at most this size, while they are still in cache.
@@ -35,47 +36,19 @@ int remaining_ms(Clock::time_point deadline) {
   return static_cast<int>(std::clamp<int64_t>(left, 0, 1 << 30));
 }
 
-std::string errno_text(int err) { return std::strerror(err); }
+using net::errno_text;
 
 [[noreturn]] void raise(const std::string& message, bool timed_out) {
   if (timed_out) throw TimeoutError(message);
   throw Error(message);
 }
 
-// Waits until `fd` is ready for `events` or the deadline passes (then returns false).
-bool wait_for(int fd, short events, Clock::time_point deadline) {
-  while (true) {
-    pollfd p{fd, events, 0};
-    const int rv = ::poll(&p, 1, remaining_ms(deadline));
-    if (rv > 0) return true;
-    if (rv == 0) return false;
-    if (errno != EINTR) return true;  // the next call on fd reports the error
-  }
-}
-
-void set_nodelay(int fd) {
-  int on = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
-}
-
-socklen_t address_length(const sockaddr_storage& a) {
-  return a.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-}
-
-// Sends or receives exactly `bytes` during connection setup (non-blocking socket).
+// Sends or receives exactly `bytes` during connection setup; `what` starts the error.
 void transfer_all(int fd, char* data, size_t bytes, bool sending, Clock::time_point deadline, const std::string& what) {
-  size_t done = 0;
-  while (done < bytes) {
-    const ssize_t n = sending ? ::send(fd, data + done, bytes - done, MSG_NOSIGNAL) : ::recv(fd, data + done, bytes - done, 0);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-      continue;
-    }
-    if (n == 0) throw Error(fmt::format("{}: the peer closed the connection", what));
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) throw Error(fmt::format("{}: {}", what, errno_text(errno)));
-    if (!wait_for(fd, sending ? POLLOUT : POLLIN, deadline)) throw TimeoutError(fmt::format("{}: timed out", what));
-  }
+  const std::string error = net::transfer_exact(fd, data, bytes, sending, deadline);
+  if (error.empty()) return;
+  if (error.rfind("timed out", 0) == 0) throw TimeoutError(what + ": timed out");
+  throw Error(fmt::format("{}: {}", what, error == "connection closed by the peer" ? "the peer closed the connection" : error));
 }
 
 }  // namespace
@@ -91,13 +64,8 @@ RingAllreduce::RingAllreduce(Store& store, const std::string& prefix, int rank, 
   try {
     int on = 1;
     setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-    sockaddr_storage address = local;
-    if (address.ss_family == AF_INET6) {
-      reinterpret_cast<sockaddr_in6*>(&address)->sin6_port = 0;
-    } else {
-      reinterpret_cast<sockaddr_in*>(&address)->sin_port = 0;
-    }
-    TDDP_CHECK(::bind(listen_fd, reinterpret_cast<sockaddr*>(&address), address_length(address)) == 0 &&
+    sockaddr_storage address = net::with_port(local, 0);
+    TDDP_CHECK(::bind(listen_fd, reinterpret_cast<sockaddr*>(&address), net::address_length(address)) == 0 &&
                    ::listen(listen_fd, 4) == 0,
                "RingAllreduce: rank {} cannot listen: {}", rank, errno_text(errno));
     socklen_t length = sizeof(address);
@@ -116,24 +84,24 @@ RingAllreduce::RingAllreduce(Store& store, const std::string& prefix, int rank, 
     send_fd_ = ::socket(peer.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     TDDP_CHECK(send_fd_ != -1, "RingAllreduce: socket failed: {}", errno_text(errno));
     const std::string to_right = fmt::format("RingAllreduce: rank {} connecting to rank {}", rank, right);
-    if (::connect(send_fd_, reinterpret_cast<sockaddr*>(&peer), address_length(peer)) != 0) {
+    if (::connect(send_fd_, reinterpret_cast<sockaddr*>(&peer), net::address_length(peer)) != 0) {
       TDDP_CHECK(errno == EINPROGRESS, "{}: {}", to_right, errno_text(errno));
-      if (!wait_for(send_fd_, POLLOUT, deadline)) throw TimeoutError(to_right + ": timed out");
+      if (!net::wait_ready(send_fd_, POLLOUT, deadline)) throw TimeoutError(to_right + ": timed out");
       int err = 0;
       socklen_t err_length = sizeof(err);
       getsockopt(send_fd_, SOL_SOCKET, SO_ERROR, &err, &err_length);
       TDDP_CHECK(err == 0, "{}: {}", to_right, errno_text(err));
     }
-    set_nodelay(send_fd_);
+    net::set_nodelay(send_fd_);
     Hello hello{kHelloMagic, rank};
     transfer_all(send_fd_, reinterpret_cast<char*>(&hello), sizeof(hello), true, deadline, to_right);
 
     // From the previous rank.
     const std::string from_left = fmt::format("RingAllreduce: rank {} waiting for rank {} to connect", rank, left);
-    if (!wait_for(listen_fd, POLLIN, deadline)) throw TimeoutError(from_left + ": timed out");
+    if (!net::wait_ready(listen_fd, POLLIN, deadline)) throw TimeoutError(from_left + ": timed out");
     recv_fd_ = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     TDDP_CHECK(recv_fd_ != -1, "{}: accept failed: {}", from_left, errno_text(errno));
-    set_nodelay(recv_fd_);
+    net::set_nodelay(recv_fd_);
     Hello theirs_hello{};
     transfer_all(recv_fd_, reinterpret_cast<char*>(&theirs_hello), sizeof(theirs_hello), false, deadline, from_left);
     TDDP_CHECK(theirs_hello.magic == kHelloMagic && theirs_hello.rank == left,

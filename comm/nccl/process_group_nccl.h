@@ -37,27 +37,19 @@
 
 namespace tinyddp::comm {
 
+namespace detail {
+class NcclCommunicator;
+}
+
+// CUDA tensors only, contiguous (NCCL reads and writes them in place), bool for moving data.
+inline constexpr TensorRules kNcclTensors{/*cpu=*/false, /*cuda=*/true, /*contiguous_only=*/true, /*bool_data=*/true,
+                                          "the NCCL backend takes CUDA tensors (use gloo for CPU tensors)"};
+
 class ProcessGroupNccl final : public ProcessGroup {
  public:
   ProcessGroupNccl(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options = {});
   // Waits (up to the timeout) for pending collectives, then releases the communicator.
   ~ProcessGroupNccl() override;
-
-  std::string backend() const override { return "nccl"; }
-
-  std::shared_ptr<Work> allreduce(const std::vector<Tensor>& tensors, ReduceOp op = ReduceOp::kSum) override;
-  using ProcessGroup::allreduce;
-  std::shared_ptr<Work> broadcast(const Tensor& tensor, int root = 0) override;
-  std::shared_ptr<Work> allgather(const std::vector<Tensor>& outputs, const Tensor& input) override;
-  std::shared_ptr<Work> gather(const std::vector<Tensor>& outputs, const Tensor& input, int root = 0) override;
-  std::shared_ptr<Work> scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root = 0) override;
-  std::shared_ptr<Work> reduce(const Tensor& tensor, int root = 0, ReduceOp op = ReduceOp::kSum) override;
-  std::shared_ptr<Work> reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
-                                       ReduceOp op = ReduceOp::kSum) override;
-  std::shared_ptr<Work> barrier() override;
-  std::shared_ptr<Work> send(const Tensor& tensor, int dst, int tag = 0) override;
-  std::shared_ptr<Work> recv(const Tensor& tensor, int src, int tag = 0) override;
-  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override;
 
   // Aborts the communicator: pending collectives fail with `reason`, and so does every later
   // call on this group (as the watchdog does at a timeout).
@@ -66,15 +58,32 @@ class ProcessGroupNccl final : public ProcessGroup {
   // is registered (see launch() in the .cc).
   void set_after_queued_for_testing(std::function<void()> fn);
 
-  class Impl;
+ protected:
+  std::shared_ptr<Work> allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, std::string what) override;
+  std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int root, std::string what) override;
+  std::shared_ptr<Work> allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, std::string what) override;
+  std::shared_ptr<Work> gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
+                                    std::string what) override;
+  std::shared_ptr<Work> scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
+                                     std::string what) override;
+  std::shared_ptr<Work> reduce_impl(const Tensor& tensor, int root, ReduceOp op, std::string what) override;
+  std::shared_ptr<Work> reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
+                                            std::string what) override;
+  std::shared_ptr<Work> barrier_impl(std::string what) override;
+  std::shared_ptr<Work> send_impl(const Tensor& tensor, int dst, int tag, std::string what) override;
+  std::shared_ptr<Work> recv_impl(const Tensor& tensor, int src, int tag, std::string what) override;
+  std::shared_ptr<ProcessGroup> create_subgroup(int id, int rank, int size) override;
+  // Every tensor on the device the communicator was created on.
+  void check_placement(const Tensor& t, const char* op, const std::string& what) const override;
 
  private:
   // gather (to_root) or scatter.
-  std::shared_ptr<Work> root_exchange(bool to_root, const Tensor& mine, const std::vector<Tensor>& at_root, int root);
+  std::shared_ptr<Work> root_exchange(bool to_root, const Tensor& mine, const std::vector<Tensor>& at_root, int root,
+                                      std::string what);
   // send (sending) or recv.
-  std::shared_ptr<Work> point_to_point(bool sending, const Tensor& tensor, int peer, int tag);
+  std::shared_ptr<Work> point_to_point(bool sending, const Tensor& tensor, int peer, std::string what);
 
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<detail::NcclCommunicator> impl_;
 };
 
 }  // namespace tinyddp::comm

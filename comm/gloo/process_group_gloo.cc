@@ -1,6 +1,6 @@
 // ProcessGroupGloo: rendezvous through our Store, one worker thread executing collectives in
 // issue order, and each collective mapped onto Gloo's API. See process_group_gloo.h.
-#include "comm/process_group_gloo.h"
+#include "comm/gloo/process_group_gloo.h"
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -21,9 +21,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "comm/gloo_small_allreduce.h"
-#include "comm/gloo_types.h"
-#include "comm/ring_allreduce.h"
+#include "comm/gloo/small_allreduce.h"
+#include "comm/flatten.h"
+#include "comm/gloo/element_types.h"
+#include "comm/gloo/ring_allreduce.h"
 #include "tensor/ops.h"
 
 namespace tinyddp::comm {
@@ -111,23 +112,13 @@ Tensor flatten_all(const std::vector<Tensor>& list) {
   Tensor flat = tensor::empty({total}, list.front().dtype());
   std::vector<Tensor> on_host;
   for (const Tensor& t : list) on_host.push_back(t.is_cpu() ? t : host_dense(t));
-  detail::flatten_into(on_host, flat);
+  flatten_into(on_host, flat);
   return flat;
 }
 
-void check_tensor(const Tensor& t, const char* op, const char* what) {
-  TDDP_CHECK(t.defined(), "ProcessGroupGloo {}: {} is an undefined tensor", op, what);
-  TDDP_CHECK(t.is_cpu() || t.is_cuda(), "ProcessGroupGloo {}: {} is on {}; the Gloo backend takes CPU and CUDA tensors",
-             op, what, t.device().str());
-}
-
-void check_like(const Tensor& t, const Tensor& reference, const char* op, const std::string& what) {
-  check_tensor(t, op, what.c_str());
-  TDDP_CHECK(t.dtype() == reference.dtype() && t.sizes() == reference.sizes(),
-             "ProcessGroupGloo {}: {} is {} {} but must be {} {}", op, what, tensor::dtype_name(t.dtype()),
-             tensor::format_shape(t.sizes()), tensor::dtype_name(reference.dtype()),
-             tensor::format_shape(reference.sizes()));
-}
+// CPU tensors, and CUDA tensors staged through the host (any layout: staging makes them dense).
+constexpr TensorRules kGlooTensors{/*cpu=*/true, /*cuda=*/true, /*contiguous_only=*/false, /*bool_data=*/false,
+                                   "the Gloo backend takes CPU and CUDA tensors"};
 
 bool is_timeout(const std::string& message) {
   return message.find("imed out") != std::string::npos || message.find("imeout") != std::string::npos;
@@ -150,11 +141,10 @@ void ignore_sigpipe_once() {
 }  // namespace
 
 ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options)
-    : ProcessGroup(rank, size), store_(std::move(store)), options_(std::move(options)) {
+    : ProcessGroup(rank, size, "gloo", "ProcessGroupGloo", kGlooTensors), store_(std::move(store)),
+      options_(std::move(options)) {
   ignore_sigpipe_once();
   TDDP_CHECK(store_ != nullptr, "ProcessGroupGloo: the store is null");
-  TDDP_CHECK(size >= 1 && rank >= 0 && rank < size, "ProcessGroupGloo: rank {} is not in [0, {}) for a group of size {}",
-             rank, size, size);
   // Announce this rank first, so that a failed rendezvous can say who never arrived.
   store_->set(fmt::format("tinyddp/joined/{}", rank), std::string("1"));
   try {
@@ -276,30 +266,14 @@ std::shared_ptr<Work> ProcessGroupGloo::start_p2p(std::string description, std::
   return work;
 }
 
-std::string ProcessGroupGloo::describe(const char* op, const Tensor& t, const std::string& extra) const {
-  return fmt::format("{} (rank {} of {}, {} x {}{}{})", op, rank_, size_, t.numel(), tensor::dtype_name(t.dtype()),
-                     extra.empty() ? "" : ", ", extra);
-}
-
-std::shared_ptr<Work> ProcessGroupGloo::allreduce(const std::vector<Tensor>& tensors, ReduceOp op) {
-  TDDP_CHECK(!tensors.empty(), "ProcessGroupGloo allreduce: no tensors given");
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    check_tensor(tensors[i], "allreduce", fmt::format("tensor {}", i).c_str());
-    TDDP_CHECK(tensors[i].dtype() == tensors[0].dtype(), "ProcessGroupGloo allreduce: tensors of different dtypes ({} and {})",
-               tensor::dtype_name(tensors[0].dtype()), tensor::dtype_name(tensors[i].dtype()));
-  }
-  TDDP_CHECK(op != ReduceOp::kAvg || tensors[0].is_floating_point(),
-             "ProcessGroupGloo allreduce: avg needs floating-point tensors, got {}", tensor::dtype_name(tensors[0].dtype()));
-  with_element_type(tensors[0].dtype(), "allreduce", [](auto) {});
+std::shared_ptr<Work> ProcessGroupGloo::allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, std::string what) {
   int64_t total = 0;
   for (const Tensor& t : tensors) total += t.numel();
-  const std::string what = fmt::format("allreduce (rank {} of {}, {} tensor(s), {} x {}, {})", rank_, size_, tensors.size(),
-                                       total, tensor::dtype_name(tensors[0].dtype()), reduce_op_name(op));
   // CPU tensors only: a CUDA tensor pays its staging copies anyway.
   if (small_allreduce_ && tensors[0].is_cpu() && detail::SmallAllreduce::takes(tensors[0].dtype(), total) && total > 0) {
-    return enqueue(what, [this, tensors, op, total](uint32_t) { small_allreduce_->run(tensors, op, total); });
+    return enqueue(std::move(what), [this, tensors, op, total](uint32_t) { small_allreduce_->run(tensors, op, total); });
   }
-  return enqueue(what, [this, tensors, op, total](uint32_t) {
+  return enqueue(std::move(what), [this, tensors, op, total](uint32_t) {
     const bool single = tensors.size() == 1;
     const Staged staged(single ? tensors[0] : flatten_all(tensors));
     if (total > 0 && ring_allreduce_) {  // a group of one holds the result already
@@ -313,16 +287,13 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce(const std::vector<Tensor>& ten
     if (single) {
       staged.write_back();
     } else {
-      detail::unflatten_into(staged.buffer, tensors);
+      unflatten_into(staged.buffer, tensors);
     }
   }, tensors);
 }
 
-std::shared_ptr<Work> ProcessGroupGloo::broadcast(const Tensor& tensor, int root) {
-  check_tensor(tensor, "broadcast", "tensor");
-  TDDP_CHECK(root >= 0 && root < size_, "ProcessGroupGloo broadcast: root {} is not a rank of this group of {}", root, size_);
-  with_element_type(tensor.dtype(), "broadcast", [](auto) {});
-  return enqueue(describe("broadcast", tensor, fmt::format("root {}", root)), [this, tensor, root](uint32_t tag) {
+std::shared_ptr<Work> ProcessGroupGloo::broadcast_impl(const Tensor& tensor, int root, std::string what) {
+  return enqueue(std::move(what), [this, tensor, root](uint32_t tag) {
     const Staged staged(tensor);
     if (tensor.numel() > 0) {
       with_element_type(tensor.dtype(), "broadcast", [&](auto tag_type) {
@@ -339,13 +310,9 @@ std::shared_ptr<Work> ProcessGroupGloo::broadcast(const Tensor& tensor, int root
   }, {tensor});
 }
 
-std::shared_ptr<Work> ProcessGroupGloo::allgather(const std::vector<Tensor>& outputs, const Tensor& input) {
-  check_tensor(input, "allgather", "input");
-  TDDP_CHECK(static_cast<int>(outputs.size()) == size_, "ProcessGroupGloo allgather: {} outputs given for a group of {}",
-             outputs.size(), size_);
-  for (size_t r = 0; r < outputs.size(); ++r) check_like(outputs[r], input, "allgather", fmt::format("output {}", r));
-  with_element_type(input.dtype(), "allgather", [](auto) {});
-  return enqueue(describe("allgather", input), [this, outputs, input](uint32_t tag) {
+std::shared_ptr<Work> ProcessGroupGloo::allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
+                                                       std::string what) {
+  return enqueue(std::move(what), [this, outputs, input](uint32_t tag) {
     const Tensor in = host_dense(input);
     const Tensor flat = tensor::empty({input.numel() * size_}, input.dtype());
     if (input.numel() > 0) {
@@ -359,22 +326,13 @@ std::shared_ptr<Work> ProcessGroupGloo::allgather(const std::vector<Tensor>& out
         gloo::allgather(opts);
       });
     }
-    detail::unflatten_into(flat, outputs);
+    unflatten_into(flat, outputs);
   }, {input});
 }
 
-std::shared_ptr<Work> ProcessGroupGloo::gather(const std::vector<Tensor>& outputs, const Tensor& input, int root) {
-  check_tensor(input, "gather", "input");
-  TDDP_CHECK(root >= 0 && root < size_, "ProcessGroupGloo gather: root {} is not a rank of this group of {}", root, size_);
-  if (rank_ == root) {
-    TDDP_CHECK(static_cast<int>(outputs.size()) == size_, "ProcessGroupGloo gather: the root needs {} outputs, got {}",
-               size_, outputs.size());
-    for (size_t r = 0; r < outputs.size(); ++r) check_like(outputs[r], input, "gather", fmt::format("output {}", r));
-  } else {
-    TDDP_CHECK(outputs.empty(), "ProcessGroupGloo gather: only the root (rank {}) passes outputs", root);
-  }
-  with_element_type(input.dtype(), "gather", [](auto) {});
-  return enqueue(describe("gather", input, fmt::format("root {}", root)), [this, outputs, input, root](uint32_t tag) {
+std::shared_ptr<Work> ProcessGroupGloo::gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
+                                                    std::string what) {
+  return enqueue(std::move(what), [this, outputs, input, root](uint32_t tag) {
     const Tensor in = host_dense(input);
     const Tensor flat = rank_ == root ? tensor::empty({input.numel() * size_}, input.dtype()) : Tensor();
     if (input.numel() > 0) {
@@ -389,22 +347,13 @@ std::shared_ptr<Work> ProcessGroupGloo::gather(const std::vector<Tensor>& output
         gloo::gather(opts);
       });
     }
-    if (rank_ == root) detail::unflatten_into(flat, outputs);
+    if (rank_ == root) unflatten_into(flat, outputs);
   }, {input});
 }
 
-std::shared_ptr<Work> ProcessGroupGloo::scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root) {
-  check_tensor(output, "scatter", "output");
-  TDDP_CHECK(root >= 0 && root < size_, "ProcessGroupGloo scatter: root {} is not a rank of this group of {}", root, size_);
-  if (rank_ == root) {
-    TDDP_CHECK(static_cast<int>(inputs.size()) == size_, "ProcessGroupGloo scatter: the root needs {} inputs, got {}",
-               size_, inputs.size());
-    for (size_t r = 0; r < inputs.size(); ++r) check_like(inputs[r], output, "scatter", fmt::format("input {}", r));
-  } else {
-    TDDP_CHECK(inputs.empty(), "ProcessGroupGloo scatter: only the root (rank {}) passes inputs", root);
-  }
-  with_element_type(output.dtype(), "scatter", [](auto) {});
-  return enqueue(describe("scatter", output, fmt::format("root {}", root)), [this, output, inputs, root](uint32_t tag) {
+std::shared_ptr<Work> ProcessGroupGloo::scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
+                                                     std::string what) {
+  return enqueue(std::move(what), [this, output, inputs, root](uint32_t tag) {
     const Staged staged(output);
     std::vector<Tensor> dense;
     for (const Tensor& t : inputs) dense.push_back(host_dense(t));
@@ -428,13 +377,8 @@ std::shared_ptr<Work> ProcessGroupGloo::scatter(const Tensor& output, const std:
   }, concat(inputs, output));
 }
 
-std::shared_ptr<Work> ProcessGroupGloo::reduce(const Tensor& tensor, int root, ReduceOp op) {
-  check_tensor(tensor, "reduce", "tensor");
-  TDDP_CHECK(root >= 0 && root < size_, "ProcessGroupGloo reduce: root {} is not a rank of this group of {}", root, size_);
-  TDDP_CHECK(op != ReduceOp::kAvg || tensor.is_floating_point(),
-             "ProcessGroupGloo reduce: avg needs floating-point tensors, got {}", tensor::dtype_name(tensor.dtype()));
-  with_element_type(tensor.dtype(), "reduce", [](auto) {});
-  return enqueue(describe("reduce", tensor, fmt::format("root {}, {}", root, reduce_op_name(op))),
+std::shared_ptr<Work> ProcessGroupGloo::reduce_impl(const Tensor& tensor, int root, ReduceOp op, std::string what) {
+  return enqueue(std::move(what),
                  [this, tensor, root, op](uint32_t tag) {
                    const Staged staged(tensor);
                    // Gloo's reduce leaves partial sums in non-root buffers: reduce a copy there.
@@ -458,17 +402,10 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce(const Tensor& tensor, int root, R
                  }, {tensor});
 }
 
-std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
-                                                       ReduceOp op) {
-  check_tensor(output, "reduce_scatter", "output");
-  TDDP_CHECK(static_cast<int>(inputs.size()) == size_, "ProcessGroupGloo reduce_scatter: {} inputs given for a group of {}",
-             inputs.size(), size_);
-  for (size_t r = 0; r < inputs.size(); ++r) check_like(inputs[r], output, "reduce_scatter", fmt::format("input {}", r));
-  TDDP_CHECK(op != ReduceOp::kAvg || output.is_floating_point(),
-             "ProcessGroupGloo reduce_scatter: avg needs floating-point tensors, got {}", tensor::dtype_name(output.dtype()));
-  with_element_type(output.dtype(), "reduce_scatter", [](auto) {});
+std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
+                                                            ReduceOp op, std::string what) {
   // Gloo has no reduce_scatter with this interface: allreduce every input, keep ours.
-  return enqueue(describe("reduce_scatter", output, reduce_op_name(op)), [this, output, inputs, op](uint32_t tag) {
+  return enqueue(std::move(what), [this, output, inputs, op](uint32_t tag) {
     const Tensor flat = flatten_all(inputs);
     if (flat.numel() > 0) {
       with_element_type(output.dtype(), "reduce_scatter", [&](auto tag_type) {
@@ -487,8 +424,8 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter(const Tensor& output, con
   }, inputs);
 }
 
-std::shared_ptr<Work> ProcessGroupGloo::barrier() {
-  return enqueue(fmt::format("barrier (rank {} of {})", rank_, size_), [this](uint32_t tag) {
+std::shared_ptr<Work> ProcessGroupGloo::barrier_impl(std::string what) {
+  return enqueue(std::move(what), [this](uint32_t tag) {
     gloo::BarrierOptions opts(context_);
     opts.setTag(tag);
     opts.setTimeout(options_.timeout);
@@ -501,26 +438,18 @@ namespace {
 constexpr uint64_t kP2PSlotBase = uint64_t{1} << 40;
 }  // namespace
 
-std::shared_ptr<Work> ProcessGroupGloo::send(const Tensor& tensor, int dst, int tag) {
-  check_tensor(tensor, "send", "tensor");
-  TDDP_CHECK(dst >= 0 && dst < size_ && dst != rank_, "ProcessGroupGloo send: destination {} is not another rank of this group of {}",
-             dst, size_);
-  TDDP_CHECK(tag >= 0, "ProcessGroupGloo send: tag must be >= 0, got {}", tag);
+std::shared_ptr<Work> ProcessGroupGloo::send_impl(const Tensor& tensor, int dst, int tag, std::string what) {
   // A copy now: the caller may reuse its tensor at once (from a GPU, after its kernels ran).
   const Tensor data = tensor.is_cpu() ? tensor.contiguous().clone() : tensor.to(tensor::kCPU);
-  return start_p2p(describe("send", tensor, fmt::format("to {}, tag {}", dst, tag)), [this, data, dst, tag] {
+  return start_p2p(std::move(what), [this, data, dst, tag] {
     auto buffer = context_->createUnboundBuffer(data.raw_data_ptr(), data.nbytes());
     buffer->send(dst, kP2PSlotBase + static_cast<uint64_t>(tag));
     buffer->waitSend(options_.timeout);
   });
 }
 
-std::shared_ptr<Work> ProcessGroupGloo::recv(const Tensor& tensor, int src, int tag) {
-  check_tensor(tensor, "recv", "tensor");
-  TDDP_CHECK(src >= 0 && src < size_ && src != rank_, "ProcessGroupGloo recv: source {} is not another rank of this group of {}",
-             src, size_);
-  TDDP_CHECK(tag >= 0, "ProcessGroupGloo recv: tag must be >= 0, got {}", tag);
-  return start_p2p(describe("recv", tensor, fmt::format("from {}, tag {}", src, tag)), [this, tensor, src, tag] {
+std::shared_ptr<Work> ProcessGroupGloo::recv_impl(const Tensor& tensor, int src, int tag, std::string what) {
+  return start_p2p(std::move(what), [this, tensor, src, tag] {
     const Staged staged(tensor);
     auto buffer = context_->createUnboundBuffer(staged.buffer.raw_data_ptr(), staged.buffer.nbytes());
     buffer->recv(src, kP2PSlotBase + static_cast<uint64_t>(tag));
@@ -529,18 +458,9 @@ std::shared_ptr<Work> ProcessGroupGloo::recv(const Tensor& tensor, int src, int 
   });
 }
 
-std::shared_ptr<ProcessGroup> ProcessGroupGloo::new_group(const std::vector<int>& ranks) {
-  TDDP_CHECK(!ranks.empty(), "new_group: the rank list is empty");
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    TDDP_CHECK(ranks[i] >= 0 && ranks[i] < size_, "new_group: rank {} is not in this group of {}", ranks[i], size_);
-    TDDP_CHECK(i == 0 || ranks[i] > ranks[i - 1], "new_group: ranks must be sorted and unique, got [{}]", fmt::join(ranks, ", "));
-  }
-  const int id = groups_created_++;  // the same on every rank: new_group is called in the same order
-  const auto it = std::find(ranks.begin(), ranks.end(), rank_);
-  if (it == ranks.end()) return nullptr;
-  auto store = std::make_shared<PrefixStore>(fmt::format("tinyddp/group{}", id), store_);
-  return std::make_shared<ProcessGroupGloo>(store, static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()),
-                                            options_);
+std::shared_ptr<ProcessGroup> ProcessGroupGloo::create_subgroup(int id, int rank, int size) {
+  return std::make_shared<ProcessGroupGloo>(std::make_shared<PrefixStore>(fmt::format("tinyddp/group{}", id), store_), rank,
+                                            size, options_);
 }
 
 }  // namespace tinyddp::comm

@@ -1,5 +1,5 @@
 // spawn_local and free_loopback_port: see spawn.h.
-#include "comm/spawn.h"
+#include "launcher/spawn.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -9,9 +9,9 @@
 #include <cstdlib>
 #include <vector>
 
-#include "tensor/error.h"
+#include "base/error.h"
 
-namespace tinyddp::comm {
+namespace tinyddp::launcher {
 
 int free_loopback_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -62,4 +62,4 @@ int spawn_local(int nproc, const std::function<int(int rank)>& rank_main, int po
   return failures;
 }
 
-}  // namespace tinyddp::comm
+}  // namespace tinyddp::launcher

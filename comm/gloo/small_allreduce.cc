@@ -1,11 +1,12 @@
 // SmallAllreduce: see gloo_small_allreduce.h.
-#include "comm/gloo_small_allreduce.h"
+#include "comm/gloo/small_allreduce.h"
 
 #include <gloo/allreduce_ring.h>
 #include <gloo/allreduce_ring_chunked.h>
 #include <gloo/context.h>
 
-#include "comm/gloo_types.h"
+#include "comm/flatten.h"
+#include "comm/gloo/element_types.h"
 #include "tensor/ops.h"
 
 namespace tinyddp::comm::detail {

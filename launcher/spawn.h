@@ -7,7 +7,7 @@
 #include <string>
 #include <functional>
 
-namespace tinyddp::comm {
+namespace tinyddp::launcher {
 
 // A TCP port on 127.0.0.1 that was free a moment ago (bound and released).
 int free_loopback_port();
@@ -17,4 +17,4 @@ int free_loopback_port();
 // returns how many did not exit with status 0.
 int spawn_local(int nproc, const std::function<int(int rank)>& rank_main, int port = 0);
 
-}  // namespace tinyddp::comm
+}  // namespace tinyddp::launcher

@@ -44,22 +44,23 @@ class ProcessGroupGloo final : public ProcessGroup {
   // Lets queued work finish (each bounded by the timeout), then stops the worker.
   ~ProcessGroupGloo() override;
 
-  std::string backend() const override { return "gloo"; }
   const ProcessGroupOptions& options() const { return options_; }
 
-  std::shared_ptr<Work> allreduce(const std::vector<Tensor>& tensors, ReduceOp op = ReduceOp::kSum) override;
-  using ProcessGroup::allreduce;
-  std::shared_ptr<Work> broadcast(const Tensor& tensor, int root = 0) override;
-  std::shared_ptr<Work> allgather(const std::vector<Tensor>& outputs, const Tensor& input) override;
-  std::shared_ptr<Work> gather(const std::vector<Tensor>& outputs, const Tensor& input, int root = 0) override;
-  std::shared_ptr<Work> scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root = 0) override;
-  std::shared_ptr<Work> reduce(const Tensor& tensor, int root = 0, ReduceOp op = ReduceOp::kSum) override;
-  std::shared_ptr<Work> reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
-                                       ReduceOp op = ReduceOp::kSum) override;
-  std::shared_ptr<Work> barrier() override;
-  std::shared_ptr<Work> send(const Tensor& tensor, int dst, int tag = 0) override;
-  std::shared_ptr<Work> recv(const Tensor& tensor, int src, int tag = 0) override;
-  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override;
+ protected:
+  std::shared_ptr<Work> allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, std::string what) override;
+  std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int root, std::string what) override;
+  std::shared_ptr<Work> allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, std::string what) override;
+  std::shared_ptr<Work> gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
+                                    std::string what) override;
+  std::shared_ptr<Work> scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
+                                     std::string what) override;
+  std::shared_ptr<Work> reduce_impl(const Tensor& tensor, int root, ReduceOp op, std::string what) override;
+  std::shared_ptr<Work> reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
+                                            std::string what) override;
+  std::shared_ptr<Work> barrier_impl(std::string what) override;
+  std::shared_ptr<Work> send_impl(const Tensor& tensor, int dst, int tag, std::string what) override;
+  std::shared_ptr<Work> recv_impl(const Tensor& tensor, int src, int tag, std::string what) override;
+  std::shared_ptr<ProcessGroup> create_subgroup(int id, int rank, int size) override;
 
  private:
   // Queues `run` for the worker; the returned Work finishes when it has run. For the CUDA
@@ -71,7 +72,6 @@ class ProcessGroupGloo final : public ProcessGroup {
   void worker_loop();
   // Runs a point-to-point operation on a thread of its own (not behind queued collectives).
   std::shared_ptr<Work> start_p2p(std::string description, std::function<void()> run);
-  std::string describe(const char* op, const Tensor& tensor, const std::string& extra = "") const;
 
   std::shared_ptr<Store> store_;
   ProcessGroupOptions options_;
@@ -81,7 +81,6 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::unique_ptr<detail::SmallAllreduce> small_allreduce_;
   // Larger allreduces (used by the worker only; null for a group of one).
   std::unique_ptr<detail::RingAllreduce> ring_allreduce_;
-  int groups_created_ = 0;
 
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;

@@ -1,4 +1,4 @@
-// Element types and reductions shared by ProcessGroupGloo's collectives (internal).
+// Element types and reductions shared by ProcessGroupGloo's collectives (internal to comm/gloo).
 #pragma once
 
 #include <type_traits>
@@ -51,24 +51,6 @@ decltype(auto) with_reduce_op(ReduceOp op, F&& f) {
     case ReduceOp::kSum: break;
   }
   return f(std::integral_constant<ReduceOp, ReduceOp::kSum>{});
-}
-
-// Copies the tensors of `list` end to end into `flat` (which holds at least their elements).
-inline void flatten_into(const std::vector<Tensor>& list, const Tensor& flat) {
-  int64_t offset = 0;
-  for (const Tensor& t : list) {
-    flat.narrow(0, offset, t.numel()).view(t.sizes()).copy_(t);
-    offset += t.numel();
-  }
-}
-
-// Copies consecutive slices of `flat` back into the tensors of `list`.
-inline void unflatten_into(const Tensor& flat, const std::vector<Tensor>& list) {
-  int64_t offset = 0;
-  for (const Tensor& t : list) {
-    t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
-    offset += t.numel();
-  }
 }
 
 }  // namespace tinyddp::comm::detail

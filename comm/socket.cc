@@ -1,0 +1,77 @@
+// Socket helpers: see socket.h.
+#include "comm/socket.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace tinyddp::comm::net {
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+bool wait_ready(int fd, short events, Clock::time_point deadline, int wake_fd) {
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left < 0) return false;
+    pollfd fds[2] = {{fd, events, 0}, {wake_fd, POLLIN, 0}};
+    // At most a second per poll: a deadline of time_point::max() still wakes now and then.
+    const int n = ::poll(fds, wake_fd >= 0 ? 2 : 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return true;  // the next call on fd reports the error
+    if (wake_fd >= 0 && (fds[1].revents & POLLIN) != 0) return false;
+    if (n > 0 && fds[0].revents != 0) return true;
+  }
+}
+
+std::string transfer_exact(int fd, void* data, size_t size, bool sending, Clock::time_point deadline, int wake_fd) {
+  auto* p = static_cast<char*>(data);
+  while (size > 0) {
+    if (!wait_ready(fd, sending ? POLLOUT : POLLIN, deadline, wake_fd)) {
+      return sending ? "timed out while writing" : "timed out or shut down while reading";
+    }
+    const ssize_t n = sending ? ::send(fd, p, size, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recv(fd, p, size, MSG_DONTWAIT);
+    if (n == 0 && !sending) return "connection closed by the peer";
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      return errno_text(errno);
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return "";
+}
+
+void set_nodelay(int fd) {
+  const int on = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+}
+
+socklen_t address_length(const sockaddr_storage& a) {
+  return a.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+}
+
+uint16_t port_of(const sockaddr_storage& a) {
+  return ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port
+                                       : reinterpret_cast<const sockaddr_in*>(&a)->sin_port);
+}
+
+sockaddr_storage with_port(sockaddr_storage a, uint16_t port) {
+  if (a.ss_family == AF_INET6) {
+    reinterpret_cast<sockaddr_in6*>(&a)->sin6_port = htons(port);
+  } else {
+    reinterpret_cast<sockaddr_in*>(&a)->sin_port = htons(port);
+  }
+  return a;
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+}  // namespace tinyddp::comm::net
