@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "comm/flatten.h"
 #include "comm/init.h"
 #include "tensor/ops.h"
 
@@ -70,7 +71,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   if (options_.timeline().empty()) {
     if (const char* env = std::getenv("TINYDDP_DDP_TIMELINE"); env != nullptr && *env != '\0') options_.timeline(env);
   }
-  if (!options_.timeline().empty()) reducer_->enable_timeline();
+  if (!options_.timeline().empty()) reducer_->recorder().enable_timeline();
 }
 
 std::vector<Tensor> DistributedDataParallel::module_states() const {
@@ -102,7 +103,7 @@ DistributedDataParallel::~DistributedDataParallel() {
 
 void DistributedDataParallel::write_timeline(const std::string& path) const {
   TDDP_CHECK(!options_.timeline().empty(), "write_timeline: the timeline option is off (DDPOptions().timeline(path))");
-  reducer_->timeline().write(path, pg_->rank());
+  reducer_->recorder().timeline().write(path, pg_->rank());
 }
 
 void DistributedDataParallel::verify_same_parameters(const std::vector<std::string>& names) const {
@@ -174,24 +175,15 @@ void DistributedDataParallel::broadcast_coalesced(const std::vector<Tensor>& ten
     while (start < group.size()) {
       // One chunk: tensors up to about kChunkBytes, flattened into one buffer.
       size_t end = start;
-      int64_t bytes = 0, numel = 0;
+      int64_t bytes = 0;
       while (end < group.size() && (end == start || bytes + static_cast<int64_t>(group[end].nbytes()) <= kChunkBytes)) {
         bytes += static_cast<int64_t>(group[end].nbytes());
-        numel += group[end].numel();
         ++end;
       }
-      const Tensor flat = tensor::empty({numel}, tensor::TensorOptions(group[start].dtype()).device(group[start].device()));
-      int64_t offset = 0;
-      for (size_t i = start; i < end; ++i) {
-        flat.narrow(0, offset, group[i].numel()).view(group[i].sizes()).copy_(group[i]);
-        offset += group[i].numel();
-      }
+      const std::vector<Tensor> chunk(group.begin() + static_cast<int64_t>(start), group.begin() + static_cast<int64_t>(end));
+      const Tensor flat = comm::flatten(chunk);
       pg_->broadcast(flat, root)->wait();
-      offset = 0;
-      for (size_t i = start; i < end; ++i) {
-        group[i].copy_(flat.narrow(0, offset, group[i].numel()).view(group[i].sizes()));
-        offset += group[i].numel();
-      }
+      comm::unflatten_into(flat, chunk);
       start = end;
     }
   }
@@ -226,9 +218,9 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
     should_sync_flag_ = tensor::from_vector(std::vector<int64_t>{require_sync_ ? 1 : 0}, {}, control_device_);
     should_sync_work_ = pg_->allreduce(should_sync_flag_);
   }
-  reducer_->record_forward_start();
+  reducer_->recorder().forward_start();
   const Tensor out = module_->forward(input);
-  reducer_->record_forward_end();
+  reducer_->recorder().forward_end();
   require_forward_param_sync_ = synchronize;
   if (synchronize) {
     reducer_->prepare_for_backward(options_.find_unused_parameters() && !options_.static_graph() ? std::vector<Tensor>{out}

@@ -86,4 +86,38 @@ void DistributedDataParallel::join_hook_post(bool is_last_joiner) {
   broadcast_coalesced(module_states(), find_common_rank(is_last_joiner));
 }
 
+// ---- The Reducer's side of Join -----------------------------------------------------------------
+
+void Reducer::set_forward_pass_work_handle(std::shared_ptr<comm::Work> work, Tensor active_ranks,
+                                           bool use_static_world_size) {
+  forward_pass_work_ = std::move(work);
+  forward_pass_active_ = std::move(active_ranks);
+  use_static_world_size_ = use_static_world_size;
+}
+
+void Reducer::match_backward_collectives() {
+  tensor::NoGradGuard no_grad;
+  // The others' synchronised backward, counted as ours (static_graph's first iteration).
+  ++num_bwd_calls_;
+  const bool static_first = static_graph_first_iteration();
+  const auto zero_map = [&] {
+    const Tensor zeros =
+        tensor::zeros({static_cast<int64_t>(params_.size())}, tensor::TensorOptions(tensor::kInt64).device(control_device_));
+    pg_->allreduce(zeros)->wait();
+  };
+  if (static_first) zero_map();  // delay_all_reduce sends the map before the buckets
+  std::vector<std::shared_ptr<Future>> futures;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    GradBucket zeros = make_grad_bucket(b, tensor::zeros_like(buckets_[b].contents));
+    futures.push_back(comm_hook_(zeros));
+  }
+  for (auto& f : futures) f->wait();
+  if (dynamic_graph_find_unused()) zero_map();  // the others send it after their last bucket
+  // Take part in the one-time rebuild the others' first iteration leads to (static_graph:
+  // their second, the first one being delay_all_reduce's).
+  if (should_rebuild_buckets() && !static_first && rebuilt_param_indices_.empty()) {
+    for (size_t i = 0; i < params_.size(); ++i) rebuilt_param_indices_.push_back(i);
+  }
+}
+
 }  // namespace tinyddp::ddp

@@ -1,12 +1,11 @@
 // The Reducer: see reducer.h. The functions follow one synchronised iteration: construction,
-// the forward-side steps, then backward (autograd_hook -> mark_variable_ready -> copy into the
-// bucket -> mark_bucket_ready -> the hook's allreduce), then finalize_backward, then Join's
-// mirror and the statistics.
+// the forward-side steps (rebuild_buckets, prepare_for_backward), then backward
+// (autograd_hook -> mark_variable_ready -> copy_grad_to_bucket -> mark_bucket_ready ->
+// all_reduce_bucket), then finalize_backward (-> copy_bucket_to_grad). The unused-parameter
+// steps are in unused_parameters.cc, Join's in join.cc, statistics in recorder.cc.
 #include "ddp/reducer.h"
 
 #include <algorithm>
-#include <unordered_map>
-#include <unordered_set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -33,12 +32,12 @@ bool aliases(const Tensor& a, const Tensor& b) {
 Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std::shared_ptr<comm::ProcessGroup> pg,
                  ReducerOptions options)
     : params_(std::move(params)), names_(std::move(names)), pg_(std::move(pg)),
-      control_device_(control_device(*pg_, params_)), options_(options), comm_hook_(hooks::allreduce(pg_)) {
+      control_device_(control_device(*pg_, params_)), options_(options), comm_hook_(hooks::allreduce(pg_)),
+      recorder_(params_.empty() || !params_[0].is_cuda() ? -1 : params_[0].device().index) {
   TDDP_CHECK(!params_.empty(), "Reducer: no parameters to reduce");
   TDDP_CHECK(params_.size() == names_.size(), "Reducer: {} parameters but {} names", params_.size(), names_.size());
   initialize_buckets(assign_buckets(params_, reverse_order(params_.size()), options_.first_bucket_cap_bytes,
                                     options_.bucket_cap_bytes));
-  if (params_[0].is_cuda()) timing_device_ = params_[0].device().index;
   per_iteration_ready_.assign(params_.size(), false);
   local_used_map_.assign(params_.size(), 0);
   num_grad_hooks_triggered_.assign(params_.size(), 0);
@@ -170,32 +169,6 @@ bool Reducer::rebuild_buckets() {
   return true;
 }
 
-void Reducer::search_unused_parameters(const std::vector<Tensor>& outputs) {
-  // Walk the graph from the outputs; the accumulators it does not reach belong to unused
-  // parameters (they will not get a gradient in this backward).
-  std::unordered_map<const autograd::Node*, size_t> accumulator_index;
-  for (size_t i = 0; i < params_.size(); ++i) accumulator_index[params_[i].grad_accumulator().get()] = i;
-  std::vector<bool> reached(params_.size(), false);
-  std::unordered_set<const autograd::Node*> seen;
-  std::vector<const autograd::Node*> stack;
-  for (const Tensor& out : outputs) {
-    if (out.defined() && out.grad_fn()) stack.push_back(out.grad_fn().get());
-  }
-  while (!stack.empty()) {
-    const autograd::Node* node = stack.back();
-    stack.pop_back();
-    if (!seen.insert(node).second) continue;
-    if (auto it = accumulator_index.find(node); it != accumulator_index.end()) reached[it->second] = true;
-    for (const autograd::Edge& e : node->next_edges()) {
-      if (e.is_valid()) stack.push_back(e.function.get());
-    }
-  }
-  unused_parameters_.clear();
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!reached[i]) unused_parameters_.push_back(i);
-  }
-}
-
 void Reducer::reset_bucket_counting() {
   next_bucket_ = 0;
   for (Bucket& b : buckets_) {
@@ -216,13 +189,6 @@ void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
   if (dynamic_graph_find_unused()) search_unused_parameters(outputs);
 }
 
-void Reducer::set_forward_pass_work_handle(std::shared_ptr<comm::Work> work, Tensor active_ranks,
-                                           bool use_static_world_size) {
-  forward_pass_work_ = std::move(work);
-  forward_pass_active_ = std::move(active_ranks);
-  use_static_world_size_ = use_static_world_size;
-}
-
 void Reducer::set_divide_factor() {
   if (div_factor_ != kUnsetDivFactor) return;
   div_factor_ = pg_->size();
@@ -239,7 +205,7 @@ void Reducer::autograd_hook(size_t i) {
     // The first gradient of a synchronised backward pass.
     first_autograd_hook_called_ = true;
     ++num_bwd_calls_;
-    backward_start_ = Engine::backward_started_at();
+    recorder_.backward_start(Engine::backward_started_at());
   }
   // The parameter got a gradient since the last synchronised backward: it counts as used,
   // also inside no_sync (its accumulated .grad must be reduced).
@@ -252,11 +218,8 @@ void Reducer::autograd_hook(size_t i) {
     Engine::queue_callback([this] { backward_completed_ = true; });
   }
   NoGradGuard no_grad;
-  const auto now = Timeline::Clock::now();
-  last_hook_ = now;
-  mark(marks_.backward_end);
+  recorder_.gradient_ready(names_[i]);
   grad_ready_order_.push_back(i);
-  if (timeline_enabled_) timeline_.instant("grad ready: " + names_[i], now);
 
   if (static_graph_first_iteration()) {
     // The first iteration of a static graph only counts the hooks; everything is reduced
@@ -324,7 +287,7 @@ void Reducer::copy_grad_to_bucket(size_t i) {
   Bucket& bucket = buckets_[bucket_of_[i]];
   const Tensor& view = views_[i];
   Tensor& grad = params_[i].mutable_grad();
-  const auto start = Timeline::Clock::now();
+  const auto start = Recorder::Clock::now();
   if (!grad.defined()) {
     view.zero_();  // no gradient (an unused parameter): contributes nothing
     return;
@@ -349,9 +312,7 @@ void Reducer::copy_grad_to_bucket(size_t i) {
     }
     if (options_.gradient_as_bucket_view) grad = view;
   }
-  if (timeline_enabled_) {
-    timeline_.span("into bucket " + std::to_string(bucket_of_[i]) + ": " + names_[i], start, Timeline::Clock::now());
-  }
+  recorder_.gradient_copied(bucket_of_[i], names_[i], start);
 }
 
 void Reducer::mark_bucket_ready(size_t b) {
@@ -370,55 +331,16 @@ GradBucket Reducer::make_grad_bucket(size_t b, Tensor buffer) const {
 
 void Reducer::all_reduce_bucket(size_t b) {
   Bucket& bucket = buckets_[b];
+  const bool first = launch_order_.empty();
+  recorder_.bucket_launching(first);
   GradBucket grad_bucket = make_grad_bucket(b, bucket.contents);
-  if (launch_order_.empty()) mark(marks_.comm_start);  // before the hook queues its kernels
   bucket.future = comm_hook_(grad_bucket);
   TDDP_CHECK(bucket.future != nullptr, "DistributedDataParallel: the communication hook returned no future for bucket {}", b);
-  bucket.launched_at = Timeline::Clock::now();
-  if (launch_order_.empty()) first_launch_ = bucket.launched_at;
-  if (timeline_enabled_) timeline_.instant("bucket " + std::to_string(b) + " launched", bucket.launched_at);
+  recorder_.bucket_launched(b, first);
   launch_order_.push_back(b);
 }
 
-void Reducer::all_reduce_local_used_map() {
-  local_used_map_dev_ = tensor::from_vector(local_used_map_, {}, control_device_);
-  local_used_work_ = pg_->allreduce(local_used_map_dev_);
-  local_used_map_reduced_ = false;
-}
-
-void Reducer::delay_all_reduce() {
-  // static_graph's first iteration, after the whole backward: the parameters whose hook never
-  // fired are the unused ones from now on; every gradient goes into its bucket and every
-  // bucket is reduced, in order.
-  all_reduce_local_used_map();
-  unused_parameters_.clear();
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (num_grad_hooks_triggered_[i] == 0) unused_parameters_.push_back(i);
-  }
-  require_finalize_ = true;
-  set_divide_factor();
-  for (size_t i = 0; i < params_.size(); ++i) {
-    per_iteration_ready_[i] = true;
-    copy_grad_to_bucket(i);
-  }
-  for (Bucket& b : buckets_) b.pending = 0;
-  mark_bucket_ready(0);
-  finalize_backward();
-}
-
 // ---- finalize_backward: wait, then write the averages to .grad --------------------------------
-
-bool Reducer::globally_unused(size_t i) {
-  if (!options_.static_graph && !options_.find_unused_parameters) return false;
-  // Used here means used somewhere; only a locally unused parameter needs the reduced map.
-  if (local_used_map_[i] != 0) return false;
-  if (!local_used_map_reduced_) {
-    local_used_work_->wait();
-    local_used_map_ = local_used_map_dev_.to_vector<int64_t>();
-    local_used_map_reduced_ = true;
-  }
-  return local_used_map_[i] == 0;
-}
 
 void Reducer::copy_bucket_to_grad(size_t i, const Tensor& reduced_view, bool global_unused) {
   if (global_unused) return;  // no rank used it: .grad stays as it was
@@ -458,144 +380,21 @@ void Reducer::finalize_bucket_dense(Bucket& bucket, const Tensor& result) {
 
 void Reducer::finalize_backward() {
   NoGradGuard no_grad;
-  expect_autograd_hooks_ = false;
+  const auto start = Recorder::Clock::now();
+  expect_autograd_hooks_ = false;  // until the next prepare_for_backward
   first_autograd_hook_called_ = false;
   require_finalize_ = false;
   delay_all_reduce_queued_ = false;
-  const auto finalize_start = Timeline::Clock::now();
-  Timeline::Clock::time_point comm_end = first_launch_;
-  for (Bucket& bucket : buckets_) {
-    const Tensor result = bucket.future->wait();
-    comm_end = std::max(comm_end, bucket.future->completed_at().value_or(Timeline::Clock::now()));
-    finalize_bucket_dense(bucket, result);
+  // Wait for each bucket's reduction, in order, and write its averages to .grad.
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const Tensor result = buckets_[b].future->wait();
+    recorder_.bucket_waited(b, buckets_[b].future->completed_at());
+    finalize_bucket_dense(buckets_[b], result);
   }
   div_factor_ = kUnsetDivFactor;  // Join may change it next time
   forward_pass_work_.reset();
-  if ((dynamic_graph_find_unused() || static_graph_first_iteration()) && !local_used_map_reduced_) {
-    local_used_work_->wait();
-  }
-  if (dynamic_graph_find_unused()) {
-    std::fill(local_used_map_.begin(), local_used_map_.end(), 0);
-    local_used_map_reduced_ = false;
-  }
-  record_iteration(finalize_start, comm_end);
-}
-
-// ---- Join: a joined rank mirrors one iteration of the others ----------------------------------
-
-void Reducer::match_backward_collectives() {
-  NoGradGuard no_grad;
-  // The others' synchronised backward, counted as ours (static_graph's first iteration).
-  ++num_bwd_calls_;
-  const bool static_first = static_graph_first_iteration();
-  const auto zero_map = [&] {
-    const Tensor zeros =
-        tensor::zeros({static_cast<int64_t>(params_.size())}, tensor::TensorOptions(tensor::kInt64).device(control_device_));
-    pg_->allreduce(zeros)->wait();
-  };
-  if (static_first) zero_map();  // delay_all_reduce sends the map before the buckets
-  std::vector<std::shared_ptr<Future>> futures;
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    GradBucket zeros = make_grad_bucket(b, tensor::zeros_like(buckets_[b].contents));
-    futures.push_back(comm_hook_(zeros));
-  }
-  for (auto& f : futures) f->wait();
-  if (dynamic_graph_find_unused()) zero_map();  // the others send it after their last bucket
-  // Take part in the one-time rebuild the others' first iteration leads to (static_graph:
-  // their second, the first one being delay_all_reduce's).
-  if (should_rebuild_buckets() && !static_first && rebuilt_param_indices_.empty()) {
-    for (size_t i = 0; i < params_.size(); ++i) rebuilt_param_indices_.push_back(i);
-  }
-}
-
-// ---- Statistics --------------------------------------------------------------------------------
-
-void Reducer::mark(tensor::cuda::StreamMark& slot) const {
-  if (timing_device_ >= 0) slot = tensor::cuda::StreamMark::record(timing_device_, /*timing=*/true);
-}
-
-void Reducer::record_forward_start() {
-  forward_start_ = Timeline::Clock::now();
-  marks_ = DeviceMarks();
-  mark(marks_.forward_start);
-}
-
-void Reducer::record_forward_end() {
-  forward_end_ = Timeline::Clock::now();
-  mark(marks_.forward_end);
-  if (timeline_enabled_) timeline_.span("forward", forward_start_, forward_end_);
-}
-
-std::optional<Reducer::Times> Reducer::measure(const DeviceMarks& m) {
-  if (!m.forward_start.defined() || !m.forward_end.defined() || !m.backward_end.defined() || !m.comm_start.defined() ||
-      !m.comm_end.defined()) {
-    return std::nullopt;
-  }
-  using tensor::cuda::StreamMark;
-  constexpr double kUs = 1000.0;  // per millisecond
-  const double comm = StreamMark::elapsed_ms(m.comm_start, m.comm_end) * kUs;
-  // Backward compute: from the end of forward (the loss and backward's kernels follow on the
-  // same stream) to the last gradient.
-  return Times{StreamMark::elapsed_ms(m.forward_start, m.forward_end) * kUs,
-               StreamMark::elapsed_ms(m.forward_end, m.backward_end) * kUs, comm,
-               std::clamp(StreamMark::elapsed_ms(m.comm_start, m.backward_end) * kUs, 0.0, comm)};
-}
-
-void Reducer::add_times(const Times& t, DDPStats& stats, Times& sums, int64_t& measured) {
-  stats.last_forward_compute_us = t[0];
-  stats.last_backward_compute_us = t[1];
-  stats.last_backward_comm_us = t[2];
-  stats.last_overlap_us = t[3];
-  for (size_t k = 0; k < t.size(); ++k) sums[k] += t[k];
-  ++measured;
-}
-
-void Reducer::record_iteration(Timeline::Clock::time_point finalize_start, Timeline::Clock::time_point comm_end) {
-  const auto us = [](auto from, auto to) { return std::max(0.0, std::chrono::duration<double, std::micro>(to - from).count()); };
-  const auto end = Timeline::Clock::now();
-  stats_.iterations += 1;
-  if (timing_device_ >= 0) {
-    // The previous iteration's marks have long passed; this one's are measured next time.
-    mark(marks_.comm_end);
-    if (unmeasured_) {
-      if (const auto times = measure(*unmeasured_)) add_times(*times, stats_, sums_, measured_iterations_);
-    }
-    unmeasured_ = marks_;
-  } else {
-    add_times(Times{us(forward_start_, forward_end_), us(backward_start_, last_hook_), us(first_launch_, comm_end),
-                    us(first_launch_, std::min(last_hook_, comm_end))},
-              stats_, sums_, measured_iterations_);
-  }
-  if (timeline_enabled_) {
-    timeline_.span("backward (to the last gradient)", backward_start_, last_hook_);
-    for (size_t b = 0; b < buckets_.size(); ++b) {
-      // Launch instants are on the compute track; each allreduce's span on the communication
-      // track, ending when the host saw it end (NCCL: at the latest, when finalize ended).
-      const auto done = buckets_[b].future->completed_at().value_or(end);
-      timeline_.span(fmt::format("allreduce bucket {} ({} KiB)", b, buckets_[b].contents.nbytes() >> 10),
-                     buckets_[b].launched_at, done, Timeline::kCommunication);
-    }
-    timeline_.span("finalize", finalize_start, end);
-  }
-}
-
-DDPStats Reducer::stats() const {
-  DDPStats out = stats_;
-  out.bucket_bytes = assignment_.bytes;
-  out.buckets_rebuilt = has_rebuilt_bucket_;
-  Times sums = sums_;
-  int64_t measured = measured_iterations_;
-  if (unmeasured_) {
-    if (const auto times = measure(*unmeasured_)) add_times(*times, out, sums, measured);  // waits for the GPU
-  }
-  if (measured > 0) {
-    const double n = static_cast<double>(measured);
-    out.avg_forward_compute_us = sums[0] / n;
-    out.avg_backward_compute_us = sums[1] / n;
-    out.avg_backward_comm_us = sums[2] / n;
-    out.avg_overlap_us = sums[3] / n;
-  }
-  return out;
+  finish_local_used_map();
+  recorder_.finalized(start, assignment_.bytes);
 }
 
 }  // namespace tinyddp::ddp

@@ -10,9 +10,7 @@
 // mark_bucket_ready -> the comm hook's allreduce -> finalize_backward -> param.grad.
 #pragma once
 
-#include <array>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,8 +18,7 @@
 #include "comm/process_group.h"
 #include "ddp/buckets.h"
 #include "ddp/comm_hooks.h"
-#include "ddp/timeline.h"
-#include "tensor/cuda.h"
+#include "ddp/recorder.h"
 
 namespace tinyddp::ddp {
 
@@ -36,24 +33,6 @@ struct ReducerOptions {
   // backward and learns which parameters are unused and how often each hook fires; later
   // iterations reuse that (no graph search, no used-parameter allreduce).
   bool static_graph = false;
-};
-
-// Runtime statistics, as PyTorch's DDP logging data. Times in microseconds; "last" is the
-// most recent synchronised iteration, "avg" the mean over all of them. Backward compute runs
-// from the start of backward to the last gradient; communication from the first bucket
-// launch to the last allreduce completion; overlap is the part of communication that ran
-// while backward was still computing. With the parameters on a GPU the four times are GPU
-// times, measured as PyTorch does with CUDA events on the compute stream (forward start and
-// end, the last gradient, the first bucket launch, the end of finalize, which waits for every
-// allreduce): host clocks see only when work was queued, and an NCCL allreduce finishes on
-// the GPU after backward returned. Such an iteration is measured at the next one (so that
-// nothing waits for the GPU), or when stats() is called.
-struct DDPStats {
-  std::vector<size_t> bucket_bytes;
-  bool buckets_rebuilt = false;
-  int64_t iterations = 0;
-  double last_forward_compute_us = 0, last_backward_compute_us = 0, last_backward_comm_us = 0, last_overlap_us = 0;
-  double avg_forward_compute_us = 0, avg_backward_compute_us = 0, avg_backward_comm_us = 0, avg_overlap_us = 0;
 };
 
 // Where DDP's own small collectives (parameter descriptions, unused-parameter bitmaps, join
@@ -105,12 +84,10 @@ class Reducer {
   // (as PyTorch: register_comm_hook can only be called once).
   void register_comm_hook(CommHook hook);
 
-  // Around DDP's call of the module's forward.
-  void record_forward_start();
-  void record_forward_end();
-  DDPStats stats() const;
-  void enable_timeline() { timeline_enabled_ = true; }
-  const Timeline& timeline() const { return timeline_; }
+  // Statistics and the timeline (DDP calls its forward_start/forward_end around the module).
+  Recorder& recorder() { return recorder_; }
+  const Recorder& recorder() const { return recorder_; }
+  DDPStats stats() const { return recorder_.stats(assignment_.bytes, has_rebuilt_bucket_); }
 
  private:
   struct Bucket {
@@ -120,7 +97,6 @@ class Reducer {
     int inverse_div_of = 0;  // the divisor inverse_div holds
     size_t pending = 0;
     std::shared_ptr<Future> future;
-    Timeline::Clock::time_point launched_at{};
   };
 
   // Backward, in the order things happen.
@@ -135,6 +111,7 @@ class Reducer {
   void delay_all_reduce();
   void finalize_backward();
   void finalize_bucket_dense(Bucket& bucket, const Tensor& result);
+  void finish_local_used_map();
   void copy_bucket_to_grad(size_t param, const Tensor& reduced_view, bool global_unused);
   bool globally_unused(size_t param);
 
@@ -144,7 +121,6 @@ class Reducer {
   void search_unused_parameters(const std::vector<Tensor>& outputs);
   void ensure_prior_reduction_finished() const;
   void check_not_marked_twice(size_t param) const;
-  void record_iteration(Timeline::Clock::time_point finalize_start, Timeline::Clock::time_point comm_end);
 
   bool dynamic_graph_find_unused() const { return options_.find_unused_parameters && !options_.static_graph; }
   bool static_graph_first_iteration() const { return options_.static_graph && num_bwd_calls_ == 1; }
@@ -207,28 +183,7 @@ class Reducer {
   Tensor forward_pass_active_;
   bool use_static_world_size_ = true;
 
-  // Statistics of the current iteration and the running sums.
-  Timeline::Clock::time_point forward_start_{}, forward_end_{}, backward_start_{}, last_hook_{}, first_launch_{};
-  DDPStats stats_;
-  // Forward, backward compute, communication, overlap: sums over the measured iterations.
-  using Times = std::array<double, 4>;
-  Times sums_{};
-  int64_t measured_iterations_ = 0;
-  // GPU timing (parameters on a GPU): this iteration's marks, and the last finished
-  // iteration's, measured when the next one finishes or by stats().
-  struct DeviceMarks {
-    tensor::cuda::StreamMark forward_start, forward_end, backward_end, comm_start, comm_end;
-  };
-  int timing_device_ = -1;  // the parameters' GPU, or -1: host clocks
-  DeviceMarks marks_;
-  std::optional<DeviceMarks> unmeasured_;
-  void mark(tensor::cuda::StreamMark& slot) const;
-  // One iteration's times from its marks (waits for the last); nothing if a mark is missing.
-  static std::optional<Times> measure(const DeviceMarks& m);
-  // Adds one iteration's times to `stats` as its last ones and to the sums.
-  static void add_times(const Times& t, DDPStats& stats, Times& sums, int64_t& measured);
-  bool timeline_enabled_ = false;
-  Timeline timeline_;
+  Recorder recorder_;
 };
 
 }  // namespace tinyddp::ddp

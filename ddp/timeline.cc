@@ -19,11 +19,6 @@ void Timeline::span(const std::string& name, Clock::time_point start, Clock::tim
   events_.push_back({name, 'X', start, end, track});
 }
 
-size_t Timeline::size() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return events_.size();
-}
-
 std::string Timeline::json(int rank) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto us = [this](Clock::time_point t) {

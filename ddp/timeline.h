@@ -20,7 +20,6 @@ class Timeline {
 
   void instant(const std::string& name, Clock::time_point at, int track = kCompute);
   void span(const std::string& name, Clock::time_point start, Clock::time_point end, int track = kCompute);
-  size_t size() const;
   // {"traceEvents": [...]} with one process per rank.
   std::string json(int rank) const;
   void write(const std::string& path, int rank) const;
