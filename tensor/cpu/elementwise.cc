@@ -7,7 +7,7 @@
 
 #include <Eigen/Core>
 
-#include "tensor/cpu/kernels.h"
+#include "tensor/cpu/backend.h"
 #include "tensor/cpu/loops.h"
 
 namespace tinyddp::tensor::cpu {

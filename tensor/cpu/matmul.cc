@@ -4,7 +4,7 @@
 // compute in float32; int64 uses a plain loop (Eigen has no fast integer GEMM).
 #include <Eigen/Core>
 
-#include "tensor/cpu/kernels.h"
+#include "tensor/cpu/backend.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/factory.h"
 

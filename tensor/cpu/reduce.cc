@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "tensor/cpu/kernels.h"
+#include "tensor/cpu/backend.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/factory.h"
 #include "tensor/reduce_plan.h"

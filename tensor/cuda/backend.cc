@@ -61,19 +61,19 @@ void run(const std::array<const Tensor*, N>& tensors, const char* op, Kernel&& k
 
 }  // namespace
 
-void binary(cpu::BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
+void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
   run<3>({&out, &a, &b}, "binary op kernel", [&](const k::Geometry& g, const auto& o, void* stream) {
     return k::binary(static_cast<int>(op), g, o[0], o[1], o[2], alpha, stream);
   });
 }
 
-void compare(cpu::CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
+void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
   run<3>({&out, &a, &b}, "comparison kernel", [&](const k::Geometry& g, const auto& o, void* stream) {
     return k::compare(static_cast<int>(op), g, o[0], o[1], o[2], stream);
   });
 }
 
-void unary(cpu::UnaryOp op, const Tensor& out, const Tensor& x) {
+void unary(UnaryOp op, const Tensor& out, const Tensor& x) {
   run<2>({&out, &x}, "unary op kernel", [&](const k::Geometry& g, const auto& o, void* stream) {
     return k::unary(static_cast<int>(op), g, o[0], o[1], stream);
   });

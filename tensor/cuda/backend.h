@@ -1,19 +1,19 @@
 // The CUDA kernels that ops.cc dispatches to for tensors on a GPU: the same entry points, with
-// the same contracts, as the CPU backend (tensor/cpu/kernels.h). Arguments are validated by
+// the same contracts, as the CPU backend (tensor/cpu/backend.h). Arguments are validated by
 // ops.cc; the tensors passed to one call are on the same CUDA device (copy: see below). Work
 // is queued on the device's compute stream and not waited for. In a build without CUDA these
 // throw (no CUDA tensor can exist there anyway: allocation fails first).
 #pragma once
 
-#include "tensor/cpu/kernels.h"
+#include "tensor/kernel_ops.h"
 #include "tensor/cuda.h"
 #include "tensor/tensor.h"
 
 namespace tinyddp::tensor::cuda {
 
-void binary(cpu::BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha);
-void compare(cpu::CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b);
-void unary(cpu::UnaryOp op, const Tensor& out, const Tensor& x);
+void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha);
+void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b);
+void unary(UnaryOp op, const Tensor& out, const Tensor& x);
 void pow_scalar(const Tensor& out, const Tensor& x, double exponent);
 void fill(const Tensor& dst, double value);
 void accumulate(const Tensor& dst, const Tensor& src);

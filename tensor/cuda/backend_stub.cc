@@ -14,9 +14,9 @@ void runtime_set_device(int device) {
   throw Error(fmt::format("set_device({}): {}", device, unavailable_reason()));
 }
 
-void binary(cpu::BinaryOp, const Tensor&, const Tensor&, const Tensor&, double) { unavailable("binary op"); }
-void compare(cpu::CompareOp, const Tensor&, const Tensor&, const Tensor&) { unavailable("comparison"); }
-void unary(cpu::UnaryOp, const Tensor&, const Tensor&) { unavailable("unary op"); }
+void binary(BinaryOp, const Tensor&, const Tensor&, const Tensor&, double) { unavailable("binary op"); }
+void compare(CompareOp, const Tensor&, const Tensor&, const Tensor&) { unavailable("comparison"); }
+void unary(UnaryOp, const Tensor&, const Tensor&) { unavailable("unary op"); }
 void pow_scalar(const Tensor&, const Tensor&, double) { unavailable("pow"); }
 void fill(const Tensor&, double) { unavailable("fill_"); }
 void accumulate(const Tensor&, const Tensor&) { unavailable("accumulate_into"); }

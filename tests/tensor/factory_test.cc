@@ -115,3 +115,30 @@ TEST_CASE("generators are independent and reproducible", "[random]") {
   CHECK_THROWS_WITH(uniform_(zeros({2}, kInt64)), Contains("uniform_: expected a floating-point tensor, got dtype int64"));
   CHECK_THROWS_WITH(normal_(zeros({2}), 0, -1), Contains("normal_: expects std >= 0.0"));
 }
+
+TEST_CASE("rand_like and randn_like take the shape, dtype and device of their argument", "[random]") {
+  const Tensor like = zeros({3, 5}, kFloat64);
+  Generator a(11), b(11);
+  const Tensor u = rand_like(like, &a);
+  CHECK(u.sizes() == Shape{3, 5});
+  CHECK(u.dtype() == kFloat64);
+  CHECK(u.device() == like.device());
+  // The same stream as rand with those options: torch.rand_like is torch.rand(t.shape, ...).
+  CHECK(equal(u, rand({3, 5}, TensorOptions(kFloat64), &b)));
+  const Tensor n = randn_like(like, &a);
+  CHECK(n.sizes() == Shape{3, 5});
+  CHECK(n.dtype() == kFloat64);
+  CHECK(equal(n, randn({3, 5}, TensorOptions(kFloat64), &b)));
+  CHECK_THROWS_WITH(rand_like(zeros({2}, kInt64)), Contains("expected a floating-point tensor, got dtype int64"));
+}
+
+TEST_CASE("expand_as broadcasts to the other tensor's shape without copying", "[factory]") {
+  const Tensor row = from_vector(std::vector<float>{1, 2, 3}, Shape{1, 3});
+  const Tensor grid = zeros({4, 3});
+  const Tensor e = row.expand_as(grid);
+  CHECK(e.sizes() == Shape{4, 3});
+  CHECK(e.strides() == Shape{0, 1});
+  CHECK(e.shares_storage(row));
+  CHECK(e.to_vector<float>() == std::vector<float>{1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3});
+  CHECK_THROWS(row.expand_as(zeros({4, 2})));
+}

@@ -1,19 +1,17 @@
-// The CPU kernels that ops.cc dispatches to. Arguments are already validated: dtypes agree,
-// `out` has the broadcast shape, devices are CPU. Each kernel lives in the .cc named below.
+// The CPU backend: the kernels tensor/ops/ dispatches to for tensors on the CPU, with the same
+// entry points and contracts as the CUDA backend (tensor/cuda/backend.h). Arguments are
+// already validated: dtypes agree, `out` has the broadcast shape, devices are CPU. Each kernel
+// lives in the .cc named below.
 #pragma once
 
 #include <tuple>
 
+#include "tensor/kernel_ops.h"
 #include "tensor/tensor.h"
 
 namespace tinyddp::tensor::cpu {
 
 // elementwise.cc
-// kAdd computes a + alpha * b; kReluBackward computes b > 0 ? a : 0 (a: gradient, b: relu output).
-enum class BinaryOp { kAdd, kMul, kDiv, kMaximum, kMinimum, kReluBackward };
-enum class CompareOp { kEq, kNe, kLt, kLe, kGt, kGe };
-enum class UnaryOp { kNeg, kAbs, kExp, kLog, kSqrt, kRelu, kTanh, kSigmoid };
-
 void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha);
 void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b);  // out: bool
 void unary(UnaryOp op, const Tensor& out, const Tensor& x);
