@@ -3,7 +3,7 @@ import torch.nn as nn
 
 
 class ToyModel(nn.Module):
-    """The seed documents' model: net1 = Linear(10, 10), ReLU, net2 = Linear(10, 5)."""
+    """PyTorch's DDP tutorial's model: net1 = Linear(10, 10), ReLU, net2 = Linear(10, 5)."""
 
     def __init__(self):
         super().__init__()

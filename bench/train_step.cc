@@ -1,7 +1,7 @@
 // //bench:train_step: times one training step (zero_grad, forward, loss, backward, SGD step)
 // on one thread per process and prints the median as
 // "RESULT model=<name> mode=<mode> median_us=<x>" (from rank 0).
-//   --model toy: the seed's ToyModel, batch 20, MSE
+//   --model toy: the DDP tutorial's ToyModel, batch 20, MSE
 //   --model mlp: 784-1024-1024-10, batch 128, cross-entropy
 //   --model huge: 1024-4096-4096-1024 (25 M parameters), batch 32, MSE
 //   --mode local: the plain model; nosync: wrapped in DDP inside no_sync (no communication);

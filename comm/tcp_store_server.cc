@@ -114,7 +114,7 @@ void TCPStoreServer::serve(Connection* connection) {
     }
     Bytes response;
     try {
-      response = handle(body, fd);
+      response = handle(body);
     } catch (const std::exception& e) {
       std::cerr << "tinyddp TCPStore: closing a connection: malformed request (" << e.what() << ")\n";
       break;
@@ -129,7 +129,7 @@ void TCPStoreServer::serve(Connection* connection) {
   connection->done = true;
 }
 
-Bytes TCPStoreServer::handle(const Bytes& body, int /*fd*/) {
+Bytes TCPStoreServer::handle(const Bytes& body) {
   Reader in(body);
   Bytes out{kOk};
   const uint8_t command = in.u8();

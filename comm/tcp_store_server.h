@@ -32,7 +32,7 @@ class TCPStoreServer {
   void accept_loop();
   void serve(Connection* connection);
   // Handles one request body; returns the response body. Throws on malformed input.
-  Bytes handle(const Bytes& body, int fd);
+  Bytes handle(const Bytes& body);
 
   int listen_fd_ = -1;
   int wake_pipe_[2] = {-1, -1};  // written on shutdown to wake the accept loop

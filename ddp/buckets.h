@@ -2,8 +2,9 @@
 // Parameters are taken in the given order (reverse registration order at first: the order
 // in which backward usually produces their gradients), grouped by dtype and device, and a
 // bucket is closed once it holds at least its cap of bytes: the first bucket of each group is
-// capped small (so communication starts early), the rest at bucket_cap_mb. A parameter larger
-// than the cap gets a bucket of its own. For the initial assignment buckets are then ordered by
+// capped small (so communication starts early), the rest at bucket_cap_mb. A parameter is
+// never split: one larger than the cap closes the bucket it joins (so it shares its bucket
+// only with parameters that came before it). For the initial assignment buckets are then ordered by
 // their first parameter; the rebuild keeps them in the order they closed (as PyTorch does
 // when it rebuilds along the gradients' arrival order).
 #pragma once

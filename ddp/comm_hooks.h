@@ -1,8 +1,9 @@
 // Communication hooks: how a bucket's gradients are reduced. A hook gets the bucket (its flat
 // contents, its parameters and their gradients as views of the contents) and returns a
 // Future whose wait() gives the bucket's final, averaged contents. Built in, as
-// torch.distributed.algorithms.ddp_comm_hooks: allreduce (DDP's default), and fp16 / bf16
-// compression (cast, divide, allreduce, cast back).
+// torch.distributed.algorithms.ddp_comm_hooks: allreduce (what the Reducer runs when no hook is
+// registered, the division by the world size already done while copying gradients into the
+// bucket), and fp16 / bf16 compression (cast, divide, allreduce, cast back).
 #pragma once
 
 #include <chrono>
@@ -23,7 +24,7 @@ struct GradBucket {
   std::vector<size_t> parameter_indices;   // which parameters it holds (DDP's parameter indices)
   bool is_last = false;                    // the last bucket of this backward
   std::vector<Tensor> params;              // those parameters
-  // DDP's default path: the Reducer divided each gradient by the world size (or Join's count
+  // No hook registered: the Reducer divided each gradient by the world size (or Join's count
   // of active ranks) while copying it in, so hooks::allreduce only sums. False for a
   // registered hook, which gets the plain gradients, as in PyTorch.
   bool divided = false;

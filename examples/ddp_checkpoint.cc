@@ -1,4 +1,4 @@
-// The seed documents' checkpoint example with their ToyModel: rank 0 saves the DDP model's
+// PyTorch's DDP tutorial's checkpoint example with their ToyModel: rank 0 saves the DDP model's
 // state (safetensors; names start with "module.", as PyTorch's DDP state_dict), a barrier
 // makes the others wait for the file, every rank loads it and trains on, and a barrier
 // precedes cleanup. Every rank prints the checksum of what it loaded and of its parameters

@@ -1,4 +1,4 @@
-// The seed documents' uneven-inputs example: rank r gets 5 + r inputs. Without Join the rank
+// PyTorch's DDP tutorial's uneven-inputs example: rank r gets 5 + r inputs. Without Join the rank
 // with more inputs would wait forever in its extra allreduce; inside ddp.join(...) the ranks
 // that run out shadow the others' collectives until all are done. Every rank reports how many
 // inputs it processed, and the checksum of its final model (the same everywhere).

@@ -1,5 +1,5 @@
 // Helpers shared by the DDP examples: run as ranks under the launcher or, started alone,
-// fork two local ranks (as torch.multiprocessing.spawn does in the seed examples); and a
+// fork two local ranks (as torch.multiprocessing.spawn does in PyTorch's DDP tutorial); and a
 // checksum of a model's parameters that shows at a glance whether ranks hold the same bits.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The current main job: a short tour of the tensor library that prints what each step does
+// A short tour of the tensor library that prints what each step does
 // (creation, views sharing storage, broadcasting, matmul, softmax, 16-bit conversion,
 // seeded randomness), then times a 512x512 matmul and reports whether CUDA is usable.
 #include <chrono>

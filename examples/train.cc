@@ -1,4 +1,4 @@
-// //examples:train: training an MLP classifier (default) or the seed's ToyModel, from the
+// //examples:train: training an MLP classifier (default) or the DDP tutorial's ToyModel, from the
 // command line (CLI11), on synthetic data by default. Alone it trains on one process; under
 // the launcher it trains data-parallel with DDP:
 //   bazel run -c opt //examples:train -- --steps 100
@@ -12,7 +12,7 @@
 int main(int argc, char** argv) {
   tinyddp::examples::TrainConfig config;
   CLI::App app{"Train a model with tinyddp (data-parallel when started by launch with WORLD_SIZE > 1)."};
-  app.add_option("--model", config.model, "mlp (default: a classifier, widths 784,256,10) or toy (the seed's ToyModel)")->check(CLI::IsMember({"toy", "mlp"}));
+  app.add_option("--model", config.model, "mlp (default: a classifier, widths 784,256,10) or toy (the DDP tutorial's ToyModel)")->check(CLI::IsMember({"toy", "mlp"}));
   app.add_option("--widths", config.widths, "layer widths of the mlp, e.g. 784,256,10")->delimiter(',');
   app.add_option("--loss", config.loss, "mse or ce (default: mse for toy, ce for mlp)")->check(CLI::IsMember({"mse", "ce"}));
   app.add_option("--optimizer", config.optimizer, "sgd or adam")->check(CLI::IsMember({"sgd", "adam"}));

@@ -1,6 +1,6 @@
 // Layers: Linear (PyTorch's weight [out, in], bias [out] and default initialisation), the
 // activations ReLU/Tanh/Sigmoid, Sequential (children "0", "1", ...), the mlp() builder, and
-// the seed documents' ToyModel (net1 = Linear(10, 10), ReLU, net2 = Linear(10, 5)).
+// PyTorch's DDP tutorial's ToyModel (net1 = Linear(10, 10), ReLU, net2 = Linear(10, 5)).
 #pragma once
 
 #include <initializer_list>
@@ -58,7 +58,7 @@ class Sequential : public Module {
 // mlp({784, 256, 10}) = Sequential(Linear(784, 256), ReLU(), Linear(256, 10)).
 std::shared_ptr<Sequential> mlp(const std::vector<int64_t>& widths);
 
-// The model of the seed documents' DDP examples, with their parameter names.
+// The model of PyTorch's DDP tutorial, with their parameter names.
 class ToyModel : public Module {
  public:
   ToyModel();

@@ -1,4 +1,4 @@
-// Module tests: registration and dotted names in PyTorch's order, the seed's ToyModel and
+// Module tests: registration and dotted names in PyTorch's order, the DDP tutorial's ToyModel and
 // Sequential naming, state_dict / load_state_dict with their errors (and the module left
 // unchanged), zero_grad, train/eval, to(dtype) keeping tensor handles, repr.
 #include "tests/nn/nn_test_util.h"

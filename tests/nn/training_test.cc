@@ -1,4 +1,4 @@
-// End-to-end: the seed's ToyModel trained for 8 SGD steps (lr 0.01, momentum 0.9, MSE) from
+// End-to-end: the DDP tutorial's ToyModel trained for 8 SGD steps (lr 0.01, momentum 0.9, MSE) from
 // PyTorch's initial weights on fixed data ends at PyTorch's weights, with PyTorch's losses.
 #include "tests/nn/nn_test_util.h"
 
