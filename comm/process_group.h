@@ -81,7 +81,8 @@ struct TensorRules {
 // reduce ops), describes the call for errors and timelines, then calls the backend's
 // protected *_impl with arguments it may trust. Adding a backend: derive from ProcessGroup,
 // give its name, display name and TensorRules to this constructor, implement the *_impl
-// functions and create_subgroup (docs/comm.md, "Adding a backend").
+// functions and create_subgroup (docs/comm.md, "Adding a backend"; TINYDDP_PROCESS_GROUP_BACKEND_OVERRIDES
+// declares them).
 class ProcessGroup {
  public:
   // Throws if rank is not in [0, size). `display_name` starts its error messages
@@ -174,3 +175,22 @@ class ProcessGroup {
 };
 
 }  // namespace tinyddp::comm
+
+// What a backend's class declares under `protected:` (the ten *_impl functions and
+// create_subgroup above, each `override`), so that every backend has the same list.
+#define TINYDDP_PROCESS_GROUP_BACKEND_OVERRIDES                                                                    \
+  std::shared_ptr<Work> allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, std::string what) override; \
+  std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int root, std::string what) override;                \
+  std::shared_ptr<Work> allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, std::string what)  \
+      override;                                                                                                     \
+  std::shared_ptr<Work> gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,             \
+                                    std::string what) override;                                                     \
+  std::shared_ptr<Work> scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,            \
+                                     std::string what) override;                                                    \
+  std::shared_ptr<Work> reduce_impl(const Tensor& tensor, int root, ReduceOp op, std::string what) override;      \
+  std::shared_ptr<Work> reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,  \
+                                            std::string what) override;                                             \
+  std::shared_ptr<Work> barrier_impl(std::string what) override;                                                  \
+  std::shared_ptr<Work> send_impl(const Tensor& tensor, int dst, int tag, std::string what) override;             \
+  std::shared_ptr<Work> recv_impl(const Tensor& tensor, int src, int tag, std::string what) override;             \
+  std::shared_ptr<ProcessGroup> create_subgroup(int id, int rank, int size) override;

@@ -47,20 +47,7 @@ class ProcessGroupGloo final : public ProcessGroup {
   const ProcessGroupOptions& options() const { return options_; }
 
  protected:
-  std::shared_ptr<Work> allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, std::string what) override;
-  std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int root, std::string what) override;
-  std::shared_ptr<Work> allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, std::string what) override;
-  std::shared_ptr<Work> gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
-                                    std::string what) override;
-  std::shared_ptr<Work> scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
-                                     std::string what) override;
-  std::shared_ptr<Work> reduce_impl(const Tensor& tensor, int root, ReduceOp op, std::string what) override;
-  std::shared_ptr<Work> reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
-                                            std::string what) override;
-  std::shared_ptr<Work> barrier_impl(std::string what) override;
-  std::shared_ptr<Work> send_impl(const Tensor& tensor, int dst, int tag, std::string what) override;
-  std::shared_ptr<Work> recv_impl(const Tensor& tensor, int src, int tag, std::string what) override;
-  std::shared_ptr<ProcessGroup> create_subgroup(int id, int rank, int size) override;
+  TINYDDP_PROCESS_GROUP_BACKEND_OVERRIDES
 
  private:
   // Queues `run` for the worker; the returned Work finishes when it has run. For the CUDA

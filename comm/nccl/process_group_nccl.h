@@ -59,20 +59,7 @@ class ProcessGroupNccl final : public ProcessGroup {
   void set_after_queued_for_testing(std::function<void()> fn);
 
  protected:
-  std::shared_ptr<Work> allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, std::string what) override;
-  std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int root, std::string what) override;
-  std::shared_ptr<Work> allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, std::string what) override;
-  std::shared_ptr<Work> gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
-                                    std::string what) override;
-  std::shared_ptr<Work> scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
-                                     std::string what) override;
-  std::shared_ptr<Work> reduce_impl(const Tensor& tensor, int root, ReduceOp op, std::string what) override;
-  std::shared_ptr<Work> reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
-                                            std::string what) override;
-  std::shared_ptr<Work> barrier_impl(std::string what) override;
-  std::shared_ptr<Work> send_impl(const Tensor& tensor, int dst, int tag, std::string what) override;
-  std::shared_ptr<Work> recv_impl(const Tensor& tensor, int src, int tag, std::string what) override;
-  std::shared_ptr<ProcessGroup> create_subgroup(int id, int rank, int size) override;
+  TINYDDP_PROCESS_GROUP_BACKEND_OVERRIDES
   // Every tensor on the device the communicator was created on.
   void check_placement(const Tensor& t, const char* op, const std::string& what) const override;
 
