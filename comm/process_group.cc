@@ -74,7 +74,7 @@ std::string ProcessGroup::prefix(const char* op) const { return fmt::format("{} 
 
 void ProcessGroup::check_tensor(const Tensor& t, const char* op, const std::string& what, Use use) const {
   TDDP_CHECK(t.defined(), "{}{} is an undefined tensor", prefix(op), what);
-  TDDP_CHECK(t.is_cpu() ? rules_.cpu : rules_.cuda, "{}{} is on {}; {}", prefix(op), what, t.device().str(), rules_.takes);
+  TDDP_CHECK(rules_.accepts(t.device()), "{}{} is on {}; {}", prefix(op), what, t.device().str(), rules_.takes);
   TDDP_CHECK(!rules_.contiguous_only || t.is_contiguous(), "{}{} (shape {}) is not contiguous; pass .contiguous()",
              prefix(op), what, tensor::format_shape(t.sizes()));
   if (t.dtype() == tensor::kBool && use != Use::kPointToPoint) {  // point to point moves bytes

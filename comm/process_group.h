@@ -74,6 +74,8 @@ struct TensorRules {
   bool bool_data = false;        // bool tensors in the collectives that only move data
   // Ends the error for a tensor on a device the backend does not take.
   const char* takes = "the backend takes CPU tensors";
+
+  bool accepts(const tensor::Device& device) const { return device.type == tensor::DeviceType::kCPU ? cpu : cuda; }
 };
 
 // The interface every backend shares. Each public collective checks its arguments once, here

@@ -51,7 +51,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
                "one device (module->to(device)) before wrapping it",
                names.front(), params_.front().device().str(), names[i], params_[i].device().str());
     const bool on_gpu = params_[i].is_cuda();
-    TDDP_CHECK(on_gpu ? pg_->tensor_rules().cuda : pg_->tensor_rules().cpu,
+    TDDP_CHECK(pg_->tensor_rules().accepts(params_[i].device()),
                "DistributedDataParallel: the {} backend needs the module on {}, but parameter '{}' is on {} ({}); {}",
                pg_->backend(), on_gpu ? "the CPU" : "this rank's GPU", names[i], params_[i].device().str(),
                pg_->tensor_rules().takes,

@@ -18,7 +18,8 @@ using autograd::Engine;
 using tensor::NoGradGuard;
 
 tensor::Device control_device(const comm::ProcessGroup& pg, const std::vector<Tensor>& params) {
-  return pg.tensor_rules().cpu || params.empty() ? tensor::Device(tensor::kCPU) : params.front().device();
+  const tensor::Device cpu(tensor::kCPU);
+  return pg.tensor_rules().accepts(cpu) || params.empty() ? cpu : params.front().device();
 }
 
 namespace {

@@ -1,13 +1,13 @@
 // tensor/cuda.h: answers from the nvcc-compiled query under --config=cuda, and "not built"
 // answers otherwise (TINYDDP_WITH_CUDA is set by the BUILD file under that config).
 #include "tensor/cuda.h"
-#include "tensor/cuda/backend.h"
 
 #include <fmt/format.h>
 
 #include <atomic>
 
 #include "base/error.h"
+#include "tensor/cuda/backend.h"
 #include "tensor/factory.h"
 #include "tensor/grad_mode.h"
 #include "tensor/tensor.h"
