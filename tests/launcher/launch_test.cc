@@ -134,8 +134,12 @@ TEST_CASE("launch: a worker killed by a signal is reported, with 128 + signal as
 }
 
 TEST_CASE("launch: a worker that ignores SIGTERM is killed after the grace period", "[launcher]") {
+  // Rank 1 fails only once rank 0 ignores SIGTERM (at most 5 s of waiting for it).
+  const std::string dir = scratch("grace");
   const CommandResult r = launch("--nproc_per_node 2 --grace_period 1 -- /bin/bash -c "
-                                 "'trap \"\" TERM; if [ $RANK = 1 ]; then exit 5; fi; while true; do sleep 0.1; done'");
+                                 "'trap \"\" TERM; touch " + dir + "/armed_$RANK; if [ $RANK = 1 ]; then "
+                                 "for i in $(seq 500); do [ -e " + dir + "/armed_0 ] && break; sleep 0.01; done; exit 5; fi; "
+                                 "while true; do sleep 0.1; done'");
   INFO(r.output);
   CHECK(r.exit_code == 5);
   CHECK_THAT(r.output, Contains("rank 0"));
@@ -183,7 +187,7 @@ TEST_CASE("launch: SIGINT and SIGTERM sent to the launcher reach every worker", 
     INFO("signal " << signo);
     const std::string dir = scratch("signal" + std::to_string(signo));
     const std::string script = fmt::format(
-        "trap 'echo $$ > {0}/got_$RANK; exit 0' INT TERM; echo $$ > {0}/ready_$RANK; while true; do sleep 0.05; done", dir);
+        "trap 'echo $$ > {0}/got_$RANK; exit 0' INT TERM; echo $$ > {0}/tmp_$RANK; mv {0}/tmp_$RANK {0}/ready_$RANK; while true; do sleep 0.05; done", dir);
     const pid_t pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
