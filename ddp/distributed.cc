@@ -72,6 +72,11 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     if (const char* env = std::getenv("TINYDDP_DDP_TIMELINE"); env != nullptr && *env != '\0') options_.timeline(env);
   }
   if (!options_.timeline().empty()) reducer_->recorder().enable_timeline();
+  // One clock for every rank's timeline: time zero is when all of them left this barrier.
+  // Every rank takes part whether its timeline is on or not, so ranks that disagree on the
+  // option still make the same collectives.
+  pg_->barrier()->wait();
+  reducer_->recorder().align_timeline(Recorder::Clock::now());
 }
 
 std::vector<Tensor> DistributedDataParallel::module_states() const {

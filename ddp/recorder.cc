@@ -20,7 +20,7 @@ void Recorder::forward_start() {
 void Recorder::forward_end() {
   forward_end_ = Clock::now();
   mark(marks_.forward_end);
-  if (timeline_enabled_) timeline_.span("forward", forward_start_, forward_end_);
+  if (timeline_enabled_) timeline_.span("forward", forward_start_, forward_end_, stats_.iterations);
 }
 
 void Recorder::backward_start(Clock::time_point started) { backward_start_ = started; }
@@ -28,11 +28,11 @@ void Recorder::backward_start(Clock::time_point started) { backward_start_ = sta
 void Recorder::gradient_ready(const std::string& name) {
   last_hook_ = Clock::now();
   mark(marks_.backward_end);
-  if (timeline_enabled_) timeline_.instant("grad ready: " + name, last_hook_);
+  if (timeline_enabled_) timeline_.instant("grad ready: " + name, last_hook_, stats_.iterations);
 }
 
 void Recorder::gradient_copied(size_t bucket, const std::string& name, Clock::time_point start) {
-  if (timeline_enabled_) timeline_.span(fmt::format("into bucket {}: {}", bucket, name), start, Clock::now());
+  if (timeline_enabled_) timeline_.span(fmt::format("into bucket {}: {}", bucket, name), start, Clock::now(), stats_.iterations);
 }
 
 void Recorder::bucket_launching(bool first) {
@@ -49,7 +49,7 @@ void Recorder::bucket_launched(size_t bucket, bool first) {
     first_launch_ = now;
     comm_end_ = now;
   }
-  if (timeline_enabled_) timeline_.instant(fmt::format("bucket {} launched", bucket), now);
+  if (timeline_enabled_) timeline_.instant(fmt::format("bucket {} launched", bucket), now, stats_.iterations);
 }
 
 void Recorder::bucket_waited(size_t bucket, std::optional<Clock::time_point> completed) {
@@ -84,7 +84,7 @@ void Recorder::add_times(const Times& t, DDPStats& stats, Times& sums, int64_t& 
 void Recorder::finalized(Clock::time_point start, const std::vector<size_t>& bytes) {
   const auto us = [](auto from, auto to) { return std::max(0.0, std::chrono::duration<double, std::micro>(to - from).count()); };
   const auto end = Clock::now();
-  stats_.iterations += 1;
+  const int64_t iteration = stats_.iterations++;
   if (timing_device_ >= 0) {
     // The previous iteration's marks have long passed; this one's are measured next time.
     mark(marks_.comm_end);
@@ -98,14 +98,14 @@ void Recorder::finalized(Clock::time_point start, const std::vector<size_t>& byt
               stats_, sums_, measured_iterations_);
   }
   if (timeline_enabled_) {
-    timeline_.span("backward (to the last gradient)", backward_start_, last_hook_);
+    timeline_.span("backward (to the last gradient)", backward_start_, last_hook_, iteration);
     for (size_t b = 0; b < bytes.size(); ++b) {
-      // Launch instants are on the compute track; each allreduce's span on the communication
-      // track, ending when the host saw it end (NCCL: at the latest, when finalize ended).
+      // Launch instants are on the compute row; each allreduce's span on its bucket's row,
+      // ending when the host saw it end (NCCL: at the latest, when finalize ended).
       timeline_.span(fmt::format("allreduce bucket {} ({} KiB)", b, bytes[b] >> 10), launched_at_[b],
-                     completed_at_[b].value_or(end), Timeline::kCommunication);
+                     completed_at_[b].value_or(end), iteration, Timeline::bucket_track(b));
     }
-    timeline_.span("finalize", start, end);
+    timeline_.span("finalize", start, end, iteration);
   }
 }
 

@@ -41,6 +41,8 @@ class Recorder {
   explicit Recorder(int timing_device) : timing_device_(timing_device) {}
 
   void enable_timeline() { timeline_enabled_ = true; }
+  // Time zero of the timeline; DDP calls it on every rank as they leave a barrier.
+  void align_timeline(Clock::time_point origin) { timeline_.align(origin); }
   const Timeline& timeline() const { return timeline_; }
 
   // Around DDP's call of the module's forward.

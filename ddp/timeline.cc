@@ -1,6 +1,7 @@
 // Timeline: see timeline.h.
 #include "ddp/timeline.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -9,14 +10,21 @@
 
 namespace tinyddp::ddp {
 
-void Timeline::instant(const std::string& name, Clock::time_point at, int track) {
+void Timeline::align(Clock::time_point origin) {
   std::lock_guard<std::mutex> lock(mutex_);
-  events_.push_back({name, 'i', at, at, track});
+  origin_ = origin;
+  aligned_ = true;
 }
 
-void Timeline::span(const std::string& name, Clock::time_point start, Clock::time_point end, int track) {
+void Timeline::instant(const std::string& name, Clock::time_point at, int64_t iteration, int track) {
   std::lock_guard<std::mutex> lock(mutex_);
-  events_.push_back({name, 'X', start, end, track});
+  events_.push_back({name, 'i', at, at, iteration, track});
+}
+
+void Timeline::span(const std::string& name, Clock::time_point start, Clock::time_point end, int64_t iteration,
+                    int track) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  events_.push_back({name, 'X', start, end, iteration, track});
 }
 
 std::string Timeline::json(int rank) const {
@@ -24,25 +32,36 @@ std::string Timeline::json(int rank) const {
   const auto us = [this](Clock::time_point t) {
     return std::chrono::duration<double, std::micro>(t - origin_).count();
   };
+  int rows = 1;
+  for (const Event& e : events_) rows = std::max(rows, e.track + 1);
   nlohmann::json events = nlohmann::json::array();
-  for (const char* track : {"compute (backward)", "communication"}) {
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", events.size()},
-                      {"args", {{"name", track}}}});
-  }
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
+  events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", rank}, {"args", {{"sort_index", rank}}}});
+  for (int track = 0; track < rows; ++track) {
+    const std::string name = track == kCompute ? "compute" : "bucket " + std::to_string(track - 1) + " allreduce";
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", track}, {"args", {{"name", name}}}});
+    events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", rank}, {"tid", track},
+                      {"args", {{"sort_index", track}}}});
+  }
   for (const Event& e : events_) {
-    nlohmann::json event = {{"name", e.name}, {"ph", std::string(1, e.phase)}, {"ts", us(e.start)}, {"pid", rank}, {"tid", e.track}};
+    nlohmann::json event = {{"name", e.name}, {"ph", std::string(1, e.phase)}, {"ts", us(e.start)}, {"pid", rank},
+                            {"tid", e.track}, {"args", {{"iteration", e.iteration}}}};
     if (e.phase == 'X') event["dur"] = us(e.end) - us(e.start);
     if (e.phase == 'i') event["s"] = "t";
     events.push_back(event);
   }
-  return nlohmann::json({{"traceEvents", events}, {"displayTimeUnit", "ms"}}).dump();
+  const nlohmann::json other = {{"rank", rank},
+                                {"clock", aligned_ ? "aligned: microseconds since all ranks left DDP's construction barrier"
+                                                   : "this rank's own: microseconds since its timeline started"}};
+  return nlohmann::json({{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", other}}).dump();
 }
 
 void Timeline::write(const std::string& path, int rank) const {
   std::ofstream out(path);
   TDDP_CHECK(out.good(), "DDP timeline: cannot write {}", path);
   out << json(rank);
+  out.close();
+  TDDP_CHECK(out.good(), "DDP timeline: writing {} failed", path);
 }
 
 }  // namespace tinyddp::ddp

@@ -1,10 +1,19 @@
-// Timeline: the events of DDP's gradient synchronisation on one rank (hooks firing, buckets
-// ready, each allreduce from launch to completion, finalize), written as a Chrome trace JSON
-// file that Perfetto (ui.perfetto.dev) or chrome://tracing displays, so that the overlap of
-// communication with the backward pass can be seen.
+// Timeline: the events of DDP's gradient synchronisation on one rank (forward, hooks firing,
+// each gradient copied into its bucket, each allreduce from launch to completion, finalize),
+// written as a Chrome trace JSON file that Perfetto (ui.perfetto.dev) or chrome://tracing
+// displays, so that the overlap of communication with the backward pass can be seen.
+//
+// Rows: one process per rank; in it a row for compute (forward, backward, copies, finalize)
+// and one row per bucket (its allreduces). Every event carries its iteration in "args".
+//
+// One clock for all ranks: DistributedDataParallel's constructor has every rank leave a
+// barrier and call align(now); times are microseconds since that moment, so the per-rank
+// files line up (to within the barrier's release skew, tens of microseconds over loopback) and
+// scripts/merge_timelines.py can put them into one trace.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -14,13 +23,18 @@ namespace tinyddp::ddp {
 class Timeline {
  public:
   using Clock = std::chrono::steady_clock;
-  // Track (thread) ids in the trace.
   static constexpr int kCompute = 0;
-  static constexpr int kCommunication = 1;
+  // The row of bucket b's allreduces.
+  static constexpr int bucket_track(size_t b) { return 1 + static_cast<int>(b); }
 
-  void instant(const std::string& name, Clock::time_point at, int track = kCompute);
-  void span(const std::string& name, Clock::time_point start, Clock::time_point end, int track = kCompute);
-  // {"traceEvents": [...]} with one process per rank.
+  // Time zero of the trace: the moment all ranks left the alignment barrier.
+  void align(Clock::time_point origin);
+  bool aligned() const { return aligned_; }
+
+  void instant(const std::string& name, Clock::time_point at, int64_t iteration, int track = kCompute);
+  void span(const std::string& name, Clock::time_point start, Clock::time_point end, int64_t iteration,
+            int track = kCompute);
+  // {"traceEvents": [...], "otherData": {...}} with process id = rank.
   std::string json(int rank) const;
   void write(const std::string& path, int rank) const;
 
@@ -29,10 +43,12 @@ class Timeline {
     std::string name;
     char phase;  // 'X' span, 'i' instant
     Clock::time_point start, end;
+    int64_t iteration;
     int track;
   };
   mutable std::mutex mutex_;
   Clock::time_point origin_ = Clock::now();
+  bool aligned_ = false;
   std::vector<Event> events_;
 };
 

@@ -1,5 +1,6 @@
 // //examples:train: training an MLP classifier (default) or the DDP tutorial's ToyModel, from the
-// command line (CLI11), on synthetic data by default. Alone it trains on one process; under
+// command line (CLI11), on synthetic data by default or on real handwritten digits
+// (--dataset digits). Alone it trains on one process; under
 // the launcher it trains data-parallel with DDP:
 //   bazel run -c opt //examples:train -- --steps 100
 //   launch --nproc_per_node 2 -- bazel-bin/examples/train --steps 100
@@ -13,14 +14,20 @@ int main(int argc, char** argv) {
   tinyddp::examples::TrainConfig config;
   CLI::App app{"Train a model with tinyddp (data-parallel when started by launch with WORLD_SIZE > 1)."};
   app.add_option("--model", config.model, "mlp (default: a classifier, widths 784,256,10) or toy (the DDP tutorial's ToyModel)")->check(CLI::IsMember({"toy", "mlp"}));
-  app.add_option("--widths", config.widths, "layer widths of the mlp, e.g. 784,256,10")->delimiter(',');
+  app.add_option("--dataset", config.dataset,
+                 "synthetic (default) or digits (the 8x8 handwritten digits of python3-sklearn: 1500 for training, 297 "
+                 "held out)")
+      ->check(CLI::IsMember({"synthetic", "digits"}));
+  app.add_option("--digits", config.digits, "the digits file (default: python3-sklearn's digits.csv.gz, or $TINYDDP_DIGITS)");
+  app.add_option("--widths", config.widths, "layer widths of the mlp (default 784,256,10; digits: 64,128,10)")
+      ->delimiter(',');
   app.add_option("--loss", config.loss, "mse or ce (default: mse for toy, ce for mlp)")->check(CLI::IsMember({"mse", "ce"}));
   app.add_option("--optimizer", config.optimizer, "sgd or adam")->check(CLI::IsMember({"sgd", "adam"}));
   app.add_option("--lr", config.lr, "learning rate (default 0.1)")->check(CLI::PositiveNumber);
   app.add_option("--momentum", config.momentum, "SGD momentum")->check(CLI::NonNegativeNumber);
   app.add_option("--steps", config.steps, "number of training steps")->check(CLI::PositiveNumber);
   app.add_option("--seed", config.seed, "seed for the initial weights and the synthetic data");
-  app.add_option("--batch", config.batch, "batch size of the synthetic data (default 20 toy, 64 mlp)")
+  app.add_option("--batch", config.batch, "global batch size, split over the ranks (default 20 toy, 64 mlp)")
       ->check(CLI::PositiveNumber);
   app.add_option("--init", config.init, "safetensors state dict with the initial weights")->check(CLI::ExistingFile);
   app.add_option("--data", config.data, "safetensors file with 'inputs' and 'targets' batches")->check(CLI::ExistingFile);
@@ -34,6 +41,15 @@ int main(int argc, char** argv) {
                  "auto, gloo or nccl: the process group when launched on several ranks (auto: nccl on GPUs when every "
                  "local rank has its own, else gloo)")
       ->check(CLI::IsMember({"auto", "gloo", "nccl"}));
+  app.add_option("--bucket_cap_mb", config.bucket_cap_mb, "DDP bucket size in MiB (default 25)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--first_bucket_cap_mb", config.first_bucket_cap_mb, "DDP's first bucket size in MiB (default 1)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--timeline", config.timeline,
+                 "write DDP's events of each rank to PATH.rank<r>.json (Chrome trace; merge with "
+                 "scripts/merge_timelines.py)");
+  app.add_flag("--stats", config.stats, "print DDP's statistics at the end: buckets, rebuilt or not, compute, "
+               "communication and overlap per iteration");
   CLI11_PARSE(app, argc, argv);
   try {
     tinyddp::examples::train(config, std::cout);

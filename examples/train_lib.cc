@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "comm/init.h"
+#include "examples/train_data.h"
 #include "ddp/distributed.h"
 #include "nn/nn.h"
 #include "tensor/cuda.h"
@@ -18,92 +19,29 @@ namespace t = tinyddp::tensor;
 using t::Tensor;
 
 namespace {
-
-// One batch: inputs [batch, in] and targets ([batch, out] float32 for mse, [batch] int64 for ce).
-struct Batch {
-  Tensor inputs, targets;
-};
-
-// Batches from a file, or generated on the fly from a seed.
-class Dataset {
- public:
-  virtual ~Dataset() = default;
-  virtual Batch batch(int64_t step) = 0;
-};
-
-class FileDataset : public Dataset {
- public:
-  FileDataset(const std::string& path, int64_t steps, int64_t in, int64_t out, bool classification) {
-    const nn::SafetensorsFile file = nn::load_safetensors(path);
-    TDDP_CHECK(file.tensors.contains("inputs") && file.tensors.contains("targets"),
-               "--data {}: expected tensors named 'inputs' and 'targets'", path);
-    inputs_ = file.tensors.at("inputs");
-    targets_ = file.tensors.at("targets");
-    TDDP_CHECK(inputs_.dtype() == t::kFloat32 && inputs_.dim() == 3 && inputs_.size(2) == in,
-               "--data {}: 'inputs' must be float32 [steps, batch, {}], got {} {}", path, in,
-               t::dtype_name(inputs_.dtype()), t::format_shape(inputs_.sizes()));
-    TDDP_CHECK(inputs_.size(0) >= steps, "--data {}: --steps {} but the file holds {} batches", path, steps, inputs_.size(0));
-    const t::Shape want = classification ? t::Shape{inputs_.size(0), inputs_.size(1)}
-                                         : t::Shape{inputs_.size(0), inputs_.size(1), out};
-    const t::DType want_dtype = classification ? t::kInt64 : t::kFloat32;
-    TDDP_CHECK(targets_.dtype() == want_dtype && targets_.sizes() == want,
-               "--data {}: 'targets' must be {} {} for this loss, got {} {}", path, t::dtype_name(want_dtype),
-               t::format_shape(want), t::dtype_name(targets_.dtype()), t::format_shape(targets_.sizes()));
-  }
-  Batch batch(int64_t step) override { return {inputs_[step], targets_[step]}; }
-
- private:
-  Tensor inputs_, targets_;
-};
-
-// Regression: targets = inputs @ teacher^T + noise, for a fixed random teacher.
-// Classification: class centres in input space; inputs = centre[label] + noise.
-class SyntheticDataset : public Dataset {
- public:
-  SyntheticDataset(uint64_t seed, int64_t batch, int64_t in, int64_t out, bool classification)
-      : generator_(seed + 1), batch_(batch), out_(out), classification_(classification) {
-    t::NoGradGuard no_grad;
-    // Centres about 4 noise standard deviations apart: learnable, but not trivially.
-    const double scale = (classification ? 3.0 : 1.0) / std::sqrt(static_cast<double>(in));
-    reference_ = t::mul(t::randn({out, in}, {}, &generator_), scale);  // teacher or centres
-  }
-  Batch batch(int64_t /*step*/) override { return draw(batch_, generator_); }
-  // Fresh samples from the same distribution, from a generator of their own: for evaluation.
-  Batch held_out(int64_t rows) { return draw(rows, held_out_generator_); }
-
- private:
-  Batch draw(int64_t rows, t::Generator& generator) {
-    t::NoGradGuard no_grad;
-    const int64_t in = reference_.size(1);
-    const Tensor noise = t::randn({rows, in}, {}, &generator);
-    if (!classification_) {
-      const Tensor x = noise;
-      const Tensor y = t::add(t::matmul(x, reference_.t()), t::mul(t::randn({rows, out_}, {}, &generator), 0.1));
-      return {x, y};
-    }
-    // labels = floor(U(0, classes)); one_hot @ centres picks each sample's centre.
-    const Tensor labels = t::rand({rows}, t::kFloat64, &generator).mul_(static_cast<double>(out_)).to(t::kInt64);
-    const Tensor one_hot = t::eq(labels.unsqueeze(1), t::arange(out_).unsqueeze(0)).to(t::kFloat32);
-    return {t::add(t::matmul(one_hot, reference_), noise), labels};
-  }
-
-  t::Generator generator_;
-  t::Generator held_out_generator_{0x5eed};
-  int64_t batch_, out_;
-  bool classification_;
-  Tensor reference_;
-};
-
-}  // namespace
-
-namespace {
-constexpr int64_t kHeldOutRows = 1024;
 // An integer from the environment (`fallback` when unset).
 int env_int(const char* name, int fallback) {
   const char* text = std::getenv(name);
   return text != nullptr && *text != '\0' ? std::atoi(text) : fallback;
 }
 int env_world_size() { return env_int("WORLD_SIZE", 1); }
+
+// DDP's statistics as lines of text: the buckets, and the per-iteration times.
+std::string describe_stats(const ddp::DDPStats& s, int rank) {
+  std::vector<std::string> sizes;
+  for (size_t bytes : s.bucket_bytes) sizes.push_back(fmt::format("{:.1f} KiB", static_cast<double>(bytes) / 1024));
+  const auto ms = [](double us) { return fmt::format("{:.3f} ms", us / 1000); };
+  return fmt::format(
+      "DDP statistics of rank {} over {} synchronised iterations:\n"
+      "  {} bucket(s) in launch order: {}; {}\n"
+      "  per iteration, average (last): forward {} ({}), backward compute {} ({}), communication {} ({}),\n"
+      "  communication overlapped with backward {} ({}): {:.0f}% of it hidden\n",
+      rank, s.iterations, s.bucket_bytes.size(), fmt::join(sizes, ", "),
+      s.buckets_rebuilt ? "rebuilt in gradient-ready order after the first iteration" : "not rebuilt",
+      ms(s.avg_forward_compute_us), ms(s.last_forward_compute_us), ms(s.avg_backward_compute_us),
+      ms(s.last_backward_compute_us), ms(s.avg_backward_comm_us), ms(s.last_backward_comm_us), ms(s.avg_overlap_us),
+      ms(s.last_overlap_us), s.avg_backward_comm_us > 0 ? 100 * s.avg_overlap_us / s.avg_backward_comm_us : 0.0);
+}
 }  // namespace
 
 TrainResult train(const TrainConfig& config, std::ostream& log) {
@@ -115,6 +53,15 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   TDDP_CHECK(config.steps >= 1, "--steps must be at least 1, got {}", config.steps);
   TDDP_CHECK(config.lr > 0, "--lr must be positive, got {}", config.lr);
   const bool classification = loss_name == "ce";
+  const bool digits = config.data.empty() && config.dataset == "digits";
+  TDDP_CHECK(config.dataset == "synthetic" || config.dataset == "digits", "--dataset must be synthetic or digits, got '{}'",
+             config.dataset);
+  TDDP_CHECK(!digits || (config.model == "mlp" && classification),
+             "--dataset digits trains a classifier: use --model mlp with the ce loss (got --model {}, --loss {})",
+             config.model, loss_name);
+  TDDP_CHECK(config.bucket_cap_mb > 0 && config.first_bucket_cap_mb > 0,
+             "--bucket_cap_mb and --first_bucket_cap_mb must be positive, got {} and {}", config.bucket_cap_mb,
+             config.first_bucket_cap_mb);
   TDDP_CHECK(config.device == "auto" || config.device == "cpu" || config.device == "cuda",
              "--device must be auto, cpu or cuda, got '{}'", config.device);
   TDDP_CHECK(config.backend == "auto" || config.backend == "gloo" || config.backend == "nccl",
@@ -141,6 +88,9 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   std::shared_ptr<comm::ProcessGroup> pg;
   if (env_world_size() > 1) pg = comm::init_process_group(backend);
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
+  TDDP_CHECK(config.timeline.empty() || pg,
+             "--timeline records DDP's events, but this run is on one process: start it with launch --nproc_per_node 2 "
+             "(or more)");
   std::ostringstream quiet;  // only rank 0 prints progress
   std::ostream& progress = rank == 0 ? log : quiet;
 
@@ -152,30 +102,38 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   if (config.model == "toy") {
     model = std::make_shared<nn::ToyModel>();
   } else {
-    TDDP_CHECK(config.widths.size() >= 2, "--widths needs at least two numbers, got {}", config.widths.size());
-    model = nn::mlp(config.widths);
-    in = config.widths.front();
-    out = config.widths.back();
+    const std::vector<int64_t> widths = !config.widths.empty() ? config.widths
+                                        : digits                 ? std::vector<int64_t>{kDigitsPixels, 128, kDigitsClasses}
+                                                                 : std::vector<int64_t>{784, 256, 10};
+    TDDP_CHECK(widths.size() >= 2, "--widths needs at least two numbers, got {}", widths.size());
+    TDDP_CHECK(!digits || (widths.front() == kDigitsPixels && widths.back() == kDigitsClasses),
+               "--dataset digits: the widths must start with {} (8x8 pixels) and end with {} (classes), got {}",
+               kDigitsPixels, kDigitsClasses, fmt::join(widths, ","));
+    model = nn::mlp(widths);
+    in = widths.front();
+    out = widths.back();
   }
   TDDP_CHECK(!classification || out >= 2, "--loss ce needs at least 2 output classes, the model has {}", out);
   if (!config.init.empty()) nn::load_state_dict(*model, config.init);
   model->to(device);  // after initialising on the CPU: the same weights on every device
   std::shared_ptr<nn::Module> runner = model;  // what the loop calls: the model, or DDP around it
-  if (pg) runner = std::make_shared<ddp::DistributedDataParallel>(model, pg);
+  std::shared_ptr<ddp::DistributedDataParallel> ddp_model;
+  if (pg) {
+    ddp::DDPOptions options;
+    options.bucket_cap_mb(config.bucket_cap_mb).first_bucket_cap_mb(config.first_bucket_cap_mb);
+    if (!config.timeline.empty()) options.timeline(config.timeline);
+    ddp_model = std::make_shared<ddp::DistributedDataParallel>(model, pg, options);
+    runner = ddp_model;
+  }
 
   const int64_t batch_size = config.batch > 0 ? config.batch : (config.model == "toy" ? 20 : 64);
   TDDP_CHECK(config.data.empty() ? batch_size % world == 0 : true,
              "--batch {} is not divisible by WORLD_SIZE {}: every rank takes an equal share of each batch", batch_size,
              world);
-  std::unique_ptr<Dataset> data;
-  SyntheticDataset* synthetic = nullptr;
-  if (config.data.empty()) {
-    auto made = std::make_unique<SyntheticDataset>(config.seed, batch_size, in, out, classification);
-    synthetic = made.get();
-    data = std::move(made);
-  } else {
-    data = std::make_unique<FileDataset>(config.data, config.steps, in, out, classification);
-  }
+  const std::unique_ptr<Dataset> data =
+      !config.data.empty() ? file_dataset(config.data, config.steps, in, out, classification)
+      : digits ? digits_dataset(config.digits.empty() ? default_digits_path() : config.digits, config.seed, batch_size)
+               : synthetic_dataset(config.seed, batch_size, in, out, classification);
 
   std::unique_ptr<nn::Optimizer> optimizer;
   if (config.optimizer == "sgd") {
@@ -193,7 +151,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
 
   progress << "training " << config.model << " (" << model->parameters().size() << " parameter tensors) with "
       << config.optimizer << " lr " << config.lr << ", " << loss_name << " loss, " << config.steps << " steps, "
-      << (config.data.empty() ? "synthetic data" : "data from " + config.data)
+      << data->describe()
       << (pg ? fmt::format(", data-parallel on {} ranks ({})", world, backend) : std::string()) << ", device " << device.str()
       << "\n";
   const int64_t log_every = config.log_every > 0 ? config.log_every : std::max<int64_t>(1, config.steps / 10);
@@ -241,14 +199,17 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
                      result.losses.front(), result.losses.back());
   if (result.accuracy >= 0) progress << fmt::format("; accuracy on the last batch {:.1f}%", 100 * result.accuracy);
   progress << "\n";
-  if (classification && synthetic != nullptr) {
+  if (const std::optional<Batch> held = classification ? data->held_out() : std::nullopt) {
     // The same model on every rank, the same held-out samples: every rank gets the same figure.
     t::NoGradGuard no_grad;
-    const Batch held = synthetic->held_out(kHeldOutRows);
     result.held_out_accuracy =
-        t::mean(t::eq(t::argmax(model->forward(held.inputs.to(device)), 1), held.targets.to(device)).to(t::kFloat64))
+        t::mean(t::eq(t::argmax(model->forward(held->inputs.to(device)), 1), held->targets.to(device)).to(t::kFloat64))
             .item<double>();
-    progress << fmt::format("held-out accuracy {:.1f}% on {} new samples\n", 100 * result.held_out_accuracy, kHeldOutRows);
+    progress << fmt::format("held-out accuracy {:.1f}% on {}\n", 100 * result.held_out_accuracy, data->describe_held_out());
+  }
+  if (config.stats) {
+    progress << (ddp_model ? describe_stats(ddp_model->stats(), rank)
+                           : "no DDP statistics: this run trained on one process (start it with launch for DDP)\n");
   }
   if (!config.save.empty() && rank == 0) {
     nn::save_state_dict(*model, config.save);
@@ -257,6 +218,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   if (pg) {
     pg->barrier()->wait();  // rank 0 hosts the store: nobody leaves before everyone is done
     runner.reset();
+    ddp_model.reset();  // writes the timeline
     comm::destroy_process_group();
   }
   return result;

@@ -1,11 +1,12 @@
 // The training loop behind //examples:train, as a library so that tests can run it with
-// fixture weights and data: model and data setup, the step loop, progress lines, metrics CSV
-// and the final checkpoint. Launched with WORLD_SIZE > 1 (RANK, MASTER_ADDR, MASTER_PORT as
-// torchrun sets them), it trains data-parallel: the model is wrapped in
-// DistributedDataParallel and rank r of W takes rows [r*B/W, (r+1)*B/W) of each global batch
-// of B rows, so that the result equals a one-process run on the same data. On GPUs
-// (--device cuda, or auto with a GPU present) rank r uses cuda:LOCAL_RANK; the model is
-// initialised and the data drawn on the CPU, so the numbers are the same on every device.
+// fixture weights and data: model and data setup (train_data.h), the step loop, progress
+// lines, metrics CSV, DDP's statistics and timeline, and the final checkpoint. Launched with
+// WORLD_SIZE > 1 (RANK, MASTER_ADDR, MASTER_PORT as torchrun sets them), it trains
+// data-parallel: the model is wrapped in DistributedDataParallel and rank r of W takes rows
+// [r*B/W, (r+1)*B/W) of each global batch of B rows, so that the result equals a one-process
+// run on the same data. On GPUs (--device cuda, or auto with a GPU present) rank r uses
+// cuda:LOCAL_RANK; the model is initialised and the data drawn on the CPU, so the numbers are
+// the same on every device.
 #pragma once
 
 #include <cstdint>
@@ -17,14 +18,16 @@ namespace tinyddp::examples {
 
 struct TrainConfig {
   std::string model = "mlp";                  // mlp | toy
-  std::vector<int64_t> widths = {784, 256, 10};  // mlp only
+  std::string dataset = "synthetic";          // synthetic | digits (ignored with `data`)
+  std::string digits;                         // the digits file; empty: default_digits_path()
+  std::vector<int64_t> widths;                // mlp only; empty: 784,256,10 (synthetic), 64,128,10 (digits)
   std::string loss;                           // mse | ce; empty: mse for toy, ce for mlp
   std::string optimizer = "sgd";              // sgd | adam
   double lr = 0.1;
   double momentum = 0;
   int64_t steps = 100;
   uint64_t seed = 0;
-  int64_t batch = 0;      // synthetic data only: the global batch; 0: 20 for toy, 64 for mlp
+  int64_t batch = 0;      // the global batch (not with `data`); 0: 20 for toy, 64 for mlp
   std::string init;       // safetensors state dict to start from
   std::string data;       // safetensors with "inputs" [steps, batch, in] and "targets"
   std::string save;       // where to write the final state dict
@@ -33,12 +36,18 @@ struct TrainConfig {
   std::string device = "auto";  // auto | cpu | cuda (auto: CUDA when built with it and a GPU is present)
   // auto | gloo | nccl (auto: nccl on GPUs when each local rank has one, else gloo)
   std::string backend = "auto";
+  // DDP's bucket sizes (PyTorch's defaults) and its timeline: each rank writes
+  // "<timeline>.rank<r>.json", on a clock shared by all ranks (scripts/merge_timelines.py).
+  double bucket_cap_mb = 25;
+  double first_bucket_cap_mb = 1;
+  std::string timeline;
+  bool stats = false;  // print DDP's statistics (DDPStats) at the end
 };
 
 struct TrainResult {
   std::vector<double> losses;  // one per step, before the update (the mean over ranks)
   double accuracy = -1;        // cross-entropy only: last batch, before the last update
-  double held_out_accuracy = -1;  // cross-entropy on synthetic data: 1024 new samples, after training
+  double held_out_accuracy = -1;  // cross-entropy: samples kept out of training, after training
   double seconds = 0;
   int64_t samples = 0;
 };

@@ -16,6 +16,9 @@ PACKAGES=(
   libcli11-dev        # command lines of the examples and the launcher
   nlohmann-json3-dev  # checkpoint headers
   libbenchmark-dev    # bench/
+  zlib1g-dev          # the digits reader of examples/train
+  python3-sklearn     # the handwritten digits (sklearn/datasets/data/digits.csv.gz)
+  python3-matplotlib  # the pictures of docs/ (scripts/plot_*.py) and their tests
 )
 
 missing=()
@@ -34,5 +37,6 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 echo "setup: installing ${missing[*]}"
 $SUDO apt-get update -q
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+# Without recommended packages: the Python libraries would otherwise bring a desktop's worth.
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 echo "setup: done"
