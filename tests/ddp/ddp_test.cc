@@ -788,38 +788,6 @@ TEST_CASE("join with throw_on_early_termination fails on every rank", "[ddp][joi
   }));
 }
 
-TEST_CASE("runtime statistics and the Chrome-trace timeline", "[ddp][stats][timeline]") {
-  const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
-  const std::string prefix = dir + "/ddp_timeline";
-  require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) {
-    {
-      auto model = nn::mlp({16, 32, 32, 4});
-      DistributedDataParallel ddp(model, borrow(pg), DDPOptions().first_bucket_cap_mb(1e-3).timeline(prefix));
-      for (int it = 0; it < 3; ++it) nn::mse_loss(ddp(tensor::ones({8, 16})), tensor::zeros({8, 4})).backward();
-      const DDPStats s = ddp.stats();
-      size_t total = 0;
-      for (size_t b : s.bucket_bytes) total += b;
-      size_t params = 0;
-      for (const Tensor& p : model->parameters()) params += p.nbytes();
-      e.expect(s.iterations == 3, "iterations");
-      e.expect(total == params, "bucket bytes do not add up to the parameters' bytes");
-      e.expect(s.buckets_rebuilt, "rebuilt flag");
-      e.expect(s.last_backward_compute_us > 0 && s.avg_backward_compute_us > 0, "backward compute time");
-      e.expect(s.last_forward_compute_us > 0, "forward time");
-      e.expect(s.last_backward_comm_us > 0, "communication time");
-      e.expect(s.last_overlap_us >= 0 && s.last_overlap_us <= s.last_backward_comm_us, "overlap within communication time");
-    }  // destruction writes the trace
-    std::ifstream in(prefix + ".rank" + std::to_string(pg.rank()) + ".json");
-    e.expect(in.good(), "no timeline file");
-    std::stringstream text;
-    text << in.rdbuf();
-    const std::string json = text.str();
-    for (const char* needle : {"\"traceEvents\"", "allreduce bucket 0", "grad ready: 2.weight", "finalize", "forward"}) {
-      e.expect(json.find(needle) != std::string::npos, std::string("timeline lacks ") + needle);
-    }
-  }));
-}
-
 TEST_CASE("join: a rank with no inputs at all (rank 0 or another) still ends with the others' model", "[ddp][join]") {
   for (int empty_rank : {0, 1}) {
     INFO("rank without inputs: " << empty_rank);

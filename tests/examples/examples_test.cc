@@ -3,7 +3,11 @@
 // input counts of the Join example, the classifier's held-out accuracy.
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "tensor/cuda.h"
 #include "tests/test_util.h"
@@ -145,4 +149,123 @@ TEST_CASE("examples: train on 2 ranks sharing one GPU (gloo staging) matches the
     INFO("step " << i);
     CHECK(on_gpu[i] == Catch::Detail::Approx(on_cpu[i]).epsilon(1e-4));
   }
+}
+
+TEST_CASE("examples: train --dataset digits on 2 ranks gives the one-process losses and learns the digits",
+          "[examples][train][ddp][digits]") {
+  if (!std::filesystem::exists("/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz")) {
+    TINYDDP_SKIP("python3-sklearn's digits are missing: bash scripts/setup.sh installs them");
+  }
+  const std::string one_csv = temp_path("digits_one.csv"), two_csv = temp_path("digits_two.csv");
+  const std::string args = " --dataset digits --steps 300 --momentum 0.9 --lr 0.05 --log_every 100 --metrics ";
+  const CommandResult one = run_command("examples/train" + args + one_csv);
+  INFO(one.output);
+  REQUIRE(one.exit_code == 0);
+  const CommandResult two = launch2("examples/train --stats" + args + two_csv);
+  INFO(two.output);
+  REQUIRE(two.exit_code == 0);
+  CHECK_THAT(two.output, Contains("1500 training digits from "));
+  CHECK_THAT(two.output, Contains("(23 batches of 64 per epoch), data-parallel on 2 ranks (gloo)"));
+  // Each rank's 32 rows of every global batch of 64: after the allreduce the gradients, and so
+  // the losses, are the one-process ones (to float32 rounding).
+  const std::vector<double> alone = read_losses(one_csv), ddp = read_losses(two_csv);
+  REQUIRE(alone.size() == 300);
+  REQUIRE(ddp.size() == 300);
+  for (size_t i = 0; i < alone.size(); ++i) {
+    INFO("step " << i);
+    CHECK(ddp[i] == Catch::Detail::Approx(alone[i]).epsilon(1e-4).margin(1e-6));
+  }
+  const std::vector<std::string> accuracy = all_matches(two.output, R"(held-out accuracy ([0-9.]+)% on 297 held-out digits)");
+  REQUIRE(accuracy.size() == 1);
+  CHECK(std::stod(accuracy[0]) > 93.0);
+  // --stats: DDP's statistics from rank 0, the buckets rebuilt after the first iteration.
+  CHECK_THAT(two.output, Contains("[rank 0] DDP statistics of rank 0 over 300 synchronised iterations:"));
+  CHECK_THAT(two.output, Contains("1 bucket(s) in launch order: 37.5 KiB; rebuilt in gradient-ready order"));
+  CHECK(all_matches(two.output, R"(communication overlapped with backward [0-9.]+ ms \([0-9.]+ ms\): ([0-9]+)% of it hidden)").size() == 1);
+}
+
+TEST_CASE("examples: train's bad digits and DDP options get clear errors", "[examples][train][errors][digits]") {
+  expect_train_error("--dataset digits --digits /nonexistent/digits.csv.gz --steps 1", "digits: cannot open /nonexistent/digits.csv.gz");
+  expect_train_error("--dataset digits --model toy --steps 1", "--dataset digits trains a classifier");
+  expect_train_error("--dataset digits --widths 32,10 --steps 1", "--dataset digits: the widths must start with 64");
+  expect_train_error("--timeline /tmp/never --steps 1", "--timeline records DDP's events, but this run is on one process");
+  const CommandResult zero = run_command("examples/train --bucket_cap_mb 0 --steps 1");
+  CHECK(zero.exit_code != 0);
+  CHECK_THAT(zero.output, Contains("--bucket_cap_mb"));
+}
+
+namespace {
+
+// /usr/bin/python3 with matplotlib (python3-matplotlib), which the picture scripts need.
+bool have_matplotlib() { return run_command("/usr/bin/python3 -c 'import matplotlib'").exit_code == 0; }
+
+bool is_png(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[8] = {};
+  in.read(magic, 8);
+  return in.good() && std::string(magic, 8) == "\x89PNG\r\n\x1a\n";
+}
+
+}  // namespace
+
+TEST_CASE("examples: train --timeline on 2 ranks; the scripts merge the traces and draw them and the loss",
+          "[examples][train][ddp][timeline]") {
+  if (!have_matplotlib()) TINYDDP_SKIP("/usr/bin/python3 has no matplotlib: bash scripts/setup.sh installs python3-matplotlib");
+  const std::string prefix = temp_path("train_tl"), merged = temp_path("train_tl.json");
+  const std::string metrics = temp_path("train_tl.csv");
+  const CommandResult r = launch2("examples/train --device cpu --widths 32,256,256,4 --steps 12 --bucket_cap_mb 0.02 "
+                                  "--first_bucket_cap_mb 0.002 --stats --timeline " + prefix + " --metrics " + metrics);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE(std::filesystem::exists(prefix + ".rank0.json"));
+  REQUIRE(std::filesystem::exists(prefix + ".rank1.json"));
+
+  const CommandResult merge = run_command("/usr/bin/python3 scripts/merge_timelines.py " + prefix + " -o " + merged);
+  INFO(merge.output);
+  REQUIRE(merge.exit_code == 0);
+  std::ifstream in(merged);
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  CHECK(trace["otherData"]["ranks"] == 2);
+  // A process per rank; in each a compute row and one row per bucket: 4 here (--stats says
+  // so), as caps of 2 KiB (first) and 20 KiB cut the parameters in gradient-ready order.
+  const std::vector<std::string> buckets = all_matches(r.output, R"(\] +([0-9]+) bucket\(s\) in launch order)");
+  REQUIRE(buckets.size() == 1);
+  CHECK(buckets[0] == "4");
+  std::map<int, std::set<std::string>> rows;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["name"] == "thread_name") rows[e["pid"].get<int>()].insert(e["args"]["name"].get<std::string>());
+  }
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0] == rows[1]);
+  CHECK(rows[0] == std::set<std::string>{"compute", "bucket 0 allreduce", "bucket 1 allreduce", "bucket 2 allreduce",
+                                         "bucket 3 allreduce"});
+
+  const std::string png = temp_path("train_tl.png");
+  const CommandResult drawn = run_command("/usr/bin/python3 scripts/plot_timeline.py " + merged + " -o " + png);
+  INFO(drawn.output);
+  CHECK(drawn.exit_code == 0);
+  CHECK_THAT(drawn.output, Contains("2 ranks"));
+  CHECK(is_png(png));
+  const std::string loss_png = temp_path("train_loss.png");
+  const CommandResult loss = run_command("/usr/bin/python3 scripts/plot_loss.py 'a=" + metrics + "' 'b=" + metrics +
+                                         "' -o " + loss_png);
+  INFO(loss.output);
+  CHECK(loss.exit_code == 0);
+  CHECK_THAT(loss.output, Contains("b: largest difference from a: 0.000e+00"));
+  CHECK(is_png(loss_png));
+
+  // What the scripts refuse, and say why.
+  std::filesystem::remove(prefix + ".rank0.json");
+  const CommandResult missing = run_command("/usr/bin/python3 scripts/merge_timelines.py " + prefix + " -o " + merged);
+  CHECK(missing.exit_code != 0);
+  CHECK_THAT(missing.output, Contains("no timeline for rank(s) [0]"));
+  const CommandResult twice = run_command("/usr/bin/python3 scripts/merge_timelines.py " + prefix + ".rank1.json " + prefix +
+                                          ".rank1.json -o " + merged);
+  CHECK_THAT(twice.output, Contains("rank 1 appears twice"));
+  const CommandResult not_trace = run_command("/usr/bin/python3 scripts/merge_timelines.py " + metrics + ".json -o " + merged);
+  CHECK_THAT(not_trace.output, Contains("cannot read"));
+  std::ofstream(temp_path("bad.csv")) << "step,loss\n0,abc\n";
+  const CommandResult bad_csv = run_command("/usr/bin/python3 scripts/plot_loss.py 'a=" + temp_path("bad.csv") + "' -o " + loss_png);
+  CHECK(bad_csv.exit_code != 0);
+  CHECK_THAT(bad_csv.output, Contains("line 2: expected 'step,loss'"));
 }
