@@ -3,7 +3,7 @@
 for compute and one per bucket, for Perfetto (ui.perfetto.dev) or chrome://tracing.
 
     examples/train ... --timeline /tmp/tl     # under launch: writes /tmp/tl.rank0.json, /tmp/tl.rank1.json, ...
-    python3 scripts/merge_timelines.py /tmp/tl -o /tmp/tl.json
+    python3 scripts/merge_timelines.py /tmp/tl -o /tmp/tl.json [--last N]
 
 The ranks' files already share one clock (DistributedDataParallel aligns them on a barrier at
 construction; ddp/timeline.h), so merging is putting their events side by side. The script
@@ -41,6 +41,17 @@ def load(path):
     return rank, trace["traceEvents"]
 
 
+def keep_last(events, count):
+    """The events of the last `count` iterations that every rank finished (and the metadata)."""
+    finished = {}
+    for e in events:
+        if e.get("name") == "finalize":
+            finished.setdefault(e["pid"], set()).add(e["args"]["iteration"])
+    common = sorted(set.intersection(*finished.values())) if finished else []
+    keep = set(common[-count:])
+    return [e for e in events if e.get("ph") == "M" or e.get("args", {}).get("iteration") in keep]
+
+
 def merge(paths):
     by_rank = {}
     for path in paths:
@@ -75,8 +86,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("inputs", nargs="+", help="per-rank trace files, or the --timeline PATH given to train")
     parser.add_argument("-o", "--output", required=True, help="the merged trace (JSON)")
+    parser.add_argument("--last", type=int, help="keep only the last N iterations that every rank finished")
     args = parser.parse_args()
     merged = merge(expand(args.inputs))
+    if args.last is not None:
+        if args.last < 1:
+            fail(f"--last must be at least 1, got {args.last}")
+        merged["traceEvents"] = keep_last(merged["traceEvents"], args.last)
+        merged["otherData"]["last_iterations"] = args.last
     with open(args.output, "w", encoding="utf-8") as f:
         json.dump(merged, f)
     print(f"merge_timelines: {merged['otherData']['ranks']} ranks, {len(merged['traceEvents'])} events -> {args.output}")

@@ -73,7 +73,7 @@ def main():
     ax.grid(color="#dddddd")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(args.output, dpi=110)
+    fig.savefig(args.output, dpi=100)
     print(f"plot_loss: {len(runs)} run(s) -> {args.output}")
 
 

@@ -240,6 +240,18 @@ TEST_CASE("examples: train --timeline on 2 ranks; the scripts merge the traces a
   CHECK(rows[0] == std::set<std::string>{"compute", "bucket 0 allreduce", "bucket 1 allreduce", "bucket 2 allreduce",
                                          "bucket 3 allreduce"});
 
+  // --last N keeps the last N iterations (of 12) and the row names.
+  const CommandResult last = run_command("/usr/bin/python3 scripts/merge_timelines.py " + prefix + " --last 2 -o " + merged + ".last");
+  INFO(last.output);
+  REQUIRE(last.exit_code == 0);
+  std::ifstream last_in(merged + ".last");
+  const nlohmann::json last_trace = nlohmann::json::parse(last_in);
+  std::set<int64_t> kept;
+  for (const auto& e : last_trace["traceEvents"]) {
+    if (e["ph"] != "M") kept.insert(e["args"]["iteration"].get<int64_t>());
+  }
+  CHECK(kept == std::set<int64_t>{10, 11});
+
   const std::string png = temp_path("train_tl.png");
   const CommandResult drawn = run_command("/usr/bin/python3 scripts/plot_timeline.py " + merged + " -o " + png);
   INFO(drawn.output);

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Makes the pictures of docs/ from real runs on this machine (-c opt build, 2 ranks under the
+# launcher, /usr/bin/python3 with matplotlib; scripts/setup.sh installs everything):
+#   docs/timeline.png  one DDP iteration on 2 ranks: backward, each bucket's allreduce, finalize
+#                      (an MLP 64-1024-1024-1024-1024-10 on the digits, global batch 512, 4 buckets)
+#   docs/timeline.json the merged trace it is drawn from, its last 8 iterations (open it in
+#                      ui.perfetto.dev)
+#   docs/loss.png      the digits MLP's training loss: one process, 2 ranks and 4 ranks with DDP
+# Usage: bash scripts/make_pictures.sh   (takes about half a minute)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bazel build -c opt //launcher:launch //examples:train
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+launch=bazel-bin/launcher/launch
+train=bazel-bin/examples/train
+
+# The timeline: layers wide enough that backward takes longer than one allreduce.
+"$launch" --nproc_per_node 2 -- "$train" --dataset digits --widths 64,1024,1024,1024,1024,10 --batch 512 \
+  --bucket_cap_mb 2 --steps 60 --log_every 60 --stats --timeline "$work/tl"
+/usr/bin/python3 scripts/merge_timelines.py "$work/tl" -o docs/timeline.json --last 8
+/usr/bin/python3 scripts/plot_timeline.py docs/timeline.json -o docs/timeline.png \
+  --title "One DDP iteration on 2 ranks (MLP 64-1024x4-10, 4 buckets): allreduces overlap backward"
+
+# The loss curves: the main job's model and settings, on 1, 2 and 4 processes.
+args=(--dataset digits --steps 1000 --lr 0.05 --momentum 0.9 --log_every 1000)
+"$train" "${args[@]}" --metrics "$work/one.csv"
+"$launch" --nproc_per_node 2 -- "$train" "${args[@]}" --metrics "$work/two.csv"
+"$launch" --nproc_per_node 4 -- "$train" "${args[@]}" --metrics "$work/four.csv"
+/usr/bin/python3 scripts/plot_loss.py "one process=$work/one.csv" "2 ranks (DDP)=$work/two.csv" \
+  "4 ranks (DDP)=$work/four.csv" -o docs/loss.png \
+  --title "Digits MLP 64-128-10, global batch 64: one curve on 1, 2 and 4 processes"
