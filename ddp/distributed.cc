@@ -208,17 +208,17 @@ void DistributedDataParallel::sync_module_buffers(bool candidate) {
   if (!require_forward_param_sync_ || !options_.broadcast_buffers()) return;
   const std::vector<Tensor> buffers = synced_buffers();
   if (buffers.empty()) return;
-  broadcast_coalesced(buffers, joining_ ? find_common_rank(candidate) : 0);
+  broadcast_coalesced(buffers, join_config().enable ? find_common_rank(candidate) : 0);
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
   const bool grad_enabled = tensor::GradMode::is_enabled();
   const bool synchronize = grad_enabled && require_sync_;
   if (synchronize) reducer_->prepare_for_forward();
-  if (joining_) notify_join_context();
+  notify_join_context();
   if (grad_enabled) reducer_->rebuild_buckets();  // also reports an unfinished previous iteration
   sync_module_buffers(/*candidate=*/true);
-  if (joining_) {
+  if (join_config().enable) {
     // Tell joined ranks whether this iteration's backward synchronises (no_sync: no).
     should_sync_flag_ = tensor::from_vector(std::vector<int64_t>{require_sync_ ? 1 : 0}, {}, control_device_);
     should_sync_work_ = pg_->allreduce(should_sync_flag_);

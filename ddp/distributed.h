@@ -10,21 +10,11 @@
 #include <vector>
 
 #include "comm/process_group.h"
+#include "ddp/join.h"
 #include "ddp/reducer.h"
 #include "nn/module.h"
 
 namespace tinyddp::ddp {
-
-// Join for uneven inputs (see DistributedDataParallel::join). The defaults are PyTorch's.
-struct JoinOptions {
-  // Average gradients over all ranks (the joined ones contribute zeros), as if every rank
-  // still had inputs; false: over the ranks that still have inputs.
-  bool divide_by_initial_world_size = true;
-  // false: join() just runs the loop (no shadowing, no collectives of its own).
-  bool enable = true;
-  // Throw on every rank as soon as one runs out of inputs, instead of shadowing.
-  bool throw_on_early_termination = false;
-};
 
 struct DDPOptions {
   DDPOptions& bucket_cap_mb(double v) { bucket_cap_mb_ = v; return *this; }
@@ -59,7 +49,7 @@ struct DDPOptions {
   std::string timeline_;
 };
 
-class DistributedDataParallel : public nn::Module {
+class DistributedDataParallel : public nn::Module, public Joinable {
  public:
   // Checks that every rank has the same parameters (count, shapes, strides, dtypes; a clear
   // error naming the first difference otherwise), broadcasts rank 0's parameters (those that
@@ -115,7 +105,19 @@ class DistributedDataParallel : public nn::Module {
   // forever. Buffers come from the highest active rank; gradients are divided by the initial
   // world size (default) or by the number of active ranks; no_sync works inside. At the end
   // the model of the last rank to join (the highest of them) is broadcast to all. See join.cc.
+  // join(loop, options) is Join::run({this}, loop, options); with a ZeroRedundancyOptimizer
+  // too, call Join::run({&ddp, &zero}, loop, options) (join.h).
   void join(const std::function<void()>& loop, JoinOptions options = {});
+
+  // Joinable (join.h): DDP's join hook runs join_hook_main and join_hook_post (join.cc).
+  std::unique_ptr<JoinHook> join_hook() override;
+  tensor::Device join_device() const override { return control_device_; }
+  comm::ProcessGroup& join_process_group() const override { return *pg_; }
+  // Join's steps (join.cc): an active rank's part of each forward, and a joined rank's
+  // mirror of one iteration of the others.
+  void notify_join_context();
+  void join_hook_main();
+  void join_hook_post(bool is_last_joiner);
 
  private:
   void verify_same_parameters(const std::vector<std::string>& names) const;
@@ -130,11 +132,6 @@ class DistributedDataParallel : public nn::Module {
   // Broadcasts the buffers before a forward when the previous forward synchronised: from rank
   // 0, or inside join from the highest active rank (`candidate`: this rank is active).
   void sync_module_buffers(bool candidate);
-  // Join's steps (join.cc): an active rank's part of each forward, and a joined rank's
-  // mirror of one iteration of the others.
-  void notify_join_context();
-  void join_hook_main();
-  void join_hook_post(bool is_last_joiner);
 
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<comm::ProcessGroup> pg_;
@@ -145,8 +142,6 @@ class DistributedDataParallel : public nn::Module {
   std::unique_ptr<Reducer> reducer_;
   bool require_sync_ = true;                // false inside no_sync (PyTorch's require_backward_grad_sync)
   bool require_forward_param_sync_ = true;  // the previous forward synchronised: broadcast buffers first
-  bool joining_ = false;
-  JoinOptions join_options_;
   Tensor should_sync_flag_;  // Join: this forward's "my backward synchronises" (1 or 0)
   std::shared_ptr<comm::Work> should_sync_work_;
 };

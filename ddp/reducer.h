@@ -68,7 +68,9 @@ class Reducer {
   // The buckets' reductions on zeros through the same hook, in bucket order, then the used-
   // parameter allreduce when the active ranks run one; the joined rank then also pushes
   // every parameter for the one-time rebuild (as the others did in their first iteration).
-  void match_backward_collectives();
+  // `write_gradients`: also write the averages to .grad, as finalize_backward does (for a
+  // ZeroRedundancyOptimizer that steps on the joined rank); PyTorch leaves .grad as it was.
+  void match_backward_collectives(bool write_gradients = false);
 
   // ---- For DDP, tests and statistics -------------------------------------------------------
   const BucketAssignment& assignment() const { return assignment_; }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -98,14 +99,9 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
   return entry;
 }
 
-}  // namespace
-
-SafetensorsFile load_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open (" + errno_text() + ")");
-  in.seekg(0, std::ios::end);
-  const auto file_size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
+// Reads and validates safetensors bytes from `in` (`file_size` bytes); `path` names the source
+// in errors.
+SafetensorsFile parse_stream(std::istream& in, uint64_t file_size, const std::string& path) {
   if (file_size < 8) fail(path, fmt::format("file is {} bytes, too short for the 8-byte header length", file_size));
   uint64_t header_size = 0;
   in.read(reinterpret_cast<char*>(&header_size), 8);
@@ -170,8 +166,10 @@ SafetensorsFile load_safetensors(const std::string& path) {
   return result;
 }
 
-void save_safetensors(const std::string& path, const OrderedDict<Tensor>& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+// The padded JSON header for `tensors` and `metadata`; `dense` receives the tensors as
+// contiguous CPU tensors, in the order of their data.
+std::string header_text(const OrderedDict<Tensor>& tensors, const std::map<std::string, std::string>& metadata,
+                        std::vector<Tensor>& dense) {
   tensor::NoGradGuard no_grad;
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   nlohmann::ordered_json meta = nlohmann::ordered_json::object();
@@ -179,7 +177,6 @@ void save_safetensors(const std::string& path, const OrderedDict<Tensor>& tensor
   meta["format"] = "pt";
   meta["tinyddp_format_version"] = kFormatVersion;
   header["__metadata__"] = meta;
-  std::vector<Tensor> dense;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     TDDP_CHECK(name != "__metadata__", "save_safetensors: '__metadata__' cannot be a tensor name");
@@ -193,6 +190,39 @@ void save_safetensors(const std::string& path, const OrderedDict<Tensor>& tensor
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // pad so that the data starts 8-byte aligned
+  return text;
+}
+
+}  // namespace
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open (" + errno_text() + ")");
+  in.seekg(0, std::ios::end);
+  const auto file_size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  return parse_stream(in, file_size, path);
+}
+
+SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& what) {
+  std::istringstream in(bytes, std::ios::binary);
+  return parse_stream(in, bytes.size(), what);
+}
+
+std::string serialize_safetensors(const OrderedDict<Tensor>& tensors, const std::map<std::string, std::string>& metadata) {
+  std::vector<Tensor> dense;
+  const std::string text = header_text(tensors, metadata, dense);
+  const uint64_t header_size = text.size();
+  std::string out(reinterpret_cast<const char*>(&header_size), 8);
+  out += text;
+  for (const Tensor& t : dense) out.append(static_cast<const char*>(t.raw_data_ptr()), t.nbytes());
+  return out;
+}
+
+void save_safetensors(const std::string& path, const OrderedDict<Tensor>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  std::vector<Tensor> dense;
+  const std::string text = header_text(tensors, metadata, dense);
   const uint64_t header_size = text.size();
 
   // Write a temporary file next to the target, then rename it over the target: a crash

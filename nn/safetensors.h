@@ -31,4 +31,10 @@ void save_safetensors(const std::string& path, const OrderedDict<tensor::Tensor>
 // Any problem throws an error naming the file and the entry.
 SafetensorsFile load_safetensors(const std::string& path);
 
+// The same format in memory (to send over a process group, for example): the bytes a file
+// would hold, and their validated reading; `what` names the bytes in errors.
+std::string serialize_safetensors(const OrderedDict<tensor::Tensor>& tensors,
+                                  const std::map<std::string, std::string>& metadata = {});
+SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& what);
+
 }  // namespace tinyddp::nn
