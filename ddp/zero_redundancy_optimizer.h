@@ -1,0 +1,98 @@
+// ZeroRedundancyOptimizer: PyTorch's ZeRO stage 1 (torch.distributed.optim). The parameters are
+// partitioned across the ranks; each rank keeps a local optimizer (SGD, Adam, AdamW) over its
+// shard only, so the optimizer state (momentum, Adam's moments) takes about 1/W of the memory.
+// step() updates the local shard from .grad (averaged by DDP beforehand), then every rank
+// receives the others' updated shards: one broadcast per parameter from its owner, or one per
+// rank with parameters_as_bucket_view, where each rank's parameters live in one flat bucket.
+//
+//   auto zero = ZeroRedundancyOptimizer(model->parameters(), optimizer_class<nn::Adam>(nn::AdamOptions(1e-3)), pg);
+//   ... loss.backward(); zero.step();   (with DDP around the model)
+//
+// The partition is PyTorch's: parameters by size, largest first (ties in the order given),
+// each to the rank with the fewest elements so far (the lowest such rank); every rank computes
+// the same one. It is a Joinable (join.h): under Join a rank that ran out of inputs keeps
+// stepping its shard and broadcasting it.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "comm/process_group.h"
+#include "ddp/join.h"
+#include "nn/optim.h"
+
+namespace tinyddp::ddp {
+
+using tensor::Tensor;
+
+struct ZeroOptions {
+  // Each rank's shard in one flat tensor, the parameters views of it (set_data): one broadcast
+  // per rank instead of one per parameter. Needs one dtype and device for all parameters.
+  bool parameters_as_bucket_view = false;
+};
+
+class ZeroRedundancyOptimizer : public nn::Optimizer, public Joinable {
+ public:
+  // Makes the local optimizer over this rank's shard (see optimizer_class below).
+  using OptimizerFactory = std::function<std::unique_ptr<nn::Optimizer>(std::vector<Tensor>)>;
+
+  // `pg` defaults to comm::default_group(). Parameters must be floating-point leaves, each
+  // given once; with parameters_as_bucket_view all of one dtype and device.
+  ZeroRedundancyOptimizer(std::vector<Tensor> params, OptimizerFactory optimizer,
+                          std::shared_ptr<comm::ProcessGroup> pg = nullptr, ZeroOptions options = {});
+
+  // The local step, then every rank receives every shard (inside NoGradGuard).
+  void step() override;
+
+  // partition()[r]: the indices (into params()) that rank r updates, in the order it keeps them.
+  const std::vector<std::vector<size_t>>& partition() const { return partition_; }
+  int owner(size_t index) const { return owner_.at(index); }
+  // The local optimizer over this rank's shard (which may be empty). name() is its name
+  // ("Adam"), so that checkpoints of the consolidated state load into either.
+  nn::Optimizer& local_optimizer() const { return *local_; }
+  // Bytes of optimizer state this rank holds (its local optimizer's state tensors).
+  int64_t local_state_bytes() const;
+
+  // Gathers every rank's shard state on rank `to` (a collective: every rank calls it). There,
+  // state_dict() then returns the state of the whole optimizer, keyed by the index into
+  // params() as a plain optimizer of the same kind over params() keys it: save it with
+  // nn::save_optimizer_state and load it into such an optimizer, or into a
+  // ZeroRedundancyOptimizer over the same parameters (any world size), which keeps its shard.
+  void consolidate_state_dict(int to = 0);
+  nn::OrderedDict<Tensor> state_dict() const override;
+  void load_state_dict(const nn::OrderedDict<Tensor>& state) override;
+
+  // Joinable: the hook steps (the local shard and the broadcasts) once per iteration of the
+  // others; on a joined rank DDP's hook has written the others' averages to .grad.
+  std::unique_ptr<JoinHook> join_hook() override;
+  tensor::Device join_device() const override { return device_; }
+  comm::ProcessGroup& join_process_group() const override { return *pg_; }
+  bool needs_gradients_when_joined() const override { return true; }
+
+ private:
+  void partition_parameters();
+  void build_buckets();
+  void sync_params();
+
+  std::shared_ptr<comm::ProcessGroup> pg_;
+  ZeroOptions options_;
+  tensor::Device device_;
+  std::vector<std::vector<size_t>> partition_;
+  std::vector<int> owner_;
+  std::unique_ptr<nn::Optimizer> local_;
+  std::vector<Tensor> buckets_;  // parameters_as_bucket_view: rank r's shard, flat
+  std::optional<nn::OrderedDict<Tensor>> consolidated_;  // on the rank consolidate_state_dict chose
+};
+
+// A factory for the local optimizer, as PyTorch's optimizer_class plus its keyword arguments:
+// optimizer_class<nn::Adam>(nn::AdamOptions(1e-3)), optimizer_class<nn::SGD>(nn::SGDOptions(0.1).momentum(0.9)).
+template <typename Optimizer, typename Options>
+ZeroRedundancyOptimizer::OptimizerFactory optimizer_class(Options options) {
+  return [options](std::vector<Tensor> params) -> std::unique_ptr<nn::Optimizer> {
+    return std::make_unique<Optimizer>(std::move(params), options);
+  };
+}
+
+}  // namespace tinyddp::ddp
