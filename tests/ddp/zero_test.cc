@@ -6,7 +6,10 @@
 #include "ddp/zero_redundancy_optimizer.h"
 
 #include <cmath>
+#include <fstream>
 #include <mutex>
+
+#include <nlohmann/json.hpp>
 
 #include "ddp/distributed.h"
 #include "nn/nn.h"
@@ -257,4 +260,68 @@ TEST_CASE("ZeRO: bad parameters and states get clear errors", "[ddp][zero][error
     e.expect(error_of([&] { zero.load_state_dict(shape); }).find("'state.1.exp_avg' has shape [3] but parameter 1 has shape [2, 2]") != std::string::npos, "shape");
     e.expect(error_of([&] { zero.consolidate_state_dict(5); }).find("rank 5 is not in a world of 2") != std::string::npos, "to");
   }));
+}
+
+TEST_CASE("ZeRO + DDP reproduces PyTorch's ZeroRedundancyOptimizer (Adam; SGD with parameters_as_bucket_view)",
+          "[ddp][zero][pytorch]") {
+  std::ifstream in("tests/ddp/fixtures/zero_reference.json");
+  REQUIRE(in.good());
+  const nlohmann::json fixture = nlohmann::json::parse(in);
+  const int world = fixture["world"];
+  const std::vector<int64_t> widths = fixture["widths"];
+  for (const nlohmann::json& scenario : fixture["scenarios"]) {
+    const std::string name = scenario["name"];
+    INFO("scenario " << name);
+    require_no_failures(run_threads(world, [&](ProcessGroup& pg, Expectations& e) {
+      auto model = nn::mlp(widths);
+      {
+        tensor::NoGradGuard no_grad;
+        for (const auto& [param_name, p] : model->named_parameters()) {
+          const std::vector<float> values = fixture["initial"][param_name];
+          p.copy_(tensor::from_vector(values, p.sizes()));
+        }
+      }
+      const std::vector<Tensor> params = model->parameters();
+      DistributedDataParallel ddp(model, borrow(pg));
+      ZeroOptions options;
+      options.parameters_as_bucket_view = scenario["parameters_as_bucket_view"];
+      const nlohmann::json& o = scenario["options"];
+      const auto factory = scenario["optimizer"] == "Adam"
+                               ? optimizer_class<nn::Adam>(nn::AdamOptions(o["lr"]))
+                               : optimizer_class<nn::SGD>(nn::SGDOptions(o["lr"]).momentum(o["momentum"]));
+      ZeroRedundancyOptimizer zero(params, factory, borrow(pg), options);
+      for (size_t i = 0; i < params.size(); ++i) {
+        e.expect(zero.owner(i) == scenario["partition"][i].get<int>(), fmt::format("owner of parameter {}", i));
+      }
+      const nlohmann::json& batches = fixture["batches"][pg.rank()];
+      for (size_t step = 0; step < batches.size(); ++step) {
+        const std::vector<float> x = batches[step][0], y = batches[step][1];
+        const int64_t rows = static_cast<int64_t>(x.size()) / widths.front();
+        zero.zero_grad();
+        nn::mse_loss(ddp(tensor::from_vector(x, tensor::Shape{rows, widths.front()})),
+                     tensor::from_vector(y, tensor::Shape{rows, widths.back()}))
+            .backward();
+        zero.step();
+        for (size_t i = 0; i < params.size(); ++i) {
+          const std::vector<float> want = scenario["steps"][pg.rank()][step][i];
+          const double gap = max_difference({params[i].detach().reshape({-1})}, {tensor::from_vector(want)});
+          e.expect(gap < 1e-6, fmt::format("rank {} step {} parameter {}: differs from PyTorch by {}", pg.rank(), step, i, gap));
+        }
+      }
+      zero.consolidate_state_dict(0);
+      if (pg.rank() != 0) return;
+      const auto state = zero.state_dict();
+      e.expect(state.size() == scenario["state"].size(), fmt::format("{} state tensors, PyTorch has {}", state.size(), scenario["state"].size()));
+      for (const auto& [key, values] : scenario["state"].items()) {
+        if (!state.contains(key)) {
+          e.failures.push_back("no state " + key);
+          continue;
+        }
+        const std::vector<float> want = values;
+        const Tensor got = state.at(key).to(tensor::kFloat32).reshape({-1});
+        const double gap = max_difference({got}, {tensor::from_vector(want)});
+        e.expect(gap < 1e-6, fmt::format("{} differs from PyTorch's by {}", key, gap));
+      }
+    }));
+  }
 }

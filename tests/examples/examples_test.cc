@@ -97,6 +97,16 @@ TEST_CASE("examples: ddp_join, rank r has 5 + r inputs, every rank finishes", "[
   CHECK(r.seconds < 30);
 }
 
+TEST_CASE("examples: ddp_zero_join, DDP and ZeRO under Join, rank r has 10 + r inputs", "[examples][ddp][join][zero]") {
+  const CommandResult r = launch2("examples/ddp_zero_join");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("[rank 0] Rank 0 has exhausted all 10 of its inputs!"));
+  CHECK_THAT(r.output, Contains("[rank 1] Rank 1 has exhausted all 11 of its inputs!"));
+  require_same_on_both_ranks(r.output, R"(of its inputs! checksum ([0-9a-f]{16}))");
+  CHECK(r.seconds < 30);
+}
+
 TEST_CASE("examples: train on 2 ranks learns the synthetic classes and reports progress", "[examples][train][ddp]") {
   const std::string metrics = temp_path("train_metrics.csv");
   const std::string save = temp_path("train.safetensors");
