@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """PyTorch side of `//bench:train_step --mode local|nosync|ddp --nproc 2`: the same models,
 batches and steps with torch DistributedDataParallel (gloo), 2 processes, one thread each.
-Prints "RESULT model=<m> mode=<mode> impl=torch median_us=<x>" from rank 0.
+Prints "RESULT model=<m> mode=<mode> impl=torch median_us=<x>" from rank 0. Optional third
+argument: optimizers, sgd (default), adam, zero_adam (ZeroRedundancyOptimizer over Adam).
 
 Run: OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/torch_ddp_train_step.py
 """
@@ -15,17 +16,32 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from torch_models import ToyModel, mlp
 
 
-def run(rank, world, port, models, modes):
+def make_optimizer(kind, model):
+    if kind == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    if kind == "adam":
+        return torch.optim.Adam(model.parameters(), lr=1e-4)
+    return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-4)
+
+
+def state_bytes(opt):
+    """The optimizer state this rank holds (ZeRO: its shard's)."""
+    local = opt.optim if isinstance(opt, ZeroRedundancyOptimizer) else opt
+    return sum(t.numel() * t.element_size() for s in local.state.values() for t in s.values() if torch.is_tensor(t))
+
+
+def run(rank, world, port, models, modes, optimizers):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    for name in models:
-        for mode in modes:
+    for name, mode, kind in [(n, m, k) for n in models for m in modes for k in optimizers]:
+        if True:
             torch.manual_seed(0)
             if name == "toy":
                 model, x, y, iters = ToyModel(), torch.randn(20, 10), torch.randn(20, 5), 2000
@@ -34,7 +50,7 @@ def run(rank, world, port, models, modes):
             else:
                 model, x, y, iters = mlp([784, 1024, 1024, 10]), torch.randn(128, 784), torch.randint(0, 10, (128,)), 30
             runner = model if mode == "local" else DDP(model)
-            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+            opt = make_optimizer(kind, model)
 
             def step():
                 opt.zero_grad(set_to_none=True)
@@ -53,7 +69,8 @@ def run(rank, world, port, models, modes):
                 step()
                 times.append((time.perf_counter() - start) * 1e6)
             if rank == 0:
-                print(f"RESULT model={name} mode={mode} impl=torch median_us={statistics.median(times):.1f}", flush=True)
+                extra = "" if kind == "sgd" else f" optimizer={kind} state_bytes={state_bytes(opt)}"
+                print(f"RESULT model={name} mode={mode}{extra} impl=torch median_us={statistics.median(times):.1f}", flush=True)
             dist.barrier()
     dist.destroy_process_group()
 
@@ -61,4 +78,5 @@ def run(rank, world, port, models, modes):
 if __name__ == "__main__":
     models = sys.argv[1].split(",") if len(sys.argv) > 1 else ["toy", "mlp", "huge"]
     modes = sys.argv[2].split(",") if len(sys.argv) > 2 else ["local", "nosync", "ddp"]
-    mp.spawn(run, args=(2, 29600 + os.getpid() % 1000, models, modes), nprocs=2)
+    optimizers = sys.argv[3].split(",") if len(sys.argv) > 3 else ["sgd"]
+    mp.spawn(run, args=(2, 29600 + os.getpid() % 1000, models, modes, optimizers), nprocs=2)

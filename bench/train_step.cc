@@ -22,6 +22,7 @@
 #include "tensor/cuda.h"
 #include "launcher/spawn.h"
 #include "ddp/distributed.h"
+#include "ddp/zero_redundancy_optimizer.h"
 #include "nn/nn.h"
 
 namespace t = tinyddp::tensor;
@@ -36,6 +37,7 @@ struct Config {
   int warmup = 5;
   std::string device = "cpu";
   std::string backend;  // default: nccl on GPUs, gloo on the CPU
+  std::string optimizer = "sgd";  // sgd (momentum 0.9), adam, zero_adam (ZeroRedundancyOptimizer over Adam)
 };
 
 int run(const Config& c) {
@@ -77,7 +79,17 @@ int run(const Config& c) {
     }());
     ddp = std::make_shared<tinyddp::ddp::DistributedDataParallel>(model, pg);
   }
-  nn::SGD optimizer(model->parameters(), nn::SGDOptions(0.01).momentum(0.9));
+  std::unique_ptr<nn::Optimizer> owned_optimizer;
+  if (c.optimizer == "sgd") {
+    owned_optimizer = std::make_unique<nn::SGD>(model->parameters(), nn::SGDOptions(0.01).momentum(0.9));
+  } else if (c.optimizer == "adam") {
+    owned_optimizer = std::make_unique<nn::Adam>(model->parameters(), nn::AdamOptions(1e-4));
+  } else {
+    TDDP_CHECK(pg != nullptr, "--optimizer zero_adam needs --mode ddp or nosync (a process group)");
+    owned_optimizer = std::make_unique<tinyddp::ddp::ZeroRedundancyOptimizer>(
+        model->parameters(), tinyddp::ddp::optimizer_class<nn::Adam>(nn::AdamOptions(1e-4)), pg);
+  }
+  nn::Optimizer& optimizer = *owned_optimizer;
   const auto step = [&] {
     optimizer.zero_grad();
     const auto body = [&] {
@@ -103,7 +115,15 @@ int run(const Config& c) {
   }
   std::sort(us.begin(), us.end());
   if (!pg || pg->rank() == 0) {
+    // The optimizer state this rank holds (ZeRO: its shard's).
+    int64_t state_bytes = 0;
+    if (auto* zero = dynamic_cast<tinyddp::ddp::ZeroRedundancyOptimizer*>(&optimizer)) {
+      state_bytes = zero->local_state_bytes();
+    } else {
+      for (const auto& [name, t] : optimizer.state_dict()) state_bytes += static_cast<int64_t>(t.nbytes());
+    }
     std::cout << "RESULT model=" << c.model << " mode=" << c.mode << (gpu ? " device=cuda" : "")
+              << (c.optimizer != "sgd" ? " optimizer=" + c.optimizer + " state_bytes=" + std::to_string(state_bytes) : "")
               << " median_us=" << us[us.size() / 2] << std::endl;
   }
   if (pg) {
@@ -122,6 +142,8 @@ int main(int argc, char** argv) {
   CLI::App app{"Time one training step of tinyddp, locally or with DDP."};
   app.add_option("--model", c.model, "toy, mlp or huge")->check(CLI::IsMember({"toy", "mlp", "huge"}));
   app.add_option("--mode", c.mode, "local, nosync or ddp")->check(CLI::IsMember({"local", "nosync", "ddp"}));
+  app.add_option("--optimizer", c.optimizer, "sgd (momentum 0.9, default), adam or zero_adam (ZeroRedundancyOptimizer)")
+      ->check(CLI::IsMember({"sgd", "adam", "zero_adam"}));
   app.add_option("--iterations", c.iterations, "timed steps (default 2000 toy, 30 mlp, 8 huge)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", c.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--nproc", nproc, "processes to fork when not under a launcher")->check(CLI::Range(1, 64));
