@@ -3,7 +3,8 @@
 // Future whose wait() gives the bucket's final, averaged contents. Built in, as
 // torch.distributed.algorithms.ddp_comm_hooks: allreduce (what the Reducer runs when no hook is
 // registered, the division by the world size already done while copying gradients into the
-// bucket), and fp16 / bf16 compression (cast, divide, allreduce, cast back).
+// bucket), and fp16 / bf16 compression (cast, divide, allreduce, cast back). PowerSGD is in
+// powersgd.h.
 #pragma once
 
 #include <chrono>
