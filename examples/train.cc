@@ -48,6 +48,14 @@ int main(int argc, char** argv) {
   app.add_option("--timeline", config.timeline,
                  "write DDP's events of each rank to PATH.rank<r>.json (Chrome trace; merge with "
                  "scripts/merge_timelines.py)");
+  app.add_option("--comm_hook", config.comm_hook,
+                 "how DDP reduces gradients: allreduce (default), fp16, bf16 or powersgd")
+      ->check(CLI::IsMember({"allreduce", "fp16", "bf16", "powersgd"}));
+  app.add_option("--powersgd_rank", config.powersgd_rank, "PowerSGD's matrix_approximation_rank (default 1)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--powersgd_start_iter", config.powersgd_start_iter,
+                 "PowerSGD's start_powerSGD_iter: plain allreduce before it (default 1000, PyTorch's)")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 40));
   app.add_flag("--stats", config.stats, "print DDP's statistics at the end: buckets, rebuilt or not, compute, "
                "communication and overlap per iteration");
   CLI11_PARSE(app, argc, argv);

@@ -10,6 +10,7 @@
 #include "comm/init.h"
 #include "examples/train_data.h"
 #include "ddp/distributed.h"
+#include "ddp/powersgd.h"
 #include "nn/nn.h"
 #include "tensor/cuda.h"
 
@@ -118,12 +119,24 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   model->to(device);  // after initialising on the CPU: the same weights on every device
   std::shared_ptr<nn::Module> runner = model;  // what the loop calls: the model, or DDP around it
   std::shared_ptr<ddp::DistributedDataParallel> ddp_model;
+  std::shared_ptr<ddp::PowerSGDState> powersgd;
+  TDDP_CHECK(config.comm_hook == "allreduce" || config.comm_hook == "fp16" || config.comm_hook == "bf16" ||
+                 config.comm_hook == "powersgd",
+             "--comm_hook must be allreduce, fp16, bf16 or powersgd, got '{}'", config.comm_hook);
   if (pg) {
     ddp::DDPOptions options;
     options.bucket_cap_mb(config.bucket_cap_mb).first_bucket_cap_mb(config.first_bucket_cap_mb);
     if (!config.timeline.empty()) options.timeline(config.timeline);
     ddp_model = std::make_shared<ddp::DistributedDataParallel>(model, pg, options);
     runner = ddp_model;
+    if (config.comm_hook == "fp16") ddp_model->register_comm_hook(ddp::hooks::fp16_compress(pg));
+    if (config.comm_hook == "bf16") ddp_model->register_comm_hook(ddp::hooks::bf16_compress(pg));
+    if (config.comm_hook == "powersgd") {
+      powersgd = std::make_shared<ddp::PowerSGDState>(pg, ddp::PowerSGDOptions()
+                                                              .matrix_approximation_rank(config.powersgd_rank)
+                                                              .start_powerSGD_iter(config.powersgd_start_iter));
+      ddp_model->register_comm_hook(ddp::powersgd_hook(powersgd));
+    }
   }
 
   const int64_t batch_size = config.batch > 0 ? config.batch : (config.model == "toy" ? 20 : 64);
@@ -206,6 +219,10 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
         t::mean(t::eq(t::argmax(model->forward(held->inputs.to(device)), 1), held->targets.to(device)).to(t::kFloat64))
             .item<double>();
     progress << fmt::format("held-out accuracy {:.1f}% on {}\n", 100 * result.held_out_accuracy, data->describe_held_out());
+  }
+  if (powersgd) {
+    progress << fmt::format("PowerSGD rank {}: {:.1f}x fewer gradient elements sent (from iteration {} on)\n",
+                            config.powersgd_rank, powersgd->compression_rate(), config.powersgd_start_iter);
   }
   if (config.stats) {
     progress << (ddp_model ? describe_stats(ddp_model->stats(), rank)

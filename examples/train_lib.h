@@ -42,6 +42,11 @@ struct TrainConfig {
   double first_bucket_cap_mb = 1;
   std::string timeline;
   bool stats = false;  // print DDP's statistics (DDPStats) at the end
+  // How DDP reduces each bucket: allreduce (DDP's default), fp16, bf16 or powersgd (rank
+  // powersgd_rank, plain allreduce for the first powersgd_start_iter iterations).
+  std::string comm_hook = "allreduce";
+  int powersgd_rank = 1;
+  int64_t powersgd_start_iter = 1000;
 };
 
 struct TrainResult {

@@ -194,6 +194,30 @@ TEST_CASE("examples: train --dataset digits on 2 ranks gives the one-process los
   CHECK(all_matches(two.output, R"(communication overlapped with backward [0-9.]+ ms \([0-9.]+ ms\): ([0-9]+)% of it hidden)").size() == 1);
 }
 
+TEST_CASE("examples: train --comm_hook powersgd on the digits reaches plain allreduce's accuracy within 2 points",
+          "[examples][train][ddp][digits][powersgd]") {
+  if (!std::filesystem::exists("/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz")) {
+    TINYDDP_SKIP("python3-sklearn's digits are missing: bash scripts/setup.sh installs them");
+  }
+  const std::string args = "examples/train --dataset digits --steps 300 --momentum 0.9 --lr 0.05 --log_every 300";
+  const CommandResult plain = launch2(args);
+  const CommandResult compressed = launch2(args + " --comm_hook powersgd --powersgd_start_iter 10");
+  INFO(plain.output << compressed.output);
+  REQUIRE(plain.exit_code == 0);
+  REQUIRE(compressed.exit_code == 0);
+  const auto accuracy = [](const std::string& output) {
+    const std::vector<std::string> found = all_matches(output, R"(held-out accuracy ([0-9.]+)% on 297 held-out digits)");
+    REQUIRE(found.size() == 1);
+    return std::stod(found[0]);
+  };
+  CHECK(accuracy(compressed.output) > 93.0);
+  CHECK(accuracy(compressed.output) >= accuracy(plain.output) - 2.0);
+  // Rank 1 of the 128 x 64 weight sends 192 numbers instead of 8192: well over 5x overall.
+  const std::vector<std::string> rate = all_matches(compressed.output, R"(PowerSGD rank 1: ([0-9.]+)x fewer gradient elements sent)");
+  REQUIRE(rate.size() == 1);
+  CHECK(std::stod(rate[0]) > 5.0);
+}
+
 TEST_CASE("examples: train's bad digits and DDP options get clear errors", "[examples][train][errors][digits]") {
   expect_train_error("--dataset digits --digits /nonexistent/digits.csv.gz --steps 1", "digits: cannot open /nonexistent/digits.csv.gz");
   expect_train_error("--dataset digits --model toy --steps 1", "--dataset digits trains a classifier");
