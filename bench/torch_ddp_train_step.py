@@ -2,7 +2,8 @@
 """PyTorch side of `//bench:train_step --mode local|nosync|ddp --nproc 2`: the same models,
 batches and steps with torch DistributedDataParallel (gloo), 2 processes, one thread each.
 Prints "RESULT model=<m> mode=<mode> impl=torch median_us=<x>" from rank 0. Optional third
-argument: optimizers, sgd (default), adam, zero_adam (ZeroRedundancyOptimizer over Adam).
+argument: optimizers, sgd (default), adam, zero_adam (ZeroRedundancyOptimizer over Adam); fourth:
+communication hooks, allreduce, powersgd1, powersgd4 (PowerSGD of rank 1 or 4 from the third step).
 
 Run: OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/torch_ddp_train_step.py
 """
@@ -16,6 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook as powerSGD
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -36,11 +38,22 @@ def state_bytes(opt):
     return sum(t.numel() * t.element_size() for s in local.state.values() for t in s.values() if torch.is_tensor(t))
 
 
-def run(rank, world, port, models, modes, optimizers):
+def register_hook(ddp, hook):
+    """A communication hook on `ddp`; returns the PowerSGD state (None for the others)."""
+    if hook == "allreduce":
+        ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+        return None
+    rank = 4 if hook == "powersgd4" else 1
+    state = powerSGD.PowerSGDState(process_group=None, matrix_approximation_rank=rank, start_powerSGD_iter=2)
+    ddp.register_comm_hook(state, powerSGD.powerSGD_hook)
+    return state
+
+
+def run(rank, world, port, models, modes, optimizers, hooks):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    for name, mode, kind in [(n, m, k) for n in models for m in modes for k in optimizers]:
+    for name, mode, kind, hook in [(n, m, k, h) for n in models for m in modes for k in optimizers for h in hooks]:
         if True:
             torch.manual_seed(0)
             if name == "toy":
@@ -51,6 +64,8 @@ def run(rank, world, port, models, modes, optimizers):
                 model, x, y, iters = mlp([784, 1024, 1024, 10]), torch.randn(128, 784), torch.randint(0, 10, (128,)), 30
             runner = model if mode == "local" else DDP(model)
             opt = make_optimizer(kind, model)
+            psgd = register_hook(runner, hook) if hook else None
+            grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 
             def step():
                 opt.zero_grad(set_to_none=True)
@@ -63,6 +78,7 @@ def run(rank, world, port, models, modes, optimizers):
 
             for _ in range(5):
                 step()
+            sent_before = psgd.total_numel_after_compression if psgd else 0
             times = []
             for _ in range(iters):
                 start = time.perf_counter()
@@ -70,6 +86,9 @@ def run(rank, world, port, models, modes, optimizers):
                 times.append((time.perf_counter() - start) * 1e6)
             if rank == 0:
                 extra = "" if kind == "sgd" else f" optimizer={kind} state_bytes={state_bytes(opt)}"
+                if hook:
+                    wire = (psgd.total_numel_after_compression - sent_before) * 4 // iters if psgd else grad_bytes
+                    extra += f" comm_hook={hook} wire_bytes_per_step={wire}"
                 print(f"RESULT model={name} mode={mode}{extra} impl=torch median_us={statistics.median(times):.1f}", flush=True)
             dist.barrier()
     dist.destroy_process_group()
@@ -79,4 +98,5 @@ if __name__ == "__main__":
     models = sys.argv[1].split(",") if len(sys.argv) > 1 else ["toy", "mlp", "huge"]
     modes = sys.argv[2].split(",") if len(sys.argv) > 2 else ["local", "nosync", "ddp"]
     optimizers = sys.argv[3].split(",") if len(sys.argv) > 3 else ["sgd"]
-    mp.spawn(run, args=(2, 29600 + os.getpid() % 1000, models, modes, optimizers), nprocs=2)
+    hooks = sys.argv[4].split(",") if len(sys.argv) > 4 else [""]
+    mp.spawn(run, args=(2, 29600 + os.getpid() % 1000, models, modes, optimizers, hooks), nprocs=2)

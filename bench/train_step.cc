@@ -22,6 +22,7 @@
 #include "tensor/cuda.h"
 #include "launcher/spawn.h"
 #include "ddp/distributed.h"
+#include "ddp/powersgd.h"
 #include "ddp/zero_redundancy_optimizer.h"
 #include "nn/nn.h"
 
@@ -38,6 +39,7 @@ struct Config {
   std::string device = "cpu";
   std::string backend;  // default: nccl on GPUs, gloo on the CPU
   std::string optimizer = "sgd";  // sgd (momentum 0.9), adam, zero_adam (ZeroRedundancyOptimizer over Adam)
+  std::string comm_hook;          // DDP's default; allreduce, bf16, powersgd1, powersgd4 (PowerSGD rank 1 or 4)
 };
 
 int run(const Config& c) {
@@ -79,6 +81,22 @@ int run(const Config& c) {
     }());
     ddp = std::make_shared<tinyddp::ddp::DistributedDataParallel>(model, pg);
   }
+  // A communication hook, and the gradient bytes each step sends (the allreduce payload).
+  std::shared_ptr<tinyddp::ddp::PowerSGDState> powersgd;
+  int64_t gradient_bytes = 0;
+  for (const t::Tensor& p : model->parameters()) gradient_bytes += static_cast<int64_t>(p.nbytes());
+  if (!c.comm_hook.empty()) {
+    TDDP_CHECK(ddp != nullptr, "--comm_hook needs --mode ddp");
+    namespace hooks = tinyddp::ddp::hooks;
+    if (c.comm_hook == "allreduce") ddp->register_comm_hook(hooks::allreduce(pg));
+    if (c.comm_hook == "bf16") ddp->register_comm_hook(hooks::bf16_compress(pg));
+    if (c.comm_hook.rfind("powersgd", 0) == 0) {
+      // Compression from the third step on: the warm-up steps run the plain allreduce.
+      powersgd = std::make_shared<tinyddp::ddp::PowerSGDState>(
+          pg, tinyddp::ddp::PowerSGDOptions().matrix_approximation_rank(c.comm_hook == "powersgd4" ? 4 : 1).start_powerSGD_iter(2));
+      ddp->register_comm_hook(tinyddp::ddp::powersgd_hook(powersgd));
+    }
+  }
   std::unique_ptr<nn::Optimizer> owned_optimizer;
   if (c.optimizer == "sgd") {
     owned_optimizer = std::make_unique<nn::SGD>(model->parameters(), nn::SGDOptions(0.01).momentum(0.9));
@@ -107,6 +125,7 @@ int run(const Config& c) {
     if (gpu) t::cuda::synchronize(device.index);  // the step is done when the GPU is
   };
   for (int i = 0; i < c.warmup; ++i) step();
+  const int64_t sent_before = powersgd ? powersgd->numel_after_compression : 0;
   std::vector<double> us;
   for (int i = 0; i < iterations; ++i) {
     const auto start = std::chrono::steady_clock::now();
@@ -124,6 +143,10 @@ int run(const Config& c) {
     }
     std::cout << "RESULT model=" << c.model << " mode=" << c.mode << (gpu ? " device=cuda" : "")
               << (c.optimizer != "sgd" ? " optimizer=" + c.optimizer + " state_bytes=" + std::to_string(state_bytes) : "")
+              << (c.comm_hook.empty() ? ""
+                  : " comm_hook=" + c.comm_hook + " wire_bytes_per_step=" +
+                        std::to_string(powersgd ? (powersgd->numel_after_compression - sent_before) * 4 / iterations
+                                       : c.comm_hook == "bf16" ? gradient_bytes / 2 : gradient_bytes))
               << " median_us=" << us[us.size() / 2] << std::endl;
   }
   if (pg) {
@@ -142,6 +165,8 @@ int main(int argc, char** argv) {
   CLI::App app{"Time one training step of tinyddp, locally or with DDP."};
   app.add_option("--model", c.model, "toy, mlp or huge")->check(CLI::IsMember({"toy", "mlp", "huge"}));
   app.add_option("--mode", c.mode, "local, nosync or ddp")->check(CLI::IsMember({"local", "nosync", "ddp"}));
+  app.add_option("--comm_hook", c.comm_hook, "allreduce, bf16, powersgd1 or powersgd4 (PowerSGD of rank 1 or 4)")
+      ->check(CLI::IsMember({"allreduce", "bf16", "powersgd1", "powersgd4"}));
   app.add_option("--optimizer", c.optimizer, "sgd (momentum 0.9, default), adam or zero_adam (ZeroRedundancyOptimizer)")
       ->check(CLI::IsMember({"sgd", "adam", "zero_adam"}));
   app.add_option("--iterations", c.iterations, "timed steps (default 2000 toy, 30 mlp, 8 huge)")->check(CLI::PositiveNumber);
