@@ -5,11 +5,14 @@
 #include <charconv>
 #include <cstring>
 #include <numeric>
+#include <cstdio>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <fmt/format.h>
 
 #include "comm/init.h"
+#include "ddp/distributed.h"
 #include "nn/safetensors.h"
 #include "tensor/ops.h"
 
@@ -58,10 +61,15 @@ class ZeroJoinHook : public JoinHook {
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params, OptimizerFactory optimizer,
                                                  std::shared_ptr<comm::ProcessGroup> pg, ZeroOptions options)
-    : nn::Optimizer(std::move(params), kName), pg_(pg ? std::move(pg) : comm::default_group()), options_(options) {
+    : nn::Optimizer(std::move(params), kName),
+      pg_(pg ? std::move(pg) : comm::default_group()),
+      options_(options),
+      factory_(std::move(optimizer)) {
   TDDP_CHECK(pg_ != nullptr, "{}: no process group given and none initialised (call comm::init_process_group)", kName);
   TDDP_CHECK(!params_.empty(), "{}: no parameters to optimize", kName);
-  TDDP_CHECK(optimizer != nullptr, "{}: no optimizer factory given", kName);
+  TDDP_CHECK(factory_ != nullptr, "{}: no optimizer factory given", kName);
+  TDDP_CHECK(!(options_.overlap_with_ddp && options_.parameters_as_bucket_view),
+             "{}: overlap_with_ddp broadcasts DDP's buckets; parameters_as_bucket_view cannot be combined with it", kName);
   device_ = params_.front().device();
   std::unordered_set<const tensor::TensorImpl*> seen;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -74,11 +82,17 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params, Opt
   }
   TDDP_CHECK(pg_->tensor_rules().accepts(device_), "{}: the {} backend cannot broadcast parameters on {} ({})", kName,
              pg_->backend(), device_.str(), pg_->tensor_rules().takes);
-  partition_parameters();
-  if (options_.parameters_as_bucket_view) build_buckets();
+  if (!options_.overlap_with_ddp) {
+    partition_parameters();
+    if (options_.parameters_as_bucket_view) build_buckets();
+  }
+  // The local optimizer over this rank's shard, possibly empty (with overlap_with_ddp: empty
+  // until the partition is known).
   std::vector<Tensor> shard;
-  for (size_t i : partition_[pg_->rank()]) shard.push_back(params_[i]);
-  local_ = optimizer(std::move(shard));  // possibly over no parameters: it then does nothing
+  if (!partition_.empty()) {
+    for (size_t i : partition_[pg_->rank()]) shard.push_back(params_[i]);
+  }
+  local_ = factory_(std::move(shard));
   TDDP_CHECK(local_ != nullptr, "{}: the optimizer factory returned nothing", kName);
   // Checkpoints name the kind of state ("Adam"): a consolidated ZeRO state loads into a plain
   // optimizer of that kind and back.
@@ -119,6 +133,13 @@ void ZeroRedundancyOptimizer::build_buckets() {
 }
 
 void ZeroRedundancyOptimizer::step() {
+  if (options_.overlap_with_ddp) {
+    // The update happens in DDP's communication hook (hook_with_zero_step).
+    static bool warned = false;
+    if (!warned) std::fprintf(stderr, "%s: step() does nothing with overlap_with_ddp; the hook updates the parameters\n", kName);
+    warned = true;
+    return;
+  }
   tensor::NoGradGuard no_grad;
   Join::notify_join_context(*this);  // counts this rank as active when ZeRO is the first joinable
   local_->step();
@@ -144,7 +165,15 @@ int64_t ZeroRedundancyOptimizer::local_state_bytes() const {
   return bytes;
 }
 
+void ZeroRedundancyOptimizer::require_initialized(const char* what) const {
+  TDDP_CHECK(overlap_initialized(),
+             "{}: {} needs the partition, which overlap_with_ddp learns from DDP's rebuilt buckets (after two "
+             "iterations); call it later",
+             kName, what);
+}
+
 void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
+  require_initialized("consolidate_state_dict");
   TDDP_CHECK(to >= 0 && to < pg_->size(), "{}: consolidate_state_dict: rank {} is not in a world of {}", kName, to,
              pg_->size());
   tensor::NoGradGuard no_grad;
@@ -199,6 +228,7 @@ nn::OrderedDict<Tensor> ZeroRedundancyOptimizer::state_dict() const {
 }
 
 void ZeroRedundancyOptimizer::load_state_dict(const nn::OrderedDict<Tensor>& state) {
+  require_initialized("load_state_dict");
   // Every key names a parameter; this rank keeps those of its shard, renumbered for its local
   // optimizer, which checks them (kinds of state, shapes) before changing anything.
   std::vector<size_t> local_index(params_.size(), SIZE_MAX);
@@ -220,6 +250,125 @@ void ZeroRedundancyOptimizer::load_state_dict(const nn::OrderedDict<Tensor>& sta
   consolidated_.reset();
 }
 
-std::unique_ptr<JoinHook> ZeroRedundancyOptimizer::join_hook() { return std::make_unique<ZeroJoinHook>(*this); }
+std::unique_ptr<JoinHook> ZeroRedundancyOptimizer::join_hook() {
+  TDDP_CHECK(!options_.overlap_with_ddp, "{}: Join with overlap_with_ddp is not supported (the joined rank's share of "
+             "the update would have to run from DDP's hook)", kName);
+  return std::make_unique<ZeroJoinHook>(*this);
+}
+
+// ---- overlap_with_ddp -------------------------------------------------------------------------
+
+void ZeroRedundancyOptimizer::init_for_overlap() {
+  // Bucket b (DDP's rebuilt order) belongs to rank b % world; this rank's shard is its
+  // buckets' parameters, in bucket order.
+  std::unordered_map<const tensor::TensorImpl*, size_t> index_of;
+  for (size_t i = 0; i < params_.size(); ++i) index_of[params_[i].impl()] = i;
+  const int world = pg_->size();
+  partition_.assign(world, {});
+  owner_.assign(params_.size(), -1);
+  overlap_.bucket_owner.clear();
+  for (size_t b = 0; b < overlap_.params_per_bucket.size(); ++b) {
+    const int rank = static_cast<int>(b % static_cast<size_t>(world));
+    overlap_.bucket_owner.push_back(static_cast<size_t>(rank));
+    for (const Tensor& p : overlap_.params_per_bucket[b]) {
+      const auto it = index_of.find(p.impl());
+      TDDP_CHECK(it != index_of.end(), "{}: a parameter of DDP's bucket {} is not one of this optimizer's", kName, b);
+      partition_[rank].push_back(it->second);
+      owner_[it->second] = rank;
+    }
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    TDDP_CHECK(owner_[i] >= 0, "{}: parameter {} is in none of DDP's buckets (overlap_with_ddp needs every parameter "
+               "to be reduced by DDP)", kName, i);
+  }
+  std::vector<Tensor> shard;
+  for (size_t i : partition_[pg_->rank()]) shard.push_back(params_[i]);
+  local_ = factory_(std::move(shard));
+  name_ = local_->name();
+  overlap_.status = Overlap::Status::kInitialized;
+}
+
+void ZeroRedundancyOptimizer::step_bucket(const GradBucket& bucket, const Tensor& reduced) {
+  tensor::NoGradGuard no_grad;
+  // The local optimizer updates the parameters that have a .grad: give those of this bucket
+  // their reduced gradients, hide the others', and put everything back afterwards.
+  std::unordered_set<const tensor::TensorImpl*> in_bucket;
+  for (const Tensor& p : bucket.params) in_bucket.insert(p.impl());
+  const std::vector<Tensor>& local_params = local_->params();
+  std::vector<Tensor> saved;
+  for (const Tensor& p : local_params) saved.push_back(p.grad());
+  int64_t offset = 0;
+  std::unordered_map<const tensor::TensorImpl*, Tensor> reduced_of;
+  for (const Tensor& p : bucket.params) {
+    reduced_of[p.impl()] = reduced.narrow(0, offset, p.numel()).view(p.sizes());
+    offset += p.numel();
+  }
+  for (const Tensor& p : local_params) {
+    const auto it = reduced_of.find(p.impl());
+    p.mutable_grad() = it != reduced_of.end() ? it->second : Tensor();
+  }
+  local_->step();
+  for (size_t k = 0; k < local_params.size(); ++k) local_params[k].mutable_grad() = saved[k];
+}
+
+namespace {
+
+// A future waited for twice (by the ZeRO step and by DDP's finalize): the result is computed once.
+class SharedFuture final : public Future {
+ public:
+  explicit SharedFuture(std::shared_ptr<Future> inner) : inner_(std::move(inner)) {}
+  Tensor wait() override {
+    if (!result_.defined()) result_ = inner_->wait();
+    return result_;
+  }
+  std::optional<std::chrono::steady_clock::time_point> completed_at() const override { return inner_->completed_at(); }
+
+ private:
+  std::shared_ptr<Future> inner_;
+  Tensor result_;
+};
+
+}  // namespace
+
+CommHook hook_with_zero_step(CommHook hook, DistributedDataParallel& ddp, ZeroRedundancyOptimizer& zero) {
+  TDDP_CHECK(hook != nullptr, "hook_with_zero_step: no hook given");
+  TDDP_CHECK(zero.options_.overlap_with_ddp,
+             "hook_with_zero_step: the ZeroRedundancyOptimizer was not made with overlap_with_ddp = true");
+  TDDP_CHECK(&ddp.process_group() == zero.pg_.get(), "hook_with_zero_step: DDP and ZeRO must share one process group");
+  return [hook = std::move(hook), &ddp, &zero](GradBucket& bucket) -> std::shared_ptr<Future> {
+    auto future = std::make_shared<SharedFuture>(hook(bucket));
+    using Status = ZeroRedundancyOptimizer::Overlap::Status;
+    ZeroRedundancyOptimizer::Overlap& o = zero.overlap_;
+    // Until DDP has rebuilt its buckets: a plain reduction. The iteration after: record the
+    // buckets. The one after that: the partition, and from then on the steps.
+    if (!ddp.reducer().buckets_rebuilt()) return future;
+    if (o.status == Status::kUninitialized) o.status = Status::kDdpHasRebuiltBuckets;
+    if (o.status == Status::kDdpHasRebuiltBuckets) {
+      if (bucket.index == 0 && !o.params_per_bucket.empty()) {
+        zero.init_for_overlap();
+      } else {
+        o.params_per_bucket.push_back(bucket.params);
+        return future;
+      }
+    }
+    const int rank = zero.pg_->rank();
+    if (o.bucket_owner.at(bucket.index) == static_cast<size_t>(rank)) o.owned[bucket.index] = {bucket, future};
+    if (bucket.index + 1 < o.params_per_bucket.size()) return future;
+    // The last bucket: each owned bucket's step once its reduction is done, then every
+    // bucket's parameters from their owner.
+    std::vector<std::shared_ptr<comm::Work>> works;
+    for (size_t b = 0; b < o.params_per_bucket.size(); ++b) {
+      if (o.bucket_owner[b] == static_cast<size_t>(rank)) {
+        auto& [owned_bucket, owned_future] = o.owned.at(b);
+        zero.step_bucket(owned_bucket, owned_future->wait());
+      }
+      tensor::NoGradGuard no_grad;
+      for (const Tensor& p : o.params_per_bucket[b]) works.push_back(zero.pg_->broadcast(p, static_cast<int>(o.bucket_owner[b])));
+    }
+    for (auto& work : works) work->wait();
+    o.owned.clear();
+    return future;
+  };
+}
 
 }  // namespace tinyddp::ddp

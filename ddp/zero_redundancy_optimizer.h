@@ -15,11 +15,13 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "comm/process_group.h"
+#include "ddp/comm_hooks.h"
 #include "ddp/join.h"
 #include "nn/optim.h"
 
@@ -31,7 +33,15 @@ struct ZeroOptions {
   // Each rank's shard in one flat tensor, the parameters views of it (set_data): one broadcast
   // per rank instead of one per parameter. Needs one dtype and device for all parameters.
   bool parameters_as_bucket_view = false;
+  // The update runs inside DDP's backward instead of in step(): register
+  // hook_with_zero_step(hook, ddp, zero) as DDP's communication hook (below); step() does
+  // nothing then. As in PyTorch, the partition follows DDP's buckets (bucket b to rank
+  // b % world size), learnt after DDP rebuilds them, so the first two iterations update
+  // nothing (three with static_graph).
+  bool overlap_with_ddp = false;
 };
+
+class DistributedDataParallel;
 
 class ZeroRedundancyOptimizer : public nn::Optimizer, public Joinable {
  public:
@@ -64,6 +74,9 @@ class ZeroRedundancyOptimizer : public nn::Optimizer, public Joinable {
   nn::OrderedDict<Tensor> state_dict() const override;
   void load_state_dict(const nn::OrderedDict<Tensor>& state) override;
 
+  // overlap_with_ddp: whether the partition is known yet (after DDP's rebuild).
+  bool overlap_initialized() const { return !partition_.empty(); }
+
   // Joinable: the hook steps (the local shard and the broadcasts) once per iteration of the
   // others; on a joined rank DDP's hook has written the others' averages to .grad.
   std::unique_ptr<JoinHook> join_hook() override;
@@ -72,6 +85,19 @@ class ZeroRedundancyOptimizer : public nn::Optimizer, public Joinable {
   bool needs_gradients_when_joined() const override { return true; }
 
  private:
+  friend CommHook hook_with_zero_step(CommHook hook, DistributedDataParallel& ddp, ZeroRedundancyOptimizer& zero);
+  // overlap_with_ddp: the state the hook keeps across iterations (PyTorch's _OverlapInfo).
+  struct Overlap {
+    enum class Status { kUninitialized, kDdpHasRebuiltBuckets, kInitialized } status = Status::kUninitialized;
+    std::vector<std::vector<Tensor>> params_per_bucket;  // recorded in the iteration after the rebuild
+    std::vector<size_t> bucket_owner;                    // bucket b -> rank b % world
+    // This iteration: the owned buckets and their reductions.
+    std::map<size_t, std::pair<GradBucket, std::shared_ptr<Future>>> owned;
+  };
+  void init_for_overlap();
+  // The local step on one DDP bucket's parameters, with the bucket's reduced gradients.
+  void step_bucket(const GradBucket& bucket, const Tensor& reduced);
+  void require_initialized(const char* what) const;
   void partition_parameters();
   void build_buckets();
   void sync_params();
@@ -81,10 +107,21 @@ class ZeroRedundancyOptimizer : public nn::Optimizer, public Joinable {
   tensor::Device device_;
   std::vector<std::vector<size_t>> partition_;
   std::vector<int> owner_;
+  OptimizerFactory factory_;
+  Overlap overlap_;
   std::unique_ptr<nn::Optimizer> local_;
   std::vector<Tensor> buckets_;  // parameters_as_bucket_view: rank r's shard, flat
   std::optional<nn::OrderedDict<Tensor>> consolidated_;  // on the rank consolidate_state_dict chose
 };
+
+// DDP's communication hook `hook` with the ZeRO step folded in (PyTorch's
+// ddp_zero_hook.hook_with_zero_step): when the last bucket is launched, each rank waits for the
+// reductions of the buckets it owns, updates their parameters with the reduced gradients, and
+// every bucket's parameters are broadcast from their owner, all before backward returns.
+// `zero` must have overlap_with_ddp; DDP must rebuild its buckets (not find_unused_parameters
+// without static_graph). Register it once, before the first forward:
+//   ddp.register_comm_hook(hook_with_zero_step(hooks::allreduce(pg), ddp, zero));
+CommHook hook_with_zero_step(CommHook hook, DistributedDataParallel& ddp, ZeroRedundancyOptimizer& zero);
 
 // A factory for the local optimizer, as PyTorch's optimizer_class plus its keyword arguments:
 // optimizer_class<nn::Adam>(nn::AdamOptions(1e-3)), optimizer_class<nn::SGD>(nn::SGDOptions(0.1).momentum(0.9)).
