@@ -11,7 +11,8 @@
 // The partition is PyTorch's: parameters by size, largest first (ties in the order given),
 // each to the rank with the fewest elements so far (the lowest such rank); every rank computes
 // the same one. It is a Joinable (join.h): under Join a rank that ran out of inputs keeps
-// stepping its shard and broadcasting it.
+// stepping its shard and broadcasting it. With overlap_with_ddp the update runs inside DDP's
+// backward instead (hook_with_zero_step, below).
 #pragma once
 
 #include <functional>
