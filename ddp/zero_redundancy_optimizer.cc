@@ -330,45 +330,67 @@ class SharedFuture final : public Future {
 
 }  // namespace
 
-CommHook hook_with_zero_step(CommHook hook, DistributedDataParallel& ddp, ZeroRedundancyOptimizer& zero) {
+// Both overlap hooks: the hook's reduction, the setup iterations, then `update(bucket, future)`
+// once the partition is known.
+CommHook ZeroRedundancyOptimizer::overlap_hook(CommHook hook, DistributedDataParallel& ddp, bool interleaved) {
   TDDP_CHECK(hook != nullptr, "hook_with_zero_step: no hook given");
-  TDDP_CHECK(zero.options_.overlap_with_ddp,
+  TDDP_CHECK(options_.overlap_with_ddp,
              "hook_with_zero_step: the ZeroRedundancyOptimizer was not made with overlap_with_ddp = true");
-  TDDP_CHECK(&ddp.process_group() == zero.pg_.get(), "hook_with_zero_step: DDP and ZeRO must share one process group");
-  return [hook = std::move(hook), &ddp, &zero](GradBucket& bucket) -> std::shared_ptr<Future> {
+  TDDP_CHECK(&ddp.process_group() == pg_.get(), "hook_with_zero_step: DDP and ZeRO must share one process group");
+  return [this, hook = std::move(hook), &ddp, interleaved](GradBucket& bucket) -> std::shared_ptr<Future> {
     auto future = std::make_shared<SharedFuture>(hook(bucket));
-    using Status = ZeroRedundancyOptimizer::Overlap::Status;
-    ZeroRedundancyOptimizer::Overlap& o = zero.overlap_;
+    using Status = Overlap::Status;
+    Overlap& o = overlap_;
     // Until DDP has rebuilt its buckets: a plain reduction. The iteration after: record the
-    // buckets. The one after that: the partition, and from then on the steps.
+    // buckets. The one after that: the partition, and from then on the updates.
     if (!ddp.reducer().buckets_rebuilt()) return future;
     if (o.status == Status::kUninitialized) o.status = Status::kDdpHasRebuiltBuckets;
     if (o.status == Status::kDdpHasRebuiltBuckets) {
       if (bucket.index == 0 && !o.params_per_bucket.empty()) {
-        zero.init_for_overlap();
+        init_for_overlap();
       } else {
         o.params_per_bucket.push_back(bucket.params);
         return future;
       }
     }
-    const int rank = zero.pg_->rank();
-    if (o.bucket_owner.at(bucket.index) == static_cast<size_t>(rank)) o.owned[bucket.index] = {bucket, future};
-    if (bucket.index + 1 < o.params_per_bucket.size()) return future;
-    // The last bucket: each owned bucket's step once its reduction is done, then every
-    // bucket's parameters from their owner.
-    std::vector<std::shared_ptr<comm::Work>> works;
-    for (size_t b = 0; b < o.params_per_bucket.size(); ++b) {
-      if (o.bucket_owner[b] == static_cast<size_t>(rank)) {
-        auto& [owned_bucket, owned_future] = o.owned.at(b);
-        zero.step_bucket(owned_bucket, owned_future->wait());
-      }
-      tensor::NoGradGuard no_grad;
-      for (const Tensor& p : o.params_per_bucket[b]) works.push_back(zero.pg_->broadcast(p, static_cast<int>(o.bucket_owner[b])));
+    if (o.bucket_owner.at(bucket.index) == static_cast<size_t>(pg_->rank())) o.owned[bucket.index] = {bucket, future};
+    const bool last = bucket.index + 1 == o.params_per_bucket.size();
+    if (interleaved) {
+      // The previous bucket's update, while backward goes on: its owner waits for its
+      // reduction (launched one bucket ago) and steps; every rank joins the broadcast, at the
+      // same place in the order of collectives.
+      if (bucket.index > 0) update_bucket(bucket.index - 1);
+      if (last) update_bucket(bucket.index);
+    } else if (last) {
+      // All updates after the last bucket's launch (PyTorch's hook_with_zero_step).
+      for (size_t b = 0; b < o.params_per_bucket.size(); ++b) update_bucket(b);
     }
-    for (auto& work : works) work->wait();
-    o.owned.clear();
+    if (last) {
+      for (auto& work : o.broadcasts) work->wait();  // every parameter current before the next forward
+      o.broadcasts.clear();
+      o.owned.clear();
+    }
     return future;
   };
+}
+
+void ZeroRedundancyOptimizer::update_bucket(size_t b) {
+  Overlap& o = overlap_;
+  const int owner = static_cast<int>(o.bucket_owner.at(b));
+  if (owner == pg_->rank()) {
+    auto& [bucket, future] = o.owned.at(b);
+    step_bucket(bucket, future->wait());
+  }
+  tensor::NoGradGuard no_grad;
+  for (const Tensor& p : o.params_per_bucket[b]) o.broadcasts.push_back(pg_->broadcast(p, owner));
+}
+
+CommHook hook_with_zero_step(CommHook hook, DistributedDataParallel& ddp, ZeroRedundancyOptimizer& zero) {
+  return zero.overlap_hook(std::move(hook), ddp, /*interleaved=*/false);
+}
+
+CommHook hook_with_zero_step_interleaved(CommHook hook, DistributedDataParallel& ddp, ZeroRedundancyOptimizer& zero) {
+  return zero.overlap_hook(std::move(hook), ddp, /*interleaved=*/true);
 }
 
 }  // namespace tinyddp::ddp

@@ -87,15 +87,21 @@ class ZeroRedundancyOptimizer : public nn::Optimizer, public Joinable {
 
  private:
   friend CommHook hook_with_zero_step(CommHook hook, DistributedDataParallel& ddp, ZeroRedundancyOptimizer& zero);
+  friend CommHook hook_with_zero_step_interleaved(CommHook hook, DistributedDataParallel& ddp,
+                                                  ZeroRedundancyOptimizer& zero);
+  CommHook overlap_hook(CommHook hook, DistributedDataParallel& ddp, bool interleaved);
   // overlap_with_ddp: the state the hook keeps across iterations (PyTorch's _OverlapInfo).
   struct Overlap {
     enum class Status { kUninitialized, kDdpHasRebuiltBuckets, kInitialized } status = Status::kUninitialized;
     std::vector<std::vector<Tensor>> params_per_bucket;  // recorded in the iteration after the rebuild
     std::vector<size_t> bucket_owner;                    // bucket b -> rank b % world
-    // This iteration: the owned buckets and their reductions.
+    // This iteration: the owned buckets and their reductions, and the broadcasts issued.
     std::map<size_t, std::pair<GradBucket, std::shared_ptr<Future>>> owned;
+    std::vector<std::shared_ptr<comm::Work>> broadcasts;
   };
   void init_for_overlap();
+  // Bucket b's update: its owner steps with the reduced gradients; every rank broadcasts it.
+  void update_bucket(size_t b);
   // The local step on one DDP bucket's parameters, with the bucket's reduced gradients.
   void step_bucket(const GradBucket& bucket, const Tensor& reduced);
   void require_initialized(const char* what) const;
@@ -123,6 +129,11 @@ class ZeroRedundancyOptimizer : public nn::Optimizer, public Joinable {
 // without static_graph). Register it once, before the first forward:
 //   ddp.register_comm_hook(hook_with_zero_step(hooks::allreduce(pg), ddp, zero));
 CommHook hook_with_zero_step(CommHook hook, DistributedDataParallel& ddp, ZeroRedundancyOptimizer& zero);
+// The same with each bucket's update as soon as possible (PyTorch's
+// hook_with_zero_step_interleaved): in the hook of the next bucket, the owner waits for the
+// bucket's reduction and steps, and every rank joins its broadcast, while backward computes
+// the earlier layers. The same numbers as hook_with_zero_step.
+CommHook hook_with_zero_step_interleaved(CommHook hook, DistributedDataParallel& ddp, ZeroRedundancyOptimizer& zero);
 
 // A factory for the local optimizer, as PyTorch's optimizer_class plus its keyword arguments:
 // optimizer_class<nn::Adam>(nn::AdamOptions(1e-3)), optimizer_class<nn::SGD>(nn::SGDOptions(0.1).momentum(0.9)).

@@ -326,13 +326,14 @@ TEST_CASE("ZeRO + DDP reproduces PyTorch's ZeroRedundancyOptimizer (Adam; SGD wi
   }
 }
 
-TEST_CASE("ZeRO overlap_with_ddp: the step runs in DDP's hook; after two iterations without updates it trains as DDP "
-          "with the plain optimizer",
+TEST_CASE("ZeRO overlap_with_ddp: the step runs in DDP's hook (after the last bucket, or interleaved); after two "
+          "iterations without updates it trains as DDP with the plain optimizer",
           "[ddp][zero][overlap]") {
   for (int world : {2, 3}) {
     for (Kind kind : {Kind::kSGD, Kind::kAdam}) {
-      for (bool static_graph : {false, true}) {
-        INFO("world " << world << ", " << kind_name(kind) << ", static_graph " << static_graph);
+      for (const auto& [static_graph, interleaved] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
+        INFO("world " << world << ", " << kind_name(kind) << ", static_graph " << static_graph << ", interleaved "
+                      << interleaved);
         // With static_graph DDP rebuilds its buckets one iteration later: three iterations
         // without updates instead of two, as in PyTorch.
         const int idle = static_graph ? 3 : 2;
@@ -350,7 +351,8 @@ TEST_CASE("ZeRO overlap_with_ddp: the step runs in DDP's hook; after two iterati
               ZeroOptions options;
               options.overlap_with_ddp = true;
               zero = std::make_unique<ZeroRedundancyOptimizer>(model->parameters(), factory(kind), borrow(pg), options);
-              ddp.register_comm_hook(hook_with_zero_step(hooks::allreduce(borrow(pg)), ddp, *zero));
+              ddp.register_comm_hook(interleaved ? hook_with_zero_step_interleaved(hooks::allreduce(borrow(pg)), ddp, *zero)
+                                                 : hook_with_zero_step(hooks::allreduce(borrow(pg)), ddp, *zero));
             } else {
               plain_opt = plain(kind, model->parameters());
             }
