@@ -38,7 +38,7 @@ std::string describe_stats(const ddp::DDPStats& s, int rank) {
       "  per iteration, average (last): forward {} ({}), backward compute {} ({}), communication {} ({}),\n"
       "  communication overlapped with backward {} ({}): {:.0f}% of it hidden\n",
       rank, s.iterations, s.bucket_bytes.size(), fmt::join(sizes, ", "),
-      s.buckets_rebuilt ? "rebuilt in gradient-ready order after the first iteration" : "not rebuilt",
+      s.buckets_rebuilt ? "rebuilt in the order gradients arrived" : "not rebuilt",
       ms(s.avg_forward_compute_us), ms(s.last_forward_compute_us), ms(s.avg_backward_compute_us),
       ms(s.last_backward_compute_us), ms(s.avg_backward_comm_us), ms(s.last_backward_comm_us), ms(s.avg_overlap_us),
       ms(s.last_overlap_us), s.avg_backward_comm_us > 0 ? 100 * s.avg_overlap_us / s.avg_backward_comm_us : 0.0);
