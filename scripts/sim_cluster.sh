@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# A cluster of N "machines" on this one: each node is a network namespace with its own
+# interface (eth0, 10.<a>.<b>.<node + 1>/24) on a bridge, optionally shaped (--rate, and
+# --delay / --loss where the kernel has netem), running tinyddp's launcher as that node of an
+# N-node job. Node 0 hosts the store. Each node's output goes to LOGDIR/node<i>.log (and to
+# stdout prefixed "[node i]"). Everything created (namespaces, bridge, veth pairs, processes)
+# is removed when the script ends, however it ends (exit, error, Ctrl-C, SIGTERM).
+#
+#   sudo bash scripts/sim_cluster.sh --nodes 2 --nproc_per_node 2 [--rate 1gbit] [--delay 0.5ms]
+#        [--loss 30%] [--port 29500] [--logs DIR] [--launch PATH] [--launch_args "..."] -- PROGRAM [ARGS...]
+#
+# Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN) and iproute2; PROGRAM and the launcher
+# (default bazel-bin/launcher/launch) must be built. The exit status is the first failing
+# node's launcher's, else 0.
+set -euo pipefail
+
+nodes=2 nproc=1 rate="" delay="" loss="" port=29500 logs="" launch="bazel-bin/launcher/launch" launch_args=""
+while (($#)); do
+  case "$1" in
+    --nodes) nodes="$2"; shift 2 ;;
+    --nproc_per_node) nproc="$2"; shift 2 ;;
+    --rate) rate="$2"; shift 2 ;;
+    --delay) delay="$2"; shift 2 ;;
+    --loss) loss="$2"; shift 2 ;;
+    --port) port="$2"; shift 2 ;;
+    --logs) logs="$2"; shift 2 ;;
+    --launch) launch="$2"; shift 2 ;;
+    --launch_args) launch_args="$2"; shift 2 ;;
+    --) shift; break ;;
+    *) echo "sim_cluster: unknown option '$1' (see the top of $0)" >&2; exit 2 ;;
+  esac
+done
+(($# > 0)) || { echo "sim_cluster: no program given (… -- PROGRAM [ARGS...])" >&2; exit 2; }
+[[ "$nodes" =~ ^[0-9]+$ ]] && ((nodes >= 1 && nodes <= 200)) || { echo "sim_cluster: --nodes must be 1..200, got '$nodes'" >&2; exit 2; }
+[ -x "$launch" ] || { echo "sim_cluster: no launcher at $launch (bazel build //launcher:launch, or --launch PATH)" >&2; exit 2; }
+command -v ip >/dev/null || { echo "sim_cluster: 'ip' (iproute2) is missing" >&2; exit 2; }
+launch=$(realpath "$launch")
+
+# Names unique to this run (interface names have at most 15 characters), and a subnet from the PID.
+tag="td$(($$ % 100000))"
+subnet="10.$((200 + $$ % 50)).$(($$ / 50 % 250)).0"
+base="${subnet%.0}"
+bridge="${tag}br"
+logs="${logs:-$(mktemp -d "/tmp/sim_cluster.XXXXXX")}"
+mkdir -p "$logs"
+pids=()
+
+cleanup() {
+  local status=$?
+  trap - EXIT INT TERM
+  for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true; done
+  sleep 0.2
+  for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true; done
+  for ((i = 0; i < nodes; i++)); do
+    # Anything still running inside the namespace goes with it.
+    ip netns pids "${tag}n$i" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+    ip netns del "${tag}n$i" 2>/dev/null || true
+  done
+  ip link del "$bridge" 2>/dev/null || true
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if ! ip netns add "${tag}n0" 2>"$logs/netns.err"; then
+  echo "sim_cluster: cannot create network namespaces ($(cat "$logs/netns.err")); run as root" >&2
+  exit 3
+fi
+ip link add "$bridge" type bridge
+ip link set "$bridge" up
+for ((i = 0; i < nodes; i++)); do
+  ns="${tag}n$i"
+  ((i == 0)) || ip netns add "$ns"
+  ip link add "${tag}h$i" type veth peer name "${tag}c$i"
+  ip link set "${tag}h$i" master "$bridge" up
+  ip link set "${tag}c$i" netns "$ns"
+  ip -n "$ns" link set "${tag}c$i" name eth0
+  ip -n "$ns" addr add "$base.$((i + 1))/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" link set lo up
+  # Shaping, on each node's way out: netem for delay and loss, tbf for the rate.
+  if [ -n "$delay" ] || [ -n "$loss" ]; then
+    netem=(netem ${delay:+delay "$delay"} ${loss:+loss "$loss"})
+    if ! ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: "${netem[@]}" 2>"$logs/tc.err"; then
+      echo "sim_cluster: cannot add netem (${delay:+delay $delay }${loss:+loss $loss}): $(cat "$logs/tc.err"); this kernel may lack sch_netem" >&2
+      exit 3
+    fi
+    [ -z "$rate" ] || ip netns exec "$ns" tc qdisc add dev eth0 parent 1: handle 2: tbf rate "$rate" burst 256kb latency 100ms
+  elif [ -n "$rate" ]; then
+    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 100ms
+  fi
+done
+master="$base.1"
+echo "sim_cluster: $nodes node(s) on $subnet/24 (node i at $base.<i+1>, namespace ${tag}n<i>, bridge $bridge)," \
+  "${rate:-unshaped}${delay:+, delay $delay}${loss:+, loss $loss}; logs in $logs"
+
+for ((i = 0; i < nodes; i++)); do
+  # setsid: each node's launcher leads a process group of its own, so cleanup can stop all of it.
+  # shellcheck disable=SC2086
+  setsid ip netns exec "${tag}n$i" env TINYDDP_BIND_ADDR="$base.$((i + 1))" \
+    "$launch" --nnodes "$nodes" --node_rank "$i" --master_addr "$master" --master_port "$port" \
+    --nproc_per_node "$nproc" $launch_args -- "$@" >"$logs/node$i.log" 2>&1 &
+  pids+=($!)
+done
+
+status=0
+for ((i = 0; i < nodes; i++)); do
+  code=0
+  wait "${pids[$i]}" || code=$?
+  ((status != 0)) || status=$code
+  sed "s/^/[node $i] /" "$logs/node$i.log"
+done
+exit "$status"

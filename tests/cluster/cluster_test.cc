@@ -1,0 +1,110 @@
+// Multi-node training on one machine: scripts/sim_cluster.sh makes each node a network
+// namespace with its own interface on a bridge, so node 1's ranks reach node 0's only through
+// those interfaces (loopback is per namespace). 2 nodes x 2 ranks must train to the
+// parameters of 4 ranks on one node; the script must remove what it created when the job
+// succeeds, fails, or is interrupted.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <regex>
+#include <thread>
+
+#include "nn/nn.h"
+#include "tests/test_util.h"
+
+using tinyddp::testing::CommandResult;
+using tinyddp::testing::run_command;
+using Catch::Contains;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return (std::filesystem::path(tmp != nullptr ? tmp : "/tmp") / name).string();
+}
+
+// Why namespaces cannot be made here, or empty when they can.
+std::string cannot_simulate() {
+  if (::geteuid() != 0) return "not root: network namespaces need root";
+  const std::string probe = "tdprobe" + std::to_string(::getpid());
+  const CommandResult r = run_command("ip netns add " + probe + " && ip netns del " + probe);
+  return r.exit_code == 0 ? "" : "cannot create network namespaces: " + r.output;
+}
+
+std::string sim(const std::string& options, const std::string& program) {
+  return "bash scripts/sim_cluster.sh --launch launcher/launch --logs " + temp_path("sim_logs") + " --port 29561 " + options +
+         " -- " + program;
+}
+
+// The namespace prefix and bridge the script announced ("namespace tdNNNNn<i>, bridge tdNNNNbr").
+std::string tag_of(const std::string& output) {
+  std::smatch m;
+  REQUIRE(std::regex_search(output, m, std::regex(R"(bridge (td[0-9]+)br\))")));
+  return m[1];
+}
+
+// Nothing named after `tag` is left: no namespace, no bridge.
+void require_removed(const std::string& tag) {
+  CHECK_THAT(run_command("ip netns list").output, !Contains(tag + "n"));
+  CHECK(run_command("ip link show " + tag + "br").exit_code != 0);
+}
+
+double max_difference(const std::string& a, const std::string& b) {
+  const auto x = tinyddp::nn::load_safetensors(a).tensors, y = tinyddp::nn::load_safetensors(b).tensors;
+  REQUIRE(x.size() == y.size());
+  double worst = 0;
+  for (const auto& [name, t] : x) {
+    namespace t_ = tinyddp::tensor;
+    worst = std::max(worst, t_::max(t_::abs(t_::sub(t, y.at(name)))).item<double>());
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("cluster: 2 nodes x 2 ranks in network namespaces train like 4 ranks on one node", "[cluster]") {
+  if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
+  const std::string train = "examples/train --widths 32,64,4 --steps 40 --log_every 40 --save ";
+  const std::string two_nodes = temp_path("two_nodes.safetensors"), one_node = temp_path("one_node.safetensors");
+  const CommandResult cluster = run_command(sim("--nodes 2 --nproc_per_node 2 --rate 1gbit", train + two_nodes));
+  INFO(cluster.output);
+  REQUIRE(cluster.exit_code == 0);
+  CHECK_THAT(cluster.output, Contains("[node 0] [rank 0] training mlp"));
+  CHECK_THAT(cluster.output, Contains("data-parallel on 4 ranks (gloo)"));
+  require_removed(tag_of(cluster.output));
+  const CommandResult local = run_command("launcher/launch --nproc_per_node 4 -- " + train + one_node);
+  INFO(local.output);
+  REQUIRE(local.exit_code == 0);
+  CHECK(max_difference(two_nodes, one_node) < 1e-6);
+}
+
+TEST_CASE("cluster: the script removes everything when the job fails or is interrupted", "[cluster]") {
+  if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
+  // A failing job: the status comes back, nothing is left.
+  const CommandResult failed = run_command(sim("--nodes 2", "/bin/false"));
+  INFO(failed.output);
+  CHECK(failed.exit_code != 0);
+  require_removed(tag_of(failed.output));
+  // Interrupted (SIGTERM) while the nodes run: cleaned up within a few seconds.
+  const std::string out = temp_path("interrupted.txt");
+  const CommandResult started =
+      run_command("(" + sim("--nodes 2", "/bin/sleep 60") + " > " + out + " 2>&1 & echo $! > " + out + ".pid); sleep 2; "
+                  "kill -TERM $(cat " + out + ".pid); for i in $(seq 50); do kill -0 $(cat " + out + ".pid) 2>/dev/null || break; sleep 0.2; done; cat " + out);
+  INFO(started.output);
+  CHECK(started.seconds < 20);
+  require_removed(tag_of(started.output));
+  CHECK(run_command("pgrep -f '[b]in/sleep 60'").exit_code != 0);  // no worker left behind ([b]: not this shell)
+}
+
+TEST_CASE("cluster: bad options are refused before anything is created", "[cluster][errors]") {
+  const CommandResult none = run_command("bash scripts/sim_cluster.sh --nodes 2 --launch launcher/launch");
+  CHECK(none.exit_code == 2);
+  CHECK_THAT(none.output, Contains("no program given"));
+  const CommandResult bad = run_command("bash scripts/sim_cluster.sh --nodes 0 --launch launcher/launch -- /bin/true");
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.output, Contains("--nodes must be 1..200"));
+  const CommandResult unknown = run_command("bash scripts/sim_cluster.sh --bogus 1 -- /bin/true");
+  CHECK_THAT(unknown.output, Contains("unknown option '--bogus'"));
+}
