@@ -3,6 +3,7 @@
 #pragma once
 
 #include "comm/init.h"
+#include "comm/launch_env.h"
 #include "comm/process_group.h"
 #include "comm/gloo/process_group_gloo.h"
 #include "comm/nccl/process_group_nccl.h"

@@ -12,6 +12,7 @@
 #include "comm/gloo/process_group_gloo.h"
 #include "comm/nccl/process_group_nccl.h"
 #include "tensor/cuda.h"
+#include "comm/launch_env.h"
 #include "comm/tcp_store.h"
 
 namespace tinyddp::comm {
@@ -21,28 +22,18 @@ namespace {
 std::mutex default_mutex;
 std::shared_ptr<ProcessGroup> default_pg;
 
-std::optional<std::string> env(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return std::nullopt;
-  return std::string(value);
-}
+std::optional<std::string> env(const char* name) { return env_value(name); }
 
-int parse_int(const std::string& text, const char* name) {
-  int value = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  TDDP_CHECK(ec == std::errc() && ptr == text.data() + text.size(), "init_process_group: {}='{}' is not an integer", name,
-             text);
-  return value;
-}
-
-int required_int(const std::optional<int>& given, const char* name) {
+// `given` (InitOptions), else what the environment says (launch_env.h), else an error naming
+// the variable.
+int required_int(const std::optional<int>& given, const std::optional<int>& from_env, const char* name) {
   if (given) return *given;
-  const std::optional<std::string> text = env(name);
-  TDDP_CHECK(text.has_value(),
-             "init_process_group: {} is not set (the launcher sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; or "
-             "pass it in InitOptions)",
+  TDDP_CHECK(from_env.has_value(),
+             "init_process_group: {} is not set (the launcher sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; mpirun "
+             "and srun set the rank and size, and MASTER_ADDR and MASTER_PORT must be exported to the job; or pass it in "
+             "InitOptions)",
              name);
-  return parse_int(*text, name);
+  return *from_env;
 }
 
 bool is_loopback(const std::string& address) {
@@ -56,11 +47,13 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
              "init_process_group: unknown backend '{}' (expected 'gloo' for CPU tensors or 'nccl' for CUDA tensors)", backend);
   TDDP_CHECK(backend != "nccl" || tensor::cuda::is_available(), "init_process_group: the 'nccl' backend needs a GPU: {}",
              tensor::cuda::unavailable_reason());
-  const int world_size = required_int(options.world_size, "WORLD_SIZE");
+  const LaunchEnv launched = launch_env();
+  const int world_size = required_int(options.world_size, launched.world_size, "WORLD_SIZE");
   TDDP_CHECK(world_size >= 1, "init_process_group: WORLD_SIZE must be >= 1, got {}", world_size);
-  const int rank = world_size == 1 && !options.rank && !env("RANK") ? 0 : required_int(options.rank, "RANK");
+  const int rank =
+      world_size == 1 && !options.rank && !launched.rank ? 0 : required_int(options.rank, launched.rank, "RANK");
   TDDP_CHECK(rank >= 0 && rank < world_size, "init_process_group: RANK {} is not in [0, {})", rank, world_size);
-  const std::string master_addr = options.master_addr.value_or(env("MASTER_ADDR").value_or("127.0.0.1"));
+  const std::string master_addr = options.master_addr.value_or(launched.master_addr.value_or("127.0.0.1"));
 
   ProcessGroupOptions pg_options;
   pg_options.timeout = options.timeout;
@@ -80,7 +73,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
   } else {
     TCPStoreOptions store_options;
     store_options.host = master_addr;
-    store_options.port = static_cast<uint16_t>(required_int(options.master_port, "MASTER_PORT"));
+    store_options.port = static_cast<uint16_t>(required_int(options.master_port, launched.master_port, "MASTER_PORT"));
     TDDP_CHECK(store_options.port > 0, "init_process_group: MASTER_PORT must be in [1, 65535]");
     store_options.is_server = options.host_store.value_or(rank == 0 && env("TINYDDP_STORE_HOSTED") != "1");
     store_options.timeout = options.timeout;
@@ -100,8 +93,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
     // program chose a device already), and the group's helper threads adopt it when they start
     // (tensor/cuda/device_guard.h); without LOCAL_RANK, the device is bound at the first
     // collective.
-    if (const auto local = env("LOCAL_RANK"); local && tensor::cuda::current_device() < 0) {
-      tensor::cuda::set_device(parse_int(*local, "LOCAL_RANK") % tensor::cuda::device_count());
+    if (launched.local_rank && tensor::cuda::current_device() < 0) {
+      tensor::cuda::set_device(*launched.local_rank % tensor::cuda::device_count());
     }
     pg = std::make_shared<ProcessGroupNccl>(store, rank, world_size, pg_options);
   } else {
@@ -130,9 +123,6 @@ void destroy_process_group() {
   default_pg.reset();
 }
 
-int local_rank() {
-  const std::optional<std::string> text = env("LOCAL_RANK");
-  return text ? parse_int(*text, "LOCAL_RANK") : 0;
-}
+int local_rank() { return launch_env().local_rank.value_or(0); }
 
 }  // namespace tinyddp::comm

@@ -3,11 +3,11 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "comm/init.h"
+#include "comm/launch_env.h"
 #include "examples/train_data.h"
 #include "ddp/distributed.h"
 #include "ddp/powersgd.h"
@@ -20,12 +20,6 @@ namespace t = tinyddp::tensor;
 using t::Tensor;
 
 namespace {
-// An integer from the environment (`fallback` when unset).
-int env_int(const char* name, int fallback) {
-  const char* text = std::getenv(name);
-  return text != nullptr && *text != '\0' ? std::atoi(text) : fallback;
-}
-int env_world_size() { return env_int("WORLD_SIZE", 1); }
 
 // DDP's statistics as lines of text: the buckets, and the per-iteration times.
 std::string describe_stats(const ddp::DDPStats& s, int rank) {
@@ -72,7 +66,9 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   // One GPU per rank: LOCAL_RANK picks it. More local ranks than GPUs share them round-robin,
   // which only the gloo backend allows (NCCL refuses two ranks on one device).
   const int gpus = on_gpu ? t::cuda::device_count() : 0;
-  const int local_rank = env_int("LOCAL_RANK", 0), local_world = env_int("LOCAL_WORLD_SIZE", 1);
+  // Under launch, mpirun or srun (comm/launch_env.h).
+  const comm::LaunchEnv launched = comm::launch_env();
+  const int local_rank = launched.local_rank.value_or(0), local_world = launched.local_world_size.value_or(1);
   const t::Device device = on_gpu ? t::Device(t::DeviceType::kCUDA, local_rank % gpus) : t::Device(t::kCPU);
   const std::string backend =
       config.backend != "auto" ? config.backend : (on_gpu && local_world <= gpus ? "nccl" : "gloo");
@@ -87,7 +83,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   if (on_gpu) t::cuda::set_device(device.index);
   // Distributed when launched with WORLD_SIZE > 1.
   std::shared_ptr<comm::ProcessGroup> pg;
-  if (env_world_size() > 1) pg = comm::init_process_group(backend);
+  if (launched.world_size.value_or(1) > 1) pg = comm::init_process_group(backend);
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
   TDDP_CHECK(config.timeline.empty() || pg,
              "--timeline records DDP's events, but this run is on one process: start it with launch --nproc_per_node 2 "

@@ -19,6 +19,7 @@ PACKAGES=(
   zlib1g-dev          # the digits reader of examples/train
   python3-sklearn     # the handwritten digits (sklearn/datasets/data/digits.csv.gz)
   python3-matplotlib  # the pictures of docs/ (scripts/plot_*.py) and their tests
+  openmpi-bin         # mpirun, to test starting jobs with Open MPI's variables
 )
 
 missing=()

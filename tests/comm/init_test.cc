@@ -1,5 +1,6 @@
-// init_process_group / init_from_env: the torchrun environment variables, a world of one
-// without a network, processes meeting through MASTER_ADDR:MASTER_PORT, and clear errors.
+// init_process_group / init_from_env: the torchrun environment variables (and Open MPI's and
+// Slurm's, launch_env.h), a world of one without a network, processes meeting through
+// MASTER_ADDR:MASTER_PORT, and clear errors.
 #include <cstdlib>
 
 #include "comm/comm.h"
@@ -13,7 +14,10 @@ using Catch::Contains;
 
 namespace {
 void clear_env() {
-  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TINYDDP_STORE_HOSTED"}) {
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                           "TINYDDP_STORE_HOSTED", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                           "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+                           "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_LAUNCH_NODE_IPADDR"}) {
     ::unsetenv(name);
   }
 }
@@ -32,6 +36,39 @@ TEST_CASE("a world of one needs no network", "[comm][init]") {
   destroy_process_group();
   CHECK_FALSE(is_initialized());
   CHECK_THROWS_WITH(default_group(), Contains("no process group yet; call init_process_group() first"));
+}
+
+TEST_CASE("launch_env reads launch's, Open MPI's and Slurm's variables, in that order", "[comm][init]") {
+  clear_env();
+  CHECK(launch_env().source == "none");
+  ::setenv("SLURM_PROCID", "3", 1);
+  ::setenv("SLURM_NTASKS", "8", 1);
+  ::setenv("SLURM_LOCALID", "1", 1);
+  ::setenv("SLURM_NTASKS_PER_NODE", "2(x4)", 1);
+  ::setenv("SLURM_LAUNCH_NODE_IPADDR", "10.1.2.3", 1);
+  LaunchEnv e = launch_env();
+  CHECK(e.source == "Slurm");
+  CHECK((e.rank == 3 && e.world_size == 8 && e.local_rank == 1 && e.local_world_size == 2));
+  CHECK(e.master_addr == "10.1.2.3");  // Slurm's launch node, as MASTER_ADDR is unset
+  ::setenv("MASTER_ADDR", "10.9.9.9", 1);
+  CHECK(launch_env().master_addr == "10.9.9.9");  // MASTER_ADDR wins
+  ::setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  ::setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+  ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+  e = launch_env();
+  CHECK(e.source == "Open MPI");
+  CHECK((e.rank == 1 && e.world_size == 2 && e.local_rank == 1 && e.local_world_size == 2));
+  ::setenv("RANK", "0", 1);
+  ::setenv("WORLD_SIZE", "4", 1);
+  e = launch_env();
+  CHECK(e.source == "launch");
+  CHECK((e.rank == 0 && e.world_size == 4));
+  ::setenv("OMPI_COMM_WORLD_SIZE", "x", 1);
+  ::unsetenv("RANK");
+  ::unsetenv("WORLD_SIZE");
+  CHECK_THROWS_WITH(launch_env(), Contains("OMPI_COMM_WORLD_SIZE='x' is not an integer"));
+  clear_env();
 }
 
 TEST_CASE("missing or bad environment variables name themselves", "[comm][init][errors]") {

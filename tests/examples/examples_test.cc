@@ -1,6 +1,8 @@
 // The DDP examples and //examples:train, each run on 2 ranks under //launcher:launch as a user
 // runs them, with their printed results checked: identical checksums on every rank, the
 // input counts of the Join example, the classifier's held-out accuracy.
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -216,6 +218,27 @@ TEST_CASE("examples: train --comm_hook powersgd on the digits reaches plain allr
   const std::vector<std::string> rate = all_matches(compressed.output, R"(PowerSGD rank 1: ([0-9.]+)x fewer gradient elements sent)");
   REQUIRE(rate.size() == 1);
   CHECK(std::stod(rate[0]) > 5.0);
+}
+
+TEST_CASE("examples: train under mpirun -np 2 (Open MPI's variables) gives the launcher's losses", "[examples][train][mpi]") {
+  if (run_command("command -v mpirun").exit_code != 0) TINYDDP_SKIP("no mpirun: bash scripts/setup.sh installs openmpi-bin");
+  const std::string mpi_csv = temp_path("mpi.csv"), launch_csv = temp_path("launch.csv");
+  const std::string args = "examples/train --device cpu --widths 32,64,4 --steps 30 --log_every 30 --metrics ";
+  // mpirun sets OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK; the master is exported with -x. Root
+  // needs Open MPI's consent; its session files go to the test's directory.
+  const std::string port = std::to_string(20000 + ::getpid() % 20000);
+  const CommandResult mpi = run_command("TMPDIR=" + temp_path("") + " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                        "mpirun -np 2 --oversubscribe -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=" + port + " " +
+                                        args + mpi_csv);
+  INFO(mpi.output);
+  REQUIRE(mpi.exit_code == 0);
+  CHECK_THAT(mpi.output, Contains("data-parallel on 2 ranks (gloo)"));
+  const CommandResult launched = launch2(args + launch_csv);
+  INFO(launched.output);
+  REQUIRE(launched.exit_code == 0);
+  const std::vector<double> a = read_losses(mpi_csv), b = read_losses(launch_csv);
+  REQUIRE(a.size() == 30);
+  REQUIRE(b == a);
 }
 
 TEST_CASE("examples: train's bad digits and DDP options get clear errors", "[examples][train][errors][digits]") {
