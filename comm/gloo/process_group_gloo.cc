@@ -15,6 +15,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
+#include <cctype>
 #include <csignal>
 #include <numeric>
 
@@ -171,6 +172,18 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
       const auto& pair_address = dynamic_cast<const gloo::transport::tcp::Address&>(context_->getPair((rank + 1) % size)->address());
       ring_allreduce_ = std::make_unique<detail::RingAllreduce>(*store_, "tinyddp/ring", rank, size, pair_address.getSockaddr(),
                                                                 options_.timeout);
+      // Every rank's address as Gloo's errors print it, so that a failure can name the rank.
+      for (const auto& [prefix, mesh] : {std::pair<std::string, gloo::Context*>{"main", context_.get()}, {"small", small.get()}}) {
+        const auto& own = dynamic_cast<const gloo::transport::tcp::Address&>(mesh->getPair((rank + 1) % size)->address());
+        store_->set(fmt::format("tinyddp/gloo-address/{}/{}", prefix, rank), own.str());
+      }
+      for (int peer = 0; peer < size; ++peer) {
+        if (peer == rank) continue;
+        for (const char* prefix : {"main", "small"}) {
+          const std::vector<uint8_t> text = store_->get(fmt::format("tinyddp/gloo-address/{}/{}", prefix, peer));
+          peer_ranks_[std::string(text.begin(), text.end())] = peer;
+        }
+      }
     }
   } catch (const std::exception& e) {
     std::vector<int> missing;
@@ -222,12 +235,37 @@ void ProcessGroupGloo::worker_loop() {
       item.run(tag++);
       item.work->finish();
     } catch (const std::exception& e) {
-      const std::string message = fmt::format("{} failed: {}", item.work->description(), e.what());
-      item.work->finish(is_timeout(e.what()) ? std::make_exception_ptr(TimeoutError(message))
-                                              : std::make_exception_ptr(Error(message)));
+      item.work->finish(failure(*item.work, e.what()));
     }
     running_marks = nullptr;
   }
+}
+
+std::exception_ptr ProcessGroupGloo::failure(const Work& work, const std::string& what) const {
+  std::string message = what;
+  for (const auto& [address, peer] : peer_ranks_) {
+    for (size_t at = message.find(address); at != std::string::npos; at = message.find(address, at + 1)) {
+      const size_t end = at + address.size();
+      // "[ip]:port" followed by a digit is another port; and do not name a rank twice.
+      if (end < message.size() && std::isdigit(static_cast<unsigned char>(message[end]))) continue;
+      const std::string label = fmt::format(" (rank {})", peer);
+      if (message.compare(end, label.size(), label) == 0) continue;
+      message.insert(end, label);
+    }
+  }
+  if (message == what && is_timeout(what) && size() > 1) {
+    // Gloo's own algorithms time out without saying on whom ("Timed out waiting 1000ms for
+    // recv operation"): name the peers this collective waits for, all the others.
+    std::vector<int> others;
+    for (int r = 0; r < size(); ++r) {
+      if (r != rank()) others.push_back(r);
+    }
+    message += others.size() == 1
+                   ? fmt::format(" (waited for rank {}, which did not take part in time)", others.front())
+                   : fmt::format(" (waited for ranks {}: one or more did not take part in time)", fmt::join(others, ", "));
+  }
+  const std::string full = fmt::format("{} failed: {}", work.description(), message);
+  return is_timeout(what) ? std::make_exception_ptr(TimeoutError(full)) : std::make_exception_ptr(Error(full));
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::enqueue(std::string description, std::function<void(uint32_t)> run,
@@ -252,15 +290,13 @@ std::shared_ptr<Work> ProcessGroupGloo::enqueue(std::string description, std::fu
 std::shared_ptr<Work> ProcessGroupGloo::start_p2p(std::string description, std::function<void()> run) {
   auto work = std::make_shared<Work>(std::move(description));
   std::lock_guard<std::mutex> lock(p2p_mutex_);
-  p2p_threads_.emplace_back([work, run = std::move(run)] {
+  p2p_threads_.emplace_back([this, work, run = std::move(run)] {
     NoGradGuard no_grad;
     try {
       run();
       work->finish();
     } catch (const std::exception& e) {
-      const std::string message = fmt::format("{} failed: {}", work->description(), e.what());
-      work->finish(is_timeout(e.what()) ? std::make_exception_ptr(TimeoutError(message))
-                                        : std::make_exception_ptr(Error(message)));
+      work->finish(failure(*work, e.what()));
     }
   });
   return work;

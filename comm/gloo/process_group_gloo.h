@@ -14,6 +14,7 @@
 #include <deque>
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <thread>
 
@@ -57,6 +58,10 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::shared_ptr<Work> enqueue(std::string description, std::function<void(uint32_t tag)> run,
                                 const std::vector<Tensor>& tensors = {});
   void worker_loop();
+  // A failed collective's Error (a TimeoutError for a timeout) for `what()` of the exception:
+  // the Work's description, the message, and the rank behind each peer address Gloo names
+  // ("Read timeout [10.0.0.2]:4242" -> "... [10.0.0.2]:4242 (rank 1)").
+  std::exception_ptr failure(const Work& work, const std::string& what) const;
   // Runs a point-to-point operation on a thread of its own (not behind queued collectives).
   std::shared_ptr<Work> start_p2p(std::string description, std::function<void()> run);
 
@@ -68,6 +73,8 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::unique_ptr<detail::SmallAllreduce> small_allreduce_;
   // Larger allreduces (used by the worker only; null for a group of one).
   std::unique_ptr<detail::RingAllreduce> ring_allreduce_;
+  // Each peer's Gloo address as Gloo prints it ("[ip]:port") -> its rank.
+  std::map<std::string, int> peer_ranks_;
 
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
