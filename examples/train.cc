@@ -56,6 +56,13 @@ int main(int argc, char** argv) {
   app.add_option("--powersgd_start_iter", config.powersgd_start_iter,
                  "PowerSGD's start_powerSGD_iter: plain allreduce before it (default 1000, PyTorch's)")
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 40));
+  app.add_option("--checkpoint", config.checkpoint,
+                 "rank 0 writes the model, optimizer state and step here (every --checkpoint_every steps and at the end)");
+  app.add_option("--checkpoint_every", config.checkpoint_every, "steps between checkpoints (default: only at the end)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--resume", config.resume, "continue from --checkpoint when it exists (e.g. after launch --max_restarts)");
+  app.add_option("--fail_at_step", config.fail_at_step,
+                 "exit with status 3 before this step on the first attempt (to try launch --max_restarts)");
   app.add_flag("--stats", config.stats, "print DDP's statistics at the end: buckets, rebuilt or not, compute, "
                "communication and overlap per iteration");
   CLI11_PARSE(app, argc, argv);

@@ -2,6 +2,9 @@
 #include "examples/train_lib.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -20,6 +23,41 @@ namespace t = tinyddp::tensor;
 using t::Tensor;
 
 namespace {
+
+// The --checkpoint file: the model's state as "model.<name>", the optimizer's as
+// "optimizer.<key>", and the number of completed steps in the metadata. Written atomically
+// (save_safetensors), so a crash mid-write leaves the previous one.
+constexpr const char* kStepsKey = "tinyddp_train_steps_done";
+
+void save_checkpoint(const std::string& path, const nn::Module& model, const nn::Optimizer& optimizer, int64_t steps_done) {
+  nn::OrderedDict<Tensor> all;
+  for (const auto& [name, t] : model.state_dict()) all.insert("model." + name, t);
+  for (const auto& [name, t] : optimizer.state_dict()) all.insert("optimizer." + name, t);
+  nn::save_safetensors(path, all, {{kStepsKey, std::to_string(steps_done)}});
+}
+
+struct Checkpoint {
+  nn::OrderedDict<Tensor> model, optimizer;
+  int64_t steps_done = 0;
+};
+
+Checkpoint load_checkpoint(const std::string& path) {
+  const nn::SafetensorsFile file = nn::load_safetensors(path);
+  const auto steps = file.metadata.find(kStepsKey);
+  TDDP_CHECK(steps != file.metadata.end(), "--resume: {} is not a train checkpoint (no {} in its metadata)", path, kStepsKey);
+  Checkpoint c;
+  c.steps_done = std::stoll(steps->second);
+  for (const auto& [name, t] : file.tensors) {
+    if (name.rfind("model.", 0) == 0) {
+      c.model.insert(name.substr(6), t);
+    } else if (name.rfind("optimizer.", 0) == 0) {
+      c.optimizer.insert(name.substr(10), t);
+    } else {
+      throw Error(fmt::format("--resume: {} holds an unexpected tensor '{}'", path, name));
+    }
+  }
+  return c;
+}
 
 // DDP's statistics as lines of text: the buckets, and the per-iteration times.
 std::string describe_stats(const ddp::DDPStats& s, int rank) {
@@ -112,6 +150,14 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   }
   TDDP_CHECK(!classification || out >= 2, "--loss ce needs at least 2 output classes, the model has {}", out);
   if (!config.init.empty()) nn::load_state_dict(*model, config.init);
+  TDDP_CHECK(!config.resume || !config.checkpoint.empty(), "--resume needs --checkpoint PATH");
+  std::optional<Checkpoint> resumed;
+  if (config.resume && std::filesystem::exists(config.checkpoint)) {
+    resumed = load_checkpoint(config.checkpoint);
+    model->load_state_dict(resumed->model);
+    TDDP_CHECK(resumed->steps_done < config.steps, "--resume: {} is {} steps in, nothing left of --steps {}",
+               config.checkpoint, resumed->steps_done, config.steps);
+  }
   model->to(device);  // after initialising on the CPU: the same weights on every device
   std::shared_ptr<nn::Module> runner = model;  // what the loop calls: the model, or DDP around it
   std::shared_ptr<ddp::DistributedDataParallel> ddp_model;
@@ -150,12 +196,29 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   } else {
     optimizer = std::make_unique<nn::Adam>(model->parameters(), nn::AdamOptions(config.lr));
   }
+  const int64_t first_step = resumed ? resumed->steps_done : 0;
+  if (resumed) {
+    optimizer->load_state_dict(resumed->optimizer);
+    for (int64_t step = 0; step < first_step; ++step) data->batch(step);  // the generators where they were
+    progress << fmt::format("resuming from {} after {} steps\n", config.checkpoint, first_step);
+  }
 
   std::ofstream metrics;
   if (!config.metrics.empty() && rank == 0) {
+    // Resuming: keep the rows of the steps the checkpoint holds, drop those of steps it lost.
+    std::vector<std::string> kept;
+    if (resumed) {
+      std::ifstream old(config.metrics);
+      std::string line;
+      std::getline(old, line);  // the header
+      while (std::getline(old, line)) {
+        if (!line.empty() && std::stoll(line.substr(0, line.find(','))) < first_step) kept.push_back(line);
+      }
+    }
     metrics.open(config.metrics);
     TDDP_CHECK(metrics.good(), "--metrics: cannot write {}", config.metrics);
     metrics << "step,loss\n";
+    for (const std::string& line : kept) metrics << line << "\n";
   }
 
   progress << "training " << config.model << " (" << model->parameters().size() << " parameter tensors) with "
@@ -168,7 +231,13 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   const t::Device report_device = pg ? ddp::control_device(*pg, model->parameters()) : device;
   TrainResult result;
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t step = 0; step < config.steps; ++step) {
+  const char* restart = std::getenv("TINYDDP_RESTART_COUNT");
+  const bool first_attempt = restart == nullptr || std::string(restart) == "0";
+  for (int64_t step = first_step; step < config.steps; ++step) {
+    if (step == config.fail_at_step && first_attempt) {
+      std::cerr << fmt::format("train: rank {} fails on purpose before step {} (--fail_at_step)\n", rank, step);
+      std::_Exit(3);
+    }
     const Batch global = data->batch(step);
     const int64_t rows = global.inputs.size(0);
     TDDP_CHECK(rows % world == 0, "a batch of {} rows is not divisible by WORLD_SIZE {}", rows, world);
@@ -194,7 +263,12 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     loss.backward();
     optimizer->step();
     result.samples += rows;
-    if (metrics.is_open()) metrics << step << "," << fmt::format("{:.9g}", loss_value) << "\n";
+    if (metrics.is_open()) metrics << step << "," << fmt::format("{:.9g}", loss_value) << std::endl;
+    const bool checkpoint_now =
+        config.checkpoint_every > 0 && ((step + 1) % config.checkpoint_every == 0 || step + 1 == config.steps);
+    if (!config.checkpoint.empty() && rank == 0 && (checkpoint_now || (config.checkpoint_every == 0 && step + 1 == config.steps))) {
+      save_checkpoint(config.checkpoint, *model, *optimizer, step + 1);
+    }
     if ((step + 1) % log_every == 0 || step + 1 == config.steps) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       progress << fmt::format("step {:>{}}/{}  loss {:.6f}  {:.0f} samples/s  elapsed {:.2f} s\n", step + 1,

@@ -45,6 +45,15 @@ struct TrainConfig {
   // How DDP reduces each bucket: allreduce (DDP's default), fp16, bf16 or powersgd (rank
   // powersgd_rank, plain allreduce for the first powersgd_start_iter iterations).
   std::string comm_hook = "allreduce";
+  // Fault tolerance: rank 0 writes the model, the optimizer state and the step count to
+  // `checkpoint` every checkpoint_every steps (and at the end); with `resume`, a run whose
+  // checkpoint exists continues from it (the same batches, so the same result as a run that
+  // was never interrupted). fail_at_step: exit with status 3 before step N on the first
+  // attempt (TINYDDP_RESTART_COUNT unset or 0), to try launch --max_restarts.
+  std::string checkpoint;
+  int64_t checkpoint_every = 0;
+  bool resume = false;
+  int64_t fail_at_step = -1;
   int powersgd_rank = 1;
   int64_t powersgd_start_iter = 1000;
 };

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nn/nn.h"
 #include "tensor/cuda.h"
 #include "tests/test_util.h"
 
@@ -239,6 +240,35 @@ TEST_CASE("examples: train under mpirun -np 2 (Open MPI's variables) gives the l
   const std::vector<double> a = read_losses(mpi_csv), b = read_losses(launch_csv);
   REQUIRE(a.size() == 30);
   REQUIRE(b == a);
+}
+
+TEST_CASE("examples: a failed attempt restarted by launch --max_restarts resumes from rank 0's checkpoint, same result",
+          "[examples][train][ddp][restart]") {
+  const std::string args = "examples/train --device cpu --widths 32,64,4 --steps 40 --log_every 40";
+  const std::string full = temp_path("full.safetensors"), restarted = temp_path("restarted.safetensors");
+  const std::string full_csv = temp_path("full.csv"), restarted_csv = temp_path("restarted.csv");
+  const std::string checkpoint = temp_path("train.checkpoint");
+  std::filesystem::remove(checkpoint);
+  const CommandResult once = launch2(args + " --save " + full + " --metrics " + full_csv);
+  INFO(once.output);
+  REQUIRE(once.exit_code == 0);
+  // Both ranks fail before step 25 on the first attempt; the checkpoint of step 20 survives.
+  const CommandResult twice = run_command("launcher/launch --nproc_per_node 2 --max_restarts 1 -- " + args + " --save " +
+                                          restarted + " --metrics " + restarted_csv + " --checkpoint " + checkpoint +
+                                          " --checkpoint_every 10 --resume --fail_at_step 25");
+  INFO(twice.output);
+  REQUIRE(twice.exit_code == 0);
+  CHECK_THAT(twice.output, Contains("fails on purpose before step 25"));
+  CHECK_THAT(twice.output, Contains("launch: restarting the workers (restart 1 of 1)"));
+  CHECK_THAT(twice.output, Contains("resuming from " + checkpoint + " after 20 steps"));
+  // The same parameters and the same per-step losses as the run that never failed.
+  const auto a = tinyddp::nn::load_safetensors(full).tensors, b = tinyddp::nn::load_safetensors(restarted).tensors;
+  for (const auto& [name, t] : a) CHECK(tinyddp::tensor::equal(t, b.at(name)));
+  CHECK(read_losses(restarted_csv) == read_losses(full_csv));
+  // Without a retry, the failure ends the job with the worker's status.
+  const CommandResult no_retry = launch2(args + " --checkpoint " + checkpoint + ".2 --resume --fail_at_step 5");
+  CHECK(no_retry.exit_code == 3);
+  expect_train_error("--resume --steps 1", "--resume needs --checkpoint PATH");
 }
 
 TEST_CASE("examples: train's bad digits and DDP options get clear errors", "[examples][train][errors][digits]") {
