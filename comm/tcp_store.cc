@@ -21,7 +21,8 @@ using net::Clock;
 
 struct TCPStore::Request {
   Bytes body;
-  const char* what;  // for error messages
+  const char* what;        // for error messages
+  bool idempotent = true;  // safe to send again if the response was lost
 };
 
 TCPStore::TCPStore(const TCPStoreOptions& options)
@@ -33,8 +34,13 @@ TCPStore::TCPStore(const TCPStoreOptions& options)
   }
   TDDP_CHECK(port_ != 0, "TCPStore: a client needs the server's port");
   // Connect, retrying until the timeout: the server may still be starting.
-  const auto deadline = Clock::now() + timeout_;
+  connect(Clock::now() + timeout_, /*reconnecting=*/false);
+}
+
+void TCPStore::connect(Clock::time_point deadline, bool reconnecting) {
+  net::close_fd(fd_);
   std::string last_error;
+  bool refused = false;
   Millis backoff(10);
   while (true) {
     addrinfo hints{};
@@ -51,6 +57,7 @@ TCPStore::TCPStore(const TCPStoreOptions& options)
         if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
           fd_ = fd;
         } else {
+          refused = refused || errno == ECONNREFUSED;
           last_error = net::errno_text(errno);
           ::close(fd);
         }
@@ -58,6 +65,11 @@ TCPStore::TCPStore(const TCPStoreOptions& options)
       freeaddrinfo(result);
     }
     if (fd_ >= 0) break;
+    // Reconnecting: a refusal means nothing listens there any more, and a new server would
+    // not have this job's keys; only a network that drops or stalls is worth waiting out.
+    if (reconnecting && refused) {
+      throw Error(fmt::format("TCPStore: the server at {}:{} is gone ({})", host_, port_, last_error));
+    }
     if (Clock::now() + backoff > deadline) {
       throw TimeoutError(fmt::format("TCPStore: could not connect to {}:{} within {} ms ({})", host_, port_,
                                      timeout_.count(), last_error));
@@ -77,7 +89,33 @@ Bytes TCPStore::call(const Request& request, Millis io_timeout) {
   TDDP_CHECK(request.body.size() <= max_message_bytes_, "TCPStore {}: the request of {} bytes exceeds the {} byte limit",
              request.what, request.body.size(), max_message_bytes_);
   std::lock_guard<std::mutex> lock(mutex_);
-  TDDP_CHECK(fd_ >= 0, "TCPStore {}: the connection to {}:{} is closed", request.what, host_, port_);
+  const auto give_up = Clock::now() + timeout_;
+  // At most one retry on a new connection: a request that fails twice is the problem itself
+  // (the server closes the connection of a request it refuses, e.g. an oversized one).
+  for (int attempt = 0;; ++attempt) {
+    bool sent = false;
+    try {
+      if (fd_ < 0) {
+        connect(give_up, /*reconnecting=*/true);  // dropped before: connect again
+        ++reconnects_;
+      }
+      return call_once(request, io_timeout, sent);
+    } catch (const TimeoutError&) {
+      throw;  // the server answered "timed out", or no connection could be made in time
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("is gone") != std::string::npos) throw;
+      // The connection dropped (call_once closed it). Try again on a new one while the
+      // timeout lasts, unless the request may have run already and must not run twice.
+      if (fd_ >= 0) throw;  // an error from the server, not from the connection
+      if (sent && !request.idempotent) {
+        throw Error(fmt::format("{}; it was sent, so it is not retried (it may have run on the server)", e.what()));
+      }
+      if (attempt >= 1 || Clock::now() >= give_up) throw;
+    }
+  }
+}
+
+Bytes TCPStore::call_once(const Request& request, Millis io_timeout, bool& sent) {
   const auto deadline = Clock::now() + io_timeout;
   const auto fail = [&](const std::string& reason) -> Error {
     net::close_fd(fd_);
@@ -87,6 +125,7 @@ Bytes TCPStore::call(const Request& request, Millis io_timeout) {
   std::string error = net::send_exact(fd_, &length, 4, deadline);
   if (error.empty()) error = net::send_exact(fd_, request.body.data(), request.body.size(), deadline);
   if (!error.empty()) throw fail(error);
+  sent = true;
   uint32_t response_length = 0;
   error = net::recv_exact(fd_, &response_length, 4, deadline);
   if (!error.empty()) throw fail(error);
@@ -124,7 +163,7 @@ Bytes TCPStore::get(const std::string& key) {
 }
 
 int64_t TCPStore::add(const std::string& key, int64_t delta) {
-  Request r{{kAdd}, "add"};
+  Request r{{kAdd}, "add", /*idempotent=*/false};
   put_string(r.body, key);
   put_i64(r.body, delta);
   const Bytes response = call(r, timeout_ + kIoMargin);
@@ -133,7 +172,7 @@ int64_t TCPStore::add(const std::string& key, int64_t delta) {
 }
 
 Bytes TCPStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
-  Request r{{kCompareSet}, "compare_set"};
+  Request r{{kCompareSet}, "compare_set", /*idempotent=*/false};
   put_string(r.body, key);
   put_bytes(r.body, expected);
   put_bytes(r.body, desired);

@@ -29,7 +29,11 @@ class TCPStoreServer;
 class TCPStore final : public Store {
  public:
   // Starts the server first when options.is_server; then connects, retrying until the
-  // timeout (a server that is not up yet is normal during start-up).
+  // timeout (a server that is not up yet is normal during start-up). A connection that drops
+  // later is made again, within the timeout, and the request retried once when that is safe:
+  // a request that did not reach the server, or one that may run twice (all but add and
+  // compare_set, which fail with the reason when the connection dropped after they were
+  // sent). A server that refuses the new connection is gone: that is reported at once.
   explicit TCPStore(const TCPStoreOptions& options);
   ~TCPStore() override;
   TCPStore(const TCPStore&) = delete;
@@ -52,6 +56,12 @@ class TCPStore final : public Store {
   struct Request;
   // Sends one request and returns the response fields (throws on I/O errors or a server error).
   Bytes call(const Request& request, Millis io_timeout);
+  // One attempt of call() on the current connection; `sent` says whether the request went out.
+  Bytes call_once(const Request& request, Millis io_timeout, bool& sent);
+  // (Re)connects, retrying until `deadline`; throws a TimeoutError with the last reason.
+  // A refused connection is retried at start-up (the server may not be up yet), and final
+  // when `reconnecting` (the server is gone).
+  void connect(std::chrono::steady_clock::time_point deadline, bool reconnecting);
 
   std::unique_ptr<TCPStoreServer> server_;
   std::string host_;
@@ -59,6 +69,11 @@ class TCPStore final : public Store {
   int fd_ = -1;
   uint32_t max_message_bytes_;
   std::mutex mutex_;  // one request at a time on the connection
+  int reconnects_ = 0;
+
+ public:
+  // How many times the connection was made again after dropping (for tests and logs).
+  int reconnects() const { return reconnects_; }
 };
 
 }  // namespace tinyddp::comm
