@@ -63,6 +63,9 @@ int main(int argc, char** argv) {
   app.add_flag("--resume", config.resume, "continue from --checkpoint when it exists (e.g. after launch --max_restarts)");
   app.add_option("--fail_at_step", config.fail_at_step,
                  "exit with status 3 before this step on the first attempt (to try launch --max_restarts)");
+  app.add_option("--timeout", config.timeout_s,
+                 "seconds a collective or the store waits for the other ranks before failing (default 60)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--stats", config.stats, "print DDP's statistics at the end: buckets, rebuilt or not, compute, "
                "communication and overlap per iteration");
   CLI11_PARSE(app, argc, argv);

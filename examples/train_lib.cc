@@ -121,7 +121,12 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   if (on_gpu) t::cuda::set_device(device.index);
   // Distributed when launched with WORLD_SIZE > 1.
   std::shared_ptr<comm::ProcessGroup> pg;
-  if (launched.world_size.value_or(1) > 1) pg = comm::init_process_group(backend);
+  TDDP_CHECK(config.timeout_s > 0, "--timeout must be positive, got {}", config.timeout_s);
+  if (launched.world_size.value_or(1) > 1) {
+    comm::InitOptions init;
+    init.timeout = comm::Millis(static_cast<int64_t>(config.timeout_s * 1000));
+    pg = comm::init_process_group(backend, init);
+  }
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
   TDDP_CHECK(config.timeline.empty() || pg,
              "--timeline records DDP's events, but this run is on one process: start it with launch --nproc_per_node 2 "

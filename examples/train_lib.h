@@ -54,6 +54,8 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;
   bool resume = false;
   int64_t fail_at_step = -1;
+  // How long a collective or the store waits for the other ranks before failing, naming them.
+  double timeout_s = 60;
   int powersgd_rank = 1;
   int64_t powersgd_start_iter = 1000;
 };

@@ -108,3 +108,27 @@ TEST_CASE("cluster: bad options are refused before anything is created", "[clust
   const CommandResult unknown = run_command("bash scripts/sim_cluster.sh --bogus 1 -- /bin/true");
   CHECK_THAT(unknown.output, Contains("unknown option '--bogus'"));
 }
+
+TEST_CASE("cluster: node 1's link goes down mid-training: both ranks name the other, both launchers fail, nothing is left",
+          "[cluster][faults]") {
+  if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
+  const std::string out = temp_path("link_down.txt");
+  // A long run with a 3 s collective timeout; after 3 s node 1's cable is pulled (its veth
+  // on the bridge goes down). The launchers then give up on each other after --rdzv_timeout.
+  const std::string job = sim("--nodes 2 --nproc_per_node 1 --launch_args '--rdzv_timeout 5'",
+                              "examples/train --widths 32,64,4 --steps 100000000 --log_every 100000000 --timeout 3");
+  const CommandResult r = run_command(
+      "(" + job + " > " + out + " 2>&1; echo $? > " + out + ".status) & sleep 3; "
+      "tag=$(grep -o 'bridge td[0-9]*br' " + out + " | sed 's/^bridge //; s/br$//'); ip link set ${tag}h1 down; "
+      "for i in $(seq 120); do [ -s " + out + ".status ] && break; sleep 0.25; done; cat " + out + "; echo status $(cat " +
+      out + ".status)");
+  INFO(r.output);
+  CHECK(r.seconds < 40);
+  CHECK_THAT(r.output, Contains("[node 0] [rank 0] train: error: ") && Contains("(rank 1)"));
+  CHECK_THAT(r.output, Contains("[node 1] [rank 1] train: error: ") && Contains("(rank 0)"));
+  CHECK_THAT(r.output, Contains("[node 0] launch: failed: rank 0 exited with status 1"));
+  CHECK_THAT(r.output, Contains("[node 1] launch: failed: rank 1 exited with status 1"));
+  CHECK_THAT(r.output, Contains("status 1"));
+  require_removed(tag_of(r.output));
+  CHECK(run_command("pgrep -f '[s]teps 100000000'").exit_code != 0);  // no worker left behind
+}
