@@ -132,3 +132,25 @@ TEST_CASE("cluster: node 1's link goes down mid-training: both ranks name the ot
   require_removed(tag_of(r.output));
   CHECK(run_command("pgrep -f '[s]teps 100000000'").exit_code != 0);  // no worker left behind
 }
+
+TEST_CASE("cluster: node 1's launcher is SIGKILLed: its rank dies with it, rank 0 names rank 1, node 0's launcher fails",
+          "[cluster][faults]") {
+  if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
+  const std::string out = temp_path("launcher_killed.txt");
+  const std::string job = sim("--nodes 2 --nproc_per_node 1 --launch_args '--rdzv_timeout 5'",
+                              "examples/train --widths 32,64,4 --steps 100000000 --log_every 100000000 --timeout 3");
+  // The launcher of node 1 is the process running launcher/launch in namespace <tag>n1.
+  const CommandResult r = run_command(
+      "(" + job + " > " + out + " 2>&1; echo $? > " + out + ".status) & sleep 3; "
+      "tag=$(grep -o 'bridge td[0-9]*br' " + out + " | sed 's/^bridge //; s/br$//'); "
+      "for pid in $(ip netns pids ${tag}n1); do grep -q 'launcher/launch' /proc/$pid/cmdline 2>/dev/null && kill -KILL $pid; done; "
+      "for i in $(seq 120); do [ -s " + out + ".status ] && break; sleep 0.25; done; cat " + out + "; echo status $(cat " +
+      out + ".status)");
+  INFO(r.output);
+  CHECK(r.seconds < 40);
+  CHECK_THAT(r.output, Contains("[node 0] [rank 0] train: error: ") && Contains("rank 1"));
+  CHECK_THAT(r.output, Contains("[node 0] launch: failed: rank 0 exited with status 1"));
+  CHECK_THAT(r.output, !Contains("status 0"));
+  require_removed(tag_of(r.output));
+  CHECK(run_command("pgrep -f '[s]teps 100000000'").exit_code != 0);
+}
