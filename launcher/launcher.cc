@@ -12,6 +12,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -42,6 +45,89 @@ void on_signal(int signo) {
   [[maybe_unused]] const ssize_t n = ::write(signal_pipe[1], &byte, 1);
   errno = saved;
 }
+
+// The byte a FailureWatch writes into the signal pipe: another node's workers failed.
+constexpr unsigned char kPeerFailed = 0;
+
+// In a multi-node job, what one node's launcher learns about the others' failures: a
+// thread of its own, with a store connection of its own (so that a slow or cut network never
+// stalls the poll loop), publishes this node's failure under launch/attempt_<k>/failed and
+// watches that key for another node's; when one appears it wakes the poll loop, which stops
+// this node's workers. That covers a peer that hangs instead of failing (a rank frozen by
+// SIGSTOP): the node whose rank timed out reports it, and the frozen rank's node stops it.
+class FailureWatch {
+ public:
+  FailureWatch(const LaunchOptions& options, int attempt)
+      : key_(fmt::format("launch/attempt_{}/failed", attempt)), node_(options.node_rank) {
+    comm::TCPStoreOptions o;
+    o.host = options.master_addr;
+    o.port = static_cast<uint16_t>(options.master_port);
+    o.timeout = std::chrono::milliseconds(2000);
+    thread_ = std::thread([this, o] { watch(o); });
+  }
+  ~FailureWatch() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  // This node's failure, for the other nodes (sent by the watch thread).
+  void report(const std::string& message) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!reported_) to_report_ = fmt::format("node {}: {}", node_, message);
+    reported_ = true;
+    wake_.notify_all();
+  }
+  // Another node's failure, once seen.
+  std::string remote_failure() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return remote_;
+  }
+
+ private:
+  void watch(const comm::TCPStoreOptions& options) {
+    std::unique_ptr<comm::TCPStore> store;
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+      std::string message = std::move(to_report_);
+      to_report_.clear();
+      lock.unlock();
+      try {
+        if (!store) store = std::make_unique<comm::TCPStore>(options);
+        if (!message.empty()) {
+          store->set(key_, comm::Bytes(message.begin(), message.end()));
+        } else if (remote_once_.empty() && store->check({key_})) {
+          const std::string seen = store->get_string(key_);
+          if (seen.rfind(fmt::format("node {}:", node_), 0) != 0) {
+            remote_once_ = seen;
+            std::lock_guard<std::mutex> relock(mutex_);
+            remote_ = seen;
+            const unsigned char byte = kPeerFailed;
+            [[maybe_unused]] const ssize_t n = ::write(signal_pipe[1], &byte, 1);
+          }
+        }
+      } catch (const std::exception&) {
+        store.reset();  // the store is unreachable for now: try again next round
+        if (!message.empty()) {
+          std::lock_guard<std::mutex> relock(mutex_);
+          if (to_report_.empty()) to_report_ = message;
+        }
+      }
+      lock.lock();
+      wake_.wait_for(lock, std::chrono::milliseconds(300), [this] { return stopping_ || !to_report_.empty(); });
+    }
+  }
+
+  const std::string key_;
+  const int node_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false, reported_ = false;
+  std::string to_report_, remote_, remote_once_;
+  std::thread thread_;
+};
 
 void write_all(int fd, const std::string& text) {
   size_t done = 0;
@@ -106,7 +192,9 @@ struct Worker {
 class Attempt {
  public:
   Attempt(const LaunchOptions& options, std::ostream& log, int attempt, const std::vector<std::pair<std::string, std::string>>& env)
-      : options_(options), log_(log), attempt_(attempt), env_(env) {}
+      : options_(options), log_(log), attempt_(attempt), env_(env) {
+    if (options.nnodes > 1) watch_ = std::make_unique<FailureWatch>(options, attempt);
+  }
 
   ~Attempt() {
     for (Worker& w : workers_) {
@@ -127,6 +215,9 @@ class Attempt {
   }
 
   int failed_rank() const { return failed_rank_; }
+  // Another node's failure that stopped this node's workers ("node 1: rank 1 exited with ..."),
+  // or empty.
+  const std::string& remote_failure() const { return remote_failure_; }
   int failed_status() const { return failed_status_; }
   int interrupted_by() const { return interrupted_by_; }
 
@@ -213,6 +304,7 @@ class Attempt {
     if (failed_rank_ >= 0 || interrupted_by_ != 0) return;
     failed_rank_ = w.rank;
     failed_status_ = status;
+    if (watch_) watch_->report(fmt::format("rank {} {}", w.rank, describe(status)));
   }
 
   // Sends `signo` to every running worker's process group, once; SIGKILL follows after the
@@ -278,6 +370,13 @@ class Attempt {
 
   void on_signal_byte(int signo) {
     if (signo == SIGCHLD) return;  // reap() runs every round anyway
+    if (signo == kPeerFailed) {
+      if (failed_rank_ >= 0 || interrupted_by_ != 0 || stopping_) return;
+      remote_failure_ = watch_->remote_failure();
+      log_ << fmt::format("launch: another node failed ({}); stopping this node's workers", remote_failure_) << std::endl;
+      stop(SIGTERM);
+      return;
+    }
     if (interrupted_by_ == 0 && failed_rank_ < 0) {
       interrupted_by_ = signo;
       log_ << fmt::format("launch: got {}; passing it to the workers", ::strsignal(signo)) << std::endl;
@@ -343,6 +442,8 @@ class Attempt {
   int failed_rank_ = -1;
   int failed_status_ = 0;
   int interrupted_by_ = 0;
+  std::string remote_failure_;
+  std::unique_ptr<FailureWatch> watch_;
 };
 
 // Installs the signal handlers for the launcher's lifetime and puts them back afterwards.
@@ -407,13 +508,17 @@ int launch(const LaunchOptions& options, std::ostream& log) {
     group.run();
     leave_nodes(options, *store, attempt, log);
     if (group.interrupted_by() != 0) return 128 + group.interrupted_by();
-    if (group.failed_rank() < 0) return 0;
+    if (group.failed_rank() < 0 && group.remote_failure().empty()) return 0;
     if (attempt < options.max_restarts) {
       log << fmt::format("launch: restarting the workers (restart {} of {})", attempt + 1, options.max_restarts) << std::endl;
       continue;
     }
-    log << fmt::format("launch: failed: rank {} {}{}", group.failed_rank(), describe(group.failed_status()),
-                       options.max_restarts > 0 ? fmt::format(" (after {} restarts)", options.max_restarts) : "")
+    const std::string restarts = options.max_restarts > 0 ? fmt::format(" (after {} restarts)", options.max_restarts) : "";
+    if (group.failed_rank() < 0) {
+      log << fmt::format("launch: failed: {}{}", group.remote_failure(), restarts) << std::endl;
+      return 1;
+    }
+    log << fmt::format("launch: failed: rank {} {}{}", group.failed_rank(), describe(group.failed_status()), restarts)
         << std::endl;
     return exit_code(group.failed_status());
   }

@@ -51,6 +51,17 @@ void require_removed(const std::string& tag) {
   CHECK(run_command("ip link show " + tag + "br").exit_code != 0);
 }
 
+// Runs `job` in the background with its output in `out`, runs `action` (shell, with $tag set
+// to the cluster's name) 3 s in, and waits up to 30 s for the job to end; a job still running
+// then gets SIGTERM (the script removes what it made). Returns the output and "status N".
+CommandResult run_with_fault(const std::string& job, const std::string& out, const std::string& action) {
+  return run_command("(" + job + " > " + out + " 2>&1; echo $? > " + out + ".status) & job=$!; sleep 3; "
+                     "tag=$(grep -o 'bridge td[0-9]*br' " + out + " | sed 's/^bridge //; s/br$//')\n" + action + "\n"
+                     "for i in $(seq 120); do [ -s " + out + ".status ] && break; sleep 0.25; done; "
+                     "[ -s " + out + ".status ] || { echo 'the job did not end: stopping it'; pkill -TERM -P $job; sleep 3; }; "
+                     "cat " + out + "; echo status $(cat " + out + ".status 2>/dev/null)");
+}
+
 double max_difference(const std::string& a, const std::string& b) {
   const auto x = tinyddp::nn::load_safetensors(a).tensors, y = tinyddp::nn::load_safetensors(b).tensors;
   REQUIRE(x.size() == y.size());
@@ -113,15 +124,11 @@ TEST_CASE("cluster: node 1's link goes down mid-training: both ranks name the ot
           "[cluster][faults]") {
   if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
   const std::string out = temp_path("link_down.txt");
-  // A long run with a 3 s collective timeout; after 3 s node 1's cable is pulled (its veth
-  // on the bridge goes down). The launchers then give up on each other after --rdzv_timeout.
+  // A long run with a 3 s collective timeout; 3 s in, node 1's cable is pulled (its veth on
+  // the bridge goes down). The launchers then give up on each other after --rdzv_timeout.
   const std::string job = sim("--nodes 2 --nproc_per_node 1 --launch_args '--rdzv_timeout 5'",
                               "examples/train --widths 32,64,4 --steps 100000000 --log_every 100000000 --timeout 3");
-  const CommandResult r = run_command(
-      "(" + job + " > " + out + " 2>&1; echo $? > " + out + ".status) & sleep 3; "
-      "tag=$(grep -o 'bridge td[0-9]*br' " + out + " | sed 's/^bridge //; s/br$//'); ip link set ${tag}h1 down; "
-      "for i in $(seq 120); do [ -s " + out + ".status ] && break; sleep 0.25; done; cat " + out + "; echo status $(cat " +
-      out + ".status)");
+  const CommandResult r = run_with_fault(job, out, "ip link set ${tag}h1 down");
   INFO(r.output);
   CHECK(r.seconds < 40);
   CHECK_THAT(r.output, Contains("[node 0] [rank 0] train: error: ") && Contains("(rank 1)"));
@@ -140,17 +147,36 @@ TEST_CASE("cluster: node 1's launcher is SIGKILLed: its rank dies with it, rank 
   const std::string job = sim("--nodes 2 --nproc_per_node 1 --launch_args '--rdzv_timeout 5'",
                               "examples/train --widths 32,64,4 --steps 100000000 --log_every 100000000 --timeout 3");
   // The launcher of node 1 is the process running launcher/launch in namespace <tag>n1.
-  const CommandResult r = run_command(
-      "(" + job + " > " + out + " 2>&1; echo $? > " + out + ".status) & sleep 3; "
-      "tag=$(grep -o 'bridge td[0-9]*br' " + out + " | sed 's/^bridge //; s/br$//'); "
-      "for pid in $(ip netns pids ${tag}n1); do grep -q 'launcher/launch' /proc/$pid/cmdline 2>/dev/null && kill -KILL $pid; done; "
-      "for i in $(seq 120); do [ -s " + out + ".status ] && break; sleep 0.25; done; cat " + out + "; echo status $(cat " +
-      out + ".status)");
+  const CommandResult r = run_with_fault(job, out,
+      "for pid in $(ip netns pids ${tag}n1); do grep -q 'launcher/launch' /proc/$pid/cmdline 2>/dev/null && kill -KILL $pid; done; ");
   INFO(r.output);
   CHECK(r.seconds < 40);
   CHECK_THAT(r.output, Contains("[node 0] [rank 0] train: error: ") && Contains("rank 1"));
   CHECK_THAT(r.output, Contains("[node 0] launch: failed: rank 0 exited with status 1"));
   CHECK_THAT(r.output, !Contains("status 0"));
+  require_removed(tag_of(r.output));
+  CHECK(run_command("pgrep -f '[s]teps 100000000'").exit_code != 0);
+}
+
+TEST_CASE("cluster: a rank frozen by SIGSTOP: the other names it, and the frozen rank's launcher stops it too",
+          "[cluster][faults]") {
+  if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
+  const std::string out = temp_path("frozen.txt");
+  const std::string job = sim("--nodes 2 --nproc_per_node 1 --launch_args '--rdzv_timeout 5 --grace_period 1'",
+                              "examples/train --widths 32,64,4 --steps 100000000 --log_every 100000000 --timeout 3");
+  // Rank 1 (the train process in namespace <tag>n1) hangs without dying. Rank 0 times out
+  // naming it; node 0's launcher reports the failure through the store; node 1's launcher
+  // sees it and stops its frozen worker (SIGTERM, then SIGKILL after the grace period).
+  const CommandResult r = run_with_fault(job, out,
+      "for pid in $(ip netns pids ${tag}n1); do tr '\\0' '\\n' < /proc/$pid/cmdline | head -n 1 | grep -q 'examples/train$' && "
+      "kill -STOP $pid; done; ");
+  INFO(r.output);
+  CHECK(r.seconds < 40);
+  CHECK_THAT(r.output, Contains("[node 0] [rank 0] train: error: ") && Contains("(rank 1)"));
+  CHECK_THAT(r.output, Contains("[node 1] launch: another node failed (node 0: rank 0 exited with status 1)"));
+  CHECK_THAT(r.output, Contains("[node 1] launch: failed: node 0: rank 0 exited with status 1"));
+  CHECK_THAT(r.output, Contains("[node 0] launch: failed: rank 0 exited with status 1"));
+  CHECK_THAT(r.output, Contains("status 1"));
   require_removed(tag_of(r.output));
   CHECK(run_command("pgrep -f '[s]teps 100000000'").exit_code != 0);
 }
