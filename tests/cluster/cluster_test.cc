@@ -51,6 +51,17 @@ void require_removed(const std::string& tag) {
   CHECK(run_command("ip link show " + tag + "br").exit_code != 0);
 }
 
+// A training run that would take forever, marked with a seed unique to this test process and
+// `n`, so that "is any of it still running?" does not see other processes.
+std::string endless_train(int n) {
+  return "examples/train --widths 32,64,4 --steps 100000000 --log_every 100000000 --timeout 3 --seed " +
+         std::to_string(::getpid() * 10 + n);
+}
+bool still_running(int n) {
+  const std::string seed = std::to_string(::getpid() * 10 + n);
+  return run_command("pgrep -f '[s]teps 100000000 --log_every 100000000 --timeout 3 --seed " + seed + "$'").exit_code == 0;
+}
+
 // Runs `job` in the background with its output in `out`, runs `action` (shell, with $tag set
 // to the cluster's name) 3 s in, and waits up to 30 s for the job to end; a job still running
 // then gets SIGTERM (the script removes what it made). Returns the output and "status N".
@@ -127,7 +138,7 @@ TEST_CASE("cluster: node 1's link goes down mid-training: both ranks name the ot
   // A long run with a 3 s collective timeout; 3 s in, node 1's cable is pulled (its veth on
   // the bridge goes down). The launchers then give up on each other after --rdzv_timeout.
   const std::string job = sim("--nodes 2 --nproc_per_node 1 --launch_args '--rdzv_timeout 5'",
-                              "examples/train --widths 32,64,4 --steps 100000000 --log_every 100000000 --timeout 3");
+                              endless_train(1));
   const CommandResult r = run_with_fault(job, out, "ip link set ${tag}h1 down");
   INFO(r.output);
   CHECK(r.seconds < 40);
@@ -137,7 +148,7 @@ TEST_CASE("cluster: node 1's link goes down mid-training: both ranks name the ot
   CHECK_THAT(r.output, Contains("[node 1] launch: failed: rank 1 exited with status 1"));
   CHECK_THAT(r.output, Contains("status 1"));
   require_removed(tag_of(r.output));
-  CHECK(run_command("pgrep -f '[s]teps 100000000'").exit_code != 0);  // no worker left behind
+  CHECK(!still_running(1));  // no worker left behind
 }
 
 TEST_CASE("cluster: node 1's launcher is SIGKILLed: its rank dies with it, rank 0 names rank 1, node 0's launcher fails",
@@ -145,7 +156,7 @@ TEST_CASE("cluster: node 1's launcher is SIGKILLed: its rank dies with it, rank 
   if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
   const std::string out = temp_path("launcher_killed.txt");
   const std::string job = sim("--nodes 2 --nproc_per_node 1 --launch_args '--rdzv_timeout 5'",
-                              "examples/train --widths 32,64,4 --steps 100000000 --log_every 100000000 --timeout 3");
+                              endless_train(2));
   // The launcher of node 1 is the process running launcher/launch in namespace <tag>n1.
   const CommandResult r = run_with_fault(job, out,
       "for pid in $(ip netns pids ${tag}n1); do grep -q 'launcher/launch' /proc/$pid/cmdline 2>/dev/null && kill -KILL $pid; done; ");
@@ -155,7 +166,7 @@ TEST_CASE("cluster: node 1's launcher is SIGKILLed: its rank dies with it, rank 
   CHECK_THAT(r.output, Contains("[node 0] launch: failed: rank 0 exited with status 1"));
   CHECK_THAT(r.output, !Contains("status 0"));
   require_removed(tag_of(r.output));
-  CHECK(run_command("pgrep -f '[s]teps 100000000'").exit_code != 0);
+  CHECK(!still_running(2));
 }
 
 TEST_CASE("cluster: a rank frozen by SIGSTOP: the other names it, and the frozen rank's launcher stops it too",
@@ -163,7 +174,7 @@ TEST_CASE("cluster: a rank frozen by SIGSTOP: the other names it, and the frozen
   if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
   const std::string out = temp_path("frozen.txt");
   const std::string job = sim("--nodes 2 --nproc_per_node 1 --launch_args '--rdzv_timeout 5 --grace_period 1'",
-                              "examples/train --widths 32,64,4 --steps 100000000 --log_every 100000000 --timeout 3");
+                              endless_train(3));
   // Rank 1 (the train process in namespace <tag>n1) hangs without dying. Rank 0 times out
   // naming it; node 0's launcher reports the failure through the store; node 1's launcher
   // sees it and stops its frozen worker (SIGTERM, then SIGKILL after the grace period).
@@ -178,5 +189,5 @@ TEST_CASE("cluster: a rank frozen by SIGSTOP: the other names it, and the frozen
   CHECK_THAT(r.output, Contains("[node 0] launch: failed: rank 0 exited with status 1"));
   CHECK_THAT(r.output, Contains("status 1"));
   require_removed(tag_of(r.output));
-  CHECK(run_command("pgrep -f '[s]teps 100000000'").exit_code != 0);
+  CHECK(!still_running(3));
 }
