@@ -40,7 +40,16 @@ struct Config {
   std::string backend;  // default: nccl on GPUs, gloo on the CPU
   std::string optimizer = "sgd";  // sgd (momentum 0.9), adam, zero_adam (ZeroRedundancyOptimizer over Adam)
   std::string comm_hook;          // DDP's default; allreduce, bf16, powersgd1, powersgd4 (PowerSGD rank 1 or 4)
+  double bucket_cap_mb = 25, first_bucket_cap_mb = 1;  // DDP's bucket sizes (PyTorch's defaults)
 };
+
+// " buckets=B hidden=H%": DDP's bucket count and the share of communication that overlapped
+// backward (DDPStats averages).
+std::string hidden(const tinyddp::ddp::DistributedDataParallel& ddp) {
+  const tinyddp::ddp::DDPStats s = ddp.stats();
+  const double share = s.avg_backward_comm_us > 0 ? 100 * s.avg_overlap_us / s.avg_backward_comm_us : 0;
+  return " buckets=" + std::to_string(s.bucket_bytes.size()) + " hidden=" + std::to_string(static_cast<int>(share)) + "%";
+}
 
 int run(const Config& c) {
   const bool gpu = c.device == "cuda";
@@ -79,7 +88,8 @@ int run(const Config& c) {
       o.world_size = 1;
       return o;
     }());
-    ddp = std::make_shared<tinyddp::ddp::DistributedDataParallel>(model, pg);
+    ddp = std::make_shared<tinyddp::ddp::DistributedDataParallel>(
+        model, pg, tinyddp::ddp::DDPOptions().bucket_cap_mb(c.bucket_cap_mb).first_bucket_cap_mb(c.first_bucket_cap_mb));
   }
   // A communication hook, and the gradient bytes each step sends (the allreduce payload).
   std::shared_ptr<tinyddp::ddp::PowerSGDState> powersgd;
@@ -147,7 +157,7 @@ int run(const Config& c) {
                   : " comm_hook=" + c.comm_hook + " wire_bytes_per_step=" +
                         std::to_string(powersgd ? (powersgd->numel_after_compression - sent_before) * 4 / iterations
                                        : c.comm_hook == "bf16" ? gradient_bytes / 2 : gradient_bytes))
-              << " median_us=" << us[us.size() / 2] << std::endl;
+              << (ddp && c.mode == "ddp" ? hidden(*ddp) : "") << " median_us=" << us[us.size() / 2] << std::endl;
   }
   if (pg) {
     pg->barrier()->wait();
@@ -165,6 +175,9 @@ int main(int argc, char** argv) {
   CLI::App app{"Time one training step of tinyddp, locally or with DDP."};
   app.add_option("--model", c.model, "toy, mlp or huge")->check(CLI::IsMember({"toy", "mlp", "huge"}));
   app.add_option("--mode", c.mode, "local, nosync or ddp")->check(CLI::IsMember({"local", "nosync", "ddp"}));
+  app.add_option("--bucket_cap_mb", c.bucket_cap_mb, "DDP's bucket size (default 25)")->check(CLI::PositiveNumber);
+  app.add_option("--first_bucket_cap_mb", c.first_bucket_cap_mb, "DDP's first bucket size (default 1)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--comm_hook", c.comm_hook, "allreduce, bf16, powersgd1 or powersgd4 (PowerSGD of rank 1 or 4)")
       ->check(CLI::IsMember({"allreduce", "bf16", "powersgd1", "powersgd4"}));
   app.add_option("--optimizer", c.optimizer, "sgd (momentum 0.9, default), adam or zero_adam (ZeroRedundancyOptimizer)")
