@@ -57,6 +57,11 @@ std::vector<std::vector<int64_t>> all_indices(const tensor::Shape& shape) {
   return out;
 }
 
+std::string temp_path(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+}
+
 CommandResult run_command(const std::string& command) {
   CommandResult result;
   const auto start = std::chrono::steady_clock::now();

@@ -41,4 +41,7 @@ struct CommandResult {
 };
 CommandResult run_command(const std::string& command);
 
+// `name` in the test's scratch directory ($TEST_TMPDIR, else /tmp).
+std::string temp_path(const std::string& name);
+
 }  // namespace tinyddp::testing

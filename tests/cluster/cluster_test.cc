@@ -16,14 +16,10 @@
 
 using tinyddp::testing::CommandResult;
 using tinyddp::testing::run_command;
+using tinyddp::testing::temp_path;
 using Catch::Contains;
 
 namespace {
-
-std::string temp_path(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  return (std::filesystem::path(tmp != nullptr ? tmp : "/tmp") / name).string();
-}
 
 // Why namespaces cannot be made here, or empty when they can.
 std::string cannot_simulate() {

@@ -23,6 +23,7 @@ using namespace tinyddp;
 using namespace tinyddp::comm;
 using tensor::DType;
 using tinyddp::testing::Expectations;
+using tinyddp::testing::require_no_failures;
 using tinyddp::testing::run_processes;
 using tinyddp::testing::run_threads;
 using Catch::Contains;
@@ -155,11 +156,6 @@ void expect_allreduce_error(ProcessGroup& pg, Expectations& e, const Tensor& t, 
     e.expect(std::string(ex.what()).find(expected) != std::string::npos, std::string("message: ") + ex.what());
   }
   e.expect(std::chrono::steady_clock::now() - before < std::chrono::seconds(10), "the error took longer than 10 s");
-}
-
-void require_no_failures(const std::vector<std::string>& failures) {
-  for (const auto& f : failures) UNSCOPED_INFO(f);
-  REQUIRE(failures.empty());
 }
 
 }  // namespace

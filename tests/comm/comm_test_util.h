@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,5 +39,16 @@ std::vector<std::string> run_processes(int size, const RankFn& fn, comm::Millis 
 
 // A free TCP port on loopback (bound and released: good enough for tests).
 uint16_t free_port();
+
+// Every rank's failures as Catch2 messages, and the test stops if there are any.
+inline void require_no_failures(const std::vector<std::string>& failures) {
+  for (const auto& f : failures) UNSCOPED_INFO(f);
+  REQUIRE(failures.empty());
+}
+
+// A shared_ptr to a group the harness owns (DDP and ZeRO take shared_ptrs), deleting nothing.
+inline std::shared_ptr<comm::ProcessGroup> borrow(comm::ProcessGroup& pg) {
+  return std::shared_ptr<comm::ProcessGroup>(&pg, [](comm::ProcessGroup*) {});
+}
 
 }  // namespace tinyddp::testing

@@ -22,17 +22,12 @@ using namespace tinyddp::ddp;
 using comm::ProcessGroup;
 using testing::Expectations;
 using testing::run_processes;
+using testing::borrow;
+using testing::require_no_failures;
 using testing::run_threads;
 using Catch::Contains;
 
 namespace {
-
-std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) { return std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {}); }
-
-void require_no_failures(const std::vector<std::string>& failures) {
-  for (const auto& f : failures) UNSCOPED_INFO(f);
-  REQUIRE(failures.empty());
-}
 
 // Records the order of allreduce calls (by the data pointer of the tensor) and forwards them.
 class RecordingGroup final : public ProcessGroup {

@@ -6,34 +6,23 @@
 #include "ddp/powersgd.h"
 
 #include <cmath>
-#include <mutex>
 
 #include "ddp/distributed.h"
 #include "nn/nn.h"
 #include "tests/comm/comm_test_util.h"
+#include "tests/ddp/ddp_test_util.h"
 
 using namespace tinyddp;
 using namespace tinyddp::ddp;
 using comm::ProcessGroup;
 using testing::Expectations;
+using testing::borrow;
+using testing::require_no_failures;
 using testing::run_threads;
+using testing::seeded_mlp;
 using Catch::Contains;
 
 namespace {
-
-std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) { return std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {}); }
-
-void require_no_failures(const std::vector<std::string>& failures) {
-  for (const auto& f : failures) UNSCOPED_INFO(f);
-  REQUIRE(failures.empty());
-}
-
-std::shared_ptr<nn::Module> seeded_mlp(uint64_t seed, std::vector<int64_t> widths) {
-  static std::mutex mutex;
-  std::lock_guard<std::mutex> lock(mutex);
-  tensor::manual_seed(seed);
-  return nn::mlp(std::move(widths));
-}
 
 double norm(const Tensor& t) { return std::sqrt(tensor::sum(tensor::mul(t, t)).item<double>()); }
 

@@ -18,18 +18,13 @@ using namespace tinyddp;
 using namespace tinyddp::ddp;
 using comm::ProcessGroup;
 using testing::Expectations;
+using testing::borrow;
+using testing::require_no_failures;
 using testing::run_threads;
 using Catch::Contains;
 using json = nlohmann::json;
 
 namespace {
-
-std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) { return std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {}); }
-
-void require_no_failures(const std::vector<std::string>& failures) {
-  for (const auto& f : failures) UNSCOPED_INFO(f);
-  REQUIRE(failures.empty());
-}
 
 // The trace's row names by tid, from its thread_name metadata.
 std::map<int, std::string> row_names(const json& trace) {

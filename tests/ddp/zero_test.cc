@@ -7,29 +7,25 @@
 
 #include <cmath>
 #include <fstream>
-#include <mutex>
 
 #include <nlohmann/json.hpp>
 
 #include "ddp/distributed.h"
 #include "nn/nn.h"
 #include "tests/comm/comm_test_util.h"
+#include "tests/ddp/ddp_test_util.h"
 
 using namespace tinyddp;
 using namespace tinyddp::ddp;
 using comm::ProcessGroup;
 using testing::Expectations;
+using testing::borrow;
+using testing::require_no_failures;
 using testing::run_threads;
+using testing::seeded_mlp;
 using Catch::Contains;
 
 namespace {
-
-std::shared_ptr<ProcessGroup> borrow(ProcessGroup& pg) { return std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {}); }
-
-void require_no_failures(const std::vector<std::string>& failures) {
-  for (const auto& f : failures) UNSCOPED_INFO(f);
-  REQUIRE(failures.empty());
-}
 
 // The largest elementwise difference between two lists of tensors of the same shapes.
 double max_difference(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
@@ -38,15 +34,6 @@ double max_difference(const std::vector<Tensor>& a, const std::vector<Tensor>& b
     worst = std::max(worst, tensor::max(tensor::abs(tensor::sub(a[k], b[k]))).item<double>());
   }
   return worst;
-}
-
-// An MLP with the initial weights of manual_seed(seed): the ranks are threads sharing the
-// default generator, so seeding and drawing happen under one lock.
-std::shared_ptr<nn::Module> seeded_mlp(uint64_t seed, std::vector<int64_t> widths) {
-  static std::mutex mutex;
-  std::lock_guard<std::mutex> lock(mutex);
-  tensor::manual_seed(seed);
-  return nn::mlp(std::move(widths));
 }
 
 std::vector<Tensor> snapshot(const std::vector<Tensor>& params) {

@@ -15,13 +15,9 @@
 
 namespace ex = tinyddp::examples;
 using Catch::Contains;
+using tinyddp::testing::temp_path;
 
 namespace {
-
-std::string temp_path(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  return (std::filesystem::path(tmp != nullptr ? tmp : "/tmp") / name).string();
-}
 
 // Writes `text` gzip-compressed to `path`.
 void write_gzip(const std::string& path, const std::string& text) {

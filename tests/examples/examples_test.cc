@@ -17,6 +17,7 @@
 
 using tinyddp::testing::CommandResult;
 using tinyddp::testing::run_command;
+using tinyddp::testing::temp_path;
 using Catch::Contains;
 
 namespace {
@@ -57,11 +58,6 @@ void require_same_on_both_ranks(const std::string& output, const std::string& pa
   const std::vector<std::string> values = all_matches(output, pattern);
   REQUIRE(values.size() == 2);
   CHECK(values[0] == values[1]);
-}
-
-std::string temp_path(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  return (std::filesystem::path(tmp != nullptr ? tmp : "/tmp") / name).string();
 }
 
 }  // namespace

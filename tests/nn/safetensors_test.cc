@@ -11,13 +11,9 @@ using namespace tinyddp;
 using namespace tinyddp::nn;
 using tinyddp::testing::nn_fixture;
 using Catch::Contains;
+using tinyddp::testing::temp_path;
 
 namespace {
-
-std::string temp_path(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/" + name;
-}
 
 // Writes a file by hand: 8-byte length, the header text, then `data` bytes.
 std::string write_raw(const std::string& name, const std::string& header, const std::string& data,
