@@ -22,8 +22,6 @@ namespace {
 std::mutex default_mutex;
 std::shared_ptr<ProcessGroup> default_pg;
 
-std::optional<std::string> env(const char* name) { return env_value(name); }
-
 // `given` (InitOptions), else what the environment says (launch_env.h), else an error naming
 // the variable.
 int required_int(const std::optional<int>& given, const std::optional<int>& from_env, const char* name) {
@@ -59,7 +57,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
   pg_options.timeout = options.timeout;
   if (options.bind_address) {
     pg_options.bind_address = *options.bind_address;
-  } else if (const auto bind = env("TINYDDP_BIND_ADDR")) {
+  } else if (const auto bind = env_value("TINYDDP_BIND_ADDR")) {
     pg_options.bind_address = *bind;
   } else if (!is_loopback(master_addr)) {
     char host[256] = {};
@@ -75,7 +73,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
     store_options.host = master_addr;
     store_options.port = static_cast<uint16_t>(required_int(options.master_port, launched.master_port, "MASTER_PORT"));
     TDDP_CHECK(store_options.port > 0, "init_process_group: MASTER_PORT must be in [1, 65535]");
-    store_options.is_server = options.host_store.value_or(rank == 0 && env("TINYDDP_STORE_HOSTED") != "1");
+    store_options.is_server = options.host_store.value_or(rank == 0 && env_value("TINYDDP_STORE_HOSTED") != "1");
     store_options.timeout = options.timeout;
     try {
       store = std::make_shared<TCPStore>(store_options);
@@ -85,7 +83,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
     }
   }
   // A launcher that restarts its workers gives each attempt its own namespace in its store.
-  if (const auto prefix = env("TINYDDP_STORE_PREFIX")) store = std::make_shared<PrefixStore>(*prefix, store);
+  if (const auto prefix = env_value("TINYDDP_STORE_PREFIX")) store = std::make_shared<PrefixStore>(*prefix, store);
   store->set_timeout(options.timeout);
   std::shared_ptr<ProcessGroup> pg;
   if (backend == "nccl") {

@@ -16,10 +16,8 @@ std::optional<std::string> env_value(const char* name) {
 
 namespace {
 
-std::optional<std::string> env(const char* name) { return env_value(name); }
-
 std::optional<int> env_int(const char* name) {
-  const std::optional<std::string> text = env(name);
+  const std::optional<std::string> text = env_value(name);
   if (!text) return std::nullopt;
   int value = 0;
   const auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
@@ -30,7 +28,7 @@ std::optional<int> env_int(const char* name) {
 
 // Slurm's SLURM_NTASKS_PER_NODE is "2", or "2(x3)" / "2,1" on uneven allocations: the first count.
 std::optional<int> slurm_tasks_per_node() {
-  const std::optional<std::string> text = env("SLURM_NTASKS_PER_NODE");
+  const std::optional<std::string> text = env_value("SLURM_NTASKS_PER_NODE");
   if (!text) return std::nullopt;
   int value = 0;
   const auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
@@ -41,19 +39,19 @@ std::optional<int> slurm_tasks_per_node() {
 
 LaunchEnv launch_env() {
   LaunchEnv e;
-  if (env("RANK") || env("WORLD_SIZE")) {
+  if (env_value("RANK") || env_value("WORLD_SIZE")) {
     e.source = "launch";
     e.rank = env_int("RANK");
     e.world_size = env_int("WORLD_SIZE");
     e.local_rank = env_int("LOCAL_RANK");
     e.local_world_size = env_int("LOCAL_WORLD_SIZE");
-  } else if (env("OMPI_COMM_WORLD_RANK")) {
+  } else if (env_value("OMPI_COMM_WORLD_RANK")) {
     e.source = "Open MPI";
     e.rank = env_int("OMPI_COMM_WORLD_RANK");
     e.world_size = env_int("OMPI_COMM_WORLD_SIZE");
     e.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK");
     e.local_world_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
-  } else if (env("SLURM_PROCID")) {
+  } else if (env_value("SLURM_PROCID")) {
     e.source = "Slurm";
     e.rank = env_int("SLURM_PROCID");
     e.world_size = env_int("SLURM_NTASKS");
@@ -64,8 +62,8 @@ LaunchEnv launch_env() {
     e.local_rank = env_int("LOCAL_RANK");  // set alone by hand: still this process's device
     e.local_world_size = env_int("LOCAL_WORLD_SIZE");
   }
-  e.master_addr = env("MASTER_ADDR");
-  if (!e.master_addr && e.source == "Slurm") e.master_addr = env("SLURM_LAUNCH_NODE_IPADDR");
+  e.master_addr = env_value("MASTER_ADDR");
+  if (!e.master_addr && e.source == "Slurm") e.master_addr = env_value("SLURM_LAUNCH_NODE_IPADDR");
   e.master_port = env_int("MASTER_PORT");
   return e;
 }

@@ -292,8 +292,6 @@ void ZeroRedundancyOptimizer::step_bucket(const GradBucket& bucket, const Tensor
   tensor::NoGradGuard no_grad;
   // The local optimizer updates the parameters that have a .grad: give those of this bucket
   // their reduced gradients, hide the others', and put everything back afterwards.
-  std::unordered_set<const tensor::TensorImpl*> in_bucket;
-  for (const Tensor& p : bucket.params) in_bucket.insert(p.impl());
   const std::vector<Tensor>& local_params = local_->params();
   std::vector<Tensor> saved;
   for (const Tensor& p : local_params) saved.push_back(p.grad());

@@ -89,6 +89,7 @@ class FailureWatch {
  private:
   void watch(const comm::TCPStoreOptions& options) {
     std::unique_ptr<comm::TCPStore> store;
+    bool seen_remote = false;  // another node's failure, once seen, is not looked for again
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stopping_) {
       std::string message = std::move(to_report_);
@@ -98,10 +99,10 @@ class FailureWatch {
         if (!store) store = std::make_unique<comm::TCPStore>(options);
         if (!message.empty()) {
           store->set(key_, comm::Bytes(message.begin(), message.end()));
-        } else if (remote_once_.empty() && store->check({key_})) {
+        } else if (!seen_remote && store->check({key_})) {
           const std::string seen = store->get_string(key_);
           if (seen.rfind(fmt::format("node {}:", node_), 0) != 0) {
-            remote_once_ = seen;
+            seen_remote = true;
             std::lock_guard<std::mutex> relock(mutex_);
             remote_ = seen;
             const unsigned char byte = kPeerFailed;
@@ -125,7 +126,7 @@ class FailureWatch {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false, reported_ = false;
-  std::string to_report_, remote_, remote_once_;
+  std::string to_report_, remote_;
   std::thread thread_;
 };
 
