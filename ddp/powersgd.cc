@@ -78,6 +78,17 @@ Tensor add_error(PowerSGDState& s, size_t bucket, const Tensor& input) {
   return input.clone();
 }
 
+// The end of a compressed step: the error is what was to be sent minus what is applied; the P
+// and Q memories go unless warm start keeps them; the iteration is counted.
+void finish_step(PowerSGDState& s, const GradBucket& bucket, const Tensor& sent, const Tensor& applied) {
+  if (sent.defined()) s.error[bucket.index] = t::sub(sent, applied);
+  if (!s.options.warm_start_) {
+    s.p_memory.clear();
+    s.q_memory.clear();
+  }
+  count_iteration(s, bucket);
+}
+
 }  // namespace
 
 CommHook powersgd_hook(std::shared_ptr<PowerSGDState> state) {
@@ -146,12 +157,7 @@ CommHook powersgd_hook(std::shared_ptr<PowerSGDState> state) {
       s.pg->allreduce(s.q_memory[index])->wait();
       s.q_memory[index].div_(world);
       for (size_t k = 0; k < matrices.size(); ++k) matrices[k].copy_(t::matmul(ps[k], qs[k].t()));  // M ~ P Q^T
-      if (sent.defined()) s.error[index] = t::sub(sent, input);
-      if (!s.options.warm_start_) {
-        s.p_memory.clear();
-        s.q_memory.clear();
-      }
-      count_iteration(s, bucket);
+      finish_step(s, bucket, sent, input);
       return input;
     });
   };
@@ -192,13 +198,8 @@ CommHook batched_powersgd_hook(std::shared_ptr<PowerSGDState> state) {
       s.pg->allreduce(q)->wait();
       q.div_(static_cast<double>(s.pg->size()));
       matrix.copy_(t::matmul(p, q.t()));
-      if (sent.defined()) s.error[index] = t::sub(sent, padded);
-      if (!s.options.warm_start_) {
-        s.p_memory.clear();
-        s.q_memory.clear();
-      }
+      finish_step(s, bucket, sent, padded);
       input.copy_(padded.narrow(0, 0, total));
-      count_iteration(s, bucket);
       return input;
     });
   };
