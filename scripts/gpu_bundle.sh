@@ -31,7 +31,7 @@ for b in "${binaries[@]}"; do
   install -D -m 755 "bazel-bin/$b" ".gpu/root/$b"
   strip ".gpu/root/$b"
 done
-cp bench/torch_train_step.py .gpu/root/bench/
+cp bench/torch_train_step.py bench/torch_models.py .gpu/root/bench/  # the PyTorch side imports torch_models
 cp scripts/gpu_run.sh .gpu/
 
 # Shared libraries outside glibc and outside the CUDA toolkit (fmt, Gloo, libstdc++, ...).

@@ -4,7 +4,8 @@
 # $OUT (at most 8 come back): PART.txt (the machine, then one line per step) and PART.tar.gz
 # (every log of the part).
 #   tests     the bundled test binaries, whose GPU cases skip elsewhere        (~5 min at most)
-#   sanitize  compute-sanitizer memcheck and racecheck over our own kernels   (~6 min at most)
+#   sanitize  compute-sanitizer memcheck, racecheck, initcheck and synccheck over our own kernels
+#             (~6 min at most)
 #   bench     the training-step benchmarks against PyTorch on the same GPU    (~5 min at most)
 # Usage (device tool, carry [".gpu"]):  bash .gpu/gpu_run.sh tests   (then sanitize, bench)
 #
@@ -38,7 +39,12 @@ EOF
 ours_path="$here/lib:${wheel_libs:+$wheel_libs:}/usr/local/cuda/lib64"
 note "tinyddp's LD_LIBRARY_PATH: $ours_path"
 [ -n "$wheel_libs" ] || note "warning: python3 could not import nvidia.nccl and nvidia.cudnn; NCCL and cuDNN may not load"
-ours() { LD_LIBRARY_PATH="$ours_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
+# `ours COMMAND...` runs COMMAND with those paths. It is a small script on PATH, not a shell
+# function, because step() runs commands through timeout(1), which cannot call functions.
+mkdir -p "$logs/bin"
+printf '#!/usr/bin/env bash\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$@"\n' "$ours_path" > "$logs/bin/ours"
+chmod +x "$logs/bin/ours"
+export PATH="$logs/bin:$PATH"
 cd "$here/root"
 
 # Every part ends within 540 s of its start, whatever its steps do: each step gets its own
@@ -72,6 +78,8 @@ case "$part" in
       # cuBLAS and cuDNN are not ours to check and slow the tools down tenfold.
       step memcheck 270 ours "$sanitizer" --tool memcheck --error-exitcode 99 ./tests/tensor/cuda_test "[cuda]"
       step racecheck 270 ours "$sanitizer" --tool racecheck --error-exitcode 99 ./tests/tensor/cuda_test "[cuda]"
+      step initcheck 120 ours "$sanitizer" --tool initcheck --error-exitcode 99 ./tests/tensor/cuda_test "[cuda]"
+      step synccheck 120 ours "$sanitizer" --tool synccheck --error-exitcode 99 ./tests/tensor/cuda_test "[cuda]"
     else
       note "compute-sanitizer: not found"
     fi
