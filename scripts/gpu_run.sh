@@ -80,14 +80,20 @@ case "$part" in
       step racecheck 270 ours "$sanitizer" --tool racecheck --error-exitcode 99 ./tests/tensor/cuda_test "[cuda]"
       step initcheck 120 ours "$sanitizer" --tool initcheck --error-exitcode 99 ./tests/tensor/cuda_test "[cuda]"
       step synccheck 120 ours "$sanitizer" --tool synccheck --error-exitcode 99 ./tests/tensor/cuda_test "[cuda]"
-      # DDP and the collectives on CUDA tensors (Gloo staging, NCCL): memcheck only, in the time
-      # left. NCCL's initialisation probes its kernels for other architectures and gets
+      # DDP and the collectives on CUDA tensors (Gloo staging, NCCL), all four tools, each in the
+      # time left. NCCL's initialisation probes its kernels for other architectures and gets
       # cudaErrorNoKernelImageForDevice back, which it expects; memcheck would count each probe
       # as an error (48 of them, all inside ncclInitKernelsForDevice), so API errors are not
-      # reported here. Memory access errors still are.
+      # reported here. What each tool checks (memory, races, ...) still is.
       step memcheck_ddp 120 ours "$sanitizer" --tool memcheck --report-api-errors no --error-exitcode 99 ./tests/ddp/ddp_test "[cuda]"
       step memcheck_collectives 120 ours "$sanitizer" --tool memcheck --report-api-errors no --error-exitcode 99 \
         ./tests/comm/collectives_test "[cuda]"
+      for tool in racecheck initcheck synccheck; do
+        step "${tool}_ddp" 60 ours "$sanitizer" --tool "$tool" --report-api-errors no --error-exitcode 99 \
+          ./tests/ddp/ddp_test "[cuda]"
+        step "${tool}_collectives" 60 ours "$sanitizer" --tool "$tool" --report-api-errors no --error-exitcode 99 \
+          ./tests/comm/collectives_test "[cuda]"
+      done
     else
       note "compute-sanitizer: not found"
     fi
