@@ -2,6 +2,7 @@
 // initialisation.
 #pragma once
 
+#include "comm/call_check.h"
 #include "comm/init.h"
 #include "comm/launch_env.h"
 #include "comm/process_group.h"

@@ -63,6 +63,10 @@ struct ProcessGroupOptions {
   Millis timeout{60000};
   // The address this rank's Gloo transport binds to (other ranks connect to it).
   std::string bind_address = "127.0.0.1";
+  // Desync detection (comm/call_check.h): before each collective, the ranks compare what they
+  // are about to call and all fail with a CollectiveMismatchError if they differ. Unset: on,
+  // unless the environment says TINYDDP_DESYNC_CHECK=0. Every rank must choose the same.
+  std::optional<bool> check_calls;
 };
 
 // What tensors a backend takes; ProcessGroup's checks read it, and so does DDP to place its

@@ -172,15 +172,20 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
       const auto& pair_address = dynamic_cast<const gloo::transport::tcp::Address&>(context_->getPair((rank + 1) % size)->address());
       ring_allreduce_ = std::make_unique<detail::RingAllreduce>(*store_, "tinyddp/ring", rank, size, pair_address.getSockaddr(),
                                                                 options_.timeout);
-      // Every rank's address as Gloo's errors print it, so that a failure can name the rank.
-      for (const auto& [prefix, mesh] : {std::pair<std::string, gloo::Context*>{"main", context_.get()}, {"small", small.get()}}) {
-        const auto& own = dynamic_cast<const gloo::transport::tcp::Address&>(mesh->getPair((rank + 1) % size)->address());
-        store_->set(fmt::format("tinyddp/gloo-address/{}/{}", prefix, rank), own.str());
+      // Every peer's address as Gloo's errors print it (the address of its end of the
+      // connection with this rank, one per connection), so that a failure can name the rank.
+      const std::pair<const char*, gloo::Context*> meshes[] = {{"main", context_.get()}, {"small", small.get()}};
+      for (const auto& [prefix, mesh] : meshes) {
+        for (int peer = 0; peer < size; ++peer) {
+          if (peer == rank) continue;
+          const auto& own = dynamic_cast<const gloo::transport::tcp::Address&>(mesh->getPair(peer)->address());
+          store_->set(fmt::format("tinyddp/gloo-address/{}/{}/{}", prefix, rank, peer), own.str());
+        }
       }
       for (int peer = 0; peer < size; ++peer) {
         if (peer == rank) continue;
-        for (const char* prefix : {"main", "small"}) {
-          const std::vector<uint8_t> text = store_->get(fmt::format("tinyddp/gloo-address/{}/{}", prefix, peer));
+        for (const auto& [prefix, mesh] : meshes) {
+          const std::vector<uint8_t> text = store_->get(fmt::format("tinyddp/gloo-address/{}/{}/{}", prefix, peer, rank));
           peer_ranks_[std::string(text.begin(), text.end())] = peer;
         }
       }
@@ -199,6 +204,7 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     if (!missing.empty() || is_timeout(e.what())) throw TimeoutError(message);
     throw Error(message);
   }
+  if (size > 1) agree_on_call_check();
   // The worker stages CUDA tensors: it works on its creator's device from its start
   // (tensor/cuda/device_guard.h), never binding GPU 0 by default.
   worker_ = std::thread([this, device = tensor::cuda::current_device()] {
@@ -231,14 +237,49 @@ void ProcessGroupGloo::worker_loop() {
       queue_.pop_front();
     }
     running_marks = &item.marks;
+    const uint32_t seq = tag++;
     try {
-      item.run(tag++);
+      if (check_calls_) check_call(item.call, seq);
+      item.run(seq);
       item.work->finish();
+    } catch (const CollectiveMismatchError& e) {
+      item.work->finish(std::make_exception_ptr(
+          CollectiveMismatchError(fmt::format("{} failed: {}", item.work->description(), e.what()))));
     } catch (const std::exception& e) {
       item.work->finish(failure(*item.work, e.what()));
     }
     running_marks = nullptr;
   }
+}
+
+void ProcessGroupGloo::agree_on_call_check() {
+  check_calls_ = options_.check_calls.value_or(call_check_default());
+  // Rows travel on the small mesh; a group too large for it (over a thousand ranks) goes unchecked.
+  if (!detail::SmallAllreduce::takes(tensor::kInt64, static_cast<int64_t>(size_ * CallSignature::kWords))) check_calls_ = false;
+  store_->set(fmt::format("tinyddp/check-calls/{}", rank_), std::string(check_calls_ ? "1" : "0"));
+  std::vector<int> on, off;
+  for (int r = 0; r < size_; ++r) {
+    const std::vector<uint8_t> value = store_->get(fmt::format("tinyddp/check-calls/{}", r));
+    (value == std::vector<uint8_t>{'1'} ? on : off).push_back(r);
+  }
+  TDDP_CHECK(on.empty() || off.empty(),
+             "ProcessGroupGloo: ranks disagree on the desync check: on for ranks [{}], off for ranks [{}]; every rank "
+             "must set ProcessGroupOptions::check_calls (or TINYDDP_DESYNC_CHECK) alike",
+             fmt::join(on, ", "), fmt::join(off, ", "));
+  if (check_calls_) call_rows_ = tensor::zeros({static_cast<int64_t>(size_ * CallSignature::kWords)}, tensor::kInt64);
+}
+
+void ProcessGroupGloo::check_call(const CallSignature& call, uint64_t seq) {
+  constexpr size_t kWords = CallSignature::kWords;
+  call_rows_.zero_();
+  const CallSignature::Row mine = call.encode(seq);
+  std::copy(mine.begin(), mine.end(), call_rows_.data_ptr<int64_t>() + static_cast<size_t>(rank_) * kWords);
+  small_allreduce_->run({call_rows_}, ReduceOp::kSum, call_rows_.numel());
+  std::vector<CallSignature::Row> rows(static_cast<size_t>(size_));
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::copy_n(call_rows_.data_ptr<int64_t>() + r * kWords, kWords, rows[r].begin());
+  }
+  if (auto mismatch = find_mismatch(rows, "ProcessGroupGloo")) throw CollectiveMismatchError(*mismatch);
 }
 
 std::exception_ptr ProcessGroupGloo::failure(const Work& work, const std::string& what) const {
@@ -268,8 +309,8 @@ std::exception_ptr ProcessGroupGloo::failure(const Work& work, const std::string
   return is_timeout(what) ? std::make_exception_ptr(TimeoutError(full)) : std::make_exception_ptr(Error(full));
 }
 
-std::shared_ptr<Work> ProcessGroupGloo::enqueue(std::string description, std::function<void(uint32_t)> run,
-                                                const std::vector<Tensor>& tensors) {
+std::shared_ptr<Work> ProcessGroupGloo::enqueue(std::string description, const CallSignature& call,
+                                                std::function<void(uint32_t)> run, const std::vector<Tensor>& tensors) {
   auto work = std::make_shared<Work>(std::move(description));
   std::vector<tensor::cuda::StreamMark> marks;
   for (const Tensor& t : tensors) {
@@ -281,7 +322,7 @@ std::shared_ptr<Work> ProcessGroupGloo::enqueue(std::string description, std::fu
   {
     std::lock_guard<std::mutex> lock(queue_mutex_);
     TDDP_CHECK(!stopping_, "ProcessGroupGloo: {} issued while the group is shutting down", work->description());
-    queue_.push_back(Item{work, std::move(run), std::move(marks)});
+    queue_.push_back(Item{work, call, std::move(run), std::move(marks)});
   }
   queue_cv_.notify_one();
   return work;
@@ -305,11 +346,12 @@ std::shared_ptr<Work> ProcessGroupGloo::start_p2p(std::string description, std::
 std::shared_ptr<Work> ProcessGroupGloo::allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, std::string what) {
   int64_t total = 0;
   for (const Tensor& t : tensors) total += t.numel();
+  const CallSignature call{Collective::kAllreduce, tensors[0].dtype(), total, -1, op};
   // CPU tensors only: a CUDA tensor pays its staging copies anyway.
   if (small_allreduce_ && tensors[0].is_cpu() && detail::SmallAllreduce::takes(tensors[0].dtype(), total) && total > 0) {
-    return enqueue(std::move(what), [this, tensors, op, total](uint32_t) { small_allreduce_->run(tensors, op, total); });
+    return enqueue(std::move(what), call, [this, tensors, op, total](uint32_t) { small_allreduce_->run(tensors, op, total); });
   }
-  return enqueue(std::move(what), [this, tensors, op, total](uint32_t) {
+  return enqueue(std::move(what), call, [this, tensors, op, total](uint32_t) {
     const bool single = tensors.size() == 1;
     const Staged staged(single ? tensors[0] : flatten_all(tensors));
     if (total > 0 && ring_allreduce_) {  // a group of one holds the result already
@@ -329,7 +371,8 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce_impl(const std::vector<Tensor>
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::broadcast_impl(const Tensor& tensor, int root, std::string what) {
-  return enqueue(std::move(what), [this, tensor, root](uint32_t tag) {
+  return enqueue(std::move(what), {Collective::kBroadcast, tensor.dtype(), tensor.numel(), root, std::nullopt},
+                 [this, tensor, root](uint32_t tag) {
     const Staged staged(tensor);
     if (tensor.numel() > 0) {
       with_element_type(tensor.dtype(), "broadcast", [&](auto tag_type) {
@@ -348,7 +391,8 @@ std::shared_ptr<Work> ProcessGroupGloo::broadcast_impl(const Tensor& tensor, int
 
 std::shared_ptr<Work> ProcessGroupGloo::allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
                                                        std::string what) {
-  return enqueue(std::move(what), [this, outputs, input](uint32_t tag) {
+  return enqueue(std::move(what), {Collective::kAllgather, input.dtype(), input.numel(), -1, std::nullopt},
+                 [this, outputs, input](uint32_t tag) {
     const Tensor in = host_dense(input);
     const Tensor flat = tensor::empty({input.numel() * size_}, input.dtype());
     if (input.numel() > 0) {
@@ -368,7 +412,8 @@ std::shared_ptr<Work> ProcessGroupGloo::allgather_impl(const std::vector<Tensor>
 
 std::shared_ptr<Work> ProcessGroupGloo::gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
                                                     std::string what) {
-  return enqueue(std::move(what), [this, outputs, input, root](uint32_t tag) {
+  return enqueue(std::move(what), {Collective::kGather, input.dtype(), input.numel(), root, std::nullopt},
+                 [this, outputs, input, root](uint32_t tag) {
     const Tensor in = host_dense(input);
     const Tensor flat = rank_ == root ? tensor::empty({input.numel() * size_}, input.dtype()) : Tensor();
     if (input.numel() > 0) {
@@ -389,7 +434,8 @@ std::shared_ptr<Work> ProcessGroupGloo::gather_impl(const std::vector<Tensor>& o
 
 std::shared_ptr<Work> ProcessGroupGloo::scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
                                                      std::string what) {
-  return enqueue(std::move(what), [this, output, inputs, root](uint32_t tag) {
+  return enqueue(std::move(what), {Collective::kScatter, output.dtype(), output.numel(), root, std::nullopt},
+                 [this, output, inputs, root](uint32_t tag) {
     const Staged staged(output);
     std::vector<Tensor> dense;
     for (const Tensor& t : inputs) dense.push_back(host_dense(t));
@@ -414,7 +460,7 @@ std::shared_ptr<Work> ProcessGroupGloo::scatter_impl(const Tensor& output, const
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::reduce_impl(const Tensor& tensor, int root, ReduceOp op, std::string what) {
-  return enqueue(std::move(what),
+  return enqueue(std::move(what), {Collective::kReduce, tensor.dtype(), tensor.numel(), root, op},
                  [this, tensor, root, op](uint32_t tag) {
                    const Staged staged(tensor);
                    // Gloo's reduce leaves partial sums in non-root buffers: reduce a copy there.
@@ -441,7 +487,8 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce_impl(const Tensor& tensor, int ro
 std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
                                                             ReduceOp op, std::string what) {
   // Gloo has no reduce_scatter with this interface: allreduce every input, keep ours.
-  return enqueue(std::move(what), [this, output, inputs, op](uint32_t tag) {
+  return enqueue(std::move(what), {Collective::kReduceScatter, output.dtype(), output.numel(), -1, op},
+                 [this, output, inputs, op](uint32_t tag) {
     const Tensor flat = flatten_all(inputs);
     if (flat.numel() > 0) {
       with_element_type(output.dtype(), "reduce_scatter", [&](auto tag_type) {
@@ -461,7 +508,7 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter_impl(const Tensor& output
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::barrier_impl(std::string what) {
-  return enqueue(std::move(what), [this](uint32_t tag) {
+  return enqueue(std::move(what), {Collective::kBarrier, tensor::kInt64, 0, -1, std::nullopt}, [this](uint32_t tag) {
     gloo::BarrierOptions opts(context_);
     opts.setTag(tag);
     opts.setTimeout(options_.timeout);

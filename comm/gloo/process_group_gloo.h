@@ -18,6 +18,7 @@
 #include <memory>
 #include <thread>
 
+#include "comm/call_check.h"
 #include "comm/process_group.h"
 #include "tensor/cuda.h"
 
@@ -51,12 +52,19 @@ class ProcessGroupGloo final : public ProcessGroup {
   TINYDDP_PROCESS_GROUP_BACKEND_OVERRIDES
 
  private:
-  // Queues `run` for the worker; the returned Work finishes when it has run. For the CUDA
+  // Queues `run` for the worker; the returned Work finishes when it has run. The worker first
+  // checks that every rank issued the same call (`call`; see check_call). For the CUDA
   // tensors among `tensors`, a mark is recorded now on their device's compute stream: the
   // worker copies them to the host once the work queued before the collective has run, not
   // what the caller queues after it (docs/comm.md, "Gloo and CUDA tensors").
-  std::shared_ptr<Work> enqueue(std::string description, std::function<void(uint32_t tag)> run,
+  std::shared_ptr<Work> enqueue(std::string description, const CallSignature& call, std::function<void(uint32_t tag)> run,
                                 const std::vector<Tensor>& tensors = {});
+  // Desync detection: exchanges every rank's signature of call number `seq` on the small
+  // mesh (an allgather as a sum of rows, each rank filling its own) and throws
+  // CollectiveMismatchError when they differ, before any data moves.
+  void check_call(const CallSignature& call, uint64_t seq);
+  // Sets check_calls_ from the options, after making sure every rank chose alike.
+  void agree_on_call_check();
   void worker_loop();
   // A failed collective's Error (a TimeoutError for a timeout) for `what()` of the exception:
   // the Work's description, the message, and the rank behind each peer address Gloo names
@@ -75,11 +83,16 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::unique_ptr<detail::RingAllreduce> ring_allreduce_;
   // Each peer's Gloo address as Gloo prints it ("[ip]:port") -> its rank.
   std::map<std::string, int> peer_ranks_;
+  // Whether check_call runs (options.check_calls, agreed by every rank at construction), and
+  // its buffer of size() encoded rows (used by the worker only).
+  bool check_calls_ = false;
+  Tensor call_rows_;
 
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
   struct Item {
     std::shared_ptr<Work> work;
+    CallSignature call;
     std::function<void(uint32_t)> run;
     std::vector<tensor::cuda::StreamMark> marks;  // one per CUDA device the collective reads
   };

@@ -6,6 +6,7 @@
 // one device), NCCL's argument errors, abort, and a rank that never joins.
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -388,7 +389,9 @@ TEST_CASE("a rank that dies mid-job: the others get an error, not a hang", "[com
 
 // The same for allreduces on the TCP ring: a peer that died gives an error naming it within
 // seconds, and the ring then refuses further allreduces at once (data was left in flight); a
-// peer that never takes part gives a TimeoutError after the group's timeout.
+// peer that never takes part gives a TimeoutError after the group's timeout. The desync check
+// is off here: its exchange would meet the dead peer first (tests/comm/faults_test.cc has that
+// case), and this is the ring's own handling.
 TEST_CASE("large allreduces: a dead or absent peer gives an error within the timeout", "[comm][gloo][ring][faults]") {
   const auto failures = run_processes(
       3,
@@ -403,7 +406,7 @@ TEST_CASE("large allreduces: a dead or absent peer gives an error within the tim
         // other survivor could see that before the dead rank's.
         std::this_thread::sleep_for(std::chrono::seconds(1));
       },
-      std::chrono::milliseconds(20000), nullptr, /*finishers=*/2);
+      std::chrono::milliseconds(20000), [](int) { ::setenv("TINYDDP_DESYNC_CHECK", "0", 1); }, /*finishers=*/2);
   for (const auto& f : failures) UNSCOPED_INFO(f);
   CHECK(failures.empty());
 
@@ -412,6 +415,7 @@ TEST_CASE("large allreduces: a dead or absent peer gives an error within the tim
   std::thread absent([&] {
     ProcessGroupOptions options;
     options.timeout = std::chrono::milliseconds(1500);
+    options.check_calls = false;
     ProcessGroupGloo pg(store, 1, 2, options);
     pg.barrier()->wait();
     std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // never joins the allreduce
@@ -419,6 +423,7 @@ TEST_CASE("large allreduces: a dead or absent peer gives an error within the tim
   {
     ProcessGroupOptions options;
     options.timeout = std::chrono::milliseconds(1500);
+    options.check_calls = false;
     ProcessGroupGloo pg(store, 0, 2, options);
     pg.barrier()->wait();
     const auto before = std::chrono::steady_clock::now();

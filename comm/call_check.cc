@@ -1,0 +1,95 @@
+// Call signatures and their comparison: see call_check.h.
+#include "comm/call_check.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace tinyddp::comm {
+
+namespace {
+
+constexpr int64_t kCollectives = static_cast<int64_t>(Collective::kBarrier) + 1;
+constexpr int64_t kDTypes = static_cast<int64_t>(tensor::DType::kBool) + 1;
+constexpr int64_t kReduceOps = static_cast<int64_t>(ReduceOp::kAvg) + 1;
+// In the op word's high bits, so that a row of other data is not taken for a call.
+constexpr int64_t kMark = int64_t{0x5EC} << 16;
+
+// "rank 3" or "ranks 0, 2".
+std::string rank_list(const std::vector<int>& ranks) {
+  return ranks.size() == 1 ? fmt::format("rank {}", ranks.front()) : fmt::format("ranks {}", fmt::join(ranks, ", "));
+}
+
+}  // namespace
+
+const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::kAllreduce: return "allreduce";
+    case Collective::kBroadcast: return "broadcast";
+    case Collective::kAllgather: return "allgather";
+    case Collective::kGather: return "gather";
+    case Collective::kScatter: return "scatter";
+    case Collective::kReduce: return "reduce";
+    case Collective::kReduceScatter: return "reduce_scatter";
+    case Collective::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+CallSignature::Row CallSignature::encode(uint64_t seq) const {
+  return Row{static_cast<int64_t>(seq) + 1,
+             kMark | static_cast<int64_t>(op),
+             static_cast<int64_t>(dtype),
+             numel,
+             static_cast<int64_t>(root) + 1,
+             reduce ? static_cast<int64_t>(*reduce) + 1 : 0};
+}
+
+std::string CallSignature::describe_row(const Row& row) {
+  const int64_t op = row[1] - kMark;
+  const bool valid = row[0] >= 1 && op >= 0 && op < kCollectives && row[2] >= 0 && row[2] < kDTypes && row[3] >= 0 &&
+                     row[4] >= 0 && row[5] >= 0 && row[5] <= kReduceOps;
+  if (!valid) return fmt::format("an unreadable call record [{}]", fmt::join(row, ", "));
+  const auto collective = static_cast<Collective>(op);
+  std::string text = fmt::format("{} (call {}", collective_name(collective), row[0] - 1);
+  if (collective != Collective::kBarrier) {
+    text += fmt::format(", {} x {}", row[3], tensor::dtype_name(static_cast<tensor::DType>(row[2])));
+  }
+  if (row[4] > 0) text += fmt::format(", root {}", row[4] - 1);
+  if (row[5] > 0) text += fmt::format(", {}", reduce_op_name(static_cast<ReduceOp>(row[5] - 1)));
+  return text + ")";
+}
+
+bool CallSignature::operator==(const CallSignature& other) const { return encode(0) == other.encode(0); }
+
+std::optional<std::string> find_mismatch(const std::vector<CallSignature::Row>& rows, const std::string& group) {
+  // The distinct calls, in order of the lowest rank making each, with the ranks making it.
+  std::vector<std::pair<CallSignature::Row, std::vector<int>>> calls;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    auto same = std::find_if(calls.begin(), calls.end(), [&](const auto& c) { return c.first == rows[r]; });
+    if (same == calls.end()) {
+      calls.push_back({rows[r], {static_cast<int>(r)}});
+    } else {
+      same->second.push_back(static_cast<int>(r));
+    }
+  }
+  if (calls.size() <= 1) return std::nullopt;
+  std::vector<std::string> sides;
+  for (const auto& [row, ranks] : calls) {
+    sides.push_back(fmt::format("{} called {}", rank_list(ranks), CallSignature::describe_row(row)));
+  }
+  return fmt::format(
+      "{}: the ranks called different collectives: {}. Every rank must issue the same collectives in the same order, "
+      "with the same dtype, element count, root and reduce op (no data was sent; TINYDDP_DESYNC_CHECK=0 turns this "
+      "check off)",
+      group, fmt::join(sides, "; "));
+}
+
+bool call_check_default() {
+  const char* value = std::getenv("TINYDDP_DESYNC_CHECK");
+  return value == nullptr || std::string(value) != "0";
+}
+
+}  // namespace tinyddp::comm
