@@ -20,6 +20,7 @@ PACKAGES=(
   python3-sklearn     # the handwritten digits (sklearn/datasets/data/digits.csv.gz)
   python3-matplotlib  # the pictures of docs/ (scripts/plot_*.py) and their tests
   openmpi-bin         # mpirun, to test starting jobs with Open MPI's variables
+  nftables            # packet loss on the simulated cluster's links (scripts/sim_cluster.sh)
 )
 
 missing=()

@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # A cluster of N "machines" on this one: each node is a network namespace with its own
-# interface (eth0, 10.<a>.<b>.<node + 1>/24) on a bridge, optionally shaped (--rate, and
-# --delay / --loss where the kernel has netem), running tinyddp's launcher as that node of an
+# interface (eth0, 10.<a>.<b>.<node + 1>/24) on a bridge, optionally shaped (--rate: tbf;
+# --loss: nftables drops that share of the packets arriving at each node; --delay: netem, where
+# the kernel has it), running tinyddp's launcher as that node of an
 # N-node job. Node 0 hosts the store. Each node's output goes to LOGDIR/node<i>.log (and to
 # stdout prefixed "[node i]"). Everything created (namespaces, bridge, veth pairs, processes)
 # is removed when the script ends, however it ends (exit, error, Ctrl-C, SIGTERM).
 #
 #   sudo bash scripts/sim_cluster.sh --nodes 2 --nproc_per_node 2 [--rate 1gbit] [--delay 0.5ms]
-#        [--loss 30%] [--port 29500] [--logs DIR] [--launch PATH] [--launch_args "..."] -- PROGRAM [ARGS...]
+#        [--loss 30%] [--rto_min 5ms] [--port 29500] [--logs DIR] [--launch PATH] [--launch_args "..."] -- PROGRAM [ARGS...]
 #
-# Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN) and iproute2; PROGRAM and the launcher
+# --rto_min sets TCP's minimum retransmission timeout on the nodes' route (Linux's default is
+# 200 ms; with heavy loss and exponential backoff one message can otherwise stall for a minute).
+#
+# Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN), iproute2 and, for --loss, nftables (the
+# setup script installs it); PROGRAM and the launcher
 # (default bazel-bin/launcher/launch) must be built. The exit status is the first failing
 # node's launcher's, else 0.
 set -euo pipefail
 
-nodes=2 nproc=1 rate="" delay="" loss="" port=29500 logs="" launch="bazel-bin/launcher/launch" launch_args=""
+nodes=2 nproc=1 rate="" delay="" loss="" rto_min="" port=29500 logs="" launch="bazel-bin/launcher/launch" launch_args=""
 while (($#)); do
   case "$1" in
     --nodes) nodes="$2"; shift 2 ;;
@@ -22,6 +27,7 @@ while (($#)); do
     --rate) rate="$2"; shift 2 ;;
     --delay) delay="$2"; shift 2 ;;
     --loss) loss="$2"; shift 2 ;;
+    --rto_min) rto_min="$2"; shift 2 ;;
     --port) port="$2"; shift 2 ;;
     --logs) logs="$2"; shift 2 ;;
     --launch) launch="$2"; shift 2 ;;
@@ -32,6 +38,11 @@ while (($#)); do
 done
 (($# > 0)) || { echo "sim_cluster: no program given (… -- PROGRAM [ARGS...])" >&2; exit 2; }
 [[ "$nodes" =~ ^[0-9]+$ ]] && ((nodes >= 1 && nodes <= 200)) || { echo "sim_cluster: --nodes must be 1..200, got '$nodes'" >&2; exit 2; }
+if [ -n "$loss" ]; then
+  [[ "$loss" =~ ^([0-9]{1,2})%?$ ]] || { echo "sim_cluster: --loss must be a whole percentage 0..99 (e.g. 30%), got '$loss'" >&2; exit 2; }
+  loss_percent="${BASH_REMATCH[1]}"
+  command -v nft >/dev/null || { echo "sim_cluster: --loss needs 'nft' (nftables; scripts/setup.sh installs it)" >&2; exit 2; }
+fi
 [ -x "$launch" ] || { echo "sim_cluster: no launcher at $launch (bazel build //launcher:launch, or --launch PATH)" >&2; exit 2; }
 command -v ip >/dev/null || { echo "sim_cluster: 'ip' (iproute2) is missing" >&2; exit 2; }
 launch=$(realpath "$launch")
@@ -79,16 +90,29 @@ for ((i = 0; i < nodes; i++)); do
   ip -n "$ns" addr add "$base.$((i + 1))/24" dev eth0
   ip -n "$ns" link set eth0 up
   ip -n "$ns" link set lo up
-  # Shaping, on each node's way out: netem for delay and loss, tbf for the rate.
-  if [ -n "$delay" ] || [ -n "$loss" ]; then
-    netem=(netem ${delay:+delay "$delay"} ${loss:+loss "$loss"})
-    if ! ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: "${netem[@]}" 2>"$logs/tc.err"; then
-      echo "sim_cluster: cannot add netem (${delay:+delay $delay }${loss:+loss $loss}): $(cat "$logs/tc.err"); this kernel may lack sch_netem" >&2
+  [ -z "$rto_min" ] || ip -n "$ns" route replace "$subnet/24" dev eth0 rto_min "$rto_min"
+  # Shaping, on each node's way out: netem for the delay, tbf for the rate.
+  if [ -n "$delay" ]; then
+    if ! ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: netem delay "$delay" 2>"$logs/tc.err"; then
+      echo "sim_cluster: cannot add netem (delay $delay): $(cat "$logs/tc.err"); this kernel may lack sch_netem" >&2
       exit 3
     fi
     [ -z "$rate" ] || ip netns exec "$ns" tc qdisc add dev eth0 parent 1: handle 2: tbf rate "$rate" burst 256kb latency 100ms
   elif [ -n "$rate" ]; then
     ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 100ms
+  fi
+  # Loss, on each node's way in (so every packet between two nodes meets it once): a random
+  # share of what arrives on eth0 is dropped, as a lossy link would (the sender sees no error
+  # and TCP retransmits). The table lives in the namespace and goes with it.
+  if [ -n "$loss" ]; then
+    ip netns exec "$ns" nft -f - <<NFT
+table inet sim_cluster {
+  chain lossy_link {
+    type filter hook input priority 0; policy accept;
+    iifname "eth0" numgen random mod 100 < $loss_percent counter drop
+  }
+}
+NFT
   fi
 done
 master="$base.1"
@@ -111,4 +135,10 @@ for ((i = 0; i < nodes; i++)); do
   ((status != 0)) || status=$code
   sed "s/^/[node $i] /" "$logs/node$i.log"
 done
+if [ -n "$loss" ]; then
+  for ((i = 0; i < nodes; i++)); do
+    dropped=$(ip netns exec "${tag}n$i" nft list chain inet sim_cluster lossy_link | grep -o 'packets [0-9]*' | cut -d' ' -f2)
+    echo "sim_cluster: node $i's link dropped ${dropped:-0} arriving packets"
+  done
+fi
 exit "$status"

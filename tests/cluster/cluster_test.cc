@@ -2,7 +2,8 @@
 // namespace with its own interface on a bridge, so node 1's ranks reach node 0's only through
 // those interfaces (loopback is per namespace). 2 nodes x 2 ranks must train to the
 // parameters of 4 ranks on one node; the script must remove what it created when the job
-// succeeds, fails, or is interrupted.
+// succeeds, fails, or is interrupted; faults on the network (a link down, 30% packet loss)
+// and on the nodes (a launcher killed, a rank frozen) end as docs/launcher.md says.
 #include <signal.h>
 #include <unistd.h>
 
@@ -186,4 +187,32 @@ TEST_CASE("cluster: a rank frozen by SIGSTOP: the other names it, and the frozen
   CHECK_THAT(r.output, Contains("status 1"));
   require_removed(tag_of(r.output));
   CHECK(!still_running(3));
+}
+
+TEST_CASE("cluster: 30% packet loss on every link: training completes, slower, with identical results", "[cluster][faults]") {
+  if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
+  if (run_command("command -v nft").exit_code != 0) TINYDDP_SKIP("nft (nftables) is not installed: run scripts/setup.sh");
+  // Every packet arriving at a node is dropped with probability 0.3; TCP retransmits (rto_min
+  // 5 ms, as datacenter hosts often set it: with Linux's default 200 ms and exponential
+  // backoff one message can stall for a minute). Timeouts are long: this is about surviving.
+  const std::string train = "examples/train --widths 32,64,4 --steps 20 --log_every 20 --timeout 150 --save ";
+  const std::string lossy = temp_path("lossy.safetensors"), clean = temp_path("clean.safetensors");
+  const CommandResult cluster = run_command(
+      sim("--nodes 2 --nproc_per_node 1 --loss 30% --rto_min 5ms --launch_args '--rdzv_timeout 240'", train + lossy));
+  INFO(cluster.output);
+  REQUIRE(cluster.exit_code == 0);
+  CHECK_THAT(cluster.output, Contains("loss 30%"));
+  CHECK_THAT(cluster.output, Contains("[node 0] [rank 0] done: 20 steps"));
+  // Packets were really lost, on both nodes' links.
+  for (const int node : {0, 1}) {
+    std::smatch m;
+    const std::string what = "node " + std::to_string(node) + "'s link dropped ([0-9]+) arriving packets";
+    REQUIRE(std::regex_search(cluster.output, m, std::regex(what)));
+    CHECK(std::stoi(m[1]) > 10);
+  }
+  require_removed(tag_of(cluster.output));
+  const CommandResult local = run_command("launcher/launch --nproc_per_node 2 -- " + train + clean);
+  INFO(local.output);
+  REQUIRE(local.exit_code == 0);
+  CHECK(max_difference(lossy, clean) == 0.0);  // the same computation; TCP delivered every byte
 }
