@@ -8,8 +8,10 @@
 # is removed when the script ends, however it ends (exit, error, Ctrl-C, SIGTERM).
 #
 #   sudo bash scripts/sim_cluster.sh --nodes 2 --nproc_per_node 2 [--rate 1gbit] [--delay 0.5ms]
-#        [--loss 30%] [--rto_min 5ms] [--port 29500] [--logs DIR] [--launch PATH] [--launch_args "..."] -- PROGRAM [ARGS...]
+#        [--loss 30%] [--rto_min 5ms] [--job_nodes N] [--port 29500] [--logs DIR] [--launch PATH] [--launch_args "..."] -- PROGRAM [ARGS...]
 #
+# --job_nodes tells the launchers the job has N >= --nodes nodes, so that the missing ones
+# never arrive (to try rendezvous failures).
 # --rto_min sets TCP's minimum retransmission timeout on the nodes' route (Linux's default is
 # 200 ms; with heavy loss and exponential backoff one message can otherwise stall for a minute).
 #
@@ -19,10 +21,11 @@
 # node's launcher's, else 0.
 set -euo pipefail
 
-nodes=2 nproc=1 rate="" delay="" loss="" rto_min="" port=29500 logs="" launch="bazel-bin/launcher/launch" launch_args=""
+nodes=2 job_nodes="" nproc=1 rate="" delay="" loss="" rto_min="" port=29500 logs="" launch="bazel-bin/launcher/launch" launch_args=""
 while (($#)); do
   case "$1" in
     --nodes) nodes="$2"; shift 2 ;;
+    --job_nodes) job_nodes="$2"; shift 2 ;;
     --nproc_per_node) nproc="$2"; shift 2 ;;
     --rate) rate="$2"; shift 2 ;;
     --delay) delay="$2"; shift 2 ;;
@@ -38,6 +41,8 @@ while (($#)); do
 done
 (($# > 0)) || { echo "sim_cluster: no program given (… -- PROGRAM [ARGS...])" >&2; exit 2; }
 [[ "$nodes" =~ ^[0-9]+$ ]] && ((nodes >= 1 && nodes <= 200)) || { echo "sim_cluster: --nodes must be 1..200, got '$nodes'" >&2; exit 2; }
+job_nodes="${job_nodes:-$nodes}"
+[[ "$job_nodes" =~ ^[0-9]+$ ]] && ((job_nodes >= nodes)) || { echo "sim_cluster: --job_nodes must be a number >= --nodes ($nodes), got '$job_nodes'" >&2; exit 2; }
 if [ -n "$loss" ]; then
   [[ "$loss" =~ ^([0-9]{1,2})%?$ ]] || { echo "sim_cluster: --loss must be a whole percentage 0..99 (e.g. 30%), got '$loss'" >&2; exit 2; }
   loss_percent="${BASH_REMATCH[1]}"
@@ -123,7 +128,7 @@ for ((i = 0; i < nodes; i++)); do
   # setsid: each node's launcher leads a process group of its own, so cleanup can stop all of it.
   # shellcheck disable=SC2086
   setsid ip netns exec "${tag}n$i" env TINYDDP_BIND_ADDR="$base.$((i + 1))" \
-    "$launch" --nnodes "$nodes" --node_rank "$i" --master_addr "$master" --master_port "$port" \
+    "$launch" --nnodes "$job_nodes" --node_rank "$i" --master_addr "$master" --master_port "$port" \
     --nproc_per_node "$nproc" $launch_args -- "$@" >"$logs/node$i.log" 2>&1 &
   pids+=($!)
 done
@@ -134,6 +139,7 @@ for ((i = 0; i < nodes; i++)); do
   wait "${pids[$i]}" || code=$?
   ((status != 0)) || status=$code
   sed "s/^/[node $i] /" "$logs/node$i.log"
+  echo "sim_cluster: node $i's launcher exited with status $code"
 done
 if [ -n "$loss" ]; then
   for ((i = 0; i < nodes; i++)); do

@@ -216,3 +216,22 @@ TEST_CASE("cluster: 30% packet loss on every link: training completes, slower, w
   REQUIRE(local.exit_code == 0);
   CHECK(max_difference(lossy, clean) == 0.0);  // the same computation; TCP delivered every byte
 }
+
+TEST_CASE("cluster: the store's host goes away during rendezvous: the other node names the store at once", "[cluster][faults]") {
+  if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
+  const std::string out = temp_path("store_gone.txt");
+  // The job has 3 nodes but only 2 start, so the rendezvous cannot complete; 3 s in, node
+  // 0's launcher (which hosts the store) is SIGKILLed. Node 1 must say what happened well
+  // before its 60 s rendezvous timeout.
+  const std::string job = sim("--nodes 2 --job_nodes 3 --nproc_per_node 1 --launch_args '--rdzv_timeout 60'", endless_train(4));
+  const CommandResult r = run_with_fault(job, out,
+      "for pid in $(ip netns pids ${tag}n0); do grep -q 'launcher/launch' /proc/$pid/cmdline 2>/dev/null && kill -KILL $pid; done; ");
+  INFO(r.output);
+  CHECK(r.seconds < 20);
+  CHECK_THAT(r.output, Contains("[node 1] launch: node 1 lost the job's store at ") &&
+                           Contains("(hosted by node 0's launcher) while the nodes were meeting for attempt 0"));
+  CHECK_THAT(r.output, Contains("node 0's launcher exited with status 137"));
+  CHECK_THAT(r.output, Contains("node 1's launcher exited with status 1"));
+  require_removed(tag_of(r.output));
+  CHECK(!still_running(4));
+}
