@@ -373,7 +373,11 @@ class Attempt {
     if (signo == SIGCHLD) return;  // reap() runs every round anyway
     if (signo == kPeerFailed) {
       if (failed_rank_ >= 0 || interrupted_by_ != 0 || stopping_) return;
-      remote_failure_ = watch_->remote_failure();
+      // A byte an earlier attempt's watch wrote after this node had failed on its own is
+      // stale: only this attempt's watch, having seen a failure, counts.
+      const std::string remote = watch_ ? watch_->remote_failure() : std::string();
+      if (remote.empty()) return;
+      remote_failure_ = remote;
       log_ << fmt::format("launch: another node failed ({}); stopping this node's workers", remote_failure_) << std::endl;
       stop(SIGTERM);
       return;

@@ -235,3 +235,33 @@ TEST_CASE("cluster: the store's host goes away during rendezvous: the other node
   require_removed(tag_of(r.output));
   CHECK(!still_running(4));
 }
+
+TEST_CASE("cluster: --max_restarts recovers from a transient link failure, resuming from rank 0's checkpoint",
+          "[cluster][faults][restart]") {
+  if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
+  const std::string train = "examples/train --widths 32,64,4 --steps 5000 --log_every 5000 --timeout 3 --save ";
+  const std::string restarted = temp_path("restarted_link.safetensors"), clean = temp_path("clean_link.safetensors");
+  const std::string checkpoint = temp_path("link.checkpoint");
+  std::filesystem::remove(checkpoint);
+  // 3 s in, node 1's cable is pulled for 6 s: both ranks time out (3 s) naming each other,
+  // both launchers restart the group (node 1's once it reaches the store again), and the new
+  // attempt resumes from the last checkpoint rank 0 wrote (every 200 steps).
+  const std::string job = sim("--nodes 2 --nproc_per_node 1 --launch_args '--max_restarts 2 --rdzv_timeout 30'",
+                              train + restarted + " --checkpoint " + checkpoint + " --checkpoint_every 200 --resume");
+  const CommandResult r = run_with_fault(job, temp_path("transient.txt"), "ip link set ${tag}h1 down; sleep 6; ip link set ${tag}h1 up");
+  INFO(r.output);
+  CHECK_THAT(r.output, Contains("[node 0] [rank 0] train: error: ") && Contains("(rank 1)"));
+  CHECK_THAT(r.output, Contains("[node 0] launch: restarting the workers (restart 1 of 2)"));
+  CHECK_THAT(r.output, Contains("[node 1] launch: restarting the workers (restart 1 of 2)"));
+  CHECK_THAT(r.output, Contains("[node 0] [rank 0] resuming from " + checkpoint + " after "));
+  CHECK_THAT(r.output, Contains("[node 0] [rank 0] done: 5000 steps"));
+  CHECK_THAT(r.output, Contains("node 0's launcher exited with status 0"));
+  CHECK_THAT(r.output, Contains("node 1's launcher exited with status 0"));
+  CHECK_THAT(r.output, Contains("status 0"));
+  require_removed(tag_of(r.output));
+  // The same parameters as a run that never failed.
+  const CommandResult local = run_command("launcher/launch --nproc_per_node 2 -- " + train + clean);
+  INFO(local.output);
+  REQUIRE(local.exit_code == 0);
+  CHECK(max_difference(restarted, clean) == 0.0);
+}
