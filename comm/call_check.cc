@@ -62,8 +62,6 @@ std::string CallSignature::describe_row(const Row& row) {
   return text + ")";
 }
 
-bool CallSignature::operator==(const CallSignature& other) const { return encode(0) == other.encode(0); }
-
 std::optional<std::string> find_mismatch(const std::vector<CallSignature::Row>& rows, const std::string& group) {
   // The distinct calls, in order of the lowest rank making each, with the ranks making it.
   std::vector<std::pair<CallSignature::Row, std::vector<int>>> calls;

@@ -48,8 +48,6 @@ struct CallSignature {
   Row encode(uint64_t seq) const;
   // "broadcast (1000 x float32, root 0)", or for a row that is no valid call, what it holds.
   static std::string describe_row(const Row& row);
-
-  bool operator==(const CallSignature& other) const;
 };
 
 // `rows` holds one encoded row per rank (rank r at r). Returns the error message when they

@@ -259,8 +259,7 @@ void ProcessGroupGloo::agree_on_call_check() {
   store_->set(fmt::format("tinyddp/check-calls/{}", rank_), std::string(check_calls_ ? "1" : "0"));
   std::vector<int> on, off;
   for (int r = 0; r < size_; ++r) {
-    const std::vector<uint8_t> value = store_->get(fmt::format("tinyddp/check-calls/{}", r));
-    (value == std::vector<uint8_t>{'1'} ? on : off).push_back(r);
+    (store_->get_string(fmt::format("tinyddp/check-calls/{}", r)) == "1" ? on : off).push_back(r);
   }
   TDDP_CHECK(on.empty() || off.empty(),
              "ProcessGroupGloo: ranks disagree on the desync check: on for ranks [{}], off for ranks [{}]; every rank "
