@@ -81,22 +81,30 @@ double max_difference(const std::string& a, const std::string& b) {
   return worst;
 }
 
+// Trains `train` (ending in "--save ") with `nproc` ranks on this node alone and returns the
+// largest parameter difference from the weights saved at `trained`.
+double difference_from_one_node(int nproc, const std::string& train, const std::string& trained) {
+  const std::string local_weights = temp_path("one_node_" + std::to_string(nproc) + ".safetensors");
+  const CommandResult local = run_command("launcher/launch --nproc_per_node " + std::to_string(nproc) + " -- " + train +
+                                          local_weights);
+  INFO(local.output);
+  REQUIRE(local.exit_code == 0);
+  return max_difference(trained, local_weights);
+}
+
 }  // namespace
 
 TEST_CASE("cluster: 2 nodes x 2 ranks in network namespaces train like 4 ranks on one node", "[cluster]") {
   if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
   const std::string train = "examples/train --widths 32,64,4 --steps 40 --log_every 40 --save ";
-  const std::string two_nodes = temp_path("two_nodes.safetensors"), one_node = temp_path("one_node.safetensors");
+  const std::string two_nodes = temp_path("two_nodes.safetensors");
   const CommandResult cluster = run_command(sim("--nodes 2 --nproc_per_node 2 --rate 1gbit", train + two_nodes));
   INFO(cluster.output);
   REQUIRE(cluster.exit_code == 0);
   CHECK_THAT(cluster.output, Contains("[node 0] [rank 0] training mlp"));
   CHECK_THAT(cluster.output, Contains("data-parallel on 4 ranks (gloo)"));
   require_removed(tag_of(cluster.output));
-  const CommandResult local = run_command("launcher/launch --nproc_per_node 4 -- " + train + one_node);
-  INFO(local.output);
-  REQUIRE(local.exit_code == 0);
-  CHECK(max_difference(two_nodes, one_node) < 1e-6);
+  CHECK(difference_from_one_node(4, train, two_nodes) < 1e-6);
 }
 
 TEST_CASE("cluster: the script removes everything when the job fails or is interrupted", "[cluster]") {
@@ -196,7 +204,7 @@ TEST_CASE("cluster: 30% packet loss on every link: training completes, slower, w
   // 5 ms, as datacenter hosts often set it: with Linux's default 200 ms and exponential
   // backoff one message can stall for a minute). Timeouts are long: this is about surviving.
   const std::string train = "examples/train --widths 32,64,4 --steps 20 --log_every 20 --timeout 150 --save ";
-  const std::string lossy = temp_path("lossy.safetensors"), clean = temp_path("clean.safetensors");
+  const std::string lossy = temp_path("lossy.safetensors");
   const CommandResult cluster = run_command(
       sim("--nodes 2 --nproc_per_node 1 --loss 30% --rto_min 5ms --launch_args '--rdzv_timeout 240'", train + lossy));
   INFO(cluster.output);
@@ -211,10 +219,7 @@ TEST_CASE("cluster: 30% packet loss on every link: training completes, slower, w
     CHECK(std::stoi(m[1]) > 10);
   }
   require_removed(tag_of(cluster.output));
-  const CommandResult local = run_command("launcher/launch --nproc_per_node 2 -- " + train + clean);
-  INFO(local.output);
-  REQUIRE(local.exit_code == 0);
-  CHECK(max_difference(lossy, clean) == 0.0);  // the same computation; TCP delivered every byte
+  CHECK(difference_from_one_node(2, train, lossy) == 0.0);  // the same computation; TCP delivered every byte
 }
 
 TEST_CASE("cluster: the store's host goes away during rendezvous: the other node names the store at once", "[cluster][faults]") {
@@ -240,7 +245,7 @@ TEST_CASE("cluster: --max_restarts recovers from a transient link failure, resum
           "[cluster][faults][restart]") {
   if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
   const std::string train = "examples/train --widths 32,64,4 --steps 5000 --log_every 5000 --timeout 3 --save ";
-  const std::string restarted = temp_path("restarted_link.safetensors"), clean = temp_path("clean_link.safetensors");
+  const std::string restarted = temp_path("restarted_link.safetensors");
   const std::string checkpoint = temp_path("link.checkpoint");
   std::filesystem::remove(checkpoint);
   // 3 s in, node 1's cable is pulled for 6 s: both ranks time out (3 s) naming each other,
@@ -260,8 +265,5 @@ TEST_CASE("cluster: --max_restarts recovers from a transient link failure, resum
   CHECK_THAT(r.output, Contains("status 0"));
   require_removed(tag_of(r.output));
   // The same parameters as a run that never failed.
-  const CommandResult local = run_command("launcher/launch --nproc_per_node 2 -- " + train + clean);
-  INFO(local.output);
-  REQUIRE(local.exit_code == 0);
-  CHECK(max_difference(restarted, clean) == 0.0);
+  CHECK(difference_from_one_node(2, train, restarted) == 0.0);
 }
