@@ -21,6 +21,8 @@ PACKAGES=(
   python3-matplotlib  # the pictures of docs/ (scripts/plot_*.py) and their tests
   openmpi-bin         # mpirun, to test starting jobs with Open MPI's variables
   nftables            # packet loss on the simulated cluster's links (scripts/sim_cluster.sh)
+  iptables            # and their delay without netem: NFQUEUE rules for scripts/link_delay
+  libnetfilter-queue-dev  # scripts/link_delay
 )
 
 missing=()

@@ -1,27 +1,35 @@
 #!/usr/bin/env bash
 # A cluster of N "machines" on this one: each node is a network namespace with its own
 # interface (eth0, 10.<a>.<b>.<node + 1>/24) on a bridge, optionally shaped (--rate: tbf;
-# --loss: nftables drops that share of the packets arriving at each node; --delay: netem, where
-# the kernel has it), running tinyddp's launcher as that node of an
+# --loss: nftables drops that share of the packets arriving at each node; --delay: netem, or
+# where the kernel lacks it scripts/link_delay, which holds each leaving packet in user space),
+# running tinyddp's launcher as that node of an
 # N-node job. Node 0 hosts the store. Each node's output goes to LOGDIR/node<i>.log (and to
 # stdout prefixed "[node i]"). Everything created (namespaces, bridge, veth pairs, processes)
 # is removed when the script ends, however it ends (exit, error, Ctrl-C, SIGTERM).
 #
 #   sudo bash scripts/sim_cluster.sh --nodes 2 --nproc_per_node 2 [--rate 1gbit] [--delay 0.5ms]
-#        [--loss 30%] [--rto_min 5ms] [--job_nodes N] [--port 29500] [--logs DIR] [--launch PATH] [--launch_args "..."] -- PROGRAM [ARGS...]
+#        [--loss 30%] [--rto_min 5ms] [--job_nodes N] [--port 29500] [--logs DIR] [--launch PATH]
+#        [--launch_args "..."] [--link_delay PATH] -- PROGRAM [ARGS...]
+#
+# --delay (e.g. 0.5ms or 500us) is each node's one-way latency on its way out, so a round trip
+# between two nodes takes twice that. Without sch_netem the script queues what leaves each
+# node's eth0 to link_delay (iptables NFQUEUE; default bazel-bin/scripts/link_delay, built with
+# bazel build -c opt //scripts:link_delay), and prints what each node's link_delay measured.
 #
 # --job_nodes tells the launchers the job has N >= --nodes nodes, so that the missing ones
 # never arrive (to try rendezvous failures).
 # --rto_min sets TCP's minimum retransmission timeout on the nodes' route (Linux's default is
 # 200 ms; with heavy loss and exponential backoff one message can otherwise stall for a minute).
 #
-# Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN), iproute2 and, for --loss, nftables (the
-# setup script installs it); PROGRAM and the launcher
+# Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN), iproute2, for --loss nftables and for
+# --delay without netem iptables (the setup script installs both); PROGRAM and the launcher
 # (default bazel-bin/launcher/launch) must be built. The exit status is the first failing
 # node's launcher's, else 0.
 set -euo pipefail
 
 nodes=2 job_nodes="" nproc=1 rate="" delay="" loss="" rto_min="" port=29500 logs="" launch="bazel-bin/launcher/launch" launch_args=""
+link_delay="bazel-bin/scripts/link_delay"
 while (($#)); do
   case "$1" in
     --nodes) nodes="$2"; shift 2 ;;
@@ -35,6 +43,7 @@ while (($#)); do
     --logs) logs="$2"; shift 2 ;;
     --launch) launch="$2"; shift 2 ;;
     --launch_args) launch_args="$2"; shift 2 ;;
+    --link_delay) link_delay="$2"; shift 2 ;;
     --) shift; break ;;
     *) echo "sim_cluster: unknown option '$1' (see the top of $0)" >&2; exit 2 ;;
   esac
@@ -48,9 +57,14 @@ if [ -n "$loss" ]; then
   loss_percent="${BASH_REMATCH[1]}"
   command -v nft >/dev/null || { echo "sim_cluster: --loss needs 'nft' (nftables; scripts/setup.sh installs it)" >&2; exit 2; }
 fi
+if [ -n "$delay" ]; then
+  [[ "$delay" =~ ^([0-9]+(\.[0-9]+)?)(ms|us)$ ]] || { echo "sim_cluster: --delay must be a time in ms or us (e.g. 0.5ms, 500us), got '$delay'" >&2; exit 2; }
+  delay_us=$(awk -v n="${BASH_REMATCH[1]}" -v unit="${BASH_REMATCH[3]}" 'BEGIN { print (unit == "ms" ? n * 1000 : n) }')
+fi
 [ -x "$launch" ] || { echo "sim_cluster: no launcher at $launch (bazel build //launcher:launch, or --launch PATH)" >&2; exit 2; }
 command -v ip >/dev/null || { echo "sim_cluster: 'ip' (iproute2) is missing" >&2; exit 2; }
 launch=$(realpath "$launch")
+[ ! -x "$link_delay" ] || link_delay=$(realpath "$link_delay")
 
 # Names unique to this run (interface names have at most 15 characters), and a subnet from the PID.
 tag="td$(($$ % 100000))"
@@ -60,13 +74,15 @@ bridge="${tag}br"
 logs="${logs:-$(mktemp -d "/tmp/sim_cluster.XXXXXX")}"
 mkdir -p "$logs"
 pids=()
+delay_pids=()
+delay_how=""
 
 cleanup() {
   local status=$?
   trap - EXIT INT TERM
-  for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}" "${delay_pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true; done
   sleep 0.2
-  for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}" "${delay_pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true; done
   for ((i = 0; i < nodes; i++)); do
     # Anything still running inside the namespace goes with it.
     ip netns pids "${tag}n$i" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
@@ -96,15 +112,29 @@ for ((i = 0; i < nodes; i++)); do
   ip -n "$ns" link set eth0 up
   ip -n "$ns" link set lo up
   [ -z "$rto_min" ] || ip -n "$ns" route replace "$subnet/24" dev eth0 rto_min "$rto_min"
-  # Shaping, on each node's way out: netem for the delay, tbf for the rate.
-  if [ -n "$delay" ]; then
-    if ! ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: netem delay "$delay" 2>"$logs/tc.err"; then
-      echo "sim_cluster: cannot add netem (delay $delay): $(cat "$logs/tc.err"); this kernel may lack sch_netem" >&2
-      exit 3
-    fi
+  # Shaping, on each node's way out: netem (or link_delay) for the delay, tbf for the rate.
+  delay_by_netem=""
+  if [ -n "$delay" ] && ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: netem delay "${delay_us}us" 2>/dev/null; then
+    delay_by_netem=1 delay_how="netem"
     [ -z "$rate" ] || ip netns exec "$ns" tc qdisc add dev eth0 parent 1: handle 2: tbf rate "$rate" burst 256kb latency 100ms
   elif [ -n "$rate" ]; then
     ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 100ms
+  fi
+  if [ -n "$delay" ] && [ -z "$delay_by_netem" ]; then
+    [ -x "$link_delay" ] || { echo "sim_cluster: no netem here, and no link_delay at $link_delay for --delay (bazel build -c opt //scripts:link_delay, or --link_delay PATH)" >&2; exit 3; }
+    command -v iptables >/dev/null || { echo "sim_cluster: no netem here, and --delay without it needs 'iptables' (scripts/setup.sh installs it)" >&2; exit 3; }
+    # Every packet leaving eth0 waits in queue 0 of this namespace until link_delay lets it go
+    # (the queue and the rule go with the namespace). The packets then meet tbf as usual.
+    delay_how="link_delay"
+    ip netns exec "$ns" iptables -A OUTPUT -o eth0 -j NFQUEUE --queue-num 0 --queue-bypass
+    setsid ip netns exec "$ns" "$link_delay" --queue 0 --delay_us "$delay_us" >"$logs/link_delay$i.log" 2>&1 &
+    delay_pids+=($!)
+    for ((tries = 0; tries < 100; tries++)); do  # bounded: 10 s for it to bind the queue
+      grep -q "holding" "$logs/link_delay$i.log" 2>/dev/null && break
+      kill -0 "${delay_pids[-1]}" 2>/dev/null || break
+      sleep 0.1
+    done
+    grep -q "holding" "$logs/link_delay$i.log" || { echo "sim_cluster: node $i's link_delay did not start: $(cat "$logs/link_delay$i.log")" >&2; exit 3; }
   fi
   # Loss, on each node's way in (so every packet between two nodes meets it once): a random
   # share of what arrives on eth0 is dropped, as a lossy link would (the sender sees no error
@@ -122,7 +152,7 @@ NFT
 done
 master="$base.1"
 echo "sim_cluster: $nodes node(s) on $subnet/24 (node i at $base.<i+1>, namespace ${tag}n<i>, bridge $bridge)," \
-  "${rate:-unshaped}${delay:+, delay $delay}${loss:+, loss $loss}; logs in $logs"
+  "${rate:-unshaped}${delay:+, delay $delay ($delay_how)}${loss:+, loss $loss}; logs in $logs"
 
 for ((i = 0; i < nodes; i++)); do
   # setsid: each node's launcher leads a process group of its own, so cleanup can stop all of it.
@@ -140,6 +170,11 @@ for ((i = 0; i < nodes; i++)); do
   ((status != 0)) || status=$code
   sed "s/^/[node $i] /" "$logs/node$i.log"
   echo "sim_cluster: node $i's launcher exited with status $code"
+done
+for ((i = 0; i < ${#delay_pids[@]}; i++)); do
+  kill -TERM "${delay_pids[$i]}" 2>/dev/null || true
+  wait "${delay_pids[$i]}" 2>/dev/null || true
+  echo "sim_cluster: node $i's $(grep "held" "$logs/link_delay$i.log" || echo "link_delay printed no summary")"
 done
 if [ -n "$loss" ]; then
   for ((i = 0; i < nodes; i++)); do

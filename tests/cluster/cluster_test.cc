@@ -31,7 +31,7 @@ std::string cannot_simulate() {
 }
 
 std::string sim(const std::string& options, const std::string& program) {
-  return "bash scripts/sim_cluster.sh --launch launcher/launch --logs " + temp_path("sim_logs") + " --port 29561 " + options +
+  return "bash scripts/sim_cluster.sh --launch launcher/launch --link_delay scripts/link_delay --logs " + temp_path("sim_logs") + " --port 29561 " + options +
          " -- " + program;
 }
 
@@ -220,6 +220,30 @@ TEST_CASE("cluster: 30% packet loss on every link: training completes, slower, w
   }
   require_removed(tag_of(cluster.output));
   CHECK(difference_from_one_node(2, train, lossy) == 0.0);  // the same computation; TCP delivered every byte
+}
+
+TEST_CASE("cluster: a 0.5 ms delay on every link: each packet waits at least that long, results are identical", "[cluster]") {
+  if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
+  const std::string train = "examples/train --widths 32,64,4 --steps 20 --log_every 20 --save ";
+  const std::string delayed = temp_path("delayed.safetensors");
+  const CommandResult cluster = run_command(sim("--nodes 2 --nproc_per_node 1 --rate 1gbit --delay 0.5ms", train + delayed));
+  INFO(cluster.output);
+  REQUIRE(cluster.exit_code == 0);
+  CHECK_THAT(cluster.output, Contains("[node 0] [rank 0] done: 20 steps"));
+  if (cluster.output.find("delay 0.5ms (link_delay)") != std::string::npos) {
+    // No netem here: link_delay held what left each node, and says for how long.
+    for (const int node : {0, 1}) {
+      std::smatch m;
+      const std::string what = "node " + std::to_string(node) + "'s link_delay: held ([0-9]+) packets for 500 us \\(measured: min ([0-9]+) us";
+      REQUIRE(std::regex_search(cluster.output, m, std::regex(what)));
+      CHECK(std::stoi(m[1]) > 100);
+      CHECK(std::stoi(m[2]) >= 500);
+    }
+  } else {
+    CHECK_THAT(cluster.output, Contains("delay 0.5ms (netem)"));
+  }
+  require_removed(tag_of(cluster.output));
+  CHECK(difference_from_one_node(2, train, delayed) == 0.0);
 }
 
 TEST_CASE("cluster: the store's host goes away during rendezvous: the other node names the store at once", "[cluster][faults]") {
