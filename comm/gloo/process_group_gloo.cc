@@ -172,8 +172,11 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
       const auto& pair_address = dynamic_cast<const gloo::transport::tcp::Address&>(context_->getPair((rank + 1) % size)->address());
       ring_allreduce_ = std::make_unique<detail::RingAllreduce>(*store_, "tinyddp/ring", rank, size, pair_address.getSockaddr(),
                                                                 options_.timeout);
-      // Every peer's address as Gloo's errors print it (the address of its end of the
-      // connection with this rank, one per connection), so that a failure can name the rank.
+      // Every peer's addresses as Gloo's errors print them, so that a failure can name the
+      // rank. A pair's error names the peer by one of two addresses, depending on which side
+      // connected and when: the address the peer's end had once connected (published here,
+      // one per connection), or the one the peer offered in the rendezvous (its value under
+      // the mesh's prefix: one address per pair, each Gloo's fixed-size encoding).
       const std::pair<const char*, gloo::Context*> meshes[] = {{"main", context_.get()}, {"small", small.get()}};
       for (const auto& [prefix, mesh] : meshes) {
         for (int peer = 0; peer < size; ++peer) {
@@ -182,11 +185,23 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
           store_->set(fmt::format("tinyddp/gloo-address/{}/{}/{}", prefix, rank, peer), own.str());
         }
       }
+      const size_t encoded_size = gloo::transport::tcp::Address().bytes().size();
+      const auto add = [this](const std::string& address, int peer) {
+        std::vector<int>& ranks = peer_ranks_[address];
+        if (std::find(ranks.begin(), ranks.end(), peer) == ranks.end()) ranks.push_back(peer);
+      };
       for (int peer = 0; peer < size; ++peer) {
         if (peer == rank) continue;
-        for (const auto& [prefix, mesh] : meshes) {
+        for (const char* prefix : {"main", "small"}) {
           const std::vector<uint8_t> text = store_->get(fmt::format("tinyddp/gloo-address/{}/{}/{}", prefix, peer, rank));
-          peer_ranks_[std::string(text.begin(), text.end())] = peer;
+          add(std::string(text.begin(), text.end()), peer);
+        }
+        for (GlooStore* met : {&rendezvous, &small_rendezvous}) {
+          const std::vector<char> offered = met->get(std::to_string(peer));
+          if (offered.size() % encoded_size != 0) continue;  // not the encoding this Gloo writes: skip
+          for (size_t at = 0; at < offered.size(); at += encoded_size) {
+            add(gloo::transport::tcp::Address(std::vector<char>(offered.begin() + at, offered.begin() + at + encoded_size)).str(), peer);
+          }
         }
       }
     }
@@ -283,12 +298,13 @@ void ProcessGroupGloo::check_call(const CallSignature& call, uint64_t seq) {
 
 std::exception_ptr ProcessGroupGloo::failure(const Work& work, const std::string& what) const {
   std::string message = what;
-  for (const auto& [address, peer] : peer_ranks_) {
+  for (const auto& [address, peers] : peer_ranks_) {
+    const std::string label = peers.size() == 1 ? fmt::format(" (rank {})", peers.front())
+                                                : fmt::format(" (rank {})", fmt::join(peers, " or "));
     for (size_t at = message.find(address); at != std::string::npos; at = message.find(address, at + 1)) {
       const size_t end = at + address.size();
       // "[ip]:port" followed by a digit is another port; and do not name a rank twice.
       if (end < message.size() && std::isdigit(static_cast<unsigned char>(message[end]))) continue;
-      const std::string label = fmt::format(" (rank {})", peer);
       if (message.compare(end, label.size(), label) == 0) continue;
       message.insert(end, label);
     }

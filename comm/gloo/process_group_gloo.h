@@ -81,8 +81,9 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::unique_ptr<detail::SmallAllreduce> small_allreduce_;
   // Larger allreduces (used by the worker only; null for a group of one).
   std::unique_ptr<detail::RingAllreduce> ring_allreduce_;
-  // Each peer's Gloo address as Gloo prints it ("[ip]:port") -> its rank.
-  std::map<std::string, int> peer_ranks_;
+  // Each address of a peer as Gloo's errors print it ("[ip]:port") -> that peer's rank (two
+  // ranks where one address was both, at different times: a port reused).
+  std::map<std::string, std::vector<int>> peer_ranks_;
   // Whether check_call runs (options.check_calls, agreed by every rank at construction), and
   // its buffer of size() encoded rows (used by the worker only).
   bool check_calls_ = false;

@@ -1,12 +1,15 @@
 // A peer that stops taking part (a rank frozen by SIGSTOP, stuck, or gone): every Gloo
 // collective fails within the group's timeout with an error that names the rank it waited
-// for, whichever path it took (the small-allreduce mesh, Gloo's own algorithms, the TCP ring).
+// for, whichever path it took (the small-allreduce mesh, Gloo's own algorithms, the TCP ring),
+// and a peer that died is named by every survivor, in groups larger than two too.
 #include <chrono>
 #include <functional>
 #include <thread>
 
+#include <unistd.h>
+
 #include "comm/comm.h"
-#include "tests/test_util.h"
+#include "tests/comm/comm_test_util.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;
@@ -64,5 +67,34 @@ TEST_CASE("gloo: a peer that stops taking part is named, whichever path the coll
     INFO(message);
     CHECK_THAT(message, Contains("rank 1"));
     CHECK_THAT(message, !Contains("not a TimeoutError"));
+  }
+}
+
+TEST_CASE("gloo: a peer that died is named by every survivor of a group of three", "[comm][gloo][faults]") {
+  // With the desync check on (the default) each collective first exchanges call records on
+  // the small-allreduce mesh, so that is where the survivors meet the dead rank, at once for
+  // the first collective and the next; both ranks' messages must name it.
+  for (const int64_t numel : {int64_t{8}, int64_t{1} << 20}) {
+    INFO(numel << " elements");
+    const auto failures = tinyddp::testing::run_processes(
+        3,
+        [numel](ProcessGroup& pg, tinyddp::testing::Expectations& e) {
+          pg.barrier()->wait();
+          if (pg.rank() == 2) ::_exit(0);
+          for (int attempt = 0; attempt < 2; ++attempt) {
+            const auto before = std::chrono::steady_clock::now();
+            std::string message;
+            try {
+              pg.allreduce(tensor::ones({numel}))->wait();
+            } catch (const Error& error) {
+              message = error.what();
+            }
+            e.expect(message.find("rank 2") != std::string::npos, "attempt " + std::to_string(attempt) + ": " + message);
+            e.expect(std::chrono::steady_clock::now() - before < std::chrono::seconds(10), "the error took 10 s or more");
+          }
+          std::this_thread::sleep_for(std::chrono::seconds(1));  // see rank 2 go before the other survivor
+        },
+        std::chrono::milliseconds(20000), nullptr, /*finishers=*/2);
+    tinyddp::testing::require_no_failures(failures);
   }
 }
