@@ -196,9 +196,13 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
           const std::vector<uint8_t> text = store_->get(fmt::format("tinyddp/gloo-address/{}/{}/{}", prefix, peer, rank));
           add(std::string(text.begin(), text.end()), peer);
         }
-        for (GlooStore* met : {&rendezvous, &small_rendezvous}) {
-          const std::vector<char> offered = met->get(std::to_string(peer));
-          if (offered.size() % encoded_size != 0) continue;  // not the encoding this Gloo writes: skip
+        for (const char* mesh_prefix : {"tinyddp/gloo", "tinyddp/gloo-small"}) {
+          // A Gloo that keeps its rendezvous under other keys or in another encoding: skip.
+          PrefixStore met(mesh_prefix, store_);
+          const std::string key = std::to_string(peer);
+          if (!met.check({key})) continue;
+          const Bytes offered = met.get(key);
+          if (offered.size() % encoded_size != 0) continue;
           for (size_t at = 0; at < offered.size(); at += encoded_size) {
             add(gloo::transport::tcp::Address(std::vector<char>(offered.begin() + at, offered.begin() + at + encoded_size)).str(), peer);
           }
@@ -299,8 +303,7 @@ void ProcessGroupGloo::check_call(const CallSignature& call, uint64_t seq) {
 std::exception_ptr ProcessGroupGloo::failure(const Work& work, const std::string& what) const {
   std::string message = what;
   for (const auto& [address, peers] : peer_ranks_) {
-    const std::string label = peers.size() == 1 ? fmt::format(" (rank {})", peers.front())
-                                                : fmt::format(" (rank {})", fmt::join(peers, " or "));
+    const std::string label = fmt::format(" (rank {})", fmt::join(peers, " or "));  // "(rank 2)", "(rank 1 or 2)"
     for (size_t at = message.find(address); at != std::string::npos; at = message.find(address, at + 1)) {
       const size_t end = at + address.size();
       // "[ip]:port" followed by a digit is another port; and do not name a rank twice.
