@@ -1,7 +1,7 @@
 // AccumulateGrad::apply: see accumulate_grad.h.
-#include "autograd/accumulate_grad.h"
+#include "tinyddp/autograd/accumulate_grad.h"
 
-#include "tensor/ops.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::autograd {
 

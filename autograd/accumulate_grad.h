@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "autograd/node.h"
+#include "tinyddp/autograd/node.h"
 
 namespace tinyddp::autograd {
 

@@ -1,11 +1,11 @@
 // Everything autograd in one include: tensors with gradients, the engine, hooks, gradcheck.
 #pragma once
 
-#include "autograd/accumulate_grad.h"
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "autograd/gradcheck.h"
-#include "autograd/meta.h"
-#include "autograd/node.h"
-#include "tensor/all.h"
-#include "tensor/graph.h"
+#include "tinyddp/autograd/accumulate_grad.h"
+#include "tinyddp/autograd/engine.h"
+#include "tinyddp/autograd/grad_mode.h"
+#include "tinyddp/autograd/gradcheck.h"
+#include "tinyddp/autograd/meta.h"
+#include "tinyddp/autograd/node.h"
+#include "tinyddp/tensor/all.h"
+#include "tinyddp/tensor/graph.h"

@@ -1,13 +1,13 @@
 // Engine::backward: dependency counting, a deterministic ready queue, input buffers, and
 // final callbacks. One backward runs at a time per thread, and one at a time through any
 // given node (its counters and buffer live in the node).
-#include "autograd/engine.h"
+#include "tinyddp/autograd/engine.h"
 
 #include <atomic>
 #include <queue>
 
-#include "autograd/meta.h"
-#include "tensor/ops.h"
+#include "tinyddp/autograd/meta.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::autograd {
 

@@ -2,7 +2,7 @@
 // tensor layer, whose ops consult it).
 #pragma once
 
-#include "tensor/grad_mode.h"
+#include "tinyddp/tensor/grad_mode.h"
 
 namespace tinyddp::autograd {
 using tensor::EnableGradGuard;

@@ -1,9 +1,9 @@
 // gradcheck: see gradcheck.h.
-#include "autograd/gradcheck.h"
+#include "tinyddp/autograd/gradcheck.h"
 
 #include <cmath>
 
-#include "tensor/ops.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::autograd {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor/tensor.h"
+#include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::autograd {
 

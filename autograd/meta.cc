@@ -1,5 +1,7 @@
 // AutogradMeta and gradient edges: see meta.h.
-#include "autograd/meta.h"
+#include "tinyddp/autograd/meta.h"
+
+#include <span>
 
 namespace tinyddp::autograd {
 
@@ -25,11 +27,11 @@ Edge gradient_edge(const Tensor& t) {
   return {};
 }
 
-void AutogradMeta::record_op(const char* name, const Tensor& output, std::span<const Tensor> inputs,
+void AutogradMeta::record_op(const char* name, const Tensor& output, const Tensor* inputs, size_t num_inputs,
                              tensor::BackwardFn backward) const {
   std::vector<Edge> edges;
-  edges.reserve(inputs.size());
-  for (const Tensor& input : inputs) {
+  edges.reserve(num_inputs);
+  for (const Tensor& input : std::span<const Tensor>(inputs, num_inputs)) {
     edges.push_back(gradient_edge(input));
     if (input.defined()) edges.back().shape = input.sizes();
   }

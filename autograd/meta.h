@@ -5,8 +5,8 @@
 
 #include <memory>
 
-#include "autograd/accumulate_grad.h"
-#include "autograd/node.h"
+#include "tinyddp/autograd/accumulate_grad.h"
+#include "tinyddp/autograd/node.h"
 
 namespace tinyddp::autograd {
 
@@ -14,7 +14,7 @@ class AutogradMeta final : public tensor::AutogradMetaInterface {
  public:
   bool requires_grad() const override { return requires_grad_ || grad_fn_ != nullptr; }
   // Creates the FunctionNode for `output` = op(inputs) and makes it output's grad_fn.
-  void record_op(const char* name, const Tensor& output, std::span<const Tensor> inputs,
+  void record_op(const char* name, const Tensor& output, const Tensor* inputs, size_t num_inputs,
                  tensor::BackwardFn backward) const override;
 
   bool requires_grad_ = false;  // set on leaves by requires_grad_()

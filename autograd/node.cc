@@ -1,10 +1,10 @@
 // Node, hooks and FunctionNode: see node.h.
-#include "autograd/node.h"
+#include "tinyddp/autograd/node.h"
 
 #include <atomic>
 
-#include "base/error.h"
-#include "tensor/shape.h"
+#include "tinyddp/base/error.h"
+#include "tinyddp/tensor/shape.h"
 
 namespace tinyddp::autograd {
 

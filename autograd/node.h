@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "tensor/tensor.h"
+#include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::autograd {
 

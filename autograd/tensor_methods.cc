@@ -1,9 +1,9 @@
 // The autograd methods of tensor::Tensor (declared in tensor/tensor.h, defined here so that
 // the tensor layer never depends on the engine), as libtorch defines them in its autograd.
-#include "autograd/accumulate_grad.h"
-#include "autograd/engine.h"
-#include "autograd/meta.h"
-#include "tensor/ops.h"
+#include "tinyddp/autograd/accumulate_grad.h"
+#include "tinyddp/autograd/engine.h"
+#include "tinyddp/autograd/meta.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::tensor {
 

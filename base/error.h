@@ -2,6 +2,12 @@
 // Messages name the operation, the offending argument and the shapes/dtypes/devices involved.
 #pragma once
 
+// Every tinyddp header includes this one, so a program built without C++17 (Bazel's default
+// toolchain compiles with -std=c++0x) stops here with the fix rather than deep inside a header.
+#if __cplusplus < 201703L
+#error "tinyddp needs C++17 or later: build with tinyddp_cc_binary/tinyddp_cc_library from @tinyddp//:defs.bzl (C++20), or add copts = [\"-std=c++20\"]"
+#endif
+
 #include <stdexcept>
 #include <string>
 

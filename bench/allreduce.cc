@@ -10,9 +10,9 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "comm/comm.h"
-#include "launcher/spawn.h"
-#include "tensor/all.h"
+#include "tinyddp/comm/comm.h"
+#include "tinyddp/launcher/spawn.h"
+#include "tinyddp/tensor/all.h"
 
 namespace t = tinyddp::tensor;
 namespace comm = tinyddp::comm;

@@ -7,7 +7,7 @@
 #include <iostream>
 #include <unordered_set>
 
-#include "autograd/autograd.h"
+#include "tinyddp/autograd/autograd.h"
 
 namespace t = tinyddp::tensor;
 namespace ag = tinyddp::autograd;

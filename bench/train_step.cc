@@ -18,13 +18,13 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "comm/init.h"
-#include "tensor/cuda.h"
-#include "launcher/spawn.h"
-#include "ddp/distributed.h"
-#include "ddp/powersgd.h"
-#include "ddp/zero_redundancy_optimizer.h"
-#include "nn/nn.h"
+#include "tinyddp/comm/init.h"
+#include "tinyddp/tensor/cuda.h"
+#include "tinyddp/launcher/spawn.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/ddp/powersgd.h"
+#include "tinyddp/ddp/zero_redundancy_optimizer.h"
+#include "tinyddp/nn/nn.h"
 
 namespace t = tinyddp::tensor;
 namespace nn = tinyddp::nn;

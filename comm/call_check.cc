@@ -1,5 +1,5 @@
 // Call signatures and their comparison: see call_check.h.
-#include "comm/call_check.h"
+#include "tinyddp/comm/call_check.h"
 
 #include <algorithm>
 #include <cstdlib>

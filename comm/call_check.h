@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
-#include "comm/process_group.h"
+#include "tinyddp/base/error.h"
+#include "tinyddp/comm/process_group.h"
 
 namespace tinyddp::comm {
 

@@ -2,11 +2,11 @@
 // initialisation.
 #pragma once
 
-#include "comm/call_check.h"
-#include "comm/init.h"
-#include "comm/launch_env.h"
-#include "comm/process_group.h"
-#include "comm/gloo/process_group_gloo.h"
-#include "comm/nccl/process_group_nccl.h"
-#include "comm/store.h"
-#include "comm/tcp_store.h"
+#include "tinyddp/comm/call_check.h"
+#include "tinyddp/comm/init.h"
+#include "tinyddp/comm/launch_env.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/comm/gloo/process_group_gloo.h"
+#include "tinyddp/comm/nccl/process_group_nccl.h"
+#include "tinyddp/comm/store.h"
+#include "tinyddp/comm/tcp_store.h"

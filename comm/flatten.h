@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "tensor/factory.h"
-#include "tensor/tensor.h"
+#include "tinyddp/tensor/factory.h"
+#include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::comm {
 

@@ -1,5 +1,5 @@
 // init_process_group / init_from_env: see init.h.
-#include "comm/init.h"
+#include "tinyddp/comm/init.h"
 
 #include <unistd.h>
 
@@ -9,11 +9,11 @@
 
 #include <fmt/format.h>
 
-#include "comm/gloo/process_group_gloo.h"
-#include "comm/nccl/process_group_nccl.h"
-#include "tensor/cuda.h"
-#include "comm/launch_env.h"
-#include "comm/tcp_store.h"
+#include "tinyddp/comm/gloo/process_group_gloo.h"
+#include "tinyddp/comm/nccl/process_group_nccl.h"
+#include "tinyddp/tensor/cuda.h"
+#include "tinyddp/comm/launch_env.h"
+#include "tinyddp/comm/tcp_store.h"
 
 namespace tinyddp::comm {
 

@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "comm/process_group.h"
+#include "tinyddp/comm/process_group.h"
 
 namespace tinyddp::comm {
 

@@ -1,10 +1,10 @@
 // launch_env: see launch_env.h.
-#include "comm/launch_env.h"
+#include "tinyddp/comm/launch_env.h"
 
 #include <charconv>
 #include <cstdlib>
 
-#include "base/error.h"
+#include "tinyddp/base/error.h"
 
 namespace tinyddp::comm {
 

@@ -1,5 +1,5 @@
 // ProcessGroup's checks and descriptions, Work, ReduceOp names: see process_group.h.
-#include "comm/process_group.h"
+#include "tinyddp/comm/process_group.h"
 
 #include <algorithm>
 

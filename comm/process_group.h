@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/store.h"
-#include "tensor/tensor.h"
+#include "tinyddp/comm/store.h"
+#include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::comm {
 

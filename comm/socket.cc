@@ -1,5 +1,5 @@
 // Socket helpers: see socket.h.
-#include "comm/socket.h"
+#include "tinyddp/comm/socket.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>

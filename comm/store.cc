@@ -1,5 +1,5 @@
 // HashStore and PrefixStore: see store.h.
-#include "comm/store.h"
+#include "tinyddp/comm/store.h"
 
 #include <charconv>
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
+#include "tinyddp/base/error.h"
 
 namespace tinyddp::comm {
 

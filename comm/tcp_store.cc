@@ -1,5 +1,5 @@
 // TCPStore, the client: see tcp_store.h; the wire format is in tcp_store_protocol.h.
-#include "comm/tcp_store.h"
+#include "tinyddp/comm/tcp_store.h"
 
 #include <netdb.h>
 #include <sys/socket.h>
@@ -10,9 +10,9 @@
 
 #include <fmt/format.h>
 
-#include "comm/socket.h"
-#include "comm/tcp_store_protocol.h"
-#include "comm/tcp_store_server.h"
+#include "tinyddp/comm/socket.h"
+#include "tinyddp/comm/tcp_store_protocol.h"
+#include "tinyddp/comm/tcp_store_server.h"
 
 namespace tinyddp::comm {
 

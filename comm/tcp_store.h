@@ -12,7 +12,7 @@
 #include <mutex>
 #include <string>
 
-#include "comm/store.h"
+#include "tinyddp/comm/store.h"
 
 namespace tinyddp::comm {
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "comm/store.h"
+#include "tinyddp/comm/store.h"
 
 namespace tinyddp::comm::store_protocol {
 

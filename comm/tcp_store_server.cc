@@ -1,5 +1,5 @@
 // TCPStoreServer: see tcp_store_server.h; the wire format is in tcp_store_protocol.h.
-#include "comm/tcp_store_server.h"
+#include "tinyddp/comm/tcp_store_server.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -13,8 +13,8 @@
 
 #include <fmt/format.h>
 
-#include "comm/socket.h"
-#include "comm/tcp_store_protocol.h"
+#include "tinyddp/comm/socket.h"
+#include "tinyddp/comm/tcp_store_protocol.h"
 
 namespace tinyddp::comm {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <thread>
 
-#include "comm/store.h"
+#include "tinyddp/comm/store.h"
 
 namespace tinyddp::comm {
 

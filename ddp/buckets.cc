@@ -1,5 +1,5 @@
 // assign_buckets: see buckets.h.
-#include "ddp/buckets.h"
+#include "tinyddp/ddp/buckets.h"
 
 #include <algorithm>
 #include <map>

@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "tensor/tensor.h"
+#include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::ddp {
 

@@ -1,7 +1,7 @@
 // Built-in communication hooks: see comm_hooks.h.
-#include "ddp/comm_hooks.h"
+#include "tinyddp/ddp/comm_hooks.h"
 
-#include "tensor/ops.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::ddp {
 

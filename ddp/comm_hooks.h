@@ -13,7 +13,7 @@
 #include <optional>
 #include <vector>
 
-#include "comm/process_group.h"
+#include "tinyddp/comm/process_group.h"
 
 namespace tinyddp::ddp {
 

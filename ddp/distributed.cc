@@ -1,5 +1,5 @@
 // DistributedDataParallel: see distributed.h.
-#include "ddp/distributed.h"
+#include "tinyddp/ddp/distributed.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -9,9 +9,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "comm/flatten.h"
-#include "comm/init.h"
-#include "tensor/ops.h"
+#include "tinyddp/comm/flatten.h"
+#include "tinyddp/comm/init.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::ddp {
 

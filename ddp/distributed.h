@@ -9,10 +9,10 @@
 #include <unordered_set>
 #include <vector>
 
-#include "comm/process_group.h"
-#include "ddp/join.h"
-#include "ddp/reducer.h"
-#include "nn/module.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/ddp/join.h"
+#include "tinyddp/ddp/reducer.h"
+#include "tinyddp/nn/module.h"
 
 namespace tinyddp::ddp {
 

@@ -14,12 +14,12 @@
 //
 // When every rank has joined, the last ones to join agree on the highest of them, whose
 // parameters and buffers are broadcast to all (DDP's post_hook).
-#include "ddp/join.h"
+#include "tinyddp/ddp/join.h"
 
 #include <fmt/format.h>
 
-#include "ddp/distributed.h"
-#include "tensor/ops.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::ddp {
 

@@ -14,8 +14,8 @@
 #include <optional>
 #include <vector>
 
-#include "comm/process_group.h"
-#include "tensor/tensor.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::ddp {
 

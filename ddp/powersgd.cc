@@ -1,12 +1,12 @@
 // PowerSGD communication hooks: see powersgd.h.
-#include "ddp/powersgd.h"
+#include "tinyddp/ddp/powersgd.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "base/error.h"
-#include "comm/flatten.h"
-#include "tensor/ops.h"
+#include "tinyddp/base/error.h"
+#include "tinyddp/comm/flatten.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::ddp {
 

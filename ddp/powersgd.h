@@ -18,9 +18,9 @@
 #include <map>
 #include <memory>
 
-#include "comm/process_group.h"
-#include "ddp/comm_hooks.h"
-#include "tensor/random.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/ddp/comm_hooks.h"
+#include "tinyddp/tensor/random.h"
 
 namespace tinyddp::ddp {
 

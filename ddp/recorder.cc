@@ -1,5 +1,5 @@
 // Recorder: see recorder.h.
-#include "ddp/recorder.h"
+#include "tinyddp/ddp/recorder.h"
 
 #include <algorithm>
 

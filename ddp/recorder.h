@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/timeline.h"
-#include "tensor/cuda.h"
+#include "tinyddp/ddp/timeline.h"
+#include "tinyddp/tensor/cuda.h"
 
 namespace tinyddp::ddp {
 

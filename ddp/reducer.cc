@@ -3,14 +3,14 @@
 // (autograd_hook -> mark_variable_ready -> copy_grad_to_bucket -> mark_bucket_ready ->
 // all_reduce_bucket), then finalize_backward (-> copy_bucket_to_grad). The unused-parameter
 // steps are in unused_parameters.cc, Join's in join.cc, statistics in recorder.cc.
-#include "ddp/reducer.h"
+#include "tinyddp/ddp/reducer.h"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "tensor/ops.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::ddp {
 

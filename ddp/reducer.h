@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "autograd/autograd.h"
-#include "comm/process_group.h"
-#include "ddp/buckets.h"
-#include "ddp/comm_hooks.h"
-#include "ddp/recorder.h"
+#include "tinyddp/autograd/autograd.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/ddp/buckets.h"
+#include "tinyddp/ddp/comm_hooks.h"
+#include "tinyddp/ddp/recorder.h"
 
 namespace tinyddp::ddp {
 

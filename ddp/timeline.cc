@@ -1,12 +1,12 @@
 // Timeline: see timeline.h.
-#include "ddp/timeline.h"
+#include "tinyddp/ddp/timeline.h"
 
 #include <algorithm>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
-#include "base/error.h"
+#include "tinyddp/base/error.h"
 
 namespace tinyddp::ddp {
 

@@ -6,8 +6,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "ddp/reducer.h"
-#include "tensor/ops.h"
+#include "tinyddp/ddp/reducer.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::ddp {
 

@@ -1,5 +1,5 @@
 // ZeroRedundancyOptimizer: see zero_redundancy_optimizer.h.
-#include "ddp/zero_redundancy_optimizer.h"
+#include "tinyddp/ddp/zero_redundancy_optimizer.h"
 
 #include <algorithm>
 #include <charconv>
@@ -11,10 +11,10 @@
 
 #include <fmt/format.h>
 
-#include "comm/init.h"
-#include "ddp/distributed.h"
-#include "nn/safetensors.h"
-#include "tensor/ops.h"
+#include "tinyddp/comm/init.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/nn/safetensors.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::ddp {
 

@@ -21,10 +21,10 @@
 #include <optional>
 #include <vector>
 
-#include "comm/process_group.h"
-#include "ddp/comm_hooks.h"
-#include "ddp/join.h"
-#include "nn/optim.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/ddp/comm_hooks.h"
+#include "tinyddp/ddp/join.h"
+#include "tinyddp/nn/optim.h"
 
 namespace tinyddp::ddp {
 

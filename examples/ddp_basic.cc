@@ -4,8 +4,8 @@
 // gradient, so all ranks print the same parameter checksum.
 //   bazel run //examples:ddp_basic                       (forks 2 ranks itself)
 //   launch --nproc_per_node 2 -- bazel-bin/examples/ddp_basic
-#include "comm/comm.h"
-#include "ddp/distributed.h"
+#include "tinyddp/comm/comm.h"
+#include "tinyddp/ddp/distributed.h"
 #include "examples/example_util.h"
 
 namespace t = tinyddp::tensor;

@@ -4,8 +4,8 @@
 // inputs it processed, and the checksum of its final model (the same everywhere).
 //   bazel run //examples:ddp_join
 //   launch --nproc_per_node 2 -- bazel-bin/examples/ddp_join
-#include "comm/comm.h"
-#include "ddp/distributed.h"
+#include "tinyddp/comm/comm.h"
+#include "tinyddp/ddp/distributed.h"
 #include "examples/example_util.h"
 
 namespace t = tinyddp::tensor;

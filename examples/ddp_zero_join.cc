@@ -5,9 +5,9 @@
 // processed and the checksum of its final model (the same everywhere).
 //   bazel run //examples:ddp_zero_join
 //   launch --nproc_per_node 2 -- bazel-bin/examples/ddp_zero_join
-#include "comm/comm.h"
-#include "ddp/distributed.h"
-#include "ddp/zero_redundancy_optimizer.h"
+#include "tinyddp/comm/comm.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/ddp/zero_redundancy_optimizer.h"
 #include "examples/example_util.h"
 
 namespace t = tinyddp::tensor;

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "base/error.h"
+#include "tinyddp/base/error.h"
 
 namespace tinyddp::examples {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor/all.h"
+#include "tinyddp/tensor/all.h"
 
 namespace tinyddp::examples {
 

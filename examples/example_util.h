@@ -12,8 +12,8 @@
 
 #include <fmt/format.h>
 
-#include "launcher/spawn.h"
-#include "nn/nn.h"
+#include "tinyddp/launcher/spawn.h"
+#include "tinyddp/nn/nn.h"
 
 namespace tinyddp::examples {
 

@@ -2,7 +2,7 @@
 // runs it and //tests:readme_test checks that the README shows exactly these lines.
 #include <iostream>
 
-#include "tensor/all.h"
+#include "tinyddp/tensor/all.h"
 
 namespace t = tinyddp::tensor;
 

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <iostream>
 
-#include "tensor/all.h"
+#include "tinyddp/tensor/all.h"
 
 namespace t = tinyddp::tensor;
 

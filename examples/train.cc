@@ -8,7 +8,7 @@
 #include <iostream>
 
 #include "examples/train_lib.h"
-#include "base/error.h"
+#include "tinyddp/base/error.h"
 
 int main(int argc, char** argv) {
   tinyddp::examples::TrainConfig config;

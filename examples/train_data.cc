@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "base/error.h"
-#include "nn/nn.h"
+#include "tinyddp/base/error.h"
+#include "tinyddp/nn/nn.h"
 
 namespace tinyddp::examples {
 

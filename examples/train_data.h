@@ -10,7 +10,7 @@
 #include <string>
 
 #include "examples/digits.h"
-#include "tensor/all.h"
+#include "tinyddp/tensor/all.h"
 
 namespace tinyddp::examples {
 

@@ -9,13 +9,13 @@
 #include <fstream>
 #include <sstream>
 
-#include "comm/init.h"
-#include "comm/launch_env.h"
+#include "tinyddp/comm/init.h"
+#include "tinyddp/comm/launch_env.h"
 #include "examples/train_data.h"
-#include "ddp/distributed.h"
-#include "ddp/powersgd.h"
-#include "nn/nn.h"
-#include "tensor/cuda.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/ddp/powersgd.h"
+#include "tinyddp/nn/nn.h"
+#include "tinyddp/tensor/cuda.h"
 
 namespace tinyddp::examples {
 

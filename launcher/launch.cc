@@ -1,14 +1,27 @@
 // //launcher:launch: torchrun for tinyddp programs.
 //   launch --nproc_per_node 2 -- bazel-bin/examples/train --steps 100
+//   bazel run //launcher:launch -- --nproc_per_node 2 -- bazel-bin/examples/train
 // See launcher.h for what each worker gets and how failures are handled.
 #include <CLI/CLI.hpp>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 
-#include "launcher/launcher.h"
-#include "base/error.h"
+#include "tinyddp/launcher/launcher.h"
+#include "tinyddp/base/error.h"
 
 int main(int argc, char** argv) {
+  // `bazel run @tinyddp//launcher:launch -- ... bazel-bin/prog` starts the launcher in its
+  // runfiles directory; relative paths (the program, its arguments, --log_dir) mean the
+  // directory the command was typed in, which Bazel passes as BUILD_WORKING_DIRECTORY.
+  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr && *dir != '\0') {
+    if (::chdir(dir) != 0) {
+      std::cerr << "launch: cannot change to BUILD_WORKING_DIRECTORY=" << dir << ": " << std::strerror(errno) << "\n";
+      return 2;
+    }
+  }
   tinyddp::launcher::LaunchOptions o;
   double grace_s = 5, rdzv_timeout_s = 60;
   CLI::App app{

@@ -1,7 +1,7 @@
 // The launcher: see launcher.h. One attempt = spawn every local worker, then one poll loop
 // that copies their output line by line, reaps them, and stops the group on the first
 // failure or on SIGINT/SIGTERM.
-#include "launcher/launcher.h"
+#include "tinyddp/launcher/launcher.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -25,8 +25,8 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "launcher/rendezvous.h"
+#include "tinyddp/base/error.h"
+#include "tinyddp/launcher/rendezvous.h"
 
 extern char** environ;
 
@@ -174,6 +174,22 @@ std::string resolve(const std::string& program) {
   return program;  // execve fails and the error names it
 }
 
+// Why `program` could not be run, for the error message: where a relative path was looked for
+// (the launcher's working directory: under `bazel run`, the directory the command was typed in),
+// or that a bare name is searched on PATH.
+std::string lookup_hint(const std::string& program) {
+  if (program.find('/') == std::string::npos) {
+    const char* path = std::getenv("PATH");
+    return fmt::format(" (not found on PATH={}; a program in the current directory needs ./{})", path != nullptr ? path : "",
+                       program);
+  }
+  if (program.front() == '/') return "";
+  std::error_code error;
+  const std::filesystem::path cwd = std::filesystem::current_path(error);
+  return fmt::format(" (looked for {}: a relative path is taken from the directory launch runs in)",
+                     (cwd / program).lexically_normal().string());
+}
+
 // One output stream of a worker: its pipe and the part of a line not yet printed.
 struct Stream {
   int fd = -1;
@@ -295,7 +311,8 @@ class Attempt {
     w.streams[1].fd = err[0];
     w.streams[1].console = 2;
     if (n == static_cast<ssize_t>(sizeof(exec_error))) {
-      log_ << fmt::format("launch: cannot run '{}' for rank {}: {}", options_.program[0], w.rank, std::strerror(exec_error))
+      log_ << fmt::format("launch: cannot run '{}' for rank {}: {}{}", options_.program[0], w.rank, std::strerror(exec_error),
+                          exec_error == ENOENT ? lookup_hint(options_.program[0]) : "")
            << std::endl;
       record_failure(w, 127 << 8);
     }

@@ -1,12 +1,12 @@
 // Node rendezvous: see rendezvous.h.
-#include "launcher/rendezvous.h"
+#include "tinyddp/launcher/rendezvous.h"
 
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
-#include "base/error.h"
+#include "tinyddp/base/error.h"
 
 namespace tinyddp::launcher {
 

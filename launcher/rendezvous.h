@@ -6,9 +6,9 @@
 #include <memory>
 #include <ostream>
 
-#include "comm/store.h"
-#include "comm/tcp_store.h"
-#include "launcher/launcher.h"
+#include "tinyddp/comm/store.h"
+#include "tinyddp/comm/tcp_store.h"
+#include "tinyddp/launcher/launcher.h"
 
 namespace tinyddp::launcher {
 

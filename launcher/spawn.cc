@@ -1,5 +1,5 @@
 // spawn_local and free_loopback_port: see spawn.h.
-#include "launcher/spawn.h"
+#include "tinyddp/launcher/spawn.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "base/error.h"
+#include "tinyddp/base/error.h"
 
 namespace tinyddp::launcher {
 

@@ -1,7 +1,7 @@
 // Module and optimizer checkpoints: see checkpoint.h.
-#include "nn/checkpoint.h"
+#include "tinyddp/nn/checkpoint.h"
 
-#include "nn/safetensors.h"
+#include "tinyddp/nn/safetensors.h"
 
 namespace tinyddp::nn {
 

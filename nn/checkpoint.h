@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "nn/module.h"
-#include "nn/optim.h"
+#include "tinyddp/nn/module.h"
+#include "tinyddp/nn/optim.h"
 
 namespace tinyddp::nn {
 

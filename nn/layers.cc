@@ -1,5 +1,5 @@
 // Layers: see layers.h.
-#include "nn/layers.h"
+#include "tinyddp/nn/layers.h"
 
 #include <cmath>
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "nn/module.h"
+#include "tinyddp/nn/module.h"
 
 namespace tinyddp::nn {
 

@@ -1,8 +1,8 @@
 // mse_loss and cross_entropy: see loss.h. Each loss is one graph node (as PyTorch's fused
 // loss kernels), with its backward formula right below its forward.
-#include "nn/loss.h"
+#include "tinyddp/nn/loss.h"
 
-#include "tensor/graph.h"
+#include "tinyddp/tensor/graph.h"
 
 namespace tinyddp::nn {
 

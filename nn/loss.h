@@ -2,7 +2,7 @@
 // class targets, computed through log_softmax so that large logits cannot overflow).
 #pragma once
 
-#include "nn/module.h"
+#include "tinyddp/nn/module.h"
 
 namespace tinyddp::nn {
 

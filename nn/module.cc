@@ -1,5 +1,5 @@
 // Module: registration, traversal with dotted names, state dicts, modes and conversions.
-#include "nn/module.h"
+#include "tinyddp/nn/module.h"
 
 #include <sstream>
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "autograd/autograd.h"
-#include "nn/ordered_dict.h"
+#include "tinyddp/autograd/autograd.h"
+#include "tinyddp/nn/ordered_dict.h"
 
 namespace tinyddp::nn {
 

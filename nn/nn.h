@@ -1,9 +1,9 @@
 // Everything nn in one include: modules, layers, losses, optimizers, checkpoints.
 #pragma once
 
-#include "nn/checkpoint.h"
-#include "nn/layers.h"
-#include "nn/loss.h"
-#include "nn/module.h"
-#include "nn/optim.h"
-#include "nn/safetensors.h"
+#include "tinyddp/nn/checkpoint.h"
+#include "tinyddp/nn/layers.h"
+#include "tinyddp/nn/loss.h"
+#include "tinyddp/nn/module.h"
+#include "tinyddp/nn/optim.h"
+#include "tinyddp/nn/safetensors.h"

@@ -1,6 +1,6 @@
 // SGD and Adam/AdamW steps, mirroring torch.optim's single-tensor code paths (PyTorch 1.13 /
 // 2.x foreach=False) operation for operation, and their state for checkpoints.
-#include "nn/optim.h"
+#include "tinyddp/nn/optim.h"
 
 #include <cmath>
 

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "base/error.h"
+#include "tinyddp/base/error.h"
 
 namespace tinyddp::nn {
 

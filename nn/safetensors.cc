@@ -1,5 +1,5 @@
 // safetensors reader and writer: see safetensors.h.
-#include "nn/safetensors.h"
+#include "tinyddp/nn/safetensors.h"
 
 #include <algorithm>
 #include <bit>
@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tensor/factory.h"
+#include "tinyddp/tensor/factory.h"
 
 namespace tinyddp::nn {
 

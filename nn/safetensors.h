@@ -7,8 +7,8 @@
 #include <map>
 #include <string>
 
-#include "nn/ordered_dict.h"
-#include "tensor/tensor.h"
+#include "tinyddp/nn/ordered_dict.h"
+#include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::nn {
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Counts Catch2 test cases from a `bazel test` run.
 
-Usage: count_tests.py BAZEL_OUTPUT   (run from the workspace root, right after `bazel test`)
+Usage: count_tests.py BAZEL_OUTPUT [--extra STATUS:NAME ...]
+       (run from the workspace root, right after `bazel test`)
 
 For every target in the run's summary ("//pkg:name  PASSED in 0.1s", "(cached) PASSED",
 "FAILED", "FAILED TO BUILD", ...) it reads bazel-testlogs/<pkg>/<name>/test.log and takes
@@ -9,7 +10,8 @@ Catch2's closing summary ("All tests passed (A assertions in N test cases)" or
 "test cases: N | P passed | F failed"). Cases that printed a "[tinyddp-skip]" marker move
 from passed to skipped. A target without a Catch2 summary (it did not build, crashed or
 timed out) counts as one failed case; a passing target that is not a Catch2 binary (an
-sh_test) counts as one passed case. Prints "N passed, N failed, N skipped" last and exits
+sh_test) counts as one passed case. Each --extra adds one case run outside Bazel's tests
+(STATUS is passed, failed or skipped; scripts/test.sh's downstream workspace). Prints "N passed, N failed, N skipped" last and exits
 1 when anything failed.
 """
 import os
@@ -50,10 +52,15 @@ def count_log(target, status):
 
 
 def main():
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    extras = []
+    while len(args) >= 3 and args[-2] == "--extra":
+        extras.insert(0, args[-1])
+        args = args[:-2]
+    if len(args) != 1 or any(e.partition(":")[0] not in ("passed", "failed", "skipped") for e in extras):
         print(__doc__)
         return 2
-    with open(sys.argv[1], encoding="utf-8", errors="replace") as f:
+    with open(args[0], encoding="utf-8", errors="replace") as f:
         output = f.read()
     statuses = dict(STATUS.findall(output))
     passed = failed = skipped = 0
@@ -74,6 +81,15 @@ def main():
         passed, failed, skipped = passed + p, failed + f, skipped + s
         if problem:
             print(problem)
+    for extra in extras:
+        status, _, name = extra.partition(":")
+        if status == "passed":
+            passed += 1
+        elif status == "skipped":
+            skipped += 1
+        else:
+            failed += 1
+            print(f"{name}: FAILED")
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
     return 1 if failed else 0
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds and runs every test with Bazel, then (when nvcc is present) builds the CUDA
-# configuration so that CUDA code keeps compiling. Ends with one line
+# Builds and runs every test with Bazel, then builds and runs examples/downstream (a user's own
+# workspace that depends on this checkout; one more case in the count), then (when nvcc is
+# present) builds the CUDA configuration so that CUDA code keeps compiling. Ends with one line
 # "N passed, N failed, N skipped" counted from the Catch2 test cases that ran.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -10,8 +11,12 @@ trap 'rm -f "$summary"' EXIT
 bazel test //... --keep_going 2>&1 | tee "$summary"
 test_status=${PIPESTATUS[0]}
 
-# Count from the targets this run reported, before anything else builds.
-counts=$(python3 scripts/count_tests.py "$summary")
+# A user's workspace: its own training binary on 2 ranks under the launcher (and --config=cuda).
+downstream_result=failed
+if bash scripts/downstream_test.sh; then downstream_result=passed; fi
+
+# Count from the targets this run reported, before anything else builds here.
+counts=$(python3 scripts/count_tests.py "$summary" --extra "$downstream_result:examples/downstream (scripts/downstream_test.sh)")
 count_status=$?
 
 cuda_status=0

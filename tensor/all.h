@@ -1,10 +1,10 @@
 // The whole tensor library in one include: Tensor, factories, ops, random, CUDA query.
 #pragma once
 
-#include "tensor/cuda.h"
-#include "tensor/dtype.h"
-#include "tensor/device.h"
-#include "tensor/factory.h"
-#include "tensor/ops.h"
-#include "tensor/random.h"
-#include "tensor/tensor.h"
+#include "tinyddp/tensor/cuda.h"
+#include "tinyddp/tensor/dtype.h"
+#include "tinyddp/tensor/device.h"
+#include "tinyddp/tensor/factory.h"
+#include "tinyddp/tensor/ops.h"
+#include "tinyddp/tensor/random.h"
+#include "tinyddp/tensor/tensor.h"

@@ -1,20 +1,20 @@
 // tensor/cuda.h: answers from the nvcc-compiled query under --config=cuda, and "not built"
 // answers otherwise (TINYDDP_WITH_CUDA is set by the BUILD file under that config).
-#include "tensor/cuda.h"
+#include "tinyddp/tensor/cuda.h"
 
 #include <fmt/format.h>
 
 #include <atomic>
 
-#include "base/error.h"
-#include "tensor/cuda/backend.h"
-#include "tensor/factory.h"
-#include "tensor/grad_mode.h"
-#include "tensor/tensor.h"
+#include "tinyddp/base/error.h"
+#include "tinyddp/tensor/cuda/backend.h"
+#include "tinyddp/tensor/factory.h"
+#include "tinyddp/tensor/grad_mode.h"
+#include "tinyddp/tensor/tensor.h"
 
 #if TINYDDP_WITH_CUDA
-#include "tensor/cuda/device_query.h"
-#include "tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda/device_query.h"
+#include "tinyddp/tensor/cuda/runtime.h"
 #endif
 
 namespace tinyddp::tensor::cuda {
@@ -91,7 +91,7 @@ bool Tensor::is_pinned() const {
 #endif
 }
 
-Tensor cuda::empty_pinned(const Shape& sizes, DType dtype, const char* op) {
+Tensor cuda::empty_pinned([[maybe_unused]] const Shape& sizes, [[maybe_unused]] DType dtype, const char* op) {
 #if TINYDDP_WITH_CUDA
   TDDP_CHECK(cuda::is_available(), "{}: needs a GPU: {}", op, cuda::unavailable_reason());
   const Storage storage(static_cast<size_t>(shape_numel(sizes)) * tensor::element_size(dtype), cuda::pinned_allocator());

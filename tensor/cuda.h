@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor/cuda/device_guard.h"  // set_device, current_device, DeviceGuard
+#include "tinyddp/tensor/cuda/device_guard.h"  // set_device, current_device, DeviceGuard
 
 namespace tinyddp::tensor {
 class Tensor;

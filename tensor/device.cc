@@ -1,9 +1,9 @@
 // Device construction, parsing and printing.
-#include "tensor/device.h"
+#include "tinyddp/tensor/device.h"
 
 #include <charconv>
 
-#include "base/error.h"
+#include "tinyddp/base/error.h"
 
 namespace tinyddp::tensor {
 

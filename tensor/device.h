@@ -23,7 +23,8 @@ struct Device {
   bool is_cpu() const { return type == DeviceType::kCPU; }
   bool is_cuda() const { return type == DeviceType::kCUDA; }
   std::string str() const;  // "cpu", "cuda:0"
-  bool operator==(const Device& other) const = default;
+  bool operator==(const Device& other) const { return type == other.type && index == other.index; }
+  bool operator!=(const Device& other) const { return !(*this == other); }
 };
 
 inline const Device kCPU = Device::cpu();

@@ -1,9 +1,9 @@
 // DType properties and the float16/bfloat16 conversions (bit-exact, round to nearest even).
-#include "tensor/dtype.h"
+#include "tinyddp/tensor/dtype.h"
 
 #include <cstring>
 
-#include "base/error.h"
+#include "tinyddp/base/error.h"
 
 namespace tinyddp::tensor {
 

@@ -1,10 +1,10 @@
 // Tensor factories: see factory.h.
-#include "tensor/factory.h"
+#include "tinyddp/tensor/factory.h"
 
 #include <cmath>
 #include <limits>
 
-#include "tensor/ops.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::tensor {
 

@@ -7,7 +7,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "tensor/tensor.h"
+#include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor {
 
@@ -49,13 +49,12 @@ Tensor scalar_tensor(double value, TensorOptions options = {});
 // Values start, start + step, ... below end (above end for a negative step). The dtype is
 // int64 when every bound is an integer type (arange(5)), float32 otherwise, unless given.
 Tensor arange_impl(double start, double end, double step, DType default_dtype, TensorOptions options);
-template <typename E>
-  requires std::is_arithmetic_v<E>
+template <typename E, typename = std::enable_if_t<std::is_arithmetic_v<E>>>
 Tensor arange(E end, TensorOptions options = {}) {
   return arange_impl(0, static_cast<double>(end), 1, std::is_integral_v<E> ? kInt64 : kFloat32, options);
 }
-template <typename S, typename E, typename P = int64_t>
-  requires std::is_arithmetic_v<S> && std::is_arithmetic_v<E> && std::is_arithmetic_v<P>
+template <typename S, typename E, typename P = int64_t,
+          typename = std::enable_if_t<std::is_arithmetic_v<S> && std::is_arithmetic_v<E> && std::is_arithmetic_v<P>>>
 Tensor arange(S start, E end, P step = 1, TensorOptions options = {}) {
   const bool integral = std::is_integral_v<S> && std::is_integral_v<E> && std::is_integral_v<P>;
   return arange_impl(static_cast<double>(start), static_cast<double>(end), static_cast<double>(step),

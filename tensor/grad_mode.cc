@@ -1,5 +1,5 @@
 // The thread-local grad-mode flag.
-#include "tensor/grad_mode.h"
+#include "tinyddp/tensor/grad_mode.h"
 
 namespace tinyddp::tensor {
 

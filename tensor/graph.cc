@@ -1,5 +1,5 @@
 // record_op, needs_grad and SavedTensor: the tensor side of the autograd seam.
-#include "tensor/graph.h"
+#include "tinyddp/tensor/graph.h"
 
 namespace tinyddp::tensor {
 
@@ -15,8 +15,7 @@ void record_op(const char* name, const Tensor& output, std::initializer_list<Ten
   for (const Tensor& input : inputs) {
     if (input.defined() && input.requires_grad()) {
       // Any tracked input's metadata can build the node; the first one does.
-      input.autograd_meta()->record_op(name, output, std::span<const Tensor>(inputs.begin(), inputs.size()),
-                                       std::move(backward));
+      input.autograd_meta()->record_op(name, output, inputs.begin(), inputs.size(), std::move(backward));
       return;
     }
   }

@@ -8,8 +8,8 @@
 #include <initializer_list>
 #include <vector>
 
-#include "tensor/grad_mode.h"
-#include "tensor/tensor.h"
+#include "tinyddp/tensor/grad_mode.h"
+#include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor {
 

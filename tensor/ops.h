@@ -12,8 +12,8 @@
 
 #include <tuple>
 
-#include "tensor/factory.h"
-#include "tensor/tensor.h"
+#include "tinyddp/tensor/factory.h"
+#include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor {
 

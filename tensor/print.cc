@@ -6,7 +6,7 @@
 
 #include <fmt/ranges.h>
 
-#include "tensor/ops.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::tensor {
 

@@ -1,10 +1,10 @@
 // Random sampling on the CPU generator, mirroring the draws PyTorch's CPU generator makes.
-#include "tensor/random.h"
+#include "tinyddp/tensor/random.h"
 
 #include <cmath>
 #include <numbers>
 
-#include "tensor/ops.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::tensor {
 

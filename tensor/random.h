@@ -11,7 +11,7 @@
 #include <optional>
 #include <random>
 
-#include "tensor/factory.h"
+#include "tinyddp/tensor/factory.h"
 
 namespace tinyddp::tensor {
 

@@ -1,5 +1,5 @@
 // tensor/reduce_plan.h.
-#include "tensor/reduce_plan.h"
+#include "tinyddp/tensor/reduce_plan.h"
 
 #include <algorithm>
 

@@ -3,7 +3,7 @@
 // per row) or, when the reduced dims lead a contiguous tensor, columns summed in place.
 #pragma once
 
-#include "tensor/tensor.h"
+#include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor {
 

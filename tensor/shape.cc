@@ -1,10 +1,10 @@
 // Shape arithmetic: see shape.h.
-#include "tensor/shape.h"
+#include "tinyddp/tensor/shape.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "base/error.h"
+#include "tinyddp/base/error.h"
 
 namespace tinyddp::tensor {
 

@@ -39,8 +39,7 @@ class SmallVector {
     std::fill_n(data_, count, value);
     size_ = count;
   }
-  template <typename It>
-    requires(!std::is_integral_v<It>)
+  template <typename It, typename = std::enable_if_t<!std::is_integral_v<It>>>
   SmallVector(It first, It last) {
     assign(first, last);
   }
@@ -110,8 +109,7 @@ class SmallVector {
 
   iterator insert(const_iterator pos, const T& value) { return insert(pos, &value, &value + 1); }
   iterator insert(const_iterator pos, std::initializer_list<T> values) { return insert(pos, values.begin(), values.end()); }
-  template <typename It>
-    requires(!std::is_integral_v<It>)
+  template <typename It, typename = std::enable_if_t<!std::is_integral_v<It>>>
   iterator insert(const_iterator pos, It first, It last) {
     const size_t index = static_cast<size_t>(pos - data_);
     const SmallVector inserted(first, last);  // a copy: the range may alias this vector

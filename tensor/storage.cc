@@ -1,14 +1,14 @@
 // The CPU allocator and Storage's lifetime management.
-#include "tensor/storage.h"
+#include "tinyddp/tensor/storage.h"
 
 #include <cstdlib>
 #include <new>
 
-#include "tensor/cuda.h"
+#include "tinyddp/tensor/cuda.h"
 #if TINYDDP_WITH_CUDA
-#include "tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda/runtime.h"
 #endif
-#include "base/error.h"
+#include "tinyddp/base/error.h"
 
 namespace tinyddp::tensor {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "tensor/device.h"
+#include "tinyddp/tensor/device.h"
 
 namespace tinyddp::tensor {
 

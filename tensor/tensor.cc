@@ -1,14 +1,14 @@
 // Tensor metadata and the view operations. Every view builds a new TensorImpl over the same
 // Storage; nothing here copies data except contiguous(), clone() and reshape()'s fallback.
 // Each differentiable method records its backward formula right after its forward.
-#include "tensor/tensor.h"
+#include "tinyddp/tensor/tensor.h"
 
 #include <algorithm>
 #include <numeric>
 
-#include "tensor/cuda/backend.h"
-#include "tensor/graph.h"
-#include "tensor/ops.h"
+#include "tinyddp/tensor/cuda/backend.h"
+#include "tinyddp/tensor/graph.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::tensor {
 

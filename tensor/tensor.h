@@ -9,17 +9,16 @@
 #include <memory>
 #include <optional>
 #include <ostream>
-#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-#include "tensor/device.h"
-#include "tensor/dtype.h"
-#include "base/error.h"
-#include "tensor/grad_mode.h"
-#include "tensor/shape.h"
-#include "tensor/storage.h"
+#include "tinyddp/tensor/device.h"
+#include "tinyddp/tensor/dtype.h"
+#include "tinyddp/base/error.h"
+#include "tinyddp/tensor/grad_mode.h"
+#include "tinyddp/tensor/shape.h"
+#include "tinyddp/tensor/storage.h"
 
 namespace tinyddp::autograd {
 class Node;
@@ -193,8 +192,9 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 struct AutogradMetaInterface {
   virtual ~AutogradMetaInterface() = default;
   virtual bool requires_grad() const = 0;
-  // Builds the graph node for `output` = op(`inputs`) with the given backward formula.
-  virtual void record_op(const char* name, const Tensor& output, std::span<const Tensor> inputs,
+  // Builds the graph node for `output` = op(`inputs`[0..num_inputs)) with the given backward
+  // formula.
+  virtual void record_op(const char* name, const Tensor& output, const Tensor* inputs, size_t num_inputs,
                          BackwardFn backward) const = 0;
 };
 

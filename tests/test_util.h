@@ -9,7 +9,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "tensor/all.h"
+#include "tinyddp/tensor/all.h"
 
 // Ends the current test case as skipped: prints a marker line that scripts/test.sh counts
 // (Catch2 v2 has no skip of its own, so the case also shows up as passed in Catch's totals).

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "comm/process_group.h"
+#include "tinyddp/comm/process_group.h"
 
 namespace tinyddp::comm::detail {
 

@@ -1,6 +1,6 @@
 // ProcessGroupGloo: rendezvous through our Store, one worker thread executing collectives in
 // issue order, and each collective mapped onto Gloo's API. See process_group_gloo.h.
-#include "comm/gloo/process_group_gloo.h"
+#include "tinyddp/comm/gloo/process_group_gloo.h"
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -22,11 +22,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "comm/gloo/small_allreduce.h"
-#include "comm/flatten.h"
-#include "comm/gloo/element_types.h"
-#include "comm/gloo/ring_allreduce.h"
-#include "tensor/ops.h"
+#include "tinyddp/comm/gloo/small_allreduce.h"
+#include "tinyddp/comm/flatten.h"
+#include "tinyddp/comm/gloo/element_types.h"
+#include "tinyddp/comm/gloo/ring_allreduce.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::comm {
 

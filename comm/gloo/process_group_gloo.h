@@ -18,9 +18,9 @@
 #include <memory>
 #include <thread>
 
-#include "comm/call_check.h"
-#include "comm/process_group.h"
-#include "tensor/cuda.h"
+#include "tinyddp/comm/call_check.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/tensor/cuda.h"
 
 namespace gloo {
 class Context;

@@ -1,5 +1,5 @@
 // The TCP ring for large allreduces: see ring_allreduce.h.
-#include "comm/gloo/ring_allreduce.h"
+#include "tinyddp/comm/gloo/ring_allreduce.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -13,8 +13,8 @@
 
 #include <fmt/format.h>
 
-#include "comm/socket.h"
-#include "base/error.h"
+#include "tinyddp/comm/socket.h"
+#include "tinyddp/base/error.h"
 
 namespace tinyddp::comm::detail {
 

@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/store.h"
+#include "tinyddp/comm/store.h"
 
 namespace tinyddp::comm::detail {
 

@@ -1,13 +1,13 @@
 // SmallAllreduce: see gloo_small_allreduce.h.
-#include "comm/gloo/small_allreduce.h"
+#include "tinyddp/comm/gloo/small_allreduce.h"
 
 #include <gloo/allreduce_ring.h>
 #include <gloo/allreduce_ring_chunked.h>
 #include <gloo/context.h>
 
-#include "comm/flatten.h"
-#include "comm/gloo/element_types.h"
-#include "tensor/ops.h"
+#include "tinyddp/comm/flatten.h"
+#include "tinyddp/comm/gloo/element_types.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::comm::detail {
 

@@ -26,7 +26,7 @@
 #include <tuple>
 #include <vector>
 
-#include "comm/process_group.h"
+#include "tinyddp/comm/process_group.h"
 
 namespace gloo {
 class Algorithm;

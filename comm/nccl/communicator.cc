@@ -1,13 +1,13 @@
 // NcclCommunicator: see communicator.h; the protocol is described in process_group_nccl.h.
-#include "comm/nccl/communicator.h"
+#include "tinyddp/comm/nccl/communicator.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdlib>
 
-#include "tensor/cuda.h"
-#include "tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda.h"
+#include "tinyddp/tensor/cuda/runtime.h"
 
 namespace tinyddp::comm::detail {
 

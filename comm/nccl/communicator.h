@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm/process_group.h"
+#include "tinyddp/comm/process_group.h"
 
 namespace tinyddp::comm::detail {
 

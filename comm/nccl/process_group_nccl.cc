@@ -1,6 +1,6 @@
 // ProcessGroupNccl under --config=cuda: each collective's NCCL calls, launched through the
 // NcclCommunicator (communicator.h). See process_group_nccl.h for the protocol.
-#include "comm/nccl/process_group_nccl.h"
+#include "tinyddp/comm/nccl/process_group_nccl.h"
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -8,10 +8,10 @@
 
 #include <cstdlib>
 
-#include "comm/nccl/communicator.h"
-#include "tensor/cuda.h"
-#include "tensor/cuda/runtime.h"
-#include "tensor/factory.h"
+#include "tinyddp/comm/nccl/communicator.h"
+#include "tinyddp/tensor/cuda.h"
+#include "tinyddp/tensor/cuda/runtime.h"
+#include "tinyddp/tensor/factory.h"
 
 namespace tinyddp::comm {
 

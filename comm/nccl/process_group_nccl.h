@@ -33,7 +33,7 @@
 #include <functional>
 #include <memory>
 
-#include "comm/process_group.h"
+#include "tinyddp/comm/process_group.h"
 
 namespace tinyddp::comm {
 

@@ -1,8 +1,8 @@
 // ProcessGroupNccl in a build without CUDA: the constructor says why there is no NCCL, so no
 // instance (and no call to the methods below) can exist.
-#include "comm/nccl/process_group_nccl.h"
+#include "tinyddp/comm/nccl/process_group_nccl.h"
 
-#include "tensor/cuda.h"
+#include "tinyddp/tensor/cuda.h"
 
 namespace tinyddp::comm {
 

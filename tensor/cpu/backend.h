@@ -6,8 +6,8 @@
 
 #include <tuple>
 
-#include "tensor/kernel_ops.h"
-#include "tensor/tensor.h"
+#include "tinyddp/tensor/kernel_ops.h"
+#include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::cpu {
 

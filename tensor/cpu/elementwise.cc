@@ -7,8 +7,8 @@
 
 #include <Eigen/Core>
 
-#include "tensor/cpu/backend.h"
-#include "tensor/cpu/loops.h"
+#include "tinyddp/tensor/cpu/backend.h"
+#include "tinyddp/tensor/cpu/loops.h"
 
 namespace tinyddp::tensor::cpu {
 

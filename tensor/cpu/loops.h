@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "tensor/tensor.h"
+#include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::cpu {
 

@@ -4,9 +4,9 @@
 // compute in float32; int64 uses a plain loop (Eigen has no fast integer GEMM).
 #include <Eigen/Core>
 
-#include "tensor/cpu/backend.h"
-#include "tensor/cpu/loops.h"
-#include "tensor/factory.h"
+#include "tinyddp/tensor/cpu/backend.h"
+#include "tinyddp/tensor/cpu/loops.h"
+#include "tinyddp/tensor/factory.h"
 
 namespace tinyddp::tensor::cpu {
 

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <limits>
 
-#include "tensor/cpu/backend.h"
-#include "tensor/cpu/loops.h"
-#include "tensor/factory.h"
-#include "tensor/reduce_plan.h"
+#include "tinyddp/tensor/cpu/backend.h"
+#include "tinyddp/tensor/cpu/loops.h"
+#include "tinyddp/tensor/factory.h"
+#include "tinyddp/tensor/reduce_plan.h"
 
 namespace tinyddp::tensor::cpu {
 

@@ -1,19 +1,19 @@
 // tensor/cuda/backend.h under --config=cuda: Tensors turned into the kernels' descriptors
 // (tensor/cuda/kernels.h), launched on the device's compute stream, each launch checked.
-#include "tensor/cuda/backend.h"
+#include "tinyddp/tensor/cuda/backend.h"
 
 #include <cuda_runtime_api.h>
 
 #include <array>
 #include <cstring>
 
-#include "tensor/cuda/kernels.h"
-#include "tensor/cuda/libraries.h"
-#include "tensor/cuda/plan.h"
-#include "tensor/cuda/runtime.h"
-#include "base/error.h"
-#include "tensor/factory.h"
-#include "tensor/reduce_plan.h"
+#include "tinyddp/tensor/cuda/kernels.h"
+#include "tinyddp/tensor/cuda/libraries.h"
+#include "tinyddp/tensor/cuda/plan.h"
+#include "tinyddp/tensor/cuda/runtime.h"
+#include "tinyddp/base/error.h"
+#include "tinyddp/tensor/factory.h"
+#include "tinyddp/tensor/reduce_plan.h"
 
 namespace tinyddp::tensor::cuda {
 

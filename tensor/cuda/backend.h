@@ -5,9 +5,9 @@
 // throw (no CUDA tensor can exist there anyway: allocation fails first).
 #pragma once
 
-#include "tensor/kernel_ops.h"
-#include "tensor/cuda.h"
-#include "tensor/tensor.h"
+#include "tinyddp/tensor/kernel_ops.h"
+#include "tinyddp/tensor/cuda.h"
+#include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::cuda {
 

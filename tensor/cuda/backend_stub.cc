@@ -1,8 +1,8 @@
 // tensor/cuda/backend.h in a build without CUDA: every entry point says so.
-#include "tensor/cuda/backend.h"
+#include "tinyddp/tensor/cuda/backend.h"
 
-#include "tensor/cuda.h"
-#include "base/error.h"
+#include "tinyddp/tensor/cuda.h"
+#include "tinyddp/base/error.h"
 
 namespace tinyddp::tensor::cuda {
 

@@ -1,5 +1,5 @@
 // The per-thread device rules: see device_guard.h.
-#include "tensor/cuda/device_guard.h"
+#include "tinyddp/tensor/cuda/device_guard.h"
 
 #include <atomic>
 

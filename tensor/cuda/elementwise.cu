@@ -3,8 +3,8 @@
 // host side (backend.cc) has merged every mergeable pair of dims, so contiguous operands reach
 // here as one dim and the offset arithmetic is a multiply. 16-bit floats are stored as their
 // bits and computed in float, rounding to nearest-even on the way back, as on the CPU.
-#include "tensor/cuda/dtypes.cuh"
-#include "tensor/cuda/kernels.h"
+#include "tinyddp/tensor/cuda/dtypes.cuh"
+#include "tinyddp/tensor/cuda/kernels.h"
 
 #include <cuda_runtime.h>
 

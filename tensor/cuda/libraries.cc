@@ -1,6 +1,6 @@
 // tensor/cuda/libraries.h: cuBLAS GEMMs and cuDNN softmax. Every library call is checked; a
 // failure names the call and the library's own description of the status.
-#include "tensor/cuda/libraries.h"
+#include "tinyddp/tensor/cuda/libraries.h"
 
 #include <cublas_v2.h>
 #include <cudnn.h>
@@ -12,11 +12,11 @@
 #include <optional>
 #include <vector>
 
-#include "tensor/cuda.h"
-#include "tensor/cuda/plan.h"
-#include "tensor/cuda/runtime.h"
-#include "base/error.h"
-#include "tensor/ops.h"
+#include "tinyddp/tensor/cuda.h"
+#include "tinyddp/tensor/cuda/plan.h"
+#include "tinyddp/tensor/cuda/runtime.h"
+#include "tinyddp/base/error.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::tensor::cuda {
 

@@ -8,9 +8,9 @@
 #include <optional>
 #include <vector>
 
-#include "tensor/cuda/kernels.h"
-#include "base/error.h"
-#include "tensor/tensor.h"
+#include "tinyddp/tensor/cuda/kernels.h"
+#include "tinyddp/base/error.h"
+#include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::cuda {
 

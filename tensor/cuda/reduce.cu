@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "tensor/cuda/dtypes.cuh"
-#include "tensor/cuda/kernels.h"
+#include "tinyddp/tensor/cuda/dtypes.cuh"
+#include "tinyddp/tensor/cuda/kernels.h"
 
 namespace tinyddp::tensor::cuda::kernels {
 

@@ -1,5 +1,5 @@
 // Checked CUDA calls, compute streams and the caching allocator: see runtime.h.
-#include "tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda/runtime.h"
 
 #include <fmt/format.h>
 
@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "base/error.h"
+#include "tinyddp/base/error.h"
 
 namespace tinyddp::tensor::cuda {
 

@@ -23,9 +23,9 @@
 #include <cstdint>
 #include <string>
 
-#include "tensor/cuda.h"
-#include "tensor/cuda/device_guard.h"
-#include "tensor/storage.h"
+#include "tinyddp/tensor/cuda.h"
+#include "tinyddp/tensor/cuda/device_guard.h"
+#include "tinyddp/tensor/storage.h"
 
 namespace tinyddp::tensor::cuda {
 

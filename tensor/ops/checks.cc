@@ -1,8 +1,8 @@
 // The shared checks of tensor/ops/: see checks.h.
-#include "tensor/ops/checks.h"
+#include "tinyddp/tensor/ops/checks.h"
 
-#include "tensor/factory.h"
-#include "tensor/grad_mode.h"
+#include "tinyddp/tensor/factory.h"
+#include "tinyddp/tensor/grad_mode.h"
 
 namespace tinyddp::tensor::detail {
 

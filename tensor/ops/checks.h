@@ -4,10 +4,10 @@
 // the device type into the CPU or CUDA backend.
 #pragma once
 
-#include "tensor/cpu/backend.h"
-#include "tensor/cuda.h"
-#include "tensor/cuda/backend.h"
-#include "tensor/tensor.h"
+#include "tinyddp/tensor/cpu/backend.h"
+#include "tinyddp/tensor/cuda.h"
+#include "tinyddp/tensor/cuda/backend.h"
+#include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::detail {
 

@@ -1,12 +1,12 @@
 // Copies, fills and accumulation into existing tensors, and whole-tensor comparisons
 // (allclose, equal).
-#include "tensor/ops.h"
+#include "tinyddp/tensor/ops.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "tensor/graph.h"
-#include "tensor/ops/checks.h"
+#include "tinyddp/tensor/graph.h"
+#include "tinyddp/tensor/ops/checks.h"
 
 namespace tinyddp::tensor {
 

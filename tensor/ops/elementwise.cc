@@ -1,13 +1,13 @@
 // Elementwise ops: binary arithmetic (broadcasting; gradients summed back to each input's
 // shape with sum_to_size), comparisons (not differentiable: bool results), unary functions
 // and pow, each forward beside its backward formula (recorded via graph.h).
-#include "tensor/ops.h"
+#include "tinyddp/tensor/ops.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "tensor/graph.h"
-#include "tensor/ops/checks.h"
+#include "tinyddp/tensor/graph.h"
+#include "tinyddp/tensor/ops/checks.h"
 
 namespace tinyddp::tensor {
 

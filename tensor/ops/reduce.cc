@@ -1,12 +1,12 @@
 // Reductions (sum, mean, max, argmax) and softmax / log_softmax, each forward beside its
 // backward formula.
-#include "tensor/ops.h"
+#include "tinyddp/tensor/ops.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "tensor/graph.h"
-#include "tensor/ops/checks.h"
+#include "tinyddp/tensor/graph.h"
+#include "tinyddp/tensor/ops/checks.h"
 
 namespace tinyddp::tensor {
 

@@ -2,7 +2,7 @@
 // after .grad holds the new value, in graph order; unreached leaves get no call; removal;
 // queue_callback from a hook; accumulation across backward calls; retain_graph and the freed
 // graph error; grad mode; detach; diamonds and fan-out; in-place safety; tensor hooks.
-#include "autograd/autograd.h"
+#include "tinyddp/autograd/autograd.h"
 #include "tests/test_util.h"
 
 using namespace tinyddp::tensor;

@@ -1,6 +1,6 @@
 // gradcheck for every op that has a backward, on contiguous, non-contiguous (transposed,
 // narrowed) and broadcast inputs, in float64 against central finite differences.
-#include "autograd/autograd.h"
+#include "tinyddp/autograd/autograd.h"
 #include "tests/test_util.h"
 
 using namespace tinyddp::tensor;

@@ -12,7 +12,7 @@
 #include <regex>
 #include <thread>
 
-#include "nn/nn.h"
+#include "tinyddp/nn/nn.h"
 #include "tests/test_util.h"
 
 using tinyddp::testing::CommandResult;

@@ -10,13 +10,13 @@
 #include <cstring>
 #include <thread>
 
-#include "comm/init.h"
-#include "comm/nccl/process_group_nccl.h"
-#include "tensor/cuda.h"
+#include "tinyddp/comm/init.h"
+#include "tinyddp/comm/nccl/process_group_nccl.h"
+#include "tinyddp/tensor/cuda.h"
 #include "tests/comm/comm_test_util.h"
 
 #if TINYDDP_WITH_CUDA
-#include "tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda/runtime.h"
 #include "tests/cuda_test_util.h"
 #endif
 

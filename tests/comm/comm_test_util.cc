@@ -1,7 +1,7 @@
 // Harnesses for collective tests: see comm_test_util.h.
 #include "tests/comm/comm_test_util.h"
 
-#include "launcher/spawn.h"
+#include "tinyddp/launcher/spawn.h"
 
 #include <poll.h>
 #include <sys/wait.h>

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/gloo/process_group_gloo.h"
-#include "comm/tcp_store.h"
+#include "tinyddp/comm/gloo/process_group_gloo.h"
+#include "tinyddp/comm/tcp_store.h"
 #include "tests/test_util.h"
 
 namespace tinyddp::testing {

@@ -7,7 +7,7 @@
 #include <functional>
 #include <thread>
 
-#include "comm/comm.h"
+#include "tinyddp/comm/comm.h"
 #include "tests/comm/comm_test_util.h"
 
 using namespace tinyddp;

@@ -8,7 +8,7 @@
 
 #include <unistd.h>
 
-#include "comm/comm.h"
+#include "tinyddp/comm/comm.h"
 #include "tests/comm/comm_test_util.h"
 
 using namespace tinyddp;

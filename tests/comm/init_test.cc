@@ -3,8 +3,8 @@
 // MASTER_ADDR:MASTER_PORT, and clear errors.
 #include <cstdlib>
 
-#include "comm/comm.h"
-#include "launcher/spawn.h"
+#include "tinyddp/comm/comm.h"
+#include "tinyddp/launcher/spawn.h"
 #include "tests/comm/comm_test_util.h"
 
 using namespace tinyddp;

@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "comm/store.h"
-#include "comm/tcp_store.h"
+#include "tinyddp/comm/store.h"
+#include "tinyddp/comm/tcp_store.h"
 #include "tests/test_util.h"
 
 using namespace tinyddp::comm;

@@ -11,10 +11,10 @@
 #include <mutex>
 #include <sstream>
 
-#include "comm/nccl/process_group_nccl.h"
-#include "ddp/distributed.h"
-#include "nn/nn.h"
-#include "tensor/cuda.h"
+#include "tinyddp/comm/nccl/process_group_nccl.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/nn/nn.h"
+#include "tinyddp/tensor/cuda.h"
 #include "tests/comm/comm_test_util.h"
 
 using namespace tinyddp;

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <vector>
 
-#include "nn/nn.h"
+#include "tinyddp/nn/nn.h"
 
 namespace tinyddp::testing {
 

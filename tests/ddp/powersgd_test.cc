@@ -3,12 +3,12 @@
 // of the applied updates track the sum of the true gradients; training with PowerSGD reaches
 // the loss of plain allreduce within a margin, with identical parameters on every rank; the
 // batched hook; bad options.
-#include "ddp/powersgd.h"
+#include "tinyddp/ddp/powersgd.h"
 
 #include <cmath>
 
-#include "ddp/distributed.h"
-#include "nn/nn.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/nn/nn.h"
 #include "tests/comm/comm_test_util.h"
 #include "tests/ddp/ddp_test_util.h"
 

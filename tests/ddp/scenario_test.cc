@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ddp/distributed.h"
-#include "nn/nn.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/nn/nn.h"
 #include "tests/comm/comm_test_util.h"
 
 using namespace tinyddp;

@@ -9,9 +9,9 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "ddp/distributed.h"
-#include "ddp/timeline.h"
-#include "nn/nn.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/ddp/timeline.h"
+#include "tinyddp/nn/nn.h"
 #include "tests/comm/comm_test_util.h"
 
 using namespace tinyddp;

@@ -3,15 +3,15 @@
 // broadcasts and parameters_as_bucket_view), uneven inputs under Join with DDP, the state on
 // each rank (about 1/W), consolidate_state_dict and loading a consolidated state into a plain
 // optimizer and into ZeRO on another world size, and the errors.
-#include "ddp/zero_redundancy_optimizer.h"
+#include "tinyddp/ddp/zero_redundancy_optimizer.h"
 
 #include <cmath>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
-#include "ddp/distributed.h"
-#include "nn/nn.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/nn/nn.h"
 #include "tests/comm/comm_test_util.h"
 #include "tests/ddp/ddp_test_util.h"
 

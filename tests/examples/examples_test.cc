@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "nn/nn.h"
-#include "tensor/cuda.h"
+#include "tinyddp/nn/nn.h"
+#include "tinyddp/tensor/cuda.h"
 #include "tests/test_util.h"
 
 using tinyddp::testing::CommandResult;

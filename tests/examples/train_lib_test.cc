@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "examples/train_lib.h"
-#include "launcher/spawn.h"
+#include "tinyddp/launcher/spawn.h"
 #include "tests/nn/nn_test_util.h"
 
 using namespace tinyddp;

@@ -13,7 +13,7 @@
 #include <set>
 #include <thread>
 
-#include "launcher/spawn.h"
+#include "tinyddp/launcher/spawn.h"
 #include "tests/test_util.h"
 
 using tinyddp::testing::CommandResult;
@@ -247,4 +247,40 @@ TEST_CASE("launch: bad arguments and an unreachable master give clear errors", "
     CHECK_THAT(r.output, Contains(c.message));
     CHECK(r.seconds < 10);
   }
+}
+
+TEST_CASE("launch: a relative program is found from the directory `bazel run` was typed in", "[launcher]") {
+  // Under `bazel run` the launcher starts in its runfiles; BUILD_WORKING_DIRECTORY names the
+  // user's directory, which relative paths (and the workers' working directory) refer to.
+  const std::string dir = scratch("working_directory");
+  std::filesystem::create_directories(dir + "/bin");
+  {
+    std::ofstream program(dir + "/bin/where.sh");
+    program << "#!/bin/sh\necho \"cwd=$(pwd) args=$*\"\n";
+  }
+  std::filesystem::permissions(dir + "/bin/where.sh", std::filesystem::perms::owner_all);
+  const std::string launch_path = std::filesystem::absolute(kLaunch).string();
+  const std::string in_dir = "BUILD_WORKING_DIRECTORY=" + dir + " " + launch_path + " ";
+
+  const CommandResult ran = run_command(in_dir + "--nproc_per_node 2 -- bin/where.sh data/x.csv");
+  INFO(ran.output);
+  CHECK(ran.exit_code == 0);
+  CHECK_THAT(ran.output, Contains("[rank 0] cwd=" + dir + " args=data/x.csv"));
+  CHECK_THAT(ran.output, Contains("[rank 1] cwd=" + dir + " args=data/x.csv"));
+
+  const CommandResult missing = run_command(in_dir + "-- bazel-bin/missing_program");
+  INFO(missing.output);
+  CHECK(missing.exit_code == 127);
+  CHECK_THAT(missing.output, Contains("cannot run 'bazel-bin/missing_program' for rank 0: No such file or directory (looked for " +
+                                      dir + "/bazel-bin/missing_program"));
+
+  const CommandResult bare = run_command(launch_path + " -- no_such_program_anywhere");
+  INFO(bare.output);
+  CHECK(bare.exit_code == 127);
+  CHECK_THAT(bare.output, Contains("cannot run 'no_such_program_anywhere' for rank 0: No such file or directory (not found on PATH="));
+
+  const CommandResult bad_dir = run_command("BUILD_WORKING_DIRECTORY=" + dir + "/nowhere " + launch_path + " -- true");
+  INFO(bad_dir.output);
+  CHECK(bad_dir.exit_code == 2);
+  CHECK_THAT(bad_dir.output, Contains("cannot change to BUILD_WORKING_DIRECTORY=" + dir + "/nowhere"));
 }

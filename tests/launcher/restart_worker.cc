@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "comm/comm.h"
-#include "tensor/all.h"
+#include "tinyddp/comm/comm.h"
+#include "tinyddp/tensor/all.h"
 
 int main() {
   using namespace tinyddp;

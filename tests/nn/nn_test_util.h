@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "nn/nn.h"
+#include "tinyddp/nn/nn.h"
 #include "tests/test_util.h"
 
 namespace tinyddp::testing {

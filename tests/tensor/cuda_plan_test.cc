@@ -6,7 +6,7 @@
 // themselves are checked against the CPU on a GPU (cuda_test.cc).
 #include <array>
 
-#include "tensor/cuda/plan.h"
+#include "tinyddp/tensor/cuda/plan.h"
 #include "tests/test_util.h"
 
 using namespace tinyddp::tensor;

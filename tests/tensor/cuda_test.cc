@@ -8,14 +8,14 @@
 #include <thread>
 #include <tuple>
 
-#include "nn/nn.h"
-#include "tensor/cuda.h"
+#include "tinyddp/nn/nn.h"
+#include "tinyddp/tensor/cuda.h"
 #include "tests/test_util.h"
 
 #if TINYDDP_WITH_CUDA
 #include <cuda_runtime_api.h>
 
-#include "tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda/runtime.h"
 #include "tests/cuda_test_util.h"
 #endif
 

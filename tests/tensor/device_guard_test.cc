@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "tensor/cuda/device_guard.h"
+#include "tinyddp/tensor/cuda/device_guard.h"
 
 namespace cuda = tinyddp::tensor::cuda;
 

@@ -7,6 +7,15 @@ files with nvcc into .pic.o objects that a cc_library lists in its srcs. Every r
 
 CUDA_PATH = "/usr/local/cuda"
 
+# Resolved against this file's repository, so that the macros work the same when tinyddp is
+# an external repository of a user's workspace (where "//..." would mean the user's).
+_ENABLED = str(Label("//third_party/cuda:enabled"))
+_NO_PTX = str(Label("//third_party/cuda:no_ptx"))
+
+# Where tinyddp's sources sit in the execution root: "" in its own workspace,
+# "external/<name>" in a user's.
+_ROOT = Label("//:BUILD").workspace_root
+
 # H100/H200: native sm_90 code plus compute_90 PTX for later GPUs (sm_90 alone under
 # --define=cuda_ptx=0, which the GPU bundle uses to stay small).
 NVCC_SM90 = "-gencode=arch=compute_90,code=sm_90"
@@ -14,7 +23,7 @@ NVCC_PTX90 = "-gencode=arch=compute_90,code=compute_90"
 
 def if_cuda(if_true, if_false = []):
     return select({
-        "//third_party/cuda:enabled": if_true,
+        _ENABLED: if_true,
         "//conditions:default": if_false,
     })
 
@@ -22,6 +31,8 @@ def cuda_objects(name, srcs, hdrs = [], copts = []):
     """Compiles each .cu in srcs with nvcc into <name>/<stem>.pic.o (only under --config=cuda).
 
     Returns the list of object labels, to be placed in a cc_library's srcs through if_cuda().
+    The sources include tinyddp's headers as "tinyddp/...": nvcc gets a temporary include
+    directory whose `tinyddp` entry links to tinyddp's root in the execution root.
     """
     outs = []
     for src in srcs:
@@ -32,17 +43,18 @@ def cuda_objects(name, srcs, hdrs = [], copts = []):
             srcs = [src] + hdrs + if_cuda(["@cuda//:headers"]),
             outs = [out],
             cmd = " ".join([
+                "inc=$$(mktemp -d); trap 'rm -rf $$inc' EXIT; ln -s \"$$PWD/%s\" $$inc/tinyddp;" % _ROOT,
                 CUDA_PATH + "/bin/nvcc",
                 "-std=c++20 -O2 -Xcompiler -fPIC -Xcompiler -march=x86-64-v3",
                 "-Xcompiler -Wall -Xcompiler -Wextra",
                 NVCC_SM90,
                 "",
             ]) + select({
-                "//third_party/cuda:no_ptx": "",
+                _NO_PTX: "",
                 "//conditions:default": NVCC_PTX90,
             }) + " ".join([
                 "",
-                "-I.",
+                "-I$$inc",
                 " ".join(copts),
                 "-c $(location %s) -o $@" % src,
             ]),
