@@ -1,7 +1,8 @@
-// Everything nn in one include: modules, layers, losses, optimizers, checkpoints.
+// Everything nn in one include: modules, layers, losses, optimizers, checkpoints, data loading.
 #pragma once
 
 #include "tinyddp/nn/checkpoint.h"
+#include "tinyddp/nn/data.h"
 #include "tinyddp/nn/layers.h"
 #include "tinyddp/nn/loss.h"
 #include "tinyddp/nn/module.h"

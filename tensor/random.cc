@@ -155,6 +155,23 @@ Tensor randn(const Shape& sizes, TensorOptions options, Generator* generator) {
   return t;
 }
 
+Tensor randperm(int64_t n, Generator* generator) {
+  TDDP_CHECK(n >= 0, "randperm: n must be non-negative, got {}", n);
+  // PyTorch's CPU kernel draws 64 bits per position only from n >= 2^32 / 20 on.
+  TDDP_CHECK(n < (int64_t{1} << 32) / 20, "randperm: n = {} is larger than supported", n);
+  Tensor result = empty({n}, TensorOptions(kInt64));
+  int64_t* r = result.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) r[i] = i;
+  Generator& g = pick(generator);
+  std::lock_guard<std::mutex> lock(g.mutex());
+  // Position i swaps with one of positions i..n-1, chosen by the next 32-bit draw.
+  for (int64_t i = 0; i + 1 < n; ++i) {
+    const int64_t z = static_cast<int64_t>(g.random() % static_cast<uint64_t>(n - i));
+    std::swap(r[i], r[i + z]);
+  }
+  return result;
+}
+
 Tensor rand_like(const Tensor& t, Generator* generator) {
   return rand(t.sizes(), TensorOptions().dtype(t.dtype()).device(t.device()), generator);
 }

@@ -57,6 +57,9 @@ const Tensor& normal_(const Tensor& t, double mean = 0.0, double std = 1.0, Gene
 Tensor rand(const Shape& sizes, TensorOptions options = {}, Generator* generator = nullptr);
 Tensor randn(const Shape& sizes, TensorOptions options = {}, Generator* generator = nullptr);
 Tensor rand_like(const Tensor& t, Generator* generator = nullptr);
+// A random permutation of 0..n-1 as int64 on the CPU, the same as torch.randperm(n) on the CPU
+// after the same seed (a Fisher-Yates shuffle drawing one 32-bit number per position).
+Tensor randperm(int64_t n, Generator* generator = nullptr);
 Tensor randn_like(const Tensor& t, Generator* generator = nullptr);
 
 }  // namespace tinyddp::tensor
