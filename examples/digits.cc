@@ -149,16 +149,4 @@ DigitsSplit split_digits(int64_t rows, int64_t held_out, uint64_t seed) {
           std::vector<int64_t>(order.begin(), order.begin() + held_out)};
 }
 
-std::vector<int64_t> digits_batch(const std::vector<int64_t>& train, int64_t batch, int64_t step, uint64_t seed) {
-  const auto n = static_cast<int64_t>(train.size());
-  TDDP_CHECK(batch > 0 && batch <= n, "digits: a batch of {} rows does not fit {} training rows", batch, n);
-  const int64_t per_epoch = n / batch;
-  const int64_t epoch = step / per_epoch, first = (step % per_epoch) * batch;
-  const std::vector<int64_t> order = seeded_permutation(n, seed + 1 + static_cast<uint64_t>(epoch));
-  std::vector<int64_t> rows;
-  rows.reserve(batch);
-  for (int64_t k = first; k < first + batch; ++k) rows.push_back(train[order[k]]);
-  return rows;
-}
-
 }  // namespace tinyddp::examples

@@ -2,8 +2,8 @@
 // (sklearn/datasets/data/digits.csv.gz, what sklearn.datasets.load_digits reads): 1,797 rows,
 // each 64 pixel values of an 8x8 image read row by row (integers 0..16) and then its label
 // (0..9), comma-separated, gzip-compressed. The reader checks every field and says which line
-// of which file is wrong; the split and the batches are seeded, so every rank and every run
-// sees the same ones.
+// of which file is wrong; the held-out split is seeded, so every rank and every run sees the
+// same one (train_data.h batches the rest with nn::DataLoader).
 #pragma once
 
 #include <cstdint>
@@ -45,10 +45,5 @@ struct DigitsSplit {
   std::vector<int64_t> train, held_out;
 };
 DigitsSplit split_digits(int64_t rows, int64_t held_out, uint64_t seed);
-
-// Batches of `batch` training rows, as a DataLoader with shuffle=True and drop_last=True: each
-// epoch visits the training rows in a new seeded order (epoch e uses seed + 1 + e), and the
-// rows left over at the end of an epoch are skipped. Batch `step` is the same on every rank.
-std::vector<int64_t> digits_batch(const std::vector<int64_t>& train, int64_t batch, int64_t step, uint64_t seed);
 
 }  // namespace tinyddp::examples

@@ -13,9 +13,18 @@ using t::Tensor;
 
 namespace {
 
+// Rows [rank * B / world, (rank + 1) * B / world) of a global batch of B rows.
+Batch share(const Batch& global, int rank, int world) {
+  const int64_t rows = global.inputs.size(0);
+  TDDP_CHECK(rows % world == 0, "a batch of {} rows is not divisible by WORLD_SIZE {}", rows, world);
+  return {global.inputs.narrow(0, rank * rows / world, rows / world),
+          global.targets.narrow(0, rank * rows / world, rows / world)};
+}
+
 class FileDataset : public Dataset {
  public:
-  FileDataset(const std::string& path, int64_t steps, int64_t in, int64_t out, bool classification) : path_(path) {
+  FileDataset(const std::string& path, int64_t steps, int64_t in, int64_t out, bool classification, int rank, int world)
+      : path_(path), rank_(rank), world_(world) {
     const nn::SafetensorsFile file = nn::load_safetensors(path);
     TDDP_CHECK(file.tensors.contains("inputs") && file.tensors.contains("targets"),
                "--data {}: expected tensors named 'inputs' and 'targets'", path);
@@ -32,11 +41,12 @@ class FileDataset : public Dataset {
                "--data {}: 'targets' must be {} {} for this loss, got {} {}", path, t::dtype_name(want_dtype),
                t::format_shape(want), t::dtype_name(targets_.dtype()), t::format_shape(targets_.sizes()));
   }
-  Batch batch(int64_t step) override { return {inputs_[step], targets_[step]}; }
+  Batch batch(int64_t step) override { return share({inputs_[step], targets_[step]}, rank_, world_); }
   std::string describe() const override { return "data from " + path_; }
 
  private:
   std::string path_;
+  int rank_, world_;
   Tensor inputs_, targets_;
 };
 
@@ -44,14 +54,14 @@ class SyntheticDataset : public Dataset {
  public:
   static constexpr int64_t kHeldOutRows = 1024;
 
-  SyntheticDataset(uint64_t seed, int64_t batch, int64_t in, int64_t out, bool classification)
-      : generator_(seed + 1), batch_(batch), out_(out), classification_(classification) {
+  SyntheticDataset(uint64_t seed, int64_t batch, int64_t in, int64_t out, bool classification, int rank, int world)
+      : generator_(seed + 1), batch_(batch), out_(out), classification_(classification), rank_(rank), world_(world) {
     t::NoGradGuard no_grad;
     // Centres about 4 noise standard deviations apart: learnable, but not trivially.
     const double scale = (classification ? 3.0 : 1.0) / std::sqrt(static_cast<double>(in));
     reference_ = t::mul(t::randn({out, in}, {}, &generator_), scale);  // teacher or centres
   }
-  Batch batch(int64_t /*step*/) override { return draw(batch_, generator_); }
+  Batch batch(int64_t /*step*/) override { return share(draw(batch_, generator_), rank_, world_); }
   // Fresh samples from the same distribution, from a generator of their own.
   std::optional<Batch> held_out() override {
     if (!classification_) return std::nullopt;
@@ -80,25 +90,39 @@ class SyntheticDataset : public Dataset {
   t::Generator held_out_generator_{0x5eed};
   int64_t batch_, out_;
   bool classification_;
+  int rank_, world_;
   Tensor reference_;
 };
 
 class DigitsDataset : public Dataset {
  public:
-  DigitsDataset(const std::string& path, uint64_t seed, int64_t batch)
-      : path_(path), digits_(load_digits(path)), split_(split_digits(digits_.rows(), kDigitsHeldOut, seed)),
-        seed_(seed), batch_(batch) {
-    TDDP_CHECK(batch <= static_cast<int64_t>(split_.train.size()),
-               "--batch {}: larger than the {} training digits of {}", batch, split_.train.size(), path);
+  DigitsDataset(const std::string& path, uint64_t seed, int64_t batch, int rank, int world)
+      : path_(path), digits_(load_digits(path)), split_(split_digits(digits_.rows(), kDigitsHeldOut, seed)), batch_(batch),
+        train_(std::make_shared<nn::TensorDataset>(
+            std::vector<Tensor>{digits_.inputs(split_.train), digits_.targets(split_.train)})),
+        sampler_(std::make_shared<nn::DistributedSampler>(train_->size(), world, rank, /*shuffle=*/true, seed)),
+        loader_(train_, nn::DataLoaderOptions(batch / world).sampler(sampler_).drop_last(true)) {
+    TDDP_CHECK(batch <= train_->size(), "--batch {}: larger than the {} training digits of {}", batch, train_->size(), path);
   }
   Batch batch(int64_t step) override {
-    const std::vector<int64_t> rows = digits_batch(split_.train, batch_, step, seed_);
-    return {digits_.inputs(rows), digits_.targets(rows)};
+    const int64_t epoch = step / loader_.size(), position = step % loader_.size();
+    if (epoch != epoch_ || position < next_) {  // a new epoch (or a step out of order): start it
+      sampler_->set_epoch(epoch);
+      current_ = loader_.begin();
+      epoch_ = epoch;
+      next_ = 0;
+    }
+    for (; next_ < position; ++next_) ++current_;  // resuming mid-epoch skips the done batches
+    const nn::Example& b = *current_;
+    Batch out{b[0], b[1]};
+    ++current_;
+    ++next_;
+    return out;
   }
   std::optional<Batch> held_out() override { return Batch{digits_.inputs(split_.held_out), digits_.targets(split_.held_out)}; }
   std::string describe() const override {
     return fmt::format("{} training digits from {} ({} batches of {} per epoch)", split_.train.size(), path_,
-                       split_.train.size() / batch_, batch_);
+                       loader_.size(), batch_);
   }
   std::string describe_held_out() const override { return fmt::format("{} held-out digits", split_.held_out.size()); }
 
@@ -106,23 +130,28 @@ class DigitsDataset : public Dataset {
   std::string path_;
   Digits digits_;
   DigitsSplit split_;
-  uint64_t seed_;
   int64_t batch_;
+  std::shared_ptr<nn::TensorDataset> train_;
+  std::shared_ptr<nn::DistributedSampler> sampler_;
+  nn::DataLoader loader_;
+  nn::DataLoader::Iterator current_;
+  int64_t epoch_ = -1, next_ = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<Dataset> file_dataset(const std::string& path, int64_t steps, int64_t in, int64_t out,
-                                      bool classification) {
-  return std::make_unique<FileDataset>(path, steps, in, out, classification);
+                                      bool classification, int rank, int world) {
+  return std::make_unique<FileDataset>(path, steps, in, out, classification, rank, world);
 }
 
-std::unique_ptr<Dataset> synthetic_dataset(uint64_t seed, int64_t batch, int64_t in, int64_t out, bool classification) {
-  return std::make_unique<SyntheticDataset>(seed, batch, in, out, classification);
+std::unique_ptr<Dataset> synthetic_dataset(uint64_t seed, int64_t batch, int64_t in, int64_t out, bool classification,
+                                           int rank, int world) {
+  return std::make_unique<SyntheticDataset>(seed, batch, in, out, classification, rank, world);
 }
 
-std::unique_ptr<Dataset> digits_dataset(const std::string& path, uint64_t seed, int64_t batch) {
-  return std::make_unique<DigitsDataset>(path, seed, batch);
+std::unique_ptr<Dataset> digits_dataset(const std::string& path, uint64_t seed, int64_t batch, int rank, int world) {
+  return std::make_unique<DigitsDataset>(path, seed, batch, rank, world);
 }
 
 }  // namespace tinyddp::examples

@@ -1,7 +1,8 @@
-// The data behind //examples:train: global batches by step number, the same on every rank (each
-// rank then takes its share of the rows), and held-out samples for the accuracy printed at the
-// end. Three sources: a safetensors file of batches (--data), synthetic classes or a synthetic
-// teacher (the default), and the handwritten digits of digits.h (--dataset digits).
+// The data behind //examples:train: this rank's batch of each step, and held-out samples for the
+// accuracy printed at the end. Three sources: a safetensors file of batches (--data) and
+// synthetic classes or a synthetic teacher (the default), whose global batches are the same on
+// every rank and split by rows; and the handwritten digits of digits.h (--dataset digits),
+// served by nn::DataLoader from a DistributedSampler's share of a shuffled epoch.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,7 @@ struct Batch {
 class Dataset {
  public:
   virtual ~Dataset() = default;
-  // The global batch of training step `step`.
+  // This rank's batch of training step `step` (rank r of W: 1/W of the step's global batch).
   virtual Batch batch(int64_t step) = 0;
   // Samples kept out of training, for a final accuracy (classification only); none by default.
   virtual std::optional<Batch> held_out() { return std::nullopt; }
@@ -34,17 +35,22 @@ class Dataset {
 
 // Batches stored in a safetensors file: "inputs" [steps, batch, in] float32 and "targets"
 // ([steps, batch] int64 for classification, [steps, batch, out] float32 otherwise).
+// Rank r of W takes rows [r*B/W, (r+1)*B/W) of each batch of B rows.
 std::unique_ptr<Dataset> file_dataset(const std::string& path, int64_t steps, int64_t in, int64_t out,
-                                      bool classification);
+                                      bool classification, int rank, int world);
 
-// Drawn from seeded generators. Classification: class centres in input space, inputs =
-// centre[label] + noise; regression: targets = inputs @ teacher^T + noise. held_out(): 1024
-// fresh samples of the same distribution (classification only).
-std::unique_ptr<Dataset> synthetic_dataset(uint64_t seed, int64_t batch, int64_t in, int64_t out, bool classification);
+// Drawn from seeded generators (global batches of `batch` rows, split as file_dataset's).
+// Classification: class centres in input space, inputs = centre[label] + noise; regression:
+// targets = inputs @ teacher^T + noise. held_out(): 1024 fresh samples of the same
+// distribution (classification only).
+std::unique_ptr<Dataset> synthetic_dataset(uint64_t seed, int64_t batch, int64_t in, int64_t out, bool classification,
+                                           int rank, int world);
 
 // The digits of `path` (digits.h), split once with `seed`: kDigitsHeldOut rows held out, the
-// rest served in seeded, shuffled batches of `batch` rows.
+// rest a TensorDataset served by a DataLoader with drop_last, batches of batch / world rows
+// from DistributedSampler(rows, world, rank, shuffle, seed), epoch number = step / batches per
+// epoch. The ranks' batches of a step together are one process's batch of `batch` rows.
 inline constexpr int64_t kDigitsHeldOut = 297;
-std::unique_ptr<Dataset> digits_dataset(const std::string& path, uint64_t seed, int64_t batch);
+std::unique_ptr<Dataset> digits_dataset(const std::string& path, uint64_t seed, int64_t batch, int rank, int world);
 
 }  // namespace tinyddp::examples

@@ -191,9 +191,9 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
              "--batch {} is not divisible by WORLD_SIZE {}: every rank takes an equal share of each batch", batch_size,
              world);
   const std::unique_ptr<Dataset> data =
-      !config.data.empty() ? file_dataset(config.data, config.steps, in, out, classification)
-      : digits ? digits_dataset(config.digits.empty() ? default_digits_path() : config.digits, config.seed, batch_size)
-               : synthetic_dataset(config.seed, batch_size, in, out, classification);
+      !config.data.empty() ? file_dataset(config.data, config.steps, in, out, classification, rank, world)
+      : digits ? digits_dataset(config.digits.empty() ? default_digits_path() : config.digits, config.seed, batch_size, rank, world)
+               : synthetic_dataset(config.seed, batch_size, in, out, classification, rank, world);
 
   std::unique_ptr<nn::Optimizer> optimizer;
   if (config.optimizer == "sgd") {
@@ -243,12 +243,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
       std::cerr << fmt::format("train: rank {} fails on purpose before step {} (--fail_at_step)\n", rank, step);
       std::_Exit(3);
     }
-    const Batch global = data->batch(step);
-    const int64_t rows = global.inputs.size(0);
-    TDDP_CHECK(rows % world == 0, "a batch of {} rows is not divisible by WORLD_SIZE {}", rows, world);
-    // This rank's share: rows [rank * rows / world, (rank + 1) * rows / world).
-    const Batch b{global.inputs.narrow(0, rank * rows / world, rows / world).to(device),
-                  global.targets.narrow(0, rank * rows / world, rows / world).to(device)};
+    const Batch mine = data->batch(step);  // this rank's share of the step's global batch
+    const Batch b{mine.inputs.to(device), mine.targets.to(device)};
     optimizer->zero_grad();
     const Tensor prediction = runner->forward(b.inputs);
     const Tensor loss = classification ? nn::cross_entropy(prediction, b.targets) : nn::mse_loss(prediction, b.targets);
@@ -267,7 +263,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     }
     loss.backward();
     optimizer->step();
-    result.samples += rows;
+    result.samples += mine.inputs.size(0) * world;
     if (metrics.is_open()) metrics << step << "," << fmt::format("{:.9g}", loss_value) << std::endl;
     const bool checkpoint_now =
         config.checkpoint_every > 0 && ((step + 1) % config.checkpoint_every == 0 || step + 1 == config.steps);

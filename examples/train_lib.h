@@ -2,8 +2,8 @@
 // fixture weights and data: model and data setup (train_data.h), the step loop, progress
 // lines, metrics CSV, DDP's statistics and timeline, and the final checkpoint. Launched with
 // WORLD_SIZE > 1 (RANK, MASTER_ADDR, MASTER_PORT as torchrun sets them), it trains
-// data-parallel: the model is wrapped in DistributedDataParallel and rank r of W takes rows
-// [r*B/W, (r+1)*B/W) of each global batch of B rows, so that the result equals a one-process
+// data-parallel: the model is wrapped in DistributedDataParallel and rank r of W takes its
+// share of each global batch (train_data.h), so that the result equals a one-process
 // run on the same data. On GPUs (--device cuda, or auto with a GPU present) rank r uses
 // cuda:LOCAL_RANK; the model is initialised and the data drawn on the CPU, so the numbers are
 // the same on every device.

@@ -2,6 +2,7 @@
 // (fixtures/digits_reference.txt, made by fixtures/make_digits_fixture.py), its errors on
 // damaged files, and the seeded split and batches.
 #include "examples/digits.h"
+#include "examples/train_data.h"
 
 #include <zlib.h>
 
@@ -127,18 +128,38 @@ TEST_CASE("digits: the split and the batches are seeded, disjoint and cover the 
   all.insert(split.held_out.begin(), split.held_out.end());
   CHECK(all.size() == 1797);
 
-  // Batches of 64 from 1500 rows: 23 per epoch, 28 rows skipped; each epoch sees distinct rows.
-  std::set<int64_t> epoch0, epoch1;
-  for (int64_t step = 0; step < 23; ++step) {
-    for (int64_t r : ex::digits_batch(split.train, 64, step, 0)) epoch0.insert(r);
-    for (int64_t r : ex::digits_batch(split.train, 64, 23 + step, 0)) epoch1.insert(r);
-  }
-  CHECK(epoch0.size() == 23 * 64);
-  CHECK(epoch1.size() == 23 * 64);
-  CHECK(epoch0 != epoch1);  // a new order each epoch, so other rows are left over
-  const std::set<int64_t> train(split.train.begin(), split.train.end());
-  CHECK(std::includes(train.begin(), train.end(), epoch0.begin(), epoch0.end()));
-  CHECK(ex::digits_batch(split.train, 64, 5, 0) == ex::digits_batch(split.train, 64, 5, 0));
   CHECK_THROWS_WITH(ex::split_digits(10, 10, 0), Contains("cannot hold out 10 of 10 rows"));
-  CHECK_THROWS_WITH(ex::digits_batch(split.train, 2000, 0, 0), Contains("does not fit 1500 training rows"));
+}
+
+TEST_CASE("digits: train's batches come from DistributedSampler shares that make up one process's batch",
+          "[examples][digits][data]") {
+  const std::string path = ex::default_digits_path();
+  if (!std::filesystem::exists(path)) TINYDDP_SKIP(path + " is missing: bash scripts/setup.sh installs python3-sklearn");
+  // Rows are told apart by their pixels' sum and label (the digits have few exact duplicates).
+  const auto rows_of = [](const ex::Batch& b) {
+    std::multiset<std::pair<int64_t, double>> rows;
+    for (int64_t i = 0; i < b.inputs.size(0); ++i) {
+      rows.insert({b.targets[i].item<int64_t>(), tinyddp::tensor::sum(b.inputs[i].to(tinyddp::tensor::kFloat64)).item<double>()});
+    }
+    return rows;
+  };
+  const auto one = ex::digits_dataset(path, 0, 64, 0, 1);
+  const auto rank0 = ex::digits_dataset(path, 0, 64, 0, 2), rank1 = ex::digits_dataset(path, 0, 64, 1, 2);
+  CHECK_THAT(one->describe(), Contains("1500 training digits from " + path + " (23 batches of 64 per epoch)"));
+  std::multiset<std::pair<int64_t, double>> epoch0, epoch1;
+  for (int64_t step : {0, 5, 22, 23, 30}) {  // 23 batches per epoch: steps 23 and 30 are epoch 1
+    INFO("step " << step);
+    const ex::Batch whole = one->batch(step), a = rank0->batch(step), b = rank1->batch(step);
+    CHECK(whole.inputs.sizes() == tinyddp::tensor::Shape{64, 64});
+    CHECK(a.inputs.sizes() == tinyddp::tensor::Shape{32, 64});
+    std::multiset<std::pair<int64_t, double>> together = rows_of(a);
+    const auto more = rows_of(b);
+    together.insert(more.begin(), more.end());
+    CHECK(together == rows_of(whole));
+    (step < 23 ? epoch0 : epoch1).insert(together.begin(), together.end());
+  }
+  CHECK(epoch0 != epoch1);  // a new order each epoch
+  // Steps asked again or out of order give the same rows (a resumed run replays its batches).
+  CHECK(rows_of(one->batch(5)) == rows_of(ex::digits_dataset(path, 0, 64, 0, 1)->batch(5)));
+  CHECK_THROWS_WITH(ex::digits_dataset(path, 0, 2000, 0, 1), Contains("--batch 2000: larger than the 1500 training digits"));
 }
