@@ -24,41 +24,6 @@ using t::Tensor;
 
 namespace {
 
-// The --checkpoint file: the model's state as "model.<name>", the optimizer's as
-// "optimizer.<key>", and the number of completed steps in the metadata. Written atomically
-// (save_safetensors), so a crash mid-write leaves the previous one.
-constexpr const char* kStepsKey = "tinyddp_train_steps_done";
-
-void save_checkpoint(const std::string& path, const nn::Module& model, const nn::Optimizer& optimizer, int64_t steps_done) {
-  nn::OrderedDict<Tensor> all;
-  for (const auto& [name, t] : model.state_dict()) all.insert("model." + name, t);
-  for (const auto& [name, t] : optimizer.state_dict()) all.insert("optimizer." + name, t);
-  nn::save_safetensors(path, all, {{kStepsKey, std::to_string(steps_done)}});
-}
-
-struct Checkpoint {
-  nn::OrderedDict<Tensor> model, optimizer;
-  int64_t steps_done = 0;
-};
-
-Checkpoint load_checkpoint(const std::string& path) {
-  const nn::SafetensorsFile file = nn::load_safetensors(path);
-  const auto steps = file.metadata.find(kStepsKey);
-  TDDP_CHECK(steps != file.metadata.end(), "--resume: {} is not a train checkpoint (no {} in its metadata)", path, kStepsKey);
-  Checkpoint c;
-  c.steps_done = std::stoll(steps->second);
-  for (const auto& [name, t] : file.tensors) {
-    if (name.rfind("model.", 0) == 0) {
-      c.model.insert(name.substr(6), t);
-    } else if (name.rfind("optimizer.", 0) == 0) {
-      c.optimizer.insert(name.substr(10), t);
-    } else {
-      throw Error(fmt::format("--resume: {} holds an unexpected tensor '{}'", path, name));
-    }
-  }
-  return c;
-}
-
 // DDP's statistics as lines of text: the buckets, and the per-iteration times.
 std::string describe_stats(const ddp::DDPStats& s, int rank) {
   std::vector<std::string> sizes;
@@ -156,14 +121,22 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   TDDP_CHECK(!classification || out >= 2, "--loss ce needs at least 2 output classes, the model has {}", out);
   if (!config.init.empty()) nn::load_state_dict(*model, config.init);
   TDDP_CHECK(!config.resume || !config.checkpoint.empty(), "--resume needs --checkpoint PATH");
-  std::optional<Checkpoint> resumed;
-  if (config.resume && std::filesystem::exists(config.checkpoint)) {
-    resumed = load_checkpoint(config.checkpoint);
-    model->load_state_dict(resumed->model);
-    TDDP_CHECK(resumed->steps_done < config.steps, "--resume: {} is {} steps in, nothing left of --steps {}",
-               config.checkpoint, resumed->steps_done, config.steps);
-  }
   model->to(device);  // after initialising on the CPU: the same weights on every device
+  std::unique_ptr<nn::Optimizer> optimizer;
+  if (config.optimizer == "sgd") {
+    optimizer = std::make_unique<nn::SGD>(model->parameters(), nn::SGDOptions(config.lr).momentum(config.momentum));
+  } else {
+    optimizer = std::make_unique<nn::Adam>(model->parameters(), nn::AdamOptions(config.lr));
+  }
+  // --checkpoint: one file (nn::save_checkpoint) with the model, the optimizer and the steps
+  // done; a run that starts removes the temporaries of writers that were killed.
+  if (!config.checkpoint.empty() && rank == 0) nn::remove_stale_checkpoint_temporaries(config.checkpoint);
+  std::optional<nn::TrainingCheckpoint> resumed;
+  if (config.resume && std::filesystem::exists(config.checkpoint)) {
+    resumed = nn::load_checkpoint(config.checkpoint, *model, *optimizer);  // before DDP: rank 0's is broadcast anyway
+    TDDP_CHECK(resumed->step < config.steps, "--resume: {} is {} steps in, nothing left of --steps {}", config.checkpoint,
+               resumed->step, config.steps);
+  }
   std::shared_ptr<nn::Module> runner = model;  // what the loop calls: the model, or DDP around it
   std::shared_ptr<ddp::DistributedDataParallel> ddp_model;
   std::shared_ptr<ddp::PowerSGDState> powersgd;
@@ -195,15 +168,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
       : digits ? digits_dataset(config.digits.empty() ? default_digits_path() : config.digits, config.seed, batch_size, rank, world)
                : synthetic_dataset(config.seed, batch_size, in, out, classification, rank, world);
 
-  std::unique_ptr<nn::Optimizer> optimizer;
-  if (config.optimizer == "sgd") {
-    optimizer = std::make_unique<nn::SGD>(model->parameters(), nn::SGDOptions(config.lr).momentum(config.momentum));
-  } else {
-    optimizer = std::make_unique<nn::Adam>(model->parameters(), nn::AdamOptions(config.lr));
-  }
-  const int64_t first_step = resumed ? resumed->steps_done : 0;
+  const int64_t first_step = resumed ? resumed->step : 0;
   if (resumed) {
-    optimizer->load_state_dict(resumed->optimizer);
     for (int64_t step = 0; step < first_step; ++step) data->batch(step);  // the generators where they were
     progress << fmt::format("resuming from {} after {} steps\n", config.checkpoint, first_step);
   }
@@ -268,7 +234,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     const bool checkpoint_now =
         config.checkpoint_every > 0 && ((step + 1) % config.checkpoint_every == 0 || step + 1 == config.steps);
     if (!config.checkpoint.empty() && rank == 0 && (checkpoint_now || (config.checkpoint_every == 0 && step + 1 == config.steps))) {
-      save_checkpoint(config.checkpoint, *model, *optimizer, step + 1);
+      nn::save_checkpoint(config.checkpoint, *model, *optimizer, step + 1);
     }
     if ((step + 1) % log_every == 0 || step + 1 == config.steps) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Loads an optimizer state that tinyddp saved (nn::save_optimizer_state, e.g. a
 ZeroRedundancyOptimizer's consolidated state) into a torch.optim optimizer over the same
-parameters, and the matching module weights (nn::save_state_dict) into a torch MLP. Reads the
+parameters, and the matching module weights (nn::save_state_dict) into a torch MLP; or both
+from one training checkpoint (nn::save_checkpoint, e.g. examples/train --checkpoint). Reads the
 safetensors files with the standard library (no safetensors package needed).
 
     /usr/bin/python3 scripts/load_optimizer_state_in_torch.py WEIGHTS.safetensors STATE.safetensors --widths 5,9,4
+    /usr/bin/python3 scripts/load_optimizer_state_in_torch.py --checkpoint CHECKPOINT --widths 5,9,4
 
 The MLP is Linear, ReLU, ..., Linear with the given widths (tinyddp's nn::mlp), so parameter i
 of tinyddp is parameter i of torch. Prints the loaded state and takes one Adam/SGD step to show
@@ -48,15 +50,26 @@ def mlp(widths):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("weights")
-    parser.add_argument("state")
+    parser.add_argument("weights", nargs="?")
+    parser.add_argument("state", nargs="?")
+    parser.add_argument("--checkpoint", help="a training checkpoint holding model.* and optimizer.* tensors")
     parser.add_argument("--widths", required=True, help="the MLP's widths, e.g. 5,9,4")
     parser.add_argument("--lr", type=float, default=0.02)
     args = parser.parse_args()
     model = mlp([int(w) for w in args.widths.split(",")])
-    weights, _ = read_safetensors(args.weights)
+    if args.checkpoint:
+        everything, metadata = read_safetensors(args.checkpoint)
+        if "tinyddp_checkpoint" not in metadata:
+            sys.exit(f"load_optimizer_state_in_torch: {args.checkpoint} is not a training checkpoint")
+        weights = {k[len("model."):]: v for k, v in everything.items() if k.startswith("model.")}
+        tensors = {k[len("optimizer."):]: v for k, v in everything.items() if k.startswith("optimizer.")}
+        print(f"load_optimizer_state_in_torch: {args.checkpoint} is at step {metadata.get('step')}")
+    elif args.weights and args.state:
+        weights, _ = read_safetensors(args.weights)
+        tensors, metadata = read_safetensors(args.state)
+    else:
+        parser.error("give WEIGHTS and STATE, or --checkpoint")
     model.load_state_dict(weights)
-    tensors, metadata = read_safetensors(args.state)
     kind = metadata.get("tinyddp_optimizer")
     params = list(model.parameters())
     state = {}

@@ -1,6 +1,9 @@
 // Random sampling on the CPU generator, mirroring the draws PyTorch's CPU generator makes.
 #include "tinyddp/tensor/random.h"
 
+#include <cstdlib>
+#include <sstream>
+
 #include <cmath>
 #include <numbers>
 
@@ -12,6 +15,38 @@ void Generator::manual_seed(uint64_t seed) {
   seed_ = seed;
   engine_.seed(static_cast<uint32_t>(seed & 0xFFFFFFFFu));  // mt19937 takes 32 bits of the seed
   next_normal_.reset();
+}
+
+std::string Generator::get_state() const {
+  std::ostringstream out;
+  out << "tinyddp-mt19937 " << seed_ << ' ' << engine_ << ' ';
+  if (next_normal_) {
+    out << "normal " << fmt::format("{:a}", *next_normal_);
+  } else {
+    out << "none";
+  }
+  return out.str();
+}
+
+void Generator::set_state(const std::string& state) {
+  std::istringstream in(state);
+  std::string tag, normal;
+  uint64_t seed = 0;
+  std::mt19937 engine;
+  in >> tag >> seed >> engine >> normal;
+  std::optional<double> next_normal;
+  if (in && normal == "normal") {
+    std::string value;
+    in >> value;
+    char* end = nullptr;
+    next_normal = std::strtod(value.c_str(), &end);
+    TDDP_CHECK(!value.empty() && end == value.c_str() + value.size(), "Generator::set_state: bad cached normal '{}'", value);
+  }
+  TDDP_CHECK(in && tag == "tinyddp-mt19937" && (normal == "none" || normal == "normal"),
+             "Generator::set_state: not a generator state written by get_state() ({} characters)", state.size());
+  seed_ = seed;
+  engine_ = engine;
+  next_normal_ = next_normal;
 }
 
 uint32_t Generator::random() { return static_cast<uint32_t>(engine_()); }

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <string>
 
 #include "tinyddp/tensor/factory.h"
 
@@ -33,6 +34,12 @@ class Generator {
   // Standard normal in double (Box-Muller; the second value of each pair is kept for the
   // next call).
   double normal_double();
+
+  // The whole state (seed, Mersenne-Twister words, a cached normal) as text, and back:
+  // set_state(get_state()) continues the stream exactly (checkpoints keep it). set_state
+  // throws on text that get_state did not write.
+  std::string get_state() const;
+  void set_state(const std::string& state);
 
   // Callers that draw many numbers hold this for the whole batch.
   std::mutex& mutex() { return mutex_; }

@@ -245,6 +245,9 @@ TEST_CASE("examples: a failed attempt restarted by launch --max_restarts resumes
   const std::string full_csv = temp_path("full.csv"), restarted_csv = temp_path("restarted.csv");
   const std::string checkpoint = temp_path("train.checkpoint");
   std::filesystem::remove(checkpoint);
+  // What a writer killed mid-write leaves behind (its pid is gone): the run removes it.
+  const std::string dead_writer = checkpoint + ".tmp.999999999";
+  std::ofstream(dead_writer) << "half a checkpoint";
   const CommandResult once = launch2(args + " --save " + full + " --metrics " + full_csv);
   INFO(once.output);
   REQUIRE(once.exit_code == 0);
@@ -257,6 +260,8 @@ TEST_CASE("examples: a failed attempt restarted by launch --max_restarts resumes
   CHECK_THAT(twice.output, Contains("fails on purpose before step 25"));
   CHECK_THAT(twice.output, Contains("launch: restarting the workers (restart 1 of 1)"));
   CHECK_THAT(twice.output, Contains("resuming from " + checkpoint + " after 20 steps"));
+  CHECK_FALSE(std::filesystem::exists(dead_writer));
+  CHECK(tinyddp::nn::load_safetensors(checkpoint).metadata.at("step") == "40");  // nn::save_checkpoint's file
   // The same parameters and the same per-step losses as the run that never failed.
   const auto a = tinyddp::nn::load_safetensors(full).tensors, b = tinyddp::nn::load_safetensors(restarted).tensors;
   for (const auto& [name, t] : a) CHECK(tinyddp::tensor::equal(t, b.at(name)));
