@@ -212,6 +212,14 @@ void DistributedDataParallel::sync_module_buffers(bool candidate) {
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
+  return run_forward([&] { return std::vector<Tensor>{module_->forward(input)}; }).front();
+}
+
+std::vector<Tensor> DistributedDataParallel::forward_many(const std::vector<Tensor>& inputs) {
+  return run_forward([&] { return module_->forward_many(inputs); });
+}
+
+std::vector<Tensor> DistributedDataParallel::run_forward(const std::function<std::vector<Tensor>()>& module_forward) {
   const bool grad_enabled = tensor::GradMode::is_enabled();
   const bool synchronize = grad_enabled && require_sync_;
   if (synchronize) reducer_->prepare_for_forward();
@@ -224,14 +232,15 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
     should_sync_work_ = pg_->allreduce(should_sync_flag_);
   }
   reducer_->recorder().forward_start();
-  const Tensor out = module_->forward(input);
+  std::vector<Tensor> outputs = module_forward();
   reducer_->recorder().forward_end();
   require_forward_param_sync_ = synchronize;
   if (synchronize) {
-    reducer_->prepare_for_backward(options_.find_unused_parameters() && !options_.static_graph() ? std::vector<Tensor>{out}
+    // find_unused_parameters: what no output reaches gets no gradient this iteration.
+    reducer_->prepare_for_backward(options_.find_unused_parameters() && !options_.static_graph() ? outputs
                                                                                                  : std::vector<Tensor>{});
   }
-  return out;
+  return outputs;
 }
 
 }  // namespace tinyddp::ddp

@@ -69,6 +69,9 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   // synchronised; runs the module; and, unless no_sync or grad mode is off, arms the Reducer
   // for the backward pass (training or eval mode alike).
   Tensor forward(const Tensor& input) override;
+  // The same for modules with several inputs or outputs: find_unused_parameters walks the
+  // graph from every output, as PyTorch's DDP walks every tensor of the output structure.
+  std::vector<Tensor> forward_many(const std::vector<Tensor>& inputs) override;
   std::shared_ptr<nn::Module> module() const { return module_; }
   const Reducer& reducer() const { return *reducer_; }
   comm::ProcessGroup& process_group() const { return *pg_; }
@@ -132,6 +135,8 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   // Broadcasts the buffers before a forward when the previous forward synchronised: from rank
   // 0, or inside join from the highest active rank (`candidate`: this rank is active).
   void sync_module_buffers(bool candidate);
+  // forward and forward_many around the module's own call (which returns its outputs).
+  std::vector<Tensor> run_forward(const std::function<std::vector<Tensor>()>& module_forward);
 
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<comm::ProcessGroup> pg_;

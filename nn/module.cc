@@ -6,7 +6,15 @@
 namespace tinyddp::nn {
 
 Tensor Module::forward(const Tensor& /*input*/) {
-  throw Error(fmt::format("{}: forward(const Tensor&) is not implemented for this module", type_name_));
+  throw Error(fmt::format("{}: forward(const Tensor&) is not implemented for this module (one with several inputs "
+                          "or outputs implements forward_many)",
+                          type_name_));
+}
+
+std::vector<Tensor> Module::forward_many(const std::vector<Tensor>& inputs) {
+  TDDP_CHECK(inputs.size() == 1, "{}: forward takes one input tensor, got {} (a module with several inputs overrides forward_many)",
+             type_name_, inputs.size());
+  return {forward(inputs[0])};
 }
 
 void Module::check_new_name(const std::string& name, const char* op) const {

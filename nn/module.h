@@ -28,6 +28,14 @@ class Module : public std::enable_shared_from_this<Module> {
   // The forward pass of modules that map one tensor to one tensor (every built-in layer).
   virtual Tensor forward(const Tensor& input);
   Tensor operator()(const Tensor& input) { return forward(input); }
+  // The forward pass of modules with several inputs or outputs (a model of (ids, mask) that
+  // returns (logits, loss)): they override this one. By default it takes exactly one input,
+  // passes it to forward() and returns its one output. model(a, b, ...) calls it.
+  virtual std::vector<Tensor> forward_many(const std::vector<Tensor>& inputs);
+  template <typename... Rest>
+  std::vector<Tensor> operator()(const Tensor& first, const Tensor& second, const Rest&... rest) {
+    return forward_many({first, second, rest...});
+  }
 
   // Registration returns the registered object. Names may not contain '.' or repeat.
   Tensor register_parameter(const std::string& name, Tensor tensor, bool requires_grad = true);
