@@ -11,15 +11,27 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   return false;
 }
 
-void record_op(const char* name, const Tensor& output, std::initializer_list<Tensor> inputs, BackwardFn backward) {
-  for (const Tensor& input : inputs) {
-    if (input.defined() && input.requires_grad()) {
+namespace {
+
+void record(const char* name, const Tensor& output, const Tensor* inputs, size_t num_inputs, BackwardFn backward) {
+  for (size_t i = 0; i < num_inputs; ++i) {
+    if (inputs[i].defined() && inputs[i].requires_grad()) {
       // Any tracked input's metadata can build the node; the first one does.
-      input.autograd_meta()->record_op(name, output, inputs.begin(), inputs.size(), std::move(backward));
+      inputs[i].autograd_meta()->record_op(name, output, inputs, num_inputs, std::move(backward));
       return;
     }
   }
   throw Error(fmt::format("record_op({}): no input requires grad", name));
+}
+
+}  // namespace
+
+void record_op(const char* name, const Tensor& output, std::initializer_list<Tensor> inputs, BackwardFn backward) {
+  record(name, output, inputs.begin(), inputs.size(), std::move(backward));
+}
+
+void record_op(const char* name, const Tensor& output, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  record(name, output, inputs.data(), inputs.size(), std::move(backward));
 }
 
 SavedTensor::SavedTensor(const Tensor& t, bool is_output) {

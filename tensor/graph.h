@@ -22,6 +22,8 @@ inline bool needs_grad(const Tensor& a, const Tensor& b) { return needs_grad({&a
 // backward, `backward(grad_output)` returns one gradient per input, in order (an undefined
 // tensor where an input gets none). Call only when needs_grad(...) is true.
 void record_op(const char* name, const Tensor& output, std::initializer_list<Tensor> inputs, BackwardFn backward);
+// The same for a number of inputs known only at run time (autograd::Function).
+void record_op(const char* name, const Tensor& output, const std::vector<Tensor>& inputs, BackwardFn backward);
 
 // A tensor kept for the backward pass, plus its storage version at save time. An op's own
 // output is kept as a detached alias (its data without its history): holding the output

@@ -1,0 +1,145 @@
+// Custom autograd functions (autograd/function.h), written here as a user writes them: their
+// gradients against finite differences (gradcheck, float64), the context (saved tensors and
+// values, needs_input_grad), composition with ordinary ops, and the errors for a bad backward
+// or a saved tensor modified in place.
+#include "tinyddp/autograd/autograd.h"
+#include "tests/test_util.h"
+
+using namespace tinyddp::tensor;
+using tinyddp::autograd::FunctionCtx;
+using tinyddp::autograd::gradcheck;
+using Catch::Contains;
+
+namespace {
+
+// y = x^3, backward 3 x^2 from the saved input.
+struct Cube : tinyddp::autograd::Function<Cube> {
+  static Tensor forward(FunctionCtx* ctx, const Tensor& x) {
+    ctx->save_for_backward({x});
+    return x * x * x;
+  }
+  static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& grad_outputs) {
+    const Tensor x = ctx->get_saved_variables()[0];
+    return {grad_outputs[0] * 3.0 * x * x};
+  }
+};
+
+// y = scale * a * b + a (a and b of one shape; scale a plain number). Records which
+// gradients backward was asked for.
+struct ScaledMul : tinyddp::autograd::Function<ScaledMul> {
+  static inline std::vector<bool> last_needs;
+  static Tensor forward(FunctionCtx* ctx, const Tensor& a, const Tensor& b, double scale) {
+    ctx->save_for_backward({a, b});
+    ctx->saved_data["scale"] = scale;
+    return a * b * scale + a;
+  }
+  static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& grad_outputs) {
+    last_needs = ctx->needs_input_grad;
+    const std::vector<Tensor> saved = ctx->get_saved_variables();
+    const double scale = std::any_cast<double>(ctx->saved_data.at("scale"));
+    const Tensor& g = grad_outputs[0];
+    Tensor grad_a, grad_b;
+    if (ctx->needs_input_grad[0]) grad_a = g * saved[1] * scale + g;
+    if (ctx->needs_input_grad[1]) grad_b = g * saved[0] * scale;
+    return {grad_a, grad_b, Tensor()};  // nothing for the number
+  }
+};
+
+// Saves its own output: y = exp(x), backward g * y.
+struct Exp : tinyddp::autograd::Function<Exp> {
+  static Tensor forward(FunctionCtx* ctx, const Tensor& x) {
+    Tensor y = exp(x);
+    ctx->save_for_backward({y});
+    return y;
+  }
+  static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& grad_outputs) {
+    return {grad_outputs[0] * ctx->get_saved_variables()[0]};
+  }
+};
+
+// Bad backwards, one per way of getting it wrong.
+struct TooFewGradients : tinyddp::autograd::Function<TooFewGradients> {
+  static Tensor forward(FunctionCtx*, const Tensor& x, double) { return x * 2.0; }
+  static std::vector<Tensor> backward(FunctionCtx*, const std::vector<Tensor>& g) { return {g[0]}; }
+};
+struct GradientForANumber : tinyddp::autograd::Function<GradientForANumber> {
+  static Tensor forward(FunctionCtx*, const Tensor& x, double) { return x * 2.0; }
+  static std::vector<Tensor> backward(FunctionCtx*, const std::vector<Tensor>& g) { return {g[0] * 2.0, g[0]}; }
+};
+struct WrongShape : tinyddp::autograd::Function<WrongShape> {
+  static Tensor forward(FunctionCtx*, const Tensor& x) { return x * 2.0; }
+  static std::vector<Tensor> backward(FunctionCtx*, const std::vector<Tensor>& g) { return {sum(g[0])}; }
+};
+// Returns its input as it is.
+struct Identity : tinyddp::autograd::Function<Identity> {
+  static Tensor forward(FunctionCtx*, const Tensor& x) { return x; }
+  static std::vector<Tensor> backward(FunctionCtx*, const std::vector<Tensor>& g) { return {g[0]}; }
+};
+
+Tensor leaf(const Shape& shape, uint64_t seed) {
+  Generator g(seed);
+  Tensor t = randn(shape, kFloat64, &g);
+  t.requires_grad_();
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("Function: a user's forward and backward pass gradcheck", "[autograd][function]") {
+  CHECK(gradcheck([](const std::vector<Tensor>& in) { return Cube::apply(in[0]); }, {leaf({3, 4}, 1)}) == "");
+  CHECK(gradcheck([](const std::vector<Tensor>& in) { return Exp::apply(in[0]); }, {leaf({5}, 2)}) == "");
+  CHECK(gradcheck([](const std::vector<Tensor>& in) { return ScaledMul::apply(in[0], in[1], 1.5); },
+                  {leaf({2, 3}, 3), leaf({2, 3}, 4)}) == "");
+  // Composed with ordinary ops on both sides.
+  CHECK(gradcheck([](const std::vector<Tensor>& in) { return sum(Cube::apply(in[0] * 2.0) + in[0]); }, {leaf({4}, 5)}) == "");
+}
+
+TEST_CASE("Function: the node, the context and needs_input_grad", "[autograd][function]") {
+  const Tensor x = leaf({3}, 6);
+  const Tensor y = Cube::apply(x);
+  REQUIRE(y.grad_fn() != nullptr);
+  CHECK(y.grad_fn()->name() == "CubeBackward");
+  CHECK(y.requires_grad());
+  sum(y).backward();
+  const std::vector<double> xs = x.detach().to_vector<double>(), grads = x.grad().to_vector<double>();
+  for (size_t i = 0; i < xs.size(); ++i) CHECK(grads[i] == Approx(3 * xs[i] * xs[i]));
+
+  // Only a requires grad: backward is told so and b gets nothing.
+  const Tensor a = leaf({2}, 7);
+  const Tensor b = randn({2}, kFloat64);
+  sum(ScaledMul::apply(a, b, 2.0)).backward();
+  CHECK(ScaledMul::last_needs == std::vector<bool>{true, false, false});
+  CHECK(a.grad().defined());
+  CHECK_FALSE(b.grad().defined());
+
+  // Nothing requires grad, or grad mode is off: no node.
+  CHECK(Cube::apply(randn({2})).grad_fn() == nullptr);
+  {
+    NoGradGuard no_grad;
+    CHECK(Cube::apply(x).grad_fn() == nullptr);
+  }
+  // A forward that returns its input: the output is a new handle with its own node.
+  const Tensor same = Identity::apply(x);
+  CHECK(x.grad_fn() == nullptr);
+  CHECK(same.grad_fn()->name() == "IdentityBackward");
+}
+
+TEST_CASE("Function: a bad backward or a saved tensor changed in place is named", "[autograd][function][errors]") {
+  const Tensor x = leaf({3}, 8);
+  CHECK_THROWS_WITH(sum(TooFewGradients::apply(x, 1.0)).backward(),
+                    Contains("TooFewGradientsBackward: backward returned 1 gradients for the 2 arguments of forward"));
+  CHECK_THROWS_WITH(sum(GradientForANumber::apply(x, 1.0)).backward(),
+                    Contains("GradientForANumberBackward: backward returned a gradient for argument 1, which is not a tensor"));
+  CHECK_THROWS_WITH(sum(WrongShape::apply(x)).backward(), Contains("WrongShapeBackward: the gradient for input 0 has shape []"));
+
+  const Tensor base = leaf({3}, 9).detach();
+  Tensor saved = base.clone();
+  saved.requires_grad_();
+  const Tensor y = Cube::apply(saved);
+  {
+    NoGradGuard no_grad;
+    saved.mul_(2.0);  // changes what Cube saved
+  }
+  CHECK_THROWS_WITH(sum(y).backward(), Contains("CubeBackward: one of the tensors needed for gradient computation has been "
+                                                "modified by an in-place operation"));
+}
