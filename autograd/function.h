@@ -113,10 +113,7 @@ struct Function {
       output = T::forward(ctx.get(), std::forward<Args>(args)...);
     }
     TDDP_CHECK(output.defined(), "{}: forward returned an undefined tensor", ctx->name());
-    if (!record) {
-      ctx->mark_output(output);
-      return output;
-    }
+    if (!record) return output;  // no node: the context is dropped with everything it saved
     output = output.detach();  // a fresh handle: the forward may have returned an input itself
     ctx->mark_output(output);
     const std::string name = ctx->name();

@@ -125,9 +125,7 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, i
              rank, num_replicas - 1);
   const int64_t replicas = num_replicas;
   // drop_last cuts the tail to a multiple of num_replicas; otherwise padding fills it up.
-  num_samples_ = drop_last && dataset_size % replicas != 0 ? (dataset_size - replicas + replicas - 1) / replicas
-                                                          : (dataset_size + replicas - 1) / replicas;
-  if (num_samples_ < 0) num_samples_ = 0;
+  num_samples_ = drop_last ? dataset_size / replicas : (dataset_size + replicas - 1) / replicas;
   total_size_ = num_samples_ * replicas;
 }
 
