@@ -3,6 +3,7 @@
 #pragma once
 
 #include "tinyddp/comm/call_check.h"
+#include "tinyddp/comm/future.h"
 #include "tinyddp/comm/init.h"
 #include "tinyddp/comm/launch_env.h"
 #include "tinyddp/comm/process_group.h"

@@ -52,14 +52,28 @@ std::optional<std::chrono::steady_clock::time_point> Work::finished_at() const {
   return finished_at_;
 }
 
+void Work::on_finished(std::function<void(const Work&)> callback) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!done_) {
+      callbacks_.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback(*this);
+}
+
 void Work::finish(std::exception_ptr error) {
+  std::vector<std::function<void(const Work&)>> callbacks;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     done_ = true;
     finished_at_ = std::chrono::steady_clock::now();
     error_ = std::move(error);
+    callbacks.swap(callbacks_);
   }
   done_cv_.notify_all();
+  for (auto& callback : callbacks) callback(*this);
 }
 
 // ---- ProcessGroup: one validation layer for every backend -----------------------------------

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -43,7 +44,15 @@ class Work {
   // What the operation is, for messages: "allreduce (rank 1 of 4, 1000 x float32, sum)".
   const std::string& description() const { return description_; }
 
-  // For backends: marks the operation finished, with its error if any.
+  // Runs `callback(*this)` once the operation has finished (with or without an error): on the
+  // thread that finishes it (a backend's worker), or at once when it has finished already.
+  // GPU backends run it at once, after wait() has put it in stream order (NCCL). The
+  // callback must not throw and must not wait for later work of the same group (on Gloo it
+  // runs on the worker that would run that work). Futures are built on this (future.h).
+  virtual void on_finished(std::function<void(const Work&)> callback);
+
+  // For backends: marks the operation finished, with its error if any, and runs the
+  // on_finished callbacks.
   void finish(std::exception_ptr error = nullptr);
   // When the host saw it finish (for timelines), or nothing while it is still running (an
   // NCCL collective whose untimed wait() returned may still be running on the GPU).
@@ -56,6 +65,7 @@ class Work {
   bool done_ = false;
   std::exception_ptr error_;
   std::chrono::steady_clock::time_point finished_at_{};
+  std::vector<std::function<void(const Work&)>> callbacks_;
 };
 
 struct ProcessGroupOptions {

@@ -24,11 +24,10 @@ CommHook compress(std::shared_ptr<comm::ProcessGroup> pg, tensor::DType wire) {
   return [pg = std::move(pg), wire](GradBucket& bucket) -> std::shared_ptr<Future> {
     tensor::NoGradGuard no_grad;
     const Tensor compressed = bucket.buffer.to(wire).div_(static_cast<double>(pg->size()));
-    auto work = pg->allreduce(compressed);
     const Tensor buffer = bucket.buffer;
-    return std::make_shared<WorkFuture>(std::move(work), [compressed, buffer] {
+    return Future::from_work(pg->allreduce(compressed), compressed)->then([buffer](Future& reduced) {
       tensor::NoGradGuard guard;
-      buffer.copy_(compressed);  // cast back into the bucket
+      buffer.copy_(reduced.value());  // cast back into the bucket
       return buffer;
     });
   };
@@ -42,7 +41,7 @@ CommHook allreduce(std::shared_ptr<comm::ProcessGroup> pg) {
       tensor::NoGradGuard no_grad;
       buffer.div_(static_cast<double>(pg->size()));
     }
-    return std::make_shared<WorkFuture>(pg->allreduce(buffer), [buffer] { return buffer; });
+    return Future::from_work(pg->allreduce(buffer), buffer);
   };
 }
 

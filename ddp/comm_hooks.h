@@ -3,7 +3,7 @@
 // Future whose wait() gives the bucket's final, averaged contents. Built in, as
 // torch.distributed.algorithms.ddp_comm_hooks: allreduce (what the Reducer runs when no hook is
 // registered, the division by the world size already done while copying gradients into the
-// bucket), and fp16 / bf16 compression (cast, divide, allreduce, cast back). PowerSGD is in
+// bucket), and fp16 / bf16 compression (cast, divide, allreduce, then cast back). PowerSGD is in
 // powersgd.h.
 #pragma once
 
@@ -13,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "tinyddp/comm/future.h"
 #include "tinyddp/comm/process_group.h"
 
 namespace tinyddp::ddp {
@@ -36,33 +37,11 @@ struct GradBucket {
   std::vector<Tensor> gradients() const;
 };
 
-// The result of a hook: wait() blocks until the reduction is done and returns the averaged
-// contents (the Reducer copies them into the bucket if they are another tensor).
-class Future {
- public:
-  virtual ~Future() = default;
-  virtual Tensor wait() = 0;
-  // When the communication finished, if known (after wait()); for timelines and statistics.
-  virtual std::optional<std::chrono::steady_clock::time_point> completed_at() const { return std::nullopt; }
-};
-
+// A hook returns a Future (comm/future.h, PyTorch's meaning) whose value is the bucket's
+// final, averaged contents; the Reducer waits for it in finalize_backward and copies the
+// value into the bucket if it is another tensor.
+using comm::Future;
 using CommHook = std::function<std::shared_ptr<Future>(GradBucket& bucket)>;
-
-// A Future for a Work, with a step to run on its result once complete.
-class WorkFuture final : public Future {
- public:
-  WorkFuture(std::shared_ptr<comm::Work> work, std::function<Tensor()> then)
-      : work_(std::move(work)), then_(std::move(then)) {}
-  Tensor wait() override {
-    work_->wait();
-    return then_();
-  }
-  std::optional<std::chrono::steady_clock::time_point> completed_at() const override { return work_->finished_at(); }
-
- private:
-  std::shared_ptr<comm::Work> work_;
-  std::function<Tensor()> then_;
-};
 
 namespace hooks {
 // PyTorch's allreduce_hook: the bucket divided by the group size (first, to keep the sum in

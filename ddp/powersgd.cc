@@ -42,7 +42,9 @@ void orthogonalize(const Tensor& matrix, double epsilon) {
 
 namespace {
 
-// Counts the iteration at the end of each backward (the last bucket), as PyTorch does.
+// Counts the iteration at the end of each backward (the last bucket), as PyTorch does. The
+// compressed hooks count in their last callback: the next backward's hooks, which read the
+// count, start only after finalize_backward waited for that callback's future.
 void count_iteration(PowerSGDState& s, const GradBucket& bucket) {
   if (bucket.is_last) ++s.iter;
 }
@@ -55,7 +57,7 @@ std::shared_ptr<Future> vanilla(PowerSGDState& s, GradBucket& bucket) {
     t::NoGradGuard no_grad;
     buffer.div_(static_cast<double>(s.pg->size()));
   }
-  return std::make_shared<WorkFuture>(s.pg->allreduce(buffer), [buffer] { return buffer; });
+  return Future::from_work(s.pg->allreduce(buffer), buffer);
 }
 
 // A random [rows, rank] matrix from a seed drawn from the state's generator (the same on
@@ -65,28 +67,48 @@ Tensor random_q(PowerSGDState& s, int64_t rows, int64_t rank, const Tensor& like
   return t::randn({rows, rank}, t::TensorOptions(like.dtype()), &seeded).to(like.device());
 }
 
-// Adds the bucket's previous error (creating a zero one the first time) and returns a copy of
-// what is to be sent, or nothing without error feedback.
+// Adds the bucket's previous error (creating a zero one the first time) to `input`. Returns
+// the bucket's error tensor, which the step's last callback overwrites, or nothing without
+// error feedback.
 Tensor add_error(PowerSGDState& s, size_t bucket, const Tensor& input) {
   if (!s.options.use_error_feedback_) return Tensor();
   auto it = s.error.find(bucket);
   if (it == s.error.end() || it->second.numel() != input.numel()) {
-    s.error[bucket] = t::zeros_like(input);
+    it = s.error.insert_or_assign(bucket, t::zeros_like(input)).first;
   } else {
     input.add_(it->second);
   }
-  return input.clone();
+  return it->second;
 }
 
-// The end of a compressed step: the error is what was to be sent minus what is applied; the P
-// and Q memories go unless warm start keeps them; the iteration is counted.
-void finish_step(PowerSGDState& s, const GradBucket& bucket, const Tensor& sent, const Tensor& applied) {
-  if (sent.defined()) s.error[bucket.index] = t::sub(sent, applied);
-  if (!s.options.warm_start_) {
-    s.p_memory.clear();
-    s.q_memory.clear();
+// A bucket's P and Q memories ([p_numel] and [q_numel], or the shapes given): the kept ones
+// with warm start, else new. Returns whether they are new (Q must be drawn at random).
+// Without warm start nothing is kept (PyTorch clears them after every step).
+bool memories(PowerSGDState& s, size_t bucket, const t::Shape& p_shape, const t::Shape& q_shape,
+              const Tensor& like, Tensor& p, Tensor& q) {
+  auto kept = s.p_memory.find(bucket);
+  if (s.options.warm_start_ && kept != s.p_memory.end() && kept->second.sizes() == p_shape) {
+    p = kept->second;
+    q = s.q_memory.at(bucket);
+    return false;
   }
-  count_iteration(s, bucket);
+  const auto options = t::TensorOptions(like.dtype()).device(like.device());
+  p = t::zeros(p_shape, options);
+  q = t::zeros(q_shape, options);
+  if (s.options.warm_start_) {
+    s.p_memory[bucket] = p;
+    s.q_memory[bucket] = q;
+  }
+  return true;
+}
+
+// The callbacks below run when the previous collective finished (on Gloo, on its worker
+// thread), so they touch only the tensors handed to them, never the state's maps, which the
+// hooks of later buckets change meanwhile.
+
+// The end of a compressed step: the error is what was to be sent minus what is applied.
+void keep_error(const Tensor& error, const Tensor& sent, const Tensor& applied) {
+  if (error.defined()) error.copy_(t::sub(sent, applied));
 }
 
 }  // namespace
@@ -98,8 +120,8 @@ CommHook powersgd_hook(std::shared_ptr<PowerSGDState> state) {
     if (s.iter < s.options.start_powerSGD_iter_) return vanilla(s, bucket);
     t::NoGradGuard no_grad;
     const Tensor input = bucket.buffer;
-    const size_t index = bucket.index;
-    const Tensor sent = add_error(s, index, input);
+    const Tensor error = add_error(s, bucket.index, input);
+    const Tensor sent = error.defined() ? input.clone() : Tensor();
     // Which gradients to compress: those that shrink by min_compression_rate at this rank.
     std::vector<Tensor> matrices, uncompressed;
     std::vector<int64_t> ranks;
@@ -124,42 +146,48 @@ CommHook powersgd_hook(std::shared_ptr<PowerSGDState> state) {
     const Tensor uncompressed_memory = uncompressed.empty()
                                            ? t::zeros({0}, t::TensorOptions(input.dtype()).device(input.device()))
                                            : comm::flatten(uncompressed);
-    const bool randomize = !s.options.warm_start_ || !s.p_memory.count(index) || s.p_memory[index].numel() != p_size;
-    if (randomize) {
-      s.p_memory[index] = t::zeros({p_size}, t::TensorOptions(input.dtype()).device(input.device()));
-      s.q_memory[index] = t::zeros({q_size}, t::TensorOptions(input.dtype()).device(input.device()));
-    }
+    Tensor p_memory, q_memory;
+    const bool randomize = memories(s, bucket.index, {p_size}, {q_size}, input, p_memory, q_memory);
     std::vector<Tensor> ps, qs;
     int64_t p_offset = 0, q_offset = 0;
     for (size_t k = 0; k < matrices.size(); ++k) {
       const int64_t n = matrices[k].size(0), m = matrices[k].size(1), r = ranks[k];
-      ps.push_back(s.p_memory[index].narrow(0, p_offset, n * r).view({n, r}));
-      qs.push_back(s.q_memory[index].narrow(0, q_offset, m * r).view({m, r}));
+      ps.push_back(p_memory.narrow(0, p_offset, n * r).view({n, r}));
+      qs.push_back(q_memory.narrow(0, q_offset, m * r).view({m, r}));
       p_offset += n * r;
       q_offset += m * r;
       if (randomize) qs.back().copy_(random_q(s, m, r, input));
       orthogonalize(qs.back(), s.options.orthogonalization_epsilon_);
       ps.back().copy_(t::matmul(matrices[k], qs.back()));  // P = M Q
     }
-    auto work = s.pg->allreduce(uncompressed_memory);
-    return std::make_shared<WorkFuture>(std::move(work), [state, bucket, input, sent, index, matrices, uncompressed,
-                                                           uncompressed_memory, ps, qs] {
-      PowerSGDState& s = *state;
-      t::NoGradGuard no_grad;
-      const double world = static_cast<double>(s.pg->size());
-      uncompressed_memory.div_(world);
-      if (!uncompressed.empty()) comm::unflatten_into(uncompressed_memory, uncompressed);
-      s.pg->allreduce(s.p_memory[index])->wait();  // the sum of the ranks' P
-      for (size_t k = 0; k < matrices.size(); ++k) {
-        orthogonalize(ps[k], s.options.orthogonalization_epsilon_);
-        qs[k].copy_(t::matmul(matrices[k].t(), ps[k]));  // Q = M^T P
-      }
-      s.pg->allreduce(s.q_memory[index])->wait();
-      s.q_memory[index].div_(world);
-      for (size_t k = 0; k < matrices.size(); ++k) matrices[k].copy_(t::matmul(ps[k], qs[k].t()));  // M ~ P Q^T
-      finish_step(s, bucket, sent, input);
-      return input;
-    });
+    const auto pg = s.pg;
+    const double world = static_cast<double>(pg->size());
+    const double epsilon = s.options.orthogonalization_epsilon_;
+    // 1. The uncompressed tensors, averaged; then the sum of the ranks' P.
+    return Future::from_work(pg->allreduce(uncompressed_memory), uncompressed_memory)
+        ->then([pg, world, uncompressed, p_memory](Future& done) {
+          const Tensor flat = done.value();
+          flat.div_(world);
+          if (!uncompressed.empty()) comm::unflatten_into(flat, uncompressed);
+          return Future::from_work(pg->allreduce(p_memory), p_memory);
+        })
+        // 2. P orthogonalised, Q = M^T P, and the sum of the ranks' Q.
+        ->then([pg, epsilon, matrices, ps, qs, q_memory](Future& done) {
+          done.value();
+          for (size_t k = 0; k < matrices.size(); ++k) {
+            orthogonalize(ps[k], epsilon);
+            qs[k].copy_(t::matmul(matrices[k].t(), ps[k]));  // Q = M^T P
+          }
+          return Future::from_work(pg->allreduce(q_memory), q_memory);
+        })
+        // 3. The bucket becomes P Q^T / world; the error and the iteration count are kept.
+        ->then([state, bucket, world, input, matrices, ps, qs, error, sent](Future& done) {
+          done.value().div_(world);
+          for (size_t k = 0; k < matrices.size(); ++k) matrices[k].copy_(t::matmul(ps[k], qs[k].t()));  // M ~ P Q^T
+          keep_error(error, sent, input);
+          count_iteration(*state, bucket);
+          return input;
+        });
   };
 }
 
@@ -170,7 +198,6 @@ CommHook batched_powersgd_hook(std::shared_ptr<PowerSGDState> state) {
     if (s.iter < s.options.start_powerSGD_iter_) return vanilla(s, bucket);
     t::NoGradGuard no_grad;
     const Tensor input = bucket.buffer;
-    const size_t index = bucket.index;
     const int64_t total = input.numel();
     const auto side = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(total))));
     const int64_t rank = s.options.matrix_approximation_rank_;
@@ -179,29 +206,33 @@ CommHook batched_powersgd_hook(std::shared_ptr<PowerSGDState> state) {
     // The bucket padded with zeros to side x side.
     const Tensor padded = t::zeros({side * side}, t::TensorOptions(input.dtype()).device(input.device()));
     padded.narrow(0, 0, total).copy_(input);
-    const Tensor sent = add_error(s, index, padded);
+    const Tensor error = add_error(s, bucket.index, padded);
+    const Tensor sent = error.defined() ? padded.clone() : Tensor();
     const Tensor matrix = padded.view({side, side});
-    if (!s.options.warm_start_ || !s.p_memory.count(index) || s.p_memory[index].size(0) != side) {
-      s.p_memory[index] = t::zeros({side, rank}, t::TensorOptions(input.dtype()).device(input.device()));
-      s.q_memory[index] = random_q(s, side, rank, input);
-    }
-    orthogonalize(s.q_memory[index], s.options.orthogonalization_epsilon_);
-    s.p_memory[index].copy_(t::matmul(matrix, s.q_memory[index]));
-    auto work = s.pg->allreduce(s.p_memory[index]);
-    return std::make_shared<WorkFuture>(std::move(work), [state, bucket, input, padded, matrix, sent, index, total] {
-      PowerSGDState& s = *state;
-      t::NoGradGuard no_grad;
-      const Tensor& p = s.p_memory[index];
-      const Tensor& q = s.q_memory[index];
-      orthogonalize(p, s.options.orthogonalization_epsilon_);
-      q.copy_(t::matmul(matrix.t(), p));
-      s.pg->allreduce(q)->wait();
-      q.div_(static_cast<double>(s.pg->size()));
-      matrix.copy_(t::matmul(p, q.t()));
-      finish_step(s, bucket, sent, padded);
-      input.copy_(padded.narrow(0, 0, total));
-      return input;
-    });
+    Tensor p, q;
+    if (memories(s, bucket.index, {side, rank}, {side, rank}, input, p, q)) q.copy_(random_q(s, side, rank, input));
+    orthogonalize(q, s.options.orthogonalization_epsilon_);
+    p.copy_(t::matmul(matrix, q));
+    const auto pg = s.pg;
+    const double world = static_cast<double>(pg->size());
+    const double epsilon = s.options.orthogonalization_epsilon_;
+    // 1. The sum of the ranks' P, orthogonalised; Q = M^T P, and the sum of the ranks' Q.
+    return Future::from_work(pg->allreduce(p), p)
+        ->then([pg, epsilon, matrix, p, q](Future& done) {
+          orthogonalize(done.value(), epsilon);
+          q.copy_(t::matmul(matrix.t(), p));
+          return Future::from_work(pg->allreduce(q), q);
+        })
+        // 2. The bucket becomes P Q^T / world (unpadded); the error and the count are kept.
+        ->then([state, bucket, world, input, padded, matrix, p, error, sent, total](Future& done) {
+          const Tensor q_sum = done.value();
+          q_sum.div_(world);
+          matrix.copy_(t::matmul(p, q_sum.t()));
+          keep_error(error, sent, padded);
+          count_iteration(*state, bucket);
+          input.copy_(padded.narrow(0, 0, total));
+          return input;
+        });
   };
 }
 

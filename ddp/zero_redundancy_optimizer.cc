@@ -309,25 +309,6 @@ void ZeroRedundancyOptimizer::step_bucket(const GradBucket& bucket, const Tensor
   for (size_t k = 0; k < local_params.size(); ++k) local_params[k].mutable_grad() = saved[k];
 }
 
-namespace {
-
-// A future waited for twice (by the ZeRO step and by DDP's finalize): the result is computed once.
-class SharedFuture final : public Future {
- public:
-  explicit SharedFuture(std::shared_ptr<Future> inner) : inner_(std::move(inner)) {}
-  Tensor wait() override {
-    if (!result_.defined()) result_ = inner_->wait();
-    return result_;
-  }
-  std::optional<std::chrono::steady_clock::time_point> completed_at() const override { return inner_->completed_at(); }
-
- private:
-  std::shared_ptr<Future> inner_;
-  Tensor result_;
-};
-
-}  // namespace
-
 // Both overlap hooks: the hook's reduction, the setup iterations, then `update(bucket, future)`
 // once the partition is known.
 CommHook ZeroRedundancyOptimizer::overlap_hook(CommHook hook, DistributedDataParallel& ddp, bool interleaved) {
@@ -336,7 +317,7 @@ CommHook ZeroRedundancyOptimizer::overlap_hook(CommHook hook, DistributedDataPar
              "hook_with_zero_step: the ZeroRedundancyOptimizer was not made with overlap_with_ddp = true");
   TDDP_CHECK(&ddp.process_group() == pg_.get(), "hook_with_zero_step: DDP and ZeRO must share one process group");
   return [this, hook = std::move(hook), &ddp, interleaved](GradBucket& bucket) -> std::shared_ptr<Future> {
-    auto future = std::make_shared<SharedFuture>(hook(bucket));
+    std::shared_ptr<Future> future = hook(bucket);  // waited for here and by DDP's finalize
     using Status = Overlap::Status;
     Overlap& o = overlap_;
     // Until DDP has rebuilt its buckets: a plain reduction. The iteration after: record the

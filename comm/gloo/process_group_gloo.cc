@@ -250,10 +250,11 @@ void ProcessGroupGloo::worker_loop() {
     Item item;
     {
       std::unique_lock<std::mutex> lock(queue_mutex_);
-      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and everything queued has run
-      item = std::move(queue_.front());
-      queue_.pop_front();
+      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty() || !chained_.empty(); });
+      std::deque<Item>& next = chained_.empty() ? queue_ : chained_;
+      if (next.empty()) return;  // stopping, and everything queued has run
+      item = std::move(next.front());
+      next.pop_front();
     }
     running_marks = &item.marks;
     const uint32_t seq = tag++;
@@ -339,8 +340,10 @@ std::shared_ptr<Work> ProcessGroupGloo::enqueue(std::string description, const C
   }
   {
     std::lock_guard<std::mutex> lock(queue_mutex_);
-    TDDP_CHECK(!stopping_, "ProcessGroupGloo: {} issued while the group is shutting down", work->description());
-    queue_.push_back(Item{work, call, std::move(run), std::move(marks)});
+    const bool chained = std::this_thread::get_id() == worker_.get_id();
+    // (A chain still running when shutdown began may go on: the worker drains it.)
+    TDDP_CHECK(!stopping_ || chained, "ProcessGroupGloo: {} issued while the group is shutting down", work->description());
+    (chained ? chained_ : queue_).push_back(Item{work, call, std::move(run), std::move(marks)});
   }
   queue_cv_.notify_one();
   return work;

@@ -1,7 +1,7 @@
 // ProcessGroupGloo: the ProcessGroup for CPU tensors, on Gloo's TCP transport (the library
 // PyTorch uses for CPU collectives). Collectives run on a worker thread of their own, in the
 // order they were issued, so that the caller (e.g. DDP inside backward) is never blocked
-// until it waits. dtypes: float32, float64, float16, bfloat16, int64 (reductions are
+// until it waits; a collective issued by a completion callback on that thread runs next. dtypes: float32, float64, float16, bfloat16, int64 (reductions are
 // tinyddp's own functions, so bfloat16 works too).
 //
 // CUDA tensors are accepted too, staged through host memory: the worker copies them to the
@@ -98,6 +98,10 @@ class ProcessGroupGloo final : public ProcessGroup {
     std::vector<tensor::cuda::StreamMark> marks;  // one per CUDA device the collective reads
   };
   std::deque<Item> queue_;
+  // Collectives issued on the worker thread itself (by a Future callback run when a
+  // collective finished): they run before queue_, in issue order, so a chain of callbacks
+  // runs depth first, in the same order on every rank whenever it was attached (future.h).
+  std::deque<Item> chained_;
   bool stopping_ = false;
   std::thread worker_;
   std::mutex p2p_mutex_;

@@ -69,6 +69,22 @@ class NcclWork final : public Work {
     TDDP_CUDA_CHECK(cudaStreamWaitEvent(tensor::cuda::compute_stream(device_), end_, 0));
   }
 
+  // Stream order, as PyTorch's CUDA futures: once the compute stream waits for the
+  // collective, its result is there for every kernel queued after, so the callback runs now,
+  // on this thread (and a chain of callbacks issues its collectives in the same order on every
+  // rank). barrier() (host_wait_) runs it when the host saw it finish.
+  void on_finished(std::function<void(const Work&)> callback) override {
+    if (host_wait_) {
+      Work::on_finished(std::move(callback));
+      return;
+    }
+    try {
+      wait();  // a failure is in exception() for the callback to see
+    } catch (const std::exception&) {
+    }
+    callback(*this);
+  }
+
   cudaEvent_t end() const { return end_; }
   Clock::time_point started() const { return started_; }
   void release_tensors() { tensors_.clear(); }
