@@ -1,6 +1,8 @@
 // Harnesses for collective tests: see comm_test_util.h.
 #include "tests/comm/comm_test_util.h"
 
+#include <algorithm>
+
 #include "tinyddp/launcher/spawn.h"
 
 #include <poll.h>
@@ -120,6 +122,78 @@ std::vector<std::string> run_processes(int size, const RankFn& fn, comm::Millis 
     }
   }
   return failures;
+}
+
+// ---- RecordingGroup ------------------------------------------------------------------------
+
+RecordingGroup::RecordingGroup(std::shared_ptr<comm::ProcessGroup> inner)
+    : ProcessGroup(inner->rank(), inner->size(), inner->backend(), "RecordingGroup", inner->tensor_rules()),
+      inner_(std::move(inner)) {}
+
+std::vector<RecordingGroup::Call> RecordingGroup::calls() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return calls_;
+}
+
+size_t RecordingGroup::count(const std::string& op) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<size_t>(std::count_if(calls_.begin(), calls_.end(), [&](const Call& c) { return c.op == op; }));
+}
+
+void RecordingGroup::record(const char* op, int64_t numel) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  calls_.push_back(Call{op, numel, std::chrono::steady_clock::now(), std::this_thread::get_id()});
+}
+
+using comm::ReduceOp;
+using comm::Work;
+using tensor::Tensor;
+
+std::shared_ptr<Work> RecordingGroup::allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, std::string) {
+  record("allreduce", tensors.front().numel());
+  return inner_->allreduce(tensors, op);
+}
+std::shared_ptr<Work> RecordingGroup::broadcast_impl(const Tensor& tensor, int root, std::string) {
+  record("broadcast", tensor.numel());
+  return inner_->broadcast(tensor, root);
+}
+std::shared_ptr<Work> RecordingGroup::allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, std::string) {
+  record("allgather", input.numel());
+  return inner_->allgather(outputs, input);
+}
+std::shared_ptr<Work> RecordingGroup::gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
+                                                  std::string) {
+  record("gather", input.numel());
+  return inner_->gather(outputs, input, root);
+}
+std::shared_ptr<Work> RecordingGroup::scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
+                                                   std::string) {
+  record("scatter", output.numel());
+  return inner_->scatter(output, inputs, root);
+}
+std::shared_ptr<Work> RecordingGroup::reduce_impl(const Tensor& tensor, int root, ReduceOp op, std::string) {
+  record("reduce", tensor.numel());
+  return inner_->reduce(tensor, root, op);
+}
+std::shared_ptr<Work> RecordingGroup::reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
+                                                          ReduceOp op, std::string) {
+  record("reduce_scatter", output.numel());
+  return inner_->reduce_scatter(output, inputs, op);
+}
+std::shared_ptr<Work> RecordingGroup::barrier_impl(std::string) {
+  record("barrier", 0);
+  return inner_->barrier();
+}
+std::shared_ptr<Work> RecordingGroup::send_impl(const Tensor& tensor, int dst, int tag, std::string) {
+  record("send", tensor.numel());
+  return inner_->send(tensor, dst, tag);
+}
+std::shared_ptr<Work> RecordingGroup::recv_impl(const Tensor& tensor, int src, int tag, std::string) {
+  record("recv", tensor.numel());
+  return inner_->recv(tensor, src, tag);
+}
+std::shared_ptr<comm::ProcessGroup> RecordingGroup::create_subgroup(int, int, int) {
+  throw Error("RecordingGroup: new_group is not supported");
 }
 
 }  // namespace tinyddp::testing

@@ -4,7 +4,10 @@
 // report problems as strings).
 #pragma once
 
+#include <chrono>
 #include <functional>
+#include <mutex>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,5 +53,45 @@ inline void require_no_failures(const std::vector<std::string>& failures) {
 inline std::shared_ptr<comm::ProcessGroup> borrow(comm::ProcessGroup& pg) {
   return std::shared_ptr<comm::ProcessGroup>(&pg, [](comm::ProcessGroup*) {});
 }
+
+// A group that passes every call on to `inner` (its public collectives) and records each
+// call: its name, the elements of its first tensor, when and on which thread it was issued.
+class RecordingGroup final : public comm::ProcessGroup {
+ public:
+  struct Call {
+    std::string op;
+    int64_t numel = 0;
+    std::chrono::steady_clock::time_point at;
+    std::thread::id thread;
+  };
+  explicit RecordingGroup(std::shared_ptr<comm::ProcessGroup> inner);
+  std::vector<Call> calls() const;
+  size_t count(const std::string& op) const;
+
+ protected:
+  using Work = comm::Work;
+  using ReduceOp = comm::ReduceOp;
+  using Tensor = tensor::Tensor;
+  std::shared_ptr<Work> allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, std::string what) override;
+  std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int root, std::string what) override;
+  std::shared_ptr<Work> allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, std::string what) override;
+  std::shared_ptr<Work> gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
+                                    std::string what) override;
+  std::shared_ptr<Work> scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
+                                     std::string what) override;
+  std::shared_ptr<Work> reduce_impl(const Tensor& tensor, int root, ReduceOp op, std::string what) override;
+  std::shared_ptr<Work> reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
+                                            std::string what) override;
+  std::shared_ptr<Work> barrier_impl(std::string what) override;
+  std::shared_ptr<Work> send_impl(const Tensor& tensor, int dst, int tag, std::string what) override;
+  std::shared_ptr<Work> recv_impl(const Tensor& tensor, int src, int tag, std::string what) override;
+  std::shared_ptr<ProcessGroup> create_subgroup(int id, int rank, int size) override;
+
+ private:
+  void record(const char* op, int64_t numel);
+  std::shared_ptr<comm::ProcessGroup> inner_;
+  mutable std::mutex mutex_;
+  std::vector<Call> calls_;
+};
 
 }  // namespace tinyddp::testing

@@ -5,7 +5,9 @@
 // batched hook; bad options.
 #include "tinyddp/ddp/powersgd.h"
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/nn/nn.h"
@@ -140,6 +142,72 @@ TEST_CASE("PowerSGD: training matches plain allreduce within a margin, identical
   CHECK(losses[1] < 0.5);
   CHECK(losses[1] < losses[0] * 3 + 0.05);
   for (size_t k = 0; k < finals[0].size(); ++k) CHECK(tensor::equal(finals[0][k], finals[1][k]));
+}
+
+TEST_CASE("PowerSGD: the hook's future can be waited for twice; it runs each collective once", "[ddp][powersgd][future]") {
+  for (bool batched : {false, true}) {
+    INFO("batched " << batched);
+    require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) {
+      auto recording = std::make_shared<testing::RecordingGroup>(borrow(pg));
+      auto state = std::make_shared<PowerSGDState>(recording, PowerSGDOptions().start_powerSGD_iter(2));
+      state->iter = 2;  // compress from the first call
+      tensor::Generator data(7 + pg.rank());
+      const Tensor weight = tensor::zeros({16, 8}), bias = tensor::zeros({8});
+      GradBucket bucket{0, tensor::randn({136}, {}, &data), {0, 1}, /*is_last=*/true, {weight, bias}, false};
+      CommHook hook = batched ? batched_powersgd_hook(state) : powersgd_hook(state);
+      std::shared_ptr<Future> future = hook(bucket);
+      const Tensor first = future->wait().clone();
+      const Tensor second = future->wait();
+      e.expect(tensor::equal(first, second), "the second wait() changed the result");
+      const size_t want = batched ? 2 : 3;  // (uncompressed,) P, Q
+      e.expect(recording->count("allreduce") == want,
+               fmt::format("{} allreduces for one bucket waited twice, want {}", recording->count("allreduce"), want));
+      e.expect(state->iter == 3, fmt::format("iterations counted: {}, want 3", state->iter));
+    }));
+  }
+}
+
+TEST_CASE("PowerSGD timeline: the P and Q allreduces are issued while backward still runs", "[ddp][powersgd][future]") {
+  // Six buckets (one per parameter). The last gradient of backward waits 200 ms in a hook of
+  // its own: by its end, every bucket's chain (uncompressed, P, Q: 18 allreduces) must have
+  // been issued, from the Future callbacks on Gloo's worker. Were the later rounds left to
+  // finalize_backward, only the six first allreduces would come before backward's end.
+  require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) {
+    auto recording = std::make_shared<testing::RecordingGroup>(borrow(pg));
+    auto model = seeded_mlp(5, {64, 64, 64, 64});
+    DistributedDataParallel ddp(model, recording, DDPOptions().bucket_cap_mb(1e-6).first_bucket_cap_mb(1e-6));
+    ddp.register_comm_hook(powersgd_hook(std::make_shared<PowerSGDState>(recording, PowerSGDOptions().start_powerSGD_iter(2))));
+    const std::vector<Tensor> params = model->parameters();
+    size_t arrived = 0;
+    std::chrono::steady_clock::time_point backward_end;
+    std::vector<autograd::RemovableHandle> handles;
+    for (const Tensor& p : params) {
+      handles.push_back(p.grad_accumulator()->add_post_hook([&] {
+        if (++arrived % params.size() != 0) return;  // not the last gradient of this backward
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        backward_end = std::chrono::steady_clock::now();
+      }));
+    }
+    tensor::Generator data(9 + pg.rank());
+    size_t before_step3 = 0;
+    for (int it = 1; it <= 3; ++it) {  // compressed from the third
+      if (it == 3) before_step3 = recording->calls().size();
+      const Tensor x = tensor::randn({4, 64}, {}, &data);
+      model->zero_grad();
+      nn::mse_loss(ddp(x), tensor::zeros({4, 64})).backward();
+    }
+    const auto calls = recording->calls();
+    size_t allreduces = 0, issued_in_backward = 0;
+    for (size_t k = before_step3; k < calls.size(); ++k) {
+      if (calls[k].op != "allreduce") continue;
+      ++allreduces;
+      if (calls[k].at < backward_end) ++issued_in_backward;
+    }
+    e.expect(allreduces == 3 * params.size(), fmt::format("{} allreduces in the step, want {}", allreduces, 3 * params.size()));
+    e.expect(issued_in_backward == allreduces,
+             fmt::format("only {} of {} allreduces were issued before backward ended", issued_in_backward, allreduces));
+    for (auto& h : handles) h.remove();
+  }));
 }
 
 TEST_CASE("PowerSGD: bad options are refused with the reason", "[ddp][powersgd][errors]") {
