@@ -1,6 +1,7 @@
-// Flattening a list of tensors into one buffer and back, as the coalesced collectives do
-// (PyTorch: _flatten_dense_tensors / _unflatten_dense_tensors): the Gloo backend's list
-// allreduce and DDP's coalesced broadcast of the module's state.
+// Flat buffers: the one layout rule (flat_views), and flattening a list of tensors into one
+// buffer and back, as the coalesced collectives do (PyTorch: _flatten_dense_tensors /
+// _unflatten_dense_tensors): the Gloo backend's list allreduce and DDP's coalesced broadcast
+// of the module's state.
 #pragma once
 
 #include <vector>
@@ -12,22 +13,40 @@ namespace tinyddp::comm {
 
 using tensor::Tensor;
 
+// The layout of every flat buffer in tinyddp (DDP's buckets, ZeRO's parameter shards,
+// PowerSGD's P and Q memories, the coalesced collectives): tensors of the given shapes end to
+// end, in order, each row-major. Returns those slots as views of `flat` (PyTorch's
+// initialize_bucket_views).
+inline std::vector<Tensor> flat_views(const Tensor& flat, const std::vector<tensor::Shape>& shapes) {
+  std::vector<Tensor> views;
+  views.reserve(shapes.size());
+  int64_t offset = 0;
+  for (const tensor::Shape& shape : shapes) {
+    const int64_t numel = tensor::shape_numel(shape);
+    views.push_back(flat.narrow(0, offset, numel).view(shape));
+    offset += numel;
+  }
+  return views;
+}
+
+// The slots of `like`'s tensors (their shapes) in `flat`.
+inline std::vector<Tensor> flat_views(const Tensor& flat, const std::vector<Tensor>& like) {
+  std::vector<tensor::Shape> shapes;
+  shapes.reserve(like.size());
+  for (const Tensor& t : like) shapes.push_back(t.sizes());
+  return flat_views(flat, shapes);
+}
+
 // Copies the tensors of `list` end to end into `flat` (which holds at least their elements).
 inline void flatten_into(const std::vector<Tensor>& list, const Tensor& flat) {
-  int64_t offset = 0;
-  for (const Tensor& t : list) {
-    flat.narrow(0, offset, t.numel()).view(t.sizes()).copy_(t);
-    offset += t.numel();
-  }
+  const std::vector<Tensor> slots = flat_views(flat, list);
+  for (size_t k = 0; k < list.size(); ++k) slots[k].copy_(list[k]);
 }
 
 // Copies consecutive slices of `flat` back into the tensors of `list`.
 inline void unflatten_into(const Tensor& flat, const std::vector<Tensor>& list) {
-  int64_t offset = 0;
-  for (const Tensor& t : list) {
-    t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
-    offset += t.numel();
-  }
+  const std::vector<Tensor> slots = flat_views(flat, list);
+  for (size_t k = 0; k < list.size(); ++k) list[k].copy_(slots[k]);
 }
 
 // A new flat tensor of `list`'s dtype on `list`'s device, holding the tensors end to end.

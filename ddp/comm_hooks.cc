@@ -3,20 +3,6 @@
 
 #include "tinyddp/tensor/ops.h"
 
-namespace tinyddp::ddp {
-
-std::vector<Tensor> GradBucket::gradients() const {
-  std::vector<Tensor> out;
-  int64_t offset = 0;
-  for (const Tensor& p : params) {
-    out.push_back(buffer.narrow(0, offset, p.numel()).view(p.sizes()));
-    offset += p.numel();
-  }
-  return out;
-}
-
-}  // namespace tinyddp::ddp
-
 namespace tinyddp::ddp::hooks {
 
 namespace {

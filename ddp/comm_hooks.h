@@ -13,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "tinyddp/comm/flatten.h"
 #include "tinyddp/comm/future.h"
 #include "tinyddp/comm/process_group.h"
 
@@ -31,10 +32,14 @@ struct GradBucket {
   // registered hook, which gets the plain gradients, as in PyTorch.
   bool divided = false;
 
+  // The gradients as views of `buffer` with the parameters' shapes: the Reducer's bucket
+  // views, built once (comm::flat_views); left empty, gradients() builds them.
+  std::vector<Tensor> views;
+
   // The parameters, and their gradients as views of `buffer` with the parameters' shapes
   // (PyTorch's GradBucket.parameters() and .gradients()).
   const std::vector<Tensor>& parameters() const { return params; }
-  std::vector<Tensor> gradients() const;
+  std::vector<Tensor> gradients() const { return views.empty() ? comm::flat_views(buffer, params) : views; }
 };
 
 // A hook returns a Future (comm/future.h, PyTorch's meaning) whose value is the bucket's

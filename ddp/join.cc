@@ -152,25 +152,27 @@ void Reducer::match_backward_collectives(bool write_gradients) {
     pg_->allreduce(used)->wait();
   };
   if (static_first) zero_map();  // delay_all_reduce sends the map before the buckets
+  std::vector<GradBucket> zeros;
   std::vector<std::shared_ptr<Future>> futures;
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    GradBucket zeros = make_grad_bucket(b, tensor::zeros_like(buckets_[b].contents));
-    futures.push_back(comm_hook_(zeros));
+    zeros.push_back(make_grad_bucket(b, tensor::zeros_like(buckets_[b].contents)));
+    futures.push_back(comm_hook_(zeros.back()));
   }
-  std::vector<Tensor> results;
-  for (auto& f : futures) results.push_back(f->wait());
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const Tensor result = futures[b]->wait();
+    if (!result.is_same(zeros[b].buffer)) zeros[b].buffer.copy_(result);  // a hook returned another tensor
+  }
   if (dynamic_graph_find_unused()) zero_map();  // the others send it after their last bucket
   if (write_gradients) {
     // The averages into .grad, as finalize_backward would have written them; a parameter no
     // rank used keeps its .grad.
     const Tensor used_on_host = used.defined() ? used.to(tensor::kCPU) : Tensor();
-    for (size_t b = 0; b < buckets_.size(); ++b) {
-      int64_t offset = 0;
-      for (size_t i : buckets_[b].params) {
-        const Tensor reduced = results[b].narrow(0, offset, params_[i].numel()).view(params_[i].sizes());
-        offset += params_[i].numel();
+    for (const GradBucket& reduced : zeros) {
+      const std::vector<Tensor> views = reduced.gradients();
+      for (size_t k = 0; k < views.size(); ++k) {
+        const size_t i = reduced.parameter_indices[k];
         const bool unused = used_on_host.defined() && used_on_host.data_ptr<int64_t>()[i] == 0;
-        copy_bucket_to_grad(i, reduced, unused);
+        copy_bucket_to_grad(i, views[k], unused);
       }
     }
   }

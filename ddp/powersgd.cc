@@ -124,7 +124,7 @@ CommHook powersgd_hook(std::shared_ptr<PowerSGDState> state) {
     const Tensor sent = error.defined() ? input.clone() : Tensor();
     // Which gradients to compress: those that shrink by min_compression_rate at this rank.
     std::vector<Tensor> matrices, uncompressed;
-    std::vector<int64_t> ranks;
+    std::vector<t::Shape> p_shapes, q_shapes;  // per compressed matrix: P [n, r] and Q [m, r]
     int64_t p_size = 0, q_size = 0;
     for (const Tensor& g : bucket.gradients()) {
       const int64_t n = g.dim() == 0 ? 1 : g.size(0);
@@ -134,7 +134,8 @@ CommHook powersgd_hook(std::shared_ptr<PowerSGDState> state) {
       s.numel_before_compression += before;
       if (static_cast<double>(after) * s.options.min_compression_rate_ < static_cast<double>(before)) {
         matrices.push_back(g.view({n, m}));
-        ranks.push_back(r);
+        p_shapes.push_back({n, r});
+        q_shapes.push_back({m, r});
         p_size += n * r;
         q_size += m * r;
         s.numel_after_compression += after;
@@ -148,17 +149,12 @@ CommHook powersgd_hook(std::shared_ptr<PowerSGDState> state) {
                                            : comm::flatten(uncompressed);
     Tensor p_memory, q_memory;
     const bool randomize = memories(s, bucket.index, {p_size}, {q_size}, input, p_memory, q_memory);
-    std::vector<Tensor> ps, qs;
-    int64_t p_offset = 0, q_offset = 0;
+    // Each matrix's P and Q are slots of the bucket's two memories (one allreduce each).
+    const std::vector<Tensor> ps = comm::flat_views(p_memory, p_shapes), qs = comm::flat_views(q_memory, q_shapes);
     for (size_t k = 0; k < matrices.size(); ++k) {
-      const int64_t n = matrices[k].size(0), m = matrices[k].size(1), r = ranks[k];
-      ps.push_back(p_memory.narrow(0, p_offset, n * r).view({n, r}));
-      qs.push_back(q_memory.narrow(0, q_offset, m * r).view({m, r}));
-      p_offset += n * r;
-      q_offset += m * r;
-      if (randomize) qs.back().copy_(random_q(s, m, r, input));
-      orthogonalize(qs.back(), s.options.orthogonalization_epsilon_);
-      ps.back().copy_(t::matmul(matrices[k], qs.back()));  // P = M Q
+      if (randomize) qs[k].copy_(random_q(s, q_shapes[k][0], q_shapes[k][1], input));
+      orthogonalize(qs[k], s.options.orthogonalization_epsilon_);
+      ps[k].copy_(t::matmul(matrices[k], qs[k]));  // P = M Q
     }
     const auto pg = s.pg;
     const double world = static_cast<double>(pg->size());

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "tinyddp/comm/flatten.h"
 #include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::ddp {
@@ -61,14 +62,18 @@ void Reducer::initialize_buckets(const BucketAssignment& assignment) {
     Bucket& bucket = buckets[b];
     bucket.params = assignment_.buckets[b];
     int64_t total = 0;
-    for (size_t i : bucket.params) total += params_[i].numel();
-    const Tensor& first = params_[bucket.params.front()];
-    bucket.contents = tensor::zeros({total}, tensor::TensorOptions().dtype(first.dtype()).device(first.device()));
-    int64_t offset = 0;
+    std::vector<Tensor> members;
     for (size_t i : bucket.params) {
-      // The view has the parameter's shape, row-major, inside the flat contents.
-      views[i] = bucket.contents.narrow(0, offset, params_[i].numel()).view(params_[i].sizes());
-      offset += params_[i].numel();
+      total += params_[i].numel();
+      members.push_back(params_[i]);
+    }
+    const Tensor& first = members.front();
+    bucket.contents = tensor::zeros({total}, tensor::TensorOptions().dtype(first.dtype()).device(first.device()));
+    // Each parameter's slot: its shape, row-major, inside the flat contents.
+    bucket.views = comm::flat_views(bucket.contents, members);
+    for (size_t k = 0; k < bucket.params.size(); ++k) {
+      const size_t i = bucket.params[k];
+      views[i] = bucket.views[k];
       bucket_of_[i] = b;
       // gradient_as_bucket_view: an existing gradient moves into the (new) bucket slot.
       if (options_.gradient_as_bucket_view && params_[i].grad().defined()) {
@@ -325,8 +330,12 @@ void Reducer::mark_bucket_ready(size_t b) {
 }
 
 GradBucket Reducer::make_grad_bucket(size_t b, Tensor buffer) const {
-  GradBucket grad_bucket{b, std::move(buffer), buckets_[b].params, b + 1 == buckets_.size(), {}, builtin_hook_};
-  for (size_t i : buckets_[b].params) grad_bucket.params.push_back(params_[i]);
+  const Bucket& bucket = buckets_[b];
+  GradBucket grad_bucket{b, std::move(buffer), bucket.params, b + 1 == buckets_.size(), {}, builtin_hook_, {}};
+  for (size_t i : bucket.params) grad_bucket.params.push_back(params_[i]);
+  // The bucket's own views; for another buffer (Join's zeros), the same layout over it.
+  grad_bucket.views = grad_bucket.buffer.is_same(bucket.contents) ? bucket.views
+                                                                   : comm::flat_views(grad_bucket.buffer, grad_bucket.params);
   return grad_bucket;
 }
 
@@ -354,18 +363,13 @@ void Reducer::copy_bucket_to_grad(size_t i, const Tensor& reduced_view, bool glo
 }
 
 void Reducer::finalize_bucket_dense(Bucket& bucket, const Tensor& result) {
-  int64_t offset = 0;
+  if (!result.is_same(bucket.contents)) bucket.contents.copy_(result);  // a hook returned another tensor
   for (size_t i : bucket.params) {
-    const Tensor reduced = result.is_same(bucket.contents)
-                               ? views_[i]
-                               : result.narrow(0, offset, params_[i].numel()).view(params_[i].sizes());
-    offset += params_[i].numel();
     const bool global_unused = globally_unused(i);
     if (!options_.gradient_as_bucket_view) {
-      copy_bucket_to_grad(i, reduced, global_unused);
+      copy_bucket_to_grad(i, views_[i], global_unused);
       continue;
     }
-    if (!aliases(reduced, views_[i])) views_[i].copy_(reduced);  // a hook returned another tensor
     if (global_unused) continue;
     Tensor& grad = params_[i].mutable_grad();
     if (!grad.defined()) {

@@ -94,7 +94,8 @@ class Reducer {
  private:
   struct Bucket {
     std::vector<size_t> params;
-    Tensor contents;       // flat, one dtype
+    Tensor contents;            // flat, one dtype
+    std::vector<Tensor> views;  // each parameter's slot in contents (comm::flat_views), built once
     Tensor inverse_div;    // 1 / div_factor_ as a 0-d tensor of the contents' dtype
     int inverse_div_of = 0;  // the divisor inverse_div holds
     size_t pending = 0;
@@ -112,6 +113,8 @@ class Reducer {
   void all_reduce_local_used_map();
   void delay_all_reduce();
   void finalize_backward();
+  // Writes bucket b's reduced contents to .grad; `result` is the hook's value (copied into
+  // the contents first when it is another tensor).
   void finalize_bucket_dense(Bucket& bucket, const Tensor& result);
   void finish_local_used_map();
   void copy_bucket_to_grad(size_t param, const Tensor& reduced_view, bool global_unused);
@@ -145,7 +148,7 @@ class Reducer {
   BucketAssignment assignment_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // param -> bucket
-  std::vector<Tensor> views_;      // param -> its slot in the bucket contents
+  std::vector<Tensor> views_;      // param -> its slot in the bucket contents (a bucket's views)
 
   // Per synchronised iteration (PyTorch's names).
   bool expect_autograd_hooks_ = false;  // armed by prepare_for_backward, disarmed by finalize

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "tinyddp/comm/flatten.h"
 #include "tinyddp/comm/init.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/nn/safetensors.h"
@@ -119,14 +120,16 @@ void ZeroRedundancyOptimizer::build_buckets() {
   tensor::NoGradGuard no_grad;
   for (const std::vector<size_t>& shard : partition_) {
     int64_t total = 0;
-    for (size_t i : shard) total += params_[i].numel();
-    const Tensor bucket = tensor::empty({total}, tensor::TensorOptions(params_.front().dtype()).device(device_));
-    int64_t offset = 0;
+    std::vector<Tensor> members;
     for (size_t i : shard) {
-      const Tensor view = bucket.narrow(0, offset, params_[i].numel()).view(params_[i].sizes());
-      view.copy_(params_[i]);
-      params_[i].set_data(view);
-      offset += params_[i].numel();
+      total += params_[i].numel();
+      members.push_back(params_[i]);
+    }
+    const Tensor bucket = tensor::empty({total}, tensor::TensorOptions(params_.front().dtype()).device(device_));
+    const std::vector<Tensor> views = comm::flat_views(bucket, members);
+    for (size_t k = 0; k < shard.size(); ++k) {
+      views[k].copy_(params_[shard[k]]);
+      params_[shard[k]].set_data(views[k]);
     }
     buckets_.push_back(bucket);
   }
@@ -295,12 +298,12 @@ void ZeroRedundancyOptimizer::step_bucket(const GradBucket& bucket, const Tensor
   const std::vector<Tensor>& local_params = local_->params();
   std::vector<Tensor> saved;
   for (const Tensor& p : local_params) saved.push_back(p.grad());
-  int64_t offset = 0;
+  // The reduced contents in the bucket (as DDP's finalize will put them there too), then
+  // read through the bucket's views.
+  if (!reduced.is_same(bucket.buffer)) bucket.buffer.copy_(reduced);
+  const std::vector<Tensor> views = bucket.gradients();
   std::unordered_map<const tensor::TensorImpl*, Tensor> reduced_of;
-  for (const Tensor& p : bucket.params) {
-    reduced_of[p.impl()] = reduced.narrow(0, offset, p.numel()).view(p.sizes());
-    offset += p.numel();
-  }
+  for (size_t k = 0; k < bucket.params.size(); ++k) reduced_of[bucket.params[k].impl()] = views[k];
   for (const Tensor& p : local_params) {
     const auto it = reduced_of.find(p.impl());
     p.mutable_grad() = it != reduced_of.end() ? it->second : Tensor();
