@@ -23,17 +23,6 @@ namespace {
 
 constexpr const char* kName = "ZeroRedundancyOptimizer";
 
-// "state.<index>.<key>" -> (index, key); nothing if the name has another form.
-std::optional<std::pair<size_t, std::string>> parse_state_key(const std::string& name) {
-  if (name.rfind("state.", 0) != 0) return std::nullopt;
-  const size_t dot = name.find('.', 6);
-  if (dot == std::string::npos || dot == 6 || dot + 1 == name.size()) return std::nullopt;
-  size_t index = 0;
-  const auto [end, error] = std::from_chars(name.data() + 6, name.data() + dot, index);
-  if (error != std::errc() || end != name.data() + dot) return std::nullopt;
-  return std::make_pair(index, name.substr(dot + 1));
-}
-
 // Bytes in an int64 tensor (padded to 8), to travel through a process group.
 Tensor bytes_to_tensor(const std::string& bytes, tensor::Device device) {
   std::vector<int64_t> words((bytes.size() + 7) / 8, 0);
@@ -183,9 +172,9 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
   // This rank's shard state, keyed by the global index.
   nn::OrderedDict<Tensor> mine;
   for (const auto& [name, t] : local_->state_dict()) {
-    const auto key = parse_state_key(name);
+    const auto key = nn::parse_state_key(name);
     TDDP_CHECK(key.has_value(), "{}: the local optimizer wrote an unexpected key '{}'", kName, name);
-    mine.insert(fmt::format("state.{}.{}", partition_[pg_->rank()].at(key->first), key->second), t);
+    mine.insert(nn::state_key(partition_[pg_->rank()].at(key->index), key->key), t);
   }
   const std::string my_bytes = nn::serialize_safetensors(mine);
   // Each rank's bytes to everyone (a broadcast per rank: its length, then the bytes); rank
@@ -209,10 +198,10 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
   std::vector<std::vector<std::pair<std::string, Tensor>>> by_param(params_.size());
   for (const auto& [rank, tensors] : shards) {
     for (const auto& [name, t] : tensors) {
-      const auto key = parse_state_key(name);
-      TDDP_CHECK(key && key->first < params_.size() && owner_[key->first] == rank,
+      const auto key = nn::parse_state_key(name);
+      TDDP_CHECK(key && key->index < params_.size() && owner_[key->index] == rank,
                  "{}: rank {} sent state '{}' for a parameter it does not own", kName, rank, name);
-      by_param[key->first].emplace_back(name, t.to(device_));
+      by_param[key->index].emplace_back(name, t.to(device_));
     }
   }
   nn::OrderedDict<Tensor> all;
@@ -239,15 +228,15 @@ void ZeroRedundancyOptimizer::load_state_dict(const nn::OrderedDict<Tensor>& sta
   for (size_t k = 0; k < shard.size(); ++k) local_index[shard[k]] = k;
   nn::OrderedDict<Tensor> local;
   for (const auto& [name, t] : state) {
-    const auto key = parse_state_key(name);
+    const auto key = nn::parse_state_key(name);
     TDDP_CHECK(key.has_value(), "{}: load_state_dict: unexpected key '{}' (expected state.<index>.<key>)", kName, name);
-    TDDP_CHECK(key->first < params_.size(), "{}: load_state_dict: key '{}' refers to parameter {} but there are only {}",
-               kName, name, key->first, params_.size());
-    TDDP_CHECK(key->second == "step" || (t.defined() && t.sizes() == params_[key->first].sizes()),
+    TDDP_CHECK(key->index < params_.size(), "{}: load_state_dict: key '{}' refers to parameter {} but there are only {}",
+               kName, name, key->index, params_.size());
+    TDDP_CHECK(key->key == "step" || (t.defined() && t.sizes() == params_[key->index].sizes()),
                "{}: load_state_dict: '{}' has shape {} but parameter {} has shape {}", kName, name,
-               t.defined() ? tensor::format_shape(t.sizes()) : "(undefined)", key->first,
-               tensor::format_shape(params_[key->first].sizes()));
-    if (local_index[key->first] != SIZE_MAX) local.insert(fmt::format("state.{}.{}", local_index[key->first], key->second), t);
+               t.defined() ? tensor::format_shape(t.sizes()) : "(undefined)", key->index,
+               tensor::format_shape(params_[key->index].sizes()));
+    if (local_index[key->index] != SIZE_MAX) local.insert(nn::state_key(local_index[key->index], key->key), t);
   }
   local_->load_state_dict(local);
   consolidated_.reset();

@@ -116,9 +116,9 @@ void Module::train(bool on) {
   for (const auto& [name, child] : children_) child->train(on);
 }
 
-void Module::zero_grad(bool set_to_none) {
+void zero_grad(const std::vector<Tensor>& params, bool set_to_none) {
   tensor::NoGradGuard no_grad;
-  for (const Tensor& p : parameters()) {
+  for (const Tensor& p : params) {
     if (!p.grad().defined()) continue;
     if (set_to_none) {
       p.mutable_grad() = Tensor();
@@ -127,6 +127,8 @@ void Module::zero_grad(bool set_to_none) {
     }
   }
 }
+
+void Module::zero_grad(bool set_to_none) { nn::zero_grad(parameters(), set_to_none); }
 
 namespace {
 template <typename Target>

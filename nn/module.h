@@ -17,6 +17,10 @@ using tensor::Device;
 using tensor::DType;
 using tensor::Tensor;
 
+// Clears the gradients of `params`: set_to_none makes .grad undefined (PyTorch's default),
+// else it is zeroed in place. Module::zero_grad and Optimizer::zero_grad both call it.
+void zero_grad(const std::vector<Tensor>& params, bool set_to_none = true);
+
 class Module : public std::enable_shared_from_this<Module> {
  public:
   // `type_name` is what repr() and error messages call this module ("Linear").

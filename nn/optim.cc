@@ -2,7 +2,10 @@
 // 2.x foreach=False) operation for operation, and their state for checkpoints.
 #include "tinyddp/nn/optim.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <string_view>
 
 namespace tinyddp::nn {
 
@@ -16,33 +19,26 @@ Optimizer::Optimizer(std::vector<Tensor> params, std::string name) : params_(std
   }
 }
 
-void Optimizer::zero_grad(bool set_to_none) {
-  NoGradGuard no_grad;
-  for (const Tensor& p : params_) {
-    if (!p.grad().defined()) continue;
-    if (set_to_none) {
-      p.mutable_grad() = Tensor();
-    } else {
-      p.grad().zero_();
-    }
-  }
+void Optimizer::zero_grad(bool set_to_none) { nn::zero_grad(params_, set_to_none); }
+
+std::string state_key(size_t index, const std::string& key) { return fmt::format("state.{}.{}", index, key); }
+
+std::optional<StateKey> parse_state_key(const std::string& name) {
+  constexpr std::string_view kPrefix = "state.";
+  if (name.rfind(kPrefix, 0) != 0) return std::nullopt;
+  const size_t dot = name.find('.', kPrefix.size());
+  if (dot == std::string::npos || dot == kPrefix.size() || dot + 1 == name.size()) return std::nullopt;
+  size_t index = 0;
+  const auto [end, error] = std::from_chars(name.data() + kPrefix.size(), name.data() + dot, index);
+  if (error != std::errc() || end != name.data() + dot) return std::nullopt;
+  return StateKey{index, name.substr(dot + 1)};
 }
 
 void Optimizer::check_state(const OrderedDict<Tensor>& state, const std::vector<std::string>& keys) const {
   for (const auto& [name, t] : state) {
-    // "state.<index>.<key>"
-    const size_t first = name.find('.');
-    const size_t second = name.find('.', first + 1);
-    TDDP_CHECK(name.rfind("state.", 0) == 0 && second != std::string::npos,
-               "{}: load_state_dict: unexpected key '{}' (expected state.<index>.<key>)", name_, name);
-    const std::string index_text = name.substr(first + 1, second - first - 1);
-    const std::string key = name.substr(second + 1);
-    size_t index = 0;
-    try {
-      index = std::stoul(index_text);
-    } catch (const std::exception&) {
-      throw Error(fmt::format("{}: load_state_dict: bad parameter index in key '{}'", name_, name));
-    }
+    const std::optional<StateKey> parsed = parse_state_key(name);
+    TDDP_CHECK(parsed.has_value(), "{}: load_state_dict: unexpected key '{}' (expected state.<index>.<key>)", name_, name);
+    const auto& [index, key] = *parsed;
     TDDP_CHECK(index < params_.size(), "{}: load_state_dict: key '{}' refers to parameter {} but there are only {}",
                name_, name, index, params_.size());
     TDDP_CHECK(std::find(keys.begin(), keys.end(), key) != keys.end(),
@@ -150,7 +146,7 @@ void SGD::step() {
 OrderedDict<Tensor> SGD::state_dict() const {
   OrderedDict<Tensor> out;
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (momentum_buffers_[i].defined()) out.insert(fmt::format("state.{}.momentum_buffer", i), momentum_buffers_[i]);
+    if (momentum_buffers_[i].defined()) out.insert(state_key(i, "momentum_buffer"), momentum_buffers_[i]);
   }
   return out;
 }
@@ -159,7 +155,7 @@ void SGD::load_state_dict(const OrderedDict<Tensor>& state) {
   check_state(state, {"momentum_buffer"});
   std::vector<Tensor> buffers(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (const Tensor* buf = state.find(fmt::format("state.{}.momentum_buffer", i))) {
+    if (const Tensor* buf = state.find(state_key(i, "momentum_buffer"))) {
       buffers[i] = buf->to(params_[i].dtype()).to(params_[i].device()).clone();
     }
   }
@@ -218,9 +214,9 @@ OrderedDict<Tensor> Adam::state_dict() const {
   for (size_t i = 0; i < params_.size(); ++i) {
     const State& s = state_[i];
     if (!s.exp_avg.defined()) continue;
-    out.insert(fmt::format("state.{}.step", i), tensor::scalar_tensor(static_cast<double>(s.step), tensor::kInt64));
-    out.insert(fmt::format("state.{}.exp_avg", i), s.exp_avg);
-    out.insert(fmt::format("state.{}.exp_avg_sq", i), s.exp_avg_sq);
+    out.insert(state_key(i, "step"), tensor::scalar_tensor(static_cast<double>(s.step), tensor::kInt64));
+    out.insert(state_key(i, "exp_avg"), s.exp_avg);
+    out.insert(state_key(i, "exp_avg_sq"), s.exp_avg_sq);
   }
   return out;
 }
@@ -229,9 +225,9 @@ void Adam::load_state_dict(const OrderedDict<Tensor>& state) {
   check_state(state, {"step", "exp_avg", "exp_avg_sq"});
   std::vector<State> loaded(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor* step = state.find(fmt::format("state.{}.step", i));
-    const Tensor* avg = state.find(fmt::format("state.{}.exp_avg", i));
-    const Tensor* avg_sq = state.find(fmt::format("state.{}.exp_avg_sq", i));
+    const Tensor* step = state.find(state_key(i, "step"));
+    const Tensor* avg = state.find(state_key(i, "exp_avg"));
+    const Tensor* avg_sq = state.find(state_key(i, "exp_avg_sq"));
     const int present = (step != nullptr) + (avg != nullptr) + (avg_sq != nullptr);
     TDDP_CHECK(present == 0 || present == 3, "{}: load_state_dict: parameter {} has only part of its state", name_, i);
     if (present == 0) continue;

@@ -3,12 +3,23 @@
 // (bias correction). Options are structs with chained setters, as in libtorch.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tinyddp/nn/module.h"
 
 namespace tinyddp::nn {
+
+// The key of one piece of per-parameter optimizer state, "state.<index>.<key>" (PyTorch's
+// optimizer state_dict, flattened): written by state_key, read by parse_state_key, which
+// gives nothing for a name of any other form.
+struct StateKey {
+  size_t index = 0;  // the parameter's position in the optimizer's params()
+  std::string key;   // "momentum_buffer", "step", "exp_avg", ...
+};
+std::string state_key(size_t index, const std::string& key);
+std::optional<StateKey> parse_state_key(const std::string& name);
 
 class Optimizer {
  public:
