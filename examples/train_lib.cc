@@ -1,4 +1,8 @@
-// The training loop of //examples:train: see train_lib.h.
+// The training loop of //examples:train (train_lib.h). train() at the end is the mainline:
+// forward, loss, backward, step, log. Everything else is a named step above it: the checks
+// of the configuration, the device and process group, the model and optimizer, resuming,
+// DDP and its communication hook, the data, the metrics and progress, the checkpoints, the
+// fault injected on purpose, the report at the end and the teardown.
 #include "examples/train_lib.h"
 
 #include <chrono>
@@ -40,241 +44,378 @@ std::string describe_stats(const ddp::DDPStats& s, int rank) {
       ms(s.last_backward_compute_us), ms(s.avg_backward_comm_us), ms(s.last_backward_comm_us), ms(s.avg_overlap_us),
       ms(s.last_overlap_us), s.avg_backward_comm_us > 0 ? 100 * s.avg_overlap_us / s.avg_backward_comm_us : 0.0);
 }
-}  // namespace
 
-TrainResult train(const TrainConfig& config, std::ostream& log) {
-  TDDP_CHECK(config.model == "toy" || config.model == "mlp", "--model must be toy or mlp, got '{}'", config.model);
-  const std::string loss_name = config.loss.empty() ? (config.model == "toy" ? "mse" : "ce") : config.loss;
-  TDDP_CHECK(loss_name == "mse" || loss_name == "ce", "--loss must be mse or ce, got '{}'", loss_name);
-  TDDP_CHECK(config.optimizer == "sgd" || config.optimizer == "adam", "--optimizer must be sgd or adam, got '{}'",
-             config.optimizer);
-  TDDP_CHECK(config.steps >= 1, "--steps must be at least 1, got {}", config.steps);
-  TDDP_CHECK(config.lr > 0, "--lr must be positive, got {}", config.lr);
-  const bool classification = loss_name == "ce";
-  const bool digits = config.data.empty() && config.dataset == "digits";
-  TDDP_CHECK(config.dataset == "synthetic" || config.dataset == "digits", "--dataset must be synthetic or digits, got '{}'",
-             config.dataset);
-  TDDP_CHECK(!digits || (config.model == "mlp" && classification),
-             "--dataset digits trains a classifier: use --model mlp with the ce loss (got --model {}, --loss {})",
-             config.model, loss_name);
-  TDDP_CHECK(config.bucket_cap_mb > 0 && config.first_bucket_cap_mb > 0,
-             "--bucket_cap_mb and --first_bucket_cap_mb must be positive, got {} and {}", config.bucket_cap_mb,
-             config.first_bucket_cap_mb);
-  TDDP_CHECK(config.device == "auto" || config.device == "cpu" || config.device == "cuda",
-             "--device must be auto, cpu or cuda, got '{}'", config.device);
-  TDDP_CHECK(config.backend == "auto" || config.backend == "gloo" || config.backend == "nccl",
-             "--backend must be auto, gloo or nccl, got '{}'", config.backend);
+
+// ---- The configuration -----------------------------------------------------------------------
+
+std::string loss_name(const TrainConfig& c) { return c.loss.empty() ? (c.model == "toy" ? "mse" : "ce") : c.loss; }
+bool classification(const TrainConfig& c) { return loss_name(c) == "ce"; }
+bool uses_digits(const TrainConfig& c) { return c.data.empty() && c.dataset == "digits"; }
+
+// ---- Setup, in the order train() runs it ------------------------------------------------------
+
+// Where this rank computes, and the process group's backend.
+struct Placement {
+  bool on_gpu = false;
+  t::Device device{t::kCPU};
+  std::string backend;
+};
+
+Placement choose_placement(const TrainConfig& config) {
   TDDP_CHECK(config.device != "cuda" || t::cuda::is_available(), "--device cuda: {}", t::cuda::unavailable_reason());
-  const bool on_gpu = config.device == "cuda" || (config.device == "auto" && t::cuda::is_available());
+  Placement p;
+  p.on_gpu = config.device == "cuda" || (config.device == "auto" && t::cuda::is_available());
   // One GPU per rank: LOCAL_RANK picks it. More local ranks than GPUs share them round-robin,
   // which only the gloo backend allows (NCCL refuses two ranks on one device).
-  const int gpus = on_gpu ? t::cuda::device_count() : 0;
-  // Under launch, mpirun or srun (comm/launch_env.h).
-  const comm::LaunchEnv launched = comm::launch_env();
+  const int gpus = p.on_gpu ? t::cuda::device_count() : 0;
+  const comm::LaunchEnv launched = comm::launch_env();  // under launch, mpirun or srun (comm/launch_env.h)
   const int local_rank = launched.local_rank.value_or(0), local_world = launched.local_world_size.value_or(1);
-  const t::Device device = on_gpu ? t::Device(t::DeviceType::kCUDA, local_rank % gpus) : t::Device(t::kCPU);
-  const std::string backend =
-      config.backend != "auto" ? config.backend : (on_gpu && local_world <= gpus ? "nccl" : "gloo");
-  TDDP_CHECK(backend != "nccl" || on_gpu, "--backend nccl needs --device cuda (NCCL reduces GPU tensors only)");
-  TDDP_CHECK(backend != "nccl" || local_world <= gpus,
+  if (p.on_gpu) p.device = t::Device(t::DeviceType::kCUDA, local_rank % gpus);
+  p.backend = config.backend != "auto" ? config.backend : (p.on_gpu && local_world <= gpus ? "nccl" : "gloo");
+  TDDP_CHECK(p.backend != "nccl" || p.on_gpu, "--backend nccl needs --device cuda (NCCL reduces GPU tensors only)");
+  TDDP_CHECK(p.backend != "nccl" || local_world <= gpus,
              "--backend nccl: {} ranks on this node but {} GPU(s); NCCL needs one GPU per rank (use --backend gloo to "
              "share GPUs)",
              local_world, gpus);
-
   // This process's GPU, chosen before anything touches CUDA (as torch.cuda.set_device): no
   // thread of it ever makes a context on another GPU (tensor/cuda/device_guard.h).
-  if (on_gpu) t::cuda::set_device(device.index);
-  // Distributed when launched with WORLD_SIZE > 1.
-  std::shared_ptr<comm::ProcessGroup> pg;
-  TDDP_CHECK(config.timeout_s > 0, "--timeout must be positive, got {}", config.timeout_s);
-  if (launched.world_size.value_or(1) > 1) {
-    comm::InitOptions init;
-    init.timeout = comm::Millis(static_cast<int64_t>(config.timeout_s * 1000));
-    pg = comm::init_process_group(backend, init);
-  }
-  const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
-  TDDP_CHECK(config.timeline.empty() || pg,
-             "--timeline records DDP's events, but this run is on one process: start it with launch --nproc_per_node 2 "
-             "(or more)");
-  std::ostringstream quiet;  // only rank 0 prints progress
-  std::ostream& progress = rank == 0 ? log : quiet;
+  if (p.on_gpu) t::cuda::set_device(p.device.index);
+  return p;
+}
 
-  // The model: created right after manual_seed(seed), so its initial weights equal
-  // PyTorch's for the same seed; --init replaces them.
-  t::manual_seed(config.seed);
-  std::shared_ptr<nn::Module> model;
+// The group of all ranks when launched with WORLD_SIZE > 1, else null (one process).
+std::shared_ptr<comm::ProcessGroup> join_ranks(const TrainConfig& config, const Placement& placement) {
+  if (comm::launch_env().world_size.value_or(1) <= 1) return nullptr;
+  comm::InitOptions init;
+  init.timeout = comm::Millis(static_cast<int64_t>(config.timeout_s * 1000));
+  return comm::init_process_group(placement.backend, init);
+}
+
+// The model, created right after manual_seed(seed) so that its initial weights equal
+// PyTorch's for the same seed (--init replaces them), then moved to `device`: the same
+// weights on every device. `in` and `out` are its input and output widths.
+struct BuiltModel {
+  std::shared_ptr<nn::Module> module;
   int64_t in = 10, out = 5;
+};
+
+BuiltModel build_model(const TrainConfig& config, const t::Device& device) {
+  t::manual_seed(config.seed);
+  BuiltModel m;
   if (config.model == "toy") {
-    model = std::make_shared<nn::ToyModel>();
+    m.module = std::make_shared<nn::ToyModel>();
   } else {
     const std::vector<int64_t> widths = !config.widths.empty() ? config.widths
-                                        : digits                 ? std::vector<int64_t>{kDigitsPixels, 128, kDigitsClasses}
+                                        : uses_digits(config)         ? std::vector<int64_t>{kDigitsPixels, 128, kDigitsClasses}
                                                                  : std::vector<int64_t>{784, 256, 10};
     TDDP_CHECK(widths.size() >= 2, "--widths needs at least two numbers, got {}", widths.size());
-    TDDP_CHECK(!digits || (widths.front() == kDigitsPixels && widths.back() == kDigitsClasses),
+    TDDP_CHECK(!uses_digits(config) || (widths.front() == kDigitsPixels && widths.back() == kDigitsClasses),
                "--dataset digits: the widths must start with {} (8x8 pixels) and end with {} (classes), got {}",
                kDigitsPixels, kDigitsClasses, fmt::join(widths, ","));
-    model = nn::mlp(widths);
-    in = widths.front();
-    out = widths.back();
+    m.module = nn::mlp(widths);
+    m.in = widths.front();
+    m.out = widths.back();
   }
-  TDDP_CHECK(!classification || out >= 2, "--loss ce needs at least 2 output classes, the model has {}", out);
-  if (!config.init.empty()) nn::load_state_dict(*model, config.init);
-  TDDP_CHECK(!config.resume || !config.checkpoint.empty(), "--resume needs --checkpoint PATH");
-  model->to(device);  // after initialising on the CPU: the same weights on every device
-  std::unique_ptr<nn::Optimizer> optimizer;
-  if (config.optimizer == "sgd") {
-    optimizer = std::make_unique<nn::SGD>(model->parameters(), nn::SGDOptions(config.lr).momentum(config.momentum));
-  } else {
-    optimizer = std::make_unique<nn::Adam>(model->parameters(), nn::AdamOptions(config.lr));
-  }
-  // --checkpoint: one file (nn::save_checkpoint) with the model, the optimizer and the steps
-  // done; a run that starts removes the temporaries of writers that were killed.
-  if (!config.checkpoint.empty() && rank == 0) nn::remove_stale_checkpoint_temporaries(config.checkpoint);
-  std::optional<nn::TrainingCheckpoint> resumed;
-  if (config.resume && std::filesystem::exists(config.checkpoint)) {
-    resumed = nn::load_checkpoint(config.checkpoint, *model, *optimizer);  // before DDP: rank 0's is broadcast anyway
-    TDDP_CHECK(resumed->step < config.steps, "--resume: {} is {} steps in, nothing left of --steps {}", config.checkpoint,
-               resumed->step, config.steps);
-  }
-  std::shared_ptr<nn::Module> runner = model;  // what the loop calls: the model, or DDP around it
-  std::shared_ptr<ddp::DistributedDataParallel> ddp_model;
-  std::shared_ptr<ddp::PowerSGDState> powersgd;
-  TDDP_CHECK(config.comm_hook == "allreduce" || config.comm_hook == "fp16" || config.comm_hook == "bf16" ||
-                 config.comm_hook == "powersgd",
-             "--comm_hook must be allreduce, fp16, bf16 or powersgd, got '{}'", config.comm_hook);
-  if (pg) {
-    ddp::DDPOptions options;
-    options.bucket_cap_mb(config.bucket_cap_mb).first_bucket_cap_mb(config.first_bucket_cap_mb);
-    if (!config.timeline.empty()) options.timeline(config.timeline);
-    ddp_model = std::make_shared<ddp::DistributedDataParallel>(model, pg, options);
-    runner = ddp_model;
-    if (config.comm_hook == "fp16") ddp_model->register_comm_hook(ddp::hooks::fp16_compress(pg));
-    if (config.comm_hook == "bf16") ddp_model->register_comm_hook(ddp::hooks::bf16_compress(pg));
-    if (config.comm_hook == "powersgd") {
-      powersgd = std::make_shared<ddp::PowerSGDState>(pg, ddp::PowerSGDOptions()
-                                                              .matrix_approximation_rank(config.powersgd_rank)
-                                                              .start_powerSGD_iter(config.powersgd_start_iter));
-      ddp_model->register_comm_hook(ddp::powersgd_hook(powersgd));
-    }
-  }
+  TDDP_CHECK(!classification(config) || m.out >= 2, "--loss ce needs at least 2 output classes, the model has {}", m.out);
+  if (!config.init.empty()) nn::load_state_dict(*m.module, config.init);
+  m.module->to(device);
+  return m;
+}
 
+std::unique_ptr<nn::Optimizer> make_optimizer(const TrainConfig& config, nn::Module& model) {
+  if (config.optimizer == "sgd") {
+    return std::make_unique<nn::SGD>(model.parameters(), nn::SGDOptions(config.lr).momentum(config.momentum));
+  }
+  return std::make_unique<nn::Adam>(model.parameters(), nn::AdamOptions(config.lr));
+}
+
+// --checkpoint: one file (nn::save_checkpoint) with the model, the optimizer and the steps
+// done. A run that starts removes the temporaries of writers that were killed; with --resume
+// it continues from the file when there is one (before DDP: rank 0's state is broadcast anyway).
+std::optional<nn::TrainingCheckpoint> resume_if_asked(const TrainConfig& config, int rank, nn::Module& model,
+                                                      nn::Optimizer& optimizer) {
+  if (!config.checkpoint.empty() && rank == 0) nn::remove_stale_checkpoint_temporaries(config.checkpoint);
+  if (!config.resume || !std::filesystem::exists(config.checkpoint)) return std::nullopt;
+  nn::TrainingCheckpoint resumed = nn::load_checkpoint(config.checkpoint, model, optimizer);
+  TDDP_CHECK(resumed.step < config.steps, "--resume: {} is {} steps in, nothing left of --steps {}", config.checkpoint,
+             resumed.step, config.steps);
+  return resumed;
+}
+
+// What the loop calls: the model itself, or DDP around it with the chosen communication hook.
+struct Runner {
+  std::shared_ptr<nn::Module> module;
+  std::shared_ptr<ddp::DistributedDataParallel> ddp;
+  std::shared_ptr<ddp::PowerSGDState> powersgd;
+};
+
+Runner wrap_in_ddp(const TrainConfig& config, const std::shared_ptr<nn::Module>& model,
+                   const std::shared_ptr<comm::ProcessGroup>& pg) {
+  if (!pg) return Runner{model, nullptr, nullptr};
+  ddp::DDPOptions options;
+  options.bucket_cap_mb(config.bucket_cap_mb).first_bucket_cap_mb(config.first_bucket_cap_mb);
+  if (!config.timeline.empty()) options.timeline(config.timeline);
+  Runner r;
+  r.ddp = std::make_shared<ddp::DistributedDataParallel>(model, pg, options);
+  r.module = r.ddp;
+  if (config.comm_hook == "fp16") r.ddp->register_comm_hook(ddp::hooks::fp16_compress(pg));
+  if (config.comm_hook == "bf16") r.ddp->register_comm_hook(ddp::hooks::bf16_compress(pg));
+  if (config.comm_hook == "powersgd") {
+    r.powersgd = std::make_shared<ddp::PowerSGDState>(
+        pg, ddp::PowerSGDOptions().matrix_approximation_rank(config.powersgd_rank).start_powerSGD_iter(config.powersgd_start_iter));
+    r.ddp->register_comm_hook(ddp::powersgd_hook(r.powersgd));
+  }
+  return r;
+}
+
+// This rank's share of each step's global batch (train_data.h).
+std::unique_ptr<Dataset> open_dataset(const TrainConfig& config, const BuiltModel& model, int rank, int world) {
   const int64_t batch_size = config.batch > 0 ? config.batch : (config.model == "toy" ? 20 : 64);
   TDDP_CHECK(config.data.empty() ? batch_size % world == 0 : true,
              "--batch {} is not divisible by WORLD_SIZE {}: every rank takes an equal share of each batch", batch_size,
              world);
-  const std::unique_ptr<Dataset> data =
-      !config.data.empty() ? file_dataset(config.data, config.steps, in, out, classification, rank, world)
-      : digits ? digits_dataset(config.digits.empty() ? default_digits_path() : config.digits, config.seed, batch_size, rank, world)
-               : synthetic_dataset(config.seed, batch_size, in, out, classification, rank, world);
-
-  const int64_t first_step = resumed ? resumed->step : 0;
-  if (resumed) {
-    for (int64_t step = 0; step < first_step; ++step) data->batch(step);  // the generators where they were
-    progress << fmt::format("resuming from {} after {} steps\n", config.checkpoint, first_step);
+  if (!config.data.empty()) return file_dataset(config.data, config.steps, model.in, model.out, classification(config), rank, world);
+  if (uses_digits(config)) {
+    return digits_dataset(config.digits.empty() ? default_digits_path() : config.digits, config.seed, batch_size, rank, world);
   }
+  return synthetic_dataset(config.seed, batch_size, model.in, model.out, classification(config), rank, world);
+}
 
+// The metrics CSV ("step,loss"), on rank 0. Resuming after `first_step` steps keeps the rows
+// of the steps the checkpoint holds and drops those of steps it lost.
+std::ofstream open_metrics(const TrainConfig& config, int rank, int64_t first_step) {
   std::ofstream metrics;
-  if (!config.metrics.empty() && rank == 0) {
-    // Resuming: keep the rows of the steps the checkpoint holds, drop those of steps it lost.
-    std::vector<std::string> kept;
-    if (resumed) {
-      std::ifstream old(config.metrics);
-      std::string line;
-      std::getline(old, line);  // the header
-      while (std::getline(old, line)) {
-        if (!line.empty() && std::stoll(line.substr(0, line.find(','))) < first_step) kept.push_back(line);
-      }
+  if (config.metrics.empty() || rank != 0) return metrics;
+  std::vector<std::string> kept;
+  if (first_step > 0) {
+    std::ifstream old(config.metrics);
+    std::string line;
+    std::getline(old, line);  // the header
+    while (std::getline(old, line)) {
+      if (!line.empty() && std::stoll(line.substr(0, line.find(','))) < first_step) kept.push_back(line);
     }
-    metrics.open(config.metrics);
-    TDDP_CHECK(metrics.good(), "--metrics: cannot write {}", config.metrics);
-    metrics << "step,loss\n";
-    for (const std::string& line : kept) metrics << line << "\n";
+  }
+  metrics.open(config.metrics);
+  TDDP_CHECK(metrics.good(), "--metrics: cannot write {}", config.metrics);
+  metrics << "step,loss\n";
+  for (const std::string& line : kept) metrics << line << "\n";
+  return metrics;
+}
+
+// Everything the loop uses, set up in order.
+struct Run {
+  Placement placement;
+  std::shared_ptr<comm::ProcessGroup> pg;
+  int rank = 0, world = 1;
+  BuiltModel model;
+  std::unique_ptr<nn::Optimizer> optimizer;
+  int64_t first_step = 0;
+  Runner runner;
+  std::unique_ptr<Dataset> data;
+};
+
+Run set_up(const TrainConfig& config) {
+  Run run;
+  run.placement = choose_placement(config);
+  run.pg = join_ranks(config, run.placement);
+  run.rank = run.pg ? run.pg->rank() : 0;
+  run.world = run.pg ? run.pg->size() : 1;
+  TDDP_CHECK(config.timeline.empty() || run.pg,
+             "--timeline records DDP's events, but this run is on one process: start it with launch --nproc_per_node 2 "
+             "(or more)");
+  run.model = build_model(config, run.placement.device);
+  run.optimizer = make_optimizer(config, *run.model.module);
+  const std::optional<nn::TrainingCheckpoint> resumed = resume_if_asked(config, run.rank, *run.model.module, *run.optimizer);
+  run.first_step = resumed ? resumed->step : 0;
+  run.runner = wrap_in_ddp(config, run.model.module, run.pg);
+  run.data = open_dataset(config, run.model, run.rank, run.world);
+  for (int64_t step = 0; step < run.first_step; ++step) run.data->batch(step);  // resuming: the generators where they were
+  return run;
+}
+
+// "training mlp (4 parameter tensors) with sgd lr 0.1, ce loss, 100 steps, <data>, ...".
+std::string describe_run(const TrainConfig& config, const Run& run) {
+  std::ostringstream line;
+  line << "training " << config.model << " (" << run.model.module->parameters().size() << " parameter tensors) with "
+       << config.optimizer << " lr " << config.lr << ", " << loss_name(config) << " loss, " << config.steps << " steps, "
+       << run.data->describe()
+       << (run.pg ? fmt::format(", data-parallel on {} ranks ({})", run.world, run.placement.backend) : std::string())
+       << ", device " << run.placement.device.str() << "\n";
+  return line.str();
+}
+
+// ---- Inside the loop ------------------------------------------------------------------------
+
+// --fail_at_step: exit with status 3 before that step on the first attempt (to try launch
+// --max_restarts; TINYDDP_RESTART_COUNT counts the restarts).
+void fail_on_purpose_if_asked(const TrainConfig& config, int64_t step, int rank) {
+  if (step != config.fail_at_step) return;
+  const char* restart = std::getenv("TINYDDP_RESTART_COUNT");
+  if (restart != nullptr && std::string(restart) != "0") return;
+  std::cerr << fmt::format("train: rank {} fails on purpose before step {} (--fail_at_step)\n", rank, step);
+  std::_Exit(3);
+}
+
+Tensor loss_of(const TrainConfig& config, const Tensor& prediction, const Tensor& targets) {
+  return classification(config) ? nn::cross_entropy(prediction, targets) : nn::mse_loss(prediction, targets);
+}
+
+// Rank 0 writes a checkpoint every --checkpoint_every steps and at the end.
+void save_checkpoint_if_due(const TrainConfig& config, const Run& run, int64_t steps_done) {
+  if (config.checkpoint.empty() || run.rank != 0) return;
+  const bool last = steps_done == config.steps;
+  const bool due = config.checkpoint_every > 0 ? steps_done % config.checkpoint_every == 0 || last : last;
+  if (due) nn::save_checkpoint(config.checkpoint, *run.model.module, *run.optimizer, steps_done);
+}
+
+// The losses and accuracy of the run (averaged over ranks: the figures of the whole global
+// batch), the metrics CSV and the progress lines.
+class Log {
+ public:
+  Log(const TrainConfig& config, const Run& run, std::ostream& progress)
+      : config_(config), run_(run), progress_(progress), metrics_(open_metrics(config, run.rank, run.first_step)),
+        log_every_(config.log_every > 0 ? config.log_every : std::max<int64_t>(1, config.steps / 10)),
+        // Where the figures are averaged (DDP's choice: the GPU under NCCL, else the CPU).
+        report_device_(run.pg ? ddp::control_device(*run.pg, run.model.module->parameters()) : run.placement.device),
+        start_(std::chrono::steady_clock::now()) {}
+
+  // Before backward: the step's loss over all ranks (and on the last step, the accuracy).
+  void loss(int64_t step, const Tensor& loss, const Tensor& prediction, const Tensor& targets) {
+    const double value = mean_over_ranks(t::scalar_tensor(loss.item<double>(), t::TensorOptions(t::kFloat64).device(report_device_)));
+    TDDP_CHECK(std::isfinite(value), "the loss became {} at step {}; lower --lr", value, step);
+    result_.losses.push_back(value);
+    if (classification(config_) && step + 1 == config_.steps) {
+      result_.accuracy = mean_over_ranks(t::mean(t::eq(t::argmax(prediction, 1), targets).to(t::kFloat64)));
+    }
   }
 
-  progress << "training " << config.model << " (" << model->parameters().size() << " parameter tensors) with "
-      << config.optimizer << " lr " << config.lr << ", " << loss_name << " loss, " << config.steps << " steps, "
-      << data->describe()
-      << (pg ? fmt::format(", data-parallel on {} ranks ({})", world, backend) : std::string()) << ", device " << device.str()
-      << "\n";
-  const int64_t log_every = config.log_every > 0 ? config.log_every : std::max<int64_t>(1, config.steps / 10);
-  // Where the loss is averaged over ranks (DDP's choice: the GPU under NCCL, else the CPU).
-  const t::Device report_device = pg ? ddp::control_device(*pg, model->parameters()) : device;
-  TrainResult result;
-  const auto start = std::chrono::steady_clock::now();
-  const char* restart = std::getenv("TINYDDP_RESTART_COUNT");
-  const bool first_attempt = restart == nullptr || std::string(restart) == "0";
-  for (int64_t step = first_step; step < config.steps; ++step) {
-    if (step == config.fail_at_step && first_attempt) {
-      std::cerr << fmt::format("train: rank {} fails on purpose before step {} (--fail_at_step)\n", rank, step);
-      std::_Exit(3);
-    }
-    const Batch mine = data->batch(step);  // this rank's share of the step's global batch
-    const Batch b{mine.inputs.to(device), mine.targets.to(device)};
-    optimizer->zero_grad();
-    const Tensor prediction = runner->forward(b.inputs);
-    const Tensor loss = classification ? nn::cross_entropy(prediction, b.targets) : nn::mse_loss(prediction, b.targets);
-    double loss_value = loss.item<double>();
-    if (pg) {  // report the mean over ranks: the loss of the whole global batch
-      const Tensor mean = t::scalar_tensor(loss_value, t::TensorOptions(t::kFloat64).device(report_device));
-      pg->allreduce(mean, comm::ReduceOp::kAvg)->wait();
-      loss_value = mean.item<double>();
-    }
-    TDDP_CHECK(std::isfinite(loss_value), "the loss became {} at step {}; lower --lr", loss_value, step);
-    result.losses.push_back(loss_value);
-    if (classification && step + 1 == config.steps) {
-      const Tensor accuracy = t::mean(t::eq(t::argmax(prediction, 1), b.targets).to(t::kFloat64));
-      if (pg) pg->allreduce(accuracy, comm::ReduceOp::kAvg)->wait();
-      result.accuracy = accuracy.item<double>();
-    }
-    loss.backward();
-    optimizer->step();
-    result.samples += mine.inputs.size(0) * world;
-    if (metrics.is_open()) metrics << step << "," << fmt::format("{:.9g}", loss_value) << std::endl;
-    const bool checkpoint_now =
-        config.checkpoint_every > 0 && ((step + 1) % config.checkpoint_every == 0 || step + 1 == config.steps);
-    if (!config.checkpoint.empty() && rank == 0 && (checkpoint_now || (config.checkpoint_every == 0 && step + 1 == config.steps))) {
-      nn::save_checkpoint(config.checkpoint, *model, *optimizer, step + 1);
-    }
-    if ((step + 1) % log_every == 0 || step + 1 == config.steps) {
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      progress << fmt::format("step {:>{}}/{}  loss {:.6f}  {:.0f} samples/s  elapsed {:.2f} s\n", step + 1,
-                         std::to_string(config.steps).size(), config.steps, loss_value,
-                         static_cast<double>(result.samples) / std::max(elapsed, 1e-9), elapsed);
-    }
+  // After the update: the metrics row and, every log_every steps, a progress line.
+  void step_done(int64_t step, int64_t rank_samples) {
+    result_.samples += rank_samples * run_.world;
+    const double value = result_.losses.back();
+    if (metrics_.is_open()) metrics_ << step << "," << fmt::format("{:.9g}", value) << std::endl;
+    if ((step + 1) % log_every_ != 0 && step + 1 != config_.steps) return;
+    const double elapsed = seconds();
+    progress_ << fmt::format("step {:>{}}/{}  loss {:.6f}  {:.0f} samples/s  elapsed {:.2f} s\n", step + 1,
+                             std::to_string(config_.steps).size(), config_.steps, value,
+                             static_cast<double>(result_.samples) / std::max(elapsed, 1e-9), elapsed);
   }
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  TrainResult& result() { return result_; }
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+
+ private:
+  double mean_over_ranks(const Tensor& value) const {
+    if (run_.pg) run_.pg->allreduce(value, comm::ReduceOp::kAvg)->wait();
+    return value.item<double>();
+  }
+
+  const TrainConfig& config_;
+  const Run& run_;
+  std::ostream& progress_;
+  std::ofstream metrics_;
+  int64_t log_every_;
+  t::Device report_device_;
+  std::chrono::steady_clock::time_point start_;
+  TrainResult result_;
+};
+
+// ---- After the loop ------------------------------------------------------------------------
+
+// The summary line, the held-out accuracy, PowerSGD's compression and DDP's statistics.
+void report(const TrainConfig& config, const Run& run, TrainResult& result, std::ostream& progress) {
   progress << fmt::format("done: {} steps in {:.2f} s ({:.0f} samples/s); loss {:.6f} -> {:.6f}", config.steps,
-                     result.seconds, static_cast<double>(result.samples) / std::max(result.seconds, 1e-9),
-                     result.losses.front(), result.losses.back());
+                          result.seconds, static_cast<double>(result.samples) / std::max(result.seconds, 1e-9),
+                          result.losses.front(), result.losses.back());
   if (result.accuracy >= 0) progress << fmt::format("; accuracy on the last batch {:.1f}%", 100 * result.accuracy);
   progress << "\n";
-  if (const std::optional<Batch> held = classification ? data->held_out() : std::nullopt) {
+  if (const std::optional<Batch> held = classification(config) ? run.data->held_out() : std::nullopt) {
     // The same model on every rank, the same held-out samples: every rank gets the same figure.
     t::NoGradGuard no_grad;
-    result.held_out_accuracy =
-        t::mean(t::eq(t::argmax(model->forward(held->inputs.to(device)), 1), held->targets.to(device)).to(t::kFloat64))
-            .item<double>();
-    progress << fmt::format("held-out accuracy {:.1f}% on {}\n", 100 * result.held_out_accuracy, data->describe_held_out());
+    const t::Device& device = run.placement.device;
+    const Tensor predicted = t::argmax(run.model.module->forward(held->inputs.to(device)), 1);
+    result.held_out_accuracy = t::mean(t::eq(predicted, held->targets.to(device)).to(t::kFloat64)).item<double>();
+    progress << fmt::format("held-out accuracy {:.1f}% on {}\n", 100 * result.held_out_accuracy, run.data->describe_held_out());
   }
-  if (powersgd) {
+  if (run.runner.powersgd) {
     progress << fmt::format("PowerSGD rank {}: {:.1f}x fewer gradient elements sent (from iteration {} on)\n",
-                            config.powersgd_rank, powersgd->compression_rate(), config.powersgd_start_iter);
+                            config.powersgd_rank, run.runner.powersgd->compression_rate(), config.powersgd_start_iter);
   }
   if (config.stats) {
-    progress << (ddp_model ? describe_stats(ddp_model->stats(), rank)
-                           : "no DDP statistics: this run trained on one process (start it with launch for DDP)\n");
+    progress << (run.runner.ddp ? describe_stats(run.runner.ddp->stats(), run.rank)
+                                : "no DDP statistics: this run trained on one process (start it with launch for DDP)\n");
   }
-  if (!config.save.empty() && rank == 0) {
-    nn::save_state_dict(*model, config.save);
+  if (!config.save.empty() && run.rank == 0) {
+    nn::save_state_dict(*run.model.module, config.save);
     progress << "saved the final weights to " << config.save << "\n";
   }
-  if (pg) {
-    pg->barrier()->wait();  // rank 0 hosts the store: nobody leaves before everyone is done
-    runner.reset();
-    ddp_model.reset();  // writes the timeline
-    comm::destroy_process_group();
+}
+
+// Every rank waits for the others (rank 0 hosts the store), DDP writes its timeline, and the
+// group goes.
+void tear_down(Run& run) {
+  if (!run.pg) return;
+  run.pg->barrier()->wait();
+  run.runner = Runner{};
+  comm::destroy_process_group();
+}
+
+}  // namespace
+
+void TrainConfig::validate() const {
+  TDDP_CHECK(model == "toy" || model == "mlp", "--model must be toy or mlp, got '{}'", model);
+  const std::string loss_used = loss_name(*this);
+  TDDP_CHECK(loss_used == "mse" || loss_used == "ce", "--loss must be mse or ce, got '{}'", loss_used);
+  TDDP_CHECK(optimizer == "sgd" || optimizer == "adam", "--optimizer must be sgd or adam, got '{}'", optimizer);
+  TDDP_CHECK(steps >= 1, "--steps must be at least 1, got {}", steps);
+  TDDP_CHECK(lr > 0, "--lr must be positive, got {}", lr);
+  TDDP_CHECK(momentum >= 0, "--momentum must not be negative, got {}", momentum);
+  TDDP_CHECK(batch >= 0, "--batch must be positive, got {}", batch);
+  TDDP_CHECK(log_every >= 0, "--log_every must be positive, got {}", log_every);
+  TDDP_CHECK(dataset == "synthetic" || dataset == "digits", "--dataset must be synthetic or digits, got '{}'", dataset);
+  TDDP_CHECK(!uses_digits(*this) || (model == "mlp" && loss_used == "ce"),
+             "--dataset digits trains a classifier: use --model mlp with the ce loss (got --model {}, --loss {})", model,
+             loss_used);
+  TDDP_CHECK(bucket_cap_mb > 0 && first_bucket_cap_mb > 0,
+             "--bucket_cap_mb and --first_bucket_cap_mb must be positive, got {} and {}", bucket_cap_mb,
+             first_bucket_cap_mb);
+  TDDP_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device must be auto, cpu or cuda, got '{}'", device);
+  TDDP_CHECK(backend == "auto" || backend == "gloo" || backend == "nccl", "--backend must be auto, gloo or nccl, got '{}'",
+             backend);
+  TDDP_CHECK(timeout_s > 0, "--timeout must be positive, got {}", timeout_s);
+  TDDP_CHECK(comm_hook == "allreduce" || comm_hook == "fp16" || comm_hook == "bf16" || comm_hook == "powersgd",
+             "--comm_hook must be allreduce, fp16, bf16 or powersgd, got '{}'", comm_hook);
+  TDDP_CHECK(powersgd_rank >= 1, "--powersgd_rank must be at least 1, got {}", powersgd_rank);
+  TDDP_CHECK(powersgd_start_iter >= 2, "--powersgd_start_iter must be at least 2, got {}", powersgd_start_iter);
+  TDDP_CHECK(checkpoint_every >= 0, "--checkpoint_every must not be negative, got {}", checkpoint_every);
+  TDDP_CHECK(!resume || !checkpoint.empty(), "--resume needs --checkpoint PATH");
+}
+
+TrainResult train(const TrainConfig& config, std::ostream& log) {
+  config.validate();
+  Run run = set_up(config);
+  std::ostringstream quiet;  // only rank 0 prints progress
+  std::ostream& progress = run.rank == 0 ? log : quiet;
+  if (run.first_step > 0) progress << fmt::format("resuming from {} after {} steps\n", config.checkpoint, run.first_step);
+  progress << describe_run(config, run);
+  Log logged(config, run, progress);
+  for (int64_t step = run.first_step; step < config.steps; ++step) {
+    fail_on_purpose_if_asked(config, step, run.rank);
+    const Batch mine = run.data->batch(step);  // this rank's share of the step's global batch
+    const Batch batch{mine.inputs.to(run.placement.device), mine.targets.to(run.placement.device)};
+    run.optimizer->zero_grad();
+    const Tensor prediction = run.runner.module->forward(batch.inputs);
+    const Tensor loss = loss_of(config, prediction, batch.targets);
+    logged.loss(step, loss, prediction, batch.targets);
+    loss.backward();
+    run.optimizer->step();
+    logged.step_done(step, mine.inputs.size(0));
+    save_checkpoint_if_due(config, run, step + 1);
   }
+  TrainResult result = logged.result();
+  result.seconds = logged.seconds();
+  report(config, run, result, progress);
+  tear_down(run);
   return result;
 }
 

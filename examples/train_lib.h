@@ -58,6 +58,10 @@ struct TrainConfig {
   double timeout_s = 60;
   int powersgd_rank = 1;
   int64_t powersgd_start_iter = 1000;
+
+  // Throws tinyddp::Error naming the first option that is out of range or unknown (the one
+  // place the options are checked; train() calls it first).
+  void validate() const;
 };
 
 struct TrainResult {

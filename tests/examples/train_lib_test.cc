@@ -72,6 +72,31 @@ TEST_CASE("the training example rejects data that does not fit the model", "[exa
   CHECK_THROWS_WITH(examples::train(config, log), Contains("expected tensors named 'inputs' and 'targets'"));
 }
 
+TEST_CASE("TrainConfig::validate names the option that is out of range", "[examples][train][errors]") {
+  const auto message = [](auto change) -> std::string {
+    examples::TrainConfig config;
+    change(config);
+    try {
+      config.validate();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(valid)";
+  };
+  CHECK(message([](examples::TrainConfig&) {}) == "(valid)");
+  CHECK_THAT(message([](auto& c) { c.model = "cnn"; }), Contains("--model must be toy or mlp, got 'cnn'"));
+  CHECK_THAT(message([](auto& c) { c.lr = 0; }), Contains("--lr must be positive, got 0"));
+  CHECK_THAT(message([](auto& c) { c.bucket_cap_mb = -1; }), Contains("--bucket_cap_mb and --first_bucket_cap_mb"));
+  CHECK_THAT(message([](auto& c) { c.comm_hook = "topk"; }), Contains("--comm_hook must be allreduce, fp16, bf16 or powersgd"));
+  CHECK_THAT(message([](auto& c) { c.powersgd_start_iter = 1; }), Contains("--powersgd_start_iter must be at least 2"));
+  CHECK_THAT(message([](auto& c) { c.resume = true; }), Contains("--resume needs --checkpoint PATH"));
+  CHECK_THAT(message([](auto& c) {
+               c.dataset = "digits";
+               c.model = "toy";
+             }),
+             Contains("--dataset digits trains a classifier"));
+}
+
 TEST_CASE("the training example on 2 ranks (WORLD_SIZE=2) reproduces the one-process run", "[examples][train][ddp]") {
   const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
   const int failed = launcher::spawn_local(2, [&](int rank) {
