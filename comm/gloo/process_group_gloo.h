@@ -11,10 +11,10 @@
 // one GPU (NCCL refuses two ranks on one device) and lets DDP on GPUs run where NCCL cannot.
 #pragma once
 
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <list>
-#include <map>
 #include <memory>
 #include <thread>
 
@@ -32,6 +32,7 @@ class Device;
 namespace tinyddp::comm {
 
 namespace detail {
+class PeerAddresses;
 class SmallAllreduce;
 class RingAllreduce;
 }
@@ -66,10 +67,21 @@ class ProcessGroupGloo final : public ProcessGroup {
   // Sets check_calls_ from the options, after making sure every rank chose alike.
   void agree_on_call_check();
   void worker_loop();
-  // A failed collective's Error (a TimeoutError for a timeout) for `what()` of the exception:
-  // the Work's description, the message, and the rank behind each peer address Gloo names
-  // ("Read timeout [10.0.0.2]:4242" -> "... [10.0.0.2]:4242 (rank 1)").
-  std::exception_ptr failure(const Work& work, const std::string& what) const;
+
+  using Clock = std::chrono::steady_clock;
+  // The rendezvous: the transport device, the main mesh, and for a group of more than one the
+  // small mesh, the ring and the peers' addresses.
+  void connect();
+  // A full mesh of Gloo connections, rendezvous under `rendezvous_prefix` in the store.
+  std::shared_ptr<gloo::Context> connect_mesh(const char* rendezvous_prefix);
+  // Whether `e`, raised by an operation that began at `started`, is a timeout (by its type).
+  bool timed_out(const std::exception& e, Clock::time_point started) const;
+  // The constructor's error when connecting failed: names the ranks that never joined.
+  std::exception_ptr rendezvous_failure(const std::exception& e, Clock::time_point started) const;
+  // A failed collective's Error (a TimeoutError for a timeout): the Work's description, the
+  // message, and the rank behind each peer address Gloo names ("Read timeout
+  // [10.0.0.2]:4242" -> "... [10.0.0.2]:4242 (rank 1)").
+  std::exception_ptr failure(const Work& work, const std::exception& e, Clock::time_point started) const;
   // Runs a point-to-point operation on a thread of its own (not behind queued collectives).
   std::shared_ptr<Work> start_p2p(std::string description, std::function<void()> run);
 
@@ -81,9 +93,8 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::unique_ptr<detail::SmallAllreduce> small_allreduce_;
   // Larger allreduces (used by the worker only; null for a group of one).
   std::unique_ptr<detail::RingAllreduce> ring_allreduce_;
-  // Each address of a peer as Gloo's errors print it ("[ip]:port") -> that peer's rank (two
-  // ranks where one address was both, at different times: a port reused).
-  std::map<std::string, std::vector<int>> peer_ranks_;
+  // Which rank is behind each address Gloo's errors print.
+  std::unique_ptr<detail::PeerAddresses> peers_;
   // Whether check_call runs (options.check_calls, agreed by every rank at construction), and
   // its buffer of size() encoded rows (used by the worker only).
   bool check_calls_ = false;

@@ -1,4 +1,4 @@
-// SmallAllreduce: see gloo_small_allreduce.h.
+// SmallAllreduce: see small_allreduce.h.
 #include "tinyddp/comm/gloo/small_allreduce.h"
 
 #include <gloo/allreduce_ring.h>

@@ -1,0 +1,232 @@
+// ProcessGroupGloo's collectives, each mapped onto Gloo's API (or tinyddp's own allreduce
+// paths) and queued for the worker (process_group_gloo.cc); tensors are staged through host
+// buffers (staging.h).
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/gather.h>
+#include <gloo/reduce.h>
+#include <gloo/scatter.h>
+
+#include "tinyddp/comm/flatten.h"
+#include "tinyddp/comm/gloo/process_group_gloo.h"
+#include "tinyddp/comm/gloo/ring_allreduce.h"
+#include "tinyddp/comm/gloo/small_allreduce.h"
+#include "tinyddp/comm/gloo/staging.h"
+#include "tinyddp/tensor/ops.h"
+
+namespace tinyddp::comm {
+
+using detail::flatten_all;
+using detail::host_dense;
+using detail::reduce_function;
+using detail::Staged;
+using detail::with_element_type;
+
+namespace {
+std::vector<Tensor> concat(std::vector<Tensor> list, const Tensor& last) {
+  list.push_back(last);
+  return list;
+}
+}  // namespace
+
+std::shared_ptr<Work> ProcessGroupGloo::allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, std::string what) {
+  int64_t total = 0;
+  for (const Tensor& t : tensors) total += t.numel();
+  const CallSignature call{Collective::kAllreduce, tensors[0].dtype(), total, -1, op};
+  // CPU tensors only: a CUDA tensor pays its staging copies anyway.
+  if (small_allreduce_ && tensors[0].is_cpu() && detail::SmallAllreduce::takes(tensors[0].dtype(), total) && total > 0) {
+    return enqueue(std::move(what), call, [this, tensors, op, total](uint32_t) { small_allreduce_->run(tensors, op, total); });
+  }
+  return enqueue(std::move(what), call, [this, tensors, op, total](uint32_t) {
+    const bool single = tensors.size() == 1;
+    const Staged staged(single ? tensors[0] : flatten_all(tensors));
+    if (total > 0 && ring_allreduce_) {  // a group of one holds the result already
+      with_element_type(tensors[0].dtype(), "allreduce", [&](auto tag_type) {
+        using T = decltype(tag_type);
+        ring_allreduce_->run(staged.buffer.raw_data_ptr(), static_cast<size_t>(total), sizeof(T), reduce_function<T>(op),
+                             options_.timeout);
+      });
+      if (op == ReduceOp::kAvg) staged.buffer.div_(static_cast<double>(size_));
+    }
+    if (single) {
+      staged.write_back();
+    } else {
+      unflatten_into(staged.buffer, tensors);
+    }
+  }, tensors);
+}
+
+std::shared_ptr<Work> ProcessGroupGloo::broadcast_impl(const Tensor& tensor, int root, std::string what) {
+  return enqueue(std::move(what), {Collective::kBroadcast, tensor.dtype(), tensor.numel(), root, std::nullopt},
+                 [this, tensor, root](uint32_t tag) {
+    const Staged staged(tensor);
+    if (tensor.numel() > 0) {
+      with_element_type(tensor.dtype(), "broadcast", [&](auto tag_type) {
+        using T = decltype(tag_type);
+        gloo::BroadcastOptions opts(context_);
+        opts.setOutput<T>(static_cast<T*>(staged.buffer.raw_data_ptr()), static_cast<size_t>(tensor.numel()));
+        opts.setRoot(root);
+        opts.setTag(tag);
+        opts.setTimeout(options_.timeout);
+        gloo::broadcast(opts);
+      });
+    }
+    staged.write_back();
+  }, {tensor});
+}
+
+std::shared_ptr<Work> ProcessGroupGloo::allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
+                                                       std::string what) {
+  return enqueue(std::move(what), {Collective::kAllgather, input.dtype(), input.numel(), -1, std::nullopt},
+                 [this, outputs, input](uint32_t tag) {
+    const Tensor in = host_dense(input);
+    const Tensor flat = tensor::empty({input.numel() * size_}, input.dtype());
+    if (input.numel() > 0) {
+      with_element_type(input.dtype(), "allgather", [&](auto tag_type) {
+        using T = decltype(tag_type);
+        gloo::AllgatherOptions opts(context_);
+        opts.setInput<T>(static_cast<T*>(in.raw_data_ptr()), static_cast<size_t>(input.numel()));
+        opts.setOutput<T>(static_cast<T*>(flat.raw_data_ptr()), static_cast<size_t>(flat.numel()));
+        opts.setTag(tag);
+        opts.setTimeout(options_.timeout);
+        gloo::allgather(opts);
+      });
+    }
+    unflatten_into(flat, outputs);
+  }, {input});
+}
+
+std::shared_ptr<Work> ProcessGroupGloo::gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
+                                                    std::string what) {
+  return enqueue(std::move(what), {Collective::kGather, input.dtype(), input.numel(), root, std::nullopt},
+                 [this, outputs, input, root](uint32_t tag) {
+    const Tensor in = host_dense(input);
+    const Tensor flat = rank_ == root ? tensor::empty({input.numel() * size_}, input.dtype()) : Tensor();
+    if (input.numel() > 0) {
+      with_element_type(input.dtype(), "gather", [&](auto tag_type) {
+        using T = decltype(tag_type);
+        gloo::GatherOptions opts(context_);
+        opts.setInput<T>(static_cast<T*>(in.raw_data_ptr()), static_cast<size_t>(input.numel()));
+        if (rank_ == root) opts.setOutput<T>(static_cast<T*>(flat.raw_data_ptr()), static_cast<size_t>(flat.numel()));
+        opts.setRoot(root);
+        opts.setTag(tag);
+        opts.setTimeout(options_.timeout);
+        gloo::gather(opts);
+      });
+    }
+    if (rank_ == root) unflatten_into(flat, outputs);
+  }, {input});
+}
+
+std::shared_ptr<Work> ProcessGroupGloo::scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
+                                                     std::string what) {
+  return enqueue(std::move(what), {Collective::kScatter, output.dtype(), output.numel(), root, std::nullopt},
+                 [this, output, inputs, root](uint32_t tag) {
+    const Staged staged(output);
+    std::vector<Tensor> dense;
+    for (const Tensor& t : inputs) dense.push_back(host_dense(t));
+    if (output.numel() > 0) {
+      with_element_type(output.dtype(), "scatter", [&](auto tag_type) {
+        using T = decltype(tag_type);
+        gloo::ScatterOptions opts(context_);
+        if (rank_ == root) {
+          std::vector<T*> pointers;
+          for (const Tensor& t : dense) pointers.push_back(static_cast<T*>(t.raw_data_ptr()));
+          opts.setInputs<T>(pointers, static_cast<size_t>(output.numel()));
+        }
+        opts.setOutput<T>(static_cast<T*>(staged.buffer.raw_data_ptr()), static_cast<size_t>(output.numel()));
+        opts.setRoot(root);
+        opts.setTag(tag);
+        opts.setTimeout(options_.timeout);
+        gloo::scatter(opts);
+      });
+    }
+    staged.write_back();
+  }, concat(inputs, output));
+}
+
+std::shared_ptr<Work> ProcessGroupGloo::reduce_impl(const Tensor& tensor, int root, ReduceOp op, std::string what) {
+  return enqueue(std::move(what), {Collective::kReduce, tensor.dtype(), tensor.numel(), root, op},
+                 [this, tensor, root, op](uint32_t tag) {
+                   const Staged staged(tensor);
+                   // Gloo's reduce leaves partial sums in non-root buffers: reduce a copy there.
+                   const Tensor buffer = rank_ == root ? staged.buffer : staged.buffer.clone();
+                   if (tensor.numel() > 0) {
+                     with_element_type(tensor.dtype(), "reduce", [&](auto tag_type) {
+                       using T = decltype(tag_type);
+                       gloo::ReduceOptions opts(context_);
+                       opts.setOutput<T>(static_cast<T*>(buffer.raw_data_ptr()), static_cast<size_t>(tensor.numel()));
+                       opts.setReduceFunction(reduce_function<T>(op));
+                       opts.setRoot(root);
+                       opts.setTag(tag);
+                       opts.setTimeout(options_.timeout);
+                       gloo::reduce(opts);
+                     });
+                   }
+                   if (rank_ == root) {
+                     if (op == ReduceOp::kAvg) staged.buffer.div_(static_cast<double>(size_));
+                     staged.write_back();
+                   }
+                 }, {tensor});
+}
+
+std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
+                                                            ReduceOp op, std::string what) {
+  // Gloo has no reduce_scatter with this interface: allreduce every input, keep ours.
+  return enqueue(std::move(what), {Collective::kReduceScatter, output.dtype(), output.numel(), -1, op},
+                 [this, output, inputs, op](uint32_t tag) {
+    const Tensor flat = flatten_all(inputs);
+    if (flat.numel() > 0) {
+      with_element_type(output.dtype(), "reduce_scatter", [&](auto tag_type) {
+        using T = decltype(tag_type);
+        gloo::AllreduceOptions opts(context_);
+        opts.setOutput<T>(static_cast<T*>(flat.raw_data_ptr()), static_cast<size_t>(flat.numel()));
+        opts.setReduceFunction(reduce_function<T>(op));
+        opts.setTag(tag);
+        opts.setTimeout(options_.timeout);
+        gloo::allreduce(opts);
+      });
+    }
+    Tensor mine = flat.narrow(0, output.numel() * rank_, output.numel()).view(output.sizes());
+    if (op == ReduceOp::kAvg) mine = tensor::div(mine, static_cast<double>(size_));
+    output.copy_(mine);
+  }, inputs);
+}
+
+std::shared_ptr<Work> ProcessGroupGloo::barrier_impl(std::string what) {
+  return enqueue(std::move(what), {Collective::kBarrier, tensor::kInt64, 0, -1, std::nullopt}, [this](uint32_t tag) {
+    gloo::BarrierOptions opts(context_);
+    opts.setTag(tag);
+    opts.setTimeout(options_.timeout);
+    gloo::barrier(opts);
+  });
+}
+
+namespace {
+// Point-to-point slots live far from the collectives' tags.
+constexpr uint64_t kP2PSlotBase = uint64_t{1} << 40;
+}  // namespace
+
+std::shared_ptr<Work> ProcessGroupGloo::send_impl(const Tensor& tensor, int dst, int tag, std::string what) {
+  // A copy now: the caller may reuse its tensor at once (from a GPU, after its kernels ran).
+  const Tensor data = tensor.is_cpu() ? tensor.contiguous().clone() : tensor.to(tensor::kCPU);
+  return start_p2p(std::move(what), [this, data, dst, tag] {
+    auto buffer = context_->createUnboundBuffer(data.raw_data_ptr(), data.nbytes());
+    buffer->send(dst, kP2PSlotBase + static_cast<uint64_t>(tag));
+    buffer->waitSend(options_.timeout);
+  });
+}
+
+std::shared_ptr<Work> ProcessGroupGloo::recv_impl(const Tensor& tensor, int src, int tag, std::string what) {
+  return start_p2p(std::move(what), [this, tensor, src, tag] {
+    const Staged staged(tensor);
+    auto buffer = context_->createUnboundBuffer(staged.buffer.raw_data_ptr(), staged.buffer.nbytes());
+    buffer->recv(src, kP2PSlotBase + static_cast<uint64_t>(tag));
+    buffer->waitRecv(options_.timeout);
+    staged.write_back();
+  });
+}
+
+}  // namespace tinyddp::comm
