@@ -367,7 +367,7 @@ void Tensor::set_data(const Tensor& other) const {
 
 Tensor Tensor::detach() const { return make_view(*this, sizes(), strides(), storage_offset()); }
 
-// ---- conversion and in-place ops (kernels live in ops.cc / cpu/) --------------------------
+// ---- conversion and in-place ops (kernels live in ops/ and cpu/) --------------------------
 
 namespace {
 // A copy of `t` converted to another dtype or device; grad_t = grad_out converted back.

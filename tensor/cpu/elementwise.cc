@@ -56,7 +56,7 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, Op op) {
                         const In* x = pa + off[1];
                         const In* y = pb + off[2];
                         // ivdep: the output is either separate from the inputs or exactly
-                        // one of them (ops.cc copies partially overlapping inputs first), so
+                        // one of them (tensor/ops/ copies partially overlapping inputs first: checks.cc), so
                         // no iteration reads what an earlier one wrote.
                         if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
 #pragma GCC ivdep

@@ -1,6 +1,6 @@
-// The CUDA kernels that ops.cc dispatches to for tensors on a GPU: the same entry points, with
+// The CUDA kernels that tensor/ops/ dispatches to for tensors on a GPU: the same entry points, with
 // the same contracts, as the CPU backend (tensor/cpu/backend.h). Arguments are validated by
-// ops.cc; the tensors passed to one call are on the same CUDA device (copy: see below). Work
+// tensor/ops/; the tensors passed to one call are on the same CUDA device (copy: see below). Work
 // is queued on the device's compute stream and not waited for. In a build without CUDA these
 // throw (no CUDA tensor can exist there anyway: allocation fails first).
 #pragma once

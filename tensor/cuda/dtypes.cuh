@@ -77,7 +77,7 @@ cudaError_t dispatch(int dtype, F&& f) {
   return cudaErrorInvalidValue;
 }
 
-// The same for arithmetic: bool is refused (before it gets here, by ops.cc).
+// The same for arithmetic: bool is refused (before it gets here, by tensor/ops/checks.cc).
 template <typename F>
 cudaError_t dispatch_numeric(int dtype, F&& f) {
   return dispatch(dtype, [&](auto tag) -> cudaError_t {

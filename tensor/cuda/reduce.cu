@@ -177,7 +177,7 @@ int sum_columns(const void* x, int dtype, void* out, int64_t rows, int64_t inner
 }
 
 int max_rows(const void* x, int dtype, void* values, int64_t* indices, int64_t outer, int64_t inner, void* stream) {
-  if (inner == 0) return cudaErrorInvalidValue;  // ops.cc refuses reducing an empty dim
+  if (inner == 0) return cudaErrorInvalidValue;  // tensor/ops/reduce.cc refuses reducing an empty dim
   return dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (outer == 0) return cudaSuccess;
@@ -191,7 +191,7 @@ int softmax_rows(const void* x, int dtype, void* out, int64_t outer, int64_t n, 
   return dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!is_floating<T>) {
-      return cudaErrorInvalidValue;  // ops.cc refuses non-floating dtypes
+      return cudaErrorInvalidValue;  // tensor/ops/reduce.cc refuses non-floating dtypes
     } else {
       if (outer == 0 || n == 0) return cudaSuccess;
       softmax_rows_kernel<T><<<grid_for(outer), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(

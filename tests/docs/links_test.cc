@@ -1,10 +1,13 @@
 // The docs' links into the code stay true. README.md and docs/*.md link a function or class to
 // the line that defines it: [`Reducer::autograd_hook`](ddp/reducer.cc#L204). Each such line
 // must still hold the name (its last part, as a whole word); when code moves, run
-// `python3 scripts/update_doc_links.py` to move the numbers. Pictures the pages show must exist.
+// `python3 scripts/update_doc_links.py` to move the numbers. Pictures the pages show, the files
+// their plain links point at, and the files that comments in the code name must exist.
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -89,4 +92,68 @@ TEST_CASE("docs: the pictures the pages show exist", "[docs]") {
     }
   }
   CHECK(images >= 3);  // README's timeline; docs/ddp.md's timeline and loss curves
+}
+
+TEST_CASE("docs: every plain link to a file of the project points at one that exists", "[docs]") {
+  static const std::regex link(R"(\]\(([^)\s#]+)(#[^)\s]*)?\))");
+  int checked = 0;
+  for (const fs::path& page : pages()) {
+    const std::string text = read_file(page);
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), link); it != std::sregex_iterator(); ++it) {
+      const std::string target = (*it)[1];
+      if (target.find("://") != std::string::npos || target.rfind("mailto:", 0) == 0) continue;
+      const fs::path file = (page.parent_path() / target).lexically_normal();
+      // Only the packages this test has as data can be checked (not scripts/, tests/, bench/).
+      static const std::vector<std::string> checked_roots = {"autograd", "comm", "ddp", "docs", "examples",
+                                                             "launcher", "nn", "tensor"};
+      const std::string root = file.begin() == file.end() ? "" : file.begin()->string();
+      if (std::find(checked_roots.begin(), checked_roots.end(), root) == checked_roots.end()) continue;
+      if (file.extension().empty()) continue;  // a directory
+      // examples/downstream is a user's workspace of its own (.bazelignore): not in the runfiles.
+      if (file.string().rfind("examples/downstream/", 0) == 0) continue;
+      ++checked;
+      INFO(page.string() << " links to " << target);
+      CHECK(fs::exists(file));
+    }
+  }
+  CHECK(checked >= 20);
+}
+
+TEST_CASE("docs: the files that comments in the code name exist", "[docs]") {
+  // "see small_allreduce.h", "(tensor/ops/checks.cc)": a name a file has anywhere in the
+  // checked packages, or a path from the workspace root or from the commenting file.
+  static const std::vector<std::string> packages = {"autograd", "comm", "ddp", "examples", "launcher", "nn", "tensor"};
+  static const std::regex named(R"((?:^|[\s(`'"])((?:[\w-]+/)*[\w-]+\.(?:cc|h|cu|cuh))\b)");
+  std::set<std::string> basenames;
+  std::vector<fs::path> sources;
+  for (const std::string& package : packages) {
+    for (const auto& entry : fs::recursive_directory_iterator(package)) {
+      const std::string ext = entry.path().extension().string();
+      if (ext != ".cc" && ext != ".h" && ext != ".cu" && ext != ".cuh") continue;
+      basenames.insert(entry.path().filename().string());
+      sources.push_back(entry.path());
+    }
+  }
+  int checked = 0;
+  for (const fs::path& source : sources) {
+    const std::vector<std::string> lines = lines_of(read_file(source));
+    for (size_t n = 0; n < lines.size(); ++n) {
+      const size_t comment = lines[n].find("//");
+      if (comment == std::string::npos) continue;
+      const std::string text = lines[n].substr(comment + 2);
+      for (auto it = std::sregex_iterator(text.begin(), text.end(), named); it != std::sregex_iterator(); ++it) {
+        std::string name = (*it)[1];
+        if (name.rfind("tinyddp/", 0) == 0) name = name.substr(8);
+        const fs::path path(name);
+        const std::string root = path.begin()->string();
+        const bool in_checked_package =
+            !path.has_parent_path() || std::find(packages.begin(), packages.end(), root) != packages.end();
+        if (!in_checked_package && fs::exists((source.parent_path() / path).lexically_normal()) == false) continue;
+        ++checked;
+        INFO(source.string() << ":" << n + 1 << " names " << name);
+        CHECK((basenames.count(name) > 0 || fs::exists(path) || fs::exists((source.parent_path() / path).lexically_normal())));
+      }
+    }
+  }
+  CHECK(checked >= 50);
 }
