@@ -20,6 +20,9 @@
 #include "tinyddp/tensor/shape.h"
 #include "tinyddp/tensor/storage.h"
 
+// Tensor's autograd methods (the "autograd" section of the class below) name these types and
+// are defined in //autograd (autograd/tensor_methods.cc), one layer up: a program that calls
+// them links //autograd, as libtorch's Tensor does with its autograd library.
 namespace tinyddp::autograd {
 class Node;
 class AccumulateGrad;
