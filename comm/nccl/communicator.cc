@@ -79,7 +79,7 @@ class NcclWork final : public Work {
       return;
     }
     try {
-      wait();  // a failure is in exception() for the callback to see
+      wait(std::nullopt);  // a failure is in exception() for the callback to see
     } catch (const std::exception&) {
     }
     callback(*this);
