@@ -6,10 +6,9 @@ namespace tinyddp::comm {
 std::shared_ptr<Future> Future::from_work(std::shared_ptr<Work> work, Tensor value) {
   TDDP_CHECK(work != nullptr, "Future::from_work: the work is null");
   auto future = std::make_shared<Future>();
-  // The Work holds the callback until it finishes; the callback holds the future, not the
-  // Work (which would keep itself alive).
-  Work* raw = work.get();
-  raw->on_finished([future, weak = std::weak_ptr<Work>(work), value = std::move(value)](const Work& finished) {
+  // The Work holds the callback until it finishes; the callback holds the future, and the
+  // Work only weakly (a Work holding itself would never be freed).
+  work->on_finished([future, weak = std::weak_ptr<Work>(work), value = std::move(value)](const Work& finished) {
     future->complete(value, finished.exception(), weak.lock());
   });
   return future;

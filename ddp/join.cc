@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "tinyddp/comm/flatten.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/tensor/ops.h"
 
@@ -153,24 +154,24 @@ void Reducer::match_backward_collectives(bool write_gradients) {
   };
   if (static_first) zero_map();  // delay_all_reduce sends the map before the buckets
   std::vector<GradBucket> zeros;
+  zeros.reserve(buckets_.size());  // each hook gets a reference that stays valid
   std::vector<std::shared_ptr<Future>> futures;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     zeros.push_back(make_grad_bucket(b, tensor::zeros_like(buckets_[b].contents)));
     futures.push_back(comm_hook_(zeros.back()));
   }
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    const Tensor result = futures[b]->wait();
-    if (!result.is_same(zeros[b].buffer)) zeros[b].buffer.copy_(result);  // a hook returned another tensor
-  }
+  std::vector<Tensor> results;
+  for (auto& f : futures) results.push_back(f->wait());
   if (dynamic_graph_find_unused()) zero_map();  // the others send it after their last bucket
   if (write_gradients) {
     // The averages into .grad, as finalize_backward would have written them; a parameter no
     // rank used keeps its .grad.
     const Tensor used_on_host = used.defined() ? used.to(tensor::kCPU) : Tensor();
-    for (const GradBucket& reduced : zeros) {
-      const std::vector<Tensor> views = reduced.gradients();
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      // The bucket's slots in the hook's result (the zeros buffer, or another tensor).
+      const std::vector<Tensor> views = comm::flat_views(results[b], zeros[b].params);
       for (size_t k = 0; k < views.size(); ++k) {
-        const size_t i = reduced.parameter_indices[k];
+        const size_t i = zeros[b].parameter_indices[k];
         const bool unused = used_on_host.defined() && used_on_host.data_ptr<int64_t>()[i] == 0;
         copy_bucket_to_grad(i, views[k], unused);
       }

@@ -363,14 +363,19 @@ void Reducer::copy_bucket_to_grad(size_t i, const Tensor& reduced_view, bool glo
 }
 
 void Reducer::finalize_bucket_dense(Bucket& bucket, const Tensor& result) {
-  if (!result.is_same(bucket.contents)) bucket.contents.copy_(result);  // a hook returned another tensor
-  for (size_t i : bucket.params) {
-    const bool global_unused = globally_unused(i);
-    if (!options_.gradient_as_bucket_view) {
-      copy_bucket_to_grad(i, views_[i], global_unused);
-      continue;
+  if (!options_.gradient_as_bucket_view) {
+    // Straight from the hook's result: the bucket's views, or the same slots of another
+    // tensor the hook returned (PyTorch's populate_bucket_views_out).
+    const std::vector<Tensor> reduced = result.is_same(bucket.contents) ? bucket.views : comm::flat_views(result, bucket.views);
+    for (size_t k = 0; k < bucket.params.size(); ++k) {
+      copy_bucket_to_grad(bucket.params[k], reduced[k], globally_unused(bucket.params[k]));
     }
-    if (global_unused) continue;
+    return;
+  }
+  // .grad is the bucket slot: another tensor the hook returned goes into the contents.
+  if (!result.is_same(bucket.contents)) bucket.contents.copy_(result);
+  for (size_t i : bucket.params) {
+    if (globally_unused(i)) continue;
     Tensor& grad = params_[i].mutable_grad();
     if (!grad.defined()) {
       grad = views_[i];  // used elsewhere, not here: .grad becomes the slot

@@ -287,10 +287,8 @@ void ZeroRedundancyOptimizer::step_bucket(const GradBucket& bucket, const Tensor
   const std::vector<Tensor>& local_params = local_->params();
   std::vector<Tensor> saved;
   for (const Tensor& p : local_params) saved.push_back(p.grad());
-  // The reduced contents in the bucket (as DDP's finalize will put them there too), then
-  // read through the bucket's views.
-  if (!reduced.is_same(bucket.buffer)) bucket.buffer.copy_(reduced);
-  const std::vector<Tensor> views = bucket.gradients();
+  // The bucket's slots in the reduced contents (the bucket itself, or another tensor a hook returned).
+  const std::vector<Tensor> views = reduced.is_same(bucket.buffer) ? bucket.gradients() : comm::flat_views(reduced, bucket.params);
   std::unordered_map<const tensor::TensorImpl*, Tensor> reduced_of;
   for (size_t k = 0; k < bucket.params.size(); ++k) reduced_of[bucket.params[k].impl()] = views[k];
   for (const Tensor& p : local_params) {

@@ -537,6 +537,40 @@ TEST_CASE("construction errors: different strides, nothing to synchronise, an un
   }));
 }
 
+TEST_CASE("communication hooks: a hook may return another tensor than the bucket", "[ddp][hooks]") {
+  // The averages land in .grad through the bucket's layout over the returned tensor, with and
+  // without gradient_as_bucket_view: the same gradients as the built-in hook.
+  for (bool as_view : {false, true}) {
+    INFO("gradient_as_bucket_view " << as_view);
+    require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) {
+      const auto gradients = [&](bool own_tensor) {
+        auto model = nn::mlp({6, 8, 3});
+        {
+          tensor::NoGradGuard no_grad;
+          tensor::Generator g(21);
+          for (const Tensor& p : model->parameters()) tensor::uniform_(p, -0.5, 0.5, &g);
+        }
+        DistributedDataParallel ddp(model, borrow(pg), DDPOptions().gradient_as_bucket_view(as_view));
+        if (own_tensor) {
+          ddp.register_comm_hook([&pg](GradBucket& b) -> std::shared_ptr<Future> {
+            const Tensor copy = tensor::div(b.buffer, static_cast<double>(pg.size()));  // not the bucket
+            return Future::from_work(pg.allreduce(copy), copy);
+          });
+        }
+        tensor::Generator data(30 + pg.rank());
+        nn::mse_loss(ddp(tensor::randn({4, 6}, {}, &data)), tensor::randn({4, 3}, {}, &data)).backward();
+        std::vector<Tensor> out;
+        for (const Tensor& p : model->parameters()) out.push_back(p.grad().clone());
+        return out;
+      };
+      const auto want = gradients(false), got = gradients(true);
+      for (size_t k = 0; k < want.size(); ++k) {
+        e.expect(tensor::allclose(want[k], got[k]), fmt::format("gradient {} differs from the built-in hook's", k));
+      }
+    }));
+  }
+}
+
 TEST_CASE("communication hooks: a custom hook with state, fp16 and bf16 compression", "[ddp][hooks]") {
   require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
     // The same two training steps with the default, fp16 and bf16 hooks, and a counting hook.
