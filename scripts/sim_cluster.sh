@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A cluster of N "machines" on this one: each node is a network namespace with its own
 # interface (eth0, 10.<a>.<b>.<node + 1>/24) on a bridge, optionally shaped (--rate: tbf;
-# --loss: nftables drops that share of the packets arriving at each node; --delay: netem, or
+# --loss: nftables drops that share of the packets arriving at each node, handshakes spared; --delay: netem, or
 # where the kernel lacks it scripts/link_delay, which holds each leaving packet in user space),
 # running tinyddp's launcher as that node of an
 # N-node job. Node 0 hosts the store. Each node's output goes to LOGDIR/node<i>.log (and to
@@ -138,12 +138,16 @@ for ((i = 0; i < nodes; i++)); do
   fi
   # Loss, on each node's way in (so every packet between two nodes meets it once): a random
   # share of what arrives on eth0 is dropped, as a lossy link would (the sender sees no error
-  # and TCP retransmits). The table lives in the namespace and goes with it.
+  # and TCP retransmits). Handshakes (SYN, SYN-ACK) are spared: a lost SYN is retried after
+  # 1, 2, 4, ... 64 s whatever rto_min says, so under 30% loss a few connections in a hundred
+  # would stall for minutes, which tests the kernel's SYN backoff rather than the job. The
+  # table lives in the namespace and goes with it.
   if [ -n "$loss" ]; then
     ip netns exec "$ns" nft -f - <<NFT
 table inet sim_cluster {
   chain lossy_link {
     type filter hook input priority 0; policy accept;
+    iifname "eth0" tcp flags & syn == syn accept
     iifname "eth0" numgen random mod 100 < $loss_percent counter drop
   }
 }
