@@ -1,4 +1,4 @@
-// Call signatures and their comparison: see call_check.h.
+// Call signatures, their comparison, and CallCheck: see call.h and call_check.h.
 #include "tinyddp/comm/call_check.h"
 
 #include <algorithm>
@@ -23,6 +23,17 @@ std::string rank_list(const std::vector<int>& ranks) {
 }
 
 }  // namespace
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kProduct: return "product";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kAvg: return "avg";
+  }
+  return "?";
+}
 
 const char* collective_name(Collective c) {
   switch (c) {
@@ -62,7 +73,8 @@ std::string CallSignature::describe_row(const Row& row) {
   return text + ")";
 }
 
-std::optional<std::string> find_mismatch(const std::vector<CallSignature::Row>& rows, const std::string& group) {
+std::optional<std::string> find_mismatch(const std::vector<CallSignature::Row>& rows, const std::string& group,
+                                         DataFate fate) {
   // The distinct calls, in order of the lowest rank making each, with the ranks making it.
   std::vector<std::pair<CallSignature::Row, std::vector<int>>> calls;
   for (size_t r = 0; r < rows.size(); ++r) {
@@ -80,14 +92,52 @@ std::optional<std::string> find_mismatch(const std::vector<CallSignature::Row>& 
   }
   return fmt::format(
       "{}: the ranks called different collectives: {}. Every rank must issue the same collectives in the same order, "
-      "with the same dtype, element count, root and reduce op (no data was sent; TINYDDP_DESYNC_CHECK=0 turns this "
-      "check off)",
-      group, fmt::join(sides, "; "));
+      "with the same dtype, element count, root and reduce op ({}; TINYDDP_DESYNC_CHECK=0 turns this check off)",
+      group, fmt::join(sides, "; "),
+      fate == DataFate::kNotSent ? "no data was sent"
+                                 : "no tensor was changed: each rank dropped the data that came with the call records");
 }
 
 bool call_check_default() {
   const char* value = std::getenv("TINYDDP_DESYNC_CHECK");
   return value == nullptr || std::string(value) != "0";
+}
+
+bool CallCheck::agree(Store& store, int rank, int size, std::optional<bool> requested, const std::string& group) {
+  const bool on = requested.value_or(call_check_default());
+  store.set(fmt::format("tinyddp/check-calls/{}", rank), std::string(on ? "1" : "0"));
+  std::vector<int> on_ranks, off_ranks;
+  for (int r = 0; r < size; ++r) {
+    (store.get_string(fmt::format("tinyddp/check-calls/{}", r)) == "1" ? on_ranks : off_ranks).push_back(r);
+  }
+  TDDP_CHECK(on_ranks.empty() || off_ranks.empty(),
+             "{}: ranks disagree on the desync check: on for ranks [{}], off for ranks [{}]; every rank must set "
+             "ProcessGroupOptions::check_calls (or TINYDDP_DESYNC_CHECK) alike",
+             group, fmt::join(on_ranks, ", "), fmt::join(off_ranks, ", "));
+  return on;
+}
+
+CallCheck::CallCheck(std::string group, int rank, int size, Exchange exchange)
+    : group_(std::move(group)), rank_(rank), size_(size), exchange_(std::move(exchange)) {}
+
+CallSignature::Row CallCheck::next_row(const CallSignature& call) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return call.encode(next_++);
+}
+
+void CallCheck::compare(const std::vector<Row>& rows, DataFate fate) const {
+  if (auto mismatch = find_mismatch(rows, group_, fate)) throw CollectiveMismatchError(*mismatch);
+}
+
+void CallCheck::verify(const CallSignature& call) {
+  std::vector<Row> rows(static_cast<size_t>(size_), Row{});
+  DataFate fate;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    rows[static_cast<size_t>(rank_)] = call.encode(next_++);
+    fate = exchange_(rows);
+  }
+  compare(rows, fate);
 }
 
 }  // namespace tinyddp::comm

@@ -3,22 +3,29 @@
 // allreduces another size, dtype or op, would otherwise hang until the timeout, abort inside
 // the transport, or (worst) finish with silently wrong numbers.
 //
-// Before each collective's data moves, the backend exchanges every rank's CallSignature (a
-// fixed row of integers, encode()) and compares them with find_mismatch(). Every rank sees the
-// same rows, so every rank raises the same CollectiveMismatchError, naming the ranks on each
-// side and the calls they made, and no data is sent, so the group stays usable. On by default
-// (ProcessGroupOptions::check_calls; TINYDDP_DESYNC_CHECK=0 turns it off): it costs one small
-// exchange per collective (bench/README.md, "Desync check").
+// One check for every backend. ProcessGroup's public collectives describe each call with a
+// CallSignature (call.h); the backend's CallCheck numbers the calls in the order they run,
+// swaps every rank's encoded row with the others on a CPU side channel and compares them
+// (find_mismatch) before any tensor is changed. Every rank sees the same rows, so every rank
+// raises the same CollectiveMismatchError, naming the ranks on each side and the calls they
+// made, and the group stays usable. Where the check runs is the backend's choice, as is the
+// side channel (ProcessGroup::enable_call_check): Gloo checks on its worker thread just before
+// the data moves, and on two ranks the row travels in the same message as a small allreduce's
+// data (so the check costs no extra round trip); NCCL checks on the calling thread before it
+// queues the collective, over a small Gloo group of its own, so no CUDA stream ever waits for
+// it. On by default (ProcessGroupOptions::check_calls; TINYDDP_DESYNC_CHECK=0 turns it off).
+// docs/comm.md, "Desync detection", says more; bench/README.md, "Desync check", measures it.
 #pragma once
 
-#include <array>
-#include <cstdint>
+#include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "tinyddp/base/error.h"
-#include "tinyddp/comm/process_group.h"
+#include "tinyddp/comm/call.h"
+#include "tinyddp/comm/store.h"
 
 namespace tinyddp::comm {
 
@@ -28,34 +35,58 @@ class CollectiveMismatchError : public Error {
   explicit CollectiveMismatchError(const std::string& message) : Error(message) {}
 };
 
-enum class Collective { kAllreduce, kBroadcast, kAllgather, kGather, kScatter, kReduce, kReduceScatter, kBarrier };
-const char* collective_name(Collective c);
-
-// What every rank must agree on for one collective. numel is the elements this rank
-// contributes (allreduce: of all its tensors together; allgather/gather: its input;
-// scatter/reduce_scatter: its output).
-struct CallSignature {
-  Collective op = Collective::kBarrier;
-  tensor::DType dtype = tensor::kFloat32;
-  int64_t numel = 0;
-  int root = -1;                    // -1: the collective has no root
-  std::optional<ReduceOp> reduce;  // unset: it does not reduce
-
-  static constexpr size_t kWords = 6;
-  using Row = std::array<int64_t, kWords>;
-  // The row exchanged for call number `seq` of the group (seq is also checked: a rank that
-  // counts its calls differently is caught too). A zero row is never valid.
-  Row encode(uint64_t seq) const;
-  // "broadcast (1000 x float32, root 0)", or for a row that is no valid call, what it holds.
-  static std::string describe_row(const Row& row);
+// What happened to the tensors' data when a mismatch was found, for the message's end.
+enum class DataFate {
+  kNotSent,  // the rows travelled alone, before any data
+  kDropped,  // the data travelled with the rows and every rank dropped what it received
 };
 
 // `rows` holds one encoded row per rank (rank r at r). Returns the error message when they
-// differ ("ranks disagree on collective call 12 of ProcessGroupGloo's group: rank 0 called
-// broadcast (...); rank 1 called allreduce (...)"), else nothing. `group` names the group.
-std::optional<std::string> find_mismatch(const std::vector<CallSignature::Row>& rows, const std::string& group);
+// differ ("ProcessGroupGloo: the ranks called different collectives: rank 0 called broadcast
+// (...); rank 1 called allreduce (...) ..."), else nothing. `group` names the group.
+std::optional<std::string> find_mismatch(const std::vector<CallSignature::Row>& rows, const std::string& group,
+                                         DataFate fate = DataFate::kNotSent);
 
 // The default of ProcessGroupOptions::check_calls: true unless TINYDDP_DESYNC_CHECK is "0".
 bool call_check_default();
+
+// One group's check: its call numbering, its side channel and the comparison.
+class CallCheck {
+ public:
+  using Row = CallSignature::Row;
+  // Swaps rows over the side channel: `rows` has one row per rank, this rank's filled in and
+  // the others zero; afterwards every rank's is there. Returns whether data travelled with
+  // the rows (the same on every rank). Throws (a TimeoutError within the group's timeout)
+  // when the exchange fails.
+  using Exchange = std::function<DataFate(std::vector<Row>& rows)>;
+
+  // Collective, when a group of more than one rank is made: whether the check runs, as
+  // `requested` (unset: call_check_default()) says on every rank. Throws, on every rank and
+  // naming the ranks on each side, when they chose differently (a checked rank's rows would
+  // meet an unchecked rank's data). `group` starts the message ("ProcessGroupGloo").
+  static bool agree(Store& store, int rank, int size, std::optional<bool> requested, const std::string& group);
+
+  CallCheck(std::string group, int rank, int size, Exchange exchange);
+
+  // The row of the next call, counting it: for a backend whose own messages carry the rows.
+  Row next_row(const CallSignature& call);
+  // Throws CollectiveMismatchError (the same on every rank) when the rows differ.
+  void compare(const std::vector<Row>& rows, DataFate fate = DataFate::kNotSent) const;
+  // The whole check of the next call: its row, the exchange, the comparison. Calls are
+  // numbered in the order they reach verify (or next_row), which must be the same on every
+  // rank: the order the backend runs them in.
+  void verify(const CallSignature& call);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+ private:
+  std::string group_;
+  int rank_;
+  int size_;
+  Exchange exchange_;
+  std::mutex mutex_;  // numbering and exchanging one call at a time
+  uint64_t next_ = 0;
+};
 
 }  // namespace tinyddp::comm

@@ -1,4 +1,4 @@
-// ProcessGroup's checks and descriptions, Work, ReduceOp names: see process_group.h.
+// ProcessGroup's checks and descriptions, and Work: see process_group.h.
 #include "tinyddp/comm/process_group.h"
 
 #include <algorithm>
@@ -6,18 +6,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-namespace tinyddp::comm {
+#include "tinyddp/tensor/factory.h"
 
-const char* reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kProduct: return "product";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kAvg: return "avg";
-  }
-  return "?";
-}
+namespace tinyddp::comm {
 
 bool Work::is_completed() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -139,6 +130,36 @@ std::string ProcessGroup::describe(const char* op, const Tensor& t, const std::s
                      extra.empty() ? "" : ", ", extra);
 }
 
+void ProcessGroup::enable_call_check(std::unique_ptr<CallCheck> check, CheckAt at) {
+  call_check_ = std::move(check);
+  check_at_ = at;
+}
+
+namespace {
+template <typename E>
+std::shared_ptr<Work> failed_work(const std::string& what, E error) {
+  auto work = std::make_shared<Work>(what);
+  work->finish(std::make_exception_ptr(std::move(error)));
+  return work;
+}
+}  // namespace
+
+template <typename Impl>
+std::shared_ptr<Work> ProcessGroup::dispatch(Call call, Impl impl) {
+  if (call_check_ && check_at_ == CheckAt::kIssue && call.signature) {
+    try {
+      call_check_->verify(*call.signature);
+    } catch (const CollectiveMismatchError& e) {
+      return failed_work(call.what, CollectiveMismatchError(fmt::format("{} failed: {}", call.what, e.what())));
+    } catch (const TimeoutError& e) {
+      return failed_work(call.what, TimeoutError(fmt::format("{} failed: the desync check's exchange: {}", call.what, e.what())));
+    } catch (const std::exception& e) {
+      return failed_work(call.what, Error(fmt::format("{} failed: the desync check's exchange: {}", call.what, e.what())));
+    }
+  }
+  return impl(std::move(call));
+}
+
 std::shared_ptr<Work> ProcessGroup::allreduce(const std::vector<Tensor>& tensors, ReduceOp op) {
   TDDP_CHECK(!tensors.empty(), "{}no tensors given", prefix("allreduce"));
   int64_t total = 0;
@@ -149,15 +170,18 @@ std::shared_ptr<Work> ProcessGroup::allreduce(const std::vector<Tensor>& tensors
     total += tensors[i].numel();
   }
   check_op(op, tensors[0], "allreduce");
-  return allreduce_impl(tensors, op,
-                        fmt::format("allreduce (rank {} of {}, {} tensor(s), {} x {}, {})", rank_, size_, tensors.size(),
-                                    total, tensor::dtype_name(tensors[0].dtype()), reduce_op_name(op)));
+  Call call{fmt::format("allreduce (rank {} of {}, {} tensor(s), {} x {}, {})", rank_, size_, tensors.size(), total,
+                        tensor::dtype_name(tensors[0].dtype()), reduce_op_name(op)),
+            CallSignature{Collective::kAllreduce, tensors[0].dtype(), total, -1, op}};
+  return dispatch(std::move(call), [&](Call c) { return allreduce_impl(tensors, op, std::move(c)); });
 }
 
 std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int root) {
   check_tensor(tensor, "broadcast", "tensor", Use::kMove);
   check_rank(root, "broadcast", "root");
-  return broadcast_impl(tensor, root, describe("broadcast", tensor, fmt::format("root {}", root)));
+  Call call{describe("broadcast", tensor, fmt::format("root {}", root)),
+            CallSignature{Collective::kBroadcast, tensor.dtype(), tensor.numel(), root, std::nullopt}};
+  return dispatch(std::move(call), [&](Call c) { return broadcast_impl(tensor, root, std::move(c)); });
 }
 
 std::shared_ptr<Work> ProcessGroup::allgather(const std::vector<Tensor>& outputs, const Tensor& input) {
@@ -165,28 +189,35 @@ std::shared_ptr<Work> ProcessGroup::allgather(const std::vector<Tensor>& outputs
   TDDP_CHECK(static_cast<int>(outputs.size()) == size_, "{}{} outputs given for a group of {}", prefix("allgather"),
              outputs.size(), size_);
   for (size_t r = 0; r < outputs.size(); ++r) check_like(outputs[r], input, "allgather", fmt::format("output {}", r));
-  return allgather_impl(outputs, input, describe("allgather", input));
+  Call call{describe("allgather", input), CallSignature{Collective::kAllgather, input.dtype(), input.numel(), -1, std::nullopt}};
+  return dispatch(std::move(call), [&](Call c) { return allgather_impl(outputs, input, std::move(c)); });
 }
 
 std::shared_ptr<Work> ProcessGroup::gather(const std::vector<Tensor>& outputs, const Tensor& input, int root) {
   check_tensor(input, "gather", "input", Use::kMove);
   check_rank(root, "gather", "root");
   check_root_list(outputs, input, root, "gather", /*list_is_output=*/true);
-  return gather_impl(outputs, input, root, describe("gather", input, fmt::format("root {}", root)));
+  Call call{describe("gather", input, fmt::format("root {}", root)),
+            CallSignature{Collective::kGather, input.dtype(), input.numel(), root, std::nullopt}};
+  return dispatch(std::move(call), [&](Call c) { return gather_impl(outputs, input, root, std::move(c)); });
 }
 
 std::shared_ptr<Work> ProcessGroup::scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root) {
   check_tensor(output, "scatter", "output", Use::kMove);
   check_rank(root, "scatter", "root");
   check_root_list(inputs, output, root, "scatter", /*list_is_output=*/false);
-  return scatter_impl(output, inputs, root, describe("scatter", output, fmt::format("root {}", root)));
+  Call call{describe("scatter", output, fmt::format("root {}", root)),
+            CallSignature{Collective::kScatter, output.dtype(), output.numel(), root, std::nullopt}};
+  return dispatch(std::move(call), [&](Call c) { return scatter_impl(output, inputs, root, std::move(c)); });
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce(const Tensor& tensor, int root, ReduceOp op) {
   check_tensor(tensor, "reduce", "tensor", Use::kReduce);
   check_rank(root, "reduce", "root");
   check_op(op, tensor, "reduce");
-  return reduce_impl(tensor, root, op, describe("reduce", tensor, fmt::format("root {}, {}", root, reduce_op_name(op))));
+  Call call{describe("reduce", tensor, fmt::format("root {}, {}", root, reduce_op_name(op))),
+            CallSignature{Collective::kReduce, tensor.dtype(), tensor.numel(), root, op}};
+  return dispatch(std::move(call), [&](Call c) { return reduce_impl(tensor, root, op, std::move(c)); });
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) {
@@ -195,21 +226,27 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output, const s
              inputs.size(), size_);
   for (size_t r = 0; r < inputs.size(); ++r) check_like(inputs[r], output, "reduce_scatter", fmt::format("input {}", r));
   check_op(op, output, "reduce_scatter");
-  return reduce_scatter_impl(output, inputs, op, describe("reduce_scatter", output, reduce_op_name(op)));
+  Call call{describe("reduce_scatter", output, reduce_op_name(op)),
+            CallSignature{Collective::kReduceScatter, output.dtype(), output.numel(), -1, op}};
+  return dispatch(std::move(call), [&](Call c) { return reduce_scatter_impl(output, inputs, op, std::move(c)); });
 }
 
-std::shared_ptr<Work> ProcessGroup::barrier() { return barrier_impl(fmt::format("barrier (rank {} of {})", rank_, size_)); }
+std::shared_ptr<Work> ProcessGroup::barrier() {
+  Call call{fmt::format("barrier (rank {} of {})", rank_, size_),
+            CallSignature{Collective::kBarrier, tensor::kInt64, 0, -1, std::nullopt}};
+  return dispatch(std::move(call), [&](Call c) { return barrier_impl(std::move(c)); });
+}
 
 std::shared_ptr<Work> ProcessGroup::send(const Tensor& tensor, int dst, int tag) {
   check_tensor(tensor, "send", "tensor", Use::kPointToPoint);
   check_peer(dst, tag, "send", "destination");
-  return send_impl(tensor, dst, tag, describe("send", tensor, fmt::format("to {}, tag {}", dst, tag)));
+  return send_impl(tensor, dst, tag, Call{describe("send", tensor, fmt::format("to {}, tag {}", dst, tag)), std::nullopt});
 }
 
 std::shared_ptr<Work> ProcessGroup::recv(const Tensor& tensor, int src, int tag) {
   check_tensor(tensor, "recv", "tensor", Use::kPointToPoint);
   check_peer(src, tag, "recv", "source");
-  return recv_impl(tensor, src, tag, describe("recv", tensor, fmt::format("from {}, tag {}", src, tag)));
+  return recv_impl(tensor, src, tag, Call{describe("recv", tensor, fmt::format("from {}, tag {}", src, tag)), std::nullopt});
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ranks) {
@@ -223,6 +260,18 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ra
   const auto it = std::find(ranks.begin(), ranks.end(), rank_);
   if (it == ranks.end()) return nullptr;
   return create_subgroup(id, static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()));
+}
+
+CallCheck::Exchange exchange_rows_over(std::shared_ptr<ProcessGroup> side) {
+  return [side = std::move(side)](std::vector<CallSignature::Row>& rows) {
+    constexpr size_t kWords = CallSignature::kWords;
+    Tensor flat = tensor::zeros({static_cast<int64_t>(rows.size() * kWords)}, tensor::kInt64);
+    const auto mine = static_cast<size_t>(side->rank());
+    std::copy(rows[mine].begin(), rows[mine].end(), flat.data_ptr<int64_t>() + mine * kWords);
+    side->allreduce(flat)->wait();
+    for (size_t r = 0; r < rows.size(); ++r) std::copy_n(flat.data_ptr<int64_t>() + r * kWords, kWords, rows[r].begin());
+    return DataFate::kNotSent;
+  };
 }
 
 }  // namespace tinyddp::comm

@@ -14,15 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "tinyddp/comm/call_check.h"
 #include "tinyddp/comm/store.h"
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::comm {
 
 using tensor::Tensor;
-
-enum class ReduceOp { kSum, kProduct, kMin, kMax, kAvg };
-const char* reduce_op_name(ReduceOp op);
 
 // The handle of one asynchronous operation.
 class Work {
@@ -73,9 +71,10 @@ struct ProcessGroupOptions {
   Millis timeout{60000};
   // The address this rank's Gloo transport binds to (other ranks connect to it).
   std::string bind_address = "127.0.0.1";
-  // Desync detection (comm/call_check.h): before each collective, the ranks compare what they
-  // are about to call and all fail with a CollectiveMismatchError if they differ. Unset: on,
-  // unless the environment says TINYDDP_DESYNC_CHECK=0. Every rank must choose the same.
+  // Desync detection (comm/call_check.h), on every backend: before each collective's data
+  // moves, the ranks compare what they are about to call and all fail with a
+  // CollectiveMismatchError if they differ. Unset: on, unless the environment says
+  // TINYDDP_DESYNC_CHECK=0. Every rank must choose the same.
   std::optional<bool> check_calls;
 };
 
@@ -95,10 +94,11 @@ struct TensorRules {
 // The interface every backend shares. Each public collective checks its arguments once, here
 // (tensors against the backend's TensorRules, list lengths, ranks, roots, dtypes, shapes,
 // reduce ops), describes the call for errors and timelines, then calls the backend's
-// protected *_impl with arguments it may trust. Adding a backend: derive from ProcessGroup,
-// give its name, display name and TensorRules to this constructor, implement the *_impl
-// functions and create_subgroup (docs/comm.md, "Adding a backend"; TINYDDP_PROCESS_GROUP_BACKEND_OVERRIDES
-// declares them).
+// protected *_impl with arguments it may trust and a Call: the call's description and its
+// signature, which the desync check compares across ranks (call_check.h). Adding a backend:
+// derive from ProcessGroup, give its name, display name and TensorRules to this constructor,
+// override the ten *_impl functions and create_subgroup, and give it the desync check with
+// enable_call_check (docs/comm.md, "Adding a backend").
 class ProcessGroup {
  public:
   // Throws if rank is not in [0, size). `display_name` starts its error messages
@@ -143,22 +143,23 @@ class ProcessGroup {
   std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks);
 
  protected:
-  // The backend's side of each collective, called after the checks; `what` describes the
-  // call ("allreduce (rank 1 of 4, 1000 x float32, sum)") for its Work and errors.
-  virtual std::shared_ptr<Work> allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, std::string what) = 0;
-  virtual std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int root, std::string what) = 0;
+  // The backend's side of each collective, called after the checks; `call` describes it
+  // ("allreduce (rank 1 of 4, 1000 x float32, sum)") for its Work and errors, with its
+  // signature for the desync check.
+  virtual std::shared_ptr<Work> allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, Call call) = 0;
+  virtual std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int root, Call call) = 0;
   virtual std::shared_ptr<Work> allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
-                                               std::string what) = 0;
+                                               Call call) = 0;
   virtual std::shared_ptr<Work> gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
-                                            std::string what) = 0;
+                                            Call call) = 0;
   virtual std::shared_ptr<Work> scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
-                                             std::string what) = 0;
-  virtual std::shared_ptr<Work> reduce_impl(const Tensor& tensor, int root, ReduceOp op, std::string what) = 0;
+                                             Call call) = 0;
+  virtual std::shared_ptr<Work> reduce_impl(const Tensor& tensor, int root, ReduceOp op, Call call) = 0;
   virtual std::shared_ptr<Work> reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
-                                                    std::string what) = 0;
-  virtual std::shared_ptr<Work> barrier_impl(std::string what) = 0;
-  virtual std::shared_ptr<Work> send_impl(const Tensor& tensor, int dst, int tag, std::string what) = 0;
-  virtual std::shared_ptr<Work> recv_impl(const Tensor& tensor, int src, int tag, std::string what) = 0;
+                                                    Call call) = 0;
+  virtual std::shared_ptr<Work> barrier_impl(Call call) = 0;
+  virtual std::shared_ptr<Work> send_impl(const Tensor& tensor, int dst, int tag, Call call) = 0;
+  virtual std::shared_ptr<Work> recv_impl(const Tensor& tensor, int src, int tag, Call call) = 0;
   // This rank's group in new_group: `id` numbers the subgroups made from this group (the
   // same on every rank); `rank` and `size` are this rank's place in it.
   virtual std::shared_ptr<ProcessGroup> create_subgroup(int id, int rank, int size) = 0;
@@ -167,6 +168,21 @@ class ProcessGroup {
 
   // "<display name> <op>: " for messages.
   std::string prefix(const char* op) const;
+  const std::string& display_name() const { return display_name_; }
+
+  // Where the desync check runs (call_check.h).
+  enum class CheckAt {
+    // Here, on the calling thread, before the backend's *_impl is called: for a backend whose
+    // data may move as soon as the call is queued (NCCL). A mismatch gives a Work that failed.
+    kIssue,
+    // In the backend, which calls call_check() just before the call's data moves, in the order
+    // it runs the calls (Gloo's worker): the caller is never blocked.
+    kBackend,
+  };
+  // Gives this group the desync check (a backend's constructor calls it; null leaves it off).
+  void enable_call_check(std::unique_ptr<CallCheck> check, CheckAt at);
+  // The check, or null when it is off.
+  CallCheck* call_check() const { return call_check_.get(); }
 
   int rank_;
   int size_;
@@ -183,30 +199,21 @@ class ProcessGroup {
   void check_root_list(const std::vector<Tensor>& list, const Tensor& mine, int root, const char* op,
                        bool list_is_output) const;
   std::string describe(const char* op, const Tensor& t, const std::string& extra = "") const;
+  // Runs the issue-time desync check (CheckAt::kIssue), then `impl(call)`.
+  template <typename Impl>
+  std::shared_ptr<Work> dispatch(Call call, Impl impl);
 
   std::string backend_;
   std::string display_name_;
   TensorRules rules_;
   int groups_created_ = 0;
+  std::unique_ptr<CallCheck> call_check_;
+  CheckAt check_at_ = CheckAt::kBackend;
 };
 
-}  // namespace tinyddp::comm
+// The desync check's exchange over `side`, a CPU group of the same ranks (Gloo, with its own
+// check off): the rows are summed as one int64 tensor in which each rank filled its own row.
+// For a backend whose own transport cannot carry them (NCCL).
+CallCheck::Exchange exchange_rows_over(std::shared_ptr<ProcessGroup> side);
 
-// What a backend's class declares under `protected:` (the ten *_impl functions and
-// create_subgroup above, each `override`), so that every backend has the same list.
-#define TINYDDP_PROCESS_GROUP_BACKEND_OVERRIDES                                                                    \
-  std::shared_ptr<Work> allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, std::string what) override; \
-  std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int root, std::string what) override;                \
-  std::shared_ptr<Work> allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, std::string what)  \
-      override;                                                                                                     \
-  std::shared_ptr<Work> gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,             \
-                                    std::string what) override;                                                     \
-  std::shared_ptr<Work> scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,            \
-                                     std::string what) override;                                                    \
-  std::shared_ptr<Work> reduce_impl(const Tensor& tensor, int root, ReduceOp op, std::string what) override;      \
-  std::shared_ptr<Work> reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,  \
-                                            std::string what) override;                                             \
-  std::shared_ptr<Work> barrier_impl(std::string what) override;                                                  \
-  std::shared_ptr<Work> send_impl(const Tensor& tensor, int dst, int tag, std::string what) override;             \
-  std::shared_ptr<Work> recv_impl(const Tensor& tensor, int src, int tag, std::string what) override;             \
-  std::shared_ptr<ProcessGroup> create_subgroup(int id, int rank, int size) override;
+}  // namespace tinyddp::comm

@@ -31,15 +31,19 @@ std::vector<Tensor> concat(std::vector<Tensor> list, const Tensor& last) {
 }
 }  // namespace
 
-std::shared_ptr<Work> ProcessGroupGloo::allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, std::string what) {
-  int64_t total = 0;
-  for (const Tensor& t : tensors) total += t.numel();
-  const CallSignature call{Collective::kAllreduce, tensors[0].dtype(), total, -1, op};
+std::shared_ptr<Work> ProcessGroupGloo::allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, Call call) {
+  const int64_t total = call.signature->numel;
   // CPU tensors only: a CUDA tensor pays its staging copies anyway.
   if (small_allreduce_ && tensors[0].is_cpu() && detail::SmallAllreduce::takes(tensors[0].dtype(), total) && total > 0) {
-    return enqueue(std::move(what), call, [this, tensors, op, total](uint32_t) { small_allreduce_->run(tensors, op, total); });
+    if (size_ == 2) {
+      const CallSignature signature = *call.signature;
+      return enqueue(std::move(call), [this, tensors, op, total, signature](uint32_t) {
+        pair_allreduce(tensors, op, total, signature);
+      }, {}, /*checks_itself=*/true);
+    }
+    return enqueue(std::move(call), [this, tensors, op, total](uint32_t) { small_allreduce_->run(tensors, op, total); });
   }
-  return enqueue(std::move(what), call, [this, tensors, op, total](uint32_t) {
+  return enqueue(std::move(call), [this, tensors, op, total](uint32_t) {
     const bool single = tensors.size() == 1;
     const Staged staged(single ? tensors[0] : flatten_all(tensors));
     if (total > 0 && ring_allreduce_) {  // a group of one holds the result already
@@ -58,9 +62,8 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce_impl(const std::vector<Tensor>
   }, tensors);
 }
 
-std::shared_ptr<Work> ProcessGroupGloo::broadcast_impl(const Tensor& tensor, int root, std::string what) {
-  return enqueue(std::move(what), {Collective::kBroadcast, tensor.dtype(), tensor.numel(), root, std::nullopt},
-                 [this, tensor, root](uint32_t tag) {
+std::shared_ptr<Work> ProcessGroupGloo::broadcast_impl(const Tensor& tensor, int root, Call call) {
+  return enqueue(std::move(call), [this, tensor, root](uint32_t tag) {
     const Staged staged(tensor);
     if (tensor.numel() > 0) {
       with_element_type(tensor.dtype(), "broadcast", [&](auto tag_type) {
@@ -78,9 +81,8 @@ std::shared_ptr<Work> ProcessGroupGloo::broadcast_impl(const Tensor& tensor, int
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
-                                                       std::string what) {
-  return enqueue(std::move(what), {Collective::kAllgather, input.dtype(), input.numel(), -1, std::nullopt},
-                 [this, outputs, input](uint32_t tag) {
+                                                       Call call) {
+  return enqueue(std::move(call), [this, outputs, input](uint32_t tag) {
     const Tensor in = host_dense(input);
     const Tensor flat = tensor::empty({input.numel() * size_}, input.dtype());
     if (input.numel() > 0) {
@@ -99,9 +101,8 @@ std::shared_ptr<Work> ProcessGroupGloo::allgather_impl(const std::vector<Tensor>
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
-                                                    std::string what) {
-  return enqueue(std::move(what), {Collective::kGather, input.dtype(), input.numel(), root, std::nullopt},
-                 [this, outputs, input, root](uint32_t tag) {
+                                                    Call call) {
+  return enqueue(std::move(call), [this, outputs, input, root](uint32_t tag) {
     const Tensor in = host_dense(input);
     const Tensor flat = rank_ == root ? tensor::empty({input.numel() * size_}, input.dtype()) : Tensor();
     if (input.numel() > 0) {
@@ -121,9 +122,8 @@ std::shared_ptr<Work> ProcessGroupGloo::gather_impl(const std::vector<Tensor>& o
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
-                                                     std::string what) {
-  return enqueue(std::move(what), {Collective::kScatter, output.dtype(), output.numel(), root, std::nullopt},
-                 [this, output, inputs, root](uint32_t tag) {
+                                                     Call call) {
+  return enqueue(std::move(call), [this, output, inputs, root](uint32_t tag) {
     const Staged staged(output);
     std::vector<Tensor> dense;
     for (const Tensor& t : inputs) dense.push_back(host_dense(t));
@@ -147,9 +147,8 @@ std::shared_ptr<Work> ProcessGroupGloo::scatter_impl(const Tensor& output, const
   }, concat(inputs, output));
 }
 
-std::shared_ptr<Work> ProcessGroupGloo::reduce_impl(const Tensor& tensor, int root, ReduceOp op, std::string what) {
-  return enqueue(std::move(what), {Collective::kReduce, tensor.dtype(), tensor.numel(), root, op},
-                 [this, tensor, root, op](uint32_t tag) {
+std::shared_ptr<Work> ProcessGroupGloo::reduce_impl(const Tensor& tensor, int root, ReduceOp op, Call call) {
+  return enqueue(std::move(call), [this, tensor, root, op](uint32_t tag) {
                    const Staged staged(tensor);
                    // Gloo's reduce leaves partial sums in non-root buffers: reduce a copy there.
                    const Tensor buffer = rank_ == root ? staged.buffer : staged.buffer.clone();
@@ -173,10 +172,9 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce_impl(const Tensor& tensor, int ro
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
-                                                            ReduceOp op, std::string what) {
+                                                            ReduceOp op, Call call) {
   // Gloo has no reduce_scatter with this interface: allreduce every input, keep ours.
-  return enqueue(std::move(what), {Collective::kReduceScatter, output.dtype(), output.numel(), -1, op},
-                 [this, output, inputs, op](uint32_t tag) {
+  return enqueue(std::move(call), [this, output, inputs, op](uint32_t tag) {
     const Tensor flat = flatten_all(inputs);
     if (flat.numel() > 0) {
       with_element_type(output.dtype(), "reduce_scatter", [&](auto tag_type) {
@@ -195,8 +193,8 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter_impl(const Tensor& output
   }, inputs);
 }
 
-std::shared_ptr<Work> ProcessGroupGloo::barrier_impl(std::string what) {
-  return enqueue(std::move(what), {Collective::kBarrier, tensor::kInt64, 0, -1, std::nullopt}, [this](uint32_t tag) {
+std::shared_ptr<Work> ProcessGroupGloo::barrier_impl(Call call) {
+  return enqueue(std::move(call), [this](uint32_t tag) {
     gloo::BarrierOptions opts(context_);
     opts.setTag(tag);
     opts.setTimeout(options_.timeout);
@@ -209,18 +207,18 @@ namespace {
 constexpr uint64_t kP2PSlotBase = uint64_t{1} << 40;
 }  // namespace
 
-std::shared_ptr<Work> ProcessGroupGloo::send_impl(const Tensor& tensor, int dst, int tag, std::string what) {
+std::shared_ptr<Work> ProcessGroupGloo::send_impl(const Tensor& tensor, int dst, int tag, Call call) {
   // A copy now: the caller may reuse its tensor at once (from a GPU, after its kernels ran).
   const Tensor data = tensor.is_cpu() ? tensor.contiguous().clone() : tensor.to(tensor::kCPU);
-  return start_p2p(std::move(what), [this, data, dst, tag] {
+  return start_p2p(std::move(call.what), [this, data, dst, tag] {
     auto buffer = context_->createUnboundBuffer(data.raw_data_ptr(), data.nbytes());
     buffer->send(dst, kP2PSlotBase + static_cast<uint64_t>(tag));
     buffer->waitSend(options_.timeout);
   });
 }
 
-std::shared_ptr<Work> ProcessGroupGloo::recv_impl(const Tensor& tensor, int src, int tag, std::string what) {
-  return start_p2p(std::move(what), [this, tensor, src, tag] {
+std::shared_ptr<Work> ProcessGroupGloo::recv_impl(const Tensor& tensor, int src, int tag, Call call) {
+  return start_p2p(std::move(call.what), [this, tensor, src, tag] {
     const Staged staged(tensor);
     auto buffer = context_->createUnboundBuffer(staged.buffer.raw_data_ptr(), staged.buffer.nbytes());
     buffer->recv(src, kP2PSlotBase + static_cast<uint64_t>(tag));

@@ -11,10 +11,12 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstring>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "tinyddp/comm/flatten.h"
 #include "tinyddp/comm/gloo/ring_allreduce.h"
 #include "tinyddp/comm/gloo/peer_addresses.h"
 #include "tinyddp/comm/gloo/small_allreduce.h"
@@ -25,6 +27,8 @@ namespace tinyddp::comm {
 
 using tensor::DType;
 using tensor::NoGradGuard;
+using detail::flatten_all;
+using detail::reduce_function;
 using detail::with_element_type;
 
 namespace {
@@ -82,7 +86,15 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   } catch (const std::exception& e) {
     std::rethrow_exception(rendezvous_failure(e, started));
   }
-  if (size > 1) agree_on_call_check();
+  // The desync check, if every rank asks for it. Its rows travel on the small mesh (more than
+  // two ranks), so a group too large for it (over a thousand ranks) goes unchecked.
+  const bool rows_fit = size == 2 || detail::SmallAllreduce::takes(tensor::kInt64, static_cast<int64_t>(size * CallSignature::kWords));
+  if (size > 1 && CallCheck::agree(*store_, rank, size, rows_fit ? options_.check_calls : false, "ProcessGroupGloo")) {
+    call_rows_ = tensor::zeros({static_cast<int64_t>(size * CallSignature::kWords)}, tensor::kInt64);
+    enable_call_check(std::make_unique<CallCheck>("ProcessGroupGloo", rank, size,
+                                                  [this](std::vector<CallSignature::Row>& rows) { return exchange_call_rows(rows); }),
+                      CheckAt::kBackend);
+  }
   // The worker stages CUDA tensors: it works on its creator's device from its start
   // (tensor/cuda/device_guard.h), never binding GPU 0 by default.
   worker_ = std::thread([this, device = tensor::cuda::current_device()] {
@@ -132,14 +144,17 @@ bool ProcessGroupGloo::timed_out(const std::exception& e, Clock::time_point star
 
 std::exception_ptr ProcessGroupGloo::rendezvous_failure(const std::exception& e, Clock::time_point started) const {
   std::vector<int> missing;
-  for (int r = 0; r < size_; ++r) {
+  std::string unreachable;  // why the store could not say, if it could not
+  for (int r = 0; r < size_ && unreachable.empty(); ++r) {
     try {
       if (!store_->check({fmt::format("tinyddp/joined/{}", r)})) missing.push_back(r);
-    } catch (const std::exception&) {
+    } catch (const std::exception& error) {
+      unreachable = error.what();
     }
   }
-  const std::string who =
-      missing.empty() ? "every rank joined the store" : fmt::format("ranks [{}] never joined", fmt::join(missing, ", "));
+  const std::string who = !unreachable.empty() ? fmt::format("the store could not say which ranks joined: {}", unreachable)
+                          : missing.empty()    ? "every rank joined the store"
+                                               : fmt::format("ranks [{}] never joined", fmt::join(missing, ", "));
   const std::string message = fmt::format("ProcessGroupGloo: rank {} of {} could not connect to the group within {} ms: {} ({})",
                                           rank_, size_, options_.timeout.count(), who, e.what());
   if (!missing.empty() || timed_out(e, started)) return std::make_exception_ptr(TimeoutError(message));
@@ -174,7 +189,7 @@ void ProcessGroupGloo::worker_loop() {
     const uint32_t seq = tag++;
     const auto started = Clock::now();
     try {
-      if (check_calls_) check_call(item.call, seq);
+      if (call_check() != nullptr && item.signature && !item.checks_itself) call_check()->verify(*item.signature);
       item.run(seq);
       item.work->finish();
     } catch (const CollectiveMismatchError& e) {
@@ -187,33 +202,79 @@ void ProcessGroupGloo::worker_loop() {
   }
 }
 
-void ProcessGroupGloo::agree_on_call_check() {
-  check_calls_ = options_.check_calls.value_or(call_check_default());
-  // Rows travel on the small mesh; a group too large for it (over a thousand ranks) goes unchecked.
-  if (!detail::SmallAllreduce::takes(tensor::kInt64, static_cast<int64_t>(size_ * CallSignature::kWords))) check_calls_ = false;
-  store_->set(fmt::format("tinyddp/check-calls/{}", rank_), std::string(check_calls_ ? "1" : "0"));
-  std::vector<int> on, off;
-  for (int r = 0; r < size_; ++r) {
-    (store_->get_string(fmt::format("tinyddp/check-calls/{}", r)) == "1" ? on : off).push_back(r);
-  }
-  TDDP_CHECK(on.empty() || off.empty(),
-             "ProcessGroupGloo: ranks disagree on the desync check: on for ranks [{}], off for ranks [{}]; every rank "
-             "must set ProcessGroupOptions::check_calls (or TINYDDP_DESYNC_CHECK) alike",
-             fmt::join(on, ", "), fmt::join(off, ", "));
-  if (check_calls_) call_rows_ = tensor::zeros({static_cast<int64_t>(size_ * CallSignature::kWords)}, tensor::kInt64);
+namespace {
+// The two-rank message of the desync check: this rank's row, then how many bytes of data follow.
+constexpr size_t kRowBytes = sizeof(CallSignature::Row);
+constexpr size_t kPrefixBytes = kRowBytes + sizeof(int64_t);
+
+void write_prefix(std::vector<char>& message, const CallSignature::Row& row, size_t data_bytes) {
+  message.resize(kPrefixBytes + data_bytes);
+  const auto bytes = static_cast<int64_t>(data_bytes);
+  std::memcpy(message.data(), row.data(), kRowBytes);
+  std::memcpy(message.data() + kRowBytes, &bytes, sizeof(bytes));
 }
 
-void ProcessGroupGloo::check_call(const CallSignature& call, uint64_t seq) {
+size_t data_bytes_after(const char* prefix) {
+  int64_t bytes = 0;
+  std::memcpy(&bytes, prefix + kRowBytes, sizeof(bytes));
+  TDDP_CHECK(bytes >= 0 && bytes <= detail::SmallAllreduce::kMaxBytes,
+             "the peer's call record announces {} bytes of data: not a tinyddp peer, or a corrupted stream", bytes);
+  return static_cast<size_t>(bytes);
+}
+
+CallSignature::Row row_of(const std::vector<char>& message) {
+  CallSignature::Row row{};
+  std::memcpy(row.data(), message.data(), kRowBytes);
+  return row;
+}
+}  // namespace
+
+DataFate ProcessGroupGloo::exchange_call_rows(std::vector<CallSignature::Row>& rows) {
+  if (size_ == 2) {
+    write_prefix(pair_out_, rows[static_cast<size_t>(rank_)], 0);
+    ring_allreduce_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes, data_bytes_after, pair_in_,
+                          options_.timeout);
+    rows[static_cast<size_t>(1 - rank_)] = row_of(pair_in_);
+    // The peer may have sent a small allreduce's data with its record (and now drops ours).
+    return pair_in_.size() > kPrefixBytes ? DataFate::kDropped : DataFate::kNotSent;
+  }
   constexpr size_t kWords = CallSignature::kWords;
   call_rows_.zero_();
-  const CallSignature::Row mine = call.encode(seq);
+  const CallSignature::Row& mine = rows[static_cast<size_t>(rank_)];
   std::copy(mine.begin(), mine.end(), call_rows_.data_ptr<int64_t>() + static_cast<size_t>(rank_) * kWords);
   small_allreduce_->run({call_rows_}, ReduceOp::kSum, call_rows_.numel());
-  std::vector<CallSignature::Row> rows(static_cast<size_t>(size_));
-  for (size_t r = 0; r < rows.size(); ++r) {
-    std::copy_n(call_rows_.data_ptr<int64_t>() + r * kWords, kWords, rows[r].begin());
-  }
-  if (auto mismatch = find_mismatch(rows, "ProcessGroupGloo")) throw CollectiveMismatchError(*mismatch);
+  for (size_t r = 0; r < rows.size(); ++r) std::copy_n(call_rows_.data_ptr<int64_t>() + r * kWords, kWords, rows[r].begin());
+  return DataFate::kNotSent;
+}
+
+void ProcessGroupGloo::pair_allreduce(const std::vector<Tensor>& tensors, ReduceOp op, int64_t total,
+                                      const CallSignature& call) {
+  const Tensor flat =
+      tensors.size() == 1 && tensors[0].is_contiguous() ? tensors[0].clone().view({total}) : flatten_all(tensors);
+  std::vector<CallSignature::Row> rows(2);
+  const auto mine = static_cast<size_t>(rank_), theirs = static_cast<size_t>(1 - rank_);
+  if (call_check() != nullptr) rows[mine] = call_check()->next_row(call);  // else a zero row, never compared
+  write_prefix(pair_out_, rows[mine], flat.nbytes());
+  std::memcpy(pair_out_.data() + kPrefixBytes, flat.raw_data_ptr(), flat.nbytes());
+  ring_allreduce_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes, data_bytes_after, pair_in_, options_.timeout);
+  rows[theirs] = row_of(pair_in_);
+  if (call_check() != nullptr) call_check()->compare(rows, DataFate::kDropped);  // throws before any tensor changed
+  // Without the check a size mismatch is still refused here rather than read past the data.
+  TDDP_CHECK(pair_in_.size() - kPrefixBytes == flat.nbytes(),
+             "rank {} sent {} bytes where this rank sent {}: the ranks allreduce different sizes (the desync check, off "
+             "here, would name both calls)",
+             1 - rank_, pair_in_.size() - kPrefixBytes, flat.nbytes());
+  // Rank 0's values come first on both ranks, so both hold the same bits (whatever the op
+  // does with NaNs).
+  const char* received = pair_in_.data() + kPrefixBytes;
+  const void* first = rank_ == 0 ? flat.raw_data_ptr() : received;
+  const void* second = rank_ == 0 ? received : flat.raw_data_ptr();
+  with_element_type(flat.dtype(), "allreduce", [&](auto type_tag) {
+    using T = decltype(type_tag);
+    reduce_function<T>(op)(flat.raw_data_ptr(), first, second, static_cast<size_t>(total));
+  });
+  if (op == ReduceOp::kAvg) flat.div_(2.0);
+  unflatten_into(flat, tensors);
 }
 
 std::exception_ptr ProcessGroupGloo::failure(const Work& work, const std::exception& e, Clock::time_point started) const {
@@ -235,9 +296,9 @@ std::exception_ptr ProcessGroupGloo::failure(const Work& work, const std::except
   return timeout ? std::make_exception_ptr(TimeoutError(full)) : std::make_exception_ptr(Error(full));
 }
 
-std::shared_ptr<Work> ProcessGroupGloo::enqueue(std::string description, const CallSignature& call,
-                                                std::function<void(uint32_t)> run, const std::vector<Tensor>& tensors) {
-  auto work = std::make_shared<Work>(std::move(description));
+std::shared_ptr<Work> ProcessGroupGloo::enqueue(Call call, std::function<void(uint32_t)> run,
+                                                const std::vector<Tensor>& tensors, bool checks_itself) {
+  auto work = std::make_shared<Work>(std::move(call.what));
   std::vector<tensor::cuda::StreamMark> marks;
   for (const Tensor& t : tensors) {
     if (!t.defined() || !t.is_cuda()) continue;
@@ -250,7 +311,7 @@ std::shared_ptr<Work> ProcessGroupGloo::enqueue(std::string description, const C
     const bool chained = std::this_thread::get_id() == worker_.get_id();
     // (A chain still running when shutdown began may go on: the worker drains it.)
     TDDP_CHECK(!stopping_ || chained, "ProcessGroupGloo: {} issued while the group is shutting down", work->description());
-    (chained ? chained_ : queue_).push_back(Item{work, call, std::move(run), std::move(marks)});
+    (chained ? chained_ : queue_).push_back(Item{work, call.signature, checks_itself, std::move(run), std::move(marks)});
   }
   queue_cv_.notify_one();
   return work;

@@ -1,8 +1,14 @@
 // ProcessGroupGloo: the ProcessGroup for CPU tensors, on Gloo's TCP transport (the library
 // PyTorch uses for CPU collectives). Collectives run on a worker thread of their own, in the
 // order they were issued, so that the caller (e.g. DDP inside backward) is never blocked
-// until it waits; a collective issued by a completion callback on that thread runs next. dtypes: float32, float64, float16, bfloat16, int64 (reductions are
-// tinyddp's own functions, so bfloat16 works too).
+// until it waits; a collective issued by a completion callback on that thread runs next.
+// dtypes: float32, float64, float16, bfloat16, int64 (reductions are tinyddp's own functions,
+// so bfloat16 works too).
+//
+// The desync check (call_check.h) runs on the worker, just before each collective's data
+// moves. Its side channel: on two ranks the ring's connections, where each call record
+// travels in the same message as a small allreduce's data (one message each way, with the
+// check or without it); on more, an exchange of the records on the small-allreduce mesh.
 //
 // CUDA tensors are accepted too, staged through host memory: the worker copies them to the
 // host (waiting for the kernels queued on their device, not blocking the caller), runs the
@@ -18,7 +24,6 @@
 #include <memory>
 #include <thread>
 
-#include "tinyddp/comm/call_check.h"
 #include "tinyddp/comm/process_group.h"
 #include "tinyddp/tensor/cuda.h"
 
@@ -50,22 +55,35 @@ class ProcessGroupGloo final : public ProcessGroup {
   const ProcessGroupOptions& options() const { return options_; }
 
  protected:
-  TINYDDP_PROCESS_GROUP_BACKEND_OVERRIDES
+  std::shared_ptr<Work> allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, Call call) override;
+  std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int root, Call call) override;
+  std::shared_ptr<Work> allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, Call call) override;
+  std::shared_ptr<Work> gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root, Call call) override;
+  std::shared_ptr<Work> scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root, Call call) override;
+  std::shared_ptr<Work> reduce_impl(const Tensor& tensor, int root, ReduceOp op, Call call) override;
+  std::shared_ptr<Work> reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
+                                            Call call) override;
+  std::shared_ptr<Work> barrier_impl(Call call) override;
+  std::shared_ptr<Work> send_impl(const Tensor& tensor, int dst, int tag, Call call) override;
+  std::shared_ptr<Work> recv_impl(const Tensor& tensor, int src, int tag, Call call) override;
+  std::shared_ptr<ProcessGroup> create_subgroup(int id, int rank, int size) override;
 
  private:
   // Queues `run` for the worker; the returned Work finishes when it has run. The worker first
-  // checks that every rank issued the same call (`call`; see check_call). For the CUDA
-  // tensors among `tensors`, a mark is recorded now on their device's compute stream: the
-  // worker copies them to the host once the work queued before the collective has run, not
-  // what the caller queues after it (docs/comm.md, "Gloo and CUDA tensors").
-  std::shared_ptr<Work> enqueue(std::string description, const CallSignature& call, std::function<void(uint32_t tag)> run,
-                                const std::vector<Tensor>& tensors = {});
-  // Desync detection: exchanges every rank's signature of call number `seq` on the small
-  // mesh (an allgather as a sum of rows, each rank filling its own) and throws
-  // CollectiveMismatchError when they differ, before any data moves.
-  void check_call(const CallSignature& call, uint64_t seq);
-  // Sets check_calls_ from the options, after making sure every rank chose alike.
-  void agree_on_call_check();
+  // runs the desync check on the call's signature, unless `run` carries the check itself
+  // (checks_itself: pair_allreduce). For the CUDA tensors among `tensors`, a
+  // mark is recorded now on their device's compute stream: the worker copies them to the host
+  // once the work queued before the collective has run, not what the caller queues after it
+  // (docs/comm.md, "Gloo and CUDA tensors").
+  std::shared_ptr<Work> enqueue(Call call, std::function<void(uint32_t tag)> run, const std::vector<Tensor>& tensors = {},
+                                bool checks_itself = false);
+  // The desync check's side channel (CallCheck::Exchange): the rows alone, on the ring's
+  // connections (two ranks) or the small mesh (more).
+  DataFate exchange_call_rows(std::vector<CallSignature::Row>& rows);
+  // A small allreduce on two ranks: one message each way on the ring's connections, the
+  // call's row (the desync check's, or zeros without it) followed by the data; the rows are
+  // compared before any tensor changes, and both ranks reduce in rank order.
+  void pair_allreduce(const std::vector<Tensor>& tensors, ReduceOp op, int64_t total, const CallSignature& call);
   void worker_loop();
 
   using Clock = std::chrono::steady_clock;
@@ -95,16 +113,17 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::unique_ptr<detail::RingAllreduce> ring_allreduce_;
   // Which rank is behind each address Gloo's errors print.
   std::unique_ptr<detail::PeerAddresses> peers_;
-  // Whether check_call runs (options.check_calls, agreed by every rank at construction), and
-  // its buffer of size() encoded rows (used by the worker only).
-  bool check_calls_ = false;
+  // Buffers of the worker: size() encoded rows for the desync check on the small mesh; the
+  // two-rank messages (pair_allreduce, the check's rows), out and in.
   Tensor call_rows_;
+  std::vector<char> pair_out_, pair_in_;
 
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
   struct Item {
     std::shared_ptr<Work> work;
-    CallSignature call;
+    std::optional<CallSignature> signature;
+    bool checks_itself = false;
     std::function<void(uint32_t)> run;
     std::vector<tensor::cuda::StreamMark> marks;  // one per CUDA device the collective reads
   };

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 
+#include "tinyddp/comm/gloo/process_group_gloo.h"
 #include "tinyddp/comm/nccl/communicator.h"
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/cuda/runtime.h"
@@ -25,6 +26,15 @@ ProcessGroupNccl::ProcessGroupNccl(std::shared_ptr<Store> store, int rank, int s
   TDDP_CHECK(store != nullptr, "ProcessGroupNccl: the store is null");
   TDDP_CHECK(tensor::cuda::is_available(), "ProcessGroupNccl: needs a GPU: {}", tensor::cuda::unavailable_reason());
   impl_ = std::make_unique<detail::NcclCommunicator>(std::move(store), rank, size, std::move(options));
+  const ProcessGroupOptions& chosen = impl_->options();
+  if (size > 1 && CallCheck::agree(*impl_->store(), rank, size, chosen.check_calls, "ProcessGroupNccl")) {
+    ProcessGroupOptions side_options = chosen;
+    side_options.check_calls = false;
+    auto side = std::make_shared<ProcessGroupGloo>(std::make_shared<PrefixStore>("tinyddp/nccl-call-check", impl_->store()),
+                                                   rank, size, side_options);
+    enable_call_check(std::make_unique<CallCheck>("ProcessGroupNccl", rank, size, exchange_rows_over(std::move(side))),
+                      CheckAt::kIssue);
+  }
 }
 
 ProcessGroupNccl::~ProcessGroupNccl() = default;
@@ -65,29 +75,29 @@ std::vector<Tensor> with(std::vector<Tensor> list, std::initializer_list<Tensor>
 }
 }  // namespace
 
-std::shared_ptr<Work> ProcessGroupNccl::allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, std::string what) {
+std::shared_ptr<Work> ProcessGroupNccl::allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, Call call) {
   const ncclDataType_t type = nccl_type(tensors[0].dtype());
   const ncclRedOp_t red = nccl_op(op);
-  return impl_->launch(std::move(what), device_of(tensors[0]), tensors, false, [&](ncclComm_t comm, cudaStream_t stream) {
+  return impl_->launch(std::move(call.what), device_of(tensors[0]), tensors, false, [&](ncclComm_t comm, cudaStream_t stream) {
     for (const Tensor& t : tensors) {
       TDDP_NCCL_CHECK(ncclAllReduce(t.raw_data_ptr(), t.raw_data_ptr(), count(t), type, red, comm, stream), comm);
     }
   });
 }
 
-std::shared_ptr<Work> ProcessGroupNccl::broadcast_impl(const Tensor& tensor, int root, std::string what) {
+std::shared_ptr<Work> ProcessGroupNccl::broadcast_impl(const Tensor& tensor, int root, Call call) {
   const ncclDataType_t type = nccl_type(tensor.dtype());
-  return impl_->launch(std::move(what), device_of(tensor), {tensor}, false, [&](ncclComm_t comm, cudaStream_t stream) {
+  return impl_->launch(std::move(call.what), device_of(tensor), {tensor}, false, [&](ncclComm_t comm, cudaStream_t stream) {
     TDDP_NCCL_CHECK(ncclBroadcast(tensor.raw_data_ptr(), tensor.raw_data_ptr(), count(tensor), type, root, comm, stream), comm);
   });
 }
 
 std::shared_ptr<Work> ProcessGroupNccl::allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
-                                                       std::string what) {
+                                                       Call call) {
   const ncclDataType_t type = nccl_type(input.dtype());
   // Gathered into one flat buffer, then each slice copied to its output on the NCCL stream.
   const Tensor flat = flat_like(input, size_);
-  return impl_->launch(std::move(what), device_of(input), with(outputs, {input, flat}), false,
+  return impl_->launch(std::move(call.what), device_of(input), with(outputs, {input, flat}), false,
                        [&](ncclComm_t comm, cudaStream_t stream) {
                          TDDP_NCCL_CHECK(ncclAllGather(input.raw_data_ptr(), flat.raw_data_ptr(), count(input), type, comm, stream),
                                          comm);
@@ -124,42 +134,42 @@ void exchange_with_root(bool to_root, const Tensor& mine, const std::vector<Tens
 }  // namespace
 
 std::shared_ptr<Work> ProcessGroupNccl::gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
-                                                    std::string what) {
-  return root_exchange(true, input, outputs, root, std::move(what));
+                                                    Call call) {
+  return root_exchange(true, input, outputs, root, std::move(call.what));
 }
 
 std::shared_ptr<Work> ProcessGroupNccl::scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
-                                                     std::string what) {
-  return root_exchange(false, output, inputs, root, std::move(what));
+                                                     Call call) {
+  return root_exchange(false, output, inputs, root, std::move(call.what));
 }
 
 std::shared_ptr<Work> ProcessGroupNccl::root_exchange(bool to_root, const Tensor& mine, const std::vector<Tensor>& at_root,
-                                                      int root, std::string what) {
+                                                      int root, Call call) {
   const ncclDataType_t type = nccl_type(mine.dtype());
-  return impl_->launch(std::move(what), device_of(mine), with(at_root, {mine}), false,
+  return impl_->launch(std::move(call.what), device_of(mine), with(at_root, {mine}), false,
                        [&](ncclComm_t comm, cudaStream_t stream) {
                          exchange_with_root(to_root, mine, at_root, root, rank_, size_, type, comm, stream);
                        });
 }
 
-std::shared_ptr<Work> ProcessGroupNccl::reduce_impl(const Tensor& tensor, int root, ReduceOp op, std::string what) {
+std::shared_ptr<Work> ProcessGroupNccl::reduce_impl(const Tensor& tensor, int root, ReduceOp op, Call call) {
   const ncclDataType_t type = nccl_type(tensor.dtype());
   const ncclRedOp_t red = nccl_op(op);
   // Non-root ranks reduce from their tensor into a scratch buffer: their tensor is unchanged.
   const Tensor target = rank_ == root ? tensor : tensor::empty_like(tensor);
-  return impl_->launch(std::move(what), device_of(tensor), {tensor, target}, false, [&](ncclComm_t comm, cudaStream_t stream) {
+  return impl_->launch(std::move(call.what), device_of(tensor), {tensor, target}, false, [&](ncclComm_t comm, cudaStream_t stream) {
     TDDP_NCCL_CHECK(ncclReduce(tensor.raw_data_ptr(), target.raw_data_ptr(), count(tensor), type, red, root, comm, stream),
                     comm);
   });
 }
 
 std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
-                                                            ReduceOp op, std::string what) {
+                                                            ReduceOp op, Call call) {
   const ncclDataType_t type = nccl_type(output.dtype());
   const ncclRedOp_t red = nccl_op(op);
   // The inputs copied end to end on the NCCL stream, then reduce-scattered from there.
   const Tensor flat = flat_like(output, size_);
-  return impl_->launch(std::move(what), device_of(output), with(inputs, {output, flat}), false,
+  return impl_->launch(std::move(call.what), device_of(output), with(inputs, {output, flat}), false,
                        [&](ncclComm_t comm, cudaStream_t stream) {
                          TDDP_NCCL_CHECK(ncclReduceScatter(flat.raw_data_ptr(), output.raw_data_ptr(), count(output), type, red,
                                                            comm, stream),
@@ -168,7 +178,7 @@ std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter_impl(const Tensor& output
                        [&](cudaStream_t stream) { copy_slices(inputs, flat, true, stream); });
 }
 
-std::shared_ptr<Work> ProcessGroupNccl::barrier_impl(std::string what) {
+std::shared_ptr<Work> ProcessGroupNccl::barrier_impl(Call call) {
   // An allreduce of one element on this rank's device, which wait() observes on the host.
   // Before any collective has bound the group to a device: cuda:LOCAL_RANK (the launcher's
   // choice), else cuda:(rank mod devices), as PyTorch guesses.
@@ -178,22 +188,22 @@ std::shared_ptr<Work> ProcessGroupNccl::barrier_impl(std::string what) {
     device = (local != nullptr && *local != '\0' ? std::atoi(local) : rank_) % tensor::cuda::device_count();
   }
   const Tensor token = tensor::zeros({1}, tensor::TensorOptions().dtype(tensor::kFloat32).device(tensor::Device(tensor::DeviceType::kCUDA, device)));
-  return impl_->launch(std::move(what), device, {token}, true, [&](ncclComm_t comm, cudaStream_t stream) {
+  return impl_->launch(std::move(call.what), device, {token}, true, [&](ncclComm_t comm, cudaStream_t stream) {
     TDDP_NCCL_CHECK(ncclAllReduce(token.raw_data_ptr(), token.raw_data_ptr(), 1, ncclFloat32, ncclSum, comm, stream), comm);
   });
 }
 
-std::shared_ptr<Work> ProcessGroupNccl::send_impl(const Tensor& tensor, int dst, int /*tag*/, std::string what) {
-  return point_to_point(true, tensor, dst, std::move(what));  // NCCL has no tags: pairs match in issue order
+std::shared_ptr<Work> ProcessGroupNccl::send_impl(const Tensor& tensor, int dst, int /*tag*/, Call call) {
+  return point_to_point(true, tensor, dst, std::move(call.what));  // NCCL has no tags: pairs match in issue order
 }
 
-std::shared_ptr<Work> ProcessGroupNccl::recv_impl(const Tensor& tensor, int src, int /*tag*/, std::string what) {
-  return point_to_point(false, tensor, src, std::move(what));
+std::shared_ptr<Work> ProcessGroupNccl::recv_impl(const Tensor& tensor, int src, int /*tag*/, Call call) {
+  return point_to_point(false, tensor, src, std::move(call.what));
 }
 
-std::shared_ptr<Work> ProcessGroupNccl::point_to_point(bool sending, const Tensor& tensor, int peer, std::string what) {
+std::shared_ptr<Work> ProcessGroupNccl::point_to_point(bool sending, const Tensor& tensor, int peer, Call call) {
   const ncclDataType_t type = nccl_type(tensor.dtype());
-  return impl_->launch(std::move(what), device_of(tensor), {tensor}, false, [&](ncclComm_t comm, cudaStream_t stream) {
+  return impl_->launch(std::move(call.what), device_of(tensor), {tensor}, false, [&](ncclComm_t comm, cudaStream_t stream) {
     if (sending) {
       TDDP_NCCL_CHECK(ncclSend(tensor.raw_data_ptr(), count(tensor), type, peer, comm, stream), comm);
     } else {

@@ -20,6 +20,11 @@
 //    collective, and every later call on the group throws that error at once. Every live rank
 //    reaches the same state through its own watchdog.
 //
+// The desync check (call_check.h) runs on the calling thread before a collective is queued:
+// the ranks swap their call records on a small Gloo group of their own (CPU, over the same
+// store), so a mismatch fails every rank's call before any data moves and no CUDA stream
+// waits for the check; the host waits until every rank has issued the call.
+//
 // Setup is bounded too: each rank announces itself in the store and waits for the others
 // (a rank that never shows up is named in a TimeoutError), rank 0 publishes NCCL's unique id
 // there, and the communicator is created in NCCL's non-blocking mode so that the wait for it
@@ -59,7 +64,18 @@ class ProcessGroupNccl final : public ProcessGroup {
   void set_after_queued_for_testing(std::function<void()> fn);
 
  protected:
-  TINYDDP_PROCESS_GROUP_BACKEND_OVERRIDES
+  std::shared_ptr<Work> allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, Call call) override;
+  std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int root, Call call) override;
+  std::shared_ptr<Work> allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, Call call) override;
+  std::shared_ptr<Work> gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root, Call call) override;
+  std::shared_ptr<Work> scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root, Call call) override;
+  std::shared_ptr<Work> reduce_impl(const Tensor& tensor, int root, ReduceOp op, Call call) override;
+  std::shared_ptr<Work> reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
+                                            Call call) override;
+  std::shared_ptr<Work> barrier_impl(Call call) override;
+  std::shared_ptr<Work> send_impl(const Tensor& tensor, int dst, int tag, Call call) override;
+  std::shared_ptr<Work> recv_impl(const Tensor& tensor, int src, int tag, Call call) override;
+  std::shared_ptr<ProcessGroup> create_subgroup(int id, int rank, int size) override;
   // Every tensor on the device the communicator was created on.
   void check_placement(const Tensor& t, const char* op, const std::string& what) const override;
 

@@ -24,18 +24,18 @@ ProcessGroupNccl::~ProcessGroupNccl() = default;
 void ProcessGroupNccl::abort(const std::string&) { unavailable(); }
 void ProcessGroupNccl::set_after_queued_for_testing(std::function<void()>) { unavailable(); }
 void ProcessGroupNccl::check_placement(const Tensor&, const char*, const std::string&) const { unavailable(); }
-std::shared_ptr<Work> ProcessGroupNccl::allreduce_impl(const std::vector<Tensor>&, ReduceOp, std::string) { unavailable(); }
-std::shared_ptr<Work> ProcessGroupNccl::broadcast_impl(const Tensor&, int, std::string) { unavailable(); }
-std::shared_ptr<Work> ProcessGroupNccl::allgather_impl(const std::vector<Tensor>&, const Tensor&, std::string) { unavailable(); }
-std::shared_ptr<Work> ProcessGroupNccl::gather_impl(const std::vector<Tensor>&, const Tensor&, int, std::string) { unavailable(); }
-std::shared_ptr<Work> ProcessGroupNccl::scatter_impl(const Tensor&, const std::vector<Tensor>&, int, std::string) { unavailable(); }
-std::shared_ptr<Work> ProcessGroupNccl::reduce_impl(const Tensor&, int, ReduceOp, std::string) { unavailable(); }
-std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter_impl(const Tensor&, const std::vector<Tensor>&, ReduceOp, std::string) {
+std::shared_ptr<Work> ProcessGroupNccl::allreduce_impl(const std::vector<Tensor>&, ReduceOp, Call) { unavailable(); }
+std::shared_ptr<Work> ProcessGroupNccl::broadcast_impl(const Tensor&, int, Call) { unavailable(); }
+std::shared_ptr<Work> ProcessGroupNccl::allgather_impl(const std::vector<Tensor>&, const Tensor&, Call) { unavailable(); }
+std::shared_ptr<Work> ProcessGroupNccl::gather_impl(const std::vector<Tensor>&, const Tensor&, int, Call) { unavailable(); }
+std::shared_ptr<Work> ProcessGroupNccl::scatter_impl(const Tensor&, const std::vector<Tensor>&, int, Call) { unavailable(); }
+std::shared_ptr<Work> ProcessGroupNccl::reduce_impl(const Tensor&, int, ReduceOp, Call) { unavailable(); }
+std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter_impl(const Tensor&, const std::vector<Tensor>&, ReduceOp, Call) {
   unavailable();
 }
-std::shared_ptr<Work> ProcessGroupNccl::barrier_impl(std::string) { unavailable(); }
-std::shared_ptr<Work> ProcessGroupNccl::send_impl(const Tensor&, int, int, std::string) { unavailable(); }
-std::shared_ptr<Work> ProcessGroupNccl::recv_impl(const Tensor&, int, int, std::string) { unavailable(); }
+std::shared_ptr<Work> ProcessGroupNccl::barrier_impl(Call) { unavailable(); }
+std::shared_ptr<Work> ProcessGroupNccl::send_impl(const Tensor&, int, int, Call) { unavailable(); }
+std::shared_ptr<Work> ProcessGroupNccl::recv_impl(const Tensor&, int, int, Call) { unavailable(); }
 std::shared_ptr<ProcessGroup> ProcessGroupNccl::create_subgroup(int, int, int) { unavailable(); }
 
 }  // namespace tinyddp::comm

@@ -58,13 +58,14 @@ std::vector<std::string> run_processes(int size, const RankFn& fn, comm::Millis 
       ::close(fds[0]);
       std::string report;
       int status = 0;
+      std::shared_ptr<comm::TCPStore> store;
       try {
         if (before_join) before_join(rank);
         comm::TCPStoreOptions store_options;
         store_options.port = port;
         store_options.is_server = rank == 0;
         store_options.timeout = timeout;
-        auto store = std::make_shared<comm::TCPStore>(store_options);
+        store = std::make_shared<comm::TCPStore>(store_options);
         comm::ProcessGroupOptions options;
         options.timeout = timeout;
         {
@@ -73,16 +74,24 @@ std::vector<std::string> run_processes(int size, const RankFn& fn, comm::Millis 
           fn(pg, e);
           for (const auto& f : e.failures) report += f + "\n";
         }
-        // Rank 0 hosts the store: keep it up until every rank is done with it.
-        store->add("finished", 1);
-        if (rank == 0) {  // bounded: a rank that died never reports
-          const auto until = std::chrono::steady_clock::now() + timeout;
-          while (store->add("finished", 0) < finishers && std::chrono::steady_clock::now() < until) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-          }
-        }
       } catch (const std::exception& ex) {
         report += std::string("exception: ") + ex.what() + "\n";
+      }
+      // Rank 0 hosts the store: keep it up until every rank is done with it, also when this
+      // rank failed (the others may still be asking the store why). Bounded: a rank that died
+      // never reports.
+      try {
+        if (store) {
+          store->add("finished", 1);
+          if (rank == 0) {
+            const auto until = std::chrono::steady_clock::now() + timeout;
+            while (store->add("finished", 0) < finishers && std::chrono::steady_clock::now() < until) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            }
+          }
+        }
+      } catch (const std::exception&) {
+        // The store's host is gone: nothing left to wait for.
       }
       status = report.empty() ? 0 : 1;
       if (!report.empty() && ::write(fds[1], report.data(), report.size()) < 0) status = 2;
@@ -130,6 +139,11 @@ RecordingGroup::RecordingGroup(std::shared_ptr<comm::ProcessGroup> inner)
     : ProcessGroup(inner->rank(), inner->size(), inner->backend(), "RecordingGroup", inner->tensor_rules()),
       inner_(std::move(inner)) {}
 
+void RecordingGroup::check_calls_at_issue(std::shared_ptr<comm::ProcessGroup> side) {
+  enable_call_check(std::make_unique<comm::CallCheck>("RecordingGroup", rank(), size(), comm::exchange_rows_over(std::move(side))),
+                    CheckAt::kIssue);
+}
+
 std::vector<RecordingGroup::Call> RecordingGroup::calls() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return calls_;
@@ -149,46 +163,46 @@ using comm::ReduceOp;
 using comm::Work;
 using tensor::Tensor;
 
-std::shared_ptr<Work> RecordingGroup::allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, std::string) {
+std::shared_ptr<Work> RecordingGroup::allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, comm::Call) {
   record("allreduce", tensors.front().numel());
   return inner_->allreduce(tensors, op);
 }
-std::shared_ptr<Work> RecordingGroup::broadcast_impl(const Tensor& tensor, int root, std::string) {
+std::shared_ptr<Work> RecordingGroup::broadcast_impl(const Tensor& tensor, int root, comm::Call) {
   record("broadcast", tensor.numel());
   return inner_->broadcast(tensor, root);
 }
-std::shared_ptr<Work> RecordingGroup::allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, std::string) {
+std::shared_ptr<Work> RecordingGroup::allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, comm::Call) {
   record("allgather", input.numel());
   return inner_->allgather(outputs, input);
 }
 std::shared_ptr<Work> RecordingGroup::gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
-                                                  std::string) {
+                                                  comm::Call) {
   record("gather", input.numel());
   return inner_->gather(outputs, input, root);
 }
 std::shared_ptr<Work> RecordingGroup::scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
-                                                   std::string) {
+                                                   comm::Call) {
   record("scatter", output.numel());
   return inner_->scatter(output, inputs, root);
 }
-std::shared_ptr<Work> RecordingGroup::reduce_impl(const Tensor& tensor, int root, ReduceOp op, std::string) {
+std::shared_ptr<Work> RecordingGroup::reduce_impl(const Tensor& tensor, int root, ReduceOp op, comm::Call) {
   record("reduce", tensor.numel());
   return inner_->reduce(tensor, root, op);
 }
 std::shared_ptr<Work> RecordingGroup::reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
-                                                          ReduceOp op, std::string) {
+                                                          ReduceOp op, comm::Call) {
   record("reduce_scatter", output.numel());
   return inner_->reduce_scatter(output, inputs, op);
 }
-std::shared_ptr<Work> RecordingGroup::barrier_impl(std::string) {
+std::shared_ptr<Work> RecordingGroup::barrier_impl(comm::Call) {
   record("barrier", 0);
   return inner_->barrier();
 }
-std::shared_ptr<Work> RecordingGroup::send_impl(const Tensor& tensor, int dst, int tag, std::string) {
+std::shared_ptr<Work> RecordingGroup::send_impl(const Tensor& tensor, int dst, int tag, comm::Call) {
   record("send", tensor.numel());
   return inner_->send(tensor, dst, tag);
 }
-std::shared_ptr<Work> RecordingGroup::recv_impl(const Tensor& tensor, int src, int tag, std::string) {
+std::shared_ptr<Work> RecordingGroup::recv_impl(const Tensor& tensor, int src, int tag, comm::Call) {
   record("recv", tensor.numel());
   return inner_->recv(tensor, src, tag);
 }

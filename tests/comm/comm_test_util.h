@@ -65,6 +65,9 @@ class RecordingGroup final : public comm::ProcessGroup {
     std::thread::id thread;
   };
   explicit RecordingGroup(std::shared_ptr<comm::ProcessGroup> inner);
+  // Runs the desync check here, at issue, with the rows swapped over `side` (as NCCL does):
+  // a second backend, for the tests that the check is not Gloo's alone.
+  void check_calls_at_issue(std::shared_ptr<comm::ProcessGroup> side);
   std::vector<Call> calls() const;
   size_t count(const std::string& op) const;
 
@@ -72,19 +75,19 @@ class RecordingGroup final : public comm::ProcessGroup {
   using Work = comm::Work;
   using ReduceOp = comm::ReduceOp;
   using Tensor = tensor::Tensor;
-  std::shared_ptr<Work> allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, std::string what) override;
-  std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int root, std::string what) override;
-  std::shared_ptr<Work> allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, std::string what) override;
+  std::shared_ptr<Work> allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, comm::Call call) override;
+  std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int root, comm::Call call) override;
+  std::shared_ptr<Work> allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, comm::Call call) override;
   std::shared_ptr<Work> gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
-                                    std::string what) override;
+                                    comm::Call call) override;
   std::shared_ptr<Work> scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
-                                     std::string what) override;
-  std::shared_ptr<Work> reduce_impl(const Tensor& tensor, int root, ReduceOp op, std::string what) override;
+                                     comm::Call call) override;
+  std::shared_ptr<Work> reduce_impl(const Tensor& tensor, int root, ReduceOp op, comm::Call call) override;
   std::shared_ptr<Work> reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
-                                            std::string what) override;
-  std::shared_ptr<Work> barrier_impl(std::string what) override;
-  std::shared_ptr<Work> send_impl(const Tensor& tensor, int dst, int tag, std::string what) override;
-  std::shared_ptr<Work> recv_impl(const Tensor& tensor, int src, int tag, std::string what) override;
+                                            comm::Call call) override;
+  std::shared_ptr<Work> barrier_impl(comm::Call call) override;
+  std::shared_ptr<Work> send_impl(const Tensor& tensor, int dst, int tag, comm::Call call) override;
+  std::shared_ptr<Work> recv_impl(const Tensor& tensor, int src, int tag, comm::Call call) override;
   std::shared_ptr<ProcessGroup> create_subgroup(int id, int rank, int size) override;
 
  private:

@@ -186,3 +186,83 @@ TEST_CASE("desync: call records render what they hold", "[comm][desync]") {
   CHECK_THAT(*message, Contains("G: the ranks called different collectives: ranks 0, 2 called reduce (call 7, 12 x "
                                 "bfloat16, root 3, avg); rank 1 called reduce (call 7, 12 x bfloat16, root 2, avg)"));
 }
+
+TEST_CASE("desync: on two ranks a small allreduce met by another call changes no tensor, and the group goes on",
+          "[comm][desync]") {
+  // Rank 0's record travels with its allreduce's data (one message each way); rank 1's with
+  // nothing. Both read the whole of the other's message, so the connection stays in step.
+  std::vector<std::string> messages;
+  require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) {
+    const Tensor mine = tensor::full({6}, pg.rank() + 1.0);
+    try {
+      if (pg.rank() == 0) {
+        pg.allreduce(mine)->wait();
+      } else {
+        pg.broadcast(mine, 0)->wait();
+      }
+      e.expect(false, "the mismatched call did not fail");
+    } catch (const CollectiveMismatchError& error) {
+      const std::string message = error.what();
+      e.expect(message.find("rank 0 called allreduce (call 0, 6 x float32, sum); rank 1 called broadcast (call 0, 6 x "
+                            "float32, root 0)") != std::string::npos,
+               message);
+      e.expect(message.find("no tensor was changed") != std::string::npos, message);
+    }
+    e.expect(tensor::equal(mine, tensor::full({6}, pg.rank() + 1.0)), "the refused call changed the tensor");
+    for (const int64_t numel : {6, 1 << 18}) {  // the small path and the ring after it
+      Tensor t = tensor::full({numel}, static_cast<double>(pg.rank() + 1));
+      pg.allreduce(t)->wait();
+      e.expect(tensor::equal(t, tensor::full({numel}, 3.0)), "an allreduce after the mismatch is wrong");
+    }
+  }));
+}
+
+TEST_CASE("desync: a backend that checks at issue over a side group (as NCCL does) reports the same errors",
+          "[comm][desync]") {
+  // The check is ProcessGroup's, not Gloo's: here a forwarding backend (whose inner Gloo
+  // group checks nothing) swaps the rows over a second Gloo group before each call.
+  auto store = std::make_shared<HashStore>();
+  store->set_timeout(std::chrono::milliseconds(10000));
+  std::vector<std::string> messages(2), failures;
+  std::mutex mutex;
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      Expectations e;
+      try {
+        ProcessGroupOptions off;
+        off.timeout = std::chrono::milliseconds(10000);
+        off.check_calls = false;
+        auto inner = std::make_shared<ProcessGroupGloo>(std::make_shared<PrefixStore>("inner", store), rank, 2, off);
+        auto side = std::make_shared<ProcessGroupGloo>(std::make_shared<PrefixStore>("side", store), rank, 2, off);
+        testing::RecordingGroup pg(inner);
+        pg.check_calls_at_issue(side);
+        const ReduceOp op = rank == 0 ? ReduceOp::kSum : ReduceOp::kMax;  // unchecked, this would give wrong numbers
+        const Tensor mine = tensor::full({4}, rank + 1.0);
+        try {
+          pg.allreduce(mine, op)->wait();
+          e.expect(false, "the mismatched call did not fail");
+        } catch (const CollectiveMismatchError& error) {
+          messages[static_cast<size_t>(rank)] = error.what();
+        }
+        e.expect(pg.count("allreduce") == 0, "the refused call reached the backend");
+        e.expect(tensor::equal(mine, tensor::full({4}, rank + 1.0)), "the refused call changed the tensor");
+        Tensor t = tensor::full({4}, rank + 1.0);
+        pg.allreduce(t)->wait();
+        e.expect(tensor::equal(t, tensor::full({4}, 3.0)), "the allreduce after the mismatch is wrong");
+      } catch (const std::exception& ex) {
+        e.failures.push_back(std::string("exception: ") + ex.what());
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      for (const auto& f : e.failures) failures.push_back("rank " + std::to_string(rank) + ": " + f);
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  require_no_failures(failures);
+  for (const std::string& message : messages) {
+    CHECK_THAT(message, Contains("RecordingGroup: the ranks called different collectives: rank 0 called allreduce (call 0, "
+                                 "4 x float32, sum); rank 1 called allreduce (call 0, 4 x float32, max)"));
+    CHECK_THAT(message, Contains("no data was sent"));
+  }
+  CHECK(messages[0].substr(messages[0].find("failed: ")) == messages[1].substr(messages[1].find("failed: ")));
+}

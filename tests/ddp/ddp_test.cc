@@ -36,31 +36,31 @@ class RecordingGroup final : public ProcessGroup {
       : ProcessGroup(inner.rank(), inner.size(), "recording", "RecordingGroup", inner.tensor_rules()), inner_(inner) {}
 
  protected:
-  std::shared_ptr<comm::Work> allreduce_impl(const std::vector<Tensor>& t, comm::ReduceOp op, std::string) override {
+  std::shared_ptr<comm::Work> allreduce_impl(const std::vector<Tensor>& t, comm::ReduceOp op, comm::Call) override {
     std::lock_guard<std::mutex> lock(mutex);
     events.push_back("allreduce " + std::to_string(reinterpret_cast<uintptr_t>(t[0].raw_data_ptr())));
     return inner_.allreduce(t, op);
   }
-  std::shared_ptr<comm::Work> broadcast_impl(const Tensor& t, int root, std::string) override { return inner_.broadcast(t, root); }
-  std::shared_ptr<comm::Work> allgather_impl(const std::vector<Tensor>& o, const Tensor& i, std::string) override {
+  std::shared_ptr<comm::Work> broadcast_impl(const Tensor& t, int root, comm::Call) override { return inner_.broadcast(t, root); }
+  std::shared_ptr<comm::Work> allgather_impl(const std::vector<Tensor>& o, const Tensor& i, comm::Call) override {
     return inner_.allgather(o, i);
   }
-  std::shared_ptr<comm::Work> gather_impl(const std::vector<Tensor>& o, const Tensor& i, int r, std::string) override {
+  std::shared_ptr<comm::Work> gather_impl(const std::vector<Tensor>& o, const Tensor& i, int r, comm::Call) override {
     return inner_.gather(o, i, r);
   }
-  std::shared_ptr<comm::Work> scatter_impl(const Tensor& o, const std::vector<Tensor>& i, int r, std::string) override {
+  std::shared_ptr<comm::Work> scatter_impl(const Tensor& o, const std::vector<Tensor>& i, int r, comm::Call) override {
     return inner_.scatter(o, i, r);
   }
-  std::shared_ptr<comm::Work> reduce_impl(const Tensor& t, int r, comm::ReduceOp op, std::string) override {
+  std::shared_ptr<comm::Work> reduce_impl(const Tensor& t, int r, comm::ReduceOp op, comm::Call) override {
     return inner_.reduce(t, r, op);
   }
   std::shared_ptr<comm::Work> reduce_scatter_impl(const Tensor& o, const std::vector<Tensor>& i, comm::ReduceOp op,
-                                                  std::string) override {
+                                                  comm::Call) override {
     return inner_.reduce_scatter(o, i, op);
   }
-  std::shared_ptr<comm::Work> barrier_impl(std::string) override { return inner_.barrier(); }
-  std::shared_ptr<comm::Work> send_impl(const Tensor& t, int d, int tag, std::string) override { return inner_.send(t, d, tag); }
-  std::shared_ptr<comm::Work> recv_impl(const Tensor& t, int s, int tag, std::string) override { return inner_.recv(t, s, tag); }
+  std::shared_ptr<comm::Work> barrier_impl(comm::Call) override { return inner_.barrier(); }
+  std::shared_ptr<comm::Work> send_impl(const Tensor& t, int d, int tag, comm::Call) override { return inner_.send(t, d, tag); }
+  std::shared_ptr<comm::Work> recv_impl(const Tensor& t, int s, int tag, comm::Call) override { return inner_.recv(t, s, tag); }
   std::shared_ptr<ProcessGroup> create_subgroup(int, int, int) override { throw Error("RecordingGroup: no subgroups"); }
 
  public:

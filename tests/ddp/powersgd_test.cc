@@ -153,7 +153,7 @@ TEST_CASE("PowerSGD: the hook's future can be waited for twice; it runs each col
       state->iter = 2;  // compress from the first call
       tensor::Generator data(7 + pg.rank());
       const Tensor weight = tensor::zeros({16, 8}), bias = tensor::zeros({8});
-      GradBucket bucket{0, tensor::randn({136}, {}, &data), {0, 1}, /*is_last=*/true, {weight, bias}, false};
+      GradBucket bucket{0, tensor::randn({136}, {}, &data), {0, 1}, /*is_last=*/true, {weight, bias}, false, {}};
       CommHook hook = batched ? batched_powersgd_hook(state) : powersgd_hook(state);
       std::shared_ptr<Future> future = hook(bucket);
       const Tensor first = future->wait().clone();
