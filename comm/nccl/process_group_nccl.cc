@@ -144,9 +144,9 @@ std::shared_ptr<Work> ProcessGroupNccl::scatter_impl(const Tensor& output, const
 }
 
 std::shared_ptr<Work> ProcessGroupNccl::root_exchange(bool to_root, const Tensor& mine, const std::vector<Tensor>& at_root,
-                                                      int root, Call call) {
+                                                      int root, std::string what) {
   const ncclDataType_t type = nccl_type(mine.dtype());
-  return impl_->launch(std::move(call.what), device_of(mine), with(at_root, {mine}), false,
+  return impl_->launch(std::move(what), device_of(mine), with(at_root, {mine}), false,
                        [&](ncclComm_t comm, cudaStream_t stream) {
                          exchange_with_root(to_root, mine, at_root, root, rank_, size_, type, comm, stream);
                        });
@@ -201,9 +201,9 @@ std::shared_ptr<Work> ProcessGroupNccl::recv_impl(const Tensor& tensor, int src,
   return point_to_point(false, tensor, src, std::move(call.what));
 }
 
-std::shared_ptr<Work> ProcessGroupNccl::point_to_point(bool sending, const Tensor& tensor, int peer, Call call) {
+std::shared_ptr<Work> ProcessGroupNccl::point_to_point(bool sending, const Tensor& tensor, int peer, std::string what) {
   const ncclDataType_t type = nccl_type(tensor.dtype());
-  return impl_->launch(std::move(call.what), device_of(tensor), {tensor}, false, [&](ncclComm_t comm, cudaStream_t stream) {
+  return impl_->launch(std::move(what), device_of(tensor), {tensor}, false, [&](ncclComm_t comm, cudaStream_t stream) {
     if (sending) {
       TDDP_NCCL_CHECK(ncclSend(tensor.raw_data_ptr(), count(tensor), type, peer, comm, stream), comm);
     } else {
