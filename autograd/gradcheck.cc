@@ -70,15 +70,15 @@ std::string gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f
     for (int64_t e = 0; e < x.numel(); ++e) {
       const Tensor element = element_view(x, e);
       const double original = element.item<double>();
-      element.fill_(original + options.eps);
+      element.fill_(original + options.eps());
       const std::vector<double> plus = values_of(f(inputs));
-      element.fill_(original - options.eps);
+      element.fill_(original - options.eps());
       const std::vector<double> minus = values_of(f(inputs));
       element.fill_(original);
       for (int64_t j = 0; j < n_out; ++j) {
-        const double numerical = (plus[j] - minus[j]) / (2 * options.eps);
+        const double numerical = (plus[j] - minus[j]) / (2 * options.eps());
         const double computed = analytic[k][j][e];
-        if (!(std::fabs(computed - numerical) <= options.atol + options.rtol * std::fabs(numerical))) {
+        if (!(std::fabs(computed - numerical) <= options.atol() + options.rtol() * std::fabs(numerical))) {
           return fmt::format(
               "gradcheck: d(output[{}]) / d(input {}[{}]): backward gives {:.10g}, finite differences give {:.10g}", j,
               k, e, computed, numerical);

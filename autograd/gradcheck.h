@@ -10,10 +10,19 @@
 
 namespace tinyddp::autograd {
 
+// torch.autograd.gradcheck's eps, atol and rtol (its defaults).
 struct GradcheckOptions {
-  double eps = 1e-6;   // finite-difference step
-  double atol = 1e-5;  // |analytic - numerical| <= atol + rtol * |numerical|
-  double rtol = 1e-3;
+  GradcheckOptions& eps(double v) { eps_ = v; return *this; }    // finite-difference step
+  GradcheckOptions& atol(double v) { atol_ = v; return *this; }  // |analytic - numerical| <= atol + rtol * |numerical|
+  GradcheckOptions& rtol(double v) { rtol_ = v; return *this; }
+  double eps() const { return eps_; }
+  double atol() const { return atol_; }
+  double rtol() const { return rtol_; }
+
+ private:
+  double eps_ = 1e-6;
+  double atol_ = 1e-5;
+  double rtol_ = 1e-3;
 };
 
 // `inputs`: float64 tensors; those that require grad are checked (they must be leaves).

@@ -85,7 +85,7 @@ int run(const Config& c) {
   if (c.mode != "local") {
     if (!pg) pg = tinyddp::comm::init_process_group(backend, [] {
       tinyddp::comm::InitOptions o;
-      o.world_size = 1;
+      o.world_size(1);
       return o;
     }());
     ddp = std::make_shared<tinyddp::ddp::DistributedDataParallel>(

@@ -46,23 +46,23 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
   TDDP_CHECK(backend != "nccl" || tensor::cuda::is_available(), "init_process_group: the 'nccl' backend needs a GPU: {}",
              tensor::cuda::unavailable_reason());
   const LaunchEnv launched = launch_env();
-  const int world_size = required_int(options.world_size, launched.world_size, "WORLD_SIZE");
+  const int world_size = required_int(options.world_size(), launched.world_size, "WORLD_SIZE");
   TDDP_CHECK(world_size >= 1, "init_process_group: WORLD_SIZE must be >= 1, got {}", world_size);
   const int rank =
-      world_size == 1 && !options.rank && !launched.rank ? 0 : required_int(options.rank, launched.rank, "RANK");
+      world_size == 1 && !options.rank() && !launched.rank ? 0 : required_int(options.rank(), launched.rank, "RANK");
   TDDP_CHECK(rank >= 0 && rank < world_size, "init_process_group: RANK {} is not in [0, {})", rank, world_size);
-  const std::string master_addr = options.master_addr.value_or(launched.master_addr.value_or("127.0.0.1"));
+  const std::string master_addr = options.master_addr().value_or(launched.master_addr.value_or("127.0.0.1"));
 
   ProcessGroupOptions pg_options;
-  pg_options.timeout = options.timeout;
-  if (options.bind_address) {
-    pg_options.bind_address = *options.bind_address;
+  pg_options.timeout(options.timeout());
+  if (options.bind_address()) {
+    pg_options.bind_address(*options.bind_address());
   } else if (const auto bind = env_value("TINYDDP_BIND_ADDR")) {
-    pg_options.bind_address = *bind;
+    pg_options.bind_address(*bind);
   } else if (!is_loopback(master_addr)) {
     char host[256] = {};
     ::gethostname(host, sizeof(host) - 1);
-    pg_options.bind_address = host;
+    pg_options.bind_address(host);
   }
 
   std::shared_ptr<Store> store;
@@ -70,21 +70,21 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
     store = std::make_shared<HashStore>();  // no network for a world of one
   } else {
     TCPStoreOptions store_options;
-    store_options.host = master_addr;
-    store_options.port = static_cast<uint16_t>(required_int(options.master_port, launched.master_port, "MASTER_PORT"));
-    TDDP_CHECK(store_options.port > 0, "init_process_group: MASTER_PORT must be in [1, 65535]");
-    store_options.is_server = options.host_store.value_or(rank == 0 && env_value("TINYDDP_STORE_HOSTED") != "1");
-    store_options.timeout = options.timeout;
+    store_options.host(master_addr);
+    store_options.port(static_cast<uint16_t>(required_int(options.master_port(), launched.master_port, "MASTER_PORT")));
+    TDDP_CHECK(store_options.port() > 0, "init_process_group: MASTER_PORT must be in [1, 65535]");
+    store_options.is_server(options.host_store().value_or(rank == 0 && env_value("TINYDDP_STORE_HOSTED") != "1"));
+    store_options.timeout(options.timeout());
     try {
       store = std::make_shared<TCPStore>(store_options);
     } catch (const Error& e) {
       throw Error(fmt::format("init_process_group: rank {} of {} could not reach the store at {}:{}: {}", rank, world_size,
-                              master_addr, store_options.port, e.what()));
+                              master_addr, store_options.port(), e.what()));
     }
   }
   // A launcher that restarts its workers gives each attempt its own namespace in its store.
   if (const auto prefix = env_value("TINYDDP_STORE_PREFIX")) store = std::make_shared<PrefixStore>(*prefix, store);
-  store->set_timeout(options.timeout);
+  store->set_timeout(options.timeout());
   std::shared_ptr<ProcessGroup> pg;
   if (backend == "nccl") {
     // One process per GPU: the main thread works on cuda:LOCAL_RANK from now on (unless the

@@ -14,18 +14,36 @@
 namespace tinyddp::comm {
 
 struct InitOptions {
-  // Unset fields come from the environment.
-  std::optional<int> rank;
-  std::optional<int> world_size;
-  std::optional<std::string> master_addr;  // env MASTER_ADDR, default 127.0.0.1
-  std::optional<int> master_port;          // env MASTER_PORT (required when world_size > 1)
+  // Unset ones come from the environment.
+  InitOptions& rank(int v) { rank_ = v; return *this; }              // env RANK
+  InitOptions& world_size(int v) { world_size_ = v; return *this; }  // env WORLD_SIZE
+  // env MASTER_ADDR, default 127.0.0.1
+  InitOptions& master_addr(std::string v) { master_addr_ = std::move(v); return *this; }
+  // env MASTER_PORT (required when world_size > 1)
+  InitOptions& master_port(int v) { master_port_ = v; return *this; }
   // Whether this process runs the TCPStore server: by default rank 0, unless the environment
   // says TINYDDP_STORE_HOSTED=1 (the launcher runs it).
-  std::optional<bool> host_store;
-  Millis timeout{60000};
+  InitOptions& host_store(bool v) { host_store_ = v; return *this; }
+  InitOptions& timeout(Millis v) { timeout_ = v; return *this; }
   // The address this rank's transport binds to: env TINYDDP_BIND_ADDR, else 127.0.0.1 when
   // the master is on loopback, else this host's name.
-  std::optional<std::string> bind_address;
+  InitOptions& bind_address(std::string v) { bind_address_ = std::move(v); return *this; }
+  std::optional<int> rank() const { return rank_; }
+  std::optional<int> world_size() const { return world_size_; }
+  const std::optional<std::string>& master_addr() const { return master_addr_; }
+  std::optional<int> master_port() const { return master_port_; }
+  std::optional<bool> host_store() const { return host_store_; }
+  Millis timeout() const { return timeout_; }
+  const std::optional<std::string>& bind_address() const { return bind_address_; }
+
+ private:
+  std::optional<int> rank_;
+  std::optional<int> world_size_;
+  std::optional<std::string> master_addr_;
+  std::optional<int> master_port_;
+  std::optional<bool> host_store_;
+  Millis timeout_{60000};
+  std::optional<std::string> bind_address_;
 };
 
 // Joins the job's group with `backend` ("gloo": CPU tensors, and CUDA tensors staged through

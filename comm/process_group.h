@@ -68,14 +68,22 @@ class Work {
 
 struct ProcessGroupOptions {
   // Bound for connecting and for every collective; past it the operation fails on every rank.
-  Millis timeout{60000};
+  ProcessGroupOptions& timeout(Millis v) { timeout_ = v; return *this; }
   // The address this rank's Gloo transport binds to (other ranks connect to it).
-  std::string bind_address = "127.0.0.1";
+  ProcessGroupOptions& bind_address(std::string v) { bind_address_ = std::move(v); return *this; }
   // Desync detection (comm/call_check.h), on every backend: before each collective's data
   // moves, the ranks compare what they are about to call and all fail with a
   // CollectiveMismatchError if they differ. Unset: on, unless the environment says
   // TINYDDP_DESYNC_CHECK=0. Every rank must choose the same.
-  std::optional<bool> check_calls;
+  ProcessGroupOptions& check_calls(bool v) { check_calls_ = v; return *this; }
+  Millis timeout() const { return timeout_; }
+  const std::string& bind_address() const { return bind_address_; }
+  std::optional<bool> check_calls() const { return check_calls_; }
+
+ private:
+  Millis timeout_{60000};
+  std::string bind_address_ = "127.0.0.1";
+  std::optional<bool> check_calls_;
 };
 
 // What tensors a backend takes; ProcessGroup's checks read it, and so does DDP to place its

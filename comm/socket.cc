@@ -1,6 +1,7 @@
 // Socket helpers: see socket.h.
 #include "tinyddp/comm/socket.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -53,6 +54,17 @@ void set_nodelay(int fd) {
 
 socklen_t address_length(const sockaddr_storage& a) {
   return a.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+}
+
+std::string peer_address(int fd) {
+  sockaddr_storage a{};
+  socklen_t length = sizeof(a);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &length) != 0) return "[?]";
+  char host[INET6_ADDRSTRLEN] = {};
+  const void* ip = a.ss_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr)
+                                           : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&a)->sin_addr);
+  if (::inet_ntop(a.ss_family, ip, host, sizeof(host)) == nullptr) return "[?]";
+  return "[" + std::string(host) + "]:" + std::to_string(port_of(a));
 }
 
 uint16_t port_of(const sockaddr_storage& a) {

@@ -43,6 +43,9 @@ socklen_t address_length(const sockaddr_storage& a);
 uint16_t port_of(const sockaddr_storage& a);
 sockaddr_storage with_port(sockaddr_storage a, uint16_t port);
 
+// "[10.0.0.2]:29500" for the peer a connected socket talks to ("[?]" when it cannot say).
+std::string peer_address(int fd);
+
 // Closes `fd` if open and sets it to -1.
 void close_fd(int& fd);
 

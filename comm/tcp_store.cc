@@ -26,10 +26,10 @@ struct TCPStore::Request {
 };
 
 TCPStore::TCPStore(const TCPStoreOptions& options)
-    : host_(options.host), port_(options.port), max_message_bytes_(options.max_message_bytes) {
-  timeout_ = options.timeout;
-  if (options.is_server) {
-    server_ = std::make_unique<TCPStoreServer>(options.host, options.port, options.max_message_bytes);
+    : host_(options.host()), port_(options.port()), max_message_bytes_(options.max_message_bytes()) {
+  timeout_ = options.timeout();
+  if (options.is_server()) {
+    server_ = std::make_unique<TCPStoreServer>(options.host(), options.port(), options.max_message_bytes());
     port_ = server_->port();
   }
   TDDP_CHECK(port_ != 0, "TCPStore: a client needs the server's port");

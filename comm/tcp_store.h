@@ -17,18 +17,33 @@
 namespace tinyddp::comm {
 
 struct TCPStoreOptions {
-  std::string host = "127.0.0.1";  // the server's address (the server binds to it)
-  uint16_t port = 0;               // 0 for the server: pick a free port (see TCPStore::port())
-  bool is_server = false;
-  Millis timeout = kDefaultStoreTimeout;  // for connecting and for every wait
-  uint32_t max_message_bytes = 64u << 20;
+  // The server's address (the server binds to it).
+  TCPStoreOptions& host(std::string v) { host_ = std::move(v); return *this; }
+  // 0 for the server: pick a free port (see TCPStore::port()).
+  TCPStoreOptions& port(uint16_t v) { port_ = v; return *this; }
+  TCPStoreOptions& is_server(bool v) { is_server_ = v; return *this; }
+  // For connecting and for every wait.
+  TCPStoreOptions& timeout(Millis v) { timeout_ = v; return *this; }
+  TCPStoreOptions& max_message_bytes(uint32_t v) { max_message_bytes_ = v; return *this; }
+  const std::string& host() const { return host_; }
+  uint16_t port() const { return port_; }
+  bool is_server() const { return is_server_; }
+  Millis timeout() const { return timeout_; }
+  uint32_t max_message_bytes() const { return max_message_bytes_; }
+
+ private:
+  std::string host_ = "127.0.0.1";
+  uint16_t port_ = 0;
+  bool is_server_ = false;
+  Millis timeout_ = kDefaultStoreTimeout;
+  uint32_t max_message_bytes_ = 64u << 20;
 };
 
 class TCPStoreServer;
 
 class TCPStore final : public Store {
  public:
-  // Starts the server first when options.is_server; then connects, retrying until the
+  // Starts the server first when options.is_server(); then connects, retrying until the
   // timeout (a server that is not up yet is normal during start-up). A connection that drops
   // later is made again, within the timeout, and the request retried once when that is safe:
   // a request that did not reach the server, or one that may run twice (all but add and

@@ -62,11 +62,11 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   // Every parameter (frozen ones too) and buffer starts as rank 0's.
   broadcast_coalesced(module_states());
   ReducerOptions reducer_options;
-  reducer_options.first_bucket_cap_bytes = static_cast<size_t>(options_.first_bucket_cap_mb() * (1 << 20));
-  reducer_options.bucket_cap_bytes = static_cast<size_t>(options_.bucket_cap_mb() * (1 << 20));
-  reducer_options.find_unused_parameters = options_.find_unused_parameters();
-  reducer_options.gradient_as_bucket_view = options_.gradient_as_bucket_view();
-  reducer_options.static_graph = options_.static_graph();
+  reducer_options.first_bucket_cap_bytes(static_cast<size_t>(options_.first_bucket_cap_mb() * (1 << 20)));
+  reducer_options.bucket_cap_bytes(static_cast<size_t>(options_.bucket_cap_mb() * (1 << 20)));
+  reducer_options.find_unused_parameters(options_.find_unused_parameters());
+  reducer_options.gradient_as_bucket_view(options_.gradient_as_bucket_view());
+  reducer_options.static_graph(options_.static_graph());
   reducer_ = std::make_unique<Reducer>(params_, names, pg_, reducer_options);
   if (options_.timeline().empty()) {
     if (const char* env = std::getenv("TINYDDP_DDP_TIMELINE"); env != nullptr && *env != '\0') options_.timeline(env);

@@ -40,11 +40,11 @@ void Join::run(const std::vector<Joinable*>& joinables, const std::function<void
     TDDP_CHECK(!j->join_config_.enable, "Join: a joinable is already in a Join");
     TDDP_CHECK(&j->join_process_group() == &pg, "Join: the joinables must share one process group");
   }
-  if (!options.enable) {
+  if (!options.enable()) {
     loop();
     return;
   }
-  for (Joinable* j : joinables) j->join_config_ = {true, options.throw_on_early_termination, j == joinables.front(), options, joinables};
+  for (Joinable* j : joinables) j->join_config_ = {true, options.throw_on_early_termination(), j == joinables.front(), options, joinables};
   struct Reset {
     const std::vector<Joinable*>& joinables;
     ~Reset() {
@@ -62,7 +62,7 @@ void Join::run(const std::vector<Joinable*>& joinables, const std::function<void
   while (true) {
     const int64_t active = allreduce_count(pg, device, 0);
     if (active == 0) break;
-    if (options.throw_on_early_termination) {
+    if (options.throw_on_early_termination()) {
       allreduce_count(pg, device, 1);  // tells the active ranks to throw too
       throw Error(fmt::format("Join: rank {} ran out of inputs while {} rank(s) had more (throw_on_early_termination)",
                               pg.rank(), active));
@@ -111,7 +111,7 @@ void DistributedDataParallel::join(const std::function<void()>& loop, JoinOption
 void DistributedDataParallel::notify_join_context() {
   if (std::optional<Join::Notice> notice = Join::notify_join_context(*this)) {
     reducer_->set_forward_pass_work_handle(std::move(notice->work), notice->active,
-                                           join_config().options.divide_by_initial_world_size);
+                                           join_config().options.divide_by_initial_world_size());
   }
 }
 

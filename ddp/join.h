@@ -23,11 +23,19 @@ namespace tinyddp::ddp {
 struct JoinOptions {
   // DDP: average gradients over all ranks (the joined ones contribute zeros), as if every rank
   // still had inputs; false: over the ranks that still have inputs.
-  bool divide_by_initial_world_size = true;
+  JoinOptions& divide_by_initial_world_size(bool v) { divide_by_initial_world_size_ = v; return *this; }
   // false: Join::run just runs the loop (no shadowing, no collectives of its own).
-  bool enable = true;
+  JoinOptions& enable(bool v) { enable_ = v; return *this; }
   // Throw on every rank as soon as one runs out of inputs, instead of shadowing.
-  bool throw_on_early_termination = false;
+  JoinOptions& throw_on_early_termination(bool v) { throw_on_early_termination_ = v; return *this; }
+  bool divide_by_initial_world_size() const { return divide_by_initial_world_size_; }
+  bool enable() const { return enable_; }
+  bool throw_on_early_termination() const { return throw_on_early_termination_; }
+
+ private:
+  bool divide_by_initial_world_size_ = true;
+  bool enable_ = true;
+  bool throw_on_early_termination_ = false;
 };
 
 class JoinHook {

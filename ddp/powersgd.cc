@@ -13,16 +13,16 @@ namespace tinyddp::ddp {
 namespace t = tinyddp::tensor;
 
 PowerSGDState::PowerSGDState(std::shared_ptr<comm::ProcessGroup> group, PowerSGDOptions o)
-    : pg(std::move(group)), options(o), rng(o.random_seed_) {
+    : pg(std::move(group)), options(o), rng(o.random_seed()) {
   TDDP_CHECK(pg != nullptr, "PowerSGDState: no process group");
-  TDDP_CHECK(options.matrix_approximation_rank_ >= 1, "PowerSGDState: matrix_approximation_rank must be at least 1, got {}",
-             options.matrix_approximation_rank_);
-  TDDP_CHECK(options.start_powerSGD_iter_ >= 0, "PowerSGDState: start_powerSGD_iter must be >= 0, got {}",
-             options.start_powerSGD_iter_);
-  TDDP_CHECK(!(options.use_error_feedback_ || options.warm_start_) || options.start_powerSGD_iter_ > 1,
+  TDDP_CHECK(options.matrix_approximation_rank() >= 1, "PowerSGDState: matrix_approximation_rank must be at least 1, got {}",
+             options.matrix_approximation_rank());
+  TDDP_CHECK(options.start_powerSGD_iter() >= 0, "PowerSGDState: start_powerSGD_iter must be >= 0, got {}",
+             options.start_powerSGD_iter());
+  TDDP_CHECK(!(options.use_error_feedback() || options.warm_start()) || options.start_powerSGD_iter() > 1,
              "PowerSGDState: start_powerSGD_iter must be > 1 with error feedback or warm start (got {}), so that DDP "
              "rebuilds its buckets before compression starts (as PyTorch requires)",
-             options.start_powerSGD_iter_);
+             options.start_powerSGD_iter());
 }
 
 void orthogonalize(const Tensor& matrix, double epsilon) {
@@ -71,7 +71,7 @@ Tensor random_q(PowerSGDState& s, int64_t rows, int64_t rank, const Tensor& like
 // the bucket's error tensor, which the step's last callback overwrites, or nothing without
 // error feedback.
 Tensor add_error(PowerSGDState& s, size_t bucket, const Tensor& input) {
-  if (!s.options.use_error_feedback_) return Tensor();
+  if (!s.options.use_error_feedback()) return Tensor();
   auto it = s.error.find(bucket);
   if (it == s.error.end() || it->second.numel() != input.numel()) {
     it = s.error.insert_or_assign(bucket, t::zeros_like(input)).first;
@@ -87,7 +87,7 @@ Tensor add_error(PowerSGDState& s, size_t bucket, const Tensor& input) {
 bool memories(PowerSGDState& s, size_t bucket, const t::Shape& p_shape, const t::Shape& q_shape,
               const Tensor& like, Tensor& p, Tensor& q) {
   auto kept = s.p_memory.find(bucket);
-  if (s.options.warm_start_ && kept != s.p_memory.end() && kept->second.sizes() == p_shape) {
+  if (s.options.warm_start() && kept != s.p_memory.end() && kept->second.sizes() == p_shape) {
     p = kept->second;
     q = s.q_memory.at(bucket);
     return false;
@@ -95,7 +95,7 @@ bool memories(PowerSGDState& s, size_t bucket, const t::Shape& p_shape, const t:
   const auto options = t::TensorOptions(like.dtype()).device(like.device());
   p = t::zeros(p_shape, options);
   q = t::zeros(q_shape, options);
-  if (s.options.warm_start_) {
+  if (s.options.warm_start()) {
     s.p_memory[bucket] = p;
     s.q_memory[bucket] = q;
   }
@@ -117,7 +117,7 @@ CommHook powersgd_hook(std::shared_ptr<PowerSGDState> state) {
   TDDP_CHECK(state != nullptr, "powersgd_hook: no state");
   return [state](GradBucket& bucket) -> std::shared_ptr<Future> {
     PowerSGDState& s = *state;
-    if (s.iter < s.options.start_powerSGD_iter_) return vanilla(s, bucket);
+    if (s.iter < s.options.start_powerSGD_iter()) return vanilla(s, bucket);
     t::NoGradGuard no_grad;
     const Tensor input = bucket.buffer;
     const Tensor error = add_error(s, bucket.index, input);
@@ -129,10 +129,10 @@ CommHook powersgd_hook(std::shared_ptr<PowerSGDState> state) {
     for (const Tensor& g : bucket.gradients()) {
       const int64_t n = g.dim() == 0 ? 1 : g.size(0);
       const int64_t m = n == 0 ? 0 : g.numel() / n;
-      const int64_t r = std::min<int64_t>({n, m, s.options.matrix_approximation_rank_});
+      const int64_t r = std::min<int64_t>({n, m, s.options.matrix_approximation_rank()});
       const int64_t before = n * m, after = (n + m) * r;
       s.numel_before_compression += before;
-      if (static_cast<double>(after) * s.options.min_compression_rate_ < static_cast<double>(before)) {
+      if (static_cast<double>(after) * s.options.min_compression_rate() < static_cast<double>(before)) {
         matrices.push_back(g.view({n, m}));
         p_shapes.push_back({n, r});
         q_shapes.push_back({m, r});
@@ -153,12 +153,12 @@ CommHook powersgd_hook(std::shared_ptr<PowerSGDState> state) {
     const std::vector<Tensor> ps = comm::flat_views(p_memory, p_shapes), qs = comm::flat_views(q_memory, q_shapes);
     for (size_t k = 0; k < matrices.size(); ++k) {
       if (randomize) qs[k].copy_(random_q(s, q_shapes[k][0], q_shapes[k][1], input));
-      orthogonalize(qs[k], s.options.orthogonalization_epsilon_);
+      orthogonalize(qs[k], s.options.orthogonalization_epsilon());
       ps[k].copy_(t::matmul(matrices[k], qs[k]));  // P = M Q
     }
     const auto pg = s.pg;
     const double world = static_cast<double>(pg->size());
-    const double epsilon = s.options.orthogonalization_epsilon_;
+    const double epsilon = s.options.orthogonalization_epsilon();
     // 1. The uncompressed tensors, averaged; then the sum of the ranks' P.
     return Future::from_work(pg->allreduce(uncompressed_memory), uncompressed_memory)
         ->then([pg, world, uncompressed, p_memory](Future& done) {
@@ -191,12 +191,12 @@ CommHook batched_powersgd_hook(std::shared_ptr<PowerSGDState> state) {
   TDDP_CHECK(state != nullptr, "batched_powersgd_hook: no state");
   return [state](GradBucket& bucket) -> std::shared_ptr<Future> {
     PowerSGDState& s = *state;
-    if (s.iter < s.options.start_powerSGD_iter_) return vanilla(s, bucket);
+    if (s.iter < s.options.start_powerSGD_iter()) return vanilla(s, bucket);
     t::NoGradGuard no_grad;
     const Tensor input = bucket.buffer;
     const int64_t total = input.numel();
     const auto side = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(total))));
-    const int64_t rank = s.options.matrix_approximation_rank_;
+    const int64_t rank = s.options.matrix_approximation_rank();
     s.numel_before_compression += total;
     s.numel_after_compression += side * rank * 2;
     // The bucket padded with zeros to side x side.
@@ -207,11 +207,11 @@ CommHook batched_powersgd_hook(std::shared_ptr<PowerSGDState> state) {
     const Tensor matrix = padded.view({side, side});
     Tensor p, q;
     if (memories(s, bucket.index, {side, rank}, {side, rank}, input, p, q)) q.copy_(random_q(s, side, rank, input));
-    orthogonalize(q, s.options.orthogonalization_epsilon_);
+    orthogonalize(q, s.options.orthogonalization_epsilon());
     p.copy_(t::matmul(matrix, q));
     const auto pg = s.pg;
     const double world = static_cast<double>(pg->size());
-    const double epsilon = s.options.orthogonalization_epsilon_;
+    const double epsilon = s.options.orthogonalization_epsilon();
     // 1. The sum of the ranks' P, orthogonalised; Q = M^T P, and the sum of the ranks' Q.
     return Future::from_work(pg->allreduce(p), p)
         ->then([pg, epsilon, matrix, p, q](Future& done) {

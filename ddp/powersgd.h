@@ -33,6 +33,15 @@ struct PowerSGDOptions {
   PowerSGDOptions& warm_start(bool v) { warm_start_ = v; return *this; }
   PowerSGDOptions& orthogonalization_epsilon(double v) { orthogonalization_epsilon_ = v; return *this; }
   PowerSGDOptions& random_seed(uint64_t v) { random_seed_ = v; return *this; }
+  int matrix_approximation_rank() const { return matrix_approximation_rank_; }
+  int64_t start_powerSGD_iter() const { return start_powerSGD_iter_; }
+  double min_compression_rate() const { return min_compression_rate_; }
+  bool use_error_feedback() const { return use_error_feedback_; }
+  bool warm_start() const { return warm_start_; }
+  double orthogonalization_epsilon() const { return orthogonalization_epsilon_; }
+  uint64_t random_seed() const { return random_seed_; }
+
+ private:
   int matrix_approximation_rank_ = 1;
   int64_t start_powerSGD_iter_ = 1000;
   double min_compression_rate_ = 2;

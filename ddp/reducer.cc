@@ -38,8 +38,8 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std
       recorder_(params_.empty() || !params_[0].is_cuda() ? -1 : params_[0].device().index) {
   TDDP_CHECK(!params_.empty(), "Reducer: no parameters to reduce");
   TDDP_CHECK(params_.size() == names_.size(), "Reducer: {} parameters but {} names", params_.size(), names_.size());
-  initialize_buckets(assign_buckets(params_, reverse_order(params_.size()), options_.first_bucket_cap_bytes,
-                                    options_.bucket_cap_bytes));
+  initialize_buckets(assign_buckets(params_, reverse_order(params_.size()), options_.first_bucket_cap_bytes(),
+                                    options_.bucket_cap_bytes()));
   per_iteration_ready_.assign(params_.size(), false);
   local_used_map_.assign(params_.size(), 0);
   num_grad_hooks_triggered_.assign(params_.size(), 0);
@@ -76,7 +76,7 @@ void Reducer::initialize_buckets(const BucketAssignment& assignment) {
       views[i] = bucket.views[k];
       bucket_of_[i] = b;
       // gradient_as_bucket_view: an existing gradient moves into the (new) bucket slot.
-      if (options_.gradient_as_bucket_view && params_[i].grad().defined()) {
+      if (options_.gradient_as_bucket_view() && params_[i].grad().defined()) {
         views[i].copy_(params_[i].grad());
         params_[i].mutable_grad() = views[i];
       }
@@ -87,10 +87,10 @@ void Reducer::initialize_buckets(const BucketAssignment& assignment) {
   views_ = std::move(views);
 }
 
-std::vector<Tensor> Reducer::bucket_contents() const {
-  std::vector<Tensor> out;
-  for (const Bucket& b : buckets_) out.push_back(b.contents);
-  return out;
+Reducer::Snapshot Reducer::snapshot() const {
+  Snapshot s{assignment_, has_rebuilt_bucket_, {}, views_, launch_order_, grad_ready_order_};
+  for (const Bucket& b : buckets_) s.bucket_contents.push_back(b.contents);
+  return s;
 }
 
 void Reducer::register_comm_hook(CommHook hook) {
@@ -122,10 +122,10 @@ void Reducer::ensure_prior_reduction_finished() const {
         pg_->rank(), fmt::join(unmarked, ", ")));
   }
   const std::string why =
-      options_.static_graph
+      options_.static_graph()
           ? "With static_graph = true the set of parameters that get gradients must not change after the first "
             "iteration, but these got one then and none now."
-      : options_.find_unused_parameters
+      : options_.find_unused_parameters()
           ? "These parameters were reached from the forward output, but the loss did not use every output (make "
             "sure all outputs of forward take part in the loss)."
           : "These parameters were not used to compute the loss. If the model legitimately skips parameters in "
@@ -146,8 +146,8 @@ bool Reducer::rebuild_buckets() {
              rebuilt_param_indices_.size(), params_.size());
   // Buckets in the order they closed along the arrival order (no re-sorting); rank 0's
   // assignment is the one every rank adopts.
-  BucketAssignment mine = assign_buckets(params_, rebuilt_param_indices_, options_.first_bucket_cap_bytes,
-                                         options_.bucket_cap_bytes, /*sort_by_first_parameter=*/false);
+  BucketAssignment mine = assign_buckets(params_, rebuilt_param_indices_, options_.first_bucket_cap_bytes(),
+                                         options_.bucket_cap_bytes(), /*sort_by_first_parameter=*/false);
   std::vector<int64_t> flat;  // bucket count, then each bucket's size and indices
   flat.push_back(static_cast<int64_t>(mine.buckets.size()));
   for (const auto& b : mine.buckets) {
@@ -181,7 +181,7 @@ void Reducer::reset_bucket_counting() {
     b.pending = b.params.size();
     b.future.reset();
   }
-  if (options_.static_graph) num_grad_hooks_triggered_this_iteration_ = num_grad_hooks_triggered_;
+  if (options_.static_graph()) num_grad_hooks_triggered_this_iteration_ = num_grad_hooks_triggered_;
 }
 
 void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
@@ -316,7 +316,7 @@ void Reducer::copy_grad_to_bucket(size_t i) {
     } else {
       view.copy_(grad);  // the hook does its own averaging
     }
-    if (options_.gradient_as_bucket_view) grad = view;
+    if (options_.gradient_as_bucket_view()) grad = view;
   }
   recorder_.gradient_copied(bucket_of_[i], names_[i], start);
 }
@@ -363,7 +363,7 @@ void Reducer::copy_bucket_to_grad(size_t i, const Tensor& reduced_view, bool glo
 }
 
 void Reducer::finalize_bucket_dense(Bucket& bucket, const Tensor& result) {
-  if (!options_.gradient_as_bucket_view) {
+  if (!options_.gradient_as_bucket_view()) {
     // Straight from the hook's result: the bucket's views, or the same slots of another
     // tensor the hook returned (PyTorch's populate_bucket_views_out).
     const std::vector<Tensor> reduced = result.is_same(bucket.contents) ? bucket.views : comm::flat_views(result, bucket.views);

@@ -25,14 +25,26 @@ namespace tinyddp::ddp {
 using tensor::Tensor;
 
 struct ReducerOptions {
-  size_t first_bucket_cap_bytes = 1 << 20;
-  size_t bucket_cap_bytes = 25 << 20;
-  bool find_unused_parameters = false;
-  bool gradient_as_bucket_view = false;
+  ReducerOptions& first_bucket_cap_bytes(size_t v) { first_bucket_cap_bytes_ = v; return *this; }
+  ReducerOptions& bucket_cap_bytes(size_t v) { bucket_cap_bytes_ = v; return *this; }
+  ReducerOptions& find_unused_parameters(bool v) { find_unused_parameters_ = v; return *this; }
+  ReducerOptions& gradient_as_bucket_view(bool v) { gradient_as_bucket_view_ = v; return *this; }
   // The graph is the same every iteration: the first synchronised iteration reduces after
   // backward and learns which parameters are unused and how often each hook fires; later
   // iterations reuse that (no graph search, no used-parameter allreduce).
-  bool static_graph = false;
+  ReducerOptions& static_graph(bool v) { static_graph_ = v; return *this; }
+  size_t first_bucket_cap_bytes() const { return first_bucket_cap_bytes_; }
+  size_t bucket_cap_bytes() const { return bucket_cap_bytes_; }
+  bool find_unused_parameters() const { return find_unused_parameters_; }
+  bool gradient_as_bucket_view() const { return gradient_as_bucket_view_; }
+  bool static_graph() const { return static_graph_; }
+
+ private:
+  size_t first_bucket_cap_bytes_ = 1 << 20;
+  size_t bucket_cap_bytes_ = 25 << 20;
+  bool find_unused_parameters_ = false;
+  bool gradient_as_bucket_view_ = false;
+  bool static_graph_ = false;
 };
 
 // Where DDP's own small collectives (parameter descriptions, unused-parameter bitmaps, join
@@ -72,16 +84,21 @@ class Reducer {
   // ZeroRedundancyOptimizer that steps on the joined rank); PyTorch leaves .grad as it was.
   void match_backward_collectives(bool write_gradients = false);
 
-  // ---- For DDP, tests and statistics -------------------------------------------------------
-  const BucketAssignment& assignment() const { return assignment_; }
+  // ---- For DDP, inspection and statistics -------------------------------------------------
+  // Whether the one-time rebuild of the buckets has happened (ZeRO's overlap waits for it).
   bool buckets_rebuilt() const { return has_rebuilt_bucket_; }
-  // Bucket contents (for tests: the views alias these).
-  std::vector<Tensor> bucket_contents() const;
-  const Tensor& bucket_view(size_t param) const { return views_[param]; }
-  // Launch order of the last synchronised backward (bucket indices), for tests.
-  const std::vector<size_t>& last_launch_order() const { return launch_order_; }
-  // Parameters in the order their gradients arrived in the last synchronised backward.
-  const std::vector<size_t>& grad_ready_order() const { return grad_ready_order_; }
+  // What the Reducer holds now, for a reader or a test to look at (the parts of PyTorch's
+  // DDP logging data that describe the buckets). The tensors are handles: they alias the
+  // Reducer's buckets.
+  struct Snapshot {
+    BucketAssignment assignment;             // parameter indices and bytes per bucket
+    bool buckets_rebuilt = false;
+    std::vector<Tensor> bucket_contents;     // each bucket's flat contents
+    std::vector<Tensor> bucket_views;        // each parameter's view of its bucket (by index)
+    std::vector<size_t> launch_order;        // buckets, in the order the last synchronised backward launched them
+    std::vector<size_t> grad_ready_order;    // parameters, in the order their gradients arrived then
+  };
+  Snapshot snapshot() const;
   // Replaces the default hooks::allreduce of each bucket; once, before the first backward
   // (as PyTorch: register_comm_hook can only be called once).
   void register_comm_hook(CommHook hook);
@@ -127,11 +144,11 @@ class Reducer {
   void ensure_prior_reduction_finished() const;
   void check_not_marked_twice(size_t param) const;
 
-  bool dynamic_graph_find_unused() const { return options_.find_unused_parameters && !options_.static_graph; }
-  bool static_graph_first_iteration() const { return options_.static_graph && num_bwd_calls_ == 1; }
-  bool static_graph_after_first_iteration() const { return options_.static_graph && num_bwd_calls_ > 1; }
+  bool dynamic_graph_find_unused() const { return options_.find_unused_parameters() && !options_.static_graph(); }
+  bool static_graph_first_iteration() const { return options_.static_graph() && num_bwd_calls_ == 1; }
+  bool static_graph_after_first_iteration() const { return options_.static_graph() && num_bwd_calls_ > 1; }
   bool should_rebuild_buckets() const {
-    return (options_.static_graph || !options_.find_unused_parameters) && !has_rebuilt_bucket_;
+    return (options_.static_graph() || !options_.find_unused_parameters()) && !has_rebuilt_bucket_;
   }
 
   std::vector<Tensor> params_;

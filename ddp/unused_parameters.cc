@@ -64,7 +64,7 @@ void Reducer::delay_all_reduce() {
 }
 
 bool Reducer::globally_unused(size_t i) {
-  if (!options_.static_graph && !options_.find_unused_parameters) return false;
+  if (!options_.static_graph() && !options_.find_unused_parameters()) return false;
   // Used here means used somewhere; only a locally unused parameter needs the reduced map.
   if (local_used_map_[i] != 0) return false;
   if (!local_used_map_reduced_) {

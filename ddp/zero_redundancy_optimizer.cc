@@ -58,7 +58,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params, Opt
   TDDP_CHECK(pg_ != nullptr, "{}: no process group given and none initialised (call comm::init_process_group)", kName);
   TDDP_CHECK(!params_.empty(), "{}: no parameters to optimize", kName);
   TDDP_CHECK(factory_ != nullptr, "{}: no optimizer factory given", kName);
-  TDDP_CHECK(!(options_.overlap_with_ddp && options_.parameters_as_bucket_view),
+  TDDP_CHECK(!(options_.overlap_with_ddp() && options_.parameters_as_bucket_view()),
              "{}: overlap_with_ddp broadcasts DDP's buckets; parameters_as_bucket_view cannot be combined with it", kName);
   device_ = params_.front().device();
   std::unordered_set<const tensor::TensorImpl*> seen;
@@ -66,15 +66,15 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params, Opt
     TDDP_CHECK(seen.insert(params_[i].impl()).second, "{}: parameter {} is given twice", kName, i);
     TDDP_CHECK(params_[i].device() == device_, "{}: parameters are on several devices (parameter 0 on {}, parameter {} on {})",
                kName, device_.str(), i, params_[i].device().str());
-    TDDP_CHECK(!options_.parameters_as_bucket_view || params_[i].dtype() == params_.front().dtype(),
+    TDDP_CHECK(!options_.parameters_as_bucket_view() || params_[i].dtype() == params_.front().dtype(),
                "{}: parameters_as_bucket_view needs one dtype, but parameter 0 is {} and parameter {} is {}", kName,
                tensor::dtype_name(params_.front().dtype()), i, tensor::dtype_name(params_[i].dtype()));
   }
   TDDP_CHECK(pg_->tensor_rules().accepts(device_), "{}: the {} backend cannot broadcast parameters on {} ({})", kName,
              pg_->backend(), device_.str(), pg_->tensor_rules().takes);
-  if (!options_.overlap_with_ddp) {
+  if (!options_.overlap_with_ddp()) {
     partition_parameters();
-    if (options_.parameters_as_bucket_view) build_buckets();
+    if (options_.parameters_as_bucket_view()) build_buckets();
   }
   // The local optimizer over this rank's shard, possibly empty (with overlap_with_ddp: empty
   // until the partition is known).
@@ -125,7 +125,7 @@ void ZeroRedundancyOptimizer::build_buckets() {
 }
 
 void ZeroRedundancyOptimizer::step() {
-  if (options_.overlap_with_ddp) {
+  if (options_.overlap_with_ddp()) {
     // The update happens in DDP's communication hook (hook_with_zero_step).
     static bool warned = false;
     if (!warned) std::fprintf(stderr, "%s: step() does nothing with overlap_with_ddp; the hook updates the parameters\n", kName);
@@ -142,7 +142,7 @@ void ZeroRedundancyOptimizer::sync_params() {
   // Every rank's shard from its owner, all queued before any is waited for.
   std::vector<std::shared_ptr<comm::Work>> works;
   for (int rank = 0; rank < pg_->size(); ++rank) {
-    if (options_.parameters_as_bucket_view) {
+    if (options_.parameters_as_bucket_view()) {
       if (buckets_[rank].numel() > 0) works.push_back(pg_->broadcast(buckets_[rank], rank));
       continue;
     }
@@ -243,7 +243,7 @@ void ZeroRedundancyOptimizer::load_state_dict(const nn::OrderedDict<Tensor>& sta
 }
 
 std::unique_ptr<JoinHook> ZeroRedundancyOptimizer::join_hook() {
-  TDDP_CHECK(!options_.overlap_with_ddp, "{}: Join with overlap_with_ddp is not supported (the joined rank's share of "
+  TDDP_CHECK(!options_.overlap_with_ddp(), "{}: Join with overlap_with_ddp is not supported (the joined rank's share of "
              "the update would have to run from DDP's hook)", kName);
   return std::make_unique<ZeroJoinHook>(*this);
 }
@@ -303,7 +303,7 @@ void ZeroRedundancyOptimizer::step_bucket(const GradBucket& bucket, const Tensor
 // once the partition is known.
 CommHook ZeroRedundancyOptimizer::overlap_hook(CommHook hook, DistributedDataParallel& ddp, bool interleaved) {
   TDDP_CHECK(hook != nullptr, "hook_with_zero_step: no hook given");
-  TDDP_CHECK(options_.overlap_with_ddp,
+  TDDP_CHECK(options_.overlap_with_ddp(),
              "hook_with_zero_step: the ZeroRedundancyOptimizer was not made with overlap_with_ddp = true");
   TDDP_CHECK(&ddp.process_group() == pg_.get(), "hook_with_zero_step: DDP and ZeRO must share one process group");
   return [this, hook = std::move(hook), &ddp, interleaved](GradBucket& bucket) -> std::shared_ptr<Future> {

@@ -87,7 +87,7 @@ Placement choose_placement(const TrainConfig& config) {
 std::shared_ptr<comm::ProcessGroup> join_ranks(const TrainConfig& config, const Placement& placement) {
   if (comm::launch_env().world_size.value_or(1) <= 1) return nullptr;
   comm::InitOptions init;
-  init.timeout = comm::Millis(static_cast<int64_t>(config.timeout_s * 1000));
+  init.timeout(comm::Millis(static_cast<int64_t>(config.timeout_s * 1000)));
   return comm::init_process_group(placement.backend, init);
 }
 

@@ -16,6 +16,7 @@
 
 namespace tinyddp::examples {
 
+// examples/train's command-line values (a Config: a plain struct CLI11 fills, checked by validate()).
 struct TrainConfig {
   std::string model = "mlp";                  // mlp | toy
   std::string dataset = "synthetic";          // synthetic | digits (ignored with `data`)

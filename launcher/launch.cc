@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  tinyddp::launcher::LaunchOptions o;
+  tinyddp::launcher::LaunchConfig o;
   double grace_s = 5, rdzv_timeout_s = 60;
   CLI::App app{
       "Start one process per local rank with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR\n"

@@ -57,12 +57,12 @@ constexpr unsigned char kPeerFailed = 0;
 // SIGSTOP): the node whose rank timed out reports it, and the frozen rank's node stops it.
 class FailureWatch {
  public:
-  FailureWatch(const LaunchOptions& options, int attempt)
+  FailureWatch(const LaunchConfig& options, int attempt)
       : key_(fmt::format("launch/attempt_{}/failed", attempt)), node_(options.node_rank) {
-    comm::TCPStoreOptions o;
-    o.host = options.master_addr;
-    o.port = static_cast<uint16_t>(options.master_port);
-    o.timeout = std::chrono::milliseconds(2000);
+    const auto o = comm::TCPStoreOptions()
+                       .host(options.master_addr)
+                       .port(static_cast<uint16_t>(options.master_port))
+                       .timeout(std::chrono::milliseconds(2000));
     thread_ = std::thread([this, o] { watch(o); });
   }
   ~FailureWatch() {
@@ -208,7 +208,7 @@ struct Worker {
 
 class Attempt {
  public:
-  Attempt(const LaunchOptions& options, std::ostream& log, int attempt, const std::vector<std::pair<std::string, std::string>>& env)
+  Attempt(const LaunchConfig& options, std::ostream& log, int attempt, const std::vector<std::pair<std::string, std::string>>& env)
       : options_(options), log_(log), attempt_(attempt), env_(env) {
     if (options.nnodes > 1) watch_ = std::make_unique<FailureWatch>(options, attempt);
   }
@@ -453,7 +453,7 @@ class Attempt {
     }
   }
 
-  const LaunchOptions& options_;
+  const LaunchConfig& options_;
   std::ostream& log_;
   int attempt_;
   const std::vector<std::pair<std::string, std::string>>& env_;
@@ -495,7 +495,7 @@ class SignalScope {
 
 }  // namespace
 
-void validate(const LaunchOptions& o) {
+void validate(const LaunchConfig& o) {
   TDDP_CHECK(!o.program.empty(), "launch: no program given (usage: launch --nproc_per_node N -- PROGRAM [ARGS...])");
   TDDP_CHECK(o.nproc_per_node >= 1, "launch: --nproc_per_node must be at least 1, got {}", o.nproc_per_node);
   TDDP_CHECK(o.nnodes >= 1, "launch: --nnodes must be at least 1, got {}", o.nnodes);
@@ -509,7 +509,7 @@ void validate(const LaunchOptions& o) {
   TDDP_CHECK(o.grace_period.count() >= 0, "launch: --grace_period must not be negative");
 }
 
-int launch(const LaunchOptions& options, std::ostream& log) {
+int launch(const LaunchConfig& options, std::ostream& log) {
   validate(options);
   const SignalScope signals;
   const std::shared_ptr<comm::TCPStore> store = open_store(options);

@@ -16,7 +16,9 @@
 
 namespace tinyddp::launcher {
 
-struct LaunchOptions {
+// The launcher's command-line values (a Config: a plain struct CLI11 fills field by field;
+// options types are written otherwise, docs/using.md "Options: one style").
+struct LaunchConfig {
   int nproc_per_node = 1;
   int nnodes = 1;
   int node_rank = 0;
@@ -31,12 +33,12 @@ struct LaunchOptions {
 };
 
 // Throws tinyddp::Error naming the first bad option.
-void validate(const LaunchOptions& options);
+void validate(const LaunchConfig& options);
 
 // Runs the job; returns the exit status for the launcher: 0 when every worker of the last
 // attempt exited 0, else the status of the first worker that failed (128 + signal for a
 // signal), or 128 + signal when the launcher itself was interrupted. Launcher messages go to
 // `log` ("launch: ..."); worker output to stdout/stderr as "[rank R] line".
-int launch(const LaunchOptions& options, std::ostream& log);
+int launch(const LaunchConfig& options, std::ostream& log);
 
 }  // namespace tinyddp::launcher

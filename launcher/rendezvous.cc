@@ -10,12 +10,12 @@
 
 namespace tinyddp::launcher {
 
-std::shared_ptr<comm::TCPStore> open_store(const LaunchOptions& o) {
+std::shared_ptr<comm::TCPStore> open_store(const LaunchConfig& o) {
   comm::TCPStoreOptions store_options;
-  store_options.host = o.master_addr;
-  store_options.port = static_cast<uint16_t>(o.master_port);
-  store_options.is_server = o.node_rank == 0;
-  store_options.timeout = o.rdzv_timeout;
+  store_options.host(o.master_addr);
+  store_options.port(static_cast<uint16_t>(o.master_port));
+  store_options.is_server(o.node_rank == 0);
+  store_options.timeout(o.rdzv_timeout);
   try {
     return std::make_shared<comm::TCPStore>(store_options);
   } catch (const std::exception& e) {
@@ -28,7 +28,7 @@ std::shared_ptr<comm::TCPStore> open_store(const LaunchOptions& o) {
   }
 }
 
-void meet_nodes(const LaunchOptions& o, comm::Store& store, int attempt) {
+void meet_nodes(const LaunchConfig& o, comm::Store& store, int attempt) {
   if (o.nnodes == 1) return;
   const std::string prefix = fmt::format("launch/attempt_{}/node_", attempt);
   std::vector<std::string> keys;
@@ -58,7 +58,7 @@ void meet_nodes(const LaunchOptions& o, comm::Store& store, int attempt) {
   }
 }
 
-void leave_nodes(const LaunchOptions& o, comm::Store& store, int attempt, std::ostream& log) {
+void leave_nodes(const LaunchConfig& o, comm::Store& store, int attempt, std::ostream& log) {
   if (o.nnodes == 1) return;
   const std::string prefix = fmt::format("launch/attempt_{}/done_", attempt);
   try {

@@ -13,11 +13,11 @@
 namespace tinyddp::launcher {
 
 // Node 0 hosts the store; the others connect to it, within the rendezvous timeout.
-std::shared_ptr<comm::TCPStore> open_store(const LaunchOptions& o);
+std::shared_ptr<comm::TCPStore> open_store(const LaunchConfig& o);
 // Every node's launcher checks in for this attempt and waits for the others.
-void meet_nodes(const LaunchOptions& o, comm::Store& store, int attempt);
+void meet_nodes(const LaunchConfig& o, comm::Store& store, int attempt);
 // At the end of an attempt: node 0 hosts the store, so it stays until the other nodes are
 // done with it too (at most the rendezvous timeout); the others only check out.
-void leave_nodes(const LaunchOptions& o, comm::Store& store, int attempt, std::ostream& log);
+void leave_nodes(const LaunchConfig& o, comm::Store& store, int attempt, std::ostream& log);
 
 }  // namespace tinyddp::launcher

@@ -50,7 +50,7 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce_impl(const std::vector<Tensor>
       with_element_type(tensors[0].dtype(), "allreduce", [&](auto tag_type) {
         using T = decltype(tag_type);
         ring_allreduce_->run(staged.buffer.raw_data_ptr(), static_cast<size_t>(total), sizeof(T), reduce_function<T>(op),
-                             options_.timeout);
+                             options_.timeout());
       });
       if (op == ReduceOp::kAvg) staged.buffer.div_(static_cast<double>(size_));
     }
@@ -72,7 +72,7 @@ std::shared_ptr<Work> ProcessGroupGloo::broadcast_impl(const Tensor& tensor, int
         opts.setOutput<T>(static_cast<T*>(staged.buffer.raw_data_ptr()), static_cast<size_t>(tensor.numel()));
         opts.setRoot(root);
         opts.setTag(tag);
-        opts.setTimeout(options_.timeout);
+        opts.setTimeout(options_.timeout());
         gloo::broadcast(opts);
       });
     }
@@ -92,7 +92,7 @@ std::shared_ptr<Work> ProcessGroupGloo::allgather_impl(const std::vector<Tensor>
         opts.setInput<T>(static_cast<T*>(in.raw_data_ptr()), static_cast<size_t>(input.numel()));
         opts.setOutput<T>(static_cast<T*>(flat.raw_data_ptr()), static_cast<size_t>(flat.numel()));
         opts.setTag(tag);
-        opts.setTimeout(options_.timeout);
+        opts.setTimeout(options_.timeout());
         gloo::allgather(opts);
       });
     }
@@ -113,7 +113,7 @@ std::shared_ptr<Work> ProcessGroupGloo::gather_impl(const std::vector<Tensor>& o
         if (rank_ == root) opts.setOutput<T>(static_cast<T*>(flat.raw_data_ptr()), static_cast<size_t>(flat.numel()));
         opts.setRoot(root);
         opts.setTag(tag);
-        opts.setTimeout(options_.timeout);
+        opts.setTimeout(options_.timeout());
         gloo::gather(opts);
       });
     }
@@ -139,7 +139,7 @@ std::shared_ptr<Work> ProcessGroupGloo::scatter_impl(const Tensor& output, const
         opts.setOutput<T>(static_cast<T*>(staged.buffer.raw_data_ptr()), static_cast<size_t>(output.numel()));
         opts.setRoot(root);
         opts.setTag(tag);
-        opts.setTimeout(options_.timeout);
+        opts.setTimeout(options_.timeout());
         gloo::scatter(opts);
       });
     }
@@ -160,7 +160,7 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce_impl(const Tensor& tensor, int ro
                        opts.setReduceFunction(reduce_function<T>(op));
                        opts.setRoot(root);
                        opts.setTag(tag);
-                       opts.setTimeout(options_.timeout);
+                       opts.setTimeout(options_.timeout());
                        gloo::reduce(opts);
                      });
                    }
@@ -183,7 +183,7 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter_impl(const Tensor& output
         opts.setOutput<T>(static_cast<T*>(flat.raw_data_ptr()), static_cast<size_t>(flat.numel()));
         opts.setReduceFunction(reduce_function<T>(op));
         opts.setTag(tag);
-        opts.setTimeout(options_.timeout);
+        opts.setTimeout(options_.timeout());
         gloo::allreduce(opts);
       });
     }
@@ -197,7 +197,7 @@ std::shared_ptr<Work> ProcessGroupGloo::barrier_impl(Call call) {
   return enqueue(std::move(call), [this](uint32_t tag) {
     gloo::BarrierOptions opts(context_);
     opts.setTag(tag);
-    opts.setTimeout(options_.timeout);
+    opts.setTimeout(options_.timeout());
     gloo::barrier(opts);
   });
 }
@@ -213,7 +213,7 @@ std::shared_ptr<Work> ProcessGroupGloo::send_impl(const Tensor& tensor, int dst,
   return start_p2p(std::move(call.what), [this, data, dst, tag] {
     auto buffer = context_->createUnboundBuffer(data.raw_data_ptr(), data.nbytes());
     buffer->send(dst, kP2PSlotBase + static_cast<uint64_t>(tag));
-    buffer->waitSend(options_.timeout);
+    buffer->waitSend(options_.timeout());
   });
 }
 
@@ -222,7 +222,7 @@ std::shared_ptr<Work> ProcessGroupGloo::recv_impl(const Tensor& tensor, int src,
     const Staged staged(tensor);
     auto buffer = context_->createUnboundBuffer(staged.buffer.raw_data_ptr(), staged.buffer.nbytes());
     buffer->recv(src, kP2PSlotBase + static_cast<uint64_t>(tag));
-    buffer->waitRecv(options_.timeout);
+    buffer->waitRecv(options_.timeout());
     staged.write_back();
   });
 }

@@ -89,7 +89,7 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   // The desync check, if every rank asks for it. Its rows travel on the small mesh (more than
   // two ranks), so a group too large for it (over a thousand ranks) goes unchecked.
   const bool rows_fit = size == 2 || detail::SmallAllreduce::takes(tensor::kInt64, static_cast<int64_t>(size * CallSignature::kWords));
-  if (size > 1 && CallCheck::agree(*store_, rank, size, rows_fit ? options_.check_calls : false, "ProcessGroupGloo")) {
+  if (size > 1 && CallCheck::agree(*store_, rank, size, rows_fit ? options_.check_calls() : false, "ProcessGroupGloo")) {
     call_rows_ = tensor::zeros({static_cast<int64_t>(size * CallSignature::kWords)}, tensor::kInt64);
     enable_call_check(std::make_unique<CallCheck>("ProcessGroupGloo", rank, size,
                                                   [this](std::vector<CallSignature::Row>& rows) { return exchange_call_rows(rows); }),
@@ -105,7 +105,7 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
 
 std::shared_ptr<gloo::Context> ProcessGroupGloo::connect_mesh(const char* rendezvous_prefix) {
   auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
-  context->setTimeout(options_.timeout);
+  context->setTimeout(options_.timeout());
   GlooStore rendezvous(std::make_shared<PrefixStore>(rendezvous_prefix, store_));
   context->connectFullMesh(rendezvous, device_);
   return context;
@@ -113,7 +113,7 @@ std::shared_ptr<gloo::Context> ProcessGroupGloo::connect_mesh(const char* rendez
 
 void ProcessGroupGloo::connect() {
   gloo::transport::tcp::attr attr;
-  attr.hostname = options_.bind_address;
+  attr.hostname = options_.bind_address();
   device_ = gloo::transport::tcp::CreateDevice(attr);
   context_ = connect_mesh("tinyddp/gloo");
   if (size_ == 1) return;
@@ -128,7 +128,7 @@ void ProcessGroupGloo::connect() {
   const auto& pair_address =
       dynamic_cast<const gloo::transport::tcp::Address&>(context_->getPair((rank_ + 1) % size_)->address());
   ring_allreduce_ = std::make_unique<detail::RingAllreduce>(*store_, "tinyddp/ring", rank_, size_,
-                                                            pair_address.getSockaddr(), options_.timeout);
+                                                            pair_address.getSockaddr(), options_.timeout());
   const std::vector<detail::PeerAddresses::Mesh> meshes = {{"main", "tinyddp/gloo", context_.get()},
                                                             {"small", "tinyddp/gloo-small", small.get()}};
   peers_ = std::make_unique<detail::PeerAddresses>(*store_, rank_, size_, meshes);
@@ -139,7 +139,7 @@ bool ProcessGroupGloo::timed_out(const std::exception& e, Clock::time_point star
   // error type for every transport failure (IoException): it timed out when it failed no
   // sooner than its timeout, which every Gloo wait here is given.
   if (dynamic_cast<const TimeoutError*>(&e) != nullptr) return true;
-  return dynamic_cast<const gloo::IoException*>(&e) != nullptr && Clock::now() - started >= options_.timeout;
+  return dynamic_cast<const gloo::IoException*>(&e) != nullptr && Clock::now() - started >= options_.timeout();
 }
 
 std::exception_ptr ProcessGroupGloo::rendezvous_failure(const std::exception& e, Clock::time_point started) const {
@@ -156,7 +156,7 @@ std::exception_ptr ProcessGroupGloo::rendezvous_failure(const std::exception& e,
                           : missing.empty()    ? "every rank joined the store"
                                                : fmt::format("ranks [{}] never joined", fmt::join(missing, ", "));
   const std::string message = fmt::format("ProcessGroupGloo: rank {} of {} could not connect to the group within {} ms: {} ({})",
-                                          rank_, size_, options_.timeout.count(), who, e.what());
+                                          rank_, size_, options_.timeout().count(), who, e.what());
   if (!missing.empty() || timed_out(e, started)) return std::make_exception_ptr(TimeoutError(message));
   return std::make_exception_ptr(Error(message));
 }
@@ -233,7 +233,7 @@ DataFate ProcessGroupGloo::exchange_call_rows(std::vector<CallSignature::Row>& r
   if (size_ == 2) {
     write_prefix(pair_out_, rows[static_cast<size_t>(rank_)], 0);
     ring_allreduce_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes, data_bytes_after, pair_in_,
-                          options_.timeout);
+                          options_.timeout());
     rows[static_cast<size_t>(1 - rank_)] = row_of(pair_in_);
     // The peer may have sent a small allreduce's data with its record (and now drops ours).
     return pair_in_.size() > kPrefixBytes ? DataFate::kDropped : DataFate::kNotSent;
@@ -256,7 +256,7 @@ void ProcessGroupGloo::pair_allreduce(const std::vector<Tensor>& tensors, Reduce
   if (call_check() != nullptr) rows[mine] = call_check()->next_row(call);  // else a zero row, never compared
   write_prefix(pair_out_, rows[mine], flat.nbytes());
   std::memcpy(pair_out_.data() + kPrefixBytes, flat.raw_data_ptr(), flat.nbytes());
-  ring_allreduce_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes, data_bytes_after, pair_in_, options_.timeout);
+  ring_allreduce_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes, data_bytes_after, pair_in_, options_.timeout());
   rows[theirs] = row_of(pair_in_);
   if (call_check() != nullptr) call_check()->compare(rows, DataFate::kDropped);  // throws before any tensor changed
   // Without the check a size mismatch is still refused here rather than read past the data.

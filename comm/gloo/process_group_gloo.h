@@ -45,7 +45,7 @@ class RingAllreduce;
 class ProcessGroupGloo final : public ProcessGroup {
  public:
   // Joins the group: every rank calls this with the same store (one group per store; new_group
-  // makes sub-namespaces) and size. Fails within options.timeout, naming the ranks that never
+  // makes sub-namespaces) and size. Fails within options.timeout(), naming the ranks that never
   // arrived, when some rank does not show up. Sets SIGPIPE to be ignored if it has its
   // default action, so that a peer that dies gives an error rather than killing this process.
   ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options = {});

@@ -113,6 +113,9 @@ RingAllreduce::RingAllreduce(Store& store, const std::string& prefix, int rank, 
     throw;
   }
   ::close(listen_fd);
+  // Errors name each peer as every tinyddp transport error does: address, then rank.
+  right_name_ = fmt::format("{} (rank {})", net::peer_address(send_fd_), (rank + 1) % size);
+  left_name_ = fmt::format("{} (rank {})", net::peer_address(recv_fd_), (rank + size - 1) % size);
 }
 
 RingAllreduce::~RingAllreduce() {
@@ -138,7 +141,8 @@ void RingAllreduce::exchange(const char* send_data, size_t send_bytes, char* rec
         sent += static_cast<size_t>(n);
         moved = true;
       } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        fail(fmt::format("rank {} lost its connection to rank {} ({}); did rank {} exit?", rank_, right, errno_text(errno), right),
+        fail(fmt::format("rank {} lost its connection to {} ({}); did rank {} exit?", rank_, right_name_, errno_text(errno),
+                         right),
              false);
       }
     }
@@ -149,11 +153,12 @@ void RingAllreduce::exchange(const char* send_data, size_t send_bytes, char* rec
         if (on_receive) on_receive(received);
         moved = true;
       } else if (n == 0) {
-        fail(fmt::format("rank {} closed its connection to rank {} in the middle of an allreduce; did rank {} exit?", left,
+        fail(fmt::format("{} closed its connection to rank {} in the middle of an allreduce; did rank {} exit?", left_name_,
                          rank_, left),
              false);
       } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        fail(fmt::format("rank {} lost its connection from rank {} ({}); did rank {} exit?", rank_, left, errno_text(errno), left),
+        fail(fmt::format("rank {} lost its connection from {} ({}); did rank {} exit?", rank_, left_name_, errno_text(errno),
+                         left),
              false);
       }
     }
@@ -165,15 +170,15 @@ void RingAllreduce::exchange(const char* send_data, size_t send_bytes, char* rec
                      pollfd{recv_fd_, static_cast<short>(received < recv_bytes ? POLLIN : 0), 0}};
     const int rv = ::poll(fds, 2, remaining_ms(deadline));
     if (rv == 0) {
-      fail(fmt::format("rank {} timed out in an allreduce: {} of {} bytes sent to rank {}, {} of {} bytes received from rank {}",
-                       rank_, sent, send_bytes, right, received, recv_bytes, left),
+      fail(fmt::format("rank {} timed out in an allreduce: {} of {} bytes sent to {}, {} of {} bytes received from {}", rank_,
+                       sent, send_bytes, right_name_, received, recv_bytes, left_name_),
            true);
     }
     if (sent == send_bytes && (fds[0].revents & (POLLERR | POLLHUP)) != 0) {
       int err = 0;
       socklen_t length = sizeof(err);
       getsockopt(send_fd_, SOL_SOCKET, SO_ERROR, &err, &length);
-      fail(fmt::format("rank {} lost its connection to rank {} ({}); did rank {} exit?", rank_, right,
+      fail(fmt::format("rank {} lost its connection to {} ({}); did rank {} exit?", rank_, right_name_,
                        err != 0 ? errno_text(err) : "connection closed", right),
            false);
     }

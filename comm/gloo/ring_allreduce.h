@@ -78,6 +78,7 @@ class RingAllreduce {
   std::string broken_;  // the first failure; later runs repeat it
   bool broken_by_timeout_ = false;
   std::vector<char> scratch_;
+  std::string right_name_, left_name_;  // "[10.0.0.2]:40123 (rank 1)": rank + 1's and rank - 1's
 };
 
 }  // namespace tinyddp::comm::detail

@@ -202,18 +202,18 @@ void NcclCommunicator::ensure_comm(int device) {
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back(base + "rank" + std::to_string(r));
   try {
-    store_->wait(keys, options_.timeout);
+    store_->wait(keys, options_.timeout());
   } catch (const TimeoutError& e) {
     throw TimeoutError(fmt::format("ProcessGroupNccl: rank {} of {} gave up creating the communicator after {} ms: not "
                                    "every rank joined ({})",
-                                   rank_, size_, options_.timeout.count(), e.what()));
+                                   rank_, size_, options_.timeout().count(), e.what()));
   }
   ncclUniqueId id{};
   if (rank_ == 0) {
     TDDP_NCCL_CHECK(ncclGetUniqueId(&id), nullptr);
     store_->set(base + "unique_id", Bytes(reinterpret_cast<const uint8_t*>(&id), reinterpret_cast<const uint8_t*>(&id) + sizeof(id)));
   } else {
-    store_->wait({base + "unique_id"}, options_.timeout);
+    store_->wait({base + "unique_id"}, options_.timeout());
     const Bytes bytes = store_->get(base + "unique_id");
     TDDP_CHECK(bytes.size() == sizeof(id), "ProcessGroupNccl: the unique id in the store has {} bytes, expected {}",
                bytes.size(), sizeof(id));
@@ -224,7 +224,7 @@ void NcclCommunicator::ensure_comm(int device) {
   config.blocking = 0;
   ncclComm_t comm = nullptr;
   TDDP_NCCL_CHECK(ncclCommInitRankConfig(&comm, size_, id, rank_, &config), comm);
-  const auto deadline = Clock::now() + options_.timeout;
+  const auto deadline = Clock::now() + options_.timeout();
   ncclResult_t state = ncclInProgress;
   while (state == ncclInProgress) {
     TDDP_NCCL_CHECK(ncclCommGetAsyncError(comm, &state), comm);
@@ -233,7 +233,7 @@ void NcclCommunicator::ensure_comm(int device) {
       tensor::cuda::release_stream(device, stream);
       throw TimeoutError(fmt::format("ProcessGroupNccl: rank {} of {}: creating the NCCL communicator on cuda:{} did "
                                      "not finish within {} ms",
-                                     rank_, size_, device, options_.timeout.count()));
+                                     rank_, size_, device, options_.timeout().count()));
     }
     if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -250,7 +250,7 @@ void NcclCommunicator::ensure_comm(int device) {
 }
 
 void NcclCommunicator::wait_until_queued(const std::string& description) {
-  const auto deadline = Clock::now() + options_.timeout;
+  const auto deadline = Clock::now() + options_.timeout();
   ncclResult_t state = ncclInProgress;
   for (int polls = 0;; ) {
     TDDP_NCCL_CHECK(ncclCommGetAsyncError(comm_, &state), comm_);
@@ -262,7 +262,7 @@ void NcclCommunicator::wait_until_queued(const std::string& description) {
       throw Error(message);
     }
     if (Clock::now() > deadline) {
-      const std::string message = fmt::format("{} could not be queued within {} ms", description, options_.timeout.count());
+      const std::string message = fmt::format("{} could not be queued within {} ms", description, options_.timeout().count());
       fail(message, true);
       abort_comm();
       throw TimeoutError(message);
@@ -348,11 +348,11 @@ void NcclCommunicator::watchdog_loop() {
                        false);
         break;
       }
-      if (now - (*it)->started() > options_.timeout) {
+      if (now - (*it)->started() > options_.timeout()) {
         fail_and_abort(lock,
                        fmt::format("ProcessGroupNccl: {} did not finish within {} ms; the communicator was aborted "
                                    "(did a rank exit, or skip this collective?)",
-                                   (*it)->description(), options_.timeout.count()),
+                                   (*it)->description(), options_.timeout().count()),
                        true);
         break;
       }

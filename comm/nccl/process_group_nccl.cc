@@ -27,9 +27,9 @@ ProcessGroupNccl::ProcessGroupNccl(std::shared_ptr<Store> store, int rank, int s
   TDDP_CHECK(tensor::cuda::is_available(), "ProcessGroupNccl: needs a GPU: {}", tensor::cuda::unavailable_reason());
   impl_ = std::make_unique<detail::NcclCommunicator>(std::move(store), rank, size, std::move(options));
   const ProcessGroupOptions& chosen = impl_->options();
-  if (size > 1 && CallCheck::agree(*impl_->store(), rank, size, chosen.check_calls, "ProcessGroupNccl")) {
+  if (size > 1 && CallCheck::agree(*impl_->store(), rank, size, chosen.check_calls(), "ProcessGroupNccl")) {
     ProcessGroupOptions side_options = chosen;
-    side_options.check_calls = false;
+    side_options.check_calls(false);
     auto side = std::make_shared<ProcessGroupGloo>(std::make_shared<PrefixStore>("tinyddp/nccl-call-check", impl_->store()),
                                                    rank, size, side_options);
     enable_call_check(std::make_unique<CallCheck>("ProcessGroupNccl", rank, size, exchange_rows_over(std::move(side))),

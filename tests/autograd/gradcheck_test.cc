@@ -192,10 +192,7 @@ TEST_CASE("gradcheck: views, copies and conversions", "[gradcheck][views]") {
   CHECK(gradcheck([](const Inputs& x) { return x[0].as_strided({3, 3}, {1, 1}, 0); }, {leaf({6})}) == "");
   CHECK(gradcheck([](const Inputs& x) { return x[0].as_strided({2, 2}, {4, 1}, 1); }, {leaf({2, 4})}) == "");
   // dtype conversion: float64 -> float32 -> float64 (coarser steps for float32 resolution).
-  GradcheckOptions coarse;
-  coarse.eps = 1e-2;
-  coarse.atol = 1e-3;
-  coarse.rtol = 1e-3;
+  const auto coarse = GradcheckOptions().eps(1e-2).atol(1e-3).rtol(1e-3);
   CHECK(gradcheck([](const Inputs& x) { return mul(x[0].to(kFloat32), 3.0).to(kFloat64); }, {leaf({5})}, coarse) == "");
 }
 

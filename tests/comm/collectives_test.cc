@@ -352,7 +352,7 @@ TEST_CASE("a rank that never joins: the others fail within the timeout, naming i
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
       ProcessGroupOptions options;
-      options.timeout = std::chrono::milliseconds(1500);
+      options.timeout(std::chrono::milliseconds(1500));
       try {
         ProcessGroupGloo pg(store, rank, 3, options);
       } catch (const TimeoutError& e) {
@@ -414,16 +414,16 @@ TEST_CASE("large allreduces: a dead or absent peer gives an error within the tim
   std::string message;
   std::thread absent([&] {
     ProcessGroupOptions options;
-    options.timeout = std::chrono::milliseconds(1500);
-    options.check_calls = false;
+    options.timeout(std::chrono::milliseconds(1500));
+    options.check_calls(false);
     ProcessGroupGloo pg(store, 1, 2, options);
     pg.barrier()->wait();
     std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // never joins the allreduce
   });
   {
     ProcessGroupOptions options;
-    options.timeout = std::chrono::milliseconds(1500);
-    options.check_calls = false;
+    options.timeout(std::chrono::milliseconds(1500));
+    options.check_calls(false);
     ProcessGroupGloo pg(store, 0, 2, options);
     pg.barrier()->wait();
     const auto before = std::chrono::steady_clock::now();
@@ -545,7 +545,7 @@ TEST_CASE("nccl: a tensor a collective used can be freed after the group is dest
 TEST_CASE("nccl: a rank that never joins makes the communicator's creation fail within the timeout", "[comm][nccl][cuda][faults]") {
   if (!tensor::cuda::is_available()) TINYDDP_SKIP(tensor::cuda::unavailable_reason());
   ProcessGroupOptions options;
-  options.timeout = comm::Millis(1500);
+  options.timeout(comm::Millis(1500));
   ProcessGroupNccl pg(std::make_shared<HashStore>(), 0, 2, options);
   const auto before = std::chrono::steady_clock::now();
   const Tensor t = tensor::ones({4}, tensor::TensorOptions().device(tensor::Device::cuda(0)));
@@ -557,8 +557,8 @@ TEST_CASE("without a GPU, the nccl backend says why", "[comm][nccl][errors]") {
   if (tensor::cuda::is_available()) TINYDDP_SKIP("a CUDA device is present");
   CHECK_THROWS_WITH(ProcessGroupNccl(std::make_shared<HashStore>(), 0, 1), Contains("ProcessGroupNccl") && Contains(tensor::cuda::unavailable_reason()));
   comm::InitOptions options;
-  options.rank = 0;
-  options.world_size = 1;
+  options.rank(0);
+  options.world_size(1);
   CHECK_THROWS_WITH(comm::init_process_group("nccl", options), Contains("the 'nccl' backend needs a GPU"));
   CHECK_THROWS_WITH(comm::init_process_group("mpi", options), Contains("unknown backend 'mpi'"));
 }

@@ -27,7 +27,7 @@ std::vector<std::string> run_threads(int size, const RankFn& fn, comm::Millis ti
       Expectations e;
       try {
         comm::ProcessGroupOptions options;
-        options.timeout = timeout;
+        options.timeout(timeout);
         comm::ProcessGroupGloo pg(store, rank, size, options);
         fn(pg, e);
       } catch (const std::exception& ex) {
@@ -62,12 +62,12 @@ std::vector<std::string> run_processes(int size, const RankFn& fn, comm::Millis 
       try {
         if (before_join) before_join(rank);
         comm::TCPStoreOptions store_options;
-        store_options.port = port;
-        store_options.is_server = rank == 0;
-        store_options.timeout = timeout;
+        store_options.port(port);
+        store_options.is_server(rank == 0);
+        store_options.timeout(timeout);
         store = std::make_shared<comm::TCPStore>(store_options);
         comm::ProcessGroupOptions options;
-        options.timeout = timeout;
+        options.timeout(timeout);
         {
           comm::ProcessGroupGloo pg(store, rank, size, options);
           Expectations e;

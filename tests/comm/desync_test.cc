@@ -125,8 +125,8 @@ TEST_CASE("desync: a later call is counted (the error names the call number)", "
 TEST_CASE("desync: with the check off, a mismatched op goes unnoticed (what the check prevents)", "[comm][desync]") {
   auto store = std::make_shared<HashStore>();
   ProcessGroupOptions options;
-  options.timeout = std::chrono::milliseconds(10000);
-  options.check_calls = false;
+  options.timeout(std::chrono::milliseconds(10000));
+  options.check_calls(false);
   std::vector<Tensor> results(2);
   std::vector<std::string> errors(2);
   std::vector<std::thread> ranks;
@@ -159,8 +159,8 @@ TEST_CASE("desync: ranks that disagree on the switch are told so when the group 
   for (int rank = 0; rank < 2; ++rank) {
     ranks.emplace_back([&, rank] {
       ProcessGroupOptions options;
-      options.timeout = std::chrono::milliseconds(10000);
-      options.check_calls = rank == 0;
+      options.timeout(std::chrono::milliseconds(10000));
+      options.check_calls(rank == 0);
       try {
         ProcessGroupGloo pg(store, rank, 2, options);
       } catch (const Error& e) {
@@ -231,8 +231,8 @@ TEST_CASE("desync: a backend that checks at issue over a side group (as NCCL doe
       Expectations e;
       try {
         ProcessGroupOptions off;
-        off.timeout = std::chrono::milliseconds(10000);
-        off.check_calls = false;
+        off.timeout(std::chrono::milliseconds(10000));
+        off.check_calls(false);
         auto inner = std::make_shared<ProcessGroupGloo>(std::make_shared<PrefixStore>("inner", store), rank, 2, off);
         auto side = std::make_shared<ProcessGroupGloo>(std::make_shared<PrefixStore>("side", store), rank, 2, off);
         testing::RecordingGroup pg(inner);

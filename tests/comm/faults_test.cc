@@ -22,7 +22,7 @@ namespace {
 std::string error_with_absent_rank_1(const std::function<void(ProcessGroup&)>& collective) {
   auto store = std::make_shared<HashStore>();
   ProcessGroupOptions options;
-  options.timeout = std::chrono::milliseconds(1000);
+  options.timeout(std::chrono::milliseconds(1000));
   std::thread absent([&] {
     ProcessGroupGloo pg(store, 1, 2, options);
     pg.barrier()->wait();

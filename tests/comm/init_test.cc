@@ -86,7 +86,7 @@ TEST_CASE("missing or bad environment variables name themselves", "[comm][init][
   // A master that never answers: a bounded, clear failure.
   ::setenv("MASTER_PORT", std::to_string(testing::free_port()).c_str(), 1);
   InitOptions options;
-  options.timeout = std::chrono::milliseconds(500);
+  options.timeout(std::chrono::milliseconds(500));
   CHECK_THROWS_WITH(init_process_group("gloo", options), Contains("rank 1 of 2 could not reach the store at 127.0.0.1:"));
   clear_env();
   CHECK(local_rank() == 0);

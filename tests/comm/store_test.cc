@@ -105,26 +105,26 @@ TEST_CASE("PrefixStore namespaces keys", "[comm][store]") {
 
 TEST_CASE("TCPStore semantics against a live server", "[comm][store][tcp]") {
   TCPStoreOptions options;
-  options.is_server = true;
+  options.is_server(true);
   TCPStore server(options);
   CHECK(server.port() != 0);
   check_store_semantics(server);
   TCPStoreOptions client_options;
-  client_options.port = server.port();
+  client_options.port(server.port());
   TCPStore client(client_options);
   CHECK(client.get_string("a") == "two");  // the same keys, seen by a second client
 }
 
 TEST_CASE("TCPStore: concurrent adds from many clients give exact totals", "[comm][store][tcp]") {
   TCPStoreOptions options;
-  options.is_server = true;
+  options.is_server(true);
   TCPStore server(options);
   constexpr int kClients = 16, kAdds = 200;
   std::vector<std::thread> threads;
   for (int c = 0; c < kClients; ++c) {
     threads.emplace_back([&, c] {
       TCPStoreOptions o;
-      o.port = server.port();
+      o.port(server.port());
       TCPStore client(o);
       for (int i = 0; i < kAdds; ++i) client.add("total", c + 1);
       client.add("finished", 1);
@@ -137,8 +137,8 @@ TEST_CASE("TCPStore: concurrent adds from many clients give exact totals", "[com
 
 TEST_CASE("TCPStore: malformed and oversized requests close only their own connection", "[comm][store][tcp]") {
   TCPStoreOptions options;
-  options.is_server = true;
-  options.max_message_bytes = 1 << 20;
+  options.is_server(true);
+  options.max_message_bytes(1 << 20);
   TCPStore server(options);
   server.set("alive", bytes("yes"));
   {
@@ -172,7 +172,7 @@ TEST_CASE("TCPStore: malformed and oversized requests close only their own conne
   // The server still serves: the existing client, and new ones.
   CHECK(server.get_string("alive") == "yes");
   TCPStoreOptions o;
-  o.port = server.port();
+  o.port(server.port());
   TCPStore client(o);
   CHECK(client.get_string("alive") == "yes");
   // This client's own oversized request: the server closes its connection, the client says so.
@@ -185,7 +185,7 @@ TEST_CASE("TCPStore: clients retry until the server is up, and give up after the
   uint16_t port;
   {
     TCPStoreOptions o;
-    o.is_server = true;
+    o.is_server(true);
     TCPStore probe(o);
     port = probe.port();
   }
@@ -193,32 +193,32 @@ TEST_CASE("TCPStore: clients retry until the server is up, and give up after the
   std::thread starter([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     TCPStoreOptions o;
-    o.is_server = true;
-    o.port = port;
+    o.is_server(true);
+    o.port(port);
     server = std::make_unique<TCPStore>(o);
     server->set("ready", bytes("1"));
   });
   TCPStoreOptions o;
-  o.port = port;
-  o.timeout = std::chrono::milliseconds(10000);
+  o.port(port);
+  o.timeout(std::chrono::milliseconds(10000));
   TCPStore client(o);
   CHECK(client.get_string("ready") == "1");
   starter.join();
   // Nobody listens on the freed port: the client fails within its timeout.
   server.reset();
   const auto start = Clock::now();
-  o.timeout = std::chrono::milliseconds(300);
+  o.timeout(std::chrono::milliseconds(300));
   CHECK_THROWS_WITH(TCPStore(o), Contains("could not connect to 127.0.0.1:" + std::to_string(port) + " within 300 ms"));
   CHECK(Clock::now() - start < std::chrono::seconds(3));
 }
 
 TEST_CASE("TCPStore: a waiting client learns promptly that the server went away", "[comm][store][tcp]") {
   TCPStoreOptions options;
-  options.is_server = true;
+  options.is_server(true);
   auto server = std::make_unique<TCPStore>(options);
   TCPStoreOptions o;
-  o.port = server->port();
-  o.timeout = std::chrono::milliseconds(20000);
+  o.port(server->port());
+  o.timeout(std::chrono::milliseconds(20000));
   TCPStore client(o);
   std::thread stopper([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -299,12 +299,12 @@ class Relay {
 
 TEST_CASE("TCPStore: a client reconnects after its connection drops, and never repeats an add", "[comm][store][tcp]") {
   TCPStoreOptions options;
-  options.is_server = true;
+  options.is_server(true);
   TCPStore server(options);
   Relay relay(server.port());
   TCPStoreOptions o;
-  o.port = relay.port();
-  o.timeout = std::chrono::milliseconds(5000);
+  o.port(relay.port());
+  o.timeout(std::chrono::milliseconds(5000));
   TCPStore client(o);
   client.set("a", bytes("1"));
   relay.cut();  // the network drops the connection

@@ -117,24 +117,24 @@ TEST_CASE("bucket views alias the contents; gradient_as_bucket_view makes .grad 
       e.expect(!reducer.buckets_rebuilt(), "rebuilt before the next forward");
       const Tensor loss = nn::mse_loss(ddp(tensor::ones({2, 4})), tensor::zeros({2, 3}));
       e.expect(reducer.buckets_rebuilt(), "not rebuilt");
-      const auto contents = reducer.bucket_contents();
+      const auto contents = reducer.snapshot().bucket_contents;
       const auto params = model->parameters();
       for (size_t i = 0; i < params.size(); ++i) {
-        const Tensor& view = reducer.bucket_view(i);
+        const Tensor view = reducer.snapshot().bucket_views[i];
         bool inside = false;
         for (const Tensor& c : contents) inside |= view.shares_storage(c);
         e.expect(inside && view.sizes() == params[i].sizes(), "view " + std::to_string(i) + " is not a slot of a bucket");
       }
       loss.backward();
       for (size_t i = 0; i < params.size(); ++i) {
-        const bool aliases = params[i].grad().shares_storage(reducer.bucket_view(i)) &&
-                             params[i].grad().storage_offset() == reducer.bucket_view(i).storage_offset();
+        const bool aliases = params[i].grad().shares_storage(reducer.snapshot().bucket_views[i]) &&
+                             params[i].grad().storage_offset() == reducer.snapshot().bucket_views[i].storage_offset();
         e.expect(aliases == as_view, fmt::format("param {}: .grad aliases its bucket view: {} (gradient_as_bucket_view {})", i, aliases, as_view));
-        e.expect(tensor::equal(params[i].grad(), reducer.bucket_view(i)), "param " + std::to_string(i) + ": .grad differs from its view");
+        e.expect(tensor::equal(params[i].grad(), reducer.snapshot().bucket_views[i]), "param " + std::to_string(i) + ": .grad differs from its view");
       }
       // Writing into the contents shows through the view.
       contents[0].fill_(3);
-      e.expect(reducer.bucket_view(reducer.assignment().buckets[0][0]).to_vector<float>()[0] == 3, "write through contents");
+      e.expect(reducer.snapshot().bucket_views[reducer.snapshot().assignment.buckets[0][0]].to_vector<float>()[0] == 3, "write through contents");
     }
   }));
 }
@@ -158,7 +158,7 @@ TEST_CASE("buckets launch during backward, in bucket order, even when gradients 
     // Tiny caps: every parameter its own bucket (6 buckets, index = reverse registration order).
     DistributedDataParallel ddp(model, borrow(recording), DDPOptions().first_bucket_cap_mb(1e-6).bucket_cap_mb(1e-6));
     const Reducer& reducer = ddp.reducer();
-    e.expect(reducer.assignment().buckets.size() == 6, "expected 6 buckets");
+    e.expect(reducer.snapshot().assignment.buckets.size() == 6, "expected 6 buckets");
     // Mark the moment backward reaches the first-applied layer (l2's weight gradient).
     l2->weight.register_hook([&](const Tensor&) {
       recording.note("backward reaches l2.weight");
@@ -170,7 +170,7 @@ TEST_CASE("buckets launch during backward, in bucket order, even when gradients 
       recording.events.clear();
       const Tensor loss = nn::mse_loss(ddp(tensor::ones({4, 8})), tensor::zeros({4, 8}));
       expected.clear();  // after the forward, which may have rebuilt the buckets
-      for (const Tensor& c : reducer.bucket_contents()) expected.push_back(pointer_event(c));
+      for (const Tensor& c : reducer.snapshot().bucket_contents) expected.push_back(pointer_event(c));
       loss.backward();
       launches.clear();
       for (size_t k = 0; k < recording.events.size(); ++k) {
@@ -196,7 +196,7 @@ TEST_CASE("buckets launch during backward, in bucket order, even when gradients 
     expect_bucket_order(launches, "(iteration 2)");
     e.expect(reached_at > 0 && recording.events[0].rfind("allreduce", 0) == 0,
              "no allreduce was launched before backward reached the first layer (iteration 2)");
-    e.expect(reducer.last_launch_order().size() == 6, "six launches");
+    e.expect(reducer.snapshot().launch_order.size() == 6, "six launches");
   }));
 }
 
@@ -391,7 +391,7 @@ TEST_CASE("the rebuilt buckets are the same on every rank", "[ddp][rebuild]") {
     e.expect(ddp.reducer().buckets_rebuilt(), "not rebuilt by the forward after the first iteration");
     nn::mse_loss(out, tensor::zeros({2, 3})).backward();  // the rebuilt buckets work
     std::lock_guard<std::mutex> lock(mutex);
-    seen.push_back(ddp.reducer().assignment().buckets);
+    seen.push_back(ddp.reducer().snapshot().assignment.buckets);
   }));
   REQUIRE(seen.size() == 3);
   CHECK(seen[0] == seen[1]);
@@ -424,7 +424,7 @@ TEST_CASE("rebuilt buckets follow rank 0's arrival order when the ranks' orders 
       nn::mse_loss(ddp(tensor::ones({2, 8})), tensor::zeros({2, 8})).backward();
       {
         std::unique_lock<std::mutex> lock(mutex);
-        arrival[pg.rank()] = ddp.reducer().grad_ready_order();
+        arrival[pg.rank()] = ddp.reducer().snapshot().grad_ready_order;
         arrived.notify_all();
         arrived.wait_for(lock, std::chrono::seconds(10), [&] { return !arrival[0].empty() && !arrival[1].empty(); });
       }
@@ -434,9 +434,9 @@ TEST_CASE("rebuilt buckets follow rank 0's arrival order when the ranks' orders 
       const BucketAssignment expected = assign_buckets(model->parameters(), arrival[0],
                                                        static_cast<size_t>(first_cap * (1 << 20)),
                                                        static_cast<size_t>(cap * (1 << 20)), false);
-      e.expect(ddp.reducer().assignment().buckets == expected.buckets,
+      e.expect(ddp.reducer().snapshot().assignment.buckets == expected.buckets,
                fmt::format("rank {}: rebuilt buckets {} are not those of rank 0's arrival order {}", pg.rank(),
-                           ddp.reducer().assignment().buckets, expected.buckets));
+                           ddp.reducer().snapshot().assignment.buckets, expected.buckets));
       nn::mse_loss(out, tensor::zeros({2, 8})).backward();  // and they reduce correctly
     }));
   }
@@ -452,7 +452,7 @@ TEST_CASE("a bucket whose parameters are all unused is launched at the first gra
     // bytes, all unused), bucket 1 = a.bias, a.weight (40 bytes), bucket 2 = the trunk.
     DistributedDataParallel ddp(model, borrow(recording),
                                 DDPOptions().find_unused_parameters(true).first_bucket_cap_mb(80.0 / (1 << 20)).bucket_cap_mb(40.0 / (1 << 20)));
-    const auto& buckets = ddp.reducer().assignment().buckets;
+    const auto buckets = ddp.reducer().snapshot().assignment.buckets;
     e.expect(buckets.size() == 3 && buckets[0].size() == 4 && buckets[1].size() == 2, "unexpected bucket layout");
     for (Tensor* p : {&model->a->weight, &model->a->bias}) {
       p->register_hook([&recording](const Tensor&) {
@@ -461,7 +461,7 @@ TEST_CASE("a bucket whose parameters are all unused is launched at the first gra
       });
     }
     const Tensor out = ddp(tensor::ones({3, 4}));
-    const std::string unused_bucket = pointer_event(ddp.reducer().bucket_contents()[0]);
+    const std::string unused_bucket = pointer_event(ddp.reducer().snapshot().bucket_contents[0]);
     recording.events.clear();
     nn::mse_loss(out, tensor::zeros({3, 2})).backward();
     // Head a's two gradients arrive first; the unused bucket must go out at the first of them,
@@ -671,7 +671,7 @@ TEST_CASE("static_graph: the used-parameter map is allreduced in the first itera
       DistributedDataParallel ddp(model, borrow(recording), options);
       for (int it = 0; it < 3; ++it) {
         const Tensor out = ddp(tensor::ones({3, 4}));
-        const size_t buckets = ddp.reducer().bucket_contents().size();
+        const size_t buckets = ddp.reducer().snapshot().bucket_contents.size();
         recording.events.clear();
         nn::mse_loss(out, tensor::zeros({3, 2})).backward();
         // Every bucket is reduced; find_unused_parameters adds the map every iteration,
@@ -803,7 +803,7 @@ TEST_CASE("join with throw_on_early_termination fails on every rank", "[ddp][joi
     auto model = nn::mlp({6, 8, 3});
     DistributedDataParallel ddp(model, borrow(pg));
     JoinOptions options;
-    options.throw_on_early_termination = true;
+    options.throw_on_early_termination(true);
     try {
       ddp.join(
           [&] {

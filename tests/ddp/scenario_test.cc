@@ -108,7 +108,7 @@ class Runner {
                                                              .momentum(sgd["momentum"].get<double>())
                                                              .weight_decay(sgd["weight_decay"].get<double>()));
     const json join = scenario.value("join", json::object());
-    join_options_.divide_by_initial_world_size = join.value("divide_by_initial_world_size", true);
+    join_options_.divide_by_initial_world_size(join.value("divide_by_initial_world_size", true));
   }
 
   void run(const json& program) {

@@ -127,7 +127,7 @@ TEST_CASE("ZeRO + DDP gives DDP's parameters with the plain optimizer (2 and 3 r
           int64_t plain_bytes = 0, zero_bytes = 0;
           const auto reference = train(pg, kind, false, {}, 5, 0, &plain_bytes);
           ZeroOptions options;
-          options.parameters_as_bucket_view = bucket_view;
+          options.parameters_as_bucket_view(bucket_view);
           const auto sharded = train(pg, kind, true, options, 5, 0, &zero_bytes);
           const double gap = max_difference(reference, sharded);
           e.expect(gap < 1e-6, fmt::format("rank {}: largest difference {}", pg.rank(), gap));
@@ -235,7 +235,7 @@ TEST_CASE("ZeRO: bad parameters and states get clear errors", "[ddp][zero][error
     e.expect(error_of([&] { ZeroRedundancyOptimizer({a, a}, sgd, borrow(pg)); }).find("parameter 1 is given twice") != std::string::npos, "twice");
     e.expect(error_of([&] { ZeroRedundancyOptimizer({}, sgd, borrow(pg)); }).find("no parameters") != std::string::npos, "empty");
     ZeroOptions bucket_view;
-    bucket_view.parameters_as_bucket_view = true;
+    bucket_view.parameters_as_bucket_view(true);
     const Tensor b = tensor::zeros({3}, tensor::kFloat64).requires_grad_();
     e.expect(error_of([&] { ZeroRedundancyOptimizer({a, b}, sgd, borrow(pg), bucket_view); }).find("needs one dtype") != std::string::npos, "dtypes");
     ZeroRedundancyOptimizer zero({a, tensor::zeros({2, 2}).requires_grad_()}, optimizer_class<nn::Adam>(nn::AdamOptions()), borrow(pg));
@@ -271,7 +271,7 @@ TEST_CASE("ZeRO + DDP reproduces PyTorch's ZeroRedundancyOptimizer (Adam; SGD wi
       const std::vector<Tensor> params = model->parameters();
       DistributedDataParallel ddp(model, borrow(pg));
       ZeroOptions options;
-      options.parameters_as_bucket_view = scenario["parameters_as_bucket_view"];
+      options.parameters_as_bucket_view(scenario["parameters_as_bucket_view"]);
       const nlohmann::json& o = scenario["options"];
       const auto factory = scenario["optimizer"] == "Adam"
                                ? optimizer_class<nn::Adam>(nn::AdamOptions(o["lr"]))
@@ -336,7 +336,7 @@ TEST_CASE("ZeRO overlap_with_ddp: the step runs in DDP's hook (after the last bu
             std::unique_ptr<ZeroRedundancyOptimizer> zero;
             if (overlap) {
               ZeroOptions options;
-              options.overlap_with_ddp = true;
+              options.overlap_with_ddp(true);
               zero = std::make_unique<ZeroRedundancyOptimizer>(model->parameters(), factory(kind), borrow(pg), options);
               ddp.register_comm_hook(interleaved ? hook_with_zero_step_interleaved(hooks::allreduce(borrow(pg)), ddp, *zero)
                                                  : hook_with_zero_step(hooks::allreduce(borrow(pg)), ddp, *zero));
@@ -381,11 +381,11 @@ TEST_CASE("ZeRO overlap_with_ddp: misuse gets clear errors", "[ddp][zero][overla
     ZeroRedundancyOptimizer plain(model->parameters(), optimizer_class<nn::SGD>(nn::SGDOptions(0.1)), borrow(pg));
     e.expect(message([&] { hook_with_zero_step(hooks::allreduce(borrow(pg)), ddp, plain); }).find("overlap_with_ddp = true") != std::string::npos, "plain zero");
     ZeroOptions options;
-    options.overlap_with_ddp = true;
+    options.overlap_with_ddp(true);
     ZeroRedundancyOptimizer zero(model->parameters(), optimizer_class<nn::SGD>(nn::SGDOptions(0.1)), borrow(pg), options);
     e.expect(message([&] { zero.consolidate_state_dict(0); }).find("after two iterations") != std::string::npos, "early consolidate");
     e.expect(message([&] { Join::run({&ddp, &zero}, [] {}); }).find("Join with overlap_with_ddp is not supported") != std::string::npos, "join");
-    options.parameters_as_bucket_view = true;
+    options.parameters_as_bucket_view(true);
     e.expect(message([&] { ZeroRedundancyOptimizer({model->parameters()}, optimizer_class<nn::SGD>(nn::SGDOptions(0.1)), borrow(pg), options); })
                  .find("cannot be combined") != std::string::npos, "bucket view");
   }));
