@@ -68,7 +68,7 @@ case "$part" in
     grep -q "not found" "$logs/ldd.log" && note "missing libraries: $(grep 'not found' "$logs/ldd.log" | tr -s ' \t\n' ' ')"
     step cuda_test 120 ours ./tests/tensor/cuda_test --durations yes
     step collectives_test 120 ours ./tests/comm/collectives_test --durations yes
-    step ddp_test 150 ours ./tests/ddp/ddp_test --durations yes
+    step equivalence_test 150 ours ./tests/ddp/equivalence_test --durations yes
     step examples_test 150 ours ./tests/examples/examples_test --durations yes
     ;;
   sanitize)
@@ -85,12 +85,12 @@ case "$part" in
       # cudaErrorNoKernelImageForDevice back, which it expects; memcheck would count each probe
       # as an error (48 of them, all inside ncclInitKernelsForDevice), so API errors are not
       # reported here. What each tool checks (memory, races, ...) still is.
-      step memcheck_ddp 120 ours "$sanitizer" --tool memcheck --report-api-errors no --error-exitcode 99 ./tests/ddp/ddp_test "[cuda]"
+      step memcheck_ddp 120 ours "$sanitizer" --tool memcheck --report-api-errors no --error-exitcode 99 ./tests/ddp/equivalence_test "[cuda]"
       step memcheck_collectives 120 ours "$sanitizer" --tool memcheck --report-api-errors no --error-exitcode 99 \
         ./tests/comm/collectives_test "[cuda]"
       for tool in racecheck initcheck synccheck; do
         step "${tool}_ddp" 60 ours "$sanitizer" --tool "$tool" --report-api-errors no --error-exitcode 99 \
-          ./tests/ddp/ddp_test "[cuda]"
+          ./tests/ddp/equivalence_test "[cuda]"
         step "${tool}_collectives" 60 ours "$sanitizer" --tool "$tool" --report-api-errors no --error-exitcode 99 \
           ./tests/comm/collectives_test "[cuda]"
       done

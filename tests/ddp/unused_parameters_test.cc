@@ -1,0 +1,217 @@
+// Parameters without gradients: find_unused_parameters with different subgraphs per rank and
+// iteration; the error naming the parameter when it is off; static_graph (unused parameters
+// found once, the used-parameter map allreduced in the first iteration only, a graph that
+// changes afterwards refused, a hook that fires twice per backward).
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include <fmt/ranges.h>
+
+#include "tinyddp/comm/nccl/process_group_nccl.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/nn/nn.h"
+#include "tinyddp/tensor/cuda.h"
+#include "tests/comm/comm_test_util.h"
+#include "tests/ddp/ddp_test_util.h"
+
+using namespace tinyddp;
+using namespace tinyddp::ddp;
+using comm::ProcessGroup;
+using testing::Expectations;
+using testing::run_processes;
+using testing::borrow;
+using testing::require_no_failures;
+using testing::run_threads;
+using testing::PointerRecordingGroup;
+using testing::pointer_event;
+using testing::TwoHeads;
+using Catch::Contains;
+
+TEST_CASE("find_unused_parameters: different subgraphs per rank and iteration", "[ddp][unused]") {
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    tensor::manual_seed(3);
+    auto model = std::make_shared<TwoHeads>();
+    DistributedDataParallel ddp(model, borrow(pg), DDPOptions().find_unused_parameters(true));
+    const Tensor marker = tensor::full({2, 4}, 7.0);
+    model->never->weight.mutable_grad() = marker.clone();  // unused everywhere: must stay as it is
+    for (int it = 0; it < 3; ++it) {
+      // Rank 0 uses head a, rank 1 head b; in iteration 2 both use both.
+      model->use_a = pg.rank() == 0 || it == 2;
+      model->use_b = pg.rank() == 1 || it == 2;
+      model->a->weight.mutable_grad() = Tensor();
+      model->b->weight.mutable_grad() = Tensor();
+      nn::mse_loss(ddp(tensor::ones({3, 4})), tensor::zeros({3, 2})).backward();
+      // Heads used on one rank get the average (half of the user's gradient), on both ranks.
+      e.expect(model->a->weight.grad().defined() && model->b->weight.grad().defined(),
+               fmt::format("iteration {}: a head used by some rank has no gradient", it));
+      e.expect(tensor::equal(model->never->weight.grad(), marker), "a parameter unused everywhere had its .grad changed");
+      // Every rank ends with the same gradients.
+      std::vector<Tensor> all{tensor::zeros({2, 4}), tensor::zeros({2, 4})};
+      pg.allgather(all, model->a->weight.grad())->wait();
+      e.expect(tensor::equal(all[0], all[1]), "ranks disagree on head a's gradient");
+    }
+  }));
+}
+
+TEST_CASE("without find_unused_parameters, a parameter without gradient is a clear error naming it", "[ddp][unused][errors]") {
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    tensor::manual_seed(3);
+    auto model = std::make_shared<TwoHeads>();
+    DistributedDataParallel ddp(model, borrow(pg), DDPOptions());
+    model->use_b = false;
+    // As in PyTorch, backward itself returns (the missing gradients could still come from
+    // another backward pass of the same forward); the next forward reports them.
+    nn::mse_loss(ddp(tensor::ones({3, 4})), tensor::zeros({3, 2})).backward();
+    for (int attempt = 0; attempt < 2; ++attempt) {  // and keeps refusing
+      try {
+        ddp(tensor::ones({3, 4}));
+        e.failures.push_back("forward after an incomplete reduction did not fail");
+      } catch (const Error& ex) {
+        const std::string m = ex.what();
+        e.expect(m.find("without gradients for parameter(s) [b.weight, b.bias, never.weight, never.bias]") != std::string::npos,
+                 "message does not name the parameters: " + m);
+        e.expect(m.find("find_unused_parameters = true") != std::string::npos, "message does not suggest the fix: " + m);
+      }
+    }
+  }));
+}
+
+TEST_CASE("static_graph: unused parameters found once, results as with find_unused_parameters", "[ddp][static_graph]") {
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    std::vector<std::vector<Tensor>> results;
+    for (const DDPOptions& options : {DDPOptions().find_unused_parameters(true), DDPOptions().static_graph(true)}) {
+      auto model = std::make_shared<TwoHeads>();
+      {
+        // Thread-local initialisation: the global generator is shared by the rank threads.
+        tensor::NoGradGuard no_grad;
+        tensor::Generator g(21);
+        for (const Tensor& p : model->parameters()) tensor::uniform_(p, -0.5, 0.5, &g);
+      }
+      model->use_a = true;
+      model->use_b = pg.rank() == 1;  // the same graph every iteration on each rank
+      DistributedDataParallel ddp(model, borrow(pg), options);
+      nn::SGD opt(model->parameters(), nn::SGDOptions(0.1));
+      for (int it = 0; it < 3; ++it) {
+        opt.zero_grad();
+        nn::mse_loss(ddp(tensor::full({3, 4}, it + 1.0)), tensor::zeros({3, 2})).backward();
+        opt.step();
+      }
+      e.expect(!model->never->weight.grad().defined(), "a parameter unused everywhere got a gradient");
+      std::vector<Tensor> params;
+      for (const Tensor& p : model->parameters()) params.push_back(p.clone());
+      results.push_back(params);
+    }
+    for (size_t i = 0; i < results[0].size(); ++i) {
+      e.expect(tensor::equal(results[0][i], results[1][i]), fmt::format("static_graph differs from find_unused at parameter {}", i));
+    }
+  }));
+}
+
+TEST_CASE("static_graph: the used-parameter map is allreduced in the first iteration only", "[ddp][static_graph]") {
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    for (const bool static_graph : {false, true}) {
+      PointerRecordingGroup recording(pg);
+      tensor::manual_seed(4);
+      auto model = std::make_shared<TwoHeads>();
+      model->use_b = pg.rank() == 1;
+      DDPOptions options = static_graph ? DDPOptions().static_graph(true) : DDPOptions().find_unused_parameters(true);
+      DistributedDataParallel ddp(model, borrow(recording), options);
+      for (int it = 0; it < 3; ++it) {
+        const Tensor out = ddp(tensor::ones({3, 4}));
+        const size_t buckets = ddp.reducer().snapshot().bucket_contents.size();
+        recording.events.clear();
+        nn::mse_loss(out, tensor::zeros({3, 2})).backward();
+        // Every bucket is reduced; find_unused_parameters adds the map every iteration,
+        // static_graph in its first iteration only.
+        const size_t expected = buckets + ((!static_graph || it == 0) ? 1 : 0);
+        e.expect(recording.events.size() == expected,
+                 fmt::format("static_graph {} iteration {}: {} allreduces, expected {}", static_graph, it,
+                             recording.events.size(), expected));
+      }
+    }
+  }));
+}
+
+TEST_CASE("static_graph: a graph that changes after the first iteration is a clear error", "[ddp][static_graph][errors]") {
+  // A parameter unused in the first iteration that gets a gradient later.
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    tensor::manual_seed(4);
+    auto model = std::make_shared<TwoHeads>();
+    model->use_b = false;
+    DistributedDataParallel ddp(model, borrow(pg), DDPOptions().static_graph(true));
+    nn::mse_loss(ddp(tensor::ones({3, 4})), tensor::zeros({3, 2})).backward();
+    model->use_b = true;
+    try {
+      nn::mse_loss(ddp(tensor::ones({3, 4})), tensor::zeros({3, 2})).backward();
+      e.failures.push_back("a newly used parameter was accepted");
+    } catch (const Error& ex) {
+      e.expect(std::string(ex.what()).find("'b.") != std::string::npos &&
+                   std::string(ex.what()).find("got none in the first iteration") != std::string::npos,
+               ex.what());
+    }
+  }));
+  // A parameter used in the first iteration that gets none later: the next forward says so.
+  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
+    tensor::manual_seed(4);
+    auto model = std::make_shared<TwoHeads>();
+    DistributedDataParallel ddp(model, borrow(pg), DDPOptions().static_graph(true));
+    nn::mse_loss(ddp(tensor::ones({3, 4})), tensor::zeros({3, 2})).backward();
+    model->use_b = false;
+    nn::mse_loss(ddp(tensor::ones({3, 4})), tensor::zeros({3, 2})).backward();
+    try {
+      ddp(tensor::ones({3, 4}));
+      e.failures.push_back("a parameter that stopped getting gradients was accepted");
+    } catch (const Error& ex) {
+      const std::string m = ex.what();
+      e.expect(m.find("[b.weight, b.bias]") != std::string::npos && m.find("static_graph") != std::string::npos, m);
+    }
+  }));
+}
+
+TEST_CASE("static_graph: a parameter whose hook fires twice per backward is ready after the second firing",
+          "[ddp][static_graph]") {
+  // Reentrant checkpointing makes a parameter's accumulator fire more than once in one backward
+  // pass. The engine here is not reentrant, so the second firing of the first layer's weight
+  // hooks is made by hand, from the post-hook of its bias (which runs later in the same pass).
+  const auto run = [](ProcessGroup& pg, Expectations& e, bool static_graph) {
+    tensor::manual_seed(6);
+    auto model = nn::mlp({6, 8, 3});
+    const Tensor weight = model->named_parameters().at("0.weight");
+    const Tensor bias = model->named_parameters().at("0.bias");
+    DistributedDataParallel ddp(model, borrow(pg), DDPOptions().static_graph(static_graph));
+    bool fired_weight = false;
+    auto note = weight.grad_accumulator()->add_post_hook([&] { fired_weight = true; });
+    int second_firings = 0;
+    auto again = bias.grad_accumulator()->add_post_hook([&] {
+      if (!fired_weight) return;
+      ++second_firings;
+      weight.grad_accumulator()->run_post_hooks();  // the weight's gradient "arrives" again
+    });
+    nn::SGD opt(model->parameters(), nn::SGDOptions(0.1));
+    tensor::Generator data(50 + pg.rank());
+    for (int it = 0; it < 3; ++it) {
+      fired_weight = false;
+      opt.zero_grad();
+      nn::mse_loss(ddp(tensor::randn({4, 6}, {}, &data)), tensor::randn({4, 3}, {}, &data)).backward();
+      opt.step();
+    }
+    std::vector<Tensor> all{tensor::zeros_like(weight), tensor::zeros_like(weight)};
+    pg.allgather(all, weight)->wait();
+    e.expect(tensor::equal(all[0], all[1]), "ranks disagree on the first layer's weight");
+    e.expect(second_firings == 3, fmt::format("{} second firings in 3 iterations", second_firings));
+    note.remove();
+    again.remove();
+  };
+  require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) { run(pg, e, true); }));
+  // Without static_graph the second firing is the "marked twice" error, as in PyTorch.
+  require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) {
+    try {
+      run(pg, e, false);
+      e.failures.push_back("a second firing without static_graph was accepted");
+    } catch (const Error& ex) {
+      e.expect(std::string(ex.what()).find("marked ready twice") != std::string::npos, ex.what());
+    }
+  }));
+}
