@@ -5,16 +5,12 @@
 // one-time rebuild in rank 0's arrival order, the same on every rank; a bucket whose
 // parameters are all unused launched at the first gradient.
 #include <condition_variable>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 
 #include <fmt/ranges.h>
 
-#include "tinyddp/comm/nccl/process_group_nccl.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/nn/nn.h"
-#include "tinyddp/tensor/cuda.h"
 #include "tests/comm/comm_test_util.h"
 #include "tests/ddp/ddp_test_util.h"
 
@@ -22,7 +18,6 @@ using namespace tinyddp;
 using namespace tinyddp::ddp;
 using comm::ProcessGroup;
 using testing::Expectations;
-using testing::run_processes;
 using testing::borrow;
 using testing::require_no_failures;
 using testing::run_threads;

@@ -2,10 +2,6 @@
 // batch end with the parameters of one process training on the whole batches, also with
 // no_sync accumulation; with a GPU, on CUDA through Gloo's host staging (2 ranks sharing the
 // GPU) and through NCCL (a world of one), whose allreduces overlap backward.
-#include <condition_variable>
-#include <fstream>
-#include <mutex>
-#include <sstream>
 
 #include <fmt/ranges.h>
 
@@ -24,9 +20,6 @@ using testing::run_processes;
 using testing::borrow;
 using testing::require_no_failures;
 using testing::run_threads;
-using testing::PointerRecordingGroup;
-using testing::pointer_event;
-using testing::TwoHeads;
 using Catch::Contains;
 
 namespace {

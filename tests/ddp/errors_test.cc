@@ -1,17 +1,9 @@
 // DDP's errors: models that differ across ranks (named on every rank at construction),
 // different strides, nothing to synchronise, an unknown ignored name; a backward that fails
 // part way, reported at the next forward.
-#include <condition_variable>
-#include <fstream>
-#include <mutex>
-#include <sstream>
 
-#include <fmt/ranges.h>
-
-#include "tinyddp/comm/nccl/process_group_nccl.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/nn/nn.h"
-#include "tinyddp/tensor/cuda.h"
 #include "tests/comm/comm_test_util.h"
 #include "tests/ddp/ddp_test_util.h"
 
@@ -19,14 +11,9 @@ using namespace tinyddp;
 using namespace tinyddp::ddp;
 using comm::ProcessGroup;
 using testing::Expectations;
-using testing::run_processes;
 using testing::borrow;
 using testing::require_no_failures;
 using testing::run_threads;
-using testing::PointerRecordingGroup;
-using testing::pointer_event;
-using testing::TwoHeads;
-using Catch::Contains;
 
 TEST_CASE("mismatched models across ranks give a clear construction error on every rank", "[ddp][errors]") {
   require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {

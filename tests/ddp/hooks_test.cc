@@ -1,17 +1,11 @@
 // Communication hooks: a hook's result may be another tensor than the bucket (read through
 // the bucket's layout, with and without gradient_as_bucket_view); a custom hook with state;
 // fp16 and bf16 compression.
-#include <condition_variable>
-#include <fstream>
-#include <mutex>
-#include <sstream>
 
 #include <fmt/ranges.h>
 
-#include "tinyddp/comm/nccl/process_group_nccl.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/nn/nn.h"
-#include "tinyddp/tensor/cuda.h"
 #include "tests/comm/comm_test_util.h"
 #include "tests/ddp/ddp_test_util.h"
 
@@ -19,14 +13,9 @@ using namespace tinyddp;
 using namespace tinyddp::ddp;
 using comm::ProcessGroup;
 using testing::Expectations;
-using testing::run_processes;
 using testing::borrow;
 using testing::require_no_failures;
 using testing::run_threads;
-using testing::PointerRecordingGroup;
-using testing::pointer_event;
-using testing::TwoHeads;
-using Catch::Contains;
 
 TEST_CASE("communication hooks: a hook may return another tensor than the bucket", "[ddp][hooks]") {
   // The averages land in .grad through the bucket's layout over the returned tensor, with and

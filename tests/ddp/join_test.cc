@@ -1,17 +1,11 @@
 // Join with DDP: ranks with uneven inputs (rank r has 5 + r) end with the same model; a rank
 // with no inputs at all still ends with the others' model; throw_on_early_termination fails
 // on every rank.
-#include <condition_variable>
-#include <fstream>
-#include <mutex>
-#include <sstream>
 
 #include <fmt/ranges.h>
 
-#include "tinyddp/comm/nccl/process_group_nccl.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/nn/nn.h"
-#include "tinyddp/tensor/cuda.h"
 #include "tests/comm/comm_test_util.h"
 #include "tests/ddp/ddp_test_util.h"
 
@@ -19,14 +13,9 @@ using namespace tinyddp;
 using namespace tinyddp::ddp;
 using comm::ProcessGroup;
 using testing::Expectations;
-using testing::run_processes;
 using testing::borrow;
 using testing::require_no_failures;
 using testing::run_threads;
-using testing::PointerRecordingGroup;
-using testing::pointer_event;
-using testing::TwoHeads;
-using Catch::Contains;
 
 TEST_CASE("join: rank r has 5 + r inputs; every rank finishes with the same model", "[ddp][join]") {
   for (int size : {2, 3}) {

@@ -2,17 +2,11 @@
 // iteration; the error naming the parameter when it is off; static_graph (unused parameters
 // found once, the used-parameter map allreduced in the first iteration only, a graph that
 // changes afterwards refused, a hook that fires twice per backward).
-#include <condition_variable>
-#include <fstream>
-#include <mutex>
-#include <sstream>
 
 #include <fmt/ranges.h>
 
-#include "tinyddp/comm/nccl/process_group_nccl.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/nn/nn.h"
-#include "tinyddp/tensor/cuda.h"
 #include "tests/comm/comm_test_util.h"
 #include "tests/ddp/ddp_test_util.h"
 
@@ -20,14 +14,11 @@ using namespace tinyddp;
 using namespace tinyddp::ddp;
 using comm::ProcessGroup;
 using testing::Expectations;
-using testing::run_processes;
 using testing::borrow;
 using testing::require_no_failures;
 using testing::run_threads;
 using testing::PointerRecordingGroup;
-using testing::pointer_event;
 using testing::TwoHeads;
-using Catch::Contains;
 
 TEST_CASE("find_unused_parameters: different subgraphs per rank and iteration", "[ddp][unused]") {
   require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
