@@ -12,9 +12,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -26,6 +23,8 @@
 #include <fmt/format.h>
 
 #include "tinyddp/base/error.h"
+#include "tinyddp/launcher/failure_watch.h"
+#include "tinyddp/launcher/processes.h"
 #include "tinyddp/launcher/rendezvous.h"
 
 extern char** environ;
@@ -49,146 +48,6 @@ void on_signal(int signo) {
 // The byte a FailureWatch writes into the signal pipe: another node's workers failed.
 constexpr unsigned char kPeerFailed = 0;
 
-// In a multi-node job, what one node's launcher learns about the others' failures: a
-// thread of its own, with a store connection of its own (so that a slow or cut network never
-// stalls the poll loop), publishes this node's failure under launch/attempt_<k>/failed and
-// watches that key for another node's; when one appears it wakes the poll loop, which stops
-// this node's workers. That covers a peer that hangs instead of failing (a rank frozen by
-// SIGSTOP): the node whose rank timed out reports it, and the frozen rank's node stops it.
-class FailureWatch {
- public:
-  FailureWatch(const LaunchConfig& options, int attempt)
-      : key_(fmt::format("launch/attempt_{}/failed", attempt)), node_(options.node_rank) {
-    const auto o = comm::TCPStoreOptions()
-                       .host(options.master_addr)
-                       .port(static_cast<uint16_t>(options.master_port))
-                       .timeout(std::chrono::milliseconds(2000));
-    thread_ = std::thread([this, o] { watch(o); });
-  }
-  ~FailureWatch() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    thread_.join();
-  }
-  // This node's failure, for the other nodes (sent by the watch thread).
-  void report(const std::string& message) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!reported_) to_report_ = fmt::format("node {}: {}", node_, message);
-    reported_ = true;
-    wake_.notify_all();
-  }
-  // Another node's failure, once seen.
-  std::string remote_failure() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return remote_;
-  }
-
- private:
-  void watch(const comm::TCPStoreOptions& options) {
-    std::unique_ptr<comm::TCPStore> store;
-    bool seen_remote = false;  // another node's failure, once seen, is not looked for again
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (!stopping_) {
-      std::string message = std::move(to_report_);
-      to_report_.clear();
-      lock.unlock();
-      try {
-        if (!store) store = std::make_unique<comm::TCPStore>(options);
-        if (!message.empty()) {
-          store->set(key_, comm::Bytes(message.begin(), message.end()));
-        } else if (!seen_remote && store->check({key_})) {
-          const std::string seen = store->get_string(key_);
-          if (seen.rfind(fmt::format("node {}:", node_), 0) != 0) {
-            seen_remote = true;
-            std::lock_guard<std::mutex> relock(mutex_);
-            remote_ = seen;
-            const unsigned char byte = kPeerFailed;
-            [[maybe_unused]] const ssize_t n = ::write(signal_pipe[1], &byte, 1);
-          }
-        }
-      } catch (const std::exception&) {
-        store.reset();  // the store is unreachable for now: try again next round
-        if (!message.empty()) {
-          std::lock_guard<std::mutex> relock(mutex_);
-          if (to_report_.empty()) to_report_ = message;
-        }
-      }
-      lock.lock();
-      wake_.wait_for(lock, std::chrono::milliseconds(300), [this] { return stopping_ || !to_report_.empty(); });
-    }
-  }
-
-  const std::string key_;
-  const int node_;
-  mutable std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false, reported_ = false;
-  std::string to_report_, remote_;
-  std::thread thread_;
-};
-
-void write_all(int fd, const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // a closed console: the workers' output has nowhere to go
-    done += static_cast<size_t>(n);
-  }
-}
-
-// How a worker ended, in words, and the launcher's exit status for it.
-std::string describe(int status) {
-  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    return fmt::format("was killed by signal {} ({})", WTERMSIG(status), ::strsignal(WTERMSIG(status)));
-  }
-  return fmt::format("ended with wait status {}", status);
-}
-
-int exit_code(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
-}
-
-// The full path `program` runs as (execve does not search PATH; doing it here, before fork,
-// keeps the child to async-signal-safe calls).
-std::string resolve(const std::string& program) {
-  if (program.find('/') != std::string::npos) return program;
-  const char* path = std::getenv("PATH");
-  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
-  size_t start = 0;
-  while (start <= dirs.size()) {
-    const size_t end = dirs.find(':', start);
-    std::string dir = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    if (dir.empty()) dir = ".";
-    const std::string candidate = dir + "/" + program;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return program;  // execve fails and the error names it
-}
-
-// Why `program` could not be run, for the error message: where a relative path was looked for
-// (the launcher's working directory: under `bazel run`, the directory the command was typed in),
-// or that a bare name is searched on PATH.
-std::string lookup_hint(const std::string& program) {
-  if (program.find('/') == std::string::npos) {
-    const char* path = std::getenv("PATH");
-    return fmt::format(" (not found on PATH={}; a program in the current directory needs ./{})", path != nullptr ? path : "",
-                       program);
-  }
-  if (program.front() == '/') return "";
-  std::error_code error;
-  const std::filesystem::path cwd = std::filesystem::current_path(error);
-  return fmt::format(" (looked for {}: a relative path is taken from the directory launch runs in)",
-                     (cwd / program).lexically_normal().string());
-}
 
 // One output stream of a worker: its pipe and the part of a line not yet printed.
 struct Stream {
@@ -210,7 +69,7 @@ class Attempt {
  public:
   Attempt(const LaunchConfig& options, std::ostream& log, int attempt, const std::vector<std::pair<std::string, std::string>>& env)
       : options_(options), log_(log), attempt_(attempt), env_(env) {
-    if (options.nnodes > 1) watch_ = std::make_unique<FailureWatch>(options, attempt);
+    if (options.nnodes > 1) watch_ = std::make_unique<FailureWatch>(options, attempt, signal_pipe[1], kPeerFailed);
   }
 
   ~Attempt() {
