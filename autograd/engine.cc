@@ -60,6 +60,19 @@ Tensor root_gradient(const Tensor& root, const Tensor& given, size_t index) {
   return given;
 }
 
+// Each root's edge into the graph and its gradient.
+std::vector<std::pair<Edge, Tensor>> root_edges(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots) {
+  std::vector<std::pair<Edge, Tensor>> seeds;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    TDDP_CHECK(roots[i].defined(), "backward: root {} is an undefined tensor", i);
+    Edge edge = gradient_edge(roots[i]);
+    TDDP_CHECK(edge.is_valid(), "backward: root {} (shape {}) does not require grad and has no grad_fn", i,
+               tensor::format_shape(roots[i].sizes()));
+    seeds.emplace_back(std::move(edge), root_gradient(roots[i], grad_roots.empty() ? Tensor() : grad_roots[i], i));
+  }
+  return seeds;
+}
+
 }  // namespace
 
 bool Engine::in_backward() { return current_task != nullptr; }
@@ -73,29 +86,11 @@ void Engine::queue_callback(std::function<void()> callback) {
   current_task->callbacks.push_back(std::move(callback));
 }
 
-void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph) {
-  TDDP_CHECK(current_task == nullptr, "backward: called while another backward pass runs on this thread (from a hook?)");
-  TDDP_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(),
-             "backward: got {} roots but {} gradients", roots.size(), grad_roots.size());
-  tensor::NoGradGuard no_grad;  // gradient computations are not recorded
-
-  // 1. The root edges and their gradients.
-  std::vector<std::pair<Edge, Tensor>> seeds;
-  for (size_t i = 0; i < roots.size(); ++i) {
-    TDDP_CHECK(roots[i].defined(), "backward: root {} is an undefined tensor", i);
-    Edge edge = gradient_edge(roots[i]);
-    TDDP_CHECK(edge.is_valid(), "backward: root {} (shape {}) does not require grad and has no grad_fn", i,
-               tensor::format_shape(roots[i].sizes()));
-    seeds.emplace_back(std::move(edge), root_gradient(roots[i], grad_roots.empty() ? Tensor() : grad_roots[i], i));
-  }
-
-  // 2. Dependencies: how many edges of the reachable graph point at each node, counted in
-  //    the nodes themselves (pass_ marks which pass the counters belong to). `alive` keeps
-  //    every node alive for the duration of the pass.
+void Engine::count_dependencies(const std::vector<std::pair<Edge, Tensor>>& seeds,
+                                std::vector<std::shared_ptr<Node>>& alive) {
+  // Counted in the nodes themselves; pass_ marks which pass the counters belong to.
   static std::atomic<uint64_t> pass_counter{0};
   const uint64_t pass = ++pass_counter;
-  // Scratch vectors reused by every pass on this thread (passes are not reentrant).
-  thread_local std::vector<std::shared_ptr<Node>> alive;
   thread_local std::vector<Node*> stack;
   alive.clear();
   stack.clear();
@@ -117,6 +112,22 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
       ++next.function->pending_;
     }
   }
+}
+
+void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph) {
+  TDDP_CHECK(current_task == nullptr, "backward: called while another backward pass runs on this thread (from a hook?)");
+  TDDP_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(),
+             "backward: got {} roots but {} gradients", roots.size(), grad_roots.size());
+  tensor::NoGradGuard no_grad;  // gradient computations are not recorded
+
+  // 1. The root edges and their gradients.
+  const std::vector<std::pair<Edge, Tensor>> seeds = root_edges(roots, grad_roots);
+
+  // 2. Dependencies: how many edges of the reachable graph point at each node. `alive`
+  //    (scratch reused by every pass on this thread: passes are not reentrant) keeps every
+  //    node alive for the duration of the pass.
+  thread_local std::vector<std::shared_ptr<Node>> alive;
+  count_dependencies(seeds, alive);
   // Whatever happens below, no gradient stays behind in a node's buffer.
   struct ClearBuffers {
     std::vector<std::shared_ptr<Node>>& nodes;

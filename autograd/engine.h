@@ -4,11 +4,16 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::autograd {
+
+struct Edge;
+class Node;
 
 class Engine {
  public:
@@ -29,6 +34,12 @@ class Engine {
   static bool in_backward();
   // When the backward pass running on this thread started (for DDP's statistics).
   static std::chrono::steady_clock::time_point backward_started_at();
+
+ private:
+  // backward's step 2: sets each node's count of incoming edges reachable from the seeds
+  // (the root edges with their gradients) and collects the nodes into `alive`.
+  static void count_dependencies(const std::vector<std::pair<Edge, tensor::Tensor>>& seeds,
+                                 std::vector<std::shared_ptr<Node>>& alive);
 };
 
 }  // namespace tinyddp::autograd

@@ -51,6 +51,67 @@ std::string hidden(const tinyddp::ddp::DistributedDataParallel& ddp) {
   return " buckets=" + std::to_string(s.bucket_bytes.size()) + " hidden=" + std::to_string(static_cast<int>(share)) + "%";
 }
 
+// The model and one batch for c.model, on `device` (the same draws from manual_seed(0) on
+// every run).
+struct Workload {
+  std::shared_ptr<nn::Module> model;
+  t::Tensor inputs, targets;
+};
+Workload make_workload(const Config& c, const t::Device& device) {
+  t::manual_seed(0);
+  Workload w;
+  if (c.model == "toy") {
+    w.model = std::make_shared<nn::ToyModel>();
+    w.inputs = t::randn({20, 10});
+    w.targets = t::randn({20, 5});
+  } else if (c.model == "huge") {
+    w.model = nn::mlp({1024, 4096, 4096, 1024});
+    w.inputs = t::randn({32, 1024});
+    w.targets = t::randn({32, 1024});
+  } else {
+    w.model = nn::mlp({784, 1024, 1024, 10});
+    w.inputs = t::randn({128, 784});
+    w.targets = t::rand({128}).mul_(10.0).to(t::kInt64);
+  }
+  w.model->to(device);
+  w.inputs = w.inputs.to(device);
+  w.targets = w.targets.to(device);
+  return w;
+}
+
+// Registers c.comm_hook on `ddp` (none: DDP's default); returns PowerSGD's state for its hooks.
+std::shared_ptr<tinyddp::ddp::PowerSGDState> register_comm_hook(const Config& c, tinyddp::ddp::DistributedDataParallel* ddp,
+                                                                 const std::shared_ptr<tinyddp::comm::ProcessGroup>& pg) {
+  if (c.comm_hook.empty()) return nullptr;
+  TDDP_CHECK(ddp != nullptr, "--comm_hook needs --mode ddp");
+  namespace hooks = tinyddp::ddp::hooks;
+  if (c.comm_hook == "allreduce") ddp->register_comm_hook(hooks::allreduce(pg));
+  if (c.comm_hook == "bf16") ddp->register_comm_hook(hooks::bf16_compress(pg));
+  if (c.comm_hook.rfind("powersgd", 0) != 0) return nullptr;
+  // Compression from the third step on: the warm-up steps run the plain allreduce.
+  auto powersgd = std::make_shared<tinyddp::ddp::PowerSGDState>(
+      pg, tinyddp::ddp::PowerSGDOptions().matrix_approximation_rank(c.comm_hook == "powersgd4" ? 4 : 1).start_powerSGD_iter(2));
+  ddp->register_comm_hook(tinyddp::ddp::powersgd_hook(powersgd));
+  return powersgd;
+}
+
+std::unique_ptr<nn::Optimizer> make_optimizer(const Config& c, nn::Module& model,
+                                              const std::shared_ptr<tinyddp::comm::ProcessGroup>& pg) {
+  if (c.optimizer == "sgd") return std::make_unique<nn::SGD>(model.parameters(), nn::SGDOptions(0.01).momentum(0.9));
+  if (c.optimizer == "adam") return std::make_unique<nn::Adam>(model.parameters(), nn::AdamOptions(1e-4));
+  TDDP_CHECK(pg != nullptr, "--optimizer zero_adam needs --mode ddp or nosync (a process group)");
+  return std::make_unique<tinyddp::ddp::ZeroRedundancyOptimizer>(
+      model.parameters(), tinyddp::ddp::optimizer_class<nn::Adam>(nn::AdamOptions(1e-4)), pg);
+}
+
+// The optimizer state this rank holds (ZeRO: its shard's).
+int64_t state_bytes(nn::Optimizer& optimizer) {
+  if (auto* zero = dynamic_cast<tinyddp::ddp::ZeroRedundancyOptimizer*>(&optimizer)) return zero->local_state_bytes();
+  int64_t bytes = 0;
+  for (const auto& [name, t] : optimizer.state_dict()) bytes += static_cast<int64_t>(t.nbytes());
+  return bytes;
+}
+
 int run(const Config& c) {
   const bool gpu = c.device == "cuda";
   const std::string backend = !c.backend.empty() ? c.backend : gpu ? "nccl" : "gloo";
@@ -60,69 +121,24 @@ int run(const Config& c) {
           : t::Device(t::kCPU);
   std::shared_ptr<tinyddp::comm::ProcessGroup> pg;
   if (std::getenv("RANK") != nullptr) pg = tinyddp::comm::init_process_group(backend);
-  const bool toy = c.model == "toy", huge = c.model == "huge";
-  const int iterations = c.iterations > 0 ? c.iterations : (toy ? 2000 : huge ? 8 : 30);
-  t::manual_seed(0);
-  std::shared_ptr<nn::Module> model;
-  t::Tensor inputs, targets;
-  if (toy) {
-    model = std::make_shared<nn::ToyModel>();
-    inputs = t::randn({20, 10});
-    targets = t::randn({20, 5});
-  } else if (huge) {
-    model = nn::mlp({1024, 4096, 4096, 1024});
-    inputs = t::randn({32, 1024});
-    targets = t::randn({32, 1024});
-  } else {
-    model = nn::mlp({784, 1024, 1024, 10});
-    inputs = t::randn({128, 784});
-    targets = t::rand({128}).mul_(10.0).to(t::kInt64);
-  }
-  model->to(device);
-  inputs = inputs.to(device);
-  targets = targets.to(device);
+  const int iterations = c.iterations > 0 ? c.iterations : (c.model == "toy" ? 2000 : c.model == "huge" ? 8 : 30);
+  const Workload w = make_workload(c, device);
   std::shared_ptr<tinyddp::ddp::DistributedDataParallel> ddp;
   if (c.mode != "local") {
-    if (!pg) pg = tinyddp::comm::init_process_group(backend, [] {
-      tinyddp::comm::InitOptions o;
-      o.world_size(1);
-      return o;
-    }());
+    if (!pg) pg = tinyddp::comm::init_process_group(backend, tinyddp::comm::InitOptions().world_size(1));
     ddp = std::make_shared<tinyddp::ddp::DistributedDataParallel>(
-        model, pg, tinyddp::ddp::DDPOptions().bucket_cap_mb(c.bucket_cap_mb).first_bucket_cap_mb(c.first_bucket_cap_mb));
+        w.model, pg, tinyddp::ddp::DDPOptions().bucket_cap_mb(c.bucket_cap_mb).first_bucket_cap_mb(c.first_bucket_cap_mb));
   }
   // A communication hook, and the gradient bytes each step sends (the allreduce payload).
-  std::shared_ptr<tinyddp::ddp::PowerSGDState> powersgd;
+  const std::shared_ptr<tinyddp::ddp::PowerSGDState> powersgd = register_comm_hook(c, ddp.get(), pg);
   int64_t gradient_bytes = 0;
-  for (const t::Tensor& p : model->parameters()) gradient_bytes += static_cast<int64_t>(p.nbytes());
-  if (!c.comm_hook.empty()) {
-    TDDP_CHECK(ddp != nullptr, "--comm_hook needs --mode ddp");
-    namespace hooks = tinyddp::ddp::hooks;
-    if (c.comm_hook == "allreduce") ddp->register_comm_hook(hooks::allreduce(pg));
-    if (c.comm_hook == "bf16") ddp->register_comm_hook(hooks::bf16_compress(pg));
-    if (c.comm_hook.rfind("powersgd", 0) == 0) {
-      // Compression from the third step on: the warm-up steps run the plain allreduce.
-      powersgd = std::make_shared<tinyddp::ddp::PowerSGDState>(
-          pg, tinyddp::ddp::PowerSGDOptions().matrix_approximation_rank(c.comm_hook == "powersgd4" ? 4 : 1).start_powerSGD_iter(2));
-      ddp->register_comm_hook(tinyddp::ddp::powersgd_hook(powersgd));
-    }
-  }
-  std::unique_ptr<nn::Optimizer> owned_optimizer;
-  if (c.optimizer == "sgd") {
-    owned_optimizer = std::make_unique<nn::SGD>(model->parameters(), nn::SGDOptions(0.01).momentum(0.9));
-  } else if (c.optimizer == "adam") {
-    owned_optimizer = std::make_unique<nn::Adam>(model->parameters(), nn::AdamOptions(1e-4));
-  } else {
-    TDDP_CHECK(pg != nullptr, "--optimizer zero_adam needs --mode ddp or nosync (a process group)");
-    owned_optimizer = std::make_unique<tinyddp::ddp::ZeroRedundancyOptimizer>(
-        model->parameters(), tinyddp::ddp::optimizer_class<nn::Adam>(nn::AdamOptions(1e-4)), pg);
-  }
-  nn::Optimizer& optimizer = *owned_optimizer;
+  for (const t::Tensor& p : w.model->parameters()) gradient_bytes += static_cast<int64_t>(p.nbytes());
+  const std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(c, *w.model, pg);
   const auto step = [&] {
-    optimizer.zero_grad();
+    optimizer->zero_grad();
     const auto body = [&] {
-      const t::Tensor out = ddp ? ddp->forward(inputs) : model->forward(inputs);
-      const t::Tensor loss = c.model == "mlp" ? nn::cross_entropy(out, targets) : nn::mse_loss(out, targets);
+      const t::Tensor out = ddp ? ddp->forward(w.inputs) : w.model->forward(w.inputs);
+      const t::Tensor loss = c.model == "mlp" ? nn::cross_entropy(out, w.targets) : nn::mse_loss(out, w.targets);
       loss.backward();
     };
     if (c.mode == "nosync") {
@@ -131,7 +147,7 @@ int run(const Config& c) {
     } else {
       body();
     }
-    optimizer.step();
+    optimizer->step();
     if (gpu) t::cuda::synchronize(device.index);  // the step is done when the GPU is
   };
   for (int i = 0; i < c.warmup; ++i) step();
@@ -144,15 +160,8 @@ int run(const Config& c) {
   }
   std::sort(us.begin(), us.end());
   if (!pg || pg->rank() == 0) {
-    // The optimizer state this rank holds (ZeRO: its shard's).
-    int64_t state_bytes = 0;
-    if (auto* zero = dynamic_cast<tinyddp::ddp::ZeroRedundancyOptimizer*>(&optimizer)) {
-      state_bytes = zero->local_state_bytes();
-    } else {
-      for (const auto& [name, t] : optimizer.state_dict()) state_bytes += static_cast<int64_t>(t.nbytes());
-    }
     std::cout << "RESULT model=" << c.model << " mode=" << c.mode << (gpu ? " device=cuda" : "")
-              << (c.optimizer != "sgd" ? " optimizer=" + c.optimizer + " state_bytes=" + std::to_string(state_bytes) : "")
+              << (c.optimizer != "sgd" ? " optimizer=" + c.optimizer + " state_bytes=" + std::to_string(state_bytes(*optimizer)) : "")
               << (c.comm_hook.empty() ? ""
                   : " comm_hook=" + c.comm_hook + " wire_bytes_per_step=" +
                         std::to_string(powersgd ? (powersgd->numel_after_compression - sent_before) * 4 / iterations

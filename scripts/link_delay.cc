@@ -86,6 +86,47 @@ void release_due(nfq_q_handle* queue, Holder& holder, int64_t now, bool everythi
   }
 }
 
+// Binds NFQUEUE `queue_number` to `holder` (ids only, GSO bursts whole, fail open); prints why
+// and returns false when it cannot.
+bool open_queue(int queue_number, Holder& holder, nfq_handle*& handle, nfq_q_handle*& queue) {
+  handle = nfq_open();
+  if (handle == nullptr) {
+    std::cerr << "link_delay: cannot open a netfilter queue handle (" << std::strerror(errno)
+              << "); it needs CAP_NET_ADMIN and the nfnetlink_queue module\n";
+    return false;
+  }
+  queue = nfq_create_queue(handle, static_cast<uint16_t>(queue_number), &on_packet, &holder);
+  if (queue == nullptr) {
+    std::cerr << "link_delay: cannot bind queue " << queue_number << " (" << std::strerror(errno)
+              << "); is another program reading it?\n";
+    nfq_close(handle);
+    return false;
+  }
+  // Only the packet's id is needed; GSO bursts stay whole; a full queue accepts rather than drops.
+  const uint32_t flags = NFQA_CFG_F_GSO | NFQA_CFG_F_FAIL_OPEN;
+  if (nfq_set_mode(queue, NFQNL_COPY_META, 0) < 0 || nfq_set_queue_maxlen(queue, 65536) < 0 ||
+      nfq_set_queue_flags(queue, flags, flags) < 0) {
+    std::cerr << "link_delay: cannot configure queue " << queue_number << ": " << std::strerror(errno) << "\n";
+    nfq_destroy_queue(queue);
+    nfq_close(handle);
+    return false;
+  }
+  nfnl_rcvbufsiz(nfq_nfnlh(handle), 64u << 20);
+  return true;
+}
+
+// "link_delay: held N packets for D us (measured: min, mean, max)", and any overruns.
+void print_summary(const Holder& holder, double delay_us, uint64_t overruns) {
+  std::cout << "link_delay: held " << holder.released << " packets for " << delay_us << " us";
+  if (holder.released > 0) {
+    std::cout << " (measured: min " << holder.min_hold_ns / 1000 << " us, mean "
+              << static_cast<int64_t>(holder.total_hold_ns / static_cast<double>(holder.released) / 1000) << " us, max "
+              << holder.max_hold_ns / 1000 << " us)";
+  }
+  if (overruns > 0) std::cout << "; the queue's socket overflowed " << overruns << " times";
+  std::cout << std::endl;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -108,29 +149,9 @@ int main(int argc, char** argv) {
   const sched_param priority{1};
   const bool realtime = sched_setscheduler(0, SCHED_FIFO, &priority) == 0;
 
-  nfq_handle* handle = nfq_open();
-  if (handle == nullptr) {
-    std::cerr << "link_delay: cannot open a netfilter queue handle (" << std::strerror(errno)
-              << "); it needs CAP_NET_ADMIN and the nfnetlink_queue module\n";
-    return 1;
-  }
-  nfq_q_handle* queue = nfq_create_queue(handle, static_cast<uint16_t>(queue_number), &on_packet, &holder);
-  if (queue == nullptr) {
-    std::cerr << "link_delay: cannot bind queue " << queue_number << " (" << std::strerror(errno)
-              << "); is another program reading it?\n";
-    nfq_close(handle);
-    return 1;
-  }
-  // Only the packet's id is needed; GSO bursts stay whole; a full queue accepts rather than drops.
-  const uint32_t flags = NFQA_CFG_F_GSO | NFQA_CFG_F_FAIL_OPEN;
-  if (nfq_set_mode(queue, NFQNL_COPY_META, 0) < 0 || nfq_set_queue_maxlen(queue, 65536) < 0 ||
-      nfq_set_queue_flags(queue, flags, flags) < 0) {
-    std::cerr << "link_delay: cannot configure queue " << queue_number << ": " << std::strerror(errno) << "\n";
-    nfq_destroy_queue(queue);
-    nfq_close(handle);
-    return 1;
-  }
-  nfnl_rcvbufsiz(nfq_nfnlh(handle), 64u << 20);
+  nfq_handle* handle = nullptr;
+  nfq_q_handle* queue = nullptr;
+  if (!open_queue(queue_number, holder, handle, queue)) return 1;
 
   struct sigaction action{};
   action.sa_handler = [](int) { stop_requested = 1; };
@@ -173,13 +194,6 @@ int main(int argc, char** argv) {
   nfq_destroy_queue(queue);
   nfq_close(handle);
 
-  std::cout << "link_delay: held " << holder.released << " packets for " << delay_us << " us";
-  if (holder.released > 0) {
-    std::cout << " (measured: min " << holder.min_hold_ns / 1000 << " us, mean "
-              << static_cast<int64_t>(holder.total_hold_ns / static_cast<double>(holder.released) / 1000) << " us, max "
-              << holder.max_hold_ns / 1000 << " us)";
-  }
-  if (overruns > 0) std::cout << "; the queue's socket overflowed " << overruns << " times";
-  std::cout << std::endl;
+  print_summary(holder, delay_us, overruns);
   return 0;
 }
