@@ -73,8 +73,7 @@ std::string CallSignature::describe_row(const Row& row) {
   return text + ")";
 }
 
-std::optional<std::string> find_mismatch(const std::vector<CallSignature::Row>& rows, const std::string& group,
-                                         DataFate fate) {
+std::optional<std::string> find_mismatch(const std::vector<CallSignature::Row>& rows, const std::string& group) {
   // The distinct calls, in order of the lowest rank making each, with the ranks making it.
   std::vector<std::pair<CallSignature::Row, std::vector<int>>> calls;
   for (size_t r = 0; r < rows.size(); ++r) {
@@ -92,10 +91,9 @@ std::optional<std::string> find_mismatch(const std::vector<CallSignature::Row>& 
   }
   return fmt::format(
       "{}: the ranks called different collectives: {}. Every rank must issue the same collectives in the same order, "
-      "with the same dtype, element count, root and reduce op ({}; TINYDDP_DESYNC_CHECK=0 turns this check off)",
-      group, fmt::join(sides, "; "),
-      fate == DataFate::kNotSent ? "no data was sent"
-                                 : "no tensor was changed: each rank dropped the data that came with the call records");
+      "with the same dtype, element count, root and reduce op (no data was sent; TINYDDP_DESYNC_CHECK=0 turns this "
+      "check off)",
+      group, fmt::join(sides, "; "));
 }
 
 bool call_check_default() {
@@ -125,19 +123,18 @@ CallSignature::Row CallCheck::next_row(const CallSignature& call) {
   return call.encode(next_++);
 }
 
-void CallCheck::compare(const std::vector<Row>& rows, DataFate fate) const {
-  if (auto mismatch = find_mismatch(rows, group_, fate)) throw CollectiveMismatchError(*mismatch);
+void CallCheck::compare(const std::vector<Row>& rows) const {
+  if (auto mismatch = find_mismatch(rows, group_)) throw CollectiveMismatchError(*mismatch);
 }
 
 void CallCheck::verify(const CallSignature& call) {
   std::vector<Row> rows(static_cast<size_t>(size_), Row{});
-  DataFate fate;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     rows[static_cast<size_t>(rank_)] = call.encode(next_++);
-    fate = exchange_(rows);
+    exchange_(rows);
   }
-  compare(rows, fate);
+  compare(rows);
 }
 
 }  // namespace tinyddp::comm
