@@ -118,15 +118,6 @@ bool CallCheck::agree(Store& store, int rank, int size, std::optional<bool> requ
 CallCheck::CallCheck(std::string group, int rank, int size, Exchange exchange)
     : group_(std::move(group)), rank_(rank), size_(size), exchange_(std::move(exchange)) {}
 
-CallSignature::Row CallCheck::next_row(const CallSignature& call) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return call.encode(next_++);
-}
-
-void CallCheck::compare(const std::vector<Row>& rows) const {
-  if (auto mismatch = find_mismatch(rows, group_)) throw CollectiveMismatchError(*mismatch);
-}
-
 void CallCheck::verify(const CallSignature& call) {
   std::vector<Row> rows(static_cast<size_t>(size_), Row{});
   {
@@ -134,7 +125,7 @@ void CallCheck::verify(const CallSignature& call) {
     rows[static_cast<size_t>(rank_)] = call.encode(next_++);
     exchange_(rows);
   }
-  compare(rows);
+  if (auto mismatch = find_mismatch(rows, group_)) throw CollectiveMismatchError(*mismatch);
 }
 
 }  // namespace tinyddp::comm

@@ -59,17 +59,11 @@ class CallCheck {
 
   CallCheck(std::string group, int rank, int size, Exchange exchange);
 
-  // The row of the next call, counting it: for a backend whose own messages carry the rows.
-  Row next_row(const CallSignature& call);
-  // Throws CollectiveMismatchError (the same on every rank) when the rows differ.
-  void compare(const std::vector<Row>& rows) const;
-  // The whole check of the next call: its row, the exchange, the comparison. Calls are
-  // numbered in the order they reach verify (or next_row), which must be the same on every
-  // rank: the order the backend runs them in.
+  // The check of the next call: its row, the exchange, the comparison; throws
+  // CollectiveMismatchError (the same on every rank) when the rows differ. Calls are numbered
+  // in the order they reach verify, which must be the same on every rank: the order the
+  // backend runs them in.
   void verify(const CallSignature& call);
-
-  int rank() const { return rank_; }
-  int size() const { return size_; }
 
  private:
   std::string group_;

@@ -262,14 +262,21 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ra
   return create_subgroup(id, static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()));
 }
 
+void exchange_rows_by_sum(std::vector<CallSignature::Row>& rows, int rank, Tensor& buffer,
+                          const std::function<void(const Tensor&)>& sum) {
+  constexpr size_t kWords = CallSignature::kWords;
+  const auto numel = static_cast<int64_t>(rows.size() * kWords);
+  if (!buffer.defined() || buffer.numel() != numel) buffer = tensor::zeros({numel}, tensor::kInt64);
+  buffer.zero_();
+  const CallSignature::Row& mine = rows[static_cast<size_t>(rank)];
+  std::copy(mine.begin(), mine.end(), buffer.data_ptr<int64_t>() + static_cast<size_t>(rank) * kWords);
+  sum(buffer);
+  for (size_t r = 0; r < rows.size(); ++r) std::copy_n(buffer.data_ptr<int64_t>() + r * kWords, kWords, rows[r].begin());
+}
+
 CallCheck::Exchange exchange_rows_over(std::shared_ptr<ProcessGroup> side) {
-  return [side = std::move(side)](std::vector<CallSignature::Row>& rows) {
-    constexpr size_t kWords = CallSignature::kWords;
-    Tensor flat = tensor::zeros({static_cast<int64_t>(rows.size() * kWords)}, tensor::kInt64);
-    const auto mine = static_cast<size_t>(side->rank());
-    std::copy(rows[mine].begin(), rows[mine].end(), flat.data_ptr<int64_t>() + mine * kWords);
-    side->allreduce(flat)->wait();
-    for (size_t r = 0; r < rows.size(); ++r) std::copy_n(flat.data_ptr<int64_t>() + r * kWords, kWords, rows[r].begin());
+  return [side = std::move(side), buffer = Tensor()](std::vector<CallSignature::Row>& rows) mutable {
+    exchange_rows_by_sum(rows, side->rank(), buffer, [&](const Tensor& t) { side->allreduce(t)->wait(); });
   };
 }
 

@@ -219,9 +219,15 @@ class ProcessGroup {
   CheckAt check_at_ = CheckAt::kBackend;
 };
 
+// The desync check's rows swapped as a sum: `buffer` (size() rows of int64, reused) is zeroed,
+// this rank's row written at `rank`, `sum(buffer)` sums it across the ranks in place, and
+// every rank's row is read back into `rows`.
+void exchange_rows_by_sum(std::vector<CallSignature::Row>& rows, int rank, Tensor& buffer,
+                          const std::function<void(const Tensor&)>& sum);
+
 // The desync check's exchange over `side`, a CPU group of the same ranks (Gloo, with its own
-// check off): the rows are summed as one int64 tensor in which each rank filled its own row.
-// For a backend whose own transport cannot carry them (NCCL).
+// check off), by exchange_rows_by_sum. For a backend whose own transport cannot carry the
+// rows (NCCL).
 CallCheck::Exchange exchange_rows_over(std::shared_ptr<ProcessGroup> side);
 
 }  // namespace tinyddp::comm

@@ -11,12 +11,10 @@
 
 #include <algorithm>
 #include <csignal>
-#include <cstring>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "tinyddp/comm/flatten.h"
 #include "tinyddp/comm/gloo/ring_allreduce.h"
 #include "tinyddp/comm/gloo/peer_addresses.h"
 #include "tinyddp/comm/gloo/small_allreduce.h"
@@ -27,8 +25,6 @@ namespace tinyddp::comm {
 
 using tensor::DType;
 using tensor::NoGradGuard;
-using detail::flatten_all;
-using detail::reduce_function;
 using detail::with_element_type;
 
 namespace {
@@ -90,7 +86,6 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   // two ranks), so a group too large for it (over a thousand ranks) goes unchecked.
   const bool rows_fit = detail::SmallAllreduce::takes(tensor::kInt64, static_cast<int64_t>(size * CallSignature::kWords));
   if (size > 1 && CallCheck::agree(*store_, rank, size, rows_fit ? options_.check_calls() : false, "ProcessGroupGloo")) {
-    call_rows_ = tensor::zeros({static_cast<int64_t>(size * CallSignature::kWords)}, tensor::kInt64);
     enable_call_check(std::make_unique<CallCheck>("ProcessGroupGloo", rank, size,
                                                   [this](std::vector<CallSignature::Row>& rows) { exchange_call_rows(rows); }),
                       CheckAt::kBackend);
@@ -203,12 +198,8 @@ void ProcessGroupGloo::worker_loop() {
 }
 
 void ProcessGroupGloo::exchange_call_rows(std::vector<CallSignature::Row>& rows) {
-  constexpr size_t kWords = CallSignature::kWords;
-  call_rows_.zero_();
-  const CallSignature::Row& mine = rows[static_cast<size_t>(rank_)];
-  std::copy(mine.begin(), mine.end(), call_rows_.data_ptr<int64_t>() + static_cast<size_t>(rank_) * kWords);
-  small_allreduce_->run({call_rows_}, ReduceOp::kSum, call_rows_.numel());
-  for (size_t r = 0; r < rows.size(); ++r) std::copy_n(call_rows_.data_ptr<int64_t>() + r * kWords, kWords, rows[r].begin());
+  exchange_rows_by_sum(rows, rank_, call_rows_,
+                       [this](const Tensor& t) { small_allreduce_->run({t}, ReduceOp::kSum, t.numel()); });
 }
 
 std::exception_ptr ProcessGroupGloo::failure(const Work& work, const std::exception& e, Clock::time_point started) const {

@@ -105,7 +105,7 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::unique_ptr<detail::RingAllreduce> ring_allreduce_;
   // Which rank is behind each address Gloo's errors print.
   std::unique_ptr<detail::PeerAddresses> peers_;
-  // The worker's buffer of size() encoded rows for the desync check.
+  // The worker's buffer of size() encoded rows for the desync check (exchange_rows_by_sum).
   Tensor call_rows_;
 
   std::mutex queue_mutex_;
