@@ -9,7 +9,7 @@
 # is removed when the script ends, however it ends (exit, error, Ctrl-C, SIGTERM).
 #
 #   sudo bash scripts/sim_cluster.sh --nodes 2 --nproc_per_node 2 [--rate 1gbit] [--delay 0.5ms]
-#        [--loss 30%] [--rto_min 5ms] [--job_nodes N] [--port 29500] [--logs DIR] [--launch PATH]
+#        [--loss 30%] [--rto_min 5ms] [--rto_max 1000ms] [--job_nodes N] [--port 29500] [--logs DIR] [--launch PATH]
 #        [--launch_args "..."] [--link_delay PATH] -- PROGRAM [ARGS...]
 #
 # --delay (e.g. 0.5ms or 500us) is each node's one-way latency on its way out, so a round trip
@@ -20,7 +20,12 @@
 # --job_nodes tells the launchers the job has N >= --nodes nodes, so that the missing ones
 # never arrive (to try rendezvous failures).
 # --rto_min sets TCP's minimum retransmission timeout on the nodes' route (Linux's default is
-# 200 ms; with heavy loss and exponential backoff one message can otherwise stall for a minute).
+# 200 ms) and turns delayed ACKs off there (quickack), as datacenter hosts often do: a delayed
+# ACK (up to 40 ms) enters TCP's RTT estimate, which then sets the timeout far above rto_min.
+# --rto_max caps the timeout as it backs off (net.ipv4.tcp_rto_max_ms in each node, Linux 6.15
+# and later; Linux's cap is 120 s). Both matter under heavy loss: a segment lost 8 times in a
+# row waits 255 timeouts, and with a timeout of 300 ms (srtt + 4 rttvar after one lost
+# handshake ACK or a few delayed ACKs) that is 77 s, past a job's collective timeout.
 #
 # Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN), iproute2, for --loss nftables and for
 # --delay without netem iptables (the setup script installs both); PROGRAM and the launcher
@@ -28,7 +33,7 @@
 # node's launcher's, else 0.
 set -euo pipefail
 
-nodes=2 job_nodes="" nproc=1 rate="" delay="" loss="" rto_min="" port=29500 logs="" launch="bazel-bin/launcher/launch" launch_args=""
+nodes=2 job_nodes="" nproc=1 rate="" delay="" loss="" rto_min="" rto_max="" port=29500 logs="" launch="bazel-bin/launcher/launch" launch_args=""
 link_delay="bazel-bin/scripts/link_delay"
 while (($#)); do
   case "$1" in
@@ -39,6 +44,7 @@ while (($#)); do
     --delay) delay="$2"; shift 2 ;;
     --loss) loss="$2"; shift 2 ;;
     --rto_min) rto_min="$2"; shift 2 ;;
+    --rto_max) rto_max="$2"; shift 2 ;;
     --port) port="$2"; shift 2 ;;
     --logs) logs="$2"; shift 2 ;;
     --launch) launch="$2"; shift 2 ;;
@@ -56,6 +62,14 @@ if [ -n "$loss" ]; then
   [[ "$loss" =~ ^([0-9]{1,2})%?$ ]] || { echo "sim_cluster: --loss must be a whole percentage 0..99 (e.g. 30%), got '$loss'" >&2; exit 2; }
   loss_percent="${BASH_REMATCH[1]}"
   command -v nft >/dev/null || { echo "sim_cluster: --loss needs 'nft' (nftables; scripts/setup.sh installs it)" >&2; exit 2; }
+fi
+if [ -n "$rto_max" ]; then
+  [[ "$rto_max" =~ ^([0-9]+)ms$ ]] && ((BASH_REMATCH[1] >= 1)) || { echo "sim_cluster: --rto_max must be a whole number of ms (e.g. 1000ms), got '$rto_max'" >&2; exit 2; }
+  rto_max_ms="${BASH_REMATCH[1]}"
+  if [ ! -e /proc/sys/net/ipv4/tcp_rto_max_ms ]; then
+    echo "sim_cluster: note: this kernel ($(uname -r)) has no net.ipv4.tcp_rto_max_ms (Linux 6.15 and later); --rto_max ignored, TCP's timeout backs off up to 120 s" >&2
+    rto_max=""
+  fi
 fi
 if [ -n "$delay" ]; then
   [[ "$delay" =~ ^([0-9]+(\.[0-9]+)?)(ms|us)$ ]] || { echo "sim_cluster: --delay must be a time in ms or us (e.g. 0.5ms, 500us), got '$delay'" >&2; exit 2; }
@@ -111,7 +125,8 @@ for ((i = 0; i < nodes; i++)); do
   ip -n "$ns" addr add "$base.$((i + 1))/24" dev eth0
   ip -n "$ns" link set eth0 up
   ip -n "$ns" link set lo up
-  [ -z "$rto_min" ] || ip -n "$ns" route replace "$subnet/24" dev eth0 rto_min "$rto_min"
+  [ -z "$rto_min" ] || ip -n "$ns" route replace "$subnet/24" dev eth0 rto_min "$rto_min" quickack 1
+  [ -z "$rto_max" ] || ip netns exec "$ns" sysctl -qw net.ipv4.tcp_rto_max_ms="$rto_max_ms"
   # Shaping, on each node's way out: netem (or link_delay) for the delay, tbf for the rate.
   delay_by_netem=""
   if [ -n "$delay" ] && ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: netem delay "${delay_us}us" 2>/dev/null; then
@@ -156,7 +171,7 @@ NFT
 done
 master="$base.1"
 echo "sim_cluster: $nodes node(s) on $subnet/24 (node i at $base.<i+1>, namespace ${tag}n<i>, bridge $bridge)," \
-  "${rate:-unshaped}${delay:+, delay $delay ($delay_how)}${loss:+, loss $loss}; logs in $logs"
+  "${rate:-unshaped}${delay:+, delay $delay ($delay_how)}${loss:+, loss $loss}${rto_min:+, rto_min $rto_min}${rto_max:+, rto_max $rto_max}; logs in $logs"
 
 for ((i = 0; i < nodes; i++)); do
   # setsid: each node's launcher leads a process group of its own, so cleanup can stop all of it.
