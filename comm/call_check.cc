@@ -73,7 +73,8 @@ std::string CallSignature::describe_row(const Row& row) {
   return text + ")";
 }
 
-std::optional<std::string> find_mismatch(const std::vector<CallSignature::Row>& rows, const std::string& group) {
+std::optional<std::string> find_mismatch(const std::vector<CallSignature::Row>& rows, const std::string& group,
+                                         DataFate fate) {
   // The distinct calls, in order of the lowest rank making each, with the ranks making it.
   std::vector<std::pair<CallSignature::Row, std::vector<int>>> calls;
   for (size_t r = 0; r < rows.size(); ++r) {
@@ -91,9 +92,10 @@ std::optional<std::string> find_mismatch(const std::vector<CallSignature::Row>& 
   }
   return fmt::format(
       "{}: the ranks called different collectives: {}. Every rank must issue the same collectives in the same order, "
-      "with the same dtype, element count, root and reduce op (no data was sent; TINYDDP_DESYNC_CHECK=0 turns this "
-      "check off)",
-      group, fmt::join(sides, "; "));
+      "with the same dtype, element count, root and reduce op ({}; TINYDDP_DESYNC_CHECK=0 turns this check off)",
+      group, fmt::join(sides, "; "),
+      fate == DataFate::kNotSent ? "no data was sent"
+                                 : "no tensor was changed: each rank dropped the data that came with the call records");
 }
 
 bool call_check_default() {
@@ -118,14 +120,24 @@ bool CallCheck::agree(Store& store, int rank, int size, std::optional<bool> requ
 CallCheck::CallCheck(std::string group, int rank, int size, Exchange exchange)
     : group_(std::move(group)), rank_(rank), size_(size), exchange_(std::move(exchange)) {}
 
+CallSignature::Row CallCheck::next_row(const CallSignature& call) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return call.encode(next_++);
+}
+
+void CallCheck::compare(const std::vector<Row>& rows, DataFate fate) const {
+  if (auto mismatch = find_mismatch(rows, group_, fate)) throw CollectiveMismatchError(*mismatch);
+}
+
 void CallCheck::verify(const CallSignature& call) {
   std::vector<Row> rows(static_cast<size_t>(size_), Row{});
+  DataFate fate;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     rows[static_cast<size_t>(rank_)] = call.encode(next_++);
-    exchange_(rows);
+    fate = exchange_(rows);
   }
-  if (auto mismatch = find_mismatch(rows, group_)) throw CollectiveMismatchError(*mismatch);
+  compare(rows, fate);
 }
 
 }  // namespace tinyddp::comm

@@ -10,7 +10,8 @@
 // raises the same CollectiveMismatchError, naming the ranks on each side and the calls they
 // made, and the group stays usable. Where the check runs is the backend's choice, as is the
 // side channel (ProcessGroup::enable_call_check): Gloo checks on its worker thread just before
-// the data moves, on its small-allreduce mesh; NCCL checks on the calling thread before it
+// the data moves, and on two ranks the row travels in the same message as a small allreduce's
+// data (so the check costs no extra round trip); NCCL checks on the calling thread before it
 // queues the collective, over a small Gloo group of its own, so no CUDA stream ever waits for
 // it. On by default (ProcessGroupOptions::check_calls; TINYDDP_DESYNC_CHECK=0 turns it off).
 // docs/comm.md, "Desync detection", says more; bench/README.md, "Desync check", measures it.
@@ -34,10 +35,17 @@ class CollectiveMismatchError : public Error {
   explicit CollectiveMismatchError(const std::string& message) : Error(message) {}
 };
 
+// What happened to the tensors' data when a mismatch was found, for the message's end.
+enum class DataFate {
+  kNotSent,  // the rows travelled alone, before any data
+  kDropped,  // the data travelled with the rows and every rank dropped what it received
+};
+
 // `rows` holds one encoded row per rank (rank r at r). Returns the error message when they
 // differ ("ProcessGroupGloo: the ranks called different collectives: rank 0 called broadcast
 // (...); rank 1 called allreduce (...) ..."), else nothing. `group` names the group.
-std::optional<std::string> find_mismatch(const std::vector<CallSignature::Row>& rows, const std::string& group);
+std::optional<std::string> find_mismatch(const std::vector<CallSignature::Row>& rows, const std::string& group,
+                                         DataFate fate = DataFate::kNotSent);
 
 // The default of ProcessGroupOptions::check_calls: true unless TINYDDP_DESYNC_CHECK is "0".
 bool call_check_default();
@@ -47,9 +55,10 @@ class CallCheck {
  public:
   using Row = CallSignature::Row;
   // Swaps rows over the side channel: `rows` has one row per rank, this rank's filled in and
-  // the others zero; afterwards every rank's is there. Throws (a TimeoutError within the
-  // group's timeout) when the exchange fails.
-  using Exchange = std::function<void(std::vector<Row>& rows)>;
+  // the others zero; afterwards every rank's is there. Returns whether data travelled with
+  // the rows (the same on every rank). Throws (a TimeoutError within the group's timeout)
+  // when the exchange fails.
+  using Exchange = std::function<DataFate(std::vector<Row>& rows)>;
 
   // Collective, when a group of more than one rank is made: whether the check runs, as
   // `requested` (unset: call_check_default()) says on every rank. Throws, on every rank and
@@ -59,10 +68,13 @@ class CallCheck {
 
   CallCheck(std::string group, int rank, int size, Exchange exchange);
 
-  // The check of the next call: its row, the exchange, the comparison; throws
-  // CollectiveMismatchError (the same on every rank) when the rows differ. Calls are numbered
-  // in the order they reach verify, which must be the same on every rank: the order the
-  // backend runs them in.
+  // The row of the next call, counting it: for a backend whose own messages carry the rows.
+  Row next_row(const CallSignature& call);
+  // Throws CollectiveMismatchError (the same on every rank) when the rows differ.
+  void compare(const std::vector<Row>& rows, DataFate fate = DataFate::kNotSent) const;
+  // The whole check of the next call: its row, the exchange, the comparison. Calls are
+  // numbered in the order they reach verify (or next_row), which must be the same on every
+  // rank: the order the backend runs them in.
   void verify(const CallSignature& call);
 
  private:

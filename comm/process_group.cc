@@ -277,6 +277,7 @@ void exchange_rows_by_sum(std::vector<CallSignature::Row>& rows, int rank, Tenso
 CallCheck::Exchange exchange_rows_over(std::shared_ptr<ProcessGroup> side) {
   return [side = std::move(side), buffer = Tensor()](std::vector<CallSignature::Row>& rows) mutable {
     exchange_rows_by_sum(rows, side->rank(), buffer, [&](const Tensor& t) { side->allreduce(t)->wait(); });
+    return DataFate::kNotSent;
   };
 }
 

@@ -23,7 +23,8 @@
 # 200 ms) and turns delayed ACKs off there (quickack), as datacenter hosts often do: a delayed
 # ACK (up to 40 ms) enters TCP's RTT estimate, which then sets the timeout far above rto_min.
 # --rto_max caps the timeout as it backs off (net.ipv4.tcp_rto_max_ms in each node, Linux 6.15
-# and later; Linux's cap is 120 s). Both matter under heavy loss: a segment lost 8 times in a
+# and later; Linux's cap is 120 s), raising tcp_retries2 (up to 255) so that Linux does not give
+# up on a connection much sooner than its default 15 minutes. Both matter under heavy loss: a segment lost 8 times in a
 # row waits 255 timeouts, and with a timeout of 300 ms (srtt + 4 rttvar after one lost
 # handshake ACK or a few delayed ACKs) that is 77 s, past a job's collective timeout.
 #
@@ -66,6 +67,13 @@ fi
 if [ -n "$rto_max" ]; then
   [[ "$rto_max" =~ ^([0-9]+)ms$ ]] && ((BASH_REMATCH[1] >= 1)) || { echo "sim_cluster: --rto_max must be a whole number of ms (e.g. 1000ms), got '$rto_max'" >&2; exit 2; }
   rto_max_ms="${BASH_REMATCH[1]}"
+  # Linux gives up on a connection (ETIMEDOUT) once a loss episode has lasted as long as
+  # tcp_retries2 (15) timeouts backing off from 200 ms up to the cap: about 15 minutes with the
+  # 120 s cap, 14 s with a 1 s one, which heavy loss on a busy connection reaches while TCP still
+  # makes progress. Each capped timeout gets one more retry, up to Linux's limit of 255: 15
+  # minutes again, or with a cap below 3.6 s about 255 capped timeouts (4 minutes for 1 s).
+  retries2=$((15 + 924600 / rto_max_ms))
+  ((retries2 <= 255)) || retries2=255
   if [ ! -e /proc/sys/net/ipv4/tcp_rto_max_ms ]; then
     echo "sim_cluster: note: this kernel ($(uname -r)) has no net.ipv4.tcp_rto_max_ms (Linux 6.15 and later); --rto_max ignored, TCP's timeout backs off up to 120 s" >&2
     rto_max=""
@@ -126,7 +134,7 @@ for ((i = 0; i < nodes; i++)); do
   ip -n "$ns" link set eth0 up
   ip -n "$ns" link set lo up
   [ -z "$rto_min" ] || ip -n "$ns" route replace "$subnet/24" dev eth0 rto_min "$rto_min" quickack 1
-  [ -z "$rto_max" ] || ip netns exec "$ns" sysctl -qw net.ipv4.tcp_rto_max_ms="$rto_max_ms"
+  [ -z "$rto_max" ] || ip netns exec "$ns" sysctl -qw net.ipv4.tcp_rto_max_ms="$rto_max_ms" net.ipv4.tcp_retries2="$retries2"
   # Shaping, on each node's way out: netem (or link_delay) for the delay, tbf for the rate.
   delay_by_netem=""
   if [ -n "$delay" ] && ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: netem delay "${delay_us}us" 2>/dev/null; then

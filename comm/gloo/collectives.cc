@@ -35,6 +35,12 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce_impl(const std::vector<Tensor>
   const int64_t total = call.signature->numel;
   // CPU tensors only: a CUDA tensor pays its staging copies anyway.
   if (small_allreduce_ && tensors[0].is_cpu() && detail::SmallAllreduce::takes(tensors[0].dtype(), total) && total > 0) {
+    if (size_ == 2) {
+      const CallSignature signature = *call.signature;
+      return enqueue(std::move(call), [this, tensors, op, total, signature](uint32_t) {
+        pair_allreduce(tensors, op, total, signature);
+      }, {}, /*checks_itself=*/true);
+    }
     return enqueue(std::move(call), [this, tensors, op, total](uint32_t) { small_allreduce_->run(tensors, op, total); });
   }
   return enqueue(std::move(call), [this, tensors, op, total](uint32_t) {

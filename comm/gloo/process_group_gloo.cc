@@ -11,10 +11,12 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstring>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "tinyddp/comm/flatten.h"
 #include "tinyddp/comm/gloo/ring_allreduce.h"
 #include "tinyddp/comm/gloo/peer_addresses.h"
 #include "tinyddp/comm/gloo/small_allreduce.h"
@@ -25,6 +27,8 @@ namespace tinyddp::comm {
 
 using tensor::DType;
 using tensor::NoGradGuard;
+using detail::flatten_all;
+using detail::reduce_function;
 using detail::with_element_type;
 
 namespace {
@@ -84,10 +88,10 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   }
   // The desync check, if every rank asks for it. Its rows travel on the small mesh (more than
   // two ranks), so a group too large for it (over a thousand ranks) goes unchecked.
-  const bool rows_fit = detail::SmallAllreduce::takes(tensor::kInt64, static_cast<int64_t>(size * CallSignature::kWords));
+  const bool rows_fit = size == 2 || detail::SmallAllreduce::takes(tensor::kInt64, static_cast<int64_t>(size * CallSignature::kWords));
   if (size > 1 && CallCheck::agree(*store_, rank, size, rows_fit ? options_.check_calls() : false, "ProcessGroupGloo")) {
     enable_call_check(std::make_unique<CallCheck>("ProcessGroupGloo", rank, size,
-                                                  [this](std::vector<CallSignature::Row>& rows) { exchange_call_rows(rows); }),
+                                                  [this](std::vector<CallSignature::Row>& rows) { return exchange_call_rows(rows); }),
                       CheckAt::kBackend);
   }
   // The worker stages CUDA tensors: it works on its creator's device from its start
@@ -184,7 +188,7 @@ void ProcessGroupGloo::worker_loop() {
     const uint32_t seq = tag++;
     const auto started = Clock::now();
     try {
-      if (call_check() != nullptr && item.signature) call_check()->verify(*item.signature);
+      if (call_check() != nullptr && item.signature && !item.checks_itself) call_check()->verify(*item.signature);
       item.run(seq);
       item.work->finish();
     } catch (const CollectiveMismatchError& e) {
@@ -197,9 +201,75 @@ void ProcessGroupGloo::worker_loop() {
   }
 }
 
-void ProcessGroupGloo::exchange_call_rows(std::vector<CallSignature::Row>& rows) {
+namespace {
+// The two-rank message of the desync check: this rank's row, then how many bytes of data follow.
+constexpr size_t kRowBytes = sizeof(CallSignature::Row);
+constexpr size_t kPrefixBytes = kRowBytes + sizeof(int64_t);
+
+void write_prefix(std::vector<char>& message, const CallSignature::Row& row, size_t data_bytes) {
+  message.resize(kPrefixBytes + data_bytes);
+  const auto bytes = static_cast<int64_t>(data_bytes);
+  std::memcpy(message.data(), row.data(), kRowBytes);
+  std::memcpy(message.data() + kRowBytes, &bytes, sizeof(bytes));
+}
+
+size_t data_bytes_after(const char* prefix) {
+  int64_t bytes = 0;
+  std::memcpy(&bytes, prefix + kRowBytes, sizeof(bytes));
+  TDDP_CHECK(bytes >= 0 && bytes <= detail::SmallAllreduce::kMaxBytes,
+             "the peer's call record announces {} bytes of data: not a tinyddp peer, or a corrupted stream", bytes);
+  return static_cast<size_t>(bytes);
+}
+
+CallSignature::Row row_of(const std::vector<char>& message) {
+  CallSignature::Row row{};
+  std::memcpy(row.data(), message.data(), kRowBytes);
+  return row;
+}
+}  // namespace
+
+DataFate ProcessGroupGloo::exchange_call_rows(std::vector<CallSignature::Row>& rows) {
+  if (size_ == 2) {
+    write_prefix(pair_out_, rows[static_cast<size_t>(rank_)], 0);
+    ring_allreduce_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes, data_bytes_after, pair_in_,
+                          options_.timeout());
+    rows[static_cast<size_t>(1 - rank_)] = row_of(pair_in_);
+    // The peer may have sent a small allreduce's data with its record (and now drops ours).
+    return pair_in_.size() > kPrefixBytes ? DataFate::kDropped : DataFate::kNotSent;
+  }
   exchange_rows_by_sum(rows, rank_, call_rows_,
                        [this](const Tensor& t) { small_allreduce_->run({t}, ReduceOp::kSum, t.numel()); });
+  return DataFate::kNotSent;
+}
+
+void ProcessGroupGloo::pair_allreduce(const std::vector<Tensor>& tensors, ReduceOp op, int64_t total,
+                                      const CallSignature& call) {
+  const Tensor flat =
+      tensors.size() == 1 && tensors[0].is_contiguous() ? tensors[0].clone().view({total}) : flatten_all(tensors);
+  std::vector<CallSignature::Row> rows(2);
+  const auto mine = static_cast<size_t>(rank_), theirs = static_cast<size_t>(1 - rank_);
+  if (call_check() != nullptr) rows[mine] = call_check()->next_row(call);  // else a zero row, never compared
+  write_prefix(pair_out_, rows[mine], flat.nbytes());
+  std::memcpy(pair_out_.data() + kPrefixBytes, flat.raw_data_ptr(), flat.nbytes());
+  ring_allreduce_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes, data_bytes_after, pair_in_, options_.timeout());
+  rows[theirs] = row_of(pair_in_);
+  if (call_check() != nullptr) call_check()->compare(rows, DataFate::kDropped);  // throws before any tensor changed
+  // Without the check a size mismatch is still refused here rather than read past the data.
+  TDDP_CHECK(pair_in_.size() - kPrefixBytes == flat.nbytes(),
+             "rank {} sent {} bytes where this rank sent {}: the ranks allreduce different sizes (the desync check, off "
+             "here, would name both calls)",
+             1 - rank_, pair_in_.size() - kPrefixBytes, flat.nbytes());
+  // Rank 0's values come first on both ranks, so both hold the same bits (whatever the op
+  // does with NaNs).
+  const char* received = pair_in_.data() + kPrefixBytes;
+  const void* first = rank_ == 0 ? flat.raw_data_ptr() : received;
+  const void* second = rank_ == 0 ? received : flat.raw_data_ptr();
+  with_element_type(flat.dtype(), "allreduce", [&](auto type_tag) {
+    using T = decltype(type_tag);
+    reduce_function<T>(op)(flat.raw_data_ptr(), first, second, static_cast<size_t>(total));
+  });
+  if (op == ReduceOp::kAvg) flat.div_(2.0);
+  unflatten_into(flat, tensors);
 }
 
 std::exception_ptr ProcessGroupGloo::failure(const Work& work, const std::exception& e, Clock::time_point started) const {
@@ -222,7 +292,7 @@ std::exception_ptr ProcessGroupGloo::failure(const Work& work, const std::except
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::enqueue(Call call, std::function<void(uint32_t)> run,
-                                                const std::vector<Tensor>& tensors) {
+                                                const std::vector<Tensor>& tensors, bool checks_itself) {
   auto work = std::make_shared<Work>(std::move(call.what));
   std::vector<tensor::cuda::StreamMark> marks;
   for (const Tensor& t : tensors) {
@@ -236,7 +306,7 @@ std::shared_ptr<Work> ProcessGroupGloo::enqueue(Call call, std::function<void(ui
     const bool chained = std::this_thread::get_id() == worker_.get_id();
     // (A chain still running when shutdown began may go on: the worker drains it.)
     TDDP_CHECK(!stopping_ || chained, "ProcessGroupGloo: {} issued while the group is shutting down", work->description());
-    (chained ? chained_ : queue_).push_back(Item{work, call.signature, std::move(run), std::move(marks)});
+    (chained ? chained_ : queue_).push_back(Item{work, call.signature, checks_itself, std::move(run), std::move(marks)});
   }
   queue_cv_.notify_one();
   return work;

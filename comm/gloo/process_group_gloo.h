@@ -6,7 +6,9 @@
 // so bfloat16 works too).
 //
 // The desync check (call_check.h) runs on the worker, just before each collective's data
-// moves; its side channel is the small-allreduce mesh (an exchange of the call records).
+// moves. Its side channel: on two ranks the ring's connections, where each call record
+// travels in the same message as a small allreduce's data (one message each way, with the
+// check or without it); on more, an exchange of the records on the small-allreduce mesh.
 //
 // CUDA tensors are accepted too, staged through host memory: the worker copies them to the
 // host (waiting for the kernels queued on their device, not blocking the caller), runs the
@@ -68,14 +70,20 @@ class ProcessGroupGloo final : public ProcessGroup {
 
  private:
   // Queues `run` for the worker; the returned Work finishes when it has run. The worker first
-  // runs the desync check on the call's signature. For the CUDA tensors among `tensors`, a
+  // runs the desync check on the call's signature, unless `run` carries the check itself
+  // (checks_itself: pair_allreduce). For the CUDA tensors among `tensors`, a
   // mark is recorded now on their device's compute stream: the worker copies them to the host
   // once the work queued before the collective has run, not what the caller queues after it
   // (docs/comm.md, "Gloo and CUDA tensors").
-  std::shared_ptr<Work> enqueue(Call call, std::function<void(uint32_t tag)> run, const std::vector<Tensor>& tensors = {});
-  // The desync check's side channel (CallCheck::Exchange): the rows summed on the small
-  // mesh (each rank fills its own row of a zeroed buffer).
-  void exchange_call_rows(std::vector<CallSignature::Row>& rows);
+  std::shared_ptr<Work> enqueue(Call call, std::function<void(uint32_t tag)> run, const std::vector<Tensor>& tensors = {},
+                                bool checks_itself = false);
+  // The desync check's side channel (CallCheck::Exchange): the rows alone, on the ring's
+  // connections (two ranks) or the small mesh (more).
+  DataFate exchange_call_rows(std::vector<CallSignature::Row>& rows);
+  // A small allreduce on two ranks: one message each way on the ring's connections, the
+  // call's row (the desync check's, or zeros without it) followed by the data; the rows are
+  // compared before any tensor changes, and both ranks reduce in rank order.
+  void pair_allreduce(const std::vector<Tensor>& tensors, ReduceOp op, int64_t total, const CallSignature& call);
   void worker_loop();
 
   using Clock = std::chrono::steady_clock;
@@ -105,14 +113,18 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::unique_ptr<detail::RingAllreduce> ring_allreduce_;
   // Which rank is behind each address Gloo's errors print.
   std::unique_ptr<detail::PeerAddresses> peers_;
-  // The worker's buffer of size() encoded rows for the desync check (exchange_rows_by_sum).
+  // Buffers of the worker: size() encoded rows for the desync check on the small mesh
+  // (exchange_rows_by_sum); the
+  // two-rank messages (pair_allreduce, the check's rows), out and in.
   Tensor call_rows_;
+  std::vector<char> pair_out_, pair_in_;
 
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
   struct Item {
     std::shared_ptr<Work> work;
     std::optional<CallSignature> signature;
+    bool checks_itself = false;
     std::function<void(uint32_t)> run;
     std::vector<tensor::cuda::StreamMark> marks;  // one per CUDA device the collective reads
   };

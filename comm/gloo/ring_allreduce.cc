@@ -129,7 +129,7 @@ void RingAllreduce::fail(const std::string& message, bool timed_out) {
   raise(message, timed_out);
 }
 
-void RingAllreduce::exchange(const char* send_data, size_t send_bytes, char* recv_data, size_t recv_bytes,
+void RingAllreduce::exchange(const char* send_data, size_t send_bytes, char* recv_data, const size_t& recv_bytes,
                              Clock::time_point deadline, const std::function<void(size_t)>& on_receive) {
   const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
   size_t sent = 0, received = 0;
@@ -218,6 +218,28 @@ void RingAllreduce::run(void* data, size_t count, size_t element_size, const Red
     const size_t out = chunk(rank_ + 1 - s), in = chunk(rank_ - s);
     exchange(at(out), length(out), at(in), length(in), deadline, nullptr);
   }
+}
+
+void RingAllreduce::swap(const std::vector<char>& message, size_t prefix_bytes, size_t max_rest_bytes,
+                         const std::function<size_t(const char*)>& rest_of, std::vector<char>& received,
+                         std::chrono::milliseconds timeout) {
+  TDDP_CHECK(size_ == 2, "RingAllreduce::swap is for two ranks, not {}", size_);
+  if (!broken_.empty()) raise("an earlier exchange failed, so the connections are unusable: " + broken_, broken_by_timeout_);
+  const auto deadline = Clock::now() + timeout;
+  size_t expected = prefix_bytes;  // grows to the whole message once its prefix is in
+  received.resize(prefix_bytes + max_rest_bytes);  // room for the longest message: exchange writes in place
+  exchange(message.data(), message.size(), received.data(), expected, deadline, [&](size_t got) {
+    if (expected != prefix_bytes || got < prefix_bytes) return;
+    size_t rest = 0;
+    try {
+      rest = rest_of(received.data());
+    } catch (const std::exception& e) {
+      fail(e.what(), false);
+    }
+    if (rest > max_rest_bytes) fail(fmt::format("the peer announced {} bytes, more than the {} expected", rest, max_rest_bytes), false);
+    expected = prefix_bytes + rest;
+  });
+  received.resize(expected);
 }
 
 }  // namespace tinyddp::comm::detail

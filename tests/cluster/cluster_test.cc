@@ -197,20 +197,22 @@ TEST_CASE("cluster: a rank frozen by SIGSTOP: the other names it, and the frozen
   CHECK(!still_running(3));
 }
 
-TEST_CASE("cluster: 30% packet loss on every link: training completes, slower, with identical results", "[cluster][faults]") {
+// Trains on 2 nodes whose links drop `loss` of the packets arriving at each node, and checks
+// that training completes with the parameters of one node, and that both links dropped packets.
+// TCP retransmits (rto_min 5 ms without delayed ACKs, its backoff capped at 1 s, as datacenter
+// hosts often set it: with Linux's defaults one segment lost 8 times in a row stalls for
+// minutes; see docs/launcher.md). Timeouts are long: this is about surviving.
+void train_through_loss(const std::string& loss, const std::string& widths) {
   if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
   if (run_command("command -v nft").exit_code != 0) TINYDDP_SKIP("nft (nftables) is not installed: run scripts/setup.sh");
-  // Every packet arriving at a node is dropped with probability 0.3; TCP retransmits (rto_min
-  // 5 ms without delayed ACKs, and its backoff capped at 1 s, as datacenter hosts often set it:
-  // with Linux's defaults one segment lost 8 times in a row stalls for minutes; see
-  // docs/launcher.md). Timeouts are long: this is about surviving.
-  const std::string train = "examples/train --widths 32,64,4 --steps 20 --log_every 20 --timeout 150 --save ";
+  const std::string train = "examples/train --widths " + widths + " --steps 20 --log_every 20 --timeout 150 --save ";
   const std::string lossy = temp_path("lossy.safetensors");
-  const CommandResult cluster = run_command(
-      sim("--nodes 2 --nproc_per_node 1 --loss 30% --rto_min 5ms --rto_max 1000ms --launch_args '--rdzv_timeout 240'", train + lossy));
+  const CommandResult cluster = run_command(sim("--nodes 2 --nproc_per_node 1 --loss " + loss +
+                                                    " --rto_min 5ms --rto_max 1000ms --launch_args '--rdzv_timeout 240'",
+                                                train + lossy));
   INFO(cluster.output);
   REQUIRE(cluster.exit_code == 0);
-  CHECK_THAT(cluster.output, Contains("loss 30%"));
+  CHECK_THAT(cluster.output, Contains("loss " + loss));
   CHECK_THAT(cluster.output, Contains("[node 0] [rank 0] done: 20 steps"));
   // Packets were really lost, on both nodes' links.
   for (const int node : {0, 1}) {
@@ -221,6 +223,18 @@ TEST_CASE("cluster: 30% packet loss on every link: training completes, slower, w
   }
   require_removed(tag_of(cluster.output));
   CHECK(difference_from_one_node(2, train, lossy) == 0.0);  // the same computation; TCP delivered every byte
+}
+
+TEST_CASE("cluster: 30% packet loss on every link: training completes, slower, with identical results", "[cluster][faults]") {
+  // 2372 parameters: each step's gradients (9.5 KB) and the desync check's records go as one
+  // message each way.
+  train_through_loss("30%", "32,64,4");
+}
+
+TEST_CASE("cluster: 10% packet loss on every link with 76 KB of gradients per step: the ring's large allreduce completes, with identical results", "[cluster][faults]") {
+  // 18948 parameters: one bucket over the small allreduce's 64 KB, so it goes around the ring
+  // in chunks, many segments each way.
+  train_through_loss("10%", "32,512,4");
 }
 
 TEST_CASE("cluster: a 0.5 ms delay on every link: each packet waits at least that long, results are identical", "[cluster]") {
