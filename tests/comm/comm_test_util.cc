@@ -10,11 +10,45 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <thread>
 
 namespace tinyddp::testing {
+
+void Expectations::expect_contains(const std::string& text, const std::string& part, const std::string& what) {
+  if (text.find(part) == std::string::npos) failures.push_back(fmt::format("{} does not contain \"{}\": {}", what, part, text));
+}
+
+void Expectations::expect_close(const tensor::Tensor& actual, const tensor::Tensor& expected, const std::string& what,
+                                double rtol, double atol) {
+  if (!actual.defined() || !expected.defined()) {
+    failures.push_back(fmt::format("{}: {} tensor is undefined", what, actual.defined() ? "the expected" : "the actual"));
+    return;
+  }
+  if (actual.sizes() != expected.sizes() || actual.dtype() != expected.dtype()) {
+    failures.push_back(fmt::format("{}: {} {}, expected {} {}", what, tensor::dtype_name(actual.dtype()), actual.sizes(),
+                                   tensor::dtype_name(expected.dtype()), expected.sizes()));
+    return;
+  }
+  const std::vector<double> a = actual.to(tensor::kCPU).to(tensor::kFloat64).contiguous().to_vector<double>();
+  const std::vector<double> b = expected.to(tensor::kCPU).to(tensor::kFloat64).contiguous().to_vector<double>();
+  size_t worst = 0;
+  double worst_excess = 0.0;  // how far past its tolerance the worst element is
+  for (size_t i = 0; i < a.size(); ++i) {
+    // A NaN on either side fails, as in tensor::allclose and tensor::equal.
+    const double excess = std::isnan(a[i]) || std::isnan(b[i]) ? INFINITY : std::abs(a[i] - b[i]) - (atol + rtol * std::abs(b[i]));
+    if (excess > worst_excess) {
+      worst = i;
+      worst_excess = excess;
+    }
+  }
+  if (worst_excess > 0.0) {
+    failures.push_back(fmt::format("{}: element {} of {} is {}, expected {} (difference {:.3g}; rtol {}, atol {})", what, worst,
+                                   a.size(), a[worst], b[worst], a[worst] - b[worst], rtol, atol));
+  }
+}
 
 std::vector<std::string> run_threads(int size, const RankFn& fn, comm::Millis timeout) {
   auto store = std::make_shared<comm::HashStore>();
@@ -154,9 +188,18 @@ size_t RecordingGroup::count(const std::string& op) const {
   return static_cast<size_t>(std::count_if(calls_.begin(), calls_.end(), [&](const Call& c) { return c.op == op; }));
 }
 
-void RecordingGroup::record(const char* op, int64_t numel) {
+void RecordingGroup::note(const std::string& event) { record(event, nullptr); }
+
+void RecordingGroup::clear() {
   std::lock_guard<std::mutex> lock(mutex_);
-  calls_.push_back(Call{op, numel, std::chrono::steady_clock::now(), std::this_thread::get_id()});
+  calls_.clear();
+}
+
+void RecordingGroup::record(std::string op, const tensor::Tensor* first) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  calls_.push_back(Call{std::move(op), first != nullptr ? first->numel() : 0,
+                        first != nullptr ? first->raw_data_ptr() : nullptr, std::chrono::steady_clock::now(),
+                        std::this_thread::get_id()});
 }
 
 using comm::ReduceOp;
@@ -164,46 +207,46 @@ using comm::Work;
 using tensor::Tensor;
 
 std::shared_ptr<Work> RecordingGroup::allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, comm::Call) {
-  record("allreduce", tensors.front().numel());
+  record("allreduce", &tensors.front());
   return inner_->allreduce(tensors, op);
 }
 std::shared_ptr<Work> RecordingGroup::broadcast_impl(const Tensor& tensor, int root, comm::Call) {
-  record("broadcast", tensor.numel());
+  record("broadcast", &tensor);
   return inner_->broadcast(tensor, root);
 }
 std::shared_ptr<Work> RecordingGroup::allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, comm::Call) {
-  record("allgather", input.numel());
+  record("allgather", &input);
   return inner_->allgather(outputs, input);
 }
 std::shared_ptr<Work> RecordingGroup::gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
                                                   comm::Call) {
-  record("gather", input.numel());
+  record("gather", &input);
   return inner_->gather(outputs, input, root);
 }
 std::shared_ptr<Work> RecordingGroup::scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
                                                    comm::Call) {
-  record("scatter", output.numel());
+  record("scatter", &output);
   return inner_->scatter(output, inputs, root);
 }
 std::shared_ptr<Work> RecordingGroup::reduce_impl(const Tensor& tensor, int root, ReduceOp op, comm::Call) {
-  record("reduce", tensor.numel());
+  record("reduce", &tensor);
   return inner_->reduce(tensor, root, op);
 }
 std::shared_ptr<Work> RecordingGroup::reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
                                                           ReduceOp op, comm::Call) {
-  record("reduce_scatter", output.numel());
+  record("reduce_scatter", &output);
   return inner_->reduce_scatter(output, inputs, op);
 }
 std::shared_ptr<Work> RecordingGroup::barrier_impl(comm::Call) {
-  record("barrier", 0);
+  record("barrier", nullptr);
   return inner_->barrier();
 }
 std::shared_ptr<Work> RecordingGroup::send_impl(const Tensor& tensor, int dst, int tag, comm::Call) {
-  record("send", tensor.numel());
+  record("send", &tensor);
   return inner_->send(tensor, dst, tag);
 }
 std::shared_ptr<Work> RecordingGroup::recv_impl(const Tensor& tensor, int src, int tag, comm::Call) {
-  record("recv", tensor.numel());
+  record("recv", &tensor);
   return inner_->recv(tensor, src, tag);
 }
 std::shared_ptr<comm::ProcessGroup> RecordingGroup::create_subgroup(int, int, int) {

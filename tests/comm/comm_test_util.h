@@ -12,18 +12,33 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "tinyddp/comm/gloo/process_group_gloo.h"
 #include "tinyddp/comm/tcp_store.h"
 #include "tests/test_util.h"
 
 namespace tinyddp::testing {
 
-// Collects a rank's failed expectations.
+// Collects a rank's failed expectations, with the values involved: the ranks' stand-in for
+// Catch2's CHECK, which prints "got X, expected Y" where a bare condition would print nothing.
 class Expectations {
  public:
   void expect(bool ok, const std::string& what) {
     if (!ok) failures.push_back(what);
   }
+  // actual == expected; both are printed (fmt: numbers, strings, vectors, pairs).
+  template <typename A, typename B>
+  void expect_eq(const A& actual, const B& expected, const std::string& what) {
+    if (!(actual == expected)) failures.push_back(fmt::format("{}: got {}, expected {}", what, actual, expected));
+  }
+  // `text` contains `part`; the whole text is printed when it does not.
+  void expect_contains(const std::string& text, const std::string& part, const std::string& what = "message");
+  // Same shape and every element within atol + rtol * |expected| (0, 0: bitwise equal values);
+  // a failure names the worst element, both values and the difference.
+  void expect_close(const tensor::Tensor& actual, const tensor::Tensor& expected, const std::string& what,
+                    double rtol = 0.0, double atol = 0.0);
   std::vector<std::string> failures;
 };
 
@@ -55,12 +70,14 @@ inline std::shared_ptr<comm::ProcessGroup> borrow(comm::ProcessGroup& pg) {
 }
 
 // A group that passes every call on to `inner` (its public collectives) and records each
-// call: its name, the elements of its first tensor, when and on which thread it was issued.
+// call: its name, the elements and data of its first tensor, when and on which thread it was
+// issued. Tests may interleave events of their own (`note`), to see what came before what.
 class RecordingGroup final : public comm::ProcessGroup {
  public:
   struct Call {
-    std::string op;
+    std::string op;  // "allreduce", ..., or a noted event
     int64_t numel = 0;
+    const void* data = nullptr;  // the first tensor's data (which bucket an allreduce reduces)
     std::chrono::steady_clock::time_point at;
     std::thread::id thread;
   };
@@ -70,6 +87,8 @@ class RecordingGroup final : public comm::ProcessGroup {
   void check_calls_at_issue(std::shared_ptr<comm::ProcessGroup> side);
   std::vector<Call> calls() const;
   size_t count(const std::string& op) const;
+  void note(const std::string& event);
+  void clear();
 
  protected:
   using Work = comm::Work;
@@ -91,7 +110,7 @@ class RecordingGroup final : public comm::ProcessGroup {
   std::shared_ptr<ProcessGroup> create_subgroup(int id, int rank, int size) override;
 
  private:
-  void record(const char* op, int64_t numel);
+  void record(std::string op, const tensor::Tensor* first);
   std::shared_ptr<comm::ProcessGroup> inner_;
   mutable std::mutex mutex_;
   std::vector<Call> calls_;

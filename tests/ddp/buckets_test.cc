@@ -21,7 +21,8 @@ using testing::Expectations;
 using testing::borrow;
 using testing::require_no_failures;
 using testing::run_threads;
-using testing::PointerRecordingGroup;
+using testing::RecordingGroup;
+using testing::events_of;
 using testing::pointer_event;
 using testing::TwoHeads;
 using Catch::Contains;
@@ -70,25 +71,27 @@ TEST_CASE("bucket views alias the contents; gradient_as_bucket_view makes .grad 
         const Tensor view = reducer.snapshot().bucket_views[i];
         bool inside = false;
         for (const Tensor& c : contents) inside |= view.shares_storage(c);
-        e.expect(inside && view.sizes() == params[i].sizes(), "view " + std::to_string(i) + " is not a slot of a bucket");
+        e.expect(inside, fmt::format("view {} lies in no bucket's contents", i));
+        e.expect_eq(view.sizes(), params[i].sizes(), fmt::format("view {}'s sizes", i));
       }
       loss.backward();
       for (size_t i = 0; i < params.size(); ++i) {
         const bool aliases = params[i].grad().shares_storage(reducer.snapshot().bucket_views[i]) &&
                              params[i].grad().storage_offset() == reducer.snapshot().bucket_views[i].storage_offset();
         e.expect(aliases == as_view, fmt::format("param {}: .grad aliases its bucket view: {} (gradient_as_bucket_view {})", i, aliases, as_view));
-        e.expect(tensor::equal(params[i].grad(), reducer.snapshot().bucket_views[i]), "param " + std::to_string(i) + ": .grad differs from its view");
+        e.expect_close(params[i].grad(), reducer.snapshot().bucket_views[i], fmt::format("param {}: .grad against its view", i));
       }
       // Writing into the contents shows through the view.
       contents[0].fill_(3);
-      e.expect(reducer.snapshot().bucket_views[reducer.snapshot().assignment.buckets[0][0]].to_vector<float>()[0] == 3, "write through contents");
+      e.expect_eq(reducer.snapshot().bucket_views[reducer.snapshot().assignment.buckets[0][0]].to_vector<float>()[0], 3.0f,
+                  "the first view's first element after filling the contents with 3");
     }
   }));
 }
 
 TEST_CASE("buckets launch during backward, in bucket order, even when gradients arrive out of order", "[ddp][overlap]") {
   require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
-    PointerRecordingGroup recording(pg);
+    RecordingGroup recording(borrow(pg));
     // Three layers applied in the order 2, 0, 1, so gradients arrive 1, 0, 2 (not the assumed 2, 1, 0).
     tensor::manual_seed(1);
     auto l0 = std::make_shared<nn::Linear>(8, 8), l1 = std::make_shared<nn::Linear>(8, 8), l2 = std::make_shared<nn::Linear>(8, 8);
@@ -105,7 +108,7 @@ TEST_CASE("buckets launch during backward, in bucket order, even when gradients 
     // Tiny caps: every parameter its own bucket (6 buckets, index = reverse registration order).
     DistributedDataParallel ddp(model, borrow(recording), DDPOptions().first_bucket_cap_mb(1e-6).bucket_cap_mb(1e-6));
     const Reducer& reducer = ddp.reducer();
-    e.expect(reducer.snapshot().assignment.buckets.size() == 6, "expected 6 buckets");
+    e.expect_eq(reducer.snapshot().assignment.buckets, std::vector<std::vector<size_t>>{{5}, {4}, {3}, {2}, {1}, {0}}, "buckets");
     // Mark the moment backward reaches the first-applied layer (l2's weight gradient).
     l2->weight.register_hook([&](const Tensor&) {
       recording.note("backward reaches l2.weight");
@@ -113,21 +116,23 @@ TEST_CASE("buckets launch during backward, in bucket order, even when gradients 
     });
     // Scans the events of one backward: allreduce calls in order, and when l2 was reached.
     std::vector<std::string> expected;  // the current buckets' allreduce events, in index order
+    std::vector<std::string> events;    // everything one backward recorded
     const auto one_backward = [&](std::vector<std::string>& launches, size_t& reached_at) {
-      recording.events.clear();
+      recording.clear();
       const Tensor loss = nn::mse_loss(ddp(tensor::ones({4, 8})), tensor::zeros({4, 8}));
       expected.clear();  // after the forward, which may have rebuilt the buckets
       for (const Tensor& c : reducer.snapshot().bucket_contents) expected.push_back(pointer_event(c));
       loss.backward();
       launches.clear();
-      for (size_t k = 0; k < recording.events.size(); ++k) {
-        if (recording.events[k].rfind("allreduce", 0) == 0) launches.push_back(recording.events[k]);
-        if (recording.events[k] == "backward reaches l2.weight") reached_at = k;
+      events = events_of(recording);
+      for (size_t k = 0; k < events.size(); ++k) {
+        if (events[k].rfind("allreduce", 0) == 0) launches.push_back(events[k]);
+        if (events[k] == "backward reaches l2.weight") reached_at = k;
       }
     };
     const auto expect_bucket_order = [&](const std::vector<std::string>& launches, const std::string& when) {
       e.expect(launches.size() >= expected.size() && std::equal(expected.begin(), expected.end(), launches.begin()),
-               "allreduce calls are not in bucket index order " + when);
+               fmt::format("allreduce calls are not in bucket index order {}: {}, buckets {}", when, launches, expected));
     };
     std::vector<std::string> launches;
     size_t reached_at = 0;
@@ -141,9 +146,9 @@ TEST_CASE("buckets launch during backward, in bucket order, even when gradients 
     one_backward(launches, reached_at);
     e.expect(reducer.buckets_rebuilt(), "the second forward did not rebuild the buckets");
     expect_bucket_order(launches, "(iteration 2)");
-    e.expect(reached_at > 0 && recording.events[0].rfind("allreduce", 0) == 0,
-             "no allreduce was launched before backward reached the first layer (iteration 2)");
-    e.expect(reducer.snapshot().launch_order.size() == 6, "six launches");
+    e.expect(reached_at > 0 && events[0].rfind("allreduce", 0) == 0,
+             fmt::format("no allreduce was launched before backward reached the first layer (iteration 2): {}", events));
+    e.expect_eq(reducer.snapshot().launch_order.size(), size_t{6}, "launches");
   }));
 }
 
@@ -214,7 +219,7 @@ TEST_CASE("rebuilt buckets follow rank 0's arrival order when the ranks' orders 
 
 TEST_CASE("a bucket whose parameters are all unused is launched at the first gradient", "[ddp][unused][overlap]") {
   require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
-    PointerRecordingGroup recording(pg);
+    RecordingGroup recording(borrow(pg));
     tensor::manual_seed(3);
     auto model = std::make_shared<TwoHeads>();
     model->use_b = false;
@@ -223,7 +228,7 @@ TEST_CASE("a bucket whose parameters are all unused is launched at the first gra
     DistributedDataParallel ddp(model, borrow(recording),
                                 DDPOptions().find_unused_parameters(true).first_bucket_cap_mb(80.0 / (1 << 20)).bucket_cap_mb(40.0 / (1 << 20)));
     const auto buckets = ddp.reducer().snapshot().assignment.buckets;
-    e.expect(buckets.size() == 3 && buckets[0].size() == 4 && buckets[1].size() == 2, "unexpected bucket layout");
+    e.expect_eq(buckets, std::vector<std::vector<size_t>>{{7, 6, 5, 4}, {3, 2}, {1, 0}}, "buckets");
     for (Tensor* p : {&model->a->weight, &model->a->bias}) {
       p->register_hook([&recording](const Tensor&) {
         recording.note("a gradient of head a");
@@ -232,11 +237,11 @@ TEST_CASE("a bucket whose parameters are all unused is launched at the first gra
     }
     const Tensor out = ddp(tensor::ones({3, 4}));
     const std::string unused_bucket = pointer_event(ddp.reducer().snapshot().bucket_contents[0]);
-    recording.events.clear();
+    recording.clear();
     nn::mse_loss(out, tensor::zeros({3, 2})).backward();
     // Head a's two gradients arrive first; the unused bucket must go out at the first of them,
     // not wait for the second (which completes bucket 1).
-    std::vector<std::string>& ev = recording.events;
+    const std::vector<std::string> ev = events_of(recording);
     const auto launch = std::find(ev.begin(), ev.end(), unused_bucket);
     const auto second_a = std::find(std::find(ev.begin(), ev.end(), "a gradient of head a") + 1, ev.end(), "a gradient of head a");
     e.expect(launch != ev.end() && second_a != ev.end() && launch < second_a,

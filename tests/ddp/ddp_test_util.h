@@ -1,16 +1,17 @@
-// Helpers for DDP tests whose ranks are threads of one process: a seeded MLP, a process group
-// that records the order of allreduces (by the bucket they reduce), and a model whose heads
-// each rank may leave unused.
+// Helpers for DDP tests whose ranks are threads of one process: a seeded MLP, the order of a
+// RecordingGroup's allreduces by the bucket they reduce, and a model whose heads each rank may
+// leave unused.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
-#include <string>
-
 #include "tinyddp/comm/process_group.h"
+#include "tests/comm/comm_test_util.h"
 #include "tinyddp/nn/nn.h"
 
 namespace tinyddp::testing {
@@ -24,53 +25,26 @@ inline std::shared_ptr<nn::Module> seeded_mlp(uint64_t seed, std::vector<int64_t
   return nn::mlp(std::move(widths));
 }
 
-// Records the order of allreduce calls (by the data pointer of the tensor) and forwards them.
-class PointerRecordingGroup final : public comm::ProcessGroup {
- public:
-  explicit PointerRecordingGroup(comm::ProcessGroup& inner)
-      : comm::ProcessGroup(inner.rank(), inner.size(), "recording", "PointerRecordingGroup", inner.tensor_rules()), inner_(inner) {}
+// An allreduce of the data `data` as one event string ("allreduce <address>"), so that a
+// RecordingGroup's calls can be compared with the buckets they should reduce.
+inline std::string pointer_event(const void* data) { return "allreduce " + std::to_string(reinterpret_cast<uintptr_t>(data)); }
+inline std::string pointer_event(const tensor::Tensor& t) { return pointer_event(t.raw_data_ptr()); }
 
- protected:
-  std::shared_ptr<comm::Work> allreduce_impl(const std::vector<tensor::Tensor>& t, comm::ReduceOp op, comm::Call) override {
-    std::lock_guard<std::mutex> lock(mutex);
-    events.push_back("allreduce " + std::to_string(reinterpret_cast<uintptr_t>(t[0].raw_data_ptr())));
-    return inner_.allreduce(t, op);
-  }
-  std::shared_ptr<comm::Work> broadcast_impl(const tensor::Tensor& t, int root, comm::Call) override { return inner_.broadcast(t, root); }
-  std::shared_ptr<comm::Work> allgather_impl(const std::vector<tensor::Tensor>& o, const tensor::Tensor& i, comm::Call) override {
-    return inner_.allgather(o, i);
-  }
-  std::shared_ptr<comm::Work> gather_impl(const std::vector<tensor::Tensor>& o, const tensor::Tensor& i, int r, comm::Call) override {
-    return inner_.gather(o, i, r);
-  }
-  std::shared_ptr<comm::Work> scatter_impl(const tensor::Tensor& o, const std::vector<tensor::Tensor>& i, int r, comm::Call) override {
-    return inner_.scatter(o, i, r);
-  }
-  std::shared_ptr<comm::Work> reduce_impl(const tensor::Tensor& t, int r, comm::ReduceOp op, comm::Call) override {
-    return inner_.reduce(t, r, op);
-  }
-  std::shared_ptr<comm::Work> reduce_scatter_impl(const tensor::Tensor& o, const std::vector<tensor::Tensor>& i, comm::ReduceOp op,
-                                                  comm::Call) override {
-    return inner_.reduce_scatter(o, i, op);
-  }
-  std::shared_ptr<comm::Work> barrier_impl(comm::Call) override { return inner_.barrier(); }
-  std::shared_ptr<comm::Work> send_impl(const tensor::Tensor& t, int d, int tag, comm::Call) override { return inner_.send(t, d, tag); }
-  std::shared_ptr<comm::Work> recv_impl(const tensor::Tensor& t, int s, int tag, comm::Call) override { return inner_.recv(t, s, tag); }
-  std::shared_ptr<comm::ProcessGroup> create_subgroup(int, int, int) override { throw Error("PointerRecordingGroup: no subgroups"); }
-
- public:
-  void note(const std::string& event) {
-    std::lock_guard<std::mutex> lock(mutex);
-    events.push_back(event);
-  }
-  std::mutex mutex;
+// The recorded allreduces (as pointer_event) and noted events, in order; other collectives are
+// left out.
+inline std::vector<std::string> events_of(const RecordingGroup& recording) {
+  static const std::vector<std::string> others = {"broadcast", "allgather", "gather", "scatter", "reduce",
+                                                  "reduce_scatter", "barrier", "send", "recv"};
   std::vector<std::string> events;
-
- private:
-  comm::ProcessGroup& inner_;
-};
-
-inline std::string pointer_event(const tensor::Tensor& t) { return "allreduce " + std::to_string(reinterpret_cast<uintptr_t>(t.raw_data_ptr())); }
+  for (const RecordingGroup::Call& call : recording.calls()) {
+    if (call.op == "allreduce") {
+      events.push_back(pointer_event(call.data));
+    } else if (std::find(others.begin(), others.end(), call.op) == others.end()) {
+      events.push_back(call.op);
+    }
+  }
+  return events;
+}
 
 // Two heads; `use_a` / `use_b` pick which ones the output uses.
 struct TwoHeads : nn::Module {

@@ -22,9 +22,7 @@ TEST_CASE("mismatched models across ranks give a clear construction error on eve
       DistributedDataParallel ddp(model, borrow(pg));
       e.failures.push_back("mismatched models were accepted");
     } catch (const Error& ex) {
-      e.expect(std::string(ex.what()).find("parameter 0 ('0.weight' on this rank) is float32 [8, 6] on rank 0 but float32 [9, 6] on rank 1") !=
-                   std::string::npos,
-               std::string("message: ") + ex.what());
+      e.expect_contains(ex.what(), "parameter 0 ('0.weight' on this rank) is float32 [8, 6] on rank 0 but float32 [9, 6] on rank 1");
     }
   }));
   require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
@@ -33,8 +31,7 @@ TEST_CASE("mismatched models across ranks give a clear construction error on eve
       DistributedDataParallel ddp(model, borrow(pg));
       e.failures.push_back("mismatched models were accepted");
     } catch (const Error& ex) {
-      e.expect(std::string(ex.what()).find("rank 0 has 4 parameters that require grad but rank 1 has 6") != std::string::npos,
-               std::string("message: ") + ex.what());
+      e.expect_contains(ex.what(), "rank 0 has 4 parameters that require grad but rank 1 has 6");
     }
   }));
 }
@@ -51,9 +48,8 @@ TEST_CASE("construction errors: different strides, nothing to synchronise, an un
       DistributedDataParallel ddp(model, borrow(pg));
       e.failures.push_back("different strides were accepted");
     } catch (const Error& ex) {
-      e.expect(std::string(ex.what()).find("parameter 0 ('w' on this rank) is float32 [8, 6] with strides [6, 1] on rank 0 "
-                                           "but float32 [8, 6] with strides [1, 8] on rank 1") != std::string::npos,
-               ex.what());
+      e.expect_contains(ex.what(), "parameter 0 ('w' on this rank) is float32 [8, 6] with strides [6, 1] on rank 0 "
+        "but float32 [8, 6] with strides [1, 8] on rank 1");
     }
   }));
   require_no_failures(run_threads(1, [](ProcessGroup& pg, Expectations& e) {
@@ -65,15 +61,14 @@ TEST_CASE("construction errors: different strides, nothing to synchronise, an un
         DistributedDataParallel ddp(module, borrow(pg));
         e.failures.push_back("a module without parameters to synchronise was accepted");
       } catch (const Error& ex) {
-        e.expect(std::string(ex.what()).find("no parameter that requires a gradient") != std::string::npos, ex.what());
+        e.expect_contains(ex.what(), "no parameter that requires a gradient");
       }
     }
     try {
       DistributedDataParallel ddp(nn::mlp({3, 2}), borrow(pg), DDPOptions().params_and_buffers_to_ignore({"0.wieght"}));
       e.failures.push_back("an unknown name to ignore was accepted");
     } catch (const Error& ex) {
-      e.expect(std::string(ex.what()).find("names '0.wieght', which is neither a parameter nor a buffer") != std::string::npos,
-               ex.what());
+      e.expect_contains(ex.what(), "names '0.wieght', which is neither a parameter nor a buffer");
     }
   }));
 }
@@ -91,15 +86,14 @@ TEST_CASE("a backward pass that fails part way is reported at the next forward",
       nn::mse_loss(ddp(tensor::ones({2, 4})), tensor::zeros({2, 2})).backward();
       e.failures.push_back("the failing hook did not fail backward");
     } catch (const Error& ex) {
-      e.expect(std::string(ex.what()).find("hook failed on purpose") != std::string::npos, ex.what());
+      e.expect_contains(ex.what(), "hook failed on purpose");
     }
     handle.remove();
     try {
       ddp(tensor::ones({2, 4}));
       e.failures.push_back("forward after an interrupted backward did not fail");
     } catch (const Error& ex) {
-      e.expect(std::string(ex.what()).find("previous backward pass started reducing gradients but never finished") != std::string::npos,
-               ex.what());
+      e.expect_contains(ex.what(), "previous backward pass started reducing gradients but never finished");
     }
   }));
 }

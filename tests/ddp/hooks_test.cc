@@ -45,7 +45,7 @@ TEST_CASE("communication hooks: a hook may return another tensor than the bucket
       };
       const auto want = gradients(false), got = gradients(true);
       for (size_t k = 0; k < want.size(); ++k) {
-        e.expect(tensor::allclose(want[k], got[k]), fmt::format("gradient {} differs from the built-in hook's", k));
+        e.expect_close(got[k], want[k], fmt::format("gradient {} against the built-in hook's", k), 1e-5, 1e-8);
       }
     }));
   }
@@ -81,10 +81,11 @@ TEST_CASE("communication hooks: a custom hook with state, fp16 and bf16 compress
         ++calls;
         // PyTorch's GradBucket API: the parameters, and their gradients as views of the buffer.
         const std::vector<Tensor> grads = b.gradients();
-        e.expect(grads.size() == b.parameters().size() && grads.size() == b.parameter_indices.size(), "gradients()");
+        e.expect_eq(grads.size(), b.parameters().size(), "gradients() against parameters()");
+        e.expect_eq(grads.size(), b.parameter_indices.size(), "gradients() against parameter_indices");
         for (size_t k = 0; k < grads.size(); ++k) {
-          e.expect(grads[k].sizes() == b.parameters()[k].sizes() && grads[k].shares_storage(b.buffer),
-                   "gradients() are not views of the buffer with the parameters' shapes");
+          e.expect_eq(grads[k].sizes(), b.parameters()[k].sizes(), fmt::format("gradient {}'s sizes", k));
+          e.expect(grads[k].shares_storage(b.buffer), fmt::format("gradient {} is not a view of the bucket's buffer", k));
         }
         return hooks::allreduce(state)(b);
       });
@@ -92,17 +93,19 @@ TEST_CASE("communication hooks: a custom hook with state, fp16 and bf16 compress
         ddp.register_comm_hook(hooks::allreduce(ddp.process_group_ptr()));
         e.failures.push_back("a second communication hook was accepted");
       } catch (const Error& ex) {
-        e.expect(std::string(ex.what()).find("can only be registered once") != std::string::npos, ex.what());
+        e.expect_contains(ex.what(), "can only be registered once");
       }
     });
-    e.expect(calls >= 2, "the custom hook was not called for every bucket");
-    for (size_t i = 0; i < reference.size(); ++i) e.expect(tensor::equal(counted[i], reference[i]), "custom allreduce hook changed the result");
+    e.expect(calls >= 2, fmt::format("the custom hook was called {} time(s), not for every bucket", calls));
+    for (size_t i = 0; i < reference.size(); ++i) {
+      e.expect_close(counted[i], reference[i], fmt::format("parameter {} with the custom allreduce hook against the built-in one", i));
+    }
     const auto fp16 = train([](DistributedDataParallel& ddp) { ddp.register_comm_hook(hooks::fp16_compress(ddp.process_group_ptr())); });
     const auto bf16 = train([](DistributedDataParallel& ddp) { ddp.register_comm_hook(hooks::bf16_compress(ddp.process_group_ptr())); });
     bool bf16_differs = false;  // bf16's rounding must show somewhere: proof the hook ran
     for (size_t i = 0; i < reference.size(); ++i) {
-      e.expect(tensor::allclose(fp16[i], reference[i], 1e-3, 1e-3), fmt::format("fp16 hook: parameter {} too far from float32", i));
-      e.expect(tensor::allclose(bf16[i], reference[i], 2e-2, 2e-2), fmt::format("bf16 hook: parameter {} too far from float32", i));
+      e.expect_close(fp16[i], reference[i], fmt::format("fp16 hook: parameter {} against float32", i), 1e-3, 1e-3);
+      e.expect_close(bf16[i], reference[i], fmt::format("bf16 hook: parameter {} against float32", i), 2e-2, 2e-2);
       bf16_differs |= !tensor::equal(bf16[i], reference[i]);
     }
     e.expect(bf16_differs, "the bf16 hook left no trace (was it used?)");

@@ -17,7 +17,7 @@ using testing::Expectations;
 using testing::borrow;
 using testing::require_no_failures;
 using testing::run_threads;
-using testing::PointerRecordingGroup;
+using testing::RecordingGroup;
 using testing::TwoHeads;
 
 TEST_CASE("find_unused_parameters: different subgraphs per rank and iteration", "[ddp][unused]") {
@@ -37,11 +37,11 @@ TEST_CASE("find_unused_parameters: different subgraphs per rank and iteration", 
       // Heads used on one rank get the average (half of the user's gradient), on both ranks.
       e.expect(model->a->weight.grad().defined() && model->b->weight.grad().defined(),
                fmt::format("iteration {}: a head used by some rank has no gradient", it));
-      e.expect(tensor::equal(model->never->weight.grad(), marker), "a parameter unused everywhere had its .grad changed");
+      e.expect_close(model->never->weight.grad(), marker, "the .grad of a parameter unused everywhere");
       // Every rank ends with the same gradients.
       std::vector<Tensor> all{tensor::zeros({2, 4}), tensor::zeros({2, 4})};
       pg.allgather(all, model->a->weight.grad())->wait();
-      e.expect(tensor::equal(all[0], all[1]), "ranks disagree on head a's gradient");
+      e.expect_close(all[1], all[0], "rank 1's gradient of head a against rank 0's");
     }
   }));
 }
@@ -61,9 +61,8 @@ TEST_CASE("without find_unused_parameters, a parameter without gradient is a cle
         e.failures.push_back("forward after an incomplete reduction did not fail");
       } catch (const Error& ex) {
         const std::string m = ex.what();
-        e.expect(m.find("without gradients for parameter(s) [b.weight, b.bias, never.weight, never.bias]") != std::string::npos,
-                 "message does not name the parameters: " + m);
-        e.expect(m.find("find_unused_parameters = true") != std::string::npos, "message does not suggest the fix: " + m);
+        e.expect_contains(m, "without gradients for parameter(s) [b.weight, b.bias, never.weight, never.bias]", "message does not name the parameters");
+        e.expect_contains(m, "find_unused_parameters = true", "message does not suggest the fix");
       }
     }
   }));
@@ -95,7 +94,7 @@ TEST_CASE("static_graph: unused parameters found once, results as with find_unus
       results.push_back(params);
     }
     for (size_t i = 0; i < results[0].size(); ++i) {
-      e.expect(tensor::equal(results[0][i], results[1][i]), fmt::format("static_graph differs from find_unused at parameter {}", i));
+      e.expect_close(results[1][i], results[0][i], fmt::format("parameter {} with static_graph against find_unused_parameters", i));
     }
   }));
 }
@@ -103,7 +102,7 @@ TEST_CASE("static_graph: unused parameters found once, results as with find_unus
 TEST_CASE("static_graph: the used-parameter map is allreduced in the first iteration only", "[ddp][static_graph]") {
   require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
     for (const bool static_graph : {false, true}) {
-      PointerRecordingGroup recording(pg);
+      RecordingGroup recording(borrow(pg));
       tensor::manual_seed(4);
       auto model = std::make_shared<TwoHeads>();
       model->use_b = pg.rank() == 1;
@@ -112,14 +111,13 @@ TEST_CASE("static_graph: the used-parameter map is allreduced in the first itera
       for (int it = 0; it < 3; ++it) {
         const Tensor out = ddp(tensor::ones({3, 4}));
         const size_t buckets = ddp.reducer().snapshot().bucket_contents.size();
-        recording.events.clear();
+        recording.clear();
         nn::mse_loss(out, tensor::zeros({3, 2})).backward();
         // Every bucket is reduced; find_unused_parameters adds the map every iteration,
         // static_graph in its first iteration only.
         const size_t expected = buckets + ((!static_graph || it == 0) ? 1 : 0);
-        e.expect(recording.events.size() == expected,
-                 fmt::format("static_graph {} iteration {}: {} allreduces, expected {}", static_graph, it,
-                             recording.events.size(), expected));
+        e.expect_eq(recording.count("allreduce"), expected,
+                    fmt::format("static_graph {} iteration {}: allreduces", static_graph, it));
       }
     }
   }));
@@ -138,9 +136,8 @@ TEST_CASE("static_graph: a graph that changes after the first iteration is a cle
       nn::mse_loss(ddp(tensor::ones({3, 4})), tensor::zeros({3, 2})).backward();
       e.failures.push_back("a newly used parameter was accepted");
     } catch (const Error& ex) {
-      e.expect(std::string(ex.what()).find("'b.") != std::string::npos &&
-                   std::string(ex.what()).find("got none in the first iteration") != std::string::npos,
-               ex.what());
+      e.expect_contains(ex.what(), "'b.");
+      e.expect_contains(ex.what(), "got none in the first iteration");
     }
   }));
   // A parameter used in the first iteration that gets none later: the next forward says so.
@@ -156,7 +153,8 @@ TEST_CASE("static_graph: a graph that changes after the first iteration is a cle
       e.failures.push_back("a parameter that stopped getting gradients was accepted");
     } catch (const Error& ex) {
       const std::string m = ex.what();
-      e.expect(m.find("[b.weight, b.bias]") != std::string::npos && m.find("static_graph") != std::string::npos, m);
+      e.expect_contains(m, "[b.weight, b.bias]");
+      e.expect_contains(m, "static_graph");
     }
   }));
 }
@@ -190,8 +188,8 @@ TEST_CASE("static_graph: a parameter whose hook fires twice per backward is read
     }
     std::vector<Tensor> all{tensor::zeros_like(weight), tensor::zeros_like(weight)};
     pg.allgather(all, weight)->wait();
-    e.expect(tensor::equal(all[0], all[1]), "ranks disagree on the first layer's weight");
-    e.expect(second_firings == 3, fmt::format("{} second firings in 3 iterations", second_firings));
+    e.expect_close(all[1], all[0], "rank 1's first-layer weight against rank 0's");
+    e.expect_eq(second_firings, 3, "second firings in 3 iterations");
     note.remove();
     again.remove();
   };
@@ -202,7 +200,7 @@ TEST_CASE("static_graph: a parameter whose hook fires twice per backward is read
       run(pg, e, false);
       e.failures.push_back("a second firing without static_graph was accepted");
     } catch (const Error& ex) {
-      e.expect(std::string(ex.what()).find("marked ready twice") != std::string::npos, ex.what());
+      e.expect_contains(ex.what(), "marked ready twice");
     }
   }));
 }
