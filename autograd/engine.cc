@@ -61,7 +61,8 @@ Tensor root_gradient(const Tensor& root, const Tensor& given, size_t index) {
 }
 
 // Each root's edge into the graph and its gradient.
-std::vector<std::pair<Edge, Tensor>> root_edges(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots) {
+std::vector<std::pair<Edge, Tensor>> root_edges(const std::vector<Tensor>& roots,
+                                                const std::vector<Tensor>& grad_roots) {
   std::vector<std::pair<Edge, Tensor>> seeds;
   for (size_t i = 0; i < roots.size(); ++i) {
     TDDP_CHECK(roots[i].defined(), "backward: root {} is an undefined tensor", i);
@@ -115,9 +116,10 @@ void Engine::count_dependencies(const std::vector<std::pair<Edge, Tensor>>& seed
 }
 
 void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph) {
-  TDDP_CHECK(current_task == nullptr, "backward: called while another backward pass runs on this thread (from a hook?)");
-  TDDP_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(),
-             "backward: got {} roots but {} gradients", roots.size(), grad_roots.size());
+  TDDP_CHECK(current_task == nullptr,
+             "backward: called while another backward pass runs on this thread (from a hook?)");
+  TDDP_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), "backward: got {} roots but {} gradients",
+             roots.size(), grad_roots.size());
   tensor::NoGradGuard no_grad;  // gradient computations are not recorded
 
   // 1. The root edges and their gradients.
@@ -168,8 +170,8 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
       if (!retain_graph) node->release_saved();
       node->run_post_hooks();
     }
-    TDDP_CHECK(outputs.size() == node->next_edges().size(), "{}: returned {} gradients for {} next edges",
-               node->name(), outputs.size(), node->next_edges().size());
+    TDDP_CHECK(outputs.size() == node->next_edges().size(), "{}: returned {} gradients for {} next edges", node->name(),
+               outputs.size(), node->next_edges().size());
     for (size_t i = 0; i < outputs.size(); ++i) {
       const Edge& next = node->next_edges()[i];
       if (!next.is_valid()) continue;

@@ -114,7 +114,7 @@ struct Function {
     }
     TDDP_CHECK(output.defined(), "{}: forward returned an undefined tensor", ctx->name());
     if (!record) return output;  // no node: the context is dropped with everything it saved
-    output = output.detach();  // a fresh handle: the forward may have returned an input itself
+    output = output.detach();    // a fresh handle: the forward may have returned an input itself
     ctx->mark_output(output);
     const std::string name = ctx->name();
     tensor::record_op(name.c_str(), output, inputs,

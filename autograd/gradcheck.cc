@@ -37,7 +37,8 @@ std::string gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f
     if (!x.requires_grad()) continue;
     TDDP_CHECK(x.is_leaf(), "gradcheck: input {} requires grad but is not a leaf", k);
     for (int64_t d = 0; d < x.dim(); ++d) {
-      TDDP_CHECK(x.sizes()[d] <= 1 || x.strides()[d] != 0, "gradcheck: input {} has overlapping elements (stride 0)", k);
+      TDDP_CHECK(x.sizes()[d] <= 1 || x.strides()[d] != 0, "gradcheck: input {} has overlapping elements (stride 0)",
+                 k);
     }
     checked.push_back(k);
   }
@@ -58,7 +59,8 @@ std::string gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f
     }
     for (size_t k : checked) {
       const Tensor& g = inputs[k].grad();
-      analytic[k].push_back(g.defined() ? values_of(g) : std::vector<double>(static_cast<size_t>(inputs[k].numel()), 0.0));
+      analytic[k].push_back(g.defined() ? values_of(g)
+                                        : std::vector<double>(static_cast<size_t>(inputs[k].numel()), 0.0));
     }
   }
   for (size_t k : checked) inputs[k].mutable_grad() = Tensor();

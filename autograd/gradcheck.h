@@ -12,9 +12,18 @@ namespace tinyddp::autograd {
 
 // torch.autograd.gradcheck's eps, atol and rtol (its defaults).
 struct GradcheckOptions {
-  GradcheckOptions& eps(double v) { eps_ = v; return *this; }    // finite-difference step
-  GradcheckOptions& atol(double v) { atol_ = v; return *this; }  // |analytic - numerical| <= atol + rtol * |numerical|
-  GradcheckOptions& rtol(double v) { rtol_ = v; return *this; }
+  GradcheckOptions& eps(double v) {
+    eps_ = v;
+    return *this;
+  }  // finite-difference step
+  GradcheckOptions& atol(double v) {
+    atol_ = v;
+    return *this;
+  }  // |analytic - numerical| <= atol + rtol * |numerical|
+  GradcheckOptions& rtol(double v) {
+    rtol_ = v;
+    return *this;
+  }
   double eps() const { return eps_; }
   double atol() const { return atol_; }
   double rtol() const { return rtol_; }

@@ -19,8 +19,8 @@ class AutogradMeta final : public tensor::AutogradMetaInterface {
 
   bool requires_grad_ = false;  // set on leaves by requires_grad_()
   Tensor grad_;
-  std::shared_ptr<Node> grad_fn_;                       // non-leaves
-  std::shared_ptr<AccumulateGrad> grad_accumulator_;   // leaves, created on first use
+  std::shared_ptr<Node> grad_fn_;                     // non-leaves
+  std::shared_ptr<AccumulateGrad> grad_accumulator_;  // leaves, created on first use
   bool retains_grad_ = false;
 };
 

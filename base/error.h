@@ -5,7 +5,8 @@
 // Every tinyddp header includes this one, so a program built without C++17 (Bazel's default
 // toolchain compiles with -std=c++0x) stops here with the fix rather than deep inside a header.
 #if __cplusplus < 201703L
-#error "tinyddp needs C++17 or later: build with tinyddp_cc_binary/tinyddp_cc_library from @tinyddp//:defs.bzl (C++20), or add copts = [\"-std=c++20\"]"
+#error \
+    "tinyddp needs C++17 or later: build with tinyddp_cc_binary/tinyddp_cc_library from @tinyddp//:defs.bzl (C++20), or add copts = [\"-std=c++20\"]"
 #endif
 
 #include <stdexcept>
@@ -32,9 +33,9 @@ class TimeoutError : public Error {
 
 // TDDP_CHECK(cond, "fmt {}", args...): throws tinyddp::Error with the formatted message when
 // cond is false. The message is only formatted on failure.
-#define TDDP_CHECK(cond, ...)                                  \
-  do {                                                         \
-    if (!(cond)) {                                             \
-      throw ::tinyddp::Error(::fmt::format(__VA_ARGS__));      \
-    }                                                          \
+#define TDDP_CHECK(cond, ...)                             \
+  do {                                                    \
+    if (!(cond)) {                                        \
+      throw ::tinyddp::Error(::fmt::format(__VA_ARGS__)); \
+    }                                                     \
   } while (false)

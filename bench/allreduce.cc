@@ -29,7 +29,8 @@ int run_rank(int warmup) {
       pg->barrier()->wait();
       const auto start = std::chrono::steady_clock::now();
       pg->allreduce(data)->wait();
-      const double elapsed = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+      const double elapsed =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
       if (i >= warmup) us.push_back(elapsed);
     }
     std::sort(us.begin(), us.end());

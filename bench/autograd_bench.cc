@@ -44,7 +44,8 @@ void time_backward(benchmark::State& state, Build build) {
     seconds += elapsed;
   }
   state.counters["nodes"] = static_cast<double>(nodes);
-  state.counters["ns_per_node"] = seconds * 1e9 / (static_cast<double>(state.iterations()) * static_cast<double>(nodes));
+  state.counters["ns_per_node"] =
+      seconds * 1e9 / (static_cast<double>(state.iterations()) * static_cast<double>(nodes));
 }
 
 // y = x + c, 1,000 times, on 16 elements: AddBackward passes the gradient through, so this

@@ -20,8 +20,8 @@ void run_matmul(benchmark::State& state, bool transposed_b) {
     t::Tensor c = t::matmul(a, b);
     benchmark::DoNotOptimize(c.raw_data_ptr());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate,
-                                                 benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 void BM_Matmul(benchmark::State& state) { run_matmul(state, false); }

@@ -19,12 +19,12 @@
 #include <iostream>
 
 #include "tinyddp/comm/init.h"
-#include "tinyddp/tensor/cuda.h"
-#include "tinyddp/launcher/spawn.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/ddp/powersgd.h"
 #include "tinyddp/ddp/zero_redundancy_optimizer.h"
+#include "tinyddp/launcher/spawn.h"
 #include "tinyddp/nn/nn.h"
+#include "tinyddp/tensor/cuda.h"
 
 namespace t = tinyddp::tensor;
 namespace nn = tinyddp::nn;
@@ -37,7 +37,7 @@ struct Config {
   int iterations = 0;
   int warmup = 5;
   std::string device = "cpu";
-  std::string backend;  // default: nccl on GPUs, gloo on the CPU
+  std::string backend;            // default: nccl on GPUs, gloo on the CPU
   std::string optimizer = "sgd";  // sgd (momentum 0.9), adam, zero_adam (ZeroRedundancyOptimizer over Adam)
   std::string comm_hook;          // DDP's default; allreduce, bf16, powersgd1, powersgd4 (PowerSGD rank 1 or 4)
   double bucket_cap_mb = 25, first_bucket_cap_mb = 1;  // DDP's bucket sizes (PyTorch's defaults)
@@ -48,7 +48,8 @@ struct Config {
 std::string hidden(const tinyddp::ddp::DistributedDataParallel& ddp) {
   const tinyddp::ddp::DDPStats s = ddp.stats();
   const double share = s.avg_backward_comm_us > 0 ? 100 * s.avg_overlap_us / s.avg_backward_comm_us : 0;
-  return " buckets=" + std::to_string(s.bucket_bytes.size()) + " hidden=" + std::to_string(static_cast<int>(share)) + "%";
+  return " buckets=" + std::to_string(s.bucket_bytes.size()) + " hidden=" + std::to_string(static_cast<int>(share)) +
+         "%";
 }
 
 // The model and one batch for c.model, on `device` (the same draws from manual_seed(0) on
@@ -80,8 +81,9 @@ Workload make_workload(const Config& c, const t::Device& device) {
 }
 
 // Registers c.comm_hook on `ddp` (none: DDP's default); returns PowerSGD's state for its hooks.
-std::shared_ptr<tinyddp::ddp::PowerSGDState> register_comm_hook(const Config& c, tinyddp::ddp::DistributedDataParallel* ddp,
-                                                                 const std::shared_ptr<tinyddp::comm::ProcessGroup>& pg) {
+std::shared_ptr<tinyddp::ddp::PowerSGDState> register_comm_hook(
+    const Config& c, tinyddp::ddp::DistributedDataParallel* ddp,
+    const std::shared_ptr<tinyddp::comm::ProcessGroup>& pg) {
   if (c.comm_hook.empty()) return nullptr;
   TDDP_CHECK(ddp != nullptr, "--comm_hook needs --mode ddp");
   namespace hooks = tinyddp::ddp::hooks;
@@ -90,7 +92,9 @@ std::shared_ptr<tinyddp::ddp::PowerSGDState> register_comm_hook(const Config& c,
   if (c.comm_hook.rfind("powersgd", 0) != 0) return nullptr;
   // Compression from the third step on: the warm-up steps run the plain allreduce.
   auto powersgd = std::make_shared<tinyddp::ddp::PowerSGDState>(
-      pg, tinyddp::ddp::PowerSGDOptions().matrix_approximation_rank(c.comm_hook == "powersgd4" ? 4 : 1).start_powerSGD_iter(2));
+      pg, tinyddp::ddp::PowerSGDOptions()
+              .matrix_approximation_rank(c.comm_hook == "powersgd4" ? 4 : 1)
+              .start_powerSGD_iter(2));
   ddp->register_comm_hook(tinyddp::ddp::powersgd_hook(powersgd));
   return powersgd;
 }
@@ -127,7 +131,8 @@ int run(const Config& c) {
   if (c.mode != "local") {
     if (!pg) pg = tinyddp::comm::init_process_group(backend, tinyddp::comm::InitOptions().world_size(1));
     ddp = std::make_shared<tinyddp::ddp::DistributedDataParallel>(
-        w.model, pg, tinyddp::ddp::DDPOptions().bucket_cap_mb(c.bucket_cap_mb).first_bucket_cap_mb(c.first_bucket_cap_mb));
+        w.model, pg,
+        tinyddp::ddp::DDPOptions().bucket_cap_mb(c.bucket_cap_mb).first_bucket_cap_mb(c.first_bucket_cap_mb));
   }
   // A communication hook, and the gradient bytes each step sends (the allreduce payload).
   const std::shared_ptr<tinyddp::ddp::PowerSGDState> powersgd = register_comm_hook(c, ddp.get(), pg);
@@ -161,11 +166,15 @@ int run(const Config& c) {
   std::sort(us.begin(), us.end());
   if (!pg || pg->rank() == 0) {
     std::cout << "RESULT model=" << c.model << " mode=" << c.mode << (gpu ? " device=cuda" : "")
-              << (c.optimizer != "sgd" ? " optimizer=" + c.optimizer + " state_bytes=" + std::to_string(state_bytes(*optimizer)) : "")
-              << (c.comm_hook.empty() ? ""
-                  : " comm_hook=" + c.comm_hook + " wire_bytes_per_step=" +
-                        std::to_string(powersgd ? (powersgd->numel_after_compression - sent_before) * 4 / iterations
-                                       : c.comm_hook == "bf16" ? gradient_bytes / 2 : gradient_bytes))
+              << (c.optimizer != "sgd"
+                      ? " optimizer=" + c.optimizer + " state_bytes=" + std::to_string(state_bytes(*optimizer))
+                      : "")
+              << (c.comm_hook.empty()
+                      ? ""
+                      : " comm_hook=" + c.comm_hook + " wire_bytes_per_step=" +
+                            std::to_string(powersgd ? (powersgd->numel_after_compression - sent_before) * 4 / iterations
+                                           : c.comm_hook == "bf16" ? gradient_bytes / 2
+                                                                   : gradient_bytes))
               << (ddp && c.mode == "ddp" ? hidden(*ddp) : "") << " median_us=" << us[us.size() / 2] << std::endl;
   }
   if (pg) {
@@ -191,7 +200,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"allreduce", "bf16", "powersgd1", "powersgd4"}));
   app.add_option("--optimizer", c.optimizer, "sgd (momentum 0.9, default), adam or zero_adam (ZeroRedundancyOptimizer)")
       ->check(CLI::IsMember({"sgd", "adam", "zero_adam"}));
-  app.add_option("--iterations", c.iterations, "timed steps (default 2000 toy, 30 mlp, 8 huge)")->check(CLI::PositiveNumber);
+  app.add_option("--iterations", c.iterations, "timed steps (default 2000 toy, 30 mlp, 8 huge)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--warmup", c.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--nproc", nproc, "processes to fork when not under a launcher")->check(CLI::Range(1, 64));
   app.add_option("--device", c.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));

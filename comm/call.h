@@ -26,7 +26,7 @@ struct CallSignature {
   Collective op = Collective::kBarrier;
   tensor::DType dtype = tensor::kFloat32;
   int64_t numel = 0;
-  int root = -1;                    // -1: the collective has no root
+  int root = -1;                   // -1: the collective has no root
   std::optional<ReduceOp> reduce;  // unset: it does not reduce
 
   static constexpr size_t kWords = 6;

@@ -50,12 +50,14 @@ const char* collective_name(Collective c) {
 }
 
 CallSignature::Row CallSignature::encode(uint64_t seq) const {
-  return Row{static_cast<int64_t>(seq) + 1,
-             kMark | static_cast<int64_t>(op),
-             static_cast<int64_t>(dtype),
-             numel,
-             static_cast<int64_t>(root) + 1,
-             reduce ? static_cast<int64_t>(*reduce) + 1 : 0};
+  return Row{
+      static_cast<int64_t>(seq) + 1,                   // the call's number, from 1 (0: no row)
+      kMark | static_cast<int64_t>(op),                // the collective, marked
+      static_cast<int64_t>(dtype),                     // the element type
+      numel,                                           // elements
+      static_cast<int64_t>(root) + 1,                  // 0: no root
+      reduce ? static_cast<int64_t>(*reduce) + 1 : 0,  // 0: no reduce op
+  };
 }
 
 std::string CallSignature::describe_row(const Row& row) {

@@ -10,10 +10,10 @@
 #include <fmt/format.h>
 
 #include "tinyddp/comm/gloo/process_group_gloo.h"
-#include "tinyddp/comm/nccl/process_group_nccl.h"
-#include "tinyddp/tensor/cuda.h"
 #include "tinyddp/comm/launch_env.h"
+#include "tinyddp/comm/nccl/process_group_nccl.h"
 #include "tinyddp/comm/tcp_store.h"
+#include "tinyddp/tensor/cuda.h"
 
 namespace tinyddp::comm {
 
@@ -26,11 +26,12 @@ std::shared_ptr<ProcessGroup> default_pg;
 // the variable.
 int required_int(const std::optional<int>& given, const std::optional<int>& from_env, const char* name) {
   if (given) return *given;
-  TDDP_CHECK(from_env.has_value(),
-             "init_process_group: {} is not set (the launcher sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; mpirun "
-             "and srun set the rank and size, and MASTER_ADDR and MASTER_PORT must be exported to the job; or pass it in "
-             "InitOptions)",
-             name);
+  TDDP_CHECK(
+      from_env.has_value(),
+      "init_process_group: {} is not set (the launcher sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; mpirun "
+      "and srun set the rank and size, and MASTER_ADDR and MASTER_PORT must be exported to the job; or pass it in "
+      "InitOptions)",
+      name);
   return *from_env;
 }
 
@@ -42,9 +43,10 @@ bool is_loopback(const std::string& address) {
 
 std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, const InitOptions& options) {
   TDDP_CHECK(backend == "gloo" || backend == "nccl",
-             "init_process_group: unknown backend '{}' (expected 'gloo' for CPU tensors or 'nccl' for CUDA tensors)", backend);
-  TDDP_CHECK(backend != "nccl" || tensor::cuda::is_available(), "init_process_group: the 'nccl' backend needs a GPU: {}",
-             tensor::cuda::unavailable_reason());
+             "init_process_group: unknown backend '{}' (expected 'gloo' for CPU tensors or 'nccl' for CUDA tensors)",
+             backend);
+  TDDP_CHECK(backend != "nccl" || tensor::cuda::is_available(),
+             "init_process_group: the 'nccl' backend needs a GPU: {}", tensor::cuda::unavailable_reason());
   const LaunchEnv launched = launch_env();
   const int world_size = required_int(options.world_size(), launched.world_size, "WORLD_SIZE");
   TDDP_CHECK(world_size >= 1, "init_process_group: WORLD_SIZE must be >= 1, got {}", world_size);
@@ -78,8 +80,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
     try {
       store = std::make_shared<TCPStore>(store_options);
     } catch (const Error& e) {
-      throw Error(fmt::format("init_process_group: rank {} of {} could not reach the store at {}:{}: {}", rank, world_size,
-                              master_addr, store_options.port(), e.what()));
+      throw Error(fmt::format("init_process_group: rank {} of {} could not reach the store at {}:{}: {}", rank,
+                              world_size, master_addr, store_options.port(), e.what()));
     }
   }
   // A launcher that restarts its workers gives each attempt its own namespace in its store.

@@ -15,19 +15,40 @@ namespace tinyddp::comm {
 
 struct InitOptions {
   // Unset ones come from the environment.
-  InitOptions& rank(int v) { rank_ = v; return *this; }              // env RANK
-  InitOptions& world_size(int v) { world_size_ = v; return *this; }  // env WORLD_SIZE
+  InitOptions& rank(int v) {
+    rank_ = v;
+    return *this;
+  }  // env RANK
+  InitOptions& world_size(int v) {
+    world_size_ = v;
+    return *this;
+  }  // env WORLD_SIZE
   // env MASTER_ADDR, default 127.0.0.1
-  InitOptions& master_addr(std::string v) { master_addr_ = std::move(v); return *this; }
+  InitOptions& master_addr(std::string v) {
+    master_addr_ = std::move(v);
+    return *this;
+  }
   // env MASTER_PORT (required when world_size > 1)
-  InitOptions& master_port(int v) { master_port_ = v; return *this; }
+  InitOptions& master_port(int v) {
+    master_port_ = v;
+    return *this;
+  }
   // Whether this process runs the TCPStore server: by default rank 0, unless the environment
   // says TINYDDP_STORE_HOSTED=1 (the launcher runs it).
-  InitOptions& host_store(bool v) { host_store_ = v; return *this; }
-  InitOptions& timeout(Millis v) { timeout_ = v; return *this; }
+  InitOptions& host_store(bool v) {
+    host_store_ = v;
+    return *this;
+  }
+  InitOptions& timeout(Millis v) {
+    timeout_ = v;
+    return *this;
+  }
   // The address this rank's transport binds to: env TINYDDP_BIND_ADDR, else 127.0.0.1 when
   // the master is on loopback, else this host's name.
-  InitOptions& bind_address(std::string v) { bind_address_ = std::move(v); return *this; }
+  InitOptions& bind_address(std::string v) {
+    bind_address_ = std::move(v);
+    return *this;
+  }
   std::optional<int> rank() const { return rank_; }
   std::optional<int> world_size() const { return world_size_; }
   const std::optional<std::string>& master_addr() const { return master_addr_; }

@@ -21,8 +21,8 @@ std::optional<int> env_int(const char* name) {
   if (!text) return std::nullopt;
   int value = 0;
   const auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
-  TDDP_CHECK(ec == std::errc() && ptr == text->data() + text->size(), "init_process_group: {}='{}' is not an integer", name,
-             *text);
+  TDDP_CHECK(ec == std::errc() && ptr == text->data() + text->size(), "init_process_group: {}='{}' is not an integer",
+             name, *text);
   return value;
 }
 

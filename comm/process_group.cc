@@ -71,8 +71,8 @@ void Work::finish(std::exception_ptr error) {
 
 ProcessGroup::ProcessGroup(int rank, int size, std::string backend, std::string display_name, TensorRules rules)
     : rank_(rank), size_(size), backend_(std::move(backend)), display_name_(std::move(display_name)), rules_(rules) {
-  TDDP_CHECK(size >= 1 && rank >= 0 && rank < size, "{}: rank {} is not in [0, {}) for a group of size {}", display_name_,
-             rank, size, size);
+  TDDP_CHECK(size >= 1 && rank >= 0 && rank < size, "{}: rank {} is not in [0, {}) for a group of size {}",
+             display_name_, rank, size, size);
 }
 
 std::string ProcessGroup::prefix(const char* op) const { return fmt::format("{} {}: ", display_name_, op); }
@@ -83,17 +83,19 @@ void ProcessGroup::check_tensor(const Tensor& t, const char* op, const std::stri
   TDDP_CHECK(!rules_.contiguous_only || t.is_contiguous(), "{}{} (shape {}) is not contiguous; pass .contiguous()",
              prefix(op), what, tensor::format_shape(t.sizes()));
   if (t.dtype() == tensor::kBool && use != Use::kPointToPoint) {  // point to point moves bytes
-    TDDP_CHECK(!rules_.bool_data || use != Use::kReduce, "{}cannot reduce bool tensors (convert with .to(int64))", prefix(op));
-    TDDP_CHECK(rules_.bool_data, "{}dtype bool is not supported (float32, float64, float16, bfloat16, int64)", prefix(op));
+    TDDP_CHECK(!rules_.bool_data || use != Use::kReduce, "{}cannot reduce bool tensors (convert with .to(int64))",
+               prefix(op));
+    TDDP_CHECK(rules_.bool_data, "{}dtype bool is not supported (float32, float64, float16, bfloat16, int64)",
+               prefix(op));
   }
   check_placement(t, op, what);
 }
 
 void ProcessGroup::check_like(const Tensor& t, const Tensor& reference, const char* op, const std::string& what) const {
   check_tensor(t, op, what, Use::kMove);
-  TDDP_CHECK(t.dtype() == reference.dtype() && t.sizes() == reference.sizes(), "{}{} is {} {} but must be {} {}", prefix(op),
-             what, tensor::dtype_name(t.dtype()), tensor::format_shape(t.sizes()), tensor::dtype_name(reference.dtype()),
-             tensor::format_shape(reference.sizes()));
+  TDDP_CHECK(t.dtype() == reference.dtype() && t.sizes() == reference.sizes(), "{}{} is {} {} but must be {} {}",
+             prefix(op), what, tensor::dtype_name(t.dtype()), tensor::format_shape(t.sizes()),
+             tensor::dtype_name(reference.dtype()), tensor::format_shape(reference.sizes()));
 }
 
 void ProcessGroup::check_rank(int r, const char* op, const char* role) const {
@@ -101,8 +103,8 @@ void ProcessGroup::check_rank(int r, const char* op, const char* role) const {
 }
 
 void ProcessGroup::check_peer(int peer, int tag, const char* op, const char* role) const {
-  TDDP_CHECK(peer >= 0 && peer < size_ && peer != rank_, "{}{} {} is not another rank of this group of {}", prefix(op), role,
-             peer, size_);
+  TDDP_CHECK(peer >= 0 && peer < size_ && peer != rank_, "{}{} {} is not another rank of this group of {}", prefix(op),
+             role, peer, size_);
   TDDP_CHECK(tag >= 0, "{}tag must be >= 0, got {}", prefix(op), tag);
 }
 
@@ -152,9 +154,11 @@ std::shared_ptr<Work> ProcessGroup::dispatch(Call call, Impl impl) {
     } catch (const CollectiveMismatchError& e) {
       return failed_work(call.what, CollectiveMismatchError(fmt::format("{} failed: {}", call.what, e.what())));
     } catch (const TimeoutError& e) {
-      return failed_work(call.what, TimeoutError(fmt::format("{} failed: the desync check's exchange: {}", call.what, e.what())));
+      return failed_work(call.what,
+                         TimeoutError(fmt::format("{} failed: the desync check's exchange: {}", call.what, e.what())));
     } catch (const std::exception& e) {
-      return failed_work(call.what, Error(fmt::format("{} failed: the desync check's exchange: {}", call.what, e.what())));
+      return failed_work(call.what,
+                         Error(fmt::format("{} failed: the desync check's exchange: {}", call.what, e.what())));
     }
   }
   return impl(std::move(call));
@@ -165,8 +169,8 @@ std::shared_ptr<Work> ProcessGroup::allreduce(const std::vector<Tensor>& tensors
   int64_t total = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     check_tensor(tensors[i], "allreduce", fmt::format("tensor {}", i), Use::kReduce);
-    TDDP_CHECK(tensors[i].dtype() == tensors[0].dtype(), "{}tensors of different dtypes ({} and {})", prefix("allreduce"),
-               tensor::dtype_name(tensors[0].dtype()), tensor::dtype_name(tensors[i].dtype()));
+    TDDP_CHECK(tensors[i].dtype() == tensors[0].dtype(), "{}tensors of different dtypes ({} and {})",
+               prefix("allreduce"), tensor::dtype_name(tensors[0].dtype()), tensor::dtype_name(tensors[i].dtype()));
     total += tensors[i].numel();
   }
   check_op(op, tensors[0], "allreduce");
@@ -189,7 +193,8 @@ std::shared_ptr<Work> ProcessGroup::allgather(const std::vector<Tensor>& outputs
   TDDP_CHECK(static_cast<int>(outputs.size()) == size_, "{}{} outputs given for a group of {}", prefix("allgather"),
              outputs.size(), size_);
   for (size_t r = 0; r < outputs.size(); ++r) check_like(outputs[r], input, "allgather", fmt::format("output {}", r));
-  Call call{describe("allgather", input), CallSignature{Collective::kAllgather, input.dtype(), input.numel(), -1, std::nullopt}};
+  Call call{describe("allgather", input),
+            CallSignature{Collective::kAllgather, input.dtype(), input.numel(), -1, std::nullopt}};
   return dispatch(std::move(call), [&](Call c) { return allgather_impl(outputs, input, std::move(c)); });
 }
 
@@ -220,11 +225,13 @@ std::shared_ptr<Work> ProcessGroup::reduce(const Tensor& tensor, int root, Reduc
   return dispatch(std::move(call), [&](Call c) { return reduce_impl(tensor, root, op, std::move(c)); });
 }
 
-std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) {
+std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
+                                                   ReduceOp op) {
   check_tensor(output, "reduce_scatter", "output", Use::kReduce);
   TDDP_CHECK(static_cast<int>(inputs.size()) == size_, "{}{} inputs given for a group of {}", prefix("reduce_scatter"),
              inputs.size(), size_);
-  for (size_t r = 0; r < inputs.size(); ++r) check_like(inputs[r], output, "reduce_scatter", fmt::format("input {}", r));
+  for (size_t r = 0; r < inputs.size(); ++r)
+    check_like(inputs[r], output, "reduce_scatter", fmt::format("input {}", r));
   check_op(op, output, "reduce_scatter");
   Call call{describe("reduce_scatter", output, reduce_op_name(op)),
             CallSignature{Collective::kReduceScatter, output.dtype(), output.numel(), -1, op}};
@@ -240,13 +247,15 @@ std::shared_ptr<Work> ProcessGroup::barrier() {
 std::shared_ptr<Work> ProcessGroup::send(const Tensor& tensor, int dst, int tag) {
   check_tensor(tensor, "send", "tensor", Use::kPointToPoint);
   check_peer(dst, tag, "send", "destination");
-  return send_impl(tensor, dst, tag, Call{describe("send", tensor, fmt::format("to {}, tag {}", dst, tag)), std::nullopt});
+  return send_impl(tensor, dst, tag,
+                   Call{describe("send", tensor, fmt::format("to {}, tag {}", dst, tag)), std::nullopt});
 }
 
 std::shared_ptr<Work> ProcessGroup::recv(const Tensor& tensor, int src, int tag) {
   check_tensor(tensor, "recv", "tensor", Use::kPointToPoint);
   check_peer(src, tag, "recv", "source");
-  return recv_impl(tensor, src, tag, Call{describe("recv", tensor, fmt::format("from {}, tag {}", src, tag)), std::nullopt});
+  return recv_impl(tensor, src, tag,
+                   Call{describe("recv", tensor, fmt::format("from {}, tag {}", src, tag)), std::nullopt});
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ranks) {
@@ -271,7 +280,8 @@ void exchange_rows_by_sum(std::vector<CallSignature::Row>& rows, int rank, Tenso
   const CallSignature::Row& mine = rows[static_cast<size_t>(rank)];
   std::copy(mine.begin(), mine.end(), buffer.data_ptr<int64_t>() + static_cast<size_t>(rank) * kWords);
   sum(buffer);
-  for (size_t r = 0; r < rows.size(); ++r) std::copy_n(buffer.data_ptr<int64_t>() + r * kWords, kWords, rows[r].begin());
+  for (size_t r = 0; r < rows.size(); ++r)
+    std::copy_n(buffer.data_ptr<int64_t>() + r * kWords, kWords, rows[r].begin());
 }
 
 CallCheck::Exchange exchange_rows_over(std::shared_ptr<ProcessGroup> side) {

@@ -68,14 +68,23 @@ class Work {
 
 struct ProcessGroupOptions {
   // Bound for connecting and for every collective; past it the operation fails on every rank.
-  ProcessGroupOptions& timeout(Millis v) { timeout_ = v; return *this; }
+  ProcessGroupOptions& timeout(Millis v) {
+    timeout_ = v;
+    return *this;
+  }
   // The address this rank's Gloo transport binds to (other ranks connect to it).
-  ProcessGroupOptions& bind_address(std::string v) { bind_address_ = std::move(v); return *this; }
+  ProcessGroupOptions& bind_address(std::string v) {
+    bind_address_ = std::move(v);
+    return *this;
+  }
   // Desync detection (comm/call_check.h), on every backend: before each collective's data
   // moves, the ranks compare what they are about to call and all fail with a
   // CollectiveMismatchError if they differ. Unset: on, unless the environment says
   // TINYDDP_DESYNC_CHECK=0. Every rank must choose the same.
-  ProcessGroupOptions& check_calls(bool v) { check_calls_ = v; return *this; }
+  ProcessGroupOptions& check_calls(bool v) {
+    check_calls_ = v;
+    return *this;
+  }
   Millis timeout() const { return timeout_; }
   const std::string& bind_address() const { return bind_address_; }
   std::optional<bool> check_calls() const { return check_calls_; }
@@ -156,15 +165,14 @@ class ProcessGroup {
   // signature for the desync check.
   virtual std::shared_ptr<Work> allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, Call call) = 0;
   virtual std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int root, Call call) = 0;
-  virtual std::shared_ptr<Work> allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
-                                               Call call) = 0;
+  virtual std::shared_ptr<Work> allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, Call call) = 0;
   virtual std::shared_ptr<Work> gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
                                             Call call) = 0;
   virtual std::shared_ptr<Work> scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
                                              Call call) = 0;
   virtual std::shared_ptr<Work> reduce_impl(const Tensor& tensor, int root, ReduceOp op, Call call) = 0;
-  virtual std::shared_ptr<Work> reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
-                                                    Call call) = 0;
+  virtual std::shared_ptr<Work> reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
+                                                    ReduceOp op, Call call) = 0;
   virtual std::shared_ptr<Work> barrier_impl(Call call) = 0;
   virtual std::shared_ptr<Work> send_impl(const Tensor& tensor, int dst, int tag, Call call) = 0;
   virtual std::shared_ptr<Work> recv_impl(const Tensor& tensor, int src, int tag, Call call) = 0;

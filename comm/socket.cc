@@ -61,8 +61,9 @@ std::string peer_address(int fd) {
   socklen_t length = sizeof(a);
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &length) != 0) return "[?]";
   char host[INET6_ADDRSTRLEN] = {};
-  const void* ip = a.ss_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr)
-                                           : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&a)->sin_addr);
+  const void* ip = a.ss_family == AF_INET6
+                       ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr)
+                       : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&a)->sin_addr);
   if (::inet_ntop(a.ss_family, ip, host, sizeof(host)) == nullptr) return "[?]";
   return "[" + std::string(host) + "]:" + std::to_string(port_of(a));
 }

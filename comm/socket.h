@@ -23,8 +23,7 @@ bool wait_ready(int fd, short events, Clock::time_point deadline, int wake_fd = 
 // Reads (sending = false) or writes exactly `size` bytes before `deadline`, on a blocking or
 // non-blocking socket; never raises SIGPIPE. Returns "" or why it stopped: "timed out or shut
 // down while reading", "connection closed by the peer", or the system's error text.
-std::string transfer_exact(int fd, void* data, size_t size, bool sending, Clock::time_point deadline,
-                           int wake_fd = -1);
+std::string transfer_exact(int fd, void* data, size_t size, bool sending, Clock::time_point deadline, int wake_fd = -1);
 
 inline std::string send_exact(int fd, const void* data, size_t size, Clock::time_point deadline) {
   return transfer_exact(fd, const_cast<void*>(data), size, /*sending=*/true, deadline);  // only read from

@@ -86,8 +86,9 @@ TCPStore::~TCPStore() {
 }
 
 Bytes TCPStore::call(const Request& request, Millis io_timeout) {
-  TDDP_CHECK(request.body.size() <= max_message_bytes_, "TCPStore {}: the request of {} bytes exceeds the {} byte limit",
-             request.what, request.body.size(), max_message_bytes_);
+  TDDP_CHECK(request.body.size() <= max_message_bytes_,
+             "TCPStore {}: the request of {} bytes exceeds the {} byte limit", request.what, request.body.size(),
+             max_message_bytes_);
   std::lock_guard<std::mutex> lock(mutex_);
   const auto give_up = Clock::now() + timeout_;
   // At most one retry on a new connection: a request that fails twice is the problem itself

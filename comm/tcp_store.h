@@ -18,13 +18,28 @@ namespace tinyddp::comm {
 
 struct TCPStoreOptions {
   // The server's address (the server binds to it).
-  TCPStoreOptions& host(std::string v) { host_ = std::move(v); return *this; }
+  TCPStoreOptions& host(std::string v) {
+    host_ = std::move(v);
+    return *this;
+  }
   // 0 for the server: pick a free port (see TCPStore::port()).
-  TCPStoreOptions& port(uint16_t v) { port_ = v; return *this; }
-  TCPStoreOptions& is_server(bool v) { is_server_ = v; return *this; }
+  TCPStoreOptions& port(uint16_t v) {
+    port_ = v;
+    return *this;
+  }
+  TCPStoreOptions& is_server(bool v) {
+    is_server_ = v;
+    return *this;
+  }
   // For connecting and for every wait.
-  TCPStoreOptions& timeout(Millis v) { timeout_ = v; return *this; }
-  TCPStoreOptions& max_message_bytes(uint32_t v) { max_message_bytes_ = v; return *this; }
+  TCPStoreOptions& timeout(Millis v) {
+    timeout_ = v;
+    return *this;
+  }
+  TCPStoreOptions& max_message_bytes(uint32_t v) {
+    max_message_bytes_ = v;
+    return *this;
+  }
   const std::string& host() const { return host_; }
   uint16_t port() const { return port_; }
   bool is_server() const { return is_server_; }

@@ -14,14 +14,20 @@ enum Command : uint8_t { kSet = 1, kGet, kAdd, kCompareSet, kCheck, kWait, kDele
 enum Status : uint8_t { kOk = 0, kFailed = 1, kTimedOut = 2 };
 
 // Field encoding.
-inline void put_u32(Bytes& out, uint32_t v) { out.insert(out.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 4); }
-inline void put_i64(Bytes& out, int64_t v) { out.insert(out.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 8); }
+inline void put_u32(Bytes& out, uint32_t v) {
+  out.insert(out.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 4);
+}
+inline void put_i64(Bytes& out, int64_t v) {
+  out.insert(out.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 8);
+}
 inline void put_bytes(Bytes& out, const uint8_t* data, size_t size) {
   put_u32(out, static_cast<uint32_t>(size));
   out.insert(out.end(), data, data + size);
 }
 inline void put_bytes(Bytes& out, const Bytes& b) { put_bytes(out, b.data(), b.size()); }
-inline void put_string(Bytes& out, const std::string& s) { put_bytes(out, reinterpret_cast<const uint8_t*>(s.data()), s.size()); }
+inline void put_string(Bytes& out, const std::string& s) {
+  put_bytes(out, reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
 
 // Field decoding with bounds checks (malformed input throws).
 class Reader {

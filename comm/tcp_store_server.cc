@@ -194,18 +194,12 @@ Bytes TCPStoreServer::handle(const Bytes& body) {
       }
       break;
     }
-    case kDelete:
-      out.push_back(data_.delete_key(in.string()) ? 1 : 0);
-      break;
-    case kNumKeys:
-      put_i64(out, data_.num_keys());
-      break;
-    default:
-      throw Error(fmt::format("unknown command {}", command));
+    case kDelete: out.push_back(data_.delete_key(in.string()) ? 1 : 0); break;
+    case kNumKeys: put_i64(out, data_.num_keys()); break;
+    default: throw Error(fmt::format("unknown command {}", command));
   }
   if (!in.at_end()) throw Error("trailing bytes after the request");
   return out;
 }
-
 
 }  // namespace tinyddp::comm

@@ -22,11 +22,11 @@ namespace tinyddp::ddp {
 using tensor::Tensor;
 
 struct GradBucket {
-  size_t index = 0;                        // bucket index (launch order)
-  Tensor buffer;                           // the flat contents: this rank's gradients
-  std::vector<size_t> parameter_indices;   // which parameters it holds (DDP's parameter indices)
-  bool is_last = false;                    // the last bucket of this backward
-  std::vector<Tensor> params;              // those parameters
+  size_t index = 0;                       // bucket index (launch order)
+  Tensor buffer;                          // the flat contents: this rank's gradients
+  std::vector<size_t> parameter_indices;  // which parameters it holds (DDP's parameter indices)
+  bool is_last = false;                   // the last bucket of this backward
+  std::vector<Tensor> params;             // those parameters
   // No hook registered: the Reducer divided each gradient by the world size (or Join's count
   // of active ranks) while copying it in, so hooks::allreduce only sums. False for a
   // registered hook, which gets the plain gradients, as in PyTorch.

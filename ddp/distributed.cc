@@ -42,20 +42,23 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     params_.push_back(p);
     names.push_back(name);
   }
-  TDDP_CHECK(!params_.empty(),
-             "DistributedDataParallel: the module has no parameter that requires a gradient (apart from those in "
-             "params_and_buffers_to_ignore), so there is nothing to synchronise; DistributedDataParallel is not needed");
+  TDDP_CHECK(
+      !params_.empty(),
+      "DistributedDataParallel: the module has no parameter that requires a gradient (apart from those in "
+      "params_and_buffers_to_ignore), so there is nothing to synchronise; DistributedDataParallel is not needed");
   for (size_t i = 0; i < params_.size(); ++i) {
-    TDDP_CHECK(params_[i].device() == params_.front().device(),
-               "DistributedDataParallel: parameters are on several devices ('{}' on {}, '{}' on {}); move the module to "
-               "one device (module->to(device)) before wrapping it",
-               names.front(), params_.front().device().str(), names[i], params_[i].device().str());
+    TDDP_CHECK(
+        params_[i].device() == params_.front().device(),
+        "DistributedDataParallel: parameters are on several devices ('{}' on {}, '{}' on {}); move the module to "
+        "one device (module->to(device)) before wrapping it",
+        names.front(), params_.front().device().str(), names[i], params_[i].device().str());
     const bool on_gpu = params_[i].is_cuda();
     TDDP_CHECK(pg_->tensor_rules().accepts(params_[i].device()),
                "DistributedDataParallel: the {} backend needs the module on {}, but parameter '{}' is on {} ({}); {}",
                pg_->backend(), on_gpu ? "the CPU" : "this rank's GPU", names[i], params_[i].device().str(),
                pg_->tensor_rules().takes,
-               on_gpu ? "call module->to(kCPU) first" : "call module->to(Device(kCUDA, local_rank)) first, or use the gloo backend");
+               on_gpu ? "call module->to(kCPU) first"
+                      : "call module->to(Device(kCUDA, local_rank)) first, or use the gloo backend");
   }
   control_device_ = control_device(*pg_, params_);
   verify_same_parameters(names);
@@ -123,7 +126,8 @@ void DistributedDataParallel::verify_same_parameters(const std::vector<std::stri
   const int size = pg_->size();
   // Exchange the lengths, then the descriptions padded to the longest.
   const tensor::TensorOptions control = tensor::TensorOptions(tensor::kInt64).device(control_device_);
-  const Tensor length = tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(mine.size())}, {}, control_device_);
+  const Tensor length =
+      tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(mine.size())}, {}, control_device_);
   std::vector<Tensor> lengths;
   for (int r = 0; r < size; ++r) lengths.push_back(tensor::zeros({1}, control));
   pg_->allgather(lengths, length)->wait();
@@ -139,19 +143,22 @@ void DistributedDataParallel::verify_same_parameters(const std::vector<std::stri
     const std::vector<int64_t> other = all[r].to_vector<int64_t>();
     if (other == reference) continue;
     if (other[0] != reference[0]) {
-      throw Error(fmt::format("DistributedDataParallel: rank 0 has {} parameters that require grad but rank {} has {}; "
-                              "every rank must wrap the same model",
-                              reference[0], r, other[0]));
+      throw Error(
+          fmt::format("DistributedDataParallel: rank 0 has {} parameters that require grad but rank {} has {}; "
+                      "every rank must wrap the same model",
+                      reference[0], r, other[0]));
     }
     // Find the first parameter whose description differs.
     size_t pos = 1;
     for (int64_t k = 0; k < reference[0]; ++k) {
       const int64_t ndim = reference[pos + 1];
       const auto span = [&](const std::vector<int64_t>& d, size_t from, int64_t count) {
-        return std::vector<int64_t>(d.begin() + static_cast<int64_t>(from), d.begin() + static_cast<int64_t>(from) + count);
+        return std::vector<int64_t>(d.begin() + static_cast<int64_t>(from),
+                                    d.begin() + static_cast<int64_t>(from) + count);
       };
       const bool same_shape = span(reference, pos, 2 + ndim) == span(other, pos, 2 + ndim);
-      const bool same_strides = same_shape && span(reference, pos + 2 + ndim, ndim) == span(other, pos + 2 + ndim, ndim);
+      const bool same_strides =
+          same_shape && span(reference, pos + 2 + ndim, ndim) == span(other, pos + 2 + ndim, ndim);
       if (!same_strides) {
         const auto format_ints = [](const std::vector<int64_t>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); };
         const auto describe = [&](const std::vector<int64_t>& d) {
@@ -161,9 +168,10 @@ void DistributedDataParallel::verify_same_parameters(const std::vector<std::stri
           if (same_shape) text += " with strides " + format_ints(span(d, pos + 2 + n, n));
           return text;
         };
-        throw Error(fmt::format("DistributedDataParallel: parameter {} ('{}' on this rank) is {} on rank 0 but {} on rank {}; "
-                                "every rank must wrap the same model",
-                                k, names[k], describe(reference), describe(other), r));
+        throw Error(
+            fmt::format("DistributedDataParallel: parameter {} ('{}' on this rank) is {} on rank 0 but {} on rank {}; "
+                        "every rank must wrap the same model",
+                        k, names[k], describe(reference), describe(other), r));
       }
       pos += 2 + 2 * static_cast<size_t>(ndim);
     }
@@ -185,7 +193,8 @@ void DistributedDataParallel::broadcast_coalesced(const std::vector<Tensor>& ten
         bytes += static_cast<int64_t>(group[end].nbytes());
         ++end;
       }
-      const std::vector<Tensor> chunk(group.begin() + static_cast<int64_t>(start), group.begin() + static_cast<int64_t>(end));
+      const std::vector<Tensor> chunk(group.begin() + static_cast<int64_t>(start),
+                                      group.begin() + static_cast<int64_t>(end));
       const Tensor flat = comm::flatten(chunk);
       pg_->broadcast(flat, root)->wait();
       comm::unflatten_into(flat, chunk);
@@ -195,8 +204,7 @@ void DistributedDataParallel::broadcast_coalesced(const std::vector<Tensor>& ten
 }
 
 int DistributedDataParallel::find_common_rank(bool candidate) const {
-  const Tensor rank =
-      tensor::from_vector(std::vector<int64_t>{candidate ? pg_->rank() : -1}, {}, control_device_);
+  const Tensor rank = tensor::from_vector(std::vector<int64_t>{candidate ? pg_->rank() : -1}, {}, control_device_);
   pg_->allreduce(rank, comm::ReduceOp::kMax)->wait();
   const int64_t common = rank.item<int64_t>();
   TDDP_CHECK(common >= 0, "DistributedDataParallel: internal error: no rank qualified as the source of the model");
@@ -237,8 +245,8 @@ std::vector<Tensor> DistributedDataParallel::run_forward(const std::function<std
   require_forward_param_sync_ = synchronize;
   if (synchronize) {
     // find_unused_parameters: what no output reaches gets no gradient this iteration.
-    reducer_->prepare_for_backward(options_.find_unused_parameters() && !options_.static_graph() ? outputs
-                                                                                                 : std::vector<Tensor>{});
+    reducer_->prepare_for_backward(
+        options_.find_unused_parameters() && !options_.static_graph() ? outputs : std::vector<Tensor>{});
   }
   return outputs;
 }

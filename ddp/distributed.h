@@ -17,20 +17,44 @@
 namespace tinyddp::ddp {
 
 struct DDPOptions {
-  DDPOptions& bucket_cap_mb(double v) { bucket_cap_mb_ = v; return *this; }
-  DDPOptions& first_bucket_cap_mb(double v) { first_bucket_cap_mb_ = v; return *this; }
-  DDPOptions& find_unused_parameters(bool v) { find_unused_parameters_ = v; return *this; }
-  DDPOptions& gradient_as_bucket_view(bool v) { gradient_as_bucket_view_ = v; return *this; }
-  DDPOptions& broadcast_buffers(bool v) { broadcast_buffers_ = v; return *this; }
-  DDPOptions& static_graph(bool v) { static_graph_ = v; return *this; }
+  DDPOptions& bucket_cap_mb(double v) {
+    bucket_cap_mb_ = v;
+    return *this;
+  }
+  DDPOptions& first_bucket_cap_mb(double v) {
+    first_bucket_cap_mb_ = v;
+    return *this;
+  }
+  DDPOptions& find_unused_parameters(bool v) {
+    find_unused_parameters_ = v;
+    return *this;
+  }
+  DDPOptions& gradient_as_bucket_view(bool v) {
+    gradient_as_bucket_view_ = v;
+    return *this;
+  }
+  DDPOptions& broadcast_buffers(bool v) {
+    broadcast_buffers_ = v;
+    return *this;
+  }
+  DDPOptions& static_graph(bool v) {
+    static_graph_ = v;
+    return *this;
+  }
   bool static_graph() const { return static_graph_; }
   // Parameters and buffers (names inside the wrapped module, e.g. "head.weight") that DDP
   // leaves alone: not broadcast, not reduced (PyTorch's params_and_buffers_to_ignore).
-  DDPOptions& params_and_buffers_to_ignore(std::vector<std::string> names) { ignore_ = std::move(names); return *this; }
+  DDPOptions& params_and_buffers_to_ignore(std::vector<std::string> names) {
+    ignore_ = std::move(names);
+    return *this;
+  }
   const std::vector<std::string>& params_and_buffers_to_ignore() const { return ignore_; }
   // Write each rank's events as a Chrome trace to "<path>.rank<r>.json" (when the DDP object
   // is destroyed, or by write_timeline). The environment variable TINYDDP_DDP_TIMELINE sets it too.
-  DDPOptions& timeline(std::string path) { timeline_ = std::move(path); return *this; }
+  DDPOptions& timeline(std::string path) {
+    timeline_ = std::move(path);
+    return *this;
+  }
   const std::string& timeline() const { return timeline_; }
   double bucket_cap_mb() const { return bucket_cap_mb_; }
   double first_bucket_cap_mb() const { return first_bucket_cap_mb_; }
@@ -83,14 +107,17 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   void register_comm_hook(CommHook hook) { reducer_->register_comm_hook(std::move(hook)); }
   template <typename State, typename Hook>
   void register_comm_hook(State state, Hook hook) {
-    reducer_->register_comm_hook([state = std::move(state), hook = std::move(hook)](GradBucket& b) { return hook(state, b); });
+    reducer_->register_comm_hook(
+        [state = std::move(state), hook = std::move(hook)](GradBucket& b) { return hook(state, b); });
   }
 
   // While the guard lives, backward passes only accumulate .grad locally; the first
   // synchronised backward afterwards reduces the accumulated gradients.
   class NoSyncGuard {
    public:
-    explicit NoSyncGuard(DistributedDataParallel& ddp) : ddp_(ddp), previous_(ddp.require_sync_) { ddp.require_sync_ = false; }
+    explicit NoSyncGuard(DistributedDataParallel& ddp) : ddp_(ddp), previous_(ddp.require_sync_) {
+      ddp.require_sync_ = false;
+    }
     ~NoSyncGuard() { ddp_.require_sync_ = previous_; }
     NoSyncGuard(const NoSyncGuard&) = delete;
     NoSyncGuard& operator=(const NoSyncGuard&) = delete;
@@ -147,7 +174,7 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   std::unique_ptr<Reducer> reducer_;
   bool require_sync_ = true;                // false inside no_sync (PyTorch's require_backward_grad_sync)
   bool require_forward_param_sync_ = true;  // the previous forward synchronised: broadcast buffers first
-  Tensor should_sync_flag_;  // Join: this forward's "my backward synchronises" (1 or 0)
+  Tensor should_sync_flag_;                 // Join: this forward's "my backward synchronises" (1 or 0)
   std::shared_ptr<comm::Work> should_sync_work_;
 };
 

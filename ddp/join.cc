@@ -44,7 +44,8 @@ void Join::run(const std::vector<Joinable*>& joinables, const std::function<void
     loop();
     return;
   }
-  for (Joinable* j : joinables) j->join_config_ = {true, options.throw_on_early_termination(), j == joinables.front(), options, joinables};
+  for (Joinable* j : joinables)
+    j->join_config_ = {true, options.throw_on_early_termination(), j == joinables.front(), options, joinables};
   struct Reset {
     const std::vector<Joinable*>& joinables;
     ~Reset() {
@@ -81,9 +82,10 @@ std::optional<Join::Notice> Join::notify_join_context(const Joinable& joinable) 
   const Tensor active = tensor::from_vector(std::vector<int64_t>{1}, {}, device);
   std::shared_ptr<comm::Work> work = pg.allreduce(active);
   if (config.throw_on_early_termination && allreduce_count(pg, device, 0) != 0) {
-    throw Error(fmt::format("Join: at least one rank ran out of inputs (throw_on_early_termination); rank {} throws "
-                            "with every other rank",
-                            pg.rank()));
+    throw Error(
+        fmt::format("Join: at least one rank ran out of inputs (throw_on_early_termination); rank {} throws "
+                    "with every other rank",
+                    pg.rank()));
   }
   return Notice{std::move(work), active};
 }
@@ -124,7 +126,8 @@ void DistributedDataParallel::join_hook_main() {
   // Another joinable (ZeroRedundancyOptimizer) steps with this rank's .grad: give it the
   // others' average instead of the gradients of this rank's last iteration.
   bool write_gradients = false;
-  for (const Joinable* j : join_config().joinables) write_gradients = write_gradients || j->needs_gradients_when_joined();
+  for (const Joinable* j : join_config().joinables)
+    write_gradients = write_gradients || j->needs_gradients_when_joined();
   reducer_->match_backward_collectives(write_gradients);
 }
 
@@ -149,7 +152,8 @@ void Reducer::match_backward_collectives(bool write_gradients) {
   const bool static_first = static_graph_first_iteration();
   Tensor used;  // the others' used-parameter map, when they send one
   const auto zero_map = [&] {
-    used = tensor::zeros({static_cast<int64_t>(params_.size())}, tensor::TensorOptions(tensor::kInt64).device(control_device_));
+    used = tensor::zeros({static_cast<int64_t>(params_.size())},
+                         tensor::TensorOptions(tensor::kInt64).device(control_device_));
     pg_->allreduce(used)->wait();
   };
   if (static_first) zero_map();  // delay_all_reduce sends the map before the buckets

@@ -23,11 +23,20 @@ namespace tinyddp::ddp {
 struct JoinOptions {
   // DDP: average gradients over all ranks (the joined ones contribute zeros), as if every rank
   // still had inputs; false: over the ranks that still have inputs.
-  JoinOptions& divide_by_initial_world_size(bool v) { divide_by_initial_world_size_ = v; return *this; }
+  JoinOptions& divide_by_initial_world_size(bool v) {
+    divide_by_initial_world_size_ = v;
+    return *this;
+  }
   // false: Join::run just runs the loop (no shadowing, no collectives of its own).
-  JoinOptions& enable(bool v) { enable_ = v; return *this; }
+  JoinOptions& enable(bool v) {
+    enable_ = v;
+    return *this;
+  }
   // Throw on every rank as soon as one runs out of inputs, instead of shadowing.
-  JoinOptions& throw_on_early_termination(bool v) { throw_on_early_termination_ = v; return *this; }
+  JoinOptions& throw_on_early_termination(bool v) {
+    throw_on_early_termination_ = v;
+    return *this;
+  }
   bool divide_by_initial_world_size() const { return divide_by_initial_world_size_; }
   bool enable() const { return enable_; }
   bool throw_on_early_termination() const { return throw_on_early_termination_; }

@@ -15,7 +15,8 @@ namespace t = tinyddp::tensor;
 PowerSGDState::PowerSGDState(std::shared_ptr<comm::ProcessGroup> group, PowerSGDOptions o)
     : pg(std::move(group)), options(o), rng(o.random_seed()) {
   TDDP_CHECK(pg != nullptr, "PowerSGDState: no process group");
-  TDDP_CHECK(options.matrix_approximation_rank() >= 1, "PowerSGDState: matrix_approximation_rank must be at least 1, got {}",
+  TDDP_CHECK(options.matrix_approximation_rank() >= 1,
+             "PowerSGDState: matrix_approximation_rank must be at least 1, got {}",
              options.matrix_approximation_rank());
   TDDP_CHECK(options.start_powerSGD_iter() >= 0, "PowerSGDState: start_powerSGD_iter must be >= 0, got {}",
              options.start_powerSGD_iter());
@@ -84,8 +85,8 @@ Tensor add_error(PowerSGDState& s, size_t bucket, const Tensor& input) {
 // A bucket's P and Q memories ([p_numel] and [q_numel], or the shapes given): the kept ones
 // with warm start, else new. Returns whether they are new (Q must be drawn at random).
 // Without warm start nothing is kept (PyTorch clears them after every step).
-bool memories(PowerSGDState& s, size_t bucket, const t::Shape& p_shape, const t::Shape& q_shape,
-              const Tensor& like, Tensor& p, Tensor& q) {
+bool memories(PowerSGDState& s, size_t bucket, const t::Shape& p_shape, const t::Shape& q_shape, const Tensor& like,
+              Tensor& p, Tensor& q) {
   auto kept = s.p_memory.find(bucket);
   if (s.options.warm_start() && kept != s.p_memory.end() && kept->second.sizes() == p_shape) {
     p = kept->second;

@@ -26,13 +26,34 @@ namespace tinyddp::ddp {
 
 // PyTorch's PowerSGDState arguments and defaults.
 struct PowerSGDOptions {
-  PowerSGDOptions& matrix_approximation_rank(int v) { matrix_approximation_rank_ = v; return *this; }
-  PowerSGDOptions& start_powerSGD_iter(int64_t v) { start_powerSGD_iter_ = v; return *this; }
-  PowerSGDOptions& min_compression_rate(double v) { min_compression_rate_ = v; return *this; }
-  PowerSGDOptions& use_error_feedback(bool v) { use_error_feedback_ = v; return *this; }
-  PowerSGDOptions& warm_start(bool v) { warm_start_ = v; return *this; }
-  PowerSGDOptions& orthogonalization_epsilon(double v) { orthogonalization_epsilon_ = v; return *this; }
-  PowerSGDOptions& random_seed(uint64_t v) { random_seed_ = v; return *this; }
+  PowerSGDOptions& matrix_approximation_rank(int v) {
+    matrix_approximation_rank_ = v;
+    return *this;
+  }
+  PowerSGDOptions& start_powerSGD_iter(int64_t v) {
+    start_powerSGD_iter_ = v;
+    return *this;
+  }
+  PowerSGDOptions& min_compression_rate(double v) {
+    min_compression_rate_ = v;
+    return *this;
+  }
+  PowerSGDOptions& use_error_feedback(bool v) {
+    use_error_feedback_ = v;
+    return *this;
+  }
+  PowerSGDOptions& warm_start(bool v) {
+    warm_start_ = v;
+    return *this;
+  }
+  PowerSGDOptions& orthogonalization_epsilon(double v) {
+    orthogonalization_epsilon_ = v;
+    return *this;
+  }
+  PowerSGDOptions& random_seed(uint64_t v) {
+    random_seed_ = v;
+    return *this;
+  }
   int matrix_approximation_rank() const { return matrix_approximation_rank_; }
   int64_t start_powerSGD_iter() const { return start_powerSGD_iter_; }
   double min_compression_rate() const { return min_compression_rate_; }

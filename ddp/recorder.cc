@@ -32,7 +32,8 @@ void Recorder::gradient_ready(const std::string& name) {
 }
 
 void Recorder::gradient_copied(size_t bucket, const std::string& name, Clock::time_point start) {
-  if (timeline_enabled_) timeline_.span(fmt::format("into bucket {}: {}", bucket, name), start, Clock::now(), stats_.iterations);
+  if (timeline_enabled_)
+    timeline_.span(fmt::format("into bucket {}: {}", bucket, name), start, Clock::now(), stats_.iterations);
 }
 
 void Recorder::bucket_launching(bool first) {
@@ -82,7 +83,9 @@ void Recorder::add_times(const Times& t, DDPStats& stats, Times& sums, int64_t& 
 }
 
 void Recorder::finalized(Clock::time_point start, const std::vector<size_t>& bytes) {
-  const auto us = [](auto from, auto to) { return std::max(0.0, std::chrono::duration<double, std::micro>(to - from).count()); };
+  const auto us = [](auto from, auto to) {
+    return std::max(0.0, std::chrono::duration<double, std::micro>(to - from).count());
+  };
   const auto end = Clock::now();
   const int64_t iteration = stats_.iterations++;
   if (timing_device_ >= 0) {

@@ -95,8 +95,9 @@ Reducer::Snapshot Reducer::snapshot() const {
 
 void Reducer::register_comm_hook(CommHook hook) {
   TDDP_CHECK(hook != nullptr, "register_comm_hook: the hook is empty");
-  TDDP_CHECK(builtin_hook_, "register_comm_hook: a communication hook is already registered; it can only be "
-                            "registered once (as in PyTorch)");
+  TDDP_CHECK(builtin_hook_,
+             "register_comm_hook: a communication hook is already registered; it can only be "
+             "registered once (as in PyTorch)");
   TDDP_CHECK(num_iterations_ == 0 && !expect_autograd_hooks_,
              "register_comm_hook: register the hook before the first forward pass");
   comm_hook_ = std::move(hook);
@@ -162,7 +163,8 @@ bool Reducer::rebuild_buckets() {
   size_t pos = 1;
   for (int64_t b = 0; b < agreed[0]; ++b) {
     const auto count = static_cast<size_t>(agreed[pos++]);
-    std::vector<size_t> bucket(agreed.begin() + static_cast<int64_t>(pos), agreed.begin() + static_cast<int64_t>(pos + count));
+    std::vector<size_t> bucket(agreed.begin() + static_cast<int64_t>(pos),
+                               agreed.begin() + static_cast<int64_t>(pos + count));
     pos += count;
     size_t bytes = 0;
     for (size_t i : bucket) bytes += params_[i].nbytes();
@@ -243,10 +245,11 @@ void Reducer::autograd_hook(size_t i) {
     for (size_t u : unused_parameters_) mark_variable_ready(u);
   }
   if (static_graph_after_first_iteration()) {
-    TDDP_CHECK(num_grad_hooks_triggered_this_iteration_[i] > 0,
-               "DistributedDataParallel: parameter {} ('{}') got a gradient, but it got none in the first iteration; with "
-               "static_graph = true the training graph must not change",
-               i, names_[i]);
+    TDDP_CHECK(
+        num_grad_hooks_triggered_this_iteration_[i] > 0,
+        "DistributedDataParallel: parameter {} ('{}') got a gradient, but it got none in the first iteration; with "
+        "static_graph = true the training graph must not change",
+        i, names_[i]);
     if (--num_grad_hooks_triggered_this_iteration_[i] > 0) return;  // more firings to come in this backward
   }
   if (should_rebuild_buckets()) rebuilt_param_indices_.push_back(i);
@@ -257,8 +260,7 @@ void Reducer::check_not_marked_twice(size_t i) const {
   if (!per_iteration_ready_[i]) return;
   const bool unused = std::find(unused_parameters_.begin(), unused_parameters_.end(), i) != unused_parameters_.end();
   throw Error(fmt::format(
-      "DistributedDataParallel: parameter {} ('{}') was marked ready twice in one iteration: {}",
-      i, names_[i],
+      "DistributedDataParallel: parameter {} ('{}') was marked ready twice in one iteration: {}", i, names_[i],
       unused && has_marked_unused_parameters_
           ? "the forward output does not reach it (find_unused_parameters marked it unused), yet its gradient arrived. "
             "Make sure the parameter is used in forward, or turn find_unused_parameters off if every parameter "
@@ -299,8 +301,8 @@ void Reducer::copy_grad_to_bucket(size_t i) {
     return;
   }
   TDDP_CHECK(grad.dtype() == view.dtype() && grad.device() == view.device(),
-             "DistributedDataParallel: the gradient of parameter '{}' is {} on {} but its bucket is {} on {}", names_[i],
-             tensor::dtype_name(grad.dtype()), grad.device().str(), tensor::dtype_name(view.dtype()),
+             "DistributedDataParallel: the gradient of parameter '{}' is {} on {} but its bucket is {} on {}",
+             names_[i], tensor::dtype_name(grad.dtype()), grad.device().str(), tensor::dtype_name(view.dtype()),
              view.device().str());
   if (aliases(grad, view)) {
     // gradient_as_bucket_view: .grad is the slot already.
@@ -334,8 +336,9 @@ GradBucket Reducer::make_grad_bucket(size_t b, Tensor buffer) const {
   GradBucket grad_bucket{b, std::move(buffer), bucket.params, b + 1 == buckets_.size(), {}, builtin_hook_, {}};
   for (size_t i : bucket.params) grad_bucket.params.push_back(params_[i]);
   // The bucket's own views; for another buffer (Join's zeros), the same layout over it.
-  grad_bucket.views = grad_bucket.buffer.is_same(bucket.contents) ? bucket.views
-                                                                   : comm::flat_views(grad_bucket.buffer, grad_bucket.params);
+  grad_bucket.views = grad_bucket.buffer.is_same(bucket.contents)
+                          ? bucket.views
+                          : comm::flat_views(grad_bucket.buffer, grad_bucket.params);
   return grad_bucket;
 }
 
@@ -345,7 +348,8 @@ void Reducer::all_reduce_bucket(size_t b) {
   recorder_.bucket_launching(first);
   GradBucket grad_bucket = make_grad_bucket(b, bucket.contents);
   bucket.future = comm_hook_(grad_bucket);
-  TDDP_CHECK(bucket.future != nullptr, "DistributedDataParallel: the communication hook returned no future for bucket {}", b);
+  TDDP_CHECK(bucket.future != nullptr,
+             "DistributedDataParallel: the communication hook returned no future for bucket {}", b);
   recorder_.bucket_launched(b, first);
   launch_order_.push_back(b);
 }
@@ -366,7 +370,8 @@ void Reducer::finalize_bucket_dense(Bucket& bucket, const Tensor& result) {
   if (!options_.gradient_as_bucket_view()) {
     // Straight from the hook's result: the bucket's views, or the same slots of another
     // tensor the hook returned (PyTorch's populate_bucket_views_out).
-    const std::vector<Tensor> reduced = result.is_same(bucket.contents) ? bucket.views : comm::flat_views(result, bucket.views);
+    const std::vector<Tensor> reduced =
+        result.is_same(bucket.contents) ? bucket.views : comm::flat_views(result, bucket.views);
     for (size_t k = 0; k < bucket.params.size(); ++k) {
       copy_bucket_to_grad(bucket.params[k], reduced[k], globally_unused(bucket.params[k]));
     }

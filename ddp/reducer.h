@@ -25,14 +25,29 @@ namespace tinyddp::ddp {
 using tensor::Tensor;
 
 struct ReducerOptions {
-  ReducerOptions& first_bucket_cap_bytes(size_t v) { first_bucket_cap_bytes_ = v; return *this; }
-  ReducerOptions& bucket_cap_bytes(size_t v) { bucket_cap_bytes_ = v; return *this; }
-  ReducerOptions& find_unused_parameters(bool v) { find_unused_parameters_ = v; return *this; }
-  ReducerOptions& gradient_as_bucket_view(bool v) { gradient_as_bucket_view_ = v; return *this; }
+  ReducerOptions& first_bucket_cap_bytes(size_t v) {
+    first_bucket_cap_bytes_ = v;
+    return *this;
+  }
+  ReducerOptions& bucket_cap_bytes(size_t v) {
+    bucket_cap_bytes_ = v;
+    return *this;
+  }
+  ReducerOptions& find_unused_parameters(bool v) {
+    find_unused_parameters_ = v;
+    return *this;
+  }
+  ReducerOptions& gradient_as_bucket_view(bool v) {
+    gradient_as_bucket_view_ = v;
+    return *this;
+  }
   // The graph is the same every iteration: the first synchronised iteration reduces after
   // backward and learns which parameters are unused and how often each hook fires; later
   // iterations reuse that (no graph search, no used-parameter allreduce).
-  ReducerOptions& static_graph(bool v) { static_graph_ = v; return *this; }
+  ReducerOptions& static_graph(bool v) {
+    static_graph_ = v;
+    return *this;
+  }
   size_t first_bucket_cap_bytes() const { return first_bucket_cap_bytes_; }
   size_t bucket_cap_bytes() const { return bucket_cap_bytes_; }
   bool find_unused_parameters() const { return find_unused_parameters_; }
@@ -91,12 +106,12 @@ class Reducer {
   // DDP logging data that describe the buckets). The tensors are handles: they alias the
   // Reducer's buckets.
   struct Snapshot {
-    BucketAssignment assignment;             // parameter indices and bytes per bucket
+    BucketAssignment assignment;  // parameter indices and bytes per bucket
     bool buckets_rebuilt = false;
-    std::vector<Tensor> bucket_contents;     // each bucket's flat contents
-    std::vector<Tensor> bucket_views;        // each parameter's view of its bucket (by index)
-    std::vector<size_t> launch_order;        // buckets, in the order the last synchronised backward launched them
-    std::vector<size_t> grad_ready_order;    // parameters, in the order their gradients arrived then
+    std::vector<Tensor> bucket_contents;   // each bucket's flat contents
+    std::vector<Tensor> bucket_views;      // each parameter's view of its bucket (by index)
+    std::vector<size_t> launch_order;      // buckets, in the order the last synchronised backward launched them
+    std::vector<size_t> grad_ready_order;  // parameters, in the order their gradients arrived then
   };
   Snapshot snapshot() const;
   // Replaces the default hooks::allreduce of each bucket; once, before the first backward
@@ -113,8 +128,8 @@ class Reducer {
     std::vector<size_t> params;
     Tensor contents;            // flat, one dtype
     std::vector<Tensor> views;  // each parameter's slot in contents (comm::flat_views), built once
-    Tensor inverse_div;    // 1 / div_factor_ as a 0-d tensor of the contents' dtype
-    int inverse_div_of = 0;  // the divisor inverse_div holds
+    Tensor inverse_div;         // 1 / div_factor_ as a 0-d tensor of the contents' dtype
+    int inverse_div_of = 0;     // the divisor inverse_div holds
     size_t pending = 0;
     std::shared_ptr<Future> future;
   };
@@ -172,7 +187,7 @@ class Reducer {
   bool require_finalize_ = false;       // a parameter was marked ready; finalize must follow
   bool has_marked_unused_parameters_ = false;
   bool first_autograd_hook_called_ = false;
-  bool backward_completed_ = true;      // the engine finished the backward that armed us
+  bool backward_completed_ = true;  // the engine finished the backward that armed us
   size_t next_bucket_ = 0;
   std::vector<bool> per_iteration_ready_;
   std::vector<size_t> unused_parameters_;

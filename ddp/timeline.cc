@@ -35,24 +35,26 @@ std::string Timeline::json(int rank) const {
   int rows = 1;
   for (const Event& e : events_) rows = std::max(rows, e.track + 1);
   nlohmann::json events = nlohmann::json::array();
-  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
+  events.push_back(
+      {{"name", "process_name"}, {"ph", "M"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
   events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", rank}, {"args", {{"sort_index", rank}}}});
   for (int track = 0; track < rows; ++track) {
     const std::string name = track == kCompute ? "compute" : "bucket " + std::to_string(track - 1) + " allreduce";
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", track}, {"args", {{"name", name}}}});
-    events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", rank}, {"tid", track},
-                      {"args", {{"sort_index", track}}}});
+    events.push_back(
+        {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", rank}, {"tid", track}, {"args", {{"sort_index", track}}}});
   }
   for (const Event& e : events_) {
-    nlohmann::json event = {{"name", e.name}, {"ph", std::string(1, e.phase)}, {"ts", us(e.start)}, {"pid", rank},
+    nlohmann::json event = {{"name", e.name}, {"ph", std::string(1, e.phase)},       {"ts", us(e.start)}, {"pid", rank},
                             {"tid", e.track}, {"args", {{"iteration", e.iteration}}}};
     if (e.phase == 'X') event["dur"] = us(e.end) - us(e.start);
     if (e.phase == 'i') event["s"] = "t";
     events.push_back(event);
   }
-  const nlohmann::json other = {{"rank", rank},
-                                {"clock", aligned_ ? "aligned: microseconds since all ranks left DDP's construction barrier"
-                                                   : "this rank's own: microseconds since its timeline started"}};
+  const nlohmann::json other = {
+      {"rank", rank},
+      {"clock", aligned_ ? "aligned: microseconds since all ranks left DDP's construction barrier"
+                         : "this rank's own: microseconds since its timeline started"}};
   return nlohmann::json({{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", other}}).dump();
 }
 

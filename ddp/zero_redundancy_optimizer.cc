@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
-#include <cstdio>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -51,21 +51,21 @@ class ZeroJoinHook : public JoinHook {
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params, OptimizerFactory optimizer,
                                                  std::shared_ptr<comm::ProcessGroup> pg, ZeroOptions options)
-    : nn::Optimizer(std::move(params), kName),
-      pg_(pg ? std::move(pg) : comm::default_group()),
-      options_(options),
+    : nn::Optimizer(std::move(params), kName), pg_(pg ? std::move(pg) : comm::default_group()), options_(options),
       factory_(std::move(optimizer)) {
   TDDP_CHECK(pg_ != nullptr, "{}: no process group given and none initialised (call comm::init_process_group)", kName);
   TDDP_CHECK(!params_.empty(), "{}: no parameters to optimize", kName);
   TDDP_CHECK(factory_ != nullptr, "{}: no optimizer factory given", kName);
   TDDP_CHECK(!(options_.overlap_with_ddp() && options_.parameters_as_bucket_view()),
-             "{}: overlap_with_ddp broadcasts DDP's buckets; parameters_as_bucket_view cannot be combined with it", kName);
+             "{}: overlap_with_ddp broadcasts DDP's buckets; parameters_as_bucket_view cannot be combined with it",
+             kName);
   device_ = params_.front().device();
   std::unordered_set<const tensor::TensorImpl*> seen;
   for (size_t i = 0; i < params_.size(); ++i) {
     TDDP_CHECK(seen.insert(params_[i].impl()).second, "{}: parameter {} is given twice", kName, i);
-    TDDP_CHECK(params_[i].device() == device_, "{}: parameters are on several devices (parameter 0 on {}, parameter {} on {})",
-               kName, device_.str(), i, params_[i].device().str());
+    TDDP_CHECK(params_[i].device() == device_,
+               "{}: parameters are on several devices (parameter 0 on {}, parameter {} on {})", kName, device_.str(), i,
+               params_[i].device().str());
     TDDP_CHECK(!options_.parameters_as_bucket_view() || params_[i].dtype() == params_.front().dtype(),
                "{}: parameters_as_bucket_view needs one dtype, but parameter 0 is {} and parameter {} is {}", kName,
                tensor::dtype_name(params_.front().dtype()), i, tensor::dtype_name(params_[i].dtype()));
@@ -93,12 +93,14 @@ void ZeroRedundancyOptimizer::partition_parameters() {
   const int world = pg_->size();
   std::vector<size_t> order(params_.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return params_[a].numel() > params_[b].numel(); });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return params_[a].numel() > params_[b].numel(); });
   partition_.assign(world, {});
   owner_.assign(params_.size(), -1);
   std::vector<int64_t> sizes(world, 0);
   for (size_t i : order) {
-    const int rank = static_cast<int>(std::min_element(sizes.begin(), sizes.end()) - sizes.begin());  // the first minimum
+    const int rank =
+        static_cast<int>(std::min_element(sizes.begin(), sizes.end()) - sizes.begin());  // the first minimum
     partition_[rank].push_back(i);
     owner_[i] = rank;
     sizes[rank] += params_[i].numel();
@@ -128,7 +130,8 @@ void ZeroRedundancyOptimizer::step() {
   if (options_.overlap_with_ddp()) {
     // The update happens in DDP's communication hook (hook_with_zero_step).
     static bool warned = false;
-    if (!warned) std::fprintf(stderr, "%s: step() does nothing with overlap_with_ddp; the hook updates the parameters\n", kName);
+    if (!warned)
+      std::fprintf(stderr, "%s: step() does nothing with overlap_with_ddp; the hook updates the parameters\n", kName);
     warned = true;
     return;
   }
@@ -189,7 +192,8 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
                                                        tensor::TensorOptions(tensor::kInt64).device(device_));
     if (words.numel() > 0) pg_->broadcast(words, rank)->wait();
     if (pg_->rank() != to) continue;
-    const nn::SafetensorsFile file = nn::parse_safetensors(tensor_to_bytes(words, size), fmt::format("rank {}'s optimizer state", rank));
+    const nn::SafetensorsFile file =
+        nn::parse_safetensors(tensor_to_bytes(words, size), fmt::format("rank {}'s optimizer state", rank));
     shards.emplace_back(rank, file.tensors);
   }
   consolidated_.reset();
@@ -230,8 +234,9 @@ void ZeroRedundancyOptimizer::load_state_dict(const nn::OrderedDict<Tensor>& sta
   for (const auto& [name, t] : state) {
     const auto key = nn::parse_state_key(name);
     TDDP_CHECK(key.has_value(), "{}: load_state_dict: unexpected key '{}' (expected state.<index>.<key>)", kName, name);
-    TDDP_CHECK(key->index < params_.size(), "{}: load_state_dict: key '{}' refers to parameter {} but there are only {}",
-               kName, name, key->index, params_.size());
+    TDDP_CHECK(key->index < params_.size(),
+               "{}: load_state_dict: key '{}' refers to parameter {} but there are only {}", kName, name, key->index,
+               params_.size());
     TDDP_CHECK(key->key == "step" || (t.defined() && t.sizes() == params_[key->index].sizes()),
                "{}: load_state_dict: '{}' has shape {} but parameter {} has shape {}", kName, name,
                t.defined() ? tensor::format_shape(t.sizes()) : "(undefined)", key->index,
@@ -243,8 +248,10 @@ void ZeroRedundancyOptimizer::load_state_dict(const nn::OrderedDict<Tensor>& sta
 }
 
 std::unique_ptr<JoinHook> ZeroRedundancyOptimizer::join_hook() {
-  TDDP_CHECK(!options_.overlap_with_ddp(), "{}: Join with overlap_with_ddp is not supported (the joined rank's share of "
-             "the update would have to run from DDP's hook)", kName);
+  TDDP_CHECK(!options_.overlap_with_ddp(),
+             "{}: Join with overlap_with_ddp is not supported (the joined rank's share of "
+             "the update would have to run from DDP's hook)",
+             kName);
   return std::make_unique<ZeroJoinHook>(*this);
 }
 
@@ -270,8 +277,10 @@ void ZeroRedundancyOptimizer::init_for_overlap() {
     }
   }
   for (size_t i = 0; i < params_.size(); ++i) {
-    TDDP_CHECK(owner_[i] >= 0, "{}: parameter {} is in none of DDP's buckets (overlap_with_ddp needs every parameter "
-               "to be reduced by DDP)", kName, i);
+    TDDP_CHECK(owner_[i] >= 0,
+               "{}: parameter {} is in none of DDP's buckets (overlap_with_ddp needs every parameter "
+               "to be reduced by DDP)",
+               kName, i);
   }
   std::vector<Tensor> shard;
   for (size_t i : partition_[pg_->rank()]) shard.push_back(params_[i]);
@@ -288,7 +297,8 @@ void ZeroRedundancyOptimizer::step_bucket(const GradBucket& bucket, const Tensor
   std::vector<Tensor> saved;
   for (const Tensor& p : local_params) saved.push_back(p.grad());
   // The bucket's slots in the reduced contents (the bucket itself, or another tensor a hook returned).
-  const std::vector<Tensor> views = reduced.is_same(bucket.buffer) ? bucket.gradients() : comm::flat_views(reduced, bucket.params);
+  const std::vector<Tensor> views =
+      reduced.is_same(bucket.buffer) ? bucket.gradients() : comm::flat_views(reduced, bucket.params);
   std::unordered_map<const tensor::TensorImpl*, Tensor> reduced_of;
   for (size_t k = 0; k < bucket.params.size(); ++k) reduced_of[bucket.params[k].impl()] = views[k];
   for (const Tensor& p : local_params) {

@@ -33,13 +33,19 @@ using tensor::Tensor;
 struct ZeroOptions {
   // Each rank's shard in one flat tensor, the parameters views of it (set_data): one broadcast
   // per rank instead of one per parameter. Needs one dtype and device for all parameters.
-  ZeroOptions& parameters_as_bucket_view(bool v) { parameters_as_bucket_view_ = v; return *this; }
+  ZeroOptions& parameters_as_bucket_view(bool v) {
+    parameters_as_bucket_view_ = v;
+    return *this;
+  }
   // The update runs inside DDP's backward instead of in step(): register
   // hook_with_zero_step(hook, ddp, zero) as DDP's communication hook (below); step() does
   // nothing then. As in PyTorch, the partition follows DDP's buckets (bucket b to rank
   // b % world size), learnt after DDP rebuilds them, so the first two iterations update
   // nothing (three with static_graph).
-  ZeroOptions& overlap_with_ddp(bool v) { overlap_with_ddp_ = v; return *this; }
+  ZeroOptions& overlap_with_ddp(bool v) {
+    overlap_with_ddp_ = v;
+    return *this;
+  }
   bool parameters_as_bucket_view() const { return parameters_as_bucket_view_; }
   bool overlap_with_ddp() const { return overlap_with_ddp_; }
 
@@ -123,7 +129,7 @@ class ZeroRedundancyOptimizer : public nn::Optimizer, public Joinable {
   OptimizerFactory factory_;
   Overlap overlap_;
   std::unique_ptr<nn::Optimizer> local_;
-  std::vector<Tensor> buckets_;  // parameters_as_bucket_view: rank r's shard, flat
+  std::vector<Tensor> buckets_;                          // parameters_as_bucket_view: rank r's shard, flat
   std::optional<nn::OrderedDict<Tensor>> consolidated_;  // on the rank consolidate_state_dict chose
 };
 

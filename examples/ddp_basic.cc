@@ -4,9 +4,9 @@
 // gradient, so all ranks print the same parameter checksum.
 //   bazel run //examples:ddp_basic                       (forks 2 ranks itself)
 //   launch --nproc_per_node 2 -- bazel-bin/examples/ddp_basic
+#include "examples/example_util.h"
 #include "tinyddp/comm/comm.h"
 #include "tinyddp/ddp/distributed.h"
-#include "examples/example_util.h"
 
 namespace t = tinyddp::tensor;
 using namespace tinyddp;

@@ -7,9 +7,9 @@
 //   launch --nproc_per_node 2 -- bazel-bin/examples/ddp_checkpoint [CHECKPOINT_PATH]
 #include <filesystem>
 
+#include "examples/example_util.h"
 #include "tinyddp/comm/comm.h"
 #include "tinyddp/ddp/distributed.h"
-#include "examples/example_util.h"
 
 namespace t = tinyddp::tensor;
 using namespace tinyddp;

@@ -5,10 +5,10 @@
 // processed and the checksum of its final model (the same everywhere).
 //   bazel run //examples:ddp_zero_join
 //   launch --nproc_per_node 2 -- bazel-bin/examples/ddp_zero_join
+#include "examples/example_util.h"
 #include "tinyddp/comm/comm.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/ddp/zero_redundancy_optimizer.h"
-#include "examples/example_util.h"
 
 namespace t = tinyddp::tensor;
 using namespace tinyddp;

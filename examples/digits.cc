@@ -5,8 +5,8 @@
 
 #include <cerrno>
 #include <charconv>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include "tinyddp/base/error.h"
@@ -26,8 +26,10 @@ namespace {
 class GzipLines {
  public:
   explicit GzipLines(const std::string& path) : path_(path), file_(gzopen(path.c_str(), "rb"), &gzclose) {
-    TDDP_CHECK(file_ != nullptr, "digits: cannot open {} ({}); install python3-sklearn (bash scripts/setup.sh) or set "
-               "TINYDDP_DIGITS to the file", path, std::strerror(errno));
+    TDDP_CHECK(file_ != nullptr,
+               "digits: cannot open {} ({}); install python3-sklearn (bash scripts/setup.sh) or set "
+               "TINYDDP_DIGITS to the file",
+               path, std::strerror(errno));
   }
   // The next line without its newline; false at the end of the file. A damaged or truncated
   // stream throws.
@@ -74,8 +76,8 @@ int parse_field(std::string_view field, int lo, int hi, const char* what, const 
   const auto [end, error] = std::from_chars(field.data(), field.data() + field.size(), value);
   TDDP_CHECK(error == std::errc() && end == field.data() + field.size(),
              "digits: {} line {}, field {}: '{}' is not an integer", path, line, column, field);
-  TDDP_CHECK(value >= lo && value <= hi, "digits: {} line {}, field {}: {} {} is outside {}..{}", path, line, column, what,
-             value, lo, hi);
+  TDDP_CHECK(value >= lo && value <= hi, "digits: {} line {}, field {}: {} {} is outside {}..{}", path, line, column,
+             what, value, lo, hi);
   return value;
 }
 
@@ -95,14 +97,16 @@ Digits load_digits(const std::string& path) {
       const size_t comma = rest.find(',');
       const std::string_view field = rest.substr(0, comma);
       if (column < kDigitsPixels) {
-        TDDP_CHECK(comma != std::string_view::npos, "digits: {} line {}: {} fields, expected {} (64 pixels and a label)",
-                   path, number, column + 1, kDigitsPixels + 1);
+        TDDP_CHECK(comma != std::string_view::npos,
+                   "digits: {} line {}: {} fields, expected {} (64 pixels and a label)", path, number, column + 1,
+                   kDigitsPixels + 1);
         digits.pixels.push_back(
-            static_cast<float>(parse_field(field, 0, kDigitsMaxPixel, "pixel", path, number, column + 1)) / kDigitsMaxPixel);
+            static_cast<float>(parse_field(field, 0, kDigitsMaxPixel, "pixel", path, number, column + 1)) /
+            kDigitsMaxPixel);
         rest.remove_prefix(comma + 1);
       } else {
-        TDDP_CHECK(comma == std::string_view::npos, "digits: {} line {}: more than {} fields (64 pixels and a label)", path,
-                   number, kDigitsPixels + 1);
+        TDDP_CHECK(comma == std::string_view::npos, "digits: {} line {}: more than {} fields (64 pixels and a label)",
+                   path, number, kDigitsPixels + 1);
         digits.labels.push_back(parse_field(field, 0, kDigitsClasses - 1, "label", path, number, column + 1));
       }
     }

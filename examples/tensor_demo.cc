@@ -23,8 +23,7 @@ int main() {
 
     const t::Tensor w = t::tensor({{1, 0}, {0, 1}, {1, 1}, {2, -1}});
     std::cout << "matmul(x, w) with w [4, 2]:\n" << t::matmul(x, w) << "\n";
-    std::cout << "matmul(x.t().t(), w) uses the transposed view without a copy:\n"
-              << t::matmul(x.t().t(), w) << "\n\n";
+    std::cout << "matmul(x.t().t(), w) uses the transposed view without a copy:\n" << t::matmul(x.t().t(), w) << "\n\n";
 
     std::cout << "softmax(x / 10, dim=1):\n" << t::softmax(x / 10, 1) << "\n";
     std::cout << "sum over dim 0: " << t::sum(x, {0}) << ", mean: " << t::mean(x) << "\n";

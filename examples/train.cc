@@ -13,11 +13,13 @@
 int main(int argc, char** argv) {
   tinyddp::examples::TrainConfig config;
   CLI::App app{"Train a model with tinyddp (data-parallel when started by launch with WORLD_SIZE > 1)."};
-  app.add_option("--model", config.model, "mlp (default: a classifier, widths 784,256,10) or toy (the DDP tutorial's ToyModel)");
+  app.add_option("--model", config.model,
+                 "mlp (default: a classifier, widths 784,256,10) or toy (the DDP tutorial's ToyModel)");
   app.add_option("--dataset", config.dataset,
                  "synthetic (default) or digits (the 8x8 handwritten digits of python3-sklearn: 1500 for training, 297 "
                  "held out)");
-  app.add_option("--digits", config.digits, "the digits file (default: python3-sklearn's digits.csv.gz, or $TINYDDP_DIGITS)");
+  app.add_option("--digits", config.digits,
+                 "the digits file (default: python3-sklearn's digits.csv.gz, or $TINYDDP_DIGITS)");
   app.add_option("--widths", config.widths, "layer widths of the mlp (default 784,256,10; digits: 64,128,10)")
       ->delimiter(',');
   app.add_option("--loss", config.loss, "mse or ce (default: mse for toy, ce for mlp)");
@@ -46,15 +48,18 @@ int main(int argc, char** argv) {
   app.add_option("--powersgd_rank", config.powersgd_rank, "PowerSGD's matrix_approximation_rank (default 1)");
   app.add_option("--powersgd_start_iter", config.powersgd_start_iter,
                  "PowerSGD's start_powerSGD_iter: plain allreduce before it (default 1000, PyTorch's)");
-  app.add_option("--checkpoint", config.checkpoint,
-                 "rank 0 writes the model, optimizer state and step here (every --checkpoint_every steps and at the end)");
+  app.add_option(
+      "--checkpoint", config.checkpoint,
+      "rank 0 writes the model, optimizer state and step here (every --checkpoint_every steps and at the end)");
   app.add_option("--checkpoint_every", config.checkpoint_every, "steps between checkpoints (default: only at the end)");
-  app.add_flag("--resume", config.resume, "continue from --checkpoint when it exists (e.g. after launch --max_restarts)");
+  app.add_flag("--resume", config.resume,
+               "continue from --checkpoint when it exists (e.g. after launch --max_restarts)");
   app.add_option("--fail_at_step", config.fail_at_step,
                  "exit with status 3 before this step on the first attempt (to try launch --max_restarts)");
   app.add_option("--timeout", config.timeout_s,
                  "seconds a collective or the store waits for the other ranks before failing (default 60)");
-  app.add_flag("--stats", config.stats, "print DDP's statistics at the end: buckets, rebuilt or not, compute, "
+  app.add_flag("--stats", config.stats,
+               "print DDP's statistics at the end: buckets, rebuilt or not, compute, "
                "communication and overlap per iteration");
   CLI11_PARSE(app, argc, argv);
   try {  // the values are checked once, by TrainConfig::validate (train_lib.h)

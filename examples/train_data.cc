@@ -33,9 +33,10 @@ class FileDataset : public Dataset {
     TDDP_CHECK(inputs_.dtype() == t::kFloat32 && inputs_.dim() == 3 && inputs_.size(2) == in,
                "--data {}: 'inputs' must be float32 [steps, batch, {}], got {} {}", path, in,
                t::dtype_name(inputs_.dtype()), t::format_shape(inputs_.sizes()));
-    TDDP_CHECK(inputs_.size(0) >= steps, "--data {}: --steps {} but the file holds {} batches", path, steps, inputs_.size(0));
-    const t::Shape want = classification ? t::Shape{inputs_.size(0), inputs_.size(1)}
-                                         : t::Shape{inputs_.size(0), inputs_.size(1), out};
+    TDDP_CHECK(inputs_.size(0) >= steps, "--data {}: --steps {} but the file holds {} batches", path, steps,
+               inputs_.size(0));
+    const t::Shape want =
+        classification ? t::Shape{inputs_.size(0), inputs_.size(1)} : t::Shape{inputs_.size(0), inputs_.size(1), out};
     const t::DType want_dtype = classification ? t::kInt64 : t::kFloat32;
     TDDP_CHECK(targets_.dtype() == want_dtype && targets_.sizes() == want,
                "--data {}: 'targets' must be {} {} for this loss, got {} {}", path, t::dtype_name(want_dtype),
@@ -97,12 +98,13 @@ class SyntheticDataset : public Dataset {
 class DigitsDataset : public Dataset {
  public:
   DigitsDataset(const std::string& path, uint64_t seed, int64_t batch, int rank, int world)
-      : path_(path), digits_(load_digits(path)), split_(split_digits(digits_.rows(), kDigitsHeldOut, seed)), batch_(batch),
-        train_(std::make_shared<nn::TensorDataset>(
-            std::vector<Tensor>{digits_.inputs(split_.train), digits_.targets(split_.train)})),
+      : path_(path), digits_(load_digits(path)), split_(split_digits(digits_.rows(), kDigitsHeldOut, seed)),
+        batch_(batch), train_(std::make_shared<nn::TensorDataset>(
+                           std::vector<Tensor>{digits_.inputs(split_.train), digits_.targets(split_.train)})),
         sampler_(std::make_shared<nn::DistributedSampler>(train_->size(), world, rank, /*shuffle=*/true, seed)),
         loader_(train_, nn::DataLoaderOptions(batch / world).sampler(sampler_).drop_last(true)) {
-    TDDP_CHECK(batch <= train_->size(), "--batch {}: larger than the {} training digits of {}", batch, train_->size(), path);
+    TDDP_CHECK(batch <= train_->size(), "--batch {}: larger than the {} training digits of {}", batch, train_->size(),
+               path);
   }
   Batch batch(int64_t step) override {
     const int64_t epoch = step / loader_.size(), position = step % loader_.size();
@@ -119,7 +121,9 @@ class DigitsDataset : public Dataset {
     ++next_;
     return out;
   }
-  std::optional<Batch> held_out() override { return Batch{digits_.inputs(split_.held_out), digits_.targets(split_.held_out)}; }
+  std::optional<Batch> held_out() override {
+    return Batch{digits_.inputs(split_.held_out), digits_.targets(split_.held_out)};
+  }
   std::string describe() const override {
     return fmt::format("{} training digits from {} ({} batches of {} per epoch)", split_.train.size(), path_,
                        loader_.size(), batch_);

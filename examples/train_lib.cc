@@ -6,16 +6,16 @@
 #include "examples/train_lib.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <iostream>
-#include <cmath>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
+#include "examples/train_data.h"
 #include "tinyddp/comm/init.h"
 #include "tinyddp/comm/launch_env.h"
-#include "examples/train_data.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/ddp/powersgd.h"
 #include "tinyddp/nn/nn.h"
@@ -39,12 +39,11 @@ std::string describe_stats(const ddp::DDPStats& s, int rank) {
       "  per iteration, average (last): forward {} ({}), backward compute {} ({}), communication {} ({}),\n"
       "  communication overlapped with backward {} ({}): {:.0f}% of it hidden\n",
       rank, s.iterations, s.bucket_bytes.size(), fmt::join(sizes, ", "),
-      s.buckets_rebuilt ? "rebuilt in the order gradients arrived" : "not rebuilt",
-      ms(s.avg_forward_compute_us), ms(s.last_forward_compute_us), ms(s.avg_backward_compute_us),
-      ms(s.last_backward_compute_us), ms(s.avg_backward_comm_us), ms(s.last_backward_comm_us), ms(s.avg_overlap_us),
-      ms(s.last_overlap_us), s.avg_backward_comm_us > 0 ? 100 * s.avg_overlap_us / s.avg_backward_comm_us : 0.0);
+      s.buckets_rebuilt ? "rebuilt in the order gradients arrived" : "not rebuilt", ms(s.avg_forward_compute_us),
+      ms(s.last_forward_compute_us), ms(s.avg_backward_compute_us), ms(s.last_backward_compute_us),
+      ms(s.avg_backward_comm_us), ms(s.last_backward_comm_us), ms(s.avg_overlap_us), ms(s.last_overlap_us),
+      s.avg_backward_comm_us > 0 ? 100 * s.avg_overlap_us / s.avg_backward_comm_us : 0.0);
 }
-
 
 // ---- The configuration -----------------------------------------------------------------------
 
@@ -106,8 +105,8 @@ BuiltModel build_model(const TrainConfig& config, const t::Device& device) {
     m.module = std::make_shared<nn::ToyModel>();
   } else {
     const std::vector<int64_t> widths = !config.widths.empty() ? config.widths
-                                        : uses_digits(config)         ? std::vector<int64_t>{kDigitsPixels, 128, kDigitsClasses}
-                                                                 : std::vector<int64_t>{784, 256, 10};
+                                        : uses_digits(config) ? std::vector<int64_t>{kDigitsPixels, 128, kDigitsClasses}
+                                                              : std::vector<int64_t>{784, 256, 10};
     TDDP_CHECK(widths.size() >= 2, "--widths needs at least two numbers, got {}", widths.size());
     TDDP_CHECK(!uses_digits(config) || (widths.front() == kDigitsPixels && widths.back() == kDigitsClasses),
                "--dataset digits: the widths must start with {} (8x8 pixels) and end with {} (classes), got {}",
@@ -116,7 +115,8 @@ BuiltModel build_model(const TrainConfig& config, const t::Device& device) {
     m.in = widths.front();
     m.out = widths.back();
   }
-  TDDP_CHECK(!classification(config) || m.out >= 2, "--loss ce needs at least 2 output classes, the model has {}", m.out);
+  TDDP_CHECK(!classification(config) || m.out >= 2, "--loss ce needs at least 2 output classes, the model has {}",
+             m.out);
   if (!config.init.empty()) nn::load_state_dict(*m.module, config.init);
   m.module->to(device);
   return m;
@@ -161,8 +161,9 @@ Runner wrap_in_ddp(const TrainConfig& config, const std::shared_ptr<nn::Module>&
   if (config.comm_hook == "fp16") r.ddp->register_comm_hook(ddp::hooks::fp16_compress(pg));
   if (config.comm_hook == "bf16") r.ddp->register_comm_hook(ddp::hooks::bf16_compress(pg));
   if (config.comm_hook == "powersgd") {
-    r.powersgd = std::make_shared<ddp::PowerSGDState>(
-        pg, ddp::PowerSGDOptions().matrix_approximation_rank(config.powersgd_rank).start_powerSGD_iter(config.powersgd_start_iter));
+    r.powersgd = std::make_shared<ddp::PowerSGDState>(pg, ddp::PowerSGDOptions()
+                                                              .matrix_approximation_rank(config.powersgd_rank)
+                                                              .start_powerSGD_iter(config.powersgd_start_iter));
     r.ddp->register_comm_hook(ddp::powersgd_hook(r.powersgd));
   }
   return r;
@@ -174,9 +175,11 @@ std::unique_ptr<Dataset> open_dataset(const TrainConfig& config, const BuiltMode
   TDDP_CHECK(config.data.empty() ? batch_size % world == 0 : true,
              "--batch {} is not divisible by WORLD_SIZE {}: every rank takes an equal share of each batch", batch_size,
              world);
-  if (!config.data.empty()) return file_dataset(config.data, config.steps, model.in, model.out, classification(config), rank, world);
+  if (!config.data.empty())
+    return file_dataset(config.data, config.steps, model.in, model.out, classification(config), rank, world);
   if (uses_digits(config)) {
-    return digits_dataset(config.digits.empty() ? default_digits_path() : config.digits, config.seed, batch_size, rank, world);
+    return digits_dataset(config.digits.empty() ? default_digits_path() : config.digits, config.seed, batch_size, rank,
+                          world);
   }
   return synthetic_dataset(config.seed, batch_size, model.in, model.out, classification(config), rank, world);
 }
@@ -225,11 +228,13 @@ Run set_up(const TrainConfig& config) {
              "(or more)");
   run.model = build_model(config, run.placement.device);
   run.optimizer = make_optimizer(config, *run.model.module);
-  const std::optional<nn::TrainingCheckpoint> resumed = resume_if_asked(config, run.rank, *run.model.module, *run.optimizer);
+  const std::optional<nn::TrainingCheckpoint> resumed =
+      resume_if_asked(config, run.rank, *run.model.module, *run.optimizer);
   run.first_step = resumed ? resumed->step : 0;
   run.runner = wrap_in_ddp(config, run.model.module, run.pg);
   run.data = open_dataset(config, run.model, run.rank, run.world);
-  for (int64_t step = 0; step < run.first_step; ++step) run.data->batch(step);  // resuming: the generators where they were
+  for (int64_t step = 0; step < run.first_step; ++step)
+    run.data->batch(step);  // resuming: the generators where they were
   return run;
 }
 
@@ -237,8 +242,8 @@ Run set_up(const TrainConfig& config) {
 std::string describe_run(const TrainConfig& config, const Run& run) {
   std::ostringstream line;
   line << "training " << config.model << " (" << run.model.module->parameters().size() << " parameter tensors) with "
-       << config.optimizer << " lr " << config.lr << ", " << loss_name(config) << " loss, " << config.steps << " steps, "
-       << run.data->describe()
+       << config.optimizer << " lr " << config.lr << ", " << loss_name(config) << " loss, " << config.steps
+       << " steps, " << run.data->describe()
        << (run.pg ? fmt::format(", data-parallel on {} ranks ({})", run.world, run.placement.backend) : std::string())
        << ", device " << run.placement.device.str() << "\n";
   return line.str();
@@ -281,7 +286,8 @@ class Log {
 
   // Before backward: the step's loss over all ranks (and on the last step, the accuracy).
   void loss(int64_t step, const Tensor& loss, const Tensor& prediction, const Tensor& targets) {
-    const double value = mean_over_ranks(t::scalar_tensor(loss.item<double>(), t::TensorOptions(t::kFloat64).device(report_device_)));
+    const double value =
+        mean_over_ranks(t::scalar_tensor(loss.item<double>(), t::TensorOptions(t::kFloat64).device(report_device_)));
     TDDP_CHECK(std::isfinite(value), "the loss became {} at step {}; lower --lr", value, step);
     result_.losses.push_back(value);
     if (classification(config_) && step + 1 == config_.steps) {
@@ -335,15 +341,17 @@ void report(const TrainConfig& config, const Run& run, TrainResult& result, std:
     const t::Device& device = run.placement.device;
     const Tensor predicted = t::argmax(run.model.module->forward(held->inputs.to(device)), 1);
     result.held_out_accuracy = t::mean(t::eq(predicted, held->targets.to(device)).to(t::kFloat64)).item<double>();
-    progress << fmt::format("held-out accuracy {:.1f}% on {}\n", 100 * result.held_out_accuracy, run.data->describe_held_out());
+    progress << fmt::format("held-out accuracy {:.1f}% on {}\n", 100 * result.held_out_accuracy,
+                            run.data->describe_held_out());
   }
   if (run.runner.powersgd) {
     progress << fmt::format("PowerSGD rank {}: {:.1f}x fewer gradient elements sent (from iteration {} on)\n",
                             config.powersgd_rank, run.runner.powersgd->compression_rate(), config.powersgd_start_iter);
   }
   if (config.stats) {
-    progress << (run.runner.ddp ? describe_stats(run.runner.ddp->stats(), run.rank)
-                                : "no DDP statistics: this run trained on one process (start it with launch for DDP)\n");
+    progress << (run.runner.ddp
+                     ? describe_stats(run.runner.ddp->stats(), run.rank)
+                     : "no DDP statistics: this run trained on one process (start it with launch for DDP)\n");
   }
   if (!config.save.empty() && run.rank == 0) {
     nn::save_state_dict(*run.model.module, config.save);
@@ -374,14 +382,15 @@ void TrainConfig::validate() const {
   TDDP_CHECK(log_every >= 0, "--log_every must be positive, got {}", log_every);
   TDDP_CHECK(dataset == "synthetic" || dataset == "digits", "--dataset must be synthetic or digits, got '{}'", dataset);
   TDDP_CHECK(!uses_digits(*this) || (model == "mlp" && loss_used == "ce"),
-             "--dataset digits trains a classifier: use --model mlp with the ce loss (got --model {}, --loss {})", model,
-             loss_used);
+             "--dataset digits trains a classifier: use --model mlp with the ce loss (got --model {}, --loss {})",
+             model, loss_used);
   TDDP_CHECK(bucket_cap_mb > 0 && first_bucket_cap_mb > 0,
              "--bucket_cap_mb and --first_bucket_cap_mb must be positive, got {} and {}", bucket_cap_mb,
              first_bucket_cap_mb);
-  TDDP_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device must be auto, cpu or cuda, got '{}'", device);
-  TDDP_CHECK(backend == "auto" || backend == "gloo" || backend == "nccl", "--backend must be auto, gloo or nccl, got '{}'",
-             backend);
+  TDDP_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device must be auto, cpu or cuda, got '{}'",
+             device);
+  TDDP_CHECK(backend == "auto" || backend == "gloo" || backend == "nccl",
+             "--backend must be auto, gloo or nccl, got '{}'", backend);
   TDDP_CHECK(timeout_s > 0, "--timeout must be positive, got {}", timeout_s);
   TDDP_CHECK(comm_hook == "allreduce" || comm_hook == "fp16" || comm_hook == "bf16" || comm_hook == "powersgd",
              "--comm_hook must be allreduce, fp16, bf16 or powersgd, got '{}'", comm_hook);
@@ -396,7 +405,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   Run run = set_up(config);
   std::ostringstream quiet;  // only rank 0 prints progress
   std::ostream& progress = run.rank == 0 ? log : quiet;
-  if (run.first_step > 0) progress << fmt::format("resuming from {} after {} steps\n", config.checkpoint, run.first_step);
+  if (run.first_step > 0)
+    progress << fmt::format("resuming from {} after {} steps\n", config.checkpoint, run.first_step);
   progress << describe_run(config, run);
   Log logged(config, run, progress);
   for (int64_t step = run.first_step; step < config.steps; ++step) {

@@ -18,22 +18,22 @@ namespace tinyddp::examples {
 
 // examples/train's command-line values (a Config: a plain struct CLI11 fills, checked by validate()).
 struct TrainConfig {
-  std::string model = "mlp";                  // mlp | toy
-  std::string dataset = "synthetic";          // synthetic | digits (ignored with `data`)
-  std::string digits;                         // the digits file; empty: default_digits_path()
-  std::vector<int64_t> widths;                // mlp only; empty: 784,256,10 (synthetic), 64,128,10 (digits)
-  std::string loss;                           // mse | ce; empty: mse for toy, ce for mlp
-  std::string optimizer = "sgd";              // sgd | adam
+  std::string model = "mlp";          // mlp | toy
+  std::string dataset = "synthetic";  // synthetic | digits (ignored with `data`)
+  std::string digits;                 // the digits file; empty: default_digits_path()
+  std::vector<int64_t> widths;        // mlp only; empty: 784,256,10 (synthetic), 64,128,10 (digits)
+  std::string loss;                   // mse | ce; empty: mse for toy, ce for mlp
+  std::string optimizer = "sgd";      // sgd | adam
   double lr = 0.1;
   double momentum = 0;
   int64_t steps = 100;
   uint64_t seed = 0;
-  int64_t batch = 0;      // the global batch (not with `data`); 0: 20 for toy, 64 for mlp
-  std::string init;       // safetensors state dict to start from
-  std::string data;       // safetensors with "inputs" [steps, batch, in] and "targets"
-  std::string save;       // where to write the final state dict
-  std::string metrics;    // CSV "step,loss" (loss before that step's update)
-  int64_t log_every = 0;  // 0: about ten progress lines
+  int64_t batch = 0;            // the global batch (not with `data`); 0: 20 for toy, 64 for mlp
+  std::string init;             // safetensors state dict to start from
+  std::string data;             // safetensors with "inputs" [steps, batch, in] and "targets"
+  std::string save;             // where to write the final state dict
+  std::string metrics;          // CSV "step,loss" (loss before that step's update)
+  int64_t log_every = 0;        // 0: about ten progress lines
   std::string device = "auto";  // auto | cpu | cuda (auto: CUDA when built with it and a GPU is present)
   // auto | gloo | nccl (auto: nccl on GPUs when each local rank has one, else gloo)
   std::string backend = "auto";
@@ -66,8 +66,8 @@ struct TrainConfig {
 };
 
 struct TrainResult {
-  std::vector<double> losses;  // one per step, before the update (the mean over ranks)
-  double accuracy = -1;        // cross-entropy only: last batch, before the last update
+  std::vector<double> losses;     // one per step, before the update (the mean over ranks)
+  double accuracy = -1;           // cross-entropy only: last batch, before the last update
   double held_out_accuracy = -1;  // cross-entropy: samples kept out of training, after training
   double seconds = 0;
   int64_t samples = 0;

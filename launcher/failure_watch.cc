@@ -8,7 +8,8 @@
 namespace tinyddp::launcher {
 
 FailureWatch::FailureWatch(const LaunchConfig& options, int attempt, int wake_fd, unsigned char wake_byte)
-    : key_(fmt::format("launch/attempt_{}/failed", attempt)), node_(options.node_rank), wake_fd_(wake_fd), wake_byte_(wake_byte) {
+    : key_(fmt::format("launch/attempt_{}/failed", attempt)), node_(options.node_rank), wake_fd_(wake_fd),
+      wake_byte_(wake_byte) {
   const auto o = comm::TCPStoreOptions()
                      .host(options.master_addr)
                      .port(static_cast<uint16_t>(options.master_port))

@@ -2,15 +2,15 @@
 //   launch --nproc_per_node 2 -- bazel-bin/examples/train --steps 100
 //   bazel run //launcher:launch -- --nproc_per_node 2 -- bazel-bin/examples/train
 // See launcher.h for what each worker gets and how failures are handled.
-#include <CLI/CLI.hpp>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <cerrno>
 #include <cstring>
 #include <iostream>
 
-#include "tinyddp/launcher/launcher.h"
 #include "tinyddp/base/error.h"
+#include "tinyddp/launcher/launcher.h"
 
 int main(int argc, char** argv) {
   // `bazel run @tinyddp//launcher:launch -- ... bazel-bin/prog` starts the launcher in its
@@ -33,9 +33,12 @@ int main(int argc, char** argv) {
   app.add_option("--nnodes", o.nnodes, "nodes in the job (default 1)");
   app.add_option("--node_rank", o.node_rank, "this node's rank, 0 to nnodes-1 (default 0)");
   app.add_option("--master_addr", o.master_addr, "address of node 0, which hosts the job's store (default 127.0.0.1)");
-  app.add_option("--master_port", o.master_port, "port of the store on node 0 (default: a free port; needed with --nnodes > 1)");
-  app.add_option("--max_restarts", o.max_restarts, "restart the whole group up to this many times after a failure (default 0)");
-  app.add_option("--log_dir", o.log_dir, "write each worker's output to LOG_DIR/attempt_<k>/rank_<r>.log instead of the console");
+  app.add_option("--master_port", o.master_port,
+                 "port of the store on node 0 (default: a free port; needed with --nnodes > 1)");
+  app.add_option("--max_restarts", o.max_restarts,
+                 "restart the whole group up to this many times after a failure (default 0)");
+  app.add_option("--log_dir", o.log_dir,
+                 "write each worker's output to LOG_DIR/attempt_<k>/rank_<r>.log instead of the console");
   app.add_flag("--tee", o.tee, "with --log_dir: print to the console as well");
   app.add_option("--grace_period", grace_s, "seconds between SIGTERM and SIGKILL when stopping workers (default 5)");
   app.add_option("--rdzv_timeout", rdzv_timeout_s, "seconds for the nodes to meet through the store (default 60)");

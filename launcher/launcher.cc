@@ -48,7 +48,6 @@ void on_signal(int signo) {
 // The byte a FailureWatch writes into the signal pipe: another node's workers failed.
 constexpr unsigned char kPeerFailed = 0;
 
-
 // One output stream of a worker: its pipe and the part of a line not yet printed.
 struct Stream {
   int fd = -1;
@@ -67,7 +66,8 @@ struct Worker {
 
 class Attempt {
  public:
-  Attempt(const LaunchConfig& options, std::ostream& log, int attempt, const std::vector<std::pair<std::string, std::string>>& env)
+  Attempt(const LaunchConfig& options, std::ostream& log, int attempt,
+          const std::vector<std::pair<std::string, std::string>>& env)
       : options_(options), log_(log), attempt_(attempt), env_(env) {
     if (options.nnodes > 1) watch_ = std::make_unique<FailureWatch>(options, attempt, signal_pipe[1], kPeerFailed);
   }
@@ -137,7 +137,7 @@ class Attempt {
     const pid_t pid = ::fork();
     TDDP_CHECK(pid >= 0, "launch: fork: {}", std::strerror(errno));
     if (pid == 0) {
-      ::setpgid(0, 0);  // a group of its own: stopping it reaches its children too
+      ::setpgid(0, 0);                     // a group of its own: stopping it reaches its children too
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // and it dies if the launcher is killed outright
       if (::getppid() != parent) ::_exit(1);
       struct sigaction dfl {};
@@ -170,8 +170,8 @@ class Attempt {
     w.streams[1].fd = err[0];
     w.streams[1].console = 2;
     if (n == static_cast<ssize_t>(sizeof(exec_error))) {
-      log_ << fmt::format("launch: cannot run '{}' for rank {}: {}{}", options_.program[0], w.rank, std::strerror(exec_error),
-                          exec_error == ENOENT ? lookup_hint(options_.program[0]) : "")
+      log_ << fmt::format("launch: cannot run '{}' for rank {}: {}{}", options_.program[0], w.rank,
+                          std::strerror(exec_error), exec_error == ENOENT ? lookup_hint(options_.program[0]) : "")
            << std::endl;
       record_failure(w, 127 << 8);
     }
@@ -254,7 +254,8 @@ class Attempt {
       const std::string remote = watch_ ? watch_->remote_failure() : std::string();
       if (remote.empty()) return;
       remote_failure_ = remote;
-      log_ << fmt::format("launch: another node failed ({}); stopping this node's workers", remote_failure_) << std::endl;
+      log_ << fmt::format("launch: another node failed ({}); stopping this node's workers", remote_failure_)
+           << std::endl;
       stop(SIGTERM);
       return;
     }
@@ -358,13 +359,15 @@ void validate(const LaunchConfig& o) {
   TDDP_CHECK(!o.program.empty(), "launch: no program given (usage: launch --nproc_per_node N -- PROGRAM [ARGS...])");
   TDDP_CHECK(o.nproc_per_node >= 1, "launch: --nproc_per_node must be at least 1, got {}", o.nproc_per_node);
   TDDP_CHECK(o.nnodes >= 1, "launch: --nnodes must be at least 1, got {}", o.nnodes);
-  TDDP_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "launch: --node_rank {} is out of range for --nnodes {} (0 to {})",
-             o.node_rank, o.nnodes, o.nnodes - 1);
+  TDDP_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes,
+             "launch: --node_rank {} is out of range for --nnodes {} (0 to {})", o.node_rank, o.nnodes, o.nnodes - 1);
   TDDP_CHECK(o.master_port >= 0 && o.master_port <= 65535, "launch: --master_port {} is not a TCP port", o.master_port);
-  TDDP_CHECK(o.nnodes == 1 || o.master_port > 0, "launch: --master_port is needed when --nnodes > 1 (every node must use the same)");
+  TDDP_CHECK(o.nnodes == 1 || o.master_port > 0,
+             "launch: --master_port is needed when --nnodes > 1 (every node must use the same)");
   TDDP_CHECK(!o.master_addr.empty(), "launch: --master_addr is empty");
   TDDP_CHECK(o.max_restarts >= 0, "launch: --max_restarts must be at least 0, got {}", o.max_restarts);
-  TDDP_CHECK(!o.tee || !o.log_dir.empty(), "launch: --tee copies the per-rank log files to the console; it needs --log_dir");
+  TDDP_CHECK(!o.tee || !o.log_dir.empty(),
+             "launch: --tee copies the per-rank log files to the console; it needs --log_dir");
   TDDP_CHECK(o.grace_period.count() >= 0, "launch: --grace_period must not be negative");
 }
 
@@ -391,10 +394,12 @@ int launch(const LaunchConfig& options, std::ostream& log) {
     if (group.interrupted_by() != 0) return 128 + group.interrupted_by();
     if (group.failed_rank() < 0 && group.remote_failure().empty()) return 0;
     if (attempt < options.max_restarts) {
-      log << fmt::format("launch: restarting the workers (restart {} of {})", attempt + 1, options.max_restarts) << std::endl;
+      log << fmt::format("launch: restarting the workers (restart {} of {})", attempt + 1, options.max_restarts)
+          << std::endl;
       continue;
     }
-    const std::string restarts = options.max_restarts > 0 ? fmt::format(" (after {} restarts)", options.max_restarts) : "";
+    const std::string restarts =
+        options.max_restarts > 0 ? fmt::format(" (after {} restarts)", options.max_restarts) : "";
     if (group.failed_rank() < 0) {
       log << fmt::format("launch: failed: {}{}", group.remote_failure(), restarts) << std::endl;
       return 1;

@@ -25,11 +25,11 @@ struct LaunchConfig {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: a free port (single node only)
   int max_restarts = 0;
-  std::string log_dir;  // when set: worker output goes to <log_dir>/attempt_<k>/rank_<r>.log
-  bool tee = false;     // with log_dir: to the console as well
-  std::chrono::milliseconds grace_period{5000};    // SIGTERM, then SIGKILL after this
+  std::string log_dir;                            // when set: worker output goes to <log_dir>/attempt_<k>/rank_<r>.log
+  bool tee = false;                               // with log_dir: to the console as well
+  std::chrono::milliseconds grace_period{5000};   // SIGTERM, then SIGKILL after this
   std::chrono::milliseconds rdzv_timeout{60000};  // for the nodes to meet through the store
-  std::vector<std::string> program;                // the program and its arguments
+  std::vector<std::string> program;               // the program and its arguments
 };
 
 // Throws tinyddp::Error naming the first bad option.

@@ -63,8 +63,8 @@ std::string resolve(const std::string& program) {
 std::string lookup_hint(const std::string& program) {
   if (program.find('/') == std::string::npos) {
     const char* path = std::getenv("PATH");
-    return fmt::format(" (not found on PATH={}; a program in the current directory needs ./{})", path != nullptr ? path : "",
-                       program);
+    return fmt::format(" (not found on PATH={}; a program in the current directory needs ./{})",
+                       path != nullptr ? path : "", program);
   }
   if (program.front() == '/') return "";
   std::error_code error;

@@ -20,11 +20,13 @@ std::shared_ptr<comm::TCPStore> open_store(const LaunchConfig& o) {
     return std::make_shared<comm::TCPStore>(store_options);
   } catch (const std::exception& e) {
     if (o.node_rank == 0) {
-      throw Error(fmt::format("launch: cannot host the job's store on {}:{}: {}", o.master_addr, o.master_port, e.what()));
+      throw Error(
+          fmt::format("launch: cannot host the job's store on {}:{}: {}", o.master_addr, o.master_port, e.what()));
     }
-    throw Error(fmt::format("launch: node {} cannot reach the master at {}:{} within {} ms (is node 0's launch running, "
-                            "and are --master_addr/--master_port right?): {}",
-                            o.node_rank, o.master_addr, o.master_port, o.rdzv_timeout.count(), e.what()));
+    throw Error(
+        fmt::format("launch: node {} cannot reach the master at {}:{} within {} ms (is node 0's launch running, "
+                    "and are --master_addr/--master_port right?): {}",
+                    o.node_rank, o.master_addr, o.master_port, o.rdzv_timeout.count(), e.what()));
   }
 }
 
@@ -36,9 +38,10 @@ void meet_nodes(const LaunchConfig& o, comm::Store& store, int attempt) {
   // Node 0's launcher hosts the store: if it goes away, the others learn it from their
   // connection (refused or reset) at once, not at the end of the timeout.
   const auto store_lost = [&](const std::exception& e) {
-    return Error(fmt::format("launch: node {} lost the job's store at {}:{} (hosted by node 0's launcher) while the nodes "
-                             "were meeting for attempt {}: {}",
-                             o.node_rank, o.master_addr, o.master_port, attempt, e.what()));
+    return Error(
+        fmt::format("launch: node {} lost the job's store at {}:{} (hosted by node 0's launcher) while the nodes "
+                    "were meeting for attempt {}: {}",
+                    o.node_rank, o.master_addr, o.master_port, attempt, e.what()));
   };
   try {
     store.set(prefix + std::to_string(o.node_rank), std::string("1"));

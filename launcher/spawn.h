@@ -4,8 +4,8 @@
 // and quick single-machine runs; the launcher does the same with more care.
 #pragma once
 
-#include <string>
 #include <functional>
+#include <string>
 
 namespace tinyddp::launcher {
 

@@ -31,8 +31,8 @@ void save_optimizer_state(const Optimizer& optimizer, const std::string& path) {
 void load_optimizer_state(Optimizer& optimizer, const std::string& path) {
   const SafetensorsFile file = load_safetensors(path);
   const auto kind = file.metadata.find("tinyddp_optimizer");
-  TDDP_CHECK(kind != file.metadata.end(), "load_optimizer_state: {} holds no optimizer state (no tinyddp_optimizer metadata)",
-             path);
+  TDDP_CHECK(kind != file.metadata.end(),
+             "load_optimizer_state: {} holds no optimizer state (no tinyddp_optimizer metadata)", path);
   TDDP_CHECK(kind->second == optimizer.name(), "load_optimizer_state: {} holds {} state, not {}", path, kind->second,
              optimizer.name());
   optimizer.load_state_dict(file.tensors);
@@ -121,14 +121,15 @@ TrainingCheckpoint load_checkpoint(const std::string& path, Module& model, Optim
   const SafetensorsFile file = load_safetensors(path);
   const auto meta = [&](const char* key) -> const std::string& {
     const auto it = file.metadata.find(key);
-    TDDP_CHECK(it != file.metadata.end(), "load_checkpoint: {} is not a training checkpoint (no '{}' in its metadata)", path,
-               key);
+    TDDP_CHECK(it != file.metadata.end(), "load_checkpoint: {} is not a training checkpoint (no '{}' in its metadata)",
+               path, key);
     return it->second;
   };
-  TDDP_CHECK(meta("tinyddp_checkpoint") == kCheckpointVersion, "load_checkpoint: {} has checkpoint format {}, this build reads {}",
-             path, meta("tinyddp_checkpoint"), kCheckpointVersion);
-  TDDP_CHECK(meta("tinyddp_optimizer") == optimizer.name(), "load_checkpoint: {} holds {} state, the optimizer is {}", path,
-             meta("tinyddp_optimizer"), optimizer.name());
+  TDDP_CHECK(meta("tinyddp_checkpoint") == kCheckpointVersion,
+             "load_checkpoint: {} has checkpoint format {}, this build reads {}", path, meta("tinyddp_checkpoint"),
+             kCheckpointVersion);
+  TDDP_CHECK(meta("tinyddp_optimizer") == optimizer.name(), "load_checkpoint: {} holds {} state, the optimizer is {}",
+             path, meta("tinyddp_optimizer"), optimizer.name());
   TrainingCheckpoint result;
   const std::string& step = meta("step");
   TDDP_CHECK(!step.empty() && step.find_first_not_of("0123456789") == std::string::npos && step.size() < 19,

@@ -61,12 +61,13 @@ Example default_collate(const std::vector<Example>& samples) {
     Tensor out = tensor::empty(sizes, tensor::TensorOptions(model.dtype()).device(model.device()));
     for (size_t i = 0; i < samples.size(); ++i) {
       const Tensor& t = samples[i][f];
-      TDDP_CHECK(t.defined() && t.sizes() == model.sizes() && t.dtype() == model.dtype() && t.device() == model.device(),
-                 "default_collate: field {} of sample {} is {} {} on {}, sample 0's is {} {} on {}: every sample must "
-                 "match to be stacked",
-                 f, i, t.defined() ? tensor::format_shape(t.sizes()) : "undefined", t.defined() ? tensor::dtype_name(t.dtype()) : "",
-                 t.defined() ? t.device().str() : "-", tensor::format_shape(model.sizes()), tensor::dtype_name(model.dtype()),
-                 model.device().str());
+      TDDP_CHECK(
+          t.defined() && t.sizes() == model.sizes() && t.dtype() == model.dtype() && t.device() == model.device(),
+          "default_collate: field {} of sample {} is {} {} on {}, sample 0's is {} {} on {}: every sample must "
+          "match to be stacked",
+          f, i, t.defined() ? tensor::format_shape(t.sizes()) : "undefined",
+          t.defined() ? tensor::dtype_name(t.dtype()) : "", t.defined() ? t.device().str() : "-",
+          tensor::format_shape(model.sizes()), tensor::dtype_name(model.dtype()), model.device().str());
       out.select(0, static_cast<int64_t>(i)).copy_(t);
     }
     batch.push_back(std::move(out));
@@ -121,8 +122,8 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, i
       drop_last_(drop_last) {
   TDDP_CHECK(dataset_size >= 0, "DistributedSampler: dataset_size must be non-negative, got {}", dataset_size);
   TDDP_CHECK(num_replicas >= 1, "DistributedSampler: num_replicas must be at least 1, got {}", num_replicas);
-  TDDP_CHECK(rank >= 0 && rank < num_replicas, "DistributedSampler: invalid rank {}, rank should be in the interval [0, {}]",
-             rank, num_replicas - 1);
+  TDDP_CHECK(rank >= 0 && rank < num_replicas,
+             "DistributedSampler: invalid rank {}, rank should be in the interval [0, {}]", rank, num_replicas - 1);
   const int64_t replicas = num_replicas;
   // drop_last cuts the tail to a multiple of num_replicas; otherwise padding fills it up.
   num_samples_ = drop_last ? dataset_size / replicas : (dataset_size + replicas - 1) / replicas;
@@ -349,7 +350,8 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   TDDP_CHECK(options_.prefetch_factor() >= 1, "DataLoader: prefetch_factor should be at least 1, got {}",
              options_.prefetch_factor());
   TDDP_CHECK(options_.timeout().count() >= 0, "DataLoader: timeout option should be non-negative");
-  TDDP_CHECK(!(options_.sampler() && options_.shuffle()), "DataLoader: sampler option is mutually exclusive with shuffle");
+  TDDP_CHECK(!(options_.sampler() && options_.shuffle()),
+             "DataLoader: sampler option is mutually exclusive with shuffle");
   if (options_.seed()) generator_ = std::make_shared<tensor::Generator>(*options_.seed());
   if (options_.sampler()) {
     sampler_ = options_.sampler();
@@ -372,14 +374,16 @@ DataLoader::Iterator DataLoader::begin() {
   const std::vector<int64_t> order = sampler_->indices();
   const int64_t n = dataset_->size();
   for (int64_t i : order) {
-    TDDP_CHECK(i >= 0 && i < n, "DataLoader: the sampler gave index {}, out of range for a dataset of {} samples", i, n);
+    TDDP_CHECK(i >= 0 && i < n, "DataLoader: the sampler gave index {}, out of range for a dataset of {} samples", i,
+               n);
   }
   std::vector<std::vector<int64_t>> batches;
   const size_t b = static_cast<size_t>(options_.batch_size());
   for (size_t start = 0; start < order.size(); start += b) {
     const size_t end = std::min(order.size(), start + b);
     if (end - start < b && options_.drop_last()) break;
-    batches.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(start), order.begin() + static_cast<std::ptrdiff_t>(end));
+    batches.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(start),
+                         order.begin() + static_cast<std::ptrdiff_t>(end));
   }
   auto epoch = std::make_shared<DataLoaderEpoch>(dataset_, options_, std::move(batches));
   epoch->advance();  // the first batch; an error here stops the workers as the epoch goes

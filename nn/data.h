@@ -79,8 +79,8 @@ class SequentialSampler : public Sampler {
 };
 
 // A random permutation of 0..n-1 each epoch (torch.randperm). With a generator, each epoch
-// draws from it (the same orders as PyTorch's RandomSampler with that generator); without one, each epoch seeds a fresh generator from the default generator
-// (as PyTorch's RandomSampler does), so tensor::manual_seed fixes the orders.
+// draws from it (the same orders as PyTorch's RandomSampler with that generator); without one, each epoch seeds a fresh
+// generator from the default generator (as PyTorch's RandomSampler does), so tensor::manual_seed fixes the orders.
 class RandomSampler : public Sampler {
  public:
   explicit RandomSampler(int64_t n, std::shared_ptr<tensor::Generator> generator = nullptr);
@@ -125,27 +125,57 @@ class DistributedSampler : public Sampler {
 // DataLoaderOptions(64).shuffle(true).drop_last(true).num_workers(2).
 struct DataLoaderOptions {
   explicit DataLoaderOptions(int64_t batch_size = 1) : batch_size_(batch_size) {}
-  DataLoaderOptions& batch_size(int64_t v) { batch_size_ = v; return *this; }
+  DataLoaderOptions& batch_size(int64_t v) {
+    batch_size_ = v;
+    return *this;
+  }
   // A new random order each epoch (a RandomSampler; exclusive with sampler()).
-  DataLoaderOptions& shuffle(bool v) { shuffle_ = v; return *this; }
+  DataLoaderOptions& shuffle(bool v) {
+    shuffle_ = v;
+    return *this;
+  }
   // The seed of the loader's own generator (PyTorch's generator=torch.Generator().manual_seed(
   // seed)); none: the default generator.
-  DataLoaderOptions& seed(uint64_t v) { seed_ = v; return *this; }
+  DataLoaderOptions& seed(uint64_t v) {
+    seed_ = v;
+    return *this;
+  }
   // Where the indices come from (a DistributedSampler, typically); none: sequential or shuffle.
-  DataLoaderOptions& sampler(std::shared_ptr<Sampler> v) { sampler_ = std::move(v); return *this; }
+  DataLoaderOptions& sampler(std::shared_ptr<Sampler> v) {
+    sampler_ = std::move(v);
+    return *this;
+  }
   // Drop the last batch of an epoch when it is smaller than batch_size.
-  DataLoaderOptions& drop_last(bool v) { drop_last_ = v; return *this; }
+  DataLoaderOptions& drop_last(bool v) {
+    drop_last_ = v;
+    return *this;
+  }
   // Background threads that load batches ahead of the training thread; 0: load in the loop.
-  DataLoaderOptions& num_workers(int v) { num_workers_ = v; return *this; }
+  DataLoaderOptions& num_workers(int v) {
+    num_workers_ = v;
+    return *this;
+  }
   // With workers: at most num_workers * prefetch_factor batches loaded ahead.
-  DataLoaderOptions& prefetch_factor(int v) { prefetch_factor_ = v; return *this; }
+  DataLoaderOptions& prefetch_factor(int v) {
+    prefetch_factor_ = v;
+    return *this;
+  }
   // Batches in page-locked host memory, from which copies to a GPU are asynchronous (when a
   // GPU is available; otherwise there is nothing to pin for and batches stay as they are).
-  DataLoaderOptions& pin_memory(bool v) { pin_memory_ = v; return *this; }
+  DataLoaderOptions& pin_memory(bool v) {
+    pin_memory_ = v;
+    return *this;
+  }
   // Builds a batch from its samples; none: default_collate.
-  DataLoaderOptions& collate(CollateFn v) { collate_ = std::move(v); return *this; }
+  DataLoaderOptions& collate(CollateFn v) {
+    collate_ = std::move(v);
+    return *this;
+  }
   // How long the training thread waits for one batch before failing (0: no limit).
-  DataLoaderOptions& timeout(std::chrono::milliseconds v) { timeout_ = v; return *this; }
+  DataLoaderOptions& timeout(std::chrono::milliseconds v) {
+    timeout_ = v;
+    return *this;
+  }
 
   int64_t batch_size() const { return batch_size_; }
   bool shuffle() const { return shuffle_; }

@@ -22,12 +22,12 @@ Tensor mse_loss(const Tensor& input, const Tensor& target) {
   // grad_input = grad_out * 2 (input - target) / n, grad_target = -grad_input
   if (tensor::needs_grad(input, target)) {
     const bool need_input = input.requires_grad(), need_target = target.requires_grad();
-    tensor::record_op("MseLossBackward", out, {input, target},
-                      [sd = SavedTensor(diff), n = static_cast<double>(input.numel()), need_input,
-                       need_target](const Tensor& g) {
-                        const Tensor grad = tensor::mul(sd.get("MseLossBackward"), tensor::mul(g, 2.0 / n));
-                        return std::vector<Tensor>{need_input ? grad : Tensor(), need_target ? tensor::neg(grad) : Tensor()};
-                      });
+    tensor::record_op(
+        "MseLossBackward", out, {input, target},
+        [sd = SavedTensor(diff), n = static_cast<double>(input.numel()), need_input, need_target](const Tensor& g) {
+          const Tensor grad = tensor::mul(sd.get("MseLossBackward"), tensor::mul(g, 2.0 / n));
+          return std::vector<Tensor>{need_input ? grad : Tensor(), need_target ? tensor::neg(grad) : Tensor()};
+        });
   }
   return out;
 }
@@ -52,7 +52,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
   {
     NoGradGuard no_grad;
     // one_hot[i, c] = (targets[i] == c): picks each row's target log-probability.
-    one_hot = tensor::eq(targets.unsqueeze(1), tensor::arange(classes, tensor::TensorOptions().device(logits.device())).unsqueeze(0)).to(logits.dtype());
+    one_hot = tensor::eq(targets.unsqueeze(1),
+                         tensor::arange(classes, tensor::TensorOptions().device(logits.device())).unsqueeze(0))
+                  .to(logits.dtype());
     log_probs = tensor::log_softmax(logits, 1);
     out = tensor::neg(tensor::mean(tensor::sum(tensor::mul(log_probs, one_hot), {1})));
   }
@@ -62,7 +64,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
                       [sl = SavedTensor(log_probs), so = SavedTensor(one_hot),
                        batch = static_cast<double>(logits.size(0))](const Tensor& g) {
                         const Tensor probs = tensor::exp(sl.get("CrossEntropyBackward"));
-                        const Tensor grad = tensor::mul(tensor::sub(probs, so.get("CrossEntropyBackward")), tensor::div(g, batch));
+                        const Tensor grad =
+                            tensor::mul(tensor::sub(probs, so.get("CrossEntropyBackward")), tensor::div(g, batch));
                         return std::vector<Tensor>{grad, Tensor()};
                       });
   }

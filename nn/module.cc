@@ -6,13 +6,15 @@
 namespace tinyddp::nn {
 
 Tensor Module::forward(const Tensor& /*input*/) {
-  throw Error(fmt::format("{}: forward(const Tensor&) is not implemented for this module (one with several inputs "
-                          "or outputs implements forward_many)",
-                          type_name_));
+  throw Error(
+      fmt::format("{}: forward(const Tensor&) is not implemented for this module (one with several inputs "
+                  "or outputs implements forward_many)",
+                  type_name_));
 }
 
 std::vector<Tensor> Module::forward_many(const std::vector<Tensor>& inputs) {
-  TDDP_CHECK(inputs.size() == 1, "{}: forward takes one input tensor, got {} (a module with several inputs overrides forward_many)",
+  TDDP_CHECK(inputs.size() == 1,
+             "{}: forward takes one input tensor, got {} (a module with several inputs overrides forward_many)",
              type_name_, inputs.size());
   return {forward(inputs[0])};
 }
@@ -27,8 +29,9 @@ void Module::check_new_name(const std::string& name, const char* op) const {
 Tensor Module::register_parameter(const std::string& name, Tensor tensor, bool requires_grad) {
   check_new_name(name, "register_parameter");
   TDDP_CHECK(tensor.defined(), "register_parameter: parameter '{}' is an undefined tensor", name);
-  TDDP_CHECK(tensor.is_leaf(), "register_parameter: parameter '{}' must be a leaf (it was produced by {}); pass detach()",
-             name, tensor.is_leaf() ? "" : tensor.grad_fn()->name());
+  TDDP_CHECK(tensor.is_leaf(),
+             "register_parameter: parameter '{}' must be a leaf (it was produced by {}); pass detach()", name,
+             tensor.is_leaf() ? "" : tensor.grad_fn()->name());
   if (requires_grad) tensor.requires_grad_(true);
   parameters_.insert(name, tensor);
   return tensor;
@@ -164,7 +167,8 @@ std::string Module::repr() const {
     for (const auto& [name, child] : children_) {
       std::string child_repr = child->repr();
       // Indent the child's continuation lines.
-      for (size_t pos = 0; (pos = child_repr.find('\n', pos)) != std::string::npos; pos += 3) child_repr.insert(pos + 1, "  ");
+      for (size_t pos = 0; (pos = child_repr.find('\n', pos)) != std::string::npos; pos += 3)
+        child_repr.insert(pos + 1, "  ");
       out << "  (" << name << "): " << child_repr << "\n";
     }
   }

@@ -11,11 +11,13 @@ namespace tinyddp::nn {
 
 using tensor::NoGradGuard;
 
-Optimizer::Optimizer(std::vector<Tensor> params, std::string name) : params_(std::move(params)), name_(std::move(name)) {
+Optimizer::Optimizer(std::vector<Tensor> params, std::string name)
+    : params_(std::move(params)), name_(std::move(name)) {
   for (size_t i = 0; i < params_.size(); ++i) {
-    TDDP_CHECK(params_[i].defined() && params_[i].is_leaf(), "{}: parameter {} must be a defined leaf tensor", name_, i);
-    TDDP_CHECK(params_[i].is_floating_point(), "{}: parameter {} has dtype {}; optimizers need floating point", name_, i,
-               tensor::dtype_name(params_[i].dtype()));
+    TDDP_CHECK(params_[i].defined() && params_[i].is_leaf(), "{}: parameter {} must be a defined leaf tensor", name_,
+               i);
+    TDDP_CHECK(params_[i].is_floating_point(), "{}: parameter {} has dtype {}; optimizers need floating point", name_,
+               i, tensor::dtype_name(params_[i].dtype()));
   }
 }
 
@@ -37,7 +39,8 @@ std::optional<StateKey> parse_state_key(const std::string& name) {
 void Optimizer::check_state(const OrderedDict<Tensor>& state, const std::vector<std::string>& keys) const {
   for (const auto& [name, t] : state) {
     const std::optional<StateKey> parsed = parse_state_key(name);
-    TDDP_CHECK(parsed.has_value(), "{}: load_state_dict: unexpected key '{}' (expected state.<index>.<key>)", name_, name);
+    TDDP_CHECK(parsed.has_value(), "{}: load_state_dict: unexpected key '{}' (expected state.<index>.<key>)", name_,
+               name);
     const auto& [index, key] = *parsed;
     TDDP_CHECK(index < params_.size(), "{}: load_state_dict: key '{}' refers to parameter {} but there are only {}",
                name_, name, index, params_.size());
@@ -45,8 +48,9 @@ void Optimizer::check_state(const OrderedDict<Tensor>& state, const std::vector<
                "{}: load_state_dict: unexpected state '{}' in key '{}'", name_, key, name);
     TDDP_CHECK(t.defined(), "{}: load_state_dict: '{}' is undefined", name_, name);
     if (key != "step") {
-      TDDP_CHECK(t.sizes() == params_[index].sizes(), "{}: load_state_dict: '{}' has shape {} but parameter {} has shape {}",
-                 name_, name, tensor::format_shape(t.sizes()), index, tensor::format_shape(params_[index].sizes()));
+      TDDP_CHECK(t.sizes() == params_[index].sizes(),
+                 "{}: load_state_dict: '{}' has shape {} but parameter {} has shape {}", name_, name,
+                 tensor::format_shape(t.sizes()), index, tensor::format_shape(params_[index].sizes()));
     }
   }
 }
@@ -122,8 +126,8 @@ void SGD::step() {
         sgd_fused<float>(p.data_ptr<float>(), grad.data_ptr<float>(), buf.defined() ? buf.data_ptr<float>() : nullptr,
                          p.numel(), options_, first_step);
       } else {
-        sgd_fused<double>(p.data_ptr<double>(), grad.data_ptr<double>(), buf.defined() ? buf.data_ptr<double>() : nullptr,
-                          p.numel(), options_, first_step);
+        sgd_fused<double>(p.data_ptr<double>(), grad.data_ptr<double>(),
+                          buf.defined() ? buf.data_ptr<double>() : nullptr, p.numel(), options_, first_step);
       }
       p.storage().bump_version();
       continue;

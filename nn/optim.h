@@ -48,11 +48,26 @@ class Optimizer {
 
 struct SGDOptions {
   explicit SGDOptions(double lr) : lr_(lr) {}
-  SGDOptions& lr(double v) { lr_ = v; return *this; }
-  SGDOptions& momentum(double v) { momentum_ = v; return *this; }
-  SGDOptions& dampening(double v) { dampening_ = v; return *this; }
-  SGDOptions& weight_decay(double v) { weight_decay_ = v; return *this; }
-  SGDOptions& nesterov(bool v) { nesterov_ = v; return *this; }
+  SGDOptions& lr(double v) {
+    lr_ = v;
+    return *this;
+  }
+  SGDOptions& momentum(double v) {
+    momentum_ = v;
+    return *this;
+  }
+  SGDOptions& dampening(double v) {
+    dampening_ = v;
+    return *this;
+  }
+  SGDOptions& weight_decay(double v) {
+    weight_decay_ = v;
+    return *this;
+  }
+  SGDOptions& nesterov(bool v) {
+    nesterov_ = v;
+    return *this;
+  }
   double lr() const { return lr_; }
   double momentum() const { return momentum_; }
   double dampening() const { return dampening_; }
@@ -82,10 +97,23 @@ class SGD : public Optimizer {
 
 struct AdamOptions {
   explicit AdamOptions(double lr = 1e-3) : lr_(lr) {}
-  AdamOptions& lr(double v) { lr_ = v; return *this; }
-  AdamOptions& betas(double beta1, double beta2) { beta1_ = beta1; beta2_ = beta2; return *this; }
-  AdamOptions& eps(double v) { eps_ = v; return *this; }
-  AdamOptions& weight_decay(double v) { weight_decay_ = v; return *this; }
+  AdamOptions& lr(double v) {
+    lr_ = v;
+    return *this;
+  }
+  AdamOptions& betas(double beta1, double beta2) {
+    beta1_ = beta1;
+    beta2_ = beta2;
+    return *this;
+  }
+  AdamOptions& eps(double v) {
+    eps_ = v;
+    return *this;
+  }
+  AdamOptions& weight_decay(double v) {
+    weight_decay_ = v;
+    return *this;
+  }
   double lr() const { return lr_; }
   double beta1() const { return beta1_; }
   double beta2() const { return beta2_; }

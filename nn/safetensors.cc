@@ -1,6 +1,7 @@
 // safetensors reader and writer: see safetensors.h.
 #include "tinyddp/nn/safetensors.h"
 
+#include <unistd.h>
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -8,7 +9,6 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -69,12 +69,16 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
   if (!info["dtype"].is_string()) fail(path, fmt::format("entry '{}': dtype is not a string", name));
   const std::string dtype_name = info["dtype"].get<std::string>();
   const std::optional<DType> dtype = parse_dtype(dtype_name);
-  if (!dtype) fail(path, fmt::format("entry '{}': unsupported dtype '{}' (tinyddp reads F64, F32, F16, BF16, I64, BOOL)", name, dtype_name));
+  if (!dtype)
+    fail(path, fmt::format("entry '{}': unsupported dtype '{}' (tinyddp reads F64, F32, F16, BF16, I64, BOOL)", name,
+                           dtype_name));
   Entry entry{name, *dtype, {}, 0, 0};
   if (!info["shape"].is_array()) fail(path, fmt::format("entry '{}': shape is not an array", name));
   uint64_t numel = 1;
   for (const auto& dim : info["shape"]) {
-    if (!dim.is_number_unsigned()) fail(path, fmt::format("entry '{}': shape {} has an entry that is not a non-negative integer", name, info["shape"].dump()));
+    if (!dim.is_number_unsigned())
+      fail(path, fmt::format("entry '{}': shape {} has an entry that is not a non-negative integer", name,
+                             info["shape"].dump()));
     const uint64_t size = dim.get<uint64_t>();
     if (size > static_cast<uint64_t>(INT64_MAX) || (size != 0 && numel > data_size / size + 1)) {
       fail(path, fmt::format("entry '{}': shape {} is larger than the file's data", name, info["shape"].dump()));
@@ -83,18 +87,22 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
     entry.shape.push_back(static_cast<int64_t>(size));
   }
   const auto& offsets = info["data_offsets"];
-  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
-    fail(path, fmt::format("entry '{}': data_offsets must be [begin, end] with non-negative integers, got {}", name, offsets.dump()));
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+      !offsets[1].is_number_unsigned()) {
+    fail(path, fmt::format("entry '{}': data_offsets must be [begin, end] with non-negative integers, got {}", name,
+                           offsets.dump()));
   }
   entry.begin = offsets[0].get<uint64_t>();
   entry.end = offsets[1].get<uint64_t>();
   if (entry.begin > entry.end || entry.end > data_size) {
-    fail(path, fmt::format("entry '{}': data_offsets [{}, {}] lie outside the {} bytes of data", name, entry.begin, entry.end, data_size));
+    fail(path, fmt::format("entry '{}': data_offsets [{}, {}] lie outside the {} bytes of data", name, entry.begin,
+                           entry.end, data_size));
   }
   const uint64_t expected = numel * tensor::element_size(entry.dtype);
   if (entry.end - entry.begin != expected) {
-    fail(path, fmt::format("entry '{}': shape {} of {} needs {} bytes but data_offsets [{}, {}] hold {}", name,
-                           info["shape"].dump(), dtype_name, expected, entry.begin, entry.end, entry.end - entry.begin));
+    fail(path,
+         fmt::format("entry '{}': shape {} of {} needs {} bytes but data_offsets [{}, {}] hold {}", name,
+                     info["shape"].dump(), dtype_name, expected, entry.begin, entry.end, entry.end - entry.begin));
   }
   return entry;
 }
@@ -106,10 +114,12 @@ SafetensorsFile parse_stream(std::istream& in, uint64_t file_size, const std::st
   uint64_t header_size = 0;
   in.read(reinterpret_cast<char*>(&header_size), 8);
   if (header_size > kMaxSafetensorsHeaderBytes) {
-    fail(path, fmt::format("header length {} exceeds the {} byte limit (corrupt file?)", header_size, kMaxSafetensorsHeaderBytes));
+    fail(path, fmt::format("header length {} exceeds the {} byte limit (corrupt file?)", header_size,
+                           kMaxSafetensorsHeaderBytes));
   }
   if (header_size > file_size - 8) {
-    fail(path, fmt::format("header length {} runs past the end of the {}-byte file (truncated?)", header_size, file_size));
+    fail(path,
+         fmt::format("header length {} runs past the end of the {}-byte file (truncated?)", header_size, file_size));
   }
   std::string header(header_size, '\0');
   in.read(header.data(), static_cast<std::streamsize>(header_size));
@@ -138,16 +148,18 @@ SafetensorsFile parse_stream(std::istream& in, uint64_t file_size, const std::st
   }
   // The entries must tile the data exactly: sorted by offset, each starting where the
   // previous ended, the last ending at the end of the file.
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   uint64_t cursor = 0;
   for (const Entry& e : entries) {
-    if (e.begin < cursor) fail(path, fmt::format("entry '{}' (bytes [{}, {}]) overlaps the previous entry", e.name, e.begin, e.end));
-    if (e.begin > cursor) fail(path, fmt::format("{} unused bytes before entry '{}' (offset {})", e.begin - cursor, e.name, e.begin));
+    if (e.begin < cursor)
+      fail(path, fmt::format("entry '{}' (bytes [{}, {}]) overlaps the previous entry", e.name, e.begin, e.end));
+    if (e.begin > cursor)
+      fail(path, fmt::format("{} unused bytes before entry '{}' (offset {})", e.begin - cursor, e.name, e.begin));
     cursor = e.end;
   }
-  if (cursor != data_size) fail(path, fmt::format("{} bytes after the last tensor's data (trailing garbage)", data_size - cursor));
+  if (cursor != data_size)
+    fail(path, fmt::format("{} bytes after the last tensor's data (trailing garbage)", data_size - cursor));
 
   // Only now read the data.
   for (const Entry& e : entries) {
@@ -158,7 +170,8 @@ SafetensorsFile parse_stream(std::istream& in, uint64_t file_size, const std::st
     if (e.dtype == tensor::kBool) {
       const auto* bytes = static_cast<const uint8_t*>(t.raw_data_ptr());
       for (int64_t i = 0; i < t.numel(); ++i) {
-        if (bytes[i] > 1) fail(path, fmt::format("entry '{}': byte {} of a BOOL tensor is {}, not 0 or 1", e.name, i, bytes[i]));
+        if (bytes[i] > 1)
+          fail(path, fmt::format("entry '{}': byte {} of a BOOL tensor is {}, not 0 or 1", e.name, i, bytes[i]));
       }
     }
     result.tensors.insert(e.name, t);
@@ -183,9 +196,8 @@ std::string header_text(const OrderedDict<Tensor>& tensors, const std::map<std::
     TDDP_CHECK(t.defined(), "save_safetensors: tensor '{}' is undefined", name);
     dense.push_back(t.to(tensor::kCPU).contiguous());
     const uint64_t bytes = dense.back().nbytes();
-    header[name] = {{"dtype", safetensors_dtype(t.dtype())},
-                    {"shape", t.sizes()},
-                    {"data_offsets", {offset, offset + bytes}}};
+    header[name] = {
+        {"dtype", safetensors_dtype(t.dtype())}, {"shape", t.sizes()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();
@@ -209,7 +221,8 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& w
   return parse_stream(in, bytes.size(), what);
 }
 
-std::string serialize_safetensors(const OrderedDict<Tensor>& tensors, const std::map<std::string, std::string>& metadata) {
+std::string serialize_safetensors(const OrderedDict<Tensor>& tensors,
+                                  const std::map<std::string, std::string>& metadata) {
   std::vector<Tensor> dense;
   const std::string text = header_text(tensors, metadata, dense);
   const uint64_t header_size = text.size();
@@ -239,7 +252,8 @@ void save_safetensors(const std::string& path, const OrderedDict<Tensor>& tensor
   ok = (std::fclose(file) == 0) && ok;
   if (!ok) {
     std::remove(temporary.c_str());
-    throw Error(fmt::format("save_safetensors: writing {} failed ({})", temporary, write_error.empty() ? errno_text() : write_error));
+    throw Error(fmt::format("save_safetensors: writing {} failed ({})", temporary,
+                            write_error.empty() ? errno_text() : write_error));
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     const std::string reason = errno_text();

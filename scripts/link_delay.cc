@@ -13,13 +13,13 @@
 // scripts/sim_cluster.sh --delay does this on each node when netem is missing. On SIGTERM or
 // SIGINT every held packet is released and a summary line goes to stdout:
 //   link_delay: held 51234 packets for 500 us (measured: min 501 us, mean 517 us, max 2310 us)
-#include <CLI/CLI.hpp>
 #include <arpa/inet.h>
 #include <libnetfilter_queue/libnetfilter_queue.h>
 #include <linux/netfilter.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/prctl.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
   nfq_q_handle* queue = nullptr;
   if (!open_queue(queue_number, holder, handle, queue)) return 1;
 
-  struct sigaction action{};
+  struct sigaction action {};
   action.sa_handler = [](int) { stop_requested = 1; };
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);

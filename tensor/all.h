@@ -2,8 +2,8 @@
 #pragma once
 
 #include "tinyddp/tensor/cuda.h"
-#include "tinyddp/tensor/dtype.h"
 #include "tinyddp/tensor/device.h"
+#include "tinyddp/tensor/dtype.h"
 #include "tinyddp/tensor/factory.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/random.h"

@@ -68,9 +68,7 @@ bool is_built() { return false; }
 int device_count() { return 0; }
 std::vector<DeviceProperties> device_properties() { return {}; }
 std::string unavailable_reason() { return "tinyddp was built without CUDA support (rebuild with --config=cuda)"; }
-std::string smoke_test(int device) {
-  return fmt::format("cuda::smoke_test({}): {}", device, unavailable_reason());
-}
+std::string smoke_test(int device) { return fmt::format("cuda::smoke_test({}): {}", device, unavailable_reason()); }
 void synchronize(int) {}
 AllocatorStats allocator_stats(int) { return {}; }
 void empty_cache() {}
@@ -94,7 +92,8 @@ bool Tensor::is_pinned() const {
 Tensor cuda::empty_pinned([[maybe_unused]] const Shape& sizes, [[maybe_unused]] DType dtype, const char* op) {
 #if TINYDDP_WITH_CUDA
   TDDP_CHECK(cuda::is_available(), "{}: needs a GPU: {}", op, cuda::unavailable_reason());
-  const Storage storage(static_cast<size_t>(shape_numel(sizes)) * tensor::element_size(dtype), cuda::pinned_allocator());
+  const Storage storage(static_cast<size_t>(shape_numel(sizes)) * tensor::element_size(dtype),
+                        cuda::pinned_allocator());
   return Tensor::make(storage, sizes, contiguous_strides(sizes), 0, dtype);
 #else
   throw Error(fmt::format("{}: needs a GPU: {}", op, cuda::unavailable_reason()));

@@ -20,8 +20,7 @@ Device::Device(DeviceType t, int i) : type(t), index(i) {
 Device::Device(const std::string& spec) {
   if (spec == "cpu") return;
   const std::string prefix = "cuda";
-  TDDP_CHECK(spec.rfind(prefix, 0) == 0,
-             "Device: expected \"cpu\", \"cuda\" or \"cuda:N\", got \"{}\"", spec);
+  TDDP_CHECK(spec.rfind(prefix, 0) == 0, "Device: expected \"cpu\", \"cuda\" or \"cuda:N\", got \"{}\"", spec);
   type = DeviceType::kCUDA;
   index = 0;
   if (spec.size() == prefix.size()) return;

@@ -71,7 +71,7 @@ uint16_t float_to_half_bits(float value) {
   // 65520 is halfway between 65504 (odd mantissa) and 65536: ties to even round it up to inf.
   if (magnitude >= 0x477FF000) return sign | 0x7C00;
   const int exponent = static_cast<int>(magnitude >> 23);  // biased, float32
-  if (exponent >= 113) {  // normal in float16 (>= 2^-14)
+  if (exponent >= 113) {                                   // normal in float16 (>= 2^-14)
     const uint32_t rebased = ((static_cast<uint32_t>(exponent - 112)) << 23) | (magnitude & 0x7FFFFF);
     // A carry out of the mantissa moves into the exponent, which is the right result.
     return sign | static_cast<uint16_t>(shift_right_round_even(rebased, 13));

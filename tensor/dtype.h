@@ -60,12 +60,30 @@ struct BFloat16 {
 // C++ element type -> DType (dtype_of<float> == kFloat32).
 template <typename T>
 struct DTypeOf;
-template <> struct DTypeOf<float> { static constexpr DType value = kFloat32; };
-template <> struct DTypeOf<double> { static constexpr DType value = kFloat64; };
-template <> struct DTypeOf<Half> { static constexpr DType value = kFloat16; };
-template <> struct DTypeOf<BFloat16> { static constexpr DType value = kBFloat16; };
-template <> struct DTypeOf<int64_t> { static constexpr DType value = kInt64; };
-template <> struct DTypeOf<bool> { static constexpr DType value = kBool; };
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = kFloat32;
+};
+template <>
+struct DTypeOf<double> {
+  static constexpr DType value = kFloat64;
+};
+template <>
+struct DTypeOf<Half> {
+  static constexpr DType value = kFloat16;
+};
+template <>
+struct DTypeOf<BFloat16> {
+  static constexpr DType value = kBFloat16;
+};
+template <>
+struct DTypeOf<int64_t> {
+  static constexpr DType value = kInt64;
+};
+template <>
+struct DTypeOf<bool> {
+  static constexpr DType value = kBool;
+};
 template <typename T>
 inline constexpr DType dtype_of = DTypeOf<T>::value;
 

@@ -34,8 +34,8 @@ Tensor arange_impl(double start, double end, double step, DType default_dtype, T
   TDDP_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
              "arange: start ({}), end ({}) and step ({}) must be finite", start, end, step);
   TDDP_CHECK((step > 0 && start <= end) || (step < 0 && start >= end) || start == end,
-             "arange: upper bound and larger bound inconsistent with step sign (start {}, end {}, step {})", start,
-             end, step);
+             "arange: upper bound and larger bound inconsistent with step sign (start {}, end {}, step {})", start, end,
+             step);
   const auto count = static_cast<int64_t>(std::ceil((end - start) / step));
   std::vector<double> values(static_cast<size_t>(std::max<int64_t>(count, 0)));
   for (size_t i = 0; i < values.size(); ++i) values[i] = start + static_cast<double>(i) * step;
@@ -66,9 +66,15 @@ TensorOptions like_options(const Tensor& t, const std::optional<TensorOptions>& 
 }
 }  // namespace
 
-Tensor empty_like(const Tensor& t, std::optional<TensorOptions> options) { return empty(t.sizes(), like_options(t, options)); }
-Tensor zeros_like(const Tensor& t, std::optional<TensorOptions> options) { return zeros(t.sizes(), like_options(t, options)); }
-Tensor ones_like(const Tensor& t, std::optional<TensorOptions> options) { return ones(t.sizes(), like_options(t, options)); }
+Tensor empty_like(const Tensor& t, std::optional<TensorOptions> options) {
+  return empty(t.sizes(), like_options(t, options));
+}
+Tensor zeros_like(const Tensor& t, std::optional<TensorOptions> options) {
+  return zeros(t.sizes(), like_options(t, options));
+}
+Tensor ones_like(const Tensor& t, std::optional<TensorOptions> options) {
+  return ones(t.sizes(), like_options(t, options));
+}
 Tensor full_like(const Tensor& t, double value, std::optional<TensorOptions> options) {
   return full(t.sizes(), value, like_options(t, options));
 }

@@ -16,8 +16,8 @@ namespace tinyddp::tensor {
 class TensorOptions {
  public:
   TensorOptions() = default;
-  TensorOptions(DType dtype) : dtype_(dtype) {}     // NOLINT: implicit by design
-  TensorOptions(Device device) : device_(device) {} // NOLINT: implicit by design
+  TensorOptions(DType dtype) : dtype_(dtype) {}      // NOLINT: implicit by design
+  TensorOptions(Device device) : device_(device) {}  // NOLINT: implicit by design
 
   TensorOptions& dtype(DType dtype) {
     dtype_ = dtype;
@@ -84,7 +84,8 @@ Tensor from_vector(const std::vector<T>& values, std::optional<Shape> sizes, Dev
              "from_vector: shape {} needs {} values but {} were given", format_shape(shape), shape_numel(shape),
              values.size());
   Tensor cpu = empty(shape, TensorOptions(dtype_of<T>));
-  if (!values.empty()) std::memcpy(cpu.raw_data_ptr(), static_cast<const void*>(values.data()), values.size() * sizeof(T));
+  if (!values.empty())
+    std::memcpy(cpu.raw_data_ptr(), static_cast<const void*>(values.data()), values.size() * sizeof(T));
   return cpu.to(device);
 }
 

@@ -104,7 +104,8 @@ std::string Tensor::str() const {
   NoGradGuard no_grad;
   const Tensor values = to(kCPU).to(kFloat64);
   std::string suffix;
-  if (dtype() != kFloat32 && dtype() != kInt64 && dtype() != kBool) suffix += fmt::format(", dtype=torch.{}", dtype_name(dtype()));
+  if (dtype() != kFloat32 && dtype() != kInt64 && dtype() != kBool)
+    suffix += fmt::format(", dtype=torch.{}", dtype_name(dtype()));
   if (is_cuda()) suffix = fmt::format(", device='{}'", device().str()) + suffix;
   if (numel() == 0) {
     const std::string size = dim() == 1 ? "" : fmt::format(", size=({})", fmt::join(sizes(), ", "));

@@ -40,7 +40,8 @@ void Generator::set_state(const std::string& state) {
     in >> value;
     char* end = nullptr;
     next_normal = std::strtod(value.c_str(), &end);
-    TDDP_CHECK(!value.empty() && end == value.c_str() + value.size(), "Generator::set_state: bad cached normal '{}'", value);
+    TDDP_CHECK(!value.empty() && end == value.c_str() + value.size(), "Generator::set_state: bad cached normal '{}'",
+               value);
   }
   TDDP_CHECK(in && tag == "tinyddp-mt19937" && (normal == "none" || normal == "normal"),
              "Generator::set_state: not a generator state written by get_state() ({} characters)", state.size());
@@ -61,9 +62,7 @@ float Generator::uniform_float() {
   return static_cast<float>(static_cast<double>(random() & ((1u << 24) - 1)) * 0x1p-24);
 }
 
-double Generator::uniform_double() {
-  return static_cast<double>(random64() & ((1ULL << 53) - 1)) * 0x1p-53;
-}
+double Generator::uniform_double() { return static_cast<double>(random64() & ((1ULL << 53) - 1)) * 0x1p-53; }
 
 double Generator::normal_double() {
   if (next_normal_) {

@@ -14,8 +14,8 @@ int64_t shape_numel(const Shape& shape, const char* op) {
   int64_t numel = 1;
   for (int64_t size : shape) {
     TDDP_CHECK(size >= 0, "{}: negative dimension {} in shape {}", op, size, format_shape(shape));
-    TDDP_CHECK(!__builtin_mul_overflow(numel, size, &numel), "{}: shape {} has more elements than int64 can count",
-               op, format_shape(shape));
+    TDDP_CHECK(!__builtin_mul_overflow(numel, size, &numel), "{}: shape {} has more elements than int64 can count", op,
+               format_shape(shape));
   }
   return numel;
 }
@@ -32,8 +32,9 @@ Shape contiguous_strides(const Shape& sizes) {
 
 int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
   const int64_t range = std::max<int64_t>(ndim, 1);
-  TDDP_CHECK(dim >= -range && dim < range, "{}: dimension out of range (expected to be in range of [{}, {}], but got {})",
-             op, -range, range - 1, dim);
+  TDDP_CHECK(dim >= -range && dim < range,
+             "{}: dimension out of range (expected to be in range of [{}, {}], but got {})", op, -range, range - 1,
+             dim);
   return dim < 0 ? dim + range : dim;
 }
 

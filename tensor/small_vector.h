@@ -108,7 +108,9 @@ class SmallVector {
   void pop_back() { --size_; }
 
   iterator insert(const_iterator pos, const T& value) { return insert(pos, &value, &value + 1); }
-  iterator insert(const_iterator pos, std::initializer_list<T> values) { return insert(pos, values.begin(), values.end()); }
+  iterator insert(const_iterator pos, std::initializer_list<T> values) {
+    return insert(pos, values.begin(), values.end());
+  }
   template <typename It, typename = std::enable_if_t<!std::is_integral_v<It>>>
   iterator insert(const_iterator pos, It first, It last) {
     const size_t index = static_cast<size_t>(pos - data_);

@@ -38,8 +38,7 @@ Allocator* cpu_allocator() {
 
 Allocator* allocator_for(Device device) {
   switch (device.type) {
-    case DeviceType::kCPU:
-      return cpu_allocator();
+    case DeviceType::kCPU: return cpu_allocator();
     case DeviceType::kCUDA:
 #if TINYDDP_WITH_CUDA
       if (cuda::is_available()) return cuda::caching_allocator(device.index);  // which checks the index

@@ -29,7 +29,8 @@ Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t storage
 // unsqueeze, identity aliases): grad_in = grad_out reshaped to the input's shape.
 Tensor record_reshape(const Tensor& input, const Tensor& out, const char* node) {
   if (needs_grad(input)) {
-    record_op(node, out, {input}, [shape = input.sizes()](const Tensor& g) { return std::vector<Tensor>{g.reshape(shape)}; });
+    record_op(node, out, {input},
+              [shape = input.sizes()](const Tensor& g) { return std::vector<Tensor>{g.reshape(shape)}; });
   }
   return out;
 }
@@ -100,16 +101,16 @@ void Tensor::check_dtype(DType expected, const char* op) const {
 namespace detail {
 
 double item_as_double(const Tensor& t) {
-  TDDP_CHECK(t.numel() == 1, "item: a tensor with {} elements (shape {}) cannot be converted to a scalar",
-             t.numel(), format_shape(t.sizes()));
+  TDDP_CHECK(t.numel() == 1, "item: a tensor with {} elements (shape {}) cannot be converted to a scalar", t.numel(),
+             format_shape(t.sizes()));
   NoGradGuard no_grad;
   const Tensor value = t.to(kCPU).to(kFloat64);
   return *value.data_ptr<double>();
 }
 
 int64_t item_as_int64(const Tensor& t) {
-  TDDP_CHECK(t.numel() == 1, "item: a tensor with {} elements (shape {}) cannot be converted to a scalar",
-             t.numel(), format_shape(t.sizes()));
+  TDDP_CHECK(t.numel() == 1, "item: a tensor with {} elements (shape {}) cannot be converted to a scalar", t.numel(),
+             format_shape(t.sizes()));
   NoGradGuard no_grad;
   const Tensor value = t.to(kCPU).to(kInt64);
   return *value.data_ptr<int64_t>();
@@ -164,8 +165,8 @@ Tensor Tensor::select(int64_t dim, int64_t index) const {
   TDDP_CHECK(this->dim() > 0, "select: cannot select on a 0-d tensor");
   const int64_t d = wrap_dim(dim, this->dim(), "select");
   const int64_t size = sizes()[d];
-  TDDP_CHECK(index >= -size && index < size, "select: index {} is out of range for dimension {} with size {}", index,
-             d, size);
+  TDDP_CHECK(index >= -size && index < size, "select: index {} is out of range for dimension {} with size {}", index, d,
+             size);
   if (index < 0) index += size;
   Shape new_sizes = sizes();
   Shape new_strides = strides();
@@ -205,8 +206,8 @@ Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
 }
 
 Tensor Tensor::t() const {
-  TDDP_CHECK(dim() <= 2, "t: expects a tensor with <= 2 dimensions, but it has {} (shape {}); use transpose()",
-             dim(), format_shape(sizes()));
+  TDDP_CHECK(dim() <= 2, "t: expects a tensor with <= 2 dimensions, but it has {} (shape {}); use transpose()", dim(),
+             format_shape(sizes()));
   if (dim() < 2) return record_reshape(*this, make_view(*this, sizes(), strides(), storage_offset()), "AliasBackward");
   return transpose(0, 1);
 }
@@ -335,7 +336,8 @@ Tensor Tensor::as_strided(const Shape& sizes, const Shape& strides, std::optiona
             [in_sizes = this->sizes(), in_strides = this->strides(), in_offset = this->storage_offset(),
              out_sizes = out.sizes(), out_strides = out.strides(), out_offset = out.storage_offset(),
              span = storage().nbytes() / element_size()](const Tensor& g) {
-              const Tensor buffer = zeros({static_cast<int64_t>(span)}, TensorOptions().dtype(g.dtype()).device(g.device()));
+              const Tensor buffer =
+                  zeros({static_cast<int64_t>(span)}, TensorOptions().dtype(g.dtype()).device(g.device()));
               accumulate_into(buffer.as_strided(out_sizes, out_strides, out_offset), g);
               return std::vector<Tensor>{buffer.as_strided(in_sizes, in_strides, in_offset).clone()};
             });
@@ -351,7 +353,8 @@ Tensor Tensor::clone() const {
     out.copy_(*this);
   }
   // grad_self = grad_out
-  if (needs_grad(*this)) record_op("CloneBackward", out, {*this}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
+  if (needs_grad(*this))
+    record_op("CloneBackward", out, {*this}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
   return out;
 }
 

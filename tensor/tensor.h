@@ -13,9 +13,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "tinyddp/base/error.h"
 #include "tinyddp/tensor/device.h"
 #include "tinyddp/tensor/dtype.h"
-#include "tinyddp/base/error.h"
 #include "tinyddp/tensor/grad_mode.h"
 #include "tinyddp/tensor/shape.h"
 #include "tinyddp/tensor/storage.h"
@@ -117,7 +117,7 @@ class Tensor {
   void set_data(const Tensor& other) const;
 
   // --- conversion -----------------------------------------------------------------------
-  Tensor to(DType dtype) const;    // itself when the dtype already matches
+  Tensor to(DType dtype) const;  // itself when the dtype already matches
   // Itself when the device already matches. non_blocking (as in PyTorch): a copy between a
   // GPU and pinned host memory returns before it has run (see copy_).
   Tensor to(Device device, bool non_blocking = false) const;

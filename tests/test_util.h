@@ -13,11 +13,10 @@
 
 // Ends the current test case as skipped: prints a marker line that scripts/test.sh counts
 // (Catch2 v2 has no skip of its own, so the case also shows up as passed in Catch's totals).
-#define TINYDDP_SKIP(reason)                                                                          \
-  do {                                                                                                \
-    std::cout << "[tinyddp-skip] " << Catch::getResultCapture().getCurrentTestName() << ": " << reason \
-              << std::endl;                                                                           \
-    return;                                                                                           \
+#define TINYDDP_SKIP(reason)                                                                                         \
+  do {                                                                                                               \
+    std::cout << "[tinyddp-skip] " << Catch::getResultCapture().getCurrentTestName() << ": " << reason << std::endl; \
+    return;                                                                                                          \
   } while (false)
 
 namespace tinyddp::testing {

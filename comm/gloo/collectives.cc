@@ -34,121 +34,139 @@ std::vector<Tensor> concat(std::vector<Tensor> list, const Tensor& last) {
 std::shared_ptr<Work> ProcessGroupGloo::allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, Call call) {
   const int64_t total = call.signature->numel;
   // CPU tensors only: a CUDA tensor pays its staging copies anyway.
-  if (small_allreduce_ && tensors[0].is_cpu() && detail::SmallAllreduce::takes(tensors[0].dtype(), total) && total > 0) {
+  if (small_allreduce_ && tensors[0].is_cpu() && detail::SmallAllreduce::takes(tensors[0].dtype(), total) &&
+      total > 0) {
     if (size_ == 2) {
       const CallSignature signature = *call.signature;
-      return enqueue(std::move(call), [this, tensors, op, total, signature](uint32_t) {
-        pair_allreduce(tensors, op, total, signature);
-      }, {}, /*checks_itself=*/true);
+      return enqueue(
+          std::move(call),
+          [this, tensors, op, total, signature](uint32_t) { pair_allreduce(tensors, op, total, signature); }, {},
+          /*checks_itself=*/true);
     }
-    return enqueue(std::move(call), [this, tensors, op, total](uint32_t) { small_allreduce_->run(tensors, op, total); });
+    return enqueue(std::move(call),
+                   [this, tensors, op, total](uint32_t) { small_allreduce_->run(tensors, op, total); });
   }
-  return enqueue(std::move(call), [this, tensors, op, total](uint32_t) {
-    const bool single = tensors.size() == 1;
-    const Staged staged(single ? tensors[0] : flatten_all(tensors));
-    if (total > 0 && ring_allreduce_) {  // a group of one holds the result already
-      with_element_type(tensors[0].dtype(), "allreduce", [&](auto tag_type) {
-        using T = decltype(tag_type);
-        ring_allreduce_->run(staged.buffer.raw_data_ptr(), static_cast<size_t>(total), sizeof(T), reduce_function<T>(op),
-                             options_.timeout());
-      });
-      if (op == ReduceOp::kAvg) staged.buffer.div_(static_cast<double>(size_));
-    }
-    if (single) {
-      staged.write_back();
-    } else {
-      unflatten_into(staged.buffer, tensors);
-    }
-  }, tensors);
+  return enqueue(
+      std::move(call),
+      [this, tensors, op, total](uint32_t) {
+        const bool single = tensors.size() == 1;
+        const Staged staged(single ? tensors[0] : flatten_all(tensors));
+        if (total > 0 && ring_allreduce_) {  // a group of one holds the result already
+          with_element_type(tensors[0].dtype(), "allreduce", [&](auto tag_type) {
+            using T = decltype(tag_type);
+            ring_allreduce_->run(staged.buffer.raw_data_ptr(), static_cast<size_t>(total), sizeof(T),
+                                 reduce_function<T>(op), options_.timeout());
+          });
+          if (op == ReduceOp::kAvg) staged.buffer.div_(static_cast<double>(size_));
+        }
+        if (single) {
+          staged.write_back();
+        } else {
+          unflatten_into(staged.buffer, tensors);
+        }
+      },
+      tensors);
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::broadcast_impl(const Tensor& tensor, int root, Call call) {
-  return enqueue(std::move(call), [this, tensor, root](uint32_t tag) {
-    const Staged staged(tensor);
-    if (tensor.numel() > 0) {
-      with_element_type(tensor.dtype(), "broadcast", [&](auto tag_type) {
-        using T = decltype(tag_type);
-        gloo::BroadcastOptions opts(context_);
-        opts.setOutput<T>(static_cast<T*>(staged.buffer.raw_data_ptr()), static_cast<size_t>(tensor.numel()));
-        opts.setRoot(root);
-        opts.setTag(tag);
-        opts.setTimeout(options_.timeout());
-        gloo::broadcast(opts);
-      });
-    }
-    staged.write_back();
-  }, {tensor});
+  return enqueue(std::move(call),
+                 [this, tensor, root](uint32_t tag) {
+                   const Staged staged(tensor);
+                   if (tensor.numel() > 0) {
+                     with_element_type(tensor.dtype(), "broadcast", [&](auto tag_type) {
+                       using T = decltype(tag_type);
+                       gloo::BroadcastOptions opts(context_);
+                       opts.setOutput<T>(static_cast<T*>(staged.buffer.raw_data_ptr()),
+                                         static_cast<size_t>(tensor.numel()));
+                       opts.setRoot(root);
+                       opts.setTag(tag);
+                       opts.setTimeout(options_.timeout());
+                       gloo::broadcast(opts);
+                     });
+                   }
+                   staged.write_back();
+                 },
+                 {tensor});
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
                                                        Call call) {
-  return enqueue(std::move(call), [this, outputs, input](uint32_t tag) {
-    const Tensor in = host_dense(input);
-    const Tensor flat = tensor::empty({input.numel() * size_}, input.dtype());
-    if (input.numel() > 0) {
-      with_element_type(input.dtype(), "allgather", [&](auto tag_type) {
-        using T = decltype(tag_type);
-        gloo::AllgatherOptions opts(context_);
-        opts.setInput<T>(static_cast<T*>(in.raw_data_ptr()), static_cast<size_t>(input.numel()));
-        opts.setOutput<T>(static_cast<T*>(flat.raw_data_ptr()), static_cast<size_t>(flat.numel()));
-        opts.setTag(tag);
-        opts.setTimeout(options_.timeout());
-        gloo::allgather(opts);
-      });
-    }
-    unflatten_into(flat, outputs);
-  }, {input});
+  return enqueue(std::move(call),
+                 [this, outputs, input](uint32_t tag) {
+                   const Tensor in = host_dense(input);
+                   const Tensor flat = tensor::empty({input.numel() * size_}, input.dtype());
+                   if (input.numel() > 0) {
+                     with_element_type(input.dtype(), "allgather", [&](auto tag_type) {
+                       using T = decltype(tag_type);
+                       gloo::AllgatherOptions opts(context_);
+                       opts.setInput<T>(static_cast<T*>(in.raw_data_ptr()), static_cast<size_t>(input.numel()));
+                       opts.setOutput<T>(static_cast<T*>(flat.raw_data_ptr()), static_cast<size_t>(flat.numel()));
+                       opts.setTag(tag);
+                       opts.setTimeout(options_.timeout());
+                       gloo::allgather(opts);
+                     });
+                   }
+                   unflatten_into(flat, outputs);
+                 },
+                 {input});
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
                                                     Call call) {
-  return enqueue(std::move(call), [this, outputs, input, root](uint32_t tag) {
-    const Tensor in = host_dense(input);
-    const Tensor flat = rank_ == root ? tensor::empty({input.numel() * size_}, input.dtype()) : Tensor();
-    if (input.numel() > 0) {
-      with_element_type(input.dtype(), "gather", [&](auto tag_type) {
-        using T = decltype(tag_type);
-        gloo::GatherOptions opts(context_);
-        opts.setInput<T>(static_cast<T*>(in.raw_data_ptr()), static_cast<size_t>(input.numel()));
-        if (rank_ == root) opts.setOutput<T>(static_cast<T*>(flat.raw_data_ptr()), static_cast<size_t>(flat.numel()));
-        opts.setRoot(root);
-        opts.setTag(tag);
-        opts.setTimeout(options_.timeout());
-        gloo::gather(opts);
-      });
-    }
-    if (rank_ == root) unflatten_into(flat, outputs);
-  }, {input});
+  return enqueue(std::move(call),
+                 [this, outputs, input, root](uint32_t tag) {
+                   const Tensor in = host_dense(input);
+                   const Tensor flat = rank_ == root ? tensor::empty({input.numel() * size_}, input.dtype()) : Tensor();
+                   if (input.numel() > 0) {
+                     with_element_type(input.dtype(), "gather", [&](auto tag_type) {
+                       using T = decltype(tag_type);
+                       gloo::GatherOptions opts(context_);
+                       opts.setInput<T>(static_cast<T*>(in.raw_data_ptr()), static_cast<size_t>(input.numel()));
+                       if (rank_ == root)
+                         opts.setOutput<T>(static_cast<T*>(flat.raw_data_ptr()), static_cast<size_t>(flat.numel()));
+                       opts.setRoot(root);
+                       opts.setTag(tag);
+                       opts.setTimeout(options_.timeout());
+                       gloo::gather(opts);
+                     });
+                   }
+                   if (rank_ == root) unflatten_into(flat, outputs);
+                 },
+                 {input});
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
                                                      Call call) {
-  return enqueue(std::move(call), [this, output, inputs, root](uint32_t tag) {
-    const Staged staged(output);
-    std::vector<Tensor> dense;
-    for (const Tensor& t : inputs) dense.push_back(host_dense(t));
-    if (output.numel() > 0) {
-      with_element_type(output.dtype(), "scatter", [&](auto tag_type) {
-        using T = decltype(tag_type);
-        gloo::ScatterOptions opts(context_);
-        if (rank_ == root) {
-          std::vector<T*> pointers;
-          for (const Tensor& t : dense) pointers.push_back(static_cast<T*>(t.raw_data_ptr()));
-          opts.setInputs<T>(pointers, static_cast<size_t>(output.numel()));
+  return enqueue(
+      std::move(call),
+      [this, output, inputs, root](uint32_t tag) {
+        const Staged staged(output);
+        std::vector<Tensor> dense;
+        for (const Tensor& t : inputs) dense.push_back(host_dense(t));
+        if (output.numel() > 0) {
+          with_element_type(output.dtype(), "scatter", [&](auto tag_type) {
+            using T = decltype(tag_type);
+            gloo::ScatterOptions opts(context_);
+            if (rank_ == root) {
+              std::vector<T*> pointers;
+              for (const Tensor& t : dense) pointers.push_back(static_cast<T*>(t.raw_data_ptr()));
+              opts.setInputs<T>(pointers, static_cast<size_t>(output.numel()));
+            }
+            opts.setOutput<T>(static_cast<T*>(staged.buffer.raw_data_ptr()), static_cast<size_t>(output.numel()));
+            opts.setRoot(root);
+            opts.setTag(tag);
+            opts.setTimeout(options_.timeout());
+            gloo::scatter(opts);
+          });
         }
-        opts.setOutput<T>(static_cast<T*>(staged.buffer.raw_data_ptr()), static_cast<size_t>(output.numel()));
-        opts.setRoot(root);
-        opts.setTag(tag);
-        opts.setTimeout(options_.timeout());
-        gloo::scatter(opts);
-      });
-    }
-    staged.write_back();
-  }, concat(inputs, output));
+        staged.write_back();
+      },
+      concat(inputs, output));
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::reduce_impl(const Tensor& tensor, int root, ReduceOp op, Call call) {
-  return enqueue(std::move(call), [this, tensor, root, op](uint32_t tag) {
+  return enqueue(std::move(call),
+                 [this, tensor, root, op](uint32_t tag) {
                    const Staged staged(tensor);
                    // Gloo's reduce leaves partial sums in non-root buffers: reduce a copy there.
                    const Tensor buffer = rank_ == root ? staged.buffer : staged.buffer.clone();
@@ -168,29 +186,33 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce_impl(const Tensor& tensor, int ro
                      if (op == ReduceOp::kAvg) staged.buffer.div_(static_cast<double>(size_));
                      staged.write_back();
                    }
-                 }, {tensor});
+                 },
+                 {tensor});
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
                                                             ReduceOp op, Call call) {
   // Gloo has no reduce_scatter with this interface: allreduce every input, keep ours.
-  return enqueue(std::move(call), [this, output, inputs, op](uint32_t tag) {
-    const Tensor flat = flatten_all(inputs);
-    if (flat.numel() > 0) {
-      with_element_type(output.dtype(), "reduce_scatter", [&](auto tag_type) {
-        using T = decltype(tag_type);
-        gloo::AllreduceOptions opts(context_);
-        opts.setOutput<T>(static_cast<T*>(flat.raw_data_ptr()), static_cast<size_t>(flat.numel()));
-        opts.setReduceFunction(reduce_function<T>(op));
-        opts.setTag(tag);
-        opts.setTimeout(options_.timeout());
-        gloo::allreduce(opts);
-      });
-    }
-    Tensor mine = flat.narrow(0, output.numel() * rank_, output.numel()).view(output.sizes());
-    if (op == ReduceOp::kAvg) mine = tensor::div(mine, static_cast<double>(size_));
-    output.copy_(mine);
-  }, inputs);
+  return enqueue(
+      std::move(call),
+      [this, output, inputs, op](uint32_t tag) {
+        const Tensor flat = flatten_all(inputs);
+        if (flat.numel() > 0) {
+          with_element_type(output.dtype(), "reduce_scatter", [&](auto tag_type) {
+            using T = decltype(tag_type);
+            gloo::AllreduceOptions opts(context_);
+            opts.setOutput<T>(static_cast<T*>(flat.raw_data_ptr()), static_cast<size_t>(flat.numel()));
+            opts.setReduceFunction(reduce_function<T>(op));
+            opts.setTag(tag);
+            opts.setTimeout(options_.timeout());
+            gloo::allreduce(opts);
+          });
+        }
+        Tensor mine = flat.narrow(0, output.numel() * rank_, output.numel()).view(output.sizes());
+        if (op == ReduceOp::kAvg) mine = tensor::div(mine, static_cast<double>(size_));
+        output.copy_(mine);
+      },
+      inputs);
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::barrier_impl(Call call) {

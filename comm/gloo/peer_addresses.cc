@@ -38,7 +38,8 @@ PeerAddresses::PeerAddresses(Store& store, int rank, int size, const std::vector
       const Bytes offered = store.get(offered_key);
       if (offered.size() % encoded_size != 0) continue;
       for (size_t at = 0; at < offered.size(); at += encoded_size) {
-        add(gloo::transport::tcp::Address(std::vector<char>(offered.begin() + at, offered.begin() + at + encoded_size)).str(),
+        add(gloo::transport::tcp::Address(std::vector<char>(offered.begin() + at, offered.begin() + at + encoded_size))
+                .str(),
             peer);
       }
     }

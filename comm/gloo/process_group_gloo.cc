@@ -17,19 +17,19 @@
 #include <fmt/ranges.h>
 
 #include "tinyddp/comm/flatten.h"
-#include "tinyddp/comm/gloo/ring_allreduce.h"
 #include "tinyddp/comm/gloo/peer_addresses.h"
+#include "tinyddp/comm/gloo/ring_allreduce.h"
 #include "tinyddp/comm/gloo/small_allreduce.h"
 #include "tinyddp/comm/gloo/staging.h"
 #include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::comm {
 
-using tensor::DType;
-using tensor::NoGradGuard;
 using detail::flatten_all;
 using detail::reduce_function;
 using detail::with_element_type;
+using tensor::DType;
+using tensor::NoGradGuard;
 
 namespace {
 
@@ -88,11 +88,14 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   }
   // The desync check, if every rank asks for it. Its rows travel on the small mesh (more than
   // two ranks), so a group too large for it (over a thousand ranks) goes unchecked.
-  const bool rows_fit = size == 2 || detail::SmallAllreduce::takes(tensor::kInt64, static_cast<int64_t>(size * CallSignature::kWords));
-  if (size > 1 && CallCheck::agree(*store_, rank, size, rows_fit ? options_.check_calls() : false, "ProcessGroupGloo")) {
-    enable_call_check(std::make_unique<CallCheck>("ProcessGroupGloo", rank, size,
-                                                  [this](std::vector<CallSignature::Row>& rows) { return exchange_call_rows(rows); }),
-                      CheckAt::kBackend);
+  const bool rows_fit =
+      size == 2 || detail::SmallAllreduce::takes(tensor::kInt64, static_cast<int64_t>(size * CallSignature::kWords));
+  if (size > 1 &&
+      CallCheck::agree(*store_, rank, size, rows_fit ? options_.check_calls() : false, "ProcessGroupGloo")) {
+    enable_call_check(
+        std::make_unique<CallCheck>("ProcessGroupGloo", rank, size,
+                                    [this](std::vector<CallSignature::Row>& rows) { return exchange_call_rows(rows); }),
+        CheckAt::kBackend);
   }
   // The worker stages CUDA tensors: it works on its creator's device from its start
   // (tensor/cuda/device_guard.h), never binding GPU 0 by default.
@@ -129,7 +132,7 @@ void ProcessGroupGloo::connect() {
   ring_allreduce_ = std::make_unique<detail::RingAllreduce>(*store_, "tinyddp/ring", rank_, size_,
                                                             pair_address.getSockaddr(), options_.timeout());
   const std::vector<detail::PeerAddresses::Mesh> meshes = {{"main", "tinyddp/gloo", context_.get()},
-                                                            {"small", "tinyddp/gloo-small", small.get()}};
+                                                           {"small", "tinyddp/gloo-small", small.get()}};
   peers_ = std::make_unique<detail::PeerAddresses>(*store_, rank_, size_, meshes);
 }
 
@@ -151,11 +154,13 @@ std::exception_ptr ProcessGroupGloo::rendezvous_failure(const std::exception& e,
       unreachable = error.what();
     }
   }
-  const std::string who = !unreachable.empty() ? fmt::format("the store could not say which ranks joined: {}", unreachable)
-                          : missing.empty()    ? "every rank joined the store"
-                                               : fmt::format("ranks [{}] never joined", fmt::join(missing, ", "));
-  const std::string message = fmt::format("ProcessGroupGloo: rank {} of {} could not connect to the group within {} ms: {} ({})",
-                                          rank_, size_, options_.timeout().count(), who, e.what());
+  const std::string who = !unreachable.empty()
+                              ? fmt::format("the store could not say which ranks joined: {}", unreachable)
+                          : missing.empty() ? "every rank joined the store"
+                                            : fmt::format("ranks [{}] never joined", fmt::join(missing, ", "));
+  const std::string message =
+      fmt::format("ProcessGroupGloo: rank {} of {} could not connect to the group within {} ms: {} ({})", rank_, size_,
+                  options_.timeout().count(), who, e.what());
   if (!missing.empty() || timed_out(e, started)) return std::make_exception_ptr(TimeoutError(message));
   return std::make_exception_ptr(Error(message));
 }
@@ -251,14 +256,16 @@ void ProcessGroupGloo::pair_allreduce(const std::vector<Tensor>& tensors, Reduce
   if (call_check() != nullptr) rows[mine] = call_check()->next_row(call);  // else a zero row, never compared
   write_prefix(pair_out_, rows[mine], flat.nbytes());
   std::memcpy(pair_out_.data() + kPrefixBytes, flat.raw_data_ptr(), flat.nbytes());
-  ring_allreduce_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes, data_bytes_after, pair_in_, options_.timeout());
+  ring_allreduce_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes, data_bytes_after, pair_in_,
+                        options_.timeout());
   rows[theirs] = row_of(pair_in_);
   if (call_check() != nullptr) call_check()->compare(rows, DataFate::kDropped);  // throws before any tensor changed
   // Without the check a size mismatch is still refused here rather than read past the data.
-  TDDP_CHECK(pair_in_.size() - kPrefixBytes == flat.nbytes(),
-             "rank {} sent {} bytes where this rank sent {}: the ranks allreduce different sizes (the desync check, off "
-             "here, would name both calls)",
-             1 - rank_, pair_in_.size() - kPrefixBytes, flat.nbytes());
+  TDDP_CHECK(
+      pair_in_.size() - kPrefixBytes == flat.nbytes(),
+      "rank {} sent {} bytes where this rank sent {}: the ranks allreduce different sizes (the desync check, off "
+      "here, would name both calls)",
+      1 - rank_, pair_in_.size() - kPrefixBytes, flat.nbytes());
   // Rank 0's values come first on both ranks, so both hold the same bits (whatever the op
   // does with NaNs).
   const char* received = pair_in_.data() + kPrefixBytes;
@@ -272,7 +279,8 @@ void ProcessGroupGloo::pair_allreduce(const std::vector<Tensor>& tensors, Reduce
   unflatten_into(flat, tensors);
 }
 
-std::exception_ptr ProcessGroupGloo::failure(const Work& work, const std::exception& e, Clock::time_point started) const {
+std::exception_ptr ProcessGroupGloo::failure(const Work& work, const std::exception& e,
+                                             Clock::time_point started) const {
   const std::string what = e.what();
   std::string message = peers_ ? peers_->name_ranks(what) : what;
   const bool timeout = timed_out(e, started);
@@ -283,9 +291,10 @@ std::exception_ptr ProcessGroupGloo::failure(const Work& work, const std::except
     for (int r = 0; r < size(); ++r) {
       if (r != rank()) others.push_back(r);
     }
-    message += others.size() == 1
-                   ? fmt::format(" (waited for rank {}, which did not take part in time)", others.front())
-                   : fmt::format(" (waited for ranks {}: one or more did not take part in time)", fmt::join(others, ", "));
+    message +=
+        others.size() == 1
+            ? fmt::format(" (waited for rank {}, which did not take part in time)", others.front())
+            : fmt::format(" (waited for ranks {}: one or more did not take part in time)", fmt::join(others, ", "));
   }
   const std::string full = fmt::format("{} failed: {}", work.description(), message);
   return timeout ? std::make_exception_ptr(TimeoutError(full)) : std::make_exception_ptr(Error(full));
@@ -305,8 +314,10 @@ std::shared_ptr<Work> ProcessGroupGloo::enqueue(Call call, std::function<void(ui
     std::lock_guard<std::mutex> lock(queue_mutex_);
     const bool chained = std::this_thread::get_id() == worker_.get_id();
     // (A chain still running when shutdown began may go on: the worker drains it.)
-    TDDP_CHECK(!stopping_ || chained, "ProcessGroupGloo: {} issued while the group is shutting down", work->description());
-    (chained ? chained_ : queue_).push_back(Item{work, call.signature, checks_itself, std::move(run), std::move(marks)});
+    TDDP_CHECK(!stopping_ || chained, "ProcessGroupGloo: {} issued while the group is shutting down",
+               work->description());
+    (chained ? chained_ : queue_)
+        .push_back(Item{work, call.signature, checks_itself, std::move(run), std::move(marks)});
   }
   queue_cv_.notify_one();
   return work;
@@ -328,10 +339,9 @@ std::shared_ptr<Work> ProcessGroupGloo::start_p2p(std::string description, std::
   return work;
 }
 
-
 std::shared_ptr<ProcessGroup> ProcessGroupGloo::create_subgroup(int id, int rank, int size) {
-  return std::make_shared<ProcessGroupGloo>(std::make_shared<PrefixStore>(fmt::format("tinyddp/group{}", id), store_), rank,
-                                            size, options_);
+  return std::make_shared<ProcessGroupGloo>(std::make_shared<PrefixStore>(fmt::format("tinyddp/group{}", id), store_),
+                                            rank, size, options_);
 }
 
 }  // namespace tinyddp::comm

@@ -40,7 +40,7 @@ namespace detail {
 class PeerAddresses;
 class SmallAllreduce;
 class RingAllreduce;
-}
+}  // namespace detail
 
 class ProcessGroupGloo final : public ProcessGroup {
  public:
@@ -58,8 +58,10 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::shared_ptr<Work> allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, Call call) override;
   std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int root, Call call) override;
   std::shared_ptr<Work> allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, Call call) override;
-  std::shared_ptr<Work> gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root, Call call) override;
-  std::shared_ptr<Work> scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root, Call call) override;
+  std::shared_ptr<Work> gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
+                                    Call call) override;
+  std::shared_ptr<Work> scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
+                                     Call call) override;
   std::shared_ptr<Work> reduce_impl(const Tensor& tensor, int root, ReduceOp op, Call call) override;
   std::shared_ptr<Work> reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
                                             Call call) override;
@@ -75,8 +77,8 @@ class ProcessGroupGloo final : public ProcessGroup {
   // mark is recorded now on their device's compute stream: the worker copies them to the host
   // once the work queued before the collective has run, not what the caller queues after it
   // (docs/comm.md, "Gloo and CUDA tensors").
-  std::shared_ptr<Work> enqueue(Call call, std::function<void(uint32_t tag)> run, const std::vector<Tensor>& tensors = {},
-                                bool checks_itself = false);
+  std::shared_ptr<Work> enqueue(Call call, std::function<void(uint32_t tag)> run,
+                                const std::vector<Tensor>& tensors = {}, bool checks_itself = false);
   // The desync check's side channel (CallCheck::Exchange): the rows alone, on the ring's
   // connections (two ranks) or the small mesh (more).
   DataFate exchange_call_rows(std::vector<CallSignature::Row>& rows);

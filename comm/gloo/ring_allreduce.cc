@@ -13,8 +13,8 @@
 
 #include <fmt/format.h>
 
-#include "tinyddp/comm/socket.h"
 #include "tinyddp/base/error.h"
+#include "tinyddp/comm/socket.h"
 
 namespace tinyddp::comm::detail {
 
@@ -48,7 +48,8 @@ void transfer_all(int fd, char* data, size_t bytes, bool sending, Clock::time_po
   const std::string error = net::transfer_exact(fd, data, bytes, sending, deadline);
   if (error.empty()) return;
   if (error.rfind("timed out", 0) == 0) throw TimeoutError(what + ": timed out");
-  throw Error(fmt::format("{}: {}", what, error == "connection closed by the peer" ? "the peer closed the connection" : error));
+  throw Error(
+      fmt::format("{}: {}", what, error == "connection closed by the peer" ? "the peer closed the connection" : error));
 }
 
 }  // namespace
@@ -78,7 +79,8 @@ RingAllreduce::RingAllreduce(Store& store, const std::string& prefix, int rank, 
     const std::string right_key = fmt::format("{}/{}", prefix, right);
     store.wait({right_key}, std::chrono::duration_cast<Millis>(timeout));
     const Bytes theirs = store.get(right_key);
-    TDDP_CHECK(theirs.size() == sizeof(sockaddr_storage), "RingAllreduce: rank {} published a malformed address", right);
+    TDDP_CHECK(theirs.size() == sizeof(sockaddr_storage), "RingAllreduce: rank {} published a malformed address",
+               right);
     sockaddr_storage peer{};
     std::memcpy(&peer, theirs.data(), sizeof(peer));
     send_fd_ = ::socket(peer.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -105,7 +107,8 @@ RingAllreduce::RingAllreduce(Store& store, const std::string& prefix, int rank, 
     Hello theirs_hello{};
     transfer_all(recv_fd_, reinterpret_cast<char*>(&theirs_hello), sizeof(theirs_hello), false, deadline, from_left);
     TDDP_CHECK(theirs_hello.magic == kHelloMagic && theirs_hello.rank == left,
-               "{}: got a connection from something else (rank {} or not a tinyddp peer)", from_left, theirs_hello.rank);
+               "{}: got a connection from something else (rank {} or not a tinyddp peer)", from_left,
+               theirs_hello.rank);
   } catch (...) {
     ::close(listen_fd);
     if (send_fd_ != -1) ::close(send_fd_);
@@ -141,24 +144,25 @@ void RingAllreduce::exchange(const char* send_data, size_t send_bytes, char* rec
         sent += static_cast<size_t>(n);
         moved = true;
       } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        fail(fmt::format("rank {} lost its connection to {} ({}); did rank {} exit?", rank_, right_name_, errno_text(errno),
-                         right),
+        fail(fmt::format("rank {} lost its connection to {} ({}); did rank {} exit?", rank_, right_name_,
+                         errno_text(errno), right),
              false);
       }
     }
     if (received < recv_bytes) {
-      const ssize_t n = ::recv(recv_fd_, recv_data + received, std::min(recv_bytes - received, kReceiveSlice), MSG_DONTWAIT);
+      const ssize_t n =
+          ::recv(recv_fd_, recv_data + received, std::min(recv_bytes - received, kReceiveSlice), MSG_DONTWAIT);
       if (n > 0) {
         received += static_cast<size_t>(n);
         if (on_receive) on_receive(received);
         moved = true;
       } else if (n == 0) {
-        fail(fmt::format("{} closed its connection to rank {} in the middle of an allreduce; did rank {} exit?", left_name_,
-                         rank_, left),
+        fail(fmt::format("{} closed its connection to rank {} in the middle of an allreduce; did rank {} exit?",
+                         left_name_, rank_, left),
              false);
       } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        fail(fmt::format("rank {} lost its connection from {} ({}); did rank {} exit?", rank_, left_name_, errno_text(errno),
-                         left),
+        fail(fmt::format("rank {} lost its connection from {} ({}); did rank {} exit?", rank_, left_name_,
+                         errno_text(errno), left),
              false);
       }
     }
@@ -170,8 +174,8 @@ void RingAllreduce::exchange(const char* send_data, size_t send_bytes, char* rec
                      pollfd{recv_fd_, static_cast<short>(received < recv_bytes ? POLLIN : 0), 0}};
     const int rv = ::poll(fds, 2, remaining_ms(deadline));
     if (rv == 0) {
-      fail(fmt::format("rank {} timed out in an allreduce: {} of {} bytes sent to {}, {} of {} bytes received from {}", rank_,
-                       sent, send_bytes, right_name_, received, recv_bytes, left_name_),
+      fail(fmt::format("rank {} timed out in an allreduce: {} of {} bytes sent to {}, {} of {} bytes received from {}",
+                       rank_, sent, send_bytes, right_name_, received, recv_bytes, left_name_),
            true);
     }
     if (sent == send_bytes && (fds[0].revents & (POLLERR | POLLHUP)) != 0) {
@@ -187,7 +191,8 @@ void RingAllreduce::exchange(const char* send_data, size_t send_bytes, char* rec
 
 void RingAllreduce::run(void* data, size_t count, size_t element_size, const Reduce& reduce,
                         std::chrono::milliseconds timeout) {
-  if (!broken_.empty()) raise("an earlier allreduce failed, so the ring's connections are unusable: " + broken_, broken_by_timeout_);
+  if (!broken_.empty())
+    raise("an earlier allreduce failed, so the ring's connections are unusable: " + broken_, broken_by_timeout_);
   if (count == 0) return;
   const auto deadline = Clock::now() + timeout;
   char* const bytes = static_cast<char*>(data);
@@ -224,9 +229,10 @@ void RingAllreduce::swap(const std::vector<char>& message, size_t prefix_bytes, 
                          const std::function<size_t(const char*)>& rest_of, std::vector<char>& received,
                          std::chrono::milliseconds timeout) {
   TDDP_CHECK(size_ == 2, "RingAllreduce::swap is for two ranks, not {}", size_);
-  if (!broken_.empty()) raise("an earlier exchange failed, so the connections are unusable: " + broken_, broken_by_timeout_);
+  if (!broken_.empty())
+    raise("an earlier exchange failed, so the connections are unusable: " + broken_, broken_by_timeout_);
   const auto deadline = Clock::now() + timeout;
-  size_t expected = prefix_bytes;  // grows to the whole message once its prefix is in
+  size_t expected = prefix_bytes;                  // grows to the whole message once its prefix is in
   received.resize(prefix_bytes + max_rest_bytes);  // room for the longest message: exchange writes in place
   exchange(message.data(), message.size(), received.data(), expected, deadline, [&](size_t got) {
     if (expected != prefix_bytes || got < prefix_bytes) return;
@@ -236,7 +242,8 @@ void RingAllreduce::swap(const std::vector<char>& message, size_t prefix_bytes, 
     } catch (const std::exception& e) {
       fail(e.what(), false);
     }
-    if (rest > max_rest_bytes) fail(fmt::format("the peer announced {} bytes, more than the {} expected", rest, max_rest_bytes), false);
+    if (rest > max_rest_bytes)
+      fail(fmt::format("the peer announced {} bytes, more than the {} expected", rest, max_rest_bytes), false);
     expected = prefix_bytes + rest;
   });
   received.resize(expected);

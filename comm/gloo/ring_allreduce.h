@@ -73,8 +73,8 @@ class RingAllreduce {
 
   int rank_;
   int size_;
-  int send_fd_ = -1;  // to rank + 1
-  int recv_fd_ = -1;  // from rank - 1
+  int send_fd_ = -1;    // to rank + 1
+  int recv_fd_ = -1;    // from rank - 1
   std::string broken_;  // the first failure; later runs repeat it
   bool broken_by_timeout_ = false;
   std::vector<char> scratch_;

@@ -97,7 +97,6 @@ class NcclWork final : public Work {
   Clock::time_point started_;
 };
 
-
 NcclCommunicator::NcclCommunicator(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options)
     : store_(std::move(store)), rank_(rank), size_(size), options_(std::move(options)) {
   // The watchdog queries events: it works on the creating thread's device from its start
@@ -107,7 +106,6 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<Store> store, int rank, int s
     watchdog_loop();
   });
 }
-
 
 NcclCommunicator::~NcclCommunicator() {
   // Pending collectives get until the timeout to finish (the watchdog aborts them after).
@@ -138,7 +136,8 @@ void NcclCommunicator::check_device(const Tensor& t, const char* op, const std::
 }
 
 std::shared_ptr<Work> NcclCommunicator::launch(std::string description, int device, std::vector<Tensor> tensors,
-                                               bool host_wait, const std::function<void(ncclComm_t, cudaStream_t)>& issue,
+                                               bool host_wait,
+                                               const std::function<void(ncclComm_t, cudaStream_t)>& issue,
                                                const StreamWork& before, const StreamWork& after) {
   std::unique_lock<std::mutex> comm_lock(comm_mutex_);  // no abort while NCCL calls are made
   throw_if_broken();
@@ -204,14 +203,16 @@ void NcclCommunicator::ensure_comm(int device) {
   try {
     store_->wait(keys, options_.timeout());
   } catch (const TimeoutError& e) {
-    throw TimeoutError(fmt::format("ProcessGroupNccl: rank {} of {} gave up creating the communicator after {} ms: not "
-                                   "every rank joined ({})",
-                                   rank_, size_, options_.timeout().count(), e.what()));
+    throw TimeoutError(
+        fmt::format("ProcessGroupNccl: rank {} of {} gave up creating the communicator after {} ms: not "
+                    "every rank joined ({})",
+                    rank_, size_, options_.timeout().count(), e.what()));
   }
   ncclUniqueId id{};
   if (rank_ == 0) {
     TDDP_NCCL_CHECK(ncclGetUniqueId(&id), nullptr);
-    store_->set(base + "unique_id", Bytes(reinterpret_cast<const uint8_t*>(&id), reinterpret_cast<const uint8_t*>(&id) + sizeof(id)));
+    store_->set(base + "unique_id",
+                Bytes(reinterpret_cast<const uint8_t*>(&id), reinterpret_cast<const uint8_t*>(&id) + sizeof(id)));
   } else {
     store_->wait({base + "unique_id"}, options_.timeout());
     const Bytes bytes = store_->get(base + "unique_id");
@@ -231,9 +232,10 @@ void NcclCommunicator::ensure_comm(int device) {
     if (state == ncclInProgress && Clock::now() > deadline) {
       ncclCommAbort(comm);
       tensor::cuda::release_stream(device, stream);
-      throw TimeoutError(fmt::format("ProcessGroupNccl: rank {} of {}: creating the NCCL communicator on cuda:{} did "
-                                     "not finish within {} ms",
-                                     rank_, size_, device, options_.timeout().count()));
+      throw TimeoutError(
+          fmt::format("ProcessGroupNccl: rank {} of {}: creating the NCCL communicator on cuda:{} did "
+                      "not finish within {} ms",
+                      rank_, size_, device, options_.timeout().count()));
     }
     if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -252,7 +254,7 @@ void NcclCommunicator::ensure_comm(int device) {
 void NcclCommunicator::wait_until_queued(const std::string& description) {
   const auto deadline = Clock::now() + options_.timeout();
   ncclResult_t state = ncclInProgress;
-  for (int polls = 0;; ) {
+  for (int polls = 0;;) {
     TDDP_NCCL_CHECK(ncclCommGetAsyncError(comm_, &state), comm_);
     if (state == ncclSuccess) return;
     if (state != ncclInProgress) {
@@ -262,7 +264,8 @@ void NcclCommunicator::wait_until_queued(const std::string& description) {
       throw Error(message);
     }
     if (Clock::now() > deadline) {
-      const std::string message = fmt::format("{} could not be queued within {} ms", description, options_.timeout().count());
+      const std::string message =
+          fmt::format("{} could not be queued within {} ms", description, options_.timeout().count());
       fail(message, true);
       abort_comm();
       throw TimeoutError(message);

@@ -25,12 +25,12 @@ namespace tinyddp::comm::detail {
 // communicator has one, its last detailed error.
 std::string nccl_message(ncclResult_t result, const char* call, ncclComm_t comm);
 
-#define TDDP_NCCL_CHECK(call, communicator)                                                                           \
-  do {                                                                                                          \
-    const ncclResult_t tddp_result_ = (call);                                                                   \
-    if (tddp_result_ != ncclSuccess && tddp_result_ != ncclInProgress) {                                        \
-      throw ::tinyddp::Error(::tinyddp::comm::detail::nccl_message(tddp_result_, #call, communicator));         \
-    }                                                                                                           \
+#define TDDP_NCCL_CHECK(call, communicator)                                                             \
+  do {                                                                                                  \
+    const ncclResult_t tddp_result_ = (call);                                                           \
+    if (tddp_result_ != ncclSuccess && tddp_result_ != ncclInProgress) {                                \
+      throw ::tinyddp::Error(::tinyddp::comm::detail::nccl_message(tddp_result_, #call, communicator)); \
+    }                                                                                                   \
   } while (false)
 
 // NCCL's names for a dtype and a reduction (ProcessGroup's checks refused what NCCL cannot take).

@@ -30,8 +30,8 @@ ProcessGroupNccl::ProcessGroupNccl(std::shared_ptr<Store> store, int rank, int s
   if (size > 1 && CallCheck::agree(*impl_->store(), rank, size, chosen.check_calls(), "ProcessGroupNccl")) {
     ProcessGroupOptions side_options = chosen;
     side_options.check_calls(false);
-    auto side = std::make_shared<ProcessGroupGloo>(std::make_shared<PrefixStore>("tinyddp/nccl-call-check", impl_->store()),
-                                                   rank, size, side_options);
+    auto side = std::make_shared<ProcessGroupGloo>(
+        std::make_shared<PrefixStore>("tinyddp/nccl-call-check", impl_->store()), rank, size, side_options);
     enable_call_check(std::make_unique<CallCheck>("ProcessGroupNccl", rank, size, exchange_rows_over(std::move(side))),
                       CheckAt::kIssue);
   }
@@ -61,7 +61,8 @@ void copy_slices(const std::vector<Tensor>& parts, const Tensor& flat, bool to_f
     const size_t bytes = parts[r].nbytes();
     char* slice = base + r * bytes;
     void* part = parts[r].raw_data_ptr();
-    TDDP_CUDA_CHECK(cudaMemcpyAsync(to_flat ? slice : part, to_flat ? part : slice, bytes, cudaMemcpyDeviceToDevice, stream));
+    TDDP_CUDA_CHECK(
+        cudaMemcpyAsync(to_flat ? slice : part, to_flat ? part : slice, bytes, cudaMemcpyDeviceToDevice, stream));
   }
 }
 
@@ -78,18 +79,21 @@ std::vector<Tensor> with(std::vector<Tensor> list, std::initializer_list<Tensor>
 std::shared_ptr<Work> ProcessGroupNccl::allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, Call call) {
   const ncclDataType_t type = nccl_type(tensors[0].dtype());
   const ncclRedOp_t red = nccl_op(op);
-  return impl_->launch(std::move(call.what), device_of(tensors[0]), tensors, false, [&](ncclComm_t comm, cudaStream_t stream) {
-    for (const Tensor& t : tensors) {
-      TDDP_NCCL_CHECK(ncclAllReduce(t.raw_data_ptr(), t.raw_data_ptr(), count(t), type, red, comm, stream), comm);
-    }
-  });
+  return impl_->launch(
+      std::move(call.what), device_of(tensors[0]), tensors, false, [&](ncclComm_t comm, cudaStream_t stream) {
+        for (const Tensor& t : tensors) {
+          TDDP_NCCL_CHECK(ncclAllReduce(t.raw_data_ptr(), t.raw_data_ptr(), count(t), type, red, comm, stream), comm);
+        }
+      });
 }
 
 std::shared_ptr<Work> ProcessGroupNccl::broadcast_impl(const Tensor& tensor, int root, Call call) {
   const ncclDataType_t type = nccl_type(tensor.dtype());
-  return impl_->launch(std::move(call.what), device_of(tensor), {tensor}, false, [&](ncclComm_t comm, cudaStream_t stream) {
-    TDDP_NCCL_CHECK(ncclBroadcast(tensor.raw_data_ptr(), tensor.raw_data_ptr(), count(tensor), type, root, comm, stream), comm);
-  });
+  return impl_->launch(
+      std::move(call.what), device_of(tensor), {tensor}, false, [&](ncclComm_t comm, cudaStream_t stream) {
+        TDDP_NCCL_CHECK(
+            ncclBroadcast(tensor.raw_data_ptr(), tensor.raw_data_ptr(), count(tensor), type, root, comm, stream), comm);
+      });
 }
 
 std::shared_ptr<Work> ProcessGroupNccl::allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
@@ -97,20 +101,21 @@ std::shared_ptr<Work> ProcessGroupNccl::allgather_impl(const std::vector<Tensor>
   const ncclDataType_t type = nccl_type(input.dtype());
   // Gathered into one flat buffer, then each slice copied to its output on the NCCL stream.
   const Tensor flat = flat_like(input, size_);
-  return impl_->launch(std::move(call.what), device_of(input), with(outputs, {input, flat}), false,
-                       [&](ncclComm_t comm, cudaStream_t stream) {
-                         TDDP_NCCL_CHECK(ncclAllGather(input.raw_data_ptr(), flat.raw_data_ptr(), count(input), type, comm, stream),
-                                         comm);
-                       },
-                       nullptr, [&](cudaStream_t stream) { copy_slices(outputs, flat, false, stream); });
+  return impl_->launch(
+      std::move(call.what), device_of(input), with(outputs, {input, flat}), false,
+      [&](ncclComm_t comm, cudaStream_t stream) {
+        TDDP_NCCL_CHECK(ncclAllGather(input.raw_data_ptr(), flat.raw_data_ptr(), count(input), type, comm, stream),
+                        comm);
+      },
+      nullptr, [&](cudaStream_t stream) { copy_slices(outputs, flat, false, stream); });
 }
 
 namespace {
 // gather (to_root) and scatter: `mine` is this rank's tensor, `at_root` the root's list (one
 // per rank, only on the root). The root exchanges with every other rank and copies its own
 // slot locally; every other rank makes one send or recv.
-void exchange_with_root(bool to_root, const Tensor& mine, const std::vector<Tensor>& at_root, int root, int rank, int size,
-                        ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) {
+void exchange_with_root(bool to_root, const Tensor& mine, const std::vector<Tensor>& at_root, int root, int rank,
+                        int size, ncclDataType_t type, ncclComm_t comm, cudaStream_t stream) {
   if (rank != root) {
     if (to_root) {
       TDDP_NCCL_CHECK(ncclSend(mine.raw_data_ptr(), count(mine), type, root, comm, stream), comm);
@@ -122,8 +127,8 @@ void exchange_with_root(bool to_root, const Tensor& mine, const std::vector<Tens
   for (int r = 0; r < size; ++r) {
     void* slot = at_root[r].raw_data_ptr();
     if (r == rank) {
-      TDDP_CUDA_CHECK(cudaMemcpyAsync(to_root ? slot : mine.raw_data_ptr(), to_root ? mine.raw_data_ptr() : slot, mine.nbytes(),
-                                      cudaMemcpyDeviceToDevice, stream));
+      TDDP_CUDA_CHECK(cudaMemcpyAsync(to_root ? slot : mine.raw_data_ptr(), to_root ? mine.raw_data_ptr() : slot,
+                                      mine.nbytes(), cudaMemcpyDeviceToDevice, stream));
     } else if (to_root) {
       TDDP_NCCL_CHECK(ncclRecv(slot, count(mine), type, r, comm, stream), comm);
     } else {
@@ -143,8 +148,8 @@ std::shared_ptr<Work> ProcessGroupNccl::scatter_impl(const Tensor& output, const
   return root_exchange(false, output, inputs, root, std::move(call.what));
 }
 
-std::shared_ptr<Work> ProcessGroupNccl::root_exchange(bool to_root, const Tensor& mine, const std::vector<Tensor>& at_root,
-                                                      int root, std::string what) {
+std::shared_ptr<Work> ProcessGroupNccl::root_exchange(bool to_root, const Tensor& mine,
+                                                      const std::vector<Tensor>& at_root, int root, std::string what) {
   const ncclDataType_t type = nccl_type(mine.dtype());
   return impl_->launch(std::move(what), device_of(mine), with(at_root, {mine}), false,
                        [&](ncclComm_t comm, cudaStream_t stream) {
@@ -157,10 +162,12 @@ std::shared_ptr<Work> ProcessGroupNccl::reduce_impl(const Tensor& tensor, int ro
   const ncclRedOp_t red = nccl_op(op);
   // Non-root ranks reduce from their tensor into a scratch buffer: their tensor is unchanged.
   const Tensor target = rank_ == root ? tensor : tensor::empty_like(tensor);
-  return impl_->launch(std::move(call.what), device_of(tensor), {tensor, target}, false, [&](ncclComm_t comm, cudaStream_t stream) {
-    TDDP_NCCL_CHECK(ncclReduce(tensor.raw_data_ptr(), target.raw_data_ptr(), count(tensor), type, red, root, comm, stream),
-                    comm);
-  });
+  return impl_->launch(
+      std::move(call.what), device_of(tensor), {tensor, target}, false, [&](ncclComm_t comm, cudaStream_t stream) {
+        TDDP_NCCL_CHECK(
+            ncclReduce(tensor.raw_data_ptr(), target.raw_data_ptr(), count(tensor), type, red, root, comm, stream),
+            comm);
+      });
 }
 
 std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
@@ -169,13 +176,14 @@ std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter_impl(const Tensor& output
   const ncclRedOp_t red = nccl_op(op);
   // The inputs copied end to end on the NCCL stream, then reduce-scattered from there.
   const Tensor flat = flat_like(output, size_);
-  return impl_->launch(std::move(call.what), device_of(output), with(inputs, {output, flat}), false,
-                       [&](ncclComm_t comm, cudaStream_t stream) {
-                         TDDP_NCCL_CHECK(ncclReduceScatter(flat.raw_data_ptr(), output.raw_data_ptr(), count(output), type, red,
-                                                           comm, stream),
-                                         comm);
-                       },
-                       [&](cudaStream_t stream) { copy_slices(inputs, flat, true, stream); });
+  return impl_->launch(
+      std::move(call.what), device_of(output), with(inputs, {output, flat}), false,
+      [&](ncclComm_t comm, cudaStream_t stream) {
+        TDDP_NCCL_CHECK(
+            ncclReduceScatter(flat.raw_data_ptr(), output.raw_data_ptr(), count(output), type, red, comm, stream),
+            comm);
+      },
+      [&](cudaStream_t stream) { copy_slices(inputs, flat, true, stream); });
 }
 
 std::shared_ptr<Work> ProcessGroupNccl::barrier_impl(Call call) {
@@ -187,9 +195,11 @@ std::shared_ptr<Work> ProcessGroupNccl::barrier_impl(Call call) {
     const char* local = std::getenv("LOCAL_RANK");
     device = (local != nullptr && *local != '\0' ? std::atoi(local) : rank_) % tensor::cuda::device_count();
   }
-  const Tensor token = tensor::zeros({1}, tensor::TensorOptions().dtype(tensor::kFloat32).device(tensor::Device(tensor::DeviceType::kCUDA, device)));
+  const Tensor token = tensor::zeros(
+      {1}, tensor::TensorOptions().dtype(tensor::kFloat32).device(tensor::Device(tensor::DeviceType::kCUDA, device)));
   return impl_->launch(std::move(call.what), device, {token}, true, [&](ncclComm_t comm, cudaStream_t stream) {
-    TDDP_NCCL_CHECK(ncclAllReduce(token.raw_data_ptr(), token.raw_data_ptr(), 1, ncclFloat32, ncclSum, comm, stream), comm);
+    TDDP_NCCL_CHECK(ncclAllReduce(token.raw_data_ptr(), token.raw_data_ptr(), 1, ncclFloat32, ncclSum, comm, stream),
+                    comm);
   });
 }
 
@@ -213,8 +223,8 @@ std::shared_ptr<Work> ProcessGroupNccl::point_to_point(bool sending, const Tenso
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroupNccl::create_subgroup(int id, int rank, int size) {
-  return std::make_shared<ProcessGroupNccl>(std::make_shared<PrefixStore>(fmt::format("tinyddp/group{}", id), impl_->store()),
-                                            rank, size, impl_->options());
+  return std::make_shared<ProcessGroupNccl>(
+      std::make_shared<PrefixStore>(fmt::format("tinyddp/group{}", id), impl_->store()), rank, size, impl_->options());
 }
 
 }  // namespace tinyddp::comm

@@ -67,8 +67,10 @@ class ProcessGroupNccl final : public ProcessGroup {
   std::shared_ptr<Work> allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, Call call) override;
   std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int root, Call call) override;
   std::shared_ptr<Work> allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, Call call) override;
-  std::shared_ptr<Work> gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root, Call call) override;
-  std::shared_ptr<Work> scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root, Call call) override;
+  std::shared_ptr<Work> gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
+                                    Call call) override;
+  std::shared_ptr<Work> scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,
+                                     Call call) override;
   std::shared_ptr<Work> reduce_impl(const Tensor& tensor, int root, ReduceOp op, Call call) override;
   std::shared_ptr<Work> reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
                                             Call call) override;

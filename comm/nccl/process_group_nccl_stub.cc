@@ -26,9 +26,15 @@ void ProcessGroupNccl::set_after_queued_for_testing(std::function<void()>) { una
 void ProcessGroupNccl::check_placement(const Tensor&, const char*, const std::string&) const { unavailable(); }
 std::shared_ptr<Work> ProcessGroupNccl::allreduce_impl(const std::vector<Tensor>&, ReduceOp, Call) { unavailable(); }
 std::shared_ptr<Work> ProcessGroupNccl::broadcast_impl(const Tensor&, int, Call) { unavailable(); }
-std::shared_ptr<Work> ProcessGroupNccl::allgather_impl(const std::vector<Tensor>&, const Tensor&, Call) { unavailable(); }
-std::shared_ptr<Work> ProcessGroupNccl::gather_impl(const std::vector<Tensor>&, const Tensor&, int, Call) { unavailable(); }
-std::shared_ptr<Work> ProcessGroupNccl::scatter_impl(const Tensor&, const std::vector<Tensor>&, int, Call) { unavailable(); }
+std::shared_ptr<Work> ProcessGroupNccl::allgather_impl(const std::vector<Tensor>&, const Tensor&, Call) {
+  unavailable();
+}
+std::shared_ptr<Work> ProcessGroupNccl::gather_impl(const std::vector<Tensor>&, const Tensor&, int, Call) {
+  unavailable();
+}
+std::shared_ptr<Work> ProcessGroupNccl::scatter_impl(const Tensor&, const std::vector<Tensor>&, int, Call) {
+  unavailable();
+}
 std::shared_ptr<Work> ProcessGroupNccl::reduce_impl(const Tensor&, int, ReduceOp, Call) { unavailable(); }
 std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter_impl(const Tensor&, const std::vector<Tensor>&, ReduceOp, Call) {
   unavailable();

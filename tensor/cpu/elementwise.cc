@@ -165,9 +165,7 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, do
       case BinaryOp::kDiv: binary_loop<T, T>(out, a, b, [](C x, C y) { return x / y; }); return;
       case BinaryOp::kMaximum: binary_loop<T, T>(out, a, b, nan_max<C>); return;
       case BinaryOp::kMinimum: binary_loop<T, T>(out, a, b, nan_min<C>); return;
-      case BinaryOp::kReluBackward:
-        binary_loop<T, T>(out, a, b, [](C g, C y) { return y > C(0) ? g : C(0); });
-        return;
+      case BinaryOp::kReluBackward: binary_loop<T, T>(out, a, b, [](C g, C y) { return y > C(0) ? g : C(0); }); return;
     }
   });
 }
@@ -261,7 +259,8 @@ void accumulate(const Tensor& dst, const Tensor& src) {
                           T* o = pd + off[0];
                           const T* in = ps + off[1];
                           // No ivdep here: with a stride-0 destination, iterations must add in turn.
-                          for (int64_t i = 0; i < n; ++i) o[i * st[0]] = static_cast<T>(C(o[i * st[0]]) + C(in[i * st[1]]));
+                          for (int64_t i = 0; i < n; ++i)
+                            o[i * st[0]] = static_cast<T>(C(o[i * st[0]]) + C(in[i * st[1]]));
                         });
   });
 }

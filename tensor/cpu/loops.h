@@ -70,7 +70,7 @@ Shape broadcast_strides(const Tensor& t, const Shape& shape);
 // The coalesced iteration space of N operands over one shape (inline up to 6 dims).
 template <size_t N>
 struct StridedPlan {
-  Shape sizes;                                      // outer dims first; the last one is the inner loop
+  Shape sizes;                                     // outer dims first; the last one is the inner loop
   SmallVector<std::array<int64_t, N>, 6> strides;  // per dim, per operand
 };
 

@@ -52,13 +52,17 @@ void eigen_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   OutMap<T> c(out.data_ptr<T>(), out.size(0), out.size(1));
   // Four layout combinations, each one GEMM call with no copies.
   if (la->row_major && lb->row_major) {
-    c.noalias() = map_matrix<T, Eigen::RowMajor>(a, la->leading_dim) * map_matrix<T, Eigen::RowMajor>(b, lb->leading_dim);
+    c.noalias() =
+        map_matrix<T, Eigen::RowMajor>(a, la->leading_dim) * map_matrix<T, Eigen::RowMajor>(b, lb->leading_dim);
   } else if (la->row_major) {
-    c.noalias() = map_matrix<T, Eigen::RowMajor>(a, la->leading_dim) * map_matrix<T, Eigen::ColMajor>(b, lb->leading_dim);
+    c.noalias() =
+        map_matrix<T, Eigen::RowMajor>(a, la->leading_dim) * map_matrix<T, Eigen::ColMajor>(b, lb->leading_dim);
   } else if (lb->row_major) {
-    c.noalias() = map_matrix<T, Eigen::ColMajor>(a, la->leading_dim) * map_matrix<T, Eigen::RowMajor>(b, lb->leading_dim);
+    c.noalias() =
+        map_matrix<T, Eigen::ColMajor>(a, la->leading_dim) * map_matrix<T, Eigen::RowMajor>(b, lb->leading_dim);
   } else {
-    c.noalias() = map_matrix<T, Eigen::ColMajor>(a, la->leading_dim) * map_matrix<T, Eigen::ColMajor>(b, lb->leading_dim);
+    c.noalias() =
+        map_matrix<T, Eigen::ColMajor>(a, la->leading_dim) * map_matrix<T, Eigen::ColMajor>(b, lb->leading_dim);
   }
 }
 

@@ -7,11 +7,11 @@
 #include <array>
 #include <cstring>
 
+#include "tinyddp/base/error.h"
 #include "tinyddp/tensor/cuda/kernels.h"
 #include "tinyddp/tensor/cuda/libraries.h"
 #include "tinyddp/tensor/cuda/plan.h"
 #include "tinyddp/tensor/cuda/runtime.h"
-#include "tinyddp/base/error.h"
 #include "tinyddp/tensor/factory.h"
 #include "tinyddp/tensor/reduce_plan.h"
 
@@ -41,8 +41,8 @@ Tensor scaled_sum(const Tensor& x, const Shape& dims, bool keepdim, DType out_dt
   const double scale = mean ? 1.0 / static_cast<double>(count) : 1.0;  // 0 elements: 0 * inf = NaN, as 0 / 0
   const int dtype = static_cast<int>(x.dtype());
   check_launch(rows > 0 ? k::sum_columns(x.raw_data_ptr(), dtype, out.raw_data_ptr(), rows, inner, scale, stream)
-                        : k::sum_rows(plan.rows.raw_data_ptr(), dtype, out.raw_data_ptr(), plan.outer, plan.inner, scale,
-                                      stream),
+                        : k::sum_rows(plan.rows.raw_data_ptr(), dtype, out.raw_data_ptr(), plan.outer, plan.inner,
+                                      scale, stream),
                op);
   return out;
 }
@@ -80,8 +80,9 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& x) {
 }
 
 void pow_scalar(const Tensor& out, const Tensor& x, double exponent) {
-  run<2>({&out, &x}, "pow kernel",
-         [&](const k::Geometry& g, const auto& o, void* stream) { return k::pow_scalar(g, o[0], o[1], exponent, stream); });
+  run<2>({&out, &x}, "pow kernel", [&](const k::Geometry& g, const auto& o, void* stream) {
+    return k::pow_scalar(g, o[0], o[1], exponent, stream);
+  });
 }
 
 void fill(const Tensor& dst, double value) {
@@ -142,7 +143,8 @@ void copy_peer(const Tensor& landing, const Tensor& dense_src) {
   stream_wait(dst_stream, src_stream, from);
   {
     DeviceGuard guard(to);
-    TDDP_CUDA_CHECK(cudaMemcpyPeerAsync(landing.raw_data_ptr(), to, dense_src.raw_data_ptr(), from, dense_src.nbytes(), dst_stream));
+    TDDP_CUDA_CHECK(cudaMemcpyPeerAsync(landing.raw_data_ptr(), to, dense_src.raw_data_ptr(), from, dense_src.nbytes(),
+                                        dst_stream));
   }
   stream_wait(src_stream, dst_stream, to);
   record_stream(dense_src.raw_data_ptr(), from, dst_stream);
@@ -173,7 +175,8 @@ double StreamMark::elapsed_ms(const StreamMark& from, const StreamMark& to) {
   DeviceGuard guard(to.device());
   TDDP_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(to.event())));
   float ms = 0;
-  TDDP_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from.event()), static_cast<cudaEvent_t>(to.event())));
+  TDDP_CUDA_CHECK(
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from.event()), static_cast<cudaEvent_t>(to.event())));
   return ms;
 }
 
@@ -190,8 +193,8 @@ Tensor to_host_after(const Tensor& src, const StreamMark& after) {
   const cudaStream_t side = acquire_stream(device);
   try {
     TDDP_CUDA_CHECK(cudaStreamWaitEvent(side, static_cast<cudaEvent_t>(after.event()), 0));
-    TDDP_CUDA_CHECK(cudaMemcpyAsync(host.raw_data_ptr(), src.raw_data_ptr(), static_cast<size_t>(extent) * src.element_size(),
-                                    cudaMemcpyDeviceToHost, side));
+    TDDP_CUDA_CHECK(cudaMemcpyAsync(host.raw_data_ptr(), src.raw_data_ptr(),
+                                    static_cast<size_t>(extent) * src.element_size(), cudaMemcpyDeviceToHost, side));
     TDDP_CUDA_CHECK(cudaStreamSynchronize(side));
   } catch (...) {
     release_stream(device, side);
@@ -217,7 +220,8 @@ void copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
   const bool direct = dst.is_contiguous() && dst.dtype() == src.dtype() && dst.sizes() == src.sizes();
   if (src.is_cuda() && dst.is_cuda()) {
     const Tensor dense_src = src.contiguous();
-    const Tensor landing = direct ? dst : tensor::empty(src.sizes(), TensorOptions().dtype(src.dtype()).device(dst.device()));
+    const Tensor landing =
+        direct ? dst : tensor::empty(src.sizes(), TensorOptions().dtype(src.dtype()).device(dst.device()));
     copy_peer(landing, dense_src);
     if (!direct) dst.copy_(landing);  // same device now: broadcast and convert there
     return;
@@ -227,7 +231,8 @@ void copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
     // block src is copied into, which the allocator keeps until the copy has run.
     const bool user_pinned = src.is_pinned() && src.is_contiguous();
     const Tensor dense_src = src.pin_memory();
-    const Tensor landing = direct ? dst : tensor::empty(src.sizes(), TensorOptions().dtype(src.dtype()).device(dst.device()));
+    const Tensor landing =
+        direct ? dst : tensor::empty(src.sizes(), TensorOptions().dtype(src.dtype()).device(dst.device()));
     const cudaStream_t stream = compute_stream(device_of(dst));
     TDDP_CUDA_CHECK(cudaMemcpyAsync(landing.raw_data_ptr(), dense_src.raw_data_ptr(), dense_src.nbytes(),
                                     cudaMemcpyHostToDevice, stream));

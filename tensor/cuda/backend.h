@@ -5,8 +5,8 @@
 // throw (no CUDA tensor can exist there anyway: allocation fails first).
 #pragma once
 
-#include "tinyddp/tensor/kernel_ops.h"
 #include "tinyddp/tensor/cuda.h"
+#include "tinyddp/tensor/kernel_ops.h"
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::cuda {

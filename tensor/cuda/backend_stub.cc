@@ -1,8 +1,8 @@
 // tensor/cuda/backend.h in a build without CUDA: every entry point says so.
 #include "tinyddp/tensor/cuda/backend.h"
 
-#include "tinyddp/tensor/cuda.h"
 #include "tinyddp/base/error.h"
+#include "tinyddp/tensor/cuda.h"
 
 namespace tinyddp::tensor::cuda {
 
@@ -10,9 +10,7 @@ namespace {
 [[noreturn]] void unavailable(const char* op) { throw Error(fmt::format("{}: {}", op, unavailable_reason())); }
 }  // namespace
 
-void runtime_set_device(int device) {
-  throw Error(fmt::format("set_device({}): {}", device, unavailable_reason()));
-}
+void runtime_set_device(int device) { throw Error(fmt::format("set_device({}): {}", device, unavailable_reason())); }
 
 void binary(BinaryOp, const Tensor&, const Tensor&, const Tensor&, double) { unavailable("binary op"); }
 void compare(CompareOp, const Tensor&, const Tensor&, const Tensor&) { unavailable("comparison"); }

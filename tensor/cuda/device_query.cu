@@ -13,7 +13,8 @@ namespace {
 
 bool check(cudaError_t status, const char* call, std::string* error) {
   if (status == cudaSuccess) return true;
-  *error = std::string(call) + ": " + cudaGetErrorString(status) + " (" + std::to_string(static_cast<int>(status)) + ")";
+  *error =
+      std::string(call) + ": " + cudaGetErrorString(status) + " (" + std::to_string(static_cast<int>(status)) + ")";
   return false;
 }
 
@@ -48,7 +49,8 @@ bool run_fill_kernel(std::string* error) {
   fill_pattern<<<(kCount + 255) / 256, 256>>>(buffer, kCount);
   bool ok = check(cudaGetLastError(), "fill_pattern launch", error);
   std::vector<int> host(kCount, 0);
-  if (ok) ok = check(cudaMemcpy(host.data(), buffer, kCount * sizeof(int), cudaMemcpyDeviceToHost), "cudaMemcpy", error);
+  if (ok)
+    ok = check(cudaMemcpy(host.data(), buffer, kCount * sizeof(int), cudaMemcpyDeviceToHost), "cudaMemcpy", error);
   cudaFree(buffer);
   for (int i = 0; ok && i < kCount; ++i) {
     if (host[i] != i * 3 + 1) {

@@ -113,8 +113,8 @@ __device__ inline void atomic_add16(T* p, float v) {
     assumed = old;
     const uint16_t bits = high ? static_cast<uint16_t>(assumed >> 16) : static_cast<uint16_t>(assumed & 0xffff);
     const uint16_t sum = store<T>(load<T>(T{bits}) + v).bits;
-    const unsigned int next = high ? ((assumed & 0xffffu) | (static_cast<unsigned int>(sum) << 16))
-                                   : ((assumed & 0xffff0000u) | sum);
+    const unsigned int next =
+        high ? ((assumed & 0xffffu) | (static_cast<unsigned int>(sum) << 16)) : ((assumed & 0xffff0000u) | sum);
     old = atomicCAS(word, assumed, next);
   } while (assumed != old);
 }
@@ -181,7 +181,9 @@ struct PowFn {
       r = 1;  // callers guarantee a non-negative integral exponent
       for (int64_t i = 0; i < static_cast<int64_t>(exponent); ++i) r *= v;
     } else {
-      r = exponent == 2.0 ? v * v : exponent == 0.5 ? sqrt(v) : pow(v, static_cast<C>(exponent));  // x^2 exact, as on the CPU
+      r = exponent == 2.0   ? v * v
+          : exponent == 0.5 ? sqrt(v)
+                            : pow(v, static_cast<C>(exponent));  // x^2 exact, as on the CPU
     }
     at<T>(o.data[0], off[0]) = store<T>(r);
   }
@@ -215,7 +217,8 @@ struct AccumulateFn {
 
 }  // namespace
 
-int binary(int op, const Geometry& g, const Operand& out, const Operand& a, const Operand& b, double alpha, void* stream) {
+int binary(int op, const Geometry& g, const Operand& out, const Operand& a, const Operand& b, double alpha,
+           void* stream) {
   const Operand* const operands[3] = {&out, &a, &b};
   return dispatch_numeric(out.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -230,7 +233,8 @@ int compare(int op, const Geometry& g, const Operand& out, const Operand& a, con
 
 int unary(int op, const Geometry& g, const Operand& out, const Operand& x, void* stream) {
   const Operand* const operands[2] = {&out, &x};
-  return dispatch_numeric(out.dtype, [&](auto tag) { return launch<2>(g, operands, stream, UnaryFn<decltype(tag)>{op}); });
+  return dispatch_numeric(out.dtype,
+                          [&](auto tag) { return launch<2>(g, operands, stream, UnaryFn<decltype(tag)>{op}); });
 }
 
 int pow_scalar(const Geometry& g, const Operand& out, const Operand& x, double exponent, void* stream) {
@@ -258,7 +262,8 @@ int fill(const Geometry& g, const Operand& dst, double value, void* stream) {
 
 int accumulate(const Geometry& g, const Operand& dst, const Operand& src, void* stream) {
   const Operand* const operands[2] = {&dst, &src};
-  return dispatch_numeric(dst.dtype, [&](auto tag) { return launch<2>(g, operands, stream, AccumulateFn<decltype(tag)>{}); });
+  return dispatch_numeric(dst.dtype,
+                          [&](auto tag) { return launch<2>(g, operands, stream, AccumulateFn<decltype(tag)>{}); });
 }
 
 }  // namespace tinyddp::tensor::cuda::kernels

@@ -32,7 +32,8 @@ enum Compare : int { kEq, kNe, kLt, kLe, kGt, kGe };
 enum Unary : int { kNeg, kAbs, kExp, kLog, kSqrt, kRelu, kTanh, kSigmoid };
 
 // out = a op b (kAdd: a + alpha * b); out, a, b share a dtype.
-int binary(int op, const Geometry& g, const Operand& out, const Operand& a, const Operand& b, double alpha, void* stream);
+int binary(int op, const Geometry& g, const Operand& out, const Operand& a, const Operand& b, double alpha,
+           void* stream);
 // out (bool) = a op b.
 int compare(int op, const Geometry& g, const Operand& out, const Operand& a, const Operand& b, void* stream);
 int unary(int op, const Geometry& g, const Operand& out, const Operand& x, void* stream);
@@ -43,7 +44,6 @@ int fill(const Geometry& g, const Operand& dst, double value, void* stream);
 // dst += src with atomic adds, so that a dst whose elements share memory (a broadcast view)
 // receives every contribution. float, double, int64 (and 16-bit floats through a CAS loop).
 int accumulate(const Geometry& g, const Operand& dst, const Operand& src, void* stream);
-
 
 // reduce.cu: contiguous inputs, outputs of the accumulated shape (see backend.cc's plans).
 // out[r] = scale * sum of row r of x [outer, inner]; out is int64 for bool x, else x's dtype.

@@ -12,32 +12,32 @@
 #include <optional>
 #include <vector>
 
+#include "tinyddp/base/error.h"
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/cuda/plan.h"
 #include "tinyddp/tensor/cuda/runtime.h"
-#include "tinyddp/base/error.h"
 #include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::tensor::cuda {
 
 namespace {
 
-#define TDDP_CUBLAS_CHECK(call)                                                                                 \
-  do {                                                                                                          \
-    const cublasStatus_t tddp_status_ = (call);                                                                 \
-    if (tddp_status_ != CUBLAS_STATUS_SUCCESS) {                                                                \
+#define TDDP_CUBLAS_CHECK(call)                                                                                      \
+  do {                                                                                                               \
+    const cublasStatus_t tddp_status_ = (call);                                                                      \
+    if (tddp_status_ != CUBLAS_STATUS_SUCCESS) {                                                                     \
       throw Error(fmt::format("cuBLAS call {} failed: {} ({}) at {}:{}", #call, cublasGetStatusString(tddp_status_), \
-                              cublasGetStatusName(tddp_status_), __FILE__, __LINE__));                          \
-    }                                                                                                           \
+                              cublasGetStatusName(tddp_status_), __FILE__, __LINE__));                               \
+    }                                                                                                                \
   } while (false)
 
-#define TDDP_CUDNN_CHECK(call)                                                                                    \
-  do {                                                                                                            \
-    const cudnnStatus_t tddp_status_ = (call);                                                                    \
-    if (tddp_status_ != CUDNN_STATUS_SUCCESS) {                                                                   \
-      throw Error(fmt::format("cuDNN call {} failed: {} (status {}) at {}:{}", #call,                            \
+#define TDDP_CUDNN_CHECK(call)                                                                                         \
+  do {                                                                                                                 \
+    const cudnnStatus_t tddp_status_ = (call);                                                                         \
+    if (tddp_status_ != CUDNN_STATUS_SUCCESS) {                                                                        \
+      throw Error(fmt::format("cuDNN call {} failed: {} (status {}) at {}:{}", #call,                                  \
                               cudnnGetErrorString(tddp_status_), static_cast<int>(tddp_status_), __FILE__, __LINE__)); \
-    }                                                                                                             \
+    }                                                                                                                  \
   } while (false)
 
 // Library handles of one kind, per device. A call leases one (creating it the first time
@@ -122,13 +122,23 @@ void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
       type = CUDA_R_32F;
       compute = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
       break;
-    case kFloat64: type = CUDA_R_64F; compute = CUBLAS_COMPUTE_64F; break;
-    case kFloat16: type = CUDA_R_16F; compute = CUBLAS_COMPUTE_32F; break;
-    case kBFloat16: type = CUDA_R_16BF; compute = CUBLAS_COMPUTE_32F; break;
+    case kFloat64:
+      type = CUDA_R_64F;
+      compute = CUBLAS_COMPUTE_64F;
+      break;
+    case kFloat16:
+      type = CUDA_R_16F;
+      compute = CUBLAS_COMPUTE_32F;
+      break;
+    case kBFloat16:
+      type = CUDA_R_16BF;
+      compute = CUBLAS_COMPUTE_32F;
+      break;
     default:
-      throw Error(fmt::format("matmul: not supported for dtype {} on CUDA (cuBLAS multiplies floating-point matrices; "
-                              "convert with .to(float32) or multiply on the CPU)",
-                              dtype_name(a.dtype())));
+      throw Error(
+          fmt::format("matmul: not supported for dtype {} on CUDA (cuBLAS multiplies floating-point matrices; "
+                      "convert with .to(float32) or multiply on the CPU)",
+                      dtype_name(a.dtype())));
   }
   const Tensor ac = gemm_ready(a), bc = gemm_ready(b);
   const Gemm g = plan_gemm(ac, bc);
@@ -174,17 +184,17 @@ bool softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) {
   TDDP_CUDNN_CHECK(cudnnSetStream(handle.get(), compute_stream(device)));
   cudnnTensorDescriptor_t desc = nullptr;
   TDDP_CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc));
-  const std::unique_ptr<cudnnTensorStruct, cudnnStatus_t (*)(cudnnTensorDescriptor_t)> owned(desc,
-                                                                                         cudnnDestroyTensorDescriptor);
+  const std::unique_ptr<cudnnTensorStruct, cudnnStatus_t (*)(cudnnTensorDescriptor_t)> owned(
+      desc, cudnnDestroyTensorDescriptor);
   TDDP_CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc, CUDNN_TENSOR_NCHW, type, static_cast<int>(before),
                                               static_cast<int>(channels), static_cast<int>(after), 1));
   const float one_f = 1.0f, zero_f = 0.0f;
   const double one_d = 1.0, zero_d = 0.0;
   const bool dbl = type == CUDNN_DATA_DOUBLE;
   TDDP_CUDNN_CHECK(cudnnSoftmaxForward(handle.get(), log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE,
-                                       CUDNN_SOFTMAX_MODE_CHANNEL, dbl ? static_cast<const void*>(&one_d) : &one_f, desc,
-                                       dense.raw_data_ptr(), dbl ? static_cast<const void*>(&zero_d) : &zero_f, desc,
-                                       out.raw_data_ptr()));
+                                       CUDNN_SOFTMAX_MODE_CHANNEL, dbl ? static_cast<const void*>(&one_d) : &one_f,
+                                       desc, dense.raw_data_ptr(), dbl ? static_cast<const void*>(&zero_d) : &zero_f,
+                                       desc, out.raw_data_ptr()));
   return true;
 }
 

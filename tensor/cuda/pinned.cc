@@ -119,8 +119,8 @@ class PinnedAllocator final : public Allocator {
   }
 
   std::mutex mutex_;
-  std::map<void*, Block> blocks_;         // every block obtained from cudaHostAlloc, by address
-  std::multimap<size_t, void*> free_;     // blocks not in use, by size
+  std::map<void*, Block> blocks_;      // every block obtained from cudaHostAlloc, by address
+  std::multimap<size_t, void*> free_;  // blocks not in use, by size
 };
 
 PinnedAllocator* pinned() {

@@ -8,8 +8,8 @@
 #include <optional>
 #include <vector>
 
-#include "tinyddp/tensor/cuda/kernels.h"
 #include "tinyddp/base/error.h"
+#include "tinyddp/tensor/cuda/kernels.h"
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::cuda {
@@ -18,8 +18,8 @@ namespace tinyddp::tensor::cuda {
 // dropped and every pair of dims merged that all operands traverse as one (so contiguous
 // operands become one dim).
 template <size_t N>
-kernels::Geometry geometry(const Shape& sizes, const std::array<const Tensor*, N>& tensors, std::array<kernels::Operand, N>& ops,
-                     const char* op) {
+kernels::Geometry geometry(const Shape& sizes, const std::array<const Tensor*, N>& tensors,
+                           std::array<kernels::Operand, N>& ops, const char* op) {
   std::array<Shape, N> strides;
   for (size_t i = 0; i < N; ++i) {
     const Tensor& t = *tensors[i];
@@ -52,8 +52,9 @@ kernels::Geometry geometry(const Shape& sizes, const std::array<const Tensor*, N
   g.numel = 1;
   for (int64_t s : sizes) g.numel *= s;
   const int ndim = static_cast<int>(merged_sizes.size());
-  TDDP_CHECK(ndim <= kernels::kMaxDims, "{}: CUDA kernels take at most {} non-mergeable dims, got {} (make the tensors contiguous)",
-             op, kernels::kMaxDims, ndim);
+  TDDP_CHECK(ndim <= kernels::kMaxDims,
+             "{}: CUDA kernels take at most {} non-mergeable dims, got {} (make the tensors contiguous)", op,
+             kernels::kMaxDims, ndim);
   g.ndim = std::max(ndim, 1);
   g.sizes[0] = 1;
   for (int d = 0; d < ndim; ++d) {
@@ -82,7 +83,9 @@ inline std::optional<GemmOperand> gemm_operand(int64_t rows, int64_t cols, int64
   return std::nullopt;
 }
 
-inline std::optional<GemmOperand> gemm_operand(const Tensor& t) { return gemm_operand(t.size(0), t.size(1), t.stride(0), t.stride(1)); }
+inline std::optional<GemmOperand> gemm_operand(const Tensor& t) {
+  return gemm_operand(t.size(0), t.size(1), t.stride(0), t.stride(1));
+}
 
 // `t` itself when cuBLAS can read it in place, else a contiguous copy.
 inline Tensor gemm_ready(const Tensor& t) { return gemm_operand(t) ? t : t.contiguous(); }

@@ -23,7 +23,8 @@ namespace {
 constexpr int kThreads = 256;  // a power of two: block_reduce halves it
 
 template <typename T>
-using acc_t = std::conditional_t<std::is_integral_v<T>, int64_t, std::conditional_t<std::is_same_v<T, double>, double, float>>;
+using acc_t =
+    std::conditional_t<std::is_integral_v<T>, int64_t, std::conditional_t<std::is_same_v<T, double>, double, float>>;
 
 int grid_for(int64_t items) { return static_cast<int>(items < 65535 ? (items > 0 ? items : 1) : 65535); }
 

@@ -158,7 +158,8 @@ class CachingAllocator final : public Allocator {
     }
     for (cudaStream_t s : block->other_streams) {
       cudaEvent_t event = nullptr;
-      if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) == cudaSuccess && cudaEventRecord(event, s) == cudaSuccess) {
+      if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) == cudaSuccess &&
+          cudaEventRecord(event, s) == cudaSuccess) {
         block->pending_events.push_back(event);
       } else {
         if (event != nullptr) cudaEventDestroy(event);
@@ -293,9 +294,9 @@ class CachingAllocator final : public Allocator {
 
   const int device_;
   std::mutex mutex_;
-  std::unordered_map<void*, std::unique_ptr<Block>> blocks_;      // every block we hold
-  std::map<cudaStream_t, std::multimap<size_t, Block*>> free_;    // per stream, by size
-  std::vector<Block*> pending_;                                    // freed, other streams busy
+  std::unordered_map<void*, std::unique_ptr<Block>> blocks_;    // every block we hold
+  std::map<cudaStream_t, std::multimap<size_t, Block*>> free_;  // per stream, by size
+  std::vector<Block*> pending_;                                 // freed, other streams busy
   AllocatorStats stats_;
 };
 
@@ -325,6 +326,8 @@ void empty_cache() {
   for (int d = 0; d < device_count(); ++d) allocator_of(d)->empty();
 }
 
-void record_stream(const void* ptr, int device, cudaStream_t stream) { allocator_of(device)->record_stream(ptr, stream); }
+void record_stream(const void* ptr, int device, cudaStream_t stream) {
+  allocator_of(device)->record_stream(ptr, stream);
+}
 
 }  // namespace tinyddp::tensor::cuda

@@ -32,10 +32,11 @@ namespace tinyddp::tensor::cuda {
 // Throws tinyddp::Error naming the call, the CUDA error string and code, and the source line.
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
 
-#define TDDP_CUDA_CHECK(call)                                                              \
-  do {                                                                                     \
-    const cudaError_t tddp_status_ = (call);                                               \
-    if (tddp_status_ != cudaSuccess) ::tinyddp::tensor::cuda::throw_cuda_error(tddp_status_, #call, __FILE__, __LINE__); \
+#define TDDP_CUDA_CHECK(call)                                                             \
+  do {                                                                                    \
+    const cudaError_t tddp_status_ = (call);                                              \
+    if (tddp_status_ != cudaSuccess)                                                      \
+      ::tinyddp::tensor::cuda::throw_cuda_error(tddp_status_, #call, __FILE__, __LINE__); \
   } while (false)
 
 // The compute stream of `device` (created on first use; never destroyed).

@@ -32,8 +32,9 @@ void check_defined(const Tensor& t, const char* op, const char* arg) {
 }
 
 void check_same_device(const Tensor& a, const Tensor& b, const char* op, const char* name_a, const char* name_b) {
-  TDDP_CHECK(a.device() == b.device(), "{}: expected all tensors on the same device, but '{}' is on {} and '{}' is on {}",
-             op, name_a, a.device().str(), name_b, b.device().str());
+  TDDP_CHECK(a.device() == b.device(),
+             "{}: expected all tensors on the same device, but '{}' is on {} and '{}' is on {}", op, name_a,
+             a.device().str(), name_b, b.device().str());
 }
 
 void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, const char* name_a, const char* name_b) {
@@ -43,8 +44,8 @@ void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, const ch
 }
 
 void check_not_bool(const Tensor& t, const char* op, const char* arg) {
-  TDDP_CHECK(t.dtype() != kBool, "{}: arithmetic on bool tensors is not supported ('{}' is bool; convert with .to(dtype))",
-             op, arg);
+  TDDP_CHECK(t.dtype() != kBool,
+             "{}: arithmetic on bool tensors is not supported ('{}' is bool; convert with .to(dtype))", op, arg);
 }
 
 void check_pair(const Tensor& a, const Tensor& b, const char* op) {
@@ -107,8 +108,10 @@ void check_in_place(const Tensor& self, const Tensor* source, const char* op) {
 
 // Before a kernel that exists for the CPU and, in CUDA builds, for GPUs.
 void check_kernel_device(const Tensor& x, const char* op) {
-  if (x.is_cuda()) require_cuda(op, x.device());
-  else if (!x.is_cpu()) no_kernel(op, x.device());
+  if (x.is_cuda())
+    require_cuda(op, x.device());
+  else if (!x.is_cpu())
+    no_kernel(op, x.device());
 }
 
 }  // namespace tinyddp::tensor::detail

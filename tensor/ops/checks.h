@@ -62,7 +62,6 @@ decltype(auto) dispatch(Device device, const char* op, Cpu&& cpu_kernel, Cuda&& 
 }  // namespace tinyddp::tensor::detail
 
 // TDDP_DISPATCH(device, "op", kernel, args...): cpu::kernel(args...) or cuda::kernel(args...).
-#define TDDP_DISPATCH(device, op, kernel, ...)                                    \
-  ::tinyddp::tensor::detail::dispatch(                                            \
-      (device), (op), [&] { return ::tinyddp::tensor::cpu::kernel(__VA_ARGS__); }, \
-      [&] { return ::tinyddp::tensor::cuda::kernel(__VA_ARGS__); })
+#define TDDP_DISPATCH(device, op, kernel, ...)                                                                     \
+  ::tinyddp::tensor::detail::dispatch((device), (op), [&] { return ::tinyddp::tensor::cpu::kernel(__VA_ARGS__); }, \
+                                      [&] { return ::tinyddp::tensor::cuda::kernel(__VA_ARGS__); })

@@ -12,7 +12,6 @@ namespace tinyddp::tensor {
 
 using namespace detail;
 
-
 void copy_into(const Tensor& dst, const Tensor& src, bool non_blocking) {
   check_defined(dst, "copy_", "self");
   check_defined(src, "copy_", "src");
@@ -25,8 +24,9 @@ void copy_into(const Tensor& dst, const Tensor& src, bool non_blocking) {
   NoGradGuard no_grad;
   const Tensor source = detach_from_output(src, dst);
   // The CUDA copy takes any pair with a GPU side: on one GPU, or between devices.
-  detail::dispatch(dst.is_cpu() ? source.device() : dst.device(), "copy_", [&] { cpu::copy(dst, source); },
-                   [&] { cuda::copy(dst, source, non_blocking); });
+  detail::dispatch(
+      dst.is_cpu() ? source.device() : dst.device(), "copy_", [&] { cpu::copy(dst, source); },
+      [&] { cuda::copy(dst, source, non_blocking); });
   dst.storage().bump_version();
 }
 
@@ -41,8 +41,8 @@ void accumulate_into(const Tensor& dst, const Tensor& src) {
   check_defined(dst, "accumulate_into", "dst");
   check_defined(src, "accumulate_into", "src");
   check_same_dtype(dst, src, "accumulate_into", "dst", "src");
-  TDDP_CHECK(src.sizes() == dst.sizes(), "accumulate_into: shapes {} (dst) and {} (src) differ", format_shape(dst.sizes()),
-             format_shape(src.sizes()));
+  TDDP_CHECK(src.sizes() == dst.sizes(), "accumulate_into: shapes {} (dst) and {} (src) differ",
+             format_shape(dst.sizes()), format_shape(src.sizes()));
   check_in_place(dst, &src, "accumulate_into");
   check_same_device(dst, src, "accumulate_into", "dst", "src");
   NoGradGuard no_grad;
@@ -62,7 +62,7 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool e
       if (equal_nan && std::isnan(x) && std::isnan(y)) continue;
       return false;
     }
-    if (x == y) continue;  // also equal infinities
+    if (x == y) continue;                              // also equal infinities
     if (std::isinf(x) || std::isinf(y)) return false;  // inf vs anything else is never close
     if (!(std::fabs(x - y) <= atol + rtol * std::fabs(y))) return false;
   }

@@ -60,8 +60,8 @@ Tensor compare(CompareOp kind, const Tensor& a, const Tensor& b, const char* op)
 
 Tensor compare_scalar(CompareOp kind, const Tensor& a, double b, const char* op) {
   check_defined(a, op, "a");
-  const Tensor s = a.dtype() == kBool ? scalar_tensor(b, TensorOptions(kBool).device(a.device()))
-                                      : scalar_like(a, b, op);
+  const Tensor s =
+      a.dtype() == kBool ? scalar_tensor(b, TensorOptions(kBool).device(a.device())) : scalar_like(a, b, op);
   return compare(kind, a.to(s.dtype()), s, op);
 }
 
@@ -102,8 +102,9 @@ Tensor scalar_like(const Tensor& t, double value, const char* op) {
 }
 
 Tensor sum_to_size(const Tensor& grad, const Shape& shape) {
-  TDDP_CHECK(is_expandable_to(shape, grad.sizes()), "sum_to_size: shape {} cannot be broadcast to the gradient's shape {}",
-             format_shape(shape), format_shape(grad.sizes()));
+  TDDP_CHECK(is_expandable_to(shape, grad.sizes()),
+             "sum_to_size: shape {} cannot be broadcast to the gradient's shape {}", format_shape(shape),
+             format_shape(grad.sizes()));
   if (grad.sizes() == shape) return grad;
   const int64_t lead = grad.dim() - static_cast<int64_t>(shape.size());
   Shape dims;
@@ -172,8 +173,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
   if (needs_grad(a, b)) {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
     record_op("DivBackward", out, {a, b},
-              [sb = SavedTensor(b), so = SavedTensor(need_b ? out : Tensor(), true), a_shape = a.sizes(), b_shape = b.sizes(),
-               need_a, need_b](const Tensor& g) {
+              [sb = SavedTensor(b), so = SavedTensor(need_b ? out : Tensor(), true), a_shape = a.sizes(),
+               b_shape = b.sizes(), need_a, need_b](const Tensor& g) {
                 const Tensor& bv = sb.get("DivBackward");
                 return std::vector<Tensor>{
                     need_a ? sum_to_size(div(g, bv), a_shape) : Tensor(),
@@ -199,7 +200,8 @@ Tensor select_binary(BinaryOp kind, const Tensor& a, const Tensor& b, const char
   const Tensor out = binary(kind, a, b, 1.0, op);
   if (needs_grad(a, b)) {
     record_op(node, out, {a, b},
-              [sa = SavedTensor(a), sb = SavedTensor(b), kind, node, a_shape = a.sizes(), b_shape = b.sizes()](const Tensor& g) {
+              [sa = SavedTensor(a), sb = SavedTensor(b), kind, node, a_shape = a.sizes(),
+               b_shape = b.sizes()](const Tensor& g) {
                 const Tensor& av = sa.get(node);
                 const Tensor& bv = sb.get(node);
                 const DType dt = g.dtype();
@@ -230,8 +232,9 @@ void mul_out(const Tensor& out, const Tensor& a, const Tensor& b, const char* op
 }
 void div_out(const Tensor& out, const Tensor& a, const Tensor& b, const char* op) {
   if (a.defined()) {
-    TDDP_CHECK(a.is_floating_point(), "{}: true division of {} tensors cannot be written in place (the result is float)",
-               op, dtype_name(a.dtype()));
+    TDDP_CHECK(a.is_floating_point(),
+               "{}: true division of {} tensors cannot be written in place (the result is float)", op,
+               dtype_name(a.dtype()));
   }
   binary_out(BinaryOp::kDiv, out, a, b, 1.0, op);
 }
@@ -276,9 +279,8 @@ Tensor neg(const Tensor& x) {
 }
 Tensor abs(const Tensor& x) {
   // grad_x = grad_out * sign(x) (0 at 0)
-  return record_unary(x, numeric_unary(UnaryOp::kAbs, x, "abs"), "AbsBackward", x, [](const Tensor& v) {
-    return sub(gt(v, 0.0).to(v.dtype()), lt(v, 0.0).to(v.dtype()));
-  });
+  return record_unary(x, numeric_unary(UnaryOp::kAbs, x, "abs"), "AbsBackward", x,
+                      [](const Tensor& v) { return sub(gt(v, 0.0).to(v.dtype()), lt(v, 0.0).to(v.dtype())); });
 }
 Tensor relu(const Tensor& x) {
   const Tensor out = numeric_unary(UnaryOp::kRelu, x, "relu");

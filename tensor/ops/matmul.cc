@@ -15,17 +15,15 @@ using namespace detail;
 namespace {
 
 // out = a @ b on the tensors' device (checked by the caller).
-void run_mm(const Tensor& out, const Tensor& a, const Tensor& b) {
-  TDDP_DISPATCH(out.device(), "mm", mm, out, a, b);
-}
+void run_mm(const Tensor& out, const Tensor& a, const Tensor& b) { TDDP_DISPATCH(out.device(), "mm", mm, out, a, b); }
 
 // left @ right (2-D), computed so that the result has the memory layout of `like`: when
 // `like` is a transposed view of a contiguous matrix (Linear's weight.t()), the product is
 // computed as (right^T @ left^T)^T. The view's own backward then hands the parameter a
 // contiguous gradient, which AccumulateGrad adopts without a transposing copy.
 Tensor mm_in_layout_of(const Tensor& left, const Tensor& right, const Tensor& like) {
-  const bool transposed = like.dim() == 2 && like.size(0) > 1 && like.size(1) > 1 && like.stride(0) == 1 &&
-                          like.stride(1) == like.size(0);
+  const bool transposed =
+      like.dim() == 2 && like.size(0) > 1 && like.size(1) > 1 && like.stride(0) == 1 && like.stride(1) == like.size(0);
   return transposed ? mm(right.t(), left.t()).t() : mm(left, right);
 }
 
@@ -47,13 +45,12 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   // grad_out: [n, m], a: [n, k], b: [k, m] -> grad_a = grad_out b^T: [n, k], grad_b = a^T grad_out: [k, m]
   if (needs_grad(a, b)) {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
-    record_op("MmBackward", out, {a, b},
-              [sa = SavedTensor(a), sb = SavedTensor(b), need_a, need_b](const Tensor& g) {
-                const Tensor& av = sa.get("MmBackward");
-                const Tensor& bv = sb.get("MmBackward");
-                return std::vector<Tensor>{need_a ? mm_in_layout_of(g, bv.t(), av) : Tensor(),
-                                           need_b ? mm_in_layout_of(av.t(), g, bv) : Tensor()};
-              });
+    record_op("MmBackward", out, {a, b}, [sa = SavedTensor(a), sb = SavedTensor(b), need_a, need_b](const Tensor& g) {
+      const Tensor& av = sa.get("MmBackward");
+      const Tensor& bv = sb.get("MmBackward");
+      return std::vector<Tensor>{need_a ? mm_in_layout_of(g, bv.t(), av) : Tensor(),
+                                 need_b ? mm_in_layout_of(av.t(), g, bv) : Tensor()};
+    });
   }
   return out;
 }
@@ -120,23 +117,23 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   // each summed over broadcast batch dims back to its input's shape.
   if (needs_grad(a, b)) {
     const bool need_a = a.requires_grad(), need_b = b.requires_grad();
-    record_op("MatmulBackward", out, {a, b},
-              [sa = SavedTensor(a2), sb = SavedTensor(b2), a_shape = a.sizes(),
-               b_shape = b.sizes(), a2_shape = a2.sizes(), b2_shape = b2.sizes(), out2_shape = out2.sizes(), need_a,
-               need_b](const Tensor& g) {
-                const Tensor g2 = g.reshape(out2_shape);
-                const Tensor& av = sa.get("MatmulBackward");
-                const Tensor& bv = sb.get("MatmulBackward");
-                Tensor ga, gb;
-                if (av.dim() == 2 && bv.dim() == 2) {  // plain matrices: gradients in each input's layout
-                  if (need_a) ga = mm_in_layout_of(g2, bv.t(), av).reshape(a_shape);
-                  if (need_b) gb = mm_in_layout_of(av.t(), g2, bv).reshape(b_shape);
-                } else {
-                  if (need_a) ga = sum_to_size(matmul(g2, bv.transpose(-1, -2)), a2_shape).reshape(a_shape);
-                  if (need_b) gb = sum_to_size(matmul(av.transpose(-1, -2), g2), b2_shape).reshape(b_shape);
-                }
-                return std::vector<Tensor>{ga, gb};
-              });
+    record_op(
+        "MatmulBackward", out, {a, b},
+        [sa = SavedTensor(a2), sb = SavedTensor(b2), a_shape = a.sizes(), b_shape = b.sizes(), a2_shape = a2.sizes(),
+         b2_shape = b2.sizes(), out2_shape = out2.sizes(), need_a, need_b](const Tensor& g) {
+          const Tensor g2 = g.reshape(out2_shape);
+          const Tensor& av = sa.get("MatmulBackward");
+          const Tensor& bv = sb.get("MatmulBackward");
+          Tensor ga, gb;
+          if (av.dim() == 2 && bv.dim() == 2) {  // plain matrices: gradients in each input's layout
+            if (need_a) ga = mm_in_layout_of(g2, bv.t(), av).reshape(a_shape);
+            if (need_b) gb = mm_in_layout_of(av.t(), g2, bv).reshape(b_shape);
+          } else {
+            if (need_a) ga = sum_to_size(matmul(g2, bv.transpose(-1, -2)), a2_shape).reshape(a_shape);
+            if (need_b) gb = sum_to_size(matmul(av.transpose(-1, -2), g2), b2_shape).reshape(b_shape);
+          }
+          return std::vector<Tensor>{ga, gb};
+        });
   }
   return out;
 }
@@ -179,10 +176,9 @@ Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
               [sx = SavedTensor(need_weight ? x2 : Tensor()), sw = SavedTensor(need_input ? weight : Tensor()),
                in_shape = input.sizes(), out_features, need_input, need_weight, need_bias](const Tensor& g) {
                 const Tensor g2 = g.reshape({-1, out_features});
-                return std::vector<Tensor>{
-                    need_input ? mm(g2, sw.get("LinearBackward")).reshape(in_shape) : Tensor(),
-                    need_weight ? mm(g2.t(), sx.get("LinearBackward")) : Tensor(),
-                    need_bias ? sum(g2, {0}) : Tensor()};
+                return std::vector<Tensor>{need_input ? mm(g2, sw.get("LinearBackward")).reshape(in_shape) : Tensor(),
+                                           need_weight ? mm(g2.t(), sx.get("LinearBackward")) : Tensor(),
+                                           need_bias ? sum(g2, {0}) : Tensor()};
               });
   }
   return out;

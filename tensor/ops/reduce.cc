@@ -29,7 +29,6 @@ Shape reduction_dims(const Tensor& x, const Shape& dims, const char* op) {
 
 }  // namespace
 
-
 namespace {
 // grad_out (the reduced shape) -> grad_out broadcast back over `input_shape`, the reduced
 // dims (sorted) restored as size 1 first when keepdim was false.

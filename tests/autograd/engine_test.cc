@@ -2,14 +2,14 @@
 // after .grad holds the new value, in graph order; unreached leaves get no call; removal;
 // queue_callback from a hook; accumulation across backward calls; retain_graph and the freed
 // graph error; grad mode; detach; diamonds and fan-out; in-place safety; tensor hooks.
-#include "tinyddp/autograd/autograd.h"
 #include "tests/test_util.h"
+#include "tinyddp/autograd/autograd.h"
 
 using namespace tinyddp::tensor;
+using Catch::Contains;
 using tinyddp::autograd::AccumulateGrad;
 using tinyddp::autograd::Engine;
 using tinyddp::autograd::RemovableHandle;
-using Catch::Contains;
 
 namespace {
 Tensor param(std::initializer_list<double> values) {
@@ -40,8 +40,11 @@ TEST_CASE("leaves, grad_fn and requires_grad", "[engine]") {
   const Tensor plain = tensor({1, 2});
   CHECK_FALSE(mul(plain, plain).requires_grad());
   CHECK(mul(plain, plain).grad_fn() == nullptr);
-  CHECK_THROWS_WITH(y.requires_grad_(), Contains("requires_grad_: only leaf tensors can change requires_grad (this one was produced by MulBackward)"));
-  CHECK_THROWS_WITH(arange(3).requires_grad_(), Contains("only floating-point tensors can require gradients, got dtype int64"));
+  CHECK_THROWS_WITH(
+      y.requires_grad_(),
+      Contains("requires_grad_: only leaf tensors can change requires_grad (this one was produced by MulBackward)"));
+  CHECK_THROWS_WITH(arange(3).requires_grad_(),
+                    Contains("only floating-point tensors can require gradients, got dtype int64"));
   CHECK(w.grad_accumulator() == w.grad_accumulator());  // created once
   CHECK_THROWS_WITH(y.grad_accumulator(), Contains("only leaf tensors have one"));
 }
@@ -64,11 +67,15 @@ TEST_CASE("backward of a simple expression and accumulation across calls", "[eng
 
 TEST_CASE("backward errors", "[engine][errors]") {
   const Tensor w = param({1, 2});
-  CHECK_THROWS_WITH(tensor({1.0}).backward(), Contains("backward: root 0 (shape [1]) does not require grad and has no grad_fn"));
-  CHECK_THROWS_WITH(mul(w, 2.0).backward(),
-                    Contains("a gradient can be created implicitly only for one-element outputs, but root 0 has shape [2]"));
-  CHECK_THROWS_WITH(mul(w, 2.0).backward(ones({3}, kFloat64)), Contains("the gradient for root 0 has shape [3] but the root has shape [2]"));
-  CHECK_THROWS_WITH(mul(w, 2.0).backward(ones({2})), Contains("the gradient for root 0 is float32 on cpu but the root is float64"));
+  CHECK_THROWS_WITH(tensor({1.0}).backward(),
+                    Contains("backward: root 0 (shape [1]) does not require grad and has no grad_fn"));
+  CHECK_THROWS_WITH(
+      mul(w, 2.0).backward(),
+      Contains("a gradient can be created implicitly only for one-element outputs, but root 0 has shape [2]"));
+  CHECK_THROWS_WITH(mul(w, 2.0).backward(ones({3}, kFloat64)),
+                    Contains("the gradient for root 0 has shape [3] but the root has shape [2]"));
+  CHECK_THROWS_WITH(mul(w, 2.0).backward(ones({2})),
+                    Contains("the gradient for root 0 is float32 on cpu but the root is float64"));
   // Twice through a freed graph.
   const Tensor loss = sum(mul(w, w));
   loss.backward();
@@ -216,7 +223,7 @@ TEST_CASE("tensor hooks see and may replace gradients; retain_grad keeps non-lea
     return mul(g, 10.0);  // replaces the gradient flowing on
   });
   sum(mul(h, h)).backward();
-  CHECK(seen == std::vector<double>{6, 12});        // 2h
+  CHECK(seen == std::vector<double>{6, 12});           // 2h
   CHECK(grad_of(w) == std::vector<double>{180, 360});  // 3 * 10 * 2h
   CHECK(grad_of(h).size() == 2);
   handle.remove();
@@ -228,7 +235,8 @@ TEST_CASE("tensor hooks see and may replace gradients; retain_grad keeps non-lea
   CHECK_THROWS_WITH(tensor({1.0}).register_hook([](const Tensor& g) { return g; }),
                     Contains("register_hook: cannot register a hook on a tensor that does not require grad"));
   auto bad = w.register_hook([](const Tensor&) { return zeros({3}, kFloat64); });
-  CHECK_THROWS_WITH(sum(mul(w, 1.0)).backward(), Contains("the replacement gradient has shape [3] but the gradient has shape [2]"));
+  CHECK_THROWS_WITH(sum(mul(w, 1.0)).backward(),
+                    Contains("the replacement gradient has shape [3] but the gradient has shape [2]"));
   bad.remove();
   sum(mul(w, 1.0)).backward();  // the engine recovers after an error
 }
@@ -246,7 +254,8 @@ TEST_CASE("in-place ops never give silently wrong gradients", "[engine][inplace]
   const Tensor c = tensor({3, 4}, kFloat64);
   const Tensor loss = sum(mul(w, c));
   c.mul_(2);
-  CHECK_THROWS_WITH(loss.backward(), Contains("MulBackward: one of the tensors needed for gradient computation has been modified by an in-place operation"));
+  CHECK_THROWS_WITH(loss.backward(), Contains("MulBackward: one of the tensors needed for gradient computation has "
+                                              "been modified by an in-place operation"));
 }
 
 TEST_CASE("unreached parameters and partial graphs", "[engine]") {

@@ -2,13 +2,13 @@
 // gradients against finite differences (gradcheck, float64), the context (saved tensors and
 // values, needs_input_grad), composition with ordinary ops, and the errors for a bad backward
 // or a saved tensor modified in place.
-#include "tinyddp/autograd/autograd.h"
 #include "tests/test_util.h"
+#include "tinyddp/autograd/autograd.h"
 
 using namespace tinyddp::tensor;
+using Catch::Contains;
 using tinyddp::autograd::FunctionCtx;
 using tinyddp::autograd::gradcheck;
-using Catch::Contains;
 
 namespace {
 
@@ -91,7 +91,8 @@ TEST_CASE("Function: a user's forward and backward pass gradcheck", "[autograd][
   CHECK(gradcheck([](const std::vector<Tensor>& in) { return ScaledMul::apply(in[0], in[1], 1.5); },
                   {leaf({2, 3}, 3), leaf({2, 3}, 4)}) == "");
   // Composed with ordinary ops on both sides.
-  CHECK(gradcheck([](const std::vector<Tensor>& in) { return sum(Cube::apply(in[0] * 2.0) + in[0]); }, {leaf({4}, 5)}) == "");
+  CHECK(gradcheck([](const std::vector<Tensor>& in) { return sum(Cube::apply(in[0] * 2.0) + in[0]); },
+                  {leaf({4}, 5)}) == "");
 }
 
 TEST_CASE("Function: the node, the context and needs_input_grad", "[autograd][function]") {
@@ -128,9 +129,11 @@ TEST_CASE("Function: a bad backward or a saved tensor changed in place is named"
   const Tensor x = leaf({3}, 8);
   CHECK_THROWS_WITH(sum(TooFewGradients::apply(x, 1.0)).backward(),
                     Contains("TooFewGradientsBackward: backward returned 1 gradients for the 2 arguments of forward"));
-  CHECK_THROWS_WITH(sum(GradientForANumber::apply(x, 1.0)).backward(),
-                    Contains("GradientForANumberBackward: backward returned a gradient for argument 1, which is not a tensor"));
-  CHECK_THROWS_WITH(sum(WrongShape::apply(x)).backward(), Contains("WrongShapeBackward: the gradient for input 0 has shape []"));
+  CHECK_THROWS_WITH(
+      sum(GradientForANumber::apply(x, 1.0)).backward(),
+      Contains("GradientForANumberBackward: backward returned a gradient for argument 1, which is not a tensor"));
+  CHECK_THROWS_WITH(sum(WrongShape::apply(x)).backward(),
+                    Contains("WrongShapeBackward: the gradient for input 0 has shape []"));
 
   const Tensor base = leaf({3}, 9).detach();
   Tensor saved = base.clone();
@@ -140,6 +143,7 @@ TEST_CASE("Function: a bad backward or a saved tensor changed in place is named"
     NoGradGuard no_grad;
     saved.mul_(2.0);  // changes what Cube saved
   }
-  CHECK_THROWS_WITH(sum(y).backward(), Contains("CubeBackward: one of the tensors needed for gradient computation has been "
-                                                "modified by an in-place operation"));
+  CHECK_THROWS_WITH(sum(y).backward(),
+                    Contains("CubeBackward: one of the tensors needed for gradient computation has been "
+                             "modified by an in-place operation"));
 }

@@ -1,7 +1,7 @@
 // gradcheck for every op that has a backward, on contiguous, non-contiguous (transposed,
 // narrowed) and broadcast inputs, in float64 against central finite differences.
-#include "tinyddp/autograd/autograd.h"
 #include "tests/test_util.h"
+#include "tinyddp/autograd/autograd.h"
 
 using namespace tinyddp::tensor;
 using tinyddp::autograd::gradcheck;
@@ -150,8 +150,8 @@ TEST_CASE("gradcheck: mm and every form of matmul", "[gradcheck]") {
     CHECK(gradcheck([](const Inputs& x) { return matmul(x[0], x[1]); }, {a, b}) == "");
     CHECK(gradcheck([](const Inputs& x) { return matmul(x[0], x[1].t()); }, {a, leaf({2, 4})}) == "");
     const Tensor batch = leaf({2, 3, 4}, layout);
-    CHECK(gradcheck([](const Inputs& x) { return matmul(x[0], x[1]); }, {batch, b}) == "");              // fold
-    CHECK(gradcheck([](const Inputs& x) { return matmul(x[0], x[1]); }, {a, leaf({2, 4, 2})}) == "");    // broadcast left
+    CHECK(gradcheck([](const Inputs& x) { return matmul(x[0], x[1]); }, {batch, b}) == "");            // fold
+    CHECK(gradcheck([](const Inputs& x) { return matmul(x[0], x[1]); }, {a, leaf({2, 4, 2})}) == "");  // broadcast left
     CHECK(gradcheck([](const Inputs& x) { return matmul(x[0], x[1]); }, {batch, leaf({2, 4, 3})}) == "");  // batched
     CHECK(gradcheck([](const Inputs& x) { return matmul(x[0], x[1]); }, {leaf({2, 1, 3, 4}), leaf({3, 4, 2})}) == "");
   }
@@ -201,8 +201,8 @@ TEST_CASE("gradcheck: composite expressions", "[gradcheck]") {
   const Tensor w = leaf({5, 3}, "transposed");
   const Tensor bias = leaf({5});
   // A Linear + ReLU + log_softmax + mean, the shape of a training step.
-  CHECK(gradcheck(
-            [](const Inputs& v) { return mean(log_softmax(relu(matmul(v[0], v[1].t()) + v[2]), 1)); }, {x, w, bias}) == "");
+  CHECK(gradcheck([](const Inputs& v) { return mean(log_softmax(relu(matmul(v[0], v[1].t()) + v[2]), 1)); },
+                  {x, w, bias}) == "");
   // MSE.
   const Tensor target = randn({4, 5}, kFloat64, &gen());
   CHECK(gradcheck(
@@ -232,7 +232,8 @@ TEST_CASE("gradcheck can fail: a wrong backward formula is caught", "[gradcheck]
   CHECK_THAT(message, Catch::Contains("finite differences give"));
   CHECK_THROWS_WITH(gradcheck(wrong_square, {leaf({3}).detach().to(kFloat32).requires_grad_()}),
                     Catch::Contains("gradcheck: input 0 must be a float64 tensor"));
-  CHECK_THROWS_WITH(gradcheck(wrong_square, {randn({3}, kFloat64)}), Catch::Contains("gradcheck: no input requires grad"));
+  CHECK_THROWS_WITH(gradcheck(wrong_square, {randn({3}, kFloat64)}),
+                    Catch::Contains("gradcheck: no input requires grad"));
 }
 
 TEST_CASE("gradcheck: linear with and without bias, for 1-D, 2-D and 3-D inputs", "[gradcheck]") {
@@ -248,6 +249,8 @@ TEST_CASE("gradcheck: linear with and without bias, for 1-D, 2-D and 3-D inputs"
   // Only the weight requires grad (a frozen input and bias).
   const Tensor input = randn({5, 4}, kFloat64, &gen());
   CHECK(gradcheck([&](const Inputs& x) { return linear(input, x[0]); }, {leaf({3, 4})}) == "");
-  CHECK_THROWS_WITH(linear(zeros({2, 5}), zeros({3, 4})), Catch::Contains("linear: input of shape [2, 5] does not end in in_features 4"));
-  CHECK_THROWS_WITH(linear(zeros({2, 4}), zeros({3, 4}), zeros({4})), Catch::Contains("linear: 'bias' must have shape [3], got [4]"));
+  CHECK_THROWS_WITH(linear(zeros({2, 5}), zeros({3, 4})),
+                    Catch::Contains("linear: input of shape [2, 5] does not end in in_features 4"));
+  CHECK_THROWS_WITH(linear(zeros({2, 4}), zeros({3, 4}), zeros({4})),
+                    Catch::Contains("linear: 'bias' must have shape [3], got [4]"));
 }

@@ -12,13 +12,13 @@
 #include <regex>
 #include <thread>
 
-#include "tinyddp/nn/nn.h"
 #include "tests/test_util.h"
+#include "tinyddp/nn/nn.h"
 
+using Catch::Contains;
 using tinyddp::testing::CommandResult;
 using tinyddp::testing::run_command;
 using tinyddp::testing::temp_path;
-using Catch::Contains;
 
 namespace {
 
@@ -31,8 +31,8 @@ std::string cannot_simulate() {
 }
 
 std::string sim(const std::string& options, const std::string& program) {
-  return "bash scripts/sim_cluster.sh --launch launcher/launch --link_delay scripts/link_delay --logs " + temp_path("sim_logs") + " --port 29561 " + options +
-         " -- " + program;
+  return "bash scripts/sim_cluster.sh --launch launcher/launch --link_delay scripts/link_delay --logs " +
+         temp_path("sim_logs") + " --port 29561 " + options + " -- " + program;
 }
 
 // The namespace prefix and bridge the script announced ("namespace tdNNNNn<i>, bridge tdNNNNbr").
@@ -56,18 +56,27 @@ std::string endless_train(int n) {
 }
 bool still_running(int n) {
   const std::string seed = std::to_string(::getpid() * 10 + n);
-  return run_command("pgrep -f '[s]teps 100000000 --log_every 100000000 --timeout 3 --seed " + seed + "$'").exit_code == 0;
+  return run_command("pgrep -f '[s]teps 100000000 --log_every 100000000 --timeout 3 --seed " + seed + "$'").exit_code ==
+         0;
 }
 
 // Runs `job` in the background with its output in `out`, runs `action` (shell, with $tag set
 // to the cluster's name) 3 s in, and waits up to 30 s for the job to end; a job still running
 // then gets SIGTERM (the script removes what it made). Returns the output and "status N".
 CommandResult run_with_fault(const std::string& job, const std::string& out, const std::string& action) {
-  return run_command("(" + job + " > " + out + " 2>&1; echo $? > " + out + ".status) & job=$!; sleep 3; "
-                     "tag=$(grep -o 'bridge td[0-9]*br' " + out + " | sed 's/^bridge //; s/br$//')\n" + action + "\n"
-                     "for i in $(seq 120); do [ -s " + out + ".status ] && break; sleep 0.25; done; "
-                     "[ -s " + out + ".status ] || { echo 'the job did not end: stopping it'; pkill -TERM -P $job; sleep 3; }; "
-                     "cat " + out + "; echo status $(cat " + out + ".status 2>/dev/null)");
+  return run_command("(" + job + " > " + out + " 2>&1; echo $? > " + out +
+                     ".status) & job=$!; sleep 3; "
+                     "tag=$(grep -o 'bridge td[0-9]*br' " +
+                     out + " | sed 's/^bridge //; s/br$//')\n" + action +
+                     "\n"
+                     "for i in $(seq 120); do [ -s " +
+                     out +
+                     ".status ] && break; sleep 0.25; done; "
+                     "[ -s " +
+                     out +
+                     ".status ] || { echo 'the job did not end: stopping it'; pkill -TERM -P $job; sleep 3; }; "
+                     "cat " +
+                     out + "; echo status $(cat " + out + ".status 2>/dev/null)");
 }
 
 double max_difference(const std::string& a, const std::string& b) {
@@ -85,8 +94,8 @@ double max_difference(const std::string& a, const std::string& b) {
 // largest parameter difference from the weights saved at `trained`.
 double difference_from_one_node(int nproc, const std::string& train, const std::string& trained) {
   const std::string local_weights = temp_path("one_node_" + std::to_string(nproc) + ".safetensors");
-  const CommandResult local = run_command("launcher/launch --nproc_per_node " + std::to_string(nproc) + " -- " + train +
-                                          local_weights);
+  const CommandResult local =
+      run_command("launcher/launch --nproc_per_node " + std::to_string(nproc) + " -- " + train + local_weights);
   INFO(local.output);
   REQUIRE(local.exit_code == 0);
   return max_difference(trained, local_weights);
@@ -117,8 +126,11 @@ TEST_CASE("cluster: the script removes everything when the job fails or is inter
   // Interrupted (SIGTERM) while the nodes run: cleaned up within a few seconds.
   const std::string out = temp_path("interrupted.txt");
   const CommandResult started =
-      run_command("(" + sim("--nodes 2", "/bin/sleep 60") + " > " + out + " 2>&1 & echo $! > " + out + ".pid); sleep 2; "
-                  "kill -TERM $(cat " + out + ".pid); for i in $(seq 50); do kill -0 $(cat " + out + ".pid) 2>/dev/null || break; sleep 0.2; done; cat " + out);
+      run_command("(" + sim("--nodes 2", "/bin/sleep 60") + " > " + out + " 2>&1 & echo $! > " + out +
+                  ".pid); sleep 2; "
+                  "kill -TERM $(cat " +
+                  out + ".pid); for i in $(seq 50); do kill -0 $(cat " + out +
+                  ".pid) 2>/dev/null || break; sleep 0.2; done; cat " + out);
   INFO(started.output);
   CHECK(started.seconds < 20);
   require_removed(tag_of(started.output));
@@ -136,14 +148,14 @@ TEST_CASE("cluster: bad options are refused before anything is created", "[clust
   CHECK_THAT(unknown.output, Contains("unknown option '--bogus'"));
 }
 
-TEST_CASE("cluster: node 1's link goes down mid-training: both ranks name the other, both launchers fail, nothing is left",
-          "[cluster][faults]") {
+TEST_CASE(
+    "cluster: node 1's link goes down mid-training: both ranks name the other, both launchers fail, nothing is left",
+    "[cluster][faults]") {
   if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
   const std::string out = temp_path("link_down.txt");
   // A long run with a 3 s collective timeout; 3 s in, node 1's cable is pulled (its veth on
   // the bridge goes down). The launchers then give up on each other after --rdzv_timeout.
-  const std::string job = sim("--nodes 2 --nproc_per_node 1 --launch_args '--rdzv_timeout 5'",
-                              endless_train(1));
+  const std::string job = sim("--nodes 2 --nproc_per_node 1 --launch_args '--rdzv_timeout 5'", endless_train(1));
   const CommandResult r = run_with_fault(job, out, "ip link set ${tag}h1 down");
   INFO(r.output);
   CHECK(r.seconds < 40);
@@ -156,15 +168,16 @@ TEST_CASE("cluster: node 1's link goes down mid-training: both ranks name the ot
   CHECK(!still_running(1));  // no worker left behind
 }
 
-TEST_CASE("cluster: node 1's launcher is SIGKILLed: its rank dies with it, rank 0 names rank 1, node 0's launcher fails",
-          "[cluster][faults]") {
+TEST_CASE(
+    "cluster: node 1's launcher is SIGKILLed: its rank dies with it, rank 0 names rank 1, node 0's launcher fails",
+    "[cluster][faults]") {
   if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
   const std::string out = temp_path("launcher_killed.txt");
-  const std::string job = sim("--nodes 2 --nproc_per_node 1 --launch_args '--rdzv_timeout 5'",
-                              endless_train(2));
+  const std::string job = sim("--nodes 2 --nproc_per_node 1 --launch_args '--rdzv_timeout 5'", endless_train(2));
   // The launcher of node 1 is the process running launcher/launch in namespace <tag>n1.
   const CommandResult r = run_with_fault(job, out,
-      "for pid in $(ip netns pids ${tag}n1); do grep -q 'launcher/launch' /proc/$pid/cmdline 2>/dev/null && kill -KILL $pid; done; ");
+                                         "for pid in $(ip netns pids ${tag}n1); do grep -q 'launcher/launch' "
+                                         "/proc/$pid/cmdline 2>/dev/null && kill -KILL $pid; done; ");
   INFO(r.output);
   CHECK(r.seconds < 40);
   CHECK_THAT(r.output, Contains("[node 0] [rank 0] train: error: ") && Contains("rank 1"));
@@ -178,14 +191,15 @@ TEST_CASE("cluster: a rank frozen by SIGSTOP: the other names it, and the frozen
           "[cluster][faults]") {
   if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
   const std::string out = temp_path("frozen.txt");
-  const std::string job = sim("--nodes 2 --nproc_per_node 1 --launch_args '--rdzv_timeout 5 --grace_period 1'",
-                              endless_train(3));
+  const std::string job =
+      sim("--nodes 2 --nproc_per_node 1 --launch_args '--rdzv_timeout 5 --grace_period 1'", endless_train(3));
   // Rank 1 (the train process in namespace <tag>n1) hangs without dying. Rank 0 times out
   // naming it; node 0's launcher reports the failure through the store; node 1's launcher
   // sees it and stops its frozen worker (SIGTERM, then SIGKILL after the grace period).
   const CommandResult r = run_with_fault(job, out,
-      "for pid in $(ip netns pids ${tag}n1); do tr '\\0' '\\n' < /proc/$pid/cmdline | head -n 1 | grep -q 'examples/train$' && "
-      "kill -STOP $pid; done; ");
+                                         "for pid in $(ip netns pids ${tag}n1); do tr '\\0' '\\n' < /proc/$pid/cmdline "
+                                         "| head -n 1 | grep -q 'examples/train$' && "
+                                         "kill -STOP $pid; done; ");
   INFO(r.output);
   CHECK(r.seconds < 40);
   CHECK_THAT(r.output, Contains("[node 0] [rank 0] train: error: ") && Contains("(rank 1)"));
@@ -204,12 +218,14 @@ TEST_CASE("cluster: a rank frozen by SIGSTOP: the other names it, and the frozen
 // minutes; see docs/launcher.md). Timeouts are long: this is about surviving.
 void train_through_loss(const std::string& loss, const std::string& widths) {
   if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
-  if (run_command("command -v nft").exit_code != 0) TINYDDP_SKIP("nft (nftables) is not installed: run scripts/setup.sh");
+  if (run_command("command -v nft").exit_code != 0)
+    TINYDDP_SKIP("nft (nftables) is not installed: run scripts/setup.sh");
   const std::string train = "examples/train --widths " + widths + " --steps 20 --log_every 20 --timeout 150 --save ";
   const std::string lossy = temp_path("lossy.safetensors");
-  const CommandResult cluster = run_command(sim("--nodes 2 --nproc_per_node 1 --loss " + loss +
-                                                    " --rto_min 5ms --rto_max 1000ms --launch_args '--rdzv_timeout 240'",
-                                                train + lossy));
+  const CommandResult cluster =
+      run_command(sim("--nodes 2 --nproc_per_node 1 --loss " + loss +
+                          " --rto_min 5ms --rto_max 1000ms --launch_args '--rdzv_timeout 240'",
+                      train + lossy));
   INFO(cluster.output);
   REQUIRE(cluster.exit_code == 0);
   CHECK_THAT(cluster.output, Contains("loss " + loss));
@@ -225,23 +241,29 @@ void train_through_loss(const std::string& loss, const std::string& widths) {
   CHECK(difference_from_one_node(2, train, lossy) == 0.0);  // the same computation; TCP delivered every byte
 }
 
-TEST_CASE("cluster: 30% packet loss on every link: training completes, slower, with identical results", "[cluster][faults]") {
+TEST_CASE("cluster: 30% packet loss on every link: training completes, slower, with identical results",
+          "[cluster][faults]") {
   // 2372 parameters: each step's gradients (9.5 KB) and the desync check's records go as one
   // message each way.
   train_through_loss("30%", "32,64,4");
 }
 
-TEST_CASE("cluster: 10% packet loss on every link with 76 KB of gradients per step: the ring's large allreduce completes, with identical results", "[cluster][faults]") {
+TEST_CASE(
+    "cluster: 10% packet loss on every link with 76 KB of gradients per step: the ring's large allreduce completes, "
+    "with identical results",
+    "[cluster][faults]") {
   // 18948 parameters: one bucket over the small allreduce's 64 KB, so it goes around the ring
   // in chunks, many segments each way.
   train_through_loss("10%", "32,512,4");
 }
 
-TEST_CASE("cluster: a 0.5 ms delay on every link: each packet waits at least that long, results are identical", "[cluster]") {
+TEST_CASE("cluster: a 0.5 ms delay on every link: each packet waits at least that long, results are identical",
+          "[cluster]") {
   if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
   const std::string train = "examples/train --widths 32,64,4 --steps 20 --log_every 20 --save ";
   const std::string delayed = temp_path("delayed.safetensors");
-  const CommandResult cluster = run_command(sim("--nodes 2 --nproc_per_node 1 --rate 1gbit --delay 0.5ms", train + delayed));
+  const CommandResult cluster =
+      run_command(sim("--nodes 2 --nproc_per_node 1 --rate 1gbit --delay 0.5ms", train + delayed));
   INFO(cluster.output);
   REQUIRE(cluster.exit_code == 0);
   CHECK_THAT(cluster.output, Contains("[node 0] [rank 0] done: 20 steps"));
@@ -249,7 +271,8 @@ TEST_CASE("cluster: a 0.5 ms delay on every link: each packet waits at least tha
     // No netem here: link_delay held what left each node, and says for how long.
     for (const int node : {0, 1}) {
       std::smatch m;
-      const std::string what = "node " + std::to_string(node) + "'s link_delay: held ([0-9]+) packets for 500 us \\(measured: min ([0-9]+) us";
+      const std::string what = "node " + std::to_string(node) +
+                               "'s link_delay: held ([0-9]+) packets for 500 us \\(measured: min ([0-9]+) us";
       REQUIRE(std::regex_search(cluster.output, m, std::regex(what)));
       CHECK(std::stoi(m[1]) > 100);
       CHECK(std::stoi(m[2]) >= 500);
@@ -261,15 +284,18 @@ TEST_CASE("cluster: a 0.5 ms delay on every link: each packet waits at least tha
   CHECK(difference_from_one_node(2, train, delayed) == 0.0);
 }
 
-TEST_CASE("cluster: the store's host goes away during rendezvous: the other node names the store at once", "[cluster][faults]") {
+TEST_CASE("cluster: the store's host goes away during rendezvous: the other node names the store at once",
+          "[cluster][faults]") {
   if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
   const std::string out = temp_path("store_gone.txt");
   // The job has 3 nodes but only 2 start, so the rendezvous cannot complete; 3 s in, node
   // 0's launcher (which hosts the store) is SIGKILLed. Node 1 must say what happened well
   // before its 60 s rendezvous timeout.
-  const std::string job = sim("--nodes 2 --job_nodes 3 --nproc_per_node 1 --launch_args '--rdzv_timeout 60'", endless_train(4));
+  const std::string job =
+      sim("--nodes 2 --job_nodes 3 --nproc_per_node 1 --launch_args '--rdzv_timeout 60'", endless_train(4));
   const CommandResult r = run_with_fault(job, out,
-      "for pid in $(ip netns pids ${tag}n0); do grep -q 'launcher/launch' /proc/$pid/cmdline 2>/dev/null && kill -KILL $pid; done; ");
+                                         "for pid in $(ip netns pids ${tag}n0); do grep -q 'launcher/launch' "
+                                         "/proc/$pid/cmdline 2>/dev/null && kill -KILL $pid; done; ");
   INFO(r.output);
   CHECK(r.seconds < 20);
   CHECK_THAT(r.output, Contains("[node 1] launch: node 1 lost the job's store at ") &&
@@ -292,7 +318,8 @@ TEST_CASE("cluster: --max_restarts recovers from a transient link failure, resum
   // attempt resumes from the last checkpoint rank 0 wrote (every 200 steps).
   const std::string job = sim("--nodes 2 --nproc_per_node 1 --launch_args '--max_restarts 2 --rdzv_timeout 30'",
                               train + restarted + " --checkpoint " + checkpoint + " --checkpoint_every 200 --resume");
-  const CommandResult r = run_with_fault(job, temp_path("transient.txt"), "ip link set ${tag}h1 down; sleep 6; ip link set ${tag}h1 up");
+  const CommandResult r =
+      run_with_fault(job, temp_path("transient.txt"), "ip link set ${tag}h1 down; sleep 6; ip link set ${tag}h1 up");
   INFO(r.output);
   CHECK_THAT(r.output, Contains("[node 0] [rank 0] train: error: ") && Contains("(rank 1)"));
   CHECK_THAT(r.output, Contains("[node 0] launch: restarting the workers (restart 1 of 2)"));

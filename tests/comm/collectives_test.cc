@@ -9,28 +9,29 @@
 #include <cstring>
 #include <thread>
 
+#include "tests/comm/comm_test_util.h"
 #include "tinyddp/comm/init.h"
 #include "tinyddp/comm/nccl/process_group_nccl.h"
 #include "tinyddp/tensor/cuda.h"
-#include "tests/comm/comm_test_util.h"
 
 #if TINYDDP_WITH_CUDA
-#include "tinyddp/tensor/cuda/runtime.h"
 #include "tests/cuda_test_util.h"
+#include "tinyddp/tensor/cuda/runtime.h"
 #endif
 
 using namespace tinyddp;
 using namespace tinyddp::comm;
+using Catch::Contains;
 using tensor::DType;
 using tinyddp::testing::Expectations;
 using tinyddp::testing::require_no_failures;
 using tinyddp::testing::run_processes;
 using tinyddp::testing::run_threads;
-using Catch::Contains;
 
 namespace {
 
-const std::vector<DType> kDTypes = {tensor::kFloat32, tensor::kFloat64, tensor::kFloat16, tensor::kBFloat16, tensor::kInt64};
+const std::vector<DType> kDTypes = {tensor::kFloat32, tensor::kFloat64, tensor::kFloat16, tensor::kBFloat16,
+                                    tensor::kInt64};
 constexpr int64_t k25MiB = (25 << 20) / 4;  // float32 elements
 
 // Small integers: exact in every dtype, and their sums over 4 ranks too (<= 68 < 256).
@@ -47,10 +48,13 @@ Tensor make(int64_t n, DType dtype, const std::function<double(int64_t)>& f) {
   return tensor::from_vector(values).to(dtype).to(tensor_device);
 }
 
-Tensor zeros_on_device(int64_t n, DType dtype) { return tensor::zeros({n}, tensor::TensorOptions(dtype).device(tensor_device)); }
+Tensor zeros_on_device(int64_t n, DType dtype) {
+  return tensor::zeros({n}, tensor::TensorOptions(dtype).device(tensor_device));
+}
 
 // Compares `t` with expected(i) for every element, within the dtype's rounding.
-void expect_values(Expectations& e, const Tensor& t, const std::function<double(int64_t)>& expected, const std::string& what) {
+void expect_values(Expectations& e, const Tensor& t, const std::function<double(int64_t)>& expected,
+                   const std::string& what) {
   const std::vector<double> got = t.to(tensor::kFloat64).to_vector<double>();
   const double tol = t.dtype() == tensor::kBFloat16 ? 8e-3 : t.dtype() == tensor::kFloat16 ? 1e-3 : 1e-6;
   for (size_t i = 0; i < got.size(); ++i) {
@@ -78,17 +82,39 @@ void exercise(ProcessGroup& pg, Expectations& e, DType dtype, int64_t n, bool st
   expect_values(e, t, sum_of, "allreduce sum " + tag);
   t = make(n, dtype, [&](int64_t i) { return value(r, i); });
   pg.allreduce(t, ReduceOp::kMax)->wait();
-  expect_values(e, t, [&](int64_t i) { double m = 0; for (int q = 0; q < p; ++q) m = std::max(m, value(q, i)); return m; }, "allreduce max " + tag);
+  expect_values(
+      e, t,
+      [&](int64_t i) {
+        double m = 0;
+        for (int q = 0; q < p; ++q) m = std::max(m, value(q, i));
+        return m;
+      },
+      "allreduce max " + tag);
   t = make(n, dtype, [&](int64_t i) { return value(r, i); });
   pg.allreduce(t, ReduceOp::kMin)->wait();
-  expect_values(e, t, [&](int64_t i) { double m = 1e9; for (int q = 0; q < p; ++q) m = std::min(m, value(q, i)); return m; }, "allreduce min " + tag);
+  expect_values(
+      e, t,
+      [&](int64_t i) {
+        double m = 1e9;
+        for (int q = 0; q < p; ++q) m = std::min(m, value(q, i));
+        return m;
+      },
+      "allreduce min " + tag);
   t = make(n, dtype, [&](int64_t i) { return factor(r, i); });
   pg.allreduce(t, ReduceOp::kProduct)->wait();
-  expect_values(e, t, [&](int64_t i) { double m = 1; for (int q = 0; q < p; ++q) m *= factor(q, i); return m; }, "allreduce product " + tag);
+  expect_values(
+      e, t,
+      [&](int64_t i) {
+        double m = 1;
+        for (int q = 0; q < p; ++q) m *= factor(q, i);
+        return m;
+      },
+      "allreduce product " + tag);
   if (tensor::is_floating_point(dtype)) {
     t = make(n, dtype, [&](int64_t i) { return value(r, i); });
     pg.allreduce(t, ReduceOp::kAvg)->wait();
-    expect_values(e, t, [&](int64_t i) { return sum_of(i) / p; }, "allreduce avg " + tag);
+    expect_values(
+        e, t, [&](int64_t i) { return sum_of(i) / p; }, "allreduce avg " + tag);
   }
   // Coalesced: two tensors reduced as one buffer, including a non-contiguous one.
   Tensor a = make(n, dtype, [&](int64_t i) { return value(r, i); });
@@ -96,16 +122,21 @@ void exercise(ProcessGroup& pg, Expectations& e, DType dtype, int64_t n, bool st
   if (!strided) b = b.contiguous();
   pg.allreduce(std::vector<Tensor>{a, b})->wait();
   expect_values(e, a, sum_of, "coalesced allreduce (first) " + tag);
-  expect_values(e, b.contiguous(), [&](int64_t i) { return sum_of((i % 2) * 3 + i / 2 + 100); }, "coalesced allreduce (strided second) " + tag);
+  expect_values(
+      e, b.contiguous(), [&](int64_t i) { return sum_of((i % 2) * 3 + i / 2 + 100); },
+      "coalesced allreduce (strided second) " + tag);
   // broadcast from the last rank.
   t = make(n, dtype, [&](int64_t i) { return value(r, i); });
   pg.broadcast(t, p - 1)->wait();
-  expect_values(e, t, [&](int64_t i) { return value(p - 1, i); }, "broadcast " + tag);
+  expect_values(
+      e, t, [&](int64_t i) { return value(p - 1, i); }, "broadcast " + tag);
   // allgather.
   std::vector<Tensor> outputs;
   for (int q = 0; q < p; ++q) outputs.push_back(zeros_on_device(n, dtype));
   pg.allgather(outputs, make(n, dtype, [&](int64_t i) { return value(r, i); }))->wait();
-  for (int q = 0; q < p; ++q) expect_values(e, outputs[q], [&](int64_t i) { return value(q, i); }, fmt::format("allgather[{}] {}", q, tag));
+  for (int q = 0; q < p; ++q)
+    expect_values(
+        e, outputs[q], [&](int64_t i) { return value(q, i); }, fmt::format("allgather[{}] {}", q, tag));
   // gather to rank min(1, p - 1).
   const int gather_root = std::min(1, p - 1);
   std::vector<Tensor> gathered;
@@ -114,7 +145,8 @@ void exercise(ProcessGroup& pg, Expectations& e, DType dtype, int64_t n, bool st
   }
   pg.gather(gathered, make(n, dtype, [&](int64_t i) { return value(r, i); }), gather_root)->wait();
   for (size_t q = 0; q < gathered.size(); ++q) {
-    expect_values(e, gathered[q], [&](int64_t i) { return value(static_cast<int>(q), i); }, fmt::format("gather[{}] {}", q, tag));
+    expect_values(
+        e, gathered[q], [&](int64_t i) { return value(static_cast<int>(q), i); }, fmt::format("gather[{}] {}", q, tag));
   }
   // scatter from rank 0: rank q receives values of "rank q + 10".
   std::vector<Tensor> pieces;
@@ -123,17 +155,21 @@ void exercise(ProcessGroup& pg, Expectations& e, DType dtype, int64_t n, bool st
   }
   t = zeros_on_device(n, dtype);
   pg.scatter(t, pieces, 0)->wait();
-  expect_values(e, t, [&](int64_t i) { return value(r + 10, i); }, "scatter " + tag);
+  expect_values(
+      e, t, [&](int64_t i) { return value(r + 10, i); }, "scatter " + tag);
   // reduce to the last rank: only it changes.
   t = make(n, dtype, [&](int64_t i) { return value(r, i); });
   pg.reduce(t, p - 1)->wait();
-  expect_values(e, t, r == p - 1 ? std::function<double(int64_t)>(sum_of) : [&](int64_t i) { return value(r, i); }, "reduce " + tag);
+  expect_values(
+      e, t, r == p - 1 ? std::function<double(int64_t)>(sum_of) : [&](int64_t i) { return value(r, i); },
+      "reduce " + tag);
   // reduce_scatter: rank q gets the sum over ranks of inputs[q].
   std::vector<Tensor> inputs;
   for (int q = 0; q < p; ++q) inputs.push_back(make(n, dtype, [&](int64_t i) { return value(r, i + q); }));
   t = zeros_on_device(n, dtype);
   pg.reduce_scatter(t, inputs)->wait();
-  expect_values(e, t, [&](int64_t i) { return sum_of(i + r); }, "reduce_scatter " + tag);
+  expect_values(
+      e, t, [&](int64_t i) { return sum_of(i + r); }, "reduce_scatter " + tag);
   pg.barrier()->wait();
 }
 
@@ -173,7 +209,8 @@ TEST_CASE("several allreduces in flight complete in issue order", "[comm][gloo][
     for (int k = 7; k >= 0; --k) works[k]->wait();  // wait in any order
     for (int k = 0; k < 8; ++k) {
       const double expected = 0 + 1 + 2 + 3 * k;  // sum over ranks of (rank + k)
-      e.expect(tensors[k].to_vector<float>().back() == expected, fmt::format("allreduce {} gave {}", k, tensors[k].to_vector<float>().back()));
+      e.expect(tensors[k].to_vector<float>().back() == expected,
+               fmt::format("allreduce {} gave {}", k, tensors[k].to_vector<float>().back()));
       e.expect(works[k]->is_completed() && works[k]->is_success(), "work " + std::to_string(k) + " not successful");
     }
   }));
@@ -188,22 +225,31 @@ TEST_CASE("small allreduces: bit-identical on every rank, around the size limit"
     INFO("world size " << size);
     require_no_failures(run_threads(size, [](ProcessGroup& pg, Expectations& e) {
       const int r = pg.rank(), p = pg.size();
-      const auto x = [](int rank, int64_t i) { return 0.1 * (rank + 1) + 1e-3 * static_cast<double>(i % 1000) + 1.0 / 3.0; };
+      const auto x = [](int rank, int64_t i) {
+        return 0.1 * (rank + 1) + 1e-3 * static_cast<double>(i % 1000) + 1.0 / 3.0;
+      };
       std::vector<int64_t> sizes = {1, 5, 16383, 16384, 16385, 40000};  // 16384 floats = 64 KiB
-      for (int64_t n = 2; n < 140; n += 2) sizes.push_back(n);            // past the 64 kept
-      for (int64_t n = 2; n < 20; n += 2) sizes.push_back(n);             // evicted ones again
+      for (int64_t n = 2; n < 140; n += 2) sizes.push_back(n);          // past the 64 kept
+      for (int64_t n = 2; n < 20; n += 2) sizes.push_back(n);           // evicted ones again
       for (int64_t n : sizes) {
         std::vector<double> mine(static_cast<size_t>(n));
         for (int64_t i = 0; i < n; ++i) mine[static_cast<size_t>(i)] = x(r, i);
         const Tensor t = tensor::from_vector(mine).to(tensor::kFloat32);
         pg.allreduce(t, ReduceOp::kAvg)->wait();
-        expect_values(e, t, [&](int64_t i) { double s = 0; for (int q = 0; q < p; ++q) s += x(q, i); return s / p; },
-                      fmt::format("avg of {} floats", n));
+        expect_values(
+            e, t,
+            [&](int64_t i) {
+              double s = 0;
+              for (int q = 0; q < p; ++q) s += x(q, i);
+              return s / p;
+            },
+            fmt::format("avg of {} floats", n));
         std::vector<Tensor> all;
         for (int q = 0; q < p; ++q) all.push_back(tensor::zeros({n}));
         pg.allgather(all, t)->wait();
         for (int q = 0; q < p; ++q) {
-          if (!tensor::equal(all[q], t)) e.failures.push_back(fmt::format("{} floats: rank {} holds other bits than rank {}", n, q, r));
+          if (!tensor::equal(all[q], t))
+            e.failures.push_back(fmt::format("{} floats: rank {} holds other bits than rank {}", n, q, r));
         }
       }
     }));
@@ -220,7 +266,9 @@ TEST_CASE("large allreduces: every dtype and op on 2-4 ranks, identical bytes on
     INFO("world size " << size);
     require_no_failures(run_threads(size, [](ProcessGroup& pg, Expectations& e) {
       const int r = pg.rank(), p = pg.size();
-      const auto x = [](int rank, int64_t i) { return 0.25 * (rank + 1) + 1e-3 * static_cast<double>(i % 997) + 1.0 / 3.0; };
+      const auto x = [](int rank, int64_t i) {
+        return 0.25 * (rank + 1) + 1e-3 * static_cast<double>(i % 997) + 1.0 / 3.0;
+      };
       for (DType dtype : kDTypes) {
         const bool integral = !tensor::is_floating_point(dtype);
         const int64_t n = 40009;  // > 64 KiB in every dtype but the 16-bit ones; those get twice as many
@@ -228,18 +276,26 @@ TEST_CASE("large allreduces: every dtype and op on 2-4 ranks, identical bytes on
         const auto input = [&](int rank, int64_t i) { return integral ? value(rank, i) : x(rank, i); };
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct, ReduceOp::kAvg}) {
           if (op == ReduceOp::kAvg && integral) continue;
-          const auto in = [&](int rank, int64_t i) { return op == ReduceOp::kProduct ? factor(rank, i) : input(rank, i); };
+          const auto in = [&](int rank, int64_t i) {
+            return op == ReduceOp::kProduct ? factor(rank, i) : input(rank, i);
+          };
           const bool with_nan = (op == ReduceOp::kMin || op == ReduceOp::kMax) && !integral;
-          Tensor t = make(count, dtype, [&](int64_t i) { return with_nan && r == 1 && i == 7 ? std::nan("") : in(r, i); });
+          Tensor t =
+              make(count, dtype, [&](int64_t i) { return with_nan && r == 1 && i == 7 ? std::nan("") : in(r, i); });
           pg.allreduce(t, op)->wait();
-          const std::string what = fmt::format("{} {} of {} x {}", p, reduce_op_name(op), count, tensor::dtype_name(dtype));
+          const std::string what =
+              fmt::format("{} {} of {} x {}", p, reduce_op_name(op), count, tensor::dtype_name(dtype));
           // The reference: every rank's input as rounded to the dtype, combined in double.
           std::vector<std::vector<double>> inputs;
           for (int q = 0; q < p; ++q) {
-            inputs.push_back(make(count, dtype, [&](int64_t i) { return in(q, i); }).to(tensor::kFloat64).to_vector<double>());
+            inputs.push_back(
+                make(count, dtype, [&](int64_t i) { return in(q, i); }).to(tensor::kFloat64).to_vector<double>());
           }
           // Each of the p - 1 combinations may round once (16-bit types: in float, then to 16 bits).
-          const double eps = dtype == tensor::kBFloat16 ? 0x1p-8 : dtype == tensor::kFloat16 ? 0x1p-11 : dtype == tensor::kFloat32 ? 0x1p-24 : 0x1p-53;
+          const double eps = dtype == tensor::kBFloat16  ? 0x1p-8
+                             : dtype == tensor::kFloat16 ? 0x1p-11
+                             : dtype == tensor::kFloat32 ? 0x1p-24
+                                                         : 0x1p-53;
           const double tolerance = integral ? 0.0 : p * eps;
           const std::vector<double> got = t.to(tensor::kFloat64).to_vector<double>();
           for (int64_t i = with_nan ? 8 : 0; i < count; ++i) {  // element 7 holds a NaN on rank 1
@@ -313,12 +369,18 @@ TEST_CASE("argument errors are raised when the operation is issued", "[comm][glo
         f();
         e.failures.push_back("no error for: " + text);
       } catch (const std::exception& ex) {
-        e.expect(std::string(ex.what()).find(text) != std::string::npos, std::string("message '") + ex.what() + "' lacks '" + text + "'");
+        e.expect(std::string(ex.what()).find(text) != std::string::npos,
+                 std::string("message '") + ex.what() + "' lacks '" + text + "'");
       }
     };
     throws([&] { pg.broadcast(tensor::zeros({2}), 5); }, "broadcast: root 5 is not a rank of this group of 2");
-    throws([&] { pg.allgather({tensor::zeros({2})}, tensor::zeros({2})); }, "allgather: 1 outputs given for a group of 2");
-    throws([&] { pg.allgather({tensor::zeros({2}), tensor::zeros({3})}, tensor::zeros({2})); }, "output 1 is float32 [3] but must be float32 [2]");
+    throws([&] { pg.allgather({tensor::zeros({2})}, tensor::zeros({2})); },
+           "allgather: 1 outputs given for a group of 2");
+    throws(
+        [&] {
+          pg.allgather({tensor::zeros({2}), tensor::zeros({3})}, tensor::zeros({2}));
+        },
+        "output 1 is float32 [3] but must be float32 [2]");
     throws([&] { pg.allreduce(tensor::gt(tensor::zeros({2}), 0.0)); }, "dtype bool is not supported");
     throws([&] { pg.allreduce(tensor::arange(3), ReduceOp::kAvg); }, "avg needs floating-point tensors, got int64");
     throws([&] { pg.allreduce(std::vector<Tensor>{}); }, "allreduce: no tensors given");
@@ -363,14 +425,16 @@ TEST_CASE("nccl: every collective with a world of one", "[comm][nccl][cuda]") {
   CHECK_THROWS_WITH(pg.allreduce(tensor::ones({3})), Contains("the NCCL backend takes CUDA tensors"));
   CHECK_THROWS_WITH(pg.allreduce(tensor::ones({3, 2}, tensor::TensorOptions().device(tensor::Device::cuda(0))).t()),
                     Contains("is not contiguous"));
-  CHECK_THROWS_WITH(pg.allreduce(tensor::ones({3}, tensor::TensorOptions(tensor::kBool).device(tensor::Device::cuda(0)))),
-                    Contains("cannot reduce bool tensors"));
+  CHECK_THROWS_WITH(
+      pg.allreduce(tensor::ones({3}, tensor::TensorOptions(tensor::kBool).device(tensor::Device::cuda(0)))),
+      Contains("cannot reduce bool tensors"));
   // After abort, every call fails with the reason.
   pg.abort("stopped by the test");
   CHECK_THROWS_WITH(pg.allreduce(t), Contains("stopped by the test"));
 }
 
-TEST_CASE("gloo: a CUDA tensor is staged once the work before the collective ran, not what was queued after", "[comm][gloo][cuda]") {
+TEST_CASE("gloo: a CUDA tensor is staged once the work before the collective ran, not what was queued after",
+          "[comm][gloo][cuda]") {
   if (!tensor::cuda::is_available()) TINYDDP_SKIP(tensor::cuda::unavailable_reason());
 #if TINYDDP_WITH_CUDA
   ProcessGroupGloo pg(std::make_shared<HashStore>(), 0, 1);
@@ -395,7 +459,8 @@ TEST_CASE("gloo: a CUDA tensor is staged once the work before the collective ran
 #endif
 }
 
-TEST_CASE("nccl: an abort while a collective is being launched fails that collective's work", "[comm][nccl][cuda][faults]") {
+TEST_CASE("nccl: an abort while a collective is being launched fails that collective's work",
+          "[comm][nccl][cuda][faults]") {
   if (!tensor::cuda::is_available()) TINYDDP_SKIP(tensor::cuda::unavailable_reason());
   ProcessGroupNccl pg(std::make_shared<HashStore>(), 0, 1);
   const Tensor t = tensor::ones({1 << 10}, tensor::TensorOptions().device(tensor::Device::cuda(0)));
@@ -421,14 +486,16 @@ TEST_CASE("nccl: a tensor a collective used can be freed after the group is dest
     {
       ProcessGroupNccl pg(std::make_shared<HashStore>(), 0, 1);
       pg.allreduce(t)->wait(comm::Millis(10000));
-    }  // the group (and its use of the stream) ends first
+    }              // the group (and its use of the stream) ends first
     t = Tensor();  // the block was recorded on the group's stream: an event is recorded there now
-    for (int i = 0; i < 4; ++i) CHECK_NOTHROW(tensor::sum(tensor::ones({1 << 18}, tensor::TensorOptions().device(gpu))));
+    for (int i = 0; i < 4; ++i)
+      CHECK_NOTHROW(tensor::sum(tensor::ones({1 << 18}, tensor::TensorOptions().device(gpu))));
   }
   tensor::cuda::synchronize();
 }
 
-TEST_CASE("nccl: a rank that never joins makes the communicator's creation fail within the timeout", "[comm][nccl][cuda][faults]") {
+TEST_CASE("nccl: a rank that never joins makes the communicator's creation fail within the timeout",
+          "[comm][nccl][cuda][faults]") {
   if (!tensor::cuda::is_available()) TINYDDP_SKIP(tensor::cuda::unavailable_reason());
   ProcessGroupOptions options;
   options.timeout(comm::Millis(1500));
@@ -441,7 +508,8 @@ TEST_CASE("nccl: a rank that never joins makes the communicator's creation fail 
 
 TEST_CASE("without a GPU, the nccl backend says why", "[comm][nccl][errors]") {
   if (tensor::cuda::is_available()) TINYDDP_SKIP("a CUDA device is present");
-  CHECK_THROWS_WITH(ProcessGroupNccl(std::make_shared<HashStore>(), 0, 1), Contains("ProcessGroupNccl") && Contains(tensor::cuda::unavailable_reason()));
+  CHECK_THROWS_WITH(ProcessGroupNccl(std::make_shared<HashStore>(), 0, 1),
+                    Contains("ProcessGroupNccl") && Contains(tensor::cuda::unavailable_reason()));
   comm::InitOptions options;
   options.rank(0);
   options.world_size(1);

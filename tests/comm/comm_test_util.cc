@@ -18,18 +18,20 @@
 namespace tinyddp::testing {
 
 void Expectations::expect_contains(const std::string& text, const std::string& part, const std::string& what) {
-  if (text.find(part) == std::string::npos) failures.push_back(fmt::format("{} does not contain \"{}\": {}", what, part, text));
+  if (text.find(part) == std::string::npos)
+    failures.push_back(fmt::format("{} does not contain \"{}\": {}", what, part, text));
 }
 
 void Expectations::expect_close(const tensor::Tensor& actual, const tensor::Tensor& expected, const std::string& what,
                                 double rtol, double atol) {
   if (!actual.defined() || !expected.defined()) {
-    failures.push_back(fmt::format("{}: {} tensor is undefined", what, actual.defined() ? "the expected" : "the actual"));
+    failures.push_back(
+        fmt::format("{}: {} tensor is undefined", what, actual.defined() ? "the expected" : "the actual"));
     return;
   }
   if (actual.sizes() != expected.sizes() || actual.dtype() != expected.dtype()) {
-    failures.push_back(fmt::format("{}: {} {}, expected {} {}", what, tensor::dtype_name(actual.dtype()), actual.sizes(),
-                                   tensor::dtype_name(expected.dtype()), expected.sizes()));
+    failures.push_back(fmt::format("{}: {} {}, expected {} {}", what, tensor::dtype_name(actual.dtype()),
+                                   actual.sizes(), tensor::dtype_name(expected.dtype()), expected.sizes()));
     return;
   }
   const std::vector<double> a = actual.to(tensor::kCPU).to(tensor::kFloat64).contiguous().to_vector<double>();
@@ -38,15 +40,16 @@ void Expectations::expect_close(const tensor::Tensor& actual, const tensor::Tens
   double worst_excess = 0.0;  // how far past its tolerance the worst element is
   for (size_t i = 0; i < a.size(); ++i) {
     // A NaN on either side fails, as in tensor::allclose and tensor::equal.
-    const double excess = std::isnan(a[i]) || std::isnan(b[i]) ? INFINITY : std::abs(a[i] - b[i]) - (atol + rtol * std::abs(b[i]));
+    const double excess =
+        std::isnan(a[i]) || std::isnan(b[i]) ? INFINITY : std::abs(a[i] - b[i]) - (atol + rtol * std::abs(b[i]));
     if (excess > worst_excess) {
       worst = i;
       worst_excess = excess;
     }
   }
   if (worst_excess > 0.0) {
-    failures.push_back(fmt::format("{}: element {} of {} is {}, expected {} (difference {:.3g}; rtol {}, atol {})", what, worst,
-                                   a.size(), a[worst], b[worst], a[worst] - b[worst], rtol, atol));
+    failures.push_back(fmt::format("{}: element {} of {} is {}, expected {} (difference {:.3g}; rtol {}, atol {})",
+                                   what, worst, a.size(), a[worst], b[worst], a[worst] - b[worst], rtol, atol));
   }
 }
 
@@ -174,8 +177,9 @@ RecordingGroup::RecordingGroup(std::shared_ptr<comm::ProcessGroup> inner)
       inner_(std::move(inner)) {}
 
 void RecordingGroup::check_calls_at_issue(std::shared_ptr<comm::ProcessGroup> side) {
-  enable_call_check(std::make_unique<comm::CallCheck>("RecordingGroup", rank(), size(), comm::exchange_rows_over(std::move(side))),
-                    CheckAt::kIssue);
+  enable_call_check(
+      std::make_unique<comm::CallCheck>("RecordingGroup", rank(), size(), comm::exchange_rows_over(std::move(side))),
+      CheckAt::kIssue);
 }
 
 std::vector<RecordingGroup::Call> RecordingGroup::calls() const {
@@ -214,7 +218,8 @@ std::shared_ptr<Work> RecordingGroup::broadcast_impl(const Tensor& tensor, int r
   record("broadcast", &tensor);
   return inner_->broadcast(tensor, root);
 }
-std::shared_ptr<Work> RecordingGroup::allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, comm::Call) {
+std::shared_ptr<Work> RecordingGroup::allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
+                                                     comm::Call) {
   record("allgather", &input);
   return inner_->allgather(outputs, input);
 }

@@ -6,18 +6,18 @@
 
 #include <chrono>
 #include <functional>
-#include <mutex>
-#include <thread>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "tests/test_util.h"
 #include "tinyddp/comm/gloo/process_group_gloo.h"
 #include "tinyddp/comm/tcp_store.h"
-#include "tests/test_util.h"
 
 namespace tinyddp::testing {
 
@@ -96,7 +96,8 @@ class RecordingGroup final : public comm::ProcessGroup {
   using Tensor = tensor::Tensor;
   std::shared_ptr<Work> allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, comm::Call call) override;
   std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int root, comm::Call call) override;
-  std::shared_ptr<Work> allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input, comm::Call call) override;
+  std::shared_ptr<Work> allgather_impl(const std::vector<Tensor>& outputs, const Tensor& input,
+                                       comm::Call call) override;
   std::shared_ptr<Work> gather_impl(const std::vector<Tensor>& outputs, const Tensor& input, int root,
                                     comm::Call call) override;
   std::shared_ptr<Work> scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, int root,

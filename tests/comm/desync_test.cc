@@ -7,8 +7,8 @@
 #include <functional>
 #include <thread>
 
-#include "tinyddp/comm/comm.h"
 #include "tests/comm/comm_test_util.h"
+#include "tinyddp/comm/comm.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;
@@ -39,8 +39,10 @@ std::vector<std::string> mismatch_then_agree(const std::vector<Call>& calls, con
       e.expect(false, std::string("not a CollectiveMismatchError: ") + error.what());
     }
     // Well inside the group's timeout (20 s): the check does not wait for a timeout.
-    e.expect(std::chrono::steady_clock::now() - start < std::chrono::seconds(5), "the mismatch took 5 s or more to report");
-    for (const std::string& part : expected) e.expect(message.find(part) != std::string::npos, "'" + part + "' not in: " + message);
+    e.expect(std::chrono::steady_clock::now() - start < std::chrono::seconds(5),
+             "the mismatch took 5 s or more to report");
+    for (const std::string& part : expected)
+      e.expect(message.find(part) != std::string::npos, "'" + part + "' not in: " + message);
     if (messages != nullptr) {
       std::lock_guard<std::mutex> lock(mutex);
       messages->push_back(message.substr(message.find("failed: ")));
@@ -66,11 +68,10 @@ Call broadcast_of(int64_t numel, int root) {
 TEST_CASE("desync: a rank that skips a broadcast is named with both calls, on every rank", "[comm][desync]") {
   // Ranks 0 and 2 broadcast, rank 1 skipped it and allreduces: call 0 differs.
   std::vector<std::string> messages;
-  require_no_failures(mismatch_then_agree(
-      {broadcast_of(8, 0), allreduce_of(8), broadcast_of(8, 0)},
-      {"ranks 0, 2 called broadcast (call 0, 8 x float32, root 0)", "rank 1 called allreduce (call 0, 8 x float32, sum)",
-       "no data was sent"},
-      &messages));
+  require_no_failures(mismatch_then_agree({broadcast_of(8, 0), allreduce_of(8), broadcast_of(8, 0)},
+                                          {"ranks 0, 2 called broadcast (call 0, 8 x float32, root 0)",
+                                           "rank 1 called allreduce (call 0, 8 x float32, sum)", "no data was sent"},
+                                          &messages));
   REQUIRE(messages.size() == 3);
   CHECK(messages[0] == messages[1]);  // every rank reports the same thing
   CHECK(messages[1] == messages[2]);
@@ -78,9 +79,9 @@ TEST_CASE("desync: a rank that skips a broadcast is named with both calls, on ev
 
 TEST_CASE("desync: allreduces of different sizes, dtypes or ops fail on every rank", "[comm][desync]") {
   SECTION("size, small path (would abort inside Gloo)") {
-    require_no_failures(mismatch_then_agree({allreduce_of(4), allreduce_of(5)},
-                                            {"rank 0 called allreduce (call 0, 4 x float32, sum)",
-                                             "rank 1 called allreduce (call 0, 5 x float32, sum)"}));
+    require_no_failures(mismatch_then_agree(
+        {allreduce_of(4), allreduce_of(5)},
+        {"rank 0 called allreduce (call 0, 4 x float32, sum)", "rank 1 called allreduce (call 0, 5 x float32, sum)"}));
   }
   SECTION("size, ring path") {
     require_no_failures(mismatch_then_agree({allreduce_of(1 << 18), allreduce_of((1 << 18) + 1)},
@@ -91,35 +92,35 @@ TEST_CASE("desync: allreduces of different sizes, dtypes or ops fail on every ra
                                             {"4 x float32", "4 x float64"}));
   }
   SECTION("reduce op (would silently give wrong numbers)") {
-    require_no_failures(mismatch_then_agree({allreduce_of(4, tensor::kFloat32, ReduceOp::kSum),
-                                             allreduce_of(4, tensor::kFloat32, ReduceOp::kMax)},
-                                            {"4 x float32, sum)", "4 x float32, max)"}));
+    require_no_failures(mismatch_then_agree(
+        {allreduce_of(4, tensor::kFloat32, ReduceOp::kSum), allreduce_of(4, tensor::kFloat32, ReduceOp::kMax)},
+        {"4 x float32, sum)", "4 x float32, max)"}));
   }
   SECTION("broadcast root") {
     require_no_failures(mismatch_then_agree({broadcast_of(4, 0), broadcast_of(4, 1)}, {"root 0)", "root 1)"}));
   }
   SECTION("a barrier against an allgather") {
-    require_no_failures(mismatch_then_agree(
-        {[](ProcessGroup& pg) { pg.barrier()->wait(); },
-         [](ProcessGroup& pg) {
-           std::vector<Tensor> out = {tensor::zeros({2}), tensor::zeros({2})};
-           pg.allgather(out, tensor::ones({2}))->wait();
-         }},
-        {"rank 0 called barrier (call 0)", "rank 1 called allgather (call 0, 2 x float32)"}));
+    require_no_failures(
+        mismatch_then_agree({[](ProcessGroup& pg) { pg.barrier()->wait(); },
+                             [](ProcessGroup& pg) {
+                               std::vector<Tensor> out = {tensor::zeros({2}), tensor::zeros({2})};
+                               pg.allgather(out, tensor::ones({2}))->wait();
+                             }},
+                            {"rank 0 called barrier (call 0)", "rank 1 called allgather (call 0, 2 x float32)"}));
   }
 }
 
 TEST_CASE("desync: a later call is counted (the error names the call number)", "[comm][desync]") {
-  require_no_failures(mismatch_then_agree(
-      {[](ProcessGroup& pg) {
-         pg.barrier()->wait();
-         pg.allreduce(tensor::ones({2}), ReduceOp::kMin)->wait();
-       },
-       [](ProcessGroup& pg) {
-         pg.barrier()->wait();
-         pg.allreduce(tensor::ones({2}), ReduceOp::kProduct)->wait();
-       }},
-      {"allreduce (call 1, 2 x float32, min)", "allreduce (call 1, 2 x float32, product)"}));
+  require_no_failures(
+      mismatch_then_agree({[](ProcessGroup& pg) {
+                             pg.barrier()->wait();
+                             pg.allreduce(tensor::ones({2}), ReduceOp::kMin)->wait();
+                           },
+                           [](ProcessGroup& pg) {
+                             pg.barrier()->wait();
+                             pg.allreduce(tensor::ones({2}), ReduceOp::kProduct)->wait();
+                           }},
+                          {"allreduce (call 1, 2 x float32, min)", "allreduce (call 1, 2 x float32, product)"}));
 }
 
 TEST_CASE("desync: with the check off, a mismatched op goes unnoticed (what the check prevents)", "[comm][desync]") {
@@ -260,8 +261,9 @@ TEST_CASE("desync: a backend that checks at issue over a side group (as NCCL doe
   for (std::thread& t : ranks) t.join();
   require_no_failures(failures);
   for (const std::string& message : messages) {
-    CHECK_THAT(message, Contains("RecordingGroup: the ranks called different collectives: rank 0 called allreduce (call 0, "
-                                 "4 x float32, sum); rank 1 called allreduce (call 0, 4 x float32, max)"));
+    CHECK_THAT(message,
+               Contains("RecordingGroup: the ranks called different collectives: rank 0 called allreduce (call 0, "
+                        "4 x float32, sum); rank 1 called allreduce (call 0, 4 x float32, max)"));
     CHECK_THAT(message, Contains("no data was sent"));
   }
   CHECK(messages[0].substr(messages[0].find("failed: ")) == messages[1].substr(messages[1].find("failed: ")));

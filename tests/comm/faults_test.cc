@@ -10,8 +10,8 @@
 
 #include <unistd.h>
 
-#include "tinyddp/comm/comm.h"
 #include "tests/comm/comm_test_util.h"
+#include "tinyddp/comm/comm.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;
@@ -72,7 +72,8 @@ TEST_CASE("gloo: a peer that stops taking part is named, whichever path the coll
       {"small allreduce", [](ProcessGroup& pg) { pg.allreduce(tensor::ones({1}, tensor::kFloat64))->wait(); }},
       {"ring allreduce", [](ProcessGroup& pg) { pg.allreduce(tensor::ones({1 << 18}))->wait(); }},
       {"broadcast", [](ProcessGroup& pg) { pg.broadcast(tensor::ones({16}), 1)->wait(); }},
-      {"allgather", [](ProcessGroup& pg) {
+      {"allgather",
+       [](ProcessGroup& pg) {
          std::vector<Tensor> out = {tensor::zeros({4}), tensor::zeros({4})};
          pg.allgather(out, tensor::ones({4}))->wait();
        }},
@@ -106,8 +107,10 @@ TEST_CASE("gloo: a peer that died is named by every survivor of a group of three
             } catch (const Error& error) {
               message = error.what();
             }
-            e.expect(message.find("rank 2") != std::string::npos, "attempt " + std::to_string(attempt) + ": " + message);
-            e.expect(std::chrono::steady_clock::now() - before < std::chrono::seconds(10), "the error took 10 s or more");
+            e.expect(message.find("rank 2") != std::string::npos,
+                     "attempt " + std::to_string(attempt) + ": " + message);
+            e.expect(std::chrono::steady_clock::now() - before < std::chrono::seconds(10),
+                     "the error took 10 s or more");
           }
           std::this_thread::sleep_for(std::chrono::seconds(1));  // see rank 2 go before the other survivor
         },
@@ -136,10 +139,12 @@ TEST_CASE("a rank that never joins: the others fail within the timeout, naming i
   }
   for (auto& t : threads) t.join();
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(15));
-  for (const auto& m : messages) CHECK_THAT(m, Contains("ranks [2] never joined") && Contains("of 3 could not connect"));
+  for (const auto& m : messages)
+    CHECK_THAT(m, Contains("ranks [2] never joined") && Contains("of 3 could not connect"));
   // Processes: rank 2 of 3 exits before joining.
   const auto failures = run_processes(
-      3, [](ProcessGroup&, Expectations&) {}, std::chrono::milliseconds(2000), [](int rank) {
+      3, [](ProcessGroup&, Expectations&) {}, std::chrono::milliseconds(2000),
+      [](int rank) {
         if (rank == 2) ::_exit(0);
       });
   REQUIRE(failures.size() == 2);
@@ -213,6 +218,5 @@ TEST_CASE("large allreduces: a dead or absent peer gives an error within the tim
   absent.join();
   CHECK_THAT(message, Contains("timed out") && Contains("rank 1"));
 }
-
 
 // ---- CUDA tensors: Gloo staging through the host, and NCCL -------------------------------------

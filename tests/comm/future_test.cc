@@ -10,8 +10,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "tinyddp/tensor/ops.h"
 #include "tests/comm/comm_test_util.h"
+#include "tinyddp/tensor/ops.h"
 
 using namespace tinyddp;
 using comm::Future;

@@ -3,21 +3,21 @@
 // MASTER_ADDR:MASTER_PORT, and clear errors.
 #include <cstdlib>
 
+#include "tests/comm/comm_test_util.h"
 #include "tinyddp/comm/comm.h"
 #include "tinyddp/launcher/spawn.h"
-#include "tests/comm/comm_test_util.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;
-using tinyddp::launcher::spawn_local;
 using Catch::Contains;
+using tinyddp::launcher::spawn_local;
 
 namespace {
 void clear_env() {
-  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                           "TINYDDP_STORE_HOSTED", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                           "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
-                           "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_LAUNCH_NODE_IPADDR"}) {
+  for (const char* name :
+       {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TINYDDP_STORE_HOSTED",
+        "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_LAUNCH_NODE_IPADDR"}) {
     ::unsetenv(name);
   }
 }
@@ -87,7 +87,8 @@ TEST_CASE("missing or bad environment variables name themselves", "[comm][init][
   ::setenv("MASTER_PORT", std::to_string(testing::free_port()).c_str(), 1);
   InitOptions options;
   options.timeout(std::chrono::milliseconds(500));
-  CHECK_THROWS_WITH(init_process_group("gloo", options), Contains("rank 1 of 2 could not reach the store at 127.0.0.1:"));
+  CHECK_THROWS_WITH(init_process_group("gloo", options),
+                    Contains("rank 1 of 2 could not reach the store at 127.0.0.1:"));
   clear_env();
   CHECK(local_rank() == 0);
   ::setenv("LOCAL_RANK", "3", 1);

@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "tests/test_util.h"
 #include "tinyddp/comm/store.h"
 #include "tinyddp/comm/tcp_store.h"
-#include "tests/test_util.h"
 
 using namespace tinyddp::comm;
 using Catch::Contains;
@@ -49,7 +49,8 @@ void check_store_semantics(Store& store) {
   store.wait({"a"}, std::chrono::milliseconds(10));
   const auto start = Clock::now();
   CHECK_THROWS_AS(store.wait({"a", "never"}, std::chrono::milliseconds(200)), tinyddp::TimeoutError);
-  CHECK_THROWS_WITH(store.wait({"a", "never"}, std::chrono::milliseconds(50)), Contains("never]") && Contains("(missing: ["));
+  CHECK_THROWS_WITH(store.wait({"a", "never"}, std::chrono::milliseconds(50)),
+                    Contains("never]") && Contains("(missing: ["));
   CHECK(Clock::now() - start < std::chrono::seconds(5));
   // A waiter wakes when another thread sets the key.
   std::thread setter([&] {
@@ -307,7 +308,7 @@ TEST_CASE("TCPStore: a client reconnects after its connection drops, and never r
   o.timeout(std::chrono::milliseconds(5000));
   TCPStore client(o);
   client.set("a", bytes("1"));
-  relay.cut();  // the network drops the connection
+  relay.cut();                           // the network drops the connection
   CHECK(client.get_string("a") == "1");  // made again, the get retried
   CHECK(client.reconnects() == 1);
   client.set("b", bytes("2"));

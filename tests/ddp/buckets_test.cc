@@ -9,39 +9,40 @@
 
 #include <fmt/ranges.h>
 
-#include "tinyddp/ddp/distributed.h"
-#include "tinyddp/nn/nn.h"
 #include "tests/comm/comm_test_util.h"
 #include "tests/ddp/ddp_test_util.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/nn/nn.h"
 
 using namespace tinyddp;
 using namespace tinyddp::ddp;
+using Catch::Contains;
 using comm::ProcessGroup;
-using testing::Expectations;
 using testing::borrow;
+using testing::events_of;
+using testing::Expectations;
+using testing::pointer_event;
+using testing::RecordingGroup;
 using testing::require_no_failures;
 using testing::run_threads;
-using testing::RecordingGroup;
-using testing::events_of;
-using testing::pointer_event;
 using testing::TwoHeads;
-using Catch::Contains;
 
 TEST_CASE("bucket assignment: caps, reverse order, dtypes, first bucket, oversized parameters", "[ddp][buckets]") {
   // 4-byte floats: sizes in bytes 400, 400, 4000, 400, 40 (float64: 800).
-  const std::vector<Tensor> params = {tensor::zeros({100}), tensor::zeros({100}), tensor::zeros({1000}),
-                                      tensor::zeros({100}), tensor::zeros({10}),  tensor::zeros({100}, tensor::kFloat64)};
+  const std::vector<Tensor> params = {tensor::zeros({100}),  tensor::zeros({100}),
+                                      tensor::zeros({1000}), tensor::zeros({100}),
+                                      tensor::zeros({10}),   tensor::zeros({100}, tensor::kFloat64)};
   const BucketAssignment a = assign_buckets(params, reverse_order(params.size()), 500, 1000);
   // Reverse order 5, 4, 3, 2, 1, 0; the float64 parameter travels alone.
   REQUIRE(a.buckets.size() == 3);
-  CHECK(a.buckets[0] == std::vector<size_t>{5});          // float64: its own bucket (800 >= first cap 500)
-  CHECK(a.buckets[1] == std::vector<size_t>{4, 3, 2});    // 40 + 400 + 4000: first float32 bucket closes past 500
+  CHECK(a.buckets[0] == std::vector<size_t>{5});        // float64: its own bucket (800 >= first cap 500)
+  CHECK(a.buckets[1] == std::vector<size_t>{4, 3, 2});  // 40 + 400 + 4000: first float32 bucket closes past 500
   CHECK(a.bytes[1] == 4440);
-  CHECK(a.buckets[2] == std::vector<size_t>{1, 0});       // 800 < 1000: left open, closed at the end
+  CHECK(a.buckets[2] == std::vector<size_t>{1, 0});  // 800 < 1000: left open, closed at the end
   CHECK(a.bytes[2] == 800);
   // A parameter larger than the cap is a bucket of its own.
-  const BucketAssignment big = assign_buckets({tensor::zeros({10}), tensor::zeros({10}), tensor::zeros({10000})},
-                                              reverse_order(3), 100, 1000);
+  const BucketAssignment big =
+      assign_buckets({tensor::zeros({10}), tensor::zeros({10}), tensor::zeros({10000})}, reverse_order(3), 100, 1000);
   REQUIRE(big.buckets.size() == 2);
   CHECK(big.buckets[0] == std::vector<size_t>{2});
   CHECK(big.bytes[0] == 40000);
@@ -78,37 +79,46 @@ TEST_CASE("bucket views alias the contents; gradient_as_bucket_view makes .grad 
       for (size_t i = 0; i < params.size(); ++i) {
         const bool aliases = params[i].grad().shares_storage(reducer.snapshot().bucket_views[i]) &&
                              params[i].grad().storage_offset() == reducer.snapshot().bucket_views[i].storage_offset();
-        e.expect(aliases == as_view, fmt::format("param {}: .grad aliases its bucket view: {} (gradient_as_bucket_view {})", i, aliases, as_view));
-        e.expect_close(params[i].grad(), reducer.snapshot().bucket_views[i], fmt::format("param {}: .grad against its view", i));
+        e.expect(aliases == as_view,
+                 fmt::format("param {}: .grad aliases its bucket view: {} (gradient_as_bucket_view {})", i, aliases,
+                             as_view));
+        e.expect_close(params[i].grad(), reducer.snapshot().bucket_views[i],
+                       fmt::format("param {}: .grad against its view", i));
       }
       // Writing into the contents shows through the view.
       contents[0].fill_(3);
-      e.expect_eq(reducer.snapshot().bucket_views[reducer.snapshot().assignment.buckets[0][0]].to_vector<float>()[0], 3.0f,
-                  "the first view's first element after filling the contents with 3");
+      e.expect_eq(reducer.snapshot().bucket_views[reducer.snapshot().assignment.buckets[0][0]].to_vector<float>()[0],
+                  3.0f, "the first view's first element after filling the contents with 3");
     }
   }));
 }
 
-TEST_CASE("buckets launch during backward, in bucket order, even when gradients arrive out of order", "[ddp][overlap]") {
+TEST_CASE("buckets launch during backward, in bucket order, even when gradients arrive out of order",
+          "[ddp][overlap]") {
   require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
     RecordingGroup recording(borrow(pg));
     // Three layers applied in the order 2, 0, 1, so gradients arrive 1, 0, 2 (not the assumed 2, 1, 0).
     tensor::manual_seed(1);
-    auto l0 = std::make_shared<nn::Linear>(8, 8), l1 = std::make_shared<nn::Linear>(8, 8), l2 = std::make_shared<nn::Linear>(8, 8);
+    auto l0 = std::make_shared<nn::Linear>(8, 8), l1 = std::make_shared<nn::Linear>(8, 8),
+         l2 = std::make_shared<nn::Linear>(8, 8);
     struct Shuffled : nn::Module {
       std::shared_ptr<nn::Linear> a, b, c;
-      Shuffled(std::shared_ptr<nn::Linear> x, std::shared_ptr<nn::Linear> y, std::shared_ptr<nn::Linear> z) : Module("Shuffled") {
+      Shuffled(std::shared_ptr<nn::Linear> x, std::shared_ptr<nn::Linear> y, std::shared_ptr<nn::Linear> z)
+          : Module("Shuffled") {
         a = register_module("l0", x);
         b = register_module("l1", y);
         c = register_module("l2", z);
       }
-      Tensor forward(const Tensor& x) override { return b->forward(tensor::relu(a->forward(tensor::relu(c->forward(x))))); }
+      Tensor forward(const Tensor& x) override {
+        return b->forward(tensor::relu(a->forward(tensor::relu(c->forward(x)))));
+      }
     };
     auto model = std::make_shared<Shuffled>(l0, l1, l2);
     // Tiny caps: every parameter its own bucket (6 buckets, index = reverse registration order).
     DistributedDataParallel ddp(model, borrow(recording), DDPOptions().first_bucket_cap_mb(1e-6).bucket_cap_mb(1e-6));
     const Reducer& reducer = ddp.reducer();
-    e.expect_eq(reducer.snapshot().assignment.buckets, std::vector<std::vector<size_t>>{{5}, {4}, {3}, {2}, {1}, {0}}, "buckets");
+    e.expect_eq(reducer.snapshot().assignment.buckets, std::vector<std::vector<size_t>>{{5}, {4}, {3}, {2}, {1}, {0}},
+                "buckets");
     // Mark the moment backward reaches the first-applied layer (l2's weight gradient).
     l2->weight.register_hook([&](const Tensor&) {
       recording.note("backward reaches l2.weight");
@@ -131,8 +141,9 @@ TEST_CASE("buckets launch during backward, in bucket order, even when gradients 
       }
     };
     const auto expect_bucket_order = [&](const std::vector<std::string>& launches, const std::string& when) {
-      e.expect(launches.size() >= expected.size() && std::equal(expected.begin(), expected.end(), launches.begin()),
-               fmt::format("allreduce calls are not in bucket index order {}: {}, buckets {}", when, launches, expected));
+      e.expect(
+          launches.size() >= expected.size() && std::equal(expected.begin(), expected.end(), launches.begin()),
+          fmt::format("allreduce calls are not in bucket index order {}: {}, buckets {}", when, launches, expected));
     };
     std::vector<std::string> launches;
     size_t reached_at = 0;
@@ -146,8 +157,9 @@ TEST_CASE("buckets launch during backward, in bucket order, even when gradients 
     one_backward(launches, reached_at);
     e.expect(reducer.buckets_rebuilt(), "the second forward did not rebuild the buckets");
     expect_bucket_order(launches, "(iteration 2)");
-    e.expect(reached_at > 0 && events[0].rfind("allreduce", 0) == 0,
-             fmt::format("no allreduce was launched before backward reached the first layer (iteration 2): {}", events));
+    e.expect(
+        reached_at > 0 && events[0].rfind("allreduce", 0) == 0,
+        fmt::format("no allreduce was launched before backward reached the first layer (iteration 2): {}", events));
     e.expect_eq(reducer.snapshot().launch_order.size(), size_t{6}, "launches");
   }));
 }
@@ -180,7 +192,8 @@ TEST_CASE("rebuilt buckets follow rank 0's arrival order when the ranks' orders 
     std::vector<std::shared_ptr<nn::Linear>> layers;
     std::vector<int> order;
     explicit Permuted(std::vector<int> o) : Module("Permuted"), order(std::move(o)) {
-      for (int k = 0; k < 3; ++k) layers.push_back(register_module("l" + std::to_string(k), std::make_shared<nn::Linear>(8, 8)));
+      for (int k = 0; k < 3; ++k)
+        layers.push_back(register_module("l" + std::to_string(k), std::make_shared<nn::Linear>(8, 8)));
     }
     Tensor forward(const Tensor& x) override {
       Tensor h = x;
@@ -206,9 +219,9 @@ TEST_CASE("rebuilt buckets follow rank 0's arrival order when the ranks' orders 
       e.expect(arrival[0] != arrival[1], "the ranks' arrival orders do not differ: the test could not fail");
       const Tensor out = ddp(tensor::ones({2, 8}));  // rebuilds
       e.expect(ddp.reducer().buckets_rebuilt(), "not rebuilt");
-      const BucketAssignment expected = assign_buckets(model->parameters(), arrival[0],
-                                                       static_cast<size_t>(first_cap * (1 << 20)),
-                                                       static_cast<size_t>(cap * (1 << 20)), false);
+      const BucketAssignment expected =
+          assign_buckets(model->parameters(), arrival[0], static_cast<size_t>(first_cap * (1 << 20)),
+                         static_cast<size_t>(cap * (1 << 20)), false);
       e.expect(ddp.reducer().snapshot().assignment.buckets == expected.buckets,
                fmt::format("rank {}: rebuilt buckets {} are not those of rank 0's arrival order {}", pg.rank(),
                            ddp.reducer().snapshot().assignment.buckets, expected.buckets));
@@ -226,7 +239,10 @@ TEST_CASE("a bucket whose parameters are all unused is launched at the first gra
     // Reverse registration order: bucket 0 = never.bias, never.weight, b.bias, b.weight (80
     // bytes, all unused), bucket 1 = a.bias, a.weight (40 bytes), bucket 2 = the trunk.
     DistributedDataParallel ddp(model, borrow(recording),
-                                DDPOptions().find_unused_parameters(true).first_bucket_cap_mb(80.0 / (1 << 20)).bucket_cap_mb(40.0 / (1 << 20)));
+                                DDPOptions()
+                                    .find_unused_parameters(true)
+                                    .first_bucket_cap_mb(80.0 / (1 << 20))
+                                    .bucket_cap_mb(40.0 / (1 << 20)));
     const auto buckets = ddp.reducer().snapshot().assignment.buckets;
     e.expect_eq(buckets, std::vector<std::vector<size_t>>{{7, 6, 5, 4}, {3, 2}, {1, 0}}, "buckets");
     for (Tensor* p : {&model->a->weight, &model->a->bias}) {
@@ -243,7 +259,8 @@ TEST_CASE("a bucket whose parameters are all unused is launched at the first gra
     // not wait for the second (which completes bucket 1).
     const std::vector<std::string> ev = events_of(recording);
     const auto launch = std::find(ev.begin(), ev.end(), unused_bucket);
-    const auto second_a = std::find(std::find(ev.begin(), ev.end(), "a gradient of head a") + 1, ev.end(), "a gradient of head a");
+    const auto second_a =
+        std::find(std::find(ev.begin(), ev.end(), "a gradient of head a") + 1, ev.end(), "a gradient of head a");
     e.expect(launch != ev.end() && second_a != ev.end() && launch < second_a,
              fmt::format("the all-unused bucket was not launched before head a's second gradient: {}", ev));
   }));

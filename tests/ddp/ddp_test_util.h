@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "tinyddp/comm/process_group.h"
 #include "tests/comm/comm_test_util.h"
+#include "tinyddp/comm/process_group.h"
 #include "tinyddp/nn/nn.h"
 
 namespace tinyddp::testing {
@@ -27,14 +27,16 @@ inline std::shared_ptr<nn::Module> seeded_mlp(uint64_t seed, std::vector<int64_t
 
 // An allreduce of the data `data` as one event string ("allreduce <address>"), so that a
 // RecordingGroup's calls can be compared with the buckets they should reduce.
-inline std::string pointer_event(const void* data) { return "allreduce " + std::to_string(reinterpret_cast<uintptr_t>(data)); }
+inline std::string pointer_event(const void* data) {
+  return "allreduce " + std::to_string(reinterpret_cast<uintptr_t>(data));
+}
 inline std::string pointer_event(const tensor::Tensor& t) { return pointer_event(t.raw_data_ptr()); }
 
 // The recorded allreduces (as pointer_event) and noted events, in order; other collectives are
 // left out.
 inline std::vector<std::string> events_of(const RecordingGroup& recording) {
-  static const std::vector<std::string> others = {"broadcast", "allgather", "gather", "scatter", "reduce",
-                                                  "reduce_scatter", "barrier", "send", "recv"};
+  static const std::vector<std::string> others = {"broadcast",      "allgather", "gather", "scatter", "reduce",
+                                                  "reduce_scatter", "barrier",   "send",   "recv"};
   std::vector<std::string> events;
   for (const RecordingGroup::Call& call : recording.calls()) {
     if (call.op == "allreduce") {

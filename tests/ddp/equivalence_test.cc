@@ -5,22 +5,22 @@
 
 #include <fmt/ranges.h>
 
+#include "tests/comm/comm_test_util.h"
+#include "tests/ddp/ddp_test_util.h"
 #include "tinyddp/comm/nccl/process_group_nccl.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/nn/nn.h"
 #include "tinyddp/tensor/cuda.h"
-#include "tests/comm/comm_test_util.h"
-#include "tests/ddp/ddp_test_util.h"
 
 using namespace tinyddp;
 using namespace tinyddp::ddp;
-using comm::ProcessGroup;
-using testing::Expectations;
-using testing::run_processes;
-using testing::borrow;
-using testing::require_no_failures;
-using testing::run_threads;
 using Catch::Contains;
+using comm::ProcessGroup;
+using testing::borrow;
+using testing::Expectations;
+using testing::require_no_failures;
+using testing::run_processes;
+using testing::run_threads;
 
 namespace {
 
@@ -98,8 +98,8 @@ void train_rank_and_compare(ProcessGroup& pg, Expectations& e, const DDPOptions&
   const std::vector<Tensor> expected = train_reference(initial, d, kSteps);
   const auto params = model->parameters();
   for (size_t i = 0; i < params.size(); ++i) {
-    e.expect_close(params[i].to(tensor::kCPU), expected[i], fmt::format("parameter {} against single-process training", i), 1e-5,
-                   1e-5);
+    e.expect_close(params[i].to(tensor::kCPU), expected[i],
+                   fmt::format("parameter {} against single-process training", i), 1e-5, 1e-5);
   }
 }
 
@@ -108,7 +108,8 @@ void train_rank_and_compare(ProcessGroup& pg, Expectations& e, const DDPOptions&
 TEST_CASE("N ranks train like one process on the concatenated batches (threads)", "[ddp][equivalence]") {
   for (int size : {2, 3}) {
     INFO("world size " << size);
-    require_no_failures(run_threads(size, [](ProcessGroup& pg, Expectations& e) { train_rank_and_compare(pg, e, DDPOptions(), false); }));
+    require_no_failures(run_threads(
+        size, [](ProcessGroup& pg, Expectations& e) { train_rank_and_compare(pg, e, DDPOptions(), false); }));
     require_no_failures(run_threads(size, [](ProcessGroup& pg, Expectations& e) {
       train_rank_and_compare(pg, e, DDPOptions().gradient_as_bucket_view(true).first_bucket_cap_mb(1e-4), false);
     }));
@@ -116,14 +117,16 @@ TEST_CASE("N ranks train like one process on the concatenated batches (threads)"
 }
 
 TEST_CASE("N ranks train like one process on the concatenated batches (processes)", "[ddp][equivalence][processes]") {
-  require_no_failures(run_processes(2, [](ProcessGroup& pg, Expectations& e) { train_rank_and_compare(pg, e, DDPOptions(), false); }));
+  require_no_failures(
+      run_processes(2, [](ProcessGroup& pg, Expectations& e) { train_rank_and_compare(pg, e, DDPOptions(), false); }));
   require_no_failures(run_processes(3, [](ProcessGroup& pg, Expectations& e) {
     train_rank_and_compare(pg, e, DDPOptions().find_unused_parameters(true), false);
   }));
 }
 
 TEST_CASE("no_sync accumulation equals one large batch", "[ddp][no_sync]") {
-  require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) { train_rank_and_compare(pg, e, DDPOptions(), true); }));
+  require_no_failures(
+      run_threads(2, [](ProcessGroup& pg, Expectations& e) { train_rank_and_compare(pg, e, DDPOptions(), true); }));
   require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
     train_rank_and_compare(pg, e, DDPOptions().gradient_as_bucket_view(true).find_unused_parameters(true), true);
   }));
@@ -132,14 +135,17 @@ TEST_CASE("no_sync accumulation equals one large batch", "[ddp][no_sync]") {
 TEST_CASE("DDP on CUDA: 2 ranks sharing one GPU through gloo train like one CPU process", "[ddp][cuda]") {
   if (!tensor::cuda::is_available()) TINYDDP_SKIP(tensor::cuda::unavailable_reason());
   const tensor::Device gpu = tensor::Device::cuda(0);
-  require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) { train_rank_and_compare(pg, e, DDPOptions(), false, gpu); }));
+  require_no_failures(run_threads(
+      2, [&](ProcessGroup& pg, Expectations& e) { train_rank_and_compare(pg, e, DDPOptions(), false, gpu); }));
   require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) {
-    train_rank_and_compare(pg, e, DDPOptions().gradient_as_bucket_view(true).first_bucket_cap_mb(1e-4).find_unused_parameters(true),
-                           false, gpu);
+    train_rank_and_compare(
+        pg, e, DDPOptions().gradient_as_bucket_view(true).first_bucket_cap_mb(1e-4).find_unused_parameters(true), false,
+        gpu);
   }));
 }
 
-TEST_CASE("DDP on CUDA over NCCL (a world of one): trains like one process, allreduces overlap backward", "[ddp][cuda][nccl]") {
+TEST_CASE("DDP on CUDA over NCCL (a world of one): trains like one process, allreduces overlap backward",
+          "[ddp][cuda][nccl]") {
   if (!tensor::cuda::is_available()) TINYDDP_SKIP(tensor::cuda::unavailable_reason());
   const tensor::Device gpu = tensor::Device::cuda(0);
   comm::ProcessGroupNccl pg(std::make_shared<comm::HashStore>(), 0, 1);
@@ -148,12 +154,14 @@ TEST_CASE("DDP on CUDA over NCCL (a world of one): trains like one process, allr
   train_rank_and_compare(pg, e, DDPOptions().find_unused_parameters(true), true, gpu);
   require_no_failures(e.failures);
   // A CPU module under NCCL is refused with the fix in the message.
-  CHECK_THROWS_WITH(DistributedDataParallel(nn::mlp({4, 4}), borrow(pg)), Contains("nccl backend needs the module on this rank's GPU"));
+  CHECK_THROWS_WITH(DistributedDataParallel(nn::mlp({4, 4}), borrow(pg)),
+                    Contains("nccl backend needs the module on this rank's GPU"));
   // The timeline: several buckets, the first launched while backward still runs.
   const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
   auto model = nn::mlp({256, 512, 512, 512, 10});
   model->to(gpu);
-  DistributedDataParallel ddp(model, borrow(pg), DDPOptions().first_bucket_cap_mb(0.5).bucket_cap_mb(1).timeline(dir + "/nccl_timeline"));
+  DistributedDataParallel ddp(model, borrow(pg),
+                              DDPOptions().first_bucket_cap_mb(0.5).bucket_cap_mb(1).timeline(dir + "/nccl_timeline"));
   const Tensor x = tensor::randn({64, 256}).to(gpu), y = tensor::zeros({64, 10}).to(gpu);
   for (int it = 0; it < 3; ++it) nn::mse_loss(ddp(x), y).backward();
   const DDPStats s = ddp.stats();

@@ -2,16 +2,16 @@
 // different strides, nothing to synchronise, an unknown ignored name; a backward that fails
 // part way, reported at the next forward.
 
-#include "tinyddp/ddp/distributed.h"
-#include "tinyddp/nn/nn.h"
 #include "tests/comm/comm_test_util.h"
 #include "tests/ddp/ddp_test_util.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/nn/nn.h"
 
 using namespace tinyddp;
 using namespace tinyddp::ddp;
 using comm::ProcessGroup;
-using testing::Expectations;
 using testing::borrow;
+using testing::Expectations;
 using testing::require_no_failures;
 using testing::run_threads;
 
@@ -22,7 +22,8 @@ TEST_CASE("mismatched models across ranks give a clear construction error on eve
       DistributedDataParallel ddp(model, borrow(pg));
       e.failures.push_back("mismatched models were accepted");
     } catch (const Error& ex) {
-      e.expect_contains(ex.what(), "parameter 0 ('0.weight' on this rank) is float32 [8, 6] on rank 0 but float32 [9, 6] on rank 1");
+      e.expect_contains(
+          ex.what(), "parameter 0 ('0.weight' on this rank) is float32 [8, 6] on rank 0 but float32 [9, 6] on rank 1");
     }
   }));
   require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
@@ -48,8 +49,9 @@ TEST_CASE("construction errors: different strides, nothing to synchronise, an un
       DistributedDataParallel ddp(model, borrow(pg));
       e.failures.push_back("different strides were accepted");
     } catch (const Error& ex) {
-      e.expect_contains(ex.what(), "parameter 0 ('w' on this rank) is float32 [8, 6] with strides [6, 1] on rank 0 "
-        "but float32 [8, 6] with strides [1, 8] on rank 1");
+      e.expect_contains(ex.what(),
+                        "parameter 0 ('w' on this rank) is float32 [8, 6] with strides [6, 1] on rank 0 "
+                        "but float32 [8, 6] with strides [1, 8] on rank 1");
     }
   }));
   require_no_failures(run_threads(1, [](ProcessGroup& pg, Expectations& e) {

@@ -4,16 +4,16 @@
 
 #include <fmt/ranges.h>
 
-#include "tinyddp/ddp/distributed.h"
-#include "tinyddp/nn/nn.h"
 #include "tests/comm/comm_test_util.h"
 #include "tests/ddp/ddp_test_util.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/nn/nn.h"
 
 using namespace tinyddp;
 using namespace tinyddp::ddp;
 using comm::ProcessGroup;
-using testing::Expectations;
 using testing::borrow;
+using testing::Expectations;
 using testing::require_no_failures;
 using testing::run_threads;
 
@@ -77,18 +77,20 @@ TEST_CASE("communication hooks: a custom hook with state, fp16 and bf16 compress
     const auto reference = train([](DistributedDataParallel&) {});
     int calls = 0;
     const auto counted = train([&](DistributedDataParallel& ddp) {
-      ddp.register_comm_hook(ddp.process_group_ptr(), [&calls, &e](const std::shared_ptr<ProcessGroup>& state, GradBucket& b) {
-        ++calls;
-        // PyTorch's GradBucket API: the parameters, and their gradients as views of the buffer.
-        const std::vector<Tensor> grads = b.gradients();
-        e.expect_eq(grads.size(), b.parameters().size(), "gradients() against parameters()");
-        e.expect_eq(grads.size(), b.parameter_indices.size(), "gradients() against parameter_indices");
-        for (size_t k = 0; k < grads.size(); ++k) {
-          e.expect_eq(grads[k].sizes(), b.parameters()[k].sizes(), fmt::format("gradient {}'s sizes", k));
-          e.expect(grads[k].shares_storage(b.buffer), fmt::format("gradient {} is not a view of the bucket's buffer", k));
-        }
-        return hooks::allreduce(state)(b);
-      });
+      ddp.register_comm_hook(
+          ddp.process_group_ptr(), [&calls, &e](const std::shared_ptr<ProcessGroup>& state, GradBucket& b) {
+            ++calls;
+            // PyTorch's GradBucket API: the parameters, and their gradients as views of the buffer.
+            const std::vector<Tensor> grads = b.gradients();
+            e.expect_eq(grads.size(), b.parameters().size(), "gradients() against parameters()");
+            e.expect_eq(grads.size(), b.parameter_indices.size(), "gradients() against parameter_indices");
+            for (size_t k = 0; k < grads.size(); ++k) {
+              e.expect_eq(grads[k].sizes(), b.parameters()[k].sizes(), fmt::format("gradient {}'s sizes", k));
+              e.expect(grads[k].shares_storage(b.buffer),
+                       fmt::format("gradient {} is not a view of the bucket's buffer", k));
+            }
+            return hooks::allreduce(state)(b);
+          });
       try {
         ddp.register_comm_hook(hooks::allreduce(ddp.process_group_ptr()));
         e.failures.push_back("a second communication hook was accepted");
@@ -98,10 +100,13 @@ TEST_CASE("communication hooks: a custom hook with state, fp16 and bf16 compress
     });
     e.expect(calls >= 2, fmt::format("the custom hook was called {} time(s), not for every bucket", calls));
     for (size_t i = 0; i < reference.size(); ++i) {
-      e.expect_close(counted[i], reference[i], fmt::format("parameter {} with the custom allreduce hook against the built-in one", i));
+      e.expect_close(counted[i], reference[i],
+                     fmt::format("parameter {} with the custom allreduce hook against the built-in one", i));
     }
-    const auto fp16 = train([](DistributedDataParallel& ddp) { ddp.register_comm_hook(hooks::fp16_compress(ddp.process_group_ptr())); });
-    const auto bf16 = train([](DistributedDataParallel& ddp) { ddp.register_comm_hook(hooks::bf16_compress(ddp.process_group_ptr())); });
+    const auto fp16 = train(
+        [](DistributedDataParallel& ddp) { ddp.register_comm_hook(hooks::fp16_compress(ddp.process_group_ptr())); });
+    const auto bf16 = train(
+        [](DistributedDataParallel& ddp) { ddp.register_comm_hook(hooks::bf16_compress(ddp.process_group_ptr())); });
     bool bf16_differs = false;  // bf16's rounding must show somewhere: proof the hook ran
     for (size_t i = 0; i < reference.size(); ++i) {
       e.expect_close(fp16[i], reference[i], fmt::format("fp16 hook: parameter {} against float32", i), 1e-3, 1e-3);

@@ -4,16 +4,16 @@
 
 #include <fmt/ranges.h>
 
-#include "tinyddp/ddp/distributed.h"
-#include "tinyddp/nn/nn.h"
 #include "tests/comm/comm_test_util.h"
 #include "tests/ddp/ddp_test_util.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/nn/nn.h"
 
 using namespace tinyddp;
 using namespace tinyddp::ddp;
 using comm::ProcessGroup;
-using testing::Expectations;
 using testing::borrow;
+using testing::Expectations;
 using testing::require_no_failures;
 using testing::run_threads;
 
@@ -40,7 +40,8 @@ TEST_CASE("join: rank r has 5 + r inputs; every rank finishes with the same mode
         std::vector<Tensor> all;
         for (int r = 0; r < pg.size(); ++r) all.push_back(tensor::zeros_like(p));
         pg.allgather(all, p)->wait();
-        for (int r = 1; r < pg.size(); ++r) e.expect_close(all[r], all[0], fmt::format("rank {}'s parameter against rank 0's", r));
+        for (int r = 1; r < pg.size(); ++r)
+          e.expect_close(all[r], all[0], fmt::format("rank {}'s parameter against rank 0's", r));
       }
       // DDP keeps working after a join.
       nn::mse_loss(ddp(tensor::ones({2, 6})), tensor::zeros({2, 3})).backward();
@@ -57,7 +58,8 @@ TEST_CASE("join with throw_on_early_termination fails on every rank", "[ddp][joi
     try {
       ddp.join(
           [&] {
-            for (int k = 0; k < 2 + 3 * pg.rank(); ++k) nn::mse_loss(ddp(tensor::ones({2, 6})), tensor::zeros({2, 3})).backward();
+            for (int k = 0; k < 2 + 3 * pg.rank(); ++k)
+              nn::mse_loss(ddp(tensor::ones({2, 6})), tensor::zeros({2, 3})).backward();
           },
           options);
       e.failures.push_back("no error with uneven inputs");

@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/comm/comm_test_util.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/nn/nn.h"
-#include "tests/comm/comm_test_util.h"
 
 using namespace tinyddp;
 using json = nlohmann::json;
@@ -60,8 +60,8 @@ void compare(const json& expected, const nn::Module& model, const std::string& w
     const std::vector<float> param = p.detach().contiguous().to_vector<float>();
     const std::vector<float> want_param = want["param"].get<std::vector<float>>();
     for (size_t i = 0; i < param.size(); ++i) {
-      e.expect(std::fabs(param[i] - want_param[i]) < 1e-6, fmt::format("{}: {}[{}] = {}, PyTorch {}", where, name, i, param[i],
-                                                                    want_param[i]));
+      e.expect(std::fabs(param[i] - want_param[i]) < 1e-6,
+               fmt::format("{}: {}[{}] = {}, PyTorch {}", where, name, i, param[i], want_param[i]));
     }
     if (want["grad"].is_null()) {
       e.expect(!p.grad().defined(), fmt::format("{}: {}.grad is defined, PyTorch's is None", where, name));
@@ -86,7 +86,8 @@ TEST_CASE("DDP: a model with two inputs, two outputs and a branch unused on some
           "[ddp][multi_io][fixture]") {
   const json& ref = reference();
   const int64_t batch = ref["batch"].get<int64_t>();
-  const std::vector<std::string> failures = testing::run_threads(ref["world"].get<int>(), [&](comm::ProcessGroup& pg, Expectations& e) {
+  const std::vector<std::string> failures = testing::run_threads(ref["world"].get<int>(), [&](comm::ProcessGroup& pg,
+                                                                                              Expectations& e) {
     const int rank = pg.rank();
     const json& mine = ref["ranks"][rank];
     auto model = std::make_shared<TwoInTwoOut>();
@@ -107,11 +108,13 @@ TEST_CASE("DDP: a model with two inputs, two outputs and a branch unused on some
       // model(x, z) calls forward_many: DDP forwards both inputs and searches from both outputs.
       const std::vector<Tensor> out = (*ddp_model)(from_json(b[0], {batch, 4}), from_json(b[1], {batch, 3}));
       e.expect(out.size() == 2, "two outputs");
-      const Tensor loss = nn::mse_loss(out[0], from_json(b[2], {batch, 2})) + nn::mse_loss(out[1], from_json(b[3], {batch, 2}));
+      const Tensor loss =
+          nn::mse_loss(out[0], from_json(b[2], {batch, 2})) + nn::mse_loss(out[1], from_json(b[3], {batch, 2}));
       loss.backward();
       const json& after_backward = mine["records"][record++];
       e.expect(std::fabs(loss.item<double>() - after_backward["loss"].get<double>()) < 1e-6,
-               fmt::format("rank {} step {}: loss {}, PyTorch {}", rank, step, loss.item<double>(), after_backward["loss"].get<double>()));
+               fmt::format("rank {} step {}: loss {}, PyTorch {}", rank, step, loss.item<double>(),
+                           after_backward["loss"].get<double>()));
       compare(after_backward["state"], *model, fmt::format("rank {} step {} after backward", rank, step), e);
       optimizer.step();
       compare(mine["records"][record++]["state"], *model, fmt::format("rank {} step {} after the step", rank, step), e);

@@ -9,20 +9,20 @@
 #include <cmath>
 #include <thread>
 
-#include "tinyddp/ddp/distributed.h"
-#include "tinyddp/nn/nn.h"
 #include "tests/comm/comm_test_util.h"
 #include "tests/ddp/ddp_test_util.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/nn/nn.h"
 
 using namespace tinyddp;
 using namespace tinyddp::ddp;
+using Catch::Contains;
 using comm::ProcessGroup;
-using testing::Expectations;
 using testing::borrow;
+using testing::Expectations;
 using testing::require_no_failures;
 using testing::run_threads;
 using testing::seeded_mlp;
-using Catch::Contains;
 
 namespace {
 
@@ -70,9 +70,8 @@ TEST_CASE("PowerSGD: exact when the averaged gradient has rank <= the approximat
 
 TEST_CASE("PowerSGD: with error feedback the applied updates add up to the true gradients", "[ddp][powersgd]") {
   // The same batch every iteration and no optimizer step: the true averaged gradient G (of
-  // rank <= 6: 3 samples per rank) is fixed. Rank 2 approximations of G + error are applied; with error feedback the mean of
-  // the applied updates tends to G (their sum is off by the bounded error only), without it
-  // it stays off.
+  // rank <= 6: 3 samples per rank) is fixed. Rank 2 approximations of G + error are applied; with error feedback the
+  // mean of the applied updates tends to G (their sum is off by the bounded error only), without it it stays off.
   for (bool feedback : {true, false}) {
     INFO("error feedback " << feedback);
     require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) {
@@ -82,7 +81,8 @@ TEST_CASE("PowerSGD: with error feedback the applied updates add up to the true 
       DistributedDataParallel plain(plain_model, borrow(pg));
       auto state = std::make_shared<PowerSGDState>(
           borrow(pg),
-          PowerSGDOptions().matrix_approximation_rank(2).start_powerSGD_iter(2).use_error_feedback(feedback).warm_start(feedback));
+          PowerSGDOptions().matrix_approximation_rank(2).start_powerSGD_iter(2).use_error_feedback(feedback).warm_start(
+              feedback));
       ddp.register_comm_hook(powersgd_hook(state));
       tensor::Generator data(60 + pg.rank());
       const Tensor x = tensor::randn({3, 24}, {}, &data), y = tensor::randn({3, 20}, {}, &data);
@@ -94,10 +94,13 @@ TEST_CASE("PowerSGD: with error feedback the applied updates add up to the true 
         relative.push_back(norm(tensor::sub(tensor::div(sum, static_cast<double>(it)), truth)) / norm(truth));
       }
       if (feedback) {
-        e.expect(relative.back() < 0.05, fmt::format("mean of 100 applied updates is off by {} of the gradient", relative.back()));
-        e.expect(relative.back() < relative[9] / 3, fmt::format("no convergence: {} then {}", relative[9], relative.back()));
+        e.expect(relative.back() < 0.05,
+                 fmt::format("mean of 100 applied updates is off by {} of the gradient", relative.back()));
+        e.expect(relative.back() < relative[9] / 3,
+                 fmt::format("no convergence: {} then {}", relative[9], relative.back()));
       } else {
-        e.expect(relative.back() > 0.2, fmt::format("without error feedback the mean should stay off, got {}", relative.back()));
+        e.expect(relative.back() > 0.2,
+                 fmt::format("without error feedback the mean should stay off, got {}", relative.back()));
       }
     }));
   }
@@ -144,7 +147,8 @@ TEST_CASE("PowerSGD: training matches plain allreduce within a margin, identical
   for (size_t k = 0; k < finals[0].size(); ++k) CHECK(tensor::equal(finals[0][k], finals[1][k]));
 }
 
-TEST_CASE("PowerSGD: the hook's future can be waited for twice; it runs each collective once", "[ddp][powersgd][future]") {
+TEST_CASE("PowerSGD: the hook's future can be waited for twice; it runs each collective once",
+          "[ddp][powersgd][future]") {
   for (bool batched : {false, true}) {
     INFO("batched " << batched);
     require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) {
@@ -176,7 +180,8 @@ TEST_CASE("PowerSGD timeline: the P and Q allreduces are issued while backward s
     auto recording = std::make_shared<testing::RecordingGroup>(borrow(pg));
     auto model = seeded_mlp(5, {64, 64, 64, 64});
     DistributedDataParallel ddp(model, recording, DDPOptions().bucket_cap_mb(1e-6).first_bucket_cap_mb(1e-6));
-    ddp.register_comm_hook(powersgd_hook(std::make_shared<PowerSGDState>(recording, PowerSGDOptions().start_powerSGD_iter(2))));
+    ddp.register_comm_hook(
+        powersgd_hook(std::make_shared<PowerSGDState>(recording, PowerSGDOptions().start_powerSGD_iter(2))));
     const std::vector<Tensor> params = model->parameters();
     size_t arrived = 0;
     std::chrono::steady_clock::time_point backward_end;
@@ -203,7 +208,8 @@ TEST_CASE("PowerSGD timeline: the P and Q allreduces are issued while backward s
       ++allreduces;
       if (calls[k].at < backward_end) ++issued_in_backward;
     }
-    e.expect(allreduces == 3 * params.size(), fmt::format("{} allreduces in the step, want {}", allreduces, 3 * params.size()));
+    e.expect(allreduces == 3 * params.size(),
+             fmt::format("{} allreduces in the step, want {}", allreduces, 3 * params.size()));
     e.expect(issued_in_backward == allreduces,
              fmt::format("only {} of {} allreduces were issued before backward ended", issued_in_backward, allreduces));
     for (auto& h : handles) h.remove();
@@ -221,9 +227,11 @@ TEST_CASE("PowerSGD: bad options are refused with the reason", "[ddp][powersgd][
       return "(no error)";
     };
     e.expect(message(PowerSGDOptions().matrix_approximation_rank(0)).find("at least 1") != std::string::npos, "rank 0");
-    e.expect(message(PowerSGDOptions().start_powerSGD_iter(1)).find("must be > 1 with error feedback") != std::string::npos,
-             "start 1");
-    e.expect(message(PowerSGDOptions().start_powerSGD_iter(0).use_error_feedback(false).warm_start(false)) == "(no error)",
-             "start 0 without state");
+    e.expect(
+        message(PowerSGDOptions().start_powerSGD_iter(1)).find("must be > 1 with error feedback") != std::string::npos,
+        "start 1");
+    e.expect(
+        message(PowerSGDOptions().start_powerSGD_iter(0).use_error_feedback(false).warm_start(false)) == "(no error)",
+        "start 0 without state");
   }));
 }

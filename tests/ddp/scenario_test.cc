@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/comm/comm_test_util.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/nn/nn.h"
-#include "tests/comm/comm_test_util.h"
 
 using namespace tinyddp;
 using namespace tinyddp::ddp;
@@ -98,7 +98,8 @@ class Runner {
         .static_graph(o.value("static_graph", false))
         .broadcast_buffers(o.value("broadcast_buffers", true))
         .params_and_buffers_to_ignore(scenario.value("ignore", std::vector<std::string>{}));
-    ddp_ = std::make_unique<DistributedDataParallel>(net_, std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {}), options);
+    ddp_ = std::make_unique<DistributedDataParallel>(net_, std::shared_ptr<ProcessGroup>(&pg, [](ProcessGroup*) {}),
+                                                     options);
     const std::string hook = scenario.value("hook", "");
     if (hook == "allreduce") ddp_->register_comm_hook(hooks::allreduce(ddp_->process_group_ptr()));
     if (hook == "fp16") ddp_->register_comm_hook(hooks::fp16_compress(ddp_->process_group_ptr()));
@@ -163,7 +164,8 @@ class Runner {
         expect_close(p.grad(), g, where + ", gradient of " + name);
       }
     }
-    for (const auto& [name, b] : net_->named_buffers()) expect_close(b, expected["buffers"][name], where + ", buffer " + name);
+    for (const auto& [name, b] : net_->named_buffers())
+      expect_close(b, expected["buffers"][name], where + ", buffer " + name);
   }
   void expect_close(const Tensor& actual, const json& expected, const std::string& what) {
     const std::vector<float> mine = actual.contiguous().to_vector<float>();
@@ -215,7 +217,7 @@ TEST_CASE("the fixture was written by PyTorch's DDP and holds every scenario", "
   CHECK(f["scenarios"].size() >= 26);
 }
 
-#define DDP_SCENARIO(name, description)                                             \
+#define DDP_SCENARIO(name, description) \
   TEST_CASE("PyTorch scenario " name ": " description, "[ddp][pytorch]") { run_scenario(name); }
 
 DDP_SCENARIO("plain", "2 ranks train as PyTorch's DDP")
@@ -226,7 +228,8 @@ DDP_SCENARIO("find_unused_rank_dependent", "each rank uses other heads")
 DDP_SCENARIO("unused_with_no_sync", "a head used only under no_sync keeps its accumulated gradient (item 1a)")
 DDP_SCENARIO("unused_with_no_sync_bucket_view", "the same with gradient_as_bucket_view")
 DDP_SCENARIO("stale_grad_accumulation", "no zero_grad: an unused parameter's stale .grad is reduced (item 1c)")
-DDP_SCENARIO("stale_grad_accumulation_bucket_view", "the same as bucket views: a globally unused .grad survives (item 1b)")
+DDP_SCENARIO("stale_grad_accumulation_bucket_view",
+             "the same as bucket views: a globally unused .grad survives (item 1b)")
 DDP_SCENARIO("second_backward", "a second backward on one rank only accumulates locally (item 2)")
 DDP_SCENARIO("second_backward_find_unused", "the same with find_unused_parameters")
 DDP_SCENARIO("eval_mode_backward", "a backward in eval mode synchronises like any other (item 2)")

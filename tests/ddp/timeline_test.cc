@@ -9,19 +9,19 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/comm/comm_test_util.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/ddp/timeline.h"
 #include "tinyddp/nn/nn.h"
-#include "tests/comm/comm_test_util.h"
 
 using namespace tinyddp;
 using namespace tinyddp::ddp;
+using Catch::Contains;
 using comm::ProcessGroup;
-using testing::Expectations;
 using testing::borrow;
+using testing::Expectations;
 using testing::require_no_failures;
 using testing::run_threads;
-using Catch::Contains;
 using json = nlohmann::json;
 
 namespace {
@@ -57,7 +57,8 @@ TEST_CASE("Timeline: microseconds since the aligned origin, a row per bucket, th
   const json trace = json::parse(timeline.json(3));
   CHECK(trace["otherData"]["rank"] == 3);
   CHECK(trace["otherData"]["clock"].get<std::string>().rfind("aligned", 0) == 0);
-  CHECK(row_names(trace) == std::map<int, std::string>{{0, "compute"}, {1, "bucket 0 allreduce"}, {2, "bucket 1 allreduce"}});
+  CHECK(row_names(trace) ==
+        std::map<int, std::string>{{0, "compute"}, {1, "bucket 0 allreduce"}, {2, "bucket 1 allreduce"}});
   const json* forward = find_event(trace, "forward");
   REQUIRE(forward != nullptr);
   CHECK((*forward)["ts"].get<double>() == Approx(1000));
@@ -73,7 +74,8 @@ TEST_CASE("Timeline: microseconds since the aligned origin, a row per bucket, th
   const json* launched = find_event(trace, "bucket 1 launched");
   REQUIRE(launched != nullptr);
   CHECK((*launched)["ph"] == "i");
-  CHECK_THROWS_WITH(timeline.write("/nonexistent-dir/trace.json", 0), Contains("cannot write /nonexistent-dir/trace.json"));
+  CHECK_THROWS_WITH(timeline.write("/nonexistent-dir/trace.json", 0),
+                    Contains("cannot write /nonexistent-dir/trace.json"));
 }
 
 TEST_CASE("runtime statistics and the Chrome-trace timeline", "[ddp][stats][timeline]") {
@@ -95,14 +97,16 @@ TEST_CASE("runtime statistics and the Chrome-trace timeline", "[ddp][stats][time
       e.expect(s.last_backward_compute_us > 0 && s.avg_backward_compute_us > 0, "backward compute time");
       e.expect(s.last_forward_compute_us > 0, "forward time");
       e.expect(s.last_backward_comm_us > 0, "communication time");
-      e.expect(s.last_overlap_us >= 0 && s.last_overlap_us <= s.last_backward_comm_us, "overlap within communication time");
+      e.expect(s.last_overlap_us >= 0 && s.last_overlap_us <= s.last_backward_comm_us,
+               "overlap within communication time");
     }  // destruction writes the trace
     std::ifstream in(prefix + ".rank" + std::to_string(pg.rank()) + ".json");
     e.expect(in.good(), "no timeline file");
     std::stringstream text;
     text << in.rdbuf();
     const std::string json = text.str();
-    for (const char* needle : {"\"traceEvents\"", "allreduce bucket 0", "grad ready: 2.weight", "finalize", "forward"}) {
+    for (const char* needle :
+         {"\"traceEvents\"", "allreduce bucket 0", "grad ready: 2.weight", "finalize", "forward"}) {
       e.expect(json.find(needle) != std::string::npos, std::string("timeline lacks ") + needle);
     }
   }));
@@ -115,9 +119,11 @@ TEST_CASE("DDP's timelines of 2 ranks share one clock: a bucket's allreduce neve
   constexpr int kIterations = 4;
   require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) {
     auto model = nn::mlp({16, 64, 64, 4});
-    DistributedDataParallel ddp(model, borrow(pg), DDPOptions().first_bucket_cap_mb(1e-3).bucket_cap_mb(1e-3).timeline(dir + "/aligned"));
+    DistributedDataParallel ddp(model, borrow(pg),
+                                DDPOptions().first_bucket_cap_mb(1e-3).bucket_cap_mb(1e-3).timeline(dir + "/aligned"));
     for (int it = 0; it < kIterations; ++it) nn::mse_loss(ddp(tensor::ones({8, 16})), tensor::zeros({8, 4})).backward();
-    e.expect(ddp.stats().bucket_bytes.size() >= 3, fmt::format("expected several buckets, got {}", ddp.stats().bucket_bytes));
+    e.expect(ddp.stats().bucket_bytes.size() >= 3,
+             fmt::format("expected several buckets, got {}", ddp.stats().bucket_bytes));
     traces[pg.rank()] = json::parse(ddp.reducer().recorder().timeline().json(pg.rank()));
   }));
   // (iteration, bucket) -> [launch, end] of the allreduce span, per rank.

@@ -5,19 +5,19 @@
 
 #include <fmt/ranges.h>
 
-#include "tinyddp/ddp/distributed.h"
-#include "tinyddp/nn/nn.h"
 #include "tests/comm/comm_test_util.h"
 #include "tests/ddp/ddp_test_util.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/nn/nn.h"
 
 using namespace tinyddp;
 using namespace tinyddp::ddp;
 using comm::ProcessGroup;
-using testing::Expectations;
 using testing::borrow;
+using testing::Expectations;
+using testing::RecordingGroup;
 using testing::require_no_failures;
 using testing::run_threads;
-using testing::RecordingGroup;
 using testing::TwoHeads;
 
 TEST_CASE("find_unused_parameters: different subgraphs per rank and iteration", "[ddp][unused]") {
@@ -46,7 +46,8 @@ TEST_CASE("find_unused_parameters: different subgraphs per rank and iteration", 
   }));
 }
 
-TEST_CASE("without find_unused_parameters, a parameter without gradient is a clear error naming it", "[ddp][unused][errors]") {
+TEST_CASE("without find_unused_parameters, a parameter without gradient is a clear error naming it",
+          "[ddp][unused][errors]") {
   require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
     tensor::manual_seed(3);
     auto model = std::make_shared<TwoHeads>();
@@ -61,7 +62,8 @@ TEST_CASE("without find_unused_parameters, a parameter without gradient is a cle
         e.failures.push_back("forward after an incomplete reduction did not fail");
       } catch (const Error& ex) {
         const std::string m = ex.what();
-        e.expect_contains(m, "without gradients for parameter(s) [b.weight, b.bias, never.weight, never.bias]", "message does not name the parameters");
+        e.expect_contains(m, "without gradients for parameter(s) [b.weight, b.bias, never.weight, never.bias]",
+                          "message does not name the parameters");
         e.expect_contains(m, "find_unused_parameters = true", "message does not suggest the fix");
       }
     }
@@ -94,7 +96,8 @@ TEST_CASE("static_graph: unused parameters found once, results as with find_unus
       results.push_back(params);
     }
     for (size_t i = 0; i < results[0].size(); ++i) {
-      e.expect_close(results[1][i], results[0][i], fmt::format("parameter {} with static_graph against find_unused_parameters", i));
+      e.expect_close(results[1][i], results[0][i],
+                     fmt::format("parameter {} with static_graph against find_unused_parameters", i));
     }
   }));
 }
@@ -123,7 +126,8 @@ TEST_CASE("static_graph: the used-parameter map is allreduced in the first itera
   }));
 }
 
-TEST_CASE("static_graph: a graph that changes after the first iteration is a clear error", "[ddp][static_graph][errors]") {
+TEST_CASE("static_graph: a graph that changes after the first iteration is a clear error",
+          "[ddp][static_graph][errors]") {
   // A parameter unused in the first iteration that gets a gradient later.
   require_no_failures(run_threads(2, [](ProcessGroup& pg, Expectations& e) {
     tensor::manual_seed(4);

@@ -10,20 +10,20 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tinyddp/ddp/distributed.h"
-#include "tinyddp/nn/nn.h"
 #include "tests/comm/comm_test_util.h"
 #include "tests/ddp/ddp_test_util.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/nn/nn.h"
 
 using namespace tinyddp;
 using namespace tinyddp::ddp;
+using Catch::Contains;
 using comm::ProcessGroup;
-using testing::Expectations;
 using testing::borrow;
+using testing::Expectations;
 using testing::require_no_failures;
 using testing::run_threads;
 using testing::seeded_mlp;
-using Catch::Contains;
 
 namespace {
 
@@ -93,11 +93,12 @@ std::vector<Tensor> train(ProcessGroup& pg, Kind kind, bool zero, ZeroOptions ze
   } else {
     ddp.join(loop);
   }
-  if (state_bytes != nullptr) *state_bytes = zero ? zero_opt->local_state_bytes() : [&] {
-    int64_t bytes = 0;
-    for (const auto& [name, t] : plain_opt->state_dict()) bytes += static_cast<int64_t>(t.nbytes());
-    return bytes;
-  }();
+  if (state_bytes != nullptr)
+    *state_bytes = zero ? zero_opt->local_state_bytes() : [&] {
+      int64_t bytes = 0;
+      for (const auto& [name, t] : plain_opt->state_dict()) bytes += static_cast<int64_t>(t.nbytes());
+      return bytes;
+    }();
   return snapshot(model->parameters());
 }
 
@@ -132,7 +133,8 @@ TEST_CASE("ZeRO + DDP gives DDP's parameters with the plain optimizer (2 and 3 r
           const double gap = max_difference(reference, sharded);
           e.expect(gap < 1e-6, fmt::format("rank {}: largest difference {}", pg.rank(), gap));
           // Each rank holds the state of its shard only: about 1/W of the whole.
-          e.expect(zero_bytes < plain_bytes * 0.75, fmt::format("rank {}: {} of {} state bytes", pg.rank(), zero_bytes, plain_bytes));
+          e.expect(zero_bytes < plain_bytes * 0.75,
+                   fmt::format("rank {}: {} of {} state bytes", pg.rank(), zero_bytes, plain_bytes));
         }));
       }
     }
@@ -176,7 +178,8 @@ TEST_CASE("ZeRO: consolidate_state_dict on one rank, loaded by a plain optimizer
       zero.state_dict();
       e.failures.push_back("state_dict before consolidate_state_dict did not throw");
     } catch (const Error& ex) {
-      e.expect(std::string(ex.what()).find("call consolidate_state_dict(to) on every rank first") != std::string::npos, ex.what());
+      e.expect(std::string(ex.what()).find("call consolidate_state_dict(to) on every rank first") != std::string::npos,
+               ex.what());
     }
     zero.consolidate_state_dict(1);
     if (pg.rank() != 1) {
@@ -202,7 +205,8 @@ TEST_CASE("ZeRO: consolidate_state_dict on one rank, loaded by a plain optimizer
       DistributedDataParallel ddp(model, borrow(pg));
       std::unique_ptr<nn::Optimizer> opt;
       if (zero) {
-        opt = std::make_unique<ZeroRedundancyOptimizer>(model->parameters(), optimizer_class<nn::Adam>(nn::AdamOptions(0.02)), borrow(pg));
+        opt = std::make_unique<ZeroRedundancyOptimizer>(model->parameters(),
+                                                        optimizer_class<nn::Adam>(nn::AdamOptions(0.02)), borrow(pg));
       } else {
         opt = std::make_unique<nn::Adam>(model->parameters(), nn::AdamOptions(0.02));
       }
@@ -232,20 +236,35 @@ TEST_CASE("ZeRO: bad parameters and states get clear errors", "[ddp][zero][error
     };
     const Tensor a = tensor::zeros({3}).requires_grad_();
     const auto sgd = optimizer_class<nn::SGD>(nn::SGDOptions(0.1));
-    e.expect(error_of([&] { ZeroRedundancyOptimizer({a, a}, sgd, borrow(pg)); }).find("parameter 1 is given twice") != std::string::npos, "twice");
-    e.expect(error_of([&] { ZeroRedundancyOptimizer({}, sgd, borrow(pg)); }).find("no parameters") != std::string::npos, "empty");
+    e.expect(error_of([&] {
+               ZeroRedundancyOptimizer({a, a}, sgd, borrow(pg));
+             }).find("parameter 1 is given twice") != std::string::npos,
+             "twice");
+    e.expect(error_of([&] { ZeroRedundancyOptimizer({}, sgd, borrow(pg)); }).find("no parameters") != std::string::npos,
+             "empty");
     ZeroOptions bucket_view;
     bucket_view.parameters_as_bucket_view(true);
     const Tensor b = tensor::zeros({3}, tensor::kFloat64).requires_grad_();
-    e.expect(error_of([&] { ZeroRedundancyOptimizer({a, b}, sgd, borrow(pg), bucket_view); }).find("needs one dtype") != std::string::npos, "dtypes");
-    ZeroRedundancyOptimizer zero({a, tensor::zeros({2, 2}).requires_grad_()}, optimizer_class<nn::Adam>(nn::AdamOptions()), borrow(pg));
+    e.expect(error_of([&] {
+               ZeroRedundancyOptimizer({a, b}, sgd, borrow(pg), bucket_view);
+             }).find("needs one dtype") != std::string::npos,
+             "dtypes");
+    ZeroRedundancyOptimizer zero({a, tensor::zeros({2, 2}).requires_grad_()},
+                                 optimizer_class<nn::Adam>(nn::AdamOptions()), borrow(pg));
     nn::OrderedDict<Tensor> bad;
     bad.insert("state.7.exp_avg", tensor::zeros({3}));
-    e.expect(error_of([&] { zero.load_state_dict(bad); }).find("refers to parameter 7 but there are only 2") != std::string::npos, "index");
+    e.expect(error_of([&] { zero.load_state_dict(bad); }).find("refers to parameter 7 but there are only 2") !=
+                 std::string::npos,
+             "index");
     nn::OrderedDict<Tensor> shape;
     shape.insert("state.1.exp_avg", tensor::zeros({3}));
-    e.expect(error_of([&] { zero.load_state_dict(shape); }).find("'state.1.exp_avg' has shape [3] but parameter 1 has shape [2, 2]") != std::string::npos, "shape");
-    e.expect(error_of([&] { zero.consolidate_state_dict(5); }).find("rank 5 is not in a world of 2") != std::string::npos, "to");
+    e.expect(error_of([&] {
+               zero.load_state_dict(shape);
+             }).find("'state.1.exp_avg' has shape [3] but parameter 1 has shape [2, 2]") != std::string::npos,
+             "shape");
+    e.expect(
+        error_of([&] { zero.consolidate_state_dict(5); }).find("rank 5 is not in a world of 2") != std::string::npos,
+        "to");
   }));
 }
 
@@ -292,13 +311,15 @@ TEST_CASE("ZeRO + DDP reproduces PyTorch's ZeroRedundancyOptimizer (Adam; SGD wi
         for (size_t i = 0; i < params.size(); ++i) {
           const std::vector<float> want = scenario["steps"][pg.rank()][step][i];
           const double gap = max_difference({params[i].detach().reshape({-1})}, {tensor::from_vector(want)});
-          e.expect(gap < 1e-6, fmt::format("rank {} step {} parameter {}: differs from PyTorch by {}", pg.rank(), step, i, gap));
+          e.expect(gap < 1e-6,
+                   fmt::format("rank {} step {} parameter {}: differs from PyTorch by {}", pg.rank(), step, i, gap));
         }
       }
       zero.consolidate_state_dict(0);
       if (pg.rank() != 0) return;
       const auto state = zero.state_dict();
-      e.expect(state.size() == scenario["state"].size(), fmt::format("{} state tensors, PyTorch has {}", state.size(), scenario["state"].size()));
+      e.expect(state.size() == scenario["state"].size(),
+               fmt::format("{} state tensors, PyTorch has {}", state.size(), scenario["state"].size()));
       for (const auto& [key, values] : scenario["state"].items()) {
         if (!state.contains(key)) {
           e.failures.push_back("no state " + key);
@@ -313,12 +334,14 @@ TEST_CASE("ZeRO + DDP reproduces PyTorch's ZeroRedundancyOptimizer (Adam; SGD wi
   }
 }
 
-TEST_CASE("ZeRO overlap_with_ddp: the step runs in DDP's hook (after the last bucket, or interleaved); after two "
-          "iterations without updates it trains as DDP with the plain optimizer",
-          "[ddp][zero][overlap]") {
+TEST_CASE(
+    "ZeRO overlap_with_ddp: the step runs in DDP's hook (after the last bucket, or interleaved); after two "
+    "iterations without updates it trains as DDP with the plain optimizer",
+    "[ddp][zero][overlap]") {
   for (int world : {2, 3}) {
     for (Kind kind : {Kind::kSGD, Kind::kAdam}) {
-      for (const auto& [static_graph, interleaved] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
+      for (const auto& [static_graph, interleaved] :
+           {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
         INFO("world " << world << ", " << kind_name(kind) << ", static_graph " << static_graph << ", interleaved "
                       << interleaved);
         // With static_graph DDP rebuilds its buckets one iteration later: three iterations
@@ -330,16 +353,18 @@ TEST_CASE("ZeRO overlap_with_ddp: the step runs in DDP's hook (after the last bu
           for (bool overlap : {false, true}) {
             auto model = seeded_mlp(12, {6, 16, 12, 3});
             const std::vector<Tensor> initial = snapshot(model->parameters());
-            DistributedDataParallel ddp(model, borrow(pg),
-                                        DDPOptions().first_bucket_cap_mb(1e-3).bucket_cap_mb(1e-3).static_graph(static_graph));
+            DistributedDataParallel ddp(
+                model, borrow(pg),
+                DDPOptions().first_bucket_cap_mb(1e-3).bucket_cap_mb(1e-3).static_graph(static_graph));
             std::unique_ptr<nn::Optimizer> plain_opt;
             std::unique_ptr<ZeroRedundancyOptimizer> zero;
             if (overlap) {
               ZeroOptions options;
               options.overlap_with_ddp(true);
               zero = std::make_unique<ZeroRedundancyOptimizer>(model->parameters(), factory(kind), borrow(pg), options);
-              ddp.register_comm_hook(interleaved ? hook_with_zero_step_interleaved(hooks::allreduce(borrow(pg)), ddp, *zero)
-                                                 : hook_with_zero_step(hooks::allreduce(borrow(pg)), ddp, *zero));
+              ddp.register_comm_hook(interleaved
+                                         ? hook_with_zero_step_interleaved(hooks::allreduce(borrow(pg)), ddp, *zero)
+                                         : hook_with_zero_step(hooks::allreduce(borrow(pg)), ddp, *zero));
             } else {
               plain_opt = plain(kind, model->parameters());
             }
@@ -349,7 +374,8 @@ TEST_CASE("ZeRO overlap_with_ddp: the step runs in DDP's hook (after the last bu
               nn::mse_loss(ddp(tensor::randn({4, 6}, {}, &data)), tensor::randn({4, 3}, {}, &data)).backward();
               if (plain_opt && k >= idle) plain_opt->step();  // the reference skips the same iterations
               if (overlap && k + 1 == idle) {
-                e.expect(max_difference(initial, snapshot(model->parameters())) == 0, "parameters moved before the partition was known");
+                e.expect(max_difference(initial, snapshot(model->parameters())) == 0,
+                         "parameters moved before the partition was known");
               }
             }
             if (overlap) {
@@ -359,7 +385,8 @@ TEST_CASE("ZeRO overlap_with_ddp: the step runs in DDP's hook (after the last bu
             results.push_back(snapshot(model->parameters()));
           }
           const double gap = max_difference(results[0], results[1]);
-          e.expect(gap < 1e-6, fmt::format("rank {}: overlap differs from DDP + plain optimizer by {}", pg.rank(), gap));
+          e.expect(gap < 1e-6,
+                   fmt::format("rank {}: overlap differs from DDP + plain optimizer by {}", pg.rank(), gap));
         }));
       }
     }
@@ -379,14 +406,25 @@ TEST_CASE("ZeRO overlap_with_ddp: misuse gets clear errors", "[ddp][zero][overla
       return "(no error)";
     };
     ZeroRedundancyOptimizer plain(model->parameters(), optimizer_class<nn::SGD>(nn::SGDOptions(0.1)), borrow(pg));
-    e.expect(message([&] { hook_with_zero_step(hooks::allreduce(borrow(pg)), ddp, plain); }).find("overlap_with_ddp = true") != std::string::npos, "plain zero");
+    e.expect(message([&] {
+               hook_with_zero_step(hooks::allreduce(borrow(pg)), ddp, plain);
+             }).find("overlap_with_ddp = true") != std::string::npos,
+             "plain zero");
     ZeroOptions options;
     options.overlap_with_ddp(true);
-    ZeroRedundancyOptimizer zero(model->parameters(), optimizer_class<nn::SGD>(nn::SGDOptions(0.1)), borrow(pg), options);
-    e.expect(message([&] { zero.consolidate_state_dict(0); }).find("after two iterations") != std::string::npos, "early consolidate");
-    e.expect(message([&] { Join::run({&ddp, &zero}, [] {}); }).find("Join with overlap_with_ddp is not supported") != std::string::npos, "join");
+    ZeroRedundancyOptimizer zero(model->parameters(), optimizer_class<nn::SGD>(nn::SGDOptions(0.1)), borrow(pg),
+                                 options);
+    e.expect(message([&] { zero.consolidate_state_dict(0); }).find("after two iterations") != std::string::npos,
+             "early consolidate");
+    e.expect(message([&] {
+               Join::run({&ddp, &zero}, [] {});
+             }).find("Join with overlap_with_ddp is not supported") != std::string::npos,
+             "join");
     options.parameters_as_bucket_view(true);
-    e.expect(message([&] { ZeroRedundancyOptimizer({model->parameters()}, optimizer_class<nn::SGD>(nn::SGDOptions(0.1)), borrow(pg), options); })
-                 .find("cannot be combined") != std::string::npos, "bucket view");
+    e.expect(message([&] {
+               ZeroRedundancyOptimizer({model->parameters()}, optimizer_class<nn::SGD>(nn::SGDOptions(0.1)), borrow(pg),
+                                       options);
+             }).find("cannot be combined") != std::string::npos,
+             "bucket view");
   }));
 }

@@ -3,9 +3,9 @@
 // must still hold the name (its last part, as a whole word); when code moves, run
 // `python3 scripts/update_doc_links.py` to move the numbers. Pictures the pages show, the files
 // their plain links point at, and the files that comments in the code name must exist.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <algorithm>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -104,8 +104,8 @@ TEST_CASE("docs: every plain link to a file of the project points at one that ex
       if (target.find("://") != std::string::npos || target.rfind("mailto:", 0) == 0) continue;
       const fs::path file = (page.parent_path() / target).lexically_normal();
       // Only the packages this test has as data can be checked (not scripts/, tests/, bench/).
-      static const std::vector<std::string> checked_roots = {"autograd", "comm", "ddp", "docs", "examples",
-                                                             "launcher", "nn", "tensor"};
+      static const std::vector<std::string> checked_roots = {"autograd", "comm",     "ddp", "docs",
+                                                             "examples", "launcher", "nn",  "tensor"};
       const std::string root = file.begin() == file.end() ? "" : file.begin()->string();
       if (std::find(checked_roots.begin(), checked_roots.end(), root) == checked_roots.end()) continue;
       if (file.extension().empty()) continue;  // a directory
@@ -151,7 +151,8 @@ TEST_CASE("docs: the files that comments in the code name exist", "[docs]") {
         if (!in_checked_package && fs::exists((source.parent_path() / path).lexically_normal()) == false) continue;
         ++checked;
         INFO(source.string() << ":" << n + 1 << " names " << name);
-        CHECK((basenames.count(name) > 0 || fs::exists(path) || fs::exists((source.parent_path() / path).lexically_normal())));
+        CHECK((basenames.count(name) > 0 || fs::exists(path) ||
+               fs::exists((source.parent_path() / path).lexically_normal())));
       }
     }
   }

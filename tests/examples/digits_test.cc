@@ -48,7 +48,8 @@ std::string load_error(const std::string& path) {
 
 TEST_CASE("digits: the reader reads what scikit-learn's load_digits reads", "[examples][digits][fixture]") {
   const std::string path = ex::default_digits_path();
-  if (!std::filesystem::exists(path)) TINYDDP_SKIP(path + " is missing: bash scripts/setup.sh installs python3-sklearn");
+  if (!std::filesystem::exists(path))
+    TINYDDP_SKIP(path + " is missing: bash scripts/setup.sh installs python3-sklearn");
   const auto ref = tinyddp::testing::load_fixture("tests/examples/fixtures/digits_reference.txt");
   const ex::Digits digits = ex::load_digits(path);
   REQUIRE(digits.rows() == static_cast<int64_t>(ref.at("rows")[0]));
@@ -66,7 +67,8 @@ TEST_CASE("digits: the reader reads what scikit-learn's load_digits reads", "[ex
   CHECK(counts == ref.at("class_counts"));
   CHECK(by_class == ref.at("pixel_sum_by_class"));
   CHECK(by_position == ref.at("pixel_sum_by_position"));
-  for (const auto& [name, r] : {std::pair<std::string, int64_t>{"first", 0}, {"row_1000", 1000}, {"last", digits.rows() - 1}}) {
+  for (const auto& [name, r] :
+       {std::pair<std::string, int64_t>{"first", 0}, {"row_1000", 1000}, {"last", digits.rows() - 1}}) {
     INFO(name);
     const tinyddp::tensor::Tensor inputs = digits.inputs({r});
     std::vector<double> raw;
@@ -102,8 +104,9 @@ TEST_CASE("digits: damaged files get errors naming the file, line and field", "[
   CHECK_THAT(load_error(path), Contains("is damaged"));
 
   // Plain (uncompressed) CSV reads too, CRLF line ends included.
-  std::ofstream(temp_path("digits_plain.csv")) << "0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,"
-                                                  "0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,16,4\r\n";
+  std::ofstream(temp_path("digits_plain.csv"))
+      << "0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,"
+         "0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,16,4\r\n";
   const ex::Digits plain = ex::load_digits(temp_path("digits_plain.csv"));
   REQUIRE(plain.rows() == 1);
   CHECK(plain.pixels[63] == 1.0f);
@@ -134,12 +137,14 @@ TEST_CASE("digits: the split and the batches are seeded, disjoint and cover the 
 TEST_CASE("digits: train's batches come from DistributedSampler shares that make up one process's batch",
           "[examples][digits][data]") {
   const std::string path = ex::default_digits_path();
-  if (!std::filesystem::exists(path)) TINYDDP_SKIP(path + " is missing: bash scripts/setup.sh installs python3-sklearn");
+  if (!std::filesystem::exists(path))
+    TINYDDP_SKIP(path + " is missing: bash scripts/setup.sh installs python3-sklearn");
   // Rows are told apart by their pixels' sum and label (the digits have few exact duplicates).
   const auto rows_of = [](const ex::Batch& b) {
     std::multiset<std::pair<int64_t, double>> rows;
     for (int64_t i = 0; i < b.inputs.size(0); ++i) {
-      rows.insert({b.targets[i].item<int64_t>(), tinyddp::tensor::sum(b.inputs[i].to(tinyddp::tensor::kFloat64)).item<double>()});
+      rows.insert({b.targets[i].item<int64_t>(),
+                   tinyddp::tensor::sum(b.inputs[i].to(tinyddp::tensor::kFloat64)).item<double>()});
     }
     return rows;
   };
@@ -161,5 +166,6 @@ TEST_CASE("digits: train's batches come from DistributedSampler shares that make
   CHECK(epoch0 != epoch1);  // a new order each epoch
   // Steps asked again or out of order give the same rows (a resumed run replays its batches).
   CHECK(rows_of(one->batch(5)) == rows_of(ex::digits_dataset(path, 0, 64, 0, 1)->batch(5)));
-  CHECK_THROWS_WITH(ex::digits_dataset(path, 0, 2000, 0, 1), Contains("--batch 2000: larger than the 1500 training digits"));
+  CHECK_THROWS_WITH(ex::digits_dataset(path, 0, 2000, 0, 1),
+                    Contains("--batch 2000: larger than the 1500 training digits"));
 }

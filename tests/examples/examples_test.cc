@@ -11,14 +11,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/test_util.h"
 #include "tinyddp/nn/nn.h"
 #include "tinyddp/tensor/cuda.h"
-#include "tests/test_util.h"
 
+using Catch::Contains;
 using tinyddp::testing::CommandResult;
 using tinyddp::testing::run_command;
 using tinyddp::testing::temp_path;
-using Catch::Contains;
 
 namespace {
 
@@ -109,16 +109,18 @@ TEST_CASE("examples: ddp_zero_join, DDP and ZeRO under Join, rank r has 10 + r i
 TEST_CASE("examples: train on 2 ranks learns the synthetic classes and reports progress", "[examples][train][ddp]") {
   const std::string metrics = temp_path("train_metrics.csv");
   const std::string save = temp_path("train.safetensors");
-  const CommandResult r =
-      launch2("examples/train --device cpu --widths 32,64,4 --steps 200 --log_every 50 --metrics " + metrics + " --save " + save);
+  const CommandResult r = launch2("examples/train --device cpu --widths 32,64,4 --steps 200 --log_every 50 --metrics " +
+                                  metrics + " --save " + save);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Contains("data-parallel on 2 ranks (gloo), device cpu"));
-  CHECK(all_matches(r.output, R"(\[rank 0\] step +([0-9]+)/200 +loss [0-9.]+ +[0-9]+ samples/s +elapsed [0-9.]+ s)").size() == 4);
+  CHECK(all_matches(r.output, R"(\[rank 0\] step +([0-9]+)/200 +loss [0-9.]+ +[0-9]+ samples/s +elapsed [0-9.]+ s)")
+            .size() == 4);
   CHECK_THAT(r.output, !Contains("[rank 1]"));  // progress from rank 0 only
   // 4 classes whose centres are ~4.2 noise deviations apart: the best possible accuracy is
   // about 95%; the trained model must come close.
-  const std::vector<std::string> accuracy = all_matches(r.output, R"(held-out accuracy ([0-9.]+)% on 1024 new samples)");
+  const std::vector<std::string> accuracy =
+      all_matches(r.output, R"(held-out accuracy ([0-9.]+)% on 1024 new samples)");
   REQUIRE(accuracy.size() == 1);
   CHECK(std::stod(accuracy[0]) > 85.0);
   std::ifstream csv(metrics);
@@ -138,7 +140,8 @@ TEST_CASE("examples: train --backend nccl without a GPU says why", "[examples][t
   expect_train_error("--device cpu --backend nccl --steps 1", "--backend nccl needs --device cuda");
 }
 
-TEST_CASE("examples: train on 2 ranks sharing one GPU (gloo staging) matches the CPU run", "[examples][train][ddp][cuda]") {
+TEST_CASE("examples: train on 2 ranks sharing one GPU (gloo staging) matches the CPU run",
+          "[examples][train][ddp][cuda]") {
   if (!tinyddp::tensor::cuda::is_available()) TINYDDP_SKIP(tinyddp::tensor::cuda::unavailable_reason());
   const std::string cpu_metrics = temp_path("train_cpu.csv"), gpu_metrics = temp_path("train_gpu.csv");
   const std::string args = " --widths 32,64,4 --steps 30 --log_every 30 --metrics ";
@@ -184,13 +187,16 @@ TEST_CASE("examples: train --dataset digits on 2 ranks gives the one-process los
     INFO("step " << i);
     CHECK(ddp[i] == Catch::Detail::Approx(alone[i]).epsilon(1e-4).margin(1e-6));
   }
-  const std::vector<std::string> accuracy = all_matches(two.output, R"(held-out accuracy ([0-9.]+)% on 297 held-out digits)");
+  const std::vector<std::string> accuracy =
+      all_matches(two.output, R"(held-out accuracy ([0-9.]+)% on 297 held-out digits)");
   REQUIRE(accuracy.size() == 1);
   CHECK(std::stod(accuracy[0]) > 93.0);
   // --stats: DDP's statistics from rank 0, the buckets rebuilt after the first iteration.
   CHECK_THAT(two.output, Contains("[rank 0] DDP statistics of rank 0 over 300 synchronised iterations:"));
   CHECK_THAT(two.output, Contains("1 bucket(s) in launch order: 37.5 KiB; rebuilt in the order gradients arrived"));
-  CHECK(all_matches(two.output, R"(communication overlapped with backward [0-9.]+ ms \([0-9.]+ ms\): ([0-9]+)% of it hidden)").size() == 1);
+  CHECK(all_matches(two.output,
+                    R"(communication overlapped with backward [0-9.]+ ms \([0-9.]+ ms\): ([0-9]+)% of it hidden)")
+            .size() == 1);
 }
 
 TEST_CASE("examples: train --comm_hook powersgd on the digits reaches plain allreduce's accuracy within 2 points",
@@ -205,28 +211,33 @@ TEST_CASE("examples: train --comm_hook powersgd on the digits reaches plain allr
   REQUIRE(plain.exit_code == 0);
   REQUIRE(compressed.exit_code == 0);
   const auto accuracy = [](const std::string& output) {
-    const std::vector<std::string> found = all_matches(output, R"(held-out accuracy ([0-9.]+)% on 297 held-out digits)");
+    const std::vector<std::string> found =
+        all_matches(output, R"(held-out accuracy ([0-9.]+)% on 297 held-out digits)");
     REQUIRE(found.size() == 1);
     return std::stod(found[0]);
   };
   CHECK(accuracy(compressed.output) > 93.0);
   CHECK(accuracy(compressed.output) >= accuracy(plain.output) - 2.0);
   // Rank 1 of the 128 x 64 weight sends 192 numbers instead of 8192: well over 5x overall.
-  const std::vector<std::string> rate = all_matches(compressed.output, R"(PowerSGD rank 1: ([0-9.]+)x fewer gradient elements sent)");
+  const std::vector<std::string> rate =
+      all_matches(compressed.output, R"(PowerSGD rank 1: ([0-9.]+)x fewer gradient elements sent)");
   REQUIRE(rate.size() == 1);
   CHECK(std::stod(rate[0]) > 5.0);
 }
 
-TEST_CASE("examples: train under mpirun -np 2 (Open MPI's variables) gives the launcher's losses", "[examples][train][mpi]") {
-  if (run_command("command -v mpirun").exit_code != 0) TINYDDP_SKIP("no mpirun: bash scripts/setup.sh installs openmpi-bin");
+TEST_CASE("examples: train under mpirun -np 2 (Open MPI's variables) gives the launcher's losses",
+          "[examples][train][mpi]") {
+  if (run_command("command -v mpirun").exit_code != 0)
+    TINYDDP_SKIP("no mpirun: bash scripts/setup.sh installs openmpi-bin");
   const std::string mpi_csv = temp_path("mpi.csv"), launch_csv = temp_path("launch.csv");
   const std::string args = "examples/train --device cpu --widths 32,64,4 --steps 30 --log_every 30 --metrics ";
   // mpirun sets OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK; the master is exported with -x. Root
   // needs Open MPI's consent; its session files go to the test's directory.
   const std::string port = std::to_string(20000 + ::getpid() % 20000);
-  const CommandResult mpi = run_command("TMPDIR=" + temp_path("") + " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                                        "mpirun -np 2 --oversubscribe -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=" + port + " " +
-                                        args + mpi_csv);
+  const CommandResult mpi = run_command("TMPDIR=" + temp_path("") +
+                                        " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                        "mpirun -np 2 --oversubscribe -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=" +
+                                        port + " " + args + mpi_csv);
   INFO(mpi.output);
   REQUIRE(mpi.exit_code == 0);
   CHECK_THAT(mpi.output, Contains("data-parallel on 2 ranks (gloo)"));
@@ -252,9 +263,9 @@ TEST_CASE("examples: a failed attempt restarted by launch --max_restarts resumes
   INFO(once.output);
   REQUIRE(once.exit_code == 0);
   // Both ranks fail before step 25 on the first attempt; the checkpoint of step 20 survives.
-  const CommandResult twice = run_command("launcher/launch --nproc_per_node 2 --max_restarts 1 -- " + args + " --save " +
-                                          restarted + " --metrics " + restarted_csv + " --checkpoint " + checkpoint +
-                                          " --checkpoint_every 10 --resume --fail_at_step 25");
+  const CommandResult twice = run_command("launcher/launch --nproc_per_node 2 --max_restarts 1 -- " + args +
+                                          " --save " + restarted + " --metrics " + restarted_csv + " --checkpoint " +
+                                          checkpoint + " --checkpoint_every 10 --resume --fail_at_step 25");
   INFO(twice.output);
   REQUIRE(twice.exit_code == 0);
   CHECK_THAT(twice.output, Contains("fails on purpose before step 25"));
@@ -273,10 +284,12 @@ TEST_CASE("examples: a failed attempt restarted by launch --max_restarts resumes
 }
 
 TEST_CASE("examples: train's bad digits and DDP options get clear errors", "[examples][train][errors][digits]") {
-  expect_train_error("--dataset digits --digits /nonexistent/digits.csv.gz --steps 1", "digits: cannot open /nonexistent/digits.csv.gz");
+  expect_train_error("--dataset digits --digits /nonexistent/digits.csv.gz --steps 1",
+                     "digits: cannot open /nonexistent/digits.csv.gz");
   expect_train_error("--dataset digits --model toy --steps 1", "--dataset digits trains a classifier");
   expect_train_error("--dataset digits --widths 32,10 --steps 1", "--dataset digits: the widths must start with 64");
-  expect_train_error("--timeline /tmp/never --steps 1", "--timeline records DDP's events, but this run is on one process");
+  expect_train_error("--timeline /tmp/never --steps 1",
+                     "--timeline records DDP's events, but this run is on one process");
   const CommandResult zero = run_command("examples/train --bucket_cap_mb 0 --steps 1");
   CHECK(zero.exit_code != 0);
   CHECK_THAT(zero.output, Contains("--bucket_cap_mb"));
@@ -298,11 +311,14 @@ bool is_png(const std::string& path) {
 
 TEST_CASE("examples: train --timeline on 2 ranks; the scripts merge the traces and draw them and the loss",
           "[examples][train][ddp][timeline]") {
-  if (!have_matplotlib()) TINYDDP_SKIP("/usr/bin/python3 has no matplotlib: bash scripts/setup.sh installs python3-matplotlib");
+  if (!have_matplotlib())
+    TINYDDP_SKIP("/usr/bin/python3 has no matplotlib: bash scripts/setup.sh installs python3-matplotlib");
   const std::string prefix = temp_path("train_tl"), merged = temp_path("train_tl.json");
   const std::string metrics = temp_path("train_tl.csv");
-  const CommandResult r = launch2("examples/train --device cpu --widths 32,256,256,4 --steps 12 --bucket_cap_mb 0.02 "
-                                  "--first_bucket_cap_mb 0.002 --stats --timeline " + prefix + " --metrics " + metrics);
+  const CommandResult r = launch2(
+      "examples/train --device cpu --widths 32,256,256,4 --steps 12 --bucket_cap_mb 0.02 "
+      "--first_bucket_cap_mb 0.002 --stats --timeline " +
+      prefix + " --metrics " + metrics);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   REQUIRE(std::filesystem::exists(prefix + ".rank0.json"));
@@ -329,7 +345,8 @@ TEST_CASE("examples: train --timeline on 2 ranks; the scripts merge the traces a
                                          "bucket 3 allreduce"});
 
   // --last N keeps the last N iterations (of 12) and the row names.
-  const CommandResult last = run_command("/usr/bin/python3 scripts/merge_timelines.py " + prefix + " --last 2 -o " + merged + ".last");
+  const CommandResult last =
+      run_command("/usr/bin/python3 scripts/merge_timelines.py " + prefix + " --last 2 -o " + merged + ".last");
   INFO(last.output);
   REQUIRE(last.exit_code == 0);
   std::ifstream last_in(merged + ".last");
@@ -347,8 +364,8 @@ TEST_CASE("examples: train --timeline on 2 ranks; the scripts merge the traces a
   CHECK_THAT(drawn.output, Contains("2 ranks"));
   CHECK(is_png(png));
   const std::string loss_png = temp_path("train_loss.png");
-  const CommandResult loss = run_command("/usr/bin/python3 scripts/plot_loss.py 'a=" + metrics + "' 'b=" + metrics +
-                                         "' -o " + loss_png);
+  const CommandResult loss =
+      run_command("/usr/bin/python3 scripts/plot_loss.py 'a=" + metrics + "' 'b=" + metrics + "' -o " + loss_png);
   INFO(loss.output);
   CHECK(loss.exit_code == 0);
   CHECK_THAT(loss.output, Contains("b: largest difference from a: 0.000e+00"));
@@ -359,13 +376,15 @@ TEST_CASE("examples: train --timeline on 2 ranks; the scripts merge the traces a
   const CommandResult missing = run_command("/usr/bin/python3 scripts/merge_timelines.py " + prefix + " -o " + merged);
   CHECK(missing.exit_code != 0);
   CHECK_THAT(missing.output, Contains("no timeline for rank(s) [0]"));
-  const CommandResult twice = run_command("/usr/bin/python3 scripts/merge_timelines.py " + prefix + ".rank1.json " + prefix +
-                                          ".rank1.json -o " + merged);
+  const CommandResult twice = run_command("/usr/bin/python3 scripts/merge_timelines.py " + prefix + ".rank1.json " +
+                                          prefix + ".rank1.json -o " + merged);
   CHECK_THAT(twice.output, Contains("rank 1 appears twice"));
-  const CommandResult not_trace = run_command("/usr/bin/python3 scripts/merge_timelines.py " + metrics + ".json -o " + merged);
+  const CommandResult not_trace =
+      run_command("/usr/bin/python3 scripts/merge_timelines.py " + metrics + ".json -o " + merged);
   CHECK_THAT(not_trace.output, Contains("cannot read"));
   std::ofstream(temp_path("bad.csv")) << "step,loss\n0,abc\n";
-  const CommandResult bad_csv = run_command("/usr/bin/python3 scripts/plot_loss.py 'a=" + temp_path("bad.csv") + "' -o " + loss_png);
+  const CommandResult bad_csv =
+      run_command("/usr/bin/python3 scripts/plot_loss.py 'a=" + temp_path("bad.csv") + "' -o " + loss_png);
   CHECK(bad_csv.exit_code != 0);
   CHECK_THAT(bad_csv.output, Contains("line 2: expected 'step,loss'"));
 }

@@ -4,13 +4,13 @@
 #include <sstream>
 
 #include "examples/train_lib.h"
-#include "tinyddp/launcher/spawn.h"
 #include "tests/nn/nn_test_util.h"
+#include "tinyddp/launcher/spawn.h"
 
 using namespace tinyddp;
+using Catch::Contains;
 using tinyddp::testing::max_abs_diff;
 using tinyddp::testing::nn_fixture;
-using Catch::Contains;
 
 namespace {
 // The run of tests/nn/fixtures/make_nn_fixtures.py: ToyModel, MSE, SGD lr 0.01 momentum 0.9,
@@ -62,7 +62,8 @@ TEST_CASE("the training example rejects data that does not fit the model", "[exa
   CHECK_THROWS_WITH(examples::train(config, log), Contains("--steps 9 but the file holds 8 batches"));
   config.steps = 2;
   config.loss = "ce";
-  CHECK_THROWS_WITH(examples::train(config, log), Contains("'targets' must be int64 [8, 20] for this loss, got float32 [8, 20, 5]"));
+  CHECK_THROWS_WITH(examples::train(config, log),
+                    Contains("'targets' must be int64 [8, 20] for this loss, got float32 [8, 20, 5]"));
   config.loss = "mse";
   config.model = "mlp";
   config.widths = {12, 5};
@@ -87,7 +88,8 @@ TEST_CASE("TrainConfig::validate names the option that is out of range", "[examp
   CHECK_THAT(message([](auto& c) { c.model = "cnn"; }), Contains("--model must be toy or mlp, got 'cnn'"));
   CHECK_THAT(message([](auto& c) { c.lr = 0; }), Contains("--lr must be positive, got 0"));
   CHECK_THAT(message([](auto& c) { c.bucket_cap_mb = -1; }), Contains("--bucket_cap_mb and --first_bucket_cap_mb"));
-  CHECK_THAT(message([](auto& c) { c.comm_hook = "topk"; }), Contains("--comm_hook must be allreduce, fp16, bf16 or powersgd"));
+  CHECK_THAT(message([](auto& c) { c.comm_hook = "topk"; }),
+             Contains("--comm_hook must be allreduce, fp16, bf16 or powersgd"));
   CHECK_THAT(message([](auto& c) { c.powersgd_start_iter = 1; }), Contains("--powersgd_start_iter must be at least 2"));
   CHECK_THAT(message([](auto& c) { c.resume = true; }), Contains("--resume needs --checkpoint PATH"));
   CHECK_THAT(message([](auto& c) {

@@ -13,12 +13,12 @@
 #include <set>
 #include <thread>
 
-#include "tinyddp/launcher/spawn.h"
 #include "tests/test_util.h"
+#include "tinyddp/launcher/spawn.h"
 
+using Catch::Contains;
 using tinyddp::testing::CommandResult;
 using tinyddp::testing::run_command;
-using Catch::Contains;
 
 namespace {
 
@@ -54,7 +54,8 @@ bool alive(pid_t pid) {
 std::vector<pid_t> pids_in(const std::string& dir, const std::string& prefix) {
   std::vector<pid_t> pids;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().filename().string().rfind(prefix, 0) == 0) pids.push_back(std::stoi(read_file(entry.path().string())));
+    if (entry.path().filename().string().rfind(prefix, 0) == 0)
+      pids.push_back(std::stoi(read_file(entry.path().string())));
   }
   return pids;
 }
@@ -80,16 +81,19 @@ TEST_CASE("launch: each worker gets the torchrun variables", "[launcher]") {
   }
   CHECK(ports.size() == 1);  // one store for the job
   // A value the user set is kept.
-  const CommandResult kept = run_command("OMP_NUM_THREADS=4 " + kLaunch + " -- /bin/bash -c 'echo OMP=$OMP_NUM_THREADS'");
+  const CommandResult kept =
+      run_command("OMP_NUM_THREADS=4 " + kLaunch + " -- /bin/bash -c 'echo OMP=$OMP_NUM_THREADS'");
   CHECK_THAT(kept.output, Contains("[rank 0] OMP=4"));
 }
 
 TEST_CASE("launch: output is prefixed line by line, stdout and stderr, unfinished last lines too", "[launcher]") {
-  const CommandResult r = launch("--nproc_per_node 2 -- /bin/bash -c 'printf \"a\\nb\\n\"; printf \"err\\n\" >&2; printf \"tail\"'");
+  const CommandResult r =
+      launch("--nproc_per_node 2 -- /bin/bash -c 'printf \"a\\nb\\n\"; printf \"err\\n\" >&2; printf \"tail\"'");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   for (int rank = 0; rank < 2; ++rank) {
-    for (const char* text : {"a", "b", "err", "tail"}) CHECK_THAT(r.output, Contains(fmt::format("[rank {}] {}\n", rank, text)));
+    for (const char* text : {"a", "b", "err", "tail"})
+      CHECK_THAT(r.output, Contains(fmt::format("[rank {}] {}\n", rank, text)));
   }
 }
 
@@ -125,7 +129,8 @@ TEST_CASE("launch: a worker that exits with status 3 stops the others; launch ex
 }
 
 TEST_CASE("launch: a worker killed by a signal is reported, with 128 + signal as the status", "[launcher]") {
-  const CommandResult r = launch("--nproc_per_node 2 -- /bin/bash -c 'if [ $RANK = 0 ]; then kill -9 $$; fi; sleep 60'");
+  const CommandResult r =
+      launch("--nproc_per_node 2 -- /bin/bash -c 'if [ $RANK = 0 ]; then kill -9 $$; fi; sleep 60'");
   INFO(r.output);
   CHECK(r.exit_code == 128 + SIGKILL);
   CHECK_THAT(r.output, Contains("rank 0"));
@@ -136,10 +141,15 @@ TEST_CASE("launch: a worker killed by a signal is reported, with 128 + signal as
 TEST_CASE("launch: a worker that ignores SIGTERM is killed after the grace period", "[launcher]") {
   // Rank 1 fails only once rank 0 ignores SIGTERM (at most 5 s of waiting for it).
   const std::string dir = scratch("grace");
-  const CommandResult r = launch("--nproc_per_node 2 --grace_period 1 -- /bin/bash -c "
-                                 "'trap \"\" TERM; touch " + dir + "/armed_$RANK; if [ $RANK = 1 ]; then "
-                                 "for i in $(seq 500); do [ -e " + dir + "/armed_0 ] && break; sleep 0.01; done; exit 5; fi; "
-                                 "while true; do sleep 0.1; done'");
+  const CommandResult r = launch(
+      "--nproc_per_node 2 --grace_period 1 -- /bin/bash -c "
+      "'trap \"\" TERM; touch " +
+      dir +
+      "/armed_$RANK; if [ $RANK = 1 ]; then "
+      "for i in $(seq 500); do [ -e " +
+      dir +
+      "/armed_0 ] && break; sleep 0.01; done; exit 5; fi; "
+      "while true; do sleep 0.1; done'");
   INFO(r.output);
   CHECK(r.exit_code == 5);
   CHECK_THAT(r.output, Contains("rank 0"));
@@ -161,7 +171,8 @@ TEST_CASE("launch: processes a worker started are stopped with it", "[launcher]"
 }
 
 TEST_CASE("launch: --max_restarts restarts the whole group", "[launcher]") {
-  const std::string worker = "-- /bin/bash -c 'echo attempt $TINYDDP_RESTART_COUNT; [ $TINYDDP_RESTART_COUNT = 2 ] || exit 4'";
+  const std::string worker =
+      "-- /bin/bash -c 'echo attempt $TINYDDP_RESTART_COUNT; [ $TINYDDP_RESTART_COUNT = 2 ] || exit 4'";
   CommandResult r = launch("--nproc_per_node 2 --max_restarts 2 " + worker);
   INFO(r.output);
   CHECK(r.exit_code == 0);
@@ -175,7 +186,8 @@ TEST_CASE("launch: --max_restarts restarts the whole group", "[launcher]") {
 }
 
 TEST_CASE("launch: a restarted group of real ranks forms anew in the same store", "[launcher]") {
-  const CommandResult r = launch("--nproc_per_node 3 --max_restarts 1 --grace_period 2 -- tests/launcher/restart_worker");
+  const CommandResult r =
+      launch("--nproc_per_node 3 --max_restarts 1 --grace_period 2 -- tests/launcher/restart_worker");
   INFO(r.output);
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.output, Contains("restarting the workers (restart 1 of 1)"));
@@ -187,11 +199,14 @@ TEST_CASE("launch: SIGINT and SIGTERM sent to the launcher reach every worker", 
     INFO("signal " << signo);
     const std::string dir = scratch("signal" + std::to_string(signo));
     const std::string script = fmt::format(
-        "trap 'echo $$ > {0}/got_$RANK; exit 0' INT TERM; echo $$ > {0}/tmp_$RANK; mv {0}/tmp_$RANK {0}/ready_$RANK; while true; do sleep 0.05; done", dir);
+        "trap 'echo $$ > {0}/got_$RANK; exit 0' INT TERM; echo $$ > {0}/tmp_$RANK; mv {0}/tmp_$RANK {0}/ready_$RANK; "
+        "while true; do sleep 0.05; done",
+        dir);
     const pid_t pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
-      ::execl(kLaunch.c_str(), kLaunch.c_str(), "--nproc_per_node", "2", "--", "/bin/bash", "-c", script.c_str(), nullptr);
+      ::execl(kLaunch.c_str(), kLaunch.c_str(), "--nproc_per_node", "2", "--", "/bin/bash", "-c", script.c_str(),
+              nullptr);
       ::_exit(127);
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -209,9 +224,10 @@ TEST_CASE("launch: SIGINT and SIGTERM sent to the launcher reach every worker", 
 
 TEST_CASE("launch: two nodes on one machine form one job", "[launcher]") {
   const int port = tinyddp::launcher::free_loopback_port();
-  const std::string common = fmt::format("--nnodes 2 --nproc_per_node 2 --master_port {} -- /bin/bash -c "
-                                         "'echo RANK=$RANK LOCAL_RANK=$LOCAL_RANK GROUP_RANK=$GROUP_RANK WORLD_SIZE=$WORLD_SIZE'",
-                                         port);
+  const std::string common = fmt::format(
+      "--nnodes 2 --nproc_per_node 2 --master_port {} -- /bin/bash -c "
+      "'echo RANK=$RANK LOCAL_RANK=$LOCAL_RANK GROUP_RANK=$GROUP_RANK WORLD_SIZE=$WORLD_SIZE'",
+      port);
   CommandResult node1;
   std::thread second([&] { node1 = launch("--node_rank 1 " + common); });
   const CommandResult node0 = launch("--node_rank 0 " + common);
@@ -238,7 +254,8 @@ TEST_CASE("launch: bad arguments and an unreachable master give clear errors", "
       {"--nnodes 2 --node_rank 1 -- true", 2, "--master_port is needed when --nnodes > 1"},
       {"--tee -- true", 2, "needs --log_dir"},
       {"-- /nonexistent/program", 127, "cannot run '/nonexistent/program' for rank 0: No such file or directory"},
-      {"--nnodes 2 --node_rank 1 --master_port 1 --rdzv_timeout 1 -- true", 1, "node 1 cannot reach the master at 127.0.0.1:1"},
+      {"--nnodes 2 --node_rank 1 --master_port 1 --rdzv_timeout 1 -- true", 1,
+       "node 1 cannot reach the master at 127.0.0.1:1"},
   };
   for (const Case& c : cases) {
     const CommandResult r = launch(c.args);
@@ -271,13 +288,16 @@ TEST_CASE("launch: a relative program is found from the directory `bazel run` wa
   const CommandResult missing = run_command(in_dir + "-- bazel-bin/missing_program");
   INFO(missing.output);
   CHECK(missing.exit_code == 127);
-  CHECK_THAT(missing.output, Contains("cannot run 'bazel-bin/missing_program' for rank 0: No such file or directory (looked for " +
-                                      dir + "/bazel-bin/missing_program"));
+  CHECK_THAT(missing.output,
+             Contains("cannot run 'bazel-bin/missing_program' for rank 0: No such file or directory (looked for " +
+                      dir + "/bazel-bin/missing_program"));
 
   const CommandResult bare = run_command(launch_path + " -- no_such_program_anywhere");
   INFO(bare.output);
   CHECK(bare.exit_code == 127);
-  CHECK_THAT(bare.output, Contains("cannot run 'no_such_program_anywhere' for rank 0: No such file or directory (not found on PATH="));
+  CHECK_THAT(
+      bare.output,
+      Contains("cannot run 'no_such_program_anywhere' for rank 0: No such file or directory (not found on PATH="));
 
   const CommandResult bad_dir = run_command("BUILD_WORKING_DIRECTORY=" + dir + "/nowhere " + launch_path + " -- true");
   INFO(bad_dir.output);

@@ -96,7 +96,8 @@ TEST_CASE("checkpoint: wrong files and wrong models are refused, nothing changes
 
   const std::string weights = temp_path("weights_only.safetensors");
   nn::save_state_dict(*model, weights);
-  CHECK_THROWS_WITH(nn::load_checkpoint(weights, *same, sgd), Contains("is not a training checkpoint (no 'tinyddp_checkpoint'"));
+  CHECK_THROWS_WITH(nn::load_checkpoint(weights, *same, sgd),
+                    Contains("is not a training checkpoint (no 'tinyddp_checkpoint'"));
 
   // A truncated file is named as such by the safetensors reader.
   const std::string cut = temp_path("cut.ckpt");

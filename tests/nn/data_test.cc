@@ -90,7 +90,8 @@ TEST_CASE("DistributedSampler gives every rank PyTorch's index list", "[nn][data
   CHECK(cases > 300);
 }
 
-TEST_CASE("DistributedSampler: disjoint shares that cover the data, padding from the start", "[nn][data][distributed]") {
+TEST_CASE("DistributedSampler: disjoint shares that cover the data, padding from the start",
+          "[nn][data][distributed]") {
   for (int64_t size : {1, 7, 64, 100, 101, 1797}) {
     for (int world : {1, 2, 3, 5, 8}) {
       for (bool shuffle : {false, true}) {
@@ -143,7 +144,8 @@ TEST_CASE("DistributedSampler: set_epoch changes the order, the same epoch repea
 }
 
 TEST_CASE("DistributedSampler: bad arguments are named", "[nn][data][distributed][errors]") {
-  CHECK_THROWS_WITH(nn::DistributedSampler(10, 2, 2), Contains("invalid rank 2, rank should be in the interval [0, 1]"));
+  CHECK_THROWS_WITH(nn::DistributedSampler(10, 2, 2),
+                    Contains("invalid rank 2, rank should be in the interval [0, 1]"));
   CHECK_THROWS_WITH(nn::DistributedSampler(10, 2, -1), Contains("invalid rank -1"));
   CHECK_THROWS_WITH(nn::DistributedSampler(10, 0, 0), Contains("num_replicas must be at least 1, got 0"));
   CHECK_THROWS_WITH(nn::DistributedSampler(-3, 2, 0), Contains("dataset_size must be non-negative, got -3"));
@@ -155,8 +157,9 @@ TEST_CASE("RandomSampler and DataLoader orders equal PyTorch's", "[nn][data]") {
   for (const json& epoch : r["epochs"]) CHECK(sampler.indices() == epoch.get<std::vector<int64_t>>());
 
   const json& seeded = reference()["loader"]["seeded"];
-  nn::DataLoader loader(range_dataset(10),
-                        nn::DataLoaderOptions(seeded["batch_size"].get<int64_t>()).shuffle(true).seed(seeded["seed"].get<uint64_t>()));
+  nn::DataLoader loader(
+      range_dataset(10),
+      nn::DataLoaderOptions(seeded["batch_size"].get<int64_t>()).shuffle(true).seed(seeded["seed"].get<uint64_t>()));
   CHECK(loader.size() == 4);
   for (const json& epoch : seeded["epochs"]) CHECK(epoch_of(loader) == epoch.get<std::vector<std::vector<int64_t>>>());
 
@@ -200,10 +203,13 @@ TEST_CASE("TensorDataset and default_collate stack fields; mismatches are named"
   CHECK_THROWS_WITH(dataset->get(6), Contains("index 6 is out of range for 6 samples"));
   CHECK_THROWS_WITH(nn::default_collate({{t::zeros({2})}, {t::zeros({3})}}),
                     Contains("field 0 of sample 1 is [3] float32 on cpu, sample 0's is [2] float32 on cpu"));
-  CHECK_THROWS_WITH(nn::DataLoader(dataset, nn::DataLoaderOptions(0)), Contains("batch_size should be a positive integer, got 0"));
-  CHECK_THROWS_WITH(nn::DataLoader(dataset, nn::DataLoaderOptions(2).shuffle(true).sampler(std::make_shared<nn::SequentialSampler>(6))),
+  CHECK_THROWS_WITH(nn::DataLoader(dataset, nn::DataLoaderOptions(0)),
+                    Contains("batch_size should be a positive integer, got 0"));
+  CHECK_THROWS_WITH(nn::DataLoader(dataset, nn::DataLoaderOptions(2).shuffle(true).sampler(
+                                                std::make_shared<nn::SequentialSampler>(6))),
                     Contains("sampler option is mutually exclusive with shuffle"));
-  CHECK_THROWS_WITH(nn::DataLoader(dataset, nn::DataLoaderOptions(2).num_workers(-1)), Contains("num_workers option should be non-negative"));
+  CHECK_THROWS_WITH(nn::DataLoader(dataset, nn::DataLoaderOptions(2).num_workers(-1)),
+                    Contains("num_workers option should be non-negative"));
   nn::DataLoader too_far(dataset, nn::DataLoaderOptions(2).sampler(std::make_shared<nn::SequentialSampler>(7)));
   CHECK_THROWS_WITH(too_far.begin(), Contains("the sampler gave index 6, out of range for a dataset of 6 samples"));
 }
@@ -235,18 +241,19 @@ TEST_CASE("DataLoader workers: same batches in order, bounded prefetch, a custom
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CHECK(counted->calls.load() == after_stop);
 
-  nn::DataLoader summed(std::make_shared<TestDataset>(6), nn::DataLoaderOptions(3).num_workers(2).collate(
-                                                             [](const std::vector<nn::Example>& samples) {
-                                                               int64_t total = 0;
-                                                               for (const nn::Example& s : samples) total += s[1].item<int64_t>();
-                                                               return nn::Example{t::scalar_tensor(static_cast<double>(total), t::kInt64)};
-                                                             }));
+  nn::DataLoader summed(std::make_shared<TestDataset>(6),
+                        nn::DataLoaderOptions(3).num_workers(2).collate([](const std::vector<nn::Example>& samples) {
+                          int64_t total = 0;
+                          for (const nn::Example& s : samples) total += s[1].item<int64_t>();
+                          return nn::Example{t::scalar_tensor(static_cast<double>(total), t::kInt64)};
+                        }));
   std::vector<int64_t> totals;
   for (const nn::Example& batch : summed) totals.push_back(batch[0].item<int64_t>());
   CHECK(totals == std::vector<int64_t>{0 + 1 + 2, 3 + 4 + 5});
 }
 
-TEST_CASE("DataLoader: a failing Dataset::get surfaces in the training thread, nothing hangs", "[nn][data][workers][errors]") {
+TEST_CASE("DataLoader: a failing Dataset::get surfaces in the training thread, nothing hangs",
+          "[nn][data][workers][errors]") {
   for (int workers : {0, 1, 3}) {
     INFO("num_workers " << workers);
     auto dataset = std::make_shared<TestDataset>(40, 21);
@@ -267,7 +274,11 @@ TEST_CASE("DataLoader: a failing Dataset::get surfaces in the training thread, n
     CHECK(seen == 5);  // batches 0-4 arrived, in order, before the error
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
     // The loader is usable again: a new epoch starts new workers.
-    CHECK_THROWS_WITH([&] { for (const nn::Example& batch : loader) (void)batch; }(), Contains("sample_21.png"));
+    CHECK_THROWS_WITH(
+        [&] {
+          for (const nn::Example& batch : loader) (void)batch;
+        }(),
+        Contains("sample_21.png"));
   }
 
   // A worker stuck in get() past the timeout: an error naming the batch, within the timeout.
@@ -278,7 +289,8 @@ TEST_CASE("DataLoader: a failing Dataset::get surfaces in the training thread, n
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1400));
 }
 
-TEST_CASE("DataLoader with DistributedSampler: ranks' batches together are one process's epoch", "[nn][data][distributed]") {
+TEST_CASE("DataLoader with DistributedSampler: ranks' batches together are one process's epoch",
+          "[nn][data][distributed]") {
   auto dataset = range_dataset(23);
   for (int world : {2, 3}) {
     std::multiset<int64_t> seen;

@@ -6,9 +6,9 @@
 
 using namespace tinyddp;
 using namespace tinyddp::nn;
+using Catch::Contains;
 using tinyddp::testing::max_abs_diff;
 using tinyddp::testing::nn_fixture;
-using Catch::Contains;
 
 TEST_CASE("default initialisation equals PyTorch's after the same seed", "[nn][layers][fixture]") {
   const SafetensorsFile toy = load_safetensors(nn_fixture("toy_init.safetensors"));
@@ -81,13 +81,19 @@ TEST_CASE("MSE and cross-entropy equal PyTorch's values and gradients", "[nn][lo
 }
 
 TEST_CASE("loss argument errors", "[nn][loss][errors]") {
-  CHECK_THROWS_WITH(mse_loss(tensor::zeros({2, 3}), tensor::zeros({3, 2})), Contains("mse_loss: input shape [2, 3] and target shape [3, 2] differ"));
+  CHECK_THROWS_WITH(mse_loss(tensor::zeros({2, 3}), tensor::zeros({3, 2})),
+                    Contains("mse_loss: input shape [2, 3] and target shape [3, 2] differ"));
   const Tensor logits = tensor::zeros({2, 3});
-  CHECK_THROWS_WITH(cross_entropy(logits, tensor::tensor({0, 1})), Contains("cross_entropy: expected int64 class targets, got float32"));
-  CHECK_THROWS_WITH(cross_entropy(logits, tensor::arange(3)), Contains("expected targets of shape [2] for logits of shape [2, 3], got [3]"));
-  CHECK_THROWS_WITH(cross_entropy(logits, tensor::tensor({0, 3}, tensor::kInt64)), Contains("cross_entropy: target 3 is out of bounds for 3 classes"));
-  CHECK_THROWS_WITH(cross_entropy(logits, tensor::tensor({-1, 0}, tensor::kInt64)), Contains("target -1 is out of bounds"));
-  CHECK_THROWS_WITH(cross_entropy(tensor::zeros({3}), tensor::arange(3)), Contains("expected logits of shape [batch, classes]"));
+  CHECK_THROWS_WITH(cross_entropy(logits, tensor::tensor({0, 1})),
+                    Contains("cross_entropy: expected int64 class targets, got float32"));
+  CHECK_THROWS_WITH(cross_entropy(logits, tensor::arange(3)),
+                    Contains("expected targets of shape [2] for logits of shape [2, 3], got [3]"));
+  CHECK_THROWS_WITH(cross_entropy(logits, tensor::tensor({0, 3}, tensor::kInt64)),
+                    Contains("cross_entropy: target 3 is out of bounds for 3 classes"));
+  CHECK_THROWS_WITH(cross_entropy(logits, tensor::tensor({-1, 0}, tensor::kInt64)),
+                    Contains("target -1 is out of bounds"));
+  CHECK_THROWS_WITH(cross_entropy(tensor::zeros({3}), tensor::arange(3)),
+                    Contains("expected logits of shape [batch, classes]"));
 }
 
 TEST_CASE("gradcheck: the fused losses", "[nn][loss][gradcheck]") {

@@ -5,8 +5,8 @@
 
 using namespace tinyddp;
 using namespace tinyddp::nn;
-using tensor::Shape;
 using Catch::Contains;
+using tensor::Shape;
 
 namespace {
 struct Block : Module {
@@ -23,7 +23,8 @@ struct Block : Module {
 TEST_CASE("parameters and buffers are named with dots, depth first, in registration order", "[nn][module]") {
   tensor::manual_seed(0);
   ToyModel toy;
-  CHECK(toy.named_parameters().keys() == std::vector<std::string>{"net1.weight", "net1.bias", "net2.weight", "net2.bias"});
+  CHECK(toy.named_parameters().keys() ==
+        std::vector<std::string>{"net1.weight", "net1.bias", "net2.weight", "net2.bias"});
   CHECK(toy.parameters().size() == 4);
   CHECK(toy.net1->weight.sizes() == Shape{10, 10});
   CHECK(toy.net2->weight.sizes() == Shape{5, 10});
@@ -50,15 +51,18 @@ TEST_CASE("parameters and buffers are named with dots, depth first, in registrat
 TEST_CASE("registration errors", "[nn][module][errors]") {
   Module m("Custom");
   m.register_parameter("w", tensor::zeros({2}));
-  CHECK_THROWS_WITH(m.register_parameter("w", tensor::zeros({2})), Contains("register_parameter: 'w' is already registered in Custom"));
+  CHECK_THROWS_WITH(m.register_parameter("w", tensor::zeros({2})),
+                    Contains("register_parameter: 'w' is already registered in Custom"));
   CHECK_THROWS_WITH(m.register_buffer("a.b", tensor::zeros({2})), Contains("invalid name 'a.b'"));
   CHECK_THROWS_WITH(m.register_parameter("x", Tensor()), Contains("parameter 'x' is an undefined tensor"));
   const Tensor leaf = tensor::ones({2}).requires_grad_();
-  CHECK_THROWS_WITH(m.register_parameter("y", tensor::mul(leaf, 2.0)), Contains("must be a leaf (it was produced by MulBackward)"));
+  CHECK_THROWS_WITH(m.register_parameter("y", tensor::mul(leaf, 2.0)),
+                    Contains("must be a leaf (it was produced by MulBackward)"));
   CHECK_THROWS_WITH(m.forward(tensor::zeros({1})), Contains("Custom: forward(const Tensor&) is not implemented"));
   CHECK_THROWS_WITH(mlp({3}), Contains("mlp: need at least an input and an output width"));
   Linear linear(3, 2);
-  CHECK_THROWS_WITH(linear(tensor::zeros({4, 5})), Contains("Linear: expected input with last dimension 3 (in_features), got shape [4, 5]"));
+  CHECK_THROWS_WITH(linear(tensor::zeros({4, 5})),
+                    Contains("Linear: expected input with last dimension 3 (in_features), got shape [4, 5]"));
 }
 
 TEST_CASE("load_state_dict copies in place and reports every problem at once", "[nn][module][state_dict]") {

@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "tinyddp/nn/nn.h"
 #include "tests/test_util.h"
+#include "tinyddp/nn/nn.h"
 
 namespace tinyddp::testing {
 

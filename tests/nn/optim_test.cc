@@ -4,27 +4,31 @@
 
 using namespace tinyddp;
 using namespace tinyddp::nn;
+using Catch::Contains;
 using tinyddp::testing::max_abs_diff;
 using tinyddp::testing::nn_fixture;
-using Catch::Contains;
 
 namespace {
 
 std::unique_ptr<Optimizer> make(const std::string& name, const Tensor& p) {
   if (name == "sgd") return std::make_unique<SGD>(std::vector<Tensor>{p}, SGDOptions(0.1));
   if (name == "sgd_momentum") return std::make_unique<SGD>(std::vector<Tensor>{p}, SGDOptions(0.1).momentum(0.9));
-  if (name == "sgd_dampening") return std::make_unique<SGD>(std::vector<Tensor>{p}, SGDOptions(0.1).momentum(0.9).dampening(0.3));
-  if (name == "sgd_nesterov") return std::make_unique<SGD>(std::vector<Tensor>{p}, SGDOptions(0.1).momentum(0.9).nesterov(true));
-  if (name == "sgd_weight_decay") return std::make_unique<SGD>(std::vector<Tensor>{p}, SGDOptions(0.1).momentum(0.5).weight_decay(0.1));
+  if (name == "sgd_dampening")
+    return std::make_unique<SGD>(std::vector<Tensor>{p}, SGDOptions(0.1).momentum(0.9).dampening(0.3));
+  if (name == "sgd_nesterov")
+    return std::make_unique<SGD>(std::vector<Tensor>{p}, SGDOptions(0.1).momentum(0.9).nesterov(true));
+  if (name == "sgd_weight_decay")
+    return std::make_unique<SGD>(std::vector<Tensor>{p}, SGDOptions(0.1).momentum(0.5).weight_decay(0.1));
   if (name == "adam") return std::make_unique<Adam>(std::vector<Tensor>{p}, AdamOptions(0.01));
   if (name == "adam_weight_decay") {
-    return std::make_unique<Adam>(std::vector<Tensor>{p}, AdamOptions(0.01).betas(0.8, 0.9).eps(1e-6).weight_decay(0.1));
+    return std::make_unique<Adam>(std::vector<Tensor>{p},
+                                  AdamOptions(0.01).betas(0.8, 0.9).eps(1e-6).weight_decay(0.1));
   }
   return std::make_unique<AdamW>(std::vector<Tensor>{p}, AdamOptions(0.01).weight_decay(0.1));
 }
 
-const std::vector<std::string> kConfigs = {"sgd",  "sgd_momentum",      "sgd_dampening", "sgd_nesterov", "sgd_weight_decay",
-                                           "adam", "adam_weight_decay", "adamw"};
+const std::vector<std::string> kConfigs = {
+    "sgd", "sgd_momentum", "sgd_dampening", "sgd_nesterov", "sgd_weight_decay", "adam", "adam_weight_decay", "adamw"};
 
 }  // namespace
 
@@ -79,13 +83,15 @@ TEST_CASE("optimizer state round-trips through a checkpoint", "[nn][optim][check
   Adam adam({p}, AdamOptions());
   CHECK_THROWS_WITH(load_optimizer_state(adam, path), Contains("holds SGD state, not Adam"));
   SGD other({tensor::zeros({2}).requires_grad_()}, SGDOptions(0.1).momentum(0.9));
-  CHECK_THROWS_WITH(load_optimizer_state(other, path), Contains("'state.0.momentum_buffer' has shape [3, 2] but parameter 0 has shape [2]"));
+  CHECK_THROWS_WITH(load_optimizer_state(other, path),
+                    Contains("'state.0.momentum_buffer' has shape [3, 2] but parameter 0 has shape [2]"));
 }
 
 TEST_CASE("optimizer option errors and zero_grad", "[nn][optim][errors]") {
   const Tensor p = tensor::zeros({2}).requires_grad_();
   CHECK_THROWS_WITH(SGD({p}, SGDOptions(-1)), Contains("SGD: invalid learning rate -1"));
-  CHECK_THROWS_WITH(SGD({p}, SGDOptions(0.1).nesterov(true)), Contains("nesterov momentum requires a momentum and zero dampening"));
+  CHECK_THROWS_WITH(SGD({p}, SGDOptions(0.1).nesterov(true)),
+                    Contains("nesterov momentum requires a momentum and zero dampening"));
   CHECK_THROWS_WITH(Adam({p}, AdamOptions().betas(1.0, 0.9)), Contains("Adam: invalid beta1 1"));
   CHECK_THROWS_WITH(SGD({tensor::arange(3)}, SGDOptions(0.1)), Contains("SGD: parameter 0 has dtype int64"));
   SGD sgd({p}, SGDOptions(0.5));

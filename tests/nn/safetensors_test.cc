@@ -9,8 +9,8 @@
 
 using namespace tinyddp;
 using namespace tinyddp::nn;
-using tinyddp::testing::nn_fixture;
 using Catch::Contains;
+using tinyddp::testing::nn_fixture;
 using tinyddp::testing::temp_path;
 
 namespace {
@@ -120,18 +120,25 @@ TEST_CASE("damaged files give clear errors", "[nn][safetensors][errors]") {
                "has an entry that is not a non-negative integer");
   expect_error(write_raw("bad_offsets.st", R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0]}})", data),
                "data_offsets must be [begin, end]");
-  expect_error(write_raw("no_shape.st", R"({"w":{"dtype":"F32","data_offsets":[0,16]}})", data), "entry 'w' has no 'shape'");
-  expect_error(write_raw("overlap.st",
-                         R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
-                         data),
-               "entry 'b' (bytes [8, 16]) overlaps the previous entry");
+  expect_error(write_raw("no_shape.st", R"({"w":{"dtype":"F32","data_offsets":[0,16]}})", data),
+               "entry 'w' has no 'shape'");
+  expect_error(
+      write_raw(
+          "overlap.st",
+          R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+          data),
+      "entry 'b' (bytes [8, 16]) overlaps the previous entry");
   expect_error(write_raw("gap.st", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", data),
                "8 unused bytes before entry 'a'");
-  expect_error(write_raw("trailing.st", good_header, data + "garbage!"), "8 bytes after the last tensor's data (trailing garbage)");
-  expect_error(write_raw("bad_metadata.st", R"({"__metadata__":{"k":1}})", ""), "__metadata__ value for 'k' is not a string");
-  expect_error(write_raw("bad_bool.st", R"({"m":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})", std::string("\x01\x07", 2)),
+  expect_error(write_raw("trailing.st", good_header, data + "garbage!"),
+               "8 bytes after the last tensor's data (trailing garbage)");
+  expect_error(write_raw("bad_metadata.st", R"({"__metadata__":{"k":1}})", ""),
+               "__metadata__ value for 'k' is not a string");
+  expect_error(write_raw("bad_bool.st", R"({"m":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}})",
+                         std::string("\x01\x07", 2)),
                "byte 1 of a BOOL tensor is 7");
-  expect_error(write_raw("huge_shape.st", R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,16]}})", data),
+  expect_error(write_raw("huge_shape.st",
+                         R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,16]}})", data),
                "is larger than the file's data");
 }
 

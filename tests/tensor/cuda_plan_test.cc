@@ -6,8 +6,8 @@
 // themselves are checked against the CPU on a GPU (cuda_test.cc).
 #include <array>
 
-#include "tinyddp/tensor/cuda/plan.h"
 #include "tests/test_util.h"
+#include "tinyddp/tensor/cuda/plan.h"
 
 using namespace tinyddp::tensor;
 using tinyddp::testing::at;
@@ -19,8 +19,8 @@ Tensor distinct(const Shape& shape) { return arange(shape_numel(shape)).to(kFloa
 
 // The elementwise kernel's offset arithmetic (elementwise.cu, offsets()) for linear index i.
 template <size_t N>
-std::array<int64_t, N> kernel_offsets(const cuda::kernels::Geometry& g, const std::array<cuda::kernels::Operand, N>& ops,
-                                      int64_t i) {
+std::array<int64_t, N> kernel_offsets(const cuda::kernels::Geometry& g,
+                                      const std::array<cuda::kernels::Operand, N>& ops, int64_t i) {
   std::array<int64_t, N> off{};
   for (int d = g.ndim - 1; d >= 0; --d) {
     const int64_t coord = i % g.sizes[d];
@@ -94,7 +94,8 @@ TEST_CASE("CUDA launch plan: merged dims address the right elements", "[cuda][pl
     const Tensor wide = distinct({2, 2, 2, 2, 2, 2, 2, 2, 2}).permute({8, 7, 6, 5, 4, 3, 2, 1, 0});
     std::array<const Tensor*, 1> one{&wide};
     std::array<cuda::kernels::Operand, 1> ops;
-    CHECK_THROWS_WITH(cuda::geometry<1>(wide.sizes(), one, ops, "add"), Catch::Contains("at most 8 non-mergeable dims"));
+    CHECK_THROWS_WITH(cuda::geometry<1>(wide.sizes(), one, ops, "add"),
+                      Catch::Contains("at most 8 non-mergeable dims"));
   }
 }
 
@@ -123,20 +124,20 @@ TEST_CASE("CUDA launch plan: the cuBLAS call reproduces mm for every operand lay
   const Tensor a = sub(distinct({5, 7}), 10.0), b = div(distinct({7, 3}), 4.0);
   const Tensor big = distinct({9, 11});
   const std::vector<std::pair<Tensor, Tensor>> cases = {
-      {a, b},                                                          // both contiguous
-      {a.t().contiguous().t(), b},                                     // a transposed in memory
-      {a, b.t().contiguous().t()},                                     // b transposed in memory
-      {a.t().contiguous().t(), b.t().contiguous().t()},                // both
-      {big.narrow(0, 1, 5).narrow(1, 2, 7), b},                        // a row stride above its width
-      {a, big.narrow(0, 0, 7).narrow(1, 4, 3)},                        // b likewise
-      {big.t().narrow(0, 0, 5).narrow(1, 1, 7), b},                    // a transposed and narrowed
-      {a.narrow(0, 2, 1), b},                                          // one row
-      {a, b.narrow(1, 1, 1)},                                          // one column
-      {distinct({5, 1}), distinct({1, 3})},                            // k = 1
-      {distinct({2, 4, 7}).select(1, 2).t().t(), b},                   // a view with an odd offset
+      {a, b},                                                                // both contiguous
+      {a.t().contiguous().t(), b},                                           // a transposed in memory
+      {a, b.t().contiguous().t()},                                           // b transposed in memory
+      {a.t().contiguous().t(), b.t().contiguous().t()},                      // both
+      {big.narrow(0, 1, 5).narrow(1, 2, 7), b},                              // a row stride above its width
+      {a, big.narrow(0, 0, 7).narrow(1, 4, 3)},                              // b likewise
+      {big.t().narrow(0, 0, 5).narrow(1, 1, 7), b},                          // a transposed and narrowed
+      {a.narrow(0, 2, 1), b},                                                // one row
+      {a, b.narrow(1, 1, 1)},                                                // one column
+      {distinct({5, 1}), distinct({1, 3})},                                  // k = 1
+      {distinct({2, 4, 7}).select(1, 2).t().t(), b},                         // a view with an odd offset
       {distinct({5, 14}).narrow(1, 0, 14).view({5, 2, 7}).select(1, 1), b},  // strided rows
       {distinct({7, 5}).t(), distinct({2, 7, 3}).select(0, 1)},
-      {distinct({5, 7, 2}).select(2, 0), b},                           // column stride 2: copied first
+      {distinct({5, 7, 2}).select(2, 0), b},  // column stride 2: copied first
   };
   for (size_t c = 0; c < cases.size(); ++c) {
     INFO("case " << c);

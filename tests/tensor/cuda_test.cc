@@ -8,15 +8,15 @@
 #include <thread>
 #include <tuple>
 
+#include "tests/test_util.h"
 #include "tinyddp/nn/nn.h"
 #include "tinyddp/tensor/cuda.h"
-#include "tests/test_util.h"
 
 #if TINYDDP_WITH_CUDA
 #include <cuda_runtime_api.h>
 
-#include "tinyddp/tensor/cuda/runtime.h"
 #include "tests/cuda_test_util.h"
+#include "tinyddp/tensor/cuda/runtime.h"
 #endif
 
 using namespace tinyddp::tensor;
@@ -64,8 +64,9 @@ void expect_matches_cpu(const std::vector<Tensor>& inputs, const std::function<T
 
 TEST_CASE("without a GPU, creating a CUDA tensor fails naming the device and the reason", "[cuda]") {
   if (cuda::is_available()) TINYDDP_SKIP("a CUDA device is present");
-  CHECK_THROWS_WITH(empty({2, 3}, TensorOptions().device(kGpu)),
-                    Catch::Contains("cannot allocate a tensor on cuda:0") && Catch::Contains(cuda::unavailable_reason()));
+  CHECK_THROWS_WITH(
+      empty({2, 3}, TensorOptions().device(kGpu)),
+      Catch::Contains("cannot allocate a tensor on cuda:0") && Catch::Contains(cuda::unavailable_reason()));
   CHECK_THROWS_WITH(ones({2}).to(kGpu), Catch::Contains("cuda:0"));
   CHECK(cuda::allocator_stats().requests == 0);
   cuda::empty_cache();  // harmless
@@ -80,16 +81,16 @@ TEST_CASE("CUDA: copies between host and device round-trip every dtype, strided 
     const Tensor dev = host.to(kGpu);
     CHECK(dev.is_cuda());
     CHECK(equal(dev.to(kCPU), host));
-    CHECK(equal(host.t().to(kGpu).to(kCPU), host.t().contiguous()));            // strided source
-    CHECK(equal(dev.t().contiguous().to(kCPU), host.t().contiguous()));          // strided on the GPU
+    CHECK(equal(host.t().to(kGpu).to(kCPU), host.t().contiguous()));     // strided source
+    CHECK(equal(dev.t().contiguous().to(kCPU), host.t().contiguous()));  // strided on the GPU
     const Tensor wide = zeros({3, 5, 7}, TensorOptions().dtype(dtype).device(kGpu));
-    wide.copy_(host);                                                            // broadcast on the GPU
+    wide.copy_(host);  // broadcast on the GPU
     CHECK(equal(wide.to(kCPU), host.expand({3, 5, 7}).contiguous()));
     const Tensor converted = zeros({5, 7}, TensorOptions().dtype(kFloat64).device(kGpu));
-    converted.copy_(dev);                                                        // dtype conversion on the GPU
+    converted.copy_(dev);  // dtype conversion on the GPU
     CHECK(equal(converted.to(kCPU), host.to(kFloat64)));
     const Tensor back = zeros({5, 7}, dtype);
-    back.copy_(dev);                                                             // device to host, in place
+    back.copy_(dev);  // device to host, in place
     CHECK(equal(back, host));
   }
 }
@@ -99,33 +100,53 @@ TEST_CASE("CUDA: elementwise ops match the CPU on random inputs, broadcast and s
   for (DType dtype : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
     const double tol = dtype == kBFloat16 ? 1e-2 : dtype == kFloat16 ? 2e-3 : dtype == kFloat32 ? 1e-5 : 1e-12;
     const Tensor a = randn({6, 5}).to(dtype);
-    const Tensor b = randn({5}).to(dtype);            // broadcast over rows
-    const Tensor c = randn({5, 6}).to(dtype).t();     // strided
+    const Tensor b = randn({5}).to(dtype);         // broadcast over rows
+    const Tensor c = randn({5, 6}).to(dtype).t();  // strided
     const Tensor pos = (rand({6, 5}) + 0.1).to(dtype);
     const std::string d = dtype_name(dtype);
-    expect_matches_cpu({a, b}, [](const auto& v) { return add(v[0], v[1], 0.5); }, "add alpha " + d, tol);
-    expect_matches_cpu({a, c}, [](const auto& v) { return mul(v[0], v[1]); }, "mul strided " + d, tol);
-    expect_matches_cpu({a, pos}, [](const auto& v) { return div(v[0], v[1]); }, "div " + d, tol);
-    expect_matches_cpu({a, b}, [](const auto& v) { return maximum(v[0], v[1]); }, "maximum " + d, tol);
-    expect_matches_cpu({a, c}, [](const auto& v) { return minimum(v[0], v[1]); }, "minimum " + d, tol);
-    expect_matches_cpu({a, b}, [](const auto& v) { return lt(v[0], v[1]); }, "lt " + d, 0);
-    expect_matches_cpu({a, c}, [](const auto& v) { return eq(v[0], v[1]); }, "eq " + d, 0);
-    expect_matches_cpu({a}, [](const auto& v) { return neg(v[0]); }, "neg " + d, tol);
-    expect_matches_cpu({a}, [](const auto& v) { return abs(v[0]); }, "abs " + d, tol);
-    expect_matches_cpu({a}, [](const auto& v) { return relu(v[0]); }, "relu " + d, tol);
-    expect_matches_cpu({a}, [](const auto& v) { return exp(v[0]); }, "exp " + d, tol);
-    expect_matches_cpu({pos}, [](const auto& v) { return log(v[0]); }, "log " + d, tol);
-    expect_matches_cpu({pos}, [](const auto& v) { return sqrt(v[0]); }, "sqrt " + d, tol);
-    expect_matches_cpu({a}, [](const auto& v) { return tanh(v[0]); }, "tanh " + d, tol);
-    expect_matches_cpu({a}, [](const auto& v) { return sigmoid(v[0]); }, "sigmoid " + d, tol);
-    expect_matches_cpu({pos}, [](const auto& v) { return pow(v[0], 1.7); }, "pow " + d, tol);
-    expect_matches_cpu({a}, [](const auto& v) { return pow(v[0], 2.0); }, "square " + d, tol);
+    expect_matches_cpu(
+        {a, b}, [](const auto& v) { return add(v[0], v[1], 0.5); }, "add alpha " + d, tol);
+    expect_matches_cpu(
+        {a, c}, [](const auto& v) { return mul(v[0], v[1]); }, "mul strided " + d, tol);
+    expect_matches_cpu(
+        {a, pos}, [](const auto& v) { return div(v[0], v[1]); }, "div " + d, tol);
+    expect_matches_cpu(
+        {a, b}, [](const auto& v) { return maximum(v[0], v[1]); }, "maximum " + d, tol);
+    expect_matches_cpu(
+        {a, c}, [](const auto& v) { return minimum(v[0], v[1]); }, "minimum " + d, tol);
+    expect_matches_cpu(
+        {a, b}, [](const auto& v) { return lt(v[0], v[1]); }, "lt " + d, 0);
+    expect_matches_cpu(
+        {a, c}, [](const auto& v) { return eq(v[0], v[1]); }, "eq " + d, 0);
+    expect_matches_cpu(
+        {a}, [](const auto& v) { return neg(v[0]); }, "neg " + d, tol);
+    expect_matches_cpu(
+        {a}, [](const auto& v) { return abs(v[0]); }, "abs " + d, tol);
+    expect_matches_cpu(
+        {a}, [](const auto& v) { return relu(v[0]); }, "relu " + d, tol);
+    expect_matches_cpu(
+        {a}, [](const auto& v) { return exp(v[0]); }, "exp " + d, tol);
+    expect_matches_cpu(
+        {pos}, [](const auto& v) { return log(v[0]); }, "log " + d, tol);
+    expect_matches_cpu(
+        {pos}, [](const auto& v) { return sqrt(v[0]); }, "sqrt " + d, tol);
+    expect_matches_cpu(
+        {a}, [](const auto& v) { return tanh(v[0]); }, "tanh " + d, tol);
+    expect_matches_cpu(
+        {a}, [](const auto& v) { return sigmoid(v[0]); }, "sigmoid " + d, tol);
+    expect_matches_cpu(
+        {pos}, [](const auto& v) { return pow(v[0], 1.7); }, "pow " + d, tol);
+    expect_matches_cpu(
+        {a}, [](const auto& v) { return pow(v[0], 2.0); }, "square " + d, tol);
   }
   const Tensor i = (randn({4, 3}) * 10.0).to(kInt64);
   const Tensor j = (randn({3}) * 10.0).to(kInt64);
-  expect_matches_cpu({i, j}, [](const auto& v) { return add(v[0], v[1]); }, "add int64", 0);
-  expect_matches_cpu({i, j}, [](const auto& v) { return mul(v[0], v[1]); }, "mul int64", 0);
-  expect_matches_cpu({i, j}, [](const auto& v) { return ge(v[0], v[1]); }, "ge int64", 0);
+  expect_matches_cpu(
+      {i, j}, [](const auto& v) { return add(v[0], v[1]); }, "add int64", 0);
+  expect_matches_cpu(
+      {i, j}, [](const auto& v) { return mul(v[0], v[1]); }, "mul int64", 0);
+  expect_matches_cpu(
+      {i, j}, [](const auto& v) { return ge(v[0], v[1]); }, "ge int64", 0);
   // In place, fill, and accumulation into a destination whose elements share memory.
   const Tensor x = randn({4, 4});
   const Tensor xg = x.to(kGpu);
@@ -165,37 +186,64 @@ TEST_CASE("CUDA: reductions, softmax and matmul match the CPU on random inputs",
     const double tol = tol_of(dtype);
     const Tensor x = randn({6, 300, 5}).to(dtype);  // 300: more than one block's threads
     using V = std::vector<Tensor>;
-    expect_matches_cpu({x}, [](const V& v) { return sum(v[0]); }, name + " sum()", tol * 10);
-    expect_matches_cpu({x}, [](const V& v) { return sum(v[0], {1}, false); }, name + " sum over the middle dim", tol);
-    expect_matches_cpu({x}, [](const V& v) { return sum(v[0], {0}, false); }, name + " sum over the leading dim (columns)", tol);
-    expect_matches_cpu({x}, [](const V& v) { return sum(v[0], {0, 1}, true); }, name + " sum over leading dims, keepdim", tol);
-    expect_matches_cpu({x}, [](const V& v) { return mean(v[0], {2}, false); }, name + " mean over the last dim", tol);
-    expect_matches_cpu({x.transpose(0, 2)}, [](const V& v) { return mean(v[0], {1}, true); }, name + " mean, strided", tol);
-    expect_matches_cpu({x}, [](const V& v) { return max(v[0]); }, name + " max()", 0);
-    expect_matches_cpu({x}, [](const V& v) { return std::get<0>(max(v[0], 1, false)); }, name + " max values", 0);
-    expect_matches_cpu({x}, [](const V& v) { return std::get<1>(max(v[0], 1, false)); }, name + " max indices", 0);
-    expect_matches_cpu({x}, [](const V& v) { return argmax(v[0]); }, name + " argmax()", 0);
+    expect_matches_cpu(
+        {x}, [](const V& v) { return sum(v[0]); }, name + " sum()", tol * 10);
+    expect_matches_cpu(
+        {x}, [](const V& v) { return sum(v[0], {1}, false); }, name + " sum over the middle dim", tol);
+    expect_matches_cpu(
+        {x}, [](const V& v) { return sum(v[0], {0}, false); }, name + " sum over the leading dim (columns)", tol);
+    expect_matches_cpu(
+        {x},
+        [](const V& v) {
+          return sum(v[0], {0, 1}, true);
+        },
+        name + " sum over leading dims, keepdim", tol);
+    expect_matches_cpu(
+        {x}, [](const V& v) { return mean(v[0], {2}, false); }, name + " mean over the last dim", tol);
+    expect_matches_cpu(
+        {x.transpose(0, 2)}, [](const V& v) { return mean(v[0], {1}, true); }, name + " mean, strided", tol);
+    expect_matches_cpu(
+        {x}, [](const V& v) { return max(v[0]); }, name + " max()", 0);
+    expect_matches_cpu(
+        {x}, [](const V& v) { return std::get<0>(max(v[0], 1, false)); }, name + " max values", 0);
+    expect_matches_cpu(
+        {x}, [](const V& v) { return std::get<1>(max(v[0], 1, false)); }, name + " max indices", 0);
+    expect_matches_cpu(
+        {x}, [](const V& v) { return argmax(v[0]); }, name + " argmax()", 0);
     for (int64_t dim : {0, 1, 2}) {
-      expect_matches_cpu({x}, [dim](const V& v) { return softmax(v[0], dim); }, name + " softmax dim " + std::to_string(dim), tol);
-      expect_matches_cpu({x}, [dim](const V& v) { return log_softmax(v[0], dim); }, name + " log_softmax dim " + std::to_string(dim), tol);
+      expect_matches_cpu(
+          {x}, [dim](const V& v) { return softmax(v[0], dim); }, name + " softmax dim " + std::to_string(dim), tol);
+      expect_matches_cpu(
+          {x}, [dim](const V& v) { return log_softmax(v[0], dim); }, name + " log_softmax dim " + std::to_string(dim),
+          tol);
     }
     const Tensor a = randn({33, 70}).to(dtype), b = randn({70, 45}).to(dtype);
     const double mm_tol = dtype == kFloat32 ? 1e-4 : tol * 5;  // TF32 is off by default
-    expect_matches_cpu({a, b}, [](const V& v) { return mm(v[0], v[1]); }, name + " mm", mm_tol);
-    expect_matches_cpu({a.t().contiguous(), b}, [](const V& v) { return mm(v[0].t(), v[1]); }, name + " mm, a transposed", mm_tol);
-    expect_matches_cpu({a, b.t().contiguous()}, [](const V& v) { return mm(v[0], v[1].t()); }, name + " mm, b transposed", mm_tol);
-    expect_matches_cpu({randn({4, 33, 70}).to(dtype), b}, [](const V& v) { return matmul(v[0], v[1]); }, name + " batched matmul", mm_tol);
+    expect_matches_cpu(
+        {a, b}, [](const V& v) { return mm(v[0], v[1]); }, name + " mm", mm_tol);
+    expect_matches_cpu(
+        {a.t().contiguous(), b}, [](const V& v) { return mm(v[0].t(), v[1]); }, name + " mm, a transposed", mm_tol);
+    expect_matches_cpu(
+        {a, b.t().contiguous()}, [](const V& v) { return mm(v[0], v[1].t()); }, name + " mm, b transposed", mm_tol);
+    expect_matches_cpu(
+        {randn({4, 33, 70}).to(dtype), b}, [](const V& v) { return matmul(v[0], v[1]); }, name + " batched matmul",
+        mm_tol);
     const Tensor w = randn({12, 70}).to(dtype), bias = randn({12}).to(dtype);
-    expect_matches_cpu({a, w, bias}, [](const V& v) { return linear(v[0], v[1], v[2]); }, name + " linear", mm_tol);
+    expect_matches_cpu(
+        {a, w, bias}, [](const V& v) { return linear(v[0], v[1], v[2]); }, name + " linear", mm_tol);
   }
   // Integers and bools: sums count in int64; NaN wins max as on the CPU.
   const Tensor ints = (randn({40, 9}) * 100.0).to(kInt64);
-  expect_matches_cpu({ints}, [](const std::vector<Tensor>& v) { return sum(v[0], {0}, false); }, "int64 sum", 0);
-  expect_matches_cpu({gt(ints, 0.0)}, [](const std::vector<Tensor>& v) { return sum(v[0]); }, "bool sum", 0);
+  expect_matches_cpu(
+      {ints}, [](const std::vector<Tensor>& v) { return sum(v[0], {0}, false); }, "int64 sum", 0);
+  expect_matches_cpu(
+      {gt(ints, 0.0)}, [](const std::vector<Tensor>& v) { return sum(v[0]); }, "bool sum", 0);
   Tensor with_nan = randn({4, 600});
   with_nan.narrow(1, 450, 1).fill_(std::nan(""));
-  expect_matches_cpu({with_nan}, [](const std::vector<Tensor>& v) { return std::get<1>(max(v[0], 1, false)); }, "max index of NaN", 0);
-  CHECK_THROWS_WITH(mm(ints.to(kGpu), ints.t().to(kGpu)), Catch::Contains("matmul: not supported for dtype int64 on CUDA"));
+  expect_matches_cpu(
+      {with_nan}, [](const std::vector<Tensor>& v) { return std::get<1>(max(v[0], 1, false)); }, "max index of NaN", 0);
+  CHECK_THROWS_WITH(mm(ints.to(kGpu), ints.t().to(kGpu)),
+                    Catch::Contains("matmul: not supported for dtype int64 on CUDA"));
 }
 
 TEST_CASE("CUDA: TF32 is off by default and can be enabled", "[cuda]") {
@@ -252,14 +300,16 @@ TEST_CASE("CUDA: Module::to, SGD and Adam on the GPU follow the CPU", "[cuda][nn
     gpu_model->to(kGpu);
     for (const Tensor& p : gpu_model->parameters()) REQUIRE(p.device() == kGpu);
     const auto make = [&](const std::shared_ptr<tinyddp::nn::Module>& m) -> std::unique_ptr<tinyddp::nn::Optimizer> {
-      if (optimizer == "sgd") return std::make_unique<tinyddp::nn::SGD>(m->parameters(), tinyddp::nn::SGDOptions(0.1).momentum(0.9));
+      if (optimizer == "sgd")
+        return std::make_unique<tinyddp::nn::SGD>(m->parameters(), tinyddp::nn::SGDOptions(0.1).momentum(0.9));
       return std::make_unique<tinyddp::nn::Adam>(m->parameters(), tinyddp::nn::AdamOptions(0.01));
     };
     auto cpu_opt = make(cpu_model), gpu_opt = make(gpu_model);
     for (int step = 0; step < 5; ++step) {
       const Tensor x = randn({8, 6});
       const Tensor y = (rand({8}) * 3.0).to(kInt64);
-      for (auto [model, opt, device] : {std::tuple{cpu_model, cpu_opt.get(), Device(kCPU)}, std::tuple{gpu_model, gpu_opt.get(), kGpu}}) {
+      for (auto [model, opt, device] :
+           {std::tuple{cpu_model, cpu_opt.get(), Device(kCPU)}, std::tuple{gpu_model, gpu_opt.get(), kGpu}}) {
         opt->zero_grad();
         tinyddp::nn::cross_entropy(model->forward(x.to(device)), y.to(device)).backward();
         opt->step();
@@ -304,7 +354,8 @@ using tinyddp::testing::seconds_since;
 using tinyddp::testing::StreamGate;
 #endif
 
-TEST_CASE("CUDA: a copy from memory the caller pinned has run when copy_ returns, unless non_blocking", "[cuda][streams]") {
+TEST_CASE("CUDA: a copy from memory the caller pinned has run when copy_ returns, unless non_blocking",
+          "[cuda][streams]") {
   if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
 #if TINYDDP_WITH_CUDA
   const int64_t n = 1 << 22;

@@ -51,7 +51,8 @@ using Devices = std::vector<int>;
 
 }  // namespace
 
-TEST_CASE("a guard on a thread without a device leaves its device current, never restoring device 0", "[cuda][device]") {
+TEST_CASE("a guard on a thread without a device leaves its device current, never restoring device 0",
+          "[cuda][device]") {
   RecordedRuntime runtime;
   std::thread helper([] {
     CHECK(cuda::current_device() == -1);
@@ -103,7 +104,8 @@ TEST_CASE("a helper thread adopts its creator's device before anything else, or 
   CHECK(spawn() == Devices{6});  // set once, when it starts; the guard finds it current
 }
 
-TEST_CASE("a failed switch leaves the thread's device unchanged, and the guard's destructor does not throw", "[cuda][device]") {
+TEST_CASE("a failed switch leaves the thread's device unchanged, and the guard's destructor does not throw",
+          "[cuda][device]") {
   RecordedRuntime runtime;
   cuda::set_device(1);
   cuda::testing::replace_set_device([](int device) {

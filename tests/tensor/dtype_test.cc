@@ -104,13 +104,13 @@ TEST_CASE("float16 edge cases by hand", "[dtype][half]") {
   CHECK(float_to_half_bits(65519.0f) == 0x7BFF);
   CHECK(float_to_half_bits(65520.0f) == 0x7C00);  // halfway to 65536: ties to even -> inf
   CHECK(float_to_half_bits(-1e10f) == 0xFC00);
-  CHECK(float_to_half_bits(std::ldexp(1.0f, -24)) == 0x0001);      // smallest subnormal
-  CHECK(float_to_half_bits(std::ldexp(1.0f, -25)) == 0x0000);      // tie -> even (zero)
-  CHECK(float_to_half_bits(std::ldexp(3.0f, -25)) == 0x0002);      // 1.5 ulp tie -> 2
-  CHECK(float_to_half_bits(std::ldexp(1.0f, -14)) == 0x0400);      // smallest normal
+  CHECK(float_to_half_bits(std::ldexp(1.0f, -24)) == 0x0001);  // smallest subnormal
+  CHECK(float_to_half_bits(std::ldexp(1.0f, -25)) == 0x0000);  // tie -> even (zero)
+  CHECK(float_to_half_bits(std::ldexp(3.0f, -25)) == 0x0002);  // 1.5 ulp tie -> 2
+  CHECK(float_to_half_bits(std::ldexp(1.0f, -14)) == 0x0400);  // smallest normal
   CHECK(float_to_half_bits(-0.0f) == 0x8000);
-  CHECK(float_to_half_bits(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);      // tie -> even down
-  CHECK(float_to_half_bits(1.0f + std::ldexp(3.0f, -11)) == 0x3C02);      // tie -> even up
+  CHECK(float_to_half_bits(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);  // tie -> even down
+  CHECK(float_to_half_bits(1.0f + std::ldexp(3.0f, -11)) == 0x3C02);  // tie -> even up
   const uint16_t nan = float_to_half_bits(std::numeric_limits<float>::quiet_NaN());
   CHECK((nan & 0x7C00) == 0x7C00);
   CHECK((nan & 0x3FF) != 0);

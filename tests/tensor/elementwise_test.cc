@@ -37,7 +37,8 @@ void check_binary(const Tensor& out, const Tensor& a, const Tensor& b, const std
 }
 
 void check_unary(const Tensor& out, const Tensor& x, const std::function<double(double)>& f, double tol) {
-  check_binary(out, x, x, [&](double v, double) { return f(v); }, tol);
+  check_binary(
+      out, x, x, [&](double v, double) { return f(v); }, tol);
 }
 
 // Operands of one logical shape in several memory layouts.
@@ -63,7 +64,8 @@ TEST_CASE("binary ops match a per-index reference on every layout", "[elementwis
     for (const auto& [name_b, b] : layouts(shape, 2)) {
       INFO(name_a << " op " << name_b);
       check_binary(add(a, b), a, b, [](double x, double y) { return static_cast<float>(x + y); });
-      check_binary(add(a, b, 2.5), a, b, [](double x, double y) { return static_cast<float>(x + 2.5f * y); }, 1e-6);
+      check_binary(
+          add(a, b, 2.5), a, b, [](double x, double y) { return static_cast<float>(x + 2.5f * y); }, 1e-6);
       check_binary(sub(a, b), a, b, [](double x, double y) { return static_cast<float>(x - y); });
       check_binary(mul(a, b), a, b, [](double x, double y) { return static_cast<float>(x * y); });
       check_binary(div(a, b), a, b, [](double x, double y) { return static_cast<float>(x / y); });
@@ -113,7 +115,8 @@ TEST_CASE("dtype rules: no silent promotion between tensors, PyTorch's scalar ru
   const Tensor d = tensor({1.0, 2.0}, kFloat64);
   const Tensor i = arange(1, 4);
   CHECK(i.dtype() == kInt64);
-  CHECK_THROWS_WITH(add(f, d), Contains("add: expected tensors of the same dtype, but 'a' is float32 and 'b' is float64"));
+  CHECK_THROWS_WITH(add(f, d),
+                    Contains("add: expected tensors of the same dtype, but 'a' is float32 and 'b' is float64"));
   CHECK((i + 2).dtype() == kInt64);
   CHECK((i * 3).to_vector<int64_t>() == std::vector<int64_t>{3, 6, 9});
   CHECK((i + 0.5).dtype() == kFloat32);  // non-integral scalar: float32, as in PyTorch
@@ -130,7 +133,8 @@ TEST_CASE("dtype rules: no silent promotion between tensors, PyTorch's scalar ru
   CHECK_THROWS_WITH(add(mask, mask), Contains("add: arithmetic on bool tensors is not supported"));
   CHECK_THROWS_WITH(neg(mask), Contains("neg: arithmetic on bool tensors is not supported"));
   CHECK_THROWS_WITH(i.div_(2), Contains("div_: true division of int64 tensors cannot be written in place"));
-  CHECK_THROWS_WITH(i.add_(0.5), Contains("add_: expected tensors of the same dtype, but 'a' is int64 and 'b' is float32"));
+  CHECK_THROWS_WITH(i.add_(0.5),
+                    Contains("add_: expected tensors of the same dtype, but 'a' is int64 and 'b' is float32"));
   CHECK_THROWS_WITH(add(f, Tensor()), Contains("add: argument 'b' is an undefined tensor"));
 }
 
@@ -166,17 +170,28 @@ TEST_CASE("unary ops match the C library", "[elementwise][unary]") {
       const Tensor x = base.to(dtype);
       const Tensor positive = add(abs(x), 0.01);
       const double tol = dtype == kFloat32 ? 4e-7 : 1e-15;
-      check_unary(neg(x), x, [](double v) { return -v; }, 0);
-      check_unary(abs(x), x, [](double v) { return std::fabs(v); }, 0);
-      check_unary(relu(x), x, [](double v) { return v < 0 ? 0 : v; }, 0);
-      check_unary(exp(x), x, [](double v) { return std::exp(v); }, tol);
-      check_unary(log(positive), positive, [](double v) { return std::log(v); }, tol);
-      check_unary(sqrt(positive), positive, [](double v) { return std::sqrt(v); }, tol);
-      check_unary(tanh(x), x, [](double v) { return std::tanh(v); }, tol);
-      check_unary(sigmoid(x), x, [](double v) { return 1 / (1 + std::exp(-v)); }, tol);
-      check_unary(pow(x, 2), x, [](double v) { return v * v; }, tol);
-      check_unary(pow(positive, 1.7), positive, [](double v) { return std::pow(v, 1.7); }, tol * 4);
-      check_unary(pow(positive, 0.5), positive, [](double v) { return std::sqrt(v); }, tol);
+      check_unary(
+          neg(x), x, [](double v) { return -v; }, 0);
+      check_unary(
+          abs(x), x, [](double v) { return std::fabs(v); }, 0);
+      check_unary(
+          relu(x), x, [](double v) { return v < 0 ? 0 : v; }, 0);
+      check_unary(
+          exp(x), x, [](double v) { return std::exp(v); }, tol);
+      check_unary(
+          log(positive), positive, [](double v) { return std::log(v); }, tol);
+      check_unary(
+          sqrt(positive), positive, [](double v) { return std::sqrt(v); }, tol);
+      check_unary(
+          tanh(x), x, [](double v) { return std::tanh(v); }, tol);
+      check_unary(
+          sigmoid(x), x, [](double v) { return 1 / (1 + std::exp(-v)); }, tol);
+      check_unary(
+          pow(x, 2), x, [](double v) { return v * v; }, tol);
+      check_unary(
+          pow(positive, 1.7), positive, [](double v) { return std::pow(v, 1.7); }, tol * 4);
+      check_unary(
+          pow(positive, 0.5), positive, [](double v) { return std::sqrt(v); }, tol);
     }
   }
 }
@@ -231,7 +246,8 @@ TEST_CASE("in-place ops write into the tensor and its views", "[elementwise][inp
   const Tensor w = tensor({2, 4});
   w.div_(2).add_(1).mul_(3);
   CHECK(w.to_vector<float>() == std::vector<float>{6, 9});
-  CHECK_THROWS_WITH(ones({3}).add_(ones({2, 3})), Contains("add_: output with shape [3] doesn't match the broadcast shape [2, 3]"));
+  CHECK_THROWS_WITH(ones({3}).add_(ones({2, 3})),
+                    Contains("add_: output with shape [3] doesn't match the broadcast shape [2, 3]"));
   CHECK_THROWS_WITH(ones({1, 3}).expand({2, 3}).add_(ones({2, 3})),
                     Contains("more than one element of the written-to tensor refers to a single memory location"));
 }
@@ -256,7 +272,8 @@ TEST_CASE("copy_ handles any strides, broadcasting and dtype conversion", "[elem
   CHECK(buf.to_vector<float>() == std::vector<float>{0, 0, 1, 2, 3, 4});
   CHECK_THROWS_WITH(zeros({2, 3}).copy_(zeros({3, 2})),
                     Contains("copy_: source of shape [3, 2] cannot be broadcast to the destination shape [2, 3]"));
-  CHECK_THROWS_WITH(zeros({2}).copy_(zeros({3})), Contains("copy_: source of shape [3] cannot be broadcast to the destination shape [2]"));
+  CHECK_THROWS_WITH(zeros({2}).copy_(zeros({3})),
+                    Contains("copy_: source of shape [3] cannot be broadcast to the destination shape [2]"));
   // fill_ and zero_ on a strided view.
   const Tensor m = ones({3, 3});
   m.t().narrow(0, 1, 1).zero_();
@@ -279,8 +296,10 @@ TEST_CASE("ops refuse operands on different devices and name them", "[elementwis
   const Tensor gpu = Tensor::make(Storage(12, &fake), {3}, {1}, 0, kFloat32);
   CHECK(gpu.device() == Device::cuda(0));
   const Tensor cpu = zeros({3});
-  CHECK_THROWS_WITH(add(cpu, gpu), Contains("add: expected all tensors on the same device, but 'a' is on cpu and 'b' is on cuda:0"));
-  CHECK_THROWS_WITH(matmul(gpu.view({1, 3}), cpu.view({3, 1})), Contains("matmul: expected all tensors on the same device"));
+  CHECK_THROWS_WITH(add(cpu, gpu),
+                    Contains("add: expected all tensors on the same device, but 'a' is on cpu and 'b' is on cuda:0"));
+  CHECK_THROWS_WITH(matmul(gpu.view({1, 3}), cpu.view({3, 1})),
+                    Contains("matmul: expected all tensors on the same device"));
   CHECK_THROWS_WITH(add(gpu, gpu), Contains("cannot allocate a tensor on cuda:0"));
   CHECK_THROWS_WITH(gpu.add_(gpu), Contains("add_: no kernel for tensors on cuda:0 in this build"));
   CHECK_THROWS_WITH(sum(gpu), Contains("sum: no kernel for tensors on cuda:0"));

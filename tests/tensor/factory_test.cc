@@ -112,7 +112,8 @@ TEST_CASE("generators are independent and reproducible", "[random]") {
   uniform_(target);
   manual_seed(9);
   CHECK(equal(target.contiguous(), rand({4, 4})));
-  CHECK_THROWS_WITH(uniform_(zeros({2}, kInt64)), Contains("uniform_: expected a floating-point tensor, got dtype int64"));
+  CHECK_THROWS_WITH(uniform_(zeros({2}, kInt64)),
+                    Contains("uniform_: expected a floating-point tensor, got dtype int64"));
   CHECK_THROWS_WITH(normal_(zeros({2}), 0, -1), Contains("normal_: expects std >= 0.0"));
 }
 

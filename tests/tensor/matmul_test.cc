@@ -33,19 +33,20 @@ void check_mm(const Tensor& a, const Tensor& b, double tol) {
   const std::vector<double> got = c.to(kFloat64).to_vector<double>();
   for (size_t i = 0; i < got.size(); ++i) {
     // Error grows with k; scale the tolerance by sqrt(k) and the magnitude of the terms.
-    REQUIRE(std::fabs(got[i] - expected[i]) <= tol * std::sqrt(static_cast<double>(a.size(1)) + 1) * (1 + std::fabs(expected[i])));
+    REQUIRE(std::fabs(got[i] - expected[i]) <=
+            tol * std::sqrt(static_cast<double>(a.size(1)) + 1) * (1 + std::fabs(expected[i])));
   }
 }
 
 // A [rows, cols] operand in the requested layout.
 Tensor operand(int64_t rows, int64_t cols, int layout, Generator& g, DType dtype) {
   switch (layout) {
-    case 0: return randn({rows, cols}, dtype, &g);                                  // row-major
-    case 1: return randn({cols, rows}, dtype, &g).t();                              // column-major
-    case 2: return randn({rows, cols + 5}, dtype, &g).narrow(1, 3, cols);           // leading dim > cols
-    case 3: return randn({cols + 2, rows}, dtype, &g).narrow(0, 1, cols).t();       // column-major slice
+    case 0: return randn({rows, cols}, dtype, &g);                                              // row-major
+    case 1: return randn({cols, rows}, dtype, &g).t();                                          // column-major
+    case 2: return randn({rows, cols + 5}, dtype, &g).narrow(1, 3, cols);                       // leading dim > cols
+    case 3: return randn({cols + 2, rows}, dtype, &g).narrow(0, 1, cols).t();                   // column-major slice
     case 4: return randn({rows, 2 * cols}, dtype, &g).as_strided({rows, cols}, {2 * cols, 2});  // strided: copied
-    default: return randn({1, cols}, dtype, &g).expand({rows, cols});               // broadcast rows
+    default: return randn({1, cols}, dtype, &g).expand({rows, cols});                           // broadcast rows
   }
 }
 
@@ -53,7 +54,8 @@ Tensor operand(int64_t rows, int64_t cols, int layout, Generator& g, DType dtype
 
 TEST_CASE("matmul matches a naive triple loop for random sizes and layouts", "[matmul]") {
   Generator g(31);
-  const std::vector<std::array<int64_t, 3>> sizes = {{1, 1, 1}, {2, 3, 4}, {7, 1, 5}, {17, 33, 9}, {64, 65, 63}, {1, 40, 3}, {40, 3, 1}};
+  const std::vector<std::array<int64_t, 3>> sizes = {{1, 1, 1},    {2, 3, 4},  {7, 1, 5}, {17, 33, 9},
+                                                     {64, 65, 63}, {1, 40, 3}, {40, 3, 1}};
   for (DType dtype : {kFloat32, kFloat64}) {
     for (const auto& [n, k, m] : sizes) {
       for (int la = 0; la < 6; ++la) {
@@ -140,12 +142,15 @@ TEST_CASE("matmul matches PyTorch", "[matmul][fixture]") {
 }
 
 TEST_CASE("matmul errors name the shapes", "[matmul][errors]") {
-  CHECK_THROWS_WITH(matmul(zeros({2, 3}), zeros({4, 5})), Contains("matmul: shapes [2, 3] and [4, 5] cannot be multiplied (3 != 4)"));
+  CHECK_THROWS_WITH(matmul(zeros({2, 3}), zeros({4, 5})),
+                    Contains("matmul: shapes [2, 3] and [4, 5] cannot be multiplied (3 != 4)"));
   CHECK_THROWS_WITH(matmul(zeros({3}), zeros({4})), Contains("matmul: shapes [3] and [4] cannot be multiplied"));
   CHECK_THROWS_WITH(matmul(scalar_tensor(1), zeros({4})), Contains("matmul: both arguments need at least 1 dimension"));
   CHECK_THROWS_WITH(matmul(zeros({2, 3}), zeros({3, 2}, kFloat64)),
                     Contains("matmul: expected tensors of the same dtype, but 'a' is float32 and 'b' is float64"));
-  CHECK_THROWS_WITH(matmul(zeros({2, 2, 3}), zeros({3, 3, 2})), Contains("matmul: shapes [2] and [3] cannot be broadcast"));
+  CHECK_THROWS_WITH(matmul(zeros({2, 2, 3}), zeros({3, 3, 2})),
+                    Contains("matmul: shapes [2] and [3] cannot be broadcast"));
   CHECK_THROWS_WITH(mm(zeros({3}), zeros({3, 2})), Contains("mm: 'a' must be a matrix (2-D), got shape [3]"));
-  CHECK_THROWS_WITH(matmul(gt(zeros({2, 2}), 0), gt(zeros({2, 2}), 0)), Contains("mm: arithmetic on bool tensors is not supported"));
+  CHECK_THROWS_WITH(matmul(gt(zeros({2, 2}), 0), gt(zeros({2, 2}), 0)),
+                    Contains("mm: arithmetic on bool tensors is not supported"));
 }

@@ -14,9 +14,11 @@ TEST_CASE("tensors print like PyTorch", "[print]") {
   CHECK(zeros({0}).str() == "tensor([])");
   CHECK(zeros({0, 3}).str() == "tensor([], size=(0, 3))");
   CHECK(tensor({1e-5, 1}).str() == "tensor([1.0000e-05, 1.0000e+00])");
-  CHECK(arange(8).view({2, 2, 2}).str() == "tensor([[[0, 1],\n         [2, 3]],\n\n        [[4, 5],\n         [6, 7]]])");
+  CHECK(arange(8).view({2, 2, 2}).str() ==
+        "tensor([[[0, 1],\n         [2, 3]],\n\n        [[4, 5],\n         [6, 7]]])");
   CHECK(arange(2000).str() == "tensor([   0,    1,    2,  ..., 1997, 1998, 1999])");
-  CHECK(arange(2500, kFloat32).str() == "tensor([0.0000e+00, 1.0000e+00, 2.0000e+00,  ..., 2.4970e+03, 2.4980e+03, 2.4990e+03])");
+  CHECK(arange(2500, kFloat32).str() ==
+        "tensor([0.0000e+00, 1.0000e+00, 2.0000e+00,  ..., 2.4970e+03, 2.4980e+03, 2.4990e+03])");
   CHECK(Tensor().str() == "tensor(undefined)");
   std::ostringstream os;
   os << tensor({1, 2}, kFloat16);

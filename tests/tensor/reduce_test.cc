@@ -53,7 +53,8 @@ TEST_CASE("sum and mean over dims match naive loops on non-contiguous inputs", "
   const Tensor base = randn({5, 4, 6}, {}, &g);
   const Tensor strided = randn({6, 9, 5}, {}, &g).permute({2, 0, 1}).narrow(2, 1, 4).transpose(1, 2);  // [5, 4, 6]
   for (const Tensor& x : {base, strided}) {
-    for (const std::vector<int64_t>& dims : std::vector<std::vector<int64_t>>{{0}, {1}, {2}, {0, 2}, {1, 2}, {0, 1, 2}}) {
+    for (const std::vector<int64_t>& dims :
+         std::vector<std::vector<int64_t>>{{0}, {1}, {2}, {0, 2}, {1, 2}, {0, 1, 2}}) {
       INFO("dims size " << dims.size() << " first " << dims[0]);
       const auto plus = [](double acc, double v) { return acc + v; };
       const std::vector<double> expected_sum = naive_reduce(x, dims, 0.0, plus);
@@ -85,7 +86,8 @@ TEST_CASE("sum dtypes: int64 stays int64, bool counts, float16 accumulates wide"
   // 4096 halves of 1.0: a float16 running sum would stall at 2048.
   CHECK(sum(ones({4096}, kFloat16)).item<float>() == 4096.0f);
   CHECK(mean(ones({4}, kBFloat16)).item<float>() == 1.0f);
-  CHECK_THROWS_WITH(mean(arange(3)), Contains("mean: could not infer output dtype; input dtype must be floating point, got int64"));
+  CHECK_THROWS_WITH(mean(arange(3)),
+                    Contains("mean: could not infer output dtype; input dtype must be floating point, got int64"));
 }
 
 TEST_CASE("max and argmax return the first maximum; NaN counts as the maximum", "[reduce][max]") {
@@ -131,7 +133,8 @@ TEST_CASE("reductions of empty tensors", "[reduce][empty]") {
 
 TEST_CASE("reduction errors", "[reduce][errors]") {
   const Tensor x = zeros({2, 3});
-  CHECK_THROWS_WITH(sum(x, {2}), Contains("sum: dimension out of range (expected to be in range of [-2, 1], but got 2)"));
+  CHECK_THROWS_WITH(sum(x, {2}),
+                    Contains("sum: dimension out of range (expected to be in range of [-2, 1], but got 2)"));
   CHECK_THROWS_WITH(sum(x, {1, -1}), Contains("sum: dim 1 appears multiple times in the list of dims [1, -1]"));
   CHECK_THROWS_WITH(softmax(arange(3), 0), Contains("softmax: expected a floating-point tensor, got dtype int64"));
   CHECK_THROWS_WITH(log_softmax(x, 3), Contains("log_softmax: dimension out of range"));

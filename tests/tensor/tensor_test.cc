@@ -168,7 +168,8 @@ TEST_CASE("view errors name the op and the arguments", "[tensor][view][errors]")
 TEST_CASE("data access checks the dtype", "[tensor]") {
   const Tensor t = tensor({1, 2, 3});
   CHECK(t.data_ptr<float>()[1] == 2.0f);
-  CHECK_THROWS_WITH(t.data_ptr<double>(), Contains("data_ptr: expected a tensor of dtype float64 but it has dtype float32"));
+  CHECK_THROWS_WITH(t.data_ptr<double>(),
+                    Contains("data_ptr: expected a tensor of dtype float64 but it has dtype float32"));
   CHECK_THROWS_WITH(t.to_vector<int64_t>(), Contains("to_vector: expected a tensor of dtype int64"));
   CHECK_THROWS_WITH(t.item<float>(), Contains("a tensor with 3 elements (shape [3]) cannot be converted to a scalar"));
   CHECK(t.narrow(0, 2, 1).item<double>() == 3.0);
@@ -219,7 +220,8 @@ TEST_CASE("remaining error paths name the op and the argument", "[tensor][errors
   CHECK_THROWS_WITH(t.expand({-1, 2, 3}), Contains("expand: size -1 is not allowed in a new leading dimension"));
   CHECK_THROWS_WITH(Device(DeviceType::kCPU, 2), Contains("Device: a CPU device has no index, got 2"));
   CHECK_THROWS_WITH(Storage(8, static_cast<Allocator*>(nullptr)), Contains("Storage: allocator is null"));
-  CHECK_THROWS_WITH(zeros({1LL << 31, 1LL << 31}), Contains("empty: shape [2147483648, 2147483648] of float32 needs more bytes"));
+  CHECK_THROWS_WITH(zeros({1LL << 31, 1LL << 31}),
+                    Contains("empty: shape [2147483648, 2147483648] of float32 needs more bytes"));
   CHECK_THROWS_WITH(zeros({1LL << 62, 4}), Contains("has more elements than int64 can count"));
   CHECK_THROWS_WITH(arange(0.0, INFINITY), Contains("arange: start (0), end (inf) and step (1) must be finite"));
   CHECK_THROWS_WITH(Tensor().copy_(t), Contains("copy_: argument 'self' is an undefined tensor"));
@@ -228,10 +230,13 @@ TEST_CASE("remaining error paths name the op and the argument", "[tensor][errors
   CHECK_THROWS_WITH(sum(Tensor()), Contains("sum: argument 'x' is an undefined tensor"));
   CHECK_THROWS_WITH(exp(Tensor()), Contains("exp: argument 'x' is an undefined tensor"));
   CHECK_THROWS_WITH(mm(zeros({2, 3}), zeros({3})), Contains("mm: 'b' must be a matrix (2-D), got shape [3]"));
-  CHECK_THROWS_WITH(mm(zeros({2, 3}), zeros({2, 3})), Contains("mm: shapes [2, 3] and [2, 3] cannot be multiplied (3 != 2)"));
-  CHECK_THROWS_WITH(normal_(zeros({2}, kInt64)), Contains("normal_: expected a floating-point tensor, got dtype int64"));
+  CHECK_THROWS_WITH(mm(zeros({2, 3}), zeros({2, 3})),
+                    Contains("mm: shapes [2, 3] and [2, 3] cannot be multiplied (3 != 2)"));
+  CHECK_THROWS_WITH(normal_(zeros({2}, kInt64)),
+                    Contains("normal_: expected a floating-point tensor, got dtype int64"));
   CHECK_THROWS_WITH(uniform_(zeros({2}), 1, 0), Contains("uniform_: expects from <= to, but got from=1 > to=0"));
-  CHECK_THROWS_WITH(allclose(zeros({2}), zeros({2}, kFloat64)), Contains("allclose: expected tensors of the same dtype"));
+  CHECK_THROWS_WITH(allclose(zeros({2}), zeros({2}, kFloat64)),
+                    Contains("allclose: expected tensors of the same dtype"));
   CHECK_THROWS_WITH(allclose(zeros({2}), zeros({3})), Contains("allclose: shapes [2] and [3] cannot be broadcast"));
   CHECK_THROWS_WITH(max(zeros({2}), 1), Contains("max: dimension out of range"));
   CHECK_THROWS_WITH(pow(gt(t, 0), 2), Contains("pow: arithmetic on bool tensors is not supported"));
