@@ -23,6 +23,7 @@ PACKAGES=(
   nftables            # packet loss on the simulated cluster's links (scripts/sim_cluster.sh)
   iptables            # and their delay without netem: NFQUEUE rules for scripts/link_delay
   libnetfilter-queue-dev  # scripts/link_delay
+  clang-format        # scripts/check_format.sh (Debian 12: clang-format 14)
 )
 
 missing=()

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Builds and runs every test with Bazel, then builds and runs examples/downstream (a user's own
+# Checks that every C++ file is formatted (scripts/check_format.sh; one more case in the count),
+# builds and runs every test with Bazel, then builds and runs examples/downstream (a user's own
 # workspace that depends on this checkout; one more case in the count), then (when nvcc is
 # present) builds the CUDA configuration so that CUDA code keeps compiling. Ends with one line
 # "N passed, N failed, N skipped" counted from the Catch2 test cases that ran.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+
+format_result=failed
+if bash scripts/check_format.sh; then format_result=passed; fi
 
 summary=$(mktemp)
 trap 'rm -f "$summary"' EXIT
@@ -16,7 +20,8 @@ downstream_result=failed
 if bash scripts/downstream_test.sh; then downstream_result=passed; fi
 
 # Count from the targets this run reported, before anything else builds here.
-counts=$(python3 scripts/count_tests.py "$summary" --extra "$downstream_result:examples/downstream (scripts/downstream_test.sh)")
+counts=$(python3 scripts/count_tests.py "$summary" --extra "$format_result:formatting (scripts/check_format.sh)" \
+  --extra "$downstream_result:examples/downstream (scripts/downstream_test.sh)")
 count_status=$?
 
 cuda_status=0
