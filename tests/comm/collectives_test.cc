@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "tests/comm/collective_values.h"
 #include "tests/comm/comm_test_util.h"
 #include "tinyddp/comm/init.h"
 #include "tinyddp/comm/nccl/process_group_nccl.h"
@@ -23,60 +24,36 @@ using namespace tinyddp;
 using namespace tinyddp::comm;
 using Catch::Contains;
 using tensor::DType;
+using tinyddp::testing::expect_values;
 using tinyddp::testing::Expectations;
+using tinyddp::testing::factor;
+using tinyddp::testing::k25MiB;
+using tinyddp::testing::kDTypes;
+using tinyddp::testing::make;
 using tinyddp::testing::require_no_failures;
 using tinyddp::testing::run_processes;
 using tinyddp::testing::run_threads;
+using tinyddp::testing::tensor_device;
+using tinyddp::testing::value;
+using tinyddp::testing::zeros_on_device;
 
 namespace {
 
-const std::vector<DType> kDTypes = {tensor::kFloat32, tensor::kFloat64, tensor::kFloat16, tensor::kBFloat16,
-                                    tensor::kInt64};
-constexpr int64_t k25MiB = (25 << 20) / 4;  // float32 elements
-
-// Small integers: exact in every dtype, and their sums over 4 ranks too (<= 68 < 256).
-double value(int rank, int64_t i) { return static_cast<double>(((rank + 1) * 3 + i) % 17 + 1); }
-// 1 or 2: products over 4 ranks stay exact (<= 16).
-double factor(int rank, int64_t i) { return static_cast<double>(1 + (rank + i) % 2); }
-
-// Where exercise() puts its tensors (the GPU tests run it on cuda:0).
-thread_local tensor::Device tensor_device = tensor::kCPU;
-
-Tensor make(int64_t n, DType dtype, const std::function<double(int64_t)>& f) {
-  std::vector<double> values(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = f(i);
-  return tensor::from_vector(values).to(dtype).to(tensor_device);
-}
-
-Tensor zeros_on_device(int64_t n, DType dtype) {
-  return tensor::zeros({n}, tensor::TensorOptions(dtype).device(tensor_device));
-}
-
-// Compares `t` with expected(i) for every element, within the dtype's rounding.
-void expect_values(Expectations& e, const Tensor& t, const std::function<double(int64_t)>& expected,
-                   const std::string& what) {
-  const std::vector<double> got = t.to(tensor::kFloat64).to_vector<double>();
-  const double tol = t.dtype() == tensor::kBFloat16 ? 8e-3 : t.dtype() == tensor::kFloat16 ? 1e-3 : 1e-6;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double want = expected(static_cast<int64_t>(i));
-    if (std::fabs(got[i] - want) > tol * std::max(1.0, std::fabs(want))) {
-      e.failures.push_back(fmt::format("{}: element {} is {}, expected {}", what, i, got[i], want));
-      return;
-    }
-  }
-}
-
-// Every collective once for one dtype and element count (`strided`: include a non-contiguous
-// tensor, which NCCL refuses).
-void exercise(ProcessGroup& pg, Expectations& e, DType dtype, int64_t n, bool strided = true) {
-  const int r = pg.rank(), p = pg.size();
-  const std::string tag = fmt::format("{} x {} on {} ranks", n, tensor::dtype_name(dtype), p);
-  const auto sum_of = [&](int64_t i) {
+// The sum over a group's ranks of value(rank, i).
+std::function<double(int64_t)> sum_over_ranks(int p) {
+  return [p](int64_t i) {
     double s = 0;
     for (int q = 0; q < p; ++q) s += value(q, i);
     return s;
   };
-  // allreduce with every op.
+}
+
+// Allreduce with every op, and coalesced (`strided`: one of the tensors non-contiguous, which
+// NCCL refuses), for one dtype and element count.
+void exercise_allreduce(ProcessGroup& pg, Expectations& e, DType dtype, int64_t n, bool strided,
+                        const std::string& tag) {
+  const int r = pg.rank(), p = pg.size();
+  const auto sum_of = sum_over_ranks(p);
   Tensor t = make(n, dtype, [&](int64_t i) { return value(r, i); });
   pg.allreduce(t)->wait();
   expect_values(e, t, sum_of, "allreduce sum " + tag);
@@ -125,6 +102,14 @@ void exercise(ProcessGroup& pg, Expectations& e, DType dtype, int64_t n, bool st
   expect_values(
       e, b.contiguous(), [&](int64_t i) { return sum_of((i % 2) * 3 + i / 2 + 100); },
       "coalesced allreduce (strided second) " + tag);
+}
+
+// Broadcast, allgather, gather, scatter, reduce, reduce_scatter and barrier, for one dtype and
+// element count.
+void exercise_others(ProcessGroup& pg, Expectations& e, DType dtype, int64_t n, const std::string& tag) {
+  const int r = pg.rank(), p = pg.size();
+  const auto sum_of = sum_over_ranks(p);
+  Tensor t;
   // broadcast from the last rank.
   t = make(n, dtype, [&](int64_t i) { return value(r, i); });
   pg.broadcast(t, p - 1)->wait();
@@ -173,6 +158,14 @@ void exercise(ProcessGroup& pg, Expectations& e, DType dtype, int64_t n, bool st
   pg.barrier()->wait();
 }
 
+// Every collective once for one dtype and element count (`strided`: include a non-contiguous
+// tensor, which NCCL refuses).
+void exercise(ProcessGroup& pg, Expectations& e, DType dtype, int64_t n, bool strided = true) {
+  const std::string tag = fmt::format("{} x {} on {} ranks", n, tensor::dtype_name(dtype), pg.size());
+  exercise_allreduce(pg, e, dtype, n, strided, tag);
+  exercise_others(pg, e, dtype, n, tag);
+}
+
 // Every dtype at 0, 1 and 7 elements; float32 at 25 MiB.
 void exercise_every_size(ProcessGroup& pg, Expectations& e, bool strided) {
   for (DType dtype : kDTypes) {
@@ -214,117 +207,6 @@ TEST_CASE("several allreduces in flight complete in issue order", "[comm][gloo][
       e.expect(works[k]->is_completed() && works[k]->is_success(), "work " + std::to_string(k) + " not successful");
     }
   }));
-}
-
-// Allreduces of up to 64 KiB take a path of their own (comm/gloo/small_allreduce.h). Around
-// its size limit, on 2 and 3 ranks, with values whose float32 sums round: the results match
-// a double-precision sum and are bit-identical on every rank; more distinct sizes than the
-// path keeps algorithms for, revisited, stay correct; small and large calls interleave.
-TEST_CASE("small allreduces: bit-identical on every rank, around the size limit", "[comm][gloo][small]") {
-  for (int size : {2, 3}) {
-    INFO("world size " << size);
-    require_no_failures(run_threads(size, [](ProcessGroup& pg, Expectations& e) {
-      const int r = pg.rank(), p = pg.size();
-      const auto x = [](int rank, int64_t i) {
-        return 0.1 * (rank + 1) + 1e-3 * static_cast<double>(i % 1000) + 1.0 / 3.0;
-      };
-      std::vector<int64_t> sizes = {1, 5, 16383, 16384, 16385, 40000};  // 16384 floats = 64 KiB
-      for (int64_t n = 2; n < 140; n += 2) sizes.push_back(n);          // past the 64 kept
-      for (int64_t n = 2; n < 20; n += 2) sizes.push_back(n);           // evicted ones again
-      for (int64_t n : sizes) {
-        std::vector<double> mine(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) mine[static_cast<size_t>(i)] = x(r, i);
-        const Tensor t = tensor::from_vector(mine).to(tensor::kFloat32);
-        pg.allreduce(t, ReduceOp::kAvg)->wait();
-        expect_values(
-            e, t,
-            [&](int64_t i) {
-              double s = 0;
-              for (int q = 0; q < p; ++q) s += x(q, i);
-              return s / p;
-            },
-            fmt::format("avg of {} floats", n));
-        std::vector<Tensor> all;
-        for (int q = 0; q < p; ++q) all.push_back(tensor::zeros({n}));
-        pg.allgather(all, t)->wait();
-        for (int q = 0; q < p; ++q) {
-          if (!tensor::equal(all[q], t))
-            e.failures.push_back(fmt::format("{} floats: rank {} holds other bits than rank {}", n, q, r));
-        }
-      }
-    }));
-  }
-}
-
-// Allreduces above 64 KiB run on a TCP ring of their own (comm/gloo/ring_allreduce.h): on 2 ranks
-// both exchange everything, on more a reduce-scatter then allgather over chunks of unequal
-// size when the element count does not divide. Every dtype and op, values whose sums round,
-// a NaN for min/max (combined in rank order on every rank): results match a double-precision
-// reference and every rank holds the same bytes.
-TEST_CASE("large allreduces: every dtype and op on 2-4 ranks, identical bytes on every rank", "[comm][gloo][ring]") {
-  for (int size : {2, 3, 4}) {
-    INFO("world size " << size);
-    require_no_failures(run_threads(size, [](ProcessGroup& pg, Expectations& e) {
-      const int r = pg.rank(), p = pg.size();
-      const auto x = [](int rank, int64_t i) {
-        return 0.25 * (rank + 1) + 1e-3 * static_cast<double>(i % 997) + 1.0 / 3.0;
-      };
-      for (DType dtype : kDTypes) {
-        const bool integral = !tensor::is_floating_point(dtype);
-        const int64_t n = 40009;  // > 64 KiB in every dtype but the 16-bit ones; those get twice as many
-        const int64_t count = tensor::element_size(dtype) == 2 ? 2 * n : n;
-        const auto input = [&](int rank, int64_t i) { return integral ? value(rank, i) : x(rank, i); };
-        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct, ReduceOp::kAvg}) {
-          if (op == ReduceOp::kAvg && integral) continue;
-          const auto in = [&](int rank, int64_t i) {
-            return op == ReduceOp::kProduct ? factor(rank, i) : input(rank, i);
-          };
-          const bool with_nan = (op == ReduceOp::kMin || op == ReduceOp::kMax) && !integral;
-          Tensor t =
-              make(count, dtype, [&](int64_t i) { return with_nan && r == 1 && i == 7 ? std::nan("") : in(r, i); });
-          pg.allreduce(t, op)->wait();
-          const std::string what =
-              fmt::format("{} {} of {} x {}", p, reduce_op_name(op), count, tensor::dtype_name(dtype));
-          // The reference: every rank's input as rounded to the dtype, combined in double.
-          std::vector<std::vector<double>> inputs;
-          for (int q = 0; q < p; ++q) {
-            inputs.push_back(
-                make(count, dtype, [&](int64_t i) { return in(q, i); }).to(tensor::kFloat64).to_vector<double>());
-          }
-          // Each of the p - 1 combinations may round once (16-bit types: in float, then to 16 bits).
-          const double eps = dtype == tensor::kBFloat16  ? 0x1p-8
-                             : dtype == tensor::kFloat16 ? 0x1p-11
-                             : dtype == tensor::kFloat32 ? 0x1p-24
-                                                         : 0x1p-53;
-          const double tolerance = integral ? 0.0 : p * eps;
-          const std::vector<double> got = t.to(tensor::kFloat64).to_vector<double>();
-          for (int64_t i = with_nan ? 8 : 0; i < count; ++i) {  // element 7 holds a NaN on rank 1
-            double acc = inputs[0][i];
-            for (int q = 1; q < p; ++q) {
-              const double v = inputs[q][i];
-              if (op == ReduceOp::kSum || op == ReduceOp::kAvg) acc += v;
-              if (op == ReduceOp::kProduct) acc *= v;
-              if (op == ReduceOp::kMin) acc = std::min(acc, v);
-              if (op == ReduceOp::kMax) acc = std::max(acc, v);
-            }
-            if (op == ReduceOp::kAvg) acc /= p;
-            if (std::fabs(got[i] - acc) > tolerance * std::fabs(acc)) {
-              e.failures.push_back(fmt::format("{}: element {} is {}, expected {}", what, i, got[i], acc));
-              break;
-            }
-          }
-          std::vector<Tensor> all;
-          for (int q = 0; q < p; ++q) all.push_back(tensor::zeros({count}, dtype));
-          pg.allgather(all, t)->wait();
-          for (int q = 0; q < p; ++q) {
-            if (std::memcmp(all[q].raw_data_ptr(), t.raw_data_ptr(), static_cast<size_t>(t.nbytes())) != 0) {
-              e.failures.push_back(fmt::format("{}: rank {} holds other bytes than rank {}", what, q, r));
-            }
-          }
-        }
-      }
-    }));
-  }
 }
 
 TEST_CASE("point to point, subgroups, and a group of one", "[comm][gloo]") {

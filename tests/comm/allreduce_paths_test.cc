@@ -1,0 +1,134 @@
+// The paths an allreduce takes in ProcessGroupGloo, each checked against a double-precision
+// reference on 2-4 ranks: small allreduces (up to 64 KiB: comm/gloo/small_allreduce.h, and on
+// two ranks one message each way) around their size limit, and large ones on the TCP ring
+// (comm/gloo/ring_allreduce.h) for every dtype and op; every rank must hold the same bits.
+#include <cmath>
+#include <cstring>
+
+#include "tests/comm/collective_values.h"
+#include "tests/comm/comm_test_util.h"
+#include "tinyddp/comm/process_group.h"
+
+using namespace tinyddp;
+using namespace tinyddp::comm;
+using tensor::DType;
+using tensor::Tensor;
+using tinyddp::testing::expect_values;
+using tinyddp::testing::Expectations;
+using tinyddp::testing::factor;
+using tinyddp::testing::kDTypes;
+using tinyddp::testing::make;
+using tinyddp::testing::require_no_failures;
+using tinyddp::testing::run_threads;
+using tinyddp::testing::value;
+
+// Allreduces of up to 64 KiB take a path of their own (comm/gloo/small_allreduce.h). Around
+// its size limit, on 2 and 3 ranks, with values whose float32 sums round: the results match
+// a double-precision sum and are bit-identical on every rank; more distinct sizes than the
+// path keeps algorithms for, revisited, stay correct; small and large calls interleave.
+TEST_CASE("small allreduces: bit-identical on every rank, around the size limit", "[comm][gloo][small]") {
+  for (int size : {2, 3}) {
+    INFO("world size " << size);
+    require_no_failures(run_threads(size, [](ProcessGroup& pg, Expectations& e) {
+      const int r = pg.rank(), p = pg.size();
+      const auto x = [](int rank, int64_t i) {
+        return 0.1 * (rank + 1) + 1e-3 * static_cast<double>(i % 1000) + 1.0 / 3.0;
+      };
+      std::vector<int64_t> sizes = {1, 5, 16383, 16384, 16385, 40000};  // 16384 floats = 64 KiB
+      for (int64_t n = 2; n < 140; n += 2) sizes.push_back(n);          // past the 64 kept
+      for (int64_t n = 2; n < 20; n += 2) sizes.push_back(n);           // evicted ones again
+      for (int64_t n : sizes) {
+        std::vector<double> mine(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) mine[static_cast<size_t>(i)] = x(r, i);
+        const Tensor t = tensor::from_vector(mine).to(tensor::kFloat32);
+        pg.allreduce(t, ReduceOp::kAvg)->wait();
+        expect_values(
+            e, t,
+            [&](int64_t i) {
+              double s = 0;
+              for (int q = 0; q < p; ++q) s += x(q, i);
+              return s / p;
+            },
+            fmt::format("avg of {} floats", n));
+        std::vector<Tensor> all;
+        for (int q = 0; q < p; ++q) all.push_back(tensor::zeros({n}));
+        pg.allgather(all, t)->wait();
+        for (int q = 0; q < p; ++q) {
+          if (!tensor::equal(all[q], t))
+            e.failures.push_back(fmt::format("{} floats: rank {} holds other bits than rank {}", n, q, r));
+        }
+      }
+    }));
+  }
+}
+
+// Allreduces above 64 KiB run on a TCP ring of their own (comm/gloo/ring_allreduce.h): on 2 ranks
+// both exchange everything, on more a reduce-scatter then allgather over chunks of unequal
+// size when the element count does not divide. Every dtype and op, values whose sums round,
+// a NaN for min/max (combined in rank order on every rank): results match a double-precision
+// reference and every rank holds the same bytes.
+TEST_CASE("large allreduces: every dtype and op on 2-4 ranks, identical bytes on every rank", "[comm][gloo][ring]") {
+  for (int size : {2, 3, 4}) {
+    INFO("world size " << size);
+    require_no_failures(run_threads(size, [](ProcessGroup& pg, Expectations& e) {
+      const int r = pg.rank(), p = pg.size();
+      const auto x = [](int rank, int64_t i) {
+        return 0.25 * (rank + 1) + 1e-3 * static_cast<double>(i % 997) + 1.0 / 3.0;
+      };
+      for (DType dtype : kDTypes) {
+        const bool integral = !tensor::is_floating_point(dtype);
+        const int64_t n = 40009;  // > 64 KiB in every dtype but the 16-bit ones; those get twice as many
+        const int64_t count = tensor::element_size(dtype) == 2 ? 2 * n : n;
+        const auto input = [&](int rank, int64_t i) { return integral ? value(rank, i) : x(rank, i); };
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct, ReduceOp::kAvg}) {
+          if (op == ReduceOp::kAvg && integral) continue;
+          const auto in = [&](int rank, int64_t i) {
+            return op == ReduceOp::kProduct ? factor(rank, i) : input(rank, i);
+          };
+          const bool with_nan = (op == ReduceOp::kMin || op == ReduceOp::kMax) && !integral;
+          Tensor t =
+              make(count, dtype, [&](int64_t i) { return with_nan && r == 1 && i == 7 ? std::nan("") : in(r, i); });
+          pg.allreduce(t, op)->wait();
+          const std::string what =
+              fmt::format("{} {} of {} x {}", p, reduce_op_name(op), count, tensor::dtype_name(dtype));
+          // The reference: every rank's input as rounded to the dtype, combined in double.
+          std::vector<std::vector<double>> inputs;
+          for (int q = 0; q < p; ++q) {
+            inputs.push_back(
+                make(count, dtype, [&](int64_t i) { return in(q, i); }).to(tensor::kFloat64).to_vector<double>());
+          }
+          // Each of the p - 1 combinations may round once (16-bit types: in float, then to 16 bits).
+          const double eps = dtype == tensor::kBFloat16  ? 0x1p-8
+                             : dtype == tensor::kFloat16 ? 0x1p-11
+                             : dtype == tensor::kFloat32 ? 0x1p-24
+                                                         : 0x1p-53;
+          const double tolerance = integral ? 0.0 : p * eps;
+          const std::vector<double> got = t.to(tensor::kFloat64).to_vector<double>();
+          for (int64_t i = with_nan ? 8 : 0; i < count; ++i) {  // element 7 holds a NaN on rank 1
+            double acc = inputs[0][i];
+            for (int q = 1; q < p; ++q) {
+              const double v = inputs[q][i];
+              if (op == ReduceOp::kSum || op == ReduceOp::kAvg) acc += v;
+              if (op == ReduceOp::kProduct) acc *= v;
+              if (op == ReduceOp::kMin) acc = std::min(acc, v);
+              if (op == ReduceOp::kMax) acc = std::max(acc, v);
+            }
+            if (op == ReduceOp::kAvg) acc /= p;
+            if (std::fabs(got[i] - acc) > tolerance * std::fabs(acc)) {
+              e.failures.push_back(fmt::format("{}: element {} is {}, expected {}", what, i, got[i], acc));
+              break;
+            }
+          }
+          std::vector<Tensor> all;
+          for (int q = 0; q < p; ++q) all.push_back(tensor::zeros({count}, dtype));
+          pg.allgather(all, t)->wait();
+          for (int q = 0; q < p; ++q) {
+            if (std::memcmp(all[q].raw_data_ptr(), t.raw_data_ptr(), static_cast<size_t>(t.nbytes())) != 0) {
+              e.failures.push_back(fmt::format("{}: rank {} holds other bytes than rank {}", what, q, r));
+            }
+          }
+        }
+      }
+    }));
+  }
+}
