@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Checks that every C++ file is formatted (scripts/check_format.sh; one more case in the count),
+# Checks that every C++ file is formatted (scripts/check_format.sh) and within the size rule
+# (scripts/check_size.py; one more case in the count each),
 # builds and runs every test with Bazel, then builds and runs examples/downstream (a user's own
 # workspace that depends on this checkout; one more case in the count), then (when nvcc is
 # present) builds the CUDA configuration so that CUDA code keeps compiling. Ends with one line
@@ -9,6 +10,8 @@ cd "$(dirname "$0")/.."
 
 format_result=failed
 if bash scripts/check_format.sh; then format_result=passed; fi
+size_result=failed
+if python3 scripts/check_size.py; then size_result=passed; fi
 
 summary=$(mktemp)
 trap 'rm -f "$summary"' EXIT
@@ -21,6 +24,7 @@ if bash scripts/downstream_test.sh; then downstream_result=passed; fi
 
 # Count from the targets this run reported, before anything else builds here.
 counts=$(python3 scripts/count_tests.py "$summary" --extra "$format_result:formatting (scripts/check_format.sh)" \
+  --extra "$size_result:size rule (scripts/check_size.py)" \
   --extra "$downstream_result:examples/downstream (scripts/downstream_test.sh)")
 count_status=$?
 

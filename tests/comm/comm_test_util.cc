@@ -80,6 +80,56 @@ std::vector<std::string> run_threads(int size, const RankFn& fn, comm::Millis ti
 
 uint16_t free_port() { return static_cast<uint16_t>(launcher::free_loopback_port()); }
 
+namespace {
+// A forked rank of run_processes: joins the group, runs fn, writes its failures to `report_fd`
+// and exits (0: none, 1: some, 2: the report could not be written).
+[[noreturn]] void run_child_rank(int rank, int size, uint16_t port, const RankFn& fn, comm::Millis timeout,
+                                 const std::function<void(int rank)>& before_join, int finishers, int report_fd) {
+  std::string report;
+  int status = 0;
+  std::shared_ptr<comm::TCPStore> store;
+  try {
+    if (before_join) before_join(rank);
+    comm::TCPStoreOptions store_options;
+    store_options.port(port);
+    store_options.is_server(rank == 0);
+    store_options.timeout(timeout);
+    store = std::make_shared<comm::TCPStore>(store_options);
+    comm::ProcessGroupOptions options;
+    options.timeout(timeout);
+    {
+      comm::ProcessGroupGloo pg(store, rank, size, options);
+      Expectations e;
+      fn(pg, e);
+      for (const auto& f : e.failures) report += f + "\n";
+    }
+  } catch (const std::exception& ex) {
+    report += std::string("exception: ") + ex.what() + "\n";
+  }
+  // Rank 0 hosts the store: keep it up until every rank is done with it, also when this
+  // rank failed (the others may still be asking the store why). Bounded: a rank that died
+  // never reports.
+  try {
+    if (store) {
+      store->add("finished", 1);
+      if (rank == 0) {
+        const auto until = std::chrono::steady_clock::now() + timeout;
+        while (store->add("finished", 0) < finishers && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+      }
+    }
+  } catch (const std::exception&) {
+    // The store's host is gone: nothing left to wait for.
+  }
+  status = report.empty() ? 0 : 1;
+  if (!report.empty() && ::write(report_fd, report.data(), report.size()) < 0) status = 2;
+  ::close(report_fd);
+  std::fflush(nullptr);
+  ::_exit(status);
+}
+}  // namespace
+
 std::vector<std::string> run_processes(int size, const RankFn& fn, comm::Millis timeout,
                                        const std::function<void(int rank)>& before_join, int finishers) {
   if (finishers < 0) finishers = size;
@@ -93,48 +143,7 @@ std::vector<std::string> run_processes(int size, const RankFn& fn, comm::Millis 
     REQUIRE(pid >= 0);
     if (pid == 0) {  // the child: one rank
       ::close(fds[0]);
-      std::string report;
-      int status = 0;
-      std::shared_ptr<comm::TCPStore> store;
-      try {
-        if (before_join) before_join(rank);
-        comm::TCPStoreOptions store_options;
-        store_options.port(port);
-        store_options.is_server(rank == 0);
-        store_options.timeout(timeout);
-        store = std::make_shared<comm::TCPStore>(store_options);
-        comm::ProcessGroupOptions options;
-        options.timeout(timeout);
-        {
-          comm::ProcessGroupGloo pg(store, rank, size, options);
-          Expectations e;
-          fn(pg, e);
-          for (const auto& f : e.failures) report += f + "\n";
-        }
-      } catch (const std::exception& ex) {
-        report += std::string("exception: ") + ex.what() + "\n";
-      }
-      // Rank 0 hosts the store: keep it up until every rank is done with it, also when this
-      // rank failed (the others may still be asking the store why). Bounded: a rank that died
-      // never reports.
-      try {
-        if (store) {
-          store->add("finished", 1);
-          if (rank == 0) {
-            const auto until = std::chrono::steady_clock::now() + timeout;
-            while (store->add("finished", 0) < finishers && std::chrono::steady_clock::now() < until) {
-              std::this_thread::sleep_for(std::chrono::milliseconds(5));
-            }
-          }
-        }
-      } catch (const std::exception&) {
-        // The store's host is gone: nothing left to wait for.
-      }
-      status = report.empty() ? 0 : 1;
-      if (!report.empty() && ::write(fds[1], report.data(), report.size()) < 0) status = 2;
-      ::close(fds[1]);
-      std::fflush(nullptr);
-      ::_exit(status);
+      run_child_rank(rank, size, port, fn, timeout, before_join, finishers, fds[1]);
     }
     ::close(fds[1]);
     pids.push_back(pid);
