@@ -37,11 +37,12 @@ void Recorder::gradient_copied(size_t bucket, const std::string& name, Clock::ti
 }
 
 void Recorder::bucket_launching(bool first) {
+  launching_ = Clock::now();
   if (first) mark(marks_.comm_start);  // before the hook queues its kernels
 }
 
 void Recorder::bucket_launched(size_t bucket, bool first) {
-  const auto now = Clock::now();
+  const auto now = launching_;
   if (launched_at_.size() <= bucket) launched_at_.resize(bucket + 1);
   if (completed_at_.size() <= bucket) completed_at_.resize(bucket + 1);
   launched_at_[bucket] = now;

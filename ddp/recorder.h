@@ -55,7 +55,8 @@ class Recorder {
   // Parameter `name`'s gradient went into bucket `bucket`, from `start` to now.
   void gradient_copied(size_t bucket, const std::string& name, Clock::time_point start);
   // Just before and after the communication hook is called for `bucket`; `first` for the
-  // first bucket of the iteration.
+  // first bucket of the iteration. The launch is timed before the call: the backend may send,
+  // and a peer finish, before the hook returns.
   void bucket_launching(bool first);
   void bucket_launched(size_t bucket, bool first);
   // finalize_backward's wait for `bucket` returned; `completed` is when the host saw its
@@ -83,6 +84,7 @@ class Recorder {
   Clock::time_point forward_start_{}, forward_end_{}, backward_start_{}, last_hook_{}, first_launch_{};
   // Per bucket, this iteration: launch, and completion as the host saw it.
   std::vector<Clock::time_point> launched_at_;
+  Clock::time_point launching_{};  // the bucket being launched: when its hook was called
   std::vector<std::optional<Clock::time_point>> completed_at_;
   Clock::time_point comm_end_{};
   DDPStats stats_;

@@ -6,9 +6,10 @@
 // Rows: one process per rank; in it a row for compute (forward, backward, copies, finalize)
 // and one row per bucket (its allreduces). Every event carries its iteration in "args".
 //
-// One clock for all ranks: DistributedDataParallel's constructor has every rank leave a
-// barrier and call align(now); times are microseconds since that moment, so the per-rank
-// files line up (to within the barrier's release skew, tens of microseconds over loopback) and
+// One clock for all ranks: DistributedDataParallel's constructor agrees with the other ranks on
+// one instant (agree_on_time_zero in distributed.cc: the median offset over five barriers) and
+// calls align with it; times are microseconds since that instant, so the per-rank files line
+// up (to within a barrier's release skew, tens of microseconds over loopback) and
 // scripts/merge_timelines.py can put them into one trace.
 #pragma once
 
@@ -27,7 +28,7 @@ class Timeline {
   // The row of bucket b's allreduces.
   static constexpr int bucket_track(size_t b) { return 1 + static_cast<int>(b); }
 
-  // Time zero of the trace: the moment all ranks left the alignment barrier.
+  // Time zero of the trace: the instant the ranks agreed on (agree_on_time_zero), on this clock.
   void align(Clock::time_point origin);
   bool aligned() const { return aligned_; }
 

@@ -144,7 +144,8 @@ TEST_CASE("DDP's timelines of 2 ranks share one clock: a bucket's allreduce neve
   REQUIRE(spans[0].size() == spans[1].size());
   REQUIRE(spans[0].size() >= 3 * kIterations);
   // An allreduce completes only once every rank has launched it. The clocks agree to within
-  // the barrier's release skew; 5 ms leaves room for a busy machine.
+  // a barrier's release skew (the median of five rounds, so one delayed clock read does not
+  // count); 5 ms leaves room for a busy machine.
   constexpr double kSlackUs = 5000;
   for (const auto& [key, span] : spans[0]) {
     INFO("iteration " << key.first << ", bucket " << key.second);
