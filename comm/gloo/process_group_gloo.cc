@@ -236,11 +236,11 @@ CallSignature::Row row_of(const std::vector<char>& message) {
 DataFate ProcessGroupGloo::exchange_call_rows(std::vector<CallSignature::Row>& rows) {
   if (size_ == 2) {
     write_prefix(pair_out_, rows[static_cast<size_t>(rank_)], 0);
-    ring_allreduce_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes, data_bytes_after, pair_in_,
-                          options_.timeout());
+    const size_t received = ring_allreduce_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes,
+                                                  data_bytes_after, pair_in_, options_.timeout());
     rows[static_cast<size_t>(1 - rank_)] = row_of(pair_in_);
     // The peer may have sent a small allreduce's data with its record (and now drops ours).
-    return pair_in_.size() > kPrefixBytes ? DataFate::kDropped : DataFate::kNotSent;
+    return received > kPrefixBytes ? DataFate::kDropped : DataFate::kNotSent;
   }
   exchange_rows_by_sum(rows, rank_, call_rows_,
                        [this](const Tensor& t) { small_allreduce_->run({t}, ReduceOp::kSum, t.numel()); });
@@ -249,23 +249,24 @@ DataFate ProcessGroupGloo::exchange_call_rows(std::vector<CallSignature::Row>& r
 
 void ProcessGroupGloo::pair_allreduce(const std::vector<Tensor>& tensors, ReduceOp op, int64_t total,
                                       const CallSignature& call) {
-  const Tensor flat =
-      tensors.size() == 1 && tensors[0].is_contiguous() ? tensors[0].clone().view({total}) : flatten_all(tensors);
+  // One contiguous tensor is reduced in place; several (or a strided one) through a flat copy.
+  const bool in_place = tensors.size() == 1 && tensors[0].is_contiguous();
+  const Tensor flat = in_place ? tensors[0].view({total}) : flatten_all(tensors);
   std::vector<CallSignature::Row> rows(2);
   const auto mine = static_cast<size_t>(rank_), theirs = static_cast<size_t>(1 - rank_);
   if (call_check() != nullptr) rows[mine] = call_check()->next_row(call);  // else a zero row, never compared
   write_prefix(pair_out_, rows[mine], flat.nbytes());
   std::memcpy(pair_out_.data() + kPrefixBytes, flat.raw_data_ptr(), flat.nbytes());
-  ring_allreduce_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes, data_bytes_after, pair_in_,
-                        options_.timeout());
+  const size_t received_bytes = ring_allreduce_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes,
+                                                      data_bytes_after, pair_in_, options_.timeout());
   rows[theirs] = row_of(pair_in_);
   if (call_check() != nullptr) call_check()->compare(rows, DataFate::kDropped);  // throws before any tensor changed
   // Without the check a size mismatch is still refused here rather than read past the data.
   TDDP_CHECK(
-      pair_in_.size() - kPrefixBytes == flat.nbytes(),
+      received_bytes - kPrefixBytes == flat.nbytes(),
       "rank {} sent {} bytes where this rank sent {}: the ranks allreduce different sizes (the desync check, off "
       "here, would name both calls)",
-      1 - rank_, pair_in_.size() - kPrefixBytes, flat.nbytes());
+      1 - rank_, received_bytes - kPrefixBytes, flat.nbytes());
   // Rank 0's values come first on both ranks, so both hold the same bits (whatever the op
   // does with NaNs).
   const char* received = pair_in_.data() + kPrefixBytes;
@@ -276,7 +277,7 @@ void ProcessGroupGloo::pair_allreduce(const std::vector<Tensor>& tensors, Reduce
     reduce_function<T>(op)(flat.raw_data_ptr(), first, second, static_cast<size_t>(total));
   });
   if (op == ReduceOp::kAvg) flat.div_(2.0);
-  unflatten_into(flat, tensors);
+  if (!in_place) unflatten_into(flat, tensors);
 }
 
 std::exception_ptr ProcessGroupGloo::failure(const Work& work, const std::exception& e,

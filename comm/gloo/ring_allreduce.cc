@@ -225,15 +225,16 @@ void RingAllreduce::run(void* data, size_t count, size_t element_size, const Red
   }
 }
 
-void RingAllreduce::swap(const std::vector<char>& message, size_t prefix_bytes, size_t max_rest_bytes,
-                         const std::function<size_t(const char*)>& rest_of, std::vector<char>& received,
-                         std::chrono::milliseconds timeout) {
+size_t RingAllreduce::swap(const std::vector<char>& message, size_t prefix_bytes, size_t max_rest_bytes,
+                           const std::function<size_t(const char*)>& rest_of, std::vector<char>& received,
+                           std::chrono::milliseconds timeout) {
   TDDP_CHECK(size_ == 2, "RingAllreduce::swap is for two ranks, not {}", size_);
   if (!broken_.empty())
     raise("an earlier exchange failed, so the connections are unusable: " + broken_, broken_by_timeout_);
   const auto deadline = Clock::now() + timeout;
-  size_t expected = prefix_bytes;                  // grows to the whole message once its prefix is in
-  received.resize(prefix_bytes + max_rest_bytes);  // room for the longest message: exchange writes in place
+  size_t expected = prefix_bytes;  // grows to the whole message once its prefix is in
+  // Room for the longest message: exchange writes in place.
+  if (received.size() < prefix_bytes + max_rest_bytes) received.resize(prefix_bytes + max_rest_bytes);
   exchange(message.data(), message.size(), received.data(), expected, deadline, [&](size_t got) {
     if (expected != prefix_bytes || got < prefix_bytes) return;
     size_t rest = 0;
@@ -246,7 +247,7 @@ void RingAllreduce::swap(const std::vector<char>& message, size_t prefix_bytes, 
       fail(fmt::format("the peer announced {} bytes, more than the {} expected", rest, max_rest_bytes), false);
     expected = prefix_bytes + rest;
   });
-  received.resize(expected);
+  return expected;
 }
 
 }  // namespace tinyddp::comm::detail

@@ -54,14 +54,15 @@ class RingAllreduce {
   void run(void* data, size_t count, size_t element_size, const Reduce& reduce, std::chrono::milliseconds timeout);
 
   // Two ranks only (next and previous are the peer): sends `message` to the peer while
-  // receiving the peer's message into `received`. The peer's message starts with
+  // receiving the peer's message into the front of `received` (grown once to the longest
+  // message, never shrunk, so that no call refills it) and returns its length. The peer's message starts with
   // `prefix_bytes` that say how many bytes follow: `rest_of(prefix)` reads them (at most
   // `max_rest_bytes`; it throws for a prefix it refuses, which leaves the connections unusable). Messages of any length
   // meet, so the peers stay in step whatever they sent (the desync check's records, alone or
   // followed by a small allreduce's data: process_group_gloo.h).
-  void swap(const std::vector<char>& message, size_t prefix_bytes, size_t max_rest_bytes,
-            const std::function<size_t(const char*)>& rest_of, std::vector<char>& received,
-            std::chrono::milliseconds timeout);
+  size_t swap(const std::vector<char>& message, size_t prefix_bytes, size_t max_rest_bytes,
+              const std::function<size_t(const char*)>& rest_of, std::vector<char>& received,
+              std::chrono::milliseconds timeout);
 
  private:
   // Sends send_bytes to rank + 1 while receiving recv_bytes from rank - 1; `on_receive(bytes
