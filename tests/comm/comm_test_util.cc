@@ -201,17 +201,17 @@ size_t RecordingGroup::count(const std::string& op) const {
   return static_cast<size_t>(std::count_if(calls_.begin(), calls_.end(), [&](const Call& c) { return c.op == op; }));
 }
 
-void RecordingGroup::note(const std::string& event) { record(event, nullptr); }
+void RecordingGroup::note(const std::string& event) { record(event, nullptr, /*noted=*/true); }
 
 void RecordingGroup::clear() {
   std::lock_guard<std::mutex> lock(mutex_);
   calls_.clear();
 }
 
-void RecordingGroup::record(std::string op, const tensor::Tensor* first) {
+void RecordingGroup::record(std::string op, const tensor::Tensor* first, bool noted) {
   std::lock_guard<std::mutex> lock(mutex_);
   calls_.push_back(Call{std::move(op), first != nullptr ? first->numel() : 0,
-                        first != nullptr ? first->raw_data_ptr() : nullptr, std::chrono::steady_clock::now(),
+                        first != nullptr ? first->raw_data_ptr() : nullptr, noted, std::chrono::steady_clock::now(),
                         std::this_thread::get_id()});
 }
 

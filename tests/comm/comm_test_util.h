@@ -78,6 +78,7 @@ class RecordingGroup final : public comm::ProcessGroup {
     std::string op;  // "allreduce", ..., or a noted event
     int64_t numel = 0;
     const void* data = nullptr;  // the first tensor's data (which bucket an allreduce reduces)
+    bool noted = false;          // an event of the test's (note), not a collective
     std::chrono::steady_clock::time_point at;
     std::thread::id thread;
   };
@@ -111,7 +112,7 @@ class RecordingGroup final : public comm::ProcessGroup {
   std::shared_ptr<ProcessGroup> create_subgroup(int id, int rank, int size) override;
 
  private:
-  void record(std::string op, const tensor::Tensor* first);
+  void record(std::string op, const tensor::Tensor* first, bool noted = false);
   std::shared_ptr<comm::ProcessGroup> inner_;
   mutable std::mutex mutex_;
   std::vector<Call> calls_;

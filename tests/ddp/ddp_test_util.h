@@ -3,7 +3,6 @@
 // leave unused.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -35,14 +34,12 @@ inline std::string pointer_event(const tensor::Tensor& t) { return pointer_event
 // The recorded allreduces (as pointer_event) and noted events, in order; other collectives are
 // left out.
 inline std::vector<std::string> events_of(const RecordingGroup& recording) {
-  static const std::vector<std::string> others = {"broadcast",      "allgather", "gather", "scatter", "reduce",
-                                                  "reduce_scatter", "barrier",   "send",   "recv"};
   std::vector<std::string> events;
   for (const RecordingGroup::Call& call : recording.calls()) {
-    if (call.op == "allreduce") {
-      events.push_back(pointer_event(call.data));
-    } else if (std::find(others.begin(), others.end(), call.op) == others.end()) {
+    if (call.noted) {
       events.push_back(call.op);
+    } else if (call.op == "allreduce") {
+      events.push_back(pointer_event(call.data));
     }
   }
   return events;
