@@ -17,15 +17,29 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_tinyddp():
-    cmd = ["bazel", "run", "-c", "opt", "//bench:tensor_bench", "--",
-           "--benchmark_format=json", "--benchmark_min_time=1"]
-    out = subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True).stdout
-    report = json.loads(out)
+    subprocess.run(["bazel", "build", "-c", "opt", "//bench:tensor_bench", "//bench:cpu_peak"], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peak = json.loads(subprocess.run([os.path.join(ROOT, "bazel-bin/bench/cpu_peak")], check=True,
+                                     stdout=subprocess.PIPE, text=True).stdout)
+    cmd = [os.path.join(ROOT, "bazel-bin/bench/tensor_bench"), "--benchmark_format=json", "--benchmark_min_time=1"]
+    report = json.loads(subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True).stdout)
     results = {}
     for b in report["benchmarks"]:
         scale = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b["time_unit"]]
         results[b["name"]] = b["real_time"] * scale
-    return results
+    return results, peak
+
+
+def work(name):
+    """("GFLOP", n) for a matmul, ("GB", n) for a memory-bound op, per call."""
+    base, _, arg = name.partition("/")
+    if base in ("BM_Matmul", "BM_MatmulTransposedB"):
+        return "GFLOP", 2.0 * int(arg) ** 3 / 1e9
+    if base == "BM_MlpGemm":
+        fields = dict(part.split(":") for part in arg.split("/"))
+        return "GFLOP", 2.0 * int(fields["batch"]) * int(fields["in"]) * int(fields["out"]) / 1e9
+    streams = {"BM_Memcpy": 2, "BM_AddOut": 3, "BM_AddInPlace": 3, "BM_Add": 3}.get(base)
+    return ("GB", streams * 4 * int(arg) / 1e9) if streams else (None, 0)
 
 
 def run_torch():
@@ -43,22 +57,31 @@ def run_torch():
 
 
 def main():
-    ours = run_tinyddp()
+    ours, peak = run_tinyddp()
     theirs, info = run_torch()
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    print(f"CPU: {cpu} ({os.cpu_count()} cores), {platform.system()} {platform.release()}")
+    print(f"CPU kernels: {peak['summary']}; {os.cpu_count()} cores, {platform.system()} {platform.release()}")
+    print(f"Peak ({peak['isa']}): {peak['peak_formula']} = {peak['peak_gflops']:.1f} GFLOP/s "
+          f"(measured FMA chains: {peak['fma_avx2_gflops']:.1f} GFLOP/s on 256-bit registers"
+          + (f", {peak['fma_avx512_gflops']:.1f} on 512-bit" if peak["fma_avx512_gflops"] else "") + ")")
     print(f"PyTorch {info.get('version')} (BLAS_INFO={info.get('blas')}), one thread\n")
-    print("| benchmark | tinyddp ms | PyTorch ms | tinyddp / PyTorch |")
-    print("|---|---:|---:|---:|")
+    memcpy_gbs = None
+    if "BM_Memcpy/16777216" in ours:
+        memcpy_gbs = work("BM_Memcpy/16777216")[1] / (ours["BM_Memcpy/16777216"] / 1e3)
+    print("| benchmark | tinyddp ms | PyTorch ms | tinyddp / PyTorch | tinyddp rate | PyTorch rate | tinyddp vs bound |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, ms in ours.items():
         ref = theirs.get(name)
+        unit, amount = work(name)
+        rate = f"{amount / (ms / 1e3):.1f} {unit}/s" if unit else ""
+        ref_rate = f"{amount / (ref / 1e3):.1f} {unit}/s" if unit and ref else ""
+        bound = ""
+        if unit == "GFLOP":
+            bound = f"{100 * amount / (ms / 1e3) / peak['peak_gflops']:.0f}% of peak"
+        elif unit == "GB" and memcpy_gbs:
+            bound = f"{100 * amount / (ms / 1e3) / memcpy_gbs:.0f}% of memcpy"
         ratio = f"{ms / ref:.2f}" if ref else "n/a"
-        print(f"| {name} | {ms:.3f} | {ref:.3f} | {ratio} |" if ref else f"| {name} | {ms:.3f} | n/a | n/a |")
+        ref_ms = f"{ref:.3f}" if ref else "n/a"
+        print(f"| {name} | {ms:.3f} | {ref_ms} | {ratio} | {rate} | {ref_rate} | {bound} |")
     return 0
 
 

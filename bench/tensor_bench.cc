@@ -1,10 +1,14 @@
-// Tensor benchmarks (Google Benchmark): float32 matmul at 256/512/1024 and an elementwise
-// add of 16 M floats. Build with -c opt; bench/compare.py runs this beside PyTorch.
+// Tensor benchmarks (Google Benchmark): float32 matmul at 256/512/1024 and at the six GEMM
+// shapes of the MLP 784-1024-1024-10 training step (batch 128), elementwise adds of 16 M
+// floats and the memcpy they are measured against. Build with -c opt; bench/compare.py runs
+// this beside PyTorch.
 #include "bench/bench_main.h"
 
+#include <cstring>
 #include <iostream>
 
 #include "tinyddp/tensor/all.h"
+#include "tinyddp/tensor/cpu_isa.h"
 
 namespace t = tinyddp::tensor;
 
@@ -30,6 +34,63 @@ BENCHMARK(BM_Matmul)->Arg(256)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecon
 // x @ W^T, the Linear layer's product: the transposed view is used in place.
 void BM_MatmulTransposedB(benchmark::State& state) { run_matmul(state, true); }
 BENCHMARK(BM_MatmulTransposedB)->Arg(1024)->Unit(benchmark::kMillisecond);
+
+// The MLP step's GEMMs, as Linear and autograd issue them. Forward: x [128, in] @ W^T with W
+// [out, in]. Backward: grad_x = g [128, out] @ W, grad_W = g^T @ x (a transposed view).
+// Arguments: batch, in, out, which (0 forward, 1 grad_x, 2 grad_W).
+void BM_MlpGemm(benchmark::State& state) {
+  const int64_t batch = state.range(0), in = state.range(1), out = state.range(2), which = state.range(3);
+  t::Generator g(0);
+  const t::Tensor x = t::randn({batch, in}, {}, &g);
+  const t::Tensor w = t::randn({out, in}, {}, &g);
+  const t::Tensor grad = t::randn({batch, out}, {}, &g);
+  for (auto _ : state) {
+    t::Tensor c = which == 0 ? t::matmul(x, w.t()) : which == 1 ? t::matmul(grad, w) : t::matmul(grad.t(), x);
+    benchmark::DoNotOptimize(c.raw_data_ptr());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * batch * in * out, benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_MlpGemm)
+    ->ArgNames({"batch", "in", "out", "which"})
+    ->Args({128, 784, 1024, 0})
+    ->Args({128, 1024, 1024, 0})
+    ->Args({128, 1024, 10, 0})
+    ->Args({128, 1024, 1024, 1})
+    ->Args({128, 1024, 10, 1})
+    ->Args({128, 784, 1024, 2})
+    ->Args({128, 1024, 1024, 2})
+    ->Args({128, 1024, 10, 2})
+    ->Unit(benchmark::kMillisecond);
+
+// The bandwidth the elementwise ops are held to: std::memcpy of n floats (read n, write n).
+void BM_Memcpy(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  t::Generator g(0);
+  const t::Tensor a = t::randn({n}, {}, &g);
+  const t::Tensor b = t::randn({n}, {}, &g);
+  for (auto _ : state) {
+    std::memcpy(b.raw_data_ptr(), a.raw_data_ptr(), static_cast<size_t>(n) * sizeof(float));
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * n * static_cast<int64_t>(sizeof(float)));
+}
+BENCHMARK(BM_Memcpy)->Arg(16 << 20)->Unit(benchmark::kMillisecond);
+
+// add into an existing output (torch.add(a, b, out=c)): three streams, no allocation.
+void BM_AddOut(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  t::Generator g(0);
+  const t::Tensor a = t::randn({n}, {}, &g);
+  const t::Tensor b = t::randn({n}, {}, &g);
+  const t::Tensor c = t::empty({n});
+  for (auto _ : state) {
+    t::add_out(c, a, b, 1.0, "add");
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * 3 * n * static_cast<int64_t>(sizeof(float)));
+}
+BENCHMARK(BM_AddOut)->Arg(16 << 20)->Unit(benchmark::kMillisecond);
 
 void BM_Add(benchmark::State& state) {
   const int64_t n = state.range(0);
@@ -60,4 +121,8 @@ BENCHMARK(BM_AddInPlace)->Arg(16 << 20)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
-int main(int argc, char** argv) { return tinyddp::bench::run_benchmarks(argc, argv, "tensor_bench"); }
+int main(int argc, char** argv) {
+  // The JSON's context then says which kernels ran (bench/compare.py prints it).
+  benchmark::AddCustomContext("cpu_kernels", t::cpu_kernels_summary());
+  return tinyddp::bench::run_benchmarks(argc, argv, "tensor_bench");
+}

@@ -10,6 +10,12 @@ import time
 import torch
 
 
+# bench/tensor_bench.cc's BM_MlpGemm: (batch, in, out, which) with which 0 = x @ W^T,
+# 1 = grad @ W, 2 = grad^T @ x.
+MLP_GEMMS = [(128, 784, 1024, 0), (128, 1024, 1024, 0), (128, 1024, 10, 0), (128, 1024, 1024, 1),
+             (128, 1024, 10, 1), (128, 784, 1024, 2), (128, 1024, 1024, 2), (128, 1024, 10, 2)]
+
+
 def timeit(fn, min_seconds=1.0):
     for _ in range(3):
         fn()
@@ -30,8 +36,17 @@ def main():
         print(json.dumps({"name": f"BM_Matmul/{n}", "ms": timeit(lambda: torch.matmul(a, b))}))
     a, b = torch.randn(1024, 1024), torch.randn(1024, 1024).t()
     print(json.dumps({"name": "BM_MatmulTransposedB/1024", "ms": timeit(lambda: torch.matmul(a, b))}))
+    for batch, fan_in, fan_out, which in MLP_GEMMS:
+        x, w, g = torch.randn(batch, fan_in), torch.randn(fan_out, fan_in), torch.randn(batch, fan_out)
+        fn = [lambda: torch.matmul(x, w.t()), lambda: torch.matmul(g, w), lambda: torch.matmul(g.t(), x)][which]
+        name = f"BM_MlpGemm/batch:{batch}/in:{fan_in}/out:{fan_out}/which:{which}"
+        print(json.dumps({"name": name, "ms": timeit(fn)}))
     n = 16 << 20
     a, b = torch.randn(n), torch.randn(n)
+    dst = torch.empty(n)
+    print(json.dumps({"name": f"BM_Memcpy/{n}", "ms": timeit(lambda: dst.copy_(a))}))
+    c = torch.empty(n)
+    print(json.dumps({"name": f"BM_AddOut/{n}", "ms": timeit(lambda: torch.add(a, b, out=c))}))
     print(json.dumps({"name": f"BM_Add/{n}", "ms": timeit(lambda: torch.add(a, b))}))
     print(json.dumps({"name": f"BM_AddInPlace/{n}", "ms": timeit(lambda: a.add_(b))}))
     print(json.dumps({"name": "torch", "version": torch.__version__,

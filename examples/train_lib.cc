@@ -19,6 +19,7 @@
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/ddp/powersgd.h"
 #include "tinyddp/nn/nn.h"
+#include "tinyddp/tensor/cpu_isa.h"
 #include "tinyddp/tensor/cuda.h"
 
 namespace tinyddp::examples {
@@ -402,12 +403,14 @@ void TrainConfig::validate() const {
 
 TrainResult train(const TrainConfig& config, std::ostream& log) {
   config.validate();
+  // Resolves TINYDDP_CPU_ISA now: a value this CPU cannot run stops here, before any work.
+  const std::string cpu_kernels = tensor::cpu_kernels_summary();
   Run run = set_up(config);
   std::ostringstream quiet;  // only rank 0 prints progress
   std::ostream& progress = run.rank == 0 ? log : quiet;
   if (run.first_step > 0)
     progress << fmt::format("resuming from {} after {} steps\n", config.checkpoint, run.first_step);
-  progress << describe_run(config, run);
+  progress << describe_run(config, run) << "cpu kernels: " << cpu_kernels << "\n";
   Log logged(config, run, progress);
   for (int64_t step = run.first_step; step < config.steps; ++step) {
     fail_on_purpose_if_asked(config, step, run.rank);

@@ -57,50 +57,6 @@ void Optimizer::check_state(const OrderedDict<Tensor>& state, const std::vector<
 
 // ---- SGD --------------------------------------------------------------------------------------
 
-namespace {
-
-// The SGD update of one contiguous float32/float64 parameter in a single pass: exactly the
-// float operations of the op-by-op path in SGD::step (same order, each result rounded to T),
-// so both paths give bit-identical parameters; this one just skips the temporaries.
-// The options are template parameters so that each variant is a branch-free loop that the
-// compiler vectorises.
-template <typename T, bool kWeightDecay, bool kMomentum, bool kNesterov, bool kFirst>
-void sgd_loop(T* __restrict p, const T* __restrict g, T* __restrict buf, int64_t n, const SGDOptions& o) {
-  const T wd = static_cast<T>(o.weight_decay());
-  const T momentum = static_cast<T>(o.momentum());
-  const T keep = static_cast<T>(1 - o.dampening());
-  const T step = static_cast<T>(-o.lr());
-  for (int64_t i = 0; i < n; ++i) {
-    T d = g[i];
-    if constexpr (kWeightDecay) d = d + wd * p[i];
-    if constexpr (kMomentum) {
-      const T b = kFirst ? d : static_cast<T>(buf[i] * momentum) + keep * d;
-      buf[i] = b;
-      d = kNesterov ? d + momentum * b : b;
-    }
-    p[i] = p[i] + step * d;
-  }
-}
-
-template <typename T>
-void sgd_fused(T* p, const T* g, T* buf, int64_t n, const SGDOptions& o, bool first_step) {
-  const bool wd = o.weight_decay() != 0;
-  if (o.momentum() == 0) {
-    (wd ? sgd_loop<T, true, false, false, false> : sgd_loop<T, false, false, false, false>)(p, g, buf, n, o);
-    return;
-  }
-  using Loop = void (*)(T*, const T*, T*, int64_t, const SGDOptions&);
-  // [weight decay][nesterov][first step]
-  static constexpr Loop kLoops[2][2][2] = {
-      {{sgd_loop<T, false, true, false, false>, sgd_loop<T, false, true, false, true>},
-       {sgd_loop<T, false, true, true, false>, sgd_loop<T, false, true, true, true>}},
-      {{sgd_loop<T, true, true, false, false>, sgd_loop<T, true, true, false, true>},
-       {sgd_loop<T, true, true, true, false>, sgd_loop<T, true, true, true, true>}}};
-  kLoops[wd][o.nesterov()][first_step](p, g, buf, n, o);
-}
-
-}  // namespace
-
 SGD::SGD(std::vector<Tensor> params, SGDOptions options)
     : Optimizer(std::move(params), "SGD"), options_(options), momentum_buffers_(params_.size()) {
   TDDP_CHECK(options_.lr() >= 0, "SGD: invalid learning rate {}", options_.lr());
@@ -117,20 +73,15 @@ void SGD::step() {
     if (!p.grad().defined()) continue;
     Tensor& buf = momentum_buffers_[i];
     const Tensor& grad = p.grad();
+    // One pass over memory where the tensors allow (bit-identical to the ops below).
     const bool fusable = p.is_cpu() && p.is_contiguous() && grad.is_contiguous() && grad.dtype() == p.dtype() &&
                          grad.sizes() == p.sizes() && (p.dtype() == tensor::kFloat32 || p.dtype() == tensor::kFloat64);
     if (fusable) {
       const bool first_step = options_.momentum() != 0 && !buf.defined();
       if (first_step) buf = tensor::empty_like(p);
-      if (p.dtype() == tensor::kFloat32) {
-        sgd_fused<float>(p.data_ptr<float>(), grad.data_ptr<float>(), buf.defined() ? buf.data_ptr<float>() : nullptr,
-                         p.numel(), options_, first_step);
-      } else {
-        sgd_fused<double>(p.data_ptr<double>(), grad.data_ptr<double>(),
-                          buf.defined() ? buf.data_ptr<double>() : nullptr, p.numel(), options_, first_step);
-      }
-      p.storage().bump_version();
-      continue;
+      const tensor::SgdStep step{options_.lr(), options_.momentum(), options_.dampening(), options_.weight_decay(),
+                                 options_.nesterov()};
+      if (tensor::fused_sgd_step_(p, grad, buf, step, first_step)) continue;
     }
     // The same update op by op (any layout or dtype).
     Tensor d_p = grad;

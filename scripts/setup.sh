@@ -9,7 +9,8 @@ PACKAGES=(
   bazel-platforms     # @platforms, not pulled in by bazel-bootstrap
   g++
   python3             # scripts/count_tests.py and the benchmark comparison
-  libeigen3-dev       # CPU kernels and GEMM
+  libeigen3-dev       # CPU kernels, and GEMM where OpenBLAS lacks kernels for the chosen ISA
+  libopenblas-dev     # float32/float64 GEMM, kernels picked at run time (tensor/cpu/matmul.cc)
   catch2              # tests (Catch2 v2)
   libfmt-dev          # error messages and printing
   libgloo-dev         # CPU collectives (comm/)

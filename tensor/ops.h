@@ -119,4 +119,19 @@ void accumulate_into(const Tensor& dst, const Tensor& src);
 // The scalar `value` as a 0-d tensor in the dtype it combines with `t` in (the rules above).
 Tensor scalar_like(const Tensor& t, double value, const char* op);
 
+// ---- fused optimizer steps --------------------------------------------------------------------
+// torch.optim.SGD's options for one parameter's update.
+struct SgdStep {
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+};
+// One SGD update of `param` in a single pass over memory, in the selected instruction set's
+// kernel: the same float operations, in the same order and rounding, as SGD's op-by-op update
+// (grad + wd * p; buf = buf * momentum + (1 - dampening) * d, or d itself on the first step;
+// p += -lr * d), so both give bit-identical parameters. Applies to CPU float32/float64
+// tensors that are contiguous, of one shape and dtype (`momentum_buffer` undefined when
+// momentum is 0); returns false, touching nothing, for anything else.
+bool fused_sgd_step_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdStep& step,
+                     bool first_step);
+
 }  // namespace tinyddp::tensor

@@ -4,6 +4,7 @@
 // lives in the .cc named below.
 #pragma once
 
+#include <string>
 #include <tuple>
 
 #include "tinyddp/tensor/kernel_ops.h"
@@ -28,5 +29,7 @@ void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log);
 
 // matmul.cc: out [n, m] (contiguous) = a [n, k] x b [k, m], any strides on a and b.
 void mm(const Tensor& out, const Tensor& a, const Tensor& b);
+// Which GEMM engine float32/float64 matmuls use now, in words (for cpu_kernels_summary).
+std::string matmul_engine();
 
 }  // namespace tinyddp::tensor::cpu

@@ -1,13 +1,13 @@
 // CPU elementwise kernels: binary arithmetic and comparisons with broadcasting, unary math,
 // pow, dtype-converting copies and fill. Strided operands go through for_each_strided();
-// rows that turn out contiguous run as plain loops the compiler vectorises, and the
-// transcendental functions on contiguous float/double data use Eigen's vectorised versions.
+// rows that turn out contiguous run as plain loops the compiler vectorises. For float32 and
+// float64 those rows (and contiguous unary ops, whose transcendental functions use Eigen's
+// vectorised versions) run in the kernels of the selected instruction set (isa/kernels.h).
 #include <cmath>
 #include <cstring>
 
-#include <Eigen/Core>
-
 #include "tinyddp/tensor/cpu/backend.h"
+#include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/cpu/loops.h"
 
 namespace tinyddp::tensor::cpu {
@@ -41,10 +41,33 @@ D convert(S value) {
   }
 }
 
+// The selected instruction set's kernel for rows of float/double binary ops (null for other
+// dtypes, and for comparisons, whose output is bool).
+template <typename T>
+using IsaBinaryRow = void (*)(BinaryOp, RowPattern, int64_t, T*, const T*, const T*, T);
+
+template <typename T>
+IsaBinaryRow<T> isa_binary_row() {
+  if constexpr (std::is_same_v<T, float>) return isa_kernels().binary_f32;
+  if constexpr (std::is_same_v<T, double>) return isa_kernels().binary_f64;
+  return nullptr;
+}
+
+// The row pattern of a contiguous output row, if the inputs step by 1 or 0 along it.
+std::optional<RowPattern> row_pattern(const std::array<int64_t, 3>& st) {
+  if (st[0] != 1) return std::nullopt;
+  if (st[1] == 1 && st[2] == 1) return RowPattern::kBoth;
+  if (st[1] == 1 && st[2] == 0) return RowPattern::kScalarB;
+  if (st[1] == 0 && st[2] == 1) return RowPattern::kScalarA;
+  return std::nullopt;
+}
+
 // out = op(a, b) elementwise over out's shape; a and b broadcast. Out may alias a or b
 // exactly (in-place ops), which is safe because every element reads and writes one index.
+// `isa` (with its op code and alpha) runs the contiguous rows when given.
 template <typename Out, typename In, typename Op>
-void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, Op op) {
+void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, Op op, IsaBinaryRow<In> isa = nullptr,
+                 BinaryOp isa_op = BinaryOp::kAdd, In isa_alpha = In(1)) {
   using C = compute_t<In>;
   Out* po = out.data_ptr<Out>();
   const In* pa = a.data_ptr<In>();
@@ -55,6 +78,14 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, Op op) {
                         Out* o = po + off[0];
                         const In* x = pa + off[1];
                         const In* y = pb + off[2];
+                        if constexpr (std::is_same_v<Out, In>) {
+                          if (isa != nullptr) {
+                            if (const std::optional<RowPattern> pattern = row_pattern(st)) {
+                              isa(isa_op, *pattern, n, o, x, y, isa_alpha);
+                              return;
+                            }
+                          }
+                        }
                         // ivdep: the output is either separate from the inputs or exactly
                         // one of them (tensor/ops/ copies partially overlapping inputs first: checks.cc), so
                         // no iteration reads what an earlier one wrote.
@@ -110,25 +141,13 @@ C nan_min(C a, C b) {
   return a < b ? a : b;
 }
 
+// Contiguous float/double unary ops run in the selected instruction set's kernels.
 template <typename T>
-using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <typename T>
-using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
-
-// Vectorised transcendental ops for contiguous float/double (out and x both contiguous).
-template <typename T>
-bool try_eigen_unary(UnaryOp op, const Tensor& out, const Tensor& x) {
+bool try_isa_unary(UnaryOp op, const Tensor& out, const Tensor& x) {
   if (!out.is_contiguous() || !x.is_contiguous() || x.sizes() != out.sizes()) return false;
-  ArrayMap<T> o(out.data_ptr<T>(), out.numel());
-  ConstArrayMap<T> in(x.data_ptr<T>(), x.numel());
-  switch (op) {
-    case UnaryOp::kExp: o = in.exp(); return true;
-    case UnaryOp::kLog: o = in.log(); return true;
-    case UnaryOp::kSqrt: o = in.sqrt(); return true;
-    case UnaryOp::kTanh: o = in.tanh(); return true;
-    case UnaryOp::kSigmoid: o = T(1) / (T(1) + (-in).exp()); return true;
-    default: return false;
-  }
+  if constexpr (std::is_same_v<T, float>) isa_kernels().unary_f32(op, out.numel(), out.data_ptr<T>(), x.data_ptr<T>());
+  if constexpr (std::is_same_v<T, double>) isa_kernels().unary_f64(op, out.numel(), out.data_ptr<T>(), x.data_ptr<T>());
+  return true;
 }
 
 template <typename C>
@@ -152,20 +171,24 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, do
   dispatch_numeric(a.dtype(), "binary op", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
+    // The generic loops below take the strided rows (and every row of the other dtypes).
+    const IsaBinaryRow<T> isa = isa_binary_row<T>();
+    const T isa_alpha = static_cast<T>(static_cast<C>(alpha));
+    const auto run = [&](auto f) { binary_loop<T, T>(out, a, b, f, isa, op, isa_alpha); };
     switch (op) {
       case BinaryOp::kAdd:
         if (alpha == 1.0) {
-          binary_loop<T, T>(out, a, b, [](C x, C y) { return x + y; });
+          run([](C x, C y) { return x + y; });
         } else {
           const C scale = static_cast<C>(alpha);
-          binary_loop<T, T>(out, a, b, [scale](C x, C y) { return x + scale * y; });
+          run([scale](C x, C y) { return x + scale * y; });
         }
         return;
-      case BinaryOp::kMul: binary_loop<T, T>(out, a, b, [](C x, C y) { return x * y; }); return;
-      case BinaryOp::kDiv: binary_loop<T, T>(out, a, b, [](C x, C y) { return x / y; }); return;
-      case BinaryOp::kMaximum: binary_loop<T, T>(out, a, b, nan_max<C>); return;
-      case BinaryOp::kMinimum: binary_loop<T, T>(out, a, b, nan_min<C>); return;
-      case BinaryOp::kReluBackward: binary_loop<T, T>(out, a, b, [](C g, C y) { return y > C(0) ? g : C(0); }); return;
+      case BinaryOp::kMul: run([](C x, C y) { return x * y; }); return;
+      case BinaryOp::kDiv: run([](C x, C y) { return x / y; }); return;
+      case BinaryOp::kMaximum: run(nan_max<C>); return;
+      case BinaryOp::kMinimum: run(nan_min<C>); return;
+      case BinaryOp::kReluBackward: run([](C g, C y) { return y > C(0) ? g : C(0); }); return;
     }
   });
 }
@@ -190,7 +213,7 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& x) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
     if constexpr (std::is_floating_point_v<T>) {
-      if (try_eigen_unary<T>(op, out, x)) return;
+      if (try_isa_unary<T>(op, out, x)) return;
     }
     // One loop per op (the switch is outside the loop, so each loop vectorises).
     const auto run = [&](auto kind) {
@@ -258,6 +281,13 @@ void accumulate(const Tensor& dst, const Tensor& src) {
                         [&](int64_t n, const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st) {
                           T* o = pd + off[0];
                           const T* in = ps + off[1];
+                          if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+                            if (st[0] == 1 && st[1] == 1 && (o + n <= in || in + n <= o)) {
+                              if constexpr (std::is_same_v<T, float>) isa_kernels().accumulate_f32(n, o, in);
+                              if constexpr (std::is_same_v<T, double>) isa_kernels().accumulate_f64(n, o, in);
+                              return;
+                            }
+                          }
                           // No ivdep here: with a stride-0 destination, iterations must add in turn.
                           for (int64_t i = 0; i < n; ++i)
                             o[i * st[0]] = static_cast<T>(C(o[i * st[0]]) + C(in[i * st[1]]));

@@ -1,16 +1,41 @@
-// CPU matrix multiply: out [n, m] = a [n, k] x b [k, m] through Eigen's GEMM. A row-major or
-// column-major operand (any leading dimension) is mapped in place, so transposed views and
-// narrowed slices need no copy; other layouts are made contiguous first. float16/bfloat16
-// compute in float32; int64 uses a plain loop (Eigen has no fast integer GEMM).
-#include <Eigen/Core>
+// CPU matrix multiply: out [n, m] = a [n, k] x b [k, m]. A row-major or column-major operand
+// (any leading dimension) is passed as it is, so transposed views and narrowed slices need no
+// copy; other layouts are made contiguous first. float16/bfloat16 compute in float32; int64
+// uses a plain loop.
+//
+// float32/float64 go to one of two GEMM engines (docs/tensor.md, "Matmul"): OpenBLAS, whose
+// kernels are picked at run time for the CPU (the library PyTorch's matmul calls on Debian),
+// when the kernels it picked use the instruction set cpu_isa() selected; otherwise Eigen's
+// GEMM compiled for that instruction set (isa/kernels.cc). TINYDDP_CPU_MATMUL=eigen or
+// =openblas forces one engine, for benchmarks.
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <cstdlib>
+#include <string>
 
 #include "tinyddp/tensor/cpu/backend.h"
+#include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/cpu/loops.h"
+#include "tinyddp/tensor/cpu_isa.h"
 #include "tinyddp/tensor/factory.h"
+
+// OpenBLAS's C interface (libopenblas-dev). Declared here rather than included: Debian puts
+// the header in a directory named after the threading variant that happens to be installed.
+extern "C" {
+void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                 const float* b, int ldb, float beta, float* c, int ldc);
+void cblas_dgemm(int order, int trans_a, int trans_b, int m, int n, int k, double alpha, const double* a, int lda,
+                 const double* b, int ldb, double beta, double* c, int ldc);
+void openblas_set_num_threads(int threads);
+char* openblas_get_corename(void);
+}
 
 namespace tinyddp::tensor::cpu {
 
 namespace {
+
+constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
 
 // How a 2-D tensor sits in memory, as BLAS sees it.
 struct MatrixLayout {
@@ -18,7 +43,7 @@ struct MatrixLayout {
   int64_t leading_dim = 1;  // elements between consecutive rows (row-major) or columns
 };
 
-// The layout of a 2-D tensor if Eigen can map it directly. Size-1 dims may have any stride.
+// The layout of a 2-D tensor if a GEMM can read it in place. Size-1 dims may have any stride.
 std::optional<MatrixLayout> matrix_layout(const Tensor& t) {
   const int64_t rows = t.size(0);
   const int64_t cols = t.size(1);
@@ -31,38 +56,86 @@ std::optional<MatrixLayout> matrix_layout(const Tensor& t) {
   return std::nullopt;
 }
 
-template <typename T, int Order>
-using MatrixMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, 0, Eigen::OuterStride<>>;
-template <typename T>
-using OutMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+enum class Engine { kOpenBlas, kEigen };
 
-template <typename T, int Order>
-MatrixMap<T, Order> map_matrix(const Tensor& t, int64_t leading_dim) {
-  return MatrixMap<T, Order>(t.data_ptr<T>(), t.size(0), t.size(1), Eigen::OuterStride<>(leading_dim));
+std::string lowercase(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// The OpenBLAS kernel set picked for this CPU ("Haswell", "SkylakeX", ...), lowercased, and
+// the instruction set it uses, if it is one of ours. One thread, as every tinyddp CPU kernel.
+struct OpenBlasCore {
+  std::string name;
+  std::optional<CpuIsa> isa;
+};
+
+const OpenBlasCore& openblas_core() {
+  static const OpenBlasCore core = [] {
+    openblas_set_num_threads(1);
+    OpenBlasCore c{openblas_get_corename(), std::nullopt};
+    const std::string name = lowercase(c.name);
+    if (name == "skylakex" || name == "cooperlake" || name == "sapphirerapids") c.isa = CpuIsa::kAvx512;
+    if (name == "haswell" || name == "zen") c.isa = CpuIsa::kAvx2;
+    return c;
+  }();
+  return core;
+}
+
+// TINYDDP_CPU_MATMUL: "eigen" or "openblas" force an engine; unset or "auto" choose.
+std::optional<Engine> forced_engine() {
+  static const std::optional<Engine> forced = []() -> std::optional<Engine> {
+    const char* value = std::getenv("TINYDDP_CPU_MATMUL");
+    const std::string v = lowercase(value ? value : "");
+    if (v.empty() || v == "auto") return std::nullopt;
+    if (v == "eigen") return Engine::kEigen;
+    TDDP_CHECK(v == "openblas", "TINYDDP_CPU_MATMUL='{}' names no matmul engine: use auto, eigen or openblas", value);
+    return Engine::kOpenBlas;
+  }();
+  return forced;
+}
+
+Engine engine() {
+  if (const std::optional<Engine> forced = forced_engine()) return *forced;
+  return openblas_core().isa == cpu_isa() ? Engine::kOpenBlas : Engine::kEigen;
+}
+
+bool fits_int(int64_t v) { return v <= INT_MAX; }
+
+template <typename T>
+void openblas_gemm(const GemmArgs<T>& g) {
+  const auto call = [](auto gemm_fn, const GemmArgs<T>& x) {
+    gemm_fn(kCblasRowMajor, x.a_row_major ? kCblasNoTrans : kCblasTrans, x.b_row_major ? kCblasNoTrans : kCblasTrans,
+            static_cast<int>(x.n), static_cast<int>(x.m), static_cast<int>(x.k), T(1), x.a, static_cast<int>(x.lda),
+            x.b, static_cast<int>(x.ldb), T(0), x.c, static_cast<int>(x.m));
+  };
+  if constexpr (std::is_same_v<T, float>) {
+    call(cblas_sgemm, g);
+  } else {
+    call(cblas_dgemm, g);
+  }
 }
 
 template <typename T>
-void eigen_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
+void float_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   std::optional<MatrixLayout> la = matrix_layout(a_in);
   std::optional<MatrixLayout> lb = matrix_layout(b_in);
   const Tensor a = la ? a_in : a_in.contiguous();
   const Tensor b = lb ? b_in : b_in.contiguous();
   if (!la) la = matrix_layout(a);
   if (!lb) lb = matrix_layout(b);
-  OutMap<T> c(out.data_ptr<T>(), out.size(0), out.size(1));
-  // Four layout combinations, each one GEMM call with no copies.
-  if (la->row_major && lb->row_major) {
-    c.noalias() =
-        map_matrix<T, Eigen::RowMajor>(a, la->leading_dim) * map_matrix<T, Eigen::RowMajor>(b, lb->leading_dim);
-  } else if (la->row_major) {
-    c.noalias() =
-        map_matrix<T, Eigen::RowMajor>(a, la->leading_dim) * map_matrix<T, Eigen::ColMajor>(b, lb->leading_dim);
-  } else if (lb->row_major) {
-    c.noalias() =
-        map_matrix<T, Eigen::ColMajor>(a, la->leading_dim) * map_matrix<T, Eigen::RowMajor>(b, lb->leading_dim);
+  GemmArgs<T> g;
+  g.n = a.size(0), g.k = a.size(1), g.m = b.size(1);
+  g.a = a.data_ptr<T>(), g.lda = la->leading_dim, g.a_row_major = la->row_major;
+  g.b = b.data_ptr<T>(), g.ldb = lb->leading_dim, g.b_row_major = lb->row_major;
+  g.c = out.data_ptr<T>();
+  const bool int_sized = fits_int(g.n) && fits_int(g.k) && fits_int(g.m) && fits_int(g.lda) && fits_int(g.ldb);
+  if (int_sized && engine() == Engine::kOpenBlas) {
+    openblas_gemm(g);
+  } else if constexpr (std::is_same_v<T, float>) {
+    isa_kernels().gemm_f32(g);
   } else {
-    c.noalias() =
-        map_matrix<T, Eigen::ColMajor>(a, la->leading_dim) * map_matrix<T, Eigen::ColMajor>(b, lb->leading_dim);
+    isa_kernels().gemm_f64(g);
   }
 }
 
@@ -85,6 +158,12 @@ void int64_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
 
 }  // namespace
 
+std::string matmul_engine() {
+  const OpenBlasCore& core = openblas_core();
+  if (engine() == Engine::kOpenBlas) return fmt::format("OpenBLAS, {} kernels", core.name);
+  return fmt::format("Eigen, {} build (OpenBLAS picked its {} kernels)", cpu_isa_name(cpu_isa()), core.name);
+}
+
 void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
   if (out.numel() == 0) return;
   if (a.size(1) == 0) {  // empty inner dimension: the sum of nothing
@@ -92,13 +171,13 @@ void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
     return;
   }
   switch (a.dtype()) {
-    case kFloat32: eigen_mm<float>(out, a, b); return;
-    case kFloat64: eigen_mm<double>(out, a, b); return;
+    case kFloat32: float_mm<float>(out, a, b); return;
+    case kFloat64: float_mm<double>(out, a, b); return;
     case kInt64: int64_mm(out, a, b); return;
     case kFloat16:
     case kBFloat16: {
       Tensor result = empty(out.sizes(), TensorOptions(kFloat32));
-      eigen_mm<float>(result, a.to(kFloat32), b.to(kFloat32));
+      float_mm<float>(result, a.to(kFloat32), b.to(kFloat32));
       copy(out, result);
       return;
     }

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "tinyddp/tensor/cpu/backend.h"
+#include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/cpu/loops.h"
 #include "tinyddp/tensor/factory.h"
 #include "tinyddp/tensor/reduce_plan.h"
@@ -19,9 +20,18 @@ template <typename T>
 using acc_t = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
 
 // acc[j] = sum over rows i of in[i * inner + j], in the accumulation type A.
+// float32/float64 run in the selected instruction set's kernel.
 template <typename T, typename A>
 std::vector<A> sum_rows(const T* in, int64_t rows, int64_t inner) {
   std::vector<A> acc(static_cast<size_t>(inner), A(0));
+  if constexpr (std::is_same_v<A, double> && std::is_same_v<T, float>) {
+    isa_kernels().column_sums_f32(in, rows, inner, acc.data());
+    return acc;
+  }
+  if constexpr (std::is_same_v<A, double> && std::is_same_v<T, double>) {
+    isa_kernels().column_sums_f64(in, rows, inner, acc.data());
+    return acc;
+  }
   for (int64_t i = 0; i < rows; ++i) {
     const T* row = in + i * inner;
     for (int64_t j = 0; j < inner; ++j) acc[j] += static_cast<A>(static_cast<compute_t<T>>(row[j]));
@@ -119,38 +129,27 @@ std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim)
   return {values, indices};
 }
 
+// Rows along `dim` are made contiguous and run in the selected instruction set's kernel;
+// float16/bfloat16 rows go through float32, which is where their arithmetic happens anyway
+// (the result is rounded once, at the end, as before).
 void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) {
-  const Tensor rows = x.transpose(dim, -1).contiguous();
+  const char* op = log ? "log_softmax" : "softmax";
+  const DType dtype = x.dtype();
+  TDDP_CHECK(dtype == kFloat32 || dtype == kFloat64 || dtype == kFloat16 || dtype == kBFloat16,
+             "{}: expected a floating-point tensor, got dtype {}", op, dtype_name(dtype));
+  const DType compute = dtype == kFloat64 ? kFloat64 : kFloat32;
+  const Tensor rows = x.transpose(dim, -1).contiguous().to(compute);
   const int64_t n = x.dim() == 0 ? 1 : x.size(dim);
   if (rows.numel() == 0) return;
   const int64_t outer = rows.numel() / n;
-  Tensor result = empty(rows.sizes(), x.dtype());
-  dispatch_floating(x.dtype(), log ? "log_softmax" : "softmax", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using C = compute_t<T>;
-    const T* in = rows.data_ptr<T>();
-    T* o = result.data_ptr<T>();
-    std::vector<C> shifted(static_cast<size_t>(n));
-    for (int64_t r = 0; r < outer; ++r) {
-      const T* row = in + r * n;
-      T* out_row = o + r * n;
-      C m = -std::numeric_limits<C>::infinity();
-      for (int64_t i = 0; i < n; ++i) m = std::max(m, static_cast<C>(row[i]));
-      double total = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        shifted[i] = static_cast<C>(row[i]) - m;
-        total += static_cast<double>(std::exp(shifted[i]));
-      }
-      if (log) {
-        const C log_total = static_cast<C>(std::log(total));
-        for (int64_t i = 0; i < n; ++i) out_row[i] = static_cast<T>(shifted[i] - log_total);
-      } else {
-        for (int64_t i = 0; i < n; ++i) {
-          out_row[i] = static_cast<T>(static_cast<C>(static_cast<double>(std::exp(shifted[i])) / total));
-        }
-      }
-    }
-  });
+  Tensor result = empty(rows.sizes(), compute);
+  if (compute == kFloat32) {
+    std::vector<float> scratch(static_cast<size_t>(n));
+    isa_kernels().softmax_rows_f32(rows.data_ptr<float>(), result.data_ptr<float>(), outer, n, log, scratch.data());
+  } else {
+    std::vector<double> scratch(static_cast<size_t>(n));
+    isa_kernels().softmax_rows_f64(rows.data_ptr<double>(), result.data_ptr<double>(), outer, n, log, scratch.data());
+  }
   copy(out, result.transpose(dim, -1));
 }
 

@@ -141,9 +141,12 @@ TEST_CASE("PowerSGD: training matches plain allreduce within a margin, identical
   }
   INFO("final loss: allreduce " << losses[0] << ", PowerSGD rank 2 " << losses[1]);
   // The teacher's output variance is about 10: both fit it to a small fraction of that.
-  CHECK(losses[0] < 0.5);
-  CHECK(losses[1] < 0.5);
-  CHECK(losses[1] < losses[0] * 3 + 0.05);
+  // Rank-2 compression ends where the rounding of its small GEMMs steers it: over data seeds
+  // 200-700 and two GEMM engines (Eigen, OpenBLAS) plain allreduce ended at 0.010-0.016 and
+  // PowerSGD at 0.054-0.17, so PowerSGD is held to 0.25 (a margin of 3x allreduce, fitted to
+  // one engine's result at seed 200, failed for Eigen itself at seeds 500 and 600).
+  CHECK(losses[0] < 0.05);
+  CHECK(losses[1] < 0.25);
   for (size_t k = 0; k < finals[0].size(); ++k) CHECK(tensor::equal(finals[0][k], finals[1][k]));
 }
 

@@ -13,6 +13,7 @@
 
 #include "tests/test_util.h"
 #include "tinyddp/nn/nn.h"
+#include "tinyddp/tensor/cpu_isa.h"
 #include "tinyddp/tensor/cuda.h"
 
 using Catch::Contains;
@@ -138,6 +139,29 @@ TEST_CASE("examples: train --device cuda without a GPU says why", "[examples][tr
 
 TEST_CASE("examples: train --backend nccl without a GPU says why", "[examples][train][errors]") {
   expect_train_error("--device cpu --backend nccl --steps 1", "--backend nccl needs --device cuda");
+}
+
+TEST_CASE("examples: TINYDDP_CPU_ISA that names nothing stops train at start-up; avx2 runs",
+          "[examples][train][errors]") {
+  const CommandResult bad = run_command("TINYDDP_CPU_ISA=sse4 examples/train --steps 1");
+  INFO(bad.output);
+  CHECK(bad.exit_code == 1);
+  CHECK_THAT(bad.output, Contains("train: error: TINYDDP_CPU_ISA='sse4' names no instruction set"));
+  const CommandResult forced = run_command("TINYDDP_CPU_ISA=avx2 examples/train --steps 1");
+  INFO(forced.output);
+  CHECK(forced.exit_code == 0);
+  CHECK_THAT(forced.output, Contains("cpu kernels: ") && Contains(": avx2 (matmul: "));
+}
+
+TEST_CASE("examples: TINYDDP_CPU_ISA=avx512 on a CPU without it stops train at start-up", "[examples][train][errors]") {
+  if (tinyddp::tensor::cpu_has(tinyddp::tensor::CpuIsa::kAvx512)) {
+    TINYDDP_SKIP("this CPU has AVX-512, so TINYDDP_CPU_ISA=avx512 is valid here");
+  }
+  const CommandResult lacking = run_command("TINYDDP_CPU_ISA=avx512 examples/train --steps 1");
+  INFO(lacking.output);
+  CHECK(lacking.exit_code == 1);
+  CHECK_THAT(lacking.output,
+             Contains("train: error: TINYDDP_CPU_ISA=avx512, but this CPU") && Contains("cannot run AVX-512 code"));
 }
 
 TEST_CASE("examples: train on 2 ranks sharing one GPU (gloo staging) matches the CPU run",

@@ -1,0 +1,87 @@
+// The CPU kernels that are compiled once per instruction set (isa/kernels.cc, built twice:
+// for x86-64-v3 = AVX2 + FMA and for x86-64-v4 = AVX-512). Each build fills one table of
+// plain function pointers over raw, contiguous memory; the rest of the CPU backend (layouts,
+// strides, broadcasting, dtypes) is compiled once and calls through the table that
+// cpu_isa() selects at start-up (tensor/cpu_isa.h).
+//
+// This header is the whole interface between the two worlds, so it declares data only: no
+// inline function or template with code lives here, and the kernels' translation unit puts
+// everything it defines (Eigen included) in namespaces named after its instruction set.
+// That keeps the linker from merging an AVX-512 copy of some inline function into code that
+// must run on an AVX2-only host (tests/tensor:isa_symbols_test checks the object files).
+#pragma once
+
+#include <cstdint>
+
+#include "tinyddp/tensor/kernel_ops.h"
+
+namespace tinyddp::tensor::cpu {
+
+// c [n, m] (row-major, leading dimension m) = a [n, k] x b [k, m]. Each operand is row-major
+// or column-major with the given leading dimension (elements between rows, or columns).
+template <typename T>
+struct GemmArgs {
+  int64_t n = 0, k = 0, m = 0;
+  const T* a = nullptr;
+  int64_t lda = 0;
+  bool a_row_major = true;
+  const T* b = nullptr;
+  int64_t ldb = 0;
+  bool b_row_major = true;
+  T* c = nullptr;
+};
+
+// Which operands of a binary row step along it: both, only a (b is one value), only b.
+enum class RowPattern { kBoth, kScalarB, kScalarA };
+
+// One SGD update over n contiguous elements: the options and the first-step flag of
+// torch.optim.SGD (momentum buffer `buf` may be null when momentum is 0).
+template <typename T>
+struct SgdArgs {
+  T* param = nullptr;
+  const T* grad = nullptr;
+  T* buf = nullptr;
+  int64_t n = 0;
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false, first_step = false;
+};
+
+// The kernels of one instruction set, for float32 and float64 (index 0 and 1 of each array).
+struct IsaKernels {
+  const char* isa;  // "avx2" or "avx512"
+
+  void (*gemm_f32)(const GemmArgs<float>&);
+  void (*gemm_f64)(const GemmArgs<double>&);
+
+  // o[i] = op(a[i], b[i]) over n elements (a or b a single value per `pattern`); o may be a or b.
+  void (*binary_f32)(BinaryOp op, RowPattern pattern, int64_t n, float* o, const float* a, const float* b,
+                     float alpha);
+  void (*binary_f64)(BinaryOp op, RowPattern pattern, int64_t n, double* o, const double* a, const double* b,
+                     double alpha);
+  // o[i] = op(x[i]); o may be x.
+  void (*unary_f32)(UnaryOp op, int64_t n, float* o, const float* x);
+  void (*unary_f64)(UnaryOp op, int64_t n, double* o, const double* x);
+  // dst[i] += src[i] (distinct memory).
+  void (*accumulate_f32)(int64_t n, float* dst, const float* src);
+  void (*accumulate_f64)(int64_t n, double* dst, const double* src);
+
+  // acc[j] += x[i * cols + j] for every row i, in row order (the sum over a tensor's leading
+  // dims; accumulating in double keeps the result independent of the vector width).
+  void (*column_sums_f32)(const float* x, int64_t rows, int64_t cols, double* acc);
+  void (*column_sums_f64)(const double* x, int64_t rows, int64_t cols, double* acc);
+  // Softmax (or log-softmax) of each of `rows` contiguous rows of n elements; `scratch` has n
+  // elements.
+  void (*softmax_rows_f32)(const float* x, float* out, int64_t rows, int64_t n, bool log, float* scratch);
+  void (*softmax_rows_f64)(const double* x, double* out, int64_t rows, int64_t n, bool log, double* scratch);
+
+  void (*sgd_f32)(const SgdArgs<float>&);
+  void (*sgd_f64)(const SgdArgs<double>&);
+};
+
+const IsaKernels& avx2_kernels();    // isa/kernels.cc built for x86-64-v3
+const IsaKernels& avx512_kernels();  // isa/kernels.cc built for x86-64-v4 (call only where cpu_has(kAvx512))
+
+// The table of the instruction set cpu_isa() selects.
+const IsaKernels& isa_kernels();
+
+}  // namespace tinyddp::tensor::cpu
