@@ -25,45 +25,39 @@ double clock_ghz() {
   uint64_t x = 0;
   const auto start = std::chrono::steady_clock::now();
   for (uint64_t i = 0; i < kIterations; ++i) {
-#define TDDP_ADD8 "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+#define TDDP_ADD8 \
+  "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
     asm volatile(TDDP_ADD8 TDDP_ADD8 TDDP_ADD8 TDDP_ADD8 TDDP_ADD8 TDDP_ADD8 TDDP_ADD8 TDDP_ADD8 : "+r"(x));
 #undef TDDP_ADD8
   }
   return 64.0 * kIterations / seconds_since(start) / 1e9;
 }
 
-// GFLOP/s of 12 independent FMA chains on vectors V (enough to cover latency x units on
-// current cores); the asm barrier keeps each accumulator in its register.
-template <typename V, typename Fma, typename Set>
-double fma_gflops(Fma fma, Set set, int lanes) {
-  constexpr uint64_t kIterations = 50'000'000;
-  V acc[12];
-  for (int i = 0; i < 12; ++i) acc[i] = set(static_cast<float>(i));
-  const V a = set(0.999999f), b = set(1e-7f);
-  const auto start = std::chrono::steady_clock::now();
-  for (uint64_t i = 0; i < kIterations; ++i) {
-#pragma GCC unroll 12
-    for (int j = 0; j < 12; ++j) {
-      acc[j] = fma(acc[j], a, b);
-      asm volatile("" : "+x"(acc[j]));
-    }
-  }
-  const double elapsed = seconds_since(start);
-  float sink = 0;
-  for (int i = 0; i < 12; ++i) sink += reinterpret_cast<const float*>(&acc[i])[0];
-  if (std::isnan(sink)) std::puts("");  // keeps the result alive
-  return 12.0 * kIterations * lanes * 2 / elapsed / 1e9;
-}
+constexpr uint64_t kFmaIterations = 50'000'000;
 
-double avx2_gflops() {
-  return fma_gflops<__m256>([](__m256 x, __m256 a, __m256 b) { return _mm256_fmadd_ps(x, a, b); },
-                            [](float v) { return _mm256_set1_ps(v); }, 8);
-}
+// 12 independent FMA chains on vectors in named variables (enough to cover latency x units
+// on current cores); the asm barrier keeps each accumulator in its register. One function per register width,
+// as the 512-bit one must be compiled for AVX-512 and the 256-bit one must not.
+#define TDDP_FMA_STEP(x, FMA) x = FMA(x, a, b), ({ asm volatile("" : "+v"(x)); })
+#define TDDP_FMA_CHAINS(V, SET, FMA, LANES)                                                                 \
+  V c0 = SET(0), c1 = SET(1), c2 = SET(2), c3 = SET(3), c4 = SET(4), c5 = SET(5), c6 = SET(6), c7 = SET(7), \
+    c8 = SET(8), c9 = SET(9), c10 = SET(10), c11 = SET(11);                                                 \
+  const V a = SET(0.999999f), b = SET(1e-7f);                                                               \
+  const auto start = std::chrono::steady_clock::now();                                                      \
+  for (uint64_t i = 0; i < kFmaIterations; ++i) {                                                           \
+    TDDP_FMA_STEP(c0, FMA), TDDP_FMA_STEP(c1, FMA), TDDP_FMA_STEP(c2, FMA), TDDP_FMA_STEP(c3, FMA);         \
+    TDDP_FMA_STEP(c4, FMA), TDDP_FMA_STEP(c5, FMA), TDDP_FMA_STEP(c6, FMA), TDDP_FMA_STEP(c7, FMA);         \
+    TDDP_FMA_STEP(c8, FMA), TDDP_FMA_STEP(c9, FMA), TDDP_FMA_STEP(c10, FMA), TDDP_FMA_STEP(c11, FMA);       \
+  }                                                                                                         \
+  const double elapsed = seconds_since(start);                                                              \
+  const V total = c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9 + c10 + c11;                              \
+  if (std::isnan(total[0])) std::puts(""); /* keeps the results alive */                                    \
+  return 12.0 * kFmaIterations * LANES * 2 / elapsed / 1e9
+
+double avx2_gflops() { TDDP_FMA_CHAINS(__m256, _mm256_set1_ps, _mm256_fmadd_ps, 8); }
 
 __attribute__((target("avx512f"))) double avx512_gflops() {
-  return fma_gflops<__m512>([](__m512 x, __m512 a, __m512 b) __attribute__((target("avx512f"))) {
-    return _mm512_fmadd_ps(x, a, b);
-  }, [](float v) __attribute__((target("avx512f"))) { return _mm512_set1_ps(v); }, 16);
+  TDDP_FMA_CHAINS(__m512, _mm512_set1_ps, _mm512_fmadd_ps, 16);
 }
 
 // The best of `rounds` runs (the machine is shared; the best is the least disturbed).
@@ -89,7 +83,8 @@ int main() {
   const double peak = use512 ? units512 * 16 * 2 * ghz : units256 * 8 * 2 * ghz;
   std::printf(
       "{\"clock_ghz\": %.3f, \"fma_avx2_gflops\": %.1f, \"fma_units_256\": %.0f, \"fma_avx512_gflops\": %.1f, "
-      "\"fma_units_512\": %.0f, \"isa\": \"%s\", \"peak_gflops\": %.1f, \"peak_formula\": \"%.0f FMA units x %d lanes x "
+      "\"fma_units_512\": %.0f, \"isa\": \"%s\", \"peak_gflops\": %.1f, \"peak_formula\": \"%.0f FMA units x %d lanes "
+      "x "
       "2 x %.2f GHz\", \"summary\": \"%s\"}\n",
       ghz, avx2, units256, avx512, units512, use512 ? "avx512" : "avx2", peak, use512 ? units512 : units256,
       use512 ? 16 : 8, ghz, tinyddp::tensor::cpu_kernels_summary().c_str());

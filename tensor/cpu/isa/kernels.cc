@@ -21,214 +21,224 @@
 
 namespace tinyddp::tensor::cpu {
 namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
-namespace {
+  namespace {
 
-// ---- GEMM -------------------------------------------------------------------------------------
+  // ---- GEMM -------------------------------------------------------------------------------------
 
-template <typename T, int Order>
-using MatrixMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, 0, Eigen::OuterStride<>>;
+  template <typename T, int Order>
+  using MatrixMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, 0, Eigen::OuterStride<>>;
 
-template <typename T, int Order>
-MatrixMap<T, Order> map_matrix(const T* data, int64_t rows, int64_t cols, int64_t ld) {
-  return MatrixMap<T, Order>(data, rows, cols, Eigen::OuterStride<>(ld));
-}
-
-// Four layout combinations, each one Eigen GEMM call with no copies.
-template <typename T>
-void gemm(const GemmArgs<T>& g) {
-  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> c(g.c, g.n, g.m);
-  if (g.a_row_major && g.b_row_major) {
-    c.noalias() = map_matrix<T, Eigen::RowMajor>(g.a, g.n, g.k, g.lda) * map_matrix<T, Eigen::RowMajor>(g.b, g.k, g.m, g.ldb);
-  } else if (g.a_row_major) {
-    c.noalias() = map_matrix<T, Eigen::RowMajor>(g.a, g.n, g.k, g.lda) * map_matrix<T, Eigen::ColMajor>(g.b, g.k, g.m, g.ldb);
-  } else if (g.b_row_major) {
-    c.noalias() = map_matrix<T, Eigen::ColMajor>(g.a, g.n, g.k, g.lda) * map_matrix<T, Eigen::RowMajor>(g.b, g.k, g.m, g.ldb);
-  } else {
-    c.noalias() = map_matrix<T, Eigen::ColMajor>(g.a, g.n, g.k, g.lda) * map_matrix<T, Eigen::ColMajor>(g.b, g.k, g.m, g.ldb);
+  template <typename T, int Order>
+  MatrixMap<T, Order> map_matrix(const T* data, int64_t rows, int64_t cols, int64_t ld) {
+    return MatrixMap<T, Order>(data, rows, cols, Eigen::OuterStride<>(ld));
   }
-}
 
-// ---- Elementwise ------------------------------------------------------------------------------
-
-// NaN-propagating max/min (std::max would drop a NaN in its first argument).
-template <typename T>
-T nan_max(T a, T b) {
-  if (std::isnan(a)) return a;
-  if (std::isnan(b)) return b;
-  return a > b ? a : b;
-}
-template <typename T>
-T nan_min(T a, T b) {
-  if (std::isnan(a)) return a;
-  if (std::isnan(b)) return b;
-  return a < b ? a : b;
-}
-
-// One loop per pattern, each branch-free so that it vectorises. ivdep: o is either separate
-// from the inputs or exactly one of them, so no iteration reads what an earlier one wrote.
-template <typename T, typename Op>
-void binary_row(RowPattern pattern, int64_t n, T* o, const T* a, const T* b, Op op) {
-  switch (pattern) {
-    case RowPattern::kBoth:
-#pragma GCC ivdep
-      for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], b[i]);
-      return;
-    case RowPattern::kScalarB: {
-      const T bv = *b;
-#pragma GCC ivdep
-      for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], bv);
-      return;
-    }
-    case RowPattern::kScalarA: {
-      const T av = *a;
-#pragma GCC ivdep
-      for (int64_t i = 0; i < n; ++i) o[i] = op(av, b[i]);
-      return;
-    }
-  }
-}
-
-template <typename T>
-void binary(BinaryOp op, RowPattern pattern, int64_t n, T* o, const T* a, const T* b, T alpha) {
-  switch (op) {
-    case BinaryOp::kAdd:
-      if (alpha == T(1)) {
-        binary_row(pattern, n, o, a, b, [](T x, T y) { return x + y; });
-      } else {
-        binary_row(pattern, n, o, a, b, [alpha](T x, T y) { return x + alpha * y; });
-      }
-      return;
-    case BinaryOp::kMul: binary_row(pattern, n, o, a, b, [](T x, T y) { return x * y; }); return;
-    case BinaryOp::kDiv: binary_row(pattern, n, o, a, b, [](T x, T y) { return x / y; }); return;
-    case BinaryOp::kMaximum: binary_row(pattern, n, o, a, b, nan_max<T>); return;
-    case BinaryOp::kMinimum: binary_row(pattern, n, o, a, b, nan_min<T>); return;
-    case BinaryOp::kReluBackward: binary_row(pattern, n, o, a, b, [](T g, T y) { return y > T(0) ? g : T(0); }); return;
-  }
-}
-
-template <typename T, typename Op>
-void unary_row(int64_t n, T* o, const T* x, Op op) {
-#pragma GCC ivdep
-  for (int64_t i = 0; i < n; ++i) o[i] = op(x[i]);
-}
-
-// The transcendental functions use Eigen's vectorised versions; the rest are plain loops.
-template <typename T>
-void unary(UnaryOp op, int64_t n, T* o, const T* x) {
-  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> out(o, n);
-  Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> in(x, n);
-  switch (op) {
-    case UnaryOp::kNeg: unary_row(n, o, x, [](T v) { return -v; }); return;
-    case UnaryOp::kAbs: unary_row(n, o, x, [](T v) { return v < T(0) ? -v : v; }); return;
-    case UnaryOp::kRelu: unary_row(n, o, x, [](T v) { return v < T(0) ? T(0) : v; }); return;  // NaN stays NaN
-    case UnaryOp::kExp: out = in.exp(); return;
-    case UnaryOp::kLog: out = in.log(); return;
-    case UnaryOp::kSqrt: out = in.sqrt(); return;
-    case UnaryOp::kTanh: out = in.tanh(); return;
-    case UnaryOp::kSigmoid: out = T(1) / (T(1) + (-in).exp()); return;
-  }
-}
-
-template <typename T>
-void accumulate(int64_t n, T* __restrict dst, const T* __restrict src) {
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
-}
-
-// ---- Reductions and softmax -------------------------------------------------------------------
-
-template <typename T>
-void column_sums(const T* x, int64_t rows, int64_t cols, double* __restrict acc) {
-  for (int64_t i = 0; i < rows; ++i) {
-    const T* __restrict row = x + i * cols;
-    for (int64_t j = 0; j < cols; ++j) acc[j] += static_cast<double>(row[j]);
-  }
-}
-
-// Subtracts the row's maximum, sums the exponentials in double, and divides (or subtracts the
-// log of the sum).
-template <typename T>
-void softmax_rows(const T* x, T* out, int64_t rows, int64_t n, bool log, T* shifted) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* row = x + r * n;
-    T* out_row = out + r * n;
-    T m = -std::numeric_limits<T>::infinity();
-    for (int64_t i = 0; i < n; ++i) m = m < row[i] ? row[i] : m;  // std::max(m, row[i])
-    double total = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      shifted[i] = row[i] - m;
-      total += static_cast<double>(std::exp(shifted[i]));
-    }
-    if (log) {
-      const T log_total = static_cast<T>(std::log(total));
-      for (int64_t i = 0; i < n; ++i) out_row[i] = shifted[i] - log_total;
+  // Four layout combinations, each one Eigen GEMM call with no copies.
+  template <typename T>
+  void gemm(const GemmArgs<T>& g) {
+    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> c(g.c, g.n, g.m);
+    if (g.a_row_major && g.b_row_major) {
+      c.noalias() =
+          map_matrix<T, Eigen::RowMajor>(g.a, g.n, g.k, g.lda) * map_matrix<T, Eigen::RowMajor>(g.b, g.k, g.m, g.ldb);
+    } else if (g.a_row_major) {
+      c.noalias() =
+          map_matrix<T, Eigen::RowMajor>(g.a, g.n, g.k, g.lda) * map_matrix<T, Eigen::ColMajor>(g.b, g.k, g.m, g.ldb);
+    } else if (g.b_row_major) {
+      c.noalias() =
+          map_matrix<T, Eigen::ColMajor>(g.a, g.n, g.k, g.lda) * map_matrix<T, Eigen::RowMajor>(g.b, g.k, g.m, g.ldb);
     } else {
-      for (int64_t i = 0; i < n; ++i) out_row[i] = static_cast<T>(static_cast<double>(std::exp(shifted[i])) / total);
+      c.noalias() =
+          map_matrix<T, Eigen::ColMajor>(g.a, g.n, g.k, g.lda) * map_matrix<T, Eigen::ColMajor>(g.b, g.k, g.m, g.ldb);
     }
   }
-}
 
-// ---- SGD --------------------------------------------------------------------------------------
+  // ---- Elementwise ------------------------------------------------------------------------------
 
-// The float operations of torch.optim.SGD's single-tensor step, in its order, each rounded to
-// T. The options are template parameters so that each variant is a branch-free loop.
-template <typename T, bool kWeightDecay, bool kMomentum, bool kNesterov, bool kFirst>
-void sgd_loop(const SgdArgs<T>& s) {
-  T* __restrict p = s.param;
-  const T* __restrict g = s.grad;
-  T* __restrict buf = s.buf;
-  const T wd = static_cast<T>(s.weight_decay);
-  const T momentum = static_cast<T>(s.momentum);
-  const T keep = static_cast<T>(1 - s.dampening);
-  const T step = static_cast<T>(-s.lr);
-  for (int64_t i = 0; i < s.n; ++i) {
-    T d = g[i];
-    if constexpr (kWeightDecay) d = d + wd * p[i];
-    if constexpr (kMomentum) {
-      const T b = kFirst ? d : static_cast<T>(buf[i] * momentum) + keep * d;
-      buf[i] = b;
-      d = kNesterov ? d + momentum * b : b;
+  // NaN-propagating max/min (std::max would drop a NaN in its first argument).
+  template <typename T>
+  T nan_max(T a, T b) {
+    if (std::isnan(a)) return a;
+    if (std::isnan(b)) return b;
+    return a > b ? a : b;
+  }
+  template <typename T>
+  T nan_min(T a, T b) {
+    if (std::isnan(a)) return a;
+    if (std::isnan(b)) return b;
+    return a < b ? a : b;
+  }
+
+  // One loop per pattern, each branch-free so that it vectorises. ivdep: o is either separate
+  // from the inputs or exactly one of them, so no iteration reads what an earlier one wrote.
+  template <typename T, typename Op>
+  void binary_row(RowPattern pattern, int64_t n, T* o, const T* a, const T* b, Op op) {
+    switch (pattern) {
+      case RowPattern::kBoth:
+#pragma GCC ivdep
+        for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], b[i]);
+        return;
+      case RowPattern::kScalarB: {
+        const T bv = *b;
+#pragma GCC ivdep
+        for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], bv);
+        return;
+      }
+      case RowPattern::kScalarA: {
+        const T av = *a;
+#pragma GCC ivdep
+        for (int64_t i = 0; i < n; ++i) o[i] = op(av, b[i]);
+        return;
+      }
     }
-    p[i] = p[i] + step * d;
   }
-}
 
-template <typename T>
-void sgd(const SgdArgs<T>& s) {
-  const bool wd = s.weight_decay != 0;
-  if (s.momentum == 0) {
-    (wd ? sgd_loop<T, true, false, false, false> : sgd_loop<T, false, false, false, false>)(s);
-    return;
+  template <typename T>
+  void binary(BinaryOp op, RowPattern pattern, int64_t n, T* o, const T* a, const T* b, T alpha) {
+    switch (op) {
+      case BinaryOp::kAdd:
+        if (alpha == T(1)) {
+          binary_row(pattern, n, o, a, b, [](T x, T y) { return x + y; });
+        } else {
+          binary_row(pattern, n, o, a, b, [alpha](T x, T y) { return x + alpha * y; });
+        }
+        return;
+      case BinaryOp::kMul: binary_row(pattern, n, o, a, b, [](T x, T y) { return x * y; }); return;
+      case BinaryOp::kDiv: binary_row(pattern, n, o, a, b, [](T x, T y) { return x / y; }); return;
+      case BinaryOp::kMaximum: binary_row(pattern, n, o, a, b, nan_max<T>); return;
+      case BinaryOp::kMinimum: binary_row(pattern, n, o, a, b, nan_min<T>); return;
+      case BinaryOp::kReluBackward:
+        binary_row(pattern, n, o, a, b, [](T g, T y) { return y > T(0) ? g : T(0); });
+        return;
+    }
   }
-  using Loop = void (*)(const SgdArgs<T>&);
-  // [weight decay][nesterov][first step]
-  static constexpr Loop kLoops[2][2][2] = {
-      {{sgd_loop<T, false, true, false, false>, sgd_loop<T, false, true, false, true>},
-       {sgd_loop<T, false, true, true, false>, sgd_loop<T, false, true, true, true>}},
-      {{sgd_loop<T, true, true, false, false>, sgd_loop<T, true, true, false, true>},
-       {sgd_loop<T, true, true, true, false>, sgd_loop<T, true, true, true, true>}}};
-  kLoops[wd][s.nesterov][s.first_step](s);
-}
 
-constexpr IsaKernels kKernels = {
-    TINYDDP_STRING(TINYDDP_ISA),
-    gemm<float>,
-    gemm<double>,
-    binary<float>,
-    binary<double>,
-    unary<float>,
-    unary<double>,
-    accumulate<float>,
-    accumulate<double>,
-    column_sums<float>,
-    column_sums<double>,
-    softmax_rows<float>,
-    softmax_rows<double>,
-    sgd<float>,
-    sgd<double>,
-};
+  template <typename T, typename Op>
+  void unary_row(int64_t n, T* o, const T* x, Op op) {
+#pragma GCC ivdep
+    for (int64_t i = 0; i < n; ++i) o[i] = op(x[i]);
+  }
 
-}  // namespace
-}  // namespace TINYDDP_PASTE(isa_, TINYDDP_ISA)
+  // exp, log, tanh and sigmoid use Eigen's vectorised versions; the rest are plain loops.
+  // sqrt is a loop too, which gcc turns into the exact sqrt instruction (-fno-math-errno):
+  // Eigen's packet sqrt is an approximation under its default EIGEN_FAST_MATH (a reciprocal
+  // square-root estimate and one Newton step) that differs between its AVX and AVX-512 code
+  // and from PyTorch's correctly rounded sqrt.
+  template <typename T>
+  void unary(UnaryOp op, int64_t n, T* o, const T* x) {
+    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> out(o, n);
+    Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> in(x, n);
+    switch (op) {
+      case UnaryOp::kNeg: unary_row(n, o, x, [](T v) { return -v; }); return;
+      case UnaryOp::kAbs: unary_row(n, o, x, [](T v) { return v < T(0) ? -v : v; }); return;
+      case UnaryOp::kRelu: unary_row(n, o, x, [](T v) { return v < T(0) ? T(0) : v; }); return;  // NaN stays NaN
+      case UnaryOp::kExp: out = in.exp(); return;
+      case UnaryOp::kLog: out = in.log(); return;
+      case UnaryOp::kSqrt: unary_row(n, o, x, [](T v) { return std::sqrt(v); }); return;
+      case UnaryOp::kTanh: out = in.tanh(); return;
+      case UnaryOp::kSigmoid: out = T(1) / (T(1) + (-in).exp()); return;
+    }
+  }
+
+  template <typename T>
+  void accumulate(int64_t n, T* __restrict dst, const T* __restrict src) {
+    for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  }
+
+  // ---- Reductions and softmax -------------------------------------------------------------------
+
+  template <typename T>
+  void column_sums(const T* x, int64_t rows, int64_t cols, double* __restrict acc) {
+    for (int64_t i = 0; i < rows; ++i) {
+      const T* __restrict row = x + i * cols;
+      for (int64_t j = 0; j < cols; ++j) acc[j] += static_cast<double>(row[j]);
+    }
+  }
+
+  // Subtracts the row's maximum, sums the exponentials in double, and divides (or subtracts the
+  // log of the sum).
+  template <typename T>
+  void softmax_rows(const T* x, T* out, int64_t rows, int64_t n, bool log, T* shifted) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = x + r * n;
+      T* out_row = out + r * n;
+      T m = -std::numeric_limits<T>::infinity();
+      for (int64_t i = 0; i < n; ++i) m = m < row[i] ? row[i] : m;  // std::max(m, row[i])
+      double total = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        shifted[i] = row[i] - m;
+        total += static_cast<double>(std::exp(shifted[i]));
+      }
+      if (log) {
+        const T log_total = static_cast<T>(std::log(total));
+        for (int64_t i = 0; i < n; ++i) out_row[i] = shifted[i] - log_total;
+      } else {
+        for (int64_t i = 0; i < n; ++i) out_row[i] = static_cast<T>(static_cast<double>(std::exp(shifted[i])) / total);
+      }
+    }
+  }
+
+  // ---- SGD --------------------------------------------------------------------------------------
+
+  // The float operations of torch.optim.SGD's single-tensor step, in its order, each rounded to
+  // T. The options are template parameters so that each variant is a branch-free loop.
+  template <typename T, bool kWeightDecay, bool kMomentum, bool kNesterov, bool kFirst>
+  void sgd_loop(const SgdArgs<T>& s) {
+    T* __restrict p = s.param;
+    const T* __restrict g = s.grad;
+    T* __restrict buf = s.buf;
+    const T wd = static_cast<T>(s.weight_decay);
+    const T momentum = static_cast<T>(s.momentum);
+    const T keep = static_cast<T>(1 - s.dampening);
+    const T step = static_cast<T>(-s.lr);
+    for (int64_t i = 0; i < s.n; ++i) {
+      T d = g[i];
+      if constexpr (kWeightDecay) d = d + wd * p[i];
+      if constexpr (kMomentum) {
+        const T b = kFirst ? d : static_cast<T>(buf[i] * momentum) + keep * d;
+        buf[i] = b;
+        d = kNesterov ? d + momentum * b : b;
+      }
+      p[i] = p[i] + step * d;
+    }
+  }
+
+  template <typename T>
+  void sgd(const SgdArgs<T>& s) {
+    const bool wd = s.weight_decay != 0;
+    if (s.momentum == 0) {
+      (wd ? sgd_loop<T, true, false, false, false> : sgd_loop<T, false, false, false, false>)(s);
+      return;
+    }
+    using Loop = void (*)(const SgdArgs<T>&);
+    // [weight decay][nesterov][first step]
+    static constexpr Loop kLoops[2][2][2] = {
+        {{sgd_loop<T, false, true, false, false>, sgd_loop<T, false, true, false, true>},
+         {sgd_loop<T, false, true, true, false>, sgd_loop<T, false, true, true, true>}},
+        {{sgd_loop<T, true, true, false, false>, sgd_loop<T, true, true, false, true>},
+         {sgd_loop<T, true, true, true, false>, sgd_loop<T, true, true, true, true>}}};
+    kLoops[wd][s.nesterov][s.first_step](s);
+  }
+
+  constexpr IsaKernels kKernels = {
+      TINYDDP_STRING(TINYDDP_ISA),
+      gemm<float>,
+      gemm<double>,
+      binary<float>,
+      binary<double>,
+      unary<float>,
+      unary<double>,
+      accumulate<float>,
+      accumulate<double>,
+      column_sums<float>,
+      column_sums<double>,
+      softmax_rows<float>,
+      softmax_rows<double>,
+      sgd<float>,
+      sgd<double>,
+  };
+
+  }  // namespace
+}  // namespace )
 
 const IsaKernels& TINYDDP_PASTE(TINYDDP_ISA, _kernels)() { return TINYDDP_PASTE(isa_, TINYDDP_ISA)::kKernels; }
 

@@ -54,8 +54,7 @@ struct IsaKernels {
   void (*gemm_f64)(const GemmArgs<double>&);
 
   // o[i] = op(a[i], b[i]) over n elements (a or b a single value per `pattern`); o may be a or b.
-  void (*binary_f32)(BinaryOp op, RowPattern pattern, int64_t n, float* o, const float* a, const float* b,
-                     float alpha);
+  void (*binary_f32)(BinaryOp op, RowPattern pattern, int64_t n, float* o, const float* a, const float* b, float alpha);
   void (*binary_f64)(BinaryOp op, RowPattern pattern, int64_t n, double* o, const double* a, const double* b,
                      double alpha);
   // o[i] = op(x[i]); o may be x.

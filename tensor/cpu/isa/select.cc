@@ -42,8 +42,7 @@ bool cpu_has(CpuIsa isa) {
   if (isa == CpuIsa::kAvx2) return avx2;
   // x86-64-v4, what -march=x86-64-v4 lets the compiler use.
   return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512vl");
+         __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
 }
 
 CpuIsa resolve_cpu_isa(std::string_view request, bool cpu_has_avx512) {
