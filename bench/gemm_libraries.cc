@@ -60,8 +60,10 @@ int main() {
   openblas_set_num_threads(1);
 #endif
   const Shape shapes[] = {
-      {256, 256, 256, false, false, "256 x 256 x 256"},       {512, 512, 512, false, false, "512 x 512 x 512"},
-      {1024, 1024, 1024, false, false, "1024 x 1024 x 1024"}, {128, 784, 1024, false, true, "128 x 784 x 1024 (x @ W1^T)"},
+      {256, 256, 256, false, false, "256 x 256 x 256"},
+      {512, 512, 512, false, false, "512 x 512 x 512"},
+      {1024, 1024, 1024, false, false, "1024 x 1024 x 1024"},
+      {128, 784, 1024, false, true, "128 x 784 x 1024 (x @ W1^T)"},
       {128, 1024, 1024, false, true, "128 x 1024 x 1024 (h @ W2^T)"},
       {1024, 128, 1024, true, false, "1024 x 128 x 1024 (g^T @ h)"},
       {128, 1024, 1024, false, false, "128 x 1024 x 1024 (g @ W2)"},

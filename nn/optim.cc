@@ -74,15 +74,9 @@ void SGD::step() {
     Tensor& buf = momentum_buffers_[i];
     const Tensor& grad = p.grad();
     // One pass over memory where the tensors allow (bit-identical to the ops below).
-    const bool fusable = p.is_cpu() && p.is_contiguous() && grad.is_contiguous() && grad.dtype() == p.dtype() &&
-                         grad.sizes() == p.sizes() && (p.dtype() == tensor::kFloat32 || p.dtype() == tensor::kFloat64);
-    if (fusable) {
-      const bool first_step = options_.momentum() != 0 && !buf.defined();
-      if (first_step) buf = tensor::empty_like(p);
-      const tensor::SgdStep step{options_.lr(), options_.momentum(), options_.dampening(), options_.weight_decay(),
-                                 options_.nesterov()};
-      if (tensor::fused_sgd_step_(p, grad, buf, step, first_step)) continue;
-    }
+    const tensor::SgdStep step{options_.lr(), options_.momentum(), options_.dampening(), options_.weight_decay(),
+                               options_.nesterov()};
+    if (tensor::fused_sgd_step_(p, grad, &buf, step)) continue;
     // The same update op by op (any layout or dtype).
     Tensor d_p = grad;
     if (options_.weight_decay() != 0) d_p = tensor::add(d_p, p, options_.weight_decay());

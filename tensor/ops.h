@@ -128,10 +128,10 @@ struct SgdStep {
 // One SGD update of `param` in a single pass over memory, in the selected instruction set's
 // kernel: the same float operations, in the same order and rounding, as SGD's op-by-op update
 // (grad + wd * p; buf = buf * momentum + (1 - dampening) * d, or d itself on the first step;
-// p += -lr * d), so both give bit-identical parameters. Applies to CPU float32/float64
-// tensors that are contiguous, of one shape and dtype (`momentum_buffer` undefined when
-// momentum is 0); returns false, touching nothing, for anything else.
-bool fused_sgd_step_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdStep& step,
-                     bool first_step);
+// p += -lr * d), so both give bit-identical parameters. With momentum, an undefined
+// `*momentum_buffer` means the first step: it is allocated here. Applies to CPU
+// float32/float64 tensors that are contiguous, of one shape and dtype; returns false,
+// touching nothing, for anything else.
+bool fused_sgd_step_(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step);
 
 }  // namespace tinyddp::tensor

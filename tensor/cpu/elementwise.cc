@@ -53,8 +53,13 @@ IsaBinaryRow<T> isa_binary_row() {
   return nullptr;
 }
 
+// Rows shorter than this stay in the inline loops below: for a few dozen elements the call
+// through the table costs more than the wider vectors save (the ToyModel step's broadcast
+// bias rows are 10 wide). Both give the same bits.
+constexpr int64_t kIsaMinRow = 64;
+
 // The row pattern of a contiguous output row, if the inputs step by 1 or 0 along it.
-std::optional<RowPattern> row_pattern(const std::array<int64_t, 3>& st) {
+inline std::optional<RowPattern> row_pattern(const std::array<int64_t, 3>& st) {
   if (st[0] != 1) return std::nullopt;
   if (st[1] == 1 && st[2] == 1) return RowPattern::kBoth;
   if (st[1] == 1 && st[2] == 0) return RowPattern::kScalarB;
@@ -79,7 +84,7 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, Op op, Isa
                         const In* x = pa + off[1];
                         const In* y = pb + off[2];
                         if constexpr (std::is_same_v<Out, In>) {
-                          if (isa != nullptr) {
+                          if (isa != nullptr && n >= kIsaMinRow) {
                             if (const std::optional<RowPattern> pattern = row_pattern(st)) {
                               isa(isa_op, *pattern, n, o, x, y, isa_alpha);
                               return;

@@ -5,9 +5,9 @@
 //
 // float32/float64 go to one of two GEMM engines (docs/tensor.md, "Matmul"): OpenBLAS, whose
 // kernels are picked at run time for the CPU (the library PyTorch's matmul calls on Debian),
-// when the kernels it picked use the instruction set cpu_isa() selected; otherwise Eigen's
-// GEMM compiled for that instruction set (isa/kernels.cc). TINYDDP_CPU_MATMUL=eigen or
-// =openblas forces one engine, for benchmarks.
+// for products of at least kOpenBlasMinWork multiply-adds when the kernels it picked use the
+// instruction set cpu_isa() selected; otherwise Eigen's GEMM compiled for that instruction
+// set (isa/kernels.cc). TINYDDP_CPU_MATMUL=eigen or =openblas forces one engine, for benchmarks.
 #include <algorithm>
 #include <cctype>
 #include <climits>
@@ -95,9 +95,34 @@ std::optional<Engine> forced_engine() {
   return forced;
 }
 
-Engine engine() {
-  if (const std::optional<Engine> forced = forced_engine()) return *forced;
-  return openblas_core().isa == cpu_isa() ? Engine::kOpenBlas : Engine::kEigen;
+// Below this many multiply-adds Eigen's GEMM is the faster one (it has less to set up): on
+// the development machine (Zen 3, AVX2) Eigen took 49 us for 128^3 against OpenBLAS's 61,
+// 106 against 114 for 160^3, and 67 against 109 for 128 x 10 x 1024; from 192^3 (7.1 M)
+// OpenBLAS led, 167 us against 331 (bench/README.md, "Choosing the GEMM").
+constexpr int64_t kOpenBlasMinWork = 5'000'000;
+
+// What decides the engine, worked out once: a forced engine, or the kernel table whose
+// instruction set OpenBLAS's kernels use (null if neither).
+struct EnginePolicy {
+  std::optional<Engine> forced;
+  const IsaKernels* openblas_table = nullptr;
+};
+
+const EnginePolicy& engine_policy() {
+  static const EnginePolicy policy = [] {
+    EnginePolicy p{forced_engine(), nullptr};
+    const std::optional<CpuIsa> isa = openblas_core().isa;
+    if (isa == CpuIsa::kAvx2) p.openblas_table = &avx2_kernels();
+    if (isa == CpuIsa::kAvx512 && cpu_has(CpuIsa::kAvx512)) p.openblas_table = &avx512_kernels();
+    return p;
+  }();
+  return policy;
+}
+
+Engine engine(int64_t work) {
+  const EnginePolicy& policy = engine_policy();
+  if (policy.forced) return *policy.forced;
+  return &isa_kernels() == policy.openblas_table && work >= kOpenBlasMinWork ? Engine::kOpenBlas : Engine::kEigen;
 }
 
 bool fits_int(int64_t v) { return v <= INT_MAX; }
@@ -130,7 +155,7 @@ void float_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   g.b = b.data_ptr<T>(), g.ldb = lb->leading_dim, g.b_row_major = lb->row_major;
   g.c = out.data_ptr<T>();
   const bool int_sized = fits_int(g.n) && fits_int(g.k) && fits_int(g.m) && fits_int(g.lda) && fits_int(g.ldb);
-  if (int_sized && engine() == Engine::kOpenBlas) {
+  if (int_sized && engine(g.n * g.k * g.m) == Engine::kOpenBlas) {
     openblas_gemm(g);
   } else if constexpr (std::is_same_v<T, float>) {
     isa_kernels().gemm_f32(g);
@@ -160,7 +185,14 @@ void int64_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
 
 std::string matmul_engine() {
   const OpenBlasCore& core = openblas_core();
-  if (engine() == Engine::kOpenBlas) return fmt::format("OpenBLAS, {} kernels", core.name);
+  if (const std::optional<Engine> forced = forced_engine()) {
+    return *forced == Engine::kOpenBlas ? fmt::format("OpenBLAS, {} kernels (forced)", core.name)
+                                        : fmt::format("Eigen, {} build (forced)", cpu_isa_name(cpu_isa()));
+  }
+  if (core.isa == cpu_isa()) {
+    return fmt::format("OpenBLAS, {} kernels, from {} multiply-adds; Eigen, {} build, below", core.name,
+                       kOpenBlasMinWork, cpu_isa_name(cpu_isa()));
+  }
   return fmt::format("Eigen, {} build (OpenBLAS picked its {} kernels)", cpu_isa_name(cpu_isa()), core.name);
 }
 

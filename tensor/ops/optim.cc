@@ -26,21 +26,22 @@ cpu::SgdArgs<T> sgd_args(const Tensor& param, const Tensor& grad, const Tensor& 
 
 }  // namespace
 
-bool fused_sgd_step_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, const SgdStep& step,
-                     bool first_step) {
+bool fused_sgd_step_(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step) {
   if (!param.defined() || !grad.defined()) return false;
   if (param.dtype() != kFloat32 && param.dtype() != kFloat64) return false;
-  if (!fusable(param, param) || !fusable(grad, param)) return false;
-  if (step.momentum != 0 ? !momentum_buffer.defined() || !fusable(momentum_buffer, param) : momentum_buffer.defined()) {
-    return false;
-  }
+  if (!param.is_cpu() || !param.is_contiguous() || !fusable(grad, param)) return false;
+  const bool momentum = step.momentum != 0;
+  const bool first_step = momentum && !momentum_buffer->defined();
+  if (momentum && !first_step && !fusable(*momentum_buffer, param)) return false;
+  if (first_step) *momentum_buffer = empty_like(param);
+  const Tensor buf = momentum ? *momentum_buffer : Tensor();
   if (param.dtype() == kFloat32) {
-    cpu::isa_kernels().sgd_f32(sgd_args<float>(param, grad, momentum_buffer, step, first_step));
+    cpu::isa_kernels().sgd_f32(sgd_args<float>(param, grad, buf, step, first_step));
   } else {
-    cpu::isa_kernels().sgd_f64(sgd_args<double>(param, grad, momentum_buffer, step, first_step));
+    cpu::isa_kernels().sgd_f64(sgd_args<double>(param, grad, buf, step, first_step));
   }
   param.storage().bump_version();
-  if (momentum_buffer.defined()) momentum_buffer.storage().bump_version();
+  if (momentum) buf.storage().bump_version();
   return true;
 }
 

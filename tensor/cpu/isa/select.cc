@@ -20,6 +20,13 @@ constexpr const char* kVariable = "TINYDDP_CPU_ISA";
 // set_cpu_isa's choice, or -1 to use the one resolved from the environment.
 std::atomic<int> forced_isa{-1};
 
+// The table of the selected instruction set, once known: the kernels' hot path is one load.
+std::atomic<const cpu::IsaKernels*> selected_kernels{nullptr};
+
+const cpu::IsaKernels& kernels_of(CpuIsa isa) {
+  return isa == CpuIsa::kAvx512 ? cpu::avx512_kernels() : cpu::avx2_kernels();
+}
+
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -73,6 +80,7 @@ CpuIsa cpu_isa() {
 void set_cpu_isa(CpuIsa isa) {
   TDDP_CHECK(cpu_has(isa), "set_cpu_isa: this CPU ({}) cannot run {} code", cpu_model(), cpu_isa_name(isa));
   forced_isa.store(static_cast<int>(isa), std::memory_order_relaxed);
+  selected_kernels.store(&kernels_of(isa), std::memory_order_release);
 }
 
 std::string cpu_kernels_summary() {
@@ -81,7 +89,12 @@ std::string cpu_kernels_summary() {
 
 namespace cpu {
 
-const IsaKernels& isa_kernels() { return cpu_isa() == CpuIsa::kAvx512 ? avx512_kernels() : avx2_kernels(); }
+const IsaKernels& isa_kernels() {
+  if (const IsaKernels* kernels = selected_kernels.load(std::memory_order_acquire)) return *kernels;
+  const IsaKernels& kernels = kernels_of(cpu_isa());  // throws for a bad TINYDDP_CPU_ISA
+  selected_kernels.store(&kernels, std::memory_order_release);
+  return kernels;
+}
 
 }  // namespace cpu
 
