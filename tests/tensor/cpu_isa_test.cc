@@ -162,11 +162,17 @@ bool same_bits(const Tensor& x, const Tensor& y) {
          std::memcmp(a.raw_data_ptr(), b.raw_data_ptr(), a.nbytes()) == 0;
 }
 
-void check_close(const std::vector<CloseResult>& x, const std::vector<CloseResult>& y) {
-  REQUIRE(x.size() == y.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    INFO(x[i].name << " within rtol " << x[i].rtol << ", atol " << x[i].atol);
-    CHECK(allclose(x[i].value, y[i].value, x[i].rtol, x[i].atol));
+// Two runs of run_every_kernel(): bit for bit where exact, within rounding where close.
+void check_same(const KernelResults& x, const KernelResults& y) {
+  REQUIRE(x.exact.size() == y.exact.size());
+  for (size_t i = 0; i < x.exact.size(); ++i) {
+    INFO(x.exact[i].first);
+    CHECK(same_bits(x.exact[i].second, y.exact[i].second));
+  }
+  REQUIRE(x.close.size() == y.close.size());
+  for (size_t i = 0; i < x.close.size(); ++i) {
+    INFO(x.close[i].name << " within rtol " << x.close[i].rtol << ", atol " << x.close[i].atol);
+    CHECK(allclose(x.close[i].value, y.close[i].value, x.close[i].rtol, x.close[i].atol));
   }
 }
 
@@ -210,12 +216,7 @@ TEST_CASE("the AVX-512 kernels give the AVX2 kernels' results") {
   const KernelResults base = run_every_kernel();
   set_cpu_isa(CpuIsa::kAvx512);
   const KernelResults wide = run_every_kernel();
-  REQUIRE(base.exact.size() == wide.exact.size());
-  for (size_t i = 0; i < base.exact.size(); ++i) {
-    INFO(base.exact[i].first);
-    CHECK(same_bits(base.exact[i].second, wide.exact[i].second));
-  }
-  check_close(base.close, wide.close);
+  check_same(base, wide);
 }
 
 TEST_CASE("forcing AVX2 gives the same results as the default selection where the arithmetic is the same") {
@@ -225,11 +226,7 @@ TEST_CASE("forcing AVX2 gives the same results as the default selection where th
   const KernelResults chosen = run_every_kernel();
   set_cpu_isa(CpuIsa::kAvx2);
   const KernelResults forced = run_every_kernel();
-  for (size_t i = 0; i < chosen.exact.size(); ++i) {
-    INFO(chosen.exact[i].first);
-    CHECK(same_bits(chosen.exact[i].second, forced.exact[i].second));
-  }
-  check_close(chosen.close, forced.close);
+  check_same(chosen, forced);
 }
 
 TEST_CASE("sqrt of contiguous float32 is correctly rounded, as PyTorch's, under each instruction set") {
