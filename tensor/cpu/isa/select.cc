@@ -33,7 +33,9 @@ std::string cpu_model() {
   while (std::getline(in, line)) {
     if (line.rfind("model name", 0) != 0) continue;
     const size_t colon = line.find(':');
-    if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    if (colon == std::string::npos) continue;
+    const size_t start = line.find_first_not_of(" \t", colon + 1);
+    if (start != std::string::npos) return line.substr(start);
   }
   return "unknown CPU";
 }
