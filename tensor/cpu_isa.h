@@ -35,7 +35,8 @@ void set_cpu_isa(CpuIsa isa);
 CpuIsa resolve_cpu_isa(std::string_view request, bool cpu_has_avx512);
 
 // One line for logs and benchmark tables: the CPU model, the instruction set chosen and the
-// matmul engine, e.g. "AMD EPYC 9R14: avx512 (matmul: OpenBLAS 0.3.21 SkylakeX kernels)".
+// matmul engines, e.g. "AMD EPYC: avx2 (matmul: OpenBLAS, Zen kernels, from 5000000
+// multiply-adds; Eigen, avx2 build, below)".
 std::string cpu_kernels_summary();
 
 }  // namespace tinyddp::tensor
