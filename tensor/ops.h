@@ -10,6 +10,7 @@
 // float32, as in PyTorch. bool tensors take part in comparisons and copies, not arithmetic.
 #pragma once
 
+#include <optional>
 #include <tuple>
 
 #include "tinyddp/tensor/factory.h"
@@ -82,6 +83,49 @@ Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias = Te
 // Sums `grad` over the dims that broadcasting expanded, giving it `shape` (the gradient of a
 // broadcast input; torch.Tensor.sum_to_size).
 Tensor sum_to_size(const Tensor& grad, const Shape& shape);
+
+// ---- convolution and pooling (NCHW; an unbatched [C, H, W] input gives [C, OH, OW]) ------------
+// A (height, width) pair that one number also converts to, like PyTorch's int-or-tuple
+// arguments: conv2d(x, w, b, /*stride=*/2) or conv2d(x, w, b, {2, 1}).
+struct Size2d {
+  Size2d(int64_t both) : h(both), w(both) {}  // NOLINT: implicit by design
+  Size2d(int64_t height, int64_t width) : h(height), w(width) {}
+  int64_t h, w;
+};
+// torch.nn.functional.conv2d: input [N, C, H, W], weight [O, C / groups, kh, kw], bias [O]
+// (may be undefined) -> [N, O, OH, OW], OH = (H + 2 padding - dilation (kh - 1) - 1) / stride + 1.
+// The CPU computes it as one GEMM per group over the input's patches (im2col), so its speed
+// follows matmul's.
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), Size2d stride = 1,
+              Size2d padding = 0, Size2d dilation = 1, int64_t groups = 1);
+// torch.nn.functional.unfold: the sliding kernel-sized patches of input [N, C, H, W] as columns
+// [N, C * kh * kw, L] (L output positions, row-major; padding reads as 0).
+Tensor unfold(const Tensor& input, Size2d kernel_size, Size2d dilation = 1, Size2d padding = 0, Size2d stride = 1);
+// Pooling windows; stride defaults to the kernel size. Padding (at most half the kernel) reads
+// as -inf for max and 0 for average. max_pool2d's gradient goes to the first maximum of each
+// window (row-major), as in PyTorch. avg_pool2d divides by kh * kw, or, without
+// count_include_pad, by the number of input elements the window covers.
+Tensor max_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d> stride = {}, Size2d padding = 0,
+                  Size2d dilation = 1);
+Tensor avg_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d> stride = {}, Size2d padding = 0,
+                  bool count_include_pad = true);
+// Averages into an output_size grid; here the input's height and width must be multiples of
+// it (1x1, global average pooling, always is).
+Tensor adaptive_avg_pool2d(const Tensor& input, Size2d output_size);
+
+// ---- normalisation and dropout ------------------------------------------------------------------
+// torch.nn.functional.batch_norm over dim 1 of input [N, C, ...]. training: normalise with the
+// batch's mean and biased variance, and (when running_mean/running_var are defined) update
+// them in place: running = (1 - momentum) running + momentum batch, with the unbiased variance.
+// eval: normalise with the running statistics. weight/bias [C] may be undefined.
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), bool training = false,
+                  double momentum = 0.1, double eps = 1e-5);
+class Generator;
+// torch.nn.functional.dropout: in training each element is zeroed with probability p (drawn
+// from `generator`, default the global one) and the others scaled by 1 / (1 - p); p = 1 gives
+// zeros. Outside training, or with p = 0, the input itself.
+Tensor dropout(const Tensor& input, double p = 0.5, bool training = true, Generator* generator = nullptr);
 
 // ---- comparing whole tensors ------------------------------------------------------------------
 // |a - b| <= atol + rtol * |b| elementwise (a, b broadcast); dtypes must match.

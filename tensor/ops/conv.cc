@@ -1,0 +1,279 @@
+// Convolution and pooling over NCHW tensors, each forward beside its backward formula. All of
+// them rest on one pair of data movements: im2col gathers every kernel window of the input
+// into columns, col2im adds columns back onto the input positions they came from (the
+// gradient of im2col). A convolution is then one GEMM per group, a pooling layer a reduction
+// over each window's column.
+#include <cmath>
+#include <limits>
+
+#include "tinyddp/tensor/graph.h"
+#include "tinyddp/tensor/ops.h"
+#include "tinyddp/tensor/ops/checks.h"
+
+namespace tinyddp::tensor {
+
+using namespace detail;
+
+namespace {
+
+// The geometry of sliding a kernel over an [N, C, H, W] input.
+struct Window {
+  int64_t n, c, h, w;     // input
+  int64_t kh, kw;         // kernel
+  int64_t sh, sw;         // stride
+  int64_t ph, pw;         // padding on each side
+  int64_t dh, dw;         // dilation
+  int64_t oh = 0, ow = 0;  // output positions
+
+  int64_t padded_h() const { return h + 2 * ph; }
+  int64_t padded_w() const { return w + 2 * pw; }
+  // The window's shape as im2col writes it: [N, C, kh, kw, OH, OW].
+  Shape col_shape() const { return {n, c, kh, kw, oh, ow}; }
+};
+
+std::string pair_str(int64_t a, int64_t b) { return fmt::format("({}, {})", a, b); }
+
+// Fills in the output size; `op` names the caller in errors.
+Window make_window(const Shape& in, Size2d kernel, Size2d stride, Size2d padding, Size2d dilation, const char* op) {
+  TDDP_CHECK(kernel.h > 0 && kernel.w > 0, "{}: kernel_size must be positive, got {}", op, pair_str(kernel.h, kernel.w));
+  TDDP_CHECK(stride.h > 0 && stride.w > 0, "{}: stride must be positive, got {}", op, pair_str(stride.h, stride.w));
+  TDDP_CHECK(padding.h >= 0 && padding.w >= 0, "{}: padding must be non-negative, got {}", op,
+             pair_str(padding.h, padding.w));
+  TDDP_CHECK(dilation.h > 0 && dilation.w > 0, "{}: dilation must be positive, got {}", op,
+             pair_str(dilation.h, dilation.w));
+  Window win{in[0], in[1], in[2], in[3], kernel.h, kernel.w, stride.h, stride.w, padding.h, padding.w, dilation.h,
+             dilation.w};
+  const int64_t span_h = win.dh * (win.kh - 1) + 1, span_w = win.dw * (win.kw - 1) + 1;
+  TDDP_CHECK(span_h <= win.padded_h() && span_w <= win.padded_w(),
+             "{}: the kernel {} (dilated to {}) is larger than the padded input {} (input shape {}, padding {})", op,
+             pair_str(win.kh, win.kw), pair_str(span_h, span_w), pair_str(win.padded_h(), win.padded_w()),
+             format_shape(in), pair_str(win.ph, win.pw));
+  win.oh = (win.padded_h() - span_h) / win.sh + 1;
+  win.ow = (win.padded_w() - span_w) / win.sw + 1;
+  return win;
+}
+
+// The [N, C, kh, kw, OH, OW] windows of `padded` (contiguous [N, C, H + 2ph, W + 2pw]) as a view.
+Tensor windows_of(const Tensor& padded, const Window& win) {
+  const int64_t row = win.padded_w(), plane = win.padded_h() * row;
+  return padded.as_strided(win.col_shape(),
+                           {win.c * plane, plane, win.dh * row, win.dw, win.sh * row, win.sw},
+                           padded.storage_offset());
+}
+
+// col (shape [N, C, kh, kw, OH, OW], any strides) = the windows of x, padding reading as
+// `pad_value`.
+void im2col_into(const Tensor& col, const Tensor& x, const Window& win, double pad_value) {
+  NoGradGuard no_grad;
+  Tensor padded = x.contiguous();
+  if (win.ph > 0 || win.pw > 0) {
+    padded = full({win.n, win.c, win.padded_h(), win.padded_w()}, pad_value, TensorOptions(x.dtype()).device(x.device()));
+    copy_into(padded.narrow(2, win.ph, win.h).narrow(3, win.pw, win.w), x);
+  }
+  copy_into(col, windows_of(padded, win));
+}
+
+// The gradient of im2col: a new [N, C, H, W] tensor where each input position holds the sum
+// of the col entries that read it (padding's entries are dropped).
+Tensor col2im(const Tensor& col, const Window& win) {
+  NoGradGuard no_grad;
+  const Tensor padded = zeros({win.n, win.c, win.padded_h(), win.padded_w()}, TensorOptions(col.dtype()).device(col.device()));
+  accumulate_into(windows_of(padded, win), col);
+  if (win.ph == 0 && win.pw == 0) return padded;
+  return padded.narrow(2, win.ph, win.h).narrow(3, win.pw, win.w).contiguous();
+}
+
+// A 3-D [C, H, W] input is one image: run it as [1, C, H, W] and drop the batch dim after.
+Tensor as_batch(const Tensor& input, const char* op) {
+  check_defined(input, op, "input");
+  TDDP_CHECK(input.dim() == 3 || input.dim() == 4,
+             "{}: expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape {}", op, format_shape(input.sizes()));
+  TDDP_CHECK(input.is_floating_point(), "{}: expected a floating-point input, got dtype {}", op,
+             dtype_name(input.dtype()));
+  check_kernel_device(input, op);
+  return input.dim() == 3 ? input.unsqueeze(0) : input;
+}
+
+Tensor unbatch_like(const Tensor& out, const Tensor& input) { return input.dim() == 3 ? out.squeeze(0) : out; }
+
+// im2col as a differentiable op: [N, C, kh, kw, OH, OW] patches of x (contiguous).
+Tensor patches(const Tensor& x, const Window& win, double pad_value) {
+  const Tensor col = new_output(win.col_shape(), x.dtype(), x.device());
+  im2col_into(col, x, win, pad_value);
+  // grad_col: [N, C, kh, kw, OH, OW] -> grad_x: [N, C, H, W], summed over overlapping windows
+  if (needs_grad(x)) {
+    record_op("Im2ColBackward", col, {x}, [win](const Tensor& g) { return std::vector<Tensor>{col2im(g, win)}; });
+  }
+  return col;
+}
+
+Size2d stride_or_kernel(const std::optional<Size2d>& stride, Size2d kernel) { return stride ? *stride : kernel; }
+
+void check_pool_padding(const Window& win, const char* op) {
+  TDDP_CHECK(win.ph <= win.kh / 2 && win.pw <= win.kw / 2,
+             "{}: padding {} must be at most half of the kernel size {}", op, pair_str(win.ph, win.pw),
+             pair_str(win.kh, win.kw));
+}
+
+}  // namespace
+
+Tensor unfold(const Tensor& input, Size2d kernel_size, Size2d dilation, Size2d padding, Size2d stride) {
+  check_defined(input, "unfold", "input");
+  TDDP_CHECK(input.dim() == 4, "unfold: expected a 4-D [N, C, H, W] input, got shape {}", format_shape(input.sizes()));
+  const Tensor x = as_batch(input, "unfold");
+  const Window win = make_window(x.sizes(), kernel_size, stride, padding, dilation, "unfold");
+  return patches(x, win, 0.0).view({win.n, win.c * win.kh * win.kw, win.oh * win.ow});
+}
+
+Tensor max_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d> stride, Size2d padding,
+                  Size2d dilation) {
+  const Tensor x = as_batch(input, "max_pool2d");
+  const Window win =
+      make_window(x.sizes(), kernel_size, stride_or_kernel(stride, kernel_size), padding, dilation, "max_pool2d");
+  check_pool_padding(win, "max_pool2d");
+  const Tensor col = patches(x, win, -std::numeric_limits<double>::infinity());
+  // max's backward routes each window's gradient to its first maximum; im2col's adds them up.
+  const Tensor values = std::get<0>(max(col.view({win.n, win.c, win.kh * win.kw, win.oh, win.ow}), 2));
+  return unbatch_like(values, input);
+}
+
+Tensor avg_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d> stride, Size2d padding,
+                  bool count_include_pad) {
+  const Tensor x = as_batch(input, "avg_pool2d");
+  const Window win =
+      make_window(x.sizes(), kernel_size, stride_or_kernel(stride, kernel_size), padding, 1, "avg_pool2d");
+  check_pool_padding(win, "avg_pool2d");
+  const Shape window_rows = {win.n, win.c, win.kh * win.kw, win.oh, win.ow};
+  const Tensor sums = sum(patches(x, win, 0.0).view(window_rows), {2});
+  if (count_include_pad || (win.ph == 0 && win.pw == 0)) {
+    return unbatch_like(div(sums, static_cast<double>(win.kh * win.kw)), input);
+  }
+  // How many real (unpadded) input elements each window covers: the windows of a ones image.
+  Tensor counts;
+  {
+    NoGradGuard no_grad;
+    Window one = win;
+    one.n = one.c = 1;
+    const Tensor ones_image = ones({1, 1, win.h, win.w}, TensorOptions(x.dtype()).device(x.device()));
+    counts = sum(patches(ones_image, one, 0.0).view({1, 1, win.kh * win.kw, win.oh, win.ow}), {2});
+  }
+  return unbatch_like(div(sums, counts), input);
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& input, Size2d output_size) {
+  const Tensor x = as_batch(input, "adaptive_avg_pool2d");
+  const int64_t h = x.size(2), w = x.size(3);
+  TDDP_CHECK(output_size.h > 0 && output_size.w > 0, "adaptive_avg_pool2d: output_size must be positive, got {}",
+             pair_str(output_size.h, output_size.w));
+  TDDP_CHECK(h % output_size.h == 0 && w % output_size.w == 0,
+             "adaptive_avg_pool2d: input height and width {} are not multiples of output_size {} (only evenly "
+             "dividing sizes are supported; input shape {})",
+             pair_str(h, w), pair_str(output_size.h, output_size.w), format_shape(input.sizes()));
+  if (output_size.h == 1 && output_size.w == 1) return mean(input, {-2, -1}, true);
+  const Size2d kernel{h / output_size.h, w / output_size.w};
+  return avg_pool2d(input, kernel, kernel);
+}
+
+namespace {
+
+void check_conv_args(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t groups) {
+  check_defined(weight, "conv2d", "weight");
+  check_same_dtype(x, weight, "conv2d", "input", "weight");
+  check_same_device(x, weight, "conv2d", "input", "weight");
+  TDDP_CHECK(weight.dim() == 4, "conv2d: expected a 4-D weight [out_channels, in_channels / groups, kh, kw], got shape {}",
+             format_shape(weight.sizes()));
+  TDDP_CHECK(groups > 0, "conv2d: groups must be positive, got {}", groups);
+  const int64_t channels = x.size(1), out_channels = weight.size(0);
+  TDDP_CHECK(channels % groups == 0 && out_channels % groups == 0,
+             "conv2d: groups={} must divide both the input's {} channels and the weight's {} output channels "
+             "(input shape {}, weight shape {})",
+             groups, channels, out_channels, format_shape(x.sizes()), format_shape(weight.sizes()));
+  TDDP_CHECK(weight.size(1) * groups == channels,
+             "conv2d: weight of shape {} with groups={} expects {} input channels, but the input of shape {} has {}",
+             format_shape(weight.sizes()), groups, weight.size(1) * groups, format_shape(x.sizes()), channels);
+  if (bias.defined()) {
+    check_same_dtype(x, bias, "conv2d", "input", "bias");
+    check_same_device(x, bias, "conv2d", "input", "bias");
+    TDDP_CHECK(bias.dim() == 1 && bias.size(0) == out_channels, "conv2d: expected bias of shape [{}], got {}",
+               out_channels, format_shape(bias.sizes()));
+  }
+}
+
+// The im2col matrix of a convolution, [C * kh * kw, N * L]: row (c, i, j) holds kernel tap
+// (i, j) of channel c at every output position of every image, so group g's rows are one
+// contiguous block and out[g] = weight[g] [O/g, K] @ col[g] [K, N * L] is a single GEMM.
+Tensor conv_columns(const Tensor& x, const Window& win) {
+  const Tensor col = new_output({win.c * win.kh * win.kw, win.n * win.oh * win.ow}, x.dtype(), x.device());
+  im2col_into(col.view({win.c, win.kh, win.kw, win.n, win.oh, win.ow}).permute({3, 0, 1, 2, 4, 5}), x, win, 0.0);
+  return col;
+}
+
+// out[g] = a[g] @ b[g] for each group's block of rows of out [G*r, m], a [G*r, k] and b.
+// transpose_a/b: use a[g]^T / b[g]^T (blocks of rows of the stored matrix, transposed).
+void grouped_mm(const Tensor& out, const Tensor& a, const Tensor& b, int64_t groups, bool transpose_a,
+                bool transpose_b) {
+  const int64_t out_rows = out.size(0) / groups, a_rows = a.size(0) / groups, b_rows = b.size(0) / groups;
+  for (int64_t g = 0; g < groups; ++g) {
+    const Tensor ag = a.narrow(0, g * a_rows, a_rows), bg = b.narrow(0, g * b_rows, b_rows);
+    TDDP_DISPATCH(out.device(), "conv2d", mm, out.narrow(0, g * out_rows, out_rows), transpose_a ? ag.t() : ag,
+                  transpose_b ? bg.t() : bg);
+  }
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding,
+              Size2d dilation, int64_t groups) {
+  const Tensor x = as_batch(input, "conv2d");
+  check_conv_args(x, weight, bias, groups);
+  const Window win = make_window(x.sizes(), {weight.size(2), weight.size(3)}, stride, padding, dilation, "conv2d");
+  const int64_t out_channels = weight.size(0), positions = win.n * win.oh * win.ow;
+  Tensor col, w2, out;
+  {
+    NoGradGuard no_grad;
+    col = conv_columns(x, win);
+    w2 = weight.reshape({out_channels, -1});  // [O, C/g * kh * kw]
+    const Tensor out2 = new_output({out_channels, positions}, x.dtype(), x.device());
+    grouped_mm(out2, w2, col, groups, false, false);
+    if (bias.defined()) {
+      TDDP_DISPATCH(out2.device(), "conv2d", binary, BinaryOp::kAdd, out2, out2, bias.view({out_channels, 1}), 1.0);
+    }
+    // [O, N, OH, OW] -> [N, O, OH, OW]
+    out = out2.view({out_channels, win.n, win.oh, win.ow}).permute({1, 0, 2, 3}).contiguous();
+  }
+  out = unbatch_like(out, input);
+  // grad_out [N, O, OH, OW] -> g2 [O, N * L]; grad_weight[g] = g2[g] @ col[g]^T: [O/g, K];
+  // grad_col[g] = weight[g]^T @ g2[g]: [K, N * L], then col2im -> grad_input; grad_bias = sum over N, OH, OW.
+  if (needs_grad({&input, &weight, &bias})) {
+    const bool need_input = input.requires_grad(), need_weight = weight.requires_grad();
+    const bool need_bias = bias.defined() && bias.requires_grad();
+    record_op("ConvolutionBackward", out, {input, weight, bias},
+              [sc = SavedTensor(need_weight ? col : Tensor()), sw = SavedTensor(need_input ? w2 : Tensor()), win,
+               groups, weight_shape = weight.sizes(), in_shape = input.sizes(), need_input, need_weight,
+               need_bias](const Tensor& g) {
+                const int64_t out_channels = weight_shape[0];
+                const Tensor g4 = g.reshape({win.n, out_channels, win.oh, win.ow});
+                const Tensor g2 = g4.permute({1, 0, 2, 3}).contiguous().view({out_channels, -1});
+                Tensor grad_input, grad_weight;
+                if (need_weight) {
+                  const Tensor& col = sc.get("ConvolutionBackward");
+                  grad_weight = new_output({out_channels, col.size(0) / groups}, g.dtype(), g.device());
+                  grouped_mm(grad_weight, g2, col, groups, false, true);
+                  grad_weight = grad_weight.view(weight_shape);
+                }
+                if (need_input) {
+                  const Tensor& w2 = sw.get("ConvolutionBackward");
+                  const Tensor grad_col = new_output({w2.size(1) * groups, g2.size(1)}, g.dtype(), g.device());
+                  grouped_mm(grad_col, w2, g2, groups, true, false);
+                  grad_input = col2im(grad_col.view({win.c, win.kh, win.kw, win.n, win.oh, win.ow})
+                                          .permute({3, 0, 1, 2, 4, 5}),
+                                      win)
+                                   .view(in_shape);
+                }
+                return std::vector<Tensor>{grad_input, grad_weight, need_bias ? sum(g4, {0, 2, 3}) : Tensor()};
+              });
+  }
+  return out;
+}
+
+}  // namespace tinyddp::tensor

@@ -1,0 +1,156 @@
+// conv2d, pooling and batch_norm against PyTorch (fixtures/make_conv_fixtures.py: forward and
+// every gradient, float64), dropout's statistics, and the errors for bad arguments.
+#include <cmath>
+
+#include "tests/test_util.h"
+#include "tinyddp/autograd/autograd.h"
+
+using namespace tinyddp::tensor;
+
+namespace {
+
+const std::map<std::string, std::vector<double>>& fixture() {
+  static const auto values = tinyddp::testing::load_fixture("tests/tensor/fixtures/conv_reference.txt");
+  return values;
+}
+
+Tensor value(const std::string& name, const Shape& shape) {
+  const auto it = fixture().find(name);
+  if (it == fixture().end()) throw std::runtime_error("conv_reference.txt has no entry " + name);
+  return from_vector<double>(it->second, shape);
+}
+
+// One fixture case: named inputs with their shapes; grads for those in `with_grad`.
+struct Case {
+  std::string name;
+  std::map<std::string, Tensor> args;
+
+  Case(std::string case_name, const std::vector<std::pair<std::string, Shape>>& shapes) : name(std::move(case_name)) {
+    for (const auto& [arg, shape] : shapes) args[arg] = value(name + "_" + arg, shape).requires_grad_();
+  }
+  const Tensor& operator[](const std::string& arg) const { return args.at(arg); }
+
+  // Runs backward from `out` with PyTorch's grad_out and compares output and every gradient.
+  void check(const Tensor& out) const {
+    INFO(name);
+    const Tensor expected = value(name + "_out", out.sizes());
+    CHECK(allclose(out, expected, 1e-10, 1e-12));
+    out.backward(value(name + "_grad_out", out.sizes()));
+    for (const auto& [arg, t] : args) {
+      INFO(arg);
+      REQUIRE(t.grad().defined());
+      CHECK(allclose(t.grad(), value(name + "_grad_" + arg, t.sizes()), 1e-10, 1e-12));
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("conv2d equals PyTorch: forward, grad_input, grad_weight, grad_bias", "[conv]") {
+  {
+    Case c("conv_mixed", {{"input", {2, 4, 7, 6}}, {"weight", {6, 2, 3, 2}}, {"bias", {6}}});
+    c.check(conv2d(c["input"], c["weight"], c["bias"], {2, 1}, {1, 0}, {1, 2}, 2));
+  }
+  {
+    Case c("conv_pad1", {{"input", {2, 1, 8, 8}}, {"weight", {4, 1, 3, 3}}, {"bias", {4}}});
+    c.check(conv2d(c["input"], c["weight"], c["bias"], 1, 1));
+  }
+  {
+    Case c("conv_pad1_multi", {{"input", {2, 5, 4, 4}}, {"weight", {6, 5, 3, 3}}, {"bias", {6}}});
+    c.check(conv2d(c["input"], c["weight"], c["bias"], 1, 1));
+  }
+  {
+    Case c("conv_depthwise", {{"input", {2, 3, 5, 5}}, {"weight", {3, 1, 3, 3}}, {"bias", {3}}});
+    c.check(conv2d(c["input"], c["weight"], c["bias"], 2, 1, 1, 3));
+  }
+  {
+    Case c("conv_nobias", {{"input", {2, 3, 4, 5}}, {"weight", {4, 3, 1, 1}}});
+    c.check(conv2d(c["input"], c["weight"]));
+  }
+}
+
+TEST_CASE("pooling equals PyTorch, ties going to the first maximum", "[conv]") {
+  {
+    Case c("maxpool_k2", {{"input", {2, 3, 8, 8}}});
+    c.check(max_pool2d(c["input"], 2));
+  }
+  {
+    Case c("maxpool_ties", {{"input", {2, 3, 7, 7}}});
+    c.check(max_pool2d(c["input"], 3, Size2d(2), 1));
+  }
+  {
+    Case c("maxpool_dilated", {{"input", {1, 2, 6, 7}}});
+    c.check(max_pool2d(c["input"], {2, 3}, Size2d{1, 2}, 0, {2, 1}));
+  }
+  {
+    Case c("avgpool_pad", {{"input", {2, 3, 7, 6}}});
+    c.check(avg_pool2d(c["input"], 3, Size2d(2), 1));
+  }
+  {
+    Case c("avgpool_nopadcount", {{"input", {2, 3, 7, 6}}});
+    c.check(avg_pool2d(c["input"], 3, Size2d(2), 1, /*count_include_pad=*/false));
+  }
+  {
+    Case c("adaptive_1x1", {{"input", {2, 3, 7, 6}}});
+    c.check(adaptive_avg_pool2d(c["input"], 1));
+  }
+  {
+    Case c("adaptive_2x3", {{"input", {2, 2, 4, 6}}});
+    c.check(adaptive_avg_pool2d(c["input"], {2, 3}));
+  }
+}
+
+TEST_CASE("batch_norm equals PyTorch: batch statistics, running-statistics update, eval", "[conv]") {
+  for (const auto& [name, shape, momentum] : std::vector<std::tuple<std::string, Shape, double>>{
+           {"bn_train4d", {4, 3, 5, 5}, 0.1}, {"bn_train3d", {3, 4, 6}, 0.3}, {"bn_train2d", {5, 6}, 0.1}}) {
+    INFO(name);
+    const int64_t channels = shape[1];
+    Case c(name, {{"input", shape}, {"weight", {channels}}, {"bias", {channels}}});
+    const Tensor running_mean = value(name + "_running_mean_before", {channels});
+    const Tensor running_var = value(name + "_running_var_before", {channels});
+    c.check(batch_norm(c["input"], running_mean, running_var, c["weight"], c["bias"], true, momentum, 1e-5));
+    CHECK(allclose(running_mean, value(name + "_running_mean_after", {channels}), 1e-12, 1e-14));
+    CHECK(allclose(running_var, value(name + "_running_var_after", {channels}), 1e-12, 1e-14));
+  }
+  Case c("bn_eval", {{"input", {2, 3, 4, 4}}, {"weight", {3}}, {"bias", {3}}});
+  const Tensor running_mean = value("bn_eval_running_mean", {3});
+  const Tensor running_var = value("bn_eval_running_var", {3});
+  c.check(batch_norm(c["input"], running_mean, running_var, c["weight"], c["bias"], false));
+  CHECK(equal(running_mean, value("bn_eval_running_mean", {3})));  // eval leaves them alone
+}
+
+TEST_CASE("unbatched [C, H, W] inputs give [C', OH, OW]", "[conv]") {
+  Generator gen(5);
+  const Tensor x = randn({2, 6, 6}, kFloat64, &gen);
+  const Tensor w = randn({3, 2, 3, 3}, kFloat64, &gen);
+  const Tensor batched = conv2d(x.unsqueeze(0), w, Tensor(), 1, 1);
+  CHECK(equal(conv2d(x, w, Tensor(), 1, 1), batched.squeeze(0)));
+  CHECK(equal(max_pool2d(x, 2), max_pool2d(x.unsqueeze(0), 2).squeeze(0)));
+  CHECK(unfold(x.unsqueeze(0), 3).sizes() == Shape{1, 18, 16});
+}
+
+TEST_CASE("dropout zeroes about p of the elements, scales the rest by 1/(1-p), and is the identity in eval",
+          "[conv]") {
+  Generator gen(3);
+  const Tensor x = ones({100000}, kFloat64);
+  const Tensor y = dropout(x, 0.25, true, &gen);
+  const std::vector<double> v = y.to_vector<double>();
+  int64_t zeros_seen = 0;
+  for (double e : v) {
+    if (e == 0) {
+      ++zeros_seen;
+    } else {
+      REQUIRE(e == 1.0 / 0.75);
+    }
+  }
+  // Binomial(1e5, 0.25): standard deviation 137; 6 of them is far beyond chance.
+  CHECK(std::abs(zeros_seen - 25000) < 6 * 137);
+  CHECK(dropout(x, 0.25, false).is_same(x));
+  CHECK(equal(dropout(x, 1.0, true, &gen), zeros_like(x)));
+  // The same generator state gives the same mask; the gradient is the mask itself.
+  Generator g1(9), g2(9);
+  const Tensor leaf = randn({50}, kFloat64, &gen).requires_grad_();
+  const Tensor out = dropout(leaf, 0.5, true, &g1);
+  sum(out).backward();
+  CHECK(equal(leaf.grad(), dropout(ones({50}, kFloat64), 0.5, true, &g2)));
+}
