@@ -14,7 +14,8 @@ int main(int argc, char** argv) {
   tinyddp::examples::TrainConfig config;
   CLI::App app{"Train a model with tinyddp (data-parallel when started by launch with WORLD_SIZE > 1)."};
   app.add_option("--model", config.model,
-                 "mlp (default: a classifier, widths 784,256,10) or toy (the DDP tutorial's ToyModel)");
+                 "mlp (default: a classifier, widths 784,256,10), toy (the DDP tutorial's ToyModel) or cnn (two "
+                 "Conv2d-BatchNorm2d-ReLU-MaxPool2d blocks, Dropout, Linear: for --dataset digits)");
   app.add_option("--dataset", config.dataset,
                  "synthetic (default) or digits (the 8x8 handwritten digits of python3-sklearn: 1500 for training, 297 "
                  "held out)");
@@ -22,7 +23,10 @@ int main(int argc, char** argv) {
                  "the digits file (default: python3-sklearn's digits.csv.gz, or $TINYDDP_DIGITS)");
   app.add_option("--widths", config.widths, "layer widths of the mlp (default 784,256,10; digits: 64,128,10)")
       ->delimiter(',');
-  app.add_option("--loss", config.loss, "mse or ce (default: mse for toy, ce for mlp)");
+  app.add_option("--loss", config.loss, "mse or ce (default: mse for toy, ce for mlp and cnn)");
+  app.add_option("--dropout", config.dropout, "the cnn's dropout probability (default 0.25; 0 turns it off)");
+  app.add_flag("--sync_bn", config.sync_bn,
+               "cnn under DDP: SyncBatchNorm (statistics of the global batch) in place of BatchNorm2d");
   app.add_option("--optimizer", config.optimizer, "sgd or adam");
   app.add_option("--lr", config.lr, "learning rate (default 0.1)");
   app.add_option("--momentum", config.momentum, "SGD momentum");

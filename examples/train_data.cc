@@ -23,15 +23,17 @@ Batch share(const Batch& global, int rank, int world) {
 
 class FileDataset : public Dataset {
  public:
-  FileDataset(const std::string& path, int64_t steps, int64_t in, int64_t out, bool classification, int rank, int world)
+  FileDataset(const std::string& path, int64_t steps, const t::Shape& sample, int64_t out, bool classification, int rank,
+              int world)
       : path_(path), rank_(rank), world_(world) {
     const nn::SafetensorsFile file = nn::load_safetensors(path);
     TDDP_CHECK(file.tensors.contains("inputs") && file.tensors.contains("targets"),
                "--data {}: expected tensors named 'inputs' and 'targets'", path);
     inputs_ = file.tensors.at("inputs");
     targets_ = file.tensors.at("targets");
-    TDDP_CHECK(inputs_.dtype() == t::kFloat32 && inputs_.dim() == 3 && inputs_.size(2) == in,
-               "--data {}: 'inputs' must be float32 [steps, batch, {}], got {} {}", path, in,
+    const t::Shape per_sample(inputs_.sizes().begin() + std::min<int64_t>(2, inputs_.dim()), inputs_.sizes().end());
+    TDDP_CHECK(inputs_.dtype() == t::kFloat32 && inputs_.dim() >= 2 && per_sample == sample,
+               "--data {}: 'inputs' must be float32 [steps, batch, {}], got {} {}", path, fmt::join(sample, ", "),
                t::dtype_name(inputs_.dtype()), t::format_shape(inputs_.sizes()));
     TDDP_CHECK(inputs_.size(0) >= steps, "--data {}: --steps {} but the file holds {} batches", path, steps,
                inputs_.size(0));
@@ -144,9 +146,9 @@ class DigitsDataset : public Dataset {
 
 }  // namespace
 
-std::unique_ptr<Dataset> file_dataset(const std::string& path, int64_t steps, int64_t in, int64_t out,
+std::unique_ptr<Dataset> file_dataset(const std::string& path, int64_t steps, const tensor::Shape& sample, int64_t out,
                                       bool classification, int rank, int world) {
-  return std::make_unique<FileDataset>(path, steps, in, out, classification, rank, world);
+  return std::make_unique<FileDataset>(path, steps, sample, out, classification, rank, world);
 }
 
 std::unique_ptr<Dataset> synthetic_dataset(uint64_t seed, int64_t batch, int64_t in, int64_t out, bool classification,

@@ -33,10 +33,10 @@ class Dataset {
   virtual std::string describe_held_out() const { return {}; }
 };
 
-// Batches stored in a safetensors file: "inputs" [steps, batch, in] float32 and "targets"
+// Batches stored in a safetensors file: "inputs" [steps, batch, *sample] float32 and "targets"
 // ([steps, batch] int64 for classification, [steps, batch, out] float32 otherwise).
 // Rank r of W takes rows [r*B/W, (r+1)*B/W) of each batch of B rows.
-std::unique_ptr<Dataset> file_dataset(const std::string& path, int64_t steps, int64_t in, int64_t out,
+std::unique_ptr<Dataset> file_dataset(const std::string& path, int64_t steps, const tensor::Shape& sample, int64_t out,
                                       bool classification, int rank, int world);
 
 // Drawn from seeded generators (global batches of `batch` rows, split as file_dataset's).

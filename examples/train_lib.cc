@@ -49,6 +49,7 @@ std::string describe_stats(const ddp::DDPStats& s, int rank) {
 // ---- The configuration -----------------------------------------------------------------------
 
 std::string loss_name(const TrainConfig& c) { return c.loss.empty() ? (c.model == "toy" ? "mse" : "ce") : c.loss; }
+bool is_cnn(const TrainConfig& c) { return c.model == "cnn"; }
 bool classification(const TrainConfig& c) { return loss_name(c) == "ce"; }
 bool uses_digits(const TrainConfig& c) { return c.data.empty() && c.dataset == "digits"; }
 
@@ -93,10 +94,18 @@ std::shared_ptr<comm::ProcessGroup> join_ranks(const TrainConfig& config, const 
 
 // The model, created right after manual_seed(seed) so that its initial weights equal
 // PyTorch's for the same seed (--init replaces them), then moved to `device`: the same
-// weights on every device. `in` and `out` are its input and output widths.
+// weights on every device. `in` and `out` are its input and output widths; `sample` the shape
+// of one input ({in}, or {1, 8, 8} for the CNN).
 struct BuiltModel {
   std::shared_ptr<nn::Module> module;
   int64_t in = 10, out = 5;
+  t::Shape sample{10};
+  // A batch's inputs in the shape the model takes (the digits come as rows of 64 pixels).
+  Tensor shaped(const Tensor& inputs) const {
+    t::Shape shape{inputs.size(0)};
+    shape.insert(shape.end(), sample.begin(), sample.end());
+    return inputs.reshape(shape);
+  }
 };
 
 BuiltModel build_model(const TrainConfig& config, const t::Device& device) {
@@ -104,6 +113,11 @@ BuiltModel build_model(const TrainConfig& config, const t::Device& device) {
   BuiltModel m;
   if (config.model == "toy") {
     m.module = std::make_shared<nn::ToyModel>();
+  } else if (is_cnn(config)) {
+    m.module = digits_cnn(config.dropout);
+    m.in = kDigitsPixels;
+    m.out = kDigitsClasses;
+    m.sample = {1, 8, 8};
   } else {
     const std::vector<int64_t> widths = !config.widths.empty() ? config.widths
                                         : uses_digits(config) ? std::vector<int64_t>{kDigitsPixels, 128, kDigitsClasses}
@@ -115,6 +129,7 @@ BuiltModel build_model(const TrainConfig& config, const t::Device& device) {
     m.module = nn::mlp(widths);
     m.in = widths.front();
     m.out = widths.back();
+    m.sample = {m.in};
   }
   TDDP_CHECK(!classification(config) || m.out >= 2, "--loss ce needs at least 2 output classes, the model has {}",
              m.out);
@@ -177,7 +192,7 @@ std::unique_ptr<Dataset> open_dataset(const TrainConfig& config, const BuiltMode
              "--batch {} is not divisible by WORLD_SIZE {}: every rank takes an equal share of each batch", batch_size,
              world);
   if (!config.data.empty())
-    return file_dataset(config.data, config.steps, model.in, model.out, classification(config), rank, world);
+    return file_dataset(config.data, config.steps, model.sample, model.out, classification(config), rank, world);
   if (uses_digits(config)) {
     return digits_dataset(config.digits.empty() ? default_digits_path() : config.digits, config.seed, batch_size, rank,
                           world);
@@ -340,7 +355,9 @@ void report(const TrainConfig& config, const Run& run, TrainResult& result, std:
     // The same model on every rank, the same held-out samples: every rank gets the same figure.
     t::NoGradGuard no_grad;
     const t::Device& device = run.placement.device;
-    const Tensor predicted = t::argmax(run.model.module->forward(held->inputs.to(device)), 1);
+    run.model.module->eval();  // BatchNorm's running statistics, no dropout
+    const Tensor predicted = t::argmax(run.model.module->forward(run.model.shaped(held->inputs.to(device))), 1);
+    run.model.module->train();
     result.held_out_accuracy = t::mean(t::eq(predicted, held->targets.to(device)).to(t::kFloat64)).item<double>();
     progress << fmt::format("held-out accuracy {:.1f}% on {}\n", 100 * result.held_out_accuracy,
                             run.data->describe_held_out());
@@ -372,7 +389,7 @@ void tear_down(Run& run) {
 }  // namespace
 
 void TrainConfig::validate() const {
-  TDDP_CHECK(model == "toy" || model == "mlp", "--model must be toy or mlp, got '{}'", model);
+  TDDP_CHECK(model == "toy" || model == "mlp" || model == "cnn", "--model must be toy, mlp or cnn, got '{}'", model);
   const std::string loss_used = loss_name(*this);
   TDDP_CHECK(loss_used == "mse" || loss_used == "ce", "--loss must be mse or ce, got '{}'", loss_used);
   TDDP_CHECK(optimizer == "sgd" || optimizer == "adam", "--optimizer must be sgd or adam, got '{}'", optimizer);
@@ -382,9 +399,14 @@ void TrainConfig::validate() const {
   TDDP_CHECK(batch >= 0, "--batch must be positive, got {}", batch);
   TDDP_CHECK(log_every >= 0, "--log_every must be positive, got {}", log_every);
   TDDP_CHECK(dataset == "synthetic" || dataset == "digits", "--dataset must be synthetic or digits, got '{}'", dataset);
-  TDDP_CHECK(!uses_digits(*this) || (model == "mlp" && loss_used == "ce"),
-             "--dataset digits trains a classifier: use --model mlp with the ce loss (got --model {}, --loss {})",
+  TDDP_CHECK(!uses_digits(*this) || (model != "toy" && loss_used == "ce"),
+             "--dataset digits trains a classifier: use --model mlp or cnn with the ce loss (got --model {}, --loss {})",
              model, loss_used);
+  TDDP_CHECK(model != "cnn" || ((uses_digits(*this) || !data.empty()) && loss_used == "ce"),
+             "--model cnn classifies 8x8 images: use it with --dataset digits or --data, and the ce loss (got "
+             "--dataset {}, --loss {})",
+             dataset, loss_used);
+  TDDP_CHECK(dropout >= 0 && dropout < 1, "--dropout must be in [0, 1), got {}", dropout);
   TDDP_CHECK(bucket_cap_mb > 0 && first_bucket_cap_mb > 0,
              "--bucket_cap_mb and --first_bucket_cap_mb must be positive, got {} and {}", bucket_cap_mb,
              first_bucket_cap_mb);
@@ -401,6 +423,15 @@ void TrainConfig::validate() const {
   TDDP_CHECK(!resume || !checkpoint.empty(), "--resume needs --checkpoint PATH");
 }
 
+std::shared_ptr<nn::Sequential> digits_cnn(double dropout) {
+  return std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Conv2d>(1, 16, 3, 1, 1), std::make_shared<nn::BatchNorm2d>(16),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Conv2d>(16, 32, 3, 1, 1),
+      std::make_shared<nn::BatchNorm2d>(32), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
+      std::make_shared<nn::Flatten>(), std::make_shared<nn::Dropout>(dropout),
+      std::make_shared<nn::Linear>(2 * 2 * 32, kDigitsClasses)});
+}
+
 TrainResult train(const TrainConfig& config, std::ostream& log) {
   config.validate();
   // Resolves TINYDDP_CPU_ISA now: a value this CPU cannot run stops here, before any work.
@@ -415,7 +446,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   for (int64_t step = run.first_step; step < config.steps; ++step) {
     fail_on_purpose_if_asked(config, step, run.rank);
     const Batch mine = run.data->batch(step);  // this rank's share of the step's global batch
-    const Batch batch{mine.inputs.to(run.placement.device), mine.targets.to(run.placement.device)};
+    const Batch batch{run.model.shaped(mine.inputs.to(run.placement.device)), mine.targets.to(run.placement.device)};
     run.optimizer->zero_grad();
     const Tensor prediction = run.runner.module->forward(batch.inputs);
     const Tensor loss = loss_of(config, prediction, batch.targets);

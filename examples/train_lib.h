@@ -14,15 +14,19 @@
 #include <string>
 #include <vector>
 
+#include "tinyddp/nn/layers.h"
+
 namespace tinyddp::examples {
 
 // examples/train's command-line values (a Config: a plain struct CLI11 fills, checked by validate()).
 struct TrainConfig {
-  std::string model = "mlp";          // mlp | toy
+  std::string model = "mlp";          // mlp | toy | cnn (digits_cnn() below)
   std::string dataset = "synthetic";  // synthetic | digits (ignored with `data`)
   std::string digits;                 // the digits file; empty: default_digits_path()
   std::vector<int64_t> widths;        // mlp only; empty: 784,256,10 (synthetic), 64,128,10 (digits)
-  std::string loss;                   // mse | ce; empty: mse for toy, ce for mlp
+  std::string loss;                   // mse | ce; empty: mse for toy, ce for mlp and cnn
+  double dropout = 0.25;              // cnn: the Dropout layer's p (0: none)
+  bool sync_bn = false;               // cnn under DDP: SyncBatchNorm in place of BatchNorm2d
   std::string optimizer = "sgd";      // sgd | adam
   double lr = 0.1;
   double momentum = 0;
@@ -30,7 +34,8 @@ struct TrainConfig {
   uint64_t seed = 0;
   int64_t batch = 0;            // the global batch (not with `data`); 0: 20 for toy, 64 for mlp
   std::string init;             // safetensors state dict to start from
-  std::string data;             // safetensors with "inputs" [steps, batch, in] and "targets"
+  // safetensors with "inputs" [steps, batch, in] ([steps, batch, 1, 8, 8] for cnn) and "targets"
+  std::string data;
   std::string save;             // where to write the final state dict
   std::string metrics;          // CSV "step,loss" (loss before that step's update)
   int64_t log_every = 0;        // 0: about ten progress lines
@@ -72,6 +77,12 @@ struct TrainResult {
   double seconds = 0;
   int64_t samples = 0;
 };
+
+// The digits CNN, exactly this PyTorch model (state-dict names "0.weight", "1.running_mean", ...,
+// "10.bias"): Sequential(Conv2d(1, 16, 3, padding=1), BatchNorm2d(16), ReLU(), MaxPool2d(2),
+// Conv2d(16, 32, 3, padding=1), BatchNorm2d(32), ReLU(), MaxPool2d(2), Flatten(), Dropout(p),
+// Linear(128, 10)), for [N, 1, 8, 8] images.
+std::shared_ptr<nn::Sequential> digits_cnn(double dropout);
 
 // Runs the training described by `config`, printing progress to `log`. Throws
 // tinyddp::Error with a clear message for bad configurations, files or data.

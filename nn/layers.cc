@@ -35,6 +35,89 @@ std::string Linear::extra_repr() const {
                      bias.defined() ? "True" : "False");
 }
 
+namespace {
+std::string pair_repr(tensor::Size2d s) { return fmt::format("({}, {})", s.h, s.w); }
+}  // namespace
+
+Conv2d::Conv2d(int64_t in, int64_t out, tensor::Size2d kernel, tensor::Size2d stride_, tensor::Size2d padding_,
+               tensor::Size2d dilation_, int64_t groups_, bool with_bias)
+    : Module("Conv2d"),
+      in_channels(in),
+      out_channels(out),
+      groups(groups_),
+      kernel_size(kernel),
+      stride(stride_),
+      padding(padding_),
+      dilation(dilation_) {
+  TDDP_CHECK(in > 0 && out > 0, "Conv2d: in_channels ({}) and out_channels ({}) must be positive", in, out);
+  TDDP_CHECK(groups > 0 && in % groups == 0 && out % groups == 0,
+             "Conv2d: groups ({}) must be positive and divide in_channels ({}) and out_channels ({})", groups, in, out);
+  TDDP_CHECK(kernel.h > 0 && kernel.w > 0, "Conv2d: kernel_size must be positive, got {}", pair_repr(kernel));
+  const int64_t fan_in = in / groups * kernel.h * kernel.w;
+  weight = register_parameter("weight", uniform_init({out, in / groups, kernel.h, kernel.w}, fan_in));
+  if (with_bias) bias = register_parameter("bias", uniform_init({out}, fan_in));
+}
+
+Tensor Conv2d::forward(const Tensor& input) {
+  TDDP_CHECK((input.dim() == 3 || input.dim() == 4) && input.size(-3) == in_channels,
+             "Conv2d: expected input [N, {}, H, W] or [{}, H, W] ({} in_channels), got shape {}", in_channels,
+             in_channels, in_channels, tensor::format_shape(input.sizes()));
+  return tensor::conv2d(input, weight, bias, stride, padding, dilation, groups);
+}
+
+std::string Conv2d::extra_repr() const {
+  std::string s = fmt::format("{}, {}, kernel_size={}, stride={}", in_channels, out_channels, pair_repr(kernel_size),
+                              pair_repr(stride));
+  if (padding.h != 0 || padding.w != 0) s += ", padding=" + pair_repr(padding);
+  if (dilation.h != 1 || dilation.w != 1) s += ", dilation=" + pair_repr(dilation);
+  if (groups != 1) s += fmt::format(", groups={}", groups);
+  if (!bias.defined()) s += ", bias=False";
+  return s;
+}
+
+MaxPool2d::MaxPool2d(tensor::Size2d kernel, std::optional<tensor::Size2d> stride_, tensor::Size2d padding_,
+                     tensor::Size2d dilation_)
+    : Module("MaxPool2d"), kernel_size(kernel), stride(stride_.value_or(kernel)), padding(padding_), dilation(dilation_) {}
+
+Tensor MaxPool2d::forward(const Tensor& input) {
+  return tensor::max_pool2d(input, kernel_size, stride, padding, dilation);
+}
+
+std::string MaxPool2d::extra_repr() const {
+  return fmt::format("kernel_size={}, stride={}, padding={}, dilation={}", pair_repr(kernel_size), pair_repr(stride),
+                     pair_repr(padding), pair_repr(dilation));
+}
+
+AvgPool2d::AvgPool2d(tensor::Size2d kernel, std::optional<tensor::Size2d> stride_, tensor::Size2d padding_,
+                     bool count_include_pad_)
+    : Module("AvgPool2d"),
+      kernel_size(kernel),
+      stride(stride_.value_or(kernel)),
+      padding(padding_),
+      count_include_pad(count_include_pad_) {}
+
+Tensor AvgPool2d::forward(const Tensor& input) {
+  return tensor::avg_pool2d(input, kernel_size, stride, padding, count_include_pad);
+}
+
+std::string AvgPool2d::extra_repr() const {
+  return fmt::format("kernel_size={}, stride={}, padding={}", pair_repr(kernel_size), pair_repr(stride),
+                     pair_repr(padding));
+}
+
+AdaptiveAvgPool2d::AdaptiveAvgPool2d(tensor::Size2d output_size_)
+    : Module("AdaptiveAvgPool2d"), output_size(output_size_) {}
+
+std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + pair_repr(output_size); }
+
+std::string Flatten::extra_repr() const { return fmt::format("start_dim={}, end_dim={}", start_dim, end_dim); }
+
+Dropout::Dropout(double p_) : Module("Dropout"), p(p_) {
+  TDDP_CHECK(p >= 0.0 && p <= 1.0, "Dropout: probability p must be between 0 and 1, got {}", p);
+}
+
+std::string Dropout::extra_repr() const { return fmt::format("p={}, inplace=False", p); }
+
 Sequential::Sequential(std::vector<std::shared_ptr<Module>> modules) : Module("Sequential") {
   for (auto& m : modules) push_back(std::move(m));
 }

@@ -1,10 +1,13 @@
-// Layers: Linear (PyTorch's weight [out, in], bias [out] and default initialisation), the
-// activations ReLU/Tanh/Sigmoid, Sequential (children "0", "1", ...), the mlp() builder, and
-// PyTorch's DDP tutorial's ToyModel (net1 = Linear(10, 10), ReLU, net2 = Linear(10, 5)).
+// Layers: Linear and Conv2d (PyTorch's weight layouts and default initialisation), pooling,
+// Flatten, Dropout, the activations ReLU/Tanh/Sigmoid, Sequential (children "0", "1", ...),
+// the mlp() builder, and PyTorch's DDP tutorial's ToyModel (net1 = Linear(10, 10), ReLU,
+// net2 = Linear(10, 5)). BatchNorm is in batchnorm.h.
 #pragma once
 
 #include <initializer_list>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "tinyddp/nn/module.h"
@@ -23,6 +26,71 @@ class Linear : public Module {
   Tensor weight;  // [out, in]
   Tensor bias;    // [out], undefined without bias
   int64_t in_features, out_features;
+};
+
+// torch.nn.Conv2d: weight [out, in / groups, kh, kw], bias [out]; both ~ U(-1/sqrt(fan_in),
+// 1/sqrt(fan_in)) with fan_in = in / groups * kh * kw, weight first (torch.nn.Conv2d's
+// values after the same manual_seed). Zero padding.
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, tensor::Size2d kernel_size, tensor::Size2d stride = 1,
+         tensor::Size2d padding = 0, tensor::Size2d dilation = 1, int64_t groups = 1, bool bias = true);
+  // input: [N, in, H, W] (or [in, H, W]) -> [N, out, OH, OW]
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+
+  Tensor weight;  // [out, in / groups, kh, kw]
+  Tensor bias;    // [out], undefined without bias
+  int64_t in_channels, out_channels, groups;
+  tensor::Size2d kernel_size, stride, padding, dilation;
+};
+
+// torch.nn.MaxPool2d / AvgPool2d / AdaptiveAvgPool2d (stride defaults to the kernel size).
+class MaxPool2d : public Module {
+ public:
+  MaxPool2d(tensor::Size2d kernel_size, std::optional<tensor::Size2d> stride = {}, tensor::Size2d padding = 0,
+            tensor::Size2d dilation = 1);
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  tensor::Size2d kernel_size, stride, padding, dilation;
+};
+
+class AvgPool2d : public Module {
+ public:
+  AvgPool2d(tensor::Size2d kernel_size, std::optional<tensor::Size2d> stride = {}, tensor::Size2d padding = 0,
+            bool count_include_pad = true);
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  tensor::Size2d kernel_size, stride, padding;
+  bool count_include_pad;
+};
+
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(tensor::Size2d output_size);
+  Tensor forward(const Tensor& input) override { return tensor::adaptive_avg_pool2d(input, output_size); }
+  std::string extra_repr() const override;
+  tensor::Size2d output_size;
+};
+
+// torch.nn.Flatten: dims start_dim..end_dim merged into one (by default all but the batch dim).
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)
+      : Module("Flatten"), start_dim(start_dim), end_dim(end_dim) {}
+  Tensor forward(const Tensor& input) override { return input.flatten(start_dim, end_dim); }
+  std::string extra_repr() const override;
+  int64_t start_dim, end_dim;
+};
+
+// torch.nn.Dropout: tensor::dropout in training mode (the default generator's draws), the
+// identity after eval().
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5);
+  Tensor forward(const Tensor& input) override { return tensor::dropout(input, p, is_training()); }
+  std::string extra_repr() const override;
+  double p;
 };
 
 class ReLU : public Module {

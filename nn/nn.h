@@ -1,6 +1,7 @@
 // Everything nn in one include: modules, layers, losses, optimizers, checkpoints, data loading.
 #pragma once
 
+#include "tinyddp/nn/batchnorm.h"
 #include "tinyddp/nn/checkpoint.h"
 #include "tinyddp/nn/data.h"
 #include "tinyddp/nn/layers.h"

@@ -1,0 +1,64 @@
+// BatchNorm1d/2d: see batchnorm.h.
+#include "tinyddp/nn/batchnorm.h"
+
+namespace tinyddp::nn {
+
+BatchNorm::BatchNorm(std::string type, int64_t num_features_, double eps_, std::optional<double> momentum_,
+                     bool affine_, bool track_running_stats_)
+    : Module(std::move(type)),
+      num_features(num_features_),
+      eps(eps_),
+      momentum(momentum_),
+      affine(affine_),
+      track_running_stats(track_running_stats_) {
+  TDDP_CHECK(num_features > 0, "{}: num_features must be positive, got {}", type_name(), num_features);
+  TDDP_CHECK(eps > 0, "{}: eps must be positive, got {}", type_name(), eps);
+  if (affine) {
+    weight = register_parameter("weight", tensor::ones({num_features}));
+    bias = register_parameter("bias", tensor::zeros({num_features}));
+  }
+  if (track_running_stats) {
+    running_mean = register_buffer("running_mean", tensor::zeros({num_features}));
+    running_var = register_buffer("running_var", tensor::ones({num_features}));
+    num_batches_tracked = register_buffer("num_batches_tracked", tensor::zeros({}, tensor::kInt64));
+  }
+}
+
+void BatchNorm::check_channels(const Tensor& input) const {
+  TDDP_CHECK(input.size(1) == num_features, "{}: expected input with {} channels (dim 1), got shape {}", type_name(),
+             num_features, tensor::format_shape(input.sizes()));
+}
+
+double BatchNorm::advance_running_stats() {
+  if (!is_training() || !track_running_stats) return momentum.value_or(0.0);
+  tensor::NoGradGuard no_grad;
+  num_batches_tracked.add_(1.0);
+  if (momentum) return *momentum;
+  return 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());  // cumulative moving average
+}
+
+Tensor BatchNorm::forward(const Tensor& input) {
+  check_input_dim(input);
+  check_channels(input);
+  const double factor = advance_running_stats();
+  // In training the running statistics are updated (when tracked); in eval they normalise.
+  return tensor::batch_norm(input, running_mean, running_var, weight, bias, uses_batch_stats(), factor, eps);
+}
+
+std::string BatchNorm::extra_repr() const {
+  return fmt::format("{}, eps={}, momentum={}, affine={}, track_running_stats={}", num_features, eps,
+                     momentum ? fmt::format("{}", *momentum) : "None", affine ? "True" : "False",
+                     track_running_stats ? "True" : "False");
+}
+
+void BatchNorm1d::check_input_dim(const Tensor& input) const {
+  TDDP_CHECK(input.dim() == 2 || input.dim() == 3, "BatchNorm1d: expected 2D or 3D input, got shape {}",
+             tensor::format_shape(input.sizes()));
+}
+
+void BatchNorm2d::check_input_dim(const Tensor& input) const {
+  TDDP_CHECK(input.dim() == 4, "BatchNorm2d: expected 4D input [N, C, H, W], got shape {}",
+             tensor::format_shape(input.sizes()));
+}
+
+}  // namespace tinyddp::nn

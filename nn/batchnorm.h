@@ -1,0 +1,64 @@
+// Batch normalisation modules, as torch.nn.BatchNorm1d/2d: a learnable per-channel weight
+// (ones) and bias (zeros), and three buffers, running_mean (zeros), running_var (ones) and
+// num_batches_tracked (int64 0), registered as buffers so that state dicts carry them and
+// DDP broadcasts them from rank 0 before each forward. Training normalises with the batch's
+// statistics and updates the running ones; eval() switches to the running statistics.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "tinyddp/nn/module.h"
+
+namespace tinyddp::nn {
+
+class BatchNorm : public Module {
+ public:
+  // momentum: the running statistics' update weight; std::nullopt makes them a cumulative
+  // average over all batches seen (weight 1 / num_batches_tracked), as momentum=None does.
+  BatchNorm(std::string type_name, int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
+            bool affine = true, bool track_running_stats = true);
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+
+  Tensor weight, bias;                                     // [C], undefined unless affine
+  Tensor running_mean, running_var, num_batches_tracked;  // undefined unless track_running_stats
+  int64_t num_features;
+  double eps;
+  std::optional<double> momentum;
+  bool affine, track_running_stats;
+
+ protected:
+  // Throws unless `input` has a dimensionality this module accepts (names the module and shape).
+  virtual void check_input_dim(const Tensor& input) const = 0;
+  // Counts the batch (training with running statistics) and returns the weight that the
+  // running statistics give this batch.
+  double advance_running_stats();
+  // Whether forward normalises with the batch's statistics: in training, or with no running ones.
+  bool uses_batch_stats() const { return is_training() || !running_mean.defined(); }
+  void check_channels(const Tensor& input) const;
+};
+
+// Input [N, C] or [N, C, L].
+class BatchNorm1d : public BatchNorm {
+ public:
+  explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
+                       bool affine = true, bool track_running_stats = true)
+      : BatchNorm("BatchNorm1d", num_features, eps, momentum, affine, track_running_stats) {}
+
+ protected:
+  void check_input_dim(const Tensor& input) const override;
+};
+
+// Input [N, C, H, W].
+class BatchNorm2d : public BatchNorm {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
+                       bool affine = true, bool track_running_stats = true)
+      : BatchNorm("BatchNorm2d", num_features, eps, momentum, affine, track_running_stats) {}
+
+ protected:
+  void check_input_dim(const Tensor& input) const override;
+};
+
+}  // namespace tinyddp::nn
