@@ -23,8 +23,8 @@ Batch share(const Batch& global, int rank, int world) {
 
 class FileDataset : public Dataset {
  public:
-  FileDataset(const std::string& path, int64_t steps, const t::Shape& sample, int64_t out, bool classification, int rank,
-              int world)
+  FileDataset(const std::string& path, int64_t steps, const t::Shape& sample, int64_t out, bool classification,
+              int rank, int world)
       : path_(path), rank_(rank), world_(world) {
     const nn::SafetensorsFile file = nn::load_safetensors(path);
     TDDP_CHECK(file.tensors.contains("inputs") && file.tensors.contains("targets"),

@@ -399,9 +399,10 @@ void TrainConfig::validate() const {
   TDDP_CHECK(batch >= 0, "--batch must be positive, got {}", batch);
   TDDP_CHECK(log_every >= 0, "--log_every must be positive, got {}", log_every);
   TDDP_CHECK(dataset == "synthetic" || dataset == "digits", "--dataset must be synthetic or digits, got '{}'", dataset);
-  TDDP_CHECK(!uses_digits(*this) || (model != "toy" && loss_used == "ce"),
-             "--dataset digits trains a classifier: use --model mlp or cnn with the ce loss (got --model {}, --loss {})",
-             model, loss_used);
+  TDDP_CHECK(
+      !uses_digits(*this) || (model != "toy" && loss_used == "ce"),
+      "--dataset digits trains a classifier: use --model mlp or cnn with the ce loss (got --model {}, --loss {})",
+      model, loss_used);
   TDDP_CHECK(model != "cnn" || ((uses_digits(*this) || !data.empty()) && loss_used == "ce"),
              "--model cnn classifies 8x8 images: use it with --dataset digits or --data, and the ce loss (got "
              "--dataset {}, --loss {})",
@@ -425,8 +426,8 @@ void TrainConfig::validate() const {
 
 std::shared_ptr<nn::Sequential> digits_cnn(double dropout) {
   return std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Conv2d>(1, 16, 3, 1, 1), std::make_shared<nn::BatchNorm2d>(16),
-      std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Conv2d>(16, 32, 3, 1, 1),
+      std::make_shared<nn::Conv2d>(1, 16, 3, 1, 1), std::make_shared<nn::BatchNorm2d>(16), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Conv2d>(16, 32, 3, 1, 1),
       std::make_shared<nn::BatchNorm2d>(32), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
       std::make_shared<nn::Flatten>(), std::make_shared<nn::Dropout>(dropout),
       std::make_shared<nn::Linear>(2 * 2 * 32, kDigitsClasses)});

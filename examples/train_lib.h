@@ -32,8 +32,8 @@ struct TrainConfig {
   double momentum = 0;
   int64_t steps = 100;
   uint64_t seed = 0;
-  int64_t batch = 0;            // the global batch (not with `data`); 0: 20 for toy, 64 for mlp
-  std::string init;             // safetensors state dict to start from
+  int64_t batch = 0;  // the global batch (not with `data`); 0: 20 for toy, 64 for mlp
+  std::string init;   // safetensors state dict to start from
   // safetensors with "inputs" [steps, batch, in] ([steps, batch, 1, 8, 8] for cnn) and "targets"
   std::string data;
   std::string save;             // where to write the final state dict

@@ -5,11 +5,7 @@ namespace tinyddp::nn {
 
 BatchNorm::BatchNorm(std::string type, int64_t num_features_, double eps_, std::optional<double> momentum_,
                      bool affine_, bool track_running_stats_)
-    : Module(std::move(type)),
-      num_features(num_features_),
-      eps(eps_),
-      momentum(momentum_),
-      affine(affine_),
+    : Module(std::move(type)), num_features(num_features_), eps(eps_), momentum(momentum_), affine(affine_),
       track_running_stats(track_running_stats_) {
   TDDP_CHECK(num_features > 0, "{}: num_features must be positive, got {}", type_name(), num_features);
   TDDP_CHECK(eps > 0, "{}: eps must be positive, got {}", type_name(), eps);

@@ -21,7 +21,7 @@ class BatchNorm : public Module {
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
 
-  Tensor weight, bias;                                     // [C], undefined unless affine
+  Tensor weight, bias;                                    // [C], undefined unless affine
   Tensor running_mean, running_var, num_batches_tracked;  // undefined unless track_running_stats
   int64_t num_features;
   double eps;

@@ -41,14 +41,8 @@ std::string pair_repr(tensor::Size2d s) { return fmt::format("({}, {})", s.h, s.
 
 Conv2d::Conv2d(int64_t in, int64_t out, tensor::Size2d kernel, tensor::Size2d stride_, tensor::Size2d padding_,
                tensor::Size2d dilation_, int64_t groups_, bool with_bias)
-    : Module("Conv2d"),
-      in_channels(in),
-      out_channels(out),
-      groups(groups_),
-      kernel_size(kernel),
-      stride(stride_),
-      padding(padding_),
-      dilation(dilation_) {
+    : Module("Conv2d"), in_channels(in), out_channels(out), groups(groups_), kernel_size(kernel), stride(stride_),
+      padding(padding_), dilation(dilation_) {
   TDDP_CHECK(in > 0 && out > 0, "Conv2d: in_channels ({}) and out_channels ({}) must be positive", in, out);
   TDDP_CHECK(groups > 0 && in % groups == 0 && out % groups == 0,
              "Conv2d: groups ({}) must be positive and divide in_channels ({}) and out_channels ({})", groups, in, out);
@@ -77,7 +71,8 @@ std::string Conv2d::extra_repr() const {
 
 MaxPool2d::MaxPool2d(tensor::Size2d kernel, std::optional<tensor::Size2d> stride_, tensor::Size2d padding_,
                      tensor::Size2d dilation_)
-    : Module("MaxPool2d"), kernel_size(kernel), stride(stride_.value_or(kernel)), padding(padding_), dilation(dilation_) {}
+    : Module("MaxPool2d"), kernel_size(kernel), stride(stride_.value_or(kernel)), padding(padding_),
+      dilation(dilation_) {}
 
 Tensor MaxPool2d::forward(const Tensor& input) {
   return tensor::max_pool2d(input, kernel_size, stride, padding, dilation);
@@ -90,10 +85,7 @@ std::string MaxPool2d::extra_repr() const {
 
 AvgPool2d::AvgPool2d(tensor::Size2d kernel, std::optional<tensor::Size2d> stride_, tensor::Size2d padding_,
                      bool count_include_pad_)
-    : Module("AvgPool2d"),
-      kernel_size(kernel),
-      stride(stride_.value_or(kernel)),
-      padding(padding_),
+    : Module("AvgPool2d"), kernel_size(kernel), stride(stride_.value_or(kernel)), padding(padding_),
       count_include_pad(count_include_pad_) {}
 
 Tensor AvgPool2d::forward(const Tensor& input) {

@@ -18,11 +18,11 @@ namespace {
 
 // The geometry of sliding a kernel over an [N, C, H, W] input.
 struct Window {
-  int64_t n, c, h, w;     // input
-  int64_t kh, kw;         // kernel
-  int64_t sh, sw;         // stride
-  int64_t ph, pw;         // padding on each side
-  int64_t dh, dw;         // dilation
+  int64_t n, c, h, w;      // input
+  int64_t kh, kw;          // kernel
+  int64_t sh, sw;          // stride
+  int64_t ph, pw;          // padding on each side
+  int64_t dh, dw;          // dilation
   int64_t oh = 0, ow = 0;  // output positions
 
   int64_t padded_h() const { return h + 2 * ph; }
@@ -35,14 +35,15 @@ std::string pair_str(int64_t a, int64_t b) { return fmt::format("({}, {})", a, b
 
 // Fills in the output size; `op` names the caller in errors.
 Window make_window(const Shape& in, Size2d kernel, Size2d stride, Size2d padding, Size2d dilation, const char* op) {
-  TDDP_CHECK(kernel.h > 0 && kernel.w > 0, "{}: kernel_size must be positive, got {}", op, pair_str(kernel.h, kernel.w));
+  TDDP_CHECK(kernel.h > 0 && kernel.w > 0, "{}: kernel_size must be positive, got {}", op,
+             pair_str(kernel.h, kernel.w));
   TDDP_CHECK(stride.h > 0 && stride.w > 0, "{}: stride must be positive, got {}", op, pair_str(stride.h, stride.w));
   TDDP_CHECK(padding.h >= 0 && padding.w >= 0, "{}: padding must be non-negative, got {}", op,
              pair_str(padding.h, padding.w));
   TDDP_CHECK(dilation.h > 0 && dilation.w > 0, "{}: dilation must be positive, got {}", op,
              pair_str(dilation.h, dilation.w));
-  Window win{in[0], in[1], in[2], in[3], kernel.h, kernel.w, stride.h, stride.w, padding.h, padding.w, dilation.h,
-             dilation.w};
+  Window win{in[0],    in[1],    in[2],     in[3],     kernel.h,   kernel.w,
+             stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w};
   const int64_t span_h = win.dh * (win.kh - 1) + 1, span_w = win.dw * (win.kw - 1) + 1;
   TDDP_CHECK(span_h <= win.padded_h() && span_w <= win.padded_w(),
              "{}: the kernel {} (dilated to {}) is larger than the padded input {} (input shape {}, padding {})", op,
@@ -56,8 +57,7 @@ Window make_window(const Shape& in, Size2d kernel, Size2d stride, Size2d padding
 // The [N, C, kh, kw, OH, OW] windows of `padded` (contiguous [N, C, H + 2ph, W + 2pw]) as a view.
 Tensor windows_of(const Tensor& padded, const Window& win) {
   const int64_t row = win.padded_w(), plane = win.padded_h() * row;
-  return padded.as_strided(win.col_shape(),
-                           {win.c * plane, plane, win.dh * row, win.dw, win.sh * row, win.sw},
+  return padded.as_strided(win.col_shape(), {win.c * plane, plane, win.dh * row, win.dw, win.sh * row, win.sw},
                            padded.storage_offset());
 }
 
@@ -67,7 +67,8 @@ void im2col_into(const Tensor& col, const Tensor& x, const Window& win, double p
   NoGradGuard no_grad;
   Tensor padded = x.contiguous();
   if (win.ph > 0 || win.pw > 0) {
-    padded = full({win.n, win.c, win.padded_h(), win.padded_w()}, pad_value, TensorOptions(x.dtype()).device(x.device()));
+    padded =
+        full({win.n, win.c, win.padded_h(), win.padded_w()}, pad_value, TensorOptions(x.dtype()).device(x.device()));
     copy_into(padded.narrow(2, win.ph, win.h).narrow(3, win.pw, win.w), x);
   }
   copy_into(col, windows_of(padded, win));
@@ -77,7 +78,8 @@ void im2col_into(const Tensor& col, const Tensor& x, const Window& win, double p
 // of the col entries that read it (padding's entries are dropped).
 Tensor col2im(const Tensor& col, const Window& win) {
   NoGradGuard no_grad;
-  const Tensor padded = zeros({win.n, win.c, win.padded_h(), win.padded_w()}, TensorOptions(col.dtype()).device(col.device()));
+  const Tensor padded =
+      zeros({win.n, win.c, win.padded_h(), win.padded_w()}, TensorOptions(col.dtype()).device(col.device()));
   accumulate_into(windows_of(padded, win), col);
   if (win.ph == 0 && win.pw == 0) return padded;
   return padded.narrow(2, win.ph, win.h).narrow(3, win.pw, win.w).contiguous();
@@ -110,9 +112,8 @@ Tensor patches(const Tensor& x, const Window& win, double pad_value) {
 Size2d stride_or_kernel(const std::optional<Size2d>& stride, Size2d kernel) { return stride ? *stride : kernel; }
 
 void check_pool_padding(const Window& win, const char* op) {
-  TDDP_CHECK(win.ph <= win.kh / 2 && win.pw <= win.kw / 2,
-             "{}: padding {} must be at most half of the kernel size {}", op, pair_str(win.ph, win.pw),
-             pair_str(win.kh, win.kw));
+  TDDP_CHECK(win.ph <= win.kh / 2 && win.pw <= win.kw / 2, "{}: padding {} must be at most half of the kernel size {}",
+             op, pair_str(win.ph, win.pw), pair_str(win.kh, win.kw));
 }
 
 }  // namespace
@@ -180,7 +181,8 @@ void check_conv_args(const Tensor& x, const Tensor& weight, const Tensor& bias, 
   check_defined(weight, "conv2d", "weight");
   check_same_dtype(x, weight, "conv2d", "input", "weight");
   check_same_device(x, weight, "conv2d", "input", "weight");
-  TDDP_CHECK(weight.dim() == 4, "conv2d: expected a 4-D weight [out_channels, in_channels / groups, kh, kw], got shape {}",
+  TDDP_CHECK(weight.dim() == 4,
+             "conv2d: expected a 4-D weight [out_channels, in_channels / groups, kh, kw], got shape {}",
              format_shape(weight.sizes()));
   TDDP_CHECK(groups > 0, "conv2d: groups must be positive, got {}", groups);
   const int64_t channels = x.size(1), out_channels = weight.size(0);
@@ -247,31 +249,30 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Siz
   if (needs_grad({&input, &weight, &bias})) {
     const bool need_input = input.requires_grad(), need_weight = weight.requires_grad();
     const bool need_bias = bias.defined() && bias.requires_grad();
-    record_op("ConvolutionBackward", out, {input, weight, bias},
-              [sc = SavedTensor(need_weight ? col : Tensor()), sw = SavedTensor(need_input ? w2 : Tensor()), win,
-               groups, weight_shape = weight.sizes(), in_shape = input.sizes(), need_input, need_weight,
-               need_bias](const Tensor& g) {
-                const int64_t out_channels = weight_shape[0];
-                const Tensor g4 = g.reshape({win.n, out_channels, win.oh, win.ow});
-                const Tensor g2 = g4.permute({1, 0, 2, 3}).contiguous().view({out_channels, -1});
-                Tensor grad_input, grad_weight;
-                if (need_weight) {
-                  const Tensor& col = sc.get("ConvolutionBackward");
-                  grad_weight = new_output({out_channels, col.size(0) / groups}, g.dtype(), g.device());
-                  grouped_mm(grad_weight, g2, col, groups, false, true);
-                  grad_weight = grad_weight.view(weight_shape);
-                }
-                if (need_input) {
-                  const Tensor& w2 = sw.get("ConvolutionBackward");
-                  const Tensor grad_col = new_output({w2.size(1) * groups, g2.size(1)}, g.dtype(), g.device());
-                  grouped_mm(grad_col, w2, g2, groups, true, false);
-                  grad_input = col2im(grad_col.view({win.c, win.kh, win.kw, win.n, win.oh, win.ow})
-                                          .permute({3, 0, 1, 2, 4, 5}),
-                                      win)
-                                   .view(in_shape);
-                }
-                return std::vector<Tensor>{grad_input, grad_weight, need_bias ? sum(g4, {0, 2, 3}) : Tensor()};
-              });
+    record_op(
+        "ConvolutionBackward", out, {input, weight, bias},
+        [sc = SavedTensor(need_weight ? col : Tensor()), sw = SavedTensor(need_input ? w2 : Tensor()), win, groups,
+         weight_shape = weight.sizes(), in_shape = input.sizes(), need_input, need_weight, need_bias](const Tensor& g) {
+          const int64_t out_channels = weight_shape[0];
+          const Tensor g4 = g.reshape({win.n, out_channels, win.oh, win.ow});
+          const Tensor g2 = g4.permute({1, 0, 2, 3}).contiguous().view({out_channels, -1});
+          Tensor grad_input, grad_weight;
+          if (need_weight) {
+            const Tensor& col = sc.get("ConvolutionBackward");
+            grad_weight = new_output({out_channels, col.size(0) / groups}, g.dtype(), g.device());
+            grouped_mm(grad_weight, g2, col, groups, false, true);
+            grad_weight = grad_weight.view(weight_shape);
+          }
+          if (need_input) {
+            const Tensor& w2 = sw.get("ConvolutionBackward");
+            const Tensor grad_col = new_output({w2.size(1) * groups, g2.size(1)}, g.dtype(), g.device());
+            grouped_mm(grad_col, w2, g2, groups, true, false);
+            grad_input =
+                col2im(grad_col.view({win.c, win.kh, win.kw, win.n, win.oh, win.ow}).permute({3, 0, 1, 2, 4, 5}), win)
+                    .view(in_shape);
+          }
+          return std::vector<Tensor>{grad_input, grad_weight, need_bias ? sum(g4, {0, 2, 3}) : Tensor()};
+        });
   }
   return out;
 }

@@ -17,8 +17,8 @@ void check_channel_vector(const Tensor& t, const Tensor& input, const char* name
   check_same_dtype(input, t, "batch_norm", "input", name);
   check_same_device(input, t, "batch_norm", "input", name);
   TDDP_CHECK(t.dim() == 1 && t.size(0) == input.size(1),
-             "batch_norm: expected '{}' of shape [{}] (the input's channels, dim 1 of {}), got {}", name,
-             input.size(1), format_shape(input.sizes()), format_shape(t.sizes()));
+             "batch_norm: expected '{}' of shape [{}] (the input's channels, dim 1 of {}), got {}", name, input.size(1),
+             format_shape(input.sizes()), format_shape(t.sizes()));
 }
 
 }  // namespace

@@ -24,10 +24,8 @@ TEST_CASE("gradcheck: conv2d over stride, padding, dilation and groups", "[gradc
     Shape input, weight;
   };
   const std::vector<Options> cases = {
-      {1, 0, 1, 1, {2, 2, 5, 4}, {3, 2, 2, 2}},
-      {{2, 1}, {1, 2}, 1, 1, {1, 3, 5, 5}, {2, 3, 3, 2}},
-      {1, 1, {2, 1}, 1, {2, 2, 5, 5}, {2, 2, 3, 3}},
-      {2, 1, 1, 2, {1, 4, 4, 5}, {4, 2, 3, 3}},
+      {1, 0, 1, 1, {2, 2, 5, 4}, {3, 2, 2, 2}},      {{2, 1}, {1, 2}, 1, 1, {1, 3, 5, 5}, {2, 3, 3, 2}},
+      {1, 1, {2, 1}, 1, {2, 2, 5, 5}, {2, 2, 3, 3}}, {2, 1, 1, 2, {1, 4, 4, 5}, {4, 2, 3, 3}},
       {1, 1, 1, 3, {2, 3, 3, 3}, {6, 1, 3, 3}},  // depthwise with a channel multiplier
       {1, 1, 1, 1, {1, 2, 1, 1}, {2, 2, 3, 3}},  // the kernel exactly covers the padded input
   };
@@ -35,8 +33,9 @@ TEST_CASE("gradcheck: conv2d over stride, padding, dilation and groups", "[gradc
   for (const Options& o : cases) {
     INFO("input " << format_shape(o.input) << " weight " << format_shape(o.weight) << " groups " << o.groups);
     const Tensor x = leaf(o.input, ++seed), w = leaf(o.weight, ++seed), b = leaf({o.weight[0]}, ++seed);
-    CHECK(gradcheck([&](const Inputs& v) { return conv2d(v[0], v[1], v[2], o.stride, o.padding, o.dilation, o.groups); },
-                    {x, w, b}) == "");
+    CHECK(
+        gradcheck([&](const Inputs& v) { return conv2d(v[0], v[1], v[2], o.stride, o.padding, o.dilation, o.groups); },
+                  {x, w, b}) == "");
   }
   const Tensor x3 = leaf({2, 4, 4}, 7), w3 = leaf({3, 2, 3, 3}, 8);
   CHECK(gradcheck([](const Inputs& v) { return conv2d(v[0], v[1], Tensor(), 1, 1); }, {x3, w3}) == "");
@@ -64,8 +63,8 @@ TEST_CASE("gradcheck: batch_norm in training and eval, with and without affine p
   };
   CHECK(gradcheck(train, {x, w, b}) == "");
   CHECK(gradcheck(train, {x2, w, b}) == "");
-  CHECK(gradcheck([](const Inputs& v) { return batch_norm(v[0], Tensor(), Tensor(), Tensor(), Tensor(), true); }, {x}) ==
-        "");
+  CHECK(gradcheck([](const Inputs& v) { return batch_norm(v[0], Tensor(), Tensor(), Tensor(), Tensor(), true); },
+                  {x}) == "");
   const Tensor rm = randn({3}, kFloat64), rv = add(rand({3}, kFloat64), 0.5);
   CHECK(gradcheck([&](const Inputs& v) { return batch_norm(v[0], rm, rv, v[1], v[2], false); }, {x, w, b}) == "");
 }

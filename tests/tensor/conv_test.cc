@@ -129,8 +129,7 @@ TEST_CASE("unbatched [C, H, W] inputs give [C', OH, OW]", "[conv]") {
   CHECK(unfold(x.unsqueeze(0), 3).sizes() == Shape{1, 18, 16});
 }
 
-TEST_CASE("dropout zeroes about p of the elements, scales the rest by 1/(1-p), and is the identity in eval",
-          "[conv]") {
+TEST_CASE("dropout zeroes about p of the elements, scales the rest by 1/(1-p), and is the identity in eval", "[conv]") {
   Generator gen(3);
   const Tensor x = ones({100000}, kFloat64);
   const Tensor y = dropout(x, 0.25, true, &gen);
