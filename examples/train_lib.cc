@@ -13,6 +13,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "examples/models.h"
 #include "examples/train_data.h"
 #include "tinyddp/comm/init.h"
 #include "tinyddp/comm/launch_env.h"
@@ -49,7 +50,6 @@ std::string describe_stats(const ddp::DDPStats& s, int rank) {
 // ---- The configuration -----------------------------------------------------------------------
 
 std::string loss_name(const TrainConfig& c) { return c.loss.empty() ? (c.model == "toy" ? "mse" : "ce") : c.loss; }
-bool is_cnn(const TrainConfig& c) { return c.model == "cnn"; }
 bool classification(const TrainConfig& c) { return loss_name(c) == "ce"; }
 bool uses_digits(const TrainConfig& c) { return c.data.empty() && c.dataset == "digits"; }
 
@@ -90,52 +90,6 @@ std::shared_ptr<comm::ProcessGroup> join_ranks(const TrainConfig& config, const 
   comm::InitOptions init;
   init.timeout(comm::Millis(static_cast<int64_t>(config.timeout_s * 1000)));
   return comm::init_process_group(placement.backend, init);
-}
-
-// The model, created right after manual_seed(seed) so that its initial weights equal
-// PyTorch's for the same seed (--init replaces them), then moved to `device`: the same
-// weights on every device. `in` and `out` are its input and output widths; `sample` the shape
-// of one input ({in}, or {1, 8, 8} for the CNN).
-struct BuiltModel {
-  std::shared_ptr<nn::Module> module;
-  int64_t in = 10, out = 5;
-  t::Shape sample{10};
-  // A batch's inputs in the shape the model takes (the digits come as rows of 64 pixels).
-  Tensor shaped(const Tensor& inputs) const {
-    t::Shape shape{inputs.size(0)};
-    shape.insert(shape.end(), sample.begin(), sample.end());
-    return inputs.reshape(shape);
-  }
-};
-
-BuiltModel build_model(const TrainConfig& config, const t::Device& device) {
-  t::manual_seed(config.seed);
-  BuiltModel m;
-  if (config.model == "toy") {
-    m.module = std::make_shared<nn::ToyModel>();
-  } else if (is_cnn(config)) {
-    m.module = digits_cnn(config.dropout);
-    m.in = kDigitsPixels;
-    m.out = kDigitsClasses;
-    m.sample = {1, 8, 8};
-  } else {
-    const std::vector<int64_t> widths = !config.widths.empty() ? config.widths
-                                        : uses_digits(config) ? std::vector<int64_t>{kDigitsPixels, 128, kDigitsClasses}
-                                                              : std::vector<int64_t>{784, 256, 10};
-    TDDP_CHECK(widths.size() >= 2, "--widths needs at least two numbers, got {}", widths.size());
-    TDDP_CHECK(!uses_digits(config) || (widths.front() == kDigitsPixels && widths.back() == kDigitsClasses),
-               "--dataset digits: the widths must start with {} (8x8 pixels) and end with {} (classes), got {}",
-               kDigitsPixels, kDigitsClasses, fmt::join(widths, ","));
-    m.module = nn::mlp(widths);
-    m.in = widths.front();
-    m.out = widths.back();
-    m.sample = {m.in};
-  }
-  TDDP_CHECK(!classification(config) || m.out >= 2, "--loss ce needs at least 2 output classes, the model has {}",
-             m.out);
-  if (!config.init.empty()) nn::load_state_dict(*m.module, config.init);
-  m.module->to(device);
-  return m;
 }
 
 std::unique_ptr<nn::Optimizer> make_optimizer(const TrainConfig& config, nn::Module& model) {
@@ -242,7 +196,7 @@ Run set_up(const TrainConfig& config) {
   TDDP_CHECK(config.timeline.empty() || run.pg,
              "--timeline records DDP's events, but this run is on one process: start it with launch --nproc_per_node 2 "
              "(or more)");
-  run.model = build_model(config, run.placement.device);
+  run.model = build_model(config, run.placement.device, classification(config), uses_digits(config));
   run.optimizer = make_optimizer(config, *run.model.module);
   const std::optional<nn::TrainingCheckpoint> resumed =
       resume_if_asked(config, run.rank, *run.model.module, *run.optimizer);
@@ -422,15 +376,6 @@ void TrainConfig::validate() const {
   TDDP_CHECK(powersgd_start_iter >= 2, "--powersgd_start_iter must be at least 2, got {}", powersgd_start_iter);
   TDDP_CHECK(checkpoint_every >= 0, "--checkpoint_every must not be negative, got {}", checkpoint_every);
   TDDP_CHECK(!resume || !checkpoint.empty(), "--resume needs --checkpoint PATH");
-}
-
-std::shared_ptr<nn::Sequential> digits_cnn(double dropout) {
-  return std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Conv2d>(1, 16, 3, 1, 1), std::make_shared<nn::BatchNorm2d>(16), std::make_shared<nn::ReLU>(),
-      std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Conv2d>(16, 32, 3, 1, 1),
-      std::make_shared<nn::BatchNorm2d>(32), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
-      std::make_shared<nn::Flatten>(), std::make_shared<nn::Dropout>(dropout),
-      std::make_shared<nn::Linear>(2 * 2 * 32, kDigitsClasses)});
 }
 
 TrainResult train(const TrainConfig& config, std::ostream& log) {

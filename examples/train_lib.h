@@ -14,8 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "tinyddp/nn/layers.h"
-
 namespace tinyddp::examples {
 
 // examples/train's command-line values (a Config: a plain struct CLI11 fills, checked by validate()).
@@ -77,12 +75,6 @@ struct TrainResult {
   double seconds = 0;
   int64_t samples = 0;
 };
-
-// The digits CNN, exactly this PyTorch model (state-dict names "0.weight", "1.running_mean", ...,
-// "10.bias"): Sequential(Conv2d(1, 16, 3, padding=1), BatchNorm2d(16), ReLU(), MaxPool2d(2),
-// Conv2d(16, 32, 3, padding=1), BatchNorm2d(32), ReLU(), MaxPool2d(2), Flatten(), Dropout(p),
-// Linear(128, 10)), for [N, 1, 8, 8] images.
-std::shared_ptr<nn::Sequential> digits_cnn(double dropout);
 
 // Runs the training described by `config`, printing progress to `log`. Throws
 // tinyddp::Error with a clear message for bad configurations, files or data.

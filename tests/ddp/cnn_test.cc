@@ -7,7 +7,7 @@
 // steps.
 #include <cmath>
 
-#include "examples/train_lib.h"
+#include "examples/models.h"
 #include "tests/comm/comm_test_util.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/nn/nn.h"
@@ -47,42 +47,43 @@ TEST_CASE("DDP: the digits CNN with BatchNorm equals PyTorch's DDP (losses, buff
           "[ddp][cnn][fixture]") {
   const Tensor inputs = reference().at("inputs"), targets = reference().at("targets"), losses = reference().at("loss");
   const int64_t steps = inputs.size(0), world = losses.size(1), batch = inputs.size(1) / world;
-  const std::vector<std::string> failures = testing::run_threads(static_cast<int>(world), [&](comm::ProcessGroup& pg,
-                                                                                              Expectations& e) {
-    const int rank = pg.rank();
-    auto model = examples::digits_cnn(0.0);
-    if (rank == 0) {  // rank 1 keeps its own initial weights: DDP must replace them with rank 0's
-      tensor::NoGradGuard no_grad;
-      for (const auto& [name, t] : model->state_dict()) t.copy_(reference().at("init." + name));
-    }
-    ddp::DistributedDataParallel ddp_model(model, testing::borrow(pg));
-    nn::SGD optimizer(model->parameters(), nn::SGDOptions(0.05).momentum(0.9));
-    for (int64_t step = 0; step < steps; ++step) {
-      const std::string where = fmt::format("rank {} step {}", rank, step);
-      optimizer.zero_grad();
-      const Tensor x = inputs[step].narrow(0, rank * batch, batch), y = targets[step].narrow(0, rank * batch, batch);
-      const Tensor loss = nn::cross_entropy(ddp_model.forward(x), y);
-      loss.backward();
-      const double want = losses[step][rank].item<double>();
-      e.expect(std::fabs(loss.item<double>() - want) < 1e-5,
-               fmt::format("{}: loss {}, PyTorch {}", where, loss.item<double>(), want));
-      const bool snapshot = reference().contains(fmt::format("grad.step{}.0.weight", step));
-      if (snapshot) {
-        for (const auto& [name, p] : model->named_parameters()) {
-          expect_close(p.grad(), fmt::format("grad.step{}.{}", step, name), where, e);
+  const std::vector<std::string> failures =
+      testing::run_threads(static_cast<int>(world), [&](comm::ProcessGroup& pg, Expectations& e) {
+        const int rank = pg.rank();
+        auto model = examples::digits_cnn(0.0);
+        if (rank == 0) {  // rank 1 keeps its own initial weights: DDP must replace them with rank 0's
+          tensor::NoGradGuard no_grad;
+          for (const auto& [name, t] : model->state_dict()) t.copy_(reference().at("init." + name));
         }
-      }
-      optimizer.step();
-      if (snapshot) {
-        for (const auto& [name, p] : model->named_parameters()) {
-          expect_close(p, fmt::format("param.step{}.{}", step, name), where, e);
+        ddp::DistributedDataParallel ddp_model(model, testing::borrow(pg));
+        nn::SGD optimizer(model->parameters(), nn::SGDOptions(0.05).momentum(0.9));
+        for (int64_t step = 0; step < steps; ++step) {
+          const std::string where = fmt::format("rank {} step {}", rank, step);
+          optimizer.zero_grad();
+          const Tensor x = inputs[step].narrow(0, rank * batch, batch),
+                       y = targets[step].narrow(0, rank * batch, batch);
+          const Tensor loss = nn::cross_entropy(ddp_model.forward(x), y);
+          loss.backward();
+          const double want = losses[step][rank].item<double>();
+          e.expect(std::fabs(loss.item<double>() - want) < 1e-5,
+                   fmt::format("{}: loss {}, PyTorch {}", where, loss.item<double>(), want));
+          const bool snapshot = reference().contains(fmt::format("grad.step{}.0.weight", step));
+          if (snapshot) {
+            for (const auto& [name, p] : model->named_parameters()) {
+              expect_close(p.grad(), fmt::format("grad.step{}.{}", step, name), where, e);
+            }
+          }
+          optimizer.step();
+          if (snapshot) {
+            for (const auto& [name, p] : model->named_parameters()) {
+              expect_close(p, fmt::format("param.step{}.{}", step, name), where, e);
+            }
+          }
+          for (const auto& [name, b] : model->named_buffers()) {
+            expect_close(b, fmt::format("buffers.rank{}.step{}.{}", rank, step, name), where, e);
+          }
         }
-      }
-      for (const auto& [name, b] : model->named_buffers()) {
-        expect_close(b, fmt::format("buffers.rank{}.step{}.{}", rank, step, name), where, e);
-      }
-    }
-  });
+      });
   CHECK(failures.empty());
   if (!failures.empty()) FAIL_CHECK(failures.size() << " differences, the first: " << failures.front());
 }

@@ -85,7 +85,14 @@ TEST_CASE("TrainConfig::validate names the option that is out of range", "[examp
     return "(valid)";
   };
   CHECK(message([](examples::TrainConfig&) {}) == "(valid)");
-  CHECK_THAT(message([](auto& c) { c.model = "cnn"; }), Contains("--model must be toy or mlp, got 'cnn'"));
+  CHECK_THAT(message([](auto& c) { c.model = "resnet"; }), Contains("--model must be toy, mlp or cnn, got 'resnet'"));
+  CHECK_THAT(message([](auto& c) { c.model = "cnn"; }),
+             Contains("--model cnn classifies 8x8 images: use it with --dataset digits or --data"));
+  CHECK(message([](auto& c) {
+          c.model = "cnn";
+          c.dataset = "digits";
+        }) == "(valid)");
+  CHECK_THAT(message([](auto& c) { c.dropout = 1; }), Contains("--dropout must be in [0, 1), got 1"));
   CHECK_THAT(message([](auto& c) { c.lr = 0; }), Contains("--lr must be positive, got 0"));
   CHECK_THAT(message([](auto& c) { c.bucket_cap_mb = -1; }), Contains("--bucket_cap_mb and --first_bucket_cap_mb"));
   CHECK_THAT(message([](auto& c) { c.comm_hook = "topk"; }),
