@@ -19,6 +19,7 @@
 #include "tinyddp/comm/launch_env.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/ddp/powersgd.h"
+#include "tinyddp/ddp/sync_batchnorm.h"
 #include "tinyddp/nn/nn.h"
 #include "tinyddp/tensor/cpu_isa.h"
 #include "tinyddp/tensor/cuda.h"
@@ -122,6 +123,8 @@ struct Runner {
 Runner wrap_in_ddp(const TrainConfig& config, const std::shared_ptr<nn::Module>& model,
                    const std::shared_ptr<comm::ProcessGroup>& pg) {
   if (!pg) return Runner{model, nullptr, nullptr};
+  // In place: the optimizer keeps the same weight and buffer tensors.
+  if (config.sync_bn) ddp::SyncBatchNorm::convert_sync_batchnorm(model, pg);
   ddp::DDPOptions options;
   options.bucket_cap_mb(config.bucket_cap_mb).first_bucket_cap_mb(config.first_bucket_cap_mb);
   if (!config.timeline.empty()) options.timeline(config.timeline);
@@ -362,6 +365,8 @@ void TrainConfig::validate() const {
              "--dataset {}, --loss {})",
              dataset, loss_used);
   TDDP_CHECK(dropout >= 0 && dropout < 1, "--dropout must be in [0, 1), got {}", dropout);
+  TDDP_CHECK(!sync_bn || model == "cnn", "--sync_bn applies to --model cnn (the only model with BatchNorm), got --model {}",
+             model);
   TDDP_CHECK(bucket_cap_mb > 0 && first_bucket_cap_mb > 0,
              "--bucket_cap_mb and --first_bucket_cap_mb must be positive, got {} and {}", bucket_cap_mb,
              first_bucket_cap_mb);

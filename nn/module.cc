@@ -44,6 +44,12 @@ Tensor Module::register_buffer(const std::string& name, Tensor tensor) {
   return tensor;
 }
 
+void Module::replace_module(const std::string& name, std::shared_ptr<Module> module) {
+  TDDP_CHECK(children_.contains(name), "replace_module: {} has no child module '{}'", type_name_, name);
+  TDDP_CHECK(module != nullptr, "replace_module: module '{}' is null", name);
+  children_.set(name, std::move(module));
+}
+
 void Module::collect(const std::string& prefix, bool recurse, bool params, OrderedDict<Tensor>& out) const {
   for (const auto& [name, t] : params ? parameters_ : buffers_) out.insert(prefix + name, t);
   if (!recurse) return;

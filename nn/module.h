@@ -52,6 +52,10 @@ class Module : public std::enable_shared_from_this<Module> {
     return module;
   }
 
+  // Puts `module` where the child `name` was (the same position in children() and in every
+  // name), as assigning to an attribute of a torch.nn.Module does; `name` must be a child.
+  void replace_module(const std::string& name, std::shared_ptr<Module> module);
+
   // Own entries first, then each child's (depth first), names joined with '.'.
   std::vector<Tensor> parameters(bool recurse = true) const;
   OrderedDict<Tensor> named_parameters(bool recurse = true) const;

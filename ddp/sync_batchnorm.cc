@@ -1,0 +1,164 @@
+// SyncBatchNorm: see sync_batchnorm.h. The forward and backward below are written beside each
+// other as one autograd::Function; shapes: x [N, C, ...], statistics [C], broadcast as
+// [1, C, 1, ...].
+#include "tinyddp/ddp/sync_batchnorm.h"
+
+#include "tinyddp/autograd/function.h"
+#include "tinyddp/comm/init.h"
+
+namespace tinyddp::ddp {
+
+namespace t = tinyddp::tensor;
+using autograd::FunctionCtx;
+
+namespace {
+
+// The dims statistics reduce over (all but 1) and the [1, C, 1, ...] shape they broadcast as.
+struct ChannelDims {
+  t::Shape reduce{0}, broadcast;
+  explicit ChannelDims(const Tensor& x) : broadcast(static_cast<size_t>(x.dim()), 1) {
+    for (int64_t d = 2; d < x.dim(); ++d) reduce.push_back(d);
+    broadcast[1] = x.size(1);
+  }
+};
+
+// [a (C), b (C)] -> one [2C] tensor, for one collective.
+Tensor concat(const Tensor& a, const Tensor& b) {
+  const int64_t c = a.size(0);
+  const Tensor out = t::empty({2 * c}, t::TensorOptions(a.dtype()).device(a.device()));
+  out.narrow(0, 0, c).copy_(a);
+  out.narrow(0, c, c).copy_(b);
+  return out;
+}
+
+struct SyncBatchNormFunction : autograd::Function<SyncBatchNormFunction> {
+  // Statistics of the global batch: out = (x - mean) * invstd * weight + bias, running
+  // statistics updated with `momentum` (the unbiased variance of the global batch).
+  static Tensor forward(FunctionCtx* ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        const Tensor& running_mean, const Tensor& running_var, double momentum, double eps,
+                        comm::ProcessGroup* group) {
+    const ChannelDims dims(x);
+    const int64_t channels = x.size(1), count = x.numel() / channels;
+    // This rank's [mean (C), biased variance (C), count]; zeros for an empty batch.
+    const Tensor local = t::zeros({2 * channels + 1}, t::TensorOptions(x.dtype()).device(x.device()));
+    if (count > 0) {
+      const Tensor mean = t::mean(x, dims.reduce);
+      const Tensor centered = t::sub(x, mean.view(dims.broadcast));
+      local.narrow(0, 0, channels).copy_(mean);
+      local.narrow(0, channels, channels).copy_(t::mean(t::mul(centered, centered), dims.reduce));
+      local.narrow(0, 2 * channels, 1).fill_(static_cast<double>(count));
+    }
+    const Tensor gathered = t::empty({group->size(), 2 * channels + 1}, t::TensorOptions(x.dtype()).device(x.device()));
+    std::vector<Tensor> rows;
+    for (int r = 0; r < group->size(); ++r) rows.push_back(gathered[r]);
+    group->allgather(rows, local)->wait();
+    // Combined over ranks: mean = sum n_r mean_r / n, var = sum n_r (var_r + (mean_r - mean)^2) / n.
+    const Tensor counts = gathered.narrow(1, 2 * channels, 1);  // [W, 1]
+    const Tensor means = gathered.narrow(1, 0, channels), vars = gathered.narrow(1, channels, channels);
+    const double total = t::sum(counts).item<double>();
+    TDDP_CHECK(total > 1,
+               "SyncBatchNorm: expected more than 1 value per channel when training, got {} over all {} ranks (input "
+               "shape {} on rank {})",
+               total, group->size(), t::format_shape(x.sizes()), group->rank());
+    const Tensor mean = t::div(t::sum(t::mul(means, counts), {0}), total);
+    const Tensor spread = t::sub(means, mean);
+    const Tensor var = t::div(t::sum(t::mul(t::add(vars, t::mul(spread, spread)), counts), {0}), total);
+    const Tensor invstd = 1.0 / t::sqrt(t::add(var, eps));
+    if (running_mean.defined()) running_mean.mul_(1.0 - momentum).add_(mean, momentum);
+    if (running_var.defined()) running_var.mul_(1.0 - momentum).add_(var, momentum * total / (total - 1));
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["mean"] = mean;
+    ctx->saved_data["invstd"] = invstd;
+    ctx->saved_data["total"] = total;
+    ctx->saved_data["group"] = group;
+    Tensor out = t::mul(t::sub(x, mean.view(dims.broadcast)), invstd.view(dims.broadcast));
+    if (weight.defined()) out = t::mul(out, weight.view(dims.broadcast));
+    if (bias.defined()) out = t::add(out, bias.view(dims.broadcast));
+    return out;
+  }
+
+  // grad_weight = sum(dy * (x - mean)) * invstd and grad_bias = sum(dy), over this rank's
+  // batch; grad_x needs both sums over the global batch (one allreduce):
+  // grad_x = (dy - sum_dy / n - (x - mean) * invstd^2 * sum_dy_xmu / n) * invstd * weight.
+  static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& grad_outputs) {
+    const std::vector<Tensor> saved = ctx->get_saved_variables();
+    const Tensor &x = saved[0], &weight = saved[1], &dy = grad_outputs[0];
+    const auto mean = std::any_cast<Tensor>(ctx->saved_data["mean"]);
+    const auto invstd = std::any_cast<Tensor>(ctx->saved_data["invstd"]);
+    const auto total = std::any_cast<double>(ctx->saved_data["total"]);
+    const ChannelDims dims(x);
+    const Tensor xmu = t::sub(x, mean.view(dims.broadcast));
+    const Tensor sum_dy = t::sum(dy, dims.reduce), sum_dy_xmu = t::sum(t::mul(dy, xmu), dims.reduce);
+    std::vector<Tensor> grads(8);
+    if (ctx->needs_input_grad[1]) grads[1] = t::mul(sum_dy_xmu, invstd);
+    if (ctx->needs_input_grad[2]) grads[2] = sum_dy;
+    if (ctx->needs_input_grad[0]) {
+      const Tensor sums = concat(sum_dy, sum_dy_xmu);
+      std::any_cast<comm::ProcessGroup*>(ctx->saved_data["group"])->allreduce(sums)->wait();
+      const int64_t channels = x.size(1);
+      const Tensor mean_dy = t::div(sums.narrow(0, 0, channels), total).view(dims.broadcast);
+      const Tensor mean_dy_xmu = t::div(sums.narrow(0, channels, channels), total);
+      const Tensor scale = t::mul(t::mul(invstd, invstd), mean_dy_xmu).view(dims.broadcast);
+      Tensor factor = invstd;
+      if (weight.defined()) factor = t::mul(factor, weight);
+      grads[0] = t::mul(t::sub(t::sub(dy, mean_dy), t::mul(xmu, scale)), factor.view(dims.broadcast));
+    }
+    return grads;
+  }
+};
+
+}  // namespace
+
+SyncBatchNorm::SyncBatchNorm(int64_t num_features, double eps, std::optional<double> momentum, bool affine,
+                             bool track_running_stats, std::shared_ptr<comm::ProcessGroup> group)
+    : BatchNorm("SyncBatchNorm", num_features, eps, momentum, affine, track_running_stats),
+      process_group(std::move(group)) {}
+
+SyncBatchNorm::SyncBatchNorm(const nn::BatchNorm& bn, std::shared_ptr<comm::ProcessGroup> group)
+    : BatchNorm("SyncBatchNorm", bn.num_features, bn.eps, bn.momentum, false, false), process_group(std::move(group)) {
+  affine = bn.affine;
+  track_running_stats = bn.track_running_stats;
+  if (affine) {
+    weight = register_parameter("weight", bn.weight, bn.weight.requires_grad());
+    bias = register_parameter("bias", bn.bias, bn.bias.requires_grad());
+  }
+  if (track_running_stats) {
+    running_mean = register_buffer("running_mean", bn.running_mean);
+    running_var = register_buffer("running_var", bn.running_var);
+    num_batches_tracked = register_buffer("num_batches_tracked", bn.num_batches_tracked);
+  }
+  train(bn.is_training());
+}
+
+void SyncBatchNorm::check_input_dim(const Tensor& input) const {
+  TDDP_CHECK(input.dim() >= 2, "SyncBatchNorm: expected at least 2D input [N, C, ...], got shape {}",
+             t::format_shape(input.sizes()));
+}
+
+Tensor SyncBatchNorm::forward(const Tensor& input) {
+  check_input_dim(input);
+  check_channels(input);
+  const double factor = advance_running_stats();
+  std::shared_ptr<comm::ProcessGroup> group = process_group;
+  if (!group && comm::is_initialized()) group = comm::default_group();
+  // Only training with batch statistics on more than one rank communicates.
+  if (!(is_training() && uses_batch_stats() && group && group->size() > 1)) {
+    return t::batch_norm(input, running_mean, running_var, weight, bias, uses_batch_stats(), factor, eps);
+  }
+  return SyncBatchNormFunction::apply(input, weight, bias, running_mean, running_var, factor, eps, group.get());
+}
+
+std::shared_ptr<nn::Module> SyncBatchNorm::convert_sync_batchnorm(const std::shared_ptr<nn::Module>& module,
+                                                                 std::shared_ptr<comm::ProcessGroup> group) {
+  TDDP_CHECK(module != nullptr, "convert_sync_batchnorm: the module is null");
+  const auto bn = std::dynamic_pointer_cast<nn::BatchNorm>(module);
+  if (bn && !std::dynamic_pointer_cast<SyncBatchNorm>(module)) return std::make_shared<SyncBatchNorm>(*bn, group);
+  for (const std::string& name : module->named_children().keys()) {
+    const std::shared_ptr<nn::Module> child = module->named_children().at(name);
+    const std::shared_ptr<nn::Module> converted = convert_sync_batchnorm(child, group);
+    if (converted != child) module->replace_module(name, converted);
+  }
+  return module;
+}
+
+}  // namespace tinyddp::ddp
