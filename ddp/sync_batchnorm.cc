@@ -149,7 +149,7 @@ Tensor SyncBatchNorm::forward(const Tensor& input) {
 }
 
 std::shared_ptr<nn::Module> SyncBatchNorm::convert_sync_batchnorm(const std::shared_ptr<nn::Module>& module,
-                                                                 std::shared_ptr<comm::ProcessGroup> group) {
+                                                                  std::shared_ptr<comm::ProcessGroup> group) {
   TDDP_CHECK(module != nullptr, "convert_sync_batchnorm: the module is null");
   const auto bn = std::dynamic_pointer_cast<nn::BatchNorm>(module);
   if (bn && !std::dynamic_pointer_cast<SyncBatchNorm>(module)) return std::make_shared<SyncBatchNorm>(*bn, group);

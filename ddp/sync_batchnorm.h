@@ -38,8 +38,8 @@ class SyncBatchNorm : public nn::BatchNorm {
   // torch.nn.SyncBatchNorm.convert_sync_batchnorm: every BatchNorm1d/2d in `module`'s tree
   // replaced in place by a SyncBatchNorm over `process_group` that keeps its weights and
   // buffers. Returns the module (a new SyncBatchNorm when `module` itself is a BatchNorm).
-  static std::shared_ptr<nn::Module> convert_sync_batchnorm(const std::shared_ptr<nn::Module>& module,
-                                                            std::shared_ptr<comm::ProcessGroup> process_group = nullptr);
+  static std::shared_ptr<nn::Module> convert_sync_batchnorm(
+      const std::shared_ptr<nn::Module>& module, std::shared_ptr<comm::ProcessGroup> process_group = nullptr);
 
   std::shared_ptr<comm::ProcessGroup> process_group;
 

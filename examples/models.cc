@@ -29,7 +29,7 @@ BuiltModel build_model(const TrainConfig& config, const tensor::Device& device, 
   } else {
     const std::vector<int64_t> widths = !config.widths.empty() ? config.widths
                                         : digits ? std::vector<int64_t>{kDigitsPixels, 128, kDigitsClasses}
-                                                              : std::vector<int64_t>{784, 256, 10};
+                                                 : std::vector<int64_t>{784, 256, 10};
     TDDP_CHECK(widths.size() >= 2, "--widths needs at least two numbers, got {}", widths.size());
     TDDP_CHECK(!digits || (widths.front() == kDigitsPixels && widths.back() == kDigitsClasses),
                "--dataset digits: the widths must start with {} (8x8 pixels) and end with {} (classes), got {}",
@@ -39,8 +39,7 @@ BuiltModel build_model(const TrainConfig& config, const tensor::Device& device, 
     m.out = widths.back();
     m.sample = {m.in};
   }
-  TDDP_CHECK(!classification || m.out >= 2, "--loss ce needs at least 2 output classes, the model has {}",
-             m.out);
+  TDDP_CHECK(!classification || m.out >= 2, "--loss ce needs at least 2 output classes, the model has {}", m.out);
   if (!config.init.empty()) nn::load_state_dict(*m.module, config.init);
   m.module->to(device);
   return m;

@@ -365,8 +365,8 @@ void TrainConfig::validate() const {
              "--dataset {}, --loss {})",
              dataset, loss_used);
   TDDP_CHECK(dropout >= 0 && dropout < 1, "--dropout must be in [0, 1), got {}", dropout);
-  TDDP_CHECK(!sync_bn || model == "cnn", "--sync_bn applies to --model cnn (the only model with BatchNorm), got --model {}",
-             model);
+  TDDP_CHECK(!sync_bn || model == "cnn",
+             "--sync_bn applies to --model cnn (the only model with BatchNorm), got --model {}", model);
   TDDP_CHECK(bucket_cap_mb > 0 && first_bucket_cap_mb > 0,
              "--bucket_cap_mb and --first_bucket_cap_mb must be positive, got {} and {}", bucket_cap_mb,
              first_bucket_cap_mb);

@@ -46,6 +46,8 @@ class Conv2d : public Module {
 };
 
 // torch.nn.MaxPool2d / AvgPool2d / AdaptiveAvgPool2d (stride defaults to the kernel size).
+// A rectangular kernel as the only argument is spelled MaxPool2d(Size2d{2, 3}): a bare {2, 3}
+// could also mean (kernel 2, stride 3).
 class MaxPool2d : public Module {
  public:
   MaxPool2d(tensor::Size2d kernel_size, std::optional<tensor::Size2d> stride = {}, tensor::Size2d padding = 0,

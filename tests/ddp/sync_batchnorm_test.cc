@@ -85,40 +85,40 @@ void check_against_one_process(const std::vector<int64_t>& shares) {
     models.back()->load_state_dict(initial);
   }
   const Reference ref = run_reference(*reference_model, global);
-  require_no_failures(testing::run_threads(static_cast<int>(shares.size()), [&](comm::ProcessGroup& pg,
-                                                                                Expectations& e) {
-    const int rank = pg.rank();
-    const int64_t first = std::accumulate(shares.begin(), shares.begin() + rank, int64_t{0}), rows = shares[rank];
-    const auto model = SyncBatchNorm::convert_sync_batchnorm(models[rank], borrow(pg));
-    e.expect((*std::dynamic_pointer_cast<nn::Sequential>(model))[1]->type_name() == "SyncBatchNorm",
-             "BatchNorm2d converted");
-    ddp::DistributedDataParallel ddp_model(model, borrow(pg));
-    nn::SGD opt(model->parameters(), nn::SGDOptions(0.1).momentum(0.9));
-    for (int64_t step = 0; step < kSteps; ++step) {
-      const std::string at = fmt::format("rank {} step {}", rank, step);
-      const Tensor x = ref.inputs[step].narrow(0, first, rows).clone().requires_grad_();
-      opt.zero_grad();
-      const Tensor out = ddp_model.forward(x);
-      const double scale = static_cast<double>(shares.size()) / static_cast<double>(global);
-      sse(out, ref.targets[step].narrow(0, first, rows), scale).backward();
-      expect_close(out, ref.outputs[step].narrow(0, first, rows), at + " output", e);
-      // The input's gradient is not averaged by DDP: it carries the loss's factor W.
-      expect_close(tensor::div(x.grad(), static_cast<double>(shares.size())), ref.input_grads[step].narrow(0, first, rows),
-                   at + " input grad", e);
-      for (const auto& [name, p] : model->named_parameters()) expect_close(p.grad(), ref.grads[step].at(name), at + " grad " + name, e);
-      opt.step();
-      for (const auto& [name, t] : model->state_dict()) {
-        expect_close(t.to(tensor::kFloat64), ref.states[step].at(name).to(tensor::kFloat64), at + " " + name, e);
-      }
-    }
-  }));
+  require_no_failures(
+      testing::run_threads(static_cast<int>(shares.size()), [&](comm::ProcessGroup& pg, Expectations& e) {
+        const int rank = pg.rank();
+        const int64_t first = std::accumulate(shares.begin(), shares.begin() + rank, int64_t{0}), rows = shares[rank];
+        const auto model = SyncBatchNorm::convert_sync_batchnorm(models[rank], borrow(pg));
+        e.expect((*std::dynamic_pointer_cast<nn::Sequential>(model))[1]->type_name() == "SyncBatchNorm",
+                 "BatchNorm2d converted");
+        ddp::DistributedDataParallel ddp_model(model, borrow(pg));
+        nn::SGD opt(model->parameters(), nn::SGDOptions(0.1).momentum(0.9));
+        for (int64_t step = 0; step < kSteps; ++step) {
+          const std::string at = fmt::format("rank {} step {}", rank, step);
+          const Tensor x = ref.inputs[step].narrow(0, first, rows).clone().requires_grad_();
+          opt.zero_grad();
+          const Tensor out = ddp_model.forward(x);
+          const double scale = static_cast<double>(shares.size()) / static_cast<double>(global);
+          sse(out, ref.targets[step].narrow(0, first, rows), scale).backward();
+          expect_close(out, ref.outputs[step].narrow(0, first, rows), at + " output", e);
+          // The input's gradient is not averaged by DDP: it carries the loss's factor W.
+          expect_close(tensor::div(x.grad(), static_cast<double>(shares.size())),
+                       ref.input_grads[step].narrow(0, first, rows), at + " input grad", e);
+          for (const auto& [name, p] : model->named_parameters())
+            expect_close(p.grad(), ref.grads[step].at(name), at + " grad " + name, e);
+          opt.step();
+          for (const auto& [name, t] : model->state_dict()) {
+            expect_close(t.to(tensor::kFloat64), ref.states[step].at(name).to(tensor::kFloat64), at + " " + name, e);
+          }
+        }
+      }));
 }
 
 }  // namespace
 
 TEST_CASE("SyncBatchNorm under DDP equals BatchNorm on the whole global batch in one process", "[ddp][sync_bn]") {
-  for (const std::vector<int64_t>& shares :
-       std::vector<std::vector<int64_t>>{{4, 4}, {3, 5}, {3, 3, 3}, {1, 4, 2}}) {
+  for (const std::vector<int64_t>& shares : std::vector<std::vector<int64_t>>{{4, 4}, {3, 5}, {3, 3, 3}, {1, 4, 2}}) {
     INFO("local batches " << fmt::format("{}", fmt::join(shares, ", ")));
     check_against_one_process(shares);
   }
@@ -172,7 +172,8 @@ TEST_CASE("SyncBatchNorm communicates only in training on more than one rank", "
   const Tensor x = tensor::randn({4, 3, 2, 2});
   CHECK(tensor::equal(alone.forward(x), plain.forward(x)));
   CHECK(tensor::equal(alone.running_var, plain.running_var));
-  CHECK_THROWS_WITH(alone.forward(tensor::randn({4, 5})), Catch::Contains("SyncBatchNorm: expected input with 3 channels"));
+  CHECK_THROWS_WITH(alone.forward(tensor::randn({4, 5})),
+                    Catch::Contains("SyncBatchNorm: expected input with 3 channels"));
   CHECK_THROWS_WITH(alone.forward(tensor::randn({4})), Catch::Contains("SyncBatchNorm: expected at least 2D input"));
 }
 

@@ -153,3 +153,42 @@ TEST_CASE("dropout zeroes about p of the elements, scales the rest by 1/(1-p), a
   sum(out).backward();
   CHECK(equal(leaf.grad(), dropout(ones({50}, kFloat64), 0.5, true, &g2)));
 }
+
+TEST_CASE("conv2d, pooling, batch_norm and dropout: bad arguments get errors naming the op, shapes and expectation",
+          "[conv][errors]") {
+  using Catch::Contains;
+  const Tensor x = randn({2, 4, 5, 5}), w = randn({6, 2, 3, 3});
+  CHECK_THROWS_WITH(conv2d(randn({4, 5}), w),
+                    Contains("conv2d: expected a 3-D [C, H, W] or 4-D [N, C, H, W] input, got shape [4, 5]"));
+  CHECK_THROWS_WITH(conv2d(x, randn({6, 3, 3, 3})),
+                    Contains("conv2d: weight of shape [6, 3, 3, 3] with groups=1 expects 3 input channels, but the "
+                             "input of shape [2, 4, 5, 5] has 4"));
+  CHECK_THROWS_WITH(conv2d(x, w, Tensor(), 1, 0, 1, 3),
+                    Contains("conv2d: groups=3 must divide both the input's 4 channels"));
+  CHECK_THROWS_WITH(conv2d(x, randn({6, 4, 7, 3})),
+                    Contains("conv2d: the kernel (7, 3) (dilated to (7, 3)) is larger than the padded input (5, 5)"));
+  CHECK_THROWS_WITH(conv2d(x, randn({6, 4, 3, 3}), Tensor(), 1, 0, 3),
+                    Contains("conv2d: the kernel (3, 3) (dilated to (7, 7)) is larger than the padded input"));
+  CHECK_THROWS_WITH(conv2d(x, randn({6, 4, 3, 3}), randn({5})),
+                    Contains("conv2d: expected bias of shape [6], got [5]"));
+  CHECK_THROWS_WITH(conv2d(x, randn({6, 4, 3, 3}, kFloat64)), Contains("conv2d"));
+  CHECK_THROWS_WITH(conv2d(x, randn({6, 4, 3, 3}), Tensor(), 0),
+                    Contains("conv2d: stride must be positive, got (0, 0)"));
+  CHECK_THROWS_WITH(max_pool2d(x, 6), Contains("max_pool2d: the kernel (6, 6) (dilated to (6, 6)) is larger than the "
+                                               "padded input (5, 5) (input shape [2, 4, 5, 5], padding (0, 0))"));
+  CHECK_THROWS_WITH(max_pool2d(x, 2, Size2d(2), 2),
+                    Contains("max_pool2d: padding (2, 2) must be at most half of the kernel size (2, 2)"));
+  CHECK_THROWS_WITH(avg_pool2d(zeros({2, 3, 4, 4}, kInt64), 2),
+                    Contains("avg_pool2d: expected a floating-point input"));
+  CHECK_THROWS_WITH(adaptive_avg_pool2d(x, 2), Contains("adaptive_avg_pool2d: input height and width (5, 5) are not "
+                                                        "multiples of output_size (2, 2)"));
+  CHECK_THROWS_WITH(
+      batch_norm(randn({1, 3}), zeros({3}), ones({3}), Tensor(), Tensor(), true),
+      Contains("batch_norm: expected more than 1 value per channel when training, got input of shape [1, 3]"));
+  CHECK_THROWS_WITH(
+      batch_norm(x, zeros({3}), ones({3})),
+      Contains(
+          "batch_norm: expected 'running_mean' of shape [4] (the input's channels, dim 1 of [2, 4, 5, 5]), got [3]"));
+  CHECK_THROWS_WITH(dropout(x, 1.5), Contains("dropout: probability p must be between 0 and 1, got 1.5"));
+  CHECK_THROWS_WITH(dropout(x, -0.1), Contains("dropout: probability p must be between 0 and 1, got -0.1"));
+}

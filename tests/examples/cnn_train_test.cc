@@ -1,0 +1,101 @@
+// examples/train --model cnn as a user runs it, replayed from PyTorch: the fixture of
+// tests/ddp (fixtures/make_cnn_fixture.py: the digits CNN trained 10 SGD-momentum steps under
+// PyTorch's DDP on 2 gloo ranks) gives the initial state dict (--init) and the batches
+// (--data, [steps, batch, 1, 8, 8]); the saved state dict (--save, buffers included) and the
+// losses (--metrics) must be PyTorch's. Also the CNN's clear errors.
+#include <cmath>
+#include <fstream>
+
+#include "tests/test_util.h"
+#include "tinyddp/nn/nn.h"
+
+using namespace tinyddp;
+using Catch::Contains;
+using tensor::Tensor;
+using testing::CommandResult;
+using testing::run_command;
+using testing::temp_path;
+
+namespace {
+
+const nn::OrderedDict<Tensor>& reference() {
+  static const nn::SafetensorsFile file = nn::load_safetensors("tests/ddp/fixtures/cnn_ddp_reference.safetensors");
+  return file.tensors;
+}
+
+double max_difference(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to(tensor::kFloat64).contiguous().to_vector<double>();
+  const std::vector<double> y = b.to(tensor::kFloat64).contiguous().to_vector<double>();
+  double worst = x.size() == y.size() ? 0.0 : INFINITY;
+  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("examples: train --model cnn on 2 ranks from PyTorch's initial state and batches ends with PyTorch's "
+          "state dict, buffers included",
+          "[examples][train][cnn]") {
+  nn::OrderedDict<Tensor> init, data;
+  for (const auto& [key, t] : reference()) {
+    if (key.rfind("init.", 0) == 0) init.insert(key.substr(5), t);
+  }
+  data.insert("inputs", reference().at("inputs"));
+  data.insert("targets", reference().at("targets"));
+  const std::string init_path = temp_path("cnn_init.safetensors"), data_path = temp_path("cnn_data.safetensors");
+  const std::string saved = temp_path("cnn_saved.safetensors"), metrics = temp_path("cnn_metrics.csv");
+  nn::save_safetensors(init_path, init);
+  nn::save_safetensors(data_path, data);
+  const CommandResult r = run_command(
+      "launcher/launch --nproc_per_node 2 -- examples/train --model cnn --dropout 0 --lr 0.05 --momentum 0.9 --steps "
+      "10 --init " +
+      init_path + " --data " + data_path + " --save " + saved + " --metrics " + metrics);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const nn::SafetensorsFile file = nn::load_safetensors(saved);
+  CHECK(file.tensors.keys() == init.keys());  // PyTorch's names, buffers included, in its order
+  for (const auto& [name, t] : file.tensors) {
+    INFO(name);
+    // Parameters are the same on every rank; buffers are rank 0's (the rank that saves).
+    const std::string key = reference().contains("param.step9." + name) ? "param.step9." + name
+                                                                         : "buffers.rank0.step9." + name;
+    CHECK(max_difference(t, reference().at(key)) < 1e-5);
+  }
+  std::ifstream csv(metrics);
+  std::string line;
+  std::getline(csv, line);
+  const Tensor losses = reference().at("loss");
+  for (int64_t step = 0; step < losses.size(0); ++step) {
+    REQUIRE(std::getline(csv, line));
+    const double mean_over_ranks = tensor::mean(losses[step]).item<double>();
+    CHECK(std::fabs(std::stod(line.substr(line.find(',') + 1)) - mean_over_ranks) < 1e-5);
+  }
+}
+
+TEST_CASE("examples: train --model cnn's bad options and data get clear errors", "[examples][train][cnn][errors]") {
+  const auto error_of = [](const std::string& args) {
+    const CommandResult r = run_command("examples/train " + args);
+    CHECK(r.exit_code == 1);
+    return r.output;
+  };
+  CHECK_THAT(error_of("--model cnn"), Contains("--model cnn classifies 8x8 images: use it with --dataset digits"));
+  CHECK_THAT(error_of("--model cnn --dataset digits --dropout 1"), Contains("--dropout must be in [0, 1), got 1"));
+  CHECK_THAT(error_of("--model mlp --dataset digits --sync_bn"), Contains("--sync_bn applies to --model cnn"));
+  nn::OrderedDict<Tensor> flat;
+  flat.insert("inputs", tensor::zeros({2, 4, 64}));
+  flat.insert("targets", tensor::zeros({2, 4}, tensor::kInt64));
+  const std::string path = temp_path("cnn_flat.safetensors");
+  nn::save_safetensors(path, flat);
+  CHECK_THAT(error_of("--model cnn --steps 2 --data " + path),
+             Contains("'inputs' must be float32 [steps, batch, 1, 8, 8], got float32 [2, 4, 64]"));
+  // A checkpoint without BatchNorm's buffers is refused, naming them.
+  nn::OrderedDict<Tensor> init;
+  for (const auto& [key, t] : reference()) {
+    if (key.rfind("init.", 0) == 0 && key.find("running_var") == std::string::npos) init.insert(key.substr(5), t);
+  }
+  const std::string partial = temp_path("cnn_partial.safetensors");
+  nn::save_safetensors(partial, init);
+  const std::string message = error_of("--model cnn --dataset digits --steps 1 --init " + partial);
+  CHECK_THAT(message, Contains("1.running_var"));
+  CHECK_THAT(message, Contains("5.running_var"));
+}

@@ -1,0 +1,99 @@
+// Conv2d, BatchNorm1d/2d, pooling, Flatten and Dropout as modules: PyTorch's initial values,
+// buffers and state-dict names, momentum=None, train/eval through a tree, repr, and errors.
+// References: tests/tensor/fixtures/make_conv_fixtures.py (PyTorch).
+#include "tests/test_util.h"
+#include "tinyddp/nn/nn.h"
+
+using namespace tinyddp;
+using Catch::Contains;
+using tensor::Tensor;
+
+namespace {
+
+Tensor value(const std::string& name, const tensor::Shape& shape) {
+  static const auto values = testing::load_fixture("tests/tensor/fixtures/conv_reference.txt");
+  const auto it = values.find(name);
+  if (it == values.end()) throw std::runtime_error("conv_reference.txt has no entry " + name);
+  return tensor::from_vector<double>(it->second, shape).to(tensor::kFloat32);
+}
+
+}  // namespace
+
+TEST_CASE("Conv2d: weight and bias after manual_seed equal torch.nn.Conv2d's", "[nn][conv]") {
+  tensor::manual_seed(3);
+  nn::Conv2d conv(4, 6, {3, 2}, 1, 0, 1, /*groups=*/2);
+  CHECK(tensor::equal(conv.weight, value("module_conv_weight", {6, 2, 3, 2})));
+  CHECK(tensor::equal(conv.bias, value("module_conv_bias", {6})));
+  CHECK(conv.state_dict().keys() == std::vector<std::string>{"weight", "bias"});
+  CHECK(conv.repr() == "Conv2d(4, 6, kernel_size=(3, 2), stride=(1, 1), groups=2)");
+  CHECK_THROWS_WITH(nn::Conv2d(4, 6, 3, 1, 0, 1, 4), Contains("Conv2d: groups (4) must be positive and divide"));
+  CHECK_THROWS_WITH(conv.forward(tensor::randn({2, 3, 5, 5})),
+                    Contains("Conv2d: expected input [N, 4, H, W] or [4, H, W] (4 in_channels), got shape [2, 3, 5, 5]"));
+}
+
+TEST_CASE("BatchNorm2d: buffers, momentum=None as a cumulative average, eval, as torch.nn.BatchNorm2d", "[nn][conv]") {
+  nn::BatchNorm2d bn(3, 1e-5, std::nullopt);
+  CHECK(bn.state_dict().keys() ==
+        std::vector<std::string>{"weight", "bias", "running_mean", "running_var", "num_batches_tracked"});
+  CHECK(bn.parameters().size() == 2);
+  CHECK(bn.buffers().size() == 3);
+  CHECK(bn.num_batches_tracked.dtype() == tensor::kInt64);
+  for (int k = 0; k < 3; ++k) {
+    const Tensor out = bn.forward(value(fmt::format("module_bn_input{}", k), {4, 3, 2, 2}));
+    CHECK(tensor::allclose(out, value(fmt::format("module_bn_out{}", k), {4, 3, 2, 2}), 1e-5, 1e-6));
+  }
+  CHECK(bn.num_batches_tracked.item<int64_t>() == 3);
+  CHECK(tensor::allclose(bn.running_mean, value("module_bn_running_mean", {3}), 1e-5, 1e-6));
+  CHECK(tensor::allclose(bn.running_var, value("module_bn_running_var", {3}), 1e-5, 1e-6));
+  bn.eval();
+  CHECK(tensor::allclose(bn.forward(value("module_bn_eval_input", {2, 3, 2, 2})),
+                         value("module_bn_eval_out", {2, 3, 2, 2}), 1e-5, 1e-6));
+  CHECK(bn.num_batches_tracked.item<int64_t>() == 3);  // eval counts nothing
+  CHECK(bn.repr() == "BatchNorm2d(3, eps=1e-05, momentum=None, affine=True, track_running_stats=True)");
+  CHECK_THROWS_WITH(bn.forward(tensor::randn({2, 3, 4})), Contains("BatchNorm2d: expected 4D input [N, C, H, W], got shape [2, 3, 4]"));
+  CHECK_THROWS_WITH(bn.forward(tensor::randn({2, 4, 1, 1})), Contains("BatchNorm2d: expected input with 3 channels (dim 1), got shape [2, 4, 1, 1]"));
+  nn::BatchNorm1d bn1(3);
+  bn1.forward(tensor::randn({4, 3}));
+  bn1.forward(tensor::randn({4, 3, 5}));
+  CHECK_THROWS_WITH(bn1.forward(tensor::randn({4, 3, 5, 5})), Contains("BatchNorm1d: expected 2D or 3D input"));
+  CHECK_THROWS_WITH(bn1.forward(tensor::randn({1, 3})), Contains("expected more than 1 value per channel when training"));
+  // Without running statistics: batch statistics in eval too, and no buffers.
+  nn::BatchNorm1d untracked(3, 1e-5, 0.1, /*affine=*/false, /*track_running_stats=*/false);
+  untracked.eval();
+  const Tensor x = tensor::randn({6, 3});
+  CHECK(untracked.state_dict().size() == 0);
+  CHECK(tensor::allclose(untracked.forward(x), tensor::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true)));
+}
+
+TEST_CASE("train() and eval() reach every submodule: Dropout and BatchNorm in a Sequential", "[nn][conv]") {
+  auto drop = std::make_shared<nn::Dropout>(0.5);
+  auto bn = std::make_shared<nn::BatchNorm1d>(4);
+  auto model = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{drop}), bn, std::make_shared<nn::Flatten>()});
+  const Tensor x = tensor::randn({8, 4});
+  model->eval();
+  CHECK(!drop->is_training());
+  CHECK(!bn->is_training());
+  const Tensor y = model->forward(x);
+  CHECK(tensor::equal(y, model->forward(x)));  // no dropout, running statistics: deterministic
+  CHECK(bn->num_batches_tracked.item<int64_t>() == 0);
+  model->train();
+  CHECK(drop->is_training());
+  model->forward(x);
+  CHECK(bn->num_batches_tracked.item<int64_t>() == 1);
+  CHECK(model->repr() ==
+        "Sequential(\n  (0): Sequential(\n    (0): Dropout(p=0.5, inplace=False)\n  )\n  (1): BatchNorm1d(4, eps=1e-05, "
+        "momentum=0.1, affine=True, track_running_stats=True)\n  (2): Flatten(start_dim=1, end_dim=-1)\n)");
+  CHECK_THROWS_WITH(nn::Dropout(1.5), Contains("Dropout: probability p must be between 0 and 1, got 1.5"));
+}
+
+TEST_CASE("pooling modules and Flatten: PyTorch's defaults and shapes", "[nn][conv]") {
+  const Tensor x = tensor::randn({2, 3, 8, 6});
+  CHECK(nn::MaxPool2d(2).forward(x).sizes() == tensor::Shape{2, 3, 4, 3});
+  CHECK(nn::MaxPool2d(3, tensor::Size2d(1), 1).forward(x).sizes() == tensor::Shape{2, 3, 8, 6});
+  CHECK(nn::AvgPool2d(tensor::Size2d{2, 3}).forward(x).sizes() == tensor::Shape{2, 3, 4, 2});
+  CHECK(nn::AdaptiveAvgPool2d(1).forward(x).sizes() == tensor::Shape{2, 3, 1, 1});
+  CHECK(nn::Flatten().forward(x).sizes() == tensor::Shape{2, 144});
+  CHECK(nn::Flatten(0, 1).forward(x).sizes() == tensor::Shape{6, 8, 6});
+  CHECK(nn::MaxPool2d(2).repr() == "MaxPool2d(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1))");
+}
