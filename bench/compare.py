@@ -2,7 +2,8 @@
 """Runs tinyddp's tensor benchmark (-c opt) and the same operations in PyTorch, taking turns,
 and prints a markdown table of milliseconds per operation and the ratio.
 
-Usage (from the repository root):  python3 bench/compare.py
+Usage (from the repository root):  python3 bench/compare.py [tensor|conv]
+(tensor: matmuls and elementwise ops, tensor_bench.cc; conv: conv2d, conv_bench.cc)
 PyTorch comes from Debian's python3-torch (/usr/bin/python3); for BLAS-backed matmul install
 libopenblas0-pthread, which Debian's torch then uses through libblas.so.3. Both sides run on
 one thread (OPENBLAS_NUM_THREADS=1, OMP_NUM_THREADS=1, torch.set_num_threads(1)).
@@ -18,12 +19,15 @@ REPETITIONS = 5
 ROUNDS = 3
 
 
-def run_tinyddp():
+SUITES = {"tensor": ("tensor_bench", "torch_bench.py"), "conv": ("conv_bench", "torch_conv_bench.py")}
+
+
+def run_tinyddp(binary):
     peak = json.loads(subprocess.run([os.path.join(ROOT, "bazel-bin/bench/cpu_peak")], check=True,
                                      stdout=subprocess.PIPE, text=True).stdout)
     # Five repetitions of at least 0.4 s each; the fastest counts (the machine is shared: the
     # fastest repetition is the least disturbed one). torch_bench.py does the same.
-    cmd = [os.path.join(ROOT, "bazel-bin/bench/tensor_bench"), "--benchmark_format=json",
+    cmd = [os.path.join(ROOT, "bazel-bin/bench", binary), "--benchmark_format=json",
            "--benchmark_min_time=0.4", f"--benchmark_repetitions={REPETITIONS}"]
     report = json.loads(subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True).stdout)
     results = {}
@@ -44,13 +48,17 @@ def work(name):
     if base == "BM_MlpGemm":
         fields = dict(part.split(":") for part in arg.split("/"))
         return "GFLOP", 2.0 * int(fields["batch"]) * int(fields["in"]) * int(fields["out"]) / 1e9
+    if base == "BM_Conv2d":  # 3x3, padding 1; forward + backward is three such products
+        f = {k: int(v) for k, v in (part.split(":") for part in arg.split("/"))}
+        passes = 3 if f["which"] == 1 else 1
+        return "GFLOP", 2.0 * f["batch"] * f["out"] * f["size"] ** 2 * f["in"] * 9 * passes / 1e9
     streams = {"BM_Memcpy": 2, "BM_AddOut": 3, "BM_AddInPlace": 3, "BM_Add": 3}.get(base)
     return ("GB", streams * 4 * int(arg) / 1e9) if streams else (None, 0)
 
 
-def run_torch():
+def run_torch(script):
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    out = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_bench.py")], env=env, check=True,
+    out = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", script)], env=env, check=True,
                          stdout=subprocess.PIPE, text=True).stdout
     results, info = {}, {}
     for line in out.splitlines():
@@ -63,14 +71,15 @@ def run_torch():
 
 
 def main():
-    subprocess.run(["bazel", "build", "-c", "opt", "//bench:tensor_bench", "//bench:cpu_peak"], cwd=ROOT, check=True,
+    binary, script = SUITES[sys.argv[1] if len(sys.argv) > 1 else "tensor"]
+    subprocess.run(["bazel", "build", "-c", "opt", "//bench:" + binary, "//bench:cpu_peak"], cwd=ROOT, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # The two sides take turns, ROUNDS times, and each keeps its fastest figure: the machine's
     # speed drifts over seconds, and running one side first would hand it one phase of it.
     ours, theirs = {}, {}
     for _ in range(ROUNDS):
-        mine, peak = run_tinyddp()
-        torch_round, info = run_torch()
+        mine, peak = run_tinyddp(binary)
+        torch_round, info = run_torch(script)
         for name, ms in mine.items():
             ours[name] = min(ours.get(name, float("inf")), ms)
         for name, ms in torch_round.items():

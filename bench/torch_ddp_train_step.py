@@ -21,7 +21,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from torch_models import ToyModel, mlp
+from torch_models import ToyModel, digits_cnn, mlp
 
 
 def make_optimizer(kind, model):
@@ -58,6 +58,8 @@ def run(rank, world, port, models, modes, optimizers, hooks):
             torch.manual_seed(0)
             if name == "toy":
                 model, x, y, iters = ToyModel(), torch.randn(20, 10), torch.randn(20, 5), 2000
+            elif name == "cnn":
+                model, x, y, iters = digits_cnn(0.25), torch.randn(64, 1, 8, 8), torch.randint(0, 10, (64,)), 300
             elif name == "huge":
                 model, x, y, iters = mlp([1024, 4096, 4096, 1024]), torch.randn(32, 1024), torch.randn(32, 1024), 8
             else:
@@ -72,7 +74,7 @@ def run(rank, world, port, models, modes, optimizers, hooks):
                 ctx = runner.no_sync() if mode == "nosync" else contextlib.nullcontext()
                 with ctx:
                     out = runner(x)
-                    loss = F.cross_entropy(out, y) if name == "mlp" else F.mse_loss(out, y)
+                    loss = F.cross_entropy(out, y) if name in ("mlp", "cnn") else F.mse_loss(out, y)
                     loss.backward()
                 opt.step()
 

@@ -23,3 +23,10 @@ def mlp(widths):
         if i + 2 < len(widths):
             layers.append(nn.ReLU())
     return nn.Sequential(*layers)
+
+
+def digits_cnn(dropout=0.25):
+    """examples/train's --model cnn (tinyddp's examples::digits_cnn), for [N, 1, 8, 8] images."""
+    return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Dropout(dropout), nn.Linear(128, 10))

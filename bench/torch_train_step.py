@@ -11,12 +11,12 @@ import time
 import torch
 import torch.nn.functional as F
 
-from torch_models import ToyModel, mlp
+from torch_models import ToyModel, digits_cnn, mlp
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", choices=["toy", "mlp"], default="toy")
+    parser.add_argument("--model", choices=["toy", "mlp", "cnn"], default="toy")
     parser.add_argument("--iterations", type=int, default=0)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -24,9 +24,11 @@ def main():
     torch.set_num_threads(1)
     torch.manual_seed(0)
     toy = args.model == "toy"
-    iterations = args.iterations or (2000 if toy else 30)
+    iterations = args.iterations or (2000 if toy else 300 if args.model == "cnn" else 30)
     if toy:
         model, inputs, targets = ToyModel(), torch.randn(20, 10), torch.randn(20, 5)
+    elif args.model == "cnn":
+        model, inputs, targets = digits_cnn(0.25), torch.randn(64, 1, 8, 8), torch.randint(0, 10, (64,))
     else:
         model = mlp([784, 1024, 1024, 10])
         inputs, targets = torch.randn(128, 784), torch.randint(0, 10, (128,))

@@ -4,6 +4,8 @@
 //   --model toy: the DDP tutorial's ToyModel, batch 20, MSE
 //   --model mlp: 784-1024-1024-10, batch 128, cross-entropy
 //   --model huge: 1024-4096-4096-1024 (25 M parameters), batch 32, MSE
+//   --model cnn: examples/train's digits CNN (Conv2d, BatchNorm2d, MaxPool2d, Dropout 0.25,
+//     Linear), batch 64 of [1, 8, 8], cross-entropy
 //   --mode local: the plain model; nosync: wrapped in DDP inside no_sync (no communication);
 //          ddp: DDP with gradient synchronisation (batch sizes are per rank)
 // With --nproc N > 1 (or under a launcher: RANK/WORLD_SIZE set) every process runs the same
@@ -18,6 +20,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "examples/models.h"
 #include "tinyddp/comm/init.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/ddp/powersgd.h"
@@ -65,6 +68,10 @@ Workload make_workload(const Config& c, const t::Device& device) {
     w.model = std::make_shared<nn::ToyModel>();
     w.inputs = t::randn({20, 10});
     w.targets = t::randn({20, 5});
+  } else if (c.model == "cnn") {
+    w.model = tinyddp::examples::digits_cnn(0.25);
+    w.inputs = t::randn({64, 1, 8, 8});
+    w.targets = t::rand({64}).mul_(10.0).to(t::kInt64);
   } else if (c.model == "huge") {
     w.model = nn::mlp({1024, 4096, 4096, 1024});
     w.inputs = t::randn({32, 1024});
@@ -125,7 +132,11 @@ int run(const Config& c) {
           : t::Device(t::kCPU);
   std::shared_ptr<tinyddp::comm::ProcessGroup> pg;
   if (std::getenv("RANK") != nullptr) pg = tinyddp::comm::init_process_group(backend);
-  const int iterations = c.iterations > 0 ? c.iterations : (c.model == "toy" ? 2000 : c.model == "huge" ? 8 : 30);
+  const int iterations = c.iterations > 0 ? c.iterations
+                                          : (c.model == "toy"    ? 2000
+                                             : c.model == "huge" ? 8
+                                             : c.model == "cnn"  ? 300
+                                                                 : 30);
   const Workload w = make_workload(c, device);
   std::shared_ptr<tinyddp::ddp::DistributedDataParallel> ddp;
   if (c.mode != "local") {
@@ -143,7 +154,8 @@ int run(const Config& c) {
     optimizer->zero_grad();
     const auto body = [&] {
       const t::Tensor out = ddp ? ddp->forward(w.inputs) : w.model->forward(w.inputs);
-      const t::Tensor loss = c.model == "mlp" ? nn::cross_entropy(out, w.targets) : nn::mse_loss(out, w.targets);
+      const t::Tensor loss =
+          c.model == "mlp" || c.model == "cnn" ? nn::cross_entropy(out, w.targets) : nn::mse_loss(out, w.targets);
       loss.backward();
     };
     if (c.mode == "nosync") {
@@ -191,7 +203,7 @@ int main(int argc, char** argv) {
   Config c;
   int nproc = 1;
   CLI::App app{"Time one training step of tinyddp, locally or with DDP."};
-  app.add_option("--model", c.model, "toy, mlp or huge")->check(CLI::IsMember({"toy", "mlp", "huge"}));
+  app.add_option("--model", c.model, "toy, mlp, huge or cnn")->check(CLI::IsMember({"toy", "mlp", "huge", "cnn"}));
   app.add_option("--mode", c.mode, "local, nosync or ddp")->check(CLI::IsMember({"local", "nosync", "ddp"}));
   app.add_option("--bucket_cap_mb", c.bucket_cap_mb, "DDP's bucket size (default 25)")->check(CLI::PositiveNumber);
   app.add_option("--first_bucket_cap_mb", c.first_bucket_cap_mb, "DDP's first bucket size (default 1)")

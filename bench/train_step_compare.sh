@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bazel build -c opt //bench:train_step >/dev/null 2>&1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-for model in toy mlp; do
+for model in toy mlp cnn; do
   for round in 1 2 3; do
     bazel-bin/bench/train_step --model "$model"
     /usr/bin/python3 bench/torch_train_step.py --model "$model"

@@ -27,6 +27,12 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim);
 std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim);  // values, flat indices
 void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log);
 
+// conv.cc: col (shape [N, C, kh, kw, OH, OW], any strides) = the windows of x [N, C, H, W]
+// (any strides), padding reading as pad_value; and its gradient, grad_x (contiguous, zeroed
+// here) = the sum, over the col entries that read each input element, of those entries.
+void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double pad_value);
+void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window);
+
 // matmul.cc: out [n, m] (contiguous) = a [n, k] x b [k, m], any strides on a and b.
 void mm(const Tensor& out, const Tensor& a, const Tensor& b);
 // Which GEMM engine float32/float64 matmuls use now, in words (for cpu_kernels_summary).

@@ -37,6 +37,10 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim);
 std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim);
 // cuDNN where it applies (float32/64/16), else our kernel.
 void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log);
+// im2col/col2im with the CPU's contracts, as a strided copy of the padded input's windows and an
+// accumulation into them (the copy and accumulate kernels).
+void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double pad_value);
+void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window);
 // out [n, m] (contiguous) = a [n, k] x b [k, m] through cuBLAS.
 void mm(const Tensor& out, const Tensor& a, const Tensor& b);
 

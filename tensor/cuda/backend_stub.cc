@@ -27,5 +27,7 @@ Tensor mean(const Tensor&, const Shape&, bool) { unavailable("mean"); }
 std::tuple<Tensor, Tensor> max(const Tensor&, const Shape&, bool) { unavailable("max"); }
 void softmax(const Tensor&, const Tensor&, int64_t, bool) { unavailable("softmax"); }
 void mm(const Tensor&, const Tensor&, const Tensor&) { unavailable("matmul"); }
+void im2col(const Tensor&, const Tensor&, const Window2d&, double) { unavailable("im2col"); }
+void col2im(const Tensor&, const Tensor&, const Window2d&) { unavailable("col2im"); }
 
 }  // namespace tinyddp::tensor::cuda

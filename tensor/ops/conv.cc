@@ -3,6 +3,7 @@
 // into columns, col2im adds columns back onto the input positions they came from (the
 // gradient of im2col). A convolution is then one GEMM per group, a pooling layer a reduction
 // over each window's column.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -16,20 +17,10 @@ using namespace detail;
 
 namespace {
 
-// The geometry of sliding a kernel over an [N, C, H, W] input.
-struct Window {
-  int64_t n, c, h, w;      // input
-  int64_t kh, kw;          // kernel
-  int64_t sh, sw;          // stride
-  int64_t ph, pw;          // padding on each side
-  int64_t dh, dw;          // dilation
-  int64_t oh = 0, ow = 0;  // output positions
+using Window = Window2d;
 
-  int64_t padded_h() const { return h + 2 * ph; }
-  int64_t padded_w() const { return w + 2 * pw; }
-  // The window's shape as im2col writes it: [N, C, kh, kw, OH, OW].
-  Shape col_shape() const { return {n, c, kh, kw, oh, ow}; }
-};
+// The window's shape as im2col writes it: [N, C, kh, kw, OH, OW].
+Shape col_shape(const Window& w) { return {w.n, w.c, w.kh, w.kw, w.oh, w.ow}; }
 
 std::string pair_str(int64_t a, int64_t b) { return fmt::format("({}, {})", a, b); }
 
@@ -54,35 +45,20 @@ Window make_window(const Shape& in, Size2d kernel, Size2d stride, Size2d padding
   return win;
 }
 
-// The [N, C, kh, kw, OH, OW] windows of `padded` (contiguous [N, C, H + 2ph, W + 2pw]) as a view.
-Tensor windows_of(const Tensor& padded, const Window& win) {
-  const int64_t row = win.padded_w(), plane = win.padded_h() * row;
-  return padded.as_strided(win.col_shape(), {win.c * plane, plane, win.dh * row, win.dw, win.sh * row, win.sw},
-                           padded.storage_offset());
-}
-
 // col (shape [N, C, kh, kw, OH, OW], any strides) = the windows of x, padding reading as
 // `pad_value`.
 void im2col_into(const Tensor& col, const Tensor& x, const Window& win, double pad_value) {
   NoGradGuard no_grad;
-  Tensor padded = x.contiguous();
-  if (win.ph > 0 || win.pw > 0) {
-    padded =
-        full({win.n, win.c, win.padded_h(), win.padded_w()}, pad_value, TensorOptions(x.dtype()).device(x.device()));
-    copy_into(padded.narrow(2, win.ph, win.h).narrow(3, win.pw, win.w), x);
-  }
-  copy_into(col, windows_of(padded, win));
+  TDDP_DISPATCH(x.device(), "im2col", im2col, col, x, win, pad_value);
 }
 
 // The gradient of im2col: a new [N, C, H, W] tensor where each input position holds the sum
 // of the col entries that read it (padding's entries are dropped).
 Tensor col2im(const Tensor& col, const Window& win) {
   NoGradGuard no_grad;
-  const Tensor padded =
-      zeros({win.n, win.c, win.padded_h(), win.padded_w()}, TensorOptions(col.dtype()).device(col.device()));
-  accumulate_into(windows_of(padded, win), col);
-  if (win.ph == 0 && win.pw == 0) return padded;
-  return padded.narrow(2, win.ph, win.h).narrow(3, win.pw, win.w).contiguous();
+  const Tensor grad_x = new_output({win.n, win.c, win.h, win.w}, col.dtype(), col.device());
+  TDDP_DISPATCH(col.device(), "col2im", col2im, grad_x, col, win);
+  return grad_x;
 }
 
 // A 3-D [C, H, W] input is one image: run it as [1, C, H, W] and drop the batch dim after.
@@ -100,7 +76,7 @@ Tensor unbatch_like(const Tensor& out, const Tensor& input) { return input.dim()
 
 // im2col as a differentiable op: [N, C, kh, kw, OH, OW] patches of x (contiguous).
 Tensor patches(const Tensor& x, const Window& win, double pad_value) {
-  const Tensor col = new_output(win.col_shape(), x.dtype(), x.device());
+  const Tensor col = new_output(col_shape(win), x.dtype(), x.device());
   im2col_into(col, x, win, pad_value);
   // grad_col: [N, C, kh, kw, OH, OW] -> grad_x: [N, C, H, W], summed over overlapping windows
   if (needs_grad(x)) {
@@ -204,10 +180,27 @@ void check_conv_args(const Tensor& x, const Tensor& weight, const Tensor& bias, 
 // The im2col matrix of a convolution, [C * kh * kw, N * L]: row (c, i, j) holds kernel tap
 // (i, j) of channel c at every output position of every image, so group g's rows are one
 // contiguous block and out[g] = weight[g] [O/g, K] @ col[g] [K, N * L] is a single GEMM.
-Tensor conv_columns(const Tensor& x, const Window& win) {
-  const Tensor col = new_output({win.c * win.kh * win.kw, win.n * win.oh * win.ow}, x.dtype(), x.device());
+// Written into `col`, a buffer of at least that many elements.
+Tensor conv_columns(const Tensor& x, const Window& win, const Tensor& buffer) {
+  const Tensor col = buffer.narrow(0, 0, win.c * win.kh * win.kw * win.n * win.oh * win.ow)
+                         .view({win.c * win.kh * win.kw, win.n * win.oh * win.ow});
   im2col_into(col.view({win.c, win.kh, win.kw, win.n, win.oh, win.ow}).permute({3, 0, 1, 2, 4, 5}), x, win, 0.0);
   return col;
+}
+
+// The images are processed in chunks whose im2col matrix stays near this size: the matrix is
+// then reused from cache by the GEMM that follows, and one buffer serves every chunk (a whole
+// batch's matrix can be tens of MB, freshly mapped pages on every call).
+constexpr int64_t kColumnChunkBytes = int64_t{8} << 20;
+
+struct Chunks {
+  int64_t size, count;
+};
+Chunks image_chunks(const Window& win, size_t element_size) {
+  const int64_t per_image = win.c * win.kh * win.kw * win.oh * win.ow * static_cast<int64_t>(element_size);
+  const int64_t size =
+      std::clamp<int64_t>(kColumnChunkBytes / std::max<int64_t>(per_image, 1), 1, std::max<int64_t>(win.n, 1));
+  return {size, (win.n + size - 1) / size};
 }
 
 // out[g] = a[g] @ b[g] for each group's block of rows of out [G*r, m], a [G*r, k] and b.
@@ -224,54 +217,99 @@ void grouped_mm(const Tensor& out, const Tensor& a, const Tensor& b, int64_t gro
 
 }  // namespace
 
+namespace {
+
+// Forward of conv2d on x [N, C, H, W] into out [N, O, OH, OW], chunk by chunk:
+// out[chunk] = permute(weight [O, K] @ col(chunk) [K, n * L]) + bias.
+void conv_forward(const Tensor& out, const Tensor& x, const Tensor& w2, const Tensor& bias, const Window& win,
+                  int64_t groups) {
+  const Chunks chunks = image_chunks(win, x.element_size());
+  const int64_t out_channels = w2.size(0), positions = win.oh * win.ow;
+  const TensorOptions options = TensorOptions(x.dtype()).device(x.device());
+  const Tensor col_buffer = empty({w2.size(1) * groups * chunks.size * positions}, options);
+  const Tensor out_buffer = empty({out_channels * chunks.size * positions}, options);
+  for (int64_t first = 0; first < win.n; first += chunks.size) {
+    Window part = win;
+    part.n = std::min(chunks.size, win.n - first);
+    const Tensor col = conv_columns(x.narrow(0, first, part.n), part, col_buffer);
+    const Tensor out2 = out_buffer.narrow(0, 0, out_channels * part.n * positions).view({out_channels, -1});
+    grouped_mm(out2, w2, col, groups, false, false);
+    if (bias.defined()) {
+      TDDP_DISPATCH(out2.device(), "conv2d", binary, BinaryOp::kAdd, out2, out2, bias.view({out_channels, 1}), 1.0);
+    }
+    // [O, n, L] -> out[first : first + n] ([n, O, L])
+    copy_into(out.narrow(0, first, part.n).view({part.n, out_channels, positions}),
+              out2.view({out_channels, part.n, positions}).permute({1, 0, 2}));
+  }
+}
+
+// Backward of conv2d for the gradients asked for (undefined `grad_input` / `grad_weight`:
+// not needed), chunk by chunk: g2 = permute(grad_out[chunk]) [O, n * L];
+// grad_weight += g2 @ col(chunk)^T; grad_input[chunk] = col2im(weight^T @ g2).
+void conv_backward(const Tensor& g, const Tensor& x, const Tensor& w2, const Window& win, int64_t groups,
+                   const Tensor& grad_input, const Tensor& grad_weight) {
+  const Chunks chunks = image_chunks(win, x.element_size());
+  const int64_t out_channels = w2.size(0), positions = win.oh * win.ow, taps = w2.size(1) * groups;
+  const TensorOptions options = TensorOptions(g.dtype()).device(g.device());
+  const Tensor col_buffer = empty({taps * chunks.size * positions}, options);
+  const Tensor g2_buffer = empty({out_channels * chunks.size * positions}, options);
+  const Tensor weight_part = grad_weight.defined() && chunks.count > 1 ? empty(grad_weight.sizes(), options) : Tensor();
+  for (int64_t first = 0; first < win.n; first += chunks.size) {
+    Window part = win;
+    part.n = std::min(chunks.size, win.n - first);
+    const Tensor g2 = g2_buffer.narrow(0, 0, out_channels * part.n * positions).view({out_channels, -1});
+    copy_into(g2.view({out_channels, part.n, positions}),
+              g.narrow(0, first, part.n).reshape({part.n, out_channels, positions}).permute({1, 0, 2}));
+    if (grad_weight.defined()) {
+      const Tensor col = conv_columns(x.narrow(0, first, part.n), part, col_buffer);
+      const bool into_result = first == 0;
+      grouped_mm(into_result ? grad_weight : weight_part, g2, col, groups, false, true);
+      if (!into_result) TDDP_DISPATCH(g.device(), "conv2d", accumulate, grad_weight, weight_part);
+    }
+    if (grad_input.defined()) {
+      const Tensor grad_col = col_buffer.narrow(0, 0, taps * part.n * positions).view({taps, -1});
+      grouped_mm(grad_col, w2, g2, groups, true, false);
+      TDDP_DISPATCH(g.device(), "col2im", col2im, grad_input.narrow(0, first, part.n),
+                    grad_col.view({win.c, win.kh, win.kw, part.n, win.oh, win.ow}).permute({3, 0, 1, 2, 4, 5}), part);
+    }
+  }
+}
+
+}  // namespace
+
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding,
               Size2d dilation, int64_t groups) {
   const Tensor x = as_batch(input, "conv2d");
   check_conv_args(x, weight, bias, groups);
   const Window win = make_window(x.sizes(), {weight.size(2), weight.size(3)}, stride, padding, dilation, "conv2d");
-  const int64_t out_channels = weight.size(0), positions = win.n * win.oh * win.ow;
-  Tensor col, w2, out;
+  const int64_t out_channels = weight.size(0);
+  Tensor w2, out;
   {
     NoGradGuard no_grad;
-    col = conv_columns(x, win);
     w2 = weight.reshape({out_channels, -1});  // [O, C/g * kh * kw]
-    const Tensor out2 = new_output({out_channels, positions}, x.dtype(), x.device());
-    grouped_mm(out2, w2, col, groups, false, false);
-    if (bias.defined()) {
-      TDDP_DISPATCH(out2.device(), "conv2d", binary, BinaryOp::kAdd, out2, out2, bias.view({out_channels, 1}), 1.0);
-    }
-    // [O, N, OH, OW] -> [N, O, OH, OW]
-    out = out2.view({out_channels, win.n, win.oh, win.ow}).permute({1, 0, 2, 3}).contiguous();
+    out = new_output({win.n, out_channels, win.oh, win.ow}, x.dtype(), x.device());
+    conv_forward(out, x, w2, bias, win, groups);
   }
   out = unbatch_like(out, input);
-  // grad_out [N, O, OH, OW] -> g2 [O, N * L]; grad_weight[g] = g2[g] @ col[g]^T: [O/g, K];
-  // grad_col[g] = weight[g]^T @ g2[g]: [K, N * L], then col2im -> grad_input; grad_bias = sum over N, OH, OW.
+  // grad_out [N, O, OH, OW] -> grad_input [N, C, H, W], grad_weight [O, C/g, kh, kw] (conv_backward),
+  // grad_bias = sum of grad_out over N, OH, OW.
   if (needs_grad({&input, &weight, &bias})) {
     const bool need_input = input.requires_grad(), need_weight = weight.requires_grad();
     const bool need_bias = bias.defined() && bias.requires_grad();
     record_op(
         "ConvolutionBackward", out, {input, weight, bias},
-        [sc = SavedTensor(need_weight ? col : Tensor()), sw = SavedTensor(need_input ? w2 : Tensor()), win, groups,
-         weight_shape = weight.sizes(), in_shape = input.sizes(), need_input, need_weight, need_bias](const Tensor& g) {
-          const int64_t out_channels = weight_shape[0];
-          const Tensor g4 = g.reshape({win.n, out_channels, win.oh, win.ow});
-          const Tensor g2 = g4.permute({1, 0, 2, 3}).contiguous().view({out_channels, -1});
-          Tensor grad_input, grad_weight;
-          if (need_weight) {
-            const Tensor& col = sc.get("ConvolutionBackward");
-            grad_weight = new_output({out_channels, col.size(0) / groups}, g.dtype(), g.device());
-            grouped_mm(grad_weight, g2, col, groups, false, true);
-            grad_weight = grad_weight.view(weight_shape);
-          }
-          if (need_input) {
-            const Tensor& w2 = sw.get("ConvolutionBackward");
-            const Tensor grad_col = new_output({w2.size(1) * groups, g2.size(1)}, g.dtype(), g.device());
-            grouped_mm(grad_col, w2, g2, groups, true, false);
-            grad_input =
-                col2im(grad_col.view({win.c, win.kh, win.kw, win.n, win.oh, win.ow}).permute({3, 0, 1, 2, 4, 5}), win)
-                    .view(in_shape);
-          }
-          return std::vector<Tensor>{grad_input, grad_weight, need_bias ? sum(g4, {0, 2, 3}) : Tensor()};
+        [sx = SavedTensor(need_weight ? x : Tensor()), sw = SavedTensor(w2), win, groups, weight_shape = weight.sizes(),
+         in_shape = input.sizes(), need_input, need_weight, need_bias](const Tensor& g) {
+          const Tensor g4 = g.reshape({win.n, weight_shape[0], win.oh, win.ow});
+          const Tensor& w2 = sw.get("ConvolutionBackward");
+          const Tensor x = need_weight ? sx.get("ConvolutionBackward") : Tensor();
+          const Tensor grad_input =
+              need_input ? new_output({win.n, win.c, win.h, win.w}, g.dtype(), g.device()) : Tensor();
+          const Tensor grad_weight = need_weight ? new_output(w2.sizes(), g.dtype(), g.device()) : Tensor();
+          conv_backward(g4, x, w2, win, groups, grad_input, grad_weight);
+          return std::vector<Tensor>{need_input ? grad_input.view(in_shape) : Tensor(),
+                                     need_weight ? grad_weight.view(weight_shape) : Tensor(),
+                                     need_bias ? sum(g4, {0, 2, 3}) : Tensor()};
         });
   }
   return out;

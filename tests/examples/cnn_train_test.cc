@@ -33,9 +33,10 @@ double max_difference(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-TEST_CASE("examples: train --model cnn on 2 ranks from PyTorch's initial state and batches ends with PyTorch's "
-          "state dict, buffers included",
-          "[examples][train][cnn]") {
+TEST_CASE(
+    "examples: train --model cnn on 2 ranks from PyTorch's initial state and batches ends with PyTorch's "
+    "state dict, buffers included",
+    "[examples][train][cnn]") {
   nn::OrderedDict<Tensor> init, data;
   for (const auto& [key, t] : reference()) {
     if (key.rfind("init.", 0) == 0) init.insert(key.substr(5), t);
@@ -57,8 +58,8 @@ TEST_CASE("examples: train --model cnn on 2 ranks from PyTorch's initial state a
   for (const auto& [name, t] : file.tensors) {
     INFO(name);
     // Parameters are the same on every rank; buffers are rank 0's (the rank that saves).
-    const std::string key = reference().contains("param.step9." + name) ? "param.step9." + name
-                                                                         : "buffers.rank0.step9." + name;
+    const std::string key =
+        reference().contains("param.step9." + name) ? "param.step9." + name : "buffers.rank0.step9." + name;
     CHECK(max_difference(t, reference().at(key)) < 1e-5);
   }
   std::ifstream csv(metrics);

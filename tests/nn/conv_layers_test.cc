@@ -27,8 +27,9 @@ TEST_CASE("Conv2d: weight and bias after manual_seed equal torch.nn.Conv2d's", "
   CHECK(conv.state_dict().keys() == std::vector<std::string>{"weight", "bias"});
   CHECK(conv.repr() == "Conv2d(4, 6, kernel_size=(3, 2), stride=(1, 1), groups=2)");
   CHECK_THROWS_WITH(nn::Conv2d(4, 6, 3, 1, 0, 1, 4), Contains("Conv2d: groups (4) must be positive and divide"));
-  CHECK_THROWS_WITH(conv.forward(tensor::randn({2, 3, 5, 5})),
-                    Contains("Conv2d: expected input [N, 4, H, W] or [4, H, W] (4 in_channels), got shape [2, 3, 5, 5]"));
+  CHECK_THROWS_WITH(
+      conv.forward(tensor::randn({2, 3, 5, 5})),
+      Contains("Conv2d: expected input [N, 4, H, W] or [4, H, W] (4 in_channels), got shape [2, 3, 5, 5]"));
 }
 
 TEST_CASE("BatchNorm2d: buffers, momentum=None as a cumulative average, eval, as torch.nn.BatchNorm2d", "[nn][conv]") {
@@ -50,13 +51,16 @@ TEST_CASE("BatchNorm2d: buffers, momentum=None as a cumulative average, eval, as
                          value("module_bn_eval_out", {2, 3, 2, 2}), 1e-5, 1e-6));
   CHECK(bn.num_batches_tracked.item<int64_t>() == 3);  // eval counts nothing
   CHECK(bn.repr() == "BatchNorm2d(3, eps=1e-05, momentum=None, affine=True, track_running_stats=True)");
-  CHECK_THROWS_WITH(bn.forward(tensor::randn({2, 3, 4})), Contains("BatchNorm2d: expected 4D input [N, C, H, W], got shape [2, 3, 4]"));
-  CHECK_THROWS_WITH(bn.forward(tensor::randn({2, 4, 1, 1})), Contains("BatchNorm2d: expected input with 3 channels (dim 1), got shape [2, 4, 1, 1]"));
+  CHECK_THROWS_WITH(bn.forward(tensor::randn({2, 3, 4})),
+                    Contains("BatchNorm2d: expected 4D input [N, C, H, W], got shape [2, 3, 4]"));
+  CHECK_THROWS_WITH(bn.forward(tensor::randn({2, 4, 1, 1})),
+                    Contains("BatchNorm2d: expected input with 3 channels (dim 1), got shape [2, 4, 1, 1]"));
   nn::BatchNorm1d bn1(3);
   bn1.forward(tensor::randn({4, 3}));
   bn1.forward(tensor::randn({4, 3, 5}));
   CHECK_THROWS_WITH(bn1.forward(tensor::randn({4, 3, 5, 5})), Contains("BatchNorm1d: expected 2D or 3D input"));
-  CHECK_THROWS_WITH(bn1.forward(tensor::randn({1, 3})), Contains("expected more than 1 value per channel when training"));
+  CHECK_THROWS_WITH(bn1.forward(tensor::randn({1, 3})),
+                    Contains("expected more than 1 value per channel when training"));
   // Without running statistics: batch statistics in eval too, and no buffers.
   nn::BatchNorm1d untracked(3, 1e-5, 0.1, /*affine=*/false, /*track_running_stats=*/false);
   untracked.eval();
@@ -69,7 +73,8 @@ TEST_CASE("train() and eval() reach every submodule: Dropout and BatchNorm in a 
   auto drop = std::make_shared<nn::Dropout>(0.5);
   auto bn = std::make_shared<nn::BatchNorm1d>(4);
   auto model = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
-      std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{drop}), bn, std::make_shared<nn::Flatten>()});
+      std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{drop}), bn,
+      std::make_shared<nn::Flatten>()});
   const Tensor x = tensor::randn({8, 4});
   model->eval();
   CHECK(!drop->is_training());
@@ -81,9 +86,10 @@ TEST_CASE("train() and eval() reach every submodule: Dropout and BatchNorm in a 
   CHECK(drop->is_training());
   model->forward(x);
   CHECK(bn->num_batches_tracked.item<int64_t>() == 1);
-  CHECK(model->repr() ==
-        "Sequential(\n  (0): Sequential(\n    (0): Dropout(p=0.5, inplace=False)\n  )\n  (1): BatchNorm1d(4, eps=1e-05, "
-        "momentum=0.1, affine=True, track_running_stats=True)\n  (2): Flatten(start_dim=1, end_dim=-1)\n)");
+  CHECK(
+      model->repr() ==
+      "Sequential(\n  (0): Sequential(\n    (0): Dropout(p=0.5, inplace=False)\n  )\n  (1): BatchNorm1d(4, eps=1e-05, "
+      "momentum=0.1, affine=True, track_running_stats=True)\n  (2): Flatten(start_dim=1, end_dim=-1)\n)");
   CHECK_THROWS_WITH(nn::Dropout(1.5), Contains("Dropout: probability p must be between 0 and 1, got 1.5"));
 }
 

@@ -192,3 +192,26 @@ TEST_CASE("conv2d, pooling, batch_norm and dropout: bad arguments get errors nam
   CHECK_THROWS_WITH(dropout(x, 1.5), Contains("dropout: probability p must be between 0 and 1, got 1.5"));
   CHECK_THROWS_WITH(dropout(x, -0.1), Contains("dropout: probability p must be between 0 and 1, got -0.1"));
 }
+
+TEST_CASE("conv2d over a batch larger than one im2col chunk equals the images one by one", "[conv]") {
+  // 8 channels x 9 taps x 128 x 128 positions in float64: 9.4 MB of columns per image, so the
+  // batch of 3 runs as 3 chunks (the weight gradient summed over them).
+  Generator gen(8);
+  const Tensor x = randn({3, 8, 128, 128}, kFloat64, &gen).requires_grad_();
+  const Tensor w = randn({4, 8, 3, 3}, kFloat64, &gen).requires_grad_();
+  const Tensor b = randn({4}, kFloat64, &gen).requires_grad_();
+  const Tensor g = randn({3, 4, 128, 128}, kFloat64, &gen);
+  const Tensor out = conv2d(x, w, b, 1, 1);
+  out.backward(g);
+  const Tensor gx = x.grad(), gw = w.grad(), gb = b.grad();
+  x.mutable_grad() = w.mutable_grad() = b.mutable_grad() = Tensor();
+  for (int64_t n = 0; n < 3; ++n) {
+    INFO("image " << n);
+    const Tensor one = conv2d(x.narrow(0, n, 1), w, b, 1, 1);
+    CHECK(allclose(one, out.narrow(0, n, 1), 1e-12, 1e-12));
+    one.backward(g.narrow(0, n, 1));
+  }
+  CHECK(allclose(x.grad(), gx, 1e-12, 1e-12));
+  CHECK(allclose(w.grad(), gw, 1e-10, 1e-10));
+  CHECK(allclose(b.grad(), gb, 1e-10, 1e-10));
+}
