@@ -31,8 +31,8 @@ void BM_Conv2d(benchmark::State& state) {
     benchmark::DoNotOptimize(y.raw_data_ptr());
   }
   const double flops = 2.0 * batch * out * size * size * in * 9 * (backward ? 3 : 1);
-  state.counters["GFLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate,
-                                                 benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_Conv2d)
     ->ArgNames({"batch", "in", "out", "size", "which"})
@@ -43,6 +43,20 @@ BENCHMARK(BM_Conv2d)
     ->Args({64, 32, 64, 32, 0})
     ->Args({64, 32, 64, 32, 1})
     ->Unit(benchmark::kMillisecond);
+
+// max_pool2d(2) forward + backward at the digits CNN's first pooling layer: [64, 16, 8, 8].
+void BM_MaxPool2d(benchmark::State& state) {
+  t::Generator g(0);
+  const t::Tensor x = t::randn({64, 16, 8, 8}, {}, &g).requires_grad_();
+  const t::Tensor grad = t::randn({64, 16, 4, 4}, {}, &g);
+  for (auto _ : state) {
+    const t::Tensor y = t::max_pool2d(x, 2);
+    y.backward(grad);
+    x.mutable_grad() = t::Tensor();
+    benchmark::DoNotOptimize(y.raw_data_ptr());
+  }
+}
+BENCHMARK(BM_MaxPool2d)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 // SyncBatchNorm: see sync_batchnorm.h. The forward and backward below are written beside each
-// other as one autograd::Function; shapes: x [N, C, ...], statistics [C], broadcast as
-// [1, C, 1, ...].
+// other as one autograd::Function, from batch normalisation's steps (tensor/ops.h:
+// batch_norm_mean_var, _elemt, _backward_reduce, _backward_elemt) with the collectives
+// between them; shapes: x [N, C, ...], statistics [C].
 #include "tinyddp/ddp/sync_batchnorm.h"
 
 #include "tinyddp/autograd/function.h"
@@ -12,15 +13,6 @@ namespace t = tinyddp::tensor;
 using autograd::FunctionCtx;
 
 namespace {
-
-// The dims statistics reduce over (all but 1) and the [1, C, 1, ...] shape they broadcast as.
-struct ChannelDims {
-  t::Shape reduce{0}, broadcast;
-  explicit ChannelDims(const Tensor& x) : broadcast(static_cast<size_t>(x.dim()), 1) {
-    for (int64_t d = 2; d < x.dim(); ++d) reduce.push_back(d);
-    broadcast[1] = x.size(1);
-  }
-};
 
 // [a (C), b (C)] -> one [2C] tensor, for one collective.
 Tensor concat(const Tensor& a, const Tensor& b) {
@@ -37,15 +29,13 @@ struct SyncBatchNormFunction : autograd::Function<SyncBatchNormFunction> {
   static Tensor forward(FunctionCtx* ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const Tensor& running_mean, const Tensor& running_var, double momentum, double eps,
                         comm::ProcessGroup* group) {
-    const ChannelDims dims(x);
     const int64_t channels = x.size(1), count = x.numel() / channels;
     // This rank's [mean (C), biased variance (C), count]; zeros for an empty batch.
     const Tensor local = t::zeros({2 * channels + 1}, t::TensorOptions(x.dtype()).device(x.device()));
     if (count > 0) {
-      const Tensor mean = t::mean(x, dims.reduce);
-      const Tensor centered = t::sub(x, mean.view(dims.broadcast));
+      const auto [mean, var] = t::batch_norm_mean_var(x);
       local.narrow(0, 0, channels).copy_(mean);
-      local.narrow(0, channels, channels).copy_(t::mean(t::mul(centered, centered), dims.reduce));
+      local.narrow(0, channels, channels).copy_(var);
       local.narrow(0, 2 * channels, 1).fill_(static_cast<double>(count));
     }
     const Tensor gathered = t::empty({group->size(), 2 * channels + 1}, t::TensorOptions(x.dtype()).device(x.device()));
@@ -71,37 +61,29 @@ struct SyncBatchNormFunction : autograd::Function<SyncBatchNormFunction> {
     ctx->saved_data["invstd"] = invstd;
     ctx->saved_data["total"] = total;
     ctx->saved_data["group"] = group;
-    Tensor out = t::mul(t::sub(x, mean.view(dims.broadcast)), invstd.view(dims.broadcast));
-    if (weight.defined()) out = t::mul(out, weight.view(dims.broadcast));
-    if (bias.defined()) out = t::add(out, bias.view(dims.broadcast));
-    return out;
+    return t::batch_norm_elemt(x, weight, bias, mean, invstd);
   }
 
   // grad_weight = sum(dy * (x - mean)) * invstd and grad_bias = sum(dy), over this rank's
   // batch; grad_x needs both sums over the global batch (one allreduce):
-  // grad_x = (dy - sum_dy / n - (x - mean) * invstd^2 * sum_dy_xmu / n) * invstd * weight.
+  // grad_x = (dy - sum_dy / n - (x - mean) * invstd^2 * sum_dy_xmu / n) * invstd * weight,
+  // with n the global batch's count (batch_norm_backward_elemt).
   static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& grad_outputs) {
     const std::vector<Tensor> saved = ctx->get_saved_variables();
     const Tensor &x = saved[0], &weight = saved[1], &dy = grad_outputs[0];
     const auto mean = std::any_cast<Tensor>(ctx->saved_data["mean"]);
     const auto invstd = std::any_cast<Tensor>(ctx->saved_data["invstd"]);
     const auto total = std::any_cast<double>(ctx->saved_data["total"]);
-    const ChannelDims dims(x);
-    const Tensor xmu = t::sub(x, mean.view(dims.broadcast));
-    const Tensor sum_dy = t::sum(dy, dims.reduce), sum_dy_xmu = t::sum(t::mul(dy, xmu), dims.reduce);
+    const auto [sum_dy, sum_dy_xmu] = t::batch_norm_backward_reduce(dy, x, mean);
     std::vector<Tensor> grads(8);
     if (ctx->needs_input_grad[1]) grads[1] = t::mul(sum_dy_xmu, invstd);
     if (ctx->needs_input_grad[2]) grads[2] = sum_dy;
     if (ctx->needs_input_grad[0]) {
-      const Tensor sums = concat(sum_dy, sum_dy_xmu);
+      const Tensor sums = concat(sum_dy, sum_dy_xmu);  // a copy: the local sums above stay
       std::any_cast<comm::ProcessGroup*>(ctx->saved_data["group"])->allreduce(sums)->wait();
       const int64_t channels = x.size(1);
-      const Tensor mean_dy = t::div(sums.narrow(0, 0, channels), total).view(dims.broadcast);
-      const Tensor mean_dy_xmu = t::div(sums.narrow(0, channels, channels), total);
-      const Tensor scale = t::mul(t::mul(invstd, invstd), mean_dy_xmu).view(dims.broadcast);
-      Tensor factor = invstd;
-      if (weight.defined()) factor = t::mul(factor, weight);
-      grads[0] = t::mul(t::sub(t::sub(dy, mean_dy), t::mul(xmu, scale)), factor.view(dims.broadcast));
+      grads[0] = t::batch_norm_backward_elemt(dy, x, mean, invstd, weight, sums.narrow(0, 0, channels),
+                                              sums.narrow(0, channels, channels), total);
     }
     return grads;
   }

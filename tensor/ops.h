@@ -121,6 +121,22 @@ Tensor adaptive_avg_pool2d(const Tensor& input, Size2d output_size);
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), bool training = false,
                   double momentum = 0.1, double eps = 1e-5);
+// Batch normalisation's steps, as PyTorch's torch.batch_norm_stats / batch_norm_elemt /
+// batch_norm_backward_reduce / batch_norm_backward_elemt (not differentiable; batch_norm and
+// SyncBatchNorm are built from them). Over dim 1 of input [N, C, ...], results [C]:
+// the per-channel mean and biased variance;
+std::tuple<Tensor, Tensor> batch_norm_mean_var(const Tensor& input);
+// (input - mean) * invstd * weight + bias (weight, bias may be undefined);
+Tensor batch_norm_elemt(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                        const Tensor& invstd);
+// sum(grad_out) and sum(grad_out * (input - mean)) per channel;
+std::tuple<Tensor, Tensor> batch_norm_backward_reduce(const Tensor& grad_out, const Tensor& input, const Tensor& mean);
+// the input's gradient, (grad_out - sum_dy / count - (input - mean) invstd^2 sum_dy_xmu / count)
+// invstd weight, for statistics taken over `count` elements per channel; with sum_dy and
+// sum_dy_xmu undefined (fixed statistics, eval) it is grad_out * invstd * weight.
+Tensor batch_norm_backward_elemt(const Tensor& grad_out, const Tensor& input, const Tensor& mean, const Tensor& invstd,
+                                 const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu, double count);
+
 class Generator;
 // torch.nn.functional.dropout: in training each element is zeroed with probability p (drawn
 // from `generator`, default the global one) and the others scaled by 1 / (1 - p); p = 1 gives

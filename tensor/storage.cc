@@ -1,8 +1,11 @@
 // The CPU allocator and Storage's lifetime management.
 #include "tinyddp/tensor/storage.h"
 
+#include <malloc.h>
+
 #include <cstdlib>
 #include <new>
+#include <string_view>
 
 #include "tinyddp/tensor/cuda.h"
 #if TINYDDP_WITH_CUDA
@@ -15,6 +18,27 @@ namespace tinyddp::tensor {
 namespace {
 
 constexpr size_t kCpuAlignment = 64;  // one cache line; what AVX-512 loads like best
+
+// glibc's defaults hand every block above a threshold that adapts to at most 32 MiB back to the
+// kernel when it is freed (munmap, or trimming the heap's top beyond 128 KiB-64 MiB), so a
+// training step that allocates and frees the same large tensors each iteration (a convolution's
+// im2col matrix, its output) page-faults them in again every time: half of a conv layer's time
+// in measurements (bench/README.md). tinyddp keeps such memory in the heap instead: blocks up
+// to 32 MiB come from it and freed memory is trimmed only beyond 512 MiB. Not when the user
+// tunes malloc already (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, GLIBC_TUNABLES) or
+// sets TINYDDP_CPU_MALLOC=system.
+struct KeepLargeBlocks {
+  KeepLargeBlocks() {
+    for (const char* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"}) {
+      if (std::getenv(name) != nullptr) return;
+    }
+    const char* choice = std::getenv("TINYDDP_CPU_MALLOC");
+    if (choice != nullptr && std::string_view(choice) == "system") return;
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+  }
+};
+const KeepLargeBlocks keep_large_blocks;
 
 class CpuAllocator final : public Allocator {
  public:

@@ -27,11 +27,28 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim);
 std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim);  // values, flat indices
 void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log);
 
+// norm.cc: batch normalisation over dim 1 of contiguous x [N, C, ...], statistics [C] in x's
+// dtype (accumulated in double), weight/bias [C] or undefined; see tensor/ops.h's
+// batch_norm_mean_var and friends for what each computes.
+std::tuple<Tensor, Tensor> batch_norm_mean_var(const Tensor& x);
+void batch_norm_elemt(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                      const Tensor& invstd);
+std::tuple<Tensor, Tensor> batch_norm_backward_reduce(const Tensor& dy, const Tensor& x, const Tensor& mean);
+void batch_norm_backward_elemt(const Tensor& grad_x, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                               const Tensor& invstd, const Tensor& weight, const Tensor& sum_dy,
+                               const Tensor& sum_dy_xmu, double count);
+
 // conv.cc: col (shape [N, C, kh, kw, OH, OW], any strides) = the windows of x [N, C, H, W]
 // (any strides), padding reading as pad_value; and its gradient, grad_x (contiguous, zeroed
 // here) = the sum, over the col entries that read each input element, of those entries.
 void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double pad_value);
 void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window);
+// Max pooling: out [N, C, OH, OW] = each window's maximum (NaN wins; of equal values the first
+// in row-major window order), `indices` (int64, same shape) saying where it came from, in a
+// form only max_pool2d_backward reads; grad_x (contiguous, zeroed here) receives each output
+// gradient at its window's maximum.
+void max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& window);
+void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices, const Window2d& window);
 
 // matmul.cc: out [n, m] (contiguous) = a [n, k] x b [k, m], any strides on a and b.
 void mm(const Tensor& out, const Tensor& a, const Tensor& b);

@@ -5,6 +5,8 @@
 // dense. Rows are short (4 to 32 elements in small CNNs), so the per-row work is kept to a few
 // additions: everything else is computed once per tap.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "tinyddp/tensor/cpu/backend.h"
@@ -109,7 +111,8 @@ void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window) {
         if (ih < 0 || ih >= w.h) continue;  // the row lies in the padding: nothing flows back
         T* dst = plane + ih * walk.xs[2];
         if (dense) {
-          for (int64_t ow = first; ow < last; ++ow) dst[ow] = static_cast<T>(static_cast<C>(dst[ow]) + static_cast<C>(in[ow]));
+          for (int64_t ow = first; ow < last; ++ow)
+            dst[ow] = static_cast<T>(static_cast<C>(dst[ow]) + static_cast<C>(in[ow]));
         } else {
           for (int64_t ow = first; ow < last; ++ow) {
             T& d = dst[ow * dst_step];
@@ -118,6 +121,100 @@ void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window) {
         }
       }
     });
+  });
+}
+
+namespace {
+
+// Every output position's taps that fall inside the input (the same for every plane): for
+// position k, entries [begin[k], begin[k + 1]) of `offset` (in elements of x) and `index` (ih * W + iw).
+struct PoolTaps {
+  std::vector<int64_t> begin, offset, index;
+  PoolTaps(const Window2d& w, int64_t row_stride, int64_t col_stride) {
+    for (int64_t oh = 0; oh < w.oh; ++oh) {
+      for (int64_t ow = 0; ow < w.ow; ++ow) {
+        begin.push_back(static_cast<int64_t>(offset.size()));
+        for (int64_t i = 0; i < w.kh; ++i) {
+          const int64_t ih = oh * w.sh - w.ph + i * w.dh;
+          for (int64_t j = 0; j < w.kw; ++j) {
+            const int64_t iw = ow * w.sw - w.pw + j * w.dw;
+            if (ih < 0 || ih >= w.h || iw < 0 || iw >= w.w) continue;
+            offset.push_back(ih * row_stride + iw * col_stride);
+            index.push_back(ih * w.w + iw);
+          }
+        }
+      }
+    }
+    begin.push_back(static_cast<int64_t>(offset.size()));
+  }
+};
+
+// One plane's pooling: as PyTorch, each window's maximum, the first tap holding it (row-major),
+// and a NaN, if any, wins (the last NaN). Branch-free passes: which tap wins is data, and
+// mispredicted branches would cost more than the pooling itself.
+template <typename T>
+void max_pool_plane(const T* __restrict in, T* __restrict out, int64_t* __restrict where, const PoolTaps& taps) {
+  using C = compute_t<T>;
+  const int64_t positions = static_cast<int64_t>(taps.begin.size()) - 1;
+  const int64_t* offset = taps.offset.data();
+  const int64_t* index = taps.index.data();
+  for (int64_t k = 0; k < positions; ++k) {
+    const int64_t first = taps.begin[k], last = taps.begin[k + 1];
+    C best = -std::numeric_limits<C>::infinity();
+    bool nan = false;
+    for (int64_t t = first; t < last; ++t) {
+      const C v = static_cast<C>(in[offset[t]]);
+      best = v > best ? v : best;
+      nan |= v != v;
+    }
+    int64_t best_at = index[first];
+    for (int64_t t = last - 1; t >= first; --t) {
+      const int64_t hit = static_cast<C>(in[offset[t]]) == best;  // 0 or 1: arithmetic, not a branch
+      best_at += (index[t] - best_at) * hit;
+    }
+    if (nan) {  // rare
+      best = std::numeric_limits<C>::quiet_NaN();
+      for (int64_t t = first; t < last; ++t) {
+        if (static_cast<C>(in[offset[t]]) != static_cast<C>(in[offset[t]])) best_at = index[t];
+      }
+    }
+    out[k] = static_cast<T>(best);
+    where[k] = best_at;  // the input element ih * W + iw of the plane
+  }
+}
+
+}  // namespace
+
+void max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& w) {
+  dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const PoolTaps taps(w, x.stride(2), x.stride(3));
+    const int64_t positions = w.oh * w.ow, s0 = x.stride(0), s1 = x.stride(1), channels = w.c;
+    const T* in = x.data_ptr<T>();
+    T* o = out.data_ptr<T>();
+    int64_t* where = indices.data_ptr<int64_t>();
+    for (int64_t p = 0; p < w.n * channels; ++p) {
+      max_pool_plane(in + (p / channels) * s0 + (p % channels) * s1, o + p * positions, where + p * positions, taps);
+    }
+  });
+}
+
+void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices, const Window2d& w) {
+  fill(grad_x, 0.0);
+  dispatch_floating(grad_x.dtype(), "max_pool2d backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    const T* g = grad_out.data_ptr<T>();
+    const int64_t* where = indices.data_ptr<int64_t>();
+    T* gx = grad_x.data_ptr<T>();
+    const int64_t per_plane = w.oh * w.ow, plane = w.h * w.w;
+    for (int64_t p = 0; p < w.n * w.c; ++p) {
+      T* target = gx + p * plane;
+      for (int64_t k = p * per_plane; k < (p + 1) * per_plane; ++k) {
+        T& d = target[where[k]];
+        d = static_cast<T>(static_cast<C>(d) + static_cast<C>(g[k]));
+      }
+    }
   });
 }
 

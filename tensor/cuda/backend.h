@@ -37,10 +37,23 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim);
 std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim);
 // cuDNN where it applies (float32/64/16), else our kernel.
 void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log);
+// Batch normalisation's four steps with the CPU's contracts, from the elementwise and
+// reduction kernels (norm.cc).
+std::tuple<Tensor, Tensor> batch_norm_mean_var(const Tensor& x);
+void batch_norm_elemt(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                      const Tensor& invstd);
+std::tuple<Tensor, Tensor> batch_norm_backward_reduce(const Tensor& dy, const Tensor& x, const Tensor& mean);
+void batch_norm_backward_elemt(const Tensor& grad_x, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                               const Tensor& invstd, const Tensor& weight, const Tensor& sum_dy,
+                               const Tensor& sum_dy_xmu, double count);
 // im2col/col2im with the CPU's contracts, as a strided copy of the padded input's windows and an
 // accumulation into them (the copy and accumulate kernels).
 void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double pad_value);
 void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window);
+// Max pooling with the CPU's contracts, from im2col, max over each window and, backward, a
+// one-hot mask and col2im (indices: the tap of the window).
+void max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& window);
+void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices, const Window2d& window);
 // out [n, m] (contiguous) = a [n, k] x b [k, m] through cuBLAS.
 void mm(const Tensor& out, const Tensor& a, const Tensor& b);
 

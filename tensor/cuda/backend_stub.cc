@@ -29,5 +29,20 @@ void softmax(const Tensor&, const Tensor&, int64_t, bool) { unavailable("softmax
 void mm(const Tensor&, const Tensor&, const Tensor&) { unavailable("matmul"); }
 void im2col(const Tensor&, const Tensor&, const Window2d&, double) { unavailable("im2col"); }
 void col2im(const Tensor&, const Tensor&, const Window2d&) { unavailable("col2im"); }
+void max_pool2d(const Tensor&, const Tensor&, const Tensor&, const Window2d&) { unavailable("max_pool2d"); }
+void max_pool2d_backward(const Tensor&, const Tensor&, const Tensor&, const Window2d&) {
+  unavailable("max_pool2d backward");
+}
+std::tuple<Tensor, Tensor> batch_norm_mean_var(const Tensor&) { unavailable("batch_norm"); }
+void batch_norm_elemt(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  unavailable("batch_norm");
+}
+std::tuple<Tensor, Tensor> batch_norm_backward_reduce(const Tensor&, const Tensor&, const Tensor&) {
+  unavailable("batch_norm backward");
+}
+void batch_norm_backward_elemt(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                               const Tensor&, const Tensor&, double) {
+  unavailable("batch_norm backward");
+}
 
 }  // namespace tinyddp::tensor::cuda

@@ -108,10 +108,21 @@ Tensor max_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d>
   const Window win =
       make_window(x.sizes(), kernel_size, stride_or_kernel(stride, kernel_size), padding, dilation, "max_pool2d");
   check_pool_padding(win, "max_pool2d");
-  const Tensor col = patches(x, win, -std::numeric_limits<double>::infinity());
-  // max's backward routes each window's gradient to its first maximum; im2col's adds them up.
-  const Tensor values = std::get<0>(max(col.view({win.n, win.c, win.kh * win.kw, win.oh, win.ow}), 2));
-  return unbatch_like(values, input);
+  const Tensor out = new_output({win.n, win.c, win.oh, win.ow}, x.dtype(), x.device());
+  const Tensor indices = new_output(out.sizes(), kInt64, x.device());  // where each maximum came from
+  {
+    NoGradGuard no_grad;
+    TDDP_DISPATCH(x.device(), "max_pool2d", max_pool2d, out, indices, x, win);
+  }
+  // grad_out [N, C, OH, OW] -> grad_x [N, C, H, W]: each output's gradient added at its maximum.
+  if (needs_grad(x)) {
+    record_op("MaxPool2DWithIndicesBackward", out, {x}, [indices, win](const Tensor& g) {
+      const Tensor grad_x = new_output({win.n, win.c, win.h, win.w}, g.dtype(), g.device());
+      TDDP_DISPATCH(g.device(), "max_pool2d backward", max_pool2d_backward, grad_x, g.contiguous(), indices, win);
+      return std::vector<Tensor>{grad_x};
+    });
+  }
+  return unbatch_like(out, input);
 }
 
 Tensor avg_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d> stride, Size2d padding,
@@ -220,9 +231,10 @@ void grouped_mm(const Tensor& out, const Tensor& a, const Tensor& b, int64_t gro
 namespace {
 
 // Forward of conv2d on x [N, C, H, W] into out [N, O, OH, OW], chunk by chunk:
-// out[chunk] = permute(weight [O, K] @ col(chunk) [K, n * L]) + bias.
-void conv_forward(const Tensor& out, const Tensor& x, const Tensor& w2, const Tensor& bias, const Window& win,
-                  int64_t groups) {
+// out[chunk] = permute(weight [O, K] @ col(chunk) [K, n * L]) + bias. Returns the im2col
+// matrix when the batch was one chunk (the backward reuses it), else nothing.
+Tensor conv_forward(const Tensor& out, const Tensor& x, const Tensor& w2, const Tensor& bias, const Window& win,
+                    int64_t groups) {
   const Chunks chunks = image_chunks(win, x.element_size());
   const int64_t out_channels = w2.size(0), positions = win.oh * win.ow;
   const TensorOptions options = TensorOptions(x.dtype()).device(x.device());
@@ -240,15 +252,18 @@ void conv_forward(const Tensor& out, const Tensor& x, const Tensor& w2, const Te
     // [O, n, L] -> out[first : first + n] ([n, O, L])
     copy_into(out.narrow(0, first, part.n).view({part.n, out_channels, positions}),
               out2.view({out_channels, part.n, positions}).permute({1, 0, 2}));
+    if (chunks.count == 1) return col;
   }
+  return Tensor();
 }
 
 // Backward of conv2d for the gradients asked for (undefined `grad_input` / `grad_weight`:
 // not needed), chunk by chunk: g2 = permute(grad_out[chunk]) [O, n * L];
-// grad_weight += g2 @ col(chunk)^T; grad_input[chunk] = col2im(weight^T @ g2).
-void conv_backward(const Tensor& g, const Tensor& x, const Tensor& w2, const Window& win, int64_t groups,
-                   const Tensor& grad_input, const Tensor& grad_weight) {
-  const Chunks chunks = image_chunks(win, x.element_size());
+// grad_weight += g2 @ col(chunk)^T; grad_input[chunk] = col2im(weight^T @ g2). `saved_col`:
+// the forward's im2col matrix of a one-chunk batch (else undefined: recomputed per chunk).
+void conv_backward(const Tensor& g, const Tensor& x, const Tensor& saved_col, const Tensor& w2, const Window& win,
+                   int64_t groups, const Tensor& grad_input, const Tensor& grad_weight) {
+  const Chunks chunks = image_chunks(win, g.element_size());
   const int64_t out_channels = w2.size(0), positions = win.oh * win.ow, taps = w2.size(1) * groups;
   const TensorOptions options = TensorOptions(g.dtype()).device(g.device());
   const Tensor col_buffer = empty({taps * chunks.size * positions}, options);
@@ -261,7 +276,7 @@ void conv_backward(const Tensor& g, const Tensor& x, const Tensor& w2, const Win
     copy_into(g2.view({out_channels, part.n, positions}),
               g.narrow(0, first, part.n).reshape({part.n, out_channels, positions}).permute({1, 0, 2}));
     if (grad_weight.defined()) {
-      const Tensor col = conv_columns(x.narrow(0, first, part.n), part, col_buffer);
+      const Tensor col = saved_col.defined() ? saved_col : conv_columns(x.narrow(0, first, part.n), part, col_buffer);
       const bool into_result = first == 0;
       grouped_mm(into_result ? grad_weight : weight_part, g2, col, groups, false, true);
       if (!into_result) TDDP_DISPATCH(g.device(), "conv2d", accumulate, grad_weight, weight_part);
@@ -283,12 +298,12 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Siz
   check_conv_args(x, weight, bias, groups);
   const Window win = make_window(x.sizes(), {weight.size(2), weight.size(3)}, stride, padding, dilation, "conv2d");
   const int64_t out_channels = weight.size(0);
-  Tensor w2, out;
+  Tensor w2, out, col;
   {
     NoGradGuard no_grad;
     w2 = weight.reshape({out_channels, -1});  // [O, C/g * kh * kw]
     out = new_output({win.n, out_channels, win.oh, win.ow}, x.dtype(), x.device());
-    conv_forward(out, x, w2, bias, win, groups);
+    col = conv_forward(out, x, w2, bias, win, groups);
   }
   out = unbatch_like(out, input);
   // grad_out [N, O, OH, OW] -> grad_input [N, C, H, W], grad_weight [O, C/g, kh, kw] (conv_backward),
@@ -296,21 +311,21 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Siz
   if (needs_grad({&input, &weight, &bias})) {
     const bool need_input = input.requires_grad(), need_weight = weight.requires_grad();
     const bool need_bias = bias.defined() && bias.requires_grad();
-    record_op(
-        "ConvolutionBackward", out, {input, weight, bias},
-        [sx = SavedTensor(need_weight ? x : Tensor()), sw = SavedTensor(w2), win, groups, weight_shape = weight.sizes(),
-         in_shape = input.sizes(), need_input, need_weight, need_bias](const Tensor& g) {
-          const Tensor g4 = g.reshape({win.n, weight_shape[0], win.oh, win.ow});
-          const Tensor& w2 = sw.get("ConvolutionBackward");
-          const Tensor x = need_weight ? sx.get("ConvolutionBackward") : Tensor();
-          const Tensor grad_input =
-              need_input ? new_output({win.n, win.c, win.h, win.w}, g.dtype(), g.device()) : Tensor();
-          const Tensor grad_weight = need_weight ? new_output(w2.sizes(), g.dtype(), g.device()) : Tensor();
-          conv_backward(g4, x, w2, win, groups, grad_input, grad_weight);
-          return std::vector<Tensor>{need_input ? grad_input.view(in_shape) : Tensor(),
-                                     need_weight ? grad_weight.view(weight_shape) : Tensor(),
-                                     need_bias ? sum(g4, {0, 2, 3}) : Tensor()};
-        });
+    record_op("ConvolutionBackward", out, {input, weight, bias},
+              [sx = SavedTensor(need_weight && !col.defined() ? x : Tensor()), col = need_weight ? col : Tensor(),
+               sw = SavedTensor(w2), win, groups, weight_shape = weight.sizes(), in_shape = input.sizes(), need_input,
+               need_weight, need_bias](const Tensor& g) {
+                const Tensor g4 = g.reshape({win.n, weight_shape[0], win.oh, win.ow});
+                const Tensor& w2 = sw.get("ConvolutionBackward");
+                const Tensor x = need_weight && !col.defined() ? sx.get("ConvolutionBackward") : Tensor();
+                const Tensor grad_input =
+                    need_input ? new_output({win.n, win.c, win.h, win.w}, g.dtype(), g.device()) : Tensor();
+                const Tensor grad_weight = need_weight ? new_output(w2.sizes(), g.dtype(), g.device()) : Tensor();
+                conv_backward(g4, x, col, w2, win, groups, grad_input, grad_weight);
+                return std::vector<Tensor>{need_input ? grad_input.view(in_shape) : Tensor(),
+                                           need_weight ? grad_weight.view(weight_shape) : Tensor(),
+                                           need_bias ? sum(g4, {0, 2, 3}) : Tensor()};
+              });
   }
   return out;
 }

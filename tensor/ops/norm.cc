@@ -1,5 +1,9 @@
-// Batch normalisation and dropout, written with the differentiable ops: their gradients are
-// those ops' gradients composed, so nothing here needs a backward formula of its own.
+// Batch normalisation (its four steps, as PyTorch's, and batch_norm from them with its backward
+// beside it) and dropout (written with the differentiable ops, whose gradients compose).
+#include <algorithm>
+#include <tuple>
+#include <utility>
+
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/ops/checks.h"
@@ -23,53 +27,125 @@ void check_channel_vector(const Tensor& t, const Tensor& input, const char* name
 
 }  // namespace
 
+namespace {
+
+// The steps' common checks: a floating-point [N, C, ...] input, [C] vectors of its dtype and device.
+void check_bn_input(const Tensor& input, const char* op) {
+  check_defined(input, op, "input");
+  TDDP_CHECK(input.dim() >= 2, "{}: expected an input [N, C, ...] of at least 2 dims, got shape {}", op,
+             format_shape(input.sizes()));
+  TDDP_CHECK(input.is_floating_point(), "{}: expected a floating-point input, got dtype {}", op,
+             dtype_name(input.dtype()));
+  check_kernel_device(input, op);
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor> batch_norm_mean_var(const Tensor& input) {
+  check_bn_input(input, "batch_norm_mean_var");
+  NoGradGuard no_grad;
+  return TDDP_DISPATCH(input.device(), "batch_norm", batch_norm_mean_var, input.contiguous());
+}
+
+Tensor batch_norm_elemt(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                        const Tensor& invstd) {
+  check_bn_input(input, "batch_norm_elemt");
+  for (const auto& [t, name] : {std::pair{&weight, "weight"}, {&bias, "bias"}, {&mean, "mean"}, {&invstd, "invstd"}}) {
+    check_channel_vector(*t, input, name);
+  }
+  NoGradGuard no_grad;
+  const Tensor out = new_output(input.sizes(), input.dtype(), input.device());
+  TDDP_DISPATCH(input.device(), "batch_norm", batch_norm_elemt, out, input.contiguous(), weight, bias, mean, invstd);
+  return out;
+}
+
+std::tuple<Tensor, Tensor> batch_norm_backward_reduce(const Tensor& grad_out, const Tensor& input, const Tensor& mean) {
+  check_bn_input(input, "batch_norm_backward_reduce");
+  check_same_dtype(input, grad_out, "batch_norm_backward_reduce", "input", "grad_out");
+  TDDP_CHECK(grad_out.sizes() == input.sizes(), "batch_norm_backward_reduce: grad_out of shape {} for input {}",
+             format_shape(grad_out.sizes()), format_shape(input.sizes()));
+  check_channel_vector(mean, input, "mean");
+  NoGradGuard no_grad;
+  return TDDP_DISPATCH(input.device(), "batch_norm backward", batch_norm_backward_reduce, grad_out.contiguous(),
+                       input.contiguous(), mean);
+}
+
+Tensor batch_norm_backward_elemt(const Tensor& grad_out, const Tensor& input, const Tensor& mean, const Tensor& invstd,
+                                 const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu, double count) {
+  check_bn_input(input, "batch_norm_backward_elemt");
+  check_same_dtype(input, grad_out, "batch_norm_backward_elemt", "input", "grad_out");
+  TDDP_CHECK(grad_out.sizes() == input.sizes(), "batch_norm_backward_elemt: grad_out of shape {} for input {}",
+             format_shape(grad_out.sizes()), format_shape(input.sizes()));
+  TDDP_CHECK(sum_dy.defined() == sum_dy_xmu.defined(),
+             "batch_norm_backward_elemt: give both sums (batch statistics) or neither (fixed statistics)");
+  TDDP_CHECK(!sum_dy.defined() || count > 0, "batch_norm_backward_elemt: count must be positive, got {}", count);
+  for (const auto& [t, name] : {std::pair{&mean, "mean"},
+                                {&invstd, "invstd"},
+                                {&weight, "weight"},
+                                {&sum_dy, "sum_dy"},
+                                {&sum_dy_xmu, "sum_dy_xmu"}}) {
+    check_channel_vector(*t, input, name);
+  }
+  NoGradGuard no_grad;
+  const Tensor grad_input = new_output(input.sizes(), input.dtype(), input.device());
+  TDDP_DISPATCH(input.device(), "batch_norm backward", batch_norm_backward_elemt, grad_input, grad_out.contiguous(),
+                input.contiguous(), mean, invstd, weight, sum_dy, sum_dy_xmu, count);
+  return grad_input;
+}
+
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
-  check_defined(input, "batch_norm", "input");
-  TDDP_CHECK(input.dim() >= 2, "batch_norm: expected an input [N, C, ...] of at least 2 dims, got shape {}",
-             format_shape(input.sizes()));
-  TDDP_CHECK(input.is_floating_point(), "batch_norm: expected a floating-point input, got dtype {}",
-             dtype_name(input.dtype()));
+  check_bn_input(input, "batch_norm");
   check_channel_vector(running_mean, input, "running_mean");
   check_channel_vector(running_var, input, "running_var");
   check_channel_vector(weight, input, "weight");
   check_channel_vector(bias, input, "bias");
   const int64_t channels = input.size(1);
-  // Statistics are per channel: reduce every dim but 1; [C] vectors broadcast as [1, C, 1, ...].
-  Shape dims{0}, channel_shape(static_cast<size_t>(input.dim()), 1);
-  for (int64_t d = 2; d < input.dim(); ++d) dims.push_back(d);
-  channel_shape[1] = channels;
-  const int64_t count = input.numel() / std::max<int64_t>(channels, 1);
-  Tensor mean_c, invstd_c;  // [1, C, 1, ...]
+  const int64_t count = input.numel() / std::max<int64_t>(channels, 1);  // values per channel
+  Tensor mean, invstd;                                                   // [C]
   if (training) {
     TDDP_CHECK(count > 1, "batch_norm: expected more than 1 value per channel when training, got input of shape {}",
                format_shape(input.sizes()));
-    mean_c = mean(input, dims, true);
-    const Tensor centered = sub(input, mean_c);
-    const Tensor var_c = mean(mul(centered, centered), dims, true);  // biased: normalises the batch
-    invstd_c = 1.0 / sqrt(add(var_c, eps));
-    if (running_mean.defined() || running_var.defined()) {
-      NoGradGuard no_grad;
-      if (running_mean.defined()) {
-        running_mean.mul_(1.0 - momentum).add_(mean_c.reshape({channels}), momentum);
-      }
-      if (running_var.defined()) {  // unbiased: estimates the population's variance
-        const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
-        running_var.mul_(1.0 - momentum).add_(var_c.reshape({channels}), momentum * unbias);
-      }
+    NoGradGuard no_grad;
+    Tensor var;  // biased: it normalises this batch
+    std::tie(mean, var) = batch_norm_mean_var(input);
+    invstd = 1.0 / sqrt(add(var, eps));
+    // The running statistics take the unbiased variance: it estimates the population's.
+    if (running_mean.defined()) running_mean.mul_(1.0 - momentum).add_(mean, momentum);
+    if (running_var.defined()) {
+      running_var.mul_(1.0 - momentum)
+          .add_(var, momentum * static_cast<double>(count) / static_cast<double>(count - 1));
     }
-    Tensor out = mul(centered, invstd_c);
-    if (weight.defined()) out = mul(out, weight.view(channel_shape));
-    if (bias.defined()) out = add(out, bias.view(channel_shape));
-    return out;
+  } else {
+    TDDP_CHECK(running_mean.defined() && running_var.defined(),
+               "batch_norm: running_mean and running_var are needed outside training (training=false)");
+    NoGradGuard no_grad;
+    mean = running_mean.clone();
+    invstd = 1.0 / sqrt(add(running_var, eps));
   }
-  TDDP_CHECK(running_mean.defined() && running_var.defined(),
-             "batch_norm: running_mean and running_var are needed outside training (training=false)");
-  mean_c = running_mean.view(channel_shape);
-  invstd_c = 1.0 / sqrt(add(running_var.view(channel_shape), eps));
-  Tensor out = mul(sub(input, mean_c), invstd_c);
-  if (weight.defined()) out = mul(out, weight.view(channel_shape));
-  if (bias.defined()) out = add(out, bias.view(channel_shape));
+  const Tensor out = batch_norm_elemt(input, weight, bias, mean, invstd);
+  // grad_out [N, C, ...] -> grad_weight = sum(dy (x - mean)) invstd, grad_bias = sum(dy): [C];
+  // grad_input: batch_norm_backward_elemt (training: the statistics depend on the input too).
+  if (needs_grad({&input, &weight, &bias})) {
+    const bool need_input = input.requires_grad(), need_weight = weight.defined() && weight.requires_grad();
+    const bool need_bias = bias.defined() && bias.requires_grad();
+    record_op("NativeBatchNormBackward", out, {input, weight, bias},
+              [sx = SavedTensor(input), sw = SavedTensor(weight), mean, invstd, training, count, need_input,
+               need_weight, need_bias](const Tensor& g) {
+                const Tensor& x = sx.get("NativeBatchNormBackward");
+                const auto [sum_dy, sum_dy_xmu] = batch_norm_backward_reduce(g, x, mean);
+                Tensor grad_input;
+                if (need_input) {
+                  grad_input = training
+                                   ? batch_norm_backward_elemt(g, x, mean, invstd, sw.get("NativeBatchNormBackward"),
+                                                               sum_dy, sum_dy_xmu, static_cast<double>(count))
+                                   : batch_norm_backward_elemt(g, x, mean, invstd, sw.get("NativeBatchNormBackward"),
+                                                               Tensor(), Tensor(), 1.0);
+                }
+                return std::vector<Tensor>{grad_input, need_weight ? mul(sum_dy_xmu, invstd) : Tensor(),
+                                           need_bias ? sum_dy : Tensor()};
+              });
+  }
   return out;
 }
 
