@@ -1,6 +1,8 @@
 // DistributedDataParallel: see distributed.h.
 #include "tinyddp/ddp/distributed.h"
 
+#include "tinyddp/ddp/sync_batchnorm.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -102,7 +104,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   if (options_.timeline().empty()) {
     if (const char* env = std::getenv("TINYDDP_DDP_TIMELINE"); env != nullptr && *env != '\0') options_.timeline(env);
   }
-  if (!options_.timeline().empty()) reducer_->recorder().enable_timeline();
+  if (!options_.timeline().empty()) {
+    reducer_->recorder().enable_timeline();
+    observe_layer_collectives(true);
+  }
   // One clock for every rank's timeline (agree_on_time_zero). Every rank takes part whether
   // its timeline is on or not, so ranks that disagree on the option still make the same
   // collectives.
@@ -127,8 +132,27 @@ std::vector<Tensor> DistributedDataParallel::synced_buffers() const {
   return buffers;
 }
 
+// SyncBatchNorm layers report their collectives to this DDP's timeline while it lives.
+void DistributedDataParallel::observe_layer_collectives(bool on) {
+  std::vector<std::shared_ptr<nn::Module>> pending{module_};
+  while (!pending.empty()) {
+    const std::shared_ptr<nn::Module> m = pending.back();
+    pending.pop_back();
+    if (auto* sync = dynamic_cast<SyncBatchNorm*>(m.get())) {
+      sync->on_collective = nullptr;
+      if (on) {
+        sync->on_collective = [recorder = &reducer_->recorder()](
+                                  const std::string& name, Recorder::Clock::time_point start,
+                                  Recorder::Clock::time_point end) { recorder->layer_collective(name, start, end); };
+      }
+    }
+    for (const auto& child : m->children()) pending.push_back(child);
+  }
+}
+
 DistributedDataParallel::~DistributedDataParallel() {
   if (options_.timeline().empty()) return;
+  observe_layer_collectives(false);
   try {
     write_timeline(fmt::format("{}.rank{}.json", options_.timeline(), pg_->rank()));
   } catch (const std::exception& e) {

@@ -153,6 +153,8 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   void verify_same_parameters(const std::vector<std::string>& names) const;
   // Broadcasts `tensors` from `root`, coalesced into flat buffers per device and dtype.
   void broadcast_coalesced(const std::vector<Tensor>& tensors, int root = 0) const;
+  // Points every SyncBatchNorm layer of the module at this DDP's timeline (on) or away (off).
+  void observe_layer_collectives(bool on);
   // Parameters and buffers DDP synchronises (everything but params_and_buffers_to_ignore).
   std::vector<Tensor> module_states() const;
   std::vector<Tensor> synced_buffers() const;

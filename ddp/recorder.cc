@@ -25,6 +25,10 @@ void Recorder::forward_end() {
 
 void Recorder::backward_start(Clock::time_point started) { backward_start_ = started; }
 
+void Recorder::layer_collective(const std::string& name, Clock::time_point start, Clock::time_point end) {
+  if (timeline_enabled_) timeline_.span(name, start, end, stats_.iterations, Timeline::kLayerCollectives);
+}
+
 void Recorder::gradient_ready(const std::string& name) {
   last_hook_ = Clock::now();
   mark(marks_.backward_end);

@@ -62,6 +62,9 @@ class Recorder {
   // finalize_backward's wait for `bucket` returned; `completed` is when the host saw its
   // reduction end (nothing: not known, e.g. NCCL's, which ends on the GPU).
   void bucket_waited(size_t bucket, std::optional<Clock::time_point> completed);
+  // A collective a layer issued itself (SyncBatchNorm's allgather or allreduce), from `start`
+  // to its completion at `end`: a span on the timeline's layer-collectives row.
+  void layer_collective(const std::string& name, Clock::time_point start, Clock::time_point end);
   // finalize_backward, which began at `start`, is done; `bytes[b]` is bucket b's size.
   void finalized(Clock::time_point start, const std::vector<size_t>& bytes);
 

@@ -23,12 +23,20 @@ Tensor concat(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+// Runs `collective` (which waits for its work) and tells the module's observer how long it took.
+template <typename F>
+void timed(SyncBatchNorm* module, const char* name, F&& collective) {
+  const auto start = SyncBatchNorm::Clock::now();
+  collective();
+  if (module->on_collective) module->on_collective(name, start, SyncBatchNorm::Clock::now());
+}
+
 struct SyncBatchNormFunction : autograd::Function<SyncBatchNormFunction> {
   // Statistics of the global batch: out = (x - mean) * invstd * weight + bias, running
   // statistics updated with `momentum` (the unbiased variance of the global batch).
   static Tensor forward(FunctionCtx* ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const Tensor& running_mean, const Tensor& running_var, double momentum, double eps,
-                        comm::ProcessGroup* group) {
+                        SyncBatchNorm* module, comm::ProcessGroup* group) {
     const int64_t channels = x.size(1), count = x.numel() / channels;
     // This rank's [mean (C), biased variance (C), count]; zeros for an empty batch.
     const Tensor local = t::zeros({2 * channels + 1}, t::TensorOptions(x.dtype()).device(x.device()));
@@ -41,7 +49,7 @@ struct SyncBatchNormFunction : autograd::Function<SyncBatchNormFunction> {
     const Tensor gathered = t::empty({group->size(), 2 * channels + 1}, t::TensorOptions(x.dtype()).device(x.device()));
     std::vector<Tensor> rows;
     for (int r = 0; r < group->size(); ++r) rows.push_back(gathered[r]);
-    group->allgather(rows, local)->wait();
+    timed(module, "SyncBatchNorm allgather (statistics)", [&] { group->allgather(rows, local)->wait(); });
     // Combined over ranks: mean = sum n_r mean_r / n, var = sum n_r (var_r + (mean_r - mean)^2) / n.
     const Tensor counts = gathered.narrow(1, 2 * channels, 1);  // [W, 1]
     const Tensor means = gathered.narrow(1, 0, channels), vars = gathered.narrow(1, channels, channels);
@@ -61,6 +69,7 @@ struct SyncBatchNormFunction : autograd::Function<SyncBatchNormFunction> {
     ctx->saved_data["invstd"] = invstd;
     ctx->saved_data["total"] = total;
     ctx->saved_data["group"] = group;
+    ctx->saved_data["module"] = module;
     return t::batch_norm_elemt(x, weight, bias, mean, invstd);
   }
 
@@ -75,12 +84,14 @@ struct SyncBatchNormFunction : autograd::Function<SyncBatchNormFunction> {
     const auto invstd = std::any_cast<Tensor>(ctx->saved_data["invstd"]);
     const auto total = std::any_cast<double>(ctx->saved_data["total"]);
     const auto [sum_dy, sum_dy_xmu] = t::batch_norm_backward_reduce(dy, x, mean);
-    std::vector<Tensor> grads(8);
+    std::vector<Tensor> grads(9);
     if (ctx->needs_input_grad[1]) grads[1] = t::mul(sum_dy_xmu, invstd);
     if (ctx->needs_input_grad[2]) grads[2] = sum_dy;
     if (ctx->needs_input_grad[0]) {
       const Tensor sums = concat(sum_dy, sum_dy_xmu);  // a copy: the local sums above stay
-      std::any_cast<comm::ProcessGroup*>(ctx->saved_data["group"])->allreduce(sums)->wait();
+      comm::ProcessGroup* group = std::any_cast<comm::ProcessGroup*>(ctx->saved_data["group"]);
+      timed(std::any_cast<SyncBatchNorm*>(ctx->saved_data["module"]), "SyncBatchNorm allreduce (gradient sums)",
+            [&] { group->allreduce(sums)->wait(); });
       const int64_t channels = x.size(1);
       grads[0] = t::batch_norm_backward_elemt(dy, x, mean, invstd, weight, sums.narrow(0, 0, channels),
                                               sums.narrow(0, channels, channels), total);
@@ -127,7 +138,7 @@ Tensor SyncBatchNorm::forward(const Tensor& input) {
   if (!(is_training() && uses_batch_stats() && group && group->size() > 1)) {
     return t::batch_norm(input, running_mean, running_var, weight, bias, uses_batch_stats(), factor, eps);
   }
-  return SyncBatchNormFunction::apply(input, weight, bias, running_mean, running_var, factor, eps, group.get());
+  return SyncBatchNormFunction::apply(input, weight, bias, running_mean, running_var, factor, eps, this, group.get());
 }
 
 std::shared_ptr<nn::Module> SyncBatchNorm::convert_sync_batchnorm(const std::shared_ptr<nn::Module>& module,

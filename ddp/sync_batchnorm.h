@@ -12,8 +12,11 @@
 // docs/ddp.md for one CNN iteration's timeline).
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "tinyddp/comm/process_group.h"
 #include "tinyddp/nn/batchnorm.h"
@@ -42,6 +45,10 @@ class SyncBatchNorm : public nn::BatchNorm {
       const std::shared_ptr<nn::Module>& module, std::shared_ptr<comm::ProcessGroup> process_group = nullptr);
 
   std::shared_ptr<comm::ProcessGroup> process_group;
+  // Called after each of its collectives with its name and when it started and ended (DDP sets
+  // it to draw them in its timeline, and clears it when it goes).
+  using Clock = std::chrono::steady_clock;
+  std::function<void(const std::string& name, Clock::time_point start, Clock::time_point end)> on_collective;
 
  protected:
   void check_input_dim(const Tensor& input) const override;

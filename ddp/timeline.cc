@@ -32,14 +32,28 @@ std::string Timeline::json(int rank) const {
   const auto us = [this](Clock::time_point t) {
     return std::chrono::duration<double, std::micro>(t - origin_).count();
   };
-  int rows = 1;
-  for (const Event& e : events_) rows = std::max(rows, e.track + 1);
+  // Compute and every bucket's row up to the last one used (rows without events too), then
+  // the layers' collectives if there were any.
+  int bucket_rows = 1;
+  bool layer_row = false;
+  for (const Event& e : events_) {
+    if (e.track == kLayerCollectives) {
+      layer_row = true;
+    } else {
+      bucket_rows = std::max(bucket_rows, e.track + 1);
+    }
+  }
+  std::vector<int> tracks;
+  for (int track = 0; track < bucket_rows; ++track) tracks.push_back(track);
+  if (layer_row) tracks.push_back(kLayerCollectives);
   nlohmann::json events = nlohmann::json::array();
   events.push_back(
       {{"name", "process_name"}, {"ph", "M"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
   events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", rank}, {"args", {{"sort_index", rank}}}});
-  for (int track = 0; track < rows; ++track) {
-    const std::string name = track == kCompute ? "compute" : "bucket " + std::to_string(track - 1) + " allreduce";
+  for (const int track : tracks) {
+    const std::string name = track == kCompute            ? "compute"
+                             : track == kLayerCollectives ? "layer collectives (SyncBatchNorm)"
+                                                          : "bucket " + std::to_string(track - 1) + " allreduce";
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", track}, {"args", {{"name", name}}}});
     events.push_back(
         {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", rank}, {"tid", track}, {"args", {{"sort_index", track}}}});

@@ -3,8 +3,9 @@
 // written as a Chrome trace JSON file that Perfetto (ui.perfetto.dev) or chrome://tracing
 // displays, so that the overlap of communication with the backward pass can be seen.
 //
-// Rows: one process per rank; in it a row for compute (forward, backward, copies, finalize)
-// and one row per bucket (its allreduces). Every event carries its iteration in "args".
+// Rows: one process per rank; in it a row for compute (forward, backward, copies, finalize),
+// one row per bucket (its allreduces) and, with SyncBatchNorm layers, one for their
+// collectives. Every event carries its iteration in "args".
 //
 // One clock for all ranks: DistributedDataParallel's constructor agrees with the other ranks on
 // one instant (agree_on_time_zero in distributed.cc: the median offset over five barriers) and
@@ -27,6 +28,8 @@ class Timeline {
   static constexpr int kCompute = 0;
   // The row of bucket b's allreduces.
   static constexpr int bucket_track(size_t b) { return 1 + static_cast<int>(b); }
+  // The row of the collectives that layers issue themselves (SyncBatchNorm's), after the buckets'.
+  static constexpr int kLayerCollectives = 999;
 
   // Time zero of the trace: the instant the ranks agreed on (agree_on_time_zero), on this clock.
   void align(Clock::time_point origin);

@@ -13,6 +13,8 @@
 int main(int argc, char** argv) {
   tinyddp::examples::TrainConfig config;
   CLI::App app{"Train a model with tinyddp (data-parallel when started by launch with WORLD_SIZE > 1)."};
+  // An option given twice takes its last value (scripts/main.sh's defaults, then the user's).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--model", config.model,
                  "mlp (default: a classifier, widths 784,256,10), toy (the DDP tutorial's ToyModel) or cnn (two "
                  "Conv2d-BatchNorm2d-ReLU-MaxPool2d blocks, Dropout, Linear: for --dataset digits)");

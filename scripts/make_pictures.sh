@@ -30,3 +30,13 @@ args=(--dataset digits --steps 1000 --lr 0.05 --momentum 0.9 --log_every 1000)
 /usr/bin/python3 scripts/plot_loss.py "one process=$work/one.csv" "2 ranks (DDP)=$work/two.csv" \
   "4 ranks (DDP)=$work/four.csv" -o docs/loss.png \
   --title "Digits MLP 64-128-10, global batch 64: one curve on 1, 2 and 4 processes"
+
+# docs/ddp.md's CNN iteration with SyncBatchNorm: its collectives on a row of their own.
+"$launch" --nproc_per_node 2 -- "$train" --model cnn --dataset digits --sync_bn --batch 256 --steps 40 \
+  --log_every 40 --timeline "$work/cnn"
+/usr/bin/python3 scripts/merge_timelines.py "$work/cnn" -o docs/timeline_cnn.json --last 8
+/usr/bin/python3 scripts/plot_timeline.py docs/timeline_cnn.json -o docs/timeline_cnn.png \
+  --title "Digits CNN with SyncBatchNorm on 2 ranks: its allgathers in forward, allreduces in backward"
+
+# docs/tensor.md's picture of conv2d as im2col + GEMM (numbers computed by the script itself).
+/usr/bin/python3 scripts/plot_im2col.py -o docs/conv_im2col.png

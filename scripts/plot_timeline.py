@@ -22,7 +22,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 COLOURS = {"forward": "#4c72b0", "backward": "#dd8452", "copy": "#8c4a1c", "finalize": "#55a868",
-           "allreduce": "#c44e52", "launch": "#222222"}
+           "allreduce": "#c44e52", "launch": "#222222",
+           "layer": "#8172b3"}
+LAYER_TID = 999  # ddp/timeline.h's kLayerCollectives: SyncBatchNorm's allgathers and allreduces
 
 
 def fail(message):
@@ -42,6 +44,8 @@ def kind(event):
         return "finalize"
     if name.startswith("allreduce bucket"):
         return "allreduce"
+    if name.startswith("SyncBatchNorm"):
+        return "layer"
     return None
 
 
@@ -85,9 +89,12 @@ def plot(events, iteration, output, title):
     t0 = min(e["ts"] for e in chosen)
     ms = lambda us: (us - t0) / 1000.0  # noqa: E731
 
+    layered = any(e["tid"] == LAYER_TID for e in chosen)
     rows = []  # (label, rank, tid), top to bottom
     for r in ranks:
         rows.append((f"rank {r}: compute", r, 0))
+        if layered:
+            rows.append((f"rank {r}: SyncBatchNorm", r, LAYER_TID))
         rows += [(f"rank {r}: bucket {b}", r, 1 + b) for b in buckets]
     y_of = {(r, tid): len(rows) - 1 - k for k, (_, r, tid) in enumerate(rows)}
 
@@ -106,7 +113,7 @@ def plot(events, iteration, output, title):
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([label for label, _, _ in reversed(rows)])
     for k in range(1, len(ranks)):
-        ax.axhline(len(rows) - k * (1 + len(buckets)) - 0.5, color="#999999", linewidth=0.8)
+        ax.axhline(len(rows) - k * (1 + layered + len(buckets)) - 0.5, color="#999999", linewidth=0.8)
     ax.set_xlabel(f"milliseconds since iteration {iteration} began (one clock for all ranks)")
     ax.set_title(title or f"One DDP iteration on {len(ranks)} ranks: each bucket's allreduce starts while backward "
                  "still runs")
@@ -117,6 +124,8 @@ def plot(events, iteration, output, title):
                        Patch(color=COLOURS["copy"], label="gradient copied into its bucket (hook)"),
                        Patch(color=COLOURS["allreduce"], label="allreduce of a bucket"),
                        Patch(color=COLOURS["finalize"], label="finalize (wait, write .grad)"),
+                       *([Patch(color=COLOURS["layer"], label="SyncBatchNorm's allgather (forward) / allreduce "
+                                "(backward)")] if layered else []),
                        plt.Line2D([], [], marker="v", linestyle="", color=COLOURS["launch"], label="bucket launched")],
                loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.9 / fig.get_figheight(), 1, 1))

@@ -15,7 +15,8 @@ namespace {
 
 struct Layout {
   int64_t n, c, s;  // batch, channels, elements per (image, channel)
-  explicit Layout(const Tensor& x) : n(x.size(0)), c(x.size(1)), s(x.numel() / std::max<int64_t>(x.size(0) * x.size(1), 1)) {}
+  explicit Layout(const Tensor& x)
+      : n(x.size(0)), c(x.size(1)), s(x.numel() / std::max<int64_t>(x.size(0) * x.size(1), 1)) {}
   double count() const { return static_cast<double>(n * s); }
 };
 

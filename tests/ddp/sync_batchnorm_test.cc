@@ -4,12 +4,18 @@
 // outputs, the input's gradient, parameter gradients, parameters and running statistics, over
 // several steps, for 2 and 3 ranks with even and uneven shares (one rank may hold a single
 // sample). Also: convert_sync_batchnorm keeps the tensors themselves, eval and one rank do
-// not communicate, and Join with throw_on_early_termination fails on every rank.
+// not communicate, Join with throw_on_early_termination fails on every rank, and DDP's
+// timeline shows its collectives.
+#include <fstream>
+#include <map>
 #include <numeric>
+
+#include <nlohmann/json.hpp>
 
 #include "tests/comm/comm_test_util.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/ddp/sync_batchnorm.h"
+#include "tinyddp/ddp/timeline.h"
 #include "tinyddp/nn/nn.h"
 
 using namespace tinyddp;
@@ -192,6 +198,38 @@ TEST_CASE("SyncBatchNorm inside DDP under Join with throw_on_early_termination: 
       e.failures.push_back("no error with uneven inputs");
     } catch (const Error& ex) {
       e.expect_contains(ex.what(), "ran out of inputs");
+    }
+  }));
+}
+
+TEST_CASE("SyncBatchNorm's collectives appear on DDP's timeline, in their own row, per iteration", "[ddp][sync_bn]") {
+  require_no_failures(testing::run_threads(2, [](comm::ProcessGroup& pg, Expectations& e) {
+    const std::string path = testing::temp_path(fmt::format("sync_bn_timeline.rank{}.json", pg.rank()));
+    const auto model = SyncBatchNorm::convert_sync_batchnorm(small_cnn(), borrow(pg));
+    {
+      ddp::DistributedDataParallel ddp_model(model, borrow(pg), ddp::DDPOptions().timeline(path + ".unused"));
+      for (int k = 0; k < 2; ++k) tensor::sum(ddp_model.forward(tensor::randn({3, 2, 4, 4}))).backward();
+      ddp_model.write_timeline(path);
+    }
+    const auto sync = std::dynamic_pointer_cast<SyncBatchNorm>((*std::dynamic_pointer_cast<nn::Sequential>(model))[1]);
+    e.expect(!sync->on_collective, "DDP's destructor clears the observer");
+    std::ifstream in(path);
+    const nlohmann::json trace = nlohmann::json::parse(in);
+    std::map<std::string, int> counts;
+    bool named_row = false;
+    for (const auto& event : trace["traceEvents"]) {
+      if (event["name"] == "thread_name" && event["tid"] == ddp::Timeline::kLayerCollectives) {
+        named_row = event["args"]["name"] == "layer collectives (SyncBatchNorm)";
+      }
+      const std::string name = event["name"];
+      if (name.rfind("SyncBatchNorm", 0) != 0) continue;
+      e.expect(event["tid"] == ddp::Timeline::kLayerCollectives && event["ph"] == "X", "on its row, as a span");
+      ++counts[fmt::format("{} iteration {}", name, event["args"]["iteration"].get<int>())];
+    }
+    e.expect(named_row, "the row is named");
+    for (int it = 0; it < 2; ++it) {
+      e.expect_eq(counts[fmt::format("SyncBatchNorm allgather (statistics) iteration {}", it)], 1, "allgathers");
+      e.expect_eq(counts[fmt::format("SyncBatchNorm allreduce (gradient sums) iteration {}", it)], 1, "allreduces");
     }
   }));
 }
