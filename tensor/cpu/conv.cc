@@ -1,9 +1,8 @@
-// CPU im2col and col2im (cpu/backend.h), the data movement under convolution and pooling. Both
-// walk (n, c, kernel tap i, j) in col's memory order and, per tap, its OH output rows: the taps
-// that fall on padding are written as pad_value (im2col) or skipped (col2im), the rest move
-// with the input's column stride, a plain copy or add when the stride is 1 and both rows are
-// dense. Rows are short (4 to 32 elements in small CNNs), so the per-row work is kept to a few
-// additions: everything else is computed once per tap.
+// CPU im2col and col2im (cpu/backend.h), the data movement under convolution and pooling, and
+// max pooling. im2col and col2im work on a padded copy of the input (of its gradient), so that
+// no row needs bounds: they walk (n, c, kernel tap i, j) in col's memory order and move each
+// tap's OH rows of OW elements with the input's strides. Rows are short in small CNNs (2 to
+// 16 elements), so those widths have loops of their own with the width known when compiled.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -11,30 +10,19 @@
 
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cpu/loops.h"
+#include "tinyddp/tensor/factory.h"
 
 namespace tinyddp::tensor::cpu {
 
 namespace {
 
-// One tap's walk over the output rows. `T` is the element type, `Col` the col side's pointer
-// type (const for col2im).
-template <typename T>
+// The taps (n, c, i, j) of a window over a col matrix [N, C, kh, kw, OH, OW] with strides cs.
 struct TapWalk {
-  int64_t cs[6], xs[4];  // strides of col [N, C, kh, kw, OH, OW] and x [N, C, H, W]
+  int64_t cs[6];
   Window2d w;
-  // Per kernel column j: the output columns [first, last) whose input column
-  // iw = ow * sw - pw + j * dw lies inside the row (the others read padding).
-  std::vector<std::pair<int64_t, int64_t>> valid;
 
-  TapWalk(const Tensor& col, const Tensor& x, const Window2d& window) : w(window) {
+  TapWalk(const Tensor& col, const Window2d& window) : w(window) {
     for (int d = 0; d < 6; ++d) cs[d] = col.stride(d);
-    for (int d = 0; d < 4; ++d) xs[d] = x.stride(d);
-    for (int64_t j = 0; j < w.kw; ++j) {
-      const int64_t shift = j * w.dw - w.pw;
-      const int64_t first = std::min(shift >= 0 ? 0 : (-shift + w.sw - 1) / w.sw, w.ow);
-      const int64_t last = w.w - 1 - shift < 0 ? 0 : (w.w - 1 - shift) / w.sw + 1;
-      valid.emplace_back(first, std::clamp(last, first, w.ow));
-    }
   }
 
   // Calls tap(n, c, i, j) in col's memory order: images innermost when col keeps them
@@ -58,70 +46,118 @@ struct TapWalk {
 
 }  // namespace
 
+namespace {
+
+// Copies one tap's OH rows of OW elements, row r from src + r * src_row (stepping src_step)
+// into out + r * out_row (stepping out_step). Rows are short in small CNNs (4 to 8
+// elements), so this loop, not the copy, is what costs: it has no bounds to check.
+template <typename T, int64_t kCols>
+void copy_dense_rows(T* out, int64_t out_row, const T* src, int64_t src_row, int64_t rows, int64_t cols) {
+  const int64_t n = kCols > 0 ? kCols : cols;  // a width known here compiles to a few moves
+  for (int64_t r = 0; r < rows; ++r, out += out_row, src += src_row) {
+    for (int64_t k = 0; k < n; ++k) out[k] = src[k];
+  }
+}
+
+template <typename T>
+void copy_rows(T* out, int64_t out_row, int64_t out_step, const T* src, int64_t src_row, int64_t src_step, int64_t rows,
+               int64_t cols) {
+  if (out_step == 1 && src_step == 1) {
+    switch (cols) {  // the widths of small feature maps
+      case 2: return copy_dense_rows<T, 2>(out, out_row, src, src_row, rows, cols);
+      case 4: return copy_dense_rows<T, 4>(out, out_row, src, src_row, rows, cols);
+      case 8: return copy_dense_rows<T, 8>(out, out_row, src, src_row, rows, cols);
+      case 16: return copy_dense_rows<T, 16>(out, out_row, src, src_row, rows, cols);
+      default: return copy_dense_rows<T, 0>(out, out_row, src, src_row, rows, cols);
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r, out += out_row, src += src_row) {
+    for (int64_t k = 0; k < cols; ++k) out[k * out_step] = src[k * src_step];
+  }
+}
+
+}  // namespace
+
 void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double pad_value) {
+  // Padding is materialised once: a contiguous [N, C, H + 2 ph, W + 2 pw] copy of x whose
+  // border holds pad_value (x itself when contiguous and unpadded), so that every tap's rows
+  // are plain strided copies.
+  Tensor padded = x;
+  if (window.ph > 0 || window.pw > 0 || !x.is_contiguous()) {
+    padded = empty({window.n, window.c, window.padded_h(), window.padded_w()}, x.dtype());
+    if (window.ph > 0 || window.pw > 0) fill(padded, pad_value);
+    copy(padded.narrow(2, window.ph, window.h).narrow(3, window.pw, window.w), x);
+  }
   dispatch_floating(x.dtype(), "im2col", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T pad = static_cast<T>(static_cast<compute_t<T>>(pad_value));
-    const TapWalk<T> walk(col, x, window);
+    const TapWalk walk(col, window);
     const Window2d& w = walk.w;
     T* const col_data = col.data_ptr<T>();
-    const T* const x_data = x.data_ptr<T>();
-    const int64_t col_step = walk.cs[5], row_step = walk.cs[4], src_step = w.sw * walk.xs[3];
-    const bool dense = col_step == 1 && src_step == 1;
+    const T* const p_data = padded.data_ptr<T>();
+    const int64_t plane = w.padded_h() * w.padded_w(), row = w.padded_w();
     walk.for_each_tap([&](int64_t n, int64_t c, int64_t i, int64_t j) {
       T* out = col_data + n * walk.cs[0] + c * walk.cs[1] + i * walk.cs[2] + j * walk.cs[3];
-      const T* plane = x_data + n * walk.xs[0] + c * walk.xs[1] + (j * w.dw - w.pw) * walk.xs[3];
-      const auto [first, last] = walk.valid[j];
-      int64_t ih = i * w.dh - w.ph;
-      for (int64_t oh = 0; oh < w.oh; ++oh, ih += w.sh, out += row_step) {
-        if (ih < 0 || ih >= w.h) {
-          for (int64_t ow = 0; ow < w.ow; ++ow) out[ow * col_step] = pad;
-          continue;
-        }
-        const T* src = plane + ih * walk.xs[2];
-        for (int64_t ow = 0; ow < first; ++ow) out[ow * col_step] = pad;
-        if (dense) {
-          for (int64_t ow = first; ow < last; ++ow) out[ow] = src[ow];
-        } else {
-          for (int64_t ow = first; ow < last; ++ow) out[ow * col_step] = src[ow * src_step];
-        }
-        for (int64_t ow = last; ow < w.ow; ++ow) out[ow * col_step] = pad;
-      }
+      const T* src = p_data + (n * w.c + c) * plane + i * w.dh * row + j * w.dw;
+      copy_rows(out, walk.cs[4], walk.cs[5], src, w.sh * row, w.sw, w.oh, w.ow);
     });
   });
 }
 
+namespace {
+
+// The transpose of copy_rows: row r of src (stepping src_step) added onto out + r * out_row
+// (stepping out_step, in the compute type).
+template <typename T, int64_t kCols>
+void add_rows_fixed(T* out, int64_t out_row, int64_t out_step, const T* src, int64_t src_row, int64_t src_step,
+                    int64_t rows, int64_t cols) {
+  using C = compute_t<T>;
+  const int64_t n = kCols > 0 ? kCols : cols;
+  for (int64_t r = 0; r < rows; ++r, out += out_row, src += src_row) {
+    for (int64_t k = 0; k < n; ++k) {
+      T& d = out[k * out_step];
+      d = static_cast<T>(static_cast<C>(d) + static_cast<C>(src[k * src_step]));
+    }
+  }
+}
+
+template <typename T>
+void add_rows(T* out, int64_t out_row, int64_t out_step, const T* src, int64_t src_row, int64_t src_step, int64_t rows,
+              int64_t cols) {
+  if (out_step == 1 && src_step == 1) {
+    switch (cols) {
+      case 2: return add_rows_fixed<T, 2>(out, out_row, 1, src, src_row, 1, rows, cols);
+      case 4: return add_rows_fixed<T, 4>(out, out_row, 1, src, src_row, 1, rows, cols);
+      case 8: return add_rows_fixed<T, 8>(out, out_row, 1, src, src_row, 1, rows, cols);
+      case 16: return add_rows_fixed<T, 16>(out, out_row, 1, src, src_row, 1, rows, cols);
+      default: break;
+    }
+  }
+  add_rows_fixed<T, 0>(out, out_row, out_step, src, src_row, src_step, rows, cols);
+}
+
+}  // namespace
+
 void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window) {
-  fill(grad_x, 0.0);
+  // Accumulates into a zeroed padded buffer [N, C, H + 2 ph, W + 2 pw] (grad_x itself when
+  // unpadded), so that every tap's rows are plain strided adds, then keeps its interior.
+  const bool padded_out = window.ph > 0 || window.pw > 0;
+  const Tensor padded =
+      padded_out ? empty({window.n, window.c, window.padded_h(), window.padded_w()}, grad_x.dtype()) : grad_x;
+  fill(padded, 0.0);
   dispatch_floating(grad_x.dtype(), "col2im", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using C = compute_t<T>;
-    const TapWalk<T> walk(col, grad_x, window);
+    const TapWalk walk(col, window);
     const Window2d& w = walk.w;
     const T* const col_data = col.data_ptr<T>();
-    T* const x_data = grad_x.data_ptr<T>();
-    const int64_t col_step = walk.cs[5], row_step = walk.cs[4], dst_step = w.sw * walk.xs[3];
-    const bool dense = col_step == 1 && dst_step == 1;
+    T* const p_data = padded.data_ptr<T>();
+    const int64_t plane = w.padded_h() * w.padded_w(), row = w.padded_w();
     walk.for_each_tap([&](int64_t n, int64_t c, int64_t i, int64_t j) {
       const T* in = col_data + n * walk.cs[0] + c * walk.cs[1] + i * walk.cs[2] + j * walk.cs[3];
-      T* plane = x_data + n * walk.xs[0] + c * walk.xs[1] + (j * w.dw - w.pw) * walk.xs[3];
-      const auto [first, last] = walk.valid[j];
-      int64_t ih = i * w.dh - w.ph;
-      for (int64_t oh = 0; oh < w.oh; ++oh, ih += w.sh, in += row_step) {
-        if (ih < 0 || ih >= w.h) continue;  // the row lies in the padding: nothing flows back
-        T* dst = plane + ih * walk.xs[2];
-        if (dense) {
-          for (int64_t ow = first; ow < last; ++ow)
-            dst[ow] = static_cast<T>(static_cast<C>(dst[ow]) + static_cast<C>(in[ow]));
-        } else {
-          for (int64_t ow = first; ow < last; ++ow) {
-            T& d = dst[ow * dst_step];
-            d = static_cast<T>(static_cast<C>(d) + static_cast<C>(in[ow * col_step]));
-          }
-        }
-      }
+      T* out = p_data + (n * w.c + c) * plane + i * w.dh * row + j * w.dw;
+      add_rows(out, w.sh * row, w.sw, in, walk.cs[4], walk.cs[5], w.oh, w.ow);
     });
   });
+  if (padded_out) copy(grad_x, padded.narrow(2, window.ph, window.h).narrow(3, window.pw, window.w));
 }
 
 namespace {
