@@ -1,0 +1,126 @@
+// The CNN ops on a GPU against the CPU (whose numbers tests/tensor/conv_test.cc checks against
+// PyTorch): conv2d over stride, padding, dilation and groups, max pooling with ties, average
+// and adaptive pooling, batch norm in both modes with its running statistics, dropout, and
+// the digits CNN's forward and gradients; forward values and every gradient. Every case skips,
+// saying why, without a GPU (and in a build without CUDA).
+#include <functional>
+
+#include "examples/models.h"
+#include "tests/test_util.h"
+#include "tinyddp/autograd/autograd.h"
+#include "tinyddp/nn/nn.h"
+#include "tinyddp/tensor/cuda.h"
+
+using namespace tinyddp::tensor;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+// f on CPU leaves and on their GPU copies: the outputs and the leaves' gradients (from the same
+// upstream gradient) must agree.
+void check_on_gpu(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> cpu, gpu;
+  for (const Tensor& t : inputs) {
+    cpu.push_back(t.detach().clone().requires_grad_());
+    gpu.push_back(t.detach().to(kGpu).requires_grad_());
+  }
+  const Tensor cpu_out = f(cpu), gpu_out = f(gpu);
+  REQUIRE(gpu_out.is_cuda());
+  CHECK(allclose(gpu_out.to(kCPU), cpu_out, 1e-4, 1e-5));
+  Generator gen(1);
+  const Tensor upstream = randn(cpu_out.sizes(), cpu_out.dtype(), &gen);
+  cpu_out.backward(upstream);
+  gpu_out.backward(upstream.to(kGpu));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    INFO("gradient of input " << i);
+    REQUIRE(gpu[i].grad().defined());
+    CHECK(gpu[i].grad().is_cuda());
+    CHECK(allclose(gpu[i].grad().to(kCPU), cpu[i].grad(), 1e-4, 1e-5));
+  }
+}
+
+using Inputs = std::vector<Tensor>;
+
+}  // namespace
+
+TEST_CASE("CUDA: conv2d and its gradients equal the CPU's over stride, padding, dilation and groups",
+          "[cuda][conv]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  Generator gen(2);
+  const Tensor x = randn({2, 4, 7, 6}, {}, &gen), w = randn({6, 2, 3, 2}, {}, &gen), b = randn({6}, {}, &gen);
+  check_on_gpu([](const Inputs& v) { return conv2d(v[0], v[1], v[2], {2, 1}, {1, 0}, {1, 2}, 2); }, {x, w, b});
+  const Tensor w1 = randn({5, 4, 3, 3}, {}, &gen);
+  check_on_gpu([](const Inputs& v) { return conv2d(v[0], v[1], Tensor(), 1, 1); }, {x, w1});
+}
+
+TEST_CASE("CUDA: pooling equals the CPU, ties going to the first maximum", "[cuda][conv]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  Generator gen(3);
+  const Tensor ties = mul(rand({2, 3, 7, 7}, {}, &gen), 3.0).to(kInt64).to(kFloat32);  // many equal values
+  check_on_gpu([](const Inputs& v) { return max_pool2d(v[0], 3, Size2d(2), 1); }, {ties});
+  const Tensor x = randn({2, 3, 8, 6}, {}, &gen);
+  check_on_gpu([](const Inputs& v) { return max_pool2d(v[0], 2); }, {x});
+  check_on_gpu([](const Inputs& v) { return avg_pool2d(v[0], 3, Size2d(2), 1, false); }, {x});
+  check_on_gpu([](const Inputs& v) { return adaptive_avg_pool2d(v[0], 1); }, {x});
+}
+
+TEST_CASE("CUDA: batch_norm in training and eval equals the CPU, running statistics included", "[cuda][conv]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  Generator gen(4);
+  const Tensor x = randn({4, 3, 5, 5}, {}, &gen), w = randn({3}, {}, &gen), b = randn({3}, {}, &gen);
+  const Tensor cpu_mean = zeros({3}), cpu_var = ones({3});
+  const Tensor gpu_mean = cpu_mean.to(kGpu), gpu_var = cpu_var.to(kGpu);
+  check_on_gpu(
+      [&](const Inputs& v) {
+        const bool gpu = v[0].is_cuda();
+        return batch_norm(v[0], gpu ? gpu_mean : cpu_mean, gpu ? gpu_var : cpu_var, v[1], v[2], true, 0.1, 1e-5);
+      },
+      {x, w, b});
+  CHECK(allclose(gpu_mean.to(kCPU), cpu_mean, 1e-5, 1e-6));
+  CHECK(allclose(gpu_var.to(kCPU), cpu_var, 1e-5, 1e-6));
+  check_on_gpu(
+      [&](const Inputs& v) {
+        const bool gpu = v[0].is_cuda();
+        return batch_norm(v[0], gpu ? gpu_mean : cpu_mean, gpu ? gpu_var : cpu_var, v[1], v[2], false);
+      },
+      {x, w, b});
+}
+
+TEST_CASE("CUDA: dropout keeps about 1 - p of the elements, scaled, and its gradient is its mask", "[cuda][conv]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  const Tensor x = ones({100000}, TensorOptions().device(kGpu)).requires_grad_();
+  Generator gen(5);
+  const Tensor y = dropout(x, 0.25, true, &gen);
+  sum(y).backward();
+  const std::vector<float> v = y.to(kCPU).detach().to_vector<float>();
+  int64_t kept = 0;
+  for (float e : v) kept += e != 0;
+  CHECK(std::abs(kept - 75000) < 6 * 137);
+  CHECK(equal(x.grad().to(kCPU), y.detach().to(kCPU)));
+  CHECK(dropout(x, 0.25, false).is_same(x));
+}
+
+TEST_CASE("CUDA: the digits CNN's forward and gradients on the GPU equal the CPU's", "[cuda][conv][nn]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  manual_seed(6);
+  const auto cpu_model = tinyddp::examples::digits_cnn(0.0);
+  const auto gpu_model = tinyddp::examples::digits_cnn(0.0);
+  gpu_model->load_state_dict(cpu_model->state_dict());
+  gpu_model->to(kGpu);
+  Generator gen(7);
+  const Tensor x = randn({6, 1, 8, 8}, {}, &gen);
+  const Tensor y = mul(rand({6}, {}, &gen), 10.0).to(kInt64);
+  tinyddp::nn::cross_entropy(cpu_model->forward(x), y).backward();
+  tinyddp::nn::cross_entropy(gpu_model->forward(x.to(kGpu)), y.to(kGpu)).backward();
+  const auto gpu_params = gpu_model->named_parameters();
+  for (const auto& [name, p] : cpu_model->named_parameters()) {
+    INFO(name);
+    CHECK(allclose(gpu_params.at(name).grad().to(kCPU), p.grad(), 1e-4, 1e-5));
+  }
+  const auto gpu_buffers = gpu_model->named_buffers();
+  for (const auto& [name, b] : cpu_model->named_buffers()) {
+    INFO(name);
+    CHECK(allclose(gpu_buffers.at(name).to(kCPU).to(kFloat64), b.to(kFloat64), 1e-5, 1e-6));
+  }
+}
