@@ -259,10 +259,12 @@ Tensor conv_forward(const Tensor& out, const Tensor& x, const Tensor& w2, const 
 
 // Backward of conv2d for the gradients asked for (undefined `grad_input` / `grad_weight`:
 // not needed), chunk by chunk: g2 = permute(grad_out[chunk]) [O, n * L];
-// grad_weight += g2 @ col(chunk)^T; grad_input[chunk] = col2im(weight^T @ g2). `saved_col`:
-// the forward's im2col matrix of a one-chunk batch (else undefined: recomputed per chunk).
+// grad_weight += g2 @ col(chunk)^T; grad_input[chunk] = col2im(weight^T @ g2); and, when
+// `grad_bias` is given, *grad_bias = the row sums of g2 over all chunks (contiguous rows: a
+// cheaper reduction than over dims 0, 2, 3 of grad_out). `saved_col`: the forward's im2col
+// matrix of a one-chunk batch (else undefined: recomputed per chunk).
 void conv_backward(const Tensor& g, const Tensor& x, const Tensor& saved_col, const Tensor& w2, const Window& win,
-                   int64_t groups, const Tensor& grad_input, const Tensor& grad_weight) {
+                   int64_t groups, const Tensor& grad_input, const Tensor& grad_weight, Tensor* grad_bias) {
   const Chunks chunks = image_chunks(win, g.element_size());
   const int64_t out_channels = w2.size(0), positions = win.oh * win.ow, taps = w2.size(1) * groups;
   const TensorOptions options = TensorOptions(g.dtype()).device(g.device());
@@ -275,6 +277,7 @@ void conv_backward(const Tensor& g, const Tensor& x, const Tensor& saved_col, co
     const Tensor g2 = g2_buffer.narrow(0, 0, out_channels * part.n * positions).view({out_channels, -1});
     copy_into(g2.view({out_channels, part.n, positions}),
               g.narrow(0, first, part.n).reshape({part.n, out_channels, positions}).permute({1, 0, 2}));
+    if (grad_bias != nullptr) *grad_bias = first == 0 ? sum(g2, {1}) : add(*grad_bias, sum(g2, {1}));
     if (grad_weight.defined()) {
       const Tensor col = saved_col.defined() ? saved_col : conv_columns(x.narrow(0, first, part.n), part, col_buffer);
       const bool into_result = first == 0;
@@ -307,7 +310,7 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Siz
   }
   out = unbatch_like(out, input);
   // grad_out [N, O, OH, OW] -> grad_input [N, C, H, W], grad_weight [O, C/g, kh, kw] (conv_backward),
-  // grad_bias = sum of grad_out over N, OH, OW.
+  // grad_bias = sum of grad_out over N, OH, OW (conv_backward, as row sums).
   if (needs_grad({&input, &weight, &bias})) {
     const bool need_input = input.requires_grad(), need_weight = weight.requires_grad();
     const bool need_bias = bias.defined() && bias.requires_grad();
@@ -321,10 +324,10 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Siz
                 const Tensor grad_input =
                     need_input ? new_output({win.n, win.c, win.h, win.w}, g.dtype(), g.device()) : Tensor();
                 const Tensor grad_weight = need_weight ? new_output(w2.sizes(), g.dtype(), g.device()) : Tensor();
-                conv_backward(g4, x, col, w2, win, groups, grad_input, grad_weight);
+                Tensor grad_bias;
+                conv_backward(g4, x, col, w2, win, groups, grad_input, grad_weight, need_bias ? &grad_bias : nullptr);
                 return std::vector<Tensor>{need_input ? grad_input.view(in_shape) : Tensor(),
-                                           need_weight ? grad_weight.view(weight_shape) : Tensor(),
-                                           need_bias ? sum(g4, {0, 2, 3}) : Tensor()};
+                                           need_weight ? grad_weight.view(weight_shape) : Tensor(), grad_bias};
               });
   }
   return out;

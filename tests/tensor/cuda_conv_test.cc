@@ -44,8 +44,7 @@ using Inputs = std::vector<Tensor>;
 
 }  // namespace
 
-TEST_CASE("CUDA: conv2d and its gradients equal the CPU's over stride, padding, dilation and groups",
-          "[cuda][conv]") {
+TEST_CASE("CUDA: conv2d and its gradients equal the CPU's over stride, padding, dilation and groups", "[cuda][conv]") {
   if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
   Generator gen(2);
   const Tensor x = randn({2, 4, 7, 6}, {}, &gen), w = randn({6, 2, 3, 2}, {}, &gen), b = randn({6}, {}, &gen);
