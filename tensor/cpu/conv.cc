@@ -44,36 +44,45 @@ struct TapWalk {
   }
 };
 
-}  // namespace
+// The row loops under im2col (Assign) and col2im (Add): for r < rows, element k of row r of
+// src (src + r * src_row + k * src_step) is moved onto out + r * out_row + k * out_step. Rows
+// are short in small CNNs, so this loop, not the moving, is what costs; the widths of small
+// feature maps get a loop whose width is known when compiled (a few vector moves).
+struct Assign {
+  template <typename T>
+  static void apply(T& out, T in) {
+    out = in;
+  }
+};
+struct Add {
+  template <typename T>
+  static void apply(T& out, T in) {
+    out = static_cast<T>(static_cast<compute_t<T>>(out) + static_cast<compute_t<T>>(in));
+  }
+};
 
-namespace {
-
-// Copies one tap's OH rows of OW elements, row r from src + r * src_row (stepping src_step)
-// into out + r * out_row (stepping out_step). Rows are short in small CNNs (4 to 8
-// elements), so this loop, not the copy, is what costs: it has no bounds to check.
-template <typename T, int64_t kCols>
-void copy_dense_rows(T* out, int64_t out_row, const T* src, int64_t src_row, int64_t rows, int64_t cols) {
-  const int64_t n = kCols > 0 ? kCols : cols;  // a width known here compiles to a few moves
+template <typename Op, int64_t kCols, typename T>
+void move_rows_fixed(T* out, int64_t out_row, int64_t out_step, const T* src, int64_t src_row, int64_t src_step,
+                     int64_t rows, int64_t cols) {
+  const int64_t n = kCols > 0 ? kCols : cols;
   for (int64_t r = 0; r < rows; ++r, out += out_row, src += src_row) {
-    for (int64_t k = 0; k < n; ++k) out[k] = src[k];
+    for (int64_t k = 0; k < n; ++k) Op::apply(out[k * out_step], src[k * src_step]);
   }
 }
 
-template <typename T>
-void copy_rows(T* out, int64_t out_row, int64_t out_step, const T* src, int64_t src_row, int64_t src_step, int64_t rows,
+template <typename Op, typename T>
+void move_rows(T* out, int64_t out_row, int64_t out_step, const T* src, int64_t src_row, int64_t src_step, int64_t rows,
                int64_t cols) {
   if (out_step == 1 && src_step == 1) {
-    switch (cols) {  // the widths of small feature maps
-      case 2: return copy_dense_rows<T, 2>(out, out_row, src, src_row, rows, cols);
-      case 4: return copy_dense_rows<T, 4>(out, out_row, src, src_row, rows, cols);
-      case 8: return copy_dense_rows<T, 8>(out, out_row, src, src_row, rows, cols);
-      case 16: return copy_dense_rows<T, 16>(out, out_row, src, src_row, rows, cols);
-      default: return copy_dense_rows<T, 0>(out, out_row, src, src_row, rows, cols);
+    switch (cols) {
+      case 2: return move_rows_fixed<Op, 2>(out, out_row, 1, src, src_row, 1, rows, cols);
+      case 4: return move_rows_fixed<Op, 4>(out, out_row, 1, src, src_row, 1, rows, cols);
+      case 8: return move_rows_fixed<Op, 8>(out, out_row, 1, src, src_row, 1, rows, cols);
+      case 16: return move_rows_fixed<Op, 16>(out, out_row, 1, src, src_row, 1, rows, cols);
+      default: return move_rows_fixed<Op, 0>(out, out_row, 1, src, src_row, 1, rows, cols);
     }
   }
-  for (int64_t r = 0; r < rows; ++r, out += out_row, src += src_row) {
-    for (int64_t k = 0; k < cols; ++k) out[k * out_step] = src[k * src_step];
-  }
+  move_rows_fixed<Op, 0>(out, out_row, out_step, src, src_row, src_step, rows, cols);
 }
 
 }  // namespace
@@ -98,44 +107,10 @@ void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double p
     walk.for_each_tap([&](int64_t n, int64_t c, int64_t i, int64_t j) {
       T* out = col_data + n * walk.cs[0] + c * walk.cs[1] + i * walk.cs[2] + j * walk.cs[3];
       const T* src = p_data + (n * w.c + c) * plane + i * w.dh * row + j * w.dw;
-      copy_rows(out, walk.cs[4], walk.cs[5], src, w.sh * row, w.sw, w.oh, w.ow);
+      move_rows<Assign>(out, walk.cs[4], walk.cs[5], src, w.sh * row, w.sw, w.oh, w.ow);
     });
   });
 }
-
-namespace {
-
-// The transpose of copy_rows: row r of src (stepping src_step) added onto out + r * out_row
-// (stepping out_step, in the compute type).
-template <typename T, int64_t kCols>
-void add_rows_fixed(T* out, int64_t out_row, int64_t out_step, const T* src, int64_t src_row, int64_t src_step,
-                    int64_t rows, int64_t cols) {
-  using C = compute_t<T>;
-  const int64_t n = kCols > 0 ? kCols : cols;
-  for (int64_t r = 0; r < rows; ++r, out += out_row, src += src_row) {
-    for (int64_t k = 0; k < n; ++k) {
-      T& d = out[k * out_step];
-      d = static_cast<T>(static_cast<C>(d) + static_cast<C>(src[k * src_step]));
-    }
-  }
-}
-
-template <typename T>
-void add_rows(T* out, int64_t out_row, int64_t out_step, const T* src, int64_t src_row, int64_t src_step, int64_t rows,
-              int64_t cols) {
-  if (out_step == 1 && src_step == 1) {
-    switch (cols) {
-      case 2: return add_rows_fixed<T, 2>(out, out_row, 1, src, src_row, 1, rows, cols);
-      case 4: return add_rows_fixed<T, 4>(out, out_row, 1, src, src_row, 1, rows, cols);
-      case 8: return add_rows_fixed<T, 8>(out, out_row, 1, src, src_row, 1, rows, cols);
-      case 16: return add_rows_fixed<T, 16>(out, out_row, 1, src, src_row, 1, rows, cols);
-      default: break;
-    }
-  }
-  add_rows_fixed<T, 0>(out, out_row, out_step, src, src_row, src_step, rows, cols);
-}
-
-}  // namespace
 
 void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window) {
   // Accumulates into a zeroed padded buffer [N, C, H + 2 ph, W + 2 pw] (grad_x itself when
@@ -154,7 +129,7 @@ void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window) {
     walk.for_each_tap([&](int64_t n, int64_t c, int64_t i, int64_t j) {
       const T* in = col_data + n * walk.cs[0] + c * walk.cs[1] + i * walk.cs[2] + j * walk.cs[3];
       T* out = p_data + (n * w.c + c) * plane + i * w.dh * row + j * w.dw;
-      add_rows(out, w.sh * row, w.sw, in, walk.cs[4], walk.cs[5], w.oh, w.ow);
+      move_rows<Add>(out, w.sh * row, w.sw, in, walk.cs[4], walk.cs[5], w.oh, w.ow);
     });
   });
   if (padded_out) copy(grad_x, padded.narrow(2, window.ph, window.h).narrow(3, window.pw, window.w));

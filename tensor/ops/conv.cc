@@ -226,10 +226,6 @@ void grouped_mm(const Tensor& out, const Tensor& a, const Tensor& b, int64_t gro
   }
 }
 
-}  // namespace
-
-namespace {
-
 // Forward of conv2d on x [N, C, H, W] into out [N, O, OH, OW], chunk by chunk:
 // out[chunk] = permute(weight [O, K] @ col(chunk) [K, n * L]) + bias. Returns the im2col
 // matrix when the batch was one chunk (the backward reuses it), else nothing.
