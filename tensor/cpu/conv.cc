@@ -1,11 +1,12 @@
 // CPU im2col and col2im (cpu/backend.h), the data movement under convolution and pooling, and
-// max pooling. im2col and col2im work on a padded copy of the input (of its gradient), so that
-// no row needs bounds: they walk (n, c, kernel tap i, j) in col's memory order and move each
-// tap's OH rows of OW elements with the input's strides. Rows are short in small CNNs (2 to
+// max pooling. im2col and col2im go plane by plane through a small padded frame (the plane
+// with its padding around it, in L1), so that no row needs bounds: each kernel tap (i, j)
+// moves OH rows of OW elements between the frame and col. Rows are short in small CNNs (2 to
 // 16 elements), so those widths have loops of their own with the width known when compiled.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "tinyddp/tensor/cpu/backend.h"
@@ -15,34 +16,6 @@
 namespace tinyddp::tensor::cpu {
 
 namespace {
-
-// The taps (n, c, i, j) of a window over a col matrix [N, C, kh, kw, OH, OW] with strides cs.
-struct TapWalk {
-  int64_t cs[6];
-  Window2d w;
-
-  TapWalk(const Tensor& col, const Window2d& window) : w(window) {
-    for (int d = 0; d < 6; ++d) cs[d] = col.stride(d);
-  }
-
-  // Calls tap(n, c, i, j) in col's memory order: images innermost when col keeps them
-  // together under each tap (convolution's [C, kh, kw, N, OH, OW]), outermost otherwise
-  // (pooling's [N, C, kh, kw, OH, OW]).
-  template <typename F>
-  void for_each_tap(F&& tap) const {
-    if (cs[0] < cs[3]) {
-      for (int64_t c = 0; c < w.c; ++c)
-        for (int64_t i = 0; i < w.kh; ++i)
-          for (int64_t j = 0; j < w.kw; ++j)
-            for (int64_t n = 0; n < w.n; ++n) tap(n, c, i, j);
-    } else {
-      for (int64_t n = 0; n < w.n; ++n)
-        for (int64_t c = 0; c < w.c; ++c)
-          for (int64_t i = 0; i < w.kh; ++i)
-            for (int64_t j = 0; j < w.kw; ++j) tap(n, c, i, j);
-    }
-  }
-};
 
 // The row loops under im2col (Assign) and col2im (Add): for r < rows, element k of row r of
 // src (src + r * src_row + k * src_step) is moved onto out + r * out_row + k * out_step. Rows
@@ -61,78 +34,127 @@ struct Add {
   }
 };
 
+// kCols: the rows' width when it is known when compiled (unit steps), kUnitSteps for unit
+// steps and any width, 0 for any steps.
+constexpr int64_t kUnitSteps = -1;
+
 template <typename Op, int64_t kCols, typename T>
-void move_rows_fixed(T* out, int64_t out_row, int64_t out_step, const T* src, int64_t src_row, int64_t src_step,
-                     int64_t rows, int64_t cols) {
-  const int64_t n = kCols > 0 ? kCols : cols;
-  for (int64_t r = 0; r < rows; ++r, out += out_row, src += src_row) {
-    for (int64_t k = 0; k < n; ++k) Op::apply(out[k * out_step], src[k * src_step]);
+inline void move_rows_fixed(T* __restrict out, int64_t out_row, int64_t out_step, const T* __restrict src,
+                            int64_t src_row, int64_t src_step, int64_t rows, int64_t cols) {
+  const int64_t width = kCols > 0 ? kCols : cols;
+  if constexpr (kCols != 0) {
+    for (int64_t r = 0; r < rows; ++r, out += out_row, src += src_row) {
+      for (int64_t k = 0; k < width; ++k) Op::apply(out[k], src[k]);
+    }
+  } else {
+    for (int64_t r = 0; r < rows; ++r, out += out_row, src += src_row) {
+      for (int64_t k = 0; k < width; ++k) Op::apply(out[k * out_step], src[k * src_step]);
+    }
+  }
+}
+
+// Calls body(width), width a std::integral_constant for move_rows_fixed's kCols: the rows'
+// width when it is one of the small ones and both steps are 1, so that the loops inside know
+// it when compiled. Dispatched once around a whole loop nest: a call per tap would cost more
+// than its moves.
+template <typename F>
+void with_row_width(int64_t cols, bool unit_steps, F&& body) {
+  using std::integral_constant;
+  if (!unit_steps) return body(integral_constant<int64_t, 0>{});
+  switch (cols) {
+    case 2: return body(integral_constant<int64_t, 2>{});
+    case 4: return body(integral_constant<int64_t, 4>{});
+    case 8: return body(integral_constant<int64_t, 8>{});
+    case 16: return body(integral_constant<int64_t, 16>{});
+    default: return body(integral_constant<int64_t, kUnitSteps>{});
   }
 }
 
 template <typename Op, typename T>
 void move_rows(T* out, int64_t out_row, int64_t out_step, const T* src, int64_t src_row, int64_t src_step, int64_t rows,
                int64_t cols) {
-  if (out_step == 1 && src_step == 1) {
-    switch (cols) {
-      case 2: return move_rows_fixed<Op, 2>(out, out_row, 1, src, src_row, 1, rows, cols);
-      case 4: return move_rows_fixed<Op, 4>(out, out_row, 1, src, src_row, 1, rows, cols);
-      case 8: return move_rows_fixed<Op, 8>(out, out_row, 1, src, src_row, 1, rows, cols);
-      case 16: return move_rows_fixed<Op, 16>(out, out_row, 1, src, src_row, 1, rows, cols);
-      default: return move_rows_fixed<Op, 0>(out, out_row, 1, src, src_row, 1, rows, cols);
-    }
-  }
-  move_rows_fixed<Op, 0>(out, out_row, out_step, src, src_row, src_step, rows, cols);
+  with_row_width(cols, out_step == 1 && src_step == 1, [&](auto width) {
+    move_rows_fixed<Op, decltype(width)::value>(out, out_row, out_step, src, src_row, src_step, rows, cols);
+  });
 }
+
+// One plane of x (or of grad_x) inside its padded frame: a scratch [H + 2 ph, W + 2 pw] buffer
+// that stays in L1 while every tap of the plane is moved, and x's strides to reach the plane.
+template <typename T>
+struct PaddedPlane {
+  std::vector<T> buffer;
+  int64_t row, interior;  // the frame's row length; the offset of element (0, 0) of the plane
+  int64_t s0, s1, s2, s3;
+
+  PaddedPlane(const Tensor& x, const Window2d& w, T border)
+      : buffer(static_cast<size_t>(w.padded_h() * w.padded_w()), border), row(w.padded_w()),
+        interior(w.ph * w.padded_w() + w.pw), s0(x.stride(0)), s1(x.stride(1)), s2(x.stride(2)), s3(x.stride(3)) {}
+
+  int64_t offset(int64_t n, int64_t c) const { return n * s0 + c * s1; }
+  // The first element of tap (i, j)'s rows in the frame.
+  const T* tap(const Window2d& w, int64_t i, int64_t j) const { return buffer.data() + i * w.dh * row + j * w.dw; }
+  T* tap(const Window2d& w, int64_t i, int64_t j) { return buffer.data() + i * w.dh * row + j * w.dw; }
+};
 
 }  // namespace
 
-void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double pad_value) {
-  // Padding is materialised once: a contiguous [N, C, H + 2 ph, W + 2 pw] copy of x whose
-  // border holds pad_value (x itself when contiguous and unpadded), so that every tap's rows
-  // are plain strided copies.
-  Tensor padded = x;
-  if (window.ph > 0 || window.pw > 0 || !x.is_contiguous()) {
-    padded = empty({window.n, window.c, window.padded_h(), window.padded_w()}, x.dtype());
-    if (window.ph > 0 || window.pw > 0) fill(padded, pad_value);
-    copy(padded.narrow(2, window.ph, window.h).narrow(3, window.pw, window.w), x);
-  }
+void im2col(const Tensor& col, const Tensor& x, const Window2d& w, double pad_value) {
+  // Plane by plane: x's plane is copied into the interior of a padded frame whose border holds
+  // pad_value, so that every tap's OH rows of OW elements are plain strided copies from L1.
   dispatch_floating(x.dtype(), "im2col", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const TapWalk walk(col, window);
-    const Window2d& w = walk.w;
+    int64_t cs[6];
+    for (int d = 0; d < 6; ++d) cs[d] = col.stride(d);
+    PaddedPlane<T> frame(x, w, static_cast<T>(pad_value));
     T* const col_data = col.data_ptr<T>();
-    const T* const p_data = padded.data_ptr<T>();
-    const int64_t plane = w.padded_h() * w.padded_w(), row = w.padded_w();
-    walk.for_each_tap([&](int64_t n, int64_t c, int64_t i, int64_t j) {
-      T* out = col_data + n * walk.cs[0] + c * walk.cs[1] + i * walk.cs[2] + j * walk.cs[3];
-      const T* src = p_data + (n * w.c + c) * plane + i * w.dh * row + j * w.dw;
-      move_rows<Assign>(out, walk.cs[4], walk.cs[5], src, w.sh * row, w.sw, w.oh, w.ow);
+    const T* const x_data = x.data_ptr<T>();
+    with_row_width(w.ow, cs[5] == 1 && w.sw == 1, [&](auto width) {
+      constexpr int64_t kCols = decltype(width)::value;
+      for (int64_t n = 0; n < w.n; ++n) {
+        for (int64_t c = 0; c < w.c; ++c) {
+          move_rows<Assign>(frame.buffer.data() + frame.interior, frame.row, 1, x_data + frame.offset(n, c), frame.s2,
+                            frame.s3, w.h, w.w);
+          T* const out = col_data + n * cs[0] + c * cs[1];
+          for (int64_t i = 0; i < w.kh; ++i) {
+            for (int64_t j = 0; j < w.kw; ++j) {
+              move_rows_fixed<Assign, kCols>(out + i * cs[2] + j * cs[3], cs[4], cs[5], frame.tap(w, i, j),
+                                             w.sh * frame.row, w.sw, w.oh, w.ow);
+            }
+          }
+        }
+      }
     });
   });
 }
 
-void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window) {
-  // Accumulates into a zeroed padded buffer [N, C, H + 2 ph, W + 2 pw] (grad_x itself when
-  // unpadded), so that every tap's rows are plain strided adds, then keeps its interior.
-  const bool padded_out = window.ph > 0 || window.pw > 0;
-  const Tensor padded =
-      padded_out ? empty({window.n, window.c, window.padded_h(), window.padded_w()}, grad_x.dtype()) : grad_x;
-  fill(padded, 0.0);
+void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& w) {
+  // Plane by plane: every tap's rows are added into a zeroed padded frame, whose interior is
+  // then the plane of grad_x (the border, padding's share, is dropped).
   dispatch_floating(grad_x.dtype(), "col2im", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const TapWalk walk(col, window);
-    const Window2d& w = walk.w;
+    int64_t cs[6];
+    for (int d = 0; d < 6; ++d) cs[d] = col.stride(d);
+    PaddedPlane<T> frame(grad_x, w, T(0));
     const T* const col_data = col.data_ptr<T>();
-    T* const p_data = padded.data_ptr<T>();
-    const int64_t plane = w.padded_h() * w.padded_w(), row = w.padded_w();
-    walk.for_each_tap([&](int64_t n, int64_t c, int64_t i, int64_t j) {
-      const T* in = col_data + n * walk.cs[0] + c * walk.cs[1] + i * walk.cs[2] + j * walk.cs[3];
-      T* out = p_data + (n * w.c + c) * plane + i * w.dh * row + j * w.dw;
-      move_rows<Add>(out, w.sh * row, w.sw, in, walk.cs[4], walk.cs[5], w.oh, w.ow);
+    T* const gx_data = grad_x.data_ptr<T>();
+    with_row_width(w.ow, cs[5] == 1 && w.sw == 1, [&](auto width) {
+      constexpr int64_t kCols = decltype(width)::value;
+      for (int64_t n = 0; n < w.n; ++n) {
+        for (int64_t c = 0; c < w.c; ++c) {
+          std::fill(frame.buffer.begin(), frame.buffer.end(), T(0));
+          const T* const in = col_data + n * cs[0] + c * cs[1];
+          for (int64_t i = 0; i < w.kh; ++i) {
+            for (int64_t j = 0; j < w.kw; ++j) {
+              move_rows_fixed<Add, kCols>(frame.tap(w, i, j), w.sh * frame.row, w.sw, in + i * cs[2] + j * cs[3], cs[4],
+                                          cs[5], w.oh, w.ow);
+            }
+          }
+          move_rows<Assign>(gx_data + frame.offset(n, c), frame.s2, frame.s3, frame.buffer.data() + frame.interior,
+                            frame.row, 1, w.h, w.w);
+        }
+      }
     });
   });
-  if (padded_out) copy(grad_x, padded.narrow(2, window.ph, window.h).narrow(3, window.pw, window.w));
 }
 
 namespace {

@@ -39,6 +39,21 @@ std::vector<A> sum_rows(const T* in, int64_t rows, int64_t inner) {
   return acc;
 }
 
+// The sum of a contiguous row of n elements in A, from eight partial sums: one running sum
+// would wait on each add's latency, eight keep the adds (and the vector unit) busy.
+template <typename A, typename T>
+A row_sum(const T* row, int64_t n) {
+  constexpr int kParts = 8;
+  A part[kParts] = {};
+  int64_t i = 0;
+  for (; i + kParts <= n; i += kParts) {
+    for (int k = 0; k < kParts; ++k) part[k] += static_cast<A>(static_cast<compute_t<T>>(row[i + k]));
+  }
+  A tail = 0;
+  for (; i < n; ++i) tail += static_cast<A>(static_cast<compute_t<T>>(row[i]));
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7])) + tail;
+}
+
 template <typename T>
 bool is_nan(T v) {
   if constexpr (std::is_floating_point_v<compute_t<T>> && !std::is_same_v<T, bool>) {
@@ -70,10 +85,7 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
         }
         const T* in = plan.rows.data_ptr<T>();
         for (int64_t r = 0; r < plan.outer; ++r) {
-          const T* row = in + r * plan.inner;
-          A acc = 0;
-          for (int64_t i = 0; i < plan.inner; ++i) acc += static_cast<A>(static_cast<compute_t<T>>(row[i]));
-          o[r] = static_cast<O>(static_cast<compute_t<O>>(acc));
+          o[r] = static_cast<O>(static_cast<compute_t<O>>(row_sum<A>(in + r * plan.inner, plan.inner)));
         }
       }
     });
@@ -97,9 +109,7 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
     }
     const T* in = plan.rows.data_ptr<T>();
     for (int64_t r = 0; r < plan.outer; ++r) {
-      const T* row = in + r * plan.inner;
-      double acc = 0;
-      for (int64_t i = 0; i < plan.inner; ++i) acc += static_cast<double>(static_cast<C>(row[i]));
+      const double acc = row_sum<double>(in + r * plan.inner, plan.inner);
       o[r] = static_cast<T>(static_cast<C>(acc / static_cast<double>(plan.inner)));  // 0/0 -> NaN
     }
   });

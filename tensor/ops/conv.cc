@@ -191,27 +191,37 @@ void check_conv_args(const Tensor& x, const Tensor& weight, const Tensor& bias, 
 // The im2col matrix of a convolution, [C * kh * kw, N * L]: row (c, i, j) holds kernel tap
 // (i, j) of channel c at every output position of every image, so group g's rows are one
 // contiguous block and out[g] = weight[g] [O/g, K] @ col[g] [K, N * L] is a single GEMM.
-// Written into `col`, a buffer of at least that many elements.
-Tensor conv_columns(const Tensor& x, const Window& win, const Tensor& buffer) {
-  const Tensor col = buffer.narrow(0, 0, win.c * win.kh * win.kw * win.n * win.oh * win.ow)
-                         .view({win.c * win.kh * win.kw, win.n * win.oh * win.ow});
+// Written into `col`, a matrix of that shape (its rows may be further apart: a block of
+// columns of a larger matrix).
+void conv_columns(const Tensor& col, const Tensor& x, const Window& win) {
   im2col_into(col.view({win.c, win.kh, win.kw, win.n, win.oh, win.ow}).permute({3, 0, 1, 2, 4, 5}), x, win, 0.0);
-  return col;
 }
 
-// The images are processed in chunks whose im2col matrix stays near this size: the matrix is
-// then reused from cache by the GEMM that follows, and one buffer serves every chunk (a whole
-// batch's matrix can be tens of MB, freshly mapped pages on every call).
-constexpr int64_t kColumnChunkBytes = int64_t{8} << 20;
+// The images are processed in chunks whose im2col matrix stays near this size, within the
+// core's L2 cache: the GEMM that follows reads the matrix from there, and one buffer serves
+// every chunk (a whole batch's matrix can be tens of MB).
+constexpr int64_t kColumnChunkBytes = int64_t{256} << 10;
+// The forward keeps the whole batch's im2col matrix for the backward (grad_weight reads it)
+// when it is at most this size; a larger one is recomputed there, chunk by chunk.
+constexpr int64_t kSavedColumnBytes = int64_t{8} << 20;
 
 struct Chunks {
   int64_t size, count;
+  bool save;  // the whole batch's matrix is kept
 };
 Chunks image_chunks(const Window& win, size_t element_size) {
   const int64_t per_image = win.c * win.kh * win.kw * win.oh * win.ow * static_cast<int64_t>(element_size);
   const int64_t size =
       std::clamp<int64_t>(kColumnChunkBytes / std::max<int64_t>(per_image, 1), 1, std::max<int64_t>(win.n, 1));
-  return {size, (win.n + size - 1) / size};
+  return {size, (win.n + size - 1) / size, per_image * win.n <= kSavedColumnBytes};
+}
+
+// Chunk `first`'s columns of the im2col matrix: a block of the saved whole-batch matrix, or
+// the start of the one-chunk buffer.
+Tensor chunk_columns(const Tensor& whole, const Tensor& buffer, int64_t taps, int64_t first, int64_t count,
+                     int64_t positions) {
+  if (whole.defined()) return whole.narrow(1, first * positions, count * positions);
+  return buffer.narrow(0, 0, taps * count * positions).view({taps, count * positions});
 }
 
 // out[g] = a[g] @ b[g] for each group's block of rows of out [G*r, m], a [G*r, k] and b.
@@ -227,19 +237,21 @@ void grouped_mm(const Tensor& out, const Tensor& a, const Tensor& b, int64_t gro
 }
 
 // Forward of conv2d on x [N, C, H, W] into out [N, O, OH, OW], chunk by chunk:
-// out[chunk] = permute(weight [O, K] @ col(chunk) [K, n * L]) + bias. Returns the im2col
-// matrix when the batch was one chunk (the backward reuses it), else nothing.
+// out[chunk] = permute(weight [O, K] @ col(chunk) [K, n * L]) + bias. Returns the whole
+// batch's im2col matrix when it is small enough to keep for the backward, else nothing.
 Tensor conv_forward(const Tensor& out, const Tensor& x, const Tensor& w2, const Tensor& bias, const Window& win,
                     int64_t groups) {
   const Chunks chunks = image_chunks(win, x.element_size());
-  const int64_t out_channels = w2.size(0), positions = win.oh * win.ow;
+  const int64_t out_channels = w2.size(0), positions = win.oh * win.ow, taps = w2.size(1) * groups;
   const TensorOptions options = TensorOptions(x.dtype()).device(x.device());
-  const Tensor col_buffer = empty({w2.size(1) * groups * chunks.size * positions}, options);
+  const Tensor whole = chunks.save ? empty({taps, win.n * positions}, options) : Tensor();
+  const Tensor col_buffer = chunks.save ? Tensor() : empty({taps * chunks.size * positions}, options);
   const Tensor out_buffer = empty({out_channels * chunks.size * positions}, options);
   for (int64_t first = 0; first < win.n; first += chunks.size) {
     Window part = win;
     part.n = std::min(chunks.size, win.n - first);
-    const Tensor col = conv_columns(x.narrow(0, first, part.n), part, col_buffer);
+    const Tensor col = chunk_columns(whole, col_buffer, taps, first, part.n, positions);
+    conv_columns(col, x.narrow(0, first, part.n), part);
     const Tensor out2 = out_buffer.narrow(0, 0, out_channels * part.n * positions).view({out_channels, -1});
     grouped_mm(out2, w2, col, groups, false, false);
     if (bias.defined()) {
@@ -248,17 +260,16 @@ Tensor conv_forward(const Tensor& out, const Tensor& x, const Tensor& w2, const 
     // [O, n, L] -> out[first : first + n] ([n, O, L])
     copy_into(out.narrow(0, first, part.n).view({part.n, out_channels, positions}),
               out2.view({out_channels, part.n, positions}).permute({1, 0, 2}));
-    if (chunks.count == 1) return col;
   }
-  return Tensor();
+  return whole;
 }
 
 // Backward of conv2d for the gradients asked for (undefined `grad_input` / `grad_weight`:
 // not needed), chunk by chunk: g2 = permute(grad_out[chunk]) [O, n * L];
 // grad_weight += g2 @ col(chunk)^T; grad_input[chunk] = col2im(weight^T @ g2); and, when
 // `grad_bias` is given, *grad_bias = the row sums of g2 over all chunks (contiguous rows: a
-// cheaper reduction than over dims 0, 2, 3 of grad_out). `saved_col`: the forward's im2col
-// matrix of a one-chunk batch (else undefined: recomputed per chunk).
+// cheaper reduction than over dims 0, 2, 3 of grad_out). `saved_col`: the forward's
+// whole-batch im2col matrix (else undefined: recomputed per chunk).
 void conv_backward(const Tensor& g, const Tensor& x, const Tensor& saved_col, const Tensor& w2, const Window& win,
                    int64_t groups, const Tensor& grad_input, const Tensor& grad_weight, Tensor* grad_bias) {
   const Chunks chunks = image_chunks(win, g.element_size());
@@ -275,7 +286,8 @@ void conv_backward(const Tensor& g, const Tensor& x, const Tensor& saved_col, co
               g.narrow(0, first, part.n).reshape({part.n, out_channels, positions}).permute({1, 0, 2}));
     if (grad_bias != nullptr) *grad_bias = first == 0 ? sum(g2, {1}) : add(*grad_bias, sum(g2, {1}));
     if (grad_weight.defined()) {
-      const Tensor col = saved_col.defined() ? saved_col : conv_columns(x.narrow(0, first, part.n), part, col_buffer);
+      const Tensor col = chunk_columns(saved_col, col_buffer, taps, first, part.n, positions);
+      if (!saved_col.defined()) conv_columns(col, x.narrow(0, first, part.n), part);
       const bool into_result = first == 0;
       grouped_mm(into_result ? grad_weight : weight_part, g2, col, groups, false, true);
       if (!into_result) TDDP_DISPATCH(g.device(), "conv2d", accumulate, grad_weight, weight_part);

@@ -194,18 +194,23 @@ TEST_CASE("conv2d, pooling, batch_norm and dropout: bad arguments get errors nam
 }
 
 TEST_CASE("conv2d over a batch larger than one im2col chunk equals the images one by one", "[conv]") {
-  // 8 channels x 9 taps x 128 x 128 positions in float64: 9.4 MB of columns per image, so the
-  // batch of 3 runs as 3 chunks (the weight gradient summed over them).
+  // Columns are made ~256 KB of images at a time; up to 8 MB for the whole batch they are kept
+  // for the backward, beyond that recomputed there chunk by chunk. float64, 3x3 taps:
+  // [8, 4, 16, 16] has 74 KB of columns per image (3 chunks of 3, 3 and 2 images, kept);
+  // [3, 8, 128, 128] 9.4 MB per image (3 chunks of one, recomputed).
+  const Shape shape = GENERATE(Shape{8, 4, 16, 16}, Shape{3, 8, 128, 128});
+  INFO("input shape " << format_shape(shape));
+  const int64_t n_images = shape[0], channels = shape[1], size = shape[2];
   Generator gen(8);
-  const Tensor x = randn({3, 8, 128, 128}, kFloat64, &gen).requires_grad_();
-  const Tensor w = randn({4, 8, 3, 3}, kFloat64, &gen).requires_grad_();
+  const Tensor x = randn(shape, kFloat64, &gen).requires_grad_();
+  const Tensor w = randn({4, channels, 3, 3}, kFloat64, &gen).requires_grad_();
   const Tensor b = randn({4}, kFloat64, &gen).requires_grad_();
-  const Tensor g = randn({3, 4, 128, 128}, kFloat64, &gen);
+  const Tensor g = randn({n_images, 4, size, size}, kFloat64, &gen);
   const Tensor out = conv2d(x, w, b, 1, 1);
   out.backward(g);
   const Tensor gx = x.grad(), gw = w.grad(), gb = b.grad();
   x.mutable_grad() = w.mutable_grad() = b.mutable_grad() = Tensor();
-  for (int64_t n = 0; n < 3; ++n) {
+  for (int64_t n = 0; n < n_images; ++n) {
     INFO("image " << n);
     const Tensor one = conv2d(x.narrow(0, n, 1), w, b, 1, 1);
     CHECK(allclose(one, out.narrow(0, n, 1), 1e-12, 1e-12));
