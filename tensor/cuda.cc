@@ -115,9 +115,12 @@ namespace tinyddp::tensor::cuda {
 
 namespace {
 std::atomic<bool> tf32_allowed{false};
+std::atomic<bool> cudnn_tf32_allowed{true};
 }  // namespace
 
 bool allow_tf32() { return tf32_allowed.load(std::memory_order_relaxed); }
 void set_allow_tf32(bool allow) { tf32_allowed.store(allow, std::memory_order_relaxed); }
+bool cudnn_allow_tf32() { return cudnn_tf32_allowed.load(std::memory_order_relaxed); }
+void set_cudnn_allow_tf32(bool allow) { cudnn_tf32_allowed.store(allow, std::memory_order_relaxed); }
 
 }  // namespace tinyddp::tensor::cuda

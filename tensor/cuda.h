@@ -89,4 +89,10 @@ Tensor to_host_after(const Tensor& src, const StreamMark& after);
 bool allow_tf32();
 void set_allow_tf32(bool allow);
 
+// Whether float32 convolutions through cuDNN may use TF32 tensor cores: on by default, as
+// torch.backends.cudnn.allow_tf32 (PyTorch's default trades float32's last bits in
+// convolutions for speed; turn it off to match float32 CPU results within float32 tolerances).
+bool cudnn_allow_tf32();
+void set_cudnn_allow_tf32(bool allow);
+
 }  // namespace tinyddp::tensor::cuda

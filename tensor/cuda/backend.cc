@@ -132,6 +132,18 @@ void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) {
 
 void mm(const Tensor& out, const Tensor& a, const Tensor& b) { blas::mm(out, a, b); }
 
+bool conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Window2d& window, int64_t groups) {
+  return dnn::conv_forward(out, x, weight, window, groups);
+}
+bool conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight, const Window2d& window,
+                           int64_t groups) {
+  return dnn::conv_backward_data(grad_x, grad_out, weight, window, groups);
+}
+bool conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x, const Window2d& window,
+                            int64_t groups) {
+  return dnn::conv_backward_filter(grad_weight, grad_out, x, window, groups);
+}
+
 namespace {
 
 // Two GPUs: the copy runs on the destination's stream after the source's work so far, and

@@ -27,6 +27,13 @@ Tensor mean(const Tensor&, const Shape&, bool) { unavailable("mean"); }
 std::tuple<Tensor, Tensor> max(const Tensor&, const Shape&, bool) { unavailable("max"); }
 void softmax(const Tensor&, const Tensor&, int64_t, bool) { unavailable("softmax"); }
 void mm(const Tensor&, const Tensor&, const Tensor&) { unavailable("matmul"); }
+bool conv2d(const Tensor&, const Tensor&, const Tensor&, const Window2d&, int64_t) { unavailable("conv2d"); }
+bool conv2d_backward_input(const Tensor&, const Tensor&, const Tensor&, const Window2d&, int64_t) {
+  unavailable("conv2d backward");
+}
+bool conv2d_backward_weight(const Tensor&, const Tensor&, const Tensor&, const Window2d&, int64_t) {
+  unavailable("conv2d backward");
+}
 void im2col(const Tensor&, const Tensor&, const Window2d&, double) { unavailable("im2col"); }
 void col2im(const Tensor&, const Tensor&, const Window2d&) { unavailable("col2im"); }
 void max_pool2d(const Tensor&, const Tensor&, const Tensor&, const Window2d&) { unavailable("max_pool2d"); }

@@ -2,18 +2,12 @@
 // failure names the call and the library's own description of the status.
 #include "tinyddp/tensor/cuda/libraries.h"
 
-#include <cublas_v2.h>
-#include <cudnn.h>
-
 #include <climits>
-#include <functional>
-#include <map>
-#include <mutex>
+#include <memory>
 #include <optional>
-#include <vector>
 
-#include "tinyddp/base/error.h"
 #include "tinyddp/tensor/cuda.h"
+#include "tinyddp/tensor/cuda/handles.h"
 #include "tinyddp/tensor/cuda/plan.h"
 #include "tinyddp/tensor/cuda/runtime.h"
 #include "tinyddp/tensor/ops.h"
@@ -21,70 +15,6 @@
 namespace tinyddp::tensor::cuda {
 
 namespace {
-
-#define TDDP_CUBLAS_CHECK(call)                                                                                      \
-  do {                                                                                                               \
-    const cublasStatus_t tddp_status_ = (call);                                                                      \
-    if (tddp_status_ != CUBLAS_STATUS_SUCCESS) {                                                                     \
-      throw Error(fmt::format("cuBLAS call {} failed: {} ({}) at {}:{}", #call, cublasGetStatusString(tddp_status_), \
-                              cublasGetStatusName(tddp_status_), __FILE__, __LINE__));                               \
-    }                                                                                                                \
-  } while (false)
-
-#define TDDP_CUDNN_CHECK(call)                                                                                         \
-  do {                                                                                                                 \
-    const cudnnStatus_t tddp_status_ = (call);                                                                         \
-    if (tddp_status_ != CUDNN_STATUS_SUCCESS) {                                                                        \
-      throw Error(fmt::format("cuDNN call {} failed: {} (status {}) at {}:{}", #call,                                  \
-                              cudnnGetErrorString(tddp_status_), static_cast<int>(tddp_status_), __FILE__, __LINE__)); \
-    }                                                                                                                  \
-  } while (false)
-
-// Library handles of one kind, per device. A call leases one (creating it the first time
-// none is free) and gives it back afterwards; handles live until the process exits.
-template <typename Handle>
-class HandlePool {
- public:
-  explicit HandlePool(std::function<Handle()> create) : create_(std::move(create)) {}
-
-  class Lease {
-   public:
-    Lease(HandlePool* pool, int device, Handle handle) : pool_(pool), device_(device), handle_(handle) {}
-    ~Lease() { pool_->give_back(device_, handle_); }
-    Lease(const Lease&) = delete;
-    Lease& operator=(const Lease&) = delete;
-    Handle get() const { return handle_; }
-
-   private:
-    HandlePool* pool_;
-    int device_;
-    Handle handle_;
-  };
-
-  // The caller has made `device` current.
-  Lease lease(int device) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      std::vector<Handle>& free = free_[device];
-      if (!free.empty()) {
-        const Handle handle = free.back();
-        free.pop_back();
-        return Lease(this, device, handle);
-      }
-    }
-    return Lease(this, device, create_());
-  }
-
- private:
-  void give_back(int device, Handle handle) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    free_[device].push_back(handle);
-  }
-
-  std::function<Handle()> create_;
-  std::mutex mutex_;
-  std::map<int, std::vector<Handle>> free_;
-};
 
 HandlePool<cublasHandle_t>& blas_handles() {
   static auto* pool = new HandlePool<cublasHandle_t>([] {
@@ -95,6 +25,8 @@ HandlePool<cublasHandle_t>& blas_handles() {
   return *pool;
 }
 
+}  // namespace
+
 HandlePool<cudnnHandle_t>& dnn_handles() {
   static auto* pool = new HandlePool<cudnnHandle_t>([] {
     cudnnHandle_t handle = nullptr;
@@ -103,8 +35,6 @@ HandlePool<cudnnHandle_t>& dnn_handles() {
   });
   return *pool;
 }
-
-}  // namespace
 
 namespace blas {
 

@@ -1,9 +1,10 @@
 // The vendor libraries behind some CUDA ops (host code, only under --config=cuda): matrix
-// products through cuBLAS and softmax through cuDNN. Handles are per device, taken from a
+// products through cuBLAS, softmax and convolution through cuDNN. Handles are per device, taken from a
 // pool for the duration of one call (so threads never share one at the same time) and bound
 // to the device's compute stream, so library work is ordered with our own kernels.
 #pragma once
 
+#include "tinyddp/tensor/kernel_ops.h"
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::cuda {
@@ -19,6 +20,19 @@ namespace dnn {
 // (log_)softmax of x along `dim` into out (contiguous, x's shape) through cuDNN when it
 // applies (float32, float64, float16); returns false otherwise, leaving out untouched.
 bool softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log);
+
+// Convolution over window `w` with `groups` (dnn_conv.cc), on contiguous NCHW tensors of one
+// floating dtype: out [N, O, OH, OW] = x [N, C, H, W] cross-correlated with weight
+// [O, C/g, kh, kw] (no bias); grad_x from grad_out and weight; grad_weight from grad_out and
+// x. Each output is overwritten. The algorithm for a shape is chosen once, by cuDNN's
+// heuristics, and cached; float32 uses TF32 tensor cores only when cudnn_allow_tf32()
+// (tensor/cuda.h). Each returns false, writing nothing, where cuDNN does not apply (sizes
+// beyond int, an empty tensor, no algorithm for the shape).
+bool conv_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Window2d& w, int64_t groups);
+bool conv_backward_data(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight, const Window2d& w,
+                        int64_t groups);
+bool conv_backward_filter(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x, const Window2d& w,
+                          int64_t groups);
 }  // namespace dnn
 
 }  // namespace tinyddp::tensor::cuda

@@ -2,11 +2,12 @@
 // them rest on one pair of data movements: im2col gathers every kernel window of the input
 // into columns, col2im adds columns back onto the input positions they came from (the
 // gradient of im2col). A convolution is then one GEMM per group, a pooling layer a reduction
-// over each window's column.
+// over each window's column. On a GPU, convolutions go to cuDNN instead where it applies.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "tinyddp/tensor/cuda/backend.h"
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/ops/checks.h"
@@ -301,6 +302,34 @@ void conv_backward(const Tensor& g, const Tensor& x, const Tensor& saved_col, co
   }
 }
 
+// On a GPU, cuDNN convolves where it applies (cuda/dnn_conv.cc): the forward into out, then the
+// bias added per channel. false (nothing written) where it does not: the im2col route then.
+bool library_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window& win,
+                     int64_t groups) {
+  if (!x.is_cuda() || !cuda::conv2d(out, x.contiguous(), weight.contiguous(), win, groups)) return false;
+  if (bias.defined()) {
+    TDDP_DISPATCH(out.device(), "conv2d", binary, BinaryOp::kAdd, out, out, bias.view({1, -1, 1, 1}), 1.0);
+  }
+  return true;
+}
+
+// The backward after library_forward: cuDNN's backward-data and backward-filter passes, the
+// im2col route (conv_backward) for a gradient they do not apply to; the bias's gradient is
+// the sum of g over N, OH, OW.
+void library_backward(const Tensor& g, const Tensor& x, const Tensor& w2, const Shape& weight_shape, const Window& win,
+                      int64_t groups, const Tensor& grad_input, const Tensor& grad_weight, Tensor* grad_bias) {
+  const Tensor gc = g.contiguous();
+  const bool input_done =
+      grad_input.defined() && cuda::conv2d_backward_input(grad_input, gc, w2.view(weight_shape), win, groups);
+  const bool weight_done = grad_weight.defined() && cuda::conv2d_backward_weight(grad_weight.view(weight_shape), gc,
+                                                                                 x.contiguous(), win, groups);
+  if (grad_bias != nullptr) *grad_bias = sum(gc, {0, 2, 3});
+  if ((grad_input.defined() && !input_done) || (grad_weight.defined() && !weight_done)) {
+    conv_backward(gc, x, Tensor(), w2, win, groups, input_done ? Tensor() : grad_input,
+                  weight_done ? Tensor() : grad_weight, nullptr);
+  }
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding,
@@ -310,11 +339,13 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Siz
   const Window win = make_window(x.sizes(), {weight.size(2), weight.size(3)}, stride, padding, dilation, "conv2d");
   const int64_t out_channels = weight.size(0);
   Tensor w2, out, col;
+  bool library = false;  // cuDNN convolved (on a GPU)
   {
     NoGradGuard no_grad;
-    w2 = weight.reshape({out_channels, -1});  // [O, C/g * kh * kw]
+    w2 = weight.reshape({out_channels, -1});  // [O, C/g * kh * kw], contiguous
     out = new_output({win.n, out_channels, win.oh, win.ow}, x.dtype(), x.device());
-    col = conv_forward(out, x, w2, bias, win, groups);
+    library = library_forward(out, x, weight, bias, win, groups);
+    if (!library) col = conv_forward(out, x, w2, bias, win, groups);
   }
   out = unbatch_like(out, input);
   // grad_out [N, O, OH, OW] -> grad_input [N, C, H, W], grad_weight [O, C/g, kh, kw] (conv_backward),
@@ -325,7 +356,7 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Siz
     record_op("ConvolutionBackward", out, {input, weight, bias},
               [sx = SavedTensor(need_weight && !col.defined() ? x : Tensor()), col = need_weight ? col : Tensor(),
                sw = SavedTensor(w2), win, groups, weight_shape = weight.sizes(), in_shape = input.sizes(), need_input,
-               need_weight, need_bias](const Tensor& g) {
+               need_weight, need_bias, library](const Tensor& g) {
                 const Tensor g4 = g.reshape({win.n, weight_shape[0], win.oh, win.ow});
                 const Tensor& w2 = sw.get("ConvolutionBackward");
                 const Tensor x = need_weight && !col.defined() ? sx.get("ConvolutionBackward") : Tensor();
@@ -333,7 +364,12 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Siz
                     need_input ? new_output({win.n, win.c, win.h, win.w}, g.dtype(), g.device()) : Tensor();
                 const Tensor grad_weight = need_weight ? new_output(w2.sizes(), g.dtype(), g.device()) : Tensor();
                 Tensor grad_bias;
-                conv_backward(g4, x, col, w2, win, groups, grad_input, grad_weight, need_bias ? &grad_bias : nullptr);
+                if (library) {
+                  library_backward(g4, x, w2, weight_shape, win, groups, grad_input, grad_weight,
+                                   need_bias ? &grad_bias : nullptr);
+                } else {
+                  conv_backward(g4, x, col, w2, win, groups, grad_input, grad_weight, need_bias ? &grad_bias : nullptr);
+                }
                 return std::vector<Tensor>{need_input ? grad_input.view(in_shape) : Tensor(),
                                            need_weight ? grad_weight.view(weight_shape) : Tensor(), grad_bias};
               });

@@ -1,8 +1,9 @@
 // The CNN ops on a GPU against the CPU (whose numbers tests/tensor/conv_test.cc checks against
 // PyTorch): conv2d over stride, padding, dilation and groups, max pooling with ties, average
 // and adaptive pooling, batch norm in both modes with its running statistics, dropout, and
-// the digits CNN's forward and gradients; forward values and every gradient. Every case skips,
-// saying why, without a GPU (and in a build without CUDA).
+// the digits CNN's forward and gradients; forward values and every gradient; convolution through
+// cuDNN in each floating dtype and with TF32. Every GPU case skips, saying why, without a GPU
+// (and in a build without CUDA).
 #include <functional>
 
 #include "examples/models.h"
@@ -42,10 +43,29 @@ void check_on_gpu(const std::function<Tensor(const std::vector<Tensor>&)>& f, co
 
 using Inputs = std::vector<Tensor>;
 
+// Float32 convolutions through cuDNN without TF32 for its lifetime, so that they match the CPU
+// within float32 tolerances (TF32, PyTorch's default for cuDNN, is checked on its own below).
+struct NoCudnnTf32 {
+  bool was = cuda::cudnn_allow_tf32();
+  NoCudnnTf32() { cuda::set_cudnn_allow_tf32(false); }
+  ~NoCudnnTf32() { cuda::set_cudnn_allow_tf32(was); }
+};
+
 }  // namespace
+
+TEST_CASE("cuDNN may use TF32 for float32 convolutions by default, as torch.backends.cudnn.allow_tf32", "[conv]") {
+  CHECK(cuda::cudnn_allow_tf32());
+  CHECK_FALSE(cuda::allow_tf32());  // matrix products: off, as torch.backends.cuda.matmul.allow_tf32
+  {
+    const NoCudnnTf32 off;
+    CHECK_FALSE(cuda::cudnn_allow_tf32());
+  }
+  CHECK(cuda::cudnn_allow_tf32());
+}
 
 TEST_CASE("CUDA: conv2d and its gradients equal the CPU's over stride, padding, dilation and groups", "[cuda][conv]") {
   if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  const NoCudnnTf32 exact;
   Generator gen(2);
   const Tensor x = randn({2, 4, 7, 6}, {}, &gen), w = randn({6, 2, 3, 2}, {}, &gen), b = randn({6}, {}, &gen);
   check_on_gpu([](const Inputs& v) { return conv2d(v[0], v[1], v[2], {2, 1}, {1, 0}, {1, 2}, 2); }, {x, w, b});
@@ -102,6 +122,7 @@ TEST_CASE("CUDA: dropout keeps about 1 - p of the elements, scaled, and its grad
 
 TEST_CASE("CUDA: the digits CNN's forward and gradients on the GPU equal the CPU's", "[cuda][conv][nn]") {
   if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  const NoCudnnTf32 exact;
   manual_seed(6);
   const auto cpu_model = tinyddp::examples::digits_cnn(0.0);
   const auto gpu_model = tinyddp::examples::digits_cnn(0.0);
@@ -122,4 +143,34 @@ TEST_CASE("CUDA: the digits CNN's forward and gradients on the GPU equal the CPU
     INFO(name);
     CHECK(allclose(gpu_buffers.at(name).to(kCPU).to(kFloat64), b.to(kFloat64), 1e-5, 1e-6));
   }
+}
+
+TEST_CASE("CUDA: conv2d through cuDNN in float64, float16, bfloat16 and TF32 against the CPU", "[cuda][conv]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  Generator gen(8);
+  const Tensor x = randn({4, 8, 12, 10}, kFloat64, &gen), w = randn({16, 4, 3, 3}, kFloat64, &gen);
+  const Tensor g = randn({4, 16, 6, 5}, kFloat64, &gen);
+  // The float64 reference on the CPU: output and both gradients.
+  const auto run = [&](DType dtype, Device device) {
+    const Tensor xd = x.to(dtype).to(device).requires_grad_(), wd = w.to(dtype).to(device).requires_grad_();
+    const Tensor y = conv2d(xd, wd, Tensor(), 2, 1, 1, 2);
+    y.backward(g.to(dtype).to(device));
+    return std::vector<Tensor>{y.detach().to(kCPU).to(kFloat64), xd.grad().to(kCPU).to(kFloat64),
+                               wd.grad().to(kCPU).to(kFloat64)};
+  };
+  const std::vector<Tensor> expected = run(kFloat64, kCPU);
+  const auto check = [&](DType dtype, double rtol, double atol) {
+    INFO(dtype_name(dtype) << (cuda::cudnn_allow_tf32() ? " (TF32 allowed)" : ""));
+    const std::vector<Tensor> got = run(dtype, kGpu);
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("output " << i << " (0: y, 1: grad x, 2: grad w)");
+      CHECK(allclose(got[i], expected[i], rtol, atol));
+    }
+  };
+  check(kFloat64, 1e-12, 1e-12);
+  check(kFloat16, 1e-2, 5e-2);
+  check(kBFloat16, 2e-2, 2e-1);
+  check(kFloat32, 1e-2, 5e-2);  // TF32 allowed: 10-bit mantissas in, float32 sums
+  const NoCudnnTf32 exact;
+  check(kFloat32, 1e-5, 1e-5);
 }
