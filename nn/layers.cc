@@ -105,7 +105,7 @@ std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + pair
 std::string Flatten::extra_repr() const { return fmt::format("start_dim={}, end_dim={}", start_dim, end_dim); }
 
 Dropout::Dropout(double p_) : Module("Dropout"), p(p_) {
-  TDDP_CHECK(p >= 0.0 && p <= 1.0, "Dropout: probability p must be between 0 and 1, got {}", p);
+  TDDP_CHECK(p >= 0.0 && p < 1.0, "Dropout: probability p must be in [0, 1), got {}", p);
 }
 
 std::string Dropout::extra_repr() const { return fmt::format("p={}, inplace=False", p); }

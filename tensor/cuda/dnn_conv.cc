@@ -107,9 +107,26 @@ using Key = std::array<int64_t, 20>;
 
 Key make_key(Pass pass, cudnnDataType_t type, int device, const Tensor& x, const Tensor& w, const Window2d& win,
              int64_t groups) {
-  return {static_cast<int64_t>(pass), static_cast<int64_t>(type), device, static_cast<int64_t>(math_type(type)),
-          x.size(0), x.size(1), x.size(2), x.size(3), w.size(0), w.size(1), w.size(2), w.size(3), win.sh, win.sw,
-          win.ph, win.pw, win.dh, win.dw, groups, 0};
+  return {static_cast<int64_t>(pass),
+          static_cast<int64_t>(type),
+          device,
+          static_cast<int64_t>(math_type(type)),
+          x.size(0),
+          x.size(1),
+          x.size(2),
+          x.size(3),
+          w.size(0),
+          w.size(1),
+          w.size(2),
+          w.size(3),
+          win.sh,
+          win.sw,
+          win.ph,
+          win.pw,
+          win.dh,
+          win.dw,
+          groups,
+          0};
 }
 
 // cuDNN's ranking for one pass (`rank(count, &returned, perf)`): the first algorithm that ran
@@ -159,17 +176,17 @@ std::optional<Choice> choose(Pass pass, cudnnHandle_t handle, const Call& call, 
   if (choice) {
     TDDP_CUDNN_CHECK(cudnnSetConvolutionMathType(call.conv.d, choice->math));
     if (pass == Pass::kForward) {
-      TDDP_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
-          handle, call.x.d, call.w.d, call.conv.d, call.y.d, static_cast<cudnnConvolutionFwdAlgo_t>(choice->algo),
-          &choice->workspace));
+      TDDP_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(handle, call.x.d, call.w.d, call.conv.d, call.y.d,
+                                                               static_cast<cudnnConvolutionFwdAlgo_t>(choice->algo),
+                                                               &choice->workspace));
     } else if (pass == Pass::kBackwardData) {
       TDDP_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
           handle, call.w.d, call.y.d, call.conv.d, call.x.d, static_cast<cudnnConvolutionBwdDataAlgo_t>(choice->algo),
           &choice->workspace));
     } else {
       TDDP_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-          handle, call.x.d, call.y.d, call.conv.d, call.w.d,
-          static_cast<cudnnConvolutionBwdFilterAlgo_t>(choice->algo), &choice->workspace));
+          handle, call.x.d, call.y.d, call.conv.d, call.w.d, static_cast<cudnnConvolutionBwdFilterAlgo_t>(choice->algo),
+          &choice->workspace));
     }
   }
   const std::lock_guard<std::mutex> lock(mutex);
@@ -195,7 +212,8 @@ bool run(Pass pass, const Tensor& x, const Tensor& w, const Tensor& y, const Win
   const auto handle = dnn_handles().lease(device);
   TDDP_CUDNN_CHECK(cudnnSetStream(handle.get(), compute_stream(device)));
   const Call call(*type, x, w, y, win, groups);
-  const std::optional<Choice> choice = choose(pass, handle.get(), call, make_key(pass, *type, device, x, w, win, groups));
+  const std::optional<Choice> choice =
+      choose(pass, handle.get(), call, make_key(pass, *type, device, x, w, win, groups));
   if (!choice) return false;
   TDDP_CUDNN_CHECK(cudnnSetConvolutionMathType(call.conv.d, choice->math));
   // The workspace: int64 elements from the caching allocator, in use on the compute stream only.

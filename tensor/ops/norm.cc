@@ -151,15 +151,18 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
 
 Tensor dropout(const Tensor& input, double p, bool training, Generator* generator) {
   check_defined(input, "dropout", "input");
-  TDDP_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability p must be between 0 and 1, got {}", p);
+  TDDP_CHECK(p >= 0.0 && p < 1.0,
+             "dropout: probability p must be in [0, 1), got {} (p = 1 would zero every element, and the kept ones' "
+             "scale 1 / (1 - p) is undefined)",
+             p);
   TDDP_CHECK(input.is_floating_point(), "dropout: expected a floating-point input, got dtype {}",
              dtype_name(input.dtype()));
   if (!training || p == 0.0) return input;
-  Tensor mask;  // 1 / (1 - p) where kept, 0 where dropped (all 0 for p = 1)
+  Tensor mask;  // 1 / (1 - p) where kept, 0 where dropped
   {
     NoGradGuard no_grad;
     const Tensor kept = lt(rand_like(input, generator), 1.0 - p);
-    mask = p == 1.0 ? zeros_like(input) : mul(kept.to(input.dtype()), 1.0 / (1.0 - p));
+    mask = mul(kept.to(input.dtype()), 1.0 / (1.0 - p));
   }
   return mul(input, mask);
 }

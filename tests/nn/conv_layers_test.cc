@@ -90,7 +90,8 @@ TEST_CASE("train() and eval() reach every submodule: Dropout and BatchNorm in a 
       model->repr() ==
       "Sequential(\n  (0): Sequential(\n    (0): Dropout(p=0.5, inplace=False)\n  )\n  (1): BatchNorm1d(4, eps=1e-05, "
       "momentum=0.1, affine=True, track_running_stats=True)\n  (2): Flatten(start_dim=1, end_dim=-1)\n)");
-  CHECK_THROWS_WITH(nn::Dropout(1.5), Contains("Dropout: probability p must be between 0 and 1, got 1.5"));
+  CHECK_THROWS_WITH(nn::Dropout(1.5), Contains("Dropout: probability p must be in [0, 1), got 1.5"));
+  CHECK_THROWS_WITH(nn::Dropout(1.0), Contains("Dropout: probability p must be in [0, 1), got 1"));
 }
 
 TEST_CASE("pooling modules and Flatten: PyTorch's defaults and shapes", "[nn][conv]") {
