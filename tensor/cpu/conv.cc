@@ -143,8 +143,12 @@ void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& w) {
         for (int64_t c = 0; c < w.c; ++c) {
           std::fill(frame.buffer.begin(), frame.buffer.end(), T(0));
           const T* const in = col_data + n * cs[0] + c * cs[1];
-          for (int64_t i = 0; i < w.kh; ++i) {
-            for (int64_t j = 0; j < w.kw; ++j) {
+          // Taps column by column (j outer): the next tap then adds onto the same frame
+          // positions one row lower, aligned with the rows it just stored, where the next j
+          // would add onto them shifted by one element (a load that straddles two recent
+          // stores waits for both to reach the cache: it cannot be forwarded).
+          for (int64_t j = 0; j < w.kw; ++j) {
+            for (int64_t i = 0; i < w.kh; ++i) {
               move_rows_fixed<Add, kCols>(frame.tap(w, i, j), w.sh * frame.row, w.sw, in + i * cs[2] + j * cs[3], cs[4],
                                           cs[5], w.oh, w.ow);
             }
