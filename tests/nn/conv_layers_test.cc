@@ -1,5 +1,6 @@
 // Conv2d, BatchNorm1d/2d, pooling, Flatten and Dropout as modules: PyTorch's initial values,
-// buffers and state-dict names, momentum=None, train/eval through a tree, repr, and errors.
+// buffers and state-dict names, momentum=None, train/eval through a tree, repr, errors, and
+// checkpoints whose buffers are missing or mis-shaped.
 // References: tests/tensor/fixtures/make_conv_fixtures.py (PyTorch).
 #include "tests/test_util.h"
 #include "tinyddp/nn/nn.h"
@@ -103,4 +104,32 @@ TEST_CASE("pooling modules and Flatten: PyTorch's defaults and shapes", "[nn][co
   CHECK(nn::Flatten().forward(x).sizes() == tensor::Shape{2, 144});
   CHECK(nn::Flatten(0, 1).forward(x).sizes() == tensor::Shape{6, 8, 6});
   CHECK(nn::MaxPool2d(2).repr() == "MaxPool2d(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1))");
+}
+
+TEST_CASE("load_state_dict refuses a checkpoint whose BatchNorm buffers are missing or mis-shaped, naming the key",
+          "[nn][conv]") {
+  const auto make = [] {
+    return std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+        std::make_shared<nn::Conv2d>(1, 4, 3), std::make_shared<nn::BatchNorm2d>(4)});
+  };
+  const auto model = make();
+  model->forward(tensor::randn({2, 1, 5, 5}));  // running statistics and the count move
+  const auto saved = model->state_dict();
+  const auto fresh = make();
+  const Tensor before = fresh->state_dict().at("1.running_mean").clone();
+
+  nn::OrderedDict<Tensor> missing;
+  for (const auto& [name, t] : saved) {
+    if (name != "1.running_var") missing.insert(name, t);
+  }
+  CHECK_THROWS_WITH(fresh->load_state_dict(missing), Contains("missing key(s): \"1.running_var\""));
+  nn::OrderedDict<Tensor> misshaped;
+  for (const auto& [name, t] : saved) misshaped.insert(name, name == "1.running_mean" ? tensor::zeros({5}) : t);
+  CHECK_THROWS_WITH(fresh->load_state_dict(misshaped),
+                    Contains("size mismatch for 1.running_mean (checkpoint [5], model [4])"));
+  CHECK(tensor::equal(fresh->state_dict().at("1.running_mean"), before));  // unchanged
+
+  fresh->load_state_dict(saved);  // buffers included
+  CHECK(tensor::equal(fresh->state_dict().at("1.running_var"), saved.at("1.running_var")));
+  CHECK(fresh->state_dict().at("1.num_batches_tracked").item<int64_t>() == 1);
 }
