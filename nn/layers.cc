@@ -2,6 +2,7 @@
 #include "tinyddp/nn/layers.h"
 
 #include <cmath>
+#include <utility>
 
 namespace tinyddp::nn {
 
@@ -109,6 +110,13 @@ Dropout::Dropout(double p_) : Module("Dropout"), p(p_) {
 }
 
 std::string Dropout::extra_repr() const { return fmt::format("p={}, inplace=False", p); }
+
+GELU::GELU(std::string approximate_) : Module("GELU"), approximate(std::move(approximate_)) {
+  TDDP_CHECK(approximate == "none" || approximate == "tanh", "GELU: approximate must be 'none' or 'tanh', got '{}'",
+             approximate);
+}
+
+std::string GELU::extra_repr() const { return fmt::format("approximate='{}'", approximate); }
 
 Sequential::Sequential(std::vector<std::shared_ptr<Module>> modules) : Module("Sequential") {
   for (auto& m : modules) push_back(std::move(m));

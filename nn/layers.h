@@ -1,5 +1,5 @@
 // Layers: Linear and Conv2d (PyTorch's weight layouts and default initialisation), pooling,
-// Flatten, Dropout, the activations ReLU/Tanh/Sigmoid, Sequential (children "0", "1", ...),
+// Flatten, Dropout, the activations ReLU/Tanh/Sigmoid/GELU, Sequential (children "0", "1", ...),
 // the mlp() builder, and PyTorch's DDP tutorial's ToyModel (net1 = Linear(10, 10), ReLU,
 // net2 = Linear(10, 5)). BatchNorm is in batchnorm.h.
 #pragma once
@@ -111,6 +111,16 @@ class Sigmoid : public Module {
  public:
   Sigmoid() : Module("Sigmoid") {}
   Tensor forward(const Tensor& input) override { return tensor::sigmoid(input); }
+};
+
+// As torch.nn.GELU: approximate "none" (exact, with erf; nanoGPT's MLP) or "tanh".
+class GELU : public Module {
+ public:
+  explicit GELU(std::string approximate = "none");
+  Tensor forward(const Tensor& input) override { return tensor::gelu(input, approximate); }
+  std::string extra_repr() const override;
+
+  std::string approximate;
 };
 
 // Runs its children in order; they are named "0", "1", ... as in torch.nn.Sequential.

@@ -9,7 +9,22 @@ namespace tinyddp::tensor {
 // kAdd computes a + alpha * b; kReluBackward computes b > 0 ? a : 0 (a: gradient, b: relu output).
 enum class BinaryOp { kAdd, kMul, kDiv, kMaximum, kMinimum, kReluBackward };
 enum class CompareOp { kEq, kNe, kLt, kLe, kGt, kGe };
-enum class UnaryOp { kNeg, kAbs, kExp, kLog, kSqrt, kRelu, kTanh, kSigmoid };
+// kGelu / kGeluTanh: GELU exact (erf) and its tanh approximation; kGeluGrad / kGeluTanhGrad:
+// their derivatives d gelu / dx (gelu_math.h holds the formulas all backends share).
+enum class UnaryOp {
+  kNeg,
+  kAbs,
+  kExp,
+  kLog,
+  kSqrt,
+  kRelu,
+  kTanh,
+  kSigmoid,
+  kGelu,
+  kGeluTanh,
+  kGeluGrad,
+  kGeluTanhGrad
+};
 
 // A kernel window sliding over an [N, C, H, W] input (convolution, pooling): the input's
 // size, the kernel, stride, padding on each side and dilation, and the OH x OW output

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <optional>
+#include <string_view>
 #include <tuple>
 
 #include "tinyddp/tensor/factory.h"
@@ -53,6 +54,9 @@ Tensor sqrt(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
+// As torch.nn.functional.gelu: approximate "none" (x Phi(x), with erf) or "tanh"; floating
+// inputs only.
+Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 Tensor pow(const Tensor& x, double exponent);
 
 // ---- reductions -------------------------------------------------------------------------------

@@ -9,6 +9,7 @@
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/cpu/loops.h"
+#include "tinyddp/tensor/gelu_math.h"
 
 namespace tinyddp::tensor::cpu {
 
@@ -166,6 +167,10 @@ C apply_unary(UnaryOp op, C v) {
     case UnaryOp::kSqrt: return std::sqrt(v);
     case UnaryOp::kTanh: return std::tanh(v);
     case UnaryOp::kSigmoid: return C(1) / (C(1) + std::exp(-v));
+    case UnaryOp::kGelu: return gelu_math::gelu(v);
+    case UnaryOp::kGeluTanh: return gelu_math::gelu_tanh(v);
+    case UnaryOp::kGeluGrad: return gelu_math::gelu_grad(v);
+    case UnaryOp::kGeluTanhGrad: return gelu_math::gelu_tanh_grad(v);
   }
   return v;
 }
@@ -233,6 +238,10 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& x) {
       case UnaryOp::kSqrt: run(std::integral_constant<UnaryOp, UnaryOp::kSqrt>{}); return;
       case UnaryOp::kTanh: run(std::integral_constant<UnaryOp, UnaryOp::kTanh>{}); return;
       case UnaryOp::kSigmoid: run(std::integral_constant<UnaryOp, UnaryOp::kSigmoid>{}); return;
+      case UnaryOp::kGelu: run(std::integral_constant<UnaryOp, UnaryOp::kGelu>{}); return;
+      case UnaryOp::kGeluTanh: run(std::integral_constant<UnaryOp, UnaryOp::kGeluTanh>{}); return;
+      case UnaryOp::kGeluGrad: run(std::integral_constant<UnaryOp, UnaryOp::kGeluGrad>{}); return;
+      case UnaryOp::kGeluTanhGrad: run(std::integral_constant<UnaryOp, UnaryOp::kGeluTanhGrad>{}); return;
     }
   });
 }

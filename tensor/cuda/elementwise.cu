@@ -5,6 +5,7 @@
 // bits and computed in float, rounding to nearest-even on the way back, as on the CPU.
 #include "tinyddp/tensor/cuda/dtypes.cuh"
 #include "tinyddp/tensor/cuda/kernels.h"
+#include "tinyddp/tensor/gelu_math.h"
 
 #include <cuda_runtime.h>
 
@@ -87,6 +88,10 @@ __device__ inline C apply_unary(int op, C v) {
       case kSqrt: return sqrt(v);
       case kTanh: return tanh(v);
       case kSigmoid: return C(1) / (C(1) + exp(-v));
+      case kGelu: return gelu_math::gelu(v);
+      case kGeluTanh: return gelu_math::gelu_tanh(v);
+      case kGeluGrad: return gelu_math::gelu_grad(v);
+      case kGeluTanhGrad: return gelu_math::gelu_tanh_grad(v);
       default: break;
     }
   }

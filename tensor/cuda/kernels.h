@@ -29,7 +29,7 @@ struct Operand {
 // Numbering shared with tensor::BinaryOp, CompareOp and UnaryOp (tensor/kernel_ops.h).
 enum Binary : int { kAdd, kMul, kDiv, kMaximum, kMinimum, kReluBackward };
 enum Compare : int { kEq, kNe, kLt, kLe, kGt, kGe };
-enum Unary : int { kNeg, kAbs, kExp, kLog, kSqrt, kRelu, kTanh, kSigmoid };
+enum Unary : int { kNeg, kAbs, kExp, kLog, kSqrt, kRelu, kTanh, kSigmoid, kGelu, kGeluTanh, kGeluGrad, kGeluTanhGrad };
 
 // out = a op b (kAdd: a + alpha * b); out, a, b share a dtype.
 int binary(int op, const Geometry& g, const Operand& out, const Operand& a, const Operand& b, double alpha,

@@ -318,6 +318,19 @@ Tensor sigmoid(const Tensor& x) {
   return record_unary(x, out, "SigmoidBackward", out, [](const Tensor& y) { return mul(y, 1.0 - y); });
 }
 
+Tensor gelu(const Tensor& x, std::string_view approximate) {
+  check_defined(x, "gelu", "x");
+  TDDP_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be 'none' or 'tanh', got '{}'",
+             approximate);
+  TDDP_CHECK(x.is_floating_point(), "gelu: expected a floating-point input, got dtype {}", dtype_name(x.dtype()));
+  const bool tanh_form = approximate == "tanh";
+  const Tensor out = floating_unary(tanh_form ? UnaryOp::kGeluTanh : UnaryOp::kGelu, x, "gelu");
+  // grad_x = grad_out * gelu'(x) (its own kernel: gelu_math.h)
+  return record_unary(x, out, "GeluBackward", x, [tanh_form](const Tensor& v) {
+    return floating_unary(tanh_form ? UnaryOp::kGeluTanhGrad : UnaryOp::kGeluGrad, v, "gelu backward");
+  });
+}
+
 Tensor pow(const Tensor& x, double exponent) {
   check_defined(x, "pow", "x");
   check_not_bool(x, "pow", "x");

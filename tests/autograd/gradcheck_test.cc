@@ -93,6 +93,8 @@ TEST_CASE("gradcheck: unary ops", "[gradcheck]") {
     CHECK(gradcheck([](const Inputs& x) { return sqrt(x[0]); }, {p}) == "");
     CHECK(gradcheck([](const Inputs& x) { return tanh(x[0]); }, {a}) == "");
     CHECK(gradcheck([](const Inputs& x) { return sigmoid(x[0]); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return gelu(x[0]); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return gelu(x[0], "tanh"); }, {a}) == "");
     CHECK(gradcheck([](const Inputs& x) { return pow(x[0], 2); }, {a}) == "");
     CHECK(gradcheck([](const Inputs& x) { return pow(x[0], 3); }, {a}) == "");
     CHECK(gradcheck([](const Inputs& x) { return pow(x[0], 0.5); }, {p}) == "");

@@ -118,22 +118,23 @@ TEST_CASE("CUDA: elementwise ops match the CPU on random inputs, broadcast and s
         {a, b}, [](const auto& v) { return lt(v[0], v[1]); }, "lt " + d, 0);
     expect_matches_cpu(
         {a, c}, [](const auto& v) { return eq(v[0], v[1]); }, "eq " + d, 0);
-    expect_matches_cpu(
-        {a}, [](const auto& v) { return neg(v[0]); }, "neg " + d, tol);
-    expect_matches_cpu(
-        {a}, [](const auto& v) { return abs(v[0]); }, "abs " + d, tol);
-    expect_matches_cpu(
-        {a}, [](const auto& v) { return relu(v[0]); }, "relu " + d, tol);
-    expect_matches_cpu(
-        {a}, [](const auto& v) { return exp(v[0]); }, "exp " + d, tol);
-    expect_matches_cpu(
-        {pos}, [](const auto& v) { return log(v[0]); }, "log " + d, tol);
-    expect_matches_cpu(
-        {pos}, [](const auto& v) { return sqrt(v[0]); }, "sqrt " + d, tol);
-    expect_matches_cpu(
-        {a}, [](const auto& v) { return tanh(v[0]); }, "tanh " + d, tol);
-    expect_matches_cpu(
-        {a}, [](const auto& v) { return sigmoid(v[0]); }, "sigmoid " + d, tol);
+    // Unary ops of a (any sign) or of pos (positive).
+    const std::vector<std::tuple<std::string, Tensor, Tensor (*)(const Tensor&)>> unary = {
+        {"neg", a, [](const Tensor& x) { return neg(x); }},
+        {"abs", a, [](const Tensor& x) { return abs(x); }},
+        {"relu", a, [](const Tensor& x) { return relu(x); }},
+        {"exp", a, [](const Tensor& x) { return exp(x); }},
+        {"log", pos, [](const Tensor& x) { return log(x); }},
+        {"sqrt", pos, [](const Tensor& x) { return sqrt(x); }},
+        {"tanh", a, [](const Tensor& x) { return tanh(x); }},
+        {"sigmoid", a, [](const Tensor& x) { return sigmoid(x); }},
+        {"gelu", a, [](const Tensor& x) { return gelu(x); }},
+        {"gelu tanh", a, [](const Tensor& x) { return gelu(x, "tanh"); }},
+    };
+    for (const auto& [name, input, f] : unary) {
+      expect_matches_cpu(
+          {input}, [f = f](const auto& v) { return f(v[0]); }, name + " " + d, tol);
+    }
     expect_matches_cpu(
         {pos}, [](const auto& v) { return pow(v[0], 1.7); }, "pow " + d, tol);
     expect_matches_cpu(

@@ -4,6 +4,7 @@
 // isa_<name>, and Eigen, renamed to EigenIsa_<name>, too: no definition here may carry a
 // name that the other build (or the rest of tinyddp) also defines.
 #include "tinyddp/tensor/cpu/isa/kernels.h"
+#include "tinyddp/tensor/gelu_math.h"
 
 #include <cmath>
 #include <limits>
@@ -18,6 +19,7 @@
 // Eigen's templates get their own namespace per build (the header names are not macro-expanded).
 #define Eigen TINYDDP_PASTE(EigenIsa_, TINYDDP_ISA)
 #include <Eigen/Core>
+#include <unsupported/Eigen/SpecialFunctions>  // erf, for GELU
 
 namespace tinyddp::tensor::cpu {
 namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
@@ -118,6 +120,30 @@ namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
     for (int64_t i = 0; i < n; ++i) o[i] = op(x[i]);
   }
 
+  // GELU and its derivative (gelu_math.h has the formulas) as Eigen array expressions, so
+  // that erf, exp and tanh are Eigen's vectorised versions.
+  template <typename Out, typename In>
+  void gelu(UnaryOp op, Out& out, const In& in) {
+    using T = typename In::Scalar;
+    using K = gelu_math::Constants<T>;
+    switch (op) {
+      case UnaryOp::kGelu: out = T(0.5) * in * (T(1) + (in * K::kSqrtHalf).erf()); return;
+      case UnaryOp::kGeluGrad:
+        out = T(0.5) * (T(1) + (in * K::kSqrtHalf).erf()) + in * (T(-0.5) * in.square()).exp() * K::kInvSqrt2Pi;
+        return;
+      case UnaryOp::kGeluTanh:
+        out = T(0.5) * in * (T(1) + (K::kSqrt2OverPi * (in + K::kCubic * in.cube())).tanh());
+        return;
+      case UnaryOp::kGeluTanhGrad: {
+        const Eigen::Array<T, Eigen::Dynamic, 1> t = (K::kSqrt2OverPi * (in + K::kCubic * in.cube())).tanh();
+        out = T(0.5) * (T(1) + t) +
+              T(0.5) * in * (T(1) - t.square()) * (K::kSqrt2OverPi * (T(1) + T(3) * K::kCubic * in.square()));
+        return;
+      }
+      default: return;
+    }
+  }
+
   // exp, log, tanh and sigmoid use Eigen's vectorised versions; the rest are plain loops.
   // sqrt is a loop too, which gcc turns into the exact sqrt instruction (-fno-math-errno):
   // Eigen's packet sqrt is an approximation under its default EIGEN_FAST_MATH (a reciprocal
@@ -136,6 +162,7 @@ namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
       case UnaryOp::kSqrt: unary_row(n, o, x, [](T v) { return std::sqrt(v); }); return;
       case UnaryOp::kTanh: out = in.tanh(); return;
       case UnaryOp::kSigmoid: out = T(1) / (T(1) + (-in).exp()); return;
+      default: gelu(op, out, in); return;
     }
   }
 
