@@ -20,25 +20,37 @@ namespace tinyddp::tensor::gelu_math {
 // the standard library's on the host.
 #if defined(__CUDA_ARCH__)
 template <typename C>
-__device__ inline C erf_(C v) { return ::erf(v); }
+__device__ inline C erf_(C v) {
+  return ::erf(v);
+}
 template <typename C>
-__device__ inline C exp_(C v) { return ::exp(v); }
+__device__ inline C exp_(C v) {
+  return ::exp(v);
+}
 template <typename C>
-__device__ inline C tanh_(C v) { return ::tanh(v); }
+__device__ inline C tanh_(C v) {
+  return ::tanh(v);
+}
 #else
 template <typename C>
-inline C erf_(C v) { return std::erf(v); }
+inline C erf_(C v) {
+  return std::erf(v);
+}
 template <typename C>
-inline C exp_(C v) { return std::exp(v); }
+inline C exp_(C v) {
+  return std::exp(v);
+}
 template <typename C>
-inline C tanh_(C v) { return std::tanh(v); }
+inline C tanh_(C v) {
+  return std::tanh(v);
+}
 #endif
 
 template <typename C>
 struct Constants {
-  static constexpr C kSqrtHalf = C(0.70710678118654752440);      // 1 / sqrt(2)
-  static constexpr C kInvSqrt2Pi = C(0.39894228040143267794);    // 1 / sqrt(2 pi)
-  static constexpr C kSqrt2OverPi = C(0.79788456080286535588);   // sqrt(2 / pi)
+  static constexpr C kSqrtHalf = C(0.70710678118654752440);     // 1 / sqrt(2)
+  static constexpr C kInvSqrt2Pi = C(0.39894228040143267794);   // 1 / sqrt(2 pi)
+  static constexpr C kSqrt2OverPi = C(0.79788456080286535588);  // sqrt(2 / pi)
   static constexpr C kCubic = C(0.044715);
 };
 

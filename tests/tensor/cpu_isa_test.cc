@@ -121,6 +121,14 @@ KernelResults run_every_kernel() {
     math("log", log(abs(a)));
     math("tanh", tanh(a));
     math("sigmoid", sigmoid(a));
+    math("gelu", gelu(a));
+    math("gelu tanh", gelu(a, "tanh"));
+    for (const std::string form : {"none", "tanh"}) {  // the derivative kernels, through backward
+      const Tensor xg = a.clone().requires_grad_(true);
+      gelu(xg, form).backward(b);
+      // 1 - tanh(u)^2 in the tanh form's derivative cancels: a few ulp of tanh move it by more.
+      r.close.push_back({d + "gelu backward " + form, xg.grad(), 64 * eps, 64 * eps});
+    }
     Tensor acc = a.clone();
     accumulate_into(acc, b);
     r.exact.push_back({d + "accumulate_into", acc});
