@@ -111,6 +111,31 @@ Dropout::Dropout(double p_) : Module("Dropout"), p(p_) {
 
 std::string Dropout::extra_repr() const { return fmt::format("p={}, inplace=False", p); }
 
+LayerNorm::LayerNorm(tensor::Shape shape, double eps_, bool affine, bool with_bias)
+    : Module("LayerNorm"), normalized_shape(std::move(shape)), eps(eps_), elementwise_affine(affine) {
+  TDDP_CHECK(!normalized_shape.empty(), "LayerNorm: normalized_shape must not be empty");
+  for (const int64_t d : normalized_shape) {
+    TDDP_CHECK(d > 0, "LayerNorm: normalized_shape {} must have positive sizes",
+               tensor::format_shape(normalized_shape));
+  }
+  if (affine) {
+    weight = register_parameter("weight", tensor::ones(normalized_shape));
+    if (with_bias) bias = register_parameter("bias", tensor::zeros(normalized_shape));
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& input) {
+  return tensor::layer_norm(input, normalized_shape, weight, bias, eps);
+}
+
+std::string LayerNorm::extra_repr() const {
+  std::string dims;
+  for (const int64_t d : normalized_shape) dims += fmt::format("{}, ", d);
+  if (normalized_shape.size() > 1) dims.resize(dims.size() - 2);  // "(4,)" but "(3, 4)"
+  if (normalized_shape.size() == 1) dims.resize(dims.size() - 1);
+  return fmt::format("({}), eps={}, elementwise_affine={}", dims, eps, elementwise_affine ? "True" : "False");
+}
+
 GELU::GELU(std::string approximate_) : Module("GELU"), approximate(std::move(approximate_)) {
   TDDP_CHECK(approximate == "none" || approximate == "tanh", "GELU: approximate must be 'none' or 'tanh', got '{}'",
              approximate);

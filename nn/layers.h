@@ -113,6 +113,23 @@ class Sigmoid : public Module {
   Tensor forward(const Tensor& input) override { return tensor::sigmoid(input); }
 };
 
+// torch.nn.LayerNorm over the trailing dims `normalized_shape`: weight (ones) and bias (zeros)
+// of that shape when elementwise_affine; bias = false leaves the bias out (nanoGPT's LayerNorm
+// with bias=False).
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(tensor::Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
+                     bool bias = true);
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+
+  tensor::Shape normalized_shape;
+  double eps;
+  bool elementwise_affine;
+  Tensor weight;  // normalized_shape, undefined without elementwise_affine
+  Tensor bias;    // normalized_shape, undefined without elementwise_affine or bias
+};
+
 // As torch.nn.GELU: approximate "none" (exact, with erf; nanoGPT's MLP) or "tanh".
 class GELU : public Module {
  public:

@@ -142,6 +142,11 @@ Tensor batch_norm_backward_elemt(const Tensor& grad_out, const Tensor& input, co
                                  const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu, double count);
 
 class Generator;
+// torch.nn.functional.layer_norm: each slice over the trailing dims `normalized_shape` is
+// normalised with its mean and biased variance (eps added), then scaled by weight and shifted
+// by bias (either undefined, or of normalized_shape).
+Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
 // torch.nn.functional.dropout: in training each element is zeroed with probability p (drawn
 // from `generator`, default the global one) and the others scaled by 1 / (1 - p); p = 1 gives
 // zeros. Outside training, or with p = 0, the input itself.

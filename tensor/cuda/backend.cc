@@ -130,6 +130,28 @@ void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) {
   copy(out, result.transpose(dim, -1));
 }
 
+void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                const Tensor& bias, double eps) {
+  const int device = device_of(x);
+  DeviceGuard guard(device);
+  check_launch(k::layer_norm_rows(x.raw_data_ptr(), weight.defined() ? weight.raw_data_ptr() : nullptr,
+                                  bias.defined() ? bias.raw_data_ptr() : nullptr, static_cast<int>(x.dtype()),
+                                  out.raw_data_ptr(), mean.raw_data_ptr(), rstd.raw_data_ptr(), x.size(0), x.size(1),
+                                  eps, compute_stream(device)),
+               "layer_norm kernel");
+}
+
+void layer_norm_backward(const Tensor& grad_x, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                         const Tensor& rstd, const Tensor& weight) {
+  const int device = device_of(x);
+  DeviceGuard guard(device);
+  check_launch(
+      k::layer_norm_backward_rows(dy.raw_data_ptr(), x.raw_data_ptr(), mean.raw_data_ptr(), rstd.raw_data_ptr(),
+                                  weight.defined() ? weight.raw_data_ptr() : nullptr, static_cast<int>(x.dtype()),
+                                  grad_x.raw_data_ptr(), x.size(0), x.size(1), compute_stream(device)),
+      "layer_norm backward kernel");
+}
+
 void mm(const Tensor& out, const Tensor& a, const Tensor& b) { blas::mm(out, a, b); }
 
 bool conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Window2d& window, int64_t groups) {

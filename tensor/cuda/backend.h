@@ -46,6 +46,12 @@ std::tuple<Tensor, Tensor> batch_norm_backward_reduce(const Tensor& dy, const Te
 void batch_norm_backward_elemt(const Tensor& grad_x, const Tensor& dy, const Tensor& x, const Tensor& mean,
                                const Tensor& invstd, const Tensor& weight, const Tensor& sum_dy,
                                const Tensor& sum_dy_xmu, double count);
+// Layer normalisation with the CPU's contracts (cpu/backend.h): one block per row
+// (reduce.cu).
+void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                const Tensor& bias, double eps);
+void layer_norm_backward(const Tensor& grad_x, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                         const Tensor& rstd, const Tensor& weight);
 // im2col/col2im with the CPU's contracts, as a strided copy of the padded input's windows and an
 // accumulation into them (the copy and accumulate kernels).
 void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double pad_value);

@@ -34,6 +34,12 @@ bool conv2d_backward_input(const Tensor&, const Tensor&, const Tensor&, const Wi
 bool conv2d_backward_weight(const Tensor&, const Tensor&, const Tensor&, const Window2d&, int64_t) {
   unavailable("conv2d backward");
 }
+void layer_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, double) {
+  unavailable("layer_norm");
+}
+void layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  unavailable("layer_norm backward");
+}
 void im2col(const Tensor&, const Tensor&, const Window2d&, double) { unavailable("im2col"); }
 void col2im(const Tensor&, const Tensor&, const Window2d&) { unavailable("col2im"); }
 void max_pool2d(const Tensor&, const Tensor&, const Tensor&, const Window2d&) { unavailable("max_pool2d"); }

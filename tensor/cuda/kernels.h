@@ -55,5 +55,12 @@ int sum_columns(const void* x, int dtype, void* out, int64_t rows, int64_t inner
 int max_rows(const void* x, int dtype, void* values, int64_t* indices, int64_t outer, int64_t inner, void* stream);
 // (log_)softmax of each row of x [outer, n] into out (same layout); floating dtypes.
 int softmax_rows(const void* x, int dtype, void* out, int64_t outer, int64_t n, bool log_softmax, void* stream);
+// Layer normalisation of the rows of contiguous x [rows, n] (dtype: x, out, dy, dx, weight,
+// bias; weight/bias may be null): out, and each row's mean and rstd (float, or double for
+// float64); the backward writes dx from dy, x, mean, rstd and weight.
+int layer_norm_rows(const void* x, const void* weight, const void* bias, int dtype, void* out, void* mean, void* rstd,
+                    int64_t rows, int64_t n, double eps, void* stream);
+int layer_norm_backward_rows(const void* dy, const void* x, const void* mean, const void* rstd, const void* weight,
+                             int dtype, void* dx, int64_t rows, int64_t n, void* stream);
 
 }  // namespace tinyddp::tensor::cuda::kernels

@@ -1,4 +1,4 @@
-// Reductions and softmax on the GPU, over the contiguous layouts that backend.cc prepares
+// Reductions, softmax and layer norm on the GPU, over the contiguous layouts that backend.cc prepares
 // (the same plans as the CPU's tensor/cpu/reduce.cc):
 // - rows: [outer, inner] with the reduced elements of one output adjacent. One block of
 //   kThreads threads per row (grid-striding over rows): each thread accumulates a strided
@@ -139,6 +139,64 @@ __global__ void softmax_rows_kernel(const T* x, T* out, int64_t outer, int64_t n
   }
 }
 
+// Layer norm, one block per row of n elements: the mean, then the biased variance from the
+// squared deviations (two passes in the accumulation type), then the normalised row times
+// weight plus bias. S: the statistics' type (float, or double for float64).
+template <typename T, typename S>
+__global__ void layer_norm_kernel(const T* x, const T* weight, const T* bias, T* out, S* mean, S* rstd, int64_t rows,
+                                  int64_t n, double eps) {
+  using A = acc_t<T>;
+  __shared__ A buf[kThreads];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* row = x + r * n;
+    A total = 0;
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) total += static_cast<A>(load(row[i]));
+    const A m = block_reduce(total, buf, Plus{}) / static_cast<A>(n);
+    A squares = 0;
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+      const A d = static_cast<A>(load(row[i])) - m;
+      squares += d * d;
+    }
+    const A inv = A(1) / sqrt(block_reduce(squares, buf, Plus{}) / static_cast<A>(n) + static_cast<A>(eps));
+    if (threadIdx.x == 0) {
+      mean[r] = static_cast<S>(m);
+      rstd[r] = static_cast<S>(inv);
+    }
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+      A y = (static_cast<A>(load(row[i])) - m) * inv;
+      if (weight != nullptr) y *= static_cast<A>(load(weight[i]));
+      if (bias != nullptr) y += static_cast<A>(load(bias[i]));
+      out[r * n + i] = store<T>(y);
+    }
+  }
+}
+
+// With g = dy * weight and xhat = (x - mean) * rstd, per row:
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+template <typename T, typename S>
+__global__ void layer_norm_backward_kernel(const T* dy, const T* x, const S* mean, const S* rstd, const T* weight,
+                                           T* dx, int64_t rows, int64_t n) {
+  using A = acc_t<T>;
+  __shared__ A buf[kThreads];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const A m = static_cast<A>(mean[r]), inv = static_cast<A>(rstd[r]);
+    const auto g = [&](int64_t i) {
+      const A d = static_cast<A>(load(dy[r * n + i]));
+      return weight != nullptr ? d * static_cast<A>(load(weight[i])) : d;
+    };
+    const auto xhat = [&](int64_t i) { return (static_cast<A>(load(x[r * n + i])) - m) * inv; };
+    A sum_g = 0, sum_gx = 0;
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+      sum_g += g(i);
+      sum_gx += g(i) * xhat(i);
+    }
+    const A mean_g = block_reduce(sum_g, buf, Plus{}) / static_cast<A>(n);
+    const A mean_gx = block_reduce(sum_gx, buf, Plus{}) / static_cast<A>(n);
+    for (int64_t i = threadIdx.x; i < n; i += kThreads)
+      dx[r * n + i] = store<T>(inv * (g(i) - mean_g - xhat(i) * mean_gx));
+  }
+}
+
 // The output type of a sum: bool sums count into int64, everything else keeps its type.
 template <typename F>
 cudaError_t dispatch_sum(int dtype, F&& f) {
@@ -197,6 +255,40 @@ int softmax_rows(const void* x, int dtype, void* out, int64_t outer, int64_t n, 
       if (outer == 0 || n == 0) return cudaSuccess;
       softmax_rows_kernel<T><<<grid_for(outer), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
           static_cast<const T*>(x), static_cast<T*>(out), outer, n, log_softmax);
+      return cudaGetLastError();
+    }
+  });
+}
+
+int layer_norm_rows(const void* x, const void* weight, const void* bias, int dtype, void* out, void* mean, void* rstd,
+                    int64_t rows, int64_t n, double eps, void* stream) {
+  return dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!is_floating<T>) {
+      return cudaErrorInvalidValue;  // tensor/ops/layer_norm.cc refuses non-floating dtypes
+    } else {
+      using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      if (rows == 0 || n == 0) return cudaSuccess;
+      layer_norm_kernel<T, S><<<grid_for(rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+          static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), static_cast<T*>(out),
+          static_cast<S*>(mean), static_cast<S*>(rstd), rows, n, eps);
+      return cudaGetLastError();
+    }
+  });
+}
+
+int layer_norm_backward_rows(const void* dy, const void* x, const void* mean, const void* rstd, const void* weight,
+                             int dtype, void* dx, int64_t rows, int64_t n, void* stream) {
+  return dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!is_floating<T>) {
+      return cudaErrorInvalidValue;
+    } else {
+      using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      if (rows == 0 || n == 0) return cudaSuccess;
+      layer_norm_backward_kernel<T, S><<<grid_for(rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+          static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const S*>(mean), static_cast<const S*>(rstd),
+          static_cast<const T*>(weight), static_cast<T*>(dx), rows, n);
       return cudaGetLastError();
     }
   });

@@ -256,3 +256,18 @@ TEST_CASE("gradcheck: linear with and without bias, for 1-D, 2-D and 3-D inputs"
   CHECK_THROWS_WITH(linear(zeros({2, 4}), zeros({3, 4}), zeros({4})),
                     Catch::Contains("linear: 'bias' must have shape [3], got [4]"));
 }
+
+TEST_CASE("gradcheck: layer_norm over one and two trailing dims, with and without weight and bias", "[gradcheck]") {
+  for (const std::string& layout : kLayouts) {
+    INFO(layout);
+    const Tensor x = leaf({3, 4}, layout), w = leaf({4}), b = leaf({4});
+    CHECK(gradcheck([](const Inputs& v) { return layer_norm(v[0], {4}, v[1], v[2]); }, {x, w, b}) == "");
+    CHECK(gradcheck([](const Inputs& v) { return layer_norm(v[0], {3, 4}, Tensor(), Tensor(), 1e-3); }, {x}) == "");
+  }
+  // A constant row (variance 0: eps alone keeps the gradient finite) and a row offset by 100.
+  Tensor rows = leaf({2, 5}).detach();
+  rows.narrow(0, 0, 1).fill_(0.5);
+  rows.narrow(0, 1, 1).add_(100.0);
+  rows.requires_grad_();
+  CHECK(gradcheck([](const Inputs& v) { return layer_norm(v[0], {5}, Tensor(), Tensor(), 1e-2); }, {rows}) == "");
+}

@@ -2,7 +2,8 @@
 // PyTorch): conv2d over stride, padding, dilation and groups, max pooling with ties, average
 // and adaptive pooling, batch norm in both modes with its running statistics, dropout, and
 // the digits CNN's forward and gradients; forward values and every gradient; convolution through
-// cuDNN in each floating dtype and with TF32. Every GPU case skips, saying why, without a GPU
+// cuDNN in each floating dtype and with TF32; layer_norm and gelu (the GPT's ops, whose
+// kernels are in reduce.cu and elementwise.cu). Every GPU case skips, saying why, without a GPU
 // (and in a build without CUDA).
 #include <functional>
 
@@ -173,4 +174,16 @@ TEST_CASE("CUDA: conv2d through cuDNN in float64, float16, bfloat16 and TF32 aga
   check(kFloat32, 1e-2, 5e-2);  // TF32 allowed: 10-bit mantissas in, float32 sums
   const NoCudnnTf32 exact;
   check(kFloat32, 1e-5, 1e-5);
+}
+
+TEST_CASE("CUDA: layer_norm and gelu, forward and gradients, equal the CPU's", "[cuda][layer_norm]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  Generator gen(9);
+  const Tensor x = randn({3, 5, 40}, {}, &gen), w = randn({40}, {}, &gen), b = randn({40}, {}, &gen);
+  check_on_gpu([](const Inputs& v) { return layer_norm(v[0], {40}, v[1], v[2]); }, {x, w, b});
+  check_on_gpu([](const Inputs& v) { return layer_norm(v[0], {5, 40}); }, {x});
+  const Tensor wide = randn({4, 1000}, {}, &gen);  // rows longer than a block's threads
+  check_on_gpu([](const Inputs& v) { return layer_norm(v[0], {1000}); }, {wide});
+  check_on_gpu([](const Inputs& v) { return gelu(v[0]); }, {x});
+  check_on_gpu([](const Inputs& v) { return gelu(v[0], "tanh"); }, {x});
 }

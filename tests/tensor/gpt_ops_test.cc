@@ -1,7 +1,8 @@
 // The ops a GPT adds, against PyTorch (fixtures/make_gpt_fixtures.py writes gpt_reference.txt):
-// GELU exact and tanh-approximated, forward and gradient, in float64 (to ~1e-12) and float32
-// (the vectorised float kernels against PyTorch's float32), the 16-bit dtypes against float32,
-// and bad arguments.
+// GELU exact and tanh-approximated and layer_norm (with and without weight and bias, over one
+// or two dims), forward and gradients, in float64 (to ~1e-12) and float32 (the float kernels
+// against PyTorch's float32), the 16-bit dtypes against float64, the modules, and bad
+// arguments.
 #include "tests/test_util.h"
 #include "tinyddp/nn/nn.h"
 
@@ -70,4 +71,71 @@ TEST_CASE("gelu and nn::GELU refuse what torch refuses, and GELU prints as torch
   CHECK(tinyddp::nn::GELU("tanh").repr() == "GELU(approximate='tanh')");
   const Tensor x = randn({3, 4});
   CHECK(equal(tinyddp::nn::GELU("tanh").forward(x), gelu(x, "tanh")));
+}
+
+TEST_CASE("layer_norm and its gradients equal torch.nn.functional.layer_norm", "[gpt][layer_norm]") {
+  // Over the last dim with weight and bias (one row offset by 100, one constant row), over the
+  // last two dims without them, and in float32.
+  const Shape s1{2, 3, 8}, s2{4, 3, 5}, s3{6, 16};
+  const Tensor x1 = value("layer_norm_affine_input", s1, kFloat64).requires_grad_();
+  const Tensor w1 = value("layer_norm_affine_weight", {8}, kFloat64).requires_grad_();
+  const Tensor b1 = value("layer_norm_affine_bias", {8}, kFloat64).requires_grad_();
+  const Tensor y1 = layer_norm(x1, {8}, w1, b1, 1e-5);
+  CHECK(allclose(y1, value("layer_norm_affine_out", s1, kFloat64), 1e-10, 1e-12));
+  y1.backward(value("layer_norm_affine_grad_out", s1, kFloat64));
+  CHECK(allclose(x1.grad(), value("layer_norm_affine_grad_input", s1, kFloat64), 1e-9, 1e-11));
+  CHECK(allclose(w1.grad(), value("layer_norm_affine_grad_weight", {8}, kFloat64), 1e-10, 1e-12));
+  CHECK(allclose(b1.grad(), value("layer_norm_affine_grad_bias", {8}, kFloat64), 1e-10, 1e-12));
+
+  const Tensor x2 = value("layer_norm_plain_input", s2, kFloat64).requires_grad_();
+  const Tensor y2 = layer_norm(x2, {3, 5}, Tensor(), Tensor(), 1e-3);
+  CHECK(allclose(y2, value("layer_norm_plain_out", s2, kFloat64), 1e-10, 1e-12));
+  y2.backward(value("layer_norm_plain_grad_out", s2, kFloat64));
+  CHECK(allclose(x2.grad(), value("layer_norm_plain_grad_input", s2, kFloat64), 1e-9, 1e-11));
+
+  const Tensor x3 = value("layer_norm_f32_input", s3, kFloat32).requires_grad_();
+  const Tensor w3 = value("layer_norm_f32_weight", {16}, kFloat32).requires_grad_();
+  const Tensor b3 = value("layer_norm_f32_bias", {16}, kFloat32).requires_grad_();
+  const Tensor y3 = layer_norm(x3, {16}, w3, b3);
+  CHECK(allclose(y3, value("layer_norm_f32_out", s3, kFloat32), 1e-5, 1e-6));
+  y3.backward(value("layer_norm_f32_grad_out", s3, kFloat32));
+  CHECK(allclose(x3.grad(), value("layer_norm_f32_grad_input", s3, kFloat32), 1e-5, 1e-5));
+  CHECK(allclose(w3.grad(), value("layer_norm_f32_grad_weight", {16}, kFloat32), 1e-5, 1e-5));
+  CHECK(allclose(b3.grad(), value("layer_norm_f32_grad_bias", {16}, kFloat32), 1e-5, 1e-5));
+
+  // float16 and bfloat16: statistics in float, output within the 16-bit type's rounding.
+  for (const DType dtype : {kFloat16, kBFloat16}) {
+    INFO(dtype_name(dtype));
+    const Tensor x16 = x3.detach().to(dtype);
+    const double ulp = dtype == kFloat16 ? 0x1p-10 : 0x1p-7;
+    CHECK(allclose(layer_norm(x16, {16}).to(kFloat64), layer_norm(x16.to(kFloat64), {16}), 2 * ulp, 2 * ulp));
+  }
+}
+
+TEST_CASE("layer_norm refuses shapes and arguments that torch refuses, naming them", "[gpt][layer_norm][errors]") {
+  const Tensor x = randn({2, 3, 4});
+  CHECK_THROWS_WITH(layer_norm(x, {3}), Contains("layer_norm: normalized_shape [3] must be the input's last dims (and "
+                                                 "not empty), but the input has shape [2, 3, 4]"));
+  CHECK_THROWS_WITH(layer_norm(x, {}), Contains("normalized_shape [] must be the input's last dims"));
+  CHECK_THROWS_WITH(layer_norm(x, {4}, ones({3})),
+                    Contains("layer_norm: expected 'weight' of shape [4] (normalized_shape), got [3]"));
+  CHECK_THROWS_WITH(layer_norm(x, {4}, ones({4}), ones({4}, kFloat64)), Contains("layer_norm") && Contains("bias"));
+  CHECK_THROWS_WITH(layer_norm(ones({2, 4}, kInt64), {4}),
+                    Contains("layer_norm: expected a floating-point input, got dtype int64"));
+}
+
+TEST_CASE("nn::LayerNorm: parameters, state-dict names and repr as torch.nn.LayerNorm", "[gpt][layer_norm][nn]") {
+  tinyddp::nn::LayerNorm ln({8});
+  CHECK(ln.state_dict().keys() == std::vector<std::string>{"weight", "bias"});
+  CHECK(equal(ln.weight, ones({8})));
+  CHECK(equal(ln.bias, zeros({8})));
+  CHECK(ln.repr() == "LayerNorm((8,), eps=1e-05, elementwise_affine=True)");
+  const Tensor x = randn({2, 5, 8});
+  CHECK(equal(ln.forward(x), layer_norm(x, {8}, ln.weight, ln.bias)));
+  tinyddp::nn::LayerNorm no_bias({8}, 1e-5, true, /*bias=*/false);  // nanoGPT's bias=False
+  CHECK(no_bias.state_dict().keys() == std::vector<std::string>{"weight"});
+  tinyddp::nn::LayerNorm plain({3, 4}, 1e-6, false);
+  CHECK(plain.parameters().empty());
+  CHECK(plain.repr() == "LayerNorm((3, 4), eps=1e-06, elementwise_affine=False)");
+  CHECK_THROWS_WITH(ln.forward(randn({2, 7})), Contains("layer_norm: normalized_shape [8] must be the input's last"));
 }
