@@ -111,6 +111,13 @@ Dropout::Dropout(double p_) : Module("Dropout"), p(p_) {
 
 std::string Dropout::extra_repr() const { return fmt::format("p={}, inplace=False", p); }
 
+Embedding::Embedding(int64_t num, int64_t dim) : Module("Embedding"), num_embeddings(num), embedding_dim(dim) {
+  TDDP_CHECK(num > 0 && dim > 0, "Embedding: num_embeddings ({}) and embedding_dim ({}) must be positive", num, dim);
+  weight = register_parameter("weight", tensor::randn({num, dim}));
+}
+
+std::string Embedding::extra_repr() const { return fmt::format("{}, {}", num_embeddings, embedding_dim); }
+
 LayerNorm::LayerNorm(tensor::Shape shape, double eps_, bool affine, bool with_bias)
     : Module("LayerNorm"), normalized_shape(std::move(shape)), eps(eps_), elementwise_affine(affine) {
   TDDP_CHECK(!normalized_shape.empty(), "LayerNorm: normalized_shape must not be empty");

@@ -1,5 +1,5 @@
 // Layers: Linear and Conv2d (PyTorch's weight layouts and default initialisation), pooling,
-// Flatten, Dropout, the activations ReLU/Tanh/Sigmoid/GELU, Sequential (children "0", "1", ...),
+// Flatten, Dropout, Embedding, LayerNorm, the activations ReLU/Tanh/Sigmoid/GELU, Sequential (children "0", "1", ...),
 // the mlp() builder, and PyTorch's DDP tutorial's ToyModel (net1 = Linear(10, 10), ReLU,
 // net2 = Linear(10, 5)). BatchNorm is in batchnorm.h.
 #pragma once
@@ -111,6 +111,19 @@ class Sigmoid : public Module {
  public:
   Sigmoid() : Module("Sigmoid") {}
   Tensor forward(const Tensor& input) override { return tensor::sigmoid(input); }
+};
+
+// torch.nn.Embedding: weight [num_embeddings, embedding_dim] ~ N(0, 1) from the default
+// generator (torch.nn.Embedding's values after the same manual_seed). forward: int64 ids of any
+// shape -> [..., embedding_dim].
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim);
+  Tensor forward(const Tensor& input) override { return tensor::embedding(input, weight); }
+  std::string extra_repr() const override;
+
+  Tensor weight;
+  int64_t num_embeddings, embedding_dim;
 };
 
 // torch.nn.LayerNorm over the trailing dims `normalized_shape`: weight (ones) and bias (zeros)

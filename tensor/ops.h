@@ -142,6 +142,10 @@ Tensor batch_norm_backward_elemt(const Tensor& grad_out, const Tensor& input, co
                                  const Tensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu, double count);
 
 class Generator;
+// torch.nn.functional.embedding: out[..., :] = weight[input[...], :] for int64 ids in
+// [0, num_embeddings) (others are refused, naming one); weight [num_embeddings, embedding_dim].
+// The weight's gradient sums the rows of repeated ids.
+Tensor embedding(const Tensor& input, const Tensor& weight);
 // torch.nn.functional.layer_norm: each slice over the trailing dims `normalized_shape` is
 // normalised with its mean and biased variance (eps added), then scaled by weight and shifted
 // by bias (either undefined, or of normalized_shape).

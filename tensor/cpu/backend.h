@@ -38,6 +38,12 @@ void batch_norm_backward_elemt(const Tensor& grad_x, const Tensor& dy, const Ten
                                const Tensor& invstd, const Tensor& weight, const Tensor& sum_dy,
                                const Tensor& sum_dy_xmu, double count);
 
+// embedding.cc: out [n, C] = the rows of contiguous weight [V, C] at ids [n] (contiguous int64,
+// each in [0, V)); the backward sets grad_weight [V, C] to the sum of grad_out's rows [n, C]
+// at each id (repeated ids summed, unused rows zero).
+void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids);
+void embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& ids);
+
 // layer_norm.cc: layer normalisation over the rows of contiguous x [M, N]: out [M, N] =
 // (x - mean) * rstd * weight + bias (weight, bias: contiguous [N] or undefined), with each row's
 // mean and rstd = 1 / sqrt(biased variance + eps) written to mean, rstd [M] (float64 for

@@ -57,9 +57,9 @@ void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const
         const T* row = in + r * n;
         const auto value = [row](int64_t k) { return static_cast<double>(static_cast<C>(row[k])); };
         const double m = n > 0 ? sum_of(n, value) / static_cast<double>(n) : 0.0;
-        const double var = n > 0 ? sum_of(n, [&](int64_t k) { return (value(k) - m) * (value(k) - m); }) /
-                                       static_cast<double>(n)
-                                 : 0.0;
+        const double var =
+            n > 0 ? sum_of(n, [&](int64_t k) { return (value(k) - m) * (value(k) - m); }) / static_cast<double>(n)
+                  : 0.0;
         const double inv = 1.0 / std::sqrt(var + eps);
         mean_out[r] = static_cast<S>(m);
         rstd_out[r] = static_cast<S>(inv);

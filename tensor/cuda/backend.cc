@@ -130,6 +130,27 @@ void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) {
   copy(out, result.transpose(dim, -1));
 }
 
+void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids) {
+  const int device = device_of(weight);
+  DeviceGuard guard(device);
+  check_launch(k::embedding_rows(weight.raw_data_ptr(), ids.data_ptr<int64_t>(), static_cast<int>(weight.dtype()),
+                                 out.raw_data_ptr(), ids.numel(), weight.size(1), compute_stream(device)),
+               "embedding kernel");
+}
+
+void embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& ids) {
+  // Atomic adds into a float (double) accumulator, then converted to grad_weight's dtype.
+  const int device = device_of(grad_out);
+  DeviceGuard guard(device);
+  const DType acc_dtype = grad_out.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  const Tensor acc = tensor::zeros(grad_weight.sizes(), TensorOptions().dtype(acc_dtype).device(grad_out.device()));
+  check_launch(
+      k::embedding_backward_rows(grad_out.raw_data_ptr(), ids.data_ptr<int64_t>(), static_cast<int>(grad_out.dtype()),
+                                 acc.raw_data_ptr(), ids.numel(), grad_weight.size(1), compute_stream(device)),
+      "embedding backward kernel");
+  copy(grad_weight, acc);
+}
+
 void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
                 const Tensor& bias, double eps) {
   const int device = device_of(x);

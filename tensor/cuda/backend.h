@@ -46,6 +46,9 @@ std::tuple<Tensor, Tensor> batch_norm_backward_reduce(const Tensor& dy, const Te
 void batch_norm_backward_elemt(const Tensor& grad_x, const Tensor& dy, const Tensor& x, const Tensor& mean,
                                const Tensor& invstd, const Tensor& weight, const Tensor& sum_dy,
                                const Tensor& sum_dy_xmu, double count);
+// Embedding lookups with the CPU's contracts (embedding.cu).
+void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids);
+void embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& ids);
 // Layer normalisation with the CPU's contracts (cpu/backend.h): one block per row
 // (reduce.cu).
 void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,

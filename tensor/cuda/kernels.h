@@ -55,6 +55,11 @@ int sum_columns(const void* x, int dtype, void* out, int64_t rows, int64_t inner
 int max_rows(const void* x, int dtype, void* values, int64_t* indices, int64_t outer, int64_t inner, void* stream);
 // (log_)softmax of each row of x [outer, n] into out (same layout); floating dtypes.
 int softmax_rows(const void* x, int dtype, void* out, int64_t outer, int64_t n, bool log_softmax, void* stream);
+// out [n, c] = the rows of weight [V, c] at ids [n] (in range); the backward adds grad [n, c]
+// onto acc [V, c] (float, or double for float64 grads; zeroed by the caller) at ids.
+int embedding_rows(const void* weight, const int64_t* ids, int dtype, void* out, int64_t n, int64_t c, void* stream);
+int embedding_backward_rows(const void* grad, const int64_t* ids, int dtype, void* acc, int64_t n, int64_t c,
+                            void* stream);
 // Layer normalisation of the rows of contiguous x [rows, n] (dtype: x, out, dy, dx, weight,
 // bias; weight/bias may be null): out, and each row's mean and rstd (float, or double for
 // float64); the backward writes dx from dy, x, mean, rstd and weight.

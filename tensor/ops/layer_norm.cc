@@ -28,9 +28,10 @@ void check_layer_norm(const Tensor& input, const Shape& normalized_shape, double
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   bool matches = k >= 1 && k <= input.dim();
   for (int64_t d = 0; matches && d < k; ++d) matches = input.size(input.dim() - k + d) == normalized_shape[d];
-  TDDP_CHECK(matches,
-             "layer_norm: normalized_shape {} must be the input's last dims (and not empty), but the input has shape {}",
-             format_shape(normalized_shape), format_shape(input.sizes()));
+  TDDP_CHECK(
+      matches,
+      "layer_norm: normalized_shape {} must be the input's last dims (and not empty), but the input has shape {}",
+      format_shape(normalized_shape), format_shape(input.sizes()));
   TDDP_CHECK(eps >= 0, "layer_norm: eps must be non-negative, got {}", eps);
 }
 

@@ -271,3 +271,8 @@ TEST_CASE("gradcheck: layer_norm over one and two trailing dims, with and withou
   rows.requires_grad_();
   CHECK(gradcheck([](const Inputs& v) { return layer_norm(v[0], {5}, Tensor(), Tensor(), 1e-2); }, {rows}) == "");
 }
+
+TEST_CASE("gradcheck: embedding with repeated ids", "[gradcheck]") {
+  const Tensor ids = from_vector<int64_t>({2, 0, 2, 2, 4, 1}, Shape{2, 3});
+  CHECK(gradcheck([&](const Inputs& v) { return embedding(ids, v[0]); }, {leaf({5, 3})}) == "");
+}

@@ -2,8 +2,8 @@
 // PyTorch): conv2d over stride, padding, dilation and groups, max pooling with ties, average
 // and adaptive pooling, batch norm in both modes with its running statistics, dropout, and
 // the digits CNN's forward and gradients; forward values and every gradient; convolution through
-// cuDNN in each floating dtype and with TF32; layer_norm and gelu (the GPT's ops, whose
-// kernels are in reduce.cu and elementwise.cu). Every GPU case skips, saying why, without a GPU
+// cuDNN in each floating dtype and with TF32; layer_norm, gelu and embedding (the GPT's ops,
+// whose kernels are in reduce.cu, elementwise.cu and embedding.cu). Every GPU case skips, saying why, without a GPU
 // (and in a build without CUDA).
 #include <functional>
 
@@ -176,7 +176,7 @@ TEST_CASE("CUDA: conv2d through cuDNN in float64, float16, bfloat16 and TF32 aga
   check(kFloat32, 1e-5, 1e-5);
 }
 
-TEST_CASE("CUDA: layer_norm and gelu, forward and gradients, equal the CPU's", "[cuda][layer_norm]") {
+TEST_CASE("CUDA: layer_norm, gelu and embedding, forward and gradients, equal the CPU's", "[cuda][layer_norm]") {
   if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
   Generator gen(9);
   const Tensor x = randn({3, 5, 40}, {}, &gen), w = randn({40}, {}, &gen), b = randn({40}, {}, &gen);
@@ -186,4 +186,12 @@ TEST_CASE("CUDA: layer_norm and gelu, forward and gradients, equal the CPU's", "
   check_on_gpu([](const Inputs& v) { return layer_norm(v[0], {1000}); }, {wide});
   check_on_gpu([](const Inputs& v) { return gelu(v[0]); }, {x});
   check_on_gpu([](const Inputs& v) { return gelu(v[0], "tanh"); }, {x});
+  const Tensor ids = from_vector<int64_t>({3, 0, 3, 6, 1, 1, 3, 6, 6, 0}, Shape{2, 5});
+  for (const DType dtype : {kFloat32, kFloat64}) {  // repeated ids: atomic adds on the GPU
+    INFO(dtype_name(dtype));
+    const Tensor w = randn({8, 40}, {}, &gen).to(dtype);
+    check_on_gpu([&](const Inputs& v) { return embedding(v[0].is_cuda() ? ids.to(kGpu) : ids, v[0]); }, {w});
+  }
+  CHECK_THROWS_WITH(embedding(from_vector<int64_t>({9}, Shape{1}).to(kGpu), randn({8, 4}).to(kGpu)),
+                    Catch::Contains("embedding: index 9 is out of range for 8 embeddings"));
 }

@@ -1,6 +1,6 @@
 // The ops a GPT adds, against PyTorch (fixtures/make_gpt_fixtures.py writes gpt_reference.txt):
-// GELU exact and tanh-approximated and layer_norm (with and without weight and bias, over one
-// or two dims), forward and gradients, in float64 (to ~1e-12) and float32 (the float kernels
+// GELU exact and tanh-approximated, layer_norm (with and without weight and bias, over one or
+// two dims) and embedding (repeated ids), forward and gradients, in float64 (to ~1e-12) and float32 (the float kernels
 // against PyTorch's float32), the 16-bit dtypes against float64, the modules, and bad
 // arguments.
 #include "tests/test_util.h"
@@ -138,4 +138,41 @@ TEST_CASE("nn::LayerNorm: parameters, state-dict names and repr as torch.nn.Laye
   CHECK(plain.parameters().empty());
   CHECK(plain.repr() == "LayerNorm((3, 4), eps=1e-06, elementwise_affine=False)");
   CHECK_THROWS_WITH(ln.forward(randn({2, 7})), Contains("layer_norm: normalized_shape [8] must be the input's last"));
+}
+
+TEST_CASE("embedding and its gradient equal torch.nn.functional.embedding, repeated ids summed", "[gpt][embedding]") {
+  const Tensor ids = value("embedding_ids", {2, 5}, kInt64);
+  const Tensor w = value("embedding_weight", {8, 4}, kFloat64).requires_grad_();
+  const Tensor out = embedding(ids, w);
+  CHECK(out.sizes() == Shape{2, 5, 4});
+  CHECK(equal(out, value("embedding_out", {2, 5, 4}, kFloat64)));  // a copy: exact
+  out.backward(value("embedding_grad_out", {2, 5, 4}, kFloat64));
+  CHECK(allclose(w.grad(), value("embedding_grad_weight", {8, 4}, kFloat64), 1e-14, 1e-15));
+  CHECK(equal(w.grad().narrow(0, 7, 1), zeros({1, 4}, kFloat64)));  // id 7 is never used
+  // Strided ids, a 0-d id and float32 take the same path.
+  CHECK(equal(embedding(ids.t(), w.detach()), out.detach().transpose(0, 1)));
+  CHECK(embedding(scalar_tensor(2, TensorOptions(kInt64)), w.detach()).sizes() == Shape{4});
+  CHECK(equal(embedding(ids, w.detach().to(kFloat32)), out.detach().to(kFloat32)));
+}
+
+TEST_CASE("embedding refuses ids out of range and wrong dtypes, naming them", "[gpt][embedding][errors]") {
+  const Tensor w = randn({5, 3});
+  CHECK_THROWS_WITH(embedding(from_vector<int64_t>({1, 5, 2}, Shape{3}), w),
+                    Contains("embedding: index 5 is out of range for 5 embeddings (weight shape [5, 3], indices of "
+                             "shape [3])"));
+  CHECK_THROWS_WITH(embedding(from_vector<int64_t>({-1}, Shape{1}), w),
+                    Contains("embedding: index -1 is out of range"));
+  CHECK_THROWS_WITH(embedding(ones({2}), w), Contains("embedding: expected int64 indices, got dtype float32"));
+  CHECK_THROWS_WITH(embedding(zeros({2}, kInt64), randn({5})),
+                    Contains("embedding: expected a 2-D weight [num_embeddings, embedding_dim], got shape [5]"));
+}
+
+TEST_CASE("nn::Embedding: its weight after manual_seed equals torch.nn.Embedding's", "[gpt][embedding][nn]") {
+  manual_seed(5);
+  tinyddp::nn::Embedding emb(7, 3);
+  CHECK(allclose(emb.weight, value("embedding_module_weight_seed5", {7, 3}, kFloat32), 1e-6, 1e-7));
+  CHECK(emb.state_dict().keys() == std::vector<std::string>{"weight"});
+  CHECK(emb.repr() == "Embedding(7, 3)");
+  CHECK(emb.forward(zeros({2, 6}, kInt64)).sizes() == Shape{2, 6, 3});
+  CHECK_THROWS_WITH(tinyddp::nn::Embedding(0, 3), Contains("Embedding: num_embeddings (0) and embedding_dim (3)"));
 }

@@ -1,0 +1,38 @@
+// CPU embedding lookups (cpu/backend.h): the forward copies one weight row per id; the backward
+// adds each gradient row onto its id's row, so repeated ids sum.
+#include <cstring>
+
+#include "tinyddp/tensor/cpu/backend.h"
+#include "tinyddp/tensor/cpu/loops.h"
+
+namespace tinyddp::tensor::cpu {
+
+void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids) {
+  dispatch_floating(weight.dtype(), "embedding", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t n = ids.numel(), c = weight.size(1);
+    const int64_t* id = ids.data_ptr<int64_t>();
+    const T* w = weight.data_ptr<T>();
+    T* o = out.data_ptr<T>();
+    for (int64_t i = 0; i < n; ++i) std::memcpy(o + i * c, w + id[i] * c, static_cast<size_t>(c) * sizeof(T));
+  });
+}
+
+void embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& ids) {
+  fill(grad_weight, 0.0);
+  dispatch_floating(grad_weight.dtype(), "embedding backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    const int64_t n = ids.numel(), c = grad_weight.size(1);
+    const int64_t* id = ids.data_ptr<int64_t>();
+    const T* g = grad_out.data_ptr<T>();
+    T* gw = grad_weight.data_ptr<T>();
+    for (int64_t i = 0; i < n; ++i) {
+      T* row = gw + id[i] * c;
+      const T* src = g + i * c;
+      for (int64_t k = 0; k < c; ++k) row[k] = static_cast<T>(static_cast<C>(row[k]) + static_cast<C>(src[k]));
+    }
+  });
+}
+
+}  // namespace tinyddp::tensor::cpu
