@@ -32,7 +32,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target) {
   return out;
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
   TDDP_CHECK(logits.defined() && targets.defined(), "cross_entropy: undefined logits or targets");
   TDDP_CHECK(logits.dim() == 2, "cross_entropy: expected logits of shape [batch, classes], got {}",
              tensor::format_shape(logits.sizes()));
@@ -42,31 +42,38 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
              "cross_entropy: expected targets of shape [{}] for logits of shape {}, got {}", logits.size(0),
              tensor::format_shape(logits.sizes()), tensor::format_shape(targets.sizes()));
   const int64_t classes = logits.size(1);
-  if (targets.numel() > 0) {
-    const int64_t low = -tensor::max(tensor::neg(targets)).item<int64_t>();
-    const int64_t high = tensor::max(targets).item<int64_t>();
-    TDDP_CHECK(low >= 0 && high < classes, "cross_entropy: target {} is out of bounds for {} classes",
-               low < 0 ? low : high, classes);
-  }
-  Tensor log_probs, one_hot, out;
+  Tensor log_probs, one_hot, kept, out;
+  double count = 0;  // rows whose target is not ignored
   {
     NoGradGuard no_grad;
-    // one_hot[i, c] = (targets[i] == c): picks each row's target log-probability.
-    one_hot = tensor::eq(targets.unsqueeze(1),
-                         tensor::arange(classes, tensor::TensorOptions().device(logits.device())).unsqueeze(0))
-                  .to(logits.dtype());
+    const Tensor ignored = tensor::eq(targets, static_cast<double>(ignore_index));
+    count = static_cast<double>(targets.numel() - tensor::sum(ignored).item<int64_t>());
+    if (targets.numel() > 0) {
+      const Tensor checked = tensor::masked_fill(targets, ignored, 0.0);  // ignored rows pass the check
+      const int64_t low = -tensor::max(tensor::neg(checked)).item<int64_t>();
+      const int64_t high = tensor::max(checked).item<int64_t>();
+      TDDP_CHECK(low >= 0 && high < classes, "cross_entropy: target {} is out of bounds for {} classes",
+                 low < 0 ? low : high, classes);
+    }
+    // one_hot[i, c] = (targets[i] == c), a zero row where the target is ignored (it is
+    // outside [0, classes), or masked when ignore_index is a class): picks each row's target
+    // log-probability.
+    one_hot = tensor::masked_fill(
+        tensor::eq(targets.unsqueeze(1),
+                   tensor::arange(classes, tensor::TensorOptions().device(logits.device())).unsqueeze(0))
+            .to(logits.dtype()),
+        ignored.unsqueeze(1), 0.0);
+    kept = tensor::ne(targets, static_cast<double>(ignore_index)).to(logits.dtype()).unsqueeze(1);  // [batch, 1]
     log_probs = tensor::log_softmax(logits, 1);
-    out = tensor::neg(tensor::mean(tensor::sum(tensor::mul(log_probs, one_hot), {1})));
+    out = tensor::neg(tensor::div(tensor::sum(tensor::mul(log_probs, one_hot)), count));
   }
-  // grad_logits [batch, classes] = grad_out * (softmax(logits) - one_hot) / batch
+  // grad_logits [batch, classes] = grad_out * (softmax(logits) - one_hot) / count on kept rows
   if (tensor::needs_grad(logits)) {
     tensor::record_op("CrossEntropyBackward", out, {logits, targets},
-                      [sl = SavedTensor(log_probs), so = SavedTensor(one_hot),
-                       batch = static_cast<double>(logits.size(0))](const Tensor& g) {
+                      [sl = SavedTensor(log_probs), so = SavedTensor(one_hot), kept, count](const Tensor& g) {
                         const Tensor probs = tensor::exp(sl.get("CrossEntropyBackward"));
-                        const Tensor grad =
-                            tensor::mul(tensor::sub(probs, so.get("CrossEntropyBackward")), tensor::div(g, batch));
-                        return std::vector<Tensor>{grad, Tensor()};
+                        const Tensor diff = tensor::mul(tensor::sub(probs, so.get("CrossEntropyBackward")), kept);
+                        return std::vector<Tensor>{tensor::mul(diff, tensor::div(g, count)), Tensor()};
                       });
   }
   return out;

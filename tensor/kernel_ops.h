@@ -6,8 +6,9 @@
 
 namespace tinyddp::tensor {
 
-// kAdd computes a + alpha * b; kReluBackward computes b > 0 ? a : 0 (a: gradient, b: relu output).
-enum class BinaryOp { kAdd, kMul, kDiv, kMaximum, kMinimum, kReluBackward };
+// kAdd computes a + alpha * b; kReluBackward computes b > 0 ? a : 0 (a: gradient, b: relu output);
+// kMaskedFill computes b != 0 ? alpha : a (b: the mask in a's dtype).
+enum class BinaryOp { kAdd, kMul, kDiv, kMaximum, kMinimum, kReluBackward, kMaskedFill };
 enum class CompareOp { kEq, kNe, kLt, kLe, kGt, kGe };
 // kGelu / kGeluTanh: GELU exact (erf) and its tanh approximation; kGeluGrad / kGeluTanhGrad:
 // their derivatives d gelu / dx (gelu_math.h holds the formulas all backends share).

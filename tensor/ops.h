@@ -54,6 +54,23 @@ Tensor sqrt(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
+// ---- joining, splitting, triangles ------------------------------------------------------------
+// As torch.cat: tensors of one dtype and device whose shapes agree outside `dim`.
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// As torch.split: views of consecutive pieces of `split_size` along dim (the last may be
+// shorter), or of the given sizes (which must sum to the dim's size).
+std::vector<Tensor> split(const Tensor& t, int64_t split_size, int64_t dim = 0);
+std::vector<Tensor> split(const Tensor& t, const std::vector<int64_t>& sizes, int64_t dim = 0);
+// As torch.chunk: split into pieces of ceil(size / chunks) (fewer pieces when that runs out).
+std::vector<Tensor> chunk(const Tensor& t, int64_t chunks, int64_t dim = 0);
+// As torch.tril / torch.triu over the last two dims: the elements on and below (above) the
+// `diagonal`-th diagonal kept, the rest zero.
+Tensor tril(const Tensor& input, int64_t diagonal = 0);
+Tensor triu(const Tensor& input, int64_t diagonal = 0);
+
+// As torch.Tensor.masked_fill: input where mask (bool, broadcastable to input) is false, value
+// where it is true (nanoGPT's causal mask: masked_fill(att, causal == 0, -inf)).
+Tensor masked_fill(const Tensor& input, const Tensor& mask, double value);
 // As torch.nn.functional.gelu: approximate "none" (x Phi(x), with erf) or "tanh"; floating
 // inputs only.
 Tensor gelu(const Tensor& x, std::string_view approximate = "none");

@@ -199,6 +199,11 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, do
       case BinaryOp::kMaximum: run(nan_max<C>); return;
       case BinaryOp::kMinimum: run(nan_min<C>); return;
       case BinaryOp::kReluBackward: run([](C g, C y) { return y > C(0) ? g : C(0); }); return;
+      case BinaryOp::kMaskedFill: {
+        const C value = static_cast<C>(alpha);
+        run([value](C x, C m) { return m != C(0) ? value : x; });
+        return;
+      }
     }
   });
 }

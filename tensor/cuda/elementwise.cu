@@ -141,6 +141,7 @@ struct BinaryFn {
       case kDiv: r = x / y; break;
       case kMaximum: r = nan_max(x, y); break;
       case kMinimum: r = nan_min(x, y); break;
+      case kMaskedFill: r = y != C(0) ? scale : x; break;
       default: r = y > C(0) ? x : C(0); break;  // kReluBackward
     }
     at<T>(o.data[0], off[0]) = store<T>(r);

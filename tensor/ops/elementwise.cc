@@ -318,6 +318,30 @@ Tensor sigmoid(const Tensor& x) {
   return record_unary(x, out, "SigmoidBackward", out, [](const Tensor& y) { return mul(y, 1.0 - y); });
 }
 
+Tensor masked_fill(const Tensor& input, const Tensor& mask, double value) {
+  check_defined(input, "masked_fill", "input");
+  check_defined(mask, "masked_fill", "mask");
+  check_not_bool(input, "masked_fill", "input");
+  TDDP_CHECK(mask.dtype() == kBool, "masked_fill: expected a bool mask, got dtype {}", dtype_name(mask.dtype()));
+  check_same_device(input, mask, "masked_fill", "input", "mask");
+  TDDP_CHECK(is_expandable_to(mask.sizes(), input.sizes()),
+             "masked_fill: a mask of shape {} cannot be broadcast to the input's shape {}", format_shape(mask.sizes()),
+             format_shape(input.sizes()));
+  TDDP_CHECK(input.is_floating_point() || (std::isfinite(value) && value == std::trunc(value)),
+             "masked_fill: value {} cannot be stored in a tensor of dtype {}", value, dtype_name(input.dtype()));
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = binary(BinaryOp::kMaskedFill, input, mask.to(input.dtype()), value, "masked_fill");
+  }
+  // grad_input = grad_out where the mask is false, 0 where it filled
+  if (needs_grad(input)) {
+    record_op("MaskedFillBackward", out, {input},
+              [mask](const Tensor& g) { return std::vector<Tensor>{masked_fill(g, mask, 0.0)}; });
+  }
+  return out;
+}
+
 Tensor gelu(const Tensor& x, std::string_view approximate) {
   check_defined(x, "gelu", "x");
   TDDP_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be 'none' or 'tanh', got '{}'",

@@ -116,6 +116,7 @@ KernelResults run_every_kernel() {
     r.exact.push_back({d + "neg", neg(a)});
     r.exact.push_back({d + "abs", abs(a)});
     r.exact.push_back({d + "relu", relu(a)});
+    r.exact.push_back({d + "masked_fill", masked_fill(a, lt(b, 0.0), 3.5)});
     r.exact.push_back({d + "sqrt", sqrt(abs(a))});
     math("exp", exp(a));
     math("log", log(abs(a)));

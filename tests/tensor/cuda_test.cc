@@ -118,6 +118,8 @@ TEST_CASE("CUDA: elementwise ops match the CPU on random inputs, broadcast and s
         {a, b}, [](const auto& v) { return lt(v[0], v[1]); }, "lt " + d, 0);
     expect_matches_cpu(
         {a, c}, [](const auto& v) { return eq(v[0], v[1]); }, "eq " + d, 0);
+    expect_matches_cpu(
+        {a, lt(c, 0.0)}, [](const auto& v) { return masked_fill(v[0], v[1], -1.5); }, "masked_fill " + d, 0);
     // Unary ops of a (any sign) or of pos (positive).
     const std::vector<std::tuple<std::string, Tensor, Tensor (*)(const Tensor&)>> unary = {
         {"neg", a, [](const Tensor& x) { return neg(x); }},

@@ -176,3 +176,23 @@ TEST_CASE("nn::Embedding: its weight after manual_seed equals torch.nn.Embedding
   CHECK(emb.forward(zeros({2, 6}, kInt64)).sizes() == Shape{2, 6, 3});
   CHECK_THROWS_WITH(tinyddp::nn::Embedding(0, 3), Contains("Embedding: num_embeddings (0) and embedding_dim (3)"));
 }
+
+TEST_CASE("cross_entropy with ignore_index equals torch's: ignored rows leave the mean and the gradient",
+          "[gpt][cross_entropy]") {
+  for (const auto& [c, ignore] : {std::pair<std::string, int64_t>{"ce_ignore_minus1", -1}, {"ce_ignore_0", 0}}) {
+    INFO(c);
+    const Tensor logits = value(c + "_logits", {6, 5}, kFloat64).requires_grad_();
+    const Tensor targets = value(c + "_targets", {6}, kInt64);
+    const Tensor loss = tinyddp::nn::cross_entropy(logits, targets, ignore);
+    CHECK(allclose(loss.view({1}), value(c + "_out", {1}, kFloat64), 1e-12, 1e-14));
+    loss.backward(scalar_tensor(1.5, TensorOptions(kFloat64)));
+    CHECK(allclose(logits.grad(), value(c + "_grad_logits", {6, 5}, kFloat64), 1e-12, 1e-14));
+  }
+  // Every row ignored: 0 / 0, NaN, as PyTorch; an ignored row may hold any value, the others
+  // must be classes.
+  const Tensor logits = randn({2, 3});
+  CHECK(std::isnan(tinyddp::nn::cross_entropy(logits, full({2}, -1, TensorOptions(kInt64)), -1).item<float>()));
+  CHECK_NOTHROW(tinyddp::nn::cross_entropy(logits, from_vector<int64_t>({-100, 2}, Shape{2})));
+  CHECK_THROWS_WITH(tinyddp::nn::cross_entropy(logits, from_vector<int64_t>({-1, 2}, Shape{2})),
+                    Contains("cross_entropy: target -1 is out of bounds for 3 classes"));
+}

@@ -111,6 +111,9 @@ namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
       case BinaryOp::kReluBackward:
         binary_row(pattern, n, o, a, b, [](T g, T y) { return y > T(0) ? g : T(0); });
         return;
+      case BinaryOp::kMaskedFill:
+        binary_row(pattern, n, o, a, b, [alpha](T x, T m) { return m != T(0) ? alpha : x; });
+        return;
     }
   }
 
