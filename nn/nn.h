@@ -1,4 +1,5 @@
-// Everything nn in one include: modules, layers, losses, optimizers, checkpoints, data loading.
+// Everything nn in one include: modules, layers, the GPT's blocks, losses, optimizers,
+// checkpoints, data loading.
 #pragma once
 
 #include "tinyddp/nn/batchnorm.h"
@@ -9,3 +10,4 @@
 #include "tinyddp/nn/module.h"
 #include "tinyddp/nn/optim.h"
 #include "tinyddp/nn/safetensors.h"
+#include "tinyddp/nn/transformer.h"

@@ -63,7 +63,8 @@ std::vector<Tensor> split(const Tensor& t, const std::vector<int64_t>& sizes, in
   const int64_t d = wrap_dim(dim, t.dim(), "split");
   int64_t total = 0;
   for (const int64_t s : sizes) {
-    TDDP_CHECK(s >= 0, "split: split sizes must be non-negative, got {}", format_shape(Shape(sizes.begin(), sizes.end())));
+    TDDP_CHECK(s >= 0, "split: split sizes must be non-negative, got {}",
+               format_shape(Shape(sizes.begin(), sizes.end())));
     total += s;
   }
   TDDP_CHECK(total == t.size(d), "split: split sizes {} sum to {}, but dim {} of the tensor (shape {}) has {}",

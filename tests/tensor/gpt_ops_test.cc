@@ -1,6 +1,7 @@
 // The ops a GPT adds, against PyTorch (fixtures/make_gpt_fixtures.py writes gpt_reference.txt):
 // GELU exact and tanh-approximated, layer_norm (with and without weight and bias, over one or
-// two dims) and embedding (repeated ids), forward and gradients, in float64 (to ~1e-12) and float32 (the float kernels
+// two dims), embedding (repeated ids), cross_entropy's ignore_index and a whole transformer
+// Block with nanoGPT's names, forward and gradients, in float64 (to ~1e-12) and float32 (the float kernels
 // against PyTorch's float32), the 16-bit dtypes against float64, the modules, and bad
 // arguments.
 #include "tests/test_util.h"
@@ -195,4 +196,39 @@ TEST_CASE("cross_entropy with ignore_index equals torch's: ignored rows leave th
   CHECK_NOTHROW(tinyddp::nn::cross_entropy(logits, from_vector<int64_t>({-100, 2}, Shape{2})));
   CHECK_THROWS_WITH(tinyddp::nn::cross_entropy(logits, from_vector<int64_t>({-1, 2}, Shape{2})),
                     Contains("cross_entropy: target -1 is out of bounds for 3 classes"));
+}
+
+TEST_CASE("a transformer Block (nanoGPT's names) equals the PyTorch block: output and every gradient",
+          "[gpt][nn][block]") {
+  tinyddp::nn::GPTConfig config;
+  config.block_size = 8;
+  config.n_embd = 16;
+  config.n_head = 4;
+  tinyddp::nn::Block block(config);
+  block.to(kFloat64);
+  // nanoGPT's parameter names, in its order; values from the fixture.
+  const std::vector<std::string> names = {
+      "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+      "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
+  CHECK(block.state_dict().keys() == names);
+  tinyddp::nn::OrderedDict<Tensor> state;
+  for (const auto& [name, p] : block.named_parameters())
+    state.insert(name, value("block_param_" + name, p.sizes(), kFloat64));
+  block.load_state_dict(state);
+  const Shape shape{2, 6, 16};
+  const Tensor x = value("block_input", shape, kFloat64).requires_grad_();
+  const Tensor out = block.forward(x);
+  CHECK(allclose(out, value("block_out", shape, kFloat64), 1e-10, 1e-12));
+  out.backward(value("block_grad_out", shape, kFloat64));
+  CHECK(allclose(x.grad(), value("block_grad_input", shape, kFloat64), 1e-10, 1e-12));
+  for (const auto& [name, p] : block.named_parameters()) {
+    INFO(name);
+    CHECK(allclose(p.grad(), value("block_grad_" + name, p.sizes(), kFloat64), 1e-10, 1e-12));
+  }
+  // A sequence longer than the context, and widths the heads do not divide, are refused.
+  CHECK_THROWS_WITH(block.forward(randn({1, 9, 16}, kFloat64)),
+                    Contains("CausalSelfAttention: sequence length 9 is longer than block_size 8"));
+  config.n_embd = 18;
+  CHECK_THROWS_WITH(tinyddp::nn::CausalSelfAttention(config),
+                    Contains("CausalSelfAttention: n_embd 18 must be a positive multiple of n_head 4"));
 }

@@ -30,7 +30,8 @@ TEST_CASE("split and chunk give torch's piece sizes as views; cat puts them back
   CHECK(equal(qkv[1], values({2, 3, 8, 9, 14, 15, 20, 21, 26, 27}, {5, 2})));
   CHECK(equal(cat(qkv, 1), x));
   CHECK(equal(cat(split(x, {3, 2}, 0), 0), x));
-  CHECK(equal(cat({x.narrow(0, 0, 1), x.narrow(0, 4, 1)}, 0), values({0, 1, 2, 3, 4, 5, 24, 25, 26, 27, 28, 29}, {2, 6})));
+  CHECK(equal(cat({x.narrow(0, 0, 1), x.narrow(0, 4, 1)}, 0),
+              values({0, 1, 2, 3, 4, 5, 24, 25, 26, 27, 28, 29}, {2, 6})));
 }
 
 TEST_CASE("cat's and split's gradients route each slice back to its tensor", "[join][gradcheck]") {
@@ -66,8 +67,8 @@ TEST_CASE("masked_fill: the causal mask of attention, its gradient, and bad mask
   Generator gen(6);
   const Tensor x = randn({2, 3, 3}, kFloat64, &gen).requires_grad_();
   const Tensor mask = eq(causal, 0.0);
-  CHECK(tinyddp::autograd::gradcheck([&](const std::vector<Tensor>& v) { return masked_fill(v[0], mask, 2.5); },
-                                     {x}) == "");
+  CHECK(tinyddp::autograd::gradcheck([&](const std::vector<Tensor>& v) { return masked_fill(v[0], mask, 2.5); }, {x}) ==
+        "");
   masked_fill(x, mask, 2.5).backward(ones({2, 3, 3}, kFloat64));
   CHECK(equal(x.grad(), causal.expand({2, 3, 3})));
   CHECK(equal(masked_fill(arange(4), lt(arange(4), 2), 7.0), from_vector<int64_t>({7, 7, 2, 3}, Shape{4})));
@@ -77,7 +78,8 @@ TEST_CASE("masked_fill: the causal mask of attention, its gradient, and bad mask
     const Tensor m = picked.to(dtype);
     CHECK(equal(masked_fill(wide, picked, 7.0), add(mul(wide, 1.0 - m), mul(m, 7.0))));
   }
-  CHECK_THROWS_WITH(masked_fill(x, ones({3, 3}), 0.0), Contains("masked_fill: expected a bool mask, got dtype float32"));
+  CHECK_THROWS_WITH(masked_fill(x, ones({3, 3}), 0.0),
+                    Contains("masked_fill: expected a bool mask, got dtype float32"));
   CHECK_THROWS_WITH(masked_fill(x, mask.view({9}), 0.0),
                     Contains("masked_fill: a mask of shape [9] cannot be broadcast to the input's shape [2, 3, 3]"));
   CHECK_THROWS_WITH(masked_fill(arange(4), lt(arange(4), 2), 0.5),
