@@ -2,8 +2,9 @@
 """Runs tinyddp's tensor benchmark (-c opt) and the same operations in PyTorch, taking turns,
 and prints a markdown table of milliseconds per operation and the ratio.
 
-Usage (from the repository root):  python3 bench/compare.py [tensor|conv]
-(tensor: matmuls and elementwise ops, tensor_bench.cc; conv: conv2d, conv_bench.cc)
+Usage (from the repository root):  python3 bench/compare.py [tensor|conv|gpt]
+(tensor: matmuls and elementwise ops, tensor_bench.cc; conv: conv2d, conv_bench.cc; gpt:
+attention, layer_norm and gelu, gpt_bench.cc)
 PyTorch comes from Debian's python3-torch (/usr/bin/python3); for BLAS-backed matmul install
 libopenblas0-pthread, which Debian's torch then uses through libblas.so.3. Both sides run on
 one thread (OPENBLAS_NUM_THREADS=1, OMP_NUM_THREADS=1, torch.set_num_threads(1)).
@@ -19,7 +20,11 @@ REPETITIONS = 5
 ROUNDS = 3
 
 
-SUITES = {"tensor": ("tensor_bench", "torch_bench.py"), "conv": ("conv_bench", "torch_conv_bench.py")}
+SUITES = {
+    "tensor": ("tensor_bench", "torch_bench.py"),
+    "conv": ("conv_bench", "torch_conv_bench.py"),
+    "gpt": ("gpt_bench", "torch_gpt_bench.py"),
+}
 
 
 def run_tinyddp(binary):
@@ -52,6 +57,10 @@ def work(name):
         f = {k: int(v) for k, v in (part.split(":") for part in arg.split("/"))}
         passes = 3 if f["which"] == 1 else 1
         return "GFLOP", 2.0 * f["batch"] * f["out"] * f["size"] ** 2 * f["in"] * 9 * passes / 1e9
+    if base == "BM_Attention":  # projections 4 C^2 and scores + att @ v 2 T C per token
+        f = {k: int(v) for k, v in (part.split(":") for part in arg.split("/"))}
+        passes = 3 if f["which"] == 1 else 1
+        return "GFLOP", 2.0 * f["batch"] * f["T"] * (4 * 128 ** 2 + 2 * f["T"] * 128) * passes / 1e9
     streams = {"BM_Memcpy": 2, "BM_AddOut": 3, "BM_AddInPlace": 3, "BM_Add": 3}.get(base)
     return ("GB", streams * 4 * int(arg) / 1e9) if streams else (None, 0)
 

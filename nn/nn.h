@@ -1,5 +1,6 @@
-// Everything nn in one include: modules, layers, the GPT's blocks, losses, optimizers,
-// checkpoints, data loading.
+// Everything nn in one include: modules, layers, losses, optimizers, checkpoints, data loading.
+// The GPT's blocks (Block, MLP, ...: common names in users' own code) are included on their
+// own: tinyddp/nn/transformer.h.
 #pragma once
 
 #include "tinyddp/nn/batchnorm.h"
@@ -10,4 +11,3 @@
 #include "tinyddp/nn/module.h"
 #include "tinyddp/nn/optim.h"
 #include "tinyddp/nn/safetensors.h"
-#include "tinyddp/nn/transformer.h"

@@ -43,9 +43,7 @@ MLP::MLP(const GPTConfig& config) : Module("MLP") {
   dropout = register_module("dropout", std::make_shared<Dropout>(config.dropout));
 }
 
-Tensor MLP::forward(const Tensor& x) {
-  return dropout->forward(c_proj->forward(gelu->forward(c_fc->forward(x))));
-}
+Tensor MLP::forward(const Tensor& x) { return dropout->forward(c_proj->forward(gelu->forward(c_fc->forward(x)))); }
 
 Block::Block(const GPTConfig& config) : Module("Block") {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(tensor::Shape{config.n_embd}, 1e-5, true, config.bias));

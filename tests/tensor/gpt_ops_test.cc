@@ -6,6 +6,7 @@
 // arguments.
 #include "tests/test_util.h"
 #include "tinyddp/nn/nn.h"
+#include "tinyddp/nn/transformer.h"
 
 using namespace tinyddp::tensor;
 using Catch::Contains;

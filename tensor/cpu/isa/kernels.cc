@@ -6,6 +6,7 @@
 #include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/gelu_math.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -184,25 +185,47 @@ namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
     }
   }
 
-  // Subtracts the row's maximum, sums the exponentials in double, and divides (or subtracts the
-  // log of the sum).
+  // The sum of n values in double, from eight partial sums (so that the adds vectorise and do
+  // not wait on each other).
+  template <typename T>
+  double sum_in_double(const T* v, int64_t n) {
+    double part[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      for (int k = 0; k < 8; ++k) part[k] += static_cast<double>(v[i + k]);
+    }
+    double tail = 0;
+    for (; i < n; ++i) tail += static_cast<double>(v[i]);
+    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7])) + tail;
+  }
+
+  // Subtracts the row's maximum, takes the exponentials with Eigen's vectorised exp, sums them
+  // in double, and divides (or subtracts the log of the sum).
   template <typename T>
   void softmax_rows(const T* x, T* out, int64_t rows, int64_t n, bool log, T* shifted) {
+    using Row = Eigen::Array<T, Eigen::Dynamic, 1>;
     for (int64_t r = 0; r < rows; ++r) {
       const T* row = x + r * n;
       T* out_row = out + r * n;
-      T m = -std::numeric_limits<T>::infinity();
-      for (int64_t i = 0; i < n; ++i) m = m < row[i] ? row[i] : m;  // std::max(m, row[i])
-      double total = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        shifted[i] = row[i] - m;
-        total += static_cast<double>(std::exp(shifted[i]));
+      // The maximum from eight partial maxima (std::max(m, row[i]) each: NaN never wins here;
+      // it turns the row into NaN through exp below).
+      T part[8];
+      std::fill(part, part + 8, -std::numeric_limits<T>::infinity());
+      int64_t i = 0;
+      for (; i + 8 <= n; i += 8) {
+        for (int k = 0; k < 8; ++k) part[k] = part[k] < row[i + k] ? row[i + k] : part[k];
       }
+      for (; i < n; ++i) part[0] = part[0] < row[i] ? row[i] : part[0];
+      T m = part[0];
+      for (int k = 1; k < 8; ++k) m = m < part[k] ? part[k] : m;
+      Eigen::Map<Row> s(shifted, n), o(out_row, n);
+      s = Eigen::Map<const Row>(row, n) - m;
+      o = s.exp();
+      const double total = sum_in_double(out_row, n);
       if (log) {
-        const T log_total = static_cast<T>(std::log(total));
-        for (int64_t i = 0; i < n; ++i) out_row[i] = shifted[i] - log_total;
+        o = s - static_cast<T>(std::log(total));
       } else {
-        for (int64_t i = 0; i < n; ++i) out_row[i] = static_cast<T>(static_cast<double>(std::exp(shifted[i])) / total);
+        for (int64_t k = 0; k < n; ++k) out_row[k] = static_cast<T>(static_cast<double>(out_row[k]) / total);
       }
     }
   }

@@ -1,0 +1,86 @@
+// GPT benchmarks (Google Benchmark): causal self-attention (nn::CausalSelfAttention: the qkv
+// projection, the masked softmax over q k^T, att @ v, the output projection), forward and
+// forward + backward, at the example GPT's width (n_embd 128, 4 heads) and T = 64 and 256 (1024
+// tokens per call either way); layer_norm and gelu forward + backward on the block's
+// activations. Build with -c opt; `python3 bench/compare.py gpt` runs this beside PyTorch
+// (bench/torch_gpt_bench.py).
+#include "bench/bench_main.h"
+#include "tinyddp/autograd/autograd.h"
+#include "tinyddp/nn/nn.h"
+#include "tinyddp/nn/transformer.h"
+#include "tinyddp/tensor/all.h"
+
+namespace t = tinyddp::tensor;
+namespace nn = tinyddp::nn;
+
+namespace {
+
+constexpr int64_t kEmbd = 128, kHeads = 4;
+
+// Arguments: batch, T, which (0 forward, 1 forward + backward).
+void BM_Attention(benchmark::State& state) {
+  const int64_t batch = state.range(0), seq = state.range(1);
+  const bool backward = state.range(2) == 1;
+  nn::GPTConfig config;
+  config.block_size = seq;
+  config.n_embd = kEmbd;
+  config.n_head = kHeads;
+  t::manual_seed(0);
+  nn::CausalSelfAttention attn(config);
+  t::Generator g(0);
+  const t::Tensor x = t::randn({batch, seq, kEmbd}, {}, &g).requires_grad_(backward);
+  const t::Tensor grad = t::randn({batch, seq, kEmbd}, {}, &g);
+  for (auto _ : state) {
+    const t::Tensor y = attn.forward(x);
+    if (backward) {
+      y.backward(grad);
+      attn.zero_grad();
+      x.mutable_grad() = t::Tensor();
+    }
+    benchmark::DoNotOptimize(y.raw_data_ptr());
+  }
+  // Projections 2 B T (3 C^2 + C^2), scores and att @ v 2 B T T C each; backward twice that.
+  const double flops = 2.0 * batch * seq * (4.0 * kEmbd * kEmbd + 2.0 * seq * kEmbd) * (backward ? 3 : 1);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_Attention)
+    ->ArgNames({"batch", "T", "which"})
+    ->Args({16, 64, 0})
+    ->Args({16, 64, 1})
+    ->Args({4, 256, 0})
+    ->Args({4, 256, 1})
+    ->Unit(benchmark::kMillisecond);
+
+// layer_norm over the last dim of [1024, 128] (with weight and bias), forward + backward.
+void BM_LayerNorm(benchmark::State& state) {
+  t::Generator g(0);
+  const t::Tensor x = t::randn({1024, kEmbd}, {}, &g).requires_grad_();
+  const t::Tensor w = t::randn({kEmbd}, {}, &g).requires_grad_(), b = t::randn({kEmbd}, {}, &g).requires_grad_();
+  const t::Tensor grad = t::randn({1024, kEmbd}, {}, &g);
+  for (auto _ : state) {
+    const t::Tensor y = t::layer_norm(x, {kEmbd}, w, b);
+    y.backward(grad);
+    x.mutable_grad() = w.mutable_grad() = b.mutable_grad() = t::Tensor();
+    benchmark::DoNotOptimize(y.raw_data_ptr());
+  }
+}
+BENCHMARK(BM_LayerNorm)->Unit(benchmark::kMicrosecond);
+
+// Exact gelu on the MLP's hidden activations [1024, 512], forward + backward.
+void BM_Gelu(benchmark::State& state) {
+  t::Generator g(0);
+  const t::Tensor x = t::randn({1024, 4 * kEmbd}, {}, &g).requires_grad_();
+  const t::Tensor grad = t::randn({1024, 4 * kEmbd}, {}, &g);
+  for (auto _ : state) {
+    const t::Tensor y = t::gelu(x);
+    y.backward(grad);
+    x.mutable_grad() = t::Tensor();
+    benchmark::DoNotOptimize(y.raw_data_ptr());
+  }
+}
+BENCHMARK(BM_Gelu)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+int main(int argc, char** argv) { return tinyddp::bench::run_benchmarks(argc, argv, "gpt_bench"); }

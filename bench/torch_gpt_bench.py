@@ -1,0 +1,75 @@
+#!/usr/bin/python3
+"""The PyTorch side of `python3 bench/compare.py gpt`: the benchmarks of gpt_bench.cc, one thread.
+
+The attention is the same module as nn::CausalSelfAttention (nanoGPT's, with the explicit
+masked softmax: PyTorch 1.13 has no fused attention). Prints one JSON object per line:
+{"name": ..., "ms": ...}, then {"name": "torch", ...}.
+"""
+import json
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from torch_bench import timeit
+
+EMBD, HEADS = 128, 4
+
+
+class Attention(nn.Module):
+    def __init__(self, block_size):
+        super().__init__()
+        self.c_attn = nn.Linear(EMBD, 3 * EMBD)
+        self.c_proj = nn.Linear(EMBD, EMBD)
+        self.register_buffer("future", torch.ones(block_size, block_size).tril() == 0, persistent=False)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(x).split(c, dim=2)
+        q, k, v = (m.view(b, t, HEADS, c // HEADS).transpose(1, 2) for m in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // HEADS))
+        att = att.masked_fill(self.future[:t, :t], float("-inf")).softmax(dim=-1)
+        return self.c_proj((att @ v).transpose(1, 2).contiguous().view(b, t, c))
+
+
+def main():
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    for batch, seq in ((16, 64), (4, 256)):
+        attn = Attention(seq)
+        for which in (0, 1):
+            x = torch.randn(batch, seq, EMBD, requires_grad=which == 1)
+            grad = torch.randn(batch, seq, EMBD)
+
+            def step():
+                y = attn(x)
+                if which == 1:
+                    y.backward(grad)
+                    attn.zero_grad()
+                    x.grad = None
+
+            print(json.dumps({"name": f"BM_Attention/batch:{batch}/T:{seq}/which:{which}", "ms": timeit(step)}))
+    x = torch.randn(1024, EMBD, requires_grad=True)
+    w, b = torch.randn(EMBD, requires_grad=True), torch.randn(EMBD, requires_grad=True)
+    grad = torch.randn(1024, EMBD)
+
+    def layer_norm_step():
+        F.layer_norm(x, (EMBD,), w, b).backward(grad)
+        x.grad = w.grad = b.grad = None
+
+    print(json.dumps({"name": "BM_LayerNorm", "ms": timeit(layer_norm_step)}))
+    h = torch.randn(1024, 4 * EMBD, requires_grad=True)
+    hgrad = torch.randn(1024, 4 * EMBD)
+
+    def gelu_step():
+        F.gelu(h).backward(hgrad)
+        h.grad = None
+
+    print(json.dumps({"name": "BM_Gelu", "ms": timeit(gelu_step)}))
+    print(json.dumps({"name": "torch", "version": torch.__version__,
+                      "blas": torch.__config__.show().split("BLAS_INFO=")[1].split(",")[0]}))
+
+
+if __name__ == "__main__":
+    main()
