@@ -47,13 +47,13 @@ void embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const
 // layer_norm.cc: layer normalisation over the rows of contiguous x [M, N]: out [M, N] =
 // (x - mean) * rstd * weight + bias (weight, bias: contiguous [N] or undefined), with each row's
 // mean and rstd = 1 / sqrt(biased variance + eps) written to mean, rstd [M] (float64 for
-// float64 x, else float32). The backward writes grad_x [M, N] from dy [M, N] (contiguous), x,
-// the forward's mean and rstd, and weight; the weight's and bias's gradients are sums the
-// caller takes (tensor/ops/norm.cc).
+// float64 x, else float32). The backward writes, each when defined, grad_x [M, N], and
+// grad_weight, grad_bias [N] (contiguous), from dy [M, N] (contiguous), x, the forward's mean
+// and rstd, and weight.
 void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
                 const Tensor& bias, double eps);
-void layer_norm_backward(const Tensor& grad_x, const Tensor& dy, const Tensor& x, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& weight);
+void layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& dy,
+                         const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight);
 
 // conv.cc: col (shape [N, C, kh, kw, OH, OW], any strides) = the windows of x [N, C, H, W]
 // (any strides), padding reading as pad_value; and its gradient, grad_x (contiguous, zeroed

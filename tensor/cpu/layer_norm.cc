@@ -2,8 +2,10 @@
 // statistics accumulate in double from eight partial sums (one running sum would wait on
 // each add's latency): the mean, then the squared deviations from it (two passes, so a row of
 // large equal values has variance 0, not a cancellation's residue). The elementwise steps run
-// in the compute type (float for the 16-bit types).
+// in the compute type (float for the 16-bit types) over per-call buffers of the weight and
+// bias, in loops without branches, so that they vectorise.
 #include <cmath>
+#include <vector>
 
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cpu/loops.h"
@@ -26,17 +28,16 @@ double sum_of(int64_t n, F&& f) {
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7])) + tail;
 }
 
-// weight[k] (1 when undefined) and bias[k] (0 when undefined) as compute-type values.
-template <typename T>
-struct Affine {
-  using C = compute_t<T>;
-  const T* w;
-  const T* b;
-  Affine(const Tensor& weight, const Tensor& bias)
-      : w(weight.defined() ? weight.data_ptr<T>() : nullptr), b(bias.defined() ? bias.data_ptr<T>() : nullptr) {}
-  C weight(int64_t k) const { return w != nullptr ? static_cast<C>(w[k]) : C(1); }
-  C bias(int64_t k) const { return b != nullptr ? static_cast<C>(b[k]) : C(0); }
-};
+// A [N] tensor's values in the compute type C, or `missing` everywhere when undefined.
+template <typename T, typename C>
+std::vector<C> values_or(const Tensor& t, int64_t n, C missing) {
+  std::vector<C> v(static_cast<size_t>(n), missing);
+  if (t.defined()) {
+    const T* p = t.data_ptr<T>();
+    for (int64_t k = 0; k < n; ++k) v[k] = static_cast<C>(p[k]);
+  }
+  return v;
+}
 
 }  // namespace
 
@@ -48,7 +49,7 @@ void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const
     dispatch_floating(mean.dtype(), "layer_norm", [&](auto stat_tag) {
       using S = typename decltype(stat_tag)::type;
       const int64_t rows = x.size(0), n = x.size(1);
-      const Affine<T> affine(weight, bias);
+      const std::vector<C> w = values_or<T>(weight, n, C(1)), b = values_or<T>(bias, n, C(0));
       const T* in = x.data_ptr<T>();
       T* o = out.data_ptr<T>();
       S* mean_out = mean.data_ptr<S>();
@@ -65,40 +66,54 @@ void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const
         rstd_out[r] = static_cast<S>(inv);
         const C cm = static_cast<C>(m), ci = static_cast<C>(inv);
         T* out_row = o + r * n;
-        for (int64_t k = 0; k < n; ++k) {
-          out_row[k] = static_cast<T>((static_cast<C>(row[k]) - cm) * ci * affine.weight(k) + affine.bias(k));
-        }
+        for (int64_t k = 0; k < n; ++k) out_row[k] = static_cast<T>((static_cast<C>(row[k]) - cm) * ci * w[k] + b[k]);
       }
     });
   });
 }
 
-void layer_norm_backward(const Tensor& grad_x, const Tensor& dy, const Tensor& x, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& weight) {
+void layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& dy,
+                         const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight) {
   // With g = dy * weight and xhat = (x - mean) * rstd, per row of n:
-  // grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+  // grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat)); over the rows,
+  // grad_weight = sum of dy * xhat and grad_bias = sum of dy (accumulated in double).
   dispatch_floating(x.dtype(), "layer_norm backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
     dispatch_floating(mean.dtype(), "layer_norm backward", [&](auto stat_tag) {
       using S = typename decltype(stat_tag)::type;
       const int64_t rows = x.size(0), n = x.size(1);
-      const Affine<T> affine(weight, Tensor());
+      const std::vector<C> w = values_or<T>(weight, n, C(1));
+      std::vector<C> g(static_cast<size_t>(n)), xhat(static_cast<size_t>(n)), d(static_cast<size_t>(n));
+      std::vector<double> dw(grad_weight.defined() ? n : 0, 0.0), db(grad_bias.defined() ? n : 0, 0.0);
       const T* in = x.data_ptr<T>();
       const T* g_in = dy.data_ptr<T>();
-      T* gx = grad_x.data_ptr<T>();
+      T* gx = grad_x.defined() ? grad_x.data_ptr<T>() : nullptr;
       for (int64_t r = 0; r < rows; ++r) {
         const T* row = in + r * n;
-        const T* g_row = g_in + r * n;
-        const double m = static_cast<double>(mean.data_ptr<S>()[r]), inv = static_cast<double>(rstd.data_ptr<S>()[r]);
-        const auto g = [&](int64_t k) {
-          return static_cast<double>(static_cast<C>(g_row[k])) * static_cast<double>(affine.weight(k));
-        };
-        const auto xhat = [&](int64_t k) { return (static_cast<double>(static_cast<C>(row[k])) - m) * inv; };
-        const double mean_g = sum_of(n, g) / static_cast<double>(n);
-        const double mean_gx = sum_of(n, [&](int64_t k) { return g(k) * xhat(k); }) / static_cast<double>(n);
+        const T* dy_row = g_in + r * n;
+        const C cm = static_cast<C>(mean.data_ptr<S>()[r]), ci = static_cast<C>(rstd.data_ptr<S>()[r]);
+        for (int64_t k = 0; k < n; ++k) {
+          d[k] = static_cast<C>(dy_row[k]);
+          xhat[k] = (static_cast<C>(row[k]) - cm) * ci;
+          g[k] = d[k] * w[k];
+        }
+        for (size_t k = 0; k < dw.size(); ++k) dw[k] += static_cast<double>(d[k]) * static_cast<double>(xhat[k]);
+        for (size_t k = 0; k < db.size(); ++k) db[k] += static_cast<double>(d[k]);
+        if (gx == nullptr) continue;
+        const C mean_g = static_cast<C>(sum_of(n, [&](int64_t k) { return static_cast<double>(g[k]); }) / n);
+        const C mean_gx = static_cast<C>(
+            sum_of(n, [&](int64_t k) { return static_cast<double>(g[k]) * static_cast<double>(xhat[k]); }) / n);
         T* out_row = gx + r * n;
-        for (int64_t k = 0; k < n; ++k) out_row[k] = static_cast<T>(inv * (g(k) - mean_g - xhat(k) * mean_gx));
+        for (int64_t k = 0; k < n; ++k) out_row[k] = static_cast<T>(ci * (g[k] - mean_g - xhat[k] * mean_gx));
+      }
+      if (grad_weight.defined()) {
+        T* p = grad_weight.data_ptr<T>();
+        for (int64_t k = 0; k < n; ++k) p[k] = static_cast<T>(dw[k]);
+      }
+      if (grad_bias.defined()) {
+        T* p = grad_bias.data_ptr<T>();
+        for (int64_t k = 0; k < n; ++k) p[k] = static_cast<T>(db[k]);
       }
     });
   });

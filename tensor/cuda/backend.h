@@ -53,8 +53,8 @@ void embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const
 // (reduce.cu).
 void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
                 const Tensor& bias, double eps);
-void layer_norm_backward(const Tensor& grad_x, const Tensor& dy, const Tensor& x, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& weight);
+void layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& dy,
+                         const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight);
 // im2col/col2im with the CPU's contracts, as a strided copy of the padded input's windows and an
 // accumulation into them (the copy and accumulate kernels).
 void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double pad_value);

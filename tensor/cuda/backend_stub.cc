@@ -39,7 +39,8 @@ void embedding_backward(const Tensor&, const Tensor&, const Tensor&) { unavailab
 void layer_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, double) {
   unavailable("layer_norm");
 }
-void layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+void layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                         const Tensor&, const Tensor&) {
   unavailable("layer_norm backward");
 }
 void im2col(const Tensor&, const Tensor&, const Window2d&, double) { unavailable("im2col"); }

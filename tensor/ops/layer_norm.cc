@@ -55,8 +55,8 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
     const Tensor b = bias.defined() ? bias.contiguous().view({n}) : Tensor();
     TDDP_DISPATCH(input.device(), "layer_norm", layer_norm, out.view({rows, n}), mean, rstd, x, w, b, eps);
   }
-  // grad_out [..., N] -> grad_input (the kernel, from the saved mean and rstd),
-  // grad_weight = sum over rows of grad_out * xhat, grad_bias = sum over rows of grad_out.
+  // grad_out [..., N] -> grad_input, grad_weight = sum over rows of grad_out * xhat and
+  // grad_bias = sum over rows of grad_out, from the saved mean and rstd (one kernel).
   if (needs_grad({&input, &weight, &bias})) {
     const bool need_input = input.requires_grad(), need_weight = weight.defined() && weight.requires_grad();
     const bool need_bias = bias.defined() && bias.requires_grad();
@@ -66,19 +66,15 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
                 const Tensor& x = sx.get("NativeLayerNormBackward");
                 const Tensor& w = sw.get("NativeLayerNormBackward");
                 const Tensor g = grad.contiguous().view({rows, n});
-                Tensor grad_input, grad_weight, grad_bias;
-                if (need_input) {
-                  grad_input = new_output({rows, n}, g.dtype(), g.device());
-                  TDDP_DISPATCH(g.device(), "layer_norm backward", layer_norm_backward, grad_input, g, x, mean, rstd,
-                                w);
-                  grad_input = grad_input.view(in_shape);
-                }
-                if (need_weight) {
-                  const Tensor xhat = mul(sub(x.to(mean.dtype()), mean.view({rows, 1})), rstd.view({rows, 1}));
-                  grad_weight = sum(mul(g.to(mean.dtype()), xhat), {0}).to(g.dtype()).view(affine_shape);
-                }
-                if (need_bias) grad_bias = sum(g, {0}).view(affine_shape);
-                return std::vector<Tensor>{grad_input, grad_weight, grad_bias};
+                // One kernel writes the three gradients asked for.
+                const Tensor grad_input = need_input ? new_output({rows, n}, g.dtype(), g.device()) : Tensor();
+                const Tensor grad_weight = need_weight ? new_output({n}, g.dtype(), g.device()) : Tensor();
+                const Tensor grad_bias = need_bias ? new_output({n}, g.dtype(), g.device()) : Tensor();
+                TDDP_DISPATCH(g.device(), "layer_norm backward", layer_norm_backward, grad_input, grad_weight,
+                              grad_bias, g, x, mean, rstd, w);
+                return std::vector<Tensor>{need_input ? grad_input.view(in_shape) : Tensor(),
+                                           need_weight ? grad_weight.view(affine_shape) : Tensor(),
+                                           need_bias ? grad_bias.view(affine_shape) : Tensor()};
               });
   }
   return out;
