@@ -13,6 +13,7 @@
 #include "tinyddp/tensor/cuda/plan.h"
 #include "tinyddp/tensor/cuda/runtime.h"
 #include "tinyddp/tensor/factory.h"
+#include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/reduce_plan.h"
 
 namespace tinyddp::tensor::cuda {
