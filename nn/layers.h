@@ -1,7 +1,8 @@
 // Layers: Linear and Conv2d (PyTorch's weight layouts and default initialisation), pooling,
-// Flatten, Dropout, Embedding, LayerNorm, the activations ReLU/Tanh/Sigmoid/GELU, Sequential (children "0", "1", ...),
-// the mlp() builder, and PyTorch's DDP tutorial's ToyModel (net1 = Linear(10, 10), ReLU,
-// net2 = Linear(10, 5)). BatchNorm is in batchnorm.h.
+// Flatten, Dropout, Embedding, LayerNorm, the activations ReLU/Tanh/Sigmoid/GELU, Sequential
+// (children "0", "1", ...), the mlp() builder, and PyTorch's DDP tutorial's ToyModel
+// (net1 = Linear(10, 10), ReLU, net2 = Linear(10, 5)). BatchNorm is in batchnorm.h; the GPT's
+// blocks in transformer.h.
 #pragma once
 
 #include <initializer_list>

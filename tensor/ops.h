@@ -54,6 +54,11 @@ Tensor sqrt(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
+// As torch.nn.functional.gelu: approximate "none" (x Phi(x), with erf) or "tanh"; floating
+// inputs only.
+Tensor gelu(const Tensor& x, std::string_view approximate = "none");
+Tensor pow(const Tensor& x, double exponent);
+
 // ---- joining, splitting, triangles ------------------------------------------------------------
 // As torch.cat: tensors of one dtype and device whose shapes agree outside `dim`.
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
@@ -67,14 +72,9 @@ std::vector<Tensor> chunk(const Tensor& t, int64_t chunks, int64_t dim = 0);
 // `diagonal`-th diagonal kept, the rest zero.
 Tensor tril(const Tensor& input, int64_t diagonal = 0);
 Tensor triu(const Tensor& input, int64_t diagonal = 0);
-
 // As torch.Tensor.masked_fill: input where mask (bool, broadcastable to input) is false, value
 // where it is true (nanoGPT's causal mask: masked_fill(att, causal == 0, -inf)).
 Tensor masked_fill(const Tensor& input, const Tensor& mask, double value);
-// As torch.nn.functional.gelu: approximate "none" (x Phi(x), with erf) or "tanh"; floating
-// inputs only.
-Tensor gelu(const Tensor& x, std::string_view approximate = "none");
-Tensor pow(const Tensor& x, double exponent);
 
 // ---- reductions -------------------------------------------------------------------------------
 // Over all elements (a 0-d result), or over `dims` (an empty list also means all).
@@ -169,8 +169,8 @@ Tensor embedding(const Tensor& input, const Tensor& weight);
 Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 // torch.nn.functional.dropout: in training each element is zeroed with probability p (drawn
-// from `generator`, default the global one) and the others scaled by 1 / (1 - p); p = 1 gives
-// zeros. Outside training, or with p = 0, the input itself.
+// from `generator`, default the global one) and the others scaled by 1 / (1 - p); p must be in
+// [0, 1). Outside training, or with p = 0, the input itself.
 Tensor dropout(const Tensor& input, double p = 0.5, bool training = true, Generator* generator = nullptr);
 
 // ---- comparing whole tensors ------------------------------------------------------------------

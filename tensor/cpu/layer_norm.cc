@@ -5,6 +5,7 @@
 // in the compute type (float for the 16-bit types) over per-call buffers of the weight and
 // bias, in loops without branches, so that they vectorise.
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "tinyddp/tensor/cpu/backend.h"
@@ -14,18 +15,14 @@ namespace tinyddp::tensor::cpu {
 
 namespace {
 
-// sum over k < n of f(k), in double, from eight partial sums.
+// The statistics' type (mean, rstd): float64 for float64 x, else float32 (cpu/backend.h).
+template <typename T>
+using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// The mean over k < n of f(k), in double (0 for an empty row).
 template <typename F>
-double sum_of(int64_t n, F&& f) {
-  constexpr int kParts = 8;
-  double part[kParts] = {};
-  int64_t k = 0;
-  for (; k + kParts <= n; k += kParts) {
-    for (int p = 0; p < kParts; ++p) part[p] += f(k + p);
-  }
-  double tail = 0;
-  for (; k < n; ++k) tail += f(k);
-  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7])) + tail;
+double mean_of(int64_t n, F&& f) {
+  return n > 0 ? partial_sums<double>(n, f) / static_cast<double>(n) : 0.0;
 }
 
 // A [N] tensor's values in the compute type C, or `missing` everywhere when undefined.
@@ -46,29 +43,25 @@ void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const
   dispatch_floating(x.dtype(), "layer_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
-    dispatch_floating(mean.dtype(), "layer_norm", [&](auto stat_tag) {
-      using S = typename decltype(stat_tag)::type;
-      const int64_t rows = x.size(0), n = x.size(1);
-      const std::vector<C> w = values_or<T>(weight, n, C(1)), b = values_or<T>(bias, n, C(0));
-      const T* in = x.data_ptr<T>();
-      T* o = out.data_ptr<T>();
-      S* mean_out = mean.data_ptr<S>();
-      S* rstd_out = rstd.data_ptr<S>();
-      for (int64_t r = 0; r < rows; ++r) {
-        const T* row = in + r * n;
-        const auto value = [row](int64_t k) { return static_cast<double>(static_cast<C>(row[k])); };
-        const double m = n > 0 ? sum_of(n, value) / static_cast<double>(n) : 0.0;
-        const double var =
-            n > 0 ? sum_of(n, [&](int64_t k) { return (value(k) - m) * (value(k) - m); }) / static_cast<double>(n)
-                  : 0.0;
-        const double inv = 1.0 / std::sqrt(var + eps);
-        mean_out[r] = static_cast<S>(m);
-        rstd_out[r] = static_cast<S>(inv);
-        const C cm = static_cast<C>(m), ci = static_cast<C>(inv);
-        T* out_row = o + r * n;
-        for (int64_t k = 0; k < n; ++k) out_row[k] = static_cast<T>((static_cast<C>(row[k]) - cm) * ci * w[k] + b[k]);
-      }
-    });
+    using S = stat_t<T>;
+    const int64_t rows = x.size(0), n = x.size(1);
+    const std::vector<C> w = values_or<T>(weight, n, C(1)), b = values_or<T>(bias, n, C(0));
+    const T* in = x.data_ptr<T>();
+    T* o = out.data_ptr<T>();
+    S* mean_out = mean.data_ptr<S>();
+    S* rstd_out = rstd.data_ptr<S>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = in + r * n;
+      const auto value = [row](int64_t k) { return static_cast<double>(static_cast<C>(row[k])); };
+      const double m = mean_of(n, value);
+      const double var = mean_of(n, [&](int64_t k) { return (value(k) - m) * (value(k) - m); });
+      const double inv = 1.0 / std::sqrt(var + eps);
+      mean_out[r] = static_cast<S>(m);
+      rstd_out[r] = static_cast<S>(inv);
+      const C cm = static_cast<C>(m), ci = static_cast<C>(inv);
+      T* out_row = o + r * n;
+      for (int64_t k = 0; k < n; ++k) out_row[k] = static_cast<T>((static_cast<C>(row[k]) - cm) * ci * w[k] + b[k]);
+    }
   });
 }
 
@@ -80,42 +73,40 @@ void layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const 
   dispatch_floating(x.dtype(), "layer_norm backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
-    dispatch_floating(mean.dtype(), "layer_norm backward", [&](auto stat_tag) {
-      using S = typename decltype(stat_tag)::type;
-      const int64_t rows = x.size(0), n = x.size(1);
-      const std::vector<C> w = values_or<T>(weight, n, C(1));
-      std::vector<C> g(static_cast<size_t>(n)), xhat(static_cast<size_t>(n)), d(static_cast<size_t>(n));
-      std::vector<double> dw(grad_weight.defined() ? n : 0, 0.0), db(grad_bias.defined() ? n : 0, 0.0);
-      const T* in = x.data_ptr<T>();
-      const T* g_in = dy.data_ptr<T>();
-      T* gx = grad_x.defined() ? grad_x.data_ptr<T>() : nullptr;
-      for (int64_t r = 0; r < rows; ++r) {
-        const T* row = in + r * n;
-        const T* dy_row = g_in + r * n;
-        const C cm = static_cast<C>(mean.data_ptr<S>()[r]), ci = static_cast<C>(rstd.data_ptr<S>()[r]);
-        for (int64_t k = 0; k < n; ++k) {
-          d[k] = static_cast<C>(dy_row[k]);
-          xhat[k] = (static_cast<C>(row[k]) - cm) * ci;
-          g[k] = d[k] * w[k];
-        }
-        for (size_t k = 0; k < dw.size(); ++k) dw[k] += static_cast<double>(d[k]) * static_cast<double>(xhat[k]);
-        for (size_t k = 0; k < db.size(); ++k) db[k] += static_cast<double>(d[k]);
-        if (gx == nullptr) continue;
-        const C mean_g = static_cast<C>(sum_of(n, [&](int64_t k) { return static_cast<double>(g[k]); }) / n);
-        const C mean_gx = static_cast<C>(
-            sum_of(n, [&](int64_t k) { return static_cast<double>(g[k]) * static_cast<double>(xhat[k]); }) / n);
-        T* out_row = gx + r * n;
-        for (int64_t k = 0; k < n; ++k) out_row[k] = static_cast<T>(ci * (g[k] - mean_g - xhat[k] * mean_gx));
+    using S = stat_t<T>;
+    const int64_t rows = x.size(0), n = x.size(1);
+    const std::vector<C> w = values_or<T>(weight, n, C(1));
+    std::vector<C> g(static_cast<size_t>(n)), xhat(static_cast<size_t>(n)), d(static_cast<size_t>(n));
+    std::vector<double> dw(grad_weight.defined() ? n : 0, 0.0), db(grad_bias.defined() ? n : 0, 0.0);
+    const T* in = x.data_ptr<T>();
+    const T* g_in = dy.data_ptr<T>();
+    T* gx = grad_x.defined() ? grad_x.data_ptr<T>() : nullptr;
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = in + r * n;
+      const T* dy_row = g_in + r * n;
+      const C cm = static_cast<C>(mean.data_ptr<S>()[r]), ci = static_cast<C>(rstd.data_ptr<S>()[r]);
+      for (int64_t k = 0; k < n; ++k) {
+        d[k] = static_cast<C>(dy_row[k]);
+        xhat[k] = (static_cast<C>(row[k]) - cm) * ci;
+        g[k] = d[k] * w[k];
       }
-      if (grad_weight.defined()) {
-        T* p = grad_weight.data_ptr<T>();
-        for (int64_t k = 0; k < n; ++k) p[k] = static_cast<T>(dw[k]);
-      }
-      if (grad_bias.defined()) {
-        T* p = grad_bias.data_ptr<T>();
-        for (int64_t k = 0; k < n; ++k) p[k] = static_cast<T>(db[k]);
-      }
-    });
+      for (size_t k = 0; k < dw.size(); ++k) dw[k] += static_cast<double>(d[k]) * static_cast<double>(xhat[k]);
+      for (size_t k = 0; k < db.size(); ++k) db[k] += static_cast<double>(d[k]);
+      if (gx == nullptr) continue;
+      const C mean_g = static_cast<C>(mean_of(n, [&](int64_t k) { return static_cast<double>(g[k]); }));
+      const C mean_gx = static_cast<C>(
+          mean_of(n, [&](int64_t k) { return static_cast<double>(g[k]) * static_cast<double>(xhat[k]); }));
+      T* out_row = gx + r * n;
+      for (int64_t k = 0; k < n; ++k) out_row[k] = static_cast<T>(ci * (g[k] - mean_g - xhat[k] * mean_gx));
+    }
+    if (grad_weight.defined()) {
+      T* p = grad_weight.data_ptr<T>();
+      for (int64_t k = 0; k < n; ++k) p[k] = static_cast<T>(dw[k]);
+    }
+    if (grad_bias.defined()) {
+      T* p = grad_bias.data_ptr<T>();
+      for (int64_t k = 0; k < n; ++k) p[k] = static_cast<T>(db[k]);
+    }
   });
 }
 

@@ -1,7 +1,7 @@
 // CPU kernel plumbing: dtype dispatch (a switch calling a generic lambda with a type tag),
-// the compute type of each dtype, and for_each_strided(), which walks N operands over one
-// shape with per-operand strides (0 along broadcast dims), coalescing dims so that a
-// contiguous case becomes one flat loop.
+// the compute type of each dtype, for_each_strided(), which walks N operands over one shape
+// with per-operand strides (0 along broadcast dims), coalescing dims so that a contiguous
+// case becomes one flat loop, and partial_sums() for row sums.
 #pragma once
 
 #include <algorithm>
@@ -144,6 +144,22 @@ void for_each_strided(const Shape& shape, const std::array<Shape, N>& strides, F
     }
     if (outer_dims == 0) return;
   }
+}
+
+// The sum over k < n of f(k) in A, from eight partial sums: one running sum would wait on
+// each add's latency; eight keep the adds (and the vector unit) busy. The partials are
+// combined pairwise at the end, so the result depends on n only, not on where it is called.
+template <typename A, typename F>
+A partial_sums(int64_t n, F&& f) {
+  constexpr int kParts = 8;
+  A part[kParts] = {};
+  int64_t k = 0;
+  for (; k + kParts <= n; k += kParts) {
+    for (int p = 0; p < kParts; ++p) part[p] += f(k + p);
+  }
+  A tail = 0;
+  for (; k < n; ++k) tail += f(k);
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7])) + tail;
 }
 
 }  // namespace tinyddp::tensor::cpu

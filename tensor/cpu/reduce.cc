@@ -39,19 +39,10 @@ std::vector<A> sum_rows(const T* in, int64_t rows, int64_t inner) {
   return acc;
 }
 
-// The sum of a contiguous row of n elements in A, from eight partial sums: one running sum
-// would wait on each add's latency, eight keep the adds (and the vector unit) busy.
+// The sum of a contiguous row of n elements in A.
 template <typename A, typename T>
 A row_sum(const T* row, int64_t n) {
-  constexpr int kParts = 8;
-  A part[kParts] = {};
-  int64_t i = 0;
-  for (; i + kParts <= n; i += kParts) {
-    for (int k = 0; k < kParts; ++k) part[k] += static_cast<A>(static_cast<compute_t<T>>(row[i + k]));
-  }
-  A tail = 0;
-  for (; i < n; ++i) tail += static_cast<A>(static_cast<compute_t<T>>(row[i]));
-  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7])) + tail;
+  return partial_sums<A>(n, [row](int64_t i) { return static_cast<A>(static_cast<compute_t<T>>(row[i])); });
 }
 
 template <typename T>

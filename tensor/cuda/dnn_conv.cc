@@ -88,12 +88,11 @@ enum class Pass { kForward, kBackwardData, kBackwardFilter };
 // One call's descriptors: x [N, C, H, W], weight [O, C/g, kh, kw], y (the output) [N, O, OH, OW].
 struct Call {
   cudnnDataType_t type;
-  int device;
   TensorDesc x, y;
   FilterDesc w;
   ConvDesc conv;
   Call(cudnnDataType_t t, const Tensor& xt, const Tensor& wt, const Tensor& yt, const Window2d& win, int64_t groups)
-      : type(t), device(xt.device().index), x(t, xt), y(t, yt), w(t, wt), conv(t, win, groups) {}
+      : type(t), x(t, xt), y(t, yt), w(t, wt), conv(t, win, groups) {}
 };
 
 // The algorithm chosen for one shape, with the math it runs in and its workspace.
@@ -103,7 +102,8 @@ struct Choice {
   size_t workspace = 0;
 };
 
-using Key = std::array<int64_t, 20>;
+// pass, dtype, device, math; x's and w's sizes; stride, padding, dilation; groups.
+using Key = std::array<int64_t, 19>;
 
 Key make_key(Pass pass, cudnnDataType_t type, int device, const Tensor& x, const Tensor& w, const Window2d& win,
              int64_t groups) {
@@ -125,8 +125,7 @@ Key make_key(Pass pass, cudnnDataType_t type, int device, const Tensor& x, const
           win.pw,
           win.dh,
           win.dw,
-          groups,
-          0};
+          groups};
 }
 
 // cuDNN's ranking for one pass (`rank(count, &returned, perf)`): the first algorithm that ran

@@ -1,7 +1,8 @@
-// Device-side helpers shared by the nvcc-compiled kernels (elementwise.cu, reduce.cu): the
-// element types behind tensor::DType's numbering, the type each is computed in (16-bit floats
-// are stored as bits and computed in float, rounding to nearest-even on the way back, as on
-// the CPU), and the switch from a dtype number to a typed functor call.
+// Device-side helpers shared by the nvcc-compiled kernels (elementwise.cu, reduce.cu,
+// embedding.cu): the element types behind tensor::DType's numbering, the type each is computed
+// in (16-bit floats are stored as bits and computed in float, rounding to nearest-even on the
+// way back, as on the CPU), the switch from a dtype number to a typed functor call, and the
+// grid of a grid-stride loop.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -87,6 +88,13 @@ cudaError_t dispatch_numeric(int dtype, F&& f) {
       return f(tag);
     }
   });
+}
+
+// Blocks of `threads` for a grid-stride loop over `items`: one item per thread, up to a cap
+// past which each thread takes several.
+inline int grid_stride_blocks(int64_t items, int threads) {
+  const int64_t wanted = (items + threads - 1) / threads;
+  return static_cast<int>(wanted < 65535 * 8 ? (wanted > 0 ? wanted : 1) : 65535 * 8);
 }
 
 }  // namespace tinyddp::tensor::cuda::kernels

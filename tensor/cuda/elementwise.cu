@@ -55,9 +55,7 @@ cudaError_t launch(const Geometry& g, const Operand* const (&operands)[N], void*
     ops.data[k] = static_cast<char*>(operands[k]->data);
     for (int d = 0; d < kMaxDims; ++d) ops.strides[k][d] = operands[k]->strides[d];
   }
-  const int64_t wanted = (g.numel + kThreads - 1) / kThreads;
-  const int blocks = static_cast<int>(wanted < 65535 * 8 ? wanted : 65535 * 8);
-  for_each<N><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(g, ops, f);
+  for_each<N><<<grid_stride_blocks(g.numel, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(g, ops, f);
   return cudaGetLastError();
 }
 

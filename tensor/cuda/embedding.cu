@@ -15,11 +15,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-int blocks_for(int64_t items) {
-  const int64_t wanted = (items + kThreads - 1) / kThreads;
-  return static_cast<int>(wanted < 65535 * 8 ? (wanted > 0 ? wanted : 1) : 65535 * 8);
-}
-
 template <typename T>
 __global__ void embedding_kernel(const T* weight, const int64_t* ids, T* out, int64_t n, int64_t c) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -42,7 +37,7 @@ int embedding_rows(const void* weight, const int64_t* ids, int dtype, void* out,
   return dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (n == 0 || c == 0) return cudaSuccess;
-    embedding_kernel<T><<<blocks_for(n * c), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+    embedding_kernel<T><<<grid_stride_blocks(n * c, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
         static_cast<const T*>(weight), ids, static_cast<T*>(out), n, c);
     return cudaGetLastError();
   });
@@ -57,8 +52,9 @@ int embedding_backward_rows(const void* grad, const int64_t* ids, int dtype, voi
     } else {
       using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
       if (n == 0 || c == 0) return cudaSuccess;
-      embedding_backward_kernel<T, A><<<blocks_for(n * c), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-          static_cast<const T*>(grad), ids, static_cast<A*>(acc), n, c);
+      embedding_backward_kernel<T, A>
+          <<<grid_stride_blocks(n * c, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+              static_cast<const T*>(grad), ids, static_cast<A*>(acc), n, c);
       return cudaGetLastError();
     }
   });

@@ -41,19 +41,11 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
       offset += sizes[i];
     }
   }
-  // grad_out -> each input's slice of it along dim d.
+  // grad_out -> each input's slice of it along dim d (split's views).
   bool any_grad = false;
   for (const Tensor& t : tensors) any_grad = any_grad || needs_grad(t);
   if (any_grad) {
-    record_op("CatBackward", out, tensors, [d, sizes](const Tensor& g) {
-      std::vector<Tensor> grads;
-      int64_t offset = 0;
-      for (const int64_t size : sizes) {
-        grads.push_back(g.narrow(d, offset, size));
-        offset += size;
-      }
-      return grads;
-    });
+    record_op("CatBackward", out, tensors, [d, sizes](const Tensor& g) { return split(g, sizes, d); });
   }
   return out;
 }

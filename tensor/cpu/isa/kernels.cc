@@ -186,7 +186,8 @@ namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
   }
 
   // The sum of n values in double, from eight partial sums (so that the adds vectorise and do
-  // not wait on each other).
+  // not wait on each other): cpu/loops.h's partial_sums, which this file cannot include (its
+  // inline code, compiled here for AVX-512, could be the copy the linker keeps for all).
   template <typename T>
   double sum_in_double(const T* v, int64_t n) {
     double part[8] = {};
