@@ -1,9 +1,12 @@
 // The ops a GPT adds, against PyTorch (fixtures/make_gpt_fixtures.py writes gpt_reference.txt):
 // GELU exact and tanh-approximated, layer_norm (with and without weight and bias, over one or
-// two dims), embedding (repeated ids), cross_entropy's ignore_index and a whole transformer
+// two dims), embedding (repeated ids), cross_entropy's ignore_index, masked_fill, tril/triu,
+// cat, chunk and a whole transformer
 // Block with nanoGPT's names, forward and gradients, in float64 (to ~1e-12) and float32 (the float kernels
 // against PyTorch's float32), the 16-bit dtypes against float64, the modules, and bad
 // arguments.
+#include <functional>
+
 #include "tests/test_util.h"
 #include "tinyddp/nn/nn.h"
 #include "tinyddp/nn/transformer.h"
@@ -232,4 +235,36 @@ TEST_CASE("a transformer Block (nanoGPT's names) equals the PyTorch block: outpu
   config.n_embd = 18;
   CHECK_THROWS_WITH(tinyddp::nn::CausalSelfAttention(config),
                     Contains("CausalSelfAttention: n_embd 18 must be a positive multiple of n_head 4"));
+}
+
+TEST_CASE("masked_fill, tril, triu, cat and chunk equal torch's, forward and gradients", "[gpt][join]") {
+  const Shape s{2, 3, 4};
+  const Tensor mask = value("masked_fill_mask", {3, 4}, kBool);
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> cases = {
+      {"masked_fill", [&](const Tensor& x) { return masked_fill(x, mask, 2.5); }},
+      {"tril", [](const Tensor& x) { return tril(x, -1); }},
+      {"triu", [](const Tensor& x) { return triu(x, 1); }},
+  };
+  for (const auto& [c, f] : cases) {
+    INFO(c);
+    const Tensor x = value(c + "_input", s, kFloat64).requires_grad_();
+    const Tensor out = f(x);
+    CHECK(equal(out, value(c + "_out", s, kFloat64)));
+    out.backward(value(c + "_grad_out", s, kFloat64));
+    CHECK(equal(x.grad(), value(c + "_grad_input", s, kFloat64)));
+  }
+  const Tensor a = value("cat_input", {2, 3}, kFloat64).requires_grad_();
+  const Tensor b = value("cat_other", {2, 1}, kFloat64).requires_grad_();
+  const Tensor joined = cat({a, b}, 1);
+  CHECK(equal(joined, value("cat_out", {2, 4}, kFloat64)));
+  joined.backward(value("cat_grad_out", {2, 4}, kFloat64));
+  CHECK(equal(a.grad(), value("cat_grad_input", {2, 3}, kFloat64)));
+  CHECK(equal(b.grad(), value("cat_grad_other", {2, 1}, kFloat64)));
+  const Tensor x = value("chunk_input", {4, 6}, kFloat64).requires_grad_();
+  const std::vector<Tensor> p = chunk(x, 4, 1);
+  REQUIRE(p.size() == 3);
+  const Tensor out = add(mul(p[0], p[2]), p[1]);
+  CHECK(allclose(out, value("chunk_out", {4, 2}, kFloat64), 1e-15, 0));
+  out.backward(value("chunk_grad_out", {4, 2}, kFloat64));
+  CHECK(allclose(x.grad(), value("chunk_grad_input", {4, 6}, kFloat64), 1e-15, 0));
 }
