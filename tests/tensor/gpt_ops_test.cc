@@ -1,10 +1,9 @@
 // The ops a GPT adds, against PyTorch (fixtures/make_gpt_fixtures.py writes gpt_reference.txt):
 // GELU exact and tanh-approximated, layer_norm (with and without weight and bias, over one or
 // two dims), embedding (repeated ids), cross_entropy's ignore_index, masked_fill, tril/triu,
-// cat, chunk and a whole transformer
-// Block with nanoGPT's names, forward and gradients, in float64 (to ~1e-12) and float32 (the float kernels
-// against PyTorch's float32), the 16-bit dtypes against float64, the modules, and bad
-// arguments.
+// cat, chunk and a whole transformer Block with nanoGPT's names, forward and gradients, in
+// float64 (to ~1e-12) and float32 (the float kernels against PyTorch's float32), the 16-bit
+// dtypes against float64, the modules, and bad arguments.
 #include <functional>
 
 #include "tests/test_util.h"
