@@ -2,6 +2,7 @@
 #include "tinyddp/nn/module.h"
 
 #include <sstream>
+#include <unordered_map>
 
 namespace tinyddp::nn {
 
@@ -50,58 +51,109 @@ void Module::replace_module(const std::string& name, std::shared_ptr<Module> mod
   children_.set(name, std::move(module));
 }
 
-void Module::collect(const std::string& prefix, bool recurse, bool params, OrderedDict<Tensor>& out) const {
-  for (const auto& [name, t] : params ? parameters_ : buffers_) out.insert(prefix + name, t);
+Tensor Module::replace_parameter(const std::string& name, Tensor tensor) {
+  TDDP_CHECK(parameters_.contains(name), "replace_parameter: {} has no parameter '{}'", type_name_, name);
+  TDDP_CHECK(tensor.defined() && tensor.is_leaf(), "replace_parameter: parameter '{}' must be a defined leaf tensor",
+             name);
+  parameters_.set(name, tensor);
+  return tensor;
+}
+
+void Module::collect(const std::string& prefix, bool recurse, bool params,
+                     std::vector<std::pair<std::string, Tensor>>& out) const {
+  for (const auto& [name, t] : params ? parameters_ : buffers_) out.emplace_back(prefix + name, t);
   if (!recurse) return;
   for (const auto& [name, child] : children_) child->collect(prefix + name + ".", true, params, out);
 }
 
-OrderedDict<Tensor> Module::named_parameters(bool recurse) const {
+namespace {
+using Named = std::vector<std::pair<std::string, Tensor>>;
+
+// Each tensor once, under its first name; `aliases` (if given) gets the later names.
+OrderedDict<Tensor> first_names(const Named& all, std::vector<std::pair<std::string, std::string>>* aliases = nullptr) {
   OrderedDict<Tensor> out;
-  collect("", recurse, true, out);
+  std::unordered_map<const tensor::TensorImpl*, std::string> seen;
+  for (const auto& [name, t] : all) {
+    const auto [it, fresh] = seen.emplace(t.impl(), name);
+    if (fresh) {
+      out.insert(name, t);
+    } else if (aliases != nullptr) {
+      aliases->emplace_back(name, it->second);
+    }
+  }
   return out;
+}
+
+// The state entries of `module` in PyTorch's state_dict order (each module's parameters, then
+// its buffers, then its children), tied tensors under every name. The module's own tensors,
+// not detached aliases: those are new impls, in which ties would not show.
+void collect_state_tensors(const Module& module, const std::string& prefix, Named& out) {
+  for (const auto& [name, t] : module.named_parameters(false)) out.emplace_back(prefix + name, t);
+  for (const auto& [name, t] : module.named_buffers(false)) out.emplace_back(prefix + name, t);
+  for (const auto& [name, child] : module.named_children()) collect_state_tensors(*child, prefix + name + ".", out);
+}
+}  // namespace
+
+OrderedDict<Tensor> Module::named_parameters(bool recurse) const {
+  Named all;
+  collect("", recurse, true, all);
+  return first_names(all);
 }
 
 std::vector<Tensor> Module::parameters(bool recurse) const { return named_parameters(recurse).values(); }
 
 OrderedDict<Tensor> Module::named_buffers(bool recurse) const {
-  OrderedDict<Tensor> out;
-  collect("", recurse, false, out);
-  return out;
+  Named all;
+  collect("", recurse, false, all);
+  return first_names(all);
 }
 
 std::vector<Tensor> Module::buffers(bool recurse) const { return named_buffers(recurse).values(); }
 
-namespace {
-// PyTorch's state_dict order: each module's parameters, then its buffers, then its children.
-void collect_state(const Module& module, const std::string& prefix, OrderedDict<Tensor>& out) {
-  for (const auto& [name, t] : module.named_parameters(false)) out.insert(prefix + name, t.detach());
-  for (const auto& [name, t] : module.named_buffers(false)) out.insert(prefix + name, t.detach());
-  for (const auto& [name, child] : module.named_children()) collect_state(*child, prefix + name + ".", out);
-}
-}  // namespace
-
 OrderedDict<Tensor> Module::state_dict() const {
+  Named all;
+  collect_state_tensors(*this, "", all);
   OrderedDict<Tensor> out;
-  collect_state(*this, "", out);
+  for (const auto& [name, t] : first_names(all)) out.insert(name, t.detach());
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> Module::tied_names() const {
+  Named all;
+  collect_state_tensors(*this, "", all);
+  std::vector<std::pair<std::string, std::string>> aliases;
+  first_names(all, &aliases);
+  return aliases;
+}
+
 void Module::load_state_dict(const OrderedDict<Tensor>& state, bool strict) {
-  const OrderedDict<Tensor> own = state_dict();
+  Named all;
+  collect_state_tensors(*this, "", all);
   std::vector<std::string> missing, unexpected, mismatched;
+  std::vector<std::pair<std::string, std::string>> aliases;
+  const OrderedDict<Tensor> own = first_names(all, &aliases);
+  const auto target_of = [&](const std::string& name) -> const Tensor* {
+    if (const Tensor* t = own.find(name)) return t;
+    for (const auto& [alias, first] : aliases) {
+      if (alias == name) return own.find(first);
+    }
+    return nullptr;
+  };
   for (const auto& [name, target] : own) {
     const Tensor* source = state.find(name);
-    if (source == nullptr) {
-      missing.push_back(name);
-    } else if (!source->defined() || source->sizes() != target.sizes()) {
-      mismatched.push_back(fmt::format("{} (checkpoint {}, model {})", name,
-                                       source->defined() ? tensor::format_shape(source->sizes()) : "undefined",
-                                       tensor::format_shape(target.sizes())));
-    }
+    bool via_alias = false;
+    for (const auto& [alias, first] : aliases) via_alias = via_alias || (first == name && state.contains(alias));
+    if (source == nullptr && !via_alias) missing.push_back(name);
   }
-  for (const auto& [name, t] : state) {
-    if (!own.contains(name)) unexpected.push_back(name);
+  for (const auto& [name, source] : state) {
+    const Tensor* target = target_of(name);
+    if (target == nullptr) {
+      unexpected.push_back(name);
+    } else if (!source.defined() || source.sizes() != target->sizes()) {
+      mismatched.push_back(fmt::format("{} (checkpoint {}, model {})", name,
+                                       source.defined() ? tensor::format_shape(source.sizes()) : "undefined",
+                                       tensor::format_shape(target->sizes())));
+    }
   }
   std::string problems;
   const auto list = [](const std::vector<std::string>& names) {
@@ -115,8 +167,8 @@ void Module::load_state_dict(const OrderedDict<Tensor>& state, bool strict) {
   TDDP_CHECK(problems.empty(), "load_state_dict: error(s) loading the state dict of {} (the module is unchanged):{}",
              type_name_, problems);
   tensor::NoGradGuard no_grad;
-  for (const auto& [name, target] : own) {
-    if (const Tensor* source = state.find(name)) target.copy_(*source);
+  for (const auto& [name, t] : all) {  // every name in module order, so a tie's last name wins
+    if (const Tensor* source = state.find(name)) t.detach().copy_(*source);
   }
 }
 

@@ -55,8 +55,14 @@ class Module : public std::enable_shared_from_this<Module> {
   // Puts `module` where the child `name` was (the same position in children() and in every
   // name), as assigning to an attribute of a torch.nn.Module does; `name` must be a child.
   void replace_module(const std::string& name, std::shared_ptr<Module> module);
+  // Puts `tensor` where the parameter `name` was, as assigning to a parameter attribute does;
+  // returns it. Giving a module another module's parameter ties the two (GPT's lm_head.weight
+  // is its wte.weight): one tensor, used twice, listed once (below).
+  Tensor replace_parameter(const std::string& name, Tensor tensor);
 
-  // Own entries first, then each child's (depth first), names joined with '.'.
+  // Own entries first, then each child's (depth first), names joined with '.'. A tensor
+  // registered under several names (tied weights) is listed once, under the first name met,
+  // as PyTorch's named_parameters() does: optimizers, DDP and clipping see it once.
   std::vector<Tensor> parameters(bool recurse = true) const;
   OrderedDict<Tensor> named_parameters(bool recurse = true) const;
   std::vector<Tensor> buffers(bool recurse = true) const;
@@ -64,11 +70,17 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<std::shared_ptr<Module>> children() const { return children_.values(); }
   const OrderedDict<std::shared_ptr<Module>>& named_children() const { return children_; }
 
-  // Parameters and buffers by dotted name (detached aliases of the module's own tensors).
+  // Parameters and buffers by dotted name (detached aliases of the module's own tensors). A
+  // tied tensor is saved once, under its first name (PyTorch saves it under every name).
   OrderedDict<Tensor> state_dict() const;
+  // Its other names: alias -> the name state_dict() uses ("lm_head.weight" ->
+  // "transformer.wte.weight").
+  std::vector<std::pair<std::string, std::string>> tied_names() const;
   // Copies `state` into the module's tensors in place (so optimizers keep their references).
   // Everything is checked first: missing or unexpected keys (strict) and shape mismatches
-  // throw one error listing all problems, and the module is left unchanged.
+  // throw one error listing all problems, and the module is left unchanged. A tied tensor's
+  // other names are accepted too (PyTorch's checkpoints carry them) and loaded in order, as
+  // PyTorch does, so the last of its names in `state` wins.
   void load_state_dict(const OrderedDict<Tensor>& state, bool strict = true);
 
   void train(bool on = true);
@@ -89,7 +101,8 @@ class Module : public std::enable_shared_from_this<Module> {
 
  private:
   void check_new_name(const std::string& name, const char* op) const;
-  void collect(const std::string& prefix, bool recurse, bool params, OrderedDict<Tensor>& out) const;
+  // Every (name, tensor) in order, tied tensors under each of their names.
+  void collect(const std::string& prefix, bool recurse, bool params, std::vector<std::pair<std::string, Tensor>>& out) const;
 
   std::string type_name_;
   OrderedDict<Tensor> parameters_;

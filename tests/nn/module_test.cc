@@ -1,6 +1,7 @@
 // Module tests: registration and dotted names in PyTorch's order, the DDP tutorial's ToyModel and
 // Sequential naming, state_dict / load_state_dict with their errors (and the module left
-// unchanged), zero_grad, train/eval, to(dtype) keeping tensor handles, repr.
+// unchanged), tied weights (listed and saved once), zero_grad, train/eval, to(dtype) keeping
+// tensor handles, repr.
 #include "tests/nn/nn_test_util.h"
 
 using namespace tinyddp;
@@ -139,4 +140,52 @@ TEST_CASE("repr prints the module tree like PyTorch", "[nn][module]") {
         "  (relu): ReLU()\n"
         "  (net2): Linear(in_features=10, out_features=5, bias=True)\n"
         ")");
+}
+
+namespace {
+// A language model's tied embedding and head, as GPT has them.
+struct Tied : Module {
+  Tied() : Module("Tied") {
+    wte = register_module("wte", std::make_shared<Embedding>(5, 3));
+    head = register_module("head", std::make_shared<Linear>(3, 5, false));
+    head->weight = head->replace_parameter("weight", wte->weight);
+  }
+  std::shared_ptr<Embedding> wte;
+  std::shared_ptr<Linear> head;
+};
+}  // namespace
+
+TEST_CASE("a tied weight is one parameter: listed, saved and given a gradient once", "[nn][module][tied]") {
+  tensor::manual_seed(0);
+  Tied model;
+  CHECK(model.named_parameters().keys() == std::vector<std::string>{"wte.weight"});
+  CHECK(model.state_dict().keys() == std::vector<std::string>{"wte.weight"});
+  CHECK(model.tied_names() == std::vector<std::pair<std::string, std::string>>{{"head.weight", "wte.weight"}});
+  CHECK(model.head->named_parameters().keys() == std::vector<std::string>{"weight"});
+  CHECK_THROWS_WITH(model.head->replace_parameter("bias", tensor::zeros({5})),
+                    Contains("replace_parameter: Linear has no parameter 'bias'"));
+
+  // Both uses feed the one .grad: d/dW of sum(head(wte(ids))) is the sum of the two uses' gradients.
+  const Tensor ids = tensor::tensor({1, 3, 1}, tensor::kInt64);
+  tensor::sum(model.head->forward(model.wte->forward(ids))).backward();
+  const Tensor w = model.wte->weight.detach().clone().requires_grad_();
+  const Tensor a = w.detach().clone().requires_grad_();
+  tensor::sum(tensor::matmul(tensor::embedding(ids, a), w.t())).backward();
+  CHECK(tensor::allclose(model.wte->weight.grad(), tensor::add(w.grad(), a.grad()), 1e-6, 1e-6));
+
+  // PyTorch's state dicts carry the head under its own name too: accepted, the last name wins.
+  OrderedDict<Tensor> torch_style;
+  torch_style.insert("wte.weight", tensor::zeros({5, 3}));
+  torch_style.insert("head.weight", tensor::ones({5, 3}));
+  model.load_state_dict(torch_style);
+  CHECK(tensor::equal(model.head->weight, tensor::ones({5, 3})));
+  OrderedDict<Tensor> head_only;
+  head_only.insert("head.weight", tensor::full({5, 3}, 2.0));
+  model.load_state_dict(head_only);  // either name supplies the tensor
+  CHECK(tensor::equal(model.wte->weight, tensor::full({5, 3}, 2.0)));
+  OrderedDict<Tensor> wrong;
+  wrong.insert("wte.weight", tensor::zeros({5, 3}));
+  wrong.insert("head.weight", tensor::zeros({4, 3}));
+  CHECK_THROWS_WITH(model.load_state_dict(wrong), Contains("size mismatch for head.weight (checkpoint [4, 3], model [5, 3])"));
+  CHECK_THROWS_WITH(model.load_state_dict({}), Contains("missing key(s): \"wte.weight\""));
 }
