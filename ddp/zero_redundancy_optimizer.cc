@@ -51,8 +51,16 @@ class ZeroJoinHook : public JoinHook {
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params, OptimizerFactory optimizer,
                                                  std::shared_ptr<comm::ProcessGroup> pg, ZeroOptions options)
-    : nn::Optimizer(std::move(params), kName), pg_(pg ? std::move(pg) : comm::default_group()), options_(options),
+    : ZeroRedundancyOptimizer(std::vector<nn::ParamGroup>{nn::ParamGroup(std::move(params))}, std::move(optimizer),
+                              std::move(pg), options) {}
+
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<nn::ParamGroup> groups, OptimizerFactory optimizer,
+                                                 std::shared_ptr<comm::ProcessGroup> pg, ZeroOptions options)
+    : nn::Optimizer(groups, kName, 0, 0), pg_(pg ? std::move(pg) : comm::default_group()), options_(options),
       factory_(std::move(optimizer)) {
+  for (const nn::ParamGroup& g : groups) group_settings_.push_back({g.lr, g.weight_decay});
+  TDDP_CHECK(!options_.overlap_with_ddp() || num_param_groups() == 1,
+             "{}: overlap_with_ddp takes one parameter group, got {}", kName, num_param_groups());
   TDDP_CHECK(pg_ != nullptr, "{}: no process group given and none initialised (call comm::init_process_group)", kName);
   TDDP_CHECK(!params_.empty(), "{}: no parameters to optimize", kName);
   TDDP_CHECK(factory_ != nullptr, "{}: no optimizer factory given", kName);
@@ -78,32 +86,60 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<Tensor> params, Opt
   }
   // The local optimizer over this rank's shard, possibly empty (with overlap_with_ddp: empty
   // until the partition is known).
-  std::vector<Tensor> shard;
-  if (!partition_.empty()) {
-    for (size_t i : partition_[pg_->rank()]) shard.push_back(params_[i]);
+  make_local(partition_.empty() ? std::vector<size_t>{} : partition_[pg_->rank()]);
+}
+
+void ZeroRedundancyOptimizer::make_local(const std::vector<size_t>& shard) {
+  std::vector<nn::ParamGroup> local_groups;
+  for (size_t g = 0; g < num_param_groups(); ++g) {
+    local_groups.emplace_back(std::vector<Tensor>{});
+    local_groups.back().lr = group_settings_[g].first;
+    local_groups.back().weight_decay = group_settings_[g].second;
   }
-  local_ = factory_(std::move(shard));
+  for (size_t i : shard) {
+    size_t g = 0;
+    while (i >= group_end(g)) ++g;
+    local_groups[g].params.push_back(params_[i]);
+  }
+  local_ = factory_(std::move(local_groups));
   TDDP_CHECK(local_ != nullptr, "{}: the optimizer factory returned nothing", kName);
+  TDDP_CHECK(local_->num_param_groups() == num_param_groups(),
+             "{}: the optimizer factory made {} parameter groups from {}", kName, local_->num_param_groups(),
+             num_param_groups());
+  // The groups' values the factory's options filled in are this optimizer's too.
+  for (size_t g = 0; g < num_param_groups(); ++g) {
+    set_lr(g, local_->lr(g));
+    set_weight_decay(g, local_->weight_decay(g));
+  }
   // Checkpoints name the kind of state ("Adam"): a consolidated ZeRO state loads into a plain
   // optimizer of that kind and back.
   name_ = local_->name();
 }
 
+void ZeroRedundancyOptimizer::sync_param_groups() {
+  for (size_t g = 0; g < num_param_groups(); ++g) {
+    local_->set_lr(g, lr(g));
+    local_->set_weight_decay(g, weight_decay(g));
+  }
+}
+
 void ZeroRedundancyOptimizer::partition_parameters() {
   const int world = pg_->size();
-  std::vector<size_t> order(params_.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return params_[a].numel() > params_[b].numel(); });
   partition_.assign(world, {});
   owner_.assign(params_.size(), -1);
-  std::vector<int64_t> sizes(world, 0);
-  for (size_t i : order) {
-    const int rank =
-        static_cast<int>(std::min_element(sizes.begin(), sizes.end()) - sizes.begin());  // the first minimum
-    partition_[rank].push_back(i);
-    owner_[i] = rank;
-    sizes[rank] += params_[i].numel();
+  std::vector<int64_t> sizes(world, 0);  // carried from group to group
+  for (size_t g = 0; g < num_param_groups(); ++g) {
+    std::vector<size_t> order(group_end(g) - group_begin(g));
+    std::iota(order.begin(), order.end(), group_begin(g));
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return params_[a].numel() > params_[b].numel(); });
+    for (size_t i : order) {
+      const int rank =
+          static_cast<int>(std::min_element(sizes.begin(), sizes.end()) - sizes.begin());  // the first minimum
+      partition_[rank].push_back(i);
+      owner_[i] = rank;
+      sizes[rank] += params_[i].numel();
+    }
   }
 }
 
@@ -137,6 +173,7 @@ void ZeroRedundancyOptimizer::step() {
   }
   tensor::NoGradGuard no_grad;
   Join::notify_join_context(*this);  // counts this rank as active when ZeRO is the first joinable
+  sync_param_groups();
   local_->step();
   sync_params();
 }
@@ -282,10 +319,7 @@ void ZeroRedundancyOptimizer::init_for_overlap() {
                "to be reduced by DDP)",
                kName, i);
   }
-  std::vector<Tensor> shard;
-  for (size_t i : partition_[pg_->rank()]) shard.push_back(params_[i]);
-  local_ = factory_(std::move(shard));
-  name_ = local_->name();
+  make_local(partition_[pg_->rank()]);
   overlap_.status = Overlap::Status::kInitialized;
 }
 
@@ -305,6 +339,7 @@ void ZeroRedundancyOptimizer::step_bucket(const GradBucket& bucket, const Tensor
     const auto it = reduced_of.find(p.impl());
     p.mutable_grad() = it != reduced_of.end() ? it->second : Tensor();
   }
+  sync_param_groups();
   local_->step();
   for (size_t k = 0; k < local_params.size(); ++k) local_params[k].mutable_grad() = saved[k];
 }

@@ -58,12 +58,20 @@ class DistributedDataParallel;
 
 class ZeroRedundancyOptimizer : public nn::Optimizer, public Joinable {
  public:
-  // Makes the local optimizer over this rank's shard (see optimizer_class below).
-  using OptimizerFactory = std::function<std::unique_ptr<nn::Optimizer>(std::vector<Tensor>)>;
+  // Makes the local optimizer over this rank's shard of each parameter group (see
+  // optimizer_class below).
+  using OptimizerFactory = std::function<std::unique_ptr<nn::Optimizer>(std::vector<nn::ParamGroup>)>;
 
   // `pg` defaults to comm::default_group(). Parameters must be floating-point leaves, each
   // given once; with parameters_as_bucket_view all of one dtype and device.
   ZeroRedundancyOptimizer(std::vector<Tensor> params, OptimizerFactory optimizer,
+                          std::shared_ptr<comm::ProcessGroup> pg = nullptr, ZeroOptions options = {});
+  // Parameter groups, as PyTorch's: each group is partitioned in turn (largest first, to the
+  // rank with the fewest elements so far, counting earlier groups), and the local optimizer
+  // has the same groups over this rank's share of each. Learning rates and weight decays set
+  // here (by a scheduler) reach the local optimizer at the next step; a group's unset values
+  // are the factory's options. Not with overlap_with_ddp, which partitions by DDP's buckets.
+  ZeroRedundancyOptimizer(std::vector<nn::ParamGroup> groups, OptimizerFactory optimizer,
                           std::shared_ptr<comm::ProcessGroup> pg = nullptr, ZeroOptions options = {});
 
   // The local step, then every rank receives every shard (inside NoGradGuard).
@@ -118,6 +126,11 @@ class ZeroRedundancyOptimizer : public nn::Optimizer, public Joinable {
   void step_bucket(const GradBucket& bucket, const Tensor& reduced);
   void require_initialized(const char* what) const;
   void partition_parameters();
+  // The local optimizer over the indices `shard` (grouped as this optimizer's groups).
+  void make_local(const std::vector<size_t>& shard);
+  // This optimizer's groups' lr and weight decay to the local optimizer's (PyTorch's
+  // _sync_param_groups).
+  void sync_param_groups();
   void build_buckets();
   void sync_params();
 
@@ -127,6 +140,7 @@ class ZeroRedundancyOptimizer : public nn::Optimizer, public Joinable {
   std::vector<std::vector<size_t>> partition_;
   std::vector<int> owner_;
   OptimizerFactory factory_;
+  std::vector<std::pair<std::optional<double>, std::optional<double>>> group_settings_;  // lr, weight decay given
   Overlap overlap_;
   std::unique_ptr<nn::Optimizer> local_;
   std::vector<Tensor> buckets_;                          // parameters_as_bucket_view: rank r's shard, flat
@@ -151,8 +165,8 @@ CommHook hook_with_zero_step_interleaved(CommHook hook, DistributedDataParallel&
 // optimizer_class<nn::Adam>(nn::AdamOptions(1e-3)), optimizer_class<nn::SGD>(nn::SGDOptions(0.1).momentum(0.9)).
 template <typename Optimizer, typename Options>
 ZeroRedundancyOptimizer::OptimizerFactory optimizer_class(Options options) {
-  return [options](std::vector<Tensor> params) -> std::unique_ptr<nn::Optimizer> {
-    return std::make_unique<Optimizer>(std::move(params), options);
+  return [options](std::vector<nn::ParamGroup> groups) -> std::unique_ptr<nn::Optimizer> {
+    return std::make_unique<Optimizer>(std::move(groups), options);
   };
 }
 

@@ -102,7 +102,8 @@ class Module : public std::enable_shared_from_this<Module> {
  private:
   void check_new_name(const std::string& name, const char* op) const;
   // Every (name, tensor) in order, tied tensors under each of their names.
-  void collect(const std::string& prefix, bool recurse, bool params, std::vector<std::pair<std::string, Tensor>>& out) const;
+  void collect(const std::string& prefix, bool recurse, bool params,
+               std::vector<std::pair<std::string, Tensor>>& out) const;
 
   std::string type_name_;
   OrderedDict<Tensor> parameters_;

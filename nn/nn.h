@@ -1,4 +1,5 @@
-// Everything nn in one include: modules, layers, losses, optimizers, checkpoints, data loading.
+// Everything nn in one include: modules, layers, losses, optimizers and their schedulers,
+// gradient clipping, checkpoints, data loading.
 // The GPT's blocks (Block, MLP, ...: common names in users' own code) are included on their
 // own: tinyddp/nn/transformer.h.
 #pragma once
@@ -11,3 +12,5 @@
 #include "tinyddp/nn/module.h"
 #include "tinyddp/nn/optim.h"
 #include "tinyddp/nn/safetensors.h"
+#include "tinyddp/nn/scheduler.h"
+#include "tinyddp/nn/utils.h"

@@ -6,19 +6,65 @@
 #include <charconv>
 #include <cmath>
 #include <string_view>
+#include <unordered_map>
 
 namespace tinyddp::nn {
 
 using tensor::NoGradGuard;
 
-Optimizer::Optimizer(std::vector<Tensor> params, std::string name)
-    : params_(std::move(params)), name_(std::move(name)) {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    TDDP_CHECK(params_[i].defined() && params_[i].is_leaf(), "{}: parameter {} must be a defined leaf tensor", name_,
-               i);
-    TDDP_CHECK(params_[i].is_floating_point(), "{}: parameter {} has dtype {}; optimizers need floating point", name_,
-               i, tensor::dtype_name(params_[i].dtype()));
+namespace {
+std::vector<ParamGroup> one_group(std::vector<Tensor> params) { return {ParamGroup(std::move(params))}; }
+}  // namespace
+
+std::vector<ParamGroup> weight_decay_groups(const Module& module, double weight_decay) {
+  std::vector<Tensor> decay, no_decay;
+  for (const Tensor& p : module.parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  return {ParamGroup(std::move(decay)).set_weight_decay(weight_decay),
+          ParamGroup(std::move(no_decay)).set_weight_decay(0.0)};
+}
+
+Optimizer::Optimizer(std::vector<Tensor> params, std::string name, double lr, double weight_decay)
+    : Optimizer(one_group(std::move(params)), std::move(name), lr, weight_decay) {}
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups, std::string name, double lr, double weight_decay)
+    : name_(std::move(name)) {
+  std::unordered_map<const tensor::TensorImpl*, size_t> group_of;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const size_t begin = params_.size();
+    for (Tensor& p : groups[g].params) {
+      const size_t i = params_.size();
+      TDDP_CHECK(p.defined() && p.is_leaf(), "{}: parameter {} must be a defined leaf tensor", name_, i);
+      TDDP_CHECK(p.is_floating_point(), "{}: parameter {} has dtype {}; optimizers need floating point", name_, i,
+                 tensor::dtype_name(p.dtype()));
+      const auto [it, fresh] = group_of.emplace(p.impl(), g);
+      TDDP_CHECK(fresh || it->second == g,
+                 "{}: parameter {} of group {} is also in group {} (a parameter may be "
+                 "in one group only)",
+                 name_, i, g, it->second);
+      params_.push_back(std::move(p));
+    }
+    groups_.push_back(
+        Group{begin, params_.size(), groups[g].lr.value_or(lr), groups[g].weight_decay.value_or(weight_decay)});
+    set_lr(g, groups_.back().lr);
+    set_weight_decay(g, groups_.back().weight_decay);
   }
+}
+
+const Optimizer::Group& Optimizer::group(size_t g) const {
+  TDDP_CHECK(g < groups_.size(), "{}: there is no parameter group {} ({} groups)", name_, g, groups_.size());
+  return groups_[g];
+}
+
+void Optimizer::set_lr(size_t g, double lr) {
+  group(g);
+  TDDP_CHECK(lr >= 0, "{}: invalid learning rate {} (group {})", name_, lr, g);
+  groups_[g].lr = lr;
+}
+
+void Optimizer::set_weight_decay(size_t g, double weight_decay) {
+  group(g);
+  TDDP_CHECK(weight_decay >= 0, "{}: invalid weight_decay {} (group {})", name_, weight_decay, g);
+  groups_[g].weight_decay = weight_decay;
 }
 
 void Optimizer::zero_grad(bool set_to_none) { nn::zero_grad(params_, set_to_none); }
@@ -57,38 +103,40 @@ void Optimizer::check_state(const OrderedDict<Tensor>& state, const std::vector<
 
 // ---- SGD --------------------------------------------------------------------------------------
 
-SGD::SGD(std::vector<Tensor> params, SGDOptions options)
-    : Optimizer(std::move(params), "SGD"), options_(options), momentum_buffers_(params_.size()) {
-  TDDP_CHECK(options_.lr() >= 0, "SGD: invalid learning rate {}", options_.lr());
+SGD::SGD(std::vector<Tensor> params, SGDOptions options) : SGD(one_group(std::move(params)), options) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
+    : Optimizer(std::move(groups), "SGD", options.lr(), options.weight_decay()), options_(options),
+      momentum_buffers_(params_.size()) {
   TDDP_CHECK(options_.momentum() >= 0, "SGD: invalid momentum {}", options_.momentum());
-  TDDP_CHECK(options_.weight_decay() >= 0, "SGD: invalid weight_decay {}", options_.weight_decay());
   TDDP_CHECK(!options_.nesterov() || (options_.momentum() > 0 && options_.dampening() == 0),
              "SGD: nesterov momentum requires a momentum and zero dampening");
 }
 
 void SGD::step() {
   NoGradGuard no_grad;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i];
-    if (!p.grad().defined()) continue;
-    Tensor& buf = momentum_buffers_[i];
-    const Tensor& grad = p.grad();
-    // One pass over memory where the tensors allow (bit-identical to the ops below).
-    const tensor::SgdStep step{options_.lr(), options_.momentum(), options_.dampening(), options_.weight_decay(),
-                               options_.nesterov()};
-    if (tensor::fused_sgd_step_(p, grad, &buf, step)) continue;
-    // The same update op by op (any layout or dtype).
-    Tensor d_p = grad;
-    if (options_.weight_decay() != 0) d_p = tensor::add(d_p, p, options_.weight_decay());
-    if (options_.momentum() != 0) {
-      if (!buf.defined()) {
-        buf = d_p.clone();  // the buffer starts as the first gradient
-      } else {
-        buf.mul_(options_.momentum()).add_(d_p, 1 - options_.dampening());
+  for (size_t g = 0; g < num_param_groups(); ++g) {
+    const tensor::SgdStep step{lr(g), options_.momentum(), options_.dampening(), weight_decay(g), options_.nesterov()};
+    for (size_t i = group_begin(g); i < group_end(g); ++i) {
+      const Tensor& p = params_[i];
+      if (!p.grad().defined()) continue;
+      Tensor& buf = momentum_buffers_[i];
+      const Tensor& grad = p.grad();
+      // One pass over memory where the tensors allow (bit-identical to the ops below).
+      if (tensor::fused_sgd_step_(p, grad, &buf, step)) continue;
+      // The same update op by op (any layout or dtype).
+      Tensor d_p = grad;
+      if (step.weight_decay != 0) d_p = tensor::add(d_p, p, step.weight_decay);
+      if (step.momentum != 0) {
+        if (!buf.defined()) {
+          buf = d_p.clone();  // the buffer starts as the first gradient
+        } else {
+          buf.mul_(step.momentum).add_(d_p, 1 - step.dampening);
+        }
+        d_p = step.nesterov ? tensor::add(d_p, buf, step.momentum) : buf;
       }
-      d_p = options_.nesterov() ? tensor::add(d_p, buf, options_.momentum()) : buf;
+      p.add_(d_p, -step.lr);
     }
-    p.add_(d_p, -options_.lr());
   }
 }
 
@@ -113,23 +161,30 @@ void SGD::load_state_dict(const OrderedDict<Tensor>& state) {
 
 // ---- Adam / AdamW -----------------------------------------------------------------------------
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Adam(std::move(params), options, false, "Adam") {}
+Adam::Adam(std::vector<Tensor> params, AdamOptions options)
+    : Adam(one_group(std::move(params)), options, false, "Adam") {}
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options) : Adam(std::move(groups), options, false, "Adam") {}
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, std::string name)
-    : Optimizer(std::move(params), std::move(name)), options_(options), decoupled_(decoupled), state_(params_.size()) {
-  TDDP_CHECK(options_.lr() >= 0, "{}: invalid learning rate {}", name_, options_.lr());
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled, std::string name)
+    : Optimizer(std::move(groups), std::move(name), options.lr(), options.weight_decay()), options_(options),
+      decoupled_(decoupled), state_(params_.size()) {
   TDDP_CHECK(options_.eps() >= 0, "{}: invalid epsilon {}", name_, options_.eps());
   TDDP_CHECK(options_.beta1() >= 0 && options_.beta1() < 1, "{}: invalid beta1 {}", name_, options_.beta1());
   TDDP_CHECK(options_.beta2() >= 0 && options_.beta2() < 1, "{}: invalid beta2 {}", name_, options_.beta2());
-  TDDP_CHECK(options_.weight_decay() >= 0, "{}: invalid weight_decay {}", name_, options_.weight_decay());
 }
 
-AdamW::AdamW(std::vector<Tensor> params, AdamOptions options) : Adam(std::move(params), options, true, "AdamW") {}
+AdamW::AdamW(std::vector<Tensor> params, AdamOptions options)
+    : Adam(one_group(std::move(params)), options, true, "AdamW") {}
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamOptions options) : Adam(std::move(groups), options, true, "AdamW") {}
 
 void Adam::step() {
+  for (size_t g = 0; g < num_param_groups(); ++g) step_group(g);
+}
+
+void Adam::step_group(size_t g) {
   NoGradGuard no_grad;
-  const double lr = options_.lr(), beta1 = options_.beta1(), beta2 = options_.beta2();
-  for (size_t i = 0; i < params_.size(); ++i) {
+  const double lr = this->lr(g), decay = weight_decay(g), beta1 = options_.beta1(), beta2 = options_.beta2();
+  for (size_t i = group_begin(g); i < group_end(g); ++i) {
     const Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
     State& s = state_[i];
@@ -139,11 +194,11 @@ void Adam::step() {
     }
     ++s.step;
     Tensor grad = p.grad();
-    if (options_.weight_decay() != 0) {
+    if (decay != 0) {
       if (decoupled_) {
-        p.mul_(1 - lr * options_.weight_decay());  // AdamW: decay the weights
+        p.mul_(1 - lr * decay);  // AdamW: decay the weights
       } else {
-        grad = tensor::add(grad, p, options_.weight_decay());  // Adam: L2 through the gradient
+        grad = tensor::add(grad, p, decay);  // Adam: L2 through the gradient
       }
     }
     s.exp_avg.mul_(beta1).add_(grad, 1 - beta1);

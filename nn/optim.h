@@ -1,6 +1,9 @@
 // Optimizers with PyTorch's update formulas, operation for operation (so float32 results
 // match torch.optim): SGD (momentum, dampening, nesterov, weight decay) and Adam / AdamW
-// (bias correction). Options are structs with chained setters, as in libtorch.
+// (bias correction). Options are structs with chained setters, as in libtorch. Parameters
+// come in groups, each with its own learning rate and weight decay (torch.optim's
+// param_groups): what schedulers (scheduler.h) change, and what nanoGPT's decay / no-decay
+// split (weight_decay_groups) needs.
 #pragma once
 
 #include <optional>
@@ -21,16 +24,51 @@ struct StateKey {
 std::string state_key(size_t index, const std::string& key);
 std::optional<StateKey> parse_state_key(const std::string& name);
 
+// One parameter group: its parameters, and the learning rate and weight decay that override
+// the optimizer's options for them (unset: the options' values).
+//   nn::AdamW({nn::ParamGroup(decay).set_weight_decay(0.1), nn::ParamGroup(no_decay).set_weight_decay(0)}, options)
+struct ParamGroup {
+  explicit ParamGroup(std::vector<Tensor> params) : params(std::move(params)) {}
+  ParamGroup& set_lr(double v) {
+    lr = v;
+    return *this;
+  }
+  ParamGroup& set_weight_decay(double v) {
+    weight_decay = v;
+    return *this;
+  }
+  std::vector<Tensor> params;
+  std::optional<double> lr, weight_decay;
+};
+
+// nanoGPT's split: parameters of two or more dimensions (matmul weights, embeddings) decay by
+// `weight_decay`, the others (biases, layer-norm weights) not at all. Group 0 is the decaying
+// one; each group keeps the order of module.parameters() (a tied weight once).
+std::vector<ParamGroup> weight_decay_groups(const Module& module, double weight_decay);
+
 class Optimizer {
  public:
-  Optimizer(std::vector<Tensor> params, std::string name);
+  // One group, with the optimizer's own learning rate and weight decay.
+  Optimizer(std::vector<Tensor> params, std::string name, double lr = 0, double weight_decay = 0);
+  // Several groups; unset values are `lr` and `weight_decay`. A parameter may be in one group.
+  Optimizer(std::vector<ParamGroup> groups, std::string name, double lr, double weight_decay);
   virtual ~Optimizer() = default;
 
   // Updates every parameter that has a gradient (inside NoGradGuard).
   virtual void step() = 0;
   void zero_grad(bool set_to_none = true);
+  // Every group's parameters, group after group: the indices of state_dict()'s keys.
   const std::vector<Tensor>& params() const { return params_; }
   const std::string& name() const { return name_; }
+
+  // The groups: group g holds params()[group_begin(g) .. group_end(g)).
+  size_t num_param_groups() const { return groups_.size(); }
+  size_t group_begin(size_t g) const { return group(g).begin; }
+  size_t group_end(size_t g) const { return group(g).end; }
+  double lr(size_t g = 0) const { return group(g).lr; }
+  double weight_decay(size_t g = 0) const { return group(g).weight_decay; }
+  void set_lr(size_t g, double lr);
+  void set_weight_decay(size_t g, double weight_decay);
 
   // Per-parameter state as "state.<index>.<key>" tensors (index = position in params()).
   virtual OrderedDict<Tensor> state_dict() const = 0;
@@ -44,6 +82,14 @@ class Optimizer {
 
   std::vector<Tensor> params_;
   std::string name_;
+
+ private:
+  struct Group {
+    size_t begin, end;
+    double lr, weight_decay;
+  };
+  const Group& group(size_t g) const;
+  std::vector<Group> groups_;
 };
 
 struct SGDOptions {
@@ -85,10 +131,14 @@ struct SGDOptions {
 class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, SGDOptions options);
+  // Groups take their lr and weight_decay from the group where set, else from `options`.
+  SGD(std::vector<ParamGroup> groups, SGDOptions options);
   void step() override;
   OrderedDict<Tensor> state_dict() const override;
   void load_state_dict(const OrderedDict<Tensor>& state) override;
-  SGDOptions& options() { return options_; }
+  // The options given (the defaults of every group; the groups' lr and weight decay are lr(g)
+  // and weight_decay(g)).
+  const SGDOptions& defaults() const { return options_; }
 
  private:
   SGDOptions options_;
@@ -133,13 +183,15 @@ struct AdamOptions {
 class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, AdamOptions options);
+  Adam(std::vector<ParamGroup> groups, AdamOptions options);
   void step() override;
   OrderedDict<Tensor> state_dict() const override;
   void load_state_dict(const OrderedDict<Tensor>& state) override;
-  AdamOptions& options() { return options_; }
+  const AdamOptions& defaults() const { return options_; }
 
  protected:
-  Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled, std::string name);
+  Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled, std::string name);
+  void step_group(size_t g);
 
  private:
   struct State {
@@ -155,6 +207,7 @@ class AdamW : public Adam {
  public:
   // AdamOptions' weight_decay is taken as given; pass AdamWOptions() for the 1e-2 default.
   AdamW(std::vector<Tensor> params, AdamOptions options);
+  AdamW(std::vector<ParamGroup> groups, AdamOptions options);
 };
 
 // AdamW's defaults (weight decay 1e-2).

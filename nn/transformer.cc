@@ -1,7 +1,11 @@
 // The GPT pieces: see transformer.h.
 #include "tinyddp/nn/transformer.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "tinyddp/nn/loss.h"
+#include "tinyddp/tensor/random.h"
 
 namespace tinyddp::nn {
 
@@ -55,6 +59,119 @@ Block::Block(const GPTConfig& config) : Module("Block") {
 Tensor Block::forward(const Tensor& x) {
   const Tensor h = tensor::add(x, attn->forward(ln_1->forward(x)));
   return tensor::add(h, mlp->forward(ln_2->forward(h)));
+}
+
+GPT::GPT(const GPTConfig& config) : Module("GPT"), config(config) {
+  TDDP_CHECK(config.vocab_size > 0 && config.n_layer >= 0, "GPT: vocab_size must be positive and n_layer not negative");
+  // Construction draws from the default generator in nanoGPT's order: wte, wpe, the blocks,
+  // lm_head (each Linear's default initialisation), so the re-initialisation below sees
+  // the same generator state as nanoGPT's.
+  transformer = register_module("transformer", std::make_shared<Module>("ModuleDict"));
+  wte = transformer->register_module("wte", std::make_shared<Embedding>(config.vocab_size, config.n_embd));
+  wpe = transformer->register_module("wpe", std::make_shared<Embedding>(config.block_size, config.n_embd));
+  drop = transformer->register_module("drop", std::make_shared<Dropout>(config.dropout));
+  const auto blocks = transformer->register_module("h", std::make_shared<Module>("ModuleList"));
+  for (int64_t i = 0; i < config.n_layer; ++i) {
+    h.push_back(blocks->register_module(std::to_string(i), std::make_shared<Block>(config)));
+  }
+  ln_f = transformer->register_module(
+      "ln_f", std::make_shared<LayerNorm>(tensor::Shape{config.n_embd}, 1e-5, true, config.bias));
+  lm_head = register_module("lm_head", std::make_shared<Linear>(config.n_embd, config.vocab_size, false));
+  lm_head->weight = lm_head->replace_parameter("weight", wte->weight);
+
+  // nanoGPT's _init_weights, applied to the leaf modules in order (lm_head last: it draws the
+  // tied weight's final values), then the residual projections.
+  tensor::NoGradGuard no_grad;
+  std::vector<const Module*> leaves;
+  const auto visit = [&](const Module& m, const auto& self) -> void {
+    if (m.named_children().empty()) leaves.push_back(&m);
+    for (const auto& [name, child] : m.named_children()) self(*child, self);
+  };
+  visit(*this, visit);
+  for (const Module* m : leaves) {
+    if (const auto* linear = dynamic_cast<const Linear*>(m)) {
+      tensor::normal_(linear->weight, 0.0, 0.02);
+      if (linear->bias.defined()) linear->bias.zero_();
+    } else if (const auto* embedding = dynamic_cast<const Embedding*>(m)) {
+      tensor::normal_(embedding->weight, 0.0, 0.02);
+    }
+  }
+  const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.n_layer));
+  for (const auto& block : h) {
+    tensor::normal_(block->attn->c_proj->weight, 0.0, proj_std);
+    tensor::normal_(block->mlp->c_proj->weight, 0.0, proj_std);
+  }
+}
+
+Tensor GPT::forward(const Tensor& ids) {
+  TDDP_CHECK(ids.dim() == 2 && ids.dtype() == tensor::kInt64, "GPT: expected int64 token ids [B, T], got {} {}",
+             tensor::dtype_name(ids.dtype()), tensor::format_shape(ids.sizes()));
+  const int64_t t = ids.size(1);
+  TDDP_CHECK(t <= config.block_size, "GPT: sequence length {} is longer than block_size {} (the context)", t,
+             config.block_size);
+  const Tensor positions = tensor::arange(int64_t{0}, t, int64_t{1}, tensor::TensorOptions(ids.device()));
+  Tensor x = drop->forward(tensor::add(wte->forward(ids), wpe->forward(positions)));
+  for (const auto& block : h) x = block->forward(x);
+  return lm_head->forward(ln_f->forward(x));
+}
+
+std::vector<Tensor> GPT::forward_many(const std::vector<Tensor>& inputs) {
+  TDDP_CHECK(inputs.size() == 1 || inputs.size() == 2, "GPT: forward takes (ids) or (ids, targets), got {} inputs",
+             inputs.size());
+  const Tensor logits = forward(inputs[0]);
+  if (inputs.size() == 1) return {logits};
+  const Tensor& targets = inputs[1];
+  TDDP_CHECK(targets.sizes() == inputs[0].sizes(), "GPT: targets have shape {} but the ids {}",
+             tensor::format_shape(targets.sizes()), tensor::format_shape(inputs[0].sizes()));
+  const Tensor loss = cross_entropy(logits.reshape({-1, config.vocab_size}), targets.reshape({-1}), -1);
+  return {logits, loss};
+}
+
+Tensor GPT::generate(const Tensor& ids, int64_t max_new_tokens, double temperature, std::optional<int64_t> top_k,
+                     tensor::Generator* generator) {
+  TDDP_CHECK(temperature > 0, "GPT::generate: temperature must be positive, got {}", temperature);
+  TDDP_CHECK(!top_k || *top_k >= 1, "GPT::generate: top_k must be at least 1, got {}", top_k.value_or(0));
+  TDDP_CHECK(ids.dim() == 2 && ids.size(1) >= 1, "GPT::generate: expected a prompt of token ids [B, T >= 1], got {}",
+             tensor::format_shape(ids.sizes()));
+  tensor::Generator& gen = generator != nullptr ? *generator : tensor::default_generator();
+  const bool was_training = is_training();
+  eval();
+  tensor::NoGradGuard no_grad;
+  const int64_t batch = ids.size(0), vocab = config.vocab_size, k = std::min(top_k.value_or(vocab), vocab);
+  Tensor out = ids;
+  for (int64_t n = 0; n < max_new_tokens; ++n) {
+    const int64_t t = out.size(1), context = std::min(t, config.block_size);
+    const Tensor last = forward(out.narrow(1, t - context, context)).select(1, context - 1);  // [B, vocab]
+    const std::vector<double> logits = last.to(tensor::kFloat64).to(tensor::Device()).contiguous().to_vector<double>();
+    std::vector<int64_t> next(batch);
+    for (int64_t b = 0; b < batch; ++b) {
+      std::vector<double> row(logits.begin() + b * vocab, logits.begin() + (b + 1) * vocab);
+      std::vector<double> sorted = row;
+      std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<>());
+      const double kth = sorted[k - 1], top = *std::max_element(row.begin(), row.end());
+      double total = 0;
+      for (double& v : row) total += v = v < kth ? 0.0 : std::exp((v - top) / temperature);
+      // Inverse CDF of one uniform draw; rounding at the end falls back on the last candidate.
+      double u = gen.uniform_double() * total;
+      int64_t pick = -1;
+      for (int64_t v = 0; v < vocab; ++v) {
+        if (row[v] == 0.0) continue;
+        pick = v;
+        if (u < row[v]) break;
+        u -= row[v];
+      }
+      next[b] = pick;
+    }
+    out = tensor::cat({out, tensor::from_vector(next, tensor::Shape{batch, 1}).to(ids.device())}, 1);
+  }
+  train(was_training);
+  return out;
+}
+
+int64_t GPT::num_parameters(bool non_embedding) const {
+  int64_t n = 0;
+  for (const Tensor& p : parameters()) n += p.numel();
+  return non_embedding ? n - wpe->weight.numel() : n;
 }
 
 }  // namespace tinyddp::nn

@@ -1,9 +1,11 @@
-// The pieces of a GPT as nanoGPT writes them, with its module and state-dict names:
-// CausalSelfAttention (c_attn, c_proj), MLP (c_fc, GELU, c_proj) and the pre-norm Block
-// (ln_1, attn, ln_2, mlp). Inputs are [B, T, n_embd] with T <= block_size.
+// A GPT as nanoGPT writes it, with its module and state-dict names: CausalSelfAttention
+// (c_attn, c_proj), MLP (c_fc, GELU, c_proj), the pre-norm Block (ln_1, attn, ln_2, mlp) and
+// GPT (transformer.{wte, wpe, drop, h.<i>, ln_f} and lm_head, whose weight is wte's). Blocks
+// take [B, T, n_embd] with T <= block_size; GPT takes int64 token ids [B, T].
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "tinyddp/nn/layers.h"
 
@@ -57,6 +59,41 @@ class Block : public Module {
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<MLP> mlp;
+};
+
+// The whole model. The constructor initialises as nanoGPT does: every Linear weight and
+// both embeddings ~ N(0, 0.02), biases 0, then the c_proj weights (the two projections that
+// feed the residual stream) ~ N(0, 0.02 / sqrt(2 n_layer)); after the same manual_seed the
+// values equal nanoGPT's (module construction draws the same numbers as torch's does first).
+// lm_head.weight is transformer.wte.weight: one parameter, listed and saved once (as
+// transformer.wte.weight; a checkpoint's lm_head.weight is accepted too).
+class GPT : public Module {
+ public:
+  explicit GPT(const GPTConfig& config);
+
+  // ids [B, T] -> logits [B, T, vocab_size].
+  Tensor forward(const Tensor& ids) override;
+  // {ids} -> {logits}; {ids, targets} -> {logits, loss}: cross entropy of the logits against
+  // the targets [B, T] (int64, -1 marks a position to ignore, as nanoGPT).
+  std::vector<Tensor> forward_many(const std::vector<Tensor>& inputs) override;
+
+  // Appends `max_new_tokens` tokens to each row of ids [B, T0], each drawn from the softmax
+  // of the last position's logits / temperature, among the top_k most likely if given
+  // (nanoGPT's generate); the context is cropped to the last block_size tokens. Runs without
+  // gradients, in eval mode, and restores the mode. Refuses temperature <= 0 and top_k < 1.
+  Tensor generate(const Tensor& ids, int64_t max_new_tokens, double temperature = 1.0,
+                  std::optional<int64_t> top_k = std::nullopt, tensor::Generator* generator = nullptr);
+
+  // Parameters, the tied one counted once; with non_embedding, less wpe (nanoGPT's count).
+  int64_t num_parameters(bool non_embedding = true) const;
+
+  GPTConfig config;
+  std::shared_ptr<Module> transformer;  // a container, as nanoGPT's nn.ModuleDict
+  std::shared_ptr<Embedding> wte, wpe;
+  std::shared_ptr<Dropout> drop;
+  std::vector<std::shared_ptr<Block>> h;  // transformer.h.<i>
+  std::shared_ptr<LayerNorm> ln_f;
+  std::shared_ptr<Linear> lm_head;
 };
 
 }  // namespace tinyddp::nn

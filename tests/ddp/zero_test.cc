@@ -240,7 +240,8 @@ TEST_CASE("ZeRO: bad parameters and states get clear errors", "[ddp][zero][error
                ZeroRedundancyOptimizer({a, a}, sgd, borrow(pg));
              }).find("parameter 1 is given twice") != std::string::npos,
              "twice");
-    e.expect(error_of([&] { ZeroRedundancyOptimizer({}, sgd, borrow(pg)); }).find("no parameters") != std::string::npos,
+    e.expect(error_of([&] { ZeroRedundancyOptimizer(std::vector<Tensor>{}, sgd, borrow(pg)); }).find("no parameters") !=
+                 std::string::npos,
              "empty");
     ZeroOptions bucket_view;
     bucket_view.parameters_as_bucket_view(true);

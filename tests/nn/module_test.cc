@@ -186,6 +186,7 @@ TEST_CASE("a tied weight is one parameter: listed, saved and given a gradient on
   OrderedDict<Tensor> wrong;
   wrong.insert("wte.weight", tensor::zeros({5, 3}));
   wrong.insert("head.weight", tensor::zeros({4, 3}));
-  CHECK_THROWS_WITH(model.load_state_dict(wrong), Contains("size mismatch for head.weight (checkpoint [4, 3], model [5, 3])"));
+  CHECK_THROWS_WITH(model.load_state_dict(wrong),
+                    Contains("size mismatch for head.weight (checkpoint [4, 3], model [5, 3])"));
   CHECK_THROWS_WITH(model.load_state_dict({}), Contains("missing key(s): \"wte.weight\""));
 }

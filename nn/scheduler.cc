@@ -1,0 +1,109 @@
+// Learning-rate schedulers: see scheduler.h.
+#include "tinyddp/nn/scheduler.h"
+
+#include <cmath>
+
+namespace tinyddp::nn {
+
+LRScheduler::LRScheduler(Optimizer& optimizer, const char* name) : optimizer_(optimizer), name_(name) {
+  for (size_t g = 0; g < optimizer_.num_param_groups(); ++g) base_lrs_.push_back(optimizer_.lr(g));
+}
+
+void LRScheduler::initial_step() { step(); }
+
+void LRScheduler::step() {
+  ++last_epoch_;
+  last_lr_ = get_lr();
+  for (size_t g = 0; g < last_lr_.size(); ++g) optimizer_.set_lr(g, last_lr_[g]);
+}
+
+OrderedDict<Tensor> LRScheduler::state_dict() const {
+  OrderedDict<Tensor> out;
+  out.insert("last_epoch", tensor::scalar_tensor(static_cast<double>(last_epoch_), tensor::kInt64));
+  out.insert("base_lrs", tensor::from_vector(base_lrs_));
+  out.insert("last_lr", tensor::from_vector(last_lr_));
+  return out;
+}
+
+void LRScheduler::load_state_dict(const OrderedDict<Tensor>& state) {
+  const size_t groups = base_lrs_.size();
+  for (const char* key : {"last_epoch", "base_lrs", "last_lr"}) {
+    TDDP_CHECK(state.contains(key), "{}: load_state_dict: missing '{}'", name_, key);
+  }
+  const Tensor& epoch = state.at("last_epoch");
+  TDDP_CHECK(epoch.numel() == 1 && epoch.dtype() == tensor::kInt64 && epoch.item<int64_t>() >= 0,
+             "{}: load_state_dict: last_epoch must be one int64 >= 0", name_);
+  for (const char* key : {"base_lrs", "last_lr"}) {
+    const Tensor& t = state.at(key);
+    TDDP_CHECK(t.dim() == 1 && t.numel() == static_cast<int64_t>(groups) && t.dtype() == tensor::kFloat64,
+               "{}: load_state_dict: '{}' must be float64 with one rate per parameter group ({}), got {} {}", name_,
+               key, groups, tensor::dtype_name(t.dtype()), tensor::format_shape(t.sizes()));
+  }
+  last_epoch_ = epoch.item<int64_t>();
+  base_lrs_ = state.at("base_lrs").to_vector<double>();
+  last_lr_ = state.at("last_lr").to_vector<double>();
+  for (size_t g = 0; g < groups; ++g) optimizer_.set_lr(g, last_lr_[g]);
+}
+
+// ---- LambdaLR ---------------------------------------------------------------------------------
+
+LambdaLR::LambdaLR(Optimizer& optimizer, Lambda lr_lambda)
+    : LambdaLR(optimizer, std::vector<Lambda>(optimizer.num_param_groups(), std::move(lr_lambda))) {}
+
+LambdaLR::LambdaLR(Optimizer& optimizer, std::vector<Lambda> lr_lambdas)
+    : LRScheduler(optimizer, "LambdaLR"), lambdas_(std::move(lr_lambdas)) {
+  TDDP_CHECK(lambdas_.size() == optimizer.num_param_groups(), "LambdaLR: expected {} lr_lambdas (one per group), got {}",
+             optimizer.num_param_groups(), lambdas_.size());
+  for (const Lambda& f : lambdas_) TDDP_CHECK(f != nullptr, "LambdaLR: an lr_lambda is empty");
+  initial_step();
+}
+
+std::vector<double> LambdaLR::get_lr() const {
+  std::vector<double> out;
+  for (size_t g = 0; g < base_lrs_.size(); ++g) out.push_back(base_lrs_[g] * lambdas_[g](last_epoch_));
+  return out;
+}
+
+// ---- StepLR -----------------------------------------------------------------------------------
+
+StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
+    : LRScheduler(optimizer, "StepLR"), step_size_(step_size), gamma_(gamma) {
+  TDDP_CHECK(step_size_ >= 1, "StepLR: step_size must be at least 1, got {}", step_size_);
+  initial_step();
+}
+
+std::vector<double> StepLR::get_lr() const {
+  std::vector<double> out;
+  for (size_t g = 0; g < base_lrs_.size(); ++g) {
+    const double current = optimizer_.lr(g);
+    out.push_back(last_epoch_ == 0 || last_epoch_ % step_size_ != 0 ? current : current * gamma_);
+  }
+  return out;
+}
+
+// ---- WarmupCosineLR ---------------------------------------------------------------------------
+
+WarmupCosineLR::WarmupCosineLR(Optimizer& optimizer, int64_t warmup_steps, int64_t total_steps, double min_lr)
+    : LRScheduler(optimizer, "WarmupCosineLR"), warmup_(warmup_steps), total_(total_steps), min_lr_(min_lr) {
+  TDDP_CHECK(warmup_ >= 0 && total_ >= 1, "WarmupCosineLR: need warmup_steps >= 0 and total_steps >= 1, got {} and {}",
+             warmup_, total_);
+  TDDP_CHECK(min_lr_ >= 0, "WarmupCosineLR: min_lr must not be negative, got {}", min_lr_);
+  initial_step();
+}
+
+double WarmupCosineLR::at(int64_t step, double lr, int64_t warmup_steps, int64_t total_steps, double min_lr) {
+  if (step < warmup_steps) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  if (step >= total_steps) return min_lr;
+  const double decay_ratio =
+      static_cast<double>(step - warmup_steps) / static_cast<double>(total_steps - warmup_steps);
+  const double coeff = 0.5 * (1.0 + std::cos(M_PI * decay_ratio));
+  return min_lr + coeff * (lr - min_lr);
+}
+
+std::vector<double> WarmupCosineLR::get_lr() const {
+  std::vector<double> out;
+  for (double base : base_lrs_) out.push_back(at(last_epoch_, base, warmup_, total_, min_lr_));
+  return out;
+}
+
+}  // namespace tinyddp::nn

@@ -1,0 +1,96 @@
+// Learning-rate schedulers, as torch.optim.lr_scheduler: each sets the learning rate of every
+// parameter group of an optimizer (any of them, ZeroRedundancyOptimizer included) from the
+// group's initial rate and the number of step() calls so far. As in PyTorch the constructor
+// already applies epoch 0, and step() goes after optimizer.step():
+//
+//   nn::AdamW opt(params, nn::AdamWOptions(6e-4));
+//   nn::WarmupCosineLR sched(opt, /*warmup_steps=*/100, /*total_steps=*/5000, /*min_lr=*/6e-5);
+//   for (...) { ...; opt.step(); sched.step(); }
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "tinyddp/nn/optim.h"
+
+namespace tinyddp::nn {
+
+class LRScheduler {
+ public:
+  virtual ~LRScheduler() = default;
+  LRScheduler(const LRScheduler&) = delete;
+  LRScheduler& operator=(const LRScheduler&) = delete;
+
+  // One more epoch (or iteration): every group's lr becomes get_lr().
+  void step();
+  int64_t last_epoch() const { return last_epoch_; }
+  const std::vector<double>& base_lrs() const { return base_lrs_; }  // the groups' lr when made
+  const std::vector<double>& get_last_lr() const { return last_lr_; }
+
+  // last_epoch, base_lrs and last_lr (float64), for checkpoints; loading puts last_lr back
+  // into the optimizer's groups, so a resumed run goes on with the same rates.
+  OrderedDict<Tensor> state_dict() const;
+  void load_state_dict(const OrderedDict<Tensor>& state);
+
+ protected:
+  // Call initial_step() at the end of the derived constructor (it applies epoch 0).
+  LRScheduler(Optimizer& optimizer, const char* name);
+  void initial_step();
+  // The rate of each group at last_epoch().
+  virtual std::vector<double> get_lr() const = 0;
+
+  Optimizer& optimizer_;
+  const char* name_;
+  std::vector<double> base_lrs_;
+  std::vector<double> last_lr_;
+  int64_t last_epoch_ = -1;
+};
+
+// lr = base_lr * lr_lambda(epoch), one function for all groups or one per group.
+class LambdaLR : public LRScheduler {
+ public:
+  using Lambda = std::function<double(int64_t)>;
+  LambdaLR(Optimizer& optimizer, Lambda lr_lambda);
+  LambdaLR(Optimizer& optimizer, std::vector<Lambda> lr_lambdas);
+
+ protected:
+  std::vector<double> get_lr() const override;
+
+ private:
+  std::vector<Lambda> lambdas_;
+};
+
+// The rate times gamma every step_size epochs (PyTorch's chained form: the group's current
+// rate times gamma, so the numbers equal PyTorch's to the last bit).
+class StepLR : public LRScheduler {
+ public:
+  StepLR(Optimizer& optimizer, int64_t step_size, double gamma = 0.1);
+
+ protected:
+  std::vector<double> get_lr() const override;
+
+ private:
+  int64_t step_size_;
+  double gamma_;
+};
+
+// Linear warmup, then cosine decay to min_lr (nanoGPT's get_lr), for step s = last_epoch():
+//   s < warmup:       lr * (s + 1) / warmup
+//   s < total_steps:  min_lr + 0.5 (1 + cos(pi (s - warmup) / (total_steps - warmup))) (lr - min_lr)
+//   afterwards:       min_lr
+// with lr the group's initial rate.
+class WarmupCosineLR : public LRScheduler {
+ public:
+  WarmupCosineLR(Optimizer& optimizer, int64_t warmup_steps, int64_t total_steps, double min_lr = 0.0);
+  // The formula for one rate, for anyone who sets the rate by hand.
+  static double at(int64_t step, double lr, int64_t warmup_steps, int64_t total_steps, double min_lr);
+
+ protected:
+  std::vector<double> get_lr() const override;
+
+ private:
+  int64_t warmup_, total_;
+  double min_lr_;
+};
+
+}  // namespace tinyddp::nn

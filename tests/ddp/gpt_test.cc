@@ -1,0 +1,145 @@
+// A GPT trained as nanoGPT trains it, against PyTorch: fixtures/make_gpt_fixture.py ran 20
+// steps of AdamW (weight decay on weights of two or more dimensions only), clipping the total
+// gradient norm at 1.0 and linear warmup + cosine decay, once in one process on the whole
+// batch and once under DDP on 2 gloo ranks. This test does the same with nn::GPT, in one
+// thread and on 2 rank threads, and compares, to 1e-5: every step's loss (each rank's),
+// gradient norm and learning rate, step 0's gradients and the final parameters. It also checks
+// that nn::GPT after manual_seed equals nanoGPT's initial model, value for value.
+//
+// The tied weight (lm_head.weight is transformer.wte.weight) is one parameter: DDP registers
+// it once, its hook fires once with the sum of both uses, and clipping happens after the
+// allreduce (the ranks' losses differ, their gradients may not).
+#include <cmath>
+#include <mutex>
+
+#include "tests/comm/comm_test_util.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/nn/nn.h"
+#include "tinyddp/nn/transformer.h"
+
+using namespace tinyddp;
+using tensor::Tensor;
+using testing::Expectations;
+
+namespace {
+
+constexpr double kTol = 1e-5;
+constexpr double kLr = 3e-2, kMinLr = 3e-3, kWeightDecay = 0.1, kClip = 1.0;
+constexpr int64_t kWarmup = 5, kWorld = 2;
+
+const nn::OrderedDict<Tensor>& reference() {
+  static const nn::SafetensorsFile file = nn::load_safetensors("tests/ddp/fixtures/gpt_reference.safetensors");
+  return file.tensors;
+}
+
+nn::GPTConfig config() {
+  nn::GPTConfig c;
+  c.block_size = 8;
+  c.vocab_size = 13;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  return c;
+}
+
+// nanoGPT's initial state (ranks that are threads share the default generator: one at a time).
+std::shared_ptr<nn::GPT> initial_model() {
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto model = std::make_shared<nn::GPT>(config());
+  nn::OrderedDict<Tensor> init;
+  for (const auto& [name, t] : reference()) {
+    if (name.rfind("init.", 0) == 0) init.insert(name.substr(5), t);
+  }
+  model->load_state_dict(init);  // with lm_head.weight, as PyTorch saves it
+  return model;
+}
+
+// The fixture's 20 steps on rows [first, first + rows) of each batch, through `forward`
+// (the model, or DDP around it); compares everything under "<run>.".
+void train(nn::GPT& model, nn::Module& forward, int64_t first, int64_t rows, const std::string& run, int rank,
+           Expectations& e) {
+  const Tensor inputs = reference().at("inputs"), targets = reference().at("targets");
+  const int64_t steps = inputs.size(0);
+  nn::AdamW optimizer(nn::weight_decay_groups(model, kWeightDecay), nn::AdamOptions(kLr).betas(0.9, 0.95).eps(1e-8));
+  nn::WarmupCosineLR schedule(optimizer, kWarmup, steps, kMinLr);
+  const Tensor losses = reference().at(run + ".loss"), norms = reference().at(run + ".grad_norm"),
+               lrs = reference().at(run + ".lr");
+  for (int64_t step = 0; step < steps; ++step) {
+    const std::string where = fmt::format("{} rank {} step {}", run, rank, step);
+    const double lr = optimizer.lr(0);
+    e.expect(std::fabs(lr - lrs[step].item<double>()) <= 1e-9 && optimizer.lr(1) == lr,
+             fmt::format("{}: lr {}, PyTorch {}", where, lr, lrs[step].item<double>()));
+    optimizer.zero_grad();
+    const Tensor loss = forward(inputs[step].narrow(0, first, rows), targets[step].narrow(0, first, rows))[1];
+    loss.backward();
+    const double want = (losses.dim() == 1 ? losses[step] : losses[step][rank]).item<double>();
+    e.expect(std::fabs(loss.item<double>() - want) <= kTol, fmt::format("{}: loss {}, PyTorch {}", where,
+                                                                         loss.item<double>(), want));
+    if (step == 0) {
+      for (const auto& [name, p] : model.named_parameters()) {
+        e.expect_close(p.grad(), reference().at(run + ".grad0." + name), where + " grad " + name, kTol, kTol);
+      }
+    }
+    const double norm = nn::clip_grad_norm_(model.parameters(), kClip);
+    e.expect(std::fabs(norm - norms[step].item<double>()) <= kTol * std::max(1.0, norm),
+             fmt::format("{}: gradient norm {}, PyTorch {}", where, norm, norms[step].item<double>()));
+    optimizer.step();
+    schedule.step();
+  }
+  for (const auto& [name, p] : model.named_parameters()) {
+    const Tensor want = reference().at(run + ".param." + name);
+    const std::string key_bias = "c_attn.bias";
+    if (name.size() > key_bias.size() && name.compare(name.size() - key_bias.size(), key_bias.size(), key_bias) == 0) {
+      // The key's bias (elements n_embd .. 2 n_embd) moves every score of a row by the same
+      // amount, which softmax ignores: its gradient is 0 up to rounding (checked at step 0
+      // above, to 1e-5), and Adam, which divides by the gradient's own size, turns that
+      // rounding noise into steps of about lr. Its values are noise, on either side; the
+      // query's and value's biases are compared.
+      const int64_t c = p.size(0) / 3;
+      for (int64_t part : {int64_t{0}, int64_t{2}}) {
+        e.expect_close(p.narrow(0, part * c, c), want.narrow(0, part * c, c), run + " final " + name, kTol, kTol);
+      }
+      continue;
+    }
+    e.expect_close(p, want, run + " final " + name, kTol, kTol);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("nn::GPT after manual_seed equals nanoGPT's model after torch.manual_seed", "[gpt][init]") {
+  tensor::manual_seed(1337);
+  nn::GPT model(config());
+  Expectations e;
+  for (const auto& [name, t] : model.state_dict()) e.expect_close(t, reference().at("init." + name), name, 1e-6, 1e-7);
+  for (const auto& f : e.failures) UNSCOPED_INFO(f);
+  CHECK(e.failures.empty());
+  // Every name of PyTorch's state dict, the tied head's as an alias only.
+  size_t torch_names = 0;
+  for (const auto& name : reference().keys()) torch_names += name.rfind("init.", 0) == 0;
+  CHECK(model.state_dict().size() + 1 == torch_names);
+  CHECK(model.tied_names() == std::vector<std::pair<std::string, std::string>>{{"lm_head.weight", "transformer.wte.weight"}});
+  CHECK(model.lm_head->weight.is_same(model.wte->weight));
+}
+
+TEST_CASE("GPT: 20 AdamW steps with decay groups, clipping and warmup + cosine equal PyTorch's, one process",
+          "[gpt][train]") {
+  auto model = initial_model();
+  Expectations e;
+  train(*model, *model, 0, kWorld * 3, "single", 0, e);
+  for (const auto& f : e.failures) UNSCOPED_INFO(f);
+  CHECK(e.failures.empty());
+}
+
+TEST_CASE("GPT under DDP on 2 ranks equals PyTorch's DDP: tied weight reduced once, clipping after the allreduce",
+          "[gpt][train][ddp]") {
+  const std::vector<std::string> failures =
+      testing::run_threads(static_cast<int>(kWorld), [&](comm::ProcessGroup& pg, Expectations& e) {
+        auto model = initial_model();
+        ddp::DistributedDataParallel ddp_model(model, testing::borrow(pg));
+        train(*model, ddp_model, pg.rank() * 3, 3, "ddp", pg.rank(), e);
+      });
+  for (const auto& f : failures) UNSCOPED_INFO(f);
+  CHECK(failures.empty());
+}
