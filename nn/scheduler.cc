@@ -52,8 +52,8 @@ LambdaLR::LambdaLR(Optimizer& optimizer, Lambda lr_lambda)
 
 LambdaLR::LambdaLR(Optimizer& optimizer, std::vector<Lambda> lr_lambdas)
     : LRScheduler(optimizer, "LambdaLR"), lambdas_(std::move(lr_lambdas)) {
-  TDDP_CHECK(lambdas_.size() == optimizer.num_param_groups(), "LambdaLR: expected {} lr_lambdas (one per group), got {}",
-             optimizer.num_param_groups(), lambdas_.size());
+  TDDP_CHECK(lambdas_.size() == optimizer.num_param_groups(),
+             "LambdaLR: expected {} lr_lambdas (one per group), got {}", optimizer.num_param_groups(), lambdas_.size());
   for (const Lambda& f : lambdas_) TDDP_CHECK(f != nullptr, "LambdaLR: an lr_lambda is empty");
   initial_step();
 }
@@ -94,8 +94,7 @@ WarmupCosineLR::WarmupCosineLR(Optimizer& optimizer, int64_t warmup_steps, int64
 double WarmupCosineLR::at(int64_t step, double lr, int64_t warmup_steps, int64_t total_steps, double min_lr) {
   if (step < warmup_steps) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
   if (step >= total_steps) return min_lr;
-  const double decay_ratio =
-      static_cast<double>(step - warmup_steps) / static_cast<double>(total_steps - warmup_steps);
+  const double decay_ratio = static_cast<double>(step - warmup_steps) / static_cast<double>(total_steps - warmup_steps);
   const double coeff = 0.5 * (1.0 + std::cos(M_PI * decay_ratio));
   return min_lr + coeff * (lr - min_lr);
 }

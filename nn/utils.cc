@@ -22,7 +22,8 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
     return tensor::pow(tensor::sum(tensor::pow(tensor::abs(x), norm_type)), 1.0 / norm_type);
   };
   std::vector<Tensor> norms;
-  for (const Tensor& g : grads) norms.push_back(norm(g).to(grads.front().dtype()).to(grads.front().device()).reshape({1}));
+  for (const Tensor& g : grads)
+    norms.push_back(norm(g).to(grads.front().dtype()).to(grads.front().device()).reshape({1}));
   const double total = norm(tensor::cat(norms, 0)).to(tensor::kFloat64).item<double>();
   TDDP_CHECK(!error_if_nonfinite || std::isfinite(total),
              "clip_grad_norm_: the total norm of order {} of the gradients is {}, so they cannot be clipped "

@@ -14,6 +14,7 @@
 
 #include "tests/comm/comm_test_util.h"
 #include "tinyddp/ddp/distributed.h"
+#include "tinyddp/ddp/zero_redundancy_optimizer.h"
 #include "tinyddp/nn/nn.h"
 #include "tinyddp/nn/transformer.h"
 
@@ -55,13 +56,15 @@ std::shared_ptr<nn::GPT> initial_model() {
   return model;
 }
 
+nn::AdamOptions adam_options() { return nn::AdamOptions(kLr).betas(0.9, 0.95).eps(1e-8); }
+
 // The fixture's 20 steps on rows [first, first + rows) of each batch, through `forward`
-// (the model, or DDP around it); compares everything under "<run>.".
-void train(nn::GPT& model, nn::Module& forward, int64_t first, int64_t rows, const std::string& run, int rank,
-           Expectations& e) {
+// (the model, or DDP around it), with `optimizer` (AdamW with nanoGPT's groups, or ZeRO
+// around it); compares everything under "<run>.".
+void train(nn::GPT& model, nn::Module& forward, nn::Optimizer& optimizer, int64_t first, int64_t rows,
+           const std::string& run, int rank, Expectations& e) {
   const Tensor inputs = reference().at("inputs"), targets = reference().at("targets");
   const int64_t steps = inputs.size(0);
-  nn::AdamW optimizer(nn::weight_decay_groups(model, kWeightDecay), nn::AdamOptions(kLr).betas(0.9, 0.95).eps(1e-8));
   nn::WarmupCosineLR schedule(optimizer, kWarmup, steps, kMinLr);
   const Tensor losses = reference().at(run + ".loss"), norms = reference().at(run + ".grad_norm"),
                lrs = reference().at(run + ".lr");
@@ -74,8 +77,8 @@ void train(nn::GPT& model, nn::Module& forward, int64_t first, int64_t rows, con
     const Tensor loss = forward(inputs[step].narrow(0, first, rows), targets[step].narrow(0, first, rows))[1];
     loss.backward();
     const double want = (losses.dim() == 1 ? losses[step] : losses[step][rank]).item<double>();
-    e.expect(std::fabs(loss.item<double>() - want) <= kTol, fmt::format("{}: loss {}, PyTorch {}", where,
-                                                                         loss.item<double>(), want));
+    e.expect(std::fabs(loss.item<double>() - want) <= kTol,
+             fmt::format("{}: loss {}, PyTorch {}", where, loss.item<double>(), want));
     if (step == 0) {
       for (const auto& [name, p] : model.named_parameters()) {
         e.expect_close(p.grad(), reference().at(run + ".grad0." + name), where + " grad " + name, kTol, kTol);
@@ -119,7 +122,8 @@ TEST_CASE("nn::GPT after manual_seed equals nanoGPT's model after torch.manual_s
   size_t torch_names = 0;
   for (const auto& name : reference().keys()) torch_names += name.rfind("init.", 0) == 0;
   CHECK(model.state_dict().size() + 1 == torch_names);
-  CHECK(model.tied_names() == std::vector<std::pair<std::string, std::string>>{{"lm_head.weight", "transformer.wte.weight"}});
+  CHECK(model.tied_names() ==
+        std::vector<std::pair<std::string, std::string>>{{"lm_head.weight", "transformer.wte.weight"}});
   CHECK(model.lm_head->weight.is_same(model.wte->weight));
 }
 
@@ -127,7 +131,8 @@ TEST_CASE("GPT: 20 AdamW steps with decay groups, clipping and warmup + cosine e
           "[gpt][train]") {
   auto model = initial_model();
   Expectations e;
-  train(*model, *model, 0, kWorld * 3, "single", 0, e);
+  nn::AdamW optimizer(nn::weight_decay_groups(*model, kWeightDecay), adam_options());
+  train(*model, *model, optimizer, 0, kWorld * 3, "single", 0, e);
   for (const auto& f : e.failures) UNSCOPED_INFO(f);
   CHECK(e.failures.empty());
 }
@@ -138,7 +143,28 @@ TEST_CASE("GPT under DDP on 2 ranks equals PyTorch's DDP: tied weight reduced on
       testing::run_threads(static_cast<int>(kWorld), [&](comm::ProcessGroup& pg, Expectations& e) {
         auto model = initial_model();
         ddp::DistributedDataParallel ddp_model(model, testing::borrow(pg));
-        train(*model, ddp_model, pg.rank() * 3, 3, "ddp", pg.rank(), e);
+        nn::AdamW optimizer(nn::weight_decay_groups(*model, kWeightDecay), adam_options());
+        train(*model, ddp_model, optimizer, pg.rank() * 3, 3, "ddp", pg.rank(), e);
+      });
+  for (const auto& f : failures) UNSCOPED_INFO(f);
+  CHECK(failures.empty());
+}
+
+TEST_CASE("GPT under DDP with ZeroRedundancyOptimizer (groups, scheduler) equals PyTorch's DDP with AdamW",
+          "[gpt][train][ddp][zero]") {
+  const std::vector<std::string> failures =
+      testing::run_threads(static_cast<int>(kWorld), [&](comm::ProcessGroup& pg, Expectations& e) {
+        auto model = initial_model();
+        ddp::DistributedDataParallel ddp_model(model, testing::borrow(pg));
+        ddp::ZeroRedundancyOptimizer zero(nn::weight_decay_groups(*model, kWeightDecay),
+                                          ddp::optimizer_class<nn::AdamW>(adam_options()), testing::borrow(pg));
+        train(*model, ddp_model, zero, pg.rank() * 3, 3, "ddp", pg.rank(), e);
+        // Each rank holds Adam's moments for its share of the parameters only.
+        int64_t numel = 0;
+        for (const Tensor& p : model->parameters()) numel += p.numel();
+        e.expect(zero.local_state_bytes() < 2 * numel * 4 * 3 / 4,
+                 fmt::format("rank {} holds {} bytes of Adam state for {} parameters", pg.rank(),
+                             zero.local_state_bytes(), numel));
       });
   for (const auto& f : failures) UNSCOPED_INFO(f);
   CHECK(failures.empty());

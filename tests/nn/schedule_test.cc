@@ -1,0 +1,180 @@
+// Learning-rate schedulers, parameter groups and clip_grad_norm_. References: PyTorch's
+// LambdaLR, StepLR and clip_grad_norm_ (fixtures/make_schedule_fixture.py), the warmup +
+// cosine formula evaluated independently, and separate optimizers for each group.
+#include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/nn/nn_test_util.h"
+
+using namespace tinyddp;
+using namespace tinyddp::nn;
+using Catch::Contains;
+
+namespace {
+
+const nlohmann::json& reference() {
+  static const nlohmann::json j = [] {
+    std::ifstream in("tests/nn/fixtures/schedule_reference.json");
+    REQUIRE(in.good());
+    return nlohmann::json::parse(in);
+  }();
+  return j;
+}
+
+// Two groups as the fixture has them: lr 0.1 (the optimizer's) and 0.02.
+struct TwoGroups {
+  Tensor p = tensor::zeros({2}).requires_grad_(), q = tensor::zeros({3}).requires_grad_();
+  SGD opt{{ParamGroup({p}), ParamGroup({q}).set_lr(0.02)}, SGDOptions(0.1)};
+};
+
+// The rates before each step, as the fixture lists them.
+template <typename Scheduler>
+void expect_rates(const std::string& key, TwoGroups& g, Scheduler& scheduler) {
+  const nlohmann::json& want = reference()[key];
+  for (size_t step = 0; step < want.size(); ++step) {
+    INFO(key << " step " << step);
+    CHECK(g.opt.lr(0) == want[step][0].get<double>());
+    CHECK(g.opt.lr(1) == want[step][1].get<double>());
+    g.opt.step();
+    scheduler.step();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("LambdaLR and StepLR set the groups' rates PyTorch sets, to the last bit", "[nn][schedule][fixture]") {
+  {
+    TwoGroups g;
+    LambdaLR s(g.opt, [](int64_t e) { return std::pow(0.9, static_cast<double>(e)); });
+    expect_rates("lambda", g, s);
+  }
+  {
+    TwoGroups g;
+    LambdaLR s(g.opt, {[](int64_t e) { return 1.0 / static_cast<double>(e + 1); },
+                       [](int64_t e) { return std::min(1.0, static_cast<double>(e + 1) / 4); }});
+    expect_rates("lambda_per_group", g, s);
+  }
+  {
+    TwoGroups g;
+    StepLR s(g.opt, 3, 0.3);
+    expect_rates("step", g, s);
+    CHECK(s.last_epoch() == 12);
+    CHECK(s.base_lrs() == std::vector<double>{0.1, 0.02});
+  }
+}
+
+TEST_CASE("WarmupCosineLR: linear warmup to lr, cosine to min_lr, then min_lr", "[nn][schedule]") {
+  TwoGroups g;
+  WarmupCosineLR s(g.opt, 4, 14, 0.001);
+  for (int64_t step = 0; step < 20; ++step) {
+    for (size_t group = 0; group < 2; ++group) {
+      const double lr = group == 0 ? 0.1 : 0.02;
+      double want = 0.001;
+      if (step < 4) {
+        want = lr * static_cast<double>(step + 1) / 4;
+      } else if (step < 14) {  // cos from 0 to pi over the 10 decay steps
+        want = 0.001 + (lr - 0.001) * (1 + std::cos(M_PI * static_cast<double>(step - 4) / 10)) / 2;
+      }
+      INFO("step " << step << " group " << group);
+      CHECK(g.opt.lr(group) == Approx(want).epsilon(1e-14));
+    }
+    s.step();
+  }
+  CHECK(WarmupCosineLR::at(3, 1.0, 4, 14, 0.0) == 1.0);  // the peak at the end of warmup
+  CHECK(WarmupCosineLR::at(9, 1.0, 4, 14, 0.0) == Approx(0.5));  // half way down
+  CHECK_THROWS_WITH(WarmupCosineLR(g.opt, 2, 0), Contains("total_steps >= 1"));
+  CHECK_THROWS_WITH(StepLR(g.opt, 0), Contains("StepLR: step_size must be at least 1, got 0"));
+  CHECK_THROWS_WITH(LambdaLR(g.opt, std::vector<LambdaLR::Lambda>(3, [](int64_t) { return 1.0; })),
+                    Contains("LambdaLR: expected 2 lr_lambdas (one per group), got 3"));
+}
+
+TEST_CASE("a scheduler's state resumes a run where it stopped", "[nn][schedule][checkpoint]") {
+  TwoGroups a;
+  StepLR sa(a.opt, 2, 0.5);
+  for (int i = 0; i < 5; ++i) sa.step();
+  const OrderedDict<Tensor> saved = sa.state_dict();
+  TwoGroups b;
+  StepLR sb(b.opt, 2, 0.5);
+  sb.load_state_dict(saved);
+  CHECK(b.opt.lr(0) == a.opt.lr(0));
+  CHECK(b.opt.lr(1) == a.opt.lr(1));
+  for (int i = 0; i < 4; ++i) {
+    sa.step();
+    sb.step();
+    CHECK(b.opt.lr(0) == a.opt.lr(0));
+    CHECK(sb.get_last_lr() == sa.get_last_lr());
+  }
+  OrderedDict<Tensor> bad = saved;
+  bad.set("last_lr", tensor::zeros({3}, tensor::kFloat64));
+  CHECK_THROWS_WITH(sb.load_state_dict(bad), Contains("'last_lr' must be float64 with one rate per parameter group (2)"));
+  CHECK_THROWS_WITH(sb.load_state_dict({}), Contains("StepLR: load_state_dict: missing 'last_epoch'"));
+}
+
+TEST_CASE("clip_grad_norm_ returns PyTorch's total norm and leaves PyTorch's gradients", "[nn][clip][fixture]") {
+  for (const nlohmann::json& c : reference()["clip"]) {
+    std::vector<Tensor> params;
+    for (size_t i = 0; i < c["grads"].size(); ++i) {
+      const tensor::Shape shape = c["shapes"][i].get<tensor::Shape>();
+      Tensor p = tensor::zeros(shape).requires_grad_();
+      p.mutable_grad() = tensor::from_vector(c["grads"][i].get<std::vector<float>>(), shape);
+      params.push_back(p);
+    }
+    const double norm_type = c["norm_type"] == "inf" ? INFINITY : c["norm_type"].get<double>();
+    INFO("max_norm " << c["max_norm"] << " norm_type " << norm_type);
+    const double total = clip_grad_norm_(params, c["max_norm"].get<double>(), norm_type);
+    CHECK(total == Approx(c["total"].get<double>()).epsilon(1e-6));
+    for (size_t i = 0; i < params.size(); ++i) {
+      const std::vector<float> got = params[i].grad().to_vector<float>();
+      const std::vector<float> want = c["clipped"][i].get<std::vector<float>>();
+      for (size_t k = 0; k < got.size(); ++k) CHECK(got[k] == Approx(want[k]).epsilon(1e-6).margin(1e-7));
+    }
+  }
+  Tensor nan_grad = tensor::zeros({2}).requires_grad_();
+  nan_grad.mutable_grad() = tensor::tensor({1.0, NAN});
+  CHECK_THROWS_WITH(clip_grad_norm_({nan_grad}, 1.0, 2.0, true), Contains("the total norm of order 2 of the gradients is nan"));
+  CHECK(std::isnan(clip_grad_norm_({nan_grad}, 1.0)));  // PyTorch's default: scale anyway
+  CHECK(clip_grad_norm_({tensor::zeros({2}).requires_grad_()}, 1.0) == 0.0);  // no gradients: nothing to do
+  CHECK_THROWS_WITH(clip_grad_norm_({nan_grad}, 1.0, 0.5), Contains("norm_type must be >= 1 or infinity, got 0.5"));
+}
+
+TEST_CASE("parameter groups: each group steps as its own optimizer would", "[nn][optim][groups]") {
+  tensor::manual_seed(5);
+  const auto model = mlp({4, 6, 3});
+  const std::vector<ParamGroup> groups = weight_decay_groups(*model, 0.1);
+  REQUIRE(groups.size() == 2);
+  CHECK(groups[0].params.size() == 2);  // the two weights
+  CHECK(groups[1].params.size() == 2);  // the two biases
+  CHECK(*groups[0].weight_decay == 0.1);
+  CHECK(*groups[1].weight_decay == 0.0);
+  // The same model twice: one AdamW over both groups, and one AdamW per group.
+  std::vector<Tensor> a, b;
+  for (const Tensor& p : model->parameters()) {
+    a.push_back(p.detach().clone().requires_grad_());
+    b.push_back(p.detach().clone().requires_grad_());
+  }
+  AdamW grouped({ParamGroup({a[0], a[2]}).set_weight_decay(0.1), ParamGroup({a[1], a[3]}).set_weight_decay(0).set_lr(0.05)},
+                AdamOptions(0.01));
+  AdamW weights({b[0], b[2]}, AdamOptions(0.01).weight_decay(0.1));
+  AdamW biases({b[1], b[3]}, AdamOptions(0.05).weight_decay(0));
+  for (int step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      const Tensor g = tensor::randn(a[i].sizes());
+      a[i].mutable_grad() = g.clone();
+      b[i].mutable_grad() = g.clone();
+    }
+    grouped.step();
+    weights.step();
+    biases.step();
+  }
+  for (size_t i = 0; i < a.size(); ++i) CHECK(tensor::equal(a[i], b[i]));
+  CHECK(grouped.num_param_groups() == 2);
+  CHECK(grouped.lr(1) == 0.05);
+  CHECK(grouped.weight_decay(0) == 0.1);
+  CHECK(grouped.group_begin(1) == 2);
+  CHECK_THROWS_WITH(AdamW({ParamGroup({a[0]}), ParamGroup({a[1], a[0]})}, AdamOptions()),
+                    Contains("AdamW: parameter 2 of group 1 is also in group 0 (a parameter may be in one group only)"));
+  CHECK_THROWS_WITH(grouped.set_lr(2, 0.1), Contains("AdamW: there is no parameter group 2 (2 groups)"));
+  CHECK_THROWS_WITH(grouped.set_lr(0, -1), Contains("AdamW: invalid learning rate -1 (group 0)"));
+}
