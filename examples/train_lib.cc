@@ -14,15 +14,14 @@
 #include <sstream>
 
 #include "examples/models.h"
+#include "examples/run_env.h"
 #include "examples/train_data.h"
 #include "tinyddp/comm/init.h"
-#include "tinyddp/comm/launch_env.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/ddp/powersgd.h"
 #include "tinyddp/ddp/sync_batchnorm.h"
 #include "tinyddp/nn/nn.h"
 #include "tinyddp/tensor/cpu_isa.h"
-#include "tinyddp/tensor/cuda.h"
 
 namespace tinyddp::examples {
 
@@ -55,43 +54,6 @@ bool classification(const TrainConfig& c) { return loss_name(c) == "ce"; }
 bool uses_digits(const TrainConfig& c) { return c.data.empty() && c.dataset == "digits"; }
 
 // ---- Setup, in the order train() runs it ------------------------------------------------------
-
-// Where this rank computes, and the process group's backend.
-struct Placement {
-  bool on_gpu = false;
-  t::Device device{t::kCPU};
-  std::string backend;
-};
-
-Placement choose_placement(const TrainConfig& config) {
-  TDDP_CHECK(config.device != "cuda" || t::cuda::is_available(), "--device cuda: {}", t::cuda::unavailable_reason());
-  Placement p;
-  p.on_gpu = config.device == "cuda" || (config.device == "auto" && t::cuda::is_available());
-  // One GPU per rank: LOCAL_RANK picks it. More local ranks than GPUs share them round-robin,
-  // which only the gloo backend allows (NCCL refuses two ranks on one device).
-  const int gpus = p.on_gpu ? t::cuda::device_count() : 0;
-  const comm::LaunchEnv launched = comm::launch_env();  // under launch, mpirun or srun (comm/launch_env.h)
-  const int local_rank = launched.local_rank.value_or(0), local_world = launched.local_world_size.value_or(1);
-  if (p.on_gpu) p.device = t::Device(t::DeviceType::kCUDA, local_rank % gpus);
-  p.backend = config.backend != "auto" ? config.backend : (p.on_gpu && local_world <= gpus ? "nccl" : "gloo");
-  TDDP_CHECK(p.backend != "nccl" || p.on_gpu, "--backend nccl needs --device cuda (NCCL reduces GPU tensors only)");
-  TDDP_CHECK(p.backend != "nccl" || local_world <= gpus,
-             "--backend nccl: {} ranks on this node but {} GPU(s); NCCL needs one GPU per rank (use --backend gloo to "
-             "share GPUs)",
-             local_world, gpus);
-  // This process's GPU, chosen before anything touches CUDA (as torch.cuda.set_device): no
-  // thread of it ever makes a context on another GPU (tensor/cuda/device_guard.h).
-  if (p.on_gpu) t::cuda::set_device(p.device.index);
-  return p;
-}
-
-// The group of all ranks when launched with WORLD_SIZE > 1, else null (one process).
-std::shared_ptr<comm::ProcessGroup> join_ranks(const TrainConfig& config, const Placement& placement) {
-  if (comm::launch_env().world_size.value_or(1) <= 1) return nullptr;
-  comm::InitOptions init;
-  init.timeout(comm::Millis(static_cast<int64_t>(config.timeout_s * 1000)));
-  return comm::init_process_group(placement.backend, init);
-}
 
 std::unique_ptr<nn::Optimizer> make_optimizer(const TrainConfig& config, nn::Module& model) {
   if (config.optimizer == "sgd") {
@@ -131,14 +93,7 @@ Runner wrap_in_ddp(const TrainConfig& config, const std::shared_ptr<nn::Module>&
   Runner r;
   r.ddp = std::make_shared<ddp::DistributedDataParallel>(model, pg, options);
   r.module = r.ddp;
-  if (config.comm_hook == "fp16") r.ddp->register_comm_hook(ddp::hooks::fp16_compress(pg));
-  if (config.comm_hook == "bf16") r.ddp->register_comm_hook(ddp::hooks::bf16_compress(pg));
-  if (config.comm_hook == "powersgd") {
-    r.powersgd = std::make_shared<ddp::PowerSGDState>(pg, ddp::PowerSGDOptions()
-                                                              .matrix_approximation_rank(config.powersgd_rank)
-                                                              .start_powerSGD_iter(config.powersgd_start_iter));
-    r.ddp->register_comm_hook(ddp::powersgd_hook(r.powersgd));
-  }
+  r.powersgd = register_comm_hook(*r.ddp, pg, config.comm_hook, config.powersgd_rank, config.powersgd_start_iter);
   return r;
 }
 
@@ -157,25 +112,10 @@ std::unique_ptr<Dataset> open_dataset(const TrainConfig& config, const BuiltMode
   return synthetic_dataset(config.seed, batch_size, model.in, model.out, classification(config), rank, world);
 }
 
-// The metrics CSV ("step,loss"), on rank 0. Resuming after `first_step` steps keeps the rows
-// of the steps the checkpoint holds and drops those of steps it lost.
+// The metrics CSV ("step,loss"), on rank 0.
 std::ofstream open_metrics(const TrainConfig& config, int rank, int64_t first_step) {
-  std::ofstream metrics;
-  if (config.metrics.empty() || rank != 0) return metrics;
-  std::vector<std::string> kept;
-  if (first_step > 0) {
-    std::ifstream old(config.metrics);
-    std::string line;
-    std::getline(old, line);  // the header
-    while (std::getline(old, line)) {
-      if (!line.empty() && std::stoll(line.substr(0, line.find(','))) < first_step) kept.push_back(line);
-    }
-  }
-  metrics.open(config.metrics);
-  TDDP_CHECK(metrics.good(), "--metrics: cannot write {}", config.metrics);
-  metrics << "step,loss\n";
-  for (const std::string& line : kept) metrics << line << "\n";
-  return metrics;
+  if (config.metrics.empty() || rank != 0) return std::ofstream();
+  return open_metrics_csv(config.metrics, "step,loss", first_step);
 }
 
 // Everything the loop uses, set up in order.
@@ -192,8 +132,8 @@ struct Run {
 
 Run set_up(const TrainConfig& config) {
   Run run;
-  run.placement = choose_placement(config);
-  run.pg = join_ranks(config, run.placement);
+  run.placement = choose_placement(config.device, config.backend);
+  run.pg = join_ranks(run.placement.backend, config.timeout_s);
   run.rank = run.pg ? run.pg->rank() : 0;
   run.world = run.pg ? run.pg->size() : 1;
   TDDP_CHECK(config.timeline.empty() || run.pg,
@@ -223,16 +163,6 @@ std::string describe_run(const TrainConfig& config, const Run& run) {
 }
 
 // ---- Inside the loop ------------------------------------------------------------------------
-
-// --fail_at_step: exit with status 3 before that step on the first attempt (to try launch
-// --max_restarts; TINYDDP_RESTART_COUNT counts the restarts).
-void fail_on_purpose_if_asked(const TrainConfig& config, int64_t step, int rank) {
-  if (step != config.fail_at_step) return;
-  const char* restart = std::getenv("TINYDDP_RESTART_COUNT");
-  if (restart != nullptr && std::string(restart) != "0") return;
-  std::cerr << fmt::format("train: rank {} fails on purpose before step {} (--fail_at_step)\n", rank, step);
-  std::_Exit(3);
-}
 
 Tensor loss_of(const TrainConfig& config, const Tensor& prediction, const Tensor& targets) {
   return classification(config) ? nn::cross_entropy(prediction, targets) : nn::mse_loss(prediction, targets);
@@ -375,8 +305,7 @@ void TrainConfig::validate() const {
   TDDP_CHECK(backend == "auto" || backend == "gloo" || backend == "nccl",
              "--backend must be auto, gloo or nccl, got '{}'", backend);
   TDDP_CHECK(timeout_s > 0, "--timeout must be positive, got {}", timeout_s);
-  TDDP_CHECK(comm_hook == "allreduce" || comm_hook == "fp16" || comm_hook == "bf16" || comm_hook == "powersgd",
-             "--comm_hook must be allreduce, fp16, bf16 or powersgd, got '{}'", comm_hook);
+  TDDP_CHECK(known_comm_hook(comm_hook), "--comm_hook must be allreduce, fp16, bf16 or powersgd, got '{}'", comm_hook);
   TDDP_CHECK(powersgd_rank >= 1, "--powersgd_rank must be at least 1, got {}", powersgd_rank);
   TDDP_CHECK(powersgd_start_iter >= 2, "--powersgd_start_iter must be at least 2, got {}", powersgd_start_iter);
   TDDP_CHECK(checkpoint_every >= 0, "--checkpoint_every must not be negative, got {}", checkpoint_every);
@@ -395,7 +324,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   progress << describe_run(config, run) << "cpu kernels: " << cpu_kernels << "\n";
   Log logged(config, run, progress);
   for (int64_t step = run.first_step; step < config.steps; ++step) {
-    fail_on_purpose_if_asked(config, step, run.rank);
+    fail_on_purpose_if_asked(config.fail_at_step, step, run.rank, "train");
     const Batch mine = run.data->batch(step);  // this rank's share of the step's global batch
     const Batch batch{run.model.shaped(mine.inputs.to(run.placement.device)), mine.targets.to(run.placement.device)};
     run.optimizer->zero_grad();

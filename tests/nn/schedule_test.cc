@@ -82,7 +82,7 @@ TEST_CASE("WarmupCosineLR: linear warmup to lr, cosine to min_lr, then min_lr", 
     }
     s.step();
   }
-  CHECK(WarmupCosineLR::at(3, 1.0, 4, 14, 0.0) == 1.0);  // the peak at the end of warmup
+  CHECK(WarmupCosineLR::at(3, 1.0, 4, 14, 0.0) == 1.0);          // the peak at the end of warmup
   CHECK(WarmupCosineLR::at(9, 1.0, 4, 14, 0.0) == Approx(0.5));  // half way down
   CHECK_THROWS_WITH(WarmupCosineLR(g.opt, 2, 0), Contains("total_steps >= 1"));
   CHECK_THROWS_WITH(StepLR(g.opt, 0), Contains("StepLR: step_size must be at least 1, got 0"));
@@ -108,7 +108,8 @@ TEST_CASE("a scheduler's state resumes a run where it stopped", "[nn][schedule][
   }
   OrderedDict<Tensor> bad = saved;
   bad.set("last_lr", tensor::zeros({3}, tensor::kFloat64));
-  CHECK_THROWS_WITH(sb.load_state_dict(bad), Contains("'last_lr' must be float64 with one rate per parameter group (2)"));
+  CHECK_THROWS_WITH(sb.load_state_dict(bad),
+                    Contains("'last_lr' must be float64 with one rate per parameter group (2)"));
   CHECK_THROWS_WITH(sb.load_state_dict({}), Contains("StepLR: load_state_dict: missing 'last_epoch'"));
 }
 
@@ -133,8 +134,9 @@ TEST_CASE("clip_grad_norm_ returns PyTorch's total norm and leaves PyTorch's gra
   }
   Tensor nan_grad = tensor::zeros({2}).requires_grad_();
   nan_grad.mutable_grad() = tensor::tensor({1.0, NAN});
-  CHECK_THROWS_WITH(clip_grad_norm_({nan_grad}, 1.0, 2.0, true), Contains("the total norm of order 2 of the gradients is nan"));
-  CHECK(std::isnan(clip_grad_norm_({nan_grad}, 1.0)));  // PyTorch's default: scale anyway
+  CHECK_THROWS_WITH(clip_grad_norm_({nan_grad}, 1.0, 2.0, true),
+                    Contains("the total norm of order 2 of the gradients is nan"));
+  CHECK(std::isnan(clip_grad_norm_({nan_grad}, 1.0)));                        // PyTorch's default: scale anyway
   CHECK(clip_grad_norm_({tensor::zeros({2}).requires_grad_()}, 1.0) == 0.0);  // no gradients: nothing to do
   CHECK_THROWS_WITH(clip_grad_norm_({nan_grad}, 1.0, 0.5), Contains("norm_type must be >= 1 or infinity, got 0.5"));
 }
@@ -154,8 +156,9 @@ TEST_CASE("parameter groups: each group steps as its own optimizer would", "[nn]
     a.push_back(p.detach().clone().requires_grad_());
     b.push_back(p.detach().clone().requires_grad_());
   }
-  AdamW grouped({ParamGroup({a[0], a[2]}).set_weight_decay(0.1), ParamGroup({a[1], a[3]}).set_weight_decay(0).set_lr(0.05)},
-                AdamOptions(0.01));
+  AdamW grouped(
+      {ParamGroup({a[0], a[2]}).set_weight_decay(0.1), ParamGroup({a[1], a[3]}).set_weight_decay(0).set_lr(0.05)},
+      AdamOptions(0.01));
   AdamW weights({b[0], b[2]}, AdamOptions(0.01).weight_decay(0.1));
   AdamW biases({b[1], b[3]}, AdamOptions(0.05).weight_decay(0));
   for (int step = 0; step < 3; ++step) {
@@ -173,8 +176,9 @@ TEST_CASE("parameter groups: each group steps as its own optimizer would", "[nn]
   CHECK(grouped.lr(1) == 0.05);
   CHECK(grouped.weight_decay(0) == 0.1);
   CHECK(grouped.group_begin(1) == 2);
-  CHECK_THROWS_WITH(AdamW({ParamGroup({a[0]}), ParamGroup({a[1], a[0]})}, AdamOptions()),
-                    Contains("AdamW: parameter 2 of group 1 is also in group 0 (a parameter may be in one group only)"));
+  CHECK_THROWS_WITH(
+      AdamW({ParamGroup({a[0]}), ParamGroup({a[1], a[0]})}, AdamOptions()),
+      Contains("AdamW: parameter 2 of group 1 is also in group 0 (a parameter may be in one group only)"));
   CHECK_THROWS_WITH(grouped.set_lr(2, 0.1), Contains("AdamW: there is no parameter group 2 (2 groups)"));
   CHECK_THROWS_WITH(grouped.set_lr(0, -1), Contains("AdamW: invalid learning rate -1 (group 0)"));
 }

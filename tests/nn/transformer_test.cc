@@ -1,8 +1,8 @@
 // nn::GPT beyond its PyTorch fixture (tests/ddp/gpt_test.cc): errors for bad input, sampling
 // (greedy with top_k = 1 is the argmax of the logits; top_k limits the choice; seeded draws
 // repeat), and nanoGPT's parameter count.
-#include "tests/nn/nn_test_util.h"
 #include "tinyddp/nn/transformer.h"
+#include "tests/nn/nn_test_util.h"
 
 using namespace tinyddp;
 using namespace tinyddp::nn;
@@ -26,7 +26,8 @@ TEST_CASE("GPT refuses bad input with errors that name it", "[nn][gpt][errors]")
   CHECK_THROWS_WITH(model.forward(tensor::full({1, 7}, 1.0, tensor::kInt64)),
                     Contains("GPT: sequence length 7 is longer than block_size 6 (the context)"));
   CHECK_THROWS_WITH(model.forward(tensor::full({1, 3}, 11.0, tensor::kInt64)), Contains("out of range"));
-  CHECK_THROWS_WITH(model.forward(tensor::zeros({1, 3})), Contains("GPT: expected int64 token ids [B, T], got float32"));
+  CHECK_THROWS_WITH(model.forward(tensor::zeros({1, 3})),
+                    Contains("GPT: expected int64 token ids [B, T], got float32"));
   CHECK_THROWS_WITH(model(tensor::zeros({1, 3}, tensor::kInt64), tensor::zeros({1, 4}, tensor::kInt64)),
                     Contains("GPT: targets have shape [1, 4] but the ids [1, 3]"));
   GPTConfig odd = tiny();

@@ -1,0 +1,87 @@
+// Devices, ranks and hooks of the training examples: see run_env.h.
+#include "examples/run_env.h"
+
+#include <cstdlib>
+#include <iostream>
+
+#include "tinyddp/comm/init.h"
+#include "tinyddp/comm/launch_env.h"
+#include "tinyddp/tensor/cuda.h"
+
+namespace tinyddp::examples {
+
+namespace t = tinyddp::tensor;
+
+Placement choose_placement(const std::string& device, const std::string& backend) {
+  TDDP_CHECK(device != "cuda" || t::cuda::is_available(), "--device cuda: {}", t::cuda::unavailable_reason());
+  Placement p;
+  p.on_gpu = device == "cuda" || (device == "auto" && t::cuda::is_available());
+  // One GPU per rank: LOCAL_RANK picks it. More local ranks than GPUs share them round-robin,
+  // which only the gloo backend allows (NCCL refuses two ranks on one device).
+  const int gpus = p.on_gpu ? t::cuda::device_count() : 0;
+  const comm::LaunchEnv launched = comm::launch_env();  // under launch, mpirun or srun (comm/launch_env.h)
+  const int local_rank = launched.local_rank.value_or(0), local_world = launched.local_world_size.value_or(1);
+  if (p.on_gpu) p.device = t::Device(t::DeviceType::kCUDA, local_rank % gpus);
+  p.backend = backend != "auto" ? backend : (p.on_gpu && local_world <= gpus ? "nccl" : "gloo");
+  TDDP_CHECK(p.backend != "nccl" || p.on_gpu, "--backend nccl needs --device cuda (NCCL reduces GPU tensors only)");
+  TDDP_CHECK(p.backend != "nccl" || local_world <= gpus,
+             "--backend nccl: {} ranks on this node but {} GPU(s); NCCL needs one GPU per rank (use --backend gloo to "
+             "share GPUs)",
+             local_world, gpus);
+  // This process's GPU, chosen before anything touches CUDA (as torch.cuda.set_device): no
+  // thread of it ever makes a context on another GPU (tensor/cuda/device_guard.h).
+  if (p.on_gpu) t::cuda::set_device(p.device.index);
+  return p;
+}
+
+std::shared_ptr<comm::ProcessGroup> join_ranks(const std::string& backend, double timeout_s) {
+  if (comm::launch_env().world_size.value_or(1) <= 1) return nullptr;
+  comm::InitOptions init;
+  init.timeout(comm::Millis(static_cast<int64_t>(timeout_s * 1000)));
+  return comm::init_process_group(backend, init);
+}
+
+bool known_comm_hook(const std::string& name) {
+  return name == "allreduce" || name == "fp16" || name == "bf16" || name == "powersgd";
+}
+
+std::shared_ptr<ddp::PowerSGDState> register_comm_hook(ddp::DistributedDataParallel& ddp,
+                                                       const std::shared_ptr<comm::ProcessGroup>& pg,
+                                                       const std::string& name, int powersgd_rank,
+                                                       int64_t powersgd_start_iter) {
+  TDDP_CHECK(known_comm_hook(name), "--comm_hook must be allreduce, fp16, bf16 or powersgd, got '{}'", name);
+  if (name == "fp16") ddp.register_comm_hook(ddp::hooks::fp16_compress(pg));
+  if (name == "bf16") ddp.register_comm_hook(ddp::hooks::bf16_compress(pg));
+  if (name != "powersgd") return nullptr;
+  auto state = std::make_shared<ddp::PowerSGDState>(
+      pg, ddp::PowerSGDOptions().matrix_approximation_rank(powersgd_rank).start_powerSGD_iter(powersgd_start_iter));
+  ddp.register_comm_hook(ddp::powersgd_hook(state));
+  return state;
+}
+
+std::ofstream open_metrics_csv(const std::string& path, const std::string& header, int64_t first_step) {
+  std::vector<std::string> kept;
+  if (first_step > 0) {
+    std::ifstream old(path);
+    std::string line;
+    std::getline(old, line);  // the header
+    while (std::getline(old, line)) {
+      if (!line.empty() && std::stoll(line.substr(0, line.find(','))) < first_step) kept.push_back(line);
+    }
+  }
+  std::ofstream metrics(path);
+  TDDP_CHECK(metrics.good(), "--metrics: cannot write {}", path);
+  metrics << header << "\n";
+  for (const std::string& line : kept) metrics << line << "\n";
+  return metrics;
+}
+
+void fail_on_purpose_if_asked(int64_t fail_at_step, int64_t step, int rank, const char* program) {
+  if (step != fail_at_step) return;
+  const char* restart = std::getenv("TINYDDP_RESTART_COUNT");
+  if (restart != nullptr && std::string(restart) != "0") return;
+  std::cerr << fmt::format("{}: rank {} fails on purpose before step {} (--fail_at_step)\n", program, rank, step);
+  std::_Exit(3);
+}
+
+}  // namespace tinyddp::examples

@@ -1,0 +1,50 @@
+// What every training example sets up the same way: where this rank computes (the device and
+// the process group's backend, from --device and --backend and the launcher's variables), the
+// group of all ranks, and DDP's communication hook by name. Used by train_lib and
+// train_gpt_lib.
+#pragma once
+
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/ddp/powersgd.h"
+
+namespace tinyddp::examples {
+
+struct Placement {
+  bool on_gpu = false;
+  tensor::Device device{tensor::kCPU};
+  std::string backend;
+};
+
+// device: auto | cpu | cuda; backend: auto | gloo | nccl (auto: nccl on GPUs when each local
+// rank has one, else gloo). Selects this process's GPU (LOCAL_RANK) before anything touches
+// CUDA. Throws naming what is missing (no GPU, NCCL without one GPU per rank).
+Placement choose_placement(const std::string& device, const std::string& backend);
+
+// The group of all ranks when launched with WORLD_SIZE > 1, else null (one process).
+std::shared_ptr<comm::ProcessGroup> join_ranks(const std::string& backend, double timeout_s);
+
+// Registers the hook named `name` on `ddp`: allreduce (DDP's default: nothing to register),
+// fp16, bf16 or powersgd (rank `powersgd_rank`, plain allreduce for the first
+// `powersgd_start_iter` iterations). Returns PowerSGD's state for its figures, else null.
+std::shared_ptr<ddp::PowerSGDState> register_comm_hook(ddp::DistributedDataParallel& ddp,
+                                                       const std::shared_ptr<comm::ProcessGroup>& pg,
+                                                       const std::string& name, int powersgd_rank,
+                                                       int64_t powersgd_start_iter);
+
+// The names register_comm_hook knows, for the options' checks.
+bool known_comm_hook(const std::string& name);
+
+// A metrics CSV with `header`, whose first column is the step. Resuming after `first_step`
+// steps keeps the rows of the steps the checkpoint holds and drops those of steps it lost.
+std::ofstream open_metrics_csv(const std::string& path, const std::string& header, int64_t first_step);
+
+// --fail_at_step: exits with status 3 before step `fail_at_step` on the first attempt
+// (TINYDDP_RESTART_COUNT unset or 0), to try launch --max_restarts with --resume.
+void fail_on_purpose_if_asked(int64_t fail_at_step, int64_t step, int rank, const char* program);
+
+}  // namespace tinyddp::examples

@@ -1,0 +1,334 @@
+// The training loop of //examples:train_gpt (train_gpt_lib.h). train_gpt() at the end is the
+// mainline: batch, forward, backward, clip, step, schedule, log. The named steps above it set
+// up the text, the model, the optimizer and its schedule, resuming and DDP, and report.
+#include "examples/train_gpt_lib.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+
+#include "examples/gpt_data.h"
+#include "examples/run_env.h"
+#include "tinyddp/comm/init.h"
+#include "tinyddp/ddp/zero_redundancy_optimizer.h"
+#include "tinyddp/nn/nn.h"
+#include "tinyddp/nn/transformer.h"
+
+namespace tinyddp::examples {
+
+namespace t = tinyddp::tensor;
+using t::Tensor;
+
+namespace {
+
+// ---- Setup, in the order train_gpt() runs it ---------------------------------------------------
+
+// The corpus and its split, or the batches of --data.
+struct Text {
+  std::unique_ptr<TextCorpus> corpus;  // where the split's reference expects it
+  std::unique_ptr<TextSplit> split;
+  std::unique_ptr<TokenBatches> file;
+};
+
+Text open_text(const GPTTrainConfig& config, int rank, int world) {
+  Text text;
+  if (!config.data.empty()) {
+    text.file = std::make_unique<TokenBatches>(config.data, config.steps, config.block_size, rank, world);
+    TDDP_CHECK(text.file->max_id() < config.vocab_size,
+               "--data {}: token id {} is outside the vocabulary of --vocab_size {}", config.data,
+               text.file->max_id(), config.vocab_size);
+    return text;
+  }
+  text.corpus = std::make_unique<TextCorpus>(TextCorpus::load(config.corpus.empty() ? kFortunesPath : config.corpus));
+  TDDP_CHECK(config.vocab_size == 0 || config.vocab_size >= text.corpus->vocab_size(),
+             "--vocab_size {} is smaller than the corpus's vocabulary of {} characters", config.vocab_size,
+             text.corpus->vocab_size());
+  text.split = std::make_unique<TextSplit>(*text.corpus, config.seed, config.block_size);
+  return text;
+}
+
+nn::GPTConfig model_config(const GPTTrainConfig& config, const Text& text) {
+  nn::GPTConfig c;
+  c.n_layer = config.n_layer;
+  c.n_head = config.n_head;
+  c.n_embd = config.n_embd;
+  c.block_size = config.block_size;
+  c.vocab_size = config.vocab_size > 0 ? config.vocab_size : text.corpus->vocab_size();
+  c.dropout = config.dropout;
+  c.bias = config.bias;
+  return c;
+}
+
+std::shared_ptr<nn::GPT> build_model(const GPTTrainConfig& config, const nn::GPTConfig& c, t::Device device) {
+  t::manual_seed(config.seed);  // nanoGPT's initialisation, the same on every rank
+  auto model = std::make_shared<nn::GPT>(c);
+  if (!config.init.empty()) model->load_state_dict(nn::load_safetensors(config.init).tensors);
+  model->to(device);
+  return model;
+}
+
+// AdamW over nanoGPT's two groups, or ZeRO around it (each rank keeps its shard's moments).
+std::unique_ptr<nn::Optimizer> make_optimizer(const GPTTrainConfig& config, nn::GPT& model,
+                                              const std::shared_ptr<comm::ProcessGroup>& pg) {
+  const nn::AdamOptions options =
+      nn::AdamOptions(config.lr).betas(config.beta1, config.beta2).eps(config.eps).weight_decay(config.weight_decay);
+  std::vector<nn::ParamGroup> groups = nn::weight_decay_groups(model, config.weight_decay);
+  if (config.zero && pg) {
+    return std::make_unique<ddp::ZeroRedundancyOptimizer>(std::move(groups), ddp::optimizer_class<nn::AdamW>(options),
+                                                          pg);
+  }
+  return std::make_unique<nn::AdamW>(std::move(groups), options);
+}
+
+std::unique_ptr<nn::LRScheduler> make_scheduler(const GPTTrainConfig& config, nn::Optimizer& optimizer) {
+  if (config.lr_schedule == "cosine") {
+    return std::make_unique<nn::WarmupCosineLR>(optimizer, config.warmup_steps, config.steps, config.min_lr);
+  }
+  const int64_t warmup = config.warmup_steps;
+  return std::make_unique<nn::LambdaLR>(optimizer, [warmup](int64_t s) {
+    return s < warmup ? static_cast<double>(s + 1) / static_cast<double>(warmup) : 1.0;
+  });
+}
+
+// Everything the loop uses.
+struct Run {
+  Placement placement;
+  std::shared_ptr<comm::ProcessGroup> pg;
+  int rank = 0, world = 1;
+  Text text;
+  std::shared_ptr<nn::GPT> model;
+  std::unique_ptr<nn::Optimizer> optimizer;
+  std::unique_ptr<nn::LRScheduler> scheduler;
+  std::shared_ptr<ddp::DistributedDataParallel> ddp;
+  std::shared_ptr<ddp::PowerSGDState> powersgd;
+  nn::Module* forward = nullptr;  // the model, or DDP around it
+  int64_t first_step = 0;
+  int64_t rows = 0;  // this rank's windows per step
+};
+
+// --resume: the model, the optimizer, the scheduler and the generator from --checkpoint.
+void resume_if_asked(const GPTTrainConfig& config, Run& run) {
+  if (!config.checkpoint.empty() && run.rank == 0) nn::remove_stale_checkpoint_temporaries(config.checkpoint);
+  if (!config.resume || !std::filesystem::exists(config.checkpoint)) return;
+  const nn::TrainingCheckpoint resumed = nn::load_checkpoint(config.checkpoint, *run.model, *run.optimizer);
+  TDDP_CHECK(resumed.step < config.steps, "--resume: {} is {} steps in, nothing left of --steps {}", config.checkpoint,
+             resumed.step, config.steps);
+  run.scheduler->load_state_dict(resumed.extra);
+  run.first_step = resumed.step;
+}
+
+Run set_up(const GPTTrainConfig& config) {
+  Run run;
+  run.placement = choose_placement(config.device, config.backend);
+  run.pg = join_ranks(run.placement.backend, config.timeout_s);
+  run.rank = run.pg ? run.pg->rank() : 0;
+  run.world = run.pg ? run.pg->size() : 1;
+  run.text = open_text(config, run.rank, run.world);
+  TDDP_CHECK(run.text.file || config.batch % run.world == 0,
+             "--batch {} is not divisible by WORLD_SIZE {}: every rank takes an equal share of each batch", config.batch,
+             run.world);
+  run.rows = run.text.file ? run.text.file->global_batch() / run.world : config.batch / run.world;
+  run.model = build_model(config, model_config(config, run.text), run.placement.device);
+  run.optimizer = make_optimizer(config, *run.model, run.pg);
+  run.scheduler = make_scheduler(config, *run.optimizer);
+  resume_if_asked(config, run);
+  run.forward = run.model.get();
+  if (run.pg) {
+    run.ddp = std::make_shared<ddp::DistributedDataParallel>(run.model, run.pg);
+    run.powersgd = register_comm_hook(*run.ddp, run.pg, config.comm_hook, 1, 1000);
+    run.forward = run.ddp.get();
+  }
+  return run;
+}
+
+// ---- Inside the loop ---------------------------------------------------------------------------
+
+std::pair<Tensor, Tensor> batch_of(const Run& run, int64_t step) {
+  auto [x, y] = run.text.file ? run.text.file->batch(step) : run.text.split->train_batch(step, run.rank, run.rows);
+  return {x.to(run.placement.device), y.to(run.placement.device)};
+}
+
+double mean_over_ranks(const Run& run, double value) {
+  if (!run.pg) return value;
+  const Tensor v = t::scalar_tensor(value, t::TensorOptions(t::kFloat64).device(run.placement.device));
+  run.pg->allreduce(v, comm::ReduceOp::kAvg)->wait();
+  return v.item<double>();
+}
+
+// The model's loss on the validation windows (every rank computes the same).
+double validation_loss(const GPTTrainConfig& config, const Run& run) {
+  const auto [x, y] = run.text.split->validation(config.eval_windows);
+  t::NoGradGuard no_grad;
+  run.model->eval();
+  double total = 0;
+  const int64_t chunk = 16;
+  for (int64_t first = 0; first < x.size(0); first += chunk) {
+    const int64_t n = std::min(chunk, x.size(0) - first);
+    const Tensor loss = (*run.model)(x.narrow(0, first, n).to(run.placement.device),
+                                     y.narrow(0, first, n).to(run.placement.device))[1];
+    total += loss.item<double>() * static_cast<double>(n);
+  }
+  run.model->train();
+  return total / static_cast<double>(x.size(0));
+}
+
+// Rank 0 writes a checkpoint every --checkpoint_every steps and at the end (with ZeRO every
+// rank first sends it its shard of the optimizer state).
+void save_checkpoint_if_due(const GPTTrainConfig& config, const Run& run, int64_t steps_done) {
+  if (config.checkpoint.empty()) return;
+  const bool last = steps_done == config.steps;
+  if (!(config.checkpoint_every > 0 ? steps_done % config.checkpoint_every == 0 || last : last)) return;
+  if (auto* zero = dynamic_cast<ddp::ZeroRedundancyOptimizer*>(run.optimizer.get())) zero->consolidate_state_dict(0);
+  if (run.rank == 0) {
+    nn::save_checkpoint(config.checkpoint, *run.model, *run.optimizer, steps_done, run.scheduler->state_dict());
+  }
+}
+
+std::ofstream open_metrics(const GPTTrainConfig& config, const Run& run) {
+  if (config.metrics.empty() || run.rank != 0) return std::ofstream();
+  return open_metrics_csv(config.metrics, "step,loss,grad_norm,lr", run.first_step);
+}
+
+// ---- Before and after the loop -----------------------------------------------------------------
+
+void describe(const GPTTrainConfig& config, const Run& run, std::ostream& out) {
+  const nn::GPTConfig& c = run.model->config;
+  out << fmt::format("GPT: {} layers, {} heads, {} wide, context {}, vocabulary {}; {:.2f}M parameters\n", c.n_layer,
+                     c.n_head, c.n_embd, c.block_size, c.vocab_size,
+                     static_cast<double>(run.model->num_parameters()) / 1e6);
+  if (run.text.split) {
+    out << fmt::format("corpus: {}, {} characters; split (seed {}): {} training, {} validation tokens\n",
+                       run.text.corpus->source(), run.text.corpus->size(), config.seed, run.text.split->train_tokens(),
+                       run.text.split->validation_tokens());
+  } else {
+    out << fmt::format("data: {}, global batch {}\n", config.data, run.text.file->global_batch());
+  }
+  out << fmt::format("AdamW lr {} ({} schedule, {} warmup steps, min {}), weight decay {} on {} tensors, clip {}{}; "
+                     "{} steps of {} x {} tokens{}\n",
+                     config.lr, config.lr_schedule, config.warmup_steps, config.min_lr, config.weight_decay,
+                     run.optimizer->group_end(0), config.grad_clip, config.zero && run.pg ? ", ZeRO" : "", config.steps,
+                     run.rows * run.world, config.block_size,
+                     run.pg ? fmt::format(", data-parallel on {} ranks ({})", run.world, run.placement.backend) : "");
+}
+
+std::string sample(const GPTTrainConfig& config, const Run& run) {
+  const std::vector<int64_t> prompt = run.text.corpus->encode(config.prompt);
+  const Tensor ids = t::from_vector(prompt, t::Shape{1, static_cast<int64_t>(prompt.size())}).to(run.placement.device);
+  t::Generator generator(config.seed);
+  const Tensor out = run.model->generate(ids, config.sample_tokens, config.temperature, config.top_k, &generator);
+  return run.text.corpus->decode(out[0].to(t::kCPU).to_vector<int64_t>());
+}
+
+}  // namespace
+
+void GPTTrainConfig::validate() const {
+  TDDP_CHECK(n_layer >= 1 && n_head >= 1 && n_embd >= 1 && block_size >= 1,
+             "--n_layer, --n_head, --n_embd and --block_size must be positive");
+  TDDP_CHECK(n_embd % n_head == 0, "--n_embd {} is not divisible by --n_head {} (each head takes n_embd / n_head)",
+             n_embd, n_head);
+  TDDP_CHECK(vocab_size >= 0, "--vocab_size must not be negative, got {}", vocab_size);
+  TDDP_CHECK(data.empty() || vocab_size > 0, "--data needs --vocab_size (there is no corpus to take it from)");
+  TDDP_CHECK(dropout >= 0 && dropout < 1, "--dropout must be in [0, 1), got {}", dropout);
+  TDDP_CHECK(batch >= 1 && steps >= 1, "--batch and --steps must be positive");
+  TDDP_CHECK(lr > 0 && min_lr >= 0 && min_lr <= lr, "--lr must be positive and --min_lr in [0, lr], got {} and {}", lr,
+             min_lr);
+  TDDP_CHECK(weight_decay >= 0 && grad_clip >= 0 && eps >= 0, "--weight_decay, --grad_clip and --eps must not be "
+             "negative");
+  TDDP_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "--beta1 and --beta2 must be in [0, 1)");
+  TDDP_CHECK(warmup_steps >= 0, "--warmup_steps must not be negative, got {}", warmup_steps);
+  TDDP_CHECK(lr_schedule == "cosine" || lr_schedule == "constant", "--lr_schedule must be constant or cosine, got '{}'",
+             lr_schedule);
+  TDDP_CHECK(eval_every >= 0 && eval_windows >= 1, "--eval_every must not be negative and --eval_windows positive");
+  TDDP_CHECK(temperature > 0, "--temperature must be positive, got {}", temperature);
+  TDDP_CHECK(top_k >= 1, "--top_k must be at least 1, got {}", top_k);
+  TDDP_CHECK(sample_tokens >= 0, "--sample_tokens must not be negative, got {}", sample_tokens);
+  TDDP_CHECK(!prompt.empty(), "--prompt must not be empty (generation starts from it)");
+  TDDP_CHECK(log_every >= 0 && checkpoint_every >= 0, "--log_every and --checkpoint_every must not be negative");
+  TDDP_CHECK(!resume || !checkpoint.empty(), "--resume needs --checkpoint PATH");
+  TDDP_CHECK(known_comm_hook(comm_hook), "--comm_hook must be allreduce, fp16, bf16 or powersgd, got '{}'", comm_hook);
+  TDDP_CHECK(timeout_s > 0, "--timeout must be positive, got {}", timeout_s);
+}
+
+GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
+  config.validate();
+  Run run = set_up(config);
+  std::ostringstream quiet;  // only rank 0 prints
+  std::ostream& out = run.rank == 0 ? log : quiet;
+  if (run.first_step > 0) out << fmt::format("resuming from {} after {} steps\n", config.checkpoint, run.first_step);
+  describe(config, run, out);
+  GPTTrainResult result;
+  if (run.text.split) {
+    result.bigram_loss = run.text.split->bigram_loss(config.eval_windows);
+    out << fmt::format("bigram model (next-character counts of the training split): validation loss {:.4f}\n",
+                       result.bigram_loss);
+  }
+  std::ofstream metrics = open_metrics(config, run);
+  const int64_t log_every = config.log_every > 0 ? config.log_every : std::max<int64_t>(1, config.steps / 20);
+  const auto start = std::chrono::steady_clock::now();
+  const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  const std::vector<Tensor> params = run.model->parameters();
+  for (int64_t step = run.first_step; step < config.steps; ++step) {
+    fail_on_purpose_if_asked(config.fail_at_step, step, run.rank, "train_gpt");
+    const auto [x, y] = batch_of(run, step);
+    const double lr = run.optimizer->lr(0);
+    run.optimizer->zero_grad();
+    const Tensor loss = (*run.forward)(x, y)[1];
+    loss.backward();
+    // After backward, DDP has averaged the gradients: every rank clips by the same factor.
+    const double norm = nn::clip_grad_norm_(params, config.grad_clip > 0 ? config.grad_clip : INFINITY);
+    run.optimizer->step();
+    run.scheduler->step();
+    result.losses.push_back(mean_over_ranks(run, loss.item<double>()));
+    TDDP_CHECK(std::isfinite(result.losses.back()), "the loss became {} at step {}; lower --lr", result.losses.back(),
+               step);
+    if (metrics.is_open()) metrics << fmt::format("{},{:.9g},{:.9g},{:.9g}", step, result.losses.back(), norm, lr) << std::endl;
+    const int64_t done = step + 1 - run.first_step;
+    const double tokens = static_cast<double>(done * run.rows * run.world * config.block_size);
+    if ((step + 1) % log_every == 0 || step + 1 == config.steps) {
+      out << fmt::format("step {:>{}}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {:.0f} tokens/s\n", step + 1,
+                         std::to_string(config.steps).size(), config.steps, result.losses.back(), norm, lr,
+                         tokens / seconds())
+          << std::flush;
+    }
+    const bool eval_now = run.text.split && config.eval_every > 0 && (step + 1) % config.eval_every == 0;
+    if (eval_now && step + 1 != config.steps) {
+      out << fmt::format("step {}: validation loss {:.4f}\n", step + 1, validation_loss(config, run));
+    }
+    save_checkpoint_if_due(config, run, step + 1);
+    result.seconds = seconds();
+    result.tokens_per_second = tokens / result.seconds;
+  }
+  out << fmt::format("done: {} steps in {:.1f} s, {:.0f} tokens/s\n", config.steps - run.first_step, result.seconds,
+                     result.tokens_per_second);
+  if (auto* zero = dynamic_cast<ddp::ZeroRedundancyOptimizer*>(run.optimizer.get())) {
+    result.optimizer_state_bytes = zero->local_state_bytes();
+  } else {
+    for (const auto& [name, t] : run.optimizer->state_dict()) result.optimizer_state_bytes += t.nbytes();
+  }
+  out << fmt::format("optimizer state on rank {}: {:.2f} MB\n", run.rank,
+                     static_cast<double>(result.optimizer_state_bytes) / 1e6);
+  if (run.text.split) {
+    result.validation_loss = validation_loss(config, run);
+    out << fmt::format("validation loss {:.4f} (bigram model: {:.4f})\n", result.validation_loss, result.bigram_loss);
+    if (config.sample_tokens > 0) {
+      result.sample = sample(config, run);
+      out << fmt::format("sample (temperature {}, top-k {}, seed {}):\n{}\n", config.temperature, config.top_k,
+                         config.seed, result.sample);
+    }
+  }
+  if (!config.save.empty() && run.rank == 0) {
+    nn::save_state_dict(*run.model, config.save);
+    out << "saved the final weights to " << config.save << "\n";
+  }
+  if (run.pg) {
+    run.pg->barrier()->wait();
+    run.ddp.reset();
+    comm::destroy_process_group();
+  }
+  return result;
+}
+
+}  // namespace tinyddp::examples

@@ -1,0 +1,178 @@
+// examples/train_gpt as a user runs it, replayed from PyTorch: tests/ddp/fixtures/
+// make_gpt_fixture.py trained nanoGPT's model 20 steps (AdamW with decay groups, clipping at
+// 1.0, warmup + cosine) alone and under DDP on 2 gloo ranks. With its initial state dict
+// (--init, lm_head.weight included) and batches (--data), train_gpt must write PyTorch's
+// losses, gradient norms and learning rates (--metrics) and final weights (--save): alone,
+// on 2 ranks, with ZeRO, and when killed mid-run and resumed from its checkpoint. Also the
+// corpus run (validation below the bigram model's, a sample) and the errors for bad input.
+#include <cmath>
+#include <fstream>
+
+#include "tests/test_util.h"
+#include "tinyddp/nn/nn.h"
+
+using namespace tinyddp;
+using Catch::Contains;
+using tensor::Tensor;
+using testing::CommandResult;
+using testing::run_command;
+using testing::temp_path;
+
+namespace {
+
+const nn::OrderedDict<Tensor>& reference() {
+  static const nn::SafetensorsFile file = nn::load_safetensors("tests/ddp/fixtures/gpt_reference.safetensors");
+  return file.tensors;
+}
+
+// The fixture's initial weights and batches as files train_gpt reads.
+struct Files {
+  std::string init = temp_path("gpt_init.safetensors"), data = temp_path("gpt_data.safetensors");
+  Files() {
+    nn::OrderedDict<Tensor> init_state, batches;
+    for (const auto& [key, t] : reference()) {
+      if (key.rfind("init.", 0) == 0) init_state.insert(key.substr(5), t);
+    }
+    batches.insert("inputs", reference().at("inputs"));
+    batches.insert("targets", reference().at("targets"));
+    nn::save_safetensors(init, init_state);
+    nn::save_safetensors(data, batches);
+  }
+};
+
+const std::string kFixtureFlags =
+    " --n_layer 2 --n_head 2 --n_embd 16 --block_size 8 --vocab_size 13 --lr 3e-2 --min_lr 3e-3 --warmup_steps 5 "
+    "--steps 20 --weight_decay 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --grad_clip 1.0 --lr_schedule cosine";
+
+// Compares the metrics CSV and the saved weights with the fixture's run `run`.
+void check_against(const std::string& run, const std::string& metrics, const std::string& saved) {
+  std::ifstream csv(metrics);
+  std::string line;
+  std::getline(csv, line);
+  CHECK(line == "step,loss,grad_norm,lr");
+  const Tensor losses = reference().at(run + ".loss"), norms = reference().at(run + ".grad_norm"),
+               lrs = reference().at(run + ".lr");
+  for (int64_t step = 0; step < 20; ++step) {
+    REQUIRE(std::getline(csv, line));
+    double s, loss, norm, lr;
+    REQUIRE(std::sscanf(line.c_str(), "%lf,%lf,%lf,%lf", &s, &loss, &norm, &lr) == 4);
+    INFO(run << " step " << step << ": " << line);
+    CHECK(s == step);
+    CHECK(std::fabs(loss - tensor::mean(losses[step]).item<double>()) < 1e-5);  // the mean over ranks
+    CHECK(std::fabs(norm - norms[step].item<double>()) < 1e-5);
+    CHECK(std::fabs(lr - lrs[step].item<double>()) < 1e-9);
+  }
+  CHECK_FALSE(std::getline(csv, line));
+  const nn::SafetensorsFile file = nn::load_safetensors(saved);
+  CHECK(file.tensors.size() + 1 == [] {  // PyTorch's names, the tied head once
+    size_t n = 0;
+    for (const auto& key : reference().keys()) n += key.rfind("init.", 0) == 0;
+    return n;
+  }());
+  for (const auto& [name, t] : file.tensors) {
+    INFO(run << " final " << name);
+    const Tensor want = reference().at(run + ".param." + name);
+    // The key's bias is rounding noise amplified by Adam (see tests/ddp/gpt_test.cc).
+    const bool qkv_bias = name.find("c_attn.bias") != std::string::npos;
+    const Tensor got = qkv_bias ? tensor::cat({t.narrow(0, 0, 16), t.narrow(0, 32, 16)}, 0) : t;
+    const Tensor ref = qkv_bias ? tensor::cat({want.narrow(0, 0, 16), want.narrow(0, 32, 16)}, 0) : want;
+    CHECK(tensor::allclose(got, ref, 1e-5, 1e-5));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("train_gpt replays PyTorch's one-process run: losses, norms, rates and weights", "[examples][gpt][fixture]") {
+  const Files files;
+  const std::string metrics = temp_path("gpt_single.csv"), saved = temp_path("gpt_single.safetensors");
+  const CommandResult r = run_command("examples/train_gpt" + kFixtureFlags + " --init " + files.init + " --data " +
+                                      files.data + " --metrics " + metrics + " --save " + saved);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  check_against("single", metrics, saved);
+}
+
+TEST_CASE("train_gpt on 2 ranks replays PyTorch's DDP run, with AdamW and with ZeRO", "[examples][gpt][ddp]") {
+  const Files files;
+  for (const std::string zero : {"", " --zero"}) {
+    const std::string metrics = temp_path("gpt_ddp.csv"), saved = temp_path("gpt_ddp.safetensors");
+    const CommandResult r =
+        run_command("launcher/launch --nproc_per_node 2 -- examples/train_gpt" + kFixtureFlags + zero + " --init " +
+                    files.init + " --data " + files.data + " --metrics " + metrics + " --save " + saved);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    if (!zero.empty()) CHECK_THAT(r.output, Contains("ZeRO"));
+    check_against("ddp", metrics, saved);
+  }
+}
+
+TEST_CASE("train_gpt killed at step 13 resumes from its step-10 checkpoint and ends as PyTorch's DDP run",
+          "[examples][gpt][ddp][checkpoint]") {
+  const Files files;
+  const std::string metrics = temp_path("gpt_resumed.csv"), saved = temp_path("gpt_resumed.safetensors");
+  const std::string checkpoint = temp_path("gpt_checkpoint.safetensors");
+  std::remove(checkpoint.c_str());
+  const CommandResult r = run_command(
+      "launcher/launch --nproc_per_node 2 --max_restarts 1 -- examples/train_gpt" + kFixtureFlags +
+      " --zero --checkpoint " + checkpoint + " --checkpoint_every 5 --resume --fail_at_step 13 --init " + files.init +
+      " --data " + files.data + " --metrics " + metrics + " --save " + saved);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("fails on purpose before step 13"));
+  CHECK_THAT(r.output, Contains("resuming from " + checkpoint + " after 10 steps"));
+  check_against("ddp", metrics, saved);
+}
+
+TEST_CASE("train_gpt on a corpus: validation below the bigram model's, and a sample", "[examples][gpt][corpus]") {
+  // A small corpus with structure (words from a small lexicon) learnt in a few hundred steps.
+  const std::string corpus = temp_path("words.txt");
+  {
+    std::ofstream out(corpus);
+    const char* words[] = {"the ", "cat ", "sat ", "on ", "a ", "mat. ", "then ", "it ", "ran ", "away\n"};
+    uint64_t x = 1;
+    for (int i = 0; i < 30000; ++i) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      out << words[(i % 10 + (x >> 60) % 2) % 10];
+    }
+  }
+  const std::string flags = " --corpus " + corpus +
+                            " --n_layer 1 --n_head 2 --n_embd 32 --block_size 16 --batch 16 --steps 150 --lr 1e-2 "
+                            "--min_lr 1e-3 --warmup_steps 10 --eval_every 75 --eval_windows 32 --sample_tokens 40 "
+                            "--prompt 'the '";
+  const CommandResult r = run_command("launcher/launch --nproc_per_node 2 -- examples/train_gpt" + flags);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("data-parallel on 2 ranks"));
+  CHECK_THAT(r.output, Contains("step 75: validation loss"));
+  double validation = 0, bigram = 0;
+  const size_t at = r.output.find("[rank 0] validation loss ");  // the launcher prefixes each line
+  REQUIRE(at != std::string::npos);
+  REQUIRE(std::sscanf(r.output.c_str() + at, "[rank 0] validation loss %lf (bigram model: %lf)", &validation,
+                      &bigram) == 2);
+  CHECK(validation < bigram - 0.2);
+  CHECK_THAT(r.output, Contains("sample (temperature 0.8, top-k 40, seed 1337):\n[rank 0] the "));
+}
+
+TEST_CASE("train_gpt names what is wrong with its input", "[examples][gpt][errors]") {
+  const auto error_of = [](const std::string& args) {
+    const CommandResult r = run_command("examples/train_gpt --steps 2 " + args);
+    CHECK(r.exit_code == 1);
+    return r.output;
+  };
+  CHECK_THAT(error_of("--top_k 0"), Contains("--top_k must be at least 1, got 0"));
+  CHECK_THAT(error_of("--temperature 0"), Contains("--temperature must be positive, got 0"));
+  CHECK_THAT(error_of("--n_embd 30 --n_head 4"), Contains("--n_embd 30 is not divisible by --n_head 4"));
+  CHECK_THAT(error_of("--corpus /nonexistent/text"), Contains("corpus: /nonexistent/text does not exist"));
+  const std::string empty = temp_path("empty.txt"), binary = temp_path("binary.bin");
+  std::ofstream(empty).close();
+  std::ofstream(binary, std::ios::binary) << std::string("ab\0\xff", 4);
+  CHECK_THAT(error_of("--corpus " + empty), Contains("is empty"));
+  CHECK_THAT(error_of("--corpus " + binary), Contains("is not text (byte 0x00 at offset 2"));
+  const Files files;
+  CHECK_THAT(error_of("--data " + files.data), Contains("--data needs --vocab_size"));
+  CHECK_THAT(error_of("--data " + files.data + " --vocab_size 10"),
+             Contains("token id 12 is outside the vocabulary of --vocab_size 10"));
+  CHECK_THAT(error_of("--data " + files.data + " --vocab_size 13 --block_size 4"),
+             Contains("sequences of 8 tokens, longer than --block_size 4"));
+  CHECK_THAT(error_of("--lr_schedule linear"), Contains("--lr_schedule must be constant or cosine, got 'linear'"));
+}
