@@ -19,6 +19,7 @@ PACKAGES=(
   libbenchmark-dev    # bench/
   zlib1g-dev          # the digits reader of examples/train
   python3-sklearn     # the handwritten digits (sklearn/datasets/data/digits.csv.gz)
+  fortunes            # the GPT's text: English fortune cookies (/usr/share/games/fortunes)
   python3-matplotlib  # the pictures of docs/ (scripts/plot_*.py) and their tests
   openmpi-bin         # mpirun, to test starting jobs with Open MPI's variables
   nftables            # packet loss on the simulated cluster's links (scripts/sim_cluster.sh)
