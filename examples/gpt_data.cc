@@ -55,8 +55,10 @@ uint64_t mix(uint64_t x) {
 }  // namespace
 
 TextCorpus TextCorpus::load(const std::string& path) {
-  TDDP_CHECK(fs::exists(path), "corpus: {} does not exist (the setup script installs Debian's fortunes package "
-             "there; or give --corpus a text file or folder)", path);
+  TDDP_CHECK(fs::exists(path),
+             "corpus: {} does not exist (the setup script installs Debian's fortunes package "
+             "there; or give --corpus a text file or folder)",
+             path);
   std::vector<fs::path> files;
   if (fs::is_directory(path)) {
     for (const auto& entry : fs::directory_iterator(path)) {
@@ -155,8 +157,7 @@ std::pair<Tensor, Tensor> TextSplit::windows(const std::vector<int64_t>& blocks,
 }
 
 std::pair<Tensor, Tensor> TextSplit::train_batch(int64_t step, int rank, int64_t rows) const {
-  return windows(train_blocks_, mix(mix(mix(seed_) + static_cast<uint64_t>(rank)) + static_cast<uint64_t>(step)),
-                 rows);
+  return windows(train_blocks_, mix(mix(mix(seed_) + static_cast<uint64_t>(rank)) + static_cast<uint64_t>(step)), rows);
 }
 
 std::pair<Tensor, Tensor> TextSplit::validation(int64_t count) const {
@@ -201,8 +202,9 @@ TokenBatches::TokenBatches(const std::string& path, int64_t steps, int64_t conte
     TDDP_CHECK(file.tensors.contains(key), "--data {}: no tensor '{}' (expected inputs and targets [steps, batch, T])",
                path, key);
     const Tensor& t = file.tensors.at(key);
-    TDDP_CHECK(t.dtype() == tensor::kInt64 && t.dim() == 3, "--data {}: '{}' must be int64 [steps, batch, T], got {} {}",
-               path, key, tensor::dtype_name(t.dtype()), tensor::format_shape(t.sizes()));
+    TDDP_CHECK(t.dtype() == tensor::kInt64 && t.dim() == 3,
+               "--data {}: '{}' must be int64 [steps, batch, T], got {} {}", path, key, tensor::dtype_name(t.dtype()),
+               tensor::format_shape(t.sizes()));
   }
   inputs_ = file.tensors.at("inputs");
   targets_ = file.tensors.at("targets");

@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   app.add_option("--n_head", c.n_head, "attention heads per block (default 4)");
   app.add_option("--n_embd", c.n_embd, "embedding width (default 128)");
   app.add_option("--block_size", c.block_size, "context length in tokens (default 64)");
-  app.add_option("--vocab_size", c.vocab_size, "vocabulary size (default: the corpus's characters; needed with --data)");
+  app.add_option("--vocab_size", c.vocab_size,
+                 "vocabulary size (default: the corpus's characters; needed with --data)");
   app.add_option("--dropout", c.dropout, "dropout probability (default 0)");
   app.add_option("--bias", c.bias, "biases in the Linears and LayerNorms: true (default, as nanoGPT) or false");
   app.add_option("--corpus", c.corpus, "a text file or folder (default /usr/share/games/fortunes)");

@@ -38,8 +38,8 @@ Text open_text(const GPTTrainConfig& config, int rank, int world) {
   if (!config.data.empty()) {
     text.file = std::make_unique<TokenBatches>(config.data, config.steps, config.block_size, rank, world);
     TDDP_CHECK(text.file->max_id() < config.vocab_size,
-               "--data {}: token id {} is outside the vocabulary of --vocab_size {}", config.data,
-               text.file->max_id(), config.vocab_size);
+               "--data {}: token id {} is outside the vocabulary of --vocab_size {}", config.data, text.file->max_id(),
+               config.vocab_size);
     return text;
   }
   text.corpus = std::make_unique<TextCorpus>(TextCorpus::load(config.corpus.empty() ? kFortunesPath : config.corpus));
@@ -128,8 +128,8 @@ Run set_up(const GPTTrainConfig& config) {
   run.world = run.pg ? run.pg->size() : 1;
   run.text = open_text(config, run.rank, run.world);
   TDDP_CHECK(run.text.file || config.batch % run.world == 0,
-             "--batch {} is not divisible by WORLD_SIZE {}: every rank takes an equal share of each batch", config.batch,
-             run.world);
+             "--batch {} is not divisible by WORLD_SIZE {}: every rank takes an equal share of each batch",
+             config.batch, run.world);
   run.rows = run.text.file ? run.text.file->global_batch() / run.world : config.batch / run.world;
   run.model = build_model(config, model_config(config, run.text), run.placement.device);
   run.optimizer = make_optimizer(config, *run.model, run.pg);
@@ -167,8 +167,8 @@ double validation_loss(const GPTTrainConfig& config, const Run& run) {
   const int64_t chunk = 16;
   for (int64_t first = 0; first < x.size(0); first += chunk) {
     const int64_t n = std::min(chunk, x.size(0) - first);
-    const Tensor loss = (*run.model)(x.narrow(0, first, n).to(run.placement.device),
-                                     y.narrow(0, first, n).to(run.placement.device))[1];
+    const Tensor loss =
+        (*run.model)(x.narrow(0, first, n).to(run.placement.device), y.narrow(0, first, n).to(run.placement.device))[1];
     total += loss.item<double>() * static_cast<double>(n);
   }
   run.model->train();
@@ -206,12 +206,13 @@ void describe(const GPTTrainConfig& config, const Run& run, std::ostream& out) {
   } else {
     out << fmt::format("data: {}, global batch {}\n", config.data, run.text.file->global_batch());
   }
-  out << fmt::format("AdamW lr {} ({} schedule, {} warmup steps, min {}), weight decay {} on {} tensors, clip {}{}; "
-                     "{} steps of {} x {} tokens{}\n",
-                     config.lr, config.lr_schedule, config.warmup_steps, config.min_lr, config.weight_decay,
-                     run.optimizer->group_end(0), config.grad_clip, config.zero && run.pg ? ", ZeRO" : "", config.steps,
-                     run.rows * run.world, config.block_size,
-                     run.pg ? fmt::format(", data-parallel on {} ranks ({})", run.world, run.placement.backend) : "");
+  out << fmt::format(
+      "AdamW lr {} ({} schedule, {} warmup steps, min {}), weight decay {} on {} tensors, clip {}{}; "
+      "{} steps of {} x {} tokens{}\n",
+      config.lr, config.lr_schedule, config.warmup_steps, config.min_lr, config.weight_decay,
+      run.optimizer->group_end(0), config.grad_clip, config.zero && run.pg ? ", ZeRO" : "", config.steps,
+      run.rows * run.world, config.block_size,
+      run.pg ? fmt::format(", data-parallel on {} ranks ({})", run.world, run.placement.backend) : "");
 }
 
 std::string sample(const GPTTrainConfig& config, const Run& run) {
@@ -235,7 +236,8 @@ void GPTTrainConfig::validate() const {
   TDDP_CHECK(batch >= 1 && steps >= 1, "--batch and --steps must be positive");
   TDDP_CHECK(lr > 0 && min_lr >= 0 && min_lr <= lr, "--lr must be positive and --min_lr in [0, lr], got {} and {}", lr,
              min_lr);
-  TDDP_CHECK(weight_decay >= 0 && grad_clip >= 0 && eps >= 0, "--weight_decay, --grad_clip and --eps must not be "
+  TDDP_CHECK(weight_decay >= 0 && grad_clip >= 0 && eps >= 0,
+             "--weight_decay, --grad_clip and --eps must not be "
              "negative");
   TDDP_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "--beta1 and --beta2 must be in [0, 1)");
   TDDP_CHECK(warmup_steps >= 0, "--warmup_steps must not be negative, got {}", warmup_steps);
@@ -284,7 +286,8 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
     result.losses.push_back(mean_over_ranks(run, loss.item<double>()));
     TDDP_CHECK(std::isfinite(result.losses.back()), "the loss became {} at step {}; lower --lr", result.losses.back(),
                step);
-    if (metrics.is_open()) metrics << fmt::format("{},{:.9g},{:.9g},{:.9g}", step, result.losses.back(), norm, lr) << std::endl;
+    if (metrics.is_open())
+      metrics << fmt::format("{},{:.9g},{:.9g},{:.9g}", step, result.losses.back(), norm, lr) << std::endl;
     const int64_t done = step + 1 - run.first_step;
     const double tokens = static_cast<double>(done * run.rows * run.world * config.block_size);
     if ((step + 1) % log_every == 0 || step + 1 == config.steps) {

@@ -57,7 +57,7 @@ struct GPTTrainConfig {
 };
 
 struct GPTTrainResult {
-  std::vector<double> losses;  // per step, the mean over ranks
+  std::vector<double> losses;                     // per step, the mean over ranks
   double validation_loss = -1, bigram_loss = -1;  // corpus only: at the end
   std::string sample;                             // corpus only
   double seconds = 0, tokens_per_second = 0;

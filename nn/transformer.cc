@@ -18,8 +18,6 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& config)
   c_proj = register_module("c_proj", std::make_shared<Linear>(n_embd, n_embd, config.bias));
   attn_dropout = register_module("attn_dropout", std::make_shared<Dropout>(config.dropout));
   resid_dropout = register_module("resid_dropout", std::make_shared<Dropout>(config.dropout));
-  tensor::NoGradGuard no_grad;
-  future_ = tensor::eq(tensor::tril(tensor::ones({block_size, block_size})), 0.0);
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
@@ -31,10 +29,10 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   const std::vector<Tensor> qkv = tensor::split(c_attn->forward(x), n_embd, 2);
   const auto heads = [&](const Tensor& m) { return m.view({b, t, n_head, head}).transpose(1, 2); };
   const Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
-  Tensor att = tensor::mul(tensor::matmul(q, k.transpose(-2, -1)), 1.0 / std::sqrt(static_cast<double>(head)));
-  if (future_.device() != x.device()) future_ = future_.to(x.device());
-  att = tensor::masked_fill(att, future_.narrow(0, 0, t).narrow(1, 0, t), -INFINITY);
-  att = attn_dropout->forward(tensor::softmax(att, -1));
+  // softmax(q k^T / sqrt(head), future masked out) in one kernel: nanoGPT's mul, masked_fill
+  // and softmax, the same numbers.
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head));
+  const Tensor att = attn_dropout->forward(tensor::causal_softmax(tensor::matmul(q, k.transpose(-2, -1)), scale));
   // [B, n_head, T, head] -> [B, T, C], the heads side by side
   const Tensor y = tensor::matmul(att, v).transpose(1, 2).contiguous().view({b, t, n_embd});
   return resid_dropout->forward(c_proj->forward(y));

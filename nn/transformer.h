@@ -24,8 +24,8 @@ struct GPTConfig {
 
 // Multi-head causal self-attention: q, k, v from one Linear (c_attn, n_embd -> 3 n_embd),
 // split into n_head heads by views, softmax(q k^T / sqrt(head width)) with the future masked
-// out, then the heads side by side through c_proj. Dropout on the attention weights
-// (attn_dropout) and on the output (resid_dropout).
+// out (tensor::causal_softmax: one kernel), then the heads side by side through c_proj. Dropout on the attention
+// weights (attn_dropout) and on the output (resid_dropout).
 class CausalSelfAttention : public Module {
  public:
   explicit CausalSelfAttention(const GPTConfig& config);
@@ -34,9 +34,6 @@ class CausalSelfAttention : public Module {
   std::shared_ptr<Linear> c_attn, c_proj;
   std::shared_ptr<Dropout> attn_dropout, resid_dropout;
   int64_t n_head, n_embd, block_size;
-
- private:
-  Tensor future_;  // bool [block_size, block_size]: true above the diagonal (masked out)
 };
 
 // c_fc (n_embd -> 4 n_embd), exact GELU, c_proj (back to n_embd), dropout.

@@ -91,6 +91,12 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 // Numerically stable (the row maximum is subtracted first).
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
+// Attention's masked softmax in one kernel: scores [..., M, N] (M <= N) -> softmax over the
+// last dim of scale * scores with the future masked out, column j of row i kept only while
+// j <= i + N - M (tril's mask; the square case: j <= i). Masked entries come out 0. The same
+// numbers as softmax(masked_fill(mul(scores, scale), future, -inf), -1), in one pass over
+// memory each way instead of three (its backward: one kernel too).
+Tensor causal_softmax(const Tensor& scores, double scale = 1.0);
 
 // ---- linear algebra ---------------------------------------------------------------------------
 // 1-D/2-D/batched as torch.matmul: batch dims broadcast; transposed views are used in place.

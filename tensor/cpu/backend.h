@@ -55,6 +55,12 @@ void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const
 void layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& dy,
                          const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight);
 
+// attention.cc: causal_softmax over contiguous x [B, M, N] into out (same layout): row i of
+// each [M, N] matrix keeps columns j <= i + N - M; the backward writes grad_x from grad_out
+// and the forward's y (all contiguous [B, M, N]).
+void causal_softmax(const Tensor& out, const Tensor& x, double scale);
+void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale);
+
 // conv.cc: col (shape [N, C, kh, kw, OH, OW], any strides) = the windows of x [N, C, H, W]
 // (any strides), padding reading as pad_value; and its gradient, grad_x (contiguous, zeroed
 // here) = the sum, over the col entries that read each input element, of those entries.

@@ -131,6 +131,23 @@ void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) {
   copy(out, result.transpose(dim, -1));
 }
 
+void causal_softmax(const Tensor& out, const Tensor& x, double scale) {
+  const int device = device_of(x);
+  DeviceGuard guard(device);
+  check_launch(k::causal_softmax_rows(x.raw_data_ptr(), nullptr, static_cast<int>(x.dtype()), out.raw_data_ptr(),
+                                      x.size(0) * x.size(1), x.size(1), x.size(2), scale, compute_stream(device)),
+               "causal_softmax kernel");
+}
+
+void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale) {
+  const int device = device_of(y);
+  DeviceGuard guard(device);
+  check_launch(k::causal_softmax_rows(grad_out.raw_data_ptr(), y.raw_data_ptr(), static_cast<int>(y.dtype()),
+                                      grad_x.raw_data_ptr(), y.size(0) * y.size(1), y.size(1), y.size(2), scale,
+                                      compute_stream(device)),
+               "causal_softmax backward kernel");
+}
+
 void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids) {
   const int device = device_of(weight);
   DeviceGuard guard(device);

@@ -37,6 +37,10 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim);
 std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim);
 // cuDNN where it applies (float32/64/16), else our kernel.
 void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log);
+// Attention's causal softmax with the CPU's contracts (cpu/backend.h): one block per row
+// (reduce.cu).
+void causal_softmax(const Tensor& out, const Tensor& x, double scale);
+void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale);
 // Batch normalisation's four steps with the CPU's contracts, from the elementwise and
 // reduction kernels (norm.cc).
 std::tuple<Tensor, Tensor> batch_norm_mean_var(const Tensor& x);

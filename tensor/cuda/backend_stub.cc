@@ -26,6 +26,10 @@ Tensor sum(const Tensor&, const Shape&, bool) { unavailable("sum"); }
 Tensor mean(const Tensor&, const Shape&, bool) { unavailable("mean"); }
 std::tuple<Tensor, Tensor> max(const Tensor&, const Shape&, bool) { unavailable("max"); }
 void softmax(const Tensor&, const Tensor&, int64_t, bool) { unavailable("softmax"); }
+void causal_softmax(const Tensor&, const Tensor&, double) { unavailable("causal_softmax"); }
+void causal_softmax_backward(const Tensor&, const Tensor&, const Tensor&, double) {
+  unavailable("causal_softmax backward");
+}
 void mm(const Tensor&, const Tensor&, const Tensor&) { unavailable("matmul"); }
 bool conv2d(const Tensor&, const Tensor&, const Tensor&, const Window2d&, int64_t) { unavailable("conv2d"); }
 bool conv2d_backward_input(const Tensor&, const Tensor&, const Tensor&, const Window2d&, int64_t) {

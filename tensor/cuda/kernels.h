@@ -55,6 +55,11 @@ int sum_columns(const void* x, int dtype, void* out, int64_t rows, int64_t inner
 int max_rows(const void* x, int dtype, void* values, int64_t* indices, int64_t outer, int64_t inner, void* stream);
 // (log_)softmax of each row of x [outer, n] into out (same layout); floating dtypes.
 int softmax_rows(const void* x, int dtype, void* out, int64_t outer, int64_t n, bool log_softmax, void* stream);
+// Causal softmax of the rows of contiguous [rows / m matrices of m, n]: with y null, out =
+// softmax(scale * x) over each row's first r % m + n - m + 1 columns, 0 beyond; with y (the
+// forward's output), x is the gradient and out = scale * y * (x - sum(x * y)), 0 beyond.
+int causal_softmax_rows(const void* x, const void* y, int dtype, void* out, int64_t rows, int64_t m, int64_t n,
+                        double scale, void* stream);
 // out [n, c] = the rows of weight [V, c] at ids [n] (in range); the backward adds grad [n, c]
 // onto acc [V, c] (float, or double for float64 grads; zeroed by the caller) at ids.
 int embedding_rows(const void* weight, const int64_t* ids, int dtype, void* out, int64_t n, int64_t c, void* stream);

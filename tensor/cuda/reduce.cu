@@ -139,6 +139,48 @@ __global__ void softmax_rows_kernel(const T* x, T* out, int64_t outer, int64_t n
   }
 }
 
+// Causal softmax, one block per row r of a [M, N] matrix (rows of all matrices in turn): the
+// first kept = r % M + N - M + 1 columns get softmax(scale * x), the rest 0. The backward:
+// scale * y * (g - sum(g * y)) over the kept columns, 0 beyond.
+template <typename T>
+__global__ void causal_softmax_kernel(const T* x, T* out, int64_t rows, int64_t m, int64_t n, acc_t<T> scale) {
+  using A = acc_t<T>;
+  __shared__ A buf[kThreads];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* row = x + r * n;
+    T* out_row = out + r * n;
+    const int64_t kept = r % m + n - m + 1;
+    A top = -INFINITY;
+    for (int64_t i = threadIdx.x; i < kept; i += kThreads) top = Larger{}(top, static_cast<A>(load(row[i])) * scale);
+    top = block_reduce(top, buf, Larger{});
+    A total = 0;
+    for (int64_t i = threadIdx.x; i < kept; i += kThreads) total += exp(static_cast<A>(load(row[i])) * scale - top);
+    total = block_reduce(total, buf, Plus{});
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+      out_row[i] = store<T>(i < kept ? exp(static_cast<A>(load(row[i])) * scale - top) / total : A(0));
+    }
+  }
+}
+
+template <typename T>
+__global__ void causal_softmax_backward_kernel(const T* g, const T* y, T* dx, int64_t rows, int64_t m, int64_t n,
+                                               acc_t<T> scale) {
+  using A = acc_t<T>;
+  __shared__ A buf[kThreads];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t kept = r % m + n - m + 1;
+    A dot = 0;
+    for (int64_t i = threadIdx.x; i < kept; i += kThreads) {
+      dot += static_cast<A>(load(g[r * n + i])) * static_cast<A>(load(y[r * n + i]));
+    }
+    dot = block_reduce(dot, buf, Plus{});
+    for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+      const A yi = static_cast<A>(load(y[r * n + i]));
+      dx[r * n + i] = store<T>(i < kept ? yi * (static_cast<A>(load(g[r * n + i])) - dot) * scale : A(0));
+    }
+  }
+}
+
 // Layer norm, one block per row of n elements: the mean, then the biased variance from the
 // squared deviations (two passes in the accumulation type), then the normalised row times
 // weight plus bias. S: the statistics' type (float, or double for float64).
@@ -255,6 +297,27 @@ int softmax_rows(const void* x, int dtype, void* out, int64_t outer, int64_t n, 
       if (outer == 0 || n == 0) return cudaSuccess;
       softmax_rows_kernel<T><<<grid_for(outer), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
           static_cast<const T*>(x), static_cast<T*>(out), outer, n, log_softmax);
+      return cudaGetLastError();
+    }
+  });
+}
+
+int causal_softmax_rows(const void* x, const void* y, int dtype, void* out, int64_t rows, int64_t m, int64_t n,
+                        double scale, void* stream) {
+  return dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!is_floating<T>) {
+      return cudaErrorInvalidValue;  // tensor/ops/attention.cc refuses non-floating dtypes
+    } else {
+      if (rows == 0 || n == 0) return cudaSuccess;
+      const auto s = static_cast<acc_t<T>>(scale);
+      if (y == nullptr) {
+        causal_softmax_kernel<T><<<grid_for(rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+            static_cast<const T*>(x), static_cast<T*>(out), rows, m, n, s);
+      } else {
+        causal_softmax_backward_kernel<T><<<grid_for(rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+            static_cast<const T*>(x), static_cast<const T*>(y), static_cast<T*>(out), rows, m, n, s);
+      }
       return cudaGetLastError();
     }
   });

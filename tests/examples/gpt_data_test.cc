@@ -39,7 +39,7 @@ TEST_CASE("a corpus reads a file or a folder's text files, and refuses what is n
   std::filesystem::create_directories(dir);
   write(dir + "/b", "ba\n");
   write(dir + "/a", "ab\n");
-  write(dir + "/a.dat", std::string("\0\1\2", 3));  // fortune's index files are skipped
+  write(dir + "/a.dat", std::string("\0\1\2", 3));             // fortune's index files are skipped
   std::filesystem::create_symlink(dir + "/a", dir + "/a.u8");  // and links
   const TextCorpus c = TextCorpus::load(dir);
   CHECK(c.size() == 6);
@@ -62,7 +62,8 @@ TEST_CASE("a corpus reads a file or a folder's text files, and refuses what is n
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("the split keeps a tenth for validation; windows depend on (seed, rank, step) only", "[examples][gpt][data]") {
+TEST_CASE("the split keeps a tenth for validation; windows depend on (seed, rank, step) only",
+          "[examples][gpt][data]") {
   const TextCorpus c = TextCorpus::from_text(random_text("abcdefgh", 20 * TextSplit::kSplitBlock, 1));
   const TextSplit split(c, 7, 16);
   CHECK(split.validation_tokens() == 2 * TextSplit::kSplitBlock);
@@ -96,7 +97,8 @@ TEST_CASE("the split keeps a tenth for validation; windows depend on (seed, rank
       CHECK(validation_blocks.count(block) == 0);
     }
   }
-  CHECK_THROWS_WITH(TextSplit(TextCorpus::from_text("short"), 1, 16), Contains("too few for a training and a validation"));
+  CHECK_THROWS_WITH(TextSplit(TextCorpus::from_text("short"), 1, 16),
+                    Contains("too few for a training and a validation"));
 }
 
 TEST_CASE("the bigram model's loss is the entropy of the next character", "[examples][gpt][data]") {

@@ -2,9 +2,9 @@
 // PyTorch): conv2d over stride, padding, dilation and groups, max pooling with ties, average
 // and adaptive pooling, batch norm in both modes with its running statistics, dropout, and
 // the digits CNN's forward and gradients; forward values and every gradient; convolution through
-// cuDNN in each floating dtype and with TF32; layer_norm, gelu and embedding (the GPT's ops,
-// whose kernels are in reduce.cu, elementwise.cu and embedding.cu). Every GPU case skips, saying why, without a GPU
-// (and in a build without CUDA).
+// cuDNN in each floating dtype and with TF32; layer_norm, gelu, embedding and causal_softmax
+// (the GPT's ops, whose kernels are in reduce.cu, elementwise.cu and embedding.cu). Every GPU
+// case skips, saying why, without a GPU (and in a build without CUDA).
 #include <functional>
 
 #include "examples/models.h"
@@ -194,4 +194,13 @@ TEST_CASE("CUDA: layer_norm, gelu and embedding, forward and gradients, equal th
   }
   CHECK_THROWS_WITH(embedding(from_vector<int64_t>({9}, Shape{1}).to(kGpu), randn({8, 4}).to(kGpu)),
                     Catch::Contains("embedding: index 9 is out of range for 8 embeddings"));
+}
+
+TEST_CASE("CUDA: causal_softmax (the fused kernel) and its gradient equal the CPU's", "[cuda][causal_softmax]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  Generator gen(10);
+  for (const Shape& shape : {Shape{2, 4, 16, 16}, Shape{3, 300, 300}, Shape{5, 9}}) {  // rows past a block, M < N
+    INFO(format_shape(shape));
+    check_on_gpu([](const Inputs& v) { return causal_softmax(v[0], 0.125); }, {mul(randn(shape, {}, &gen), 4.0)});
+  }
 }

@@ -267,3 +267,47 @@ TEST_CASE("masked_fill, tril, triu, cat and chunk equal torch's, forward and gra
   out.backward(value("chunk_grad_out", {4, 2}, kFloat64));
   CHECK(allclose(x.grad(), value("chunk_grad_input", {4, 6}, kFloat64), 1e-15, 0));
 }
+
+TEST_CASE("causal_softmax equals nanoGPT's scale, mask and softmax: PyTorch's numbers, gradcheck, errors",
+          "[gpt][causal_softmax]") {
+  for (const auto& [suffix, dtype, tol] : {std::tuple{"f64", kFloat64, 1e-13}, std::tuple{"f32", kFloat32, 2e-6}}) {
+    for (const auto& [c, shape] : {std::pair{"square", Shape{2, 3, 5, 5}}, std::pair{"wide", Shape{4, 6}}}) {
+      const std::string name = std::string("causal_softmax_") + c + "_" + suffix;
+      INFO(name);
+      const Tensor x = value(name + "_input", shape, dtype).requires_grad_();
+      const Tensor y = causal_softmax(x, 0.375);
+      CHECK(allclose(y, value(name + "_out", shape, dtype), tol, tol));
+      y.backward(value(name + "_grad_out", shape, dtype));
+      CHECK(allclose(x.grad(), value(name + "_grad_input", shape, dtype), tol, tol));
+    }
+  }
+  // Finite differences in float64, with scores large enough that the maximum matters.
+  manual_seed(3);
+  const Tensor x = mul(randn({2, 4, 6}, kFloat64), 4.0).requires_grad_();
+  CHECK(tinyddp::autograd::gradcheck([](const std::vector<Tensor>& in) { return causal_softmax(in[0], 0.7); }, {x}) ==
+        "");
+  // A -inf score weighs exactly nothing (Eigen's exp(-inf) alone is a tiny denormal).
+  const Tensor w = softmax(tensor({0.5, -INFINITY, 1.0, -INFINITY}), 0);
+  CHECK(w[1].item<float>() == 0.0f);
+  CHECK(w[3].item<float>() == 0.0f);
+  CHECK_THROWS_WITH(causal_softmax(randn({5, 4})), Contains("expected scores [..., M, N] with M <= N"));
+  CHECK_THROWS_WITH(causal_softmax(ones({3}, kInt64)), Contains("expected floating-point scores, got dtype int64"));
+}
+
+TEST_CASE("causal_softmax gives the bits of mul, masked_fill and softmax, forward and backward",
+          "[gpt][causal_softmax]") {
+  manual_seed(9);
+  for (int64_t n : {5, 8, 13, 64}) {
+    INFO("T = " << n);
+    const Tensor s = mul(randn({4, n, n}), 3.0);
+    const Tensor fused = s.detach().clone().requires_grad_(), parts = s.detach().clone().requires_grad_();
+    const Tensor y = causal_softmax(fused, 0.25);
+    const Tensor want = softmax(masked_fill(mul(parts, 0.25), eq(tril(ones({n, n})), 0.0), -INFINITY), -1);
+    CHECK(equal(y, want));
+    CHECK(equal(masked_fill(y, eq(tril(ones({n, n})), 0.0), 0.0), y));  // masked: exactly 0, as PyTorch
+    const Tensor g = randn({4, n, n});
+    y.backward(g);
+    want.backward(g);
+    CHECK(equal(fused.grad(), parts.grad()));
+  }
+}

@@ -221,13 +221,55 @@ namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
       for (int k = 1; k < 8; ++k) m = m < part[k] ? part[k] : m;
       Eigen::Map<Row> s(shifted, n), o(out_row, n);
       s = Eigen::Map<const Row>(row, n) - m;
-      o = s.exp();
+      // Eigen's exp(-inf) is a tiny denormal, not 0: a masked (-inf) entry must weigh nothing.
+      o = (s == -std::numeric_limits<T>::infinity()).select(T(0), s.exp());
       const double total = sum_in_double(out_row, n);
       if (log) {
         o = s - static_cast<T>(std::log(total));
       } else {
         for (int64_t k = 0; k < n; ++k) out_row[k] = static_cast<T>(static_cast<double>(out_row[k]) / total);
       }
+    }
+  }
+
+  // ---- Causal softmax ---------------------------------------------------------------------------
+
+  // Each row scaled and masked (-inf beyond the kept columns) in place, then softmax_rows on
+  // it: the same code as scale, masked_fill and softmax one after the other, so the same bits
+  // (Eigen splits a row into vector packets and a scalar tail by its length and address, and
+  // the two round differently: a separate implementation would differ in the last bit).
+  template <typename T>
+  void causal_softmax_rows(const T* x, T* out, int64_t rows, int64_t m, int64_t n, double scale, T* scratch) {
+    using Row = Eigen::Array<T, Eigen::Dynamic, 1>;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t kept = r % m + n - m + 1;
+      Eigen::Map<Row> row(out + r * n, n);
+      row.head(kept) = Eigen::Map<const Row>(x + r * n, kept) * static_cast<T>(scale);
+      row.tail(n - kept).setConstant(-std::numeric_limits<T>::infinity());
+      softmax_rows<T>(out + r * n, out + r * n, 1, n, false, scratch);
+    }
+  }
+
+  // dx = y * (g - sum(g * y)) * scale over the kept columns, 0 beyond; the sum in double over
+  // the whole row's products (the masked ones are 0), as sum() adds them.
+  template <typename T>
+  void causal_softmax_backward_rows(const T* g, const T* y, T* dx, int64_t rows, int64_t m, int64_t n, double scale) {
+    const T s = static_cast<T>(scale);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t kept = r % m + n - m + 1, at = r * n;
+      // sum_in_double's grouping, over the products rounded to T (no std::vector here: this
+      // file's inline code must not be shared with other translation units).
+      double part[8] = {};
+      int64_t i = 0;
+      for (; i + 8 <= n; i += 8) {
+        for (int k = 0; k < 8; ++k) part[k] += static_cast<double>(static_cast<T>(g[at + i + k] * y[at + i + k]));
+      }
+      double tail = 0;
+      for (; i < n; ++i) tail += static_cast<double>(static_cast<T>(g[at + i] * y[at + i]));
+      const T dot = static_cast<T>(((part[0] + part[1]) + (part[2] + part[3])) +
+                                   ((part[4] + part[5]) + (part[6] + part[7])) + tail);
+      for (int64_t k = 0; k < kept; ++k) dx[at + k] = y[at + k] * (g[at + k] - dot) * s;
+      for (int64_t k = kept; k < n; ++k) dx[at + k] = T(0);
     }
   }
 
@@ -287,6 +329,10 @@ namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
       column_sums<double>,
       softmax_rows<float>,
       softmax_rows<double>,
+      causal_softmax_rows<float>,
+      causal_softmax_rows<double>,
+      causal_softmax_backward_rows<float>,
+      causal_softmax_backward_rows<double>,
       sgd<float>,
       sgd<double>,
   };

@@ -72,6 +72,18 @@ struct IsaKernels {
   // elements.
   void (*softmax_rows_f32)(const float* x, float* out, int64_t rows, int64_t n, bool log, float* scratch);
   void (*softmax_rows_f64)(const double* x, double* out, int64_t rows, int64_t n, bool log, double* scratch);
+  // Causal softmax of contiguous [rows / m matrices of m, n] (cpu/backend.h): row r keeps its
+  // first r % m + n - m + 1 columns. The forward's rows round as softmax_rows' over the
+  // masked row; the backward (dx from g and the forward's y) as sum and the elementwise ops.
+  // `scratch` has n elements.
+  void (*causal_softmax_rows_f32)(const float* x, float* out, int64_t rows, int64_t m, int64_t n, double scale,
+                                  float* scratch);
+  void (*causal_softmax_rows_f64)(const double* x, double* out, int64_t rows, int64_t m, int64_t n, double scale,
+                                  double* scratch);
+  void (*causal_softmax_backward_rows_f32)(const float* g, const float* y, float* dx, int64_t rows, int64_t m,
+                                           int64_t n, double scale);
+  void (*causal_softmax_backward_rows_f64)(const double* g, const double* y, double* dx, int64_t rows, int64_t m,
+                                           int64_t n, double scale);
 
   void (*sgd_f32)(const SgdArgs<float>&);
   void (*sgd_f64)(const SgdArgs<double>&);
