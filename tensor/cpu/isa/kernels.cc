@@ -221,8 +221,11 @@ namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
       for (int k = 1; k < 8; ++k) m = m < part[k] ? part[k] : m;
       Eigen::Map<Row> s(shifted, n), o(out_row, n);
       s = Eigen::Map<const Row>(row, n) - m;
+      o = s.exp();
       // Eigen's exp(-inf) is a tiny denormal, not 0: a masked (-inf) entry must weigh nothing.
-      o = (s == -std::numeric_limits<T>::infinity()).select(T(0), s.exp());
+      // (A plain loop: it vectorises to a blend, where Eigen 3.4's select() is scalar.)
+      constexpr T kMinusInf = -std::numeric_limits<T>::infinity();
+      for (int64_t k = 0; k < n; ++k) out_row[k] = shifted[k] == kMinusInf ? T(0) : out_row[k];
       const double total = sum_in_double(out_row, n);
       if (log) {
         o = s - static_cast<T>(std::log(total));
