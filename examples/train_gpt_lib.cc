@@ -311,7 +311,7 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
   } else {
     for (const auto& [name, t] : run.optimizer->state_dict()) result.optimizer_state_bytes += t.nbytes();
   }
-  out << fmt::format("optimizer state on rank {}: {:.2f} MB\n", run.rank,
+  log << fmt::format("optimizer state on rank {}: {:.2f} MB\n", run.rank,  // every rank: ZeRO's shards differ
                      static_cast<double>(result.optimizer_state_bytes) / 1e6);
   if (run.text.split) {
     result.validation_loss = validation_loss(config, run);

@@ -95,6 +95,7 @@ TEST_CASE("train_gpt replays PyTorch's one-process run: losses, norms, rates and
 
 TEST_CASE("train_gpt on 2 ranks replays PyTorch's DDP run, with AdamW and with ZeRO", "[examples][gpt][ddp]") {
   const Files files;
+  std::vector<double> state_mb;  // rank 0's optimizer state, AdamW then ZeRO
   for (const std::string zero : {"", " --zero"}) {
     const std::string metrics = temp_path("gpt_ddp.csv"), saved = temp_path("gpt_ddp.safetensors");
     const CommandResult r =
@@ -104,7 +105,11 @@ TEST_CASE("train_gpt on 2 ranks replays PyTorch's DDP run, with AdamW and with Z
     REQUIRE(r.exit_code == 0);
     if (!zero.empty()) CHECK_THAT(r.output, Contains("ZeRO"));
     check_against("ddp", metrics, saved);
+    const size_t at = r.output.find("optimizer state on rank 0: ");
+    REQUIRE(at != std::string::npos);
+    state_mb.push_back(std::stod(r.output.substr(at + 27)));
   }
+  CHECK(state_mb[1] < 0.6 * state_mb[0]);  // each rank keeps Adam's moments for its share only
 }
 
 TEST_CASE("train_gpt killed at step 13 resumes from its step-10 checkpoint and ends as PyTorch's DDP run",
