@@ -112,6 +112,27 @@ TEST_CASE("train_gpt on 2 ranks replays PyTorch's DDP run, with AdamW and with Z
   CHECK(state_mb[1] < 0.6 * state_mb[0]);  // each rank keeps Adam's moments for its share only
 }
 
+TEST_CASE("train_gpt --comm_hook bf16 trains on 2 ranks within bf16's rounding of PyTorch's DDP run",
+          "[examples][gpt][ddp][hooks]") {
+  const Files files;
+  const std::string metrics = temp_path("gpt_bf16.csv");
+  const CommandResult r =
+      run_command("launcher/launch --nproc_per_node 2 -- examples/train_gpt" + kFixtureFlags +
+                  " --comm_hook bf16 --init " + files.init + " --data " + files.data + " --metrics " + metrics);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  std::ifstream csv(metrics);
+  std::string line, last;
+  while (std::getline(csv, line)) last = line;
+  double step, loss, norm, lr;
+  REQUIRE(std::sscanf(last.c_str(), "%lf,%lf,%lf,%lf", &step, &loss, &norm, &lr) == 4);
+  CHECK(step == 19);
+  // The gradients travel in bfloat16 (8 bits of mantissa): the run follows PyTorch's closely
+  // but not to 1e-5.
+  const double want = tensor::mean(reference().at("ddp.loss")[19]).item<double>();
+  CHECK(std::fabs(loss - want) < 0.05);
+}
+
 TEST_CASE("train_gpt killed at step 13 resumes from its step-10 checkpoint and ends as PyTorch's DDP run",
           "[examples][gpt][ddp][checkpoint]") {
   const Files files;
