@@ -57,4 +57,11 @@ void BatchNorm2d::check_input_dim(const Tensor& input) const {
              tensor::format_shape(input.sizes()));
 }
 
+std::shared_ptr<Module> BatchNorm1d::clone_structure() const {
+  return std::make_shared<BatchNorm1d>(num_features, eps, momentum, affine, track_running_stats);
+}
+std::shared_ptr<Module> BatchNorm2d::clone_structure() const {
+  return std::make_shared<BatchNorm2d>(num_features, eps, momentum, affine, track_running_stats);
+}
+
 }  // namespace tinyddp::nn

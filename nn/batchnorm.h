@@ -42,6 +42,7 @@ class BatchNorm : public Module {
 // Input [N, C] or [N, C, L].
 class BatchNorm1d : public BatchNorm {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
                        bool affine = true, bool track_running_stats = true)
       : BatchNorm("BatchNorm1d", num_features, eps, momentum, affine, track_running_stats) {}
@@ -53,6 +54,7 @@ class BatchNorm1d : public BatchNorm {
 // Input [N, C, H, W].
 class BatchNorm2d : public BatchNorm {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
                        bool affine = true, bool track_running_stats = true)
       : BatchNorm("BatchNorm2d", num_features, eps, momentum, affine, track_running_stats) {}

@@ -187,4 +187,41 @@ ToyModel::ToyModel() : Module("ToyModel") {
 
 Tensor ToyModel::forward(const Tensor& input) { return net2->forward(relu->forward(net1->forward(input))); }
 
+// ---- clone_structure: the same configuration, fresh tensors (Module::clone_structure) -----------
+
+std::shared_ptr<Module> Linear::clone_structure() const {
+  return std::make_shared<Linear>(in_features, out_features, bias.defined());
+}
+std::shared_ptr<Module> Conv2d::clone_structure() const {
+  return std::make_shared<Conv2d>(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+                                  bias.defined());
+}
+std::shared_ptr<Module> MaxPool2d::clone_structure() const {
+  return std::make_shared<MaxPool2d>(kernel_size, stride, padding, dilation);
+}
+std::shared_ptr<Module> AvgPool2d::clone_structure() const {
+  return std::make_shared<AvgPool2d>(kernel_size, stride, padding, count_include_pad);
+}
+std::shared_ptr<Module> AdaptiveAvgPool2d::clone_structure() const {
+  return std::make_shared<AdaptiveAvgPool2d>(output_size);
+}
+std::shared_ptr<Module> Flatten::clone_structure() const { return std::make_shared<Flatten>(start_dim, end_dim); }
+std::shared_ptr<Module> Dropout::clone_structure() const { return std::make_shared<Dropout>(p); }
+std::shared_ptr<Module> ReLU::clone_structure() const { return std::make_shared<ReLU>(); }
+std::shared_ptr<Module> Tanh::clone_structure() const { return std::make_shared<Tanh>(); }
+std::shared_ptr<Module> Sigmoid::clone_structure() const { return std::make_shared<Sigmoid>(); }
+std::shared_ptr<Module> Embedding::clone_structure() const {
+  return std::make_shared<Embedding>(num_embeddings, embedding_dim);
+}
+std::shared_ptr<Module> LayerNorm::clone_structure() const {
+  return std::make_shared<LayerNorm>(normalized_shape, eps, elementwise_affine, bias.defined());
+}
+std::shared_ptr<Module> GELU::clone_structure() const { return std::make_shared<GELU>(approximate); }
+std::shared_ptr<Module> Sequential::clone_structure() const {
+  auto copy = std::make_shared<Sequential>();
+  for (const auto& child : children()) copy->push_back(child->clone_structure());
+  return copy;
+}
+std::shared_ptr<Module> ToyModel::clone_structure() const { return std::make_shared<ToyModel>(); }
+
 }  // namespace tinyddp::nn

@@ -17,6 +17,7 @@ namespace tinyddp::nn {
 
 class Linear : public Module {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   // weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)) from the default generator, weight first:
   // after the same manual_seed the values equal torch.nn.Linear's.
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
@@ -34,6 +35,7 @@ class Linear : public Module {
 // values after the same manual_seed). Zero padding.
 class Conv2d : public Module {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   Conv2d(int64_t in_channels, int64_t out_channels, tensor::Size2d kernel_size, tensor::Size2d stride = 1,
          tensor::Size2d padding = 0, tensor::Size2d dilation = 1, int64_t groups = 1, bool bias = true);
   // input: [N, in, H, W] (or [in, H, W]) -> [N, out, OH, OW]
@@ -51,6 +53,7 @@ class Conv2d : public Module {
 // could also mean (kernel 2, stride 3).
 class MaxPool2d : public Module {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   MaxPool2d(tensor::Size2d kernel_size, std::optional<tensor::Size2d> stride = {}, tensor::Size2d padding = 0,
             tensor::Size2d dilation = 1);
   Tensor forward(const Tensor& input) override;
@@ -60,6 +63,7 @@ class MaxPool2d : public Module {
 
 class AvgPool2d : public Module {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   AvgPool2d(tensor::Size2d kernel_size, std::optional<tensor::Size2d> stride = {}, tensor::Size2d padding = 0,
             bool count_include_pad = true);
   Tensor forward(const Tensor& input) override;
@@ -70,6 +74,7 @@ class AvgPool2d : public Module {
 
 class AdaptiveAvgPool2d : public Module {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   explicit AdaptiveAvgPool2d(tensor::Size2d output_size);
   Tensor forward(const Tensor& input) override { return tensor::adaptive_avg_pool2d(input, output_size); }
   std::string extra_repr() const override;
@@ -79,6 +84,7 @@ class AdaptiveAvgPool2d : public Module {
 // torch.nn.Flatten: dims start_dim..end_dim merged into one (by default all but the batch dim).
 class Flatten : public Module {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)
       : Module("Flatten"), start_dim(start_dim), end_dim(end_dim) {}
   Tensor forward(const Tensor& input) override { return input.flatten(start_dim, end_dim); }
@@ -90,6 +96,7 @@ class Flatten : public Module {
 // identity after eval().
 class Dropout : public Module {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   explicit Dropout(double p = 0.5);
   Tensor forward(const Tensor& input) override { return tensor::dropout(input, p, is_training()); }
   std::string extra_repr() const override;
@@ -98,18 +105,21 @@ class Dropout : public Module {
 
 class ReLU : public Module {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   ReLU() : Module("ReLU") {}
   Tensor forward(const Tensor& input) override { return tensor::relu(input); }
 };
 
 class Tanh : public Module {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   Tanh() : Module("Tanh") {}
   Tensor forward(const Tensor& input) override { return tensor::tanh(input); }
 };
 
 class Sigmoid : public Module {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   Sigmoid() : Module("Sigmoid") {}
   Tensor forward(const Tensor& input) override { return tensor::sigmoid(input); }
 };
@@ -119,6 +129,7 @@ class Sigmoid : public Module {
 // shape -> [..., embedding_dim].
 class Embedding : public Module {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   Embedding(int64_t num_embeddings, int64_t embedding_dim);
   Tensor forward(const Tensor& input) override { return tensor::embedding(input, weight); }
   std::string extra_repr() const override;
@@ -132,6 +143,7 @@ class Embedding : public Module {
 // with bias=False).
 class LayerNorm : public Module {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   explicit LayerNorm(tensor::Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
                      bool bias = true);
   Tensor forward(const Tensor& input) override;
@@ -147,6 +159,7 @@ class LayerNorm : public Module {
 // As torch.nn.GELU: approximate "none" (exact, with erf; nanoGPT's MLP) or "tanh".
 class GELU : public Module {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   explicit GELU(std::string approximate = "none");
   Tensor forward(const Tensor& input) override { return tensor::gelu(input, approximate); }
   std::string extra_repr() const override;
@@ -157,6 +170,7 @@ class GELU : public Module {
 // Runs its children in order; they are named "0", "1", ... as in torch.nn.Sequential.
 class Sequential : public Module {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   Sequential() : Module("Sequential") {}
   explicit Sequential(std::vector<std::shared_ptr<Module>> modules);
   void push_back(std::shared_ptr<Module> module);
@@ -172,6 +186,7 @@ std::shared_ptr<Sequential> mlp(const std::vector<int64_t>& widths);
 // The model of PyTorch's DDP tutorial, with their parameter names.
 class ToyModel : public Module {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   ToyModel();
   Tensor forward(const Tensor& input) override;  // net2(relu(net1(input)))
 

@@ -2,6 +2,7 @@
 #include "tinyddp/nn/module.h"
 
 #include <sstream>
+#include <typeinfo>
 #include <unordered_map>
 
 namespace tinyddp::nn {
@@ -170,6 +171,19 @@ void Module::load_state_dict(const OrderedDict<Tensor>& state, bool strict) {
   for (const auto& [name, t] : all) {  // every name in module order, so a tie's last name wins
     if (const Tensor* source = state.find(name)) t.detach().copy_(*source);
   }
+}
+
+std::shared_ptr<Module> Module::clone_structure() const {
+  TDDP_CHECK(typeid(*this) == typeid(Module),
+             "{} cannot be replicated: its class does not override Module::clone_structure() (DataParallel's "
+             "replicate needs a copy of the module for each device)",
+             type_name_);
+  auto copy = std::make_shared<Module>(type_name_);
+  for (const auto& [name, t] : parameters_) copy->register_parameter(name, t.detach().clone(), t.requires_grad());
+  for (const auto& [name, t] : buffers_) copy->register_buffer(name, t.detach().clone());
+  for (const auto& [name, child] : children_) copy->register_module(name, child->clone_structure());
+  copy->training_ = training_;
+  return copy;
 }
 
 void Module::train(bool on) {

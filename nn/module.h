@@ -94,6 +94,13 @@ class Module : public std::enable_shared_from_this<Module> {
   void to(DType dtype);
   void to(Device device);
 
+  // A new module of the same type and configuration with parameters and buffers of its own
+  // (their values not copied; the default generator may be drawn), children included: what
+  // DataParallel's replicate() builds each replica from. Built-in layers override it; a plain
+  // Module (a container, as GPT's "transformer") copies its structure; any other module type
+  // throws, naming itself, until it overrides this.
+  virtual std::shared_ptr<Module> clone_structure() const;
+
   const std::string& type_name() const { return type_name_; }
   // "Linear(in_features=10, out_features=5, bias=True)" style, children indented.
   std::string repr() const;
