@@ -172,4 +172,31 @@ int64_t GPT::num_parameters(bool non_embedding) const {
   return non_embedding ? n - wpe->weight.numel() : n;
 }
 
+// ---- clone_structure (Module::clone_structure): a new module from the same configuration ------
+
+namespace {
+GPTConfig config_of(int64_t n_embd, int64_t n_head, int64_t block_size, double dropout, bool bias) {
+  GPTConfig c;
+  c.n_embd = n_embd;
+  c.n_head = n_head;
+  c.block_size = block_size;
+  c.dropout = dropout;
+  c.bias = bias;
+  return c;
+}
+}  // namespace
+
+std::shared_ptr<Module> CausalSelfAttention::clone_structure() const {
+  return std::make_shared<CausalSelfAttention>(
+      config_of(n_embd, n_head, block_size, attn_dropout->p, c_attn->bias.defined()));
+}
+std::shared_ptr<Module> MLP::clone_structure() const {
+  return std::make_shared<MLP>(config_of(c_fc->in_features, 1, 1, dropout->p, c_fc->bias.defined()));
+}
+std::shared_ptr<Module> Block::clone_structure() const {
+  return std::make_shared<Block>(
+      config_of(attn->n_embd, attn->n_head, attn->block_size, attn->attn_dropout->p, attn->c_attn->bias.defined()));
+}
+std::shared_ptr<Module> GPT::clone_structure() const { return std::make_shared<GPT>(config); }
+
 }  // namespace tinyddp::nn

@@ -28,6 +28,7 @@ struct GPTConfig {
 // weights (attn_dropout) and on the output (resid_dropout).
 class CausalSelfAttention : public Module {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   explicit CausalSelfAttention(const GPTConfig& config);
   Tensor forward(const Tensor& x) override;
 
@@ -39,6 +40,7 @@ class CausalSelfAttention : public Module {
 // c_fc (n_embd -> 4 n_embd), exact GELU, c_proj (back to n_embd), dropout.
 class MLP : public Module {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   explicit MLP(const GPTConfig& config);
   Tensor forward(const Tensor& x) override;
 
@@ -50,6 +52,7 @@ class MLP : public Module {
 // x + attn(ln_1(x)), then x + mlp(ln_2(x)): layer norms before each part (eps 1e-5).
 class Block : public Module {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   explicit Block(const GPTConfig& config);
   Tensor forward(const Tensor& x) override;
 
@@ -66,6 +69,7 @@ class Block : public Module {
 // transformer.wte.weight; a checkpoint's lm_head.weight is accepted too).
 class GPT : public Module {
  public:
+  std::shared_ptr<Module> clone_structure() const override;
   explicit GPT(const GPTConfig& config);
 
   // ids [B, T] -> logits [B, T, vocab_size].

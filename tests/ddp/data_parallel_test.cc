@@ -12,6 +12,7 @@
 
 #include "tinyddp/ddp/data_parallel.h"
 #include "tinyddp/nn/nn.h"
+#include "tinyddp/nn/transformer.h"
 
 using namespace tinyddp;
 using Catch::Contains;
@@ -115,4 +116,32 @@ TEST_CASE("DataParallel: buffers are the module's through replica 0; errors as P
   DataParallel custom(std::make_shared<Custom>(), cpus(2));
   CHECK_THROWS_WITH(custom.forward(tensor::ones({4, 2})),
                     Contains("Custom cannot be replicated: its class does not override Module::clone_structure()"));
+}
+
+TEST_CASE("DataParallel over a GPT (tied head): two CPU replicas give the module's loss and gradients",
+          "[ddp][dp][gpt]") {
+  nn::GPTConfig c;
+  c.block_size = 8;
+  c.vocab_size = 11;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  tensor::manual_seed(3);
+  auto model = std::make_shared<nn::GPT>(c);
+  DataParallel dp(model, cpus(2));
+  tensor::Generator gen(4);
+  const Tensor ids = tensor::mul(tensor::rand({6, 8}, {}, &gen), 11.0).to(tensor::kInt64);
+  const Tensor targets = tensor::mul(tensor::rand({6, 8}, {}, &gen), 11.0).to(tensor::kInt64);
+  const std::vector<Tensor> out = dp(ids, targets);  // {logits [6, 8, 11], loss of each replica}
+  REQUIRE(out.size() == 2);
+  CHECK(out[1].sizes() == Shape{2});
+  tensor::mean(out[1]).backward();  // equal halves: the mean of the replicas' means
+  std::vector<Tensor> dp_grads;
+  for (const Tensor& p : model->parameters()) dp_grads.push_back(p.grad().clone());
+  model->zero_grad();
+  const Tensor loss = (*model)(ids, targets)[1];
+  loss.backward();
+  CHECK(std::fabs(loss.item<double>() - tensor::mean(out[1]).item<double>()) < 1e-6);
+  const std::vector<Tensor> params = model->parameters();
+  for (size_t i = 0; i < params.size(); ++i) CHECK(max_diff(params[i].grad(), dp_grads[i]) < 1e-6);
 }
