@@ -5,14 +5,15 @@
 // grouped differently: equal to rounding, not bitwise). Also each step alone (scatter's
 // chunks, replicate's copies and where their gradients go, parallel_apply's threads and
 // errors, gather), buffers (only the module's own, through replica 0, are updated), and the
-// errors PyTorch gives.
+// errors PyTorch gives. On a GPU (skipped without one): one device, and the device twice.
 #include <thread>
 
-#include <catch2/catch.hpp>
+#include "tests/test_util.h"
 
 #include "tinyddp/ddp/data_parallel.h"
 #include "tinyddp/nn/nn.h"
 #include "tinyddp/nn/transformer.h"
+#include "tinyddp/tensor/cuda.h"
 
 using namespace tinyddp;
 using Catch::Contains;
@@ -144,4 +145,28 @@ TEST_CASE("DataParallel over a GPT (tied head): two CPU replicas give the module
   CHECK(std::fabs(loss.item<double>() - tensor::mean(out[1]).item<double>()) < 1e-6);
   const std::vector<Tensor> params = model->parameters();
   for (size_t i = 0; i < params.size(); ++i) CHECK(max_diff(params[i].grad(), dp_grads[i]) < 1e-6);
+}
+
+TEST_CASE("DataParallel on one GPU, and on the GPU twice, trains as the module", "[ddp][dp][cuda]") {
+  if (!tensor::cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << tensor::cuda::unavailable_reason());
+  const Device gpu = Device::cuda(0);
+  for (const size_t replicas : {size_t{1}, size_t{2}}) {
+    INFO(replicas << " replica(s) on cuda:0");
+    tensor::manual_seed(5);
+    auto plain = nn::mlp({6, 16, 3});
+    tensor::manual_seed(5);
+    auto module = nn::mlp({6, 16, 3});
+    plain->to(gpu);
+    module->to(gpu);
+    DataParallel dp(module, std::vector<Device>(replicas, gpu));
+    tensor::Generator gen(7);
+    const Tensor x = tensor::randn({10, 6}, {}, &gen).to(gpu);
+    const Tensor y = tensor::from_vector<int64_t>({0, 1, 2, 0, 1, 2, 0, 1, 2, 1}, Shape{10}).to(gpu);
+    const Tensor la = nn::cross_entropy(plain->forward(x), y), lb = nn::cross_entropy(dp.forward(x), y);
+    la.backward();
+    lb.backward();
+    CHECK(std::fabs(la.item<double>() - lb.item<double>()) < 1e-6);
+    const std::vector<Tensor> pa = plain->parameters(), pb = module->parameters();
+    for (size_t i = 0; i < pa.size(); ++i) CHECK(max_diff(pa[i].grad().to(Device()), pb[i].grad().to(Device())) < 1e-6);
+  }
 }
