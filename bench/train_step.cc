@@ -44,6 +44,7 @@ struct Config {
   std::string optimizer = "sgd";  // sgd (momentum 0.9), adam, zero_adam (ZeroRedundancyOptimizer over Adam)
   std::string comm_hook;          // DDP's default; allreduce, bf16, powersgd1, powersgd4 (PowerSGD rank 1 or 4)
   double bucket_cap_mb = 25, first_bucket_cap_mb = 1;  // DDP's bucket sizes (PyTorch's defaults)
+  int64_t batch = 0;                                   // mlp: the batch per rank (0: 128)
 };
 
 // " buckets=B hidden=H%": DDP's bucket count and the share of communication that overlapped
@@ -77,9 +78,10 @@ Workload make_workload(const Config& c, const t::Device& device) {
     w.inputs = t::randn({32, 1024});
     w.targets = t::randn({32, 1024});
   } else {
+    const int64_t batch = c.batch > 0 ? c.batch : 128;
     w.model = nn::mlp({784, 1024, 1024, 10});
-    w.inputs = t::randn({128, 784});
-    w.targets = t::rand({128}).mul_(10.0).to(t::kInt64);
+    w.inputs = t::randn({batch, 784});
+    w.targets = t::rand({batch}).mul_(10.0).to(t::kInt64);
   }
   w.model->to(device);
   w.inputs = w.inputs.to(device);
@@ -215,6 +217,7 @@ int main(int argc, char** argv) {
   app.add_option("--iterations", c.iterations, "timed steps (default 2000 toy, 30 mlp, 8 huge)")
       ->check(CLI::PositiveNumber);
   app.add_option("--warmup", c.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  app.add_option("--batch", c.batch, "--model mlp: the batch per rank (default 128)")->check(CLI::PositiveNumber);
   app.add_option("--nproc", nproc, "processes to fork when not under a launcher")->check(CLI::Range(1, 64));
   app.add_option("--device", c.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--backend", c.backend, "gloo or nccl (default: nccl with --device cuda, else gloo)")

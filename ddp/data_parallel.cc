@@ -6,7 +6,6 @@
 
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/ops.h"
-#include "tinyddp/tensor/random.h"
 
 namespace tinyddp::ddp {
 
@@ -56,11 +55,12 @@ std::vector<std::shared_ptr<nn::Module>> replicate(const std::shared_ptr<nn::Mod
   std::vector<std::shared_ptr<nn::Module>> replicas;
   const nn::OrderedDict<Tensor> params = module->named_parameters(), buffers = module->named_buffers();
   for (size_t r = 0; r < devices.size(); ++r) {
-    // Building the copy runs constructors that draw initial weights: put the generator back.
-    tensor::Generator& gen = tensor::default_generator();
-    const std::string state = gen.get_state();
-    std::shared_ptr<nn::Module> copy = module->clone_structure();
-    gen.set_state(state);
+    // The copy's values come from the module below: its constructors draw nothing.
+    std::shared_ptr<nn::Module> copy;
+    {
+      nn::SkipInitGuard skip_init;
+      copy = module->clone_structure();
+    }
     copy->to(devices[r]);
     each_pair(*module, *copy, [](nn::Module& a, nn::Module& b) { b.train(a.is_training()); });
     for (const auto& [name, p] : copy->named_parameters()) {

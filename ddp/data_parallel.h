@@ -38,7 +38,7 @@ std::vector<std::vector<Tensor>> scatter(const std::vector<Tensor>& inputs, cons
 // device), so gradients reach the module's parameters; buffers copied, except replica 0's
 // when it is on the module's device: those are the module's own, so its in-place updates
 // (BatchNorm's running statistics) land in the module, as in PyTorch. Train/eval mode copied.
-// Draws nothing from the default generator.
+// Draws nothing from the default generator (the copies are built under nn::SkipInitGuard).
 std::vector<std::shared_ptr<nn::Module>> replicate(const std::shared_ptr<nn::Module>& module,
                                                    const std::vector<Device>& devices);
 

@@ -12,7 +12,7 @@ namespace {
 Tensor uniform_init(const tensor::Shape& shape, int64_t fan_in) {
   const double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
   Tensor t = tensor::empty(shape);
-  tensor::uniform_(t, -bound, bound);
+  if (!SkipInitGuard::active()) tensor::uniform_(t, -bound, bound);
   return t;
 }
 }  // namespace
@@ -113,7 +113,8 @@ std::string Dropout::extra_repr() const { return fmt::format("p={}, inplace=Fals
 
 Embedding::Embedding(int64_t num, int64_t dim) : Module("Embedding"), num_embeddings(num), embedding_dim(dim) {
   TDDP_CHECK(num > 0 && dim > 0, "Embedding: num_embeddings ({}) and embedding_dim ({}) must be positive", num, dim);
-  weight = register_parameter("weight", tensor::randn({num, dim}));
+  weight =
+      register_parameter("weight", SkipInitGuard::active() ? tensor::empty({num, dim}) : tensor::randn({num, dim}));
 }
 
 std::string Embedding::extra_repr() const { return fmt::format("{}, {}", num_embeddings, embedding_dim); }

@@ -7,6 +7,14 @@
 
 namespace tinyddp::nn {
 
+namespace {
+thread_local bool skip_init = false;
+}  // namespace
+
+SkipInitGuard::SkipInitGuard() : previous_(skip_init) { skip_init = true; }
+SkipInitGuard::~SkipInitGuard() { skip_init = previous_; }
+bool SkipInitGuard::active() { return skip_init; }
+
 Tensor Module::forward(const Tensor& /*input*/) {
   throw Error(
       fmt::format("{}: forward(const Tensor&) is not implemented for this module (one with several inputs "

@@ -17,6 +17,21 @@ using tensor::Device;
 using tensor::DType;
 using tensor::Tensor;
 
+// While one lives on this thread, layer constructors leave their parameters' values
+// unwritten (no random draws): clone_structure()'s copies, whose values the caller sets, cost
+// allocations only. Nests.
+class SkipInitGuard {
+ public:
+  SkipInitGuard();
+  ~SkipInitGuard();
+  SkipInitGuard(const SkipInitGuard&) = delete;
+  SkipInitGuard& operator=(const SkipInitGuard&) = delete;
+  static bool active();  // whether one lives on this thread
+
+ private:
+  bool previous_;
+};
+
 // Clears the gradients of `params`: set_to_none makes .grad undefined (PyTorch's default),
 // else it is zeroed in place. Module::zero_grad and Optimizer::zero_grad both call it.
 void zero_grad(const std::vector<Tensor>& params, bool set_to_none = true);

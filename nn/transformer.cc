@@ -79,6 +79,7 @@ GPT::GPT(const GPTConfig& config) : Module("GPT"), config(config) {
 
   // nanoGPT's _init_weights, applied to the leaf modules in order (lm_head last: it draws the
   // tied weight's final values), then the residual projections.
+  if (SkipInitGuard::active()) return;
   tensor::NoGradGuard no_grad;
   std::vector<const Module*> leaves;
   const auto visit = [&](const Module& m, const auto& self) -> void {

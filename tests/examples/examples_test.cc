@@ -412,3 +412,20 @@ TEST_CASE("examples: train --timeline on 2 ranks; the scripts merge the traces a
   CHECK(bad_csv.exit_code != 0);
   CHECK_THAT(bad_csv.output, Contains("line 2: expected 'step,loss'"));
 }
+
+TEST_CASE("scripts/plot_data_parallel.py draws the three steps and names what a results file lacks",
+          "[examples][pictures][dp]") {
+  const std::string results = temp_path("dp.txt"), png = temp_path("dp.png");
+  std::ofstream(results) << "RESULT model=mlp mode=local median_us=20000\n"
+                            "RESULT mode=dp replicas=2 step_us=17000 scatter_us=6 replicate_us=40 forward_us=4000 "
+                            "gather_us=70 backward_us=12000 optimizer_us=1000\n"
+                            "RESULT model=mlp mode=ddp buckets=2 hidden=35% median_us=20500\n";
+  const CommandResult drawn = run_command("/usr/bin/python3 scripts/plot_data_parallel.py " + results + " -o " + png);
+  INFO(drawn.output);
+  CHECK(drawn.exit_code == 0);
+  CHECK(is_png(png));
+  std::ofstream(results) << "RESULT model=mlp mode=local median_us=20000\n";
+  const CommandResult partial = run_command("/usr/bin/python3 scripts/plot_data_parallel.py " + results + " -o " + png);
+  CHECK(partial.exit_code != 0);
+  CHECK_THAT(partial.output, Contains("has no RESULT line of mode=dp"));
+}
