@@ -61,7 +61,7 @@ std::vector<std::shared_ptr<nn::Module>> replicate(const std::shared_ptr<nn::Mod
       nn::SkipInitGuard skip_init;
       copy = module->clone_structure();
     }
-    copy->to(devices[r]);
+    // (No copy->to(device): every parameter and buffer is replaced below.)
     each_pair(*module, *copy, [](nn::Module& a, nn::Module& b) { b.train(a.is_training()); });
     for (const auto& [name, p] : copy->named_parameters()) {
       const Tensor& original = params.at(name);
