@@ -1,4 +1,4 @@
-// PyTorch's DDP tutorial's first DDP example: Linear(10, 10), MSE loss, SGD with lr 0.001, one
+// The example of PyTorch's DDP design note: Linear(10, 10), MSE loss, SGD with lr 0.001, one
 // step on 2 ranks. Each rank starts from different random weights on purpose; DDP's
 // construction broadcasts rank 0's, and the allreduce in backward gives every rank the same
 // gradient, so all ranks print the same parameter checksum.
