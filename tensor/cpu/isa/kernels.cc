@@ -188,16 +188,21 @@ namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
   // The sum of n values in double, from eight partial sums (so that the adds vectorise and do
   // not wait on each other): cpu/loops.h's partial_sums, which this file cannot include (its
   // inline code, compiled here for AVX-512, could be the copy the linker keeps for all).
-  template <typename T>
-  double sum_in_double(const T* v, int64_t n) {
+  // The sum over i < n of term(i) (a double).
+  template <typename F>
+  double sum_in_double(int64_t n, F&& term) {
     double part[8] = {};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-      for (int k = 0; k < 8; ++k) part[k] += static_cast<double>(v[i + k]);
+      for (int k = 0; k < 8; ++k) part[k] += term(i + k);
     }
     double tail = 0;
-    for (; i < n; ++i) tail += static_cast<double>(v[i]);
+    for (; i < n; ++i) tail += term(i);
     return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7])) + tail;
+  }
+  template <typename T>
+  double sum_in_double(const T* v, int64_t n) {
+    return sum_in_double(n, [v](int64_t i) { return static_cast<double>(v[i]); });
   }
 
   // Subtracts the row's maximum, takes the exponentials with Eigen's vectorised exp, sums them
@@ -260,17 +265,9 @@ namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
     const T s = static_cast<T>(scale);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t kept = r % m + n - m + 1, at = r * n;
-      // sum_in_double's grouping, over the products rounded to T (no std::vector here: this
-      // file's inline code must not be shared with other translation units).
-      double part[8] = {};
-      int64_t i = 0;
-      for (; i + 8 <= n; i += 8) {
-        for (int k = 0; k < 8; ++k) part[k] += static_cast<double>(static_cast<T>(g[at + i + k] * y[at + i + k]));
-      }
-      double tail = 0;
-      for (; i < n; ++i) tail += static_cast<double>(static_cast<T>(g[at + i] * y[at + i]));
-      const T dot = static_cast<T>(((part[0] + part[1]) + (part[2] + part[3])) +
-                                   ((part[4] + part[5]) + (part[6] + part[7])) + tail);
+      // The products rounded to T, then summed in double: as sum(mul(g, y)) computes the dot.
+      const T dot = static_cast<T>(
+          sum_in_double(n, [&](int64_t i) { return static_cast<double>(static_cast<T>(g[at + i] * y[at + i])); }));
       for (int64_t k = 0; k < kept; ++k) dx[at + k] = y[at + k] * (g[at + k] - dot) * s;
       for (int64_t k = kept; k < n; ++k) dx[at + k] = T(0);
     }
