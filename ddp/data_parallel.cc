@@ -149,7 +149,10 @@ DataParallel::DataParallel(std::shared_ptr<nn::Module> module_, std::optional<st
 }
 
 void DataParallel::check_module_device() const {
-  for (const auto& [name, t] : module->state_dict()) {
+  // (named_parameters and named_buffers, not state_dict: no detached copies on every forward)
+  nn::OrderedDict<Tensor> tensors = module->named_parameters();
+  for (const auto& [name, t] : module->named_buffers()) tensors.insert(name, t);
+  for (const auto& [name, t] : tensors) {
     TDDP_CHECK(t.device() == device_ids_.front(),
                "{}: the module must have its parameters and buffers on device {} (device_ids[0]) but found '{}' "
                "on device {}",

@@ -43,10 +43,9 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, std::string name, double lr
                  name_, i, g, it->second);
       params_.push_back(std::move(p));
     }
-    groups_.push_back(
-        Group{begin, params_.size(), groups[g].lr.value_or(lr), groups[g].weight_decay.value_or(weight_decay)});
-    set_lr(g, groups_.back().lr);
-    set_weight_decay(g, groups_.back().weight_decay);
+    groups_.push_back(Group{begin, params_.size(), 0, 0});
+    set_lr(g, groups[g].lr.value_or(lr));  // validated there
+    set_weight_decay(g, groups[g].weight_decay.value_or(weight_decay));
   }
 }
 
