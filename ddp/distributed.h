@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "tinyddp/comm/process_group.h"
@@ -127,6 +128,30 @@ class DistributedDataParallel : public nn::Module, public Joinable {
     bool previous_;
   };
   NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  // The caller's own work on this rank's timeline, as PyTorch's record_function marks it in a
+  // profile: a span named `name` on the compute row from now until the guard goes, in the
+  // iteration of the last forward. train marks its loss and its optimizer step, so that the
+  // picture of an iteration has no unlabelled gap. Nothing is recorded when the timeline is off.
+  class TimelineSpan {
+   public:
+    TimelineSpan(Recorder& recorder, std::string name)
+        : recorder_(&recorder), name_(std::move(name)), start_(Recorder::Clock::now()) {}
+    TimelineSpan(TimelineSpan&& other) noexcept
+        : recorder_(std::exchange(other.recorder_, nullptr)), name_(std::move(other.name_)), start_(other.start_) {}
+    TimelineSpan(const TimelineSpan&) = delete;
+    TimelineSpan& operator=(const TimelineSpan&) = delete;
+    TimelineSpan& operator=(TimelineSpan&&) = delete;
+    ~TimelineSpan() {
+      if (recorder_ != nullptr) recorder_->user_span(name_, start_);
+    }
+
+   private:
+    Recorder* recorder_;
+    std::string name_;
+    Recorder::Clock::time_point start_;
+  };
+  TimelineSpan timeline_span(std::string name) { return TimelineSpan(reducer_->recorder(), std::move(name)); }
 
   // Uneven inputs (PyTorch's `with ddp.join():`): every rank calls join() with its own
   // training loop. Each forward inside tells the others this rank is still active; a rank

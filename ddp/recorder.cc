@@ -13,6 +13,7 @@ void Recorder::mark(tensor::cuda::StreamMark& slot) const {
 
 void Recorder::forward_start() {
   forward_start_ = Clock::now();
+  forward_iteration_ = stats_.iterations;
   marks_ = DeviceMarks();
   mark(marks_.forward_start);
 }
@@ -27,6 +28,10 @@ void Recorder::backward_start(Clock::time_point started) { backward_start_ = sta
 
 void Recorder::layer_collective(const std::string& name, Clock::time_point start, Clock::time_point end) {
   if (timeline_enabled_) timeline_.span(name, start, end, stats_.iterations, Timeline::kLayerCollectives);
+}
+
+void Recorder::user_span(const std::string& name, Clock::time_point start) {
+  if (timeline_enabled_) timeline_.span(name, start, Clock::now(), forward_iteration_);
 }
 
 void Recorder::gradient_ready(const std::string& name) {

@@ -65,6 +65,9 @@ class Recorder {
   // A collective a layer issued itself (SyncBatchNorm's allgather or allreduce), from `start`
   // to its completion at `end`: a span on the timeline's layer-collectives row.
   void layer_collective(const std::string& name, Clock::time_point start, Clock::time_point end);
+  // The caller's own work (the loss, the optimizer step) from `start` to now, on the compute
+  // row, in the iteration of the last forward (the step it belongs to, before or after finalize).
+  void user_span(const std::string& name, Clock::time_point start);
   // finalize_backward, which began at `start`, is done; `bytes[b]` is bucket b's size.
   void finalized(Clock::time_point start, const std::vector<size_t>& bytes);
 
@@ -98,6 +101,7 @@ class Recorder {
   DeviceMarks marks_;
   std::optional<DeviceMarks> unmeasured_;
   bool timeline_enabled_ = false;
+  int64_t forward_iteration_ = 0;  // the iteration the last forward began
   Timeline timeline_;
 };
 

@@ -42,16 +42,37 @@ std::shared_ptr<comm::ProcessGroup> join_ranks(const std::string& backend, doubl
 }
 
 bool known_comm_hook(const std::string& name) {
-  return name == "allreduce" || name == "fp16" || name == "bf16" || name == "powersgd";
+  return name == "allreduce" || name == "fp16" || name == "bf16" || name == "powersgd" || name == "sum" ||
+         name == "none";
 }
+
+std::string comm_hook_choices() { return "allreduce, fp16, bf16 or powersgd (or, wrong on purpose, sum or none)"; }
+
+namespace {
+
+// Wrong on purpose: the ranks' gradients added, not averaged (a step world_size times too long).
+ddp::CommHook sum_hook(std::shared_ptr<comm::ProcessGroup> pg) {
+  return [pg = std::move(pg)](ddp::GradBucket& bucket) {
+    return comm::Future::from_work(pg->allreduce(bucket.buffer), bucket.buffer);
+  };
+}
+
+// Wrong on purpose: nothing sent; each rank keeps the gradient of its own share.
+ddp::CommHook local_hook() {
+  return [](ddp::GradBucket& bucket) { return comm::Future::completed(bucket.buffer); };
+}
+
+}  // namespace
 
 std::shared_ptr<ddp::PowerSGDState> register_comm_hook(ddp::DistributedDataParallel& ddp,
                                                        const std::shared_ptr<comm::ProcessGroup>& pg,
                                                        const std::string& name, int powersgd_rank,
                                                        int64_t powersgd_start_iter) {
-  TDDP_CHECK(known_comm_hook(name), "--comm_hook must be allreduce, fp16, bf16 or powersgd, got '{}'", name);
+  TDDP_CHECK(known_comm_hook(name), "--comm_hook must be {}, got '{}'", comm_hook_choices(), name);
   if (name == "fp16") ddp.register_comm_hook(ddp::hooks::fp16_compress(pg));
   if (name == "bf16") ddp.register_comm_hook(ddp::hooks::bf16_compress(pg));
+  if (name == "sum") ddp.register_comm_hook(sum_hook(pg));
+  if (name == "none") ddp.register_comm_hook(local_hook());
   if (name != "powersgd") return nullptr;
   auto state = std::make_shared<ddp::PowerSGDState>(
       pg, ddp::PowerSGDOptions().matrix_approximation_rank(powersgd_rank).start_powerSGD_iter(powersgd_start_iter));

@@ -29,15 +29,19 @@ Placement choose_placement(const std::string& device, const std::string& backend
 std::shared_ptr<comm::ProcessGroup> join_ranks(const std::string& backend, double timeout_s);
 
 // Registers the hook named `name` on `ddp`: allreduce (DDP's default: nothing to register),
-// fp16, bf16 or powersgd (rank `powersgd_rank`, plain allreduce for the first
+// fp16, bf16, sum, none or powersgd (rank `powersgd_rank`, plain allreduce for the first
 // `powersgd_start_iter` iterations). Returns PowerSGD's state for its figures, else null.
 std::shared_ptr<ddp::PowerSGDState> register_comm_hook(ddp::DistributedDataParallel& ddp,
                                                        const std::shared_ptr<comm::ProcessGroup>& pg,
                                                        const std::string& name, int powersgd_rank,
                                                        int64_t powersgd_start_iter);
 
-// The names register_comm_hook knows, for the options' checks.
+// The names register_comm_hook knows, for the options' checks, and their list for messages.
+// Two are wrong on purpose, to show what DDP's averaging does (docs/ddp.md's loss picture):
+// "sum" adds the ranks' gradients without dividing by the world size, and "none" sends nothing,
+// so each rank follows the gradients of its own share of the data and the replicas drift apart.
 bool known_comm_hook(const std::string& name);
+std::string comm_hook_choices();
 
 // A metrics CSV with `header`, whose first column is the step. Resuming after `first_step`
 // steps keeps the rows of the steps the checkpoint holds and drops those of steps it lost.

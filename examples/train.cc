@@ -49,8 +49,10 @@ int main(int argc, char** argv) {
   app.add_option("--timeline", config.timeline,
                  "write DDP's events of each rank to PATH.rank<r>.json (Chrome trace; merge with "
                  "scripts/merge_timelines.py)");
-  app.add_option("--comm_hook", config.comm_hook,
-                 "how DDP reduces gradients: allreduce (default), fp16, bf16 or powersgd");
+  app.add_option(
+      "--comm_hook", config.comm_hook,
+      "how DDP reduces gradients: allreduce (default), fp16, bf16 or powersgd; sum or none are wrong on purpose "
+      "(the ranks' gradients added, or not sent at all), to show what averaging does");
   app.add_option("--powersgd_rank", config.powersgd_rank, "PowerSGD's matrix_approximation_rank (default 1)");
   app.add_option("--powersgd_start_iter", config.powersgd_start_iter,
                  "PowerSGD's start_powerSGD_iter: plain allreduce before it (default 1000, PyTorch's)");

@@ -250,7 +250,7 @@ void GPTTrainConfig::validate() const {
   TDDP_CHECK(!prompt.empty(), "--prompt must not be empty (generation starts from it)");
   TDDP_CHECK(log_every >= 0 && checkpoint_every >= 0, "--log_every and --checkpoint_every must not be negative");
   TDDP_CHECK(!resume || !checkpoint.empty(), "--resume needs --checkpoint PATH");
-  TDDP_CHECK(known_comm_hook(comm_hook), "--comm_hook must be allreduce, fp16, bf16 or powersgd, got '{}'", comm_hook);
+  TDDP_CHECK(known_comm_hook(comm_hook), "--comm_hook must be {}, got '{}'", comm_hook_choices(), comm_hook);
   TDDP_CHECK(timeout_s > 0, "--timeout must be positive, got {}", timeout_s);
 }
 

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "examples/models.h"
@@ -273,6 +274,12 @@ void tear_down(Run& run) {
   comm::destroy_process_group();
 }
 
+// The loss and the optimizer step as spans on DDP's timeline (nothing on one process).
+std::optional<ddp::DistributedDataParallel::TimelineSpan> timeline_span(const Run& run, const char* name) {
+  if (!run.runner.ddp) return std::nullopt;
+  return run.runner.ddp->timeline_span(name);
+}
+
 }  // namespace
 
 void TrainConfig::validate() const {
@@ -305,7 +312,7 @@ void TrainConfig::validate() const {
   TDDP_CHECK(backend == "auto" || backend == "gloo" || backend == "nccl",
              "--backend must be auto, gloo or nccl, got '{}'", backend);
   TDDP_CHECK(timeout_s > 0, "--timeout must be positive, got {}", timeout_s);
-  TDDP_CHECK(known_comm_hook(comm_hook), "--comm_hook must be allreduce, fp16, bf16 or powersgd, got '{}'", comm_hook);
+  TDDP_CHECK(known_comm_hook(comm_hook), "--comm_hook must be {}, got '{}'", comm_hook_choices(), comm_hook);
   TDDP_CHECK(powersgd_rank >= 1, "--powersgd_rank must be at least 1, got {}", powersgd_rank);
   TDDP_CHECK(powersgd_start_iter >= 2, "--powersgd_start_iter must be at least 2, got {}", powersgd_start_iter);
   TDDP_CHECK(checkpoint_every >= 0, "--checkpoint_every must not be negative, got {}", checkpoint_every);
@@ -329,10 +336,20 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     const Batch batch{run.model.shaped(mine.inputs.to(run.placement.device)), mine.targets.to(run.placement.device)};
     run.optimizer->zero_grad();
     const Tensor prediction = run.runner.module->forward(batch.inputs);
-    const Tensor loss = loss_of(config, prediction, batch.targets);
-    logged.loss(step, loss, prediction, batch.targets);
+    Tensor loss;
+    {
+      const auto marked = timeline_span(run, "loss");
+      loss = loss_of(config, prediction, batch.targets);
+    }
+    {
+      const auto marked = timeline_span(run, "loss logged (its mean over ranks)");
+      logged.loss(step, loss, prediction, batch.targets);
+    }
     loss.backward();
-    run.optimizer->step();
+    {
+      const auto marked = timeline_span(run, "optimizer step");
+      run.optimizer->step();
+    }
     logged.step_done(step, mine.inputs.size(0));
     save_checkpoint_if_due(config, run, step + 1);
   }

@@ -47,7 +47,8 @@ struct TrainConfig {
   std::string timeline;
   bool stats = false;  // print DDP's statistics (DDPStats) at the end
   // How DDP reduces each bucket: allreduce (DDP's default), fp16, bf16 or powersgd (rank
-  // powersgd_rank, plain allreduce for the first powersgd_start_iter iterations).
+  // powersgd_rank, plain allreduce for the first powersgd_start_iter iterations); sum and
+  // none are wrong on purpose (run_env.h).
   std::string comm_hook = "allreduce";
   // Fault tolerance: rank 0 writes the model, the optimizer state and the step count to
   // `checkpoint` every checkpoint_every steps (and at the end); with `resume`, a run whose

@@ -5,11 +5,16 @@
 #                      (an MLP 64-1024-1024-1024-1024-10 on the digits, global batch 512, 4 buckets)
 #   docs/timeline.json the merged trace it is drawn from, its last 8 iterations (open it in
 #                      ui.perfetto.dev)
-#   docs/loss.png      the digits MLP's training loss: one process, 2 ranks and 4 ranks with DDP
-# Usage: bash scripts/make_pictures.sh   (takes about half a minute)
+#   docs/loss.png      the digits MLP's training loss: one process, 2 ranks and 4 ranks with DDP,
+#                      2 ranks reducing wrongly on purpose, and each run's difference from one process
+#   docs/rebuild.png   why buckets are rebuilt: examples/ddp_rebuild's first iteration and a later one
+#   docs/timeline_cnn.png, docs/conv_im2col.png: see below
+# Each picture is recorded in docs/pictures.json with this script's and its inputs' hashes
+# (scripts/picture_manifest.py); tests/docs:pictures_test fails when one is stale.
+# Usage: bash scripts/make_pictures.sh   (takes about a minute)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bazel build -c opt //launcher:launch //examples:train
+bazel build -c opt //launcher:launch //examples:train //examples:ddp_rebuild
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 launch=bazel-bin/launcher/launch
@@ -22,14 +27,27 @@ train=bazel-bin/examples/train
 /usr/bin/python3 scripts/plot_timeline.py docs/timeline.json -o docs/timeline.png \
   --title "One DDP iteration on 2 ranks (MLP 64-1024x4-10, 4 buckets): allreduces overlap backward"
 
+# Why the buckets are rebuilt: the first iteration of a model that registers its first layer
+# last (buckets wait for the last gradient), above an iteration after the rebuild.
+TINYDDP_DDP_TIMELINE="$work/rebuild" bazel-bin/examples/ddp_rebuild
+/usr/bin/python3 scripts/merge_timelines.py "$work/rebuild" -o docs/rebuild.json
+/usr/bin/python3 scripts/plot_timeline.py docs/rebuild.json -o docs/rebuild.png --iteration 0 5 \
+  --title "Why DDP rebuilds its buckets (examples/ddp_rebuild on 2 ranks: a model that registers its first layer last)" \
+  --panel_titles "iteration 0: buckets in reverse registration order; bucket 0 waits for fc1, the last gradient" \
+  "iteration 5: buckets rebuilt in the order the gradients came; each launches while backward runs"
+
 # The loss curves: the main job's model and settings, on 1, 2 and 4 processes.
 args=(--dataset digits --steps 1000 --lr 0.05 --momentum 0.9 --log_every 1000)
 "$train" "${args[@]}" --metrics "$work/one.csv"
 "$launch" --nproc_per_node 2 -- "$train" "${args[@]}" --metrics "$work/two.csv"
 "$launch" --nproc_per_node 4 -- "$train" "${args[@]}" --metrics "$work/four.csv"
+# Beside them, two reductions wrong on purpose: the ranks' gradients summed, and not sent at all.
+"$launch" --nproc_per_node 2 -- "$train" "${args[@]}" --comm_hook sum --metrics "$work/sum.csv"
+"$launch" --nproc_per_node 2 -- "$train" "${args[@]}" --comm_hook none --metrics "$work/none.csv"
 /usr/bin/python3 scripts/plot_loss.py "one process=$work/one.csv" "2 ranks (DDP)=$work/two.csv" \
-  "4 ranks (DDP)=$work/four.csv" -o docs/loss.png \
-  --title "Digits MLP 64-128-10, global batch 64: one curve on 1, 2 and 4 processes"
+  "4 ranks (DDP)=$work/four.csv" --wrong "2 ranks, gradients summed, not averaged=$work/sum.csv" \
+  "2 ranks, gradients not sent=$work/none.csv" -o docs/loss.png \
+  --title "Digits MLP 64-128-10, global batch 64: one curve on 1, 2 and 4 processes, as long as DDP averages"
 
 # docs/ddp.md's CNN iteration with SyncBatchNorm: its collectives on a row of their own.
 "$launch" --nproc_per_node 2 -- "$train" --model cnn --dataset digits --sync_bn --batch 256 --steps 40 \
@@ -40,3 +58,14 @@ args=(--dataset digits --steps 1000 --lr 0.05 --momentum 0.9 --log_every 1000)
 
 # docs/tensor.md's picture of conv2d as im2col + GEMM (numbers computed by the script itself).
 /usr/bin/python3 scripts/plot_im2col.py -o docs/conv_im2col.png
+
+# The record of what made each picture, which tests/docs:pictures_test checks.
+record() {
+  /usr/bin/python3 scripts/picture_manifest.py record "$1" --made_by "bash scripts/make_pictures.sh" \
+    --inputs scripts/make_pictures.sh "${@:2}"
+}
+record docs/timeline.png docs/timeline.json scripts/merge_timelines.py scripts/plot_timeline.py
+record docs/rebuild.png docs/rebuild.json examples/ddp_rebuild.cc scripts/merge_timelines.py scripts/plot_timeline.py
+record docs/loss.png scripts/plot_loss.py
+record docs/timeline_cnn.png docs/timeline_cnn.json scripts/merge_timelines.py scripts/plot_timeline.py
+record docs/conv_im2col.png scripts/plot_im2col.py

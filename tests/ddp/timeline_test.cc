@@ -154,3 +154,33 @@ TEST_CASE("DDP's timelines of 2 ranks share one clock: a bucket's allreduce neve
     CHECK(other.second >= span.first - kSlackUs);
   }
 }
+
+TEST_CASE("timeline_span marks the caller's work in the iteration of the last forward, before and after finalize",
+          "[ddp][timeline]") {
+  require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) {
+    const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
+    auto model = nn::mlp({16, 8, 4});
+    DistributedDataParallel ddp(model, borrow(pg), DDPOptions().timeline(dir + "/spans"));
+    nn::SGD optimizer(ddp.parameters(), nn::SGDOptions(0.1));
+    for (int it = 0; it < 2; ++it) {
+      const Tensor out = ddp(tensor::ones({8, 16}));
+      Tensor loss;
+      {
+        const auto marked = ddp.timeline_span("loss");
+        loss = nn::mse_loss(out, tensor::zeros({8, 4}));
+      }
+      loss.backward();
+      const auto marked = ddp.timeline_span("optimizer step");  // after finalize ended iteration `it`
+      optimizer.step();
+    }
+    const json trace = json::parse(ddp.reducer().recorder().timeline().json(pg.rank()));
+    std::map<std::string, std::vector<int64_t>> iterations;
+    for (const json& ev : trace["traceEvents"]) {
+      if (ev["ph"] == "X" && ev["tid"] == 0) iterations[ev["name"]].push_back(ev["args"]["iteration"]);
+    }
+    e.expect(iterations["loss"] == std::vector<int64_t>{0, 1}, fmt::format("loss spans in {}", iterations["loss"]));
+    e.expect(iterations["optimizer step"] == std::vector<int64_t>{0, 1},
+             fmt::format("optimizer spans in {}", iterations["optimizer step"]));
+    e.expect(iterations["finalize"] == std::vector<int64_t>{0, 1}, "finalize");
+  }));
+}

@@ -4,6 +4,7 @@
 // `python3 scripts/update_doc_links.py` to move the numbers. Pictures the pages show, the files
 // their plain links point at, and the files that comments in the code name must exist.
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -157,4 +158,53 @@ TEST_CASE("docs: the files that comments in the code name exist", "[docs]") {
     }
   }
   CHECK(checked >= 50);
+}
+
+namespace {
+
+// GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens.
+std::string slug(const std::string& heading) {
+  std::string out;
+  for (const char c : heading) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) || c == '_' || c == '-' || u >= 0x80) {
+      out += static_cast<char>(std::tolower(u));
+    } else if (c == ' ') {
+      out += '-';
+    }
+  }
+  return out;
+}
+
+std::set<std::string> anchors_of(const fs::path& page) {
+  std::set<std::string> out;
+  bool in_code = false;
+  for (const std::string& line : lines_of(read_file(page))) {
+    if (line.rfind("```", 0) == 0) in_code = !in_code;
+    if (in_code || line.empty() || line[0] != '#') continue;
+    const size_t text = line.find_first_not_of('#');
+    if (text != std::string::npos && line[text] == ' ') out.insert(slug(line.substr(text + 1)));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("docs: every link to a section of a page names one of its headings", "[docs]") {
+  // [One training step](bench/README.md#one-training-step-against-pytorch): README's figures cite
+  // the benchmark entry they come from; a renamed heading must not leave the citation dangling.
+  static const std::regex link(R"(\]\(([^)\s#]*\.md)?#([^)\sL][^)\s]*)\))");
+  int checked = 0;
+  for (const fs::path& page : pages()) {
+    const std::string text = read_file(page);
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), link); it != std::sregex_iterator(); ++it) {
+      const std::string target = (*it)[1];
+      const fs::path file = target.empty() ? page : (page.parent_path() / target).lexically_normal();
+      INFO(page.string() << " links to " << target << "#" << (*it)[2]);
+      REQUIRE(fs::exists(file));
+      CHECK(anchors_of(file).count((*it)[2]) == 1);
+      ++checked;
+    }
+  }
+  CHECK(checked >= 9);  // README's speed table cites bench/README.md on every row
 }

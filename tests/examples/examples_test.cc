@@ -11,21 +11,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/examples/example_runs.h"
 #include "tests/test_util.h"
 #include "tinyddp/nn/nn.h"
 #include "tinyddp/tensor/cpu_isa.h"
 #include "tinyddp/tensor/cuda.h"
 
 using Catch::Contains;
+using tinyddp::testing::all_matches;
 using tinyddp::testing::CommandResult;
+using tinyddp::testing::launch2;
+using tinyddp::testing::require_same_on_both_ranks;
 using tinyddp::testing::run_command;
 using tinyddp::testing::temp_path;
 
 namespace {
-
-CommandResult launch2(const std::string& program_and_args) {
-  return run_command("launcher/launch --nproc_per_node 2 -- " + program_and_args);
-}
 
 // examples/train with `args` must exit with status 1 and print `message`.
 void expect_train_error(const std::string& args, const std::string& message) {
@@ -43,22 +43,6 @@ std::vector<double> read_losses(const std::string& path) {
   std::getline(csv, line);  // header
   while (std::getline(csv, line)) losses.push_back(std::stod(line.substr(line.find(',') + 1)));
   return losses;
-}
-
-// Every value of the regex's first group, in order of appearance.
-std::vector<std::string> all_matches(const std::string& text, const std::string& pattern) {
-  std::vector<std::string> out;
-  const std::regex re(pattern);
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), re); it != std::sregex_iterator(); ++it) {
-    out.push_back((*it)[1]);
-  }
-  return out;
-}
-
-void require_same_on_both_ranks(const std::string& output, const std::string& pattern) {
-  const std::vector<std::string> values = all_matches(output, pattern);
-  REQUIRE(values.size() == 2);
-  CHECK(values[0] == values[1]);
 }
 
 }  // namespace

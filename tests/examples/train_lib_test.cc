@@ -138,3 +138,60 @@ TEST_CASE("the training example on 2 ranks (WORLD_SIZE=2) reproduces the one-pro
     CHECK(std::fabs(std::stod(line.substr(line.find(',') + 1)) - losses[i]) < 1e-5);
   }
 }
+
+namespace {
+// Rank 0's result of `config` trained on 2 ranks (spawn_local: WORLD_SIZE=2 over loopback).
+examples::TrainResult train_on_two_ranks(const examples::TrainConfig& config) {
+  const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
+  const std::string losses_path = dir + "/two_rank_losses.csv";
+  const int failed = launcher::spawn_local(2, [&](int rank) {
+    try {
+      examples::TrainConfig mine = config;
+      mine.metrics = losses_path;
+      std::ostringstream log;
+      examples::train(mine, log);
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+      return 1;
+    }
+  });
+  REQUIRE(failed == 0);
+  examples::TrainResult result;
+  std::ifstream csv(losses_path);
+  std::string line;
+  std::getline(csv, line);
+  while (std::getline(csv, line)) result.losses.push_back(std::stod(line.substr(line.find(',') + 1)));
+  REQUIRE(result.losses.size() == static_cast<size_t>(config.steps));
+  return result;
+}
+}  // namespace
+
+TEST_CASE("train --comm_hook sum and none are wrong in the way they say (what averaging does)",
+          "[examples][train][ddp]") {
+  std::ostringstream quiet;
+  examples::TrainConfig doubled = pytorch_run_config();
+  doubled.lr *= 2;
+  const std::vector<double> one_process = examples::train(pytorch_run_config(), quiet).losses;
+  const std::vector<double> one_process_doubled_lr = examples::train(doubled, quiet).losses;
+
+  SECTION("sum: the ranks' gradients added, so SGD with momentum takes steps twice as long") {
+    examples::TrainConfig config = pytorch_run_config();
+    config.comm_hook = "sum";
+    const std::vector<double> summed = train_on_two_ranks(config).losses;
+    for (size_t i = 0; i < summed.size(); ++i) {
+      INFO("step " << i);
+      CHECK(std::fabs(summed[i] - one_process_doubled_lr[i]) < 1e-5);
+    }
+    CHECK(std::fabs(summed.back() - one_process.back()) > 1e-3);
+  }
+  SECTION("none: each rank follows its own share, so the mean loss leaves the one-process curve") {
+    examples::TrainConfig config = pytorch_run_config();
+    config.comm_hook = "none";
+    const std::vector<double> local = train_on_two_ranks(config).losses;
+    CHECK(std::fabs(local[0] - one_process[0]) < 1e-6);  // the same start: every rank has rank 0's weights
+    double largest = 0;
+    for (size_t i = 0; i < local.size(); ++i) largest = std::max(largest, std::fabs(local[i] - one_process[i]));
+    CHECK(largest > 1e-4);
+  }
+}

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""The record of how each picture of docs/ was made, and the check that none is stale.
+
+docs/pictures.json holds, for every docs/*.png, the command that made it, the SHA-256 of the
+picture, and the SHA-256 of each input it was made from (the scripts that ran, the data they
+drew). The scripts that make pictures record them as they write them:
+
+    python3 scripts/picture_manifest.py record docs/loss.png --made_by "bash scripts/make_pictures.sh" \\
+        --inputs scripts/make_pictures.sh scripts/plot_loss.py
+
+and tests/docs:pictures_test runs
+
+    python3 scripts/picture_manifest.py check
+
+which fails, naming the picture and the command to run again, when a picture has no record,
+when the picture is not the one recorded (replaced or edited by hand), or when one of its
+inputs changed since (a title or a setting edited in the script, new data): the picture no
+longer shows what the committed script makes.
+"""
+import argparse
+import hashlib
+import json
+import os
+import sys
+
+MANIFEST = "docs/pictures.json"
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def load():
+    if not os.path.exists(MANIFEST):
+        return {}
+    with open(MANIFEST, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def record(args):
+    for path in [args.picture] + args.inputs:
+        if not os.path.isfile(path):
+            sys.exit(f"picture_manifest: {path} does not exist")
+    manifest = load()
+    manifest[args.picture] = {
+        "made_by": args.made_by,
+        "sha256": sha256(args.picture),
+        "inputs": {path: sha256(path) for path in sorted(set(args.inputs))},
+    }
+    with open(MANIFEST, "w", encoding="utf-8") as f:
+        json.dump(dict(sorted(manifest.items())), f, indent=1)
+        f.write("\n")
+    print(f"picture_manifest: recorded {args.picture} ({len(args.inputs)} inputs)")
+
+
+def problems(manifest, pictures):
+    """Each stale or unrecorded picture, as a sentence that says what to run."""
+    out = []
+    for picture in pictures:
+        entry = manifest.get(picture)
+        if entry is None:
+            out.append(f"{picture} has no record in {MANIFEST}: make it with a script that records it "
+                       "(scripts/picture_manifest.py record)")
+            continue
+        again = f"run `{entry['made_by']}` again and commit its pictures and {MANIFEST}"
+        if sha256(picture) != entry["sha256"]:
+            out.append(f"{picture} is not the picture `{entry['made_by']}` made: {again}")
+        for path, digest in entry["inputs"].items():
+            if not os.path.isfile(path):
+                out.append(f"{picture} was made from {path}, which no longer exists: {again}")
+            elif sha256(path) != digest:
+                out.append(f"{picture} is stale: {path} changed since it was made: {again}")
+    for picture in sorted(set(manifest) - set(pictures)):
+        out.append(f"{MANIFEST} records {picture}, which is not in docs/: remove its record")
+    return out
+
+
+def check(_args):
+    pictures = sorted(os.path.join("docs", name) for name in os.listdir("docs") if name.endswith(".png"))
+    found = problems(load(), pictures)
+    for line in found:
+        print(f"picture_manifest: {line}")
+    if found:
+        sys.exit(1)
+    print(f"picture_manifest: all {len(pictures)} pictures of docs/ are what their recorded commands make")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record", help="record a picture just made")
+    rec.add_argument("picture")
+    rec.add_argument("--made_by", required=True, help="the command that makes it, as a reader would run it")
+    rec.add_argument("--inputs", nargs="+", required=True, help="the scripts and data it was made from")
+    rec.set_defaults(run=record)
+    chk = sub.add_parser("check", help="fail when a picture of docs/ is stale or unrecorded")
+    chk.set_defaults(run=check)
+    args = parser.parse_args()
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()
