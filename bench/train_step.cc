@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 
 #include "examples/models.h"
@@ -45,7 +46,37 @@ struct Config {
   std::string comm_hook;          // DDP's default; allreduce, bf16, powersgd1, powersgd4 (PowerSGD rank 1 or 4)
   double bucket_cap_mb = 25, first_bucket_cap_mb = 1;  // DDP's bucket sizes (PyTorch's defaults)
   int64_t batch = 0;                                   // mlp: the batch per rank (0: 128)
+  bool find_unused_parameters = false, static_graph = false, gradient_as_bucket_view = false;
+  bool report_memory = false;       // append the process's peak resident memory
+  bool zero_grad_in_place = false;  // zero_grad(set_to_none = false): .grad kept, zeroed
 };
+
+// " find_unused_parameters=1 ...": the DDP options set away from their defaults.
+std::string ddp_flags(const Config& c) {
+  return std::string(c.find_unused_parameters ? " find_unused_parameters=1" : "") +
+         (c.static_graph ? " static_graph=1" : "") + (c.gradient_as_bucket_view ? " gradient_as_bucket_view=1" : "") +
+         (c.zero_grad_in_place ? " zero_grad_in_place=1" : "");
+}
+
+// A line of /proc/self/status ("VmHWM:  123456 kB") in MiB, or -1.
+int64_t status_mib(const std::string& key) {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1)) / 1024;
+  }
+  return -1;
+}
+
+// Forgets the peak resident memory so far (Linux: "5" to /proc/self/clear_refs), so that the
+// peak read at the end is that of the timed steps, not of construction or the first steps.
+void reset_peak_memory(const Config& c) {
+  if (c.report_memory) std::ofstream("/proc/self/clear_refs") << "5";
+}
+
+// " peak_rss_mb=M": the most resident memory this process held during the timed steps.
+std::string peak_memory(const Config& c) {
+  return c.report_memory ? " peak_rss_mb=" + std::to_string(status_mib("VmHWM")) : "";
+}
 
 // " buckets=B hidden=H%": DDP's bucket count and the share of communication that overlapped
 // backward (DDPStats averages).
@@ -145,7 +176,12 @@ int run(const Config& c) {
     if (!pg) pg = tinyddp::comm::init_process_group(backend, tinyddp::comm::InitOptions().world_size(1));
     ddp = std::make_shared<tinyddp::ddp::DistributedDataParallel>(
         w.model, pg,
-        tinyddp::ddp::DDPOptions().bucket_cap_mb(c.bucket_cap_mb).first_bucket_cap_mb(c.first_bucket_cap_mb));
+        tinyddp::ddp::DDPOptions()
+            .bucket_cap_mb(c.bucket_cap_mb)
+            .first_bucket_cap_mb(c.first_bucket_cap_mb)
+            .find_unused_parameters(c.find_unused_parameters)
+            .static_graph(c.static_graph)
+            .gradient_as_bucket_view(c.gradient_as_bucket_view));
   }
   // A communication hook, and the gradient bytes each step sends (the allreduce payload).
   const std::shared_ptr<tinyddp::ddp::PowerSGDState> powersgd = register_comm_hook(c, ddp.get(), pg);
@@ -153,7 +189,7 @@ int run(const Config& c) {
   for (const t::Tensor& p : w.model->parameters()) gradient_bytes += static_cast<int64_t>(p.nbytes());
   const std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(c, *w.model, pg);
   const auto step = [&] {
-    optimizer->zero_grad();
+    optimizer->zero_grad(!c.zero_grad_in_place);
     const auto body = [&] {
       const t::Tensor out = ddp ? ddp->forward(w.inputs) : w.model->forward(w.inputs);
       const t::Tensor loss =
@@ -170,6 +206,7 @@ int run(const Config& c) {
     if (gpu) t::cuda::synchronize(device.index);  // the step is done when the GPU is
   };
   for (int i = 0; i < c.warmup; ++i) step();
+  reset_peak_memory(c);
   const int64_t sent_before = powersgd ? powersgd->numel_after_compression : 0;
   std::vector<double> us;
   for (int i = 0; i < iterations; ++i) {
@@ -179,7 +216,7 @@ int run(const Config& c) {
   }
   std::sort(us.begin(), us.end());
   if (!pg || pg->rank() == 0) {
-    std::cout << "RESULT model=" << c.model << " mode=" << c.mode << (gpu ? " device=cuda" : "")
+    std::cout << "RESULT model=" << c.model << " mode=" << c.mode << (gpu ? " device=cuda" : "") << ddp_flags(c)
               << (c.optimizer != "sgd"
                       ? " optimizer=" + c.optimizer + " state_bytes=" + std::to_string(state_bytes(*optimizer))
                       : "")
@@ -189,7 +226,8 @@ int run(const Config& c) {
                             std::to_string(powersgd ? (powersgd->numel_after_compression - sent_before) * 4 / iterations
                                            : c.comm_hook == "bf16" ? gradient_bytes / 2
                                                                    : gradient_bytes))
-              << (ddp && c.mode == "ddp" ? hidden(*ddp) : "") << " median_us=" << us[us.size() / 2] << std::endl;
+              << (ddp && c.mode == "ddp" ? hidden(*ddp) : "") << " median_us=" << us[us.size() / 2] << peak_memory(c)
+              << std::endl;
   }
   if (pg) {
     pg->barrier()->wait();
@@ -218,6 +256,13 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--warmup", c.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--batch", c.batch, "--model mlp: the batch per rank (default 128)")->check(CLI::PositiveNumber);
+  app.add_flag("--find_unused_parameters", c.find_unused_parameters, "DDP walks the graph after each forward");
+  app.add_flag("--static_graph", c.static_graph, "DDP's static_graph");
+  app.add_flag("--gradient_as_bucket_view", c.gradient_as_bucket_view, ".grad are views of DDP's buckets");
+  app.add_flag("--zero_grad_in_place", c.zero_grad_in_place,
+               "zero_grad(set_to_none = false): keep .grad and zero it (PyTorch 1.x's default)");
+  app.add_flag("--report_memory", c.report_memory,
+               "append the peak resident memory of the timed steps (peak_rss_mb) to the RESULT line");
   app.add_option("--nproc", nproc, "processes to fork when not under a launcher")->check(CLI::Range(1, 64));
   app.add_option("--device", c.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--backend", c.backend, "gloo or nccl (default: nccl with --device cuda, else gloo)")

@@ -24,8 +24,7 @@ TEST_CASE("examples: ddp_rebuild, buckets built in reverse registration order ar
   CHECK(all_matches(r.output, R"(buckets after the rebuild: .* (\S+)\]\n)") ==
         std::vector<std::string>{"fc1.bias", "fc1.bias"});
   // Before the rebuild every allreduce waits for the end of backward: nothing is hidden.
-  CHECK(all_matches(r.output, R"(iteration 0: (\d+)% of communication hidden)") ==
-        std::vector<std::string>{"0", "0"});
+  CHECK(all_matches(r.output, R"(iteration 0: (\d+)% of communication hidden)") == std::vector<std::string>{"0", "0"});
 }
 
 TEST_CASE("examples: join_counter, a Joinable of one's own counts 10 and 11 inputs on ranks with 5 and 6",
