@@ -11,6 +11,9 @@
 #   docs/timeline_cnn.png, docs/conv_im2col.png: see below
 # Each picture is recorded in docs/pictures.json with this script's and its inputs' hashes
 # (scripts/picture_manifest.py); tests/docs:pictures_test fails when one is stale.
+# The pages quote a few figures read off these traces (docs/ddp.md: which allreduces are still
+# running when backward ends, SyncBatchNorm's collective times; README.md likewise): check them
+# against the new traces when the pictures are made again.
 # Usage: bash scripts/make_pictures.sh   (takes about a minute)
 set -euo pipefail
 cd "$(dirname "$0")/.."

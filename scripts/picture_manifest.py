@@ -15,13 +15,18 @@ and tests/docs:pictures_test runs
 which fails, naming the picture and the command to run again, when a picture has no record,
 when the picture is not the one recorded (replaced or edited by hand), or when one of its
 inputs changed since (a title or a setting edited in the script, new data): the picture no
-longer shows what the committed script makes.
+longer shows what the committed script makes. It also fails when a page no longer contains a
+sentence scripts/trace_facts.py makes from the committed traces (figures quoted from a trace
+that was made again since).
 """
 import argparse
 import hashlib
 import json
 import os
+import re
 import sys
+
+import trace_facts  # scripts/trace_facts.py: the sentences the pages quote from the traces
 
 MANIFEST = "docs/pictures.json"
 
@@ -76,14 +81,29 @@ def problems(manifest, pictures):
     return out
 
 
+def unquoted():
+    """Each sentence of trace_facts that its page does not contain (line breaks and Markdown's
+    emphasis aside)."""
+    out = []
+    for page, sentences in trace_facts.facts().items():
+        with open(page, encoding="utf-8") as f:
+            text = re.sub(r"\s+", " ", f.read())
+        for sentence in sentences:
+            if sentence not in text:
+                out.append(f"{page} does not say what the committed trace says: \"{sentence}\" (run "
+                           "python3 scripts/trace_facts.py and put its sentences where the page quotes the trace)")
+    return out
+
+
 def check(_args):
     pictures = sorted(os.path.join("docs", name) for name in os.listdir("docs") if name.endswith(".png"))
-    found = problems(load(), pictures)
+    found = problems(load(), pictures) + unquoted()
     for line in found:
         print(f"picture_manifest: {line}")
     if found:
         sys.exit(1)
-    print(f"picture_manifest: all {len(pictures)} pictures of docs/ are what their recorded commands make")
+    print(f"picture_manifest: all {len(pictures)} pictures of docs/ are what their recorded commands make, and the "
+          "pages quote their traces as they are")
 
 
 def main():

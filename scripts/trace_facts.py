@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""The figures the pages quote from the committed traces, computed from those traces.
+
+A trace changes every time scripts/make_pictures.sh runs, and a sentence that quotes it would
+silently go stale. So each such sentence is made here, from the trace, and
+scripts/picture_manifest.py check (tests/docs:pictures_test) fails when a page does not
+contain it word for word: run this script after making the pictures, and paste what it
+prints where the page quotes it.
+
+    python3 scripts/trace_facts.py
+"""
+import collections
+import json
+import sys
+
+
+def events(path):
+    with open(path, encoding="utf-8") as f:
+        return [e for e in json.load(f)["traceEvents"] if e.get("ph") in ("X", "i")]
+
+
+def names(buckets):
+    """[2, 3] -> "buckets 2 and 3"."""
+    words = [str(b) for b in buckets]
+    return ("bucket " if len(words) == 1 else "buckets ") + (
+        words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1])
+
+
+def still_running(path):
+    """Which bucket allreduces are still running when backward reaches its last gradient: the
+    most common set, in how many of the trace's rank-iterations."""
+    by_iteration = collections.defaultdict(list)
+    for e in events(path):
+        by_iteration[(e["pid"], e["args"]["iteration"])].append(e)
+    seen = collections.Counter()
+    for group in by_iteration.values():
+        backward = [e for e in group if e["name"].startswith("backward")]
+        if not backward:
+            continue
+        end = backward[0]["ts"] + backward[0]["dur"]
+        seen[tuple(sorted(int(e["name"].split()[2]) for e in group
+                          if e["name"].startswith("allreduce bucket") and e["ts"] + e["dur"] > end))] += 1
+    common, count = seen.most_common(1)[0]
+    return (f"the allreduces of {names(common)} are still running in {count} of the trace's "
+            f"{sum(seen.values())} rank-iterations")
+
+
+def collective_times(path):
+    """SyncBatchNorm's allgathers and allreduces: range and median, in ms."""
+    times = collections.defaultdict(list)
+    for e in events(path):
+        if e["ph"] == "X" and e["name"].startswith("SyncBatchNorm "):
+            times[e["name"].split()[1]].append(e["dur"] / 1000.0)
+    parts = []
+    for kind in ("allgather", "allreduce"):
+        v = sorted(times[kind])
+        if not v:
+            sys.exit(f"trace_facts: {path} holds no SyncBatchNorm {kind}")
+        parts.append(f"an {kind} took {v[0]:.2f}-{v[-1]:.2f} ms (median {v[len(v) // 2]:.2f} ms)")
+    return " and ".join(parts)
+
+
+def facts():
+    """{page: [sentences it must contain]}."""
+    return {
+        "docs/ddp.md": [still_running("docs/timeline.json"), collective_times("docs/timeline_cnn.json")],
+    }
+
+
+def main():
+    for page, sentences in facts().items():
+        for sentence in sentences:
+            print(f"{page}: {sentence}")
+
+
+if __name__ == "__main__":
+    main()
