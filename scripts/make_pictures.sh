@@ -9,6 +9,9 @@
 #                      2 ranks reducing wrongly on purpose, and each run's difference from one process
 #   docs/rebuild.png   why buckets are rebuilt: examples/ddp_rebuild's first iteration and a later one
 #   docs/timeline_cnn.png, docs/conv_im2col.png: see below
+#   docs/data_parallel.png, docs/ring_bandwidth.png, docs/bucket_sweep.png: drawn from the
+#                      measurements committed beside them (bench/data_parallel_compare.sh,
+#                      bench/ring_bandwidth.sh, bench/bucket_sweep.sh wrote them)
 # Each picture is recorded in docs/pictures.json with this script's and its inputs' hashes
 # (scripts/picture_manifest.py); tests/docs:pictures_test fails when one is stale.
 # The pages quote a few figures read off these traces (docs/ddp.md: which allreduces are still
@@ -62,6 +65,13 @@ args=(--dataset digits --steps 1000 --lr 0.05 --momentum 0.9 --log_every 1000)
 # docs/tensor.md's picture of conv2d as im2col + GEMM (numbers computed by the script itself).
 /usr/bin/python3 scripts/plot_im2col.py -o docs/conv_im2col.png
 
+# Pictures of measurements that need a quiet machine, or root for the simulated cluster: drawn
+# from the lines their bench scripts wrote into docs/*.txt (each file's first line names its
+# command; run it again to measure again).
+/usr/bin/python3 scripts/plot_data_parallel.py docs/data_parallel_results.txt -o docs/data_parallel.png
+/usr/bin/python3 scripts/plot_ring.py docs/ring_bandwidth.txt -o docs/ring_bandwidth.png
+/usr/bin/python3 scripts/plot_bucket_sweep.py docs/bucket_sweep.txt -o docs/bucket_sweep.png
+
 # The record of what made each picture, which tests/docs:pictures_test checks.
 record() {
   /usr/bin/python3 scripts/picture_manifest.py record "$1" --made_by "bash scripts/make_pictures.sh" \
@@ -72,3 +82,6 @@ record docs/rebuild.png docs/rebuild.json examples/ddp_rebuild.cc scripts/merge_
 record docs/loss.png scripts/plot_loss.py
 record docs/timeline_cnn.png docs/timeline_cnn.json scripts/merge_timelines.py scripts/plot_timeline.py
 record docs/conv_im2col.png scripts/plot_im2col.py
+record docs/data_parallel.png docs/data_parallel_results.txt scripts/plot_data_parallel.py
+record docs/ring_bandwidth.png docs/ring_bandwidth.txt scripts/plot_ring.py scripts/bench_lines.py
+record docs/bucket_sweep.png docs/bucket_sweep.txt scripts/plot_bucket_sweep.py scripts/bench_lines.py

@@ -14,6 +14,7 @@ import re
 import statistics
 import sys
 
+import bench_lines  # noqa: E402 (scripts/bench_lines.py)
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
@@ -24,32 +25,16 @@ LINE = re.compile(r"^link=(\S+) cap=([\d.]+) round=(\d+) RESULT model=\S+ mode=d
 LINKS = {"loopback": "loopback (2 local processes)", "1gbit": "2 simulated machines, 1 Gbit/s link"}
 
 
-def fail(message):
-    sys.exit(f"plot_bucket_sweep: {message}")
-
-
 def read(path):
-    """{link: {cap: [(buckets, hidden %, step ms), ...]}} and the file's first comment line."""
-    runs, header = {}, ""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        fail(f"cannot read {path}: {e}")
-    for number, line in enumerate(lines, start=1):
-        if line.startswith("#"):
-            header = header or line.lstrip("# ")
-            continue
-        match = LINE.match(line.strip())
-        if not match:
-            fail(f"{path} line {number}: not a line of bench/bucket_sweep.sh: {line!r}")
+    """{link: {cap: [(buckets, hidden %, step ms), ...]}} and the file's header line."""
+    matches, header = bench_lines.read(path, LINE, "bench/bucket_sweep.sh", "plot_bucket_sweep")
+    runs = {}
+    for match in matches:
         link, cap = match.group(1), float(match.group(2))
         if link not in LINKS:
-            fail(f"{path} line {number}: unknown link {link!r}")
+            sys.exit(f"plot_bucket_sweep: {path}: unknown link {link!r} in {match.group(0)!r}")
         runs.setdefault(link, {}).setdefault(cap, []).append(
             (int(match.group(4)), int(match.group(5)), float(match.group(6)) / 1000.0))
-    if not runs:
-        fail(f"{path} holds no results")
     return runs, header
 
 

@@ -11,8 +11,8 @@ Needs matplotlib (Debian's python3-matplotlib, installed by scripts/setup.sh).
 """
 import argparse
 import re
-import sys
 
+import bench_lines  # noqa: E402 (scripts/bench_lines.py)
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
@@ -22,29 +22,13 @@ LINE = re.compile(r"^nodes=(\d+) rate=(\d+)gbit RESULT op=allreduce bytes=(\d+) 
                   r"algbw_gbps=([\d.e+-]+) busbw_gbps=([\d.e+-]+)$")
 
 
-def fail(message):
-    sys.exit(f"plot_ring: {message}")
-
-
 def read(path):
-    """{(gbit, nodes): [(bytes, busbw GB/s), ...]} and the file's first comment line."""
-    runs, header = {}, ""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        fail(f"cannot read {path}: {e}")
-    for number, line in enumerate(lines, start=1):
-        if line.startswith("#"):
-            header = header or line.lstrip("# ")
-            continue
-        match = LINE.match(line.strip())
-        if not match:
-            fail(f"{path} line {number}: not a line of bench/ring_bandwidth.sh: {line!r}")
+    """{(gbit, nodes): [(bytes, busbw GB/s), ...]} and the file's header line."""
+    matches, header = bench_lines.read(path, LINE, "bench/ring_bandwidth.sh", "plot_ring")
+    runs = {}
+    for match in matches:
         nodes, gbit, size = int(match.group(1)), int(match.group(2)), int(match.group(3))
         runs.setdefault((gbit, nodes), []).append((size, float(match.group(6))))
-    if not runs:
-        fail(f"{path} holds no results")
     return runs, header
 
 

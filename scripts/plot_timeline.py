@@ -121,9 +121,9 @@ def legend_handles(marked, layered, gap):
             Patch(color=COLOURS["finalize"], label="finalize (wait, write .grad)"),
             *([Patch(color=COLOURS["loss"], label="loss"),
                Patch(color=COLOURS["logged"], label="loss logged (its mean over ranks: an allreduce)"),
-               Patch(facecolor="none", edgecolor=COLOURS["setup"], hatch="////",
-                     label="backward starts (graph walk, before the first gradient)"),
                Patch(color=COLOURS["optimizer"], label="optimizer step")] if marked else []),
+            *([Patch(facecolor="none", edgecolor=COLOURS["setup"], hatch="////",
+                     label="backward starts (graph walk, before the first gradient)")] if gap else []),
             *([Patch(color=COLOURS["layer"], label="SyncBatchNorm's allgather (forward) / allreduce "
                      "(backward)")] if layered else []),
             plt.Line2D([], [], marker="v", linestyle="", color=COLOURS["launch"], label="bucket launched")]
