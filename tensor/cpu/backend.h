@@ -66,6 +66,15 @@ void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const
 // here) = the sum, over the col entries that read each input element, of those entries.
 void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double pad_value);
 void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window);
+// A direct convolution for small feature maps (isa/kernels.h, conv2d_direct_f32), stride 1,
+// dilation 1, one group, float32, all contiguous: out [N, O, OH, OW] = the convolution of
+// x [N, C, H, W] with weight [O, C, kh, kw] plus bias (or none). `transposed`: the gradient of
+// that convolution's input instead, out [N, C, H, W] from x = grad_out [N, O, OH, OW] (the
+// convolution of grad_out with the kernel flipped, its channels swapped, padding k - 1 - p;
+// `bias` undefined). The caller checks conv2d_direct_fits.
+void conv2d_direct(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window,
+                   bool transposed);
+bool conv2d_direct_fits(int64_t in_channels, int64_t out_channels, int64_t padded_h, int64_t padded_w);
 // Max pooling: out [N, C, OH, OW] = each window's maximum (NaN wins; of equal values the first
 // in row-major window order), `indices` (int64, same shape) saying where it came from, in a
 // form only max_pool2d_backward reads; grad_x (contiguous, zeroed here) receives each output

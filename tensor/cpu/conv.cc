@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tinyddp/tensor/cpu/backend.h"
+#include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/cpu/loops.h"
 #include "tinyddp/tensor/factory.h"
 
@@ -253,6 +254,53 @@ void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Ten
       }
     }
   });
+}
+
+bool conv2d_direct_fits(int64_t in_channels, int64_t out_channels, int64_t padded_h, int64_t padded_w) {
+  return out_channels % 8 == 0 && in_channels * padded_h * padded_w <= kDirectConvFrame;
+}
+
+void conv2d_direct(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& w,
+                   bool transposed) {
+  // wt [(c, i, j), o]: the kernel's taps of input channel c, one row of all output channels.
+  // Transposed, the roles of C and O swap and tap (i, j) reads the kernel at (kh-1-i, kw-1-j).
+  const int64_t big_o = weight.size(0), big_c = weight.size(1), kh = w.kh, kw = w.kw;
+  const int64_t in_c = transposed ? big_o : big_c, out_c = transposed ? big_c : big_o;
+  std::vector<float> wt(static_cast<size_t>(in_c * kh * kw * out_c));
+  const float* src = weight.data_ptr<float>();
+  for (int64_t o = 0; o < big_o; ++o) {
+    for (int64_t c = 0; c < big_c; ++c) {
+      for (int64_t i = 0; i < kh; ++i) {
+        for (int64_t j = 0; j < kw; ++j) {
+          const float v = src[((o * big_c + c) * kh + i) * kw + j];
+          if (transposed) {
+            wt[static_cast<size_t>(((o * kh + kh - 1 - i) * kw + kw - 1 - j) * out_c + c)] = v;
+          } else {
+            wt[static_cast<size_t>(((c * kh + i) * kw + j) * out_c + o)] = v;
+          }
+        }
+      }
+    }
+  }
+  DirectConvArgs a;
+  a.in = x.data_ptr<float>();
+  a.n = w.n;
+  a.c = in_c;
+  a.h = transposed ? w.oh : w.h;
+  a.w = transposed ? w.ow : w.w;
+  a.wt = wt.data();
+  a.o = out_c;
+  a.kh = kh;
+  a.kw = kw;
+  a.pad_h = transposed ? kh - 1 - w.ph : w.ph;
+  a.pad_w = transposed ? kw - 1 - w.pw : w.pw;
+  a.bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  a.out = out.data_ptr<float>();
+  a.oh = transposed ? w.h : w.oh;
+  a.ow = transposed ? w.w : w.ow;
+  TDDP_CHECK(conv2d_direct_fits(a.c, a.o, a.h + 2 * a.pad_h, a.w + 2 * a.pad_w),
+             "conv2d: internal error: the direct kernel does not fit {} -> {} channels", a.c, a.o);
+  isa_kernels().conv2d_direct_f32(a);
 }
 
 }  // namespace tinyddp::tensor::cpu

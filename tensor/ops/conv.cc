@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cuda/backend.h"
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/ops.h"
@@ -302,6 +303,25 @@ void conv_backward(const Tensor& g, const Tensor& x, const Tensor& saved_col, co
   }
 }
 
+// Small feature maps on the CPU: a direct convolution (cpu::conv2d_direct) instead of im2col +
+// GEMM, for the forward and for the input's gradient. At the digits CNN's second layer (16 ->
+// 32 channels, 4x4) writing the column matrix and reordering the GEMM's output cost as much
+// as the product itself (bench/README.md). float32, stride 1, dilation 1, one group, at most
+// 64 output positions and at least 8 input channels; the channels it writes a multiple of 8.
+constexpr int64_t kDirectMaxPositions = 64;
+bool direct_applies(const Tensor& x, const Window& win, int64_t out_channels, int64_t groups) {
+  return x.is_cpu() && x.dtype() == kFloat32 && groups == 1 && win.sh == 1 && win.sw == 1 && win.dh == 1 &&
+         win.dw == 1 && win.oh * win.ow <= kDirectMaxPositions && win.c >= 8 &&
+         cpu::conv2d_direct_fits(win.c, out_channels, win.padded_h(), win.padded_w());
+}
+
+// The input's gradient, directly: a convolution of grad_out with padding k - 1 - p.
+bool direct_input_grad_applies(const Window& win, int64_t out_channels) {
+  return win.ph <= win.kh - 1 && win.pw <= win.kw - 1 &&
+         cpu::conv2d_direct_fits(out_channels, win.c, win.oh + 2 * (win.kh - 1 - win.ph),
+                                 win.ow + 2 * (win.kw - 1 - win.pw));
+}
+
 // On a GPU, cuDNN convolves where it applies (cuda/dnn_conv.cc): the forward into out, then the
 // bias added per channel. false (nothing written) where it does not: the im2col route then.
 bool library_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window& win,
@@ -340,12 +360,18 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Siz
   const int64_t out_channels = weight.size(0);
   Tensor w2, out, col;
   bool library = false;  // cuDNN convolved (on a GPU)
+  const bool direct = direct_applies(x, win, out_channels, groups);
   {
     NoGradGuard no_grad;
     w2 = weight.reshape({out_channels, -1});  // [O, C/g * kh * kw], contiguous
     out = new_output({win.n, out_channels, win.oh, win.ow}, x.dtype(), x.device());
     library = library_forward(out, x, weight, bias, win, groups);
-    if (!library) col = conv_forward(out, x, w2, bias, win, groups);
+    if (direct) {
+      cpu::conv2d_direct(out, x.contiguous(), w2.view(weight.sizes()), bias.defined() ? bias.contiguous() : Tensor(),
+                         win, false);
+    } else if (!library) {
+      col = conv_forward(out, x, w2, bias, win, groups);
+    }
   }
   out = unbatch_like(out, input);
   // grad_out [N, O, OH, OW] -> grad_input [N, C, H, W], grad_weight [O, C/g, kh, kw] (conv_backward),
@@ -356,7 +382,7 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Siz
     record_op("ConvolutionBackward", out, {input, weight, bias},
               [sx = SavedTensor(need_weight && !col.defined() ? x : Tensor()), col = need_weight ? col : Tensor(),
                sw = SavedTensor(w2), win, groups, weight_shape = weight.sizes(), in_shape = input.sizes(), need_input,
-               need_weight, need_bias, library](const Tensor& g) {
+               need_weight, need_bias, library, direct](const Tensor& g) {
                 const Tensor g4 = g.reshape({win.n, weight_shape[0], win.oh, win.ow});
                 const Tensor& w2 = sw.get("ConvolutionBackward");
                 const Tensor x = need_weight && !col.defined() ? sx.get("ConvolutionBackward") : Tensor();
@@ -367,6 +393,9 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Siz
                 if (library) {
                   library_backward(g4, x, w2, weight_shape, win, groups, grad_input, grad_weight,
                                    need_bias ? &grad_bias : nullptr);
+                } else if (direct && need_input && direct_input_grad_applies(win, weight_shape[0])) {
+                  cpu::conv2d_direct(grad_input, g4.contiguous(), w2.view(weight_shape), Tensor(), win, true);
+                  conv_backward(g4, x, col, w2, win, groups, Tensor(), grad_weight, need_bias ? &grad_bias : nullptr);
                 } else {
                   conv_backward(g4, x, col, w2, win, groups, grad_input, grad_weight, need_bias ? &grad_bias : nullptr);
                 }

@@ -220,3 +220,44 @@ TEST_CASE("conv2d over a batch larger than one im2col chunk equals the images on
   CHECK(allclose(w.grad(), gw, 1e-10, 1e-10));
   CHECK(allclose(b.grad(), gb, 1e-10, 1e-10));
 }
+
+TEST_CASE("conv2d on small float32 feature maps (the direct kernel) equals the float64 im2col route", "[conv]") {
+  // float32, stride 1, one group, at most 64 output positions and at least 8 input channels go
+  // through cpu::conv2d_direct (and the input's gradient too when the input channels are a
+  // multiple of 8); float64 always takes im2col + GEMM. The cases cover 1 to 4 vectors of
+  // output channels (8 to 40, with a 32-channel block then an 8-channel one), position tails,
+  // 1x1 to 5x5 kernels, paddings 0 to 2, non-square maps, no bias, and shapes outside the
+  // direct kernel's reach (12 output channels, 4 input channels, 81 positions).
+  struct Shapes {
+    Shape input, weight;
+    int64_t padding;
+    bool bias;
+  };
+  const Shapes s =
+      GENERATE(Shapes{{5, 16, 4, 4}, {32, 16, 3, 3}, 1, true}, Shapes{{3, 8, 3, 5}, {8, 8, 3, 3}, 1, true},
+               Shapes{{2, 12, 5, 5}, {24, 12, 5, 5}, 2, true}, Shapes{{2, 8, 6, 6}, {40, 8, 1, 1}, 0, false},
+               Shapes{{2, 16, 4, 4}, {16, 16, 3, 3}, 0, true}, Shapes{{2, 8, 4, 4}, {12, 8, 3, 3}, 1, true},
+               Shapes{{2, 4, 4, 4}, {8, 4, 3, 3}, 1, true}, Shapes{{2, 8, 9, 9}, {8, 8, 3, 3}, 1, true});
+  INFO("input " << format_shape(s.input) << ", weight " << format_shape(s.weight) << ", padding " << s.padding);
+  Generator gen(21);
+  const Tensor x = randn(s.input, kFloat64, &gen), w = randn(s.weight, kFloat64, &gen);
+  const Tensor b = s.bias ? randn({s.weight[0]}, kFloat64, &gen) : Tensor();
+  const int64_t oh = s.input[2] + 2 * s.padding - s.weight[2] + 1, ow = s.input[3] + 2 * s.padding - s.weight[3] + 1;
+  const Tensor g = randn({s.input[0], s.weight[0], oh, ow}, kFloat64, &gen);
+  struct Run {
+    Tensor out, gx, gw, gb;
+  };
+  const auto run = [&](DType dtype) {
+    const Tensor xd = x.to(dtype).requires_grad_(), wd = w.to(dtype).requires_grad_();
+    const Tensor bd = s.bias ? b.to(dtype).requires_grad_() : Tensor();
+    const Tensor out = conv2d(xd, wd, bd, 1, s.padding);
+    out.backward(g.to(dtype));
+    return Run{out.to(kFloat64), xd.grad().to(kFloat64), wd.grad().to(kFloat64),
+               s.bias ? bd.grad().to(kFloat64) : Tensor()};
+  };
+  const Run single = run(kFloat32), reference = run(kFloat64);
+  CHECK(allclose(single.out, reference.out, 1e-5, 1e-4));
+  CHECK(allclose(single.gx, reference.gx, 1e-5, 1e-4));
+  CHECK(allclose(single.gw, reference.gw, 1e-5, 1e-3));
+  if (s.bias) CHECK(allclose(single.gb, reference.gb, 1e-5, 1e-3));
+}

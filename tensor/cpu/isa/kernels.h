@@ -46,6 +46,22 @@ struct SgdArgs {
   bool nesterov = false, first_step = false;
 };
 
+// A direct 2-D convolution, stride 1, dilation 1, for small feature maps (no im2col matrix):
+// out[n, o, y, x] = bias[o] + sum over c, i, j of wt[(c * kh + i) * kw + j][o] *
+// in[n, c, y + i - pad_h, x + j - pad_w] (zero outside the input). `in` is [n, c, h, w] and
+// `out` [n, o, oh, ow], both contiguous; wt is [c * kh * kw, o] with o a multiple of 8;
+// `bias` may be null. c * (h + 2 pad_h) * (w + 2 pad_w) must be at most kDirectConvFrame.
+struct DirectConvArgs {
+  const float* in = nullptr;
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  const float* wt = nullptr;
+  int64_t o = 0, kh = 0, kw = 0, pad_h = 0, pad_w = 0;
+  const float* bias = nullptr;
+  float* out = nullptr;
+  int64_t oh = 0, ow = 0;
+};
+constexpr int64_t kDirectConvFrame = 4096;  // floats: one image's padded planes, on the stack
+
 // The kernels of one instruction set, for float32 and float64 (index 0 and 1 of each array).
 struct IsaKernels {
   const char* isa;  // "avx2" or "avx512"
@@ -87,6 +103,8 @@ struct IsaKernels {
 
   void (*sgd_f32)(const SgdArgs<float>&);
   void (*sgd_f64)(const SgdArgs<double>&);
+
+  void (*conv2d_direct_f32)(const DirectConvArgs&);
 };
 
 const IsaKernels& avx2_kernels();    // isa/kernels.cc built for x86-64-v3
