@@ -159,6 +159,13 @@ KernelResults run_every_kernel() {
     gemm("matmul TN", matmul(a.t().contiguous().t(), w), 1031);
     gemm("matmul TT", matmul(a.t().contiguous().t(), w.t().contiguous().t()), 1031);
     gemm("matmul batched", matmul(randn({3, 17, 19}, opt, &gen), randn({3, 19, 23}, opt, &gen)), 19);
+    // conv2d of small maps: float32 takes the direct kernel (forward and the input's gradient),
+    // float64 im2col + GEMM.
+    const Tensor xc = randn({3, 16, 4, 4}, opt, &gen).requires_grad_(true);
+    const Tensor yc = conv2d(xc, randn({32, 16, 3, 3}, opt, &gen), randn({32}, opt, &gen), 1, 1);
+    yc.backward(randn(yc.sizes(), opt, &gen));
+    gemm("conv2d small maps", yc.detach(), 144);
+    gemm("conv2d small maps, input gradient", xc.grad(), 288);
   }
   r.exact.push_back({"f16 softmax", softmax(randn({9, 130}, {}, &gen).to(kFloat16), -1)});
   r.exact.push_back({"bf16 log_softmax", log_softmax(randn({9, 130}, {}, &gen).to(kBFloat16), 0)});
