@@ -75,6 +75,10 @@ void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window);
 void conv2d_direct(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window,
                    bool transposed);
 bool conv2d_direct_fits(int64_t in_channels, int64_t out_channels, int64_t padded_h, int64_t padded_w);
+// The weight's gradient of that convolution: grad_weight [O, C, kh, kw] (contiguous, written)
+// from x [N, C, H, W] and grad_out [N, O, OH, OW]; needs conv2d_direct_fits(C, O, ...).
+void conv2d_direct_weight_grad(const Tensor& grad_weight, const Tensor& x, const Tensor& grad_out,
+                               const Window2d& window);
 // Max pooling: out [N, C, OH, OW] = each window's maximum (NaN wins; of equal values the first
 // in row-major window order), `indices` (int64, same shape) saying where it came from, in a
 // form only max_pool2d_backward reads; grad_x (contiguous, zeroed here) receives each output

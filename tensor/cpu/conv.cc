@@ -303,4 +303,33 @@ void conv2d_direct(const Tensor& out, const Tensor& x, const Tensor& weight, con
   isa_kernels().conv2d_direct_f32(a);
 }
 
+void conv2d_direct_weight_grad(const Tensor& grad_weight, const Tensor& x, const Tensor& grad_out, const Window2d& w) {
+  const int64_t big_o = grad_weight.size(0), taps = w.c * w.kh * w.kw;
+  TDDP_CHECK(conv2d_direct_fits(w.c, big_o, w.padded_h(), w.padded_w()),
+             "conv2d: internal error: the direct weight gradient does not fit {} -> {} channels", w.c, big_o);
+  std::vector<float> by_tap(static_cast<size_t>(taps * big_o));  // [(c, i, j), o]
+  std::vector<float> scratch(static_cast<size_t>(w.n * (w.c * w.padded_h() * w.padded_w() + w.oh * w.ow * big_o)));
+  DirectConvArgs a;
+  a.in = x.data_ptr<float>();
+  a.n = w.n;
+  a.c = w.c;
+  a.h = w.h;
+  a.w = w.w;
+  a.o = big_o;
+  a.kh = w.kh;
+  a.kw = w.kw;
+  a.pad_h = w.ph;
+  a.pad_w = w.pw;
+  a.out = by_tap.data();
+  a.oh = w.oh;
+  a.ow = w.ow;
+  a.grad = grad_out.data_ptr<float>();
+  a.scratch = scratch.data();
+  isa_kernels().conv2d_direct_weight_grad_f32(a);
+  float* dst = grad_weight.data_ptr<float>();
+  for (int64_t o = 0; o < big_o; ++o) {
+    for (int64_t t = 0; t < taps; ++t) dst[o * taps + t] = by_tap[static_cast<size_t>(t * big_o + o)];
+  }
+}
+
 }  // namespace tinyddp::tensor::cpu

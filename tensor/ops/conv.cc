@@ -322,6 +322,24 @@ bool direct_input_grad_applies(const Window& win, int64_t out_channels) {
                                  win.ow + 2 * (win.kw - 1 - win.pw));
 }
 
+// The backward after the direct forward: the input's and the weight's gradients directly where
+// they fit, the im2col route (conv_backward) for the rest, the bias's gradient the sum of g
+// over N, OH, OW.
+void direct_backward(const Tensor& g, const Tensor& x, const Tensor& w2, const Shape& weight_shape, const Window& win,
+                     const Tensor& grad_input, const Tensor& grad_weight, Tensor* grad_bias) {
+  const Tensor gc = g.contiguous();
+  const int64_t out_channels = weight_shape[0];
+  const bool input_done = grad_input.defined() && direct_input_grad_applies(win, out_channels);
+  if (input_done) cpu::conv2d_direct(grad_input, gc, w2.view(weight_shape), Tensor(), win, true);
+  const bool weight_done = grad_weight.defined();
+  if (weight_done) cpu::conv2d_direct_weight_grad(grad_weight.view(weight_shape), x.contiguous(), gc, win);
+  if (grad_bias != nullptr) *grad_bias = sum(gc, {0, 2, 3});
+  if ((grad_input.defined() && !input_done) || (grad_weight.defined() && !weight_done)) {
+    conv_backward(gc, x, Tensor(), w2, win, 1, input_done ? Tensor() : grad_input, weight_done ? Tensor() : grad_weight,
+                  nullptr);
+  }
+}
+
 // On a GPU, cuDNN convolves where it applies (cuda/dnn_conv.cc): the forward into out, then the
 // bias added per channel. false (nothing written) where it does not: the im2col route then.
 bool library_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window& win,
@@ -393,9 +411,9 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Siz
                 if (library) {
                   library_backward(g4, x, w2, weight_shape, win, groups, grad_input, grad_weight,
                                    need_bias ? &grad_bias : nullptr);
-                } else if (direct && need_input && direct_input_grad_applies(win, weight_shape[0])) {
-                  cpu::conv2d_direct(grad_input, g4.contiguous(), w2.view(weight_shape), Tensor(), win, true);
-                  conv_backward(g4, x, col, w2, win, groups, Tensor(), grad_weight, need_bias ? &grad_bias : nullptr);
+                } else if (direct) {
+                  direct_backward(g4, x, w2, weight_shape, win, grad_input, grad_weight,
+                                  need_bias ? &grad_bias : nullptr);
                 } else {
                   conv_backward(g4, x, col, w2, win, groups, grad_input, grad_weight, need_bias ? &grad_bias : nullptr);
                 }

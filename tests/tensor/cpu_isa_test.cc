@@ -85,6 +85,18 @@ struct KernelResults {
   std::vector<CloseResult> close;
 };
 
+// conv2d of small maps: float32 takes the direct kernels (forward, the input's and the
+// weight's gradients), float64 im2col + GEMM. Sums of k products, as a GEMM's (below).
+void conv_results(KernelResults& r, const std::string& d, const TensorOptions& opt, Generator& gen, double eps) {
+  const Tensor x = randn({3, 16, 4, 4}, opt, &gen).requires_grad_(true);
+  const Tensor w = randn({32, 16, 3, 3}, opt, &gen).requires_grad_(true);
+  const Tensor y = conv2d(x, w, randn({32}, opt, &gen), 1, 1);
+  y.backward(randn(y.sizes(), opt, &gen));
+  r.close.push_back({d + "conv2d small maps", y.detach(), 4 * eps * 144, 4 * eps * 144});
+  r.close.push_back({d + "conv2d small maps, input gradient", x.grad(), 4 * eps * 288, 4 * eps * 288});
+  r.close.push_back({d + "conv2d small maps, weight gradient", w.grad(), 4 * eps * 48, 4 * eps * 48});
+}
+
 KernelResults run_every_kernel() {
   KernelResults r;
   Generator gen(11);
@@ -159,13 +171,7 @@ KernelResults run_every_kernel() {
     gemm("matmul TN", matmul(a.t().contiguous().t(), w), 1031);
     gemm("matmul TT", matmul(a.t().contiguous().t(), w.t().contiguous().t()), 1031);
     gemm("matmul batched", matmul(randn({3, 17, 19}, opt, &gen), randn({3, 19, 23}, opt, &gen)), 19);
-    // conv2d of small maps: float32 takes the direct kernel (forward and the input's gradient),
-    // float64 im2col + GEMM.
-    const Tensor xc = randn({3, 16, 4, 4}, opt, &gen).requires_grad_(true);
-    const Tensor yc = conv2d(xc, randn({32, 16, 3, 3}, opt, &gen), randn({32}, opt, &gen), 1, 1);
-    yc.backward(randn(yc.sizes(), opt, &gen));
-    gemm("conv2d small maps", yc.detach(), 144);
-    gemm("conv2d small maps, input gradient", xc.grad(), 288);
+    conv_results(r, d, opt, gen, eps);
   }
   r.exact.push_back({"f16 softmax", softmax(randn({9, 130}, {}, &gen).to(kFloat16), -1)});
   r.exact.push_back({"bf16 log_softmax", log_softmax(randn({9, 130}, {}, &gen).to(kBFloat16), 0)});

@@ -6,8 +6,6 @@
 #include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/gelu_math.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -317,103 +315,13 @@ namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
     kLoops[wd][s.nesterov][s.first_step](s);
   }
 
-  // ---- Direct convolution (small feature maps) --------------------------------------------------
+  }  // namespace
 
-  // Output channels [ob, ob + 8 NV) at the P output positions from `first` of one image: NV x P
-  // accumulators in registers, one weight row of 8 NV channels and P input values per tap.
-  // (FMA intrinsics: x86-64-v3 and v4 both have them, and GCC contracts no a * b + c in ISO C++.
-  // The loops over k, p and e are unrolled so that the accumulators stay in registers: at -O2
-  // GCC kept them in memory, and the kernel ran at a fifth of its speed.)
-  template <int NV, int P>
-  void conv_block(const DirectConvArgs& a, const float* frame, int64_t pw, int64_t ob, int64_t first, float* out) {
-    __m256 acc[P][NV];
-#pragma GCC unroll 8
-    for (int k = 0; k < NV; ++k) {
-      const __m256 b = a.bias != nullptr ? _mm256_loadu_ps(a.bias + ob + 8 * k) : _mm256_setzero_ps();
-#pragma GCC unroll 8
-      for (int p = 0; p < P; ++p) acc[p][k] = b;
-    }
-    const float* at[P];  // each position's window corner in the frame
-#pragma GCC unroll 8
-    for (int p = 0; p < P; ++p) at[p] = frame + (first + p) / a.ow * pw + (first + p) % a.ow;
-    const int64_t plane = (a.h + 2 * a.pad_h) * pw;
-    const float* w = a.wt + ob;
-    for (int64_t c = 0; c < a.c; ++c) {
-      for (int64_t i = 0; i < a.kh; ++i) {
-        const int64_t row = c * plane + i * pw;
-        for (int64_t j = 0; j < a.kw; ++j, w += a.o) {
-          __m256 wv[NV];
-#pragma GCC unroll 8
-          for (int k = 0; k < NV; ++k) wv[k] = _mm256_loadu_ps(w + 8 * k);
-#pragma GCC unroll 8
-          for (int p = 0; p < P; ++p) {
-            const __m256 v = _mm256_broadcast_ss(at[p] + row + j);
-#pragma GCC unroll 8
-            for (int k = 0; k < NV; ++k) acc[p][k] = _mm256_fmadd_ps(v, wv[k], acc[p][k]);
-          }
-        }
-      }
-    }
-    const int64_t positions = a.oh * a.ow;
-#pragma GCC unroll 8
-    for (int k = 0; k < NV; ++k) {
-#pragma GCC unroll 8
-      for (int p = 0; p < P; ++p) {
-        alignas(32) float lanes[8];
-        _mm256_store_ps(lanes, acc[p][k]);
-#pragma GCC unroll 8
-        for (int e = 0; e < 8; ++e) out[(ob + 8 * k + e) * positions + first + p] = lanes[e];
-      }
-    }
-  }
+  // conv_kernels.cc (the same instruction set's build).
+  void conv2d_direct(const DirectConvArgs& a);
+  void conv2d_direct_weight_grad(const DirectConvArgs& a);
 
-  // The last `left` (< R) positions from `first`: one block of exactly that many.
-  template <int NV, int R>
-  void conv_tail(const DirectConvArgs& a, const float* frame, int64_t pw, int64_t ob, int64_t first, int64_t left,
-                 float* out) {
-    if constexpr (R > 1) {
-      if (left == R - 1) {
-        conv_block<NV, R - 1>(a, frame, pw, ob, first, out);
-      } else {
-        conv_tail<NV, R - 1>(a, frame, pw, ob, first, left, out);
-      }
-    }
-  }
-
-  // One image's output channels [ob, ob + 8 NV): twelve accumulators (P = 12 / NV positions)
-  // per block, enough independent FMA chains to hide the FMA's latency on both of its units.
-  template <int NV>
-  void conv_channels(const DirectConvArgs& a, const float* frame, int64_t pw, int64_t ob, float* out) {
-    constexpr int P = 12 / NV;
-    const int64_t positions = a.oh * a.ow;
-    int64_t first = 0;
-    for (; first + P <= positions; first += P) conv_block<NV, P>(a, frame, pw, ob, first, out);
-    conv_tail<NV, P>(a, frame, pw, ob, first, positions - first, out);
-  }
-
-  void conv2d_direct(const DirectConvArgs& a) {
-    const int64_t ph = a.h + 2 * a.pad_h, pw = a.w + 2 * a.pad_w;
-    float frame[kDirectConvFrame];
-    std::fill(frame, frame + a.c * ph * pw, 0.0f);
-    for (int64_t n = 0; n < a.n; ++n) {
-      const float* in = a.in + n * a.c * a.h * a.w;
-      for (int64_t c = 0; c < a.c; ++c) {
-        for (int64_t y = 0; y < a.h; ++y) {
-          std::copy(in + (c * a.h + y) * a.w, in + (c * a.h + y + 1) * a.w,
-                    frame + (c * ph + y + a.pad_h) * pw + a.pad_w);
-        }
-      }
-      float* out = a.out + n * a.o * a.oh * a.ow;
-      for (int64_t ob = 0; ob < a.o; ob += 32) {
-        switch (std::min<int64_t>(4, (a.o - ob) / 8)) {
-          case 4: conv_channels<4>(a, frame, pw, ob, out); break;
-          case 3: conv_channels<3>(a, frame, pw, ob, out); break;
-          case 2: conv_channels<2>(a, frame, pw, ob, out); break;
-          default: conv_channels<1>(a, frame, pw, ob, out); break;
-        }
-      }
-    }
-  }
+  namespace {
 
   constexpr IsaKernels kKernels = {
       TINYDDP_STRING(TINYDDP_ISA),
@@ -436,6 +344,7 @@ namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
       sgd<float>,
       sgd<double>,
       conv2d_direct,
+      conv2d_direct_weight_grad,
   };
 
   }  // namespace

@@ -51,6 +51,10 @@ struct SgdArgs {
 // in[n, c, y + i - pad_h, x + j - pad_w] (zero outside the input). `in` is [n, c, h, w] and
 // `out` [n, o, oh, ow], both contiguous; wt is [c * kh * kw, o] with o a multiple of 8;
 // `bias` may be null. c * (h + 2 pad_h) * (w + 2 pad_w) must be at most kDirectConvFrame.
+// The weight's gradient of the same convolution (conv2d_direct_weight_grad_f32) reads `in` and
+// `grad` (grad_out, [n, o, oh, ow]) and writes out[(c * kh + i) * kw + j][o] = the sum over
+// n, y, x of grad[n, o, y, x] * in[n, c, y + i - pad_h, x + j - pad_w]; wt and bias unused;
+// `scratch` holds n * (c * (h + 2 pad_h) * (w + 2 pad_w) + oh * ow * o) floats.
 struct DirectConvArgs {
   const float* in = nullptr;
   int64_t n = 0, c = 0, h = 0, w = 0;
@@ -59,6 +63,8 @@ struct DirectConvArgs {
   const float* bias = nullptr;
   float* out = nullptr;
   int64_t oh = 0, ow = 0;
+  const float* grad = nullptr;
+  float* scratch = nullptr;
 };
 constexpr int64_t kDirectConvFrame = 4096;  // floats: one image's padded planes, on the stack
 
@@ -105,6 +111,7 @@ struct IsaKernels {
   void (*sgd_f64)(const SgdArgs<double>&);
 
   void (*conv2d_direct_f32)(const DirectConvArgs&);
+  void (*conv2d_direct_weight_grad_f32)(const DirectConvArgs&);
 };
 
 const IsaKernels& avx2_kernels();    // isa/kernels.cc built for x86-64-v3
