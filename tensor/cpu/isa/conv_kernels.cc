@@ -132,8 +132,8 @@ namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
   // accumulators over every image and position; per position one vector of grad_out per
   // channel block (gts: each image's grad_out as [position][o]) and T inputs from its frame.
   template <int NV, int T>
-  void weight_grad_block(const DirectConvArgs& a, const float* frames, int64_t frame_size, const float* gts,
-                         int64_t t0, int64_t ob) {
+  void weight_grad_block(const DirectConvArgs& a, const float* frames, int64_t frame_size, const float* gts, int64_t t0,
+                         int64_t ob) {
     const int64_t pw = a.w + 2 * a.pad_w, plane = (a.h + 2 * a.pad_h) * pw, gt_size = a.oh * a.ow * a.o;
     __m256 acc[T][NV];
     int64_t base[T];
