@@ -8,6 +8,8 @@
 // for products of at least kOpenBlasMinWork multiply-adds when the kernels it picked use the
 // instruction set cpu_isa() selected; otherwise Eigen's GEMM compiled for that instruction
 // set (isa/kernels.cc). TINYDDP_CPU_MATMUL=eigen or =openblas forces one engine, for benchmarks.
+#include <cpuid.h>
+
 #include <algorithm>
 #include <cctype>
 #include <climits>
@@ -56,7 +58,9 @@ std::optional<MatrixLayout> matrix_layout(const Tensor& t) {
   return std::nullopt;
 }
 
-enum class Engine { kOpenBlas, kEigen };
+// kEigen: the chosen instruction set's Eigen build; kEigenAvx2: the AVX2 build whatever is
+// chosen (large products on Zen 4, below).
+enum class Engine { kOpenBlas, kEigen, kEigenAvx2 };
 
 std::string lowercase(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -126,10 +130,27 @@ const EnginePolicy& engine_policy() {
   return policy;
 }
 
+// An AMD CPU of family 0x19 with AVX-512: Zen 4, which runs each 512-bit FMA as two 256-bit
+// halves (//bench:cpu_peak: one 512-bit unit against two 256-bit ones, the same peak). There
+// Eigen's AVX2 build ran the large products 4-11% faster than its AVX-512 build (1024^3:
+// 19.9-20.6 ms against 21.0-21.4; the MLP's h @ W2^T: 2.74-2.87 against 3.08-3.10), while the
+// AVX-512 build kept the narrow ones (128 x 1024 x 10: 0.045 ms against 0.050); bench/README.md.
+bool zen4_with_avx512() {
+  static const bool zen4 = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__builtin_cpu_is("amd") || !cpu_has(CpuIsa::kAvx512) || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    const unsigned family = ((eax >> 8) & 0xf) + ((eax >> 20) & 0xff);
+    return family == 0x19;
+  }();
+  return zen4;
+}
+
 Engine engine(int64_t work) {
   const EnginePolicy& policy = engine_policy();
   if (policy.forced) return *policy.forced;
-  return &isa_kernels() == policy.openblas_table && work >= kOpenBlasMinWork ? Engine::kOpenBlas : Engine::kEigen;
+  if (work < kOpenBlasMinWork) return Engine::kEigen;
+  if (&isa_kernels() == policy.openblas_table) return Engine::kOpenBlas;
+  return cpu_isa() == CpuIsa::kAvx512 && zen4_with_avx512() ? Engine::kEigenAvx2 : Engine::kEigen;
 }
 
 bool fits_int(int64_t v) { return v <= INT_MAX; }
@@ -162,12 +183,16 @@ void float_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   g.b = b.data_ptr<T>(), g.ldb = lb->leading_dim, g.b_row_major = lb->row_major;
   g.c = out.data_ptr<T>();
   const bool int_sized = fits_int(g.n) && fits_int(g.k) && fits_int(g.m) && fits_int(g.lda) && fits_int(g.ldb);
-  if (int_sized && engine(g.n * g.k * g.m) == Engine::kOpenBlas) {
+  const Engine e = engine(g.n * g.k * g.m);
+  if (int_sized && e == Engine::kOpenBlas) {
     openblas_gemm(g);
-  } else if constexpr (std::is_same_v<T, float>) {
-    isa_kernels().gemm_f32(g);
+    return;
+  }
+  const IsaKernels& table = e == Engine::kEigenAvx2 ? avx2_kernels() : isa_kernels();
+  if constexpr (std::is_same_v<T, float>) {
+    table.gemm_f32(g);
   } else {
-    isa_kernels().gemm_f64(g);
+    table.gemm_f64(g);
   }
 }
 
@@ -200,8 +225,13 @@ std::string matmul_engine() {
     return fmt::format("OpenBLAS, {} kernels, from {} multiply-adds; Eigen, {} build, below", core.name,
                        kOpenBlasMinWork, cpu_isa_name(cpu_isa()));
   }
-  return fmt::format("Eigen, {} build (OpenBLAS picked its {} kernels{})", cpu_isa_name(cpu_isa()), core.name,
-                     core.intel_kernels_on_amd ? ", made for Intel CPUs" : "");
+  const std::string openblas = fmt::format("OpenBLAS picked its {} kernels{}", core.name,
+                                           core.intel_kernels_on_amd ? ", made for Intel CPUs" : "");
+  if (cpu_isa() == CpuIsa::kAvx512 && zen4_with_avx512()) {
+    return fmt::format("Eigen, avx2 build, from {} multiply-adds (Zen 4); Eigen, avx512 build, below ({})",
+                       kOpenBlasMinWork, openblas);
+  }
+  return fmt::format("Eigen, {} build ({})", cpu_isa_name(cpu_isa()), openblas);
 }
 
 void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
