@@ -7,7 +7,9 @@
 // kernels are picked at run time for the CPU (the library PyTorch's matmul calls on Debian),
 // for products of at least kOpenBlasMinWork multiply-adds when the kernels it picked use the
 // instruction set cpu_isa() selected; otherwise Eigen's GEMM compiled for that instruction
-// set (isa/kernels.cc). TINYDDP_CPU_MATMUL=eigen or =openblas forces one engine, for benchmarks.
+// set (isa/kernels.cc), except that on Zen 4 the large products use the AVX2 build whatever
+// is selected (zen4_with_avx512, below). TINYDDP_CPU_MATMUL=eigen or =openblas forces one
+// engine, for benchmarks.
 #include <cpuid.h>
 
 #include <algorithm>
@@ -145,12 +147,15 @@ bool zen4_with_avx512() {
   return zen4;
 }
 
+// Whether the large products go to Eigen's AVX2 build although AVX-512 is selected.
+bool large_products_on_avx2() { return cpu_isa() == CpuIsa::kAvx512 && zen4_with_avx512(); }
+
 Engine engine(int64_t work) {
   const EnginePolicy& policy = engine_policy();
   if (policy.forced) return *policy.forced;
   if (work < kOpenBlasMinWork) return Engine::kEigen;
   if (&isa_kernels() == policy.openblas_table) return Engine::kOpenBlas;
-  return cpu_isa() == CpuIsa::kAvx512 && zen4_with_avx512() ? Engine::kEigenAvx2 : Engine::kEigen;
+  return large_products_on_avx2() ? Engine::kEigenAvx2 : Engine::kEigen;
 }
 
 bool fits_int(int64_t v) { return v <= INT_MAX; }
@@ -227,7 +232,7 @@ std::string matmul_engine() {
   }
   const std::string openblas = fmt::format("OpenBLAS picked its {} kernels{}", core.name,
                                            core.intel_kernels_on_amd ? ", made for Intel CPUs" : "");
-  if (cpu_isa() == CpuIsa::kAvx512 && zen4_with_avx512()) {
+  if (large_products_on_avx2()) {
     return fmt::format("Eigen, avx2 build, from {} multiply-adds (Zen 4); Eigen, avx512 build, below ({})",
                        kOpenBlasMinWork, openblas);
   }

@@ -74,10 +74,10 @@ namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
     return a < b ? a : b;
   }
 
-  // Outputs this large (twice the 16 MiB a core's share of a big L3 cache has been) leave the
-  // cache before anyone reads them again, so they are written with non-temporal stores: the
-  // cache lines are not read from memory first only to be overwritten. For a 64 MiB out-of-place
-  // add on the Zen 4 machine, 5.1-5.9 ms against 7.5-8.6 (bench/README.md, "AMD EPYC (Zen 4").
+  // Outputs this large (the whole L3 cache of the machines measured) leave the cache before
+  // anyone reads them again, so they are written with non-temporal stores: the cache lines are
+  // not read from memory first only to be overwritten. A 64 MiB out-of-place add on the Zen 4
+  // machine: 6.1-6.4 ms against 7.7-8.5 before (bench/README.md, "AMD EPYC (Zen 4").
   constexpr int64_t kStreamBytes = int64_t(32) << 20;
 
   void stream_block(float* o, const float* block, int64_t len) {
