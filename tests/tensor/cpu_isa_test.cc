@@ -38,8 +38,21 @@ template <typename T>
 void check_table_gemm(const tinyddp::tensor::cpu::IsaKernels& kernels, double tol) {
   using tinyddp::tensor::cpu::GemmArgs;
   Generator gen(7);
-  for (const auto& [n, k, m] :
-       std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {67, 45, 91}, {128, 300, 10}, {5, 257, 33}}) {
+  for (const auto& [n, k, m] : std::vector<std::array<int64_t, 3>>{{1, 1, 1},
+                                                                   {67, 45, 91},
+                                                                   {128, 300, 10},
+                                                                   {5, 257, 33},
+                                                                   // Narrow products (gemm_kernels.cc), with every
+                                                                   // tail: k, m or n of 16 or less, vectors cut short.
+                                                                   {128, 1024, 10},
+                                                                   {37, 70, 16},
+                                                                   {9, 3, 5},
+                                                                   {128, 10, 1024},
+                                                                   {61, 16, 75},
+                                                                   {10, 128, 1030},
+                                                                   {16, 53, 40},
+                                                                   {13, 31, 17},
+                                                                   {1, 200, 9}}) {
     const Tensor a = randn({n, k}, {}, &gen), b = randn({k, m}, {}, &gen);
     std::vector<T> av(n * k), bv(k * m);
     for (int64_t i = 0; i < n * k; ++i) av[i] = static_cast<T>(a.data_ptr<float>()[i]);

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #ifndef TINYDDP_ISA
 #error "kernels.cc is built by //tensor:cpu_kernels_<isa>, which defines TINYDDP_ISA"
@@ -27,6 +28,10 @@
 
 namespace tinyddp::tensor::cpu {
 namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
+  // gemm_kernels.cc (the same instruction set's build): the products with a dimension of 16 or
+  // less, in the layouts it serves; false for the rest.
+  bool narrow_gemm(const GemmArgs<float>& g);
+
   namespace {
 
   // ---- GEMM -------------------------------------------------------------------------------------
@@ -39,9 +44,13 @@ namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
     return MatrixMap<T, Order>(data, rows, cols, Eigen::OuterStride<>(ld));
   }
 
-  // Four layout combinations, each one Eigen GEMM call with no copies.
+  // Four layout combinations, each one Eigen GEMM call with no copies (float32's narrow
+  // products: gemm_kernels.cc).
   template <typename T>
   void gemm(const GemmArgs<T>& g) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (narrow_gemm(g)) return;
+    }
     Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> c(g.c, g.n, g.m);
     if (g.a_row_major && g.b_row_major) {
       c.noalias() =
