@@ -67,6 +67,10 @@ namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
     }
   }
 
+  void set_gemm_l1_blocking(int64_t bytes) {
+    Eigen::setCpuCacheSizes(static_cast<std::ptrdiff_t>(bytes), Eigen::l2CacheSize(), Eigen::l3CacheSize());
+  }
+
   // ---- Elementwise ------------------------------------------------------------------------------
 
   // NaN-propagating max/min (std::max would drop a NaN in its first argument).
@@ -383,6 +387,7 @@ namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
       TINYDDP_STRING(TINYDDP_ISA),
       gemm<float>,
       gemm<double>,
+      set_gemm_l1_blocking,
       binary<float>,
       binary<double>,
       unary<float>,

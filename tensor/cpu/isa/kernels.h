@@ -74,6 +74,9 @@ struct IsaKernels {
 
   void (*gemm_f32)(const GemmArgs<float>&);
   void (*gemm_f64)(const GemmArgs<double>&);
+  // The level-1 cache size Eigen's GEMM blocks its products for (its depth blocking grows with
+  // it); the other levels stay as Eigen detected them. Call before the first product.
+  void (*set_gemm_l1_blocking)(int64_t bytes);
 
   // o[i] = op(a[i], b[i]) over n elements (a or b a single value per `pattern`); o may be a or b.
   void (*binary_f32)(BinaryOp op, RowPattern pattern, int64_t n, float* o, const float* a, const float* b, float alpha);
