@@ -22,6 +22,11 @@ class Allocator {
 };
 
 Allocator* cpu_allocator();
+// CPU blocks of 32 MiB or more are kept for reuse when freed (at most 512 MiB, or an eighth of
+// the machine's memory; not under TINYDDP_CPU_MALLOC=system): the bytes held now, and a call
+// that gives them all back to the system.
+size_t cpu_cached_bytes();
+void cpu_empty_cache();
 // The allocator for `device`; throws a clear error for devices this build cannot use.
 Allocator* allocator_for(Device device);
 

@@ -191,6 +191,41 @@ TEST_CASE("storage is shared by views and freed with the last one", "[tensor][st
   CHECK(reinterpret_cast<uintptr_t>(Storage(100, kCPU).data()) % 64 == 0);
 }
 
+TEST_CASE("freed CPU blocks of 32 MiB or more are reused, up to the cache's limit", "[tensor][storage]") {
+  cpu_empty_cache();
+  REQUIRE(cpu_cached_bytes() == 0);
+  const int64_t n = (40 << 20) / 4;  // 40 MiB of float32: rounded to 40 MiB
+  const void* first = nullptr;
+  {
+    const Tensor a = full({n}, 3.0);
+    first = a.raw_data_ptr();
+    CHECK(reinterpret_cast<uintptr_t>(first) % 64 == 0);
+    CHECK(a.narrow(0, n - 2, 2).to_vector<float>() == std::vector<float>{3, 3});
+  }
+  CHECK(cpu_cached_bytes() == size_t(40) << 20);
+  {
+    // A block of a different rounded size maps new memory; the same size gets the freed block.
+    const Tensor other = empty({n + (4 << 20) / 4});
+    CHECK(other.raw_data_ptr() != first);
+    const Tensor again = zeros({n});
+    CHECK(again.raw_data_ptr() == first);
+    CHECK(again.narrow(0, n - 2, 2).to_vector<float>() == std::vector<float>{0, 0});  // zeros() still zeroes
+    CHECK(cpu_cached_bytes() == 0);
+  }
+  CHECK(cpu_cached_bytes() == size_t(84) << 20);
+  // The cache holds at most 512 MiB (or an eighth of the memory): freeing 13 more blocks of 40
+  // MiB unmaps the oldest ones.
+  {
+    std::vector<Tensor> many;
+    for (int i = 0; i < 15; ++i) many.push_back(empty({n}));
+  }
+  CHECK(cpu_cached_bytes() <= size_t(512) << 20);
+  CHECK(cpu_cached_bytes() >= size_t(512 - 40) << 20);
+  cpu_empty_cache();
+  CHECK(cpu_cached_bytes() == 0);
+  CHECK(Storage(size_t(33) << 20, kCPU).nbytes() == size_t(33) << 20);  // the size asked for, not the rounding
+}
+
 TEST_CASE("devices parse, print and compare like torch.device", "[tensor][device]") {
   CHECK(Device("cpu") == kCPU);
   CHECK(Device("cuda") == Device::cuda(0));
