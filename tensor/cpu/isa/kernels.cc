@@ -4,6 +4,7 @@
 // isa_<name>, and Eigen, renamed to EigenIsa_<name>, too: no definition here may carry a
 // name that the other build (or the rest of tinyddp) also defines.
 #include "tinyddp/tensor/cpu/isa/kernels.h"
+#include "tinyddp/tensor/cpu/isa/isa_macros.h"
 #include "tinyddp/tensor/gelu_math.h"
 
 #include <immintrin.h>
@@ -14,11 +15,6 @@
 #include <limits>
 #include <type_traits>
 
-#ifndef TINYDDP_ISA
-#error "kernels.cc is built by //tensor:cpu_kernels_<isa>, which defines TINYDDP_ISA"
-#endif
-#define TINYDDP_PASTE2(a, b) a##b
-#define TINYDDP_PASTE(a, b) TINYDDP_PASTE2(a, b)
 #define TINYDDP_STRING2(a) #a
 #define TINYDDP_STRING(a) TINYDDP_STRING2(a)
 // Eigen's templates get their own namespace per build (the header names are not macro-expanded).
@@ -27,390 +23,388 @@
 #include <unsupported/Eigen/SpecialFunctions>  // erf, for GELU
 
 namespace tinyddp::tensor::cpu {
-namespace TINYDDP_PASTE(isa_, TINYDDP_ISA) {
-  // gemm_kernels.cc (the same instruction set's build): the products with a dimension of 16 or
-  // less, in the layouts it serves; false for the rest.
-  bool narrow_gemm(const GemmArgs<float>& g);
+namespace TINYDDP_ISA_NAMESPACE {
+// gemm_kernels.cc (the same instruction set's build): the products with a dimension of 16 or
+// less, in the layouts it serves; false for the rest.
+bool narrow_gemm(const GemmArgs<float>& g);
 
-  namespace {
+namespace {
 
-  // ---- GEMM -------------------------------------------------------------------------------------
+// ---- GEMM -------------------------------------------------------------------------------------
 
-  template <typename T, int Order>
-  using MatrixMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, 0, Eigen::OuterStride<>>;
+template <typename T, int Order>
+using MatrixMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, 0, Eigen::OuterStride<>>;
 
-  template <typename T, int Order>
-  MatrixMap<T, Order> map_matrix(const T* data, int64_t rows, int64_t cols, int64_t ld) {
-    return MatrixMap<T, Order>(data, rows, cols, Eigen::OuterStride<>(ld));
+template <typename T, int Order>
+MatrixMap<T, Order> map_matrix(const T* data, int64_t rows, int64_t cols, int64_t ld) {
+  return MatrixMap<T, Order>(data, rows, cols, Eigen::OuterStride<>(ld));
+}
+
+// Four layout combinations, each one Eigen GEMM call with no copies (float32's narrow
+// products: gemm_kernels.cc).
+template <typename T>
+void gemm(const GemmArgs<T>& g) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (narrow_gemm(g)) return;
   }
-
-  // Four layout combinations, each one Eigen GEMM call with no copies (float32's narrow
-  // products: gemm_kernels.cc).
-  template <typename T>
-  void gemm(const GemmArgs<T>& g) {
-    if constexpr (std::is_same_v<T, float>) {
-      if (narrow_gemm(g)) return;
-    }
-    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> c(g.c, g.n, g.m);
-    if (g.a_row_major && g.b_row_major) {
-      c.noalias() =
-          map_matrix<T, Eigen::RowMajor>(g.a, g.n, g.k, g.lda) * map_matrix<T, Eigen::RowMajor>(g.b, g.k, g.m, g.ldb);
-    } else if (g.a_row_major) {
-      c.noalias() =
-          map_matrix<T, Eigen::RowMajor>(g.a, g.n, g.k, g.lda) * map_matrix<T, Eigen::ColMajor>(g.b, g.k, g.m, g.ldb);
-    } else if (g.b_row_major) {
-      c.noalias() =
-          map_matrix<T, Eigen::ColMajor>(g.a, g.n, g.k, g.lda) * map_matrix<T, Eigen::RowMajor>(g.b, g.k, g.m, g.ldb);
-    } else {
-      c.noalias() =
-          map_matrix<T, Eigen::ColMajor>(g.a, g.n, g.k, g.lda) * map_matrix<T, Eigen::ColMajor>(g.b, g.k, g.m, g.ldb);
-    }
+  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> c(g.c, g.n, g.m);
+  if (g.a_row_major && g.b_row_major) {
+    c.noalias() =
+        map_matrix<T, Eigen::RowMajor>(g.a, g.n, g.k, g.lda) * map_matrix<T, Eigen::RowMajor>(g.b, g.k, g.m, g.ldb);
+  } else if (g.a_row_major) {
+    c.noalias() =
+        map_matrix<T, Eigen::RowMajor>(g.a, g.n, g.k, g.lda) * map_matrix<T, Eigen::ColMajor>(g.b, g.k, g.m, g.ldb);
+  } else if (g.b_row_major) {
+    c.noalias() =
+        map_matrix<T, Eigen::ColMajor>(g.a, g.n, g.k, g.lda) * map_matrix<T, Eigen::RowMajor>(g.b, g.k, g.m, g.ldb);
+  } else {
+    c.noalias() =
+        map_matrix<T, Eigen::ColMajor>(g.a, g.n, g.k, g.lda) * map_matrix<T, Eigen::ColMajor>(g.b, g.k, g.m, g.ldb);
   }
+}
 
-  void set_gemm_l1_blocking(int64_t bytes) {
-    Eigen::setCpuCacheSizes(static_cast<std::ptrdiff_t>(bytes), Eigen::l2CacheSize(), Eigen::l3CacheSize());
-  }
+void set_gemm_l1_blocking(int64_t bytes) {
+  Eigen::setCpuCacheSizes(static_cast<std::ptrdiff_t>(bytes), Eigen::l2CacheSize(), Eigen::l3CacheSize());
+}
 
-  // ---- Elementwise ------------------------------------------------------------------------------
+// ---- Elementwise ------------------------------------------------------------------------------
 
-  // NaN-propagating max/min (std::max would drop a NaN in its first argument).
-  template <typename T>
-  T nan_max(T a, T b) {
-    if (std::isnan(a)) return a;
-    if (std::isnan(b)) return b;
-    return a > b ? a : b;
-  }
-  template <typename T>
-  T nan_min(T a, T b) {
-    if (std::isnan(a)) return a;
-    if (std::isnan(b)) return b;
-    return a < b ? a : b;
-  }
+// NaN-propagating max/min (std::max would drop a NaN in its first argument).
+template <typename T>
+T nan_max(T a, T b) {
+  if (std::isnan(a)) return a;
+  if (std::isnan(b)) return b;
+  return a > b ? a : b;
+}
+template <typename T>
+T nan_min(T a, T b) {
+  if (std::isnan(a)) return a;
+  if (std::isnan(b)) return b;
+  return a < b ? a : b;
+}
 
-  // Outputs this large (the whole L3 cache of the machines measured) leave the cache before
-  // anyone reads them again, so they are written with non-temporal stores: the cache lines are
-  // not read from memory first only to be overwritten. A 64 MiB out-of-place add on the Zen 4
-  // machine: 6.1-6.4 ms against 7.7-8.5 before (bench/README.md, "AMD EPYC (Zen 4").
-  constexpr int64_t kStreamBytes = int64_t(32) << 20;
+// Outputs this large (the whole L3 cache of the machines measured) leave the cache before
+// anyone reads them again, so they are written with non-temporal stores: the cache lines are
+// not read from memory first only to be overwritten. A 64 MiB out-of-place add on the Zen 4
+// machine: 6.1-6.4 ms against 7.7-8.5 before (bench/README.md, "AMD EPYC (Zen 4").
+constexpr int64_t kStreamBytes = int64_t(32) << 20;
 
-  void stream_block(float* o, const float* block, int64_t len) {
-    for (int64_t j = 0; j < len; j += 8) _mm256_stream_ps(o + j, _mm256_load_ps(block + j));
-  }
-  void stream_block(double* o, const double* block, int64_t len) {
-    for (int64_t j = 0; j < len; j += 4) _mm256_stream_pd(o + j, _mm256_load_pd(block + j));
-  }
+void stream_block(float* o, const float* block, int64_t len) {
+  for (int64_t j = 0; j < len; j += 8) _mm256_stream_ps(o + j, _mm256_load_ps(block + j));
+}
+void stream_block(double* o, const double* block, int64_t len) {
+  for (int64_t j = 0; j < len; j += 4) _mm256_stream_pd(o + j, _mm256_load_pd(block + j));
+}
 
-  // o[i] = value(i) for i < n, the same values as the plain loop, stored past the cache: each
-  // 256-byte block is computed into an aligned buffer (vectorised) and streamed out from there.
-  // Larger blocks ran slower (the write-combining buffers drain in bursts).
-  template <typename T, typename Value>
-  void store_streamed(int64_t n, T* o, Value value) {
-    constexpr int64_t kBlock = 256 / sizeof(T);
-    int64_t i = 0;
-    for (; i < n && reinterpret_cast<uintptr_t>(o + i) % 32 != 0; ++i) o[i] = value(i);
-    alignas(32) T block[kBlock];
-    for (; i + kBlock <= n; i += kBlock) {
+// o[i] = value(i) for i < n, the same values as the plain loop, stored past the cache: each
+// 256-byte block is computed into an aligned buffer (vectorised) and streamed out from there.
+// Larger blocks ran slower (the write-combining buffers drain in bursts).
+template <typename T, typename Value>
+void store_streamed(int64_t n, T* o, Value value) {
+  constexpr int64_t kBlock = 256 / sizeof(T);
+  int64_t i = 0;
+  for (; i < n && reinterpret_cast<uintptr_t>(o + i) % 32 != 0; ++i) o[i] = value(i);
+  alignas(32) T block[kBlock];
+  for (; i + kBlock <= n; i += kBlock) {
 #pragma GCC ivdep
-      for (int64_t j = 0; j < kBlock; ++j) block[j] = value(i + j);
-      stream_block(o + i, block, kBlock);
-    }
-    for (; i < n; ++i) o[i] = value(i);
-    _mm_sfence();  // the streamed stores are visible before the kernel returns
+    for (int64_t j = 0; j < kBlock; ++j) block[j] = value(i + j);
+    stream_block(o + i, block, kBlock);
   }
+  for (; i < n; ++i) o[i] = value(i);
+  _mm_sfence();  // the streamed stores are visible before the kernel returns
+}
 
-  template <typename T, typename Op>
-  void binary_row_streamed(RowPattern pattern, int64_t n, T* o, const T* a, const T* b, Op op) {
-    switch (pattern) {
-      case RowPattern::kBoth: store_streamed(n, o, [&](int64_t i) { return op(a[i], b[i]); }); return;
-      case RowPattern::kScalarB: store_streamed(n, o, [&, bv = *b](int64_t i) { return op(a[i], bv); }); return;
-      case RowPattern::kScalarA: store_streamed(n, o, [&, av = *a](int64_t i) { return op(av, b[i]); }); return;
-    }
+template <typename T, typename Op>
+void binary_row_streamed(RowPattern pattern, int64_t n, T* o, const T* a, const T* b, Op op) {
+  switch (pattern) {
+    case RowPattern::kBoth: store_streamed(n, o, [&](int64_t i) { return op(a[i], b[i]); }); return;
+    case RowPattern::kScalarB: store_streamed(n, o, [&, bv = *b](int64_t i) { return op(a[i], bv); }); return;
+    case RowPattern::kScalarA: store_streamed(n, o, [&, av = *a](int64_t i) { return op(av, b[i]); }); return;
   }
+}
 
-  // One loop per pattern, each branch-free so that it vectorises. ivdep: o is either separate
-  // from the inputs or exactly one of them, so no iteration reads what an earlier one wrote.
-  template <typename T, typename Op>
-  void binary_row(RowPattern pattern, int64_t n, T* o, const T* a, const T* b, Op op) {
-    if (n * static_cast<int64_t>(sizeof(T)) >= kStreamBytes && o != a && o != b) {
-      binary_row_streamed(pattern, n, o, a, b, op);
+// One loop per pattern, each branch-free so that it vectorises. ivdep: o is either separate
+// from the inputs or exactly one of them, so no iteration reads what an earlier one wrote.
+template <typename T, typename Op>
+void binary_row(RowPattern pattern, int64_t n, T* o, const T* a, const T* b, Op op) {
+  if (n * static_cast<int64_t>(sizeof(T)) >= kStreamBytes && o != a && o != b) {
+    binary_row_streamed(pattern, n, o, a, b, op);
+    return;
+  }
+  switch (pattern) {
+    case RowPattern::kBoth:
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], b[i]);
+      return;
+    case RowPattern::kScalarB: {
+      const T bv = *b;
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], bv);
       return;
     }
-    switch (pattern) {
-      case RowPattern::kBoth:
+    case RowPattern::kScalarA: {
+      const T av = *a;
 #pragma GCC ivdep
-        for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], b[i]);
-        return;
-      case RowPattern::kScalarB: {
-        const T bv = *b;
-#pragma GCC ivdep
-        for (int64_t i = 0; i < n; ++i) o[i] = op(a[i], bv);
-        return;
+      for (int64_t i = 0; i < n; ++i) o[i] = op(av, b[i]);
+      return;
+    }
+  }
+}
+
+template <typename T>
+void binary(BinaryOp op, RowPattern pattern, int64_t n, T* o, const T* a, const T* b, T alpha) {
+  switch (op) {
+    case BinaryOp::kAdd:
+      if (alpha == T(1)) {
+        binary_row(pattern, n, o, a, b, [](T x, T y) { return x + y; });
+      } else {
+        binary_row(pattern, n, o, a, b, [alpha](T x, T y) { return x + alpha * y; });
       }
-      case RowPattern::kScalarA: {
-        const T av = *a;
+      return;
+    case BinaryOp::kMul: binary_row(pattern, n, o, a, b, [](T x, T y) { return x * y; }); return;
+    case BinaryOp::kDiv: binary_row(pattern, n, o, a, b, [](T x, T y) { return x / y; }); return;
+    case BinaryOp::kMaximum: binary_row(pattern, n, o, a, b, nan_max<T>); return;
+    case BinaryOp::kMinimum: binary_row(pattern, n, o, a, b, nan_min<T>); return;
+    case BinaryOp::kReluBackward: binary_row(pattern, n, o, a, b, [](T g, T y) { return y > T(0) ? g : T(0); }); return;
+    case BinaryOp::kMaskedFill:
+      binary_row(pattern, n, o, a, b, [alpha](T x, T m) { return m != T(0) ? alpha : x; });
+      return;
+  }
+}
+
+template <typename T, typename Op>
+void unary_row(int64_t n, T* o, const T* x, Op op) {
 #pragma GCC ivdep
-        for (int64_t i = 0; i < n; ++i) o[i] = op(av, b[i]);
-        return;
-      }
+  for (int64_t i = 0; i < n; ++i) o[i] = op(x[i]);
+}
+
+// GELU and its derivative (gelu_math.h has the formulas) as Eigen array expressions, so
+// that erf, exp and tanh are Eigen's vectorised versions.
+template <typename Out, typename In>
+void gelu(UnaryOp op, Out& out, const In& in) {
+  using T = typename In::Scalar;
+  using K = gelu_math::Constants<T>;
+  switch (op) {
+    case UnaryOp::kGelu: out = T(0.5) * in * (T(1) + (in * K::kSqrtHalf).erf()); return;
+    case UnaryOp::kGeluGrad:
+      out = T(0.5) * (T(1) + (in * K::kSqrtHalf).erf()) + in * (T(-0.5) * in.square()).exp() * K::kInvSqrt2Pi;
+      return;
+    case UnaryOp::kGeluTanh:
+      out = T(0.5) * in * (T(1) + (K::kSqrt2OverPi * (in + K::kCubic * in.cube())).tanh());
+      return;
+    case UnaryOp::kGeluTanhGrad: {
+      const Eigen::Array<T, Eigen::Dynamic, 1> t = (K::kSqrt2OverPi * (in + K::kCubic * in.cube())).tanh();
+      out = T(0.5) * (T(1) + t) +
+            T(0.5) * in * (T(1) - t.square()) * (K::kSqrt2OverPi * (T(1) + T(3) * K::kCubic * in.square()));
+      return;
     }
+    default: return;
   }
+}
 
-  template <typename T>
-  void binary(BinaryOp op, RowPattern pattern, int64_t n, T* o, const T* a, const T* b, T alpha) {
-    switch (op) {
-      case BinaryOp::kAdd:
-        if (alpha == T(1)) {
-          binary_row(pattern, n, o, a, b, [](T x, T y) { return x + y; });
-        } else {
-          binary_row(pattern, n, o, a, b, [alpha](T x, T y) { return x + alpha * y; });
-        }
-        return;
-      case BinaryOp::kMul: binary_row(pattern, n, o, a, b, [](T x, T y) { return x * y; }); return;
-      case BinaryOp::kDiv: binary_row(pattern, n, o, a, b, [](T x, T y) { return x / y; }); return;
-      case BinaryOp::kMaximum: binary_row(pattern, n, o, a, b, nan_max<T>); return;
-      case BinaryOp::kMinimum: binary_row(pattern, n, o, a, b, nan_min<T>); return;
-      case BinaryOp::kReluBackward:
-        binary_row(pattern, n, o, a, b, [](T g, T y) { return y > T(0) ? g : T(0); });
-        return;
-      case BinaryOp::kMaskedFill:
-        binary_row(pattern, n, o, a, b, [alpha](T x, T m) { return m != T(0) ? alpha : x; });
-        return;
-    }
+// exp, log, tanh and sigmoid use Eigen's vectorised versions; the rest are plain loops.
+// sqrt is a loop too, which gcc turns into the exact sqrt instruction (-fno-math-errno):
+// Eigen's packet sqrt is an approximation under its default EIGEN_FAST_MATH (a reciprocal
+// square-root estimate and one Newton step) that differs between its AVX and AVX-512 code
+// and from PyTorch's correctly rounded sqrt.
+template <typename T>
+void unary(UnaryOp op, int64_t n, T* o, const T* x) {
+  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> out(o, n);
+  Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> in(x, n);
+  switch (op) {
+    case UnaryOp::kNeg: unary_row(n, o, x, [](T v) { return -v; }); return;
+    case UnaryOp::kAbs: unary_row(n, o, x, [](T v) { return v < T(0) ? -v : v; }); return;
+    case UnaryOp::kRelu: unary_row(n, o, x, [](T v) { return v < T(0) ? T(0) : v; }); return;  // NaN stays NaN
+    case UnaryOp::kExp: out = in.exp(); return;
+    case UnaryOp::kLog: out = in.log(); return;
+    case UnaryOp::kSqrt: unary_row(n, o, x, [](T v) { return std::sqrt(v); }); return;
+    case UnaryOp::kTanh: out = in.tanh(); return;
+    case UnaryOp::kSigmoid: out = T(1) / (T(1) + (-in).exp()); return;
+    default: gelu(op, out, in); return;
   }
+}
 
-  template <typename T, typename Op>
-  void unary_row(int64_t n, T* o, const T* x, Op op) {
-#pragma GCC ivdep
-    for (int64_t i = 0; i < n; ++i) o[i] = op(x[i]);
+template <typename T>
+void accumulate(int64_t n, T* __restrict dst, const T* __restrict src) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// ---- Reductions and softmax -------------------------------------------------------------------
+
+template <typename T>
+void column_sums(const T* x, int64_t rows, int64_t cols, double* __restrict acc) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* __restrict row = x + i * cols;
+    for (int64_t j = 0; j < cols; ++j) acc[j] += static_cast<double>(row[j]);
   }
+}
 
-  // GELU and its derivative (gelu_math.h has the formulas) as Eigen array expressions, so
-  // that erf, exp and tanh are Eigen's vectorised versions.
-  template <typename Out, typename In>
-  void gelu(UnaryOp op, Out& out, const In& in) {
-    using T = typename In::Scalar;
-    using K = gelu_math::Constants<T>;
-    switch (op) {
-      case UnaryOp::kGelu: out = T(0.5) * in * (T(1) + (in * K::kSqrtHalf).erf()); return;
-      case UnaryOp::kGeluGrad:
-        out = T(0.5) * (T(1) + (in * K::kSqrtHalf).erf()) + in * (T(-0.5) * in.square()).exp() * K::kInvSqrt2Pi;
-        return;
-      case UnaryOp::kGeluTanh:
-        out = T(0.5) * in * (T(1) + (K::kSqrt2OverPi * (in + K::kCubic * in.cube())).tanh());
-        return;
-      case UnaryOp::kGeluTanhGrad: {
-        const Eigen::Array<T, Eigen::Dynamic, 1> t = (K::kSqrt2OverPi * (in + K::kCubic * in.cube())).tanh();
-        out = T(0.5) * (T(1) + t) +
-              T(0.5) * in * (T(1) - t.square()) * (K::kSqrt2OverPi * (T(1) + T(3) * K::kCubic * in.square()));
-        return;
-      }
-      default: return;
-    }
+// The sum of n values in double, from eight partial sums (so that the adds vectorise and do
+// not wait on each other): cpu/loops.h's partial_sums, which this file cannot include (its
+// inline code, compiled here for AVX-512, could be the copy the linker keeps for all).
+// The sum over i < n of term(i) (a double).
+template <typename F>
+double sum_in_double(int64_t n, F&& term) {
+  double part[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int k = 0; k < 8; ++k) part[k] += term(i + k);
   }
+  double tail = 0;
+  for (; i < n; ++i) tail += term(i);
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7])) + tail;
+}
+template <typename T>
+double sum_in_double(const T* v, int64_t n) {
+  return sum_in_double(n, [v](int64_t i) { return static_cast<double>(v[i]); });
+}
 
-  // exp, log, tanh and sigmoid use Eigen's vectorised versions; the rest are plain loops.
-  // sqrt is a loop too, which gcc turns into the exact sqrt instruction (-fno-math-errno):
-  // Eigen's packet sqrt is an approximation under its default EIGEN_FAST_MATH (a reciprocal
-  // square-root estimate and one Newton step) that differs between its AVX and AVX-512 code
-  // and from PyTorch's correctly rounded sqrt.
-  template <typename T>
-  void unary(UnaryOp op, int64_t n, T* o, const T* x) {
-    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> out(o, n);
-    Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> in(x, n);
-    switch (op) {
-      case UnaryOp::kNeg: unary_row(n, o, x, [](T v) { return -v; }); return;
-      case UnaryOp::kAbs: unary_row(n, o, x, [](T v) { return v < T(0) ? -v : v; }); return;
-      case UnaryOp::kRelu: unary_row(n, o, x, [](T v) { return v < T(0) ? T(0) : v; }); return;  // NaN stays NaN
-      case UnaryOp::kExp: out = in.exp(); return;
-      case UnaryOp::kLog: out = in.log(); return;
-      case UnaryOp::kSqrt: unary_row(n, o, x, [](T v) { return std::sqrt(v); }); return;
-      case UnaryOp::kTanh: out = in.tanh(); return;
-      case UnaryOp::kSigmoid: out = T(1) / (T(1) + (-in).exp()); return;
-      default: gelu(op, out, in); return;
-    }
-  }
-
-  template <typename T>
-  void accumulate(int64_t n, T* __restrict dst, const T* __restrict src) {
-    for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
-  }
-
-  // ---- Reductions and softmax -------------------------------------------------------------------
-
-  template <typename T>
-  void column_sums(const T* x, int64_t rows, int64_t cols, double* __restrict acc) {
-    for (int64_t i = 0; i < rows; ++i) {
-      const T* __restrict row = x + i * cols;
-      for (int64_t j = 0; j < cols; ++j) acc[j] += static_cast<double>(row[j]);
-    }
-  }
-
-  // The sum of n values in double, from eight partial sums (so that the adds vectorise and do
-  // not wait on each other): cpu/loops.h's partial_sums, which this file cannot include (its
-  // inline code, compiled here for AVX-512, could be the copy the linker keeps for all).
-  // The sum over i < n of term(i) (a double).
-  template <typename F>
-  double sum_in_double(int64_t n, F&& term) {
-    double part[8] = {};
+// Subtracts the row's maximum, takes the exponentials with Eigen's vectorised exp, sums them
+// in double, and divides (or subtracts the log of the sum).
+template <typename T>
+void softmax_rows(const T* x, T* out, int64_t rows, int64_t n, bool log, T* shifted) {
+  using Row = Eigen::Array<T, Eigen::Dynamic, 1>;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* row = x + r * n;
+    T* out_row = out + r * n;
+    // The maximum from eight partial maxima (std::max(m, row[i]) each: NaN never wins here;
+    // it turns the row into NaN through exp below).
+    T part[8];
+    std::fill(part, part + 8, -std::numeric_limits<T>::infinity());
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-      for (int k = 0; k < 8; ++k) part[k] += term(i + k);
+      for (int k = 0; k < 8; ++k) part[k] = part[k] < row[i + k] ? row[i + k] : part[k];
     }
-    double tail = 0;
-    for (; i < n; ++i) tail += term(i);
-    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7])) + tail;
-  }
-  template <typename T>
-  double sum_in_double(const T* v, int64_t n) {
-    return sum_in_double(n, [v](int64_t i) { return static_cast<double>(v[i]); });
-  }
-
-  // Subtracts the row's maximum, takes the exponentials with Eigen's vectorised exp, sums them
-  // in double, and divides (or subtracts the log of the sum).
-  template <typename T>
-  void softmax_rows(const T* x, T* out, int64_t rows, int64_t n, bool log, T* shifted) {
-    using Row = Eigen::Array<T, Eigen::Dynamic, 1>;
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* row = x + r * n;
-      T* out_row = out + r * n;
-      // The maximum from eight partial maxima (std::max(m, row[i]) each: NaN never wins here;
-      // it turns the row into NaN through exp below).
-      T part[8];
-      std::fill(part, part + 8, -std::numeric_limits<T>::infinity());
-      int64_t i = 0;
-      for (; i + 8 <= n; i += 8) {
-        for (int k = 0; k < 8; ++k) part[k] = part[k] < row[i + k] ? row[i + k] : part[k];
-      }
-      for (; i < n; ++i) part[0] = part[0] < row[i] ? row[i] : part[0];
-      T m = part[0];
-      for (int k = 1; k < 8; ++k) m = m < part[k] ? part[k] : m;
-      Eigen::Map<Row> s(shifted, n), o(out_row, n);
-      s = Eigen::Map<const Row>(row, n) - m;
-      o = s.exp();
-      // Eigen's exp(-inf) is a tiny denormal, not 0: a masked (-inf) entry must weigh nothing.
-      // (A plain loop: it vectorises to a blend, where Eigen 3.4's select() is scalar.)
-      constexpr T kMinusInf = -std::numeric_limits<T>::infinity();
-      for (int64_t k = 0; k < n; ++k) out_row[k] = shifted[k] == kMinusInf ? T(0) : out_row[k];
-      const double total = sum_in_double(out_row, n);
-      if (log) {
-        o = s - static_cast<T>(std::log(total));
-      } else {
-        for (int64_t k = 0; k < n; ++k) out_row[k] = static_cast<T>(static_cast<double>(out_row[k]) / total);
-      }
+    for (; i < n; ++i) part[0] = part[0] < row[i] ? row[i] : part[0];
+    T m = part[0];
+    for (int k = 1; k < 8; ++k) m = m < part[k] ? part[k] : m;
+    Eigen::Map<Row> s(shifted, n), o(out_row, n);
+    s = Eigen::Map<const Row>(row, n) - m;
+    o = s.exp();
+    // Eigen's exp(-inf) is a tiny denormal, not 0: a masked (-inf) entry must weigh nothing.
+    // (A plain loop: it vectorises to a blend, where Eigen 3.4's select() is scalar.)
+    constexpr T kMinusInf = -std::numeric_limits<T>::infinity();
+    for (int64_t k = 0; k < n; ++k) out_row[k] = shifted[k] == kMinusInf ? T(0) : out_row[k];
+    const double total = sum_in_double(out_row, n);
+    if (log) {
+      o = s - static_cast<T>(std::log(total));
+    } else {
+      for (int64_t k = 0; k < n; ++k) out_row[k] = static_cast<T>(static_cast<double>(out_row[k]) / total);
     }
   }
+}
 
-  // ---- Causal softmax ---------------------------------------------------------------------------
+// ---- Causal softmax ---------------------------------------------------------------------------
 
-  // Each row scaled and masked (-inf beyond the kept columns) in place, then softmax_rows on
-  // it: the same code as scale, masked_fill and softmax one after the other, so the same bits
-  // (Eigen splits a row into vector packets and a scalar tail by its length and address, and
-  // the two round differently: a separate implementation would differ in the last bit).
-  template <typename T>
-  void causal_softmax_rows(const T* x, T* out, int64_t rows, int64_t m, int64_t n, double scale, T* scratch) {
-    using Row = Eigen::Array<T, Eigen::Dynamic, 1>;
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t kept = r % m + n - m + 1;
-      Eigen::Map<Row> row(out + r * n, n);
-      row.head(kept) = Eigen::Map<const Row>(x + r * n, kept) * static_cast<T>(scale);
-      row.tail(n - kept).setConstant(-std::numeric_limits<T>::infinity());
-      softmax_rows<T>(out + r * n, out + r * n, 1, n, false, scratch);
-    }
+// Each row scaled and masked (-inf beyond the kept columns) in place, then softmax_rows on
+// it: the same code as scale, masked_fill and softmax one after the other, so the same bits
+// (Eigen splits a row into vector packets and a scalar tail by its length and address, and
+// the two round differently: a separate implementation would differ in the last bit).
+template <typename T>
+void causal_softmax_rows(const T* x, T* out, int64_t rows, int64_t m, int64_t n, double scale, T* scratch) {
+  using Row = Eigen::Array<T, Eigen::Dynamic, 1>;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t kept = r % m + n - m + 1;
+    Eigen::Map<Row> row(out + r * n, n);
+    row.head(kept) = Eigen::Map<const Row>(x + r * n, kept) * static_cast<T>(scale);
+    row.tail(n - kept).setConstant(-std::numeric_limits<T>::infinity());
+    softmax_rows<T>(out + r * n, out + r * n, 1, n, false, scratch);
   }
+}
 
-  // dx = y * (g - sum(g * y)) * scale over the kept columns, 0 beyond; the sum in double over
-  // the whole row's products (the masked ones are 0), as sum() adds them.
-  template <typename T>
-  void causal_softmax_backward_rows(const T* g, const T* y, T* dx, int64_t rows, int64_t m, int64_t n, double scale) {
-    const T s = static_cast<T>(scale);
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t kept = r % m + n - m + 1, at = r * n;
-      // The products rounded to T, then summed in double: as sum(mul(g, y)) computes the dot.
-      const T dot = static_cast<T>(
-          sum_in_double(n, [&](int64_t i) { return static_cast<double>(static_cast<T>(g[at + i] * y[at + i])); }));
-      for (int64_t k = 0; k < kept; ++k) dx[at + k] = y[at + k] * (g[at + k] - dot) * s;
-      for (int64_t k = kept; k < n; ++k) dx[at + k] = T(0);
-    }
+// dx = y * (g - sum(g * y)) * scale over the kept columns, 0 beyond; the sum in double over
+// the whole row's products (the masked ones are 0), as sum() adds them.
+template <typename T>
+void causal_softmax_backward_rows(const T* g, const T* y, T* dx, int64_t rows, int64_t m, int64_t n, double scale) {
+  const T s = static_cast<T>(scale);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t kept = r % m + n - m + 1, at = r * n;
+    // The products rounded to T, then summed in double: as sum(mul(g, y)) computes the dot.
+    const T dot = static_cast<T>(
+        sum_in_double(n, [&](int64_t i) { return static_cast<double>(static_cast<T>(g[at + i] * y[at + i])); }));
+    for (int64_t k = 0; k < kept; ++k) dx[at + k] = y[at + k] * (g[at + k] - dot) * s;
+    for (int64_t k = kept; k < n; ++k) dx[at + k] = T(0);
   }
+}
 
-  // ---- SGD --------------------------------------------------------------------------------------
+// ---- SGD --------------------------------------------------------------------------------------
 
-  // The float operations of torch.optim.SGD's single-tensor step, in its order, each rounded to
-  // T. The options are template parameters so that each variant is a branch-free loop.
-  template <typename T, bool kWeightDecay, bool kMomentum, bool kNesterov, bool kFirst>
-  void sgd_loop(const SgdArgs<T>& s) {
-    T* __restrict p = s.param;
-    const T* __restrict g = s.grad;
-    T* __restrict buf = s.buf;
-    const T wd = static_cast<T>(s.weight_decay);
-    const T momentum = static_cast<T>(s.momentum);
-    const T keep = static_cast<T>(1 - s.dampening);
-    const T step = static_cast<T>(-s.lr);
-    for (int64_t i = 0; i < s.n; ++i) {
-      T d = g[i];
-      if constexpr (kWeightDecay) d = d + wd * p[i];
-      if constexpr (kMomentum) {
-        const T b = kFirst ? d : static_cast<T>(buf[i] * momentum) + keep * d;
-        buf[i] = b;
-        d = kNesterov ? d + momentum * b : b;
-      }
-      p[i] = p[i] + step * d;
+// The float operations of torch.optim.SGD's single-tensor step, in its order, each rounded to
+// T. The options are template parameters so that each variant is a branch-free loop.
+template <typename T, bool kWeightDecay, bool kMomentum, bool kNesterov, bool kFirst>
+void sgd_loop(const SgdArgs<T>& s) {
+  T* __restrict p = s.param;
+  const T* __restrict g = s.grad;
+  T* __restrict buf = s.buf;
+  const T wd = static_cast<T>(s.weight_decay);
+  const T momentum = static_cast<T>(s.momentum);
+  const T keep = static_cast<T>(1 - s.dampening);
+  const T step = static_cast<T>(-s.lr);
+  for (int64_t i = 0; i < s.n; ++i) {
+    T d = g[i];
+    if constexpr (kWeightDecay) d = d + wd * p[i];
+    if constexpr (kMomentum) {
+      const T b = kFirst ? d : static_cast<T>(buf[i] * momentum) + keep * d;
+      buf[i] = b;
+      d = kNesterov ? d + momentum * b : b;
     }
+    p[i] = p[i] + step * d;
   }
+}
 
-  template <typename T>
-  void sgd(const SgdArgs<T>& s) {
-    const bool wd = s.weight_decay != 0;
-    if (s.momentum == 0) {
-      (wd ? sgd_loop<T, true, false, false, false> : sgd_loop<T, false, false, false, false>)(s);
-      return;
-    }
-    using Loop = void (*)(const SgdArgs<T>&);
-    // [weight decay][nesterov][first step]
-    static constexpr Loop kLoops[2][2][2] = {
-        {{sgd_loop<T, false, true, false, false>, sgd_loop<T, false, true, false, true>},
-         {sgd_loop<T, false, true, true, false>, sgd_loop<T, false, true, true, true>}},
-        {{sgd_loop<T, true, true, false, false>, sgd_loop<T, true, true, false, true>},
-         {sgd_loop<T, true, true, true, false>, sgd_loop<T, true, true, true, true>}}};
-    kLoops[wd][s.nesterov][s.first_step](s);
+template <typename T>
+void sgd(const SgdArgs<T>& s) {
+  const bool wd = s.weight_decay != 0;
+  if (s.momentum == 0) {
+    (wd ? sgd_loop<T, true, false, false, false> : sgd_loop<T, false, false, false, false>)(s);
+    return;
   }
+  using Loop = void (*)(const SgdArgs<T>&);
+  // [weight decay][nesterov][first step]
+  static constexpr Loop kLoops[2][2][2] = {
+      {{sgd_loop<T, false, true, false, false>, sgd_loop<T, false, true, false, true>},
+       {sgd_loop<T, false, true, true, false>, sgd_loop<T, false, true, true, true>}},
+      {{sgd_loop<T, true, true, false, false>, sgd_loop<T, true, true, false, true>},
+       {sgd_loop<T, true, true, true, false>, sgd_loop<T, true, true, true, true>}}};
+  kLoops[wd][s.nesterov][s.first_step](s);
+}
 
-  }  // namespace
+}  // namespace
 
-  // conv_kernels.cc (the same instruction set's build).
-  void conv2d_direct(const DirectConvArgs& a);
-  void conv2d_direct_weight_grad(const DirectConvArgs& a);
+// conv_kernels.cc (the same instruction set's build).
+void conv2d_direct(const DirectConvArgs& a);
+void conv2d_direct_weight_grad(const DirectConvArgs& a);
 
-  namespace {
+namespace {
 
-  constexpr IsaKernels kKernels = {
-      TINYDDP_STRING(TINYDDP_ISA),
-      gemm<float>,
-      gemm<double>,
-      set_gemm_l1_blocking,
-      binary<float>,
-      binary<double>,
-      unary<float>,
-      unary<double>,
-      accumulate<float>,
-      accumulate<double>,
-      column_sums<float>,
-      column_sums<double>,
-      softmax_rows<float>,
-      softmax_rows<double>,
-      causal_softmax_rows<float>,
-      causal_softmax_rows<double>,
-      causal_softmax_backward_rows<float>,
-      causal_softmax_backward_rows<double>,
-      sgd<float>,
-      sgd<double>,
-      conv2d_direct,
-      conv2d_direct_weight_grad,
-  };
+constexpr IsaKernels kKernels = {
+    TINYDDP_STRING(TINYDDP_ISA),
+    gemm<float>,
+    gemm<double>,
+    set_gemm_l1_blocking,
+    binary<float>,
+    binary<double>,
+    unary<float>,
+    unary<double>,
+    accumulate<float>,
+    accumulate<double>,
+    column_sums<float>,
+    column_sums<double>,
+    softmax_rows<float>,
+    softmax_rows<double>,
+    causal_softmax_rows<float>,
+    causal_softmax_rows<double>,
+    causal_softmax_backward_rows<float>,
+    causal_softmax_backward_rows<double>,
+    sgd<float>,
+    sgd<double>,
+    conv2d_direct,
+    conv2d_direct_weight_grad,
+};
 
-  }  // namespace
-}  // namespace )
+}  // namespace
+}  // namespace TINYDDP_ISA_NAMESPACE
 
-const IsaKernels& TINYDDP_PASTE(TINYDDP_ISA, _kernels)() { return TINYDDP_PASTE(isa_, TINYDDP_ISA)::kKernels; }
+const IsaKernels& TINYDDP_PASTE(TINYDDP_ISA, _kernels)() { return TINYDDP_ISA_NAMESPACE::kKernels; }
 
 }  // namespace tinyddp::tensor::cpu
