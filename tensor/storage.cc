@@ -79,6 +79,10 @@ class LargeBlocks {
       }
     }
     void* ptr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (ptr == MAP_FAILED && cached_bytes() > 0) {  // the cached blocks may be what is missing
+      empty();
+      ptr = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    }
     TDDP_CHECK(ptr != MAP_FAILED, "CPU allocator: out of memory allocating {} bytes", nbytes);
     return ptr;
   }

@@ -224,6 +224,11 @@ TEST_CASE("freed CPU blocks of 32 MiB or more are reused, up to the cache's limi
   cpu_empty_cache();
   CHECK(cpu_cached_bytes() == 0);
   CHECK(Storage(size_t(33) << 20, kCPU).nbytes() == size_t(33) << 20);  // the size asked for, not the rounding
+  // A mapping that fails gives the cached blocks back, tries again, then names the size.
+  CHECK(cpu_cached_bytes() == size_t(34) << 20);
+  CHECK_THROWS_WITH(Storage(size_t(1) << 52, kCPU),
+                    Contains("CPU allocator: out of memory allocating 4503599627370496 bytes"));
+  CHECK(cpu_cached_bytes() == 0);
 }
 
 TEST_CASE("devices parse, print and compare like torch.device", "[tensor][device]") {
