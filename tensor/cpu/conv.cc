@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -256,6 +257,17 @@ void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Ten
   });
 }
 
+namespace {
+
+// The scratch the direct kernels need (isa/kernels.h, DirectConvArgs::scratch) for `images`
+// images' strips and transposed gradients (not initialised: the kernels write before they read).
+int64_t direct_scratch_floats(const DirectConvArgs& a, int64_t images) {
+  const int64_t padded_h = a.h + 2 * a.pad_h, padded_w = a.w + 2 * a.pad_w;
+  return a.c * padded_h * padded_w + images * (a.c * a.kw * padded_h * a.ow + a.oh * a.ow * a.o);
+}
+
+}  // namespace
+
 bool conv2d_direct_fits(int64_t in_channels, int64_t out_channels, int64_t padded_h, int64_t padded_w) {
   return out_channels % 8 == 0 && in_channels * padded_h * padded_w <= kDirectConvFrame;
 }
@@ -298,6 +310,8 @@ void conv2d_direct(const Tensor& out, const Tensor& x, const Tensor& weight, con
   a.out = out.data_ptr<float>();
   a.oh = transposed ? w.h : w.oh;
   a.ow = transposed ? w.w : w.ow;
+  const auto scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(direct_scratch_floats(a, 1)));
+  a.scratch = scratch.get();
   TDDP_CHECK(conv2d_direct_fits(a.c, a.o, a.h + 2 * a.pad_h, a.w + 2 * a.pad_w),
              "conv2d: internal error: the direct kernel does not fit {} -> {} channels", a.c, a.o);
   isa_kernels().conv2d_direct_f32(a);
@@ -308,7 +322,6 @@ void conv2d_direct_weight_grad(const Tensor& grad_weight, const Tensor& x, const
   TDDP_CHECK(conv2d_direct_fits(w.c, big_o, w.padded_h(), w.padded_w()),
              "conv2d: internal error: the direct weight gradient does not fit {} -> {} channels", w.c, big_o);
   std::vector<float> by_tap(static_cast<size_t>(taps * big_o));  // [(c, i, j), o]
-  std::vector<float> scratch(static_cast<size_t>(w.n * (w.c * w.padded_h() * w.padded_w() + w.oh * w.ow * big_o)));
   DirectConvArgs a;
   a.in = x.data_ptr<float>();
   a.n = w.n;
@@ -324,7 +337,8 @@ void conv2d_direct_weight_grad(const Tensor& grad_weight, const Tensor& x, const
   a.oh = w.oh;
   a.ow = w.ow;
   a.grad = grad_out.data_ptr<float>();
-  a.scratch = scratch.data();
+  const auto scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(direct_scratch_floats(a, w.n)));
+  a.scratch = scratch.get();
   isa_kernels().conv2d_direct_weight_grad_f32(a);
   float* dst = grad_weight.data_ptr<float>();
   for (int64_t o = 0; o < big_o; ++o) {

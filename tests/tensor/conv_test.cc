@@ -227,7 +227,9 @@ TEST_CASE("conv2d on small float32 feature maps (the direct kernel) equals the f
   // multiple of 8); float64 always takes im2col + GEMM. The cases cover 1 to 4 vectors of
   // output channels (8 to 40, with a 32-channel block then an 8-channel one), position tails,
   // 1x1 to 5x5 kernels, paddings 0 to 2, non-square maps, no bias, and shapes outside the
-  // direct kernel's reach (12 output channels, 4 input channels, 81 positions).
+  // direct kernel's reach (12 output channels, 4 input channels, 81 positions). Same-size maps
+  // of 16, 32 or 64 positions take the position-vector kernels under either instruction set;
+  // run with TINYDDP_CPU_ISA=avx2 too (cpu_isa_test compares the two on the digits shape).
   struct Shapes {
     Shape input, weight;
     int64_t padding;
@@ -237,7 +239,11 @@ TEST_CASE("conv2d on small float32 feature maps (the direct kernel) equals the f
       GENERATE(Shapes{{5, 16, 4, 4}, {32, 16, 3, 3}, 1, true}, Shapes{{3, 8, 3, 5}, {8, 8, 3, 3}, 1, true},
                Shapes{{2, 12, 5, 5}, {24, 12, 5, 5}, 2, true}, Shapes{{2, 8, 6, 6}, {40, 8, 1, 1}, 0, false},
                Shapes{{2, 16, 4, 4}, {16, 16, 3, 3}, 0, true}, Shapes{{2, 8, 4, 4}, {12, 8, 3, 3}, 1, true},
-               Shapes{{2, 4, 4, 4}, {8, 4, 3, 3}, 1, true}, Shapes{{2, 8, 9, 9}, {8, 8, 3, 3}, 1, true});
+               Shapes{{2, 4, 4, 4}, {8, 4, 3, 3}, 1, true}, Shapes{{2, 8, 9, 9}, {8, 8, 3, 3}, 1, true},
+               // Same-size maps whose positions fill whole vectors (the position-vector kernels):
+               // rows of 12 that straddle vectors, 5x5 and 1x1 kernels, rows of 2 and of 8.
+               Shapes{{2, 8, 4, 12}, {16, 8, 3, 3}, 1, true}, Shapes{{3, 8, 8, 8}, {8, 8, 5, 5}, 2, false},
+               Shapes{{2, 16, 2, 8}, {24, 16, 1, 1}, 0, true}, Shapes{{2, 8, 8, 2}, {8, 8, 3, 3}, 1, true});
   INFO("input " << format_shape(s.input) << ", weight " << format_shape(s.weight) << ", padding " << s.padding);
   Generator gen(21);
   const Tensor x = randn(s.input, kFloat64, &gen), w = randn(s.weight, kFloat64, &gen);

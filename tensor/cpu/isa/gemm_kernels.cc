@@ -13,48 +13,19 @@
 #include <utility>
 
 #include "tinyddp/tensor/cpu/isa/isa_macros.h"
+#include "tinyddp/tensor/cpu/isa/isa_vec.h"
 #include "tinyddp/tensor/cpu/isa/kernels.h"
 
 namespace tinyddp::tensor::cpu {
 namespace TINYDDP_ISA_NAMESPACE {
 namespace {
 
-// One vector register of floats and the few operations the loops need. (FMA intrinsics, as in
-// conv_kernels.cc: GCC contracts no a * b + c here, -ffp-contract=off.)
+// Register blocks (isa_vec.h's registers): rows takes up to kFewRowsR x kFewRowsV or
+// kFewTermsR x kFewTermsV accumulators, dots kDotRows x kDotCols.
 #if defined(__AVX512F__)
-using Vec = __m512;
-constexpr int kLanes = 16;
-// Registers: 32. rows: up to 12 x 2 or 6 x 4 accumulators; dots: 4 x 5.
 constexpr int kFewRowsR = 12, kFewRowsV = 2, kFewTermsR = 6, kFewTermsV = 4, kDotRows = 4, kDotCols = 5;
-__mmask16 lane_mask(int count) { return static_cast<__mmask16>((1u << count) - 1); }
-Vec vzero() { return _mm512_setzero_ps(); }
-Vec vload(const float* p) { return _mm512_loadu_ps(p); }
-Vec vload_part(const float* p, int count) { return _mm512_maskz_loadu_ps(lane_mask(count), p); }
-void vstore(float* p, Vec v) { _mm512_storeu_ps(p, v); }
-void vstore_part(float* p, Vec v, int count) { _mm512_mask_storeu_ps(p, lane_mask(count), v); }
-Vec vbroadcast(float x) { return _mm512_set1_ps(x); }
-Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
-float vsum(Vec v) { return _mm512_reduce_add_ps(v); }
 #else
-using Vec = __m256;
-constexpr int kLanes = 8;
-// Registers: 16. rows: up to 6 x 2 or 3 x 4 accumulators; dots: 3 x 4.
 constexpr int kFewRowsR = 6, kFewRowsV = 2, kFewTermsR = 3, kFewTermsV = 4, kDotRows = 3, kDotCols = 4;
-__m256i lane_mask(int count) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(count), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-Vec vzero() { return _mm256_setzero_ps(); }
-Vec vload(const float* p) { return _mm256_loadu_ps(p); }
-Vec vload_part(const float* p, int count) { return _mm256_maskload_ps(p, lane_mask(count)); }
-void vstore(float* p, Vec v) { _mm256_storeu_ps(p, v); }
-void vstore_part(float* p, Vec v, int count) { _mm256_maskstore_ps(p, lane_mask(count), v); }
-Vec vbroadcast(float x) { return _mm256_set1_ps(x); }
-Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
-float vsum(Vec v) {
-  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
-}
 #endif
 constexpr int kNarrow = 16;                    // the widest dimension that counts as narrow
 constexpr int64_t kDotsMinTerms = 8 * kLanes;  // dots: at least 8 vectors' worth of k per output
