@@ -248,20 +248,25 @@ Tensor conv_forward(const Tensor& out, const Tensor& x, const Tensor& w2, const 
   const TensorOptions options = TensorOptions(x.dtype()).device(x.device());
   const Tensor whole = chunks.save ? empty({taps, win.n * positions}, options) : Tensor();
   const Tensor col_buffer = chunks.save ? Tensor() : empty({taps * chunks.size * positions}, options);
-  const Tensor out_buffer = empty({out_channels * chunks.size * positions}, options);
+  // One image per chunk: its [O, L] product is out[first] itself (no reordering copy).
+  const Tensor out_buffer = chunks.size > 1 ? empty({out_channels * chunks.size * positions}, options) : Tensor();
   for (int64_t first = 0; first < win.n; first += chunks.size) {
     Window part = win;
     part.n = std::min(chunks.size, win.n - first);
     const Tensor col = chunk_columns(whole, col_buffer, taps, first, part.n, positions);
     conv_columns(col, x.narrow(0, first, part.n), part);
-    const Tensor out2 = out_buffer.narrow(0, 0, out_channels * part.n * positions).view({out_channels, -1});
+    const Tensor out2 = chunks.size == 1
+                            ? out.narrow(0, first, 1).view({out_channels, positions})
+                            : out_buffer.narrow(0, 0, out_channels * part.n * positions).view({out_channels, -1});
     grouped_mm(out2, w2, col, groups, false, false);
     if (bias.defined()) {
       TDDP_DISPATCH(out2.device(), "conv2d", binary, BinaryOp::kAdd, out2, out2, bias.view({out_channels, 1}), 1.0);
     }
     // [O, n, L] -> out[first : first + n] ([n, O, L])
-    copy_into(out.narrow(0, first, part.n).view({part.n, out_channels, positions}),
-              out2.view({out_channels, part.n, positions}).permute({1, 0, 2}));
+    if (chunks.size > 1) {
+      copy_into(out.narrow(0, first, part.n).view({part.n, out_channels, positions}),
+                out2.view({out_channels, part.n, positions}).permute({1, 0, 2}));
+    }
   }
   return whole;
 }
@@ -278,14 +283,19 @@ void conv_backward(const Tensor& g, const Tensor& x, const Tensor& saved_col, co
   const int64_t out_channels = w2.size(0), positions = win.oh * win.ow, taps = w2.size(1) * groups;
   const TensorOptions options = TensorOptions(g.dtype()).device(g.device());
   const Tensor col_buffer = empty({taps * chunks.size * positions}, options);
-  const Tensor g2_buffer = empty({out_channels * chunks.size * positions}, options);
+  // One image per chunk of a contiguous g: g[first] is already [O, L] (no reordering copy).
+  const bool in_place = chunks.size == 1 && g.is_contiguous();
+  const Tensor g2_buffer = in_place ? Tensor() : empty({out_channels * chunks.size * positions}, options);
   const Tensor weight_part = grad_weight.defined() && chunks.count > 1 ? empty(grad_weight.sizes(), options) : Tensor();
   for (int64_t first = 0; first < win.n; first += chunks.size) {
     Window part = win;
     part.n = std::min(chunks.size, win.n - first);
-    const Tensor g2 = g2_buffer.narrow(0, 0, out_channels * part.n * positions).view({out_channels, -1});
-    copy_into(g2.view({out_channels, part.n, positions}),
-              g.narrow(0, first, part.n).reshape({part.n, out_channels, positions}).permute({1, 0, 2}));
+    const Tensor g2 = in_place ? g.narrow(0, first, 1).view({out_channels, positions})
+                               : g2_buffer.narrow(0, 0, out_channels * part.n * positions).view({out_channels, -1});
+    if (!in_place) {
+      copy_into(g2.view({out_channels, part.n, positions}),
+                g.narrow(0, first, part.n).reshape({part.n, out_channels, positions}).permute({1, 0, 2}));
+    }
     if (grad_bias != nullptr) *grad_bias = first == 0 ? sum(g2, {1}) : add(*grad_bias, sum(g2, {1}));
     if (grad_weight.defined()) {
       const Tensor col = chunk_columns(saved_col, col_buffer, taps, first, part.n, positions);
