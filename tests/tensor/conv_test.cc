@@ -219,6 +219,13 @@ TEST_CASE("conv2d over a batch larger than one im2col chunk equals the images on
   CHECK(allclose(x.grad(), gx, 1e-12, 1e-12));
   CHECK(allclose(w.grad(), gw, 1e-10, 1e-10));
   CHECK(allclose(b.grad(), gb, 1e-10, 1e-10));
+  // The same gradient laid out [H, W, N, O] (not contiguous as [N, O, H, W]) gives the same
+  // gradients (the backward reads a contiguous grad_out in place, chunk by chunk).
+  x.mutable_grad() = w.mutable_grad() = b.mutable_grad() = Tensor();
+  conv2d(x, w, b, 1, 1).backward(g.permute({2, 3, 0, 1}).contiguous().permute({2, 3, 0, 1}));
+  CHECK(allclose(x.grad(), gx, 1e-12, 1e-12));
+  CHECK(allclose(w.grad(), gw, 1e-10, 1e-10));
+  CHECK(allclose(b.grad(), gb, 1e-10, 1e-10));
 }
 
 TEST_CASE("conv2d on small float32 feature maps (the direct kernel) equals the float64 im2col route", "[conv]") {
