@@ -75,6 +75,10 @@ void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window);
 void conv2d_direct(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window,
                    bool transposed);
 bool conv2d_direct_fits(int64_t in_channels, int64_t out_channels, int64_t padded_h, int64_t padded_w);
+// Or, for a map of any size under AVX-512: the output as large as the input (stride 1, padding
+// (k - 1) / 2), a multiple of 16 positions, out_channels (the channels written) a multiple of 8.
+// The window's shape is the same for the input's gradient, which writes w.c channels.
+bool conv2d_same_size_fits(int64_t out_channels, const Window2d& window);
 // The weight's gradient of that convolution: grad_weight [O, C, kh, kw] (contiguous, written)
 // from x [N, C, H, W] and grad_out [N, O, OH, OW]; needs conv2d_direct_fits(C, O, ...).
 void conv2d_direct_weight_grad(const Tensor& grad_weight, const Tensor& x, const Tensor& grad_out,

@@ -13,6 +13,7 @@
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/cpu/loops.h"
+#include "tinyddp/tensor/cpu_isa.h"
 #include "tinyddp/tensor/factory.h"
 
 namespace tinyddp::tensor::cpu {
@@ -272,6 +273,14 @@ bool conv2d_direct_fits(int64_t in_channels, int64_t out_channels, int64_t padde
   return out_channels % 8 == 0 && in_channels * padded_h * padded_w <= kDirectConvFrame;
 }
 
+bool conv2d_same_size_fits(int64_t out_channels, const Window2d& w) {
+  // Under AVX2 (16 registers, 8 lanes) the position-vector kernels lost to im2col + GEMM on
+  // the larger layer of bench/conv_bench.cc (forward 34.6 ms against 27.4): AVX-512 only.
+  const int64_t positions = w.h * w.w;
+  return cpu_isa() == CpuIsa::kAvx512 && out_channels % 8 == 0 && w.sh == 1 && w.sw == 1 && w.dh == 1 && w.dw == 1 &&
+         w.oh == w.h && w.ow == w.w && positions % 16 == 0 && w.kh * w.kw * (positions / 8) <= kDirectConvTapMasks;
+}
+
 void conv2d_direct(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& w,
                    bool transposed) {
   // wt [(c, i, j), o]: the kernel's taps of input channel c, one row of all output channels.
@@ -310,9 +319,12 @@ void conv2d_direct(const Tensor& out, const Tensor& x, const Tensor& weight, con
   a.out = out.data_ptr<float>();
   a.oh = transposed ? w.h : w.oh;
   a.ow = transposed ? w.w : w.ow;
-  const auto scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(direct_scratch_floats(a, 1)));
+  // Same-size maps need no scratch (isa/kernels.h); the others one image's padded planes.
+  const bool same_size = conv2d_same_size_fits(out_c, w);
+  const auto scratch =
+      std::make_unique_for_overwrite<float[]>(static_cast<size_t>(same_size ? 0 : direct_scratch_floats(a, 1)));
   a.scratch = scratch.get();
-  TDDP_CHECK(conv2d_direct_fits(a.c, a.o, a.h + 2 * a.pad_h, a.w + 2 * a.pad_w),
+  TDDP_CHECK(same_size || conv2d_direct_fits(a.c, a.o, a.h + 2 * a.pad_h, a.w + 2 * a.pad_w),
              "conv2d: internal error: the direct kernel does not fit {} -> {} channels", a.c, a.o);
   isa_kernels().conv2d_direct_f32(a);
 }

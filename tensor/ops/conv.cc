@@ -316,20 +316,27 @@ void conv_backward(const Tensor& g, const Tensor& x, const Tensor& saved_col, co
 // Small feature maps on the CPU: a direct convolution (cpu::conv2d_direct) instead of im2col +
 // GEMM, for the forward and for the input's gradient. At the digits CNN's second layer (16 ->
 // 32 channels, 4x4) writing the column matrix and reordering the GEMM's output cost as much
-// as the product itself (bench/README.md). float32, stride 1, dilation 1, one group, at most
-// 64 output positions and at least 8 input channels; the channels it writes a multiple of 8.
+// as the product itself (bench/README.md). float32, stride 1, dilation 1, one group, at least 8
+// input channels, the channels it writes a multiple of 8, and either at most 64 output
+// positions or a "same" convolution (output as large as the input) of any size, which the
+// position-vector kernels do without the column matrix and its packing (the larger layer of
+// bench/conv_bench.cc: forward 27.5 -> 23.8 ms).
 constexpr int64_t kDirectMaxPositions = 64;
+bool small_map(const Window& win, int64_t out_channels) {
+  return win.oh * win.ow <= kDirectMaxPositions &&
+         cpu::conv2d_direct_fits(win.c, out_channels, win.padded_h(), win.padded_w());
+}
 bool direct_applies(const Tensor& x, const Window& win, int64_t out_channels, int64_t groups) {
   return x.is_cpu() && x.dtype() == kFloat32 && groups == 1 && win.sh == 1 && win.sw == 1 && win.dh == 1 &&
-         win.dw == 1 && win.oh * win.ow <= kDirectMaxPositions && win.c >= 8 &&
-         cpu::conv2d_direct_fits(win.c, out_channels, win.padded_h(), win.padded_w());
+         win.dw == 1 && win.c >= 8 && (small_map(win, out_channels) || cpu::conv2d_same_size_fits(out_channels, win));
 }
 
 // The input's gradient, directly: a convolution of grad_out with padding k - 1 - p.
 bool direct_input_grad_applies(const Window& win, int64_t out_channels) {
   return win.ph <= win.kh - 1 && win.pw <= win.kw - 1 &&
-         cpu::conv2d_direct_fits(out_channels, win.c, win.oh + 2 * (win.kh - 1 - win.ph),
-                                 win.ow + 2 * (win.kw - 1 - win.pw));
+         (cpu::conv2d_direct_fits(out_channels, win.c, win.oh + 2 * (win.kh - 1 - win.ph),
+                                  win.ow + 2 * (win.kw - 1 - win.pw)) ||
+          cpu::conv2d_same_size_fits(win.c, win));
 }
 
 // The backward after the direct forward: the input's and the weight's gradients directly where
@@ -341,7 +348,9 @@ void direct_backward(const Tensor& g, const Tensor& x, const Tensor& w2, const S
   const int64_t out_channels = weight_shape[0];
   const bool input_done = grad_input.defined() && direct_input_grad_applies(win, out_channels);
   if (input_done) cpu::conv2d_direct(grad_input, gc, w2.view(weight_shape), Tensor(), win, true);
-  const bool weight_done = grad_weight.defined();
+  // The weight's gradient directly on small maps only: on larger ones its kernel would keep
+  // every image's shifted planes (the im2col route's GEMM does better there).
+  const bool weight_done = grad_weight.defined() && small_map(win, out_channels);
   if (weight_done) cpu::conv2d_direct_weight_grad(grad_weight.view(weight_shape), x.contiguous(), gc, win);
   if (grad_bias != nullptr) *grad_bias = sum(gc, {0, 2, 3});
   if ((grad_input.defined() && !input_done) || (grad_weight.defined() && !weight_done)) {

@@ -131,7 +131,7 @@ void fill_frame(const DirectConvArgs& a, int64_t n, float* frame) {
 // wrap around a row's end) masked out. No scatter of channel vectors into NCHW rows, and no
 // block of positions left over.
 
-constexpr int64_t kMaxTapMasks = 128;  // kh * kw * (positions / kLanes): a table on the stack
+constexpr int64_t kMaxTapMasks = kDirectConvTapMasks;  // kh * kw * (positions / kLanes), on the stack
 
 bool same_size(const DirectConvArgs& a) {
   const int64_t positions = a.h * a.w;
@@ -181,13 +181,16 @@ struct TapMasks {
 // its planes): 8 accumulators, each tap one masked vector of inputs and 8 weights broadcast.
 // The taps in the same order as conv_block's, so both give the same sums. K as for
 // channel_block.
-template <int K>
+template <int K, int V>
 void window_block(const DirectConvArgs& a, const float* in, const TapMasks& masks, int64_t ob, int64_t v, float* out) {
   constexpr int R = 8;
   const int64_t kh = K > 0 ? K : a.kh, kw = K > 0 ? K : a.kw, plane = a.h * a.w, p = v * kLanes;
-  Vec acc[R];
+  Vec acc[V][R];
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) acc[r] = a.bias != nullptr ? vbroadcast(a.bias[ob + r]) : vzero();
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int u = 0; u < V; ++u) acc[u][r] = a.bias != nullptr ? vbroadcast(a.bias[ob + r]) : vzero();
+  }
   const float* w = a.wt + ob;
   for (int64_t c = 0; c < a.c; ++c) {
     const float* at = in + c * plane + p - a.pad_h * a.w - a.pad_w;  // tap (0, 0) of lane 0
@@ -195,15 +198,34 @@ void window_block(const DirectConvArgs& a, const float* in, const TapMasks& mask
     for (int64_t i = 0; i < kh; ++i) {
 #pragma GCC unroll 4
       for (int64_t j = 0; j < kw; ++j, w += a.o) {
-        const Vec x = load_lanes(at + i * a.w + j, masks.m[(i * kw + j) * masks.vectors + v]);
+        Vec x[V];
+#pragma GCC unroll 4
+        for (int u = 0; u < V; ++u) {
+          x[u] = load_lanes(at + u * kLanes + i * a.w + j, masks.m[(i * kw + j) * masks.vectors + v + u]);
+        }
 #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) acc[r] = vfma(x, vbroadcast(w[r]), acc[r]);
+        for (int r = 0; r < R; ++r) {
+          const Vec wr = vbroadcast(w[r]);
+#pragma GCC unroll 4
+          for (int u = 0; u < V; ++u) acc[u][r] = vfma(x[u], wr, acc[u][r]);
+        }
       }
     }
   }
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) vstore(out + (ob + r) * plane + p, acc[r]);
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int u = 0; u < V; ++u) vstore(out + (ob + r) * plane + p + u * kLanes, acc[u][r]);
+  }
 }
+
+// Vectors of positions per block: 8 x 2 accumulators of 32 registers under AVX-512 (each
+// weight broadcast serves two), 8 x 1 of 16 under AVX2.
+#if defined(__AVX512F__)
+constexpr int kWindowVectors = 2;
+#else
+constexpr int kWindowVectors = 1;
+#endif
 
 template <int K>
 void window_conv(const DirectConvArgs& a) {
@@ -213,7 +235,11 @@ void window_conv(const DirectConvArgs& a) {
     const float* in = a.in + n * a.c * plane;
     float* out = a.out + n * a.o * plane;
     for (int64_t ob = 0; ob < a.o; ob += 8) {
-      for (int64_t v = 0; v < masks.vectors; ++v) window_block<K>(a, in, masks, ob, v, out);
+      int64_t v = 0;
+      for (; v + kWindowVectors <= masks.vectors; v += kWindowVectors) {
+        window_block<K, kWindowVectors>(a, in, masks, ob, v, out);
+      }
+      for (; v < masks.vectors; ++v) window_block<K, 1>(a, in, masks, ob, v, out);
     }
   }
 }

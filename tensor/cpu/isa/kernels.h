@@ -67,6 +67,9 @@ struct DirectConvArgs {
   float* scratch = nullptr;
 };
 constexpr int64_t kDirectConvFrame = 4096;  // floats: one image's padded planes, on the stack
+// Same-size maps (oh == h, ow == w, oh * ow a multiple of 16) take position-vector kernels with
+// one load mask per tap and vector of positions: kh * kw * oh * ow / 8 masks at most this many.
+constexpr int64_t kDirectConvTapMasks = 2048;  // on the stack: 4 KB under AVX-512, 64 KB under AVX2
 
 // The kernels of one instruction set, for float32 and float64 (index 0 and 1 of each array).
 struct IsaKernels {
