@@ -260,11 +260,12 @@ void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Ten
 
 namespace {
 
-// The scratch the direct kernels need (isa/kernels.h, DirectConvArgs::scratch) for `images`
-// images' strips and transposed gradients (not initialised: the kernels write before they read).
-int64_t direct_scratch_floats(const DirectConvArgs& a, int64_t images) {
+// The scratch the direct weight gradient needs (isa/kernels.h, DirectConvArgs::scratch): every
+// image's padded planes or strips, and its transposed gradient (not initialised: the kernel
+// writes before it reads).
+int64_t direct_scratch_floats(const DirectConvArgs& a) {
   const int64_t padded_h = a.h + 2 * a.pad_h, padded_w = a.w + 2 * a.pad_w;
-  return a.c * padded_h * padded_w + images * (a.c * a.kw * padded_h * a.ow + a.oh * a.ow * a.o);
+  return a.n * (a.c * std::max(a.kw * a.ow, padded_w) * padded_h + a.oh * a.ow * a.o);
 }
 
 }  // namespace
@@ -319,12 +320,7 @@ void conv2d_direct(const Tensor& out, const Tensor& x, const Tensor& weight, con
   a.out = out.data_ptr<float>();
   a.oh = transposed ? w.h : w.oh;
   a.ow = transposed ? w.w : w.ow;
-  // Same-size maps need no scratch (isa/kernels.h); the others one image's padded planes.
-  const bool same_size = conv2d_same_size_fits(out_c, w);
-  const auto scratch =
-      std::make_unique_for_overwrite<float[]>(static_cast<size_t>(same_size ? 0 : direct_scratch_floats(a, 1)));
-  a.scratch = scratch.get();
-  TDDP_CHECK(same_size || conv2d_direct_fits(a.c, a.o, a.h + 2 * a.pad_h, a.w + 2 * a.pad_w),
+  TDDP_CHECK(conv2d_same_size_fits(out_c, w) || conv2d_direct_fits(a.c, a.o, a.h + 2 * a.pad_h, a.w + 2 * a.pad_w),
              "conv2d: internal error: the direct kernel does not fit {} -> {} channels", a.c, a.o);
   isa_kernels().conv2d_direct_f32(a);
 }
@@ -349,7 +345,7 @@ void conv2d_direct_weight_grad(const Tensor& grad_weight, const Tensor& x, const
   a.oh = w.oh;
   a.ow = w.ow;
   a.grad = grad_out.data_ptr<float>();
-  const auto scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(direct_scratch_floats(a, w.n)));
+  const auto scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(direct_scratch_floats(a)));
   a.scratch = scratch.get();
   isa_kernels().conv2d_direct_weight_grad_f32(a);
   float* dst = grad_weight.data_ptr<float>();

@@ -320,7 +320,7 @@ void conv_backward(const Tensor& g, const Tensor& x, const Tensor& saved_col, co
 // input channels, the channels it writes a multiple of 8, and either at most 64 output
 // positions or a "same" convolution (output as large as the input) of any size, which the
 // position-vector kernels do without the column matrix and its packing (the larger layer of
-// bench/conv_bench.cc: forward 27.5 -> 23.8 ms).
+// bench/conv_bench.cc: forward 27.5 -> 23.6 ms).
 constexpr int64_t kDirectMaxPositions = 64;
 bool small_map(const Window& win, int64_t out_channels) {
   return win.oh * win.ow <= kDirectMaxPositions &&

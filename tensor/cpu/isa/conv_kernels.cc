@@ -176,7 +176,7 @@ void conv2d_direct(const DirectConvArgs& a) {
   const bool k3 = a.kh == 3 && a.kw == 3;
   if (same_size(a)) return k3 ? window_conv<3>(a) : window_conv<0>(a);
   const int64_t ph = a.h + 2 * a.pad_h, pw = a.w + 2 * a.pad_w;
-  float* const frame = a.scratch;
+  float frame[kDirectConvFrame];
   std::fill(frame, frame + a.c * ph * pw, 0.0f);
   for (int64_t n = 0; n < a.n; ++n) {
     fill_frame(a, n, frame);
