@@ -80,7 +80,8 @@ bool conv2d_direct_fits(int64_t in_channels, int64_t out_channels, int64_t padde
 // The window's shape is the same for the input's gradient, which writes w.c channels.
 bool conv2d_same_size_fits(int64_t out_channels, const Window2d& window);
 // The weight's gradient of that convolution: grad_weight [O, C, kh, kw] (contiguous, written)
-// from x [N, C, H, W] and grad_out [N, O, OH, OW]; needs conv2d_direct_fits(C, O, ...).
+// from x [N, C, H, W] and grad_out [N, O, OH, OW]; needs conv2d_direct_fits(C, O, ...) or
+// conv2d_same_size_fits(O, window).
 void conv2d_direct_weight_grad(const Tensor& grad_weight, const Tensor& x, const Tensor& grad_out,
                                const Window2d& window);
 // Max pooling: out [N, C, OH, OW] = each window's maximum (NaN wins; of equal values the first

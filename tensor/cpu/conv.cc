@@ -258,18 +258,6 @@ void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Ten
   });
 }
 
-namespace {
-
-// The scratch the direct weight gradient needs (isa/kernels.h, DirectConvArgs::scratch): every
-// image's padded planes or strips, and its transposed gradient (not initialised: the kernel
-// writes before it reads).
-int64_t direct_scratch_floats(const DirectConvArgs& a) {
-  const int64_t padded_h = a.h + 2 * a.pad_h, padded_w = a.w + 2 * a.pad_w;
-  return a.n * (a.c * std::max(a.kw * a.ow, padded_w) * padded_h + a.oh * a.ow * a.o);
-}
-
-}  // namespace
-
 bool conv2d_direct_fits(int64_t in_channels, int64_t out_channels, int64_t padded_h, int64_t padded_w) {
   return out_channels % 8 == 0 && in_channels * padded_h * padded_w <= kDirectConvFrame;
 }
@@ -327,7 +315,7 @@ void conv2d_direct(const Tensor& out, const Tensor& x, const Tensor& weight, con
 
 void conv2d_direct_weight_grad(const Tensor& grad_weight, const Tensor& x, const Tensor& grad_out, const Window2d& w) {
   const int64_t big_o = grad_weight.size(0), taps = w.c * w.kh * w.kw;
-  TDDP_CHECK(conv2d_direct_fits(w.c, big_o, w.padded_h(), w.padded_w()),
+  TDDP_CHECK(conv2d_same_size_fits(big_o, w) || conv2d_direct_fits(w.c, big_o, w.padded_h(), w.padded_w()),
              "conv2d: internal error: the direct weight gradient does not fit {} -> {} channels", w.c, big_o);
   std::vector<float> by_tap(static_cast<size_t>(taps * big_o));  // [(c, i, j), o]
   DirectConvArgs a;
@@ -345,7 +333,8 @@ void conv2d_direct_weight_grad(const Tensor& grad_weight, const Tensor& x, const
   a.oh = w.oh;
   a.ow = w.ow;
   a.grad = grad_out.data_ptr<float>();
-  const auto scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(direct_scratch_floats(a)));
+  const auto scratch =
+      std::make_unique_for_overwrite<float[]>(static_cast<size_t>(isa_kernels().conv2d_direct_weight_grad_scratch(a)));
   a.scratch = scratch.get();
   isa_kernels().conv2d_direct_weight_grad_f32(a);
   float* dst = grad_weight.data_ptr<float>();

@@ -313,6 +313,10 @@ void conv_backward(const Tensor& g, const Tensor& x, const Tensor& saved_col, co
   }
 }
 
+// The bias's gradient from a contiguous grad_out [N, O, OH, OW]: its rows' sums [N, O], then
+// their sum over images (sum over dims 0, 2 and 3 at once would first reorder grad_out).
+Tensor bias_grad(const Tensor& gc) { return sum(sum(gc.view({gc.size(0), gc.size(1), -1}), {2}), {0}); }
+
 // Small feature maps on the CPU: a direct convolution (cpu::conv2d_direct) instead of im2col +
 // GEMM, for the forward and for the input's gradient. At the digits CNN's second layer (16 ->
 // 32 channels, 4x4) writing the column matrix and reordering the GEMM's output cost as much
@@ -348,11 +352,10 @@ void direct_backward(const Tensor& g, const Tensor& x, const Tensor& w2, const S
   const int64_t out_channels = weight_shape[0];
   const bool input_done = grad_input.defined() && direct_input_grad_applies(win, out_channels);
   if (input_done) cpu::conv2d_direct(grad_input, gc, w2.view(weight_shape), Tensor(), win, true);
-  // The weight's gradient directly on small maps only: on larger ones its kernel would keep
-  // every image's shifted planes (the im2col route's GEMM does better there).
-  const bool weight_done = grad_weight.defined() && small_map(win, out_channels);
+  const bool weight_done =
+      grad_weight.defined() && (small_map(win, out_channels) || cpu::conv2d_same_size_fits(out_channels, win));
   if (weight_done) cpu::conv2d_direct_weight_grad(grad_weight.view(weight_shape), x.contiguous(), gc, win);
-  if (grad_bias != nullptr) *grad_bias = sum(gc, {0, 2, 3});
+  if (grad_bias != nullptr) *grad_bias = bias_grad(gc);
   if ((grad_input.defined() && !input_done) || (grad_weight.defined() && !weight_done)) {
     conv_backward(gc, x, Tensor(), w2, win, 1, input_done ? Tensor() : grad_input, weight_done ? Tensor() : grad_weight,
                   nullptr);
@@ -380,7 +383,7 @@ void library_backward(const Tensor& g, const Tensor& x, const Tensor& w2, const 
       grad_input.defined() && cuda::conv2d_backward_input(grad_input, gc, w2.view(weight_shape), win, groups);
   const bool weight_done = grad_weight.defined() && cuda::conv2d_backward_weight(grad_weight.view(weight_shape), gc,
                                                                                  x.contiguous(), win, groups);
-  if (grad_bias != nullptr) *grad_bias = sum(gc, {0, 2, 3});
+  if (grad_bias != nullptr) *grad_bias = bias_grad(gc);
   if ((grad_input.defined() && !input_done) || (grad_weight.defined() && !weight_done)) {
     conv_backward(gc, x, Tensor(), w2, win, groups, input_done ? Tensor() : grad_input,
                   weight_done ? Tensor() : grad_weight, nullptr);

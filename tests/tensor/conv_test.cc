@@ -252,8 +252,10 @@ TEST_CASE("conv2d on small float32 feature maps (the direct kernel) equals the f
                Shapes{{2, 8, 4, 12}, {16, 8, 3, 3}, 1, true}, Shapes{{3, 8, 8, 8}, {8, 8, 5, 5}, 2, false},
                Shapes{{2, 16, 2, 8}, {24, 16, 1, 1}, 0, true}, Shapes{{2, 8, 8, 2}, {8, 8, 3, 3}, 1, true},
                // Larger same-size maps: the position-vector kernels under AVX-512 (rows of 16,
-               // rows of 20 that straddle vectors), im2col + GEMM under AVX2.
-               Shapes{{2, 8, 16, 16}, {16, 8, 3, 3}, 1, true}, Shapes{{1, 16, 12, 20}, {8, 16, 3, 3}, 1, false});
+               // rows of 20 that straddle vectors, and 32x32 maps whose weight gradient takes
+               // the images in passes of 3), im2col + GEMM under AVX2.
+               Shapes{{2, 8, 16, 16}, {16, 8, 3, 3}, 1, true}, Shapes{{1, 16, 12, 20}, {8, 16, 3, 3}, 1, false},
+               Shapes{{4, 8, 32, 32}, {8, 8, 3, 3}, 1, true});
   INFO("input " << format_shape(s.input) << ", weight " << format_shape(s.weight) << ", padding " << s.padding);
   Generator gen(21);
   const Tensor x = randn(s.input, kFloat64, &gen), w = randn(s.weight, kFloat64, &gen);

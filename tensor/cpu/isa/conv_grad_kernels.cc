@@ -83,30 +83,29 @@ int64_t strip_offset(const DirectConvArgs& a, int64_t c, int64_t i, int64_t j) {
 // Image n's strips: rows [pad_h, pad_h + h) of strip (c, j) are plane c shifted by j - pad_w,
 // the columns that wrap around masked out (tap (pad_h, j)'s masks); the padding's rows zero.
 void fill_strips(const DirectConvArgs& a, const TapMasks& masks, int64_t n, float* strips) {
-  const int64_t plane = a.h * a.w, below = (strip_rows(a) - a.pad_h - a.h) * a.w;
-  const float* in = a.in + n * a.c * plane;
-  for (int64_t s = 0; s < a.c * a.kw; ++s) {
-    float* strip = strips + s * strip_rows(a) * a.w;
-    std::fill(strip, strip + a.pad_h * a.w, 0.0f);
-    std::fill(strip + (a.pad_h + a.h) * a.w, strip + (a.pad_h + a.h) * a.w + below, 0.0f);
-  }
-  for (int64_t j = 0; j < a.kw; ++j) {
-    for (int64_t v = 0; v < masks.vectors; ++v) {
-      const Mask m = masks.m[(a.pad_h * a.kw + j) * masks.vectors + v];
-      for (int64_t c = 0; c < a.c; ++c) {
-        const int64_t p = v * kLanes;
-        vstore(strips + strip_offset(a, c, a.pad_h, j) + p, load_lanes(in + c * plane + p + j - a.pad_w, m));
-      }
+  const int64_t plane = a.h * a.w, rows = strip_rows(a), vectors = masks.vectors;
+  const float* const in = a.in + n * a.c * plane;
+  // Strip by strip, each written front to back as its plane is read (j = 1, 2 read it from L1).
+  for (int64_t c = 0; c < a.c; ++c) {
+    for (int64_t j = 0; j < a.kw; ++j) {
+      float* const strip = strips + (c * a.kw + j) * rows * a.w;
+      float* const inside = strip + a.pad_h * a.w;
+      const float* const src = in + c * plane + j - a.pad_w;
+      const Mask* const m = masks.m + (a.pad_h * a.kw + j) * vectors;
+      std::fill(strip, inside, 0.0f);
+      for (int64_t v = 0; v < vectors; ++v) vstore(inside + v * kLanes, load_lanes(src + v * kLanes, m[v]));
+      std::fill(inside + plane, strip + rows * a.w, 0.0f);
     }
   }
 }
 
-// Output channels [ob, ob + RO) x taps [t0, t0 + T): RO x T vector accumulators, each the
-// lanes of one dot product of a grad_out row with a tap's strip row over every image, summed
-// across lanes at the end. grad_out is read in place ([n, o, position]); `strips` holds every
-// image's, `strip_size` floats apart.
+// Output channels [ob, ob + RO) x taps [t0, t0 + T), over images [n0, n0 + images): RO x T
+// vector accumulators, each the lanes of one dot product of a grad_out row with a tap's strip
+// row, summed across lanes at the end and added onto out. grad_out is read in place
+// ([n, o, position]); `strips` holds the images' strips, `strip_size` floats apart.
 template <int RO, int T>
-void strip_weight_grad_block(const DirectConvArgs& a, const float* strips, int64_t strip_size, int64_t ob, int64_t t0) {
+void strip_weight_grad_block(const DirectConvArgs& a, const float* strips, int64_t strip_size, int64_t n0,
+                             int64_t images, int64_t ob, int64_t t0) {
   const int64_t positions = a.h * a.w;
   Vec acc[RO][T];
   int64_t offset[T];
@@ -121,8 +120,8 @@ void strip_weight_grad_block(const DirectConvArgs& a, const float* strips, int64
 #pragma GCC unroll 4
     for (int r = 0; r < RO; ++r) acc[r][t] = vzero();
   }
-  for (int64_t n = 0; n < a.n; ++n) {
-    const float* g = a.grad + (n * a.o + ob) * positions;
+  for (int64_t n = 0; n < images; ++n) {
+    const float* g = a.grad + ((n0 + n) * a.o + ob) * positions;
     const float* s = strips + n * strip_size;
     for (int64_t p = 0; p < positions; p += kLanes) {
       Vec gv[RO];
@@ -143,7 +142,7 @@ void strip_weight_grad_block(const DirectConvArgs& a, const float* strips, int64
 #pragma GCC unroll 16
   for (int t = 0; t < T; ++t) {
 #pragma GCC unroll 4
-    for (int r = 0; r < RO; ++r) a.out[(t0 + t) * a.o + ob + r] = vsum(acc[r][t]);
+    for (int r = 0; r < RO; ++r) a.out[(t0 + t) * a.o + ob + r] += vsum(acc[r][t]);
   }
 }
 
@@ -154,17 +153,27 @@ constexpr int kStripTaps = 9;  // 18 accumulators of 32 registers; 3x3: a channe
 #else
 constexpr int kStripTaps = 5;  // 10 of 16
 #endif
-void strip_weight_grad(const DirectConvArgs& a, const float* strips, int64_t strip_size) {
-  // Channels inside taps: a block of taps' strip rows (every image's) stays in L1 while each
+void strip_weight_grad(const DirectConvArgs& a, const float* strips, int64_t strip_size, int64_t n0, int64_t images) {
+  // Channels inside taps: a block of taps' strip rows (the images') stays in L1 while each
   // pair of channels' grad_out streams past it.
   const int64_t taps = a.c * a.kh * a.kw;
   int64_t t0 = 0;
   for (; t0 + kStripTaps <= taps; t0 += kStripTaps) {
-    for (int64_t ob = 0; ob < a.o; ob += 2) strip_weight_grad_block<2, kStripTaps>(a, strips, strip_size, ob, t0);
+    for (int64_t ob = 0; ob < a.o; ob += 2)
+      strip_weight_grad_block<2, kStripTaps>(a, strips, strip_size, n0, images, ob, t0);
   }
   for (; t0 < taps; ++t0) {
-    for (int64_t ob = 0; ob < a.o; ob += 2) strip_weight_grad_block<2, 1>(a, strips, strip_size, ob, t0);
+    for (int64_t ob = 0; ob < a.o; ob += 2) strip_weight_grad_block<2, 1>(a, strips, strip_size, n0, images, ob, t0);
   }
+}
+
+// Images per pass of strip_weight_grad: as many as keep their strips and grad_out within
+// kStripPassFloats (in L2 while every block of taps reads them), at least one.
+constexpr int64_t kStripPassFloats = int64_t{128} << 10;  // 512 KB
+int64_t strip_size(const DirectConvArgs& a) { return a.c * a.kw * strip_rows(a) * a.w; }
+int64_t strip_pass(const DirectConvArgs& a) {
+  const int64_t per_image = strip_size(a) + a.o * a.h * a.w;
+  return std::clamp<int64_t>(kStripPassFloats / per_image, 1, std::max<int64_t>(a.n, 1));
 }
 
 // The channel-vector route: each image's grad_out transposed to [position][o], then
@@ -193,15 +202,23 @@ void channel_weight_grad(const DirectConvArgs& a, float* frames, int64_t frame_s
 
 }  // namespace
 
+int64_t conv2d_direct_weight_grad_scratch(const DirectConvArgs& a) {
+  if (same_size(a)) return strip_pass(a) * strip_size(a);
+  return a.n * (a.c * (a.h + 2 * a.pad_h) * (a.w + 2 * a.pad_w) + a.oh * a.ow * a.o);
+}
+
 void conv2d_direct_weight_grad(const DirectConvArgs& a) {
   const int64_t frame_size = a.c * (a.h + 2 * a.pad_h) * (a.w + 2 * a.pad_w);
   if (!same_size(a)) return channel_weight_grad(a, a.scratch, frame_size);
-  // Every image's strips.
+  // The images in passes: their strips, then every block of taps and channels over them.
   const TapMasks masks(a);
-  float* const strips = a.scratch;
-  const int64_t strip_size = a.c * a.kw * strip_rows(a) * a.w;
-  for (int64_t n = 0; n < a.n; ++n) fill_strips(a, masks, n, strips + n * strip_size);
-  strip_weight_grad(a, strips, strip_size);
+  const int64_t size = strip_size(a), pass = strip_pass(a);
+  std::fill(a.out, a.out + a.c * a.kh * a.kw * a.o, 0.0f);
+  for (int64_t n0 = 0; n0 < a.n; n0 += pass) {
+    const int64_t images = std::min(pass, a.n - n0);
+    for (int64_t n = 0; n < images; ++n) fill_strips(a, masks, n0 + n, a.scratch + n * size);
+    strip_weight_grad(a, a.scratch, size, n0, images);
+  }
 }
 
 }  // namespace TINYDDP_ISA_NAMESPACE

@@ -374,6 +374,7 @@ void sgd(const SgdArgs<T>& s) {
 // conv_kernels.cc (the same instruction set's build).
 void conv2d_direct(const DirectConvArgs& a);
 void conv2d_direct_weight_grad(const DirectConvArgs& a);
+int64_t conv2d_direct_weight_grad_scratch(const DirectConvArgs& a);
 
 namespace {
 
@@ -400,6 +401,7 @@ constexpr IsaKernels kKernels = {
     sgd<double>,
     conv2d_direct,
     conv2d_direct_weight_grad,
+    conv2d_direct_weight_grad_scratch,
 };
 
 }  // namespace

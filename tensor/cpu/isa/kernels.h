@@ -54,8 +54,8 @@ struct SgdArgs {
 // The weight's gradient of the same convolution (conv2d_direct_weight_grad_f32) reads `in` and
 // `grad` (grad_out, [n, o, oh, ow]) and writes out[(c * kh + i) * kw + j][o] = the sum over
 // n, y, x of grad[n, o, y, x] * in[n, c, y + i - pad_h, x + j - pad_w]; wt and bias unused;
-// `scratch` holds n * (c * max(kw * ow, w + 2 pad_w) * (h + 2 pad_h) + oh * ow * o) floats
-// (each image's padded planes or its strips, and its transposed grad_out).
+// `scratch` holds conv2d_direct_weight_grad_scratch(args) floats (images' padded planes and
+// transposed grad_out, or shifted copies of the planes), its contents not read.
 struct DirectConvArgs {
   const float* in = nullptr;
   int64_t n = 0, c = 0, h = 0, w = 0;
@@ -119,6 +119,7 @@ struct IsaKernels {
 
   void (*conv2d_direct_f32)(const DirectConvArgs&);
   void (*conv2d_direct_weight_grad_f32)(const DirectConvArgs&);
+  int64_t (*conv2d_direct_weight_grad_scratch)(const DirectConvArgs&);
 };
 
 const IsaKernels& avx2_kernels();    // isa/kernels.cc built for x86-64-v3
