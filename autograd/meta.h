@@ -13,6 +13,7 @@ namespace tinyddp::autograd {
 class AutogradMeta final : public tensor::AutogradMetaInterface {
  public:
   bool requires_grad() const override { return requires_grad_ || grad_fn_ != nullptr; }
+  bool has_grad_fn() const override { return grad_fn_ != nullptr; }
   // Creates the FunctionNode for `output` = op(inputs) and makes it output's grad_fn.
   void record_op(const char* name, const Tensor& output, const Tensor* inputs, size_t num_inputs,
                  tensor::BackwardFn backward) const override;

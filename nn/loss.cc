@@ -2,6 +2,7 @@
 // loss kernels), with its backward formula right below its forward.
 #include "tinyddp/nn/loss.h"
 
+#include "tinyddp/tensor/autocast.h"
 #include "tinyddp/tensor/graph.h"
 
 namespace tinyddp::nn {
@@ -9,7 +10,11 @@ namespace tinyddp::nn {
 using tensor::NoGradGuard;
 using tensor::SavedTensor;
 
-Tensor mse_loss(const Tensor& input, const Tensor& target) {
+Tensor mse_loss(const Tensor& input_in, const Tensor& target_in) {
+  Tensor input = input_in, target = target_in;  // float32 under autocast
+  if (tensor::detail::autocast_args(tensor::detail::CastPolicy::kFloat32, {&input, &target})) {
+    return mse_loss(input, target);
+  }
   TDDP_CHECK(input.defined() && target.defined(), "mse_loss: undefined input or target");
   TDDP_CHECK(input.sizes() == target.sizes(), "mse_loss: input shape {} and target shape {} differ",
              tensor::format_shape(input.sizes()), tensor::format_shape(target.sizes()));
@@ -32,7 +37,11 @@ Tensor mse_loss(const Tensor& input, const Tensor& target) {
   return out;
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ignore_index) {
+  Tensor logits = logits_in;  // float32 under autocast
+  if (tensor::detail::autocast_args(tensor::detail::CastPolicy::kFloat32, {&logits})) {
+    return cross_entropy(logits, targets, ignore_index);
+  }
   TDDP_CHECK(logits.defined() && targets.defined(), "cross_entropy: undefined logits or targets");
   TDDP_CHECK(logits.dim() == 2, "cross_entropy: expected logits of shape [batch, classes], got {}",
              tensor::format_shape(logits.sizes()));

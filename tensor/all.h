@@ -1,6 +1,7 @@
 // The whole tensor library in one include: Tensor, factories, ops, random, CUDA query.
 #pragma once
 
+#include "tinyddp/tensor/autocast.h"
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/device.h"
 #include "tinyddp/tensor/dtype.h"

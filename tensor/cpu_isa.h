@@ -39,4 +39,8 @@ CpuIsa resolve_cpu_isa(std::string_view request, bool cpu_has_avx512);
 // multiply-adds; Eigen, avx2 build, below)".
 std::string cpu_kernels_summary();
 
+// What bfloat16 matmuls run on now, in words: oneDNN's kernel (e.g. "oneDNN
+// brg:avx512_core_bf16") under AVX-512, else the float32 kernels with the result rounded.
+std::string cpu_bf16_matmul_engine();
+
 }  // namespace tinyddp::tensor

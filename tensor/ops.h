@@ -3,7 +3,9 @@
 // arguments (shape, dtype, device: errors name the op and the offending argument) and then
 // dispatches on the device with a plain switch to a kernel in cpu/ (cuda/ later).
 //
-// dtype rules: tensor operands of a binary op must share a dtype (no silent promotion).
+// dtype rules: tensor operands of a binary op must share a dtype, except that floating dtypes
+// promote in arithmetic (add, sub, mul, div, maximum, minimum) as in PyTorch: float64 over
+// float32 over float16/bfloat16, float16 with bfloat16 to float32.
 // A scalar keeps the tensor's dtype, except that a non-integral scalar with an int64 tensor
 // computes in float32, a float16/bfloat16 tensor combines with a scalar in float32 and rounds
 // the result once (as PyTorch 2.x), and div/exp/log/sqrt/tanh/sigmoid of int64 compute in

@@ -195,6 +195,7 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 struct AutogradMetaInterface {
   virtual ~AutogradMetaInterface() = default;
   virtual bool requires_grad() const = 0;
+  virtual bool has_grad_fn() const = 0;  // not a leaf (the tensor layer's view of is_leaf)
   // Builds the graph node for `output` = op(`inputs`[0..num_inputs)) with the given backward
   // formula.
   virtual void record_op(const char* name, const Tensor& output, const Tensor* inputs, size_t num_inputs,

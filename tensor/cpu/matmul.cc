@@ -1,7 +1,7 @@
 // CPU matrix multiply: out [n, m] = a [n, k] x b [k, m]. A row-major or column-major operand
 // (any leading dimension) is passed as it is, so transposed views and narrowed slices need no
-// copy; other layouts are made contiguous first. float16/bfloat16 compute in float32; int64
-// uses a plain loop.
+// copy; other layouts are made contiguous first. bfloat16 goes to oneDNN under AVX-512
+// (onednn.cc); float16, and bfloat16 below AVX-512, compute in float32; int64 uses a plain loop.
 //
 // float32/float64 go to one of two GEMM engines (docs/tensor.md, "Matmul"): OpenBLAS, whose
 // kernels are picked at run time for the CPU (the library PyTorch's matmul calls on Debian),
@@ -15,7 +15,9 @@
 #include <algorithm>
 #include <cctype>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 
 #include "tinyddp/tensor/cpu/backend.h"
@@ -224,6 +226,14 @@ void int64_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   }
 }
 
+// Once per process: bfloat16 products without oneDNN compute in float32 (exact products of
+// the bfloat16 inputs, float32 sums, one rounding): right, but at float32's speed.
+void warn_bf16_in_float32() {
+  static std::once_flag once;
+  std::call_once(once,
+                 [] { std::fprintf(stderr, "tinyddp: warning: bfloat16 matmul %s\n", bf16_matmul_engine().c_str()); });
+}
+
 }  // namespace
 
 std::string matmul_engine() {
@@ -255,8 +265,11 @@ void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
     case kFloat32: float_mm<float>(out, a, b); return;
     case kFloat64: float_mm<double>(out, a, b); return;
     case kInt64: int64_mm(out, a, b); return;
-    case kFloat16:
-    case kBFloat16: {
+    case kBFloat16:
+      if (bf16_mm_onednn(out, a, b)) return;
+      warn_bf16_in_float32();
+      [[fallthrough]];
+    case kFloat16: {
       Tensor result = empty(out.sizes(), TensorOptions(kFloat32));
       float_mm<float>(result, a.to(kFloat32), b.to(kFloat32));
       copy(out, result);

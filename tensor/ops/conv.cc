@@ -1,17 +1,20 @@
-// Convolution and pooling over NCHW tensors, each forward beside its backward formula. All of
-// them rest on one pair of data movements: im2col gathers every kernel window of the input
-// into columns, col2im adds columns back onto the input positions they came from (the
-// gradient of im2col). A convolution is then one GEMM per group, a pooling layer a reduction
-// over each window's column. On a GPU, convolutions go to cuDNN instead where it applies.
+// Convolution over NCHW tensors, forward beside backward, and the window helpers pooling
+// shares (ops/window.h, pool.cc). Both rest on one pair of data movements: im2col gathers
+// every kernel window of the input into columns, col2im adds columns back onto the input
+// positions they came from (the gradient of im2col). A convolution is then one GEMM per
+// group, a pooling layer a reduction over each window's column. On the CPU, float32
+// convolutions take direct kernels where they fit; on a GPU, cuDNN where it applies.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "tinyddp/tensor/autocast.h"
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cuda/backend.h"
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/ops/checks.h"
+#include "tinyddp/tensor/ops/window.h"
 
 namespace tinyddp::tensor {
 
@@ -23,6 +26,26 @@ using Window = Window2d;
 
 // The window's shape as im2col writes it: [N, C, kh, kw, OH, OW].
 Shape col_shape(const Window& w) { return {w.n, w.c, w.kh, w.kw, w.oh, w.ow}; }
+
+// col (shape [N, C, kh, kw, OH, OW], any strides) = the windows of x, padding reading as
+// `pad_value`.
+void im2col_into(const Tensor& col, const Tensor& x, const Window& win, double pad_value) {
+  NoGradGuard no_grad;
+  TDDP_DISPATCH(x.device(), "im2col", im2col, col, x, win, pad_value);
+}
+
+// The gradient of im2col: a new [N, C, H, W] tensor where each input position holds the sum
+// of the col entries that read it (padding's entries are dropped).
+Tensor col2im(const Tensor& col, const Window& win) {
+  NoGradGuard no_grad;
+  const Tensor grad_x = new_output({win.n, win.c, win.h, win.w}, col.dtype(), col.device());
+  TDDP_DISPATCH(col.device(), "col2im", col2im, grad_x, col, win);
+  return grad_x;
+}
+
+}  // namespace
+
+namespace detail {
 
 std::string pair_str(int64_t a, int64_t b) { return fmt::format("({}, {})", a, b); }
 
@@ -45,22 +68,6 @@ Window make_window(const Shape& in, Size2d kernel, Size2d stride, Size2d padding
   win.oh = (win.padded_h() - span_h) / win.sh + 1;
   win.ow = (win.padded_w() - span_w) / win.sw + 1;
   return win;
-}
-
-// col (shape [N, C, kh, kw, OH, OW], any strides) = the windows of x, padding reading as
-// `pad_value`.
-void im2col_into(const Tensor& col, const Tensor& x, const Window& win, double pad_value) {
-  NoGradGuard no_grad;
-  TDDP_DISPATCH(x.device(), "im2col", im2col, col, x, win, pad_value);
-}
-
-// The gradient of im2col: a new [N, C, H, W] tensor where each input position holds the sum
-// of the col entries that read it (padding's entries are dropped).
-Tensor col2im(const Tensor& col, const Window& win) {
-  NoGradGuard no_grad;
-  const Tensor grad_x = new_output({win.n, win.c, win.h, win.w}, col.dtype(), col.device());
-  TDDP_DISPATCH(col.device(), "col2im", col2im, grad_x, col, win);
-  return grad_x;
 }
 
 // A 3-D [C, H, W] input is one image: run it as [1, C, H, W] and drop the batch dim after.
@@ -87,82 +94,7 @@ Tensor patches(const Tensor& x, const Window& win, double pad_value) {
   return col;
 }
 
-Size2d stride_or_kernel(const std::optional<Size2d>& stride, Size2d kernel) { return stride ? *stride : kernel; }
-
-void check_pool_padding(const Window& win, const char* op) {
-  TDDP_CHECK(win.ph <= win.kh / 2 && win.pw <= win.kw / 2, "{}: padding {} must be at most half of the kernel size {}",
-             op, pair_str(win.ph, win.pw), pair_str(win.kh, win.kw));
-}
-
-}  // namespace
-
-Tensor unfold(const Tensor& input, Size2d kernel_size, Size2d dilation, Size2d padding, Size2d stride) {
-  check_defined(input, "unfold", "input");
-  TDDP_CHECK(input.dim() == 4, "unfold: expected a 4-D [N, C, H, W] input, got shape {}", format_shape(input.sizes()));
-  const Tensor x = as_batch(input, "unfold");
-  const Window win = make_window(x.sizes(), kernel_size, stride, padding, dilation, "unfold");
-  return patches(x, win, 0.0).view({win.n, win.c * win.kh * win.kw, win.oh * win.ow});
-}
-
-Tensor max_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d> stride, Size2d padding,
-                  Size2d dilation) {
-  const Tensor x = as_batch(input, "max_pool2d");
-  const Window win =
-      make_window(x.sizes(), kernel_size, stride_or_kernel(stride, kernel_size), padding, dilation, "max_pool2d");
-  check_pool_padding(win, "max_pool2d");
-  const Tensor out = new_output({win.n, win.c, win.oh, win.ow}, x.dtype(), x.device());
-  const Tensor indices = new_output(out.sizes(), kInt64, x.device());  // where each maximum came from
-  {
-    NoGradGuard no_grad;
-    TDDP_DISPATCH(x.device(), "max_pool2d", max_pool2d, out, indices, x, win);
-  }
-  // grad_out [N, C, OH, OW] -> grad_x [N, C, H, W]: each output's gradient added at its maximum.
-  if (needs_grad(x)) {
-    record_op("MaxPool2DWithIndicesBackward", out, {x}, [indices, win](const Tensor& g) {
-      const Tensor grad_x = new_output({win.n, win.c, win.h, win.w}, g.dtype(), g.device());
-      TDDP_DISPATCH(g.device(), "max_pool2d backward", max_pool2d_backward, grad_x, g.contiguous(), indices, win);
-      return std::vector<Tensor>{grad_x};
-    });
-  }
-  return unbatch_like(out, input);
-}
-
-Tensor avg_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d> stride, Size2d padding,
-                  bool count_include_pad) {
-  const Tensor x = as_batch(input, "avg_pool2d");
-  const Window win =
-      make_window(x.sizes(), kernel_size, stride_or_kernel(stride, kernel_size), padding, 1, "avg_pool2d");
-  check_pool_padding(win, "avg_pool2d");
-  const Shape window_rows = {win.n, win.c, win.kh * win.kw, win.oh, win.ow};
-  const Tensor sums = sum(patches(x, win, 0.0).view(window_rows), {2});
-  if (count_include_pad || (win.ph == 0 && win.pw == 0)) {
-    return unbatch_like(div(sums, static_cast<double>(win.kh * win.kw)), input);
-  }
-  // How many real (unpadded) input elements each window covers: the windows of a ones image.
-  Tensor counts;
-  {
-    NoGradGuard no_grad;
-    Window one = win;
-    one.n = one.c = 1;
-    const Tensor ones_image = ones({1, 1, win.h, win.w}, TensorOptions(x.dtype()).device(x.device()));
-    counts = sum(patches(ones_image, one, 0.0).view({1, 1, win.kh * win.kw, win.oh, win.ow}), {2});
-  }
-  return unbatch_like(div(sums, counts), input);
-}
-
-Tensor adaptive_avg_pool2d(const Tensor& input, Size2d output_size) {
-  const Tensor x = as_batch(input, "adaptive_avg_pool2d");
-  const int64_t h = x.size(2), w = x.size(3);
-  TDDP_CHECK(output_size.h > 0 && output_size.w > 0, "adaptive_avg_pool2d: output_size must be positive, got {}",
-             pair_str(output_size.h, output_size.w));
-  TDDP_CHECK(h % output_size.h == 0 && w % output_size.w == 0,
-             "adaptive_avg_pool2d: input height and width {} are not multiples of output_size {} (only evenly "
-             "dividing sizes are supported; input shape {})",
-             pair_str(h, w), pair_str(output_size.h, output_size.w), format_shape(input.sizes()));
-  if (output_size.h == 1 && output_size.w == 1) return mean(input, {-2, -1}, true);
-  const Size2d kernel{h / output_size.h, w / output_size.w};
-  return avg_pool2d(input, kernel, kernel);
-}
+}  // namespace detail
 
 namespace {
 
@@ -392,8 +324,20 @@ void library_backward(const Tensor& g, const Tensor& x, const Tensor& w2, const 
 
 }  // namespace
 
-Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding,
+Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in, Size2d stride, Size2d padding,
               Size2d dilation, int64_t groups) {
+  Tensor input = input_in, weight = weight_in, bias = bias_in;
+  if (autocast_args(CastPolicy::kLowerPrecision, {&input, &weight, &bias})) {
+    return conv2d(input, weight, bias, stride, padding, dilation, groups);
+  }
+  if (input.defined() && input.is_cpu() && input.dtype() == kBFloat16) {
+    // bfloat16 on the CPU: the float32 convolution of the same values, rounded once (exact
+    // products, float32 sums, as oneDNN's bfloat16 convolution), its gradients likewise;
+    // col2im's sums in bfloat16 would round at every tap.
+    const auto wide = [](const Tensor& t) { return t.defined() && t.dtype() == kBFloat16 ? t.to(kFloat32) : t; };
+    const Autocast float32(DeviceType::kCPU, kBFloat16, false);  // not cast back down
+    return conv2d(wide(input), wide(weight), wide(bias), stride, padding, dilation, groups).to(kBFloat16);
+  }
   const Tensor x = as_batch(input, "conv2d");
   check_conv_args(x, weight, bias, groups);
   const Window win = make_window(x.sizes(), {weight.size(2), weight.size(3)}, stride, padding, dilation, "conv2d");

@@ -15,6 +15,20 @@ using namespace detail;
 
 namespace {
 
+// PyTorch's promotion between floating dtypes: float64 over float32 over the 16-bit ones,
+// float16 with bfloat16 giving float32 (autocast's bfloat16 results meet float32 ones, as a
+// residual stream does). The cast is an op of its own, so each gradient returns in its
+// input's dtype. Other mixes are left to the dtype check.
+DType promoted_float(DType a, DType b) { return a == kFloat64 || b == kFloat64 ? kFloat64 : kFloat32; }
+void promote_floats(Tensor& a, Tensor& b) {
+  if (!a.defined() || !b.defined() || a.dtype() == b.dtype() || !a.is_floating_point() || !b.is_floating_point()) {
+    return;
+  }
+  const DType dtype = promoted_float(a.dtype(), b.dtype());
+  a = a.to(dtype);
+  b = b.to(dtype);
+}
+
 void run_binary(BinaryOp kind, const Tensor& out, const Tensor& a, const Tensor& b, double alpha, const char* op) {
   NoGradGuard no_grad;
   TDDP_DISPATCH(out.device(), op, binary, kind, out, a, b, alpha);
@@ -125,7 +139,9 @@ Tensor with_scalar(const Tensor& a, double value, const char* op, F f) {
 }
 
 // a + alpha * b, shared by add and sub.
-Tensor add_scaled(const Tensor& a, const Tensor& b, double alpha, const char* op, const char* node) {
+Tensor add_scaled(const Tensor& a_in, const Tensor& b_in, double alpha, const char* op, const char* node) {
+  Tensor a = a_in, b = b_in;
+  promote_floats(a, b);
   if (a.defined()) check_alpha(a, alpha, op);
   const Tensor out = binary(BinaryOp::kAdd, a, b, alpha, op);
   // grad_out: broadcast shape -> grad_a: a's shape, grad_b: alpha * grad_out in b's shape
@@ -147,7 +163,9 @@ Tensor sub(const Tensor& a, double b) {
   return with_scalar(a, b, "sub", [](const Tensor& x, const Tensor& s) { return sub(x, s); });
 }
 
-Tensor mul(const Tensor& a, const Tensor& b) {
+Tensor mul(const Tensor& a_in, const Tensor& b_in) {
+  Tensor a = a_in, b = b_in;
+  promote_floats(a, b);
   const Tensor out = binary(BinaryOp::kMul, a, b, 1.0, "mul");
   // grad_a = grad_out * b, grad_b = grad_out * a (each summed to its input's shape)
   if (needs_grad(a, b)) {
@@ -165,7 +183,9 @@ Tensor mul(const Tensor& a, double b) {
   return with_scalar(a, b, "mul", [](const Tensor& x, const Tensor& s) { return mul(x, s); });
 }
 
-Tensor div(const Tensor& a, const Tensor& b) {
+Tensor div(const Tensor& a_in, const Tensor& b_in) {
+  Tensor a = a_in, b = b_in;
+  promote_floats(a, b);
   check_pair(a, b, "div");
   if (!a.is_floating_point()) return div(a.to(kFloat32), b.to(kFloat32));  // true division
   const Tensor out = binary(BinaryOp::kDiv, a, b, 1.0, "div");
@@ -196,7 +216,9 @@ Tensor operator/(double a, const Tensor& b) {
 
 namespace {
 // maximum/minimum: the gradient goes to the winning input; on a tie each gets half (PyTorch).
-Tensor select_binary(BinaryOp kind, const Tensor& a, const Tensor& b, const char* op, const char* node) {
+Tensor select_binary(BinaryOp kind, const Tensor& a_in, const Tensor& b_in, const char* op, const char* node) {
+  Tensor a = a_in, b = b_in;
+  promote_floats(a, b);
   const Tensor out = binary(kind, a, b, 1.0, op);
   if (needs_grad(a, b)) {
     record_op(node, out, {a, b},

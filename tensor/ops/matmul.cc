@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tinyddp/tensor/autocast.h"
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/ops/checks.h"
 
@@ -29,7 +30,9 @@ Tensor mm_in_layout_of(const Tensor& left, const Tensor& right, const Tensor& li
 
 }  // namespace
 
-Tensor mm(const Tensor& a, const Tensor& b) {
+Tensor mm(const Tensor& a_in, const Tensor& b_in) {
+  Tensor a = a_in, b = b_in;
+  if (autocast_args(CastPolicy::kLowerPrecision, {&a, &b})) return mm(a, b);
   check_pair(a, b, "mm");
   check_not_bool(a, "mm", "a");
   TDDP_CHECK(a.dim() == 2, "mm: 'a' must be a matrix (2-D), got shape {}", format_shape(a.sizes()));
@@ -96,7 +99,9 @@ Tensor batched_mm(const Tensor& a2, const Tensor& b2) {
 }
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  Tensor a = a_in, b = b_in;
+  if (autocast_args(CastPolicy::kLowerPrecision, {&a, &b})) return matmul(a, b);
   check_pair(a, b, "matmul");
   TDDP_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dimension, got shapes {} and {}",
              format_shape(a.sizes()), format_shape(b.sizes()));
@@ -138,7 +143,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor linear(const Tensor& input, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in) {
+  Tensor input = input_in, weight = weight_in, bias = bias_in;
+  if (autocast_args(CastPolicy::kLowerPrecision, {&input, &weight, &bias})) return linear(input, weight, bias);
   check_defined(input, "linear", "input");
   check_defined(weight, "linear", "weight");
   check_same_dtype(input, weight, "linear", "input", "weight");

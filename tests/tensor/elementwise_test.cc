@@ -110,13 +110,16 @@ TEST_CASE("scalar operands and operators", "[elementwise]") {
   CHECK((x * x + x).to_vector<float>() == std::vector<float>{2, 2, 12});
 }
 
-TEST_CASE("dtype rules: no silent promotion between tensors, PyTorch's scalar rules", "[elementwise][dtype]") {
+TEST_CASE("dtype rules: floats promote as in PyTorch, no other promotion between tensors, PyTorch's scalar rules",
+          "[elementwise][dtype]") {
   const Tensor f = tensor({1.0, 2.0});
   const Tensor d = tensor({1.0, 2.0}, kFloat64);
   const Tensor i = arange(1, 4);
   CHECK(i.dtype() == kInt64);
-  CHECK_THROWS_WITH(add(f, d),
-                    Contains("add: expected tensors of the same dtype, but 'a' is float32 and 'b' is float64"));
+  CHECK(add(f, d).dtype() == kFloat64);  // float32 + float64 -> float64 (torch.result_type)
+  CHECK(add(f, d).to_vector<double>() == std::vector<double>{2, 4});
+  CHECK_THROWS_WITH(add(f, tensor({1.0, 2.0}).to(kInt64)),
+                    Contains("add: expected tensors of the same dtype, but 'a' is float32 and 'b' is int64"));
   CHECK((i + 2).dtype() == kInt64);
   CHECK((i * 3).to_vector<int64_t>() == std::vector<int64_t>{3, 6, 9});
   CHECK((i + 0.5).dtype() == kFloat32);  // non-integral scalar: float32, as in PyTorch

@@ -89,6 +89,8 @@ std::string cpu_kernels_summary() {
   return fmt::format("{}: {} (matmul: {})", cpu_model(), cpu_isa_name(cpu_isa()), cpu::matmul_engine());
 }
 
+std::string cpu_bf16_matmul_engine() { return cpu::bf16_matmul_engine(); }
+
 namespace cpu {
 
 const IsaKernels& isa_kernels() {

@@ -1,0 +1,106 @@
+// bfloat16 matrix products on oneDNN (libdnnl, Debian's oneDNN 2.6: the library PyTorch's
+// CPU bfloat16 matmul calls here). oneDNN picks its kernels at run time: AMX where the CPU has
+// it, AVX512-BF16 (vdpbf16ps) otherwise, AVX-512 emulation without either. tinyddp calls it
+// only where cpu_isa() chose AVX-512; below that (or with TINYDDP_CPU_ISA=avx2) bfloat16
+// products compute in float32 (matmul.cc).
+//
+// One matmul primitive per shape and layout, kept per thread (oneDNN's own
+// cache holds primitives but each lookup would first build a descriptor, tens of µs). oneDNN
+// threads with OpenMP: one thread here, as every tinyddp CPU kernel.
+#include <omp.h>
+
+#include <fmt/format.h>
+
+#include <map>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "tinyddp/tensor/cpu/backend.h"
+#include "tinyddp/tensor/cpu_isa.h"
+
+namespace tinyddp::tensor::cpu {
+
+namespace {
+
+using dnnl::memory;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// A 2-D operand as oneDNN reads it in place: one unit stride (row- or column-major, any
+// leading dimension). nullopt for other layouts (the caller copies them first).
+std::optional<memory::dims> plain_strides(const Tensor& t) {
+  const int64_t rows = t.size(0), cols = t.size(1);
+  const int64_t rs = rows == 1 ? std::max<int64_t>(cols, 1) : t.stride(0);
+  const int64_t cs = cols == 1 ? 1 : t.stride(1);
+  if (cs == 1 && rs >= cols) return memory::dims{rs, 1};
+  const int64_t rs_col = rows == 1 ? 1 : t.stride(0);
+  const int64_t cs_col = cols == 1 ? std::max<int64_t>(rows, 1) : t.stride(1);
+  if (rs_col == 1 && cs_col >= rows) return memory::dims{1, cs_col};
+  return std::nullopt;
+}
+
+// n, k, m, a's strides, b's strides.
+using Key = std::tuple<int64_t, int64_t, int64_t, memory::dims, memory::dims>;
+
+struct Product {
+  dnnl::matmul primitive;
+  std::string implementation;  // oneDNN's name for the kernel, e.g. "brg:avx512_core_bf16"
+};
+
+// This thread's primitives. Bounded: a run that makes more than kMaxProducts shapes starts
+// over (a model has a few dozen).
+constexpr size_t kMaxProducts = 512;
+const Product& product_for(const Key& key) {
+  thread_local std::map<Key, Product> products;
+  if (const auto it = products.find(key); it != products.end()) return it->second;
+  if (products.size() >= kMaxProducts) products.clear();
+  const auto& [n, k, m, a_strides, b_strides] = key;
+  const memory::desc a({n, k}, memory::data_type::bf16, a_strides);
+  const memory::desc b({k, m}, memory::data_type::bf16, b_strides);
+  const memory::desc c({n, m}, memory::data_type::bf16, memory::dims{m, 1});
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), cpu_engine());
+  return products.emplace(key, Product{dnnl::matmul(pd), pd.impl_info_str()}).first->second;
+}
+
+void one_thread() {
+  thread_local const bool done = [] {
+    omp_set_num_threads(1);  // this thread's OpenMP regions, oneDNN's included
+    return true;
+  }();
+  (void)done;
+}
+
+}  // namespace
+
+bool bf16_mm_onednn(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
+  if (cpu_isa() != CpuIsa::kAvx512) return false;
+  one_thread();
+  const Tensor a = plain_strides(a_in) ? a_in : a_in.contiguous();
+  const Tensor b = plain_strides(b_in) ? b_in : b_in.contiguous();
+  const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
+  const Product& p = product_for(Key{n, k, m, *plain_strides(a), *plain_strides(b)});
+  dnnl::engine& engine = cpu_engine();
+  memory ma(memory::desc({n, k}, memory::data_type::bf16, *plain_strides(a)), engine, a.raw_data_ptr());
+  memory mb(memory::desc({k, m}, memory::data_type::bf16, *plain_strides(b)), engine, b.raw_data_ptr());
+  memory mc(memory::desc({n, m}, memory::data_type::bf16, memory::dims{m, 1}), engine, out.raw_data_ptr());
+  thread_local dnnl::stream stream(engine);
+  p.primitive.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+  stream.wait();
+  return true;
+}
+
+std::string bf16_matmul_engine() {
+  if (cpu_isa() != CpuIsa::kAvx512) {
+    return fmt::format("float32 kernels, results rounded to bfloat16 (oneDNN not used: {} selected)",
+                       cpu_isa_name(cpu_isa()));
+  }
+  one_thread();
+  return "oneDNN " + product_for(Key{64, 64, 64, memory::dims{64, 1}, memory::dims{64, 1}}).implementation;
+}
+
+}  // namespace tinyddp::tensor::cpu

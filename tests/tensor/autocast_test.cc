@@ -1,0 +1,201 @@
+// Autocast (tensor/autocast.h) against PyTorch's CPU autocast on the same float32 inputs
+// (fixtures/make_autocast_fixtures.py): output dtypes, values within bfloat16 rounding,
+// float32 gradients; the weight-cast cache, nesting, errors; bfloat16 products against an
+// exact reference (oneDNN under AVX-512, float32 under TINYDDP_CPU_ISA=avx2); float promotion.
+#include <cmath>
+
+#include "tests/test_util.h"
+#include "tinyddp/autograd/autograd.h"
+#include "tinyddp/nn/loss.h"
+#include "tinyddp/tensor/autocast.h"
+#include "tinyddp/tensor/cpu_isa.h"
+
+using namespace tinyddp::tensor;
+using tinyddp::nn::cross_entropy;
+using tinyddp::nn::mse_loss;
+using Catch::Matchers::Contains;
+
+namespace {
+
+const std::map<std::string, std::vector<double>>& fixture() {
+  static const auto values = tinyddp::testing::load_fixture("tests/tensor/fixtures/autocast_reference.txt");
+  return values;
+}
+
+Tensor value(const std::string& name, const Shape& shape, DType dtype = kFloat32) {
+  const auto it = fixture().find(name);
+  if (it == fixture().end()) throw std::runtime_error("autocast_reference.txt has no entry " + name);
+  return from_vector<double>(it->second, shape).to(dtype);
+}
+
+// Both sides sum in float32 and round once to bfloat16, in different orders, so a result may
+// land on the neighbouring bfloat16 value: relative 2^-7 (one bfloat16 step), plus one step
+// of the case's largest magnitude, for a rounded term that a later sum cancels (a residual's
+// gradient). `steps`: roundings that compound (layers).
+bool within_bf16(const Tensor& got, const Tensor& want, double steps = 1) {
+  const double scale = max(abs(want.to(kFloat64))).item<double>();
+  return allclose(got.to(kFloat64), want.to(kFloat64), steps / 128, steps * scale / 128);
+}
+
+using Inputs = std::vector<std::pair<std::string, Shape>>;
+using Body = std::function<Tensor(const std::map<std::string, Tensor>&)>;
+
+// Runs `body` under autocast on the case's float32 leaves, backward outside it with PyTorch's
+// grad_out, and compares with PyTorch's run.
+void check_case(const std::string& name, const Inputs& inputs, const Body& body, double steps = 1) {
+  INFO("case " << name);
+  std::map<std::string, Tensor> leaves;
+  for (const auto& [arg, shape] : inputs) leaves[arg] = value(name + "_" + arg, shape).requires_grad_();
+  Tensor out;
+  {
+    Autocast autocast(DeviceType::kCPU);
+    out = body(leaves);
+  }
+  const bool bf16 = value(name + "_out_bf16", {1}).item<float>() == 1.0f;
+  CHECK(out.dtype() == (bf16 ? kBFloat16 : kFloat32));
+  CHECK(within_bf16(out, value(name + "_out", out.sizes()), steps));
+  out.backward(value(name + "_grad_out", out.sizes(), out.dtype()));
+  for (const auto& [arg, t] : leaves) {
+    INFO("gradient of " << arg);
+    REQUIRE(t.grad().defined());
+    CHECK(t.grad().dtype() == kFloat32);
+    CHECK(within_bf16(t.grad(), value(name + "_grad_" + arg, t.sizes()), steps));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("autocast equals PyTorch's CPU autocast: dtypes, values, float32 gradients", "[autocast]") {
+  using L = const std::map<std::string, Tensor>&;
+  check_case("mm", {{"a", {24, 40}}, {"b", {40, 16}}}, [](L t) { return mm(t.at("a"), t.at("b")); });
+  check_case("mm_t", {{"a", {40, 24}}, {"b", {40, 16}}}, [](L t) { return mm(t.at("a").t(), t.at("b")); });
+  check_case("matmul3d", {{"a", {3, 8, 20}}, {"b", {3, 20, 12}}}, [](L t) { return matmul(t.at("a"), t.at("b")); });
+  check_case("linear", {{"x", {16, 40}}, {"weight", {24, 40}}, {"bias", {24}}},
+             [](L t) { return linear(t.at("x"), t.at("weight"), t.at("bias")); });
+  check_case("conv", {{"x", {2, 3, 8, 8}}, {"weight", {8, 3, 3, 3}}, {"bias", {8}}},
+             [](L t) { return conv2d(t.at("x"), t.at("weight"), t.at("bias"), 1, 1); });
+  check_case("relu_after_linear", {{"x", {8, 12}}, {"weight", {6, 12}}},
+             [](L t) { return relu(linear(t.at("x"), t.at("weight"))); });
+  check_case("residual", {{"x", {8, 12}}, {"weight", {12, 12}}},
+             [](L t) { return add(t.at("x"), linear(t.at("x"), t.at("weight"))); });
+  check_case("mse", {{"x", {8, 12}}, {"weight", {6, 12}}, {"target", {8, 6}}},
+             [](L t) { return mse_loss(linear(t.at("x"), t.at("weight")), t.at("target")); });
+  const Tensor targets = value("mlp_targets", {32}, kInt64);
+  check_case(
+      "mlp", {{"x", {32, 20}}, {"w1", {64, 20}}, {"b1", {64}}, {"w2", {10, 64}}, {"b2", {10}}},
+      [&](L t) {
+        return cross_entropy(linear(relu(linear(t.at("x"), t.at("w1"), t.at("b1"))), t.at("w2"), t.at("b2")), targets);
+      },
+      2);
+}
+
+TEST_CASE("autocast casts a parameter once per outermost scope (the cache), a plain tensor per use", "[autocast]") {
+  // As in PyTorch: a float32 leaf that requires grad is cast once and the cast reused until
+  // the outermost scope ends, so an in-place change inside the scope is not seen; with
+  // cache_enabled = false, or for a tensor that does not require grad, every use casts anew.
+  Generator gen(3);
+  const Tensor x = randn({4, 8}, {}, &gen), w = randn({8, 5}, {}, &gen).requires_grad_();
+  const auto twice = [&](bool cache) {
+    Autocast autocast(DeviceType::kCPU, kBFloat16, true, cache);
+    const Tensor first = mm(x, w);
+    {
+      NoGradGuard no_grad;
+      w.mul_(2.0);
+    }
+    const Tensor second = mm(x, w);
+    {
+      NoGradGuard no_grad;
+      w.mul_(0.5);
+    }
+    return std::make_pair(first, second);
+  };
+  const auto [cached_first, cached_second] = twice(true);
+  CHECK(equal(cached_second, cached_first));
+  const auto [plain_first, plain_second] = twice(false);
+  CHECK(equal(plain_second, mul(plain_first, 2.0)));
+  // A new scope casts again.
+  {
+    Autocast autocast(DeviceType::kCPU);
+    CHECK(equal(mm(x, w), cached_first));
+  }
+  // The cached cast carries the graph: the gradient reaches w in float32.
+  {
+    Autocast autocast(DeviceType::kCPU);
+    const Tensor y = add(sum(mm(x, w)), sum(mm(x, w)));
+    y.backward();
+  }
+  REQUIRE(w.grad().defined());
+  CHECK(w.grad().dtype() == kFloat32);
+  CHECK(allclose(w.grad(), mul(sum(x, {0}).view({8, 1}).expand({8, 5}), 2.0), 1.0 / 128, 1e-2));
+}
+
+TEST_CASE("autocast scopes nest, turn off, leave float64 alone and reject what they cannot do", "[autocast]") {
+  const Tensor a = ones({2, 3}), b = ones({3, 2});
+  CHECK_FALSE(is_autocast_enabled(DeviceType::kCPU));
+  CHECK(mm(a, b).dtype() == kFloat32);
+  {
+    Autocast outer(DeviceType::kCPU);
+    CHECK(is_autocast_enabled(DeviceType::kCPU));
+    CHECK(get_autocast_dtype(DeviceType::kCPU) == kBFloat16);
+    CHECK(mm(a, b).dtype() == kBFloat16);
+    {
+      Autocast off(DeviceType::kCPU, kBFloat16, false);
+      CHECK_FALSE(is_autocast_enabled(DeviceType::kCPU));
+      CHECK(mm(a, b).dtype() == kFloat32);
+    }
+    CHECK(mm(a, b).dtype() == kBFloat16);
+    CHECK(mm(a.to(kFloat64), b.to(kFloat64)).dtype() == kFloat64);  // float64 is never cast
+    CHECK_FALSE(is_autocast_enabled(DeviceType::kCUDA));             // per device type
+  }
+  CHECK_FALSE(is_autocast_enabled(DeviceType::kCPU));
+  CHECK(mm(a, b).dtype() == kFloat32);
+  CHECK_THROWS_WITH(Autocast(DeviceType::kCPU, kFloat16), Contains("on the CPU only bfloat16 is supported"));
+  CHECK_THROWS_WITH(Autocast(DeviceType::kCUDA, kFloat64), Contains("on CUDA only bfloat16 and float16"));
+  CHECK_FALSE(is_autocast_enabled(DeviceType::kCPU));  // a rejected scope leaves no trace
+}
+
+TEST_CASE("bfloat16 matmul is the exact product rounded once, under each instruction set", "[autocast][matmul]") {
+  // Inputs with bfloat16 values; the reference is their float64 product. Rounding to bfloat16
+  // is within 2^-8 relative; float32 accumulation adds k * 2^-24 of the sum of |a||b|.
+  // AVX-512: oneDNN's kernels; AVX2: float32 kernels, the result rounded.
+  struct Dims {
+    int64_t n, k, m;
+    bool transpose_a, transpose_b;
+  };
+  const Dims d = GENERATE(Dims{64, 64, 64, false, false}, Dims{37, 53, 29, false, true}, Dims{5, 300, 7, true, false},
+                          Dims{128, 1, 96, true, true}, Dims{1, 200, 1, false, false});
+  Generator gen(9);
+  const Tensor a64 = randn(d.transpose_a ? Shape{d.k, d.n} : Shape{d.n, d.k}, {}, &gen).to(kBFloat16).to(kFloat64);
+  const Tensor b64 = randn(d.transpose_b ? Shape{d.m, d.k} : Shape{d.k, d.m}, {}, &gen).to(kBFloat16).to(kFloat64);
+  const Tensor a = d.transpose_a ? a64.to(kBFloat16).t() : a64.to(kBFloat16);
+  const Tensor b = d.transpose_b ? b64.to(kBFloat16).t() : b64.to(kBFloat16);
+  const Tensor a_exact = d.transpose_a ? a64.t() : a64, b_exact = d.transpose_b ? b64.t() : b64;
+  const Tensor exact = mm(a_exact, b_exact), magnitude = mm(abs(a_exact), abs(b_exact));
+  const Tensor bound = add(mul(abs(exact), std::ldexp(1.0, -8)), mul(magnitude, (d.k + 2) * std::ldexp(1.0, -24)));
+  const CpuIsa selected = cpu_isa();
+  for (const CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (!cpu_has(isa)) continue;
+    set_cpu_isa(isa);
+    INFO("n " << d.n << " k " << d.k << " m " << d.m << " transposed " << d.transpose_a << d.transpose_b << ", "
+              << cpu_isa_name(isa) << ": " << cpu_bf16_matmul_engine());
+    const Tensor out = mm(a, b);
+    REQUIRE(out.dtype() == kBFloat16);
+    CHECK(equal(le(abs(sub(out.to(kFloat64), exact)), bound), ones(exact.sizes(), kBool)));
+  }
+  set_cpu_isa(selected);
+}
+
+TEST_CASE("floating dtypes promote in arithmetic, each gradient in its input's dtype", "[autocast][dtype]") {
+  const Tensor h = full({2, 3}, 1.5, kBFloat16).requires_grad_(), x = full({2, 3}, 0.25).requires_grad_();
+  const Tensor y = add(x, h);
+  CHECK(y.dtype() == kFloat32);
+  CHECK(allclose(y, full({2, 3}, 1.75)));
+  sum(mul(y, x)).backward();
+  CHECK(h.grad().dtype() == kBFloat16);
+  CHECK(x.grad().dtype() == kFloat32);
+  CHECK(allclose(x.grad(), full({2, 3}, 2.0)));  // y + x
+  CHECK(mul(ones({2}, kFloat64), ones({2})).dtype() == kFloat64);
+  CHECK(div(ones({2}, kFloat16), ones({2}, kBFloat16)).dtype() == kFloat32);
+  CHECK(maximum(ones({2}, kBFloat16), ones({2})).dtype() == kFloat32);
+  CHECK_THROWS_WITH(add(ones({2}), ones({2}, kInt64)), Contains("same dtype"));  // not between float and int
+}
