@@ -48,9 +48,9 @@ def run_tinyddp(binary):
 def work(name):
     """("GFLOP", n) for a matmul, ("GB", n) for a memory-bound op, per call."""
     base, _, arg = name.partition("/")
-    if base in ("BM_Matmul", "BM_MatmulTransposedB"):
+    if base in ("BM_Matmul", "BM_MatmulTransposedB", "BM_MatmulBf16"):
         return "GFLOP", 2.0 * int(arg) ** 3 / 1e9
-    if base == "BM_MlpGemm":
+    if base in ("BM_MlpGemm", "BM_MlpGemmBf16"):
         fields = dict(part.split(":") for part in arg.split("/"))
         return "GFLOP", 2.0 * int(fields["batch"]) * int(fields["in"]) * int(fields["out"]) / 1e9
     if base == "BM_Conv2d":  # 3x3, padding 1; forward + backward is three such products
@@ -109,7 +109,9 @@ def main():
         rate = f"{amount / (ms / 1e3):.1f} {unit}/s" if unit else ""
         ref_rate = f"{amount / (ref / 1e3):.1f} {unit}/s" if unit and ref else ""
         bound = ""
-        if unit == "GFLOP":
+        if unit == "GFLOP" and "Bf16" in name:  # bfloat16 dot products: two multiply-adds per lane
+            bound = f"{100 * amount / (ms / 1e3) / (2 * peak['peak_gflops']):.0f}% of 2x peak"
+        elif unit == "GFLOP":
             bound = f"{100 * amount / (ms / 1e3) / peak['peak_gflops']:.0f}% of peak"
         elif unit == "GB" and memcpy_gbs:
             bound = f"{100 * amount / (ms / 1e3) / memcpy_gbs:.0f}% of memcpy"

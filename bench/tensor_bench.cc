@@ -1,5 +1,5 @@
-// Tensor benchmarks (Google Benchmark): float32 matmul at 256/512/1024 and at the six GEMM
-// shapes of the MLP 784-1024-1024-10 training step (batch 128), elementwise adds of 16 M
+// Tensor benchmarks (Google Benchmark): float32 and bfloat16 matmul at 256/512/1024 and at the
+// GEMM shapes of the MLP 784-1024-1024-10 training step (batch 128), elementwise adds of 16 M
 // floats and the memcpy they are measured against. Build with -c opt; bench/compare.py runs
 // this beside PyTorch.
 #include "bench/bench_main.h"
@@ -35,15 +35,31 @@ BENCHMARK(BM_Matmul)->Arg(256)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecon
 void BM_MatmulTransposedB(benchmark::State& state) { run_matmul(state, true); }
 BENCHMARK(BM_MatmulTransposedB)->Arg(1024)->Unit(benchmark::kMillisecond);
 
+// The same products in bfloat16 (autocast's matmuls): oneDNN under AVX-512, float32 kernels
+// below (bench/README.md).
+void BM_MatmulBf16(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  t::Generator g(0);
+  const t::Tensor a = t::randn({n, n}, {}, &g).to(t::kBFloat16), b = t::randn({n, n}, {}, &g).to(t::kBFloat16);
+  for (auto _ : state) {
+    t::Tensor c = t::matmul(a, b);
+    benchmark::DoNotOptimize(c.raw_data_ptr());
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.SetLabel(t::cpu_bf16_matmul_engine());
+}
+BENCHMARK(BM_MatmulBf16)->Arg(256)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond);
+
 // The MLP step's GEMMs, as Linear and autograd issue them. Forward: x [128, in] @ W^T with W
 // [out, in]. Backward: grad_x = g [128, out] @ W, grad_W = g^T @ x (a transposed view).
 // Arguments: batch, in, out, which (0 forward, 1 grad_x, 2 grad_W).
-void BM_MlpGemm(benchmark::State& state) {
+void run_mlp_gemm(benchmark::State& state, t::DType dtype) {
   const int64_t batch = state.range(0), in = state.range(1), out = state.range(2), which = state.range(3);
   t::Generator g(0);
-  const t::Tensor x = t::randn({batch, in}, {}, &g);
-  const t::Tensor w = t::randn({out, in}, {}, &g);
-  const t::Tensor grad = t::randn({batch, out}, {}, &g);
+  const t::Tensor x = t::randn({batch, in}, {}, &g).to(dtype);
+  const t::Tensor w = t::randn({out, in}, {}, &g).to(dtype);
+  const t::Tensor grad = t::randn({batch, out}, {}, &g).to(dtype);
   for (auto _ : state) {
     t::Tensor c = which == 0 ? t::matmul(x, w.t()) : which == 1 ? t::matmul(grad, w) : t::matmul(grad.t(), x);
     benchmark::DoNotOptimize(c.raw_data_ptr());
@@ -51,17 +67,22 @@ void BM_MlpGemm(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * batch * in * out, benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_MlpGemm)
-    ->ArgNames({"batch", "in", "out", "which"})
-    ->Args({128, 784, 1024, 0})
-    ->Args({128, 1024, 1024, 0})
-    ->Args({128, 1024, 10, 0})
-    ->Args({128, 1024, 1024, 1})
-    ->Args({128, 1024, 10, 1})
-    ->Args({128, 784, 1024, 2})
-    ->Args({128, 1024, 1024, 2})
-    ->Args({128, 1024, 10, 2})
-    ->Unit(benchmark::kMillisecond);
+void BM_MlpGemm(benchmark::State& state) { run_mlp_gemm(state, t::kFloat32); }
+void BM_MlpGemmBf16(benchmark::State& state) { run_mlp_gemm(state, t::kBFloat16); }
+void mlp_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"batch", "in", "out", "which"})
+      ->Args({128, 784, 1024, 0})
+      ->Args({128, 1024, 1024, 0})
+      ->Args({128, 1024, 10, 0})
+      ->Args({128, 1024, 1024, 1})
+      ->Args({128, 1024, 10, 1})
+      ->Args({128, 784, 1024, 2})
+      ->Args({128, 1024, 1024, 2})
+      ->Args({128, 1024, 10, 2})
+      ->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_MlpGemm)->Apply(mlp_shapes);
+BENCHMARK(BM_MlpGemmBf16)->Apply(mlp_shapes);
 
 // The bandwidth the elementwise ops are held to: std::memcpy of n floats (read n, write n).
 void BM_Memcpy(benchmark::State& state) {

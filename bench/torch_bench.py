@@ -46,6 +46,15 @@ def main():
         fn = [lambda: torch.matmul(x, w.t()), lambda: torch.matmul(g, w), lambda: torch.matmul(g.t(), x)][which]
         name = f"BM_MlpGemm/batch:{batch}/in:{fan_in}/out:{fan_out}/which:{which}"
         print(json.dumps({"name": name, "ms": timeit(fn)}))
+    for n in (256, 512, 1024):  # bfloat16: oneDNN's kernels
+        a, b = torch.randn(n, n).bfloat16(), torch.randn(n, n).bfloat16()
+        print(json.dumps({"name": f"BM_MatmulBf16/{n}", "ms": timeit(lambda: torch.matmul(a, b))}))
+    for batch, fan_in, fan_out, which in MLP_GEMMS:
+        x, w, g = (torch.randn(batch, fan_in).bfloat16(), torch.randn(fan_out, fan_in).bfloat16(),
+                   torch.randn(batch, fan_out).bfloat16())
+        fn = [lambda: torch.matmul(x, w.t()), lambda: torch.matmul(g, w), lambda: torch.matmul(g.t(), x)][which]
+        name = f"BM_MlpGemmBf16/batch:{batch}/in:{fan_in}/out:{fan_out}/which:{which}"
+        print(json.dumps({"name": name, "ms": timeit(fn)}))
     n = 16 << 20
     a, b = torch.randn(n), torch.randn(n)
     dst = torch.empty(n)

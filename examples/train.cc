@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
   app.add_flag("--sync_bn", config.sync_bn,
                "cnn under DDP: SyncBatchNorm (statistics of the global batch) in place of BatchNorm2d");
   app.add_option("--optimizer", config.optimizer, "sgd or adam");
+  app.add_option("--autocast", config.autocast,
+                 "bf16: forward and loss under autocast (bfloat16 matmuls, float32 master weights)");
   app.add_option("--lr", config.lr, "learning rate (default 0.1)");
   app.add_option("--momentum", config.momentum, "SGD momentum");
   app.add_option("--steps", config.steps, "number of training steps");

@@ -22,6 +22,7 @@
 #include "tinyddp/ddp/powersgd.h"
 #include "tinyddp/ddp/sync_batchnorm.h"
 #include "tinyddp/nn/nn.h"
+#include "tinyddp/tensor/autocast.h"
 #include "tinyddp/tensor/cpu_isa.h"
 
 namespace tinyddp::examples {
@@ -287,6 +288,7 @@ void TrainConfig::validate() const {
   const std::string loss_used = loss_name(*this);
   TDDP_CHECK(loss_used == "mse" || loss_used == "ce", "--loss must be mse or ce, got '{}'", loss_used);
   TDDP_CHECK(optimizer == "sgd" || optimizer == "adam", "--optimizer must be sgd or adam, got '{}'", optimizer);
+  TDDP_CHECK(autocast.empty() || autocast == "bf16", "--autocast must be bf16 (or absent), got '{}'", autocast);
   TDDP_CHECK(steps >= 1, "--steps must be at least 1, got {}", steps);
   TDDP_CHECK(lr > 0, "--lr must be positive, got {}", lr);
   TDDP_CHECK(momentum >= 0, "--momentum must not be negative, got {}", momentum);
@@ -335,9 +337,13 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     const Batch mine = run.data->batch(step);  // this rank's share of the step's global batch
     const Batch batch{run.model.shaped(mine.inputs.to(run.placement.device)), mine.targets.to(run.placement.device)};
     run.optimizer->zero_grad();
-    const Tensor prediction = run.runner.module->forward(batch.inputs);
-    Tensor loss;
+    Tensor prediction, loss;
     {
+      // --autocast bf16: the forward and the loss in mixed precision, the backward after the
+      // scope (as PyTorch's autocast is used).
+      std::optional<tensor::Autocast> autocast;
+      if (!config.autocast.empty()) autocast.emplace(run.placement.device.type, tensor::kBFloat16);
+      prediction = run.runner.module->forward(batch.inputs);
       const auto marked = timeline_span(run, "loss");
       loss = loss_of(config, prediction, batch.targets);
     }

@@ -26,6 +26,7 @@ struct TrainConfig {
   double dropout = 0.25;              // cnn: the Dropout layer's p (0: none)
   bool sync_bn = false;               // cnn under DDP: SyncBatchNorm in place of BatchNorm2d
   std::string optimizer = "sgd";      // sgd | adam
+  std::string autocast;               // "" (float32) | bf16: forward and loss under tensor::Autocast
   double lr = 0.1;
   double momentum = 0;
   int64_t steps = 100;

@@ -27,13 +27,12 @@ struct State {
 
 thread_local State state;
 
-DeviceState& device_state(DeviceType device_type) {
-  return device_type == DeviceType::kCPU ? state.cpu : state.cuda;
-}
+DeviceState& device_state(DeviceType device_type) { return device_type == DeviceType::kCPU ? state.cpu : state.cuda; }
 
 void check_supported(DeviceType device_type, DType dtype) {
   if (device_type == DeviceType::kCPU) {
-    TDDP_CHECK(dtype == kBFloat16, "autocast: on the CPU only bfloat16 is supported (as PyTorch's CPU autocast), got {}",
+    TDDP_CHECK(dtype == kBFloat16,
+               "autocast: on the CPU only bfloat16 is supported (as PyTorch's CPU autocast), got {}",
                dtype_name(dtype));
   } else {
     TDDP_CHECK(dtype == kBFloat16 || dtype == kFloat16,
@@ -56,8 +55,7 @@ Tensor cast(const Tensor& t, DType dtype, bool lower_precision) {
 
 }  // namespace
 
-Autocast::Autocast(DeviceType device_type, DType dtype, bool enabled, bool cache_enabled)
-    : device_type_(device_type) {
+Autocast::Autocast(DeviceType device_type, DType dtype, bool enabled, bool cache_enabled) : device_type_(device_type) {
   if (enabled) check_supported(device_type, dtype);
   DeviceState& d = device_state(device_type);
   previous_enabled_ = d.enabled;

@@ -11,9 +11,9 @@
 #include "tinyddp/tensor/cpu_isa.h"
 
 using namespace tinyddp::tensor;
+using Catch::Matchers::Contains;
 using tinyddp::nn::cross_entropy;
 using tinyddp::nn::mse_loss;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -145,7 +145,7 @@ TEST_CASE("autocast scopes nest, turn off, leave float64 alone and reject what t
     }
     CHECK(mm(a, b).dtype() == kBFloat16);
     CHECK(mm(a.to(kFloat64), b.to(kFloat64)).dtype() == kFloat64);  // float64 is never cast
-    CHECK_FALSE(is_autocast_enabled(DeviceType::kCUDA));             // per device type
+    CHECK_FALSE(is_autocast_enabled(DeviceType::kCUDA));            // per device type
   }
   CHECK_FALSE(is_autocast_enabled(DeviceType::kCPU));
   CHECK(mm(a, b).dtype() == kFloat32);
