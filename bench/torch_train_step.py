@@ -20,6 +20,7 @@ def main():
     parser.add_argument("--iterations", type=int, default=0)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--autocast", action="store_true", help="forward and loss under autocast (bfloat16)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -41,8 +42,9 @@ def main():
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        out = model(inputs)
-        loss = F.mse_loss(out, targets) if toy else F.cross_entropy(out, targets)
+        with torch.autocast(args.device, torch.bfloat16, enabled=args.autocast):
+            out = model(inputs)
+            loss = F.mse_loss(out, targets) if toy else F.cross_entropy(out, targets)
         loss.backward()
         optimizer.step()
         if gpu:
@@ -56,7 +58,8 @@ def main():
         step()
         times.append((time.perf_counter() - start) * 1e6)
     device = " device=cuda" if gpu else ""
-    print(f"RESULT model={args.model} mode=torch{device} median_us={statistics.median(times):.1f}")
+    autocast = " autocast=bf16" if args.autocast else ""
+    print(f"RESULT model={args.model} mode=torch{device}{autocast} median_us={statistics.median(times):.1f}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "examples/models.h"
 #include "tinyddp/comm/init.h"
@@ -49,13 +50,14 @@ struct Config {
   bool find_unused_parameters = false, static_graph = false, gradient_as_bucket_view = false;
   bool report_memory = false;       // append the process's peak resident memory
   bool zero_grad_in_place = false;  // zero_grad(set_to_none = false): .grad kept, zeroed
+  bool autocast = false;            // forward and loss under Autocast (bfloat16)
 };
 
 // " find_unused_parameters=1 ...": the DDP options set away from their defaults.
 std::string ddp_flags(const Config& c) {
   return std::string(c.find_unused_parameters ? " find_unused_parameters=1" : "") +
          (c.static_graph ? " static_graph=1" : "") + (c.gradient_as_bucket_view ? " gradient_as_bucket_view=1" : "") +
-         (c.zero_grad_in_place ? " zero_grad_in_place=1" : "");
+         (c.zero_grad_in_place ? " zero_grad_in_place=1" : "") + (c.autocast ? " autocast=bf16" : "");
 }
 
 // A line of /proc/self/status ("VmHWM:  123456 kB") in MiB, or -1.
@@ -156,6 +158,15 @@ int64_t state_bytes(nn::Optimizer& optimizer) {
   return bytes;
 }
 
+// The step's forward and loss, under autocast (bfloat16) with --autocast.
+t::Tensor forward_and_loss(const Config& c, const Workload& w, tinyddp::ddp::DistributedDataParallel* ddp,
+                           const t::Device& device) {
+  std::optional<t::Autocast> autocast;
+  if (c.autocast) autocast.emplace(device.type, t::kBFloat16);
+  const t::Tensor out = ddp != nullptr ? ddp->forward(w.inputs) : w.model->forward(w.inputs);
+  return c.model == "mlp" || c.model == "cnn" ? nn::cross_entropy(out, w.targets) : nn::mse_loss(out, w.targets);
+}
+
 int run(const Config& c) {
   const bool gpu = c.device == "cuda";
   const std::string backend = !c.backend.empty() ? c.backend : gpu ? "nccl" : "gloo";
@@ -190,12 +201,7 @@ int run(const Config& c) {
   const std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(c, *w.model, pg);
   const auto step = [&] {
     optimizer->zero_grad(!c.zero_grad_in_place);
-    const auto body = [&] {
-      const t::Tensor out = ddp ? ddp->forward(w.inputs) : w.model->forward(w.inputs);
-      const t::Tensor loss =
-          c.model == "mlp" || c.model == "cnn" ? nn::cross_entropy(out, w.targets) : nn::mse_loss(out, w.targets);
-      loss.backward();
-    };
+    const auto body = [&] { forward_and_loss(c, w, ddp.get(), device).backward(); };
     if (c.mode == "nosync") {
       auto guard = ddp->no_sync();
       body();
@@ -258,6 +264,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch", c.batch, "--model mlp: the batch per rank (default 128)")->check(CLI::PositiveNumber);
   app.add_flag("--find_unused_parameters", c.find_unused_parameters, "DDP walks the graph after each forward");
   app.add_flag("--static_graph", c.static_graph, "DDP's static_graph");
+  app.add_flag("--autocast", c.autocast, "forward and loss under autocast (bfloat16)");
   app.add_flag("--gradient_as_bucket_view", c.gradient_as_bucket_view, ".grad are views of DDP's buckets");
   app.add_flag("--zero_grad_in_place", c.zero_grad_in_place,
                "zero_grad(set_to_none = false): keep .grad and zero it (PyTorch 1.x's default)");

@@ -12,3 +12,10 @@ for model in toy mlp cnn; do
     /usr/bin/python3 bench/torch_train_step.py --model "$model"
   done
 done
+# Mixed precision: the same steps with the forward and loss under autocast (bfloat16).
+for model in mlp cnn; do
+  for round in 1 2 3; do
+    bazel-bin/bench/train_step --model "$model" --autocast
+    /usr/bin/python3 bench/torch_train_step.py --model "$model" --autocast
+  done
+done

@@ -100,16 +100,4 @@ float half_bits_to_float(uint16_t bits) {
   return bits_float(sign | (float_exponent << 23) | ((mantissa & 0x3FF) << 13));
 }
 
-uint16_t float_to_bfloat16_bits(float value) {
-  const uint32_t x = float_bits(value);
-  if ((x & 0x7FFFFFFF) > 0x7F800000) {  // NaN: quiet it, keep sign and top payload bits.
-    return static_cast<uint16_t>((x >> 16) | 0x0040);
-  }
-  // Rounding the low 16 bits may carry into the exponent; a carry into inf is correct.
-  const uint32_t rounded = x + 0x7FFF + ((x >> 16) & 1);
-  return static_cast<uint16_t>(rounded >> 16);
-}
-
-float bfloat16_bits_to_float(uint16_t bits) { return bits_float(static_cast<uint32_t>(bits) << 16); }
-
 }  // namespace tinyddp::tensor

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace tinyddp::tensor {
@@ -27,9 +28,22 @@ bool is_floating_point(DType dtype);
 // inf, NaN stays NaN (quiet, sign kept), subnormals are exact.
 uint16_t float_to_half_bits(float value);
 float half_bits_to_float(uint16_t bits);
-// bfloat16 (the top half of a float32) <-> float32, same rounding rules.
-uint16_t float_to_bfloat16_bits(float value);
-float bfloat16_bits_to_float(uint16_t bits);
+// bfloat16 (the top half of a float32) <-> float32, same rounding rules. Inline and
+// branch-free, so that loops converting whole tensors (autocast's casts) vectorise.
+inline uint16_t float_to_bfloat16_bits(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, sizeof(x));
+  // Rounding the low 16 bits may carry into the exponent; a carry into inf is correct. NaN is
+  // quieted, its sign and top payload bits kept.
+  const uint32_t rounded = (x + 0x7FFF + ((x >> 16) & 1)) >> 16, quiet_nan = (x >> 16) | 0x0040;
+  return static_cast<uint16_t>((x & 0x7FFFFFFF) > 0x7F800000 ? quiet_nan : rounded);
+}
+inline float bfloat16_bits_to_float(uint16_t bits) {
+  const uint32_t x = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &x, sizeof(value));
+  return value;
+}
 
 // 16-bit storage types. Arithmetic happens in float: the implicit conversions make
 // `float x = h;` and `Half h = 1.5f;` work, rounding exactly as above.
