@@ -138,7 +138,14 @@ Tensor SyncBatchNorm::forward(const Tensor& input) {
   if (!(is_training() && uses_batch_stats() && group && group->size() > 1)) {
     return t::batch_norm(input, running_mean, running_var, weight, bias, uses_batch_stats(), factor, eps);
   }
-  return SyncBatchNormFunction::apply(input, weight, bias, running_mean, running_var, factor, eps, this, group.get());
+  // A 16-bit input (autocast's bfloat16 activations) with float32 parameters and statistics:
+  // normalised in float32, the result rounded back once, as t::batch_norm does.
+  const bool narrow = (input.dtype() == t::kBFloat16 || input.dtype() == t::kFloat16) && running_mean.defined() &&
+                      running_mean.dtype() == t::kFloat32;
+  const Tensor x = narrow ? input.to(t::kFloat32) : input;
+  const Tensor out =
+      SyncBatchNormFunction::apply(x, weight, bias, running_mean, running_var, factor, eps, this, group.get());
+  return narrow ? out.to(input.dtype()) : out;
 }
 
 std::shared_ptr<nn::Module> SyncBatchNorm::convert_sync_batchnorm(const std::shared_ptr<nn::Module>& module,

@@ -95,6 +95,15 @@ Tensor batch_norm_backward_elemt(const Tensor& grad_out, const Tensor& input, co
 
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
+  // A 16-bit input into float32 parameters and statistics (autocast's bfloat16 activations
+  // into a float32 BatchNorm, which PyTorch allows): normalised in float32 and rounded back
+  // once; the statistics stay float32.
+  const Tensor& stats_like = running_mean.defined() ? running_mean : weight;
+  if (input.defined() && (input.dtype() == kBFloat16 || input.dtype() == kFloat16) && stats_like.defined() &&
+      stats_like.dtype() == kFloat32) {
+    return batch_norm(input.to(kFloat32), running_mean, running_var, weight, bias, training, momentum, eps)
+        .to(input.dtype());
+  }
   check_bn_input(input, "batch_norm");
   check_channel_vector(running_mean, input, "running_mean");
   check_channel_vector(running_var, input, "running_var");

@@ -74,6 +74,10 @@ TEST_CASE("autocast equals PyTorch's CPU autocast: dtypes, values, float32 gradi
              [](L t) { return linear(t.at("x"), t.at("weight"), t.at("bias")); });
   check_case("conv", {{"x", {2, 3, 8, 8}}, {"weight", {8, 3, 3, 3}}, {"bias", {8}}},
              [](L t) { return conv2d(t.at("x"), t.at("weight"), t.at("bias"), 1, 1); });
+  check_case("conv_bn", {{"x", {2, 3, 8, 8}}, {"weight", {8, 3, 3, 3}}, {"bn_weight", {8}}, {"bn_bias", {8}}}, [](L t) {
+    const Tensor conv = conv2d(t.at("x"), t.at("weight"), Tensor(), 1, 1);
+    return batch_norm(conv, zeros({8}), ones({8}), t.at("bn_weight"), t.at("bn_bias"), true);
+  });
   check_case("relu_after_linear", {{"x", {8, 12}}, {"weight", {6, 12}}},
              [](L t) { return relu(linear(t.at("x"), t.at("weight"))); });
   check_case("residual", {{"x", {8, 12}}, {"weight", {12, 12}}},
