@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
   app.add_option("--lr_schedule", c.lr_schedule, "after warmup: cosine (default, down to --min_lr) or constant");
   app.add_option("--min_lr", c.min_lr, "the cosine schedule's last rate (default 1e-4)");
   app.add_option("--steps", c.steps, "training steps (default 1000)");
+  app.add_option("--autocast", c.autocast,
+                 "bf16: forward and loss under autocast (bfloat16 matmuls, float32 master weights)");
   app.add_option("--eval_every", c.eval_every, "validation loss every N steps (default 250; 0: at the end only)");
   app.add_option("--eval_windows", c.eval_windows, "validation windows (default 64)");
   app.add_option("--sample_tokens", c.sample_tokens, "characters sampled at the end (default 300)");

@@ -16,6 +16,7 @@
 #include "tinyddp/ddp/zero_redundancy_optimizer.h"
 #include "tinyddp/nn/nn.h"
 #include "tinyddp/nn/transformer.h"
+#include "tinyddp/tensor/autocast.h"
 
 namespace tinyddp::examples {
 
@@ -228,6 +229,7 @@ std::string sample(const GPTTrainConfig& config, const Run& run) {
 void GPTTrainConfig::validate() const {
   TDDP_CHECK(n_layer >= 1 && n_head >= 1 && n_embd >= 1 && block_size >= 1,
              "--n_layer, --n_head, --n_embd and --block_size must be positive");
+  TDDP_CHECK(autocast.empty() || autocast == "bf16", "--autocast must be bf16 (or absent), got '{}'", autocast);
   TDDP_CHECK(n_embd % n_head == 0, "--n_embd {} is not divisible by --n_head {} (each head takes n_embd / n_head)",
              n_embd, n_head);
   TDDP_CHECK(vocab_size >= 0, "--vocab_size must not be negative, got {}", vocab_size);
@@ -277,7 +279,12 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
     const auto [x, y] = batch_of(run, step);
     const double lr = run.optimizer->lr(0);
     run.optimizer->zero_grad();
-    const Tensor loss = (*run.forward)(x, y)[1];
+    Tensor loss;
+    {
+      std::optional<tensor::Autocast> autocast;  // --autocast bf16: forward and loss, not backward
+      if (!config.autocast.empty()) autocast.emplace(x.device().type, tensor::kBFloat16);
+      loss = (*run.forward)(x, y)[1];
+    }
     loss.backward();
     // After backward, DDP has averaged the gradients: every rank clips by the same factor.
     const double norm = nn::clip_grad_norm_(params, config.grad_clip > 0 ? config.grad_clip : INFINITY);

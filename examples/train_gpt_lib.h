@@ -50,6 +50,7 @@ struct GPTTrainConfig {
   bool zero = false;
   std::string comm_hook = "allreduce";
   std::string device = "cpu", backend = "auto";
+  std::string autocast;  // "" (float32) | bf16: the forward and loss under tensor::Autocast
   double timeout_s = 60;
 
   // Throws tinyddp::Error naming the first option out of range (train_gpt() calls it first).
