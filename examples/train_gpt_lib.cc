@@ -159,6 +159,14 @@ double mean_over_ranks(const Run& run, double value) {
   return v.item<double>();
 }
 
+// The step's loss: the forward (and loss) under autocast with --autocast bf16; the backward
+// is the caller's, outside the scope, as PyTorch's autocast is used.
+Tensor forward_loss(const GPTTrainConfig& config, const Run& run, const Tensor& x, const Tensor& y) {
+  std::optional<tensor::Autocast> autocast;
+  if (!config.autocast.empty()) autocast.emplace(x.device().type, tensor::kBFloat16);
+  return (*run.forward)(x, y)[1];
+}
+
 // The model's loss on the validation windows (every rank computes the same).
 double validation_loss(const GPTTrainConfig& config, const Run& run) {
   const auto [x, y] = run.text.split->validation(config.eval_windows);
@@ -279,12 +287,7 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
     const auto [x, y] = batch_of(run, step);
     const double lr = run.optimizer->lr(0);
     run.optimizer->zero_grad();
-    Tensor loss;
-    {
-      std::optional<tensor::Autocast> autocast;  // --autocast bf16: forward and loss, not backward
-      if (!config.autocast.empty()) autocast.emplace(x.device().type, tensor::kBFloat16);
-      loss = (*run.forward)(x, y)[1];
-    }
+    const Tensor loss = forward_loss(config, run, x, y);
     loss.backward();
     // After backward, DDP has averaged the gradients: every rank clips by the same factor.
     const double norm = nn::clip_grad_norm_(params, config.grad_clip > 0 ? config.grad_clip : INFINITY);
