@@ -62,6 +62,15 @@ std::string temp_path(const std::string& name) {
   return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
 }
 
+std::vector<double> read_losses(const std::string& path) {
+  std::ifstream csv(path);
+  std::string line;
+  std::getline(csv, line);  // header
+  std::vector<double> losses;
+  while (std::getline(csv, line)) losses.push_back(std::stod(line.substr(line.find(',') + 1)));
+  return losses;
+}
+
 CommandResult run_command(const std::string& command) {
   CommandResult result;
   const auto start = std::chrono::steady_clock::now();

@@ -43,4 +43,8 @@ CommandResult run_command(const std::string& command);
 // `name` in the test's scratch directory ($TEST_TMPDIR, else /tmp).
 std::string temp_path(const std::string& name);
 
+// The loss column of an examples' --metrics CSV ("step,loss[,...]"): the second field of
+// every row after the header.
+std::vector<double> read_losses(const std::string& path);
+
 }  // namespace tinyddp::testing

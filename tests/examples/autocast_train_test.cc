@@ -15,6 +15,7 @@ using namespace tinyddp;
 using Catch::Contains;
 using tensor::Tensor;
 using testing::CommandResult;
+using testing::read_losses;
 using testing::run_command;
 using testing::temp_path;
 
@@ -33,15 +34,6 @@ struct Model {
 
 const Model kMlp{"mlp", "--model mlp --widths 16,64,10 --lr 0.1"};
 const Model kCnn{"cnn", "--model cnn --dropout 0 --lr 0.01"};
-
-std::vector<double> losses_in(const std::string& csv_path) {
-  std::ifstream csv(csv_path);
-  std::string line;
-  std::getline(csv, line);  // header
-  std::vector<double> losses;
-  while (std::getline(csv, line)) losses.push_back(std::stod(line.substr(line.find(',') + 1)));
-  return losses;
-}
 
 double max_difference(const std::vector<double>& a, const Tensor& b) {
   const std::vector<double> y = b.to(tensor::kFloat64).contiguous().to_vector<double>();
@@ -71,7 +63,7 @@ std::pair<std::vector<double>, std::string> train(const Model& model, int nproc,
   const CommandResult r = run_command(nproc == 1 ? args : "launcher/launch --nproc_per_node 2 -- " + args);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
-  return {losses_in(metrics), saved};
+  return {read_losses(metrics), saved};
 }
 
 // Checks one model's runs. Tolerances: the two autocast runs round different float32 sums to

@@ -21,6 +21,7 @@ using Catch::Contains;
 using tinyddp::testing::all_matches;
 using tinyddp::testing::CommandResult;
 using tinyddp::testing::launch2;
+using tinyddp::testing::read_losses;
 using tinyddp::testing::require_same_on_both_ranks;
 using tinyddp::testing::run_command;
 using tinyddp::testing::temp_path;
@@ -33,16 +34,6 @@ void expect_train_error(const std::string& args, const std::string& message) {
   INFO(r.output);
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.output, Contains(message));
-}
-
-// The loss column of a metrics CSV ("step,loss").
-std::vector<double> read_losses(const std::string& path) {
-  std::ifstream csv(path);
-  std::vector<double> losses;
-  std::string line;
-  std::getline(csv, line);  // header
-  while (std::getline(csv, line)) losses.push_back(std::stod(line.substr(line.find(',') + 1)));
-  return losses;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@ using namespace tinyddp;
 using Catch::Contains;
 using tinyddp::testing::max_abs_diff;
 using tinyddp::testing::nn_fixture;
+using tinyddp::testing::read_losses;
 
 namespace {
 // The run of tests/nn/fixtures/make_nn_fixtures.py: ToyModel, MSE, SGD lr 0.01 momentum 0.9,
@@ -40,16 +41,6 @@ void train_on_two_ranks(const examples::TrainConfig& config) {
     }
   });
   REQUIRE(failed == 0);
-}
-
-// The loss column of a --metrics CSV.
-std::vector<double> read_losses(const std::string& path) {
-  std::ifstream csv(path);
-  std::string line;
-  std::getline(csv, line);  // header
-  std::vector<double> losses;
-  while (std::getline(csv, line)) losses.push_back(std::stod(line.substr(line.find(',') + 1)));
-  return losses;
 }
 
 // Rank 0's losses of `config` trained on 2 ranks.
