@@ -230,8 +230,8 @@ void int64_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
 // the bfloat16 inputs, float32 sums, one rounding): right, but at float32's speed.
 void warn_bf16_in_float32() {
   static std::once_flag once;
-  std::call_once(once,
-                 [] { std::fprintf(stderr, "tinyddp: warning: bfloat16 matmul %s\n", bf16_matmul_engine().c_str()); });
+  std::call_once(
+      once, [] { std::fprintf(stderr, "tinyddp: warning: bfloat16 matmul on %s\n", bf16_matmul_engine().c_str()); });
 }
 
 }  // namespace

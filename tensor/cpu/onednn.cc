@@ -83,7 +83,13 @@ bool bf16_mm_onednn(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   const Tensor a = plain_strides(a_in) ? a_in : a_in.contiguous();
   const Tensor b = plain_strides(b_in) ? b_in : b_in.contiguous();
   const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
-  const Product& p = product_for(Key{n, k, m, *plain_strides(a), *plain_strides(b)});
+  const Product* found = nullptr;
+  try {
+    found = &product_for(Key{n, k, m, *plain_strides(a), *plain_strides(b)});
+  } catch (const dnnl::error&) {
+    return false;  // no bfloat16 kernel for this CPU or shape: the caller's float32 route
+  }
+  const Product& p = *found;
   dnnl::engine& engine = cpu_engine();
   memory ma(memory::desc({n, k}, memory::data_type::bf16, *plain_strides(a)), engine, a.raw_data_ptr());
   memory mb(memory::desc({k, m}, memory::data_type::bf16, *plain_strides(b)), engine, b.raw_data_ptr());
@@ -100,7 +106,12 @@ std::string bf16_matmul_engine() {
                        cpu_isa_name(cpu_isa()));
   }
   one_thread();
-  return "oneDNN " + product_for(Key{64, 64, 64, memory::dims{64, 1}, memory::dims{64, 1}}).implementation;
+  try {
+    return "oneDNN " + product_for(Key{64, 64, 64, memory::dims{64, 1}, memory::dims{64, 1}}).implementation;
+  } catch (const dnnl::error& e) {
+    return fmt::format("float32 kernels, results rounded to bfloat16 (oneDNN has no bfloat16 matmul here: {})",
+                       e.what());
+  }
 }
 
 }  // namespace tinyddp::tensor::cpu
