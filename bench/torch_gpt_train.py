@@ -46,7 +46,8 @@ def run(rank, nproc, args, init_file):
         for group in opt.param_groups:
             group["lr"] = get_lr(step, 1e-3, 100, args.steps, 1e-4)
         opt.zero_grad(set_to_none=True)
-        _, loss = wrapped(x, y)
+        with torch.autocast("cpu", torch.bfloat16, enabled=args.autocast):
+            _, loss = wrapped(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -54,7 +55,9 @@ def run(rank, nproc, args, init_file):
     seconds = time.perf_counter() - start
     if rank == 0:
         tokens = args.steps * args.batch * CONFIG.block_size
-        print(f"RESULT impl=torch nproc={nproc} steps={args.steps} tokens_per_s={tokens / seconds:.0f}", flush=True)
+        autocast = " autocast=bf16" if args.autocast else ""
+        print(f"RESULT impl=torch nproc={nproc} steps={args.steps}{autocast} tokens_per_s={tokens / seconds:.0f}",
+              flush=True)
     if nproc > 1:
         dist.barrier()
         dist.destroy_process_group()
@@ -65,6 +68,7 @@ def main():
     parser.add_argument("--nproc", type=int, default=1)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--autocast", action="store_true", help="forward and loss under autocast (bfloat16)")
     args = parser.parse_args()
     if args.nproc == 1:
         run(0, 1, args, None)

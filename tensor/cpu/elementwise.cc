@@ -147,12 +147,26 @@ C nan_min(C a, C b) {
   return a < b ? a : b;
 }
 
-// Contiguous float/double unary ops run in the selected instruction set's kernels.
+// Contiguous float/double unary ops run in the selected instruction set's kernels; float16
+// and bfloat16 ones too, a block at a time widened to float32 and rounded back (each value
+// computed in float32 and rounded once, as the scalar loop does; autocast's GELU).
 template <typename T>
 bool try_isa_unary(UnaryOp op, const Tensor& out, const Tensor& x) {
   if (!out.is_contiguous() || !x.is_contiguous() || x.sizes() != out.sizes()) return false;
   if constexpr (std::is_same_v<T, float>) isa_kernels().unary_f32(op, out.numel(), out.data_ptr<T>(), x.data_ptr<T>());
   if constexpr (std::is_same_v<T, double>) isa_kernels().unary_f64(op, out.numel(), out.data_ptr<T>(), x.data_ptr<T>());
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    constexpr int64_t kBlock = 1024;
+    float wide[kBlock], result[kBlock];
+    const T* px = x.data_ptr<T>();
+    T* po = out.data_ptr<T>();
+    for (int64_t first = 0; first < out.numel(); first += kBlock) {
+      const int64_t n = std::min(kBlock, out.numel() - first);
+      for (int64_t i = 0; i < n; ++i) wide[i] = static_cast<float>(px[first + i]);
+      isa_kernels().unary_f32(op, n, result, wide);
+      for (int64_t i = 0; i < n; ++i) po[first + i] = T(result[i]);
+    }
+  }
   return true;
 }
 

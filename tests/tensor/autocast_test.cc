@@ -203,3 +203,23 @@ TEST_CASE("floating dtypes promote in arithmetic, each gradient in its input's d
   CHECK(maximum(ones({2}, kBFloat16), ones({2})).dtype() == kFloat32);
   CHECK_THROWS_WITH(add(ones({2}), ones({2}, kInt64)), Contains("same dtype"));  // not between float and int
 }
+
+TEST_CASE("unary ops on bfloat16 compute in float32 and round once", "[autocast][elementwise]") {
+  // Against the float64 op on the same values rounded to bfloat16: within one bfloat16 step
+  // (the float32 result may sit on the other side of a rounding boundary), plus 1e-6 absolute
+  // for GELU's far negative tail, where float32's 1 + erf(x / sqrt 2) cancels (as PyTorch's
+  // float32 GELU does). 3000 values: the vectorised blocks of 1024 and a tail.
+  Generator gen(4);
+  const Tensor x = mul(randn({3000}, {}, &gen), 3.0).to(kBFloat16);
+  const Tensor x64 = x.to(kFloat64);
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> ops = {
+      {"exp", [](const Tensor& t) { return exp(t); }},         {"tanh", [](const Tensor& t) { return tanh(t); }},
+      {"sigmoid", [](const Tensor& t) { return sigmoid(t); }}, {"gelu", [](const Tensor& t) { return gelu(t); }},
+      {"relu", [](const Tensor& t) { return relu(t); }},       {"neg", [](const Tensor& t) { return neg(t); }}};
+  for (const auto& [name, op] : ops) {
+    INFO(name);
+    const Tensor got = op(x);
+    REQUIRE(got.dtype() == kBFloat16);
+    CHECK(allclose(got.to(kFloat64), op(x64).to(kBFloat16).to(kFloat64), 1.0 / 128, 1e-6));
+  }
+}
