@@ -4,6 +4,7 @@
 // lives in the .cc named below.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -90,6 +91,14 @@ void conv2d_direct_weight_grad(const Tensor& grad_weight, const Tensor& x, const
 // gradient at its window's maximum.
 void max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& window);
 void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices, const Window2d& window);
+
+// How a 2-D tensor sits in memory, as BLAS (and oneDNN) sees it; matrix_layout: its layout
+// if a GEMM can read it in place (one unit stride; size-1 dims may have any stride).
+struct MatrixLayout {
+  bool row_major = true;
+  int64_t leading_dim = 1;  // elements between consecutive rows (row-major) or columns
+};
+std::optional<MatrixLayout> matrix_layout(const Tensor& t);
 
 // matmul.cc: out [n, m] (contiguous) = a [n, k] x b [k, m], any strides on a and b.
 void mm(const Tensor& out, const Tensor& a, const Tensor& b);

@@ -39,16 +39,6 @@ char* openblas_get_corename(void);
 
 namespace tinyddp::tensor::cpu {
 
-namespace {
-
-constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
-
-// How a 2-D tensor sits in memory, as BLAS sees it.
-struct MatrixLayout {
-  bool row_major = true;
-  int64_t leading_dim = 1;  // elements between consecutive rows (row-major) or columns
-};
-
 // The layout of a 2-D tensor if a GEMM can read it in place. Size-1 dims may have any stride.
 std::optional<MatrixLayout> matrix_layout(const Tensor& t) {
   const int64_t rows = t.size(0);
@@ -61,6 +51,10 @@ std::optional<MatrixLayout> matrix_layout(const Tensor& t) {
   if (rs_col == 1 && cs_col >= std::max<int64_t>(rows, 1)) return MatrixLayout{false, cs_col};
   return std::nullopt;
 }
+
+namespace {
+
+constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
 
 // kEigen: the chosen instruction set's Eigen build; kEigenAvx2: the AVX2 build whatever is
 // chosen (large products on Zen 4, below).

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cpu_isa.h"
@@ -31,17 +32,13 @@ dnnl::engine& cpu_engine() {
   return engine;
 }
 
-// A 2-D operand as oneDNN reads it in place: one unit stride (row- or column-major, any
-// leading dimension). nullopt for other layouts (the caller copies them first).
-std::optional<memory::dims> plain_strides(const Tensor& t) {
-  const int64_t rows = t.size(0), cols = t.size(1);
-  const int64_t rs = rows == 1 ? std::max<int64_t>(cols, 1) : t.stride(0);
-  const int64_t cs = cols == 1 ? 1 : t.stride(1);
-  if (cs == 1 && rs >= cols) return memory::dims{rs, 1};
-  const int64_t rs_col = rows == 1 ? 1 : t.stride(0);
-  const int64_t cs_col = cols == 1 ? std::max<int64_t>(rows, 1) : t.stride(1);
-  if (rs_col == 1 && cs_col >= rows) return memory::dims{1, cs_col};
-  return std::nullopt;
+// A 2-D operand's strides for oneDNN: its matrix_layout (matmul.cc), made contiguous first
+// when it has none.
+std::pair<Tensor, memory::dims> readable(const Tensor& t) {
+  std::optional<MatrixLayout> layout = matrix_layout(t);
+  const Tensor in_place = layout ? t : t.contiguous();
+  if (!layout) layout = matrix_layout(in_place);
+  return {in_place, layout->row_major ? memory::dims{layout->leading_dim, 1} : memory::dims{1, layout->leading_dim}};
 }
 
 // n, k, m, a's strides, b's strides.
@@ -80,19 +77,19 @@ void one_thread() {
 bool bf16_mm_onednn(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   if (cpu_isa() != CpuIsa::kAvx512) return false;
   one_thread();
-  const Tensor a = plain_strides(a_in) ? a_in : a_in.contiguous();
-  const Tensor b = plain_strides(b_in) ? b_in : b_in.contiguous();
+  const auto [a, a_strides] = readable(a_in);
+  const auto [b, b_strides] = readable(b_in);
   const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
   const Product* found = nullptr;
   try {
-    found = &product_for(Key{n, k, m, *plain_strides(a), *plain_strides(b)});
+    found = &product_for(Key{n, k, m, a_strides, b_strides});
   } catch (const dnnl::error&) {
     return false;  // no bfloat16 kernel for this CPU or shape: the caller's float32 route
   }
   const Product& p = *found;
   dnnl::engine& engine = cpu_engine();
-  memory ma(memory::desc({n, k}, memory::data_type::bf16, *plain_strides(a)), engine, a.raw_data_ptr());
-  memory mb(memory::desc({k, m}, memory::data_type::bf16, *plain_strides(b)), engine, b.raw_data_ptr());
+  memory ma(memory::desc({n, k}, memory::data_type::bf16, a_strides), engine, a.raw_data_ptr());
+  memory mb(memory::desc({k, m}, memory::data_type::bf16, b_strides), engine, b.raw_data_ptr());
   memory mc(memory::desc({n, m}, memory::data_type::bf16, memory::dims{m, 1}), engine, out.raw_data_ptr());
   thread_local dnnl::stream stream(engine);
   p.primitive.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
