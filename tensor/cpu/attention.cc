@@ -1,7 +1,10 @@
 // CPU causal softmax (cpu/backend.h): the rows run in the selected instruction set's kernels
 // (cpu/isa/kernels.h), which round as scale, masked_fill and softmax (and their backward)
-// one after the other do; float16/bfloat16 go through float32, where their arithmetic
-// happens anyway.
+// one after the other do. float16/bfloat16 scores go through float32, where their arithmetic
+// happens anyway, and round where those three ops would leave a 16-bit tensor: the scaled
+// scores (scaled by the scale rounded to their dtype, as PyTorch 1.13 multiplies by a Python
+// number) and, in the backward, the softmax's gradient before the scale; bfloat16's backward
+// also rounds each row's sum(grad * y), as PyTorch's bfloat16 softmax backward does.
 #include <vector>
 
 #include "tinyddp/tensor/cpu/backend.h"
@@ -17,10 +20,26 @@ DType compute_dtype(DType dtype) { return dtype == kFloat64 ? kFloat64 : kFloat3
 Tensor result_for(const Tensor& out) {
   return out.dtype() == compute_dtype(out.dtype()) ? out : empty(out.sizes(), compute_dtype(out.dtype()));
 }
+
+bool is_16bit(DType dtype) { return dtype == kFloat16 || dtype == kBFloat16; }
+
+// out = t * scale, rounded to t's dtype, with the scale in that dtype (t: 16-bit).
+void scale_16bit(const Tensor& out, const Tensor& t, double scale) {
+  binary(BinaryOp::kMul, out, t, scalar_tensor(scale, TensorOptions(t.dtype())), 1.0);
+}
 }  // namespace
 
 void causal_softmax(const Tensor& out, const Tensor& x, double scale) {
-  const Tensor in = x.to(compute_dtype(x.dtype())).contiguous(), result = result_for(out);
+  Tensor in;
+  if (is_16bit(x.dtype())) {  // the scaled scores, rounded; the kernel's own scale is then 1
+    const Tensor scaled = empty(x.sizes(), x.dtype());
+    scale_16bit(scaled, x, scale);
+    in = scaled.to(kFloat32);
+    scale = 1.0;
+  } else {
+    in = x.to(compute_dtype(x.dtype())).contiguous();
+  }
+  const Tensor result = result_for(out);
   const int64_t m = x.size(1), n = x.size(2), rows = x.size(0) * m;
   if (in.dtype() == kFloat64) {
     std::vector<double> scratch(static_cast<size_t>(n));
@@ -38,14 +57,16 @@ void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const
   const DType c = compute_dtype(y.dtype());
   const Tensor g = grad_out.to(c).contiguous(), yc = y.to(c).contiguous(), result = result_for(grad_x);
   const int64_t m = y.size(1), n = y.size(2), rows = y.size(0) * m;
+  const double kernel_scale = is_16bit(grad_x.dtype()) ? 1.0 : scale;  // 16-bit: scaled after rounding
   if (c == kFloat64) {
     isa_kernels().causal_softmax_backward_rows_f64(g.data_ptr<double>(), yc.data_ptr<double>(),
-                                                   result.data_ptr<double>(), rows, m, n, scale);
+                                                   result.data_ptr<double>(), rows, m, n, kernel_scale, false);
   } else {
     isa_kernels().causal_softmax_backward_rows_f32(g.data_ptr<float>(), yc.data_ptr<float>(), result.data_ptr<float>(),
-                                                   rows, m, n, scale);
+                                                   rows, m, n, kernel_scale, grad_x.dtype() == kBFloat16);
   }
   if (!result.is_same(grad_x)) copy(grad_x, result);
+  if (is_16bit(grad_x.dtype())) scale_16bit(grad_x, grad_x, scale);
 }
 
 }  // namespace tinyddp::tensor::cpu

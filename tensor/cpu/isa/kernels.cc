@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -312,16 +313,29 @@ void causal_softmax_rows(const T* x, T* out, int64_t rows, int64_t m, int64_t n,
   }
 }
 
+// v rounded to the nearest bfloat16 (ties to even), as a float: dtype.h's conversion, which
+// this file cannot include for the reason given at sum_in_double. Finite values only (a
+// softmax backward's row sum).
+float round_to_bfloat16(float v) {
+  uint32_t x;
+  std::memcpy(&x, &v, sizeof(x));
+  x = (x + 0x7FFF + ((x >> 16) & 1)) & 0xFFFF0000u;
+  std::memcpy(&v, &x, sizeof(v));
+  return v;
+}
+
 // dx = y * (g - sum(g * y)) * scale over the kept columns, 0 beyond; the sum in double over
 // the whole row's products (the masked ones are 0), as sum() adds them.
 template <typename T>
-void causal_softmax_backward_rows(const T* g, const T* y, T* dx, int64_t rows, int64_t m, int64_t n, double scale) {
+void causal_softmax_backward_rows(const T* g, const T* y, T* dx, int64_t rows, int64_t m, int64_t n, double scale,
+                                  bool bf16_dot) {
   const T s = static_cast<T>(scale);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t kept = r % m + n - m + 1, at = r * n;
     // The products rounded to T, then summed in double: as sum(mul(g, y)) computes the dot.
-    const T dot = static_cast<T>(
+    T dot = static_cast<T>(
         sum_in_double(n, [&](int64_t i) { return static_cast<double>(static_cast<T>(g[at + i] * y[at + i])); }));
+    if (bf16_dot) dot = static_cast<T>(round_to_bfloat16(static_cast<float>(dot)));
     for (int64_t k = 0; k < kept; ++k) dx[at + k] = y[at + k] * (g[at + k] - dot) * s;
     for (int64_t k = kept; k < n; ++k) dx[at + k] = T(0);
   }

@@ -103,16 +103,17 @@ struct IsaKernels {
   void (*softmax_rows_f64)(const double* x, double* out, int64_t rows, int64_t n, bool log, double* scratch);
   // Causal softmax of contiguous [rows / m matrices of m, n] (cpu/backend.h): row r keeps its
   // first r % m + n - m + 1 columns. The forward's rows round as softmax_rows' over the
-  // masked row; the backward (dx from g and the forward's y) as sum and the elementwise ops.
-  // `scratch` has n elements.
+  // masked row; the backward (dx from g and the forward's y) as sum and the elementwise ops,
+  // with each row's sum(g * y) rounded to bfloat16 when `bf16_dot` (PyTorch's bfloat16
+  // softmax backward keeps that sum in bfloat16). `scratch` has n elements.
   void (*causal_softmax_rows_f32)(const float* x, float* out, int64_t rows, int64_t m, int64_t n, double scale,
                                   float* scratch);
   void (*causal_softmax_rows_f64)(const double* x, double* out, int64_t rows, int64_t m, int64_t n, double scale,
                                   double* scratch);
   void (*causal_softmax_backward_rows_f32)(const float* g, const float* y, float* dx, int64_t rows, int64_t m,
-                                           int64_t n, double scale);
+                                           int64_t n, double scale, bool bf16_dot);
   void (*causal_softmax_backward_rows_f64)(const double* g, const double* y, double* dx, int64_t rows, int64_t m,
-                                           int64_t n, double scale);
+                                           int64_t n, double scale, bool bf16_dot);
 
   void (*sgd_f32)(const SgdArgs<float>&);
   void (*sgd_f64)(const SgdArgs<double>&);
