@@ -102,13 +102,17 @@ std::optional<MatrixLayout> matrix_layout(const Tensor& t);
 
 // matmul.cc: out [n, m] (contiguous) = a [n, k] x b [k, m], any strides on a and b.
 void mm(const Tensor& out, const Tensor& a, const Tensor& b);
+// out [n, m] = a @ b + bias [m] (each row): Linear's forward. bfloat16 products take the bias
+// into oneDNN's kernel, so each result is rounded once, as PyTorch's addmm does.
+void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b);
 // Which GEMM engine float32/float64 matmuls use now, in words (for cpu_kernels_summary).
 std::string matmul_engine();
 
-// onednn.cc: out [n, m] (contiguous) = a [n, k] x b [k, m], all bfloat16, a and b with any
-// strides, accumulated in float32, on oneDNN's kernels. false, with nothing
-// written, where oneDNN is not used (cpu_isa() below AVX-512): the caller computes in float32.
-bool bf16_mm_onednn(const Tensor& out, const Tensor& a, const Tensor& b);
+// onednn.cc: out [n, m] (contiguous) = a [n, k] x b [k, m] (+ bias [m], contiguous, in each
+// row, when defined), all bfloat16, a and b with any strides, accumulated in float32 and
+// rounded once, on oneDNN's kernels. false, with nothing written, where oneDNN is not used
+// (cpu_isa() below AVX-512): the caller computes in float32.
+bool bf16_mm_onednn(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias = Tensor());
 // What bfloat16 products run on, in words (oneDNN's kernel name, or the float32 fallback).
 std::string bf16_matmul_engine();
 

@@ -3,6 +3,7 @@
 // rows that turn out contiguous run as plain loops the compiler vectorises. For float32 and
 // float64 those rows (and contiguous unary ops, whose transcendental functions use Eigen's
 // vectorised versions) run in the kernels of the selected instruction set (isa/kernels.h).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -241,7 +242,7 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& x) {
   dispatch_numeric(x.dtype(), "unary op", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
-    if constexpr (std::is_floating_point_v<T>) {
+    if constexpr (std::is_floating_point_v<C>) {  // float16 and bfloat16 compute in float
       if (try_isa_unary<T>(op, out, x)) return;
     }
     // One loop per op (the switch is outside the loop, so each loop vectorises).
@@ -336,7 +337,13 @@ void fill(const Tensor& dst, double value) {
     for_each_strided<1>(dst.sizes(), {dst.strides()},
                         [&](int64_t n, const std::array<int64_t, 1>& off, const std::array<int64_t, 1>& st) {
                           T* o = base + off[0];
-                          for (int64_t i = 0; i < n; ++i) o[i * st[0]] = v;
+                          if (st[0] == 1 && sizeof(T) == 2) {  // float16/bfloat16: their bits, vectorised
+                            uint16_t bits;
+                            std::memcpy(&bits, &v, 2);
+                            std::fill_n(reinterpret_cast<uint16_t*>(o), n, bits);
+                          } else {
+                            for (int64_t i = 0; i < n; ++i) o[i * st[0]] = v;
+                          }
                         });
   });
 }

@@ -274,4 +274,11 @@ void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
   throw Error(fmt::format("matmul: not supported for dtype {}", dtype_name(a.dtype())));
 }
 
+void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b) {
+  if (out.numel() == 0) return;
+  if (out.dtype() == kBFloat16 && a.size(1) > 0 && bf16_mm_onednn(out, a, b, bias.contiguous())) return;
+  mm(out, a, b);
+  binary(BinaryOp::kAdd, out, out, bias, 1.0);
+}
+
 }  // namespace tinyddp::tensor::cpu

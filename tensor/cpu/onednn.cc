@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 
 #include "tinyddp/tensor/cpu/backend.h"
@@ -41,13 +42,15 @@ std::pair<Tensor, memory::dims> readable(const Tensor& t) {
   return {in_place, layout->row_major ? memory::dims{layout->leading_dim, 1} : memory::dims{1, layout->leading_dim}};
 }
 
-// n, k, m, a's strides, b's strides.
-using Key = std::tuple<int64_t, int64_t, int64_t, memory::dims, memory::dims>;
+// n, k, m, a's strides, b's strides, whether a bias row is added.
+using Key = std::tuple<int64_t, int64_t, int64_t, memory::dims, memory::dims, bool>;
 
 struct Product {
   dnnl::matmul primitive;
   std::string implementation;  // oneDNN's name for the kernel, e.g. "brg:avx512_core_bf16"
 };
+
+memory::desc bias_desc(int64_t m) { return memory::desc({1, m}, memory::data_type::bf16, memory::dims{m, 1}); }
 
 // This thread's primitives. Bounded: a run that makes more than kMaxProducts shapes starts
 // over (a model has a few dozen).
@@ -56,11 +59,12 @@ const Product& product_for(const Key& key) {
   thread_local std::map<Key, Product> products;
   if (const auto it = products.find(key); it != products.end()) return it->second;
   if (products.size() >= kMaxProducts) products.clear();
-  const auto& [n, k, m, a_strides, b_strides] = key;
+  const auto& [n, k, m, a_strides, b_strides, with_bias] = key;
   const memory::desc a({n, k}, memory::data_type::bf16, a_strides);
   const memory::desc b({k, m}, memory::data_type::bf16, b_strides);
   const memory::desc c({n, m}, memory::data_type::bf16, memory::dims{m, 1});
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), cpu_engine());
+  const dnnl::matmul::desc desc = with_bias ? dnnl::matmul::desc(a, b, bias_desc(m), c) : dnnl::matmul::desc(a, b, c);
+  const dnnl::matmul::primitive_desc pd(desc, cpu_engine());
   return products.emplace(key, Product{dnnl::matmul(pd), pd.impl_info_str()}).first->second;
 }
 
@@ -74,7 +78,7 @@ void one_thread() {
 
 }  // namespace
 
-bool bf16_mm_onednn(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
+bool bf16_mm_onednn(const Tensor& out, const Tensor& a_in, const Tensor& b_in, const Tensor& bias) {
   if (cpu_isa() != CpuIsa::kAvx512) return false;
   one_thread();
   const auto [a, a_strides] = readable(a_in);
@@ -82,7 +86,7 @@ bool bf16_mm_onednn(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
   const Product* found = nullptr;
   try {
-    found = &product_for(Key{n, k, m, a_strides, b_strides});
+    found = &product_for(Key{n, k, m, a_strides, b_strides, bias.defined()});
   } catch (const dnnl::error&) {
     return false;  // no bfloat16 kernel for this CPU or shape: the caller's float32 route
   }
@@ -92,7 +96,9 @@ bool bf16_mm_onednn(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   memory mb(memory::desc({k, m}, memory::data_type::bf16, b_strides), engine, b.raw_data_ptr());
   memory mc(memory::desc({n, m}, memory::data_type::bf16, memory::dims{m, 1}), engine, out.raw_data_ptr());
   thread_local dnnl::stream stream(engine);
-  p.primitive.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, memory(bias_desc(m), engine, bias.raw_data_ptr()));
+  p.primitive.execute(stream, args);
   stream.wait();
   return true;
 }
@@ -104,7 +110,7 @@ std::string bf16_matmul_engine() {
   }
   one_thread();
   try {
-    return "oneDNN " + product_for(Key{64, 64, 64, memory::dims{64, 1}, memory::dims{64, 1}}).implementation;
+    return "oneDNN " + product_for(Key{64, 64, 64, memory::dims{64, 1}, memory::dims{64, 1}, false}).implementation;
   } catch (const dnnl::error& e) {
     return fmt::format("float32 kernels, results rounded to bfloat16 (oneDNN has no bfloat16 matmul here: {})",
                        e.what());

@@ -201,6 +201,10 @@ void layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const 
 }
 
 void mm(const Tensor& out, const Tensor& a, const Tensor& b) { blas::mm(out, a, b); }
+void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b) {
+  blas::mm(out, a, b);
+  binary(BinaryOp::kAdd, out, out, bias, 1.0);
+}
 
 bool conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Window2d& window, int64_t groups) {
   return dnn::conv_forward(out, x, weight, window, groups);

@@ -76,5 +76,7 @@ bool conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_out, c
                             int64_t groups);
 // out [n, m] (contiguous) = a [n, k] x b [k, m] through cuBLAS.
 void mm(const Tensor& out, const Tensor& a, const Tensor& b);
+// out [n, m] = a @ b + bias [m] (each row): Linear's forward.
+void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b);
 
 }  // namespace tinyddp::tensor::cuda

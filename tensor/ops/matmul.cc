@@ -170,8 +170,12 @@ Tensor linear(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
     NoGradGuard no_grad;
     x2 = input.dim() == 2 ? input : input.reshape({-1, in_features});
     const Tensor out2 = new_output({x2.size(0), out_features}, input.dtype(), input.device());
-    run_mm(out2, x2, weight.t());  // x2 [n, in] @ weight^T [in, out]
-    if (bias.defined()) TDDP_DISPATCH(out2.device(), "linear", binary, BinaryOp::kAdd, out2, out2, bias, 1.0);
+    // x2 [n, in] @ weight^T [in, out] (+ bias)
+    if (bias.defined()) {
+      TDDP_DISPATCH(out2.device(), "linear", addmm, out2, bias, x2, weight.t());
+    } else {
+      run_mm(out2, x2, weight.t());
+    }
     out = out2.reshape(out_shape);
   }
   // grad_out: [n, out] -> grad_input = grad_out @ weight: [n, in],
