@@ -105,6 +105,10 @@ void mm(const Tensor& out, const Tensor& a, const Tensor& b);
 // out [n, m] = a @ b + bias [m] (each row): Linear's forward. bfloat16 products take the bias
 // into oneDNN's kernel, so each result is rounded once, as PyTorch's addmm does.
 void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b);
+// out [..., n, m] (contiguous) = a [..., n, k] x b [..., k, m] (the same batch dims) as one
+// call, where a kernel serves it (bfloat16 on oneDNN); false, with nothing written,
+// otherwise: the caller multiplies matrix by matrix.
+bool bmm(const Tensor& out, const Tensor& a, const Tensor& b);
 // Which GEMM engine float32/float64 matmuls use now, in words (for cpu_kernels_summary).
 std::string matmul_engine();
 
@@ -113,6 +117,10 @@ std::string matmul_engine();
 // rounded once, on oneDNN's kernels. false, with nothing written, where oneDNN is not used
 // (cpu_isa() below AVX-512): the caller computes in float32.
 bool bf16_mm_onednn(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias = Tensor());
+// The same for out [..., n, m] (contiguous) = a [..., n, k] x b [..., k, m] in one call (the
+// same batch dims, with any strides but 0 for a batch dim longer than 1, and a unit stride in
+// each matrix); false where oneDNN is not used or these strides are not served.
+bool bf16_bmm_onednn(const Tensor& out, const Tensor& a, const Tensor& b);
 // What bfloat16 products run on, in words (oneDNN's kernel name, or the float32 fallback).
 std::string bf16_matmul_engine();
 

@@ -274,6 +274,10 @@ void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
   throw Error(fmt::format("matmul: not supported for dtype {}", dtype_name(a.dtype())));
 }
 
+bool bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
+  return out.numel() > 0 && a.size(-1) > 0 && a.dtype() == kBFloat16 && bf16_bmm_onednn(out, a, b);
+}
+
 void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b) {
   if (out.numel() == 0) return;
   if (out.dtype() == kBFloat16 && a.size(1) > 0 && bf16_mm_onednn(out, a, b, bias.contiguous())) return;

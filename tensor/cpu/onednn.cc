@@ -42,8 +42,9 @@ std::pair<Tensor, memory::dims> readable(const Tensor& t) {
   return {in_place, layout->row_major ? memory::dims{layout->leading_dim, 1} : memory::dims{1, layout->leading_dim}};
 }
 
-// n, k, m, a's strides, b's strides, whether a bias row is added.
-using Key = std::tuple<int64_t, int64_t, int64_t, memory::dims, memory::dims, bool>;
+// One product's operands: a's dims and strides, b's, whether a bias row is added. 2-D, or
+// N-D with the same batch dims in front (out: contiguous, its dims a's and b's).
+using Key = std::tuple<memory::dims, memory::dims, memory::dims, memory::dims, bool>;
 
 struct Product {
   dnnl::matmul primitive;
@@ -52,6 +53,18 @@ struct Product {
 
 memory::desc bias_desc(int64_t m) { return memory::desc({1, m}, memory::data_type::bf16, memory::dims{m, 1}); }
 
+// The product's contiguous output: a's dims with b's last.
+memory::desc out_desc(const memory::dims& a_dims, const memory::dims& b_dims) {
+  memory::dims dims = a_dims, strides(a_dims.size());
+  dims.back() = b_dims.back();
+  int64_t step = 1;
+  for (size_t d = dims.size(); d-- > 0;) {
+    strides[d] = step;
+    step *= dims[d];
+  }
+  return memory::desc(dims, memory::data_type::bf16, strides);
+}
+
 // This thread's primitives. Bounded: a run that makes more than kMaxProducts shapes starts
 // over (a model has a few dozen).
 constexpr size_t kMaxProducts = 512;
@@ -59,11 +72,12 @@ const Product& product_for(const Key& key) {
   thread_local std::map<Key, Product> products;
   if (const auto it = products.find(key); it != products.end()) return it->second;
   if (products.size() >= kMaxProducts) products.clear();
-  const auto& [n, k, m, a_strides, b_strides, with_bias] = key;
-  const memory::desc a({n, k}, memory::data_type::bf16, a_strides);
-  const memory::desc b({k, m}, memory::data_type::bf16, b_strides);
-  const memory::desc c({n, m}, memory::data_type::bf16, memory::dims{m, 1});
-  const dnnl::matmul::desc desc = with_bias ? dnnl::matmul::desc(a, b, bias_desc(m), c) : dnnl::matmul::desc(a, b, c);
+  const auto& [a_dims, a_strides, b_dims, b_strides, with_bias] = key;
+  const memory::desc a(a_dims, memory::data_type::bf16, a_strides);
+  const memory::desc b(b_dims, memory::data_type::bf16, b_strides);
+  const memory::desc c = out_desc(a_dims, b_dims);
+  const dnnl::matmul::desc desc =
+      with_bias ? dnnl::matmul::desc(a, b, bias_desc(b_dims.back()), c) : dnnl::matmul::desc(a, b, c);
   const dnnl::matmul::primitive_desc pd(desc, cpu_engine());
   return products.emplace(key, Product{dnnl::matmul(pd), pd.impl_info_str()}).first->second;
 }
@@ -76,31 +90,49 @@ void one_thread() {
   (void)done;
 }
 
+// Runs the product `key` describes on a's and b's elements (and bias) into out; false where
+// oneDNN has no kernel for it.
+bool run(const Key& key, const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
+  one_thread();
+  try {
+    const Product& p = product_for(key);
+    const auto& [a_dims, a_strides, b_dims, b_strides, with_bias] = key;
+    dnnl::engine& engine = cpu_engine();
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, memory(memory::desc(a_dims, memory::data_type::bf16, a_strides), engine, a.raw_data_ptr())},
+        {DNNL_ARG_WEIGHTS, memory(memory::desc(b_dims, memory::data_type::bf16, b_strides), engine, b.raw_data_ptr())},
+        {DNNL_ARG_DST, memory(out_desc(a_dims, b_dims), engine, out.raw_data_ptr())}};
+    if (with_bias) args.emplace(DNNL_ARG_BIAS, memory(bias_desc(b_dims.back()), engine, bias.raw_data_ptr()));
+    thread_local dnnl::stream stream(engine);
+    p.primitive.execute(stream, args);
+    stream.wait();
+  } catch (const dnnl::error&) {
+    return false;  // no bfloat16 kernel for this CPU or shape: the caller's float32 route
+  }
+  return true;
+}
+
+memory::dims dims_of(const Shape& s) { return memory::dims(s.begin(), s.end()); }
+
 }  // namespace
 
 bool bf16_mm_onednn(const Tensor& out, const Tensor& a_in, const Tensor& b_in, const Tensor& bias) {
   if (cpu_isa() != CpuIsa::kAvx512) return false;
-  one_thread();
   const auto [a, a_strides] = readable(a_in);
   const auto [b, b_strides] = readable(b_in);
-  const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
-  const Product* found = nullptr;
-  try {
-    found = &product_for(Key{n, k, m, a_strides, b_strides, bias.defined()});
-  } catch (const dnnl::error&) {
-    return false;  // no bfloat16 kernel for this CPU or shape: the caller's float32 route
+  return run(Key{dims_of(a.sizes()), a_strides, dims_of(b.sizes()), b_strides, bias.defined()}, a, b, bias, out);
+}
+
+bool bf16_bmm_onednn(const Tensor& out, const Tensor& a, const Tensor& b) {
+  if (cpu_isa() != CpuIsa::kAvx512 || a.dim() > 6) return false;
+  for (const Tensor* t : {&a, &b}) {
+    for (int64_t d = 0; d < t->dim(); ++d) {
+      if (t->size(d) > 1 && t->stride(d) == 0) return false;  // a broadcast batch: the caller's loop
+    }
+    if (t->stride(-1) != 1 && t->stride(-2) != 1) return false;  // no unit stride in the matrices
   }
-  const Product& p = *found;
-  dnnl::engine& engine = cpu_engine();
-  memory ma(memory::desc({n, k}, memory::data_type::bf16, a_strides), engine, a.raw_data_ptr());
-  memory mb(memory::desc({k, m}, memory::data_type::bf16, b_strides), engine, b.raw_data_ptr());
-  memory mc(memory::desc({n, m}, memory::data_type::bf16, memory::dims{m, 1}), engine, out.raw_data_ptr());
-  thread_local dnnl::stream stream(engine);
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, memory(bias_desc(m), engine, bias.raw_data_ptr()));
-  p.primitive.execute(stream, args);
-  stream.wait();
-  return true;
+  return run(Key{dims_of(a.sizes()), dims_of(a.strides()), dims_of(b.sizes()), dims_of(b.strides()), false}, a, b,
+             Tensor(), out);
 }
 
 std::string bf16_matmul_engine() {
@@ -110,7 +142,7 @@ std::string bf16_matmul_engine() {
   }
   one_thread();
   try {
-    return "oneDNN " + product_for(Key{64, 64, 64, memory::dims{64, 1}, memory::dims{64, 1}, false}).implementation;
+    return "oneDNN " + product_for(Key{{64, 64}, {64, 1}, {64, 64}, {64, 1}, false}).implementation;
   } catch (const dnnl::error& e) {
     return fmt::format("float32 kernels, results rounded to bfloat16 (oneDNN has no bfloat16 matmul here: {})",
                        e.what());

@@ -78,5 +78,7 @@ bool conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_out, c
 void mm(const Tensor& out, const Tensor& a, const Tensor& b);
 // out [n, m] = a @ b + bias [m] (each row): Linear's forward.
 void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b);
+// Batched products in one call: not yet (false: the caller multiplies matrix by matrix).
+bool bmm(const Tensor& out, const Tensor& a, const Tensor& b);
 
 }  // namespace tinyddp::tensor::cuda

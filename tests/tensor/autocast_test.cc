@@ -189,6 +189,48 @@ TEST_CASE("bfloat16 matmul is the exact product rounded once, under each instruc
   set_cpu_isa(selected);
 }
 
+TEST_CASE("batched bfloat16 matmul: attention's strided views in one call, broadcast batches matrix by matrix",
+          "[autocast][matmul]") {
+  // q [B, H, T, D] and k^T are views into a [B, T, 3, H, D] projection, as attention's split
+  // and transposes leave them (batch strides that do not fold into one); the scores times v,
+  // and a batch broadcast against one matrix. Reference and bound as above.
+  Generator gen(10);
+  const int64_t b = 3, h = 2, t = 9, d = 5;
+  const Tensor qkv64 = randn({b, t, 3, h, d}, {}, &gen).to(kBFloat16).to(kFloat64);
+  const auto view = [](const Tensor& x, int64_t i) { return x.select(2, i).transpose(1, 2); };  // [B, H, T, D]
+  const Tensor scores64 = randn({b, h, t, t}, {}, &gen).to(kBFloat16).to(kFloat64);
+  const Tensor single64 = randn({d, t}, {}, &gen).to(kBFloat16).to(kFloat64);
+  const Tensor qkv = qkv64.to(kBFloat16), scores = scores64.to(kBFloat16), single = single64.to(kBFloat16);
+  struct Case {
+    const char* name;
+    Tensor a, b, a64, b64;
+  };
+  const std::vector<Case> cases = {
+      {"q @ k^T", view(qkv, 0), view(qkv, 1).transpose(-2, -1), view(qkv64, 0), view(qkv64, 1).transpose(-2, -1)},
+      {"scores @ v", scores, view(qkv, 2), scores64, view(qkv64, 2)},
+      {"v^T @ scores (a transposed view on the left)", view(qkv, 2).transpose(-2, -1), scores,
+       view(qkv64, 2).transpose(-2, -1), scores64},
+      {"q @ one matrix, broadcast", view(qkv, 0), single, view(qkv64, 0), single64},
+      {"a batch of one against a batch", scores.narrow(0, 0, 1), view(qkv, 2), scores64.narrow(0, 0, 1),
+       view(qkv64, 2)}};
+  const CpuIsa selected = cpu_isa();
+  for (const Case& c : cases) {
+    const Tensor exact = matmul(c.a64, c.b64), magnitude = matmul(abs(c.a64), abs(c.b64));
+    const Tensor bound =
+        add(mul(abs(exact), std::ldexp(1.0, -8)), mul(magnitude, (c.a.size(-1) + 2) * std::ldexp(1.0, -24)));
+    for (const CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+      if (!cpu_has(isa)) continue;
+      set_cpu_isa(isa);
+      INFO(c.name << ", " << cpu_isa_name(isa));
+      const Tensor out = matmul(c.a, c.b);
+      REQUIRE(out.dtype() == kBFloat16);
+      REQUIRE(out.sizes() == exact.sizes());
+      CHECK(equal(le(abs(sub(out.to(kFloat64), exact)), bound), ones(exact.sizes(), kBool)));
+    }
+  }
+  set_cpu_isa(selected);
+}
+
 TEST_CASE("floating dtypes promote in arithmetic, each gradient in its input's dtype", "[autocast][dtype]") {
   const Tensor h = full({2, 3}, 1.5, kBFloat16).requires_grad_(), x = full({2, 3}, 0.25).requires_grad_();
   const Tensor y = add(x, h);
