@@ -25,9 +25,6 @@ Shape broadcast_strides(const Tensor& t, const Shape& shape) {
 
 namespace {
 
-template <typename T>
-constexpr bool is_16bit_float_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
-
 // Converts one value between element types the way PyTorch's casts do (16-bit floats go
 // through float; anything -> bool is "!= 0").
 template <typename D, typename S>
@@ -43,15 +40,40 @@ D convert(S value) {
   }
 }
 
-// The selected instruction set's kernel for rows of float/double binary ops (null for other
-// dtypes, and for comparisons, whose output is bool).
+// The selected instruction set's kernel for rows of float/double binary ops, and for
+// float16/bfloat16 ones the float kernel a block at a time (widened_binary_row); null for other
+// dtypes, and for comparisons, whose output is bool.
 template <typename T>
 using IsaBinaryRow = void (*)(BinaryOp, RowPattern, int64_t, T*, const T*, const T*, T);
+
+// A 16-bit row through the float kernel: blocks widened to float (exactly), computed, and
+// each result rounded once, as the scalar loop computes them. o may be a or b (each block is
+// read before it is written).
+template <typename T>
+void widened_binary_row(BinaryOp op, RowPattern pattern, int64_t n, T* o, const T* a, const T* b, T alpha) {
+  constexpr int64_t kBlock = 1024;
+  float wa[kBlock], wb[kBlock], wo[kBlock];
+  for (int64_t first = 0; first < n; first += kBlock) {
+    const int64_t count = std::min(kBlock, n - first);
+    const auto widen = [&](float* w, const T* v, bool single) {
+      if (single) {
+        w[0] = static_cast<float>(v[0]);
+      } else {
+        for (int64_t i = 0; i < count; ++i) w[i] = static_cast<float>(v[first + i]);
+      }
+    };
+    widen(wa, a, pattern == RowPattern::kScalarA);
+    widen(wb, b, pattern == RowPattern::kScalarB);
+    isa_kernels().binary_f32(op, pattern, count, wo, wa, wb, static_cast<float>(alpha));
+    for (int64_t i = 0; i < count; ++i) o[first + i] = T(wo[i]);
+  }
+}
 
 template <typename T>
 IsaBinaryRow<T> isa_binary_row() {
   if constexpr (std::is_same_v<T, float>) return isa_kernels().binary_f32;
   if constexpr (std::is_same_v<T, double>) return isa_kernels().binary_f64;
+  if constexpr (is_16bit_float_v<T>) return widened_binary_row<T>;
   return nullptr;
 }
 
@@ -196,9 +218,12 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, do
   dispatch_numeric(a.dtype(), "binary op", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
-    // The generic loops below take the strided rows (and every row of the other dtypes).
-    const IsaBinaryRow<T> isa = isa_binary_row<T>();
+    // The generic loops below take the strided rows (and every row of the other dtypes, and
+    // 16-bit ones whose alpha their dtype cannot hold: the scalar loop keeps it in float).
     const T isa_alpha = static_cast<T>(static_cast<C>(alpha));
+    const bool alpha_held =
+        !is_16bit_float_v<T> || static_cast<double>(static_cast<C>(isa_alpha)) == alpha || alpha != alpha;
+    const IsaBinaryRow<T> isa = alpha_held ? isa_binary_row<T>() : nullptr;
     const auto run = [&](auto f) { binary_loop<T, T>(out, a, b, f, isa, op, isa_alpha); };
     switch (op) {
       case BinaryOp::kAdd:

@@ -21,7 +21,9 @@ struct TypeTag {
 
 // Arithmetic on 16-bit floats happens in float; everything else computes in its own type.
 template <typename T>
-using compute_t = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
+constexpr bool is_16bit_float_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+template <typename T>
+using compute_t = std::conditional_t<is_16bit_float_v<T>, float, T>;
 
 // f(TypeTag<T>{}) for the C++ type of `dtype`.
 template <typename F>

@@ -32,6 +32,18 @@ std::vector<A> sum_rows(const T* in, int64_t rows, int64_t inner) {
     isa_kernels().column_sums_f64(in, rows, inner, acc.data());
     return acc;
   }
+  if constexpr (std::is_same_v<A, double> && is_16bit_float_v<T>) {
+    // Blocks of rows widened to float (exactly) and added in row order, as below.
+    const int64_t block_rows = std::max<int64_t>(1, 4096 / std::max<int64_t>(inner, 1));
+    std::vector<float> wide(static_cast<size_t>(block_rows * inner));
+    for (int64_t first = 0; first < rows; first += block_rows) {
+      const int64_t count = std::min(block_rows, rows - first);
+      const T* block = in + first * inner;
+      for (int64_t i = 0; i < count * inner; ++i) wide[i] = static_cast<float>(block[i]);
+      isa_kernels().column_sums_f32(wide.data(), count, inner, acc.data());
+    }
+    return acc;
+  }
   for (int64_t i = 0; i < rows; ++i) {
     const T* row = in + i * inner;
     for (int64_t j = 0; j < inner; ++j) acc[j] += static_cast<A>(static_cast<compute_t<T>>(row[j]));

@@ -289,3 +289,40 @@ TEST_CASE("causal_softmax on bfloat16 scores rounds where PyTorch's scale, maske
     CHECK(allclose(have, want, 1.0 / 128, 1e-30));
   }
 }
+
+TEST_CASE("binary ops on bfloat16 compute in float32 and round once, in every row pattern", "[autocast][elementwise]") {
+  // The reference: the same op on the values widened to float32, rounded to bfloat16 (float32
+  // arithmetic is exact to the bit on both sides). Rows of 1500: the vectorised blocks of 1024
+  // and a tail; a row broadcast, a scalar on either side, and an in-place update.
+  Generator gen(11);
+  const Tensor a = randn({3, 1500}, {}, &gen).to(kBFloat16), b = randn({3, 1500}, {}, &gen).to(kBFloat16);
+  const Tensor row = randn({1500}, {}, &gen).to(kBFloat16), one = scalar_tensor(0.75, TensorOptions(kBFloat16));
+  const auto wide = [](const Tensor& t) { return t.to(kFloat32); };
+  using Op = std::function<Tensor(const Tensor&, const Tensor&)>;
+  const std::vector<std::pair<std::string, Op>> ops = {
+      {"add", [](const Tensor& x, const Tensor& y) { return add(x, y); }},
+      {"add, alpha 0.5", [](const Tensor& x, const Tensor& y) { return add(x, y, 0.5); }},
+      {"sub", [](const Tensor& x, const Tensor& y) { return sub(x, y); }},
+      {"mul", [](const Tensor& x, const Tensor& y) { return mul(x, y); }},
+      {"div", [](const Tensor& x, const Tensor& y) { return div(x, y); }},
+      {"maximum", [](const Tensor& x, const Tensor& y) { return maximum(x, y); }}};
+  const std::vector<std::pair<std::string, std::pair<Tensor, Tensor>>> operands = {
+      {"both rows", {a, b}}, {"a row broadcast", {a, row}}, {"scalar b", {a, one}}, {"scalar a", {one, b}}};
+  for (const auto& [name, op] : ops) {
+    for (const auto& [pattern, xy] : operands) {
+      INFO(name << ", " << pattern);
+      const Tensor got = op(xy.first, xy.second);
+      REQUIRE(got.dtype() == kBFloat16);
+      CHECK(equal(got, op(wide(xy.first), wide(xy.second)).to(kBFloat16)));
+    }
+  }
+  const Tensor inplace = a.clone();
+  inplace.add_(b, 0.5);
+  CHECK(equal(inplace, add(wide(a), wide(b), 0.5).to(kBFloat16)));
+  // Sums over the leading dim (a bias's gradient) add the rows in float64 in row order, a block
+  // of rows at a time: as float32's.
+  const Tensor tall = randn({5000, 3}, {}, &gen).to(kBFloat16);
+  for (const Tensor& t : {a, tall}) CHECK(equal(sum(t, {0}), sum(wide(t), {0}).to(kBFloat16)));
+  // An alpha that bfloat16 cannot hold stays float32 in the scalar loop: within one step.
+  CHECK(allclose(add(a, b, 0.1).to(kFloat64), add(wide(a), wide(b), 0.1).to(kBFloat16).to(kFloat64), 1.0 / 128, 1e-30));
+}
