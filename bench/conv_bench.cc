@@ -1,8 +1,11 @@
 // Convolution benchmarks (Google Benchmark): conv2d forward, and forward + backward (the input's
 // and the weight's gradients, as a training step computes them), 3x3 kernels with padding 1,
 // at the digits CNN's two layers (batch 64 of 1x8x8 and 16x4x4) and a larger layer (batch 64,
-// 32 -> 64 channels, 32x32). Build with -c opt; `python3 bench/compare.py conv` runs this
-// beside PyTorch (bench/torch_conv_bench.py).
+// 32 -> 64 channels, 32x32), in float32 (BM_Conv2d) and bfloat16 (BM_Conv2dBf16: oneDNN's
+// bfloat16 convolution under AVX-512). Build with -c opt; `python3 bench/compare.py conv` runs
+// this beside PyTorch (bench/torch_conv_bench.py).
+#include <array>
+
 #include "bench/bench_main.h"
 #include "tinyddp/autograd/autograd.h"
 #include "tinyddp/tensor/all.h"
@@ -12,14 +15,14 @@ namespace t = tinyddp::tensor;
 namespace {
 
 // Arguments: batch, in channels, out channels, image size, which (0 forward, 1 forward + backward).
-void BM_Conv2d(benchmark::State& state) {
+void conv2d_in(benchmark::State& state, t::DType dtype) {
   const int64_t batch = state.range(0), in = state.range(1), out = state.range(2), size = state.range(3);
   const bool backward = state.range(4) == 1;
   t::Generator g(0);
-  const t::Tensor x = t::randn({batch, in, size, size}, {}, &g).requires_grad_(backward);
-  const t::Tensor w = t::randn({out, in, 3, 3}, {}, &g).requires_grad_(backward);
-  const t::Tensor b = t::randn({out}, {}, &g).requires_grad_(backward);
-  const t::Tensor grad = t::randn({batch, out, size, size}, {}, &g);
+  const t::Tensor x = t::randn({batch, in, size, size}, {}, &g).to(dtype).requires_grad_(backward);
+  const t::Tensor w = t::randn({out, in, 3, 3}, {}, &g).to(dtype).requires_grad_(backward);
+  const t::Tensor b = t::randn({out}, {}, &g).to(dtype).requires_grad_(backward);
+  const t::Tensor grad = t::randn({batch, out, size, size}, {}, &g).to(dtype);
   for (auto _ : state) {
     const t::Tensor y = t::conv2d(x, w, b, 1, 1);
     if (backward) {
@@ -34,15 +37,17 @@ void BM_Conv2d(benchmark::State& state) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_Conv2d)
-    ->ArgNames({"batch", "in", "out", "size", "which"})
-    ->Args({64, 1, 16, 8, 0})
-    ->Args({64, 1, 16, 8, 1})
-    ->Args({64, 16, 32, 4, 0})
-    ->Args({64, 16, 32, 4, 1})
-    ->Args({64, 32, 64, 32, 0})
-    ->Args({64, 32, 64, 32, 1})
-    ->Unit(benchmark::kMillisecond);
+void conv_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"batch", "in", "out", "size", "which"});
+  for (const auto& [in, out, size] : {std::array<int64_t, 3>{1, 16, 8}, {16, 32, 4}, {32, 64, 32}}) {
+    for (const int64_t which : {0, 1}) b->Args({64, in, out, size, which});
+  }
+  b->Unit(benchmark::kMillisecond);
+}
+void BM_Conv2d(benchmark::State& state) { conv2d_in(state, t::kFloat32); }
+BENCHMARK(BM_Conv2d)->Apply(conv_shapes);
+void BM_Conv2dBf16(benchmark::State& state) { conv2d_in(state, t::kBFloat16); }
+BENCHMARK(BM_Conv2dBf16)->Apply(conv_shapes);
 
 // max_pool2d(2) forward + backward at the digits CNN's first pooling layer: [64, 16, 8, 8].
 void BM_MaxPool2d(benchmark::State& state) {

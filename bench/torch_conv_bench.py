@@ -3,6 +3,7 @@
 
 Prints one JSON object per line: {"name": ..., "ms": ...}, then {"name": "torch", ...}.
 """
+import itertools
 import json
 
 import torch
@@ -17,21 +18,21 @@ SHAPES = [(64, 1, 16, 8), (64, 16, 32, 4), (64, 32, 64, 32)]
 def main():
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    for batch, cin, cout, size in SHAPES:
-        for which in (0, 1):
-            x = torch.randn(batch, cin, size, size, requires_grad=which == 1)
-            w = torch.randn(cout, cin, 3, 3, requires_grad=which == 1)
-            b = torch.randn(cout, requires_grad=which == 1)
-            grad = torch.randn(batch, cout, size, size)
+    for (bench, dtype), (batch, cin, cout, size), which in itertools.product(
+            (("BM_Conv2d", torch.float32), ("BM_Conv2dBf16", torch.bfloat16)), SHAPES, (0, 1)):
+        x = torch.randn(batch, cin, size, size).to(dtype).requires_grad_(which == 1)
+        w = torch.randn(cout, cin, 3, 3).to(dtype).requires_grad_(which == 1)
+        b = torch.randn(cout).to(dtype).requires_grad_(which == 1)
+        grad = torch.randn(batch, cout, size, size).to(dtype)
 
-            def step():
-                y = F.conv2d(x, w, b, padding=1)
-                if which == 1:
-                    y.backward(grad)
-                    x.grad = w.grad = b.grad = None
+        def step():
+            y = F.conv2d(x, w, b, padding=1)
+            if which == 1:
+                y.backward(grad)
+                x.grad = w.grad = b.grad = None
 
-            name = f"BM_Conv2d/batch:{batch}/in:{cin}/out:{cout}/size:{size}/which:{which}"
-            print(json.dumps({"name": name, "ms": timeit(step)}))
+        name = f"{bench}/batch:{batch}/in:{cin}/out:{cout}/size:{size}/which:{which}"
+        print(json.dumps({"name": name, "ms": timeit(step)}))
     print(json.dumps({"name": "torch", "version": torch.__version__,
                       "blas": torch.__config__.show().split("BLAS_INFO=")[1].split(",")[0]}))
 

@@ -109,6 +109,18 @@ void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor&
 // call, where a kernel serves it (bfloat16 on oneDNN); false, with nothing written,
 // otherwise: the caller multiplies matrix by matrix.
 bool bmm(const Tensor& out, const Tensor& a, const Tensor& b);
+// onednn_conv.cc: bfloat16 convolutions on oneDNN, with cuda/backend.h's contracts (x, weight,
+// grad_out contiguous; out = conv(x, weight) + bias when bias is defined); false, with
+// nothing written, for other dtypes, below AVX-512 or where oneDNN has no kernel.
+bool conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window,
+            int64_t groups);
+bool conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight, const Window2d& window,
+                           int64_t groups);
+bool conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x, const Window2d& window,
+                            int64_t groups);
+// Whether the three above serve a bfloat16 convolution of this geometry (AVX-512 selected and
+// oneDNN has its forward, backward-data and backward-weights kernels).
+bool conv2d_bf16_served(const Window2d& window, int64_t out_channels, int64_t groups, bool bias);
 // Which GEMM engine float32/float64 matmuls use now, in words (for cpu_kernels_summary).
 std::string matmul_engine();
 

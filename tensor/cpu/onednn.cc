@@ -20,18 +20,27 @@
 #include <utility>
 
 #include "tinyddp/tensor/cpu/backend.h"
+#include "tinyddp/tensor/cpu/onednn.h"
 #include "tinyddp/tensor/cpu_isa.h"
 
 namespace tinyddp::tensor::cpu {
 
-namespace {
-
-using dnnl::memory;
-
-dnnl::engine& cpu_engine() {
+dnnl::engine& onednn_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
 }
+
+dnnl::stream& onednn_stream() {
+  thread_local dnnl::stream stream = [] {
+    omp_set_num_threads(1);  // this thread's OpenMP regions, oneDNN's included
+    return dnnl::stream(onednn_engine());
+  }();
+  return stream;
+}
+
+namespace {
+
+using dnnl::memory;
 
 // A 2-D operand's strides for oneDNN: its matrix_layout (matmul.cc), made contiguous first
 // when it has none.
@@ -78,32 +87,23 @@ const Product& product_for(const Key& key) {
   const memory::desc c = out_desc(a_dims, b_dims);
   const dnnl::matmul::desc desc =
       with_bias ? dnnl::matmul::desc(a, b, bias_desc(b_dims.back()), c) : dnnl::matmul::desc(a, b, c);
-  const dnnl::matmul::primitive_desc pd(desc, cpu_engine());
+  const dnnl::matmul::primitive_desc pd(desc, onednn_engine());
   return products.emplace(key, Product{dnnl::matmul(pd), pd.impl_info_str()}).first->second;
-}
-
-void one_thread() {
-  thread_local const bool done = [] {
-    omp_set_num_threads(1);  // this thread's OpenMP regions, oneDNN's included
-    return true;
-  }();
-  (void)done;
 }
 
 // Runs the product `key` describes on a's and b's elements (and bias) into out; false where
 // oneDNN has no kernel for it.
 bool run(const Key& key, const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
-  one_thread();
+  dnnl::stream& stream = onednn_stream();
   try {
     const Product& p = product_for(key);
     const auto& [a_dims, a_strides, b_dims, b_strides, with_bias] = key;
-    dnnl::engine& engine = cpu_engine();
+    dnnl::engine& engine = onednn_engine();
     std::unordered_map<int, memory> args{
         {DNNL_ARG_SRC, memory(memory::desc(a_dims, memory::data_type::bf16, a_strides), engine, a.raw_data_ptr())},
         {DNNL_ARG_WEIGHTS, memory(memory::desc(b_dims, memory::data_type::bf16, b_strides), engine, b.raw_data_ptr())},
         {DNNL_ARG_DST, memory(out_desc(a_dims, b_dims), engine, out.raw_data_ptr())}};
     if (with_bias) args.emplace(DNNL_ARG_BIAS, memory(bias_desc(b_dims.back()), engine, bias.raw_data_ptr()));
-    thread_local dnnl::stream stream(engine);
     p.primitive.execute(stream, args);
     stream.wait();
   } catch (const dnnl::error&) {
@@ -140,7 +140,7 @@ std::string bf16_matmul_engine() {
     return fmt::format("float32 kernels, results rounded to bfloat16 (oneDNN not used: {} selected)",
                        cpu_isa_name(cpu_isa()));
   }
-  one_thread();
+  onednn_stream();  // this thread set up for oneDNN
   try {
     return "oneDNN " + product_for(Key{{64, 64}, {64, 1}, {64, 64}, {64, 1}, false}).implementation;
   } catch (const dnnl::error& e) {

@@ -207,8 +207,11 @@ void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor&
   binary(BinaryOp::kAdd, out, out, bias, 1.0);
 }
 
-bool conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Window2d& window, int64_t groups) {
-  return dnn::conv_forward(out, x, weight, window, groups);
+bool conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window,
+            int64_t groups) {
+  if (!dnn::conv_forward(out, x, weight, window, groups)) return false;
+  if (bias.defined()) binary(BinaryOp::kAdd, out, out, bias.view({1, -1, 1, 1}), 1.0);
+  return true;
 }
 bool conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight, const Window2d& window,
                            int64_t groups) {

@@ -67,9 +67,11 @@ void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window);
 // one-hot mask and col2im (indices: the tap of the window).
 void max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& window);
 void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices, const Window2d& window);
-// Convolution through cuDNN (dnn::conv_* in libraries.h, the same contracts): false where
-// cuDNN does not apply, and ops/conv.cc then takes the im2col route.
-bool conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Window2d& window, int64_t groups);
+// Convolution through cuDNN (dnn::conv_* in libraries.h, the same contracts; the forward adds
+// `bias` when defined): false where cuDNN does not apply, and ops/conv.cc then takes the
+// im2col route.
+bool conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window,
+            int64_t groups);
 bool conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight, const Window2d& window,
                            int64_t groups);
 bool conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x, const Window2d& window,

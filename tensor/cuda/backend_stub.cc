@@ -33,7 +33,9 @@ void causal_softmax_backward(const Tensor&, const Tensor&, const Tensor&, double
 void mm(const Tensor&, const Tensor&, const Tensor&) { unavailable("matmul"); }
 void addmm(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { unavailable("linear"); }
 bool bmm(const Tensor&, const Tensor&, const Tensor&) { unavailable("matmul"); }
-bool conv2d(const Tensor&, const Tensor&, const Tensor&, const Window2d&, int64_t) { unavailable("conv2d"); }
+bool conv2d(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Window2d&, int64_t) {
+  unavailable("conv2d");
+}
 bool conv2d_backward_input(const Tensor&, const Tensor&, const Tensor&, const Window2d&, int64_t) {
   unavailable("conv2d backward");
 }

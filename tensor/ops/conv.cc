@@ -294,27 +294,26 @@ void direct_backward(const Tensor& g, const Tensor& x, const Tensor& w2, const S
   }
 }
 
-// On a GPU, cuDNN convolves where it applies (cuda/dnn_conv.cc): the forward into out, then the
-// bias added per channel. false (nothing written) where it does not: the im2col route then.
+// A library convolves where it applies: cuDNN on a GPU (cuda/dnn_conv.cc), oneDNN for bfloat16
+// on an AVX-512 CPU (cpu/onednn_conv.cc): the forward into out, the bias added per channel.
+// false (nothing written) where none does: the im2col route then.
 bool library_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window& win,
                      int64_t groups) {
-  if (!x.is_cuda() || !cuda::conv2d(out, x.contiguous(), weight.contiguous(), win, groups)) return false;
-  if (bias.defined()) {
-    TDDP_DISPATCH(out.device(), "conv2d", binary, BinaryOp::kAdd, out, out, bias.view({1, -1, 1, 1}), 1.0);
-  }
-  return true;
+  return TDDP_DISPATCH(out.device(), "conv2d", conv2d, out, x.contiguous(), weight.contiguous(),
+                       bias.defined() ? bias.contiguous() : Tensor(), win, groups);
 }
 
-// The backward after library_forward: cuDNN's backward-data and backward-filter passes, the
+// The backward after library_forward: the library's backward-data and backward-weight passes, the
 // im2col route (conv_backward) for a gradient they do not apply to; the bias's gradient is
 // the sum of g over N, OH, OW.
 void library_backward(const Tensor& g, const Tensor& x, const Tensor& w2, const Shape& weight_shape, const Window& win,
                       int64_t groups, const Tensor& grad_input, const Tensor& grad_weight, Tensor* grad_bias) {
   const Tensor gc = g.contiguous();
-  const bool input_done =
-      grad_input.defined() && cuda::conv2d_backward_input(grad_input, gc, w2.view(weight_shape), win, groups);
-  const bool weight_done = grad_weight.defined() && cuda::conv2d_backward_weight(grad_weight.view(weight_shape), gc,
-                                                                                 x.contiguous(), win, groups);
+  const bool input_done = grad_input.defined() && TDDP_DISPATCH(g.device(), "conv2d backward", conv2d_backward_input,
+                                                                grad_input, gc, w2.view(weight_shape), win, groups);
+  const bool weight_done =
+      grad_weight.defined() && TDDP_DISPATCH(g.device(), "conv2d backward", conv2d_backward_weight,
+                                             grad_weight.view(weight_shape), gc, x.contiguous(), win, groups);
   if (grad_bias != nullptr) *grad_bias = bias_grad(gc);
   if ((grad_input.defined() && !input_done) || (grad_weight.defined() && !weight_done)) {
     conv_backward(gc, x, Tensor(), w2, win, groups, input_done ? Tensor() : grad_input,
@@ -330,20 +329,20 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   if (autocast_args(CastPolicy::kLowerPrecision, {&input, &weight, &bias})) {
     return conv2d(input, weight, bias, stride, padding, dilation, groups);
   }
-  if (input.defined() && input.is_cpu() && input.dtype() == kBFloat16) {
-    // bfloat16 on the CPU: the float32 convolution of the same values, rounded once (exact
-    // products, float32 sums, as oneDNN's bfloat16 convolution), its gradients likewise;
-    // col2im's sums in bfloat16 would round at every tap.
-    const auto wide = [](const Tensor& t) { return t.defined() && t.dtype() == kBFloat16 ? t.to(kFloat32) : t; };
-    const Autocast float32(DeviceType::kCPU, kBFloat16, false);  // not cast back down
-    return conv2d(wide(input), wide(weight), wide(bias), stride, padding, dilation, groups).to(kBFloat16);
-  }
   const Tensor x = as_batch(input, "conv2d");
   check_conv_args(x, weight, bias, groups);
   const Window win = make_window(x.sizes(), {weight.size(2), weight.size(3)}, stride, padding, dilation, "conv2d");
   const int64_t out_channels = weight.size(0);
+  if (x.is_cpu() && x.dtype() == kBFloat16 && !cpu::conv2d_bf16_served(win, out_channels, groups, bias.defined())) {
+    // bfloat16 on a CPU where oneDNN does not convolve: the float32 convolution of the same
+    // values, rounded once (exact products, float32 sums, as oneDNN's bfloat16 convolution),
+    // its gradients likewise; col2im's sums in bfloat16 would round at every tap.
+    const auto wide = [](const Tensor& t) { return t.defined() && t.dtype() == kBFloat16 ? t.to(kFloat32) : t; };
+    const Autocast float32(DeviceType::kCPU, kBFloat16, false);  // not cast back down
+    return conv2d(wide(input), wide(weight), wide(bias), stride, padding, dilation, groups).to(kBFloat16);
+  }
   Tensor w2, out, col;
-  bool library = false;  // cuDNN convolved (on a GPU)
+  bool library = false;  // a library convolved (cuDNN on a GPU, oneDNN for bfloat16 on the CPU)
   const bool direct = direct_applies(x, win, out_channels, groups);
   {
     NoGradGuard no_grad;

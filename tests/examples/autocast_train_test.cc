@@ -68,12 +68,13 @@ std::pair<std::vector<double>, std::string> train(const Model& model, int nproc,
 
 // Checks one model's runs. Tolerances: the two autocast runs round different float32 sums to
 // bfloat16 (relative 2^-8 each) and drift apart over 50 steps, as PyTorch's own autocast run
-// drifts from its float32 run (make_autocast_train_fixtures.py prints it: 0.0044 in loss and
-// 0.033 in the final parameters for the MLP; 0.043 in loss and 0.65 in the first BatchNorm's
-// running mean, of magnitude 14, for the CNN). Stated bounds: `loss_bound` on every step's
-// loss; `param_bound` times the tensor's largest magnitude (at least 1) on every final
-// parameter and buffer, which stay float32 (the master weights).
-void check_model(const Model& model, double loss_bound, double param_bound, const std::string& two_rank_options) {
+// drifts from its float32 run (make_autocast_train_fixtures.py prints it: 0.0044 in loss for
+// the MLP, 0.043 for the CNN). Stated bounds: `loss_bound` on every step's loss; on every final
+// parameter and buffer (which stay float32, the master weights), three times the distance
+// between PyTorch's autocast and float32 runs' final values of that tensor (it ranges from
+// 3e-5 for a bias to 0.11 for the second BatchNorm's running mean, relative to the tensor's
+// largest magnitude, at least 1), plus 1e-6 of that magnitude.
+void check_model(const Model& model, double loss_bound, const std::string& two_rank_options) {
   INFO("model " << model.name);
   const auto [ours, saved] = train(model, 1, "--autocast bf16");
   const Tensor& theirs = model.reference().at("loss_bf16");
@@ -86,8 +87,12 @@ void check_model(const Model& model, double loss_bound, double param_bound, cons
     if (name.find("num_batches_tracked") != std::string::npos) continue;  // int64
     CHECK(t.dtype() == tensor::kFloat32);
     const Tensor& expected = model.reference().at("final." + name);
+    const auto distance = [&](const Tensor& a) {
+      return tensor::max(tensor::abs(tensor::sub(a, expected))).item<float>();
+    };
     const float scale = std::max(1.0f, tensor::max(tensor::abs(expected)).item<float>());
-    CHECK(tensor::max(tensor::abs(tensor::sub(t, expected))).item<float>() < param_bound * scale);
+    const float drift = distance(model.reference().at("final_float32." + name));  // PyTorch's autocast vs float32
+    CHECK(distance(t) <= 3 * drift + 1e-6f * scale);
   }
   // Not the float32 run: autocast did change the arithmetic; the float32 run is PyTorch's.
   const auto [plain, plain_saved] = train(model, 1, "");
@@ -102,8 +107,8 @@ void check_model(const Model& model, double loss_bound, double param_bound, cons
 
 TEST_CASE("examples: train --autocast bf16 follows PyTorch's autocast run and the float32 curve, on 1 and 2 ranks",
           "[examples][train][autocast]") {
-  check_model(kMlp, 0.02, 0.05, "");
-  check_model(kCnn, 0.1, 0.1, "--sync_bn");
+  check_model(kMlp, 0.02, "");
+  check_model(kCnn, 0.1, "--sync_bn");
 }
 
 TEST_CASE("examples: train --autocast takes bf16 only", "[examples][train][autocast][errors]") {

@@ -326,3 +326,55 @@ TEST_CASE("binary ops on bfloat16 compute in float32 and round once, in every ro
   // An alpha that bfloat16 cannot hold stays float32 in the scalar loop: within one step.
   CHECK(allclose(add(a, b, 0.1).to(kFloat64), add(wide(a), wide(b), 0.1).to(kBFloat16).to(kFloat64), 1.0 / 128, 1e-30));
 }
+
+TEST_CASE("bfloat16 conv2d is the exact convolution rounded once, both ways, under each instruction set",
+          "[autocast][conv]") {
+  // bfloat16 inputs, the float64 convolution of the same values as the reference, and the
+  // bound of the products above: relative 2^-8 for the rounding, plus (taps + 2) 2^-24 of the
+  // sum of |x||w| for float32 sums. AVX-512: oneDNN's bfloat16 convolution (forward with
+  // the bias, backward data, backward weights); AVX2: float32 kernels, rounded once.
+  struct Geometry {
+    int64_t n, c, h, w, o, k, stride, padding, dilation, groups;
+  };
+  const Geometry g = GENERATE(Geometry{2, 3, 8, 8, 8, 3, 1, 1, 1, 1}, Geometry{2, 4, 11, 9, 6, 3, 2, 1, 1, 2},
+                              Geometry{1, 8, 12, 12, 16, 3, 1, 2, 2, 1}, Geometry{3, 16, 5, 7, 8, 1, 1, 0, 1, 1});
+  Generator gen(12);
+  const auto bf16_values = [&](const Shape& s) { return randn(s, {}, &gen).to(kBFloat16).to(kFloat64); };
+  const Tensor x64 = bf16_values({g.n, g.c, g.h, g.w}), w64 = bf16_values({g.o, g.c / g.groups, g.k, g.k});
+  const Tensor b64 = bf16_values({g.o});
+  const auto conv = [&](const Tensor& x, const Tensor& w, const Tensor& b) {
+    return conv2d(x, w, b, g.stride, g.padding, g.dilation, g.groups);
+  };
+  const Tensor out64 = conv(x64, w64, b64);
+  const Tensor grad_out64 = bf16_values(out64.sizes());
+  const int64_t taps = g.c / g.groups * g.k * g.k;
+  const auto bound = [](const Tensor& exact, const Tensor& magnitude, int64_t terms) {
+    return add(mul(abs(exact), std::ldexp(1.0, -8)), mul(magnitude, (terms + 2) * std::ldexp(1.0, -24)));
+  };
+  // The exact gradients and their magnitudes (the same sums over |values|).
+  const Tensor xr = x64.clone().requires_grad_(), wr = w64.clone().requires_grad_();
+  conv(xr, wr, Tensor()).backward(grad_out64);
+  const Tensor xa = abs(x64).requires_grad_(), wa = abs(w64).requires_grad_();
+  conv(xa, wa, Tensor()).backward(abs(grad_out64));
+  const int64_t positions = out64.numel() / g.o;
+  const CpuIsa selected = cpu_isa();
+  for (const CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (!cpu_has(isa)) continue;
+    set_cpu_isa(isa);
+    INFO("n c h w o k " << g.n << " " << g.c << " " << g.h << " " << g.w << " " << g.o << " " << g.k << ", stride "
+                        << g.stride << ", padding " << g.padding << ", dilation " << g.dilation << ", groups "
+                        << g.groups << ", " << cpu_isa_name(isa));
+    const Tensor x = x64.to(kBFloat16).requires_grad_(), w = w64.to(kBFloat16).requires_grad_();
+    const Tensor out = conv(x, w, b64.to(kBFloat16));
+    REQUIRE(out.dtype() == kBFloat16);
+    const Tensor magnitude = add(conv(abs(x64), abs(w64), Tensor()), abs(b64).view({1, g.o, 1, 1}));
+    CHECK(equal(le(abs(sub(out.to(kFloat64), out64)), bound(out64, magnitude, taps + 1)), ones(out64.sizes(), kBool)));
+    out.backward(grad_out64.to(kBFloat16));
+    REQUIRE(x.grad().dtype() == kBFloat16);
+    CHECK(equal(le(abs(sub(x.grad().to(kFloat64), xr.grad())), bound(xr.grad(), xa.grad(), g.o * g.k * g.k)),
+                ones(x64.sizes(), kBool)));
+    CHECK(equal(le(abs(sub(w.grad().to(kFloat64), wr.grad())), bound(wr.grad(), wa.grad(), positions * g.n)),
+                ones(w64.sizes(), kBool)));
+  }
+  set_cpu_isa(selected);
+}
