@@ -67,6 +67,8 @@ case "$part" in
     ours ldd tests/tensor/cuda_test > "$logs/ldd.log" 2>&1
     grep -q "not found" "$logs/ldd.log" && note "missing libraries: $(grep 'not found' "$logs/ldd.log" | tr -s ' \t\n' ' ')"
     step cuda_test 120 ours ./tests/tensor/cuda_test --durations yes
+    step cuda_conv_test 120 ours ./tests/tensor/cuda_conv_test --durations yes
+    step cuda_autocast_test 60 ours ./tests/tensor/cuda_autocast_test --durations yes
     step collectives_test 120 ours ./tests/comm/collectives_test --durations yes
     step equivalence_test 150 ours ./tests/ddp/equivalence_test --durations yes
     step examples_test 150 ours ./tests/examples/examples_test --durations yes

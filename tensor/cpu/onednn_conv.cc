@@ -47,7 +47,8 @@ Geometry geometry_of(const Window2d& w, int64_t out_channels, int64_t groups, bo
   g.pad_l = {w.ph, w.pw};
   // The bottom/right padding that makes the output exactly oh x ow (PyTorch's floor division
   // leaves the rest of the input unread).
-  g.pad_r = {(w.oh - 1) * w.sh + (w.kh - 1) * w.dh + 1 - w.h - w.ph, (w.ow - 1) * w.sw + (w.kw - 1) * w.dw + 1 - w.w - w.pw};
+  g.pad_r = {(w.oh - 1) * w.sh + (w.kh - 1) * w.dh + 1 - w.h - w.ph,
+             (w.ow - 1) * w.sw + (w.kw - 1) * w.dw + 1 - w.w - w.pw};
   return g;
 }
 
@@ -75,8 +76,8 @@ std::unique_ptr<Convolution> make_convolution(const Geometry& g) {
                                       any(g.dst), g.strides, g.dilates, g.pad_l, g.pad_r),
       onednn_engine());
   const dnnl::convolution_backward_data::primitive_desc backward_data(
-      dnnl::convolution_backward_data::desc(alg, any(g.src), any(g.weights), any(g.dst), g.strides, g.dilates,
-                                            g.pad_l, g.pad_r),
+      dnnl::convolution_backward_data::desc(alg, any(g.src), any(g.weights), any(g.dst), g.strides, g.dilates, g.pad_l,
+                                            g.pad_r),
       onednn_engine(), forward);
   const dnnl::convolution_backward_weights::primitive_desc backward_weights(
       dnnl::convolution_backward_weights::desc(alg, any(g.src), any(g.weights), any(g.dst), g.strides, g.dilates,
@@ -157,7 +158,8 @@ bool conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tens
            const auto& pd = conv->forward;
            std::unordered_map<int, memory> args{{DNNL_ARG_SRC, as_layout(x, g.src, pd.src_desc())},
                                                 {DNNL_ARG_WEIGHTS, as_layout(weight, g.weights, pd.weights_desc())}};
-           if (bias.defined()) args.emplace(DNNL_ARG_BIAS, memory(pd.bias_desc(), onednn_engine(), bias.raw_data_ptr()));
+           if (bias.defined())
+             args.emplace(DNNL_ARG_BIAS, memory(pd.bias_desc(), onednn_engine(), bias.raw_data_ptr()));
            into_plain(out, g.dst, pd.dst_desc(), [&](const memory& dst) {
              args.insert_or_assign(DNNL_ARG_DST, dst);
              conv->forward_primitive.execute(onednn_stream(), args);
