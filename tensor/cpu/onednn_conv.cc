@@ -53,8 +53,11 @@ Geometry geometry_of(const Window2d& w, int64_t out_channels, int64_t groups, bo
 }
 
 memory::desc any(const memory::dims& dims) { return memory::desc(dims, memory::data_type::bf16, Tag::any); }
-memory::desc plain(const memory::dims& dims) {
-  return memory::desc(dims, memory::data_type::bf16, dims.size() == 4 ? Tag::nchw : Tag::goihw);
+memory::desc plain(const memory::dims& dims) {  // NCHW, OIHW, GOIHW, or a bias vector
+  return memory::desc(dims, memory::data_type::bf16,
+                      dims.size() == 1   ? Tag::a
+                      : dims.size() == 4 ? Tag::nchw
+                                         : Tag::goihw);
 }
 
 // The three passes of one geometry: their primitive descriptors (all made at once, so that a
@@ -103,43 +106,45 @@ Convolution* convolution_for(const Geometry& g) {
   return convolutions.emplace(g, std::move(made)).first->second.get();
 }
 
-// `t`'s elements (plain layout `dims`) in the layout `want`: t itself when they match, else a
+// One operand of a pass: its oneDNN argument, its tensor (plain layout, dims `dims`) and the
+// layout the primitive wants it in.
+struct Operand {
+  int arg;
+  const Tensor& tensor;
+  const memory::dims& dims;
+  memory::desc want;
+};
+
+// The operand's elements in the layout it wants: in place when that is the plain one, else a
 // reordered copy.
-memory as_layout(const Tensor& t, const memory::dims& dims, const memory::desc& want) {
-  memory given(plain(dims), onednn_engine(), t.raw_data_ptr());
-  if (want == given.get_desc()) return given;
-  memory reordered(want, onednn_engine());
+memory as_wanted(const Operand& o) {
+  memory given(plain(o.dims), onednn_engine(), o.tensor.raw_data_ptr());
+  if (o.want == given.get_desc()) return given;
+  memory reordered(o.want, onednn_engine());
   dnnl::reorder(given, reordered).execute(onednn_stream(), given, reordered);
   return reordered;
 }
 
-// Runs `pass` writing `result` (plain layout `dims`) through a buffer in the layout `got`
-// when that is not the plain one.
-template <typename Pass>
-void into_plain(const Tensor& result, const memory::dims& dims, const memory::desc& got, Pass&& pass) {
-  memory target(plain(dims), onednn_engine(), result.raw_data_ptr());
-  if (got == target.get_desc()) {
-    pass(target);
-    return;
-  }
-  memory staged(got, onednn_engine());
-  pass(staged);
-  dnnl::reorder(staged, target).execute(onednn_stream(), staged, target);
-}
-
-bool served(const Tensor& t) { return t.dtype() == kBFloat16 && cpu_isa() == CpuIsa::kAvx512; }
-
-// Runs `body` (oneDNN calls), false where oneDNN throws.
-template <typename Body>
-bool attempt(Body&& body) {
+// Runs `primitive` on `inputs` into `result` (through a buffer in the layout it wants when that
+// is not the plain one); false where oneDNN throws.
+bool run_pass(const dnnl::primitive& primitive, std::initializer_list<Operand> inputs, const Operand& result) {
   try {
-    body();
+    std::unordered_map<int, memory> args;
+    for (const Operand& o : inputs) args.emplace(o.arg, as_wanted(o));
+    memory target(plain(result.dims), onednn_engine(), result.tensor.raw_data_ptr());
+    const bool in_place = result.want == target.get_desc();
+    memory written = in_place ? target : memory(result.want, onednn_engine());
+    args.emplace(result.arg, written);
+    primitive.execute(onednn_stream(), args);
+    if (!in_place) dnnl::reorder(written, target).execute(onednn_stream(), written, target);
+    onednn_stream().wait();
   } catch (const dnnl::error&) {
     return false;
   }
-  onednn_stream().wait();
   return true;
 }
+
+bool served(const Tensor& t) { return t.dtype() == kBFloat16 && cpu_isa() == CpuIsa::kAvx512; }
 
 }  // namespace
 
@@ -153,50 +158,39 @@ bool conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tens
             int64_t groups) {
   if (!served(x)) return false;
   const Geometry g = geometry_of(window, out.size(1), groups, bias.defined());
-  Convolution* conv = convolution_for(g);
-  return conv != nullptr && attempt([&] {
-           const auto& pd = conv->forward;
-           std::unordered_map<int, memory> args{{DNNL_ARG_SRC, as_layout(x, g.src, pd.src_desc())},
-                                                {DNNL_ARG_WEIGHTS, as_layout(weight, g.weights, pd.weights_desc())}};
-           if (bias.defined())
-             args.emplace(DNNL_ARG_BIAS, memory(pd.bias_desc(), onednn_engine(), bias.raw_data_ptr()));
-           into_plain(out, g.dst, pd.dst_desc(), [&](const memory& dst) {
-             args.insert_or_assign(DNNL_ARG_DST, dst);
-             conv->forward_primitive.execute(onednn_stream(), args);
-           });
-         });
+  const Convolution* conv = convolution_for(g);
+  if (conv == nullptr) return false;
+  const auto& pd = conv->forward;
+  const Operand src{DNNL_ARG_SRC, x, g.src, pd.src_desc()}, wei{DNNL_ARG_WEIGHTS, weight, g.weights, pd.weights_desc()};
+  const Operand dst{DNNL_ARG_DST, out, g.dst, pd.dst_desc()};
+  if (!bias.defined()) return run_pass(conv->forward_primitive, {src, wei}, dst);
+  const memory::dims bias_dims{g.dst[1]};
+  return run_pass(conv->forward_primitive, {src, wei, {DNNL_ARG_BIAS, bias, bias_dims, pd.bias_desc()}}, dst);
 }
 
 bool conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight, const Window2d& window,
                            int64_t groups) {
   if (!served(grad_out)) return false;
   const Geometry g = geometry_of(window, grad_out.size(1), groups, false);
-  Convolution* conv = convolution_for(g);
-  return conv != nullptr && attempt([&] {
-           const auto& pd = conv->backward_data;
-           std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, as_layout(grad_out, g.dst, pd.diff_dst_desc())},
-                                                {DNNL_ARG_WEIGHTS, as_layout(weight, g.weights, pd.weights_desc())}};
-           into_plain(grad_x, g.src, pd.diff_src_desc(), [&](const memory& diff_src) {
-             args.insert_or_assign(DNNL_ARG_DIFF_SRC, diff_src);
-             conv->backward_data_primitive.execute(onednn_stream(), args);
-           });
-         });
+  const Convolution* conv = convolution_for(g);
+  if (conv == nullptr) return false;
+  const auto& pd = conv->backward_data;
+  return run_pass(conv->backward_data_primitive,
+                  {{DNNL_ARG_DIFF_DST, grad_out, g.dst, pd.diff_dst_desc()},
+                   {DNNL_ARG_WEIGHTS, weight, g.weights, pd.weights_desc()}},
+                  {DNNL_ARG_DIFF_SRC, grad_x, g.src, pd.diff_src_desc()});
 }
 
 bool conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x, const Window2d& window,
                             int64_t groups) {
   if (!served(grad_out)) return false;
   const Geometry g = geometry_of(window, grad_out.size(1), groups, false);
-  Convolution* conv = convolution_for(g);
-  return conv != nullptr && attempt([&] {
-           const auto& pd = conv->backward_weights;
-           std::unordered_map<int, memory> args{{DNNL_ARG_SRC, as_layout(x, g.src, pd.src_desc())},
-                                                {DNNL_ARG_DIFF_DST, as_layout(grad_out, g.dst, pd.diff_dst_desc())}};
-           into_plain(grad_weight, g.weights, pd.diff_weights_desc(), [&](const memory& diff_weights) {
-             args.insert_or_assign(DNNL_ARG_DIFF_WEIGHTS, diff_weights);
-             conv->backward_weights_primitive.execute(onednn_stream(), args);
-           });
-         });
+  const Convolution* conv = convolution_for(g);
+  if (conv == nullptr) return false;
+  const auto& pd = conv->backward_weights;
+  return run_pass(conv->backward_weights_primitive,
+                  {{DNNL_ARG_SRC, x, g.src, pd.src_desc()}, {DNNL_ARG_DIFF_DST, grad_out, g.dst, pd.diff_dst_desc()}},
+                  {DNNL_ARG_DIFF_WEIGHTS, grad_weight, g.weights, pd.diff_weights_desc()});
 }
 
 }  // namespace tinyddp::tensor::cpu
