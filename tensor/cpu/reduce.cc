@@ -71,7 +71,10 @@ bool is_nan(T v) {
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
   int64_t inner = 0;
   const int64_t rows = leading_rows(x, dims, &inner);
-  const RowPlan plan = plan_rows(rows > 0 ? Tensor() : x, dims, keepdim, x.sizes());
+  // [N, C, L] summed over N and L (a convolution's bias gradient, per-channel statistics):
+  // each (n, c) row in place, accumulated per channel, rounded once; no reordered copy.
+  const bool channels = rows == 0 && x.dim() == 3 && dims == Shape{0, 2} && x.is_contiguous() && x.numel() > 0;
+  const RowPlan plan = plan_rows(rows > 0 || channels ? Tensor() : x, dims, keepdim, x.sizes());
   const DType out_dtype = x.dtype() == kBool ? kInt64 : x.dtype();
   Tensor out = empty(plan.out_shape, out_dtype);
   dispatch_all(x.dtype(), [&](auto tag) {
@@ -84,6 +87,14 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
         if (rows > 0) {
           const std::vector<A> acc = sum_rows<T, A>(x.data_ptr<T>(), rows, inner);
           for (int64_t j = 0; j < inner; ++j) o[j] = static_cast<O>(static_cast<compute_t<O>>(acc[j]));
+          return;
+        }
+        if (channels) {
+          const int64_t n = x.size(0), c = x.size(1), l = x.size(2);
+          std::vector<A> acc(static_cast<size_t>(c), A(0));
+          const T* in = x.data_ptr<T>();
+          for (int64_t i = 0; i < n * c; ++i) acc[i % c] += row_sum<A>(in + i * l, l);
+          for (int64_t j = 0; j < c; ++j) o[j] = static_cast<O>(static_cast<compute_t<O>>(acc[j]));
           return;
         }
         const T* in = plan.rows.data_ptr<T>();

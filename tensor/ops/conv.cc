@@ -247,7 +247,13 @@ void conv_backward(const Tensor& g, const Tensor& x, const Tensor& saved_col, co
 
 // The bias's gradient from a contiguous grad_out [N, O, OH, OW]: its rows' sums [N, O], then
 // their sum over images (sum over dims 0, 2 and 3 at once would first reorder grad_out).
-Tensor bias_grad(const Tensor& gc) { return sum(sum(gc.view({gc.size(0), gc.size(1), -1}), {2}), {0}); }
+// float16/bfloat16 in one reduction all the same, rounded once (as PyTorch's oneDNN backward
+// rounds it): their rows' sums would round on the way.
+Tensor bias_grad(const Tensor& gc) {
+  const Tensor g3 = gc.view({gc.size(0), gc.size(1), -1});
+  if (gc.dtype() == kBFloat16 || gc.dtype() == kFloat16) return sum(g3, {0, 2});
+  return sum(sum(g3, {2}), {0});
+}
 
 // Small feature maps on the CPU: a direct convolution (cpu::conv2d_direct) instead of im2col +
 // GEMM, for the forward and for the input's gradient. At the digits CNN's second layer (16 ->

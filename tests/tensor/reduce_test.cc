@@ -86,6 +86,12 @@ TEST_CASE("sum dtypes: int64 stays int64, bool counts, float16 accumulates wide"
   // 4096 halves of 1.0: a float16 running sum would stall at 2048.
   CHECK(sum(ones({4096}, kFloat16)).item<float>() == 4096.0f);
   CHECK(mean(ones({4}, kBFloat16)).item<float>() == 1.0f);
+  // A bfloat16 [N, C, L] summed over N and L (a bias gradient) is rounded once: the float64
+  // sum of its values (exact here), rounded.
+  Generator g(22);
+  const Tensor channels = randn({8, 3, 500}, {}, &g).to(kBFloat16);
+  CHECK(equal(sum(channels, {0, 2}), sum(channels.to(kFloat64), {0, 2}).to(kBFloat16)));
+  CHECK(equal(sum(channels, {0, 2}, true), sum(channels.to(kFloat64), {0, 2}, true).to(kBFloat16)));
   CHECK_THROWS_WITH(mean(arange(3)),
                     Contains("mean: could not infer output dtype; input dtype must be floating point, got int64"));
 }
