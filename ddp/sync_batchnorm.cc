@@ -140,8 +140,7 @@ Tensor SyncBatchNorm::forward(const Tensor& input) {
   }
   // A 16-bit input (autocast's bfloat16 activations) with float32 parameters and statistics:
   // normalised in float32, the result rounded back once, as t::batch_norm does.
-  const bool narrow = (input.dtype() == t::kBFloat16 || input.dtype() == t::kFloat16) && running_mean.defined() &&
-                      running_mean.dtype() == t::kFloat32;
+  const bool narrow = t::is_16bit_float(input.dtype()) && running_mean.defined() && running_mean.dtype() == t::kFloat32;
   const Tensor x = narrow ? input.to(t::kFloat32) : input;
   const Tensor out =
       SyncBatchNormFunction::apply(x, weight, bias, running_mean, running_var, factor, eps, this, group.get());

@@ -35,8 +35,8 @@ void check_supported(DeviceType device_type, DType dtype) {
                "autocast: on the CPU only bfloat16 is supported (as PyTorch's CPU autocast), got {}",
                dtype_name(dtype));
   } else {
-    TDDP_CHECK(dtype == kBFloat16 || dtype == kFloat16,
-               "autocast: on CUDA only bfloat16 and float16 are supported, got {}", dtype_name(dtype));
+    TDDP_CHECK(is_16bit_float(dtype), "autocast: on CUDA only bfloat16 and float16 are supported, got {}",
+               dtype_name(dtype));
   }
 }
 

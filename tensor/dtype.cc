@@ -35,6 +35,8 @@ bool is_floating_point(DType dtype) {
   return dtype == kFloat32 || dtype == kFloat64 || dtype == kFloat16 || dtype == kBFloat16;
 }
 
+bool is_16bit_float(DType dtype) { return dtype == kFloat16 || dtype == kBFloat16; }
+
 namespace {
 
 uint32_t float_bits(float value) {

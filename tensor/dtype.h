@@ -23,6 +23,8 @@ size_t element_size(DType dtype);
 // "float32", "float64", "float16", "bfloat16", "int64", "bool" (PyTorch's names without "torch.").
 const char* dtype_name(DType dtype);
 bool is_floating_point(DType dtype);
+// float16 or bfloat16: the dtypes whose arithmetic happens in float32, rounded back.
+bool is_16bit_float(DType dtype);
 
 // IEEE binary16 <-> float32. float_to_half_bits rounds to nearest, ties to even; overflow gives
 // inf, NaN stays NaN (quiet, sign kept), subnormals are exact.

@@ -402,17 +402,13 @@ Tensor Tensor::to(Device device, bool non_blocking) const {
   return converted_copy(*this, dtype(), device, non_blocking);
 }
 
-namespace {
 // 16-bit float tensors combine with a scalar in float32 and round once (as out of place).
-bool is_16bit_float(const Tensor& t) { return t.dtype() == kFloat16 || t.dtype() == kBFloat16; }
-}  // namespace
-
 const Tensor& Tensor::add_(const Tensor& other, double alpha) const {
   add_out(*this, *this, other, alpha, "add_");
   return *this;
 }
 const Tensor& Tensor::add_(double value) const {
-  if (is_16bit_float(*this)) return copy_(add(*this, value));
+  if (is_16bit_float(dtype())) return copy_(add(*this, value));
   return add_(scalar_like(*this, value, "add_"), 1.0);
 }
 const Tensor& Tensor::sub_(const Tensor& other) const { return add_(other, -1.0); }
@@ -421,7 +417,7 @@ const Tensor& Tensor::mul_(const Tensor& other) const {
   return *this;
 }
 const Tensor& Tensor::mul_(double value) const {
-  if (is_16bit_float(*this)) return copy_(mul(*this, value));
+  if (is_16bit_float(dtype())) return copy_(mul(*this, value));
   return mul_(scalar_like(*this, value, "mul_"));
 }
 const Tensor& Tensor::div_(const Tensor& other) const {
@@ -429,7 +425,7 @@ const Tensor& Tensor::div_(const Tensor& other) const {
   return *this;
 }
 const Tensor& Tensor::div_(double value) const {
-  if (is_16bit_float(*this)) return copy_(div(*this, value));
+  if (is_16bit_float(dtype())) return copy_(div(*this, value));
   return div_(scalar_like(*this, value, "div_"));
 }
 

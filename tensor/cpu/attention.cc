@@ -21,8 +21,6 @@ Tensor result_for(const Tensor& out) {
   return out.dtype() == compute_dtype(out.dtype()) ? out : empty(out.sizes(), compute_dtype(out.dtype()));
 }
 
-bool is_16bit(DType dtype) { return dtype == kFloat16 || dtype == kBFloat16; }
-
 // out = t * scale, rounded to t's dtype, with the scale in that dtype (t: 16-bit).
 void scale_16bit(const Tensor& out, const Tensor& t, double scale) {
   binary(BinaryOp::kMul, out, t, scalar_tensor(scale, TensorOptions(t.dtype())), 1.0);
@@ -31,7 +29,7 @@ void scale_16bit(const Tensor& out, const Tensor& t, double scale) {
 
 void causal_softmax(const Tensor& out, const Tensor& x, double scale) {
   Tensor in;
-  if (is_16bit(x.dtype())) {  // the scaled scores, rounded; the kernel's own scale is then 1
+  if (is_16bit_float(x.dtype())) {  // the scaled scores, rounded; the kernel's own scale is then 1
     const Tensor scaled = empty(x.sizes(), x.dtype());
     scale_16bit(scaled, x, scale);
     in = scaled.to(kFloat32);
@@ -57,7 +55,7 @@ void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const
   const DType c = compute_dtype(y.dtype());
   const Tensor g = grad_out.to(c).contiguous(), yc = y.to(c).contiguous(), result = result_for(grad_x);
   const int64_t m = y.size(1), n = y.size(2), rows = y.size(0) * m;
-  const double kernel_scale = is_16bit(grad_x.dtype()) ? 1.0 : scale;  // 16-bit: scaled after rounding
+  const double kernel_scale = is_16bit_float(grad_x.dtype()) ? 1.0 : scale;  // 16-bit: scaled after rounding
   if (c == kFloat64) {
     isa_kernels().causal_softmax_backward_rows_f64(g.data_ptr<double>(), yc.data_ptr<double>(),
                                                    result.data_ptr<double>(), rows, m, n, kernel_scale, false);
@@ -66,7 +64,7 @@ void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const
                                                    rows, m, n, kernel_scale, grad_x.dtype() == kBFloat16);
   }
   if (!result.is_same(grad_x)) copy(grad_x, result);
-  if (is_16bit(grad_x.dtype())) scale_16bit(grad_x, grad_x, scale);
+  if (is_16bit_float(grad_x.dtype())) scale_16bit(grad_x, grad_x, scale);
 }
 
 }  // namespace tinyddp::tensor::cpu

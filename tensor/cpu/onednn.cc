@@ -27,6 +27,8 @@
 
 namespace tinyddp::tensor::cpu {
 
+bool onednn_used() { return cpu_isa() == CpuIsa::kAvx512; }
+
 dnnl::engine& onednn_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
@@ -119,14 +121,14 @@ memory::dims dims_of(const Shape& s) { return memory::dims(s.begin(), s.end()); 
 }  // namespace
 
 bool bf16_mm_onednn(const Tensor& out, const Tensor& a_in, const Tensor& b_in, const Tensor& bias) {
-  if (cpu_isa() != CpuIsa::kAvx512) return false;
+  if (!onednn_used()) return false;
   const auto [a, a_strides] = readable(a_in);
   const auto [b, b_strides] = readable(b_in);
   return run(Key{dims_of(a.sizes()), a_strides, dims_of(b.sizes()), b_strides, bias.defined()}, a, b, bias, out);
 }
 
 bool bf16_bmm_onednn(const Tensor& out, const Tensor& a, const Tensor& b) {
-  if (cpu_isa() != CpuIsa::kAvx512 || a.dim() > 6) return false;
+  if (!onednn_used() || a.dim() > 6) return false;
   for (const Tensor* t : {&a, &b}) {
     for (int64_t d = 0; d < t->dim(); ++d) {
       if (t->size(d) > 1 && t->stride(d) == 0) return false;  // a broadcast batch: the caller's loop
@@ -138,7 +140,7 @@ bool bf16_bmm_onednn(const Tensor& out, const Tensor& a, const Tensor& b) {
 }
 
 std::string bf16_matmul_engine() {
-  if (cpu_isa() != CpuIsa::kAvx512) {
+  if (!onednn_used()) {
     return fmt::format("float32 kernels, results rounded to bfloat16 (oneDNN not used: {} selected)",
                        cpu_isa_name(cpu_isa()));
   }

@@ -6,6 +6,8 @@
 
 namespace tinyddp::tensor::cpu {
 
+// Whether tinyddp hands bfloat16 work to oneDNN now: only where cpu_isa() chose AVX-512.
+bool onednn_used();
 dnnl::engine& onednn_engine();
 // This thread's stream; the first call on a thread also sets its OpenMP regions (oneDNN's
 // included) to one thread, as every tinyddp CPU kernel runs.

@@ -1,6 +1,6 @@
 // bfloat16 convolutions on oneDNN (cpu/backend.h: conv2d, conv2d_backward_input,
 // conv2d_backward_weight), the library PyTorch's CPU bfloat16 convolution calls here, under
-// the same rule as the bfloat16 products in onednn.cc: only where cpu_isa() chose AVX-512.
+// the same rule as the bfloat16 products in onednn.cc: only where onednn_used().
 // Products exact, sums in float32, each result rounded once to bfloat16 (the forward's bias
 // added before that rounding).
 //
@@ -18,7 +18,6 @@
 
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cpu/onednn.h"
-#include "tinyddp/tensor/cpu_isa.h"
 
 namespace tinyddp::tensor::cpu {
 
@@ -144,13 +143,13 @@ bool run_pass(const dnnl::primitive& primitive, std::initializer_list<Operand> i
   return true;
 }
 
-bool served(const Tensor& t) { return t.dtype() == kBFloat16 && cpu_isa() == CpuIsa::kAvx512; }
+bool served(const Tensor& t) { return t.dtype() == kBFloat16 && onednn_used(); }
 
 }  // namespace
 
 bool conv2d_bf16_served(const Window2d& window, int64_t out_channels, int64_t groups, bool bias) {
   // The backward passes look their geometry up without the bias.
-  return cpu_isa() == CpuIsa::kAvx512 && convolution_for(geometry_of(window, out_channels, groups, bias)) != nullptr &&
+  return onednn_used() && convolution_for(geometry_of(window, out_channels, groups, bias)) != nullptr &&
          convolution_for(geometry_of(window, out_channels, groups, false)) != nullptr;
 }
 

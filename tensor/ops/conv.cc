@@ -251,7 +251,7 @@ void conv_backward(const Tensor& g, const Tensor& x, const Tensor& saved_col, co
 // rounds it): their rows' sums would round on the way.
 Tensor bias_grad(const Tensor& gc) {
   const Tensor g3 = gc.view({gc.size(0), gc.size(1), -1});
-  if (gc.dtype() == kBFloat16 || gc.dtype() == kFloat16) return sum(g3, {0, 2});
+  if (is_16bit_float(gc.dtype())) return sum(g3, {0, 2});
   return sum(sum(g3, {2}), {0});
 }
 

@@ -111,7 +111,7 @@ Tensor scalar_like(const Tensor& t, double value, const char* op) {
   check_defined(t, op, "a");
   DType dtype = t.dtype();
   if (dtype == kInt64 && !(std::isfinite(value) && value == std::trunc(value))) dtype = kFloat32;
-  if (dtype == kFloat16 || dtype == kBFloat16) dtype = kFloat32;  // the scalar is not rounded to 16 bits
+  if (is_16bit_float(dtype)) dtype = kFloat32;  // the scalar is not rounded to 16 bits
   return scalar_tensor(value, TensorOptions().dtype(dtype).device(t.device()));
 }
 
@@ -135,7 +135,7 @@ template <typename F>
 Tensor with_scalar(const Tensor& a, double value, const char* op, F f) {
   const Tensor s = scalar_like(a, value, op);
   const Tensor result = f(a.to(s.dtype()), s);
-  return (a.dtype() == kFloat16 || a.dtype() == kBFloat16) ? result.to(a.dtype()) : result;
+  return is_16bit_float(a.dtype()) ? result.to(a.dtype()) : result;
 }
 
 // a + alpha * b, shared by add and sub.

@@ -81,8 +81,8 @@ Tensor batched_mm(const Tensor& a2, const Tensor& b2) {
   check_not_bool(a2, "matmul", "a");
   check_kernel_device(a2, "matmul");
   const Tensor out = new_output(out_shape, a2.dtype(), a2.device());
-  if (TDDP_DISPATCH(out.device(), "matmul", bmm, out, ae, be))
-    return out;  // one call, where a kernel serves it  // one call, where a kernel serves it
+  // One call where a kernel serves the whole batch, else matrix by matrix.
+  if (TDDP_DISPATCH(out.device(), "matmul", bmm, out, ae, be)) return out;
   const int64_t count = shape_numel(batch);
   for (int64_t i = 0; i < count; ++i) {
     // Select batch entry i (row-major over the batch dims) from all three tensors.

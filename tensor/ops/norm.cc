@@ -99,8 +99,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   // into a float32 BatchNorm, which PyTorch allows): normalised in float32 and rounded back
   // once; the statistics stay float32.
   const Tensor& stats_like = running_mean.defined() ? running_mean : weight;
-  if (input.defined() && (input.dtype() == kBFloat16 || input.dtype() == kFloat16) && stats_like.defined() &&
-      stats_like.dtype() == kFloat32) {
+  if (input.defined() && is_16bit_float(input.dtype()) && stats_like.defined() && stats_like.dtype() == kFloat32) {
     return batch_norm(input.to(kFloat32), running_mean, running_var, weight, bias, training, momentum, eps)
         .to(input.dtype());
   }

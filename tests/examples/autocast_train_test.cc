@@ -5,7 +5,6 @@
 // autocast run and near the float32 run; the 2-rank run near the 1-process one.
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
 
 #include "tests/test_util.h"
