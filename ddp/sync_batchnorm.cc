@@ -138,9 +138,9 @@ Tensor SyncBatchNorm::forward(const Tensor& input) {
   if (!(is_training() && uses_batch_stats() && group && group->size() > 1)) {
     return t::batch_norm(input, running_mean, running_var, weight, bias, uses_batch_stats(), factor, eps);
   }
-  // A 16-bit input (autocast's bfloat16 activations) with float32 parameters and statistics:
-  // normalised in float32, the result rounded back once, as t::batch_norm does.
-  const bool narrow = t::is_16bit_float(input.dtype()) && running_mean.defined() && running_mean.dtype() == t::kFloat32;
+  // A 16-bit input (autocast's bfloat16 activations) with float32 parameters or statistics:
+  // normalised in float32, the result rounded back once, by t::batch_norm's own rule.
+  const bool narrow = t::batch_norm_widens(input, running_mean, weight);
   const Tensor x = narrow ? input.to(t::kFloat32) : input;
   const Tensor out =
       SyncBatchNormFunction::apply(x, weight, bias, running_mean, running_var, factor, eps, this, group.get());

@@ -150,6 +150,10 @@ Tensor adaptive_avg_pool2d(const Tensor& input, Size2d output_size);
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), bool training = false,
                   double momentum = 0.1, double eps = 1e-5);
+// Whether batch_norm (and SyncBatchNorm) normalise a 16-bit input in float32 and round the
+// result back once: autocast's bfloat16 activations into a float32 BatchNorm, known by its
+// running_mean or, without running statistics, its weight.
+bool batch_norm_widens(const Tensor& input, const Tensor& running_mean, const Tensor& weight);
 // Batch normalisation's steps, as PyTorch's torch.batch_norm_stats / batch_norm_elemt /
 // batch_norm_backward_reduce / batch_norm_backward_elemt (not differentiable; batch_norm and
 // SyncBatchNorm are built from them). Over dim 1 of input [N, C, ...], results [C]:

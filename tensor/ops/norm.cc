@@ -93,13 +93,16 @@ Tensor batch_norm_backward_elemt(const Tensor& grad_out, const Tensor& input, co
   return grad_input;
 }
 
+bool batch_norm_widens(const Tensor& input, const Tensor& running_mean, const Tensor& weight) {
+  const Tensor& stats_like = running_mean.defined() ? running_mean : weight;
+  return input.defined() && is_16bit_float(input.dtype()) && stats_like.defined() && stats_like.dtype() == kFloat32;
+}
+
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
-  // A 16-bit input into float32 parameters and statistics (autocast's bfloat16 activations
-  // into a float32 BatchNorm, which PyTorch allows): normalised in float32 and rounded back
-  // once; the statistics stay float32.
-  const Tensor& stats_like = running_mean.defined() ? running_mean : weight;
-  if (input.defined() && is_16bit_float(input.dtype()) && stats_like.defined() && stats_like.dtype() == kFloat32) {
+  // A 16-bit input into float32 parameters and statistics (PyTorch allows it): normalised in
+  // float32 and rounded back once; the statistics stay float32.
+  if (batch_norm_widens(input, running_mean, weight)) {
     return batch_norm(input.to(kFloat32), running_mean, running_var, weight, bias, training, momentum, eps)
         .to(input.dtype());
   }

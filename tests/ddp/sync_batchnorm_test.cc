@@ -5,7 +5,7 @@
 // several steps, for 2 and 3 ranks with even and uneven shares (one rank may hold a single
 // sample). Also: convert_sync_batchnorm keeps the tensors themselves, eval and one rank do
 // not communicate, Join with throw_on_early_termination fails on every rank, and DDP's
-// timeline shows its collectives.
+// timeline shows its collectives; a bfloat16 input is normalised in float32 as batch_norm does.
 #include <fstream>
 #include <map>
 #include <numeric>
@@ -181,6 +181,34 @@ TEST_CASE("SyncBatchNorm communicates only in training on more than one rank", "
   CHECK_THROWS_WITH(alone.forward(tensor::randn({4, 5})),
                     Catch::Contains("SyncBatchNorm: expected input with 3 channels"));
   CHECK_THROWS_WITH(alone.forward(tensor::randn({4})), Catch::Contains("SyncBatchNorm: expected at least 2D input"));
+}
+
+TEST_CASE("SyncBatchNorm widens a bfloat16 input as batch_norm does, with or without running statistics",
+          "[ddp][sync_bn]") {
+  // Autocast hands a float32 SyncBatchNorm bfloat16 activations: normalised in float32 over the
+  // global batch and rounded back once, whether the float32 tensor it can go by is running_mean
+  // or, without running statistics, the weight. Reference: t::batch_norm on the whole batch.
+  tensor::Generator gen(3);
+  const Tensor global = tensor::randn({6, 3, 2, 2}, {}, &gen).to(tensor::kBFloat16);
+  for (const bool track : {true, false}) {
+    INFO("track_running_stats " << track);
+    SyncBatchNorm whole(3, 1e-5, 0.1, true, track);
+    const Tensor want =
+        tensor::batch_norm(global, whole.running_mean, whole.running_var, whole.weight, whole.bias, true, 0.1, 1e-5);
+    require_no_failures(testing::run_threads(2, [&](comm::ProcessGroup& pg, Expectations& e) {
+      SyncBatchNorm bn(3, 1e-5, 0.1, true, track, borrow(pg));
+      const Tensor x = global.narrow(0, 3 * pg.rank(), 3).clone().requires_grad_();
+      const Tensor out = bn.forward(x);
+      e.expect(out.dtype() == tensor::kBFloat16, fmt::format("output dtype {}", tensor::dtype_name(out.dtype())));
+      e.expect(
+          tensor::allclose(out.to(tensor::kFloat32), want.narrow(0, 3 * pg.rank(), 3).to(tensor::kFloat32), 1e-2, 1e-2),
+          fmt::format("rank {} output {}", pg.rank(), out.str()));
+      tensor::sum(out.to(tensor::kFloat32)).backward();
+      e.expect(x.grad().defined() && x.grad().dtype() == tensor::kBFloat16, "the input's gradient is bfloat16");
+      e.expect(bn.weight.grad().defined() && bn.weight.grad().dtype() == tensor::kFloat32,
+               "the weight's gradient is float32");
+    }));
+  }
 }
 
 TEST_CASE("SyncBatchNorm inside DDP under Join with throw_on_early_termination: every rank raises", "[ddp][sync_bn]") {
