@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """PyTorch side of //bench:train_step: the same steps (zero_grad, forward, loss, backward,
-SGD lr 0.01 momentum 0.9), one thread. Prints "RESULT model=<name> mode=torch median_us=<x>".
+SGD lr 0.01 momentum 0.9), one thread; with --cuda_graph, replays of one captured step. Prints "RESULT model=<name> mode=torch median_us=<x>".
 
 Run: OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/torch_train_step.py --model mlp
 """
@@ -21,7 +21,11 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--autocast", action="store_true", help="forward and loss under autocast (bfloat16)")
+    parser.add_argument("--cuda_graph", action="store_true",
+                        help="time replays of one step captured in a CUDA graph (--device cuda)")
     args = parser.parse_args()
+    if args.cuda_graph and args.device != "cuda":
+        parser.error("--cuda_graph needs --device cuda")
     torch.set_num_threads(1)
     torch.manual_seed(0)
     toy = args.model == "toy"
@@ -40,16 +44,35 @@ def main():
     model, inputs, targets = model.to(args.device), inputs.to(args.device), targets.to(args.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
-    def step():
+    def queue_step():
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast(args.device, torch.bfloat16, enabled=args.autocast):
             out = model(inputs)
             loss = F.mse_loss(out, targets) if toy else F.cross_entropy(out, targets)
         loss.backward()
         optimizer.step()
+
+    graph = None
+
+    def step():
+        if graph is not None:
+            graph.replay()
+        else:
+            queue_step()
         if gpu:
             torch.cuda.synchronize()
 
+    if args.cuda_graph:
+        # PyTorch's whole-network capture: the warm-up on a side stream, then one step captured.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(max(args.warmup, 3)):
+                queue_step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            queue_step()
     for _ in range(args.warmup):
         step()
     times = []
@@ -59,6 +82,7 @@ def main():
         times.append((time.perf_counter() - start) * 1e6)
     device = " device=cuda" if gpu else ""
     autocast = " autocast=bf16" if args.autocast else ""
+    autocast += " cuda_graph=1" if args.cuda_graph else ""
     print(f"RESULT model={args.model} mode=torch{device}{autocast} median_us={statistics.median(times):.1f}")
 
 

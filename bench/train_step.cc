@@ -12,6 +12,10 @@
 // mode at the same time, so that "local" and "ddp" see the same CPU contention.
 // --device cuda (a --config=cuda build): the model and data on cuda:LOCAL_RANK, each timed
 // step ending with a device synchronisation; DDP over --backend nccl (default on GPUs) or gloo.
+// --cuda_graph (--device cuda, --mode local): after the warm-up steps one step is captured in a
+// CudaGraph (zero_grad, forward, loss, backward, optimizer step) and each timed step replays
+// it; models whose step waits on the host (cross-entropy checks its targets there) cannot be
+// captured and stop with the error that names the wait.
 // Build with -c opt: bazel run -c opt //bench:train_step -- --model mlp --mode ddp --nproc 2
 #include <CLI/CLI.hpp>
 
@@ -51,13 +55,15 @@ struct Config {
   bool report_memory = false;       // append the process's peak resident memory
   bool zero_grad_in_place = false;  // zero_grad(set_to_none = false): .grad kept, zeroed
   bool autocast = false;            // forward and loss under Autocast (bfloat16)
+  bool cuda_graph = false;          // time replays of one captured step (--device cuda, --mode local)
 };
 
 // " find_unused_parameters=1 ...": the DDP options set away from their defaults.
 std::string ddp_flags(const Config& c) {
   return std::string(c.find_unused_parameters ? " find_unused_parameters=1" : "") +
          (c.static_graph ? " static_graph=1" : "") + (c.gradient_as_bucket_view ? " gradient_as_bucket_view=1" : "") +
-         (c.zero_grad_in_place ? " zero_grad_in_place=1" : "") + (c.autocast ? " autocast=bf16" : "");
+         (c.zero_grad_in_place ? " zero_grad_in_place=1" : "") + (c.autocast ? " autocast=bf16" : "") +
+         (c.cuda_graph ? " cuda_graph=1" : "");
 }
 
 // A line of /proc/self/status ("VmHWM:  123456 kB") in MiB, or -1.
@@ -167,6 +173,18 @@ t::Tensor forward_and_loss(const Config& c, const Workload& w, tinyddp::ddp::Dis
   return c.model == "mlp" || c.model == "cnn" ? nn::cross_entropy(out, w.targets) : nn::mse_loss(out, w.targets);
 }
 
+std::shared_ptr<tinyddp::ddp::DistributedDataParallel> make_ddp(
+    const Config& c, const Workload& w, const std::shared_ptr<tinyddp::comm::ProcessGroup>& pg) {
+  return std::make_shared<tinyddp::ddp::DistributedDataParallel>(
+      w.model, pg,
+      tinyddp::ddp::DDPOptions()
+          .bucket_cap_mb(c.bucket_cap_mb)
+          .first_bucket_cap_mb(c.first_bucket_cap_mb)
+          .find_unused_parameters(c.find_unused_parameters)
+          .static_graph(c.static_graph)
+          .gradient_as_bucket_view(c.gradient_as_bucket_view));
+}
+
 int run(const Config& c) {
   const bool gpu = c.device == "cuda";
   const std::string backend = !c.backend.empty() ? c.backend : gpu ? "nccl" : "gloo";
@@ -185,21 +203,14 @@ int run(const Config& c) {
   std::shared_ptr<tinyddp::ddp::DistributedDataParallel> ddp;
   if (c.mode != "local") {
     if (!pg) pg = tinyddp::comm::init_process_group(backend, tinyddp::comm::InitOptions().world_size(1));
-    ddp = std::make_shared<tinyddp::ddp::DistributedDataParallel>(
-        w.model, pg,
-        tinyddp::ddp::DDPOptions()
-            .bucket_cap_mb(c.bucket_cap_mb)
-            .first_bucket_cap_mb(c.first_bucket_cap_mb)
-            .find_unused_parameters(c.find_unused_parameters)
-            .static_graph(c.static_graph)
-            .gradient_as_bucket_view(c.gradient_as_bucket_view));
+    ddp = make_ddp(c, w, pg);
   }
   // A communication hook, and the gradient bytes each step sends (the allreduce payload).
   const std::shared_ptr<tinyddp::ddp::PowerSGDState> powersgd = register_comm_hook(c, ddp.get(), pg);
   int64_t gradient_bytes = 0;
   for (const t::Tensor& p : w.model->parameters()) gradient_bytes += static_cast<int64_t>(p.nbytes());
   const std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(c, *w.model, pg);
-  const auto step = [&] {
+  const auto queue_step = [&] {
     optimizer->zero_grad(!c.zero_grad_in_place);
     const auto body = [&] { forward_and_loss(c, w, ddp.get(), device).backward(); };
     if (c.mode == "nosync") {
@@ -209,9 +220,23 @@ int run(const Config& c) {
       body();
     }
     optimizer->step();
+  };
+  t::cuda::CudaGraph graph;
+  const auto step = [&] {
+    if (graph.captured()) {
+      graph.replay();
+    } else {
+      queue_step();
+    }
     if (gpu) t::cuda::synchronize(device.index);  // the step is done when the GPU is
   };
+  TDDP_CHECK(!c.cuda_graph || (gpu && c.mode == "local"), "--cuda_graph needs --device cuda and --mode local");
   for (int i = 0; i < c.warmup; ++i) step();
+  if (c.cuda_graph) {
+    graph.capture_begin(device.index);
+    queue_step();  // recorded, not run
+    graph.capture_end();
+  }
   reset_peak_memory(c);
   const int64_t sent_before = powersgd ? powersgd->numel_after_compression : 0;
   std::vector<double> us;
@@ -265,6 +290,8 @@ int main(int argc, char** argv) {
   app.add_flag("--find_unused_parameters", c.find_unused_parameters, "DDP walks the graph after each forward");
   app.add_flag("--static_graph", c.static_graph, "DDP's static_graph");
   app.add_flag("--autocast", c.autocast, "forward and loss under autocast (bfloat16)");
+  app.add_flag("--cuda_graph", c.cuda_graph,
+               "capture one step in a CUDA graph after the warm-up and time its replays (--device cuda)");
   app.add_flag("--gradient_as_bucket_view", c.gradient_as_bucket_view, ".grad are views of DDP's buckets");
   app.add_flag("--zero_grad_in_place", c.zero_grad_in_place,
                "zero_grad(set_to_none = false): keep .grad and zero it (PyTorch 1.x's default)");

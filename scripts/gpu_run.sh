@@ -69,6 +69,7 @@ case "$part" in
     step cuda_test 120 ours ./tests/tensor/cuda_test --durations yes
     step cuda_conv_test 120 ours ./tests/tensor/cuda_conv_test --durations yes
     step cuda_autocast_test 60 ours ./tests/tensor/cuda_autocast_test --durations yes
+    step cuda_graph_test 60 ours ./tests/tensor/cuda_graph_test --durations yes
     step collectives_test 120 ours ./tests/comm/collectives_test --durations yes
     step equivalence_test 150 ours ./tests/ddp/equivalence_test --durations yes
     step examples_test 150 ours ./tests/examples/examples_test --durations yes
@@ -109,6 +110,14 @@ case "$part" in
         fi
       done
     done
+    # One step captured in a CUDA graph and replayed, both sides. tinyddp's MLP step cannot be
+    # captured yet (cross-entropy checks its targets on the host): PyTorch's runs alone.
+    for round in 1 2; do
+      step "train_step_toy_graph_$round" 40 ours ./bench/train_step --device cuda --model toy --cuda_graph
+      step "torch_toy_graph_$round" 60 python3 bench/torch_train_step.py --device cuda --model toy --cuda_graph
+    done
+    step train_step_huge_graph 40 ours ./bench/train_step --device cuda --model huge --cuda_graph
+    step torch_mlp_graph 60 python3 bench/torch_train_step.py --device cuda --model mlp --cuda_graph
     # DDP on the GPU: a world of one over NCCL (NCCL refuses two ranks on one device).
     step train_step_mlp_ddp 40 ours ./bench/train_step --device cuda --model mlp --mode ddp
     step train_step_mlp_nosync 40 ours ./bench/train_step --device cuda --model mlp --mode nosync

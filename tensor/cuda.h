@@ -83,6 +83,42 @@ class StreamMark {
 // copied, then gathered on the host.
 Tensor to_host_after(const Tensor& src, const StreamMark& after);
 
+// A CUDA graph: the kernels and copies one thread queues on a device's compute stream between
+// capture_begin and capture_end, recorded once and then launched again as a whole by replay()
+// (one launch for a whole training step), as torch.cuda.CUDAGraph. Capturing runs nothing:
+// replay does. Run the step eagerly a few times first (cuBLAS and cuDNN set themselves up,
+// optimizers create their state), and capture what is the same every step:
+//   - Shapes, pointers and host-side numbers are fixed at capture: new data goes into the
+//     tensors the graph reads (input.copy_(batch) before replay()); results are read from the
+//     tensors it wrote (their storage stays the graph's).
+//   - The tensors created during capture come from the graph's private pool of the caching
+//     allocator, which no other work is handed while the graph lives.
+//   - The host cannot wait for the GPU during capture: a copy to or from the host, .item(),
+//     synchronize() or random sampling (drawn on the host) is an Error that names it, and the
+//     capture is abandoned (capture_end throws; reset() or the destructor clean up).
+// Throws without CUDA.
+class CudaGraph {
+ public:
+  CudaGraph();
+  ~CudaGraph();
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+
+  void capture_begin(int device = 0);
+  void capture_end();
+  // Launches the captured work on the device's compute stream, without waiting for it.
+  void replay();
+  // Frees the graph and returns its pool to the shared cache (the destructor does too).
+  void reset();
+  bool captured() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+// True while a CudaGraph is capturing on `device` (false without CUDA).
+bool is_capturing(int device = 0);
+
 // Whether float32 matrix products may use TF32 tensor cores (10-bit mantissa inputs, float32
 // accumulation): off by default, so that GPU results match float32 CPU results within
 // float32 tolerances; as torch.backends.cuda.matmul.allow_tf32.

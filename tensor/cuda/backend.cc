@@ -262,6 +262,7 @@ StreamMark StreamMark::record(int device, bool timing) {
 double StreamMark::elapsed_ms(const StreamMark& from, const StreamMark& to) {
   TDDP_CHECK(from.defined() && to.defined() && from.device() == to.device(),
              "StreamMark::elapsed_ms: needs two marks on one device");
+  check_not_capturing(to.device(), "StreamMark::elapsed_ms");
   DeviceGuard guard(to.device());
   TDDP_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(to.event())));
   float ms = 0;
@@ -273,6 +274,7 @@ double StreamMark::elapsed_ms(const StreamMark& from, const StreamMark& to) {
 Tensor to_host_after(const Tensor& src, const StreamMark& after) {
   TDDP_CHECK(src.is_cuda() && after.defined() && after.device() == device_of(src),
              "to_host_after: needs a CUDA tensor and a mark on its device");
+  check_not_capturing(after.device(), "to_host_after");
   if (src.numel() == 0) return tensor::empty(src.sizes(), TensorOptions().dtype(src.dtype()));
   const int device = device_of(src);
   DeviceGuard guard(device);
@@ -305,7 +307,14 @@ void copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
   }
   // Between devices: move src's elements as they are (dense, src's dtype, src's shape), then
   // broadcast and convert on the destination's side. The GPU side's device is made current
-  // first, so that pinning on a thread without a device does not bind it to GPU 0.
+  // first, so that pinning on a thread without a device does not bind it to GPU 0. None of
+  // this can be captured in a CUDA graph: a replay would copy a host buffer that is no longer
+  // the caller's, or the host would wait for the GPU.
+  check_not_capturing(device_of(src.is_cuda() ? src : dst),
+                      src.is_cuda() && dst.is_cuda() ? "copy_ between CUDA devices"
+                      : src.is_cuda()                ? "copy_ to the host (.item(), .to(cpu), printing)"
+                                                     : "copy_ from the host (a tensor made or sampled on the CPU)");
+  if (src.is_cuda() && dst.is_cuda()) check_not_capturing(device_of(dst), "copy_ between CUDA devices");
   DeviceGuard guard(device_of(dst.is_cuda() ? dst : src));
   const bool direct = dst.is_contiguous() && dst.dtype() == src.dtype() && dst.sizes() == src.sizes();
   if (src.is_cuda() && dst.is_cuda()) {

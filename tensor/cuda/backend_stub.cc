@@ -69,4 +69,14 @@ void batch_norm_backward_elemt(const Tensor&, const Tensor&, const Tensor&, cons
   unavailable("batch_norm backward");
 }
 
+struct CudaGraph::Impl {};
+CudaGraph::CudaGraph() : impl_(std::make_unique<Impl>()) {}
+CudaGraph::~CudaGraph() = default;
+void CudaGraph::capture_begin(int) { unavailable("CudaGraph::capture_begin"); }
+void CudaGraph::capture_end() { unavailable("CudaGraph::capture_end"); }
+void CudaGraph::replay() { unavailable("CudaGraph::replay"); }
+void CudaGraph::reset() {}
+bool CudaGraph::captured() const { return false; }
+bool is_capturing(int) { return false; }
+
 }  // namespace tinyddp::tensor::cuda

@@ -100,6 +100,7 @@ void release_stream(int device, cudaStream_t stream) {
 
 void synchronize(int device) {
   if (device_count() == 0) return;
+  check_not_capturing(device, "synchronize");
   DeviceGuard guard(device);
   TDDP_CUDA_CHECK(cudaStreamSynchronize(compute_stream(device)));
 }
@@ -118,8 +119,10 @@ class CachingAllocator final : public Allocator {
     const cudaStream_t stream = compute_stream(device_);
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.requests;
-    reclaim_finished();
-    auto& pool = free_[stream];
+    // While a graph is captured, no event may be queried: blocks freed with pending events
+    // wait until the capture ends.
+    if (capture_pool_ == 0) reclaim_finished();
+    auto& pool = free_[{stream, capture_pool_}];
     auto it = pool.lower_bound(size);
     Block* block = nullptr;
     if (it != pool.end() && it->first <= 2 * size) {
@@ -144,7 +147,7 @@ class CachingAllocator final : public Allocator {
     block->in_use = false;
     stats_.allocated_bytes -= block->size;
     if (block->other_streams.empty()) {
-      free_[block->stream].emplace(block->size, block);
+      free_[{block->stream, block->pool}].emplace(block->size, block);
       return;
     }
     // Reuse only once the other streams' work queued so far has finished. This runs from
@@ -193,6 +196,31 @@ class CachingAllocator final : public Allocator {
     return stats_;
   }
 
+  // From now on, requests are served from (and new blocks belong to) `pool`, the private pool
+  // of a graph being captured; 0 goes back to the shared cache.
+  void set_capture_pool(uint64_t pool) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    capture_pool_ = pool;
+  }
+
+  // The graph that owned `pool` is gone: its blocks join the shared cache (those in use
+  // when they are freed).
+  void release_pool(uint64_t pool) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [ptr, block] : blocks_) {
+      if (block->pool == pool) block->pool = 0;
+    }
+    for (auto it = free_.begin(); it != free_.end();) {
+      if (it->first.second != pool) {
+        ++it;
+        continue;
+      }
+      auto& shared = free_[{it->first.first, 0}];
+      shared.insert(it->second.begin(), it->second.end());
+      it = free_.erase(it);
+    }
+  }
+
   // Returns the cached blocks to CUDA, waiting for pending ones first, without holding the
   // mutex while it waits: a collective that never ends (a dead peer) would otherwise block
   // every allocation and free on the device, the watchdog's release of that collective's
@@ -214,8 +242,8 @@ class CachingAllocator final : public Allocator {
       block->pending_events.clear();
     }
     std::lock_guard<std::mutex> lock(mutex_);
-    for (Block* block : waiting) free_[block->stream].emplace(block->size, block);
-    release_cached();
+    for (Block* block : waiting) free_[{block->stream, block->pool}].emplace(block->size, block);
+    if (capture_pool_ == 0) release_cached();  // cudaFree is not allowed while a graph is captured
     if (first_error != cudaSuccess) throw_cuda_error(first_error, "cudaEventSynchronize", __FILE__, __LINE__);
   }
 
@@ -224,6 +252,7 @@ class CachingAllocator final : public Allocator {
     void* ptr = nullptr;
     size_t size = 0;
     cudaStream_t stream = nullptr;
+    uint64_t pool = 0;  // 0: the shared cache; else the CUDA graph whose capture allocated it
     bool in_use = false;
     std::vector<cudaStream_t> other_streams;
     std::vector<cudaEvent_t> pending_events;
@@ -248,13 +277,15 @@ class CachingAllocator final : public Allocator {
       }
       for (cudaEvent_t e : block->pending_events) cudaEventDestroy(e);
       block->pending_events.clear();
-      free_[block->stream].emplace(block->size, block);
+      free_[{block->stream, block->pool}].emplace(block->size, block);
       it = pending_.erase(it);
     }
   }
 
+  // Only the shared cache's blocks: a graph's private pool lives as long as the graph.
   void release_cached() {
-    for (auto& [stream, pool] : free_) {
+    for (auto& [key, pool] : free_) {
+      if (key.second != 0) continue;
       for (auto& [size, block] : pool) {
         TDDP_CUDA_CHECK(cudaFree(block->ptr));
         ++stats_.cuda_free_calls;
@@ -269,7 +300,7 @@ class CachingAllocator final : public Allocator {
     DeviceGuard guard(device_);
     void* ptr = nullptr;
     cudaError_t status = cudaMalloc(&ptr, size);
-    if (status == cudaErrorMemoryAllocation) {
+    if (status == cudaErrorMemoryAllocation && capture_pool_ == 0) {
       cudaGetLastError();  // clear the sticky-free error before retrying
       release_cached();
       status = cudaMalloc(&ptr, size);
@@ -287,6 +318,7 @@ class CachingAllocator final : public Allocator {
     block->ptr = ptr;
     block->size = size;
     block->stream = stream;
+    block->pool = capture_pool_;
     Block* raw = block.get();
     blocks_.emplace(ptr, std::move(block));
     return raw;
@@ -294,9 +326,11 @@ class CachingAllocator final : public Allocator {
 
   const int device_;
   std::mutex mutex_;
-  std::unordered_map<void*, std::unique_ptr<Block>> blocks_;    // every block we hold
-  std::map<cudaStream_t, std::multimap<size_t, Block*>> free_;  // per stream, by size
-  std::vector<Block*> pending_;                                 // freed, other streams busy
+  std::unordered_map<void*, std::unique_ptr<Block>> blocks_;  // every block we hold
+  // Free blocks per (stream, pool), by size.
+  std::map<std::pair<cudaStream_t, uint64_t>, std::multimap<size_t, Block*>> free_;
+  std::vector<Block*> pending_;  // freed, other streams busy
+  uint64_t capture_pool_ = 0;    // the pool of the graph being captured, 0 when none
   AllocatorStats stats_;
 };
 
@@ -329,5 +363,9 @@ void empty_cache() {
 void record_stream(const void* ptr, int device, cudaStream_t stream) {
   allocator_of(device)->record_stream(ptr, stream);
 }
+
+void set_allocator_capture_pool(int device, uint64_t pool) { allocator_of(device)->set_capture_pool(pool); }
+
+void release_allocator_pool(int device, uint64_t pool) { allocator_of(device)->release_pool(pool); }
 
 }  // namespace tinyddp::tensor::cuda

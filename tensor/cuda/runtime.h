@@ -14,7 +14,8 @@
 // a collective on a communication stream) is reused only after an event recorded on that
 // stream at free time has completed. On an out-of-memory error the cache is emptied and the
 // allocation retried once; the final error reports the request and the allocator's
-// statistics. empty_cache() (tensor/cuda.h) returns every unused block to CUDA.
+// statistics. empty_cache() (tensor/cuda.h) returns every unused block to CUDA. While a
+// CudaGraph captures, requests are served from that graph's private pool (graph.cc).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -59,6 +60,16 @@ Allocator* caching_allocator(int device);
 // Marks the block holding `ptr` as used by `stream` too: when it is freed, it is reused only
 // after the work queued on `stream` by then has completed.
 void record_stream(const void* ptr, int device, cudaStream_t stream);
+
+// CUDA graphs (CudaGraph, graph.cc): while one is captured on `device`, its allocations come
+// from, and its frees go back to, the graph's private pool `pool` (no other work may be
+// handed those blocks while the graph can replay into them); 0 ends the capture.
+// release_allocator_pool returns a destroyed graph's blocks to the shared cache.
+void set_allocator_capture_pool(int device, uint64_t pool);
+void release_allocator_pool(int device, uint64_t pool);
+// Throws an Error naming `what` when a CudaGraph is being captured on `device`: the host
+// cannot wait for the GPU then (a wait would end the capture with an opaque CUDA error).
+void check_not_capturing(int device, const char* what);
 
 // Page-locked ("pinned") host memory, which the GPU's copy engines read and write directly,
 // so a copy from or to it is queued without the host waiting. The allocator behind

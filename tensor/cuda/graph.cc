@@ -1,0 +1,140 @@
+// CudaGraph (tensor/cuda.h): stream capture on a device's compute stream into a graph with a
+// private pool of the caching allocator, and the check that refuses host waits meanwhile
+// (runtime.h).
+#include <fmt/format.h>
+
+#include <atomic>
+
+#include "tinyddp/base/error.h"
+#include "tinyddp/tensor/cuda.h"
+#include "tinyddp/tensor/cuda/runtime.h"
+
+namespace tinyddp::tensor::cuda {
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+// Whether a CudaGraph is capturing on each device: read by every host wait, so kept here
+// rather than asked of CUDA.
+std::atomic<bool> capturing_on[kMaxDevices] = {};
+std::atomic<uint64_t> next_pool{1};
+
+bool flag(int device) { return device >= 0 && device < kMaxDevices && capturing_on[device].load(); }
+
+}  // namespace
+
+bool is_capturing(int device) { return flag(device); }
+
+void check_not_capturing(int device, const char* what) {
+  TDDP_CHECK(!flag(device),
+             "{}: cuda:{} is capturing a CUDA graph, and the host cannot wait for the GPU during capture (copy "
+             "new inputs into the graph's tensors before replay(), read results after capture_end or replay())",
+             what, device);
+}
+
+struct CudaGraph::Impl {
+  int device = -1;
+  uint64_t pool = 0;  // the allocator's private pool, 0 when none
+  bool capturing = false;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+
+  // Ends the capture on the device and stops routing allocations to the pool; the partial
+  // graph, if CUDA returns one, is the caller's.
+  cudaError_t stop_capture(cudaGraph_t* out) {
+    capturing = false;
+    capturing_on[device].store(false);
+    set_allocator_capture_pool(device, 0);
+    return cudaStreamEndCapture(compute_stream(device), out);
+  }
+};
+
+CudaGraph::CudaGraph() : impl_(std::make_unique<Impl>()) {}
+
+CudaGraph::~CudaGraph() {
+  try {
+    reset();
+  } catch (...) {  // a destructor must not throw; reset() reports errors when called directly
+  }
+}
+
+bool CudaGraph::captured() const { return impl_->exec != nullptr; }
+
+void CudaGraph::capture_begin(int device) {
+  TDDP_CHECK(device >= 0 && device < device_count() && device < kMaxDevices, "CudaGraph::capture_begin: {}",
+             device_count() == 0 ? unavailable_reason()
+                                 : fmt::format("CUDA device {} does not exist ({} visible)", device, device_count()));
+  TDDP_CHECK(!impl_->capturing && impl_->exec == nullptr,
+             "CudaGraph::capture_begin: this graph already holds a capture; reset() it first");
+  TDDP_CHECK(!flag(device), "CudaGraph::capture_begin: another graph is capturing on cuda:{}", device);
+  DeviceGuard guard(device);
+  const cudaStream_t stream = compute_stream(device);
+  // The work queued so far runs outside the graph; blocks it frees are then safe to reuse.
+  TDDP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  impl_->device = device;
+  impl_->pool = next_pool.fetch_add(1);
+  set_allocator_capture_pool(device, impl_->pool);
+  // Thread-local: other threads (a Gloo worker, a watchdog) keep their CUDA calls.
+  const cudaError_t status = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+  if (status != cudaSuccess) {
+    set_allocator_capture_pool(device, 0);
+    release_allocator_pool(device, impl_->pool);
+    impl_->pool = 0;
+    throw_cuda_error(status, "cudaStreamBeginCapture", __FILE__, __LINE__);
+  }
+  impl_->capturing = true;
+  capturing_on[device].store(true);
+}
+
+void CudaGraph::capture_end() {
+  TDDP_CHECK(impl_->capturing, "CudaGraph::capture_end: no capture is open (capture_begin first)");
+  DeviceGuard guard(impl_->device);
+  cudaGraph_t graph = nullptr;
+  cudaError_t status = impl_->stop_capture(&graph);
+  if (status == cudaSuccess) {
+    impl_->graph = graph;
+    status = cudaGraphInstantiate(&impl_->exec, graph, 0);
+    if (status != cudaSuccess) impl_->exec = nullptr;
+  } else if (graph != nullptr) {
+    cudaGraphDestroy(graph);
+  }
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // leave no error behind for the next call
+    const int device = impl_->device;
+    reset();
+    throw Error(fmt::format(
+        "CudaGraph::capture_end: the capture on cuda:{} failed with '{}' ({}): something not allowed during capture "
+        "ran in it (a wait on the host, work on another stream not joined back, or an error thrown mid-capture)",
+        device, cudaGetErrorString(status), cudaGetErrorName(status)));
+  }
+}
+
+void CudaGraph::replay() {
+  TDDP_CHECK(impl_->exec != nullptr, "CudaGraph::replay: nothing captured (capture_begin, the work, capture_end)");
+  DeviceGuard guard(impl_->device);
+  TDDP_CUDA_CHECK(cudaGraphLaunch(impl_->exec, compute_stream(impl_->device)));
+}
+
+void CudaGraph::reset() {
+  if (impl_->device < 0) return;
+  DeviceGuard guard(impl_->device);
+  if (impl_->capturing) {  // abandoned mid-capture (an error was thrown): discard what was recorded
+    cudaGraph_t partial = nullptr;
+    impl_->stop_capture(&partial);
+    if (partial != nullptr) cudaGraphDestroy(partial);
+    cudaGetLastError();
+  }
+  // Replays still queued write into the pool: let them finish before its blocks are shared.
+  const cudaError_t status =
+      impl_->exec != nullptr ? cudaStreamSynchronize(compute_stream(impl_->device)) : cudaSuccess;
+  if (impl_->exec != nullptr) cudaGraphExecDestroy(impl_->exec);
+  if (impl_->graph != nullptr) cudaGraphDestroy(impl_->graph);
+  if (impl_->pool != 0) release_allocator_pool(impl_->device, impl_->pool);
+  impl_->exec = nullptr;
+  impl_->graph = nullptr;
+  impl_->pool = 0;
+  impl_->device = -1;
+  if (status != cudaSuccess) throw_cuda_error(status, "cudaStreamSynchronize", __FILE__, __LINE__);
+}
+
+}  // namespace tinyddp::tensor::cuda

@@ -1,0 +1,155 @@
+// CudaGraph (tensor/cuda.h): a captured graph replays what was queued during capture, reading
+// the new values copied into its input tensors; a training step (forward, MSE loss, backward,
+// SGD with momentum, zero_grad setting gradients to none) captured after two eager steps and
+// replayed gives the parameters of the same steps run eagerly, bit for bit (the same kernels in
+// the same order); waits on the host during capture are Errors that name them, after which
+// the graph resets and the device works on. Without CUDA every call but reset() says so; the
+// GPU cases skip without a GPU.
+#include <vector>
+
+#include "tests/test_util.h"
+#include "tinyddp/nn/nn.h"
+#include "tinyddp/tensor/all.h"
+#include "tinyddp/tensor/cuda.h"
+
+using namespace tinyddp;
+using tensor::Device;
+using tensor::Tensor;
+using tensor::cuda::CudaGraph;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+// Skips the calling test case (a macro: TINYDDP_SKIP returns from it).
+#define REQUIRE_GPU() \
+  if (!tensor::cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << tensor::cuda::unavailable_reason())
+
+// Steps of a small MLP on the batches, eagerly or (graph) two eagerly, then captured once and
+// replayed for the rest; returns the parameters after every step.
+std::vector<std::vector<Tensor>> train(const std::vector<Tensor>& xs, const std::vector<Tensor>& ys, bool graph) {
+  tensor::manual_seed(3);
+  const auto model = nn::mlp({6, 16, 16, 3});
+  model->to(kGpu);
+  nn::SGD opt(model->parameters(), nn::SGDOptions(0.05).momentum(0.9));
+  const Tensor x = tensor::empty({4, 6}, tensor::TensorOptions().device(kGpu));
+  const Tensor y = tensor::empty({4, 3}, tensor::TensorOptions().device(kGpu));
+  const auto step = [&] {
+    opt.zero_grad();
+    nn::mse_loss(model->forward(x), y).backward();
+    opt.step();
+  };
+  std::vector<std::vector<Tensor>> params;
+  const auto record = [&] {
+    params.emplace_back();
+    for (const Tensor& p : model->parameters()) params.back().push_back(p.detach().to(tensor::kCPU));
+  };
+  CudaGraph g;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    x.copy_(xs[i]);
+    y.copy_(ys[i]);
+    if (!graph || i < 2) {
+      step();
+    } else {
+      if (!g.captured()) {
+        g.capture_begin(0);
+        step();  // recorded, not run
+        g.capture_end();
+      }
+      g.replay();
+    }
+    record();
+  }
+  return params;
+}
+
+}  // namespace
+
+TEST_CASE("CudaGraph replays its captured work on the values copied into its inputs", "[cuda][graph]") {
+  REQUIRE_GPU();
+  const Tensor x = tensor::zeros({1000}, tensor::TensorOptions().device(kGpu));
+  CudaGraph g;
+  CHECK_FALSE(g.captured());
+  g.capture_begin(0);
+  CHECK(tensor::cuda::is_capturing(0));
+  const Tensor y = tensor::add(tensor::mul(x, 2.0), 1.0);  // allocated from the graph's pool
+  g.capture_end();
+  CHECK_FALSE(tensor::cuda::is_capturing(0));
+  CHECK(g.captured());
+  for (const double v : {1.5, -4.0}) {
+    x.copy_(tensor::full({1000}, v));
+    g.replay();
+    CHECK(tensor::equal(y.to(tensor::kCPU), tensor::full({1000}, 2 * v + 1)));
+  }
+  // An eager tensor made now is not handed the graph's blocks: a replay leaves it alone.
+  const Tensor other = tensor::full({1000}, 7.0, tensor::TensorOptions().device(kGpu));
+  g.replay();
+  CHECK(tensor::equal(other.to(tensor::kCPU), tensor::full({1000}, 7.0)));
+  g.reset();
+  CHECK_FALSE(g.captured());
+  CHECK_THROWS_WITH(g.replay(), Catch::Contains("CudaGraph::replay: nothing captured"));
+}
+
+TEST_CASE("A training step captured in a CudaGraph gives the eager steps' parameters", "[cuda][graph]") {
+  REQUIRE_GPU();
+  tensor::manual_seed(11);
+  std::vector<Tensor> xs, ys;
+  for (int i = 0; i < 6; ++i) {
+    xs.push_back(tensor::randn({4, 6}));
+    ys.push_back(tensor::randn({4, 3}));
+  }
+  const auto eager = train(xs, ys, false), replayed = train(xs, ys, true);
+  for (size_t step = 0; step < eager.size(); ++step) {
+    for (size_t i = 0; i < eager[step].size(); ++i) {
+      INFO("step " << step << ", parameter " << i);
+      CHECK(tensor::equal(replayed[step][i], eager[step][i]));
+    }
+  }
+  // The steps changed the parameters (a graph that ran nothing would fail above, this guards
+  // the test itself).
+  CHECK_FALSE(tensor::equal(eager.back()[0], eager.front()[0]));
+}
+
+TEST_CASE("Host waits during capture are Errors that name them; the graph then resets", "[cuda][graph]") {
+  REQUIRE_GPU();
+  const Tensor x = tensor::ones({8}, tensor::TensorOptions().device(kGpu));
+  struct Case {
+    const char* what;
+    std::function<void()> body;
+  };
+  const std::vector<Case> cases = {
+      {"copy_ to the host", [&] { (void)tensor::sum(x).item<double>(); }},
+      {"copy_ from the host", [&] { x.copy_(tensor::zeros({8})); }},
+      {"synchronize", [] { tensor::cuda::synchronize(0); }},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    {
+      CudaGraph g;
+      g.capture_begin(0);
+      CHECK_THROWS_WITH(c.body(), Catch::Contains(c.what) && Catch::Contains("capturing a CUDA graph"));
+      CHECK_THROWS_WITH(g.capture_end(), Catch::Contains("CudaGraph::capture_end: the capture on cuda:0 failed"));
+      CHECK_FALSE(tensor::cuda::is_capturing(0));
+    }
+    // The device works on, eagerly.
+    CHECK(tensor::sum(tensor::mul(x, 3.0)).item<double>() == 24.0);
+  }
+  // Abandoned without capture_end (an exception leaving the scope): the destructor cleans up.
+  {
+    CudaGraph g;
+    g.capture_begin(0);
+    CHECK_THROWS_WITH(g.capture_begin(0), Catch::Contains("already holds a capture"));
+  }
+  CHECK_FALSE(tensor::cuda::is_capturing(0));
+  CHECK(tensor::sum(x).item<double>() == 8.0);
+}
+
+TEST_CASE("Without CUDA, CudaGraph says so", "[graph]") {
+  if (tensor::cuda::is_available()) TINYDDP_SKIP("a CUDA device is present: the GPU cases run instead");
+  CudaGraph g;
+  CHECK_THROWS_WITH(g.capture_begin(0), Catch::Contains("CudaGraph::capture_begin"));
+  CHECK_THROWS_WITH(g.replay(), Catch::Contains("CudaGraph::replay"));
+  CHECK_FALSE(g.captured());
+  CHECK_FALSE(tensor::cuda::is_capturing(0));
+  g.reset();  // nothing to free
+}
