@@ -14,8 +14,8 @@
 // step ending with a device synchronisation; DDP over --backend nccl (default on GPUs) or gloo.
 // --cuda_graph (--device cuda, --mode local): after the warm-up steps one step is captured in a
 // CudaGraph (zero_grad, forward, loss, backward, optimizer step) and each timed step replays
-// it; models whose step waits on the host (cross-entropy checks its targets there) cannot be
-// captured and stop with the error that names the wait.
+// it (toy, mlp, huge; the CNN's dropout samples on the host, which a capture cannot, and
+// stops with the error that names it).
 // Build with -c opt: bazel run -c opt //bench:train_step -- --model mlp --mode ddp --nproc 2
 #include <CLI/CLI.hpp>
 

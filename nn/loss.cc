@@ -2,13 +2,34 @@
 // loss kernels), with its backward formula right below its forward.
 #include "tinyddp/nn/loss.h"
 
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
 #include "tinyddp/tensor/autocast.h"
+#include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/graph.h"
 
 namespace tinyddp::nn {
 
 using tensor::NoGradGuard;
 using tensor::SavedTensor;
+
+namespace {
+
+// The class indices 0 .. classes - 1 on `device` ([1, classes], int64), made once per device
+// and count: on a GPU, making them copies from the host, which a CUDA graph's capture cannot.
+Tensor class_indices(int64_t classes, const tensor::Device& device) {
+  static std::mutex mutex;
+  static auto* cache = new std::map<std::pair<std::string, int64_t>, Tensor>();  // never destroyed
+  std::lock_guard<std::mutex> lock(mutex);
+  Tensor& entry = (*cache)[{device.str(), classes}];
+  if (!entry.defined()) entry = tensor::arange(classes, tensor::TensorOptions().device(device)).unsqueeze(0);
+  return entry;
+}
+
+}  // namespace
 
 Tensor mse_loss(const Tensor& input_in, const Tensor& target_in) {
   Tensor input = input_in, target = target_in;  // float32 under autocast
@@ -51,39 +72,53 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ign
              "cross_entropy: expected targets of shape [{}] for logits of shape {}, got {}", logits.size(0),
              tensor::format_shape(logits.sizes()), tensor::format_shape(targets.sizes()));
   const int64_t classes = logits.size(1);
+  // On a GPU the host reads nothing back but the targets' range, once, and not at all while a
+  // CUDA graph is captured (the warm-up steps before it checked them): the count of kept rows
+  // stays a tensor there (the same float32 quotient: an integer count is exact in float).
+  const bool on_gpu = logits.is_cuda();
+  const bool check_range = !(on_gpu && tensor::cuda::is_capturing(logits.device().index));
   Tensor log_probs, one_hot, kept, out;
-  double count = 0;  // rows whose target is not ignored
+  double count = 0;  // rows whose target is not ignored (on the CPU)
+  Tensor count_on_gpu;
   {
     NoGradGuard no_grad;
     const Tensor ignored = tensor::eq(targets, static_cast<double>(ignore_index));
-    count = static_cast<double>(targets.numel() - tensor::sum(ignored).item<int64_t>());
-    if (targets.numel() > 0) {
+    kept = tensor::ne(targets, static_cast<double>(ignore_index)).to(logits.dtype()).unsqueeze(1);  // [batch, 1]
+    if (on_gpu) {
+      count_on_gpu = tensor::sum(kept);
+    } else {
+      count = static_cast<double>(targets.numel() - tensor::sum(ignored).item<int64_t>());
+    }
+    if (targets.numel() > 0 && check_range) {
       const Tensor checked = tensor::masked_fill(targets, ignored, 0.0);  // ignored rows pass the check
-      const int64_t low = -tensor::max(tensor::neg(checked)).item<int64_t>();
-      const int64_t high = tensor::max(checked).item<int64_t>();
-      TDDP_CHECK(low >= 0 && high < classes, "cross_entropy: target {} is out of bounds for {} classes",
-                 low < 0 ? low : high, classes);
+      const std::vector<int64_t> ends =
+          tensor::cat({tensor::neg(tensor::max(tensor::neg(checked))).reshape({1}), tensor::max(checked).reshape({1})},
+                      0)
+              .to(tensor::kCPU)
+              .to_vector<int64_t>();
+      TDDP_CHECK(ends[0] >= 0 && ends[1] < classes, "cross_entropy: target {} is out of bounds for {} classes",
+                 ends[0] < 0 ? ends[0] : ends[1], classes);
     }
     // one_hot[i, c] = (targets[i] == c), a zero row where the target is ignored (it is
     // outside [0, classes), or masked when ignore_index is a class): picks each row's target
     // log-probability.
     one_hot = tensor::masked_fill(
-        tensor::eq(targets.unsqueeze(1),
-                   tensor::arange(classes, tensor::TensorOptions().device(logits.device())).unsqueeze(0))
-            .to(logits.dtype()),
+        tensor::eq(targets.unsqueeze(1), class_indices(classes, logits.device())).to(logits.dtype()),
         ignored.unsqueeze(1), 0.0);
-    kept = tensor::ne(targets, static_cast<double>(ignore_index)).to(logits.dtype()).unsqueeze(1);  // [batch, 1]
     log_probs = tensor::log_softmax(logits, 1);
-    out = tensor::neg(tensor::div(tensor::sum(tensor::mul(log_probs, one_hot)), count));
+    const Tensor total = tensor::sum(tensor::mul(log_probs, one_hot));
+    out = tensor::neg(on_gpu ? tensor::div(total, count_on_gpu) : tensor::div(total, count));
   }
   // grad_logits [batch, classes] = grad_out * (softmax(logits) - one_hot) / count on kept rows
   if (tensor::needs_grad(logits)) {
-    tensor::record_op("CrossEntropyBackward", out, {logits, targets},
-                      [sl = SavedTensor(log_probs), so = SavedTensor(one_hot), kept, count](const Tensor& g) {
-                        const Tensor probs = tensor::exp(sl.get("CrossEntropyBackward"));
-                        const Tensor diff = tensor::mul(tensor::sub(probs, so.get("CrossEntropyBackward")), kept);
-                        return std::vector<Tensor>{tensor::mul(diff, tensor::div(g, count)), Tensor()};
-                      });
+    tensor::record_op(
+        "CrossEntropyBackward", out, {logits, targets},
+        [sl = SavedTensor(log_probs), so = SavedTensor(one_hot), kept, count, count_on_gpu](const Tensor& g) {
+          const Tensor probs = tensor::exp(sl.get("CrossEntropyBackward"));
+          const Tensor diff = tensor::mul(tensor::sub(probs, so.get("CrossEntropyBackward")), kept);
+          const Tensor scale = count_on_gpu.defined() ? tensor::div(g, count_on_gpu) : tensor::div(g, count);
+          return std::vector<Tensor>{tensor::mul(diff, scale), Tensor()};
+        });
   }
   return out;
 }

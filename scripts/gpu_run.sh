@@ -110,14 +110,15 @@ case "$part" in
         fi
       done
     done
-    # One step captured in a CUDA graph and replayed, both sides. tinyddp's MLP step cannot be
-    # captured yet (cross-entropy checks its targets on the host): PyTorch's runs alone.
-    for round in 1 2; do
-      step "train_step_toy_graph_$round" 40 ours ./bench/train_step --device cuda --model toy --cuda_graph
-      step "torch_toy_graph_$round" 60 python3 bench/torch_train_step.py --device cuda --model toy --cuda_graph
+    # One step captured in a CUDA graph and replayed, both sides.
+    for model in toy mlp; do
+      for round in 1 2; do
+        step "train_step_${model}_graph_$round" 40 ours ./bench/train_step --device cuda --model "$model" --cuda_graph
+        step "torch_${model}_graph_$round" 60 python3 bench/torch_train_step.py --device cuda --model "$model" \
+          --cuda_graph
+      done
     done
     step train_step_huge_graph 40 ours ./bench/train_step --device cuda --model huge --cuda_graph
-    step torch_mlp_graph 60 python3 bench/torch_train_step.py --device cuda --model mlp --cuda_graph
     # DDP on the GPU: a world of one over NCCL (NCCL refuses two ranks on one device).
     step train_step_mlp_ddp 40 ours ./bench/train_step --device cuda --model mlp --mode ddp
     step train_step_mlp_nosync 40 ours ./bench/train_step --device cuda --model mlp --mode nosync

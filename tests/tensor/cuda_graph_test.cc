@@ -3,8 +3,9 @@
 // SGD with momentum, zero_grad setting gradients to none) captured after two eager steps and
 // replayed gives the parameters of the same steps run eagerly, bit for bit (the same kernels in
 // the same order); waits on the host during capture are Errors that name them, after which
-// the graph resets and the device works on. Without CUDA every call but reset() says so; the
-// GPU cases skip without a GPU.
+// the graph resets and the device works on. Cross-entropy too, with a different number of
+// ignored targets at each step (its count of kept rows is computed on the GPU, not frozen). Without CUDA every call but
+// reset() says so; the GPU cases skip without a GPU.
 #include <vector>
 
 #include "tests/test_util.h"
@@ -26,17 +27,20 @@ const Device kGpu = Device::cuda(0);
   if (!tensor::cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << tensor::cuda::unavailable_reason())
 
 // Steps of a small MLP on the batches, eagerly or (graph) two eagerly, then captured once and
-// replayed for the rest; returns the parameters after every step.
+// replayed for the rest; MSE against float targets, cross-entropy against int64 ones. Returns
+// the parameters after every step.
 std::vector<std::vector<Tensor>> train(const std::vector<Tensor>& xs, const std::vector<Tensor>& ys, bool graph) {
   tensor::manual_seed(3);
   const auto model = nn::mlp({6, 16, 16, 3});
   model->to(kGpu);
   nn::SGD opt(model->parameters(), nn::SGDOptions(0.05).momentum(0.9));
   const Tensor x = tensor::empty({4, 6}, tensor::TensorOptions().device(kGpu));
-  const Tensor y = tensor::empty({4, 3}, tensor::TensorOptions().device(kGpu));
+  const Tensor y = tensor::empty(ys[0].sizes(), tensor::TensorOptions().dtype(ys[0].dtype()).device(kGpu));
+  const bool classes = y.dtype() == tensor::kInt64;
   const auto step = [&] {
     opt.zero_grad();
-    nn::mse_loss(model->forward(x), y).backward();
+    const Tensor out = model->forward(x);
+    (classes ? nn::cross_entropy(out, y) : nn::mse_loss(out, y)).backward();
     opt.step();
   };
   std::vector<std::vector<Tensor>> params;
@@ -98,16 +102,25 @@ TEST_CASE("A training step captured in a CudaGraph gives the eager steps' parame
     xs.push_back(tensor::randn({4, 6}));
     ys.push_back(tensor::randn({4, 3}));
   }
-  const auto eager = train(xs, ys, false), replayed = train(xs, ys, true);
-  for (size_t step = 0; step < eager.size(); ++step) {
-    for (size_t i = 0; i < eager[step].size(); ++i) {
-      INFO("step " << step << ", parameter " << i);
-      CHECK(tensor::equal(replayed[step][i], eager[step][i]));
-    }
+  // Class targets with 0, 1, 2, ... rows ignored (-100) at successive steps.
+  std::vector<Tensor> labels;
+  for (int i = 0; i < 6; ++i) {
+    labels.push_back(tensor::from_vector(std::vector<double>{0, 2, 1, 2}).to(tensor::kInt64));
+    for (int r = 0; r < std::min(i, 3); ++r) labels.back().narrow(0, r, 1).fill_(-100.0);
   }
-  // The steps changed the parameters (a graph that ran nothing would fail above, this guards
-  // the test itself).
-  CHECK_FALSE(tensor::equal(eager.back()[0], eager.front()[0]));
+  for (const auto& targets : {ys, labels}) {
+    INFO((targets[0].dtype() == tensor::kInt64 ? "cross_entropy" : "mse_loss"));
+    const auto eager = train(xs, targets, false), replayed = train(xs, targets, true);
+    for (size_t step = 0; step < eager.size(); ++step) {
+      for (size_t i = 0; i < eager[step].size(); ++i) {
+        INFO("step " << step << ", parameter " << i);
+        CHECK(tensor::equal(replayed[step][i], eager[step][i]));
+      }
+    }
+    // The steps changed the parameters (a graph that ran nothing would fail above; this
+    // guards the test itself).
+    CHECK_FALSE(tensor::equal(eager.back()[0], eager.front()[0]));
+  }
 }
 
 TEST_CASE("Host waits during capture are Errors that name them; the graph then resets", "[cuda][graph]") {
