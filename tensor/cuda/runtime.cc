@@ -299,7 +299,13 @@ class CachingAllocator final : public Allocator {
   Block* new_block(size_t size, cudaStream_t stream) {
     DeviceGuard guard(device_);
     void* ptr = nullptr;
+    // During a capture cudaMalloc counts as unsafe in this thread's capture mode; it is fine
+    // here (the memory is the graph's for as long as the graph lives), so the thread relaxes
+    // its mode around the call.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (capture_pool_ != 0) cudaThreadExchangeStreamCaptureMode(&mode);
     cudaError_t status = cudaMalloc(&ptr, size);
+    if (capture_pool_ != 0) cudaThreadExchangeStreamCaptureMode(&mode);
     if (status == cudaErrorMemoryAllocation && capture_pool_ == 0) {
       cudaGetLastError();  // clear the sticky-free error before retrying
       release_cached();
