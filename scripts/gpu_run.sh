@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the device machine (see scripts/gpu_bundle.sh). One part per call, each sized to
-# end well inside the device tool's 600 s per command, and each leaving exactly two files in
+# end well inside the device tool's 600 s per command, and each leaving two files in
 # $OUT (at most 8 come back): PART.txt (the machine, then one line per step) and PART.tar.gz
-# (every log of the part).
+# (every log of the part); `tests` also leaves zero_overlap_nccl.json, PyTorch's fixture.
 #   tests     the bundled test binaries, whose GPU cases skip elsewhere        (~5 min at most)
 #   sanitize  compute-sanitizer memcheck, racecheck, initcheck and synccheck over our own kernels
 #             (~6 min at most)
@@ -70,6 +70,15 @@ case "$part" in
     step cuda_conv_test 120 ours ./tests/tensor/cuda_conv_test --durations yes
     step cuda_autocast_test 60 ours ./tests/tensor/cuda_autocast_test --durations yes
     step cuda_graph_test 60 ours ./tests/tensor/cuda_graph_test --durations yes
+    # ZeRO's overlap_with_ddp against PyTorch's over NCCL: PyTorch (this machine's, 2.x) writes
+    # the fixture into $OUT (commit it as tests/ddp/fixtures/zero_overlap_nccl.json), then
+    # tinyddp runs the same iterations against it (and against the gloo one from the CPU).
+    repo=$(cd "$here/.." && pwd)
+    step zero_overlap_fixture 120 python3 "$repo/tests/ddp/fixtures/make_zero_overlap_fixture.py" --device cuda \
+      --out_dir "$out"
+    mkdir -p tests/ddp/fixtures
+    cp "$repo/tests/ddp/fixtures/zero_overlap_gloo.json" "$out/zero_overlap_nccl.json" tests/ddp/fixtures/ 2> /dev/null
+    step zero_overlap_test 60 ours ./tests/ddp/zero_overlap_test --durations yes
     step collectives_test 120 ours ./tests/comm/collectives_test --durations yes
     step equivalence_test 150 ours ./tests/ddp/equivalence_test --durations yes
     step examples_test 150 ours ./tests/examples/examples_test --durations yes
