@@ -26,27 +26,36 @@ from gpt_model import GPT, GPTConfig, get_lr  # noqa: E402
 CONFIG = GPTConfig(block_size=64, vocab_size=114, n_layer=4, n_head=4, n_embd=128, dropout=0.0, bias=True)
 
 
+def config(args):
+    """CONFIG with --block_size (the GPU runs use 256)."""
+    return GPTConfig(**{**CONFIG.__dict__, "block_size": args.block_size})
+
+
 def run(rank, nproc, args, init_file):
     torch.set_num_threads(1)
+    cfg = config(args)
+    device = torch.device(args.device)
+    if device.type == "cuda":  # float32 products as on the CPU unless --tf32 (train_gpt --tf32)
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
     if nproc > 1:
         dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=nproc,
                                 timeout=datetime.timedelta(seconds=60))
     torch.manual_seed(1337)
-    model = GPT(CONFIG)
+    model = GPT(cfg).to(device)
     wrapped = DDP(model) if nproc > 1 else model
     opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95))
     rows = args.batch // nproc
     g = torch.Generator().manual_seed(rank)
-    data = torch.randint(0, CONFIG.vocab_size, (100000,), generator=g)
+    data = torch.randint(0, cfg.vocab_size, (100000,), generator=g)
     start = time.perf_counter()
     for step in range(args.steps):
-        offsets = torch.randint(0, data.numel() - CONFIG.block_size - 1, (rows,), generator=g)
-        x = torch.stack([data[o:o + CONFIG.block_size] for o in offsets])
-        y = torch.stack([data[o + 1:o + 1 + CONFIG.block_size] for o in offsets])
+        offsets = torch.randint(0, data.numel() - cfg.block_size - 1, (rows,), generator=g)
+        x = torch.stack([data[o:o + cfg.block_size] for o in offsets]).to(device)
+        y = torch.stack([data[o + 1:o + 1 + cfg.block_size] for o in offsets]).to(device)
         for group in opt.param_groups:
             group["lr"] = get_lr(step, 1e-3, 100, args.steps, 1e-4)
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", torch.bfloat16, enabled=args.autocast):
+        with torch.autocast(device.type, torch.bfloat16, enabled=args.autocast):
             _, loss = wrapped(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -54,8 +63,10 @@ def run(rank, nproc, args, init_file):
         loss.item()
     seconds = time.perf_counter() - start
     if rank == 0:
-        tokens = args.steps * args.batch * CONFIG.block_size
+        tokens = args.steps * args.batch * cfg.block_size
         autocast = " autocast=bf16" if args.autocast else ""
+        autocast += f" device={args.device} block_size={cfg.block_size}" if device.type == "cuda" else ""
+        autocast += " tf32=1" if args.tf32 else ""
         print(f"RESULT impl=torch nproc={nproc} steps={args.steps}{autocast} tokens_per_s={tokens / seconds:.0f}",
               flush=True)
     if nproc > 1:
@@ -69,7 +80,12 @@ def main():
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--autocast", action="store_true", help="forward and loss under autocast (bfloat16)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: one process on cuda:0")
+    parser.add_argument("--block_size", type=int, default=CONFIG.block_size)
+    parser.add_argument("--tf32", action="store_true", help="float32 products on TF32 tensor cores (--device cuda)")
     args = parser.parse_args()
+    if args.device == "cuda" and args.nproc != 1:
+        parser.error("--device cuda runs one process")
     if args.nproc == 1:
         run(0, 1, args, None)
         return

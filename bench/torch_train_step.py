@@ -16,31 +16,38 @@ from torch_models import ToyModel, digits_cnn, mlp
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", choices=["toy", "mlp", "cnn"], default="toy")
+    parser.add_argument("--model", choices=["toy", "mlp", "cnn", "huge"], default="toy")
     parser.add_argument("--iterations", type=int, default=0)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=0, help="mlp or huge: the batch (default 128, huge 32)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--autocast", action="store_true", help="forward and loss under autocast (bfloat16)")
+    parser.add_argument("--tf32", action="store_true", help="float32 matmuls and convolutions on TF32 (--device cuda)")
     parser.add_argument("--cuda_graph", action="store_true",
                         help="time replays of one step captured in a CUDA graph (--device cuda)")
     args = parser.parse_args()
-    if args.cuda_graph and args.device != "cuda":
-        parser.error("--cuda_graph needs --device cuda")
+    if (args.cuda_graph or args.tf32) and args.device != "cuda":
+        parser.error("--cuda_graph and --tf32 need --device cuda")
     torch.set_num_threads(1)
     torch.manual_seed(0)
     toy = args.model == "toy"
-    iterations = args.iterations or (2000 if toy else 300 if args.model == "cnn" else 30)
+    mse = args.model in ("toy", "huge")
+    iterations = args.iterations or (2000 if toy else 300 if args.model == "cnn" else 8 if args.model == "huge" else 30)
     if toy:
         model, inputs, targets = ToyModel(), torch.randn(20, 10), torch.randn(20, 5)
+    elif args.model == "huge":
+        batch = args.batch or 32
+        model, inputs, targets = mlp([1024, 4096, 4096, 1024]), torch.randn(batch, 1024), torch.randn(batch, 1024)
     elif args.model == "cnn":
         model, inputs, targets = digits_cnn(0.25), torch.randn(64, 1, 8, 8), torch.randint(0, 10, (64,))
     else:
         model = mlp([784, 1024, 1024, 10])
-        inputs, targets = torch.randn(128, 784), torch.randint(0, 10, (128,))
+        batch = args.batch or 128
+        inputs, targets = torch.randn(batch, 784), torch.randint(0, 10, (batch,))
     gpu = args.device == "cuda"
-    if gpu:  # float32 as on the CPU: no TF32 (tinyddp's default too)
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+    if gpu:  # float32 as on the CPU unless --tf32 (tinyddp's train_step sets the same switches)
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
+        torch.backends.cudnn.allow_tf32 = args.tf32
     model, inputs, targets = model.to(args.device), inputs.to(args.device), targets.to(args.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
@@ -48,7 +55,7 @@ def main():
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast(args.device, torch.bfloat16, enabled=args.autocast):
             out = model(inputs)
-            loss = F.mse_loss(out, targets) if toy else F.cross_entropy(out, targets)
+            loss = F.mse_loss(out, targets) if mse else F.cross_entropy(out, targets)
         loss.backward()
         optimizer.step()
 
@@ -83,6 +90,7 @@ def main():
     device = " device=cuda" if gpu else ""
     autocast = " autocast=bf16" if args.autocast else ""
     autocast += " cuda_graph=1" if args.cuda_graph else ""
+    autocast += " tf32=1" if args.tf32 else ""
     print(f"RESULT model={args.model} mode=torch{device}{autocast} median_us={statistics.median(times):.1f}")
 
 

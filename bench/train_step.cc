@@ -3,7 +3,7 @@
 // "RESULT model=<name> mode=<mode> median_us=<x>" (from rank 0).
 //   --model toy: the DDP tutorial's ToyModel, batch 20, MSE
 //   --model mlp: 784-1024-1024-10, batch 128, cross-entropy
-//   --model huge: 1024-4096-4096-1024 (25 M parameters), batch 32, MSE
+//   --model huge: 1024-4096-4096-1024 (25 M parameters), batch 32 (--batch), MSE
 //   --model cnn: examples/train's digits CNN (Conv2d, BatchNorm2d, MaxPool2d, Dropout 0.25,
 //     Linear), batch 64 of [1, 8, 8], cross-entropy
 //   --mode local: the plain model; nosync: wrapped in DDP inside no_sync (no communication);
@@ -50,12 +50,13 @@ struct Config {
   std::string optimizer = "sgd";  // sgd (momentum 0.9), adam, zero_adam (ZeroRedundancyOptimizer over Adam)
   std::string comm_hook;          // DDP's default; allreduce, bf16, powersgd1, powersgd4 (PowerSGD rank 1 or 4)
   double bucket_cap_mb = 25, first_bucket_cap_mb = 1;  // DDP's bucket sizes (PyTorch's defaults)
-  int64_t batch = 0;                                   // mlp: the batch per rank (0: 128)
+  int64_t batch = 0;                                   // mlp, huge: the batch per rank (0: 128, 32)
   bool find_unused_parameters = false, static_graph = false, gradient_as_bucket_view = false;
   bool report_memory = false;       // append the process's peak resident memory
   bool zero_grad_in_place = false;  // zero_grad(set_to_none = false): .grad kept, zeroed
   bool autocast = false;            // forward and loss under Autocast (bfloat16)
   bool cuda_graph = false;          // time replays of one captured step (--device cuda, --mode local)
+  bool tf32 = false;                // float32 products and convolutions on TF32 tensor cores (--device cuda)
 };
 
 // " find_unused_parameters=1 ...": the DDP options set away from their defaults.
@@ -63,7 +64,7 @@ std::string ddp_flags(const Config& c) {
   return std::string(c.find_unused_parameters ? " find_unused_parameters=1" : "") +
          (c.static_graph ? " static_graph=1" : "") + (c.gradient_as_bucket_view ? " gradient_as_bucket_view=1" : "") +
          (c.zero_grad_in_place ? " zero_grad_in_place=1" : "") + (c.autocast ? " autocast=bf16" : "") +
-         (c.cuda_graph ? " cuda_graph=1" : "");
+         (c.cuda_graph ? " cuda_graph=1" : "") + (c.tf32 ? " tf32=1" : "");
 }
 
 // A line of /proc/self/status ("VmHWM:  123456 kB") in MiB, or -1.
@@ -113,9 +114,10 @@ Workload make_workload(const Config& c, const t::Device& device) {
     w.inputs = t::randn({64, 1, 8, 8});
     w.targets = t::rand({64}).mul_(10.0).to(t::kInt64);
   } else if (c.model == "huge") {
+    const int64_t batch = c.batch > 0 ? c.batch : 32;
     w.model = nn::mlp({1024, 4096, 4096, 1024});
-    w.inputs = t::randn({32, 1024});
-    w.targets = t::randn({32, 1024});
+    w.inputs = t::randn({batch, 1024});
+    w.targets = t::randn({batch, 1024});
   } else {
     const int64_t batch = c.batch > 0 ? c.batch : 128;
     w.model = nn::mlp({784, 1024, 1024, 10});
@@ -185,6 +187,15 @@ std::shared_ptr<tinyddp::ddp::DistributedDataParallel> make_ddp(
           .gradient_as_bucket_view(c.gradient_as_bucket_view));
 }
 
+// --cuda_graph and --tf32 need a GPU; float32 stays float32 unless --tf32 (PyTorch's side sets
+// the same two switches).
+void set_up_gpu_flags(const Config& c, bool gpu) {
+  TDDP_CHECK(!c.cuda_graph || (gpu && c.mode == "local"), "--cuda_graph needs --device cuda and --mode local");
+  TDDP_CHECK(!c.tf32 || gpu, "--tf32 needs --device cuda");
+  t::cuda::set_allow_tf32(c.tf32);
+  t::cuda::set_cudnn_allow_tf32(c.tf32);
+}
+
 int run(const Config& c) {
   const bool gpu = c.device == "cuda";
   const std::string backend = !c.backend.empty() ? c.backend : gpu ? "nccl" : "gloo";
@@ -230,7 +241,7 @@ int run(const Config& c) {
     }
     if (gpu) t::cuda::synchronize(device.index);  // the step is done when the GPU is
   };
-  TDDP_CHECK(!c.cuda_graph || (gpu && c.mode == "local"), "--cuda_graph needs --device cuda and --mode local");
+  set_up_gpu_flags(c, gpu);
   for (int i = 0; i < c.warmup; ++i) step();
   if (c.cuda_graph) {
     graph.capture_begin(device.index);
@@ -286,10 +297,12 @@ int main(int argc, char** argv) {
   app.add_option("--iterations", c.iterations, "timed steps (default 2000 toy, 30 mlp, 8 huge)")
       ->check(CLI::PositiveNumber);
   app.add_option("--warmup", c.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
-  app.add_option("--batch", c.batch, "--model mlp: the batch per rank (default 128)")->check(CLI::PositiveNumber);
+  app.add_option("--batch", c.batch, "--model mlp or huge: the batch per rank (default 128, huge 32)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--find_unused_parameters", c.find_unused_parameters, "DDP walks the graph after each forward");
   app.add_flag("--static_graph", c.static_graph, "DDP's static_graph");
   app.add_flag("--autocast", c.autocast, "forward and loss under autocast (bfloat16)");
+  app.add_flag("--tf32", c.tf32, "float32 products and convolutions may use TF32 tensor cores (default: off)");
   app.add_flag("--cuda_graph", c.cuda_graph,
                "capture one step in a CUDA graph after the warm-up and time its replays (--device cuda)");
   app.add_flag("--gradient_as_bucket_view", c.gradient_as_bucket_view, ".grad are views of DDP's buckets");

@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
                  "how DDP reduces: allreduce (default), fp16, bf16 or powersgd (sum or none: wrong on purpose)");
   app.add_option("--device", c.device, "cpu (default), cuda or auto");
   app.add_option("--backend", c.backend, "auto (default), gloo or nccl");
+  app.add_flag("--tf32", c.tf32, "on a GPU, float32 matrix products may use TF32 tensor cores (default: off)");
   app.add_option("--timeout", c.timeout_s, "seconds a collective waits for the other ranks (default 60)");
   CLI11_PARSE(app, argc, argv);
   try {

@@ -17,6 +17,7 @@
 #include "tinyddp/nn/nn.h"
 #include "tinyddp/nn/transformer.h"
 #include "tinyddp/tensor/autocast.h"
+#include "tinyddp/tensor/cuda.h"
 
 namespace tinyddp::examples {
 
@@ -124,6 +125,8 @@ void resume_if_asked(const GPTTrainConfig& config, Run& run) {
 Run set_up(const GPTTrainConfig& config) {
   Run run;
   run.placement = choose_placement(config.device, config.backend);
+  TDDP_CHECK(!config.tf32 || run.placement.on_gpu, "--tf32 needs the model on a GPU (--device cuda)");
+  if (config.tf32) tensor::cuda::set_allow_tf32(true);
   run.pg = join_ranks(run.placement.backend, config.timeout_s);
   run.rank = run.pg ? run.pg->rank() : 0;
   run.world = run.pg ? run.pg->size() : 1;

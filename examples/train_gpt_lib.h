@@ -51,6 +51,7 @@ struct GPTTrainConfig {
   std::string comm_hook = "allreduce";
   std::string device = "cpu", backend = "auto";
   std::string autocast;  // "" (float32) | bf16: the forward and loss under tensor::Autocast
+  bool tf32 = false;     // on a GPU: float32 products on TF32 tensor cores (default: full float32)
   double timeout_s = 60;
 
   // Throws tinyddp::Error naming the first option out of range (train_gpt() calls it first).

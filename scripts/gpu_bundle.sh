@@ -9,9 +9,10 @@
 #
 # What travels to the device (this bundle plus the repository's tracked and unignored files)
 # must stay under 64 MiB: the script prints both sizes and fails, naming the largest files,
-# when they would not fit. Only what gpu_run.sh runs goes in; the binaries are stripped, and
-# the kernels carry sm_90 code alone (no PTX, which only GPUs newer than the H100/H200 need).
-# Usage: bash scripts/gpu_bundle.sh   then, on the device: bash .gpu/gpu_run.sh tests|sanitize|bench
+# when they would not fit. Only what gpu_run.sh runs goes in, packed with xz; the binaries are
+# stripped, and the kernels carry sm_90 code alone (no PTX, which only GPUs newer than the
+# H100/H200 need).
+# Usage: bash scripts/gpu_bundle.sh   then, on the device: bash .gpu/gpu_run.sh tests|sanitize|bench|bench2
 set -euo pipefail
 cd "$(dirname "$0")/.."
 limit_bytes=$((64 * 1024 * 1024))
@@ -21,37 +22,51 @@ binaries=(
   tests/comm/collectives_test
   tests/ddp/equivalence_test tests/ddp/zero_overlap_test tests/examples/examples_test
   examples/train examples/ddp_basic examples/ddp_checkpoint examples/ddp_join examples/ddp_zero_join launcher/launch
-  bench/train_step
+  bench/train_step bench/cuda_ops examples/train_gpt
 )
 targets=()
 for b in "${binaries[@]}"; do targets+=("//${b%/*}:${b##*/}"); done
 bazel build -c opt --config=cuda --define=cuda_ptx=0 --dynamic_mode=off "${targets[@]}"
 
+# Staged in .gpu/stage, then packed into .gpu/bundle.tar.xz (gpu_run.sh unpacks it there on
+# first use): the binaries and libraries are about 150 MiB as they are (oneDNN and OpenBLAS
+# alone 73) and about 20 MiB packed.
 rm -rf .gpu
-mkdir -p .gpu/root/bench .gpu/lib
+stage=.gpu/stage
+mkdir -p "$stage/root/bench" "$stage/lib"
 for b in "${binaries[@]}"; do
-  install -D -m 755 "bazel-bin/$b" ".gpu/root/$b"
-  strip ".gpu/root/$b"
+  install -D -m 755 "bazel-bin/$b" "$stage/root/$b"
+  strip "$stage/root/$b"
 done
-cp bench/torch_train_step.py bench/torch_models.py .gpu/root/bench/  # the PyTorch side imports torch_models
-cp scripts/gpu_run.sh .gpu/
+# The PyTorch sides (torch_train_step imports torch_models; torch_gpt_train the fixtures' gpt_model).
+cp bench/torch_train_step.py bench/torch_models.py bench/torch_cuda_ops.py bench/torch_gpt_train.py "$stage/root/bench/"
+mkdir -p "$stage/root/tests/ddp/fixtures"
+cp tests/ddp/fixtures/gpt_model.py "$stage/root/tests/ddp/fixtures/"
+# The scripts examples_test runs on the timelines and results it makes.
+mkdir -p "$stage/root/scripts"
+cp scripts/merge_timelines.py scripts/plot_data_parallel.py scripts/plot_loss.py scripts/plot_timeline.py \
+  "$stage/root/scripts/"
 
 # Shared libraries outside glibc and outside the CUDA toolkit (fmt, Gloo, libstdc++, ...).
-for b in "${binaries[@]}"; do ldd ".gpu/root/$b"; done | awk '/=> \// { print $3 }' | sort -u | while read -r lib; do
+for b in "${binaries[@]}"; do ldd "$stage/root/$b"; done | awk '/=> \// { print $3 }' | sort -u | while read -r lib; do
   case "$lib" in
     /usr/local/cuda/*|*/libc.so*|*/libm.so*|*/libdl.so*|*/librt.so*|*/libpthread.so*|*/ld-linux*) ;;
-    *) cp -L "$lib" .gpu/lib/ && strip --strip-unneeded ".gpu/lib/$(basename "$lib")" ;;
+    *) cp -L "$lib" "$stage/lib/" && strip --strip-unneeded "$stage/lib/$(basename "$lib")" ;;
   esac
 done
+unpacked_bytes=$(du -sb "$stage" | cut -f1)
+tar -C "$stage" -cf - root lib | xz -T0 -6 > .gpu/bundle.tar.xz
+rm -rf "$stage"
+cp scripts/gpu_run.sh .gpu/
 
 bundle_bytes=$(du -sb .gpu | cut -f1)
 repo_bytes=$(git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- 2> /dev/null | tail -1 | cut -f1)
 total=$((bundle_bytes + repo_bytes))
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
-echo "gpu_bundle.sh: bundle $(mib "$bundle_bytes") + repository $(mib "$repo_bytes") = $(mib "$total") of the $(mib "$limit_bytes") that travel"
+echo "gpu_bundle.sh: bundle $(mib "$bundle_bytes") ($(mib "$unpacked_bytes") unpacked) + repository $(mib "$repo_bytes") = $(mib "$total") of the $(mib "$limit_bytes") that travel"
 if [ "$total" -gt "$limit_bytes" ]; then
   echo "gpu_bundle.sh: error: too large to travel to the device machine; the largest files:" >&2
   find .gpu -type f -printf '%s %p\n' | sort -rn | head -8 | awk '{ printf "  %8.1f MiB  %s\n", $1 / 1048576, $2 }' >&2
   exit 1
 fi
-echo "gpu_bundle.sh: ready; on the device machine run, one call each: bash .gpu/gpu_run.sh tests | sanitize | bench"
+echo "gpu_bundle.sh: ready; on the device machine run, one call each: bash .gpu/gpu_run.sh tests | sanitize | bench | bench2"

@@ -7,6 +7,9 @@
 #   sanitize  compute-sanitizer memcheck, racecheck, initcheck and synccheck over our own kernels
 #             (~6 min at most)
 #   bench     the training-step benchmarks against PyTorch on the same GPU    (~5 min at most)
+#   bench2    matmul 4096 and add/copy of 256 M floats, TF32 and bf16 autocast steps, the CNN,
+#             the 4096-wide MLP at batch 256, the GPT at 32 x 256 tokens, and a DDP timeline of
+#             the GPT on the GPU (gpt_timeline.rank0.json, for scripts/plot_timeline.py)
 # Usage (device tool, carry [".gpu"]):  bash .gpu/gpu_run.sh tests   (then sanitize, bench)
 #
 # Library paths: NCCL and cuDNN come from PyTorch's wheels (the nvidia.* Python packages),
@@ -15,10 +18,16 @@
 set -uo pipefail
 part=${1:-}
 case "$part" in
-  tests|sanitize|bench) ;;
-  *) echo "usage: gpu_run.sh tests|sanitize|bench   (one part per device call: each fits in 600 s)" >&2; exit 2 ;;
+  tests|sanitize|bench|bench2) ;;
+  *) echo "usage: gpu_run.sh tests|sanitize|bench|bench2   (one part per device call: each fits in 600 s)" >&2; exit 2 ;;
 esac
 here=$(cd "$(dirname "$0")" && pwd)
+# The binaries and libraries travel packed (gpu_bundle.sh); unpacked here once.
+if [ ! -d "$here/root" ]; then
+  tar -C "$here" -xJf "$here/bundle.tar.xz" 2> /dev/null ||
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$here/bundle.tar.xz" "$here" ||
+    { echo "gpu_run.sh: cannot unpack $here/bundle.tar.xz" >&2; exit 1; }
+fi
 out=${OUT:-/tmp/gpu-out}
 mkdir -p "$out"
 logs=$(mktemp -d)
@@ -132,6 +141,36 @@ case "$part" in
     step train_step_mlp_ddp 40 ours ./bench/train_step --device cuda --model mlp --mode ddp
     step train_step_mlp_nosync 40 ours ./bench/train_step --device cuda --model mlp --mode nosync
     cat "$logs"/train_step_*.log "$logs"/torch_*.log 2> /dev/null | grep RESULT | tee -a "$summary"
+    ;;
+  bench2)
+    repo=$(cd "$here/.." && pwd)
+    step cuda_ops 90 ours ./bench/cuda_ops
+    step torch_cuda_ops 90 python3 bench/torch_cuda_ops.py
+    for flags in "--model mlp --tf32" "--model mlp --autocast" "--model cnn" "--model huge --batch 256" \
+      "--model huge --batch 256 --tf32" "--model huge --batch 256 --autocast"; do
+      name=$(echo "$flags" | tr -d ' -')
+      # shellcheck disable=SC2086  # the flags are words
+      step "train_step_$name" 40 ours ./bench/train_step --device cuda $flags
+      # shellcheck disable=SC2086
+      step "torch_$name" 60 python3 bench/torch_train_step.py --device cuda $flags
+    done
+    # The GPT at 32 windows of 256 tokens: float32, TF32, bf16 autocast; tinyddp reads this
+    # repository's docs/ddp.md as its corpus (no fortunes here).
+    gpt=(--device cuda --block_size 256 --batch 32 --steps 30 --eval_every 0 --eval_windows 1 --sample_tokens 0
+      --corpus "$repo/docs/ddp.md")
+    for flags in "" "--tf32" "--autocast bf16"; do
+      name=gpt$(echo "$flags" | tr -d ' -')
+      # shellcheck disable=SC2086
+      step "train_$name" 90 ours ./examples/train_gpt "${gpt[@]}" $flags
+      # shellcheck disable=SC2086
+      step "torch_$name" 90 python3 bench/torch_gpt_train.py --device cuda --block_size 256 --steps 30 \
+        $(echo "$flags" | sed 's/ bf16//')
+    done
+    # One DDP step of the GPT over NCCL (a world of one) with its timeline, for the picture.
+    export TINYDDP_DDP_TIMELINE="$out/gpt_timeline"
+    step gpt_timeline 60 ours ./launcher/launch --nproc_per_node 1 -- ./examples/train_gpt "${gpt[@]}" --steps 4
+    unset TINYDDP_DDP_TIMELINE
+    cat "$logs"/*.log 2> /dev/null | grep -E "RESULT|tokens/s" | tee -a "$summary"
     ;;
 esac
 tar -C "$logs" -czf "$out/$part.tar.gz" .

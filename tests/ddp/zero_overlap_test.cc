@@ -46,7 +46,8 @@ void check_against_fixture(const nlohmann::json& fixture, ProcessGroup& pg, cons
     {
       tensor::NoGradGuard no_grad;
       const std::vector<Tensor> params = model->parameters();
-      for (size_t i = 0; i < params.size(); ++i) params[i].copy_(from_json(fixture["initial"][i], params[i].sizes(), {}));
+      for (size_t i = 0; i < params.size(); ++i)
+        params[i].copy_(from_json(fixture["initial"][i], params[i].sizes(), {}));
     }
     model->to(device);
     DistributedDataParallel ddp(model, borrow(pg));

@@ -1,0 +1,54 @@
+#!/usr/bin/python3
+"""PyTorch side of //bench:cuda_ops on the same GPU: matmul 4096 (float32 with TF32 off, TF32,
+bfloat16), an add of 256 M floats into a third tensor and a same-device copy (cudaMemcpy),
+timed with CUDA events (median of --repeats after 3 untimed calls). Prints the same RESULT
+lines with impl=torch.
+
+Run on a GPU machine: python3 bench/torch_cuda_ops.py
+"""
+import argparse
+import statistics
+
+import torch
+
+
+def median_ms(repeats, fn):
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--elements", type=int, default=256 << 20)
+    args = parser.parse_args()
+    n = args.n
+    a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+    for mode in ("float32", "tf32", "bfloat16"):
+        torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
+        x, y = (a.bfloat16(), b.bfloat16()) if mode == "bfloat16" else (a, b)
+        ms = median_ms(args.repeats, lambda: torch.matmul(x, y))
+        print(f"RESULT impl=torch op=matmul dtype={mode} n={n} ms={ms:.4f} tflops={2 * n ** 3 / (ms * 1e9):.1f}")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    del a, b
+    m = args.elements
+    a, b, c = torch.full((m,), 1.5, device="cuda"), torch.full((m,), 2.5, device="cuda"), torch.empty(m, device="cuda")
+    nbytes = m * 4
+    ms = median_ms(args.repeats, lambda: torch.add(a, b, out=c))
+    print(f"RESULT impl=torch op=add n={m} ms={ms:.4f} gbps={3 * nbytes / (ms * 1e6):.1f}")
+    ms = median_ms(args.repeats, lambda: c.copy_(a))
+    print(f"RESULT impl=torch op=copy n={m} ms={ms:.4f} gbps={2 * nbytes / (ms * 1e6):.1f}")
+
+
+if __name__ == "__main__":
+    main()
