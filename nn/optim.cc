@@ -8,6 +8,8 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "tinyddp/tensor/cuda.h"
+
 namespace tinyddp::nn {
 
 using tensor::NoGradGuard;
@@ -186,6 +188,11 @@ void Adam::step_group(size_t g) {
   for (size_t i = group_begin(g); i < group_end(g); ++i) {
     const Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
+    // A graph would replay this step with the bias correction of the step it was captured at.
+    TDDP_CHECK(!(p.is_cuda() && tensor::cuda::is_capturing(p.device().index)),
+               "{}.step: cannot be captured in a CUDA graph: its bias correction depends on the step count, a host "
+               "number the graph would freeze at the captured step (capture SGD, or run {} eagerly)",
+               name_, name_);
     State& s = state_[i];
     if (!s.exp_avg.defined()) {
       s.exp_avg = tensor::zeros_like(p);

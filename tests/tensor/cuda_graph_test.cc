@@ -1,10 +1,11 @@
 // CudaGraph (tensor/cuda.h): a captured graph replays what was queued during capture, reading
-// the new values copied into its input tensors; a training step (forward, MSE loss, backward,
-// SGD with momentum, zero_grad setting gradients to none) captured after two eager steps and
+// the new values copied into its input tensors; a training step (forward, loss, backward, SGD
+// with momentum, zero_grad setting gradients to none) captured after two eager steps and
 // replayed gives the parameters of the same steps run eagerly, bit for bit (the same kernels in
-// the same order); waits on the host during capture are Errors that name them, after which
-// the graph resets and the device works on. Cross-entropy too, with a different number of
-// ignored targets at each step (its count of kept rows is computed on the GPU, not frozen). Without CUDA every call but
+// the same order), with MSE and with cross-entropy whose number of ignored targets changes at
+// each step (its count of kept rows is computed on the GPU, not frozen). Waits on the host
+// during capture, and Adam's step (its bias correction is a host number), are Errors that name
+// them, after which the graph resets and the device works on. Without CUDA every call but
 // reset() says so; the GPU cases skip without a GPU.
 #include <vector>
 
@@ -147,6 +148,17 @@ TEST_CASE("Host waits during capture are Errors that name them; the graph then r
     // The device works on, eagerly.
     CHECK(tensor::sum(tensor::mul(x, 3.0)).item<double>() == 24.0);
   }
+  // Adam's bias correction would be frozen at the captured step: refused, naming why.
+  {
+    const Tensor w = tensor::ones({8}, tensor::TensorOptions().device(kGpu)).requires_grad_();
+    tensor::sum(tensor::mul(w, w)).backward();
+    nn::Adam adam({w}, nn::AdamOptions(0.01));
+    adam.step();  // eagerly: fine
+    CudaGraph g;
+    g.capture_begin(0);
+    CHECK_THROWS_WITH(adam.step(), Catch::Contains("Adam.step: cannot be captured in a CUDA graph"));
+  }
+  CHECK_FALSE(tensor::cuda::is_capturing(0));
   // Abandoned without capture_end (an exception leaving the scope): the destructor cleans up.
   {
     CudaGraph g;
