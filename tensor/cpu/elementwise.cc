@@ -46,27 +46,35 @@ D convert(S value) {
 template <typename T>
 using IsaBinaryRow = void (*)(BinaryOp, RowPattern, int64_t, T*, const T*, const T*, T);
 
-// A 16-bit row through the float kernel: blocks widened to float (exactly), computed, and
-// each result rounded once, as the scalar loop computes them. o may be a or b (each block is
-// read before it is written).
+// 16-bit values through a float32 kernel, kWideBlock at a time: compute(first, count, out)
+// writes the float32 results of elements [first, first + count) to out, and each is rounded
+// into o once, as the scalar loops round. Inputs are widened (exactly) by widen_block before
+// anything is written, so o may be an input.
+constexpr int64_t kWideBlock = 1024;
+template <typename T, typename Compute>
+void in_float_blocks(int64_t n, T* o, Compute&& compute) {
+  float wide[kWideBlock];
+  for (int64_t first = 0; first < n; first += kWideBlock) {
+    const int64_t count = std::min(kWideBlock, n - first);
+    compute(first, count, wide);
+    for (int64_t i = 0; i < count; ++i) o[first + i] = T(wide[i]);
+  }
+}
+template <typename T>
+void widen_block(int64_t count, const T* v, float* w) {
+  for (int64_t i = 0; i < count; ++i) w[i] = static_cast<float>(v[i]);
+}
+
+// A 16-bit row through the float kernel (a single value stays one value).
 template <typename T>
 void widened_binary_row(BinaryOp op, RowPattern pattern, int64_t n, T* o, const T* a, const T* b, T alpha) {
-  constexpr int64_t kBlock = 1024;
-  float wa[kBlock], wb[kBlock], wo[kBlock];
-  for (int64_t first = 0; first < n; first += kBlock) {
-    const int64_t count = std::min(kBlock, n - first);
-    const auto widen = [&](float* w, const T* v, bool single) {
-      if (single) {
-        w[0] = static_cast<float>(v[0]);
-      } else {
-        for (int64_t i = 0; i < count; ++i) w[i] = static_cast<float>(v[first + i]);
-      }
-    };
-    widen(wa, a, pattern == RowPattern::kScalarA);
-    widen(wb, b, pattern == RowPattern::kScalarB);
+  float wa[kWideBlock], wb[kWideBlock];
+  const bool single_a = pattern == RowPattern::kScalarA, single_b = pattern == RowPattern::kScalarB;
+  in_float_blocks(n, o, [&](int64_t first, int64_t count, float* wo) {
+    widen_block(single_a ? 1 : count, single_a ? a : a + first, wa);
+    widen_block(single_b ? 1 : count, single_b ? b : b + first, wb);
     isa_kernels().binary_f32(op, pattern, count, wo, wa, wb, static_cast<float>(alpha));
-    for (int64_t i = 0; i < count; ++i) o[first + i] = T(wo[i]);
-  }
+  });
 }
 
 template <typename T>
@@ -179,16 +187,12 @@ bool try_isa_unary(UnaryOp op, const Tensor& out, const Tensor& x) {
   if constexpr (std::is_same_v<T, float>) isa_kernels().unary_f32(op, out.numel(), out.data_ptr<T>(), x.data_ptr<T>());
   if constexpr (std::is_same_v<T, double>) isa_kernels().unary_f64(op, out.numel(), out.data_ptr<T>(), x.data_ptr<T>());
   if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-    constexpr int64_t kBlock = 1024;
-    float wide[kBlock], result[kBlock];
+    float wide[kWideBlock];
     const T* px = x.data_ptr<T>();
-    T* po = out.data_ptr<T>();
-    for (int64_t first = 0; first < out.numel(); first += kBlock) {
-      const int64_t n = std::min(kBlock, out.numel() - first);
-      for (int64_t i = 0; i < n; ++i) wide[i] = static_cast<float>(px[first + i]);
-      isa_kernels().unary_f32(op, n, result, wide);
-      for (int64_t i = 0; i < n; ++i) po[first + i] = T(result[i]);
-    }
+    in_float_blocks(out.numel(), out.data_ptr<T>(), [&](int64_t first, int64_t count, float* result) {
+      widen_block(count, px + first, wide);
+      isa_kernels().unary_f32(op, count, result, wide);
+    });
   }
   return true;
 }
