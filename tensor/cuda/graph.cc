@@ -13,7 +13,6 @@ namespace tinyddp::tensor::cuda {
 
 namespace {
 
-constexpr int kMaxDevices = 64;
 // Whether a CudaGraph is capturing on each device: read by every host wait, so kept here
 // rather than asked of CUDA.
 std::atomic<bool> capturing_on[kMaxDevices] = {};

@@ -24,8 +24,6 @@ void throw_cuda_error(cudaError_t status, const char* call, const char* file, in
 
 namespace {
 
-constexpr int kMaxDevices = 64;
-
 void check_device(int device) {
   TDDP_CHECK(device >= 0 && device < kMaxDevices && device < device_count(),
              "CUDA device {} does not exist ({} device(s) visible)", device, device_count());
@@ -147,7 +145,7 @@ class CachingAllocator final : public Allocator {
     block->in_use = false;
     stats_.allocated_bytes -= block->size;
     if (block->other_streams.empty()) {
-      free_[{block->stream, block->pool}].emplace(block->size, block);
+      cache(block);
       return;
     }
     // Reuse only once the other streams' work queued so far has finished. This runs from
@@ -242,7 +240,7 @@ class CachingAllocator final : public Allocator {
       block->pending_events.clear();
     }
     std::lock_guard<std::mutex> lock(mutex_);
-    for (Block* block : waiting) free_[{block->stream, block->pool}].emplace(block->size, block);
+    for (Block* block : waiting) cache(block);
     if (capture_pool_ == 0) release_cached();  // cudaFree is not allowed while a graph is captured
     if (first_error != cudaSuccess) throw_cuda_error(first_error, "cudaEventSynchronize", __FILE__, __LINE__);
   }
@@ -257,6 +255,9 @@ class CachingAllocator final : public Allocator {
     std::vector<cudaStream_t> other_streams;
     std::vector<cudaEvent_t> pending_events;
   };
+
+  // A free block, back in the cache of its stream and pool.
+  void cache(Block* block) { free_[{block->stream, block->pool}].emplace(block->size, block); }
 
   // Blocks whose events have all completed go back to their pools.
   void reclaim_finished() {
@@ -277,7 +278,7 @@ class CachingAllocator final : public Allocator {
       }
       for (cudaEvent_t e : block->pending_events) cudaEventDestroy(e);
       block->pending_events.clear();
-      free_[{block->stream, block->pool}].emplace(block->size, block);
+      cache(block);
       it = pending_.erase(it);
     }
   }

@@ -40,6 +40,9 @@ namespace tinyddp::tensor::cuda {
       ::tinyddp::tensor::cuda::throw_cuda_error(tddp_status_, #call, __FILE__, __LINE__); \
   } while (false)
 
+// The most devices the per-device tables (streams, allocators, capture flags) hold.
+constexpr int kMaxDevices = 64;
+
 // The compute stream of `device` (created on first use; never destroyed).
 cudaStream_t compute_stream(int device);
 
