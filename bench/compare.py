@@ -48,7 +48,7 @@ def run_tinyddp(binary):
 def work(name):
     """("GFLOP", n) for a matmul, ("GB", n) for a memory-bound op, per call."""
     base, _, arg = name.partition("/")
-    if base in ("BM_Matmul", "BM_MatmulTransposedB", "BM_MatmulBf16"):
+    if base in ("BM_Matmul", "BM_MatmulTransposedA", "BM_MatmulTransposedB", "BM_MatmulBf16"):
         return "GFLOP", 2.0 * int(arg) ** 3 / 1e9
     if base in ("BM_MlpGemm", "BM_MlpGemmBf16"):
         fields = dict(part.split(":") for part in arg.split("/"))

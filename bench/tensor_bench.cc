@@ -14,12 +14,14 @@ namespace t = tinyddp::tensor;
 
 namespace {
 
-// c = a @ b for n x n float32 operands; b is a transposed view when `transposed_b`.
-void run_matmul(benchmark::State& state, bool transposed_b) {
+enum class Transposed { kNone, kA, kB };
+
+// c = a @ b for n x n float32 operands; a or b is a transposed view when `transposed` says so.
+void run_matmul(benchmark::State& state, Transposed transposed) {
   const int64_t n = state.range(0);
   t::Generator g(0);
-  const t::Tensor a = t::randn({n, n}, {}, &g);
-  const t::Tensor b = transposed_b ? t::randn({n, n}, {}, &g).t() : t::randn({n, n}, {}, &g);
+  const t::Tensor a = transposed == Transposed::kA ? t::randn({n, n}, {}, &g).t() : t::randn({n, n}, {}, &g);
+  const t::Tensor b = transposed == Transposed::kB ? t::randn({n, n}, {}, &g).t() : t::randn({n, n}, {}, &g);
   for (auto _ : state) {
     t::Tensor c = t::matmul(a, b);
     benchmark::DoNotOptimize(c.raw_data_ptr());
@@ -28,12 +30,16 @@ void run_matmul(benchmark::State& state, bool transposed_b) {
       benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
-void BM_Matmul(benchmark::State& state) { run_matmul(state, false); }
+void BM_Matmul(benchmark::State& state) { run_matmul(state, Transposed::kNone); }
 BENCHMARK(BM_Matmul)->Arg(256)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond);
 
 // x @ W^T, the Linear layer's product: the transposed view is used in place.
-void BM_MatmulTransposedB(benchmark::State& state) { run_matmul(state, true); }
+void BM_MatmulTransposedB(benchmark::State& state) { run_matmul(state, Transposed::kB); }
 BENCHMARK(BM_MatmulTransposedB)->Arg(1024)->Unit(benchmark::kMillisecond);
+
+// a^T @ b, the weight gradient's product at a square size: the left operand read transposed.
+void BM_MatmulTransposedA(benchmark::State& state) { run_matmul(state, Transposed::kA); }
+BENCHMARK(BM_MatmulTransposedA)->Arg(1024)->Unit(benchmark::kMillisecond);
 
 // The same products in bfloat16 (autocast's matmuls): oneDNN under AVX-512, float32 kernels
 // below (bench/README.md).

@@ -41,6 +41,8 @@ def main():
         print(json.dumps({"name": f"BM_Matmul/{n}", "ms": timeit(lambda: torch.matmul(a, b))}))
     a, b = torch.randn(1024, 1024), torch.randn(1024, 1024).t()
     print(json.dumps({"name": "BM_MatmulTransposedB/1024", "ms": timeit(lambda: torch.matmul(a, b))}))
+    a, b = torch.randn(1024, 1024).t(), torch.randn(1024, 1024)
+    print(json.dumps({"name": "BM_MatmulTransposedA/1024", "ms": timeit(lambda: torch.matmul(a, b))}))
     for batch, fan_in, fan_out, which in MLP_GEMMS:
         x, w, g = torch.randn(batch, fan_in), torch.randn(fan_out, fan_in), torch.randn(batch, fan_out)
         fn = [lambda: torch.matmul(x, w.t()), lambda: torch.matmul(g, w), lambda: torch.matmul(g.t(), x)][which]

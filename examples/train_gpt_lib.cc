@@ -293,17 +293,20 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
     const Tensor loss = forward_loss(config, run, x, y);
     loss.backward();
     // After backward, DDP has averaged the gradients: every rank clips by the same factor.
-    const double norm = nn::clip_grad_norm_(params, config.grad_clip > 0 ? config.grad_clip : INFINITY);
+    const Tensor norm_tensor = nn::clip_grad_norm_(params, config.grad_clip > 0 ? config.grad_clip : INFINITY);
     run.optimizer->step();
     run.scheduler->step();
     result.losses.push_back(mean_over_ranks(run, loss.item<double>()));
     TDDP_CHECK(std::isfinite(result.losses.back()), "the loss became {} at step {}; lower --lr", result.losses.back(),
                step);
+    const bool log_now = (step + 1) % log_every == 0 || step + 1 == config.steps;
+    // The norm is read back only when it is written out (the loss above was read already).
+    const double norm = metrics.is_open() || log_now ? norm_tensor.item<double>() : 0.0;
     if (metrics.is_open())
       metrics << fmt::format("{},{:.9g},{:.9g},{:.9g}", step, result.losses.back(), norm, lr) << std::endl;
     const int64_t done = step + 1 - run.first_step;
     const double tokens = static_cast<double>(done * run.rows * run.world * config.block_size);
-    if ((step + 1) % log_every == 0 || step + 1 == config.steps) {
+    if (log_now) {
       out << fmt::format("step {:>{}}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {:.0f} tokens/s\n", step + 1,
                          std::to_string(config.steps).size(), config.steps, result.losses.back(), norm, lr,
                          tokens / seconds())

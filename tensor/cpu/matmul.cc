@@ -8,8 +8,9 @@
 // for products of at least kOpenBlasMinWork multiply-adds when the kernels it picked use the
 // instruction set cpu_isa() selected; otherwise Eigen's GEMM compiled for that instruction
 // set (isa/kernels.cc), except that on Zen 4 the large products use the AVX2 build whatever
-// is selected (zen4_with_avx512, below). TINYDDP_CPU_MATMUL=eigen or =openblas forces one
-// engine, for benchmarks.
+// is selected (zen4_with_avx512, below), and that products of 128 terms or fewer stay with
+// Eigen where OpenBLAS runs its Zen kernels (kZenKernelsMinTerms). TINYDDP_CPU_MATMUL=eigen
+// or =openblas forces one engine, for benchmarks.
 #include <cpuid.h>
 
 #include <algorithm>
@@ -138,6 +139,7 @@ constexpr int64_t kZen4L1Blocking = 64 << 10;
 struct EnginePolicy {
   std::optional<Engine> forced;
   const IsaKernels* openblas_table = nullptr;
+  bool zen_kernels = false;  // OpenBLAS loaded its Zen kernel set (kZenKernelsMinTerms)
 };
 
 const EnginePolicy& engine_policy() {
@@ -146,17 +148,27 @@ const EnginePolicy& engine_policy() {
     if (zen4_with_avx512()) avx2_kernels().set_gemm_l1_blocking(kZen4L1Blocking);
     const std::optional<CpuIsa> isa = openblas_core().isa;
     if (isa == CpuIsa::kAvx2) p.openblas_table = &avx2_kernels();
+    p.zen_kernels = lowercase(openblas_core().name) == "zen";
     if (isa == CpuIsa::kAvx512 && cpu_has(CpuIsa::kAvx512)) p.openblas_table = &avx512_kernels();
     return p;
   }();
   return policy;
 }
 
-Engine engine(int64_t work) {
+// OpenBLAS's Zen kernel set (Zen 2 and 3, and Zen 4 if made to load it) slows down on
+// products of few terms: with it, on the Zen 4 machine under the AVX2 selection, 1024 x k x
+// 1024 ran at 97-98 GFLOP/s for k = 128 (the MLP's weight gradients g^T @ h, whichever
+// operand is transposed) and 87 for k = 64, where Eigen's AVX2 build ran 103-105 and 99-101;
+// from k = 256 on they were even (103). The Zen 3 machine had shown the same lead, less
+// clearly (g^T @ h: Eigen 73-80, OpenBLAS 67-79). bench/README.md, "Few terms on Zen kernels".
+constexpr int64_t kZenKernelsMinTerms = 129;
+
+Engine engine(int64_t work, int64_t terms) {
   const EnginePolicy& policy = engine_policy();
   if (policy.forced) return *policy.forced;
   if (work < kOpenBlasMinWork) return Engine::kEigen;
-  if (&isa_kernels() == policy.openblas_table) return Engine::kOpenBlas;
+  if (&isa_kernels() == policy.openblas_table && (terms >= kZenKernelsMinTerms || !policy.zen_kernels))
+    return Engine::kOpenBlas;
   return large_products_on_avx2() ? Engine::kEigenAvx2 : Engine::kEigen;
 }
 
@@ -190,7 +202,7 @@ void float_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   g.b = b.data_ptr<T>(), g.ldb = lb->leading_dim, g.b_row_major = lb->row_major;
   g.c = out.data_ptr<T>();
   const bool int_sized = fits_int(g.n) && fits_int(g.k) && fits_int(g.m) && fits_int(g.lda) && fits_int(g.ldb);
-  const Engine e = engine(g.n * g.k * g.m);
+  const Engine e = engine(g.n * g.k * g.m, g.k);
   if (int_sized && e == Engine::kOpenBlas) {
     openblas_gemm(g);
     return;
@@ -237,8 +249,9 @@ std::string matmul_engine() {
                                         : fmt::format("Eigen, {} build (forced)", cpu_isa_name(cpu_isa()));
   }
   if (core.isa == cpu_isa()) {
-    return fmt::format("OpenBLAS, {} kernels, from {} multiply-adds; Eigen, {} build, below", core.name,
-                       kOpenBlasMinWork, cpu_isa_name(cpu_isa()));
+    return fmt::format(
+        "OpenBLAS, {} kernels, from {} multiply-adds{}; Eigen, {} build, below", core.name, kOpenBlasMinWork,
+        engine_policy().zen_kernels ? fmt::format(" and {} terms", kZenKernelsMinTerms) : "", cpu_isa_name(cpu_isa()));
   }
   const std::string openblas = fmt::format("OpenBLAS picked its {} kernels{}", core.name,
                                            core.intel_kernels_on_amd ? ", made for Intel CPUs" : "");

@@ -124,8 +124,10 @@ TEST_CASE("clip_grad_norm_ returns PyTorch's total norm and leaves PyTorch's gra
     }
     const double norm_type = c["norm_type"] == "inf" ? INFINITY : c["norm_type"].get<double>();
     INFO("max_norm " << c["max_norm"] << " norm_type " << norm_type);
-    const double total = clip_grad_norm_(params, c["max_norm"].get<double>(), norm_type);
-    CHECK(total == Approx(c["total"].get<double>()).epsilon(1e-6));
+    const Tensor total = clip_grad_norm_(params, c["max_norm"].get<double>(), norm_type);
+    CHECK(total.dim() == 0);  // PyTorch's 0-d tensor in the gradients' dtype
+    CHECK(total.dtype() == tensor::kFloat32);
+    CHECK(total.item<double>() == Approx(c["total"].get<double>()).epsilon(1e-6));
     for (size_t i = 0; i < params.size(); ++i) {
       const std::vector<float> got = params[i].grad().to_vector<float>();
       const std::vector<float> want = c["clipped"][i].get<std::vector<float>>();
@@ -136,8 +138,9 @@ TEST_CASE("clip_grad_norm_ returns PyTorch's total norm and leaves PyTorch's gra
   nan_grad.mutable_grad() = tensor::tensor({1.0, NAN});
   CHECK_THROWS_WITH(clip_grad_norm_({nan_grad}, 1.0, 2.0, true),
                     Contains("the total norm of order 2 of the gradients is nan"));
-  CHECK(std::isnan(clip_grad_norm_({nan_grad}, 1.0)));                        // PyTorch's default: scale anyway
-  CHECK(clip_grad_norm_({tensor::zeros({2}).requires_grad_()}, 1.0) == 0.0);  // no gradients: nothing to do
+  CHECK(std::isnan(clip_grad_norm_({nan_grad}, 1.0).item<double>()));               // PyTorch's default: scale anyway
+  const Tensor none = clip_grad_norm_({tensor::zeros({2}).requires_grad_()}, 1.0);  // no gradients: nothing to do
+  CHECK((none.dim() == 0 && none.dtype() == tensor::kFloat32 && none.item<double>() == 0.0));
   CHECK_THROWS_WITH(clip_grad_norm_({nan_grad}, 1.0, 0.5), Contains("norm_type must be >= 1 or infinity, got 0.5"));
 }
 

@@ -3,7 +3,8 @@
 // with momentum, zero_grad setting gradients to none) captured after two eager steps and
 // replayed gives the parameters of the same steps run eagerly, bit for bit (the same kernels in
 // the same order), with MSE and with cross-entropy whose number of ignored targets changes at
-// each step (its count of kept rows is computed on the GPU, not frozen). Waits on the host
+// each step (its count of kept rows is computed on the GPU, not frozen), and with
+// clip_grad_norm_ in the step. Waits on the host
 // during capture, and Adam's step (its bias correction is a host number), are Errors that name
 // them, after which the graph resets and the device works on. Without CUDA every call but
 // reset() says so; the GPU cases skip without a GPU.
@@ -28,9 +29,11 @@ const Device kGpu = Device::cuda(0);
   if (!tensor::cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << tensor::cuda::unavailable_reason())
 
 // Steps of a small MLP on the batches, eagerly or (graph) two eagerly, then captured once and
-// replayed for the rest; MSE against float targets, cross-entropy against int64 ones. Returns
-// the parameters after every step.
-std::vector<std::vector<Tensor>> train(const std::vector<Tensor>& xs, const std::vector<Tensor>& ys, bool graph) {
+// replayed for the rest; MSE against float targets, cross-entropy against int64 ones; with
+// `clip`, clip_grad_norm_ to 0.05 between backward and the step. Returns the parameters after
+// every step.
+std::vector<std::vector<Tensor>> train(const std::vector<Tensor>& xs, const std::vector<Tensor>& ys, bool graph,
+                                       bool clip = false) {
   tensor::manual_seed(3);
   const auto model = nn::mlp({6, 16, 16, 3});
   model->to(kGpu);
@@ -42,6 +45,7 @@ std::vector<std::vector<Tensor>> train(const std::vector<Tensor>& xs, const std:
     opt.zero_grad();
     const Tensor out = model->forward(x);
     (classes ? nn::cross_entropy(out, y) : nn::mse_loss(out, y)).backward();
+    if (clip) nn::clip_grad_norm_(model->parameters(), 0.05);  // no host read: capturable
     opt.step();
   };
   std::vector<std::vector<Tensor>> params;
@@ -122,6 +126,16 @@ TEST_CASE("A training step captured in a CudaGraph gives the eager steps' parame
     // guards the test itself).
     CHECK_FALSE(tensor::equal(eager.back()[0], eager.front()[0]));
   }
+  // clip_grad_norm_ inside the captured step: its norm and coefficient are device tensors, so
+  // every replay clips by its own step's norm.
+  const auto eager = train(xs, ys, false, true), replayed = train(xs, ys, true, true);
+  for (size_t step = 0; step < eager.size(); ++step) {
+    for (size_t i = 0; i < eager[step].size(); ++i) {
+      INFO("clipped, step " << step << ", parameter " << i);
+      CHECK(tensor::equal(replayed[step][i], eager[step][i]));
+    }
+  }
+  CHECK_FALSE(tensor::equal(eager.back()[0], train(xs, ys, false).back()[0]));  // it did clip
 }
 
 TEST_CASE("Host waits during capture are Errors that name them; the graph then resets", "[cuda][graph]") {
