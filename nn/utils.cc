@@ -14,12 +14,16 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
     if (p.grad().defined()) grads.push_back(p.grad());
   }
   if (grads.empty()) return tensor::scalar_tensor(0.0);
-  // Each gradient's norm as a one-element tensor in its dtype, then the norm of those.
+  // Each gradient's norm as a one-element tensor in its dtype, then the norm of those. A
+  // 16-bit tensor's norm is summed in float32 and rounded once, as PyTorch's norm kernel does.
   const bool inf = std::isinf(norm_type);
   const auto norm = [&](const Tensor& x) {
     if (inf) return tensor::max(tensor::abs(x));
-    if (norm_type == 2) return tensor::sqrt(tensor::sum(tensor::mul(x, x)));
-    return tensor::pow(tensor::sum(tensor::pow(tensor::abs(x), norm_type)), 1.0 / norm_type);
+    const Tensor wide = tensor::is_16bit_float(x.dtype()) ? x.to(tensor::kFloat32) : x;
+    const Tensor n = norm_type == 2
+                         ? tensor::sqrt(tensor::sum(tensor::mul(wide, wide)))
+                         : tensor::pow(tensor::sum(tensor::pow(tensor::abs(wide), norm_type)), 1.0 / norm_type);
+    return n.to(x.dtype());
   };
   const Tensor& first = grads.front();
   std::vector<Tensor> norms;

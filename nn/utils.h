@@ -10,7 +10,8 @@ namespace tinyddp::nn {
 // Scales the gradients of `params` in place so that their total norm (the norm of the vector
 // of every gradient's norm) is at most max_norm, as torch.nn.utils.clip_grad_norm_: each .grad
 // is multiplied by clamp(max_norm / (total + 1e-6), max = 1), computed in the gradients'
-// dtype with PyTorch's operations (also when it is 1). Returns the total norm before
+// dtype with PyTorch's operations (also when it is 1; a 16-bit gradient's norm is summed in
+// float32 and rounded once). Returns the total norm before
 // clipping as a 0-d tensor in the gradients' dtype, on the first gradient's device (a
 // float32 zero on the CPU when no parameter has a gradient). Nothing is read back to the
 // host, so on a GPU the step does not wait and can be captured in a CUDA graph; read the norm

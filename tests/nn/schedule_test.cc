@@ -134,6 +134,24 @@ TEST_CASE("clip_grad_norm_ returns PyTorch's total norm and leaves PyTorch's gra
       for (size_t k = 0; k < got.size(); ++k) CHECK(got[k] == Approx(want[k]).epsilon(1e-6).margin(1e-7));
     }
   }
+  // bfloat16 gradients: the norm, the coefficient and the scaled gradients to PyTorch's bits.
+  for (const nlohmann::json& c : reference()["clip_bf16"]) {
+    std::vector<Tensor> params;
+    for (size_t i = 0; i < c["grads"].size(); ++i) {
+      const tensor::Shape shape = c["shapes"][i].get<tensor::Shape>();
+      Tensor p = tensor::zeros(shape, tensor::kBFloat16).requires_grad_();
+      p.mutable_grad() = tensor::from_vector(c["grads"][i].get<std::vector<float>>(), shape).to(tensor::kBFloat16);
+      params.push_back(p);
+    }
+    const double norm_type = c["norm_type"] == "inf" ? INFINITY : c["norm_type"].get<double>();
+    INFO("bfloat16, max_norm " << c["max_norm"] << " norm_type " << norm_type);
+    const Tensor total = clip_grad_norm_(params, c["max_norm"].get<double>(), norm_type);
+    CHECK(total.dtype() == tensor::kBFloat16);
+    CHECK(total.item<double>() == c["total"].get<double>());
+    for (size_t i = 0; i < params.size(); ++i) {
+      CHECK(params[i].grad().to(tensor::kFloat32).to_vector<float>() == c["clipped"][i].get<std::vector<float>>());
+    }
+  }
   Tensor nan_grad = tensor::zeros({2}).requires_grad_();
   nan_grad.mutable_grad() = tensor::tensor({1.0, NAN});
   CHECK_THROWS_WITH(clip_grad_norm_({nan_grad}, 1.0, 2.0, true),
