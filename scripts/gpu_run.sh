@@ -6,11 +6,13 @@
 #   tests     the bundled test binaries, whose GPU cases skip elsewhere        (~5 min at most)
 #   sanitize  compute-sanitizer memcheck, racecheck, initcheck and synccheck over our own kernels
 #             (~6 min at most)
+#   sanitize2 the same four tools over the convolutional ops, CUDA graphs and autocast
+#             (cuda_conv_test, cuda_graph_test, cuda_autocast_test)
 #   bench     the training-step benchmarks against PyTorch on the same GPU    (~5 min at most)
 #   bench2    matmul 4096 and add/copy of 256 M floats, TF32 and bf16 autocast steps, the CNN,
 #             the 4096-wide MLP at batch 256, the GPT at 32 x 256 tokens, and a DDP timeline of
 #             the GPT on the GPU (gpt_timeline.rank0.json, for scripts/plot_timeline.py)
-# Usage (device tool, carry [".gpu"]):  bash .gpu/gpu_run.sh tests   (then sanitize, bench)
+# Usage (device tool, carry [".gpu"]):  bash .gpu/gpu_run.sh tests   (then sanitize, sanitize2, bench, bench2)
 #
 # Library paths: NCCL and cuDNN come from PyTorch's wheels (the nvidia.* Python packages),
 # cuBLAS and cudart from the toolkit. They are set for tinyddp's binaries only (`ours`), never
@@ -18,8 +20,9 @@
 set -uo pipefail
 part=${1:-}
 case "$part" in
-  tests|sanitize|bench|bench2) ;;
-  *) echo "usage: gpu_run.sh tests|sanitize|bench|bench2   (one part per device call: each fits in 600 s)" >&2; exit 2 ;;
+  tests|sanitize|sanitize2|bench|bench2) ;;
+  *) echo "usage: gpu_run.sh tests|sanitize|sanitize2|bench|bench2   (one part per device call: each fits in 600 s)" >&2
+    exit 2 ;;
 esac
 here=$(cd "$(dirname "$0")" && pwd)
 # The binaries and libraries travel packed (gpu_bundle.sh); unpacked here once.
@@ -114,6 +117,23 @@ case "$part" in
           ./tests/ddp/equivalence_test "[cuda]"
         step "${tool}_collectives" 60 ours "$sanitizer" --tool "$tool" --report-api-errors no --error-exitcode 99 \
           ./tests/comm/collectives_test "[cuda]"
+      done
+    else
+      note "compute-sanitizer: not found"
+    fi
+    ;;
+  sanitize2)
+    sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    if [ -x "$sanitizer" ]; then
+      # The "[cuda]" cases of the newer GPU tests. cuDNN runs inside the convolution cases, so
+      # API errors from its probing are not reported; what each tool checks still is.
+      # Tool by tool, so that every test gets memcheck first if the 540 s run out.
+      for tool in memcheck initcheck racecheck synccheck; do
+        step "${tool}_graph" 40 ours "$sanitizer" --tool "$tool" --error-exitcode 99 ./tests/tensor/cuda_graph_test "[cuda]"
+        step "${tool}_autocast" 30 ours "$sanitizer" --tool "$tool" --report-api-errors no --error-exitcode 99 \
+          ./tests/tensor/cuda_autocast_test "[cuda]"
+        step "${tool}_conv" 60 ours "$sanitizer" --tool "$tool" --report-api-errors no --error-exitcode 99 \
+          ./tests/tensor/cuda_conv_test "[cuda]"
       done
     else
       note "compute-sanitizer: not found"
