@@ -189,16 +189,22 @@ void Adam::step_group(size_t g) {
     const Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
     // A graph would replay this step with the bias correction of the step it was captured at.
-    TDDP_CHECK(!(p.is_cuda() && tensor::cuda::is_capturing(p.device().index)),
+    TDDP_CHECK(options_.capturable() || !(p.is_cuda() && tensor::cuda::is_capturing(p.device().index)),
                "{}.step: cannot be captured in a CUDA graph: its bias correction depends on the step count, a host "
-               "number the graph would freeze at the captured step (capture SGD, or run {} eagerly)",
+               "number the graph would freeze at the captured step (pass AdamOptions().capturable(true), capture "
+               "SGD, or run {} eagerly)",
                name_, name_);
     State& s = state_[i];
     if (!s.exp_avg.defined()) {
       s.exp_avg = tensor::zeros_like(p);
       s.exp_avg_sq = tensor::zeros_like(p);
+      if (options_.capturable()) s.step_t = tensor::zeros({1}, tensor::TensorOptions().device(p.device()));
     }
-    ++s.step;
+    if (options_.capturable()) {
+      s.step_t.add_(1.0);
+    } else {
+      ++s.step;
+    }
     Tensor grad = p.grad();
     if (decay != 0) {
       if (decoupled_) {
@@ -210,13 +216,31 @@ void Adam::step_group(size_t g) {
     s.exp_avg.mul_(beta1).add_(grad, 1 - beta1);
     // addcmul_(grad, grad, value = 1 - beta2): value * grad * grad, left to right
     s.exp_avg_sq.mul_(beta2).add_(tensor::mul(tensor::mul(grad, 1 - beta2), grad));
+    update(p, s, lr);
+  }
+}
+
+void Adam::update(const Tensor& p, State& s, double lr) const {
+  const double beta1 = options_.beta1(), beta2 = options_.beta2(), eps = options_.eps();
+  if (!options_.capturable()) {
     const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(s.step));
     const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(s.step));
     const double step_size = lr / bias_correction1;
-    const Tensor denom = tensor::div(tensor::sqrt(s.exp_avg_sq), std::sqrt(bias_correction2)).add_(options_.eps());
+    const Tensor denom = tensor::div(tensor::sqrt(s.exp_avg_sq), std::sqrt(bias_correction2)).add_(eps);
     // addcdiv_(exp_avg, denom, value = -step_size): value * exp_avg / denom, left to right
     p.add_(tensor::div(tensor::mul(s.exp_avg, -step_size), denom));
+    return;
   }
+  // PyTorch's capturable branch, op for op (a number over a tensor is the tensor's reciprocal
+  // times the number): bias corrections 1 - beta^step on the device, then
+  // denom = sqrt(v) / (sqrt(bc2) * -step_size) + eps / -step_size and p += m / denom.
+  const Tensor bias_correction1 = 1.0 - tensor::pow(beta1, s.step_t);
+  const Tensor bias_correction2 = 1.0 - tensor::pow(beta2, s.step_t);
+  const Tensor step_size_neg = tensor::neg(tensor::mul(1.0 / bias_correction1, lr));
+  const Tensor denom =
+      tensor::div(tensor::sqrt(s.exp_avg_sq), tensor::mul(tensor::sqrt(bias_correction2), step_size_neg))
+          .add_(tensor::mul(1.0 / step_size_neg, eps));
+  p.add_(tensor::div(s.exp_avg, denom));
 }
 
 OrderedDict<Tensor> Adam::state_dict() const {
@@ -224,7 +248,8 @@ OrderedDict<Tensor> Adam::state_dict() const {
   for (size_t i = 0; i < params_.size(); ++i) {
     const State& s = state_[i];
     if (!s.exp_avg.defined()) continue;
-    out.insert(state_key(i, "step"), tensor::scalar_tensor(static_cast<double>(s.step), tensor::kInt64));
+    out.insert(state_key(i, "step"),
+               s.step_t.defined() ? s.step_t : tensor::scalar_tensor(static_cast<double>(s.step), tensor::kInt64));
     out.insert(state_key(i, "exp_avg"), s.exp_avg);
     out.insert(state_key(i, "exp_avg_sq"), s.exp_avg_sq);
   }
@@ -242,7 +267,11 @@ void Adam::load_state_dict(const OrderedDict<Tensor>& state) {
     TDDP_CHECK(present == 0 || present == 3, "{}: load_state_dict: parameter {} has only part of its state", name_, i);
     if (present == 0) continue;
     TDDP_CHECK(step->numel() == 1, "{}: load_state_dict: state.{}.step must have one element", name_, i);
-    loaded[i].step = step->item<int64_t>();
+    if (options_.capturable()) {  // PyTorch's float32 step, which an int64 count also converts to
+      loaded[i].step_t = step->to(tensor::kFloat32).reshape({1}).to(params_[i].device()).clone();
+    } else {
+      loaded[i].step = static_cast<int64_t>(step->to(tensor::kFloat64).item<double>());
+    }
     loaded[i].exp_avg = avg->to(params_[i].dtype()).to(params_[i].device()).clone();
     loaded[i].exp_avg_sq = avg_sq->to(params_[i].dtype()).to(params_[i].device()).clone();
   }

@@ -164,11 +164,21 @@ struct AdamOptions {
     weight_decay_ = v;
     return *this;
   }
+  // As PyTorch's capturable=True: the step count is a float32 tensor on the parameter's
+  // device and the bias corrections are computed there with tensor ops, so step() reads no
+  // host number that a CUDA graph would freeze and can be captured. PyTorch's capturable
+  // arithmetic, on any device (PyTorch asserts CUDA; its differentiable path runs the same
+  // arithmetic on the CPU). The learning rate stays a host number: a captured step keeps it.
+  AdamOptions& capturable(bool v) {
+    capturable_ = v;
+    return *this;
+  }
   double lr() const { return lr_; }
   double beta1() const { return beta1_; }
   double beta2() const { return beta2_; }
   double eps() const { return eps_; }
   double weight_decay() const { return weight_decay_; }
+  bool capturable() const { return capturable_; }
 
  private:
   double lr_;
@@ -176,6 +186,7 @@ struct AdamOptions {
   double beta2_ = 0.999;
   double eps_ = 1e-8;
   double weight_decay_ = 0;
+  bool capturable_ = false;
 };
 
 // Adam; with decoupled = true it is AdamW (decay applied to the weights, not the gradient;
@@ -195,9 +206,12 @@ class Adam : public Optimizer {
 
  private:
   struct State {
-    int64_t step = 0;
+    int64_t step = 0;  // without capturable
+    Tensor step_t;     // with capturable: float32 [1] on the parameter's device, as PyTorch's
     Tensor exp_avg, exp_avg_sq;
   };
+  // The parameter update from the moments: host bias corrections, or (capturable) tensor ones.
+  void update(const Tensor& p, State& s, double lr) const;
   AdamOptions options_;
   bool decoupled_;
   std::vector<State> state_;

@@ -60,6 +60,11 @@ Tensor sigmoid(const Tensor& x);
 // inputs only.
 Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 Tensor pow(const Tensor& x, double exponent);
+// As torch.pow(self: Scalar, exponent: Tensor): base ** exponent elementwise, in the exponent's
+// floating dtype (an int64 exponent computes in float32; an integral base with an int64
+// exponent, an integer result in PyTorch, is refused). Its gradient is out * log(base) (0
+// where base is 0 and the exponent >= 0). Adam's capturable bias correction, 1 - beta^step.
+Tensor pow(double base, const Tensor& exponent);
 
 // ---- joining, splitting, triangles ------------------------------------------------------------
 // As torch.cat: tensors of one dtype and device whose shapes agree outside `dim`.

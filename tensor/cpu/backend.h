@@ -18,7 +18,8 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, do
 void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b);  // out: bool
 void unary(UnaryOp op, const Tensor& out, const Tensor& x);
 void pow_scalar(const Tensor& out, const Tensor& x, double exponent);
-void copy(const Tensor& dst, const Tensor& src);  // src broadcast to dst; any dtypes
+void pow_scalar_base(const Tensor& out, const Tensor& exponent, double base);  // floating only
+void copy(const Tensor& dst, const Tensor& src);                               // src broadcast to dst; any dtypes
 void fill(const Tensor& dst, double value);
 void accumulate(const Tensor& dst, const Tensor& src);  // dst += src; dst may overlap itself
 

@@ -318,6 +318,19 @@ void pow_scalar(const Tensor& out, const Tensor& x, double exponent) {
   });
 }
 
+void pow_scalar_base(const Tensor& out, const Tensor& exponent, double base) {
+  dispatch_numeric(exponent.dtype(), "pow", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    if constexpr (std::is_floating_point_v<C>) {
+      const C b = static_cast<C>(base);  // the scalar in the tensor's dtype, as PyTorch's promotion
+      unary_loop<T, T>(out, exponent, [b](T v) { return static_cast<T>(std::pow(b, C(v))); });
+    } else {
+      TDDP_CHECK(false, "pow: the exponent must be floating here, got {}", dtype_name(exponent.dtype()));
+    }
+  });
+}
+
 void copy(const Tensor& dst, const Tensor& src) {
   dispatch_all(dst.dtype(), [&](auto dst_tag) {
     using D = typename decltype(dst_tag)::type;

@@ -86,6 +86,12 @@ void pow_scalar(const Tensor& out, const Tensor& x, double exponent) {
   });
 }
 
+void pow_scalar_base(const Tensor& out, const Tensor& exponent, double base) {
+  run<2>({&out, &exponent}, "pow kernel", [&](const k::Geometry& g, const auto& o, void* stream) {
+    return k::pow_scalar_base(g, o[0], o[1], base, stream);
+  });
+}
+
 void fill(const Tensor& dst, double value) {
   run<1>({&dst}, "fill kernel",
          [&](const k::Geometry& g, const auto& o, void* stream) { return k::fill(g, o[0], value, stream); });

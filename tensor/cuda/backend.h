@@ -15,6 +15,7 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, do
 void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b);
 void unary(UnaryOp op, const Tensor& out, const Tensor& x);
 void pow_scalar(const Tensor& out, const Tensor& x, double exponent);
+void pow_scalar_base(const Tensor& out, const Tensor& exponent, double base);  // floating only
 void fill(const Tensor& dst, double value);
 void accumulate(const Tensor& dst, const Tensor& src);
 // dst = src (broadcast, dtype converted) where either side, or both, is on a GPU: between

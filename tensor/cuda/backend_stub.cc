@@ -16,6 +16,7 @@ void binary(BinaryOp, const Tensor&, const Tensor&, const Tensor&, double) { una
 void compare(CompareOp, const Tensor&, const Tensor&, const Tensor&) { unavailable("comparison"); }
 void unary(UnaryOp, const Tensor&, const Tensor&) { unavailable("unary op"); }
 void pow_scalar(const Tensor&, const Tensor&, double) { unavailable("pow"); }
+void pow_scalar_base(const Tensor&, const Tensor&, double) { unavailable("pow"); }
 void fill(const Tensor&, double) { unavailable("fill_"); }
 void accumulate(const Tensor&, const Tensor&) { unavailable("accumulate_into"); }
 void copy(const Tensor&, const Tensor&, bool) { unavailable("copy_"); }

@@ -193,6 +193,18 @@ struct PowFn {
   }
 };
 
+// base ** exponent for a floating exponent (ops.h refuses the rest).
+template <typename T>
+struct PowBaseFn {
+  double base;
+  __device__ void operator()(const Operands<2>& o, const int64_t (&off)[2]) const {
+    using C = compute_t<T>;
+    if constexpr (std::is_floating_point_v<C>) {
+      at<T>(o.data[0], off[0]) = store<T>(pow(static_cast<C>(base), load(at<T>(o.data[1], off[1]))));
+    }
+  }
+};
+
 template <typename D, typename S>
 struct CopyFn {
   __device__ void operator()(const Operands<2>& o, const int64_t (&off)[2]) const {
@@ -245,6 +257,12 @@ int pow_scalar(const Geometry& g, const Operand& out, const Operand& x, double e
   const Operand* const operands[2] = {&out, &x};
   return dispatch_numeric(out.dtype,
                           [&](auto tag) { return launch<2>(g, operands, stream, PowFn<decltype(tag)>{exponent}); });
+}
+
+int pow_scalar_base(const Geometry& g, const Operand& out, const Operand& exponent, double base, void* stream) {
+  const Operand* const operands[2] = {&out, &exponent};
+  return dispatch_numeric(out.dtype,
+                          [&](auto tag) { return launch<2>(g, operands, stream, PowBaseFn<decltype(tag)>{base}); });
 }
 
 int copy(const Geometry& g, const Operand& dst, const Operand& src, void* stream) {

@@ -38,6 +38,7 @@ int binary(int op, const Geometry& g, const Operand& out, const Operand& a, cons
 int compare(int op, const Geometry& g, const Operand& out, const Operand& a, const Operand& b, void* stream);
 int unary(int op, const Geometry& g, const Operand& out, const Operand& x, void* stream);
 int pow_scalar(const Geometry& g, const Operand& out, const Operand& x, double exponent, void* stream);
+int pow_scalar_base(const Geometry& g, const Operand& out, const Operand& exponent, double base, void* stream);
 // dst = src converted to dst's dtype, as PyTorch casts (anything -> bool is != 0).
 int copy(const Geometry& g, const Operand& dst, const Operand& src, void* stream);
 int fill(const Geometry& g, const Operand& dst, double value, void* stream);

@@ -396,4 +396,30 @@ Tensor pow(const Tensor& x, double exponent) {
   });
 }
 
+Tensor pow(double base, const Tensor& exponent) {
+  check_defined(exponent, "pow", "exponent");
+  check_not_bool(exponent, "pow", "exponent");
+  if (exponent.dtype() == kInt64) {
+    TDDP_CHECK(!(std::isfinite(base) && base == std::trunc(base)),
+               "pow: an integral base ({}) with an int64 exponent gives integers, which are not supported: pass a "
+               "floating exponent",
+               base);
+    return pow(base, exponent.to(kFloat32));
+  }
+  const Tensor out = new_output(exponent.sizes(), exponent.dtype(), exponent.device());
+  {
+    NoGradGuard no_grad;
+    TDDP_DISPATCH(exponent.device(), "pow", pow_scalar_base, out, exponent, base);
+  }
+  // grad_exponent = grad_out * out * log(base), as PyTorch: 0 where base is 0 and exponent >= 0
+  if (!needs_grad(exponent)) return out;
+  record_op("PowBackward1", out, {exponent},
+            [so = SavedTensor(out, true), se = SavedTensor(exponent), base](const Tensor& g) {
+              Tensor factor = mul(so.get("PowBackward1"), std::log(base));
+              if (base == 0) factor = masked_fill(factor, ge(se.get("PowBackward1"), 0.0), 0.0);
+              return std::vector<Tensor>{mul(g, factor)};
+            });
+  return out;
+}
+
 }  // namespace tinyddp::tensor

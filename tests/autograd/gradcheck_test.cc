@@ -100,6 +100,11 @@ TEST_CASE("gradcheck: unary ops", "[gradcheck]") {
     CHECK(gradcheck([](const Inputs& x) { return pow(x[0], 0.5); }, {p}) == "");
     CHECK(gradcheck([](const Inputs& x) { return pow(x[0], -1.7); }, {p}) == "");
     CHECK(gradcheck([](const Inputs& x) { return pow(x[0], 0); }, {a}) == "");
+    // pow(Scalar, Tensor): the exponent's gradient out * log(base); base 0 with positive
+    // exponents (gradient 0 there, as PyTorch).
+    CHECK(gradcheck([](const Inputs& x) { return pow(0.9, x[0]); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return pow(2.5, x[0]); }, {a}) == "");
+    CHECK(gradcheck([](const Inputs& x) { return pow(0.0, x[0]); }, {p}) == "");
   }
 }
 
@@ -285,4 +290,36 @@ TEST_CASE("gradcheck: layer_norm over one and two trailing dims, with and withou
 TEST_CASE("gradcheck: embedding with repeated ids", "[gradcheck]") {
   const Tensor ids = from_vector<int64_t>({2, 0, 2, 2, 4, 1}, Shape{2, 3});
   CHECK(gradcheck([&](const Inputs& v) { return embedding(ids, v[0]); }, {leaf({5, 3})}) == "");
+}
+
+TEST_CASE("pow(base, exponent), as torch.pow(Scalar, Tensor): PyTorch's values and gradients",
+          "[gradcheck][pow][fixture]") {
+  const auto fixture = tinyddp::testing::load_fixture("tests/tensor/fixtures/torch_reference.txt");
+  const auto check_against = [](const Tensor& got, const std::vector<double>& want, const std::string& what) {
+    const std::vector<float> g = got.to_vector<float>();
+    REQUIRE(g.size() == want.size());
+    for (size_t i = 0; i < g.size(); ++i) {
+      INFO(what << " [" << i << "]: " << g[i] << ", PyTorch " << want[i]);
+      CHECK(g[i] == Approx(want[i]).epsilon(1e-6).margin(1e-30));
+    }
+  };
+  const auto exponents = [&](const char* key) {
+    const std::vector<double>& v = fixture.at(key);
+    return from_vector(std::vector<float>(v.begin(), v.end())).requires_grad_();
+  };
+  for (const auto& [base, name] :
+       std::vector<std::pair<double, std::string>>{{0.9, "09"}, {0.999, "0999"}, {2.5, "25"}}) {
+    const Tensor e = exponents("op_pow_exponents");
+    const Tensor out = pow(base, e);
+    CHECK(out.dtype() == kFloat32);
+    check_against(out, fixture.at("op_pow_base" + name), "pow(" + name + ", e)");
+    sum(out).backward();
+    check_against(e.grad(), fixture.at("op_pow_base" + name + "_grad"), "its gradient");
+  }
+  // Base 0: 0 ** 0 = 1, 0 ** negative = inf; the gradient is 0 where the exponent is >= 0.
+  const Tensor z = exponents("op_pow_zero_exponents");
+  const Tensor out = pow(0.0, z);
+  check_against(out, fixture.at("op_pow_base0"), "pow(0, z)");
+  out.backward(ones({4}));
+  check_against(z.grad(), fixture.at("op_pow_base0_grad"), "its gradient");
 }

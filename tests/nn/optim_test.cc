@@ -24,11 +24,29 @@ std::unique_ptr<Optimizer> make(const std::string& name, const Tensor& p) {
     return std::make_unique<Adam>(std::vector<Tensor>{p},
                                   AdamOptions(0.01).betas(0.8, 0.9).eps(1e-6).weight_decay(0.1));
   }
+  if (name == "adam_capturable")
+    return std::make_unique<Adam>(std::vector<Tensor>{p}, AdamOptions(0.01).capturable(true));
+  if (name == "adam_weight_decay_capturable") {
+    return std::make_unique<Adam>(std::vector<Tensor>{p},
+                                  AdamOptions(0.01).betas(0.8, 0.9).eps(1e-6).weight_decay(0.1).capturable(true));
+  }
+  if (name == "adamw_capturable") {
+    return std::make_unique<AdamW>(std::vector<Tensor>{p}, AdamOptions(0.01).weight_decay(0.1).capturable(true));
+  }
   return std::make_unique<AdamW>(std::vector<Tensor>{p}, AdamOptions(0.01).weight_decay(0.1));
 }
 
-const std::vector<std::string> kConfigs = {
-    "sgd", "sgd_momentum", "sgd_dampening", "sgd_nesterov", "sgd_weight_decay", "adam", "adam_weight_decay", "adamw"};
+const std::vector<std::string> kConfigs = {"sgd",
+                                           "sgd_momentum",
+                                           "sgd_dampening",
+                                           "sgd_nesterov",
+                                           "sgd_weight_decay",
+                                           "adam",
+                                           "adam_weight_decay",
+                                           "adamw",
+                                           "adam_capturable",
+                                           "adam_weight_decay_capturable",
+                                           "adamw_capturable"};
 
 }  // namespace
 
@@ -42,6 +60,9 @@ TEST_CASE("every optimizer configuration matches PyTorch step by step", "[nn][op
       p.mutable_grad() = f.at("grad" + std::to_string(k)).clone();
       optimizer->step();
       CHECK(max_abs_diff(p, f.at(name + ".step" + std::to_string(k))) < 1e-6);
+      // capturable: PyTorch's tensor arithmetic op for op, to the bit
+      if (name.find("capturable") != std::string::npos)
+        CHECK(tensor::equal(p, f.at(name + ".step" + std::to_string(k))));
     }
   }
 }
@@ -49,7 +70,8 @@ TEST_CASE("every optimizer configuration matches PyTorch step by step", "[nn][op
 TEST_CASE("optimizer state round-trips through a checkpoint", "[nn][optim][checkpoint]") {
   const auto f = load_safetensors(nn_fixture("optim.safetensors")).tensors;
   const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
-  for (const std::string& name : {std::string("sgd_momentum"), std::string("adam_weight_decay")}) {
+  for (const std::string& name :
+       {std::string("sgd_momentum"), std::string("adam_weight_decay"), std::string("adam_weight_decay_capturable")}) {
     INFO(name);
     // Straight through three steps ...
     const Tensor p = f.at("p0").clone().requires_grad_();
@@ -103,6 +125,37 @@ TEST_CASE("optimizer option errors and zero_grad", "[nn][optim][errors]") {
   sgd.zero_grad();
   CHECK_FALSE(p.grad().defined());
   CHECK(AdamWOptions().weight_decay() == 0.01);
+  CHECK_FALSE(AdamOptions().capturable());  // PyTorch's default
+}
+
+TEST_CASE("capturable Adam keeps PyTorch's float32 step tensor; states convert both ways", "[nn][optim][checkpoint]") {
+  const auto f = load_safetensors(nn_fixture("optim.safetensors")).tensors;
+  const Tensor p = f.at("p0").clone().requires_grad_();
+  Adam capturable({p}, AdamOptions(0.01).capturable(true));
+  for (int k = 0; k < 2; ++k) {
+    p.mutable_grad() = f.at("grad" + std::to_string(k)).clone();
+    capturable.step();
+  }
+  const Tensor step = capturable.state_dict().at("state.0.step");
+  CHECK(step.dtype() == tensor::kFloat32);  // PyTorch's capturable state: float32, shape [1]
+  CHECK(step.sizes() == tensor::Shape{1});
+  CHECK(step.item<double>() == 2.0);
+  // An ordinary Adam takes the state (its count from the float step), and a capturable one
+  // takes an ordinary Adam's int64 count; both go on as the capturable run would within the
+  // arithmetic's difference (bias corrections in double against float32).
+  const Tensor q = p.detach().clone().requires_grad_(), r = p.detach().clone().requires_grad_();
+  Adam plain({q}, AdamOptions(0.01));
+  plain.load_state_dict(capturable.state_dict());
+  Adam back({r}, AdamOptions(0.01).capturable(true));
+  back.load_state_dict(plain.state_dict());
+  CHECK(back.state_dict().at("state.0.step").dtype() == tensor::kFloat32);
+  for (const Tensor& t : {p, q, r}) t.mutable_grad() = f.at("grad2").clone();
+  capturable.step();
+  plain.step();
+  back.step();
+  CHECK(tensor::equal(r, p));
+  CHECK(max_abs_diff(q, p) < 1e-6);
+  CHECK(max_abs_diff(p, f.at("adam_capturable.step2")) < 1e-6);
 }
 
 TEST_CASE("the fused SGD path and the op-by-op path give identical parameters", "[nn][optim]") {

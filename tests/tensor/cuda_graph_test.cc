@@ -3,11 +3,12 @@
 // with momentum, zero_grad setting gradients to none) captured after two eager steps and
 // replayed gives the parameters of the same steps run eagerly, bit for bit (the same kernels in
 // the same order), with MSE and with cross-entropy whose number of ignored targets changes at
-// each step (its count of kept rows is computed on the GPU, not frozen), and with
-// clip_grad_norm_ in the step. Waits on the host
+// each step (its count of kept rows is computed on the GPU, not frozen), with
+// clip_grad_norm_ in the step, and with a capturable AdamW. Waits on the host
 // during capture, and Adam's step (its bias correction is a host number), are Errors that name
 // them, after which the graph resets and the device works on. Without CUDA every call but
 // reset() says so; the GPU cases skip without a GPU.
+#include <memory>
 #include <vector>
 
 #include "tests/test_util.h"
@@ -30,14 +31,20 @@ const Device kGpu = Device::cuda(0);
 
 // Steps of a small MLP on the batches, eagerly or (graph) two eagerly, then captured once and
 // replayed for the rest; MSE against float targets, cross-entropy against int64 ones; with
-// `clip`, clip_grad_norm_ to 0.05 between backward and the step. Returns the parameters after
-// every step.
+// `clip`, clip_grad_norm_ to 0.05 between backward and the step; SGD with momentum, or
+// (`adamw`) AdamW with capturable = true. Returns the parameters after every step.
 std::vector<std::vector<Tensor>> train(const std::vector<Tensor>& xs, const std::vector<Tensor>& ys, bool graph,
-                                       bool clip = false) {
+                                       bool clip = false, bool adamw = false) {
   tensor::manual_seed(3);
   const auto model = nn::mlp({6, 16, 16, 3});
   model->to(kGpu);
-  nn::SGD opt(model->parameters(), nn::SGDOptions(0.05).momentum(0.9));
+  std::unique_ptr<nn::Optimizer> optimizer;
+  if (adamw) {
+    optimizer = std::make_unique<nn::AdamW>(model->parameters(), nn::AdamWOptions(0.01).capturable(true));
+  } else {
+    optimizer = std::make_unique<nn::SGD>(model->parameters(), nn::SGDOptions(0.05).momentum(0.9));
+  }
+  nn::Optimizer& opt = *optimizer;
   const Tensor x = tensor::empty({4, 6}, tensor::TensorOptions().device(kGpu));
   const Tensor y = tensor::empty(ys[0].sizes(), tensor::TensorOptions().dtype(ys[0].dtype()).device(kGpu));
   const bool classes = y.dtype() == tensor::kInt64;
@@ -136,6 +143,15 @@ TEST_CASE("A training step captured in a CudaGraph gives the eager steps' parame
     }
   }
   CHECK_FALSE(tensor::equal(eager.back()[0], train(xs, ys, false).back()[0]));  // it did clip
+  // AdamW with capturable = true: its step count and bias corrections live on the device, so
+  // every replay steps with its own count, as the eager steps do.
+  const auto adam_eager = train(xs, ys, false, true, true), adam_replayed = train(xs, ys, true, true, true);
+  for (size_t step = 0; step < adam_eager.size(); ++step) {
+    for (size_t i = 0; i < adam_eager[step].size(); ++i) {
+      INFO("capturable AdamW, step " << step << ", parameter " << i);
+      CHECK(tensor::equal(adam_replayed[step][i], adam_eager[step][i]));
+    }
+  }
 }
 
 TEST_CASE("Host waits during capture are Errors that name them; the graph then resets", "[cuda][graph]") {
@@ -162,7 +178,8 @@ TEST_CASE("Host waits during capture are Errors that name them; the graph then r
     // The device works on, eagerly.
     CHECK(tensor::sum(tensor::mul(x, 3.0)).item<double>() == 24.0);
   }
-  // Adam's bias correction would be frozen at the captured step: refused, naming why.
+  // Adam's bias correction would be frozen at the captured step: refused, naming why and the
+  // way out (capturable).
   {
     const Tensor w = tensor::ones({8}, tensor::TensorOptions().device(kGpu)).requires_grad_();
     tensor::sum(tensor::mul(w, w)).backward();
@@ -170,7 +187,8 @@ TEST_CASE("Host waits during capture are Errors that name them; the graph then r
     adam.step();  // eagerly: fine
     CudaGraph g;
     g.capture_begin(0);
-    CHECK_THROWS_WITH(adam.step(), Catch::Contains("Adam.step: cannot be captured in a CUDA graph"));
+    CHECK_THROWS_WITH(adam.step(), Catch::Contains("Adam.step: cannot be captured in a CUDA graph") &&
+                                       Catch::Contains("capturable(true)"));
   }
   CHECK_FALSE(tensor::cuda::is_capturing(0));
   // Abandoned without capture_end (an exception leaving the scope): the destructor cleans up.

@@ -132,6 +132,7 @@ TEST_CASE("CUDA: elementwise ops match the CPU on random inputs, broadcast and s
         {"sigmoid", a, [](const Tensor& x) { return sigmoid(x); }},
         {"gelu", a, [](const Tensor& x) { return gelu(x); }},
         {"gelu tanh", a, [](const Tensor& x) { return gelu(x, "tanh"); }},
+        {"pow(0.9, x)", a, [](const Tensor& x) { return pow(0.9, x); }},
     };
     for (const auto& [name, input, f] : unary) {
       expect_matches_cpu(
@@ -383,8 +384,7 @@ TEST_CASE("CUDA: a copy from memory the caller pinned has run when copy_ returns
     cuda::synchronize();
   }
   CHECK(sum(gpu).item<double>() == 2.0 * static_cast<double>(n));
-  // A pageable source is staged through the allocator's pinned block: no wait, and the
-  // caller may write the source at once.
+  // A pageable source is staged through the allocator's pinned block: no wait, source free at once.
   const Tensor pageable = full({n}, 3.0);
   {
     StreamGate gate(cuda::compute_stream(0));

@@ -308,3 +308,22 @@ TEST_CASE("ops refuse operands on different devices and name them", "[elementwis
   CHECK_THROWS_WITH(sum(gpu), Contains("sum: no kernel for tensors on cuda:0"));
   CHECK_THROWS_WITH(cpu.copy_(gpu), Contains("copy_: no kernel for tensors on cuda:0"));
 }
+
+TEST_CASE("pow(base, exponent): every layout and dtype against std::pow; what it refuses", "[elementwise][pow]") {
+  for (DType dtype : {kFloat32, kFloat64}) {
+    for (const auto& [name, base] : layouts({4, 7}, 12)) {
+      INFO(name << " " << dtype_name(dtype));
+      const Tensor x = mul(base.to(dtype), 3.0);
+      const Tensor out = pow(0.9, x);
+      CHECK(out.dtype() == dtype);
+      check_unary(
+          out, x, [](double v) { return std::pow(0.9, v); }, dtype == kFloat32 ? 2e-6 : 1e-15);
+    }
+  }
+  const Tensor steps = tensor({1, 2, 3}, kInt64);
+  CHECK(pow(0.5, steps).dtype() == kFloat32);  // an int64 exponent computes in float32
+  CHECK(pow(0.5, steps).to_vector<float>() == std::vector<float>{0.5f, 0.25f, 0.125f});
+  CHECK_THROWS_WITH(pow(2.0, steps), Contains("pow: an integral base (2) with an int64 exponent gives integers"));
+  CHECK_THROWS_WITH(pow(2.0, tensor({1, 0}, kBool)), Contains("pow"));
+  CHECK_THROWS_WITH(pow(2.0, Tensor()), Contains("pow"));
+}
