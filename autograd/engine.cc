@@ -31,6 +31,30 @@ class TaskScope {
 
 // Ready nodes ordered by sequence number (higher first), then by the order they became
 // ready (earlier first), so that the run order never depends on pointer values.
+// Whether `t` may hold the sum of itself and `other` in place: the engine holds the only
+// reference to it and to its memory (no view, hook, saved tensor or user shares it), it is
+// dense, and the sum keeps its dtype, shape and device.
+bool can_sum_into(const Tensor& t, const Tensor& other) {
+  return t.use_count() == 1 && t.storage().use_count() == 1 && t.is_contiguous() && t.dtype() == other.dtype() &&
+         t.sizes() == other.sizes() && t.device() == other.device();
+}
+
+// Sums a gradient into a node's input buffer. As PyTorch's InputBuffer, a buffer (or an
+// arriving gradient) that nothing else references takes the sum in place instead of a new
+// tensor being allocated: the same bits, as a + b == b + a.
+void accumulate(Tensor& buffer, Tensor grad) {
+  if (!buffer.defined()) {
+    buffer = std::move(grad);
+  } else if (can_sum_into(buffer, grad)) {
+    buffer.add_(grad);
+  } else if (can_sum_into(grad, buffer)) {
+    grad.add_(buffer);
+    buffer = std::move(grad);
+  } else {
+    buffer = tensor::add(buffer, grad);
+  }
+}
+
 struct ReadyEntry {
   uint64_t sequence_nr;
   uint64_t arrival;
@@ -140,12 +164,9 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
   } clear_buffers{alive};
 
   // 3. Seed the buffers with the root gradients; roots nothing else points at are ready.
-  const auto accumulate = [](Node* node, const Tensor& grad) {
-    node->buffer_ = node->buffer_.defined() ? tensor::add(node->buffer_, grad) : grad;
-  };
   std::priority_queue<ReadyEntry> ready;
   uint64_t arrivals = 0;
-  for (const auto& [edge, grad] : seeds) accumulate(edge.function.get(), grad);
+  for (const auto& [edge, grad] : seeds) accumulate(edge.function->buffer_, grad);
   for (const auto& [edge, grad] : seeds) {
     Node* node = edge.function.get();
     if (node->pending_ == 0) {
@@ -176,7 +197,7 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
       const Edge& next = node->next_edges()[i];
       if (!next.is_valid()) continue;
       Node* child = next.function.get();
-      if (outputs[i].defined()) accumulate(child, outputs[i]);
+      if (outputs[i].defined()) accumulate(child->buffer_, std::move(outputs[i]));
       if (--child->pending_ == 0) ready.push({child->sequence_nr(), arrivals++, child});
     }
   }

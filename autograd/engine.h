@@ -20,7 +20,8 @@ class Engine {
   // For each root (a tensor that requires grad) with its gradient (undefined: 1 for a
   // one-element root): counts the dependencies of every node reachable from the roots, then
   // runs ready nodes, highest sequence number first (gradient accumulators first of all),
-  // summing gradients that meet at a node. Saved tensors are freed unless retain_graph.
+  // summing gradients that meet at a node (in place into one of them when nothing else holds
+  // it, as PyTorch). Saved tensors are freed unless retain_graph.
   // Runs with grad mode off. Not reentrant: a hook may not start another backward.
   static void backward(const std::vector<tensor::Tensor>& roots, const std::vector<tensor::Tensor>& grad_roots,
                        bool retain_graph = false);

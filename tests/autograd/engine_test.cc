@@ -109,6 +109,31 @@ TEST_CASE("a diamond graph and a leaf feeding many ops sum their gradients", "[e
   CHECK(grad_of(w) == std::vector<double>{55});
 }
 
+TEST_CASE("gradients meeting at a node are summed in place only where nothing else holds them", "[engine]") {
+  // Gradients fanning out of add(u, v) and meeting again at u's node and at x's: the sums are
+  // right whichever tensor takes them.
+  const Tensor x = param({1, 2});
+  const Tensor u = mul(x, 2.0), v = mul(x, 3.0);
+  const Tensor a = sum(mul(u, 5.0));
+  const Tensor b = sum(add(u, v));
+  add(b, a).backward();
+  CHECK(grad_of(x) == std::vector<double>{2 * (1 + 5) + 3, 2 * (1 + 5) + 3});
+  // A root gradient the caller holds is never summed into, nor one a hook kept.
+  const Tensor y = mul(x, 1.0);
+  const Tensor g1 = tensor({1.0, 1.0}, kFloat64), g2 = tensor({2.0, 3.0}, kFloat64);
+  std::vector<Tensor> kept;
+  auto handle = y.register_hook([&](const Tensor& g) {
+    kept.push_back(g);
+    return Tensor();
+  });
+  Engine::backward({y, y}, {g1, g2});
+  CHECK(g1.to_vector<double>() == std::vector<double>{1, 1});
+  CHECK(g2.to_vector<double>() == std::vector<double>{2, 3});
+  REQUIRE(kept.size() == 1);
+  CHECK(kept[0].to_vector<double>() == std::vector<double>{3, 4});
+  handle.remove();
+}
+
 TEST_CASE("grad mode: NoGradGuard records nothing", "[engine][grad_mode]") {
   const Tensor w = param({1});
   {
