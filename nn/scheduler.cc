@@ -1,6 +1,7 @@
 // Learning-rate schedulers: see scheduler.h.
 #include "tinyddp/nn/scheduler.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace tinyddp::nn {
@@ -79,6 +80,84 @@ std::vector<double> StepLR::get_lr() const {
     out.push_back(last_epoch_ == 0 || last_epoch_ % step_size_ != 0 ? current : current * gamma_);
   }
   return out;
+}
+
+// The chained schedulers below write PyTorch's get_lr expressions in its order of operations,
+// from the group's current rate, so that every rate equals PyTorch's to the last bit.
+
+namespace {
+
+// The group's current rates, each passed through f(current, group).
+template <typename F>
+std::vector<double> each_group(const Optimizer& optimizer, F f) {
+  std::vector<double> out;
+  for (size_t g = 0; g < optimizer.num_param_groups(); ++g) out.push_back(f(optimizer.lr(g), g));
+  return out;
+}
+
+}  // namespace
+
+// ---- ExponentialLR ----------------------------------------------------------------------------
+
+ExponentialLR::ExponentialLR(Optimizer& optimizer, double gamma)
+    : LRScheduler(optimizer, "ExponentialLR"), gamma_(gamma) {
+  initial_step();
+}
+
+std::vector<double> ExponentialLR::get_lr() const {
+  return each_group(optimizer_, [&](double lr, size_t) { return last_epoch_ == 0 ? lr : lr * gamma_; });
+}
+
+// ---- MultiStepLR ------------------------------------------------------------------------------
+
+MultiStepLR::MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma)
+    : LRScheduler(optimizer, "MultiStepLR"), milestones_(std::move(milestones)), gamma_(gamma) {
+  initial_step();
+}
+
+std::vector<double> MultiStepLR::get_lr() const {
+  const auto hits = std::count(milestones_.begin(), milestones_.end(), last_epoch_);
+  return each_group(
+      optimizer_, [&](double lr, size_t) { return hits == 0 ? lr : lr * std::pow(gamma_, static_cast<double>(hits)); });
+}
+
+// ---- CosineAnnealingLR ------------------------------------------------------------------------
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min)
+    : LRScheduler(optimizer, "CosineAnnealingLR"), t_max_(T_max), eta_min_(eta_min) {
+  TDDP_CHECK(t_max_ >= 1, "CosineAnnealingLR: T_max must be at least 1, got {}", t_max_);
+  initial_step();
+}
+
+std::vector<double> CosineAnnealingLR::get_lr() const {
+  const double e = static_cast<double>(last_epoch_), t = static_cast<double>(t_max_);
+  const int64_t period = 2 * t_max_;
+  const int64_t phase = ((last_epoch_ - 1 - t_max_) % period + period) % period;  // Python's %
+  return each_group(optimizer_, [&](double lr, size_t g) {
+    if (last_epoch_ == 0) return lr;
+    if (phase == 0) return lr + (base_lrs_[g] - eta_min_) * (1 - std::cos(M_PI / t)) / 2;  // the turn at eta_min
+    return (1 + std::cos(M_PI * e / t)) / (1 + std::cos(M_PI * (e - 1) / t)) * (lr - eta_min_) + eta_min_;
+  });
+}
+
+// ---- LinearLR ---------------------------------------------------------------------------------
+
+LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor, int64_t total_iters)
+    : LRScheduler(optimizer, "LinearLR"), start_(start_factor), end_(end_factor), total_(total_iters) {
+  TDDP_CHECK(start_ > 0 && start_ <= 1,
+             "LinearLR: start_factor expected to be greater than 0 and less or equal to 1, got {}", start_);
+  TDDP_CHECK(end_ >= 0 && end_ <= 1, "LinearLR: end_factor expected to be between 0 and 1, got {}", end_);
+  TDDP_CHECK(total_ >= 1, "LinearLR: total_iters must be at least 1, got {}", total_);
+  initial_step();
+}
+
+std::vector<double> LinearLR::get_lr() const {
+  return each_group(optimizer_, [&](double lr, size_t) {
+    if (last_epoch_ == 0) return lr * start_;
+    if (last_epoch_ > total_) return lr;
+    return lr * (1. + (end_ - start_) / (static_cast<double>(total_) * start_ +
+                                         static_cast<double>(last_epoch_ - 1) * (end_ - start_)));
+  });
 }
 
 // ---- WarmupCosineLR ---------------------------------------------------------------------------

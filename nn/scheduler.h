@@ -74,6 +74,61 @@ class StepLR : public LRScheduler {
   double gamma_;
 };
 
+// The rate times gamma at every epoch (chained, as PyTorch's ExponentialLR).
+class ExponentialLR : public LRScheduler {
+ public:
+  ExponentialLR(Optimizer& optimizer, double gamma);
+
+ protected:
+  std::vector<double> get_lr() const override;
+
+ private:
+  double gamma_;
+};
+
+// The rate times gamma at each milestone epoch (times gamma^k where a milestone is listed k
+// times), as PyTorch's MultiStepLR.
+class MultiStepLR : public LRScheduler {
+ public:
+  MultiStepLR(Optimizer& optimizer, std::vector<int64_t> milestones, double gamma = 0.1);
+
+ protected:
+  std::vector<double> get_lr() const override;
+
+ private:
+  std::vector<int64_t> milestones_;
+  double gamma_;
+};
+
+// Cosine annealing from the initial rate to eta_min over T_max epochs and back up over the
+// next T_max, and so on, in PyTorch's recursive form (each rate from the current one), so the
+// rates equal PyTorch's CosineAnnealingLR to the last bit.
+class CosineAnnealingLR : public LRScheduler {
+ public:
+  CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min = 0.0);
+
+ protected:
+  std::vector<double> get_lr() const override;
+
+ private:
+  int64_t t_max_;
+  double eta_min_;
+};
+
+// The rate times a factor going linearly from start_factor to end_factor over total_iters
+// epochs, then kept (PyTorch's LinearLR and its defaults, in its chained form).
+class LinearLR : public LRScheduler {
+ public:
+  LinearLR(Optimizer& optimizer, double start_factor = 1.0 / 3, double end_factor = 1.0, int64_t total_iters = 5);
+
+ protected:
+  std::vector<double> get_lr() const override;
+
+ private:
+  double start_, end_;
+  int64_t total_;
+};
+
 // Linear warmup, then cosine decay to min_lr (nanoGPT's get_lr), for step s = last_epoch():
 //   s < warmup:       lr * (s + 1) / warmup
 //   s < total_steps:  min_lr + 0.5 (1 + cos(pi (s - warmup) / (total_steps - warmup))) (lr - min_lr)

@@ -1,5 +1,6 @@
 // Learning-rate schedulers, parameter groups and clip_grad_norm_. References: PyTorch's
-// LambdaLR, StepLR and clip_grad_norm_ (fixtures/make_schedule_fixture.py), the warmup +
+// LambdaLR, StepLR, ExponentialLR, MultiStepLR, CosineAnnealingLR, LinearLR and
+// clip_grad_norm_ (fixtures/make_schedule_fixture.py), the warmup +
 // cosine formula evaluated independently, and separate optimizers for each group.
 #include <cmath>
 #include <fstream>
@@ -63,6 +64,45 @@ TEST_CASE("LambdaLR and StepLR set the groups' rates PyTorch sets, to the last b
     CHECK(s.last_epoch() == 12);
     CHECK(s.base_lrs() == std::vector<double>{0.1, 0.02});
   }
+}
+
+TEST_CASE("ExponentialLR, MultiStepLR, CosineAnnealingLR and LinearLR: PyTorch's rates to the last bit",
+          "[nn][schedule][fixture]") {
+  {
+    TwoGroups g;
+    ExponentialLR s(g.opt, 0.8);
+    expect_rates("exponential", g, s);
+  }
+  {
+    TwoGroups g;
+    MultiStepLR s(g.opt, {2, 5, 5, 9}, 0.5);  // 5 listed twice: gamma squared there
+    expect_rates("multistep", g, s);
+  }
+  {
+    TwoGroups g;
+    CosineAnnealingLR s(g.opt, 4);
+    expect_rates("cosine", g, s);
+  }
+  {
+    TwoGroups g;
+    CosineAnnealingLR s(g.opt, 5, 0.001);
+    expect_rates("cosine_eta_min", g, s);
+  }
+  {
+    TwoGroups g;
+    LinearLR s(g.opt);  // PyTorch's defaults: 1/3 to 1 over 5 epochs
+    expect_rates("linear", g, s);
+  }
+  {
+    TwoGroups g;
+    LinearLR s(g.opt, 0.5, 0.9, 7);
+    expect_rates("linear_custom", g, s);
+  }
+  TwoGroups g;
+  CHECK_THROWS_WITH(LinearLR(g.opt, 0.0), Contains("LinearLR: start_factor expected to be greater than 0"));
+  CHECK_THROWS_WITH(LinearLR(g.opt, 0.5, 1.5),
+                    Contains("LinearLR: end_factor expected to be between 0 and 1, got 1.5"));
+  CHECK_THROWS_WITH(CosineAnnealingLR(g.opt, 0), Contains("CosineAnnealingLR: T_max must be at least 1, got 0"));
 }
 
 TEST_CASE("WarmupCosineLR: linear warmup to lr, cosine to min_lr, then min_lr", "[nn][schedule]") {
