@@ -199,6 +199,7 @@ void Adam::step_group(size_t g) {
       s.exp_avg = tensor::zeros_like(p);
       s.exp_avg_sq = tensor::zeros_like(p);
       if (options_.capturable()) s.step_t = tensor::zeros({1}, tensor::TensorOptions().device(p.device()));
+      if (options_.amsgrad()) s.max_exp_avg_sq = tensor::zeros_like(p);
     }
     if (options_.capturable()) {
       s.step_t.add_(1.0);
@@ -222,11 +223,14 @@ void Adam::step_group(size_t g) {
 
 void Adam::update(const Tensor& p, State& s, double lr) const {
   const double beta1 = options_.beta1(), beta2 = options_.beta2(), eps = options_.eps();
+  // amsgrad: the running maximum of the second moment stands in for it (torch.maximum: NaN wins).
+  if (options_.amsgrad()) s.max_exp_avg_sq = tensor::maximum(s.max_exp_avg_sq, s.exp_avg_sq);
+  const Tensor& second = options_.amsgrad() ? s.max_exp_avg_sq : s.exp_avg_sq;
   if (!options_.capturable()) {
     const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(s.step));
     const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(s.step));
     const double step_size = lr / bias_correction1;
-    const Tensor denom = tensor::div(tensor::sqrt(s.exp_avg_sq), std::sqrt(bias_correction2)).add_(eps);
+    const Tensor denom = tensor::div(tensor::sqrt(second), std::sqrt(bias_correction2)).add_(eps);
     // addcdiv_(exp_avg, denom, value = -step_size): value * exp_avg / denom, left to right
     p.add_(tensor::div(tensor::mul(s.exp_avg, -step_size), denom));
     return;
@@ -237,9 +241,8 @@ void Adam::update(const Tensor& p, State& s, double lr) const {
   const Tensor bias_correction1 = 1.0 - tensor::pow(beta1, s.step_t);
   const Tensor bias_correction2 = 1.0 - tensor::pow(beta2, s.step_t);
   const Tensor step_size_neg = tensor::neg(tensor::mul(1.0 / bias_correction1, lr));
-  const Tensor denom =
-      tensor::div(tensor::sqrt(s.exp_avg_sq), tensor::mul(tensor::sqrt(bias_correction2), step_size_neg))
-          .add_(tensor::mul(1.0 / step_size_neg, eps));
+  const Tensor denom = tensor::div(tensor::sqrt(second), tensor::mul(tensor::sqrt(bias_correction2), step_size_neg))
+                           .add_(tensor::mul(1.0 / step_size_neg, eps));
   p.add_(tensor::div(s.exp_avg, denom));
 }
 
@@ -252,12 +255,13 @@ OrderedDict<Tensor> Adam::state_dict() const {
                s.step_t.defined() ? s.step_t : tensor::scalar_tensor(static_cast<double>(s.step), tensor::kInt64));
     out.insert(state_key(i, "exp_avg"), s.exp_avg);
     out.insert(state_key(i, "exp_avg_sq"), s.exp_avg_sq);
+    if (s.max_exp_avg_sq.defined()) out.insert(state_key(i, "max_exp_avg_sq"), s.max_exp_avg_sq);
   }
   return out;
 }
 
 void Adam::load_state_dict(const OrderedDict<Tensor>& state) {
-  check_state(state, {"step", "exp_avg", "exp_avg_sq"});
+  check_state(state, {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq"});
   std::vector<State> loaded(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor* step = state.find(state_key(i, "step"));
@@ -274,6 +278,11 @@ void Adam::load_state_dict(const OrderedDict<Tensor>& state) {
     }
     loaded[i].exp_avg = avg->to(params_[i].dtype()).to(params_[i].device()).clone();
     loaded[i].exp_avg_sq = avg_sq->to(params_[i].dtype()).to(params_[i].device()).clone();
+    const Tensor* max_sq = state.find(state_key(i, "max_exp_avg_sq"));
+    TDDP_CHECK(options_.amsgrad() == (max_sq != nullptr),
+               "{}: load_state_dict: parameter {}'s state {} max_exp_avg_sq, but amsgrad is {}", name_, i,
+               max_sq ? "has" : "lacks", options_.amsgrad() ? "on" : "off");
+    if (max_sq) loaded[i].max_exp_avg_sq = max_sq->to(params_[i].dtype()).to(params_[i].device()).clone();
   }
   state_ = std::move(loaded);
 }

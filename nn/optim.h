@@ -173,12 +173,19 @@ struct AdamOptions {
     capturable_ = v;
     return *this;
   }
+  // As PyTorch's amsgrad=True: the update divides by the running maximum of the second moment
+  // (state max_exp_avg_sq), never by a smaller one than before.
+  AdamOptions& amsgrad(bool v) {
+    amsgrad_ = v;
+    return *this;
+  }
   double lr() const { return lr_; }
   double beta1() const { return beta1_; }
   double beta2() const { return beta2_; }
   double eps() const { return eps_; }
   double weight_decay() const { return weight_decay_; }
   bool capturable() const { return capturable_; }
+  bool amsgrad() const { return amsgrad_; }
 
  private:
   double lr_;
@@ -187,6 +194,7 @@ struct AdamOptions {
   double eps_ = 1e-8;
   double weight_decay_ = 0;
   bool capturable_ = false;
+  bool amsgrad_ = false;
 };
 
 // Adam; with decoupled = true it is AdamW (decay applied to the weights, not the gradient;
@@ -209,6 +217,7 @@ class Adam : public Optimizer {
     int64_t step = 0;  // without capturable
     Tensor step_t;     // with capturable: float32 [1] on the parameter's device, as PyTorch's
     Tensor exp_avg, exp_avg_sq;
+    Tensor max_exp_avg_sq;  // with amsgrad
   };
   // The parameter update from the moments: host bias corrections, or (capturable) tensor ones.
   void update(const Tensor& p, State& s, double lr) const;

@@ -30,6 +30,16 @@ std::unique_ptr<Optimizer> make(const std::string& name, const Tensor& p) {
     return std::make_unique<Adam>(std::vector<Tensor>{p},
                                   AdamOptions(0.01).betas(0.8, 0.9).eps(1e-6).weight_decay(0.1).capturable(true));
   }
+  if (name == "adam_amsgrad")
+    return std::make_unique<Adam>(std::vector<Tensor>{p}, AdamOptions(0.01).betas(0.9, 0.5).amsgrad(true));
+  if (name == "adamw_amsgrad") {
+    return std::make_unique<AdamW>(std::vector<Tensor>{p},
+                                   AdamOptions(0.01).betas(0.9, 0.5).weight_decay(0.1).amsgrad(true));
+  }
+  if (name == "adam_amsgrad_capturable") {
+    return std::make_unique<Adam>(std::vector<Tensor>{p},
+                                  AdamOptions(0.01).betas(0.9, 0.5).amsgrad(true).capturable(true));
+  }
   if (name == "adamw_capturable") {
     return std::make_unique<AdamW>(std::vector<Tensor>{p}, AdamOptions(0.01).weight_decay(0.1).capturable(true));
   }
@@ -46,7 +56,10 @@ const std::vector<std::string> kConfigs = {"sgd",
                                            "adamw",
                                            "adam_capturable",
                                            "adam_weight_decay_capturable",
-                                           "adamw_capturable"};
+                                           "adamw_capturable",
+                                           "adam_amsgrad",
+                                           "adamw_amsgrad",
+                                           "adam_amsgrad_capturable"};
 
 }  // namespace
 
@@ -70,8 +83,8 @@ TEST_CASE("every optimizer configuration matches PyTorch step by step", "[nn][op
 TEST_CASE("optimizer state round-trips through a checkpoint", "[nn][optim][checkpoint]") {
   const auto f = load_safetensors(nn_fixture("optim.safetensors")).tensors;
   const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
-  for (const std::string& name :
-       {std::string("sgd_momentum"), std::string("adam_weight_decay"), std::string("adam_weight_decay_capturable")}) {
+  for (const std::string& name : {std::string("sgd_momentum"), std::string("adam_weight_decay"),
+                                  std::string("adam_weight_decay_capturable"), std::string("adamw_amsgrad")}) {
     INFO(name);
     // Straight through three steps ...
     const Tensor p = f.at("p0").clone().requires_grad_();
@@ -125,7 +138,18 @@ TEST_CASE("optimizer option errors and zero_grad", "[nn][optim][errors]") {
   sgd.zero_grad();
   CHECK_FALSE(p.grad().defined());
   CHECK(AdamWOptions().weight_decay() == 0.01);
-  CHECK_FALSE(AdamOptions().capturable());  // PyTorch's default
+  CHECK_FALSE(AdamOptions().capturable());  // PyTorch's defaults
+  CHECK_FALSE(AdamOptions().amsgrad());
+  // amsgrad's state carries max_exp_avg_sq; a state without it does not fit, nor the reverse.
+  Adam plain({p}, AdamOptions()), ams({p}, AdamOptions().amsgrad(true));
+  p.mutable_grad() = tensor::ones({2});
+  plain.step();
+  ams.step();
+  CHECK(ams.state_dict().contains("state.0.max_exp_avg_sq"));
+  CHECK_THROWS_WITH(ams.load_state_dict(plain.state_dict()),
+                    Contains("Adam: load_state_dict: parameter 0's state lacks max_exp_avg_sq, but amsgrad is on"));
+  CHECK_THROWS_WITH(plain.load_state_dict(ams.state_dict()),
+                    Contains("parameter 0's state has max_exp_avg_sq, but amsgrad is off"));
 }
 
 TEST_CASE("capturable Adam keeps PyTorch's float32 step tensor; states convert both ways", "[nn][optim][checkpoint]") {
