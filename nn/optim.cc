@@ -223,8 +223,9 @@ void Adam::step_group(size_t g) {
 
 void Adam::update(const Tensor& p, State& s, double lr) const {
   const double beta1 = options_.beta1(), beta2 = options_.beta2(), eps = options_.eps();
-  // amsgrad: the running maximum of the second moment stands in for it (torch.maximum: NaN wins).
-  if (options_.amsgrad()) s.max_exp_avg_sq = tensor::maximum(s.max_exp_avg_sq, s.exp_avg_sq);
+  // amsgrad: the running maximum of the second moment stands in for it (torch.maximum: NaN
+  // wins). Updated in place, as every state here: a captured step must write where it reads.
+  if (options_.amsgrad()) s.max_exp_avg_sq.copy_(tensor::maximum(s.max_exp_avg_sq, s.exp_avg_sq));
   const Tensor& second = options_.amsgrad() ? s.max_exp_avg_sq : s.exp_avg_sq;
   if (!options_.capturable()) {
     const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(s.step));

@@ -32,7 +32,7 @@ const Device kGpu = Device::cuda(0);
 // Steps of a small MLP on the batches, eagerly or (graph) two eagerly, then captured once and
 // replayed for the rest; MSE against float targets, cross-entropy against int64 ones; with
 // `clip`, clip_grad_norm_ to 0.05 between backward and the step; SGD with momentum, or
-// (`adamw`) AdamW with capturable = true. Returns the parameters after every step.
+// (`adamw`) AdamW with capturable and amsgrad (its maximum updated in place). Returns the parameters after every step.
 std::vector<std::vector<Tensor>> train(const std::vector<Tensor>& xs, const std::vector<Tensor>& ys, bool graph,
                                        bool clip = false, bool adamw = false) {
   tensor::manual_seed(3);
@@ -40,7 +40,7 @@ std::vector<std::vector<Tensor>> train(const std::vector<Tensor>& xs, const std:
   model->to(kGpu);
   std::unique_ptr<nn::Optimizer> optimizer;
   if (adamw) {
-    optimizer = std::make_unique<nn::AdamW>(model->parameters(), nn::AdamWOptions(0.01).capturable(true));
+    optimizer = std::make_unique<nn::AdamW>(model->parameters(), nn::AdamWOptions(0.01).capturable(true).amsgrad(true));
   } else {
     optimizer = std::make_unique<nn::SGD>(model->parameters(), nn::SGDOptions(0.05).momentum(0.9));
   }
