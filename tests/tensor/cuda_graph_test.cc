@@ -32,7 +32,8 @@ const Device kGpu = Device::cuda(0);
 // Steps of a small MLP on the batches, eagerly or (graph) two eagerly, then captured once and
 // replayed for the rest; MSE against float targets, cross-entropy against int64 ones; with
 // `clip`, clip_grad_norm_ to 0.05 between backward and the step; SGD with momentum, or
-// (`adamw`) AdamW with capturable and amsgrad (its maximum updated in place). Returns the parameters after every step.
+// (`adamw`) AdamW with capturable and amsgrad (its maximum updated in place). Returns the
+// parameters after every step.
 std::vector<std::vector<Tensor>> train(const std::vector<Tensor>& xs, const std::vector<Tensor>& ys, bool graph,
                                        bool clip = false, bool adamw = false) {
   tensor::manual_seed(3);
