@@ -95,48 +95,44 @@ case "$part" in
     step equivalence_test 150 ours ./tests/ddp/equivalence_test --durations yes
     step examples_test 150 ours ./tests/examples/examples_test --durations yes
     ;;
-  sanitize)
+  sanitize | sanitize2)
     sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-    if [ -x "$sanitizer" ]; then
+    # check NAME SECONDS TOOL BINARY [quiet]: one tool over BINARY's "[cuda]" cases; `quiet`
+    # leaves API errors unreported (the libraries' own probing, below).
+    check() {
+      local api=()
+      [ "${5:-}" = quiet ] && api=(--report-api-errors no)
+      step "$1" "$2" ours "$sanitizer" --tool "$3" "${api[@]}" --error-exitcode 99 "$4" "[cuda]"
+    }
+    if [ ! -x "$sanitizer" ]; then
+      note "compute-sanitizer: not found"
+    elif [ "$part" = sanitize ]; then
       # Our kernels and copies (the "[cuda]" cases); the library-heavy cases stay out, as
       # cuBLAS and cuDNN are not ours to check and slow the tools down tenfold.
-      step memcheck 270 ours "$sanitizer" --tool memcheck --error-exitcode 99 ./tests/tensor/cuda_test "[cuda]"
-      step racecheck 270 ours "$sanitizer" --tool racecheck --error-exitcode 99 ./tests/tensor/cuda_test "[cuda]"
-      step initcheck 120 ours "$sanitizer" --tool initcheck --error-exitcode 99 ./tests/tensor/cuda_test "[cuda]"
-      step synccheck 120 ours "$sanitizer" --tool synccheck --error-exitcode 99 ./tests/tensor/cuda_test "[cuda]"
+      check memcheck 270 memcheck ./tests/tensor/cuda_test
+      check racecheck 270 racecheck ./tests/tensor/cuda_test
+      check initcheck 120 initcheck ./tests/tensor/cuda_test
+      check synccheck 120 synccheck ./tests/tensor/cuda_test
       # DDP and the collectives on CUDA tensors (Gloo staging, NCCL), all four tools, each in the
       # time left. NCCL's initialisation probes its kernels for other architectures and gets
       # cudaErrorNoKernelImageForDevice back, which it expects; memcheck would count each probe
       # as an error (48 of them, all inside ncclInitKernelsForDevice), so API errors are not
       # reported here. What each tool checks (memory, races, ...) still is.
-      step memcheck_ddp 120 ours "$sanitizer" --tool memcheck --report-api-errors no --error-exitcode 99 ./tests/ddp/equivalence_test "[cuda]"
-      step memcheck_collectives 120 ours "$sanitizer" --tool memcheck --report-api-errors no --error-exitcode 99 \
-        ./tests/comm/collectives_test "[cuda]"
+      check memcheck_ddp 120 memcheck ./tests/ddp/equivalence_test quiet
+      check memcheck_collectives 120 memcheck ./tests/comm/collectives_test quiet
       for tool in racecheck initcheck synccheck; do
-        step "${tool}_ddp" 60 ours "$sanitizer" --tool "$tool" --report-api-errors no --error-exitcode 99 \
-          ./tests/ddp/equivalence_test "[cuda]"
-        step "${tool}_collectives" 60 ours "$sanitizer" --tool "$tool" --report-api-errors no --error-exitcode 99 \
-          ./tests/comm/collectives_test "[cuda]"
+        check "${tool}_ddp" 60 "$tool" ./tests/ddp/equivalence_test quiet
+        check "${tool}_collectives" 60 "$tool" ./tests/comm/collectives_test quiet
       done
     else
-      note "compute-sanitizer: not found"
-    fi
-    ;;
-  sanitize2)
-    sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-    if [ -x "$sanitizer" ]; then
-      # The "[cuda]" cases of the newer GPU tests. cuDNN runs inside the convolution cases, so
-      # API errors from its probing are not reported; what each tool checks still is.
-      # Tool by tool, so that every test gets memcheck first if the 540 s run out.
+      # The "[cuda]" cases of the newer GPU tests, tool by tool, so that every test gets
+      # memcheck first if the 540 s run out. cuDNN probes inside the convolution cases and
+      # autocast's, so API errors are not reported there.
       for tool in memcheck initcheck racecheck synccheck; do
-        step "${tool}_graph" 40 ours "$sanitizer" --tool "$tool" --error-exitcode 99 ./tests/tensor/cuda_graph_test "[cuda]"
-        step "${tool}_autocast" 30 ours "$sanitizer" --tool "$tool" --report-api-errors no --error-exitcode 99 \
-          ./tests/tensor/cuda_autocast_test "[cuda]"
-        step "${tool}_conv" 60 ours "$sanitizer" --tool "$tool" --report-api-errors no --error-exitcode 99 \
-          ./tests/tensor/cuda_conv_test "[cuda]"
+        check "${tool}_graph" 40 "$tool" ./tests/tensor/cuda_graph_test
+        check "${tool}_autocast" 30 "$tool" ./tests/tensor/cuda_autocast_test quiet
+        check "${tool}_conv" 60 "$tool" ./tests/tensor/cuda_conv_test quiet
       done
-    else
-      note "compute-sanitizer: not found"
     fi
     ;;
   bench)
