@@ -7,6 +7,7 @@
 #include "tinyddp/nn/batchnorm.h"
 #include "tinyddp/nn/checkpoint.h"
 #include "tinyddp/nn/data.h"
+#include "tinyddp/nn/grad_scaler.h"
 #include "tinyddp/nn/layers.h"
 #include "tinyddp/nn/loss.h"
 #include "tinyddp/nn/module.h"

@@ -2,14 +2,17 @@
 // convolutions in 16 bits with float32 sums) against the CPU's autocast run on the same values,
 // which tests/tensor/autocast_test.cc checks against PyTorch: the same output dtypes, values
 // within one 16-bit step (each side sums in float32 in its own order and rounds once), the
-// float32 leaves' gradients float32 and within the same bound. Every GPU case skips, saying
-// why, without a GPU (and in a build without CUDA).
+// float32 leaves' gradients float32 and within the same bound. And float16 training with a
+// GradScaler on the GPU. Every GPU case skips, saying why, without a GPU (and in a build
+// without CUDA).
 #include <cmath>
 #include <functional>
 #include <vector>
 
 #include "tests/test_util.h"
 #include "tinyddp/autograd/autograd.h"
+#include "tinyddp/nn/grad_scaler.h"
+#include "tinyddp/nn/layers.h"
 #include "tinyddp/nn/loss.h"
 #include "tinyddp/tensor/all.h"
 #include "tinyddp/tensor/autocast.h"
@@ -102,4 +105,36 @@ TEST_CASE("CUDA autocast: products, attention, convolution and a loss against th
         return tinyddp::nn::cross_entropy(linear(relu(linear(t[0], t[1])), t[2]), targets.to(t[0].device()));
       },
       2);
+}
+
+TEST_CASE("CUDA float16 autocast with a GradScaler: clean steps step, an inf skips and backs off", "[cuda][autocast]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  manual_seed(8);
+  const auto model = tinyddp::nn::mlp({20, 64, 10});
+  model->to(Device::cuda(0));
+  tinyddp::nn::SGD opt(model->parameters(), tinyddp::nn::SGDOptions(0.1));
+  tinyddp::nn::GradScaler scaler(tinyddp::nn::GradScalerOptions{.init_scale = 1024.0, .growth_interval = 3});
+  Generator gen(9);
+  const Tensor x = randn({32, 20}, {}, &gen).to(Device::cuda(0));
+  const Tensor y = randn({32, 10}, {}, &gen).to(Device::cuda(0));
+  std::vector<double> losses;
+  for (int step = 0; step < 8; ++step) {
+    INFO("step " << step);
+    opt.zero_grad();
+    Tensor loss;
+    {
+      Autocast autocast(DeviceType::kCUDA, kFloat16);
+      loss = tinyddp::nn::mse_loss(model->forward(x), y);
+    }
+    scaler.scale(loss).backward();
+    if (step == 4) model->parameters()[0].grad().narrow(0, 0, 1).fill_(INFINITY);
+    const Tensor before = model->parameters()[0].detach().to(kCPU);
+    CHECK(scaler.step(opt) == (step != 4));
+    CHECK(equal(model->parameters()[0].detach().to(kCPU), before) == (step == 4));
+    scaler.update();
+    losses.push_back(loss.to(kFloat32).item<double>());
+    CHECK(std::isfinite(losses.back()));
+  }
+  CHECK(scaler.get_scale() == 2048.0);  // grown after steps 0-2, halved at 4, 5-7 clean: grown again
+  CHECK(losses.back() < losses.front());
 }
