@@ -78,15 +78,18 @@ bool GradScaler::step(Optimizer& optimizer) {
 void GradScaler::update() {
   if (!options_.enabled) return;
   check_scale_made("update");
-  TDDP_CHECK(!per_optimizer_.empty(), "GradScaler::update: no inf checks were recorded before update() (call "
-                                      "step(optimizer) or unscale_(optimizer) first)");
+  TDDP_CHECK(!per_optimizer_.empty(),
+             "GradScaler::update: no inf checks were recorded before update() (call "
+             "step(optimizer) or unscale_(optimizer) first)");
   bool found = false;
   for (auto& [optimizer, state] : per_optimizer_) {
     if (state.stage == Stage::kUnscaled) state.found_inf_host = state.found_inf.item<double>() != 0;
     found = found || state.found_inf_host;
   }
   // PyTorch's update kernel: float32 scale times a double factor, rounded to float32.
-  const auto times = [](double scale, double factor) { return static_cast<double>(static_cast<float>(scale * factor)); };
+  const auto times = [](double scale, double factor) {
+    return static_cast<double>(static_cast<float>(scale * factor));
+  };
   if (found) {
     scale_host_ = times(scale_host_, options_.backoff_factor);
     growth_tracker_ = 0;
@@ -122,8 +125,9 @@ OrderedDict<Tensor> GradScaler::state_dict() const {
 
 void GradScaler::load_state_dict(const OrderedDict<Tensor>& state) {
   if (!options_.enabled) return;
-  TDDP_CHECK(!state.empty(), "GradScaler::load_state_dict: the state is empty, possibly saved from a disabled "
-                             "GradScaler");
+  TDDP_CHECK(!state.empty(),
+             "GradScaler::load_state_dict: the state is empty, possibly saved from a disabled "
+             "GradScaler");
   const auto number = [&](const char* key) {
     TDDP_CHECK(state.contains(key), "GradScaler::load_state_dict: missing '{}'", key);
     const Tensor& t = state.at(key);

@@ -18,8 +18,8 @@
 // The scale is a float32 tensor on the loss's device (kept equal to the host's copy, which
 // update() alone changes, with the float32 arithmetic of PyTorch's update kernel); unscale_
 // checks and divides the gradients on their device. step() reads one number back (whether to
-// skip), as PyTorch's does, and update() reuses it. Under DDP every rank sees the same averaged gradients, so every rank skips
-// or steps alike. Works on any device (PyTorch 1.13's disables itself without CUDA).
+// skip), as PyTorch's does, and update() reuses it. Under DDP every rank sees the same averaged gradients, so every
+// rank skips or steps alike. Works on any device (PyTorch 1.13's disables itself without CUDA).
 #pragma once
 
 #include <map>
@@ -75,9 +75,9 @@ class GradScaler {
   void check_scale_made(const char* what) const;
 
   GradScalerOptions options_;
-  double scale_host_;       // the scale, a float32 value
+  double scale_host_;           // the scale, a float32 value
   int64_t growth_tracker_ = 0;  // clean steps in a row
-  Tensor scale_;            // float32 [1] on the loss's device, undefined until the first scale()
+  Tensor scale_;                // float32 [1] on the loss's device, undefined until the first scale()
   std::map<const Optimizer*, PerOptimizer> per_optimizer_;
 };
 

@@ -29,13 +29,35 @@ Tensor class_indices(int64_t classes, const tensor::Device& device) {
   return entry;
 }
 
+// Every target not ignored lies in [0, classes): one read of the smallest and the largest.
+void check_target_range(const Tensor& targets, const Tensor& ignored, int64_t classes) {
+  const Tensor checked = tensor::masked_fill(targets, ignored, 0.0);  // ignored rows pass the check
+  const std::vector<int64_t> ends =
+      tensor::cat({tensor::neg(tensor::max(tensor::neg(checked))).reshape({1}), tensor::max(checked).reshape({1})}, 0)
+          .to(tensor::kCPU)
+          .to_vector<int64_t>();
+  TDDP_CHECK(ends[0] >= 0 && ends[1] < classes, "cross_entropy: target {} is out of bounds for {} classes",
+             ends[0] < 0 ? ends[0] : ends[1], classes);
+}
+
+enum class Reduction { kMean, kSum, kNone };
+
+Reduction parse_reduction(std::string_view reduction, const char* op) {
+  if (reduction == "mean") return Reduction::kMean;
+  if (reduction == "sum") return Reduction::kSum;
+  TDDP_CHECK(reduction == "none", "{}: '{}' is not a valid value for reduction (use 'mean', 'sum' or 'none')", op,
+             reduction);
+  return Reduction::kNone;
+}
+
 }  // namespace
 
-Tensor mse_loss(const Tensor& input_in, const Tensor& target_in) {
+Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, std::string_view reduction_name) {
   Tensor input = input_in, target = target_in;  // float32 under autocast
   if (tensor::detail::autocast_args(tensor::detail::CastPolicy::kFloat32, {&input, &target})) {
-    return mse_loss(input, target);
+    return mse_loss(input, target, reduction_name);
   }
+  const Reduction reduction = parse_reduction(reduction_name, "mse_loss");
   TDDP_CHECK(input.defined() && target.defined(), "mse_loss: undefined input or target");
   TDDP_CHECK(input.sizes() == target.sizes(), "mse_loss: input shape {} and target shape {} differ",
              tensor::format_shape(input.sizes()), tensor::format_shape(target.sizes()));
@@ -43,26 +65,34 @@ Tensor mse_loss(const Tensor& input_in, const Tensor& target_in) {
   {
     NoGradGuard no_grad;
     diff = tensor::sub(input, target);
-    out = tensor::mean(tensor::mul(diff, diff));
+    const Tensor squares = tensor::mul(diff, diff);
+    out = reduction == Reduction::kMean  ? tensor::mean(squares)
+          : reduction == Reduction::kSum ? tensor::sum(squares)
+                                         : squares;
   }
-  // grad_input = grad_out * 2 (input - target) / n, grad_target = -grad_input
+  // grad_input = grad_out * 2 (input - target) (/ n for the mean), grad_target = -grad_input
   if (tensor::needs_grad(input, target)) {
     const bool need_input = input.requires_grad(), need_target = target.requires_grad();
+    const double factor = reduction == Reduction::kMean ? 2.0 / static_cast<double>(input.numel()) : 2.0;
     tensor::record_op(
         "MseLossBackward", out, {input, target},
-        [sd = SavedTensor(diff), n = static_cast<double>(input.numel()), need_input, need_target](const Tensor& g) {
-          const Tensor grad = tensor::mul(sd.get("MseLossBackward"), tensor::mul(g, 2.0 / n));
+        [sd = SavedTensor(diff), factor, need_input, need_target](const Tensor& g) {
+          const Tensor grad = tensor::mul(sd.get("MseLossBackward"), tensor::mul(g, factor));
           return std::vector<Tensor>{need_input ? grad : Tensor(), need_target ? tensor::neg(grad) : Tensor()};
         });
   }
   return out;
 }
 
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ignore_index) {
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ignore_index,
+                     std::string_view reduction_name, double label_smoothing) {
   Tensor logits = logits_in;  // float32 under autocast
   if (tensor::detail::autocast_args(tensor::detail::CastPolicy::kFloat32, {&logits})) {
-    return cross_entropy(logits, targets, ignore_index);
+    return cross_entropy(logits, targets, ignore_index, reduction_name, label_smoothing);
   }
+  const Reduction reduction = parse_reduction(reduction_name, "cross_entropy");
+  TDDP_CHECK(label_smoothing >= 0 && label_smoothing <= 1,
+             "cross_entropy: label_smoothing must be between 0.0 and 1.0, got {}", label_smoothing);
   TDDP_CHECK(logits.defined() && targets.defined(), "cross_entropy: undefined logits or targets");
   TDDP_CHECK(logits.dim() == 2, "cross_entropy: expected logits of shape [batch, classes], got {}",
              tensor::format_shape(logits.sizes()));
@@ -77,7 +107,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ign
   // stays a tensor there (the same float32 quotient: an integer count is exact in float).
   const bool on_gpu = logits.is_cuda();
   const bool check_range = !(on_gpu && tensor::cuda::is_capturing(logits.device().index));
-  Tensor log_probs, one_hot, kept, out;
+  Tensor log_probs, dist, kept, out;
   double count = 0;  // rows whose target is not ignored (on the CPU)
   Tensor count_on_gpu;
   {
@@ -89,34 +119,43 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ign
     } else {
       count = static_cast<double>(targets.numel() - tensor::sum(ignored).item<int64_t>());
     }
-    if (targets.numel() > 0 && check_range) {
-      const Tensor checked = tensor::masked_fill(targets, ignored, 0.0);  // ignored rows pass the check
-      const std::vector<int64_t> ends =
-          tensor::cat({tensor::neg(tensor::max(tensor::neg(checked))).reshape({1}), tensor::max(checked).reshape({1})},
-                      0)
-              .to(tensor::kCPU)
-              .to_vector<int64_t>();
-      TDDP_CHECK(ends[0] >= 0 && ends[1] < classes, "cross_entropy: target {} is out of bounds for {} classes",
-                 ends[0] < 0 ? ends[0] : ends[1], classes);
-    }
+    if (targets.numel() > 0 && check_range) check_target_range(targets, ignored, classes);
     // one_hot[i, c] = (targets[i] == c), a zero row where the target is ignored (it is
     // outside [0, classes), or masked when ignore_index is a class): picks each row's target
     // log-probability.
-    one_hot = tensor::masked_fill(
+    const Tensor one_hot = tensor::masked_fill(
         tensor::eq(targets.unsqueeze(1), class_indices(classes, logits.device())).to(logits.dtype()),
         ignored.unsqueeze(1), 0.0);
     log_probs = tensor::log_softmax(logits, 1);
-    const Tensor total = tensor::sum(tensor::mul(log_probs, one_hot));
-    out = tensor::neg(on_gpu ? tensor::div(total, count_on_gpu) : tensor::div(total, count));
+    // Sums of rows as the reduction asks: the mean over the kept rows, the sum, or per row.
+    const auto reduce = [&](const Tensor& weighted) {
+      if (reduction == Reduction::kNone) return tensor::neg(tensor::sum(weighted, {1}));
+      const Tensor total = tensor::sum(weighted);
+      if (reduction == Reduction::kSum) return tensor::neg(total);
+      return tensor::neg(on_gpu ? tensor::div(total, count_on_gpu) : tensor::div(total, count));
+    };
+    out = reduce(tensor::mul(log_probs, one_hot));
+    dist = one_hot;
+    if (label_smoothing > 0) {
+      // PyTorch: (1 - s) nll + (s / classes) smooth, smooth = -sum_c log_probs over kept rows;
+      // the gradient's target distribution is (1 - s) one_hot + s / classes.
+      const double share = label_smoothing / static_cast<double>(classes);
+      out =
+          tensor::add(tensor::mul(out, 1 - label_smoothing), tensor::mul(reduce(tensor::mul(log_probs, kept)), share));
+      dist = tensor::add(tensor::mul(one_hot, 1 - label_smoothing), tensor::mul(kept, share));
+    }
   }
-  // grad_logits [batch, classes] = grad_out * (softmax(logits) - one_hot) / count on kept rows
+  // grad_logits [batch, classes] = grad_out * (softmax(logits) - dist) on kept rows, / count
+  // for the mean, row by row for "none"
   if (tensor::needs_grad(logits)) {
     tensor::record_op(
         "CrossEntropyBackward", out, {logits, targets},
-        [sl = SavedTensor(log_probs), so = SavedTensor(one_hot), kept, count, count_on_gpu](const Tensor& g) {
+        [sl = SavedTensor(log_probs), sd = SavedTensor(dist), kept, count, count_on_gpu, reduction](const Tensor& g) {
           const Tensor probs = tensor::exp(sl.get("CrossEntropyBackward"));
-          const Tensor diff = tensor::mul(tensor::sub(probs, so.get("CrossEntropyBackward")), kept);
-          const Tensor scale = count_on_gpu.defined() ? tensor::div(g, count_on_gpu) : tensor::div(g, count);
+          const Tensor diff = tensor::mul(tensor::sub(probs, sd.get("CrossEntropyBackward")), kept);
+          Tensor scale = g.unsqueeze(-1);  // "none": each row's own; "sum": one number
+          if (reduction == Reduction::kMean)
+            scale = count_on_gpu.defined() ? tensor::div(g, count_on_gpu) : tensor::div(g, count);
           return std::vector<Tensor>{tensor::mul(diff, scale), Tensor()};
         });
   }

@@ -64,8 +64,8 @@ TEST_CASE("GradScaler: an inf or NaN skips the step and backs off; growth after 
   Run run;
   GradScaler scaler(GradScalerOptions{.init_scale = 1024.0, .growth_interval = 2});
   // What each step's gradient holds, and the scale after its update (PyTorch's rule).
-  const std::vector<std::pair<double, double>> plan = {
-      {0, 1024}, {INFINITY, 512}, {0, 512}, {0, 1024}, {NAN, 512}, {-INFINITY, 256}, {0, 256}, {0, 512}};
+  const std::vector<std::pair<double, double>> plan = {{0, 1024},  {INFINITY, 512},  {0, 512}, {0, 1024},
+                                                       {NAN, 512}, {-INFINITY, 256}, {0, 256}, {0, 512}};
   for (size_t step = 0; step < plan.size(); ++step) {
     INFO("step " << step);
     run.opt->zero_grad();

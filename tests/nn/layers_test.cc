@@ -106,4 +106,17 @@ TEST_CASE("gradcheck: the fused losses", "[nn][loss][gradcheck]") {
   const Tensor logits = tensor::randn({5, 4}, tensor::kFloat64, &g).t().contiguous().t().requires_grad_();
   const Tensor labels = tensor::tensor({3, 0, 1, 3, 2}, tensor::kInt64);
   CHECK(gradcheck([&](const Inputs& x) { return cross_entropy(x[0], labels); }, {logits}) == "");
+  // The other reductions and label smoothing (a weighted sum of each row's output for "none").
+  const Tensor weights = tensor::randn({5}, tensor::kFloat64, &g);
+  const Tensor ignored = tensor::tensor({3, -100, 1, 3, 2}, tensor::kInt64);
+  CHECK(gradcheck([&](const Inputs& x) { return cross_entropy(x[0], ignored, -100, "sum", 0.2); }, {logits}) == "");
+  CHECK(gradcheck([&](const Inputs& x) { return cross_entropy(x[0], ignored, -100, "mean", 0.2); }, {logits}) == "");
+  CHECK(gradcheck(
+            [&](const Inputs& x) {
+              return tensor::sum(tensor::mul(cross_entropy(x[0], ignored, -100, "none", 0.1), weights));
+            },
+            {logits}) == "");
+  CHECK(gradcheck([](const Inputs& x) { return tensor::sum(tensor::mul(mse_loss(x[0], x[1], "none"), x[1])); },
+                  {input, target}) == "");
+  CHECK(gradcheck([](const Inputs& x) { return mse_loss(x[0], x[1], "sum"); }, {input, target}) == "");
 }
