@@ -45,4 +45,17 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   return total;
 }
 
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value) {
+  TDDP_CHECK(clip_value >= 0, "clip_grad_value_: clip_value must not be negative, got {}", clip_value);
+  tensor::NoGradGuard no_grad;
+  for (const Tensor& p : params) {
+    const Tensor& g = p.grad();
+    if (!g.defined()) continue;
+    // clamp(g, -c, c): the bounds as tensors of g's dtype on its device (no host copy);
+    // minimum and maximum keep NaN, as clamp does.
+    const Tensor high = tensor::full({}, clip_value, tensor::TensorOptions().dtype(g.dtype()).device(g.device()));
+    g.copy_(tensor::maximum(tensor::minimum(g, high), tensor::neg(high)));
+  }
+}
+
 }  // namespace tinyddp::nn

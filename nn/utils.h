@@ -1,4 +1,4 @@
-// Gradient utilities, as torch.nn.utils: clip_grad_norm_.
+// Gradient utilities, as torch.nn.utils: clip_grad_norm_, clip_grad_value_.
 #pragma once
 
 #include <vector>
@@ -21,5 +21,9 @@ namespace tinyddp::nn {
 // infinite total norm throws instead of scaling (this one reads the norm back).
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0,
                        bool error_if_nonfinite = false);
+
+// Clamps every gradient of `params` into [-clip_value, clip_value] in place, as
+// torch.nn.utils.clip_grad_value_ (NaN stays NaN). Parameters without a gradient are skipped.
+void clip_grad_value_(const std::vector<Tensor>& params, double clip_value);
 
 }  // namespace tinyddp::nn

@@ -192,6 +192,28 @@ TEST_CASE("clip_grad_norm_ returns PyTorch's total norm and leaves PyTorch's gra
       CHECK(params[i].grad().to(tensor::kFloat32).to_vector<float>() == c["clipped"][i].get<std::vector<float>>());
     }
   }
+  // clip_grad_value_: every gradient clamped into [-c, c], PyTorch's values; NaN stays NaN.
+  {
+    const nlohmann::json& c = reference()["clip_value"];
+    std::vector<Tensor> params;
+    for (size_t i = 0; i < c["grads"].size(); ++i) {
+      const tensor::Shape shape = c["shapes"][i].get<tensor::Shape>();
+      Tensor p = tensor::zeros(shape).requires_grad_();
+      p.mutable_grad() = tensor::from_vector(c["grads"][i].get<std::vector<float>>(), shape);
+      params.push_back(p);
+    }
+    params.push_back(tensor::zeros({2}).requires_grad_());  // no gradient: skipped
+    clip_grad_value_(params, c["clip_value"].get<double>());
+    for (size_t i = 0; i < c["clipped"].size(); ++i) {
+      CHECK(params[i].grad().to_vector<float>() == c["clipped"][i].get<std::vector<float>>());
+    }
+    Tensor with_nan = tensor::zeros({3}).requires_grad_();
+    with_nan.mutable_grad() = tensor::tensor({NAN, -2.0, 0.25});
+    clip_grad_value_({with_nan}, 1.0);
+    const std::vector<float> v = with_nan.grad().to_vector<float>();
+    CHECK((std::isnan(v[0]) && v[1] == -1.0f && v[2] == 0.25f));
+    CHECK_THROWS_WITH(clip_grad_value_({with_nan}, -1.0), Contains("clip_value must not be negative, got -1"));
+  }
   Tensor nan_grad = tensor::zeros({2}).requires_grad_();
   nan_grad.mutable_grad() = tensor::tensor({1.0, NAN});
   CHECK_THROWS_WITH(clip_grad_norm_({nan_grad}, 1.0, 2.0, true),
