@@ -7,10 +7,21 @@
 
 namespace tinyddp::nn {
 
-GradScaler::GradScaler(GradScalerOptions options)
-    : options_(options), scale_host_(static_cast<float>(options.init_scale)) {
-  TDDP_CHECK(options_.init_scale > 0 && std::isfinite(options_.init_scale),
-             "GradScaler: init_scale must be positive and finite, got {}", options_.init_scale);
+namespace {
+
+// v rounded to float32, as a float32 tensor holds it: beyond float32's range (from halfway past
+// its largest value) that is inf, which a plain cast would leave undefined.
+double to_float32(double v) {
+  const double overflow = std::ldexp(1.0, 128) - std::ldexp(1.0, 103);
+  if (std::fabs(v) >= overflow) return std::copysign(INFINITY, v);
+  return static_cast<float>(v);
+}
+
+}  // namespace
+
+GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_host_(to_float32(options.init_scale)) {
+  TDDP_CHECK(options_.init_scale > 0 && std::isfinite(scale_host_),
+             "GradScaler: init_scale must be positive and finite in float32, got {}", options_.init_scale);
   TDDP_CHECK(options_.growth_factor > 1.0, "GradScaler: growth_factor should be > 1, got {}", options_.growth_factor);
   TDDP_CHECK(options_.backoff_factor > 0 && options_.backoff_factor < 1.0,
              "GradScaler: backoff_factor should be between 0 and 1, got {}", options_.backoff_factor);
@@ -87,9 +98,7 @@ void GradScaler::update() {
     found = found || state.found_inf_host;
   }
   // PyTorch's update kernel: float32 scale times a double factor, rounded to float32.
-  const auto times = [](double scale, double factor) {
-    return static_cast<double>(static_cast<float>(scale * factor));
-  };
+  const auto times = [](double scale, double factor) { return to_float32(scale * factor); };
   if (found) {
     scale_host_ = times(scale_host_, options_.backoff_factor);
     growth_tracker_ = 0;
@@ -105,7 +114,8 @@ void GradScaler::update() {
 void GradScaler::update(double new_scale) {
   if (!options_.enabled) return;
   check_scale_made("update");
-  scale_host_ = static_cast<float>(new_scale);
+  TDDP_CHECK(new_scale > 0, "GradScaler::update: new_scale must be positive, got {}", new_scale);
+  scale_host_ = to_float32(new_scale);
   scale_.fill_(scale_host_);
   per_optimizer_.clear();
 }
@@ -142,7 +152,7 @@ void GradScaler::load_state_dict(const OrderedDict<Tensor>& state) {
   const auto tracker = static_cast<int64_t>(number("_growth_tracker"));
   GradScaler check(loaded);  // the same checks as a new scaler's
   options_ = loaded;
-  scale_host_ = static_cast<float>(loaded.init_scale);
+  scale_host_ = to_float32(loaded.init_scale);
   growth_tracker_ = tracker;
   if (scale_.defined()) scale_.fill_(scale_host_);
 }

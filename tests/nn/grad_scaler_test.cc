@@ -113,6 +113,7 @@ TEST_CASE("GradScaler: unscale_ before clipping; the order of calls is enforced"
   fresh.scale(tensor::ones({1}));
   CHECK_THROWS_WITH(fresh.unscale_(opt), Contains("attempting to unscale float16 gradients"));
   CHECK_THROWS_WITH(GradScaler(GradScalerOptions{.backoff_factor = 1.5}), Contains("backoff_factor should be"));
+  CHECK_THROWS_WITH(GradScaler(GradScalerOptions{.init_scale = 1e39}), Contains("positive and finite in float32"));
 }
 
 TEST_CASE("GradScaler: disabled it passes through; state round-trips", "[nn][grad_scaler]") {
