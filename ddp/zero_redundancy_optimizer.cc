@@ -260,6 +260,12 @@ nn::OrderedDict<Tensor> ZeroRedundancyOptimizer::state_dict() const {
   return *consolidated_;
 }
 
+void ZeroRedundancyOptimizer::add_param_group(nn::ParamGroup) {
+  TDDP_CHECK(false,
+             "ZeroRedundancyOptimizer: add_param_group is not supported: the parameters' shards are laid out when it "
+             "is made (make a new ZeroRedundancyOptimizer over every group)");
+}
+
 void ZeroRedundancyOptimizer::load_state_dict(const nn::OrderedDict<Tensor>& state) {
   require_initialized("load_state_dict");
   // Every key names a parameter; this rank keeps those of its shard, renumbered for its local

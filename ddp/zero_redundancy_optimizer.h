@@ -94,6 +94,8 @@ class ZeroRedundancyOptimizer : public nn::Optimizer, public Joinable {
   void consolidate_state_dict(int to = 0);
   nn::OrderedDict<Tensor> state_dict() const override;
   void load_state_dict(const nn::OrderedDict<Tensor>& state) override;
+  // Refused: the shards are laid out at construction (build a new ZeroRedundancyOptimizer).
+  void add_param_group(nn::ParamGroup group) override;
 
   // overlap_with_ddp: whether the partition is known yet (after DDP's rebuild).
   bool overlap_initialized() const { return !partition_.empty(); }

@@ -29,26 +29,41 @@ Optimizer::Optimizer(std::vector<Tensor> params, std::string name, double lr, do
     : Optimizer(one_group(std::move(params)), std::move(name), lr, weight_decay) {}
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups, std::string name, double lr, double weight_decay)
-    : name_(std::move(name)) {
+    : name_(std::move(name)), default_lr_(lr), default_weight_decay_(weight_decay) {
+  for (ParamGroup& group : groups) append_group(std::move(group));
+}
+
+void Optimizer::append_group(ParamGroup group) {
+  const size_t g = groups_.size();
   std::unordered_map<const tensor::TensorImpl*, size_t> group_of;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const size_t begin = params_.size();
-    for (Tensor& p : groups[g].params) {
-      const size_t i = params_.size();
-      TDDP_CHECK(p.defined() && p.is_leaf(), "{}: parameter {} must be a defined leaf tensor", name_, i);
-      TDDP_CHECK(p.is_floating_point(), "{}: parameter {} has dtype {}; optimizers need floating point", name_, i,
-                 tensor::dtype_name(p.dtype()));
-      const auto [it, fresh] = group_of.emplace(p.impl(), g);
-      TDDP_CHECK(fresh || it->second == g,
-                 "{}: parameter {} of group {} is also in group {} (a parameter may be "
-                 "in one group only)",
-                 name_, i, g, it->second);
-      params_.push_back(std::move(p));
-    }
-    groups_.push_back(Group{begin, params_.size(), 0, 0});
-    set_lr(g, groups[g].lr.value_or(lr));  // validated there
-    set_weight_decay(g, groups[g].weight_decay.value_or(weight_decay));
+  for (size_t k = 0; k < groups_.size(); ++k) {
+    for (size_t i = groups_[k].begin; i < groups_[k].end; ++i) group_of.emplace(params_[i].impl(), k);
   }
+  // Everything is checked before anything changes.
+  TDDP_CHECK(group.lr.value_or(default_lr_) >= 0, "{}: invalid learning rate {} (group {})", name_,
+             group.lr.value_or(default_lr_), g);
+  TDDP_CHECK(group.weight_decay.value_or(default_weight_decay_) >= 0, "{}: invalid weight_decay {} (group {})", name_,
+             group.weight_decay.value_or(default_weight_decay_), g);
+  for (size_t k = 0; k < group.params.size(); ++k) {
+    const Tensor& p = group.params[k];
+    const size_t i = params_.size() + k;
+    TDDP_CHECK(p.defined() && p.is_leaf(), "{}: parameter {} must be a defined leaf tensor", name_, i);
+    TDDP_CHECK(p.is_floating_point(), "{}: parameter {} has dtype {}; optimizers need floating point", name_, i,
+               tensor::dtype_name(p.dtype()));
+    const auto [it, fresh] = group_of.emplace(p.impl(), g);
+    TDDP_CHECK(fresh || it->second == g,
+               "{}: parameter {} of group {} is also in group {} (a parameter may be in one group only)", name_, i, g,
+               it->second);
+  }
+  const size_t begin = params_.size();
+  for (Tensor& p : group.params) params_.push_back(std::move(p));
+  groups_.push_back(
+      Group{begin, params_.size(), group.lr.value_or(default_lr_), group.weight_decay.value_or(default_weight_decay_)});
+}
+
+void Optimizer::add_param_group(ParamGroup group) {
+  append_group(std::move(group));
+  params_added();
 }
 
 const Optimizer::Group& Optimizer::group(size_t g) const {

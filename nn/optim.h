@@ -69,6 +69,11 @@ class Optimizer {
   double weight_decay(size_t g = 0) const { return group(g).weight_decay; }
   void set_lr(size_t g, double lr);
   void set_weight_decay(size_t g, double weight_decay);
+  // As torch.optim.Optimizer.add_param_group: one more group, its parameters after every
+  // other's (so the state indices of the others do not move), with the optimizer's own lr and
+  // weight decay where the group sets none; a parameter already in a group is refused.
+  // Schedulers made before it refuse to step (make them after).
+  virtual void add_param_group(ParamGroup group);
 
   // Per-parameter state as "state.<index>.<key>" tensors (index = position in params()).
   virtual OrderedDict<Tensor> state_dict() const = 0;
@@ -79,6 +84,8 @@ class Optimizer {
  protected:
   // Validates `state` against the keys `allowed` may produce for each parameter index.
   void check_state(const OrderedDict<Tensor>& state, const std::vector<std::string>& keys) const;
+  // After add_param_group: params() has grown; per-parameter state must cover it.
+  virtual void params_added() {}
 
   std::vector<Tensor> params_;
   std::string name_;
@@ -89,7 +96,10 @@ class Optimizer {
     double lr, weight_decay;
   };
   const Group& group(size_t g) const;
+  // Checks and appends one group (the constructor's and add_param_group's work).
+  void append_group(ParamGroup group);
   std::vector<Group> groups_;
+  double default_lr_, default_weight_decay_;
 };
 
 struct SGDOptions {
@@ -139,6 +149,9 @@ class SGD : public Optimizer {
   // The options given (the defaults of every group; the groups' lr and weight decay are lr(g)
   // and weight_decay(g)).
   const SGDOptions& defaults() const { return options_; }
+
+ protected:
+  void params_added() override { momentum_buffers_.resize(params_.size()); }
 
  private:
   SGDOptions options_;
@@ -211,6 +224,7 @@ class Adam : public Optimizer {
  protected:
   Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled, std::string name);
   void step_group(size_t g);
+  void params_added() override { state_.resize(params_.size()); }
 
  private:
   struct State {

@@ -13,6 +13,10 @@ LRScheduler::LRScheduler(Optimizer& optimizer, const char* name) : optimizer_(op
 void LRScheduler::initial_step() { step(); }
 
 void LRScheduler::step() {
+  TDDP_CHECK(optimizer_.num_param_groups() == base_lrs_.size(),
+             "{}: the optimizer has {} parameter groups but the scheduler was made for {} (make the scheduler after "
+             "add_param_group)",
+             name_, optimizer_.num_param_groups(), base_lrs_.size());
   ++last_epoch_;
   last_lr_ = get_lr();
   for (size_t g = 0; g < last_lr_.size(); ++g) optimizer_.set_lr(g, last_lr_[g]);

@@ -266,6 +266,10 @@ TEST_CASE("ZeRO: bad parameters and states get clear errors", "[ddp][zero][error
     e.expect(
         error_of([&] { zero.consolidate_state_dict(5); }).find("rank 5 is not in a world of 2") != std::string::npos,
         "to");
+    e.expect(error_of([&] {
+               zero.add_param_group(nn::ParamGroup({tensor::zeros({2}).requires_grad_()}));
+             }).find("add_param_group is not supported") != std::string::npos,
+             "add_param_group");
   }));
 }
 

@@ -182,6 +182,60 @@ TEST_CASE("capturable Adam keeps PyTorch's float32 step tensor; states convert b
   CHECK(max_abs_diff(p, f.at("adam_capturable.step2")) < 1e-6);
 }
 
+TEST_CASE("add_param_group: the new group steps as its own optimizer would; the rest go on", "[nn][optim][groups]") {
+  tensor::Generator g(6);
+  const Tensor start_p = tensor::randn({3, 2}, {}, &g), start_q = tensor::randn({4}, {}, &g);
+  std::vector<Tensor> gp, gq;
+  for (int k = 0; k < 4; ++k) {
+    gp.push_back(tensor::randn({3, 2}, {}, &g));
+    gq.push_back(tensor::randn({4}, {}, &g));
+  }
+  for (const bool adam : {false, true}) {
+    INFO((adam ? "AdamW" : "SGD"));
+    const auto make = [&](std::vector<Tensor> params) -> std::unique_ptr<Optimizer> {
+      if (adam) return std::make_unique<AdamW>(std::move(params), AdamWOptions(0.01));
+      return std::make_unique<SGD>(std::move(params), SGDOptions(0.1).momentum(0.9));
+    };
+    const Tensor p = start_p.clone().requires_grad_(), q = start_q.clone().requires_grad_();
+    const Tensor p2 = start_p.clone().requires_grad_(), q2 = start_q.clone().requires_grad_();
+    auto opt = make({p});
+    auto alone_p = make({p2});
+    std::unique_ptr<Optimizer> alone_q;
+    for (int step = 0; step < 4; ++step) {
+      INFO("step " << step);
+      if (step == 2) {  // q joins with its own rate; weight decay from the optimizer's options
+        opt->add_param_group(ParamGroup({q}).set_lr(0.05));
+        alone_q = make({q2});
+        alone_q->set_lr(0, 0.05);
+        CHECK(opt->lr(1) == 0.05);
+        CHECK(opt->weight_decay(1) == opt->weight_decay(0));
+      }
+      p.mutable_grad() = gp[step].clone();
+      p2.mutable_grad() = gp[step].clone();
+      if (step >= 2) {
+        q.mutable_grad() = gq[step].clone();
+        q2.mutable_grad() = gq[step].clone();
+      }
+      opt->step();
+      alone_p->step();
+      if (alone_q) alone_q->step();
+      CHECK(tensor::equal(p, p2));
+      CHECK(tensor::equal(q, q2));
+    }
+    CHECK(opt->state_dict().contains(adam ? "state.1.exp_avg" : "state.1.momentum_buffer"));
+    CHECK_THROWS_WITH(opt->add_param_group(ParamGroup({p})), Contains("parameter 2 of group 2 is also in group 0"));
+    CHECK(opt->num_param_groups() == 2);  // the refused group left nothing behind
+  }
+  // A scheduler made before the group was added refuses to step.
+  const Tensor a = tensor::zeros({2}).requires_grad_(), b = tensor::zeros({2}).requires_grad_();
+  SGD sgd({a}, SGDOptions(0.1));
+  StepLR schedule(sgd, 2);
+  sgd.add_param_group(ParamGroup({b}));
+  CHECK(sgd.lr(1) == 0.1);
+  CHECK_THROWS_WITH(schedule.step(), Contains("StepLR: the optimizer has 2 parameter groups but the scheduler was made "
+                                              "for 1 (make the scheduler after add_param_group)"));
+}
+
 TEST_CASE("the fused SGD path and the op-by-op path give identical parameters", "[nn][optim]") {
   // A contiguous parameter takes the fused single-pass update; a transposed view (not
   // contiguous) takes the op-by-op path. Bit-identical results are the fused path's contract.
