@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/nn/json_fixture.h"
 #include "tests/nn/nn_test_util.h"
 #include "tinyddp/nn/data.h"
 
@@ -20,11 +21,7 @@ using Catch::Contains;
 namespace {
 
 const json& reference() {
-  static const json data = [] {
-    std::ifstream in("tests/nn/fixtures/data_reference.json");
-    REQUIRE(in.good());
-    return json::parse(in);
-  }();
+  static const json data = tinyddp::testing::read_nn_json_fixture("data_reference.json");
   return data;
 }
 

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/nn/json_fixture.h"
 #include "tests/nn/nn_test_util.h"
 
 using namespace tinyddp;
@@ -14,11 +15,7 @@ using Catch::Contains;
 namespace {
 
 const nlohmann::json& reference() {
-  static const nlohmann::json j = [] {
-    std::ifstream in("tests/nn/fixtures/loss_reference.json");
-    REQUIRE(in.good());
-    return nlohmann::json::parse(in);
-  }();
+  static const nlohmann::json j = tinyddp::testing::read_nn_json_fixture("loss_reference.json");
   return j;
 }
 

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/nn/json_fixture.h"
 #include "tests/nn/nn_test_util.h"
 
 using namespace tinyddp;
@@ -16,12 +17,20 @@ using Catch::Contains;
 namespace {
 
 const nlohmann::json& reference() {
-  static const nlohmann::json j = [] {
-    std::ifstream in("tests/nn/fixtures/schedule_reference.json");
-    REQUIRE(in.good());
-    return nlohmann::json::parse(in);
-  }();
+  static const nlohmann::json j = tinyddp::testing::read_nn_json_fixture("schedule_reference.json");
   return j;
+}
+
+// Parameters of `dtype` whose gradients are the fixture case's "grads" (of its "shapes").
+std::vector<Tensor> params_with_grads(const nlohmann::json& c, tensor::DType dtype = tensor::kFloat32) {
+  std::vector<Tensor> params;
+  for (size_t i = 0; i < c["grads"].size(); ++i) {
+    const tensor::Shape shape = c["shapes"][i].get<tensor::Shape>();
+    Tensor p = tensor::zeros(shape, dtype).requires_grad_();
+    p.mutable_grad() = tensor::from_vector(c["grads"][i].get<std::vector<float>>(), shape).to(dtype);
+    params.push_back(p);
+  }
+  return params;
 }
 
 // Two groups as the fixture has them: lr 0.1 (the optimizer's) and 0.02.
@@ -155,13 +164,7 @@ TEST_CASE("a scheduler's state resumes a run where it stopped", "[nn][schedule][
 
 TEST_CASE("clip_grad_norm_ returns PyTorch's total norm and leaves PyTorch's gradients", "[nn][clip][fixture]") {
   for (const nlohmann::json& c : reference()["clip"]) {
-    std::vector<Tensor> params;
-    for (size_t i = 0; i < c["grads"].size(); ++i) {
-      const tensor::Shape shape = c["shapes"][i].get<tensor::Shape>();
-      Tensor p = tensor::zeros(shape).requires_grad_();
-      p.mutable_grad() = tensor::from_vector(c["grads"][i].get<std::vector<float>>(), shape);
-      params.push_back(p);
-    }
+    std::vector<Tensor> params = params_with_grads(c);
     const double norm_type = c["norm_type"] == "inf" ? INFINITY : c["norm_type"].get<double>();
     INFO("max_norm " << c["max_norm"] << " norm_type " << norm_type);
     const Tensor total = clip_grad_norm_(params, c["max_norm"].get<double>(), norm_type);
@@ -176,13 +179,7 @@ TEST_CASE("clip_grad_norm_ returns PyTorch's total norm and leaves PyTorch's gra
   }
   // bfloat16 gradients: the norm, the coefficient and the scaled gradients to PyTorch's bits.
   for (const nlohmann::json& c : reference()["clip_bf16"]) {
-    std::vector<Tensor> params;
-    for (size_t i = 0; i < c["grads"].size(); ++i) {
-      const tensor::Shape shape = c["shapes"][i].get<tensor::Shape>();
-      Tensor p = tensor::zeros(shape, tensor::kBFloat16).requires_grad_();
-      p.mutable_grad() = tensor::from_vector(c["grads"][i].get<std::vector<float>>(), shape).to(tensor::kBFloat16);
-      params.push_back(p);
-    }
+    const std::vector<Tensor> params = params_with_grads(c, tensor::kBFloat16);
     const double norm_type = c["norm_type"] == "inf" ? INFINITY : c["norm_type"].get<double>();
     INFO("bfloat16, max_norm " << c["max_norm"] << " norm_type " << norm_type);
     const Tensor total = clip_grad_norm_(params, c["max_norm"].get<double>(), norm_type);
@@ -195,13 +192,7 @@ TEST_CASE("clip_grad_norm_ returns PyTorch's total norm and leaves PyTorch's gra
   // clip_grad_value_: every gradient clamped into [-c, c], PyTorch's values; NaN stays NaN.
   {
     const nlohmann::json& c = reference()["clip_value"];
-    std::vector<Tensor> params;
-    for (size_t i = 0; i < c["grads"].size(); ++i) {
-      const tensor::Shape shape = c["shapes"][i].get<tensor::Shape>();
-      Tensor p = tensor::zeros(shape).requires_grad_();
-      p.mutable_grad() = tensor::from_vector(c["grads"][i].get<std::vector<float>>(), shape);
-      params.push_back(p);
-    }
+    std::vector<Tensor> params = params_with_grads(c);
     params.push_back(tensor::zeros({2}).requires_grad_());  // no gradient: skipped
     clip_grad_value_(params, c["clip_value"].get<double>());
     for (size_t i = 0; i < c["clipped"].size(); ++i) {

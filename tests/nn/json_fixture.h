@@ -1,0 +1,21 @@
+// A JSON fixture of tests/nn/fixtures (written by a make_*.py script there), read once per
+// test binary.
+#pragma once
+
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/test_util.h"
+
+namespace tinyddp::testing {
+
+// The parsed file tests/nn/fixtures/<name>; a missing file fails the test that asks.
+inline nlohmann::json read_nn_json_fixture(const std::string& name) {
+  std::ifstream in("tests/nn/fixtures/" + name);
+  REQUIRE(in.good());
+  return nlohmann::json::parse(in);
+}
+
+}  // namespace tinyddp::testing
