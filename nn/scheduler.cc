@@ -69,25 +69,9 @@ std::vector<double> LambdaLR::get_lr() const {
   return out;
 }
 
-// ---- StepLR -----------------------------------------------------------------------------------
-
-StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
-    : LRScheduler(optimizer, "StepLR"), step_size_(step_size), gamma_(gamma) {
-  TDDP_CHECK(step_size_ >= 1, "StepLR: step_size must be at least 1, got {}", step_size_);
-  initial_step();
-}
-
-std::vector<double> StepLR::get_lr() const {
-  std::vector<double> out;
-  for (size_t g = 0; g < base_lrs_.size(); ++g) {
-    const double current = optimizer_.lr(g);
-    out.push_back(last_epoch_ == 0 || last_epoch_ % step_size_ != 0 ? current : current * gamma_);
-  }
-  return out;
-}
-
-// The chained schedulers below write PyTorch's get_lr expressions in its order of operations,
-// from the group's current rate, so that every rate equals PyTorch's to the last bit.
+// The chained schedulers below (StepLR, ExponentialLR, MultiStepLR, CosineAnnealingLR,
+// LinearLR) write PyTorch's get_lr expressions in its order of operations, from the group's
+// current rate, so that every rate equals PyTorch's to the last bit.
 
 namespace {
 
@@ -100,6 +84,20 @@ std::vector<double> each_group(const Optimizer& optimizer, F f) {
 }
 
 }  // namespace
+
+// ---- StepLR -----------------------------------------------------------------------------------
+
+StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
+    : LRScheduler(optimizer, "StepLR"), step_size_(step_size), gamma_(gamma) {
+  TDDP_CHECK(step_size_ >= 1, "StepLR: step_size must be at least 1, got {}", step_size_);
+  initial_step();
+}
+
+std::vector<double> StepLR::get_lr() const {
+  return each_group(optimizer_, [&](double lr, size_t) {
+    return last_epoch_ == 0 || last_epoch_ % step_size_ != 0 ? lr : lr * gamma_;
+  });
+}
 
 // ---- ExponentialLR ----------------------------------------------------------------------------
 

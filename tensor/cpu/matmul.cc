@@ -72,6 +72,7 @@ struct OpenBlasCore {
   std::string name;
   std::optional<CpuIsa> isa;
   bool intel_kernels_on_amd = false;  // an Intel kernel set OpenBLAS picked for an AMD CPU
+  bool zen = false;                   // its Zen kernel set (kZenKernelsMinTerms)
 };
 
 const OpenBlasCore& openblas_core() {
@@ -86,7 +87,8 @@ const OpenBlasCore& openblas_core() {
     const bool intel_avx512 = name == "skylakex" || name == "cooperlake" || name == "sapphirerapids";
     c.intel_kernels_on_amd = intel_avx512 && __builtin_cpu_is("amd");
     if (intel_avx512 && !c.intel_kernels_on_amd) c.isa = CpuIsa::kAvx512;
-    if (name == "haswell" || name == "zen") c.isa = CpuIsa::kAvx2;
+    c.zen = name == "zen";
+    if (name == "haswell" || c.zen) c.isa = CpuIsa::kAvx2;
     return c;
   }();
   return core;
@@ -139,7 +141,6 @@ constexpr int64_t kZen4L1Blocking = 64 << 10;
 struct EnginePolicy {
   std::optional<Engine> forced;
   const IsaKernels* openblas_table = nullptr;
-  bool zen_kernels = false;  // OpenBLAS loaded its Zen kernel set (kZenKernelsMinTerms)
 };
 
 const EnginePolicy& engine_policy() {
@@ -148,7 +149,6 @@ const EnginePolicy& engine_policy() {
     if (zen4_with_avx512()) avx2_kernels().set_gemm_l1_blocking(kZen4L1Blocking);
     const std::optional<CpuIsa> isa = openblas_core().isa;
     if (isa == CpuIsa::kAvx2) p.openblas_table = &avx2_kernels();
-    p.zen_kernels = lowercase(openblas_core().name) == "zen";
     if (isa == CpuIsa::kAvx512 && cpu_has(CpuIsa::kAvx512)) p.openblas_table = &avx512_kernels();
     return p;
   }();
@@ -167,7 +167,7 @@ Engine engine(int64_t work, int64_t terms) {
   const EnginePolicy& policy = engine_policy();
   if (policy.forced) return *policy.forced;
   if (work < kOpenBlasMinWork) return Engine::kEigen;
-  if (&isa_kernels() == policy.openblas_table && (terms >= kZenKernelsMinTerms || !policy.zen_kernels))
+  if (&isa_kernels() == policy.openblas_table && (terms >= kZenKernelsMinTerms || !openblas_core().zen))
     return Engine::kOpenBlas;
   return large_products_on_avx2() ? Engine::kEigenAvx2 : Engine::kEigen;
 }
@@ -249,9 +249,9 @@ std::string matmul_engine() {
                                         : fmt::format("Eigen, {} build (forced)", cpu_isa_name(cpu_isa()));
   }
   if (core.isa == cpu_isa()) {
-    return fmt::format(
-        "OpenBLAS, {} kernels, from {} multiply-adds{}; Eigen, {} build, below", core.name, kOpenBlasMinWork,
-        engine_policy().zen_kernels ? fmt::format(" and {} terms", kZenKernelsMinTerms) : "", cpu_isa_name(cpu_isa()));
+    return fmt::format("OpenBLAS, {} kernels, from {} multiply-adds{}; Eigen, {} build, below", core.name,
+                       kOpenBlasMinWork, core.zen ? fmt::format(" and {} terms", kZenKernelsMinTerms) : "",
+                       cpu_isa_name(cpu_isa()));
   }
   const std::string openblas = fmt::format("OpenBLAS picked its {} kernels{}", core.name,
                                            core.intel_kernels_on_amd ? ", made for Intel CPUs" : "");
