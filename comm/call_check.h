@@ -65,6 +65,8 @@ class CallCheck {
   // naming the ranks on each side, when they chose differently (a checked rank's rows would
   // meet an unchecked rank's data). `group` starts the message ("ProcessGroupGloo").
   static bool agree(Store& store, int rank, int size, std::optional<bool> requested, const std::string& group);
+  // The same decision from every rank's choice (rank r's at r), gathered by the backend.
+  static bool decide(const std::vector<bool>& on_per_rank, const std::string& group);
 
   CallCheck(std::string group, int rank, int size, Exchange exchange);
 

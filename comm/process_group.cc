@@ -148,6 +148,7 @@ std::shared_ptr<Work> failed_work(const std::string& what, E error) {
 
 template <typename Impl>
 std::shared_ptr<Work> ProcessGroup::dispatch(Call call, Impl impl) {
+  prepare_calls();
   if (call_check_ && check_at_ == CheckAt::kIssue && call.signature) {
     try {
       call_check_->verify(*call.signature);

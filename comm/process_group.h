@@ -199,6 +199,11 @@ class ProcessGroup {
   void enable_call_check(std::unique_ptr<CallCheck> check, CheckAt at);
   // The check, or null when it is off.
   CallCheck* call_check() const { return call_check_.get(); }
+  // A backend's setup that must come before a collective's desync check, run by every
+  // collective on the calling thread before anything else (NCCL: the ranks' rendezvous, made
+  // at the first collective as PyTorch's is, which decides whether the check runs). Its errors
+  // throw from the collective. Default: nothing.
+  virtual void prepare_calls() {}
 
   int rank_;
   int size_;

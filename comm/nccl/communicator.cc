@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "tinyddp/comm/call_check.h"
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/cuda/runtime.h"
 
@@ -191,13 +192,15 @@ void NcclCommunicator::throw_if_broken() {
   if (broken_) std::rethrow_exception(broken_);
 }
 
-void NcclCommunicator::ensure_comm(int device) {
-  if (comm_ != nullptr || aborted_) return;
-  DeviceGuard guard(device);
-  // Groups made on one store get numbered keys (every rank makes them in the same order).
-  const int64_t generation = store_->add("tinyddp/nccl/groups/rank" + std::to_string(rank_), 1);
-  const std::string base = fmt::format("tinyddp/nccl/{}/", generation);
-  store_->set(base + "rank" + std::to_string(rank_), std::string("here"));
+std::vector<bool> NcclCommunicator::join() {
+  std::lock_guard<std::mutex> lock(join_mutex_);
+  if (!base_.empty()) return checks_;
+  // Groups made on one store get numbered keys (every rank makes them in the same order);
+  // a retry after a failed join takes the same number.
+  if (generation_ == 0) generation_ = store_->add("tinyddp/nccl/groups/rank" + std::to_string(rank_), 1);
+  const std::string base = fmt::format("tinyddp/nccl/{}/", generation_);
+  const bool mine = options_.check_calls().value_or(call_check_default());
+  store_->set(base + "rank" + std::to_string(rank_), std::string(mine ? "check" : "nocheck"));
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back(base + "rank" + std::to_string(r));
   try {
@@ -208,6 +211,21 @@ void NcclCommunicator::ensure_comm(int device) {
                     "every rank joined ({})",
                     rank_, size_, options_.timeout().count(), e.what()));
   }
+  std::vector<bool> checks;
+  for (const std::string& key : keys) checks.push_back(store_->get_string(key) == "check");
+  checks_ = std::move(checks);
+  base_ = base;
+  return checks_;
+}
+
+void NcclCommunicator::ensure_comm(int device) {
+  if (comm_ != nullptr || aborted_) return;
+  DeviceGuard guard(device);
+  join();
+  const std::string base = [&] {
+    std::lock_guard<std::mutex> lock(join_mutex_);
+    return base_;
+  }();
   ncclUniqueId id{};
   if (rank_ == 0) {
     TDDP_NCCL_CHECK(ncclGetUniqueId(&id), nullptr);

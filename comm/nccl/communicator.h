@@ -72,6 +72,13 @@ class NcclCommunicator {
 
   void abort(const std::string& reason);
 
+  // The ranks' rendezvous, made once (later calls return its answer): this rank announces
+  // itself and its desync-check choice (ProcessGroupOptions::check_calls) under the group's
+  // next numbered key and waits, up to the timeout, for every other rank's. Returns each
+  // rank's choice (rank r's at r). Throws a TimeoutError naming the missing keys when a rank
+  // never joins.
+  std::vector<bool> join();
+
  private:
   void throw_if_broken();
 
@@ -100,6 +107,11 @@ class NcclCommunicator {
   void fail_and_abort(std::unique_lock<std::mutex>& lock, const std::string& reason, bool timeout);
 
   void watchdog_loop();
+
+  std::mutex join_mutex_;     // guards the three below; taken after comm_mutex_
+  int64_t generation_ = 0;  // the group's number on the store, 0 before the first join
+  std::string base_;        // "tinyddp/nccl/<generation>/" once joined
+  std::vector<bool> checks_;
 
   std::shared_ptr<Store> store_;
   int rank_;

@@ -26,15 +26,22 @@ ProcessGroupNccl::ProcessGroupNccl(std::shared_ptr<Store> store, int rank, int s
   TDDP_CHECK(store != nullptr, "ProcessGroupNccl: the store is null");
   TDDP_CHECK(tensor::cuda::is_available(), "ProcessGroupNccl: needs a GPU: {}", tensor::cuda::unavailable_reason());
   impl_ = std::make_unique<detail::NcclCommunicator>(std::move(store), rank, size, std::move(options));
-  const ProcessGroupOptions& chosen = impl_->options();
-  if (size > 1 && CallCheck::agree(*impl_->store(), rank, size, chosen.check_calls(), "ProcessGroupNccl")) {
-    ProcessGroupOptions side_options = chosen;
+}
+
+void ProcessGroupNccl::prepare_calls() {
+  std::lock_guard<std::mutex> lock(prepare_mutex_);
+  if (prepared_) return;
+  const std::vector<bool> on_per_rank = impl_->join();
+  if (impl_->size() > 1 && CallCheck::decide(on_per_rank, "ProcessGroupNccl")) {
+    ProcessGroupOptions side_options = impl_->options();
     side_options.check_calls(false);
+    const int rank = impl_->rank(), size = impl_->size();
     auto side = std::make_shared<ProcessGroupGloo>(
         std::make_shared<PrefixStore>("tinyddp/nccl-call-check", impl_->store()), rank, size, side_options);
     enable_call_check(std::make_unique<CallCheck>("ProcessGroupNccl", rank, size, exchange_rows_over(std::move(side))),
                       CheckAt::kIssue);
   }
+  prepared_ = true;
 }
 
 ProcessGroupNccl::~ProcessGroupNccl() = default;

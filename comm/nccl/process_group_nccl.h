@@ -37,6 +37,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 
 #include "tinyddp/comm/process_group.h"
 
@@ -80,6 +81,10 @@ class ProcessGroupNccl final : public ProcessGroup {
   std::shared_ptr<ProcessGroup> create_subgroup(int id, int rank, int size) override;
   // Every tensor on the device the communicator was created on.
   void check_placement(const Tensor& t, const char* op, const std::string& what) const override;
+  // At the first collective: the ranks' rendezvous (the communicator's, NcclCommunicator::join),
+  // which also carries each rank's desync-check choice; the check and its side group follow
+  // when every rank chose it. The constructor waits for no other rank.
+  void prepare_calls() override;
 
  private:
   // gather (to_root) or scatter.
@@ -89,6 +94,8 @@ class ProcessGroupNccl final : public ProcessGroup {
   std::shared_ptr<Work> point_to_point(bool sending, const Tensor& tensor, int peer, std::string what);
 
   std::unique_ptr<detail::NcclCommunicator> impl_;
+  std::mutex prepare_mutex_;
+  bool prepared_ = false;  // under prepare_mutex_
 };
 
 }  // namespace tinyddp::comm

@@ -24,6 +24,7 @@ ProcessGroupNccl::~ProcessGroupNccl() = default;
 void ProcessGroupNccl::abort(const std::string&) { unavailable(); }
 void ProcessGroupNccl::set_after_queued_for_testing(std::function<void()>) { unavailable(); }
 void ProcessGroupNccl::check_placement(const Tensor&, const char*, const std::string&) const { unavailable(); }
+void ProcessGroupNccl::prepare_calls() { unavailable(); }
 std::shared_ptr<Work> ProcessGroupNccl::allreduce_impl(const std::vector<Tensor>&, ReduceOp, Call) { unavailable(); }
 std::shared_ptr<Work> ProcessGroupNccl::broadcast_impl(const Tensor&, int, Call) { unavailable(); }
 std::shared_ptr<Work> ProcessGroupNccl::allgather_impl(const std::vector<Tensor>&, const Tensor&, Call) {

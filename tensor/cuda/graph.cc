@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <string>
 
 #include "tinyddp/base/error.h"
 #include "tinyddp/tensor/cuda.h"
@@ -16,6 +17,9 @@ namespace {
 // Whether a CudaGraph is capturing on each device: read by every host wait, so kept here
 // rather than asked of CUDA.
 std::atomic<bool> capturing_on[kMaxDevices] = {};
+// What was refused during the open capture on each device (a string literal), or null: the
+// capture is then invalid, as CUDA's own is after a forbidden call, and capture_end says so.
+std::atomic<const char*> refused_on[kMaxDevices] = {};
 std::atomic<uint64_t> next_pool{1};
 
 bool flag(int device) { return device >= 0 && device < kMaxDevices && capturing_on[device].load(); }
@@ -25,7 +29,10 @@ bool flag(int device) { return device >= 0 && device < kMaxDevices && capturing_
 bool is_capturing(int device) { return flag(device); }
 
 void check_not_capturing(int device, const char* what) {
-  TDDP_CHECK(!flag(device),
+  if (!flag(device)) return;
+  const char* first = nullptr;
+  refused_on[device].compare_exchange_strong(first, what);  // the first refusal is the cause
+  TDDP_CHECK(false,
              "{}: cuda:{} is capturing a CUDA graph, and the host cannot wait for the GPU during capture (copy "
              "new inputs into the graph's tensors before replay(), read results after capture_end or replay())",
              what, device);
@@ -35,6 +42,7 @@ struct CudaGraph::Impl {
   int device = -1;
   uint64_t pool = 0;  // the allocator's private pool, 0 when none
   bool capturing = false;
+  const char* refused = nullptr;  // what check_not_capturing refused during the capture, if anything
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
 
@@ -43,6 +51,7 @@ struct CudaGraph::Impl {
   cudaError_t stop_capture(cudaGraph_t* out) {
     capturing = false;
     capturing_on[device].store(false);
+    refused = refused_on[device].exchange(nullptr);
     set_allocator_capture_pool(device, 0);
     return cudaStreamEndCapture(compute_stream(device), out);
   }
@@ -82,6 +91,7 @@ void CudaGraph::capture_begin(int device) {
     throw_cuda_error(status, "cudaStreamBeginCapture", __FILE__, __LINE__);
   }
   impl_->capturing = true;
+  refused_on[device].store(nullptr);
   capturing_on[device].store(true);
 }
 
@@ -90,6 +100,18 @@ void CudaGraph::capture_end() {
   DeviceGuard guard(impl_->device);
   cudaGraph_t graph = nullptr;
   cudaError_t status = impl_->stop_capture(&graph);
+  if (status == cudaSuccess && impl_->refused != nullptr) {
+    // The capture is whole as far as CUDA knows, but the caller's work in it stopped at the
+    // refused wait: instantiating what was recorded would replay half a step.
+    const std::string refused = impl_->refused;
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    const int device = impl_->device;
+    reset();
+    throw Error(fmt::format(
+        "CudaGraph::capture_end: the capture on cuda:{} failed: {} was refused during it (the host cannot wait for "
+        "the GPU during capture), so what was recorded is incomplete; capture again without the wait",
+        device, refused));
+  }
   if (status == cudaSuccess) {
     impl_->graph = graph;
     status = cudaGraphInstantiate(&impl_->exec, graph, 0);

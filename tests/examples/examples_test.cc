@@ -390,6 +390,8 @@ TEST_CASE("examples: train --timeline on 2 ranks; the scripts merge the traces a
 
 TEST_CASE("scripts/plot_data_parallel.py draws the three steps and names what a results file lacks",
           "[examples][pictures][dp]") {
+  if (!have_matplotlib())
+    TINYDDP_SKIP("/usr/bin/python3 has no matplotlib: bash scripts/setup.sh installs python3-matplotlib");
   const std::string results = temp_path("dp.txt"), png = temp_path("dp.png");
   std::ofstream(results) << "RESULT model=mlp mode=local median_us=20000\n"
                             "RESULT mode=dp replicas=2 step_us=17000 scatter_us=6 replicate_us=40 forward_us=4000 "

@@ -153,7 +153,10 @@ TEST_CASE("CUDA: conv2d through cuDNN in float64, float16, bfloat16 and TF32 aga
   const Tensor g = randn({4, 16, 6, 5}, kFloat64, &gen);
   // The float64 reference on the CPU: output and both gradients.
   const auto run = [&](DType dtype, Device device) {
-    const Tensor xd = x.to(dtype).to(device).requires_grad_(), wd = w.to(dtype).to(device).requires_grad_();
+    // detach(): to() of the dtype and device a tensor already has returns the tensor itself,
+    // and the float64 CPU run must not make the shared inputs require gradients.
+    const Tensor xd = x.to(dtype).to(device).detach().requires_grad_();
+    const Tensor wd = w.to(dtype).to(device).detach().requires_grad_();
     const Tensor y = conv2d(xd, wd, Tensor(), 2, 1, 1, 2);
     y.backward(g.to(dtype).to(device));
     return std::vector<Tensor>{y.detach().to(kCPU).to(kFloat64), xd.grad().to(kCPU).to(kFloat64),
