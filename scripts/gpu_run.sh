@@ -133,6 +133,13 @@ case "$part" in
         check "${tool}_autocast" 30 "$tool" ./tests/tensor/cuda_autocast_test quiet
         check "${tool}_conv" 60 "$tool" ./tests/tensor/cuda_conv_test quiet
       done
+      # The control for initcheck_autocast's reports (all in the bias add that reads what a
+      # bfloat16 cuBLAS GEMM wrote, values right): PyTorch's own bfloat16 mm, then an add. If
+      # initcheck reports PyTorch's add too, the tool does not see those GEMMs' stores.
+      step initcheck_torch_bf16 60 "$sanitizer" --tool initcheck --report-api-errors no --error-exitcode 99 \
+        python3 -c "import torch; o = dict(device='cuda', dtype=torch.bfloat16)
+a, w, b = torch.randn(16, 40, **o), torch.randn(24, 40, **o), torch.randn(24, **o)
+y = torch.mm(a, w.t()); z = y + b; torch.cuda.synchronize(); print('sum', float(z.float().sum()))"
     fi
     ;;
   bench)
