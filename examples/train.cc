@@ -68,6 +68,9 @@ int main(int argc, char** argv) {
                  "exit with status 3 before this step on the first attempt (to try launch --max_restarts)");
   app.add_option("--timeout", config.timeout_s,
                  "seconds a collective or the store waits for the other ranks before failing (default 60)");
+  app.add_option("--threads", config.threads,
+                 "intra-op threads per process, as torch.set_num_threads (default: TINYDDP_NUM_THREADS, "
+                 "OMP_NUM_THREADS, else the physical cores this process may use)");
   app.add_flag("--stats", config.stats,
                "print DDP's statistics at the end: buckets, rebuilt or not, compute, "
                "communication and overlap per iteration");

@@ -24,6 +24,7 @@
 #include "tinyddp/nn/nn.h"
 #include "tinyddp/tensor/autocast.h"
 #include "tinyddp/tensor/cpu_isa.h"
+#include "tinyddp/tensor/parallel.h"
 
 namespace tinyddp::examples {
 
@@ -319,12 +320,16 @@ void TrainConfig::validate() const {
   TDDP_CHECK(powersgd_start_iter >= 2, "--powersgd_start_iter must be at least 2, got {}", powersgd_start_iter);
   TDDP_CHECK(checkpoint_every >= 0, "--checkpoint_every must not be negative, got {}", checkpoint_every);
   TDDP_CHECK(!resume || !checkpoint.empty(), "--resume needs --checkpoint PATH");
+  TDDP_CHECK(threads >= 0, "--threads must be positive (or 0: the default), got {}", threads);
 }
 
 TrainResult train(const TrainConfig& config, std::ostream& log) {
   config.validate();
-  // Resolves TINYDDP_CPU_ISA now: a value this CPU cannot run stops here, before any work.
-  const std::string cpu_kernels = tensor::cpu_kernels_summary();
+  // Resolves TINYDDP_CPU_ISA and the thread count now: a value this CPU cannot run, or a bad
+  // --threads or TINYDDP_NUM_THREADS, stops here, before any work.
+  if (config.threads > 0) tensor::set_num_threads(config.threads);
+  const std::string cpu_kernels =
+      fmt::format("{}; {} intra-op threads", tensor::cpu_kernels_summary(), tensor::get_num_threads());
   Run run = set_up(config);
   std::ostringstream quiet;  // only rank 0 prints progress
   std::ostream& progress = run.rank == 0 ? log : quiet;

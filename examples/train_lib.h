@@ -62,6 +62,7 @@ struct TrainConfig {
   int64_t fail_at_step = -1;
   // How long a collective or the store waits for the other ranks before failing, naming them.
   double timeout_s = 60;
+  int threads = 0;  // intra-op threads per process (tensor::set_num_threads); 0: the default
   int powersgd_rank = 1;
   int64_t powersgd_start_iter = 1000;
 

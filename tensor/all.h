@@ -7,5 +7,6 @@
 #include "tinyddp/tensor/dtype.h"
 #include "tinyddp/tensor/factory.h"
 #include "tinyddp/tensor/ops.h"
+#include "tinyddp/tensor/parallel.h"
 #include "tinyddp/tensor/random.h"
 #include "tinyddp/tensor/tensor.h"

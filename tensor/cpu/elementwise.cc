@@ -1,5 +1,6 @@
 // CPU elementwise kernels: binary arithmetic and comparisons with broadcasting, unary math,
-// pow, dtype-converting copies and fill. Strided operands go through for_each_strided();
+// pow, dtype-converting copies and fill. Strided operands go through for_each_strided(), on
+// the intra-op threads (parallel_for_each_strided, loops.h);
 // rows that turn out contiguous run as plain loops the compiler vectorises. For float32 and
 // float64 those rows (and contiguous unary ops, whose transcendental functions use Eigen's
 // vectorised versions) run in the kernels of the selected instruction set (isa/kernels.h).
@@ -110,39 +111,39 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, Op op, Isa
   const In* pa = a.data_ptr<In>();
   const In* pb = b.data_ptr<In>();
   const Shape& shape = out.sizes();
-  for_each_strided<3>(shape, {out.strides(), broadcast_strides(a, shape), broadcast_strides(b, shape)},
-                      [&](int64_t n, const std::array<int64_t, 3>& off, const std::array<int64_t, 3>& st) {
-                        Out* o = po + off[0];
-                        const In* x = pa + off[1];
-                        const In* y = pb + off[2];
-                        if constexpr (std::is_same_v<Out, In>) {
-                          if (isa != nullptr && n >= kIsaMinRow) {
-                            if (const std::optional<RowPattern> pattern = row_pattern(st)) {
-                              isa(isa_op, *pattern, n, o, x, y, isa_alpha);
-                              return;
-                            }
-                          }
-                        }
-                        // ivdep: the output is either separate from the inputs or exactly
-                        // one of them (tensor/ops/ copies partially overlapping inputs first: checks.cc), so
-                        // no iteration reads what an earlier one wrote.
-                        if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
+  parallel_for_each_strided<3>(shape, {out.strides(), broadcast_strides(a, shape), broadcast_strides(b, shape)},
+                               [&](int64_t n, const std::array<int64_t, 3>& off, const std::array<int64_t, 3>& st) {
+                                 Out* o = po + off[0];
+                                 const In* x = pa + off[1];
+                                 const In* y = pb + off[2];
+                                 if constexpr (std::is_same_v<Out, In>) {
+                                   if (isa != nullptr && n >= kIsaMinRow) {
+                                     if (const std::optional<RowPattern> pattern = row_pattern(st)) {
+                                       isa(isa_op, *pattern, n, o, x, y, isa_alpha);
+                                       return;
+                                     }
+                                   }
+                                 }
+                                 // ivdep: the output is either separate from the inputs or exactly
+                                 // one of them (tensor/ops/ copies partially overlapping inputs first: checks.cc), so
+                                 // no iteration reads what an earlier one wrote.
+                                 if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
 #pragma GCC ivdep
-                          for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(C(x[i]), C(y[i])));
-                        } else if (st[0] == 1 && st[1] == 1 && st[2] == 0) {
-                          const C yv = C(*y);
+                                   for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(C(x[i]), C(y[i])));
+                                 } else if (st[0] == 1 && st[1] == 1 && st[2] == 0) {
+                                   const C yv = C(*y);
 #pragma GCC ivdep
-                          for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(C(x[i]), yv));
-                        } else if (st[0] == 1 && st[1] == 0 && st[2] == 1) {
-                          const C xv = C(*x);
+                                   for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(C(x[i]), yv));
+                                 } else if (st[0] == 1 && st[1] == 0 && st[2] == 1) {
+                                   const C xv = C(*x);
 #pragma GCC ivdep
-                          for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(xv, C(y[i])));
-                        } else {
-                          for (int64_t i = 0; i < n; ++i) {
-                            o[i * st[0]] = static_cast<Out>(op(C(x[i * st[1]]), C(y[i * st[2]])));
-                          }
-                        }
-                      });
+                                   for (int64_t i = 0; i < n; ++i) o[i] = static_cast<Out>(op(xv, C(y[i])));
+                                 } else {
+                                   for (int64_t i = 0; i < n; ++i) {
+                                     o[i * st[0]] = static_cast<Out>(op(C(x[i * st[1]]), C(y[i * st[2]])));
+                                   }
+                                 }
+                               });
 }
 
 // out = op(x) elementwise; x broadcast to out's shape.
@@ -151,17 +152,17 @@ void unary_loop(const Tensor& out, const Tensor& x, Op op) {
   Out* po = out.data_ptr<Out>();
   const In* px = x.data_ptr<In>();
   const Shape& shape = out.sizes();
-  for_each_strided<2>(shape, {out.strides(), broadcast_strides(x, shape)},
-                      [&](int64_t n, const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st) {
-                        Out* o = po + off[0];
-                        const In* in = px + off[1];
-                        if (st[0] == 1 && st[1] == 1) {
+  parallel_for_each_strided<2>(shape, {out.strides(), broadcast_strides(x, shape)},
+                               [&](int64_t n, const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st) {
+                                 Out* o = po + off[0];
+                                 const In* in = px + off[1];
+                                 if (st[0] == 1 && st[1] == 1) {
 #pragma GCC ivdep
-                          for (int64_t i = 0; i < n; ++i) o[i] = op(in[i]);
-                        } else {
-                          for (int64_t i = 0; i < n; ++i) o[i * st[0]] = op(in[i * st[1]]);
-                        }
-                      });
+                                   for (int64_t i = 0; i < n; ++i) o[i] = op(in[i]);
+                                 } else {
+                                   for (int64_t i = 0; i < n; ++i) o[i * st[0]] = op(in[i * st[1]]);
+                                 }
+                               });
 }
 
 // NaN-propagating max/min (std::max would drop a NaN in its first argument).
@@ -184,16 +185,19 @@ C nan_min(C a, C b) {
 template <typename T>
 bool try_isa_unary(UnaryOp op, const Tensor& out, const Tensor& x) {
   if (!out.is_contiguous() || !x.is_contiguous() || x.sizes() != out.sizes()) return false;
-  if constexpr (std::is_same_v<T, float>) isa_kernels().unary_f32(op, out.numel(), out.data_ptr<T>(), x.data_ptr<T>());
-  if constexpr (std::is_same_v<T, double>) isa_kernels().unary_f64(op, out.numel(), out.data_ptr<T>(), x.data_ptr<T>());
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-    float wide[kWideBlock];
-    const T* px = x.data_ptr<T>();
-    in_float_blocks(out.numel(), out.data_ptr<T>(), [&](int64_t first, int64_t count, float* result) {
-      widen_block(count, px + first, wide);
-      isa_kernels().unary_f32(op, count, result, wide);
-    });
-  }
+  T* po = out.data_ptr<T>();
+  const T* px = x.data_ptr<T>();
+  parallel_for(0, out.numel(), kElementwiseGrain, [&](int64_t from, int64_t to) {
+    if constexpr (std::is_same_v<T, float>) isa_kernels().unary_f32(op, to - from, po + from, px + from);
+    if constexpr (std::is_same_v<T, double>) isa_kernels().unary_f64(op, to - from, po + from, px + from);
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      float wide[kWideBlock];
+      in_float_blocks(to - from, po + from, [&](int64_t first, int64_t count, float* result) {
+        widen_block(count, px + from + first, wide);
+        isa_kernels().unary_f32(op, count, result, wide);
+      });
+    }
+  });
   return true;
 }
 
@@ -353,21 +357,21 @@ void accumulate(const Tensor& dst, const Tensor& src) {
     using C = compute_t<T>;
     T* pd = dst.data_ptr<T>();
     const T* ps = src.data_ptr<T>();
-    for_each_strided<2>(dst.sizes(), {dst.strides(), src.strides()},
-                        [&](int64_t n, const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st) {
-                          T* o = pd + off[0];
-                          const T* in = ps + off[1];
-                          if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-                            if (st[0] == 1 && st[1] == 1 && (o + n <= in || in + n <= o)) {
-                              if constexpr (std::is_same_v<T, float>) isa_kernels().accumulate_f32(n, o, in);
-                              if constexpr (std::is_same_v<T, double>) isa_kernels().accumulate_f64(n, o, in);
-                              return;
-                            }
-                          }
-                          // No ivdep here: with a stride-0 destination, iterations must add in turn.
-                          for (int64_t i = 0; i < n; ++i)
-                            o[i * st[0]] = static_cast<T>(C(o[i * st[0]]) + C(in[i * st[1]]));
-                        });
+    parallel_for_each_strided<2>(dst.sizes(), {dst.strides(), src.strides()},
+                                 [&](int64_t n, const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st) {
+                                   T* o = pd + off[0];
+                                   const T* in = ps + off[1];
+                                   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+                                     if (st[0] == 1 && st[1] == 1 && (o + n <= in || in + n <= o)) {
+                                       if constexpr (std::is_same_v<T, float>) isa_kernels().accumulate_f32(n, o, in);
+                                       if constexpr (std::is_same_v<T, double>) isa_kernels().accumulate_f64(n, o, in);
+                                       return;
+                                     }
+                                   }
+                                   // No ivdep here: with a stride-0 destination, iterations must add in turn.
+                                   for (int64_t i = 0; i < n; ++i)
+                                     o[i * st[0]] = static_cast<T>(C(o[i * st[0]]) + C(in[i * st[1]]));
+                                 });
   });
 }
 
@@ -376,17 +380,17 @@ void fill(const Tensor& dst, double value) {
     using T = typename decltype(tag)::type;
     const T v = convert<T, double>(value);
     T* base = dst.data_ptr<T>();
-    for_each_strided<1>(dst.sizes(), {dst.strides()},
-                        [&](int64_t n, const std::array<int64_t, 1>& off, const std::array<int64_t, 1>& st) {
-                          T* o = base + off[0];
-                          if (st[0] == 1 && sizeof(T) == 2) {  // float16/bfloat16: their bits, vectorised
-                            uint16_t bits;
-                            std::memcpy(&bits, &v, 2);
-                            std::fill_n(reinterpret_cast<uint16_t*>(o), n, bits);
-                          } else {
-                            for (int64_t i = 0; i < n; ++i) o[i * st[0]] = v;
-                          }
-                        });
+    parallel_for_each_strided<1>(dst.sizes(), {dst.strides()},
+                                 [&](int64_t n, const std::array<int64_t, 1>& off, const std::array<int64_t, 1>& st) {
+                                   T* o = base + off[0];
+                                   if (st[0] == 1 && sizeof(T) == 2) {  // float16/bfloat16: their bits, vectorised
+                                     uint16_t bits;
+                                     std::memcpy(&bits, &v, 2);
+                                     std::fill_n(reinterpret_cast<uint16_t*>(o), n, bits);
+                                   } else {
+                                     for (int64_t i = 0; i < n; ++i) o[i * st[0]] = v;
+                                   }
+                                 });
   });
 }
 

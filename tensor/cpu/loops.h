@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "tinyddp/tensor/parallel.h"
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::cpu {
@@ -146,6 +147,72 @@ void for_each_strided(const Shape& shape, const std::array<Shape, N>& strides, F
     }
     if (outer_dims == 0) return;
   }
+}
+
+// Elements per chunk of an elementwise loop on the intra-op threads: below twice this a loop
+// stays on the calling thread (a chunk must outweigh waking a thread, a few µs).
+constexpr int64_t kElementwiseGrain = 32768;
+
+// for_each_strided on the intra-op threads (tensor/parallel.h): the rows of the outermost
+// dimension (or, for one strided row, the row itself) are split into ranges, each walked by
+// one thread. Operand 0 is the one written: when it writes any element twice (a 0 stride), or
+// when the shape has fewer than 2 * kElementwiseGrain elements, this is for_each_strided
+// itself. Every element is computed as for_each_strided computes it: the same bits.
+template <size_t N, typename F>
+void parallel_for_each_strided(const Shape& shape, const std::array<Shape, N>& strides, F&& inner) {
+  int64_t numel = 1;
+  bool overlapping_output = false;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    numel *= shape[d];
+    overlapping_output |= shape[d] > 1 && strides[0][d] == 0;
+  }
+  if (numel < 2 * kElementwiseGrain || overlapping_output || get_num_threads() == 1 || in_parallel_region()) {
+    return for_each_strided<N>(shape, strides, inner);
+  }
+  // Dense: one flat range of elements, cut anywhere.
+  bool dense = true;
+  int64_t span = 1;
+  for (size_t d = shape.size(); d-- > 0 && dense;) {
+    for (size_t k = 0; k < N; ++k) dense &= shape[d] == 1 || strides[k][d] == span;
+    span *= shape[d];
+  }
+  if (dense) {
+    std::array<int64_t, N> ones;
+    ones.fill(1);
+    return parallel_for(0, numel, kElementwiseGrain, [&](int64_t from, int64_t to) {
+      std::array<int64_t, N> offsets;
+      offsets.fill(from);
+      inner(to - from, offsets, ones);
+    });
+  }
+  const StridedPlan<N> plan = plan_strided<N>(shape, strides);
+  const int64_t row = plan.sizes.back();
+  if (plan.sizes.size() == 1) {  // one strided row: cut it
+    return parallel_for(0, row, kElementwiseGrain, [&](int64_t from, int64_t to) {
+      std::array<int64_t, N> offsets;
+      for (size_t k = 0; k < N; ++k) offsets[k] = from * plan.strides[0][k];
+      inner(to - from, offsets, plan.strides[0]);
+    });
+  }
+  // Cut the outermost dimension; each range walks the dims inside it as for_each_strided does.
+  const int64_t outer = plan.sizes[0];
+  const int64_t per_outer = numel / outer;
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(per_outer, 1));
+  parallel_for(0, outer, grain, [&](int64_t from, int64_t to) {
+    Shape sub_shape(plan.sizes.begin(), plan.sizes.end());
+    sub_shape[0] = to - from;
+    std::array<Shape, N> sub_strides;
+    for (size_t k = 0; k < N; ++k) {
+      sub_strides[k] = Shape(plan.sizes.size(), 0);
+      for (size_t d = 0; d < plan.sizes.size(); ++d) sub_strides[k][d] = plan.strides[d][k];
+    }
+    const auto shifted = [&](int64_t n, const std::array<int64_t, N>& off, const std::array<int64_t, N>& st) {
+      std::array<int64_t, N> moved;
+      for (size_t k = 0; k < N; ++k) moved[k] = off[k] + from * plan.strides[0][k];
+      inner(n, moved, st);
+    };
+    for_each_strided<N>(sub_shape, sub_strides, shifted);
+  });
 }
 
 // The sum over k < n of f(k) in A, from eight partial sums: one running sum would wait on

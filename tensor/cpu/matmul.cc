@@ -26,6 +26,7 @@
 #include "tinyddp/tensor/cpu/loops.h"
 #include "tinyddp/tensor/cpu_isa.h"
 #include "tinyddp/tensor/factory.h"
+#include "tinyddp/tensor/parallel.h"
 
 // OpenBLAS's C interface (libopenblas-dev). Declared here rather than included: Debian puts
 // the header in a directory named after the threading variant that happens to be installed.
@@ -179,13 +180,59 @@ void openblas_gemm(const GemmArgs<T>& g) {
   const auto call = [](auto gemm_fn, const GemmArgs<T>& x) {
     gemm_fn(kCblasRowMajor, x.a_row_major ? kCblasNoTrans : kCblasTrans, x.b_row_major ? kCblasNoTrans : kCblasTrans,
             static_cast<int>(x.n), static_cast<int>(x.m), static_cast<int>(x.k), T(1), x.a, static_cast<int>(x.lda),
-            x.b, static_cast<int>(x.ldb), T(0), x.c, static_cast<int>(x.m));
+            x.b, static_cast<int>(x.ldb), T(0), x.c, static_cast<int>((x.ldc > 0 ? x.ldc : x.m)));
   };
   if constexpr (std::is_same_v<T, float>) {
     call(cblas_sgemm, g);
   } else {
     call(cblas_dgemm, g);
   }
+}
+
+// How a product is cut for the intra-op threads: along its longer output side into blocks of
+// at least kBlockMinWork multiply-adds and kBlockMinSide rows (or columns, in multiples of 16),
+// at most kMaxBlocks. The cut depends on the product's shape only, never on the thread count,
+// and every output element is one block's dot product over all of k by the kernel that shape
+// picks: any number of threads gives the same bits.
+constexpr int64_t kBlockMinWork = int64_t(1) << 22, kBlockMinSide = 64, kMaxBlocks = 32;
+
+struct GemmSplit {
+  bool by_rows = true;
+  int64_t side = 0;  // the output side that is cut
+  int64_t size = 0;  // rows or columns per block (the last may have fewer)
+  int64_t blocks = 1;
+};
+
+GemmSplit gemm_split(int64_t n, int64_t k, int64_t m) {
+  GemmSplit s;
+  s.by_rows = n >= m;
+  s.side = s.by_rows ? n : m;
+  const int64_t wanted = std::min({kMaxBlocks, n * k * m / kBlockMinWork, s.side / kBlockMinSide});
+  if (wanted <= 1) {
+    s.size = s.side;
+    return s;
+  }
+  s.size = (s.side + wanted - 1) / wanted;
+  if (!s.by_rows) s.size = (s.size + 15) / 16 * 16;  // each block's first column 64-byte aligned
+  s.blocks = (s.side + s.size - 1) / s.size;
+  return s;
+}
+
+// Rows or columns [from, to) of g's product.
+template <typename T>
+GemmArgs<T> gemm_block(const GemmArgs<T>& g, bool by_rows, int64_t from, int64_t to) {
+  GemmArgs<T> piece = g;
+  piece.ldc = g.ldc > 0 ? g.ldc : g.m;
+  if (by_rows) {
+    piece.n = to - from;
+    piece.a = g.a + (g.a_row_major ? from * g.lda : from);
+    piece.c = g.c + from * piece.ldc;
+  } else {
+    piece.m = to - from;
+    piece.b = g.b + (g.b_row_major ? from : from * g.ldb);
+    piece.c = g.c + from;
+  }
+  return piece;
 }
 
 template <typename T>
@@ -203,16 +250,22 @@ void float_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   g.c = out.data_ptr<T>();
   const bool int_sized = fits_int(g.n) && fits_int(g.k) && fits_int(g.m) && fits_int(g.lda) && fits_int(g.ldb);
   const Engine e = engine(g.n * g.k * g.m, g.k);
-  if (int_sized && e == Engine::kOpenBlas) {
-    openblas_gemm(g);
-    return;
-  }
   const IsaKernels& table = e == Engine::kEigenAvx2 ? avx2_kernels() : isa_kernels();
-  if constexpr (std::is_same_v<T, float>) {
-    table.gemm_f32(g);
-  } else {
-    table.gemm_f64(g);
-  }
+  const auto run = [&](const GemmArgs<T>& piece) {
+    if (int_sized && e == Engine::kOpenBlas) {
+      openblas_gemm(piece);
+    } else if constexpr (std::is_same_v<T, float>) {
+      table.gemm_f32(piece);
+    } else {
+      table.gemm_f64(piece);
+    }
+  };
+  const GemmSplit split = gemm_split(g.n, g.k, g.m);
+  if (split.blocks == 1) return run(g);
+  parallel_chunks(split.blocks, [&](int64_t block) {
+    const int64_t from = block * split.size;
+    run(gemm_block(g, split.by_rows, from, std::min(split.side, from + split.size)));
+  });
 }
 
 // int64: out[i, j] = sum_p a[i, p] * b[p, j], in i-p-j order so the inner loop is contiguous.

@@ -1,6 +1,9 @@
 // CPU reductions (sum, mean, max with indices) and softmax / log_softmax. Each moves the
 // reduced dims last and makes the data contiguous (a no-op in the common case of reducing
 // trailing dims of a contiguous tensor), then reduces rows of a [outer, inner] matrix.
+// On the intra-op threads: independent rows are shared out whole (each row summed as on one
+// thread); a sum over many rows is cut into chunks of rows fixed by the shape, whose partial
+// sums are added in chunk order. The bits do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -9,6 +12,7 @@
 #include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/cpu/loops.h"
 #include "tinyddp/tensor/factory.h"
+#include "tinyddp/tensor/parallel.h"
 #include "tinyddp/tensor/reduce_plan.h"
 
 namespace tinyddp::tensor::cpu {
@@ -19,10 +23,17 @@ namespace {
 template <typename T>
 using acc_t = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
 
-// acc[j] = sum over rows i of in[i * inner + j], in the accumulation type A.
+// fn(first_row, last_row) over [0, rows) on the intra-op threads, for independent rows of
+// `row_length` elements.
+template <typename F>
+void for_rows(int64_t rows, int64_t row_length, F&& fn) {
+  parallel_for(0, rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(row_length, 1)), fn);
+}
+
+// acc[j] = sum over rows i of in[i * inner + j], in the accumulation type A, in row order.
 // float32/float64 run in the selected instruction set's kernel.
 template <typename T, typename A>
-std::vector<A> sum_rows(const T* in, int64_t rows, int64_t inner) {
+std::vector<A> sum_rows_in_order(const T* in, int64_t rows, int64_t inner) {
   std::vector<A> acc(static_cast<size_t>(inner), A(0));
   if constexpr (std::is_same_v<A, double> && std::is_same_v<T, float>) {
     isa_kernels().column_sums_f32(in, rows, inner, acc.data());
@@ -47,6 +58,26 @@ std::vector<A> sum_rows(const T* in, int64_t rows, int64_t inner) {
   for (int64_t i = 0; i < rows; ++i) {
     const T* row = in + i * inner;
     for (int64_t j = 0; j < inner; ++j) acc[j] += static_cast<A>(static_cast<compute_t<T>>(row[j]));
+  }
+  return acc;
+}
+
+// The same sum in chunks of rows (at least 256, and at least kElementwiseGrain elements: fixed
+// by the shape) on the intra-op threads, the chunks' sums added in chunk order.
+template <typename T, typename A>
+std::vector<A> sum_rows(const T* in, int64_t rows, int64_t inner) {
+  const int64_t chunk_rows = std::max<int64_t>(256, kElementwiseGrain / std::max<int64_t>(inner, 1));
+  const int64_t chunks = chunk_count(rows, chunk_rows);
+  if (chunks <= 1) return sum_rows_in_order<T, A>(in, rows, inner);
+  std::vector<std::vector<A>> parts(static_cast<size_t>(chunks));
+  parallel_chunks(chunks, [&](int64_t c) {
+    const int64_t first = c * chunk_rows;
+    parts[static_cast<size_t>(c)] =
+        sum_rows_in_order<T, A>(in + first * inner, std::min(chunk_rows, rows - first), inner);
+  });
+  std::vector<A> acc = std::move(parts[0]);
+  for (size_t c = 1; c < parts.size(); ++c) {
+    for (int64_t j = 0; j < inner; ++j) acc[j] += parts[c][j];
   }
   return acc;
 }
@@ -93,14 +124,20 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
           const int64_t n = x.size(0), c = x.size(1), l = x.size(2);
           std::vector<A> acc(static_cast<size_t>(c), A(0));
           const T* in = x.data_ptr<T>();
-          for (int64_t i = 0; i < n * c; ++i) acc[i % c] += row_sum<A>(in + i * l, l);
+          for_rows(c, n * l, [&](int64_t first, int64_t last) {  // channels apart, each in order
+            for (int64_t j = first; j < last; ++j) {
+              for (int64_t i = 0; i < n; ++i) acc[j] += row_sum<A>(in + (i * c + j) * l, l);
+            }
+          });
           for (int64_t j = 0; j < c; ++j) o[j] = static_cast<O>(static_cast<compute_t<O>>(acc[j]));
           return;
         }
         const T* in = plan.rows.data_ptr<T>();
-        for (int64_t r = 0; r < plan.outer; ++r) {
-          o[r] = static_cast<O>(static_cast<compute_t<O>>(row_sum<A>(in + r * plan.inner, plan.inner)));
-        }
+        for_rows(plan.outer, plan.inner, [&](int64_t first, int64_t last) {
+          for (int64_t r = first; r < last; ++r) {
+            o[r] = static_cast<O>(static_cast<compute_t<O>>(row_sum<A>(in + r * plan.inner, plan.inner)));
+          }
+        });
       }
     });
   });
@@ -122,10 +159,12 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
       return;
     }
     const T* in = plan.rows.data_ptr<T>();
-    for (int64_t r = 0; r < plan.outer; ++r) {
-      const double acc = row_sum<double>(in + r * plan.inner, plan.inner);
-      o[r] = static_cast<T>(static_cast<C>(acc / static_cast<double>(plan.inner)));  // 0/0 -> NaN
-    }
+    for_rows(plan.outer, plan.inner, [&](int64_t first, int64_t last) {
+      for (int64_t r = first; r < last; ++r) {
+        const double acc = row_sum<double>(in + r * plan.inner, plan.inner);
+        o[r] = static_cast<T>(static_cast<C>(acc / static_cast<double>(plan.inner)));  // 0/0 -> NaN
+      }
+    });
   });
   return out;
 }
@@ -140,15 +179,17 @@ std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim)
     const T* in = plan.rows.data_ptr<T>();
     T* v = values.data_ptr<T>();
     int64_t* idx = indices.data_ptr<int64_t>();
-    for (int64_t r = 0; r < plan.outer; ++r) {
-      const T* row = in + r * plan.inner;
-      int64_t best = 0;
-      for (int64_t i = 1; i < plan.inner && !is_nan(row[best]); ++i) {
-        if (is_nan(row[i]) || static_cast<C>(row[i]) > static_cast<C>(row[best])) best = i;
+    for_rows(plan.outer, plan.inner, [&](int64_t first, int64_t last) {
+      for (int64_t r = first; r < last; ++r) {
+        const T* row = in + r * plan.inner;
+        int64_t best = 0;
+        for (int64_t i = 1; i < plan.inner && !is_nan(row[best]); ++i) {
+          if (is_nan(row[i]) || static_cast<C>(row[i]) > static_cast<C>(row[best])) best = i;
+        }
+        v[r] = row[best];
+        idx[r] = best;
       }
-      v[r] = row[best];
-      idx[r] = best;
-    }
+    });
   });
   return {values, indices};
 }
@@ -167,13 +208,17 @@ void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) {
   if (rows.numel() == 0) return;
   const int64_t outer = rows.numel() / n;
   Tensor result = empty(rows.sizes(), compute);
-  if (compute == kFloat32) {
-    std::vector<float> scratch(static_cast<size_t>(n));
-    isa_kernels().softmax_rows_f32(rows.data_ptr<float>(), result.data_ptr<float>(), outer, n, log, scratch.data());
-  } else {
-    std::vector<double> scratch(static_cast<size_t>(n));
-    isa_kernels().softmax_rows_f64(rows.data_ptr<double>(), result.data_ptr<double>(), outer, n, log, scratch.data());
-  }
+  for_rows(outer, n, [&](int64_t first, int64_t last) {
+    if (compute == kFloat32) {
+      std::vector<float> scratch(static_cast<size_t>(n));
+      isa_kernels().softmax_rows_f32(rows.data_ptr<float>() + first * n, result.data_ptr<float>() + first * n,
+                                     last - first, n, log, scratch.data());
+    } else {
+      std::vector<double> scratch(static_cast<size_t>(n));
+      isa_kernels().softmax_rows_f64(rows.data_ptr<double>() + first * n, result.data_ptr<double>() + first * n,
+                                     last - first, n, log, scratch.data());
+    }
+  });
   copy(out, result.transpose(dim, -1));
 }
 

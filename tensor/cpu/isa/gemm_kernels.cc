@@ -74,7 +74,7 @@ void dots_block(const GemmArgs<float>& g, int64_t i0, int64_t j0) {
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 16
-    for (int c = 0; c < C; ++c) g.c[(i0 + r) * g.m + j0 + c] = vsum(acc[r][c]);
+    for (int c = 0; c < C; ++c) g.c[(i0 + r) * (g.ldc > 0 ? g.ldc : g.m) + j0 + c] = vsum(acc[r][c]);
   }
 }
 
@@ -137,7 +137,7 @@ void rows_block(const GemmArgs<float>& g, int64_t i0, int64_t j0, int last) {
   }
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-    float* c = g.c + (i0 + r) * g.m + j0;
+    float* c = g.c + (i0 + r) * (g.ldc > 0 ? g.ldc : g.m) + j0;
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) {
       if (kPartial && v == V - 1) {

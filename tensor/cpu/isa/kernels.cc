@@ -48,7 +48,8 @@ void gemm(const GemmArgs<T>& g) {
   if constexpr (std::is_same_v<T, float>) {
     if (narrow_gemm(g)) return;
   }
-  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> c(g.c, g.n, g.m);
+  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>> c(
+      g.c, g.n, g.m, Eigen::OuterStride<>((g.ldc > 0 ? g.ldc : g.m)));
   if (g.a_row_major && g.b_row_major) {
     c.noalias() =
         map_matrix<T, Eigen::RowMajor>(g.a, g.n, g.k, g.lda) * map_matrix<T, Eigen::RowMajor>(g.b, g.k, g.m, g.ldb);

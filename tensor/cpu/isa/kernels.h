@@ -17,7 +17,7 @@
 
 namespace tinyddp::tensor::cpu {
 
-// c [n, m] (row-major, leading dimension m) = a [n, k] x b [k, m]. Each operand is row-major
+// c [n, m] (row-major, leading dimension ldc, or m) = a [n, k] x b [k, m]. Each operand is row-major
 // or column-major with the given leading dimension (elements between rows, or columns).
 template <typename T>
 struct GemmArgs {
@@ -29,6 +29,8 @@ struct GemmArgs {
   int64_t ldb = 0;
   bool b_row_major = true;
   T* c = nullptr;
+  int64_t ldc = 0;  // c's row stride; 0: m (c holds whole rows). A plain field, as the per-ISA
+                    // objects may share no inline function (tests/tensor:isa_symbols_test).
 };
 
 // Which operands of a binary row step along it: both, only a (b is one value), only b.

@@ -1,0 +1,275 @@
+// The intra-op thread pool (parallel.h): the thread count and where it comes from, the pool's
+// workers, and parallel_for / parallel_chunks over them.
+#include "tinyddp/tensor/parallel.h"
+
+#include <fmt/format.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "tinyddp/base/error.h"
+
+namespace tinyddp::tensor {
+
+// ---- how many threads -------------------------------------------------------------------------
+
+int available_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1, CPU_COUNT(&set));
+}
+
+namespace {
+
+// The cgroup's CPU quota in whole CPUs (rounded up), or 0 when none is set (cgroup v2's
+// cpu.max, else v1's cfs files).
+int cgroup_cpu_quota() {
+  std::ifstream v2("/sys/fs/cgroup/cpu.max");
+  std::string quota;
+  int64_t period = 0;
+  if (v2 >> quota >> period) {
+    if (quota == "max" || period <= 0) return 0;
+    return static_cast<int>((std::stoll(quota) + period - 1) / period);
+  }
+  std::ifstream q1("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), p1("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
+  int64_t q = 0;
+  if (q1 >> q && p1 >> period && q > 0 && period > 0) return static_cast<int>((q + period - 1) / period);
+  return 0;
+}
+
+}  // namespace
+
+int available_physical_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cores = 0;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    // A core is a (package, core id) pair; its hyperthreads share it.
+    std::set<std::pair<int, int>> seen;
+    bool readable = true;
+    for (int cpu = 0; cpu < CPU_SETSIZE && readable; ++cpu) {
+      if (!CPU_ISSET(cpu, &set)) continue;
+      const std::string dir = fmt::format("/sys/devices/system/cpu/cpu{}/topology/", cpu);
+      std::ifstream package(dir + "physical_package_id"), core(dir + "core_id");
+      int p = 0, c = 0;
+      readable = static_cast<bool>(package >> p) && static_cast<bool>(core >> c);
+      seen.insert({p, c});
+    }
+    cores = readable ? static_cast<int>(seen.size()) : 0;
+  }
+  if (cores == 0) cores = available_cpus();  // no topology to read: every CPU counts
+  const int quota = cgroup_cpu_quota();
+  return std::max(1, quota > 0 ? std::min(cores, quota) : cores);
+}
+
+int parse_num_threads(const std::string& variable, const std::string& value, int cpus) {
+  const int most = 4 * std::max(1, cpus);
+  const auto refuse = [&](const char* why) {
+    return Error(
+        fmt::format("{}='{}': {}; expected a whole number of threads from 1 to {} (4 x the {} CPUs this "
+                    "process may use)",
+                    variable, value, why, most, cpus));
+  };
+  if (value.empty() || value.size() > 9 ||
+      !std::all_of(value.begin(), value.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+    throw refuse("not a whole number");
+  }
+  const int threads = std::stoi(value);
+  if (threads < 1) throw refuse("too few");
+  if (threads > most) throw refuse("too many");
+  return threads;
+}
+
+namespace {
+
+std::mutex count_mutex;
+std::atomic<int> thread_count{0};  // 0: not resolved yet
+
+int default_num_threads() {
+  for (const char* variable : {"TINYDDP_NUM_THREADS", "OMP_NUM_THREADS"}) {
+    if (const char* value = std::getenv(variable)) return parse_num_threads(variable, value, available_cpus());
+  }
+  return available_physical_cores();
+}
+
+// ---- the pool -----------------------------------------------------------------------------------
+
+thread_local bool inside_region = false;
+
+// One parallel_chunks call: chunks handed out in turn to whichever thread asks next.
+struct Job {
+  const std::function<void(int64_t)>* fn = nullptr;
+  int64_t chunks = 0;
+  std::atomic<int64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+
+  // Runs chunks until none is left (after a failure, claims the rest without running them).
+  void work() {
+    const bool was_inside = inside_region;
+    inside_region = true;
+    for (int64_t chunk = next++; chunk < chunks; chunk = next++) {
+      if (failed.load(std::memory_order_relaxed)) continue;
+      try {
+        (*fn)(chunk);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+        failed = true;
+      }
+    }
+    inside_region = was_inside;
+  }
+};
+
+class Pool {
+ public:
+  explicit Pool(int workers) {
+    for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { worker_loop(); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  int workers() const { return static_cast<int>(threads_.size()); }
+
+  // Runs `job` on the workers and the calling thread; returns when no worker holds it.
+  void run(Job& job) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job_ = &job;
+      ++generation_;
+    }
+    wake_.notify_all();
+    job.work();
+    std::unique_lock<std::mutex> lock(mutex_);
+    job_ = nullptr;  // late risers find nothing to do
+    idle_.wait(lock, [this] { return busy_ == 0; });
+  }
+
+ private:
+  void worker_loop() {
+    uint64_t seen = 0;
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      Job* job = job_;
+      if (job == nullptr) continue;
+      ++busy_;
+      lock.unlock();
+      job->work();
+      lock.lock();
+      if (--busy_ == 0) idle_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, idle_;
+  Job* job_ = nullptr;  // under mutex_
+  uint64_t generation_ = 0;
+  int busy_ = 0;  // workers inside job_
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// One region at a time holds the pool; a caller that finds it held runs alone. Recursive, so
+// that the fork handlers below never wait on the thread that forks.
+std::recursive_mutex pool_mutex;
+std::unique_ptr<Pool> pool;  // under pool_mutex; (threads - 1) workers
+
+void before_fork() { pool_mutex.lock(); }
+void after_fork_parent() { pool_mutex.unlock(); }
+void after_fork_child() {
+  // The workers did not come along: forget them (not joinable here) and start afresh.
+  (void)pool.release();
+  pool_mutex.unlock();
+}
+
+const bool fork_handlers = [] {
+  pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+  return true;
+}();
+
+// Runs every chunk on the calling thread.
+void run_serially(int64_t chunks, const std::function<void(int64_t)>& fn) {
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) fn(chunk);
+}
+
+}  // namespace
+
+int get_num_threads() {
+  const int known = thread_count.load();
+  if (known > 0) return known;
+  std::lock_guard<std::mutex> lock(count_mutex);
+  if (thread_count.load() == 0) thread_count = default_num_threads();
+  return thread_count.load();
+}
+
+void set_num_threads(int threads) {
+  const int cpus = available_cpus();
+  TDDP_CHECK(threads >= 1 && threads <= 4 * cpus,
+             "set_num_threads: {} threads; expected 1 to {} (4 x the {} CPUs this process may use)", threads, 4 * cpus,
+             cpus);
+  std::lock_guard<std::mutex> lock(count_mutex);
+  thread_count = threads;  // the pool is resized at the next region
+}
+
+bool in_parallel_region() { return inside_region; }
+
+void parallel_chunks(int64_t chunks, const std::function<void(int64_t)>& fn) {
+  if (chunks <= 0) return;
+  const int threads = get_num_threads();
+  (void)fork_handlers;
+  if (chunks == 1 || threads == 1 || inside_region) return run_serially(chunks, fn);
+  std::unique_lock<std::recursive_mutex> hold(pool_mutex, std::try_to_lock);
+  if (!hold.owns_lock()) return run_serially(chunks, fn);  // another thread's region has the pool
+  if (!pool || pool->workers() != threads - 1) {
+    pool.reset();
+    pool = std::make_unique<Pool>(threads - 1);
+  }
+  Job job;
+  job.fn = &fn;
+  job.chunks = chunks;
+  pool->run(job);
+  if (job.error) std::rethrow_exception(job.error);
+}
+
+void parallel_for(int64_t begin, int64_t end, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t n = end - begin;
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int threads = inside_region ? 1 : get_num_threads();
+  const int64_t pieces = std::min<int64_t>(threads, n / grain);
+  if (pieces <= 1) return fn(begin, end);
+  const int64_t size = (n + pieces - 1) / pieces;
+  parallel_chunks(pieces, [&](int64_t chunk) {
+    const int64_t from = begin + chunk * size, to = std::min(end, from + size);
+    if (from < to) fn(from, to);
+  });
+}
+
+}  // namespace tinyddp::tensor
