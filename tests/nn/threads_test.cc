@@ -1,0 +1,90 @@
+// The same bits at any thread count (tensor/parallel.h): the ops the intra-op threads split
+// (matmul in every layout, elementwise and unary loops, sums over rows and over many rows,
+// softmax rows) and a few training steps of an MLP whose every kernel splits, compared bit for
+// bit between 1, 2, 3 and 4 threads.
+#include <vector>
+
+#include "tests/test_util.h"
+#include "tinyddp/nn/nn.h"
+#include "tinyddp/tensor/all.h"
+
+using namespace tinyddp;
+using tensor::Tensor;
+
+namespace {
+
+struct KeepThreads {
+  int saved = tensor::get_num_threads();
+  ~KeepThreads() { tensor::set_num_threads(saved); }
+};
+
+// The ops' results at `threads` threads, from inputs drawn the same way each time.
+std::vector<Tensor> ops_at(int threads) {
+  tensor::set_num_threads(threads);
+  tensor::Generator gen(3);
+  const Tensor a = tensor::randn({300, 700}, {}, &gen), b = tensor::randn({700, 500}, {}, &gen);
+  const Tensor wide = tensor::randn({5000, 3}, {}, &gen), big = tensor::randn({400, 900}, {}, &gen);
+  std::vector<Tensor> out;
+  out.push_back(tensor::matmul(a, b));  // rows split
+  out.push_back(
+      tensor::matmul(a.transpose(0, 1).contiguous().transpose(0, 1), b.transpose(0, 1).contiguous().transpose(0, 1)));
+  out.push_back(tensor::matmul(b.transpose(0, 1), a.transpose(0, 1)));  // columns split, transposed operands
+  out.push_back(tensor::matmul(a.to(tensor::kFloat64), b.to(tensor::kFloat64)));
+  out.push_back(tensor::add(tensor::mul(big, 3.0), tensor::exp(big)));
+  out.push_back(tensor::mul(big.transpose(0, 1), 0.5));  // a strided loop
+  out.push_back(tensor::sum(wide, {0}));                 // many rows: chunks in order
+  out.push_back(tensor::sum(big, {1}));                  // independent rows
+  out.push_back(tensor::sum(tensor::randn({70000, 2}, {}, &gen).to(tensor::kFloat64), {0}));
+  out.push_back(tensor::softmax(big, 1));
+  out.push_back(tensor::log_softmax(big, 0));
+  return out;
+}
+
+// Five SGD steps of a 512-1024-10 MLP on 1024 rows; the losses and the final parameters.
+std::vector<Tensor> training_at(int threads) {
+  tensor::set_num_threads(threads);
+  tensor::manual_seed(11);
+  auto model = nn::mlp({512, 1024, 10});
+  nn::SGD optimizer(model->parameters(), nn::SGDOptions(0.05).momentum(0.9));
+  tensor::Generator gen(12);
+  const Tensor x = tensor::randn({1024, 512}, {}, &gen);
+  const Tensor y = tensor::mul(tensor::rand({1024}, {}, &gen), 10.0).to(tensor::kInt64);
+  std::vector<Tensor> out;
+  for (int step = 0; step < 5; ++step) {
+    optimizer.zero_grad();
+    const Tensor loss = nn::cross_entropy(model->forward(x), y);
+    loss.backward();
+    optimizer.step();
+    out.push_back(loss.detach());
+  }
+  for (const Tensor& p : model->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Ops split over the intra-op threads give the same bits at 1, 2, 3 and 4 threads", "[parallel][bits]") {
+  const KeepThreads keep;
+  const std::vector<Tensor> one = ops_at(1);
+  for (const int threads : {2, 3, 4}) {
+    const std::vector<Tensor> many = ops_at(threads);
+    REQUIRE(many.size() == one.size());
+    for (size_t i = 0; i < one.size(); ++i) {
+      INFO(threads << " threads, result " << i);
+      CHECK(tensor::equal(many[i], one[i]));
+    }
+  }
+}
+
+TEST_CASE("An MLP trains to the same bits at 1, 2 and 3 threads", "[parallel][bits][training]") {
+  const KeepThreads keep;
+  const std::vector<Tensor> one = training_at(1);
+  for (const int threads : {2, 3}) {
+    const std::vector<Tensor> many = training_at(threads);
+    REQUIRE(many.size() == one.size());
+    for (size_t i = 0; i < one.size(); ++i) {
+      INFO(threads << " threads, " << (i < 5 ? "loss of step " : "parameter ") << (i < 5 ? i : i - 5));
+      CHECK(tensor::equal(many[i], one[i]));
+    }
+  }
+}
