@@ -25,10 +25,13 @@ def main():
     parser.add_argument("--tf32", action="store_true", help="float32 matmuls and convolutions on TF32 (--device cuda)")
     parser.add_argument("--cuda_graph", action="store_true",
                         help="time replays of one step captured in a CUDA graph (--device cuda)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch.set_num_threads (default 1; 0: PyTorch's default, the physical cores)")
     args = parser.parse_args()
     if (args.cuda_graph or args.tf32) and args.device != "cuda":
         parser.error("--cuda_graph and --tf32 need --device cuda")
-    torch.set_num_threads(1)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     toy = args.model == "toy"
     mse = args.model in ("toy", "huge")
@@ -91,6 +94,7 @@ def main():
     autocast = " autocast=bf16" if args.autocast else ""
     autocast += " cuda_graph=1" if args.cuda_graph else ""
     autocast += " tf32=1" if args.tf32 else ""
+    autocast += f" threads={torch.get_num_threads()}"
     print(f"RESULT model={args.model} mode=torch{device}{autocast} median_us={statistics.median(times):.1f}")
 
 

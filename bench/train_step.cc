@@ -1,5 +1,5 @@
 // //bench:train_step: times one training step (zero_grad, forward, loss, backward, SGD step)
-// on one thread per process and prints the median as
+// on --threads intra-op threads per process (default 1) and prints the median as
 // "RESULT model=<name> mode=<mode> median_us=<x>" (from rank 0).
 //   --model toy: the DDP tutorial's ToyModel, batch 20, MSE
 //   --model mlp: 784-1024-1024-10, batch 128, cross-entropy
@@ -34,6 +34,7 @@
 #include "tinyddp/launcher/spawn.h"
 #include "tinyddp/nn/nn.h"
 #include "tinyddp/tensor/cuda.h"
+#include "tinyddp/tensor/parallel.h"
 
 namespace t = tinyddp::tensor;
 namespace nn = tinyddp::nn;
@@ -57,6 +58,7 @@ struct Config {
   bool autocast = false;            // forward and loss under Autocast (bfloat16)
   bool cuda_graph = false;          // time replays of one captured step (--device cuda, --mode local)
   bool tf32 = false;                // float32 products and convolutions on TF32 tensor cores (--device cuda)
+  int threads = 1;                  // intra-op threads per process; 0: tinyddp's default (the physical cores)
 };
 
 // " find_unused_parameters=1 ...": the DDP options set away from their defaults.
@@ -64,7 +66,8 @@ std::string ddp_flags(const Config& c) {
   return std::string(c.find_unused_parameters ? " find_unused_parameters=1" : "") +
          (c.static_graph ? " static_graph=1" : "") + (c.gradient_as_bucket_view ? " gradient_as_bucket_view=1" : "") +
          (c.zero_grad_in_place ? " zero_grad_in_place=1" : "") + (c.autocast ? " autocast=bf16" : "") +
-         (c.cuda_graph ? " cuda_graph=1" : "") + (c.tf32 ? " tf32=1" : "");
+         (c.cuda_graph ? " cuda_graph=1" : "") + (c.tf32 ? " tf32=1" : "") +
+         " threads=" + std::to_string(tinyddp::tensor::get_num_threads());
 }
 
 // A line of /proc/self/status ("VmHWM:  123456 kB") in MiB, or -1.
@@ -314,11 +317,16 @@ int main(int argc, char** argv) {
   app.add_option("--device", c.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--backend", c.backend, "gloo or nccl (default: nccl with --device cuda, else gloo)")
       ->check(CLI::IsMember({"gloo", "nccl"}));
+  app.add_option("--threads", c.threads,
+                 "intra-op threads per process (default 1; 0: tinyddp's default, the physical cores)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 #ifndef NDEBUG
   std::cerr << "train_step: built without -c opt; these numbers mean nothing\n";
 #endif
   try {
+    if (c.threads > 0) tinyddp::tensor::set_num_threads(c.threads);
+    tinyddp::tensor::get_num_threads();  // a bad TINYDDP_NUM_THREADS stops here
     if (nproc == 1 || std::getenv("RANK") != nullptr) return run(c);
     return tinyddp::launcher::spawn_local(nproc, [&](int) { return run(c); }) == 0 ? 0 : 1;
   } catch (const std::exception& e) {

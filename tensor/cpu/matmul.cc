@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cpu/isa/kernels.h"
@@ -191,10 +192,19 @@ void openblas_gemm(const GemmArgs<T>& g) {
 
 // How a product is cut for the intra-op threads: along its longer output side into blocks of
 // at least kBlockMinWork multiply-adds and kBlockMinSide rows (or columns, in multiples of 16),
-// at most kMaxBlocks. The cut depends on the product's shape only, never on the thread count,
-// and every output element is one block's dot product over all of k by the kernel that shape
-// picks: any number of threads gives the same bits.
-constexpr int64_t kBlockMinWork = int64_t(1) << 22, kBlockMinSide = 64, kMaxBlocks = 32;
+// at most one per CPU of the machine. The cut depends on the product's shape and the machine,
+// never on the thread count, and every output element is one block's dot product over all of
+// k by the kernel that block's shape picks: any number of threads gives the same bits. Each
+// block repacks the operand it does not cut (about 1% of a 1024-wide product's time per
+// block at one thread, bench/README.md), so there are no more blocks than CPUs to run them.
+constexpr int64_t kBlockMinWork = int64_t(1) << 22, kBlockMinSide = 64;
+
+// The machine's CPUs (not this process's share of them: a worker pinned to some cores cuts
+// its products as an unpinned one does).
+int64_t machine_cpus() {
+  static const int64_t cpus = std::max(1u, std::thread::hardware_concurrency());
+  return cpus;
+}
 
 struct GemmSplit {
   bool by_rows = true;
@@ -207,7 +217,7 @@ GemmSplit gemm_split(int64_t n, int64_t k, int64_t m) {
   GemmSplit s;
   s.by_rows = n >= m;
   s.side = s.by_rows ? n : m;
-  const int64_t wanted = std::min({kMaxBlocks, n * k * m / kBlockMinWork, s.side / kBlockMinSide});
+  const int64_t wanted = std::min({machine_cpus(), n * k * m / kBlockMinWork, s.side / kBlockMinSide});
   if (wanted <= 1) {
     s.size = s.side;
     return s;
