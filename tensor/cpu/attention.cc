@@ -4,11 +4,13 @@
 // happens anyway, and round where those three ops would leave a 16-bit tensor: the scaled
 // scores (scaled by the scale rounded to their dtype, as PyTorch 1.13 multiplies by a Python
 // number) and, in the backward, the softmax's gradient before the scale; bfloat16's backward
-// also rounds each row's sum(grad * y), as PyTorch's bfloat16 softmax backward does.
+// also rounds each row's sum(grad * y), as PyTorch's bfloat16 softmax backward does. The
+// [m, n] matrices run on the intra-op threads, whole (a row's mask depends on its place).
 #include <vector>
 
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cpu/isa/kernels.h"
+#include "tinyddp/tensor/cpu/loops.h"
 #include "tinyddp/tensor/factory.h"
 
 namespace tinyddp::tensor::cpu {
@@ -38,31 +40,38 @@ void causal_softmax(const Tensor& out, const Tensor& x, double scale) {
     in = x.to(compute_dtype(x.dtype())).contiguous();
   }
   const Tensor result = result_for(out);
-  const int64_t m = x.size(1), n = x.size(2), rows = x.size(0) * m;
-  if (in.dtype() == kFloat64) {
-    std::vector<double> scratch(static_cast<size_t>(n));
-    isa_kernels().causal_softmax_rows_f64(in.data_ptr<double>(), result.data_ptr<double>(), rows, m, n, scale,
-                                          scratch.data());
-  } else {
-    std::vector<float> scratch(static_cast<size_t>(n));
-    isa_kernels().causal_softmax_rows_f32(in.data_ptr<float>(), result.data_ptr<float>(), rows, m, n, scale,
-                                          scratch.data());
-  }
+  const int64_t m = x.size(1), n = x.size(2);
+  parallel_rows(x.size(0), m * n, [&](int64_t first, int64_t last) {
+    const int64_t at = first * m * n, rows = (last - first) * m;
+    if (in.dtype() == kFloat64) {
+      std::vector<double> scratch(static_cast<size_t>(n));
+      isa_kernels().causal_softmax_rows_f64(in.data_ptr<double>() + at, result.data_ptr<double>() + at, rows, m, n,
+                                            scale, scratch.data());
+    } else {
+      std::vector<float> scratch(static_cast<size_t>(n));
+      isa_kernels().causal_softmax_rows_f32(in.data_ptr<float>() + at, result.data_ptr<float>() + at, rows, m, n, scale,
+                                            scratch.data());
+    }
+  });
   if (!result.is_same(out)) copy(out, result);
 }
 
 void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale) {
   const DType c = compute_dtype(y.dtype());
   const Tensor g = grad_out.to(c).contiguous(), yc = y.to(c).contiguous(), result = result_for(grad_x);
-  const int64_t m = y.size(1), n = y.size(2), rows = y.size(0) * m;
+  const int64_t m = y.size(1), n = y.size(2);
   const double kernel_scale = is_16bit_float(grad_x.dtype()) ? 1.0 : scale;  // 16-bit: scaled after rounding
-  if (c == kFloat64) {
-    isa_kernels().causal_softmax_backward_rows_f64(g.data_ptr<double>(), yc.data_ptr<double>(),
-                                                   result.data_ptr<double>(), rows, m, n, kernel_scale, false);
-  } else {
-    isa_kernels().causal_softmax_backward_rows_f32(g.data_ptr<float>(), yc.data_ptr<float>(), result.data_ptr<float>(),
-                                                   rows, m, n, kernel_scale, grad_x.dtype() == kBFloat16);
-  }
+  parallel_rows(y.size(0), m * n, [&](int64_t first, int64_t last) {
+    const int64_t at = first * m * n, rows = (last - first) * m;
+    if (c == kFloat64) {
+      isa_kernels().causal_softmax_backward_rows_f64(g.data_ptr<double>() + at, yc.data_ptr<double>() + at,
+                                                     result.data_ptr<double>() + at, rows, m, n, kernel_scale, false);
+    } else {
+      isa_kernels().causal_softmax_backward_rows_f32(g.data_ptr<float>() + at, yc.data_ptr<float>() + at,
+                                                     result.data_ptr<float>() + at, rows, m, n, kernel_scale,
+                                                     grad_x.dtype() == kBFloat16);
+    }
+  });
   if (!result.is_same(grad_x)) copy(grad_x, result);
   if (is_16bit_float(grad_x.dtype())) scale_16bit(grad_x, grad_x, scale);
 }

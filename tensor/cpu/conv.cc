@@ -108,13 +108,15 @@ void im2col(const Tensor& col, const Tensor& x, const Window2d& w, double pad_va
     using T = typename decltype(tag)::type;
     int64_t cs[6];
     for (int d = 0; d < 6; ++d) cs[d] = col.stride(d);
-    PaddedPlane<T> frame(x, w, static_cast<T>(pad_value));
     T* const col_data = col.data_ptr<T>();
     const T* const x_data = x.data_ptr<T>();
     with_row_width(w.ow, cs[5] == 1 && w.sw == 1, [&](auto width) {
       constexpr int64_t kCols = decltype(width)::value;
-      for (int64_t n = 0; n < w.n; ++n) {
-        for (int64_t c = 0; c < w.c; ++c) {
+      // Planes on the intra-op threads, each range with a frame of its own.
+      parallel_rows(w.n * w.c, w.kh * w.kw * w.oh * w.ow, [&](int64_t first, int64_t last) {
+        PaddedPlane<T> frame(x, w, static_cast<T>(pad_value));
+        for (int64_t p = first; p < last; ++p) {
+          const int64_t n = p / w.c, c = p % w.c;
           move_rows<Assign>(frame.buffer.data() + frame.interior, frame.row, 1, x_data + frame.offset(n, c), frame.s2,
                             frame.s3, w.h, w.w);
           T* const out = col_data + n * cs[0] + c * cs[1];
@@ -125,7 +127,7 @@ void im2col(const Tensor& col, const Tensor& x, const Window2d& w, double pad_va
             }
           }
         }
-      }
+      });
     });
   });
 }
@@ -137,13 +139,15 @@ void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& w) {
     using T = typename decltype(tag)::type;
     int64_t cs[6];
     for (int d = 0; d < 6; ++d) cs[d] = col.stride(d);
-    PaddedPlane<T> frame(grad_x, w, T(0));
     const T* const col_data = col.data_ptr<T>();
     T* const gx_data = grad_x.data_ptr<T>();
     with_row_width(w.ow, cs[5] == 1 && w.sw == 1, [&](auto width) {
       constexpr int64_t kCols = decltype(width)::value;
-      for (int64_t n = 0; n < w.n; ++n) {
-        for (int64_t c = 0; c < w.c; ++c) {
+      // Planes on the intra-op threads (each writes its own plane), each range with its frame.
+      parallel_rows(w.n * w.c, w.kh * w.kw * w.oh * w.ow, [&](int64_t first, int64_t last) {
+        PaddedPlane<T> frame(grad_x, w, T(0));
+        for (int64_t p = first; p < last; ++p) {
+          const int64_t n = p / w.c, c = p % w.c;
           std::fill(frame.buffer.begin(), frame.buffer.end(), T(0));
           const T* const in = col_data + n * cs[0] + c * cs[1];
           // Taps column by column (j outer): the next tap then adds onto the same frame
@@ -159,7 +163,7 @@ void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& w) {
           move_rows<Assign>(gx_data + frame.offset(n, c), frame.s2, frame.s3, frame.buffer.data() + frame.interior,
                             frame.row, 1, w.h, w.w);
         }
-      }
+      });
     });
   });
 }
@@ -233,9 +237,11 @@ void max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const
     const T* in = x.data_ptr<T>();
     T* o = out.data_ptr<T>();
     int64_t* where = indices.data_ptr<int64_t>();
-    for (int64_t p = 0; p < w.n * channels; ++p) {
-      max_pool_plane(in + (p / channels) * s0 + (p % channels) * s1, o + p * positions, where + p * positions, taps);
-    }
+    parallel_rows(w.n * channels, positions * w.kh * w.kw, [&](int64_t first, int64_t last) {
+      for (int64_t p = first; p < last; ++p) {
+        max_pool_plane(in + (p / channels) * s0 + (p % channels) * s1, o + p * positions, where + p * positions, taps);
+      }
+    });
   });
 }
 
@@ -248,13 +254,15 @@ void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Ten
     const int64_t* where = indices.data_ptr<int64_t>();
     T* gx = grad_x.data_ptr<T>();
     const int64_t per_plane = w.oh * w.ow, plane = w.h * w.w;
-    for (int64_t p = 0; p < w.n * w.c; ++p) {
-      T* target = gx + p * plane;
-      for (int64_t k = p * per_plane; k < (p + 1) * per_plane; ++k) {
-        T& d = target[where[k]];
-        d = static_cast<T>(static_cast<C>(d) + static_cast<C>(g[k]));
+    parallel_rows(w.n * w.c, per_plane, [&](int64_t first, int64_t last) {  // each plane its own
+      for (int64_t p = first; p < last; ++p) {
+        T* target = gx + p * plane;
+        for (int64_t k = p * per_plane; k < (p + 1) * per_plane; ++k) {
+          T& d = target[where[k]];
+          d = static_cast<T>(static_cast<C>(d) + static_cast<C>(g[k]));
+        }
       }
-    }
+    });
   });
 }
 
@@ -310,7 +318,15 @@ void conv2d_direct(const Tensor& out, const Tensor& x, const Tensor& weight, con
   a.ow = transposed ? w.w : w.ow;
   TDDP_CHECK(conv2d_same_size_fits(out_c, w) || conv2d_direct_fits(a.c, a.o, a.h + 2 * a.pad_h, a.w + 2 * a.pad_w),
              "conv2d: internal error: the direct kernel does not fit {} -> {} channels", a.c, a.o);
-  isa_kernels().conv2d_direct_f32(a);
+  // Images on the intra-op threads (x and out contiguous: image by image).
+  const int64_t in_image = a.c * a.h * a.w, out_image = a.o * a.oh * a.ow;
+  parallel_rows(w.n, out_image * a.kh * a.kw * a.c / 8, [&](int64_t first, int64_t last) {
+    DirectConvArgs part = a;
+    part.in += first * in_image;
+    part.out += first * out_image;
+    part.n = last - first;
+    isa_kernels().conv2d_direct_f32(part);
+  });
 }
 
 void conv2d_direct_weight_grad(const Tensor& grad_weight, const Tensor& x, const Tensor& grad_out, const Window2d& w) {
@@ -333,10 +349,26 @@ void conv2d_direct_weight_grad(const Tensor& grad_weight, const Tensor& x, const
   a.oh = w.oh;
   a.ow = w.ow;
   a.grad = grad_out.data_ptr<float>();
-  const auto scratch =
-      std::make_unique_for_overwrite<float[]>(static_cast<size_t>(isa_kernels().conv2d_direct_weight_grad_scratch(a)));
-  a.scratch = scratch.get();
-  isa_kernels().conv2d_direct_weight_grad_f32(a);
+  // A sum over the images: chunks of images fixed by the shape on the intra-op threads, each
+  // into its own [(c, i, j), o], added in chunk order.
+  const int64_t in_image = w.c * w.h * w.w, out_image = big_o * w.oh * w.ow;
+  std::vector<std::vector<float>> parts(static_cast<size_t>(chunk_count(w.n, 8)));
+  const int64_t chunks = parallel_row_chunks(w.n, out_image * taps / 8, 8, [&](int64_t c, int64_t first, int64_t last) {
+    DirectConvArgs part = a;
+    part.in += first * in_image;
+    part.grad += first * out_image;
+    part.n = last - first;
+    std::vector<float>& sums = c == 0 ? by_tap : parts[static_cast<size_t>(c)];
+    sums.resize(by_tap.size());
+    part.out = sums.data();
+    const auto scratch = std::make_unique_for_overwrite<float[]>(
+        static_cast<size_t>(isa_kernels().conv2d_direct_weight_grad_scratch(part)));
+    part.scratch = scratch.get();
+    isa_kernels().conv2d_direct_weight_grad_f32(part);
+  });
+  for (int64_t c = 1; c < chunks; ++c) {
+    for (size_t k = 0; k < by_tap.size(); ++k) by_tap[k] += parts[static_cast<size_t>(c)][k];
+  }
   float* dst = grad_weight.data_ptr<float>();
   for (int64_t o = 0; o < big_o; ++o) {
     for (int64_t t = 0; t < taps; ++t) dst[o * taps + t] = by_tap[static_cast<size_t>(t * big_o + o)];

@@ -1,5 +1,8 @@
 // CPU embedding lookups (cpu/backend.h): the forward copies one weight row per id; the backward
-// adds each gradient row onto its id's row, so repeated ids sum.
+// adds each gradient row onto its id's row, so repeated ids sum. On the intra-op threads: the
+// forward by rows, the backward by ranges of columns (each column summed over the ids in order,
+// so repeated ids never race and the bits do not depend on the thread count).
+#include <algorithm>
 #include <cstring>
 
 #include "tinyddp/tensor/cpu/backend.h"
@@ -14,7 +17,9 @@ void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids) {
     const int64_t* id = ids.data_ptr<int64_t>();
     const T* w = weight.data_ptr<T>();
     T* o = out.data_ptr<T>();
-    for (int64_t i = 0; i < n; ++i) std::memcpy(o + i * c, w + id[i] * c, static_cast<size_t>(c) * sizeof(T));
+    parallel_rows(n, c, [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) std::memcpy(o + i * c, w + id[i] * c, static_cast<size_t>(c) * sizeof(T));
+    });
   });
 }
 
@@ -27,11 +32,15 @@ void embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const
     const int64_t* id = ids.data_ptr<int64_t>();
     const T* g = grad_out.data_ptr<T>();
     T* gw = grad_weight.data_ptr<T>();
-    for (int64_t i = 0; i < n; ++i) {
-      T* row = gw + id[i] * c;
-      const T* src = g + i * c;
-      for (int64_t k = 0; k < c; ++k) row[k] = static_cast<T>(static_cast<C>(row[k]) + static_cast<C>(src[k]));
-    }
+    parallel_for(0, c, std::max<int64_t>(16, kElementwiseGrain / std::max<int64_t>(n, 1)),
+                 [&](int64_t from, int64_t to) {
+                   for (int64_t i = 0; i < n; ++i) {
+                     T* row = gw + id[i] * c;
+                     const T* src = g + i * c;
+                     for (int64_t k = from; k < to; ++k)
+                       row[k] = static_cast<T>(static_cast<C>(row[k]) + static_cast<C>(src[k]));
+                   }
+                 });
   });
 }
 

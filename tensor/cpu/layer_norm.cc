@@ -3,7 +3,8 @@
 // each add's latency): the mean, then the squared deviations from it (two passes, so a row of
 // large equal values has variance 0, not a cancellation's residue). The elementwise steps run
 // in the compute type (float for the 16-bit types) over per-call buffers of the weight and
-// bias, in loops without branches, so that they vectorise.
+// bias, in loops without branches, so that they vectorise. Rows run on the intra-op threads;
+// the backward's weight and bias sums go in chunks of rows fixed by the shape, added in order.
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -50,18 +51,20 @@ void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const
     T* o = out.data_ptr<T>();
     S* mean_out = mean.data_ptr<S>();
     S* rstd_out = rstd.data_ptr<S>();
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* row = in + r * n;
-      const auto value = [row](int64_t k) { return static_cast<double>(static_cast<C>(row[k])); };
-      const double m = mean_of(n, value);
-      const double var = mean_of(n, [&](int64_t k) { return (value(k) - m) * (value(k) - m); });
-      const double inv = 1.0 / std::sqrt(var + eps);
-      mean_out[r] = static_cast<S>(m);
-      rstd_out[r] = static_cast<S>(inv);
-      const C cm = static_cast<C>(m), ci = static_cast<C>(inv);
-      T* out_row = o + r * n;
-      for (int64_t k = 0; k < n; ++k) out_row[k] = static_cast<T>((static_cast<C>(row[k]) - cm) * ci * w[k] + b[k]);
-    }
+    parallel_rows(rows, n, [&](int64_t first, int64_t last) {
+      for (int64_t r = first; r < last; ++r) {
+        const T* row = in + r * n;
+        const auto value = [row](int64_t k) { return static_cast<double>(static_cast<C>(row[k])); };
+        const double m = mean_of(n, value);
+        const double var = mean_of(n, [&](int64_t k) { return (value(k) - m) * (value(k) - m); });
+        const double inv = 1.0 / std::sqrt(var + eps);
+        mean_out[r] = static_cast<S>(m);
+        rstd_out[r] = static_cast<S>(inv);
+        const C cm = static_cast<C>(m), ci = static_cast<C>(inv);
+        T* out_row = o + r * n;
+        for (int64_t k = 0; k < n; ++k) out_row[k] = static_cast<T>((static_cast<C>(row[k]) - cm) * ci * w[k] + b[k]);
+      }
+    });
   });
 }
 
@@ -76,28 +79,41 @@ void layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const 
     using S = stat_t<T>;
     const int64_t rows = x.size(0), n = x.size(1);
     const std::vector<C> w = values_or<T>(weight, n, C(1));
-    std::vector<C> g(static_cast<size_t>(n)), xhat(static_cast<size_t>(n)), d(static_cast<size_t>(n));
-    std::vector<double> dw(grad_weight.defined() ? n : 0, 0.0), db(grad_bias.defined() ? n : 0, 0.0);
+    const size_t wn = grad_weight.defined() ? n : 0, bn = grad_bias.defined() ? n : 0;
+    // Per chunk of rows: its sums of dy * xhat and dy.
+    std::vector<std::vector<double>> dws(static_cast<size_t>(chunk_count(rows, 64))), dbs(dws.size());
     const T* in = x.data_ptr<T>();
     const T* g_in = dy.data_ptr<T>();
     T* gx = grad_x.defined() ? grad_x.data_ptr<T>() : nullptr;
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* row = in + r * n;
-      const T* dy_row = g_in + r * n;
-      const C cm = static_cast<C>(mean.data_ptr<S>()[r]), ci = static_cast<C>(rstd.data_ptr<S>()[r]);
-      for (int64_t k = 0; k < n; ++k) {
-        d[k] = static_cast<C>(dy_row[k]);
-        xhat[k] = (static_cast<C>(row[k]) - cm) * ci;
-        g[k] = d[k] * w[k];
+    const int64_t chunks = parallel_row_chunks(rows, n, 64, [&](int64_t c, int64_t first, int64_t last) {
+      std::vector<C> g(static_cast<size_t>(n)), xhat(static_cast<size_t>(n)), d(static_cast<size_t>(n));
+      std::vector<double>& dw = dws[static_cast<size_t>(c)];
+      std::vector<double>& db = dbs[static_cast<size_t>(c)];
+      dw.assign(wn, 0.0);
+      db.assign(bn, 0.0);
+      for (int64_t r = first; r < last; ++r) {
+        const T* row = in + r * n;
+        const T* dy_row = g_in + r * n;
+        const C cm = static_cast<C>(mean.data_ptr<S>()[r]), ci = static_cast<C>(rstd.data_ptr<S>()[r]);
+        for (int64_t k = 0; k < n; ++k) {
+          d[k] = static_cast<C>(dy_row[k]);
+          xhat[k] = (static_cast<C>(row[k]) - cm) * ci;
+          g[k] = d[k] * w[k];
+        }
+        for (size_t k = 0; k < dw.size(); ++k) dw[k] += static_cast<double>(d[k]) * static_cast<double>(xhat[k]);
+        for (size_t k = 0; k < db.size(); ++k) db[k] += static_cast<double>(d[k]);
+        if (gx == nullptr) continue;
+        const C mean_g = static_cast<C>(mean_of(n, [&](int64_t k) { return static_cast<double>(g[k]); }));
+        const C mean_gx = static_cast<C>(
+            mean_of(n, [&](int64_t k) { return static_cast<double>(g[k]) * static_cast<double>(xhat[k]); }));
+        T* out_row = gx + r * n;
+        for (int64_t k = 0; k < n; ++k) out_row[k] = static_cast<T>(ci * (g[k] - mean_g - xhat[k] * mean_gx));
       }
-      for (size_t k = 0; k < dw.size(); ++k) dw[k] += static_cast<double>(d[k]) * static_cast<double>(xhat[k]);
-      for (size_t k = 0; k < db.size(); ++k) db[k] += static_cast<double>(d[k]);
-      if (gx == nullptr) continue;
-      const C mean_g = static_cast<C>(mean_of(n, [&](int64_t k) { return static_cast<double>(g[k]); }));
-      const C mean_gx = static_cast<C>(
-          mean_of(n, [&](int64_t k) { return static_cast<double>(g[k]) * static_cast<double>(xhat[k]); }));
-      T* out_row = gx + r * n;
-      for (int64_t k = 0; k < n; ++k) out_row[k] = static_cast<T>(ci * (g[k] - mean_g - xhat[k] * mean_gx));
+    });
+    std::vector<double> dw(wn, 0.0), db(bn, 0.0);
+    for (int64_t c = 0; c < chunks; ++c) {  // in chunk order
+      for (size_t k = 0; k < wn; ++k) dw[k] += dws[static_cast<size_t>(c)][k];
+      for (size_t k = 0; k < bn; ++k) db[k] += dbs[static_cast<size_t>(c)][k];
     }
     if (grad_weight.defined()) {
       T* p = grad_weight.data_ptr<T>();

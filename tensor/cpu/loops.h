@@ -153,6 +153,25 @@ void for_each_strided(const Shape& shape, const std::array<Shape, N>& strides, F
 // stays on the calling thread (a chunk must outweigh waking a thread, a few µs).
 constexpr int64_t kElementwiseGrain = 32768;
 
+// fn(first, last) over independent rows [first, last) of [0, rows), each `row_length`
+// elements, on the intra-op threads (a range of rows at least kElementwiseGrain elements).
+template <typename F>
+void parallel_rows(int64_t rows, int64_t row_length, F&& fn) {
+  parallel_for(0, rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(row_length, 1)), fn);
+}
+
+// For sums over rows: [0, rows) in chunks of a size fixed by the shape (at least `min_rows`
+// rows and kElementwiseGrain elements), fn(chunk, first, last) for each on the intra-op
+// threads; returns the number of chunks. The caller keeps a partial result per chunk and adds
+// them in chunk order, so the bits do not depend on the thread count.
+template <typename F>
+int64_t parallel_row_chunks(int64_t rows, int64_t row_length, int64_t min_rows, F&& fn) {
+  const int64_t chunk_rows = std::max<int64_t>(min_rows, kElementwiseGrain / std::max<int64_t>(row_length, 1));
+  const int64_t chunks = chunk_count(rows, chunk_rows);
+  parallel_chunks(chunks, [&](int64_t c) { fn(c, c * chunk_rows, std::min(rows, (c + 1) * chunk_rows)); });
+  return chunks;
+}
+
 // for_each_strided on the intra-op threads (tensor/parallel.h): the rows of the outermost
 // dimension (or, for one strided row, the row itself) are split into ranges, each walked by
 // one thread. Operand 0 is the one written: when it writes any element twice (a 0 stride), or

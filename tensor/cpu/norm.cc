@@ -2,6 +2,7 @@
 // of the dims after 1, 1 for [N, C]); each pass sweeps memory once in order, per channel
 // accumulating in double: the statistics in two passes (the mean, then the squared
 // deviations from it), the gradient sums in one.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -20,12 +21,17 @@ struct Layout {
   double count() const { return static_cast<double>(n * s); }
 };
 
-// f(channel, row pointer(s) offset) for every (n, c) row of S elements.
+// f(channel, row pointer(s) offset) for every (n, c) row of S elements: ranges of channels on
+// the intra-op threads, each channel's rows in order of n (so its sums are the same at any
+// thread count, and no two threads touch one channel's accumulators).
 template <typename F>
 void for_each_row(const Layout& l, F&& f) {
-  for (int64_t n = 0; n < l.n; ++n) {
-    for (int64_t c = 0; c < l.c; ++c) f(c, (n * l.c + c) * l.s);
-  }
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(l.n * l.s, 1));
+  parallel_for(0, l.c, grain, [&](int64_t first, int64_t last) {
+    for (int64_t n = 0; n < l.n; ++n) {
+      for (int64_t c = first; c < last; ++c) f(c, (n * l.c + c) * l.s);
+    }
+  });
 }
 
 // A [C] tensor's values as double (1 where undefined, for a missing weight).

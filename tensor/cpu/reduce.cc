@@ -23,13 +23,6 @@ namespace {
 template <typename T>
 using acc_t = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
 
-// fn(first_row, last_row) over [0, rows) on the intra-op threads, for independent rows of
-// `row_length` elements.
-template <typename F>
-void for_rows(int64_t rows, int64_t row_length, F&& fn) {
-  parallel_for(0, rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(row_length, 1)), fn);
-}
-
 // acc[j] = sum over rows i of in[i * inner + j], in the accumulation type A, in row order.
 // float32/float64 run in the selected instruction set's kernel.
 template <typename T, typename A>
@@ -62,22 +55,18 @@ std::vector<A> sum_rows_in_order(const T* in, int64_t rows, int64_t inner) {
   return acc;
 }
 
-// The same sum in chunks of rows (at least 256, and at least kElementwiseGrain elements: fixed
-// by the shape) on the intra-op threads, the chunks' sums added in chunk order.
+// The same sum in chunks of rows fixed by the shape (parallel_row_chunks) on the intra-op
+// threads, the chunks' sums added in chunk order.
 template <typename T, typename A>
 std::vector<A> sum_rows(const T* in, int64_t rows, int64_t inner) {
-  const int64_t chunk_rows = std::max<int64_t>(256, kElementwiseGrain / std::max<int64_t>(inner, 1));
-  const int64_t chunks = chunk_count(rows, chunk_rows);
-  if (chunks <= 1) return sum_rows_in_order<T, A>(in, rows, inner);
-  std::vector<std::vector<A>> parts(static_cast<size_t>(chunks));
-  parallel_chunks(chunks, [&](int64_t c) {
-    const int64_t first = c * chunk_rows;
-    parts[static_cast<size_t>(c)] =
-        sum_rows_in_order<T, A>(in + first * inner, std::min(chunk_rows, rows - first), inner);
+  std::vector<std::vector<A>> parts(static_cast<size_t>(chunk_count(rows, 256)));
+  const int64_t chunks = parallel_row_chunks(rows, inner, 256, [&](int64_t c, int64_t first, int64_t last) {
+    parts[static_cast<size_t>(c)] = sum_rows_in_order<T, A>(in + first * inner, last - first, inner);
   });
+  if (chunks == 0) return std::vector<A>(static_cast<size_t>(inner), A(0));
   std::vector<A> acc = std::move(parts[0]);
-  for (size_t c = 1; c < parts.size(); ++c) {
-    for (int64_t j = 0; j < inner; ++j) acc[j] += parts[c][j];
+  for (int64_t c = 1; c < chunks; ++c) {
+    for (int64_t j = 0; j < inner; ++j) acc[j] += parts[static_cast<size_t>(c)][j];
   }
   return acc;
 }
@@ -124,7 +113,7 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
           const int64_t n = x.size(0), c = x.size(1), l = x.size(2);
           std::vector<A> acc(static_cast<size_t>(c), A(0));
           const T* in = x.data_ptr<T>();
-          for_rows(c, n * l, [&](int64_t first, int64_t last) {  // channels apart, each in order
+          parallel_rows(c, n * l, [&](int64_t first, int64_t last) {  // channels apart, each in order
             for (int64_t j = first; j < last; ++j) {
               for (int64_t i = 0; i < n; ++i) acc[j] += row_sum<A>(in + (i * c + j) * l, l);
             }
@@ -133,7 +122,7 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
           return;
         }
         const T* in = plan.rows.data_ptr<T>();
-        for_rows(plan.outer, plan.inner, [&](int64_t first, int64_t last) {
+        parallel_rows(plan.outer, plan.inner, [&](int64_t first, int64_t last) {
           for (int64_t r = first; r < last; ++r) {
             o[r] = static_cast<O>(static_cast<compute_t<O>>(row_sum<A>(in + r * plan.inner, plan.inner)));
           }
@@ -159,7 +148,7 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
       return;
     }
     const T* in = plan.rows.data_ptr<T>();
-    for_rows(plan.outer, plan.inner, [&](int64_t first, int64_t last) {
+    parallel_rows(plan.outer, plan.inner, [&](int64_t first, int64_t last) {
       for (int64_t r = first; r < last; ++r) {
         const double acc = row_sum<double>(in + r * plan.inner, plan.inner);
         o[r] = static_cast<T>(static_cast<C>(acc / static_cast<double>(plan.inner)));  // 0/0 -> NaN
@@ -179,7 +168,7 @@ std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim)
     const T* in = plan.rows.data_ptr<T>();
     T* v = values.data_ptr<T>();
     int64_t* idx = indices.data_ptr<int64_t>();
-    for_rows(plan.outer, plan.inner, [&](int64_t first, int64_t last) {
+    parallel_rows(plan.outer, plan.inner, [&](int64_t first, int64_t last) {
       for (int64_t r = first; r < last; ++r) {
         const T* row = in + r * plan.inner;
         int64_t best = 0;
@@ -208,7 +197,7 @@ void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) {
   if (rows.numel() == 0) return;
   const int64_t outer = rows.numel() / n;
   Tensor result = empty(rows.sizes(), compute);
-  for_rows(outer, n, [&](int64_t first, int64_t last) {
+  parallel_rows(outer, n, [&](int64_t first, int64_t last) {
     if (compute == kFloat32) {
       std::vector<float> scratch(static_cast<size_t>(n));
       isa_kernels().softmax_rows_f32(rows.data_ptr<float>() + first * n, result.data_ptr<float>() + first * n,

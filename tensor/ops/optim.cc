@@ -2,6 +2,7 @@
 // qualifies, then one call into the selected instruction set's kernel (cpu/isa/kernels.h).
 #include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/ops.h"
+#include "tinyddp/tensor/parallel.h"
 
 namespace tinyddp::tensor {
 
@@ -35,10 +36,27 @@ bool fused_sgd_step_(const Tensor& param, const Tensor& grad, Tensor* momentum_b
   if (momentum && !first_step && !fusable(*momentum_buffer, param)) return false;
   if (first_step) *momentum_buffer = empty_like(param);
   const Tensor buf = momentum ? *momentum_buffer : Tensor();
+  // Each element's update reads and writes that element only: ranges of it on the intra-op
+  // threads give the same bits.
+  const auto run = [&](auto args) {
+    using T = std::remove_pointer_t<decltype(args.param)>;
+    parallel_for(0, args.n, int64_t(1) << 15, [&](int64_t from, int64_t to) {
+      cpu::SgdArgs<T> part = args;
+      part.param += from;
+      part.grad += from;
+      if (part.buf != nullptr) part.buf += from;
+      part.n = to - from;
+      if constexpr (std::is_same_v<T, float>) {
+        cpu::isa_kernels().sgd_f32(part);
+      } else {
+        cpu::isa_kernels().sgd_f64(part);
+      }
+    });
+  };
   if (param.dtype() == kFloat32) {
-    cpu::isa_kernels().sgd_f32(sgd_args<float>(param, grad, buf, step, first_step));
+    run(sgd_args<float>(param, grad, buf, step, first_step));
   } else {
-    cpu::isa_kernels().sgd_f64(sgd_args<double>(param, grad, buf, step, first_step));
+    run(sgd_args<double>(param, grad, buf, step, first_step));
   }
   param.storage().bump_version();
   if (momentum) buf.storage().bump_version();

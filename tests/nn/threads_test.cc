@@ -37,6 +37,29 @@ std::vector<Tensor> ops_at(int threads) {
   out.push_back(tensor::sum(tensor::randn({70000, 2}, {}, &gen).to(tensor::kFloat64), {0}));
   out.push_back(tensor::softmax(big, 1));
   out.push_back(tensor::log_softmax(big, 0));
+  // Forward and gradients of the ops with kernels of their own: convolution (im2col and the
+  // direct kernel), pooling, batch and layer norm, embedding, causal softmax.
+  const auto leaf = [&](const tensor::Shape& shape) { return tensor::randn(shape, {}, &gen).requires_grad_(); };
+  const Tensor image = leaf({32, 8, 24, 24}), kernel = leaf({16, 8, 3, 3}), kernel_bias = leaf({16});
+  const Tensor conv = tensor::conv2d(image, kernel, kernel_bias, 1, 1);
+  const Tensor strided = tensor::conv2d(image, kernel, Tensor(), 2, 1);
+  const Tensor pooled = tensor::max_pool2d(conv, 2);
+  const Tensor normed = tensor::batch_norm(pooled, Tensor(), Tensor(), Tensor(), Tensor(), true);
+  const Tensor rows = leaf({256, 5, 96}), gain = leaf({96}), shift = leaf({96});
+  const Tensor ln = tensor::layer_norm(rows, {96}, gain, shift);
+  const Tensor table = leaf({50, 96});
+  std::vector<int64_t> ids(4000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i * 7 % 50);  // repeated ids
+  const Tensor looked = tensor::embedding(tensor::from_vector<int64_t>(ids, tensor::Shape{4000}), table);
+  const Tensor scores = leaf({96, 40, 40});
+  const Tensor attention = tensor::causal_softmax(scores, 0.125);
+  const Tensor total = tensor::add(
+      tensor::add(tensor::add(tensor::sum(tensor::mul(normed, normed)), tensor::sum(tensor::mul(strided, strided))),
+                  tensor::sum(tensor::mul(ln, ln))),
+      tensor::add(tensor::sum(tensor::mul(looked, looked)), tensor::sum(tensor::mul(attention, attention))));
+  total.backward();
+  for (const Tensor& t : {conv, strided, pooled, normed, ln, looked, attention}) out.push_back(t.detach());
+  for (const Tensor& t : {image, kernel, kernel_bias, rows, gain, shift, table, scores}) out.push_back(t.grad());
   return out;
 }
 
