@@ -59,6 +59,9 @@ int main(int argc, char** argv) {
   app.add_option("--backend", c.backend, "auto (default), gloo or nccl");
   app.add_flag("--tf32", c.tf32, "on a GPU, float32 matrix products may use TF32 tensor cores (default: off)");
   app.add_option("--timeout", c.timeout_s, "seconds a collective waits for the other ranks (default 60)");
+  app.add_option("--threads", c.threads,
+                 "intra-op threads per process, as torch.set_num_threads (default: TINYDDP_NUM_THREADS, "
+                 "OMP_NUM_THREADS, else the physical cores this process may use)");
   CLI11_PARSE(app, argc, argv);
   try {
     tinyddp::examples::train_gpt(c, std::cout);

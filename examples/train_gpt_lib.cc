@@ -18,6 +18,7 @@
 #include "tinyddp/nn/transformer.h"
 #include "tinyddp/tensor/autocast.h"
 #include "tinyddp/tensor/cuda.h"
+#include "tinyddp/tensor/parallel.h"
 
 namespace tinyddp::examples {
 
@@ -225,6 +226,8 @@ void describe(const GPTTrainConfig& config, const Run& run, std::ostream& out) {
       run.optimizer->group_end(0), config.grad_clip, config.zero && run.pg ? ", ZeRO" : "", config.steps,
       run.rows * run.world, config.block_size,
       run.pg ? fmt::format(", data-parallel on {} ranks ({})", run.world, run.placement.backend) : "");
+  if (run.placement.device.type == t::DeviceType::kCPU)
+    out << fmt::format("{} intra-op threads\n", t::get_num_threads());
 }
 
 std::string sample(const GPTTrainConfig& config, const Run& run) {
@@ -265,10 +268,14 @@ void GPTTrainConfig::validate() const {
   TDDP_CHECK(!resume || !checkpoint.empty(), "--resume needs --checkpoint PATH");
   TDDP_CHECK(known_comm_hook(comm_hook), "--comm_hook must be {}, got '{}'", comm_hook_choices(), comm_hook);
   TDDP_CHECK(timeout_s > 0, "--timeout must be positive, got {}", timeout_s);
+  TDDP_CHECK(threads >= 0, "--threads must be positive (or 0: the default), got {}", threads);
 }
 
 GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
   config.validate();
+  // A bad --threads or TINYDDP_NUM_THREADS stops here, before any work.
+  if (config.threads > 0) t::set_num_threads(config.threads);
+  t::get_num_threads();
   Run run = set_up(config);
   std::ostringstream quiet;  // only rank 0 prints
   std::ostream& out = run.rank == 0 ? log : quiet;

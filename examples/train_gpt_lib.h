@@ -53,6 +53,7 @@ struct GPTTrainConfig {
   std::string autocast;  // "" (float32) | bf16: the forward and loss under tensor::Autocast
   bool tf32 = false;     // on a GPU: float32 products on TF32 tensor cores (default: full float32)
   double timeout_s = 60;
+  int threads = 0;  // intra-op threads per process (tensor::set_num_threads); 0: the default
 
   // Throws tinyddp::Error naming the first option out of range (train_gpt() calls it first).
   void validate() const;

@@ -40,6 +40,8 @@ int main(int argc, char** argv) {
   app.add_option("--log_dir", o.log_dir,
                  "write each worker's output to LOG_DIR/attempt_<k>/rank_<r>.log instead of the console");
   app.add_flag("--tee", o.tee, "with --log_dir: print to the console as well");
+  app.add_flag("--cpu_bind", o.cpu_bind,
+               "pin each worker to its own share of this node's physical cores (with their hyperthreads)");
   app.add_option("--grace_period", grace_s, "seconds between SIGTERM and SIGKILL when stopping workers (default 5)");
   app.add_option("--rdzv_timeout", rdzv_timeout_s, "seconds for the nodes to meet through the store (default 60)");
   app.prefix_command();  // everything from the program on belongs to the program

@@ -21,7 +21,11 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <sched.h>
+
+#include "tinyddp/base/cpus.h"
 #include "tinyddp/base/error.h"
 #include "tinyddp/launcher/failure_watch.h"
 #include "tinyddp/launcher/processes.h"
@@ -67,8 +71,8 @@ struct Worker {
 class Attempt {
  public:
   Attempt(const LaunchConfig& options, std::ostream& log, int attempt,
-          const std::vector<std::pair<std::string, std::string>>& env)
-      : options_(options), log_(log), attempt_(attempt), env_(env) {
+          const std::vector<std::pair<std::string, std::string>>& env, const CoreShare& share)
+      : options_(options), log_(log), attempt_(attempt), env_(env), share_(share) {
     if (options.nnodes > 1) watch_ = std::make_unique<FailureWatch>(options, attempt, signal_pipe[1], kPeerFailed);
   }
 
@@ -120,6 +124,13 @@ class Attempt {
     env["RANK"] = std::to_string(w.rank);
     env["LOCAL_RANK"] = std::to_string(local);
     if (env.find("OMP_NUM_THREADS") == env.end()) env["OMP_NUM_THREADS"] = "1";
+    if (env.find("TINYDDP_NUM_THREADS") == env.end()) env["TINYDDP_NUM_THREADS"] = std::to_string(share_.threads);
+    cpu_set_t bind;
+    CPU_ZERO(&bind);
+    const bool bound = static_cast<size_t>(local) < share_.cpus.size();
+    if (bound) {
+      for (const int cpu : share_.cpus[static_cast<size_t>(local)]) CPU_SET(cpu, &bind);
+    }
     for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
     std::vector<char*> envp;
     for (std::string& s : env_strings) envp.push_back(s.data());
@@ -148,6 +159,7 @@ class Attempt {
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
       ::dup2(out[1], 1);
       ::dup2(err[1], 2);
+      if (bound) ::sched_setaffinity(0, sizeof(bind), &bind);  // --cpu_bind: its own cores
       ::execve(path.c_str(), argv.data(), envp.data());
       const int error = errno;
       [[maybe_unused]] const ssize_t n = ::write(status_pipe[1], &error, sizeof(error));
@@ -317,6 +329,7 @@ class Attempt {
   std::ostream& log_;
   int attempt_;
   const std::vector<std::pair<std::string, std::string>>& env_;
+  const CoreShare& share_;
   std::vector<Worker> workers_;
   bool stopping_ = false;
   bool killed_ = false;
@@ -371,8 +384,59 @@ void validate(const LaunchConfig& o) {
   TDDP_CHECK(o.grace_period.count() >= 0, "launch: --grace_period must not be negative");
 }
 
+namespace {
+
+// "0-3, 8" for a list of CPUs.
+std::string cpu_list(const std::vector<int>& cpus) {
+  std::string out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    out += (out.empty() ? "" : ", ") + (j > i ? fmt::format("{}-{}", cpus[i], cpus[j]) : std::to_string(cpus[i]));
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+CoreShare share_cores(const LaunchConfig& options, const std::vector<std::vector<int>>& cores, int usable_cores,
+                      const char* user_threads) {
+  CoreShare share;
+  const int workers = options.nproc_per_node;
+  share.threads = std::max(1, usable_cores / workers);
+  if (user_threads != nullptr) {
+    share.message = fmt::format("launch: {} worker(s), each with TINYDDP_NUM_THREADS={} intra-op threads, as set",
+                                workers, user_threads);
+  } else {
+    share.message = fmt::format(
+        "launch: {} worker(s) on this node's {} physical core(s): {} intra-op thread(s) each (TINYDDP_NUM_THREADS; "
+        "set it to choose){}",
+        workers, usable_cores, share.threads, workers > usable_cores ? "; more workers than cores" : "");
+  }
+  if (options.cpu_bind && !cores.empty()) {
+    const size_t per = std::max<size_t>(1, cores.size() / static_cast<size_t>(workers));
+    std::vector<std::string> bound;
+    for (int local = 0; local < workers; ++local) {
+      std::vector<int> cpus;
+      for (size_t k = 0; k < per; ++k) {
+        const size_t core = (static_cast<size_t>(local) * per + k) % cores.size();
+        cpus.insert(cpus.end(), cores[core].begin(), cores[core].end());
+      }
+      std::sort(cpus.begin(), cpus.end());
+      bound.push_back(fmt::format("local rank {} on CPUs {}", local, cpu_list(cpus)));
+      share.cpus.push_back(std::move(cpus));
+    }
+    share.message += fmt::format("\nlaunch: --cpu_bind: {}", fmt::join(bound, "; "));
+  }
+  return share;
+}
+
 int launch(const LaunchConfig& options, std::ostream& log) {
   validate(options);
+  const CoreShare share =
+      share_cores(options, available_cores(), available_physical_cores(), std::getenv("TINYDDP_NUM_THREADS"));
+  log << share.message << std::endl;
   const SignalScope signals;
   const std::shared_ptr<comm::TCPStore> store = open_store(options);
   const int world_size = options.nnodes * options.nproc_per_node;
@@ -388,7 +452,7 @@ int launch(const LaunchConfig& options, std::ostream& log) {
         {"TINYDDP_STORE_PREFIX", fmt::format("attempt_{}/", attempt)},
         {"TINYDDP_RESTART_COUNT", std::to_string(attempt)},
     };
-    Attempt group(options, log, attempt, env);
+    Attempt group(options, log, attempt, env, share);
     group.run();
     leave_nodes(options, *store, attempt, log);
     if (group.interrupted_by() != 0) return 128 + group.interrupted_by();

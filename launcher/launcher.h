@@ -27,6 +27,7 @@ struct LaunchConfig {
   int max_restarts = 0;
   std::string log_dir;                            // when set: worker output goes to <log_dir>/attempt_<k>/rank_<r>.log
   bool tee = false;                               // with log_dir: to the console as well
+  bool cpu_bind = false;                          // pin each worker to its own share of the node's cores
   std::chrono::milliseconds grace_period{5000};   // SIGTERM, then SIGKILL after this
   std::chrono::milliseconds rdzv_timeout{60000};  // for the nodes to meet through the store
   std::vector<std::string> program;               // the program and its arguments
@@ -34,6 +35,18 @@ struct LaunchConfig {
 
 // Throws tinyddp::Error naming the first bad option.
 void validate(const LaunchConfig& options);
+
+// How a node's cores are shared among its `workers`: each gets `threads` intra-op threads
+// (TINYDDP_NUM_THREADS) unless the user set that variable, and with --cpu_bind the CPUs of its
+// own cores (cpus[local rank]: consecutive physical cores with their hyperthreads; when there
+// are more workers than cores, the cores are dealt out in turn).
+struct CoreShare {
+  int threads = 1;
+  std::vector<std::vector<int>> cpus;  // per local worker; empty without --cpu_bind
+  std::string message;                 // what was chosen, for the launcher's log
+};
+CoreShare share_cores(const LaunchConfig& options, const std::vector<std::vector<int>>& cores, int usable_cores,
+                      const char* user_threads);
 
 // Runs the job; returns the exit status for the launcher: 0 when every worker of the last
 // attempt exited 0, else the status of the first worker that failed (128 + signal for a

@@ -4,77 +4,23 @@
 
 #include <fmt/format.h>
 #include <pthread.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
-#include <fstream>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <thread>
-#include <utility>
 #include <vector>
 
+#include "tinyddp/base/cpus.h"
 #include "tinyddp/base/error.h"
 
 namespace tinyddp::tensor {
 
 // ---- how many threads -------------------------------------------------------------------------
-
-int available_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return std::max(1u, std::thread::hardware_concurrency());
-  return std::max(1, CPU_COUNT(&set));
-}
-
-namespace {
-
-// The cgroup's CPU quota in whole CPUs (rounded up), or 0 when none is set (cgroup v2's
-// cpu.max, else v1's cfs files).
-int cgroup_cpu_quota() {
-  std::ifstream v2("/sys/fs/cgroup/cpu.max");
-  std::string quota;
-  int64_t period = 0;
-  if (v2 >> quota >> period) {
-    if (quota == "max" || period <= 0) return 0;
-    return static_cast<int>((std::stoll(quota) + period - 1) / period);
-  }
-  std::ifstream q1("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), p1("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
-  int64_t q = 0;
-  if (q1 >> q && p1 >> period && q > 0 && period > 0) return static_cast<int>((q + period - 1) / period);
-  return 0;
-}
-
-}  // namespace
-
-int available_physical_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  int cores = 0;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    // A core is a (package, core id) pair; its hyperthreads share it.
-    std::set<std::pair<int, int>> seen;
-    bool readable = true;
-    for (int cpu = 0; cpu < CPU_SETSIZE && readable; ++cpu) {
-      if (!CPU_ISSET(cpu, &set)) continue;
-      const std::string dir = fmt::format("/sys/devices/system/cpu/cpu{}/topology/", cpu);
-      std::ifstream package(dir + "physical_package_id"), core(dir + "core_id");
-      int p = 0, c = 0;
-      readable = static_cast<bool>(package >> p) && static_cast<bool>(core >> c);
-      seen.insert({p, c});
-    }
-    cores = readable ? static_cast<int>(seen.size()) : 0;
-  }
-  if (cores == 0) cores = available_cpus();  // no topology to read: every CPU counts
-  const int quota = cgroup_cpu_quota();
-  return std::max(1, quota > 0 ? std::min(cores, quota) : cores);
-}
 
 int parse_num_threads(const std::string& variable, const std::string& value, int cpus) {
   const int most = 4 * std::max(1, cpus);

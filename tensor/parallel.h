@@ -25,6 +25,8 @@
 #include <functional>
 #include <string>
 
+#include "tinyddp/base/cpus.h"  // available_cpus, available_physical_cores
+
 namespace tinyddp::tensor {
 
 // The number of threads parallel regions use (1: everything on the calling thread).
@@ -32,11 +34,6 @@ int get_num_threads();
 // Sets it for the whole process, as torch.set_num_threads; throws an Error naming `threads`
 // and the allowed range (1 to 4 x the CPUs this process may use) when it is out of range.
 void set_num_threads(int threads);
-
-// The CPUs this process may run on (affinity), and of those the physical cores, capped by
-// its cgroup's CPU quota: the default thread count.
-int available_cpus();
-int available_physical_cores();
 
 // What TINYDDP_NUM_THREADS (or OMP_NUM_THREADS) = `value` sets, for `cpus` usable CPUs; throws
 // an Error naming `variable`, the value and the range when it is not a whole number in range.

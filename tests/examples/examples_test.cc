@@ -13,6 +13,7 @@
 
 #include "tests/examples/example_runs.h"
 #include "tests/test_util.h"
+#include "tinyddp/base/cpus.h"
 #include "tinyddp/nn/nn.h"
 #include "tinyddp/tensor/cpu_isa.h"
 #include "tinyddp/tensor/cuda.h"
@@ -126,6 +127,26 @@ TEST_CASE("examples: TINYDDP_CPU_ISA that names nothing stops train at start-up;
   INFO(forced.output);
   CHECK(forced.exit_code == 0);
   CHECK_THAT(forced.output, Contains("cpu kernels: ") && Contains(": avx2 (matmul: "));
+}
+
+TEST_CASE("examples: bad thread counts stop train at start-up, naming the range; --threads runs",
+          "[examples][train][errors][threads]") {
+  const std::string most = std::to_string(4 * tinyddp::available_cpus());
+  for (const char* bad : {"abc", "0", "100000"}) {
+    const CommandResult r = run_command(std::string("TINYDDP_NUM_THREADS=") + bad + " examples/train --steps 1");
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Contains(std::string("train: error: TINYDDP_NUM_THREADS='") + bad + "'") &&
+                             Contains("from 1 to " + most));
+  }
+  const CommandResult omp = run_command("env -u TINYDDP_NUM_THREADS OMP_NUM_THREADS=x examples/train --steps 1");
+  CHECK_THAT(omp.output, Contains("OMP_NUM_THREADS='x': not a whole number"));
+  expect_train_error("--threads -1 --steps 1", "--threads must be positive (or 0: the default), got -1");
+  expect_train_error("--threads 100000 --steps 1", "set_num_threads: 100000 threads; expected 1 to " + most);
+  const CommandResult two = run_command("examples/train --steps 2 --threads 2");
+  INFO(two.output);
+  CHECK(two.exit_code == 0);
+  CHECK_THAT(two.output, Contains("; 2 intra-op threads"));
 }
 
 TEST_CASE("examples: TINYDDP_CPU_ISA=avx512 on a CPU without it stops train at start-up", "[examples][train][errors]") {

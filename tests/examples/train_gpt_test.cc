@@ -255,4 +255,8 @@ TEST_CASE("train_gpt names what is wrong with its input", "[examples][gpt][error
   CHECK_THAT(error_of("--data " + files.data + " --vocab_size 13 --block_size 4"),
              Contains("sequences of 8 tokens, longer than --block_size 4"));
   CHECK_THAT(error_of("--lr_schedule linear"), Contains("--lr_schedule must be constant or cosine, got 'linear'"));
+  CHECK_THAT(error_of("--threads -3"), Contains("--threads must be positive (or 0: the default), got -3"));
+  const CommandResult threads = run_command("TINYDDP_NUM_THREADS=-2 examples/train_gpt --steps 2");
+  CHECK(threads.exit_code == 1);
+  CHECK_THAT(threads.output, Contains("train_gpt: error: TINYDDP_NUM_THREADS='-2': not a whole number"));
 }

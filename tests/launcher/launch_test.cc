@@ -11,9 +11,12 @@
 #include <fstream>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "tests/test_util.h"
+#include "tinyddp/base/cpus.h"
+#include "tinyddp/launcher/launcher.h"
 #include "tinyddp/launcher/spawn.h"
 
 using Catch::Contains;
@@ -303,4 +306,58 @@ TEST_CASE("launch: a relative program is found from the directory `bazel run` wa
   INFO(bad_dir.output);
   CHECK(bad_dir.exit_code == 2);
   CHECK_THAT(bad_dir.output, Contains("cannot change to BUILD_WORKING_DIRECTORY=" + dir + "/nowhere"));
+}
+
+TEST_CASE("launch: workers share the node's cores (intra-op threads, --cpu_bind)", "[launcher][threads]") {
+  using tinyddp::launcher::CoreShare;
+  using tinyddp::launcher::LaunchConfig;
+  using tinyddp::launcher::share_cores;
+  // Four cores with two hyperthreads each (CPUs k and k + 4).
+  const std::vector<std::vector<int>> cores = {{0, 4}, {1, 5}, {2, 6}, {3, 7}};
+  LaunchConfig o;
+  o.nproc_per_node = 2;
+  o.cpu_bind = true;
+  CoreShare two = share_cores(o, cores, 4, nullptr);
+  CHECK(two.threads == 2);
+  CHECK(two.cpus == std::vector<std::vector<int>>{{0, 1, 4, 5}, {2, 3, 6, 7}});
+  CHECK_THAT(two.message, Contains("2 worker(s) on this node's 4 physical core(s): 2 intra-op thread(s) each") &&
+                              Contains("local rank 0 on CPUs 0-1, 4-5; local rank 1 on CPUs 2-3, 6-7"));
+  o.nproc_per_node = 6;  // more workers than cores: one thread each, cores dealt out in turn
+  const CoreShare six = share_cores(o, cores, 4, nullptr);
+  CHECK(six.threads == 1);
+  CHECK(six.cpus[4] == std::vector<int>{0, 4});
+  CHECK_THAT(six.message, Contains("more workers than cores"));
+  o.cpu_bind = false;  // a cgroup quota of 2 CPUs caps the threads; the user's setting is kept
+  CHECK(share_cores(o, cores, 2, nullptr).cpus.empty());
+  o.nproc_per_node = 1;
+  CHECK(share_cores(o, cores, 2, nullptr).threads == 2);
+  CHECK_THAT(share_cores(o, cores, 2, "3").message, Contains("TINYDDP_NUM_THREADS=3 intra-op threads, as set"));
+
+  // On this machine: what each worker is given and where it runs.
+  const std::vector<std::vector<int>> here = tinyddp::available_cores();
+  o.nproc_per_node = 2;
+  o.cpu_bind = true;
+  const CoreShare expected = share_cores(o, here, tinyddp::available_physical_cores(), nullptr);
+  const CommandResult r = run_command("env -u TINYDDP_NUM_THREADS " + kLaunch +
+                                      " --nproc_per_node 2 --cpu_bind -- /bin/bash -c 'echo \"T=$TINYDDP_NUM_THREADS "
+                                      "$(grep Cpus_allowed_list /proc/self/status | tr -d \"\\t\")\"'");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    std::set<int> cpus;
+    for (const int cpu : expected.cpus[static_cast<size_t>(rank)]) cpus.insert(cpu);
+    const std::regex line(fmt::format(R"(\[rank {}\] T={} Cpus_allowed_list:([0-9,-]+))", rank, expected.threads));
+    std::smatch m;
+    REQUIRE(std::regex_search(r.output, m, line));
+    // The kernel's list ("0-1,4-5") as a set.
+    std::set<int> got;
+    std::stringstream list(m[1].str());
+    for (std::string part; std::getline(list, part, ',');) {
+      const size_t dash = part.find('-');
+      const int from = std::stoi(part.substr(0, dash)),
+                to = dash == std::string::npos ? from : std::stoi(part.substr(dash + 1));
+      for (int cpu = from; cpu <= to; ++cpu) got.insert(cpu);
+    }
+    CHECK(got == cpus);
+  }
 }
