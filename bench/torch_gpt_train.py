@@ -32,7 +32,8 @@ def config(args):
 
 
 def run(rank, nproc, args, init_file):
-    torch.set_num_threads(1)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     cfg = config(args)
     device = torch.device(args.device)
     if device.type == "cuda":  # float32 products as on the CPU unless --tf32 (train_gpt --tf32)
@@ -79,6 +80,8 @@ def main():
     parser.add_argument("--nproc", type=int, default=1)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch.set_num_threads per process (default 1; 0: PyTorch's default)")
     parser.add_argument("--autocast", action="store_true", help="forward and loss under autocast (bfloat16)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: one process on cuda:0")
     parser.add_argument("--block_size", type=int, default=CONFIG.block_size)

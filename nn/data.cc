@@ -14,6 +14,7 @@
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/factory.h"
 #include "tinyddp/tensor/grad_mode.h"
+#include "tinyddp/tensor/parallel.h"
 #include "tinyddp/tensor/shape.h"
 
 namespace tinyddp::nn {
@@ -58,7 +59,6 @@ Example default_collate(const std::vector<Example>& samples) {
     TDDP_CHECK(model.defined(), "default_collate: field {} of sample 0 is undefined", f);
     tensor::Shape sizes{static_cast<int64_t>(samples.size())};
     for (int64_t s : model.sizes()) sizes.push_back(s);
-    Tensor out = tensor::empty(sizes, tensor::TensorOptions(model.dtype()).device(model.device()));
     for (size_t i = 0; i < samples.size(); ++i) {
       const Tensor& t = samples[i][f];
       TDDP_CHECK(
@@ -68,8 +68,15 @@ Example default_collate(const std::vector<Example>& samples) {
           f, i, t.defined() ? tensor::format_shape(t.sizes()) : "undefined",
           t.defined() ? tensor::dtype_name(t.dtype()) : "", t.defined() ? t.device().str() : "-",
           tensor::format_shape(model.sizes()), tensor::dtype_name(model.dtype()), model.device().str());
-      out.select(0, static_cast<int64_t>(i)).copy_(t);
     }
+    Tensor out = tensor::empty(sizes, tensor::TensorOptions(model.dtype()).device(model.device()));
+    // CPU samples are copied on the intra-op threads, each into its own row of the batch.
+    const int64_t n = static_cast<int64_t>(samples.size());
+    const int64_t grain = model.is_cpu() ? std::max<int64_t>(1, 32768 / std::max<int64_t>(model.numel(), 1)) : n;
+    tensor::parallel_for(0, n, grain, [&](int64_t from, int64_t to) {
+      tensor::NoGradGuard chunk_no_grad;  // grad mode is per thread
+      for (int64_t i = from; i < to; ++i) out.select(0, i).copy_(samples[static_cast<size_t>(i)][f]);
+    });
     batch.push_back(std::move(out));
   }
   return batch;
