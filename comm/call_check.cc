@@ -109,13 +109,15 @@ bool CallCheck::agree(Store& store, int rank, int size, std::optional<bool> requ
   const bool on = requested.value_or(call_check_default());
   store.set(fmt::format("tinyddp/check-calls/{}", rank), std::string(on ? "1" : "0"));
   std::vector<bool> on_per_rank;
-  for (int r = 0; r < size; ++r) on_per_rank.push_back(store.get_string(fmt::format("tinyddp/check-calls/{}", r)) == "1");
+  for (int r = 0; r < size; ++r)
+    on_per_rank.push_back(store.get_string(fmt::format("tinyddp/check-calls/{}", r)) == "1");
   return decide(on_per_rank, group);
 }
 
 bool CallCheck::decide(const std::vector<bool>& on_per_rank, const std::string& group) {
   std::vector<int> on_ranks, off_ranks;
-  for (size_t r = 0; r < on_per_rank.size(); ++r) (on_per_rank[r] ? on_ranks : off_ranks).push_back(static_cast<int>(r));
+  for (size_t r = 0; r < on_per_rank.size(); ++r)
+    (on_per_rank[r] ? on_ranks : off_ranks).push_back(static_cast<int>(r));
   TDDP_CHECK(on_ranks.empty() || off_ranks.empty(),
              "{}: ranks disagree on the desync check: on for ranks [{}], off for ranks [{}]; every rank must set "
              "ProcessGroupOptions::check_calls (or TINYDDP_DESYNC_CHECK) alike",

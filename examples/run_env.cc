@@ -7,6 +7,7 @@
 #include "tinyddp/comm/init.h"
 #include "tinyddp/comm/launch_env.h"
 #include "tinyddp/tensor/cuda.h"
+#include "tinyddp/tensor/parallel.h"
 
 namespace tinyddp::examples {
 
@@ -32,6 +33,11 @@ Placement choose_placement(const std::string& device, const std::string& backend
   // thread of it ever makes a context on another GPU (tensor/cuda/device_guard.h).
   if (p.on_gpu) t::cuda::set_device(p.device.index);
   return p;
+}
+
+int use_threads(int threads) {
+  if (threads > 0) tensor::set_num_threads(threads);
+  return tensor::get_num_threads();
 }
 
 std::shared_ptr<comm::ProcessGroup> join_ranks(const std::string& backend, double timeout_s) {

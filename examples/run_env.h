@@ -25,6 +25,11 @@ struct Placement {
 // CUDA. Throws naming what is missing (no GPU, NCCL without one GPU per rank).
 Placement choose_placement(const std::string& device, const std::string& backend);
 
+// --threads: sets the intra-op threads when `threads` > 0, and in any case resolves the count
+// now (TINYDDP_NUM_THREADS or OMP_NUM_THREADS), so that a bad value stops the example before
+// any work. Returns the count.
+int use_threads(int threads);
+
 // The group of all ranks when launched with WORLD_SIZE > 1, else null (one process).
 std::shared_ptr<comm::ProcessGroup> join_ranks(const std::string& backend, double timeout_s);
 

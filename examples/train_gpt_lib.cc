@@ -124,6 +124,7 @@ void resume_if_asked(const GPTTrainConfig& config, Run& run) {
 }
 
 Run set_up(const GPTTrainConfig& config) {
+  use_threads(config.threads);  // a bad --threads or TINYDDP_NUM_THREADS stops here, before any work
   Run run;
   run.placement = choose_placement(config.device, config.backend);
   TDDP_CHECK(!config.tf32 || run.placement.on_gpu, "--tf32 needs the model on a GPU (--device cuda)");
@@ -273,9 +274,6 @@ void GPTTrainConfig::validate() const {
 
 GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
   config.validate();
-  // A bad --threads or TINYDDP_NUM_THREADS stops here, before any work.
-  if (config.threads > 0) t::set_num_threads(config.threads);
-  t::get_num_threads();
   Run run = set_up(config);
   std::ostringstream quiet;  // only rank 0 prints
   std::ostream& out = run.rank == 0 ? log : quiet;

@@ -92,6 +92,7 @@ case "$part" in
     cp "$repo/tests/ddp/fixtures/zero_overlap_gloo.json" "$out/zero_overlap_nccl.json" tests/ddp/fixtures/ 2> /dev/null
     step zero_overlap_test 60 ours ./tests/ddp/zero_overlap_test --durations yes
     step collectives_test 120 ours ./tests/comm/collectives_test --durations yes
+    step desync_test 60 ours ./tests/comm/desync_test "[nccl]" --durations yes
     step equivalence_test 150 ours ./tests/ddp/equivalence_test --durations yes
     step examples_test 150 ours ./tests/examples/examples_test --durations yes
     ;;

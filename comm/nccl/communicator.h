@@ -108,7 +108,7 @@ class NcclCommunicator {
 
   void watchdog_loop();
 
-  std::mutex join_mutex_;     // guards the three below; taken after comm_mutex_
+  std::mutex join_mutex_;   // guards the three below; taken after comm_mutex_
   int64_t generation_ = 0;  // the group's number on the store, 0 before the first join
   std::string base_;        // "tinyddp/nccl/<generation>/" once joined
   std::vector<bool> checks_;

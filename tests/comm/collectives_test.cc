@@ -388,63 +388,6 @@ TEST_CASE("nccl: a rank that never joins makes the communicator's creation fail 
   CHECK(std::chrono::steady_clock::now() - before < std::chrono::seconds(10));
 }
 
-// Two NCCL ranks on the one GPU: NCCL itself refuses them, but the rendezvous and the desync
-// check come first (at the first collective), so both can be seen on one device.
-namespace {
-// Runs `body` as ranks 0 and 1 of one NCCL group on cuda:0, on two threads; returns what each
-// threw (empty when nothing).
-std::vector<std::string> two_nccl_ranks(const std::function<void(ProcessGroupNccl&, int)>& body,
-                                        const std::function<void(ProcessGroupOptions&, int)>& options_for = nullptr) {
-  auto store = std::make_shared<HashStore>();
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < 2; ++rank) {
-    ranks.emplace_back([&, rank] {
-      ProcessGroupOptions options;
-      options.timeout(comm::Millis(10000));
-      if (options_for) options_for(options, rank);
-      try {
-        ProcessGroupNccl pg(store, rank, 2, options);
-        body(pg, rank);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(rank)] = e.what();
-      }
-    });
-  }
-  for (std::thread& t : ranks) t.join();
-  return errors;
-}
-}  // namespace
-
-TEST_CASE("nccl: the desync check finds ranks calling different collectives before NCCL runs",
-          "[comm][nccl][cuda][desync]") {
-  if (!tensor::cuda::is_available()) TINYDDP_SKIP(tensor::cuda::unavailable_reason());
-  const auto errors = two_nccl_ranks([](ProcessGroupNccl& pg, int rank) {
-    const Tensor t = tensor::ones({rank == 0 ? 4 : 6}, tensor::TensorOptions().device(tensor::Device::cuda(0)));
-    pg.allreduce(t)->wait(comm::Millis(10000));
-  });
-  for (const std::string& error : errors) {
-    CHECK_THAT(error, Contains("ProcessGroupNccl: the ranks called different collectives") &&
-                          Contains("rank 0 called allreduce (call 0, 4 x float32") &&
-                          Contains("rank 1 called allreduce (call 0, 6 x float32"));
-  }
-}
-
-TEST_CASE("nccl: ranks that disagree on the desync check are told so at the first collective",
-          "[comm][nccl][cuda][desync]") {
-  if (!tensor::cuda::is_available()) TINYDDP_SKIP(tensor::cuda::unavailable_reason());
-  // The constructor waits for no other rank (rank 1 is made after rank 0's returned).
-  { ProcessGroupNccl alone(std::make_shared<HashStore>(), 0, 2); }
-  const auto errors = two_nccl_ranks(
-      [](ProcessGroupNccl& pg, int) {
-        pg.allreduce(tensor::ones({4}, tensor::TensorOptions().device(tensor::Device::cuda(0))));
-      },
-      [](ProcessGroupOptions& options, int rank) { options.check_calls(rank == 0); });
-  for (const std::string& error : errors) {
-    CHECK_THAT(error, Contains("ranks disagree on the desync check: on for ranks [0], off for ranks [1]"));
-  }
-}
-
 TEST_CASE("without a GPU, the nccl backend says why", "[comm][nccl][errors]") {
   if (tensor::cuda::is_available()) TINYDDP_SKIP("a CUDA device is present");
   CHECK_THROWS_WITH(ProcessGroupNccl(std::make_shared<HashStore>(), 0, 1),

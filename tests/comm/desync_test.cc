@@ -2,13 +2,16 @@
 // broadcast, allreduces another size, dtype or op, or names another root) all get a
 // CollectiveMismatchError naming the ranks and both calls, quickly and before any data moves,
 // instead of a hang, an abort inside Gloo or wrong numbers; the group stays usable after it;
-// the switch turns it off and every rank must agree on it.
+// the switch turns it off and every rank must agree on it. With a GPU: the same over NCCL, two
+// ranks on the one device (the check comes before NCCL, which would refuse them).
 #include <chrono>
 #include <functional>
 #include <thread>
 
 #include "tests/comm/comm_test_util.h"
 #include "tinyddp/comm/comm.h"
+#include "tinyddp/comm/nccl/process_group_nccl.h"
+#include "tinyddp/tensor/cuda.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;
@@ -267,4 +270,61 @@ TEST_CASE("desync: a backend that checks at issue over a side group (as NCCL doe
     CHECK_THAT(message, Contains("no data was sent"));
   }
   CHECK(messages[0].substr(messages[0].find("failed: ")) == messages[1].substr(messages[1].find("failed: ")));
+}
+
+// Two NCCL ranks on the one GPU: NCCL itself refuses them, but the rendezvous and the desync
+// check come first (at the first collective), so both can be seen on one device.
+namespace {
+// Runs `body` as ranks 0 and 1 of one NCCL group on cuda:0, on two threads; returns what each
+// threw (empty when nothing).
+std::vector<std::string> two_nccl_ranks(const std::function<void(ProcessGroupNccl&, int)>& body,
+                                        const std::function<void(ProcessGroupOptions&, int)>& options_for = nullptr) {
+  auto store = std::make_shared<HashStore>();
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      ProcessGroupOptions options;
+      options.timeout(comm::Millis(10000));
+      if (options_for) options_for(options, rank);
+      try {
+        ProcessGroupNccl pg(store, rank, 2, options);
+        body(pg, rank);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(rank)] = e.what();
+      }
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  return errors;
+}
+}  // namespace
+
+TEST_CASE("nccl: the desync check finds ranks calling different collectives before NCCL runs",
+          "[comm][nccl][cuda][desync]") {
+  if (!tensor::cuda::is_available()) TINYDDP_SKIP(tensor::cuda::unavailable_reason());
+  const auto errors = two_nccl_ranks([](ProcessGroupNccl& pg, int rank) {
+    const Tensor t = tensor::ones({rank == 0 ? 4 : 6}, tensor::TensorOptions().device(tensor::Device::cuda(0)));
+    pg.allreduce(t)->wait(comm::Millis(10000));
+  });
+  for (const std::string& error : errors) {
+    CHECK_THAT(error, Contains("ProcessGroupNccl: the ranks called different collectives") &&
+                          Contains("rank 0 called allreduce (call 0, 4 x float32") &&
+                          Contains("rank 1 called allreduce (call 0, 6 x float32"));
+  }
+}
+
+TEST_CASE("nccl: ranks that disagree on the desync check are told so at the first collective",
+          "[comm][nccl][cuda][desync]") {
+  if (!tensor::cuda::is_available()) TINYDDP_SKIP(tensor::cuda::unavailable_reason());
+  // The constructor waits for no other rank (rank 1 is made after rank 0's returned).
+  { ProcessGroupNccl alone(std::make_shared<HashStore>(), 0, 2); }
+  const auto errors = two_nccl_ranks(
+      [](ProcessGroupNccl& pg, int) {
+        pg.allreduce(tensor::ones({4}, tensor::TensorOptions().device(tensor::Device::cuda(0))));
+      },
+      [](ProcessGroupOptions& options, int rank) { options.check_calls(rank == 0); });
+  for (const std::string& error : errors) {
+    CHECK_THAT(error, Contains("ranks disagree on the desync check: on for ranks [0], off for ranks [1]"));
+  }
 }
