@@ -9,6 +9,8 @@
 #   sanitize2 the same four tools over the convolutional ops, CUDA graphs and autocast
 #             (cuda_conv_test, cuda_graph_test, cuda_autocast_test)
 #   bench     the training-step benchmarks against PyTorch on the same GPU    (~5 min at most)
+#   cpu       the host's CPU: the kernels chosen, then the MLP step and the example GPT on 1, 2, 4,
+#             8 and 16 intra-op threads against PyTorch at the same count (~4 min at most)
 #   bench2    matmul 4096 and add/copy of 256 M floats, TF32 and bf16 autocast steps, the CNN,
 #             the 4096-wide MLP at batch 256, the GPT at 32 x 256 tokens, and a DDP timeline of
 #             the GPT on the GPU (gpt_timeline.rank0.json, for scripts/plot_timeline.py)
@@ -20,8 +22,8 @@
 set -uo pipefail
 part=${1:-}
 case "$part" in
-  tests|sanitize|sanitize2|bench|bench2) ;;
-  *) echo "usage: gpu_run.sh tests|sanitize|sanitize2|bench|bench2   (one part per device call: each fits in 600 s)" >&2
+  tests|sanitize|sanitize2|bench|bench2|cpu) ;;
+  *) echo "usage: gpu_run.sh tests|sanitize|sanitize2|bench|bench2|cpu   (one part per device call: each fits in 600 s)" >&2
     exit 2 ;;
 esac
 here=$(cd "$(dirname "$0")" && pwd)
@@ -165,6 +167,22 @@ y = torch.mm(a, w.t()); z = y + b; torch.cuda.synchronize(); print('sum', float(
     step train_step_mlp_ddp 40 ours ./bench/train_step --device cuda --model mlp --mode ddp
     step train_step_mlp_nosync 40 ours ./bench/train_step --device cuda --model mlp --mode nosync
     cat "$logs"/train_step_*.log "$logs"/torch_*.log 2> /dev/null | grep RESULT | tee -a "$summary"
+    ;;
+  cpu)
+    repo=$(cd "$here/.." && pwd)
+    note "cpu: $(lscpu | grep -E '^Model name' | sed 's/  */ /g'); $(nproc) CPUs; $(grep -o -m1 'avx512[a-z]*' /proc/cpuinfo | head -1)"
+    gpt=(--device cpu --steps 12 --batch 32 --eval_every 0 --eval_windows 1 --sample_tokens 0 --log_every 1000000
+      --corpus "$repo/docs/ddp.md")
+    for t in 1 2 4 8 16; do
+      step "train_step_mlp_t$t" 30 ours ./bench/train_step --model mlp --threads "$t" --iterations 20
+      step "torch_mlp_t$t" 40 env OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" OPENBLAS_NUM_THREADS="$t" \
+        python3 bench/torch_train_step.py --model mlp --threads "$t" --iterations 20
+      step "train_gpt_t$t" 40 ours ./examples/train_gpt "${gpt[@]}" --threads "$t"
+      step "torch_gpt_t$t" 40 env OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" OPENBLAS_NUM_THREADS="$t" \
+        python3 bench/torch_gpt_train.py --steps 12 --threads "$t"
+    done
+    cat "$logs"/train_step_*.log "$logs"/torch_*.log "$logs"/train_gpt_*.log 2> /dev/null |
+      grep -E "RESULT|tokens/s|cpu kernels|intra-op" | tee -a "$summary"
     ;;
   bench2)
     repo=$(cd "$here/.." && pwd)
