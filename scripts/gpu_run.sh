@@ -170,7 +170,8 @@ y = torch.mm(a, w.t()); z = y + b; torch.cuda.synchronize(); print('sum', float(
     ;;
   cpu)
     repo=$(cd "$here/.." && pwd)
-    note "cpu: $(lscpu | grep -E '^Model name' | sed 's/  */ /g'); $(nproc) CPUs; $(grep -o -m1 'avx512[a-z]*' /proc/cpuinfo | head -1)"
+    note "cpu: $(lscpu | grep -E '^(Model name|Thread|Core|Socket)' | sed 's/  */ /g' | tr '\n' ';') $(nproc) CPUs; $(grep -o -m1 'avx512[a-z]*' /proc/cpuinfo | head -1)"
+    ours ./bench/train_step --model toy --iterations 1 --threads 0 2> /dev/null | grep RESULT | sed 's/^/default threads: /' | tee -a "$summary"
     gpt=(--device cpu --steps 12 --batch 32 --eval_every 0 --eval_windows 1 --sample_tokens 0 --log_every 1000000
       --corpus "$repo/docs/ddp.md")
     for t in 1 2 4 8 16; do
