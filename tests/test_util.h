@@ -43,6 +43,13 @@ CommandResult run_command(const std::string& command);
 // `name` in the test's scratch directory ($TEST_TMPDIR, else /tmp).
 std::string temp_path(const std::string& name);
 
+// Restores, when it goes out of scope, the intra-op thread count (tensor::set_num_threads) a
+// test changes.
+struct KeepThreads {
+  int saved = tensor::get_num_threads();
+  ~KeepThreads() { tensor::set_num_threads(saved); }
+};
+
 // The loss column of an examples' --metrics CSV ("step,loss[,...]"): the second field of
 // every row after the header.
 std::vector<double> read_losses(const std::string& path);

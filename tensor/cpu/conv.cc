@@ -345,29 +345,29 @@ void conv2d_direct_weight_grad(const Tensor& grad_weight, const Tensor& x, const
   a.kw = w.kw;
   a.pad_h = w.ph;
   a.pad_w = w.pw;
-  a.out = by_tap.data();
   a.oh = w.oh;
   a.ow = w.ow;
   a.grad = grad_out.data_ptr<float>();
   // A sum over the images: chunks of images fixed by the shape on the intra-op threads, each
   // into its own [(c, i, j), o], added in chunk order.
   const int64_t in_image = w.c * w.h * w.w, out_image = big_o * w.oh * w.ow;
-  std::vector<std::vector<float>> parts(static_cast<size_t>(chunk_count(w.n, 8)));
-  const int64_t chunks = parallel_row_chunks(w.n, out_image * taps / 8, 8, [&](int64_t c, int64_t first, int64_t last) {
-    DirectConvArgs part = a;
-    part.in += first * in_image;
-    part.grad += first * out_image;
-    part.n = last - first;
-    std::vector<float>& sums = c == 0 ? by_tap : parts[static_cast<size_t>(c)];
-    sums.resize(by_tap.size());
-    part.out = sums.data();
-    const auto scratch = std::make_unique_for_overwrite<float[]>(
-        static_cast<size_t>(isa_kernels().conv2d_direct_weight_grad_scratch(part)));
-    part.scratch = scratch.get();
-    isa_kernels().conv2d_direct_weight_grad_f32(part);
-  });
-  for (int64_t c = 1; c < chunks; ++c) {
-    for (size_t k = 0; k < by_tap.size(); ++k) by_tap[k] += parts[static_cast<size_t>(c)][k];
+  std::vector<std::vector<float>> parts =
+      parallel_row_partials(w.n, out_image * taps / 8, 8, [&](int64_t first, int64_t last) {
+        DirectConvArgs part = a;
+        part.in += first * in_image;
+        part.grad += first * out_image;
+        part.n = last - first;
+        std::vector<float> sums(by_tap.size());
+        part.out = sums.data();
+        const auto scratch = std::make_unique_for_overwrite<float[]>(
+            static_cast<size_t>(isa_kernels().conv2d_direct_weight_grad_scratch(part)));
+        part.scratch = scratch.get();
+        isa_kernels().conv2d_direct_weight_grad_f32(part);
+        return sums;
+      });
+  if (!parts.empty()) by_tap = std::move(parts[0]);
+  for (size_t c = 1; c < parts.size(); ++c) {
+    for (size_t k = 0; k < by_tap.size(); ++k) by_tap[k] += parts[c][k];
   }
   float* dst = grad_weight.data_ptr<float>();
   for (int64_t o = 0; o < big_o; ++o) {

@@ -80,17 +80,13 @@ void layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const 
     const int64_t rows = x.size(0), n = x.size(1);
     const std::vector<C> w = values_or<T>(weight, n, C(1));
     const size_t wn = grad_weight.defined() ? n : 0, bn = grad_bias.defined() ? n : 0;
-    // Per chunk of rows: its sums of dy * xhat and dy.
-    std::vector<std::vector<double>> dws(static_cast<size_t>(chunk_count(rows, 64))), dbs(dws.size());
     const T* in = x.data_ptr<T>();
     const T* g_in = dy.data_ptr<T>();
     T* gx = grad_x.defined() ? grad_x.data_ptr<T>() : nullptr;
-    const int64_t chunks = parallel_row_chunks(rows, n, 64, [&](int64_t c, int64_t first, int64_t last) {
+    // Per chunk of rows: grad_x's rows, and the chunk's sums of dy * xhat and dy.
+    const auto parts = parallel_row_partials(rows, n, 64, [&](int64_t first, int64_t last) {
       std::vector<C> g(static_cast<size_t>(n)), xhat(static_cast<size_t>(n)), d(static_cast<size_t>(n));
-      std::vector<double>& dw = dws[static_cast<size_t>(c)];
-      std::vector<double>& db = dbs[static_cast<size_t>(c)];
-      dw.assign(wn, 0.0);
-      db.assign(bn, 0.0);
+      std::vector<double> dw(wn, 0.0), db(bn, 0.0);
       for (int64_t r = first; r < last; ++r) {
         const T* row = in + r * n;
         const T* dy_row = g_in + r * n;
@@ -109,11 +105,12 @@ void layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const 
         T* out_row = gx + r * n;
         for (int64_t k = 0; k < n; ++k) out_row[k] = static_cast<T>(ci * (g[k] - mean_g - xhat[k] * mean_gx));
       }
+      return std::make_pair(std::move(dw), std::move(db));
     });
     std::vector<double> dw(wn, 0.0), db(bn, 0.0);
-    for (int64_t c = 0; c < chunks; ++c) {  // in chunk order
-      for (size_t k = 0; k < wn; ++k) dw[k] += dws[static_cast<size_t>(c)][k];
-      for (size_t k = 0; k < bn; ++k) db[k] += dbs[static_cast<size_t>(c)][k];
+    for (const auto& [part_dw, part_db] : parts) {  // in chunk order
+      for (size_t k = 0; k < wn; ++k) dw[k] += part_dw[k];
+      for (size_t k = 0; k < bn; ++k) db[k] += part_db[k];
     }
     if (grad_weight.defined()) {
       T* p = grad_weight.data_ptr<T>();

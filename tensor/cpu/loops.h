@@ -106,6 +106,19 @@ StridedPlan<N> plan_strided(const Shape& shape, const std::array<Shape, N>& stri
   return plan;
 }
 
+// Whether every operand is row-major over the whole shape (dims of size 1 aside), so that the
+// shape is one flat row of `numel` elements for all of them.
+template <size_t N>
+bool dense_over(const Shape& shape, const std::array<Shape, N>& strides, int64_t* numel) {
+  bool dense = true;
+  *numel = 1;
+  for (size_t d = shape.size(); d-- > 0 && dense;) {
+    for (size_t k = 0; k < N; ++k) dense &= shape[d] == 1 || strides[k][d] == *numel;
+    *numel *= shape[d];
+  }
+  return dense;
+}
+
 // Calls inner(n, offsets, inner_strides) once per innermost row: n elements starting at
 // element offsets[k] of operand k, stepping inner_strides[k]. Nothing is called when the
 // shape has no elements.
@@ -115,13 +128,8 @@ void for_each_strided(const Shape& shape, const std::array<Shape, N>& strides, F
     if (size == 0) return;
   }
   // Fast path: every operand row-major over the whole shape is one flat row.
-  bool dense = true;
-  int64_t numel = 1;
-  for (size_t d = shape.size(); d-- > 0 && dense;) {
-    for (size_t k = 0; k < N; ++k) dense &= shape[d] == 1 || strides[k][d] == numel;
-    numel *= shape[d];
-  }
-  if (dense) {
+  int64_t numel = 0;
+  if (dense_over<N>(shape, strides, &numel)) {
     std::array<int64_t, N> zeros{}, ones;
     ones.fill(1);
     inner(numel, zeros, ones);
@@ -161,15 +169,17 @@ void parallel_rows(int64_t rows, int64_t row_length, F&& fn) {
 }
 
 // For sums over rows: [0, rows) in chunks of a size fixed by the shape (at least `min_rows`
-// rows and kElementwiseGrain elements), fn(chunk, first, last) for each on the intra-op
-// threads; returns the number of chunks. The caller keeps a partial result per chunk and adds
-// them in chunk order, so the bits do not depend on the thread count.
+// rows and kElementwiseGrain elements), each chunk's partial result partial(first, last)
+// computed on the intra-op threads. Returns the partials in chunk order, for the caller to
+// add in that order: the bits do not depend on the thread count.
 template <typename F>
-int64_t parallel_row_chunks(int64_t rows, int64_t row_length, int64_t min_rows, F&& fn) {
+auto parallel_row_partials(int64_t rows, int64_t row_length, int64_t min_rows, F&& partial) {
   const int64_t chunk_rows = std::max<int64_t>(min_rows, kElementwiseGrain / std::max<int64_t>(row_length, 1));
-  const int64_t chunks = chunk_count(rows, chunk_rows);
-  parallel_chunks(chunks, [&](int64_t c) { fn(c, c * chunk_rows, std::min(rows, (c + 1) * chunk_rows)); });
-  return chunks;
+  std::vector<decltype(partial(int64_t{0}, int64_t{0}))> parts(static_cast<size_t>(chunk_count(rows, chunk_rows)));
+  parallel_chunks(static_cast<int64_t>(parts.size()), [&](int64_t c) {
+    parts[static_cast<size_t>(c)] = partial(c * chunk_rows, std::min(rows, (c + 1) * chunk_rows));
+  });
+  return parts;
 }
 
 // for_each_strided on the intra-op threads (tensor/parallel.h): the rows of the outermost
@@ -189,13 +199,8 @@ void parallel_for_each_strided(const Shape& shape, const std::array<Shape, N>& s
     return for_each_strided<N>(shape, strides, inner);
   }
   // Dense: one flat range of elements, cut anywhere.
-  bool dense = true;
-  int64_t span = 1;
-  for (size_t d = shape.size(); d-- > 0 && dense;) {
-    for (size_t k = 0; k < N; ++k) dense &= shape[d] == 1 || strides[k][d] == span;
-    span *= shape[d];
-  }
-  if (dense) {
+  int64_t span = 0;
+  if (dense_over<N>(shape, strides, &span)) {
     std::array<int64_t, N> ones;
     ones.fill(1);
     return parallel_for(0, numel, kElementwiseGrain, [&](int64_t from, int64_t to) {
@@ -215,9 +220,7 @@ void parallel_for_each_strided(const Shape& shape, const std::array<Shape, N>& s
   }
   // Cut the outermost dimension; each range walks the dims inside it as for_each_strided does.
   const int64_t outer = plan.sizes[0];
-  const int64_t per_outer = numel / outer;
-  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(per_outer, 1));
-  parallel_for(0, outer, grain, [&](int64_t from, int64_t to) {
+  parallel_rows(outer, numel / outer, [&](int64_t from, int64_t to) {
     Shape sub_shape(plan.sizes.begin(), plan.sizes.end());
     sub_shape[0] = to - from;
     std::array<Shape, N> sub_strides;

@@ -26,8 +26,7 @@ struct Layout {
 // thread count, and no two threads touch one channel's accumulators).
 template <typename F>
 void for_each_row(const Layout& l, F&& f) {
-  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(l.n * l.s, 1));
-  parallel_for(0, l.c, grain, [&](int64_t first, int64_t last) {
+  parallel_rows(l.c, l.n * l.s, [&](int64_t first, int64_t last) {  // a channel: n * s elements
     for (int64_t n = 0; n < l.n; ++n) {
       for (int64_t c = first; c < last; ++c) f(c, (n * l.c + c) * l.s);
     }

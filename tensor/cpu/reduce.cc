@@ -55,18 +55,17 @@ std::vector<A> sum_rows_in_order(const T* in, int64_t rows, int64_t inner) {
   return acc;
 }
 
-// The same sum in chunks of rows fixed by the shape (parallel_row_chunks) on the intra-op
+// The same sum in chunks of rows fixed by the shape (parallel_row_partials) on the intra-op
 // threads, the chunks' sums added in chunk order.
 template <typename T, typename A>
 std::vector<A> sum_rows(const T* in, int64_t rows, int64_t inner) {
-  std::vector<std::vector<A>> parts(static_cast<size_t>(chunk_count(rows, 256)));
-  const int64_t chunks = parallel_row_chunks(rows, inner, 256, [&](int64_t c, int64_t first, int64_t last) {
-    parts[static_cast<size_t>(c)] = sum_rows_in_order<T, A>(in + first * inner, last - first, inner);
+  std::vector<std::vector<A>> parts = parallel_row_partials(rows, inner, 256, [&](int64_t first, int64_t last) {
+    return sum_rows_in_order<T, A>(in + first * inner, last - first, inner);
   });
-  if (chunks == 0) return std::vector<A>(static_cast<size_t>(inner), A(0));
+  if (parts.empty()) return std::vector<A>(static_cast<size_t>(inner), A(0));
   std::vector<A> acc = std::move(parts[0]);
-  for (int64_t c = 1; c < chunks; ++c) {
-    for (int64_t j = 0; j < inner; ++j) acc[j] += parts[static_cast<size_t>(c)][j];
+  for (size_t c = 1; c < parts.size(); ++c) {
+    for (int64_t j = 0; j < inner; ++j) acc[j] += parts[c][j];
   }
   return acc;
 }

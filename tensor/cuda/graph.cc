@@ -32,10 +32,10 @@ void check_not_capturing(int device, const char* what) {
   if (!flag(device)) return;
   const char* first = nullptr;
   refused_on[device].compare_exchange_strong(first, what);  // the first refusal is the cause
-  TDDP_CHECK(false,
-             "{}: cuda:{} is capturing a CUDA graph, and the host cannot wait for the GPU during capture (copy "
-             "new inputs into the graph's tensors before replay(), read results after capture_end or replay())",
-             what, device);
+  throw Error(fmt::format(
+      "{}: cuda:{} is capturing a CUDA graph, and the host cannot wait for the GPU during capture (copy new inputs "
+      "into the graph's tensors before replay(), read results after capture_end or replay())",
+      what, device));
 }
 
 struct CudaGraph::Impl {

@@ -10,13 +10,9 @@
 
 using namespace tinyddp;
 using tensor::Tensor;
+using testing::KeepThreads;
 
 namespace {
-
-struct KeepThreads {
-  int saved = tensor::get_num_threads();
-  ~KeepThreads() { tensor::set_num_threads(saved); }
-};
 
 // The ops' results at `threads` threads, from inputs drawn the same way each time.
 std::vector<Tensor> ops_at(int threads) {

@@ -17,16 +17,7 @@
 
 using namespace tinyddp::tensor;
 using Catch::Contains;
-
-namespace {
-
-// Restores the thread count a case changed.
-struct KeepThreads {
-  int saved = get_num_threads();
-  ~KeepThreads() { set_num_threads(saved); }
-};
-
-}  // namespace
+using tinyddp::testing::KeepThreads;
 
 TEST_CASE("Thread counts: parsed strictly, out of range an Error naming the value and the range", "[parallel]") {
   CHECK(parse_num_threads("TINYDDP_NUM_THREADS", "1", 2) == 1);
