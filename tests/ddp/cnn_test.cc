@@ -1,14 +1,15 @@
 // The digits CNN (Conv2d, BatchNorm2d, MaxPool2d, Linear) under DDP against PyTorch's DDP:
 // fixtures/make_cnn_fixture.py trained it 10 SGD-momentum steps on 2 gloo ranks from rank 0's
 // initial state (rank 1 started elsewhere: DDP broadcasts parameters and buffers). This test
-// runs the same on 2 rank threads and compares, to 1e-5, every rank's loss and BatchNorm
-// buffers after every step (they differ between ranks: each normalises its own batch, then
-// DDP broadcasts rank 0's before the next forward), and the gradients and parameters of three
-// steps.
+// runs the same on 2 rank threads and compares every rank's loss and BatchNorm buffers after
+// every step (they differ between ranks: each normalises its own batch, then DDP broadcasts
+// rank 0's before the next forward), and the gradients and parameters of three steps, with
+// the fixture's exact (float64) run, within its float32 spread (rounding.h).
 #include <cmath>
 
 #include "examples/models.h"
 #include "tests/comm/comm_test_util.h"
+#include "tests/ddp/rounding.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/nn/nn.h"
 
@@ -23,29 +24,19 @@ const nn::OrderedDict<Tensor>& reference() {
   return file.tensors;
 }
 
+// The fixture's float64 run, the exact answer this float32 run rounds.
+testing::ExactRun exact_run() { return testing::ExactRun(reference(), ""); }
+
 void expect_close(const Tensor& got, const std::string& key, const std::string& where, Expectations& e) {
-  const Tensor want = reference().at(key);
-  if (!got.defined() || got.sizes() != want.sizes()) {
-    e.expect(false, fmt::format("{}: {} has shape {}, PyTorch {}", where, key,
-                                got.defined() ? tensor::format_shape(got.sizes()) : "undefined",
-                                tensor::format_shape(want.sizes())));
-    return;
-  }
-  const std::vector<double> a = got.detach().to(tensor::kFloat64).contiguous().to_vector<double>();
-  const std::vector<double> b = want.to(tensor::kFloat64).contiguous().to_vector<double>();
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::fabs(a[i] - b[i]) > 1e-5 * std::max(1.0, std::fabs(b[i]))) {
-      e.expect(false, fmt::format("{}: {}[{}] = {}, PyTorch {}", where, key, i, a[i], b[i]));
-      return;  // one line per tensor
-    }
-  }
+  for (const auto& failure : exact_run().check(got, key, tensor::kFloat32)) e.expect(false, where + ": " + failure);
 }
 
 }  // namespace
 
 TEST_CASE("DDP: the digits CNN with BatchNorm equals PyTorch's DDP (losses, buffers per rank, grads, params)",
           "[ddp][cnn][fixture]") {
-  const Tensor inputs = reference().at("inputs"), targets = reference().at("targets"), losses = reference().at("loss");
+  const Tensor inputs = reference().at("inputs"), targets = reference().at("targets");
+  const Tensor losses = exact_run().exact("loss");
   const int64_t steps = inputs.size(0), world = losses.size(1), batch = inputs.size(1) / world;
   const std::vector<std::string> failures =
       testing::run_threads(static_cast<int>(world), [&](comm::ProcessGroup& pg, Expectations& e) {
@@ -65,8 +56,8 @@ TEST_CASE("DDP: the digits CNN with BatchNorm equals PyTorch's DDP (losses, buff
           const Tensor loss = nn::cross_entropy(ddp_model.forward(x), y);
           loss.backward();
           const double want = losses[step][rank].item<double>();
-          e.expect(std::fabs(loss.item<double>() - want) < 1e-5,
-                   fmt::format("{}: loss {}, PyTorch {}", where, loss.item<double>(), want));
+          e.expect(std::fabs(loss.item<double>() - want) <= exact_run().tolerance("loss", step, want, tensor::kFloat32),
+                   fmt::format("{}: loss {}, exact {}", where, loss.item<double>(), want));
           const bool snapshot = reference().contains(fmt::format("grad.step{}.0.weight", step));
           if (snapshot) {
             for (const auto& [name, p] : model->named_parameters()) {

@@ -5,7 +5,7 @@
 // thread and on 2 rank threads, in float32 and in float64, and compares every step's loss
 // (each rank's), gradient norm and learning rate, step 0's gradients and the final parameters
 // with PyTorch's float64 run, within the float32 spread the fixture measured (float64: scaled
-// to its rounding): gpt_reference.h says why. It also checks that nn::GPT after manual_seed
+// to its rounding): rounding.h says why. It also checks that nn::GPT after manual_seed
 // equals nanoGPT's initial model, value for value.
 //
 // The tied weight (lm_head.weight is transformer.wte.weight) is one parameter: DDP registers
@@ -62,7 +62,7 @@ nn::AdamOptions adam_options() { return nn::AdamOptions(kLr).betas(0.9, 0.95).ep
 // The fixture's 20 steps on rows [first, first + rows) of each batch, through `forward`
 // (the model, or DDP around it), with `optimizer` (AdamW with nanoGPT's groups, or ZeRO
 // around it); compares everything with the exact run "<run>.f64." within the tolerances of
-// the model's dtype (gpt_reference.h).
+// the model's dtype (rounding.h).
 void train(nn::GPT& model, nn::Module& forward, nn::Optimizer& optimizer, int64_t first, int64_t rows,
            const std::string& run, int rank, Expectations& e) {
   const tensor::DType dtype = model.parameters()[0].dtype();
@@ -84,16 +84,16 @@ void train(nn::GPT& model, nn::Module& forward, nn::Optimizer& optimizer, int64_
     const Tensor loss = forward(inputs[step].narrow(0, first, rows), targets[step].narrow(0, first, rows))[1];
     loss.backward();
     const double want = (losses.dim() == 1 ? losses[step] : losses[step][rank]).item<double>();
-    e.expect(std::fabs(loss.item<double>() - want) <= testing::gpt_tolerance(run, "loss", step, want, dtype),
+    e.expect(std::fabs(loss.item<double>() - want) <= testing::gpt_run(run).tolerance("loss", step, want, dtype),
              fmt::format("{}: loss {}, exact {}", where, loss.item<double>(), want));
     if (step == 0) {
       for (const auto& [name, p] : model.named_parameters()) {
-        fail_all(testing::gpt_check_tensor(p.grad(), run, "grad0." + name, dtype), where);
+        fail_all(testing::gpt_run(run).check(p.grad(), "grad0." + name, dtype), where);
       }
     }
     const double norm = nn::clip_grad_norm_(model.parameters(), kClip).item<double>();
     const double want_norm = norms[step].item<double>();
-    e.expect(std::fabs(norm - want_norm) <= testing::gpt_tolerance(run, "grad_norm", step, want_norm, dtype),
+    e.expect(std::fabs(norm - want_norm) <= testing::gpt_run(run).tolerance("grad_norm", step, want_norm, dtype),
              fmt::format("{}: gradient norm {}, exact {}", where, norm, want_norm));
     optimizer.step();
     schedule.step();
@@ -102,7 +102,7 @@ void train(nn::GPT& model, nn::Module& forward, nn::Optimizer& optimizer, int64_
   // (its gradient is 0 up to rounding, and Adam divides by the gradient's own size), which the
   // fixture's spread for that part measures.
   for (const auto& [name, p] : model.named_parameters()) {
-    fail_all(testing::gpt_check_tensor(p, run, "param." + name, dtype), fmt::format("rank {} final", rank));
+    fail_all(testing::gpt_run(run).check(p, "param." + name, dtype), fmt::format("rank {} final", rank));
   }
 }
 

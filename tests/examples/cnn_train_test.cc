@@ -2,10 +2,12 @@
 // tests/ddp (fixtures/make_cnn_fixture.py: the digits CNN trained 10 SGD-momentum steps under
 // PyTorch's DDP on 2 gloo ranks) gives the initial state dict (--init) and the batches
 // (--data, [steps, batch, 1, 8, 8]); the saved state dict (--save, buffers included) and the
-// losses (--metrics) must be PyTorch's. Also the CNN's clear errors.
+// losses (--metrics) must be the fixture's exact run's within its float32 spread
+// (tests/ddp/rounding.h). Also the CNN's clear errors.
 #include <cmath>
 #include <fstream>
 
+#include "tests/ddp/rounding.h"
 #include "tests/test_util.h"
 #include "tinyddp/nn/nn.h"
 
@@ -21,14 +23,6 @@ namespace {
 const nn::OrderedDict<Tensor>& reference() {
   static const nn::SafetensorsFile file = nn::load_safetensors("tests/ddp/fixtures/cnn_ddp_reference.safetensors");
   return file.tensors;
-}
-
-double max_difference(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.to(tensor::kFloat64).contiguous().to_vector<double>();
-  const std::vector<double> y = b.to(tensor::kFloat64).contiguous().to_vector<double>();
-  double worst = x.size() == y.size() ? 0.0 : INFINITY;
-  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
-  return worst;
 }
 
 }  // namespace
@@ -55,21 +49,25 @@ TEST_CASE(
   REQUIRE(r.exit_code == 0);
   const nn::SafetensorsFile file = nn::load_safetensors(saved);
   CHECK(file.tensors.keys() == init.keys());  // PyTorch's names, buffers included, in its order
+  const testing::ExactRun exact(reference(), "");
   for (const auto& [name, t] : file.tensors) {
     INFO(name);
     // Parameters are the same on every rank; buffers are rank 0's (the rank that saves).
     const std::string key =
         reference().contains("param.step9." + name) ? "param.step9." + name : "buffers.rank0.step9." + name;
-    CHECK(max_difference(t, reference().at(key)) < 1e-5);
+    const std::vector<std::string> failures = exact.check(t, key, tensor::kFloat32);
+    for (const auto& f : failures) UNSCOPED_INFO(f);
+    CHECK(failures.empty());
   }
   std::ifstream csv(metrics);
   std::string line;
   std::getline(csv, line);
-  const Tensor losses = reference().at("loss");
+  const Tensor losses = exact.exact("loss");
   for (int64_t step = 0; step < losses.size(0); ++step) {
     REQUIRE(std::getline(csv, line));
     const double mean_over_ranks = tensor::mean(losses[step]).item<double>();
-    CHECK(std::fabs(std::stod(line.substr(line.find(',') + 1)) - mean_over_ranks) < 1e-5);
+    CHECK(std::fabs(std::stod(line.substr(line.find(',') + 1)) - mean_over_ranks) <=
+          exact.tolerance("loss", step, mean_over_ranks, tensor::kFloat32));
   }
 }
 

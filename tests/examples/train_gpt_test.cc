@@ -44,7 +44,7 @@ const std::string kFixtureFlags =
     "--steps 20 --weight_decay 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --grad_clip 1.0 --lr_schedule cosine";
 
 // Compares the metrics CSV and the saved weights with the fixture's exact run of `run`, within
-// the float32 tolerances of tests/ddp/gpt_reference.h (the CSV's 9 digits hold float32).
+// the float32 tolerances of tests/ddp/rounding.h (the CSV's 9 digits hold float32).
 void check_against(const std::string& run, const std::string& metrics, const std::string& saved) {
   std::ifstream csv(metrics);
   std::string line;
@@ -59,9 +59,9 @@ void check_against(const std::string& run, const std::string& metrics, const std
     INFO(run << " step " << step << ": " << line);
     CHECK(s == step);
     const double mean_loss = tensor::mean(losses[step]).item<double>();  // the ranks' mean
-    CHECK(std::fabs(loss - mean_loss) <= testing::gpt_tolerance(run, "loss", step, mean_loss, tensor::kFloat32));
+    CHECK(std::fabs(loss - mean_loss) <= testing::gpt_run(run).tolerance("loss", step, mean_loss, tensor::kFloat32));
     const double want_norm = norms[step].item<double>();
-    CHECK(std::fabs(norm - want_norm) <= testing::gpt_tolerance(run, "grad_norm", step, want_norm, tensor::kFloat32));
+    CHECK(std::fabs(norm - want_norm) <= testing::gpt_run(run).tolerance("grad_norm", step, want_norm, tensor::kFloat32));
     CHECK(std::fabs(lr - lrs[step].item<double>()) <= 5e-9 * lr);  // 9 digits: half a unit in the last
   }
   CHECK_FALSE(std::getline(csv, line));
@@ -73,7 +73,7 @@ void check_against(const std::string& run, const std::string& metrics, const std
   }());
   for (const auto& [name, t] : file.tensors) {
     INFO(run << " final " << name);
-    const std::vector<std::string> failures = testing::gpt_check_tensor(t, run, "param." + name, tensor::kFloat32);
+    const std::vector<std::string> failures = testing::gpt_run(run).check(t, "param." + name, tensor::kFloat32);
     for (const auto& f : failures) UNSCOPED_INFO(f);
     CHECK(failures.empty());
   }
@@ -181,7 +181,7 @@ TEST_CASE("train_gpt --comm_hook bf16 trains on 2 ranks within bf16's rounding o
   REQUIRE(std::sscanf(last.c_str(), "%lf,%lf,%lf,%lf", &step, &loss, &norm, &lr) == 4);
   CHECK(step == 19);
   // The gradients travel in bfloat16 (8 bits of mantissa): the run follows PyTorch's closely
-  // but not within float32's spread (tests/ddp/gpt_reference.h).
+  // but not within float32's spread (tests/ddp/rounding.h).
   const double want = tensor::mean(reference().at("ddp.loss")[19]).item<double>();
   CHECK(std::fabs(loss - want) < 0.05);
 }
