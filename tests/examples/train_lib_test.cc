@@ -1,5 +1,6 @@
 // //examples:train's loop fed PyTorch's initial weights and data (--init, --data) ends where
-// PyTorch does: the same per-step losses (--metrics) and final weights (--save).
+// PyTorch does: the same per-step losses (--metrics) and final weights (--save), within the
+// float32 spread of the exact run (tests/nn/nn_test_util.h).
 #include <fstream>
 #include <sstream>
 
@@ -9,7 +10,6 @@
 
 using namespace tinyddp;
 using Catch::Contains;
-using tinyddp::testing::max_abs_diff;
 using tinyddp::testing::nn_fixture;
 using tinyddp::testing::read_losses;
 
@@ -62,21 +62,14 @@ TEST_CASE("the training example reproduces PyTorch's ToyModel run", "[examples][
   std::ostringstream log;
   const examples::TrainResult result = examples::train(config, log);
   CHECK_THAT(log.str(), Contains("step 8/8"));
-  const auto expected = nn::load_safetensors(nn_fixture("toy_expected.safetensors")).tensors;
-  const std::vector<double> losses = expected.at("losses").to_vector<double>();
   REQUIRE(result.losses.size() == 8);
-  for (size_t i = 0; i < 8; ++i) CHECK(std::fabs(result.losses[i] - losses[i]) < 1e-5);
-  const auto saved = nn::load_safetensors(config.save).tensors;
-  for (const std::string name : {"net1.weight", "net1.bias", "net2.weight", "net2.bias"}) {
-    INFO(name);
-    CHECK(max_abs_diff(saved.at(name), expected.at(name)) < 1e-5);
-  }
+  testing::check_toy_losses(result.losses);
+  testing::check_toy_state(nn::load_safetensors(config.save).tensors);
   std::ifstream csv(config.metrics);
-  std::string header, first;
+  std::string header;
   std::getline(csv, header);
-  std::getline(csv, first);
   CHECK(header == "step,loss");
-  CHECK(std::fabs(std::stod(first.substr(2)) - losses[0]) < 1e-6);
+  testing::check_toy_losses(read_losses(config.metrics));
 }
 
 TEST_CASE("the training example rejects data that does not fit the model", "[examples][train][errors]") {
@@ -138,17 +131,11 @@ TEST_CASE("the training example on 2 ranks (WORLD_SIZE=2) reproduces the one-pro
   config.save = dir + "/ddp_trained.safetensors";
   config.metrics = dir + "/ddp_metrics.csv";
   train_on_two_ranks(config);
-  // Rank 0 wrote both files; they match PyTorch's single-process run.
-  const auto expected = nn::load_safetensors(nn_fixture("toy_expected.safetensors")).tensors;
-  const auto saved = nn::load_safetensors(dir + "/ddp_trained.safetensors").tensors;
-  for (const std::string name : {"net1.weight", "net1.bias", "net2.weight", "net2.bias"}) {
-    INFO(name);
-    CHECK(max_abs_diff(saved.at(name), expected.at(name)) < 1e-5);
-  }
-  const std::vector<double> losses = expected.at("losses").to_vector<double>();
-  const std::vector<double> logged = read_losses(dir + "/ddp_metrics.csv");
-  REQUIRE(logged.size() >= 8);
-  for (size_t i = 0; i < 8; ++i) CHECK(std::fabs(logged[i] - losses[i]) < 1e-5);
+  // Rank 0 wrote both files; they match the single-process run (the ranks' mean of the two
+  // halves' losses and gradients rounds differently from one mean over all rows: within the
+  // float32 spread).
+  testing::check_toy_state(nn::load_safetensors(dir + "/ddp_trained.safetensors").tensors);
+  testing::check_toy_losses(read_losses(dir + "/ddp_metrics.csv"));
 }
 
 TEST_CASE("train --comm_hook sum and none are wrong in the way they say (what averaging does)",
