@@ -1,7 +1,8 @@
 // CPU matrix multiply: out [n, m] = a [n, k] x b [k, m]. A row-major or column-major operand
 // (any leading dimension) is passed as it is, so transposed views and narrowed slices need no
 // copy; other layouts are made contiguous first. bfloat16 goes to oneDNN under AVX-512
-// (onednn.cc); float16, and bfloat16 below AVX-512, compute in float32; int64 uses a plain loop.
+// (onednn.cc); float16, and bfloat16 below AVX-512, compute in float32; int64 uses a plain
+// loop, its rows on the intra-op threads.
 //
 // float32/float64 go to one of two GEMM engines (docs/tensor.md, "Matmul"): OpenBLAS, whose
 // kernels are picked at run time for the CPU (the library PyTorch's matmul calls on Debian),
@@ -14,6 +15,7 @@
 #include <cpuid.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <climits>
 #include <cstdio>
@@ -21,12 +23,15 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/cpu/loops.h"
 #include "tinyddp/tensor/cpu_isa.h"
 #include "tinyddp/tensor/factory.h"
+#include "tinyddp/tensor/grad_mode.h"
 #include "tinyddp/tensor/parallel.h"
 
 // OpenBLAS's C interface (libopenblas-dev). Declared here rather than included: Debian puts
@@ -69,7 +74,8 @@ std::string lowercase(std::string s) {
 }
 
 // The OpenBLAS kernel set picked for this CPU ("Haswell", "SkylakeX", ...), lowercased, and
-// the instruction set it uses, if it is one of ours. One thread, as every tinyddp CPU kernel.
+// the instruction set it uses, if it is one of ours. OpenBLAS runs on one thread: the
+// intra-op threads cut products into blocks (gemm_split).
 struct OpenBlasCore {
   std::string name;
   std::optional<CpuIsa> isa;
@@ -286,13 +292,36 @@ void int64_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   const int64_t* pa = a.data_ptr<int64_t>();
   const int64_t* pb = b.data_ptr<int64_t>();
   int64_t* pc = out.data_ptr<int64_t>();
-  std::fill(pc, pc + n * m, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t p = 0; p < k; ++p) {
-      const int64_t av = pa[i * k + p];
-      for (int64_t j = 0; j < m; ++j) pc[i * m + j] += av * pb[p * m + j];
+  parallel_rows(n, k * m, [&](int64_t first, int64_t last) {  // k * m multiply-adds a row
+    std::fill(pc + first * m, pc + last * m, 0);
+    for (int64_t i = first; i < last; ++i) {
+      for (int64_t p = 0; p < k; ++p) {
+        const int64_t av = pa[i * k + p];
+        for (int64_t j = 0; j < m; ++j) pc[i * m + j] += av * pb[p * m + j];
+      }
+    }
+  });
+}
+
+// bfloat16 through oneDNN (false where it has no kernel), cut into row blocks as float_mm's
+// products are, each block on a pool thread with that thread's oneDNN stream and primitives
+// (onednn.cc). A product gemm_split would cut by columns runs whole: oneDNN writes dense rows.
+bool bf16_mm_blocks(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias = Tensor()) {
+  const GemmSplit split = gemm_split(a.size(0), a.size(1), b.size(1));
+  if (split.blocks == 1 || !split.by_rows) return bf16_mm_onednn(out, a, b, bias);
+  std::vector<std::pair<Tensor, Tensor>> blocks;  // (out's rows, a's rows), made on this thread
+  {
+    const NoGradGuard no_grad;
+    for (int64_t from = 0; from < split.side; from += split.size) {
+      const int64_t rows = std::min(split.size, split.side - from);
+      blocks.emplace_back(out.narrow(0, from, rows), a.narrow(0, from, rows));
     }
   }
+  std::atomic<bool> all_ran{true};
+  parallel_chunks(split.blocks, [&](int64_t block) {
+    if (!bf16_mm_onednn(blocks[block].first, blocks[block].second, b, bias)) all_ran = false;
+  });
+  return all_ran;  // false: the caller computes the whole product in float32
 }
 
 // Once per process: bfloat16 products without oneDNN compute in float32 (exact products of
@@ -336,7 +365,7 @@ void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
     case kFloat64: float_mm<double>(out, a, b); return;
     case kInt64: int64_mm(out, a, b); return;
     case kBFloat16:
-      if (bf16_mm_onednn(out, a, b)) return;
+      if (bf16_mm_blocks(out, a, b)) return;
       warn_bf16_in_float32();
       [[fallthrough]];
     case kFloat16: {
@@ -356,7 +385,7 @@ bool bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
 
 void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b) {
   if (out.numel() == 0) return;
-  if (out.dtype() == kBFloat16 && a.size(1) > 0 && bf16_mm_onednn(out, a, b, bias.contiguous())) return;
+  if (out.dtype() == kBFloat16 && a.size(1) > 0 && bf16_mm_blocks(out, a, b, bias.contiguous())) return;
   mm(out, a, b);
   binary(BinaryOp::kAdd, out, out, bias, 1.0);
 }

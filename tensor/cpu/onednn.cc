@@ -7,7 +7,8 @@
 //
 // One matmul primitive per shape and layout, kept per thread (oneDNN's own cache holds
 // primitives but each lookup would first build a descriptor, tens of µs). oneDNN threads
-// with OpenMP: one thread here, as every tinyddp CPU kernel (onednn_stream). The engine and
+// with OpenMP: one OpenMP thread per calling thread (onednn_stream); the intra-op threads
+// share a product out as row blocks, each on its own stream (matmul.cc). The engine and
 // streams are shared with the convolutions (onednn_conv.cc).
 #include <omp.h>
 

@@ -1,5 +1,5 @@
 // The same bits at any thread count (tensor/parallel.h): the ops the intra-op threads split
-// (matmul in every layout, elementwise and unary loops, sums over rows and over many rows,
+// (matmul in every layout and dtype, elementwise and unary loops, sums over rows and over many rows,
 // softmax rows) and a few training steps of an MLP whose every kernel splits, compared bit for
 // bit between 1, 2, 3 and 4 threads.
 #include <vector>
@@ -26,6 +26,9 @@ std::vector<Tensor> ops_at(int threads) {
       tensor::matmul(a.transpose(0, 1).contiguous().transpose(0, 1), b.transpose(0, 1).contiguous().transpose(0, 1)));
   out.push_back(tensor::matmul(b.transpose(0, 1), a.transpose(0, 1)));  // columns split, transposed operands
   out.push_back(tensor::matmul(a.to(tensor::kFloat64), b.to(tensor::kFloat64)));
+  // bfloat16: oneDNN's kernels where the CPU has them (row blocks on the threads), else float32's.
+  out.push_back(tensor::matmul(a.to(tensor::kBFloat16), b.to(tensor::kBFloat16)));
+  out.push_back(tensor::matmul(tensor::mul(a, 100.0).to(tensor::kInt64), tensor::mul(b, 100.0).to(tensor::kInt64)));
   out.push_back(tensor::add(tensor::mul(big, 3.0), tensor::exp(big)));
   out.push_back(tensor::mul(big.transpose(0, 1), 0.5));  // a strided loop
   out.push_back(tensor::sum(wide, {0}));                 // many rows: chunks in order
