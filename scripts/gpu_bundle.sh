@@ -19,7 +19,7 @@ limit_bytes=$((64 * 1024 * 1024))
 
 binaries=(
   tests/tensor/cuda_test tests/tensor/cuda_conv_test tests/tensor/cuda_autocast_test tests/tensor/cuda_graph_test
-  tests/comm/collectives_test tests/comm/desync_test
+  tests/comm/collectives_test tests/comm/desync_test tests/nn/threads_test
   tests/ddp/equivalence_test tests/ddp/zero_overlap_test tests/examples/examples_test
   examples/train examples/ddp_basic examples/ddp_checkpoint examples/ddp_join examples/ddp_zero_join launcher/launch
   bench/train_step bench/cuda_ops examples/train_gpt

@@ -172,6 +172,9 @@ y = torch.mm(a, w.t()); z = y + b; torch.cuda.synchronize(); print('sum', float(
     repo=$(cd "$here/.." && pwd)
     note "cpu: $(lscpu | grep -E '^(Model name|Thread|Core|Socket)' | sed 's/  */ /g' | tr '\n' ';') $(nproc) CPUs; $(grep -o -m1 'avx512[a-z]*' /proc/cpuinfo | head -1)"
     ours ./bench/train_step --model toy --iterations 1 --threads 0 2> /dev/null | grep RESULT | sed 's/^/default threads: /' | tee -a "$summary"
+    # The same bits at 1-4 threads, bfloat16 products through oneDNN's row blocks included
+    # (this host's AVX-512; the CI machines take the float32 route).
+    step threads_test 60 ours ./tests/nn/threads_test
     gpt=(--device cpu --steps 12 --batch 32 --eval_every 0 --eval_windows 1 --sample_tokens 0 --log_every 1000000
       --corpus "$repo/docs/ddp.md")
     for t in 1 2 4 8 16; do
