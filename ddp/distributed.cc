@@ -15,6 +15,7 @@
 
 #include "tinyddp/comm/flatten.h"
 #include "tinyddp/comm/init.h"
+#include "tinyddp/comm/objects.h"
 #include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::ddp {
@@ -174,25 +175,12 @@ void DistributedDataParallel::verify_same_parameters(const std::vector<std::stri
     mine.insert(mine.end(), p.sizes().begin(), p.sizes().end());
     mine.insert(mine.end(), p.strides().begin(), p.strides().end());
   }
-  const int size = pg_->size();
-  // Exchange the lengths, then the descriptions padded to the longest.
-  const tensor::TensorOptions control = tensor::TensorOptions(tensor::kInt64).device(control_device_);
-  const Tensor length =
-      tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(mine.size())}, {}, control_device_);
-  std::vector<Tensor> lengths;
-  for (int r = 0; r < size; ++r) lengths.push_back(tensor::zeros({1}, control));
-  pg_->allgather(lengths, length)->wait();
-  int64_t longest = 0;
-  for (const Tensor& l : lengths) longest = std::max(longest, l.item<int64_t>());
-  std::vector<int64_t> padded = mine;
-  padded.resize(static_cast<size_t>(longest), -1);
-  std::vector<Tensor> all;
-  for (int r = 0; r < size; ++r) all.push_back(tensor::zeros({longest}, control));
-  pg_->allgather(all, tensor::from_vector(padded, {}, control_device_))->wait();
-  const std::vector<int64_t> reference = all[0].to_vector<int64_t>();
-  for (int r = 1; r < size; ++r) {
-    const std::vector<int64_t> other = all[r].to_vector<int64_t>();
+  const std::vector<std::vector<int64_t>> all = comm::allgather_ints(*pg_, control_device_, mine);
+  const std::vector<int64_t>& reference = all[0];
+  for (int r = 1; r < pg_->size(); ++r) {
+    std::vector<int64_t> other = all[r];
     if (other == reference) continue;
+    other.resize(std::max(other.size(), reference.size()), -1);  // compared as padded to the longer
     if (other[0] != reference[0]) {
       throw Error(
           fmt::format("DistributedDataParallel: rank 0 has {} parameters that require grad but rank {} has {}; "
@@ -255,9 +243,7 @@ void DistributedDataParallel::broadcast_coalesced(const std::vector<Tensor>& ten
 }
 
 int DistributedDataParallel::find_common_rank(bool candidate) const {
-  const Tensor rank = tensor::from_vector(std::vector<int64_t>{candidate ? pg_->rank() : -1}, {}, control_device_);
-  pg_->allreduce(rank, comm::ReduceOp::kMax)->wait();
-  const int64_t common = rank.item<int64_t>();
+  const int64_t common = comm::allreduce_int(*pg_, control_device_, candidate ? pg_->rank() : -1, comm::ReduceOp::kMax);
   TDDP_CHECK(common >= 0, "DistributedDataParallel: internal error: no rank qualified as the source of the model");
   return static_cast<int>(common);
 }

@@ -159,16 +159,16 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   // reductions on zeros, the used-parameter map) until every rank is done, so nobody waits
   // forever. Buffers come from the highest active rank; gradients are divided by the initial
   // world size (default) or by the number of active ranks; no_sync works inside. At the end
-  // the model of the last rank to join (the highest of them) is broadcast to all. See join.cc.
+  // the model of the last rank to join (the highest of them) is broadcast to all. See join.cc and distributed_join.cc.
   // join(loop, options) is Join::run({this}, loop, options); with a ZeroRedundancyOptimizer
   // too, call Join::run({&ddp, &zero}, loop, options) (join.h).
   void join(const std::function<void()>& loop, JoinOptions options = {});
 
-  // Joinable (join.h): DDP's join hook runs join_hook_main and join_hook_post (join.cc).
+  // Joinable (join.h): DDP's join hook runs join_hook_main and join_hook_post (distributed_join.cc).
   std::unique_ptr<JoinHook> join_hook() override;
   tensor::Device join_device() const override { return control_device_; }
   comm::ProcessGroup& join_process_group() const override { return *pg_; }
-  // Join's steps (join.cc): an active rank's part of each forward, and a joined rank's
+  // Join's steps (distributed_join.cc): an active rank's part of each forward, and a joined rank's
   // mirror of one iteration of the others.
   void notify_join_context();
   void join_hook_main();

@@ -2,7 +2,8 @@
 // runs its own loop inside Join::run; a rank whose loop ends early keeps issuing, through each
 // joinable's JoinHook, the collectives the ranks still training issue in one iteration, so
 // nobody waits forever. Joinables here: DistributedDataParallel (its hook mirrors forward and
-// backward: join.cc) and ZeroRedundancyOptimizer (its hook steps and broadcasts its shard).
+// backward: distributed_join.cc, reducer_join.cc) and ZeroRedundancyOptimizer (its hook
+// steps and broadcasts its shard).
 //
 // Each iteration of an active rank begins with the first joinable's notify_join_context, an
 // allreduce of 1 ("still active"); a joined rank answers 0 in Join::run's loop, and when the

@@ -153,7 +153,6 @@ class Reducer {
   bool globally_unused(size_t param);
 
   void initialize_buckets(const BucketAssignment& assignment);
-  void reset_bucket_counting();
   void set_divide_factor();
   void search_unused_parameters(const std::vector<Tensor>& outputs);
   void ensure_prior_reduction_finished() const;
@@ -182,19 +181,29 @@ class Reducer {
   std::vector<size_t> bucket_of_;  // param -> bucket
   std::vector<Tensor> views_;      // param -> its slot in the bucket contents (a bucket's views)
 
-  // Per synchronised iteration (PyTorch's names).
-  bool expect_autograd_hooks_ = false;  // armed by prepare_for_backward, disarmed by finalize
-  bool require_finalize_ = false;       // a parameter was marked ready; finalize must follow
-  bool has_marked_unused_parameters_ = false;
-  bool first_autograd_hook_called_ = false;
-  bool backward_completed_ = true;  // the engine finished the backward that armed us
-  size_t next_bucket_ = 0;
-  std::vector<bool> per_iteration_ready_;
-  std::vector<size_t> unused_parameters_;
-  std::vector<size_t> launch_order_;
-  std::vector<size_t> grad_ready_order_;
-  int64_t num_iterations_ = 0;  // synchronised forwards
-  int64_t num_bwd_calls_ = 0;   // synchronised backward passes (static_graph's first iteration is 1)
+  // One synchronised backward pass (PyTorch's names): made afresh by prepare_for_backward,
+  // the only place it is reset; finalize_backward disarms it and leaves the rest for a reader
+  // (snapshot) and for the next forward's check (ensure_prior_reduction_finished).
+  struct Iteration {
+    explicit Iteration(size_t params = 0) : ready(params, false) {}
+    bool expect_autograd_hooks = false;  // armed: the hooks reduce (false: no_sync, or finalized)
+    bool first_autograd_hook_called = false;
+    bool has_marked_unused_parameters = false;  // this forward's unused parameters marked ready
+    bool delay_all_reduce_queued = false;       // static_graph's first iteration
+    size_t next_bucket = 0;                     // the next bucket to launch, in index order
+    std::vector<bool> ready;                    // per parameter: marked ready
+    std::vector<size_t> grad_ready_order;       // parameters, in the order their gradients arrived
+    std::vector<size_t> launch_order;           // buckets, in the order they were launched
+    std::vector<int> hooks_left;                // static_graph: firings still to come, per parameter
+  };
+  Iteration iteration_;
+  // Across iterations: whether a reduction started and has not been finalized (the next
+  // forward refuses to start then), and whether the engine finished the pass that started it.
+  bool require_finalize_ = false;
+  bool backward_completed_ = true;
+  std::vector<size_t> unused_parameters_;  // this forward's (static_graph: the first iteration's)
+  int64_t num_iterations_ = 0;             // synchronised forwards
+  int64_t num_bwd_calls_ = 0;              // synchronised backward passes (static_graph's first is 1)
 
   // Which parameters got a gradient since the last synchronised backward (no_sync included);
   // allreduced so that a parameter no rank used keeps its .grad untouched.
@@ -203,11 +212,9 @@ class Reducer {
   std::shared_ptr<comm::Work> local_used_work_;
   bool local_used_map_reduced_ = false;
 
-  // static_graph: how often each hook fired in the first iteration, and what is left of that
-  // count in the current one (a parameter is ready after its last firing).
+  // static_graph: how often each hook fired in the first iteration (each iteration counts
+  // down a copy, Iteration::hooks_left: a parameter is ready after its last firing).
   std::vector<int> num_grad_hooks_triggered_;
-  std::vector<int> num_grad_hooks_triggered_this_iteration_;
-  bool delay_all_reduce_queued_ = false;
 
   // The one-time rebuild: parameters in the order their gradients arrived.
   std::vector<size_t> rebuilt_param_indices_;

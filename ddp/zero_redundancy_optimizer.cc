@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
-#include <cstring>
 #include <numeric>
 #include <unordered_map>
 #include <unordered_set>
@@ -13,6 +12,7 @@
 
 #include "tinyddp/comm/flatten.h"
 #include "tinyddp/comm/init.h"
+#include "tinyddp/comm/objects.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/nn/safetensors.h"
 #include "tinyddp/tensor/ops.h"
@@ -22,20 +22,6 @@ namespace tinyddp::ddp {
 namespace {
 
 constexpr const char* kName = "ZeroRedundancyOptimizer";
-
-// Bytes in an int64 tensor (padded to 8), to travel through a process group.
-Tensor bytes_to_tensor(const std::string& bytes, tensor::Device device) {
-  std::vector<int64_t> words((bytes.size() + 7) / 8, 0);
-  if (!bytes.empty()) std::memcpy(words.data(), bytes.data(), bytes.size());
-  return tensor::from_vector(words, tensor::Shape{static_cast<int64_t>(words.size())}).to(device);
-}
-
-std::string tensor_to_bytes(const Tensor& words, size_t size) {
-  const Tensor host = words.to(tensor::kCPU).contiguous();
-  std::string bytes(size, '\0');
-  if (size > 0) std::memcpy(bytes.data(), host.raw_data_ptr(), size);
-  return bytes;
-}
 
 class ZeroJoinHook : public JoinHook {
  public:
@@ -221,17 +207,9 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
   // `to` keeps them. The keys of all ranks together are those of one plain optimizer.
   std::vector<std::pair<int, nn::OrderedDict<Tensor>>> shards;
   for (int rank = 0; rank < pg_->size(); ++rank) {
-    const Tensor length = tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(my_bytes.size())}, {}, device_);
-    pg_->broadcast(length, rank)->wait();
-    const auto size = static_cast<size_t>(length.to(tensor::kCPU).item<int64_t>());
-    Tensor words = rank == pg_->rank() ? bytes_to_tensor(my_bytes, device_)
-                                       : tensor::zeros({static_cast<int64_t>((size + 7) / 8)},
-                                                       tensor::TensorOptions(tensor::kInt64).device(device_));
-    if (words.numel() > 0) pg_->broadcast(words, rank)->wait();
+    const std::string bytes = comm::broadcast_bytes(*pg_, device_, my_bytes, rank);
     if (pg_->rank() != to) continue;
-    const nn::SafetensorsFile file =
-        nn::parse_safetensors(tensor_to_bytes(words, size), fmt::format("rank {}'s optimizer state", rank));
-    shards.emplace_back(rank, file.tensors);
+    shards.emplace_back(rank, nn::parse_safetensors(bytes, fmt::format("rank {}'s optimizer state", rank)).tensors);
   }
   consolidated_.reset();
   if (pg_->rank() != to) return;

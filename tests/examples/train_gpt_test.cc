@@ -61,7 +61,8 @@ void check_against(const std::string& run, const std::string& metrics, const std
     const double mean_loss = tensor::mean(losses[step]).item<double>();  // the ranks' mean
     CHECK(std::fabs(loss - mean_loss) <= testing::gpt_run(run).tolerance("loss", step, mean_loss, tensor::kFloat32));
     const double want_norm = norms[step].item<double>();
-    CHECK(std::fabs(norm - want_norm) <= testing::gpt_run(run).tolerance("grad_norm", step, want_norm, tensor::kFloat32));
+    CHECK(std::fabs(norm - want_norm) <=
+          testing::gpt_run(run).tolerance("grad_norm", step, want_norm, tensor::kFloat32));
     CHECK(std::fabs(lr - lrs[step].item<double>()) <= 5e-9 * lr);  // 9 digits: half a unit in the last
   }
   CHECK_FALSE(std::getline(csv, line));

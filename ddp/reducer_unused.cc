@@ -1,7 +1,7 @@
 // The Reducer's unused-parameter steps (find_unused_parameters and static_graph): which
 // parameters the forward output does not reach, the used-parameter map every rank allreduces,
 // static_graph's first iteration (reduce after backward), and whether a parameter no rank
-// used keeps its .grad. The main steps are in reducer.cc.
+// used keeps its .grad. The main steps are in reducer.cc and reducer_backward.cc.
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
@@ -55,7 +55,7 @@ void Reducer::delay_all_reduce() {
   require_finalize_ = true;
   set_divide_factor();
   for (size_t i = 0; i < params_.size(); ++i) {
-    per_iteration_ready_[i] = true;
+    iteration_.ready[i] = true;
     copy_grad_to_bucket(i);
   }
   for (Bucket& b : buckets_) b.pending = 0;
