@@ -92,7 +92,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
                       : "call module->to(Device(kCUDA, local_rank)) first, or use the gloo backend");
   }
   control_device_ = control_device(*pg_, params_);
-  verify_same_parameters(names);
+  if (options_.timeline().empty()) {
+    if (const char* env = std::getenv("TINYDDP_DDP_TIMELINE"); env != nullptr && *env != '\0') options_.timeline(env);
+  }
+  const bool any_timeline = verify_same_parameters(names);
   // Every parameter (frozen ones too) and buffer starts as rank 0's.
   broadcast_coalesced(module_states());
   ReducerOptions reducer_options;
@@ -102,17 +105,14 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   reducer_options.gradient_as_bucket_view(options_.gradient_as_bucket_view());
   reducer_options.static_graph(options_.static_graph());
   reducer_ = std::make_unique<Reducer>(params_, names, pg_, reducer_options);
-  if (options_.timeline().empty()) {
-    if (const char* env = std::getenv("TINYDDP_DDP_TIMELINE"); env != nullptr && *env != '\0') options_.timeline(env);
-  }
   if (!options_.timeline().empty()) {
     reducer_->recorder().enable_timeline();
     observe_layer_collectives(true);
   }
-  // One clock for every rank's timeline (agree_on_time_zero). Every rank takes part whether
-  // its timeline is on or not, so ranks that disagree on the option still make the same
-  // collectives.
-  reducer_->recorder().align_timeline(agree_on_time_zero(*pg_, control_device_));
+  // One clock for every rank's timeline (agree_on_time_zero), when any rank records one:
+  // every rank takes part then, whether its own timeline is on or not, so ranks that disagree
+  // on the option still make the same collectives.
+  if (any_timeline) reducer_->recorder().align_timeline(agree_on_time_zero(*pg_, control_device_));
 }
 
 std::vector<Tensor> DistributedDataParallel::module_states() const {
@@ -166,8 +166,10 @@ void DistributedDataParallel::write_timeline(const std::string& path) const {
   reducer_->recorder().timeline().write(path, pg_->rank());
 }
 
-void DistributedDataParallel::verify_same_parameters(const std::vector<std::string>& names) const {
-  // Each rank describes its parameters as int64s: count, then (dtype, ndim, sizes..., strides...) each.
+bool DistributedDataParallel::verify_same_parameters(const std::vector<std::string>& names) const {
+  // Each rank describes its parameters as int64s: count, then (dtype, ndim, sizes..., strides...)
+  // each; and, last, whether its timeline is on (not compared: any rank's turns the clock
+  // agreement on).
   std::vector<int64_t> mine{static_cast<int64_t>(params_.size())};
   for (const Tensor& p : params_) {
     mine.push_back(static_cast<int64_t>(p.dtype()));
@@ -175,7 +177,13 @@ void DistributedDataParallel::verify_same_parameters(const std::vector<std::stri
     mine.insert(mine.end(), p.sizes().begin(), p.sizes().end());
     mine.insert(mine.end(), p.strides().begin(), p.strides().end());
   }
-  const std::vector<std::vector<int64_t>> all = comm::allgather_ints(*pg_, control_device_, mine);
+  mine.push_back(options_.timeline().empty() ? 0 : 1);
+  std::vector<std::vector<int64_t>> all = comm::allgather_ints(*pg_, control_device_, mine);
+  bool any_timeline = false;
+  for (std::vector<int64_t>& description : all) {
+    any_timeline = any_timeline || description.back() != 0;
+    description.pop_back();
+  }
   const std::vector<int64_t>& reference = all[0];
   for (int r = 1; r < pg_->size(); ++r) {
     std::vector<int64_t> other = all[r];
@@ -215,6 +223,7 @@ void DistributedDataParallel::verify_same_parameters(const std::vector<std::stri
       pos += 2 + 2 * static_cast<size_t>(ndim);
     }
   }
+  return any_timeline;
 }
 
 void DistributedDataParallel::broadcast_coalesced(const std::vector<Tensor>& tensors, int root) const {

@@ -175,7 +175,9 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   void join_hook_post(bool is_last_joiner);
 
  private:
-  void verify_same_parameters(const std::vector<std::string>& names) const;
+  // Throws on every rank unless all wrap the same parameters; returns whether any rank's
+  // timeline is on (then every rank agrees on its time zero).
+  bool verify_same_parameters(const std::vector<std::string>& names) const;
   // Broadcasts `tensors` from `root`, coalesced into flat buffers per device and dtype.
   void broadcast_coalesced(const std::vector<Tensor>& tensors, int root = 0) const;
   // Points every SyncBatchNorm layer of the module at this DDP's timeline (on) or away (off).

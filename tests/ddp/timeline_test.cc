@@ -184,3 +184,21 @@ TEST_CASE("timeline_span marks the caller's work in the iteration of the last fo
     e.expect(iterations["finalize"] == std::vector<int64_t>{0, 1}, "finalize");
   }));
 }
+
+TEST_CASE("A timeline on one rank only: the ranks still agree on the collectives, and only that rank writes",
+          "[ddp][timeline]") {
+  const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
+  const std::string prefix = dir + "/ddp_timeline_rank1";
+  require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) {
+    {
+      auto model = nn::mlp({16, 32, 4});
+      DDPOptions options = DDPOptions().first_bucket_cap_mb(1e-3);
+      if (pg.rank() == 1) options.timeline(prefix);
+      DistributedDataParallel ddp(model, borrow(pg), options);
+      for (int it = 0; it < 2; ++it) nn::mse_loss(ddp(tensor::ones({8, 16})), tensor::zeros({8, 4})).backward();
+      e.expect(ddp.stats().iterations == 2, "two iterations on both ranks");
+    }
+    e.expect(std::ifstream(prefix + ".rank" + std::to_string(pg.rank()) + ".json").good() == (pg.rank() == 1),
+             "only rank 1 writes a timeline");
+  }));
+}
