@@ -18,7 +18,8 @@ std::vector<int64_t> host_ints(const Tensor& t) { return t.to(tensor::kCPU).cont
 
 std::vector<Tensor> gathered(const ProcessGroup& pg, int64_t length, tensor::Device device) {
   std::vector<Tensor> out;
-  for (int r = 0; r < pg.size(); ++r) out.push_back(tensor::zeros({length}, tensor::TensorOptions(tensor::kInt64).device(device)));
+  for (int r = 0; r < pg.size(); ++r)
+    out.push_back(tensor::zeros({length}, tensor::TensorOptions(tensor::kInt64).device(device)));
   return out;
 }
 }  // namespace
@@ -58,8 +59,8 @@ std::vector<int64_t> broadcast_ints(ProcessGroup& pg, tensor::Device device, con
 
 std::string broadcast_bytes(ProcessGroup& pg, tensor::Device device, const std::string& bytes, int root) {
   const bool mine = pg.rank() == root;
-  const auto size = static_cast<size_t>(
-      broadcast_ints(pg, device, {mine ? static_cast<int64_t>(bytes.size()) : 0}, root)[0]);
+  const auto size =
+      static_cast<size_t>(broadcast_ints(pg, device, {mine ? static_cast<int64_t>(bytes.size()) : 0}, root)[0]);
   std::vector<int64_t> words((size + 7) / 8, 0);
   if (mine && size > 0) std::memcpy(words.data(), bytes.data(), size);
   std::string out(size, '\0');

@@ -1,8 +1,8 @@
 // comm/objects.h on 3 rank threads over Gloo: integers reduced, ragged integer lists gathered
 // in rank order, a root's integers and bytes (empty, and a length that is not a multiple of
 // 8) broadcast.
-#include "tests/comm/comm_test_util.h"
 #include "tinyddp/comm/objects.h"
+#include "tests/comm/comm_test_util.h"
 
 using namespace tinyddp;
 using testing::Expectations;
