@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks that every C++ file is formatted (scripts/check_format.sh) and within the size rule
-# (scripts/check_size.py; one more case in the count each),
+# (scripts/check_size.py) and that the files docs/architecture.md names exist
+# (scripts/check_doc_paths.py; one more case in the count each),
 # builds and runs every test with Bazel, then builds and runs examples/downstream (a user's own
 # workspace that depends on this checkout; one more case in the count), then (when nvcc is
 # present) builds the CUDA configuration so that CUDA code keeps compiling. Ends with one line
@@ -12,6 +13,8 @@ format_result=failed
 if bash scripts/check_format.sh; then format_result=passed; fi
 size_result=failed
 if python3 scripts/check_size.py; then size_result=passed; fi
+doc_paths_result=failed
+if python3 scripts/check_doc_paths.py; then doc_paths_result=passed; fi
 
 summary=$(mktemp)
 trap 'rm -f "$summary"' EXIT
@@ -25,6 +28,7 @@ if bash scripts/downstream_test.sh; then downstream_result=passed; fi
 # Count from the targets this run reported, before anything else builds here.
 counts=$(python3 scripts/count_tests.py "$summary" --extra "$format_result:formatting (scripts/check_format.sh)" \
   --extra "$size_result:size rule (scripts/check_size.py)" \
+  --extra "$doc_paths_result:docs/architecture.md's paths (scripts/check_doc_paths.py)" \
   --extra "$downstream_result:examples/downstream (scripts/downstream_test.sh)")
 count_status=$?
 
