@@ -1,4 +1,6 @@
-// AccumulateGrad::apply: see accumulate_grad.h.
+// AccumulateGrad (accumulate_grad.h): the node at a leaf, which checks each gradient that
+// reaches it against the leaf and sums it into .grad (adopting the engine's buffer as .grad
+// when nothing else holds it); the engine then runs its post-hooks, DDP's among them.
 #include "tinyddp/autograd/accumulate_grad.h"
 
 #include "tinyddp/tensor/ops.h"

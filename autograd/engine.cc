@@ -29,8 +29,6 @@ class TaskScope {
   TaskScope& operator=(const TaskScope&) = delete;
 };
 
-// Ready nodes ordered by sequence number (higher first), then by the order they became
-// ready (earlier first), so that the run order never depends on pointer values.
 // Whether `t` may hold the sum of itself and `other` in place: the engine holds the only
 // reference to it and to its memory (no view, hook, saved tensor or user shares it), it is
 // dense, and the sum keeps its dtype, shape and device.
@@ -55,6 +53,8 @@ void accumulate(Tensor& buffer, Tensor grad) {
   }
 }
 
+// Ready nodes ordered by sequence number (higher first), then by the order they became
+// ready (earlier first), so that the run order never depends on pointer values.
 struct ReadyEntry {
   uint64_t sequence_nr;
   uint64_t arrival;

@@ -1,4 +1,5 @@
-// FunctionCtx and the node names of custom autograd functions: see function.h.
+// Custom autograd functions (function.h): FunctionCtx's saved tensors and marked outputs, and
+// the node name a function's backward carries in the graph.
 #include "tinyddp/autograd/function.h"
 
 #include <cxxabi.h>

@@ -1,4 +1,5 @@
-// gradcheck: see gradcheck.h.
+// gradcheck (gradcheck.h): the analytical Jacobian (one backward per output element) against
+// central finite differences, element by element, in the inputs' dtype.
 #include "tinyddp/autograd/gradcheck.h"
 
 #include <cmath>

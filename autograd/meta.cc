@@ -1,4 +1,6 @@
-// AutogradMeta and gradient edges: see meta.h.
+// A tensor's autograd metadata (meta.h): made on first use, the edge a gradient flows along
+// (the producing node, or the leaf's AccumulateGrad), and record_op, which turns an op's
+// backward closure (tensor/graph.h) into a node of the graph.
 #include "tinyddp/autograd/meta.h"
 
 #include <span>

@@ -1,4 +1,5 @@
-// Node, hooks and FunctionNode: see node.h.
+// Node (node.h): its pre- and post-hooks and the handles that remove them, and FunctionNode,
+// the node an op's backward closure becomes (it runs the closure, then frees what it saved).
 #include "tinyddp/autograd/node.h"
 
 #include <atomic>

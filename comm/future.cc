@@ -1,4 +1,6 @@
-// Future: see future.h.
+// Future (future.h): completion under a mutex (the value or the error, the callbacks run once
+// by whoever completes it), from a Work's completion, and adoption of an inner Future's
+// outcome for a callback that returned one.
 #include "tinyddp/comm/future.h"
 
 namespace tinyddp::comm {

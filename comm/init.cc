@@ -1,4 +1,6 @@
-// init_process_group / init_from_env: see init.h.
+// init_process_group and init_from_env (init.h): reading RANK, WORLD_SIZE, MASTER_ADDR and
+// MASTER_PORT, hosting or joining the TCPStore, the backend's group, and the default group
+// every collective without an explicit one uses.
 #include "tinyddp/comm/init.h"
 
 #include <unistd.h>

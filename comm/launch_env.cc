@@ -1,4 +1,5 @@
-// launch_env: see launch_env.h.
+// launch_env (launch_env.h): a process's rank, world size and local rank from the variables of
+// the launcher (or torchrun), Open MPI or Slurm, in that order of precedence.
 #include "tinyddp/comm/launch_env.h"
 
 #include <charconv>

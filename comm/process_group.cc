@@ -1,4 +1,7 @@
-// ProcessGroup's checks and descriptions, and Work: see process_group.h.
+// ProcessGroup's one validation layer (process_group.h): each public collective checks its
+// tensors, ranks and op with errors that name them, describes the call for the desync check
+// and for messages, then calls the backend's *_impl; and Work's completion, waits and
+// callbacks.
 #include "tinyddp/comm/process_group.h"
 
 #include <algorithm>

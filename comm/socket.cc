@@ -1,4 +1,5 @@
-// Socket helpers: see socket.h.
+// Socket helpers (socket.h): exact reads and writes with a deadline, TCP_NODELAY, and the
+// address a connection came from, for the TCP store and the Gloo backend's ring.
 #include "tinyddp/comm/socket.h"
 
 #include <arpa/inet.h>

@@ -1,4 +1,6 @@
-// HashStore and PrefixStore: see store.h.
+// HashStore (an in-process map, for rank threads in tests) and PrefixStore (a namespace of
+// keys over another store), with the Store semantics of store.h: set, get, compare_set,
+// check, wait with a timeout, delete.
 #include "tinyddp/comm/store.h"
 
 #include <charconv>

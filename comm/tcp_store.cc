@@ -1,4 +1,6 @@
-// TCPStore, the client: see tcp_store.h; the wire format is in tcp_store_protocol.h.
+// TCPStore, the client (tcp_store.h): one connection to the server, each call a request and
+// its reply (tcp_store_protocol.h), reconnecting once when the connection drops, and waits
+// bounded by the store's timeout.
 #include "tinyddp/comm/tcp_store.h"
 
 #include <netdb.h>

@@ -1,4 +1,6 @@
-// TCPStoreServer: see tcp_store_server.h; the wire format is in tcp_store_protocol.h.
+// TCPStoreServer (tcp_store_server.h): an accept thread and a thread per connection, which
+// serves each request (set, get, add, compare_set, check, wait, delete, the key count) on the
+// shared map; a wait is answered when its keys appear or its timeout passes.
 #include "tinyddp/comm/tcp_store_server.h"
 
 #include <fcntl.h>

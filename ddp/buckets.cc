@@ -1,4 +1,5 @@
-// assign_buckets: see buckets.h.
+// assign_buckets (buckets.h): parameters in the given order into buckets of at most the cap's
+// bytes (the first bucket's own, smaller cap), one dtype and device per bucket.
 #include "tinyddp/ddp/buckets.h"
 
 #include <algorithm>

@@ -1,4 +1,5 @@
-// Built-in communication hooks: see comm_hooks.h.
+// The built-in communication hooks (comm_hooks.h): allreduce (the average: divide, then sum)
+// and the fp16 and bf16 compression hooks (cast down, allreduce, cast back into the bucket).
 #include "tinyddp/ddp/comm_hooks.h"
 
 #include "tinyddp/tensor/ops.h"

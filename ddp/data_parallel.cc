@@ -1,4 +1,6 @@
-// DataParallel and its four steps: see data_parallel.h.
+// DataParallel (data_parallel.h): its four steps as functions of their own, scatter (the
+// batch split across the devices), replicate (the module copied to each), parallel_apply (a
+// thread per device) and gather (the outputs on the first device).
 #include "tinyddp/ddp/data_parallel.h"
 
 #include <exception>

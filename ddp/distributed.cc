@@ -1,4 +1,7 @@
-// DistributedDataParallel: see distributed.h.
+// DistributedDataParallel (distributed.h): construction (the parameters to synchronise, the
+// same model on every rank, rank 0's weights broadcast, the Reducer, the timeline's clock) and
+// the forward's steps (prepare_for_forward, the bucket rebuild, the buffers' broadcast,
+// prepare_for_backward). Its side of Join: distributed_join.cc.
 #include "tinyddp/ddp/distributed.h"
 
 #include "tinyddp/ddp/sync_batchnorm.h"

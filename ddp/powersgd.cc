@@ -1,4 +1,6 @@
-// PowerSGD communication hooks: see powersgd.h.
+// PowerSGD (powersgd.h): the hooks that send low-rank factors P and Q of each bucket's
+// matrices instead of the gradients, with error feedback, warm-started Q, and the plain
+// allreduce before start_powerSGD_iter; written as a chain of Future::then.
 #include "tinyddp/ddp/powersgd.h"
 
 #include <algorithm>

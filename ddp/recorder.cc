@@ -1,4 +1,6 @@
-// Recorder: see recorder.h.
+// Recorder (recorder.h): the calls the Reducer makes at each step (forward, each gradient's
+// arrival and copy, each bucket's launch and wait, finalize) turned into DDPStats and, when on,
+// timeline events.
 #include "tinyddp/ddp/recorder.h"
 
 #include <algorithm>

@@ -1,4 +1,5 @@
-// Timeline: see timeline.h.
+// Timeline (timeline.h): events on a clock aligned across ranks, written as a Chrome trace
+// (a process per rank, a compute row and a row per bucket).
 #include "tinyddp/ddp/timeline.h"
 
 #include <algorithm>

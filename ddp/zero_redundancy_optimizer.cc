@@ -1,4 +1,7 @@
-// ZeroRedundancyOptimizer: see zero_redundancy_optimizer.h.
+// ZeroRedundancyOptimizer (zero_redundancy_optimizer.h): the parameters partitioned by size,
+// each rank's local optimizer over its shard, the broadcasts after each step, the state
+// consolidated on one rank, its Join hook, and the step overlapped with DDP's buckets
+// (hook_with_zero_step).
 #include "tinyddp/ddp/zero_redundancy_optimizer.h"
 
 #include <algorithm>

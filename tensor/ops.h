@@ -1,7 +1,9 @@
 // The tensor operations: elementwise math with NumPy broadcasting, comparisons, reductions,
-// softmax, matmul, and the out-variants behind the in-place methods. Each op validates its
-// arguments (shape, dtype, device: errors name the op and the offending argument) and then
-// dispatches on the device with a plain switch to a kernel in cpu/ (cuda/ later).
+// softmax, matmul, convolution, pooling, normalisation, attention, embedding, the optimizer
+// steps, and the out-variants behind the in-place methods. Each op validates its arguments
+// (shape, dtype, device: errors name the op and the offending argument), records its
+// backward, and dispatches on the device to the kernel of the same name in the CPU backend
+// (cpu/backend.h) or the CUDA one (cuda/backend.h); the ops live in ops/, a file per family.
 //
 // dtype rules: tensor operands of a binary op must share a dtype, except that floating dtypes
 // promote in arithmetic (add, sub, mul, div, maximum, minimum) as in PyTorch: float64 over

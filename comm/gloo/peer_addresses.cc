@@ -1,4 +1,5 @@
-// PeerAddresses: see peer_addresses.h.
+// PeerAddresses (peer_addresses.h): each rank publishes the addresses of its connections in
+// the store, so that an address in one of Gloo's errors can be turned into the rank behind it.
 #include "tinyddp/comm/gloo/peer_addresses.h"
 
 #include <gloo/context.h>

@@ -1,4 +1,6 @@
-// The TCP ring for large allreduces: see ring_allreduce.h.
+// The TCP ring for large allreduces (ring_allreduce.h): reduce-scatter then allgather around
+// the ring, each rank sending to the next while receiving from the previous with poll(2) on
+// the calling thread, within the group's timeout; the first failure refuses every later call.
 #include "tinyddp/comm/gloo/ring_allreduce.h"
 
 #include <fcntl.h>

@@ -1,4 +1,6 @@
-// SmallAllreduce: see small_allreduce.h.
+// SmallAllreduce (small_allreduce.h): one of Gloo's algorithm objects per (dtype, op, element
+// count), built once and kept, so that a small allreduce sends into registered buffers with no
+// negotiation; and the reductions it calls.
 #include "tinyddp/comm/gloo/small_allreduce.h"
 
 #include <gloo/allreduce_ring.h>

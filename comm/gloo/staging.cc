@@ -1,4 +1,5 @@
-// Host buffers for ProcessGroupGloo's collectives: see staging.h.
+// Host buffers for ProcessGroupGloo's collectives (staging.h): a dense host copy of each
+// tensor (after the work queued before it, for CUDA tensors), and the result written back.
 #include "tinyddp/comm/gloo/staging.h"
 
 #include "tinyddp/comm/flatten.h"
