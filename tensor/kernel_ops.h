@@ -43,4 +43,10 @@ struct Window2d {
   int64_t padded_w() const { return w + 2 * pw; }
 };
 
+// torch.optim.SGD's options for one parameter's update (fused_sgd_step_, cpu::sgd_step).
+struct SgdStep {
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+};
+
 }  // namespace tinyddp::tensor

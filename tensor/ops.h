@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "tinyddp/tensor/factory.h"
+#include "tinyddp/tensor/kernel_ops.h"
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor {
@@ -229,11 +230,7 @@ void accumulate_into(const Tensor& dst, const Tensor& src);
 Tensor scalar_like(const Tensor& t, double value, const char* op);
 
 // ---- fused optimizer steps --------------------------------------------------------------------
-// torch.optim.SGD's options for one parameter's update.
-struct SgdStep {
-  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
-  bool nesterov = false;
-};
+// (SgdStep, torch.optim.SGD's options for one parameter's update: kernel_ops.h.)
 // One SGD update of `param` in a single pass over memory, in the selected instruction set's
 // kernel: the same float operations, in the same order and rounding, as SGD's op-by-op update
 // (grad + wd * p; buf = buf * momentum + (1 - dampening) * d, or d itself on the first step;

@@ -137,4 +137,10 @@ bool bf16_bmm_onednn(const Tensor& out, const Tensor& a, const Tensor& b);
 // What bfloat16 products run on, in words (oneDNN's kernel name, or the float32 fallback).
 std::string bf16_matmul_engine();
 
+// optim.cc: one SGD update of param (float32 or float64; grad, and buf when momentum is not 0,
+// contiguous, of param's shape and dtype) in one pass over memory, in the selected
+// instruction set's kernel, its elements split over the intra-op threads. `first_step`: buf
+// is new and takes d itself.
+void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& buf, const SgdStep& step, bool first_step);
+
 }  // namespace tinyddp::tensor::cpu
