@@ -110,17 +110,23 @@ void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor&
 // call, where a kernel serves it (bfloat16 on oneDNN); false, with nothing written,
 // otherwise: the caller multiplies matrix by matrix.
 bool bmm(const Tensor& out, const Tensor& a, const Tensor& b);
-// onednn_conv.cc: bfloat16 convolutions on oneDNN, with cuda/backend.h's contracts (x, weight,
-// grad_out contiguous; out = conv(x, weight) + bias when bias is defined); false, with
-// nothing written, for other dtypes, below AVX-512 or where oneDNN has no kernel.
+// conv.cc: the CPU's own convolution algorithms, with cuda/backend.h's contracts (x, weight,
+// grad_out contiguous; out = conv(x, weight) + bias when bias is defined): bfloat16 on oneDNN
+// (onednn_conv.cc) where it is used, float32 on the direct kernels where they pay (small
+// maps, and "same" convolutions under AVX-512). false, with nothing written, elsewhere: the
+// caller's im2col + GEMM route. The backward passes are asked only after conv2d served the
+// forward.
 bool conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window,
             int64_t groups);
 bool conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight, const Window2d& window,
                            int64_t groups);
 bool conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x, const Window2d& window,
                             int64_t groups);
-// Whether the three above serve a bfloat16 convolution of this geometry (AVX-512 selected and
-// oneDNN has its forward, backward-data and backward-weights kernels).
+// Whether the CPU convolves `dtype` at this geometry itself; false (bfloat16 that oneDNN does
+// not serve): the caller convolves in float32 and rounds once.
+bool conv2d_native(const Window2d& window, int64_t out_channels, int64_t groups, bool bias, DType dtype);
+// onednn_conv.cc: whether oneDNN serves a bfloat16 convolution of this geometry (AVX-512
+// selected, and its forward, backward-data and backward-weights kernels exist).
 bool conv2d_bf16_served(const Window2d& window, int64_t out_channels, int64_t groups, bool bias);
 // Which GEMM engine float32/float64 matmuls use now, in words (for cpu_kernels_summary).
 std::string matmul_engine();

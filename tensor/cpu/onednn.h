@@ -4,6 +4,9 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "tinyddp/tensor/kernel_ops.h"
+#include "tinyddp/tensor/tensor.h"
+
 namespace tinyddp::tensor::cpu {
 
 // Whether tinyddp hands bfloat16 work to oneDNN now: only where cpu_isa() chose AVX-512.
@@ -12,5 +15,15 @@ dnnl::engine& onednn_engine();
 // This thread's stream; the first call on a thread also sets its OpenMP regions (oneDNN's
 // included) to one thread, as every tinyddp CPU kernel runs.
 dnnl::stream& onednn_stream();
+
+// onednn_conv.cc: bfloat16 convolutions, with the contracts of backend.h's conv2d entry
+// points; false, with nothing written, for other dtypes, below AVX-512 or where oneDNN has
+// no kernel.
+bool onednn_conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window,
+                   int64_t groups);
+bool onednn_conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight,
+                                  const Window2d& window, int64_t groups);
+bool onednn_conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x,
+                                   const Window2d& window, int64_t groups);
 
 }  // namespace tinyddp::tensor::cpu

@@ -1,5 +1,6 @@
-// bfloat16 convolutions on oneDNN (cpu/backend.h: conv2d, conv2d_backward_input,
-// conv2d_backward_weight), the library PyTorch's CPU bfloat16 convolution calls here, under
+// bfloat16 convolutions on oneDNN (onednn.h: onednn_conv2d and its two backward passes, which
+// the CPU backend's conv2d entry points call, conv.cc), the library PyTorch's CPU bfloat16
+// convolution calls here, under
 // the same rule as the bfloat16 products in onednn.cc: only where onednn_used().
 // Products exact, sums in float32, each result rounded once to bfloat16 (the forward's bias
 // added before that rounding).
@@ -9,7 +10,7 @@
 // and the result back, as PyTorch's mkldnn path does. The forward, backward-data and
 // backward-weights primitives of a geometry are made together and kept per thread; a geometry
 // oneDNN has no kernels for is not served (conv2d_bf16_served), and ops/conv.cc convolves it
-// in float32 instead.
+// in float32 instead (conv2d_native says so).
 #include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -153,8 +154,8 @@ bool conv2d_bf16_served(const Window2d& window, int64_t out_channels, int64_t gr
          convolution_for(geometry_of(window, out_channels, groups, false)) != nullptr;
 }
 
-bool conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window,
-            int64_t groups) {
+bool onednn_conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window,
+                   int64_t groups) {
   if (!served(x)) return false;
   const Geometry g = geometry_of(window, out.size(1), groups, bias.defined());
   const Convolution* conv = convolution_for(g);
@@ -167,8 +168,8 @@ bool conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tens
   return run_pass(conv->forward_primitive, {src, wei, {DNNL_ARG_BIAS, bias, bias_dims, pd.bias_desc()}}, dst);
 }
 
-bool conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight, const Window2d& window,
-                           int64_t groups) {
+bool onednn_conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight,
+                                  const Window2d& window, int64_t groups) {
   if (!served(grad_out)) return false;
   const Geometry g = geometry_of(window, grad_out.size(1), groups, false);
   const Convolution* conv = convolution_for(g);
@@ -180,8 +181,8 @@ bool conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const T
                   {DNNL_ARG_DIFF_SRC, grad_x, g.src, pd.diff_src_desc()});
 }
 
-bool conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x, const Window2d& window,
-                            int64_t groups) {
+bool onednn_conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x,
+                                   const Window2d& window, int64_t groups) {
   if (!served(grad_out)) return false;
   const Geometry g = geometry_of(window, grad_out.size(1), groups, false);
   const Convolution* conv = convolution_for(g);

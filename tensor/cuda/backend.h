@@ -77,6 +77,8 @@ bool conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const T
                            int64_t groups);
 bool conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x, const Window2d& window,
                             int64_t groups);
+// Whether the GPU convolves `dtype` itself: always (cuDNN, or im2col in that dtype).
+bool conv2d_native(const Window2d& window, int64_t out_channels, int64_t groups, bool bias, DType dtype);
 // out [n, m] (contiguous) = a [n, k] x b [k, m] through cuBLAS.
 void mm(const Tensor& out, const Tensor& a, const Tensor& b);
 // out [n, m] = a @ b + bias [m] (each row): Linear's forward.

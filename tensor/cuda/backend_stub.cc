@@ -43,6 +43,7 @@ bool conv2d_backward_input(const Tensor&, const Tensor&, const Tensor&, const Wi
 bool conv2d_backward_weight(const Tensor&, const Tensor&, const Tensor&, const Window2d&, int64_t) {
   unavailable("conv2d backward");
 }
+bool conv2d_native(const Window2d&, int64_t, int64_t, bool, DType) { unavailable("conv2d"); }
 void embedding(const Tensor&, const Tensor&, const Tensor&) { unavailable("embedding"); }
 void embedding_backward(const Tensor&, const Tensor&, const Tensor&) { unavailable("embedding backward"); }
 void layer_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, double) {

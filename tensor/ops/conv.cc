@@ -255,63 +255,19 @@ Tensor bias_grad(const Tensor& gc) {
   return sum(sum(g3, {2}), {0});
 }
 
-// Small feature maps on the CPU: a direct convolution (cpu::conv2d_direct) instead of im2col +
-// GEMM, for the forward and for the input's gradient. At the digits CNN's second layer (16 ->
-// 32 channels, 4x4) writing the column matrix and reordering the GEMM's output cost as much
-// as the product itself (bench/README.md). float32, stride 1, dilation 1, one group, at least 8
-// input channels, the channels it writes a multiple of 8, and either at most 64 output
-// positions or a "same" convolution (output as large as the input) of any size, which the
-// position-vector kernels do without the column matrix and its packing (the larger layer of
-// bench/conv_bench.cc: forward 27.5 -> 23.6 ms).
-constexpr int64_t kDirectMaxPositions = 64;
-bool small_map(const Window& win, int64_t out_channels) {
-  return win.oh * win.ow <= kDirectMaxPositions &&
-         cpu::conv2d_direct_fits(win.c, out_channels, win.padded_h(), win.padded_w());
-}
-bool direct_applies(const Tensor& x, const Window& win, int64_t out_channels, int64_t groups) {
-  return x.is_cpu() && x.dtype() == kFloat32 && groups == 1 && win.sh == 1 && win.sw == 1 && win.dh == 1 &&
-         win.dw == 1 && win.c >= 8 && (small_map(win, out_channels) || cpu::conv2d_same_size_fits(out_channels, win));
-}
-
-// The input's gradient, directly: a convolution of grad_out with padding k - 1 - p.
-bool direct_input_grad_applies(const Window& win, int64_t out_channels) {
-  return win.ph <= win.kh - 1 && win.pw <= win.kw - 1 &&
-         (cpu::conv2d_direct_fits(out_channels, win.c, win.oh + 2 * (win.kh - 1 - win.ph),
-                                  win.ow + 2 * (win.kw - 1 - win.pw)) ||
-          cpu::conv2d_same_size_fits(win.c, win));
-}
-
-// The backward after the direct forward: the input's and the weight's gradients directly where
-// they fit, the im2col route (conv_backward) for the rest, the bias's gradient the sum of g
-// over N, OH, OW.
-void direct_backward(const Tensor& g, const Tensor& x, const Tensor& w2, const Shape& weight_shape, const Window& win,
-                     const Tensor& grad_input, const Tensor& grad_weight, Tensor* grad_bias) {
-  const Tensor gc = g.contiguous();
-  const int64_t out_channels = weight_shape[0];
-  const bool input_done = grad_input.defined() && direct_input_grad_applies(win, out_channels);
-  if (input_done) cpu::conv2d_direct(grad_input, gc, w2.view(weight_shape), Tensor(), win, true);
-  const bool weight_done =
-      grad_weight.defined() && (small_map(win, out_channels) || cpu::conv2d_same_size_fits(out_channels, win));
-  if (weight_done) cpu::conv2d_direct_weight_grad(grad_weight.view(weight_shape), x.contiguous(), gc, win);
-  if (grad_bias != nullptr) *grad_bias = bias_grad(gc);
-  if ((grad_input.defined() && !input_done) || (grad_weight.defined() && !weight_done)) {
-    conv_backward(gc, x, Tensor(), w2, win, 1, input_done ? Tensor() : grad_input, weight_done ? Tensor() : grad_weight,
-                  nullptr);
-  }
-}
-
-// A library convolves where it applies: cuDNN on a GPU (cuda/dnn_conv.cc), oneDNN for bfloat16
-// on an AVX-512 CPU (cpu/onednn_conv.cc): the forward into out, the bias added per channel.
-// false (nothing written) where none does: the im2col route then.
+// The backend convolves where it has an algorithm of its own: cuDNN on a GPU
+// (cuda/dnn_conv.cc); on the CPU, oneDNN for bfloat16 under AVX-512 and the direct kernels
+// for small float32 maps (cpu/conv_choice.cc): the forward into out, the bias added per
+// channel. false (nothing written) where it has none: the im2col route then.
 bool library_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window& win,
                      int64_t groups) {
   return TDDP_DISPATCH(out.device(), "conv2d", conv2d, out, x.contiguous(), weight.contiguous(),
                        bias.defined() ? bias.contiguous() : Tensor(), win, groups);
 }
 
-// The backward after library_forward: the library's backward-data and backward-weight passes, the
-// im2col route (conv_backward) for a gradient they do not apply to; the bias's gradient is
-// the sum of g over N, OH, OW.
+// The backward after library_forward: the backend's own backward-data and backward-weight
+// passes, the im2col route (conv_backward) for a gradient they do not apply to; the bias's
+// gradient is the sum of g over N, OH, OW.
 void library_backward(const Tensor& g, const Tensor& x, const Tensor& w2, const Shape& weight_shape, const Window& win,
                       int64_t groups, const Tensor& grad_input, const Tensor& grad_weight, Tensor* grad_bias) {
   const Tensor gc = g.contiguous();
@@ -339,28 +295,23 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   check_conv_args(x, weight, bias, groups);
   const Window win = make_window(x.sizes(), {weight.size(2), weight.size(3)}, stride, padding, dilation, "conv2d");
   const int64_t out_channels = weight.size(0);
-  if (x.is_cpu() && x.dtype() == kBFloat16 && !cpu::conv2d_bf16_served(win, out_channels, groups, bias.defined())) {
-    // bfloat16 on a CPU where oneDNN does not convolve: the float32 convolution of the same
-    // values, rounded once (exact products, float32 sums, as oneDNN's bfloat16 convolution),
-    // its gradients likewise; col2im's sums in bfloat16 would round at every tap.
+  if (!TDDP_DISPATCH(x.device(), "conv2d", conv2d_native, win, out_channels, groups, bias.defined(), x.dtype())) {
+    // A dtype the backend does not convolve itself (bfloat16 on a CPU where oneDNN does not):
+    // the float32 convolution of the same values, rounded once (exact products, float32 sums,
+    // as oneDNN's bfloat16 convolution), its gradients likewise; col2im's sums in bfloat16
+    // would round at every tap.
     const auto wide = [](const Tensor& t) { return t.defined() && t.dtype() == kBFloat16 ? t.to(kFloat32) : t; };
     const Autocast float32(DeviceType::kCPU, kBFloat16, false);  // not cast back down
     return conv2d(wide(input), wide(weight), wide(bias), stride, padding, dilation, groups).to(kBFloat16);
   }
   Tensor w2, out, col;
-  bool library = false;  // a library convolved (cuDNN on a GPU, oneDNN for bfloat16 on the CPU)
-  const bool direct = direct_applies(x, win, out_channels, groups);
+  bool library = false;  // the backend convolved by its own algorithm (cuDNN; oneDNN or the direct kernels)
   {
     NoGradGuard no_grad;
     w2 = weight.reshape({out_channels, -1});  // [O, C/g * kh * kw], contiguous
     out = new_output({win.n, out_channels, win.oh, win.ow}, x.dtype(), x.device());
     library = library_forward(out, x, weight, bias, win, groups);
-    if (direct) {
-      cpu::conv2d_direct(out, x.contiguous(), w2.view(weight.sizes()), bias.defined() ? bias.contiguous() : Tensor(),
-                         win, false);
-    } else if (!library) {
-      col = conv_forward(out, x, w2, bias, win, groups);
-    }
+    if (!library) col = conv_forward(out, x, w2, bias, win, groups);
   }
   out = unbatch_like(out, input);
   // grad_out [N, O, OH, OW] -> grad_input [N, C, H, W], grad_weight [O, C/g, kh, kw] (conv_backward),
@@ -371,7 +322,7 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
     record_op("ConvolutionBackward", out, {input, weight, bias},
               [sx = SavedTensor(need_weight && !col.defined() ? x : Tensor()), col = need_weight ? col : Tensor(),
                sw = SavedTensor(w2), win, groups, weight_shape = weight.sizes(), in_shape = input.sizes(), need_input,
-               need_weight, need_bias, library, direct](const Tensor& g) {
+               need_weight, need_bias, library](const Tensor& g) {
                 const Tensor g4 = g.reshape({win.n, weight_shape[0], win.oh, win.ow});
                 const Tensor& w2 = sw.get("ConvolutionBackward");
                 const Tensor x = need_weight && !col.defined() ? sx.get("ConvolutionBackward") : Tensor();
@@ -382,9 +333,6 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
                 if (library) {
                   library_backward(g4, x, w2, weight_shape, win, groups, grad_input, grad_weight,
                                    need_bias ? &grad_bias : nullptr);
-                } else if (direct) {
-                  direct_backward(g4, x, w2, weight_shape, win, grad_input, grad_weight,
-                                  need_bias ? &grad_bias : nullptr);
                 } else {
                   conv_backward(g4, x, col, w2, win, groups, grad_input, grad_weight, need_bias ? &grad_bias : nullptr);
                 }
