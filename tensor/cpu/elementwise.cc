@@ -11,9 +11,11 @@
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/cpu/loops.h"
-#include "tinyddp/tensor/gelu_math.h"
+#include "tinyddp/tensor/elementwise_math.h"
 
 namespace tinyddp::tensor::cpu {
+
+namespace em = elementwise_math;
 
 Shape broadcast_strides(const Tensor& t, const Shape& shape) {
   Shape strides(shape.size(), 0);
@@ -165,20 +167,6 @@ void unary_loop(const Tensor& out, const Tensor& x, Op op) {
                                });
 }
 
-// NaN-propagating max/min (std::max would drop a NaN in its first argument).
-template <typename C>
-C nan_max(C a, C b) {
-  if (a != a) return a;  // NOLINT: NaN test that also compiles for integers
-  if (b != b) return b;
-  return a > b ? a : b;
-}
-template <typename C>
-C nan_min(C a, C b) {
-  if (a != a) return a;
-  if (b != b) return b;
-  return a < b ? a : b;
-}
-
 // Contiguous float/double unary ops run in the selected instruction set's kernels; float16
 // and bfloat16 ones too, a block at a time widened to float32 and rounded back (each value
 // computed in float32 and rounded once, as the scalar loop does; autocast's GELU).
@@ -201,25 +189,6 @@ bool try_isa_unary(UnaryOp op, const Tensor& out, const Tensor& x) {
   return true;
 }
 
-template <typename C>
-C apply_unary(UnaryOp op, C v) {
-  switch (op) {
-    case UnaryOp::kNeg: return -v;
-    case UnaryOp::kAbs: return v < C(0) ? -v : v;
-    case UnaryOp::kRelu: return v < C(0) ? C(0) : v;  // NaN stays NaN
-    case UnaryOp::kExp: return std::exp(v);
-    case UnaryOp::kLog: return std::log(v);
-    case UnaryOp::kSqrt: return std::sqrt(v);
-    case UnaryOp::kTanh: return std::tanh(v);
-    case UnaryOp::kSigmoid: return C(1) / (C(1) + std::exp(-v));
-    case UnaryOp::kGelu: return gelu_math::gelu(v);
-    case UnaryOp::kGeluTanh: return gelu_math::gelu_tanh(v);
-    case UnaryOp::kGeluGrad: return gelu_math::gelu_grad(v);
-    case UnaryOp::kGeluTanhGrad: return gelu_math::gelu_tanh_grad(v);
-  }
-  return v;
-}
-
 }  // namespace
 
 void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
@@ -233,25 +202,26 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, do
         !is_16bit_float_v<T> || static_cast<double>(static_cast<C>(isa_alpha)) == alpha || alpha != alpha;
     const IsaBinaryRow<T> isa = alpha_held ? isa_binary_row<T>() : nullptr;
     const auto run = [&](auto f) { binary_loop<T, T>(out, a, b, f, isa, op, isa_alpha); };
+    // One loop per op, its formula from elementwise_math.h (the switch is outside the loop, so
+    // each loop vectorises).
+    const C c_alpha = static_cast<C>(alpha);
+    const auto formula = [&](auto kind) {
+      run([c_alpha](C x, C y) { return em::binary<decltype(kind)::value>(x, y, c_alpha); });
+    };
     switch (op) {
       case BinaryOp::kAdd:
         if (alpha == 1.0) {
-          run([](C x, C y) { return x + y; });
+          run([](C x, C y) { return em::binary<BinaryOp::kAdd>(x, y, C(1)); });
         } else {
-          const C scale = static_cast<C>(alpha);
-          run([scale](C x, C y) { return x + scale * y; });
+          formula(std::integral_constant<BinaryOp, BinaryOp::kAdd>{});
         }
         return;
-      case BinaryOp::kMul: run([](C x, C y) { return x * y; }); return;
-      case BinaryOp::kDiv: run([](C x, C y) { return x / y; }); return;
-      case BinaryOp::kMaximum: run(nan_max<C>); return;
-      case BinaryOp::kMinimum: run(nan_min<C>); return;
-      case BinaryOp::kReluBackward: run([](C g, C y) { return y > C(0) ? g : C(0); }); return;
-      case BinaryOp::kMaskedFill: {
-        const C value = static_cast<C>(alpha);
-        run([value](C x, C m) { return m != C(0) ? value : x; });
-        return;
-      }
+      case BinaryOp::kMul: formula(std::integral_constant<BinaryOp, BinaryOp::kMul>{}); return;
+      case BinaryOp::kDiv: formula(std::integral_constant<BinaryOp, BinaryOp::kDiv>{}); return;
+      case BinaryOp::kMaximum: formula(std::integral_constant<BinaryOp, BinaryOp::kMaximum>{}); return;
+      case BinaryOp::kMinimum: formula(std::integral_constant<BinaryOp, BinaryOp::kMinimum>{}); return;
+      case BinaryOp::kReluBackward: formula(std::integral_constant<BinaryOp, BinaryOp::kReluBackward>{}); return;
+      case BinaryOp::kMaskedFill: formula(std::integral_constant<BinaryOp, BinaryOp::kMaskedFill>{}); return;
     }
   });
 }
@@ -280,7 +250,7 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& x) {
     }
     // One loop per op (the switch is outside the loop, so each loop vectorises).
     const auto run = [&](auto kind) {
-      unary_loop<T, T>(out, x, [](T v) { return static_cast<T>(apply_unary<C>(decltype(kind)::value, C(v))); });
+      unary_loop<T, T>(out, x, [](T v) { return static_cast<T>(em::unary<decltype(kind)::value>(C(v))); });
     };
     switch (op) {
       case UnaryOp::kNeg: run(std::integral_constant<UnaryOp, UnaryOp::kNeg>{}); return;

@@ -5,7 +5,7 @@
 // bits and computed in float, rounding to nearest-even on the way back, as on the CPU.
 #include "tinyddp/tensor/cuda/dtypes.cuh"
 #include "tinyddp/tensor/cuda/kernels.h"
-#include "tinyddp/tensor/gelu_math.h"
+#include "tinyddp/tensor/elementwise_math.h"
 
 #include <cuda_runtime.h>
 
@@ -64,41 +64,11 @@ __device__ inline T& at(char* base, int64_t offset) {
   return reinterpret_cast<T*>(base)[offset];
 }
 
-template <typename C>
-__device__ inline C nan_max(C a, C b) {
-  if (a != a) return a;
-  if (b != b) return b;
-  return a > b ? a : b;
-}
-template <typename C>
-__device__ inline C nan_min(C a, C b) {
-  if (a != a) return a;
-  if (b != b) return b;
-  return a < b ? a : b;
-}
-
+// The formulas: elementwise_math.h (the ops' ints are the kernel_ops.h enums, cast by
+// cuda/backend.cc).
 template <typename C>
 __device__ inline C apply_unary(int op, C v) {
-  if constexpr (std::is_floating_point_v<C>) {
-    switch (op) {
-      case kExp: return exp(v);
-      case kLog: return log(v);
-      case kSqrt: return sqrt(v);
-      case kTanh: return tanh(v);
-      case kSigmoid: return C(1) / (C(1) + exp(-v));
-      case kGelu: return gelu_math::gelu(v);
-      case kGeluTanh: return gelu_math::gelu_tanh(v);
-      case kGeluGrad: return gelu_math::gelu_grad(v);
-      case kGeluTanhGrad: return gelu_math::gelu_tanh_grad(v);
-      default: break;
-    }
-  }
-  switch (op) {
-    case kNeg: return -v;
-    case kAbs: return v < C(0) ? -v : v;
-    case kRelu: return v < C(0) ? C(0) : v;  // NaN stays NaN
-    default: return v;
-  }
+  return elementwise_math::unary(static_cast<UnaryOp>(op), v);
 }
 
 // atomicAdd for the types CUDA lacks one for: a compare-and-swap loop on the enclosing word.
@@ -132,17 +102,7 @@ struct BinaryFn {
     using C = compute_t<T>;
     const C x = load(at<T>(o.data[1], off[1]));
     const C y = load(at<T>(o.data[2], off[2]));
-    C r;
-    switch (op) {
-      case kAdd: r = x + scale * y; break;
-      case kMul: r = x * y; break;
-      case kDiv: r = x / y; break;
-      case kMaximum: r = nan_max(x, y); break;
-      case kMinimum: r = nan_min(x, y); break;
-      case kMaskedFill: r = y != C(0) ? scale : x; break;
-      default: r = y > C(0) ? x : C(0); break;  // kReluBackward
-    }
-    at<T>(o.data[0], off[0]) = store<T>(r);
+    at<T>(o.data[0], off[0]) = store<T>(elementwise_math::binary(static_cast<BinaryOp>(op), x, y, scale));
   }
 };
 

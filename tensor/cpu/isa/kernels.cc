@@ -5,6 +5,7 @@
 // name that the other build (or the rest of tinyddp) also defines.
 #include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/cpu/isa/isa_macros.h"
+#include "tinyddp/tensor/elementwise_math.h"
 #include "tinyddp/tensor/gelu_math.h"
 
 #include <immintrin.h>
@@ -25,6 +26,8 @@
 
 namespace tinyddp::tensor::cpu {
 namespace TINYDDP_ISA_NAMESPACE {
+
+namespace em = elementwise_math;
 // gemm_kernels.cc (the same instruction set's build): the products with a dimension of 16 or
 // less, in the layouts it serves; false for the rest.
 bool narrow_gemm(const GemmArgs<float>& g);
@@ -70,20 +73,6 @@ void set_gemm_l1_blocking(int64_t bytes) {
 }
 
 // ---- Elementwise ------------------------------------------------------------------------------
-
-// NaN-propagating max/min (std::max would drop a NaN in its first argument).
-template <typename T>
-T nan_max(T a, T b) {
-  if (std::isnan(a)) return a;
-  if (std::isnan(b)) return b;
-  return a > b ? a : b;
-}
-template <typename T>
-T nan_min(T a, T b) {
-  if (std::isnan(a)) return a;
-  if (std::isnan(b)) return b;
-  return a < b ? a : b;
-}
 
 // Outputs this large (the whole L3 cache of the machines measured) leave the cache before
 // anyone reads them again, so they are written with non-temporal stores: the cache lines are
@@ -153,24 +142,28 @@ void binary_row(RowPattern pattern, int64_t n, T* o, const T* a, const T* b, Op 
   }
 }
 
+// The formula of `op` (elementwise_math.h) as the function a row loop calls per element.
+template <BinaryOp op, typename T>
+auto formula(T alpha) {
+  return [alpha](T x, T y) { return em::binary<op>(x, y, alpha); };
+}
+
 template <typename T>
 void binary(BinaryOp op, RowPattern pattern, int64_t n, T* o, const T* a, const T* b, T alpha) {
   switch (op) {
     case BinaryOp::kAdd:
       if (alpha == T(1)) {
-        binary_row(pattern, n, o, a, b, [](T x, T y) { return x + y; });
+        binary_row(pattern, n, o, a, b, [](T x, T y) { return em::binary<BinaryOp::kAdd>(x, y, T(1)); });
       } else {
-        binary_row(pattern, n, o, a, b, [alpha](T x, T y) { return x + alpha * y; });
+        binary_row(pattern, n, o, a, b, formula<BinaryOp::kAdd, T>(alpha));
       }
       return;
-    case BinaryOp::kMul: binary_row(pattern, n, o, a, b, [](T x, T y) { return x * y; }); return;
-    case BinaryOp::kDiv: binary_row(pattern, n, o, a, b, [](T x, T y) { return x / y; }); return;
-    case BinaryOp::kMaximum: binary_row(pattern, n, o, a, b, nan_max<T>); return;
-    case BinaryOp::kMinimum: binary_row(pattern, n, o, a, b, nan_min<T>); return;
-    case BinaryOp::kReluBackward: binary_row(pattern, n, o, a, b, [](T g, T y) { return y > T(0) ? g : T(0); }); return;
-    case BinaryOp::kMaskedFill:
-      binary_row(pattern, n, o, a, b, [alpha](T x, T m) { return m != T(0) ? alpha : x; });
-      return;
+    case BinaryOp::kMul: binary_row(pattern, n, o, a, b, formula<BinaryOp::kMul, T>(alpha)); return;
+    case BinaryOp::kDiv: binary_row(pattern, n, o, a, b, formula<BinaryOp::kDiv, T>(alpha)); return;
+    case BinaryOp::kMaximum: binary_row(pattern, n, o, a, b, formula<BinaryOp::kMaximum, T>(alpha)); return;
+    case BinaryOp::kMinimum: binary_row(pattern, n, o, a, b, formula<BinaryOp::kMinimum, T>(alpha)); return;
+    case BinaryOp::kReluBackward: binary_row(pattern, n, o, a, b, formula<BinaryOp::kReluBackward, T>(alpha)); return;
+    case BinaryOp::kMaskedFill: binary_row(pattern, n, o, a, b, formula<BinaryOp::kMaskedFill, T>(alpha)); return;
   }
 }
 
@@ -214,12 +207,12 @@ void unary(UnaryOp op, int64_t n, T* o, const T* x) {
   Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> out(o, n);
   Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> in(x, n);
   switch (op) {
-    case UnaryOp::kNeg: unary_row(n, o, x, [](T v) { return -v; }); return;
-    case UnaryOp::kAbs: unary_row(n, o, x, [](T v) { return v < T(0) ? -v : v; }); return;
-    case UnaryOp::kRelu: unary_row(n, o, x, [](T v) { return v < T(0) ? T(0) : v; }); return;  // NaN stays NaN
+    case UnaryOp::kNeg: unary_row(n, o, x, em::unary<UnaryOp::kNeg, T>); return;
+    case UnaryOp::kAbs: unary_row(n, o, x, em::unary<UnaryOp::kAbs, T>); return;
+    case UnaryOp::kRelu: unary_row(n, o, x, em::unary<UnaryOp::kRelu, T>); return;
     case UnaryOp::kExp: out = in.exp(); return;
     case UnaryOp::kLog: out = in.log(); return;
-    case UnaryOp::kSqrt: unary_row(n, o, x, [](T v) { return std::sqrt(v); }); return;
+    case UnaryOp::kSqrt: unary_row(n, o, x, em::unary<UnaryOp::kSqrt, T>); return;
     case UnaryOp::kTanh: out = in.tanh(); return;
     case UnaryOp::kSigmoid: out = T(1) / (T(1) + (-in).exp()); return;
     default: gelu(op, out, in); return;
