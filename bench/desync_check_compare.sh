@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cost of desync detection (comm/call_check.h): DDP training steps on 2 processes with the
+# The cost of desync detection (comm/desync_check.h): DDP training steps on 2 processes with the
 # check on (the default) and off (TINYDDP_DESYNC_CHECK=0), alternately, for the toy model (one
 # 660-byte bucket, whose call record travels with its data) and the mlp (several buckets).
 # Usage: bash bench/desync_check_compare.sh [rounds] [models] (default 5 rounds, toy,mlp)

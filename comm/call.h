@@ -1,7 +1,7 @@
 // What one collective call is, in the terms every rank must agree on: the reduce ops, the
 // collectives, and a call's signature (collective, dtype, element count, root, op). The
 // ProcessGroup interface describes each call with one (process_group.h), and the desync check
-// compares them across ranks (call_check.h).
+// compares them across ranks (desync_check.h).
 #pragma once
 
 #include <array>

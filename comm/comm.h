@@ -2,7 +2,7 @@
 // initialisation.
 #pragma once
 
-#include "tinyddp/comm/call_check.h"
+#include "tinyddp/comm/desync_check.h"
 #include "tinyddp/comm/future.h"
 #include "tinyddp/comm/gloo/process_group_gloo.h"
 #include "tinyddp/comm/init.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "tinyddp/comm/call_check.h"
+#include "tinyddp/comm/desync_check.h"
 #include "tinyddp/comm/store.h"
 #include "tinyddp/tensor/tensor.h"
 
@@ -77,7 +77,7 @@ struct ProcessGroupOptions {
     bind_address_ = std::move(v);
     return *this;
   }
-  // Desync detection (comm/call_check.h), on every backend: before each collective's data
+  // Desync detection (comm/desync_check.h), on every backend: before each collective's data
   // moves, the ranks compare what they are about to call and all fail with a
   // CollectiveMismatchError if they differ. Unset: on, unless the environment says
   // TINYDDP_DESYNC_CHECK=0. Every rank must choose the same.
@@ -112,7 +112,7 @@ struct TensorRules {
 // (tensors against the backend's TensorRules, list lengths, ranks, roots, dtypes, shapes,
 // reduce ops), describes the call for errors and timelines, then calls the backend's
 // protected *_impl with arguments it may trust and a Call: the call's description and its
-// signature, which the desync check compares across ranks (call_check.h). Adding a backend:
+// signature, which the desync check compares across ranks (desync_check.h). Adding a backend:
 // derive from ProcessGroup, give its name, display name and TensorRules to this constructor,
 // override the ten *_impl functions and create_subgroup, and give it the desync check with
 // enable_call_check (docs/comm.md, "Adding a backend").
@@ -186,7 +186,7 @@ class ProcessGroup {
   std::string prefix(const char* op) const;
   const std::string& display_name() const { return display_name_; }
 
-  // Where the desync check runs (call_check.h).
+  // Where the desync check runs (desync_check.h).
   enum class CheckAt {
     // Here, on the calling thread, before the backend's *_impl is called: for a backend whose
     // data may move as soon as the call is queued (NCCL). A mismatch gives a Work that failed.

@@ -5,7 +5,7 @@
 // dtypes: float32, float64, float16, bfloat16, int64 (reductions are tinyddp's own functions,
 // so bfloat16 works too).
 //
-// The desync check (call_check.h) runs on the worker, just before each collective's data
+// The desync check (desync_check.h) runs on the worker, just before each collective's data
 // moves. Its side channel: on two ranks the ring's connections, where each call record
 // travels in the same message as a small allreduce's data (one message each way, with the
 // check or without it); on more, an exchange of the records on the small-allreduce mesh.

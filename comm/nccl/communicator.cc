@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "tinyddp/comm/call_check.h"
+#include "tinyddp/comm/desync_check.h"
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/cuda/runtime.h"
 

@@ -20,7 +20,7 @@
 //    collective, and every later call on the group throws that error at once. Every live rank
 //    reaches the same state through its own watchdog.
 //
-// The desync check (call_check.h) runs on the calling thread before a collective is queued:
+// The desync check (desync_check.h) runs on the calling thread before a collective is queued:
 // the ranks swap their call records on a small Gloo group of their own (CPU, over the same
 // store), so a mismatch fails every rank's call before any data moves and no CUDA stream
 // waits for the check; the host waits until every rank has issued the call.

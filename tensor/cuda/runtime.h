@@ -15,7 +15,7 @@
 // stream at free time has completed. On an out-of-memory error the cache is emptied and the
 // allocation retried once; the final error reports the request and the allocator's
 // statistics. empty_cache() (tensor/cuda.h) returns every unused block to CUDA. While a
-// CudaGraph captures, requests are served from that graph's private pool (graph.cc).
+// CudaGraph captures, requests are served from that graph's private pool (cuda_graph.cc).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -64,7 +64,7 @@ Allocator* caching_allocator(int device);
 // after the work queued on `stream` by then has completed.
 void record_stream(const void* ptr, int device, cudaStream_t stream);
 
-// CUDA graphs (CudaGraph, graph.cc): while one is captured on `device`, its allocations come
+// CUDA graphs (CudaGraph, cuda_graph.cc): while one is captured on `device`, its allocations come
 // from, and its frees go back to, the graph's private pool `pool` (no other work may be
 // handed those blocks while the graph can replay into them); 0 ends the capture.
 // release_allocator_pool returns a destroyed graph's blocks to the shared cache.

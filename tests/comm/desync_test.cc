@@ -1,4 +1,4 @@
-// Desync detection (comm/call_check.h): ranks that call different collectives (one skips a
+// Desync detection (comm/desync_check.h): ranks that call different collectives (one skips a
 // broadcast, allreduces another size, dtype or op, or names another root) all get a
 // CollectiveMismatchError naming the ranks and both calls, quickly and before any data moves,
 // instead of a hang, an abort inside Gloo or wrong numbers; the group stays usable after it;

@@ -1,5 +1,5 @@
-// Call signatures, their comparison, and CallCheck: see call.h and call_check.h.
-#include "tinyddp/comm/call_check.h"
+// Call signatures, their comparison, and CallCheck: see call.h and desync_check.h.
+#include "tinyddp/comm/desync_check.h"
 
 #include <algorithm>
 #include <cstdlib>
