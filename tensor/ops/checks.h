@@ -1,21 +1,13 @@
 // The checks and helpers every family of tensor ops shares (internal to tensor/ops/): argument
 // checks whose errors name the op, the argument and the shapes, dtypes or devices involved;
-// output allocation; overlap rules for written tensors; and the one dispatch form, a switch on
-// the device type into the CPU or CUDA backend.
+// output allocation; overlap rules for written tensors. The one dispatch form into the
+// backends is dispatch.h, which every op file gets through this header.
 #pragma once
 
-#include "tinyddp/tensor/cpu/backend.h"
-#include "tinyddp/tensor/cuda.h"
-#include "tinyddp/tensor/cuda/backend.h"
+#include "tinyddp/tensor/ops/dispatch.h"
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::detail {
-
-[[noreturn]] void no_kernel(const char* op, Device device);
-
-// Before a CUDA kernel: a build without CUDA has none (a CUDA tensor can only exist there
-// through a custom allocator, as tests make one).
-void require_cuda(const char* op, Device device);
 
 void check_defined(const Tensor& t, const char* op, const char* arg);
 
@@ -49,19 +41,4 @@ void check_in_place(const Tensor& self, const Tensor* source, const char* op);
 // Before a kernel that exists for the CPU and, in CUDA builds, for GPUs.
 void check_kernel_device(const Tensor& x, const char* op);
 
-// The one dispatch form: runs the kernel of `device`'s type, cpu_kernel() or cuda_kernel().
-template <typename Cpu, typename Cuda>
-decltype(auto) dispatch(Device device, const char* op, Cpu&& cpu_kernel, Cuda&& cuda_kernel) {
-  switch (device.type) {
-    case DeviceType::kCPU: return cpu_kernel();
-    case DeviceType::kCUDA: require_cuda(op, device); return cuda_kernel();
-  }
-  no_kernel(op, device);
-}
-
 }  // namespace tinyddp::tensor::detail
-
-// TDDP_DISPATCH(device, "op", kernel, args...): cpu::kernel(args...) or cuda::kernel(args...).
-#define TDDP_DISPATCH(device, op, kernel, ...)                                                                     \
-  ::tinyddp::tensor::detail::dispatch((device), (op), [&] { return ::tinyddp::tensor::cpu::kernel(__VA_ARGS__); }, \
-                                      [&] { return ::tinyddp::tensor::cuda::kernel(__VA_ARGS__); })
