@@ -1,4 +1,5 @@
-// The digits reader, split and batches: see digits.h.
+// The handwritten digits of //examples:train (digits.h): reading python3-sklearn's CSV of the
+// UCI set, the seeded train/held-out split, and the batches.
 #include "examples/digits.h"
 
 #include <zlib.h>

@@ -1,4 +1,5 @@
-// The text of //examples:train_gpt: see gpt_data.h.
+// The text of //examples:train_gpt (gpt_data.h): a corpus read as bytes, its character
+// vocabulary, the train/validation split, batches of windows, and the bigram baseline loss.
 #include "examples/gpt_data.h"
 
 #include <algorithm>

@@ -1,4 +1,5 @@
-// The models of //examples:train: see models.h.
+// The models of //examples:train (models.h): the toy model, the MLP and the digits CNN (with
+// PyTorch's layer names), built from the command line's choice.
 #include "examples/models.h"
 
 #include "examples/digits.h"

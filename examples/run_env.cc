@@ -1,4 +1,6 @@
-// Devices, ranks and hooks of the training examples: see run_env.h.
+// What the training examples share (run_env.h): where each rank runs (device, threads), the
+// communication hook chosen on the command line, the metrics CSV, and the failure a test can
+// ask for.
 #include "examples/run_env.h"
 
 #include <cstdlib>

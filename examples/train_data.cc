@@ -1,4 +1,5 @@
-// The datasets of //examples:train: see train_data.h.
+// The datasets of //examples:train (train_data.h): a safetensors file of batches, generated
+// classes, or the digits, each rank taking its share.
 #include "examples/train_data.h"
 
 #include <cmath>

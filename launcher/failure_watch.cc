@@ -1,4 +1,5 @@
-// FailureWatch: see failure_watch.h.
+// FailureWatch (failure_watch.h): publishing this node's failure in the store and polling for
+// the other nodes', on a thread and a store connection of its own.
 #include "tinyddp/launcher/failure_watch.h"
 
 #include <unistd.h>

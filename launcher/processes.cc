@@ -1,4 +1,6 @@
-// The launcher's process helpers: see processes.h.
+// The launcher's process helpers (processes.h): writing to the console whole, describing how
+// a worker ended (exit code or signal), and finding the program to run, with a hint when it
+// cannot be found.
 #include "tinyddp/launcher/processes.h"
 
 #include <sys/wait.h>

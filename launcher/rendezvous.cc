@@ -1,4 +1,6 @@
-// Node rendezvous: see rendezvous.h.
+// The nodes' rendezvous (rendezvous.h): the store node 0 hosts, each node checking in at the
+// start of an attempt (bounded by the rendezvous timeout, naming the nodes that never came)
+// and out at its end.
 #include "tinyddp/launcher/rendezvous.h"
 
 #include <string>

@@ -1,4 +1,5 @@
-// spawn_local and free_loopback_port: see spawn.h.
+// spawn_local (spawn.h): a forked process per local rank with the launcher's variables set,
+// their exit codes collected; and free_loopback_port for MASTER_PORT.
 #include "tinyddp/launcher/spawn.h"
 
 #include <netinet/in.h>

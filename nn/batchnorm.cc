@@ -1,4 +1,7 @@
-// BatchNorm1d/2d: see batchnorm.h.
+// BatchNorm1d/2d (batchnorm.h): the channel checks, the factor the running statistics move by
+// (the momentum, or a cumulative average when it is None, counted in num_batches_tracked),
+// and the forward, which tensor::batch_norm computes with batch statistics in training and
+// the running ones in eval.
 #include "tinyddp/nn/batchnorm.h"
 
 namespace tinyddp::nn {

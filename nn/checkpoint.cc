@@ -1,4 +1,6 @@
-// Module and optimizer checkpoints: see checkpoint.h.
+// Module and optimizer checkpoints (checkpoint.h): state dicts to and from safetensors files,
+// written to a temporary file and renamed so that a crash never leaves half a checkpoint,
+// and the combined training checkpoint (model, optimizer, step).
 #include "tinyddp/nn/checkpoint.h"
 
 #include <signal.h>

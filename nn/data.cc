@@ -1,4 +1,5 @@
-// Datasets, samplers, collate and the DataLoader with its worker threads: see data.h.
+// TensorDataset, default_collate (samples stacked into a batch, on the intra-op threads) and
+// the DataLoader's iteration with its worker threads (data.h).
 #include "tinyddp/nn/data.h"
 
 #include <algorithm>

@@ -1,4 +1,6 @@
-// Layers: see layers.h.
+// The layers of layers.h: PyTorch's default initialisation (uniform in +-1/sqrt(fan_in)),
+// Linear, LayerNorm, Sequential and the descriptions modules print; mlp() and the DDP
+// tutorial's ToyModel.
 #include "tinyddp/nn/layers.h"
 
 #include <cmath>

@@ -1,4 +1,6 @@
-// safetensors reader and writer: see safetensors.h.
+// The safetensors reader and writer (safetensors.h): the 8-byte header length, the JSON header
+// (dtype, shape, offsets) and the raw little-endian data, with errors that name the file and
+// what in it is wrong.
 #include "tinyddp/nn/safetensors.h"
 
 #include <unistd.h>

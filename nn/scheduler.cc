@@ -1,4 +1,6 @@
-// Learning-rate schedulers: see scheduler.h.
+// The learning-rate schedulers of scheduler.h: the step and state-dict protocol they share,
+// then each one's get_lr with PyTorch's formula (LambdaLR, StepLR, ExponentialLR, MultiStepLR,
+// CosineAnnealingLR, LinearLR) and the warmup + cosine schedule of the GPT example.
 #include "tinyddp/nn/scheduler.h"
 
 #include <algorithm>

@@ -1,4 +1,5 @@
-// The GPT pieces: see transformer.h.
+// The GPT of transformer.h, as nanoGPT's model.py: causal self-attention, the MLP, the block,
+// the model's forward with its loss, generation, and the copies DataParallel replicates.
 #include "tinyddp/nn/transformer.h"
 
 #include <algorithm>

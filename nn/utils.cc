@@ -1,4 +1,5 @@
-// clip_grad_norm_: see utils.h.
+// Gradient clipping (utils.h, as torch.nn.utils): clip_grad_norm_ (the total norm over every
+// gradient, each scaled by max_norm / (total + 1e-6) when above) and clip_grad_value_.
 #include "tinyddp/nn/utils.h"
 
 #include <cmath>

@@ -1,4 +1,5 @@
-// Tensor factories: see factory.h.
+// The tensor factories of factory.h (empty, zeros, ones, full, arange, tensor and the _like
+// forms), each allocating on the requested device and dtype.
 #include "tinyddp/tensor/factory.h"
 
 #include <cmath>

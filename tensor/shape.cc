@@ -1,4 +1,5 @@
-// Shape arithmetic: see shape.h.
+// Shape arithmetic (shape.h): formatting, contiguous strides, NumPy broadcasting, and the
+// strides of a view when the data allows one.
 #include "tinyddp/tensor/shape.h"
 
 #include <fmt/format.h>

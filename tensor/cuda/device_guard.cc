@@ -1,4 +1,5 @@
-// The per-thread device rules: see device_guard.h.
+// The per-thread device rules (device_guard.h): which GPU the calling thread works on, set
+// and restored around each operation, as PyTorch's DeviceGuard.
 #include "tinyddp/tensor/cuda/device_guard.h"
 
 #include <atomic>

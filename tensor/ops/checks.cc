@@ -1,4 +1,6 @@
-// The shared checks of tensor/ops/: see checks.h.
+// The argument checks every family of tensor ops shares (checks.h), with errors that name the
+// op, the argument and its shape, dtype or device; output allocation and the overlap rules for
+// written tensors.
 #include "tinyddp/tensor/ops/checks.h"
 
 #include "tinyddp/tensor/factory.h"
