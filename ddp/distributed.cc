@@ -4,7 +4,7 @@
 // prepare_for_backward). Its side of Join: distributed_join.cc.
 #include "tinyddp/ddp/distributed.h"
 
-#include "tinyddp/ddp/sync_batchnorm.h"
+#include "tinyddp/ddp/layer_collectives.h"
 
 #include <algorithm>
 #include <chrono>
@@ -136,13 +136,14 @@ std::vector<Tensor> DistributedDataParallel::synced_buffers() const {
   return buffers;
 }
 
-// SyncBatchNorm layers report their collectives to this DDP's timeline while it lives.
+// Layers with collectives of their own (the LayerCollectives role: SyncBatchNorm) report them
+// to this DDP's timeline while it lives.
 void DistributedDataParallel::observe_layer_collectives(bool on) {
   std::vector<std::shared_ptr<nn::Module>> pending{module_};
   while (!pending.empty()) {
     const std::shared_ptr<nn::Module> m = pending.back();
     pending.pop_back();
-    if (auto* sync = dynamic_cast<SyncBatchNorm*>(m.get())) {
+    if (auto* sync = dynamic_cast<LayerCollectives*>(m.get())) {
       sync->on_collective = nullptr;
       if (on) {
         sync->on_collective = [recorder = &reducer_->recorder()](

@@ -180,7 +180,8 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   bool verify_same_parameters(const std::vector<std::string>& names) const;
   // Broadcasts `tensors` from `root`, coalesced into flat buffers per device and dtype.
   void broadcast_coalesced(const std::vector<Tensor>& tensors, int root = 0) const;
-  // Points every SyncBatchNorm layer of the module at this DDP's timeline (on) or away (off).
+  // Points every layer of the module with collectives of its own (layer_collectives.h:
+  // SyncBatchNorm) at this DDP's timeline (on) or away (off).
   void observe_layer_collectives(bool on);
   // Parameters and buffers DDP synchronises (everything but params_and_buffers_to_ignore).
   std::vector<Tensor> module_states() const;

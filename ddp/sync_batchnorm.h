@@ -19,13 +19,16 @@
 #include <string>
 
 #include "tinyddp/comm/process_group.h"
+#include "tinyddp/ddp/layer_collectives.h"
 #include "tinyddp/nn/batchnorm.h"
 
 namespace tinyddp::ddp {
 
 using tensor::Tensor;
 
-class SyncBatchNorm : public nn::BatchNorm {
+// Its collectives are reported to DDP's timeline through the LayerCollectives role
+// (on_collective, Clock).
+class SyncBatchNorm : public nn::BatchNorm, public LayerCollectives {
  public:
   // `process_group`: where the statistics are gathered; nullptr means the default group
   // (comm::init_process_group) at forward time.
@@ -45,11 +48,6 @@ class SyncBatchNorm : public nn::BatchNorm {
       const std::shared_ptr<nn::Module>& module, std::shared_ptr<comm::ProcessGroup> process_group = nullptr);
 
   std::shared_ptr<comm::ProcessGroup> process_group;
-  // Called after each of its collectives with its name and when it started and ended (DDP sets
-  // it to draw them in its timeline, and clears it when it goes).
-  using Clock = std::chrono::steady_clock;
-  std::function<void(const std::string& name, Clock::time_point start, Clock::time_point end)> on_collective;
-
  protected:
   void check_input_dim(const Tensor& input) const override;
 };
