@@ -48,6 +48,7 @@ class SyncBatchNorm : public nn::BatchNorm, public LayerCollectives {
       const std::shared_ptr<nn::Module>& module, std::shared_ptr<comm::ProcessGroup> process_group = nullptr);
 
   std::shared_ptr<comm::ProcessGroup> process_group;
+
  protected:
   void check_input_dim(const Tensor& input) const override;
 };
