@@ -17,28 +17,6 @@
 
 namespace tinyddp::tensor::elementwise_math {
 
-// log and sqrt of float or double: the CUDA math library's in device code, the standard
-// library's on the host (exp and tanh: gelu_math.h).
-#if defined(__CUDA_ARCH__)
-template <typename C>
-__device__ inline C log_(C v) {
-  return ::log(v);
-}
-template <typename C>
-__device__ inline C sqrt_(C v) {
-  return ::sqrt(v);
-}
-#else
-template <typename C>
-inline C log_(C v) {
-  return std::log(v);
-}
-template <typename C>
-inline C sqrt_(C v) {
-  return std::sqrt(v);
-}
-#endif
-
 template <typename C>
 TINYDDP_HOST_DEVICE inline C nan_max(C a, C b) {
   if (a != a) return a;  // NOLINT: a NaN test that also compiles for integers
@@ -89,9 +67,9 @@ TINYDDP_HOST_DEVICE inline C unary(C v) {
   } else if constexpr (op == UnaryOp::kExp) {
     return gelu_math::exp_(v);
   } else if constexpr (op == UnaryOp::kLog) {
-    return log_(v);
+    return gelu_math::log_(v);
   } else if constexpr (op == UnaryOp::kSqrt) {
-    return sqrt_(v);
+    return gelu_math::sqrt_(v);
   } else if constexpr (op == UnaryOp::kTanh) {
     return gelu_math::tanh_(v);
   } else if constexpr (op == UnaryOp::kSigmoid) {

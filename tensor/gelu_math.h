@@ -16,8 +16,8 @@
 
 namespace tinyddp::tensor::gelu_math {
 
-// erf, exp and tanh of float or double: the CUDA math library's overloads in device code,
-// the standard library's on the host.
+// erf, exp, tanh, log and sqrt of float or double (log and sqrt for elementwise_math.h): the
+// CUDA math library's overloads in device code, the standard library's on the host.
 #if defined(__CUDA_ARCH__)
 template <typename C>
 __device__ inline C erf_(C v) {
@@ -31,6 +31,14 @@ template <typename C>
 __device__ inline C tanh_(C v) {
   return ::tanh(v);
 }
+template <typename C>
+__device__ inline C log_(C v) {
+  return ::log(v);
+}
+template <typename C>
+__device__ inline C sqrt_(C v) {
+  return ::sqrt(v);
+}
 #else
 template <typename C>
 inline C erf_(C v) {
@@ -43,6 +51,14 @@ inline C exp_(C v) {
 template <typename C>
 inline C tanh_(C v) {
   return std::tanh(v);
+}
+template <typename C>
+inline C log_(C v) {
+  return std::log(v);
+}
+template <typename C>
+inline C sqrt_(C v) {
+  return std::sqrt(v);
 }
 #endif
 
