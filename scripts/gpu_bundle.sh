@@ -12,7 +12,7 @@
 # when they would not fit. Only what gpu_run.sh runs goes in, packed with xz; the binaries are
 # stripped, and the kernels carry sm_90 code alone (no PTX, which only GPUs newer than the
 # H100/H200 need).
-# Usage: bash scripts/gpu_bundle.sh   then, on the device: bash .gpu/gpu_run.sh tests|sanitize|sanitize2|bench|bench2
+# Usage: bash scripts/gpu_bundle.sh   then, on the device: bash .gpu/gpu_run.sh tests|sanitize|sanitize2|bench|bench2|cpu|short
 set -euo pipefail
 cd "$(dirname "$0")/.."
 limit_bytes=$((64 * 1024 * 1024))
@@ -69,4 +69,4 @@ if [ "$total" -gt "$limit_bytes" ]; then
   find .gpu -type f -printf '%s %p\n' | sort -rn | head -8 | awk '{ printf "  %8.1f MiB  %s\n", $1 / 1048576, $2 }' >&2
   exit 1
 fi
-echo "gpu_bundle.sh: ready; on the device machine run, one call each: bash .gpu/gpu_run.sh tests | sanitize | sanitize2 | bench | bench2"
+echo "gpu_bundle.sh: ready; on the device machine run, one call each: bash .gpu/gpu_run.sh tests | sanitize | sanitize2 | bench | bench2 | cpu | short"

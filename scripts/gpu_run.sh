@@ -14,6 +14,9 @@
 #   bench2    matmul 4096 and add/copy of 256 M floats, TF32 and bf16 autocast steps, the CNN,
 #             the 4096-wide MLP at batch 256, the GPT at 32 x 256 tokens, and a DDP timeline of
 #             the GPT on the GPU (gpt_timeline.rank0.json, for scripts/plot_timeline.py)
+#   short     for a session with one call to spend: the four CUDA op tests, threads_test and the
+#             host's cores, the GPT's first steps on the GPU against PyTorch's, initcheck's control
+#             over PyTorch's bf16 GEMM, then equivalence_test, in that order, in the time left
 # Usage (device tool, carry [".gpu"]):  bash .gpu/gpu_run.sh tests   (then sanitize, sanitize2, bench, bench2)
 #
 # Library paths: NCCL and cuDNN come from PyTorch's wheels (the nvidia.* Python packages),
@@ -22,8 +25,8 @@
 set -uo pipefail
 part=${1:-}
 case "$part" in
-  tests|sanitize|sanitize2|bench|bench2|cpu) ;;
-  *) echo "usage: gpu_run.sh tests|sanitize|sanitize2|bench|bench2|cpu   (one part per device call: each fits in 600 s)" >&2
+  tests|sanitize|sanitize2|bench|bench2|cpu|short) ;;
+  *) echo "usage: gpu_run.sh tests|sanitize|sanitize2|bench|bench2|cpu|short   (one part per device call: each fits in 600 s)" >&2
     exit 2 ;;
 esac
 here=$(cd "$(dirname "$0")" && pwd)
@@ -61,14 +64,16 @@ chmod +x "$logs/bin/ours"
 export PATH="$logs/bin:$PATH"
 cd "$here/root"
 
-# Every part ends within 540 s of its start, whatever its steps do: each step gets its own
-# limit or what is left of the part's, whichever is less.
-deadline=$((SECONDS + 540))
+# Every part ends within 540 s of its start (or GPU_RUN_SECONDS, when a call has less to spend),
+# whatever its steps do: each step gets its own limit or what is left of the part's, whichever
+# is less.
+part_seconds=${GPU_RUN_SECONDS:-540}
+deadline=$((SECONDS + part_seconds))
 step() {  # step NAME SECONDS COMMAND...: one log, one summary line, bounded in time
   local name=$1 limit=$2
   shift 2
   local start=$SECONDS left=$((deadline - SECONDS))
-  if [ "$left" -lt 10 ]; then note "$name: skipped (the part's 540 s are spent)"; return; fi
+  if [ "$left" -lt 10 ]; then note "$name: skipped (the part's $part_seconds s are spent)"; return; fi
   [ "$left" -lt "$limit" ] && limit=$left
   timeout --kill-after=10 "$limit" "$@" > "$logs/$name.log" 2>&1
   local status=$?
@@ -76,14 +81,40 @@ step() {  # step NAME SECONDS COMMAND...: one log, one summary line, bounded in 
   note "$name: exit $status ($((SECONDS - start)) s); $(grep -E 'test cases|passed|ERROR SUMMARY' "$logs/$name.log" | tail -1)"
 }
 
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+# The control for initcheck_autocast's reports (all in the bias add that reads what a bfloat16
+# cuBLAS GEMM wrote, values right): PyTorch's own bfloat16 mm, then an add. If initcheck reports
+# PyTorch's add too, the tool does not see those GEMMs' stores.
+initcheck_control() {
+  step initcheck_torch_bf16 60 "$sanitizer" --tool initcheck --report-api-errors no --error-exitcode 99 \
+    python3 -c "import torch; o = dict(device='cuda', dtype=torch.bfloat16)
+a, w, b = torch.randn(16, 40, **o), torch.randn(24, 40, **o), torch.randn(24, **o)
+y = torch.mm(a, w.t()); z = y + b; torch.cuda.synchronize(); print('sum', float(z.float().sum()))"
+}
+host_cpu() {  # the host's CPU: model, cores, threads per core, AVX-512
+  note "cpu: $(lscpu | grep -E '^(Model name|Thread|Core|Socket)' | sed 's/  */ /g' | tr '\n' ';') $(nproc) CPUs; $(grep -o -m1 'avx512[a-z]*' /proc/cpuinfo | head -1)"
+}
+# The same bits at 1-4 threads, bfloat16 products through oneDNN's row blocks included (the
+# host's AVX-512; the CI machines take the float32 route).
+threads_check() { step threads_test 60 ours ./tests/nn/threads_test; }
+cuda_op_tests() {
+  step cuda_test 120 ours ./tests/tensor/cuda_test --durations yes
+  step cuda_conv_test 120 ours ./tests/tensor/cuda_conv_test --durations yes
+  step cuda_autocast_test 60 ours ./tests/tensor/cuda_autocast_test --durations yes
+  step cuda_graph_test 60 ours ./tests/tensor/cuda_graph_test --durations yes
+}
+gpt_cuda_args() {  # the GPT at 32 windows of 256 tokens on this repository's docs/ddp.md
+  local repo
+  repo=$(cd "$here/.." && pwd)
+  echo --device cuda --block_size 256 --batch 32 --steps 30 --eval_every 0 --eval_windows 1 --sample_tokens 0 \
+    --corpus "$repo/docs/ddp.md"
+}
+
 case "$part" in
   tests)
     ours ldd tests/tensor/cuda_test > "$logs/ldd.log" 2>&1
     grep -q "not found" "$logs/ldd.log" && note "missing libraries: $(grep 'not found' "$logs/ldd.log" | tr -s ' \t\n' ' ')"
-    step cuda_test 120 ours ./tests/tensor/cuda_test --durations yes
-    step cuda_conv_test 120 ours ./tests/tensor/cuda_conv_test --durations yes
-    step cuda_autocast_test 60 ours ./tests/tensor/cuda_autocast_test --durations yes
-    step cuda_graph_test 60 ours ./tests/tensor/cuda_graph_test --durations yes
+    cuda_op_tests
     # ZeRO's overlap_with_ddp against PyTorch's over NCCL: PyTorch (this machine's, 2.x) writes
     # the fixture into $OUT (commit it as tests/ddp/fixtures/zero_overlap_nccl.json), then
     # tinyddp runs the same iterations against it (and against the gloo one from the CPU).
@@ -99,7 +130,6 @@ case "$part" in
     step examples_test 150 ours ./tests/examples/examples_test --durations yes
     ;;
   sanitize | sanitize2)
-    sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     # check NAME SECONDS TOOL BINARY [quiet]: one tool over BINARY's "[cuda]" cases; `quiet`
     # leaves API errors unreported (the libraries' own probing, below).
     check() {
@@ -136,13 +166,7 @@ case "$part" in
         check "${tool}_autocast" 30 "$tool" ./tests/tensor/cuda_autocast_test quiet
         check "${tool}_conv" 60 "$tool" ./tests/tensor/cuda_conv_test quiet
       done
-      # The control for initcheck_autocast's reports (all in the bias add that reads what a
-      # bfloat16 cuBLAS GEMM wrote, values right): PyTorch's own bfloat16 mm, then an add. If
-      # initcheck reports PyTorch's add too, the tool does not see those GEMMs' stores.
-      step initcheck_torch_bf16 60 "$sanitizer" --tool initcheck --report-api-errors no --error-exitcode 99 \
-        python3 -c "import torch; o = dict(device='cuda', dtype=torch.bfloat16)
-a, w, b = torch.randn(16, 40, **o), torch.randn(24, 40, **o), torch.randn(24, **o)
-y = torch.mm(a, w.t()); z = y + b; torch.cuda.synchronize(); print('sum', float(z.float().sum()))"
+      initcheck_control
     fi
     ;;
   bench)
@@ -170,11 +194,9 @@ y = torch.mm(a, w.t()); z = y + b; torch.cuda.synchronize(); print('sum', float(
     ;;
   cpu)
     repo=$(cd "$here/.." && pwd)
-    note "cpu: $(lscpu | grep -E '^(Model name|Thread|Core|Socket)' | sed 's/  */ /g' | tr '\n' ';') $(nproc) CPUs; $(grep -o -m1 'avx512[a-z]*' /proc/cpuinfo | head -1)"
+    host_cpu
     ours ./bench/train_step --model toy --iterations 1 --threads 0 2> /dev/null | grep RESULT | sed 's/^/default threads: /' | tee -a "$summary"
-    # The same bits at 1-4 threads, bfloat16 products through oneDNN's row blocks included
-    # (this host's AVX-512; the CI machines take the float32 route).
-    step threads_test 60 ours ./tests/nn/threads_test
+    threads_check
     gpt=(--device cpu --steps 12 --batch 32 --eval_every 0 --eval_windows 1 --sample_tokens 0 --log_every 1000000
       --corpus "$repo/docs/ddp.md")
     for t in 1 2 4 8 16; do
@@ -202,8 +224,7 @@ y = torch.mm(a, w.t()); z = y + b; torch.cuda.synchronize(); print('sum', float(
     done
     # The GPT at 32 windows of 256 tokens: float32, TF32, bf16 autocast; tinyddp reads this
     # repository's docs/ddp.md as its corpus (no fortunes here).
-    gpt=(--device cuda --block_size 256 --batch 32 --steps 30 --eval_every 0 --eval_windows 1 --sample_tokens 0
-      --corpus "$repo/docs/ddp.md")
+    read -ra gpt <<< "$(gpt_cuda_args)"
     for flags in "" "--tf32" "--autocast bf16"; do
       name=gpt$(echo "$flags" | tr -d ' -')
       # shellcheck disable=SC2086
@@ -217,6 +238,17 @@ y = torch.mm(a, w.t()); z = y + b; torch.cuda.synchronize(); print('sum', float(
     step gpt_timeline 60 ours ./launcher/launch --nproc_per_node 1 -- ./examples/train_gpt "${gpt[@]}" --steps 4
     unset TINYDDP_DDP_TIMELINE
     cat "$logs"/*.log 2> /dev/null | grep -E "RESULT|tokens/s" | tee -a "$summary"
+    ;;
+  short)
+    cuda_op_tests
+    host_cpu
+    threads_check
+    read -ra gpt <<< "$(gpt_cuda_args)"
+    step train_gpt 90 ours ./examples/train_gpt "${gpt[@]}"
+    step torch_gpt 90 python3 bench/torch_gpt_train.py --device cuda --block_size 256 --steps 30
+    initcheck_control
+    step equivalence_test 150 ours ./tests/ddp/equivalence_test --durations yes
+    cat "$logs"/*gpt*.log 2> /dev/null | grep -E "RESULT|tokens/s" | tee -a "$summary"
     ;;
 esac
 tar -C "$logs" -czf "$out/$part.tar.gz" .
