@@ -20,27 +20,8 @@ gpt=(--steps 40 --batch 32 --eval_every 0 --eval_windows 1 --sample_tokens 0 --l
 torch_env() {  # threads: PyTorch's environment for that many (empty: its default)
   if [ -n "$1" ]; then echo "OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1"; fi
 }
-matmul_torch() {  # threads (0: default)
-  /usr/bin/python3 - "$1" <<'PY'
-import sys, time, torch
-t = int(sys.argv[1])
-if t > 0:
-    torch.set_num_threads(t)
-a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
-for _ in range(3):
-    torch.matmul(a, b)
-best = 1e9
-for _ in range(5):
-    start, reps = time.perf_counter(), 0
-    while time.perf_counter() - start < 0.3:
-        torch.matmul(a, b)
-        reps += 1
-    best = min(best, (time.perf_counter() - start) / reps)
-print(f"RESULT impl=torch work=matmul1024 threads={torch.get_num_threads()} ms={best * 1e3:.2f}")
-PY
-}
 matmul_tinyddp() {  # threads
-  # The best of 5 repetitions of at least 0.3 s each, as matmul_torch measures.
+  # The best of 5 repetitions of at least 0.3 s each, as bench/torch_matmul.py measures.
   TINYDDP_NUM_THREADS=$1 bazel-bin/bench/tensor_bench --benchmark_filter='BM_Matmul/1024$' \
     --benchmark_repetitions=5 --benchmark_min_time=0.3 --benchmark_report_aggregates_only=false 2>/dev/null |
     awk -v t="$1" '$1 == "BM_Matmul/1024" && (best == "" || $2 < best) { best = $2 }
@@ -61,7 +42,7 @@ for round in $(seq "$rounds"); do
       env $(torch_env "$t") /usr/bin/python3 bench/torch_train_step.py --model "$model" --threads "$t" | grep RESULT
     done
     matmul_tinyddp "$t"
-    env $(torch_env "$t") bash -c "$(declare -f matmul_torch); matmul_torch $t"
+    env $(torch_env "$t") /usr/bin/python3 bench/torch_matmul.py "$t"
     gpt_tinyddp "$t" 1
     gpt_torch "$t" 1
   done

@@ -43,7 +43,10 @@ int use_threads(int threads) {
 }
 
 std::shared_ptr<comm::ProcessGroup> join_ranks(const std::string& backend, double timeout_s) {
-  if (comm::launch_env().world_size.value_or(1) <= 1) return nullptr;
+  // Under a launcher a process group is made even for a world of one (as nanoGPT's train.py
+  // wraps its model in DDP whenever torchrun set RANK): `launch --nproc_per_node 1` runs the
+  // DDP path, its timeline included. Run directly, a process trains alone.
+  if (!comm::launch_env().world_size) return nullptr;
   comm::InitOptions init;
   init.timeout(comm::Millis(static_cast<int64_t>(timeout_s * 1000)));
   return comm::init_process_group(backend, init);

@@ -30,7 +30,7 @@ Placement choose_placement(const std::string& device, const std::string& backend
 // any work. Returns the count.
 int use_threads(int threads);
 
-// The group of all ranks when launched with WORLD_SIZE > 1, else null (one process).
+// The group of all ranks when run under a launcher (WORLD_SIZE set, 1 included), else null.
 std::shared_ptr<comm::ProcessGroup> join_ranks(const std::string& backend, double timeout_s);
 
 // Registers the hook named `name` on `ddp`: allreduce (DDP's default: nothing to register),

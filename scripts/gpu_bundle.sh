@@ -22,7 +22,7 @@ binaries=(
   tests/comm/collectives_test tests/comm/desync_test tests/nn/threads_test
   tests/ddp/equivalence_test tests/ddp/zero_overlap_test tests/examples/examples_test
   examples/train examples/ddp_basic examples/ddp_checkpoint examples/ddp_join examples/ddp_zero_join launcher/launch
-  bench/train_step bench/cuda_ops examples/train_gpt
+  bench/train_step bench/cuda_ops bench/tensor_bench examples/train_gpt
 )
 targets=()
 for b in "${binaries[@]}"; do targets+=("//${b%/*}:${b##*/}"); done
@@ -39,7 +39,7 @@ for b in "${binaries[@]}"; do
   strip "$stage/root/$b"
 done
 # The PyTorch sides (torch_train_step imports torch_models; torch_gpt_train the fixtures' gpt_model).
-cp bench/torch_train_step.py bench/torch_models.py bench/torch_cuda_ops.py bench/torch_gpt_train.py "$stage/root/bench/"
+cp bench/torch_train_step.py bench/torch_models.py bench/torch_cuda_ops.py bench/torch_gpt_train.py bench/torch_matmul.py "$stage/root/bench/"
 mkdir -p "$stage/root/tests/ddp/fixtures"
 cp tests/ddp/fixtures/gpt_model.py "$stage/root/tests/ddp/fixtures/"
 # The scripts examples_test runs on the timelines and results it makes.

@@ -9,8 +9,9 @@
 #   sanitize2 the same four tools over the convolutional ops, CUDA graphs and autocast
 #             (cuda_conv_test, cuda_graph_test, cuda_autocast_test)
 #   bench     the training-step benchmarks against PyTorch on the same GPU    (~5 min at most)
-#   cpu       the host's CPU: the kernels chosen, then the MLP step and the example GPT on 1, 2, 4,
-#             8 and 16 intra-op threads against PyTorch at the same count (~4 min at most)
+#   cpu       the host's CPU: the kernels chosen, then the MLP and CNN steps, the 1024 matmul and
+#             the example GPT on 1, 2, 4, 8 and 16 intra-op threads against PyTorch at the same
+#             count (~5 min)
 #   bench2    matmul 4096 and add/copy of 256 M floats, TF32 and bf16 autocast steps, the CNN,
 #             the 4096-wide MLP at batch 256, the GPT at 32 x 256 tokens, and a DDP timeline of
 #             the GPT on the GPU (gpt_timeline.rank0.json, for scripts/plot_timeline.py)
@@ -200,15 +201,26 @@ case "$part" in
     gpt=(--device cpu --steps 12 --batch 32 --eval_every 0 --eval_windows 1 --sample_tokens 0 --log_every 1000000
       --corpus "$repo/docs/ddp.md")
     for t in 1 2 4 8 16; do
-      step "train_step_mlp_t$t" 30 ours ./bench/train_step --model mlp --threads "$t" --iterations 20
-      step "torch_mlp_t$t" 40 env OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" OPENBLAS_NUM_THREADS="$t" \
-        python3 bench/torch_train_step.py --model mlp --threads "$t" --iterations 20
+      torch_env=(env OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" OPENBLAS_NUM_THREADS="$t")
+      for model in mlp cnn; do
+        step "train_step_${model}_t$t" 30 ours ./bench/train_step --model "$model" --threads "$t" --iterations 20
+        step "torch_${model}_t$t" 40 "${torch_env[@]}" \
+          python3 bench/torch_train_step.py --model "$model" --threads "$t" --iterations 20
+      done
+      # The 1024 matmul: the best of 5 repetitions of 0.3 s on both sides (as threads_compare.sh).
+      step "matmul_t$t" 30 env TINYDDP_NUM_THREADS="$t" ours ./bench/tensor_bench --benchmark_filter='BM_Matmul/1024$' \
+        --benchmark_repetitions=5 --benchmark_min_time=0.3 --benchmark_report_aggregates_only=false
+      step "torch_matmul_t$t" 30 "${torch_env[@]}" python3 bench/torch_matmul.py "$t"
       step "train_gpt_t$t" 40 ours ./examples/train_gpt "${gpt[@]}" --threads "$t"
-      step "torch_gpt_t$t" 40 env OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" OPENBLAS_NUM_THREADS="$t" \
-        python3 bench/torch_gpt_train.py --steps 12 --threads "$t"
+      step "torch_gpt_t$t" 40 "${torch_env[@]}" python3 bench/torch_gpt_train.py --steps 12 --threads "$t"
     done
     cat "$logs"/train_step_*.log "$logs"/torch_*.log "$logs"/train_gpt_*.log 2> /dev/null |
       grep -E "RESULT|tokens/s|cpu kernels|intra-op" | tee -a "$summary"
+    for t in 1 2 4 8 16; do  # tensor_bench's repetitions, the best of them
+      awk -v t="$t" '$1 == "BM_Matmul/1024" && (best == "" || $2 < best) { best = $2 }
+        END { if (best != "") print "RESULT impl=tinyddp work=matmul1024 threads=" t " ms=" best }' \
+        "$logs/matmul_t$t.log" 2> /dev/null | tee -a "$summary"
+    done
     ;;
   bench2)
     repo=$(cd "$here/.." && pwd)

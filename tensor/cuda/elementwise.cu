@@ -34,13 +34,21 @@ __device__ inline void offsets(const Geometry& g, const Operands<N>& ops, int64_
   }
 }
 
-// f(offsets) for every element; N operands.
-template <int N, typename F>
+// f(offsets) for every element; N operands. kFlat: the geometry is one dim (contiguous
+// operands, scalars broadcast with stride 0, after the host merged the dims), and each offset
+// is the index times the operand's stride. The general path pays a 64-bit division and
+// remainder per dim and element, which bounds a large contiguous add by the integer units
+// rather than by memory.
+template <int N, bool kFlat, typename F>
 __global__ void for_each(Geometry g, Operands<N> ops, F f) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < g.numel; i += stride) {
     int64_t off[N];
-    offsets<N>(g, ops, i, off);
+    if constexpr (kFlat) {
+      for (int k = 0; k < N; ++k) off[k] = i * ops.strides[k][0];
+    } else {
+      offsets<N>(g, ops, i, off);
+    }
     f(ops, off);
   }
 }
@@ -55,7 +63,12 @@ cudaError_t launch(const Geometry& g, const Operand* const (&operands)[N], void*
     ops.data[k] = static_cast<char*>(operands[k]->data);
     for (int d = 0; d < kMaxDims; ++d) ops.strides[k][d] = operands[k]->strides[d];
   }
-  for_each<N><<<grid_stride_blocks(g.numel, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(g, ops, f);
+  const int blocks = grid_stride_blocks(g.numel, kThreads);
+  if (g.ndim == 1) {
+    for_each<N, true><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(g, ops, f);
+  } else {
+    for_each<N, false><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(g, ops, f);
+  }
   return cudaGetLastError();
 }
 
