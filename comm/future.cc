@@ -1,6 +1,6 @@
-// Future (future.h): completion under a mutex (the value or the error, the callbacks run once
-// by whoever completes it), from a Work's completion, and adoption of an inner Future's
-// outcome for a callback that returned one.
+// Future (future.h): a Completion (completion.h) with the value stored alongside, made from a
+// Work's completion, and adoption of an inner Future's outcome for a callback that returned
+// one.
 #include "tinyddp/comm/future.h"
 
 namespace tinyddp::comm {
@@ -22,39 +22,24 @@ std::shared_ptr<Future> Future::completed(Tensor value) {
   return future;
 }
 
-bool Future::done() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return done_;
-}
+bool Future::done() const { return completion_.done(); }
 
 Tensor Future::wait() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_cv_.wait(lock, [this] { return done_; });
-  if (error_) std::rethrow_exception(error_);
+  completion_.wait();
+  if (std::exception_ptr error = completion_.error()) std::rethrow_exception(error);
   return value_;
 }
 
 Tensor Future::value() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  TDDP_CHECK(done_, "Future::value: the future is not complete yet (wait() for it)");
-  if (error_) std::rethrow_exception(error_);
+  TDDP_CHECK(completion_.done(), "Future::value: the future is not complete yet (wait() for it)");
+  if (std::exception_ptr error = completion_.error()) std::rethrow_exception(error);
   return value_;
 }
 
-std::exception_ptr Future::exception() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return error_;
-}
+std::exception_ptr Future::exception() const { return completion_.error(); }
 
 void Future::add_done_callback(std::function<void(Future&)> callback) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!done_) {
-      callbacks_.push_back(std::move(callback));
-      return;
-    }
-  }
-  callback(*this);
+  completion_.on_done([this, callback = std::move(callback)] { callback(*this); });
 }
 
 void Future::set_result(Tensor value) { complete(std::move(value), nullptr, nullptr); }
@@ -65,39 +50,21 @@ void Future::set_exception(std::exception_ptr error) {
 }
 
 void Future::complete(Tensor value, std::exception_ptr error, std::shared_ptr<Work> source) {
-  std::vector<std::function<void(Future&)>> callbacks;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    TDDP_CHECK(!done_, "Future: completed twice (set_result or set_exception on a future that is done)");
-    done_ = true;
+  const bool first = completion_.complete(std::move(error), [&] {
     value_ = std::move(value);
-    error_ = std::move(error);
     source_ = std::move(source);
-    completed_at_ = std::chrono::steady_clock::now();
-    callbacks.swap(callbacks_);
-  }
-  done_cv_.notify_all();
-  for (auto& callback : callbacks) callback(*this);
+  });
+  TDDP_CHECK(first, "Future: completed twice (set_result or set_exception on a future that is done)");
 }
 
-void Future::adopt(const Future& other) {
-  Tensor value;
-  std::exception_ptr error;
-  std::shared_ptr<Work> source;
-  {
-    std::lock_guard<std::mutex> lock(other.mutex_);
-    value = other.value_;
-    error = other.error_;
-    source = other.source_;
-  }
-  complete(std::move(value), std::move(error), std::move(source));
+void Future::adopt(const Future& other) {  // other is done: its outcome is fixed
+  complete(other.value_, other.completion_.error(), other.source_);
 }
 
 std::optional<Future::TimePoint> Future::completed_at() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!done_) return std::nullopt;
+  if (!completion_.done()) return std::nullopt;
   if (source_) return source_->finished_at();  // on NCCL: unknown until the host saw it finish
-  return completed_at_;
+  return completion_.completed_at();
 }
 
 }  // namespace tinyddp::comm

@@ -15,16 +15,15 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <type_traits>
 #include <vector>
 
 #include "tinyddp/base/error.h"
+#include "tinyddp/comm/completion.h"
 #include "tinyddp/comm/process_group.h"
 
 namespace tinyddp::comm {
@@ -75,14 +74,11 @@ class Future {
   // Takes over another future's outcome (for a callback that returned a Future).
   void adopt(const Future& other);
 
-  mutable std::mutex mutex_;
-  std::condition_variable done_cv_;
-  bool done_ = false;
+  // Done, the error and the callbacks; value_ and source_ are stored with the outcome, under
+  // its lock, and never change after: read once done() (or from a done callback).
+  Completion completion_;
   Tensor value_;
-  std::exception_ptr error_;
-  std::vector<std::function<void(Future&)>> callbacks_;
   std::shared_ptr<Work> source_;
-  TimePoint completed_at_{};
 };
 
 template <typename Callback>
@@ -95,12 +91,7 @@ std::shared_ptr<Future> Future::then(Callback callback) {
     try {
       if constexpr (std::is_same_v<Result, Tensor>) {
         Tensor value = callback(self);
-        std::shared_ptr<Work> source;
-        {
-          std::lock_guard<std::mutex> lock(self.mutex_);
-          source = self.source_;
-        }
-        next->complete(std::move(value), nullptr, std::move(source));
+        next->complete(std::move(value), nullptr, self.source_);  // self is done: source_ is fixed
       } else {
         std::shared_ptr<Future> inner = callback(self);
         TDDP_CHECK(inner != nullptr, "Future::then: the callback returned a null future");

@@ -1,7 +1,6 @@
 // ProcessGroup's one validation layer (process_group.h): each public collective checks its
 // tensors, ranks and op with errors that name them, describes the call for the desync check
-// and for messages, then calls the backend's *_impl; and Work's completion, waits and
-// callbacks.
+// and for messages, then calls the backend's *_impl; and Work, on its Completion.
 #include "tinyddp/comm/process_group.h"
 
 #include <algorithm>
@@ -13,62 +12,26 @@
 
 namespace tinyddp::comm {
 
-bool Work::is_completed() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return done_;
-}
+bool Work::is_completed() const { return completion_.done(); }
 
-bool Work::is_success() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return done_ && !error_;
-}
+bool Work::is_success() const { return completion_.done() && !completion_.error(); }
 
-std::exception_ptr Work::exception() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return error_;
-}
+std::exception_ptr Work::exception() const { return completion_.error(); }
 
 void Work::wait(std::optional<Millis> timeout) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (timeout) {
-    if (!done_cv_.wait_for(lock, *timeout, [this] { return done_; })) {
-      throw TimeoutError(fmt::format("Work::wait: {} did not finish within {} ms", description_, timeout->count()));
-    }
-  } else {
-    done_cv_.wait(lock, [this] { return done_; });
+  if (!completion_.wait(timeout)) {
+    throw TimeoutError(fmt::format("Work::wait: {} did not finish within {} ms", description_, timeout->count()));
   }
-  if (error_) std::rethrow_exception(error_);
+  if (std::exception_ptr error = completion_.error()) std::rethrow_exception(error);
 }
 
-std::optional<std::chrono::steady_clock::time_point> Work::finished_at() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!done_) return std::nullopt;
-  return finished_at_;
-}
+std::optional<std::chrono::steady_clock::time_point> Work::finished_at() const { return completion_.completed_at(); }
 
 void Work::on_finished(std::function<void(const Work&)> callback) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!done_) {
-      callbacks_.push_back(std::move(callback));
-      return;
-    }
-  }
-  callback(*this);
+  completion_.on_done([this, callback = std::move(callback)] { callback(*this); });
 }
 
-void Work::finish(std::exception_ptr error) {
-  std::vector<std::function<void(const Work&)>> callbacks;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    done_ = true;
-    finished_at_ = std::chrono::steady_clock::now();
-    error_ = std::move(error);
-    callbacks.swap(callbacks_);
-  }
-  done_cv_.notify_all();
-  for (auto& callback : callbacks) callback(*this);
-}
+void Work::finish(std::exception_ptr error) { completion_.complete(std::move(error)); }
 
 // ---- ProcessGroup: one validation layer for every backend -----------------------------------
 

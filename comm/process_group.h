@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tinyddp/comm/completion.h"
 #include "tinyddp/comm/desync_check.h"
 #include "tinyddp/comm/store.h"
 #include "tinyddp/tensor/tensor.h"
@@ -50,7 +51,7 @@ class Work {
   virtual void on_finished(std::function<void(const Work&)> callback);
 
   // For backends: marks the operation finished, with its error if any, and runs the
-  // on_finished callbacks.
+  // on_finished callbacks. Once: a second call changes nothing.
   void finish(std::exception_ptr error = nullptr);
   // When the host saw it finish (for timelines), or nothing while it is still running (an
   // NCCL collective whose untimed wait() returned may still be running on the GPU).
@@ -58,12 +59,7 @@ class Work {
 
  private:
   std::string description_;
-  mutable std::mutex mutex_;
-  std::condition_variable done_cv_;
-  bool done_ = false;
-  std::exception_ptr error_;
-  std::chrono::steady_clock::time_point finished_at_{};
-  std::vector<std::function<void(const Work&)>> callbacks_;
+  Completion completion_;
 };
 
 struct ProcessGroupOptions {
