@@ -188,4 +188,37 @@ std::vector<double> WarmupCosineLR::get_lr() const {
   return out;
 }
 
+// ---- NanoGptLR --------------------------------------------------------------------------------
+
+NanoGptLR::NanoGptLR(Optimizer& optimizer, int64_t warmup_iters, int64_t lr_decay_iters, double min_lr, bool decay_lr)
+    : LRScheduler(optimizer, "NanoGptLR"),
+      warmup_(warmup_iters),
+      decay_end_(lr_decay_iters),
+      min_lr_(min_lr),
+      decay_(decay_lr) {
+  TDDP_CHECK(warmup_ >= 0 && decay_end_ >= 0, "NanoGptLR: need warmup_iters >= 0 and lr_decay_iters >= 0, got {} and {}",
+             warmup_, decay_end_);
+  TDDP_CHECK(min_lr_ >= 0, "NanoGptLR: min_lr must not be negative, got {}", min_lr_);
+  TDDP_CHECK(!decay_ || decay_end_ != warmup_,
+             "NanoGptLR: lr_decay_iters ({}) equals warmup_iters: the cosine would divide by zero at iteration {} "
+             "(make lr_decay_iters larger, or set decay_lr off)",
+             decay_end_, warmup_);
+  initial_step();
+}
+
+double NanoGptLR::at(int64_t it, double lr, int64_t warmup_iters, int64_t lr_decay_iters, double min_lr) {
+  if (it < warmup_iters) return lr * static_cast<double>(it + 1) / static_cast<double>(warmup_iters + 1);
+  if (it > lr_decay_iters) return min_lr;
+  const double decay_ratio =
+      static_cast<double>(it - warmup_iters) / static_cast<double>(lr_decay_iters - warmup_iters);
+  const double coeff = 0.5 * (1.0 + std::cos(M_PI * decay_ratio));
+  return min_lr + coeff * (lr - min_lr);
+}
+
+std::vector<double> NanoGptLR::get_lr() const {
+  std::vector<double> out;
+  for (double base : base_lrs_) out.push_back(decay_ ? at(last_epoch_, base, warmup_, decay_end_, min_lr_) : base);
+  return out;
+}
+
 }  // namespace tinyddp::nn

@@ -129,7 +129,8 @@ class LinearLR : public LRScheduler {
   int64_t total_;
 };
 
-// Linear warmup, then cosine decay to min_lr (nanoGPT's get_lr), for step s = last_epoch():
+// Linear warmup, then cosine decay to min_lr over the run, for step s = last_epoch() (the shape
+// of nanoGPT's get_lr, not its numbers: NanoGptLR below is that one):
 //   s < warmup:       lr * (s + 1) / warmup
 //   s < total_steps:  min_lr + 0.5 (1 + cos(pi (s - warmup) / (total_steps - warmup))) (lr - min_lr)
 //   afterwards:       min_lr
@@ -146,6 +147,29 @@ class WarmupCosineLR : public LRScheduler {
  private:
   int64_t warmup_, total_;
   double min_lr_;
+};
+
+// nanoGPT's get_lr (its train.py), operation for operation, for iteration it = last_epoch() and
+// lr the group's initial rate (nanoGPT's learning_rate):
+//   it < warmup_iters:     lr * (it + 1) / (warmup_iters + 1)
+//   it > lr_decay_iters:   min_lr
+//   otherwise:             min_lr + 0.5 (1 + cos(pi (it - warmup_iters) / (lr_decay_iters - warmup_iters))) (lr - min_lr)
+// lr_decay_iters may end before the run does (min_lr after it), or even before the warmup
+// does (min_lr right after it); equal to warmup_iters it is refused, as nanoGPT would divide
+// by zero at that iteration. decay_lr = false keeps lr throughout (train.py's decay_lr).
+class NanoGptLR : public LRScheduler {
+ public:
+  NanoGptLR(Optimizer& optimizer, int64_t warmup_iters, int64_t lr_decay_iters, double min_lr, bool decay_lr = true);
+  // The formula for one rate (decay_lr on).
+  static double at(int64_t it, double lr, int64_t warmup_iters, int64_t lr_decay_iters, double min_lr);
+
+ protected:
+  std::vector<double> get_lr() const override;
+
+ private:
+  int64_t warmup_, decay_end_;
+  double min_lr_;
+  bool decay_;
 };
 
 }  // namespace tinyddp::nn

@@ -1,9 +1,12 @@
 // Learning-rate schedulers, parameter groups and clip_grad_norm_. References: PyTorch's
 // LambdaLR, StepLR, ExponentialLR, MultiStepLR, CosineAnnealingLR, LinearLR and
 // clip_grad_norm_ (fixtures/make_schedule_fixture.py), the warmup +
-// cosine formula evaluated independently, and separate optimizers for each group.
+// cosine formula evaluated independently, nanoGPT's own get_lr (fixtures/make_nanogpt_lr_fixture.py
+// runs it from nanoGPT's train.py) and separate optimizers for each group.
 #include <cmath>
 #include <fstream>
+#include <iomanip>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -112,6 +115,52 @@ TEST_CASE("ExponentialLR, MultiStepLR, CosineAnnealingLR and LinearLR: PyTorch's
   CHECK_THROWS_WITH(LinearLR(g.opt, 0.5, 1.5),
                     Contains("LinearLR: end_factor expected to be between 0 and 1, got 1.5"));
   CHECK_THROWS_WITH(CosineAnnealingLR(g.opt, 0), Contains("CosineAnnealingLR: T_max must be at least 1, got 0"));
+}
+
+// nanoGPT's rates are a handful of float64 operations and one cos, the same ones in the same
+// order on both sides; only cos may differ between C libraries (by an ulp or so). So: equal to
+// 4 ulps of the rate.
+bool same_rate(double got, double want) { return std::abs(got - want) <= 4 * 0x1p-52 * std::abs(want); }
+
+TEST_CASE("NanoGptLR sets the rates nanoGPT's get_lr gives, at every iteration", "[nn][schedule][fixture]") {
+  static const nlohmann::json fixture = tinyddp::testing::read_nn_json_fixture("nanogpt_lr_reference.json");
+  for (const auto& c : fixture["cases"]) {
+    TwoGroups g;
+    NanoGptLR s(g.opt, c["warmup_iters"].get<int64_t>(), c["lr_decay_iters"].get<int64_t>(),
+                c["min_lr"].get<double>());
+    const auto& rates = c["rates"];
+    for (size_t it = 0; it < rates.size(); ++it) {
+      for (size_t group = 0; group < 2; ++group) {
+        std::ostringstream rate;
+        rate << std::setprecision(17) << g.opt.lr(group) << " against nanoGPT's " << rates[it][group].get<double>();
+        INFO(c["name"].get<std::string>() << " iteration " << it << " group " << group << ": " << rate.str());
+        CHECK(same_rate(g.opt.lr(group), rates[it][group].get<double>()));
+      }
+      g.opt.step();
+      s.step();
+    }
+  }
+  const auto& d = fixture["defaults"];
+  for (size_t i = 0; i < d["iterations"].size(); ++i) {
+    const int64_t it = d["iterations"][i].get<int64_t>();
+    INFO("nanoGPT's defaults, iteration " << it);
+    CHECK(same_rate(NanoGptLR::at(it, d["learning_rate"].get<double>(), d["warmup_iters"].get<int64_t>(),
+                                  d["lr_decay_iters"].get<int64_t>(), d["min_lr"].get<double>()),
+                    d["rates"][i].get<double>()));
+  }
+}
+
+TEST_CASE("NanoGptLR: decay_lr off keeps the rate; bad settings are clear errors", "[nn][schedule]") {
+  TwoGroups g;
+  NanoGptLR s(g.opt, 3, 3, 0.001, /*decay_lr=*/false);  // equal ends are fine without the decay
+  for (int it = 0; it < 6; ++it) {
+    CHECK(g.opt.lr(0) == 0.1);
+    CHECK(g.opt.lr(1) == 0.02);
+    s.step();
+  }
+  CHECK_THROWS_WITH(NanoGptLR(g.opt, 4, 4, 0.0), Contains("NanoGptLR: lr_decay_iters (4) equals warmup_iters"));
+  CHECK_THROWS_WITH(NanoGptLR(g.opt, -1, 4, 0.0), Contains("need warmup_iters >= 0"));
+  CHECK_THROWS_WITH(NanoGptLR(g.opt, 1, 4, -0.5), Contains("min_lr must not be negative, got -0.5"));
 }
 
 TEST_CASE("WarmupCosineLR: linear warmup to lr, cosine to min_lr, then min_lr", "[nn][schedule]") {
