@@ -191,13 +191,10 @@ std::vector<double> WarmupCosineLR::get_lr() const {
 // ---- NanoGptLR --------------------------------------------------------------------------------
 
 NanoGptLR::NanoGptLR(Optimizer& optimizer, int64_t warmup_iters, int64_t lr_decay_iters, double min_lr, bool decay_lr)
-    : LRScheduler(optimizer, "NanoGptLR"),
-      warmup_(warmup_iters),
-      decay_end_(lr_decay_iters),
-      min_lr_(min_lr),
+    : LRScheduler(optimizer, "NanoGptLR"), warmup_(warmup_iters), decay_end_(lr_decay_iters), min_lr_(min_lr),
       decay_(decay_lr) {
-  TDDP_CHECK(warmup_ >= 0 && decay_end_ >= 0, "NanoGptLR: need warmup_iters >= 0 and lr_decay_iters >= 0, got {} and {}",
-             warmup_, decay_end_);
+  TDDP_CHECK(warmup_ >= 0 && decay_end_ >= 0,
+             "NanoGptLR: need warmup_iters >= 0 and lr_decay_iters >= 0, got {} and {}", warmup_, decay_end_);
   TDDP_CHECK(min_lr_ >= 0, "NanoGptLR: min_lr must not be negative, got {}", min_lr_);
   TDDP_CHECK(!decay_ || decay_end_ != warmup_,
              "NanoGptLR: lr_decay_iters ({}) equals warmup_iters: the cosine would divide by zero at iteration {} "

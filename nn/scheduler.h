@@ -153,7 +153,8 @@ class WarmupCosineLR : public LRScheduler {
 // lr the group's initial rate (nanoGPT's learning_rate):
 //   it < warmup_iters:     lr * (it + 1) / (warmup_iters + 1)
 //   it > lr_decay_iters:   min_lr
-//   otherwise:             min_lr + 0.5 (1 + cos(pi (it - warmup_iters) / (lr_decay_iters - warmup_iters))) (lr - min_lr)
+//   otherwise:             min_lr + 0.5 (1 + cos(pi (it - warmup_iters) / (lr_decay_iters - warmup_iters))) (lr -
+//   min_lr)
 // lr_decay_iters may end before the run does (min_lr after it), or even before the warmup
 // does (min_lr right after it); equal to warmup_iters it is refused, as nanoGPT would divide
 // by zero at that iteration. decay_lr = false keeps lr throughout (train.py's decay_lr).

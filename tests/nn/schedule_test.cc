@@ -126,8 +126,7 @@ TEST_CASE("NanoGptLR sets the rates nanoGPT's get_lr gives, at every iteration",
   static const nlohmann::json fixture = tinyddp::testing::read_nn_json_fixture("nanogpt_lr_reference.json");
   for (const auto& c : fixture["cases"]) {
     TwoGroups g;
-    NanoGptLR s(g.opt, c["warmup_iters"].get<int64_t>(), c["lr_decay_iters"].get<int64_t>(),
-                c["min_lr"].get<double>());
+    NanoGptLR s(g.opt, c["warmup_iters"].get<int64_t>(), c["lr_decay_iters"].get<int64_t>(), c["min_lr"].get<double>());
     const auto& rates = c["rates"];
     for (size_t it = 0; it < rates.size(); ++it) {
       for (size_t group = 0; group < 2; ++group) {
