@@ -206,6 +206,22 @@ Tensor randperm(int64_t n, Generator* generator) {
   return result;
 }
 
+Tensor randint(int64_t low, int64_t high, const Shape& sizes, Generator* generator) {
+  TDDP_CHECK(low < high, "randint: expected low < high, got low {} and high {} (an empty range)", low, high);
+  Tensor result = empty(sizes, TensorOptions(kInt64));
+  int64_t* r = result.data_ptr<int64_t>();
+  const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
+  Generator& g = pick(generator);
+  std::lock_guard<std::mutex> lock(g.mutex());
+  for (int64_t i = 0; i < result.numel(); ++i) {
+    const uint64_t draw = range >= (uint64_t{1} << 32) ? g.random64() : g.random();
+    r[i] = static_cast<int64_t>(static_cast<uint64_t>(low) + draw % range);
+  }
+  return result;
+}
+
+Tensor randint(int64_t high, const Shape& sizes, Generator* generator) { return randint(0, high, sizes, generator); }
+
 Tensor rand_like(const Tensor& t, Generator* generator) {
   return rand(t.sizes(), TensorOptions().dtype(t.dtype()).device(t.device()), generator);
 }

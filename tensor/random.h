@@ -67,6 +67,11 @@ Tensor rand_like(const Tensor& t, Generator* generator = nullptr);
 // A random permutation of 0..n-1 as int64 on the CPU, the same as torch.randperm(n) on the CPU
 // after the same seed (a Fisher-Yates shuffle drawing one 32-bit number per position).
 Tensor randperm(int64_t n, Generator* generator = nullptr);
+// Integers uniform in [low, high) as int64 on the CPU, the same as torch.randint(low, high, size)
+// on the CPU after the same seed: element by element, one 32-bit draw each (the draw modulo
+// high - low), or one 64-bit draw each when high - low is 2^32 or more.
+Tensor randint(int64_t low, int64_t high, const Shape& sizes, Generator* generator = nullptr);
+Tensor randint(int64_t high, const Shape& sizes, Generator* generator = nullptr);  // low 0
 Tensor randn_like(const Tensor& t, Generator* generator = nullptr);
 
 }  // namespace tinyddp::tensor

@@ -69,6 +69,24 @@ TEST_CASE("randperm equals torch.randperm for the same seed", "[nn][data]") {
   CHECK_THROWS_WITH(t::randperm(-1), Contains("randperm: n must be non-negative, got -1"));
 }
 
+TEST_CASE("randint equals torch.randint for the same seed, below and above 2^32", "[nn][data]") {
+  for (const json& c : reference()["randint"]) {
+    t::Generator g(c["seed"].get<uint64_t>());
+    const auto want = c["values"].get<std::vector<int64_t>>();
+    INFO("randint(" << c["low"] << ", " << c["high"] << ") seed " << c["seed"]);
+    CHECK(t::randint(c["low"].get<int64_t>(), c["high"].get<int64_t>(), {static_cast<int64_t>(want.size())}, &g)
+              .to_vector<int64_t>() == want);
+  }
+  // The default generator, a 2-d shape, and the stream after it (what nanoGPT's get_batch leaves).
+  const json& d = reference()["randint_default"];
+  t::manual_seed(d["seed"].get<uint64_t>());
+  const t::Tensor drawn = t::randint(d["high"].get<int64_t>(), {4, 3});
+  CHECK(drawn.sizes() == t::Shape{4, 3});
+  CHECK(drawn.to_vector<int64_t>() == d["values"].get<std::vector<int64_t>>());
+  CHECK(t::rand({2}).to_vector<float>() == d["then_rand"].get<std::vector<float>>());
+  CHECK_THROWS_WITH(t::randint(3, 3, {2}), Contains("randint: expected low < high, got low 3 and high 3"));
+}
+
 TEST_CASE("DistributedSampler gives every rank PyTorch's index list", "[nn][data][distributed]") {
   int cases = 0;
   for (const json& c : reference()["distributed"]) {
