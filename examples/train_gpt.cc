@@ -7,10 +7,13 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "examples/nanogpt_train.h"
 #include "examples/train_gpt_lib.h"
 #include "tinyddp/base/error.h"
 
 int main(int argc, char** argv) {
+  // --dataset: nanoGPT's train.py, its keys and its data files (nanogpt_train.h).
+  if (tinyddp::examples::wants_nanogpt_mode(argc, argv)) return tinyddp::examples::nanogpt_main(argc, argv);
   tinyddp::examples::GPTTrainConfig c;
   CLI::App app{"Train a small GPT on text with tinyddp (data-parallel when started by launch with WORLD_SIZE > 1)."};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

@@ -1,0 +1,70 @@
+// train_gpt's nanoGPT mode, its command line (nanogpt_train.h): nanoGPT's keys, as
+// `--key=value` (configurator.py's form) or `--key value`; booleans as True/False too.
+#include <CLI/CLI.hpp>
+#include <cstring>
+#include <iostream>
+
+#include "examples/nanogpt_train.h"
+#include "tinyddp/base/error.h"
+
+namespace tinyddp::examples {
+
+bool wants_nanogpt_mode(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--dataset") == 0 || std::strncmp(argv[i], "--dataset=", 10) == 0) return true;
+  }
+  return false;
+}
+
+int nanogpt_main(int argc, char** argv) {
+  NanoGptConfig c;
+  bool compile = false;
+  CLI::App app{"train_gpt in nanoGPT's mode: nanoGPT's train.py keys, its loop and its draws, on its data files."};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--out_dir", c.out_dir, "where checkpoints go (default out)");
+  app.add_option("--eval_interval", c.eval_interval, "iterations between evaluations (default 2000)");
+  app.add_option("--log_interval", c.log_interval, "iterations between loss lines (default 1)");
+  app.add_option("--eval_iters", c.eval_iters, "batches per split in each evaluation (default 200)");
+  app.add_option("--eval_only", c.eval_only, "evaluate once and stop (default False)");
+  app.add_option("--always_save_checkpoint", c.always_save_checkpoint,
+                 "save at every evaluation, not only when the val loss improves (default True)");
+  app.add_option("--init_from", c.init_from, "scratch (default)");
+  app.add_option("--dataset", c.dataset, "data/<dataset> or a directory: train.bin, val.bin, meta.pkl")->required();
+  app.add_option("--gradient_accumulation_steps", c.gradient_accumulation_steps,
+                 "micro-steps per iteration, over all ranks (default 40)");
+  app.add_option("--batch_size", c.batch_size, "windows per micro-step and rank (default 12)");
+  app.add_option("--block_size", c.block_size, "context length (default 1024)");
+  app.add_option("--vocab_size", c.vocab_size, "without meta.pkl: the vocabulary (default 50304)");
+  app.add_option("--n_layer", c.n_layer, "transformer blocks (default 12)");
+  app.add_option("--n_head", c.n_head, "attention heads (default 12)");
+  app.add_option("--n_embd", c.n_embd, "embedding width (default 768)");
+  app.add_option("--dropout", c.dropout, "dropout (default 0.0)");
+  app.add_option("--bias", c.bias, "biases in Linears and LayerNorms (default False)");
+  app.add_option("--learning_rate", c.learning_rate, "AdamW's peak rate (default 6e-4)");
+  app.add_option("--max_iters", c.max_iters, "the last iteration (default 600000)");
+  app.add_option("--weight_decay", c.weight_decay, "AdamW's decay of 2-d weights (default 0.1)");
+  app.add_option("--beta1", c.beta1, "AdamW's beta1 (default 0.9)");
+  app.add_option("--beta2", c.beta2, "AdamW's beta2 (default 0.95)");
+  app.add_option("--grad_clip", c.grad_clip, "clip the gradient norm at this; 0 off (default 1.0)");
+  app.add_option("--decay_lr", c.decay_lr, "warmup and cosine decay (default True)");
+  app.add_option("--warmup_iters", c.warmup_iters, "warmup iterations (default 2000)");
+  app.add_option("--lr_decay_iters", c.lr_decay_iters, "where the cosine ends (default 600000)");
+  app.add_option("--min_lr", c.min_lr, "the rate after the decay (default 6e-5)");
+  app.add_option("--backend", c.backend, "auto (default), gloo or nccl");
+  app.add_option("--device", c.device, "cpu (default), cuda or auto");
+  app.add_option("--dtype", c.dtype, "float32 (default; the only one so far)");
+  app.add_option("--compile", compile, "accepted for nanoGPT's command lines; there is no compiler here: False");
+  app.add_option("--timeout", c.timeout_s, "seconds a collective waits for the other ranks (default 60)");
+  app.add_option("--threads", c.threads, "intra-op threads per process (default: the physical cores)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    TDDP_CHECK(!compile, "--compile=True: there is no compiler here (leave it False)");
+    train_nanogpt(c, std::cout);
+  } catch (const std::exception& e) {
+    std::cerr << "train_gpt: error: " << e.what() << std::endl;
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace tinyddp::examples

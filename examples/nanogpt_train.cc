@@ -1,0 +1,185 @@
+// train_gpt's nanoGPT mode (nanogpt_train.h): the configuration's checks, get_batch,
+// estimate_loss and train.py's loop, in train.py's order of random draws.
+#include "examples/nanogpt_train.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "examples/nanogpt_data.h"
+#include "examples/run_env.h"
+#include "tinyddp/base/error.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/nn/checkpoint.h"
+#include "tinyddp/nn/optim.h"
+#include "tinyddp/nn/scheduler.h"
+#include "tinyddp/nn/transformer.h"
+#include "tinyddp/nn/utils.h"
+#include "tinyddp/tensor/ops.h"
+#include "tinyddp/tensor/random.h"
+
+namespace tinyddp::examples {
+
+namespace t = tinyddp::tensor;
+using tensor::Tensor;
+
+void NanoGptConfig::validate() const {
+  TDDP_CHECK(eval_interval >= 1 && log_interval >= 1 && eval_iters >= 1,
+             "eval_interval ({}), log_interval ({}) and eval_iters ({}) must be at least 1", eval_interval,
+             log_interval, eval_iters);
+  TDDP_CHECK(init_from == "scratch", "init_from={}: only 'scratch' is supported so far", init_from);
+  TDDP_CHECK(gradient_accumulation_steps >= 1 && batch_size >= 1 && block_size >= 1,
+             "gradient_accumulation_steps ({}), batch_size ({}) and block_size ({}) must be at least 1",
+             gradient_accumulation_steps, batch_size, block_size);
+  TDDP_CHECK(n_layer >= 1 && n_head >= 1 && n_embd >= 1 && n_embd % n_head == 0,
+             "n_layer {}, n_head {}, n_embd {}: each at least 1, and n_embd divisible by n_head", n_layer, n_head,
+             n_embd);
+  TDDP_CHECK(dropout >= 0 && dropout < 1, "dropout={} is not in [0, 1)", dropout);
+  TDDP_CHECK(max_iters >= 0 && warmup_iters >= 0 && lr_decay_iters >= 0,
+             "max_iters ({}), warmup_iters ({}) and lr_decay_iters ({}) must not be negative", max_iters, warmup_iters,
+             lr_decay_iters);
+  TDDP_CHECK(!decay_lr || lr_decay_iters != warmup_iters,
+             "lr_decay_iters equals warmup_iters ({}): nanoGPT's get_lr would divide by zero there", warmup_iters);
+  TDDP_CHECK(dtype == "float32", "dtype={}: only float32 so far (train_gpt --autocast bf16 has bfloat16)", dtype);
+}
+
+namespace {
+
+// nanoGPT's data/<dataset>, or the directory itself when `dataset` names one.
+std::string dataset_dir(const std::string& dataset) {
+  if (std::filesystem::is_directory(dataset)) return dataset;
+  return (std::filesystem::path("data") / dataset).string();
+}
+
+// get_batch: batch_size offsets from torch.randint on the default generator, the windows at
+// them as inputs, the same shifted by one as targets.
+struct Batches {
+  const NanoGptDataset& data;
+  int64_t block, batch;
+  t::Device device;
+
+  std::pair<Tensor, Tensor> get(bool train) const {
+    const TokenFile& file = train ? *data.train : *data.val;
+    const std::vector<int64_t> offsets = t::randint(file.size() - block, {batch}).to_vector<int64_t>();
+    std::vector<int64_t> x(static_cast<size_t>(batch * block)), y(x.size());
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t j = 0; j < block; ++j) {
+        x[static_cast<size_t>(b * block + j)] = file[offsets[static_cast<size_t>(b)] + j];
+        y[static_cast<size_t>(b * block + j)] = file[offsets[static_cast<size_t>(b)] + j + 1];
+      }
+    }
+    return {t::from_vector<int64_t>(x, t::Shape{batch, block}).to(device),
+            t::from_vector<int64_t>(y, t::Shape{batch, block}).to(device)};
+  }
+};
+
+// estimate_loss: eval_iters batches of each split in eval mode, their float32 losses averaged.
+std::pair<float, float> estimate_loss(nn::GPT& model, const Batches& batches, int64_t eval_iters) {
+  t::NoGradGuard no_grad;
+  model.eval();
+  float means[2];
+  for (int split = 0; split < 2; ++split) {
+    std::vector<float> losses;
+    for (int64_t k = 0; k < eval_iters; ++k) {
+      const auto [x, y] = batches.get(split == 0);
+      losses.push_back(model(x, y)[1].item<float>());
+    }
+    means[split] = t::mean(t::from_vector<float>(losses, t::Shape{eval_iters})).item<float>();
+  }
+  model.train();
+  return {means[0], means[1]};
+}
+
+}  // namespace
+
+NanoGptResult train_nanogpt(const NanoGptConfig& config, std::ostream& out) {
+  config.validate();
+  use_threads(config.threads);
+  const Placement placement = choose_placement(config.device, config.backend);
+  const std::shared_ptr<comm::ProcessGroup> pg = join_ranks(placement.backend, config.timeout_s);
+  const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
+  const bool master = rank == 0;
+  TDDP_CHECK(config.gradient_accumulation_steps % world == 0,
+             "gradient_accumulation_steps={} is not divisible by the {} ranks: each rank runs an equal share",
+             config.gradient_accumulation_steps, world);
+  const int64_t micro_steps = config.gradient_accumulation_steps / world;
+  if (master) {
+    out << fmt::format("tokens per iteration will be: {}\n",
+                       micro_steps * world * config.batch_size * config.block_size);
+    std::filesystem::create_directories(config.out_dir);
+  }
+  t::manual_seed(1337 + static_cast<uint64_t>(rank));  // nanoGPT's seed_offset: the rank
+  const NanoGptDataset data = open_dataset(dataset_dir(config.dataset), config.block_size, config.vocab_size);
+  if (data.vocab) out << fmt::format("found vocab_size = {} (inside {}/meta.pkl)\n", data.vocab_size, data.dir);
+  nn::GPTConfig model_config;
+  model_config.n_layer = config.n_layer;
+  model_config.n_head = config.n_head;
+  model_config.n_embd = config.n_embd;
+  model_config.block_size = config.block_size;
+  model_config.vocab_size = data.vocab_size;
+  model_config.dropout = config.dropout;
+  model_config.bias = config.bias;
+  auto model = std::make_shared<nn::GPT>(model_config);
+  model->to(placement.device);
+  nn::AdamW optimizer(nn::weight_decay_groups(*model, config.weight_decay),
+                      nn::AdamOptions(config.learning_rate).betas(config.beta1, config.beta2));
+  std::shared_ptr<ddp::DistributedDataParallel> ddp;
+  if (pg) ddp = std::make_shared<ddp::DistributedDataParallel>(model, pg);
+  nn::Module& forward = ddp ? static_cast<nn::Module&>(*ddp) : static_cast<nn::Module&>(*model);
+  const std::vector<Tensor> params = model->parameters();
+  const Batches batches{data, config.block_size, config.batch_size, placement.device};
+
+  NanoGptResult result;
+  auto [x, y] = batches.get(true);  // the very first batch
+  auto t0 = std::chrono::steady_clock::now();
+  float best_val_loss = 1e9f;
+  Tensor loss;
+  for (int64_t iter = 0;; ++iter) {
+    const double lr = config.decay_lr ? nn::NanoGptLR::at(iter, config.learning_rate, config.warmup_iters,
+                                                          config.lr_decay_iters, config.min_lr)
+                                      : config.learning_rate;
+    for (size_t g = 0; g < optimizer.num_param_groups(); ++g) optimizer.set_lr(g, lr);
+    if (iter % config.eval_interval == 0 && master) {
+      const auto [train_loss, val_loss] = estimate_loss(*model, batches, config.eval_iters);
+      result.train_evals.push_back(train_loss);
+      result.val_evals.push_back(val_loss);
+      out << fmt::format("step {}: train loss {:.4f}, val loss {:.4f}\n", iter, train_loss, val_loss);
+      if (val_loss < best_val_loss || config.always_save_checkpoint) {
+        best_val_loss = val_loss;
+        if (iter > 0) {
+          out << fmt::format("saving checkpoint to {}\n", config.out_dir);
+          nn::save_checkpoint((std::filesystem::path(config.out_dir) / "ckpt.safetensors").string(), *model, optimizer,
+                              iter, {}, {{"best_val_loss", fmt::format("{}", best_val_loss)}});
+        }
+      }
+    }
+    if (iter == 0 && config.eval_only) break;
+    for (int64_t micro = 0; micro < micro_steps; ++micro) {
+      // DDP reduces on the last micro-step only (nanoGPT's require_backward_grad_sync).
+      std::optional<ddp::DistributedDataParallel::NoSyncGuard> no_sync;
+      if (ddp && micro + 1 < micro_steps) no_sync.emplace(*ddp);
+      loss = t::div(forward(x, y)[1], static_cast<double>(micro_steps));
+      std::tie(x, y) = batches.get(true);  // the next batch, drawn before the backward as nanoGPT's
+      loss.backward();
+    }
+    if (config.grad_clip != 0.0) nn::clip_grad_norm_(params, config.grad_clip);
+    optimizer.step();
+    optimizer.zero_grad(true);
+    const auto t1 = std::chrono::steady_clock::now();
+    const double dt = std::chrono::duration<double>(t1 - t0).count();
+    t0 = t1;
+    if (iter % config.log_interval == 0 && master) {
+      const double lossf = static_cast<double>(loss.item<float>()) * static_cast<double>(micro_steps);
+      result.iter_losses.push_back(lossf);
+      out << fmt::format("iter {}: loss {:.4f}, time {:.2f}ms\n", iter, lossf, dt * 1000) << std::flush;
+    }
+    result.iterations = iter + 1;
+    if (iter + 1 > config.max_iters) break;
+  }
+  return result;
+}
+
+}  // namespace tinyddp::examples

@@ -1,0 +1,68 @@
+// train_gpt's nanoGPT mode: nanoGPT's train.py, its keys, its loop and its random draws, on
+// nanoGPT's data files (nanogpt_data.h). With the same data directory, settings and seed it
+// prints the same `step N: train loss X, val loss Y` and `iter N: loss X` lines as train.py run
+// with device='cpu' compile=False dtype='float32' (tests/examples/nanogpt_train_test.cc):
+//   torch.manual_seed(1337 + rank); the model's initialisation; the first batch; then each
+//   iteration: its rate (get_lr: nn::NanoGptLR::at), on rank 0 every eval_interval
+//   iterations estimate_loss (eval_iters train, then val batches), then per micro-step the
+//   forward, the next batch, the backward (DDP reduces on the last micro-step only), then
+//   clipping and AdamW's step; iterations 0 to max_iters.
+// get_batch draws torch.randint(len(data) - block_size, (batch_size,)) from the default
+// generator and stacks the windows at those offsets.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace tinyddp::examples {
+
+// nanoGPT's config keys with train.py's defaults, except where a CPU-only machine needs
+// another (device) and where tinyddp has its own (backend auto, threads).
+struct NanoGptConfig {
+  // I/O
+  std::string out_dir = "out";
+  int64_t eval_interval = 2000, log_interval = 1, eval_iters = 200;
+  bool eval_only = false, always_save_checkpoint = true;
+  std::string init_from = "scratch";  // only scratch so far
+  // data: a directory, or a name under data/ as nanoGPT's data/<dataset>
+  std::string dataset = "openwebtext";
+  int64_t gradient_accumulation_steps = 5 * 8, batch_size = 12, block_size = 1024;
+  int64_t vocab_size = 0;  // without meta.pkl: nanoGPT's 50304 unless given
+  // model
+  int64_t n_layer = 12, n_head = 12, n_embd = 768;
+  double dropout = 0.0;
+  bool bias = false;
+  // AdamW and its schedule
+  double learning_rate = 6e-4;
+  int64_t max_iters = 600000;
+  double weight_decay = 1e-1, beta1 = 0.9, beta2 = 0.95, grad_clip = 1.0;
+  bool decay_lr = true;
+  int64_t warmup_iters = 2000, lr_decay_iters = 600000;
+  double min_lr = 6e-5;
+  // system
+  std::string backend = "auto", device = "cpu", dtype = "float32";
+  double timeout_s = 60;
+  int threads = 0;
+
+  // Throws tinyddp::Error naming the first key out of range.
+  void validate() const;
+};
+
+struct NanoGptResult {
+  std::vector<double> iter_losses;             // rank 0's printed `iter N: loss` values, by iteration
+  std::vector<double> train_evals, val_evals;  // estimate_loss at each eval
+  int64_t iterations = 0;
+};
+
+NanoGptResult train_nanogpt(const NanoGptConfig& config, std::ostream& log);
+
+// train_gpt's command line in nanoGPT's form (`--key=value`, or `--key value`; a config file
+// as the first argument is not read yet). Returns the exit status.
+int nanogpt_main(int argc, char** argv);
+
+// Whether a command line asks for the nanoGPT mode (it names --dataset).
+bool wants_nanogpt_mode(int argc, char** argv);
+
+}  // namespace tinyddp::examples

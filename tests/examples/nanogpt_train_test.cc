@@ -1,0 +1,95 @@
+// train_gpt's nanoGPT mode against nanoGPT's own train.py (fixtures/make_nanogpt_train_fixture.py
+// ran it on the CPU in float32): the same `step N: train loss, val loss` and `iter N: loss`
+// lines, for 50 iterations of gradient accumulation with the decay ending before the run, and
+// for a run with biases, a constant rate and no clipping. Then the mode's errors.
+#include <fstream>
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/test_util.h"
+
+using namespace tinyddp;
+using Catch::Contains;
+using testing::CommandResult;
+using testing::run_command;
+using testing::temp_path;
+
+namespace {
+
+const std::string kData = "tests/examples/fixtures/nanogpt_data/story";
+
+// The printed values are rounded to 4 decimals on both sides: float32 sums that differ in their
+// last bits can round to neighbouring values, one unit of the last place apart.
+constexpr double kPrinted = 1.0001e-4;
+
+std::string train_gpt(const std::vector<std::string>& keys, const std::string& out_dir) {
+  std::string command = "examples/train_gpt";
+  for (const std::string& key : keys) {
+    command += " " + (key == "--dataset=story" ? "--dataset=" + kData : key);
+  }
+  return command + " --out_dir=" + out_dir + " 2>&1";
+}
+
+}  // namespace
+
+TEST_CASE("train_gpt --dataset prints nanoGPT's train.py losses, iteration by iteration",
+          "[examples][nanogpt][fixture]") {
+  std::ifstream in("tests/examples/fixtures/nanogpt_train_reference.json");
+  REQUIRE(in.good());
+  const nlohmann::json reference = nlohmann::json::parse(in);
+  for (const nlohmann::json& c : reference["cases"]) {
+    const std::string name = c["name"].get<std::string>();
+    INFO(name);
+    std::vector<std::string> keys = reference["common"].get<std::vector<std::string>>();
+    for (const std::string& key : c["keys"].get<std::vector<std::string>>()) keys.push_back(key);
+    const CommandResult r = run_command(train_gpt(keys, temp_path("nanogpt_" + name)));
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    std::vector<std::pair<int64_t, double>> iters;
+    std::vector<std::tuple<int64_t, double, double>> evals;
+    const std::regex iter_line(R"(^iter (\d+): loss ([0-9.]+),)"),
+        eval_line(R"(^step (\d+): train loss ([0-9.]+), val loss ([0-9.]+))");
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);) {
+      std::smatch m;
+      if (std::regex_search(line, m, iter_line)) iters.emplace_back(std::stoll(m[1]), std::stod(m[2]));
+      if (std::regex_search(line, m, eval_line)) evals.emplace_back(std::stoll(m[1]), std::stod(m[2]), std::stod(m[3]));
+    }
+    const auto& want_iters = c["iters"];
+    REQUIRE(iters.size() == want_iters.size());
+    for (size_t i = 0; i < iters.size(); ++i) {
+      INFO("iter " << iters[i].first << ": " << iters[i].second << " against nanoGPT's " << want_iters[i][1]);
+      CHECK(iters[i].first == want_iters[i][0].get<int64_t>());
+      CHECK(std::abs(iters[i].second - want_iters[i][1].get<double>()) <= kPrinted);
+    }
+    const auto& want_evals = c["evals"];
+    REQUIRE(evals.size() == want_evals.size());
+    for (size_t i = 0; i < evals.size(); ++i) {
+      INFO("step " << std::get<0>(evals[i]));
+      CHECK(std::get<0>(evals[i]) == want_evals[i][0].get<int64_t>());
+      CHECK(std::abs(std::get<1>(evals[i]) - want_evals[i][1].get<double>()) <= kPrinted);
+      CHECK(std::abs(std::get<2>(evals[i]) - want_evals[i][2].get<double>()) <= kPrinted);
+    }
+  }
+}
+
+TEST_CASE("train_gpt --dataset: bad keys and data are clear errors", "[examples][nanogpt]") {
+  const std::string out = temp_path("nanogpt_errors");
+  const auto fails_with = [&](const std::string& keys, const std::string& message) {
+    const CommandResult r = run_command("examples/train_gpt --dataset=" + kData + " --out_dir=" + out +
+                                        " --n_layer=1 --n_head=1 --n_embd=8 --block_size=8 " + keys + " 2>&1");
+    INFO(r.output);
+    CHECK(r.exit_code != 0);
+    CHECK_THAT(r.output, Contains(message));
+  };
+  fails_with("--n_embd=10 --n_head=4", "n_embd divisible by n_head");
+  fails_with("--warmup_iters=5 --lr_decay_iters=5", "lr_decay_iters equals warmup_iters (5)");
+  fails_with("--compile=True", "there is no compiler here");
+  fails_with("--dtype=float16", "dtype=float16: only float32 so far");
+  fails_with("--init_from=resume", "init_from=resume: only 'scratch' is supported so far");
+  fails_with("--block_size=400", "val.bin: 304 tokens, fewer than the 401");
+  const CommandResult missing = run_command("examples/train_gpt --dataset=no_such_dataset 2>&1");
+  CHECK(missing.exit_code != 0);
+  CHECK_THAT(missing.output, Contains("--dataset data/no_such_dataset: not a directory"));
+}
