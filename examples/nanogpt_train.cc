@@ -93,6 +93,18 @@ std::pair<float, float> estimate_loss(nn::GPT& model, const Batches& batches, in
   return {means[0], means[1]};
 }
 
+nn::GPTConfig model_config(const NanoGptConfig& config, int64_t vocab_size) {
+  nn::GPTConfig c;
+  c.n_layer = config.n_layer;
+  c.n_head = config.n_head;
+  c.n_embd = config.n_embd;
+  c.block_size = config.block_size;
+  c.vocab_size = vocab_size;
+  c.dropout = config.dropout;
+  c.bias = config.bias;
+  return c;
+}
+
 }  // namespace
 
 NanoGptResult train_nanogpt(const NanoGptConfig& config, std::ostream& out) {
@@ -114,15 +126,7 @@ NanoGptResult train_nanogpt(const NanoGptConfig& config, std::ostream& out) {
   t::manual_seed(1337 + static_cast<uint64_t>(rank));  // nanoGPT's seed_offset: the rank
   const NanoGptDataset data = open_dataset(dataset_dir(config.dataset), config.block_size, config.vocab_size);
   if (data.vocab) out << fmt::format("found vocab_size = {} (inside {}/meta.pkl)\n", data.vocab_size, data.dir);
-  nn::GPTConfig model_config;
-  model_config.n_layer = config.n_layer;
-  model_config.n_head = config.n_head;
-  model_config.n_embd = config.n_embd;
-  model_config.block_size = config.block_size;
-  model_config.vocab_size = data.vocab_size;
-  model_config.dropout = config.dropout;
-  model_config.bias = config.bias;
-  auto model = std::make_shared<nn::GPT>(model_config);
+  auto model = std::make_shared<nn::GPT>(model_config(config, data.vocab_size));
   model->to(placement.device);
   nn::AdamW optimizer(nn::weight_decay_groups(*model, config.weight_decay),
                       nn::AdamOptions(config.learning_rate).betas(config.beta1, config.beta2));
