@@ -183,6 +183,10 @@ NanoGptResult train_nanogpt(const NanoGptConfig& config, std::ostream& out) {
     result.iterations = iter + 1;
     if (iter + 1 > config.max_iters) break;
   }
+  if (ddp && master) {
+    out << fmt::format("ddp: {} of {} micro-steps reduced their gradients, in {} bucket(s) each\n",
+                       ddp->stats().iterations, result.iterations * micro_steps, ddp->stats().bucket_bytes.size());
+  }
   return result;
 }
 
