@@ -1,8 +1,17 @@
 // train_gpt's nanoGPT mode, its command line (nanogpt_train.h): nanoGPT's keys, as
-// `--key=value` (configurator.py's form) or `--key value`; booleans as True/False too.
+// `--key=value` (configurator.py's form) or `--key value`, booleans as True/False too, and
+// nanoGPT's config files (`key = literal` lines) wherever they stand among them.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "examples/nanogpt_train.h"
 #include "tinyddp/base/error.h"
@@ -12,13 +21,83 @@ namespace tinyddp::examples {
 bool wants_nanogpt_mode(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--dataset") == 0 || std::strncmp(argv[i], "--dataset=", 10) == 0) return true;
+    if (argv[i][0] != '-' && std::strchr(argv[i], '=') == nullptr) return true;  // a config file, as nanoGPT's
   }
   return false;
 }
 
+namespace {
+
+std::string trim(const std::string& s) {
+  const size_t first = s.find_first_not_of(" \t\r"), last = s.find_last_not_of(" \t\r");
+  return first == std::string::npos ? "" : s.substr(first, last - first + 1);
+}
+
+// One line of a nanoGPT config file as the option it sets ("--key=value"), or nothing for a
+// blank or comment line. The line must be `key = literal`, with an int, a float, True, False
+// or a quoted string (no escapes), and an optional comment.
+std::optional<std::string> config_line(const std::string& raw, const std::string& file, int number) {
+  const std::string line = trim(raw);
+  if (line.empty() || line[0] == '#') return std::nullopt;
+  static const std::regex assignment(R"(^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$)");
+  static const std::regex number_literal(R"(^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$)");
+  const auto bad = [&](const std::string& why) {
+    return Error(
+        fmt::format("{} line {}: {} ('{}'); a config file holds `key = literal` lines (int, float, True, "
+                    "False or a quoted string) and comments",
+                    file, number, why, line));
+  };
+  std::smatch m;
+  if (!std::regex_match(line, m, assignment)) throw bad("not an assignment");
+  const std::string key = m[1], rest = m[2];
+  std::string value, after;
+  if (!rest.empty() && (rest[0] == '\'' || rest[0] == '"')) {
+    const size_t close = rest.find(rest[0], 1);
+    if (close == std::string::npos) throw bad("an unterminated string");
+    value = rest.substr(1, close - 1);
+    if (value.find('\\') != std::string::npos) throw bad("a string with escapes");
+    after = trim(rest.substr(close + 1));
+  } else {
+    const size_t hash = rest.find('#');
+    value = trim(rest.substr(0, hash));
+    after = hash == std::string::npos ? "" : rest.substr(hash);
+    if (value == "True" || value == "False") {
+      value = value == "True" ? "true" : "false";
+    } else if (!std::regex_match(value, number_literal)) {
+      throw bad("'" + value + "' is not a literal this reader takes");
+    }
+  }
+  if (!after.empty() && after[0] != '#') throw bad("more after the value");
+  return "--" + key + "=" + value;
+}
+
+// The command line with each config file (an argument without '=' that is not an option)
+// replaced by the options its lines set, in place, as nanoGPT's configurator.py applies them.
+std::vector<std::string> expand_config_files(int argc, char** argv) {
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.empty() || arg[0] == '-' || arg.find('=') != std::string::npos) {
+      args.push_back(arg);
+      continue;
+    }
+    std::ifstream in(arg);
+    TDDP_CHECK(in.good(), "{}: cannot open this config file", arg);
+    std::cout << "Overriding config with " << arg << "\n";
+    int number = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (auto option = config_line(line, arg, ++number)) args.push_back(*option);
+    }
+  }
+  return args;
+}
+
+}  // namespace
+
 int nanogpt_main(int argc, char** argv) {
   NanoGptConfig c;
-  bool compile = false;
+  bool compile = false, wandb_log = false;
+  std::string ignored;
   CLI::App app{"train_gpt in nanoGPT's mode: nanoGPT's train.py keys, its loop and its draws, on its data files."};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--out_dir", c.out_dir, "where checkpoints go (default out)");
@@ -56,8 +135,20 @@ int nanogpt_main(int argc, char** argv) {
   app.add_option("--compile", compile, "accepted for nanoGPT's command lines; there is no compiler here: False");
   app.add_option("--timeout", c.timeout_s, "seconds a collective waits for the other ranks (default 60)");
   app.add_option("--threads", c.threads, "intra-op threads per process (default: the physical cores)");
-  CLI11_PARSE(app, argc, argv);
+  app.add_option("--wandb_log", wandb_log, "accepted for nanoGPT's config files: False (there is no wandb here)");
+  app.add_option("--wandb_project,--wandb_run_name", ignored, "accepted for nanoGPT's config files; unused");
   try {
+    std::vector<std::string> args = expand_config_files(argc, argv);
+    std::reverse(args.begin(), args.end());  // CLI11 takes a vector last argument first
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::cerr << "train_gpt: error: " << e.what() << std::endl;
+    return 1;
+  }
+  try {
+    TDDP_CHECK(!wandb_log, "--wandb_log=True: there is no wandb here (leave it False)");
     TDDP_CHECK(!compile, "--compile=True: there is no compiler here (leave it False)");
     train_nanogpt(c, std::cout);
   } catch (const std::exception& e) {

@@ -58,11 +58,13 @@ struct NanoGptResult {
 
 NanoGptResult train_nanogpt(const NanoGptConfig& config, std::ostream& log);
 
-// train_gpt's command line in nanoGPT's form (`--key=value`, or `--key value`; a config file
-// as the first argument is not read yet). Returns the exit status.
+// train_gpt's command line in nanoGPT's form: `--key=value` (or `--key value`), and config
+// files of `key = literal` lines wherever they stand, applied in order as nanoGPT's
+// configurator.py does (anything else in a file is an error naming its line). Returns the
+// exit status.
 int nanogpt_main(int argc, char** argv);
 
-// Whether a command line asks for the nanoGPT mode (it names --dataset).
+// Whether a command line asks for the nanoGPT mode (it names --dataset, or a config file).
 bool wants_nanogpt_mode(int argc, char** argv);
 
 }  // namespace tinyddp::examples

@@ -33,47 +33,93 @@ std::string train_gpt(const std::vector<std::string>& keys, const std::string& o
   return command + " --out_dir=" + out_dir + " 2>&1";
 }
 
+const nlohmann::json& reference() {
+  static const nlohmann::json j = [] {
+    std::ifstream in("tests/examples/fixtures/nanogpt_train_reference.json");
+    REQUIRE(in.good());
+    return nlohmann::json::parse(in);
+  }();
+  return j;
+}
+
+// The `iter` and `step` lines of `output` against the fixture case `c`'s.
+void expect_nanogpt_lines(const std::string& output, const nlohmann::json& c) {
+  std::vector<std::pair<int64_t, double>> iters;
+  std::vector<std::tuple<int64_t, double, double>> evals;
+  const std::regex iter_line(R"(^iter (\d+): loss ([0-9.]+),)"),
+      eval_line(R"(^step (\d+): train loss ([0-9.]+), val loss ([0-9.]+))");
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, iter_line)) iters.emplace_back(std::stoll(m[1]), std::stod(m[2]));
+    if (std::regex_search(line, m, eval_line)) evals.emplace_back(std::stoll(m[1]), std::stod(m[2]), std::stod(m[3]));
+  }
+  const auto& want_iters = c["iters"];
+  REQUIRE(iters.size() == want_iters.size());
+  for (size_t i = 0; i < iters.size(); ++i) {
+    INFO("iter " << iters[i].first << ": " << iters[i].second << " against nanoGPT's " << want_iters[i][1]);
+    CHECK(iters[i].first == want_iters[i][0].get<int64_t>());
+    CHECK(std::abs(iters[i].second - want_iters[i][1].get<double>()) <= kPrinted);
+  }
+  const auto& want_evals = c["evals"];
+  REQUIRE(evals.size() == want_evals.size());
+  for (size_t i = 0; i < evals.size(); ++i) {
+    INFO("step " << std::get<0>(evals[i]));
+    CHECK(std::get<0>(evals[i]) == want_evals[i][0].get<int64_t>());
+    CHECK(std::abs(std::get<1>(evals[i]) - want_evals[i][1].get<double>()) <= kPrinted);
+    CHECK(std::abs(std::get<2>(evals[i]) - want_evals[i][2].get<double>()) <= kPrinted);
+  }
+}
+
+std::vector<std::string> case_keys(const nlohmann::json& c) {
+  std::vector<std::string> keys = reference()["common"].get<std::vector<std::string>>();
+  for (const std::string& key : c["keys"].get<std::vector<std::string>>()) keys.push_back(key);
+  return keys;
+}
+
 }  // namespace
 
 TEST_CASE("train_gpt --dataset prints nanoGPT's train.py losses, iteration by iteration",
           "[examples][nanogpt][fixture]") {
-  std::ifstream in("tests/examples/fixtures/nanogpt_train_reference.json");
-  REQUIRE(in.good());
-  const nlohmann::json reference = nlohmann::json::parse(in);
-  for (const nlohmann::json& c : reference["cases"]) {
+  for (const nlohmann::json& c : reference()["cases"]) {
     const std::string name = c["name"].get<std::string>();
     INFO(name);
-    std::vector<std::string> keys = reference["common"].get<std::vector<std::string>>();
-    for (const std::string& key : c["keys"].get<std::vector<std::string>>()) keys.push_back(key);
-    const CommandResult r = run_command(train_gpt(keys, temp_path("nanogpt_" + name)));
+    const CommandResult r = run_command(train_gpt(case_keys(c), temp_path("nanogpt_" + name)));
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
-    std::vector<std::pair<int64_t, double>> iters;
-    std::vector<std::tuple<int64_t, double, double>> evals;
-    const std::regex iter_line(R"(^iter (\d+): loss ([0-9.]+),)"),
-        eval_line(R"(^step (\d+): train loss ([0-9.]+), val loss ([0-9.]+))");
-    std::istringstream lines(r.output);
-    for (std::string line; std::getline(lines, line);) {
-      std::smatch m;
-      if (std::regex_search(line, m, iter_line)) iters.emplace_back(std::stoll(m[1]), std::stod(m[2]));
-      if (std::regex_search(line, m, eval_line)) evals.emplace_back(std::stoll(m[1]), std::stod(m[2]), std::stod(m[3]));
-    }
-    const auto& want_iters = c["iters"];
-    REQUIRE(iters.size() == want_iters.size());
-    for (size_t i = 0; i < iters.size(); ++i) {
-      INFO("iter " << iters[i].first << ": " << iters[i].second << " against nanoGPT's " << want_iters[i][1]);
-      CHECK(iters[i].first == want_iters[i][0].get<int64_t>());
-      CHECK(std::abs(iters[i].second - want_iters[i][1].get<double>()) <= kPrinted);
-    }
-    const auto& want_evals = c["evals"];
-    REQUIRE(evals.size() == want_evals.size());
-    for (size_t i = 0; i < evals.size(); ++i) {
-      INFO("step " << std::get<0>(evals[i]));
-      CHECK(std::get<0>(evals[i]) == want_evals[i][0].get<int64_t>());
-      CHECK(std::abs(std::get<1>(evals[i]) - want_evals[i][1].get<double>()) <= kPrinted);
-      CHECK(std::abs(std::get<2>(evals[i]) - want_evals[i][2].get<double>()) <= kPrinted);
-    }
+    expect_nanogpt_lines(r.output, c);
   }
+}
+
+TEST_CASE("train_gpt reads nanoGPT's config files: `key = literal` lines, then --key=value", "[examples][nanogpt]") {
+  // The "plain" case as nanoGPT users write it: a config file, one key overridden after it.
+  const nlohmann::json& c = reference()["cases"][1];
+  REQUIRE(c["name"] == "plain");
+  const std::string config = temp_path("nanogpt_plain_config.py");
+  {
+    std::ofstream f(config);
+    f << "# the plain case of make_nanogpt_train_fixture.py\n\n";
+    for (const std::string& key : case_keys(c)) {
+      const size_t eq = key.find('=');
+      const std::string name = key.substr(2, eq - 2), value = key.substr(eq + 1);
+      const bool text = name == "dataset" || name == "device" || name == "dtype";
+      f << name << " = " << (text ? "'" + (name == "dataset" ? kData : value) + "'" : value)
+        << (name == "max_iters" ? "  # overridden below\n" : "\n");
+    }
+    f << "wandb_log = False # as nanoGPT's own config files say\nwandb_project = 'story'\n";
+  }
+  const int64_t max_iters = c["iters"].back()[0].get<int64_t>();
+  CommandResult r = run_command("examples/train_gpt " + config + " --max_iters=" + std::to_string(max_iters) +
+                                " --out_dir=" + temp_path("nanogpt_config") + " 2>&1");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("Overriding config with " + config));
+  expect_nanogpt_lines(r.output, c);
+  // Anything but `key = literal` is refused, naming the line.
+  std::ofstream(config, std::ios::app) << "eval_iters = [1, 2]\n";
+  r = run_command("examples/train_gpt " + config + " 2>&1");
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.output, Contains("nanogpt_plain_config.py line ") && Contains("'[1, 2]' is not a literal"));
 }
 
 TEST_CASE("train_gpt --dataset on 2 ranks accumulates as nanoGPT's loop under PyTorch's DDP",
