@@ -107,7 +107,7 @@ int nanogpt_main(int argc, char** argv) {
   app.add_option("--eval_only", c.eval_only, "evaluate once and stop (default False)");
   app.add_option("--always_save_checkpoint", c.always_save_checkpoint,
                  "save at every evaluation, not only when the val loss improves (default True)");
-  app.add_option("--init_from", c.init_from, "scratch (default)");
+  app.add_option("--init_from", c.init_from, "scratch (default) or resume (from out_dir's checkpoint)");
   app.add_option("--dataset", c.dataset, "data/<dataset> or a directory: train.bin, val.bin, meta.pkl")->required();
   app.add_option("--gradient_accumulation_steps", c.gradient_accumulation_steps,
                  "micro-steps per iteration, over all ranks (default 40)");

@@ -9,11 +9,12 @@
 
 #include <fmt/format.h>
 
+#include "examples/nanogpt_checkpoint.h"
 #include "examples/nanogpt_data.h"
 #include "examples/run_env.h"
 #include "tinyddp/base/error.h"
+#include "tinyddp/comm/objects.h"
 #include "tinyddp/ddp/distributed.h"
-#include "tinyddp/nn/checkpoint.h"
 #include "tinyddp/nn/optim.h"
 #include "tinyddp/nn/scheduler.h"
 #include "tinyddp/nn/transformer.h"
@@ -30,7 +31,8 @@ void NanoGptConfig::validate() const {
   TDDP_CHECK(eval_interval >= 1 && log_interval >= 1 && eval_iters >= 1,
              "eval_interval ({}), log_interval ({}) and eval_iters ({}) must be at least 1", eval_interval,
              log_interval, eval_iters);
-  TDDP_CHECK(init_from == "scratch", "init_from={}: only 'scratch' is supported so far", init_from);
+  TDDP_CHECK(init_from == "scratch" || init_from == "resume",
+             "init_from={}: scratch or resume (nanoGPT's gpt2* weights are not supported)", init_from);
   TDDP_CHECK(gradient_accumulation_steps >= 1 && batch_size >= 1 && block_size >= 1,
              "gradient_accumulation_steps ({}), batch_size ({}) and block_size ({}) must be at least 1",
              gradient_accumulation_steps, batch_size, block_size);
@@ -105,10 +107,43 @@ nn::GPTConfig model_config(const NanoGptConfig& config, int64_t vocab_size) {
   return c;
 }
 
+// An evaluation iteration: rank 0's estimate_loss and its line, then the checkpoint, which every
+// rank joins (rank 0 alone knows the val loss; each rank saves its generator and batch).
+void evaluate(const NanoGptConfig& config, int64_t iter, int rank, comm::ProcessGroup* pg, t::Device device,
+              nn::GPT& model, nn::Optimizer& optimizer, const Batches& batches, NanoGptState& state,
+              NanoGptResult& result, std::ostream& out) {
+  bool save = false;
+  if (rank == 0) {
+    const auto [train_loss, val_loss] = estimate_loss(model, batches, config.eval_iters);
+    result.train_evals.push_back(train_loss);
+    result.val_evals.push_back(val_loss);
+    out << fmt::format("step {}: train loss {:.4f}, val loss {:.4f}\n", iter, train_loss, val_loss);
+    if (val_loss < state.best_val_loss || config.always_save_checkpoint) {
+      state.best_val_loss = val_loss;
+      save = iter > 0;
+    }
+  }
+  if (pg != nullptr) save = comm::broadcast_ints(*pg, device, {save ? 1 : 0}, 0)[0] != 0;
+  if (save) {
+    if (rank == 0) out << fmt::format("saving checkpoint to {}\n", config.out_dir);
+    state.iter = iter;
+    save_nanogpt_state(config, rank, model, optimizer, state);
+  }
+}
+
+// How many micro-steps reduced their gradients: the last of each iteration's, under no_sync.
+void report_reductions(const ddp::DistributedDataParallel& ddp, int64_t micro_steps, std::ostream& out) {
+  out << fmt::format("ddp: {} of {} micro-steps reduced their gradients, in {} bucket(s) each\n",
+                     ddp.stats().iterations, micro_steps, ddp.stats().bucket_bytes.size());
+}
+
 }  // namespace
 
-NanoGptResult train_nanogpt(const NanoGptConfig& config, std::ostream& out) {
-  config.validate();
+NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
+  given.validate();
+  NanoGptConfig config = given;
+  const bool resume = config.init_from == "resume";
+  if (resume) use_checkpoint_model_args(config);  // the checkpoint's shape, as nanoGPT's resume
   use_threads(config.threads);
   const Placement placement = choose_placement(config.device, config.backend);
   const std::shared_ptr<comm::ProcessGroup> pg = join_ranks(placement.backend, config.timeout_s);
@@ -137,28 +172,26 @@ NanoGptResult train_nanogpt(const NanoGptConfig& config, std::ostream& out) {
   const Batches batches{data, config.block_size, config.batch_size, placement.device};
 
   NanoGptResult result;
-  auto [x, y] = batches.get(true);  // the very first batch
+  NanoGptState state;
+  if (resume) {
+    state = resume_nanogpt_state(config, rank, *model, optimizer, placement.device);
+    out << fmt::format("resuming training from {} at iteration {}\n", config.out_dir, state.iter);
+  } else {
+    std::tie(state.x, state.y) = batches.get(true);  // the very first batch
+  }
+  Tensor& x = state.x;
+  Tensor& y = state.y;
+  const int64_t first_iter = state.iter;
   auto t0 = std::chrono::steady_clock::now();
-  float best_val_loss = 1e9f;
   Tensor loss;
-  for (int64_t iter = 0;; ++iter) {
+  for (int64_t iter = first_iter;; ++iter) {
     const double lr = config.decay_lr ? nn::NanoGptLR::at(iter, config.learning_rate, config.warmup_iters,
                                                           config.lr_decay_iters, config.min_lr)
                                       : config.learning_rate;
     for (size_t g = 0; g < optimizer.num_param_groups(); ++g) optimizer.set_lr(g, lr);
-    if (iter % config.eval_interval == 0 && master) {
-      const auto [train_loss, val_loss] = estimate_loss(*model, batches, config.eval_iters);
-      result.train_evals.push_back(train_loss);
-      result.val_evals.push_back(val_loss);
-      out << fmt::format("step {}: train loss {:.4f}, val loss {:.4f}\n", iter, train_loss, val_loss);
-      if (val_loss < best_val_loss || config.always_save_checkpoint) {
-        best_val_loss = val_loss;
-        if (iter > 0) {
-          out << fmt::format("saving checkpoint to {}\n", config.out_dir);
-          nn::save_checkpoint((std::filesystem::path(config.out_dir) / "ckpt.safetensors").string(), *model, optimizer,
-                              iter, {}, {{"best_val_loss", fmt::format("{}", best_val_loss)}});
-        }
-      }
+    // A resumed run starts after its first iteration's evaluation: the checkpoint was saved there.
+    if (iter % config.eval_interval == 0 && !(resume && iter == first_iter)) {
+      evaluate(config, iter, rank, pg.get(), placement.device, *model, optimizer, batches, state, result, out);
     }
     if (iter == 0 && config.eval_only) break;
     for (int64_t micro = 0; micro < micro_steps; ++micro) {
@@ -183,10 +216,7 @@ NanoGptResult train_nanogpt(const NanoGptConfig& config, std::ostream& out) {
     result.iterations = iter + 1;
     if (iter + 1 > config.max_iters) break;
   }
-  if (ddp && master) {
-    out << fmt::format("ddp: {} of {} micro-steps reduced their gradients, in {} bucket(s) each\n",
-                       ddp->stats().iterations, result.iterations * micro_steps, ddp->stats().bucket_bytes.size());
-  }
+  if (ddp && master) report_reductions(*ddp, (result.iterations - first_iter) * micro_steps, out);
   return result;
 }
 

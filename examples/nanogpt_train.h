@@ -25,7 +25,7 @@ struct NanoGptConfig {
   std::string out_dir = "out";
   int64_t eval_interval = 2000, log_interval = 1, eval_iters = 200;
   bool eval_only = false, always_save_checkpoint = true;
-  std::string init_from = "scratch";  // only scratch so far
+  std::string init_from = "scratch";  // or resume: out_dir's checkpoint (nanogpt_checkpoint.h)
   // data: a directory, or a name under data/ as nanoGPT's data/<dataset>
   std::string dataset = "openwebtext";
   int64_t gradient_accumulation_steps = 5 * 8, batch_size = 12, block_size = 1024;

@@ -2,6 +2,7 @@
 // ran it on the CPU in float32): the same `step N: train loss, val loss` and `iter N: loss`
 // lines, for 50 iterations of gradient accumulation with the decay ending before the run, and
 // for a run with biases, a constant rate and no clipping. Then the mode's errors.
+#include <filesystem>
 #include <fstream>
 #include <regex>
 
@@ -165,6 +166,67 @@ TEST_CASE("train_gpt --dataset on 2 ranks accumulates as nanoGPT's loop under Py
   CHECK(compared == 15);
 }
 
+TEST_CASE("init_from=resume continues a run exactly, alone and on 2 ranks", "[examples][nanogpt][fixture]") {
+  // Alone: the "accumulate" case stopped after its checkpoint at iteration 30, then resumed to
+  // 50, prints the uninterrupted run's lines from iteration 30 on (nanoGPT's own resume would
+  // draw new batches: its checkpoints keep no generator).
+  const nlohmann::json& c = reference()["cases"][0];
+  REQUIRE(c["name"] == "accumulate");
+  std::vector<std::string> keys = case_keys(c);
+  const std::string out = temp_path("nanogpt_resume");
+  std::filesystem::remove_all(out);
+  for (std::string& key : keys) {
+    if (key == "--max_iters=50") key = "--max_iters=30";
+  }
+  REQUIRE(run_command(train_gpt(keys, out)).exit_code == 0);
+  for (std::string& key : keys) {
+    if (key == "--max_iters=30") key = "--max_iters=50";
+  }
+  keys.push_back("--init_from=resume");
+  const CommandResult r = run_command(train_gpt(keys, out));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("resuming training from " + out + " at iteration 30"));
+  nlohmann::json rest = c;
+  rest["iters"] = nlohmann::json::array();
+  rest["evals"] = nlohmann::json::array();
+  for (const auto& line : c["iters"]) {
+    if (line[0].get<int64_t>() >= 30) rest["iters"].push_back(line);
+  }
+  for (const auto& line : c["evals"]) {
+    if (line[0].get<int64_t>() > 30) rest["evals"].push_back(line);
+  }
+  expect_nanogpt_lines(r.output, rest);
+
+  // On 2 ranks: the DDP case stopped at its iteration-3 checkpoint and resumed: each rank takes
+  // back its own generator and batch, and iterations 3 to 6 are the fixture's.
+  std::ifstream keys_file("tests/examples/fixtures/nanogpt_ddp_keys.txt");
+  std::string ddp_keys;
+  std::getline(keys_file, ddp_keys);
+  const std::string ddp_out = temp_path("nanogpt_ddp_resume");
+  std::filesystem::remove_all(ddp_out);
+  const std::string launch = "launcher/launch --nproc_per_node 2 -- examples/train_gpt --dataset=" + kData + " " +
+                             ddp_keys + " --out_dir=" + ddp_out;
+  REQUIRE(run_command(launch + " --max_iters=3 2>&1").exit_code == 0);
+  CHECK(std::filesystem::exists(ddp_out + "/ckpt.rank1.safetensors"));
+  const CommandResult resumed = run_command(launch + " --init_from=resume 2>&1");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  const std::vector<double> want = nn::load_safetensors("tests/examples/fixtures/nanogpt_ddp_reference.safetensors")
+                                       .tensors.at("iter_loss")
+                                       .to_vector<double>();
+  const std::regex iter_line(R"(\[rank 0\] iter (\d+): loss ([0-9.]+),)");
+  int lines = 0;
+  for (auto it = std::sregex_iterator(resumed.output.begin(), resumed.output.end(), iter_line);
+       it != std::sregex_iterator(); ++it, ++lines) {
+    const size_t iter = std::stoul((*it)[1]);
+    REQUIRE(iter < want.size());
+    CHECK(std::abs(std::stod((*it)[2]) - want[iter]) <= kPrinted + 5e-5);
+  }
+  CHECK(lines == 4);
+  CHECK_THAT(resumed.output, Contains("ddp: 4 of 8 micro-steps reduced their gradients"));
+}
+
 TEST_CASE("train_gpt --dataset: bad keys and data are clear errors", "[examples][nanogpt]") {
   const std::string out = temp_path("nanogpt_errors");
   const auto fails_with = [&](const std::string& keys, const std::string& message) {
@@ -178,7 +240,9 @@ TEST_CASE("train_gpt --dataset: bad keys and data are clear errors", "[examples]
   fails_with("--warmup_iters=5 --lr_decay_iters=5", "lr_decay_iters equals warmup_iters (5)");
   fails_with("--compile=True", "there is no compiler here");
   fails_with("--dtype=float16", "dtype=float16: only float32 so far");
-  fails_with("--init_from=resume", "init_from=resume: only 'scratch' is supported so far");
+  fails_with("--init_from=gpt2", "init_from=gpt2: scratch or resume");
+  std::filesystem::remove_all(out);
+  fails_with("--init_from=resume", "init_from=resume: no checkpoint at " + out + "/ckpt.safetensors");
   fails_with("--block_size=400", "val.bin: 304 tokens, fewer than the 401");
   const CommandResult missing = run_command("examples/train_gpt --dataset=no_such_dataset 2>&1");
   CHECK(missing.exit_code != 0);

@@ -1,0 +1,105 @@
+// train_gpt's nanoGPT mode, its checkpoints (nanogpt_checkpoint.h).
+#include "examples/nanogpt_checkpoint.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "tinyddp/base/error.h"
+#include "tinyddp/nn/checkpoint.h"
+#include "tinyddp/nn/safetensors.h"
+#include "tinyddp/tensor/random.h"
+
+namespace tinyddp::examples {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string main_path(const NanoGptConfig& config) { return (fs::path(config.out_dir) / "ckpt.safetensors").string(); }
+
+std::string rank_path(const NanoGptConfig& config, int rank) {
+  return (fs::path(config.out_dir) / fmt::format("ckpt.rank{}.safetensors", rank)).string();
+}
+
+const char* const kModelArgs[] = {"n_layer", "n_head", "n_embd", "block_size", "bias", "vocab_size"};
+
+std::string metadata_of(const std::map<std::string, std::string>& metadata, const std::string& key,
+                        const std::string& path) {
+  const auto it = metadata.find(key);
+  TDDP_CHECK(it != metadata.end(), "init_from=resume: {} has no '{}' (not a checkpoint of train_gpt --dataset)", path,
+             key);
+  return it->second;
+}
+
+}  // namespace
+
+void save_nanogpt_state(const NanoGptConfig& config, int rank, const nn::GPT& model, const nn::Optimizer& optimizer,
+                        const NanoGptState& state) {
+  nn::OrderedDict<tensor::Tensor> batch;
+  batch.insert("X", state.x);
+  batch.insert("Y", state.y);
+  if (rank == 0) {
+    const nn::GPTConfig& c = model.config;
+    std::map<std::string, std::string> metadata{{"iter_num", std::to_string(state.iter)},
+                                                {"best_val_loss", fmt::format("{}", state.best_val_loss)},
+                                                {"model_args.n_layer", std::to_string(c.n_layer)},
+                                                {"model_args.n_head", std::to_string(c.n_head)},
+                                                {"model_args.n_embd", std::to_string(c.n_embd)},
+                                                {"model_args.block_size", std::to_string(c.block_size)},
+                                                {"model_args.bias", c.bias ? "1" : "0"},
+                                                {"model_args.vocab_size", std::to_string(c.vocab_size)},
+                                                {"config.dataset", config.dataset}};
+    nn::save_checkpoint(main_path(config), model, optimizer, state.iter, batch, metadata);
+    return;
+  }
+  const std::string path = rank_path(config, rank), temporary = fmt::format("{}.tmp.{}", path, ::getpid());
+  nn::save_safetensors(
+      temporary, batch,
+      {{"iter_num", std::to_string(state.iter)}, {"rng.cpu", tensor::default_generator().get_state()}});
+  fs::rename(temporary, path);
+}
+
+void use_checkpoint_model_args(NanoGptConfig& config) {
+  const std::string path = main_path(config);
+  TDDP_CHECK(fs::exists(path), "init_from=resume: no checkpoint at {} (a run with out_dir={} saves one there)", path,
+             config.out_dir);
+  const std::map<std::string, std::string> metadata = nn::load_safetensors(path).metadata;
+  const auto arg = [&](const char* name) {
+    return std::stoll(metadata_of(metadata, fmt::format("user.model_args.{}", name), path));
+  };
+  config.n_layer = arg(kModelArgs[0]);
+  config.n_head = arg(kModelArgs[1]);
+  config.n_embd = arg(kModelArgs[2]);
+  config.block_size = arg(kModelArgs[3]);
+  config.bias = arg(kModelArgs[4]) != 0;
+  config.vocab_size = arg(kModelArgs[5]);
+}
+
+NanoGptState resume_nanogpt_state(const NanoGptConfig& config, int rank, nn::GPT& model, nn::Optimizer& optimizer,
+                                  tensor::Device device) {
+  const std::string path = main_path(config);
+  const nn::TrainingCheckpoint checkpoint = nn::load_checkpoint(path, model, optimizer);  // rank 0's generator too
+  NanoGptState state;
+  state.iter = std::stoll(metadata_of(checkpoint.metadata, "iter_num", path));
+  state.best_val_loss = std::stof(metadata_of(checkpoint.metadata, "best_val_loss", path));
+  nn::OrderedDict<tensor::Tensor> batch = checkpoint.extra;
+  if (rank != 0) {
+    const std::string mine = rank_path(config, rank);
+    TDDP_CHECK(fs::exists(mine), "init_from=resume: rank {} has no {} (it is written with {})", rank, mine, path);
+    const nn::SafetensorsFile file = nn::load_safetensors(mine);
+    const int64_t iter = std::stoll(metadata_of(file.metadata, "iter_num", mine));
+    TDDP_CHECK(iter == state.iter, "init_from=resume: {} is of iteration {}, {} of iteration {}", mine, iter, path,
+               state.iter);
+    tensor::default_generator().set_state(metadata_of(file.metadata, "rng.cpu", mine));
+    batch = file.tensors;
+  }
+  TDDP_CHECK(batch.contains("X") && batch.contains("Y"), "init_from=resume: {} holds no batch", path);
+  state.x = batch.at("X").to(device);
+  state.y = batch.at("Y").to(device);
+  return state;
+}
+
+}  // namespace tinyddp::examples

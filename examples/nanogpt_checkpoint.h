@@ -1,0 +1,38 @@
+// train_gpt's nanoGPT mode, its checkpoints: what a run keeps in out_dir so that
+// init_from=resume continues it exactly, number for number, as if it had not stopped.
+//   out_dir/ckpt.safetensors          rank 0: the model, AdamW, the iteration, best_val_loss,
+//                                     the model arguments (n_layer, n_head, n_embd,
+//                                     block_size, bias, vocab_size), rank 0's generator
+//                                     and the batch it holds for its next micro-step
+//   out_dir/ckpt.rank<r>.safetensors  every other rank: its generator and its batch
+// Each is written whole or not at all (a temporary file renamed over it). nanoGPT's own
+// checkpoints keep no generator or batch, so its resumed runs draw anew; these do not.
+#pragma once
+
+#include <string>
+
+#include "examples/nanogpt_train.h"
+#include "tinyddp/nn/optim.h"
+#include "tinyddp/nn/transformer.h"
+
+namespace tinyddp::examples {
+
+struct NanoGptState {
+  int64_t iter = 0;  // the iteration about to run its micro-steps (its evaluation is done)
+  float best_val_loss = 1e9f;
+  tensor::Tensor x, y;  // the batch of the next micro-step
+};
+
+void save_nanogpt_state(const NanoGptConfig& config, int rank, const nn::GPT& model, const nn::Optimizer& optimizer,
+                        const NanoGptState& state);
+
+// init_from=resume, before the model is built: the model arguments from rank 0's checkpoint
+// replace the configuration's (as nanoGPT's resume does). Throws naming a missing or
+// unreadable checkpoint.
+void use_checkpoint_model_args(NanoGptConfig& config);
+
+// Loads the model, AdamW and this rank's generator and batch; returns where the run stands.
+NanoGptState resume_nanogpt_state(const NanoGptConfig& config, int rank, nn::GPT& model, nn::Optimizer& optimizer,
+                                  tensor::Device device);
+
+}  // namespace tinyddp::examples
