@@ -227,6 +227,32 @@ TEST_CASE("init_from=resume continues a run exactly, alone and on 2 ranks", "[ex
   CHECK_THAT(resumed.output, Contains("ddp: 4 of 8 micro-steps reduced their gradients"));
 }
 
+TEST_CASE("sample_gpt continues a start text from a train_gpt --dataset checkpoint", "[examples][nanogpt]") {
+  const std::string out = temp_path("nanogpt_sample");
+  std::filesystem::remove_all(out);
+  REQUIRE(run_command("examples/train_gpt --dataset=" + kData + " --out_dir=" + out +
+                      " --n_layer=1 --n_head=2 --n_embd=16 --block_size=16 --batch_size=4 "
+                      "--gradient_accumulation_steps=1 --max_iters=4 --eval_interval=4 --eval_iters=1 2>&1")
+              .exit_code == 0);
+  const std::string sample = "examples/sample_gpt --out_dir=" + out + " --num_samples=2 --max_new_tokens=40";
+  const CommandResult a = run_command(sample + " --start='The lamp' 2>&1");
+  INFO(a.output);
+  REQUIRE(a.exit_code == 0);
+  // Two samples, each the start and 40 more characters (the story is ASCII), then the dashes.
+  const std::regex one_sample(R"(The lamp[^]{40}\n---------------\n)");
+  CHECK(std::distance(std::sregex_iterator(a.output.begin(), a.output.end(), one_sample), std::sregex_iterator()) == 2);
+  CHECK(run_command(sample + " --start='The lamp' 2>&1").output == a.output);  // the same seed, the same text
+  CHECK(run_command(sample + " --start='The lamp' --seed=7 2>&1").output != a.output);
+  const std::string start_file = temp_path("nanogpt_start.txt");
+  std::ofstream(start_file) << "The lamp";
+  CHECK(run_command(sample + " --start=FILE:" + start_file + " 2>&1").output == a.output);
+  CHECK_THAT(run_command(sample + " --start='The {lamp}' 2>&1").output,
+             Contains("the character '{' is not in the vocabulary"));
+  CHECK_THAT(run_command(sample + " --temperature=0 2>&1").output, Contains("temperature must be positive"));
+  CHECK_THAT(run_command("examples/sample_gpt --out_dir=" + temp_path("nanogpt_nothing") + " 2>&1").output,
+             Contains("no checkpoint at"));
+}
+
 TEST_CASE("train_gpt --dataset: bad keys and data are clear errors", "[examples][nanogpt]") {
   const std::string out = temp_path("nanogpt_errors");
   const auto fails_with = [&](const std::string& keys, const std::string& message) {
