@@ -19,9 +19,11 @@
 namespace tinyddp::examples {
 
 bool wants_nanogpt_mode(int argc, char** argv) {
+  // A config file first, as `train.py config/train_shakespeare_char.py ...` (train_gpt's own
+  // options take no positional arguments), or --dataset anywhere.
+  if (argc > 1 && argv[1][0] != '-' && std::strchr(argv[1], '=') == nullptr) return true;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--dataset") == 0 || std::strncmp(argv[i], "--dataset=", 10) == 0) return true;
-    if (argv[i][0] != '-' && std::strchr(argv[i], '=') == nullptr) return true;  // a config file, as nanoGPT's
   }
   return false;
 }
@@ -71,13 +73,16 @@ std::optional<std::string> config_line(const std::string& raw, const std::string
   return "--" + key + "=" + value;
 }
 
-// The command line with each config file (an argument without '=' that is not an option)
-// replaced by the options its lines set, in place, as nanoGPT's configurator.py applies them.
+// The command line with each config file (an argument without '=' that is neither an option
+// nor an option's value) replaced by the options its lines set, in place, as nanoGPT's
+// configurator.py applies them.
 std::vector<std::string> expand_config_files(int argc, char** argv) {
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg.empty() || arg[0] == '-' || arg.find('=') != std::string::npos) {
+    // A value of `--key value` is not a file.
+    const bool value = i > 1 && argv[i - 1][0] == '-' && std::strchr(argv[i - 1], '=') == nullptr;
+    if (arg.empty() || arg[0] == '-' || arg.find('=') != std::string::npos || value) {
       args.push_back(arg);
       continue;
     }

@@ -64,7 +64,7 @@ NanoGptResult train_nanogpt(const NanoGptConfig& config, std::ostream& log);
 // exit status.
 int nanogpt_main(int argc, char** argv);
 
-// Whether a command line asks for the nanoGPT mode (it names --dataset, or a config file).
+// Whether a command line asks for the nanoGPT mode: a config file first, or --dataset.
 bool wants_nanogpt_mode(int argc, char** argv);
 
 }  // namespace tinyddp::examples

@@ -1,7 +1,8 @@
 // //examples:train_gpt: a small GPT trained on the characters of the fortune-cookie files
 // (Debian's fortunes package), alone or data-parallel under the launcher; it ends by printing
 // text sampled from the model. Any run can be replayed in PyTorch: --init, --data and the
-// optimisation options set everything (train_gpt_lib.h).
+// optimisation options set everything (train_gpt_lib.h). Given --dataset or a config file,
+// it is nanoGPT's train.py instead (nanogpt_train.h).
 //   bazel run -c opt //examples:train_gpt -- --steps 500
 //   launch --nproc_per_node 2 -- bazel-bin/examples/train_gpt --steps 500
 #include <CLI/CLI.hpp>
@@ -15,7 +16,10 @@ int main(int argc, char** argv) {
   // --dataset: nanoGPT's train.py, its keys and its data files (nanogpt_train.h).
   if (tinyddp::examples::wants_nanogpt_mode(argc, argv)) return tinyddp::examples::nanogpt_main(argc, argv);
   tinyddp::examples::GPTTrainConfig c;
-  CLI::App app{"Train a small GPT on text with tinyddp (data-parallel when started by launch with WORLD_SIZE > 1)."};
+  CLI::App app{
+      "Train a small GPT on text with tinyddp (data-parallel when started by launch with WORLD_SIZE > 1).\n"
+      "Given --dataset=DIR or a nanoGPT config file, it is nanoGPT's train.py instead, with nanoGPT's keys\n"
+      "(--batch_size, --max_iters, --learning_rate, ...): `train_gpt --dataset=x --help` lists them."};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--n_layer", c.n_layer, "transformer blocks (default 4)");
   app.add_option("--n_head", c.n_head, "attention heads per block (default 4)");
