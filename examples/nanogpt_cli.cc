@@ -136,7 +136,8 @@ int nanogpt_main(int argc, char** argv) {
   app.add_option("--min_lr", c.min_lr, "the rate after the decay (default 6e-5)");
   app.add_option("--backend", c.backend, "auto (default), gloo or nccl");
   app.add_option("--device", c.device, "cpu (default), cuda or auto");
-  app.add_option("--dtype", c.dtype, "float32 (default; the only one so far)");
+  app.add_option("--dtype", c.dtype,
+                 "float32 (default), bfloat16 (autocast on a GPU), float16; the CPU computes in float32");
   app.add_option("--compile", compile, "accepted for nanoGPT's command lines; there is no compiler here: False");
   app.add_option("--timeout", c.timeout_s, "seconds a collective waits for the other ranks (default 60)");
   app.add_option("--threads", c.threads, "intra-op threads per process (default: the physical cores)");

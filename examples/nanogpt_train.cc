@@ -19,6 +19,7 @@
 #include "tinyddp/nn/scheduler.h"
 #include "tinyddp/nn/transformer.h"
 #include "tinyddp/nn/utils.h"
+#include "tinyddp/tensor/autocast.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/random.h"
 
@@ -45,7 +46,8 @@ void NanoGptConfig::validate() const {
              lr_decay_iters);
   TDDP_CHECK(!decay_lr || lr_decay_iters != warmup_iters,
              "lr_decay_iters equals warmup_iters ({}): nanoGPT's get_lr would divide by zero there", warmup_iters);
-  TDDP_CHECK(dtype == "float32", "dtype={}: only float32 so far (train_gpt --autocast bf16 has bfloat16)", dtype);
+  TDDP_CHECK(dtype == "float32" || dtype == "bfloat16" || dtype == "float16",
+             "dtype={}: float32, bfloat16 or float16, as nanoGPT's", dtype);
 }
 
 namespace {
@@ -146,6 +148,8 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
   if (resume) use_checkpoint_model_args(config);  // the checkpoint's shape, as nanoGPT's resume
   use_threads(config.threads);
   const Placement placement = choose_placement(config.device, config.backend);
+  TDDP_CHECK(!placement.on_gpu || config.dtype != "float16",
+             "dtype=float16 on a GPU needs nanoGPT's GradScaler, which this mode lacks so far: use bfloat16");
   const std::shared_ptr<comm::ProcessGroup> pg = join_ranks(placement.backend, config.timeout_s);
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
   const bool master = rank == 0;
@@ -198,7 +202,12 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
       // DDP reduces on the last micro-step only (nanoGPT's require_backward_grad_sync).
       std::optional<ddp::DistributedDataParallel::NoSyncGuard> no_sync;
       if (ddp && micro + 1 < micro_steps) no_sync.emplace(*ddp);
-      loss = t::div(forward(x, y)[1], static_cast<double>(micro_steps));
+      {
+        // nanoGPT's ctx: autocast on a GPU; on the CPU every dtype computes in float32.
+        std::optional<t::Autocast> autocast;
+        if (placement.on_gpu && config.dtype == "bfloat16") autocast.emplace(t::DeviceType::kCUDA, t::kBFloat16);
+        loss = t::div(forward(x, y)[1], static_cast<double>(micro_steps));
+      }
       std::tie(x, y) = batches.get(true);  // the next batch, drawn before the backward as nanoGPT's
       loss.backward();
     }

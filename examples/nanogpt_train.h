@@ -42,6 +42,8 @@ struct NanoGptConfig {
   int64_t warmup_iters = 2000, lr_decay_iters = 600000;
   double min_lr = 6e-5;
   // system
+  // dtype: on a GPU, bfloat16 runs the forward under autocast; on the CPU every dtype computes
+  // in float32, as nanoGPT's (its CPU context is a nullcontext).
   std::string backend = "auto", device = "cpu", dtype = "float32";
   double timeout_s = 60;
   int threads = 0;

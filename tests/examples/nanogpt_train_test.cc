@@ -265,7 +265,7 @@ TEST_CASE("train_gpt --dataset: bad keys and data are clear errors", "[examples]
   fails_with("--n_embd=10 --n_head=4", "n_embd divisible by n_head");
   fails_with("--warmup_iters=5 --lr_decay_iters=5", "lr_decay_iters equals warmup_iters (5)");
   fails_with("--compile=True", "there is no compiler here");
-  fails_with("--dtype=float16", "dtype=float16: only float32 so far");
+  fails_with("--dtype=int8", "dtype=int8: float32, bfloat16 or float16");
   fails_with("--init_from=gpt2", "init_from=gpt2: scratch or resume");
   std::filesystem::remove_all(out);
   fails_with("--init_from=resume", "init_from=resume: no checkpoint at " + out + "/ckpt.safetensors");
