@@ -20,7 +20,10 @@
 #include "tinyddp/nn/transformer.h"
 #include "tinyddp/nn/utils.h"
 #include "tinyddp/tensor/autocast.h"
+#include "tinyddp/tensor/cpu_peak.h"
+#include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/ops.h"
+#include "tinyddp/tensor/parallel.h"
 #include "tinyddp/tensor/random.h"
 
 namespace tinyddp::examples {
@@ -139,6 +142,37 @@ void report_reductions(const ddp::DistributedDataParallel& ddp, int64_t micro_st
                      ddp.stats().iterations, micro_steps, ddp.stats().bucket_bytes.size());
 }
 
+// The FLOP/s this process could reach, for nanoGPT's MFU: on the CPU the measured core peak
+// (tensor/cpu_peak.h) times the intra-op threads; on a GPU the datasheet's dense tensor-core
+// figure for the precision (TF32 for float32, as nanoGPT turns it on), for the GPUs this
+// project is run on; 0 (no MFU) for any other.
+double peak_flops(const Placement& placement, const std::string& dtype, std::ostream& out) {
+  if (!placement.on_gpu) {
+    const t::CpuPeak core = t::measure_cpu_peak(3, 0.02);
+    const int threads = t::get_num_threads();
+    out << fmt::format("mfu against this CPU's peak: {} x {} threads = {:.1f} GFLOP/s\n", core.formula, threads,
+                       core.peak_gflops * threads);
+    return core.peak_gflops * 1e9 * threads;
+  }
+  const std::string name = t::cuda::device_properties().at(static_cast<size_t>(placement.device.index)).name;
+  const bool bf16 = dtype == "bfloat16";
+  double tflops = 0;
+  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) tflops = bf16 ? 989.4 : 494.7;
+  if (name.find("A100") != std::string::npos) tflops = bf16 ? 312 : 156;
+  out << (tflops > 0 ? fmt::format("mfu against the {}'s {} TFLOP/s ({})\n", name, tflops, bf16 ? "bfloat16" : "TF32")
+                     : fmt::format("mfu: no datasheet peak known for {}; none printed\n", name));
+  return tflops * 1e12;
+}
+
+// nanoGPT's estimate_mfu: 6 N + 12 L H Q T FLOPs per token (N without the position table).
+double flops_per_iteration(const nn::GPT& model, int64_t windows) {
+  const nn::GPTConfig& c = model.config;
+  const double n = static_cast<double>(model.num_parameters(true));
+  const double per_token =
+      6 * n + 12.0 * static_cast<double>(c.n_layer * c.n_head * (c.n_embd / c.n_head) * c.block_size);
+  return per_token * static_cast<double>(c.block_size) * static_cast<double>(windows);
+}
+
 }  // namespace
 
 NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
@@ -148,6 +182,7 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
   if (resume) use_checkpoint_model_args(config);  // the checkpoint's shape, as nanoGPT's resume
   use_threads(config.threads);
   const Placement placement = choose_placement(config.device, config.backend);
+  if (placement.on_gpu) t::cuda::set_allow_tf32(true);  // as nanoGPT's train.py
   TDDP_CHECK(!placement.on_gpu || config.dtype != "float16",
              "dtype=float16 on a GPU needs nanoGPT's GradScaler, which this mode lacks so far: use bfloat16");
   const std::shared_ptr<comm::ProcessGroup> pg = join_ranks(placement.backend, config.timeout_s);
@@ -186,6 +221,8 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
   Tensor& x = state.x;
   Tensor& y = state.y;
   const int64_t first_iter = state.iter;
+  const double peak = master ? peak_flops(placement, config.dtype, out) : 0.0;
+  double running_mfu = -1.0;
   auto t0 = std::chrono::steady_clock::now();
   Tensor loss;
   for (int64_t iter = first_iter;; ++iter) {
@@ -220,7 +257,13 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
     if (iter % config.log_interval == 0 && master) {
       const double lossf = static_cast<double>(loss.item<float>()) * static_cast<double>(micro_steps);
       result.iter_losses.push_back(lossf);
-      out << fmt::format("iter {}: loss {:.4f}, time {:.2f}ms\n", iter, lossf, dt * 1000) << std::flush;
+      if (iter - first_iter >= 5 && peak > 0) {  // let the loop settle, as nanoGPT's
+        const double mfu = flops_per_iteration(*model, config.batch_size * micro_steps) / dt / peak;
+        running_mfu = running_mfu < 0 ? mfu : 0.9 * running_mfu + 0.1 * mfu;
+      }
+      out << fmt::format("iter {}: loss {:.4f}, time {:.2f}ms", iter, lossf, dt * 1000)
+          << (peak > 0 ? fmt::format(", mfu {:.2f}%", running_mfu * 100) : "") << "\n"
+          << std::flush;
     }
     result.iterations = iter + 1;
     if (iter + 1 > config.max_iters) break;
