@@ -175,56 +175,99 @@ double flops_per_iteration(const nn::GPT& model, int64_t windows) {
 
 }  // namespace
 
+namespace {
+
+// What the loop runs on.
+struct Run {
+  Placement placement;
+  std::shared_ptr<comm::ProcessGroup> pg;
+  int rank = 0, world = 1;
+  int64_t micro_steps = 1;  // this rank's share of gradient_accumulation_steps
+  std::unique_ptr<NanoGptDataset> data;
+  std::shared_ptr<nn::GPT> model;
+  std::unique_ptr<nn::AdamW> optimizer;
+  std::shared_ptr<ddp::DistributedDataParallel> ddp;
+};
+
+// train.py up to its loop: the ranks, the seed, the data, the model, AdamW, DDP.
+Run set_up(const NanoGptConfig& config, std::ostream& out) {
+  use_threads(config.threads);
+  Run run;
+  run.placement = choose_placement(config.device, config.backend);
+  if (run.placement.on_gpu) t::cuda::set_allow_tf32(true);  // as nanoGPT's train.py
+  TDDP_CHECK(!run.placement.on_gpu || config.dtype != "float16",
+             "dtype=float16 on a GPU needs nanoGPT's GradScaler, which this mode lacks so far: use bfloat16");
+  run.pg = join_ranks(run.placement.backend, config.timeout_s);
+  run.rank = run.pg ? run.pg->rank() : 0;
+  run.world = run.pg ? run.pg->size() : 1;
+  TDDP_CHECK(config.gradient_accumulation_steps % run.world == 0,
+             "gradient_accumulation_steps={} is not divisible by the {} ranks: each rank runs an equal share",
+             config.gradient_accumulation_steps, run.world);
+  run.micro_steps = config.gradient_accumulation_steps / run.world;
+  if (run.rank == 0) {
+    out << fmt::format("tokens per iteration will be: {}\n",
+                       run.micro_steps * run.world * config.batch_size * config.block_size);
+    std::filesystem::create_directories(config.out_dir);
+  }
+  t::manual_seed(1337 + static_cast<uint64_t>(run.rank));  // nanoGPT's seed_offset: the rank
+  run.data =
+      std::make_unique<NanoGptDataset>(open_dataset(dataset_dir(config.dataset), config.block_size, config.vocab_size));
+  if (run.data->vocab) {
+    out << fmt::format("found vocab_size = {} (inside {}/meta.pkl)\n", run.data->vocab_size, run.data->dir);
+  }
+  run.model = std::make_shared<nn::GPT>(model_config(config, run.data->vocab_size));
+  run.model->to(run.placement.device);
+  run.optimizer = std::make_unique<nn::AdamW>(nn::weight_decay_groups(*run.model, config.weight_decay),
+                                              nn::AdamOptions(config.learning_rate).betas(config.beta1, config.beta2));
+  if (run.pg) run.ddp = std::make_shared<ddp::DistributedDataParallel>(run.model, run.pg);
+  return run;
+}
+
+// One iteration's micro-steps: the forward (under nanoGPT's context: autocast on a GPU, on the
+// CPU float32 for every dtype), the loss over the count, the next batch (drawn before the
+// backward, as nanoGPT's), the backward; DDP reduces on the last micro-step only (nanoGPT's
+// require_backward_grad_sync). Returns the last micro-step's loss.
+Tensor micro_steps(const NanoGptConfig& config, Run& run, const Batches& batches, NanoGptState& state) {
+  nn::Module& forward = run.ddp ? static_cast<nn::Module&>(*run.ddp) : static_cast<nn::Module&>(*run.model);
+  Tensor loss;
+  for (int64_t micro = 0; micro < run.micro_steps; ++micro) {
+    std::optional<ddp::DistributedDataParallel::NoSyncGuard> no_sync;
+    if (run.ddp && micro + 1 < run.micro_steps) no_sync.emplace(*run.ddp);
+    {
+      std::optional<t::Autocast> autocast;
+      if (run.placement.on_gpu && config.dtype == "bfloat16") autocast.emplace(t::DeviceType::kCUDA, t::kBFloat16);
+      loss = t::div(forward(state.x, state.y)[1], static_cast<double>(run.micro_steps));
+    }
+    std::tie(state.x, state.y) = batches.get(true);
+    loss.backward();
+  }
+  return loss;
+}
+
+}  // namespace
+
 NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
   given.validate();
   NanoGptConfig config = given;
   const bool resume = config.init_from == "resume";
   if (resume) use_checkpoint_model_args(config);  // the checkpoint's shape, as nanoGPT's resume
-  use_threads(config.threads);
-  const Placement placement = choose_placement(config.device, config.backend);
-  if (placement.on_gpu) t::cuda::set_allow_tf32(true);  // as nanoGPT's train.py
-  TDDP_CHECK(!placement.on_gpu || config.dtype != "float16",
-             "dtype=float16 on a GPU needs nanoGPT's GradScaler, which this mode lacks so far: use bfloat16");
-  const std::shared_ptr<comm::ProcessGroup> pg = join_ranks(placement.backend, config.timeout_s);
-  const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
-  const bool master = rank == 0;
-  TDDP_CHECK(config.gradient_accumulation_steps % world == 0,
-             "gradient_accumulation_steps={} is not divisible by the {} ranks: each rank runs an equal share",
-             config.gradient_accumulation_steps, world);
-  const int64_t micro_steps = config.gradient_accumulation_steps / world;
-  if (master) {
-    out << fmt::format("tokens per iteration will be: {}\n",
-                       micro_steps * world * config.batch_size * config.block_size);
-    std::filesystem::create_directories(config.out_dir);
-  }
-  t::manual_seed(1337 + static_cast<uint64_t>(rank));  // nanoGPT's seed_offset: the rank
-  const NanoGptDataset data = open_dataset(dataset_dir(config.dataset), config.block_size, config.vocab_size);
-  if (data.vocab) out << fmt::format("found vocab_size = {} (inside {}/meta.pkl)\n", data.vocab_size, data.dir);
-  auto model = std::make_shared<nn::GPT>(model_config(config, data.vocab_size));
-  model->to(placement.device);
-  nn::AdamW optimizer(nn::weight_decay_groups(*model, config.weight_decay),
-                      nn::AdamOptions(config.learning_rate).betas(config.beta1, config.beta2));
-  std::shared_ptr<ddp::DistributedDataParallel> ddp;
-  if (pg) ddp = std::make_shared<ddp::DistributedDataParallel>(model, pg);
-  nn::Module& forward = ddp ? static_cast<nn::Module&>(*ddp) : static_cast<nn::Module&>(*model);
-  const std::vector<Tensor> params = model->parameters();
-  const Batches batches{data, config.block_size, config.batch_size, placement.device};
-
+  Run run = set_up(config, out);
+  const bool master = run.rank == 0;
+  nn::AdamW& optimizer = *run.optimizer;
+  const std::vector<Tensor> params = run.model->parameters();
+  const Batches batches{*run.data, config.block_size, config.batch_size, run.placement.device};
   NanoGptResult result;
   NanoGptState state;
   if (resume) {
-    state = resume_nanogpt_state(config, rank, *model, optimizer, placement.device);
+    state = resume_nanogpt_state(config, run.rank, *run.model, optimizer, run.placement.device);
     out << fmt::format("resuming training from {} at iteration {}\n", config.out_dir, state.iter);
   } else {
     std::tie(state.x, state.y) = batches.get(true);  // the very first batch
   }
-  Tensor& x = state.x;
-  Tensor& y = state.y;
   const int64_t first_iter = state.iter;
-  const double peak = master ? peak_flops(placement, config.dtype, out) : 0.0;
+  const double peak = master ? peak_flops(run.placement, config.dtype, out) : 0.0;
   double running_mfu = -1.0;
   auto t0 = std::chrono::steady_clock::now();
-  Tensor loss;
   for (int64_t iter = first_iter;; ++iter) {
     const double lr = config.decay_lr ? nn::NanoGptLR::at(iter, config.learning_rate, config.warmup_iters,
                                                           config.lr_decay_iters, config.min_lr)
@@ -232,22 +275,11 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
     for (size_t g = 0; g < optimizer.num_param_groups(); ++g) optimizer.set_lr(g, lr);
     // A resumed run starts after its first iteration's evaluation: the checkpoint was saved there.
     if (iter % config.eval_interval == 0 && !(resume && iter == first_iter)) {
-      evaluate(config, iter, rank, pg.get(), placement.device, *model, optimizer, batches, state, result, out);
+      evaluate(config, iter, run.rank, run.pg.get(), run.placement.device, *run.model, optimizer, batches, state,
+               result, out);
     }
     if (iter == 0 && config.eval_only) break;
-    for (int64_t micro = 0; micro < micro_steps; ++micro) {
-      // DDP reduces on the last micro-step only (nanoGPT's require_backward_grad_sync).
-      std::optional<ddp::DistributedDataParallel::NoSyncGuard> no_sync;
-      if (ddp && micro + 1 < micro_steps) no_sync.emplace(*ddp);
-      {
-        // nanoGPT's ctx: autocast on a GPU; on the CPU every dtype computes in float32.
-        std::optional<t::Autocast> autocast;
-        if (placement.on_gpu && config.dtype == "bfloat16") autocast.emplace(t::DeviceType::kCUDA, t::kBFloat16);
-        loss = t::div(forward(x, y)[1], static_cast<double>(micro_steps));
-      }
-      std::tie(x, y) = batches.get(true);  // the next batch, drawn before the backward as nanoGPT's
-      loss.backward();
-    }
+    const Tensor loss = micro_steps(config, run, batches, state);
     if (config.grad_clip != 0.0) nn::clip_grad_norm_(params, config.grad_clip);
     optimizer.step();
     optimizer.zero_grad(true);
@@ -255,10 +287,10 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
     const double dt = std::chrono::duration<double>(t1 - t0).count();
     t0 = t1;
     if (iter % config.log_interval == 0 && master) {
-      const double lossf = static_cast<double>(loss.item<float>()) * static_cast<double>(micro_steps);
+      const double lossf = static_cast<double>(loss.item<float>()) * static_cast<double>(run.micro_steps);
       result.iter_losses.push_back(lossf);
       if (iter - first_iter >= 5 && peak > 0) {  // let the loop settle, as nanoGPT's
-        const double mfu = flops_per_iteration(*model, config.batch_size * micro_steps) / dt / peak;
+        const double mfu = flops_per_iteration(*run.model, config.batch_size * run.micro_steps) / dt / peak;
         running_mfu = running_mfu < 0 ? mfu : 0.9 * running_mfu + 0.1 * mfu;
       }
       out << fmt::format("iter {}: loss {:.4f}, time {:.2f}ms", iter, lossf, dt * 1000)
@@ -268,7 +300,7 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
     result.iterations = iter + 1;
     if (iter + 1 > config.max_iters) break;
   }
-  if (ddp && master) report_reductions(*ddp, (result.iterations - first_iter) * micro_steps, out);
+  if (run.ddp && master) report_reductions(*run.ddp, (result.iterations - first_iter) * run.micro_steps, out);
   return result;
 }
 
