@@ -63,7 +63,7 @@ mkdir -p "$logs/bin"
 printf '#!/usr/bin/env bash\nLD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$@"\n' "$ours_path" > "$logs/bin/ours"
 chmod +x "$logs/bin/ours"
 export PATH="$logs/bin:$PATH"
-cd "$here/root"
+cd "$here/root" || exit 1
 
 # Every part ends within 540 s of its start (or GPU_RUN_SECONDS, when a call has less to spend),
 # whatever its steps do: each step gets its own limit or what is left of the part's, whichever
@@ -241,7 +241,7 @@ case "$part" in
       name=gpt$(echo "$flags" | tr -d ' -')
       # shellcheck disable=SC2086
       step "train_$name" 90 ours ./examples/train_gpt "${gpt[@]}" $flags
-      # shellcheck disable=SC2086
+      # shellcheck disable=SC2086,SC2046  # the flags are words
       step "torch_$name" 90 python3 bench/torch_gpt_train.py --device cuda --block_size 256 --steps 30 \
         $(echo "$flags" | sed 's/ bf16//')
     done
