@@ -1,6 +1,6 @@
 // Future (future.h): a Completion (completion.h) with the value stored alongside, made from a
-// Work's completion, and adoption of an inner Future's outcome for a callback that returned
-// one.
+// Work's completion (Future::from_work, Work::get_future), and adoption of an inner Future's
+// outcome for a callback that returned one.
 #include "tinyddp/comm/future.h"
 
 namespace tinyddp::comm {
@@ -13,6 +13,14 @@ std::shared_ptr<Future> Future::from_work(std::shared_ptr<Work> work, Tensor val
   work->on_finished([future, weak = std::weak_ptr<Work>(work), value = std::move(value)](const Work& finished) {
     future->complete(value, finished.exception(), weak.lock());
   });
+  return future;
+}
+
+std::shared_ptr<Future> Work::get_future() {
+  std::lock_guard<std::mutex> lock(future_mutex_);
+  if (std::shared_ptr<Future> existing = future_.lock()) return existing;
+  std::shared_ptr<Future> future = Future::from_work(shared_from_this(), result_);
+  future_ = future;
   return future;
 }
 

@@ -33,6 +33,19 @@ void Work::on_finished(std::function<void(const Work&)> callback) {
 
 void Work::finish(std::exception_ptr error) { completion_.complete(std::move(error)); }
 
+void Work::set_result(Tensor result) {
+  std::lock_guard<std::mutex> lock(future_mutex_);
+  result_ = std::move(result);
+}
+
+namespace {
+// A collective's Work, told which tensor its Future holds.
+std::shared_ptr<Work> with_result(std::shared_ptr<Work> work, const Tensor& result) {
+  work->set_result(result);
+  return work;
+}
+}  // namespace
+
 // ---- ProcessGroup: one validation layer for every backend -----------------------------------
 
 ProcessGroup::ProcessGroup(int rank, int size, std::string backend, std::string display_name, TensorRules rules)
@@ -144,7 +157,8 @@ std::shared_ptr<Work> ProcessGroup::allreduce(const std::vector<Tensor>& tensors
   Call call{fmt::format("allreduce (rank {} of {}, {} tensor(s), {} x {}, {})", rank_, size_, tensors.size(), total,
                         tensor::dtype_name(tensors[0].dtype()), reduce_op_name(op)),
             CallSignature{Collective::kAllreduce, tensors[0].dtype(), total, -1, op}};
-  return dispatch(std::move(call), [&](Call c) { return allreduce_impl(tensors, op, std::move(c)); });
+  return with_result(dispatch(std::move(call), [&](Call c) { return allreduce_impl(tensors, op, std::move(c)); }),
+                     tensors.size() == 1 ? tensors[0] : Tensor());
 }
 
 std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int root) {
@@ -152,7 +166,8 @@ std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int root) {
   check_rank(root, "broadcast", "root");
   Call call{describe("broadcast", tensor, fmt::format("root {}", root)),
             CallSignature{Collective::kBroadcast, tensor.dtype(), tensor.numel(), root, std::nullopt}};
-  return dispatch(std::move(call), [&](Call c) { return broadcast_impl(tensor, root, std::move(c)); });
+  return with_result(dispatch(std::move(call), [&](Call c) { return broadcast_impl(tensor, root, std::move(c)); }),
+                     tensor);
 }
 
 std::shared_ptr<Work> ProcessGroup::allgather(const std::vector<Tensor>& outputs, const Tensor& input) {
@@ -180,7 +195,8 @@ std::shared_ptr<Work> ProcessGroup::scatter(const Tensor& output, const std::vec
   check_root_list(inputs, output, root, "scatter", /*list_is_output=*/false);
   Call call{describe("scatter", output, fmt::format("root {}", root)),
             CallSignature{Collective::kScatter, output.dtype(), output.numel(), root, std::nullopt}};
-  return dispatch(std::move(call), [&](Call c) { return scatter_impl(output, inputs, root, std::move(c)); });
+  return with_result(
+      dispatch(std::move(call), [&](Call c) { return scatter_impl(output, inputs, root, std::move(c)); }), output);
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce(const Tensor& tensor, int root, ReduceOp op) {
@@ -189,7 +205,8 @@ std::shared_ptr<Work> ProcessGroup::reduce(const Tensor& tensor, int root, Reduc
   check_op(op, tensor, "reduce");
   Call call{describe("reduce", tensor, fmt::format("root {}, {}", root, reduce_op_name(op))),
             CallSignature{Collective::kReduce, tensor.dtype(), tensor.numel(), root, op}};
-  return dispatch(std::move(call), [&](Call c) { return reduce_impl(tensor, root, op, std::move(c)); });
+  return with_result(dispatch(std::move(call), [&](Call c) { return reduce_impl(tensor, root, op, std::move(c)); }),
+                     tensor);
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
@@ -202,7 +219,8 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output, const s
   check_op(op, output, "reduce_scatter");
   Call call{describe("reduce_scatter", output, reduce_op_name(op)),
             CallSignature{Collective::kReduceScatter, output.dtype(), output.numel(), -1, op}};
-  return dispatch(std::move(call), [&](Call c) { return reduce_scatter_impl(output, inputs, op, std::move(c)); });
+  return with_result(
+      dispatch(std::move(call), [&](Call c) { return reduce_scatter_impl(output, inputs, op, std::move(c)); }), output);
 }
 
 std::shared_ptr<Work> ProcessGroup::barrier() {
@@ -221,8 +239,9 @@ std::shared_ptr<Work> ProcessGroup::send(const Tensor& tensor, int dst, int tag)
 std::shared_ptr<Work> ProcessGroup::recv(const Tensor& tensor, int src, int tag) {
   check_tensor(tensor, "recv", "tensor", Use::kPointToPoint);
   check_peer(src, tag, "recv", "source");
-  return recv_impl(tensor, src, tag,
-                   Call{describe("recv", tensor, fmt::format("from {}, tag {}", src, tag)), std::nullopt});
+  return with_result(recv_impl(tensor, src, tag,
+                               Call{describe("recv", tensor, fmt::format("from {}, tag {}", src, tag)), std::nullopt}),
+                     tensor);
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ranks) {

@@ -23,8 +23,10 @@ namespace tinyddp::comm {
 
 using tensor::Tensor;
 
+class Future;  // future.h
+
 // The handle of one asynchronous operation.
-class Work {
+class Work : public std::enable_shared_from_this<Work> {
  public:
   explicit Work(std::string description) : description_(std::move(description)) {}
   virtual ~Work() = default;
@@ -57,9 +59,21 @@ class Work {
   // NCCL collective whose untimed wait() returned may still be running on the GPU).
   std::optional<std::chrono::steady_clock::time_point> finished_at() const;
 
+  // This operation's Future, as torch's Work.get_future(): it completes when the operation
+  // does (with its error, if any), holding the tensor the collective wrote: allreduce's one
+  // tensor, broadcast's, reduce's, scatter's and reduce_scatter's output, recv's; an undefined
+  // tensor for the collectives of lists (allgather, gather, an allreduce of several) and for
+  // barrier and send. The same Future while anyone holds it (defined in future.cc).
+  std::shared_ptr<Future> get_future();
+  // For ProcessGroup's collectives: the tensor get_future's value is.
+  void set_result(Tensor result);
+
  private:
   std::string description_;
   Completion completion_;
+  std::mutex future_mutex_;  // result_ and future_
+  Tensor result_;
+  std::weak_ptr<Future> future_;  // weak: the Future holds the Work once it completes
 };
 
 struct ProcessGroupOptions {

@@ -12,7 +12,7 @@ CommHook compress(std::shared_ptr<comm::ProcessGroup> pg, tensor::DType wire) {
     tensor::NoGradGuard no_grad;
     const Tensor compressed = bucket.buffer.to(wire).div_(static_cast<double>(pg->size()));
     const Tensor buffer = bucket.buffer;
-    return Future::from_work(pg->allreduce(compressed), compressed)->then([buffer](Future& reduced) {
+    return pg->allreduce(compressed)->get_future()->then([buffer](Future& reduced) {
       tensor::NoGradGuard guard;
       buffer.copy_(reduced.value());  // cast back into the bucket
       return buffer;
@@ -28,7 +28,7 @@ CommHook allreduce(std::shared_ptr<comm::ProcessGroup> pg) {
       tensor::NoGradGuard no_grad;
       buffer.div_(static_cast<double>(pg->size()));
     }
-    return Future::from_work(pg->allreduce(buffer), buffer);
+    return pg->allreduce(buffer)->get_future();
   };
 }
 

@@ -60,7 +60,7 @@ std::shared_ptr<Future> vanilla(PowerSGDState& s, GradBucket& bucket) {
     t::NoGradGuard no_grad;
     buffer.div_(static_cast<double>(s.pg->size()));
   }
-  return Future::from_work(s.pg->allreduce(buffer), buffer);
+  return s.pg->allreduce(buffer)->get_future();
 }
 
 // A random [rows, rank] matrix from a seed drawn from the state's generator (the same on
@@ -163,12 +163,13 @@ CommHook powersgd_hook(std::shared_ptr<PowerSGDState> state) {
     const double world = static_cast<double>(pg->size());
     const double epsilon = s.options.orthogonalization_epsilon();
     // 1. The uncompressed tensors, averaged; then the sum of the ranks' P.
-    return Future::from_work(pg->allreduce(uncompressed_memory), uncompressed_memory)
+    return pg->allreduce(uncompressed_memory)
+        ->get_future()
         ->then([pg, world, uncompressed, p_memory](Future& done) {
           const Tensor flat = done.value();
           flat.div_(world);
           if (!uncompressed.empty()) comm::unflatten_into(flat, uncompressed);
-          return Future::from_work(pg->allreduce(p_memory), p_memory);
+          return pg->allreduce(p_memory)->get_future();
         })
         // 2. P orthogonalised, Q = M^T P, and the sum of the ranks' Q.
         ->then([pg, epsilon, matrices, ps, qs, q_memory](Future& done) {
@@ -177,7 +178,7 @@ CommHook powersgd_hook(std::shared_ptr<PowerSGDState> state) {
             orthogonalize(ps[k], epsilon);
             qs[k].copy_(t::matmul(matrices[k].t(), ps[k]));  // Q = M^T P
           }
-          return Future::from_work(pg->allreduce(q_memory), q_memory);
+          return pg->allreduce(q_memory)->get_future();
         })
         // 3. The bucket becomes P Q^T / world; the error and the iteration count are kept.
         ->then([state, bucket, world, input, matrices, ps, qs, error, sent](Future& done) {
@@ -216,11 +217,12 @@ CommHook batched_powersgd_hook(std::shared_ptr<PowerSGDState> state) {
     const double world = static_cast<double>(pg->size());
     const double epsilon = s.options.orthogonalization_epsilon();
     // 1. The sum of the ranks' P, orthogonalised; Q = M^T P, and the sum of the ranks' Q.
-    return Future::from_work(pg->allreduce(p), p)
+    return pg->allreduce(p)
+        ->get_future()
         ->then([pg, epsilon, matrix, p, q](Future& done) {
           orthogonalize(done.value(), epsilon);
           q.copy_(t::matmul(matrix.t(), p));
-          return Future::from_work(pg->allreduce(q), q);
+          return pg->allreduce(q)->get_future();
         })
         // 2. The bucket becomes P Q^T / world (unpadded); the error and the count are kept.
         ->then([state, bucket, world, input, padded, matrix, p, error, sent, total](Future& done) {

@@ -63,9 +63,7 @@ namespace {
 
 // Wrong on purpose: the ranks' gradients added, not averaged (a step world_size times too long).
 ddp::CommHook sum_hook(std::shared_ptr<comm::ProcessGroup> pg) {
-  return [pg = std::move(pg)](ddp::GradBucket& bucket) {
-    return comm::Future::from_work(pg->allreduce(bucket.buffer), bucket.buffer);
-  };
+  return [pg = std::move(pg)](ddp::GradBucket& bucket) { return pg->allreduce(bucket.buffer)->get_future(); };
 }
 
 // Wrong on purpose: nothing sent; each rank keeps the gradient of its own share.

@@ -2,7 +2,8 @@
 // exactly once, when the work completes (on the worker that completed it, or at once on a
 // completed future); wait() can be called again and re-runs nothing; errors travel along the
 // chain; a callback that returns a Future is adopted; and chains of collectives run depth
-// first, in the same order on every rank, however the callbacks met their works.
+// first, in the same order on every rank, however the callbacks met their works; and
+// Work::get_future, as torch's.
 #include "tinyddp/comm/future.h"
 
 #include <atomic>
@@ -116,4 +117,25 @@ TEST_CASE("Future: a callback's future is adopted, and chains run depth first on
     }
     e.expect(chain->completed_at().has_value(), "no completion time");
   }));
+}
+
+TEST_CASE("Work::get_future: the tensor the collective wrote, one Future while held, the error", "[comm][future]") {
+  require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) {
+    const Tensor t = tensor::full({4}, static_cast<double>(pg.rank() + 1));
+    const std::shared_ptr<comm::Work> work = pg.allreduce(t);
+    const std::shared_ptr<Future> future = work->get_future();
+    e.expect(work->get_future() == future, "a second get_future() made another Future while the first is held");
+    const Tensor value = future->wait();
+    e.expect(value.is_same(t), "the allreduce's Future holds another tensor than the one it reduced");
+    e.expect(value.to_vector<float>().front() == 3.0f, fmt::format("value {}", value.to_vector<float>().front()));
+    // A broadcast's is its tensor; an allgather's (a list) is undefined.
+    const Tensor b = tensor::full({2}, static_cast<double>(pg.rank()));
+    e.expect(pg.broadcast(b, 1)->get_future()->wait().is_same(b), "broadcast's Future holds another tensor");
+    std::vector<Tensor> outputs{tensor::zeros({2}), tensor::zeros({2})};
+    e.expect(!pg.allgather(outputs, b)->get_future()->wait().defined(), "allgather's Future holds a tensor");
+  }));
+  // A failed operation's Future fails with its error.
+  const auto failed = std::make_shared<comm::Work>("allreduce (test)");
+  failed->finish(std::make_exception_ptr(Error("the link went down")));
+  CHECK_THROWS_WITH(failed->get_future()->wait(), "the link went down");
 }
