@@ -2,8 +2,10 @@
 // out_dir/ckpt.safetensors (the model under nanoGPT's names and its arguments), encodes the
 // start text with the dataset's meta.pkl, and prints num_samples continuations of
 // max_new_tokens tokens each, drawn with temperature and top_k, each followed by a line of
-// dashes as sample.py prints them. The draws are tinyddp's (GPT::generate: one uniform number
-// per token, inverse CDF), seeded by --seed; they are not torch.multinomial's.
+// dashes as sample.py prints them. The draws follow sample.py's: the default generator seeded
+// with --seed, the model built after it (its initialisation draws, then the checkpoint's
+// weights), then GPT::generate's torch.multinomial draws, so the same weights and seed give
+// sample.py's text.
 //   bazel-bin/examples/sample_gpt --out_dir=out-shakespeare-char --start="ROMEO:" --num_samples=3
 #include <CLI/CLI.hpp>
 #include <filesystem>
@@ -56,7 +58,7 @@ std::shared_ptr<nn::GPT> load_model(const std::string& path, std::string& datase
   c.bias = arg("bias") != 0;
   c.vocab_size = arg("vocab_size");
   if (dataset.empty()) dataset = metadata(file, "user.config.dataset", path);
-  auto model = std::make_shared<nn::GPT>(c);
+  auto model = std::make_shared<nn::GPT>(c);  // after the seed: sample.py builds its model there too
   nn::OrderedDict<t::Tensor> weights;
   for (const auto& [name, tensor] : file.tensors) {
     if (name.rfind("model.", 0) == 0) weights.insert(name.substr(6), tensor);
@@ -76,6 +78,7 @@ std::string start_text(const std::string& start) {
 }
 
 void sample(const Options& o) {
+  t::manual_seed(o.seed);  // sample.py: torch.manual_seed(seed) first
   std::string dataset = o.dataset;
   const std::shared_ptr<nn::GPT> model =
       load_model((std::filesystem::path(o.out_dir) / "ckpt.safetensors").string(), dataset);
@@ -88,10 +91,9 @@ void sample(const Options& o) {
              vocab.size(), model->config.vocab_size);
   const std::vector<int64_t> ids = vocab.encode(start_text(o.start));
   TDDP_CHECK(!ids.empty(), "--start is empty: the model needs at least one token to continue");
-  t::Generator generator(o.seed);
   const t::Tensor prompt = t::from_vector<int64_t>(ids, t::Shape{1, static_cast<int64_t>(ids.size())});
   for (int64_t k = 0; k < o.num_samples; ++k) {
-    const t::Tensor out = model->generate(prompt, o.max_new_tokens, o.temperature, o.top_k, &generator);
+    const t::Tensor out = model->generate(prompt, o.max_new_tokens, o.temperature, o.top_k);
     std::cout << vocab.decode(out.select(0, 0).to_vector<int64_t>()) << "\n---------------\n" << std::flush;
   }
 }

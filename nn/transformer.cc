@@ -142,25 +142,31 @@ Tensor GPT::generate(const Tensor& ids, int64_t max_new_tokens, double temperatu
   for (int64_t n = 0; n < max_new_tokens; ++n) {
     const int64_t t = out.size(1), context = std::min(t, config.block_size);
     const Tensor last = forward(out.narrow(1, t - context, context)).select(1, context - 1);  // [B, vocab]
-    const std::vector<double> logits = last.to(tensor::kFloat64).to(tensor::Device()).contiguous().to_vector<double>();
+    // nanoGPT's step in float32: logits / temperature, all but the top k set to -inf, softmax.
+    std::vector<float> logits =
+        tensor::div(last.to(tensor::kFloat32), temperature).to(tensor::Device()).contiguous().to_vector<float>();
+    for (int64_t b = 0; b < batch; ++b) {
+      const auto row = logits.begin() + b * vocab;
+      std::vector<float> sorted(row, row + vocab);
+      std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<>());
+      std::replace_if(
+          row, row + vocab, [kth = sorted[k - 1]](float v) { return v < kth; }, -INFINITY);
+    }
+    const std::vector<float> probs =
+        tensor::softmax(tensor::from_vector(logits, tensor::Shape{batch, vocab}), 1).to_vector<float>();
+    // torch.multinomial(probs, 1): the argmax of probs / q, q ~ Exp(1) drawn for every entry in
+    // order (float32 of -log(1 - u), u a 53-bit uniform), the first of equal maxima.
     std::vector<int64_t> next(batch);
     for (int64_t b = 0; b < batch; ++b) {
-      std::vector<double> row(logits.begin() + b * vocab, logits.begin() + (b + 1) * vocab);
-      std::vector<double> sorted = row;
-      std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<>());
-      const double kth = sorted[k - 1], top = *std::max_element(row.begin(), row.end());
-      double total = 0;
-      for (double& v : row) total += v = v < kth ? 0.0 : std::exp((v - top) / temperature);
-      // Inverse CDF of one uniform draw; rounding at the end falls back on the last candidate.
-      double u = gen.uniform_double() * total;
-      int64_t pick = -1;
+      float best = -1;
       for (int64_t v = 0; v < vocab; ++v) {
-        if (row[v] == 0.0) continue;
-        pick = v;
-        if (u < row[v]) break;
-        u -= row[v];
+        const auto q = static_cast<float>(-std::log(1.0 - gen.uniform_double()));
+        const float score = probs[static_cast<size_t>(b * vocab + v)] / q;
+        if (score > best) {
+          best = score;
+          next[b] = v;
+        }
       }
-      next[b] = pick;
     }
     out = tensor::cat({out, tensor::from_vector(next, tensor::Shape{batch, 1}).to(ids.device())}, 1);
   }

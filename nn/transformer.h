@@ -80,8 +80,11 @@ class GPT : public Module {
 
   // Appends `max_new_tokens` tokens to each row of ids [B, T0], each drawn from the softmax
   // of the last position's logits / temperature, among the top_k most likely if given
-  // (nanoGPT's generate); the context is cropped to the last block_size tokens. Runs without
-  // gradients, in eval mode, and restores the mode. Refuses temperature <= 0 and top_k < 1.
+  // (nanoGPT's generate); the context is cropped to the last block_size tokens. The draw is
+  // torch.multinomial's on the CPU (one exponential number per vocabulary entry and row, the
+  // argmax of probability over it), so after the same seed the tokens are PyTorch's. Runs
+  // without gradients, in eval mode, and restores the mode. Refuses temperature <= 0 and
+  // top_k < 1.
   Tensor generate(const Tensor& ids, int64_t max_new_tokens, double temperature = 1.0,
                   std::optional<int64_t> top_k = std::nullopt, tensor::Generator* generator = nullptr);
 

@@ -264,6 +264,19 @@ TEST_CASE("sample_gpt continues a start text from a train_gpt --dataset checkpoi
              Contains("no checkpoint at"));
 }
 
+TEST_CASE("sample_gpt prints nanoGPT's sample.py text for the same weights and seed", "[examples][nanogpt][fixture]") {
+  // fixtures/make_nanogpt_sample_fixture.py: sample.py's steps on nanoGPT's model.py (seed 1337,
+  // the model built after it, the weights, generate with temperature 0.8 and top-k 5).
+  const CommandResult r = run_command(
+      "examples/sample_gpt --out_dir=tests/examples/fixtures/nanogpt_sample --start='The lamp' --num_samples=2 "
+      "--max_new_tokens=40 --temperature=0.8 --top_k=5");
+  REQUIRE(r.exit_code == 0);
+  std::ifstream in("tests/examples/fixtures/nanogpt_sample/sample.txt");
+  std::ostringstream want;
+  want << in.rdbuf();
+  CHECK(r.output == want.str());
+}
+
 TEST_CASE("train_gpt --dataset: bad keys and data are clear errors", "[examples][nanogpt]") {
   const std::string out = temp_path("nanogpt_errors");
   const auto fails_with = [&](const std::string& keys, const std::string& message) {
