@@ -18,23 +18,37 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string main_path(const NanoGptConfig& config) { return (fs::path(config.out_dir) / "ckpt.safetensors").string(); }
+std::string main_path(const NanoGptConfig& config) { return checkpoint_path(config.out_dir); }
 
 std::string rank_path(const NanoGptConfig& config, int rank) {
   return (fs::path(config.out_dir) / fmt::format("ckpt.rank{}.safetensors", rank)).string();
 }
 
-const char* const kModelArgs[] = {"n_layer", "n_head", "n_embd", "block_size", "bias", "vocab_size"};
-
 std::string metadata_of(const std::map<std::string, std::string>& metadata, const std::string& key,
                         const std::string& path) {
   const auto it = metadata.find(key);
-  TDDP_CHECK(it != metadata.end(), "init_from=resume: {} has no '{}' (not a checkpoint of train_gpt --dataset)", path,
-             key);
+  TDDP_CHECK(it != metadata.end(), "{} has no '{}' (not a checkpoint of train_gpt --dataset)", path, key);
   return it->second;
 }
 
 }  // namespace
+
+std::string checkpoint_path(const std::string& out_dir) { return (fs::path(out_dir) / "ckpt.safetensors").string(); }
+
+CheckpointArgs checkpoint_args(const std::map<std::string, std::string>& metadata, const std::string& path) {
+  const auto arg = [&](const char* name) {
+    return std::stoll(metadata_of(metadata, fmt::format("user.model_args.{}", name), path));
+  };
+  CheckpointArgs args;
+  args.model.n_layer = arg("n_layer");
+  args.model.n_head = arg("n_head");
+  args.model.n_embd = arg("n_embd");
+  args.model.block_size = arg("block_size");
+  args.model.bias = arg("bias") != 0;
+  args.model.vocab_size = arg("vocab_size");
+  args.dataset = metadata_of(metadata, "user.config.dataset", path);
+  return args;
+}
 
 void save_nanogpt_state(const NanoGptConfig& config, int rank, const nn::GPT& model, const nn::Optimizer& optimizer,
                         const NanoGptState& state) {
@@ -66,16 +80,13 @@ void use_checkpoint_model_args(NanoGptConfig& config) {
   const std::string path = main_path(config);
   TDDP_CHECK(fs::exists(path), "init_from=resume: no checkpoint at {} (a run with out_dir={} saves one there)", path,
              config.out_dir);
-  const std::map<std::string, std::string> metadata = nn::load_safetensors(path).metadata;
-  const auto arg = [&](const char* name) {
-    return std::stoll(metadata_of(metadata, fmt::format("user.model_args.{}", name), path));
-  };
-  config.n_layer = arg(kModelArgs[0]);
-  config.n_head = arg(kModelArgs[1]);
-  config.n_embd = arg(kModelArgs[2]);
-  config.block_size = arg(kModelArgs[3]);
-  config.bias = arg(kModelArgs[4]) != 0;
-  config.vocab_size = arg(kModelArgs[5]);
+  const nn::GPTConfig model = checkpoint_args(nn::load_safetensors(path).metadata, path).model;
+  config.n_layer = model.n_layer;
+  config.n_head = model.n_head;
+  config.n_embd = model.n_embd;
+  config.block_size = model.block_size;
+  config.bias = model.bias;
+  config.vocab_size = model.vocab_size;
 }
 
 NanoGptState resume_nanogpt_state(const NanoGptConfig& config, int rank, nn::GPT& model, nn::Optimizer& optimizer,

@@ -9,6 +9,7 @@
 // checkpoints keep no generator or batch, so its resumed runs draw anew; these do not.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "examples/nanogpt_train.h"
@@ -25,6 +26,17 @@ struct NanoGptState {
 
 void save_nanogpt_state(const NanoGptConfig& config, int rank, const nn::GPT& model, const nn::Optimizer& optimizer,
                         const NanoGptState& state);
+
+// out_dir's checkpoint: out_dir/ckpt.safetensors.
+std::string checkpoint_path(const std::string& out_dir);
+
+// What a checkpoint's metadata records of its run: the model arguments and the dataset.
+// Throws naming the file and the first key it lacks.
+struct CheckpointArgs {
+  nn::GPTConfig model;
+  std::string dataset;
+};
+CheckpointArgs checkpoint_args(const std::map<std::string, std::string>& metadata, const std::string& path);
 
 // init_from=resume, before the model is built: the model arguments from rank 0's checkpoint
 // replace the configuration's (as nanoGPT's resume does). Throws naming a missing or

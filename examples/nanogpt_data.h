@@ -79,4 +79,7 @@ struct NanoGptDataset {
 };
 NanoGptDataset open_dataset(const std::string& dir, int64_t block_size, int64_t vocab_size = 0);
 
+// nanoGPT's data/<dataset>, or the directory itself when `dataset` names one.
+std::string dataset_dir(const std::string& dataset);
+
 }  // namespace tinyddp::examples

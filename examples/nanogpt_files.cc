@@ -166,6 +166,11 @@ TokenFile::~TokenFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint16_t*>(data_), mapped_bytes_);
 }
 
+std::string dataset_dir(const std::string& dataset) {
+  if (std::filesystem::is_directory(dataset)) return dataset;
+  return (std::filesystem::path("data") / dataset).string();
+}
+
 NanoGptDataset open_dataset(const std::string& dir, int64_t block_size, int64_t vocab_size) {
   namespace fs = std::filesystem;
   TDDP_CHECK(fs::is_directory(dir),

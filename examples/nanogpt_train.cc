@@ -55,12 +55,6 @@ void NanoGptConfig::validate() const {
 
 namespace {
 
-// nanoGPT's data/<dataset>, or the directory itself when `dataset` names one.
-std::string dataset_dir(const std::string& dataset) {
-  if (std::filesystem::is_directory(dataset)) return dataset;
-  return (std::filesystem::path("data") / dataset).string();
-}
-
 // get_batch: batch_size offsets from torch.randint on the default generator, the windows at
 // them as inputs, the same shifted by one as targets.
 struct Batches {

@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "examples/nanogpt_checkpoint.h"
 #include "examples/nanogpt_data.h"
 #include "tinyddp/base/error.h"
 #include "tinyddp/nn/safetensors.h"
@@ -37,28 +38,14 @@ struct Options {
   uint64_t seed = 1337;
 };
 
-std::string metadata(const nn::SafetensorsFile& file, const std::string& key, const std::string& path) {
-  const auto it = file.metadata.find(key);
-  TDDP_CHECK(it != file.metadata.end(), "{} has no '{}': not a checkpoint of train_gpt --dataset", path, key);
-  return it->second;
-}
-
-// The model of out_dir's checkpoint: its arguments, then its weights ("model.<name>").
+// The model of out_dir's checkpoint: its arguments, then its weights ("model.<name>"); sets
+// `dataset` to the checkpoint's unless given.
 std::shared_ptr<nn::GPT> load_model(const std::string& path, std::string& dataset) {
   TDDP_CHECK(std::filesystem::exists(path), "no checkpoint at {} (train_gpt --dataset saves one in its out_dir)", path);
   const nn::SafetensorsFile file = nn::load_safetensors(path);
-  nn::GPTConfig c;
-  const auto arg = [&](const char* name) {
-    return std::stoll(metadata(file, fmt::format("user.model_args.{}", name), path));
-  };
-  c.n_layer = arg("n_layer");
-  c.n_head = arg("n_head");
-  c.n_embd = arg("n_embd");
-  c.block_size = arg("block_size");
-  c.bias = arg("bias") != 0;
-  c.vocab_size = arg("vocab_size");
-  if (dataset.empty()) dataset = metadata(file, "user.config.dataset", path);
-  auto model = std::make_shared<nn::GPT>(c);  // after the seed: sample.py builds its model there too
+  const ex::CheckpointArgs args = ex::checkpoint_args(file.metadata, path);
+  if (dataset.empty()) dataset = args.dataset;
+  auto model = std::make_shared<nn::GPT>(args.model);  // after the seed: sample.py builds its model there too
   nn::OrderedDict<t::Tensor> weights;
   for (const auto& [name, tensor] : file.tensors) {
     if (name.rfind("model.", 0) == 0) weights.insert(name.substr(6), tensor);
@@ -80,9 +67,8 @@ std::string start_text(const std::string& start) {
 void sample(const Options& o) {
   t::manual_seed(o.seed);  // sample.py: torch.manual_seed(seed) first
   std::string dataset = o.dataset;
-  const std::shared_ptr<nn::GPT> model =
-      load_model((std::filesystem::path(o.out_dir) / "ckpt.safetensors").string(), dataset);
-  const std::string dir = std::filesystem::is_directory(dataset) ? dataset : "data/" + dataset;
+  const std::shared_ptr<nn::GPT> model = load_model(ex::checkpoint_path(o.out_dir), dataset);
+  const std::string dir = ex::dataset_dir(dataset);
   const std::filesystem::path meta = std::filesystem::path(dir) / "meta.pkl";
   TDDP_CHECK(std::filesystem::exists(meta),
              "{}: no meta.pkl to encode and decode with (a character-level dataset has one)", dir);
