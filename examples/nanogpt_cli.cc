@@ -28,6 +28,45 @@ bool wants_nanogpt_mode(int argc, char** argv) {
   return false;
 }
 
+const std::vector<ModeFlag>& mode_flags() {
+  static const std::vector<ModeFlag> flags = {
+      {"lr", "learning_rate", "the same peak rate"},
+      {"steps", "max_iters", "--steps counts the steps; nanoGPT stops after iteration max_iters"},
+      {"batch", "batch_size", "--batch is the global batch in windows; batch_size is per rank and micro-step"},
+      {"warmup_steps", "warmup_iters",
+       "warmup as lr (s + 1) / warmup_steps; nanoGPT's as (it + 1) / (warmup_iters + 1)"},
+      {"lr_schedule", "decay_lr", "cosine or constant; nanoGPT's True or False, its decay ending at lr_decay_iters"},
+      {"eval_every", "eval_interval", "validation loss on the corpus; nanoGPT's estimate_loss on train and val"},
+      {"eval_windows", "eval_iters", "windows of the corpus; nanoGPT's batches per split"},
+      {"log_every", "log_interval", "the same count of steps between lines"},
+      {"checkpoint", "out_dir", "a checkpoint file; nanoGPT's folder for ckpt.safetensors"},
+      {"resume", "init_from", "a flag with --checkpoint; nanoGPT's --init_from=resume"},
+      {"autocast", "dtype", "--autocast bf16; nanoGPT's --dtype=bfloat16 (autocast on a GPU only)"},
+  };
+  return flags;
+}
+
+void check_flags_of_mode(const std::vector<std::string>& args, bool nanogpt_mode) {
+  for (const std::string& arg : args) {
+    if (arg.rfind("--", 0) != 0) continue;
+    const std::string name = arg.substr(2, arg.find('=') == std::string::npos ? std::string::npos : arg.find('=') - 2);
+    for (const ModeFlag& f : mode_flags()) {
+      if (nanogpt_mode && name == f.replay) {
+        throw Error(fmt::format(
+            "--{} is train_gpt's own option; given --dataset or a config file, train_gpt takes nanoGPT's keys: "
+            "use --{} ({})",
+            f.replay, f.nanogpt, f.note));
+      }
+      if (!nanogpt_mode && name == f.nanogpt) {
+        throw Error(fmt::format(
+            "--{} is nanoGPT's key, taken in nanoGPT's mode (with --dataset=DIR or a config file); without them "
+            "train_gpt's own option is --{} ({})",
+            f.nanogpt, f.replay, f.note));
+      }
+    }
+  }
+}
+
 namespace {
 
 std::string trim(const std::string& s) {
@@ -139,12 +178,14 @@ int nanogpt_main(int argc, char** argv) {
   app.add_option("--dtype", c.dtype,
                  "float32 (default), bfloat16 (autocast on a GPU), float16; the CPU computes in float32");
   app.add_option("--compile", compile, "accepted for nanoGPT's command lines; there is no compiler here: False");
+  app.add_option("--seed", c.seed, "each rank's generator starts from seed + rank (default 1337, nanoGPT's)");
   app.add_option("--timeout", c.timeout_s, "seconds a collective waits for the other ranks (default 60)");
   app.add_option("--threads", c.threads, "intra-op threads per process (default: the physical cores)");
   app.add_option("--wandb_log", wandb_log, "accepted for nanoGPT's config files: False (there is no wandb here)");
   app.add_option("--wandb_project,--wandb_run_name", ignored, "accepted for nanoGPT's config files; unused");
   try {
     std::vector<std::string> args = expand_config_files(argc, argv);
+    check_flags_of_mode(args, /*nanogpt_mode=*/true);
     std::reverse(args.begin(), args.end());  // CLI11 takes a vector last argument first
     app.parse(args);
   } catch (const CLI::ParseError& e) {

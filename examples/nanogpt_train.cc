@@ -130,12 +130,6 @@ void evaluate(const NanoGptConfig& config, int64_t iter, int rank, comm::Process
   }
 }
 
-// How many micro-steps reduced their gradients: the last of each iteration's, under no_sync.
-void report_reductions(const ddp::DistributedDataParallel& ddp, int64_t micro_steps, std::ostream& out) {
-  out << fmt::format("ddp: {} of {} micro-steps reduced their gradients, in {} bucket(s) each\n",
-                     ddp.stats().iterations, micro_steps, ddp.stats().bucket_bytes.size());
-}
-
 // The FLOP/s this process could reach, for nanoGPT's MFU: on the CPU the measured core peak
 // (tensor/cpu_peak.h) times the intra-op threads; on a GPU the datasheet's dense tensor-core
 // figure for the precision (TF32 for float32, as nanoGPT turns it on), for the GPUs this
@@ -203,7 +197,7 @@ Run set_up(const NanoGptConfig& config, std::ostream& out) {
                        run.micro_steps * run.world * config.batch_size * config.block_size);
     std::filesystem::create_directories(config.out_dir);
   }
-  t::manual_seed(1337 + static_cast<uint64_t>(run.rank));  // nanoGPT's seed_offset: the rank
+  t::manual_seed(config.seed + static_cast<uint64_t>(run.rank));  // nanoGPT's seed_offset: the rank
   run.data =
       std::make_unique<NanoGptDataset>(open_dataset(dataset_dir(config.dataset), config.block_size, config.vocab_size));
   if (run.data->vocab) {

@@ -47,6 +47,7 @@ struct NanoGptConfig {
   std::string backend = "auto", device = "cpu", dtype = "float32";
   double timeout_s = 60;
   int threads = 0;
+  uint64_t seed = 1337;  // each rank seeds its generator with seed + rank (nanoGPT: 1337 + seed_offset)
 
   // Throws tinyddp::Error naming the first key out of range.
   void validate() const;
@@ -68,5 +69,20 @@ int nanogpt_main(int argc, char** argv);
 
 // Whether a command line asks for the nanoGPT mode: a config file first, or --dataset.
 bool wants_nanogpt_mode(int argc, char** argv);
+
+// The options that name the same thing differently in the two modes (the replay mode's
+// --lr is nanoGPT's --learning_rate, with the differences in `note`), for the errors below
+// and docs/nn.md's table.
+struct ModeFlag {
+  const char* replay;   // train_gpt's own option, without --
+  const char* nanogpt;  // nanoGPT's key
+  const char* note;     // how the two differ
+};
+const std::vector<ModeFlag>& mode_flags();
+
+// Throws naming the option of the other mode in `args` (options as typed, `--key` or
+// `--key=value`) and its counterpart in this one, e.g. --learning_rate without --dataset:
+// a run would otherwise stop at "not expected" with no hint of the other mode.
+void check_flags_of_mode(const std::vector<std::string>& args, bool nanogpt_mode);
 
 }  // namespace tinyddp::examples

@@ -52,6 +52,11 @@ std::shared_ptr<comm::ProcessGroup> join_ranks(const std::string& backend, doubl
   return comm::init_process_group(backend, init);
 }
 
+void report_reductions(const ddp::DistributedDataParallel& ddp, int64_t micro_steps, std::ostream& out) {
+  out << fmt::format("ddp: {} of {} micro-steps reduced their gradients, in {} bucket(s) each\n",
+                     ddp.stats().iterations, micro_steps, ddp.stats().bucket_bytes.size());
+}
+
 bool known_comm_hook(const std::string& name) {
   return name == "allreduce" || name == "fp16" || name == "bf16" || name == "powersgd" || name == "sum" ||
          name == "none";

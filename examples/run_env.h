@@ -48,6 +48,10 @@ std::shared_ptr<ddp::PowerSGDState> register_comm_hook(ddp::DistributedDataParal
 bool known_comm_hook(const std::string& name);
 std::string comm_hook_choices();
 
+// Prints how many of `micro_steps` micro-steps reduced their gradients (with gradient
+// accumulation, the last of each step's; the others ran under no_sync) and in how many buckets.
+void report_reductions(const ddp::DistributedDataParallel& ddp, int64_t micro_steps, std::ostream& out);
+
 // A metrics CSV with `header`, whose first column is the step. Resuming after `first_step`
 // steps keeps the rows of the steps the checkpoint holds and drops those of steps it lost.
 std::ofstream open_metrics_csv(const std::string& path, const std::string& header, int64_t first_step);

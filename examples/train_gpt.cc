@@ -32,6 +32,9 @@ int main(int argc, char** argv) {
   app.add_option("--corpus", c.corpus, "a text file or folder (default /usr/share/games/fortunes)");
   app.add_option("--data", c.data, "safetensors with int64 'inputs' and 'targets' [steps, batch, T] instead of text");
   app.add_option("--batch", c.batch, "global batch in windows, split over the ranks (default 32)");
+  app.add_option("--gradient_accumulation_steps", c.gradient_accumulation_steps,
+                 "micro-steps per step over all ranks, as nanoGPT's key (default: one per rank); each rank splits "
+                 "its rows into count / WORLD_SIZE micro-steps and DDP reduces on the last one only");
   app.add_option("--seed", c.seed, "seed of the weights, the split, the windows and the sample (default 1337)");
   app.add_option("--init", c.init, "a nanoGPT-named state dict (safetensors) to start from");
   app.add_option("--lr", c.lr, "peak learning rate of AdamW (default 1e-3)");
@@ -69,6 +72,12 @@ int main(int argc, char** argv) {
   app.add_option("--threads", c.threads,
                  "intra-op threads per process, as torch.set_num_threads (default: TINYDDP_NUM_THREADS, "
                  "OMP_NUM_THREADS, else the physical cores this process may use)");
+  try {
+    tinyddp::examples::check_flags_of_mode(std::vector<std::string>(argv + 1, argv + argc), /*nanogpt_mode=*/false);
+  } catch (const std::exception& e) {
+    std::cerr << "train_gpt: error: " << e.what() << std::endl;
+    return 1;
+  }
   CLI11_PARSE(app, argc, argv);
   try {
     tinyddp::examples::train_gpt(c, std::cout);

@@ -109,7 +109,8 @@ struct Run {
   std::shared_ptr<ddp::PowerSGDState> powersgd;
   nn::Module* forward = nullptr;  // the model, or DDP around it
   int64_t first_step = 0;
-  int64_t rows = 0;  // this rank's windows per step
+  int64_t rows = 0;         // this rank's windows per step
+  int64_t micro_steps = 1;  // this rank's share of --gradient_accumulation_steps
 };
 
 // --resume: the model, the optimizer, the scheduler and the generator from --checkpoint.
@@ -137,6 +138,16 @@ Run set_up(const GPTTrainConfig& config) {
              "--batch {} is not divisible by WORLD_SIZE {}: every rank takes an equal share of each batch",
              config.batch, run.world);
   run.rows = run.text.file ? run.text.file->global_batch() / run.world : config.batch / run.world;
+  const int64_t accumulation = config.gradient_accumulation_steps > 0 ? config.gradient_accumulation_steps : run.world;
+  TDDP_CHECK(accumulation % run.world == 0,
+             "--gradient_accumulation_steps {} is not divisible by WORLD_SIZE {}: it counts the micro-steps of all "
+             "ranks, as nanoGPT's",
+             accumulation, run.world);
+  run.micro_steps = accumulation / run.world;
+  TDDP_CHECK(run.rows % run.micro_steps == 0,
+             "each rank's {} rows per step do not split into its {} micro-steps (--gradient_accumulation_steps {} over "
+             "{} ranks)",
+             run.rows, run.micro_steps, accumulation, run.world);
   run.model = build_model(config, model_config(config, run.text), run.placement.device);
   run.optimizer = make_optimizer(config, *run.model, run.pg);
   run.scheduler = make_scheduler(config, *run.optimizer);
@@ -170,6 +181,29 @@ Tensor forward_loss(const GPTTrainConfig& config, const Run& run, const Tensor& 
   std::optional<tensor::Autocast> autocast;
   if (!config.autocast.empty()) autocast.emplace(x.device().type, tensor::kBFloat16);
   return (*run.forward)(x, y)[1];
+}
+
+// One step's forward and backward, in --gradient_accumulation_steps micro-steps: this rank's
+// rows in order, each micro-step's loss divided by their count; DDP reduces on the last one
+// only (the others run inside no_sync). Returns the step's loss (the divided losses' sum).
+Tensor forward_backward(const GPTTrainConfig& config, const Run& run, const Tensor& x, const Tensor& y) {
+  if (run.micro_steps == 1) {
+    const Tensor loss = forward_loss(config, run, x, y);
+    loss.backward();
+    return loss;
+  }
+  const int64_t rows = x.size(0) / run.micro_steps;
+  Tensor total;
+  for (int64_t micro = 0; micro < run.micro_steps; ++micro) {
+    std::optional<ddp::DistributedDataParallel::NoSyncGuard> no_sync;
+    if (run.ddp && micro + 1 < run.micro_steps) no_sync.emplace(*run.ddp);
+    const Tensor loss =
+        t::div(forward_loss(config, run, x.narrow(0, micro * rows, rows), y.narrow(0, micro * rows, rows)),
+               static_cast<double>(run.micro_steps));
+    loss.backward();
+    total = total.defined() ? t::add(total, loss.detach()) : loss.detach();
+  }
+  return total;
 }
 
 // The model's loss on the validation windows (every rank computes the same).
@@ -222,10 +256,11 @@ void describe(const GPTTrainConfig& config, const Run& run, std::ostream& out) {
   }
   out << fmt::format(
       "AdamW lr {} ({} schedule, {} warmup steps, min {}), weight decay {} on {} tensors, clip {}{}; "
-      "{} steps of {} x {} tokens{}\n",
+      "{} steps of {} x {} tokens{}{}\n",
       config.lr, config.lr_schedule, config.warmup_steps, config.min_lr, config.weight_decay,
       run.optimizer->group_end(0), config.grad_clip, config.zero && run.pg ? ", ZeRO" : "", config.steps,
       run.rows * run.world, config.block_size,
+      run.micro_steps > 1 ? fmt::format(" in {} micro-steps per rank", run.micro_steps) : "",
       run.pg ? fmt::format(", data-parallel on {} ranks ({})", run.world, run.placement.backend) : "");
   if (run.placement.device.type == t::DeviceType::kCPU)
     out << fmt::format("{} intra-op threads\n", t::get_num_threads());
@@ -251,6 +286,9 @@ void GPTTrainConfig::validate() const {
   TDDP_CHECK(data.empty() || vocab_size > 0, "--data needs --vocab_size (there is no corpus to take it from)");
   TDDP_CHECK(dropout >= 0 && dropout < 1, "--dropout must be in [0, 1), got {}", dropout);
   TDDP_CHECK(batch >= 1 && steps >= 1, "--batch and --steps must be positive");
+  TDDP_CHECK(gradient_accumulation_steps >= 0,
+             "--gradient_accumulation_steps must be positive (or 0: one micro-step per rank), got {}",
+             gradient_accumulation_steps);
   TDDP_CHECK(lr > 0 && min_lr >= 0 && min_lr <= lr, "--lr must be positive and --min_lr in [0, lr], got {} and {}", lr,
              min_lr);
   TDDP_CHECK(weight_decay >= 0 && grad_clip >= 0 && eps >= 0,
@@ -295,8 +333,7 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
     const auto [x, y] = batch_of(run, step);
     const double lr = run.optimizer->lr(0);
     run.optimizer->zero_grad();
-    const Tensor loss = forward_loss(config, run, x, y);
-    loss.backward();
+    const Tensor loss = forward_backward(config, run, x, y);
     // After backward, DDP has averaged the gradients: every rank clips by the same factor.
     const Tensor norm_tensor = nn::clip_grad_norm_(params, config.grad_clip > 0 ? config.grad_clip : INFINITY);
     run.optimizer->step();
@@ -347,6 +384,7 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
     nn::save_state_dict(*run.model, config.save);
     out << "saved the final weights to " << config.save << "\n";
   }
+  if (run.ddp) report_reductions(*run.ddp, (config.steps - run.first_step) * run.micro_steps, out);
   if (run.pg) {
     run.pg->barrier()->wait();
     run.ddp.reset();

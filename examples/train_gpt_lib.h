@@ -23,6 +23,10 @@ struct GPTTrainConfig {
   std::string corpus;  // empty: kFortunesPath
   std::string data;
   int64_t batch = 32;  // the global batch in windows (corpus); split over the ranks
+  // Micro-steps per step over all ranks, as nanoGPT's (0: one per rank). Each rank splits its
+  // share of the step's rows into gradient_accumulation_steps / world micro-steps, in order,
+  // divides each one's loss by that count and lets DDP reduce on the last one only (no_sync).
+  int64_t gradient_accumulation_steps = 0;
   uint64_t seed = 1337;
   std::string init;  // a nanoGPT-named state dict (safetensors) to start from
   // AdamW (decay on weights of two or more dimensions), clipping (0: off) and the schedule:
@@ -60,7 +64,7 @@ struct GPTTrainConfig {
 };
 
 struct GPTTrainResult {
-  std::vector<double> losses;                     // per step, the mean over ranks
+  std::vector<double> losses;  // per step (its micro-steps' divided losses summed), the mean over ranks
   double validation_loss = -1, bigram_loss = -1;  // corpus only: at the end
   std::string sample;                             // corpus only
   double seconds = 0, tokens_per_second = 0;

@@ -294,6 +294,17 @@ TEST_CASE("train_gpt --dataset: bad keys and data are clear errors", "[examples]
   std::filesystem::remove_all(out);
   fails_with("--init_from=resume", "init_from=resume: no checkpoint at " + out + "/ckpt.safetensors");
   fails_with("--block_size=400", "val.bin: 304 tokens, fewer than the 401");
+  // train_gpt's own options name their nanoGPT counterparts, in a config file too.
+  fails_with("--lr 1e-3",
+             "--lr is train_gpt's own option; given --dataset or a config file, train_gpt takes "
+             "nanoGPT's keys: use --learning_rate");
+  fails_with("--steps=10", "use --max_iters (--steps counts the steps; nanoGPT stops after iteration max_iters)");
+  const std::string config = temp_path("nanogpt_old_keys.py");
+  std::ofstream(config) << "batch = 4\n";
+  const CommandResult old = run_command("examples/train_gpt " + config + " --dataset=" + kData + " 2>&1");
+  CHECK(old.exit_code != 0);
+  CHECK_THAT(old.output, Contains("--batch is train_gpt's own option"));
+  CHECK_THAT(old.output, Contains("use --batch_size (--batch is the global batch in windows; batch_size is per rank"));
   const CommandResult missing = run_command("examples/train_gpt --dataset=no_such_dataset 2>&1");
   CHECK(missing.exit_code != 0);
   CHECK_THAT(missing.output, Contains("--dataset data/no_such_dataset: not a directory"));

@@ -7,6 +7,7 @@
 // corpus run (validation below the bigram model's, a sample) and the errors for bad input.
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "tests/ddp/gpt_reference.h"
 #include "tests/test_util.h"
@@ -27,9 +28,11 @@ const nn::OrderedDict<Tensor>& reference() { return testing::gpt_reference(); }
 // The fixture's initial weights and batches (or those of `batches_from`) as files train_gpt reads.
 struct Files {
   std::string init = temp_path("gpt_init.safetensors"), data = temp_path("gpt_data.safetensors");
+  // The initial weights of `batches_from` when it holds them (init.<name>), else the GPT fixture's.
   explicit Files(const nn::OrderedDict<Tensor>& batches_from = reference()) {
     nn::OrderedDict<Tensor> init_state, batches;
-    for (const auto& [key, t] : reference()) {
+    const bool own_init = batches_from.contains("init.transformer.wte.weight");
+    for (const auto& [key, t] : own_init ? batches_from : reference()) {
       if (key.rfind("init.", 0) == 0) init_state.insert(key.substr(5), t);
     }
     batches.insert("inputs", batches_from.at("inputs"));
@@ -43,38 +46,39 @@ const std::string kFixtureFlags =
     " --n_layer 2 --n_head 2 --n_embd 16 --block_size 8 --vocab_size 13 --lr 3e-2 --min_lr 3e-3 --warmup_steps 5 "
     "--steps 20 --weight_decay 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --grad_clip 1.0 --lr_schedule cosine";
 
-// Compares the metrics CSV and the saved weights with the fixture's exact run of `run`, within
-// the float32 tolerances of tests/ddp/rounding.h (the CSV's 9 digits hold float32).
-void check_against(const std::string& run, const std::string& metrics, const std::string& saved) {
+// Compares the metrics CSV and the saved weights with the exact run `run` of `fixture` (the GPT
+// fixture's, or the accumulation fixture's), within the float32 tolerances of
+// tests/ddp/rounding.h (the CSV's 9 digits hold float32).
+void check_against(const nn::OrderedDict<Tensor>& fixture, const std::string& run, const std::string& metrics,
+                   const std::string& saved) {
+  const testing::ExactRun exact(fixture, run + ".");
   std::ifstream csv(metrics);
   std::string line;
   std::getline(csv, line);
   CHECK(line == "step,loss,grad_norm,lr");
-  const Tensor losses = reference().at(run + ".f64.loss"), norms = reference().at(run + ".f64.grad_norm"),
-               lrs = reference().at(run + ".f64.lr");
-  for (int64_t step = 0; step < 20; ++step) {
+  const Tensor losses = exact.exact("loss"), norms = exact.exact("grad_norm"), lrs = exact.exact("lr");
+  for (int64_t step = 0; step < losses.size(0); ++step) {
     REQUIRE(std::getline(csv, line));
     double s, loss, norm, lr;
     REQUIRE(std::sscanf(line.c_str(), "%lf,%lf,%lf,%lf", &s, &loss, &norm, &lr) == 4);
     INFO(run << " step " << step << ": " << line);
     CHECK(s == step);
     const double mean_loss = tensor::mean(losses[step]).item<double>();  // the ranks' mean
-    CHECK(std::fabs(loss - mean_loss) <= testing::gpt_run(run).tolerance("loss", step, mean_loss, tensor::kFloat32));
+    CHECK(std::fabs(loss - mean_loss) <= exact.tolerance("loss", step, mean_loss, tensor::kFloat32));
     const double want_norm = norms[step].item<double>();
-    CHECK(std::fabs(norm - want_norm) <=
-          testing::gpt_run(run).tolerance("grad_norm", step, want_norm, tensor::kFloat32));
+    CHECK(std::fabs(norm - want_norm) <= exact.tolerance("grad_norm", step, want_norm, tensor::kFloat32));
     CHECK(std::fabs(lr - lrs[step].item<double>()) <= 5e-9 * lr);  // 9 digits: half a unit in the last
   }
   CHECK_FALSE(std::getline(csv, line));
   const nn::SafetensorsFile file = nn::load_safetensors(saved);
-  CHECK(file.tensors.size() + 1 == [] {  // PyTorch's names, the tied head once
+  CHECK(file.tensors.size() + 1 == [&] {  // PyTorch's names, the tied head once
     size_t n = 0;
-    for (const auto& key : reference().keys()) n += key.rfind("init.", 0) == 0;
+    for (const auto& key : fixture.keys()) n += key.rfind("init.", 0) == 0;
     return n;
   }());
   for (const auto& [name, t] : file.tensors) {
     INFO(run << " final " << name);
-    const std::vector<std::string> failures = testing::gpt_run(run).check(t, "param." + name, tensor::kFloat32);
+    const std::vector<std::string> failures = exact.check(t, "param." + name, tensor::kFloat32);
     for (const auto& f : failures) UNSCOPED_INFO(f);
     CHECK(failures.empty());
   }
@@ -89,7 +93,7 @@ TEST_CASE("train_gpt replays PyTorch's one-process run: losses, norms, rates and
                                       files.data + " --metrics " + metrics + " --save " + saved);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
-  check_against("single", metrics, saved);
+  check_against(reference(), "single", metrics, saved);
 }
 
 TEST_CASE("train_gpt on 2 ranks replays PyTorch's DDP run, with AdamW and with ZeRO", "[examples][gpt][ddp]") {
@@ -103,12 +107,69 @@ TEST_CASE("train_gpt on 2 ranks replays PyTorch's DDP run, with AdamW and with Z
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     if (!zero.empty()) CHECK_THAT(r.output, Contains("ZeRO"));
-    check_against("ddp", metrics, saved);
+    check_against(reference(), "ddp", metrics, saved);
     const size_t at = r.output.find("optimizer state on rank 0: ");
     REQUIRE(at != std::string::npos);
     state_mb.push_back(std::stod(r.output.substr(at + 27)));
   }
   CHECK(state_mb[1] < 0.6 * state_mb[0]);  // each rank keeps Adam's moments for its share only
+}
+
+TEST_CASE("train_gpt --gradient_accumulation_steps 4 replays PyTorch's accumulation, alone and under DDP's no_sync",
+          "[examples][gpt][ddp][accumulation]") {
+  // fixtures/make_gpt_accum_fixture.py: 12 steps of 8 rows in 4 micro-steps of 2, each
+  // micro-step's loss divided by the rank's count, in one process (1 x 4) and on 2 DDP ranks
+  // (2 x 2, require_backward_grad_sync on the last micro-step only, as nanoGPT's train.py). The
+  // targets' ignored positions fall unevenly on the micro-steps: one 8-row step is another run.
+  static const nn::SafetensorsFile accum =
+      nn::load_safetensors("tests/examples/fixtures/gpt_accum_reference.safetensors");
+  const Files files(accum.tensors);
+  std::string flags = kFixtureFlags;
+  flags.replace(flags.find("--steps 20"), 10, "--steps 12");
+  const std::string metrics = temp_path("gpt_accum.csv"), saved = temp_path("gpt_accum.safetensors");
+  const std::string common = flags + " --gradient_accumulation_steps 4 --init " + files.init + " --data " + files.data +
+                             " --metrics " + metrics + " --save " + saved;
+  const CommandResult one = run_command("examples/train_gpt" + common);
+  INFO(one.output);
+  REQUIRE(one.exit_code == 0);
+  CHECK_THAT(one.output, Contains("12 steps of 8 x 8 tokens in 4 micro-steps per rank"));
+  check_against(accum.tensors, "accum1x4", metrics, saved);
+
+  // On 2 ranks: 2 micro-steps each, one reduction per step (PyTorch's hook counted its bucket
+  // allreduces), and on the timeline every micro-step's forward but one allreduce per step.
+  const std::string timeline = temp_path("gpt_accum_tl");
+  const CommandResult two = run_command("TINYDDP_DDP_TIMELINE=" + timeline +
+                                        " launcher/launch --nproc_per_node 2 -- examples/train_gpt" + common);
+  INFO(two.output);
+  REQUIRE(two.exit_code == 0);
+  CHECK_THAT(two.output, Contains("in 2 micro-steps per rank"));
+  const int64_t allreduces = accum.tensors.at("accum2x2.allreduces").item<int64_t>();
+  CHECK(allreduces == 12);
+  CHECK_THAT(two.output, Contains(fmt::format("ddp: {} of 24 micro-steps reduced their gradients, in 1 bucket(s) each",
+                                              allreduces)));
+  check_against(accum.tensors, "accum2x2", metrics, saved);
+  std::ifstream in(timeline + ".rank0.json");
+  REQUIRE(in.good());
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  int64_t forwards = 0, reductions = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    const std::string name = e["name"];
+    forwards += name == "forward";
+    reductions += name.rfind("allreduce bucket", 0) == 0;
+  }
+  CHECK(forwards == 24);
+  CHECK(reductions == allreduces);
+
+  // The count is over all ranks, and each rank's rows must split into its micro-steps.
+  const CommandResult odd =
+      run_command("launcher/launch --nproc_per_node 2 -- examples/train_gpt" + flags +
+                  " --gradient_accumulation_steps 3 --init " + files.init + " --data " + files.data);
+  CHECK(odd.exit_code != 0);
+  CHECK_THAT(odd.output, Contains("--gradient_accumulation_steps 3 is not divisible by WORLD_SIZE 2"));
+  const CommandResult uneven = run_command("examples/train_gpt" + flags + " --gradient_accumulation_steps 3 --init " +
+                                           files.init + " --data " + files.data);
+  CHECK(uneven.exit_code == 1);
+  CHECK_THAT(uneven.output, Contains("each rank's 8 rows per step do not split into its 3 micro-steps"));
 }
 
 TEST_CASE("train_gpt --autocast bf16 follows PyTorch's autocast run and the float32 one, alone and on 2 ranks",
@@ -201,7 +262,7 @@ TEST_CASE("train_gpt killed at step 13 resumes from its step-10 checkpoint and e
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Contains("fails on purpose before step 13"));
   CHECK_THAT(r.output, Contains("resuming from " + checkpoint + " after 10 steps"));
-  check_against("ddp", metrics, saved);
+  check_against(reference(), "ddp", metrics, saved);
 }
 
 TEST_CASE("train_gpt on a corpus: validation below the bigram model's, and a sample", "[examples][gpt][corpus]") {
@@ -256,6 +317,12 @@ TEST_CASE("train_gpt names what is wrong with its input", "[examples][gpt][error
   CHECK_THAT(error_of("--data " + files.data + " --vocab_size 13 --block_size 4"),
              Contains("sequences of 8 tokens, longer than --block_size 4"));
   CHECK_THAT(error_of("--lr_schedule linear"), Contains("--lr_schedule must be constant or cosine, got 'linear'"));
+  CHECK_THAT(error_of("--gradient_accumulation_steps -1"),
+             Contains("--gradient_accumulation_steps must be positive (or 0: one micro-step per rank), got -1"));
+  CHECK_THAT(error_of("--learning_rate=1e-3"),
+             Contains("--learning_rate is nanoGPT's key, taken in nanoGPT's mode (with --dataset=DIR or a config "
+                      "file); without them train_gpt's own option is --lr"));
+  CHECK_THAT(error_of("--max_iters 5"), Contains("train_gpt's own option is --steps"));
   CHECK_THAT(error_of("--threads -3"), Contains("--threads must be positive (or 0: the default), got -3"));
   const CommandResult threads = run_command("TINYDDP_NUM_THREADS=-2 examples/train_gpt --steps 2");
   CHECK(threads.exit_code == 1);
