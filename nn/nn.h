@@ -6,6 +6,7 @@
 
 #include "tinyddp/nn/batchnorm.h"
 #include "tinyddp/nn/checkpoint.h"
+#include "tinyddp/nn/clip_grad.h"
 #include "tinyddp/nn/data.h"
 #include "tinyddp/nn/grad_scaler.h"
 #include "tinyddp/nn/layers.h"
@@ -14,4 +15,3 @@
 #include "tinyddp/nn/optim.h"
 #include "tinyddp/nn/safetensors.h"
 #include "tinyddp/nn/scheduler.h"
-#include "tinyddp/nn/utils.h"

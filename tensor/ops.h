@@ -19,7 +19,7 @@
 #include <tuple>
 
 #include "tinyddp/tensor/factory.h"
-#include "tinyddp/tensor/kernel_ops.h"
+#include "tinyddp/tensor/internal/kernel_ops.h"
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor {

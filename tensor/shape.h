@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tinyddp/tensor/small_vector.h"
+#include "tinyddp/tensor/internal/small_vector.h"
 
 namespace tinyddp::tensor {
 

@@ -11,9 +11,9 @@
 
 #include "tinyddp/comm/flatten.h"
 #include "tinyddp/comm/gloo/process_group_gloo.h"
-#include "tinyddp/comm/gloo/ring_allreduce.h"
 #include "tinyddp/comm/gloo/small_allreduce.h"
 #include "tinyddp/comm/gloo/staging.h"
+#include "tinyddp/comm/transport/tcp_ring.h"
 #include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::comm {
@@ -51,10 +51,10 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce_impl(const std::vector<Tensor>
       [this, tensors, op, total](uint32_t) {
         const bool single = tensors.size() == 1;
         const Staged staged(single ? tensors[0] : flatten_all(tensors));
-        if (total > 0 && ring_allreduce_) {  // a group of one holds the result already
+        if (total > 0 && tcp_ring_) {  // a group of one holds the result already
           with_element_type(tensors[0].dtype(), "allreduce", [&](auto tag_type) {
             using T = decltype(tag_type);
-            ring_allreduce_->run(staged.buffer.raw_data_ptr(), static_cast<size_t>(total), sizeof(T),
+            tcp_ring_->allreduce(staged.buffer.raw_data_ptr(), static_cast<size_t>(total), sizeof(T),
                                  reduce_function<T>(op), options_.timeout());
           });
           if (op == ReduceOp::kAvg) staged.buffer.div_(static_cast<double>(size_));

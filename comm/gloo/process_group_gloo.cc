@@ -18,9 +18,9 @@
 
 #include "tinyddp/comm/flatten.h"
 #include "tinyddp/comm/gloo/peer_addresses.h"
-#include "tinyddp/comm/gloo/ring_allreduce.h"
 #include "tinyddp/comm/gloo/small_allreduce.h"
 #include "tinyddp/comm/gloo/staging.h"
+#include "tinyddp/comm/transport/tcp_ring.h"
 #include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::comm {
@@ -125,12 +125,12 @@ void ProcessGroupGloo::connect() {
     if (peer != rank_) small->getPair(peer)->setSync(/*sync=*/true, /*busyPoll=*/false);
   }
   small_allreduce_ = std::make_unique<detail::SmallAllreduce>(small);
-  // Larger allreduces: a ring of plain TCP connections (see ring_allreduce.h), listening on
+  // Larger allreduces: a ring of plain TCP connections (see tcp_ring.h), listening on
   // the address this rank's Gloo connections use.
   const auto& pair_address =
       dynamic_cast<const gloo::transport::tcp::Address&>(context_->getPair((rank_ + 1) % size_)->address());
-  ring_allreduce_ = std::make_unique<detail::RingAllreduce>(*store_, "tinyddp/ring", rank_, size_,
-                                                            pair_address.getSockaddr(), options_.timeout());
+  tcp_ring_ = std::make_unique<detail::TcpRing>(*store_, "tinyddp/ring", rank_, size_, pair_address.getSockaddr(),
+                                                options_.timeout());
   const std::vector<detail::PeerAddresses::Mesh> meshes = {{"main", "tinyddp/gloo", context_.get()},
                                                            {"small", "tinyddp/gloo-small", small.get()}};
   peers_ = std::make_unique<detail::PeerAddresses>(*store_, rank_, size_, meshes);
@@ -236,8 +236,8 @@ CallSignature::Row row_of(const std::vector<char>& message) {
 DataFate ProcessGroupGloo::exchange_call_rows(std::vector<CallSignature::Row>& rows) {
   if (size_ == 2) {
     write_prefix(pair_out_, rows[static_cast<size_t>(rank_)], 0);
-    const size_t received = ring_allreduce_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes,
-                                                  data_bytes_after, pair_in_, options_.timeout());
+    const size_t received = tcp_ring_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes,
+                                            data_bytes_after, pair_in_, options_.timeout());
     rows[static_cast<size_t>(1 - rank_)] = row_of(pair_in_);
     // The peer may have sent a small allreduce's data with its record (and now drops ours).
     return received > kPrefixBytes ? DataFate::kDropped : DataFate::kNotSent;
@@ -257,8 +257,8 @@ void ProcessGroupGloo::pair_allreduce(const std::vector<Tensor>& tensors, Reduce
   if (call_check() != nullptr) rows[mine] = call_check()->next_row(call);  // else a zero row, never compared
   write_prefix(pair_out_, rows[mine], flat.nbytes());
   std::memcpy(pair_out_.data() + kPrefixBytes, flat.raw_data_ptr(), flat.nbytes());
-  const size_t received_bytes = ring_allreduce_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes,
-                                                      data_bytes_after, pair_in_, options_.timeout());
+  const size_t received_bytes = tcp_ring_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes,
+                                                data_bytes_after, pair_in_, options_.timeout());
   rows[theirs] = row_of(pair_in_);
   if (call_check() != nullptr) call_check()->compare(rows, DataFate::kDropped);  // throws before any tensor changed
   // Without the check a size mismatch is still refused here rather than read past the data.

@@ -39,7 +39,7 @@ namespace tinyddp::comm {
 namespace detail {
 class PeerAddresses;
 class SmallAllreduce;
-class RingAllreduce;
+class TcpRing;
 }  // namespace detail
 
 class ProcessGroupGloo final : public ProcessGroup {
@@ -112,7 +112,7 @@ class ProcessGroupGloo final : public ProcessGroup {
   // Allreduces of up to 64 KiB (used by the worker only; null for a group of one).
   std::unique_ptr<detail::SmallAllreduce> small_allreduce_;
   // Larger allreduces (used by the worker only; null for a group of one).
-  std::unique_ptr<detail::RingAllreduce> ring_allreduce_;
+  std::unique_ptr<detail::TcpRing> tcp_ring_;
   // Which rank is behind each address Gloo's errors print.
   std::unique_ptr<detail::PeerAddresses> peers_;
   // Buffers of the worker: size() encoded rows for the desync check on the small mesh

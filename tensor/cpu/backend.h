@@ -8,7 +8,7 @@
 #include <string>
 #include <tuple>
 
-#include "tinyddp/tensor/kernel_ops.h"
+#include "tinyddp/tensor/internal/kernel_ops.h"
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::cpu {

@@ -11,7 +11,7 @@
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/cpu/loops.h"
-#include "tinyddp/tensor/elementwise_math.h"
+#include "tinyddp/tensor/internal/elementwise_math.h"
 
 namespace tinyddp::tensor::cpu {
 

@@ -4,7 +4,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "tinyddp/tensor/kernel_ops.h"
+#include "tinyddp/tensor/internal/kernel_ops.h"
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::cpu {

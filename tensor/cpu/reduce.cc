@@ -12,8 +12,8 @@
 #include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/cpu/loops.h"
 #include "tinyddp/tensor/factory.h"
+#include "tinyddp/tensor/internal/reduce_plan.h"
 #include "tinyddp/tensor/parallel.h"
-#include "tinyddp/tensor/reduce_plan.h"
 
 namespace tinyddp::tensor::cpu {
 

@@ -13,8 +13,8 @@
 #include "tinyddp/tensor/cuda/plan.h"
 #include "tinyddp/tensor/cuda/runtime.h"
 #include "tinyddp/tensor/factory.h"
+#include "tinyddp/tensor/internal/reduce_plan.h"
 #include "tinyddp/tensor/ops.h"
-#include "tinyddp/tensor/reduce_plan.h"
 
 namespace tinyddp::tensor::cuda {
 

@@ -6,7 +6,7 @@
 #pragma once
 
 #include "tinyddp/tensor/cuda.h"
-#include "tinyddp/tensor/kernel_ops.h"
+#include "tinyddp/tensor/internal/kernel_ops.h"
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::cuda {

@@ -5,7 +5,7 @@
 // bits and computed in float, rounding to nearest-even on the way back, as on the CPU.
 #include "tinyddp/tensor/cuda/dtypes.cuh"
 #include "tinyddp/tensor/cuda/kernels.h"
-#include "tinyddp/tensor/elementwise_math.h"
+#include "tinyddp/tensor/internal/elementwise_math.h"
 
 #include <cuda_runtime.h>
 

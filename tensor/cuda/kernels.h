@@ -26,7 +26,7 @@ struct Operand {
   int64_t strides[kMaxDims] = {};
 };
 
-// Numbering shared with tensor::BinaryOp, CompareOp and UnaryOp (tensor/kernel_ops.h).
+// Numbering shared with tensor::BinaryOp, CompareOp and UnaryOp (tensor/internal/kernel_ops.h).
 enum Binary : int { kAdd, kMul, kDiv, kMaximum, kMinimum, kReluBackward, kMaskedFill };
 enum Compare : int { kEq, kNe, kLt, kLe, kGt, kGe };
 enum Unary : int { kNeg, kAbs, kExp, kLog, kSqrt, kRelu, kTanh, kSigmoid, kGelu, kGeluTanh, kGeluGrad, kGeluTanhGrad };

@@ -4,7 +4,7 @@
 // to the device's compute stream, so library work is ordered with our own kernels.
 #pragma once
 
-#include "tinyddp/tensor/kernel_ops.h"
+#include "tinyddp/tensor/internal/kernel_ops.h"
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::cuda {

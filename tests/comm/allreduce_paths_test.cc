@@ -1,7 +1,7 @@
 // The paths an allreduce takes in ProcessGroupGloo, each checked against a double-precision
 // reference on 2-4 ranks: small allreduces (up to 64 KiB: comm/gloo/small_allreduce.h, and on
 // two ranks one message each way) around their size limit, and large ones on the TCP ring
-// (comm/gloo/ring_allreduce.h) for every dtype and op; every rank must hold the same bits.
+// (comm/transport/tcp_ring.h) for every dtype and op; every rank must hold the same bits.
 #include <cmath>
 #include <cstring>
 
@@ -62,7 +62,7 @@ TEST_CASE("small allreduces: bit-identical on every rank, around the size limit"
   }
 }
 
-// Allreduces above 64 KiB run on a TCP ring of their own (comm/gloo/ring_allreduce.h): on 2 ranks
+// Allreduces above 64 KiB run on a TCP ring of their own (comm/transport/tcp_ring.h): on 2 ranks
 // both exchange everything, on more a reduce-scatter then allgather over chunks of unequal
 // size when the element count does not divide. Every dtype and op, values whose sums round,
 // a NaN for min/max (combined in rank order on every rank): results match a double-precision

@@ -5,8 +5,8 @@
 // name that the other build (or the rest of tinyddp) also defines.
 #include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/cpu/isa/isa_macros.h"
-#include "tinyddp/tensor/elementwise_math.h"
-#include "tinyddp/tensor/gelu_math.h"
+#include "tinyddp/tensor/internal/elementwise_math.h"
+#include "tinyddp/tensor/internal/gelu_math.h"
 
 #include <immintrin.h>
 

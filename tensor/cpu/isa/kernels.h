@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "tinyddp/tensor/kernel_ops.h"
+#include "tinyddp/tensor/internal/kernel_ops.h"
 
 namespace tinyddp::tensor::cpu {
 

@@ -1,5 +1,5 @@
-// tensor/reduce_plan.h.
-#include "tinyddp/tensor/reduce_plan.h"
+// tensor/internal/reduce_plan.h.
+#include "tinyddp/tensor/internal/reduce_plan.h"
 
 #include <algorithm>
 

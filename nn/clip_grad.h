@@ -1,4 +1,4 @@
-// Gradient utilities, as torch.nn.utils: clip_grad_norm_, clip_grad_value_.
+// Gradient clipping, as torch.nn.utils.clip_grad: clip_grad_norm_, clip_grad_value_.
 #pragma once
 
 #include <vector>

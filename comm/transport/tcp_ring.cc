@@ -1,7 +1,7 @@
-// The TCP ring for large allreduces (ring_allreduce.h): reduce-scatter then allgather around
+// The TCP ring for large allreduces (tcp_ring.h): reduce-scatter then allgather around
 // the ring, each rank sending to the next while receiving from the previous with poll(2) on
 // the calling thread, within the group's timeout; the first failure refuses every later call.
-#include "tinyddp/comm/gloo/ring_allreduce.h"
+#include "tinyddp/comm/transport/tcp_ring.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -56,24 +56,24 @@ void transfer_all(int fd, char* data, size_t bytes, bool sending, Clock::time_po
 
 }  // namespace
 
-RingAllreduce::RingAllreduce(Store& store, const std::string& prefix, int rank, int size, const sockaddr_storage& local,
-                             std::chrono::milliseconds timeout)
+TcpRing::TcpRing(Store& store, const std::string& prefix, int rank, int size, const sockaddr_storage& local,
+                 std::chrono::milliseconds timeout)
     : rank_(rank), size_(size) {
-  TDDP_CHECK(size >= 2 && rank >= 0 && rank < size, "RingAllreduce: rank {} of a group of {}", rank, size);
+  TDDP_CHECK(size >= 2 && rank >= 0 && rank < size, "TcpRing: rank {} of a group of {}", rank, size);
   const auto deadline = Clock::now() + timeout;
   const int right = (rank + 1) % size, left = (rank + size - 1) % size;
   int listen_fd = ::socket(local.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  TDDP_CHECK(listen_fd != -1, "RingAllreduce: socket failed: {}", errno_text(errno));
+  TDDP_CHECK(listen_fd != -1, "TcpRing: socket failed: {}", errno_text(errno));
   try {
     int on = 1;
     setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
     sockaddr_storage address = net::with_port(local, 0);
     TDDP_CHECK(::bind(listen_fd, reinterpret_cast<sockaddr*>(&address), net::address_length(address)) == 0 &&
                    ::listen(listen_fd, 4) == 0,
-               "RingAllreduce: rank {} cannot listen: {}", rank, errno_text(errno));
+               "TcpRing: rank {} cannot listen: {}", rank, errno_text(errno));
     socklen_t length = sizeof(address);
     TDDP_CHECK(::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&address), &length) == 0,
-               "RingAllreduce: getsockname failed: {}", errno_text(errno));
+               "TcpRing: getsockname failed: {}", errno_text(errno));
     const auto* raw = reinterpret_cast<const uint8_t*>(&address);
     store.set(fmt::format("{}/{}", prefix, rank), Bytes(raw, raw + sizeof(address)));
 
@@ -81,13 +81,12 @@ RingAllreduce::RingAllreduce(Store& store, const std::string& prefix, int rank, 
     const std::string right_key = fmt::format("{}/{}", prefix, right);
     store.wait({right_key}, std::chrono::duration_cast<Millis>(timeout));
     const Bytes theirs = store.get(right_key);
-    TDDP_CHECK(theirs.size() == sizeof(sockaddr_storage), "RingAllreduce: rank {} published a malformed address",
-               right);
+    TDDP_CHECK(theirs.size() == sizeof(sockaddr_storage), "TcpRing: rank {} published a malformed address", right);
     sockaddr_storage peer{};
     std::memcpy(&peer, theirs.data(), sizeof(peer));
     send_fd_ = ::socket(peer.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    TDDP_CHECK(send_fd_ != -1, "RingAllreduce: socket failed: {}", errno_text(errno));
-    const std::string to_right = fmt::format("RingAllreduce: rank {} connecting to rank {}", rank, right);
+    TDDP_CHECK(send_fd_ != -1, "TcpRing: socket failed: {}", errno_text(errno));
+    const std::string to_right = fmt::format("TcpRing: rank {} connecting to rank {}", rank, right);
     if (::connect(send_fd_, reinterpret_cast<sockaddr*>(&peer), net::address_length(peer)) != 0) {
       TDDP_CHECK(errno == EINPROGRESS, "{}: {}", to_right, errno_text(errno));
       if (!net::wait_ready(send_fd_, POLLOUT, deadline)) throw TimeoutError(to_right + ": timed out");
@@ -101,7 +100,7 @@ RingAllreduce::RingAllreduce(Store& store, const std::string& prefix, int rank, 
     transfer_all(send_fd_, reinterpret_cast<char*>(&hello), sizeof(hello), true, deadline, to_right);
 
     // From the previous rank.
-    const std::string from_left = fmt::format("RingAllreduce: rank {} waiting for rank {} to connect", rank, left);
+    const std::string from_left = fmt::format("TcpRing: rank {} waiting for rank {} to connect", rank, left);
     if (!net::wait_ready(listen_fd, POLLIN, deadline)) throw TimeoutError(from_left + ": timed out");
     recv_fd_ = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     TDDP_CHECK(recv_fd_ != -1, "{}: accept failed: {}", from_left, errno_text(errno));
@@ -123,19 +122,19 @@ RingAllreduce::RingAllreduce(Store& store, const std::string& prefix, int rank, 
   left_name_ = fmt::format("{} (rank {})", net::peer_address(recv_fd_), (rank + size - 1) % size);
 }
 
-RingAllreduce::~RingAllreduce() {
+TcpRing::~TcpRing() {
   if (send_fd_ != -1) ::close(send_fd_);
   if (recv_fd_ != -1) ::close(recv_fd_);
 }
 
-void RingAllreduce::fail(const std::string& message, bool timed_out) {
+void TcpRing::fail(const std::string& message, bool timed_out) {
   broken_ = message;
   broken_by_timeout_ = timed_out;
   raise(message, timed_out);
 }
 
-void RingAllreduce::exchange(const char* send_data, size_t send_bytes, char* recv_data, const size_t& recv_bytes,
-                             Clock::time_point deadline, const std::function<void(size_t)>& on_receive) {
+void TcpRing::exchange(const char* send_data, size_t send_bytes, char* recv_data, const size_t& recv_bytes,
+                       Clock::time_point deadline, const std::function<void(size_t)>& on_receive) {
   const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
   size_t sent = 0, received = 0;
   while (sent < send_bytes || received < recv_bytes) {
@@ -191,7 +190,7 @@ void RingAllreduce::exchange(const char* send_data, size_t send_bytes, char* rec
   }
 }
 
-void RingAllreduce::run(void* data, size_t count, size_t element_size, const Reduce& reduce,
+void TcpRing::allreduce(void* data, size_t count, size_t element_size, const Reduce& reduce,
                         std::chrono::milliseconds timeout) {
   if (!broken_.empty())
     raise("an earlier allreduce failed, so the ring's connections are unusable: " + broken_, broken_by_timeout_);
@@ -227,10 +226,10 @@ void RingAllreduce::run(void* data, size_t count, size_t element_size, const Red
   }
 }
 
-size_t RingAllreduce::swap(const std::vector<char>& message, size_t prefix_bytes, size_t max_rest_bytes,
-                           const std::function<size_t(const char*)>& rest_of, std::vector<char>& received,
-                           std::chrono::milliseconds timeout) {
-  TDDP_CHECK(size_ == 2, "RingAllreduce::swap is for two ranks, not {}", size_);
+size_t TcpRing::swap(const std::vector<char>& message, size_t prefix_bytes, size_t max_rest_bytes,
+                     const std::function<size_t(const char*)>& rest_of, std::vector<char>& received,
+                     std::chrono::milliseconds timeout) {
+  TDDP_CHECK(size_ == 2, "TcpRing::swap is for two ranks, not {}", size_);
   if (!broken_.empty())
     raise("an earlier exchange failed, so the connections are unusable: " + broken_, broken_by_timeout_);
   const auto deadline = Clock::now() + timeout;

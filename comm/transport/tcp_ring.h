@@ -1,5 +1,6 @@
-// Large allreduces over a ring of plain TCP connections, driven by the calling thread
-// (internal to ProcessGroupGloo).
+// TcpRing, the project's own transport (not Gloo's): large allreduces over a ring of plain TCP
+// connections, driven by the calling thread, and the two-rank pair exchange (swap) that
+// ProcessGroupGloo runs its small two-rank allreduces and the desync check's records on.
 //
 // Gloo's general allreduce moves data through its transport's event-loop thread. While the
 // calling thread writes a segment to a connection it holds that connection's lock, and the
@@ -7,7 +8,7 @@
 // machine running two ranks that busy loop took a fifth of all CPU time during DDP training
 // (about 10,000 epoll_wait calls per step), time that the backward pass needed.
 //
-// RingAllreduce keeps one connection to the next rank and one from the previous rank, both
+// TcpRing keeps one connection to the next rank and one from the previous rank, both
 // non-blocking, and moves every byte from the thread that asked for the allreduce: it sends
 // and receives at once with poll(2), which sleeps until one of the two sockets can make
 // progress, and reduces what it receives as it arrives.
@@ -35,7 +36,7 @@
 
 namespace tinyddp::comm::detail {
 
-class RingAllreduce {
+class TcpRing {
  public:
   // out[i] = a[i] op b[i] for n elements (out may be a or b).
   using Reduce = std::function<void(void* out, const void* a, const void* b, size_t n)>;
@@ -43,15 +44,16 @@ class RingAllreduce {
   // Listens on `local` (its port is ignored: one is chosen), publishes the address under
   // "<prefix>/<rank>" in `store`, connects to rank + 1 and accepts rank - 1 (mod size), all
   // within `timeout`. size >= 2.
-  RingAllreduce(Store& store, const std::string& prefix, int rank, int size, const sockaddr_storage& local,
-                std::chrono::milliseconds timeout);
-  ~RingAllreduce();
-  RingAllreduce(const RingAllreduce&) = delete;
-  RingAllreduce& operator=(const RingAllreduce&) = delete;
+  TcpRing(Store& store, const std::string& prefix, int rank, int size, const sockaddr_storage& local,
+          std::chrono::milliseconds timeout);
+  ~TcpRing();
+  TcpRing(const TcpRing&) = delete;
+  TcpRing& operator=(const TcpRing&) = delete;
 
   // Allreduces `count` elements of `element_size` bytes at `data` in place, within `timeout`.
   // Every rank must call it with the same count, element size and reduction.
-  void run(void* data, size_t count, size_t element_size, const Reduce& reduce, std::chrono::milliseconds timeout);
+  void allreduce(void* data, size_t count, size_t element_size, const Reduce& reduce,
+                 std::chrono::milliseconds timeout);
 
   // Two ranks only (next and previous are the peer): sends `message` to the peer while
   // receiving the peer's message into the front of `received` (grown once to the longest

@@ -1,6 +1,6 @@
-// Gradient clipping (utils.h, as torch.nn.utils): clip_grad_norm_ (the total norm over every
+// Gradient clipping (clip_grad.h, as torch.nn.utils.clip_grad): clip_grad_norm_ (the total norm over every
 // gradient, each scaled by max_norm / (total + 1e-6) when above) and clip_grad_value_.
-#include "tinyddp/nn/utils.h"
+#include "tinyddp/nn/clip_grad.h"
 
 #include <cmath>
 

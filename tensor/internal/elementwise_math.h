@@ -12,8 +12,8 @@
 #include <cmath>
 #include <type_traits>
 
-#include "tinyddp/tensor/gelu_math.h"
-#include "tinyddp/tensor/kernel_ops.h"
+#include "tinyddp/tensor/internal/gelu_math.h"
+#include "tinyddp/tensor/internal/kernel_ops.h"
 
 namespace tinyddp::tensor::elementwise_math {
 
