@@ -14,7 +14,6 @@
 #include "tinyddp/tensor/cuda/runtime.h"
 #include "tinyddp/tensor/factory.h"
 #include "tinyddp/tensor/internal/reduce_plan.h"
-#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::tensor::cuda {
 
@@ -186,19 +185,10 @@ void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const
                "layer_norm kernel");
 }
 
-void layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& dy,
-                         const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight) {
+void layer_norm_backward(const Tensor& grad_x, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                         const Tensor& rstd, const Tensor& weight) {
   const int device = device_of(x);
   DeviceGuard guard(device);
-  // The weight's and bias's gradients: column sums of dy * xhat and dy (in the statistics'
-  // dtype), through the reduction kernels.
-  if (grad_weight.defined()) {
-    const int64_t rows = x.size(0);
-    const Tensor xhat = tensor::mul(tensor::sub(x.to(mean.dtype()), mean.view({rows, 1})), rstd.view({rows, 1}));
-    copy(grad_weight, tensor::sum(tensor::mul(dy.to(mean.dtype()), xhat), {0}));
-  }
-  if (grad_bias.defined()) copy(grad_bias, tensor::sum(dy, {0}));
-  if (!grad_x.defined()) return;
   check_launch(
       k::layer_norm_backward_rows(dy.raw_data_ptr(), x.raw_data_ptr(), mean.raw_data_ptr(), rstd.raw_data_ptr(),
                                   weight.defined() ? weight.raw_data_ptr() : nullptr, static_cast<int>(x.dtype()),

@@ -42,15 +42,6 @@ void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log);
 // (reduce.cu).
 void causal_softmax(const Tensor& out, const Tensor& x, double scale);
 void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale);
-// Batch normalisation's four steps with the CPU's contracts, from the elementwise and
-// reduction kernels (norm.cc).
-std::tuple<Tensor, Tensor> batch_norm_mean_var(const Tensor& x);
-void batch_norm_elemt(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
-                      const Tensor& invstd);
-std::tuple<Tensor, Tensor> batch_norm_backward_reduce(const Tensor& dy, const Tensor& x, const Tensor& mean);
-void batch_norm_backward_elemt(const Tensor& grad_x, const Tensor& dy, const Tensor& x, const Tensor& mean,
-                               const Tensor& invstd, const Tensor& weight, const Tensor& sum_dy,
-                               const Tensor& sum_dy_xmu, double count);
 // Embedding lookups with the CPU's contracts (embedding.cu).
 void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids);
 void embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& ids);
@@ -58,16 +49,16 @@ void embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const
 // (reduce.cu).
 void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
                 const Tensor& bias, double eps);
-void layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& dy,
-                         const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight);
+// The input's gradient only: the weight's and bias's are column sums, composed in ops/
+// (composite::layer_norm_param_grads).
+void layer_norm_backward(const Tensor& grad_x, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                         const Tensor& rstd, const Tensor& weight);
 // im2col/col2im with the CPU's contracts, as a strided copy of the padded input's windows and an
 // accumulation into them (the copy and accumulate kernels).
 void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double pad_value);
 void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window);
-// Max pooling with the CPU's contracts, from im2col, max over each window and, backward, a
-// one-hot mask and col2im (indices: the tap of the window).
-void max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& window);
-void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices, const Window2d& window);
+// No kernels of its own for batch normalisation, max pooling and layer normalisation's
+// parameter gradients: ops/ composes those from the ops above (ops/composite.h).
 // Convolution through cuDNN (dnn::conv_* in libraries.h, the same contracts; the forward adds
 // `bias` when defined): false where cuDNN does not apply, and ops/conv.cc then takes the
 // im2col route.

@@ -49,27 +49,11 @@ void embedding_backward(const Tensor&, const Tensor&, const Tensor&) { unavailab
 void layer_norm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, double) {
   unavailable("layer_norm");
 }
-void layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                         const Tensor&, const Tensor&) {
+void layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   unavailable("layer_norm backward");
 }
 void im2col(const Tensor&, const Tensor&, const Window2d&, double) { unavailable("im2col"); }
 void col2im(const Tensor&, const Tensor&, const Window2d&) { unavailable("col2im"); }
-void max_pool2d(const Tensor&, const Tensor&, const Tensor&, const Window2d&) { unavailable("max_pool2d"); }
-void max_pool2d_backward(const Tensor&, const Tensor&, const Tensor&, const Window2d&) {
-  unavailable("max_pool2d backward");
-}
-std::tuple<Tensor, Tensor> batch_norm_mean_var(const Tensor&) { unavailable("batch_norm"); }
-void batch_norm_elemt(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
-  unavailable("batch_norm");
-}
-std::tuple<Tensor, Tensor> batch_norm_backward_reduce(const Tensor&, const Tensor&, const Tensor&) {
-  unavailable("batch_norm backward");
-}
-void batch_norm_backward_elemt(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                               const Tensor&, const Tensor&, double) {
-  unavailable("batch_norm backward");
-}
 
 struct CudaGraph::Impl {};
 CudaGraph::CudaGraph() : impl_(std::make_unique<Impl>()) {}

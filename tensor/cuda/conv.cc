@@ -5,10 +5,7 @@
 // takes the unpadded part.
 #include "tinyddp/tensor/cuda/backend.h"
 
-#include <limits>
-
 #include "tinyddp/tensor/factory.h"
-#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::tensor::cuda {
 
@@ -43,20 +40,6 @@ void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& w) {
   const Tensor padded = padded_buffer(col, w, 0.0);
   accumulate(windows_of(padded, w), col);
   copy(grad_x, interior(padded, w));
-}
-
-void max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& w) {
-  const Tensor col = empty({w.n, w.c, w.kh, w.kw, w.oh, w.ow}, TensorOptions(x.dtype()).device(x.device()));
-  im2col(col, x, w, -std::numeric_limits<double>::infinity());
-  const auto [values, taps] = max(col.view({w.n, w.c, w.kh * w.kw, w.oh, w.ow}), {2}, false);
-  copy(out, values);
-  copy(indices, taps);  // the window's tap i * kw + j
-}
-
-void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices, const Window2d& w) {
-  const Tensor taps = arange(w.kh * w.kw, TensorOptions(kInt64).device(grad_out.device())).view({1, 1, -1, 1, 1});
-  const Tensor chosen = eq(indices.unsqueeze(2), taps).to(grad_out.dtype());  // one-hot over the window
-  col2im(grad_x, mul(chosen, grad_out.unsqueeze(2)).view({w.n, w.c, w.kh, w.kw, w.oh, w.ow}), w);
 }
 
 }  // namespace tinyddp::tensor::cuda

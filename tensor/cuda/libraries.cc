@@ -10,7 +10,6 @@
 #include "tinyddp/tensor/cuda/handles.h"
 #include "tinyddp/tensor/cuda/plan.h"
 #include "tinyddp/tensor/cuda/runtime.h"
-#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::tensor::cuda {
 

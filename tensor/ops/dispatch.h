@@ -8,6 +8,7 @@
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/cuda/backend.h"
 #include "tinyddp/tensor/device.h"
+#include "tinyddp/tensor/ops/composite.h"
 
 namespace tinyddp::tensor::detail {
 
@@ -33,3 +34,10 @@ decltype(auto) dispatch(Device device, const char* op, Cpu&& cpu_kernel, Cuda&& 
 #define TDDP_DISPATCH(device, op, kernel, ...)                                                                     \
   ::tinyddp::tensor::detail::dispatch((device), (op), [&] { return ::tinyddp::tensor::cpu::kernel(__VA_ARGS__); }, \
                                       [&] { return ::tinyddp::tensor::cuda::kernel(__VA_ARGS__); })
+
+// TDDP_DISPATCH_OR_COMPOSE(device, "op", kernel, args...): cpu::kernel(args...) on the CPU; on
+// a GPU composite::kernel(args...) (ops/composite.h), composed from other ops because the CUDA
+// backend has no kernel of its own for it.
+#define TDDP_DISPATCH_OR_COMPOSE(device, op, kernel, ...)                                                          \
+  ::tinyddp::tensor::detail::dispatch((device), (op), [&] { return ::tinyddp::tensor::cpu::kernel(__VA_ARGS__); }, \
+                                      [&] { return ::tinyddp::tensor::composite::kernel(__VA_ARGS__); })

@@ -66,12 +66,19 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
                 const Tensor& x = sx.get("NativeLayerNormBackward");
                 const Tensor& w = sw.get("NativeLayerNormBackward");
                 const Tensor g = grad.contiguous().view({rows, n});
-                // One kernel writes the three gradients asked for.
+                // The CPU's kernel writes the three gradients asked for; the GPU's writes the
+                // input's, and the weight's and bias's are column sums composed from the ops.
                 const Tensor grad_input = need_input ? new_output({rows, n}, g.dtype(), g.device()) : Tensor();
                 const Tensor grad_weight = need_weight ? new_output({n}, g.dtype(), g.device()) : Tensor();
                 const Tensor grad_bias = need_bias ? new_output({n}, g.dtype(), g.device()) : Tensor();
-                TDDP_DISPATCH(g.device(), "layer_norm backward", layer_norm_backward, grad_input, grad_weight,
-                              grad_bias, g, x, mean, rstd, w);
+                dispatch(
+                    g.device(), "layer_norm backward",
+                    [&] { cpu::layer_norm_backward(grad_input, grad_weight, grad_bias, g, x, mean, rstd, w); },
+                    [&] {
+                      if (grad_input.defined()) cuda::layer_norm_backward(grad_input, g, x, mean, rstd, w);
+                      NoGradGuard no_grad;
+                      composite::layer_norm_param_grads(grad_weight, grad_bias, g, x, mean, rstd);
+                    });
                 return std::vector<Tensor>{need_input ? grad_input.view(in_shape) : Tensor(),
                                            need_weight ? grad_weight.view(affine_shape) : Tensor(),
                                            need_bias ? grad_bias.view(affine_shape) : Tensor()};

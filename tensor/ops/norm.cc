@@ -44,7 +44,7 @@ void check_bn_input(const Tensor& input, const char* op) {
 std::tuple<Tensor, Tensor> batch_norm_mean_var(const Tensor& input) {
   check_bn_input(input, "batch_norm_mean_var");
   NoGradGuard no_grad;
-  return TDDP_DISPATCH(input.device(), "batch_norm", batch_norm_mean_var, input.contiguous());
+  return TDDP_DISPATCH_OR_COMPOSE(input.device(), "batch_norm", batch_norm_mean_var, input.contiguous());
 }
 
 Tensor batch_norm_elemt(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& mean,
@@ -55,7 +55,8 @@ Tensor batch_norm_elemt(const Tensor& input, const Tensor& weight, const Tensor&
   }
   NoGradGuard no_grad;
   const Tensor out = new_output(input.sizes(), input.dtype(), input.device());
-  TDDP_DISPATCH(input.device(), "batch_norm", batch_norm_elemt, out, input.contiguous(), weight, bias, mean, invstd);
+  TDDP_DISPATCH_OR_COMPOSE(input.device(), "batch_norm", batch_norm_elemt, out, input.contiguous(), weight, bias, mean,
+                           invstd);
   return out;
 }
 
@@ -66,8 +67,8 @@ std::tuple<Tensor, Tensor> batch_norm_backward_reduce(const Tensor& grad_out, co
              format_shape(grad_out.sizes()), format_shape(input.sizes()));
   check_channel_vector(mean, input, "mean");
   NoGradGuard no_grad;
-  return TDDP_DISPATCH(input.device(), "batch_norm backward", batch_norm_backward_reduce, grad_out.contiguous(),
-                       input.contiguous(), mean);
+  return TDDP_DISPATCH_OR_COMPOSE(input.device(), "batch_norm backward", batch_norm_backward_reduce,
+                                  grad_out.contiguous(), input.contiguous(), mean);
 }
 
 Tensor batch_norm_backward_elemt(const Tensor& grad_out, const Tensor& input, const Tensor& mean, const Tensor& invstd,
@@ -88,8 +89,8 @@ Tensor batch_norm_backward_elemt(const Tensor& grad_out, const Tensor& input, co
   }
   NoGradGuard no_grad;
   const Tensor grad_input = new_output(input.sizes(), input.dtype(), input.device());
-  TDDP_DISPATCH(input.device(), "batch_norm backward", batch_norm_backward_elemt, grad_input, grad_out.contiguous(),
-                input.contiguous(), mean, invstd, weight, sum_dy, sum_dy_xmu, count);
+  TDDP_DISPATCH_OR_COMPOSE(input.device(), "batch_norm backward", batch_norm_backward_elemt, grad_input,
+                           grad_out.contiguous(), input.contiguous(), mean, invstd, weight, sum_dy, sum_dy_xmu, count);
   return grad_input;
 }
 

@@ -41,13 +41,14 @@ Tensor max_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d>
   const Tensor indices = new_output(out.sizes(), kInt64, x.device());  // where each maximum came from
   {
     NoGradGuard no_grad;
-    TDDP_DISPATCH(x.device(), "max_pool2d", max_pool2d, out, indices, x, win);
+    TDDP_DISPATCH_OR_COMPOSE(x.device(), "max_pool2d", max_pool2d, out, indices, x, win);
   }
   // grad_out [N, C, OH, OW] -> grad_x [N, C, H, W]: each output's gradient added at its maximum.
   if (needs_grad(x)) {
     record_op("MaxPool2DWithIndicesBackward", out, {x}, [indices, win](const Tensor& g) {
       const Tensor grad_x = new_output({win.n, win.c, win.h, win.w}, g.dtype(), g.device());
-      TDDP_DISPATCH(g.device(), "max_pool2d backward", max_pool2d_backward, grad_x, g.contiguous(), indices, win);
+      TDDP_DISPATCH_OR_COMPOSE(g.device(), "max_pool2d backward", max_pool2d_backward, grad_x, g.contiguous(), indices,
+                               win);
       return std::vector<Tensor>{grad_x};
     });
   }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "tinyddp/tensor/cpu/backend.h"
+#include "tinyddp/tensor/ops.h"  // Size2d
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::detail {
