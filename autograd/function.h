@@ -38,6 +38,30 @@ namespace tinyddp::autograd {
 
 using tensor::Tensor;
 
+// FunctionCtx::saved_data: values by name (a scalar, a shape, a flag, a pointer), as
+// libtorch's ctx->saved_data. Written as a map (`saved_data["scale"] = 2.0`); read back with
+// get<T>(key), which names the function and the key when the key is missing or holds another
+// type (at(key) and std::any_cast work too).
+class SavedData {
+ public:
+  std::any& operator[](const std::string& key) { return values_[key]; }
+  const std::any& at(const std::string& key) const;
+  bool contains(const std::string& key) const { return values_.count(key) != 0; }
+  size_t size() const { return values_.size(); }
+  template <class T>
+  T get(const std::string& key) const {
+    const std::any& value = at(key);
+    if (const T* held = std::any_cast<T>(&value)) return *held;
+    wrong_type(key, value, typeid(T));
+  }
+
+ private:
+  friend class FunctionCtx;
+  [[noreturn]] void wrong_type(const std::string& key, const std::any& value, const std::type_info& asked) const;
+  std::map<std::string, std::any> values_;
+  std::string function_ = "Function";  // the node's name, for errors
+};
+
 // What forward leaves for backward: tensors (checked against in-place changes), other values
 // by name, and which arguments need a gradient.
 class FunctionCtx {
@@ -46,8 +70,8 @@ class FunctionCtx {
   // throws, naming the function, if one was modified in place after it was saved.
   void save_for_backward(std::vector<Tensor> tensors);
   std::vector<Tensor> get_saved_variables() const;
-  // Anything else backward needs (a scalar, a shape, a flag), by name.
-  std::map<std::string, std::any> saved_data;
+  // Anything else backward needs (a scalar, a shape, a flag), by name (SavedData above).
+  SavedData saved_data;
   // One entry per forward argument: true for a tensor that requires grad (with grad mode
   // on); backward may skip the others and return an undefined tensor for them.
   std::vector<bool> needs_input_grad;
@@ -56,7 +80,10 @@ class FunctionCtx {
  private:
   template <class T>
   friend struct Function;
-  void set_name(std::string name) { name_ = std::move(name); }
+  void set_name(std::string name) {
+    name_ = std::move(name);
+    saved_data.function_ = name_;
+  }
   // Saved tensors that alias the output are kept detached (no cycle output -> node -> output).
   void mark_output(const Tensor& output);
   std::vector<Tensor> to_save_;
@@ -75,6 +102,18 @@ const Tensor* as_tensor(const A&) {
 
 // The node's name: the function's type name ("Cube") plus "Backward", as PyTorch names them.
 std::string function_name(const char* mangled);
+
+// T::backward, with a std::bad_any_cast from a std::any_cast of saved_data turned into an
+// error that names the function and says which read names the key.
+[[noreturn]] void rethrow_bad_any_cast(const FunctionCtx& ctx);
+template <class T>
+std::vector<Tensor> run_backward(FunctionCtx* ctx, const Tensor& grad_output) {
+  try {
+    return T::backward(ctx, {grad_output});
+  } catch (const std::bad_any_cast&) {
+    rethrow_bad_any_cast(*ctx);
+  }
+}
 
 }  // namespace detail
 
@@ -119,7 +158,7 @@ struct Function {
     const std::string name = ctx->name();
     tensor::record_op(name.c_str(), output, inputs,
                       [ctx, positions, num_args](const Tensor& grad_output) -> std::vector<Tensor> {
-                        const std::vector<Tensor> grads = T::backward(ctx.get(), {grad_output});
+                        const std::vector<Tensor> grads = detail::run_backward<T>(ctx.get(), grad_output);
                         TDDP_CHECK(grads.size() == num_args,
                                    "{}: backward returned {} gradients for the {} arguments of forward (one per "
                                    "argument, undefined for non-tensors)",

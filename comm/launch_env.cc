@@ -2,7 +2,10 @@
 // the launcher (or torchrun), Open MPI or Slurm, in that order of precedence.
 #include "tinyddp/comm/launch_env.h"
 
+#include <unistd.h>
+
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 
 #include "tinyddp/base/error.h"
@@ -35,6 +38,18 @@ std::optional<int> slurm_tasks_per_node() {
   const auto [ptr, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
   return ec == std::errc() && ptr != text->data() ? std::optional<int>(value) : std::nullopt;
 }
+
+// Under a launcher (launch, torchrun, mpirun, srun) a rank's stdout is a pipe, which C stdio
+// buffers in blocks of 4 KiB: the lines a rank printed before it crashed would die in its
+// buffer, and the launcher would show the crash without them. So stdout is made line-buffered
+// there, as on a terminal, before main() writes anything (std::cout writes through it).
+// TINYDDP_STDOUT_BUFFERED=1 keeps the block buffer (docs/launcher.md).
+const bool stdout_line_buffered = [] {
+  const bool launched = env_value("RANK") || env_value("OMPI_COMM_WORLD_RANK") || env_value("SLURM_PROCID");
+  const bool keep = env_value("TINYDDP_STDOUT_BUFFERED").value_or("0") == "1";
+  if (!launched || keep || isatty(STDOUT_FILENO)) return false;
+  return std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ) == 0;
+}();
 
 }  // namespace
 

@@ -80,17 +80,17 @@ struct SyncBatchNormFunction : autograd::Function<SyncBatchNormFunction> {
   static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& grad_outputs) {
     const std::vector<Tensor> saved = ctx->get_saved_variables();
     const Tensor &x = saved[0], &weight = saved[1], &dy = grad_outputs[0];
-    const auto mean = std::any_cast<Tensor>(ctx->saved_data["mean"]);
-    const auto invstd = std::any_cast<Tensor>(ctx->saved_data["invstd"]);
-    const auto total = std::any_cast<double>(ctx->saved_data["total"]);
+    const auto mean = ctx->saved_data.get<Tensor>("mean");
+    const auto invstd = ctx->saved_data.get<Tensor>("invstd");
+    const auto total = ctx->saved_data.get<double>("total");
     const auto [sum_dy, sum_dy_xmu] = t::batch_norm_backward_reduce(dy, x, mean);
     std::vector<Tensor> grads(9);
     if (ctx->needs_input_grad[1]) grads[1] = t::mul(sum_dy_xmu, invstd);
     if (ctx->needs_input_grad[2]) grads[2] = sum_dy;
     if (ctx->needs_input_grad[0]) {
       const Tensor sums = concat(sum_dy, sum_dy_xmu);  // a copy: the local sums above stay
-      comm::ProcessGroup* group = std::any_cast<comm::ProcessGroup*>(ctx->saved_data["group"]);
-      timed(std::any_cast<SyncBatchNorm*>(ctx->saved_data["module"]), "SyncBatchNorm allreduce (gradient sums)",
+      comm::ProcessGroup* group = ctx->saved_data.get<comm::ProcessGroup*>("group");
+      timed(ctx->saved_data.get<SyncBatchNorm*>("module"), "SyncBatchNorm allreduce (gradient sums)",
             [&] { group->allreduce(sums)->wait(); });
       const int64_t channels = x.size(1);
       grads[0] = t::batch_norm_backward_elemt(dy, x, mean, invstd, weight, sums.narrow(0, 0, channels),

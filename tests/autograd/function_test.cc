@@ -36,7 +36,7 @@ struct ScaledMul : tinyddp::autograd::Function<ScaledMul> {
   static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& grad_outputs) {
     last_needs = ctx->needs_input_grad;
     const std::vector<Tensor> saved = ctx->get_saved_variables();
-    const double scale = std::any_cast<double>(ctx->saved_data.at("scale"));
+    const double scale = ctx->saved_data.get<double>("scale");
     const Tensor& g = grad_outputs[0];
     Tensor grad_a, grad_b;
     if (ctx->needs_input_grad[0]) grad_a = g * saved[1] * scale + g;
@@ -69,6 +69,20 @@ struct GradientForANumber : tinyddp::autograd::Function<GradientForANumber> {
 struct WrongShape : tinyddp::autograd::Function<WrongShape> {
   static Tensor forward(FunctionCtx*, const Tensor& x) { return x * 2.0; }
   static std::vector<Tensor> backward(FunctionCtx*, const std::vector<Tensor>& g) { return {sum(g[0])}; }
+};
+// Saves a number and reads it back as `Read` under `key` (a wrong type, a wrong key), through
+// get<T> or std::any_cast.
+template <typename Read, bool kAnyCast>
+struct ReadsSaved : tinyddp::autograd::Function<ReadsSaved<Read, kAnyCast>> {
+  static inline std::string key = "scale";
+  static Tensor forward(FunctionCtx* ctx, const Tensor& x) {
+    ctx->saved_data["scale"] = 2.0;
+    return x * 2.0;
+  }
+  static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& g) {
+    const Read scale = kAnyCast ? std::any_cast<Read>(ctx->saved_data.at(key)) : ctx->saved_data.get<Read>(key);
+    return {g[0] * static_cast<double>(scale)};
+  }
 };
 // Returns its input as it is.
 struct Identity : tinyddp::autograd::Function<Identity> {
@@ -134,6 +148,20 @@ TEST_CASE("Function: a bad backward or a saved tensor changed in place is named"
       Contains("GradientForANumberBackward: backward returned a gradient for argument 1, which is not a tensor"));
   CHECK_THROWS_WITH(sum(WrongShape::apply(x)).backward(),
                     Contains("WrongShapeBackward: the gradient for input 0 has shape []"));
+  // saved_data read as another type or under another key names the function and the key.
+  CHECK_THROWS_WITH(sum(ReadsSaved<int64_t, false>::apply(x)).backward(),
+                    Contains("ReadsSaved<long, false>Backward: saved_data['scale'] holds a double, read as a long"));
+  ReadsSaved<double, false>::key = "sclae";
+  CHECK_THROWS_WITH(sum(ReadsSaved<double, false>::apply(x)).backward(),
+                    Contains("ReadsSaved<double, false>Backward: saved_data has no 'sclae' (forward saved 'scale')"));
+  CHECK_THROWS_WITH(
+      sum(ReadsSaved<float, true>::apply(x)).backward(),
+      Contains("ReadsSaved<float, true>Backward: backward read a saved_data value as another type than forward "
+               "stored (std::bad_any_cast)"));
+  CHECK(ReadsSaved<double, false>::key == "sclae");
+  ReadsSaved<double, false>::key = "scale";
+  sum(ReadsSaved<double, false>::apply(x)).backward();  // read right, it works
+  CHECK(x.grad().defined());
 
   const Tensor base = leaf({3}, 9).detach();
   Tensor saved = base.clone();

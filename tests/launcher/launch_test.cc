@@ -188,6 +188,21 @@ TEST_CASE("launch: --max_restarts restarts the whole group", "[launcher]") {
   CHECK_THAT(r.output, Contains("(after 1 restarts)"));
 }
 
+TEST_CASE("launch: a line a worker printed before it crashed is shown (stdout line-buffered)", "[launcher]") {
+  // crash_worker writes a line to std::cout without flushing it, then aborts. A pipe's stdout
+  // is block-buffered unless the library made it line-buffered; TINYDDP_STDOUT_BUFFERED=1 keeps
+  // the block buffer, and the line dies with the process.
+  const std::string line = "[rank 0] rank 0 printed this before it crashed";
+  CommandResult r = launch("--nproc_per_node 1 -- tests/launcher/crash_worker");
+  INFO(r.output);
+  CHECK(r.exit_code == 128 + SIGABRT);
+  CHECK_THAT(r.output, Contains(line));
+  r = run_command("TINYDDP_STDOUT_BUFFERED=1 " + kLaunch + " --nproc_per_node 1 -- tests/launcher/crash_worker");
+  INFO(r.output);
+  CHECK(r.exit_code == 128 + SIGABRT);
+  CHECK_THAT(r.output, !Contains(line));
+}
+
 TEST_CASE("launch: a restarted group of real ranks forms anew in the same store", "[launcher]") {
   const CommandResult r =
       launch("--nproc_per_node 3 --max_restarts 1 --grace_period 2 -- tests/launcher/restart_worker");
