@@ -181,8 +181,8 @@ class Attempt {
     w.streams[1].fd = err[0];
     w.streams[1].console = 2;
     if (n == static_cast<ssize_t>(sizeof(exec_error))) {
-      log_ << fmt::format("launch: cannot run '{}' for rank {}: {}{}", options_.program[0], w.rank,
-                          std::strerror(exec_error), exec_error == ENOENT ? lookup_hint(options_.program[0]) : "")
+      log_ << fmt::format("launch: cannot run '{}' for rank {}: {}", options_.program[0], w.rank,
+                          exec_failure(options_.program[0], path, exec_error))
            << std::endl;
       record_failure(w, 127 << 8);
     }

@@ -59,9 +59,10 @@ std::string resolve(const std::string& program) {
   return program;  // execve fails and the error names it
 }
 
-// Why `program` could not be run, for the error message: where a relative path was looked for
-// (the launcher's working directory: under `bazel run`, the directory the command was typed in),
-// or that a bare name is searched on PATH.
+namespace {
+
+// Where `program` was looked for: a relative path in the launcher's working directory (under
+// `bazel run`, the directory the command was typed in), a bare name on PATH.
 std::string lookup_hint(const std::string& program) {
   if (program.find('/') == std::string::npos) {
     const char* path = std::getenv("PATH");
@@ -73,6 +74,21 @@ std::string lookup_hint(const std::string& program) {
   const std::filesystem::path cwd = std::filesystem::current_path(error);
   return fmt::format(" (looked for {}: a relative path is taken from the directory launch runs in)",
                      (cwd / program).lexically_normal().string());
+}
+
+}  // namespace
+
+std::string exec_failure(const std::string& program, const std::string& path, int error) {
+  if (error == ENOENT) return std::strerror(error) + lookup_hint(program);
+  std::error_code ec;
+  if (error == EACCES && std::filesystem::is_directory(path, ec)) {
+    return fmt::format("{} is a directory, not a program (name the binary inside it)", path);
+  }
+  if (error == EACCES && std::filesystem::is_regular_file(path, ec)) {
+    return fmt::format("{} (the file is not executable: chmod +x {}, or name its interpreter first)",
+                       std::strerror(error), path);
+  }
+  return std::strerror(error);
 }
 
 }  // namespace tinyddp::launcher

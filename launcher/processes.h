@@ -15,8 +15,9 @@ int exit_code(int status);
 // The full path `program` runs as (execve does not search PATH; doing it here, before fork,
 // keeps the child to async-signal-safe calls).
 std::string resolve(const std::string& program);
-// Why `program` could not be run, for the error message: where a relative path was looked
-// for, or that a bare name is searched on PATH.
-std::string lookup_hint(const std::string& program);
+// Why `program` (run as `path`) could not be run, given execve's errno: the system's words and,
+// for a program not found, where it was looked for; for one found but refused, whether it is
+// a directory or a file without execute permission.
+std::string exec_failure(const std::string& program, const std::string& path, int error);
 
 }  // namespace tinyddp::launcher

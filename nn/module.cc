@@ -135,6 +135,39 @@ std::vector<std::pair<std::string, std::string>> Module::tied_names() const {
   return aliases;
 }
 
+namespace {
+
+// Whether every name of `longer` is a name of `shorter` with "module." in front.
+bool differ_by_module_prefix(const std::vector<std::string>& longer, const std::vector<std::string>& shorter) {
+  if (longer.empty() || longer.size() != shorter.size()) return false;
+  for (size_t i = 0; i < longer.size(); ++i) {
+    if (longer[i] != "module." + shorter[i]) return false;
+  }
+  return true;
+}
+
+// The hint for keys that differ only by DDP's "module." prefix, either way round.
+std::string prefix_hint(const std::vector<std::string>& missing, const std::vector<std::string>& unexpected) {
+  if (differ_by_module_prefix(unexpected, missing)) {
+    return "\n  every unexpected key is a missing one with \"module.\" in front: the state dict was saved from "
+           "DistributedDataParallel (or DataParallel). Save ddp.module()->state_dict() instead, or strip the prefix "
+           "with nn::consume_prefix_in_state_dict_if_present(state, \"module.\")";
+  }
+  if (differ_by_module_prefix(missing, unexpected)) {
+    return "\n  every missing key is an unexpected one with \"module.\" in front: the state dict is a plain "
+           "model's, loaded into DistributedDataParallel. Load it into ddp.module() instead";
+  }
+  return "";
+}
+
+}  // namespace
+
+void consume_prefix_in_state_dict_if_present(OrderedDict<Tensor>& state, const std::string& prefix) {
+  OrderedDict<Tensor> renamed;
+  for (const auto& [name, t] : state) renamed.insert(name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name, t);
+  state = std::move(renamed);
+}
+
 void Module::load_state_dict(const OrderedDict<Tensor>& state, bool strict) {
   Named all;
   collect_state_tensors(*this, "", all);
@@ -172,6 +205,7 @@ void Module::load_state_dict(const OrderedDict<Tensor>& state, bool strict) {
   };
   if (strict && !missing.empty()) problems += "\n  missing key(s): " + list(missing);
   if (strict && !unexpected.empty()) problems += "\n  unexpected key(s): " + list(unexpected);
+  if (strict) problems += prefix_hint(missing, unexpected);
   for (const auto& m : mismatched) problems += "\n  size mismatch for " + m;
   TDDP_CHECK(problems.empty(), "load_state_dict: error(s) loading the state dict of {} (the module is unchanged):{}",
              type_name_, problems);

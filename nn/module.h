@@ -95,7 +95,9 @@ class Module : public std::enable_shared_from_this<Module> {
   // Everything is checked first: missing or unexpected keys (strict) and shape mismatches
   // throw one error listing all problems, and the module is left unchanged. A tied tensor's
   // other names are accepted too (PyTorch's checkpoints carry them) and loaded in order, as
-  // PyTorch does, so the last of its names in `state` wins.
+  // PyTorch does, so the last of its names in `state` wins. When the keys differ only by a
+  // "module." prefix (a DDP or DataParallel state dict and a plain model, or the other way),
+  // the error says so and how to fix it.
   void load_state_dict(const OrderedDict<Tensor>& state, bool strict = true);
 
   void train(bool on = true);
@@ -133,5 +135,10 @@ class Module : public std::enable_shared_from_this<Module> {
   OrderedDict<std::shared_ptr<Module>> children_;
   bool training_ = true;
 };
+
+// Removes `prefix` from the keys of `state` that start with it, as PyTorch's
+// torch.nn.modules.utils.consume_prefix_in_state_dict_if_present: a state dict saved from
+// DistributedDataParallel ("module.fc.weight") then loads into the plain model.
+void consume_prefix_in_state_dict_if_present(OrderedDict<Tensor>& state, const std::string& prefix);
 
 }  // namespace tinyddp::nn

@@ -189,9 +189,18 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled, 
   TDDP_CHECK(options_.beta2() >= 0 && options_.beta2() < 1, "{}: invalid beta2 {}", name_, options_.beta2());
 }
 
+namespace {
+// torch.optim.AdamW's default decay where the options leave it unset.
+AdamOptions with_adamw_default(AdamOptions options) {
+  if (!options.weight_decay_set()) options.weight_decay(1e-2);
+  return options;
+}
+}  // namespace
+
 AdamW::AdamW(std::vector<Tensor> params, AdamOptions options)
-    : Adam(one_group(std::move(params)), options, true, "AdamW") {}
-AdamW::AdamW(std::vector<ParamGroup> groups, AdamOptions options) : Adam(std::move(groups), options, true, "AdamW") {}
+    : Adam(one_group(std::move(params)), with_adamw_default(options), true, "AdamW") {}
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamOptions options)
+    : Adam(std::move(groups), with_adamw_default(options), true, "AdamW") {}
 
 void Adam::step() {
   for (size_t g = 0; g < num_param_groups(); ++g) step_group(g);

@@ -196,7 +196,9 @@ struct AdamOptions {
   double beta1() const { return beta1_; }
   double beta2() const { return beta2_; }
   double eps() const { return eps_; }
-  double weight_decay() const { return weight_decay_; }
+  // Unset: the optimizer's default, as torch's (Adam 0, AdamW 1e-2); weight_decay() reads 0.
+  double weight_decay() const { return weight_decay_.value_or(0.0); }
+  bool weight_decay_set() const { return weight_decay_.has_value(); }
   bool capturable() const { return capturable_; }
   bool amsgrad() const { return amsgrad_; }
 
@@ -205,13 +207,12 @@ struct AdamOptions {
   double beta1_ = 0.9;
   double beta2_ = 0.999;
   double eps_ = 1e-8;
-  double weight_decay_ = 0;
+  std::optional<double> weight_decay_;
   bool capturable_ = false;
   bool amsgrad_ = false;
 };
 
-// Adam; with decoupled = true it is AdamW (decay applied to the weights, not the gradient;
-// AdamW's default weight_decay is 1e-2).
+// Adam; with decoupled = true it is AdamW (decay applied to the weights, not the gradient).
 class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, AdamOptions options);
@@ -240,14 +241,16 @@ class Adam : public Optimizer {
   std::vector<State> state_;
 };
 
+// AdamW, as torch.optim.AdamW: a weight_decay the options leave unset is 1e-2, torch's
+// default (nn::AdamW(params, nn::AdamOptions(1e-3)) decays by 1e-2; .weight_decay(0) turns it
+// off). defaults() holds the decay used.
 class AdamW : public Adam {
  public:
-  // AdamOptions' weight_decay is taken as given; pass AdamWOptions() for the 1e-2 default.
   AdamW(std::vector<Tensor> params, AdamOptions options);
   AdamW(std::vector<ParamGroup> groups, AdamOptions options);
 };
 
-// AdamW's defaults (weight decay 1e-2).
+// AdamW's defaults, spelled out (weight decay 1e-2): the same as AdamOptions(lr) given to AdamW.
 inline AdamOptions AdamWOptions(double lr = 1e-3) { return AdamOptions(lr).weight_decay(1e-2); }
 
 }  // namespace tinyddp::nn

@@ -272,6 +272,7 @@ TEST_CASE("launch: bad arguments and an unreachable master give clear errors", "
       {"--nnodes 2 --node_rank 1 -- true", 2, "--master_port is needed when --nnodes > 1"},
       {"--tee -- true", 2, "needs --log_dir"},
       {"-- /nonexistent/program", 127, "cannot run '/nonexistent/program' for rank 0: No such file or directory"},
+      {"-- /tmp", 127, "cannot run '/tmp' for rank 0: /tmp is a directory, not a program"},
       {"--nnodes 2 --node_rank 1 --master_port 1 --rdzv_timeout 1 -- true", 1,
        "node 1 cannot reach the master at 127.0.0.1:1"},
   };
@@ -282,6 +283,15 @@ TEST_CASE("launch: bad arguments and an unreachable master give clear errors", "
     CHECK_THAT(r.output, Contains(c.message));
     CHECK(r.seconds < 10);
   }
+  // A script without execute permission.
+  const std::string script = scratch("not_executable") + "/train.sh";
+  std::ofstream(script) << "echo never\n";
+  std::filesystem::permissions(script, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  const CommandResult r = launch("-- " + script);
+  INFO(r.output);
+  CHECK(r.exit_code == 127);
+  CHECK_THAT(r.output, Contains("Permission denied (the file is not executable: chmod +x " + script +
+                                ", or name its interpreter first)"));
 }
 
 TEST_CASE("launch: a relative program is found from the directory `bazel run` was typed in", "[launcher]") {

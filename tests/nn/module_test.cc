@@ -106,6 +106,41 @@ TEST_CASE("load_state_dict copies in place and reports every problem at once", "
   CHECK(tensor::equal(c.net2->bias, tensor::ones({5})));
 }
 
+TEST_CASE("a DDP state dict and a plain model: the error says so; the prefix comes off", "[nn][module][state_dict]") {
+  // DistributedDataParallel registers the model as its child "module", as PyTorch's does; a
+  // Module holding a ToyModel there has the same state dict names.
+  tensor::manual_seed(0);
+  auto inner = std::make_shared<ToyModel>();
+  Module wrapper("DistributedDataParallel");
+  wrapper.register_module("module", inner);
+  tensor::manual_seed(1);
+  ToyModel plain;
+  const auto error_of = [](Module& into, const OrderedDict<Tensor>& state) -> std::string {
+    try {
+      into.load_state_dict(state);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(loaded)";
+  };
+  OrderedDict<Tensor> saved = wrapper.state_dict();
+  CHECK_THAT(error_of(plain, saved),
+             Contains("every unexpected key is a missing one with \"module.\" in front: the state dict was saved "
+                      "from DistributedDataParallel") &&
+                 Contains("nn::consume_prefix_in_state_dict_if_present(state, \"module.\")"));
+  CHECK_THAT(error_of(wrapper, plain.state_dict()),
+             Contains("every missing key is an unexpected one with \"module.\" in front") &&
+                 Contains("Load it into ddp.module() instead"));
+  consume_prefix_in_state_dict_if_present(saved, "module.");
+  CHECK(saved.keys() == plain.state_dict().keys());
+  plain.load_state_dict(saved);
+  CHECK(tensor::equal(plain.net1->weight, inner->net1->weight));
+  // Keys that differ otherwise get no such hint.
+  OrderedDict<Tensor> other = inner->state_dict();
+  other.insert("module.extra", tensor::ones({1}));
+  CHECK_THAT(error_of(plain, other), !Contains("module.\" in front"));
+}
+
 TEST_CASE("zero_grad, train/eval and dtype conversion", "[nn][module]") {
   tensor::manual_seed(0);
   ToyModel model;

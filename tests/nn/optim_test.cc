@@ -1,5 +1,6 @@
 // Optimizer tests: three steps of every SGD and Adam/AdamW configuration equal PyTorch's
 // parameters after each step; state saved and restored continues identically; errors.
+#include "tests/nn/json_fixture.h"
 #include "tests/nn/nn_test_util.h"
 
 using namespace tinyddp;
@@ -78,6 +79,39 @@ TEST_CASE("every optimizer configuration matches PyTorch step by step", "[nn][op
         CHECK(tensor::equal(p, f.at(name + ".step" + std::to_string(k))));
     }
   }
+}
+
+TEST_CASE("options left unset take torch.optim's defaults (AdamW's weight decay 1e-2)", "[nn][optim][fixture]") {
+  // fixtures/make_optimizer_defaults.py: torch.optim's own defaults, lr given.
+  const nlohmann::json want = testing::read_nn_json_fixture("optimizer_defaults.json");
+  const Tensor p = tensor::zeros({2}).requires_grad_();
+  const SGD sgd({p}, SGDOptions(0.1));
+  CHECK(sgd.defaults().momentum() == want["SGD"]["momentum"].get<double>());
+  CHECK(sgd.defaults().dampening() == want["SGD"]["dampening"].get<double>());
+  CHECK(sgd.defaults().nesterov() == want["SGD"]["nesterov"].get<bool>());
+  CHECK(sgd.weight_decay(0) == want["SGD"]["weight_decay"].get<double>());
+  const Adam adam({p}, AdamOptions(0.01));
+  const AdamW adamw({p}, AdamOptions(0.01));
+  for (const auto& [name, opt] : {std::pair<std::string, const Adam*>{"Adam", &adam}, {"AdamW", &adamw}}) {
+    INFO(name);
+    const nlohmann::json& w = want[name];
+    CHECK(opt->defaults().beta1() == w["betas"][0].get<double>());
+    CHECK(opt->defaults().beta2() == w["betas"][1].get<double>());
+    CHECK(opt->defaults().eps() == w["eps"].get<double>());
+    CHECK(opt->defaults().amsgrad() == w["amsgrad"].get<bool>());
+    CHECK(opt->defaults().weight_decay() == w["weight_decay"].get<double>());
+    CHECK(opt->weight_decay(0) == w["weight_decay"].get<double>());
+  }
+  CHECK(adamw.weight_decay(0) == 1e-2);  // torch's AdamW default, unlike Adam's 0
+  // Set explicitly, 0 stays 0; and the unset default decays as 1e-2 set by hand does.
+  CHECK(AdamW({p}, AdamOptions(0.01).weight_decay(0)).weight_decay(0) == 0.0);
+  const Tensor a = tensor::ones({3}).requires_grad_(), b = tensor::ones({3}).requires_grad_();
+  AdamW unset({a}, AdamOptions(0.1)), set({b}, AdamOptions(0.1).weight_decay(1e-2));
+  a.mutable_grad() = tensor::full({3}, 0.5);
+  b.mutable_grad() = tensor::full({3}, 0.5);
+  unset.step();
+  set.step();
+  CHECK(tensor::equal(a, b));
 }
 
 TEST_CASE("optimizer state round-trips through a checkpoint", "[nn][optim][checkpoint]") {
