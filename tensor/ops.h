@@ -72,6 +72,9 @@ Tensor pow(double base, const Tensor& exponent);
 // ---- joining, splitting, triangles ------------------------------------------------------------
 // As torch.cat: tensors of one dtype and device whose shapes agree outside `dim`.
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// As torch.stack: tensors of one shape, dtype and device joined along a new dim `dim`
+// (0 <= dim <= their dim(), or negative from the end).
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 // As torch.split: views of consecutive pieces of `split_size` along dim (the last may be
 // shorter), or of the given sizes (which must sum to the dim's size).
 std::vector<Tensor> split(const Tensor& t, int64_t split_size, int64_t dim = 0);
@@ -98,6 +101,33 @@ Tensor max(const Tensor& x);
 std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmax(const Tensor& x);  // index into the flattened tensor
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+// min as max: over all elements (the gradient shared among equal minima), or along a dim
+// (values, first index of the minimum; NaN counts as the minimum, as in PyTorch).
+Tensor min(const Tensor& x);
+std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmin(const Tensor& x);
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+
+// ---- selecting elements (ops/select.cc) -------------------------------------------------------
+// As torch.clamp: each element limited to [min, max] (either bound may be absent, not both;
+// NaN stays NaN; min > max gives max everywhere, as PyTorch). The gradient passes where the
+// input is within the bounds, ends included, and is 0 where a bound replaced it.
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max = std::nullopt);
+// As torch.where: a where condition (bool) is true, else b; the three broadcast together and
+// a, b promote to one dtype. Gradients go to a where condition holds and to b elsewhere.
+// (A -0.0 taken from either side comes out as +0.0.)
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b);
+// As torch.index_select: the slices of x along dim at the int64 positions `index` (1-D or a
+// scalar, each in [0, x.size(dim)): a negative one is refused, as PyTorch refuses it), in that
+// order; repeats allowed (their gradients add up).
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+// As torch.gather: out[i][j][k] = x[i][index[i][j][k]][k] for dim 1 (and so on): index is int64,
+// of x's number of dims, no larger than x outside dim, each entry in [0, x.size(dim)). The
+// gradient adds each output's gradient at the element it came from.
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+// As torch.nn.functional.one_hot: int64 class ids -> int64 [..., num_classes] with a 1 at each
+// id; num_classes -1 takes max id + 1. Ids outside [0, num_classes) are refused.
+Tensor one_hot(const Tensor& ids, int64_t num_classes = -1);
 // Numerically stable (the row maximum is subtracted first).
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);

@@ -50,6 +50,22 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   return out;
 }
 
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  TDDP_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
+  check_defined(tensors.front(), "stack", "tensors[0]");
+  const int64_t d = wrap_dim(dim, tensors.front().dim() + 1, "stack");
+  std::vector<Tensor> unsqueezed;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string name = fmt::format("tensors[{}]", i);
+    check_defined(tensors[i], "stack", name.c_str());
+    TDDP_CHECK(tensors[i].sizes() == tensors.front().sizes(),
+               "stack: expects each tensor to be equal size, but got {} at entry 0 and {} at entry {}",
+               format_shape(tensors.front().sizes()), format_shape(tensors[i].sizes()), i);
+    unsqueezed.push_back(tensors[i].unsqueeze(d));
+  }
+  return cat(unsqueezed, d);  // cat's checks name the dtype or device that differs
+}
+
 std::vector<Tensor> split(const Tensor& t, const std::vector<int64_t>& sizes, int64_t dim) {
   check_defined(t, "split", "tensor");
   const int64_t d = wrap_dim(dim, t.dim(), "split");

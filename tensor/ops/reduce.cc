@@ -181,4 +181,29 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log, const char* op) {
 Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false, "softmax"); }
 Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true, "log_softmax"); }
 
+// min as max of the mirrored values: neg for floating tensors (exact; NaN stays NaN, so it
+// still wins), -1 - x for int64 (exact for every value, where neg would overflow at the
+// most negative one). The gradient flows back through neg and max.
+namespace {
+Tensor mirrored(const Tensor& x, const char* op) {
+  check_defined(x, op, "x");
+  TDDP_CHECK(x.dtype() != kBool, "{}: not defined for bool tensors", op);
+  return x.is_floating_point() ? neg(x) : sub(full_like(x, -1.0), x);
+}
+}  // namespace
+
+Tensor min(const Tensor& x) {
+  const Tensor m = max(mirrored(x, "min"));
+  return x.is_floating_point() ? neg(m) : sub(full_like(m, -1.0), m);
+}
+
+std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
+  const auto [m, indices] = max(mirrored(x, "min"), dim, keepdim);
+  return {x.is_floating_point() ? neg(m) : sub(full_like(m, -1.0), m), indices};
+}
+
+Tensor argmin(const Tensor& x) { return argmax(mirrored(x, "argmin")); }
+
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { return argmax(mirrored(x, "argmin"), dim, keepdim); }
+
 }  // namespace tinyddp::tensor

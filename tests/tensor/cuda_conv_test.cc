@@ -207,3 +207,22 @@ TEST_CASE("CUDA: causal_softmax (the fused kernel) and its gradient equal the CP
     check_on_gpu([](const Inputs& v) { return causal_softmax(v[0], 0.125); }, {mul(randn(shape, {}, &gen), 4.0)});
   }
 }
+
+TEST_CASE("CUDA: the selection ops (stack, clamp, where, min, index_select, gather, one_hot) equal the CPU's",
+          "[cuda][select]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  Generator gen(9);
+  const Tensor x = randn({4, 5}, {}, &gen), y = randn({4, 5}, {}, &gen), row = randn({5}, {}, &gen);
+  check_on_gpu([](const Inputs& v) { return stack({v[0], v[1]}, 1); }, {x, y});
+  check_on_gpu([](const Inputs& v) { return clamp(v[0], -0.5, 0.5); }, {x});
+  const Tensor cond = gt(y, 0.0);
+  check_on_gpu([&](const Inputs& v) { return where(v[0].is_cuda() ? cond.to(kGpu) : cond, v[0], v[1]); }, {x, row});
+  check_on_gpu([](const Inputs& v) { return std::get<0>(min(v[0], 1)); }, {x});
+  check_on_gpu([](const Inputs& v) { return min(v[0]); }, {x});
+  const Tensor idx = from_vector<int64_t>({3, 0, 3}, Shape{3});
+  check_on_gpu([&](const Inputs& v) { return index_select(v[0], 1, v[0].is_cuda() ? idx.to(kGpu) : idx); }, {x});
+  const Tensor gidx = from_vector<int64_t>({4, 0, 1, 1, 2, 3, 0, 0}, Shape{4, 2});
+  check_on_gpu([&](const Inputs& v) { return gather(v[0], 1, v[0].is_cuda() ? gidx.to(kGpu) : gidx); }, {x});
+  const Tensor ids = from_vector<int64_t>({0, 3, 1, 2}, Shape{2, 2});
+  CHECK(equal(one_hot(ids.to(kGpu), 4).to(kCPU), one_hot(ids, 4)));
+}

@@ -1,0 +1,156 @@
+// Ops that select elements, composed from other ops (each differentiable through them, so no
+// kernel of their own): clamp and where elementwise (masked_fill, add), index_select and gather
+// by index (embedding's lookup and its scatter-add backward), one_hot (a comparison).
+#include <cmath>
+
+#include "tinyddp/tensor/ops.h"
+#include "tinyddp/tensor/ops/checks.h"
+
+namespace tinyddp::tensor {
+
+using namespace detail;
+
+namespace {
+
+// Integers round-trip through float64 exactly up to 2^53 (the lookups run on floating rows).
+constexpr double kExactInteger = 9007199254740992.0;
+
+// `x` as rows for embedding's lookup: floating tensors as they are, integer and bool ones as
+// float64 (checked to round-trip), with what converts the result back.
+Tensor as_lookup_rows(const Tensor& x, const char* op) {
+  if (x.is_floating_point()) return x;
+  if (x.dtype() != kBool && x.numel() > 0) {
+    NoGradGuard no_grad;
+    const double largest = max(abs(x.to(kFloat64))).item<double>();
+    TDDP_CHECK(largest <= kExactInteger, "{}: int64 values up to 2^53 are supported, got {}", op, largest);
+  }
+  return x.to(kFloat64);
+}
+
+void check_index(const Tensor& index, const char* op) {
+  check_defined(index, op, "index");
+  TDDP_CHECK(index.dtype() == kInt64, "{}: expected an int64 index, got dtype {}", op, dtype_name(index.dtype()));
+}
+
+// The permutation that moves dim d of an n-dim tensor to the front (its inverse moves it back).
+Shape front_first(int64_t d, int64_t n) {
+  Shape order{d};
+  for (int64_t k = 0; k < n; ++k) {
+    if (k != d) order.push_back(k);
+  }
+  return order;
+}
+Shape inverse(const Shape& order) {
+  Shape back(order.size(), 0);
+  for (size_t k = 0; k < order.size(); ++k) back[static_cast<size_t>(order[k])] = static_cast<int64_t>(k);
+  return back;
+}
+
+// Refuses an index outside [0, size) along `dim` of x, naming it (on a GPU this waits for it).
+void check_index_range(const Tensor& index, int64_t size, int64_t dim, const Tensor& x, const char* op) {
+  if (index.numel() == 0) return;
+  NoGradGuard no_grad;
+  const int64_t highest = max(index).item<int64_t>(), lowest = min(index).item<int64_t>();
+  TDDP_CHECK(lowest >= 0 && highest < size, "{}: index {} is out of range for dim {} of size {} (input shape {})", op,
+             lowest < 0 ? lowest : highest, dim, size, format_shape(x.sizes()));
+}
+
+}  // namespace
+
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+  check_defined(x, "clamp", "x");
+  TDDP_CHECK(min || max, "clamp: at least one of min and max must be given");
+  check_not_bool(x, "clamp", "x");
+  // Each bound replaces what lies strictly beyond it (masked_fill passes the gradient where it
+  // did not fill); the max bound last and on the min-clamped values, so min > max gives max
+  // everywhere (and no gradient), as torch.clamp.
+  Tensor out = x;
+  if (min) out = masked_fill(out, lt(x, *min), *min);
+  if (max) out = masked_fill(out, gt(out, *max), *max);
+  return out;
+}
+
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
+  check_defined(condition, "where", "condition");
+  check_defined(a, "where", "a");
+  check_defined(b, "where", "b");
+  TDDP_CHECK(condition.dtype() == kBool, "where: expected a bool condition, got dtype {}",
+             dtype_name(condition.dtype()));
+  check_same_device(a, condition, "where", "a", "condition");
+  check_same_device(a, b, "where", "a", "b");
+  const Shape shape = broadcast_shapes(broadcast_shapes(condition.sizes(), a.sizes(), "where"), b.sizes(), "where");
+  const Tensor c = condition.expand(shape), not_c = eq(c.to(kInt64), 0.0);
+  // Each side zeroed where the other is taken (replaced, not multiplied: an inf or NaN there
+  // does not leak), then added: the sum promotes a and b as PyTorch's where does.
+  const Tensor from_a = masked_fill(a.expand(shape), not_c, 0.0);
+  const Tensor from_b = masked_fill(b.expand(shape), c, 0.0);
+  return add(from_a, from_b);
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  check_defined(x, "index_select", "x");
+  check_index(index, "index_select");
+  TDDP_CHECK(index.dim() <= 1, "index_select: expected a 0-D or 1-D index, got shape {}", format_shape(index.sizes()));
+  check_same_device(x, index, "index_select", "x", "index");
+  const Tensor src = x.dim() == 0 ? x.reshape({1}) : x;
+  const int64_t d = wrap_dim(dim, src.dim(), "index_select");
+  check_index_range(index, src.size(d), d, x, "index_select");
+  // dim to the front, the rest flattened: one row per slice, picked by embedding's lookup.
+  const Shape order = front_first(d, src.dim());
+  const Tensor rows = as_lookup_rows(src, "index_select").permute(order);
+  int64_t rest = 1;
+  for (size_t k = 1; k < order.size(); ++k) rest *= rows.size(static_cast<int64_t>(k));
+  const Tensor picked = embedding(index.reshape({-1}), rows.reshape({src.size(d), rest}));
+  Shape out_shape = rows.sizes();
+  out_shape[0] = index.numel();
+  Tensor out = picked.reshape(out_shape).permute(inverse(order));
+  if (x.dim() == 0) out = out.reshape({});
+  return out.dtype() == x.dtype() ? out : out.to(x.dtype());
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  check_defined(x, "gather", "x");
+  check_index(index, "gather");
+  check_same_device(x, index, "gather", "x", "index");
+  const int64_t n = std::max<int64_t>(x.dim(), 1);
+  TDDP_CHECK(std::max<int64_t>(index.dim(), 1) == n, "gather: index has {} dims, x has {} (they must match)",
+             index.dim(), x.dim());
+  const Tensor src = x.dim() == 0 ? x.reshape({1}) : x, idx = index.dim() == 0 ? index.reshape({1}) : index;
+  const int64_t d = wrap_dim(dim, n, "gather");
+  for (int64_t k = 0; k < n; ++k) {
+    TDDP_CHECK(k == d || idx.size(k) <= src.size(k),
+               "gather: index of shape {} is larger than x of shape {} in dim {} (only dim {} may differ)",
+               format_shape(index.sizes()), format_shape(x.sizes()), k, d);
+  }
+  check_index_range(idx, src.size(d), d, x, "gather");
+  // Each output's element of x as a flat position: the index along d, its own position
+  // elsewhere, through x's contiguous strides; then one lookup of 1-element rows.
+  const Tensor flat = as_lookup_rows(src, "gather").contiguous();
+  Tensor position = mul(idx, static_cast<double>(flat.stride(d)));
+  for (int64_t k = 0; k < n; ++k) {
+    if (k == d) continue;
+    Shape along(static_cast<size_t>(n), 1);
+    along[k] = idx.size(k);
+    const Tensor steps =
+        mul(arange(idx.size(k), TensorOptions(kInt64).device(x.device())), static_cast<double>(flat.stride(k)));
+    position = add(position, steps.view(along));
+  }
+  const Tensor picked = embedding(position, flat.reshape({-1, 1})).squeeze(-1);
+  const Tensor out = index.dim() == 0 ? picked.reshape({}) : picked;
+  return out.dtype() == x.dtype() ? out : out.to(x.dtype());
+}
+
+Tensor one_hot(const Tensor& ids, int64_t num_classes) {
+  check_index(ids, "one_hot");
+  TDDP_CHECK(num_classes >= -1, "one_hot: num_classes must be -1 (from the ids) or positive, got {}", num_classes);
+  NoGradGuard no_grad;
+  if (num_classes == -1) {
+    TDDP_CHECK(ids.numel() > 0, "one_hot: cannot infer num_classes from an empty tensor (give num_classes)");
+    num_classes = max(ids).item<int64_t>() + 1;
+  }
+  check_index_range(ids, num_classes, 0, ids, "one_hot");
+  const Tensor classes = arange(num_classes, TensorOptions(kInt64).device(ids.device()));
+  return eq(ids.unsqueeze(-1), classes).to(kInt64);
+}
+
+}  // namespace tinyddp::tensor

@@ -1,0 +1,175 @@
+// The selection ops (tensor/ops/select.cc: clamp, where, index_select, gather, one_hot) and
+// stack and min beside them, against PyTorch (fixtures/make_select_fixtures.py writes
+// select_reference.txt): forward and gradients in float64, where both sides make the same
+// few roundings (1e-12 leaves room for an ulp, none for a wrong formula); a float64 gradcheck
+// of each differentiable one; integers; and the errors PyTorch gives.
+#include <functional>
+
+#include "tests/test_util.h"
+#include "tinyddp/autograd/gradcheck.h"
+#include "tinyddp/tensor/all.h"
+
+using namespace tinyddp::tensor;
+using Catch::Contains;
+using tinyddp::autograd::gradcheck;
+using Inputs = std::vector<Tensor>;
+
+namespace {
+
+const std::map<std::string, std::vector<double>>& reference() {
+  static const auto values = tinyddp::testing::load_fixture("tests/tensor/fixtures/select_reference.txt");
+  return values;
+}
+
+Tensor value(const std::string& name, const Shape& shape, DType dtype = kFloat64) {
+  const auto it = reference().find(name);
+  if (it == reference().end()) throw std::runtime_error("select_reference.txt has no entry " + name);
+  return from_vector<double>(it->second, shape).to(dtype);
+}
+
+Tensor leaf(const std::string& name, const Shape& shape) { return value(name, shape).requires_grad_(); }
+
+void check_close(const Tensor& got, const Tensor& want) {
+  REQUIRE(got.sizes() == want.sizes());
+  CHECK(allclose(got.to(kFloat64), want, 1e-12, 1e-12));
+}
+
+Tensor random(const Shape& shape, uint64_t seed) {
+  Generator g(seed);
+  return randn(shape, TensorOptions(kFloat64), &g).requires_grad_();
+}
+
+}  // namespace
+
+TEST_CASE("stack joins along a new dim as torch.stack, gradients split back", "[tensor][select]") {
+  const Tensor a = leaf("stack1_a", {2, 3}), b = leaf("stack1_b", {2, 3}), c = leaf("stack1_c", {2, 3});
+  const Tensor out = stack({a, b, c}, 1);
+  check_close(out, value("stack1_out", {2, 3, 3}));
+  out.backward(value("stack1_grad_out", {2, 3, 3}));
+  check_close(a.grad(), value("stack1_grad_a", {2, 3}));
+  check_close(c.grad(), value("stack1_grad_c", {2, 3}));
+  const Tensor p = leaf("stack_last_a", {4}), q = leaf("stack_last_b", {4});
+  const Tensor last = stack({p, q}, -1);
+  check_close(last, value("stack_last_out", {4, 2}));
+  last.backward(value("stack_last_grad_out", {4, 2}));
+  check_close(q.grad(), value("stack_last_grad_b", {4}));
+  CHECK(gradcheck(
+            [](const Inputs& v) {
+              return stack({v[0], v[1]}, 0);
+            },
+            {random({2, 3}, 1), random({2, 3}, 2)}) == "");
+  CHECK_THROWS_WITH(stack({zeros({2, 3}), zeros({2, 4})}),
+                    Contains("stack: expects each tensor to be equal size, but got [2, 3] at entry 0 and [2, 4] at "
+                             "entry 1"));
+  CHECK_THROWS_WITH(stack({zeros({2})}, 2), Contains("stack"));
+}
+
+TEST_CASE("clamp as torch.clamp: both bounds, one, crossed; the gradient passes on the bounds", "[tensor][select]") {
+  using Bound = std::optional<double>;
+  const std::vector<std::tuple<std::string, Bound, Bound>> cases = {{"clamp_both", -0.5, 0.5},
+                                                                    {"clamp_min", 0.1, std::nullopt},
+                                                                    {"clamp_max", std::nullopt, -0.2},
+                                                                    {"clamp_crossed", 0.3, -0.3}};
+  for (const auto& [c, lo, hi] : cases) {
+    INFO(c);
+    const Tensor x = leaf(c + "_x", {4, 5});
+    const Tensor out = clamp(x, lo, hi);
+    check_close(out, value(c + "_out", {4, 5}));
+    out.backward(value(c + "_grad_out", {4, 5}));
+    check_close(x.grad(), value(c + "_grad_x", {4, 5}));
+  }
+  CHECK(gradcheck([](const Inputs& v) { return clamp(v[0], -0.3, 0.4); }, {random({3, 4}, 3)}) == "");
+  const Tensor nan = from_vector<double>({std::nan(""), 2.0, -2.0}, Shape{3});
+  const Tensor clamped = clamp(nan, -1.0, 1.0);
+  CHECK(std::isnan(clamped[0].item<double>()));
+  CHECK(clamped[1].item<double>() == 1.0);
+  const Tensor ints = from_vector<int64_t>({-5, 0, 9}, Shape{3});
+  CHECK(equal(clamp(ints, -1.0, 3.0), from_vector<int64_t>({-1, 0, 3}, Shape{3})));
+  CHECK_THROWS_WITH(clamp(ints, std::nullopt, std::nullopt), Contains("clamp: at least one of min and max"));
+}
+
+TEST_CASE("where as torch.where: broadcasting, promotion, gradients to each side", "[tensor][select]") {
+  const Tensor cond = from_vector<int64_t>({1, 0, 1}, Shape{3, 1}).to(kBool);
+  const Tensor a = leaf("where_grad_a", {3, 4}), b = leaf("where_grad_b", {4});
+  const Tensor out = where(cond, a, b);
+  check_close(out, value("where_grad_out", {3, 4}));
+  out.backward(value("where_grad_grad_out", {3, 4}));
+  check_close(a.grad(), value("where_grad_grad_a", {3, 4}));
+  check_close(b.grad(), value("where_grad_grad_b", {4}));
+  CHECK(gradcheck([&](const Inputs& v) { return where(cond, v[0], v[1]); }, {random({3, 4}, 4), random({4}, 5)}) == "");
+  // An inf or NaN on the side not taken does not leak; float32 and float64 promote.
+  const Tensor inf = full({3, 4}, INFINITY, TensorOptions(kFloat32));
+  const Tensor picked = where(cond, ones({3, 4}, TensorOptions(kFloat32)), inf.to(kFloat64));
+  CHECK(picked.dtype() == kFloat64);
+  CHECK(picked[0][0].item<double>() == 1.0);
+  CHECK(std::isinf(picked[1][0].item<double>()));
+  CHECK_THROWS_WITH(where(ones({3}), ones({3}), ones({3})), Contains("where: expected a bool condition"));
+}
+
+TEST_CASE("min and argmin as torch's: all elements, along a dim, ties, int64 extremes", "[tensor][select]") {
+  const Tensor x = leaf("min_all_x", {3, 4});
+  const Tensor all = min(x);
+  check_close(all, value("min_all_out", {}));
+  all.backward(value("min_all_grad_out", {}));
+  check_close(x.grad(), value("min_all_grad_x", {3, 4}));  // two equal minima share it
+  const Tensor y = leaf("min_dim1_x", {3, 4});
+  const auto [values, indices] = min(y, 1);
+  check_close(values, value("min_dim1_out", {3}));
+  CHECK(equal(indices, value("min_dim1_indices", {3}, kInt64)));  // the first of a tie
+  values.backward(value("min_dim1_grad_out", {3}));
+  check_close(y.grad(), value("min_dim1_grad_x", {3, 4}));
+  check_close(std::get<0>(min(y.detach(), 0, true)), value("min_dim0_keepdim", {1, 4}));
+  CHECK(argmin(y.detach()).item<int64_t>() == static_cast<int64_t>(value("argmin_all", {}).item<double>()));
+  CHECK(equal(argmin(y.detach(), 0), value("argmin_dim0", {4}, kInt64)));
+  const Tensor ints = from_vector<int64_t>({5, INT64_MIN, 7, 0, 3, -2}, Shape{2, 3});
+  CHECK(equal(std::get<0>(min(ints, 1)).to(kFloat64), value("min_int_dim1", {2})));
+  CHECK(gradcheck([](const Inputs& v) { return std::get<0>(min(v[0], 0)); }, {random({3, 4}, 6)}) == "");
+}
+
+TEST_CASE("index_select and gather as torch's: repeats add gradients; integers; bad indices", "[tensor][select]") {
+  const Tensor x = leaf("index_select_grad_x", {4, 5, 3});
+  const Tensor idx = from_vector<int64_t>({3, 0, 3, 1}, Shape{4});
+  const Tensor out = index_select(x, 1, idx);
+  check_close(out, value("index_select_grad_out", {4, 4, 3}));
+  out.backward(value("index_select_grad_grad_out", {4, 4, 3}));
+  check_close(x.grad(), value("index_select_grad_grad_x", {4, 5, 3}));
+  const Tensor ints = mul(arange(12, TensorOptions(kInt64)).view({4, 3}), 1000003.0);
+  const Tensor picked = index_select(ints, 0, from_vector<int64_t>({2, 2, 0}, Shape{3}));
+  CHECK(picked.dtype() == kInt64);
+  CHECK(equal(picked.to(kFloat64), value("index_select_int_out", {3, 3})));
+  CHECK(gradcheck([&](const Inputs& v) { return index_select(v[0], 0, idx); }, {random({5, 2}, 7)}) == "");
+
+  for (const auto& [c, d, index_shape] :
+       {std::tuple<std::string, int64_t, Shape>{"gather1", 1, {3, 2}}, {"gather0", 0, {2, 4}}}) {
+    INFO(c);
+    const Tensor src = leaf(c + "_x", {3, 4});
+    const Tensor index = d == 1 ? from_vector<int64_t>({3, 0, 1, 1, 2, 3}, index_shape)
+                                : from_vector<int64_t>({2, 0, 1, 2, 0, 0, 2, 1}, index_shape);
+    const Tensor g = gather(src, d, index);
+    check_close(g, value(c + "_out", index_shape));
+    g.backward(value(c + "_grad_out", index_shape));
+    check_close(src.grad(), value(c + "_grad_x", {3, 4}));
+    CHECK(gradcheck([&](const Inputs& v) { return gather(v[0], d, index); }, {random({3, 4}, 8)}) == "");
+  }
+  const Tensor m = zeros({3, 4});
+  CHECK_THROWS_WITH(index_select(m, 0, from_vector<int64_t>({3}, Shape{1})),
+                    Contains("index_select: index 3 is out of range for dim 0 of size 3"));
+  CHECK_THROWS_WITH(index_select(m, 1, from_vector<int64_t>({-1}, Shape{1})),
+                    Contains("index_select: index -1 is out of range for dim 1 of size 4"));
+  CHECK_THROWS_WITH(index_select(m, 0, ones({1})),
+                    Contains("index_select: expected an int64 index, got dtype float32"));
+  CHECK_THROWS_WITH(gather(m, 1, zeros({4, 1}, TensorOptions(kInt64))),
+                    Contains("gather: index of shape [4, 1] is larger than x of shape [3, 4] in dim 0"));
+  CHECK_THROWS_WITH(gather(m, 1, zeros({3}, TensorOptions(kInt64))), Contains("gather: index has 1 dims, x has 2"));
+}
+
+TEST_CASE("one_hot as torch.nn.functional.one_hot", "[tensor][select]") {
+  const Tensor ids = from_vector<int64_t>({0, 3, 1, 2, 2, 0}, Shape{2, 3});
+  const Tensor five = one_hot(ids, 5);
+  CHECK(five.dtype() == kInt64);
+  CHECK(equal(five.to(kFloat64), value("one_hot5", {2, 3, 5})));
+  CHECK(equal(one_hot(ids).to(kFloat64), value("one_hot_inferred", {2, 3, 4})));
+  CHECK_THROWS_WITH(one_hot(ids, 3), Contains("one_hot: index 3 is out of range for dim 0 of size 3"));
+  CHECK_THROWS_WITH(one_hot(zeros({2}, TensorOptions(kInt64)), 0),
+                    Contains("one_hot: index 0 is out of range for dim 0 of size 0"));
+}
