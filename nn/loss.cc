@@ -15,6 +15,7 @@ namespace tinyddp::nn {
 
 using tensor::NoGradGuard;
 using tensor::SavedTensor;
+using tensor::Shape;
 
 namespace {
 
@@ -48,6 +49,29 @@ Reduction parse_reduction(std::string_view reduction, const char* op) {
   TDDP_CHECK(reduction == "none", "{}: '{}' is not a valid value for reduction (use 'mean', 'sum' or 'none')", op,
              reduction);
   return Reduction::kNone;
+}
+
+// cross_entropy on logits [C] (one sample, a 0-d target) or [N, C, d1, ...] (targets [N, d1,
+// ...]: a class score per position, a language model's [B, C, T]): the class dim moved last,
+// one row per position, as torch.nn.functional.cross_entropy; "none" keeps the targets' shape.
+Tensor cross_entropy_over_positions(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                    std::string_view reduction, double label_smoothing) {
+  TDDP_CHECK(logits.dim() >= 1, "cross_entropy: expected logits with a class dim, got a 0-d tensor");
+  Shape want;  // the targets' shape: logits' without the class dim (dim 1, or dim 0 when 1-D)
+  for (int64_t d = 0; d < logits.dim(); ++d) {
+    if (d != (logits.dim() == 1 ? 0 : 1)) want.push_back(logits.size(d));
+  }
+  TDDP_CHECK(targets.sizes() == want,
+             "cross_entropy: expected targets of shape {} (the logits' shape {} without the class dim {}), got {}",
+             tensor::format_shape(want), tensor::format_shape(logits.sizes()), logits.dim() == 1 ? 0 : 1,
+             tensor::format_shape(targets.sizes()));
+  const int64_t classes = logits.size(logits.dim() == 1 ? 0 : 1);
+  Shape order{0};
+  for (int64_t d = 2; d < logits.dim(); ++d) order.push_back(d);
+  order.push_back(1);
+  const Tensor rows = logits.dim() == 1 ? logits.unsqueeze(0) : logits.permute(order).reshape({-1, classes});
+  const Tensor out = cross_entropy(rows, targets.reshape({-1}), ignore_index, reduction, label_smoothing);
+  return reduction == "none" ? out.reshape(targets.sizes()) : out;
 }
 
 }  // namespace
@@ -91,6 +115,9 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ign
     return cross_entropy(logits, targets, ignore_index, reduction_name, label_smoothing);
   }
   const Reduction reduction = parse_reduction(reduction_name, "cross_entropy");
+  if (logits.defined() && targets.defined() && logits.dim() != 2) {
+    return cross_entropy_over_positions(logits, targets, ignore_index, reduction_name, label_smoothing);
+  }
   TDDP_CHECK(label_smoothing >= 0 && label_smoothing <= 1,
              "cross_entropy: label_smoothing must be between 0.0 and 1.0, got {}", label_smoothing);
   TDDP_CHECK(logits.defined() && targets.defined(), "cross_entropy: undefined logits or targets");

@@ -1,0 +1,162 @@
+// The losses of loss.h beyond mse_loss and cross_entropy, each composed from tensor ops (so
+// they run on both backends and differentiate through them), in float32 under autocast as
+// PyTorch's (binary_cross_entropy is refused there, as PyTorch refuses it).
+#include <string>
+
+#include "tinyddp/nn/loss.h"
+#include "tinyddp/tensor/autocast.h"
+
+namespace tinyddp::nn {
+
+namespace t = tinyddp::tensor;
+
+namespace {
+
+// The elementwise losses reduced as `reduction` says ("batchmean": the sum over input.size(0),
+// where allowed).
+Tensor reduced(const Tensor& losses, std::string_view reduction, const char* op, bool batchmean_allowed = false) {
+  if (reduction == "mean") return t::mean(losses);
+  if (reduction == "sum") return t::sum(losses);
+  if (reduction == "none") return losses;
+  TDDP_CHECK(batchmean_allowed && reduction == "batchmean",
+             "{}: '{}' is not a valid value for reduction (use 'mean', 'sum'{} or 'none')", op, reduction,
+             batchmean_allowed ? ", 'batchmean'" : "");
+  return t::div(t::sum(losses), static_cast<double>(losses.dim() == 0 ? 1 : losses.size(0)));
+}
+
+// input and target defined, of one shape and one floating dtype.
+void check_pair(const Tensor& input, const Tensor& target, const char* op) {
+  TDDP_CHECK(input.defined() && target.defined(), "{}: undefined input or target", op);
+  TDDP_CHECK(input.sizes() == target.sizes(),
+             "{}: input shape {} and target shape {} differ (give the target the input's shape)", op,
+             t::format_shape(input.sizes()), t::format_shape(target.sizes()));
+  TDDP_CHECK(input.is_floating_point() && target.is_floating_point(),
+             "{}: expected floating-point input and target, got {} and {}", op, t::dtype_name(input.dtype()),
+             t::dtype_name(target.dtype()));
+}
+
+// 1 - x.
+Tensor one_minus(const Tensor& x) { return t::add(t::neg(x), 1.0); }
+
+}  // namespace
+
+Tensor nll_loss(const Tensor& input_in, const Tensor& target, int64_t ignore_index, std::string_view reduction) {
+  Tensor input = input_in;
+  if (t::detail::autocast_args(t::detail::CastPolicy::kFloat32, {&input})) {
+    return nll_loss(input, target, ignore_index, reduction);
+  }
+  TDDP_CHECK(input.defined() && target.defined(), "nll_loss: undefined input or target");
+  TDDP_CHECK(target.dtype() == t::kInt64, "nll_loss: expected int64 class targets, got {}",
+             t::dtype_name(target.dtype()));
+  if (input.dim() != 2) {  // [C] or [N, C, d...]: one row per position, as cross_entropy
+    TDDP_CHECK(input.dim() >= 1, "nll_loss: expected an input with a class dim, got a 0-d tensor");
+    t::Shape order{0};
+    for (int64_t d = 2; d < input.dim(); ++d) order.push_back(d);
+    order.push_back(1);
+    const int64_t classes = input.size(input.dim() == 1 ? 0 : 1);
+    const Tensor rows = input.dim() == 1 ? input.unsqueeze(0) : input.permute(order).reshape({-1, classes});
+    TDDP_CHECK(rows.size(0) == target.numel(), "nll_loss: {} targets for an input of shape {}", target.numel(),
+               t::format_shape(input.sizes()));
+    const Tensor out = nll_loss(rows, target.reshape({-1}), ignore_index, reduction);
+    return reduction == "none" ? out.reshape(target.sizes()) : out;
+  }
+  TDDP_CHECK(target.dim() == 1 && target.size(0) == input.size(0),
+             "nll_loss: expected targets of shape [{}] for an input of shape {}, got {}", input.size(0),
+             t::format_shape(input.sizes()), t::format_shape(target.sizes()));
+  const Tensor ignored = t::eq(target, static_cast<double>(ignore_index));
+  const Tensor classes = t::masked_fill(target, ignored, 0.0);  // an ignored row reads class 0, then drops it
+  if (classes.numel() > 0) {
+    const int64_t lowest = t::min(classes).item<int64_t>(), highest = t::max(classes).item<int64_t>();
+    TDDP_CHECK(lowest >= 0 && highest < input.size(1), "nll_loss: target {} is out of bounds for {} classes",
+               lowest < 0 ? lowest : highest, input.size(1));
+  }
+  const Tensor losses = t::masked_fill(t::neg(t::gather(input, 1, classes.unsqueeze(1)).squeeze(1)), ignored, 0.0);
+  if (reduction != "mean") return reduced(losses, reduction, "nll_loss");
+  const double kept = static_cast<double>(target.numel() - t::sum(ignored).item<int64_t>());
+  return t::div(t::sum(losses), kept);  // NaN when every row is ignored, as PyTorch
+}
+
+Tensor l1_loss(const Tensor& input_in, const Tensor& target_in, std::string_view reduction) {
+  Tensor input = input_in, target = target_in;
+  if (t::detail::autocast_args(t::detail::CastPolicy::kFloat32, {&input, &target})) {
+    return l1_loss(input, target, reduction);
+  }
+  check_pair(input, target, "l1_loss");
+  return reduced(t::abs(t::sub(input, target)), reduction, "l1_loss");
+}
+
+Tensor smooth_l1_loss(const Tensor& input_in, const Tensor& target_in, std::string_view reduction, double beta) {
+  Tensor input = input_in, target = target_in;
+  if (t::detail::autocast_args(t::detail::CastPolicy::kFloat32, {&input, &target})) {
+    return smooth_l1_loss(input, target, reduction, beta);
+  }
+  check_pair(input, target, "smooth_l1_loss");
+  TDDP_CHECK(beta >= 0, "smooth_l1_loss: beta must be non-negative, got {}", beta);
+  if (beta == 0) return l1_loss(input, target, reduction);
+  const Tensor d = t::sub(input, target), size = t::abs(d);
+  const Tensor losses = t::where(t::lt(size, beta), t::mul(t::mul(d, d), 0.5 / beta), t::sub(size, 0.5 * beta));
+  return reduced(losses, reduction, "smooth_l1_loss");
+}
+
+Tensor huber_loss(const Tensor& input_in, const Tensor& target_in, std::string_view reduction, double delta) {
+  Tensor input = input_in, target = target_in;
+  if (t::detail::autocast_args(t::detail::CastPolicy::kFloat32, {&input, &target})) {
+    return huber_loss(input, target, reduction, delta);
+  }
+  check_pair(input, target, "huber_loss");
+  TDDP_CHECK(delta > 0, "huber_loss: delta must be positive, got {}", delta);
+  const Tensor d = t::sub(input, target), size = t::abs(d);
+  const Tensor losses =
+      t::where(t::lt(size, delta), t::mul(t::mul(d, d), 0.5), t::mul(t::sub(size, 0.5 * delta), delta));
+  return reduced(losses, reduction, "huber_loss");
+}
+
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, std::string_view reduction) {
+  TDDP_CHECK(!(input.defined() && t::is_autocast_enabled(input.device().type)),
+             "binary_cross_entropy is unsafe to autocast (as in PyTorch): use binary_cross_entropy_with_logits, "
+             "which combines the sigmoid with the loss, or leave the autocast scope for it");
+  check_pair(input, target, "binary_cross_entropy");
+  if (input.numel() > 0) {
+    t::NoGradGuard no_grad;
+    const double lowest = t::min(input).item<double>(), highest = t::max(input).item<double>();
+    TDDP_CHECK(lowest >= 0 && highest <= 1,
+               "binary_cross_entropy: all elements of input should be between 0 and 1, "
+               "got {}",
+               lowest < 0 ? lowest : highest);
+  }
+  // Each log clamped at -100 (PyTorch's), so a probability of 0 or 1 gives a finite loss.
+  const Tensor log_x = t::clamp(t::log(input), -100.0), log_1mx = t::clamp(t::log(one_minus(input)), -100.0);
+  const Tensor losses = t::neg(t::add(t::mul(target, log_x), t::mul(one_minus(target), log_1mx)));
+  return reduced(losses, reduction, "binary_cross_entropy");
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& target_in, std::string_view reduction) {
+  Tensor input = input_in, target = target_in;
+  if (t::detail::autocast_args(t::detail::CastPolicy::kFloat32, {&input, &target})) {
+    return binary_cross_entropy_with_logits(input, target, reduction);
+  }
+  check_pair(input, target, "binary_cross_entropy_with_logits");
+  const Tensor m = t::clamp(t::neg(input), 0.0);
+  const Tensor log_sum = t::log(t::add(t::exp(t::neg(m)), t::exp(t::sub(t::neg(input), m))));
+  const Tensor losses = t::add(t::add(t::mul(one_minus(target), input), m), log_sum);
+  return reduced(losses, reduction, "binary_cross_entropy_with_logits");
+}
+
+Tensor kl_div(const Tensor& input_in, const Tensor& target_in, std::string_view reduction, bool log_target) {
+  Tensor input = input_in, target = target_in;
+  if (t::detail::autocast_args(t::detail::CastPolicy::kFloat32, {&input, &target})) {
+    return kl_div(input, target, reduction, log_target);
+  }
+  check_pair(input, target, "kl_div");
+  Tensor losses;
+  if (log_target) {
+    losses = t::mul(t::exp(target), t::sub(target, input));
+  } else {
+    // target log target, 0 where target is 0 (torch.xlogy), minus target input.
+    const Tensor xlogy = t::masked_fill(t::mul(target, t::log(target)), t::eq(target, 0.0), 0.0);
+    losses = t::sub(xlogy, t::mul(target, input));
+  }
+  return reduced(losses, reduction, "kl_div", /*batchmean_allowed=*/true);
+}
+
+}  // namespace tinyddp::nn
