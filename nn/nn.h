@@ -9,6 +9,7 @@
 #include "tinyddp/nn/clip_grad.h"
 #include "tinyddp/nn/data.h"
 #include "tinyddp/nn/grad_scaler.h"
+#include "tinyddp/nn/init.h"
 #include "tinyddp/nn/layers.h"
 #include "tinyddp/nn/loss.h"
 #include "tinyddp/nn/module.h"

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <type_traits>
 
 #include "tinyddp/tensor/ops.h"
 
@@ -107,25 +108,37 @@ void check_sampling_target(const Tensor& t, const char* op) {
   TDDP_CHECK(t.is_cpu() || t.is_cuda(), "{}: cannot sample into a tensor on {}", op, t.device().str());
 }
 
-// PyTorch's layout for float32 normals: draw all uniforms first, then transform each block
-// of 16 as 8 Box-Muller pairs (j, j + 8); a ragged tail redoes the last 16 with fresh draws.
-void normal_fill_16(float* data, float mean, float std) {
+// PyTorch's layout for float32 and float64 normals of 16 or more contiguous elements: draw all
+// uniforms first, then transform each block of 16 as 8 Box-Muller pairs (j, j + 8) in the
+// tensor's own type; a ragged tail redoes the last 16 with fresh draws.
+template <typename T>
+void normal_fill_16(T* data, T mean, T std) {
   for (int j = 0; j < 8; ++j) {
-    const float u1 = 1.0f - data[j];  // (0, 1] so that log is finite
-    const float u2 = data[j + 8];
-    const float radius = std::sqrt(-2.0f * std::log(u1));
-    const float theta = 2.0f * std::numbers::pi_v<float> * u2;
+    const T u1 = T(1) - data[j];  // (0, 1] so that log is finite
+    const T u2 = data[j + 8];
+    const T radius = std::sqrt(T(-2) * std::log(u1));
+    const T theta = T(2) * std::numbers::pi_v<T> * u2;
     data[j] = radius * std::cos(theta) * std + mean;
     data[j + 8] = radius * std::sin(theta) * std + mean;
   }
 }
 
-void normal_fill_float(float* data, int64_t size, float mean, float std, Generator& g) {
-  for (int64_t i = 0; i < size; ++i) data[i] = g.uniform_float();
+template <typename T>
+T uniform_of(Generator& g) {
+  if constexpr (std::is_same_v<T, float>) {
+    return g.uniform_float();
+  } else {
+    return g.uniform_double();
+  }
+}
+
+template <typename T>
+void normal_fill(T* data, int64_t size, T mean, T std, Generator& g) {
+  for (int64_t i = 0; i < size; ++i) data[i] = uniform_of<T>(g);
   for (int64_t i = 0; i + 16 <= size; i += 16) normal_fill_16(data + i, mean, std);
   if (size % 16 != 0) {
-    float* tail = data + size - 16;
-    for (int i = 0; i < 16; ++i) tail[i] = g.uniform_float();
+    T* tail = data + size - 16;
+    for (int i = 0; i < 16; ++i) tail[i] = uniform_of<T>(g);
     normal_fill_16(tail, mean, std);
   }
 }
@@ -158,11 +171,16 @@ const Tensor& normal_(const Tensor& t, double mean, double std, Generator* gener
   TDDP_CHECK(std >= 0, "normal_: expects std >= 0.0, but found std {}", std);
   Generator& g = pick(generator);
   std::lock_guard<std::mutex> lock(g.mutex());
-  if (t.dtype() == kFloat32 && t.numel() >= 16 && (t.is_contiguous() || !t.is_cpu())) {
+  const bool batched_type = t.dtype() == kFloat32 || t.dtype() == kFloat64;
+  if (batched_type && t.numel() >= 16 && (t.is_contiguous() || !t.is_cpu())) {
     // Drawn on the host (into t itself when it is a contiguous CPU tensor), then copied.
     const bool direct = t.is_cpu();
-    const Tensor host = direct ? t : empty(t.sizes(), kFloat32);
-    normal_fill_float(host.data_ptr<float>(), host.numel(), static_cast<float>(mean), static_cast<float>(std), g);
+    const Tensor host = direct ? t : empty(t.sizes(), t.dtype());
+    if (t.dtype() == kFloat32) {
+      normal_fill(host.data_ptr<float>(), host.numel(), static_cast<float>(mean), static_cast<float>(std), g);
+    } else {
+      normal_fill(host.data_ptr<double>(), host.numel(), mean, std, g);
+    }
     if (direct) {
       t.storage().bump_version();
     } else {

@@ -56,7 +56,7 @@ Generator& default_generator();
 // Seeds the default generator (torch.manual_seed).
 void manual_seed(uint64_t seed);
 
-// Fills t in place with U(from, to) / N(mean, std). Float32 tensors of 16 or more contiguous
+// Fills t in place with U(from, to) / N(mean, std). Float32 and float64 tensors of 16 or more contiguous
 // elements use PyTorch's batched Box-Muller layout, so the numbers match it.
 const Tensor& uniform_(const Tensor& t, double from = 0.0, double to = 1.0, Generator* generator = nullptr);
 const Tensor& normal_(const Tensor& t, double mean = 0.0, double std = 1.0, Generator* generator = nullptr);

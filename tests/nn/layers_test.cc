@@ -92,8 +92,12 @@ TEST_CASE("loss argument errors", "[nn][loss][errors]") {
                     Contains("cross_entropy: target 3 is out of bounds for 3 classes"));
   CHECK_THROWS_WITH(cross_entropy(logits, tensor::tensor({-1, 0}, tensor::kInt64)),
                     Contains("target -1 is out of bounds"));
+  // Logits [C] are one sample (as PyTorch's): its target is 0-d, not [3].
   CHECK_THROWS_WITH(cross_entropy(tensor::zeros({3}), tensor::arange(3)),
-                    Contains("expected logits of shape [batch, classes]"));
+                    Contains("cross_entropy: expected targets of shape [] (the logits' shape [3] without the class "
+                             "dim 0), got [3]"));
+  CHECK_THROWS_WITH(cross_entropy(tensor::zeros({}), tensor::arange(1)),
+                    Contains("cross_entropy: expected logits with a class dim, got a 0-d tensor"));
 }
 
 TEST_CASE("gradcheck: the fused losses", "[nn][loss][gradcheck]") {
