@@ -1,6 +1,9 @@
 // Module: registration, traversal with dotted names, state dicts, modes and conversions.
 #include "tinyddp/nn/module.h"
 
+#include <algorithm>
+#include <functional>
+
 #include <sstream>
 #include <typeinfo>
 #include <unordered_map>
@@ -226,6 +229,40 @@ std::shared_ptr<Module> Module::clone_structure() const {
   for (const auto& [name, child] : children_) copy->register_module(name, child->clone_structure());
   copy->training_ = training_;
   return copy;
+}
+
+OrderedDict<std::shared_ptr<Module>> Module::named_modules(const std::string& prefix, bool include_self) const {
+  OrderedDict<std::shared_ptr<Module>> out;
+  std::vector<const Module*> seen{this};
+  if (include_self) {
+    std::shared_ptr<Module> self = std::const_pointer_cast<Module>(weak_from_this().lock());
+    TDDP_CHECK(self != nullptr,
+               "named_modules: this {} is not held by a std::shared_ptr (make it with std::make_shared), so it "
+               "cannot list itself; pass include_self = false",
+               type_name_);
+    out.insert(prefix, self);
+  }
+  // Depth first, children in registration order, each module once.
+  std::function<void(const Module&, const std::string&)> visit = [&](const Module& m, const std::string& path) {
+    for (const auto& [name, child] : m.children_) {
+      if (std::find(seen.begin(), seen.end(), child.get()) != seen.end()) continue;
+      seen.push_back(child.get());
+      const std::string full = path.empty() ? name : path + "." + name;
+      out.insert(full, child);
+      visit(*child, full);
+    }
+  };
+  visit(*this, prefix);
+  return out;
+}
+
+std::vector<std::shared_ptr<Module>> Module::modules(bool include_self) const {
+  return named_modules("", include_self).values();
+}
+
+void Module::apply(const std::function<void(Module&)>& fn) {
+  for (const auto& [name, child] : children_) child->apply(fn);
+  fn(*this);
 }
 
 void Module::train(bool on) {

@@ -4,6 +4,7 @@
 // to(dtype/device). Modules are held by std::shared_ptr.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,6 +85,15 @@ class Module : public std::enable_shared_from_this<Module> {
   OrderedDict<Tensor> named_buffers(bool recurse = true) const;
   std::vector<std::shared_ptr<Module>> children() const { return children_.values(); }
   const OrderedDict<std::shared_ptr<Module>>& named_children() const { return children_; }
+  // Every module of the tree, depth first, each once (a module reached twice is listed under
+  // its first name), as torch's named_modules(): this module first under `prefix` ("" by
+  // default) when include_self, the others by dotted name. Listing itself needs the module
+  // to be held by a std::shared_ptr (std::make_shared); otherwise pass include_self = false.
+  OrderedDict<std::shared_ptr<Module>> named_modules(const std::string& prefix = "", bool include_self = true) const;
+  std::vector<std::shared_ptr<Module>> modules(bool include_self = true) const;
+  // Calls fn on every child's tree, then on this module, as torch's apply (the way an
+  // initialiser is run over a model: model.apply([](nn::Module& m) { ... })).
+  void apply(const std::function<void(Module&)>& fn);
 
   // Parameters and buffers by dotted name (detached aliases of the module's own tensors). A
   // tied tensor is saved once, under its first name (PyTorch saves it under every name).

@@ -7,6 +7,7 @@
 #include "tinyddp/nn/batchnorm.h"
 #include "tinyddp/nn/checkpoint.h"
 #include "tinyddp/nn/clip_grad.h"
+#include "tinyddp/nn/containers.h"
 #include "tinyddp/nn/data.h"
 #include "tinyddp/nn/grad_scaler.h"
 #include "tinyddp/nn/init.h"

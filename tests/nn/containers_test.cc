@@ -1,0 +1,97 @@
+// ModuleList, ModuleDict, named_modules/modules/apply against PyTorch
+// (fixtures/make_containers_fixture.py): a model of a list of Linear layers and a dict of heads
+// has PyTorch's module and parameter names, loads PyTorch's state dict and gives its output
+// (float32, 1e-6: a few ulp of the same products); the containers' own behaviour and errors.
+#include <nlohmann/json.hpp>
+
+#include "tests/nn/json_fixture.h"
+#include "tests/nn/nn_test_util.h"
+#include "tinyddp/nn/containers.h"
+#include "tinyddp/nn/init.h"
+
+using namespace tinyddp;
+using namespace tinyddp::nn;
+using Catch::Contains;
+
+namespace {
+
+// The fixture's Net: two Linear layers in a ModuleList, two heads in a ModuleDict.
+struct Net : Module {
+  Net() : Module("Net") {
+    layers = register_module("layers", std::make_shared<ModuleList>(std::vector<std::shared_ptr<Module>>{
+                                           std::make_shared<Linear>(4, 8), std::make_shared<Linear>(8, 8)}));
+    heads = register_module("heads",
+                            std::make_shared<ModuleDict>(std::vector<std::pair<std::string, std::shared_ptr<Module>>>{
+                                {"cls", std::make_shared<Linear>(8, 3)}, {"reg", std::make_shared<Linear>(8, 1)}}));
+  }
+  Tensor forward(const Tensor& input) override {
+    Tensor x = input;
+    for (const auto& layer : *layers) x = tensor::relu((*layer)(x));
+    return tensor::cat({(*(*heads)["cls"])(x), (*(*heads)["reg"])(x)}, 1);
+  }
+  std::shared_ptr<ModuleList> layers;
+  std::shared_ptr<ModuleDict> heads;
+};
+
+}  // namespace
+
+TEST_CASE("ModuleList and ModuleDict give PyTorch's names; PyTorch's state dict loads and runs", "[nn][containers]") {
+  const nlohmann::json ref = tinyddp::testing::read_nn_json_fixture("containers_reference.json");
+  auto net = std::make_shared<Net>();
+  CHECK(net->named_modules().keys() == ref["named_modules"].get<std::vector<std::string>>());
+  OrderedDict<Tensor> state;
+  for (const nlohmann::json& entry : ref["state_dict"]) {
+    const std::vector<int64_t> dims = entry["shape"].get<std::vector<int64_t>>();
+    state.insert(entry["name"].get<std::string>(), tensor::from_vector(entry["values"].get<std::vector<float>>(),
+                                                                       tensor::Shape(dims.begin(), dims.end())));
+  }
+  CHECK(net->state_dict().keys() == state.keys());
+  net->load_state_dict(state);
+  const Tensor x = tensor::from_vector(ref["input"].get<std::vector<float>>(), tensor::Shape{5, 4});
+  const Tensor want = tensor::from_vector(ref["output"].get<std::vector<float>>(), tensor::Shape{5, 4});
+  CHECK(tensor::allclose((*net)(x), want, 1e-6, 1e-6));
+}
+
+TEST_CASE("ModuleList and ModuleDict: indexing, types, replacement, errors", "[nn][containers]") {
+  ModuleList list({std::make_shared<Linear>(2, 3), std::make_shared<ReLU>()});
+  list.append(std::make_shared<Linear>(3, 1));
+  CHECK(list.size() == 3);
+  CHECK(list[-1].get() == list[2].get());
+  CHECK(list.at<Linear>(0)->weight.sizes() == tensor::Shape{3, 2});
+  CHECK(list.named_parameters().keys() == std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"});
+  CHECK_THROWS_WITH(list[3], Contains("ModuleList: index 3 is out of range for 3 modules"));
+  CHECK_THROWS_WITH(list.at<Linear>(1), Contains("ModuleList: module 1 is a ReLU, not the type asked for"));
+  CHECK_THROWS_WITH(list(tensor::zeros({1, 2})), Contains("ModuleList has no forward"));
+  ModuleDict dict({{"a", std::make_shared<Linear>(2, 2)}, {"b", std::make_shared<Tanh>()}});
+  const auto replacement = std::make_shared<Linear>(2, 5);
+  dict.insert("a", replacement);  // replaced in place, keeping its position
+  CHECK(dict.keys() == std::vector<std::string>{"a", "b"});
+  CHECK(dict["a"].get() == replacement.get());
+  CHECK_THROWS_WITH(dict["c"], Contains("ModuleDict: no module 'c' (keys: 'a', 'b')"));
+  // A clone for DataParallel's replicas keeps the structure.
+  const auto copy = std::dynamic_pointer_cast<ModuleList>(list.clone_structure());
+  REQUIRE(copy != nullptr);
+  CHECK(copy->named_parameters().keys() == list.named_parameters().keys());
+}
+
+TEST_CASE("named_modules, modules and apply walk the tree as PyTorch's", "[nn][containers]") {
+  auto net = std::make_shared<Net>();
+  // A module reached twice is listed once, under its first name.
+  net->register_module("again", (*net->layers)[0]);
+  CHECK(net->named_modules("model").keys() == std::vector<std::string>{"model", "model.layers", "model.layers.0",
+                                                                       "model.layers.1", "model.heads",
+                                                                       "model.heads.cls", "model.heads.reg"});
+  CHECK(net->modules(false).size() == 6);
+  // apply: children first, then the module itself (torch's order); an initialiser per layer.
+  std::vector<std::string> order;
+  net->apply([&](Module& m) {
+    order.push_back(m.type_name());
+    if (auto* linear = dynamic_cast<Linear*>(&m)) init::zeros_(linear->bias);
+  });
+  CHECK(order.front() == "Linear");
+  CHECK(order.back() == "Net");
+  CHECK(tensor::equal(net->heads->at<Linear>("cls")->bias, tensor::zeros({3})));
+  Net on_stack;
+  CHECK_THROWS_WITH(on_stack.named_modules(), Contains("named_modules: this Net is not held by a std::shared_ptr"));
+  CHECK(on_stack.named_modules("", false).size() == 6);
+}
