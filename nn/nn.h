@@ -15,5 +15,6 @@
 #include "tinyddp/nn/loss.h"
 #include "tinyddp/nn/module.h"
 #include "tinyddp/nn/optim.h"
+#include "tinyddp/nn/plateau.h"
 #include "tinyddp/nn/safetensors.h"
 #include "tinyddp/nn/scheduler.h"
