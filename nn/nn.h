@@ -15,6 +15,7 @@
 #include "tinyddp/nn/loss.h"
 #include "tinyddp/nn/module.h"
 #include "tinyddp/nn/optim.h"
+#include "tinyddp/nn/optim_more.h"
 #include "tinyddp/nn/plateau.h"
 #include "tinyddp/nn/safetensors.h"
 #include "tinyddp/nn/scheduler.h"
