@@ -72,6 +72,37 @@ std::string Conv2d::extra_repr() const {
   return s;
 }
 
+Conv1d::Conv1d(int64_t in, int64_t out, int64_t kernel, int64_t stride_, int64_t padding_, int64_t dilation_,
+               int64_t groups_, bool with_bias)
+    : Module("Conv1d"), in_channels(in), out_channels(out), kernel_size(kernel), stride(stride_), padding(padding_),
+      dilation(dilation_), groups(groups_) {
+  TDDP_CHECK(in > 0 && out > 0 && kernel > 0,
+             "Conv1d: in_channels ({}), out_channels ({}) and kernel_size ({}) must "
+             "be positive",
+             in, out, kernel);
+  TDDP_CHECK(groups > 0 && in % groups == 0 && out % groups == 0,
+             "Conv1d: groups ({}) must be positive and divide in_channels ({}) and out_channels ({})", groups, in, out);
+  weight = register_parameter("weight", uniform_init({out, in / groups, kernel}, in / groups * kernel));
+  if (with_bias) bias = register_parameter("bias", uniform_init({out}, in / groups * kernel));
+}
+
+Tensor Conv1d::forward(const Tensor& input) {
+  TDDP_CHECK((input.dim() == 2 || input.dim() == 3) && input.size(-2) == in_channels,
+             "Conv1d: expected input [N, {}, L] or [{}, L], got shape {}", in_channels, in_channels,
+             tensor::format_shape(input.sizes()));
+  return tensor::conv1d(input, weight, bias, stride, padding, dilation, groups);
+}
+
+std::string Conv1d::extra_repr() const {
+  std::string s =
+      fmt::format("{}, {}, kernel_size=({},), stride=({},)", in_channels, out_channels, kernel_size, stride);
+  if (padding != 0) s += fmt::format(", padding=({},)", padding);
+  if (dilation != 1) s += fmt::format(", dilation=({},)", dilation);
+  if (groups != 1) s += fmt::format(", groups={}", groups);
+  if (!bias.defined()) s += ", bias=False";
+  return s;
+}
+
 MaxPool2d::MaxPool2d(tensor::Size2d kernel, std::optional<tensor::Size2d> stride_, tensor::Size2d padding_,
                      tensor::Size2d dilation_)
     : Module("MaxPool2d"), kernel_size(kernel), stride(stride_.value_or(kernel)), padding(padding_),
@@ -146,6 +177,22 @@ std::string LayerNorm::extra_repr() const {
   return fmt::format("({}), eps={}, elementwise_affine={}", dims, eps, elementwise_affine ? "True" : "False");
 }
 
+GroupNorm::GroupNorm(int64_t groups, int64_t channels, double eps_, bool affine_)
+    : Module("GroupNorm"), num_groups(groups), num_channels(channels), eps(eps_), affine(affine_) {
+  TDDP_CHECK(groups > 0 && channels > 0 && channels % groups == 0,
+             "GroupNorm: num_channels ({}) must be divisible by num_groups ({})", channels, groups);
+  if (affine) {
+    weight = register_parameter("weight", tensor::ones({channels}));
+    bias = register_parameter("bias", tensor::zeros({channels}));
+  }
+}
+
+Tensor GroupNorm::forward(const Tensor& input) { return tensor::group_norm(input, num_groups, weight, bias, eps); }
+
+std::string GroupNorm::extra_repr() const {
+  return fmt::format("{}, {}, eps={}, affine={}", num_groups, num_channels, eps, affine ? "True" : "False");
+}
+
 GELU::GELU(std::string approximate_) : Module("GELU"), approximate(std::move(approximate_)) {
   TDDP_CHECK(approximate == "none" || approximate == "tanh", "GELU: approximate must be 'none' or 'tanh', got '{}'",
              approximate);
@@ -198,6 +245,13 @@ std::shared_ptr<Module> Linear::clone_structure() const {
 std::shared_ptr<Module> Conv2d::clone_structure() const {
   return std::make_shared<Conv2d>(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
                                   bias.defined());
+}
+std::shared_ptr<Module> Conv1d::clone_structure() const {
+  return std::make_shared<Conv1d>(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+                                  bias.defined());
+}
+std::shared_ptr<Module> GroupNorm::clone_structure() const {
+  return std::make_shared<GroupNorm>(num_groups, num_channels, eps, affine);
 }
 std::shared_ptr<Module> MaxPool2d::clone_structure() const {
   return std::make_shared<MaxPool2d>(kernel_size, stride, padding, dilation);

@@ -48,6 +48,20 @@ class Conv2d : public Module {
   tensor::Size2d kernel_size, stride, padding, dilation;
 };
 
+// torch.nn.Conv1d: weight [out, in / groups, k], bias [out], initialised as Conv2d's (fan_in =
+// in / groups * k); input [N, in, L] (or [in, L]) -> [N, out, OL] (tensor::conv1d).
+class Conv1d : public Module {
+ public:
+  std::shared_ptr<Module> clone_structure() const override;
+  Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1, int64_t padding = 0,
+         int64_t dilation = 1, int64_t groups = 1, bool bias = true);
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+
+  Tensor weight, bias;
+  int64_t in_channels, out_channels, kernel_size, stride, padding, dilation, groups;
+};
+
 // torch.nn.MaxPool2d / AvgPool2d / AdaptiveAvgPool2d (stride defaults to the kernel size).
 // A rectangular kernel as the only argument is spelled MaxPool2d(Size2d{2, 3}): a bare {2, 3}
 // could also mean (kernel 2, stride 3).
@@ -154,6 +168,21 @@ class LayerNorm : public Module {
   bool elementwise_affine;
   Tensor weight;  // normalized_shape, undefined without elementwise_affine
   Tensor bias;    // normalized_shape, undefined without elementwise_affine or bias
+};
+
+// torch.nn.GroupNorm: num_groups groups of the channels normalised (tensor::group_norm), with
+// weight (ones) and bias (zeros) [num_channels] when affine.
+class GroupNorm : public Module {
+ public:
+  std::shared_ptr<Module> clone_structure() const override;
+  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+
+  int64_t num_groups, num_channels;
+  double eps;
+  bool affine;
+  Tensor weight, bias;  // [num_channels], undefined without affine
 };
 
 // As torch.nn.GELU: approximate "none" (exact, with erf; nanoGPT's MLP) or "tanh".

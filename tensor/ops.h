@@ -165,6 +165,15 @@ struct Size2d {
 // follows matmul's.
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), Size2d stride = 1,
               Size2d padding = 0, Size2d dilation = 1, int64_t groups = 1);
+// torch.nn.functional.conv1d: input [N, C, L] (or [C, L]), weight [O, C / groups, k], bias [O]
+// -> [N, O, OL]: conv2d over a height of 1 (so both backends' convolutions and gradients).
+Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
+              int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
+// torch.nn.functional.group_norm: input [N, C, ...] normalised over each group of C /
+// num_groups channels and the other dims (biased variance, eps added), then scaled and
+// shifted per channel by weight and bias [C] (either undefined).
+Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
 // torch.nn.functional.unfold: the sliding kernel-sized patches of input [N, C, H, W] as columns
 // [N, C * kh * kw, L] (L output positions, row-major; padding reads as 0).
 Tensor unfold(const Tensor& input, Size2d kernel_size, Size2d dilation = 1, Size2d padding = 0, Size2d stride = 1);

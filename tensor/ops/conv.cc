@@ -343,4 +343,17 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   return out;
 }
 
+Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
+              int64_t dilation, int64_t groups) {
+  check_defined(input, "conv1d", "input");
+  check_defined(weight, "conv1d", "weight");
+  TDDP_CHECK(input.dim() == 2 || input.dim() == 3, "conv1d: expected a 2-D [C, L] or 3-D [N, C, L] input, got shape {}",
+             format_shape(input.sizes()));
+  TDDP_CHECK(weight.dim() == 3, "conv1d: expected a 3-D weight [out_channels, in_channels / groups, k], got shape {}",
+             format_shape(weight.sizes()));
+  const Tensor out = conv2d(input.unsqueeze(-2), weight.unsqueeze(2), bias, Size2d(1, stride), Size2d(0, padding),
+                            Size2d(1, dilation), groups);
+  return out.squeeze(-2);
+}
+
 }  // namespace tinyddp::tensor

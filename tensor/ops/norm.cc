@@ -179,4 +179,29 @@ Tensor dropout(const Tensor& input, double p, bool training, Generator* generato
   return mul(input, mask);
 }
 
+Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps) {
+  check_defined(input, "group_norm", "input");
+  TDDP_CHECK(input.dim() >= 2, "group_norm: expected an input [N, C, ...], got shape {}", format_shape(input.sizes()));
+  TDDP_CHECK(input.is_floating_point(), "group_norm: expected a floating-point input, got dtype {}",
+             dtype_name(input.dtype()));
+  const int64_t n = input.size(0), channels = input.size(1);
+  TDDP_CHECK(num_groups > 0 && channels % num_groups == 0,
+             "group_norm: expected the number of channels ({}) to be divisible by num_groups ({})", channels,
+             num_groups);
+  for (const auto& [t, name] : {std::pair{&weight, "weight"}, {&bias, "bias"}}) {
+    TDDP_CHECK(!t->defined() || t->sizes() == Shape{channels}, "group_norm: expected '{}' of shape [{}], got {}", name,
+               channels, format_shape(t->sizes()));
+  }
+  // Each group's channels and positions in one row: mean and biased variance over it.
+  const Tensor x = input.reshape({n, num_groups, -1});
+  const Tensor centered = sub(x, mean(x, {2}, true));
+  const Tensor var = mean(mul(centered, centered), {2}, true);
+  Tensor y = div(centered, sqrt(add(var, eps))).reshape(input.sizes());
+  Shape per_channel(static_cast<size_t>(input.dim()), 1);
+  per_channel[1] = channels;
+  if (weight.defined()) y = mul(y, weight.view(per_channel));
+  if (bias.defined()) y = add(y, bias.view(per_channel));
+  return y;
+}
+
 }  // namespace tinyddp::tensor

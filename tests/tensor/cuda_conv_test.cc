@@ -226,3 +226,12 @@ TEST_CASE("CUDA: the selection ops (stack, clamp, where, min, index_select, gath
   const Tensor ids = from_vector<int64_t>({0, 3, 1, 2}, Shape{2, 2});
   CHECK(equal(one_hot(ids.to(kGpu), 4).to(kCPU), one_hot(ids, 4)));
 }
+
+TEST_CASE("CUDA: conv1d and group_norm and their gradients equal the CPU's", "[cuda][conv]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  Generator gen(10);
+  const Tensor x = randn({2, 4, 9}, {}, &gen), w = randn({6, 2, 3}, {}, &gen), b = randn({6}, {}, &gen);
+  check_on_gpu([](const Inputs& v) { return conv1d(v[0], v[1], v[2], 2, 1, 2, 2); }, {x, w, b});
+  const Tensor y = randn({2, 6, 5}, {}, &gen), gw = randn({6}, {}, &gen), gb = randn({6}, {}, &gen);
+  check_on_gpu([](const Inputs& v) { return group_norm(v[0], 3, v[1], v[2]); }, {y, gw, gb});
+}
