@@ -125,6 +125,14 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 // of x's number of dims, no larger than x outside dim, each entry in [0, x.size(dim)). The
 // gradient adds each output's gradient at the element it came from.
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+// As torch.cumsum: running sums along dim (integer and bool inputs sum in int64), by blocks of
+// 128 summed with a triangular product and the blocks' totals carried over, so memory stays
+// linear in the dim; differentiable (the gradient is the reversed running sum).
+Tensor cumsum(const Tensor& x, int64_t dim);
+// As torch.topk: the k largest (largest = false: smallest) elements along dim, in order, and
+// their indices; NaN counts as the largest, ties go to the first index. k passes of max over
+// the dim; the values are gathered from x, so the gradient reaches it.
+std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
 // As torch.nn.functional.one_hot: int64 class ids -> int64 [..., num_classes] with a 1 at each
 // id; num_classes -1 takes max id + 1. Ids outside [0, num_classes) are refused.
 Tensor one_hot(const Tensor& ids, int64_t num_classes = -1);

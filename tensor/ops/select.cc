@@ -140,6 +140,87 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   return out.dtype() == x.dtype() ? out : out.to(x.dtype());
 }
 
+namespace {
+
+// Running sums along the last dim of x [..., n], n <= kBlock: x @ U, U upper-triangular ones.
+constexpr int64_t kBlock = 128;
+Tensor cumsum_last_small(const Tensor& x) {
+  const int64_t n = x.size(-1);
+  const Tensor upper = triu(ones({n, n}, TensorOptions(x.dtype()).device(x.device())));
+  return matmul(x, upper);
+}
+
+// Running sums along the last dim: blocks of kBlock summed within, each block then shifted by
+// the running sum of the blocks before it (the same function on the block totals).
+Tensor cumsum_last(const Tensor& x) {
+  const int64_t n = x.size(-1);
+  if (n <= kBlock) return cumsum_last_small(x);
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  Shape pad_shape = x.sizes();
+  pad_shape.back() = blocks * kBlock - n;
+  const Tensor padded =
+      pad_shape.back() > 0 ? cat({x, zeros(pad_shape, TensorOptions(x.dtype()).device(x.device()))}, -1) : x;
+  Shape blocked = x.sizes();
+  blocked.back() = blocks;
+  blocked.push_back(kBlock);
+  const Tensor inner = cumsum_last_small(padded.reshape(blocked));    // [..., blocks, kBlock]
+  const Tensor totals = inner.narrow(-1, kBlock - 1, 1).squeeze(-1);  // [..., blocks]
+  const Tensor before = sub(cumsum_last(totals), totals);             // what precedes each block
+  Shape flat = x.sizes();
+  flat.back() = blocks * kBlock;
+  return add(inner, before.unsqueeze(-1)).reshape(flat).narrow(-1, 0, n);
+}
+
+}  // namespace
+
+Tensor cumsum(const Tensor& x, int64_t dim) {
+  check_defined(x, "cumsum", "x");
+  const Tensor src = x.dim() == 0 ? x.reshape({1}) : x;
+  const int64_t d = wrap_dim(dim, src.dim(), "cumsum");
+  const Tensor values = src.is_floating_point() ? src : src.to(kInt64);
+  const Tensor out = cumsum_last(values.transpose(d, -1)).transpose(d, -1);
+  return x.dim() == 0 ? out.reshape({}) : out;
+}
+
+std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest) {
+  check_defined(x, "topk", "x");
+  const Tensor src = x.dim() == 0 ? x.reshape({1}) : x;
+  const int64_t d = wrap_dim(dim, src.dim(), "topk");
+  TDDP_CHECK(k >= 0 && k <= src.size(d), "topk: selected index k ({}) out of range for dim {} of size {}", k, d,
+             src.size(d));
+  check_not_bool(x, "topk", "x");
+  Tensor indices;
+  {
+    NoGradGuard no_grad;
+    // Each pass takes the best position not taken yet (for the smallest, the best of -x, or of
+    // -1 - x for integers, as min does; NaN then becomes the worst, as topk puts it last).
+    Tensor work = src.detach();
+    if (!largest) work = src.is_floating_point() ? neg(work) : sub(full_like(work, -1.0), work);
+    const double worst = work.is_floating_point() ? -INFINITY : static_cast<double>(INT64_MIN);
+    if (!largest && work.is_floating_point()) work = masked_fill(work, ne(work, work), worst);
+    Shape along(static_cast<size_t>(src.dim()), 1);
+    along[static_cast<size_t>(d)] = src.size(d);
+    const Tensor positions = arange(src.size(d), TensorOptions(kInt64).device(src.device())).view(along);
+    Tensor taken = zeros(src.sizes(), TensorOptions(kInt64).device(src.device()));  // 1 where picked
+    std::vector<Tensor> picked;
+    for (int64_t i = 0; i < k; ++i) {
+      Tensor at = std::get<1>(max(masked_fill(work, eq(taken, 1.0), worst), d, true));
+      // A tie of the worst value with a taken position (all that is left is worst): the first
+      // position not taken instead.
+      const Tensor first_free = argmax(eq(taken, 0.0).to(kInt64), d, true);
+      at = where(eq(gather(taken, d, at), 1.0), first_free, at);
+      picked.push_back(at);
+      taken = masked_fill(taken, eq(positions, at), 1.0);
+    }
+    Shape empty_shape = src.sizes();
+    empty_shape[static_cast<size_t>(d)] = 0;
+    indices = k > 0 ? cat(picked, d) : zeros(empty_shape, TensorOptions(kInt64).device(src.device()));
+  }
+  Tensor values = gather(src, d, indices);
+  if (x.dim() == 0) return {values.reshape({}), indices.reshape({})};
+  return {values, indices};
+}
+
 Tensor one_hot(const Tensor& ids, int64_t num_classes) {
   check_index(ids, "one_hot");
   TDDP_CHECK(num_classes >= -1, "one_hot: num_classes must be -1 (from the ids) or positive, got {}", num_classes);

@@ -208,8 +208,9 @@ TEST_CASE("CUDA: causal_softmax (the fused kernel) and its gradient equal the CP
   }
 }
 
-TEST_CASE("CUDA: the selection ops (stack, clamp, where, min, index_select, gather, one_hot) equal the CPU's",
-          "[cuda][select]") {
+TEST_CASE(
+    "CUDA: the selection ops (stack, clamp, where, min, index_select, gather, cumsum, topk, one_hot) equal the CPU's",
+    "[cuda][select]") {
   if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
   Generator gen(9);
   const Tensor x = randn({4, 5}, {}, &gen), y = randn({4, 5}, {}, &gen), row = randn({5}, {}, &gen);
@@ -223,6 +224,8 @@ TEST_CASE("CUDA: the selection ops (stack, clamp, where, min, index_select, gath
   check_on_gpu([&](const Inputs& v) { return index_select(v[0], 1, v[0].is_cuda() ? idx.to(kGpu) : idx); }, {x});
   const Tensor gidx = from_vector<int64_t>({4, 0, 1, 1, 2, 3, 0, 0}, Shape{4, 2});
   check_on_gpu([&](const Inputs& v) { return gather(v[0], 1, v[0].is_cuda() ? gidx.to(kGpu) : gidx); }, {x});
+  check_on_gpu([](const Inputs& v) { return cumsum(v[0], 1); }, {x});
+  check_on_gpu([](const Inputs& v) { return std::get<0>(topk(v[0], 3, 1)); }, {x});
   const Tensor ids = from_vector<int64_t>({0, 3, 1, 2}, Shape{2, 2});
   CHECK(equal(one_hot(ids.to(kGpu), 4).to(kCPU), one_hot(ids, 4)));
 }

@@ -4,6 +4,7 @@
 // few roundings (1e-12 leaves room for an ulp, none for a wrong formula); a float64 gradcheck
 // of each differentiable one; integers; and the errors PyTorch gives.
 #include <functional>
+#include <set>
 
 #include "tests/test_util.h"
 #include "tinyddp/autograd/gradcheck.h"
@@ -172,4 +173,43 @@ TEST_CASE("one_hot as torch.nn.functional.one_hot", "[tensor][select]") {
   CHECK_THROWS_WITH(one_hot(ids, 3), Contains("one_hot: index 3 is out of range for dim 0 of size 3"));
   CHECK_THROWS_WITH(one_hot(zeros({2}, TensorOptions(kInt64)), 0),
                     Contains("one_hot: index 0 is out of range for dim 0 of size 0"));
+}
+
+TEST_CASE("cumsum as torch.cumsum: along a dim, past one block, integers; gradients", "[tensor][select]") {
+  for (const auto& [c, shape, dim] : {std::tuple<std::string, Shape, int64_t>{"cumsum1", {3, 5}, 1},
+                                      {"cumsum0", {4, 2}, 0},
+                                      {"cumsum_long", {2, 300}, 1}}) {
+    INFO(c);
+    const Tensor x = leaf(c + "_x", shape);
+    const Tensor out = cumsum(x, dim);
+    check_close(out, value(c + "_out", shape));
+    out.backward(value(c + "_grad_out", shape));
+    check_close(x.grad(), value(c + "_grad_x", shape));
+  }
+  const Tensor ints = from_vector<int64_t>({3, -1, 4, 1, 5, -9}, Shape{2, 3});
+  const Tensor summed = cumsum(ints, 1);
+  CHECK(summed.dtype() == kInt64);
+  CHECK(equal(summed.to(kFloat64), value("cumsum_int", {2, 3})));
+  CHECK(gradcheck([](const Inputs& v) { return cumsum(v[0], 0); }, {random({5, 3}, 11)}) == "");
+}
+
+TEST_CASE("topk as torch.topk: largest and smallest, gradients, NaN and ties", "[tensor][select]") {
+  for (const auto& [c, largest] : {std::pair<std::string, bool>{"topk_largest", true}, {"topk_smallest", false}}) {
+    INFO(c);
+    const Tensor x = leaf(c + "_x", {3, 6});
+    const auto [values, indices] = topk(x, 3, 1, largest);
+    check_close(values, value(c + "_values", {3, 3}));
+    CHECK(equal(indices, value(c + "_indices", {3, 3}, kInt64)));
+    values.backward(value(c + "_grad_out", {3, 3}));
+    check_close(x.grad(), value(c + "_grad_x", {3, 6}));
+  }
+  // NaN first among the largest and never among the smallest; the two -inf ties in some order.
+  const Tensor y = from_vector<double>({2.0, std::nan(""), -1.0, -INFINITY, -INFINITY, 5.0}, Shape{6});
+  const std::vector<int64_t> order = std::get<1>(topk(y, 6)).to_vector<int64_t>();
+  const std::vector<double> want = value("topk_nan_largest", {6}).to_vector<double>();
+  for (size_t i = 0; i < 4; ++i) CHECK(order[i] == static_cast<int64_t>(want[i]));
+  CHECK(std::set<int64_t>{order[4], order[5]} == std::set<int64_t>{3, 4});
+  CHECK(equal(std::get<0>(topk(y, 5, 0, false)), value("topk_nan_smallest_values", {5})));
+  CHECK(gradcheck([](const Inputs& v) { return std::get<0>(topk(v[0], 2, 0)); }, {random({5, 3}, 12)}) == "");
+  CHECK_THROWS_WITH(topk(y, 7), Contains("topk: selected index k (7) out of range for dim 0 of size 6"));
 }
