@@ -133,6 +133,14 @@ Tensor cumsum(const Tensor& x, int64_t dim);
 // their indices; NaN counts as the largest, ties go to the first index. k passes of max over
 // the dim; the values are gathered from x, so the gradient reaches it.
 std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true);
+// As torch.index_add: x with alpha * source's slices added at the positions `index` (int64
+// [k], repeats add up) along dim; source is x's shape with k at dim. As torch.scatter_add: x
+// with each src[i][j][k] added at x[i][index[i][j][k]][k] (dim 1, and so on): index is int64
+// of x's number of dims, no larger than src, nor than x outside dim. Both are sums through a
+// one-hot product (memory: the one-hot of the index against the dim), differentiable in x and
+// the source; floating tensors (and int64 on the CPU).
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source, double alpha = 1.0);
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 // As torch.nn.functional.one_hot: int64 class ids -> int64 [..., num_classes] with a 1 at each
 // id; num_classes -1 takes max id + 1. Ids outside [0, num_classes) are refused.
 Tensor one_hot(const Tensor& ids, int64_t num_classes = -1);

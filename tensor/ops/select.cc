@@ -221,6 +221,89 @@ std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool la
   return {values, indices};
 }
 
+namespace {
+
+// `t` grown to `shape` with zeros after its end in every dim (cat: differentiable).
+Tensor pad_to(Tensor t, const Shape& shape) {
+  for (int64_t k = 0; k < t.dim(); ++k) {
+    const int64_t missing = shape[static_cast<size_t>(k)] - t.size(k);
+    if (missing == 0) continue;
+    Shape zeros_shape = t.sizes();
+    zeros_shape[static_cast<size_t>(k)] = missing;
+    t = cat({t, zeros(zeros_shape, TensorOptions(t.dtype()).device(t.device()))}, k);
+  }
+  return t;
+}
+
+// [rows, count] positions -> [rows, count, size] one-hot rows in `dtype`.
+Tensor one_hot_rows(const Tensor& positions, int64_t size, DType dtype) {
+  const Tensor classes = arange(size, TensorOptions(kInt64).device(positions.device()));
+  return eq(positions.unsqueeze(-1), classes).to(dtype);
+}
+
+}  // namespace
+
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source, double alpha) {
+  check_defined(x, "index_add", "x");
+  check_defined(source, "index_add", "source");
+  check_index(index, "index_add");
+  TDDP_CHECK(index.dim() <= 1, "index_add: expected a 0-D or 1-D index, got shape {}", format_shape(index.sizes()));
+  check_same_dtype(x, source, "index_add", "x", "source");
+  check_same_device(x, source, "index_add", "x", "source");
+  const Tensor base = x.dim() == 0 ? x.reshape({1}) : x, src = source.dim() == 0 ? source.reshape({1}) : source;
+  const int64_t d = wrap_dim(dim, base.dim(), "index_add"), k = index.numel(), n = base.size(d);
+  Shape want = base.sizes();
+  want[static_cast<size_t>(d)] = k;
+  TDDP_CHECK(src.sizes() == want,
+             "index_add: source of shape {} for x of shape {} and {} indices along dim {} "
+             "(expected {})",
+             format_shape(source.sizes()), format_shape(x.sizes()), k, d, format_shape(want));
+  check_index_range(index, n, d, x, "index_add");
+  // dim to the front, the rest as columns: x [n, rest] += one_hot(index)^T [n, k] @ source [k, rest].
+  const Shape order = front_first(d, base.dim());
+  const Tensor front = base.permute(order);
+  const int64_t rest = n > 0 ? front.numel() / n : 0;
+  const Tensor scaled = alpha == 1.0 ? src : mul(src, alpha);
+  const Tensor rows = scaled.permute(order).reshape({k, rest});
+  const Tensor picked = one_hot_rows(index.reshape({k}), n, x.dtype()).t();  // [n, k]
+  const Tensor out = add(front.reshape({n, rest}), matmul(picked, rows)).reshape(front.sizes()).permute(inverse(order));
+  return x.dim() == 0 ? out.reshape({}) : out;
+}
+
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  check_defined(x, "scatter_add", "x");
+  check_defined(src, "scatter_add", "src");
+  check_index(index, "scatter_add");
+  check_same_dtype(x, src, "scatter_add", "x", "src");
+  check_same_device(x, src, "scatter_add", "x", "src");
+  TDDP_CHECK(index.dim() == x.dim() && src.dim() == x.dim() && x.dim() >= 1,
+             "scatter_add: index ({} dims) and src ({} dims) must have x's {} dims", index.dim(), src.dim(), x.dim());
+  const int64_t d = wrap_dim(dim, x.dim(), "scatter_add"), n = x.size(d);
+  for (int64_t k = 0; k < x.dim(); ++k) {
+    TDDP_CHECK(index.size(k) <= src.size(k) && (k == d || index.size(k) <= x.size(k)),
+               "scatter_add: index of shape {} must be no larger than src of shape {}, nor than x of shape {} outside "
+               "dim {}",
+               format_shape(index.sizes()), format_shape(src.sizes()), format_shape(x.sizes()), d);
+  }
+  check_index_range(index, n, d, x, "scatter_add");
+  // The part of src the index covers; dim last, one row per position elsewhere: each row's
+  // values summed into n slots by a [1, m] @ [m, n] one-hot product.
+  Tensor used = src;
+  for (int64_t k = 0; k < x.dim(); ++k) used = used.narrow(k, 0, index.size(k));
+  Shape order;
+  for (int64_t k = 0; k < x.dim(); ++k) {
+    if (k != d) order.push_back(k);
+  }
+  order.push_back(d);
+  const Tensor idx_last = index.permute(order), src_last = used.permute(order);
+  const int64_t m = index.size(d), rows = m > 0 ? index.numel() / m : 0;
+  const Tensor sums = matmul(src_last.reshape({rows, 1, m}), one_hot_rows(idx_last.reshape({rows, m}), n, x.dtype()))
+                          .reshape({rows, n});
+  Shape summed = idx_last.sizes();
+  summed.back() = n;
+  return add(x, pad_to(sums.reshape(summed).permute(inverse(order)), x.sizes()));
+}
+
 Tensor one_hot(const Tensor& ids, int64_t num_classes) {
   check_index(ids, "one_hot");
   TDDP_CHECK(num_classes >= -1, "one_hot: num_classes must be -1 (from the ids) or positive, got {}", num_classes);

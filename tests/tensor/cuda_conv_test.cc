@@ -209,7 +209,8 @@ TEST_CASE("CUDA: causal_softmax (the fused kernel) and its gradient equal the CP
 }
 
 TEST_CASE(
-    "CUDA: the selection ops (stack, clamp, where, min, index_select, gather, cumsum, topk, one_hot) equal the CPU's",
+    "CUDA: the selection ops (stack, clamp, where, min, index_select, gather, index_add, scatter_add, cumsum, topk, "
+    "one_hot) equal the CPU's",
     "[cuda][select]") {
   if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
   Generator gen(9);
@@ -226,6 +227,14 @@ TEST_CASE(
   check_on_gpu([&](const Inputs& v) { return gather(v[0], 1, v[0].is_cuda() ? gidx.to(kGpu) : gidx); }, {x});
   check_on_gpu([](const Inputs& v) { return cumsum(v[0], 1); }, {x});
   check_on_gpu([](const Inputs& v) { return std::get<0>(topk(v[0], 3, 1)); }, {x});
+  const Tensor aidx = from_vector<int64_t>({2, 0, 2}, Shape{3});
+  const Tensor src = randn({4, 3}, {}, &gen);
+  check_on_gpu([&](const Inputs& v) { return index_add(v[0], 1, v[0].is_cuda() ? aidx.to(kGpu) : aidx, v[1]); },
+               {x, src});
+  const Tensor sidx = from_vector<int64_t>({4, 0, 1, 1, 2, 3, 0, 0}, Shape{4, 2});
+  const Tensor ssrc = randn({4, 2}, {}, &gen);
+  check_on_gpu([&](const Inputs& v) { return scatter_add(v[0], 1, v[0].is_cuda() ? sidx.to(kGpu) : sidx, v[1]); },
+               {x, ssrc});
   const Tensor ids = from_vector<int64_t>({0, 3, 1, 2}, Shape{2, 2});
   CHECK(equal(one_hot(ids.to(kGpu), 4).to(kCPU), one_hot(ids, 4)));
 }

@@ -213,3 +213,38 @@ TEST_CASE("topk as torch.topk: largest and smallest, gradients, NaN and ties", "
   CHECK(gradcheck([](const Inputs& v) { return std::get<0>(topk(v[0], 2, 0)); }, {random({5, 3}, 12)}) == "");
   CHECK_THROWS_WITH(topk(y, 7), Contains("topk: selected index k (7) out of range for dim 0 of size 6"));
 }
+
+TEST_CASE("index_add and scatter_add as torch's: repeats add up; gradients to x and the source", "[tensor][select]") {
+  const Tensor x = leaf("index_add_x", {3, 4, 2}), s = leaf("index_add_s", {3, 3, 2});
+  const Tensor idx = from_vector<int64_t>({2, 0, 2}, Shape{3});
+  const Tensor out = index_add(x, 1, idx, s, 0.5);
+  check_close(out, value("index_add_out", {3, 4, 2}));
+  out.backward(value("index_add_grad_out", {3, 4, 2}));
+  check_close(x.grad(), value("index_add_grad_x", {3, 4, 2}));
+  check_close(s.grad(), value("index_add_grad_s", {3, 3, 2}));
+  for (const auto& [c, d, x_shape, s_shape, index] :
+       {std::tuple<std::string, int64_t, Shape, Shape, Tensor>{
+            "scatter_add1", 1, {3, 5}, {2, 3}, from_vector<int64_t>({3, 0, 3, 1, 1, 2}, Shape{2, 3})},
+        {"scatter_add0", 0, {3, 3}, {3, 2}, from_vector<int64_t>({2, 0, 2, 1, 0, 0}, Shape{3, 2})}}) {
+    INFO(c);
+    const Tensor base = leaf(c + "_x", x_shape), src = leaf(c + "_s", s_shape);
+    const Tensor summed = scatter_add(base, d, index, src);
+    check_close(summed, value(c + "_out", x_shape));
+    summed.backward(value(c + "_grad_out", x_shape));
+    check_close(base.grad(), value(c + "_grad_x", x_shape));
+    check_close(src.grad(), value(c + "_grad_s", s_shape));
+    CHECK(gradcheck([&](const Inputs& v) { return scatter_add(v[0], d, index, v[1]); },
+                    {random(x_shape, 13), random(s_shape, 14)}) == "");
+  }
+  // A src larger than the index: only the part the index covers is added.
+  const Tensor wide =
+      scatter_add(value("scatter_add_wide_x", {3, 5}), 1, from_vector<int64_t>({3, 0, 3, 1, 1, 2}, Shape{2, 3}),
+                  value("scatter_add_wide_s", {2, 4}));
+  check_close(wide, value("scatter_add_wide_out", {3, 5}));
+  CHECK(gradcheck([&](const Inputs& v) { return index_add(v[0], 1, idx, v[1]); },
+                  {random({2, 4}, 15), random({2, 3}, 16)}) == "");
+  CHECK_THROWS_WITH(index_add(zeros({3, 4}), 1, idx, zeros({3, 2})),
+                    Contains("index_add: source of shape [3, 2] for x of shape [3, 4] and 3 indices along dim 1"));
+  CHECK_THROWS_WITH(scatter_add(zeros({3, 4}), 1, from_vector<int64_t>({4}, Shape{1, 1}), zeros({1, 1})),
+                    Contains("scatter_add: index 4 is out of range for dim 1 of size 4"));
+}
