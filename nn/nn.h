@@ -14,6 +14,7 @@
 #include "tinyddp/nn/layers.h"
 #include "tinyddp/nn/loss.h"
 #include "tinyddp/nn/module.h"
+#include "tinyddp/nn/multihead_attention.h"
 #include "tinyddp/nn/optim.h"
 #include "tinyddp/nn/optim_more.h"
 #include "tinyddp/nn/plateau.h"

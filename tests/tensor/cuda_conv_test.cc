@@ -247,3 +247,20 @@ TEST_CASE("CUDA: conv1d and group_norm and their gradients equal the CPU's", "[c
   const Tensor y = randn({2, 6, 5}, {}, &gen), gw = randn({6}, {}, &gen), gb = randn({6}, {}, &gen);
   check_on_gpu([](const Inputs& v) { return group_norm(v[0], 3, v[1], v[2]); }, {y, gw, gb});
 }
+
+TEST_CASE("CUDA: MultiheadAttention's output and gradients on the GPU equal the CPU's", "[cuda][attention]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  manual_seed(5);
+  auto cpu = std::make_shared<tinyddp::nn::MultiheadAttention>(8, 2);
+  auto gpu = std::make_shared<tinyddp::nn::MultiheadAttention>(8, 2);
+  gpu->load_state_dict(cpu->state_dict());
+  gpu->to(kGpu);
+  const Tensor mask = triu(ones({5, 5}), 1).to(kBool);
+  check_on_gpu(
+      [&](const Inputs& v) {
+        const bool on_gpu = v[0].is_cuda();
+        auto& m = on_gpu ? *gpu : *cpu;
+        return m.forward(v[0], v[0], v[0], Tensor(), false, on_gpu ? mask.to(kGpu) : mask).first;
+      },
+      {randn({5, 3, 8})});
+}
