@@ -8,9 +8,8 @@ namespace tinyddp::nn {
 ModuleList::ModuleList(const std::vector<std::shared_ptr<Module>>& modules) : ModuleList() { extend(modules); }
 
 void ModuleList::append(std::shared_ptr<Module> module) {
-  TDDP_CHECK(module != nullptr, "ModuleList: append of a null module (at index {})", items_.size());
-  register_module(std::to_string(items_.size()), module);
-  items_.push_back(std::move(module));
+  TDDP_CHECK(module != nullptr, "ModuleList: append of a null module (at index {})", size());
+  register_module(std::to_string(size()), std::move(module));
 }
 
 void ModuleList::extend(const std::vector<std::shared_ptr<Module>>& modules) {
@@ -18,9 +17,9 @@ void ModuleList::extend(const std::vector<std::shared_ptr<Module>>& modules) {
 }
 
 std::shared_ptr<Module> ModuleList::operator[](int64_t index) const {
-  const auto n = static_cast<int64_t>(items_.size());
+  const auto n = static_cast<int64_t>(size());
   TDDP_CHECK(index >= -n && index < n, "ModuleList: index {} is out of range for {} modules", index, n);
-  return items_[static_cast<size_t>(index < 0 ? index + n : index)];
+  return named_children().at(std::to_string(index < 0 ? index + n : index));
 }
 
 Tensor ModuleList::forward(const Tensor& /*input*/) {
@@ -30,7 +29,7 @@ Tensor ModuleList::forward(const Tensor& /*input*/) {
 
 std::shared_ptr<Module> ModuleList::clone_structure() const {
   auto copy = std::make_shared<ModuleList>();
-  for (const auto& m : items_) copy->append(m->clone_structure());
+  for (const auto& m : *this) copy->append(m->clone_structure());
   copy->train(is_training());
   return copy;
 }

@@ -23,8 +23,8 @@ class ModuleList : public Module {
   void append(std::shared_ptr<Module> module);
   void push_back(std::shared_ptr<Module> module) { append(std::move(module)); }
   void extend(const std::vector<std::shared_ptr<Module>>& modules);
-  size_t size() const { return items_.size(); }
-  bool empty() const { return items_.empty(); }
+  size_t size() const { return named_children().size(); }
+  bool empty() const { return named_children().empty(); }
   // list[i], a negative i counting from the end as in Python; out of range is an error.
   std::shared_ptr<Module> operator[](int64_t index) const;
   // list[i] as the module type it is (a wrong type is an error naming both).
@@ -35,13 +35,25 @@ class ModuleList : public Module {
     TDDP_CHECK(typed != nullptr, "ModuleList: module {} is a {}, not the type asked for", index, m->type_name());
     return typed;
   }
-  std::vector<std::shared_ptr<Module>>::const_iterator begin() const { return items_.begin(); }
-  std::vector<std::shared_ptr<Module>>::const_iterator end() const { return items_.end(); }
+  // Range-for over the modules: the children themselves, in order (so a replace_module shows).
+  class const_iterator {
+   public:
+    using Inner = decltype(std::declval<const OrderedDict<std::shared_ptr<Module>>&>().begin());
+    explicit const_iterator(Inner it) : it_(it) {}
+    const std::shared_ptr<Module>& operator*() const { return it_->second; }
+    const_iterator& operator++() {
+      ++it_;
+      return *this;
+    }
+    bool operator!=(const const_iterator& other) const { return it_ != other.it_; }
+
+   private:
+    Inner it_;
+  };
+  const_iterator begin() const { return const_iterator(named_children().begin()); }
+  const_iterator end() const { return const_iterator(named_children().end()); }
   Tensor forward(const Tensor& input) override;  // an error that says to call the modules
   std::shared_ptr<Module> clone_structure() const override;
-
- private:
-  std::vector<std::shared_ptr<Module>> items_;
 };
 
 class ModuleDict : public Module {

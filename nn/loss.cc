@@ -2,6 +2,7 @@
 // loss kernels), with its backward formula right below its forward.
 #include "tinyddp/nn/loss.h"
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -31,13 +32,13 @@ Tensor class_indices(int64_t classes, const tensor::Device& device) {
 }
 
 // Every target not ignored lies in [0, classes): one read of the smallest and the largest.
-void check_target_range(const Tensor& targets, const Tensor& ignored, int64_t classes) {
+void check_target_range(const Tensor& targets, const Tensor& ignored, int64_t classes, const char* op) {
   const Tensor checked = tensor::masked_fill(targets, ignored, 0.0);  // ignored rows pass the check
   const std::vector<int64_t> ends =
       tensor::cat({tensor::neg(tensor::max(tensor::neg(checked))).reshape({1}), tensor::max(checked).reshape({1})}, 0)
           .to(tensor::kCPU)
           .to_vector<int64_t>();
-  TDDP_CHECK(ends[0] >= 0 && ends[1] < classes, "cross_entropy: target {} is out of bounds for {} classes",
+  TDDP_CHECK(ends[0] >= 0 && ends[1] < classes, "{}: target {} is out of bounds for {} classes", op,
              ends[0] < 0 ? ends[0] : ends[1], classes);
 }
 
@@ -51,26 +52,30 @@ Reduction parse_reduction(std::string_view reduction, const char* op) {
   return Reduction::kNone;
 }
 
-// cross_entropy on logits [C] (one sample, a 0-d target) or [N, C, d1, ...] (targets [N, d1,
-// ...]: a class score per position, a language model's [B, C, T]): the class dim moved last,
-// one row per position, as torch.nn.functional.cross_entropy; "none" keeps the targets' shape.
-Tensor cross_entropy_over_positions(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                                    std::string_view reduction, double label_smoothing) {
-  TDDP_CHECK(logits.dim() >= 1, "cross_entropy: expected logits with a class dim, got a 0-d tensor");
-  Shape want;  // the targets' shape: logits' without the class dim (dim 1, or dim 0 when 1-D)
-  for (int64_t d = 0; d < logits.dim(); ++d) {
-    if (d != (logits.dim() == 1 ? 0 : 1)) want.push_back(logits.size(d));
+// A loss of class scores per position (cross_entropy, nll_loss) on an input [C] (one sample,
+// a 0-d target) or [N, C, d1, ...] (targets [N, d1, ...]: a language model's [B, C, T]): the
+// class dim moved last, one row per position, `rows_loss` of the rows [positions, C] and the
+// flat targets, as torch.nn.functional's; "none" keeps the targets' shape. Errors name `op`
+// and the scores as `noun` and `possessive` ("logits", "logits'"; "an input", "input's").
+Tensor over_positions(const Tensor& scores, const Tensor& targets, std::string_view reduction, const char* op,
+                      const char* noun, const char* possessive,
+                      const std::function<Tensor(const Tensor&, const Tensor&)>& rows_loss) {
+  TDDP_CHECK(scores.dim() >= 1, "{}: expected {} with a class dim, got a 0-d tensor", op, noun);
+  const int64_t class_dim = scores.dim() == 1 ? 0 : 1;
+  Shape want;  // the targets' shape: the scores' without the class dim
+  for (int64_t d = 0; d < scores.dim(); ++d) {
+    if (d != class_dim) want.push_back(scores.size(d));
   }
   TDDP_CHECK(targets.sizes() == want,
-             "cross_entropy: expected targets of shape {} (the logits' shape {} without the class dim {}), got {}",
-             tensor::format_shape(want), tensor::format_shape(logits.sizes()), logits.dim() == 1 ? 0 : 1,
+             "{}: expected targets of shape {} (the {} shape {} without the class dim {}), got {}", op,
+             tensor::format_shape(want), possessive, tensor::format_shape(scores.sizes()), class_dim,
              tensor::format_shape(targets.sizes()));
-  const int64_t classes = logits.size(logits.dim() == 1 ? 0 : 1);
+  const int64_t classes = scores.size(class_dim);
   Shape order{0};
-  for (int64_t d = 2; d < logits.dim(); ++d) order.push_back(d);
+  for (int64_t d = 2; d < scores.dim(); ++d) order.push_back(d);
   order.push_back(1);
-  const Tensor rows = logits.dim() == 1 ? logits.unsqueeze(0) : logits.permute(order).reshape({-1, classes});
-  const Tensor out = cross_entropy(rows, targets.reshape({-1}), ignore_index, reduction, label_smoothing);
+  const Tensor rows = scores.dim() == 1 ? scores.unsqueeze(0) : scores.permute(order).reshape({-1, classes});
+  const Tensor out = rows_loss(rows, targets.reshape({-1}));
   return reduction == "none" ? out.reshape(targets.sizes()) : out;
 }
 
@@ -116,7 +121,10 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ign
   }
   const Reduction reduction = parse_reduction(reduction_name, "cross_entropy");
   if (logits.defined() && targets.defined() && logits.dim() != 2) {
-    return cross_entropy_over_positions(logits, targets, ignore_index, reduction_name, label_smoothing);
+    return over_positions(logits, targets, reduction_name, "cross_entropy", "logits", "logits'",
+                          [&](const Tensor& rows, const Tensor& flat) {
+                            return cross_entropy(rows, flat, ignore_index, reduction_name, label_smoothing);
+                          });
   }
   TDDP_CHECK(label_smoothing >= 0 && label_smoothing <= 1,
              "cross_entropy: label_smoothing must be between 0.0 and 1.0, got {}", label_smoothing);
@@ -146,7 +154,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ign
     } else {
       count = static_cast<double>(targets.numel() - tensor::sum(ignored).item<int64_t>());
     }
-    if (targets.numel() > 0 && check_range) check_target_range(targets, ignored, classes);
+    if (targets.numel() > 0 && check_range) check_target_range(targets, ignored, classes, "cross_entropy");
     // one_hot[i, c] = (targets[i] == c), a zero row where the target is ignored (it is
     // outside [0, classes), or masked when ignore_index is a class): picks each row's target
     // log-probability.
@@ -187,6 +195,35 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ign
         });
   }
   return out;
+}
+
+Tensor nll_loss(const Tensor& input_in, const Tensor& target, int64_t ignore_index, std::string_view reduction_name) {
+  Tensor input = input_in;  // float32 under autocast
+  if (tensor::detail::autocast_args(tensor::detail::CastPolicy::kFloat32, {&input})) {
+    return nll_loss(input, target, ignore_index, reduction_name);
+  }
+  const Reduction reduction = parse_reduction(reduction_name, "nll_loss");
+  TDDP_CHECK(input.defined() && target.defined(), "nll_loss: undefined input or target");
+  TDDP_CHECK(target.dtype() == tensor::kInt64, "nll_loss: expected int64 class targets, got {}",
+             tensor::dtype_name(target.dtype()));
+  if (input.dim() != 2) {
+    return over_positions(
+        input, target, reduction_name, "nll_loss", "an input", "input's",
+        [&](const Tensor& rows, const Tensor& flat) { return nll_loss(rows, flat, ignore_index, reduction_name); });
+  }
+  TDDP_CHECK(target.dim() == 1 && target.size(0) == input.size(0),
+             "nll_loss: expected targets of shape [{}] for an input of shape {}, got {}", input.size(0),
+             tensor::format_shape(input.sizes()), tensor::format_shape(target.sizes()));
+  const Tensor ignored = tensor::eq(target, static_cast<double>(ignore_index));
+  if (target.numel() > 0) check_target_range(target, ignored, input.size(1), "nll_loss");
+  // -input[i, target[i]], 0 where ignored (such a row reads class 0, then drops it).
+  const Tensor classes = tensor::masked_fill(target, ignored, 0.0);
+  const Tensor losses =
+      tensor::masked_fill(tensor::neg(tensor::gather(input, 1, classes.unsqueeze(1)).squeeze(1)), ignored, 0.0);
+  if (reduction == Reduction::kNone) return losses;
+  if (reduction == Reduction::kSum) return tensor::sum(losses);
+  const double kept = static_cast<double>(target.numel() - tensor::sum(ignored).item<int64_t>());
+  return tensor::div(tensor::sum(losses), kept);  // NaN when every row is ignored, as PyTorch
 }
 
 }  // namespace tinyddp::nn

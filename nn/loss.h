@@ -25,8 +25,8 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, std::string_view redu
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
                      std::string_view reduction = "mean", double label_smoothing = 0.0);
 
-// The other losses of torch.nn.functional, composed from tensor ops (loss_more.cc), with the
-// same reductions ("mean" over every element unless said otherwise, "sum", "none"):
+// The other losses of torch.nn.functional, composed from tensor ops (nll_loss in loss.cc beside cross_entropy, the rest
+// in loss_more.cc), with the same reductions ("mean" over every element unless said otherwise, "sum", "none"):
 // nll_loss: log-probabilities [N, C] (or [N, C, d...], [C]) and int64 targets as cross_entropy
 // takes them (which is nll_loss of log_softmax): -input[i, target[i]], the mean over the rows
 // not ignored.

@@ -1,4 +1,4 @@
-// The losses of loss.h beyond mse_loss and cross_entropy, each composed from tensor ops (so
+// The losses of loss.h beyond mse_loss, cross_entropy and nll_loss, each composed from tensor ops (so
 // they run on both backends and differentiate through them), in float32 under autocast as
 // PyTorch's (binary_cross_entropy is refused there, as PyTorch refuses it).
 #include <string>
@@ -39,42 +39,6 @@ void check_pair(const Tensor& input, const Tensor& target, const char* op) {
 Tensor one_minus(const Tensor& x) { return t::add(t::neg(x), 1.0); }
 
 }  // namespace
-
-Tensor nll_loss(const Tensor& input_in, const Tensor& target, int64_t ignore_index, std::string_view reduction) {
-  Tensor input = input_in;
-  if (t::detail::autocast_args(t::detail::CastPolicy::kFloat32, {&input})) {
-    return nll_loss(input, target, ignore_index, reduction);
-  }
-  TDDP_CHECK(input.defined() && target.defined(), "nll_loss: undefined input or target");
-  TDDP_CHECK(target.dtype() == t::kInt64, "nll_loss: expected int64 class targets, got {}",
-             t::dtype_name(target.dtype()));
-  if (input.dim() != 2) {  // [C] or [N, C, d...]: one row per position, as cross_entropy
-    TDDP_CHECK(input.dim() >= 1, "nll_loss: expected an input with a class dim, got a 0-d tensor");
-    t::Shape order{0};
-    for (int64_t d = 2; d < input.dim(); ++d) order.push_back(d);
-    order.push_back(1);
-    const int64_t classes = input.size(input.dim() == 1 ? 0 : 1);
-    const Tensor rows = input.dim() == 1 ? input.unsqueeze(0) : input.permute(order).reshape({-1, classes});
-    TDDP_CHECK(rows.size(0) == target.numel(), "nll_loss: {} targets for an input of shape {}", target.numel(),
-               t::format_shape(input.sizes()));
-    const Tensor out = nll_loss(rows, target.reshape({-1}), ignore_index, reduction);
-    return reduction == "none" ? out.reshape(target.sizes()) : out;
-  }
-  TDDP_CHECK(target.dim() == 1 && target.size(0) == input.size(0),
-             "nll_loss: expected targets of shape [{}] for an input of shape {}, got {}", input.size(0),
-             t::format_shape(input.sizes()), t::format_shape(target.sizes()));
-  const Tensor ignored = t::eq(target, static_cast<double>(ignore_index));
-  const Tensor classes = t::masked_fill(target, ignored, 0.0);  // an ignored row reads class 0, then drops it
-  if (classes.numel() > 0) {
-    const int64_t lowest = t::min(classes).item<int64_t>(), highest = t::max(classes).item<int64_t>();
-    TDDP_CHECK(lowest >= 0 && highest < input.size(1), "nll_loss: target {} is out of bounds for {} classes",
-               lowest < 0 ? lowest : highest, input.size(1));
-  }
-  const Tensor losses = t::masked_fill(t::neg(t::gather(input, 1, classes.unsqueeze(1)).squeeze(1)), ignored, 0.0);
-  if (reduction != "mean") return reduced(losses, reduction, "nll_loss");
-  const double kept = static_cast<double>(target.numel() - t::sum(ignored).item<int64_t>());
-  return t::div(t::sum(losses), kept);  // NaN when every row is ignored, as PyTorch
-}
 
 Tensor l1_loss(const Tensor& input_in, const Tensor& target_in, std::string_view reduction) {
   Tensor input = input_in, target = target_in;
