@@ -1,4 +1,4 @@
-// Everything nn in one include: modules, layers, losses, optimizers and their schedulers,
+// Everything nn in one include: modules, layers (recurrent ones too), losses, optimizers and their schedulers,
 // gradient clipping, checkpoints, data loading.
 // The GPT's blocks (Block, MLP, ...: common names in users' own code) are included on their
 // own: tinyddp/nn/transformer.h.
@@ -18,5 +18,6 @@
 #include "tinyddp/nn/optim.h"
 #include "tinyddp/nn/optim_more.h"
 #include "tinyddp/nn/plateau.h"
+#include "tinyddp/nn/rnn.h"
 #include "tinyddp/nn/safetensors.h"
 #include "tinyddp/nn/scheduler.h"

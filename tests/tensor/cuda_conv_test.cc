@@ -11,6 +11,7 @@
 #include "tests/test_util.h"
 #include "tinyddp/autograd/autograd.h"
 #include "tinyddp/nn/nn.h"
+#include "tinyddp/nn/rnn_layer.h"
 #include "tinyddp/tensor/cuda.h"
 
 using namespace tinyddp::tensor;
@@ -263,4 +264,21 @@ TEST_CASE("CUDA: MultiheadAttention's output and gradients on the GPU equal the 
         return m.forward(v[0], v[0], v[0], Tensor(), false, on_gpu ? mask.to(kGpu) : mask).first;
       },
       {randn({5, 3, 8})});
+}
+
+TEST_CASE("CUDA: the LSTM, GRU and RNN recurrences and their backward on the GPU equal the CPU's", "[cuda][rnn]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  using tinyddp::nn::gru_layer, tinyddp::nn::lstm_layer, tinyddp::nn::rnn_layer;
+  Generator gen(6);
+  const auto r = [&](const Shape& s) { return mul(randn(s, {}, &gen), 0.5); };
+  const Tensor x = r({6, 3, 5}), h0 = r({3, 4}), c0 = r({3, 4});
+  for (const bool reverse : {false, true}) {
+    INFO("reverse " << reverse);
+    check_on_gpu([&](const Inputs& v) { return lstm_layer(v[0], v[1], v[2], v[3], v[4], v[5], v[6], reverse); },
+                 {x, h0, c0, r({16, 5}), r({16, 4}), r({16}), r({16})});
+    check_on_gpu([&](const Inputs& v) { return gru_layer(v[0], v[1], v[2], v[3], v[4], v[5], reverse); },
+                 {x, h0, r({12, 5}), r({12, 4}), r({12}), r({12})});
+    check_on_gpu([&](const Inputs& v) { return rnn_layer(v[0], v[1], v[2], v[3], v[4], v[5], reverse, "tanh"); },
+                 {x, h0, r({4, 5}), r({4, 4}), r({4}), r({4})});
+  }
 }

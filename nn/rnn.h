@@ -1,0 +1,78 @@
+// torch.nn.LSTM, GRU and RNN: PyTorch's constructor arguments and defaults (num_layers 1,
+// bias, batch_first false, dropout 0, bidirectional false), its parameter names
+// (weight_ih_l{k}, weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k}, "_reverse" for the second
+// direction), gate order (LSTM i, f, g, o; GRU r, z, n) and initialisation (every parameter
+// ~ U(-1/sqrt(hidden), 1/sqrt(hidden)) in registration order), so state dicts load either way
+// and a seeded model starts with torch's weights. Each layer and direction is one graph node
+// (rnn_layer.h). Not supported (an error says so): proj_size.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "tinyddp/nn/module.h"
+
+namespace tinyddp::nn {
+
+class RNNBase : public Module {
+ public:
+  // mode: "LSTM", "GRU", "RNN_TANH" or "RNN_RELU" (PyTorch's names).
+  RNNBase(std::string mode, int64_t input_size, int64_t hidden_size, int64_t num_layers, bool bias, bool batch_first,
+          double dropout, bool bidirectional);
+  std::shared_ptr<Module> clone_structure() const override;
+  std::string extra_repr() const override;
+  // The output only (input [T, N, I], batch_first [N, T, I], or unbatched [T, I]).
+  Tensor forward(const Tensor& input) override;
+  // (input[, h0[, c0]]) -> {output, h_n[, c_n]} (c for LSTM only): model(x, h0, c0) under DDP.
+  std::vector<Tensor> forward_many(const std::vector<Tensor>& inputs) override;
+
+  std::string mode;
+  int64_t input_size, hidden_size, num_layers;
+  bool bias, batch_first;
+  double dropout;
+  bool bidirectional;
+  // Per layer and direction (layer-major): {w_ih, w_hh, b_ih, b_hh}, without the biases when
+  // bias is false (PyTorch's all_weights), looked up by name, so replace_parameter shows.
+  std::vector<std::vector<Tensor>> all_weights() const;
+
+ protected:
+  // output [T, N, D*H] (as the input's layout), h_n and c_n [num_layers * D, N, H] (unbatched:
+  // without N); hx and cx undefined: zeros. c_n is undefined except for LSTM.
+  std::tuple<Tensor, Tensor, Tensor> run(const Tensor& input, const Tensor& hx, const Tensor& cx);
+
+ private:
+  int64_t gates() const;
+  void check_state(const Tensor& state, const char* what, const tensor::Shape& expected, const Tensor& input) const;
+};
+
+class LSTM : public RNNBase {
+ public:
+  LSTM(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, bool bias = true, bool batch_first = false,
+       double dropout = 0.0, bool bidirectional = false);
+  using RNNBase::forward;
+  // (output, (h_n, c_n)) as torch's; hx = (h0, c0) or {} for zeros.
+  std::tuple<Tensor, std::tuple<Tensor, Tensor>> forward(const Tensor& input,
+                                                         const std::optional<std::tuple<Tensor, Tensor>>& hx);
+};
+
+class GRU : public RNNBase {
+ public:
+  GRU(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, bool bias = true, bool batch_first = false,
+      double dropout = 0.0, bool bidirectional = false);
+  using RNNBase::forward;
+  // (output, h_n); hx undefined: zeros.
+  std::tuple<Tensor, Tensor> forward(const Tensor& input, const Tensor& hx);
+};
+
+// The Elman RNN, h' = tanh (or relu) of x w_ih^T + b_ih + h w_hh^T + b_hh.
+class RNN : public RNNBase {
+ public:
+  RNN(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, const std::string& nonlinearity = "tanh",
+      bool bias = true, bool batch_first = false, double dropout = 0.0, bool bidirectional = false);
+  using RNNBase::forward;
+  std::tuple<Tensor, Tensor> forward(const Tensor& input, const Tensor& hx);
+};
+
+}  // namespace tinyddp::nn
