@@ -15,6 +15,7 @@
 #include "tinyddp/nn/loss.h"
 #include "tinyddp/nn/module.h"
 #include "tinyddp/nn/multihead_attention.h"
+#include "tinyddp/nn/one_cycle.h"
 #include "tinyddp/nn/optim.h"
 #include "tinyddp/nn/optim_more.h"
 #include "tinyddp/nn/plateau.h"

@@ -57,8 +57,28 @@ void Optimizer::append_group(ParamGroup group) {
   }
   const size_t begin = params_.size();
   for (Tensor& p : group.params) params_.push_back(std::move(p));
-  groups_.push_back(
-      Group{begin, params_.size(), group.lr.value_or(default_lr_), group.weight_decay.value_or(default_weight_decay_)});
+  groups_.push_back(Group{begin, params_.size(), group.lr.value_or(default_lr_),
+                          group.weight_decay.value_or(default_weight_decay_), default_momentum_});
+}
+
+void Optimizer::use_momentum(std::string name, double initial, bool below_one) {
+  momentum_name_ = std::move(name);
+  momentum_below_one_ = below_one;
+  default_momentum_ = initial;
+  for (size_t g = 0; g < groups_.size(); ++g) set_momentum(g, initial);
+}
+
+double Optimizer::momentum(size_t g) const {
+  TDDP_CHECK(!momentum_name_.empty(), "{}: has no momentum", name_);
+  return group(g).momentum;
+}
+
+void Optimizer::set_momentum(size_t g, double momentum) {
+  group(g);
+  TDDP_CHECK(!momentum_name_.empty(), "{}: has no momentum to set", name_);
+  TDDP_CHECK(momentum >= 0 && (!momentum_below_one_ || momentum < 1), "{}: invalid {} {} (group {})", name_,
+             momentum_name_, momentum, g);
+  groups_[g].momentum = momentum;
 }
 
 void Optimizer::add_param_group(ParamGroup group) {
@@ -127,12 +147,13 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
   TDDP_CHECK(options_.momentum() >= 0, "SGD: invalid momentum {}", options_.momentum());
   TDDP_CHECK(!options_.nesterov() || (options_.momentum() > 0 && options_.dampening() == 0),
              "SGD: nesterov momentum requires a momentum and zero dampening");
+  use_momentum("momentum", options_.momentum(), false);
 }
 
 void SGD::step() {
   NoGradGuard no_grad;
   for (size_t g = 0; g < num_param_groups(); ++g) {
-    const tensor::SgdStep step{lr(g), options_.momentum(), options_.dampening(), weight_decay(g), options_.nesterov()};
+    const tensor::SgdStep step{lr(g), momentum(g), options_.dampening(), weight_decay(g), options_.nesterov()};
     for (size_t i = group_begin(g); i < group_end(g); ++i) {
       const Tensor& p = params_[i];
       if (!p.grad().defined()) continue;
@@ -187,6 +208,7 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled, 
   TDDP_CHECK(options_.eps() >= 0, "{}: invalid epsilon {}", name_, options_.eps());
   TDDP_CHECK(options_.beta1() >= 0 && options_.beta1() < 1, "{}: invalid beta1 {}", name_, options_.beta1());
   TDDP_CHECK(options_.beta2() >= 0 && options_.beta2() < 1, "{}: invalid beta2 {}", name_, options_.beta2());
+  use_momentum("beta1", options_.beta1(), true);
 }
 
 namespace {
@@ -208,7 +230,7 @@ void Adam::step() {
 
 void Adam::step_group(size_t g) {
   NoGradGuard no_grad;
-  const double lr = this->lr(g), decay = weight_decay(g), beta1 = options_.beta1(), beta2 = options_.beta2();
+  const double lr = this->lr(g), decay = weight_decay(g), beta1 = momentum(g), beta2 = options_.beta2();
   for (size_t i = group_begin(g); i < group_end(g); ++i) {
     const Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
@@ -241,12 +263,12 @@ void Adam::step_group(size_t g) {
     s.exp_avg.mul_(beta1).add_(grad, 1 - beta1);
     // addcmul_(grad, grad, value = 1 - beta2): value * grad * grad, left to right
     s.exp_avg_sq.mul_(beta2).add_(tensor::mul(tensor::mul(grad, 1 - beta2), grad));
-    update(p, s, lr);
+    update(p, s, lr, beta1);
   }
 }
 
-void Adam::update(const Tensor& p, State& s, double lr) const {
-  const double beta1 = options_.beta1(), beta2 = options_.beta2(), eps = options_.eps();
+void Adam::update(const Tensor& p, State& s, double lr, double beta1) const {
+  const double beta2 = options_.beta2(), eps = options_.eps();
   // amsgrad: the running maximum of the second moment stands in for it (torch.maximum: NaN
   // wins). Updated in place, as every state here: a captured step must write where it reads.
   if (options_.amsgrad()) s.max_exp_avg_sq.copy_(tensor::maximum(s.max_exp_avg_sq, s.exp_avg_sq));

@@ -69,6 +69,13 @@ class Optimizer {
   double weight_decay(size_t g = 0) const { return group(g).weight_decay; }
   void set_lr(size_t g, double lr);
   void set_weight_decay(size_t g, double weight_decay);
+  // The group's momentum, as torch's group["momentum"] (SGD, RMSprop) or group["betas"][0]
+  // (Adam, AdamW): the options' value until set_momentum changes it (OneCycleLR cycles it).
+  // momentum_name() is "momentum", "beta1", or empty for an optimizer without one (Adagrad),
+  // whose momentum() and set_momentum() throw.
+  const std::string& momentum_name() const { return momentum_name_; }
+  double momentum(size_t g = 0) const;
+  void set_momentum(size_t g, double momentum);
   // As torch.optim.Optimizer.add_param_group: one more group, its parameters after every
   // other's (so the state indices of the others do not move), with the optimizer's own lr and
   // weight decay where the group sets none; a parameter already in a group is refused.
@@ -86,6 +93,9 @@ class Optimizer {
   void check_state(const OrderedDict<Tensor>& state, const std::vector<std::string>& keys) const;
   // After add_param_group: params() has grown; per-parameter state must cover it.
   virtual void params_added() {}
+  // Derived constructors with a momentum: its name and the value every group starts with
+  // (and groups added later get), and the range set_momentum accepts: [0, 1) for beta1.
+  void use_momentum(std::string name, double initial, bool below_one);
 
   std::vector<Tensor> params_;
   std::string name_;
@@ -94,12 +104,16 @@ class Optimizer {
   struct Group {
     size_t begin, end;
     double lr, weight_decay;
+    double momentum = 0;
   };
   const Group& group(size_t g) const;
   // Checks and appends one group (the constructor's and add_param_group's work).
   void append_group(ParamGroup group);
   std::vector<Group> groups_;
   double default_lr_, default_weight_decay_;
+  std::string momentum_name_;
+  double default_momentum_ = 0;
+  bool momentum_below_one_ = false;
 };
 
 struct SGDOptions {
@@ -234,8 +248,9 @@ class Adam : public Optimizer {
     Tensor exp_avg, exp_avg_sq;
     Tensor max_exp_avg_sq;  // with amsgrad
   };
-  // The parameter update from the moments: host bias corrections, or (capturable) tensor ones.
-  void update(const Tensor& p, State& s, double lr) const;
+  // The parameter update from the moments: host bias corrections, or (capturable) tensor ones
+  // (beta1: the group's).
+  void update(const Tensor& p, State& s, double lr, double beta1) const;
   AdamOptions options_;
   bool decoupled_;
   std::vector<State> state_;

@@ -35,23 +35,25 @@ RMSprop::RMSprop(std::vector<ParamGroup> groups, RMSpropOptions options)
       state_(params_.size()) {
   TDDP_CHECK(options_.eps() >= 0, "RMSprop: invalid epsilon value: {}", options_.eps());
   TDDP_CHECK(options_.momentum() >= 0, "RMSprop: invalid momentum value: {}", options_.momentum());
+  use_momentum("momentum", options_.momentum(), false);
   TDDP_CHECK(options_.alpha() >= 0, "RMSprop: invalid alpha value: {}", options_.alpha());
 }
 
 void RMSprop::step() {
   NoGradGuard no_grad;
-  const double alpha = options_.alpha(), eps = options_.eps(), momentum = options_.momentum();
+  const double alpha = options_.alpha(), eps = options_.eps();
   for (size_t g = 0; g < num_param_groups(); ++g) {
-    const double lr = this->lr(g), decay = weight_decay(g);
+    const double lr = this->lr(g), decay = weight_decay(g), momentum = this->momentum(g);
     for (size_t i = group_begin(g); i < group_end(g); ++i) {
       const Tensor& p = params_[i];
       if (!p.grad().defined()) continue;
       State& s = state_[i];
       if (!s.square_avg.defined()) {
         s.square_avg = tensor::zeros_like(p);
-        if (momentum > 0) s.momentum_buffer = tensor::zeros_like(p);
         if (options_.centered()) s.grad_avg = tensor::zeros_like(p);
       }
+      // (torch makes it at the first step only; a momentum turned on later starts one here)
+      if (momentum > 0 && !s.momentum_buffer.defined()) s.momentum_buffer = tensor::zeros_like(p);
       ++s.step;
       Tensor grad = p.grad();
       if (decay != 0) grad = tensor::add(grad, p, decay);
@@ -97,10 +99,11 @@ void RMSprop::load_state_dict(const OrderedDict<Tensor>& state) {
     s.step = loaded_step(state, i);
     s.momentum_buffer = loaded(state, i, "momentum_buffer", params_[i]);
     s.grad_avg = loaded(state, i, "grad_avg", params_[i]);
-    TDDP_CHECK(s.momentum_buffer.defined() == (options_.momentum() > 0) && s.grad_avg.defined() == options_.centered(),
-               "RMSprop: load_state_dict: the state of parameter {} was saved with other momentum or centered "
-               "options",
-               i);
+    // (a momentum buffer is kept whatever the momentum: a group's momentum may change, and a
+    // missing buffer starts at zero when a momentum needs it)
+    TDDP_CHECK(s.grad_avg.defined() == options_.centered(),
+               "RMSprop: load_state_dict: the state of parameter {} was saved {} centered=true", i,
+               options_.centered() ? "without" : "with");
   }
   state_ = std::move(loaded_state);
 }

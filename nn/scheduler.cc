@@ -22,6 +22,7 @@ void LRScheduler::step() {
   ++last_epoch_;
   last_lr_ = get_lr();
   for (size_t g = 0; g < last_lr_.size(); ++g) optimizer_.set_lr(g, last_lr_[g]);
+  after_rates_set();
 }
 
 OrderedDict<Tensor> LRScheduler::state_dict() const {
@@ -50,6 +51,7 @@ void LRScheduler::load_state_dict(const OrderedDict<Tensor>& state) {
   base_lrs_ = state.at("base_lrs").to_vector<double>();
   last_lr_ = state.at("last_lr").to_vector<double>();
   for (size_t g = 0; g < groups; ++g) optimizer_.set_lr(g, last_lr_[g]);
+  after_rates_set();
 }
 
 // ---- LambdaLR ---------------------------------------------------------------------------------

@@ -38,6 +38,9 @@ class LRScheduler {
   void initial_step();
   // The rate of each group at last_epoch().
   virtual std::vector<double> get_lr() const = 0;
+  // After step() or load_state_dict() has set the rates: schedules that set more than the rate
+  // (OneCycleLR's momentum) set it here.
+  virtual void after_rates_set() {}
 
   Optimizer& optimizer_;
   const char* name_;
