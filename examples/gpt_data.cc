@@ -56,10 +56,10 @@ uint64_t mix(uint64_t x) {
 }  // namespace
 
 TextCorpus TextCorpus::load(const std::string& path) {
-  TDDP_CHECK(fs::exists(path),
-             "corpus: {} does not exist (the setup script installs Debian's fortunes package "
-             "there; or give --corpus a text file or folder)",
-             path);
+  TDDP_CHECK(fs::exists(path), "corpus: {} does not exist{}", path,
+             path == kFortunesPath ? " (the setup script installs Debian's fortunes package there; or pass another "
+                                     "text file or folder)"
+                                   : "");
   std::vector<fs::path> files;
   if (fs::is_directory(path)) {
     for (const auto& entry : fs::directory_iterator(path)) {

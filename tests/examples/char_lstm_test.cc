@@ -1,0 +1,96 @@
+// examples/char_lstm as a user runs it (launch, 2 ranks) against the same script in PyTorch
+// under its DDP (fixtures/make_char_lstm_fixture.py): from the same seed the same initial
+// weights (Embedding, LSTM, the ModuleList head re-initialised by apply), the same windows, and
+// then, step by step, the loss averaged over the ranks and OneCycleLR's rate, and at the end
+// every weight of the state dict under PyTorch's names. Tolerances: the fixture's (absolute
+// 1e-5; runs whose weights differ by one unit in the last place stay within 3% of it).
+#include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/test_util.h"
+#include "tinyddp/nn/nn.h"
+
+using namespace tinyddp;
+using Catch::Contains;
+using testing::CommandResult;
+using testing::run_command;
+using testing::temp_path;
+
+namespace {
+
+const char* const kText = "tests/examples/fixtures/char_lstm_text.txt";
+
+nlohmann::json reference() {
+  std::ifstream in("tests/examples/fixtures/char_lstm_reference.json");
+  REQUIRE(in.good());
+  return nlohmann::json::parse(in);
+}
+
+std::string options_of(const nlohmann::json& c) {
+  std::string s;
+  for (const char* key :
+       {"steps", "batch_size", "seq_len", "embed", "hidden", "layers", "lr", "weight_decay", "seed"}) {
+    s += fmt::format(" --{} {}", key, c[key].dump());
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("examples: char_lstm on 2 ranks trains as PyTorch's DDP run of the same script, step by step",
+          "[examples][char_lstm][fixture]") {
+  const nlohmann::json ref = reference();
+  const std::string metrics = temp_path("char_lstm_metrics.csv"), saved = temp_path("char_lstm.safetensors");
+  const CommandResult r =
+      run_command("launcher/launch --nproc_per_node 2 -- examples/char_lstm --text " + std::string(kText) +
+                  options_of(ref["config"]) + " --metrics " + metrics + " --save " + saved + " --sample 20");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("[rank 0] sample: The "));
+  std::ifstream csv(metrics);
+  std::string line;
+  std::getline(csv, line);
+  CHECK(line == "step,loss,lr");
+  const double loss_tolerance = ref["loss_tolerance"].get<double>();
+  for (const auto& record : ref["records"]) {
+    REQUIRE(std::getline(csv, line));
+    INFO(line);
+    double step = 0, loss = 0, lr = 0;
+    REQUIRE(std::sscanf(line.c_str(), "%lf,%lf,%lf", &step, &loss, &lr) == 3);
+    CHECK(step == record["step"].get<double>());
+    CHECK(std::fabs(loss - record["loss"].get<double>()) <= loss_tolerance);
+    CHECK(lr == Approx(record["lr"].get<double>()).epsilon(1e-8));  // printed to 9 digits
+  }
+  const nn::SafetensorsFile file = nn::load_safetensors(saved);
+  std::vector<std::string> names;
+  for (const auto& [name, values] : ref["state"].items()) names.push_back(name);
+  std::vector<std::string> got = file.tensors.keys();
+  std::sort(names.begin(), names.end());  // (the JSON object's order is by name)
+  std::sort(got.begin(), got.end());
+  CHECK(got == names);
+  const double weight_tolerance = ref["weight_tolerance"].get<double>();
+  for (const auto& [name, t] : file.tensors) {
+    INFO(name);
+    const std::vector<float> values = t.contiguous().to_vector<float>();
+    const std::vector<float> want = ref["state"][name].get<std::vector<float>>();
+    REQUIRE(values.size() == want.size());
+    double worst = 0;
+    for (size_t i = 0; i < values.size(); ++i) worst = std::max(worst, std::fabs(double(values[i]) - want[i]));
+    CHECK(worst <= weight_tolerance);
+  }
+}
+
+TEST_CASE("examples: char_lstm's clear errors", "[examples][char_lstm][errors]") {
+  const auto error_of = [](const std::string& args) {
+    const CommandResult r = run_command("examples/char_lstm --nproc 1 --steps 1 --sample 5 " + args);
+    CHECK(r.exit_code != 0);
+    return r.output;
+  };
+  const std::string prompt = error_of(fmt::format("--text {} --prompt Zebra", kText));
+  CHECK_THAT(prompt, Contains("character 0 of \"Zebra\" (byte 0x5a) is not in the corpus's vocabulary"));
+  CHECK_THAT(prompt, !Contains("step 0"));  // before any training
+  CHECK_THAT(error_of(fmt::format("--text {} --seq_len 5000", kText)), Contains("is shorter than --seq_len + 2"));
+  CHECK_THAT(error_of("--text /nonexistent/text"), Contains("corpus: /nonexistent/text does not exist"));
+}
