@@ -6,11 +6,9 @@
 // exactly zero (as in PyTorch); the GRU, when a rank skips it, is unused on that rank, which
 // only find_unused_parameters handles (without it the next forward names its weights).
 #include <cmath>
-#include <fstream>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/comm/comm_test_util.h"
+#include "tests/ddp/fixture_records.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/nn/nn.h"
 
@@ -22,11 +20,7 @@ using testing::Expectations;
 namespace {
 
 const json& reference() {
-  static const json data = [] {
-    std::ifstream in("tests/ddp/fixtures/rnn_ddp_reference.json");
-    if (!in) throw std::runtime_error("cannot open tests/ddp/fixtures/rnn_ddp_reference.json");
-    return json::parse(in);
-  }();
+  static const json data = testing::read_ddp_fixture("rnn_ddp_reference.json");
   return data;
 }
 
@@ -55,38 +49,9 @@ struct SequenceClassifier : nn::Module {
   }
 };
 
-// Every named tensor of `got` against `want` (name -> values, or null for "no gradient").
-void compare(const json& want, const nn::OrderedDict<Tensor>& got, const std::string& where, Expectations& e) {
-  for (const auto& [name, t] : got) {
-    if (want.at(name).is_null()) {
-      e.expect(!t.defined(), fmt::format("{}: {} is defined, PyTorch's is None", where, name));
-      continue;
-    }
-    if (!t.defined()) {
-      e.expect(false, fmt::format("{}: {} is undefined, PyTorch has one", where, name));
-      continue;
-    }
-    const std::vector<float> values = t.detach().contiguous().to_vector<float>();
-    const std::vector<float> expected = want.at(name).get<std::vector<float>>();
-    for (size_t i = 0; i < values.size(); ++i) {
-      e.expect(std::fabs(values[i] - expected[i]) < 1e-6,
-               fmt::format("{}: {}[{}] = {}, PyTorch {}", where, name, i, values[i], expected[i]));
-    }
-  }
-}
-
-nn::OrderedDict<Tensor> grads_of(const nn::Module& model) {
-  nn::OrderedDict<Tensor> grads;
-  for (const auto& [name, p] : model.named_parameters()) grads.insert(name, p.grad());
-  return grads;
-}
-
 std::shared_ptr<SequenceClassifier> model_for(const json& ref, int rank) {
   auto model = std::make_shared<SequenceClassifier>(ref["hidden"].get<int64_t>());
-  tensor::NoGradGuard no_grad;
-  for (const auto& [name, t] : model->state_dict()) {
-    t.copy_(tensor::from_vector(ref["ranks"][rank]["initial"][name].get<std::vector<float>>(), t.sizes()));
-  }
+  testing::load_initial(*model, ref["ranks"][rank]["initial"]);
   return model;
 }
 
@@ -116,13 +81,13 @@ TEST_CASE("DDP: an LSTM and a GRU branch used by both, one or no rank train as P
       const double want_loss = mine["losses"][step].get<double>();
       e.expect(std::fabs(loss.item<double>() - want_loss) < 1e-6,
                fmt::format("{}: loss {}, PyTorch {}", where, loss.item<double>(), want_loss));
-      compare(ref["steps"][step]["grads"], grads_of(*model), where + " gradients", e);
+      testing::compare_records(ref["steps"][step]["grads"], testing::grads_of(*model), where + " gradients", e);
       // Reachable, so reduced: zeros, not "no gradient".
       const Tensor reverse = model->lstm->named_parameters().at("weight_hh_l1_reverse").grad();
       e.expect(reverse.defined() && tensor::equal(reverse, tensor::zeros_like(reverse)),
                where + ": weight_hh_l1_reverse.grad should be defined and exactly zero");
       optimizer.step();
-      compare(ref["steps"][step]["params"], model->named_parameters(), where + " weights", e);
+      testing::compare_records(ref["steps"][step]["params"], model->named_parameters(), where + " weights", e);
     }
   });
   CHECK(failures.empty());
