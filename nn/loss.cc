@@ -42,6 +42,18 @@ void check_target_range(const Tensor& targets, const Tensor& ignored, int64_t cl
              ends[0] < 0 ? ends[0] : ends[1], classes);
 }
 
+// A class weight, where given: one value per class, in the scores' dtype and on their device.
+void check_class_weight(const Tensor& weight, const Tensor& scores, int64_t classes, const char* op) {
+  if (!weight.defined()) return;
+  TDDP_CHECK(weight.dim() == 1 && weight.size(0) == classes,
+             "{}: weight should be defined for all {} classes or no classes, got a weight of shape {}", op, classes,
+             tensor::format_shape(weight.sizes()));
+  TDDP_CHECK(weight.dtype() == scores.dtype() && weight.device() == scores.device(),
+             "{}: weight ({}, {}) must have the input's dtype and device ({}, {})", op,
+             tensor::dtype_name(weight.dtype()), weight.device().str(), tensor::dtype_name(scores.dtype()),
+             scores.device().str());
+}
+
 enum class Reduction { kMean, kSum, kNone };
 
 Reduction parse_reduction(std::string_view reduction, const char* op) {
@@ -79,6 +91,39 @@ Tensor over_positions(const Tensor& scores, const Tensor& targets, std::string_v
   return reduction == "none" ? out.reshape(targets.sizes()) : out;
 }
 
+// cross_entropy's marks of the targets: one_hot [batch, classes] (each row's target class,
+// times weight[target] with a class weight; a zero row where the target is ignored: it is
+// outside [0, classes), or masked when ignore_index is a class), kept [batch, 1], and what
+// the mean divides by: the kept rows, or the sum of their targets' weights (PyTorch's). On a
+// GPU that count stays a tensor (the same float32 quotient: an integer count is exact in
+// float), so the host reads nothing back but the targets' range, and not that while a CUDA
+// graph is captured (check_range false: the warm-up steps before it checked them).
+struct TargetMarks {
+  Tensor one_hot, kept, count_on_gpu;
+  double count = 0;
+};
+
+TargetMarks target_marks(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& weight,
+                         bool check_range) {
+  const int64_t classes = logits.size(1);
+  TargetMarks m;
+  const Tensor ignored = tensor::eq(targets, static_cast<double>(ignore_index));
+  m.kept = tensor::ne(targets, static_cast<double>(ignore_index)).to(logits.dtype()).unsqueeze(1);
+  if (targets.numel() > 0 && check_range) check_target_range(targets, ignored, classes, "cross_entropy");
+  m.one_hot =
+      tensor::masked_fill(tensor::eq(targets.unsqueeze(1), class_indices(classes, logits.device())).to(logits.dtype()),
+                          ignored.unsqueeze(1), 0.0);
+  if (weight.defined()) m.one_hot = tensor::mul(m.one_hot, weight.unsqueeze(0));
+  const Tensor total = weight.defined() ? tensor::sum(m.one_hot) : tensor::sum(m.kept);
+  if (logits.is_cuda()) {
+    m.count_on_gpu = total;
+  } else {
+    m.count = weight.defined() ? total.item<double>()
+                               : static_cast<double>(targets.numel() - tensor::sum(ignored).item<int64_t>());
+  }
+  return m;
+}
+
 }  // namespace
 
 Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, std::string_view reduction_name) {
@@ -114,16 +159,16 @@ Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, std::string_vie
 }
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ignore_index,
-                     std::string_view reduction_name, double label_smoothing) {
-  Tensor logits = logits_in;  // float32 under autocast
-  if (tensor::detail::autocast_args(tensor::detail::CastPolicy::kFloat32, {&logits})) {
-    return cross_entropy(logits, targets, ignore_index, reduction_name, label_smoothing);
+                     std::string_view reduction_name, double label_smoothing, const Tensor& weight_in) {
+  Tensor logits = logits_in, weight = weight_in;  // float32 under autocast
+  if (tensor::detail::autocast_args(tensor::detail::CastPolicy::kFloat32, {&logits, &weight})) {
+    return cross_entropy(logits, targets, ignore_index, reduction_name, label_smoothing, weight);
   }
   const Reduction reduction = parse_reduction(reduction_name, "cross_entropy");
   if (logits.defined() && targets.defined() && logits.dim() != 2) {
     return over_positions(logits, targets, reduction_name, "cross_entropy", "logits", "logits'",
                           [&](const Tensor& rows, const Tensor& flat) {
-                            return cross_entropy(rows, flat, ignore_index, reduction_name, label_smoothing);
+                            return cross_entropy(rows, flat, ignore_index, reduction_name, label_smoothing, weight);
                           });
   }
   TDDP_CHECK(label_smoothing >= 0 && label_smoothing <= 1,
@@ -137,30 +182,17 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ign
              "cross_entropy: expected targets of shape [{}] for logits of shape {}, got {}", logits.size(0),
              tensor::format_shape(logits.sizes()), tensor::format_shape(targets.sizes()));
   const int64_t classes = logits.size(1);
-  // On a GPU the host reads nothing back but the targets' range, once, and not at all while a
-  // CUDA graph is captured (the warm-up steps before it checked them): the count of kept rows
-  // stays a tensor there (the same float32 quotient: an integer count is exact in float).
-  const bool on_gpu = logits.is_cuda();
+  check_class_weight(weight, logits, classes, "cross_entropy");
+  const bool on_gpu = logits.is_cuda();  // (target_marks: what a GPU reads back)
   const bool check_range = !(on_gpu && tensor::cuda::is_capturing(logits.device().index));
-  Tensor log_probs, dist, kept, out;
-  double count = 0;  // rows whose target is not ignored (on the CPU)
-  Tensor count_on_gpu;
+  Tensor log_probs, dist, mass, out;
+  TargetMarks marks;
   {
     NoGradGuard no_grad;
-    const Tensor ignored = tensor::eq(targets, static_cast<double>(ignore_index));
-    kept = tensor::ne(targets, static_cast<double>(ignore_index)).to(logits.dtype()).unsqueeze(1);  // [batch, 1]
-    if (on_gpu) {
-      count_on_gpu = tensor::sum(kept);
-    } else {
-      count = static_cast<double>(targets.numel() - tensor::sum(ignored).item<int64_t>());
-    }
-    if (targets.numel() > 0 && check_range) check_target_range(targets, ignored, classes, "cross_entropy");
-    // one_hot[i, c] = (targets[i] == c), a zero row where the target is ignored (it is
-    // outside [0, classes), or masked when ignore_index is a class): picks each row's target
-    // log-probability.
-    const Tensor one_hot = tensor::masked_fill(
-        tensor::eq(targets.unsqueeze(1), class_indices(classes, logits.device())).to(logits.dtype()),
-        ignored.unsqueeze(1), 0.0);
+    marks = target_marks(logits, targets, ignore_index, weight, check_range);
+    const Tensor &one_hot = marks.one_hot, &kept = marks.kept;
+    const double count = marks.count;
+    const Tensor& count_on_gpu = marks.count_on_gpu;
     log_probs = tensor::log_softmax(logits, 1);
     // Sums of rows as the reduction asks: the mean over the kept rows, the sum, or per row.
     const auto reduce = [&](const Tensor& weighted) {
@@ -171,59 +203,81 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ign
     };
     out = reduce(tensor::mul(log_probs, one_hot));
     dist = one_hot;
+    // Each row's weight, what its softmax is scaled by in the gradient: weight[targets[i]]
+    // (without a class weight, kept itself).
+    if (weight.defined()) mass = tensor::sum(one_hot, {1}, /*keepdim=*/true);
     if (label_smoothing > 0) {
-      // PyTorch: (1 - s) nll + (s / classes) smooth, smooth = -sum_c log_probs over kept rows;
-      // the gradient's target distribution is (1 - s) one_hot + s / classes.
+      // PyTorch: (1 - s) nll + (s / classes) smooth, smooth = -sum_c weight[c] log_probs over
+      // kept rows; the gradient's target distribution is (1 - s) one_hot + s / classes weight.
       const double share = label_smoothing / static_cast<double>(classes);
-      out =
-          tensor::add(tensor::mul(out, 1 - label_smoothing), tensor::mul(reduce(tensor::mul(log_probs, kept)), share));
-      dist = tensor::add(tensor::mul(one_hot, 1 - label_smoothing), tensor::mul(kept, share));
+      const Tensor spread = weight.defined() ? tensor::mul(kept, weight.unsqueeze(0)) : kept;
+      out = tensor::add(tensor::mul(out, 1 - label_smoothing),
+                        tensor::mul(reduce(tensor::mul(log_probs, spread)), share));
+      dist = tensor::add(tensor::mul(one_hot, 1 - label_smoothing), tensor::mul(spread, share));
+      if (weight.defined()) {
+        mass = tensor::add(tensor::mul(mass, 1 - label_smoothing),
+                           tensor::mul(kept, tensor::mul(tensor::sum(weight), share)));
+      }
     }
   }
-  // grad_logits [batch, classes] = grad_out * (softmax(logits) - dist) on kept rows, / count
-  // for the mean, row by row for "none"
+  // grad_logits [batch, classes] = grad_out * (softmax(logits) mass - dist), mass = 1 on kept
+  // rows without a class weight; / count for the mean, row by row for "none"
   if (tensor::needs_grad(logits)) {
-    tensor::record_op(
-        "CrossEntropyBackward", out, {logits, targets},
-        [sl = SavedTensor(log_probs), sd = SavedTensor(dist), kept, count, count_on_gpu, reduction](const Tensor& g) {
-          const Tensor probs = tensor::exp(sl.get("CrossEntropyBackward"));
-          const Tensor diff = tensor::mul(tensor::sub(probs, sd.get("CrossEntropyBackward")), kept);
-          Tensor scale = g.unsqueeze(-1);  // "none": each row's own; "sum": one number
-          if (reduction == Reduction::kMean)
-            scale = count_on_gpu.defined() ? tensor::div(g, count_on_gpu) : tensor::div(g, count);
-          return std::vector<Tensor>{tensor::mul(diff, scale), Tensor()};
-        });
+    tensor::record_op("CrossEntropyBackward", out, {logits, targets},
+                      [sl = SavedTensor(log_probs), sd = SavedTensor(dist), kept = marks.kept, mass,
+                       count = marks.count, count_on_gpu = marks.count_on_gpu, reduction](const Tensor& g) {
+                        const Tensor probs = tensor::exp(sl.get("CrossEntropyBackward"));
+                        const Tensor diff = mass.defined()
+                                                ? tensor::sub(tensor::mul(probs, mass), sd.get("CrossEntropyBackward"))
+                                                : tensor::mul(tensor::sub(probs, sd.get("CrossEntropyBackward")), kept);
+                        Tensor scale = g.unsqueeze(-1);  // "none": each row's own; "sum": one number
+                        if (reduction == Reduction::kMean)
+                          scale = count_on_gpu.defined() ? tensor::div(g, count_on_gpu) : tensor::div(g, count);
+                        return std::vector<Tensor>{tensor::mul(diff, scale), Tensor()};
+                      });
   }
   return out;
 }
 
-Tensor nll_loss(const Tensor& input_in, const Tensor& target, int64_t ignore_index, std::string_view reduction_name) {
-  Tensor input = input_in;  // float32 under autocast
-  if (tensor::detail::autocast_args(tensor::detail::CastPolicy::kFloat32, {&input})) {
-    return nll_loss(input, target, ignore_index, reduction_name);
+Tensor nll_loss(const Tensor& input_in, const Tensor& target, int64_t ignore_index, std::string_view reduction_name,
+                const Tensor& weight_in) {
+  Tensor input = input_in, weight = weight_in;  // float32 under autocast
+  if (tensor::detail::autocast_args(tensor::detail::CastPolicy::kFloat32, {&input, &weight})) {
+    return nll_loss(input, target, ignore_index, reduction_name, weight);
   }
   const Reduction reduction = parse_reduction(reduction_name, "nll_loss");
   TDDP_CHECK(input.defined() && target.defined(), "nll_loss: undefined input or target");
   TDDP_CHECK(target.dtype() == tensor::kInt64, "nll_loss: expected int64 class targets, got {}",
              tensor::dtype_name(target.dtype()));
   if (input.dim() != 2) {
-    return over_positions(
-        input, target, reduction_name, "nll_loss", "an input", "input's",
-        [&](const Tensor& rows, const Tensor& flat) { return nll_loss(rows, flat, ignore_index, reduction_name); });
+    return over_positions(input, target, reduction_name, "nll_loss", "an input", "input's",
+                          [&](const Tensor& rows, const Tensor& flat) {
+                            return nll_loss(rows, flat, ignore_index, reduction_name, weight);
+                          });
   }
   TDDP_CHECK(target.dim() == 1 && target.size(0) == input.size(0),
              "nll_loss: expected targets of shape [{}] for an input of shape {}, got {}", input.size(0),
              tensor::format_shape(input.sizes()), tensor::format_shape(target.sizes()));
+  check_class_weight(weight, input, input.size(1), "nll_loss");
   const Tensor ignored = tensor::eq(target, static_cast<double>(ignore_index));
   if (target.numel() > 0) check_target_range(target, ignored, input.size(1), "nll_loss");
-  // -input[i, target[i]], 0 where ignored (such a row reads class 0, then drops it).
+  // -input[i, target[i]] (times weight[target[i]]), 0 where ignored (such a row reads class
+  // 0, then drops it).
   const Tensor classes = tensor::masked_fill(target, ignored, 0.0);
-  const Tensor losses =
-      tensor::masked_fill(tensor::neg(tensor::gather(input, 1, classes.unsqueeze(1)).squeeze(1)), ignored, 0.0);
+  Tensor losses = tensor::neg(tensor::gather(input, 1, classes.unsqueeze(1)).squeeze(1));
+  Tensor row_weights;
+  if (weight.defined()) {
+    row_weights = tensor::masked_fill(tensor::index_select(weight, 0, classes), ignored, 0.0);
+    losses = tensor::mul(losses, row_weights);
+  }
+  losses = tensor::masked_fill(losses, ignored, 0.0);
   if (reduction == Reduction::kNone) return losses;
   if (reduction == Reduction::kSum) return tensor::sum(losses);
-  const double kept = static_cast<double>(target.numel() - tensor::sum(ignored).item<int64_t>());
-  return tensor::div(tensor::sum(losses), kept);  // NaN when every row is ignored, as PyTorch
+  // The mean over the kept rows, or over their targets' weights (PyTorch's); NaN when every
+  // row is ignored, as PyTorch.
+  const double kept = weight.defined() ? tensor::sum(row_weights).item<double>()
+                                       : static_cast<double>(target.numel() - tensor::sum(ignored).item<int64_t>());
+  return tensor::div(tensor::sum(losses), kept);
 }
 
 }  // namespace tinyddp::nn

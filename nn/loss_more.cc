@@ -38,6 +38,18 @@ void check_pair(const Tensor& input, const Tensor& target, const char* op) {
 // 1 - x.
 Tensor one_minus(const Tensor& x) { return t::add(t::neg(x), 1.0); }
 
+// An elementwise weight (BCE's weight, pos_weight), where given: of the input's dtype and
+// device, and broadcastable to `shape`.
+void check_weight(const Tensor& weight, const Tensor& input, const char* name, const char* op) {
+  if (!weight.defined()) return;
+  TDDP_CHECK(weight.dtype() == input.dtype() && weight.device() == input.device(),
+             "{}: {} ({}, {}) must have the input's dtype and device ({}, {})", op, name, t::dtype_name(weight.dtype()),
+             weight.device().str(), t::dtype_name(input.dtype()), input.device().str());
+  TDDP_CHECK(t::broadcast_shapes(weight.sizes(), input.sizes(), op) == input.sizes(),
+             "{}: {} of shape {} does not broadcast to the input's shape {}", op, name, t::format_shape(weight.sizes()),
+             t::format_shape(input.sizes()));
+}
+
 }  // namespace
 
 Tensor l1_loss(const Tensor& input_in, const Tensor& target_in, std::string_view reduction) {
@@ -75,11 +87,13 @@ Tensor huber_loss(const Tensor& input_in, const Tensor& target_in, std::string_v
   return reduced(losses, reduction, "huber_loss");
 }
 
-Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, std::string_view reduction) {
+Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, std::string_view reduction,
+                            const Tensor& weight) {
   TDDP_CHECK(!(input.defined() && t::is_autocast_enabled(input.device().type)),
              "binary_cross_entropy is unsafe to autocast (as in PyTorch): use binary_cross_entropy_with_logits, "
              "which combines the sigmoid with the loss, or leave the autocast scope for it");
   check_pair(input, target, "binary_cross_entropy");
+  check_weight(weight, input, "weight", "binary_cross_entropy");
   if (input.numel() > 0) {
     t::NoGradGuard no_grad;
     const double lowest = t::min(input).item<double>(), highest = t::max(input).item<double>();
@@ -90,20 +104,28 @@ Tensor binary_cross_entropy(const Tensor& input, const Tensor& target, std::stri
   }
   // Each log clamped at -100 (PyTorch's), so a probability of 0 or 1 gives a finite loss.
   const Tensor log_x = t::clamp(t::log(input), -100.0), log_1mx = t::clamp(t::log(one_minus(input)), -100.0);
-  const Tensor losses = t::neg(t::add(t::mul(target, log_x), t::mul(one_minus(target), log_1mx)));
+  Tensor losses = t::neg(t::add(t::mul(target, log_x), t::mul(one_minus(target), log_1mx)));
+  if (weight.defined()) losses = t::mul(losses, weight);
   return reduced(losses, reduction, "binary_cross_entropy");
 }
 
-Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& target_in, std::string_view reduction) {
-  Tensor input = input_in, target = target_in;
-  if (t::detail::autocast_args(t::detail::CastPolicy::kFloat32, {&input, &target})) {
-    return binary_cross_entropy_with_logits(input, target, reduction);
+Tensor binary_cross_entropy_with_logits(const Tensor& input_in, const Tensor& target_in, std::string_view reduction,
+                                        const Tensor& weight_in, const Tensor& pos_weight_in) {
+  Tensor input = input_in, target = target_in, weight = weight_in, pos_weight = pos_weight_in;
+  if (t::detail::autocast_args(t::detail::CastPolicy::kFloat32, {&input, &target, &weight, &pos_weight})) {
+    return binary_cross_entropy_with_logits(input, target, reduction, weight, pos_weight);
   }
-  check_pair(input, target, "binary_cross_entropy_with_logits");
+  const char* op = "binary_cross_entropy_with_logits";
+  check_pair(input, target, op);
+  check_weight(weight, input, "weight", op);
+  check_weight(pos_weight, input, "pos_weight", op);
   const Tensor m = t::clamp(t::neg(input), 0.0);
-  const Tensor log_sum = t::log(t::add(t::exp(t::neg(m)), t::exp(t::sub(t::neg(input), m))));
-  const Tensor losses = t::add(t::add(t::mul(one_minus(target), input), m), log_sum);
-  return reduced(losses, reduction, "binary_cross_entropy_with_logits");
+  const Tensor log_sum = t::add(t::log(t::add(t::exp(t::neg(m)), t::exp(t::sub(t::neg(input), m)))), m);
+  // pos_weight p scales the positive term: (1 - t) x + (1 + (p - 1) t) log(1 + exp(-x)).
+  const Tensor scale = pos_weight.defined() ? t::add(t::mul(t::sub(pos_weight, 1.0), target), 1.0) : Tensor();
+  Tensor losses = t::add(t::mul(one_minus(target), input), scale.defined() ? t::mul(scale, log_sum) : log_sum);
+  if (weight.defined()) losses = t::mul(losses, weight);
+  return reduced(losses, reduction, op);
 }
 
 Tensor kl_div(const Tensor& input_in, const Tensor& target_in, std::string_view reduction, bool log_target) {

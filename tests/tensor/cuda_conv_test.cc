@@ -282,3 +282,21 @@ TEST_CASE("CUDA: the LSTM, GRU and RNN recurrences and their backward on the GPU
                  {x, h0, r({4, 5}), r({4, 4}), r({4}), r({4})});
   }
 }
+
+TEST_CASE("CUDA: the weighted losses on the GPU equal the CPU's", "[cuda][loss]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  Generator gen(7);
+  const Tensor targets = from_vector(std::vector<int64_t>{2, 0, -100, 1, 3}, Shape{5});
+  const Tensor weight = add(rand({4}, {}, &gen), 0.5), soft = rand({5, 4}, {}, &gen);
+  const auto on = [](const Tensor& t, const Tensor& like) { return like.is_cuda() ? t.to(kGpu) : t; };
+  check_on_gpu(
+      [&](const Inputs& v) {
+        return tinyddp::nn::cross_entropy(v[0], on(targets, v[0]), -100, "mean", 0.2, on(weight, v[0]));
+      },
+      {randn({5, 4}, {}, &gen)});
+  check_on_gpu(
+      [&](const Inputs& v) {
+        return tinyddp::nn::binary_cross_entropy_with_logits(v[0], on(soft, v[0]), "sum", Tensor(), on(weight, v[0]));
+      },
+      {randn({5, 4}, {}, &gen)});
+}
