@@ -4,11 +4,15 @@
 // out_proj. PyTorch's parameter names, initialisation order (out_proj as a Linear, then
 // xavier_uniform_ for in_proj_weight, the biases zero) and defaults (batch_first false:
 // [L, N, E]); composed from tensor ops, so gradients and both backends come with them.
-// Not supported (an error says so): kdim/vdim other than embed_dim, add_bias_kv,
-// add_zero_attn, dropout > 0 in training.
+// As PyTorch's: kdim/vdim other than embed_dim give separate q_proj_weight [E, E],
+// k_proj_weight [E, kdim] and v_proj_weight [E, vdim] instead of the packed weight;
+// add_bias_kv appends the learnt bias_k and bias_v [1, 1, E] (xavier_normal_) to the keys and
+// values, add_zero_attn a zero key and value per head; dropout drops attention weights in
+// training (tensor::dropout's draws, not torch's).
 #pragma once
 
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "tinyddp/nn/layers.h"
@@ -19,7 +23,8 @@ class MultiheadAttention : public Module {
  public:
   std::shared_ptr<Module> clone_structure() const override;
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true,
-                     bool batch_first = false);
+                     bool batch_first = false, bool add_bias_kv = false, bool add_zero_attn = false, int64_t kdim = 0,
+                     int64_t vdim = 0);  // kdim, vdim 0: embed_dim
   // query [L, N, E] (batch_first: [N, L, E]; unbatched [L, E]), key and value [S, N, E]:
   // returns (attn_output like query, attn_weights [N, L, S] averaged over the heads, or
   // [N, heads, L, S] without averaging; undefined unless need_weights). key_padding_mask [N, S]
@@ -31,11 +36,21 @@ class MultiheadAttention : public Module {
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
 
-  int64_t embed_dim, num_heads, head_dim;
+  int64_t embed_dim, num_heads, head_dim, kdim, vdim;
   double dropout;
-  bool batch_first;
-  Tensor in_proj_weight, in_proj_bias;  // [3E, E], [3E] (undefined without bias)
+  bool batch_first, add_zero_attn;
+  Tensor in_proj_weight, in_proj_bias;                 // [3E, E], [3E] (undefined without bias)
+  Tensor q_proj_weight, k_proj_weight, v_proj_weight;  // with kdim or vdim != E (then no in_proj_weight)
+  Tensor bias_k, bias_v;                               // [1, 1, E] with add_bias_kv
   std::shared_ptr<Linear> out_proj;
+
+ private:
+  // q, k, v projected ([L, N, E], [S, N, E], [S, N, E]).
+  std::tuple<Tensor, Tensor, Tensor> project(const Tensor& query, const Tensor& key, const Tensor& value) const;
+  // The masks as one additive float mask broadcastable to [N * heads, L, S'] (S' counts the
+  // added bias and zero keys), or undefined.
+  Tensor merged_mask(const Tensor& attn_mask, const Tensor& key_padding_mask, bool unbatched, int64_t tgt,
+                     int64_t batch, int64_t src, const Tensor& like) const;
 };
 
 }  // namespace tinyddp::nn

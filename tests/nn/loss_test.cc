@@ -44,7 +44,7 @@ TEST_CASE("cross_entropy's reductions and label smoothing equal PyTorch's", "[nn
     const double smoothing = c["label_smoothing"];
     const std::string what = reduction + ", label_smoothing " + std::to_string(smoothing);
     const Tensor logits = floats(r["logits"], {6, 5}).requires_grad_();
-    const Tensor loss = CrossEntropyLoss{-100, reduction, smoothing}(logits, targets);
+    const Tensor loss = CrossEntropyLoss{-100, reduction, smoothing, Tensor()}(logits, targets);
     CHECK(loss.dim() == (reduction == "none" ? 1 : 0));
     check_close(loss, c["loss"], what + " loss");
     if (reduction == "none") {

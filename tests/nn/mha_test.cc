@@ -90,7 +90,58 @@ TEST_CASE("MultiheadAttention: gradcheck, unbatched input, errors", "[nn][attent
   CHECK(tensor::allclose(mha->forward(one.squeeze(1), one.squeeze(1), one.squeeze(1)).first,
                          mha->forward(one, one, one).first.squeeze(1), 1e-12, 1e-12));
   CHECK_THROWS_WITH(MultiheadAttention(6, 4), Contains("embed_dim (6) must be divisible by num_heads (4)"));
+  CHECK_THROWS_WITH(
+      mha->forward(x, x, tensor::randn({3, 2, 5}, tensor::kFloat64)),
+      Contains(
+          "expected query, key and value of sizes 4, 4 and 4 (embed_dim, kdim, vdim) in their last dim, got 4, 4, 5"));
   CHECK_THROWS_WITH(mha->forward(x, x, x, tensor::zeros({2, 2}, tensor::kBool)),
                     Contains("key_padding_mask of shape [2, 2] should be [2, 3]"));
   CHECK(mha->repr().rfind("MultiheadAttention(embed_dim=4, num_heads=2", 0) == 0);
+}
+
+TEST_CASE("MultiheadAttention with kdim, vdim, add_bias_kv and add_zero_attn equals PyTorch's",
+          "[nn][attention][fixture]") {
+  const nlohmann::json ref = tinyddp::testing::read_nn_json_fixture("mha_reference.json")["extras"];
+  const auto make = [] { return MultiheadAttention(8, 2, 0.0, true, false, true, true, 5, 6); };
+  tensor::manual_seed(ref["seed"].get<uint64_t>());
+  MultiheadAttention fresh = make();
+  CHECK(fresh.state_dict().keys() == ref["names"].get<std::vector<std::string>>());
+  for (const auto& [name, t] : fresh.state_dict()) {
+    INFO(name);
+    CHECK(tensor::equal(t, doubles(ref["init"][name], t.sizes()).to(tensor::kFloat32)));
+  }
+  MultiheadAttention mha = make();
+  load(mha, ref["state"]);
+  const Tensor q = doubles(ref["q"], {4, 3, 8}).requires_grad_(), k = doubles(ref["k"], {6, 3, 5}).requires_grad_(),
+               v = doubles(ref["v"], {6, 3, 6}).requires_grad_();
+  std::vector<int64_t> padding;
+  for (const bool b : ref["padding"].get<std::vector<bool>>()) padding.push_back(b ? 1 : 0);
+  const Tensor pad = tensor::from_vector(padding, tensor::Shape{3, 6}).to(tensor::kBool);
+  const Tensor attn_mask = tensor::triu(tensor::ones({4, 6}), 3).to(tensor::kBool);
+  const auto [y, w] = mha.forward(q, k, v, pad, true, attn_mask);
+  REQUIRE(w.sizes() == tensor::Shape{3, 4, 8});  // 6 keys, bias_k's and the zero one
+  check_close(y, ref["out"]);
+  check_close(w, ref["weights"]);
+  y.backward(doubles(ref["grad_out"], {4, 3, 8}));
+  check_close(q.grad(), ref["grad_q"]);
+  check_close(k.grad(), ref["grad_k"]);
+  check_close(v.grad(), ref["grad_v"]);
+  for (const auto& [name, p] : mha.named_parameters()) {
+    INFO(name);
+    check_close(p.grad(), ref["grads"][name]);
+  }
+}
+
+TEST_CASE("MultiheadAttention: attention dropout in training only", "[nn][attention]") {
+  tensor::manual_seed(3);
+  MultiheadAttention mha(4, 2, 0.5);
+  const Tensor x = tensor::randn({5, 2, 4});
+  const auto [trained, trained_weights] = mha.forward(x, x, x);
+  mha.eval();
+  const auto [evaluated, weights] = mha.forward(x, x, x);
+  CHECK_FALSE(tensor::allclose(trained, evaluated));
+  // In eval every row of weights sums to 1; in training the dropped ones are gone and the kept
+  // scaled by 2, so the rows' sums vary.
+  CHECK(tensor::allclose(tensor::sum(weights, {-1}), tensor::ones({2, 5})));
+  CHECK_FALSE(tensor::allclose(tensor::sum(trained_weights, {-1}), tensor::ones({2, 5})));
 }
