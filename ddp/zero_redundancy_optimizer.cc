@@ -100,6 +100,11 @@ void ZeroRedundancyOptimizer::make_local(const std::vector<size_t>& shard) {
     set_lr(g, local_->lr(g));
     set_weight_decay(g, local_->weight_decay(g));
   }
+  // And its momentum (what OneCycleLR cycles), where it has one.
+  if (!local_->momentum_name().empty()) {
+    use_momentum(local_->momentum_name(), local_->momentum(0), local_->momentum_name() == "beta1");
+    for (size_t g = 0; g < num_param_groups(); ++g) set_momentum(g, local_->momentum(g));
+  }
   // Checkpoints name the kind of state ("Adam"): a consolidated ZeRO state loads into a plain
   // optimizer of that kind and back.
   name_ = local_->name();
@@ -109,6 +114,7 @@ void ZeroRedundancyOptimizer::sync_param_groups() {
   for (size_t g = 0; g < num_param_groups(); ++g) {
     local_->set_lr(g, lr(g));
     local_->set_weight_decay(g, weight_decay(g));
+    if (!momentum_name().empty()) local_->set_momentum(g, momentum(g));
   }
 }
 

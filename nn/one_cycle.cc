@@ -24,6 +24,10 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, std::vector<double> max_lrs, int64_
   TDDP_CHECK(!o.cycle_momentum_ || !optimizer.momentum_name().empty(),
              "OneCycleLR: {} has no momentum or beta1 to cycle (pass OneCycleOptions().cycle_momentum(false))",
              optimizer.name());
+  for (const auto* list : {&o.base_momentums_, &o.max_momentums_}) {
+    TDDP_CHECK(list->empty() || list->size() == max_lrs_.size(),
+               "OneCycleLR: expected {} momentums (one per parameter group), got {}", max_lrs_.size(), list->size());
+  }
   const double total = static_cast<double>(total_steps_), pct = o.pct_start_ * total;
   if (o.three_phase_) {
     phases_ = {{pct - 1, Level::kInitial, Level::kMax, Momentum::kMax, Momentum::kBase},
@@ -43,6 +47,13 @@ double OneCycleLR::lr_at(size_t g, Level level) const {
   const double initial = max_lrs_[g] / options_.div_factor_;
   if (level == Level::kInitial) return initial;
   return level == Level::kMax ? max_lrs_[g] : initial / options_.final_div_factor_;
+}
+
+double OneCycleLR::momentum_at(size_t g, Momentum level) const {
+  const bool max = level == Momentum::kMax;
+  const std::vector<double>& list = max ? options_.max_momentums_ : options_.base_momentums_;
+  if (!list.empty()) return list[g];
+  return max ? options_.max_momentum_ : options_.base_momentum_;
 }
 
 double OneCycleLR::anneal(double start, double end, double pct) const {
@@ -84,12 +95,13 @@ std::vector<double> OneCycleLR::get_lr() const {
 void OneCycleLR::after_rates_set() {
   if (!options_.cycle_momentum_) return;
   const Point at = point();
-  const auto level = [&](Momentum m) { return m == Momentum::kMax ? options_.max_momentum_ : options_.base_momentum_; };
-  const double end = level(at.phase->end_momentum);
-  double momentum = anneal(level(at.phase->start_momentum), end, at.pct);
-  // The same one step past the end: a linear rise may pass 1, which no beta1 may be.
-  if (momentum < 0 || (optimizer_.momentum_name() == "beta1" && momentum >= 1)) momentum = end;
-  for (size_t g = 0; g < max_lrs_.size(); ++g) optimizer_.set_momentum(g, momentum);
+  for (size_t g = 0; g < max_lrs_.size(); ++g) {
+    const double end = momentum_at(g, at.phase->end_momentum);
+    double momentum = anneal(momentum_at(g, at.phase->start_momentum), end, at.pct);
+    // The same one step past the end: a linear rise may pass 1, which no beta1 may be.
+    if (momentum < 0 || (optimizer_.momentum_name() == "beta1" && momentum >= 1)) momentum = end;
+    optimizer_.set_momentum(g, momentum);
+  }
 }
 
 }  // namespace tinyddp::nn

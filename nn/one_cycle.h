@@ -42,6 +42,15 @@ struct OneCycleOptions {
     max_momentum_ = v;
     return *this;
   }
+  // One per parameter group (PyTorch's lists), instead of one for all.
+  OneCycleOptions& base_momentums(std::vector<double> v) {
+    base_momentums_ = std::move(v);
+    return *this;
+  }
+  OneCycleOptions& max_momentums(std::vector<double> v) {
+    max_momentums_ = std::move(v);
+    return *this;
+  }
   OneCycleOptions& div_factor(double v) {
     div_factor_ = v;
     return *this;
@@ -61,6 +70,7 @@ struct OneCycleOptions {
   std::string anneal_strategy_ = "cos";
   bool cycle_momentum_ = true;
   double base_momentum_ = 0.85, max_momentum_ = 0.95, div_factor_ = 25.0, final_div_factor_ = 1e4;
+  std::vector<double> base_momentums_, max_momentums_;
   bool three_phase_ = false;
 };
 
@@ -94,6 +104,7 @@ class OneCycleLR : public LRScheduler {
   Point point() const;
   double anneal(double start, double end, double pct) const;
   double lr_at(size_t g, Level level) const;
+  double momentum_at(size_t g, Momentum level) const;
 
   int64_t total_steps_;
   OneCycleOptions options_;

@@ -65,7 +65,7 @@ ZeroRedundancyOptimizer::OptimizerFactory factory(Kind kind) {
 // `steps` DDP steps of an MLP on this rank's batches (rank r has `steps + r * extra` of them,
 // under Join when extra > 0), with ZeRO or with the plain optimizer; the final parameters.
 std::vector<Tensor> train(ProcessGroup& pg, Kind kind, bool zero, ZeroOptions zero_options, int steps, int extra = 0,
-                          int64_t* state_bytes = nullptr) {
+                          int64_t* state_bytes = nullptr, bool one_cycle = false) {
   auto model = seeded_mlp(11, {6, 16, 12, 3});
   DistributedDataParallel ddp(model, borrow(pg), DDPOptions().first_bucket_cap_mb(1e-3).bucket_cap_mb(1e-3));
   std::unique_ptr<ZeroRedundancyOptimizer> zero_opt;
@@ -79,11 +79,14 @@ std::vector<Tensor> train(ProcessGroup& pg, Kind kind, bool zero, ZeroOptions ze
     opt = plain_opt.get();
   }
   tensor::Generator data(100 + pg.rank());
+  // (OneCycleLR sets the rate and the momentum, or beta1, of every step)
+  std::unique_ptr<nn::OneCycleLR> schedule = one_cycle ? std::make_unique<nn::OneCycleLR>(*opt, 0.1, steps) : nullptr;
   const auto loop = [&] {
     for (int k = 0; k < steps + pg.rank() * extra; ++k) {
       opt->zero_grad();
       nn::mse_loss(ddp(tensor::randn({4, 6}, {}, &data)), tensor::randn({4, 3}, {}, &data)).backward();
       opt->step();
+      if (schedule) schedule->step();
     }
   };
   if (extra == 0) {
@@ -138,6 +141,18 @@ TEST_CASE("ZeRO + DDP gives DDP's parameters with the plain optimizer (2 and 3 r
         }));
       }
     }
+  }
+}
+
+TEST_CASE("ZeRO under OneCycleLR: the cycled rate and momentum reach the local optimizer", "[ddp][zero]") {
+  for (Kind kind : {Kind::kSGD, Kind::kAdam}) {
+    INFO(kind_name(kind));
+    require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) {
+      const auto reference = train(pg, kind, false, {}, 6, 0, nullptr, /*one_cycle=*/true);
+      const auto sharded = train(pg, kind, true, {}, 6, 0, nullptr, /*one_cycle=*/true);
+      const double gap = max_difference(reference, sharded);
+      e.expect(gap < 1e-6, fmt::format("rank {}: largest difference {}", pg.rank(), gap));
+    }));
   }
 }
 

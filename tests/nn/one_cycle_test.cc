@@ -23,8 +23,14 @@ OneCycleOptions options_of(const nlohmann::json& a) {
   if (a.contains("pct_start")) o.pct_start(a["pct_start"]);
   if (a.contains("anneal_strategy")) o.anneal_strategy(a["anneal_strategy"]);
   if (a.contains("cycle_momentum")) o.cycle_momentum(a["cycle_momentum"]);
-  if (a.contains("base_momentum")) o.base_momentum(a["base_momentum"]);
-  if (a.contains("max_momentum")) o.max_momentum(a["max_momentum"]);
+  if (a.contains("base_momentum")) {
+    if (a["base_momentum"].is_array()) o.base_momentums(a["base_momentum"]);
+    if (!a["base_momentum"].is_array()) o.base_momentum(a["base_momentum"]);
+  }
+  if (a.contains("max_momentum")) {
+    if (a["max_momentum"].is_array()) o.max_momentums(a["max_momentum"]);
+    if (!a["max_momentum"].is_array()) o.max_momentum(a["max_momentum"]);
+  }
   if (a.contains("div_factor")) o.div_factor(a["div_factor"]);
   if (a.contains("final_div_factor")) o.final_div_factor(a["final_div_factor"]);
   if (a.contains("three_phase")) o.three_phase(a["three_phase"]);
@@ -134,6 +140,8 @@ TEST_CASE("OneCycleLR: resumed from its state_dict, rates and momentum go on; er
   CHECK_THROWS_WITH(OneCycleLR(first, std::vector<double>{1.0}, 10),
                     Contains("expected 2 values for max_lr (one per parameter group), got 1"));
   CHECK_THROWS_WITH(OneCycleLR(first, 1.0, 0), Contains("expected a positive total_steps, got 0"));
+  CHECK_THROWS_WITH(OneCycleLR(first, 1.0, 10, OneCycleOptions().max_momentums({0.9, 0.9, 0.9})),
+                    Contains("expected 2 momentums (one per parameter group), got 3"));
   CHECK_THROWS_WITH(OneCycleLR(first, 1.0, 10, OneCycleOptions().anneal_strategy("exp")),
                     Contains("anneal_strategy must be 'cos' or 'linear', got 'exp'"));
   CHECK_THROWS_WITH(first.set_momentum(0, -1), Contains("SGD: invalid momentum -1 (group 0)"));
