@@ -100,6 +100,40 @@ std::vector<std::pair<Edge, Tensor>> root_edges(const std::vector<Tensor>& roots
 
 }  // namespace
 
+// The buffer of `node`'s input `input_nr`.
+Tensor& Engine::buffer_of(Node* node, uint32_t input_nr) {
+  return input_nr == 0 ? node->buffer_ : node->extra_buffers_[input_nr - 1];
+}
+
+// Runs a ready node of one input (every op's): its pre-hooks, apply and post-hooks, when a
+// gradient arrived. -> one gradient per next edge
+std::vector<Tensor> Engine::run_one(Node* node, bool retain_graph) {
+  Tensor grad = std::move(node->buffer_);
+  node->buffer_ = Tensor();
+  if (!grad.defined()) return std::vector<Tensor>(node->next_edges().size());
+  grad = node->run_pre_hooks(std::move(grad));
+  std::vector<Tensor> outputs = node->apply(grad);
+  grad = Tensor();  // let AccumulateGrad's adopted buffer have a single owner
+  if (!retain_graph) node->release_saved();
+  node->run_post_hooks();
+  return outputs;
+}
+
+// Runs a ready node of several inputs with all their gradients, when any arrived.
+std::vector<Tensor> Engine::run_many(Node* node, bool retain_graph) {
+  std::vector<Tensor> grads{std::move(node->buffer_)};
+  node->buffer_ = Tensor();
+  for (Tensor& b : node->extra_buffers_) grads.push_back(std::move(b));
+  node->extra_buffers_.clear();
+  bool any = false;
+  for (const Tensor& g : grads) any = any || g.defined();
+  if (!any) return std::vector<Tensor>(node->next_edges().size());
+  std::vector<Tensor> outputs = node->apply_many(std::move(grads));
+  if (!retain_graph) node->release_saved();
+  node->run_post_hooks();
+  return outputs;
+}
+
 bool Engine::in_backward() { return current_task != nullptr; }
 
 std::chrono::steady_clock::time_point Engine::backward_started_at() {
@@ -124,6 +158,7 @@ void Engine::count_dependencies(const std::vector<std::pair<Edge, Tensor>>& seed
     node->pass_ = pass;
     node->pending_ = 0;
     node->buffer_ = Tensor();
+    if (const uint32_t inputs = node->num_inputs(); inputs > 1) node->extra_buffers_.assign(inputs - 1, Tensor());
     alive.push_back(node);
     stack.push_back(node.get());
   };
@@ -158,7 +193,10 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
   struct ClearBuffers {
     std::vector<std::shared_ptr<Node>>& nodes;
     ~ClearBuffers() {
-      for (const auto& node : nodes) node->buffer_ = Tensor();
+      for (const auto& node : nodes) {
+        node->buffer_ = Tensor();
+        node->extra_buffers_.clear();
+      }
       nodes.clear();  // drops this pass's references to the graph
     }
   } clear_buffers{alive};
@@ -166,7 +204,7 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
   // 3. Seed the buffers with the root gradients; roots nothing else points at are ready.
   std::priority_queue<ReadyEntry> ready;
   uint64_t arrivals = 0;
-  for (const auto& [edge, grad] : seeds) accumulate(edge.function->buffer_, grad);
+  for (const auto& [edge, grad] : seeds) accumulate(buffer_of(edge.function.get(), edge.input_nr), grad);
   for (const auto& [edge, grad] : seeds) {
     Node* node = edge.function.get();
     if (node->pending_ == 0) {
@@ -181,23 +219,14 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
   while (!ready.empty()) {
     Node* node = ready.top().node;
     ready.pop();
-    Tensor grad = std::move(node->buffer_);
-    node->buffer_ = Tensor();
-    std::vector<Tensor> outputs(node->next_edges().size());
-    if (grad.defined()) {
-      grad = node->run_pre_hooks(std::move(grad));
-      outputs = node->apply(grad);
-      grad = Tensor();  // let AccumulateGrad's adopted buffer have a single owner
-      if (!retain_graph) node->release_saved();
-      node->run_post_hooks();
-    }
+    std::vector<Tensor> outputs = node->num_inputs() > 1 ? run_many(node, retain_graph) : run_one(node, retain_graph);
     TDDP_CHECK(outputs.size() == node->next_edges().size(), "{}: returned {} gradients for {} next edges", node->name(),
                outputs.size(), node->next_edges().size());
     for (size_t i = 0; i < outputs.size(); ++i) {
       const Edge& next = node->next_edges()[i];
       if (!next.is_valid()) continue;
       Node* child = next.function.get();
-      if (outputs[i].defined()) accumulate(child->buffer_, std::move(outputs[i]));
+      if (outputs[i].defined()) accumulate(buffer_of(child, next.input_nr), std::move(outputs[i]));
       if (--child->pending_ == 0) ready.push({child->sequence_nr(), arrivals++, child});
     }
   }

@@ -39,6 +39,11 @@ class Engine {
  private:
   // backward's step 2: sets each node's count of incoming edges reachable from the seeds
   // (the root edges with their gradients) and collects the nodes into `alive`.
+  // A node's input buffer; a ready node run (one input: pre-hooks, apply, post-hooks; several:
+  // apply_many with all of them), returning one gradient per next edge.
+  static tensor::Tensor& buffer_of(Node* node, uint32_t input_nr);
+  static std::vector<tensor::Tensor> run_one(Node* node, bool retain_graph);
+  static std::vector<tensor::Tensor> run_many(Node* node, bool retain_graph);
   static void count_dependencies(const std::vector<std::pair<Edge, tensor::Tensor>>& seeds,
                                  std::vector<std::shared_ptr<Node>>& alive);
 };

@@ -19,9 +19,10 @@ using tensor::Tensor;
 
 class Node;
 
-// Where a gradient goes next: input `input_nr` of `function` (every tinyddp node has one
-// input, the gradient of its single output, so input_nr is 0). Invalid when the tensor it
-// stands for does not require grad. `shape` is that tensor's shape, which the gradient sent
+// Where a gradient goes next: input `input_nr` of `function` (an op's node has one input, the
+// gradient of its single output, so input_nr is 0; only the node of a module's backward hooks
+// has several, autograd/backward_hook.h). Invalid when the tensor it stands for does not
+// require grad. `shape` is that tensor's shape, which the gradient sent
 // along the edge must have (FunctionNode checks it).
 struct Edge {
   std::shared_ptr<Node> function;
@@ -63,6 +64,10 @@ class Node : public std::enable_shared_from_this<Node> {
 
   // Gradient of this node's output -> one gradient per next edge (undefined where none).
   virtual std::vector<Tensor> apply(const Tensor& grad_output) = 0;
+  // A node with several inputs (the gradients of several tensors at once) says how many and
+  // gets them all in one call, undefined where none arrived; every other node has one.
+  virtual uint32_t num_inputs() const { return 1; }
+  virtual std::vector<Tensor> apply_many(std::vector<Tensor> grads) { return apply(grads.front()); }
   // Frees the tensors saved for backward (after a backward without retain_graph).
   virtual void release_saved() {}
 
@@ -83,9 +88,10 @@ class Node : public std::enable_shared_from_this<Node> {
   // Scratch state of the backward pass running through this node (engine.cc), kept here
   // rather than in per-pass hash maps: one pass at a time may run through a given node.
   friend class Engine;
-  uint64_t pass_ = 0;  // the pass that last initialised the fields below
-  int pending_ = 0;    // incoming edges that have not delivered yet
-  Tensor buffer_;      // sum of the gradients delivered so far
+  uint64_t pass_ = 0;                  // the pass that last initialised the fields below
+  int pending_ = 0;                    // incoming edges that have not delivered yet
+  Tensor buffer_;                      // sum of the gradients delivered so far (input 0)
+  std::vector<Tensor> extra_buffers_;  // inputs 1.. of a node with several
 };
 
 // A fresh sequence number (monotonic across the process).

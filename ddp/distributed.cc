@@ -270,11 +270,11 @@ void DistributedDataParallel::sync_module_buffers(bool candidate) {
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
-  return run_forward([&] { return std::vector<Tensor>{module_->forward(input)}; }).front();
+  return run_forward([&] { return std::vector<Tensor>{(*module_)(input)}; }).front();
 }
 
 std::vector<Tensor> DistributedDataParallel::forward_many(const std::vector<Tensor>& inputs) {
-  return run_forward([&] { return module_->forward_many(inputs); });
+  return run_forward([&] { return module_->call(inputs); });
 }
 
 std::vector<Tensor> DistributedDataParallel::run_forward(const std::function<std::vector<Tensor>()>& module_forward) {

@@ -193,6 +193,10 @@ std::string GroupNorm::extra_repr() const {
   return fmt::format("{}, {}, eps={}, affine={}", num_groups, num_channels, eps, affine ? "True" : "False");
 }
 
+CELU::CELU(double alpha_) : Module("CELU"), alpha(alpha_) { TDDP_CHECK(alpha != 0, "CELU: alpha must not be 0"); }
+
+std::string CELU::extra_repr() const { return fmt::format("alpha={}", alpha); }
+
 GELU::GELU(std::string approximate_) : Module("GELU"), approximate(std::move(approximate_)) {
   TDDP_CHECK(approximate == "none" || approximate == "tanh", "GELU: approximate must be 'none' or 'tanh', got '{}'",
              approximate);
@@ -210,7 +214,7 @@ void Sequential::push_back(std::shared_ptr<Module> module) {
 
 Tensor Sequential::forward(const Tensor& input) {
   Tensor x = input;
-  for (const auto& [name, child] : named_children()) x = child->forward(x);
+  for (const auto& [name, child] : named_children()) x = (*child)(x);
   return x;
 }
 
@@ -235,7 +239,7 @@ ToyModel::ToyModel() : Module("ToyModel") {
   net2 = register_module("net2", std::make_shared<Linear>(10, 5));
 }
 
-Tensor ToyModel::forward(const Tensor& input) { return net2->forward(relu->forward(net1->forward(input))); }
+Tensor ToyModel::forward(const Tensor& input) { return (*net2)((*relu)((*net1)(input))); }
 
 // ---- clone_structure: the same configuration, fresh tensors (Module::clone_structure) -----------
 
@@ -273,6 +277,7 @@ std::shared_ptr<Module> Embedding::clone_structure() const {
 std::shared_ptr<Module> LayerNorm::clone_structure() const {
   return std::make_shared<LayerNorm>(normalized_shape, eps, elementwise_affine, bias.defined());
 }
+std::shared_ptr<Module> CELU::clone_structure() const { return std::make_shared<CELU>(alpha); }
 std::shared_ptr<Module> GELU::clone_structure() const { return std::make_shared<GELU>(approximate); }
 std::shared_ptr<Module> Sequential::clone_structure() const {
   auto copy = std::make_shared<Sequential>();

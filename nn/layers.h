@@ -186,6 +186,17 @@ class GroupNorm : public Module {
 };
 
 // As torch.nn.GELU: approximate "none" (exact, with erf; nanoGPT's MLP) or "tanh".
+// torch.nn.CELU(alpha = 1).
+class CELU : public Module {
+ public:
+  std::shared_ptr<Module> clone_structure() const override;
+  explicit CELU(double alpha = 1.0);
+  Tensor forward(const Tensor& input) override { return tensor::celu(input, alpha); }
+  std::string extra_repr() const override;
+
+  double alpha;
+};
+
 class GELU : public Module {
  public:
   std::shared_ptr<Module> clone_structure() const override;

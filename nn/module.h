@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,23 @@ class SkipInitGuard {
   bool previous_;
 };
 
+class Module;
+
+// Module hooks, as torch.nn.Module's (run when a module is called, model(x), not by forward()
+// itself). Each may return replacements (std::nullopt: keep what it was given).
+//   forward pre-hook: (module, inputs) -> new inputs
+//   forward hook: (module, inputs, outputs) -> new outputs
+//   full backward pre-hook: (module, grad_outputs) -> new grad_outputs
+//   full backward hook: (module, grad_inputs, grad_outputs) -> new grad_inputs
+// The gradients line up with the tensors (undefined where one does not require grad).
+using Tensors = std::vector<Tensor>;
+using ForwardPreHook = std::function<std::optional<Tensors>(Module& module, const Tensors& inputs)>;
+using ForwardHook =
+    std::function<std::optional<Tensors>(Module& module, const Tensors& inputs, const Tensors& outputs)>;
+using BackwardPreHook = std::function<std::optional<Tensors>(Module& module, const Tensors& grad_outputs)>;
+using BackwardHook =
+    std::function<std::optional<Tensors>(Module& module, const Tensors& grad_inputs, const Tensors& grad_outputs)>;
+
 // Clears the gradients of `params`: set_to_none makes .grad undefined (PyTorch's default),
 // else it is zeroed in place. Module::zero_grad and Optimizer::zero_grad both call it.
 void zero_grad(const std::vector<Tensor>& params, bool set_to_none = true);
@@ -47,15 +65,31 @@ class Module : public std::enable_shared_from_this<Module> {
 
   // The forward pass of modules that map one tensor to one tensor (every built-in layer).
   virtual Tensor forward(const Tensor& input);
-  Tensor operator()(const Tensor& input) { return forward(input); }
+  // Calling the module: forward(input) with the module's hooks around it (none: forward alone).
+  Tensor operator()(const Tensor& input) {
+    return has_hooks() ? call_with_hooks({input}, true).front() : forward(input);
+  }
   // The forward pass of modules with several inputs or outputs (a model of (ids, mask) that
   // returns (logits, loss)): they override this one. By default it takes exactly one input,
-  // passes it to forward() and returns its one output. model(a, b, ...) calls it.
+  // passes it to forward() and returns its one output. model(a, b, ...) and call(inputs) call
+  // it, with the module's hooks around it.
   virtual std::vector<Tensor> forward_many(const std::vector<Tensor>& inputs);
   template <typename... Rest>
   std::vector<Tensor> operator()(const Tensor& first, const Tensor& second, const Rest&... rest) {
-    return forward_many({first, second, rest...});
+    return call({first, second, rest...});
   }
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs) {
+    return has_hooks() ? call_with_hooks(inputs, false) : forward_many(inputs);
+  }
+
+  // Hooks (see ForwardPreHook above), run in registration order (prepend: before the others),
+  // each removed by its handle's remove(). Backward hooks see the gradients of the module's
+  // tensor inputs and outputs of one call, all at once, as PyTorch's full backward hooks.
+  autograd::RemovableHandle register_forward_pre_hook(ForwardPreHook hook, bool prepend = false);
+  autograd::RemovableHandle register_forward_hook(ForwardHook hook, bool prepend = false);
+  autograd::RemovableHandle register_full_backward_pre_hook(BackwardPreHook hook, bool prepend = false);
+  autograd::RemovableHandle register_full_backward_hook(BackwardHook hook, bool prepend = false);
+  struct Hooks;  // the four lists (module_hooks.cc)
 
   // Registration returns the registered object. Names may not contain '.' or repeat.
   Tensor register_parameter(const std::string& name, Tensor tensor, bool requires_grad = true);
@@ -138,6 +172,10 @@ class Module : public std::enable_shared_from_this<Module> {
   // Every (name, tensor) in order, tied tensors under each of their names.
   void collect(const std::string& prefix, bool recurse, bool params,
                std::vector<std::pair<std::string, Tensor>>& out) const;
+
+  bool has_hooks() const;
+  std::vector<Tensor> call_with_hooks(std::vector<Tensor> inputs, bool one);
+  std::shared_ptr<Hooks> hooks_;  // made by the first register_*_hook
 
   std::string type_name_;
   OrderedDict<Tensor> parameters_;

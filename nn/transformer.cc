@@ -27,16 +27,16 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   const int64_t b = x.size(0), t = x.size(1), head = n_embd / n_head;
   TDDP_CHECK(t <= block_size, "CausalSelfAttention: sequence length {} is longer than block_size {}", t, block_size);
   // [B, T, C] -> q, k, v [B, n_head, T, head]
-  const std::vector<Tensor> qkv = tensor::split(c_attn->forward(x), n_embd, 2);
+  const std::vector<Tensor> qkv = tensor::split((*c_attn)(x), n_embd, 2);
   const auto heads = [&](const Tensor& m) { return m.view({b, t, n_head, head}).transpose(1, 2); };
   const Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
   // softmax(q k^T / sqrt(head), future masked out) in one kernel: nanoGPT's mul, masked_fill
   // and softmax, the same numbers.
   const double scale = 1.0 / std::sqrt(static_cast<double>(head));
-  const Tensor att = attn_dropout->forward(tensor::causal_softmax(tensor::matmul(q, k.transpose(-2, -1)), scale));
+  const Tensor att = (*attn_dropout)(tensor::causal_softmax(tensor::matmul(q, k.transpose(-2, -1)), scale));
   // [B, n_head, T, head] -> [B, T, C], the heads side by side
   const Tensor y = tensor::matmul(att, v).transpose(1, 2).contiguous().view({b, t, n_embd});
-  return resid_dropout->forward(c_proj->forward(y));
+  return (*resid_dropout)((*c_proj)(y));
 }
 
 MLP::MLP(const GPTConfig& config) : Module("MLP") {
@@ -46,7 +46,7 @@ MLP::MLP(const GPTConfig& config) : Module("MLP") {
   dropout = register_module("dropout", std::make_shared<Dropout>(config.dropout));
 }
 
-Tensor MLP::forward(const Tensor& x) { return dropout->forward(c_proj->forward(gelu->forward(c_fc->forward(x)))); }
+Tensor MLP::forward(const Tensor& x) { return (*dropout)((*c_proj)((*gelu)((*c_fc)(x)))); }
 
 Block::Block(const GPTConfig& config) : Module("Block") {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(tensor::Shape{config.n_embd}, 1e-5, true, config.bias));
@@ -56,8 +56,8 @@ Block::Block(const GPTConfig& config) : Module("Block") {
 }
 
 Tensor Block::forward(const Tensor& x) {
-  const Tensor h = tensor::add(x, attn->forward(ln_1->forward(x)));
-  return tensor::add(h, mlp->forward(ln_2->forward(h)));
+  const Tensor h = tensor::add(x, (*attn)((*ln_1)(x)));
+  return tensor::add(h, (*mlp)((*ln_2)(h)));
 }
 
 GPT::GPT(const GPTConfig& config) : Module("GPT"), config(config) {
@@ -110,9 +110,9 @@ Tensor GPT::forward(const Tensor& ids) {
   TDDP_CHECK(t <= config.block_size, "GPT: sequence length {} is longer than block_size {} (the context)", t,
              config.block_size);
   const Tensor positions = tensor::arange(int64_t{0}, t, int64_t{1}, tensor::TensorOptions(ids.device()));
-  Tensor x = drop->forward(tensor::add(wte->forward(ids), wpe->forward(positions)));
-  for (const auto& block : h) x = block->forward(x);
-  return lm_head->forward(ln_f->forward(x));
+  Tensor x = (*drop)(tensor::add((*wte)(ids), (*wpe)(positions)));
+  for (const auto& block : h) x = (*block)(x);
+  return (*lm_head)((*ln_f)(x));
 }
 
 std::vector<Tensor> GPT::forward_many(const std::vector<Tensor>& inputs) {

@@ -62,6 +62,9 @@ Tensor sigmoid(const Tensor& x);
 // As torch.nn.functional.gelu: approximate "none" (x Phi(x), with erf) or "tanh"; floating
 // inputs only.
 Tensor gelu(const Tensor& x, std::string_view approximate = "none");
+// As torch.nn.functional.celu: max(0, x) + min(0, alpha (exp(x / alpha) - 1)) (composed from
+// where and exp, tensor/ops/select.cc).
+Tensor celu(const Tensor& x, double alpha = 1.0);
 Tensor pow(const Tensor& x, double exponent);
 // As torch.pow(self: Scalar, exponent: Tensor): base ** exponent elementwise, in the exponent's
 // floating dtype (an int64 exponent computes in float32; an integral base with an int64

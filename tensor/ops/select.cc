@@ -87,6 +87,15 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
   return add(from_a, from_b);
 }
 
+Tensor celu(const Tensor& x, double alpha) {
+  check_defined(x, "celu", "x");
+  TDDP_CHECK(x.is_floating_point(), "celu: expected a floating-point input, got dtype {}", dtype_name(x.dtype()));
+  TDDP_CHECK(alpha != 0, "celu: alpha must not be 0 (it divides x)");
+  // x where positive, alpha (exp(x / alpha) - 1) elsewhere (the same at 0: both are 0, and
+  // both slopes are 1 there).
+  return where(gt(x, 0.0), x, mul(sub(exp(div(x, alpha)), 1.0), alpha));
+}
+
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   check_defined(x, "index_select", "x");
   check_index(index, "index_select");

@@ -300,3 +300,9 @@ TEST_CASE("CUDA: the weighted losses on the GPU equal the CPU's", "[cuda][loss]"
       },
       {randn({5, 4}, {}, &gen)});
 }
+
+TEST_CASE("CUDA: celu on the GPU equals the CPU", "[cuda][hooks]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  Generator gen(8);
+  check_on_gpu([](const Inputs& v) { return celu(v[0], 1.5); }, {randn({4, 5}, {}, &gen)});
+}

@@ -1,0 +1,147 @@
+// Module hooks (module.h): the four lists, their handles, and a call with hooks, in PyTorch's
+// order: forward pre-hooks, the inputs through a backward-hook node, forward, forward hooks,
+// the outputs through a second one. In backward the outputs' node runs first (backward
+// pre-hooks, then the gradients of the outputs are kept) and the inputs' node last (full
+// backward hooks, with the kept gradients of the outputs); with no input requiring grad, the
+// full backward hooks run at the outputs' node, their grad_inputs all undefined.
+#include <algorithm>
+#include <utility>
+
+#include "tinyddp/autograd/backward_hook.h"
+#include "tinyddp/nn/module.h"
+
+namespace tinyddp::nn {
+
+template <class H>
+using HookList = std::vector<std::pair<uint64_t, H>>;
+
+struct Module::Hooks {
+  uint64_t next_id = 0;
+  HookList<ForwardPreHook> forward_pre;
+  HookList<ForwardHook> forward;
+  HookList<BackwardPreHook> backward_pre;
+  HookList<BackwardHook> backward;
+  bool empty() const { return forward_pre.empty() && forward.empty() && backward_pre.empty() && backward.empty(); }
+};
+
+namespace {
+
+// Adds `hook` to the list `member` of `hooks`; the handle removes it (a no-op once the module
+// and its hooks are gone).
+template <class H>
+autograd::RemovableHandle add_hook(const std::shared_ptr<Module::Hooks>& hooks, HookList<H> Module::Hooks::*member,
+                                   H hook, bool prepend, const std::string& module_name, const char* what) {
+  TDDP_CHECK(hook != nullptr, "{}: {}: the hook is empty", module_name, what);
+  const uint64_t id = hooks->next_id++;
+  HookList<H>& list = (*hooks).*member;
+  list.insert(prepend ? list.begin() : list.end(), {id, std::move(hook)});
+  return autograd::RemovableHandle([weak = std::weak_ptr<Module::Hooks>(hooks), member, id] {
+    if (const std::shared_ptr<Module::Hooks> alive = weak.lock()) {
+      HookList<H>& entries = (*alive).*member;
+      entries.erase(std::remove_if(entries.begin(), entries.end(), [id](const auto& e) { return e.first == id; }),
+                    entries.end());
+    }
+  });
+}
+
+// A hook's replacement, checked to be one tensor per one it replaces.
+void take(std::optional<Tensors> replacement, Tensors& into, const std::string& module_name, const char* what) {
+  if (!replacement) return;
+  TDDP_CHECK(replacement->size() == into.size(), "{}: a {} returned {} tensors for {}", module_name, what,
+             replacement->size(), into.size());
+  into = std::move(*replacement);
+}
+
+// The backward half of one call with backward hooks: what the outputs' node leaves for the
+// inputs' node.
+struct BackwardCall {
+  Module* module;
+  std::shared_ptr<Module::Hooks> hooks;
+  size_t num_inputs = 0;
+  bool inputs_hooked = false;  // some input requires grad: the inputs' node runs the full hooks
+  Tensors grad_outputs;
+
+  Tensors on_output_grads(Tensors grads) {
+    const auto pre_hooks = hooks->backward_pre;  // a copy: hooks may remove hooks
+    for (const auto& [id, hook] : pre_hooks)
+      take(hook(*module, grads), grads, module->type_name(), "backward pre-hook");
+    grad_outputs = grads;
+    if (!inputs_hooked) {
+      const Tensors none(num_inputs);
+      const auto full = hooks->backward;
+      for (const auto& [id, hook] : full) {
+        const std::optional<Tensors> out = hook(*module, none, grad_outputs);
+        TDDP_CHECK(!out || std::none_of(out->begin(), out->end(), [](const Tensor& t) { return t.defined(); }),
+                   "{}: a full backward hook returned gradients, but no input of the module requires grad",
+                   module->type_name());
+      }
+    }
+    return grads;
+  }
+
+  Tensors on_input_grads(Tensors grads) {
+    const auto full = hooks->backward;
+    for (const auto& [id, hook] : full)
+      take(hook(*module, grads, grad_outputs), grads, module->type_name(), "full backward hook");
+    return grads;
+  }
+};
+
+}  // namespace
+
+bool Module::has_hooks() const { return hooks_ != nullptr && !hooks_->empty(); }
+
+autograd::RemovableHandle Module::register_forward_pre_hook(ForwardPreHook hook, bool prepend) {
+  if (!hooks_) hooks_ = std::make_shared<Hooks>();
+  return add_hook(hooks_, &Hooks::forward_pre, std::move(hook), prepend, type_name_, "register_forward_pre_hook");
+}
+
+autograd::RemovableHandle Module::register_forward_hook(ForwardHook hook, bool prepend) {
+  if (!hooks_) hooks_ = std::make_shared<Hooks>();
+  return add_hook(hooks_, &Hooks::forward, std::move(hook), prepend, type_name_, "register_forward_hook");
+}
+
+autograd::RemovableHandle Module::register_full_backward_pre_hook(BackwardPreHook hook, bool prepend) {
+  if (!hooks_) hooks_ = std::make_shared<Hooks>();
+  return add_hook(hooks_, &Hooks::backward_pre, std::move(hook), prepend, type_name_,
+                  "register_full_backward_pre_hook");
+}
+
+autograd::RemovableHandle Module::register_full_backward_hook(BackwardHook hook, bool prepend) {
+  if (!hooks_) hooks_ = std::make_shared<Hooks>();
+  return add_hook(hooks_, &Hooks::backward, std::move(hook), prepend, type_name_, "register_full_backward_hook");
+}
+
+std::vector<Tensor> Module::call_with_hooks(std::vector<Tensor> inputs, bool one) {
+  const std::shared_ptr<Hooks> hooks = hooks_;  // alive through the call, whatever the hooks remove
+  const auto forward_pre = hooks->forward_pre;
+  for (const auto& [id, hook] : forward_pre) take(hook(*this, inputs), inputs, type_name_, "forward pre-hook");
+  std::shared_ptr<BackwardCall> state;
+  if ((!hooks->backward.empty() || !hooks->backward_pre.empty()) && tensor::GradMode::is_enabled()) {
+    state = std::make_shared<BackwardCall>();
+    state->module = this;
+    state->hooks = hooks;
+    state->num_inputs = inputs.size();
+    state->inputs_hooked =
+        std::any_of(inputs.begin(), inputs.end(), [](const Tensor& t) { return t.defined() && t.requires_grad(); });
+    inputs = autograd::through_backward_hook(
+        inputs, [state](Tensors grads) { return state->on_input_grads(std::move(grads)); });
+  }
+  std::vector<Tensor> outputs;
+  if (one) {
+    TDDP_CHECK(inputs.size() == 1, "{}: called with one input, but its forward pre-hooks left {}", type_name_,
+               inputs.size());
+    outputs = {forward(inputs.front())};
+  } else {
+    outputs = forward_many(inputs);
+  }
+  const auto forward_hooks = hooks->forward;
+  for (const auto& [id, hook] : forward_hooks) take(hook(*this, inputs, outputs), outputs, type_name_, "forward hook");
+  if (state) {
+    outputs = autograd::through_backward_hook(
+        outputs, [state](Tensors grads) { return state->on_output_grads(std::move(grads)); });
+  }
+  return outputs;
+}
+
+}  // namespace tinyddp::nn
