@@ -270,14 +270,22 @@ void DistributedDataParallel::sync_module_buffers(bool candidate) {
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
-  return run_forward([&] { return std::vector<Tensor>{(*module_)(input)}; }).front();
+  return run_forward([&] { return nn::Value((*module_)(input)); }).tensor();
 }
 
 std::vector<Tensor> DistributedDataParallel::forward_many(const std::vector<Tensor>& inputs) {
-  return run_forward([&] { return module_->call(inputs); });
+  return run_forward([&] {
+           const std::vector<Tensor> outputs = module_->call(inputs);
+           return nn::Value::list({outputs.begin(), outputs.end()});
+         })
+      .tensors();
 }
 
-std::vector<Tensor> DistributedDataParallel::run_forward(const std::function<std::vector<Tensor>()>& module_forward) {
+nn::Value DistributedDataParallel::forward_nested(const std::vector<Tensor>& inputs) {
+  return run_forward([&] { return module_->call_nested(inputs); });
+}
+
+nn::Value DistributedDataParallel::run_forward(const std::function<nn::Value()>& module_forward) {
   const bool grad_enabled = tensor::GradMode::is_enabled();
   const bool synchronize = grad_enabled && require_sync_;
   if (synchronize) reducer_->prepare_for_forward();
@@ -290,13 +298,13 @@ std::vector<Tensor> DistributedDataParallel::run_forward(const std::function<std
     should_sync_work_ = pg_->allreduce(should_sync_flag_);
   }
   reducer_->recorder().forward_start();
-  std::vector<Tensor> outputs = module_forward();
+  nn::Value outputs = module_forward();
   reducer_->recorder().forward_end();
   require_forward_param_sync_ = synchronize;
   if (synchronize) {
-    // find_unused_parameters: what no output reaches gets no gradient this iteration.
+    // find_unused_parameters: what no output tensor reaches gets no gradient this iteration.
     reducer_->prepare_for_backward(
-        options_.find_unused_parameters() && !options_.static_graph() ? outputs : std::vector<Tensor>{});
+        options_.find_unused_parameters() && !options_.static_graph() ? outputs.tensors() : std::vector<Tensor>{});
   }
   return outputs;
 }

@@ -97,6 +97,10 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   // The same for modules with several inputs or outputs: find_unused_parameters walks the
   // graph from every output, as PyTorch's DDP walks every tensor of the output structure.
   std::vector<Tensor> forward_many(const std::vector<Tensor>& inputs) override;
+  // A module whose outputs nest (nn::Value: tuples, lists, dicts of tensors): every tensor in
+  // them counts for find_unused_parameters and static_graph, as PyTorch's _find_tensors.
+  // ddp.call_nested(inputs) calls it.
+  nn::Value forward_nested(const std::vector<Tensor>& inputs) override;
   std::shared_ptr<nn::Module> module() const { return module_; }
   const Reducer& reducer() const { return *reducer_; }
   comm::ProcessGroup& process_group() const { return *pg_; }
@@ -193,7 +197,7 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   // 0, or inside join from the highest active rank (`candidate`: this rank is active).
   void sync_module_buffers(bool candidate);
   // forward and forward_many around the module's own call (which returns its outputs).
-  std::vector<Tensor> run_forward(const std::function<std::vector<Tensor>()>& module_forward);
+  nn::Value run_forward(const std::function<nn::Value()>& module_forward);
 
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<comm::ProcessGroup> pg_;

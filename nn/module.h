@@ -12,6 +12,7 @@
 
 #include "tinyddp/autograd/autograd.h"
 #include "tinyddp/nn/ordered_dict.h"
+#include "tinyddp/nn/value.h"
 
 namespace tinyddp::nn {
 
@@ -66,9 +67,7 @@ class Module : public std::enable_shared_from_this<Module> {
   // The forward pass of modules that map one tensor to one tensor (every built-in layer).
   virtual Tensor forward(const Tensor& input);
   // Calling the module: forward(input) with the module's hooks around it (none: forward alone).
-  Tensor operator()(const Tensor& input) {
-    return has_hooks() ? call_with_hooks({input}, true).front() : forward(input);
-  }
+  Tensor operator()(const Tensor& input) { return has_hooks() ? call_one_with_hooks(input) : forward(input); }
   // The forward pass of modules with several inputs or outputs (a model of (ids, mask) that
   // returns (logits, loss)): they override this one. By default it takes exactly one input,
   // passes it to forward() and returns its one output. model(a, b, ...) and call(inputs) call
@@ -78,9 +77,13 @@ class Module : public std::enable_shared_from_this<Module> {
   std::vector<Tensor> operator()(const Tensor& first, const Tensor& second, const Rest&... rest) {
     return call({first, second, rest...});
   }
-  std::vector<Tensor> call(const std::vector<Tensor>& inputs) {
-    return has_hooks() ? call_with_hooks(inputs, false) : forward_many(inputs);
-  }
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs);
+  // The forward pass of modules whose outputs nest (tuples, lists and dicts of tensors, as a
+  // PyTorch forward may return): they override this one. By default forward_many's outputs:
+  // the one tensor, or a list of them. call_nested(inputs) calls it with the hooks around it
+  // (the hooks see the output's tensors, depth first, and may replace them).
+  virtual Value forward_nested(const std::vector<Tensor>& inputs);
+  Value call_nested(const std::vector<Tensor>& inputs);
 
   // Hooks (see ForwardPreHook above), run in registration order (prepend: before the others),
   // each removed by its handle's remove(). Backward hooks see the gradients of the module's
@@ -174,7 +177,8 @@ class Module : public std::enable_shared_from_this<Module> {
                std::vector<std::pair<std::string, Tensor>>& out) const;
 
   bool has_hooks() const;
-  std::vector<Tensor> call_with_hooks(std::vector<Tensor> inputs, bool one);
+  Tensor call_one_with_hooks(const Tensor& input);
+  Value call_with_hooks(std::vector<Tensor> inputs, const std::function<Value(const std::vector<Tensor>&)>& run);
   std::shared_ptr<Hooks> hooks_;  // made by the first register_*_hook
 
   std::string type_name_;

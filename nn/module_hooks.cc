@@ -112,7 +112,38 @@ autograd::RemovableHandle Module::register_full_backward_hook(BackwardHook hook,
   return add_hook(hooks_, &Hooks::backward, std::move(hook), prepend, type_name_, "register_full_backward_hook");
 }
 
-std::vector<Tensor> Module::call_with_hooks(std::vector<Tensor> inputs, bool one) {
+std::vector<Tensor> Module::call(const std::vector<Tensor>& inputs) {
+  if (!has_hooks()) return forward_many(inputs);
+  return call_with_hooks(inputs,
+                         [this](const Tensors& in) {
+                           const Tensors out = forward_many(in);
+                           return Value::list({out.begin(), out.end()});
+                         })
+      .tensors();
+}
+
+Value Module::forward_nested(const std::vector<Tensor>& inputs) {
+  const std::vector<Tensor> outputs = forward_many(inputs);
+  if (outputs.size() == 1) return Value(outputs.front());
+  return Value::list({outputs.begin(), outputs.end()});
+}
+
+Value Module::call_nested(const std::vector<Tensor>& inputs) {
+  if (!has_hooks()) return forward_nested(inputs);
+  return call_with_hooks(inputs, [this](const Tensors& in) { return forward_nested(in); });
+}
+
+Tensor Module::call_one_with_hooks(const Tensor& input) {
+  return call_with_hooks({input},
+                         [this](const Tensors& in) {
+                           TDDP_CHECK(in.size() == 1, "{}: called with one input, but its forward pre-hooks left {}",
+                                      type_name_, in.size());
+                           return Value(forward(in.front()));
+                         })
+      .tensor();
+}
+
+Value Module::call_with_hooks(std::vector<Tensor> inputs, const std::function<Value(const std::vector<Tensor>&)>& run) {
   const std::shared_ptr<Hooks> hooks = hooks_;  // alive through the call, whatever the hooks remove
   const auto forward_pre = hooks->forward_pre;
   for (const auto& [id, hook] : forward_pre) take(hook(*this, inputs), inputs, type_name_, "forward pre-hook");
@@ -127,21 +158,16 @@ std::vector<Tensor> Module::call_with_hooks(std::vector<Tensor> inputs, bool one
     inputs = autograd::through_backward_hook(
         inputs, [state](Tensors grads) { return state->on_input_grads(std::move(grads)); });
   }
-  std::vector<Tensor> outputs;
-  if (one) {
-    TDDP_CHECK(inputs.size() == 1, "{}: called with one input, but its forward pre-hooks left {}", type_name_,
-               inputs.size());
-    outputs = {forward(inputs.front())};
-  } else {
-    outputs = forward_many(inputs);
-  }
+  const Value result = run(inputs);
+  // The hooks see the output's tensors, depth first; their replacements go back in place.
+  std::vector<Tensor> outputs = result.tensors();
   const auto forward_hooks = hooks->forward;
   for (const auto& [id, hook] : forward_hooks) take(hook(*this, inputs, outputs), outputs, type_name_, "forward hook");
   if (state) {
     outputs = autograd::through_backward_hook(
         outputs, [state](Tensors grads) { return state->on_output_grads(std::move(grads)); });
   }
-  return outputs;
+  return result.with_tensors(outputs);
 }
 
 }  // namespace tinyddp::nn

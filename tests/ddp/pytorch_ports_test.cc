@@ -8,6 +8,11 @@
 // op inside the module; the port uses the two hooks that replaced it: a full backward pre-hook
 // (celu of grad_output, so the weights' gradients see it) and a full backward hook (celu of
 // grad_input, so the input's gradient sees it).
+//
+// test_ddp_static_graph_nested_types: a module returning a tuple, a list or a dict of
+// tensors, some nested, by DDP and by DDP with static_graph, 6 steps each (param += grad): the
+// structures come back as they were returned and the parameters stay equal. (PyTorch's test
+// wraps the DDP model a second time for static_graph; the port wraps a copy of the module.)
 #include <mutex>
 
 #include "tests/comm/comm_test_util.h"
@@ -41,7 +46,69 @@ std::shared_ptr<nn::Linear> hooked_linear() {
   return fc;
 }
 
+// The test's NestedOutputModule: lin = Linear(100, 1, bias=False), its outputs nested as
+// output_type says.
+struct NestedOutputModule : Module {
+  std::shared_ptr<nn::Linear> lin;
+  std::string output_type = "tuple";
+  NestedOutputModule() : Module("NestedOutputModule") {
+    lin = register_module("lin", std::make_shared<nn::Linear>(100, 1, false));
+  }
+  nn::Value forward_nested(const std::vector<Tensor>& inputs) override {
+    const Tensor& inp = inputs.at(0);
+    using nn::Value;
+    if (output_type == "dict") {
+      return Value::dict({{"a", (*lin)(inp)}, {"b", Value::dict({{"c", (*lin)(inp)}})}});
+    }
+    return Value::list({(*lin)(inp), Value::list({(*lin)(inp), (*lin)(inp)})});  // a tuple or a list
+  }
+};
+
+// get_loss: the sum of every tensor in the output.
+Tensor loss_of(const nn::Value& out) {
+  Tensor loss = tensor::zeros({});
+  for (const Tensor& t : out.tensors()) loss = loss + tensor::sum(t);
+  return loss;
+}
+
+// _model_step: param += grad, then no grad.
+void model_step(Module& model) {
+  tensor::NoGradGuard no_grad;
+  for (const Tensor& p : model.parameters()) {
+    if (!p.grad().defined()) continue;
+    p.add_(p.grad());
+    p.mutable_grad() = Tensor();
+  }
+}
+
 }  // namespace
+
+TEST_CASE("PyTorch's test_ddp_static_graph_nested_types: nested outputs under DDP and static_graph",
+          "[ddp][nested][port]") {
+  testing::require_no_failures(testing::run_threads(2, [](comm::ProcessGroup& pg, Expectations& e) {
+    auto plain = std::make_shared<NestedOutputModule>(), copy = std::make_shared<NestedOutputModule>();
+    copy->load_state_dict(plain->state_dict());
+    ddp::DistributedDataParallel model(plain, testing::borrow(pg));
+    ddp::DistributedDataParallel static_model(copy, testing::borrow(pg), ddp::DDPOptions().static_graph(true));
+    tensor::Generator gen(10 + pg.rank());
+    const Tensor inp = tensor::randn({10, 100}, {}, &gen);
+    for (const std::string type : {"list", "tuple", "dict"}) {
+      plain->output_type = copy->output_type = type;
+      for (int i = 0; i < 6; ++i) {
+        const nn::Value out = model.call_nested({inp});
+        loss_of(out).backward();
+        model_step(*plain);
+        const nn::Value out_static = static_model.call_nested({inp});
+        e.expect(type == "dict" ? out_static.is_dict() : out_static.is_list(),
+                 fmt::format("{}: the structure came back as {}", type, out_static.describe()));
+        loss_of(out_static).backward();
+        model_step(*copy);
+        e.expect(tensor::equal(plain->lin->weight, copy->lin->weight),
+                 fmt::format("{} step {}: the parameters differ", type, i));
+      }
+    }
+  }));
+}
 
 TEST_CASE("PyTorch's test_ddp_forward_backward_hook: module hooks run the same under DDP", "[ddp][hooks][port]") {
   testing::require_no_failures(testing::run_threads(2, [](comm::ProcessGroup& pg, Expectations& e) {

@@ -208,3 +208,58 @@ TEST_CASE("static_graph: a parameter whose hook fires twice per backward is read
     }
   }));
 }
+
+namespace {
+
+// x -> {"a": a(x)} or, with use_b, {"a": a(x), "more": [{"b": b(x)}]}: b's output only nested.
+struct NestedHeads : nn::Module {
+  std::shared_ptr<nn::Linear> a, b;
+  bool use_b = true;
+  NestedHeads() : Module("NestedHeads") {
+    a = register_module("a", std::make_shared<nn::Linear>(3, 2));
+    b = register_module("b", std::make_shared<nn::Linear>(3, 2));
+  }
+  nn::Value forward_nested(const std::vector<Tensor>& in) override {
+    using nn::Value;
+    if (!use_b) return Value::dict({{"a", (*a)(in.at(0))}});
+    return Value::dict({{"a", (*a)(in.at(0))}, {"more", Value::list({Value::dict({{"b", (*b)(in.at(0))}})})}});
+  }
+};
+
+Tensor squares(const nn::Value& out) {
+  Tensor loss = tensor::zeros({});
+  for (const Tensor& t : out.tensors()) loss = loss + tensor::sum(t * t);
+  return loss;
+}
+
+}  // namespace
+
+TEST_CASE("find_unused_parameters finds the tensors nested in an output's dicts and lists", "[ddp][unused][nested]") {
+  // use_b per step and rank: both, one, none.
+  const std::vector<std::vector<bool>> use_b{{true, true}, {true, false}, {false, false}};
+  require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) {
+    auto model = std::make_shared<NestedHeads>(), local = std::make_shared<NestedHeads>();
+    DistributedDataParallel ddp(model, borrow(pg), DDPOptions().find_unused_parameters(true));
+    local->load_state_dict(model->state_dict());  // rank 0's weights, which DDP broadcast
+    tensor::Generator gen(40 + pg.rank());
+    for (size_t step = 0; step < use_b.size(); ++step) {
+      model->use_b = local->use_b = use_b[step][pg.rank()];
+      const Tensor x = tensor::randn({4, 3}, {}, &gen);
+      model->zero_grad();
+      local->zero_grad();
+      squares(ddp.call_nested({x})).backward();
+      squares(local->call_nested({x})).backward();
+      // What DDP must give: the mean of the ranks' own gradients (zeros where a rank did not use
+      // b), and no gradient at all when no rank did.
+      Tensor mine = local->b->weight.grad().defined() ? local->b->weight.grad().clone() : tensor::zeros({2, 3});
+      pg.allreduce({mine})->wait();
+      const Tensor got = model->b->weight.grad();
+      if (!use_b[step][0] && !use_b[step][1]) {
+        e.expect(!got.defined(), fmt::format("step {}: b.weight.grad is defined though no rank used b", step));
+        continue;
+      }
+      e.expect(got.defined() && tensor::allclose(got, tensor::div(mine, 2.0), 1e-6, 1e-7),
+               fmt::format("step {}: b.weight.grad is not the mean of the ranks' gradients", step));
+    }
+  }));
+}
