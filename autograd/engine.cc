@@ -3,6 +3,7 @@
 // given node (its counters and buffer live in the node).
 #include "tinyddp/autograd/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <queue>
 
@@ -101,6 +102,19 @@ std::vector<std::pair<Edge, Tensor>> root_edges(const std::vector<Tensor>& roots
 }  // namespace
 
 // The buffer of `node`'s input `input_nr`.
+bool Engine::take_captured(Capture& capture, Node* node) {
+  if (const auto it = capture.at.find(node); it != capture.at.end()) {
+    for (const size_t k : it->second) capture.grads[k] = node->buffer_;  // the total gradient of input k
+  }
+  // A leaf's accumulator would write .grad, and a node that leads to no input is not needed.
+  if (capture.needed.count(node) == 0) {
+    node->buffer_ = Tensor();
+    node->extra_buffers_.clear();
+    return false;
+  }
+  return true;
+}
+
 Tensor& Engine::buffer_of(Node* node, uint32_t input_nr) {
   return input_nr == 0 ? node->buffer_ : node->extra_buffers_[input_nr - 1];
 }
@@ -175,6 +189,51 @@ void Engine::count_dependencies(const std::vector<std::pair<Edge, Tensor>>& seed
 }
 
 void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph) {
+  execute(roots, grad_roots, retain_graph, nullptr);
+}
+
+std::vector<Tensor> Engine::grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                                 const std::vector<Tensor>& grad_outputs, bool retain_graph, bool allow_unused) {
+  Capture capture;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    TDDP_CHECK(inputs[k].defined(), "grad: input {} is an undefined tensor", k);
+    TDDP_CHECK(inputs[k].requires_grad(), "grad: input {} (shape {}) does not require grad", k,
+               tensor::format_shape(inputs[k].sizes()));
+    capture.at[gradient_edge(inputs[k]).function.get()].push_back(k);
+  }
+  capture.grads.resize(inputs.size());
+  execute(outputs, grad_outputs, retain_graph, &capture);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    TDDP_CHECK(allow_unused || capture.grads[k].defined(),
+               "grad: input {} (shape {}) was not used in the graph of the outputs (pass allow_unused = true to get an "
+               "undefined gradient for it)",
+               k, tensor::format_shape(inputs[k].sizes()));
+  }
+  return capture.grads;
+}
+
+void Engine::mark_needed(Capture& capture, const std::vector<std::shared_ptr<Node>>& alive) {
+  // A node must run when one of its next nodes is an input's or must run. Next nodes were made
+  // before the node (lower sequence numbers); the leaves' accumulators, made later, lead
+  // nowhere and never run.
+  std::vector<Node*> order;
+  for (const auto& node : alive) {
+    if (!node->next_edges().empty()) order.push_back(node.get());
+  }
+  std::sort(order.begin(), order.end(), [](Node* a, Node* b) { return a->sequence_nr() < b->sequence_nr(); });
+  for (Node* node : order) {
+    for (const Edge& next : node->next_edges()) {
+      Node* child = next.function.get();
+      if (next.is_valid() && (capture.at.count(child) != 0 || capture.needed.count(child) != 0)) {
+        capture.needed.insert(node);
+        break;
+      }
+    }
+  }
+}
+
+void Engine::execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph,
+                     Capture* capture) {
   TDDP_CHECK(current_task == nullptr,
              "backward: called while another backward pass runs on this thread (from a hook?)");
   TDDP_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), "backward: got {} roots but {} gradients",
@@ -200,6 +259,7 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
       nodes.clear();  // drops this pass's references to the graph
     }
   } clear_buffers{alive};
+  if (capture != nullptr) mark_needed(*capture, alive);
 
   // 3. Seed the buffers with the root gradients; roots nothing else points at are ready.
   std::priority_queue<ReadyEntry> ready;
@@ -219,7 +279,12 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
   while (!ready.empty()) {
     Node* node = ready.top().node;
     ready.pop();
-    std::vector<Tensor> outputs = node->num_inputs() > 1 ? run_many(node, retain_graph) : run_one(node, retain_graph);
+    std::vector<Tensor> outputs;
+    if (capture != nullptr && !take_captured(*capture, node)) {
+      outputs.resize(node->next_edges().size());  // runs nothing: grad() writes no .grad
+    } else {
+      outputs = node->num_inputs() > 1 ? run_many(node, retain_graph) : run_one(node, retain_graph);
+    }
     TDDP_CHECK(outputs.size() == node->next_edges().size(), "{}: returned {} gradients for {} next edges", node->name(),
                outputs.size(), node->next_edges().size());
     for (size_t i = 0; i < outputs.size(); ++i) {
@@ -236,6 +301,14 @@ void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor
     auto callback = std::move(task.callbacks[i]);
     callback();
   }
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, std::optional<bool> retain_graph, bool create_graph,
+                         bool allow_unused) {
+  TDDP_CHECK(!create_graph,
+             "grad: create_graph (a differentiable graph of the gradients, for double backward) is not supported yet");
+  return Engine::grad(outputs, inputs, grad_outputs, retain_graph.value_or(create_graph), allow_unused);
 }
 
 }  // namespace tinyddp::autograd

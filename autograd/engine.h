@@ -5,6 +5,9 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -25,6 +28,14 @@ class Engine {
   // Runs with grad mode off. Not reentrant: a hook may not start another backward.
   static void backward(const std::vector<tensor::Tensor>& roots, const std::vector<tensor::Tensor>& grad_roots,
                        bool retain_graph = false);
+  // torch.autograd.grad: the gradients of `outputs` (weighted by grad_outputs, as backward's
+  // roots) with respect to `inputs`, returned instead of accumulated: no .grad is written and
+  // only the nodes on a path to an input run. An input the outputs do not reach is an error,
+  // or (allow_unused) an undefined gradient. First order only (create_graph is not supported).
+  static std::vector<tensor::Tensor> grad(const std::vector<tensor::Tensor>& outputs,
+                                          const std::vector<tensor::Tensor>& inputs,
+                                          const std::vector<tensor::Tensor>& grad_outputs = {},
+                                          bool retain_graph = false, bool allow_unused = false);
 
   // Queues `callback` to run once after every node of the current backward pass has run (in
   // queueing order; callbacks may queue more). Only callable during backward, e.g. from a
@@ -37,15 +48,36 @@ class Engine {
   static std::chrono::steady_clock::time_point backward_started_at();
 
  private:
-  // backward's step 2: sets each node's count of incoming edges reachable from the seeds
-  // (the root edges with their gradients) and collects the nodes into `alive`.
+  // grad()'s inputs: which node's total gradient is input k's, the results, and the nodes
+  // that lead to one of them (only those run).
+  struct Capture {
+    std::unordered_map<Node*, std::vector<size_t>> at;
+    std::vector<tensor::Tensor> grads;
+    std::unordered_set<Node*> needed;
+  };
+  // The pass of backward and grad (capture: grad's).
+  static void execute(const std::vector<tensor::Tensor>& roots, const std::vector<tensor::Tensor>& grad_roots,
+                      bool retain_graph, Capture* capture);
+  static void mark_needed(Capture& capture, const std::vector<std::shared_ptr<Node>>& alive);
+  // Takes a ready node's gradient where it is an input's; false when the node must not run.
+  static bool take_captured(Capture& capture, Node* node);
   // A node's input buffer; a ready node run (one input: pre-hooks, apply, post-hooks; several:
   // apply_many with all of them), returning one gradient per next edge.
   static tensor::Tensor& buffer_of(Node* node, uint32_t input_nr);
   static std::vector<tensor::Tensor> run_one(Node* node, bool retain_graph);
   static std::vector<tensor::Tensor> run_many(Node* node, bool retain_graph);
+  // backward's step 2: sets each node's count of incoming edges reachable from the seeds
+  // (the root edges with their gradients) and collects the nodes into `alive`.
   static void count_dependencies(const std::vector<std::pair<Edge, tensor::Tensor>>& seeds,
                                  std::vector<std::shared_ptr<Node>>& alive);
 };
+
+// torch::autograd::grad, as libtorch spells it: Engine::grad, retain_graph defaulting to
+// create_graph. create_graph (a graph of the gradients, for double backward) is not supported
+// yet: it throws.
+std::vector<tensor::Tensor> grad(const std::vector<tensor::Tensor>& outputs, const std::vector<tensor::Tensor>& inputs,
+                                 const std::vector<tensor::Tensor>& grad_outputs = {},
+                                 std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,
+                                 bool allow_unused = false);
 
 }  // namespace tinyddp::autograd
