@@ -144,7 +144,8 @@ Tensor SyncBatchNorm::forward(const Tensor& input) {
   const Tensor x = narrow ? input.to(t::kFloat32) : input;
   const Tensor out =
       SyncBatchNormFunction::apply(x, weight, bias, running_mean, running_var, factor, eps, this, group.get());
-  return narrow ? out.to(input.dtype()) : out;
+  // In the input's memory format, as PyTorch's (a channels-last input, a channels-last output).
+  return (narrow ? out.to(input.dtype()) : out).contiguous(input.suggest_memory_format());
 }
 
 std::shared_ptr<nn::Module> SyncBatchNorm::convert_sync_batchnorm(const std::shared_ptr<nn::Module>& module,

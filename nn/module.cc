@@ -310,6 +310,15 @@ void Module::to(Device device) {
   convert_all(buffers(), device);
 }
 
+void Module::to(tensor::MemoryFormat format) {
+  tensor::NoGradGuard no_grad;
+  for (const std::vector<Tensor>& tensors : {parameters(), buffers()}) {
+    for (const Tensor& t : tensors) {
+      if (t.dim() == 4) t.set_data(t.contiguous(format));  // as PyTorch: the 4-D ones (convolution weights)
+    }
+  }
+}
+
 std::string Module::repr() const {
   std::ostringstream out;
   out << type_name_ << "(" << extra_repr();

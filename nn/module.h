@@ -157,6 +157,8 @@ class Module : public std::enable_shared_from_this<Module> {
   // Converts every parameter and buffer in place (the tensor handles stay the same).
   void to(DType dtype);
   void to(Device device);
+  // model.to(memory_format=...): the 4-D parameters and buffers stored in `format`.
+  void to(tensor::MemoryFormat format);
 
   // A new module of the same type and configuration with parameters and buffers of its own
   // (their values not copied; the default generator may be drawn), children included: what

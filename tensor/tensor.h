@@ -47,6 +47,11 @@ struct TensorImpl {
   std::shared_ptr<AutogradMetaInterface> autograd_meta;
 };
 
+// How a 4-D tensor's elements are ordered in memory, as torch.memory_format: kContiguous
+// (row-major: N, C, H, W), kChannelsLast (N, H, W, C, the shape staying [N, C, H, W]), and
+// kPreserve (as the tensor is).
+enum class MemoryFormat { kContiguous, kChannelsLast, kPreserve };
+
 class Tensor {
  public:
   Tensor() = default;  // undefined: defined() is false
@@ -72,6 +77,12 @@ class Tensor {
   bool is_floating_point() const { return tensor::is_floating_point(dtype()); }
   // True when elements are laid out row-major without gaps (size-1 dims are ignored).
   bool is_contiguous() const;
+  // In `format`'s order (kChannelsLast: a 4-D [N, C, H, W] tensor stored as N, H, W, C, strides
+  // [H W C, 1, W C, C], as PyTorch's torch.channels_last; size-1 dims ignored).
+  bool is_contiguous(MemoryFormat format) const;
+  // kChannelsLast when the tensor is 4-D, stored channels last and not also plainly
+  // contiguous (PyTorch's suggest_memory_format); else kContiguous.
+  MemoryFormat suggest_memory_format() const;
   const Storage& storage() const { return checked()->storage; }
   // Same impl (the same tensor), or at least the same storage (a view of it).
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
@@ -109,6 +120,8 @@ class Tensor {
   Tensor as_strided(const Shape& sizes, const Shape& strides, std::optional<int64_t> storage_offset = {}) const;
   // Itself when already contiguous, else a contiguous copy.
   Tensor contiguous() const;
+  // The same in `format`'s order (differentiable; kPreserve: itself).
+  Tensor contiguous(MemoryFormat format) const;
   // A contiguous copy that shares nothing with this tensor.
   Tensor clone() const;
   // Makes this handle (and every copy of it) refer to `other`'s data: storage, geometry and

@@ -340,7 +340,11 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
                                            need_weight ? grad_weight.view(weight_shape) : Tensor(), grad_bias};
               });
   }
-  return out;
+  // A channels-last input or weight gives a channels-last output, as PyTorch's; the kernels
+  // themselves take and give NCHW (on these CPUs channels last does not pay: docs/tensor.md).
+  const bool channels_last = input.suggest_memory_format() == MemoryFormat::kChannelsLast ||
+                             weight.suggest_memory_format() == MemoryFormat::kChannelsLast;
+  return channels_last && out.dim() == 4 ? out.contiguous(MemoryFormat::kChannelsLast) : out;
 }
 
 Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,

@@ -158,7 +158,8 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
                                            need_bias ? sum_dy : Tensor()};
               });
   }
-  return out;
+  // In the input's memory format, as PyTorch's (a channels-last input, a channels-last output).
+  return out.contiguous(input.suggest_memory_format());
 }
 
 Tensor dropout(const Tensor& input, double p, bool training, Generator* generator) {

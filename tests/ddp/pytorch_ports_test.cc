@@ -13,7 +13,14 @@
 // tensors, some nested, by DDP and by DDP with static_graph, 6 steps each (param += grad): the
 // structures come back as they were returned and the parameters stay equal. (PyTorch's test
 // wraps the DDP model a second time for static_graph; the port wraps a copy of the module.)
+//
+// test_DistributedDataParallel_SyncBatchNorm_Channels_Last: a SyncBatchNorm(2, momentum 0.99)
+// under DDP on each rank's half of a channels-last batch, against the same layer on the whole
+// batch (PyTorch's reference is a SyncBatchNorm outside DDP that gathers the same whole batch
+// from every rank: a BatchNorm2d of it), 5 steps of param += grad: the outputs stay channels
+// last and the parameters equal.
 #include <mutex>
+#include "tinyddp/ddp/sync_batchnorm.h"
 
 #include "tests/comm/comm_test_util.h"
 #include "tinyddp/ddp/distributed.h"
@@ -127,5 +134,33 @@ TEST_CASE("PyTorch's test_ddp_forward_backward_hook: module hooks run the same u
     e.expect(tensor::allclose(wrapped->weight.grad(), local->weight.grad(), 1e-6, 1e-7), "weight gradients differ");
     e.expect(tensor::allclose(wrapped->bias.grad(), local->bias.grad(), 1e-6, 1e-7), "bias gradients differ");
     e.expect(tensor::allclose(x_ddp.grad(), x_local.grad(), 1e-6, 1e-7), "input gradients differ");
+  }));
+}
+
+TEST_CASE("PyTorch's test_DistributedDataParallel_SyncBatchNorm_Channels_Last", "[ddp][sync_batchnorm][port]") {
+  testing::require_no_failures(testing::run_threads(2, [](comm::ProcessGroup& pg, Expectations& e) {
+    const int64_t local_bs = 2, global_bs = 2 * pg.size(), offset = 2 * pg.rank();
+    auto base = std::make_shared<nn::BatchNorm2d>(2, 1e-5, 0.99);
+    auto sync = std::make_shared<ddp::SyncBatchNorm>(2, 1e-5, 0.99, true, true, testing::borrow(pg));
+    ddp::DistributedDataParallel model_ddp(sync, testing::borrow(pg));
+    tensor::Generator gen(5);  // the same global batch on every rank, as the test's
+    const auto channels_last = tensor::MemoryFormat::kChannelsLast;
+    const Tensor input = tensor::randn({global_bs, 2, 4, 4}, {}, &gen).contiguous(channels_last);
+    const Tensor target = tensor::randn({global_bs, 2, 4, 4}, {}, &gen).contiguous(channels_last);
+    for (int iter = 0; iter < 5; ++iter) {
+      const Tensor out = (*base)(input);
+      nn::mse_loss(out, target).backward();
+      const Tensor out_ddp = model_ddp(input.narrow(0, offset, local_bs));
+      tensor::mul(nn::mse_loss(out_ddp, target.narrow(0, offset, local_bs)),
+                  static_cast<double>(pg.size() * local_bs) / static_cast<double>(global_bs))
+          .backward();
+      e.expect(out.is_contiguous(channels_last) && out_ddp.is_contiguous(channels_last),
+               fmt::format("iteration {}: an output is not channels last", iter));
+      model_step(*base);
+      model_step(*sync);
+      e.expect(tensor::allclose(base->weight, sync->weight, 1e-5, 1e-6) &&
+                   tensor::allclose(base->bias, sync->bias, 1e-5, 1e-6),
+               fmt::format("iteration {}: the parameters differ", iter));
+    }
   }));
 }
