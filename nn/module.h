@@ -89,7 +89,9 @@ class Module : public std::enable_shared_from_this<Module> {
   // each removed by its handle's remove(). Backward hooks see the gradients of the module's
   // tensor inputs and outputs of one call, all at once, as PyTorch's full backward hooks.
   autograd::RemovableHandle register_forward_pre_hook(ForwardPreHook hook, bool prepend = false);
-  autograd::RemovableHandle register_forward_hook(ForwardHook hook, bool prepend = false);
+  // always_call: it also runs when forward throws (with no outputs; anything it throws then is
+  // dropped for forward's error, which goes on), as PyTorch's always_call.
+  autograd::RemovableHandle register_forward_hook(ForwardHook hook, bool prepend = false, bool always_call = false);
   autograd::RemovableHandle register_full_backward_pre_hook(BackwardPreHook hook, bool prepend = false);
   autograd::RemovableHandle register_full_backward_hook(BackwardHook hook, bool prepend = false);
   struct Hooks;  // the four lists (module_hooks.cc)

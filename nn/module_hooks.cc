@@ -5,6 +5,7 @@
 // backward hooks, with the kept gradients of the outputs); with no input requiring grad, the
 // full backward hooks run at the outputs' node, their grad_inputs all undefined.
 #include <algorithm>
+#include <unordered_set>
 #include <utility>
 
 #include "tinyddp/autograd/backward_hook.h"
@@ -21,6 +22,7 @@ struct Module::Hooks {
   HookList<ForwardHook> forward;
   HookList<BackwardPreHook> backward_pre;
   HookList<BackwardHook> backward;
+  std::unordered_set<uint64_t> always_called;  // forward hooks that also run when forward throws
   bool empty() const { return forward_pre.empty() && forward.empty() && backward_pre.empty() && backward.empty(); }
 };
 
@@ -87,6 +89,25 @@ struct BackwardCall {
   }
 };
 
+// run(inputs); if it throws, the always_call forward hooks run (with no outputs) before the
+// error goes on, theirs dropped.
+Value run_or_always_call(const std::shared_ptr<Module::Hooks>& hooks, Module& module, const Tensors& inputs,
+                         const std::function<Value(const Tensors&)>& run) {
+  try {
+    return run(inputs);
+  } catch (...) {
+    const auto forward_hooks = hooks->forward;
+    for (const auto& [id, hook] : forward_hooks) {
+      if (hooks->always_called.count(id) == 0) continue;
+      try {
+        hook(module, inputs, {});
+      } catch (...) {  // forward's error is the one to report
+      }
+    }
+    throw;
+  }
+}
+
 }  // namespace
 
 bool Module::has_hooks() const { return hooks_ != nullptr && !hooks_->empty(); }
@@ -96,8 +117,9 @@ autograd::RemovableHandle Module::register_forward_pre_hook(ForwardPreHook hook,
   return add_hook(hooks_, &Hooks::forward_pre, std::move(hook), prepend, type_name_, "register_forward_pre_hook");
 }
 
-autograd::RemovableHandle Module::register_forward_hook(ForwardHook hook, bool prepend) {
+autograd::RemovableHandle Module::register_forward_hook(ForwardHook hook, bool prepend, bool always_call) {
   if (!hooks_) hooks_ = std::make_shared<Hooks>();
+  if (always_call) hooks_->always_called.insert(hooks_->next_id);  // the id add_hook gives it
   return add_hook(hooks_, &Hooks::forward, std::move(hook), prepend, type_name_, "register_forward_hook");
 }
 
@@ -158,7 +180,7 @@ Value Module::call_with_hooks(std::vector<Tensor> inputs, const std::function<Va
     inputs = autograd::through_backward_hook(
         inputs, [state](Tensors grads) { return state->on_input_grads(std::move(grads)); });
   }
-  const Value result = run(inputs);
+  const Value result = run_or_always_call(hooks, *this, inputs, run);
   // The hooks see the output's tensors, depth first; their replacements go back in place.
   std::vector<Tensor> outputs = result.tensors();
   const auto forward_hooks = hooks->forward;

@@ -176,3 +176,32 @@ TEST_CASE("celu equals PyTorch's; gradcheck; CELU module", "[nn][hooks][fixture]
   CHECK(CELU(2.0).repr() == "CELU(alpha=2)");
   CHECK_THROWS_WITH(tensor::celu(z, 0.0), Contains("celu: alpha must not be 0"));
 }
+
+namespace {
+
+struct Failing : Module {
+  Failing() : Module("Failing") {}
+  Tensor forward(const Tensor&) override { throw Error("Failing: forward failed on purpose"); }
+};
+
+}  // namespace
+
+TEST_CASE("Module hooks: an always_call forward hook runs when forward throws, and the error goes on", "[nn][hooks]") {
+  auto failing = std::make_shared<Failing>();
+  int always = 0, plain = 0;
+  failing->register_forward_hook(
+      [&](Module&, const Tensors& in, const Tensors& out) -> std::optional<Tensors> {
+        ++always;
+        CHECK(in.size() == 1);
+        CHECK(out.empty());  // forward returned nothing
+        throw Error("dropped: forward's error is the one reported");
+      },
+      false, /*always_call=*/true);
+  failing->register_forward_hook([&](Module&, const Tensors&, const Tensors&) -> std::optional<Tensors> {
+    ++plain;
+    return std::nullopt;
+  });
+  CHECK_THROWS_WITH((*failing)(tensor::ones({1})), Contains("Failing: forward failed on purpose"));
+  CHECK(always == 1);
+  CHECK(plain == 0);
+}
