@@ -64,7 +64,11 @@ std::vector<std::shared_ptr<nn::Module>> replicate(const std::shared_ptr<nn::Mod
       copy = module->clone_structure();
     }
     // (No copy->to(device): every parameter and buffer is replaced below.)
-    each_pair(*module, *copy, [](nn::Module& a, nn::Module& b) { b.train(a.is_training()); });
+    // Each copy runs its original's hooks (the same lists, as PyTorch's shallow copy shares them).
+    each_pair(*module, *copy, [](nn::Module& a, nn::Module& b) {
+      b.train(a.is_training());
+      b.share_hooks(a);
+    });
     for (const auto& [name, p] : copy->named_parameters()) {
       const Tensor& original = params.at(name);
       // An autograd copy: its gradient flows back into the original parameter.
@@ -97,7 +101,7 @@ std::vector<std::vector<Tensor>> parallel_apply(const std::vector<std::shared_pt
     threads.emplace_back([&, i] {
       tensor::GradMode::set_enabled(grad_enabled);  // grad mode is per thread
       try {
-        outputs[i] = replicas[i]->forward_many(inputs[i]);
+        outputs[i] = replicas[i]->call(inputs[i]);  // the module's hooks run on each replica
       } catch (...) {
         errors[i] = std::current_exception();
       }
@@ -169,10 +173,10 @@ Tensor DataParallel::forward(const Tensor& input) {
 }
 
 std::vector<Tensor> DataParallel::forward_many(const std::vector<Tensor>& inputs) {
-  if (device_ids_.empty()) return module->forward_many(inputs);  // no devices: the module itself
+  if (device_ids_.empty()) return module->call(inputs);  // no devices: the module itself
   check_module_device();
   const std::vector<std::vector<Tensor>> chunks = scatter(inputs, device_ids_, dim_);
-  if (chunks.size() == 1) return module->forward_many(chunks.front());  // one device: no copies needed
+  if (chunks.size() == 1) return module->call(chunks.front());  // one device: no copies needed
   const std::vector<Device> used(device_ids_.begin(), device_ids_.begin() + static_cast<int64_t>(chunks.size()));
   return gather(parallel_apply(replicate(module, used), chunks), output_device_, dim_);
 }

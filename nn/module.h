@@ -95,6 +95,9 @@ class Module : public std::enable_shared_from_this<Module> {
   autograd::RemovableHandle register_full_backward_pre_hook(BackwardPreHook hook, bool prepend = false);
   autograd::RemovableHandle register_full_backward_hook(BackwardHook hook, bool prepend = false);
   struct Hooks;  // the four lists (module_hooks.cc)
+  // Runs `other`'s hooks from now on: the same lists, so a hook added to or removed from either
+  // shows on both (DataParallel's replicas, as PyTorch's replicate shares them).
+  void share_hooks(const Module& other) { hooks_ = other.hooks_; }
 
   // Registration returns the registered object. Names may not contain '.' or repeat.
   Tensor register_parameter(const std::string& name, Tensor tensor, bool requires_grad = true);

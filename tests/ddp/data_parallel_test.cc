@@ -10,6 +10,8 @@
 
 #include "tests/test_util.h"
 
+#include <atomic>
+
 #include "tinyddp/ddp/data_parallel.h"
 #include "tinyddp/nn/nn.h"
 #include "tinyddp/nn/transformer.h"
@@ -169,4 +171,21 @@ TEST_CASE("DataParallel on one GPU, and on the GPU twice, trains as the module",
     const std::vector<Tensor> pa = plain->parameters(), pb = module->parameters();
     for (size_t i = 0; i < pa.size(); ++i) CHECK(max_diff(pa[i].grad().to(Device()), pb[i].grad().to(Device())) < 1e-6);
   }
+}
+
+TEST_CASE("DataParallel: each replica runs the module's hooks, as PyTorch's replicate shares them",
+          "[ddp][dp][hooks]") {
+  tensor::manual_seed(4);
+  auto model = std::make_shared<nn::Linear>(3, 2);
+  std::atomic<int> calls{0};
+  model->register_forward_hook(
+      [&](nn::Module&, const nn::Tensors&, const nn::Tensors& out) -> std::optional<nn::Tensors> {
+        ++calls;
+        return nn::Tensors{tensor::mul(out[0], 2.0)};
+      });
+  DataParallel dp(model, cpus(2));
+  const Tensor x = tensor::randn({4, 3});
+  const Tensor y = dp.forward(x);
+  CHECK(calls == 2);  // once per replica
+  CHECK(max_diff(y, tensor::mul(model->forward(x), 2.0)) < 1e-6);
 }
