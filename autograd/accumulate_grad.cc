@@ -1,6 +1,7 @@
 // AccumulateGrad (accumulate_grad.h): the node at a leaf, which checks each gradient that
 // reaches it against the leaf and sums it into .grad (adopting the engine's buffer as .grad
-// when nothing else holds it); the engine then runs its post-hooks, DDP's among them.
+// when nothing else holds it); the engine then runs its post-hooks, DDP's among them. Under
+// create_graph (grad mode on) .grad is a recorded copy or sum, so it has a graph of its own.
 #include "tinyddp/autograd/accumulate_grad.h"
 
 #include "tinyddp/tensor/ops.h"
@@ -30,6 +31,8 @@ std::vector<Tensor> AccumulateGrad::apply(const Tensor& incoming) {
     const bool stealable = incoming.use_count() == 1 && incoming.storage().use_count() == 1 &&
                            incoming.is_contiguous() && incoming.storage_offset() == 0 && !incoming.requires_grad();
     grad = stealable ? incoming : incoming.clone();
+  } else if (tensor::GradMode::is_enabled()) {
+    grad = tensor::add(grad, incoming);  // create_graph: .grad keeps the sum's graph (out of place)
   } else {
     grad.add_(incoming);
   }

@@ -41,9 +41,12 @@ bool can_sum_into(const Tensor& t, const Tensor& other) {
 // Sums a gradient into a node's input buffer. As PyTorch's InputBuffer, a buffer (or an
 // arriving gradient) that nothing else references takes the sum in place instead of a new
 // tensor being allocated: the same bits, as a + b == b + a.
+// Gradients with a graph of their own (create_graph) are summed out of place, as a recorded op.
 void accumulate(Tensor& buffer, Tensor grad) {
   if (!buffer.defined()) {
     buffer = std::move(grad);
+  } else if (buffer.requires_grad() || grad.requires_grad()) {
+    buffer = tensor::add(buffer, grad);
   } else if (can_sum_into(buffer, grad)) {
     buffer.add_(grad);
   } else if (can_sum_into(grad, buffer)) {
@@ -188,12 +191,14 @@ void Engine::count_dependencies(const std::vector<std::pair<Edge, Tensor>>& seed
   }
 }
 
-void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph) {
-  execute(roots, grad_roots, retain_graph, nullptr);
+void Engine::backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph,
+                      bool create_graph) {
+  execute(roots, grad_roots, retain_graph, create_graph, nullptr);
 }
 
 std::vector<Tensor> Engine::grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                                 const std::vector<Tensor>& grad_outputs, bool retain_graph, bool allow_unused) {
+                                 const std::vector<Tensor>& grad_outputs, bool retain_graph, bool create_graph,
+                                 bool allow_unused) {
   Capture capture;
   for (size_t k = 0; k < inputs.size(); ++k) {
     TDDP_CHECK(inputs[k].defined(), "grad: input {} is an undefined tensor", k);
@@ -202,7 +207,7 @@ std::vector<Tensor> Engine::grad(const std::vector<Tensor>& outputs, const std::
     capture.at[gradient_edge(inputs[k]).function.get()].push_back(k);
   }
   capture.grads.resize(inputs.size());
-  execute(outputs, grad_outputs, retain_graph, &capture);
+  execute(outputs, grad_outputs, retain_graph, create_graph, &capture);
   for (size_t k = 0; k < inputs.size(); ++k) {
     TDDP_CHECK(allow_unused || capture.grads[k].defined(),
                "grad: input {} (shape {}) was not used in the graph of the outputs (pass allow_unused = true to get an "
@@ -233,12 +238,18 @@ void Engine::mark_needed(Capture& capture, const std::vector<std::shared_ptr<Nod
 }
 
 void Engine::execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph,
-                     Capture* capture) {
+                     bool create_graph, Capture* capture) {
   TDDP_CHECK(current_task == nullptr,
              "backward: called while another backward pass runs on this thread (from a hook?)");
   TDDP_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), "backward: got {} roots but {} gradients",
              roots.size(), grad_roots.size());
-  tensor::NoGradGuard no_grad;  // gradient computations are not recorded
+  // Gradient computations are recorded only when a graph of them is asked for.
+  const bool previous_mode = tensor::GradMode::is_enabled();
+  tensor::GradMode::set_enabled(create_graph);
+  struct RestoreMode {
+    bool mode;
+    ~RestoreMode() { tensor::GradMode::set_enabled(mode); }
+  } restore_mode{previous_mode};
 
   // 1. The root edges and their gradients.
   const std::vector<std::pair<Edge, Tensor>> seeds = root_edges(roots, grad_roots);
@@ -306,9 +317,7 @@ void Engine::execute(const std::vector<Tensor>& roots, const std::vector<Tensor>
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs, std::optional<bool> retain_graph, bool create_graph,
                          bool allow_unused) {
-  TDDP_CHECK(!create_graph,
-             "grad: create_graph (a differentiable graph of the gradients, for double backward) is not supported yet");
-  return Engine::grad(outputs, inputs, grad_outputs, retain_graph.value_or(create_graph), allow_unused);
+  return Engine::grad(outputs, inputs, grad_outputs, retain_graph.value_or(create_graph), create_graph, allow_unused);
 }
 
 }  // namespace tinyddp::autograd

@@ -25,17 +25,20 @@ class Engine {
   // runs ready nodes, highest sequence number first (gradient accumulators first of all),
   // summing gradients that meet at a node (in place into one of them when nothing else holds
   // it, as PyTorch). Saved tensors are freed unless retain_graph.
-  // Runs with grad mode off. Not reentrant: a hook may not start another backward.
+  // Runs with grad mode off, or on with create_graph: then every gradient computed (and .grad)
+  // has a graph of its own, for double backward. Not reentrant: a hook may not start another
+  // backward.
   static void backward(const std::vector<tensor::Tensor>& roots, const std::vector<tensor::Tensor>& grad_roots,
-                       bool retain_graph = false);
+                       bool retain_graph = false, bool create_graph = false);
   // torch.autograd.grad: the gradients of `outputs` (weighted by grad_outputs, as backward's
   // roots) with respect to `inputs`, returned instead of accumulated: no .grad is written and
   // only the nodes on a path to an input run. An input the outputs do not reach is an error,
-  // or (allow_unused) an undefined gradient. First order only (create_graph is not supported).
+  // or (allow_unused) an undefined gradient. create_graph as backward's.
   static std::vector<tensor::Tensor> grad(const std::vector<tensor::Tensor>& outputs,
                                           const std::vector<tensor::Tensor>& inputs,
                                           const std::vector<tensor::Tensor>& grad_outputs = {},
-                                          bool retain_graph = false, bool allow_unused = false);
+                                          bool retain_graph = false, bool create_graph = false,
+                                          bool allow_unused = false);
 
   // Queues `callback` to run once after every node of the current backward pass has run (in
   // queueing order; callbacks may queue more). Only callable during backward, e.g. from a
@@ -57,7 +60,7 @@ class Engine {
   };
   // The pass of backward and grad (capture: grad's).
   static void execute(const std::vector<tensor::Tensor>& roots, const std::vector<tensor::Tensor>& grad_roots,
-                      bool retain_graph, Capture* capture);
+                      bool retain_graph, bool create_graph, Capture* capture);
   static void mark_needed(Capture& capture, const std::vector<std::shared_ptr<Node>>& alive);
   // Takes a ready node's gradient where it is an input's; false when the node must not run.
   static bool take_captured(Capture& capture, Node* node);
@@ -73,8 +76,8 @@ class Engine {
 };
 
 // torch::autograd::grad, as libtorch spells it: Engine::grad, retain_graph defaulting to
-// create_graph. create_graph (a graph of the gradients, for double backward) is not supported
-// yet: it throws.
+// create_graph. With create_graph the gradients returned have a graph of their own (double
+// backward: a gradient penalty, a Hessian-vector product).
 std::vector<tensor::Tensor> grad(const std::vector<tensor::Tensor>& outputs, const std::vector<tensor::Tensor>& inputs,
                                  const std::vector<tensor::Tensor>& grad_outputs = {},
                                  std::optional<bool> retain_graph = std::nullopt, bool create_graph = false,

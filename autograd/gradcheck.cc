@@ -4,7 +4,9 @@
 
 #include <cmath>
 
+#include "tinyddp/autograd/engine.h"
 #include "tinyddp/tensor/ops.h"
+#include "tinyddp/tensor/random.h"
 
 namespace tinyddp::autograd {
 
@@ -90,6 +92,42 @@ std::string gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f
     }
   }
   return "";
+}
+
+std::string gradgradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<Tensor>& inputs,
+                          const Tensor& grad_outputs, const GradcheckOptions& options) {
+  std::vector<size_t> differentiable;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (inputs[k].defined() && inputs[k].requires_grad()) differentiable.push_back(k);
+  }
+  TDDP_CHECK(!differentiable.empty(), "gradgradcheck: no input requires grad");
+  Tensor v = grad_outputs;
+  if (!v.defined()) {
+    const Tensor out = f(inputs);
+    tensor::Generator generator(20261128);
+    v = tensor::randn(out.sizes(), tensor::TensorOptions(tensor::kFloat64).device(out.device()), &generator);
+  }
+  TDDP_CHECK(v.dtype() == tensor::kFloat64, "gradgradcheck: grad_outputs must be float64, got {}",
+             tensor::dtype_name(v.dtype()));
+  v = v.detach().clone().requires_grad_(true);
+  std::vector<Tensor> all = inputs;
+  all.push_back(v);
+  // (inputs, v) -> the first derivatives, flattened; built with grad mode on even when
+  // gradcheck evaluates it for finite differences.
+  const auto first_derivatives = [&](const std::vector<Tensor>& args) {
+    tensor::EnableGradGuard enable_grad;
+    const std::vector<Tensor> xs(args.begin(), args.end() - 1);
+    std::vector<Tensor> wrt;
+    for (size_t k : differentiable) wrt.push_back(xs[k]);
+    const std::vector<Tensor> grads = grad({f(xs)}, wrt, {args.back()}, /*retain_graph=*/true,
+                                           /*create_graph=*/true, /*allow_unused=*/true);
+    std::vector<Tensor> flat;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      flat.push_back((grads[i].defined() ? grads[i] : tensor::zeros_like(wrt[i])).reshape({-1}));
+    }
+    return tensor::cat(flat, 0);
+  };
+  return gradcheck(first_derivatives, all, options);
 }
 
 }  // namespace tinyddp::autograd

@@ -1,5 +1,6 @@
 // gradcheck: compares the Jacobian that backward computes with central finite differences
-// in float64. Reusable from any test: REQUIRE(gradcheck(f, {x, y}) == "").
+// in float64. Reusable from any test: REQUIRE(gradcheck(f, {x, y}) == ""); gradgradcheck
+// does the same for second derivatives (double backward).
 #pragma once
 
 #include <functional>
@@ -41,5 +42,14 @@ struct GradcheckOptions {
 // .grad are left undefined and their values unchanged.
 std::string gradcheck(const std::function<tensor::Tensor(const std::vector<tensor::Tensor>&)>& f,
                       const std::vector<tensor::Tensor>& inputs, const GradcheckOptions& options = {});
+
+// torch.autograd.gradgradcheck: checks second derivatives. The function checked by gradcheck
+// is (inputs, v) -> the gradients of f at `inputs` weighted by v (autograd::grad with
+// create_graph, flattened into one vector), so both d/d(inputs) (double backward through
+// every op of f) and d/dv are compared with finite differences. `grad_outputs` (v) defaults to
+// random float64 values of f's output shape from a fixed seed; they require grad.
+std::string gradgradcheck(const std::function<tensor::Tensor(const std::vector<tensor::Tensor>&)>& f,
+                          const std::vector<tensor::Tensor>& inputs, const tensor::Tensor& grad_outputs = {},
+                          const GradcheckOptions& options = {});
 
 }  // namespace tinyddp::autograd

@@ -4,7 +4,9 @@
 
 #include <atomic>
 
+#include "tinyddp/autograd/meta.h"
 #include "tinyddp/base/error.h"
+#include "tinyddp/tensor/grad_mode.h"
 #include "tinyddp/tensor/shape.h"
 
 namespace tinyddp::autograd {
@@ -73,7 +75,12 @@ std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
              "{}: trying to backward through the graph a second time, but its saved tensors were freed after the first "
              "backward; pass retain_graph=true to the first backward if you need to run it twice",
              name());
-  std::vector<Tensor> grads = backward_(grad_output);
+  const bool create_graph = tensor::GradMode::is_enabled();
+  std::vector<Tensor> grads;
+  {
+    tensor::RunningNodeScope running(create_graph ? this : nullptr);
+    grads = backward_(grad_output);
+  }
   TDDP_CHECK(grads.size() == next_edges().size(), "{}: the backward formula returned {} gradients for {} inputs",
              name(), grads.size(), next_edges().size());
   for (size_t i = 0; i < grads.size(); ++i) {
@@ -81,8 +88,21 @@ std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
     TDDP_CHECK(!grads[i].defined() || grads[i].sizes() == expected,
                "{}: the gradient for input {} has shape {} but the input has shape {}", name(), i,
                tensor::format_shape(grads[i].sizes()), tensor::format_shape(expected));
+    // A gradient is linear in grad_output: when that has a graph, so must the result, or the
+    // formula ran a kernel autograd cannot see and a second derivative would be silently wrong.
+    TDDP_CHECK(!create_graph || !grad_output.requires_grad() || !grads[i].defined() || grads[i].requires_grad() ||
+                   !next_edges()[i].is_valid(),
+               "{}: double backward is not supported (its gradient for input {} was computed without a graph; "
+               "create_graph=true needs every backward formula on the path to be differentiable)",
+               name(), i);
   }
   return grads;
+}
+
+Tensor FunctionNode::reattach_output(const Tensor& output_data) const {
+  Tensor alias = output_data.detach();
+  ensure_meta(alias).grad_fn_ = std::const_pointer_cast<Node>(shared_from_this());
+  return alias;
 }
 
 void FunctionNode::release_saved() {

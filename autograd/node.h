@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::autograd {
@@ -98,12 +99,15 @@ class Node : public std::enable_shared_from_this<Node> {
 uint64_t next_sequence_nr();
 
 // The node a differentiable tensor op records: its backward closure (checked against the
-// input shapes on its edges) and a flag once its saved tensors are freed.
-class FunctionNode final : public Node {
+// input shapes on its edges) and a flag once its saved tensors are freed. With grad mode on
+// (a backward with create_graph) the closure's own ops are recorded: the gradients it returns
+// get a graph of their own, and its saved output comes back with this node as grad_fn.
+class FunctionNode final : public Node, public tensor::RunningNode {
  public:
   FunctionNode(std::string name, std::vector<Edge> next_edges, tensor::BackwardFn backward);
   std::vector<Tensor> apply(const Tensor& grad_output) override;
   void release_saved() override;
+  Tensor reattach_output(const Tensor& output_data) const override;
 
  private:
   tensor::BackwardFn backward_;

@@ -54,8 +54,8 @@ void Tensor::retain_grad() const {
   });
 }
 
-void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
-  autograd::Engine::backward({*this}, {gradient}, retain_graph);
+void Tensor::backward(const Tensor& gradient, std::optional<bool> retain_graph, bool create_graph) const {
+  autograd::Engine::backward({*this}, {gradient}, retain_graph.value_or(create_graph), create_graph);
 }
 
 std::shared_ptr<autograd::AccumulateGrad> Tensor::grad_accumulator() const {

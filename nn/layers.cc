@@ -197,6 +197,9 @@ CELU::CELU(double alpha_) : Module("CELU"), alpha(alpha_) { TDDP_CHECK(alpha != 
 
 std::string CELU::extra_repr() const { return fmt::format("alpha={}", alpha); }
 
+LeakyReLU::LeakyReLU(double negative_slope_) : Module("LeakyReLU"), negative_slope(negative_slope_) {}
+std::string LeakyReLU::extra_repr() const { return fmt::format("negative_slope={}", negative_slope); }
+
 GELU::GELU(std::string approximate_) : Module("GELU"), approximate(std::move(approximate_)) {
   TDDP_CHECK(approximate == "none" || approximate == "tanh", "GELU: approximate must be 'none' or 'tanh', got '{}'",
              approximate);
@@ -278,6 +281,7 @@ std::shared_ptr<Module> LayerNorm::clone_structure() const {
   return std::make_shared<LayerNorm>(normalized_shape, eps, elementwise_affine, bias.defined());
 }
 std::shared_ptr<Module> CELU::clone_structure() const { return std::make_shared<CELU>(alpha); }
+std::shared_ptr<Module> LeakyReLU::clone_structure() const { return std::make_shared<LeakyReLU>(negative_slope); }
 std::shared_ptr<Module> GELU::clone_structure() const { return std::make_shared<GELU>(approximate); }
 std::shared_ptr<Module> Sequential::clone_structure() const {
   auto copy = std::make_shared<Sequential>();

@@ -185,7 +185,6 @@ class GroupNorm : public Module {
   Tensor weight, bias;  // [num_channels], undefined without affine
 };
 
-// As torch.nn.GELU: approximate "none" (exact, with erf; nanoGPT's MLP) or "tanh".
 // torch.nn.CELU(alpha = 1).
 class CELU : public Module {
  public:
@@ -197,6 +196,18 @@ class CELU : public Module {
   double alpha;
 };
 
+// torch.nn.LeakyReLU(negative_slope = 0.01).
+class LeakyReLU : public Module {
+ public:
+  std::shared_ptr<Module> clone_structure() const override;
+  explicit LeakyReLU(double negative_slope = 0.01);
+  Tensor forward(const Tensor& input) override { return tensor::leaky_relu(input, negative_slope); }
+  std::string extra_repr() const override;
+
+  double negative_slope;
+};
+
+// As torch.nn.GELU: approximate "none" (exact, with erf; nanoGPT's MLP) or "tanh".
 class GELU : public Module {
  public:
   std::shared_ptr<Module> clone_structure() const override;

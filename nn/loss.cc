@@ -135,10 +135,11 @@ Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, std::string_vie
   TDDP_CHECK(input.defined() && target.defined(), "mse_loss: undefined input or target");
   TDDP_CHECK(input.sizes() == target.sizes(), "mse_loss: input shape {} and target shape {} differ",
              tensor::format_shape(input.sizes()), tensor::format_shape(target.sizes()));
-  Tensor diff, out;
+  // diff is recorded (saved, it keeps its history for a double backward); the rest is not.
+  const Tensor diff = tensor::sub(input, target);
+  Tensor out;
   {
     NoGradGuard no_grad;
-    diff = tensor::sub(input, target);
     const Tensor squares = tensor::mul(diff, diff);
     out = reduction == Reduction::kMean  ? tensor::mean(squares)
           : reduction == Reduction::kSum ? tensor::sum(squares)
@@ -185,7 +186,9 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ign
   check_class_weight(weight, logits, classes, "cross_entropy");
   const bool on_gpu = logits.is_cuda();  // (target_marks: what a GPU reads back)
   const bool check_range = !(on_gpu && tensor::cuda::is_capturing(logits.device().index));
-  Tensor log_probs, dist, mass, out;
+  // log_probs is recorded (saved, it keeps its history for a double backward); the rest is not.
+  const Tensor log_probs = tensor::log_softmax(logits, 1);
+  Tensor dist, mass, out;
   TargetMarks marks;
   {
     NoGradGuard no_grad;
@@ -193,7 +196,6 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ign
     const Tensor &one_hot = marks.one_hot, &kept = marks.kept;
     const double count = marks.count;
     const Tensor& count_on_gpu = marks.count_on_gpu;
-    log_probs = tensor::log_softmax(logits, 1);
     // Sums of rows as the reduction asks: the mean over the kept rows, the sum, or per row.
     const auto reduce = [&](const Tensor& weighted) {
       if (reduction == Reduction::kNone) return tensor::neg(tensor::sum(weighted, {1}));

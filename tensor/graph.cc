@@ -34,17 +34,26 @@ void record_op(const char* name, const Tensor& output, const std::vector<Tensor>
   record(name, output, inputs.data(), inputs.size(), std::move(backward));
 }
 
+namespace {
+thread_local const RunningNode* running_node = nullptr;
+}  // namespace
+
+RunningNodeScope::RunningNodeScope(const RunningNode* node) : previous_(running_node) { running_node = node; }
+RunningNodeScope::~RunningNodeScope() { running_node = previous_; }
+
 SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
   if (!t.defined()) return;
   data_ = is_output ? t.detach() : t;
   version_ = t.storage().version();
+  is_output_ = is_output;
 }
 
-const Tensor& SavedTensor::get(const char* node) const {
+Tensor SavedTensor::get(const char* node) const {
   TDDP_CHECK(!data_.defined() || data_.storage().version() == version_,
              "{}: one of the tensors needed for gradient computation has been modified by an in-place operation "
              "(storage version {} when saved, {} now); clone() it before modifying it",
              node, version_, data_.defined() ? data_.storage().version() : 0);
+  if (is_output_ && running_node != nullptr && data_.defined()) return running_node->reattach_output(data_);
   return data_;
 }
 

@@ -32,12 +32,37 @@ class SavedTensor {
  public:
   SavedTensor() = default;
   explicit SavedTensor(const Tensor& t, bool is_output = false);
-  // The saved data; throws naming `node` if it was modified in place since it was saved.
-  const Tensor& get(const char* node) const;
+  // The saved data; throws naming `node` if it was modified in place since it was saved. While
+  // a backward that builds a graph of the gradients runs (create_graph), a saved output comes
+  // back with its history: the node running now (RunningNode below) as its grad_fn, as
+  // PyTorch's SavedVariable, so that d(gradient)/d(input) also flows through the output.
+  Tensor get(const char* node) const;
 
  private:
   Tensor data_;
   uint64_t version_ = 0;
+  bool is_output_ = false;
+};
+
+// The node whose backward formula runs now on this thread, set by the autograd engine only
+// while it builds a graph of the gradients (create_graph). The tensor layer cannot see graph
+// nodes; this is the one question it asks of one.
+struct RunningNode {
+  virtual ~RunningNode() = default;
+  // An alias of `output_data` whose grad_fn is this node (the node's own output again).
+  virtual Tensor reattach_output(const Tensor& output_data) const = 0;
+};
+
+// Makes `node` the running node for its lifetime (null: none), restoring the previous one.
+class RunningNodeScope {
+ public:
+  explicit RunningNodeScope(const RunningNode* node);
+  ~RunningNodeScope();
+  RunningNodeScope(const RunningNodeScope&) = delete;
+  RunningNodeScope& operator=(const RunningNodeScope&) = delete;
+
+ private:
+  const RunningNode* previous_;
 };
 
 }  // namespace tinyddp::tensor

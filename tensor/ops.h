@@ -65,6 +65,9 @@ Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 // As torch.nn.functional.celu: max(0, x) + min(0, alpha (exp(x / alpha) - 1)) (composed from
 // where and exp, tensor/ops/select.cc).
 Tensor celu(const Tensor& x, double alpha = 1.0);
+// As torch.nn.functional.leaky_relu: x where x > 0, negative_slope x elsewhere (composed from
+// where and mul, tensor/ops/select.cc).
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 Tensor pow(const Tensor& x, double exponent);
 // As torch.pow(self: Scalar, exponent: Tensor): base ** exponent elementwise, in the exponent's
 // floating dtype (an int64 exponent computes in float32; an integral base with an int64

@@ -9,6 +9,7 @@
 #include "tinyddp/tensor/cuda/backend.h"
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/ops.h"
+#include "tinyddp/tensor/ops/graph_formulas.h"
 
 namespace tinyddp::tensor {
 
@@ -153,9 +154,8 @@ Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
   // grad_out: self's shape with `length` at d -> grad_self: zeros with grad_out in the slice
   if (needs_grad(*this)) {
     record_op("NarrowBackward", out, {*this}, [shape = sizes(), d, start, length](const Tensor& g) {
-      const Tensor grad = zeros(shape, TensorOptions().dtype(g.dtype()).device(g.device()));
-      grad.narrow(d, start, length).copy_(g);
-      return std::vector<Tensor>{grad};
+      return std::vector<Tensor>{
+          detail::embed_slice(g, shape, [d, start, length](const Tensor& t) { return t.narrow(d, start, length); })};
     });
   }
   return out;
@@ -176,9 +176,8 @@ Tensor Tensor::select(int64_t dim, int64_t index) const {
   // grad_out: self's shape without d -> grad_self: zeros with grad_out at `index` along d
   if (needs_grad(*this)) {
     record_op("SelectBackward", out, {*this}, [shape = sizes(), d, index](const Tensor& g) {
-      const Tensor grad = zeros(shape, TensorOptions().dtype(g.dtype()).device(g.device()));
-      grad.select(d, index).copy_(g);
-      return std::vector<Tensor>{grad};
+      return std::vector<Tensor>{
+          detail::embed_slice(g, shape, [d, index](const Tensor& t) { return t.select(d, index); })};
     });
   }
   return out;
@@ -333,13 +332,10 @@ Tensor Tensor::as_strided(const Shape& sizes, const Shape& strides, std::optiona
                format_shape(this->sizes()), format_shape(this->strides()));
   }
   record_op("AsStridedBackward", out, {*this},
-            [in_sizes = this->sizes(), in_strides = this->strides(), in_offset = this->storage_offset(),
-             out_sizes = out.sizes(), out_strides = out.strides(), out_offset = out.storage_offset(),
-             span = storage().nbytes() / element_size()](const Tensor& g) {
-              const Tensor buffer =
-                  zeros({static_cast<int64_t>(span)}, TensorOptions().dtype(g.dtype()).device(g.device()));
-              accumulate_into(buffer.as_strided(out_sizes, out_strides, out_offset), g);
-              return std::vector<Tensor>{buffer.as_strided(in_sizes, in_strides, in_offset).clone()};
+            [in = detail::Geometry{this->sizes(), this->strides(), this->storage_offset()},
+             at = detail::Geometry{out.sizes(), out.strides(), out.storage_offset()},
+             span = static_cast<int64_t>(storage().nbytes() / element_size())](const Tensor& g) {
+              return std::vector<Tensor>{detail::restride(g, at, in, span)};
             });
   return out;
 }

@@ -177,7 +177,10 @@ class Tensor {
   // Makes a non-leaf keep its .grad after backward (leaves always do).
   void retain_grad() const;
   // Runs the backward pass from this tensor: `gradient` defaults to 1 for a one-element tensor.
-  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  // retain_graph defaults to create_graph; create_graph records the backward pass itself, so
+  // .grad has a graph of its own (double backward), as torch.Tensor.backward.
+  void backward(const Tensor& gradient = Tensor(), std::optional<bool> retain_graph = std::nullopt,
+                bool create_graph = false) const;
   // The leaf's gradient accumulator, created once and kept alive by the tensor (DDP hooks it).
   std::shared_ptr<autograd::AccumulateGrad> grad_accumulator() const;
   // A hook on this tensor's gradient; it may return a replacement (or an undefined tensor to

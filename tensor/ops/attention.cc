@@ -29,7 +29,10 @@ Tensor causal_softmax(const Tensor& scores, double scale) {
   // y = softmax(scale * masked x): grad_x = scale * y * (grad_out - sum(grad_out * y, -1)),
   // 0 where masked (y is 0 there).
   record_op("CausalSoftmaxBackward", out, {scores}, [so = SavedTensor(out, true), scale, batch, m, n](const Tensor& g) {
-    const Tensor& y = so.get("CausalSoftmaxBackward");
+    const Tensor y = so.get("CausalSoftmaxBackward");
+    if (GradMode::is_enabled()) {  // create_graph: the same formula from recorded ops
+      return std::vector<Tensor>{mul(mul(y, sub(g, sum(mul(g, y), {-1}, true))), scale)};
+    }
     const Tensor grad = new_output(y.sizes(), y.dtype(), y.device());
     if (grad.numel() > 0) {
       TDDP_DISPATCH(g.device(), "causal_softmax backward", causal_softmax_backward, grad.view({batch, m, n}),

@@ -43,6 +43,16 @@ Tensor col2im(const Tensor& col, const Window& win) {
   return grad_x;
 }
 
+// col2im as an op: recorded when the columns have a graph (create_graph), its gradient being
+// im2col again.
+Tensor fold(const Tensor& col, const Window& win) {
+  const Tensor x = col2im(col, win);
+  if (needs_grad(col)) {
+    record_op("Col2ImBackward", x, {col}, [win](const Tensor& g) { return std::vector<Tensor>{patches(g, win, 0.0)}; });
+  }
+  return x;
+}
+
 }  // namespace
 
 namespace detail {
@@ -89,7 +99,7 @@ Tensor patches(const Tensor& x, const Window& win, double pad_value) {
   im2col_into(col, x, win, pad_value);
   // grad_col: [N, C, kh, kw, OH, OW] -> grad_x: [N, C, H, W], summed over overlapping windows
   if (needs_grad(x)) {
-    record_op("Im2ColBackward", col, {x}, [win](const Tensor& g) { return std::vector<Tensor>{col2im(g, win)}; });
+    record_op("Im2ColBackward", col, {x}, [win](const Tensor& g) { return std::vector<Tensor>{fold(g, win)}; });
   }
   return col;
 }
@@ -283,6 +293,23 @@ void library_backward(const Tensor& g, const Tensor& x, const Tensor& w2, const 
   }
 }
 
+// The convolution's input and weight gradients from recorded ops (create_graph). Per image
+// and group, out = w [O/g, K] @ col [K, L] with col = patches(x): grad_col = w^T @ grad_out,
+// folded back onto the input, and grad_w = grad_out @ col^T summed over the images.
+std::vector<Tensor> conv_backward_graph(const Tensor& g4, const Tensor& x, const Tensor& w2, const Window& win,
+                                        int64_t groups, bool need_input, bool need_weight) {
+  const int64_t per_group = w2.size(0) / groups, k = w2.size(1), l = win.oh * win.ow;
+  const Tensor g = g4.reshape({win.n, groups, per_group, l});
+  const Tensor w = w2.view({groups, per_group, k});
+  Tensor grad_input, grad_weight;
+  if (need_input) grad_input = fold(matmul(w.transpose(1, 2), g).reshape(col_shape(win)), win);
+  if (need_weight) {
+    const Tensor col = patches(x, win, 0.0).reshape({win.n, groups, k, l});
+    grad_weight = sum(matmul(g, col.transpose(2, 3)), {0}).reshape(w2.sizes());
+  }
+  return {grad_input, grad_weight};
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in, Size2d stride, Size2d padding,
@@ -304,11 +331,12 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
     const Autocast float32(DeviceType::kCPU, kBFloat16, false);  // not cast back down
     return conv2d(wide(input), wide(weight), wide(bias), stride, padding, dilation, groups).to(kBFloat16);
   }
-  Tensor w2, out, col;
+  // [O, C/g * kh * kw], contiguous; a recorded view (saved, it keeps its history for a double backward)
+  const Tensor w2 = weight.reshape({out_channels, -1});
+  Tensor out, col;
   bool library = false;  // the backend convolved by its own algorithm (cuDNN; oneDNN or the direct kernels)
   {
     NoGradGuard no_grad;
-    w2 = weight.reshape({out_channels, -1});  // [O, C/g * kh * kw], contiguous
     out = new_output({win.n, out_channels, win.oh, win.ow}, x.dtype(), x.device());
     library = library_forward(out, x, weight, bias, win, groups);
     if (!library) col = conv_forward(out, x, w2, bias, win, groups);
@@ -320,11 +348,18 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
     const bool need_input = input.requires_grad(), need_weight = weight.requires_grad();
     const bool need_bias = bias.defined() && bias.requires_grad();
     record_op("ConvolutionBackward", out, {input, weight, bias},
-              [sx = SavedTensor(need_weight && !col.defined() ? x : Tensor()), col = need_weight ? col : Tensor(),
-               sw = SavedTensor(w2), win, groups, weight_shape = weight.sizes(), in_shape = input.sizes(), need_input,
-               need_weight, need_bias, library](const Tensor& g) {
+              [sx = SavedTensor(need_weight ? x : Tensor()), col = need_weight ? col : Tensor(), sw = SavedTensor(w2),
+               win, groups, weight_shape = weight.sizes(), in_shape = input.sizes(), need_input, need_weight, need_bias,
+               library](const Tensor& g) {
                 const Tensor g4 = g.reshape({win.n, weight_shape[0], win.oh, win.ow});
-                const Tensor& w2 = sw.get("ConvolutionBackward");
+                const Tensor w2 = sw.get("ConvolutionBackward");
+                if (GradMode::is_enabled()) {  // create_graph: the same gradients from recorded ops
+                  std::vector<Tensor> grads =
+                      conv_backward_graph(g4, sx.get("ConvolutionBackward"), w2, win, groups, need_input, need_weight);
+                  return std::vector<Tensor>{need_input ? grads[0].view(in_shape) : Tensor(),
+                                             need_weight ? grads[1].view(weight_shape) : Tensor(),
+                                             need_bias ? sum(g4, {0, 2, 3}) : Tensor()};
+                }
                 const Tensor x = need_weight && !col.defined() ? sx.get("ConvolutionBackward") : Tensor();
                 const Tensor grad_input =
                     need_input ? new_output({win.n, win.c, win.h, win.w}, g.dtype(), g.device()) : Tensor();

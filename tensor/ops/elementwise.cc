@@ -8,6 +8,7 @@
 
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/ops/checks.h"
+#include "tinyddp/tensor/ops/graph_formulas.h"
 
 namespace tinyddp::tensor {
 
@@ -309,7 +310,10 @@ Tensor relu(const Tensor& x) {
   // grad_x = grad_out where out > 0, else 0 (one fused pass)
   if (needs_grad(x)) {
     record_op("ReluBackward", out, {x}, [so = SavedTensor(out, true)](const Tensor& g) {
-      return std::vector<Tensor>{binary(BinaryOp::kReluBackward, g, so.get("ReluBackward"), 1.0, "relu_backward")};
+      const Tensor y = so.get("ReluBackward");
+      // create_graph: a recorded product with out > 0 (a mask: no gradient of its own)
+      if (GradMode::is_enabled()) return std::vector<Tensor>{mul(g, gt(y, 0.0).to(g.dtype()))};
+      return std::vector<Tensor>{binary(BinaryOp::kReluBackward, g, y, 1.0, "relu_backward")};
     });
   }
   return out;
@@ -364,6 +368,16 @@ Tensor masked_fill(const Tensor& input, const Tensor& mask, double value) {
   return out;
 }
 
+namespace {
+// gelu'(x) (its own kernel: gelu_math.h); recorded under create_graph, with gelu'' from
+// graph_formulas.h.
+Tensor gelu_grad(const Tensor& v, bool tanh_form) {
+  const Tensor d1 = floating_unary(tanh_form ? UnaryOp::kGeluTanhGrad : UnaryOp::kGeluGrad, v, "gelu backward");
+  return record_unary(v, d1, "GeluBackwardBackward", v,
+                      [tanh_form](const Tensor& x) { return gelu_second_derivative(x, tanh_form); });
+}
+}  // namespace
+
 Tensor gelu(const Tensor& x, std::string_view approximate) {
   check_defined(x, "gelu", "x");
   TDDP_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be 'none' or 'tanh', got '{}'",
@@ -371,10 +385,8 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
   TDDP_CHECK(x.is_floating_point(), "gelu: expected a floating-point input, got dtype {}", dtype_name(x.dtype()));
   const bool tanh_form = approximate == "tanh";
   const Tensor out = floating_unary(tanh_form ? UnaryOp::kGeluTanh : UnaryOp::kGelu, x, "gelu");
-  // grad_x = grad_out * gelu'(x) (its own kernel: gelu_math.h)
-  return record_unary(x, out, "GeluBackward", x, [tanh_form](const Tensor& v) {
-    return floating_unary(tanh_form ? UnaryOp::kGeluTanhGrad : UnaryOp::kGeluGrad, v, "gelu backward");
-  });
+  // grad_x = grad_out * gelu'(x)
+  return record_unary(x, out, "GeluBackward", x, [tanh_form](const Tensor& v) { return gelu_grad(v, tanh_form); });
 }
 
 Tensor pow(const Tensor& x, double exponent) {

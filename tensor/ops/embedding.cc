@@ -48,8 +48,17 @@ Tensor embedding(const Tensor& input, const Tensor& weight) {
   if (needs_grad(weight)) {
     record_op("EmbeddingBackward", out, {weight}, [ids, n, dim, rows](const Tensor& g) {
       const Tensor grad_weight = new_output({rows, dim}, g.dtype(), g.device());
-      TDDP_DISPATCH(g.device(), "embedding backward", embedding_backward, grad_weight, g.contiguous().view({n, dim}),
-                    ids);
+      {
+        NoGradGuard no_grad;
+        TDDP_DISPATCH(g.device(), "embedding backward", embedding_backward, grad_weight, g.contiguous().view({n, dim}),
+                      ids);
+      }
+      // create_graph: linear in g, so its own gradient is the lookup again
+      if (needs_grad(g)) {
+        record_op("EmbeddingBackwardBackward", grad_weight, {g}, [ids, shape = g.sizes()](const Tensor& gg) {
+          return std::vector<Tensor>{embedding(ids, gg).view(shape)};
+        });
+      }
       return std::vector<Tensor>{grad_weight};
     });
   }

@@ -4,6 +4,7 @@
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/ops/checks.h"
+#include "tinyddp/tensor/ops/graph_formulas.h"
 
 namespace tinyddp::tensor {
 
@@ -47,11 +48,12 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
   const Tensor out = new_output(input.sizes(), input.dtype(), input.device());
   const Tensor mean = new_output({rows}, stat_dtype, input.device());
   const Tensor rstd = new_output({rows}, stat_dtype, input.device());
-  Tensor x, w;
+  // x and w are recorded views (saved for backward, they keep their history for a double
+  // backward); the kernel is not.
+  const Tensor x = input.contiguous().view({rows, n});
+  const Tensor w = weight.defined() ? weight.contiguous().view({n}) : Tensor();
   {
     NoGradGuard no_grad;
-    x = input.contiguous().view({rows, n});
-    w = weight.defined() ? weight.contiguous().view({n}) : Tensor();
     const Tensor b = bias.defined() ? bias.contiguous().view({n}) : Tensor();
     TDDP_DISPATCH(input.device(), "layer_norm", layer_norm, out.view({rows, n}), mean, rstd, x, w, b, eps);
   }
@@ -61,11 +63,17 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
     const bool need_input = input.requires_grad(), need_weight = weight.defined() && weight.requires_grad();
     const bool need_bias = bias.defined() && bias.requires_grad();
     record_op("NativeLayerNormBackward", out, {input, weight, bias},
-              [sx = SavedTensor(x), sw = SavedTensor(w), mean, rstd, rows, n, in_shape = input.sizes(),
+              [sx = SavedTensor(x), sw = SavedTensor(w), mean, rstd, rows, n, eps, in_shape = input.sizes(),
                affine_shape = normalized_shape, need_input, need_weight, need_bias](const Tensor& grad) {
-                const Tensor& x = sx.get("NativeLayerNormBackward");
-                const Tensor& w = sw.get("NativeLayerNormBackward");
+                const Tensor x = sx.get("NativeLayerNormBackward");
+                const Tensor w = sw.get("NativeLayerNormBackward");
                 const Tensor g = grad.contiguous().view({rows, n});
+                if (GradMode::is_enabled()) {  // create_graph: the same formulas from recorded ops
+                  const NormalizedGrad d = normalized_backward(g, x, w, {1}, eps);
+                  return std::vector<Tensor>{need_input ? d.grad_input.view(in_shape) : Tensor(),
+                                             need_weight ? sum(mul(g, d.xhat), {0}).view(affine_shape) : Tensor(),
+                                             need_bias ? sum(g, {0}).view(affine_shape) : Tensor()};
+                }
                 // The CPU's kernel writes the three gradients asked for; the GPU's writes the
                 // input's, and the weight's and bias's are column sums composed from the ops.
                 const Tensor grad_input = need_input ? new_output({rows, n}, g.dtype(), g.device()) : Tensor();

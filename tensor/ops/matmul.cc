@@ -107,14 +107,15 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   check_pair(a, b, "matmul");
   TDDP_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dimension, got shapes {} and {}",
              format_shape(a.sizes()), format_shape(b.sizes()));
-  Tensor a2, b2, out2;
+  // Vectors become matrices for the product and lose that dim again afterwards. The views are
+  // recorded: saved for backward, they keep their history for a double backward.
+  const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+  const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+  TDDP_CHECK(a2.size(-1) == b2.size(-2), "matmul: shapes {} and {} cannot be multiplied ({} != {})",
+             format_shape(a.sizes()), format_shape(b.sizes()), a2.size(-1), b2.size(-2));
+  Tensor out2;
   {
     NoGradGuard no_grad;
-    // Vectors become matrices for the product and lose that dim again afterwards.
-    a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
-    b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
-    TDDP_CHECK(a2.size(-1) == b2.size(-2), "matmul: shapes {} and {} cannot be multiplied ({} != {})",
-               format_shape(a.sizes()), format_shape(b.sizes()), a2.size(-1), b2.size(-2));
     out2 = batched_mm(a2, b2);
   }
   Tensor out = out2;
@@ -167,10 +168,12 @@ Tensor linear(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   check_kernel_device(input, "linear");
   Shape out_shape = input.sizes();
   out_shape.back() = out_features;
-  Tensor x2, out;
+  // x2 is recorded (it is saved for the weight's gradient and keeps its history for a double
+  // backward); the product is not.
+  const Tensor x2 = input.dim() == 2 ? input : input.reshape({-1, in_features});
+  Tensor out;
   {
     NoGradGuard no_grad;
-    x2 = input.dim() == 2 ? input : input.reshape({-1, in_features});
     const Tensor out2 = new_output({x2.size(0), out_features}, input.dtype(), input.device());
     // x2 [n, in] @ weight^T [in, out] (+ bias)
     if (bias.defined()) {

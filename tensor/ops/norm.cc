@@ -1,12 +1,14 @@
 // Batch normalisation (its four steps, as PyTorch's, and batch_norm from them with its backward
 // beside it) and dropout (written with the differentiable ops, whose gradients compose).
 #include <algorithm>
+#include <array>
 #include <tuple>
 #include <utility>
 
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/ops/checks.h"
+#include "tinyddp/tensor/ops/graph_formulas.h"
 #include "tinyddp/tensor/random.h"
 
 namespace tinyddp::tensor {
@@ -94,6 +96,31 @@ Tensor batch_norm_backward_elemt(const Tensor& grad_out, const Tensor& input, co
   return grad_input;
 }
 
+namespace {
+// Batch normalisation's gradients from recorded ops (create_graph). Training: the statistics
+// are the batch's, recomputed from x so that they carry its history; eval: the fixed ones.
+std::vector<Tensor> batch_norm_backward_graph(const Tensor& g, const Tensor& x, const Tensor& weight,
+                                              const Tensor& mean, const Tensor& invstd, bool training, double eps,
+                                              std::array<bool, 3> need) {
+  Shape dims{0}, channel_shape(static_cast<size_t>(x.dim()), 1);  // reduce all but dim 1; [1, C, 1, ...]
+  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+  channel_shape[1] = x.size(1);
+  const Tensor w = weight.defined() ? weight.view(channel_shape) : Tensor();
+  Tensor grad_input, xhat;
+  if (training) {
+    NormalizedGrad d = normalized_backward(g, x, w, dims, eps);
+    grad_input = d.grad_input;
+    xhat = d.xhat;
+  } else {
+    const Tensor rstd = invstd.view(channel_shape);
+    xhat = mul(sub(x, mean.view(channel_shape)), rstd);
+    grad_input = mul(w.defined() ? mul(g, w) : g, rstd);
+  }
+  return {need[0] ? grad_input : Tensor(), need[1] ? sum(mul(g, xhat), dims) : Tensor(),
+          need[2] ? sum(g, dims) : Tensor()};
+}
+}  // namespace
+
 bool batch_norm_widens(const Tensor& input, const Tensor& running_mean, const Tensor& weight) {
   const Tensor& stats_like = running_mean.defined() ? running_mean : weight;
   return input.defined() && is_16bit_float(input.dtype()) && stats_like.defined() && stats_like.dtype() == kFloat32;
@@ -142,9 +169,13 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
     const bool need_input = input.requires_grad(), need_weight = weight.defined() && weight.requires_grad();
     const bool need_bias = bias.defined() && bias.requires_grad();
     record_op("NativeBatchNormBackward", out, {input, weight, bias},
-              [sx = SavedTensor(input), sw = SavedTensor(weight), mean, invstd, training, count, need_input,
+              [sx = SavedTensor(input), sw = SavedTensor(weight), mean, invstd, training, count, eps, need_input,
                need_weight, need_bias](const Tensor& g) {
-                const Tensor& x = sx.get("NativeBatchNormBackward");
+                const Tensor x = sx.get("NativeBatchNormBackward");
+                if (GradMode::is_enabled()) {  // create_graph: the same formulas from recorded ops
+                  return batch_norm_backward_graph(g, x, sw.get("NativeBatchNormBackward"), mean, invstd, training, eps,
+                                                   {need_input, need_weight, need_bias});
+                }
                 const auto [sum_dy, sum_dy_xmu] = batch_norm_backward_reduce(g, x, mean);
                 Tensor grad_input;
                 if (need_input) {

@@ -1,6 +1,8 @@
 // Pooling over NCHW tensors (max, average, adaptive average) and unfold, each forward beside
 // its backward formula, on the window helpers of ops/window.h (conv.cc): max pooling has a
 // kernel of its own, average pooling sums each window's column of im2col.
+#include <limits>
+
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/ops/checks.h"
@@ -19,6 +21,18 @@ Size2d stride_or_kernel(const std::optional<Size2d>& stride, Size2d kernel) { re
 void check_pool_padding(const Window& win, const char* op) {
   TDDP_CHECK(win.ph <= win.kh / 2 && win.pw <= win.kw / 2, "{}: padding {} must be at most half of the kernel size {}",
              op, pair_str(win.ph, win.pw), pair_str(win.kh, win.kw));
+}
+
+// The values of t [N, C, H, W] at the place of each pooling window's maximum in x (the first
+// of equal maxima, row-major, as the pooling kernels choose).
+Tensor at_window_maxima(const Tensor& t, const Tensor& x, const Window& win) {
+  const Shape rows = {win.n, win.c, win.kh * win.kw, win.oh, win.ow};
+  Tensor taps;
+  {
+    NoGradGuard no_grad;
+    taps = argmax(patches(x, win, -std::numeric_limits<double>::infinity()).view(rows), 2, true);
+  }
+  return gather(patches(t, win, 0.0).view(rows), 2, taps).squeeze(2);
 }
 
 }  // namespace
@@ -45,10 +59,20 @@ Tensor max_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d>
   }
   // grad_out [N, C, OH, OW] -> grad_x [N, C, H, W]: each output's gradient added at its maximum.
   if (needs_grad(x)) {
-    record_op("MaxPool2DWithIndicesBackward", out, {x}, [indices, win](const Tensor& g) {
+    record_op("MaxPool2DWithIndicesBackward", out, {x}, [indices, win, sx = SavedTensor(x)](const Tensor& g) {
       const Tensor grad_x = new_output({win.n, win.c, win.h, win.w}, g.dtype(), g.device());
-      TDDP_DISPATCH_OR_COMPOSE(g.device(), "max_pool2d backward", max_pool2d_backward, grad_x, g.contiguous(), indices,
-                               win);
+      {
+        NoGradGuard no_grad;
+        TDDP_DISPATCH_OR_COMPOSE(g.device(), "max_pool2d backward", max_pool2d_backward, grad_x, g.contiguous(),
+                                 indices, win);
+      }
+      // create_graph: linear in g (the maxima's places are fixed), so its own gradient picks
+      // each window's maximum place out of the incoming one
+      if (needs_grad(g)) {
+        record_op("MaxPool2DWithIndicesBackwardBackward", grad_x, {g}, [win, sx](const Tensor& gg) {
+          return std::vector<Tensor>{at_window_maxima(gg, sx.get("MaxPool2D"), win)};
+        });
+      }
       return std::vector<Tensor>{grad_x};
     });
   }

@@ -96,6 +96,13 @@ Tensor celu(const Tensor& x, double alpha) {
   return where(gt(x, 0.0), x, mul(sub(exp(div(x, alpha)), 1.0), alpha));
 }
 
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  check_defined(x, "leaky_relu", "x");
+  TDDP_CHECK(x.is_floating_point(), "leaky_relu: expected a floating-point input, got dtype {}", dtype_name(x.dtype()));
+  // x where positive, negative_slope x elsewhere (at 0 the slope is negative_slope, as PyTorch's)
+  return where(gt(x, 0.0), x, mul(x, negative_slope));
+}
+
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   check_defined(x, "index_select", "x");
   check_index(index, "index_select");

@@ -2,7 +2,7 @@
 // (leaves or not) against their formulas, returned without writing any .grad and without
 // running the nodes that lead to no input (no accumulator, so no DDP hook, fires); grad_outputs
 // for non-scalar outputs; an unused input as an error or (allow_unused) undefined;
-// retain_graph; create_graph refused.
+// retain_graph; create_graph (more in double_backward_test.cc).
 #include "tests/test_util.h"
 #include "tinyddp/autograd/autograd.h"
 
@@ -46,6 +46,10 @@ TEST_CASE("grad: non-leaf inputs, grad_outputs, allow_unused, retain_graph, erro
   autograd::grad({y}, {x}, {upstream});  // frees the graph
   CHECK_THROWS_WITH(autograd::grad({y}, {x}, {upstream}), Contains("backward through the graph a second time"));
   CHECK_THROWS_WITH(autograd::grad({y}, {tensor::ones({1})}, {upstream}), Contains("does not require grad"));
-  CHECK_THROWS_WITH(autograd::grad({tensor::sum(x)}, {x}, {}, std::nullopt, /*create_graph=*/true),
-                    Contains("create_graph"));
+  // create_graph: the gradient has a graph of its own (retain_graph defaults to true with it)
+  const Tensor z = tensor::sum(tensor::pow(x, 3.0));
+  const Tensor dz = autograd::grad({z}, {x}, {}, std::nullopt, /*create_graph=*/true)[0];  // 3 x^2
+  CHECK(dz.requires_grad());
+  CHECK(tensor::allclose(autograd::grad({tensor::sum(dz)}, {x})[0], tensor::mul(x.detach(), 6.0)));      // 6 x
+  CHECK(tensor::allclose(autograd::grad({z}, {x})[0], tensor::mul(tensor::pow(x.detach(), 2.0), 3.0)));  // retained
 }
