@@ -78,6 +78,10 @@ struct SyncBatchNormFunction : autograd::Function<SyncBatchNormFunction> {
   // grad_x = (dy - sum_dy / n - (x - mean) * invstd^2 * sum_dy_xmu / n) * invstd * weight,
   // with n the global batch's count (batch_norm_backward_elemt).
   static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& grad_outputs) {
+    // Its backward reduces over the ranks and is not itself recorded (as PyTorch's).
+    TDDP_CHECK(!tensor::GradMode::is_enabled(),
+               "SyncBatchNorm: double backward (create_graph) is not supported: its backward's allreduce is not "
+               "differentiable");
     const std::vector<Tensor> saved = ctx->get_saved_variables();
     const Tensor &x = saved[0], &weight = saved[1], &dy = grad_outputs[0];
     const auto mean = ctx->saved_data.get<Tensor>("mean");

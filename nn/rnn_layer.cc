@@ -30,6 +30,15 @@ Tensor previous_hidden(const Tensor& hs, const Tensor& h0, bool reverse) {
   return reverse ? t::cat({hs.narrow(0, 1, steps - 1), first}, 0) : t::cat({first, hs.narrow(0, 0, steps - 1)}, 0);
 }
 
+// The hand-written backward through time is not itself recorded: a backward that builds a
+// graph of the gradients (create_graph) stops here with an error, as PyTorch's cuDNN RNNs.
+void check_once_differentiable(const FunctionCtx& ctx) {
+  TDDP_CHECK(!tensor::GradMode::is_enabled(),
+             "{}: double backward (create_graph) through LSTM, GRU and RNN layers is not supported: their backward "
+             "through time is not differentiable",
+             ctx.name());
+}
+
 // [T, N, K] -> [T * N, K]
 Tensor rows(const Tensor& x) { return x.reshape({x.size(0) * x.size(1), x.size(2)}); }
 
@@ -85,6 +94,7 @@ struct LstmLayer : autograd::Function<LstmLayer> {
 
   // grad [T + 1, N, H] (the h_t rows, then the last cell's) -> one gradient per argument
   static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& grad_outputs) {
+    check_once_differentiable(*ctx);
     const std::vector<Tensor> saved = ctx->get_saved_variables();
     const Tensor &x = saved[0], &h0 = saved[1], &c0 = saved[2], &w_ih = saved[3], &w_hh = saved[4], &gates = saved[5],
                  &cells = saved[6], &out = saved[7];
@@ -147,6 +157,7 @@ struct GruLayer : autograd::Function<GruLayer> {
 
   // grad [T, N, H] -> one gradient per argument
   static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& grad_outputs) {
+    check_once_differentiable(*ctx);
     const std::vector<Tensor> saved = ctx->get_saved_variables();
     const Tensor &x = saved[0], &h0 = saved[1], &w_ih = saved[2], &w_hh = saved[3], &gates = saved[4],
                  &hidden_n = saved[5], &out = saved[6];
@@ -203,6 +214,7 @@ struct RnnLayer : autograd::Function<RnnLayer> {
 
   // grad [T, N, H] -> one gradient per argument
   static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& grad_outputs) {
+    check_once_differentiable(*ctx);
     const std::vector<Tensor> saved = ctx->get_saved_variables();
     const Tensor &x = saved[0], &h0 = saved[1], &w_ih = saved[2], &w_hh = saved[3], &out = saved[4];
     const bool reverse = ctx->saved_data.get<bool>("reverse"), relu = ctx->saved_data.get<bool>("relu");

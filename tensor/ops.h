@@ -101,6 +101,10 @@ Tensor sum(const Tensor& x);
 Tensor sum(const Tensor& x, const Shape& dims, bool keepdim = false);
 Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, const Shape& dims, bool keepdim = false);
+// As torch.norm / Tensor.norm(p, dim, keepdim) for p = 2 (sqrt of the sum of squares; its
+// gradient x / norm is 0 where the norm is 0, as PyTorch's) and p = 1 (sum of |x|), over all
+// elements or `dims`; floating inputs. Other p are refused.
+Tensor norm(const Tensor& x, double p = 2.0, const Shape& dims = {}, bool keepdim = false);
 // max over all elements; max along a dim gives (values, indices) with the first index of the
 // maximum (NaN counts as the maximum, as in PyTorch).
 Tensor max(const Tensor& x);

@@ -87,6 +87,29 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   return out;
 }
 
+Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim) {
+  check_defined(x, "norm", "x");
+  TDDP_CHECK(x.is_floating_point(), "norm: expected a floating-point input, got dtype {}", dtype_name(x.dtype()));
+  TDDP_CHECK(p == 1.0 || p == 2.0, "norm: p = {} is not supported (p = 1 and p = 2 are)", p);
+  if (p == 1.0) return sum(abs(x), dims, keepdim);
+  const Shape wrapped = reduction_dims(x, dims, "norm");
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = sqrt(sum(mul(x, x), wrapped, keepdim));
+  }
+  // grad_x = grad_out x / norm, 0 where the norm is 0 (x is 0 there too)
+  if (needs_grad(x)) {
+    record_op("NormBackward", out, {x},
+              [sx = SavedTensor(x), so = SavedTensor(out, true), shape = x.sizes(), wrapped, keepdim](const Tensor& g) {
+                const Tensor n = expand_reduced(so.get("NormBackward"), shape, wrapped, keepdim);
+                const Tensor scaled = masked_fill(div(sx.get("NormBackward"), n), eq(n, 0.0), 0.0);
+                return std::vector<Tensor>{mul(expand_reduced(g, shape, wrapped, keepdim), scaled)};
+              });
+  }
+  return out;
+}
+
 Tensor max(const Tensor& x) {
   check_defined(x, "max", "x");
   TDDP_CHECK(x.numel() > 0, "max: expected a non-empty tensor, got shape {} (specify a dim to reduce an empty tensor)",
