@@ -80,7 +80,7 @@ class StreamMark {
 // src's elements in a contiguous CPU tensor (page-locked), copied on a side stream once the
 // work before `after` (a mark on src's device) has run, without waiting for anything queued
 // after it; the calling thread waits for the copy. Strided src: its span of storage is
-// copied, then gathered on the host.
+// copied, then gathered on the host (into page-locked memory as well).
 Tensor to_host_after(const Tensor& src, const StreamMark& after);
 
 // A CUDA graph: the kernels and copies one thread queues on a device's compute stream between

@@ -292,7 +292,11 @@ Tensor to_host_after(const Tensor& src, const StreamMark& after) {
   release_stream(device, side);
   // src's storage is not freed before the copy ran: the caller holds src.
   if (src.is_contiguous()) return host.view(src.sizes());
-  return host.as_strided(src.sizes(), src.strides(), 0).contiguous();
+  // Gathered into page-locked memory too: a copy back to the GPU from pageable memory would
+  // wait for the device's compute stream (ProcessGroupGloo's write_back must not).
+  const Tensor dense = empty_pinned(src.sizes(), src.dtype(), "to_host_after");
+  dense.copy_(host.as_strided(src.sizes(), src.strides(), 0));
+  return dense;
 }
 
 void copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
