@@ -28,6 +28,9 @@ namespace tinyddp::ddp {
 struct DDPStats {
   std::vector<size_t> bucket_bytes;
   bool buckets_rebuilt = false;
+  // A backward with create_graph reached DDP: its gradients were averaged, their graphs (for a
+  // higher-order gradient) stayed each rank's own (DDP warned once on stderr, as PyTorch's).
+  bool create_graph = false;
   int64_t iterations = 0;
   double last_forward_compute_us = 0, last_backward_compute_us = 0, last_backward_comm_us = 0, last_overlap_us = 0;
   double avg_forward_compute_us = 0, avg_backward_compute_us = 0, avg_backward_comm_us = 0, avg_overlap_us = 0;

@@ -121,7 +121,11 @@ class Reducer {
   // Statistics and the timeline (DDP calls its forward_start/forward_end around the module).
   Recorder& recorder() { return recorder_; }
   const Recorder& recorder() const { return recorder_; }
-  DDPStats stats() const { return recorder_.stats(assignment_.bytes, has_rebuilt_bucket_); }
+  DDPStats stats() const {
+    DDPStats out = recorder_.stats(assignment_.bytes, has_rebuilt_bucket_);
+    out.create_graph = create_graph_seen_;
+    return out;
+  }
 
  private:
   struct Bucket {
@@ -204,6 +208,7 @@ class Reducer {
   std::vector<size_t> unused_parameters_;  // this forward's (static_graph: the first iteration's)
   int64_t num_iterations_ = 0;             // synchronised forwards
   int64_t num_bwd_calls_ = 0;              // synchronised backward passes (static_graph's first is 1)
+  bool create_graph_seen_ = false;         // a gradient with a graph of its own arrived (warned once)
 
   // Which parameters got a gradient since the last synchronised backward (no_sync included);
   // allreduced so that a parameter no rank used keeps its .grad untouched.

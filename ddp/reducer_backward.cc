@@ -4,6 +4,7 @@
 // the last bucket is launched, which waits for each bucket and writes the averages to .grad
 // (-> copy_bucket_to_grad). Follow one gradient through it from the top.
 #include <algorithm>
+#include <cstdio>
 
 #include <fmt/format.h>
 
@@ -115,6 +116,14 @@ void Reducer::copy_grad_to_bucket(size_t i) {
   if (!grad.defined()) {
     view.zero_();  // no gradient (an unused parameter): contributes nothing
     return;
+  }
+  if (grad.requires_grad() && !create_graph_seen_) {
+    // backward(create_graph): the bucket gets the values only, as PyTorch 1.13's Reducer.
+    create_graph_seen_ = true;
+    std::fprintf(stderr,
+                 "DistributedDataParallel: backward with create_graph=true: the gradients are averaged over the "
+                 "ranks, but a higher-order gradient through them is not: their graphs stay each rank's own and "
+                 "do not pass through the allreduce\n");
   }
   TDDP_CHECK(grad.dtype() == view.dtype() && grad.device() == view.device(),
              "DistributedDataParallel: the gradient of parameter '{}' is {} on {} but its bucket is {} on {}",
