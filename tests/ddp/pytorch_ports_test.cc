@@ -110,7 +110,8 @@ TEST_CASE("PyTorch's test_ddp_create_graph: backward(create_graph) under DDP", "
     ddp::DistributedDataParallel ddp_model(model, testing::borrow(pg));
     for (int i = 0; i < 6; ++i) {
       ddp_model.forward_many({})[0].backward({}, std::nullopt, /*create_graph=*/true);
-      for (const auto& [name, p] : ddp_model.named_parameters()) e.expect(p.requires_grad(), name + " lost requires_grad");
+      for (const auto& [name, p] : ddp_model.named_parameters())
+        e.expect(p.requires_grad(), name + " lost requires_grad");
       const Tensor& grad = model->p.grad();
       e.expect(grad.defined() && grad.item<double>() == 2.0 * (i + 1),
                fmt::format("step {}: p.grad is {} (PyTorch: {})", i, grad.defined() ? grad.item<double>() : -1.0,
