@@ -41,11 +41,11 @@ bool can_sum_into(const Tensor& t, const Tensor& other) {
 // Sums a gradient into a node's input buffer. As PyTorch's InputBuffer, a buffer (or an
 // arriving gradient) that nothing else references takes the sum in place instead of a new
 // tensor being allocated: the same bits, as a + b == b + a.
-// Gradients with a graph of their own (create_graph) are summed out of place, as a recorded op.
-void accumulate(Tensor& buffer, Tensor grad) {
+// Under create_graph the sum is a recorded op, out of place.
+void accumulate(Tensor& buffer, Tensor grad, bool create_graph) {
   if (!buffer.defined()) {
     buffer = std::move(grad);
-  } else if (buffer.requires_grad() || grad.requires_grad()) {
+  } else if (create_graph) {
     buffer = tensor::add(buffer, grad);
   } else if (can_sum_into(buffer, grad)) {
     buffer.add_(grad);
@@ -275,7 +275,7 @@ void Engine::execute(const std::vector<Tensor>& roots, const std::vector<Tensor>
   // 3. Seed the buffers with the root gradients; roots nothing else points at are ready.
   std::priority_queue<ReadyEntry> ready;
   uint64_t arrivals = 0;
-  for (const auto& [edge, grad] : seeds) accumulate(buffer_of(edge.function.get(), edge.input_nr), grad);
+  for (const auto& [edge, grad] : seeds) accumulate(buffer_of(edge.function.get(), edge.input_nr), grad, create_graph);
   for (const auto& [edge, grad] : seeds) {
     Node* node = edge.function.get();
     if (node->pending_ == 0) {
@@ -302,7 +302,7 @@ void Engine::execute(const std::vector<Tensor>& roots, const std::vector<Tensor>
       const Edge& next = node->next_edges()[i];
       if (!next.is_valid()) continue;
       Node* child = next.function.get();
-      if (outputs[i].defined()) accumulate(buffer_of(child, next.input_nr), std::move(outputs[i]));
+      if (outputs[i].defined()) accumulate(buffer_of(child, next.input_nr), std::move(outputs[i]), create_graph);
       if (--child->pending_ == 0) ready.push({child->sequence_nr(), arrivals++, child});
     }
   }

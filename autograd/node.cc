@@ -77,8 +77,14 @@ std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
              name());
   const bool create_graph = tensor::GradMode::is_enabled();
   std::vector<Tensor> grads;
-  {
-    tensor::RunningNodeScope running(create_graph ? this : nullptr);
+  if (create_graph) {
+    struct Running {  // the saved outputs rejoin this node while the formula runs
+      const FunctionNode* node;
+      tensor::RunningNodeScope scope{node};
+      ~Running() { node->reattached_.clear(); }
+    } running{this};
+    grads = backward_(grad_output);
+  } else {
     grads = backward_(grad_output);
   }
   TDDP_CHECK(grads.size() == next_edges().size(), "{}: the backward formula returned {} gradients for {} inputs",
@@ -99,10 +105,10 @@ std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
   return grads;
 }
 
-Tensor FunctionNode::reattach_output(const Tensor& output_data) const {
+const Tensor& FunctionNode::reattach_output(const Tensor& output_data) const {
   Tensor alias = output_data.detach();
   ensure_meta(alias).grad_fn_ = std::const_pointer_cast<Node>(shared_from_this());
-  return alias;
+  return reattached_.emplace_front(std::move(alias));
 }
 
 void FunctionNode::release_saved() {

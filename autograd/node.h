@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <forward_list>
 #include <functional>
 #include <memory>
 #include <string>
@@ -107,11 +108,15 @@ class FunctionNode final : public Node, public tensor::RunningNode {
   FunctionNode(std::string name, std::vector<Edge> next_edges, tensor::BackwardFn backward);
   std::vector<Tensor> apply(const Tensor& grad_output) override;
   void release_saved() override;
-  Tensor reattach_output(const Tensor& output_data) const override;
+  const Tensor& reattach_output(const Tensor& output_data) const override;
 
  private:
   tensor::BackwardFn backward_;
   bool released_ = false;
+  // The saved outputs given back with this node as grad_fn while the formula runs under
+  // create_graph (a list: references to them stay valid as more are added, and an empty one
+  // allocates nothing); cleared after.
+  mutable std::forward_list<Tensor> reattached_;
 };
 
 }  // namespace tinyddp::autograd

@@ -48,7 +48,7 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
   is_output_ = is_output;
 }
 
-Tensor SavedTensor::get(const char* node) const {
+const Tensor& SavedTensor::get(const char* node) const {
   TDDP_CHECK(!data_.defined() || data_.storage().version() == version_,
              "{}: one of the tensors needed for gradient computation has been modified by an in-place operation "
              "(storage version {} when saved, {} now); clone() it before modifying it",

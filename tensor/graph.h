@@ -36,7 +36,7 @@ class SavedTensor {
   // a backward that builds a graph of the gradients runs (create_graph), a saved output comes
   // back with its history: the node running now (RunningNode below) as its grad_fn, as
   // PyTorch's SavedVariable, so that d(gradient)/d(input) also flows through the output.
-  Tensor get(const char* node) const;
+  const Tensor& get(const char* node) const;
 
  private:
   Tensor data_;
@@ -49,8 +49,9 @@ class SavedTensor {
 // nodes; this is the one question it asks of one.
 struct RunningNode {
   virtual ~RunningNode() = default;
-  // An alias of `output_data` whose grad_fn is this node (the node's own output again).
-  virtual Tensor reattach_output(const Tensor& output_data) const = 0;
+  // An alias of `output_data` whose grad_fn is this node (the node's own output again), kept
+  // by the node until its backward formula returns.
+  virtual const Tensor& reattach_output(const Tensor& output_data) const = 0;
 };
 
 // Makes `node` the running node for its lifetime (null: none), restoring the previous one.
