@@ -26,7 +26,7 @@ using testing::seeded_mlp;
 
 namespace {
 
-double norm(const Tensor& t) { return std::sqrt(tensor::sum(tensor::mul(t, t)).item<double>()); }
+double l2_norm(const Tensor& t) { return std::sqrt(tensor::sum(tensor::mul(t, t)).item<double>()); }
 
 // The gradients after one backward of `model` wrapped in DDP with `hook` (none: plain).
 std::vector<Tensor> gradients_after(DistributedDataParallel& ddp, const Tensor& x, const Tensor& y) {
@@ -58,7 +58,7 @@ TEST_CASE("PowerSGD: exact when the averaged gradient has rank <= the approximat
         const Tensor x = tensor::randn({1, 32}, {}, &data), y = tensor::randn({1, 16}, {}, &data);
         const auto want = gradients_after(plain, x, y), got = gradients_after(compressed, x, y);
         for (size_t k = 0; k < want.size(); ++k) {
-          const double gap = norm(tensor::sub(want[k], got[k])) / std::max(norm(want[k]), 1e-12);
+          const double gap = l2_norm(tensor::sub(want[k], got[k])) / std::max(l2_norm(want[k]), 1e-12);
           e.expect(gap < 1e-3, fmt::format("iteration {} gradient {}: relative difference {}", it, k, gap));
         }
       }
@@ -91,7 +91,7 @@ TEST_CASE("PowerSGD: with error feedback the applied updates add up to the true 
       std::vector<double> relative;
       for (int it = 1; it <= 100; ++it) {
         sum.add_(gradients_after(ddp, x, y)[0]);
-        relative.push_back(norm(tensor::sub(tensor::div(sum, static_cast<double>(it)), truth)) / norm(truth));
+        relative.push_back(l2_norm(tensor::sub(tensor::div(sum, static_cast<double>(it)), truth)) / l2_norm(truth));
       }
       if (feedback) {
         e.expect(relative.back() < 0.05,
