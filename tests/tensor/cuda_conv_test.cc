@@ -306,3 +306,36 @@ TEST_CASE("CUDA: celu on the GPU equals the CPU", "[cuda][hooks]") {
   Generator gen(8);
   check_on_gpu([](const Inputs& v) { return celu(v[0], 1.5); }, {randn({4, 5}, {}, &gen)});
 }
+
+TEST_CASE("CUDA: leaky_relu and norm on the GPU equal the CPU", "[cuda][double_backward]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  Generator gen(9);
+  check_on_gpu([](const Inputs& v) { return leaky_relu(v[0], 0.2); }, {randn({4, 5}, {}, &gen)});
+  check_on_gpu([](const Inputs& v) { return norm(v[0], 2.0, {1}); }, {randn({4, 5}, {}, &gen)});
+  check_on_gpu([](const Inputs& v) { return norm(v[0], 1.0); }, {randn({4, 5}, {}, &gen)});
+}
+
+TEST_CASE("CUDA: double backward on the GPU equals the CPU", "[cuda][double_backward]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  // f's first derivatives (create_graph) as one vector: check_on_gpu's backward through them
+  // is a double backward through every op of f, the recorded formulas of the fused kernels.
+  const auto first = [](std::function<Tensor(const Inputs&)> f) {
+    return [f](const Inputs& v) {
+      const Tensor out = f(v);
+      const std::vector<Tensor> grads =
+          tinyddp::autograd::grad({sum(mul(out, out))}, v, {}, std::nullopt, /*create_graph=*/true);
+      std::vector<Tensor> flat;
+      for (const Tensor& g : grads) flat.push_back(g.reshape({-1}));
+      return cat(flat, 0);
+    };
+  };
+  Generator gen(10);
+  check_on_gpu(first([](const Inputs& v) { return conv2d(v[0], v[1], v[2], 1, 1); }),
+               {randn({2, 3, 5, 5}, {}, &gen), randn({4, 3, 3, 3}, {}, &gen), randn({4}, {}, &gen)});
+  check_on_gpu(first([](const Inputs& v) { return gelu(layer_norm(v[0], {6}, v[1], v[2]), "tanh"); }),
+               {randn({4, 6}, {}, &gen), randn({6}, {}, &gen), randn({6}, {}, &gen)});
+  check_on_gpu(first([](const Inputs& v) { return batch_norm(v[0], Tensor(), Tensor(), v[1], v[2], true); }),
+               {randn({4, 3, 2}, {}, &gen), randn({3}, {}, &gen), randn({3}, {}, &gen)});
+  check_on_gpu(first([](const Inputs& v) { return max_pool2d(relu(v[0]), 2); }), {randn({2, 2, 4, 4}, {}, &gen)});
+  check_on_gpu(first([](const Inputs& v) { return causal_softmax(v[0], 0.5); }), {randn({2, 4, 4}, {}, &gen)});
+}
