@@ -9,32 +9,28 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/examples/example_fixtures.h"
 #include "tests/test_util.h"
 #include "tinyddp/nn/nn.h"
 
 using namespace tinyddp;
 using Catch::Contains;
+using testing::check_saved_state;
 using testing::CommandResult;
+using testing::options_of;
 using testing::run_command;
 using testing::temp_path;
 
 namespace {
 
 const char* const kText = "tests/examples/fixtures/char_lstm_text.txt";
+const std::vector<const char*> kOptions = {"steps",  "batch_size", "seq_len",      "embed", "hidden",
+                                           "layers", "lr",         "weight_decay", "seed"};
 
 nlohmann::json reference() {
   std::ifstream in("tests/examples/fixtures/char_lstm_reference.json");
   REQUIRE(in.good());
   return nlohmann::json::parse(in);
-}
-
-std::string options_of(const nlohmann::json& c) {
-  std::string s;
-  for (const char* key :
-       {"steps", "batch_size", "seq_len", "embed", "hidden", "layers", "lr", "weight_decay", "seed"}) {
-    s += fmt::format(" --{} {}", key, c[key].dump());
-  }
-  return s;
 }
 
 }  // namespace
@@ -45,7 +41,7 @@ TEST_CASE("examples: char_lstm on 2 ranks trains as PyTorch's DDP run of the sam
   const std::string metrics = temp_path("char_lstm_metrics.csv"), saved = temp_path("char_lstm.safetensors");
   const CommandResult r =
       run_command("launcher/launch --nproc_per_node 2 -- examples/char_lstm --text " + std::string(kText) +
-                  options_of(ref["config"]) + " --metrics " + metrics + " --save " + saved + " --sample 20");
+                  options_of(ref["config"], kOptions) + " --metrics " + metrics + " --save " + saved + " --sample 20");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Contains("[rank 0] sample: The "));
@@ -63,23 +59,7 @@ TEST_CASE("examples: char_lstm on 2 ranks trains as PyTorch's DDP run of the sam
     CHECK(std::fabs(loss - record["loss"].get<double>()) <= loss_tolerance);
     CHECK(lr == Approx(record["lr"].get<double>()).epsilon(1e-8));  // printed to 9 digits
   }
-  const nn::SafetensorsFile file = nn::load_safetensors(saved);
-  std::vector<std::string> names;
-  for (const auto& [name, values] : ref["state"].items()) names.push_back(name);
-  std::vector<std::string> got = file.tensors.keys();
-  std::sort(names.begin(), names.end());  // (the JSON object's order is by name)
-  std::sort(got.begin(), got.end());
-  CHECK(got == names);
-  const double weight_tolerance = ref["weight_tolerance"].get<double>();
-  for (const auto& [name, t] : file.tensors) {
-    INFO(name);
-    const std::vector<float> values = t.contiguous().to_vector<float>();
-    const std::vector<float> want = ref["state"][name].get<std::vector<float>>();
-    REQUIRE(values.size() == want.size());
-    double worst = 0;
-    for (size_t i = 0; i < values.size(); ++i) worst = std::max(worst, std::fabs(double(values[i]) - want[i]));
-    CHECK(worst <= weight_tolerance);
-  }
+  check_saved_state(saved, ref["state"], ref["weight_tolerance"].get<double>());
 }
 
 TEST_CASE("examples: char_lstm's clear errors", "[examples][char_lstm][errors]") {

@@ -11,13 +11,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/test_util.h"
+#include "tests/examples/example_fixtures.h"
+#include "tests/examples/example_runs.h"
 #include "tinyddp/nn/nn.h"
 
 using namespace tinyddp;
 using Catch::Contains;
+using testing::check_saved_state;
 using testing::CommandResult;
-using testing::run_command;
+using testing::launch2;
+using testing::options_of;
 using testing::temp_path;
 
 namespace {
@@ -28,13 +31,8 @@ nlohmann::json reference() {
   return nlohmann::json::parse(in);
 }
 
-std::string options_of(const nlohmann::json& c) {
-  std::string s;
-  for (const char* key : {"steps", "critic_iters", "batch_size", "latent", "hidden", "lr", "lambda_gp", "seed"}) {
-    s += fmt::format(" --{} {}", key, c[key].dump());
-  }
-  return s;
-}
+const std::vector<const char*> kOptions = {"steps",  "critic_iters", "batch_size", "latent",
+                                           "hidden", "lr",           "lambda_gp",  "seed"};
 
 // The numbers of a CSV row after its step and phase (empty fields dropped).
 std::vector<double> numbers_of(const std::string& line, std::string& phase) {
@@ -55,8 +53,8 @@ TEST_CASE("examples: wgan_gp on 2 ranks trains as PyTorch's DDP run of the same 
           "[examples][wgan_gp][double_backward][fixture]") {
   const nlohmann::json ref = reference();
   const std::string metrics = temp_path("wgan_gp_metrics.csv"), saved = temp_path("wgan_gp.safetensors");
-  const CommandResult r = run_command("launcher/launch --nproc_per_node 2 -- examples/wgan_gp" +
-                                      options_of(ref["config"]) + " --metrics " + metrics + " --save " + saved);
+  const CommandResult r =
+      launch2("examples/wgan_gp" + options_of(ref["config"], kOptions) + " --metrics " + metrics + " --save " + saved);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Contains("[rank 0] generated points: mean distance to the nearest mode"));
@@ -78,17 +76,5 @@ TEST_CASE("examples: wgan_gp on 2 ranks trains as PyTorch's DDP run of the same 
     ++row;
   }
   CHECK_FALSE(std::getline(csv, line));
-  const nn::SafetensorsFile file = nn::load_safetensors(saved);
-  CHECK(file.tensors.size() == ref["state"].size());
-  const double weight_tolerance = ref["weight_tolerance"].get<double>();
-  for (const auto& [name, want] : ref["state"].items()) {
-    INFO(name);
-    REQUIRE(file.tensors.contains(name));
-    const std::vector<float> values = file.tensors.at(name).contiguous().to_vector<float>();
-    const std::vector<float> expected = want.get<std::vector<float>>();
-    REQUIRE(values.size() == expected.size());
-    double worst = 0;
-    for (size_t i = 0; i < values.size(); ++i) worst = std::max(worst, std::fabs(double(values[i]) - expected[i]));
-    CHECK(worst <= weight_tolerance);
-  }
+  check_saved_state(saved, ref["state"], ref["weight_tolerance"].get<double>());
 }
