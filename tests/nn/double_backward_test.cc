@@ -2,8 +2,9 @@
 // Hessian-vector product through an MLP with tanh, gelu, LayerNorm and cross_entropy; .grad
 // with a graph after backward(create_graph) and a second backward adding into it; a WGAN-GP
 // critic step (the gradient penalty through conv, leaky_relu, max pooling and linear). Then the
-// losses' second derivatives (gradgradcheck), and the layers whose backward is not itself
-// differentiable, refused with an error that names them.
+// losses' second derivatives (gradgradcheck), the layers whose backward is not itself
+// differentiable, refused with an error that names them, and leaky_relu's and norm's values and
+// gradients.
 #include <nlohmann/json.hpp>
 
 #include "tests/nn/json_fixture.h"
@@ -138,4 +139,21 @@ TEST_CASE("double backward: recurrent layers and SyncBatchNorm's backward refuse
                     Contains("double backward (create_graph) through LSTM, GRU and RNN layers is not supported"));
   CHECK(tensor::norm(tensor::zeros({3}, tensor::kFloat64)).item<double>() == 0.0);
   CHECK_THROWS_WITH(tensor::norm(x, 3.0), Contains("norm: p = 3 is not supported"));
+}
+
+TEST_CASE("leaky_relu and norm equal PyTorch's, values and gradients (at 0 too)", "[autograd][fixture]") {
+  const nlohmann::json& c = fixture()["ops"];
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> ops = {
+      {"leaky_relu", [](const Tensor& t) { return tensor::leaky_relu(t, 0.2); }},
+      {"norm2", [](const Tensor& t) { return tensor::norm(t, 2.0, {1}); }},
+      {"norm1", [](const Tensor& t) { return tensor::norm(t, 1.0); }}};
+  for (const auto& [name, f] : ops) {
+    const Tensor x = doubles(c["x"], {3, 4}).requires_grad_();
+    const Tensor y = f(x);
+    check_close(y, c[name]["out"], name + " values");
+    // The gradient of sum(y * w), w = 1, 2, ... as the fixture's.
+    const Tensor w = tensor::add(tensor::arange(y.numel(), tensor::kFloat64), 1.0).reshape(y.sizes());
+    tensor::sum(y * w).backward();
+    check_close(x.grad(), c[name]["grad"], name + " gradient");
+  }
 }
