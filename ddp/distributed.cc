@@ -285,6 +285,10 @@ nn::Value DistributedDataParallel::forward_nested(const std::vector<Tensor>& inp
   return run_forward([&] { return module_->call_nested(inputs); });
 }
 
+nn::Value DistributedDataParallel::forward_kwargs(const std::vector<Tensor>& args, const nn::Value& kwargs) {
+  return run_forward([&] { return module_->call_kwargs(args, kwargs); });
+}
+
 nn::Value DistributedDataParallel::run_forward(const std::function<nn::Value()>& module_forward) {
   const bool grad_enabled = tensor::GradMode::is_enabled();
   const bool synchronize = grad_enabled && require_sync_;

@@ -101,6 +101,9 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   // them counts for find_unused_parameters and static_graph, as PyTorch's _find_tensors.
   // ddp.call_nested(inputs) calls it.
   nn::Value forward_nested(const std::vector<Tensor>& inputs) override;
+  // The same with keyword arguments, passed to the module's call_kwargs (its kwargs hooks see
+  // them), as PyTorch's DDP forward(*inputs, **kwargs). ddp.call_kwargs(args, kwargs) calls it.
+  nn::Value forward_kwargs(const std::vector<Tensor>& args, const nn::Value& kwargs) override;
   std::shared_ptr<nn::Module> module() const { return module_; }
   const Reducer& reducer() const { return *reducer_; }
   comm::ProcessGroup& process_group() const { return *pg_; }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tinyddp/autograd/autograd.h"
@@ -44,10 +45,18 @@ class Module;
 //   full backward pre-hook: (module, grad_outputs) -> new grad_outputs
 //   full backward hook: (module, grad_inputs, grad_outputs) -> new grad_inputs
 // The gradients line up with the tensors (undefined where one does not require grad).
+// The forward hooks' kwargs forms (PyTorch's with_kwargs=True; registered by the same names,
+// told apart by their parameters) also see the call's keyword arguments (a dict Value):
+//   forward pre-hook: (module, args, kwargs) -> new (args, kwargs)
+//   forward hook: (module, args, kwargs, outputs) -> new outputs
 using Tensors = std::vector<Tensor>;
 using ForwardPreHook = std::function<std::optional<Tensors>(Module& module, const Tensors& inputs)>;
 using ForwardHook =
     std::function<std::optional<Tensors>(Module& module, const Tensors& inputs, const Tensors& outputs)>;
+using ForwardPreHookWithKwargs =
+    std::function<std::optional<std::pair<Tensors, Value>>(Module& module, const Tensors& args, const Value& kwargs)>;
+using ForwardHookWithKwargs = std::function<std::optional<Tensors>(Module& module, const Tensors& args,
+                                                                   const Value& kwargs, const Tensors& outputs)>;
 using BackwardPreHook = std::function<std::optional<Tensors>(Module& module, const Tensors& grad_outputs)>;
 using BackwardHook =
     std::function<std::optional<Tensors>(Module& module, const Tensors& grad_inputs, const Tensors& grad_outputs)>;
@@ -83,7 +92,14 @@ class Module : public std::enable_shared_from_this<Module> {
   // the one tensor, or a list of them. call_nested(inputs) calls it with the hooks around it
   // (the hooks see the output's tensors, depth first, and may replace them).
   virtual Value forward_nested(const std::vector<Tensor>& inputs);
-  Value call_nested(const std::vector<Tensor>& inputs);
+  Value call_nested(const std::vector<Tensor>& inputs) { return call_kwargs(inputs, Value::dict()); }
+  // The forward pass of modules that take keyword arguments (PyTorch's forward(x, bias=None)):
+  // they override this one, `kwargs` a dict Value (empty when none were given). By default it
+  // takes none (naming any it gets, as Python's "unexpected keyword argument") and returns
+  // forward_nested(args). call_kwargs(args, kwargs), PyTorch's model(*args, **kwargs), calls
+  // it with the module's hooks around it; call_nested(args) is call_kwargs with none.
+  virtual Value forward_kwargs(const std::vector<Tensor>& args, const Value& kwargs);
+  Value call_kwargs(const std::vector<Tensor>& args, const Value& kwargs);
 
   // Hooks (see ForwardPreHook above), run in registration order (prepend: before the others),
   // each removed by its handle's remove(). Backward hooks see the gradients of the module's
@@ -92,6 +108,10 @@ class Module : public std::enable_shared_from_this<Module> {
   // always_call: it also runs when forward throws (with no outputs; anything it throws then is
   // dropped for forward's error, which goes on), as PyTorch's always_call.
   autograd::RemovableHandle register_forward_hook(ForwardHook hook, bool prepend = false, bool always_call = false);
+  // The kwargs forms, in the same lists (prepend orders them among all the forward hooks).
+  autograd::RemovableHandle register_forward_pre_hook(ForwardPreHookWithKwargs hook, bool prepend = false);
+  autograd::RemovableHandle register_forward_hook(ForwardHookWithKwargs hook, bool prepend = false,
+                                                  bool always_call = false);
   autograd::RemovableHandle register_full_backward_pre_hook(BackwardPreHook hook, bool prepend = false);
   autograd::RemovableHandle register_full_backward_hook(BackwardHook hook, bool prepend = false);
   struct Hooks;  // the four lists (module_hooks.cc)
@@ -185,7 +205,9 @@ class Module : public std::enable_shared_from_this<Module> {
 
   bool has_hooks() const;
   Tensor call_one_with_hooks(const Tensor& input);
-  Value call_with_hooks(std::vector<Tensor> inputs, const std::function<Value(const std::vector<Tensor>&)>& run);
+  // run(args, kwargs) with the hooks around it.
+  Value call_with_hooks(std::vector<Tensor> inputs, Value kwargs,
+                        const std::function<Value(const std::vector<Tensor>&, const Value&)>& run);
   std::shared_ptr<Hooks> hooks_;  // made by the first register_*_hook
 
   std::string type_name_;

@@ -1,9 +1,10 @@
-// Module hooks (module.h): the four lists, their handles, and a call with hooks, in PyTorch's
-// order: forward pre-hooks, the inputs through a backward-hook node, forward, forward hooks,
-// the outputs through a second one. In backward the outputs' node runs first (backward
-// pre-hooks, then the gradients of the outputs are kept) and the inputs' node last (full
-// backward hooks, with the kept gradients of the outputs); with no input requiring grad, the
-// full backward hooks run at the outputs' node, their grad_inputs all undefined.
+// Module hooks (module.h): the four lists, their handles, and a call with hooks (keyword
+// arguments too), in PyTorch's order: forward pre-hooks, the inputs through a backward-hook
+// node, forward, forward hooks, the outputs through a second one. In backward the outputs'
+// node runs first (backward pre-hooks, then the gradients of the outputs are kept) and the
+// inputs' node last (full backward hooks, with the kept gradients of the outputs); with no
+// input requiring grad, the full backward hooks run at the outputs' node, their grad_inputs
+// all undefined.
 #include <algorithm>
 #include <unordered_set>
 #include <utility>
@@ -18,8 +19,8 @@ using HookList = std::vector<std::pair<uint64_t, H>>;
 
 struct Module::Hooks {
   uint64_t next_id = 0;
-  HookList<ForwardPreHook> forward_pre;
-  HookList<ForwardHook> forward;
+  HookList<ForwardPreHookWithKwargs> forward_pre;  // the plain forms wrapped (see register_*)
+  HookList<ForwardHookWithKwargs> forward;
   HookList<BackwardPreHook> backward_pre;
   HookList<BackwardHook> backward;
   std::unordered_set<uint64_t> always_called;  // forward hooks that also run when forward throws
@@ -89,18 +90,28 @@ struct BackwardCall {
   }
 };
 
-// run(inputs); if it throws, the always_call forward hooks run (with no outputs) before the
-// error goes on, theirs dropped.
+// A kwargs pre-hook's replacement: as many args, and kwargs a dict.
+void take(std::optional<std::pair<Tensors, Value>> replacement, Tensors& args, Value& kwargs,
+          const std::string& module_name) {
+  if (!replacement) return;
+  TDDP_CHECK(replacement->second.is_dict(), "{}: a forward pre-hook returned keyword arguments that are {}, not a dict",
+             module_name, replacement->second.describe());
+  take(std::move(replacement->first), args, module_name, "forward pre-hook");
+  kwargs = std::move(replacement->second);
+}
+
+// run(inputs, kwargs); if it throws, the always_call forward hooks run (with no outputs)
+// before the error goes on, theirs dropped.
 Value run_or_always_call(const std::shared_ptr<Module::Hooks>& hooks, Module& module, const Tensors& inputs,
-                         const std::function<Value(const Tensors&)>& run) {
+                         const Value& kwargs, const std::function<Value(const Tensors&, const Value&)>& run) {
   try {
-    return run(inputs);
+    return run(inputs, kwargs);
   } catch (...) {
     const auto forward_hooks = hooks->forward;
     for (const auto& [id, hook] : forward_hooks) {
       if (hooks->always_called.count(id) == 0) continue;
       try {
-        hook(module, inputs, {});
+        hook(module, inputs, kwargs, {});
       } catch (...) {  // forward's error is the one to report
       }
     }
@@ -108,16 +119,48 @@ Value run_or_always_call(const std::shared_ptr<Module::Hooks>& hooks, Module& mo
   }
 }
 
+// Checks that nothing left keyword arguments for a forward that takes none (the one-tensor
+// and forward_many calls).
+void check_no_kwargs(const Value& kwargs, const std::string& module_name) {
+  if (kwargs.is_none() || kwargs.size() == 0) return;
+  std::string names;
+  for (const auto& [key, value] : kwargs.entries()) names += (names.empty() ? "'" : ", '") + key + "'";
+  throw Error(
+      fmt::format("{}: forward got keyword arguments it does not take: {} (a module that takes them "
+                  "overrides forward_kwargs)",
+                  module_name, names));
+}
+
 }  // namespace
 
 bool Module::has_hooks() const { return hooks_ != nullptr && !hooks_->empty(); }
 
 autograd::RemovableHandle Module::register_forward_pre_hook(ForwardPreHook hook, bool prepend) {
+  TDDP_CHECK(hook != nullptr, "{}: register_forward_pre_hook: the hook is empty", type_name_);
+  // The plain form: the kwargs pass by unchanged.
+  return register_forward_pre_hook(
+      [hook = std::move(hook)](Module& module, const Tensors& args,
+                               const Value& kwargs) -> std::optional<std::pair<Tensors, Value>> {
+        std::optional<Tensors> replaced = hook(module, args);
+        if (!replaced) return std::nullopt;
+        return std::make_pair(std::move(*replaced), kwargs);
+      },
+      prepend);
+}
+
+autograd::RemovableHandle Module::register_forward_pre_hook(ForwardPreHookWithKwargs hook, bool prepend) {
   if (!hooks_) hooks_ = std::make_shared<Hooks>();
   return add_hook(hooks_, &Hooks::forward_pre, std::move(hook), prepend, type_name_, "register_forward_pre_hook");
 }
 
 autograd::RemovableHandle Module::register_forward_hook(ForwardHook hook, bool prepend, bool always_call) {
+  TDDP_CHECK(hook != nullptr, "{}: register_forward_hook: the hook is empty", type_name_);
+  return register_forward_hook([hook = std::move(hook)](Module& module, const Tensors& args, const Value& /*kwargs*/,
+                                                        const Tensors& outputs) { return hook(module, args, outputs); },
+                               prepend, always_call);
+}
+
+autograd::RemovableHandle Module::register_forward_hook(ForwardHookWithKwargs hook, bool prepend, bool always_call) {
   if (!hooks_) hooks_ = std::make_shared<Hooks>();
   if (always_call) hooks_->always_called.insert(hooks_->next_id);  // the id add_hook gives it
   return add_hook(hooks_, &Hooks::forward, std::move(hook), prepend, type_name_, "register_forward_hook");
@@ -136,8 +179,9 @@ autograd::RemovableHandle Module::register_full_backward_hook(BackwardHook hook,
 
 std::vector<Tensor> Module::call(const std::vector<Tensor>& inputs) {
   if (!has_hooks()) return forward_many(inputs);
-  return call_with_hooks(inputs,
-                         [this](const Tensors& in) {
+  return call_with_hooks(inputs, Value::dict(),
+                         [this](const Tensors& in, const Value& kwargs) {
+                           check_no_kwargs(kwargs, type_name_);
                            const Tensors out = forward_many(in);
                            return Value::list({out.begin(), out.end()});
                          })
@@ -150,25 +194,35 @@ Value Module::forward_nested(const std::vector<Tensor>& inputs) {
   return Value::list({outputs.begin(), outputs.end()});
 }
 
-Value Module::call_nested(const std::vector<Tensor>& inputs) {
-  if (!has_hooks()) return forward_nested(inputs);
-  return call_with_hooks(inputs, [this](const Tensors& in) { return forward_nested(in); });
+Value Module::forward_kwargs(const std::vector<Tensor>& args, const Value& kwargs) {
+  check_no_kwargs(kwargs, type_name_);
+  return forward_nested(args);
+}
+
+Value Module::call_kwargs(const std::vector<Tensor>& args, const Value& kwargs) {
+  TDDP_CHECK(kwargs.is_dict() || kwargs.is_none(), "{}: keyword arguments must be a dict, got {}", type_name_,
+             kwargs.describe());
+  if (!has_hooks()) return forward_kwargs(args, kwargs);
+  return call_with_hooks(args, kwargs, [this](const Tensors& in, const Value& kw) { return forward_kwargs(in, kw); });
 }
 
 Tensor Module::call_one_with_hooks(const Tensor& input) {
-  return call_with_hooks({input},
-                         [this](const Tensors& in) {
+  return call_with_hooks({input}, Value::dict(),
+                         [this](const Tensors& in, const Value& kwargs) {
                            TDDP_CHECK(in.size() == 1, "{}: called with one input, but its forward pre-hooks left {}",
                                       type_name_, in.size());
+                           check_no_kwargs(kwargs, type_name_);
                            return Value(forward(in.front()));
                          })
       .tensor();
 }
 
-Value Module::call_with_hooks(std::vector<Tensor> inputs, const std::function<Value(const std::vector<Tensor>&)>& run) {
-  const std::shared_ptr<Hooks> hooks = hooks_;  // alive through the call, whatever the hooks remove
+Value Module::call_with_hooks(std::vector<Tensor> inputs, Value kwargs,
+                              const std::function<Value(const std::vector<Tensor>&, const Value&)>& run) {
+  const std::shared_ptr<Hooks> hooks = hooks_;   // alive through the call, whatever the hooks remove
+  if (kwargs.is_none()) kwargs = Value::dict();  // what the kwargs hooks see: a dict, maybe empty
   const auto forward_pre = hooks->forward_pre;
-  for (const auto& [id, hook] : forward_pre) take(hook(*this, inputs), inputs, type_name_, "forward pre-hook");
+  for (const auto& [id, hook] : forward_pre) take(hook(*this, inputs, kwargs), inputs, kwargs, type_name_);
   std::shared_ptr<BackwardCall> state;
   if ((!hooks->backward.empty() || !hooks->backward_pre.empty()) && tensor::GradMode::is_enabled()) {
     state = std::make_shared<BackwardCall>();
@@ -180,11 +234,13 @@ Value Module::call_with_hooks(std::vector<Tensor> inputs, const std::function<Va
     inputs = autograd::through_backward_hook(
         inputs, [state](Tensors grads) { return state->on_input_grads(std::move(grads)); });
   }
-  const Value result = run_or_always_call(hooks, *this, inputs, run);
+  const Value result = run_or_always_call(hooks, *this, inputs, kwargs, run);
   // The hooks see the output's tensors, depth first; their replacements go back in place.
   std::vector<Tensor> outputs = result.tensors();
   const auto forward_hooks = hooks->forward;
-  for (const auto& [id, hook] : forward_hooks) take(hook(*this, inputs, outputs), outputs, type_name_, "forward hook");
+  for (const auto& [id, hook] : forward_hooks) {
+    take(hook(*this, inputs, kwargs, outputs), outputs, type_name_, "forward hook");
+  }
   if (state) {
     outputs = autograd::through_backward_hook(
         outputs, [state](Tensors grads) { return state->on_output_grads(std::move(grads)); });

@@ -2,6 +2,7 @@
 // and replaces its tensors.
 #include "tinyddp/nn/value.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "tinyddp/base/error.h"
@@ -16,6 +17,10 @@ const char* kind_name(Value::Kind kind) {
     case Value::Kind::kTensor: return "a tensor";
     case Value::Kind::kList: return "a list";
     case Value::Kind::kDict: return "a dict";
+    case Value::Kind::kBool: return "a bool";
+    case Value::Kind::kInt: return "an int";
+    case Value::Kind::kDouble: return "a float";
+    case Value::Kind::kString: return "a string";
   }
   return "?";
 }
@@ -23,6 +28,10 @@ const char* kind_name(Value::Kind kind) {
 }  // namespace
 
 Value::Value(Tensor t) : kind_(Kind::kTensor), tensor_(std::move(t)) {}
+Value::Value(bool b) : kind_(Kind::kBool), int_(b ? 1 : 0) {}
+Value::Value(int64_t i) : kind_(Kind::kInt), int_(i) {}
+Value::Value(double d) : kind_(Kind::kDouble), double_(d) {}
+Value::Value(std::string s) : kind_(Kind::kString), string_(std::move(s)) {}
 
 Value Value::list(std::vector<Value> items) {
   Value v;
@@ -55,6 +64,26 @@ const Value::Entries& Value::entries() const {
   return entries_;
 }
 
+bool Value::as_bool() const {
+  TDDP_CHECK(is_bool(), "Value: expected a bool, got {}", describe());
+  return int_ != 0;
+}
+
+int64_t Value::as_int() const {
+  TDDP_CHECK(is_int(), "Value: expected an int, got {}", describe());
+  return int_;
+}
+
+double Value::as_double() const {
+  TDDP_CHECK(is_double() || is_int(), "Value: expected a float, got {}", describe());
+  return is_double() ? double_ : static_cast<double>(int_);
+}
+
+const std::string& Value::as_string() const {
+  TDDP_CHECK(is_string(), "Value: expected a string, got {}", describe());
+  return string_;
+}
+
 const Value& Value::operator[](size_t index) const {
   const std::vector<Value>& list = items();
   TDDP_CHECK(index < list.size(), "Value: index {} is out of range for a list of {}", index, list.size());
@@ -71,6 +100,31 @@ const Value& Value::operator[](const std::string& key) const {
     if (k == key) return value;
   }
   throw Error(fmt::format("Value: no key '{}' in {}", key, describe()));
+}
+
+Value Value::get(const std::string& key) const { return get(key, Value()); }
+
+Value Value::get(const std::string& key, const Value& fallback) const {
+  for (const auto& [k, value] : entries()) {
+    if (k == key) return value;
+  }
+  return fallback;
+}
+
+bool Value::contains(const std::string& key) const {
+  const Entries& all = entries();
+  return std::any_of(all.begin(), all.end(), [&](const auto& entry) { return entry.first == key; });
+}
+
+void Value::set(const std::string& key, Value value) {
+  TDDP_CHECK(is_dict(), "Value: set('{}') on {}, not a dict", key, describe());
+  for (auto& [k, existing] : entries_) {
+    if (k == key) {
+      existing = std::move(value);
+      return;
+    }
+  }
+  entries_.emplace_back(key, std::move(value));
 }
 
 size_t Value::size() const {
@@ -100,7 +154,11 @@ Value Value::with_tensors(const std::vector<Tensor>& replacements) const {
 
 Value Value::with_tensors(const std::vector<Tensor>& replacements, size_t& next) const {
   switch (kind_) {
-    case Kind::kNone: return Value();
+    case Kind::kNone:
+    case Kind::kBool:
+    case Kind::kInt:
+    case Kind::kDouble:
+    case Kind::kString: return *this;  // no tensor inside
     case Kind::kTensor:
       TDDP_CHECK(next < replacements.size(), "Value::with_tensors: too few replacements for {}", describe());
       return Value(replacements[next++]);
@@ -121,6 +179,10 @@ Value Value::with_tensors(const std::vector<Tensor>& replacements, size_t& next)
 std::string Value::describe() const {
   switch (kind_) {
     case Kind::kNone: return "none";
+    case Kind::kBool: return int_ != 0 ? "true" : "false";
+    case Kind::kInt: return std::to_string(int_);
+    case Kind::kDouble: return fmt::format("{}", double_);
+    case Kind::kString: return "'" + string_ + "'";
     case Kind::kTensor: return "tensor " + (tensor_.defined() ? tensor::format_shape(tensor_.sizes()) : "(undefined)");
     case Kind::kList: {
       std::string s = "list[";

@@ -61,3 +61,39 @@ TEST_CASE("forward_nested: by default forward's output; hooks see and replace a 
   CHECK(tensor::equal(out["out"].tensor(), nested->lin->forward(x)));
   CHECK(tensor::equal(out["extra"][0].tensor(), tensor::zeros({1, 2})));
 }
+
+TEST_CASE("Value: bool, int, float and string leaves; a dict's get, contains and set", "[nn][nested][kwargs]") {
+  const Tensor a = tensor::full({2}, 1.0);
+  Value kwargs = Value::dict({{"bias", a}, {"causal", true}, {"heads", 4}, {"scale", 0.5}, {"mode", "sum"}});
+  CHECK(kwargs["causal"].as_bool());
+  CHECK(kwargs["heads"].as_int() == 4);
+  CHECK(kwargs["heads"].as_double() == 4.0);  // an int reads as a float, as Python's float(4)
+  CHECK(kwargs["scale"].as_double() == 0.5);
+  CHECK(kwargs["mode"].as_string() == "sum");
+  CHECK(Value(int64_t{1} << 40).as_int() == (int64_t{1} << 40));
+  CHECK(kwargs.describe() == "dict{bias: tensor [2], causal: true, heads: 4, scale: 0.5, mode: 'sum'}");
+  // Only tensors are found and replaced; the other leaves stay.
+  REQUIRE(kwargs.tensors().size() == 1);
+  const Value doubled = kwargs.with_tensors({tensor::mul(a, 2.0)});
+  CHECK(tensor::equal(doubled["bias"].tensor(), tensor::full({2}, 2.0)));
+  CHECK(doubled["mode"].as_string() == "sum");
+  CHECK(doubled["scale"].as_double() == 0.5);
+  // get, contains, set (in place, or last).
+  CHECK(kwargs.get("missing").is_none());
+  CHECK(kwargs.get("missing", 3).as_int() == 3);
+  CHECK(kwargs.get("heads", 3).as_int() == 4);
+  CHECK(kwargs.contains("scale"));
+  CHECK_FALSE(kwargs.contains("dropout"));
+  kwargs.set("heads", 8);
+  kwargs.set("dropout", 0.1);
+  CHECK(kwargs.describe() == "dict{bias: tensor [2], causal: true, heads: 8, scale: 0.5, mode: 'sum', dropout: 0.1}");
+  // Errors name what the value is.
+  CHECK_THROWS_WITH(kwargs["mode"].as_int(), Contains("expected an int, got 'sum'"));
+  CHECK_THROWS_WITH(kwargs["scale"].as_bool(), Contains("expected a bool, got 0.5"));
+  CHECK_THROWS_WITH(kwargs["causal"].as_double(), Contains("expected a float, got true"));
+  CHECK_THROWS_WITH(kwargs["heads"].as_string(), Contains("expected a string, got 8"));
+  CHECK_THROWS_WITH(kwargs["heads"].tensor(), Contains("expected a tensor, got 8"));
+  Value list = Value::list({1, 2});
+  CHECK_THROWS_WITH(list.set("k", 1), Contains("set('k') on list[1, 2], not a dict"));
+  CHECK_THROWS_WITH(list.get("k"), Contains("expected a dict, got list[1, 2]"));
+}
