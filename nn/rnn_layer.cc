@@ -5,6 +5,8 @@
 #include "tinyddp/nn/rnn_layer.h"
 
 #include <array>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "tinyddp/autograd/function.h"
@@ -28,15 +30,6 @@ Tensor previous_hidden(const Tensor& hs, const Tensor& h0, bool reverse) {
   const Tensor first = h0.unsqueeze(0);
   if (steps == 1) return first;
   return reverse ? t::cat({hs.narrow(0, 1, steps - 1), first}, 0) : t::cat({first, hs.narrow(0, 0, steps - 1)}, 0);
-}
-
-// The hand-written backward through time is not itself recorded: a backward that builds a
-// graph of the gradients (create_graph) stops here with an error, as PyTorch's cuDNN RNNs.
-void check_once_differentiable(const FunctionCtx& ctx) {
-  TDDP_CHECK(!tensor::GradMode::is_enabled(),
-             "{}: double backward (create_graph) through LSTM, GRU and RNN layers is not supported: their backward "
-             "through time is not differentiable",
-             ctx.name());
 }
 
 // [T, N, K] -> [T * N, K]
@@ -64,65 +57,154 @@ LayerGrads input_and_weight_grads(const FunctionCtx& ctx, int first_weight_arg, 
   return g;
 }
 
+// Per-step tensors in time order, each the pieces put at its time joined along dim 1, and all
+// of them stacked along a new first dim. Unrecorded, the pieces are copied straight into one
+// buffer [T, N, width] (one copy each, no stacking); recorded (create_graph), they are joined
+// by cat and stack, which autograd differentiates.
+class ByTime {
+ public:
+  explicit ByTime(int64_t steps) : steps_(static_cast<size_t>(steps)) {}
+  // Step `time`: the pieces joined; returns it.
+  Tensor put(int64_t time, std::initializer_list<Tensor> pieces) {
+    Tensor& step = steps_[static_cast<size_t>(time)];
+    if (recording_) {
+      step = pieces.size() == 1 ? *pieces.begin() : t::cat(pieces, 1);
+      return step;
+    }
+    const Tensor& first = *pieces.begin();
+    if (!buffer_.defined()) {
+      int64_t width = 0;
+      for (const Tensor& piece : pieces) width += piece.size(1);
+      buffer_ = t::empty({static_cast<int64_t>(steps_.size()), first.size(0), width},
+                         t::TensorOptions(first.dtype()).device(first.device()));
+    }
+    step = buffer_.select(0, time);
+    int64_t offset = 0;
+    for (const Tensor& piece : pieces) {
+      step.narrow(1, offset, piece.size(1)).copy_(piece);
+      offset += piece.size(1);
+    }
+    return step;
+  }
+  Tensor stacked() const { return recording_ ? t::stack(steps_, 0) : buffer_; }
+
+ private:
+  bool recording_ = tensor::GradMode::is_enabled();
+  std::vector<Tensor> steps_;
+  Tensor buffer_;
+};
+
+// The forward passes, written once from ops: the Functions' forwards run them unrecorded, and
+// under create_graph their backwards run them again recorded from the saved inputs (which keep
+// their graph), so the gradients below, built from ops too, carry a graph back to the inputs:
+// double backward, as PyTorch's CPU RNNs, which are composed of ops. Each returns what the
+// backward reads: the gates after their activations by time, and the layer's output.
+struct LstmSteps {
+  Tensor gates, cells, out;  // [T, N, 4H] (i, f, g, o), [T, N, H], [T + 1, N, H]
+};
+LstmSteps lstm_steps(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih, const Tensor& w_hh,
+                     const Tensor& b_ih, const Tensor& b_hh, bool reverse) {
+  const int64_t steps = x.size(0), hidden = h0.size(1);
+  const Tensor xw = t::linear(x, w_ih, b_ih);  // [T, N, 4H], every step's input side at once
+  ByTime gates(steps), cells(steps), hs(steps + 1);
+  Tensor h = h0, c = c0;
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t time = time_at(s, steps, reverse);
+    const Tensor pre = t::add(xw.select(0, time), t::linear(h, w_hh, b_hh));  // [N, 4H]
+    const Tensor sig = t::sigmoid(pre);
+    const Tensor i = sig.narrow(1, 0, hidden), f = sig.narrow(1, hidden, hidden),
+                 g = t::tanh(pre.narrow(1, 2 * hidden, hidden)), o = sig.narrow(1, 3 * hidden, hidden);
+    c = f * c + i * g;
+    h = o * t::tanh(c);
+    gates.put(time, {sig.narrow(1, 0, 2 * hidden), g, o});
+    cells.put(time, {c});
+    hs.put(time, {h});
+  }
+  hs.put(steps, {c});
+  return {gates.stacked(), cells.stacked(), hs.stacked()};
+}
+
+struct GruSteps {
+  Tensor gates, hidden_n, out;  // [T, N, 3H] (r, z, n), [T, N, H] (h w_hn^T + b_hn, which r scales), [T, N, H]
+};
+GruSteps gru_steps(const Tensor& x, const Tensor& h0, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
+                   const Tensor& b_hh, bool reverse) {
+  const int64_t steps = x.size(0), hidden = h0.size(1);
+  const Tensor xw = t::linear(x, w_ih, b_ih);  // [T, N, 3H]
+  ByTime gates(steps), hidden_n(steps), hs(steps);
+  Tensor h = h0;
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t time = time_at(s, steps, reverse);
+    const Tensor hw = t::linear(h, w_hh, b_hh), xt = xw.select(0, time);  // [N, 3H]
+    const Tensor rz = t::sigmoid(xt.narrow(1, 0, 2 * hidden) + hw.narrow(1, 0, 2 * hidden));
+    const Tensor r = rz.narrow(1, 0, hidden), z = rz.narrow(1, hidden, hidden);
+    const Tensor hn = hw.narrow(1, 2 * hidden, hidden);
+    const Tensor n = t::tanh(xt.narrow(1, 2 * hidden, hidden) + r * hn);
+    h = n + z * (h - n);
+    gates.put(time, {rz, n});
+    hidden_n.put(time, {hn});
+    hs.put(time, {h});
+  }
+  return {gates.stacked(), hidden_n.stacked(), hs.stacked()};
+}
+
+Tensor rnn_steps(const Tensor& x, const Tensor& h0, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
+                 const Tensor& b_hh, bool reverse, bool relu) {
+  const int64_t steps = x.size(0);
+  const Tensor xw = t::linear(x, w_ih, b_ih);  // [T, N, H]
+  ByTime hs(steps);
+  Tensor h = h0;
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t time = time_at(s, steps, reverse);
+    const Tensor pre = t::add(xw.select(0, time), t::linear(h, w_hh, b_hh));
+    h = relu ? t::relu(pre) : t::tanh(pre);
+    hs.put(time, {h});
+  }
+  return hs.stacked();
+}
+
 struct LstmLayer : autograd::Function<LstmLayer> {
   static Tensor forward(FunctionCtx* ctx, const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
                         const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh, bool reverse) {
-    const int64_t steps = x.size(0), batch = x.size(1), hidden = h0.size(1);
-    const Tensor xw = t::linear(x, w_ih, b_ih);  // [T, N, 4H], every step's input side at once
-    const Tensor out = t::empty({steps + 1, batch, hidden}, t::TensorOptions(x.dtype()).device(x.device()));
-    const Tensor gates = t::empty_like(xw);  // i, f, g, o after their activations
-    const Tensor cells = t::empty({steps, batch, hidden}, t::TensorOptions(x.dtype()).device(x.device()));
-    Tensor h = h0, c = c0;
-    for (int64_t s = 0; s < steps; ++s) {
-      const int64_t time = time_at(s, steps, reverse);
-      const Tensor pre = t::add(xw.select(0, time), t::linear(h, w_hh, b_hh));  // [N, 4H]
-      const Tensor act = gates.select(0, time);
-      act.copy_(t::sigmoid(pre));
-      act.narrow(1, 2 * hidden, hidden).copy_(t::tanh(pre.narrow(1, 2 * hidden, hidden)));
-      const Tensor i = act.narrow(1, 0, hidden), f = act.narrow(1, hidden, hidden),
-                   g = act.narrow(1, 2 * hidden, hidden), o = act.narrow(1, 3 * hidden, hidden);
-      c = f * c + i * g;
-      h = o * t::tanh(c);
-      cells.select(0, time).copy_(c);
-      out.select(0, time).copy_(h);
-    }
-    out.select(0, steps).copy_(c);
-    ctx->save_for_backward({x, h0, c0, w_ih, w_hh, gates, cells, out});
+    LstmSteps run = lstm_steps(x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse);
+    ctx->save_for_backward({x, h0, c0, w_ih, w_hh, b_ih, b_hh, run.gates, run.cells, run.out});
     ctx->saved_data["reverse"] = reverse;
-    return out;
+    return run.out;
   }
 
   // grad [T + 1, N, H] (the h_t rows, then the last cell's) -> one gradient per argument
   static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& grad_outputs) {
-    check_once_differentiable(*ctx);
     const std::vector<Tensor> saved = ctx->get_saved_variables();
-    const Tensor &x = saved[0], &h0 = saved[1], &c0 = saved[2], &w_ih = saved[3], &w_hh = saved[4], &gates = saved[5],
-                 &cells = saved[6], &out = saved[7];
+    const Tensor &x = saved[0], &h0 = saved[1], &c0 = saved[2], &w_ih = saved[3], &w_hh = saved[4];
     const bool reverse = ctx->saved_data.get<bool>("reverse");
+    // create_graph: the forward again, recorded (see lstm_steps).
+    const LstmSteps run = tensor::GradMode::is_enabled()
+                              ? lstm_steps(x, h0, c0, w_ih, w_hh, saved[5], saved[6], reverse)
+                              : LstmSteps{saved[7], saved[8], saved[9]};
     const Tensor& grad = grad_outputs[0];
     const int64_t steps = x.size(0), hidden = h0.size(1);
-    const Tensor dgates = t::empty_like(gates);  // of the four pre-activations
+    ByTime dgates(steps);  // of the four pre-activations
     Tensor dh = t::zeros_like(h0), dc = grad.select(0, steps);
     for (int64_t s = steps - 1; s >= 0; --s) {
       const int64_t time = time_at(s, steps, reverse);
-      const Tensor act = gates.select(0, time), d = dgates.select(0, time);
+      const Tensor act = run.gates.select(0, time);
       const Tensor i = act.narrow(1, 0, hidden), f = act.narrow(1, hidden, hidden),
                    g = act.narrow(1, 2 * hidden, hidden), o = act.narrow(1, 3 * hidden, hidden);
-      const Tensor c_prev = s == 0 ? c0 : cells.select(0, time_at(s - 1, steps, reverse));
-      const Tensor tanh_c = t::tanh(cells.select(0, time));
+      const Tensor c_prev = s == 0 ? c0 : run.cells.select(0, time_at(s - 1, steps, reverse));
+      const Tensor tanh_c = t::tanh(run.cells.select(0, time));
       dh = dh + grad.select(0, time);
       // h = o tanh(c): do = dh tanh(c), and dh reaches c through tanh
-      d.narrow(1, 3 * hidden, hidden).copy_(dh * tanh_c * o * (1.0 - o));
+      const Tensor d_o = dh * tanh_c * o * (1.0 - o);
       dc = dc + dh * o * (1.0 - tanh_c * tanh_c);
       // c = f c_prev + i g
-      d.narrow(1, 0, hidden).copy_(dc * g * i * (1.0 - i));
-      d.narrow(1, hidden, hidden).copy_(dc * c_prev * f * (1.0 - f));
-      d.narrow(1, 2 * hidden, hidden).copy_(dc * i * (1.0 - g * g));
+      const Tensor d =
+          dgates.put(time, {dc * g * i * (1.0 - i), dc * c_prev * f * (1.0 - f), dc * i * (1.0 - g * g), d_o});
       dc = dc * f;
       dh = t::mm(d, w_hh);  // [N, 4H] x [4H, H]
     }
-    const Tensor hprev = previous_hidden(out.narrow(0, 0, steps), h0, reverse);
-    const LayerGrads g = input_and_weight_grads(*ctx, 3, x, hprev, w_ih, dgates, dgates);
+    const Tensor hprev = previous_hidden(run.out.narrow(0, 0, steps), h0, reverse);
+    const Tensor all = dgates.stacked();
+    const LayerGrads g = input_and_weight_grads(*ctx, 3, x, hprev, w_ih, all, all);
     const auto& needs = ctx->needs_input_grad;
     return {g.x, needs[1] ? dh : Tensor(), needs[2] ? dc : Tensor(), g.w_ih, g.w_hh, g.b_ih, g.b_hh, Tensor()};
   }
@@ -131,64 +213,42 @@ struct LstmLayer : autograd::Function<LstmLayer> {
 struct GruLayer : autograd::Function<GruLayer> {
   static Tensor forward(FunctionCtx* ctx, const Tensor& x, const Tensor& h0, const Tensor& w_ih, const Tensor& w_hh,
                         const Tensor& b_ih, const Tensor& b_hh, bool reverse) {
-    const int64_t steps = x.size(0), batch = x.size(1), hidden = h0.size(1);
-    const Tensor xw = t::linear(x, w_ih, b_ih);  // [T, N, 3H]
-    const Tensor out = t::empty({steps, batch, hidden}, t::TensorOptions(x.dtype()).device(x.device()));
-    const Tensor gates = t::empty_like(xw);      // r, z, n after their activations
-    const Tensor hidden_n = t::empty_like(out);  // h w_hn^T + b_hn, which r scales
-    Tensor h = h0;
-    for (int64_t s = 0; s < steps; ++s) {
-      const int64_t time = time_at(s, steps, reverse);
-      const Tensor hw = t::linear(h, w_hh, b_hh), xt = xw.select(0, time);  // [N, 3H]
-      const Tensor act = gates.select(0, time);
-      act.narrow(1, 0, 2 * hidden).copy_(t::sigmoid(xt.narrow(1, 0, 2 * hidden) + hw.narrow(1, 0, 2 * hidden)));
-      const Tensor r = act.narrow(1, 0, hidden), z = act.narrow(1, hidden, hidden);
-      const Tensor hn = hw.narrow(1, 2 * hidden, hidden);
-      hidden_n.select(0, time).copy_(hn);
-      const Tensor n = t::tanh(xt.narrow(1, 2 * hidden, hidden) + r * hn);
-      act.narrow(1, 2 * hidden, hidden).copy_(n);
-      h = n + z * (h - n);
-      out.select(0, time).copy_(h);
-    }
-    ctx->save_for_backward({x, h0, w_ih, w_hh, gates, hidden_n, out});
+    GruSteps run = gru_steps(x, h0, w_ih, w_hh, b_ih, b_hh, reverse);
+    ctx->save_for_backward({x, h0, w_ih, w_hh, b_ih, b_hh, run.gates, run.hidden_n, run.out});
     ctx->saved_data["reverse"] = reverse;
-    return out;
+    return run.out;
   }
 
   // grad [T, N, H] -> one gradient per argument
   static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& grad_outputs) {
-    check_once_differentiable(*ctx);
     const std::vector<Tensor> saved = ctx->get_saved_variables();
-    const Tensor &x = saved[0], &h0 = saved[1], &w_ih = saved[2], &w_hh = saved[3], &gates = saved[4],
-                 &hidden_n = saved[5], &out = saved[6];
+    const Tensor &x = saved[0], &h0 = saved[1], &w_ih = saved[2], &w_hh = saved[3];
     const bool reverse = ctx->saved_data.get<bool>("reverse");
+    const GruSteps run = tensor::GradMode::is_enabled() ? gru_steps(x, h0, w_ih, w_hh, saved[4], saved[5], reverse)
+                                                        : GruSteps{saved[6], saved[7], saved[8]};
     const Tensor& grad = grad_outputs[0];
     const int64_t steps = x.size(0), hidden = h0.size(1);
     // The pre-activations differ on the two sides only in n's rows: x's side enters n as is,
     // the hidden side scaled by r.
-    const Tensor dxw = t::empty_like(gates), dhw = t::empty_like(gates);
+    ByTime dxw(steps), dhw(steps);
     Tensor dh = t::zeros_like(h0);
     for (int64_t s = steps - 1; s >= 0; --s) {
       const int64_t time = time_at(s, steps, reverse);
-      const Tensor act = gates.select(0, time);
+      const Tensor act = run.gates.select(0, time);
       const Tensor r = act.narrow(1, 0, hidden), z = act.narrow(1, hidden, hidden),
                    n = act.narrow(1, 2 * hidden, hidden);
-      const Tensor h_prev = s == 0 ? h0 : out.select(0, time_at(s - 1, steps, reverse));
+      const Tensor h_prev = s == 0 ? h0 : run.out.select(0, time_at(s - 1, steps, reverse));
       dh = dh + grad.select(0, time);
       // h = n + z (h_prev - n) = (1 - z) n + z h_prev
       const Tensor dn = dh * (1.0 - z) * (1.0 - n * n);
       const Tensor dz = dh * (h_prev - n) * z * (1.0 - z);
-      const Tensor dr = dn * hidden_n.select(0, time) * r * (1.0 - r);
-      const Tensor dx_t = dxw.select(0, time), dh_t = dhw.select(0, time);
-      dx_t.narrow(1, 0, hidden).copy_(dr);
-      dx_t.narrow(1, hidden, hidden).copy_(dz);
-      dx_t.narrow(1, 2 * hidden, hidden).copy_(dn);
-      dh_t.narrow(1, 0, 2 * hidden).copy_(dx_t.narrow(1, 0, 2 * hidden));
-      dh_t.narrow(1, 2 * hidden, hidden).copy_(dn * r);
+      const Tensor dr = dn * run.hidden_n.select(0, time) * r * (1.0 - r);
+      dxw.put(time, {dr, dz, dn});
+      const Tensor dh_t = dhw.put(time, {dr, dz, dn * r});
       dh = dh * z + t::mm(dh_t, w_hh);  // [N, 3H] x [3H, H]
     }
-    const Tensor hprev = previous_hidden(out, h0, reverse);
-    const LayerGrads g = input_and_weight_grads(*ctx, 2, x, hprev, w_ih, dxw, dhw);
+    const Tensor hprev = previous_hidden(run.out, h0, reverse);
+    const LayerGrads g = input_and_weight_grads(*ctx, 2, x, hprev, w_ih, dxw.stacked(), dhw.stacked());
     return {g.x, ctx->needs_input_grad[1] ? dh : Tensor(), g.w_ih, g.w_hh, g.b_ih, g.b_hh, Tensor()};
   }
 };
@@ -196,17 +256,8 @@ struct GruLayer : autograd::Function<GruLayer> {
 struct RnnLayer : autograd::Function<RnnLayer> {
   static Tensor forward(FunctionCtx* ctx, const Tensor& x, const Tensor& h0, const Tensor& w_ih, const Tensor& w_hh,
                         const Tensor& b_ih, const Tensor& b_hh, bool reverse, bool relu) {
-    const int64_t steps = x.size(0);
-    const Tensor xw = t::linear(x, w_ih, b_ih);  // [T, N, H]
-    const Tensor out = t::empty_like(xw);
-    Tensor h = h0;
-    for (int64_t s = 0; s < steps; ++s) {
-      const int64_t time = time_at(s, steps, reverse);
-      const Tensor pre = t::add(xw.select(0, time), t::linear(h, w_hh, b_hh));
-      h = relu ? t::relu(pre) : t::tanh(pre);
-      out.select(0, time).copy_(h);
-    }
-    ctx->save_for_backward({x, h0, w_ih, w_hh, out});
+    const Tensor out = rnn_steps(x, h0, w_ih, w_hh, b_ih, b_hh, reverse, relu);
+    ctx->save_for_backward({x, h0, w_ih, w_hh, b_ih, b_hh, out});
     ctx->saved_data["reverse"] = reverse;
     ctx->saved_data["relu"] = relu;
     return out;
@@ -214,24 +265,25 @@ struct RnnLayer : autograd::Function<RnnLayer> {
 
   // grad [T, N, H] -> one gradient per argument
   static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& grad_outputs) {
-    check_once_differentiable(*ctx);
     const std::vector<Tensor> saved = ctx->get_saved_variables();
-    const Tensor &x = saved[0], &h0 = saved[1], &w_ih = saved[2], &w_hh = saved[3], &out = saved[4];
+    const Tensor &x = saved[0], &h0 = saved[1], &w_ih = saved[2], &w_hh = saved[3];
     const bool reverse = ctx->saved_data.get<bool>("reverse"), relu = ctx->saved_data.get<bool>("relu");
+    const Tensor out =
+        tensor::GradMode::is_enabled() ? rnn_steps(x, h0, w_ih, w_hh, saved[4], saved[5], reverse, relu) : saved[6];
     const Tensor& grad = grad_outputs[0];
     const int64_t steps = x.size(0);
-    const Tensor dpre = t::empty_like(out);
+    ByTime dpre(steps);
     Tensor dh = t::zeros_like(h0);
     for (int64_t s = steps - 1; s >= 0; --s) {
       const int64_t time = time_at(s, steps, reverse);
       const Tensor h = out.select(0, time);
       dh = dh + grad.select(0, time);
       // relu passes where its output is positive (PyTorch's rule at 0); tanh' = 1 - h^2
-      const Tensor d = relu ? dh * t::gt(h, 0.0).to(h.dtype()) : dh * (1.0 - h * h);
-      dpre.select(0, time).copy_(d);
+      const Tensor d = dpre.put(time, {relu ? dh * t::gt(h, 0.0).to(h.dtype()) : dh * (1.0 - h * h)});
       dh = t::mm(d, w_hh);  // [N, H] x [H, H]
     }
-    const LayerGrads g = input_and_weight_grads(*ctx, 2, x, previous_hidden(out, h0, reverse), w_ih, dpre, dpre);
+    const Tensor all = dpre.stacked();
+    const LayerGrads g = input_and_weight_grads(*ctx, 2, x, previous_hidden(out, h0, reverse), w_ih, all, all);
     return {g.x, ctx->needs_input_grad[1] ? dh : Tensor(), g.w_ih, g.w_hh, g.b_ih, g.b_hh, Tensor(), Tensor()};
   }
 };

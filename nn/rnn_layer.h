@@ -1,9 +1,10 @@
 // One layer and direction of a recurrent network over a whole sequence, as one graph node
 // each (custom autograd Functions, autograd/function.h): the forward runs the time steps
 // with recording off and keeps the gates; the backward is backpropagation through time, written
-// out with tensor ops (so both backends have it). One node per layer instead of one per step
-// and gate keeps the graph and the backward O(T): a step's slice of the input needs no
-// gradient the size of the whole sequence. nn::LSTM, GRU and RNN (rnn.h) stack these.
+// out with tensor ops (so both backends have it). Under create_graph the backward runs the
+// steps again recorded, so its gradients can be differentiated again (double backward). One node per layer instead of
+// one per step and gate keeps the graph and the backward O(T): a step's slice of the input needs no gradient the size
+// of the whole sequence. nn::LSTM, GRU and RNN (rnn.h) stack these.
 //
 // Shapes: x [T, N, I], h0 and c0 [N, H], w_ih [G*H, I], w_hh [G*H, H], b_ih and b_hh [G*H]
 // (undefined without bias), G the gates: 4 for LSTM (i, f, g, o), 3 for GRU (r, z, n), 1 for

@@ -130,15 +130,48 @@ TEST_CASE("double backward: the losses' second derivatives (gradgradcheck)", "[a
   CHECK(check([](const Inputs& v) { return tensor::norm(v[0], 1.0); }, {logits}) == "");
 }
 
-TEST_CASE("double backward: recurrent layers and SyncBatchNorm's backward refuse create_graph",
-          "[autograd][double_backward]") {
-  LSTM lstm(3, 4);
-  const Tensor x = tensor::randn({5, 2, 3}).requires_grad_();
-  const Tensor y = std::get<0>(lstm.forward(x, std::nullopt));
-  CHECK_THROWS_WITH(autograd::grad({tensor::sum(y)}, {x}, {}, std::nullopt, true),
-                    Contains("double backward (create_graph) through LSTM, GRU and RNN layers is not supported"));
+TEST_CASE("double backward: a gradient penalty through LSTM, GRU and RNN layers equals PyTorch's",
+          "[autograd][double_backward][fixture][rnn]") {
+  const nlohmann::json& c = fixture()["recurrent"];
+  const Tensor x = doubles(c["x"], {4, 2, 3});
+  const auto run = [&](const std::string& name, Module& model, const std::function<Tensor(const Tensor&)>& loss_of) {
+    INFO(name);
+    const nlohmann::json& want = c[name];
+    load(model, want["params"]);
+    const Tensor input = x.clone().requires_grad_();
+    const Tensor loss = loss_of(input);
+    CHECK(loss.item<double>() == Approx(want["loss"].get<double>()).epsilon(1e-12));
+    std::vector<Tensor> wrt = model.parameters();
+    wrt.push_back(input);
+    Tensor penalty = tensor::zeros({}, tensor::kFloat64);
+    for (const Tensor& g : autograd::grad({loss}, wrt, {}, std::nullopt, /*create_graph=*/true)) {
+      penalty = penalty + tensor::sum(g * g);
+    }
+    CHECK(penalty.item<double>() == Approx(want["penalty"].get<double>()).epsilon(1e-12));
+    penalty.backward();
+    check_close(input.grad(), want["x_grad"], "x.grad");
+    for (const auto& [key, p] : model.named_parameters()) check_close(p.grad(), want["grads"][key], key + ".grad");
+  };
+  // sum(output * w), w evenly spaced over [-1, 1] as the fixture's linspace
+  const auto weighted = [](const Tensor& y) {
+    const double step = 2.0 / static_cast<double>(y.numel() - 1);
+    const Tensor w = (tensor::arange(y.numel(), tensor::kFloat64) * step - 1.0).reshape(y.sizes());
+    return tensor::sum(y * w);
+  };
+  LSTM lstm(3, 4, 1, true, false, 0.0, /*bidirectional=*/true);
+  run("lstm", lstm, [&](const Tensor& in) {
+    const auto [y, state] = lstm.forward(in, std::nullopt);
+    return weighted(y) + tensor::sum(std::get<1>(state)) * 0.5;
+  });
+  GRU gru(3, 4, /*num_layers=*/2);
+  run("gru", gru, [&](const Tensor& in) { return weighted(std::get<0>(gru.forward(in, Tensor()))); });
+  RNN rnn(3, 4);
+  run("rnn", rnn, [&](const Tensor& in) { return weighted(std::get<0>(rnn.forward(in, Tensor()))); });
+}
+
+TEST_CASE("norm refuses the p it does not have", "[autograd]") {
   CHECK(tensor::norm(tensor::zeros({3}, tensor::kFloat64)).item<double>() == 0.0);
-  CHECK_THROWS_WITH(tensor::norm(x, 3.0), Contains("norm: p = 3 is not supported"));
+  CHECK_THROWS_WITH(tensor::norm(tensor::randn({2, 3}), 3.0), Contains("norm: p = 3 is not supported"));
 }
 
 TEST_CASE("leaky_relu and norm equal PyTorch's, values and gradients (at 0 too)", "[autograd][fixture]") {

@@ -91,7 +91,8 @@ TEST_CASE("LSTM, GRU, RNN equal PyTorch's in float64: outputs, final states, eve
   }
 }
 
-TEST_CASE("The recurrences' backward through time against finite differences", "[nn][rnn][gradcheck]") {
+TEST_CASE("The recurrences' backward through time against finite differences, and its own gradient",
+          "[nn][rnn][gradcheck][double_backward]") {
   using Inputs = std::vector<Tensor>;
   tensor::Generator gen(3);
   const auto randn = [&](const tensor::Shape& s) {
@@ -101,18 +102,20 @@ TEST_CASE("The recurrences' backward through time against finite differences", "
   for (const bool reverse : {false, true}) {
     INFO("reverse " << reverse);
     const Tensor w4 = randn({12, 3}), u4 = randn({12, 3}), b4 = randn({12}), v4 = randn({12});
-    CHECK(autograd::gradcheck(
-              [&](const Inputs& v) { return lstm_layer(v[0], v[1], v[2], v[3], v[4], v[5], v[6], reverse); },
-              {x, h0, c0, w4, u4, b4, v4}) == "");
+    // gradgradcheck: under create_graph the layers' gradients come from the recorded cells.
+    const auto lstm = [&](const Inputs& v) { return lstm_layer(v[0], v[1], v[2], v[3], v[4], v[5], v[6], reverse); };
+    CHECK(autograd::gradcheck(lstm, {x, h0, c0, w4, u4, b4, v4}) == "");
+    CHECK(autograd::gradgradcheck(lstm, {x, h0, c0, w4, u4, b4, v4}) == "");
     const Tensor w3 = randn({9, 3}), u3 = randn({9, 3}), b3 = randn({9}), v3 = randn({9});
-    CHECK(autograd::gradcheck([&](const Inputs& v) { return gru_layer(v[0], v[1], v[2], v[3], v[4], v[5], reverse); },
-                              {x, h0, w3, u3, b3, v3}) == "");
+    const auto gru = [&](const Inputs& v) { return gru_layer(v[0], v[1], v[2], v[3], v[4], v[5], reverse); };
+    CHECK(autograd::gradcheck(gru, {x, h0, w3, u3, b3, v3}) == "");
+    CHECK(autograd::gradgradcheck(gru, {x, h0, w3, u3, b3, v3}) == "");
     const Tensor w1 = randn({3, 3}), u1 = randn({3, 3}), b1 = randn({3}), v1 = randn({3});
     for (const char* act : {"tanh", "relu"}) {
       INFO(act);
-      CHECK(autograd::gradcheck(
-                [&](const Inputs& v) { return rnn_layer(v[0], v[1], v[2], v[3], v[4], v[5], reverse, act); },
-                {x, h0, w1, u1, b1, v1}) == "");
+      const auto rnn = [&](const Inputs& v) { return rnn_layer(v[0], v[1], v[2], v[3], v[4], v[5], reverse, act); };
+      CHECK(autograd::gradcheck(rnn, {x, h0, w1, u1, b1, v1}) == "");
+      CHECK(autograd::gradgradcheck(rnn, {x, h0, w1, u1, b1, v1}) == "");
     }
   }
 }
