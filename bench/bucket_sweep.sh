@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Why buckets exist, measured: DDP steps of the MLP 784-1024-1024-10 (batch 128 per rank, 2
-# ranks) with bucket_cap_mb (and first_bucket_cap_mb) swept from 0.001, one parameter per bucket
-# (six buckets), to 1000, one bucket for the whole model, on loopback and between two simulated
+# ranks) with bucket_cap_mb (and first_bucket_cap_mb) swept from 0.001, a parameter per bucket
+# (five buckets: the last layer's 40-byte bias, under the cap, shares its weight's), to 1000, one
+# bucket for the whole model, on loopback and between two simulated
 # machines on a 1 Gbit/s link (scripts/sim_cluster.sh, one rank per node). Each line is
 # //bench:train_step's RESULT (median step, buckets, the share of communication hidden behind
 # backward), prefixed "link=L cap=C round=R". Needs root for the simulated link. About a minute and a half.

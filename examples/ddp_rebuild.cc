@@ -57,7 +57,8 @@ int worker(int rank) {
   auto pg = comm::init_from_env();
   t::manual_seed(0);
   auto model = std::make_shared<StemRegisteredLast>();
-  // Buckets of at most 2 MiB: one layer each (a 1024x1024 weight is 4 MiB, alone in its bucket).
+  // A bucket closes once it reaches 2 MiB, so a 1024x1024 weight (4 MiB) ends the bucket it
+  // joins: at construction bucket 0 gathers fc1, fc4 and fc3 (4400 KiB), bucket 1 holds fc2.
   ddp::DistributedDataParallel ddp_model(model, pg, ddp::DDPOptions().bucket_cap_mb(2).first_bucket_cap_mb(2));
   nn::SGD optimizer(ddp_model.parameters(), nn::SGDOptions(0.01));
   fmt::print("rank {}: buckets at construction:{}\n", rank, describe_buckets(ddp_model));

@@ -42,7 +42,8 @@ TINYDDP_DDP_TIMELINE="$work/rebuild" bazel-bin/examples/ddp_rebuild
   --panel_titles "iteration 0: buckets in reverse registration order; bucket 0 waits for fc1, the last gradient" \
   "iteration 5: buckets rebuilt in the order the gradients came; each launches while backward runs"
 
-# The loss curves: the main job's model and settings, on 1, 2 and 4 processes.
+# The loss curves: the digits MLP (train's default model) with the main job's data and
+# settings, on 1, 2 and 4 processes.
 args=(--dataset digits --steps 1000 --lr 0.05 --momentum 0.9 --log_every 1000)
 "$train" "${args[@]}" --metrics "$work/one.csv"
 "$launch" --nproc_per_node 2 -- "$train" "${args[@]}" --metrics "$work/two.csv"
@@ -72,16 +73,22 @@ args=(--dataset digits --steps 1000 --lr 0.05 --momentum 0.9 --log_every 1000)
 /usr/bin/python3 scripts/plot_ring.py docs/ring_bandwidth.txt -o docs/ring_bandwidth.png
 /usr/bin/python3 scripts/plot_bucket_sweep.py docs/bucket_sweep.txt -o docs/bucket_sweep.png
 
-# The record of what made each picture, which tests/docs:pictures_test checks.
+# The record of what made each picture, which tests/docs:pictures_test checks. The second
+# argument says what a picture shows (its model), which the text around it on every page that
+# shows it must name ("" for none).
 record() {
-  /usr/bin/python3 scripts/picture_manifest.py record "$1" --made_by "bash scripts/make_pictures.sh" \
-    --inputs scripts/make_pictures.sh "${@:2}"
+  local shows=()
+  [[ -n "$2" ]] && shows=(--shows "$2")
+  /usr/bin/python3 scripts/picture_manifest.py record "$1" --made_by "bash scripts/make_pictures.sh" "${shows[@]}" \
+    --inputs scripts/make_pictures.sh "${@:3}"
 }
-record docs/timeline.png docs/timeline.json scripts/merge_timelines.py scripts/plot_timeline.py
-record docs/rebuild.png docs/rebuild.json examples/ddp_rebuild.cc scripts/merge_timelines.py scripts/plot_timeline.py
-record docs/loss.png scripts/plot_loss.py
-record docs/timeline_cnn.png docs/timeline_cnn.json scripts/merge_timelines.py scripts/plot_timeline.py
-record docs/conv_im2col.png scripts/plot_im2col.py
-record docs/data_parallel.png docs/data_parallel_results.txt scripts/plot_data_parallel.py
-record docs/ring_bandwidth.png docs/ring_bandwidth.txt scripts/plot_ring.py scripts/bench_lines.py
-record docs/bucket_sweep.png docs/bucket_sweep.txt scripts/plot_bucket_sweep.py scripts/bench_lines.py
+record docs/timeline.png "64-1024x4-10" docs/timeline.json scripts/merge_timelines.py scripts/plot_timeline.py
+record docs/rebuild.png "ddp_rebuild" docs/rebuild.json examples/ddp_rebuild.cc scripts/merge_timelines.py \
+  scripts/plot_timeline.py
+record docs/loss.png "64-128-10" scripts/plot_loss.py
+record docs/timeline_cnn.png "CNN" docs/timeline_cnn.json scripts/merge_timelines.py scripts/plot_timeline.py
+record docs/conv_im2col.png "" scripts/plot_im2col.py
+record docs/data_parallel.png "784-1024-1024-10" docs/data_parallel_results.txt scripts/plot_data_parallel.py
+record docs/ring_bandwidth.png "" docs/ring_bandwidth.txt scripts/plot_ring.py scripts/bench_lines.py
+record docs/bucket_sweep.png "784-1024-1024-10" docs/bucket_sweep.txt scripts/plot_bucket_sweep.py \
+  scripts/bench_lines.py

@@ -17,7 +17,9 @@ when the picture is not the one recorded (replaced or edited by hand), or when o
 inputs changed since (a title or a setting edited in the script, new data): the picture no
 longer shows what the committed script makes. It also fails when a page no longer contains a
 sentence scripts/trace_facts.py makes from the committed traces (figures quoted from a trace
-that was made again since).
+that was made again since), and when a page shows a picture whose record names what it shows
+(`record ... --shows "MLP 64-128-10"`) without naming it in the paragraph before or after the
+picture (a caption that speaks of another model).
 """
 import argparse
 import hashlib
@@ -53,6 +55,8 @@ def record(args):
         "sha256": sha256(args.picture),
         "inputs": {path: sha256(path) for path in sorted(set(args.inputs))},
     }
+    if args.shows:
+        manifest[args.picture]["shows"] = args.shows
     with open(MANIFEST, "w", encoding="utf-8") as f:
         json.dump(dict(sorted(manifest.items())), f, indent=1)
         f.write("\n")
@@ -95,9 +99,43 @@ def unquoted():
     return out
 
 
+def paragraph(lines, start, step):
+    """The paragraph that begins next to lines[start] going by `step` (blank lines first skipped)."""
+    i = start
+    while 0 <= i < len(lines) and not lines[i].strip():
+        i += step
+    out = []
+    while 0 <= i < len(lines) and lines[i].strip():
+        out.append(lines[i])
+        i += step
+    return " ".join(out)
+
+
+def uncaptioned(manifest):
+    """Each place a page shows a picture whose record says what it shows ("shows") and neither
+    the paragraph before the picture nor the one after names it."""
+    out = []
+    pages = ["README.md"] + sorted(os.path.join("docs", n) for n in os.listdir("docs") if n.endswith(".md"))
+    for page in pages:
+        with open(page, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+        for i, line in enumerate(lines):
+            for match in re.finditer(r"!\[[^\]]*\]\(([^)]+\.png)\)", line):
+                picture = os.path.join("docs", os.path.basename(match.group(1)))
+                shows = manifest.get(picture, {}).get("shows")
+                if not shows:
+                    continue
+                near = re.sub(r"\s+", " ", paragraph(lines, i - 1, -1) + " " + paragraph(lines, i + 1, 1))
+                if shows.lower() not in near.lower():
+                    out.append(f"{page}:{i + 1} shows {picture} but the text around it does not name what it "
+                               f"shows, \"{shows}\" (its record in {MANIFEST}): say which model it is")
+    return out
+
+
 def check(_args):
     pictures = sorted(os.path.join("docs", name) for name in os.listdir("docs") if name.endswith(".png"))
-    found = problems(load(), pictures) + unquoted()
+    manifest = load()
+    found = problems(manifest, pictures) + unquoted() + uncaptioned(manifest)
     for line in found:
         print(f"picture_manifest: {line}")
     if found:
@@ -113,6 +151,7 @@ def main():
     rec.add_argument("picture")
     rec.add_argument("--made_by", required=True, help="the command that makes it, as a reader would run it")
     rec.add_argument("--inputs", nargs="+", required=True, help="the scripts and data it was made from")
+    rec.add_argument("--shows", help="what it shows (a model's name), which the text around it must name")
     rec.set_defaults(run=record)
     chk = sub.add_parser("check", help="fail when a picture of docs/ is stale or unrecorded")
     chk.set_defaults(run=check)

@@ -33,9 +33,9 @@ std::vector<Tensor> concat(std::vector<Tensor> list, const Tensor& last) {
 
 std::shared_ptr<Work> ProcessGroupGloo::allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, Call call) {
   const int64_t total = call.signature->numel;
-  // CPU tensors only: a CUDA tensor pays its staging copies anyway.
-  if (small_allreduce_ && tensors[0].is_cpu() && detail::SmallAllreduce::takes(tensors[0].dtype(), total) &&
-      total > 0) {
+  // CPU tensors only: a CUDA tensor pays its staging copies anyway. Two ranks exchange their
+  // values in one message each way (pair_allreduce); more use the small mesh.
+  if (size_ > 1 && tensors[0].is_cpu() && detail::SmallAllreduce::takes(tensors[0].dtype(), total) && total > 0) {
     if (size_ == 2) {
       const CallSignature signature = *call.signature;
       return enqueue(

@@ -119,20 +119,24 @@ void ProcessGroupGloo::connect() {
   device_ = gloo::transport::tcp::CreateDevice(attr);
   context_ = connect_mesh("tinyddp/gloo");
   if (size_ == 1) return;
-  // A second mesh for small allreduces, with synchronous connections: see small_allreduce.h.
-  std::shared_ptr<gloo::Context> small = connect_mesh("tinyddp/gloo-small");
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer != rank_) small->getPair(peer)->setSync(/*sync=*/true, /*busyPoll=*/false);
+  // A second mesh for small allreduces of three or more ranks, with synchronous connections:
+  // see small_allreduce.h (two ranks send theirs through pair_allreduce instead).
+  std::shared_ptr<gloo::Context> small;
+  if (size_ > 2) {
+    small = connect_mesh("tinyddp/gloo-small");
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer != rank_) small->getPair(peer)->setSync(/*sync=*/true, /*busyPoll=*/false);
+    }
+    small_allreduce_ = std::make_unique<detail::SmallAllreduce>(small);
   }
-  small_allreduce_ = std::make_unique<detail::SmallAllreduce>(small);
   // Larger allreduces: a ring of plain TCP connections (see tcp_ring.h), listening on
   // the address this rank's Gloo connections use.
   const auto& pair_address =
       dynamic_cast<const gloo::transport::tcp::Address&>(context_->getPair((rank_ + 1) % size_)->address());
   tcp_ring_ = std::make_unique<detail::TcpRing>(*store_, "tinyddp/ring", rank_, size_, pair_address.getSockaddr(),
                                                 options_.timeout());
-  const std::vector<detail::PeerAddresses::Mesh> meshes = {{"main", "tinyddp/gloo", context_.get()},
-                                                           {"small", "tinyddp/gloo-small", small.get()}};
+  std::vector<detail::PeerAddresses::Mesh> meshes = {{"main", "tinyddp/gloo", context_.get()}};
+  if (small) meshes.push_back({"small", "tinyddp/gloo-small", small.get()});
   peers_ = std::make_unique<detail::PeerAddresses>(*store_, rank_, size_, meshes);
 }
 

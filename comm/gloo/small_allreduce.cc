@@ -3,7 +3,6 @@
 // negotiation; and the reductions it calls.
 #include "tinyddp/comm/gloo/small_allreduce.h"
 
-#include <gloo/allreduce_ring.h>
 #include <gloo/allreduce_ring_chunked.h>
 #include <gloo/context.h>
 
@@ -56,11 +55,7 @@ SmallAllreduce::Entry& SmallAllreduce::entry(tensor::DType dtype, ReduceOp op, i
     using T = decltype(type_tag);
     const std::vector<T*> pointers{static_cast<T*>(made.buffer.raw_data_ptr())};
     const int count = static_cast<int>(numel);
-    if (context_->size == 2) {
-      made.algorithm = std::make_unique<gloo::AllreduceRing<T>>(context_, pointers, count, reduction<T>(op));
-    } else {
-      made.algorithm = std::make_unique<gloo::AllreduceRingChunked<T>>(context_, pointers, count, reduction<T>(op));
-    }
+    made.algorithm = std::make_unique<gloo::AllreduceRingChunked<T>>(context_, pointers, count, reduction<T>(op));
   });
   entries_.emplace_front(key, std::move(made));
   index_[key] = entries_.begin();

@@ -13,10 +13,11 @@
 // past kMaxEntries), with a staging buffer it reads and writes: inputs are copied in, reduced,
 // and copied back out. Keys never depend on addresses, so every rank builds and drops the
 // same objects in the same order, as Gloo requires of construction (each claims slots).
-// World size 2 uses the ring (a + b on one rank, b + a on the other: equal bits); larger
-// groups use the chunked ring, where each element is reduced on one rank and then copied to
-// all, so every rank holds identical bits. Writes are at most kMaxBytes, within the socket
-// buffer, so the blocking sends of both peers cannot wait on each other.
+// It serves groups of three or more ranks (two ranks exchange their values in one message
+// each way instead: ProcessGroupGloo::pair_allreduce), with Gloo's chunked ring, where each
+// element is reduced on one rank and then copied to all, so every rank holds identical bits.
+// Writes are at most kMaxBytes, within the socket buffer, so the blocking sends of both peers
+// cannot wait on each other.
 #pragma once
 
 #include <cstdint>
