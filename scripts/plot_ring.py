@@ -65,7 +65,8 @@ def main():
         ax.set_title(f"{gbit} Gbit/s links")
         ax.grid(color="#dddddd")
         ax.legend(fontsize=8, loc="upper left")
-    fig.suptitle("tinyddp's ring allreduce on simulated machines, one rank each" +
+    fig.suptitle("tinyddp's allreduce on simulated machines, one rank each (the TCP ring above 64 KiB; "
+                 "below, one pair exchange or Gloo's chunked ring)" +
                  (f"\n({header})" if header else ""), fontsize=10)
     fig.tight_layout()
     fig.savefig(args.output, dpi=100)
