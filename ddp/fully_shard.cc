@@ -1,0 +1,298 @@
+// fully_shard (fully_shard.h): the shards and their registry, the gather before a unit's
+// forward, and the reduce-scatter when its backward has produced every gradient.
+#include "tinyddp/ddp/fully_shard.h"
+
+#include <algorithm>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "tinyddp/autograd/engine.h"
+#include "tinyddp/tensor/factory.h"
+#include "tinyddp/tensor/ops.h"
+
+namespace tinyddp::ddp {
+
+using tensor::NoGradGuard;
+using tensor::Tensor;
+
+struct FullyShardedUnit::Slot {
+  Tensor param;             // the module's parameter (full while gathered, else no elements)
+  tensor::Shape full_shape;  // its shape
+  int64_t rows = 1;          // its first dimension (1 for a scalar)
+  int64_t block_rows = 1;    // rows per rank: ceil(rows / W)
+  int64_t row_numel = 1;     // elements per row
+  int64_t offset = 0;        // where its block starts in the packed shard buffer
+  Tensor shard;              // this rank's block [block_rows, ...], padded with zeros
+  int64_t block_numel() const { return block_rows * row_numel; }
+};
+
+namespace {
+
+// Which parameters are sharded (by their TensorImpl): their shards, full shapes and groups.
+// Ranks run as threads of one process in tests, each with its own model, so the keys never
+// collide.
+struct Sharded {
+  Tensor shard;
+  tensor::Shape full_shape;
+  std::shared_ptr<comm::ProcessGroup> pg;
+};
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<const tensor::TensorImpl*, Sharded> entries;
+  std::unordered_set<const nn::Module*> modules;  // sharded, until their unit goes
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+std::optional<Sharded> sharded(const Tensor& param) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.entries.find(param.impl());
+  if (it == r.entries.end()) return std::nullopt;
+  return it->second;
+}
+
+Tensor shard_of(const Tensor& param) {
+  const std::optional<Sharded> entry = sharded(param);
+  return entry ? entry->shard : Tensor();
+}
+
+// `shape` with its first dimension set to `rows` (a scalar counts as [1]).
+tensor::Shape with_rows(const tensor::Shape& shape, int64_t rows) {
+  tensor::Shape s = shape.empty() ? tensor::Shape{1} : shape;
+  s[0] = rows;
+  return s;
+}
+
+// A freed parameter: no elements, but its number of dimensions (so code that groups
+// parameters by dim still sees a matrix as one).
+Tensor nothing_like(const Tensor& shard) {
+  return tensor::empty(with_rows(shard.sizes(), 0), tensor::TensorOptions(shard.dtype()).device(shard.device()));
+}
+
+}  // namespace
+
+FullyShardedUnit::FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shared_ptr<comm::ProcessGroup> pg)
+    : module_(module), module_address_(module.get()), name_(module->type_name()), pg_(std::move(pg)) {
+  TDDP_CHECK(pg_ != nullptr, "fully_shard({}): the process group is null", name_);
+  const int64_t world = pg_->size();
+  NoGradGuard no_grad;
+  // Every rank starts from rank 0's values, as DDP's construction makes them.
+  for (const auto& [name, p] : module->named_parameters()) {
+    if (!p.requires_grad() || shard_of(p).defined()) continue;  // frozen, or a sub-module's unit's
+    TDDP_CHECK(p.numel() > 0, "fully_shard({}): parameter '{}' has no elements (sharded twice?)", name_, name);
+    pg_->broadcast(p, 0)->wait();
+    Slot slot;
+    slot.param = p;
+    slot.full_shape = p.sizes();
+    slot.rows = p.dim() == 0 ? 1 : p.size(0);
+    slot.row_numel = p.numel() / slot.rows;
+    slot.block_rows = (slot.rows + world - 1) / world;
+    slot.offset = shard_numel_;
+    shard_numel_ += slot.block_numel();
+    // This rank's rows, padded with zeros to block_rows.
+    slot.shard = tensor::zeros(with_rows(slot.full_shape, slot.block_rows),
+                               tensor::TensorOptions(p.dtype()).device(p.device()));
+    const int64_t first = pg_->rank() * slot.block_rows;
+    const int64_t count = std::max<int64_t>(0, std::min(slot.rows, first + slot.block_rows) - first);
+    if (count > 0) {
+      slot.shard.narrow(0, 0, count).copy_(p.reshape(with_rows(slot.full_shape, slot.rows)).narrow(0, first, count));
+    }
+    slot.shard.requires_grad_(true);
+    TDDP_CHECK(slots_.empty() || slots_.front().param.dtype() == p.dtype(),
+               "fully_shard({}): parameter '{}' is {} where the unit's others are {}: one dtype per unit", name_, name,
+               tensor::dtype_name(p.dtype()), tensor::dtype_name(slots_.front().param.dtype()));
+    slots_.push_back(std::move(slot));
+  }
+  for (const Tensor& b : module->buffers()) pg_->broadcast(b, 0)->wait();
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    for (const Slot& slot : slots_) r.entries[slot.param.impl()] = {slot.shard, slot.full_shape, pg_};
+  }
+  stats_.shard_numel = shard_numel_;
+  for (const Slot& slot : slots_) stats_.full_numel += slot.param.numel();
+  ready_.assign(slots_.size(), false);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    handles_.push_back(slots_[i].param.grad_accumulator()->add_post_hook([this, i] { on_gradient(i); }));
+  }
+  reshard();
+}
+
+FullyShardedUnit::~FullyShardedUnit() {
+  for (autograd::RemovableHandle& h : handles_) h.remove();
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (const Slot& slot : slots_) r.entries.erase(slot.param.impl());
+  r.modules.erase(module_address_);
+}
+
+FullyShardStats FullyShardedUnit::stats() const { return stats_; }
+
+void FullyShardedUnit::unshard() {
+  if (stats_.gathered || slots_.empty()) return;
+  NoGradGuard no_grad;
+  const Tensor& like = slots_.front().shard;
+  const auto options = tensor::TensorOptions(like.dtype()).device(like.device());
+  // One all-gather: every parameter's block packed in one buffer, a row of it per rank.
+  const Tensor packed = tensor::empty({shard_numel_}, options);
+  for (const Slot& slot : slots_) packed.narrow(0, slot.offset, slot.block_numel()).copy_(slot.shard.reshape({-1}));
+  const int64_t world = pg_->size();
+  const Tensor gathered = tensor::empty({world, shard_numel_}, options);
+  std::vector<Tensor> rows;
+  for (int64_t r = 0; r < world; ++r) rows.push_back(gathered.select(0, r));
+  pg_->allgather(rows, packed)->wait();
+  for (const Slot& slot : slots_) {
+    const Tensor full = tensor::empty(with_rows(slot.full_shape, world * slot.block_rows), options);
+    for (int64_t r = 0; r < world; ++r) {
+      full.narrow(0, r * slot.block_rows, slot.block_rows)
+          .copy_(rows[static_cast<size_t>(r)]
+                     .narrow(0, slot.offset, slot.block_numel())
+                     .reshape(with_rows(slot.full_shape, slot.block_rows)));
+    }
+    slot.param.set_data(full.narrow(0, 0, slot.rows).reshape(slot.full_shape));
+  }
+  stats_.gathered = true;
+  ++stats_.gathers;
+}
+
+void FullyShardedUnit::arm() {
+  if (armed_ || slots_.empty()) return;
+  armed_ = true;
+  pending_ = slots_.size();
+  ready_.assign(slots_.size(), false);
+}
+
+void FullyShardedUnit::reshard() {
+  for (const Slot& slot : slots_) slot.param.set_data(nothing_like(slot.shard));
+  stats_.gathered = false;
+}
+
+void FullyShardedUnit::on_gradient(size_t slot) {
+  TDDP_CHECK(armed_,
+             "fully_shard({}): a gradient arrived after this unit's backward was reduced: a second backward through "
+             "one forward (or gradient accumulation across backward passes) is not supported yet",
+             name_);
+  if (pending_ == slots_.size()) {
+    // The first gradient of this backward: whatever the backward does not reach is reduced as
+    // zeros when it ends.
+    autograd::Engine::queue_callback([this] {
+      if (armed_) reduce_gradients();
+    });
+  }
+  if (!ready_[slot]) {
+    ready_[slot] = true;
+    if (--pending_ == 0) reduce_gradients();
+  }
+}
+
+void FullyShardedUnit::reduce_gradients() {
+  NoGradGuard no_grad;
+  const int64_t world = pg_->size();
+  const Tensor& like = slots_.front().shard;
+  const auto options = tensor::TensorOptions(like.dtype()).device(like.device());
+  // Row r holds every parameter's block r of its gradient (zeros where it has none).
+  const Tensor packed = tensor::zeros({world, shard_numel_}, options);
+  for (const Slot& slot : slots_) {
+    const Tensor grad = slot.param.grad();
+    if (!grad.defined()) continue;
+    const Tensor by_rows = grad.reshape(with_rows(slot.full_shape, slot.rows));
+    for (int64_t r = 0; r < world; ++r) {
+      const int64_t first = r * slot.block_rows;
+      const int64_t count = std::max<int64_t>(0, std::min(slot.rows, first + slot.block_rows) - first);
+      if (count == 0) continue;
+      packed.select(0, r)
+          .narrow(0, slot.offset, slot.block_numel())
+          .view(with_rows(slot.full_shape, slot.block_rows))
+          .narrow(0, 0, count)
+          .copy_(by_rows.narrow(0, first, count));
+    }
+  }
+  // Averaged as DDP's buckets: each gradient divided by W, then summed over the ranks.
+  packed.mul_(1.0 / static_cast<double>(world));
+  const Tensor mine = tensor::empty({shard_numel_}, options);
+  std::vector<Tensor> inputs;
+  for (int64_t r = 0; r < world; ++r) inputs.push_back(packed.select(0, r));
+  pg_->reduce_scatter(mine, inputs, comm::ReduceOp::kSum)->wait();
+  for (const Slot& slot : slots_) {
+    const Tensor grad = mine.narrow(0, slot.offset, slot.block_numel()).view(slot.shard.sizes());
+    Tensor& into = slot.shard.mutable_grad();
+    if (into.defined()) {
+      into.add_(grad);
+    } else {
+      into = grad;
+    }
+    slot.param.mutable_grad() = Tensor();  // the full gradient is no longer needed
+  }
+  reshard();
+  armed_ = false;
+  ++stats_.reduce_scatters;
+}
+
+std::shared_ptr<FullyShardedUnit> fully_shard(const std::shared_ptr<nn::Module>& module,
+                                              std::shared_ptr<comm::ProcessGroup> pg) {
+  TDDP_CHECK(module != nullptr, "fully_shard: the module is null");
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    TDDP_CHECK(r.modules.insert(module.get()).second, "fully_shard({}): this module is sharded already",
+               module->type_name());
+  }
+  auto unit = std::make_shared<FullyShardedUnit>(module, std::move(pg));
+  // Gather before the forward; with grad mode on, count this backward's gradients.
+  module->register_forward_pre_hook([unit](nn::Module&, const nn::Tensors&) -> std::optional<nn::Tensors> {
+    unit->unshard();
+    if (tensor::GradMode::is_enabled()) unit->arm();
+    return std::nullopt;
+  });
+  // Without grad mode no backward will come: free the parameters at once.
+  module->register_forward_hook(
+      [unit](nn::Module&, const nn::Tensors&, const nn::Tensors&) -> std::optional<nn::Tensors> {
+        if (!tensor::GradMode::is_enabled()) unit->reshard();
+        return std::nullopt;
+      },
+      false, /*always_call=*/true);
+  return unit;
+}
+
+std::vector<Tensor> sharded_parameters(const nn::Module& module) { return sharded_named_parameters(module).values(); }
+
+nn::OrderedDict<Tensor> sharded_named_parameters(const nn::Module& module) {
+  nn::OrderedDict<Tensor> out;
+  for (const auto& [name, p] : module.named_parameters()) {
+    const Tensor shard = shard_of(p);
+    out.insert(name, shard.defined() ? shard : p);
+  }
+  return out;
+}
+
+nn::OrderedDict<Tensor> full_state_dict(const nn::Module& module) {
+  NoGradGuard no_grad;
+  const nn::OrderedDict<Tensor> params = module.named_parameters();
+  nn::OrderedDict<Tensor> out;
+  for (const auto& [name, value] : module.state_dict()) {
+    const Tensor* param = params.find(name);
+    const std::optional<Sharded> entry = param != nullptr ? sharded(*param) : std::nullopt;
+    if (!entry) {
+      out.insert(name, value);
+      continue;
+    }
+    // Every rank's block, in rank order, then the padding cut off.
+    const int64_t world = entry->pg->size();
+    std::vector<Tensor> blocks;
+    for (int64_t r = 0; r < world; ++r) blocks.push_back(tensor::empty_like(entry->shard));
+    entry->pg->allgather(blocks, entry->shard.detach())->wait();
+    const int64_t rows = entry->full_shape.empty() ? 1 : entry->full_shape[0];
+    out.insert(name, tensor::cat(blocks, 0).narrow(0, 0, rows).reshape(entry->full_shape));
+  }
+  return out;
+}
+
+}  // namespace tinyddp::ddp

@@ -1,0 +1,104 @@
+// Fully sharded data parallelism (ZeRO-3), as PyTorch 2.x's composable fully_shard: each
+// rank keeps 1/W of every parameter, of its gradient and of the optimizer's state for it.
+//
+//   for (auto& block : model->blocks) ddp::fully_shard(block, pg);   // the units, inside out
+//   ddp::fully_shard(model, pg);                                      // then the root
+//   nn::AdamW optimizer(ddp::sharded_parameters(*model), ...);        // steps the shards only
+//
+// A unit is a module's own parameters (those no sub-module's unit took). Each parameter is
+// split along its first dimension into W equal row blocks (the last padded with zeros), rank r
+// keeping block r as its *shard*: a tensor of the parameter's rank (dim() as the parameter's,
+// so weight-decay groups by dim still work), which the optimizer updates. Around the unit:
+//
+//   forward pre-hook:   all-gather the unit's shards (one collective, every parameter's block
+//                       packed in one buffer) and point each parameter at its full value
+//                       (Tensor::set_data): forward runs on ordinary leaf parameters
+//   backward:           each parameter's gradient accumulates as usual; when the unit's last
+//                       one arrives (AccumulateGrad post-hooks, as DDP's Reducer counts), the
+//                       gradients, each divided by W, are reduce-scattered (one collective):
+//                       rank r's shard.grad receives the average of block r; the full
+//                       gradients and parameters are freed (the parameters then hold no
+//                       elements until the next forward gathers them again)
+//
+// Parameters a backward does not reach count as zero gradients, reduced when the backward
+// ends. At fully_shard every parameter and buffer is broadcast from rank 0 first (as DDP's
+// construction), so every rank starts from the same model. Each collective goes through the
+// process group's desync check, so ranks that wrap differently get an error, not a hang.
+//
+// Not yet (see docs/ddp.md, "Fully sharded data parallel"): freeing the gathered parameters
+// between forward and backward (reshard_after_forward; here they live from the forward to the
+// unit's backward, as FSDP's SHARD_GRAD_OP), prefetching the next unit's gather, gradient
+// accumulation across backward passes without sync, mixed precision, sharded state dicts.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/nn/module.h"
+
+namespace tinyddp::ddp {
+
+// What one unit holds, for tests and reports.
+struct FullyShardStats {
+  int64_t gathers = 0;          // forward all-gathers so far
+  int64_t reduce_scatters = 0;  // backward reduce-scatters so far
+  bool gathered = false;        // whether the parameters hold their full values now
+  int64_t shard_numel = 0;      // this rank's elements of the unit's parameters (padding included)
+  int64_t full_numel = 0;       // the parameters' elements
+};
+
+class FullyShardedUnit;
+
+// Shards `module`'s own parameters (not those of a sub-module already sharded) over `pg`.
+// Call it on sub-modules first, then on the root. Returns the unit (kept alive by the module's
+// hooks too). Throws, naming the module, when it was sharded already or has no parameters of
+// its own left and is not meant as the root (a root with none is allowed).
+std::shared_ptr<FullyShardedUnit> fully_shard(const std::shared_ptr<nn::Module>& module,
+                                              std::shared_ptr<comm::ProcessGroup> pg);
+
+// Every parameter of `module` (named_parameters order), each replaced by its shard where a
+// unit holds it: what an optimizer steps. The named form keeps the parameters' names.
+std::vector<tensor::Tensor> sharded_parameters(const nn::Module& module);
+nn::OrderedDict<tensor::Tensor> sharded_named_parameters(const nn::Module& module);
+
+// The full parameters and buffers of `module`, gathered from the shards on every rank (a
+// collective: every rank calls it), under the module's own names: loadable by a module that
+// is not sharded.
+nn::OrderedDict<tensor::Tensor> full_state_dict(const nn::Module& module);
+
+class FullyShardedUnit {
+ public:
+  FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shared_ptr<comm::ProcessGroup> pg);
+  ~FullyShardedUnit();
+  FullyShardedUnit(const FullyShardedUnit&) = delete;
+  FullyShardedUnit& operator=(const FullyShardedUnit&) = delete;
+
+  FullyShardStats stats() const;
+  // Gathers the full parameters if they are not (collective); reshard() frees them.
+  void unshard();
+  void reshard();
+  // A forward with grad mode on: count this backward's gradients (the forward pre-hook).
+  void arm();
+
+  struct Slot;  // one parameter: its full shape, its shard, its place in the packed buffers
+
+ private:
+  void on_gradient(size_t slot);  // a parameter's gradient is complete
+  void reduce_gradients();        // the reduce-scatter into the shards' .grad
+
+  std::weak_ptr<nn::Module> module_;
+  const nn::Module* module_address_;  // its key in the registry of sharded modules
+  std::string name_;
+  std::shared_ptr<comm::ProcessGroup> pg_;
+  std::vector<Slot> slots_;
+  int64_t shard_numel_ = 0;  // the packed shard buffer's length
+  std::vector<bool> ready_;  // per slot, this backward
+  size_t pending_ = 0;       // slots whose gradient has not arrived this backward
+  bool armed_ = false;       // a forward with grad mode on gathered: a backward will reduce
+  FullyShardStats stats_;
+  std::vector<autograd::RemovableHandle> handles_;
+};
+
+}  // namespace tinyddp::ddp

@@ -1,0 +1,127 @@
+// fully_shard (ddp/fully_shard.h) against DDP, its reference: an MLP whose three Linear layers
+// and root are sharded, trained on 2 and 3 ranks (3: every layer's rows split unevenly, the
+// last block padded) with SGD with momentum and with AdamW in weight-decay groups made from the
+// shards, beside the same model under DDP on the same batches. Each step's loss and the
+// parameters after the steps must agree to float32 rounding (the averages are summed in
+// another order). Also: what each unit gathers and frees per step, the full state dict
+// loading into a plain model, and the errors.
+#include <mutex>
+
+#include "tests/comm/comm_test_util.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/ddp/fully_shard.h"
+#include "tinyddp/nn/nn.h"
+
+using namespace tinyddp;
+using tensor::Tensor;
+using testing::Expectations;
+
+namespace {
+
+// Two identical MLPs 4-6-5-3 (the same default-generator draws), one to shard, one for DDP.
+std::pair<std::shared_ptr<nn::Sequential>, std::shared_ptr<nn::Sequential>> twin_mlps() {
+  static std::mutex mutex;  // rank threads share the default generator
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto make = [] {
+    tensor::manual_seed(5);
+    return std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+        std::make_shared<nn::Linear>(4, 6), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(6, 5),
+        std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(5, 3)});
+  };
+  return {make(), make()};
+}
+
+// nanoGPT's groups (two or more dims decay), made from the given tensors.
+std::vector<nn::ParamGroup> decay_groups(const std::vector<Tensor>& params) {
+  std::vector<Tensor> decay, no_decay;
+  for (const Tensor& p : params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  return {nn::ParamGroup(decay).set_weight_decay(0.1), nn::ParamGroup(no_decay).set_weight_decay(0.0)};
+}
+
+std::unique_ptr<nn::Optimizer> make_optimizer(const std::string& kind, const std::vector<Tensor>& params) {
+  if (kind == "sgd") return std::make_unique<nn::SGD>(params, nn::SGDOptions(0.1).momentum(0.9));
+  return std::make_unique<nn::AdamW>(decay_groups(params), nn::AdamWOptions(0.01));
+}
+
+void run_against_ddp(int world, const std::string& kind) {
+  testing::require_no_failures(testing::run_threads(world, [&](comm::ProcessGroup& pg, Expectations& e) {
+    auto [sharded, plain] = twin_mlps();
+    std::vector<std::shared_ptr<ddp::FullyShardedUnit>> units;
+    for (size_t i : {0, 2, 4}) units.push_back(ddp::fully_shard((*sharded)[i], testing::borrow(pg)));
+    units.push_back(ddp::fully_shard(sharded, testing::borrow(pg)));  // the root: nothing of its own left
+    ddp::DistributedDataParallel reference(plain, testing::borrow(pg));
+    auto fsdp_opt = make_optimizer(kind, ddp::sharded_parameters(*sharded));
+    auto ddp_opt = make_optimizer(kind, plain->parameters());
+    const int steps = 6;
+    for (int step = 0; step < steps; ++step) {
+      tensor::Generator gen(40 + step);  // the global batch, drawn alike on every rank
+      const Tensor x = tensor::randn({4 * world, 4}, {}, &gen), y = tensor::randn({4 * world, 3}, {}, &gen);
+      const Tensor xr = x.narrow(0, 4 * pg.rank(), 4), yr = y.narrow(0, 4 * pg.rank(), 4);
+      const Tensor fsdp_loss = nn::mse_loss((*sharded)(xr), yr);
+      const Tensor ddp_loss = nn::mse_loss(reference(xr), yr);
+      e.expect_close(fsdp_loss, ddp_loss, fmt::format("{} step {}: the loss", kind, step), 1e-5, 1e-7);
+      fsdp_loss.backward();
+      ddp_loss.backward();
+      for (size_t u = 0; u + 1 < units.size(); ++u) {
+        e.expect(!units[u]->stats().gathered, fmt::format("step {}: unit {} still holds its full parameters", step, u));
+      }
+      fsdp_opt->step();
+      ddp_opt->step();
+      fsdp_opt->zero_grad();
+      ddp_opt->zero_grad();
+    }
+    for (size_t u = 0; u + 1 < units.size(); ++u) {
+      e.expect_eq(units[u]->stats().gathers, int64_t{steps}, fmt::format("unit {}: gathers", u));
+      e.expect_eq(units[u]->stats().reduce_scatters, int64_t{steps}, fmt::format("unit {}: reduce-scatters", u));
+    }
+    const nn::OrderedDict<Tensor> full = ddp::full_state_dict(*sharded);
+    for (const auto& [name, value] : plain->state_dict()) {
+      e.expect_close(full.at(name), value, fmt::format("{}: {} after {} steps", kind, name, steps), 1e-5, 1e-6);
+    }
+    // The full state dict loads into a model that is not sharded, which then computes the same.
+    auto loaded = twin_mlps().first;
+    loaded->load_state_dict(full);
+    const Tensor probe = tensor::ones({2, 4});
+    e.expect_close((*loaded)(probe), (*plain)(probe), "the loaded model's output", 1e-5, 1e-6);
+  }));
+}
+
+}  // namespace
+
+TEST_CASE("fully_shard trains as DDP: 2 and 3 ranks, SGD with momentum and AdamW with decay groups",
+          "[ddp][fsdp]") {
+  for (const int world : {2, 3}) {
+    for (const std::string kind : {"sgd", "adamw"}) {
+      INFO(world << " ranks, " << kind);
+      run_against_ddp(world, kind);
+    }
+  }
+}
+
+TEST_CASE("fully_shard: shards of a third of the rows, freed parameters, and clear errors", "[ddp][fsdp]") {
+  testing::require_no_failures(testing::run_threads(3, [](comm::ProcessGroup& pg, Expectations& e) {
+    auto model = twin_mlps().first;
+    auto first = std::dynamic_pointer_cast<nn::Linear>((*model)[0]);
+    auto unit = ddp::fully_shard(first, testing::borrow(pg));
+    // Linear(4, 6) on 3 ranks: weight [6, 4] -> blocks of 2 rows, bias [6] -> 2.
+    const nn::OrderedDict<Tensor> shards = ddp::sharded_named_parameters(*first);
+    e.expect_eq(shards.at("weight").sizes(), tensor::Shape{2, 4}, "the weight's shard");
+    e.expect_eq(shards.at("bias").sizes(), tensor::Shape{2}, "the bias's shard");
+    e.expect_eq(unit->stats().shard_numel, int64_t{10}, "shard elements");
+    e.expect_eq(first->weight.numel(), int64_t{0}, "the full weight between steps (freed)");
+    e.expect_eq(first->weight.dim(), int64_t{2}, "the freed weight's dims");
+    // Without grad mode a forward gathers and frees at once.
+    {
+      tensor::NoGradGuard no_grad;
+      (*first)(tensor::ones({1, 4}));
+    }
+    e.expect(!unit->stats().gathered && unit->stats().gathers == 1, "a no-grad forward leaves nothing gathered");
+    std::string message;
+    try {
+      ddp::fully_shard(first, testing::borrow(pg));
+    } catch (const std::exception& ex) {
+      message = ex.what();
+    }
+    e.expect_contains(message, "fully_shard(Linear): this module is sharded already");
+  }));
+}
