@@ -21,7 +21,7 @@ using tensor::NoGradGuard;
 using tensor::Tensor;
 
 struct FullyShardedUnit::Slot {
-  Tensor param;             // the module's parameter (full while gathered, else no elements)
+  Tensor param;              // the module's parameter (full while gathered, else no elements)
   tensor::Shape full_shape;  // its shape
   int64_t rows = 1;          // its first dimension (1 for a scalar)
   int64_t block_rows = 1;    // rows per rank: ceil(rows / W)
@@ -98,8 +98,8 @@ FullyShardedUnit::FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shar
     slot.offset = shard_numel_;
     shard_numel_ += slot.block_numel();
     // This rank's rows, padded with zeros to block_rows.
-    slot.shard = tensor::zeros(with_rows(slot.full_shape, slot.block_rows),
-                               tensor::TensorOptions(p.dtype()).device(p.device()));
+    slot.shard =
+        tensor::zeros(with_rows(slot.full_shape, slot.block_rows), tensor::TensorOptions(p.dtype()).device(p.device()));
     const int64_t first = pg_->rank() * slot.block_rows;
     const int64_t count = std::max<int64_t>(0, std::min(slot.rows, first + slot.block_rows) - first);
     if (count > 0) {

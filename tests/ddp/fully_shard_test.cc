@@ -88,8 +88,7 @@ void run_against_ddp(int world, const std::string& kind) {
 
 }  // namespace
 
-TEST_CASE("fully_shard trains as DDP: 2 and 3 ranks, SGD with momentum and AdamW with decay groups",
-          "[ddp][fsdp]") {
+TEST_CASE("fully_shard trains as DDP: 2 and 3 ranks, SGD with momentum and AdamW with decay groups", "[ddp][fsdp]") {
   for (const int world : {2, 3}) {
     for (const std::string kind : {"sgd", "adamw"}) {
       INFO(world << " ranks, " << kind);
