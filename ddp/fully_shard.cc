@@ -3,6 +3,7 @@
 #include "tinyddp/ddp/fully_shard.h"
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -44,7 +45,8 @@ struct Sharded {
 struct Registry {
   std::mutex mutex;
   std::unordered_map<const tensor::TensorImpl*, Sharded> entries;
-  std::unordered_set<const nn::Module*> modules;  // sharded, until their unit goes
+  std::unordered_set<const nn::Module*> modules;              // sharded, until their unit goes
+  std::unordered_set<const tensor::TensorImpl*> shard_impls;  // the shards themselves
 };
 Registry& registry() {
   static Registry r;
@@ -62,6 +64,13 @@ std::optional<Sharded> sharded(const Tensor& param) {
 Tensor shard_of(const Tensor& param) {
   const std::optional<Sharded> entry = sharded(param);
   return entry ? entry->shard : Tensor();
+}
+
+// Whether `t` is a unit's shard.
+bool is_shard(const Tensor& t) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.shard_impls.count(t.impl()) != 0;
 }
 
 // `shape` with its first dimension set to `rows` (a scalar counts as [1]).
@@ -115,7 +124,10 @@ FullyShardedUnit::FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shar
   {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
-    for (const Slot& slot : slots_) r.entries[slot.param.impl()] = {slot.shard, slot.full_shape, pg_};
+    for (const Slot& slot : slots_) {
+      r.entries[slot.param.impl()] = {slot.shard, slot.full_shape, pg_};
+      r.shard_impls.insert(slot.shard.impl());
+    }
   }
   stats_.shard_numel = shard_numel_;
   for (const Slot& slot : slots_) stats_.full_numel += slot.param.numel();
@@ -130,7 +142,10 @@ FullyShardedUnit::~FullyShardedUnit() {
   for (autograd::RemovableHandle& h : handles_) h.remove();
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  for (const Slot& slot : slots_) r.entries.erase(slot.param.impl());
+  for (const Slot& slot : slots_) {
+    r.entries.erase(slot.param.impl());
+    r.shard_impls.erase(slot.shard.impl());
+  }
   r.modules.erase(module_address_);
 }
 
@@ -293,6 +308,31 @@ nn::OrderedDict<Tensor> full_state_dict(const nn::Module& module) {
     out.insert(name, tensor::cat(blocks, 0).narrow(0, 0, rows).reshape(entry->full_shape));
   }
   return out;
+}
+
+Tensor clip_sharded_grad_norm_(const std::vector<Tensor>& params, double max_norm, comm::ProcessGroup& pg,
+                               double norm_type) {
+  TDDP_CHECK(norm_type == 2.0 || std::isinf(norm_type),
+             "clip_sharded_grad_norm_: norm_type must be 2 or infinity, got {}", norm_type);
+  TDDP_CHECK(max_norm >= 0, "clip_sharded_grad_norm_: max_norm must not be negative, got {}", max_norm);
+  NoGradGuard no_grad;
+  const bool inf = std::isinf(norm_type);
+  // This rank's part: its shards, and the parameters every rank holds whole on rank 0 only.
+  Tensor local = tensor::zeros({1}, tensor::kFloat64);  // summed in float64 on the host
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params) {
+    if (!p.grad().defined()) continue;
+    grads.push_back(p.grad());
+    if (!is_shard(p) && pg.rank() != 0) continue;
+    const Tensor g = p.grad().to(tensor::kFloat64).to(tensor::Device());
+    local = inf ? tensor::maximum(local, tensor::max(tensor::abs(g)).reshape({1}))
+                : local + tensor::sum(tensor::mul(g, g)).reshape({1});
+  }
+  pg.allreduce(local, inf ? comm::ReduceOp::kMax : comm::ReduceOp::kSum)->wait();
+  const Tensor total = (inf ? local : tensor::sqrt(local)).reshape({});
+  const double coef = std::min(1.0, max_norm / (total.item<double>() + 1e-6));
+  for (const Tensor& g : grads) g.mul_(coef);
+  return grads.empty() ? total.to(tensor::kFloat32) : total.to(grads.front().dtype());
 }
 
 }  // namespace tinyddp::ddp

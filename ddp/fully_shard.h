@@ -63,6 +63,15 @@ std::shared_ptr<FullyShardedUnit> fully_shard(const std::shared_ptr<nn::Module>&
 std::vector<tensor::Tensor> sharded_parameters(const nn::Module& module);
 nn::OrderedDict<tensor::Tensor> sharded_named_parameters(const nn::Module& module);
 
+// clip_grad_norm_ over shards (FSDP's clip_grad_norm_): the total 2-norm (or, with
+// norm_type INFINITY, the largest magnitude) of the gradients whose shards `params` holds,
+// reduced over `pg`, so that every rank scales its shards by the factor plain clipping of the
+// full gradients would use. Parameters that are not shards (the same on every rank) count
+// once. Summed in float64 on the host; returns the total norm, a 0-d tensor in the first
+// gradient's dtype.
+tensor::Tensor clip_sharded_grad_norm_(const std::vector<tensor::Tensor>& params, double max_norm,
+                                       comm::ProcessGroup& pg, double norm_type = 2.0);
+
 // The full parameters and buffers of `module`, gathered from the shards on every rank (a
 // collective: every rank calls it), under the module's own names: loadable by a module that
 // is not sharded.
