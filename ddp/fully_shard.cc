@@ -29,6 +29,7 @@ struct FullyShardedUnit::Slot {
   int64_t row_numel = 1;     // elements per row
   int64_t offset = 0;        // where its block starts in the packed shard buffer
   Tensor shard;              // this rank's block [block_rows, ...], padded with zeros
+  uint64_t version = 0;      // the gathered storage's version when the forward saw it
   int64_t block_numel() const { return block_rows * row_numel; }
 };
 
@@ -88,8 +89,10 @@ Tensor nothing_like(const Tensor& shard) {
 
 }  // namespace
 
-FullyShardedUnit::FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shared_ptr<comm::ProcessGroup> pg)
-    : module_(module), module_address_(module.get()), name_(module->type_name()), pg_(std::move(pg)) {
+FullyShardedUnit::FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shared_ptr<comm::ProcessGroup> pg,
+                                   FullyShardOptions options)
+    : module_(module), module_address_(module.get()), name_(module->type_name()), pg_(std::move(pg)),
+      options_(options) {
   TDDP_CHECK(pg_ != nullptr, "fully_shard({}): the process group is null", name_);
   const int64_t world = pg_->size();
   NoGradGuard no_grad;
@@ -151,31 +154,67 @@ FullyShardedUnit::~FullyShardedUnit() {
 
 FullyShardStats FullyShardedUnit::stats() const { return stats_; }
 
-void FullyShardedUnit::unshard() {
-  if (stats_.gathered || slots_.empty()) return;
+Tensor FullyShardedUnit::gather_blocks() {
   NoGradGuard no_grad;
   const Tensor& like = slots_.front().shard;
   const auto options = tensor::TensorOptions(like.dtype()).device(like.device());
   // One all-gather: every parameter's block packed in one buffer, a row of it per rank.
   const Tensor packed = tensor::empty({shard_numel_}, options);
   for (const Slot& slot : slots_) packed.narrow(0, slot.offset, slot.block_numel()).copy_(slot.shard.reshape({-1}));
-  const int64_t world = pg_->size();
-  const Tensor gathered = tensor::empty({world, shard_numel_}, options);
+  const Tensor gathered = tensor::empty({pg_->size(), shard_numel_}, options);
   std::vector<Tensor> rows;
-  for (int64_t r = 0; r < world; ++r) rows.push_back(gathered.select(0, r));
+  for (int64_t r = 0; r < pg_->size(); ++r) rows.push_back(gathered.select(0, r));
   pg_->allgather(rows, packed)->wait();
-  for (const Slot& slot : slots_) {
-    const Tensor full = tensor::empty(with_rows(slot.full_shape, world * slot.block_rows), options);
-    for (int64_t r = 0; r < world; ++r) {
-      full.narrow(0, r * slot.block_rows, slot.block_rows)
-          .copy_(rows[static_cast<size_t>(r)]
-                     .narrow(0, slot.offset, slot.block_numel())
-                     .reshape(with_rows(slot.full_shape, slot.block_rows)));
-    }
-    slot.param.set_data(full.narrow(0, 0, slot.rows).reshape(slot.full_shape));
-  }
-  stats_.gathered = true;
   ++stats_.gathers;
+  return gathered;
+}
+
+void FullyShardedUnit::fill(const Slot& slot, const Tensor& gathered, const Tensor& full) {
+  const Tensor by_rows = full.reshape(with_rows(slot.full_shape, slot.rows));
+  for (int64_t r = 0; r < pg_->size(); ++r) {
+    const int64_t first = r * slot.block_rows;
+    const int64_t count = std::max<int64_t>(0, std::min(slot.rows, first + slot.block_rows) - first);
+    if (count == 0) continue;
+    by_rows.narrow(0, first, count)
+        .copy_(gathered.select(0, r)
+                   .narrow(0, slot.offset, slot.block_numel())
+                   .view(with_rows(slot.full_shape, slot.block_rows))
+                   .narrow(0, 0, count));
+  }
+}
+
+void FullyShardedUnit::unshard() {
+  if (slots_.empty() || state_ == State::kGathered) return;
+  NoGradGuard no_grad;
+  const Tensor gathered = gather_blocks();
+  for (Slot& slot : slots_) {
+    if (state_ == State::kFreedAfterForward) {
+      // The forward's saved tensors still refer to this storage: its bytes again, the same
+      // values, and the version they recorded.
+      const tensor::Storage& storage = slot.param.storage();
+      storage.restore_bytes(static_cast<size_t>(slot.param.numel()) * slot.param.element_size());
+      fill(slot, gathered, slot.param);
+      storage.restore_version(slot.version);
+      continue;
+    }
+    // A storage of its own from the allocator, whose bytes can be freed after the forward.
+    const size_t nbytes = static_cast<size_t>(tensor::shape_numel(slot.full_shape)) * slot.shard.element_size();
+    const Tensor full =
+        Tensor::make(tensor::Storage(nbytes, tensor::allocator_for(slot.shard.device())), slot.full_shape,
+                     tensor::contiguous_strides(slot.full_shape), 0, slot.shard.dtype());
+    fill(slot, gathered, full);
+    slot.param.set_data(full);
+    slot.version = full.storage().version();
+  }
+  state_ = State::kGathered;
+  stats_.gathered = true;
+}
+
+void FullyShardedUnit::free_after_forward() {
+  if (state_ != State::kGathered || !options_.reshard_after_forward) return;
+  for (const Slot& slot : slots_) slot.param.storage().free_bytes();
+  state_ = State::kFreedAfterForward;
+  stats_.gathered = false;
 }
 
 void FullyShardedUnit::arm() {
@@ -187,6 +226,7 @@ void FullyShardedUnit::arm() {
 
 void FullyShardedUnit::reshard() {
   for (const Slot& slot : slots_) slot.param.set_data(nothing_like(slot.shard));
+  state_ = State::kSharded;
   stats_.gathered = false;
 }
 
@@ -251,8 +291,12 @@ void FullyShardedUnit::reduce_gradients() {
   ++stats_.reduce_scatters;
 }
 
+namespace {
+thread_local int units_in_forward = 0;  // the root is the unit whose forward starts at 0
+}  // namespace
+
 std::shared_ptr<FullyShardedUnit> fully_shard(const std::shared_ptr<nn::Module>& module,
-                                              std::shared_ptr<comm::ProcessGroup> pg) {
+                                              std::shared_ptr<comm::ProcessGroup> pg, FullyShardOptions options) {
   TDDP_CHECK(module != nullptr, "fully_shard: the module is null");
   {
     Registry& r = registry();
@@ -260,21 +304,50 @@ std::shared_ptr<FullyShardedUnit> fully_shard(const std::shared_ptr<nn::Module>&
     TDDP_CHECK(r.modules.insert(module.get()).second, "fully_shard({}): this module is sharded already",
                module->type_name());
   }
-  auto unit = std::make_shared<FullyShardedUnit>(module, std::move(pg));
+  std::shared_ptr<FullyShardedUnit> unit;
+  try {
+    unit = std::make_shared<FullyShardedUnit>(module, std::move(pg), options);
+  } catch (...) {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    r.modules.erase(module.get());
+    throw;
+  }
   // Gather before the forward; with grad mode on, count this backward's gradients.
   module->register_forward_pre_hook([unit](nn::Module&, const nn::Tensors&) -> std::optional<nn::Tensors> {
-    unit->unshard();
-    if (tensor::GradMode::is_enabled()) unit->arm();
+    unit->begin_forward(units_in_forward++ == 0);
     return std::nullopt;
   });
-  // Without grad mode no backward will come: free the parameters at once.
+  // After it: without grad mode no backward will come, so free the parameters; with it, free
+  // their bytes until the backward gathers them again (reshard_after_forward; not the root's,
+  // whose backward comes first).
   module->register_forward_hook(
       [unit](nn::Module&, const nn::Tensors&, const nn::Tensors&) -> std::optional<nn::Tensors> {
-        if (!tensor::GradMode::is_enabled()) unit->reshard();
+        --units_in_forward;
+        unit->end_forward();
         return std::nullopt;
       },
       false, /*always_call=*/true);
+  // Before the unit's backward: its parameters again, if they were freed after the forward.
+  module->register_full_backward_pre_hook([unit](nn::Module&, const nn::Tensors&) -> std::optional<nn::Tensors> {
+    unit->unshard();
+    return std::nullopt;
+  });
   return unit;
+}
+
+void FullyShardedUnit::begin_forward(bool root) {
+  is_root_ = root;
+  unshard();
+  if (tensor::GradMode::is_enabled()) arm();
+}
+
+void FullyShardedUnit::end_forward() {
+  if (!tensor::GradMode::is_enabled()) {
+    reshard();
+  } else if (!is_root_) {
+    free_after_forward();
+  }
 }
 
 std::vector<Tensor> sharded_parameters(const nn::Module& module) { return sharded_named_parameters(module).values(); }

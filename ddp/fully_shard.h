@@ -13,6 +13,9 @@
 //   forward pre-hook:   all-gather the unit's shards (one collective, every parameter's block
 //                       packed in one buffer) and point each parameter at its full value
 //                       (Tensor::set_data): forward runs on ordinary leaf parameters
+//   forward hook:       free the full values' bytes (reshard_after_forward; the forward's
+//                       saved tensors keep referring to them)
+//   backward pre-hook:  all-gather again into the same bytes (the values the forward saved)
 //   backward:           each parameter's gradient accumulates as usual; when the unit's last
 //                       one arrives (AccumulateGrad post-hooks, as DDP's Reducer counts), the
 //                       gradients, each divided by W, are reduce-scattered (one collective):
@@ -20,14 +23,14 @@
 //                       gradients and parameters are freed (the parameters then hold no
 //                       elements until the next forward gathers them again)
 //
-// Parameters a backward does not reach count as zero gradients, reduced when the backward
-// ends. At fully_shard every parameter and buffer is broadcast from rank 0 first (as DDP's
-// construction), so every rank starts from the same model. Each collective goes through the
-// process group's desync check, so ranks that wrap differently get an error, not a hang.
+// So one unit's full parameters live at a time, besides the root's. Parameters a backward does
+// not reach count as zero gradients, reduced when the backward ends. At fully_shard every
+// parameter and buffer is broadcast from rank 0 first (as DDP's construction), so every rank
+// starts from the same model. Each collective goes through the process group's desync check,
+// so ranks that wrap differently get an error, not a hang.
 //
-// Not yet (see docs/ddp.md, "Fully sharded data parallel"): freeing the gathered parameters
-// between forward and backward (reshard_after_forward; here they live from the forward to the
-// unit's backward, as FSDP's SHARD_GRAD_OP), prefetching the next unit's gather, gradient
+// Not yet (docs/ddp.md, "Fully sharded data parallel"): prefetching the next unit's gather
+// and overlapping the reduce-scatters with the backward (each collective here waits), gradient
 // accumulation across backward passes without sync, mixed precision, sharded state dicts.
 #pragma once
 
@@ -39,6 +42,16 @@
 #include "tinyddp/nn/module.h"
 
 namespace tinyddp::ddp {
+
+// fully_shard's options (PyTorch's keyword arguments of the same names).
+struct FullyShardOptions {
+  // Free the gathered parameters' bytes after the forward and gather them again before the
+  // unit's backward (ZeRO-3's memory: one unit's full parameters at a time); false keeps them
+  // from the forward to the backward (ZeRO-2's, one all-gather per step fewer). The root unit
+  // (the one whose forward holds the others') never frees after the forward, since its
+  // backward comes first.
+  bool reshard_after_forward = true;
+};
 
 // What one unit holds, for tests and reports.
 struct FullyShardStats {
@@ -56,7 +69,7 @@ class FullyShardedUnit;
 // hooks too). Throws, naming the module, when it was sharded already or has no parameters of
 // its own left and is not meant as the root (a root with none is allowed).
 std::shared_ptr<FullyShardedUnit> fully_shard(const std::shared_ptr<nn::Module>& module,
-                                              std::shared_ptr<comm::ProcessGroup> pg);
+                                              std::shared_ptr<comm::ProcessGroup> pg, FullyShardOptions options = {});
 
 // Every parameter of `module` (named_parameters order), each replaced by its shard where a
 // unit holds it: what an optimizer steps. The named form keeps the parameters' names.
@@ -79,7 +92,8 @@ nn::OrderedDict<tensor::Tensor> full_state_dict(const nn::Module& module);
 
 class FullyShardedUnit {
  public:
-  FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shared_ptr<comm::ProcessGroup> pg);
+  FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shared_ptr<comm::ProcessGroup> pg,
+                   FullyShardOptions options);
   ~FullyShardedUnit();
   FullyShardedUnit(const FullyShardedUnit&) = delete;
   FullyShardedUnit& operator=(const FullyShardedUnit&) = delete;
@@ -88,12 +102,20 @@ class FullyShardedUnit {
   // Gathers the full parameters if they are not (collective); reshard() frees them.
   void unshard();
   void reshard();
-  // A forward with grad mode on: count this backward's gradients (the forward pre-hook).
-  void arm();
+  // The module hooks' steps: before the forward (gather; with grad mode on, count this
+  // backward's gradients) and after it (free, as the options and grad mode say).
+  void begin_forward(bool root);
+  void end_forward();
 
   struct Slot;  // one parameter: its full shape, its shard, its place in the packed buffers
 
  private:
+  enum class State { kSharded, kGathered, kFreedAfterForward };
+  void arm();
+  tensor::Tensor gather_blocks();  // every rank's packed shards, a row each (collective)
+  // Writes `slot`'s full value into `full` from the gathered rows.
+  void fill(const Slot& slot, const tensor::Tensor& gathered, const tensor::Tensor& full);
+  void free_after_forward();
   void on_gradient(size_t slot);  // a parameter's gradient is complete
   void reduce_gradients();        // the reduce-scatter into the shards' .grad
 
@@ -101,6 +123,9 @@ class FullyShardedUnit {
   const nn::Module* module_address_;  // its key in the registry of sharded modules
   std::string name_;
   std::shared_ptr<comm::ProcessGroup> pg_;
+  FullyShardOptions options_;
+  State state_ = State::kSharded;
+  bool is_root_ = false;
   std::vector<Slot> slots_;
   int64_t shard_numel_ = 0;  // the packed shard buffer's length
   std::vector<bool> ready_;  // per slot, this backward

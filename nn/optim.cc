@@ -19,8 +19,12 @@ std::vector<ParamGroup> one_group(std::vector<Tensor> params) { return {ParamGro
 }  // namespace
 
 std::vector<ParamGroup> weight_decay_groups(const Module& module, double weight_decay) {
+  return weight_decay_groups(module.parameters(), weight_decay);
+}
+
+std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params, double weight_decay) {
   std::vector<Tensor> decay, no_decay;
-  for (const Tensor& p : module.parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  for (const Tensor& p : params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
   return {ParamGroup(std::move(decay)).set_weight_decay(weight_decay),
           ParamGroup(std::move(no_decay)).set_weight_decay(0.0)};
 }

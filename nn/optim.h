@@ -45,6 +45,8 @@ struct ParamGroup {
 // `weight_decay`, the others (biases, layer-norm weights) not at all. Group 0 is the decaying
 // one; each group keeps the order of module.parameters() (a tied weight once).
 std::vector<ParamGroup> weight_decay_groups(const Module& module, double weight_decay);
+// The same split of the given tensors (a sharded model's shards: ddp::sharded_parameters).
+std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params, double weight_decay);
 
 class Optimizer {
  public:

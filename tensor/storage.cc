@@ -217,13 +217,32 @@ Storage::Storage(size_t nbytes, Allocator* allocator) {
   impl_->allocator = allocator;
 }
 
+void Storage::free_bytes() const {
+  TDDP_CHECK(impl_ != nullptr && impl_->allocator != nullptr,
+             "Storage::free_bytes: only a storage made from an allocator can free its bytes");
+  if (impl_->data != nullptr) impl_->allocator->deallocate(impl_->data, impl_->nbytes);
+  impl_->data = nullptr;
+  impl_->nbytes = 0;
+}
+
+void Storage::restore_bytes(size_t nbytes) const {
+  TDDP_CHECK(impl_ != nullptr && impl_->allocator != nullptr && impl_->data == nullptr,
+             "Storage::restore_bytes: only a storage whose bytes were freed (free_bytes) can have them back");
+  impl_->data = impl_->allocator->allocate(nbytes);
+  impl_->nbytes = nbytes;
+}
+
+void Storage::restore_version(uint64_t version) const {
+  if (impl_) impl_->version.store(version, std::memory_order_relaxed);
+}
+
 void Storage::release(Impl* impl) {
   if (impl == nullptr || impl->references.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (impl->allocator == nullptr) {
     impl->~Impl();
     std::free(impl);  // header and bytes were one malloc block
   } else {
-    impl->allocator->deallocate(impl->data, impl->nbytes);
+    if (impl->data != nullptr) impl->allocator->deallocate(impl->data, impl->nbytes);
     delete impl;
   }
 }

@@ -75,6 +75,17 @@ class Storage {
     if (impl_) impl_->version.fetch_add(1, std::memory_order_relaxed);
   }
 
+  // Frees the bytes while every tensor and view keeps this storage (nbytes() becomes 0 and
+  // data() null, so reading a tensor over it throws), as PyTorch's storage.resize_(0); then
+  // restore_bytes() allocates them again, uninitialised. Fully sharded data parallelism frees a
+  // gathered parameter so between its forward and its backward, while the forward's saved
+  // tensors still refer to it, and writes the same values back before the backward reads them;
+  // restore_version() then puts back the version those saved tensors recorded (the values are
+  // the ones they saved). Only for a storage made from an allocator (Storage(nbytes, allocator)).
+  void free_bytes() const;
+  void restore_bytes(size_t nbytes) const;
+  void restore_version(uint64_t version) const;
+
  private:
   struct Impl {
     void* data = nullptr;

@@ -90,7 +90,13 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::raw_data_ptr() const {
   char* base = static_cast<char*>(storage().data());
-  if (base == nullptr) return nullptr;
+  if (base == nullptr) {
+    TDDP_CHECK(numel() == 0 || !storage().defined(),
+               "a tensor of shape {} reads a storage whose bytes were freed (Storage::free_bytes: a parameter of a "
+               "fully sharded unit between its forward and its backward)",
+               format_shape(sizes()));
+    return nullptr;
+  }
   return base + storage_offset() * static_cast<int64_t>(element_size());
 }
 

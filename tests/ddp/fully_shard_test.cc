@@ -34,9 +34,7 @@ std::pair<std::shared_ptr<nn::Sequential>, std::shared_ptr<nn::Sequential>> twin
 
 // nanoGPT's groups (two or more dims decay), made from the given tensors.
 std::vector<nn::ParamGroup> decay_groups(const std::vector<Tensor>& params) {
-  std::vector<Tensor> decay, no_decay;
-  for (const Tensor& p : params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  return {nn::ParamGroup(decay).set_weight_decay(0.1), nn::ParamGroup(no_decay).set_weight_decay(0.0)};
+  return nn::weight_decay_groups(params, 0.1);
 }
 
 std::unique_ptr<nn::Optimizer> make_optimizer(const std::string& kind, const std::vector<Tensor>& params) {
@@ -44,12 +42,15 @@ std::unique_ptr<nn::Optimizer> make_optimizer(const std::string& kind, const std
   return std::make_unique<nn::AdamW>(decay_groups(params), nn::AdamWOptions(0.01));
 }
 
-void run_against_ddp(int world, const std::string& kind) {
+void run_against_ddp(int world, const std::string& kind, bool reshard_after_forward) {
   testing::require_no_failures(testing::run_threads(world, [&](comm::ProcessGroup& pg, Expectations& e) {
     auto [sharded, plain] = twin_mlps();
     std::vector<std::shared_ptr<ddp::FullyShardedUnit>> units;
-    for (size_t i : {0, 2, 4}) units.push_back(ddp::fully_shard((*sharded)[i], testing::borrow(pg)));
+    ddp::FullyShardOptions options;
+    options.reshard_after_forward = reshard_after_forward;
+    for (size_t i : {0, 2, 4}) units.push_back(ddp::fully_shard((*sharded)[i], testing::borrow(pg), options));
     units.push_back(ddp::fully_shard(sharded, testing::borrow(pg)));  // the root: nothing of its own left
+    const auto first = std::dynamic_pointer_cast<nn::Linear>((*sharded)[0]);
     ddp::DistributedDataParallel reference(plain, testing::borrow(pg));
     auto fsdp_opt = make_optimizer(kind, ddp::sharded_parameters(*sharded));
     auto ddp_opt = make_optimizer(kind, plain->parameters());
@@ -61,6 +62,20 @@ void run_against_ddp(int world, const std::string& kind) {
       const Tensor fsdp_loss = nn::mse_loss((*sharded)(xr), yr);
       const Tensor ddp_loss = nn::mse_loss(reference(xr), yr);
       e.expect_close(fsdp_loss, ddp_loss, fmt::format("{} step {}: the loss", kind, step), 1e-5, 1e-7);
+      // Between the forward and the backward a unit's full parameters hold their bytes only
+      // without reshard_after_forward.
+      e.expect_eq(first->weight.storage().nbytes() > 0, !reshard_after_forward, "the first layer's weight is held");
+      e.expect_eq(units[0]->stats().gathered, !reshard_after_forward, "the first unit is gathered");
+      if (reshard_after_forward && step == 0) {  // reading it then is an error, not a crash
+        std::string message;
+        try {
+          tensor::NoGradGuard no_grad;
+          tensor::sum(first->weight);
+        } catch (const std::exception& ex) {
+          message = ex.what();
+        }
+        e.expect_contains(message, "reads a storage whose bytes were freed");
+      }
       fsdp_loss.backward();
       ddp_loss.backward();
       for (size_t u = 0; u + 1 < units.size(); ++u) {
@@ -71,8 +86,10 @@ void run_against_ddp(int world, const std::string& kind) {
       fsdp_opt->zero_grad();
       ddp_opt->zero_grad();
     }
+    // One gather per forward, and one more per backward when the forward freed them.
+    const int64_t gathers = steps * (reshard_after_forward ? 2 : 1);
     for (size_t u = 0; u + 1 < units.size(); ++u) {
-      e.expect_eq(units[u]->stats().gathers, int64_t{steps}, fmt::format("unit {}: gathers", u));
+      e.expect_eq(units[u]->stats().gathers, gathers, fmt::format("unit {}: gathers", u));
       e.expect_eq(units[u]->stats().reduce_scatters, int64_t{steps}, fmt::format("unit {}: reduce-scatters", u));
     }
     const nn::OrderedDict<Tensor> full = ddp::full_state_dict(*sharded);
@@ -92,8 +109,10 @@ void run_against_ddp(int world, const std::string& kind) {
 TEST_CASE("fully_shard trains as DDP: 2 and 3 ranks, SGD with momentum and AdamW with decay groups", "[ddp][fsdp]") {
   for (const int world : {2, 3}) {
     for (const std::string kind : {"sgd", "adamw"}) {
-      INFO(world << " ranks, " << kind);
-      run_against_ddp(world, kind);
+      for (const bool reshard : {true, false}) {
+        INFO(world << " ranks, " << kind << ", reshard_after_forward " << reshard);
+        run_against_ddp(world, kind, reshard);
+      }
     }
   }
 }
