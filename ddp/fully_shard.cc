@@ -81,6 +81,16 @@ tensor::Shape with_rows(const tensor::Shape& shape, int64_t rows) {
   return s;
 }
 
+// Waits for a unit's collective; a failure (a desync, a timeout, a rank gone) names the unit
+// and the step, then what the process group said.
+void wait_for(const std::shared_ptr<comm::Work>& work, const std::string& unit, const char* what) {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("fully_shard({}): {}: {}", unit, what, e.what()));
+  }
+}
+
 // A freed parameter: no elements, but its number of dimensions (so code that groups
 // parameters by dim still sees a matrix as one).
 Tensor nothing_like(const Tensor& shard) {
@@ -100,7 +110,7 @@ FullyShardedUnit::FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shar
   for (const auto& [name, p] : module->named_parameters()) {
     if (!p.requires_grad() || shard_of(p).defined()) continue;  // frozen, or a sub-module's unit's
     TDDP_CHECK(p.numel() > 0, "fully_shard({}): parameter '{}' has no elements (sharded twice?)", name_, name);
-    pg_->broadcast(p, 0)->wait();
+    wait_for(pg_->broadcast(p, 0), name_, "broadcasting the parameters from rank 0");
     Slot slot;
     slot.param = p;
     slot.full_shape = p.sizes();
@@ -123,7 +133,8 @@ FullyShardedUnit::FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shar
                tensor::dtype_name(p.dtype()), tensor::dtype_name(slots_.front().param.dtype()));
     slots_.push_back(std::move(slot));
   }
-  for (const Tensor& b : module->buffers()) pg_->broadcast(b, 0)->wait();
+  for (const Tensor& b : module->buffers())
+    wait_for(pg_->broadcast(b, 0), name_, "broadcasting the buffers from rank 0");
   {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
@@ -164,7 +175,7 @@ Tensor FullyShardedUnit::gather_blocks() {
   const Tensor gathered = tensor::empty({pg_->size(), shard_numel_}, options);
   std::vector<Tensor> rows;
   for (int64_t r = 0; r < pg_->size(); ++r) rows.push_back(gathered.select(0, r));
-  pg_->allgather(rows, packed)->wait();
+  wait_for(pg_->allgather(rows, packed), name_, "gathering the parameters");
   ++stats_.gathers;
   return gathered;
 }
@@ -275,7 +286,7 @@ void FullyShardedUnit::reduce_gradients() {
   const Tensor mine = tensor::empty({shard_numel_}, options);
   std::vector<Tensor> inputs;
   for (int64_t r = 0; r < world; ++r) inputs.push_back(packed.select(0, r));
-  pg_->reduce_scatter(mine, inputs, comm::ReduceOp::kSum)->wait();
+  wait_for(pg_->reduce_scatter(mine, inputs, comm::ReduceOp::kSum), name_, "reduce-scattering the gradients");
   for (const Slot& slot : slots_) {
     const Tensor grad = mine.narrow(0, slot.offset, slot.block_numel()).view(slot.shard.sizes());
     Tensor& into = slot.shard.mutable_grad();

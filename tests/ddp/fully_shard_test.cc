@@ -206,3 +206,23 @@ TEST_CASE("fully_shard: the GPT (each Block a unit, then the root with the tied 
     }));
   }
 }
+
+TEST_CASE("fully_shard: ranks that wrap differently get an error naming the unit, not a hang", "[ddp][fsdp]") {
+  const std::vector<std::string> failures = testing::run_threads(2, [](comm::ProcessGroup& pg, Expectations& e) {
+    auto model = twin_mlps().first;
+    std::string message;
+    try {
+      // Rank 1 leaves the middle layer to the root: the units' collectives differ.
+      for (size_t i : {size_t{0}, size_t{2}, size_t{4}}) {
+        if (pg.rank() == 0 || i != 2) ddp::fully_shard((*model)[i], testing::borrow(pg));
+      }
+      ddp::fully_shard(model, testing::borrow(pg));
+      (*model)(tensor::ones({1, 4}));
+    } catch (const std::exception& ex) {
+      message = ex.what();
+    }
+    e.expect_contains(message, "fully_shard(Linear): broadcasting the parameters from rank 0");
+    e.expect_contains(message, "the ranks called different collectives");
+  });
+  testing::require_no_failures(failures);
+}
