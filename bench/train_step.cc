@@ -7,7 +7,8 @@
 //   --model cnn: examples/train's digits CNN (Conv2d, BatchNorm2d, MaxPool2d, Dropout 0.25,
 //     Linear), batch 64 of [1, 8, 8], cross-entropy
 //   --mode local: the plain model; nosync: wrapped in DDP inside no_sync (no communication);
-//          ddp: DDP with gradient synchronisation (batch sizes are per rank)
+//          ddp: DDP with gradient synchronisation (batch sizes are per rank); fsdp: fully_shard
+//          (ddp/fully_shard.h), every layer with parameters a unit, then the root
 // With --nproc N > 1 (or under a launcher: RANK/WORLD_SIZE set) every process runs the same
 // mode at the same time, so that "local" and "ddp" see the same CPU contention.
 // --device cuda (a --config=cuda build): the model and data on cuda:LOCAL_RANK, each timed
@@ -29,6 +30,7 @@
 #include "examples/models.h"
 #include "tinyddp/comm/init.h"
 #include "tinyddp/ddp/distributed.h"
+#include "tinyddp/ddp/fully_shard.h"
 #include "tinyddp/ddp/powersgd.h"
 #include "tinyddp/ddp/zero_redundancy_optimizer.h"
 #include "tinyddp/launcher/spawn.h"
@@ -152,13 +154,22 @@ std::shared_ptr<tinyddp::ddp::PowerSGDState> register_comm_hook(
   return powersgd;
 }
 
-std::unique_ptr<nn::Optimizer> make_optimizer(const Config& c, nn::Module& model,
+// `params`: the model's, or under --mode fsdp its shards.
+std::unique_ptr<nn::Optimizer> make_optimizer(const Config& c, const std::vector<t::Tensor>& params,
                                               const std::shared_ptr<tinyddp::comm::ProcessGroup>& pg) {
-  if (c.optimizer == "sgd") return std::make_unique<nn::SGD>(model.parameters(), nn::SGDOptions(0.01).momentum(0.9));
-  if (c.optimizer == "adam") return std::make_unique<nn::Adam>(model.parameters(), nn::AdamOptions(1e-4));
-  TDDP_CHECK(pg != nullptr, "--optimizer zero_adam needs --mode ddp or nosync (a process group)");
+  if (c.optimizer == "sgd") return std::make_unique<nn::SGD>(params, nn::SGDOptions(0.01).momentum(0.9));
+  if (c.optimizer == "adam") return std::make_unique<nn::Adam>(params, nn::AdamOptions(1e-4));
+  TDDP_CHECK(pg != nullptr && c.mode != "fsdp", "--optimizer zero_adam needs --mode ddp or nosync (a process group)");
   return std::make_unique<tinyddp::ddp::ZeroRedundancyOptimizer>(
-      model.parameters(), tinyddp::ddp::optimizer_class<nn::Adam>(nn::AdamOptions(1e-4)), pg);
+      params, tinyddp::ddp::optimizer_class<nn::Adam>(nn::AdamOptions(1e-4)), pg);
+}
+
+// --mode fsdp: every child with parameters a unit (each Linear of the MLPs), then the root.
+void shard_model(const Workload& w, const std::shared_ptr<tinyddp::comm::ProcessGroup>& pg) {
+  for (const auto& [name, child] : w.model->named_children()) {
+    if (!child->parameters().empty()) tinyddp::ddp::fully_shard(child, pg);
+  }
+  tinyddp::ddp::fully_shard(w.model, pg);
 }
 
 // The optimizer state this rank holds (ZeRO: its shard's).
@@ -174,7 +185,8 @@ t::Tensor forward_and_loss(const Config& c, const Workload& w, tinyddp::ddp::Dis
                            const t::Device& device) {
   std::optional<t::Autocast> autocast;
   if (c.autocast) autocast.emplace(device.type, t::kBFloat16);
-  const t::Tensor out = ddp != nullptr ? ddp->forward(w.inputs) : w.model->forward(w.inputs);
+  // The model called (its hooks run: --mode fsdp), or DDP around it.
+  const t::Tensor out = ddp != nullptr ? ddp->forward(w.inputs) : (*w.model)(w.inputs);
   return c.model == "mlp" || c.model == "cnn" ? nn::cross_entropy(out, w.targets) : nn::mse_loss(out, w.targets);
 }
 
@@ -217,13 +229,18 @@ int run(const Config& c) {
   std::shared_ptr<tinyddp::ddp::DistributedDataParallel> ddp;
   if (c.mode != "local") {
     if (!pg) pg = tinyddp::comm::init_process_group(backend, tinyddp::comm::InitOptions().world_size(1));
-    ddp = make_ddp(c, w, pg);
+    if (c.mode == "fsdp") {
+      shard_model(w, pg);
+    } else {
+      ddp = make_ddp(c, w, pg);
+    }
   }
   // A communication hook, and the gradient bytes each step sends (the allreduce payload).
   const std::shared_ptr<tinyddp::ddp::PowerSGDState> powersgd = register_comm_hook(c, ddp.get(), pg);
   int64_t gradient_bytes = 0;
   for (const t::Tensor& p : w.model->parameters()) gradient_bytes += static_cast<int64_t>(p.nbytes());
-  const std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(c, *w.model, pg);
+  const std::unique_ptr<nn::Optimizer> optimizer =
+      make_optimizer(c, c.mode == "fsdp" ? tinyddp::ddp::sharded_parameters(*w.model) : w.model->parameters(), pg);
   const auto queue_step = [&] {
     optimizer->zero_grad(!c.zero_grad_in_place);
     const auto body = [&] { forward_and_loss(c, w, ddp.get(), device).backward(); };
@@ -289,7 +306,8 @@ int main(int argc, char** argv) {
   int nproc = 1;
   CLI::App app{"Time one training step of tinyddp, locally or with DDP."};
   app.add_option("--model", c.model, "toy, mlp, huge or cnn")->check(CLI::IsMember({"toy", "mlp", "huge", "cnn"}));
-  app.add_option("--mode", c.mode, "local, nosync or ddp")->check(CLI::IsMember({"local", "nosync", "ddp"}));
+  app.add_option("--mode", c.mode, "local, nosync, ddp or fsdp (fully_shard: each layer a unit)")
+      ->check(CLI::IsMember({"local", "nosync", "ddp", "fsdp"}));
   app.add_option("--bucket_cap_mb", c.bucket_cap_mb, "DDP's bucket size (default 25)")->check(CLI::PositiveNumber);
   app.add_option("--first_bucket_cap_mb", c.first_bucket_cap_mb, "DDP's first bucket size (default 1)")
       ->check(CLI::PositiveNumber);
