@@ -46,8 +46,8 @@ struct Sharded {
 struct Registry {
   std::mutex mutex;
   std::unordered_map<const tensor::TensorImpl*, Sharded> entries;
-  std::unordered_set<const nn::Module*> modules;              // sharded, until their unit goes
-  std::unordered_set<const tensor::TensorImpl*> shard_impls;  // the shards themselves
+  std::unordered_map<const nn::Module*, std::weak_ptr<FullyShardedUnit>> units;  // by module, until it goes
+  std::unordered_set<const tensor::TensorImpl*> shard_impls;                     // the shards themselves
 };
 Registry& registry() {
   static Registry r;
@@ -160,7 +160,7 @@ FullyShardedUnit::~FullyShardedUnit() {
     r.entries.erase(slot.param.impl());
     r.shard_impls.erase(slot.shard.impl());
   }
-  r.modules.erase(module_address_);
+  r.units.erase(module_address_);
 }
 
 FullyShardStats FullyShardedUnit::stats() const { return stats_; }
@@ -243,20 +243,31 @@ void FullyShardedUnit::reshard() {
 
 void FullyShardedUnit::on_gradient(size_t slot) {
   TDDP_CHECK(armed_,
-             "fully_shard({}): a gradient arrived after this unit's backward was reduced: a second backward through "
-             "one forward (or gradient accumulation across backward passes) is not supported yet",
+             "fully_shard({}): a gradient arrived after this unit's backward was over: a second backward through one "
+             "forward is not supported (retain the graph and call backward once on the sum)",
              name_);
   if (pending_ == slots_.size()) {
     // The first gradient of this backward: whatever the backward does not reach is reduced as
-    // zeros when it ends.
+    // zeros when it ends (or, without gradient sync, nothing is reduced).
     autograd::Engine::queue_callback([this] {
-      if (armed_) reduce_gradients();
+      if (armed_) end_backward();
     });
   }
   if (!ready_[slot]) {
     ready_[slot] = true;
-    if (--pending_ == 0) reduce_gradients();
+    if (--pending_ == 0) end_backward();
   }
+}
+
+void FullyShardedUnit::end_backward() {
+  if (requires_gradient_sync_) {
+    reduce_gradients();
+    return;
+  }
+  // No sync (gradient accumulation): the full gradients stay and add up over the backward
+  // passes until one that syncs reduces their sum; the parameters are freed as usual.
+  reshard();
+  armed_ = false;
 }
 
 void FullyShardedUnit::reduce_gradients() {
@@ -312,8 +323,8 @@ std::shared_ptr<FullyShardedUnit> fully_shard(const std::shared_ptr<nn::Module>&
   {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
-    TDDP_CHECK(r.modules.insert(module.get()).second, "fully_shard({}): this module is sharded already",
-               module->type_name());
+    TDDP_CHECK(r.units.emplace(module.get(), std::weak_ptr<FullyShardedUnit>()).second,
+               "fully_shard({}): this module is sharded already", module->type_name());
   }
   std::shared_ptr<FullyShardedUnit> unit;
   try {
@@ -321,8 +332,13 @@ std::shared_ptr<FullyShardedUnit> fully_shard(const std::shared_ptr<nn::Module>&
   } catch (...) {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
-    r.modules.erase(module.get());
+    r.units.erase(module.get());
     throw;
+  }
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    r.units[module.get()] = unit;
   }
   // Gather before the forward; with grad mode on, count this backward's gradients.
   module->register_forward_pre_hook([unit](nn::Module&, const nn::Tensors&) -> std::optional<nn::Tensors> {
@@ -358,6 +374,18 @@ void FullyShardedUnit::end_forward() {
     reshard();
   } else if (!is_root_) {
     free_after_forward();
+  }
+}
+
+void set_requires_gradient_sync(const nn::Module& module, bool sync) {
+  std::vector<const nn::Module*> all{&module};
+  for (const auto& child : module.modules(/*include_self=*/false)) all.push_back(child.get());
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (const nn::Module* m : all) {
+    auto it = r.units.find(m);
+    if (it == r.units.end()) continue;
+    if (const std::shared_ptr<FullyShardedUnit> unit = it->second.lock()) unit->set_requires_gradient_sync(sync);
   }
 }
 

@@ -30,8 +30,8 @@
 // so ranks that wrap differently get an error, not a hang.
 //
 // Not yet (docs/ddp.md, "Fully sharded data parallel"): prefetching the next unit's gather
-// and overlapping the reduce-scatters with the backward (each collective here waits), gradient
-// accumulation across backward passes without sync, mixed precision, sharded state dicts.
+// and overlapping the reduce-scatters with the backward (each collective here waits), mixed
+// precision, sharded state dicts.
 #pragma once
 
 #include <memory>
@@ -76,6 +76,10 @@ std::shared_ptr<FullyShardedUnit> fully_shard(const std::shared_ptr<nn::Module>&
 std::vector<tensor::Tensor> sharded_parameters(const nn::Module& module);
 nn::OrderedDict<tensor::Tensor> sharded_named_parameters(const nn::Module& module);
 
+// set_requires_gradient_sync on every unit inside `module` (itself included), as FSDP2's
+// module.set_requires_gradient_sync(False) for the micro-steps of gradient accumulation.
+void set_requires_gradient_sync(const nn::Module& module, bool sync);
+
 // clip_grad_norm_ over shards (FSDP's clip_grad_norm_): the total 2-norm (or, with
 // norm_type INFINITY, the largest magnitude) of the gradients whose shards `params` holds,
 // reduced over `pg`, so that every rank scales its shards by the factor plain clipping of the
@@ -102,6 +106,12 @@ class FullyShardedUnit {
   // Gathers the full parameters if they are not (collective); reshard() frees them.
   void unshard();
   void reshard();
+  // Whether this unit's backward reduce-scatters its gradients (PyTorch's
+  // set_requires_gradient_sync; true by default). With false the full gradients stay and
+  // accumulate over the backward passes until one with true reduces their sum: gradient
+  // accumulation as DDP's no_sync, at the cost of holding the full gradients meanwhile.
+  void set_requires_gradient_sync(bool sync) { requires_gradient_sync_ = sync; }
+
   // The module hooks' steps: before the forward (gather; with grad mode on, count this
   // backward's gradients) and after it (free, as the options and grad mode say).
   void begin_forward(bool root);
@@ -117,6 +127,7 @@ class FullyShardedUnit {
   void fill(const Slot& slot, const tensor::Tensor& gathered, const tensor::Tensor& full);
   void free_after_forward();
   void on_gradient(size_t slot);  // a parameter's gradient is complete
+  void end_backward();            // every gradient is in: reduce (or, without sync, keep)
   void reduce_gradients();        // the reduce-scatter into the shards' .grad
 
   std::weak_ptr<nn::Module> module_;
@@ -131,6 +142,7 @@ class FullyShardedUnit {
   std::vector<bool> ready_;  // per slot, this backward
   size_t pending_ = 0;       // slots whose gradient has not arrived this backward
   bool armed_ = false;       // a forward with grad mode on gathered: a backward will reduce
+  bool requires_gradient_sync_ = true;
   FullyShardStats stats_;
   std::vector<autograd::RemovableHandle> handles_;
 };

@@ -226,3 +226,38 @@ TEST_CASE("fully_shard: ranks that wrap differently get an error naming the unit
   });
   testing::require_no_failures(failures);
 }
+
+TEST_CASE("fully_shard: gradient accumulation without sync equals DDP's no_sync", "[ddp][fsdp]") {
+  testing::require_no_failures(testing::run_threads(2, [](comm::ProcessGroup& pg, Expectations& e) {
+    auto [sharded, plain] = twin_mlps();
+    for (size_t i : {0, 2, 4}) ddp::fully_shard((*sharded)[i], testing::borrow(pg));
+    ddp::fully_shard(sharded, testing::borrow(pg));
+    ddp::DistributedDataParallel reference(plain, testing::borrow(pg));
+    auto fsdp_opt = make_optimizer("sgd", ddp::sharded_parameters(*sharded));
+    auto ddp_opt = make_optimizer("sgd", plain->parameters());
+    for (int step = 0; step < 3; ++step) {
+      for (int micro = 0; micro < 3; ++micro) {  // the last micro-step syncs
+        const bool sync = micro == 2;
+        tensor::Generator gen(90 + 3 * step + micro);
+        const Tensor x = tensor::randn({8, 4}, {}, &gen), y = tensor::randn({8, 3}, {}, &gen);
+        const Tensor xr = x.narrow(0, 4 * pg.rank(), 4), yr = y.narrow(0, 4 * pg.rank(), 4);
+        ddp::set_requires_gradient_sync(*sharded, sync);
+        tensor::mul(nn::mse_loss((*sharded)(xr), yr), 1.0 / 3).backward();
+        if (sync) {
+          tensor::mul(nn::mse_loss(reference(xr), yr), 1.0 / 3).backward();
+        } else {
+          auto guard = reference.no_sync();
+          tensor::mul(nn::mse_loss(reference(xr), yr), 1.0 / 3).backward();
+        }
+      }
+      fsdp_opt->step();
+      ddp_opt->step();
+      fsdp_opt->zero_grad();
+      ddp_opt->zero_grad();
+    }
+    const nn::OrderedDict<Tensor> full = ddp::full_state_dict(*sharded);
+    for (const auto& [name, value] : plain->state_dict()) {
+      e.expect_close(full.at(name), value, fmt::format("{} after 3 accumulated steps", name), 1e-5, 1e-6);
+    }
+  }));
+}
