@@ -202,6 +202,18 @@ std::shared_ptr<tinyddp::ddp::DistributedDataParallel> make_ddp(
           .gradient_as_bucket_view(c.gradient_as_bucket_view));
 }
 
+// --mode: nothing (local), DDP, or fully_shard (fsdp: returns null); a group of one when no
+// launcher made one.
+std::shared_ptr<tinyddp::ddp::DistributedDataParallel> wrap_model(const Config& c, const Workload& w,
+                                                                  std::shared_ptr<tinyddp::comm::ProcessGroup>& pg,
+                                                                  const std::string& backend) {
+  if (c.mode == "local") return nullptr;
+  if (!pg) pg = tinyddp::comm::init_process_group(backend, tinyddp::comm::InitOptions().world_size(1));
+  if (c.mode != "fsdp") return make_ddp(c, w, pg);
+  shard_model(w, pg);
+  return nullptr;
+}
+
 // --cuda_graph and --tf32 need a GPU; float32 stays float32 unless --tf32 (PyTorch's side sets
 // the same two switches).
 void set_up_gpu_flags(const Config& c, bool gpu) {
@@ -226,15 +238,7 @@ int run(const Config& c) {
                                              : c.model == "cnn"  ? 300
                                                                  : 30);
   const Workload w = make_workload(c, device);
-  std::shared_ptr<tinyddp::ddp::DistributedDataParallel> ddp;
-  if (c.mode != "local") {
-    if (!pg) pg = tinyddp::comm::init_process_group(backend, tinyddp::comm::InitOptions().world_size(1));
-    if (c.mode == "fsdp") {
-      shard_model(w, pg);
-    } else {
-      ddp = make_ddp(c, w, pg);
-    }
-  }
+  std::shared_ptr<tinyddp::ddp::DistributedDataParallel> ddp = wrap_model(c, w, pg, backend);
   // A communication hook, and the gradient bytes each step sends (the allreduce payload).
   const std::shared_ptr<tinyddp::ddp::PowerSGDState> powersgd = register_comm_hook(c, ddp.get(), pg);
   int64_t gradient_bytes = 0;
