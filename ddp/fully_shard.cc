@@ -365,6 +365,15 @@ std::shared_ptr<FullyShardedUnit> fully_shard(const std::shared_ptr<nn::Module>&
 
 void FullyShardedUnit::begin_forward(bool root) {
   is_root_ = root;
+  // The root broadcasts every buffer of its module (running statistics) from rank 0 when the
+  // previous forward trained, as DDP's broadcast_buffers does.
+  if (root && options_.broadcast_buffers && pg_->size() > 1 && buffers_need_sync_) {
+    if (const std::shared_ptr<nn::Module> module = module_.lock()) {
+      NoGradGuard no_grad;
+      for (const Tensor& b : module->buffers()) wait_for(pg_->broadcast(b, 0), name_, "broadcasting the buffers");
+    }
+  }
+  if (root) buffers_need_sync_ = tensor::GradMode::is_enabled();
   unshard();
   if (tensor::GradMode::is_enabled()) arm();
 }

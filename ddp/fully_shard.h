@@ -51,6 +51,10 @@ struct FullyShardOptions {
   // (the one whose forward holds the others') never frees after the forward, since its
   // backward comes first.
   bool reshard_after_forward = true;
+  // The root's forward first broadcasts every buffer of its module from rank 0 (BatchNorm's
+  // running statistics), after a forward that trained, as DDP's broadcast_buffers. Buffers are
+  // never sharded.
+  bool broadcast_buffers = true;
 };
 
 // What one unit holds, for tests and reports.
@@ -143,6 +147,7 @@ class FullyShardedUnit {
   size_t pending_ = 0;       // slots whose gradient has not arrived this backward
   bool armed_ = false;       // a forward with grad mode on gathered: a backward will reduce
   bool requires_gradient_sync_ = true;
+  bool buffers_need_sync_ = true;  // the root: the previous forward trained (as DDP's)
   FullyShardStats stats_;
   std::vector<autograd::RemovableHandle> handles_;
 };

@@ -261,3 +261,50 @@ TEST_CASE("fully_shard: gradient accumulation without sync equals DDP's no_sync"
     }
   }));
 }
+
+TEST_CASE("fully_shard: the digits CNN with BatchNorm trains as under DDP (buffers broadcast, not sharded)",
+          "[ddp][fsdp][cnn]") {
+  testing::require_no_failures(testing::run_threads(2, [](comm::ProcessGroup& pg, Expectations& e) {
+    const auto cnn = [] {
+      return std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+          std::make_shared<nn::Conv2d>(1, 16, 3, 1, 1), std::make_shared<nn::BatchNorm2d>(16),
+          std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2),
+          std::make_shared<nn::Conv2d>(16, 32, 3, 1, 1), std::make_shared<nn::BatchNorm2d>(32),
+          std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
+          std::make_shared<nn::Linear>(2 * 2 * 32, 10)});
+    };
+    std::shared_ptr<nn::Sequential> sharded, plain;
+    {
+      static std::mutex mutex;  // rank threads share the default generator
+      std::lock_guard<std::mutex> lock(mutex);
+      tensor::manual_seed(4);
+      sharded = cnn();
+      tensor::manual_seed(4);
+      plain = cnn();
+    }
+    for (size_t i : {0, 1, 4, 5, 9}) ddp::fully_shard((*sharded)[i], testing::borrow(pg));
+    ddp::fully_shard(sharded, testing::borrow(pg));
+    ddp::DistributedDataParallel reference(plain, testing::borrow(pg));
+    auto fsdp_opt = make_optimizer("sgd", ddp::sharded_parameters(*sharded));
+    auto ddp_opt = make_optimizer("sgd", plain->parameters());
+    for (int step = 0; step < 5; ++step) {
+      tensor::Generator gen(30 + step);  // each rank's own images: the running statistics differ
+      const Tensor x = tensor::randn({6, 1, 8, 8}, {}, &gen);
+      const Tensor y = tensor::randint(0, 10, {6}, &gen);
+      const Tensor xr = x.narrow(0, 3 * pg.rank(), 3), yr = y.narrow(0, 3 * pg.rank(), 3);
+      const Tensor fsdp_loss = nn::cross_entropy((*sharded)(xr), yr);
+      const Tensor ddp_loss = nn::cross_entropy(reference(xr), yr);
+      e.expect_close(fsdp_loss, ddp_loss, fmt::format("step {}: the loss", step), 1e-5, 1e-6);
+      fsdp_loss.backward();
+      ddp_loss.backward();
+      fsdp_opt->step();
+      ddp_opt->step();
+      fsdp_opt->zero_grad();
+      ddp_opt->zero_grad();
+    }
+    const nn::OrderedDict<Tensor> full = ddp::full_state_dict(*sharded);
+    for (const auto& [name, value] : plain->state_dict()) {
+      e.expect_close(full.at(name), value, fmt::format("{} after 5 steps", name), 1e-5, 1e-6);
+    }
+  }));
+}
