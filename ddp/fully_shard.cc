@@ -1,13 +1,11 @@
-// fully_shard (fully_shard.h): the shards and their registry, the gather before a unit's
-// forward, and the reduce-scatter when its backward has produced every gradient.
+// FullyShardedUnit (fully_shard.h): the shards, the gather before a unit's forward (and again
+// before its backward), and the reduce-scatter when its backward has produced every gradient.
+// The free functions around it are in fully_shard_api.cc.
 #include "tinyddp/ddp/fully_shard.h"
+#include "tinyddp/ddp/fully_shard_registry.h"
 
 #include <algorithm>
-#include <cmath>
 #include <mutex>
-#include <optional>
-#include <unordered_map>
-#include <unordered_set>
 #include <utility>
 
 #include <fmt/format.h>
@@ -33,47 +31,12 @@ struct FullyShardedUnit::Slot {
   int64_t block_numel() const { return block_rows * row_numel; }
 };
 
+using detail::registry;
+using detail::Registry;
+using detail::shard_of;
+using detail::wait_for;
+
 namespace {
-
-// Which parameters are sharded (by their TensorImpl): their shards, full shapes and groups.
-// Ranks run as threads of one process in tests, each with its own model, so the keys never
-// collide.
-struct Sharded {
-  Tensor shard;
-  tensor::Shape full_shape;
-  std::shared_ptr<comm::ProcessGroup> pg;
-};
-struct Registry {
-  std::mutex mutex;
-  std::unordered_map<const tensor::TensorImpl*, Sharded> entries;
-  std::unordered_map<const nn::Module*, std::weak_ptr<FullyShardedUnit>> units;  // by module, until it goes
-  std::unordered_set<const tensor::TensorImpl*> shard_impls;                     // the shards themselves
-};
-Registry& registry() {
-  static Registry r;
-  return r;
-}
-
-std::optional<Sharded> sharded(const Tensor& param) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  auto it = r.entries.find(param.impl());
-  if (it == r.entries.end()) return std::nullopt;
-  return it->second;
-}
-
-Tensor shard_of(const Tensor& param) {
-  const std::optional<Sharded> entry = sharded(param);
-  return entry ? entry->shard : Tensor();
-}
-
-// Whether `t` is a unit's shard.
-bool is_shard(const Tensor& t) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  return r.shard_impls.count(t.impl()) != 0;
-}
-
 // `shape` with its first dimension set to `rows` (a scalar counts as [1]).
 tensor::Shape with_rows(const tensor::Shape& shape, int64_t rows) {
   tensor::Shape s = shape.empty() ? tensor::Shape{1} : shape;
@@ -81,22 +44,11 @@ tensor::Shape with_rows(const tensor::Shape& shape, int64_t rows) {
   return s;
 }
 
-// Waits for a unit's collective; a failure (a desync, a timeout, a rank gone) names the unit
-// and the step, then what the process group said.
-void wait_for(const std::shared_ptr<comm::Work>& work, const std::string& unit, const char* what) {
-  try {
-    work->wait();
-  } catch (const std::exception& e) {
-    throw Error(fmt::format("fully_shard({}): {}: {}", unit, what, e.what()));
-  }
-}
-
 // A freed parameter: no elements, but its number of dimensions (so code that groups
 // parameters by dim still sees a matrix as one).
 Tensor nothing_like(const Tensor& shard) {
   return tensor::empty(with_rows(shard.sizes(), 0), tensor::TensorOptions(shard.dtype()).device(shard.device()));
 }
-
 }  // namespace
 
 FullyShardedUnit::FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shared_ptr<comm::ProcessGroup> pg,
@@ -313,56 +265,6 @@ void FullyShardedUnit::reduce_gradients() {
   ++stats_.reduce_scatters;
 }
 
-namespace {
-thread_local int units_in_forward = 0;  // the root is the unit whose forward starts at 0
-}  // namespace
-
-std::shared_ptr<FullyShardedUnit> fully_shard(const std::shared_ptr<nn::Module>& module,
-                                              std::shared_ptr<comm::ProcessGroup> pg, FullyShardOptions options) {
-  TDDP_CHECK(module != nullptr, "fully_shard: the module is null");
-  {
-    Registry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    TDDP_CHECK(r.units.emplace(module.get(), std::weak_ptr<FullyShardedUnit>()).second,
-               "fully_shard({}): this module is sharded already", module->type_name());
-  }
-  std::shared_ptr<FullyShardedUnit> unit;
-  try {
-    unit = std::make_shared<FullyShardedUnit>(module, std::move(pg), options);
-  } catch (...) {
-    Registry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    r.units.erase(module.get());
-    throw;
-  }
-  {
-    Registry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    r.units[module.get()] = unit;
-  }
-  // Gather before the forward; with grad mode on, count this backward's gradients.
-  module->register_forward_pre_hook([unit](nn::Module&, const nn::Tensors&) -> std::optional<nn::Tensors> {
-    unit->begin_forward(units_in_forward++ == 0);
-    return std::nullopt;
-  });
-  // After it: without grad mode no backward will come, so free the parameters; with it, free
-  // their bytes until the backward gathers them again (reshard_after_forward; not the root's,
-  // whose backward comes first).
-  module->register_forward_hook(
-      [unit](nn::Module&, const nn::Tensors&, const nn::Tensors&) -> std::optional<nn::Tensors> {
-        --units_in_forward;
-        unit->end_forward();
-        return std::nullopt;
-      },
-      false, /*always_call=*/true);
-  // Before the unit's backward: its parameters again, if they were freed after the forward.
-  module->register_full_backward_pre_hook([unit](nn::Module&, const nn::Tensors&) -> std::optional<nn::Tensors> {
-    unit->unshard();
-    return std::nullopt;
-  });
-  return unit;
-}
-
 void FullyShardedUnit::begin_forward(bool root) {
   is_root_ = root;
   // The root broadcasts every buffer of its module (running statistics) from rank 0 when the
@@ -384,76 +286,6 @@ void FullyShardedUnit::end_forward() {
   } else if (!is_root_) {
     free_after_forward();
   }
-}
-
-void set_requires_gradient_sync(const nn::Module& module, bool sync) {
-  std::vector<const nn::Module*> all{&module};
-  for (const auto& child : module.modules(/*include_self=*/false)) all.push_back(child.get());
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  for (const nn::Module* m : all) {
-    auto it = r.units.find(m);
-    if (it == r.units.end()) continue;
-    if (const std::shared_ptr<FullyShardedUnit> unit = it->second.lock()) unit->set_requires_gradient_sync(sync);
-  }
-}
-
-std::vector<Tensor> sharded_parameters(const nn::Module& module) { return sharded_named_parameters(module).values(); }
-
-nn::OrderedDict<Tensor> sharded_named_parameters(const nn::Module& module) {
-  nn::OrderedDict<Tensor> out;
-  for (const auto& [name, p] : module.named_parameters()) {
-    const Tensor shard = shard_of(p);
-    out.insert(name, shard.defined() ? shard : p);
-  }
-  return out;
-}
-
-nn::OrderedDict<Tensor> full_state_dict(const nn::Module& module) {
-  NoGradGuard no_grad;
-  const nn::OrderedDict<Tensor> params = module.named_parameters();
-  nn::OrderedDict<Tensor> out;
-  for (const auto& [name, value] : module.state_dict()) {
-    const Tensor* param = params.find(name);
-    const std::optional<Sharded> entry = param != nullptr ? sharded(*param) : std::nullopt;
-    if (!entry) {
-      out.insert(name, value);
-      continue;
-    }
-    // Every rank's block, in rank order, then the padding cut off.
-    const int64_t world = entry->pg->size();
-    std::vector<Tensor> blocks;
-    for (int64_t r = 0; r < world; ++r) blocks.push_back(tensor::empty_like(entry->shard));
-    entry->pg->allgather(blocks, entry->shard.detach())->wait();
-    const int64_t rows = entry->full_shape.empty() ? 1 : entry->full_shape[0];
-    out.insert(name, tensor::cat(blocks, 0).narrow(0, 0, rows).reshape(entry->full_shape));
-  }
-  return out;
-}
-
-Tensor clip_sharded_grad_norm_(const std::vector<Tensor>& params, double max_norm, comm::ProcessGroup& pg,
-                               double norm_type) {
-  TDDP_CHECK(norm_type == 2.0 || std::isinf(norm_type),
-             "clip_sharded_grad_norm_: norm_type must be 2 or infinity, got {}", norm_type);
-  TDDP_CHECK(max_norm >= 0, "clip_sharded_grad_norm_: max_norm must not be negative, got {}", max_norm);
-  NoGradGuard no_grad;
-  const bool inf = std::isinf(norm_type);
-  // This rank's part: its shards, and the parameters every rank holds whole on rank 0 only.
-  Tensor local = tensor::zeros({1}, tensor::kFloat64);  // summed in float64 on the host
-  std::vector<Tensor> grads;
-  for (const Tensor& p : params) {
-    if (!p.grad().defined()) continue;
-    grads.push_back(p.grad());
-    if (!is_shard(p) && pg.rank() != 0) continue;
-    const Tensor g = p.grad().to(tensor::kFloat64).to(tensor::Device());
-    local = inf ? tensor::maximum(local, tensor::max(tensor::abs(g)).reshape({1}))
-                : local + tensor::sum(tensor::mul(g, g)).reshape({1});
-  }
-  pg.allreduce(local, inf ? comm::ReduceOp::kMax : comm::ReduceOp::kSum)->wait();
-  const Tensor total = (inf ? local : tensor::sqrt(local)).reshape({});
-  const double coef = std::min(1.0, max_norm / (total.item<double>() + 1e-6));
-  for (const Tensor& g : grads) g.mul_(coef);
-  return grads.empty() ? total.to(tensor::kFloat32) : total.to(grads.front().dtype());
 }
 
 }  // namespace tinyddp::ddp
