@@ -105,6 +105,12 @@ FullyShardedUnit::FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shar
 }
 
 FullyShardedUnit::~FullyShardedUnit() {
+  // A gather or reduce-scatter still on its way (a prefetch nothing used) finishes first.
+  try {
+    if (prefetch_) prefetch_->work->wait();
+    if (pending_reduce_) pending_reduce_->work->wait();
+  } catch (...) {  // the group's failure was reported where it mattered
+  }
   for (autograd::RemovableHandle& h : handles_) h.remove();
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -117,7 +123,15 @@ FullyShardedUnit::~FullyShardedUnit() {
 
 FullyShardStats FullyShardedUnit::stats() const { return stats_; }
 
-Tensor FullyShardedUnit::gather_blocks() {
+namespace {
+// Counts the root's forwards on this thread (a rank): a gather prefetched in one forward is
+// used only in it and its backward.
+thread_local uint64_t forward_epoch = 0;
+// The units whose forward began since the root's did, in that order (the root first).
+thread_local std::vector<std::weak_ptr<FullyShardedUnit>> forward_order;
+}  // namespace
+
+std::pair<std::shared_ptr<comm::Work>, Tensor> FullyShardedUnit::start_gather() {
   NoGradGuard no_grad;
   const Tensor& like = slots_.front().shard;
   const auto options = tensor::TensorOptions(like.dtype()).device(like.device());
@@ -127,9 +141,29 @@ Tensor FullyShardedUnit::gather_blocks() {
   const Tensor gathered = tensor::empty({pg_->size(), shard_numel_}, options);
   std::vector<Tensor> rows;
   for (int64_t r = 0; r < pg_->size(); ++r) rows.push_back(gathered.select(0, r));
-  wait_for(pg_->allgather(rows, packed), name_, "gathering the parameters");
   ++stats_.gathers;
+  return {pg_->allgather(rows, packed), gathered};
+}
+
+Tensor FullyShardedUnit::gather_blocks() {
+  if (prefetch_) {
+    const Prefetch p = std::move(*prefetch_);
+    prefetch_.reset();
+    wait_for(p.work, name_, "gathering the parameters (prefetched)");
+    if (p.epoch == forward_epoch) return p.gathered;
+    // Issued in an earlier forward that did not reach this unit: the shards changed since.
+  }
+  auto [work, gathered] = start_gather();
+  wait_for(work, name_, "gathering the parameters");
   return gathered;
+}
+
+void FullyShardedUnit::prefetch(bool for_backward) {
+  const State wanted = for_backward ? State::kFreedAfterForward : State::kSharded;
+  if (slots_.empty() || state_ != wanted || prefetch_) return;
+  auto [work, gathered] = start_gather();
+  prefetch_ = Prefetch{std::move(work), gathered, forward_epoch};
+  ++stats_.prefetches;
 }
 
 void FullyShardedUnit::fill(const Slot& slot, const Tensor& gathered, const Tensor& full) {
@@ -203,6 +237,7 @@ void FullyShardedUnit::on_gradient(size_t slot) {
     // zeros when it ends (or, without gradient sync, nothing is reduced).
     autograd::Engine::queue_callback([this] {
       if (armed_) end_backward();
+      finish_reduce();
     });
   }
   if (!ready_[slot]) {
@@ -249,35 +284,55 @@ void FullyShardedUnit::reduce_gradients() {
   const Tensor mine = tensor::empty({shard_numel_}, options);
   std::vector<Tensor> inputs;
   for (int64_t r = 0; r < world; ++r) inputs.push_back(packed.select(0, r));
-  wait_for(pg_->reduce_scatter(mine, inputs, comm::ReduceOp::kSum), name_, "reduce-scattering the gradients");
+  // Launched, not waited for: it travels while the backward goes on; finish_reduce, at the
+  // backward's end, waits and writes the shards' gradients.
+  pending_reduce_ = PendingReduce{pg_->reduce_scatter(mine, inputs, comm::ReduceOp::kSum), packed, mine};
+  for (const Slot& slot : slots_) slot.param.mutable_grad() = Tensor();  // copied into `packed`
+  reshard();
+  armed_ = false;
+  ++stats_.reduce_scatters;
+}
+
+void FullyShardedUnit::finish_reduce() {
+  if (!pending_reduce_) return;
+  const PendingReduce done = std::move(*pending_reduce_);
+  pending_reduce_.reset();
+  wait_for(done.work, name_, "reduce-scattering the gradients");
+  NoGradGuard no_grad;
   for (const Slot& slot : slots_) {
-    const Tensor grad = mine.narrow(0, slot.offset, slot.block_numel()).view(slot.shard.sizes());
+    const Tensor grad = done.mine.narrow(0, slot.offset, slot.block_numel()).view(slot.shard.sizes());
     Tensor& into = slot.shard.mutable_grad();
     if (into.defined()) {
       into.add_(grad);
     } else {
       into = grad;
     }
-    slot.param.mutable_grad() = Tensor();  // the full gradient is no longer needed
   }
-  reshard();
-  armed_ = false;
-  ++stats_.reduce_scatters;
 }
 
 void FullyShardedUnit::begin_forward(bool root) {
   is_root_ = root;
-  // The root broadcasts every buffer of its module (running statistics) from rank 0 when the
-  // previous forward trained, as DDP's broadcast_buffers does.
-  if (root && options_.broadcast_buffers && pg_->size() > 1 && buffers_need_sync_) {
-    if (const std::shared_ptr<nn::Module> module = module_.lock()) {
-      NoGradGuard no_grad;
-      for (const Tensor& b : module->buffers()) wait_for(pg_->broadcast(b, 0), name_, "broadcasting the buffers");
+  if (root) {
+    ++forward_epoch;
+    forward_order.clear();
+    // The root broadcasts every buffer of its module (running statistics) from rank 0 when
+    // the previous forward trained, as DDP's broadcast_buffers does.
+    if (options_.broadcast_buffers && pg_->size() > 1 && buffers_need_sync_) {
+      if (const std::shared_ptr<nn::Module> module = module_.lock()) {
+        NoGradGuard no_grad;
+        for (const Tensor& b : module->buffers()) wait_for(pg_->broadcast(b, 0), name_, "broadcasting the buffers");
+      }
     }
+    buffers_need_sync_ = tensor::GradMode::is_enabled();
   }
-  if (root) buffers_need_sync_ = tensor::GradMode::is_enabled();
+  const bool first_call = std::none_of(forward_order.begin(), forward_order.end(),
+                                       [this](const auto& u) { return u.lock().get() == this; });
+  if (first_call) forward_order.push_back(weak_from_this());
   unshard();
   if (tensor::GradMode::is_enabled()) arm();
+  // The next unit's gather, issued now so that it travels while this unit computes (the order
+  // is the previous forward's).
+  if (const std::shared_ptr<FullyShardedUnit> next = next_forward_.lock()) next->prefetch(/*for_backward=*/false);
 }
 
 void FullyShardedUnit::end_forward() {
@@ -286,6 +341,23 @@ void FullyShardedUnit::end_forward() {
   } else if (!is_root_) {
     free_after_forward();
   }
+  if (!is_root_) return;
+  // The root's forward is over: each unit's successor in the forward and in the backward
+  // (the reverse order, the root's own backward first), for the next prefetches.
+  std::vector<std::shared_ptr<FullyShardedUnit>> order;
+  for (const auto& u : forward_order) {
+    if (std::shared_ptr<FullyShardedUnit> unit = u.lock()) order.push_back(std::move(unit));
+  }
+  for (size_t i = 0; i < order.size(); ++i) {
+    order[i]->next_forward_ = i + 1 < order.size() ? order[i + 1] : nullptr;
+    order[i]->next_backward_ = i == 0 ? order.back() : i >= 2 ? order[i - 1] : nullptr;
+  }
+  if (order.size() == 1) order[0]->next_backward_.reset();
+}
+
+void FullyShardedUnit::begin_backward() {
+  unshard();
+  if (const std::shared_ptr<FullyShardedUnit> next = next_backward_.lock()) next->prefetch(/*for_backward=*/true);
 }
 
 }  // namespace tinyddp::ddp

@@ -23,19 +23,23 @@
 //                       gradients and parameters are freed (the parameters then hold no
 //                       elements until the next forward gathers them again)
 //
-// So one unit's full parameters live at a time, besides the root's. Parameters a backward does
-// not reach count as zero gradients, reduced when the backward ends. At fully_shard every
+// So one or two units' full parameters live at a time (with a prefetched one), besides the
+// root's. Parameters a backward does not reach count as zero gradients, reduced when the
+// backward ends. At fully_shard every
 // parameter and buffer is broadcast from rank 0 first (as DDP's construction), so every rank
 // starts from the same model. Each collective goes through the process group's desync check,
 // so ranks that wrap differently get an error, not a hang.
 //
-// Not yet (docs/ddp.md, "Fully sharded data parallel"): prefetching the next unit's gather
-// and overlapping the reduce-scatters with the backward (each collective here waits), mixed
-// precision, sharded state dicts.
+// Overlap: each forward records the order in which the units begin; from then on a unit's
+// forward issues the next unit's all-gather (prefetch), its backward pre-hook the all-gather
+// of the unit whose backward comes next, and each reduce-scatter is waited for only when the
+// backward ends. Not yet (docs/ddp.md): mixed precision, sharded state dicts.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tinyddp/comm/process_group.h"
@@ -59,7 +63,8 @@ struct FullyShardOptions {
 
 // What one unit holds, for tests and reports.
 struct FullyShardStats {
-  int64_t gathers = 0;          // forward all-gathers so far
+  int64_t gathers = 0;          // all-gathers so far (before forwards and backwards)
+  int64_t prefetches = 0;       // of them, issued early, while another unit computed
   int64_t reduce_scatters = 0;  // backward reduce-scatters so far
   bool gathered = false;        // whether the parameters hold their full values now
   int64_t shard_numel = 0;      // this rank's elements of the unit's parameters (padding included)
@@ -98,7 +103,7 @@ tensor::Tensor clip_sharded_grad_norm_(const std::vector<tensor::Tensor>& params
 // is not sharded.
 nn::OrderedDict<tensor::Tensor> full_state_dict(const nn::Module& module);
 
-class FullyShardedUnit {
+class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
  public:
   FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shared_ptr<comm::ProcessGroup> pg,
                    FullyShardOptions options);
@@ -120,13 +125,22 @@ class FullyShardedUnit {
   // backward's gradients) and after it (free, as the options and grad mode say).
   void begin_forward(bool root);
   void end_forward();
+  // Before the unit's backward (a full backward pre-hook): gather if freed, and start the
+  // gather of the unit whose backward comes next.
+  void begin_backward();
 
   struct Slot;  // one parameter: its full shape, its shard, its place in the packed buffers
 
  private:
   enum class State { kSharded, kGathered, kFreedAfterForward };
   void arm();
-  tensor::Tensor gather_blocks();  // every rank's packed shards, a row each (collective)
+  // Every rank's packed shards, a row each: start_gather issues the all-gather, gather_blocks
+  // waits for it (or for the prefetched one); prefetch starts it early for a unit in the
+  // given state (kSharded before a forward, kFreedAfterForward before a backward).
+  std::pair<std::shared_ptr<comm::Work>, tensor::Tensor> start_gather();
+  tensor::Tensor gather_blocks();
+  void prefetch(bool for_backward);
+  void finish_reduce();  // waits for the reduce-scatter and writes the shards' .grad
   // Writes `slot`'s full value into `full` from the gathered rows.
   void fill(const Slot& slot, const tensor::Tensor& gathered, const tensor::Tensor& full);
   void free_after_forward();
@@ -148,6 +162,18 @@ class FullyShardedUnit {
   bool armed_ = false;       // a forward with grad mode on gathered: a backward will reduce
   bool requires_gradient_sync_ = true;
   bool buffers_need_sync_ = true;  // the root: the previous forward trained (as DDP's)
+  struct Prefetch {
+    std::shared_ptr<comm::Work> work;
+    tensor::Tensor gathered;
+    uint64_t epoch;  // the forward it was issued in
+  };
+  std::optional<Prefetch> prefetch_;
+  struct PendingReduce {
+    std::shared_ptr<comm::Work> work;
+    tensor::Tensor packed, mine;  // its input (kept alive) and this rank's result
+  };
+  std::optional<PendingReduce> pending_reduce_;
+  std::weak_ptr<FullyShardedUnit> next_forward_, next_backward_;  // the previous forward's order
   FullyShardStats stats_;
   std::vector<autograd::RemovableHandle> handles_;
 };

@@ -66,7 +66,7 @@ std::shared_ptr<FullyShardedUnit> fully_shard(const std::shared_ptr<nn::Module>&
       false, /*always_call=*/true);
   // Before the unit's backward: its parameters again, if they were freed after the forward.
   module->register_full_backward_pre_hook([unit](nn::Module&, const nn::Tensors&) -> std::optional<nn::Tensors> {
-    unit->unshard();
+    unit->begin_backward();
     return std::nullopt;
   });
   return unit;

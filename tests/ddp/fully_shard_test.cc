@@ -91,6 +91,11 @@ void run_against_ddp(int world, const std::string& kind, bool reshard_after_forw
     for (size_t u = 0; u + 1 < units.size(); ++u) {
       e.expect_eq(units[u]->stats().gathers, gathers, fmt::format("unit {}: gathers", u));
       e.expect_eq(units[u]->stats().reduce_scatters, int64_t{steps}, fmt::format("unit {}: reduce-scatters", u));
+      // Once the order is known every gather is issued while the unit before it computes: in
+      // the forward from the second step on (the order is the previous forward's), in the
+      // backward (when the forward freed them) from the first.
+      e.expect_eq(units[u]->stats().prefetches, (steps - 1) + (reshard_after_forward ? steps : 0),
+                  fmt::format("unit {}: prefetches", u));
     }
     const nn::OrderedDict<Tensor> full = ddp::full_state_dict(*sharded);
     for (const auto& [name, value] : plain->state_dict()) {
