@@ -25,10 +25,9 @@
 //
 // So one or two units' full parameters live at a time (with a prefetched one), besides the
 // root's. Parameters a backward does not reach count as zero gradients, reduced when the
-// backward ends. At fully_shard every
-// parameter and buffer is broadcast from rank 0 first (as DDP's construction), so every rank
-// starts from the same model. Each collective goes through the process group's desync check,
-// so ranks that wrap differently get an error, not a hang.
+// backward ends. At fully_shard every parameter and buffer is broadcast from rank 0 first (as
+// DDP's construction), so every rank starts from the same model. Each collective goes through
+// the process group's desync check, so ranks that wrap differently get an error, not a hang.
 //
 // Overlap: each forward records the order in which the units begin; from then on a unit's
 // forward issues the next unit's all-gather (prefetch), its backward pre-hook the all-gather
