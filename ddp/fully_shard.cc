@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -59,8 +60,20 @@ FullyShardedUnit::FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shar
   const int64_t world = pg_->size();
   NoGradGuard no_grad;
   // Every rank starts from rank 0's values, as DDP's construction makes them.
+  std::vector<const nn::Module*> inside;  // the sub-modules, whose units may hold parameters
+  for (const auto& m : module->modules(/*include_self=*/false)) inside.push_back(m.get());
   for (const auto& [name, p] : module->named_parameters()) {
-    if (!p.requires_grad() || shard_of(p).defined()) continue;  // frozen, or a sub-module's unit's
+    if (const std::optional<detail::Sharded> held = detail::sharded(p)) {
+      // A sub-module's unit's; one held by a unit outside this module would be freed while
+      // this module computes with it.
+      TDDP_CHECK(std::find(inside.begin(), inside.end(), held->owner) != inside.end(),
+                 "fully_shard({}): parameter '{}' is shared with a module outside this one that a unit holds "
+                 "already: a parameter shared across units is not supported (shard the module that holds both "
+                 "uses as one unit)",
+                 name_, name);
+      continue;
+    }
+    if (!p.requires_grad()) continue;  // frozen: every rank keeps it whole
     TDDP_CHECK(p.numel() > 0, "fully_shard({}): parameter '{}' has no elements (sharded twice?)", name_, name);
     wait_for(pg_->broadcast(p, 0), name_, "broadcasting the parameters from rank 0");
     Slot slot;
@@ -91,7 +104,7 @@ FullyShardedUnit::FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shar
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
     for (const Slot& slot : slots_) {
-      r.entries[slot.param.impl()] = {slot.shard, slot.full_shape, pg_};
+      r.entries[slot.param.impl()] = {slot.shard, slot.full_shape, pg_, module_address_};
       r.shard_impls.insert(slot.shard.impl());
     }
   }

@@ -25,6 +25,7 @@ struct Sharded {
   Tensor shard;
   tensor::Shape full_shape;
   std::shared_ptr<comm::ProcessGroup> pg;
+  const nn::Module* owner = nullptr;  // the module whose unit holds it
 };
 struct Registry {
   std::mutex mutex;

@@ -147,6 +147,16 @@ TEST_CASE("fully_shard: shards of a third of the rows, freed parameters, and cle
       message = ex.what();
     }
     e.expect_contains(message, "fully_shard(Linear): this module is sharded already");
+    // A parameter shared with a module outside, which another unit holds.
+    auto sharing = std::make_shared<nn::Module>("Sharing");
+    sharing->register_parameter("w", first->weight);
+    message.clear();
+    try {
+      ddp::fully_shard(sharing, testing::borrow(pg));
+    } catch (const std::exception& ex) {
+      message = ex.what();
+    }
+    e.expect_contains(message, "fully_shard(Sharing): parameter 'w' is shared with a module outside this one");
   }));
 }
 
