@@ -35,6 +35,7 @@
 // backward ends. Not yet (docs/ddp.md): mixed precision, sharded state dicts.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -78,6 +79,18 @@ class FullyShardedUnit;
 // its own left and is not meant as the root (a root with none is allowed).
 std::shared_ptr<FullyShardedUnit> fully_shard(const std::shared_ptr<nn::Module>& module,
                                               std::shared_ptr<comm::ProcessGroup> pg, FullyShardOptions options = {});
+
+// The wrapping policy for the common case (PyTorch FSDP's ModuleWrapPolicy): fully_shard on
+// every sub-module of `module` for which `policy` says yes, innermost first, then on `module`
+// itself (the root). Returns the units, the root's last.
+//   ddp::fully_shard_by_policy(gpt, pg, ddp::is_a<nn::Block>);   // each transformer Block
+std::vector<std::shared_ptr<FullyShardedUnit>> fully_shard_by_policy(
+    const std::shared_ptr<nn::Module>& module, std::shared_ptr<comm::ProcessGroup> pg,
+    const std::function<bool(const nn::Module&)>& policy, FullyShardOptions options = {});
+template <typename M>
+bool is_a(const nn::Module& m) {
+  return dynamic_cast<const M*>(&m) != nullptr;
+}
 
 // Every parameter of `module` (named_parameters order), each replaced by its shard where a
 // unit holds it: what an optimizer steps. The named form keeps the parameters' names.

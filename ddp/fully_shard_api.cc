@@ -72,6 +72,21 @@ std::shared_ptr<FullyShardedUnit> fully_shard(const std::shared_ptr<nn::Module>&
   return unit;
 }
 
+std::vector<std::shared_ptr<FullyShardedUnit>> fully_shard_by_policy(
+    const std::shared_ptr<nn::Module>& module, std::shared_ptr<comm::ProcessGroup> pg,
+    const std::function<bool(const nn::Module&)>& policy, FullyShardOptions options) {
+  TDDP_CHECK(module != nullptr, "fully_shard_by_policy: the module is null");
+  std::vector<std::shared_ptr<nn::Module>> chosen;
+  for (const auto& m : module->modules(/*include_self=*/false)) {
+    if (policy(*m)) chosen.push_back(m);
+  }
+  std::vector<std::shared_ptr<FullyShardedUnit>> units;
+  // modules() lists a parent before its children: backwards, the innermost come first.
+  for (auto it = chosen.rbegin(); it != chosen.rend(); ++it) units.push_back(fully_shard(*it, pg, options));
+  units.push_back(fully_shard(module, std::move(pg), options));
+  return units;
+}
+
 void set_requires_gradient_sync(const nn::Module& module, bool sync) {
   std::vector<const nn::Module*> all{&module};
   for (const auto& child : module.modules(/*include_self=*/false)) all.push_back(child.get());

@@ -187,8 +187,9 @@ TEST_CASE("fully_shard: the GPT (each Block a unit, then the root with the tied 
       }
       sharded->to(tensor::kFloat64);
       plain->to(tensor::kFloat64);
-      for (const auto& block : sharded->h) ddp::fully_shard(block, testing::borrow(pg));
-      ddp::fully_shard(sharded, testing::borrow(pg));
+      // Each Block a unit, then the root (the wrapping policy).
+      const auto units = ddp::fully_shard_by_policy(sharded, testing::borrow(pg), ddp::is_a<nn::Block>);
+      e.expect_eq(units.size(), size_t{3}, "units: two Blocks and the root");
       ddp::DistributedDataParallel reference(plain, testing::borrow(pg));
       const auto adamw = [](const std::vector<Tensor>& params) {
         return nn::AdamW(decay_groups(params), nn::AdamWOptions(3e-2).betas(0.9, 0.95));
