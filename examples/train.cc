@@ -27,6 +27,9 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--loss", config.loss, "mse or ce (default: mse for toy, ce for mlp and cnn)");
   app.add_option("--dropout", config.dropout, "the cnn's dropout probability (default 0.25; 0 turns it off)");
+  app.add_flag("--fsdp", config.fsdp,
+               "under a launcher: fully sharded data parallelism (ddp::fully_shard, each layer a unit) in place of "
+               "DDP");
   app.add_flag("--sync_bn", config.sync_bn,
                "cnn under DDP: SyncBatchNorm (statistics of the global batch) in place of BatchNorm2d");
   app.add_option("--optimizer", config.optimizer, "sgd or adam");

@@ -19,6 +19,7 @@
 #include "examples/train_data.h"
 #include "tinyddp/comm/init.h"
 #include "tinyddp/ddp/distributed.h"
+#include "tinyddp/ddp/fully_shard.h"
 #include "tinyddp/ddp/powersgd.h"
 #include "tinyddp/ddp/sync_batchnorm.h"
 #include "tinyddp/nn/nn.h"
@@ -58,11 +59,12 @@ bool uses_digits(const TrainConfig& c) { return c.data.empty() && c.dataset == "
 
 // ---- Setup, in the order train() runs it ------------------------------------------------------
 
-std::unique_ptr<nn::Optimizer> make_optimizer(const TrainConfig& config, nn::Module& model) {
+// Over the model's parameters (--fsdp: its shards).
+std::unique_ptr<nn::Optimizer> make_optimizer(const TrainConfig& config, const std::vector<Tensor>& params) {
   if (config.optimizer == "sgd") {
-    return std::make_unique<nn::SGD>(model.parameters(), nn::SGDOptions(config.lr).momentum(config.momentum));
+    return std::make_unique<nn::SGD>(params, nn::SGDOptions(config.lr).momentum(config.momentum));
   }
-  return std::make_unique<nn::Adam>(model.parameters(), nn::AdamOptions(config.lr));
+  return std::make_unique<nn::Adam>(params, nn::AdamOptions(config.lr));
 }
 
 // --checkpoint: one file (nn::save_checkpoint) with the model, the optimizer and the steps
@@ -88,6 +90,11 @@ struct Runner {
 Runner wrap_in_ddp(const TrainConfig& config, const std::shared_ptr<nn::Module>& model,
                    const std::shared_ptr<comm::ProcessGroup>& pg) {
   if (!pg) return Runner{model, nullptr, nullptr};
+  if (config.fsdp) {  // every layer with parameters of its own a unit, then the root
+    ddp::fully_shard_by_policy(model, pg,
+                               [](const nn::Module& m) { return m.children().empty() && !m.parameters().empty(); });
+    return Runner{model, nullptr, nullptr};
+  }
   // In place: the optimizer keeps the same weight and buffer tensors.
   if (config.sync_bn) ddp::SyncBatchNorm::convert_sync_batchnorm(model, pg);
   ddp::DDPOptions options;
@@ -143,11 +150,16 @@ Run set_up(const TrainConfig& config) {
              "--timeline records DDP's events, but this run is on one process: start it with launch --nproc_per_node 2 "
              "(or more)");
   run.model = build_model(config, run.placement.device, classification(config), uses_digits(config));
-  run.optimizer = make_optimizer(config, *run.model.module);
-  const std::optional<nn::TrainingCheckpoint> resumed =
-      resume_if_asked(config, run.rank, *run.model.module, *run.optimizer);
-  run.first_step = resumed ? resumed->step : 0;
-  run.runner = wrap_in_ddp(config, run.model.module, run.pg);
+  if (config.fsdp) {  // the optimizer steps the shards (and --fsdp takes no checkpoint)
+    run.runner = wrap_in_ddp(config, run.model.module, run.pg);
+    run.optimizer = make_optimizer(config, ddp::sharded_parameters(*run.model.module));
+  } else {
+    run.optimizer = make_optimizer(config, run.model.module->parameters());
+    const std::optional<nn::TrainingCheckpoint> resumed =
+        resume_if_asked(config, run.rank, *run.model.module, *run.optimizer);
+    run.first_step = resumed ? resumed->step : 0;
+    run.runner = wrap_in_ddp(config, run.model.module, run.pg);
+  }
   run.data = open_dataset(config, run.model, run.rank, run.world);
   for (int64_t step = 0; step < run.first_step; ++step)
     run.data->batch(step);  // resuming: the generators where they were
@@ -160,7 +172,9 @@ std::string describe_run(const TrainConfig& config, const Run& run) {
   line << "training " << config.model << " (" << run.model.module->parameters().size() << " parameter tensors) with "
        << config.optimizer << " lr " << config.lr << ", " << loss_name(config) << " loss, " << config.steps
        << " steps, " << run.data->describe()
-       << (run.pg ? fmt::format(", data-parallel on {} ranks ({})", run.world, run.placement.backend) : std::string())
+       << (run.pg ? fmt::format(", {} on {} ranks ({})", config.fsdp ? "fully sharded (fully_shard)" : "data-parallel",
+                                run.world, run.placement.backend)
+                  : std::string())
        << ", device " << run.placement.device.str() << "\n";
   return line.str();
 }
@@ -261,10 +275,14 @@ void report(const TrainConfig& config, const Run& run, TrainResult& result, std:
                      ? describe_stats(run.runner.ddp->stats(), run.rank)
                      : "no DDP statistics: this run trained on one process (start it with launch for DDP)\n");
   }
-  if (!config.save.empty() && run.rank == 0) {
+  if (!config.save.empty() && config.fsdp && run.pg) {
+    // The parameters gathered from their shards (every rank takes part), rank 0 writes them.
+    const nn::OrderedDict<Tensor> full = ddp::full_state_dict(*run.model.module);
+    if (run.rank == 0) nn::save_safetensors(config.save, full);
+  } else if (!config.save.empty() && run.rank == 0) {
     nn::save_state_dict(*run.model.module, config.save);
-    progress << "saved the final weights to " << config.save << "\n";
   }
+  if (!config.save.empty() && run.rank == 0) progress << "saved the final weights to " << config.save << "\n";
 }
 
 // Every rank waits for the others (rank 0 hosts the store), DDP writes its timeline, and the
@@ -320,6 +338,10 @@ void TrainConfig::validate() const {
   TDDP_CHECK(powersgd_start_iter >= 2, "--powersgd_start_iter must be at least 2, got {}", powersgd_start_iter);
   TDDP_CHECK(checkpoint_every >= 0, "--checkpoint_every must not be negative, got {}", checkpoint_every);
   TDDP_CHECK(!resume || !checkpoint.empty(), "--resume needs --checkpoint PATH");
+  TDDP_CHECK(
+      !fsdp || (!sync_bn && comm_hook == "allreduce" && timeline.empty() && checkpoint.empty() && autocast.empty()),
+      "--fsdp does not take --sync_bn, --comm_hook, --timeline, --checkpoint or --autocast yet (DDP's options, "
+      "and sharded checkpoints not built)");
   TDDP_CHECK(threads >= 0, "--threads must be positive (or 0: the default), got {}", threads);
 }
 
@@ -347,7 +369,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
       // scope (as PyTorch's autocast is used).
       std::optional<tensor::Autocast> autocast;
       if (!config.autocast.empty()) autocast.emplace(run.placement.device.type, tensor::kBFloat16);
-      prediction = run.runner.module->forward(batch.inputs);
+      prediction = (*run.runner.module)(batch.inputs);  // called: its hooks run (--fsdp's)
       const auto marked = timeline_span(run, "loss");
       loss = loss_of(config, prediction, batch.targets);
     }

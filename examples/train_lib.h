@@ -25,6 +25,7 @@ struct TrainConfig {
   std::string loss;                   // mse | ce; empty: mse for toy, ce for mlp and cnn
   double dropout = 0.25;              // cnn: the Dropout layer's p (0: none)
   bool sync_bn = false;               // cnn under DDP: SyncBatchNorm in place of BatchNorm2d
+  bool fsdp = false;                  // fully_shard (each layer a unit) in place of DDP
   std::string optimizer = "sgd";      // sgd | adam
   std::string autocast;               // "" (float32) | bf16: forward and loss under tensor::Autocast
   double lr = 0.1;

@@ -27,10 +27,11 @@ const nn::OrderedDict<Tensor>& reference() {
 
 }  // namespace
 
-TEST_CASE(
-    "examples: train --model cnn on 2 ranks from PyTorch's initial state and batches ends with PyTorch's "
-    "state dict, buffers included",
-    "[examples][train][cnn]") {
+namespace {
+
+// Runs train --model cnn on 2 ranks (with `extra` options) from the fixture's start and
+// checks its saved state dict and losses against PyTorch's DDP run.
+void check_against_pytorch_ddp(const std::string& extra) {
   nn::OrderedDict<Tensor> init, data;
   for (const auto& [key, t] : reference()) {
     if (key.rfind("init.", 0) == 0) init.insert(key.substr(5), t);
@@ -44,9 +45,10 @@ TEST_CASE(
   const CommandResult r = run_command(
       "launcher/launch --nproc_per_node 2 -- examples/train --model cnn --dropout 0 --lr 0.05 --momentum 0.9 --steps "
       "10 --init " +
-      init_path + " --data " + data_path + " --save " + saved + " --metrics " + metrics);
+      init_path + " --data " + data_path + " --save " + saved + " --metrics " + metrics + extra);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains(extra.empty() ? "data-parallel on 2 ranks" : "fully sharded (fully_shard) on 2 ranks"));
   const nn::SafetensorsFile file = nn::load_safetensors(saved);
   CHECK(file.tensors.keys() == init.keys());  // PyTorch's names, buffers included, in its order
   const testing::ExactRun exact(reference(), "");
@@ -71,6 +73,22 @@ TEST_CASE(
   }
 }
 
+}  // namespace
+
+TEST_CASE(
+    "examples: train --model cnn on 2 ranks from PyTorch's initial state and batches ends with PyTorch's "
+    "state dict, buffers included",
+    "[examples][train][cnn]") {
+  check_against_pytorch_ddp("");
+}
+
+// fully_shard computes DDP's average (each gradient divided by W, then summed over the two
+// ranks), so the same float32 spread holds.
+TEST_CASE("examples: train --model cnn --fsdp on 2 ranks ends with PyTorch's DDP state dict too",
+          "[examples][train][cnn][fsdp]") {
+  check_against_pytorch_ddp(" --fsdp");
+}
+
 TEST_CASE("examples: train --model cnn's bad options and data get clear errors", "[examples][train][cnn][errors]") {
   const auto error_of = [](const std::string& args) {
     const CommandResult r = run_command("examples/train " + args);
@@ -80,6 +98,8 @@ TEST_CASE("examples: train --model cnn's bad options and data get clear errors",
   CHECK_THAT(error_of("--model cnn"), Contains("--model cnn classifies 8x8 images: use it with --dataset digits"));
   CHECK_THAT(error_of("--model cnn --dataset digits --dropout 1"), Contains("--dropout must be in [0, 1), got 1"));
   CHECK_THAT(error_of("--model mlp --dataset digits --sync_bn"), Contains("--sync_bn applies to --model cnn"));
+  CHECK_THAT(error_of("--model cnn --dataset digits --fsdp --sync_bn"),
+             Contains("--fsdp does not take --sync_bn, --comm_hook, --timeline, --checkpoint or --autocast yet"));
   nn::OrderedDict<Tensor> flat;
   flat.insert("inputs", tensor::zeros({2, 4, 64}));
   flat.insert("targets", tensor::zeros({2, 4}, tensor::kInt64));
