@@ -13,6 +13,7 @@
 #include "examples/gpt_data.h"
 #include "examples/run_env.h"
 #include "tinyddp/comm/init.h"
+#include "tinyddp/ddp/fully_shard.h"
 #include "tinyddp/ddp/zero_redundancy_optimizer.h"
 #include "tinyddp/nn/nn.h"
 #include "tinyddp/nn/transformer.h"
@@ -74,11 +75,12 @@ std::shared_ptr<nn::GPT> build_model(const GPTTrainConfig& config, const nn::GPT
 }
 
 // AdamW over nanoGPT's two groups, or ZeRO around it (each rank keeps its shard's moments).
-std::unique_ptr<nn::Optimizer> make_optimizer(const GPTTrainConfig& config, nn::GPT& model,
+// `params`: the model's, or under --fsdp its shards (their dims are the parameters').
+std::unique_ptr<nn::Optimizer> make_optimizer(const GPTTrainConfig& config, const std::vector<Tensor>& params,
                                               const std::shared_ptr<comm::ProcessGroup>& pg) {
   const nn::AdamOptions options =
       nn::AdamOptions(config.lr).betas(config.beta1, config.beta2).eps(config.eps).weight_decay(config.weight_decay);
-  std::vector<nn::ParamGroup> groups = nn::weight_decay_groups(model, config.weight_decay);
+  std::vector<nn::ParamGroup> groups = nn::weight_decay_groups(params, config.weight_decay);
   if (config.zero && pg) {
     return std::make_unique<ddp::ZeroRedundancyOptimizer>(std::move(groups), ddp::optimizer_class<nn::AdamW>(options),
                                                           pg);
@@ -106,6 +108,7 @@ struct Run {
   std::unique_ptr<nn::Optimizer> optimizer;
   std::unique_ptr<nn::LRScheduler> scheduler;
   std::shared_ptr<ddp::DistributedDataParallel> ddp;
+  std::vector<std::shared_ptr<ddp::FullyShardedUnit>> units;  // --fsdp: each Block's, then the root's
   std::shared_ptr<ddp::PowerSGDState> powersgd;
   nn::Module* forward = nullptr;  // the model, or DDP around it
   int64_t first_step = 0;
@@ -149,11 +152,13 @@ Run set_up(const GPTTrainConfig& config) {
              "{} ranks)",
              run.rows, run.micro_steps, accumulation, run.world);
   run.model = build_model(config, model_config(config, run.text), run.placement.device);
-  run.optimizer = make_optimizer(config, *run.model, run.pg);
+  if (config.fsdp && run.pg) run.units = ddp::fully_shard_by_policy(run.model, run.pg, ddp::is_a<nn::Block>);
+  run.optimizer =
+      make_optimizer(config, run.units.empty() ? run.model->parameters() : ddp::sharded_parameters(*run.model), run.pg);
   run.scheduler = make_scheduler(config, *run.optimizer);
   resume_if_asked(config, run);
   run.forward = run.model.get();
-  if (run.pg) {
+  if (run.pg && run.units.empty()) {
     run.ddp = std::make_shared<ddp::DistributedDataParallel>(run.model, run.pg);
     run.powersgd = register_comm_hook(*run.ddp, run.pg, config.comm_hook, 1, 1000);
     run.forward = run.ddp.get();
@@ -197,6 +202,7 @@ Tensor forward_backward(const GPTTrainConfig& config, const Run& run, const Tens
   for (int64_t micro = 0; micro < run.micro_steps; ++micro) {
     std::optional<ddp::DistributedDataParallel::NoSyncGuard> no_sync;
     if (run.ddp && micro + 1 < run.micro_steps) no_sync.emplace(*run.ddp);
+    if (!run.units.empty()) ddp::set_requires_gradient_sync(*run.model, micro + 1 == run.micro_steps);
     const Tensor loss =
         t::div(forward_loss(config, run, x.narrow(0, micro * rows, rows), y.narrow(0, micro * rows, rows)),
                static_cast<double>(run.micro_steps));
@@ -261,7 +267,9 @@ void describe(const GPTTrainConfig& config, const Run& run, std::ostream& out) {
       run.optimizer->group_end(0), config.grad_clip, config.zero && run.pg ? ", ZeRO" : "", config.steps,
       run.rows * run.world, config.block_size,
       run.micro_steps > 1 ? fmt::format(" in {} micro-steps per rank", run.micro_steps) : "",
-      run.pg ? fmt::format(", data-parallel on {} ranks ({})", run.world, run.placement.backend) : "");
+      run.pg ? fmt::format(", {} on {} ranks ({})", run.units.empty() ? "data-parallel" : "fully sharded (fully_shard)",
+                           run.world, run.placement.backend)
+             : "");
   if (run.placement.device.type == t::DeviceType::kCPU)
     out << fmt::format("{} intra-op threads\n", t::get_num_threads());
 }
@@ -270,8 +278,25 @@ std::string sample(const GPTTrainConfig& config, const Run& run) {
   const std::vector<int64_t> prompt = run.text.corpus->encode(config.prompt);
   const Tensor ids = t::from_vector(prompt, t::Shape{1, static_cast<int64_t>(prompt.size())}).to(run.placement.device);
   t::Generator generator(config.seed);
+  // --fsdp: generate calls the model's forward itself, so every unit is gathered first (on
+  // every rank, which all sample) and freed after.
+  for (const auto& unit : run.units) unit->unshard();
   const Tensor out = run.model->generate(ids, config.sample_tokens, config.temperature, config.top_k, &generator);
+  for (const auto& unit : run.units) unit->reshard();
   return run.text.corpus->decode(out[0].to(t::kCPU).to_vector<int64_t>());
+}
+
+// --save: rank 0 writes the final state dict (--fsdp: gathered from the shards, every rank
+// taking part).
+void save_final_weights(const GPTTrainConfig& config, const Run& run, std::ostream& out) {
+  if (config.save.empty()) return;
+  if (!run.units.empty()) {
+    const nn::OrderedDict<Tensor> full = ddp::full_state_dict(*run.model);
+    if (run.rank == 0) nn::save_safetensors(config.save, full);
+  } else if (run.rank == 0) {
+    nn::save_state_dict(*run.model, config.save);
+  }
+  out << "saved the final weights to " << config.save << "\n";
 }
 
 }  // namespace
@@ -306,6 +331,9 @@ void GPTTrainConfig::validate() const {
   TDDP_CHECK(log_every >= 0 && checkpoint_every >= 0, "--log_every and --checkpoint_every must not be negative");
   TDDP_CHECK(!resume || !checkpoint.empty(), "--resume needs --checkpoint PATH");
   TDDP_CHECK(known_comm_hook(comm_hook), "--comm_hook must be {}, got '{}'", comm_hook_choices(), comm_hook);
+  TDDP_CHECK(!fsdp || (!zero && comm_hook == "allreduce" && checkpoint.empty() && autocast.empty()),
+             "--fsdp does not take --zero, --comm_hook, --checkpoint or --autocast yet (DDP's options, and sharded "
+             "checkpoints not built)");
   TDDP_CHECK(timeout_s > 0, "--timeout must be positive, got {}", timeout_s);
   TDDP_CHECK(threads >= 0, "--threads must be positive (or 0: the default), got {}", threads);
 }
@@ -327,7 +355,7 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
   const int64_t log_every = config.log_every > 0 ? config.log_every : std::max<int64_t>(1, config.steps / 20);
   const auto start = std::chrono::steady_clock::now();
   const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  const std::vector<Tensor> params = run.model->parameters();
+  const std::vector<Tensor> params = run.units.empty() ? run.model->parameters() : ddp::sharded_parameters(*run.model);
   for (int64_t step = run.first_step; step < config.steps; ++step) {
     fail_on_purpose_if_asked(config.fail_at_step, step, run.rank, "train_gpt");
     const auto [x, y] = batch_of(run, step);
@@ -335,7 +363,9 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
     run.optimizer->zero_grad();
     const Tensor loss = forward_backward(config, run, x, y);
     // After backward, DDP has averaged the gradients: every rank clips by the same factor.
-    const Tensor norm_tensor = nn::clip_grad_norm_(params, config.grad_clip > 0 ? config.grad_clip : INFINITY);
+    const double clip = config.grad_clip > 0 ? config.grad_clip : INFINITY;
+    const Tensor norm_tensor =
+        run.units.empty() ? nn::clip_grad_norm_(params, clip) : ddp::clip_sharded_grad_norm_(params, clip, *run.pg);
     run.optimizer->step();
     run.scheduler->step();
     result.losses.push_back(mean_over_ranks(run, loss.item<double>()));
@@ -380,10 +410,7 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
                          config.seed, result.sample);
     }
   }
-  if (!config.save.empty() && run.rank == 0) {
-    nn::save_state_dict(*run.model, config.save);
-    out << "saved the final weights to " << config.save << "\n";
-  }
+  save_final_weights(config, run, out);
   if (run.ddp) report_reductions(*run.ddp, (config.steps - run.first_step) * run.micro_steps, out);
   if (run.pg) {
     run.pg->barrier()->wait();

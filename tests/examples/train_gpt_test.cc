@@ -96,23 +96,26 @@ TEST_CASE("train_gpt replays PyTorch's one-process run: losses, norms, rates and
   check_against(reference(), "single", metrics, saved);
 }
 
-TEST_CASE("train_gpt on 2 ranks replays PyTorch's DDP run, with AdamW and with ZeRO", "[examples][gpt][ddp]") {
+TEST_CASE("train_gpt on 2 ranks replays PyTorch's DDP run, with AdamW, with ZeRO and fully sharded",
+          "[examples][gpt][ddp]") {
   const Files files;
-  std::vector<double> state_mb;  // rank 0's optimizer state, AdamW then ZeRO
-  for (const std::string zero : {"", " --zero"}) {
+  std::vector<double> state_mb;  // rank 0's optimizer state: AdamW, ZeRO, fully_shard
+  for (const std::string zero : {"", " --zero", " --fsdp"}) {
     const std::string metrics = temp_path("gpt_ddp.csv"), saved = temp_path("gpt_ddp.safetensors");
     const CommandResult r =
         run_command("launcher/launch --nproc_per_node 2 -- examples/train_gpt" + kFixtureFlags + zero + " --init " +
                     files.init + " --data " + files.data + " --metrics " + metrics + " --save " + saved);
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
-    if (!zero.empty()) CHECK_THAT(r.output, Contains("ZeRO"));
+    if (zero == " --zero") CHECK_THAT(r.output, Contains("ZeRO"));
+    if (zero == " --fsdp") CHECK_THAT(r.output, Contains("fully sharded (fully_shard) on 2 ranks"));
     check_against(reference(), "ddp", metrics, saved);
     const size_t at = r.output.find("optimizer state on rank 0: ");
     REQUIRE(at != std::string::npos);
     state_mb.push_back(std::stod(r.output.substr(at + 27)));
   }
   CHECK(state_mb[1] < 0.6 * state_mb[0]);  // each rank keeps Adam's moments for its share only
+  CHECK(state_mb[2] < 0.6 * state_mb[0]);  // fully sharded: Adam's moments of the shards
 }
 
 TEST_CASE("train_gpt --gradient_accumulation_steps 4 replays PyTorch's accumulation, alone and under DDP's no_sync",
@@ -304,6 +307,8 @@ TEST_CASE("train_gpt names what is wrong with its input", "[examples][gpt][error
   CHECK_THAT(error_of("--top_k 0"), Contains("--top_k must be at least 1, got 0"));
   CHECK_THAT(error_of("--temperature 0"), Contains("--temperature must be positive, got 0"));
   CHECK_THAT(error_of("--n_embd 30 --n_head 4"), Contains("--n_embd 30 is not divisible by --n_head 4"));
+  CHECK_THAT(error_of("--fsdp --zero"),
+             Contains("--fsdp does not take --zero, --comm_hook, --checkpoint or --autocast"));
   CHECK_THAT(error_of("--corpus /nonexistent/text"), Contains("corpus: /nonexistent/text does not exist"));
   const std::string empty = temp_path("empty.txt"), binary = temp_path("binary.bin");
   std::ofstream(empty).close();
