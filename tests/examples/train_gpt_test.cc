@@ -284,18 +284,21 @@ TEST_CASE("train_gpt on a corpus: validation below the bigram model's, and a sam
                             " --n_layer 1 --n_head 2 --n_embd 32 --block_size 16 --batch 16 --steps 150 --lr 1e-2 "
                             "--min_lr 1e-3 --warmup_steps 10 --eval_every 75 --eval_windows 32 --sample_tokens 40 "
                             "--prompt 'the '";
-  const CommandResult r = run_command("launcher/launch --nproc_per_node 2 -- examples/train_gpt" + flags);
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.output, Contains("data-parallel on 2 ranks"));
-  CHECK_THAT(r.output, Contains("step 75: validation loss"));
-  double validation = 0, bigram = 0;
-  const size_t at = r.output.find("[rank 0] validation loss ");  // the launcher prefixes each line
-  REQUIRE(at != std::string::npos);
-  REQUIRE(std::sscanf(r.output.c_str() + at, "[rank 0] validation loss %lf (bigram model: %lf)", &validation,
-                      &bigram) == 2);
-  CHECK(validation < bigram - 0.2);
-  CHECK_THAT(r.output, Contains("sample (temperature 0.8, top-k 40, seed 1337):\n[rank 0] the "));
+  for (const std::string mode : {"", " --fsdp"}) {  // DDP, and fully sharded (its sample gathers the units)
+    const CommandResult r = run_command("launcher/launch --nproc_per_node 2 -- examples/train_gpt" + flags + mode);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.output,
+               Contains(mode.empty() ? "data-parallel on 2 ranks" : "fully sharded (fully_shard) on 2 ranks"));
+    CHECK_THAT(r.output, Contains("step 75: validation loss"));
+    double validation = 0, bigram = 0;
+    const size_t at = r.output.find("[rank 0] validation loss ");  // the launcher prefixes each line
+    REQUIRE(at != std::string::npos);
+    REQUIRE(std::sscanf(r.output.c_str() + at, "[rank 0] validation loss %lf (bigram model: %lf)", &validation,
+                        &bigram) == 2);
+    CHECK(validation < bigram - 0.2);
+    CHECK_THAT(r.output, Contains("sample (temperature 0.8, top-k 40, seed 1337):\n[rank 0] the "));
+  }
 }
 
 TEST_CASE("train_gpt names what is wrong with its input", "[examples][gpt][errors]") {
