@@ -234,7 +234,19 @@ void FullyShardedUnit::arm() {
   ready_.assign(slots_.size(), false);
 }
 
+void FullyShardedUnit::check_unchanged() const {
+  if (state_ != State::kGathered) return;
+  for (const Slot& slot : slots_) {
+    TDDP_CHECK(slot.param.storage().version() == slot.version,
+               "fully_shard({}): a parameter of shape {} was changed in place while gathered; the next gather would "
+               "overwrite it from the shards: change the shard instead (ddp::sharded_parameters), or the module "
+               "before fully_shard",
+               name_, tensor::format_shape(slot.full_shape));
+  }
+}
+
 void FullyShardedUnit::reshard() {
+  check_unchanged();
   for (const Slot& slot : slots_) slot.param.set_data(nothing_like(slot.shard));
   state_ = State::kSharded;
   stats_.gathered = false;
@@ -271,6 +283,7 @@ void FullyShardedUnit::end_backward() {
 }
 
 void FullyShardedUnit::reduce_gradients() {
+  check_unchanged();  // before the collective: every rank throws alike
   NoGradGuard no_grad;
   const int64_t world = pg_->size();
   const Tensor& like = slots_.front().shard;

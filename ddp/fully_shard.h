@@ -156,6 +156,8 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
   // Writes `slot`'s full value into `full` from the gathered rows.
   void fill(const Slot& slot, const tensor::Tensor& gathered, const tensor::Tensor& full);
   void free_after_forward();
+  // Throws when a gathered parameter was written in place (its storage's version moved).
+  void check_unchanged() const;
   void on_gradient(size_t slot);  // a parameter's gradient is complete
   void end_backward();            // every gradient is in: reduce (or, without sync, keep)
   void reduce_gradients();        // the reduce-scatter into the shards' .grad

@@ -140,6 +140,20 @@ TEST_CASE("fully_shard: shards of a third of the rows, freed parameters, and cle
       (*first)(tensor::ones({1, 4}));
     }
     e.expect(!unit->stats().gathered && unit->stats().gathers == 1, "a no-grad forward leaves nothing gathered");
+    // A gathered parameter changed in place (here between the forward and the backward of the
+    // root, which keeps its parameters): the backward says so rather than lose the change.
+    const Tensor out = (*first)(tensor::ones({1, 4}));
+    {
+      tensor::NoGradGuard no_grad;
+      first->bias.add_(1.0);
+    }
+    std::string changed;
+    try {
+      tensor::sum(out).backward();
+    } catch (const std::exception& ex) {
+      changed = ex.what();
+    }
+    e.expect_contains(changed, "fully_shard(Linear): a parameter of shape [6] was changed in place while gathered");
     std::string message;
     try {
       ddp::fully_shard(first, testing::borrow(pg));
