@@ -28,6 +28,7 @@
 #include <optional>
 
 #include "examples/models.h"
+#include "examples/run_env.h"
 #include "tinyddp/comm/init.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/ddp/fully_shard.h"
@@ -72,24 +73,15 @@ std::string ddp_flags(const Config& c) {
          " threads=" + std::to_string(tinyddp::tensor::get_num_threads());
 }
 
-// A line of /proc/self/status ("VmHWM:  123456 kB") in MiB, or -1.
-int64_t status_mib(const std::string& key) {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1)) / 1024;
-  }
-  return -1;
-}
-
-// Forgets the peak resident memory so far (Linux: "5" to /proc/self/clear_refs), so that the
-// peak read at the end is that of the timed steps, not of construction or the first steps.
+// Forgets the peak resident memory so far, so that the peak read at the end is that of the
+// timed steps, not of construction or the first steps.
 void reset_peak_memory(const Config& c) {
-  if (c.report_memory) std::ofstream("/proc/self/clear_refs") << "5";
+  if (c.report_memory) tinyddp::examples::reset_peak_rss();
 }
 
 // " peak_rss_mb=M": the most resident memory this process held during the timed steps.
 std::string peak_memory(const Config& c) {
-  return c.report_memory ? " peak_rss_mb=" + std::to_string(status_mib("VmHWM")) : "";
+  return c.report_memory ? " peak_rss_mb=" + std::to_string(tinyddp::examples::peak_rss_mib()) : "";
 }
 
 // " buckets=B hidden=H%": DDP's bucket count and the share of communication that overlapped

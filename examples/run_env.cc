@@ -1,9 +1,10 @@
 // What the training examples share (run_env.h): where each rank runs (device, threads), the
-// communication hook chosen on the command line, the metrics CSV, and the failure a test can
-// ask for.
+// communication hook chosen on the command line, the metrics CSV, the failure a test can ask
+// for, and the peak memory a run reports.
 #include "examples/run_env.h"
 
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 
 #include "tinyddp/comm/init.h"
@@ -118,5 +119,15 @@ void fail_on_purpose_if_asked(int64_t fail_at_step, int64_t step, int rank, cons
   std::cerr << fmt::format("{}: rank {} fails on purpose before step {} (--fail_at_step)\n", program, rank, step);
   std::_Exit(3);
 }
+
+int64_t peak_rss_mib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) / 1024;  // "VmHWM:  123456 kB"
+  }
+  return -1;
+}
+
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 }  // namespace tinyddp::examples

@@ -60,4 +60,10 @@ std::ofstream open_metrics_csv(const std::string& path, const std::string& heade
 // (TINYDDP_RESTART_COUNT unset or 0), to try launch --max_restarts with --resume.
 void fail_on_purpose_if_asked(int64_t fail_at_step, int64_t step, int rank, const char* program);
 
+// This process's peak resident memory so far (Linux's VmHWM) in MiB, or -1 where /proc cannot
+// say; reset_peak_rss() starts the count again from the memory held now (Linux: "5" written
+// to /proc/self/clear_refs), so a peak read later is that of what ran in between.
+int64_t peak_rss_mib();
+void reset_peak_rss();
+
 }  // namespace tinyddp::examples

@@ -286,6 +286,20 @@ std::string sample(const GPTTrainConfig& config, const Run& run) {
   return run.text.corpus->decode(out[0].to(t::kCPU).to_vector<int64_t>());
 }
 
+// Every rank says how much optimizer state it holds (ZeRO's and fully_shard's differ by rank)
+// and, with --report_memory, its peak resident memory over the steps. Returns the state's bytes.
+int64_t report_memory(const GPTTrainConfig& config, const Run& run, std::ostream& log) {
+  int64_t bytes = 0;
+  if (auto* zero = dynamic_cast<ddp::ZeroRedundancyOptimizer*>(run.optimizer.get())) {
+    bytes = zero->local_state_bytes();
+  } else {
+    for (const auto& [name, t] : run.optimizer->state_dict()) bytes += static_cast<int64_t>(t.nbytes());
+  }
+  log << fmt::format("optimizer state on rank {}: {:.2f} MB\n", run.rank, static_cast<double>(bytes) / 1e6);
+  if (config.report_memory) log << fmt::format("peak resident memory on rank {}: {} MiB\n", run.rank, peak_rss_mib());
+  return bytes;
+}
+
 // --save: rank 0 writes the final state dict (--fsdp: gathered from the shards, every rank
 // taking part).
 void save_final_weights(const GPTTrainConfig& config, const Run& run, std::ostream& out) {
@@ -356,6 +370,7 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
   const auto start = std::chrono::steady_clock::now();
   const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   const std::vector<Tensor> params = run.units.empty() ? run.model->parameters() : ddp::sharded_parameters(*run.model);
+  if (config.report_memory) reset_peak_rss();  // the steps' peak, not construction's
   for (int64_t step = run.first_step; step < config.steps; ++step) {
     fail_on_purpose_if_asked(config.fail_at_step, step, run.rank, "train_gpt");
     const auto [x, y] = batch_of(run, step);
@@ -394,13 +409,7 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
   }
   out << fmt::format("done: {} steps in {:.1f} s, {:.0f} tokens/s\n", config.steps - run.first_step, result.seconds,
                      result.tokens_per_second);
-  if (auto* zero = dynamic_cast<ddp::ZeroRedundancyOptimizer*>(run.optimizer.get())) {
-    result.optimizer_state_bytes = zero->local_state_bytes();
-  } else {
-    for (const auto& [name, t] : run.optimizer->state_dict()) result.optimizer_state_bytes += t.nbytes();
-  }
-  log << fmt::format("optimizer state on rank {}: {:.2f} MB\n", run.rank,  // every rank: ZeRO's shards differ
-                     static_cast<double>(result.optimizer_state_bytes) / 1e6);
+  result.optimizer_state_bytes = report_memory(config, run, log);
   if (run.text.split) {
     result.validation_loss = validation_loss(config, run);
     out << fmt::format("validation loss {:.4f} (bigram model: {:.4f})\n", result.validation_loss, result.bigram_loss);
