@@ -32,7 +32,7 @@
 // Overlap: each forward records the order in which the units begin; from then on a unit's
 // forward issues the next unit's all-gather (prefetch), its backward pre-hook the all-gather
 // of the unit whose backward comes next, and each reduce-scatter is waited for only when the
-// backward ends. Not yet (docs/ddp.md): mixed precision, sharded state dicts.
+// backward ends. Not yet (docs/ddp.md): mixed precision.
 #pragma once
 
 #include <functional>
@@ -43,7 +43,9 @@
 #include <vector>
 
 #include "tinyddp/comm/process_group.h"
+#include "tinyddp/nn/checkpoint.h"
 #include "tinyddp/nn/module.h"
+#include "tinyddp/nn/optim.h"
 
 namespace tinyddp::ddp {
 
@@ -114,6 +116,22 @@ tensor::Tensor clip_sharded_grad_norm_(const std::vector<tensor::Tensor>& params
 // collective: every rank calls it), under the module's own names: loadable by a module that
 // is not sharded.
 nn::OrderedDict<tensor::Tensor> full_state_dict(const nn::Module& module);
+
+// Sharded training checkpoints (FSDP's SHARDED_STATE_DICT): every rank writes its own file,
+// "<path>.rank<r>-of-<W>" (atomically: a temporary renamed over it), with its shards
+// ("shard.<name>"), what every rank holds whole (buffers, frozen parameters: "model.<name>"),
+// its optimizer's state (the shards' moments: "optimizer.<key>"), `extra` ("extra.<name>": a
+// scheduler's state), the step and its random generator's state; then every rank waits for the
+// others. Loading reads this rank's file into the shards, the buffers, the optimizer and the
+// generator, and returns the step and the extra state: the run goes on bit for bit. It needs
+// the world size and the sharding that saved it; another world size is refused, naming the
+// files there are. Both are collectives in the sense that every rank calls them.
+void save_sharded_checkpoint(const std::string& path, const nn::Module& module, const nn::Optimizer& optimizer,
+                             comm::ProcessGroup& pg, int64_t step, const nn::OrderedDict<tensor::Tensor>& extra = {});
+nn::TrainingCheckpoint load_sharded_checkpoint(const std::string& path, nn::Module& module, nn::Optimizer& optimizer,
+                                               comm::ProcessGroup& pg);
+// The file rank `rank` of `world` writes for `path`: "<path>.rank<r>-of-<W>".
+std::string sharded_checkpoint_file(const std::string& path, int rank, int world);
 
 class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
  public:

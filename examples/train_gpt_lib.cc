@@ -117,10 +117,16 @@ struct Run {
 };
 
 // --resume: the model, the optimizer, the scheduler and the generator from --checkpoint.
+// --fsdp: every rank its own file of its shards (ddp::load_sharded_checkpoint).
 void resume_if_asked(const GPTTrainConfig& config, Run& run) {
   if (!config.checkpoint.empty() && run.rank == 0) nn::remove_stale_checkpoint_temporaries(config.checkpoint);
-  if (!config.resume || !std::filesystem::exists(config.checkpoint)) return;
-  const nn::TrainingCheckpoint resumed = nn::load_checkpoint(config.checkpoint, *run.model, *run.optimizer);
+  const bool sharded = !run.units.empty();
+  const std::string file =
+      sharded ? ddp::sharded_checkpoint_file(config.checkpoint, run.rank, run.world) : config.checkpoint;
+  if (!config.resume || !std::filesystem::exists(file)) return;
+  const nn::TrainingCheckpoint resumed =
+      sharded ? ddp::load_sharded_checkpoint(config.checkpoint, *run.model, *run.optimizer, *run.pg)
+              : nn::load_checkpoint(config.checkpoint, *run.model, *run.optimizer);
   TDDP_CHECK(resumed.step < config.steps, "--resume: {} is {} steps in, nothing left of --steps {}", config.checkpoint,
              resumed.step, config.steps);
   run.scheduler->load_state_dict(resumed.extra);
@@ -230,11 +236,16 @@ double validation_loss(const GPTTrainConfig& config, const Run& run) {
 }
 
 // Rank 0 writes a checkpoint every --checkpoint_every steps and at the end (with ZeRO every
-// rank first sends it its shard of the optimizer state).
+// rank first sends it its shard of the optimizer state; with --fsdp every rank writes its own).
 void save_checkpoint_if_due(const GPTTrainConfig& config, const Run& run, int64_t steps_done) {
   if (config.checkpoint.empty()) return;
   const bool last = steps_done == config.steps;
   if (!(config.checkpoint_every > 0 ? steps_done % config.checkpoint_every == 0 || last : last)) return;
+  if (!run.units.empty()) {  // --fsdp: every rank writes its shards
+    ddp::save_sharded_checkpoint(config.checkpoint, *run.model, *run.optimizer, *run.pg, steps_done,
+                                 run.scheduler->state_dict());
+    return;
+  }
   if (auto* zero = dynamic_cast<ddp::ZeroRedundancyOptimizer*>(run.optimizer.get())) zero->consolidate_state_dict(0);
   if (run.rank == 0) {
     nn::save_checkpoint(config.checkpoint, *run.model, *run.optimizer, steps_done, run.scheduler->state_dict());
@@ -345,9 +356,9 @@ void GPTTrainConfig::validate() const {
   TDDP_CHECK(log_every >= 0 && checkpoint_every >= 0, "--log_every and --checkpoint_every must not be negative");
   TDDP_CHECK(!resume || !checkpoint.empty(), "--resume needs --checkpoint PATH");
   TDDP_CHECK(known_comm_hook(comm_hook), "--comm_hook must be {}, got '{}'", comm_hook_choices(), comm_hook);
-  TDDP_CHECK(!fsdp || (!zero && comm_hook == "allreduce" && checkpoint.empty() && autocast.empty()),
-             "--fsdp does not take --zero, --comm_hook, --checkpoint or --autocast yet (DDP's options, and sharded "
-             "checkpoints not built)");
+  TDDP_CHECK(!fsdp || (!zero && comm_hook == "allreduce" && autocast.empty()),
+             "--fsdp does not take --zero, --comm_hook or --autocast (DDP's options; fully_shard's mixed precision is "
+             "not built)");
   TDDP_CHECK(timeout_s > 0, "--timeout must be positive, got {}", timeout_s);
   TDDP_CHECK(threads >= 0, "--threads must be positive (or 0: the default), got {}", threads);
 }

@@ -338,3 +338,55 @@ TEST_CASE("fully_shard: the digits CNN with BatchNorm trains as under DDP (buffe
     }
   }));
 }
+
+TEST_CASE("fully_shard: a sharded checkpoint resumes bit for bit; another world size is refused by name",
+          "[ddp][fsdp][checkpoint]") {
+  const std::string path = testing::temp_path("fsdp_checkpoint");
+  // One step of the MLP on this rank's rows of a global batch drawn from `seed`; the loss.
+  const auto step = [](nn::Sequential& model, nn::Optimizer& optimizer, comm::ProcessGroup& pg, int seed) {
+    tensor::Generator gen(seed);
+    const Tensor x = tensor::randn({4 * pg.size(), 4}, {}, &gen), y = tensor::randn({4 * pg.size(), 3}, {}, &gen);
+    const Tensor loss = nn::mse_loss(model(x.narrow(0, 4 * pg.rank(), 4)), y.narrow(0, 4 * pg.rank(), 4));
+    loss.backward();
+    optimizer.step();
+    optimizer.zero_grad();
+    return loss.item<float>();
+  };
+  const auto sharded_mlp = [](comm::ProcessGroup& pg) {
+    auto model = twin_mlps().first;
+    ddp::fully_shard_by_policy(model, testing::borrow(pg), ddp::is_a<nn::Linear>);
+    return model;
+  };
+  testing::require_no_failures(testing::run_threads(2, [&](comm::ProcessGroup& pg, Expectations& e) {
+    auto model = sharded_mlp(pg);
+    nn::AdamW optimizer(ddp::sharded_parameters(*model), nn::AdamWOptions(0.01));
+    for (int s = 0; s < 3; ++s) step(*model, optimizer, pg, 60 + s);
+    ddp::save_sharded_checkpoint(path, *model, optimizer, pg, 3);
+    std::vector<float> straight;
+    for (int s = 3; s < 6; ++s) straight.push_back(step(*model, optimizer, pg, 60 + s));
+    const nn::OrderedDict<Tensor> expected = ddp::full_state_dict(*model);
+
+    auto resumed = sharded_mlp(pg);  // fresh weights, fresh optimizer: all from the file
+    nn::AdamW resumed_optimizer(ddp::sharded_parameters(*resumed), nn::AdamWOptions(0.01));
+    const nn::TrainingCheckpoint loaded = ddp::load_sharded_checkpoint(path, *resumed, resumed_optimizer, pg);
+    e.expect_eq(loaded.step, int64_t{3}, "the step");
+    for (int s = 3; s < 6; ++s) {
+      e.expect_eq(step(*resumed, resumed_optimizer, pg, 60 + s), straight[static_cast<size_t>(s - 3)],
+                  fmt::format("step {}'s loss after resuming", s));
+    }
+    const nn::OrderedDict<Tensor> got = ddp::full_state_dict(*resumed);
+    for (const auto& [name, value] : expected) e.expect_close(got.at(name), value, name + " after resuming");
+  }));
+  testing::require_no_failures(testing::run_threads(3, [&](comm::ProcessGroup& pg, Expectations& e) {
+    auto model = sharded_mlp(pg);
+    nn::AdamW optimizer(ddp::sharded_parameters(*model), nn::AdamWOptions(0.01));
+    std::string message;
+    try {
+      ddp::load_sharded_checkpoint(path, *model, optimizer, pg);
+    } catch (const std::exception& ex) {
+      message = ex.what();
+    }
+    e.expect_contains(message, "a sharded checkpoint loads at the world size that saved it");
+    e.expect_contains(message, "fsdp_checkpoint.rank0-of-2");
+  }));
+}

@@ -254,18 +254,23 @@ TEST_CASE("train_gpt --comm_hook bf16 trains on 2 ranks within bf16's rounding o
 TEST_CASE("train_gpt killed at step 13 resumes from its step-10 checkpoint and ends as PyTorch's DDP run",
           "[examples][gpt][ddp][checkpoint]") {
   const Files files;
-  const std::string metrics = temp_path("gpt_resumed.csv"), saved = temp_path("gpt_resumed.safetensors");
-  const std::string checkpoint = temp_path("gpt_checkpoint.safetensors");
-  std::remove(checkpoint.c_str());
-  const CommandResult r =
-      run_command("launcher/launch --nproc_per_node 2 --max_restarts 1 -- examples/train_gpt" + kFixtureFlags +
-                  " --zero --checkpoint " + checkpoint + " --checkpoint_every 5 --resume --fail_at_step 13 --init " +
-                  files.init + " --data " + files.data + " --metrics " + metrics + " --save " + saved);
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.output, Contains("fails on purpose before step 13"));
-  CHECK_THAT(r.output, Contains("resuming from " + checkpoint + " after 10 steps"));
-  check_against(reference(), "ddp", metrics, saved);
+  // With ZeRO (one consolidated file), and fully sharded (a file per rank of its shards).
+  for (const std::string mode : {"zero", "fsdp"}) {
+    const std::string metrics = temp_path("gpt_resumed.csv"), saved = temp_path("gpt_resumed.safetensors");
+    const std::string checkpoint = temp_path("gpt_checkpoint_" + mode + ".safetensors");
+    for (const std::string& stale : {checkpoint, checkpoint + ".rank0-of-2", checkpoint + ".rank1-of-2"}) {
+      std::remove(stale.c_str());
+    }
+    const CommandResult r = run_command("launcher/launch --nproc_per_node 2 --max_restarts 1 -- examples/train_gpt" +
+                                        kFixtureFlags + " --" + mode + " --checkpoint " + checkpoint +
+                                        " --checkpoint_every 5 --resume --fail_at_step 13 --init " + files.init +
+                                        " --data " + files.data + " --metrics " + metrics + " --save " + saved);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.output, Contains("fails on purpose before step 13"));
+    CHECK_THAT(r.output, Contains("resuming from " + checkpoint + " after 10 steps"));
+    check_against(reference(), "ddp", metrics, saved);
+  }
 }
 
 TEST_CASE("train_gpt on a corpus: validation below the bigram model's, and a sample", "[examples][gpt][corpus]") {
@@ -310,8 +315,7 @@ TEST_CASE("train_gpt names what is wrong with its input", "[examples][gpt][error
   CHECK_THAT(error_of("--top_k 0"), Contains("--top_k must be at least 1, got 0"));
   CHECK_THAT(error_of("--temperature 0"), Contains("--temperature must be positive, got 0"));
   CHECK_THAT(error_of("--n_embd 30 --n_head 4"), Contains("--n_embd 30 is not divisible by --n_head 4"));
-  CHECK_THAT(error_of("--fsdp --zero"),
-             Contains("--fsdp does not take --zero, --comm_hook, --checkpoint or --autocast"));
+  CHECK_THAT(error_of("--fsdp --zero"), Contains("--fsdp does not take --zero, --comm_hook or --autocast"));
   CHECK_THAT(error_of("--corpus /nonexistent/text"), Contains("corpus: /nonexistent/text does not exist"));
   const std::string empty = temp_path("empty.txt"), binary = temp_path("binary.bin");
   std::ofstream(empty).close();
