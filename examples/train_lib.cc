@@ -150,9 +150,15 @@ Run set_up(const TrainConfig& config) {
              "--timeline records DDP's events, but this run is on one process: start it with launch --nproc_per_node 2 "
              "(or more)");
   run.model = build_model(config, run.placement.device, classification(config), uses_digits(config));
-  if (config.fsdp) {  // the optimizer steps the shards (and --fsdp takes no checkpoint)
+  if (config.fsdp && run.pg) {  // the optimizer steps the shards; a checkpoint is a file per rank
     run.runner = wrap_in_ddp(config, run.model.module, run.pg);
     run.optimizer = make_optimizer(config, ddp::sharded_parameters(*run.model.module));
+    const std::string mine = ddp::sharded_checkpoint_file(config.checkpoint, run.rank, run.world);
+    if (config.resume && std::filesystem::exists(mine)) {
+      run.first_step = ddp::load_sharded_checkpoint(config.checkpoint, *run.model.module, *run.optimizer, *run.pg).step;
+      TDDP_CHECK(run.first_step < config.steps, "--resume: {} is {} steps in, nothing left of --steps {}",
+                 config.checkpoint, run.first_step, config.steps);
+    }
   } else {
     run.optimizer = make_optimizer(config, run.model.module->parameters());
     const std::optional<nn::TrainingCheckpoint> resumed =
@@ -186,11 +192,17 @@ Tensor loss_of(const TrainConfig& config, const Tensor& prediction, const Tensor
 }
 
 // Rank 0 writes a checkpoint every --checkpoint_every steps and at the end.
+// --fsdp: every rank writes its own file of its shards (ddp::save_sharded_checkpoint).
 void save_checkpoint_if_due(const TrainConfig& config, const Run& run, int64_t steps_done) {
-  if (config.checkpoint.empty() || run.rank != 0) return;
+  if (config.checkpoint.empty() || (run.rank != 0 && !config.fsdp)) return;
   const bool last = steps_done == config.steps;
   const bool due = config.checkpoint_every > 0 ? steps_done % config.checkpoint_every == 0 || last : last;
-  if (due) nn::save_checkpoint(config.checkpoint, *run.model.module, *run.optimizer, steps_done);
+  if (!due) return;
+  if (config.fsdp && run.pg) {
+    ddp::save_sharded_checkpoint(config.checkpoint, *run.model.module, *run.optimizer, *run.pg, steps_done);
+  } else {
+    nn::save_checkpoint(config.checkpoint, *run.model.module, *run.optimizer, steps_done);
+  }
 }
 
 // The losses and accuracy of the run (averaged over ranks: the figures of the whole global
@@ -338,10 +350,9 @@ void TrainConfig::validate() const {
   TDDP_CHECK(powersgd_start_iter >= 2, "--powersgd_start_iter must be at least 2, got {}", powersgd_start_iter);
   TDDP_CHECK(checkpoint_every >= 0, "--checkpoint_every must not be negative, got {}", checkpoint_every);
   TDDP_CHECK(!resume || !checkpoint.empty(), "--resume needs --checkpoint PATH");
-  TDDP_CHECK(
-      !fsdp || (!sync_bn && comm_hook == "allreduce" && timeline.empty() && checkpoint.empty() && autocast.empty()),
-      "--fsdp does not take --sync_bn, --comm_hook, --timeline, --checkpoint or --autocast yet (DDP's options, "
-      "and sharded checkpoints not built)");
+  TDDP_CHECK(!fsdp || (!sync_bn && comm_hook == "allreduce" && timeline.empty() && autocast.empty()),
+             "--fsdp does not take --sync_bn, --comm_hook, --timeline or --autocast (DDP's options; fully_shard's "
+             "mixed precision is not built)");
   TDDP_CHECK(threads >= 0, "--threads must be positive (or 0: the default), got {}", threads);
 }
 

@@ -297,6 +297,22 @@ TEST_CASE("examples: a failed attempt restarted by launch --max_restarts resumes
   const auto a = tinyddp::nn::load_safetensors(full).tensors, b = tinyddp::nn::load_safetensors(restarted).tensors;
   for (const auto& [name, t] : a) CHECK(tinyddp::tensor::equal(t, b.at(name)));
   CHECK(read_losses(restarted_csv) == read_losses(full_csv));
+  // Fully sharded: each rank writes and reads its own file of shards; the same result again.
+  const std::string sharded = temp_path("train_fsdp.checkpoint"), fsdp_csv = temp_path("fsdp.csv");
+  const std::string fsdp_full_csv = temp_path("fsdp_full.csv"), fsdp_saved = temp_path("fsdp.safetensors");
+  for (const std::string rank : {"0", "1"}) std::filesystem::remove(sharded + ".rank" + rank + "-of-2");
+  const CommandResult fsdp_once = launch2(args + " --fsdp --metrics " + fsdp_full_csv);
+  REQUIRE(fsdp_once.exit_code == 0);
+  const CommandResult fsdp_twice = run_command(
+      "launcher/launch --nproc_per_node 2 --max_restarts 1 -- " + args + " --fsdp --save " + fsdp_saved +
+      " --metrics " + fsdp_csv + " --checkpoint " + sharded + " --checkpoint_every 10 --resume --fail_at_step 25");
+  INFO(fsdp_twice.output);
+  REQUIRE(fsdp_twice.exit_code == 0);
+  CHECK_THAT(fsdp_twice.output, Contains("resuming from " + sharded + " after 20 steps"));
+  CHECK(std::filesystem::exists(sharded + ".rank1-of-2"));
+  CHECK(read_losses(fsdp_csv) == read_losses(fsdp_full_csv));
+  const auto c = tinyddp::nn::load_safetensors(fsdp_saved).tensors;
+  for (const auto& [name, t] : a) CHECK(tinyddp::tensor::allclose(t, c.at(name), 1e-5, 1e-6));  // DDP's, to rounding
   // Without a retry, the failure ends the job with the worker's status.
   const CommandResult no_retry = launch2(args + " --checkpoint " + checkpoint + ".2 --resume --fail_at_step 5");
   CHECK(no_retry.exit_code == 3);
