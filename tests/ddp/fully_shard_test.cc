@@ -42,6 +42,23 @@ std::unique_ptr<nn::Optimizer> make_optimizer(const std::string& kind, const std
   return std::make_unique<nn::AdamW>(decay_groups(params), nn::AdamWOptions(0.01));
 }
 
+// Steps both optimizers and clears their gradients.
+void step_both(nn::Optimizer& a, nn::Optimizer& b) {
+  a.step();
+  b.step();
+  a.zero_grad();
+  b.zero_grad();
+}
+
+// The sharded model's gathered state dict against the plain one's, entry by entry.
+void expect_same_state(const nn::Module& sharded, const nn::Module& plain, Expectations& e, const std::string& when,
+                       double rtol, double atol) {
+  const nn::OrderedDict<Tensor> full = ddp::full_state_dict(sharded);
+  for (const auto& [name, value] : plain.state_dict()) {
+    e.expect_close(full.at(name), value, fmt::format("{} {}", name, when), rtol, atol);
+  }
+}
+
 void run_against_ddp(int world, const std::string& kind, bool reshard_after_forward) {
   testing::require_no_failures(testing::run_threads(world, [&](comm::ProcessGroup& pg, Expectations& e) {
     auto [sharded, plain] = twin_mlps();
@@ -81,10 +98,7 @@ void run_against_ddp(int world, const std::string& kind, bool reshard_after_forw
       for (size_t u = 0; u + 1 < units.size(); ++u) {
         e.expect(!units[u]->stats().gathered, fmt::format("step {}: unit {} still holds its full parameters", step, u));
       }
-      fsdp_opt->step();
-      ddp_opt->step();
-      fsdp_opt->zero_grad();
-      ddp_opt->zero_grad();
+      step_both(*fsdp_opt, *ddp_opt);
     }
     // One gather per forward, and one more per backward when the forward freed them.
     const int64_t gathers = steps * (reshard_after_forward ? 2 : 1);
@@ -224,15 +238,9 @@ TEST_CASE("fully_shard: the GPT (each Block a unit, then the root with the tied 
         const Tensor ddp_norm = nn::clip_grad_norm_(plain->parameters(), 1.0);
         e.expect_close(fsdp_norm.to(tensor::kFloat64), ddp_norm, fmt::format("step {}: the gradient norm", step), 1e-10,
                        1e-12);
-        fsdp_opt.step();
-        ddp_opt.step();
-        fsdp_opt.zero_grad();
-        ddp_opt.zero_grad();
+        step_both(fsdp_opt, ddp_opt);
       }
-      const nn::OrderedDict<Tensor> full = ddp::full_state_dict(*sharded);
-      for (const auto& [name, value] : plain->state_dict()) {
-        e.expect_close(full.at(name), value, fmt::format("{} after 12 steps", name), 1e-9, 1e-9);
-      }
+      expect_same_state(*sharded, *plain, e, "after 12 steps", 1e-9, 1e-9);
     }));
   }
 }
@@ -280,15 +288,9 @@ TEST_CASE("fully_shard: gradient accumulation without sync equals DDP's no_sync"
           tensor::mul(nn::mse_loss(reference(xr), yr), 1.0 / 3).backward();
         }
       }
-      fsdp_opt->step();
-      ddp_opt->step();
-      fsdp_opt->zero_grad();
-      ddp_opt->zero_grad();
+      step_both(*fsdp_opt, *ddp_opt);
     }
-    const nn::OrderedDict<Tensor> full = ddp::full_state_dict(*sharded);
-    for (const auto& [name, value] : plain->state_dict()) {
-      e.expect_close(full.at(name), value, fmt::format("{} after 3 accumulated steps", name), 1e-5, 1e-6);
-    }
+    expect_same_state(*sharded, *plain, e, "after 3 accumulated steps", 1e-5, 1e-6);
   }));
 }
 
@@ -327,15 +329,9 @@ TEST_CASE("fully_shard: the digits CNN with BatchNorm trains as under DDP (buffe
       e.expect_close(fsdp_loss, ddp_loss, fmt::format("step {}: the loss", step), 1e-5, 1e-6);
       fsdp_loss.backward();
       ddp_loss.backward();
-      fsdp_opt->step();
-      ddp_opt->step();
-      fsdp_opt->zero_grad();
-      ddp_opt->zero_grad();
+      step_both(*fsdp_opt, *ddp_opt);
     }
-    const nn::OrderedDict<Tensor> full = ddp::full_state_dict(*sharded);
-    for (const auto& [name, value] : plain->state_dict()) {
-      e.expect_close(full.at(name), value, fmt::format("{} after 5 steps", name), 1e-5, 1e-6);
-    }
+    expect_same_state(*sharded, *plain, e, "after 5 steps", 1e-5, 1e-6);
   }));
 }
 
