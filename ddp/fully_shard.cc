@@ -46,10 +46,11 @@ tensor::Shape with_rows(const tensor::Shape& shape, int64_t rows) {
 }
 
 // A freed parameter: no elements, but its number of dimensions (so code that groups
-// parameters by dim still sees a matrix as one).
-Tensor nothing_like(const Tensor& shard) {
-  return tensor::empty(with_rows(shard.sizes(), 0), tensor::TensorOptions(shard.dtype()).device(shard.device()));
+// parameters by dim still sees a matrix as one) and the dtype the module computes in.
+Tensor nothing_like(const Tensor& shard, tensor::DType dtype) {
+  return tensor::empty(with_rows(shard.sizes(), 0), tensor::TensorOptions(dtype).device(shard.device()));
 }
+
 }  // namespace
 
 FullyShardedUnit::FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shared_ptr<comm::ProcessGroup> pg,
@@ -100,6 +101,14 @@ FullyShardedUnit::FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shar
   }
   for (const Tensor& b : module->buffers())
     wait_for(pg_->broadcast(b, 0), name_, "broadcasting the buffers from rank 0");
+  const MixedPrecisionPolicy& mp = options_.mp_policy;
+  for (const auto& dtype : {mp.param_dtype, mp.reduce_dtype, mp.output_dtype}) {
+    TDDP_CHECK(!dtype || tensor::is_floating_point(*dtype),
+               "fully_shard({}): mp_policy's dtypes must be floating-point types, got {}", name_,
+               tensor::dtype_name(*dtype));
+  }
+  if (!slots_.empty()) compute_dtype_ = mp.param_dtype.value_or(slots_.front().shard.dtype());
+  reduce_dtype_ = mp.reduce_dtype.value_or(compute_dtype_);
   {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
@@ -137,6 +146,30 @@ FullyShardedUnit::~FullyShardedUnit() {
 FullyShardStats FullyShardedUnit::stats() const { return stats_; }
 
 namespace {
+bool is_floating(const Tensor& t) { return t.defined() && tensor::is_floating_point(t.dtype()); }
+
+// `tensors` with each floating-point one cast to `dtype` (differentiably); nullopt when none
+// changes.
+std::optional<nn::Tensors> cast_floating(const nn::Tensors& tensors, std::optional<tensor::DType> dtype) {
+  if (!dtype || std::none_of(tensors.begin(), tensors.end(),
+                             [&](const Tensor& t) { return is_floating(t) && t.dtype() != *dtype; }))
+    return std::nullopt;
+  nn::Tensors out;
+  for (const Tensor& t : tensors) out.push_back(is_floating(t) ? t.to(*dtype) : t);
+  return out;
+}
+}  // namespace
+
+std::optional<nn::Tensors> FullyShardedUnit::cast_inputs(const nn::Tensors& inputs) const {
+  if (!options_.mp_policy.cast_forward_inputs) return std::nullopt;
+  return cast_floating(inputs, options_.mp_policy.param_dtype);
+}
+
+std::optional<nn::Tensors> FullyShardedUnit::cast_outputs(const nn::Tensors& outputs) const {
+  return cast_floating(outputs, options_.mp_policy.output_dtype);
+}
+
+namespace {
 // Counts the root's forwards on this thread (a rank): a gather prefetched in one forward is
 // used only in it and its backward.
 thread_local uint64_t forward_epoch = 0;
@@ -146,9 +179,9 @@ thread_local std::vector<std::weak_ptr<FullyShardedUnit>> forward_order;
 
 std::pair<std::shared_ptr<comm::Work>, Tensor> FullyShardedUnit::start_gather() {
   NoGradGuard no_grad;
-  const Tensor& like = slots_.front().shard;
-  const auto options = tensor::TensorOptions(like.dtype()).device(like.device());
-  // One all-gather: every parameter's block packed in one buffer, a row of it per rank.
+  const auto options = tensor::TensorOptions(compute_dtype_).device(slots_.front().shard.device());
+  // One all-gather: every parameter's block packed in one buffer (cast to the dtype the module
+  // computes in), a row of it per rank.
   const Tensor packed = tensor::empty({shard_numel_}, options);
   for (const Slot& slot : slots_) packed.narrow(0, slot.offset, slot.block_numel()).copy_(slot.shard.reshape({-1}));
   const Tensor gathered = tensor::empty({pg_->size(), shard_numel_}, options);
@@ -208,10 +241,10 @@ void FullyShardedUnit::unshard() {
       continue;
     }
     // A storage of its own from the allocator, whose bytes can be freed after the forward.
-    const size_t nbytes = static_cast<size_t>(tensor::shape_numel(slot.full_shape)) * slot.shard.element_size();
-    const Tensor full =
-        Tensor::make(tensor::Storage(nbytes, tensor::allocator_for(slot.shard.device())), slot.full_shape,
-                     tensor::contiguous_strides(slot.full_shape), 0, slot.shard.dtype());
+    const size_t nbytes =
+        static_cast<size_t>(tensor::shape_numel(slot.full_shape)) * tensor::element_size(compute_dtype_);
+    const Tensor full = Tensor::make(tensor::Storage(nbytes, tensor::allocator_for(slot.shard.device())),
+                                     slot.full_shape, tensor::contiguous_strides(slot.full_shape), 0, compute_dtype_);
     fill(slot, gathered, full);
     slot.param.set_data(full);
     slot.version = full.storage().version();
@@ -247,7 +280,7 @@ void FullyShardedUnit::check_unchanged() const {
 
 void FullyShardedUnit::reshard() {
   check_unchanged();
-  for (const Slot& slot : slots_) slot.param.set_data(nothing_like(slot.shard));
+  for (const Slot& slot : slots_) slot.param.set_data(nothing_like(slot.shard, compute_dtype_));
   state_ = State::kSharded;
   stats_.gathered = false;
 }
@@ -286,9 +319,9 @@ void FullyShardedUnit::reduce_gradients() {
   check_unchanged();  // before the collective: every rank throws alike
   NoGradGuard no_grad;
   const int64_t world = pg_->size();
-  const Tensor& like = slots_.front().shard;
-  const auto options = tensor::TensorOptions(like.dtype()).device(like.device());
-  // Row r holds every parameter's block r of its gradient (zeros where it has none).
+  const auto options = tensor::TensorOptions(reduce_dtype_).device(slots_.front().shard.device());
+  // Row r holds every parameter's block r of its gradient (zeros where it has none), in the
+  // reduce dtype.
   const Tensor packed = tensor::zeros({world, shard_numel_}, options);
   for (const Slot& slot : slots_) {
     const Tensor grad = slot.param.grad();
@@ -326,7 +359,8 @@ void FullyShardedUnit::finish_reduce() {
   wait_for(done.work, name_, "reduce-scattering the gradients");
   NoGradGuard no_grad;
   for (const Slot& slot : slots_) {
-    const Tensor grad = done.mine.narrow(0, slot.offset, slot.block_numel()).view(slot.shard.sizes());
+    Tensor grad = done.mine.narrow(0, slot.offset, slot.block_numel()).view(slot.shard.sizes());
+    if (grad.dtype() != slot.shard.dtype()) grad = grad.to(slot.shard.dtype());  // mixed precision
     Tensor& into = slot.shard.mutable_grad();
     if (into.defined()) {
       into.add_(grad);

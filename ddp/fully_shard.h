@@ -32,7 +32,11 @@
 // Overlap: each forward records the order in which the units begin; from then on a unit's
 // forward issues the next unit's all-gather (prefetch), its backward pre-hook the all-gather
 // of the unit whose backward comes next, and each reduce-scatter is waited for only when the
-// backward ends. Not yet (docs/ddp.md): mixed precision.
+// backward ends.
+//
+// Mixed precision (options.mp_policy): the all-gather casts the shards to param_dtype, the
+// module computes in it, and the reduce-scatter runs in reduce_dtype, its result cast back to
+// the shards' dtype: the optimizer never sees a bfloat16.
 #pragma once
 
 #include <functional>
@@ -49,6 +53,19 @@
 
 namespace tinyddp::ddp {
 
+// fully_shard's mixed precision (PyTorch's MixedPrecisionPolicy, FSDP2's mp_policy). The
+// shards, what the optimizer steps, stay in the parameters' own dtype (float32 master weights);
+// with param_dtype set, each gather casts them to it, so the all-gather moves and the forward
+// and backward compute in it, and the gradients come out in it.
+//   options.mp_policy.param_dtype = tensor::kBFloat16;   // bf16 gathers, compute, reduce-scatter
+struct MixedPrecisionPolicy {
+  std::optional<tensor::DType> param_dtype;   // the gathered parameters' dtype (unset: the shards')
+  std::optional<tensor::DType> reduce_dtype;  // the gradients' reduce-scatter (unset: param_dtype);
+                                              // its result is cast to the shards' dtype for .grad
+  std::optional<tensor::DType> output_dtype;  // the forward's floating-point outputs cast to it
+  bool cast_forward_inputs = true;            // the forward's floating-point inputs cast to param_dtype
+};
+
 // fully_shard's options (PyTorch's keyword arguments of the same names).
 struct FullyShardOptions {
   // Free the gathered parameters' bytes after the forward and gather them again before the
@@ -61,6 +78,8 @@ struct FullyShardOptions {
   // running statistics), after a forward that trained, as DDP's broadcast_buffers. Buffers are
   // never sharded.
   bool broadcast_buffers = true;
+  // Mixed precision: unset, everything happens in the parameters' own dtype.
+  MixedPrecisionPolicy mp_policy;
 };
 
 // What one unit holds, for tests and reports.
@@ -155,6 +174,10 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
   // backward's gradients) and after it (free, as the options and grad mode say).
   void begin_forward(bool root);
   void end_forward();
+  // mp_policy's casts of the forward's floating-point inputs (to param_dtype, with
+  // cast_forward_inputs) and outputs (to output_dtype); nullopt when nothing changes.
+  std::optional<nn::Tensors> cast_inputs(const nn::Tensors& inputs) const;
+  std::optional<nn::Tensors> cast_outputs(const nn::Tensors& outputs) const;
   // Before the unit's backward (a full backward pre-hook): gather if freed, and start the
   // gather of the unit whose backward comes next.
   void begin_backward();
@@ -188,10 +211,12 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
   State state_ = State::kSharded;
   bool is_root_ = false;
   std::vector<Slot> slots_;
-  int64_t shard_numel_ = 0;  // the packed shard buffer's length
-  std::vector<bool> ready_;  // per slot, this backward
-  size_t pending_ = 0;       // slots whose gradient has not arrived this backward
-  bool armed_ = false;       // a forward with grad mode on gathered: a backward will reduce
+  tensor::DType compute_dtype_ = tensor::kFloat32;  // the gathered parameters' (mp_policy.param_dtype)
+  tensor::DType reduce_dtype_ = tensor::kFloat32;   // the reduce-scatter's (mp_policy.reduce_dtype)
+  int64_t shard_numel_ = 0;                         // the packed shard buffer's length
+  std::vector<bool> ready_;                         // per slot, this backward
+  size_t pending_ = 0;                              // slots whose gradient has not arrived this backward
+  bool armed_ = false;                              // a forward with grad mode on gathered: a backward will reduce
   bool requires_gradient_sync_ = true;
   bool buffers_need_sync_ = true;  // the root: the previous forward trained (as DDP's)
   struct Prefetch {

@@ -50,18 +50,18 @@ std::shared_ptr<FullyShardedUnit> fully_shard(const std::shared_ptr<nn::Module>&
     r.units[module.get()] = unit;
   }
   // Gather before the forward; with grad mode on, count this backward's gradients.
-  module->register_forward_pre_hook([unit](nn::Module&, const nn::Tensors&) -> std::optional<nn::Tensors> {
+  module->register_forward_pre_hook([unit](nn::Module&, const nn::Tensors& inputs) -> std::optional<nn::Tensors> {
     unit->begin_forward(units_in_forward++ == 0);
-    return std::nullopt;
+    return unit->cast_inputs(inputs);
   });
   // After it: without grad mode no backward will come, so free the parameters; with it, free
   // their bytes until the backward gathers them again (reshard_after_forward; not the root's,
   // whose backward comes first).
   module->register_forward_hook(
-      [unit](nn::Module&, const nn::Tensors&, const nn::Tensors&) -> std::optional<nn::Tensors> {
+      [unit](nn::Module&, const nn::Tensors&, const nn::Tensors& outputs) -> std::optional<nn::Tensors> {
         --units_in_forward;
         unit->end_forward();
-        return std::nullopt;
+        return unit->cast_outputs(outputs);
       },
       false, /*always_call=*/true);
   // Before the unit's backward: its parameters again, if they were freed after the forward.

@@ -386,3 +386,50 @@ TEST_CASE("fully_shard: a sharded checkpoint resumes bit for bit; another world 
     e.expect_contains(message, "fsdp_checkpoint.rank0-of-2");
   }));
 }
+
+TEST_CASE("fully_shard: mixed precision casts the inputs, computes in param_dtype and hands float32 to the optimizer",
+          "[ddp][fsdp][autocast]") {
+  testing::require_no_failures(testing::run_threads(2, [](comm::ProcessGroup& pg, Expectations& e) {
+    auto [sharded, plain] = twin_mlps();
+    ddp::FullyShardOptions options;
+    options.mp_policy.param_dtype = tensor::kBFloat16;
+    options.mp_policy.reduce_dtype = tensor::kFloat32;
+    options.mp_policy.output_dtype = tensor::kFloat32;
+    for (size_t i : {0, 2, 4}) ddp::fully_shard((*sharded)[i], testing::borrow(pg), options);
+    ddp::fully_shard(sharded, testing::borrow(pg), options);
+    tensor::Generator gen(3);
+    const Tensor x = tensor::randn({4, 4}, {}, &gen).requires_grad_(true);  // float32 in
+    const Tensor out = (*sharded)(x);
+    e.expect(out.dtype() == tensor::kFloat32, "the output is cast to output_dtype");
+    e.expect((*sharded)[2]->parameters()[0].dtype() == tensor::kBFloat16, "the gathered parameters are bfloat16");
+    tensor::sum(out).backward();
+    e.expect(x.grad().dtype() == tensor::kFloat32, "the input's gradient comes back in its own dtype");
+    for (const Tensor& shard : ddp::sharded_parameters(*sharded)) {
+      e.expect(shard.dtype() == tensor::kFloat32 && shard.grad().dtype() == tensor::kFloat32,
+               "shards and their gradients stay float32");
+    }
+    // The same model in float32 on the same input: the gradients agree to bfloat16's precision
+    // (the parameters, the activations and the gradients rounded to 8 bits: 2^-8 relative each,
+    // a few roundings on each path).
+    ddp::DistributedDataParallel reference(plain, testing::borrow(pg));
+    tensor::sum(reference(x.detach())).backward();
+    const auto shards = ddp::sharded_named_parameters(*sharded);
+    for (const auto& [name, p] : plain->named_parameters()) {
+      const Tensor& g = shards.at(name).grad();
+      const Tensor mine =
+          p.grad().narrow(0, pg.rank() * g.size(0), std::min(g.size(0), p.size(0) - pg.rank() * g.size(0)));
+      e.expect_close(g.narrow(0, 0, mine.size(0)), mine, name + ": the gradient", 0.05, 0.02);
+    }
+    // Without cast_forward_inputs a float32 input meets bfloat16 weights: PyTorch's error.
+    auto [other, unused] = twin_mlps();
+    options.mp_policy.cast_forward_inputs = false;
+    for (size_t i : {0, 2, 4}) ddp::fully_shard((*other)[i], testing::borrow(pg), options);
+    std::string message;
+    try {
+      (*other)(x.detach());
+    } catch (const std::exception& ex) {
+      message = ex.what();
+    }
+    e.expect_contains(message, "linear: expected tensors of the same dtype");
+  }));
+}
