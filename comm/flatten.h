@@ -49,6 +49,22 @@ inline void unflatten_into(const Tensor& flat, const std::vector<Tensor>& list) 
   for (size_t k = 0; k < list.size(); ++k) list[k].copy_(slots[k]);
 }
 
+// When the CPU tensors of `list` lie end to end in one storage, each contiguous (the rows of one
+// contiguous tensor: fully_shard's gathered buffer), a flat view over all of them, which a
+// collective can fill in place; else an undefined tensor.
+inline Tensor end_to_end_view(const std::vector<Tensor>& list) {
+  if (list.empty() || !list.front().is_cpu()) return Tensor();
+  int64_t next = list.front().storage_offset(), total = 0;
+  for (const Tensor& t : list) {
+    if (!t.is_cpu() || !t.is_contiguous() || t.dtype() != list.front().dtype() ||
+        !t.storage().is_same(list.front().storage()) || t.storage_offset() != next)
+      return Tensor();
+    next += t.numel();
+    total += t.numel();
+  }
+  return Tensor::make(list.front().storage(), {total}, {1}, list.front().storage_offset(), list.front().dtype());
+}
+
 // A new flat tensor of `list`'s dtype on `list`'s device, holding the tensors end to end.
 inline Tensor flatten(const std::vector<Tensor>& list) {
   int64_t total = 0;

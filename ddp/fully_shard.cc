@@ -320,26 +320,26 @@ void FullyShardedUnit::reduce_gradients() {
   NoGradGuard no_grad;
   const int64_t world = pg_->size();
   const auto options = tensor::TensorOptions(reduce_dtype_).device(slots_.front().shard.device());
-  // Row r holds every parameter's block r of its gradient (zeros where it has none), in the
-  // reduce dtype.
-  const Tensor packed = tensor::zeros({world, shard_numel_}, options);
+  // Row r holds every parameter's block r of its gradient (zeros where it has none, and in
+  // the padding), in the reduce dtype.
+  const Tensor packed = tensor::empty({world, shard_numel_}, options);
   for (const Slot& slot : slots_) {
     const Tensor grad = slot.param.grad();
-    if (!grad.defined()) continue;
-    const Tensor by_rows = grad.reshape(with_rows(slot.full_shape, slot.rows));
+    const Tensor by_rows = grad.defined() ? grad.reshape(with_rows(slot.full_shape, slot.rows)) : Tensor();
     for (int64_t r = 0; r < world; ++r) {
       const int64_t first = r * slot.block_rows;
-      const int64_t count = std::max<int64_t>(0, std::min(slot.rows, first + slot.block_rows) - first);
-      if (count == 0) continue;
-      packed.select(0, r)
-          .narrow(0, slot.offset, slot.block_numel())
-          .view(with_rows(slot.full_shape, slot.block_rows))
-          .narrow(0, 0, count)
-          .copy_(by_rows.narrow(0, first, count));
+      const int64_t count =
+          by_rows.defined() ? std::max<int64_t>(0, std::min(slot.rows, first + slot.block_rows) - first) : 0;
+      const Tensor block = packed.select(0, r)
+                               .narrow(0, slot.offset, slot.block_numel())
+                               .view(with_rows(slot.full_shape, slot.block_rows));
+      if (count > 0) block.narrow(0, 0, count).copy_(by_rows.narrow(0, first, count));
+      if (count < slot.block_rows) block.narrow(0, count, slot.block_rows - count).zero_();
     }
   }
-  // Averaged as DDP's buckets: each gradient divided by W, then summed over the ranks.
-  packed.mul_(1.0 / static_cast<double>(world));
+  // float16 sums overflow early (65504): divided by W first, as FSDP's pre-divide; any other
+  // dtype is divided after the sum, on this rank's 1/W of the elements (finish_reduce).
+  if (reduce_dtype_ == tensor::kFloat16) packed.mul_(1.0 / static_cast<double>(world));
   const Tensor mine = tensor::empty({shard_numel_}, options);
   std::vector<Tensor> inputs;
   for (int64_t r = 0; r < world; ++r) inputs.push_back(packed.select(0, r));
@@ -358,6 +358,9 @@ void FullyShardedUnit::finish_reduce() {
   pending_reduce_.reset();
   wait_for(done.work, name_, "reduce-scattering the gradients");
   NoGradGuard no_grad;
+  // The average, as DDP's: the sum over the ranks divided by W (DDP divides each bucket before
+  // its allreduce: the same numbers when W is a power of two, within a rounding otherwise).
+  if (reduce_dtype_ != tensor::kFloat16) done.mine.mul_(1.0 / static_cast<double>(pg_->size()));
   for (const Slot& slot : slots_) {
     Tensor grad = done.mine.narrow(0, slot.offset, slot.block_numel()).view(slot.shard.sizes());
     if (grad.dtype() != slot.shard.dtype()) grad = grad.to(slot.shard.dtype());  // mixed precision

@@ -18,7 +18,7 @@
 //   backward pre-hook:  all-gather again into the same bytes (the values the forward saved)
 //   backward:           each parameter's gradient accumulates as usual; when the unit's last
 //                       one arrives (AccumulateGrad post-hooks, as DDP's Reducer counts), the
-//                       gradients, each divided by W, are reduce-scattered (one collective):
+//                       gradients are reduce-scattered (one collective) and divided by W:
 //                       rank r's shard.grad receives the average of block r; the full
 //                       gradients and parameters are freed (the parameters then hold no
 //                       elements until the next forward gathers them again)

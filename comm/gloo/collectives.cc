@@ -94,8 +94,18 @@ std::shared_ptr<Work> ProcessGroupGloo::allgather_impl(const std::vector<Tensor>
   return enqueue(std::move(call),
                  [this, outputs, input](uint32_t tag) {
                    const Tensor in = host_dense(input);
-                   const Tensor flat = tensor::empty({input.numel() * size_}, input.dtype());
-                   if (input.numel() > 0) {
+                   // Outputs that lie end to end (one tensor's rows) are filled in place.
+                   const Tensor in_place = tcp_ring_ ? end_to_end_view(outputs) : Tensor();
+                   const Tensor flat =
+                       in_place.defined() ? in_place : tensor::empty({input.numel() * size_}, input.dtype());
+                   if (input.numel() > 0 && tcp_ring_) {
+                     // The ring's allgather half: this rank's block in place, the others
+                     // passed around the ring (the thread that asked moves the bytes, not
+                     // Gloo's event loop: tcp_ring.h says why).
+                     flat.narrow(0, input.numel() * rank_, input.numel()).copy_(in.reshape({-1}));
+                     tcp_ring_->allgather(flat.raw_data_ptr(), static_cast<size_t>(input.numel()), in.element_size(),
+                                          options_.timeout());
+                   } else if (input.numel() > 0) {
                      with_element_type(input.dtype(), "allgather", [&](auto tag_type) {
                        using T = decltype(tag_type);
                        gloo::AllgatherOptions opts(context_);
@@ -106,7 +116,7 @@ std::shared_ptr<Work> ProcessGroupGloo::allgather_impl(const std::vector<Tensor>
                        gloo::allgather(opts);
                      });
                    }
-                   unflatten_into(flat, outputs);
+                   if (!in_place.defined()) unflatten_into(flat, outputs);
                  },
                  {input});
 }
@@ -192,12 +202,20 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce_impl(const Tensor& tensor, int ro
 
 std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
                                                             ReduceOp op, Call call) {
-  // Gloo has no reduce_scatter with this interface: allreduce every input, keep ours.
+  // The ring's reduce-scatter half: each rank sends (W - 1) / W of the inputs, half an
+  // allreduce's traffic. (Gloo has no reduce_scatter with this interface; a group of one has
+  // no ring, and allreduces its single input.)
   return enqueue(
       std::move(call),
       [this, output, inputs, op](uint32_t tag) {
         const Tensor flat = flatten_all(inputs);
-        if (flat.numel() > 0) {
+        if (flat.numel() > 0 && tcp_ring_) {
+          with_element_type(output.dtype(), "reduce_scatter", [&](auto tag_type) {
+            using T = decltype(tag_type);
+            tcp_ring_->reduce_scatter(flat.raw_data_ptr(), static_cast<size_t>(output.numel()), sizeof(T),
+                                      reduce_function<T>(op), options_.timeout());
+          });
+        } else if (flat.numel() > 0) {
           with_element_type(output.dtype(), "reduce_scatter", [&](auto tag_type) {
             using T = decltype(tag_type);
             gloo::AllreduceOptions opts(context_);

@@ -21,6 +21,8 @@
 namespace tinyddp::comm::detail {
 
 namespace {
+// "an allreduce", "a reduce_scatter": the article for an operation's name in messages.
+const char* article(const std::string& word) { return word.front() == 'a' ? "an" : "a"; }
 
 using net::Clock;
 
@@ -158,8 +160,8 @@ void TcpRing::exchange(const char* send_data, size_t send_bytes, char* recv_data
         if (on_receive) on_receive(received);
         moved = true;
       } else if (n == 0) {
-        fail(fmt::format("{} closed its connection to rank {} in the middle of an allreduce; did rank {} exit?",
-                         left_name_, rank_, left),
+        fail(fmt::format("{} closed its connection to rank {} in the middle of {} {}; did rank {} exit?", left_name_,
+                         rank_, article(operation_), operation_, left),
              false);
       } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         fail(fmt::format("rank {} lost its connection from {} ({}); did rank {} exit?", rank_, left_name_,
@@ -175,9 +177,10 @@ void TcpRing::exchange(const char* send_data, size_t send_bytes, char* recv_data
                      pollfd{recv_fd_, static_cast<short>(received < recv_bytes ? POLLIN : 0), 0}};
     const int rv = ::poll(fds, 2, remaining_ms(deadline));
     if (rv == 0) {
-      fail(fmt::format("rank {} timed out in an allreduce: {} of {} bytes sent to {}, {} of {} bytes received from {}",
-                       rank_, sent, send_bytes, right_name_, received, recv_bytes, left_name_),
-           true);
+      fail(
+          fmt::format("rank {} timed out in {} {}: {} of {} bytes sent to {}, {} of {} bytes received from {}", rank_,
+                      article(operation_), operation_, sent, send_bytes, right_name_, received, recv_bytes, left_name_),
+          true);
     }
     if (sent == send_bytes && (fds[0].revents & (POLLERR | POLLHUP)) != 0) {
       int err = 0;
@@ -190,28 +193,38 @@ void TcpRing::exchange(const char* send_data, size_t send_bytes, char* recv_data
   }
 }
 
-void TcpRing::allreduce(void* data, size_t count, size_t element_size, const Reduce& reduce,
-                        std::chrono::milliseconds timeout) {
+void TcpRing::check_usable(const char* operation) {
+  operation_ = operation;
   if (!broken_.empty())
-    raise("an earlier allreduce failed, so the ring's connections are unusable: " + broken_, broken_by_timeout_);
-  if (count == 0) return;
-  const auto deadline = Clock::now() + timeout;
-  char* const bytes = static_cast<char*>(data);
-  // Chunk i covers elements [start(i), start(i + 1)); chunk(k) is chunk k mod n.
-  const size_t n = static_cast<size_t>(size_);
-  const size_t base = count / n, extra = count % n;
-  const auto start = [&](size_t i) { return i * base + std::min(i, extra); };
-  const auto chunk = [&](int k) { return static_cast<size_t>((k % size_ + size_) % size_); };
-  const auto at = [&](size_t i) { return bytes + start(i) * element_size; };
-  const auto length = [&](size_t i) { return (start(i + 1) - start(i)) * element_size; };
-  if (scratch_.size() < length(0)) scratch_.resize(length(0));  // chunk 0 is a largest one
-  // Reduce-scatter: after step s, chunk (rank - s - 1) holds the contributions of s + 2 ranks;
-  // after the last, chunk (rank + 1) holds all of them.
+    raise(
+        "an earlier collective on the ring (allreduce, reduce_scatter or allgather) failed, so its connections are "
+        "unusable: " +
+            broken_,
+        broken_by_timeout_);
+}
+
+namespace {
+// Chunk i of `count` elements cut into n nearly equal chunks: elements [start(i), start(i + 1)).
+struct ChunkLayout {
+  char* bytes;
+  size_t count, n, element_size;
+  size_t start(size_t i) const { return i * (count / n) + std::min(i, count % n); }
+  char* at(size_t i) const { return bytes + start(i) * element_size; }
+  size_t length(size_t i) const { return (start(i + 1) - start(i)) * element_size; }
+};
+}  // namespace
+
+void TcpRing::reduce_scatter_phase(char* bytes, size_t count, size_t element_size, const Reduce& reduce, int shift,
+                                   Clock::time_point deadline) {
+  const ChunkLayout layout{bytes, count, static_cast<size_t>(size_), element_size};
+  const auto chunk = [&](int k) { return static_cast<size_t>(((k + shift) % size_ + size_) % size_); };
+  if (scratch_.size() < layout.length(0)) scratch_.resize(layout.length(0));  // chunk 0 is a largest one
+  // After step s, chunk (rank - s - 1 + shift) holds the contributions of s + 2 ranks.
   for (int s = 0; s + 1 < size_; ++s) {
     const size_t out = chunk(rank_ - s), in = chunk(rank_ - s - 1);
-    char* const target = at(in);
+    char* const target = layout.at(in);
     size_t reduced = 0;  // elements of `in` combined so far
-    exchange(at(out), length(out), scratch_.data(), length(in), deadline, [&](size_t received) {
+    exchange(layout.at(out), layout.length(out), scratch_.data(), layout.length(in), deadline, [&](size_t received) {
       const size_t ready = received / element_size;
       if (ready <= reduced) return;
       const size_t offset = reduced * element_size;
@@ -219,19 +232,49 @@ void TcpRing::allreduce(void* data, size_t count, size_t element_size, const Red
       reduced = ready;
     });
   }
-  // Allgather: pass the finished chunks on, each received straight into place.
+}
+
+void TcpRing::allgather_phase(char* bytes, size_t count, size_t element_size, int shift, Clock::time_point deadline) {
+  const ChunkLayout layout{bytes, count, static_cast<size_t>(size_), element_size};
+  const auto chunk = [&](int k) { return static_cast<size_t>(((k + shift) % size_ + size_) % size_); };
+  // Pass the finished chunks on, each received straight into place.
   for (int s = 0; s + 1 < size_; ++s) {
     const size_t out = chunk(rank_ + 1 - s), in = chunk(rank_ - s);
-    exchange(at(out), length(out), at(in), length(in), deadline, nullptr);
+    exchange(layout.at(out), layout.length(out), layout.at(in), layout.length(in), deadline, nullptr);
   }
+}
+
+void TcpRing::allreduce(void* data, size_t count, size_t element_size, const Reduce& reduce,
+                        std::chrono::milliseconds timeout) {
+  check_usable("allreduce");
+  if (count == 0) return;
+  const auto deadline = Clock::now() + timeout;
+  // After the reduce-scatter chunk (rank + 1) holds every contribution; the allgather passes
+  // the finished chunks around.
+  reduce_scatter_phase(static_cast<char*>(data), count, element_size, reduce, 0, deadline);
+  allgather_phase(static_cast<char*>(data), count, element_size, 0, deadline);
+}
+
+void TcpRing::reduce_scatter(void* data, size_t chunk_count, size_t element_size, const Reduce& reduce,
+                             std::chrono::milliseconds timeout) {
+  check_usable("reduce_scatter");
+  if (chunk_count == 0) return;
+  reduce_scatter_phase(static_cast<char*>(data), chunk_count * static_cast<size_t>(size_), element_size, reduce, -1,
+                       Clock::now() + timeout);
+}
+
+void TcpRing::allgather(void* data, size_t chunk_count, size_t element_size, std::chrono::milliseconds timeout) {
+  check_usable("allgather");
+  if (chunk_count == 0) return;
+  allgather_phase(static_cast<char*>(data), chunk_count * static_cast<size_t>(size_), element_size, -1,
+                  Clock::now() + timeout);
 }
 
 size_t TcpRing::swap(const std::vector<char>& message, size_t prefix_bytes, size_t max_rest_bytes,
                      const std::function<size_t(const char*)>& rest_of, std::vector<char>& received,
                      std::chrono::milliseconds timeout) {
   TDDP_CHECK(size_ == 2, "TcpRing::swap is for two ranks, not {}", size_);
-  if (!broken_.empty())
-    raise("an earlier exchange failed, so the connections are unusable: " + broken_, broken_by_timeout_);
+  check_usable("allreduce");  // the pair exchange carries small allreduces (and their call records)
   const auto deadline = Clock::now() + timeout;
   size_t expected = prefix_bytes;  // grows to the whole message once its prefix is in
   // Room for the longest message: exchange writes in place.

@@ -1,5 +1,6 @@
-// TcpRing, the project's own transport (not Gloo's): large allreduces over a ring of plain TCP
-// connections, driven by the calling thread, and the two-rank pair exchange (swap) that
+// TcpRing, the project's own transport (not Gloo's): large allreduces (and the reduce-scatters
+// and allgathers that are its two halves) over a ring of plain TCP connections, driven by the
+// calling thread, and the two-rank pair exchange (swap) that
 // ProcessGroupGloo runs its small two-rank allreduces and the desync check's records on.
 //
 // Gloo's general allreduce moves data through its transport's event-loop thread. While the
@@ -54,6 +55,14 @@ class TcpRing {
   // Every rank must call it with the same count, element size and reduction.
   void allreduce(void* data, size_t count, size_t element_size, const Reduce& reduce,
                  std::chrono::milliseconds timeout);
+  // The allreduce's two halves alone, on `data` of size x `chunk_count` elements (chunk r is
+  // elements [r chunk_count, (r + 1) chunk_count)). reduce_scatter leaves chunk `rank` reduced
+  // over every rank's data (the other chunks hold partial sums); allgather sends this rank's
+  // chunk `rank` and receives every other rank's own chunk into place. Each moves (n - 1) / n
+  // of the buffer, half an allreduce's traffic.
+  void reduce_scatter(void* data, size_t chunk_count, size_t element_size, const Reduce& reduce,
+                      std::chrono::milliseconds timeout);
+  void allgather(void* data, size_t chunk_count, size_t element_size, std::chrono::milliseconds timeout);
 
   // Two ranks only (next and previous are the peer): sends `message` to the peer while
   // receiving the peer's message into the front of `received` (grown once to the longest
@@ -73,6 +82,17 @@ class TcpRing {
   void exchange(const char* send_data, size_t send_bytes, char* recv_data, const size_t& recv_bytes,
                 std::chrono::steady_clock::time_point deadline, const std::function<void(size_t)>& on_receive);
   [[noreturn]] void fail(const std::string& message, bool timed_out);
+  // The ring's two phases over `count` elements at `bytes` cut into size_ nearly equal chunks:
+  // after reduce_scatter_phase chunk (rank + 1 + shift) holds every rank's contribution;
+  // allgather_phase starts from chunk (rank + 1 + shift) complete on each rank and ends with
+  // every chunk everywhere. The allreduce runs both with shift 0; the reduce-scatter and the
+  // allgather alone use shift -1, so that rank r's own chunk is chunk r.
+  void reduce_scatter_phase(char* bytes, size_t count, size_t element_size, const Reduce& reduce, int shift,
+                            std::chrono::steady_clock::time_point deadline);
+  void allgather_phase(char* bytes, size_t count, size_t element_size, int shift,
+                       std::chrono::steady_clock::time_point deadline);
+  // Throws the first failure again if there was one; names the operation for the messages.
+  void check_usable(const char* operation);
 
   int rank_;
   int size_;
@@ -81,7 +101,8 @@ class TcpRing {
   std::string broken_;  // the first failure; later runs repeat it
   bool broken_by_timeout_ = false;
   std::vector<char> scratch_;
-  std::string right_name_, left_name_;  // "[10.0.0.2]:40123 (rank 1)": rank + 1's and rank - 1's
+  std::string operation_ = "allreduce";  // what the current exchange is part of, for messages
+  std::string right_name_, left_name_;   // "[10.0.0.2]:40123 (rank 1)": rank + 1's and rank - 1's
 };
 
 }  // namespace tinyddp::comm::detail

@@ -180,7 +180,8 @@ TEST_CASE("large allreduces: a dead or absent peer gives an error within the tim
         const Tensor t = tensor::ones({1 << 20});  // 4 MiB
         // Rank 0 receives from rank 2, rank 1 sends to it: each names rank 2.
         expect_allreduce_error(pg, e, t, "rank 2");
-        expect_allreduce_error(pg, e, t, "an earlier allreduce failed");
+        expect_allreduce_error(pg, e, t,
+                               "an earlier collective on the ring (allreduce, reduce_scatter or allgather) failed");
         // Stay a moment: a survivor that exits at once closes its own connections, and the
         // other survivor could see that before the dead rank's.
         std::this_thread::sleep_for(std::chrono::seconds(1));
