@@ -26,7 +26,9 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <thread>
 
+#include "bench/memory_trace.h"
 #include "examples/models.h"
 #include "examples/run_env.h"
 #include "tinyddp/comm/init.h"
@@ -62,6 +64,7 @@ struct Config {
   bool cuda_graph = false;          // time replays of one captured step (--device cuda, --mode local)
   bool tf32 = false;                // float32 products and convolutions on TF32 tensor cores (--device cuda)
   int threads = 1;                  // intra-op threads per process; 0: tinyddp's default (the physical cores)
+  std::string memory_trace;         // rank 0 writes the live CPU tensor bytes over one more step here
 };
 
 // " find_unused_parameters=1 ...": the DDP options set away from their defaults.
@@ -194,6 +197,25 @@ std::shared_ptr<tinyddp::ddp::DistributedDataParallel> make_ddp(
           .gradient_as_bucket_view(c.gradient_as_bucket_view));
 }
 
+// --memory_trace: one more step, the bytes of live CPU tensors sampled through it (rank 0
+// writes the trace; bench/memory_trace.h).
+void trace_memory(const Config& c, const Workload& w, tinyddp::ddp::DistributedDataParallel* ddp, nn::Optimizer& opt,
+                  const t::Device& device, const tinyddp::comm::ProcessGroup* pg) {
+  if (c.memory_trace.empty()) return;
+  tinyddp::bench::MemoryTrace trace;
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the level before the step
+  trace.mark("forward");
+  opt.zero_grad(!c.zero_grad_in_place);
+  const t::Tensor loss = forward_and_loss(c, w, ddp, device);
+  trace.mark("backward");
+  loss.backward();
+  trace.mark("optimizer");
+  opt.step();
+  trace.mark("end");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  if (pg == nullptr || pg->rank() == 0) trace.write(c.memory_trace);
+}
+
 // --mode: nothing (local), DDP, or fully_shard (fsdp: returns null); a group of one when no
 // launcher made one.
 std::shared_ptr<tinyddp::ddp::DistributedDataParallel> wrap_model(const Config& c, const Workload& w,
@@ -272,6 +294,7 @@ int run(const Config& c) {
     step();
     us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
   }
+  trace_memory(c, w, ddp.get(), *optimizer, device, pg.get());
   std::sort(us.begin(), us.end());
   if (!pg || pg->rank() == 0) {
     std::cout << "RESULT model=" << c.model << " mode=" << c.mode << (gpu ? " device=cuda" : "") << ddp_flags(c)
@@ -327,6 +350,9 @@ int main(int argc, char** argv) {
                "zero_grad(set_to_none = false): keep .grad and zero it (PyTorch 1.x's default)");
   app.add_flag("--report_memory", c.report_memory,
                "append the peak resident memory of the timed steps (peak_rss_mb) to the RESULT line");
+  app.add_option("--memory_trace", c.memory_trace,
+                 "after the timed steps, one more with the bytes of live CPU tensors sampled every 100 us; rank 0 "
+                 "writes them to this file (scripts/plot_memory.py draws them)");
   app.add_option("--nproc", nproc, "processes to fork when not under a launcher")->check(CLI::Range(1, 64));
   app.add_option("--device", c.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--backend", c.backend, "gloo or nccl (default: nccl with --device cuda, else gloo)")

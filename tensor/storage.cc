@@ -186,6 +186,29 @@ Allocator* allocator_for(Device device) {
   throw Error("allocator_for: unknown device type");
 }
 
+namespace {
+std::atomic<size_t> cpu_allocated{0};
+std::atomic<size_t> cpu_peak{0};
+
+void count_cpu_bytes(Device device, size_t nbytes) {
+  if (!device.is_cpu() || nbytes == 0) return;
+  const size_t now = cpu_allocated.fetch_add(nbytes, std::memory_order_relaxed) + nbytes;
+  size_t peak = cpu_peak.load(std::memory_order_relaxed);
+  while (now > peak && !cpu_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+void uncount_cpu_bytes(Device device, size_t nbytes) {
+  if (device.is_cpu() && nbytes > 0) cpu_allocated.fetch_sub(nbytes, std::memory_order_relaxed);
+}
+}  // namespace
+
+CpuMemoryStats cpu_memory_stats() {
+  return {cpu_allocated.load(std::memory_order_relaxed), cpu_peak.load(std::memory_order_relaxed)};
+}
+
+void reset_cpu_peak_memory() { cpu_peak.store(cpu_allocated.load(std::memory_order_relaxed)); }
+
 size_t cpu_cached_bytes() { return LargeBlocks::instance().cached_bytes(); }
 
 void cpu_empty_cache() { LargeBlocks::instance().empty(); }
@@ -205,6 +228,7 @@ Storage::Storage(size_t nbytes, Device device) {
   impl_->data = reinterpret_cast<void*>((first + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment);
   impl_->nbytes = nbytes;
   impl_->device = kCPU;
+  count_cpu_bytes(kCPU, nbytes);
 }
 
 Storage::Storage(size_t nbytes, Allocator* allocator) {
@@ -215,12 +239,14 @@ Storage::Storage(size_t nbytes, Allocator* allocator) {
   impl_->nbytes = nbytes;
   impl_->device = allocator->device();
   impl_->allocator = allocator;
+  count_cpu_bytes(impl_->device, nbytes);
 }
 
 void Storage::free_bytes() const {
   TDDP_CHECK(impl_ != nullptr && impl_->allocator != nullptr,
              "Storage::free_bytes: only a storage made from an allocator can free its bytes");
   if (impl_->data != nullptr) impl_->allocator->deallocate(impl_->data, impl_->nbytes);
+  uncount_cpu_bytes(impl_->device, impl_->nbytes);
   impl_->data = nullptr;
   impl_->nbytes = 0;
 }
@@ -230,6 +256,7 @@ void Storage::restore_bytes(size_t nbytes) const {
              "Storage::restore_bytes: only a storage whose bytes were freed (free_bytes) can have them back");
   impl_->data = impl_->allocator->allocate(nbytes);
   impl_->nbytes = nbytes;
+  count_cpu_bytes(impl_->device, nbytes);
 }
 
 void Storage::restore_version(uint64_t version) const {
@@ -238,6 +265,7 @@ void Storage::restore_version(uint64_t version) const {
 
 void Storage::release(Impl* impl) {
   if (impl == nullptr || impl->references.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  uncount_cpu_bytes(impl->device, impl->nbytes);
   if (impl->allocator == nullptr) {
     impl->~Impl();
     std::free(impl);  // header and bytes were one malloc block

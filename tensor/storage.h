@@ -27,6 +27,17 @@ Allocator* cpu_allocator();
 // that gives them all back to the system.
 size_t cpu_cached_bytes();
 void cpu_empty_cache();
+// The bytes of the CPU storages alive now (tensors, views share theirs) and the most alive at
+// once since the last reset_cpu_peak_memory(): torch.cuda.memory_allocated and
+// max_memory_allocated for the CPU. What a model's parameters, gradients, optimizer state and
+// activations hold, without the large-block cache, the allocator's rounding or the process's
+// other memory (which a peak RSS includes).
+struct CpuMemoryStats {
+  size_t allocated_bytes = 0;
+  size_t peak_allocated_bytes = 0;
+};
+CpuMemoryStats cpu_memory_stats();
+void reset_cpu_peak_memory();
 // The allocator for `device`; throws a clear error for devices this build cannot use.
 Allocator* allocator_for(Device device);
 

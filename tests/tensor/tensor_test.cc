@@ -191,6 +191,27 @@ TEST_CASE("storage is shared by views and freed with the last one", "[tensor][st
   CHECK(reinterpret_cast<uintptr_t>(Storage(100, kCPU).data()) % 64 == 0);
 }
 
+TEST_CASE("cpu_memory_stats counts the bytes of live CPU storages, views once, freed bytes out", "[tensor][storage]") {
+  const size_t before = cpu_memory_stats().allocated_bytes;
+  reset_cpu_peak_memory();
+  CHECK(cpu_memory_stats().peak_allocated_bytes == before);
+  {
+    const Tensor a = zeros({1000});                     // 4000 bytes: one small block
+    const Tensor big = empty({int64_t{40 << 20} / 4});  // 40 MiB of float32: the large-block allocator
+    const Tensor view = a.narrow(0, 10, 10);            // shares a's storage: nothing new
+    CHECK(cpu_memory_stats().allocated_bytes == before + 4000 + (size_t(40) << 20));
+    // A freed storage's bytes leave the count while its tensors live, and come back.
+    const Storage s(256, cpu_allocator());
+    CHECK(cpu_memory_stats().allocated_bytes == before + 4256 + (size_t(40) << 20));
+    s.free_bytes();
+    CHECK(cpu_memory_stats().allocated_bytes == before + 4000 + (size_t(40) << 20));
+    s.restore_bytes(128);
+    CHECK(cpu_memory_stats().allocated_bytes == before + 4128 + (size_t(40) << 20));
+  }
+  CHECK(cpu_memory_stats().allocated_bytes == before);
+  CHECK(cpu_memory_stats().peak_allocated_bytes == before + 4256 + (size_t(40) << 20));
+}
+
 TEST_CASE("freed CPU blocks of 32 MiB or more are reused, up to the cache's limit", "[tensor][storage]") {
   cpu_empty_cache();
   REQUIRE(cpu_cached_bytes() == 0);
