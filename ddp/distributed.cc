@@ -25,32 +25,6 @@ namespace tinyddp::ddp {
 
 using tensor::NoGradGuard;
 
-namespace {
-// The same instant on every rank, each in its own clock: the ranks leave kRounds barriers and
-// read their clock after each; rank r's clock minus rank 0's is the median over the rounds of
-// the difference between their reads, so a read that a busy machine delayed (the thread
-// descheduled between leaving a barrier and reading the clock) moves one round and not the
-// result. Time zero is rank 0's last read, mapped onto each rank's clock.
-Recorder::Clock::time_point agree_on_time_zero(comm::ProcessGroup& pg, tensor::Device device) {
-  constexpr int kRounds = 5;
-  std::vector<int64_t> reads(kRounds);
-  for (int64_t& read : reads) {
-    pg.barrier()->wait();
-    read = std::chrono::duration_cast<std::chrono::nanoseconds>(Recorder::Clock::now().time_since_epoch()).count();
-  }
-  std::vector<Tensor> all;
-  for (int r = 0; r < pg.size(); ++r)
-    all.push_back(tensor::zeros({kRounds}, tensor::TensorOptions(tensor::kInt64).device(device)));
-  pg.allgather(all, tensor::from_vector(reads).to(device))->wait();
-  const std::vector<int64_t> mine = all[static_cast<size_t>(pg.rank())].to(tensor::kCPU).to_vector<int64_t>();
-  const std::vector<int64_t> first = all[0].to(tensor::kCPU).to_vector<int64_t>();
-  std::vector<int64_t> offsets(kRounds);
-  for (int k = 0; k < kRounds; ++k) offsets[k] = mine[k] - first[k];
-  std::nth_element(offsets.begin(), offsets.begin() + kRounds / 2, offsets.end());
-  return Recorder::Clock::time_point(std::chrono::nanoseconds(first[kRounds - 1] + offsets[kRounds / 2]));
-}
-}  // namespace
-
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
                                                  std::shared_ptr<comm::ProcessGroup> pg, DDPOptions options)
     : Module("DistributedDataParallel"), module_(std::move(module)), pg_(pg ? std::move(pg) : comm::default_group()),

@@ -38,6 +38,18 @@ using detail::shard_of;
 using detail::wait_for;
 
 namespace {
+// The timeline's rows for the units' collectives (the compute row is Timeline::kCompute).
+constexpr int kGatherTrack = 1, kReduceTrack = 2;
+
+// Counts the root's forwards on this thread (a rank): a gather prefetched in one forward is
+// used only in it and its backward.
+thread_local uint64_t forward_epoch = 0;
+// The units whose forward began since the root's did, in that order (the root first).
+thread_local std::vector<std::weak_ptr<FullyShardedUnit>> forward_order;
+int64_t forward_epoch_now() { return static_cast<int64_t>(forward_epoch); }
+}  // namespace
+
+namespace {
 // `shape` with its first dimension set to `rows` (a scalar counts as [1]).
 tensor::Shape with_rows(const tensor::Shape& shape, int64_t rows) {
   tensor::Shape s = shape.empty() ? tensor::Shape{1} : shape;
@@ -55,7 +67,7 @@ Tensor nothing_like(const Tensor& shard, tensor::DType dtype) {
 
 FullyShardedUnit::FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shared_ptr<comm::ProcessGroup> pg,
                                    FullyShardOptions options)
-    : module_(module), module_address_(module.get()), name_(module->type_name()), pg_(std::move(pg)),
+    : module_(module), module_address_(module.get()), name_(module->type_name()), label_(name_), pg_(std::move(pg)),
       options_(options) {
   TDDP_CHECK(pg_ != nullptr, "fully_shard({}): the process group is null", name_);
   const int64_t world = pg_->size();
@@ -120,6 +132,12 @@ FullyShardedUnit::FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shar
   stats_.shard_numel = shard_numel_;
   for (const Slot& slot : slots_) stats_.full_numel += slot.param.numel();
   ready_.assign(slots_.size(), false);
+  if (options_.timeline && !options_.timeline->aligned()) {
+    options_.timeline->align(
+        agree_on_time_zero(*pg_, slots_.empty() ? tensor::Device(tensor::kCPU) : slots_.front().shard.device()));
+    options_.timeline->name_track(kGatherTrack, "all-gather");
+    options_.timeline->name_track(kReduceTrack, "reduce-scatter");
+  }
   for (size_t i = 0; i < slots_.size(); ++i) {
     handles_.push_back(slots_[i].param.grad_accumulator()->add_post_hook([this, i] { on_gradient(i); }));
   }
@@ -146,36 +164,24 @@ FullyShardedUnit::~FullyShardedUnit() {
 FullyShardStats FullyShardedUnit::stats() const { return stats_; }
 
 namespace {
-bool is_floating(const Tensor& t) { return t.defined() && tensor::is_floating_point(t.dtype()); }
-
-// `tensors` with each floating-point one cast to `dtype` (differentiably); nullopt when none
-// changes.
-std::optional<nn::Tensors> cast_floating(const nn::Tensors& tensors, std::optional<tensor::DType> dtype) {
-  if (!dtype || std::none_of(tensors.begin(), tensors.end(),
-                             [&](const Tensor& t) { return is_floating(t) && t.dtype() != *dtype; }))
-    return std::nullopt;
-  nn::Tensors out;
-  for (const Tensor& t : tensors) out.push_back(is_floating(t) ? t.to(*dtype) : t);
-  return out;
+Timeline::Clock::time_point finished(const comm::Work& work) {
+  return work.finished_at().value_or(Timeline::Clock::now());
 }
 }  // namespace
 
-std::optional<nn::Tensors> FullyShardedUnit::cast_inputs(const nn::Tensors& inputs) const {
-  if (!options_.mp_policy.cast_forward_inputs) return std::nullopt;
-  return cast_floating(inputs, options_.mp_policy.param_dtype);
+void FullyShardedUnit::record(const std::string& what, Timeline::Clock::time_point start,
+                              Timeline::Clock::time_point end, int track, const std::string& detail) const {
+  if (options_.timeline) options_.timeline->span(what + " " + label_ + detail, start, end, forward_epoch_now(), track);
 }
 
-std::optional<nn::Tensors> FullyShardedUnit::cast_outputs(const nn::Tensors& outputs) const {
-  return cast_floating(outputs, options_.mp_policy.output_dtype);
+void FullyShardedUnit::record_instant(const std::string& what) const {
+  if (options_.timeline) options_.timeline->instant(what + " " + label_, Timeline::Clock::now(), forward_epoch_now());
 }
 
-namespace {
-// Counts the root's forwards on this thread (a rank): a gather prefetched in one forward is
-// used only in it and its backward.
-thread_local uint64_t forward_epoch = 0;
-// The units whose forward began since the root's did, in that order (the root first).
-thread_local std::vector<std::weak_ptr<FullyShardedUnit>> forward_order;
-}  // namespace
+std::string FullyShardedUnit::mib(tensor::DType dtype, const char* more) const {
+  return fmt::format(" ({:.2f} MiB{})",
+                     static_cast<double>(shard_numel_ * pg_->size()) * tensor::element_size(dtype) / 1048576.0, more);
+}
 
 std::pair<std::shared_ptr<comm::Work>, Tensor> FullyShardedUnit::start_gather() {
   NoGradGuard no_grad;
@@ -196,19 +202,23 @@ Tensor FullyShardedUnit::gather_blocks() {
     const Prefetch p = std::move(*prefetch_);
     prefetch_.reset();
     wait_for(p.work, name_, "gathering the parameters (prefetched)");
+    record("all-gather", p.issued, finished(*p.work), kGatherTrack, mib(compute_dtype_, ", prefetched"));
     if (p.epoch == forward_epoch) return p.gathered;
     // Issued in an earlier forward that did not reach this unit: the shards changed since.
   }
+  const auto issued = Timeline::Clock::now();
   auto [work, gathered] = start_gather();
   wait_for(work, name_, "gathering the parameters");
+  record("all-gather", issued, finished(*work), kGatherTrack, mib(compute_dtype_));
   return gathered;
 }
 
 void FullyShardedUnit::prefetch(bool for_backward) {
   const State wanted = for_backward ? State::kFreedAfterForward : State::kSharded;
   if (slots_.empty() || state_ != wanted || prefetch_) return;
+  const auto issued = Timeline::Clock::now();
   auto [work, gathered] = start_gather();
-  prefetch_ = Prefetch{std::move(work), gathered, forward_epoch};
+  prefetch_ = Prefetch{std::move(work), gathered, forward_epoch, issued};
   ++stats_.prefetches;
 }
 
@@ -258,6 +268,7 @@ void FullyShardedUnit::free_after_forward() {
   for (const Slot& slot : slots_) slot.param.storage().free_bytes();
   state_ = State::kFreedAfterForward;
   stats_.gathered = false;
+  record_instant("free");
 }
 
 void FullyShardedUnit::arm() {
@@ -305,6 +316,7 @@ void FullyShardedUnit::on_gradient(size_t slot) {
 }
 
 void FullyShardedUnit::end_backward() {
+  record("backward", compute_start_, Timeline::Clock::now());
   if (requires_gradient_sync_) {
     reduce_gradients();
     return;
@@ -345,9 +357,11 @@ void FullyShardedUnit::reduce_gradients() {
   for (int64_t r = 0; r < world; ++r) inputs.push_back(packed.select(0, r));
   // Launched, not waited for: it travels while the backward goes on; finish_reduce, at the
   // backward's end, waits and writes the shards' gradients.
-  pending_reduce_ = PendingReduce{pg_->reduce_scatter(mine, inputs, comm::ReduceOp::kSum), packed, mine};
+  const auto launched = Timeline::Clock::now();
+  pending_reduce_ = PendingReduce{pg_->reduce_scatter(mine, inputs, comm::ReduceOp::kSum), packed, mine, launched};
   for (const Slot& slot : slots_) slot.param.mutable_grad() = Tensor();  // copied into `packed`
   reshard();
+  record_instant("free");
   armed_ = false;
   ++stats_.reduce_scatters;
 }
@@ -357,6 +371,7 @@ void FullyShardedUnit::finish_reduce() {
   const PendingReduce done = std::move(*pending_reduce_);
   pending_reduce_.reset();
   wait_for(done.work, name_, "reduce-scattering the gradients");
+  record("reduce-scatter", done.launched, finished(*done.work), kReduceTrack, mib(reduce_dtype_));
   NoGradGuard no_grad;
   // The average, as DDP's: the sum over the ranks divided by W (DDP divides each bucket before
   // its allreduce: the same numbers when W is a power of two, within a rounding otherwise).
@@ -392,6 +407,7 @@ void FullyShardedUnit::begin_forward(bool root) {
                                        [this](const auto& u) { return u.lock().get() == this; });
   if (first_call) forward_order.push_back(weak_from_this());
   unshard();
+  compute_start_ = Timeline::Clock::now();
   if (tensor::GradMode::is_enabled()) arm();
   // The next unit's gather, issued now so that it travels while this unit computes (the order
   // is the previous forward's).
@@ -399,6 +415,7 @@ void FullyShardedUnit::begin_forward(bool root) {
 }
 
 void FullyShardedUnit::end_forward() {
+  record("forward", compute_start_, Timeline::Clock::now());
   if (!tensor::GradMode::is_enabled()) {
     reshard();
   } else if (!is_root_) {
@@ -420,6 +437,7 @@ void FullyShardedUnit::end_forward() {
 
 void FullyShardedUnit::begin_backward() {
   unshard();
+  compute_start_ = Timeline::Clock::now();
   if (const std::shared_ptr<FullyShardedUnit> next = next_backward_.lock()) next->prefetch(/*for_backward=*/true);
 }
 

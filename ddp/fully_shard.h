@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "tinyddp/comm/process_group.h"
+#include "tinyddp/ddp/timeline.h"
 #include "tinyddp/nn/checkpoint.h"
 #include "tinyddp/nn/module.h"
 #include "tinyddp/nn/optim.h"
@@ -80,6 +81,12 @@ struct FullyShardOptions {
   bool broadcast_buffers = true;
   // Mixed precision: unset, everything happens in the parameters' own dtype.
   MixedPrecisionPolicy mp_policy;
+  // Record each unit's forward and backward (compute row), all-gathers and reduce-scatters
+  // (their rows, from issue to completion) and frees on this timeline, a Chrome trace per rank
+  // as DDP's (ddp/timeline.h). Give every unit the same one (fully_shard_by_policy does); the
+  // first unit to get it agrees with the other ranks on its time zero (a collective, so every
+  // rank must set it). Write it with timeline->write(path, rank).
+  std::shared_ptr<Timeline> timeline;
 };
 
 // What one unit holds, for tests and reports.
@@ -169,6 +176,10 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
   // accumulate over the backward passes until one with true reduces their sum: gradient
   // accumulation as DDP's no_sync, at the cost of holding the full gradients meanwhile.
   void set_requires_gradient_sync(bool sync) { requires_gradient_sync_ = sync; }
+  // What the timeline calls this unit: its module's type until the root's fully_shard names
+  // each unit inside it by its module's path ("transformer.h.0"; the root "(root)").
+  void set_label(std::string label) { label_ = std::move(label); }
+  const std::string& label() const { return label_; }
 
   // The module hooks' steps: before the forward (gather; with grad mode on, count this
   // backward's gradients) and after it (free, as the options and grad mode say).
@@ -202,10 +213,18 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
   void on_gradient(size_t slot);  // a parameter's gradient is complete
   void end_backward();            // every gradient is in: reduce (or, without sync, keep)
   void reduce_gradients();        // the reduce-scatter into the shards' .grad
+  // On options_.timeline (if any): a span "<what> <label><detail>" from `start` to `end` on
+  // `track`; an instant "<what> <label>" now on the compute row.
+  void record(const std::string& what, Timeline::Clock::time_point start, Timeline::Clock::time_point end,
+              int track = Timeline::kCompute, const std::string& detail = "") const;
+  void record_instant(const std::string& what) const;
+  // " (12.00 MiB<more>)": the unit's gathered bytes in `dtype`.
+  std::string mib(tensor::DType dtype, const char* more = "") const;
 
   std::weak_ptr<nn::Module> module_;
   const nn::Module* module_address_;  // its key in the registry of sharded modules
   std::string name_;
+  std::string label_;  // on the timeline
   std::shared_ptr<comm::ProcessGroup> pg_;
   FullyShardOptions options_;
   State state_ = State::kSharded;
@@ -223,12 +242,15 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
     std::shared_ptr<comm::Work> work;
     tensor::Tensor gathered;
     uint64_t epoch;  // the forward it was issued in
+    Timeline::Clock::time_point issued;
   };
   std::optional<Prefetch> prefetch_;
   struct PendingReduce {
     std::shared_ptr<comm::Work> work;
     tensor::Tensor packed, mine;  // its input (kept alive) and this rank's result
+    Timeline::Clock::time_point launched;
   };
+  Timeline::Clock::time_point compute_start_;  // this unit's forward or backward, once gathered
   std::optional<PendingReduce> pending_reduce_;
   std::weak_ptr<FullyShardedUnit> next_forward_, next_backward_;  // the previous forward's order
   FullyShardStats stats_;

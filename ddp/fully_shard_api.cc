@@ -26,6 +26,31 @@ namespace {
 thread_local int units_in_forward = 0;  // the root is the unit whose forward starts at 0
 }  // namespace
 
+// mp_policy's casts of the units' inputs and outputs (the module hooks' part of mixed precision).
+namespace {
+bool is_floating(const Tensor& t) { return t.defined() && tensor::is_floating_point(t.dtype()); }
+
+// `tensors` with each floating-point one cast to `dtype` (differentiably); nullopt when none
+// changes.
+std::optional<nn::Tensors> cast_floating(const nn::Tensors& tensors, std::optional<tensor::DType> dtype) {
+  if (!dtype || std::none_of(tensors.begin(), tensors.end(),
+                             [&](const Tensor& t) { return is_floating(t) && t.dtype() != *dtype; }))
+    return std::nullopt;
+  nn::Tensors out;
+  for (const Tensor& t : tensors) out.push_back(is_floating(t) ? t.to(*dtype) : t);
+  return out;
+}
+}  // namespace
+
+std::optional<nn::Tensors> FullyShardedUnit::cast_inputs(const nn::Tensors& inputs) const {
+  if (!options_.mp_policy.cast_forward_inputs) return std::nullopt;
+  return cast_floating(inputs, options_.mp_policy.param_dtype);
+}
+
+std::optional<nn::Tensors> FullyShardedUnit::cast_outputs(const nn::Tensors& outputs) const {
+  return cast_floating(outputs, options_.mp_policy.output_dtype);
+}
+
 std::shared_ptr<FullyShardedUnit> fully_shard(const std::shared_ptr<nn::Module>& module,
                                               std::shared_ptr<comm::ProcessGroup> pg, FullyShardOptions options) {
   TDDP_CHECK(module != nullptr, "fully_shard: the module is null");
@@ -48,6 +73,12 @@ std::shared_ptr<FullyShardedUnit> fully_shard(const std::shared_ptr<nn::Module>&
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
     r.units[module.get()] = unit;
+    // The units inside this module are named on the timeline by their paths in it.
+    for (const auto& [path, m] : module->named_modules("", /*include_self=*/false)) {
+      const auto it = r.units.find(m.get());
+      if (it == r.units.end()) continue;
+      if (const std::shared_ptr<FullyShardedUnit> inner = it->second.lock()) inner->set_label(path);
+    }
   }
   // Gather before the forward; with grad mode on, count this backward's gradients.
   module->register_forward_pre_hook([unit](nn::Module&, const nn::Tensors& inputs) -> std::optional<nn::Tensors> {

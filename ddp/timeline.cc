@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tinyddp/base/error.h"
+#include "tinyddp/tensor/factory.h"
 
 namespace tinyddp::ddp {
 
@@ -15,6 +16,11 @@ void Timeline::align(Clock::time_point origin) {
   std::lock_guard<std::mutex> lock(mutex_);
   origin_ = origin;
   aligned_ = true;
+}
+
+void Timeline::name_track(int track, std::string name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  track_names_[track] = std::move(name);
 }
 
 void Timeline::instant(const std::string& name, Clock::time_point at, int64_t iteration, int track) {
@@ -52,7 +58,9 @@ std::string Timeline::json(int rank) const {
       {{"name", "process_name"}, {"ph", "M"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
   events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", rank}, {"args", {{"sort_index", rank}}}});
   for (const int track : tracks) {
-    const std::string name = track == kCompute            ? "compute"
+    const auto named = track_names_.find(track);
+    const std::string name = named != track_names_.end()  ? named->second
+                             : track == kCompute          ? "compute"
                              : track == kLayerCollectives ? "layer collectives (SyncBatchNorm)"
                                                           : "bucket " + std::to_string(track - 1) + " allreduce";
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", track}, {"args", {{"name", name}}}});
@@ -68,9 +76,33 @@ std::string Timeline::json(int rank) const {
   }
   const nlohmann::json other = {
       {"rank", rank},
-      {"clock", aligned_ ? "aligned: microseconds since all ranks left DDP's construction barrier"
+      {"clock", aligned_ ? "aligned: microseconds since all ranks left the barriers of agree_on_time_zero"
                          : "this rank's own: microseconds since its timeline started"}};
   return nlohmann::json({{"traceEvents", events}, {"displayTimeUnit", "ms"}, {"otherData", other}}).dump();
+}
+
+// The same instant on every rank, each in its own clock: the ranks leave kRounds barriers and
+// read their clock after each; rank r's clock minus rank 0's is the median over the rounds of
+// the difference between their reads, so a read that a busy machine delayed (the thread
+// descheduled between leaving a barrier and reading the clock) moves one round and not the
+// result. Time zero is rank 0's last read, mapped onto each rank's clock.
+Timeline::Clock::time_point agree_on_time_zero(comm::ProcessGroup& pg, tensor::Device device) {
+  constexpr int kRounds = 5;
+  std::vector<int64_t> reads(kRounds);
+  for (int64_t& read : reads) {
+    pg.barrier()->wait();
+    read = std::chrono::duration_cast<std::chrono::nanoseconds>(Timeline::Clock::now().time_since_epoch()).count();
+  }
+  std::vector<tensor::Tensor> all;
+  for (int r = 0; r < pg.size(); ++r)
+    all.push_back(tensor::zeros({kRounds}, tensor::TensorOptions(tensor::kInt64).device(device)));
+  pg.allgather(all, tensor::from_vector(reads).to(device))->wait();
+  const std::vector<int64_t> mine = all[static_cast<size_t>(pg.rank())].to(tensor::kCPU).to_vector<int64_t>();
+  const std::vector<int64_t> first = all[0].to(tensor::kCPU).to_vector<int64_t>();
+  std::vector<int64_t> offsets(kRounds);
+  for (int k = 0; k < kRounds; ++k) offsets[k] = mine[k] - first[k];
+  std::nth_element(offsets.begin(), offsets.begin() + kRounds / 2, offsets.end());
+  return Timeline::Clock::time_point(std::chrono::nanoseconds(first[kRounds - 1] + offsets[kRounds / 2]));
 }
 
 void Timeline::write(const std::string& path, int rank) const {

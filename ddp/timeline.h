@@ -8,7 +8,7 @@
 // collectives. Every event carries its iteration in "args".
 //
 // One clock for all ranks: DistributedDataParallel's constructor agrees with the other ranks on
-// one instant (agree_on_time_zero in distributed.cc: the median offset over five barriers) and
+// one instant (agree_on_time_zero, below: the median offset over five barriers) and
 // calls align with it; times are microseconds since that instant, so the per-rank files line
 // up (to within a barrier's release skew, tens of microseconds over loopback) and
 // scripts/merge_timelines.py can put them into one trace.
@@ -16,9 +16,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "tinyddp/comm/process_group.h"
 
 namespace tinyddp::ddp {
 
@@ -35,6 +38,8 @@ class Timeline {
   void align(Clock::time_point origin);
   bool aligned() const { return aligned_; }
 
+  // The row `track`'s name in the trace (unnamed rows: "compute", "bucket b allreduce").
+  void name_track(int track, std::string name);
   void instant(const std::string& name, Clock::time_point at, int64_t iteration, int track = kCompute);
   void span(const std::string& name, Clock::time_point start, Clock::time_point end, int64_t iteration,
             int track = kCompute);
@@ -54,6 +59,11 @@ class Timeline {
   Clock::time_point origin_ = Clock::now();
   bool aligned_ = false;
   std::vector<Event> events_;
+  std::map<int, std::string> track_names_;
 };
+
+// The same instant on every rank of `pg` (a collective: five barriers and an allgather on
+// `device`), each on its own clock: what Timeline::align takes, so that the ranks' files line up.
+Timeline::Clock::time_point agree_on_time_zero(comm::ProcessGroup& pg, tensor::Device device);
 
 }  // namespace tinyddp::ddp

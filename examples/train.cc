@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   app.add_option("--bucket_cap_mb", config.bucket_cap_mb, "DDP bucket size in MiB (default 25)");
   app.add_option("--first_bucket_cap_mb", config.first_bucket_cap_mb, "DDP's first bucket size in MiB (default 1)");
   app.add_option("--timeline", config.timeline,
-                 "write DDP's events of each rank to PATH.rank<r>.json (Chrome trace; merge with "
+                 "write DDP's (or --fsdp's) events of each rank to PATH.rank<r>.json (Chrome trace; merge with "
                  "scripts/merge_timelines.py)");
   app.add_option(
       "--comm_hook", config.comm_hook,

@@ -85,15 +85,18 @@ struct Runner {
   std::shared_ptr<nn::Module> module;
   std::shared_ptr<ddp::DistributedDataParallel> ddp;
   std::shared_ptr<ddp::PowerSGDState> powersgd;
+  std::shared_ptr<ddp::Timeline> fsdp_timeline;  // --fsdp --timeline: every unit records into it
 };
 
 Runner wrap_in_ddp(const TrainConfig& config, const std::shared_ptr<nn::Module>& model,
                    const std::shared_ptr<comm::ProcessGroup>& pg) {
   if (!pg) return Runner{model, nullptr, nullptr};
   if (config.fsdp) {  // every layer with parameters of its own a unit, then the root
-    ddp::fully_shard_by_policy(model, pg,
-                               [](const nn::Module& m) { return m.children().empty() && !m.parameters().empty(); });
-    return Runner{model, nullptr, nullptr};
+    ddp::FullyShardOptions options;
+    if (!config.timeline.empty()) options.timeline = std::make_shared<ddp::Timeline>();
+    ddp::fully_shard_by_policy(
+        model, pg, [](const nn::Module& m) { return m.children().empty() && !m.parameters().empty(); }, options);
+    return Runner{model, nullptr, nullptr, options.timeline};
   }
   // In place: the optimizer keeps the same weight and buffer tensors.
   if (config.sync_bn) ddp::SyncBatchNorm::convert_sync_batchnorm(model, pg);
@@ -297,11 +300,13 @@ void report(const TrainConfig& config, const Run& run, TrainResult& result, std:
   if (!config.save.empty() && run.rank == 0) progress << "saved the final weights to " << config.save << "\n";
 }
 
-// Every rank waits for the others (rank 0 hosts the store), DDP writes its timeline, and the
+// Every rank waits for the others (rank 0 hosts the store), DDP (or --fsdp) writes its timeline, and the
 // group goes.
-void tear_down(Run& run) {
+void tear_down(const TrainConfig& config, Run& run) {
   if (!run.pg) return;
   run.pg->barrier()->wait();
+  if (run.runner.fsdp_timeline)  // as DDP writes its own when it goes
+    run.runner.fsdp_timeline->write(fmt::format("{}.rank{}.json", config.timeline, run.rank), run.rank);
   run.runner = Runner{};
   comm::destroy_process_group();
 }
@@ -350,9 +355,8 @@ void TrainConfig::validate() const {
   TDDP_CHECK(powersgd_start_iter >= 2, "--powersgd_start_iter must be at least 2, got {}", powersgd_start_iter);
   TDDP_CHECK(checkpoint_every >= 0, "--checkpoint_every must not be negative, got {}", checkpoint_every);
   TDDP_CHECK(!resume || !checkpoint.empty(), "--resume needs --checkpoint PATH");
-  TDDP_CHECK(!fsdp || (!sync_bn && comm_hook == "allreduce" && timeline.empty() && autocast.empty()),
-             "--fsdp does not take --sync_bn, --comm_hook, --timeline or --autocast (DDP's options; fully_shard's "
-             "mixed precision is not built)");
+  TDDP_CHECK(!fsdp || (!sync_bn && comm_hook == "allreduce" && autocast.empty()),
+             "--fsdp does not take --sync_bn, --comm_hook or --autocast (DDP's options)");
   TDDP_CHECK(threads >= 0, "--threads must be positive (or 0: the default), got {}", threads);
 }
 
@@ -399,7 +403,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   TrainResult result = logged.result();
   result.seconds = logged.seconds();
   report(config, run, result, progress);
-  tear_down(run);
+  tear_down(config, run);
   return result;
 }
 

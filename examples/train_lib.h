@@ -42,8 +42,9 @@ struct TrainConfig {
   std::string device = "auto";  // auto | cpu | cuda (auto: CUDA when built with it and a GPU is present)
   // auto | gloo | nccl (auto: nccl on GPUs when each local rank has one, else gloo)
   std::string backend = "auto";
-  // DDP's bucket sizes (PyTorch's defaults) and its timeline: each rank writes
-  // "<timeline>.rank<r>.json", on a clock shared by all ranks (scripts/merge_timelines.py).
+  // DDP's bucket sizes (PyTorch's defaults) and its timeline (or, with --fsdp, the units'):
+  // each rank writes "<timeline>.rank<r>.json", on a clock shared by all ranks
+  // (scripts/merge_timelines.py).
   double bucket_cap_mb = 25;
   double first_bucket_cap_mb = 1;
   std::string timeline;

@@ -8,7 +8,9 @@
 #   docs/loss.png      the digits MLP's training loss: one process, 2 ranks and 4 ranks with DDP,
 #                      2 ranks reducing wrongly on purpose, and each run's difference from one process
 #   docs/rebuild.png   why buckets are rebuilt: examples/ddp_rebuild's first iteration and a later one
-#   docs/timeline_cnn.png, docs/conv_im2col.png: see below
+#   docs/timeline_cnn.png, docs/conv_im2col.png, docs/timeline_fsdp.png: see below
+#   docs/fsdp_memory.png: per-rank memory over one step under DDP, ZeRO-1 and FSDP, drawn from
+#                      bench/fsdp_memory.sh's measurement (docs/fsdp_memory.txt)
 #   docs/data_parallel.png, docs/ring_bandwidth.png, docs/bucket_sweep.png: drawn from the
 #                      measurements committed beside them (bench/data_parallel_compare.sh,
 #                      bench/ring_bandwidth.sh, bench/bucket_sweep.sh wrote them)
@@ -63,6 +65,14 @@ args=(--dataset digits --steps 1000 --lr 0.05 --momentum 0.9 --log_every 1000)
 /usr/bin/python3 scripts/plot_timeline.py docs/timeline_cnn.json -o docs/timeline_cnn.png \
   --title "Digits CNN with SyncBatchNorm on 2 ranks: its allgathers in forward, allreduces in backward"
 
+# docs/ddp.md's fully_shard iteration: the timeline's MLP with each Linear a unit, its gathers
+# and reduce-scatters on rows of their own.
+"$launch" --nproc_per_node 2 -- "$train" --dataset digits --widths 64,1024,1024,1024,1024,10 --batch 512 --fsdp \
+  --steps 40 --log_every 40 --timeline "$work/fsdp"
+/usr/bin/python3 scripts/merge_timelines.py "$work/fsdp" -o docs/timeline_fsdp.json --last 8
+/usr/bin/python3 scripts/plot_fsdp_timeline.py docs/timeline_fsdp.json -o docs/timeline_fsdp.png \
+  --title "One fully_shard iteration on 2 ranks (MLP 64-1024x4-10, each Linear a unit): gathers prefetched"
+
 # docs/tensor.md's picture of conv2d as im2col + GEMM (numbers computed by the script itself).
 /usr/bin/python3 scripts/plot_im2col.py -o docs/conv_im2col.png
 
@@ -72,6 +82,7 @@ args=(--dataset digits --steps 1000 --lr 0.05 --momentum 0.9 --log_every 1000)
 /usr/bin/python3 scripts/plot_data_parallel.py docs/data_parallel_results.txt -o docs/data_parallel.png
 /usr/bin/python3 scripts/plot_ring.py docs/ring_bandwidth.txt -o docs/ring_bandwidth.png
 /usr/bin/python3 scripts/plot_bucket_sweep.py docs/bucket_sweep.txt -o docs/bucket_sweep.png
+/usr/bin/python3 scripts/plot_memory.py docs/fsdp_memory.txt -o docs/fsdp_memory.png
 
 # The record of what made each picture, which tests/docs:pictures_test checks. The second
 # argument says what a picture shows (its model), which the text around it on every page that
@@ -92,3 +103,6 @@ record docs/data_parallel.png "784-1024-1024-10" docs/data_parallel_results.txt 
 record docs/ring_bandwidth.png "" docs/ring_bandwidth.txt scripts/plot_ring.py scripts/bench_lines.py
 record docs/bucket_sweep.png "784-1024-1024-10" docs/bucket_sweep.txt scripts/plot_bucket_sweep.py \
   scripts/bench_lines.py
+record docs/timeline_fsdp.png "64-1024x4-10" docs/timeline_fsdp.json scripts/merge_timelines.py \
+  scripts/plot_fsdp_timeline.py scripts/plot_timeline.py
+record docs/fsdp_memory.png "1024-4096-4096-1024" docs/fsdp_memory.txt scripts/plot_memory.py

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Merges the per-rank DDP timelines into one Chrome trace, a process per rank and in it a row
-for compute and one per bucket, for Perfetto (ui.perfetto.dev) or chrome://tracing.
+"""Merges the per-rank DDP timelines (or fully_shard's: examples/train --fsdp --timeline) into one
+Chrome trace, a process per rank and in it a row for compute and one per bucket (fully_shard:
+one for all-gathers, one for reduce-scatters), for Perfetto (ui.perfetto.dev) or chrome://tracing.
 
     examples/train ... --timeline /tmp/tl     # under launch: writes /tmp/tl.rank0.json, /tmp/tl.rank1.json, ...
     python3 scripts/merge_timelines.py /tmp/tl -o /tmp/tl.json [--last N]
 
-The ranks' files already share one clock (DistributedDataParallel aligns them on a barrier at
-construction; ddp/timeline.h), so merging is putting their events side by side. The script
+The ranks' files already share one clock (DistributedDataParallel, or the first unit
+fully_shard makes, aligns them on barriers at construction; ddp/timeline.h), so merging is putting their events side by side. The script
 checks what it merges: every file a trace of one rank, on the aligned clock, ranks 0..W-1 all
 present and none twice; it says which file is wrong otherwise.
 """
@@ -42,10 +43,12 @@ def load(path):
 
 
 def keep_last(events, count):
-    """The events of the last `count` iterations that every rank finished (and the metadata)."""
+    """The events of the last `count` iterations that every rank finished (and the metadata): DDP's
+    that reached finalize, fully_shard's that reduce-scattered (a training step's, not an
+    evaluation's forward)."""
     finished = {}
     for e in events:
-        if e.get("name") == "finalize":
+        if e.get("name") == "finalize" or e.get("name", "").startswith("reduce-scatter "):
             finished.setdefault(e["pid"], set()).add(e["args"]["iteration"])
     common = sorted(set.intersection(*finished.values())) if finished else []
     keep = set(common[-count:])

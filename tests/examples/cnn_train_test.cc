@@ -99,7 +99,7 @@ TEST_CASE("examples: train --model cnn's bad options and data get clear errors",
   CHECK_THAT(error_of("--model cnn --dataset digits --dropout 1"), Contains("--dropout must be in [0, 1), got 1"));
   CHECK_THAT(error_of("--model mlp --dataset digits --sync_bn"), Contains("--sync_bn applies to --model cnn"));
   CHECK_THAT(error_of("--model cnn --dataset digits --fsdp --sync_bn"),
-             Contains("--fsdp does not take --sync_bn, --comm_hook, --timeline or --autocast"));
+             Contains("--fsdp does not take --sync_bn, --comm_hook or --autocast"));
   nn::OrderedDict<Tensor> flat;
   flat.insert("inputs", tensor::zeros({2, 4, 64}));
   flat.insert("targets", tensor::zeros({2, 4}, tensor::kInt64));
