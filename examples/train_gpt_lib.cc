@@ -158,7 +158,11 @@ Run set_up(const GPTTrainConfig& config) {
              "{} ranks)",
              run.rows, run.micro_steps, accumulation, run.world);
   run.model = build_model(config, model_config(config, run.text), run.placement.device);
-  if (config.fsdp && run.pg) run.units = ddp::fully_shard_by_policy(run.model, run.pg, ddp::is_a<nn::Block>);
+  if (config.fsdp && run.pg) {
+    ddp::FullyShardOptions options;
+    if (config.fsdp_param_dtype == "bfloat16") options.mp_policy.param_dtype = t::kBFloat16;
+    run.units = ddp::fully_shard_by_policy(run.model, run.pg, ddp::is_a<nn::Block>, options);
+  }
   run.optimizer =
       make_optimizer(config, run.units.empty() ? run.model->parameters() : ddp::sharded_parameters(*run.model), run.pg);
   run.scheduler = make_scheduler(config, *run.optimizer);
@@ -298,7 +302,8 @@ std::string sample(const GPTTrainConfig& config, const Run& run) {
 }
 
 // Every rank says how much optimizer state it holds (ZeRO's and fully_shard's differ by rank)
-// and, with --report_memory, its peak resident memory over the steps. Returns the state's bytes.
+// and, with --report_memory, its peak resident memory and peak tensor memory over the steps.
+// Returns the state's bytes.
 int64_t report_memory(const GPTTrainConfig& config, const Run& run, std::ostream& log) {
   int64_t bytes = 0;
   if (auto* zero = dynamic_cast<ddp::ZeroRedundancyOptimizer*>(run.optimizer.get())) {
@@ -307,7 +312,12 @@ int64_t report_memory(const GPTTrainConfig& config, const Run& run, std::ostream
     for (const auto& [name, t] : run.optimizer->state_dict()) bytes += static_cast<int64_t>(t.nbytes());
   }
   log << fmt::format("optimizer state on rank {}: {:.2f} MB\n", run.rank, static_cast<double>(bytes) / 1e6);
-  if (config.report_memory) log << fmt::format("peak resident memory on rank {}: {} MiB\n", run.rank, peak_rss_mib());
+  if (config.report_memory) {
+    log << fmt::format("peak resident memory on rank {}: {} MiB\n", run.rank, peak_rss_mib());
+    // The tensors alone (parameters, gradients, optimizer state, activations, buffers in flight).
+    log << fmt::format("peak tensor memory on rank {}: {:.1f} MiB\n", run.rank,
+                       static_cast<double>(t::cpu_memory_stats().peak_allocated_bytes) / 1048576.0);
+  }
   return bytes;
 }
 
@@ -358,7 +368,10 @@ void GPTTrainConfig::validate() const {
   TDDP_CHECK(known_comm_hook(comm_hook), "--comm_hook must be {}, got '{}'", comm_hook_choices(), comm_hook);
   TDDP_CHECK(!fsdp || (!zero && comm_hook == "allreduce" && autocast.empty()),
              "--fsdp does not take --zero, --comm_hook or --autocast (DDP's options; fully_shard's mixed precision is "
-             "not built)");
+             "--fsdp_param_dtype bfloat16)");
+  TDDP_CHECK(fsdp_param_dtype.empty() || (fsdp && (fsdp_param_dtype == "bfloat16" || fsdp_param_dtype == "float32")),
+             "--fsdp_param_dtype takes bfloat16 or float32, with --fsdp; got '{}'{}", fsdp_param_dtype,
+             fsdp ? "" : " without --fsdp");
   TDDP_CHECK(timeout_s > 0, "--timeout must be positive, got {}", timeout_s);
   TDDP_CHECK(threads >= 0, "--threads must be positive (or 0: the default), got {}", threads);
 }
@@ -381,7 +394,10 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
   const auto start = std::chrono::steady_clock::now();
   const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   const std::vector<Tensor> params = run.units.empty() ? run.model->parameters() : ddp::sharded_parameters(*run.model);
-  if (config.report_memory) reset_peak_rss();  // the steps' peak, not construction's
+  if (config.report_memory) {  // the steps' peaks, not construction's
+    reset_peak_rss();
+    t::reset_cpu_peak_memory();
+  }
   for (int64_t step = run.first_step; step < config.steps; ++step) {
     fail_on_purpose_if_asked(config.fail_at_step, step, run.rank, "train_gpt");
     const auto [x, y] = batch_of(run, step);

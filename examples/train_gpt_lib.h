@@ -52,8 +52,9 @@ struct GPTTrainConfig {
   bool resume = false;
   int64_t fail_at_step = -1;  // exit with status 3 before this step on the first attempt (launch --max_restarts)
   bool zero = false;
-  bool report_memory = false;  // every rank prints its peak resident memory over the steps
-  bool fsdp = false;           // under a launcher: fully_shard (each Block a unit, then the root) in place of DDP
+  bool report_memory = false;    // every rank prints its peak resident memory over the steps
+  bool fsdp = false;             // under a launcher: fully_shard (each Block a unit, then the root) in place of DDP
+  std::string fsdp_param_dtype;  // --fsdp's mixed precision: "bfloat16" gathers, computes and reduces in it
   std::string comm_hook = "allreduce";
   std::string device = "cpu", backend = "auto";
   std::string autocast;  // "" (float32) | bf16: the forward and loss under tensor::Autocast

@@ -273,6 +273,53 @@ TEST_CASE("train_gpt killed at step 13 resumes from its step-10 checkpoint and e
   }
 }
 
+TEST_CASE("train_gpt --fsdp --fsdp_param_dtype bfloat16 follows FSDP2's bfloat16 run, written out in PyTorch",
+          "[examples][gpt][fsdp][autocast]") {
+  // tests/ddp/fixtures/make_fsdp_mixed_precision_fixture.py: the GPT fixture's training at a
+  // tenth of its rate, in bfloat16 mixed precision ("mp") and in float32 ("f32"). Tolerances as
+  // tests/ddp/fully_shard_gpt_test.cc's: three times PyTorch's own bfloat16-vs-float32 distance
+  // so far (plus a bfloat16 unit of the loss, a bfloat16 number), the final weights as one vector
+  // at most twice as far from the float32 run as PyTorch's bfloat16 run.
+  static const nn::SafetensorsFile mixed = nn::load_safetensors("tests/ddp/fixtures/fsdp_mixed_precision.safetensors");
+  const nn::OrderedDict<Tensor>& ref = mixed.tensors;
+  const Files files;
+  std::string flags = kFixtureFlags;
+  flags.replace(flags.find("--lr 3e-2 --min_lr 3e-3"), 23, "--lr 3e-3 --min_lr 3e-4");
+  const std::string metrics = temp_path("gpt_mixed.csv"), saved = temp_path("gpt_mixed.safetensors");
+  const CommandResult r = run_command("launcher/launch --nproc_per_node 2 -- examples/train_gpt" + flags +
+                                      " --fsdp --fsdp_param_dtype bfloat16 --init " + files.init + " --data " +
+                                      files.data + " --metrics " + metrics + " --save " + saved);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  std::ifstream csv(metrics);
+  std::string line;
+  std::getline(csv, line);
+  double loss_drift = 0, norm_drift = 0, from_float32 = 0;
+  for (int64_t step = 0; step < 20; ++step) {
+    REQUIRE(std::getline(csv, line));
+    double s, loss, norm, lr;
+    REQUIRE(std::sscanf(line.c_str(), "%lf,%lf,%lf,%lf", &s, &loss, &norm, &lr) == 4);
+    INFO("step " << step << ": " << line);
+    const double want = tensor::mean(ref.at("mp.loss")[step]).item<double>();
+    const double want_norm = ref.at("mp.grad_norm")[step].item<double>();
+    loss_drift = std::max(loss_drift, std::fabs(want - tensor::mean(ref.at("f32.loss")[step]).item<double>()));
+    norm_drift = std::max(norm_drift, std::fabs(want_norm - ref.at("f32.grad_norm")[step].item<double>()));
+    CHECK(std::fabs(loss - want) <= 3 * loss_drift + std::ldexp(1.0, std::ilogb(want) - 7));
+    CHECK(std::fabs(norm - want_norm) <= 3 * norm_drift);
+    from_float32 = std::max(from_float32, std::fabs(loss - tensor::mean(ref.at("f32.loss")[step]).item<double>()));
+  }
+  // And not the float32 run, which lands within about 1e-5 of PyTorch's (the GPT fixture's spread).
+  CHECK(from_float32 > 1e-3);
+  double ours = 0, theirs = 0;
+  for (const auto& [name, t] : nn::load_safetensors(saved).tensors) {
+    CHECK(t.dtype() == tensor::kFloat32);
+    const Tensor& f32 = ref.at("f32.param." + name);
+    ours += tensor::sum(tensor::pow(tensor::sub(t, f32), 2.0)).item<double>();
+    theirs += tensor::sum(tensor::pow(tensor::sub(ref.at("mp.param." + name), f32), 2.0)).item<double>();
+  }
+  CHECK(std::sqrt(ours) <= 2 * std::sqrt(theirs));
+}
+
 TEST_CASE("train_gpt on a corpus: validation below the bigram model's, and a sample", "[examples][gpt][corpus]") {
   // A small corpus with structure (words from a small lexicon) learnt in a few hundred steps.
   const std::string corpus = temp_path("words.txt");
@@ -316,6 +363,10 @@ TEST_CASE("train_gpt names what is wrong with its input", "[examples][gpt][error
   CHECK_THAT(error_of("--temperature 0"), Contains("--temperature must be positive, got 0"));
   CHECK_THAT(error_of("--n_embd 30 --n_head 4"), Contains("--n_embd 30 is not divisible by --n_head 4"));
   CHECK_THAT(error_of("--fsdp --zero"), Contains("--fsdp does not take --zero, --comm_hook or --autocast"));
+  CHECK_THAT(error_of("--fsdp_param_dtype bfloat16"), Contains("--fsdp_param_dtype takes bfloat16 or float32, with "
+                                                               "--fsdp; got 'bfloat16' without --fsdp"));
+  CHECK_THAT(error_of("--fsdp --fsdp_param_dtype float16"),
+             Contains("--fsdp_param_dtype takes bfloat16 or float32, with --fsdp; got 'float16'"));
   CHECK_THAT(error_of("--corpus /nonexistent/text"), Contains("corpus: /nonexistent/text does not exist"));
   const std::string empty = temp_path("empty.txt"), binary = temp_path("binary.bin");
   std::ofstream(empty).close();
