@@ -72,6 +72,7 @@ FullyShardedUnit::FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shar
   TDDP_CHECK(pg_ != nullptr, "fully_shard({}): the process group is null", name_);
   const int64_t world = pg_->size();
   NoGradGuard no_grad;
+  detail::check_not_shared_across_units(*module, name_);
   // Every rank starts from rank 0's values, as DDP's construction makes them.
   std::vector<const nn::Module*> inside;  // the sub-modules, whose units may hold parameters
   for (const auto& m : module->modules(/*include_self=*/false)) inside.push_back(m.get());

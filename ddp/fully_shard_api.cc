@@ -22,6 +22,30 @@ using detail::Sharded;
 using tensor::NoGradGuard;
 using tensor::Tensor;
 
+namespace detail {
+// Throws when a parameter a sub-module's unit holds is also registered in a module of
+// `module` outside that sub-module (a weight tied across units: the sub-unit frees it while
+// the other module computes with it), naming both places.
+void check_not_shared_across_units(const nn::Module& module, const std::string& name) {
+  for (const auto& [path, m] : module.named_modules()) {
+    for (const auto& [local, p] : m->named_parameters(/*recurse=*/false)) {
+      const std::optional<Sharded> held = sharded(p);
+      if (!held || held->owner == m.get()) continue;
+      bool within = false;  // m inside the holding unit's module
+      for (const auto& [owner_path, owner] : module.named_modules()) {
+        if (owner.get() != held->owner) continue;
+        for (const auto& inner : owner->modules()) within |= inner.get() == m.get();
+        TDDP_CHECK(within,
+                   "fully_shard({}): parameter '{}' is held by the unit of '{}' but also used by '{}', outside that "
+                   "unit: a parameter shared across units is not supported (shard the module that holds both uses "
+                   "as one unit)",
+                   name, path.empty() ? local : path + "." + local, owner_path, path.empty() ? name : path);
+      }
+    }
+  }
+}
+}  // namespace detail
+
 namespace {
 thread_local int units_in_forward = 0;  // the root is the unit whose forward starts at 0
 }  // namespace

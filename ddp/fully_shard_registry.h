@@ -68,4 +68,8 @@ inline void wait_for(const std::shared_ptr<comm::Work>& work, const std::string&
   }
 }
 
+// Throws when a parameter a sub-module's unit holds is also registered in a module of `module`
+// outside that sub-module (a weight tied across units), naming both (fully_shard_api.cc).
+void check_not_shared_across_units(const nn::Module& module, const std::string& name);
+
 }  // namespace tinyddp::ddp::detail

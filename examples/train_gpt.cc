@@ -69,8 +69,7 @@ int main(int argc, char** argv) {
                "fully sharded data parallelism (ddp::fully_shard, each Block a unit) in place of DDP: parameters, "
                "gradients and Adam's state split over the ranks");
   app.add_option("--fsdp_param_dtype", c.fsdp_param_dtype,
-                 "with --fsdp: bfloat16 gathers the float32 shards as bfloat16, computes and reduce-scatters in it "
-                 "(fully_shard's MixedPrecisionPolicy(param_dtype=bfloat16)); the optimizer steps float32 shards");
+                 "--fsdp's mixed precision: bfloat16 gathers, computes and reduce-scatters in it; float32 shards stay");
   app.add_option("--comm_hook", c.comm_hook,
                  "how DDP reduces: allreduce (default), fp16, bf16 or powersgd (sum or none: wrong on purpose)");
   app.add_option("--device", c.device, "cpu (default), cuda or auto");

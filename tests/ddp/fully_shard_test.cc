@@ -185,6 +185,20 @@ TEST_CASE("fully_shard: shards of a third of the rows, freed parameters, and cle
       message = ex.what();
     }
     e.expect_contains(message, "fully_shard(Sharing): parameter 'w' is shared with a module outside this one");
+    // A weight tied across units inside one root: the head its own unit, the embedding the root's.
+    auto head = std::make_shared<nn::Linear>(4, 3, false);
+    auto tied = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{head});
+    tied->register_parameter("embedding", head->weight);
+    ddp::fully_shard(head, testing::borrow(pg));
+    message.clear();
+    try {
+      ddp::fully_shard(tied, testing::borrow(pg));
+    } catch (const std::exception& ex) {
+      message = ex.what();
+    }
+    e.expect_contains(message,
+                      "fully_shard(Sequential): parameter 'embedding' is held by the unit of '0' but also used "
+                      "by 'Sequential', outside that unit");
   }));
 }
 
