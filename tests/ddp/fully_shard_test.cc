@@ -214,7 +214,7 @@ TEST_CASE("fully_shard: the GPT (each Block a unit, then the root with the tied 
   // update by the root of its second moment, so where a gradient is near zero (the keys' bias,
   // whose gradient is exactly zero) a rounding difference becomes a visible one: over a dozen
   // float32 steps past 1e-5. In float64 the losses and norms agree to 1e-10, and the
-  // parameters after 12 steps of lr 3e-2 to 1e-9 absolute (6.5e-11 seen).
+  // parameters after 20 steps of lr 3e-2 to 1e-9 absolute.
   for (const int world : {2, 3}) {
     INFO(world << " ranks");
     testing::require_no_failures(testing::run_threads(world, [&](comm::ProcessGroup& pg, Expectations& e) {
@@ -238,7 +238,7 @@ TEST_CASE("fully_shard: the GPT (each Block a unit, then the root with the tied 
       };
       nn::AdamW fsdp_opt = adamw(ddp::sharded_parameters(*sharded));
       nn::AdamW ddp_opt = adamw(plain->parameters());
-      for (int step = 0; step < 12; ++step) {
+      for (int step = 0; step < 20; ++step) {
         tensor::Generator gen(70 + step);
         const Tensor ids = tensor::randint(0, config.vocab_size, {2 * world, 8}, &gen);
         const Tensor targets = tensor::randint(0, config.vocab_size, {2 * world, 8}, &gen);
@@ -254,7 +254,7 @@ TEST_CASE("fully_shard: the GPT (each Block a unit, then the root with the tied 
                        1e-12);
         step_both(fsdp_opt, ddp_opt);
       }
-      expect_same_state(*sharded, *plain, e, "after 12 steps", 1e-9, 1e-9);
+      expect_same_state(*sharded, *plain, e, "after 20 steps", 1e-9, 1e-9);
     }));
   }
 }
