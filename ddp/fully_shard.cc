@@ -359,7 +359,7 @@ void FullyShardedUnit::reduce_gradients() {
   // Launched, not waited for: it travels while the backward goes on; finish_reduce, at the
   // backward's end, waits and writes the shards' gradients.
   const auto launched = Timeline::Clock::now();
-  pending_reduce_ = PendingReduce{pg_->reduce_scatter(mine, inputs, comm::ReduceOp::kSum), packed, mine, launched};
+  pending_reduce_ = PendingReduce{pg_->reduce_scatter(mine, inputs, comm::ReduceOp::kSum), mine, launched};
   for (const Slot& slot : slots_) slot.param.mutable_grad() = Tensor();  // copied into `packed`
   reshard();
   record_instant("free");

@@ -247,7 +247,10 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
   std::optional<Prefetch> prefetch_;
   struct PendingReduce {
     std::shared_ptr<comm::Work> work;
-    tensor::Tensor packed, mine;  // its input (kept alive) and this rank's result
+    // This rank's result. Not the packed input: the collective keeps it until it has run, and
+    // it goes then, so that the units' full-size gradient buffers do not pile up until the
+    // backward ends.
+    tensor::Tensor mine;
     Timeline::Clock::time_point launched;
   };
   Timeline::Clock::time_point compute_start_;  // this unit's forward or backward, once gathered
