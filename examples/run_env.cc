@@ -9,8 +9,10 @@
 
 #include "tinyddp/comm/init.h"
 #include "tinyddp/comm/launch_env.h"
+#include "tinyddp/comm/objects.h"
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/parallel.h"
+#include "tinyddp/tensor/random.h"
 
 namespace tinyddp::examples {
 
@@ -129,5 +131,28 @@ int64_t peak_rss_mib() {
 }
 
 void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+void seed_training(uint64_t seed, int rank) { tensor::manual_seed(seed + static_cast<uint64_t>(rank)); }
+
+std::map<std::string, std::string> generator_states(comm::ProcessGroup* pg, tensor::Device device) {
+  std::map<std::string, std::string> out;
+  if (pg == nullptr) return out;
+  const std::string mine = tensor::default_generator().get_state();
+  for (int r = 0; r < pg->size(); ++r)
+    out[fmt::format("rng.cpu.rank{}", r)] = comm::broadcast_bytes(*pg, device, mine, r);
+  return out;
+}
+
+void restore_generator(const std::map<std::string, std::string>& metadata, int rank, const std::string& path) {
+  const auto mine = metadata.find(fmt::format("rng.cpu.rank{}", rank));
+  if (mine != metadata.end()) {
+    tensor::default_generator().set_state(mine->second);
+    return;
+  }
+  TDDP_CHECK(metadata.find("rng.cpu.rank0") == metadata.end(),
+             "--resume: {} holds the generators of the ranks that saved it, none for rank {}: resume it with the "
+             "world size that saved it",
+             path, rank);
+}
 
 }  // namespace tinyddp::examples

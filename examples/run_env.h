@@ -5,6 +5,7 @@
 #pragma once
 
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -59,6 +60,19 @@ std::ofstream open_metrics_csv(const std::string& path, const std::string& heade
 // --fail_at_step: exits with status 3 before step `fail_at_step` on the first attempt
 // (TINYDDP_RESTART_COUNT unset or 0), to try launch --max_restarts with --resume.
 void fail_on_purpose_if_asked(int64_t fail_at_step, int64_t step, int rank, const char* program);
+
+// Per-rank randomness, as nanoGPT's seed_offset: every rank builds the model from the same
+// seed (the same initial weights; DDP would broadcast rank 0's anyway), then seed_training
+// seeds the default generator with seed + rank for what training draws (Dropout's masks), so
+// that the ranks draw different masks, not one mask W times.
+void seed_training(uint64_t seed, int rank);
+// Each rank's default-generator state, for rank 0's checkpoint metadata ("rng.cpu.rank<r>");
+// a collective over `pg` (W broadcasts on `device`); empty without a group.
+std::map<std::string, std::string> generator_states(comm::ProcessGroup* pg, tensor::Device device);
+// After a checkpoint loaded (which sets every rank's generator to rank 0's): this rank's own
+// state from the metadata generator_states wrote. Throws, naming the checkpoint, when it holds
+// none for `rank` while it holds some (saved at another world size).
+void restore_generator(const std::map<std::string, std::string>& metadata, int rank, const std::string& path);
 
 // This process's peak resident memory so far (Linux's VmHWM) in MiB, or -1 where /proc cannot
 // say; reset_peak_rss() starts the count again from the memory held now (Linux: "5" written

@@ -129,6 +129,7 @@ void resume_if_asked(const GPTTrainConfig& config, Run& run) {
               : nn::load_checkpoint(config.checkpoint, *run.model, *run.optimizer);
   TDDP_CHECK(resumed.step < config.steps, "--resume: {} is {} steps in, nothing left of --steps {}", config.checkpoint,
              resumed.step, config.steps);
+  if (!sharded) restore_generator(resumed.metadata, run.rank, config.checkpoint);  // this rank's Dropout stream
   run.scheduler->load_state_dict(resumed.extra);
   run.first_step = resumed.step;
 }
@@ -158,6 +159,7 @@ Run set_up(const GPTTrainConfig& config) {
              "{} ranks)",
              run.rows, run.micro_steps, accumulation, run.world);
   run.model = build_model(config, model_config(config, run.text), run.placement.device);
+  seed_training(config.seed, run.rank);  // Dropout's masks differ by rank (nanoGPT's seed + rank)
   if (config.fsdp && run.pg) {
     ddp::FullyShardOptions options;
     if (config.fsdp_param_dtype == "bfloat16") options.mp_policy.param_dtype = t::kBFloat16;
@@ -251,8 +253,10 @@ void save_checkpoint_if_due(const GPTTrainConfig& config, const Run& run, int64_
     return;
   }
   if (auto* zero = dynamic_cast<ddp::ZeroRedundancyOptimizer*>(run.optimizer.get())) zero->consolidate_state_dict(0);
+  const std::map<std::string, std::string> generators = generator_states(run.pg.get(), run.placement.device);
   if (run.rank == 0) {
-    nn::save_checkpoint(config.checkpoint, *run.model, *run.optimizer, steps_done, run.scheduler->state_dict());
+    nn::save_checkpoint(config.checkpoint, *run.model, *run.optimizer, steps_done, run.scheduler->state_dict(),
+                        generators);
   }
 }
 

@@ -26,6 +26,7 @@
 #include "tinyddp/tensor/autocast.h"
 #include "tinyddp/tensor/cpu_isa.h"
 #include "tinyddp/tensor/parallel.h"
+#include "tinyddp/tensor/random.h"
 
 namespace tinyddp::examples {
 
@@ -77,6 +78,7 @@ std::optional<nn::TrainingCheckpoint> resume_if_asked(const TrainConfig& config,
   nn::TrainingCheckpoint resumed = nn::load_checkpoint(config.checkpoint, model, optimizer);
   TDDP_CHECK(resumed.step < config.steps, "--resume: {} is {} steps in, nothing left of --steps {}", config.checkpoint,
              resumed.step, config.steps);
+  restore_generator(resumed.metadata, rank, config.checkpoint);  // this rank's Dropout stream
   return resumed;
 }
 
@@ -153,7 +155,8 @@ Run set_up(const TrainConfig& config) {
              "--timeline records DDP's events, but this run is on one process: start it with launch --nproc_per_node 2 "
              "(or more)");
   run.model = build_model(config, run.placement.device, classification(config), uses_digits(config));
-  if (config.fsdp && run.pg) {  // the optimizer steps the shards; a checkpoint is a file per rank
+  seed_training(config.seed, run.rank);  // Dropout's masks differ by rank (nanoGPT's seed + rank)
+  if (config.fsdp && run.pg) {           // the optimizer steps the shards; a checkpoint is a file per rank
     run.runner = wrap_in_ddp(config, run.model.module, run.pg);
     run.optimizer = make_optimizer(config, ddp::sharded_parameters(*run.model.module));
     const std::string mine = ddp::sharded_checkpoint_file(config.checkpoint, run.rank, run.world);
@@ -170,8 +173,12 @@ Run set_up(const TrainConfig& config) {
     run.runner = wrap_in_ddp(config, run.model.module, run.pg);
   }
   run.data = open_dataset(config, run.model, run.rank, run.world);
-  for (int64_t step = 0; step < run.first_step; ++step)
-    run.data->batch(step);  // resuming: the generators where they were
+  // Resuming: the data's generators where they were. Skipping draws from the default
+  // generator too (each epoch's loader draws a seed from it, as PyTorch's), which the
+  // checkpoint already counts: its state, this rank's, is put back after.
+  const std::string resumed_generator = tensor::default_generator().get_state();
+  for (int64_t step = 0; step < run.first_step; ++step) run.data->batch(step);
+  if (run.first_step > 0) tensor::default_generator().set_state(resumed_generator);
   return run;
 }
 
@@ -197,15 +204,18 @@ Tensor loss_of(const TrainConfig& config, const Tensor& prediction, const Tensor
 // Rank 0 writes a checkpoint every --checkpoint_every steps and at the end.
 // --fsdp: every rank writes its own file of its shards (ddp::save_sharded_checkpoint).
 void save_checkpoint_if_due(const TrainConfig& config, const Run& run, int64_t steps_done) {
-  if (config.checkpoint.empty() || (run.rank != 0 && !config.fsdp)) return;
+  if (config.checkpoint.empty()) return;
   const bool last = steps_done == config.steps;
   const bool due = config.checkpoint_every > 0 ? steps_done % config.checkpoint_every == 0 || last : last;
   if (!due) return;
   if (config.fsdp && run.pg) {
     ddp::save_sharded_checkpoint(config.checkpoint, *run.model.module, *run.optimizer, *run.pg, steps_done);
-  } else {
-    nn::save_checkpoint(config.checkpoint, *run.model.module, *run.optimizer, steps_done);
+    return;
   }
+  // Every rank's generator (a collective), then rank 0 writes.
+  const std::map<std::string, std::string> generators = generator_states(run.pg.get(), run.placement.device);
+  if (run.rank == 0)
+    nn::save_checkpoint(config.checkpoint, *run.model.module, *run.optimizer, steps_done, {}, generators);
 }
 
 // The losses and accuracy of the run (averaged over ranks: the figures of the whole global

@@ -118,3 +118,26 @@ TEST_CASE("examples: train --model cnn's bad options and data get clear errors",
   CHECK_THAT(message, Contains("1.running_var"));
   CHECK_THAT(message, Contains("5.running_var"));
 }
+
+TEST_CASE("train --model cnn with Dropout on 2 ranks, restarted by launch, resumes each rank's own generator",
+          "[examples][train][cnn][restart]") {
+  // Each rank draws its own Dropout masks (seeded seed + rank after the model is built, as
+  // nanoGPT's seed_offset), so rank 0's checkpoint holds every rank's generator: a restarted run
+  // that gave rank 1 rank 0's stream would take other masks after step 20 and end elsewhere.
+  const std::string args = "examples/train --model cnn --dataset digits --steps 30 --log_every 30 --batch 32";
+  const std::string full = temp_path("cnn_full.safetensors"), restarted = temp_path("cnn_restarted.safetensors");
+  const std::string checkpoint = temp_path("cnn_dropout.checkpoint");
+  std::remove(checkpoint.c_str());
+  const CommandResult once = run_command("launcher/launch --nproc_per_node 2 -- " + args + " --save " + full);
+  INFO(once.output);
+  REQUIRE(once.exit_code == 0);
+  const CommandResult twice =
+      run_command("launcher/launch --nproc_per_node 2 --max_restarts 1 -- " + args + " --save " + restarted +
+                  " --checkpoint " + checkpoint + " --checkpoint_every 10 --resume --fail_at_step 25");
+  INFO(twice.output);
+  REQUIRE(twice.exit_code == 0);
+  CHECK_THAT(twice.output, Contains("resuming from " + checkpoint + " after 20 steps"));
+  CHECK(nn::load_safetensors(checkpoint).metadata.count("user.rng.cpu.rank1") == 1);
+  const auto a = nn::load_safetensors(full).tensors, b = nn::load_safetensors(restarted).tensors;
+  for (const auto& [name, t] : a) CHECK(tensor::equal(t, b.at(name)));
+}
