@@ -65,6 +65,8 @@ struct Config {
   bool tf32 = false;                // float32 products and convolutions on TF32 tensor cores (--device cuda)
   int threads = 1;                  // intra-op threads per process; 0: tinyddp's default (the physical cores)
   std::string memory_trace;         // rank 0 writes the live CPU tensor bytes over one more step here
+  int accumulate = 1;               // micro-batches per step (gradient accumulation)
+  bool sync_each = false;           // with --accumulate: every micro-batch allreduces (no no_sync)
 };
 
 // " find_unused_parameters=1 ...": the DDP options set away from their defaults.
@@ -73,6 +75,7 @@ std::string ddp_flags(const Config& c) {
          (c.static_graph ? " static_graph=1" : "") + (c.gradient_as_bucket_view ? " gradient_as_bucket_view=1" : "") +
          (c.zero_grad_in_place ? " zero_grad_in_place=1" : "") + (c.autocast ? " autocast=bf16" : "") +
          (c.cuda_graph ? " cuda_graph=1" : "") + (c.tf32 ? " tf32=1" : "") +
+         (c.accumulate > 1 ? " accumulate=" + std::to_string(c.accumulate) + (c.sync_each ? " sync_each=1" : "") : "") +
          " threads=" + std::to_string(tinyddp::tensor::get_num_threads());
 }
 
@@ -197,6 +200,20 @@ std::shared_ptr<tinyddp::ddp::DistributedDataParallel> make_ddp(
           .gradient_as_bucket_view(c.gradient_as_bucket_view));
 }
 
+// One step's forwards and backwards: --accumulate micro-batches (the same batch each time,
+// each loss divided by their count), all but the last under no_sync unless --sync_each
+// (then every micro-batch allreduces, as without no_sync); --mode nosync: all under it.
+void forward_backward(const Config& c, const Workload& w, tinyddp::ddp::DistributedDataParallel* ddp,
+                      const t::Device& device) {
+  for (int m = 0; m < c.accumulate; ++m) {
+    const bool local = ddp != nullptr && (c.mode == "nosync" || (m + 1 < c.accumulate && !c.sync_each));
+    std::optional<tinyddp::ddp::DistributedDataParallel::NoSyncGuard> guard;
+    if (local) guard.emplace(*ddp);
+    const t::Tensor loss = forward_and_loss(c, w, ddp, device);
+    (c.accumulate > 1 ? t::mul(loss, 1.0 / c.accumulate) : loss).backward();
+  }
+}
+
 // --memory_trace: one more step, the bytes of live CPU tensors sampled through it (rank 0
 // writes the trace; bench/memory_trace.h).
 void trace_memory(const Config& c, const Workload& w, tinyddp::ddp::DistributedDataParallel* ddp, nn::Optimizer& opt,
@@ -261,13 +278,7 @@ int run(const Config& c) {
       make_optimizer(c, c.mode == "fsdp" ? tinyddp::ddp::sharded_parameters(*w.model) : w.model->parameters(), pg);
   const auto queue_step = [&] {
     optimizer->zero_grad(!c.zero_grad_in_place);
-    const auto body = [&] { forward_and_loss(c, w, ddp.get(), device).backward(); };
-    if (c.mode == "nosync") {
-      auto guard = ddp->no_sync();
-      body();
-    } else {
-      body();
-    }
+    forward_backward(c, w, ddp.get(), device);
     optimizer->step();
   };
   t::cuda::CudaGraph graph;
@@ -350,6 +361,10 @@ int main(int argc, char** argv) {
                "zero_grad(set_to_none = false): keep .grad and zero it (PyTorch 1.x's default)");
   app.add_flag("--report_memory", c.report_memory,
                "append the peak resident memory of the timed steps (peak_rss_mb) to the RESULT line");
+  app.add_option("--accumulate", c.accumulate,
+                 "micro-batches per step, their gradients accumulated; all but the last under DDP's no_sync")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--sync_each", c.sync_each, "with --accumulate: no no_sync, every micro-batch allreduces");
   app.add_option("--memory_trace", c.memory_trace,
                  "after the timed steps, one more with the bytes of live CPU tensors sampled every 100 us; rank 0 "
                  "writes them to this file (scripts/plot_memory.py draws them)");

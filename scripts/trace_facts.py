@@ -11,6 +11,7 @@ prints where the page quotes it.
 """
 import collections
 import json
+import re
 import sys
 
 
@@ -60,10 +61,47 @@ def collective_times(path):
     return " and ".join(parts)
 
 
+def accumulation(path):
+    """bench/accumulation.sh's step times: 4 micro-batches with no_sync, with an allreduce each,
+    and one batch, each as its range and median over the rounds, in ms."""
+    runs = collections.defaultdict(list)
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"RESULT model=mlp mode=ddp( accumulate=4)?( sync_each=1)? .*median_us=([\d.]+)$", line.strip())
+            if m:
+                runs[(bool(m.group(1)), bool(m.group(2)))].append(float(m.group(3)) / 1000.0)
+    parts = []
+    for key in ((True, False), (True, True), (False, False)):
+        v = sorted(runs[key])
+        if not v:
+            sys.exit(f"trace_facts: {path} holds no run {key} (made by bash bench/accumulation.sh)")
+        parts.append(f"{v[0]:.1f}-{v[-1]:.1f} ms (median {v[len(v) // 2]:.1f})")
+    return (f"a step of 4 micro-batches took {parts[0]} with no_sync and {parts[1]} when every micro-batch "
+            f"allreduced, against {parts[2]} for one micro-batch alone")
+
+
+def memory_levels(path):
+    """bench/fsdp_memory.sh's traces: each mode's level before the step and its peak, in MiB."""
+    levels, label = {}, None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("== "):
+                label = line[3:].split(" (")[0].strip()
+                levels[label] = []
+            elif label and line[0].isdigit():
+                levels[label].append(float(line.split(",")[1]))
+    if set(levels) != {"DDP", "ZeRO-1", "FSDP"}:
+        sys.exit(f"trace_facts: {path} holds {sorted(levels)}, not DDP, ZeRO-1 and FSDP (bash bench/fsdp_memory.sh)")
+    return ", ".join(f"{mode} {levels[mode][0]:.0f} MiB before the step and {max(levels[mode]):.0f} at its peak"
+                     for mode in ("DDP", "ZeRO-1", "FSDP"))
+
+
 def facts():
     """{page: [sentences it must contain]}."""
     return {
-        "docs/ddp.md": [still_running("docs/timeline.json"), collective_times("docs/timeline_cnn.json")],
+        "docs/ddp.md": [still_running("docs/timeline.json"), collective_times("docs/timeline_cnn.json"),
+                        memory_levels("docs/fsdp_memory.txt")],
+        "docs/learn.md": [accumulation("docs/accumulation.txt")],
     }
 
 
