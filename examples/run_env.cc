@@ -143,16 +143,16 @@ std::map<std::string, std::string> generator_states(comm::ProcessGroup* pg, tens
   return out;
 }
 
-void restore_generator(const std::map<std::string, std::string>& metadata, int rank, const std::string& path) {
-  const auto mine = metadata.find(fmt::format("rng.cpu.rank{}", rank));
-  if (mine != metadata.end()) {
-    tensor::default_generator().set_state(mine->second);
+void restore_generator(const std::map<std::string, std::string>& metadata, int rank, int world, uint64_t seed,
+                       int64_t step) {
+  size_t saved = 0;  // the ranks that saved it
+  while (metadata.count(fmt::format("rng.cpu.rank{}", saved)) == 1) ++saved;
+  if (saved == 0) return;  // one process: load_checkpoint put its generator back
+  if (saved == static_cast<size_t>(world)) {
+    tensor::default_generator().set_state(metadata.at(fmt::format("rng.cpu.rank{}", rank)));
     return;
   }
-  TDDP_CHECK(metadata.find("rng.cpu.rank0") == metadata.end(),
-             "--resume: {} holds the generators of the ranks that saved it, none for rank {}: resume it with the "
-             "world size that saved it",
-             path, rank);
+  seed_training(seed + static_cast<uint64_t>(step), rank);
 }
 
 }  // namespace tinyddp::examples

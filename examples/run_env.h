@@ -70,9 +70,12 @@ void seed_training(uint64_t seed, int rank);
 // a collective over `pg` (W broadcasts on `device`); empty without a group.
 std::map<std::string, std::string> generator_states(comm::ProcessGroup* pg, tensor::Device device);
 // After a checkpoint loaded (which sets every rank's generator to rank 0's): this rank's own
-// state from the metadata generator_states wrote. Throws, naming the checkpoint, when it holds
-// none for `rank` while it holds some (saved at another world size).
-void restore_generator(const std::map<std::string, std::string>& metadata, int rank, const std::string& path);
+// state from the metadata generator_states wrote. A checkpoint saved at another world size
+// (its entries are not one per rank of `world`) cannot give each rank its stream: every rank
+// then starts a fresh one, seed_training(seed + step, rank), and the run goes on, no longer
+// bit for bit the run that saved it.
+void restore_generator(const std::map<std::string, std::string>& metadata, int rank, int world, uint64_t seed,
+                       int64_t step);
 
 // This process's peak resident memory so far (Linux's VmHWM) in MiB, or -1 where /proc cannot
 // say; reset_peak_rss() starts the count again from the memory held now (Linux: "5" written

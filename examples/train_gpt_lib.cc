@@ -129,7 +129,7 @@ void resume_if_asked(const GPTTrainConfig& config, Run& run) {
               : nn::load_checkpoint(config.checkpoint, *run.model, *run.optimizer);
   TDDP_CHECK(resumed.step < config.steps, "--resume: {} is {} steps in, nothing left of --steps {}", config.checkpoint,
              resumed.step, config.steps);
-  if (!sharded) restore_generator(resumed.metadata, run.rank, config.checkpoint);  // this rank's Dropout stream
+  if (!sharded) restore_generator(resumed.metadata, run.rank, run.world, config.seed, resumed.step);
   run.scheduler->load_state_dict(resumed.extra);
   run.first_step = resumed.step;
 }

@@ -71,14 +71,14 @@ std::unique_ptr<nn::Optimizer> make_optimizer(const TrainConfig& config, const s
 // --checkpoint: one file (nn::save_checkpoint) with the model, the optimizer and the steps
 // done. A run that starts removes the temporaries of writers that were killed; with --resume
 // it continues from the file when there is one (before DDP: rank 0's state is broadcast anyway).
-std::optional<nn::TrainingCheckpoint> resume_if_asked(const TrainConfig& config, int rank, nn::Module& model,
+std::optional<nn::TrainingCheckpoint> resume_if_asked(const TrainConfig& config, int rank, int world, nn::Module& model,
                                                       nn::Optimizer& optimizer) {
   if (!config.checkpoint.empty() && rank == 0) nn::remove_stale_checkpoint_temporaries(config.checkpoint);
   if (!config.resume || !std::filesystem::exists(config.checkpoint)) return std::nullopt;
   nn::TrainingCheckpoint resumed = nn::load_checkpoint(config.checkpoint, model, optimizer);
   TDDP_CHECK(resumed.step < config.steps, "--resume: {} is {} steps in, nothing left of --steps {}", config.checkpoint,
              resumed.step, config.steps);
-  restore_generator(resumed.metadata, rank, config.checkpoint);  // this rank's Dropout stream
+  restore_generator(resumed.metadata, rank, world, config.seed, resumed.step);  // this rank's Dropout stream
   return resumed;
 }
 
@@ -168,7 +168,7 @@ Run set_up(const TrainConfig& config) {
   } else {
     run.optimizer = make_optimizer(config, run.model.module->parameters());
     const std::optional<nn::TrainingCheckpoint> resumed =
-        resume_if_asked(config, run.rank, *run.model.module, *run.optimizer);
+        resume_if_asked(config, run.rank, run.world, *run.model.module, *run.optimizer);
     run.first_step = resumed ? resumed->step : 0;
     run.runner = wrap_in_ddp(config, run.model.module, run.pg);
   }

@@ -140,4 +140,11 @@ TEST_CASE("train --model cnn with Dropout on 2 ranks, restarted by launch, resum
   CHECK(nn::load_safetensors(checkpoint).metadata.count("user.rng.cpu.rank1") == 1);
   const auto a = nn::load_safetensors(full).tensors, b = nn::load_safetensors(restarted).tensors;
   for (const auto& [name, t] : a) CHECK(tensor::equal(t, b.at(name)));
+  // At another world size no rank's stream can be given back: each starts a fresh one, and
+  // the run goes on (one process, from the 2 ranks' checkpoint of step 30).
+  const std::string more = args.substr(0, args.find(" --steps 30")) + " --steps 34 --log_every 34 --batch 32";
+  const CommandResult alone = run_command(more + " --checkpoint " + checkpoint + " --resume");
+  INFO(alone.output);
+  CHECK(alone.exit_code == 0);
+  CHECK_THAT(alone.output, Contains("resuming from " + checkpoint + " after 30 steps"));
 }
