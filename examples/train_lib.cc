@@ -92,7 +92,7 @@ struct Runner {
 
 Runner wrap_in_ddp(const TrainConfig& config, const std::shared_ptr<nn::Module>& model,
                    const std::shared_ptr<comm::ProcessGroup>& pg) {
-  if (!pg) return Runner{model, nullptr, nullptr};
+  if (!pg) return Runner{model, nullptr, nullptr, nullptr};
   if (config.fsdp) {  // every layer with parameters of its own a unit, then the root
     ddp::FullyShardOptions options;
     if (!config.timeline.empty()) options.timeline = std::make_shared<ddp::Timeline>();

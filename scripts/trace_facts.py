@@ -80,6 +80,31 @@ def accumulation(path):
             f"allreduced, against {parts[2]} for one micro-batch alone")
 
 
+def bucket_sweep(path):
+    """bench/bucket_sweep.sh's 1 Gbit/s runs: the range of the step over every cap and round, and
+    the hidden share at one parameter per bucket (the smallest cap)."""
+    steps, hidden = [], []
+    for line in open(path, encoding="utf-8"):
+        m = re.match(r"link=1gbit cap=([\d.]+) round=\d+ RESULT .* hidden=(\d+)% median_us=([\d.]+)$", line.strip())
+        if m:
+            steps.append(float(m.group(3)) / 1000.0)
+            if float(m.group(1)) == 0.001:
+                hidden.append(int(m.group(2)))
+    if not steps or not hidden:
+        sys.exit(f"trace_facts: {path} holds no 1 Gbit/s runs (made by sudo bash bench/bucket_sweep.sh)")
+    return (f"on the 1 Gbit/s link the step took {min(steps):.1f}-{max(steps):.1f} ms whatever the cap, and one "
+            f"parameter per bucket hid {min(hidden)}-{max(hidden)}% of the communication")
+
+
+def dp_backward(path):
+    """bench/data_parallel_compare.sh's DataParallel phases: the backward of 128 rows of the MLP."""
+    times = [float(m.group(1)) / 1000.0 for m in
+             (re.search(r"mode=dp .*backward_us=(\d+)", line) for line in open(path, encoding="utf-8")) if m]
+    if not times:
+        sys.exit(f"trace_facts: {path} holds no DataParallel phases (bash bench/data_parallel_compare.sh)")
+    return f"the backward of those 128 rows took {min(times):.1f}-{max(times):.1f} ms"
+
+
 def memory_levels(path):
     """bench/fsdp_memory.sh's traces: each mode's level before the step and its peak, in MiB."""
     levels, label = {}, None
@@ -101,7 +126,8 @@ def facts():
     return {
         "docs/ddp.md": [still_running("docs/timeline.json"), collective_times("docs/timeline_cnn.json"),
                         memory_levels("docs/fsdp_memory.txt")],
-        "docs/learn.md": [accumulation("docs/accumulation.txt")],
+        "docs/learn.md": [accumulation("docs/accumulation.txt"), bucket_sweep("docs/bucket_sweep.txt"),
+                          dp_backward("docs/data_parallel_results.txt")],
     }
 
 
