@@ -1,0 +1,85 @@
+// The elastic rendezvous of torchrun's c10d backend, on the job's store: the nodes of a job
+// whose size may change (--nnodes MIN:MAX) form numbered rounds. A node joins the round being
+// formed and gets its place in join order; once MIN nodes are in, the round waits `last_call`
+// for more (at most MAX) and closes. While a round runs, each node beats a heartbeat counter;
+// a node whose counter stops for longer than the heartbeat timeout is lost, and any node may
+// ask for a new round (a worker failed, a node was lost, or a newcomer waits in the next
+// round): every node then stops its workers and joins the next round with the nodes alive.
+//
+// Keys, under "elastic/": run_id (the job's --rdzv_id, set by the first node; another id is
+// refused), and per round k: k/joined (a counter: the join order), k/node/<i> (the i-th node's
+// name), k/closed (the round's size, written once by the node that closes it), k/beat/<i>
+// (node i's heartbeat counter), k/restart (why a new round was asked for).
+//
+// The launcher's elastic mode is built on this (issue 59); tests/launcher/elastic_test.cc
+// holds the protocol with nodes as threads.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tinyddp/comm/store.h"
+
+namespace tinyddp::launcher {
+
+struct ElasticOptions {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  std::string run_id = "none";
+  std::chrono::milliseconds last_call{1000};  // once min_nodes are in, how long to wait for more
+  std::chrono::milliseconds timeout{60000};   // for a round to reach min_nodes
+  std::chrono::milliseconds heartbeat{500};   // a node is lost after 2 x this without a beat
+};
+
+// Throws tinyddp::Error naming the bad value (min < 1, min > max, ...).
+void validate(const ElasticOptions& options);
+
+struct Round {
+  int64_t number = 0;
+  int node_rank = 0;               // this node's place in the round (join order)
+  std::vector<std::string> nodes;  // every node's name, by node rank
+  int size() const { return static_cast<int>(nodes.size()); }
+};
+
+class ElasticRendezvous {
+ public:
+  // `node` names this node in messages and in the round's list (its host and pid, say).
+  ElasticRendezvous(std::shared_ptr<comm::Store> store, std::string node, ElasticOptions options);
+
+  // Joins the round being formed and returns it once closed. A node that arrives after a round
+  // closed, or finds it full, joins the next one. Throws, naming the round, the nodes in it and
+  // the minimum, when it has not reached min_nodes within the timeout; and when the job's store
+  // serves another --rdzv_id.
+  Round next_round();
+
+  // This node's heartbeat in `round` (call it every options.heartbeat or more often).
+  void beat(const Round& round);
+  // The nodes of `round` whose heartbeat has not moved for longer than 2 x options.heartbeat
+  // since this node first looked (so call it as often as beat).
+  std::vector<std::string> lost(const Round& round);
+  // Asks every node of `round` for a new round; `why` is kept for their messages.
+  void request_new_round(const Round& round, const std::string& why);
+  // Why a new round is due: a request, or a node waiting in the next round while this one has
+  // room for it; empty when none.
+  std::string new_round_due(const Round& round);
+
+ private:
+  std::string key(int64_t round, const std::string& rest) const;
+  void check_run_id();
+  bool close(int64_t round, int64_t size);
+
+  std::shared_ptr<comm::Store> store_;
+  std::string node_;
+  ElasticOptions options_;
+  int64_t next_ = 0;  // the round this node joins next
+  struct Seen {
+    int64_t count = -1;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::map<std::pair<int64_t, int>, Seen> beats_;  // (round, node rank) -> last counter seen
+};
+
+}  // namespace tinyddp::launcher
