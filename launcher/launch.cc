@@ -10,7 +10,37 @@
 #include <iostream>
 
 #include "tinyddp/base/error.h"
+#include "tinyddp/launcher/elastic.h"
 #include "tinyddp/launcher/launcher.h"
+
+namespace {
+// --nnodes: "N" (a static job), or torchrun's "MIN:MAX" (N:N is static too). An elastic range
+// is checked, then refused: launch does not run elastic jobs yet (launcher/elastic.h has the
+// rendezvous they will use).
+int parse_nnodes(const std::string& text) {
+  const size_t colon = text.find(':');
+  try {
+    size_t used = 0;
+    const int min = std::stoi(text.substr(0, colon), &used);
+    if (used != text.substr(0, colon).size()) throw std::invalid_argument(text);
+    if (colon == std::string::npos) return min;
+    const std::string rest = text.substr(colon + 1);
+    const int max = std::stoi(rest, &used);
+    if (used != rest.size()) throw std::invalid_argument(text);
+    tinyddp::launcher::ElasticOptions elastic;
+    elastic.min_nodes = min;
+    elastic.max_nodes = max;
+    tinyddp::launcher::validate(elastic);
+    TDDP_CHECK(min == max,
+               "launch: --nnodes {} asks for an elastic job (nodes joining and leaving between MIN and MAX), which "
+               "launch does not run yet; give one number (every node its --node_rank)",
+               text);
+    return min;
+  } catch (const std::logic_error&) {  // stoi's invalid_argument and out_of_range
+    throw tinyddp::Error("launch: --nnodes takes a number or MIN:MAX, got '" + text + "'");
+  }
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   // `bazel run @tinyddp//launcher:launch -- ... bazel-bin/prog` starts the launcher in its
@@ -30,7 +60,8 @@ int main(int argc, char** argv) {
       "one fails.\n\nUsage: launch [OPTIONS] -- PROGRAM [ARGS...]",
       "launch"};
   app.add_option("--nproc_per_node", o.nproc_per_node, "worker processes on this node (default 1)");
-  app.add_option("--nnodes", o.nnodes, "nodes in the job (default 1)");
+  std::string nnodes = "1";
+  app.add_option("--nnodes", nnodes, "nodes in the job (default 1; torchrun's MIN:MAX form with MIN = MAX)");
   app.add_option("--node_rank", o.node_rank, "this node's rank, 0 to nnodes-1 (default 0)");
   app.add_option("--master_addr", o.master_addr, "address of node 0, which hosts the job's store (default 127.0.0.1)");
   app.add_option("--master_port", o.master_port,
@@ -55,6 +86,7 @@ int main(int argc, char** argv) {
   o.grace_period = std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
   o.rdzv_timeout = std::chrono::milliseconds(static_cast<int64_t>(rdzv_timeout_s * 1000));
   try {
+    o.nnodes = parse_nnodes(nnodes);
     tinyddp::launcher::validate(o);
   } catch (const std::exception& e) {
     std::cerr << e.what() << "\n";
