@@ -52,19 +52,9 @@ std::shared_ptr<nn::GPT> sharded_model(comm::ProcessGroup& pg, const ddp::FullyS
   {
     static std::mutex mutex;  // rank threads share the default generator
     std::lock_guard<std::mutex> lock(mutex);
-    nn::GPTConfig c;
-    c.block_size = 8;
-    c.vocab_size = 13;
-    c.n_layer = 2;
-    c.n_head = 2;
-    c.n_embd = 16;
-    model = std::make_shared<nn::GPT>(c);
+    model = std::make_shared<nn::GPT>(testing::gpt_fixture_config());
   }
-  nn::OrderedDict<Tensor> init;
-  for (const auto& [name, t] : reference()) {
-    if (name.rfind("init.", 0) == 0) init.insert(name.substr(5), t);
-  }
-  model->load_state_dict(init);
+  model->load_state_dict(testing::gpt_initial_state());
   ddp::fully_shard_by_policy(model, testing::borrow(pg), ddp::is_a<nn::Block>, options);
   return model;
 }

@@ -10,6 +10,7 @@
 
 #include "tests/ddp/rounding.h"
 #include "tinyddp/nn/nn.h"
+#include "tinyddp/nn/transformer.h"
 
 namespace tinyddp::testing {
 
@@ -20,5 +21,25 @@ inline const nn::OrderedDict<tensor::Tensor>& gpt_reference() {
 
 // The exact run `run` ("single" or "ddp") of the fixture and its float32 spread.
 inline ExactRun gpt_run(const std::string& run) { return ExactRun(gpt_reference(), run + "."); }
+
+// The fixture's model: make_gpt_fixture.py's CONFIG.
+inline nn::GPTConfig gpt_fixture_config() {
+  nn::GPTConfig c;
+  c.block_size = 8;
+  c.vocab_size = 13;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  return c;
+}
+
+// The fixture's initial state dict ("init.<name>"), lm_head.weight included as PyTorch saves it.
+inline nn::OrderedDict<tensor::Tensor> gpt_initial_state() {
+  nn::OrderedDict<tensor::Tensor> init;
+  for (const auto& [name, t] : gpt_reference()) {
+    if (name.rfind("init.", 0) == 0) init.insert(name.substr(5), t);
+  }
+  return init;
+}
 
 }  // namespace tinyddp::testing

@@ -32,15 +32,7 @@ constexpr int64_t kWarmup = 5, kWorld = 2;
 
 const nn::OrderedDict<Tensor>& reference() { return testing::gpt_reference(); }
 
-nn::GPTConfig config() {
-  nn::GPTConfig c;
-  c.block_size = 8;
-  c.vocab_size = 13;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
-  return c;
-}
+nn::GPTConfig config() { return testing::gpt_fixture_config(); }
 
 // nanoGPT's initial state in `dtype` (ranks that are threads share the default generator: one
 // at a time).
@@ -48,11 +40,7 @@ std::shared_ptr<nn::GPT> initial_model(tensor::DType dtype = tensor::kFloat32) {
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
   auto model = std::make_shared<nn::GPT>(config());
-  nn::OrderedDict<Tensor> init;
-  for (const auto& [name, t] : reference()) {
-    if (name.rfind("init.", 0) == 0) init.insert(name.substr(5), t);
-  }
-  model->load_state_dict(init);  // with lm_head.weight, as PyTorch saves it
+  model->load_state_dict(testing::gpt_initial_state());  // with lm_head.weight, as PyTorch saves it
   model->to(dtype);
   return model;
 }
