@@ -170,18 +170,22 @@ Timeline::Clock::time_point finished(const comm::Work& work) {
 }
 }  // namespace
 
-void FullyShardedUnit::record(const std::string& what, Timeline::Clock::time_point start,
-                              Timeline::Clock::time_point end, int track, const std::string& detail) const {
-  if (options_.timeline) options_.timeline->span(what + " " + label_ + detail, start, end, forward_epoch_now(), track);
+void FullyShardedUnit::record(const char* what, Timeline::Clock::time_point start,
+                              Timeline::Clock::time_point end) const {
+  if (options_.timeline) options_.timeline->span(fmt::format("{} {}", what, label_), start, end, forward_epoch_now());
+}
+
+void FullyShardedUnit::record_collective(const char* what, Timeline::Clock::time_point start,
+                                         Timeline::Clock::time_point end, int track, tensor::DType dtype,
+                                         const char* more) const {
+  if (!options_.timeline) return;  // nothing formatted on the hot path without a timeline
+  const double mib = static_cast<double>(shard_numel_ * pg_->size()) * tensor::element_size(dtype) / 1048576.0;
+  options_.timeline->span(fmt::format("{} {} ({:.2f} MiB{})", what, label_, mib, more), start, end, forward_epoch_now(),
+                          track);
 }
 
 void FullyShardedUnit::record_instant(const std::string& what) const {
   if (options_.timeline) options_.timeline->instant(what + " " + label_, Timeline::Clock::now(), forward_epoch_now());
-}
-
-std::string FullyShardedUnit::mib(tensor::DType dtype, const char* more) const {
-  return fmt::format(" ({:.2f} MiB{})",
-                     static_cast<double>(shard_numel_ * pg_->size()) * tensor::element_size(dtype) / 1048576.0, more);
 }
 
 std::pair<std::shared_ptr<comm::Work>, Tensor> FullyShardedUnit::start_gather() {
@@ -203,14 +207,14 @@ Tensor FullyShardedUnit::gather_blocks() {
     const Prefetch p = std::move(*prefetch_);
     prefetch_.reset();
     wait_for(p.work, name_, "gathering the parameters (prefetched)");
-    record("all-gather", p.issued, finished(*p.work), kGatherTrack, mib(compute_dtype_, ", prefetched"));
+    record_collective("all-gather", p.issued, finished(*p.work), kGatherTrack, compute_dtype_, ", prefetched");
     if (p.epoch == forward_epoch) return p.gathered;
     // Issued in an earlier forward that did not reach this unit: the shards changed since.
   }
   const auto issued = Timeline::Clock::now();
   auto [work, gathered] = start_gather();
   wait_for(work, name_, "gathering the parameters");
-  record("all-gather", issued, finished(*work), kGatherTrack, mib(compute_dtype_));
+  record_collective("all-gather", issued, finished(*work), kGatherTrack, compute_dtype_);
   return gathered;
 }
 
@@ -372,7 +376,7 @@ void FullyShardedUnit::finish_reduce() {
   const PendingReduce done = std::move(*pending_reduce_);
   pending_reduce_.reset();
   wait_for(done.work, name_, "reduce-scattering the gradients");
-  record("reduce-scatter", done.launched, finished(*done.work), kReduceTrack, mib(reduce_dtype_));
+  record_collective("reduce-scatter", done.launched, finished(*done.work), kReduceTrack, reduce_dtype_);
   NoGradGuard no_grad;
   // The average, as DDP's: the sum over the ranks divided by W (DDP divides each bucket before
   // its allreduce: the same numbers when W is a power of two, within a rounding otherwise).

@@ -213,13 +213,13 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
   void on_gradient(size_t slot);  // a parameter's gradient is complete
   void end_backward();            // every gradient is in: reduce (or, without sync, keep)
   void reduce_gradients();        // the reduce-scatter into the shards' .grad
-  // On options_.timeline (if any): a span "<what> <label><detail>" from `start` to `end` on
-  // `track`; an instant "<what> <label>" now on the compute row.
-  void record(const std::string& what, Timeline::Clock::time_point start, Timeline::Clock::time_point end,
-              int track = Timeline::kCompute, const std::string& detail = "") const;
+  // On options_.timeline (if any): a span "<what> <label>" from `start` to `end` on the compute
+  // row; a collective's "<what> <label> (12.00 MiB<more>)" (the unit's gathered bytes in
+  // `dtype`) on `track`; an instant "<what> <label>" now on the compute row.
+  void record(const char* what, Timeline::Clock::time_point start, Timeline::Clock::time_point end) const;
+  void record_collective(const char* what, Timeline::Clock::time_point start, Timeline::Clock::time_point end,
+                         int track, tensor::DType dtype, const char* more = "") const;
   void record_instant(const std::string& what) const;
-  // " (12.00 MiB<more>)": the unit's gathered bytes in `dtype`.
-  std::string mib(tensor::DType dtype, const char* more = "") const;
 
   std::weak_ptr<nn::Module> module_;
   const nn::Module* module_address_;  // its key in the registry of sharded modules
