@@ -34,6 +34,11 @@ void FailureWatch::report(const std::string& message) {
   wake_.notify_all();
 }
 
+std::string FailureWatch::stop_reason() const {
+  const std::string remote = remote_failure();
+  return remote.empty() ? remote : fmt::format("another node failed ({})", remote);
+}
+
 std::string FailureWatch::remote_failure() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return remote_;

@@ -17,16 +17,19 @@
 
 #include "tinyddp/comm/tcp_store.h"
 #include "tinyddp/launcher/launcher.h"
+#include "tinyddp/launcher/worker_group.h"
 
 namespace tinyddp::launcher {
 
-class FailureWatch {
+class FailureWatch final : public PeerWatch {
  public:
   FailureWatch(const LaunchConfig& options, int attempt, int wake_fd, unsigned char wake_byte);
   ~FailureWatch();
   // This node's failure, for the other nodes (sent by the watch thread).
-  void report(const std::string& message);
-  // Another node's failure, once seen.
+  void report(const std::string& message) override;
+  // "another node failed (<its failure>)", once one is seen.
+  std::string stop_reason() const override;
+  // Another node's failure, once seen ("node 1: rank 1 exited with status 3").
   std::string remote_failure() const;
 
  private:

@@ -1,371 +1,20 @@
-// The launcher: see launcher.h. One attempt = spawn every local worker, then one poll loop
-// that copies their output line by line, reaps them, and stops the group on the first
-// failure or on SIGINT/SIGTERM.
+// The static launcher (launcher.h): node 0 hosts the store, the nodes meet for each attempt,
+// and each attempt runs this node's worker group (worker_group.h) until it ends; a failure
+// restarts every node's group, up to --max_restarts times.
 #include "tinyddp/launcher/launcher.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <csignal>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <map>
 #include <memory>
-#include <optional>
 
 #include <fmt/format.h>
-
-#include <sched.h>
 
 #include "tinyddp/base/cpus.h"
 #include "tinyddp/base/error.h"
 #include "tinyddp/launcher/failure_watch.h"
 #include "tinyddp/launcher/processes.h"
 #include "tinyddp/launcher/rendezvous.h"
-
-extern char** environ;
+#include "tinyddp/launcher/worker_group.h"
 
 namespace tinyddp::launcher {
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// Signals reach the poll loop through this pipe (the handler only writes the signal number).
-int signal_pipe[2] = {-1, -1};
-
-void on_signal(int signo) {
-  const int saved = errno;
-  const unsigned char byte = static_cast<unsigned char>(signo);
-  [[maybe_unused]] const ssize_t n = ::write(signal_pipe[1], &byte, 1);
-  errno = saved;
-}
-
-// The byte a FailureWatch writes into the signal pipe: another node's workers failed.
-constexpr unsigned char kPeerFailed = 0;
-
-// One output stream of a worker: its pipe and the part of a line not yet printed.
-struct Stream {
-  int fd = -1;
-  int console = 1;  // 1 for the worker's stdout, 2 for its stderr
-  std::string pending;
-};
-
-struct Worker {
-  int rank = 0;
-  pid_t pid = -1;
-  bool running = false;
-  int status = 0;
-  Stream streams[2];
-  std::unique_ptr<std::ofstream> log_file;
-};
-
-class Attempt {
- public:
-  Attempt(const LaunchConfig& options, std::ostream& log, int attempt,
-          const std::vector<std::pair<std::string, std::string>>& env, const CoreShare& share)
-      : options_(options), log_(log), attempt_(attempt), env_(env), share_(share) {
-    if (options.nnodes > 1) watch_ = std::make_unique<FailureWatch>(options, attempt, signal_pipe[1], kPeerFailed);
-  }
-
-  ~Attempt() {
-    for (Worker& w : workers_) {
-      for (Stream& s : w.streams) {
-        if (s.fd >= 0) ::close(s.fd);
-      }
-    }
-  }
-
-  // Starts the workers and runs until all have ended.
-  void run() {
-    for (int local = 0; local < options_.nproc_per_node; ++local) {
-      spawn(local);
-      if (failed_rank_ >= 0) break;  // could not even start it
-    }
-    if (failed_rank_ >= 0) stop(SIGTERM);
-    loop();
-  }
-
-  int failed_rank() const { return failed_rank_; }
-  // Another node's failure that stopped this node's workers ("node 1: rank 1 exited with ..."),
-  // or empty.
-  const std::string& remote_failure() const { return remote_failure_; }
-  int failed_status() const { return failed_status_; }
-  int interrupted_by() const { return interrupted_by_; }
-
- private:
-  void spawn(int local) {
-    Worker& w = workers_.emplace_back();
-    w.rank = options_.node_rank * options_.nproc_per_node + local;
-    if (!options_.log_dir.empty()) {
-      const std::filesystem::path dir = std::filesystem::path(options_.log_dir) / fmt::format("attempt_{}", attempt_);
-      std::filesystem::create_directories(dir);
-      const std::filesystem::path file = dir / fmt::format("rank_{}.log", w.rank);
-      w.log_file = std::make_unique<std::ofstream>(file);
-      TDDP_CHECK(w.log_file->good(), "launch: cannot write the log file {}", file.string());
-    }
-    // Everything the child needs is built before fork: after it, only async-signal-safe calls.
-    std::vector<std::string> env_strings;
-    std::map<std::string, std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string entry(*e);
-      const size_t eq = entry.find('=');
-      if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
-    }
-    for (const auto& [key, value] : env_) env[key] = value;
-    env["RANK"] = std::to_string(w.rank);
-    env["LOCAL_RANK"] = std::to_string(local);
-    if (env.find("OMP_NUM_THREADS") == env.end()) env["OMP_NUM_THREADS"] = "1";
-    if (env.find("TINYDDP_NUM_THREADS") == env.end()) env["TINYDDP_NUM_THREADS"] = std::to_string(share_.threads);
-    cpu_set_t bind;
-    CPU_ZERO(&bind);
-    const bool bound = static_cast<size_t>(local) < share_.cpus.size();
-    if (bound) {
-      for (const int cpu : share_.cpus[static_cast<size_t>(local)]) CPU_SET(cpu, &bind);
-    }
-    for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
-    std::vector<char*> envp;
-    for (std::string& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::vector<std::string> args = options_.program;
-    const std::string path = resolve(args[0]);
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-
-    int out[2], err[2], status_pipe[2];
-    TDDP_CHECK(::pipe2(out, O_CLOEXEC) == 0 && ::pipe2(err, O_CLOEXEC) == 0 && ::pipe2(status_pipe, O_CLOEXEC) == 0,
-               "launch: pipe: {}", std::strerror(errno));
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    TDDP_CHECK(pid >= 0, "launch: fork: {}", std::strerror(errno));
-    if (pid == 0) {
-      ::setpgid(0, 0);                     // a group of its own: stopping it reaches its children too
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // and it dies if the launcher is killed outright
-      if (::getppid() != parent) ::_exit(1);
-      struct sigaction dfl {};
-      dfl.sa_handler = SIG_DFL;
-      for (int signo : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) ::sigaction(signo, &dfl, nullptr);
-      sigset_t none;
-      ::sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      ::dup2(out[1], 1);
-      ::dup2(err[1], 2);
-      if (bound) ::sched_setaffinity(0, sizeof(bind), &bind);  // --cpu_bind: its own cores
-      ::execve(path.c_str(), argv.data(), envp.data());
-      const int error = errno;
-      [[maybe_unused]] const ssize_t n = ::write(status_pipe[1], &error, sizeof(error));
-      ::_exit(127);
-    }
-    ::setpgid(pid, pid);  // also here, so that the group exists before we might signal it
-    ::close(out[1]);
-    ::close(err[1]);
-    ::close(status_pipe[1]);
-    int exec_error = 0;
-    ssize_t n;
-    do {
-      n = ::read(status_pipe[0], &exec_error, sizeof(exec_error));
-    } while (n < 0 && errno == EINTR);
-    ::close(status_pipe[0]);
-    w.pid = pid;
-    w.running = true;
-    w.streams[0].fd = out[0];
-    w.streams[0].console = 1;
-    w.streams[1].fd = err[0];
-    w.streams[1].console = 2;
-    if (n == static_cast<ssize_t>(sizeof(exec_error))) {
-      log_ << fmt::format("launch: cannot run '{}' for rank {}: {}", options_.program[0], w.rank,
-                          exec_failure(options_.program[0], path, exec_error))
-           << std::endl;
-      record_failure(w, 127 << 8);
-    }
-  }
-
-  void record_failure(const Worker& w, int status) {
-    if (failed_rank_ >= 0 || interrupted_by_ != 0) return;
-    failed_rank_ = w.rank;
-    failed_status_ = status;
-    if (watch_) watch_->report(fmt::format("rank {} {}", w.rank, describe(status)));
-  }
-
-  // Sends `signo` to every running worker's process group, once; SIGKILL follows after the
-  // grace period.
-  void stop(int signo) {
-    if (stopping_) return;
-    stopping_ = true;
-    kill_at_ = Clock::now() + options_.grace_period;
-    for (const Worker& w : workers_) {
-      if (w.running) ::kill(-w.pid, signo);
-    }
-  }
-
-  void emit(Worker& w, Stream& s, const std::string& line) {
-    if (w.log_file) {
-      *w.log_file << line << '\n';
-      w.log_file->flush();
-    }
-    if (!w.log_file || options_.tee) write_all(s.console, fmt::format("[rank {}] {}\n", w.rank, line));
-  }
-
-  // Reads what is there; prints complete lines; on end of file prints the rest and closes.
-  void drain(Worker& w, Stream& s) {
-    char buffer[65536];
-    const ssize_t n = ::read(s.fd, buffer, sizeof(buffer));
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
-    if (n <= 0) {
-      if (!s.pending.empty()) emit(w, s, s.pending);
-      s.pending.clear();
-      ::close(s.fd);
-      s.fd = -1;
-      return;
-    }
-    s.pending.append(buffer, static_cast<size_t>(n));
-    size_t start = 0;
-    for (size_t nl; (nl = s.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-      emit(w, s, s.pending.substr(start, nl - start));
-    }
-    s.pending.erase(0, start);
-    if (s.pending.size() > 65536) {  // a very long line without newline: print it in pieces
-      emit(w, s, s.pending);
-      s.pending.clear();
-    }
-  }
-
-  void reap() {
-    for (Worker& w : workers_) {
-      if (!w.running) continue;
-      int status = 0;
-      const pid_t got = ::waitpid(w.pid, &status, WNOHANG);
-      if (got != w.pid) continue;
-      w.running = false;
-      w.status = status;
-      ::kill(-w.pid, SIGKILL);  // whatever it left behind in its group goes with it
-      if (status != 0 && !stopping_) {
-        log_ << fmt::format("launch: rank {} (pid {}) {}; stopping the other workers", w.rank, w.pid, describe(status))
-             << std::endl;
-        record_failure(w, status);
-        stop(SIGTERM);
-      }
-    }
-  }
-
-  void on_signal_byte(int signo) {
-    if (signo == SIGCHLD) return;  // reap() runs every round anyway
-    if (signo == kPeerFailed) {
-      if (failed_rank_ >= 0 || interrupted_by_ != 0 || stopping_) return;
-      // A byte an earlier attempt's watch wrote after this node had failed on its own is
-      // stale: only this attempt's watch, having seen a failure, counts.
-      const std::string remote = watch_ ? watch_->remote_failure() : std::string();
-      if (remote.empty()) return;
-      remote_failure_ = remote;
-      log_ << fmt::format("launch: another node failed ({}); stopping this node's workers", remote_failure_)
-           << std::endl;
-      stop(SIGTERM);
-      return;
-    }
-    if (interrupted_by_ == 0 && failed_rank_ < 0) {
-      interrupted_by_ = signo;
-      log_ << fmt::format("launch: got {}; passing it to the workers", ::strsignal(signo)) << std::endl;
-    }
-    stop(signo);
-  }
-
-  void loop() {
-    std::optional<Clock::time_point> all_exited_at;
-    while (true) {
-      std::vector<pollfd> fds{{signal_pipe[0], POLLIN, 0}};
-      std::vector<std::pair<Worker*, Stream*>> owners{{nullptr, nullptr}};
-      for (Worker& w : workers_) {
-        for (Stream& s : w.streams) {
-          if (s.fd < 0) continue;
-          fds.push_back({s.fd, POLLIN, 0});
-          owners.emplace_back(&w, &s);
-        }
-      }
-      const bool any_running = std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.running; });
-      if (!any_running) {
-        if (fds.size() == 1) return;
-        // Every worker has exited; a pipe still open belongs to a process that escaped its
-        // group. Give the output a moment to arrive, then stop reading.
-        if (!all_exited_at) all_exited_at = Clock::now();
-        if (Clock::now() - *all_exited_at > std::chrono::seconds(2)) return;
-      }
-      const int ready = ::poll(fds.data(), fds.size(), 50);
-      if (ready < 0 && errno != EINTR) throw Error(fmt::format("launch: poll: {}", std::strerror(errno)));
-      if (ready > 0) {
-        if (fds[0].revents & POLLIN) {
-          unsigned char signals[64];
-          const ssize_t n = ::read(signal_pipe[0], signals, sizeof(signals));
-          for (ssize_t i = 0; i < n; ++i) on_signal_byte(signals[i]);
-        }
-        for (size_t i = 1; i < fds.size(); ++i) {
-          if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) drain(*owners[i].first, *owners[i].second);
-        }
-      }
-      reap();
-      if (stopping_ && !killed_ && Clock::now() >= kill_at_) {
-        killed_ = true;
-        for (const Worker& w : workers_) {
-          if (w.running) {
-            log_ << fmt::format("launch: rank {} (pid {}) did not stop within {} ms; killing it", w.rank, w.pid,
-                                options_.grace_period.count())
-                 << std::endl;
-            ::kill(-w.pid, SIGKILL);
-          }
-        }
-      }
-    }
-  }
-
-  const LaunchConfig& options_;
-  std::ostream& log_;
-  int attempt_;
-  const std::vector<std::pair<std::string, std::string>>& env_;
-  const CoreShare& share_;
-  std::vector<Worker> workers_;
-  bool stopping_ = false;
-  bool killed_ = false;
-  Clock::time_point kill_at_;
-  int failed_rank_ = -1;
-  int failed_status_ = 0;
-  int interrupted_by_ = 0;
-  std::string remote_failure_;
-  std::unique_ptr<FailureWatch> watch_;
-};
-
-// Installs the signal handlers for the launcher's lifetime and puts them back afterwards.
-class SignalScope {
- public:
-  SignalScope() {
-    TDDP_CHECK(::pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) == 0, "launch: pipe: {}", std::strerror(errno));
-    struct sigaction action {};
-    action.sa_handler = on_signal;
-    ::sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESTART;
-    for (int signo : {SIGINT, SIGTERM, SIGCHLD}) ::sigaction(signo, &action, &saved_[signo]);
-    struct sigaction ignore {};
-    ignore.sa_handler = SIG_IGN;
-    ::sigaction(SIGPIPE, &ignore, &saved_[SIGPIPE]);
-  }
-  ~SignalScope() {
-    for (auto& [signo, action] : saved_) ::sigaction(signo, &action, nullptr);
-    ::close(signal_pipe[0]);
-    ::close(signal_pipe[1]);
-    signal_pipe[0] = signal_pipe[1] = -1;
-  }
-
- private:
-  std::map<int, struct sigaction> saved_;
-};
-
-}  // namespace
 
 void validate(const LaunchConfig& o) {
   TDDP_CHECK(!o.program.empty(), "launch: no program given (usage: launch --nproc_per_node N -- PROGRAM [ARGS...])");
@@ -393,7 +42,10 @@ int launch(const LaunchConfig& options, std::ostream& log) {
   const int world_size = options.nnodes * options.nproc_per_node;
   for (int attempt = 0;; ++attempt) {
     meet_nodes(options, *store, attempt);
-    const std::vector<std::pair<std::string, std::string>> env = {
+    GroupSpec spec;
+    spec.attempt = attempt;
+    spec.first_rank = options.node_rank * options.nproc_per_node;
+    spec.env = {
         {"WORLD_SIZE", std::to_string(world_size)},
         {"LOCAL_WORLD_SIZE", std::to_string(options.nproc_per_node)},
         {"GROUP_RANK", std::to_string(options.node_rank)},
@@ -402,12 +54,18 @@ int launch(const LaunchConfig& options, std::ostream& log) {
         {"TINYDDP_STORE_HOSTED", "1"},
         {"TINYDDP_STORE_PREFIX", fmt::format("attempt_{}/", attempt)},
         {"TINYDDP_RESTART_COUNT", std::to_string(attempt)},
+        {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
+        {"TORCHELASTIC_MAX_RESTARTS", std::to_string(options.max_restarts)},
+        {"TORCHELASTIC_RUN_ID", "none"},
     };
-    Attempt group(options, log, attempt, env, share);
-    group.run();
+    std::unique_ptr<FailureWatch> watch;
+    if (options.nnodes > 1) watch = std::make_unique<FailureWatch>(options, attempt, wake_fd(), kPeerWoke);
+    const GroupResult group = run_group(options, spec, share, watch.get(), log);
+    const std::string remote = watch ? watch->remote_failure() : std::string();
+    watch.reset();
     leave_nodes(options, *store, attempt, log);
-    if (group.interrupted_by() != 0) return 128 + group.interrupted_by();
-    if (group.failed_rank() < 0 && group.remote_failure().empty()) return 0;
+    if (group.interrupted_by != 0) return 128 + group.interrupted_by;
+    if (group.succeeded()) return 0;
     if (attempt < options.max_restarts) {
       log << fmt::format("launch: restarting the workers (restart {} of {})", attempt + 1, options.max_restarts)
           << std::endl;
@@ -415,13 +73,13 @@ int launch(const LaunchConfig& options, std::ostream& log) {
     }
     const std::string restarts =
         options.max_restarts > 0 ? fmt::format(" (after {} restarts)", options.max_restarts) : "";
-    if (group.failed_rank() < 0) {
-      log << fmt::format("launch: failed: {}{}", group.remote_failure(), restarts) << std::endl;
+    if (group.failed_rank < 0) {
+      log << fmt::format("launch: failed: {}{}", remote, restarts) << std::endl;
       return 1;
     }
-    log << fmt::format("launch: failed: rank {} {}{}", group.failed_rank(), describe(group.failed_status()), restarts)
+    log << fmt::format("launch: failed: rank {} {}{}", group.failed_rank, describe(group.failed_status), restarts)
         << std::endl;
-    return exit_code(group.failed_status());
+    return exit_code(group.failed_status);
   }
 }
 
