@@ -88,7 +88,8 @@ class Attempt {
     Worker& w = workers_.emplace_back();
     w.rank = spec_.first_rank + local;
     if (!options_.log_dir.empty()) {
-      const std::filesystem::path dir = std::filesystem::path(options_.log_dir) / fmt::format("attempt_{}", spec_.attempt);
+      const std::filesystem::path dir =
+          std::filesystem::path(options_.log_dir) / fmt::format("attempt_{}", spec_.attempt);
       std::filesystem::create_directories(dir);
       const std::filesystem::path file = dir / fmt::format("rank_{}.log", w.rank);
       w.log_file = std::make_unique<std::ofstream>(file);
@@ -352,4 +353,3 @@ GroupResult run_group(const LaunchConfig& options, const GroupSpec& spec, const 
 }
 
 }  // namespace tinyddp::launcher
-

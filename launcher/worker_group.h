@@ -49,8 +49,8 @@ class SignalScope {
 };
 
 struct GroupSpec {
-  int attempt = 0;     // the log folder's number: <log_dir>/attempt_<k>
-  int first_rank = 0;  // RANK of local rank 0
+  int attempt = 0;                                       // the log folder's number: <log_dir>/attempt_<k>
+  int first_rank = 0;                                    // RANK of local rank 0
   std::vector<std::pair<std::string, std::string>> env;  // set for every worker (RANK, LOCAL_RANK added)
 };
 
