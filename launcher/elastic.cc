@@ -55,11 +55,26 @@ bool ElasticRendezvous::close(int64_t round, int64_t size) {
   return true;
 }
 
+// "; lost since round k: [a, b]": the nodes of round `k` (when it ran) missing from `names`.
+std::string ElasticRendezvous::lost_since(int64_t k, const std::vector<std::string>& names) {
+  if (k < 0 || !store_->check({key(k, "closed")})) return "";
+  const int64_t size = std::stoll(store_->get_string(key(k, "closed")));
+  std::vector<std::string> lost;
+  for (int64_t i = 0; i < size; ++i) {
+    const std::string name = store_->get_string(key(k, "node/" + std::to_string(i)));
+    if (std::find(names.begin(), names.end(), name) == names.end()) lost.push_back(name);
+  }
+  return lost.empty() ? "" : fmt::format("; lost since round {}: [{}]", k, fmt::join(lost, ", "));
+}
+
 Round ElasticRendezvous::next_round() {
   // The first round not yet closed that this node can still join.
   int64_t k = next_;
   const auto deadline = Clock::now() + options_.timeout;
   while (true) {
+    if (const std::string why = job_closed(); !why.empty()) {
+      throw RendezvousClosed(fmt::format("launch: job '{}' has ended: {}", options_.run_id, why));
+    }
     if (store_->check({key(k, "closed")})) {
       ++k;
       continue;
@@ -76,16 +91,20 @@ Round ElasticRendezvous::next_round() {
         if (Clock::now() - *minimum_since >= options_.last_call) close(k, joined);
       }
       if (store_->check({key(k, "closed")})) break;
+      if (const std::string why = job_closed(); !why.empty()) {
+        throw RendezvousClosed(fmt::format("launch: job '{}' has ended: {}", options_.run_id, why));
+      }
       if (Clock::now() > deadline) {
         std::vector<std::string> names;
         for (int64_t i = 0; i < joined; ++i) {
           if (store_->check({key(k, "node/" + std::to_string(i))}))
             names.push_back(store_->get_string(key(k, "node/" + std::to_string(i))));
         }
-        throw Error(fmt::format(
-            "launch: round {} of job '{}' has {} node(s) [{}] after {} ms, fewer than the {} "
-            "--nnodes asks for at least",
-            k, options_.run_id, joined, fmt::join(names, ", "), options_.timeout.count(), options_.min_nodes));
+        throw Error(
+            fmt::format("launch: round {} of job '{}' has {} node(s) [{}] after {} ms, fewer than the {} "
+                        "--nnodes asks for at least{}",
+                        k, options_.run_id, joined, fmt::join(names, ", "), options_.timeout.count(),
+                        options_.min_nodes, lost_since(k - 1, names)));
       }
       std::this_thread::sleep_for(kPoll);
     }
@@ -137,6 +156,37 @@ std::string ElasticRendezvous::new_round_due(const Round& round) {
     return "a node is waiting to join";
   }
   return "";
+}
+
+void ElasticRendezvous::close_job(const std::string& why) {
+  const std::string value = fmt::format("{} (from {})", why, node_);
+  store_->compare_set("elastic/job_closed", {}, comm::Bytes(value.begin(), value.end()));
+}
+
+std::string ElasticRendezvous::job_closed() {
+  return store_->check({"elastic/job_closed"}) ? store_->get_string("elastic/job_closed") : "";
+}
+
+int64_t ElasticRendezvous::count_failure(const Round& round) {
+  const comm::Bytes mine(node_.begin(), node_.end());
+  const bool first = store_->compare_set(key(round.number, "failed"), {}, mine) == mine;
+  return store_->add("elastic/restarts", first ? 1 : 0);
+}
+
+int64_t ElasticRendezvous::restarts() { return store_->add("elastic/restarts", 0); }
+
+void ElasticRendezvous::set_flag(const Round& round, const std::string& flag) {
+  store_->set(key(round.number, flag + "/" + std::to_string(round.node_rank)), std::string("1"));
+}
+
+std::vector<std::string> ElasticRendezvous::without_flag(const Round& round, const std::string& flag) {
+  std::vector<std::string> out;
+  for (int i = 0; i < round.size(); ++i) {
+    if (!store_->check({key(round.number, flag + "/" + std::to_string(i))})) {
+      out.push_back(round.nodes[static_cast<size_t>(i)]);
+    }
+  }
+  return out;
 }
 
 }  // namespace tinyddp::launcher

@@ -9,9 +9,12 @@
 // Keys, under "elastic/": run_id (the job's --rdzv_id, set by the first node; another id is
 // refused), and per round k: k/joined (a counter: the join order), k/node/<i> (the i-th node's
 // name), k/closed (the round's size, written once by the node that closes it), k/beat/<i>
-// (node i's heartbeat counter), k/restart (why a new round was asked for).
+// (node i's heartbeat counter), k/restart (why a new round was asked for), k/done/<i> and
+// k/left/<i> (node i's workers finished; node i is done with the store), k/failed (a failure
+// ended round k); and restarts (the rounds that failures ended), job_closed (why the job ended:
+// no node joins a round after it).
 //
-// The launcher's elastic mode is built on this (issue 59); tests/launcher/elastic_test.cc
+// The launcher's elastic agent (elastic_agent.cc) runs on this; tests/launcher/elastic_test.cc
 // holds the protocol with nodes as threads.
 #pragma once
 
@@ -21,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "tinyddp/base/error.h"
 #include "tinyddp/comm/store.h"
 
 namespace tinyddp::launcher {
@@ -44,6 +48,12 @@ struct Round {
   int size() const { return static_cast<int>(nodes.size()); }
 };
 
+// next_round's error once the job has ended (close_job): what() says why.
+class RendezvousClosed : public Error {
+ public:
+  using Error::Error;
+};
+
 class ElasticRendezvous {
  public:
   // `node` names this node in messages and in the round's list (its host and pid, say).
@@ -52,8 +62,23 @@ class ElasticRendezvous {
   // Joins the round being formed and returns it once closed. A node that arrives after a round
   // closed, or finds it full, joins the next one. Throws, naming the round, the nodes in it and
   // the minimum, when it has not reached min_nodes within the timeout; and when the job's store
-  // serves another --rdzv_id.
+  // serves another --rdzv_id. Throws RendezvousClosed once the job has ended.
   Round next_round();
+
+  // Ends the job: every node's next_round throws RendezvousClosed with `why`. The first call
+  // wins; job_closed() returns its reason, or empty while the job is open.
+  void close_job(const std::string& why);
+  std::string job_closed();
+
+  // A failure ended `round`: the job's restarts, counted once per round whatever the number
+  // of nodes that failed in it, after this one. restarts(): the count so far.
+  int64_t count_failure(const Round& round);
+  int64_t restarts();
+
+  // Per-node flags of a round ("done": this node's workers finished; "left": this node no
+  // longer needs the store): set this node's, and name the nodes that have not set theirs.
+  void set_flag(const Round& round, const std::string& flag);
+  std::vector<std::string> without_flag(const Round& round, const std::string& flag);
 
   // This node's heartbeat in `round` (call it every options.heartbeat or more often).
   void beat(const Round& round);
@@ -70,6 +95,7 @@ class ElasticRendezvous {
   std::string key(int64_t round, const std::string& rest) const;
   void check_run_id();
   bool close(int64_t round, int64_t size);
+  std::string lost_since(int64_t round, const std::vector<std::string>& names);
 
   std::shared_ptr<comm::Store> store_;
   std::string node_;

@@ -9,6 +9,7 @@
 
 #include "tinyddp/base/cpus.h"
 #include "tinyddp/base/error.h"
+#include "tinyddp/launcher/elastic_agent.h"
 #include "tinyddp/launcher/failure_watch.h"
 #include "tinyddp/launcher/processes.h"
 #include "tinyddp/launcher/rendezvous.h"
@@ -33,11 +34,16 @@ void validate(const LaunchConfig& o) {
 }
 
 int launch(const LaunchConfig& options, std::ostream& log) {
-  validate(options);
+  if (options.elastic()) {
+    validate_elastic(options);
+  } else {
+    validate(options);
+  }
   const CoreShare share =
       share_cores(options, available_cores(), available_physical_cores(), std::getenv("TINYDDP_NUM_THREADS"));
   log << share.message << std::endl;
   const SignalScope signals;
+  if (options.elastic()) return run_elastic(options, share, log);
   const std::shared_ptr<comm::TCPStore> store = open_store(options);
   const int world_size = options.nnodes * options.nproc_per_node;
   for (int attempt = 0;; ++attempt) {

@@ -31,6 +31,18 @@ struct LaunchConfig {
   std::chrono::milliseconds grace_period{5000};   // SIGTERM, then SIGKILL after this
   std::chrono::milliseconds rdzv_timeout{60000};  // for the nodes to meet through the store
   std::vector<std::string> program;               // the program and its arguments
+
+  // An elastic job (torchrun's --nnodes MIN:MAX with --rdzv_endpoint): nodes come and go
+  // between min_nodes and max_nodes, ranks come from the rendezvous (elastic.h), and every
+  // change of membership restarts the workers at the new size (elastic_agent.cc). The node at
+  // rdzv_endpoint hosts the store; nnodes, node_rank, master_addr and master_port are unused.
+  std::string rdzv_endpoint;  // host:port; empty: a static job
+  std::string rdzv_id = "none";
+  int min_nodes = 1;
+  int max_nodes = 1;
+  std::chrono::milliseconds rdzv_last_call{30000};   // once min_nodes are in, how long to wait for more
+  std::chrono::milliseconds monitor_interval{1000};  // heartbeats; a node is lost after two without one
+  bool elastic() const { return !rdzv_endpoint.empty(); }
 };
 
 // Throws tinyddp::Error naming the first bad option.
@@ -48,10 +60,10 @@ struct CoreShare {
 CoreShare share_cores(const LaunchConfig& options, const std::vector<std::vector<int>>& cores, int usable_cores,
                       const char* user_threads);
 
-// Runs the job; returns the exit status for the launcher: 0 when every worker of the last
-// attempt exited 0, else the status of the first worker that failed (128 + signal for a
-// signal), or 128 + signal when the launcher itself was interrupted. Launcher messages go to
-// `log` ("launch: ..."); worker output to stdout/stderr as "[rank R] line".
+// Runs the job (an elastic one when options.elastic()); returns the exit status for the launcher: 0 when every worker
+// of the last attempt exited 0, else the status of the first worker that failed (128 + signal for a signal), or 128 +
+// signal when the launcher itself was interrupted. Launcher messages go to `log` ("launch: ..."); worker output to
+// stdout/stderr as "[rank R] line".
 int launch(const LaunchConfig& options, std::ostream& log);
 
 }  // namespace tinyddp::launcher

@@ -1,0 +1,313 @@
+// The elastic agent (elastic_agent.h): the store at the rendezvous endpoint, the watch that
+// beats and listens while the workers run, the loop of rounds, and the exits (the barrier
+// when the workers finished, the job closed when restarts are spent).
+#include "tinyddp/launcher/elastic_agent.h"
+
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "tinyddp/base/error.h"
+#include "tinyddp/comm/tcp_store.h"
+#include "tinyddp/launcher/elastic.h"
+#include "tinyddp/launcher/processes.h"
+#include "tinyddp/launcher/worker_group.h"
+
+namespace tinyddp::launcher {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The reason close_job is given when every node's workers finished: a node that arrives
+// afterwards has nothing to join, and that is no failure.
+constexpr const char* kFinished = "its workers finished";
+
+ElasticOptions elastic_options(const LaunchConfig& o) {
+  ElasticOptions e;
+  e.min_nodes = o.min_nodes;
+  e.max_nodes = o.max_nodes;
+  e.run_id = o.rdzv_id;
+  e.last_call = o.rdzv_last_call;
+  e.timeout = o.rdzv_timeout;
+  e.heartbeat = o.monitor_interval;
+  return e;
+}
+
+comm::TCPStoreOptions store_options(const LaunchConfig& o, bool server) {
+  const auto [host, port] = parse_endpoint(o.rdzv_endpoint);
+  return comm::TCPStoreOptions().host(host).port(static_cast<uint16_t>(port)).is_server(server).timeout(o.rdzv_timeout);
+}
+
+// The node whose address the endpoint is hosts the store (on a machine running several nodes,
+// the first to bind it); the others connect to it within the rendezvous timeout.
+std::shared_ptr<comm::TCPStore> open_elastic_store(const LaunchConfig& o, bool& hosting) {
+  try {
+    auto store = std::make_shared<comm::TCPStore>(store_options(o, true));
+    hosting = true;
+    return store;
+  } catch (const std::exception&) {
+    hosting = false;  // not this machine's address, or another node here hosts it
+  }
+  try {
+    return std::make_shared<comm::TCPStore>(store_options(o, false));
+  } catch (const std::exception& e) {
+    throw Error(
+        fmt::format("launch: cannot reach the rendezvous endpoint {} within {} ms (is the node at that address running "
+                    "launch, and is --rdzv_endpoint right?): {}",
+                    o.rdzv_endpoint, o.rdzv_timeout.count(), e.what()));
+  }
+}
+
+std::string node_name() {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  return fmt::format("{}:{}", host, ::getpid());
+}
+
+// While a round's workers run (and until the node leaves): beats this node's heartbeat, turns
+// this node's failure into a request for a new round, and wakes the launcher when a new round
+// is due or the store is lost; on a thread and a store connection of its own, so that a slow
+// or cut network never stalls the workers' output.
+class ElasticWatch final : public PeerWatch {
+ public:
+  ElasticWatch(const LaunchConfig& o, const std::string& node, Round round)
+      : endpoint_(o.rdzv_endpoint), interval_(o.monitor_interval), round_(std::move(round)) {
+    thread_ =
+        std::thread([this, store = store_options(o, false), node, e = elastic_options(o)] { run(store, node, e); });
+  }
+  ~ElasticWatch() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  void report(const std::string& failure) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    to_report_ = failure;
+    wake_.notify_all();
+  }
+  std::string stop_reason() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return reason_;
+  }
+  bool store_lost() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return store_lost_;
+  }
+
+ private:
+  void run(const comm::TCPStoreOptions& store, const std::string& node, const ElasticOptions& options) {
+    std::unique_ptr<ElasticRendezvous> rdzv;
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_ && !store_lost_) {
+      const std::string failure = std::move(to_report_);
+      to_report_.clear();
+      lock.unlock();
+      std::string reason;
+      bool lost_store = false;
+      try {
+        if (!rdzv) rdzv = std::make_unique<ElasticRendezvous>(std::make_shared<comm::TCPStore>(store), node, options);
+        if (!failure.empty()) rdzv->request_new_round(round_, failure);
+        rdzv->beat(round_);
+        if (const std::vector<std::string> lost = rdzv->lost(round_); !lost.empty()) {
+          rdzv->request_new_round(round_, fmt::format("node(s) {} lost (no heartbeat for {} ms)", fmt::join(lost, ", "),
+                                                      2 * interval_.count()));
+        }
+        if (const std::string due = rdzv->new_round_due(round_); !due.empty()) reason = "a new round is due: " + due;
+      } catch (const std::exception& e) {
+        reason =
+            fmt::format("lost the job's store at {} (the node at --rdzv_endpoint hosts it): {}", endpoint_, e.what());
+        lost_store = true;
+      }
+      lock.lock();
+      if (!reason.empty() && reason_.empty()) {
+        reason_ = reason;
+        store_lost_ = lost_store;
+        [[maybe_unused]] const ssize_t n = ::write(wake_fd(), &kPeerWoke, 1);
+      }
+      wake_.wait_for(lock, interval_, [this] { return stopping_ || !to_report_.empty(); });
+    }
+  }
+
+  const std::string endpoint_;
+  const std::chrono::milliseconds interval_;
+  const Round round_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false, store_lost_ = false;
+  std::string to_report_, reason_;
+  std::thread thread_;
+};
+
+// This node is done with the store: it says so, and the node hosting the store waits (at
+// most the rendezvous timeout) until every other node of `round` has said so too or is lost.
+void leave(ElasticRendezvous& rdzv, const Round& round, bool hosting, std::chrono::milliseconds timeout,
+           std::ostream& log) {
+  try {
+    rdzv.set_flag(round, "left");
+    if (!hosting) return;
+    const auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      std::vector<std::string> waiting = rdzv.without_flag(round, "left");
+      for (const std::string& lost : rdzv.lost(round)) std::erase(waiting, lost);
+      if (waiting.empty()) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    log << fmt::format("launch: nodes were still using the store {} ms after this node finished; closing it",
+                       timeout.count())
+        << std::endl;
+  } catch (const std::exception&) {
+    // The store is gone already: nobody is left to wait for.
+  }
+}
+
+// This node's workers all finished: wait for the other nodes' (the exit barrier), then end the
+// job for nodes that arrive later, and leave.
+int finish(ElasticRendezvous& rdzv, const Round& round, const ElasticWatch& watch, bool hosting, const LaunchConfig& o,
+           std::ostream& log) {
+  rdzv.set_flag(round, "done");
+  const auto deadline = Clock::now() + o.rdzv_timeout;
+  while (true) {
+    const std::vector<std::string> running = rdzv.without_flag(round, "done");
+    if (running.empty()) break;
+    if (const std::string reason = watch.stop_reason(); !reason.empty()) {
+      log << fmt::format("launch: this node's workers finished; since then: {}", reason) << std::endl;
+      break;
+    }
+    if (Clock::now() > deadline) {
+      log << fmt::format("launch: this node's workers finished; nodes [{}] had not finished after {} ms",
+                         fmt::join(running, ", "), o.rdzv_timeout.count())
+          << std::endl;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (hosting) rdzv.close_job(kFinished);
+  leave(rdzv, round, hosting, o.rdzv_timeout, log);
+  return 0;
+}
+
+GroupSpec round_spec(const LaunchConfig& o, const Round& round, int64_t restarts) {
+  const auto [host, port] = parse_endpoint(o.rdzv_endpoint);
+  GroupSpec spec;
+  spec.attempt = static_cast<int>(round.number);
+  spec.first_rank = round.node_rank * o.nproc_per_node;
+  spec.env = {
+      {"WORLD_SIZE", std::to_string(round.size() * o.nproc_per_node)},
+      {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
+      {"GROUP_RANK", std::to_string(round.node_rank)},
+      {"MASTER_ADDR", host},
+      {"MASTER_PORT", std::to_string(port)},
+      {"TINYDDP_STORE_HOSTED", "1"},
+      {"TINYDDP_STORE_PREFIX", fmt::format("round_{}/", round.number)},
+      {"TINYDDP_RESTART_COUNT", std::to_string(restarts)},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(restarts)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)},
+      {"TORCHELASTIC_RUN_ID", o.rdzv_id},
+  };
+  return spec;
+}
+
+// The rounds, until the job ends for this node.
+int run_rounds(const LaunchConfig& o, const CoreShare& share, ElasticRendezvous& rdzv, const std::string& node,
+               bool hosting, std::ostream& log) {
+  std::optional<Round> last;
+  try {
+    while (true) {
+      const Round round = rdzv.next_round();
+      last = round;
+      const int first = round.node_rank * o.nproc_per_node;
+      log << fmt::format("launch: round {} of job '{}': {} node(s) [{}]; this node is node {}, ranks {} to {} of {}",
+                         round.number, o.rdzv_id, round.size(), fmt::join(round.nodes, ", "), round.node_rank, first,
+                         first + o.nproc_per_node - 1, round.size() * o.nproc_per_node)
+          << std::endl;
+      ElasticWatch watch(o, node, round);
+      const GroupResult group = run_group(o, round_spec(o, round, rdzv.restarts()), share, &watch, log);
+      if (group.interrupted_by != 0) {
+        rdzv.request_new_round(round,
+                               fmt::format("node {} was stopped by {}", node, ::strsignal(group.interrupted_by)));
+        leave(rdzv, round, hosting, o.rdzv_timeout, log);
+        return 128 + group.interrupted_by;
+      }
+      if (watch.store_lost()) throw Error("launch: failed: " + watch.stop_reason());
+      if (group.succeeded()) return finish(rdzv, round, watch, hosting, o, log);
+      if (group.failed_rank < 0) continue;  // the others asked for a new round: no restart spent
+      // The watch may have stopped before it passed this failure on: the others must not take
+      // the silence that follows for a lost node.
+      const std::string failure = fmt::format("rank {} {}", group.failed_rank, describe(group.failed_status));
+      rdzv.request_new_round(round, failure);
+      const int64_t restarts = rdzv.count_failure(round);
+      if (restarts > o.max_restarts) {
+        log << fmt::format("launch: failed: {} (after {} restarts)", failure, o.max_restarts) << std::endl;
+        rdzv.close_job(fmt::format("{} on node {} after {} restarts", failure, node, o.max_restarts));
+        leave(rdzv, round, hosting, o.rdzv_timeout, log);
+        return exit_code(group.failed_status);
+      }
+      log << fmt::format("launch: restarting the workers in a new round (restart {} of {})", restarts, o.max_restarts)
+          << std::endl;
+    }
+  } catch (const RendezvousClosed& closed) {
+    if (last) leave(rdzv, *last, hosting, o.rdzv_timeout, log);
+    const bool finished = std::string(closed.what()).find(kFinished) != std::string::npos;
+    log << closed.what() << std::endl;
+    return finished ? 0 : 1;
+  }
+}
+
+}  // namespace
+
+std::pair<std::string, int> parse_endpoint(const std::string& endpoint) {
+  const size_t colon = endpoint.rfind(':');
+  int port = -1;
+  if (colon != std::string::npos && colon > 0 && colon + 1 < endpoint.size()) {
+    try {
+      size_t used = 0;
+      port = std::stoi(endpoint.substr(colon + 1), &used);
+      if (used != endpoint.size() - colon - 1) port = -1;
+    } catch (const std::logic_error&) {
+      port = -1;
+    }
+  }
+  TDDP_CHECK(port >= 1 && port <= 65535, "launch: --rdzv_endpoint takes HOST:PORT (a port 1 to 65535), got '{}'",
+             endpoint);
+  return {endpoint.substr(0, colon), port};
+}
+
+void validate_elastic(const LaunchConfig& o) {
+  validate(elastic_options(o));
+  parse_endpoint(o.rdzv_endpoint);
+  TDDP_CHECK(o.node_rank == 0,
+             "launch: --node_rank is not used in an elastic job (--rdzv_endpoint): ranks come from the rendezvous");
+  TDDP_CHECK(o.rdzv_timeout.count() > 0, "launch: --rdzv_timeout must be positive");
+}
+
+int run_elastic(const LaunchConfig& o, const CoreShare& share, std::ostream& log) {
+  validate_elastic(o);
+  bool hosting = false;
+  const std::shared_ptr<comm::TCPStore> store = open_elastic_store(o, hosting);
+  const std::string node = node_name();
+  log << fmt::format("launch: elastic job '{}' of {} to {} node(s); this node is {}, {} the store at {}", o.rdzv_id,
+                     o.min_nodes, o.max_nodes, node, hosting ? "hosting" : "using", o.rdzv_endpoint)
+      << std::endl;
+  try {
+    ElasticRendezvous rdzv(store, node, elastic_options(o));
+    return run_rounds(o, share, rdzv, node, hosting, log);
+  } catch (const std::exception& e) {
+    if (std::string(e.what()).rfind("launch:", 0) == 0) throw;  // the launcher's own words
+    throw Error(fmt::format("launch: lost the job's store at {} (the node at --rdzv_endpoint hosts it): {}",
+                            o.rdzv_endpoint, e.what()));
+  }
+}
+
+}  // namespace tinyddp::launcher

@@ -1,0 +1,279 @@
+// //launcher:launch's elastic jobs (--nnodes MIN:MAX --rdzv_endpoint), with nodes as launcher
+// processes on this machine's loopback (tests/cluster/ has them in network namespaces): a node
+// killed mid-run, a node joining mid-run, a worker that keeps failing, and bad input. The
+// training cases hold the survivors' final parameters to a reference made of the same pieces
+// (the first steps at the old world size, the rest from that checkpoint at the new one).
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <thread>
+
+#include "tests/test_util.h"
+#include "tinyddp/launcher/spawn.h"
+#include "tinyddp/nn/nn.h"
+
+using Catch::Contains;
+using tinyddp::testing::CommandResult;
+using tinyddp::testing::run_command;
+
+namespace {
+
+const std::string kLaunch = "launcher/launch";  // in the test's runfiles
+
+std::string scratch(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::filesystem::path dir = std::filesystem::path(tmp != nullptr ? tmp : "/tmp") / ("elastic_launch_" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// One node of the job: a launcher run in the background, its output in <dir>/node<i>.log and
+// its pid in <dir>/node<i>.pid.
+struct Node {
+  std::string log, pid_file;
+  CommandResult result;
+  std::thread thread;
+  ~Node() {
+    if (thread.joinable()) thread.join();
+  }
+  pid_t pid() const { return std::stoi(read_file(pid_file)); }
+  std::string output() const { return read_file(log); }
+};
+
+std::unique_ptr<Node> start_node(const std::string& dir, int i, const std::string& args) {
+  auto node = std::make_unique<Node>();
+  node->log = fmt::format("{}/node{}.log", dir, i);
+  node->pid_file = fmt::format("{}/node{}.pid", dir, i);
+  const std::string command = fmt::format("echo $$ > {}.tmp && mv {}.tmp {} && exec {} {} > {} 2>&1", node->pid_file,
+                                          node->pid_file, node->pid_file, kLaunch, args, node->log);
+  node->thread = std::thread([n = node.get(), command] { n->result = run_command(command); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!std::filesystem::exists(node->pid_file) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return node;
+}
+
+// Waits (at most 60 s) until one of the nodes' logs matches `pattern`.
+bool wait_for(const std::vector<std::unique_ptr<Node>>& nodes, const std::string& pattern) {
+  const std::regex re(pattern);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (const auto& node : nodes) {
+      if (std::regex_search(node->output(), re)) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// The step the survivors resumed from ("resuming from PATH after N steps").
+int64_t resumed_step(const std::string& output) {
+  std::smatch m;
+  REQUIRE(std::regex_search(output, m, std::regex(R"(resuming from \S+ after ([0-9]+) steps)")));
+  return std::stoll(m[1]);
+}
+
+double max_difference(const std::string& a, const std::string& b) {
+  namespace t = tinyddp::tensor;
+  const auto x = tinyddp::nn::load_safetensors(a).tensors, y = tinyddp::nn::load_safetensors(b).tensors;
+  REQUIRE(x.size() == y.size());
+  double worst = 0;
+  for (const auto& [name, value] : x) worst = std::max(worst, t::max(t::abs(t::sub(value, y.at(name)))).item<double>());
+  return worst;
+}
+
+// The training job of these tests: the global batch of 24 splits over 2, 3 and 4 ranks.
+std::string train(const std::string& dir, const std::string& name) {
+  return fmt::format(
+      "examples/train --widths 32,64,4 --batch 24 --steps 3000 --log_every 100 --timeout 10 --checkpoint {0}/{1}.ckpt "
+      "--checkpoint_every 100 --resume --save {0}/{1}.safetensors",
+      dir, name);
+}
+
+// The reference made of the same pieces: `before` ranks for the first `step` steps (the run
+// ends there and writes its checkpoint), then `after` ranks from that checkpoint to the end.
+std::string reference(const std::string& dir, int before, int64_t step, int after) {
+  const std::string first_piece =
+      std::regex_replace(train(dir, "ref"), std::regex("--steps 3000"), "--steps " + std::to_string(step));
+  const CommandResult first = run_command(fmt::format("{} --nproc_per_node {} -- {}", kLaunch, before, first_piece));
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  const CommandResult rest =
+      run_command(fmt::format("{} --nproc_per_node {} -- {}", kLaunch, after, train(dir, "ref")));
+  INFO(rest.output);
+  REQUIRE(rest.exit_code == 0);
+  CHECK_THAT(rest.output, Contains(fmt::format("after {} steps", step)));
+  return dir + "/ref.safetensors";
+}
+
+// Nothing lost: the last checkpoint loads, no temporary file is left, no worker still runs.
+void require_clean(const std::string& dir, const std::string& checkpoint) {
+  CHECK(tinyddp::nn::load_safetensors(checkpoint).tensors.size() > 0);
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    CHECK_THAT(entry.path().filename().string(), !Contains(".tmp"));
+  }
+  CHECK(run_command("pgrep -f '[e]xamples/train .*" + dir + "'").exit_code != 0);
+}
+
+std::string elastic(int port, const std::string& nnodes, const std::string& id, int timeout_s = 30) {
+  return fmt::format(
+      "--nnodes {} --rdzv_endpoint 127.0.0.1:{} --rdzv_id {} --rdzv_last_call 2 --monitor_interval 0.3 "
+      "--rdzv_timeout {} --grace_period 2",
+      nnodes, port, id, timeout_s);
+}
+
+}  // namespace
+
+TEST_CASE("elastic launch: a node killed mid-run; the other two go on from the last checkpoint on 2 ranks",
+          "[launcher][elastic]") {
+  const std::string dir = scratch("kill");
+  const std::string args =
+      elastic(tinyddp::launcher::free_loopback_port(), "2:3", "kill") + " --max_restarts 2 -- " + train(dir, "job");
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int i = 0; i < 3; ++i) nodes.push_back(start_node(dir, i, args));
+  REQUIRE(wait_for(nodes, R"(\[rank 0\] step +1000/3000)"));
+  const pid_t victim = nodes[2]->pid();
+  REQUIRE(::kill(victim, SIGKILL) == 0);  // the launcher; its workers die with it (PR_SET_PDEATHSIG)
+  for (auto& node : nodes) node->thread.join();
+  const std::string out0 = nodes[0]->output(), out1 = nodes[1]->output();
+  INFO(out0 << "\n--- node 1\n" << out1);
+  CHECK(nodes[0]->result.exit_code == 0);
+  CHECK(nodes[1]->result.exit_code == 0);
+  CHECK(nodes[2]->result.exit_code == 128 + SIGKILL);
+  CHECK_THAT(out0, Contains("round 1 of job 'kill': 2 node(s)"));
+  CHECK_THAT(out1, Contains("round 1 of job 'kill': 2 node(s)"));
+  const int64_t step = resumed_step(out0 + out1);
+  CHECK(step >= 900);  // the checkpoint before the kill (rank 0 may have been on the node killed)
+  CHECK(max_difference(dir + "/job.safetensors", reference(dir, 3, step, 2)) < 1e-6);
+  require_clean(dir, dir + "/job.ckpt");
+}
+
+TEST_CASE("elastic launch: a node started mid-run joins at the next round; the job finishes on 3 ranks",
+          "[launcher][elastic]") {
+  const std::string dir = scratch("join");
+  // --max_restarts 0: a node joining restarts the workers without spending a restart.
+  const std::string args = elastic(tinyddp::launcher::free_loopback_port(), "2:3", "join") + " -- " + train(dir, "job");
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int i = 0; i < 2; ++i) nodes.push_back(start_node(dir, i, args));
+  REQUIRE(wait_for(nodes, R"(\[rank 0\] step +1000/3000)"));
+  nodes.push_back(start_node(dir, 2, args));
+  for (auto& node : nodes) node->thread.join();
+  std::string all;
+  for (const auto& node : nodes) all += node->output() + "\n---\n";
+  INFO(all);
+  for (const auto& node : nodes) CHECK(node->result.exit_code == 0);
+  CHECK_THAT(all, Contains("a new round is due: a node is waiting to join"));
+  CHECK_THAT(nodes[2]->output(), Contains("round 1 of job 'join': 3 node(s)"));
+  CHECK_THAT(all, Contains("data-parallel on 3 ranks"));
+  const int64_t step = resumed_step(all);
+  CHECK(max_difference(dir + "/job.safetensors", reference(dir, 2, step, 3)) < 1e-6);
+  require_clean(dir, dir + "/job.ckpt");
+}
+
+TEST_CASE("elastic launch: a failing worker restarts the round; after --max_restarts every node ends",
+          "[launcher][elastic]") {
+  const std::string dir = scratch("fail");
+  const std::string worker = fmt::format(
+      "/bin/bash -c 'echo $$ > {}/pid_${{TORCHELASTIC_RESTART_COUNT}}_$RANK; echo restart $TORCHELASTIC_RESTART_COUNT "
+      "of $TORCHELASTIC_MAX_RESTARTS in $TORCHELASTIC_RUN_ID; if [ $RANK = 1 ]; then sleep 0.3; exit 5; fi; sleep 60'",
+      dir);
+  const std::string args =
+      elastic(tinyddp::launcher::free_loopback_port(), "2:2", "fail") + " --max_restarts 1 -- " + worker;
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int i = 0; i < 2; ++i) nodes.push_back(start_node(dir, i, args));
+  for (auto& node : nodes) node->thread.join();
+  const std::string all = nodes[0]->output() + "\n---\n" + nodes[1]->output();
+  INFO(all);
+  const int a = nodes[0]->result.exit_code, b = nodes[1]->result.exit_code;
+  CHECK(std::min(a, b) == 1);  // the other node: the job was closed
+  CHECK(std::max(a, b) == 5);  // the node whose rank failed last: the worker's status
+  CHECK_THAT(all, Contains("restart 1 of 1 in fail"));
+  CHECK_THAT(all, Contains("launch: restarting the workers in a new round (restart 1 of 1)"));
+  CHECK_THAT(all, Contains("launch: failed: rank 1 exited with status 5 (after 1 restarts)"));
+  CHECK_THAT(all, Contains("job 'fail' has ended: rank 1 exited with status 5 on node"));
+  CHECK(std::max(nodes[0]->result.seconds, nodes[1]->result.seconds) < 30);
+  int workers = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().filename().string().rfind("pid_", 0) != 0) continue;
+    ++workers;
+    CHECK(::kill(std::stoi(read_file(entry.path().string())), 0) != 0);  // no worker left
+  }
+  CHECK(workers == 4);  // two rounds of two
+}
+
+TEST_CASE("elastic launch: bad input gives a clear error within a bounded time", "[launcher][elastic][errors]") {
+  const int port = tinyddp::launcher::free_loopback_port();
+  struct Case {
+    std::string args;
+    int exit_code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"--nnodes 3:2 --rdzv_endpoint 127.0.0.1:29500 -- true", 2, "--nnodes MIN:MAX needs MIN <= MAX, got 3:2"},
+      {"--nnodes 0:2 --rdzv_endpoint 127.0.0.1:29500 -- true", 2, "--nnodes MIN:MAX needs MIN >= 1, got 0"},
+      {"--nnodes 1:2 -- true", 2, "give --rdzv_endpoint HOST:PORT"},
+      {"--nnodes 1:2 --rdzv_endpoint localhost -- true", 2, "--rdzv_endpoint takes HOST:PORT"},
+      {"--nnodes 1:2 --rdzv_endpoint 127.0.0.1:70000 -- true", 2, "--rdzv_endpoint takes HOST:PORT"},
+      {"--nnodes 1:2 --rdzv_endpoint 127.0.0.1:29500 --node_rank 1 -- true", 2, "--node_rank is not used"},
+      // Nobody listens there (a documentation address: never this machine's).
+      {"--nnodes 1:2 --rdzv_endpoint 192.0.2.1:29500 --rdzv_timeout 2 -- true", 1,
+       "cannot reach the rendezvous endpoint 192.0.2.1:29500 within 2000 ms"},
+      // One node of at least two.
+      {fmt::format("--nnodes 2:3 --rdzv_endpoint 127.0.0.1:{} --rdzv_timeout 2 -- true", port), 1,
+       "round 0 of job 'none' has 1 node(s)"},
+  };
+  for (const Case& c : cases) {
+    const CommandResult r = run_command(kLaunch + " " + c.args);
+    INFO("launch " << c.args << "\n" << r.output);
+    CHECK(r.exit_code == c.exit_code);
+    CHECK_THAT(r.output, Contains(c.message));
+    CHECK(r.seconds < 10);
+  }
+  // A node of another job at the same endpoint is refused; the job's own node is not disturbed.
+  const std::string dir = scratch("other_id");
+  std::vector<std::unique_ptr<Node>> nodes;
+  nodes.push_back(start_node(
+      dir, 0, fmt::format("--nnodes 2:2 --rdzv_endpoint 127.0.0.1:{} --rdzv_id job_a --rdzv_timeout 4 -- true", port)));
+  REQUIRE(wait_for(nodes, "hosting the store"));
+  const CommandResult other = run_command(fmt::format(
+      "{} --nnodes 2:2 --rdzv_endpoint 127.0.0.1:{} --rdzv_id job_b --rdzv_timeout 4 -- true", kLaunch, port));
+  INFO(other.output);
+  CHECK(other.exit_code == 1);
+  CHECK_THAT(other.output, Contains("has --rdzv_id 'job_b', but the job at this rendezvous endpoint is 'job_a'"));
+  CHECK(other.seconds < 3);
+  nodes[0]->thread.join();
+  CHECK(nodes[0]->result.exit_code == 1);  // still alone after its timeout
+  CHECK_THAT(nodes[0]->output(), Contains("round 0 of job 'job_a' has 1 node(s)"));
+}
+
+TEST_CASE("elastic launch: below MIN for longer than --rdzv_timeout, the job ends naming the nodes lost",
+          "[launcher][elastic][errors]") {
+  const std::string dir = scratch("below_min");
+  const std::string args = elastic(tinyddp::launcher::free_loopback_port(), "2:2", "small", 3) +
+                           " --max_restarts 1 -- /bin/bash -c 'sleep 60'";
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int i = 0; i < 2; ++i) nodes.push_back(start_node(dir, i, args));
+  REQUIRE(wait_for(nodes, "round 0 of job 'small': 2 node"));
+  const std::string victim = fmt::format("{}", nodes[1]->pid());
+  REQUIRE(::kill(nodes[1]->pid(), SIGKILL) == 0);
+  nodes[0]->thread.join();
+  INFO(nodes[0]->output());
+  CHECK(nodes[0]->result.exit_code == 1);
+  CHECK_THAT(nodes[0]->output(), Contains("lost (no heartbeat for 600 ms)"));
+  CHECK_THAT(nodes[0]->output(), Contains("round 1 of job 'small' has 1 node(s)"));
+  CHECK_THAT(nodes[0]->output(), Contains("lost since round 0: ["));
+  CHECK_THAT(nodes[0]->output(), Contains(":" + victim + "]"));
+  CHECK(nodes[0]->result.seconds < 20);
+}
