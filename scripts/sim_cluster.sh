@@ -10,13 +10,17 @@
 #
 #   sudo bash scripts/sim_cluster.sh --nodes 2 --nproc_per_node 2 [--rate 1gbit] [--delay 0.5ms]
 #        [--loss 30%] [--rto_min 5ms] [--rto_max 1000ms] [--job_nodes N] [--port 29500] [--logs DIR] [--launch PATH]
-#        [--launch_args "..."] [--link_delay PATH] -- PROGRAM [ARGS...]
+#        [--launch_args "..."] [--link_delay PATH] [--elastic MIN:MAX [--late S]] -- PROGRAM [ARGS...]
 #
 # --delay (e.g. 0.5ms or 500us) is each node's one-way latency on its way out, so a round trip
 # between two nodes takes twice that. Without sch_netem the script queues what leaves each
 # node's eth0 to link_delay (iptables NFQUEUE; default bazel-bin/scripts/link_delay, built with
 # bazel build -c opt //scripts:link_delay), and prints what each node's link_delay measured.
 #
+# --elastic MIN:MAX makes it an elastic job (docs/launcher.md, "Elastic jobs"): every launcher
+# gets --nnodes MIN:MAX --rdzv_endpoint <node 0>:PORT --rdzv_id sim_<tag> instead of a node
+# rank, node 0 hosting the store; --late S starts the last node S seconds after the others
+# (a node joining mid-run).
 # --job_nodes tells the launchers the job has N >= --nodes nodes, so that the missing ones
 # never arrive (to try rendezvous failures).
 # --rto_min sets TCP's minimum retransmission timeout on the nodes' route (Linux's default is
@@ -34,12 +38,14 @@
 # node's launcher's, else 0.
 set -euo pipefail
 
-nodes=2 job_nodes="" nproc=1 rate="" delay="" loss="" rto_min="" rto_max="" port=29500 logs="" launch="bazel-bin/launcher/launch" launch_args=""
+nodes=2 job_nodes="" elastic="" late="" nproc=1 rate="" delay="" loss="" rto_min="" rto_max="" port=29500 logs="" launch="bazel-bin/launcher/launch" launch_args=""
 link_delay="bazel-bin/scripts/link_delay"
 while (($#)); do
   case "$1" in
     --nodes) nodes="$2"; shift 2 ;;
     --job_nodes) job_nodes="$2"; shift 2 ;;
+    --elastic) elastic="$2"; shift 2 ;;
+    --late) late="$2"; shift 2 ;;
     --nproc_per_node) nproc="$2"; shift 2 ;;
     --rate) rate="$2"; shift 2 ;;
     --delay) delay="$2"; shift 2 ;;
@@ -58,6 +64,8 @@ done
 (($# > 0)) || { echo "sim_cluster: no program given (… -- PROGRAM [ARGS...])" >&2; exit 2; }
 [[ "$nodes" =~ ^[0-9]+$ ]] && ((nodes >= 1 && nodes <= 200)) || { echo "sim_cluster: --nodes must be 1..200, got '$nodes'" >&2; exit 2; }
 job_nodes="${job_nodes:-$nodes}"
+[ -z "$elastic" ] || [[ "$elastic" =~ ^[0-9]+:[0-9]+$ ]] || { echo "sim_cluster: --elastic takes MIN:MAX, got '$elastic'" >&2; exit 2; }
+[ -z "$late" ] || { [ -n "$elastic" ] && [[ "$late" =~ ^[0-9]+(\.[0-9]+)?$ ]]; } || { echo "sim_cluster: --late takes seconds and needs --elastic, got '$late'" >&2; exit 2; }
 [[ "$job_nodes" =~ ^[0-9]+$ ]] && ((job_nodes >= nodes)) || { echo "sim_cluster: --job_nodes must be a number >= --nodes ($nodes), got '$job_nodes'" >&2; exit 2; }
 if [ -n "$loss" ]; then
   [[ "$loss" =~ ^([0-9]{1,2})%?$ ]] || { echo "sim_cluster: --loss must be a whole percentage 0..99 (e.g. 30%), got '$loss'" >&2; exit 2; }
@@ -182,12 +190,21 @@ echo "sim_cluster: $nodes node(s) on $subnet/24 (node i at $base.<i+1>, namespac
   "${rate:-unshaped}${delay:+, delay $delay ($delay_how)}${loss:+, loss $loss}${rto_min:+, rto_min $rto_min}${rto_max:+, rto_max $rto_max}; logs in $logs"
 
 for ((i = 0; i < nodes; i++)); do
+  if [ -n "$elastic" ]; then
+    job=(--nnodes "$elastic" --rdzv_endpoint "$master:$port" --rdzv_id "sim_$tag")
+    if [ -n "$late" ] && ((i == nodes - 1)); then sleep "$late"; fi
+  else
+    job=(--nnodes "$job_nodes" --node_rank "$i" --master_addr "$master" --master_port "$port")
+  fi
   # setsid: each node's launcher leads a process group of its own, so cleanup can stop all of it.
   # shellcheck disable=SC2086
   setsid ip netns exec "${tag}n$i" env TINYDDP_BIND_ADDR="$base.$((i + 1))" \
-    "$launch" --nnodes "$job_nodes" --node_rank "$i" --master_addr "$master" --master_port "$port" \
-    --nproc_per_node "$nproc" $launch_args -- "$@" >"$logs/node$i.log" 2>&1 &
+    "$launch" "${job[@]}" --nproc_per_node "$nproc" $launch_args -- "$@" >"$logs/node$i.log" 2>&1 &
   pids+=($!)
+  # Node 0 hosts an elastic job's store: the others start once it is there.
+  if [ -n "$elastic" ] && ((i == 0)); then
+    for ((tries = 0; tries < 100; tries++)); do grep -q "the store at" "$logs/node0.log" 2>/dev/null && break; sleep 0.05; done
+  fi
 done
 
 status=0

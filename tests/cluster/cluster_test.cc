@@ -12,6 +12,8 @@
 #include <regex>
 #include <thread>
 
+#include "tests/cluster/sim_util.h"
+#include "tests/launcher/elastic_pieces.h"
 #include "tests/test_util.h"
 #include "tinyddp/nn/nn.h"
 
@@ -19,34 +21,10 @@ using Catch::Contains;
 using tinyddp::testing::CommandResult;
 using tinyddp::testing::run_command;
 using tinyddp::testing::temp_path;
+using tinyddp::testing::elastic::max_difference;
+using namespace tinyddp::testing::cluster;
 
 namespace {
-
-// Why namespaces cannot be made here, or empty when they can.
-std::string cannot_simulate() {
-  if (::geteuid() != 0) return "not root: network namespaces need root";
-  const std::string probe = "tdprobe" + std::to_string(::getpid());
-  const CommandResult r = run_command("ip netns add " + probe + " && ip netns del " + probe);
-  return r.exit_code == 0 ? "" : "cannot create network namespaces: " + r.output;
-}
-
-std::string sim(const std::string& options, const std::string& program) {
-  return "bash scripts/sim_cluster.sh --launch launcher/launch --link_delay scripts/link_delay --logs " +
-         temp_path("sim_logs") + " --port 29561 " + options + " -- " + program;
-}
-
-// The namespace prefix and bridge the script announced ("namespace tdNNNNn<i>, bridge tdNNNNbr").
-std::string tag_of(const std::string& output) {
-  std::smatch m;
-  REQUIRE(std::regex_search(output, m, std::regex(R"(bridge (td[0-9]+)br\))")));
-  return m[1];
-}
-
-// Nothing named after `tag` is left: no namespace, no bridge.
-void require_removed(const std::string& tag) {
-  CHECK_THAT(run_command("ip netns list").output, !Contains(tag + "n"));
-  CHECK(run_command("ip link show " + tag + "br").exit_code != 0);
-}
 
 // A training run that would take forever, marked with a seed unique to this test process and
 // `n`, so that "is any of it still running?" does not see other processes.
@@ -58,36 +36,6 @@ bool still_running(int n) {
   const std::string seed = std::to_string(::getpid() * 10 + n);
   return run_command("pgrep -f '[s]teps 100000000 --log_every 100000000 --timeout 3 --seed " + seed + "$'").exit_code ==
          0;
-}
-
-// Runs `job` in the background with its output in `out`, runs `action` (shell, with $tag set
-// to the cluster's name) 3 s in, and waits up to 30 s for the job to end; a job still running
-// then gets SIGTERM (the script removes what it made). Returns the output and "status N".
-CommandResult run_with_fault(const std::string& job, const std::string& out, const std::string& action) {
-  return run_command("(" + job + " > " + out + " 2>&1; echo $? > " + out +
-                     ".status) & job=$!; sleep 3; "
-                     "tag=$(grep -o 'bridge td[0-9]*br' " +
-                     out + " | sed 's/^bridge //; s/br$//')\n" + action +
-                     "\n"
-                     "for i in $(seq 120); do [ -s " +
-                     out +
-                     ".status ] && break; sleep 0.25; done; "
-                     "[ -s " +
-                     out +
-                     ".status ] || { echo 'the job did not end: stopping it'; pkill -TERM -P $job; sleep 3; }; "
-                     "cat " +
-                     out + "; echo status $(cat " + out + ".status 2>/dev/null)");
-}
-
-double max_difference(const std::string& a, const std::string& b) {
-  const auto x = tinyddp::nn::load_safetensors(a).tensors, y = tinyddp::nn::load_safetensors(b).tensors;
-  REQUIRE(x.size() == y.size());
-  double worst = 0;
-  for (const auto& [name, t] : x) {
-    namespace t_ = tinyddp::tensor;
-    worst = std::max(worst, t_::max(t_::abs(t_::sub(t, y.at(name)))).item<double>());
-  }
-  return worst;
 }
 
 // Trains `train` (ending in "--save ") with `nproc` ranks on this node alone and returns the

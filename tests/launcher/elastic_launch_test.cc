@@ -13,6 +13,7 @@
 #include <regex>
 #include <thread>
 
+#include "tests/launcher/elastic_pieces.h"
 #include "tests/test_util.h"
 #include "tinyddp/launcher/spawn.h"
 #include "tinyddp/nn/nn.h"
@@ -20,6 +21,7 @@
 using Catch::Contains;
 using tinyddp::testing::CommandResult;
 using tinyddp::testing::run_command;
+using namespace tinyddp::testing::elastic;
 
 namespace {
 
@@ -31,11 +33,6 @@ std::string scratch(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 // One node of the job: a launcher run in the background, its output in <dir>/node<i>.log and
@@ -76,55 +73,6 @@ bool wait_for(const std::vector<std::unique_ptr<Node>>& nodes, const std::string
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
-}
-
-// The step the survivors resumed from ("resuming from PATH after N steps").
-int64_t resumed_step(const std::string& output) {
-  std::smatch m;
-  REQUIRE(std::regex_search(output, m, std::regex(R"(resuming from \S+ after ([0-9]+) steps)")));
-  return std::stoll(m[1]);
-}
-
-double max_difference(const std::string& a, const std::string& b) {
-  namespace t = tinyddp::tensor;
-  const auto x = tinyddp::nn::load_safetensors(a).tensors, y = tinyddp::nn::load_safetensors(b).tensors;
-  REQUIRE(x.size() == y.size());
-  double worst = 0;
-  for (const auto& [name, value] : x) worst = std::max(worst, t::max(t::abs(t::sub(value, y.at(name)))).item<double>());
-  return worst;
-}
-
-// The training job of these tests: the global batch of 24 splits over 2, 3 and 4 ranks.
-std::string train(const std::string& dir, const std::string& name) {
-  return fmt::format(
-      "examples/train --widths 32,64,4 --batch 24 --steps 3000 --log_every 100 --timeout 10 --checkpoint {0}/{1}.ckpt "
-      "--checkpoint_every 100 --resume --save {0}/{1}.safetensors",
-      dir, name);
-}
-
-// The reference made of the same pieces: `before` ranks for the first `step` steps (the run
-// ends there and writes its checkpoint), then `after` ranks from that checkpoint to the end.
-std::string reference(const std::string& dir, int before, int64_t step, int after) {
-  const std::string first_piece =
-      std::regex_replace(train(dir, "ref"), std::regex("--steps 3000"), "--steps " + std::to_string(step));
-  const CommandResult first = run_command(fmt::format("{} --nproc_per_node {} -- {}", kLaunch, before, first_piece));
-  INFO(first.output);
-  REQUIRE(first.exit_code == 0);
-  const CommandResult rest =
-      run_command(fmt::format("{} --nproc_per_node {} -- {}", kLaunch, after, train(dir, "ref")));
-  INFO(rest.output);
-  REQUIRE(rest.exit_code == 0);
-  CHECK_THAT(rest.output, Contains(fmt::format("after {} steps", step)));
-  return dir + "/ref.safetensors";
-}
-
-// Nothing lost: the last checkpoint loads, no temporary file is left, no worker still runs.
-void require_clean(const std::string& dir, const std::string& checkpoint) {
-  CHECK(tinyddp::nn::load_safetensors(checkpoint).tensors.size() > 0);
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    CHECK_THAT(entry.path().filename().string(), !Contains(".tmp"));
-  }
-  CHECK(run_command("pgrep -f '[e]xamples/train .*" + dir + "'").exit_code != 0);
 }
 
 std::string elastic(int port, const std::string& nnodes, const std::string& id, int timeout_s = 30) {

@@ -1,0 +1,78 @@
+// Elastic jobs on the simulated cluster (scripts/sim_cluster.sh --elastic): 3 nodes train
+// with a checkpoint every 100 steps; mid-run one node's link is cut, or the node is killed
+// (its launcher and workers). The other two form a new round, resume from the last checkpoint
+// on 2 ranks and finish with the parameters of a reference made of the same pieces (the
+// first steps on 3 ranks, then from that checkpoint on 2); nothing is lost or left. And a
+// fourth node started mid-run is admitted at the next round.
+#include <string>
+
+#include "tests/cluster/sim_util.h"
+#include "tests/launcher/elastic_pieces.h"
+#include "tests/test_util.h"
+
+using Catch::Contains;
+using tinyddp::testing::CommandResult;
+using tinyddp::testing::temp_path;
+using namespace tinyddp::testing::cluster;
+using namespace tinyddp::testing::elastic;
+
+namespace {
+
+// The elastic options of these jobs: a node is lost after 2 x 0.5 s without a heartbeat.
+const std::string kElastic =
+    "--launch_args '--rdzv_last_call 2 --monitor_interval 0.5 --rdzv_timeout 6 --grace_period 2 --max_restarts 2'";
+
+// Runs the job on `before` nodes (with `late`, "--late S": one more node S seconds after the
+// others), applies `fault` once rank 0 has logged step 1000, and checks the job finished on
+// `after` ranks, resumed from a checkpoint at `min_step` or later, with the parameters of its
+// pieces. Returns the output.
+std::string run_elastic(const std::string& name, const std::string& fault, int before, int after, int64_t min_step,
+                        const std::string& late = "") {
+  const std::string dir = temp_path("elastic_" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string job = sim("--nodes " + std::to_string(before + (late.empty() ? 0 : 1)) + " --elastic 2:" +
+                                  std::to_string(std::max(before, after)) + " " + late + " " + kElastic,
+                              train(dir, "job"));
+  const CommandResult r = run_with_fault(job, dir + "/out.txt", fault, R"(\[rank 0\] step  *1000/3000)");
+  INFO(r.output);
+  CHECK_THAT(r.output, Contains("node 0's launcher exited with status 0"));
+  CHECK_THAT(r.output, Contains("node 1's launcher exited with status 0"));
+  CHECK_THAT(r.output, Contains(fmt::format("data-parallel on {} ranks", after)));
+  const int64_t step = resumed_step(r.output);
+  CHECK(step >= min_step);
+  CHECK(max_difference(dir + "/job.safetensors", reference(dir, before, step, after)) < 1e-6);
+  require_clean(dir, dir + "/job.ckpt");
+  require_removed(tag_of(r.output));
+  return r.output;
+}
+
+}  // namespace
+
+TEST_CASE("cluster: elastic: node 2's link is cut mid-run; nodes 0 and 1 go on at 2 ranks from the checkpoint",
+          "[cluster][elastic]") {
+  if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
+  const std::string out = run_elastic("cut", "ip link set ${tag}h2 down", 3, 2, 900);
+  CHECK_THAT(out, Contains("[node 0] launch: a new round is due: node(s) ") && Contains("lost (no heartbeat for 1000 ms)"));
+  CHECK_THAT(out, Contains("[node 2] launch: lost the job's store at "));
+  CHECK_THAT(out, Contains("node 2's launcher exited with status 1"));
+}
+
+TEST_CASE("cluster: elastic: node 2 is killed mid-run (launcher and workers); nodes 0 and 1 go on at 2 ranks",
+          "[cluster][elastic]") {
+  if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
+  const std::string out = run_elastic("kill", "ip netns pids ${tag}n2 | xargs -r kill -KILL", 3, 2, 900);
+  CHECK_THAT(out, Contains("[node 0] launch: round 1 of job"));
+  CHECK_THAT(out, Contains("node 2's launcher exited with status 137"));
+}
+
+TEST_CASE("cluster: elastic: a 4th node started mid-run joins at the next round; the job finishes on 4 ranks",
+          "[cluster][elastic]") {
+  if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
+  // The 4th node starts 4 s after the others (--late): the job is well under way, whatever
+  // step it has reached (there is no fault to apply).
+  const std::string out = run_elastic("join", "true", 3, 4, 100, "--late 4");
+  CHECK_THAT(out, Contains("a new round is due: a node is waiting to join"));
+  CHECK_THAT(out, Contains("[node 3] launch: round 1 of job") && Contains("4 node(s)"));
+  CHECK_THAT(out, Contains("node 3's launcher exited with status 0"));
+}
