@@ -53,7 +53,8 @@ TEST_CASE("cluster: elastic: node 2's link is cut mid-run; nodes 0 and 1 go on a
           "[cluster][elastic]") {
   if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
   const std::string out = run_elastic("cut", "ip link set ${tag}h2 down", 3, 2, 900);
-  CHECK_THAT(out, Contains("[node 0] launch: a new round is due: node(s) ") && Contains("lost (no heartbeat for 1000 ms)"));
+  CHECK_THAT(out,
+             Contains("[node 0] launch: a new round is due: node(s) ") && Contains("lost (no heartbeat for 1000 ms)"));
   CHECK_THAT(out, Contains("[node 2] launch: lost the job's store at "));
   CHECK_THAT(out, Contains("node 2's launcher exited with status 1"));
 }

@@ -49,9 +49,9 @@ inline CommandResult run_with_fault(const std::string& job, const std::string& o
   const std::string wait = when.empty() ? "sleep 3; "
                                         : "for i in $(seq 600); do grep -q '" + when + "' " + logs +
                                               "/node*.log 2>/dev/null && break; sleep 0.1; done; ";
-  return run_command("rm -f " + logs + "/node*.log; (" + job + " > " + out + " 2>&1; echo $? > " + out + ".status) & job=$!; " + wait +
-                     "tag=$(grep -o 'bridge td[0-9]*br' " +
-                     out + " | sed 's/^bridge //; s/br$//')\n" + action +
+  return run_command("rm -f " + logs + "/node*.log; (" + job + " > " + out + " 2>&1; echo $? > " + out +
+                     ".status) & job=$!; " + wait + "tag=$(grep -o 'bridge td[0-9]*br' " + out +
+                     " | sed 's/^bridge //; s/br$//')\n" + action +
                      "\n"
                      "for i in $(seq 120); do [ -s " +
                      out +

@@ -273,6 +273,35 @@ TEST_CASE("train_gpt killed at step 13 resumes from its step-10 checkpoint and e
   }
 }
 
+TEST_CASE("train_gpt stopped on 2 ranks resumes on 1 (an elastic job that lost a node) as PyTorch does",
+          "[examples][gpt][ddp][checkpoint][elastic]") {
+  // The global batch stays the fixture's: each rank's rows and micro-steps follow the world
+  // (2 x half the rows, then 1 x all of them) and the schedule continues from the saved step.
+  // The reference is PyTorch's own (the fixture's "shrink" run: DDP's first 10 steps, then one
+  // process from DDP's model and AdamW state); it is not the DDP run's second half, since the
+  // ignored targets fall unevenly on the ranks and DDP averages the ranks' means.
+  const Files files;
+  const std::string metrics = temp_path("gpt_shrunk.csv"), saved = temp_path("gpt_shrunk.safetensors");
+  const std::string checkpoint = temp_path("gpt_checkpoint_shrunk.safetensors");
+  std::remove(checkpoint.c_str());
+  const std::string job = " -- examples/train_gpt" + kFixtureFlags + " --checkpoint " + checkpoint +
+                          " --checkpoint_every 5 --resume --init " + files.init + " --data " + files.data +
+                          " --metrics " + metrics + " --save " + saved;
+  const CommandResult two = run_command("launcher/launch --nproc_per_node 2" + job + " --fail_at_step 13");
+  INFO(two.output);
+  REQUIRE(two.exit_code == 3);
+  const CommandResult one = run_command("launcher/launch --nproc_per_node 1" + job);
+  INFO(one.output);
+  REQUIRE(one.exit_code == 0);
+  CHECK_THAT(one.output, Contains("resuming from " + checkpoint + " after 10 steps"));
+  check_against(reference(), "shrink", metrics, saved);
+  // A world the global batch does not split over is named.
+  std::remove(checkpoint.c_str());
+  const CommandResult four = run_command("launcher/launch --nproc_per_node 4" + job);
+  CHECK(four.exit_code != 0);
+  CHECK_THAT(four.output, Contains("does not split over 4 ranks"));
+}
+
 TEST_CASE("train_gpt --fsdp --fsdp_param_dtype bfloat16 follows FSDP2's bfloat16 run, written out in PyTorch",
           "[examples][gpt][fsdp][autocast]") {
   // tests/ddp/fixtures/make_fsdp_mixed_precision_fixture.py: the GPT fixture's training at a

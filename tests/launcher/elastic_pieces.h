@@ -51,7 +51,8 @@ inline std::string train(const std::string& dir, const std::string& name) {
 inline std::string reference(const std::string& dir, int before, int64_t step, int after) {
   const std::string first_piece =
       std::regex_replace(train(dir, "ref"), std::regex("--steps 3000"), "--steps " + std::to_string(step));
-  const CommandResult first = run_command(fmt::format("launcher/launch --nproc_per_node {} -- {}", before, first_piece));
+  const CommandResult first =
+      run_command(fmt::format("launcher/launch --nproc_per_node {} -- {}", before, first_piece));
   INFO(first.output);
   REQUIRE(first.exit_code == 0);
   const CommandResult rest =
