@@ -161,6 +161,53 @@ TEST_CASE("elastic launch: a failing worker restarts the round; after --max_rest
   CHECK(workers == 4);  // two rounds of two
 }
 
+TEST_CASE("elastic launch: each worker gets torchrun's variables from the round", "[launcher][elastic]") {
+  const std::string dir = scratch("variables");
+  const std::string worker =
+      "/bin/bash -c 'echo RANK=$RANK LOCAL_RANK=$LOCAL_RANK WORLD_SIZE=$WORLD_SIZE LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE "
+      "GROUP_RANK=$GROUP_RANK MASTER=$MASTER_ADDR:$MASTER_PORT PREFIX=$TINYDDP_STORE_PREFIX "
+      "RESTARTS=$TORCHELASTIC_RESTART_COUNT/$TORCHELASTIC_MAX_RESTARTS ID=$TORCHELASTIC_RUN_ID'";
+  const int port = tinyddp::launcher::free_loopback_port();
+  const std::string args = elastic(port, "2:2", "vars") + " --nproc_per_node 2 --max_restarts 3 -- " + worker;
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int i = 0; i < 2; ++i) nodes.push_back(start_node(dir, i, args));
+  for (auto& node : nodes) node->thread.join();
+  const std::string all = nodes[0]->output() + nodes[1]->output();
+  INFO(all);
+  for (const auto& node : nodes) CHECK(node->result.exit_code == 0);
+  // Which node is node 0 of the round depends on the join order; each rank appears once.
+  for (int rank = 0; rank < 4; ++rank) {
+    CHECK_THAT(all, Contains(fmt::format("[rank {0}] RANK={0} LOCAL_RANK={1} WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 "
+                                         "GROUP_RANK={2} MASTER=127.0.0.1:{3} PREFIX=round_0/ RESTARTS=0/3 ID=vars",
+                                         rank, rank % 2, rank / 2, port)));
+  }
+}
+
+TEST_CASE("elastic launch: a node's launcher stopped by SIGTERM leaves; the others go on without it at once",
+          "[launcher][elastic]") {
+  const std::string dir = scratch("sigterm");
+  // --monitor_interval 5: the others learn of the leaving node from its request, not from a
+  // heartbeat that stops (10 s).
+  const std::string args = fmt::format(
+      "--nnodes 2:3 --rdzv_endpoint 127.0.0.1:{} --rdzv_id leave --rdzv_last_call 1 --monitor_interval 5 "
+      "--rdzv_timeout 20 -- /bin/bash -c 'echo world $WORLD_SIZE; [ $WORLD_SIZE = 2 ] && exit 0; sleep 60'",
+      tinyddp::launcher::free_loopback_port());
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int i = 0; i < 3; ++i) nodes.push_back(start_node(dir, i, args));
+  REQUIRE(wait_for(nodes, "world 3"));
+  REQUIRE(::kill(nodes[2]->pid(), SIGTERM) == 0);
+  for (auto& node : nodes) node->thread.join();
+  const std::string all = nodes[0]->output() + nodes[1]->output();
+  INFO(all << "\n--- node 2\n" << nodes[2]->output());
+  CHECK(nodes[2]->result.exit_code == 128 + SIGTERM);
+  CHECK(nodes[0]->result.exit_code == 0);
+  CHECK(nodes[1]->result.exit_code == 0);
+  CHECK_THAT(all, Contains(fmt::format("a new round is due: node ")) &&
+                      Contains(fmt::format(":{} was stopped by Terminated", nodes[2]->pid())));
+  CHECK_THAT(all, Contains("round 1 of job 'leave': 2 node(s)"));
+  CHECK(std::max(nodes[0]->result.seconds, nodes[1]->result.seconds) < 10);  // not 2 x 5 s of silence
+}
+
 TEST_CASE("elastic launch: bad input gives a clear error within a bounded time", "[launcher][elastic][errors]") {
   const int port = tinyddp::launcher::free_loopback_port();
   struct Case {
