@@ -4,14 +4,17 @@
 // (onednn.cc); float16, and bfloat16 below AVX-512, compute in float32; int64 uses a plain
 // loop, its rows on the intra-op threads.
 //
-// float32/float64 go to one of two GEMM engines (docs/tensor.md, "Matmul"): OpenBLAS, whose
-// kernels are picked at run time for the CPU (the library PyTorch's matmul calls on Debian),
-// for products of at least kOpenBlasMinWork multiply-adds when the kernels it picked use the
-// instruction set cpu_isa() selected; otherwise Eigen's GEMM compiled for that instruction
-// set (isa/kernels.cc), except that on Zen 4 the large products use the AVX2 build whatever
-// is selected (zen4_with_avx512, below), and that products of 128 terms or fewer stay with
-// Eigen where OpenBLAS runs its Zen kernels (kZenKernelsMinTerms). TINYDDP_CPU_MATMUL=eigen
-// or =openblas forces one engine, for benchmarks.
+// float32/float64 go to one of three GEMM engines (docs/tensor.md, "Matmul"): on Intel CPUs
+// under AVX-512, float32 products of at least kOpenBlasMinWork multiply-adds go to oneDNN's
+// sgemm (onednn.cc: 13-23% faster than OpenBLAS's SkylakeX kernels on every shape measured,
+// bench/README.md); otherwise OpenBLAS, whose kernels are picked at run time for the CPU (the
+// library PyTorch's matmul calls on Debian), for products of at least kOpenBlasMinWork
+// multiply-adds when the kernels it picked use the instruction set cpu_isa() selected;
+// otherwise Eigen's GEMM compiled for that instruction set (isa/kernels.cc), except that on
+// Zen 4 the large products use the AVX2 build whatever is selected (zen4_with_avx512, below),
+// and that products of 128 terms or fewer stay with Eigen where OpenBLAS runs its Zen kernels
+// (kZenKernelsMinTerms). TINYDDP_CPU_MATMUL=eigen, =openblas or =onednn (float32; float64 then
+// goes to OpenBLAS) forces one engine, for benchmarks.
 #include <cpuid.h>
 
 #include <algorithm>
@@ -29,6 +32,7 @@
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/cpu/loops.h"
+#include "tinyddp/tensor/cpu/onednn.h"
 #include "tinyddp/tensor/cpu_isa.h"
 #include "tinyddp/tensor/factory.h"
 #include "tinyddp/tensor/grad_mode.h"
@@ -66,7 +70,7 @@ constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
 
 // kEigen: the chosen instruction set's Eigen build; kEigenAvx2: the AVX2 build whatever is
 // chosen (large products on Zen 4, below).
-enum class Engine { kOpenBlas, kEigen, kEigenAvx2 };
+enum class Engine { kOpenBlas, kOneDnn, kEigen, kEigenAvx2 };
 
 std::string lowercase(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -102,14 +106,16 @@ const OpenBlasCore& openblas_core() {
   return core;
 }
 
-// TINYDDP_CPU_MATMUL: "eigen" or "openblas" force an engine; unset or "auto" choose.
+// TINYDDP_CPU_MATMUL: "eigen", "openblas" or "onednn" force an engine; unset or "auto" choose.
 std::optional<Engine> forced_engine() {
   static const std::optional<Engine> forced = []() -> std::optional<Engine> {
     const char* value = std::getenv("TINYDDP_CPU_MATMUL");
     const std::string v = lowercase(value ? value : "");
     if (v.empty() || v == "auto") return std::nullopt;
     if (v == "eigen") return Engine::kEigen;
-    TDDP_CHECK(v == "openblas", "TINYDDP_CPU_MATMUL='{}' names no matmul engine: use auto, eigen or openblas", value);
+    if (v == "onednn") return Engine::kOneDnn;
+    TDDP_CHECK(v == "openblas", "TINYDDP_CPU_MATMUL='{}' names no matmul engine: use auto, eigen, openblas or onednn",
+               value);
     return Engine::kOpenBlas;
   }();
   return forced;
@@ -136,6 +142,13 @@ bool zen4_with_avx512() {
   return zen4;
 }
 
+// An Intel CPU with AVX-512 selected: there oneDNN's sgemm ran every float32 product shape
+// measured 13-23% faster than OpenBLAS's SkylakeX kernels (1024^3: 188.7 GFLOP/s against 167.4;
+// the MLP's x @ W1^T: 172.9 against 145.1; bench/README.md, "Intel AVX-512: oneDNN's sgemm"),
+// and where OpenBLAS 0.3.21 does not know the CPU it falls back to older kernels while oneDNN
+// dispatches by its own table. AMD CPUs keep OpenBLAS or Eigen (Zen 4 not measured with it).
+bool intel_avx512_selected() { return cpu_isa() == CpuIsa::kAvx512 && __builtin_cpu_is("intel"); }
+
 // Whether the large products go to Eigen's AVX2 build although AVX-512 is selected.
 bool large_products_on_avx2() { return cpu_isa() == CpuIsa::kAvx512 && zen4_with_avx512(); }
 
@@ -149,6 +162,7 @@ constexpr int64_t kZen4L1Blocking = 64 << 10;
 struct EnginePolicy {
   std::optional<Engine> forced;
   const IsaKernels* openblas_table = nullptr;
+  bool onednn_f32 = false;  // large float32 products to oneDNN (an Intel CPU under AVX-512)
 };
 
 const EnginePolicy& engine_policy() {
@@ -158,6 +172,7 @@ const EnginePolicy& engine_policy() {
     const std::optional<CpuIsa> isa = openblas_core().isa;
     if (isa == CpuIsa::kAvx2) p.openblas_table = &avx2_kernels();
     if (isa == CpuIsa::kAvx512 && cpu_has(CpuIsa::kAvx512)) p.openblas_table = &avx512_kernels();
+    p.onednn_f32 = intel_avx512_selected();
     return p;
   }();
   return policy;
@@ -171,10 +186,12 @@ const EnginePolicy& engine_policy() {
 // clearly (g^T @ h: Eigen 73-80, OpenBLAS 67-79). bench/README.md, "Few terms on Zen kernels".
 constexpr int64_t kZenKernelsMinTerms = 129;
 
-Engine engine(int64_t work, int64_t terms) {
+// The engine of a product of `work` multiply-adds summing `terms` each, in float32 or float64.
+Engine engine(int64_t work, int64_t terms, bool f32) {
   const EnginePolicy& policy = engine_policy();
-  if (policy.forced) return *policy.forced;
+  if (policy.forced) return *policy.forced == Engine::kOneDnn && !f32 ? Engine::kOpenBlas : *policy.forced;
   if (work < kOpenBlasMinWork) return Engine::kEigen;
+  if (f32 && policy.onednn_f32) return Engine::kOneDnn;
   if (&isa_kernels() == policy.openblas_table && (terms >= kZenKernelsMinTerms || !openblas_core().zen))
     return Engine::kOpenBlas;
   return large_products_on_avx2() ? Engine::kEigenAvx2 : Engine::kEigen;
@@ -265,12 +282,13 @@ void float_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   g.b = b.data_ptr<T>(), g.ldb = lb->leading_dim, g.b_row_major = lb->row_major;
   g.c = out.data_ptr<T>();
   const bool int_sized = fits_int(g.n) && fits_int(g.k) && fits_int(g.m) && fits_int(g.lda) && fits_int(g.ldb);
-  const Engine e = engine(g.n * g.k * g.m, g.k);
+  const Engine e = engine(g.n * g.k * g.m, g.k, std::is_same_v<T, float>);
   const IsaKernels& table = e == Engine::kEigenAvx2 ? avx2_kernels() : isa_kernels();
   const auto run = [&](const GemmArgs<T>& piece) {
     if (int_sized && e == Engine::kOpenBlas) {
       openblas_gemm(piece);
     } else if constexpr (std::is_same_v<T, float>) {
+      if (e == Engine::kOneDnn) return onednn_sgemm(piece);
       table.gemm_f32(piece);
     } else {
       table.gemm_f64(piece);
@@ -337,11 +355,15 @@ void warn_bf16_in_float32() {
 std::string matmul_engine() {
   const OpenBlasCore& core = openblas_core();
   if (const std::optional<Engine> forced = forced_engine()) {
+    if (*forced == Engine::kOneDnn)
+      return fmt::format("oneDNN (float32), OpenBLAS, {} kernels (float64) (forced)", core.name);
     return *forced == Engine::kOpenBlas ? fmt::format("OpenBLAS, {} kernels (forced)", core.name)
                                         : fmt::format("Eigen, {} build (forced)", cpu_isa_name(cpu_isa()));
   }
+  // float32's engine for the large products when oneDNN takes them: "oneDNN for float32, ".
+  const std::string onednn = engine_policy().onednn_f32 ? "oneDNN for float32, " : "";
   if (core.isa == cpu_isa()) {
-    return fmt::format("OpenBLAS, {} kernels, from {} multiply-adds{}; Eigen, {} build, below", core.name,
+    return fmt::format("{}OpenBLAS, {} kernels, from {} multiply-adds{}; Eigen, {} build, below", onednn, core.name,
                        kOpenBlasMinWork, core.zen ? fmt::format(" and {} terms", kZenKernelsMinTerms) : "",
                        cpu_isa_name(cpu_isa()));
   }
@@ -350,6 +372,10 @@ std::string matmul_engine() {
   if (large_products_on_avx2()) {
     return fmt::format("Eigen, avx2 build, from {} multiply-adds (Zen 4); Eigen, avx512 build, below ({})",
                        kOpenBlasMinWork, openblas);
+  }
+  if (!onednn.empty()) {
+    return fmt::format("oneDNN for float32 from {} multiply-adds; Eigen, {} build, below and for float64 ({})",
+                       kOpenBlasMinWork, cpu_isa_name(cpu_isa()), openblas);
   }
   return fmt::format("Eigen, {} build ({})", cpu_isa_name(cpu_isa()), openblas);
 }

@@ -1,9 +1,9 @@
-// bfloat16 matrix products on oneDNN (libdnnl, Debian's oneDNN 2.6: the library PyTorch's
-// CPU bfloat16 matmul calls here): 2-D, with Linear's bias folded in, and batched over
-// strided N-D views (attention's [batch, heads] products) in one call. oneDNN picks its
-// kernels at run time: AMX where the CPU has it, AVX512-BF16 (vdpbf16ps) otherwise, AVX-512
-// emulation without either. tinyddp calls it only where cpu_isa() chose AVX-512; below that
-// (or with TINYDDP_CPU_ISA=avx2) bfloat16 products compute in float32 (matmul.cc).
+// float32 products on Intel AVX-512 CPUs (onednn_sgemm) and bfloat16 matrix products on oneDNN (libdnnl, Debian's
+// oneDNN 2.6: the library PyTorch's CPU bfloat16 matmul calls here): 2-D, with Linear's bias folded in, and batched
+// over strided N-D views (attention's [batch, heads] products) in one call. oneDNN picks its kernels at run time: AMX
+// where the CPU has it, AVX512-BF16 (vdpbf16ps) otherwise, AVX-512 emulation without either. tinyddp calls it only
+// where cpu_isa() chose AVX-512; below that (or with TINYDDP_CPU_ISA=avx2) bfloat16 products compute in float32
+// (matmul.cc).
 //
 // One matmul primitive per shape and layout, kept per thread (oneDNN's own cache holds
 // primitives but each lookup would first build a descriptor, tens of µs). oneDNN threads
@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "tinyddp/base/error.h"
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cpu/onednn.h"
 #include "tinyddp/tensor/cpu_isa.h"
@@ -33,6 +34,14 @@ bool onednn_used() { return cpu_isa() == CpuIsa::kAvx512; }
 dnnl::engine& onednn_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
+}
+
+void onednn_sgemm(const GemmArgs<float>& g) {
+  onednn_stream();  // this thread's OpenMP regions, the sgemm's among them, at one thread
+  const dnnl_status_t status = dnnl_sgemm(g.a_row_major ? 'N' : 'T', g.b_row_major ? 'N' : 'T', g.n, g.m, g.k, 1.0f,
+                                          g.a, g.lda, g.b, g.ldb, 0.0f, g.c, g.ldc > 0 ? g.ldc : g.m);
+  TDDP_CHECK(status == dnnl_success, "oneDNN's sgemm failed (status {}) on a {} x {} x {} product",
+             static_cast<int>(status), g.n, g.k, g.m);
 }
 
 dnnl::stream& onednn_stream() {

@@ -4,6 +4,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/internal/kernel_ops.h"
 #include "tinyddp/tensor/tensor.h"
 
@@ -15,6 +16,10 @@ dnnl::engine& onednn_engine();
 // This thread's stream; the first call on a thread also sets its OpenMP regions (oneDNN's
 // included) to one thread, as every tinyddp CPU kernel runs.
 dnnl::stream& onednn_stream();
+
+// A float32 product c = a x b on this thread (oneDNN's sgemm, its kernels picked at run time
+// for the CPU), as GemmArgs describe it; matmul.cc calls it on Intel CPUs under AVX-512.
+void onednn_sgemm(const GemmArgs<float>& g);
 
 // onednn_conv.cc: bfloat16 convolutions, with the contracts of backend.h's conv2d entry
 // points; false, with nothing written, for other dtypes, below AVX-512 or where oneDNN has

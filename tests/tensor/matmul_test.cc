@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tests/test_util.h"
+#include "tinyddp/tensor/cpu_isa.h"
 
 using namespace tinyddp::tensor;
 using Catch::Contains;
@@ -12,14 +13,17 @@ using tinyddp::testing::load_fixture;
 
 namespace {
 
-// c[i, j] = sum_p a[i, p] * b[p, j] in double, read through strides.
+// c[i, j] = sum_p a[i, p] * b[p, j] in double, the operands read through their strides
+// (copied to contiguous doubles first).
 std::vector<double> naive_mm(const Tensor& a, const Tensor& b) {
   const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
+  const std::vector<double> x = a.to(kFloat64).contiguous().to_vector<double>();
+  const std::vector<double> y = b.to(kFloat64).contiguous().to_vector<double>();
   std::vector<double> c(static_cast<size_t>(n * m), 0.0);
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = 0; j < m; ++j) {
       double acc = 0;
-      for (int64_t p = 0; p < k; ++p) acc += at(a, {i, p}) * at(b, {p, j});
+      for (int64_t p = 0; p < k; ++p) acc += x[static_cast<size_t>(i * k + p)] * y[static_cast<size_t>(p * m + j)];
       c[static_cast<size_t>(i * m + j)] = acc;
     }
   }
@@ -64,6 +68,21 @@ TEST_CASE("matmul matches a naive triple loop for random sizes and layouts", "[m
           check_mm(operand(n, k, la, g, dtype), operand(k, m, lb, g, dtype), dtype == kFloat32 ? 2e-6 : 1e-14);
         }
       }
+    }
+  }
+}
+
+TEST_CASE("large products (the GEMM libraries' engines) match a naive loop in each layout", "[matmul]") {
+  // 160 x 200 x 160 = 5.12 M multiply-adds: past the 5 M from which matmul.cc hands products to
+  // OpenBLAS, or on an Intel CPU under AVX-512 float32 to oneDNN (cpu_kernels_summary says
+  // which), each transposition case, a narrowed leading dimension too.
+  INFO(cpu_kernels_summary());
+  Generator g(37);
+  const std::vector<std::pair<int, int>> layouts = {{0, 0}, {1, 0}, {0, 1}, {1, 1}, {2, 3}};
+  for (DType dtype : {kFloat32, kFloat64}) {
+    for (const auto& [la, lb] : layouts) {
+      INFO(dtype_name(dtype) << " layouts " << la << "," << lb);
+      check_mm(operand(160, 200, la, g, dtype), operand(200, 160, lb, g, dtype), dtype == kFloat32 ? 2e-6 : 1e-14);
     }
   }
 }
