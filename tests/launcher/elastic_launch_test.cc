@@ -77,7 +77,7 @@ bool wait_for(const std::vector<std::unique_ptr<Node>>& nodes, const std::string
 
 std::string elastic(int port, const std::string& nnodes, const std::string& id, int timeout_s = 30) {
   return fmt::format(
-      "--nnodes {} --rdzv_endpoint 127.0.0.1:{} --rdzv_id {} --rdzv_last_call 2 --monitor_interval 0.3 "
+      "--nnodes {} --rdzv_endpoint 127.0.0.1:{} --rdzv_id {} --rdzv_last_call 2 --monitor_interval 0.5 "
       "--rdzv_timeout {} --grace_period 2",
       nnodes, port, id, timeout_s);
 }
@@ -100,8 +100,9 @@ TEST_CASE("elastic launch: a node killed mid-run; the other two go on from the l
   CHECK(nodes[0]->result.exit_code == 0);
   CHECK(nodes[1]->result.exit_code == 0);
   CHECK(nodes[2]->result.exit_code == 128 + SIGKILL);
-  CHECK_THAT(out0, Contains("round 1 of job 'kill': 2 node(s)"));
-  CHECK_THAT(out1, Contains("round 1 of job 'kill': 2 node(s)"));
+  // Round 1, or later should a loaded machine starve a heartbeat into a round of its own.
+  CHECK(has_match(out0, R"(round [1-9] of job 'kill': 2 node\(s\))"));
+  CHECK(has_match(out1, R"(round [1-9] of job 'kill': 2 node\(s\))"));
   const int64_t step = resumed_step(out0 + out1);
   CHECK(step >= 900);  // the checkpoint before the kill (rank 0 may have been on the node killed)
   CHECK(max_difference(dir + "/job.safetensors", reference(dir, 3, step, 2)) < 1e-6);
@@ -123,7 +124,7 @@ TEST_CASE("elastic launch: a node started mid-run joins at the next round; the j
   INFO(all);
   for (const auto& node : nodes) CHECK(node->result.exit_code == 0);
   CHECK_THAT(all, Contains("a new round is due: a node is waiting to join"));
-  CHECK_THAT(nodes[2]->output(), Contains("round 1 of job 'join': 3 node(s)"));
+  CHECK(has_match(nodes[2]->output(), R"(round [1-9] of job 'join': 3 node\(s\))"));
   CHECK_THAT(all, Contains("data-parallel on 3 ranks"));
   const int64_t step = resumed_step(all);
   CHECK(max_difference(dir + "/job.safetensors", reference(dir, 2, step, 3)) < 1e-6);
@@ -152,13 +153,14 @@ TEST_CASE("elastic launch: a failing worker restarts the round; after --max_rest
   CHECK_THAT(all, Contains("launch: failed: rank 1 exited with status 5 (after 1 restarts)"));
   CHECK_THAT(all, Contains("job 'fail' has ended: rank 1 exited with status 5 on node"));
   CHECK(std::max(nodes[0]->result.seconds, nodes[1]->result.seconds) < 30);
-  int workers = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (entry.path().filename().string().rfind("pid_", 0) != 0) continue;
-    ++workers;
     CHECK(::kill(std::stoi(read_file(entry.path().string())), 0) != 0);  // no worker left
   }
-  CHECK(workers == 4);  // two rounds of two
+  // Both ranks ran before the first failure and after it (pid_<restarts>_<rank>).
+  for (const char* name : {"pid_0_0", "pid_0_1", "pid_1_0", "pid_1_1"})
+    CHECK(std::filesystem::exists(dir + "/" + name));
+  CHECK_FALSE(std::filesystem::exists(dir + "/pid_2_0"));  // no third run: the restarts were spent
 }
 
 TEST_CASE("elastic launch: each worker gets torchrun's variables from the round", "[launcher][elastic]") {
@@ -204,7 +206,7 @@ TEST_CASE("elastic launch: a node's launcher stopped by SIGTERM leaves; the othe
   CHECK(nodes[1]->result.exit_code == 0);
   CHECK_THAT(all, Contains(fmt::format("a new round is due: node ")) &&
                       Contains(fmt::format(":{} was stopped by Terminated", nodes[2]->pid())));
-  CHECK_THAT(all, Contains("round 1 of job 'leave': 2 node(s)"));
+  CHECK(has_match(all, R"(round [1-9] of job 'leave': 2 node\(s\))"));
   CHECK(std::max(nodes[0]->result.seconds, nodes[1]->result.seconds) < 10);  // not 2 x 5 s of silence
 }
 
@@ -266,8 +268,8 @@ TEST_CASE("elastic launch: below MIN for longer than --rdzv_timeout, the job end
   nodes[0]->thread.join();
   INFO(nodes[0]->output());
   CHECK(nodes[0]->result.exit_code == 1);
-  CHECK_THAT(nodes[0]->output(), Contains("lost (no heartbeat for 600 ms)"));
-  CHECK_THAT(nodes[0]->output(), Contains("round 1 of job 'small' has 1 node(s)"));
+  CHECK_THAT(nodes[0]->output(), Contains("lost (no heartbeat for 1000 ms)"));
+  CHECK(has_match(nodes[0]->output(), R"(round [1-9] of job 'small' has 1 node\(s\))"));
   CHECK_THAT(nodes[0]->output(), Contains("lost since round 0: ["));
   CHECK_THAT(nodes[0]->output(), Contains(":" + victim + "]"));
   CHECK(nodes[0]->result.seconds < 20);
