@@ -235,8 +235,12 @@ int run_rounds(const LaunchConfig& o, const CoreShare& share, ElasticRendezvous&
       ElasticWatch watch(o, node, round);
       const GroupResult group = run_group(o, round_spec(o, round, rdzv.restarts()), share, &watch, log);
       if (group.interrupted_by != 0) {
-        rdzv.request_new_round(round,
-                               fmt::format("node {} was stopped by {}", node, ::strsignal(group.interrupted_by)));
+        // This node leaves; the others go on without it, unless it holds the store: then the
+        // job ends for every node (at once, rather than when their store calls time out).
+        const std::string why = fmt::format("node {}{} was stopped by {}", node, hosting ? " (hosting the store)" : "",
+                                            ::strsignal(group.interrupted_by));
+        if (hosting) rdzv.close_job(why);
+        rdzv.request_new_round(round, why);
         leave(rdzv, round, hosting, o.rdzv_timeout, log);
         return 128 + group.interrupted_by;
       }

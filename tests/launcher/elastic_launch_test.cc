@@ -62,13 +62,14 @@ std::unique_ptr<Node> start_node(const std::string& dir, int i, const std::strin
   return node;
 }
 
-// Waits (at most 60 s) until one of the nodes' logs matches `pattern`.
-bool wait_for(const std::vector<std::unique_ptr<Node>>& nodes, const std::string& pattern) {
+// Waits (at most 60 s) until one of the nodes' logs (or those of nodes[from...]) matches
+// `pattern`.
+bool wait_for(const std::vector<std::unique_ptr<Node>>& nodes, const std::string& pattern, size_t from = 0) {
   const std::regex re(pattern);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline) {
-    for (const auto& node : nodes) {
-      if (std::regex_search(node->output(), re)) return true;
+    for (size_t i = from; i < nodes.size(); ++i) {
+      if (std::regex_search(nodes[i]->output(), re)) return true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -208,6 +209,27 @@ TEST_CASE("elastic launch: a node's launcher stopped by SIGTERM leaves; the othe
                       Contains(fmt::format(":{} was stopped by Terminated", nodes[2]->pid())));
   CHECK(has_match(all, R"(round [1-9] of job 'leave': 2 node\(s\))"));
   CHECK(std::max(nodes[0]->result.seconds, nodes[1]->result.seconds) < 10);  // not 2 x 5 s of silence
+}
+
+TEST_CASE("elastic launch: the store's node stopped by SIGTERM ends the job for every node at once",
+          "[launcher][elastic]") {
+  const std::string dir = scratch("host_sigterm");
+  const std::string args =
+      elastic(tinyddp::launcher::free_loopback_port(), "1:2", "host") + " -- /bin/bash -c 'echo running; sleep 60'";
+  std::vector<std::unique_ptr<Node>> nodes;
+  nodes.push_back(start_node(dir, 0, args));
+  REQUIRE(wait_for(nodes, "hosting the store"));
+  nodes.push_back(start_node(dir, 1, args));
+  REQUIRE(wait_for(nodes, "running", 1));
+  REQUIRE(::kill(nodes[0]->pid(), SIGTERM) == 0);
+  for (auto& node : nodes) node->thread.join();
+  INFO(nodes[0]->output() << "\n--- node 1\n" << nodes[1]->output());
+  CHECK(nodes[0]->result.exit_code == 128 + SIGTERM);
+  CHECK(nodes[1]->result.exit_code == 1);
+  CHECK_THAT(nodes[1]->output(),
+             Contains("job 'host' has ended: node ") &&
+                 Contains(fmt::format(":{} (hosting the store) was stopped by Terminated", nodes[0]->pid())));
+  CHECK(nodes[1]->result.seconds < 15);  // not the 30 s of a store call timing out
 }
 
 TEST_CASE("elastic launch: bad input gives a clear error within a bounded time", "[launcher][elastic][errors]") {
