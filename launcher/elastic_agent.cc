@@ -301,11 +301,11 @@ int run_elastic(const LaunchConfig& o, const CoreShare& share, std::ostream& log
   bool hosting = false;
   const std::shared_ptr<comm::TCPStore> store = open_elastic_store(o, hosting);
   const std::string node = node_name();
-  log << fmt::format("launch: elastic job '{}' of {} to {} node(s); this node is {}, {} the store at {}", o.rdzv_id,
-                     o.min_nodes, o.max_nodes, node, hosting ? "hosting" : "using", o.rdzv_endpoint)
-      << std::endl;
   try {
-    ElasticRendezvous rdzv(store, node, elastic_options(o));
+    ElasticRendezvous rdzv(store, node, elastic_options(o));  // claims the job's id, or is refused
+    log << fmt::format("launch: elastic job '{}' of {} to {} node(s); this node is {}, {} the store at {}", o.rdzv_id,
+                       o.min_nodes, o.max_nodes, node, hosting ? "hosting" : "using", o.rdzv_endpoint)
+        << std::endl;
     return run_rounds(o, share, rdzv, node, hosting, log);
   } catch (const std::exception& e) {
     if (std::string(e.what()).rfind("launch:", 0) == 0) throw;  // the launcher's own words
