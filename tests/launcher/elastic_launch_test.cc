@@ -232,6 +232,22 @@ TEST_CASE("elastic launch: the store's node stopped by SIGTERM ends the job for 
   CHECK(nodes[1]->result.seconds < 15);  // not the 30 s of a store call timing out
 }
 
+TEST_CASE("elastic launch: a world the global batch does not split over is named, and the job ends",
+          "[launcher][elastic][errors]") {
+  const std::string dir = scratch("batch");
+  const std::string args = elastic(tinyddp::launcher::free_loopback_port(), "2:3", "batch") +
+                           " -- examples/train --widths 32,64,4 --batch 20 --steps 10";
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int i = 0; i < 3; ++i) nodes.push_back(start_node(dir, i, args));
+  for (auto& node : nodes) node->thread.join();
+  std::string all;
+  for (const auto& node : nodes) all += node->output() + "\n---\n";
+  INFO(all);
+  for (const auto& node : nodes) CHECK(node->result.exit_code == 1);
+  CHECK_THAT(all, Contains("--batch 20 is not divisible by WORLD_SIZE 3: every rank takes an equal share"));
+  CHECK_THAT(all, Contains("launch: failed: rank ") && Contains("exited with status 1 (after 0 restarts)"));
+}
+
 TEST_CASE("elastic launch: bad input gives a clear error within a bounded time", "[launcher][elastic][errors]") {
   const int port = tinyddp::launcher::free_loopback_port();
   struct Case {
