@@ -167,6 +167,25 @@ std::string ElasticRendezvous::job_closed() {
   return store_->check({"elastic/job_closed"}) ? store_->get_string("elastic/job_closed") : "";
 }
 
+std::vector<int64_t> ElasticRendezvous::share(const Round& round, const std::string& what, int64_t mine) {
+  store_->set(key(round.number, what + "/" + std::to_string(round.node_rank)), std::to_string(mine));
+  std::vector<std::string> keys;
+  for (int i = 0; i < round.size(); ++i) keys.push_back(key(round.number, what + "/" + std::to_string(i)));
+  try {
+    store_->wait(keys, options_.timeout);
+  } catch (const TimeoutError&) {
+    std::vector<std::string> silent;
+    for (int i = 0; i < round.size(); ++i) {
+      if (!store_->check({keys[static_cast<size_t>(i)]})) silent.push_back(round.nodes[static_cast<size_t>(i)]);
+    }
+    throw Error(fmt::format("launch: nodes [{}] of round {} did not say their {} within {} ms", fmt::join(silent, ", "),
+                            round.number, what, options_.timeout.count()));
+  }
+  std::vector<int64_t> values;
+  for (const std::string& k : keys) values.push_back(std::stoll(store_->get_string(k)));
+  return values;
+}
+
 int64_t ElasticRendezvous::count_failure(const Round& round) {
   const comm::Bytes mine(node_.begin(), node_.end());
   const bool first = store_->compare_set(key(round.number, "failed"), {}, mine) == mine;

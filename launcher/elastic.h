@@ -10,7 +10,8 @@
 // refused), and per round k: k/joined (a counter: the join order), k/node/<i> (the i-th node's
 // name), k/closed (the round's size, written once by the node that closes it), k/beat/<i>
 // (node i's heartbeat counter), k/restart (why a new round was asked for), k/done/<i> and
-// k/left/<i> (node i's workers finished; node i is done with the store), k/failed (a failure
+// k/left/<i> (node i's workers finished; node i is done with the store), k/<what>/<i> (a
+// number node i shares with the others: its workers), k/failed (a failure
 // ended round k); and restarts (the rounds that failures ended), job_closed (why the job ended:
 // no node joins a round after it).
 //
@@ -69,6 +70,10 @@ class ElasticRendezvous {
   // wins; job_closed() returns its reason, or empty while the job is open.
   void close_job(const std::string& why);
   std::string job_closed();
+
+  // Every node of `round` says a number (its --nproc_per_node, say) and gets all of them, in
+  // node-rank order; throws, naming the nodes that did not say theirs, after the timeout.
+  std::vector<int64_t> share(const Round& round, const std::string& what, int64_t mine);
 
   // A failure ended `round`: the job's restarts, counted once per round whatever the number
   // of nodes that failed in it, after this one. restarts(): the count so far.

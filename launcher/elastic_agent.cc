@@ -198,13 +198,30 @@ int finish(ElasticRendezvous& rdzv, const Round& round, const ElasticWatch& watc
   return 0;
 }
 
-GroupSpec round_spec(const LaunchConfig& o, const Round& round, int64_t restarts) {
+// The round's world: each node's workers (nodes may run different numbers, as under torchrun),
+// this node's first rank (the workers of the nodes before it) and the total.
+struct World {
+  int first_rank = 0;
+  int size = 0;
+};
+
+World round_world(ElasticRendezvous& rdzv, const Round& round, int nproc) {
+  const std::vector<int64_t> workers = rdzv.share(round, "nproc", nproc);
+  World w;
+  for (int i = 0; i < round.size(); ++i) {
+    if (i < round.node_rank) w.first_rank += static_cast<int>(workers[static_cast<size_t>(i)]);
+    w.size += static_cast<int>(workers[static_cast<size_t>(i)]);
+  }
+  return w;
+}
+
+GroupSpec round_spec(const LaunchConfig& o, const Round& round, const World& world, int64_t restarts) {
   const auto [host, port] = parse_endpoint(o.rdzv_endpoint);
   GroupSpec spec;
   spec.attempt = static_cast<int>(round.number);
-  spec.first_rank = round.node_rank * o.nproc_per_node;
+  spec.first_rank = world.first_rank;
   spec.env = {
-      {"WORLD_SIZE", std::to_string(round.size() * o.nproc_per_node)},
+      {"WORLD_SIZE", std::to_string(world.size)},
       {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
       {"GROUP_RANK", std::to_string(round.node_rank)},
       {"MASTER_ADDR", host},
@@ -227,13 +244,13 @@ int run_rounds(const LaunchConfig& o, const CoreShare& share, ElasticRendezvous&
     while (true) {
       const Round round = rdzv.next_round();
       last = round;
-      const int first = round.node_rank * o.nproc_per_node;
+      const World world = round_world(rdzv, round, o.nproc_per_node);
       log << fmt::format("launch: round {} of job '{}': {} node(s) [{}]; this node is node {}, ranks {} to {} of {}",
-                         round.number, o.rdzv_id, round.size(), fmt::join(round.nodes, ", "), round.node_rank, first,
-                         first + o.nproc_per_node - 1, round.size() * o.nproc_per_node)
+                         round.number, o.rdzv_id, round.size(), fmt::join(round.nodes, ", "), round.node_rank,
+                         world.first_rank, world.first_rank + o.nproc_per_node - 1, world.size)
           << std::endl;
       ElasticWatch watch(o, node, round);
-      const GroupResult group = run_group(o, round_spec(o, round, rdzv.restarts()), share, &watch, log);
+      const GroupResult group = run_group(o, round_spec(o, round, world, rdzv.restarts()), share, &watch, log);
       if (group.interrupted_by != 0) {
         // This node leaves; the others go on without it, unless it holds the store: then the
         // job ends for every node (at once, rather than when their store calls time out).

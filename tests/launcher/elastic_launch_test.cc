@@ -186,6 +186,31 @@ TEST_CASE("elastic launch: each worker gets torchrun's variables from the round"
   }
 }
 
+TEST_CASE("elastic launch: nodes with different numbers of workers share the ranks out", "[launcher][elastic]") {
+  // As under torchrun: a node's first rank is the workers of the nodes before it.
+  const std::string dir = scratch("uneven");
+  const int port = tinyddp::launcher::free_loopback_port();
+  const std::string worker =
+      " -- /bin/bash -c 'echo RANK=$RANK WORLD_SIZE=$WORLD_SIZE LOCAL_RANK=$LOCAL_RANK "
+      "LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE'";
+  std::vector<std::unique_ptr<Node>> nodes;
+  nodes.push_back(start_node(dir, 0, elastic(port, "2:2", "uneven") + " --nproc_per_node 1" + worker));
+  nodes.push_back(start_node(dir, 1, elastic(port, "2:2", "uneven") + " --nproc_per_node 2" + worker));
+  for (auto& node : nodes) node->thread.join();
+  const std::string one = nodes[0]->output(), two = nodes[1]->output();
+  INFO(one << "\n--- node 1\n" << two);
+  CHECK(nodes[0]->result.exit_code == 0);
+  CHECK(nodes[1]->result.exit_code == 0);
+  // Either node may have joined first: ranks 0 | 1, 2 or 0, 1 | 2.
+  const bool single_first = has_match(one, "RANK=0 WORLD_SIZE=3 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1");
+  INFO("the node of one worker joined " << (single_first ? "first" : "second"));
+  CHECK(has_match(one, fmt::format("RANK={} WORLD_SIZE=3 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1", single_first ? 0 : 2)));
+  for (int local = 0; local < 2; ++local) {
+    CHECK(has_match(two, fmt::format("RANK={} WORLD_SIZE=3 LOCAL_RANK={} LOCAL_WORLD_SIZE=2",
+                                     (single_first ? 1 : 0) + local, local)));
+  }
+}
+
 TEST_CASE("elastic launch: a node's launcher stopped by SIGTERM leaves; the others go on without it at once",
           "[launcher][elastic]") {
   const std::string dir = scratch("sigterm");
