@@ -50,8 +50,8 @@ CheckpointArgs checkpoint_args(const std::map<std::string, std::string>& metadat
   return args;
 }
 
-void save_nanogpt_state(const NanoGptConfig& config, int rank, const nn::GPT& model, const nn::Optimizer& optimizer,
-                        const NanoGptState& state) {
+void save_nanogpt_state(const NanoGptConfig& config, int rank, int world, const nn::GPT& model,
+                        const nn::Optimizer& optimizer, const NanoGptState& state) {
   nn::OrderedDict<tensor::Tensor> batch;
   batch.insert("X", state.x);
   batch.insert("Y", state.y);
@@ -65,7 +65,8 @@ void save_nanogpt_state(const NanoGptConfig& config, int rank, const nn::GPT& mo
                                                 {"model_args.block_size", std::to_string(c.block_size)},
                                                 {"model_args.bias", c.bias ? "1" : "0"},
                                                 {"model_args.vocab_size", std::to_string(c.vocab_size)},
-                                                {"config.dataset", config.dataset}};
+                                                {"config.dataset", config.dataset},
+                                                {"world_size", std::to_string(world)}};
     nn::save_checkpoint(main_path(config), model, optimizer, state.iter, batch, metadata);
     return;
   }
@@ -89,13 +90,20 @@ void use_checkpoint_model_args(NanoGptConfig& config) {
   config.vocab_size = model.vocab_size;
 }
 
-NanoGptState resume_nanogpt_state(const NanoGptConfig& config, int rank, nn::GPT& model, nn::Optimizer& optimizer,
-                                  tensor::Device device) {
+NanoGptState resume_nanogpt_state(const NanoGptConfig& config, int rank, int world, nn::GPT& model,
+                                  nn::Optimizer& optimizer, tensor::Device device) {
   const std::string path = main_path(config);
   const nn::TrainingCheckpoint checkpoint = nn::load_checkpoint(path, model, optimizer);  // rank 0's generator too
   NanoGptState state;
   state.iter = std::stoll(metadata_of(checkpoint.metadata, "iter_num", path));
   state.best_val_loss = std::stof(metadata_of(checkpoint.metadata, "best_val_loss", path));
+  // A checkpoint from before the world size was recorded is taken to be of this world.
+  const auto saved_world = checkpoint.metadata.find("world_size");
+  const int written_at = saved_world == checkpoint.metadata.end() ? world : std::stoi(saved_world->second);
+  if (written_at != world) {
+    state.fresh_streams_from_world = written_at;
+    return state;
+  }
   nn::OrderedDict<tensor::Tensor> batch = checkpoint.extra;
   if (rank != 0) {
     const std::string mine = rank_path(config, rank);

@@ -5,8 +5,11 @@
 //                                     block_size, bias, vocab_size), rank 0's generator
 //                                     and the batch it holds for its next micro-step
 //   out_dir/ckpt.rank<r>.safetensors  every other rank: its generator and its batch
-// Each is written whole or not at all (a temporary file renamed over it). nanoGPT's own
-// checkpoints keep no generator or batch, so its resumed runs draw anew; these do not.
+// Each is written whole or not at all (a temporary file renamed over it), with the world size
+// it was written at. nanoGPT's own checkpoints keep no generator or batch, so its resumed runs
+// draw anew; these do not, unless the world has another size now (an elastic job that lost or
+// gained a node): then the other ranks' streams no longer fit, and every rank starts a fresh
+// one, seeded seed + rank as at the start (nanoGPT's seed_offset).
 #pragma once
 
 #include <map>
@@ -22,10 +25,13 @@ struct NanoGptState {
   int64_t iter = 0;  // the iteration about to run its micro-steps (its evaluation is done)
   float best_val_loss = 1e9f;
   tensor::Tensor x, y;  // the batch of the next micro-step
+  // Resumed at another world size than the checkpoint's (its size then): no generator or batch
+  // was restored; the caller seeds seed + rank and draws the next batch. 0 otherwise.
+  int fresh_streams_from_world = 0;
 };
 
-void save_nanogpt_state(const NanoGptConfig& config, int rank, const nn::GPT& model, const nn::Optimizer& optimizer,
-                        const NanoGptState& state);
+void save_nanogpt_state(const NanoGptConfig& config, int rank, int world, const nn::GPT& model,
+                        const nn::Optimizer& optimizer, const NanoGptState& state);
 
 // out_dir's checkpoint: out_dir/ckpt.safetensors.
 std::string checkpoint_path(const std::string& out_dir);
@@ -43,8 +49,9 @@ CheckpointArgs checkpoint_args(const std::map<std::string, std::string>& metadat
 // unreadable checkpoint.
 void use_checkpoint_model_args(NanoGptConfig& config);
 
-// Loads the model, AdamW and this rank's generator and batch; returns where the run stands.
-NanoGptState resume_nanogpt_state(const NanoGptConfig& config, int rank, nn::GPT& model, nn::Optimizer& optimizer,
-                                  tensor::Device device);
+// Loads the model, AdamW and, at the checkpoint's world size, this rank's generator and batch;
+// returns where the run stands.
+NanoGptState resume_nanogpt_state(const NanoGptConfig& config, int rank, int world, nn::GPT& model,
+                                  nn::Optimizer& optimizer, tensor::Device device);
 
 }  // namespace tinyddp::examples

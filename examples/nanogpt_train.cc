@@ -126,7 +126,7 @@ void evaluate(const NanoGptConfig& config, int64_t iter, int rank, comm::Process
   if (save) {
     if (rank == 0) out << fmt::format("saving checkpoint to {}\n", config.out_dir);
     state.iter = iter;
-    save_nanogpt_state(config, rank, model, optimizer, state);
+    save_nanogpt_state(config, rank, pg != nullptr ? pg->size() : 1, model, optimizer, state);
   }
 }
 
@@ -247,8 +247,16 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
   NanoGptResult result;
   NanoGptState state;
   if (resume) {
-    state = resume_nanogpt_state(config, run.rank, *run.model, optimizer, run.placement.device);
+    state = resume_nanogpt_state(config, run.rank, run.world, *run.model, optimizer, run.placement.device);
     out << fmt::format("resuming training from {} at iteration {}\n", config.out_dir, state.iter);
+    if (state.fresh_streams_from_world != 0) {  // the world changed: every rank draws anew
+      out << fmt::format(
+          "the checkpoint was written by {} rank(s), this run has {}: each rank starts a fresh data "
+          "stream (seed + rank)\n",
+          state.fresh_streams_from_world, run.world);
+      t::manual_seed(config.seed + static_cast<uint64_t>(run.rank));
+      std::tie(state.x, state.y) = batches.get(true);
+    }
   } else {
     std::tie(state.x, state.y) = batches.get(true);  // the very first batch
   }

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <regex>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "tests/test_util.h"
@@ -225,6 +226,42 @@ TEST_CASE("init_from=resume continues a run exactly, alone and on 2 ranks", "[ex
   }
   CHECK(lines == 4);
   CHECK_THAT(resumed.output, Contains("ddp: 4 of 8 micro-steps reduced their gradients"));
+}
+
+TEST_CASE("init_from=resume at another world size (an elastic job) continues from the checkpoint",
+          "[examples][nanogpt][elastic]") {
+  // Stopped on 2 ranks at the iteration-3 checkpoint, resumed on 1 and on 4 (the 4 micro-steps
+  // of --gradient_accumulation_steps split over each): the model, AdamW and the iteration come
+  // back; the 2-rank run's data streams do not fit another world, so every rank draws anew,
+  // seeded seed + rank, and says so. A world of 3 cannot split the 4 micro-steps: named.
+  std::ifstream keys_file("tests/examples/fixtures/nanogpt_ddp_keys.txt");
+  std::string ddp_keys;
+  std::getline(keys_file, ddp_keys);
+  const std::string out = temp_path("nanogpt_elastic_resume");
+  const auto job = [&](int nproc, const std::string& extra) {
+    return run_command(
+        fmt::format("launcher/launch --nproc_per_node {} -- examples/train_gpt --dataset={} {} "
+                    "--out_dir={} {} 2>&1",
+                    nproc, kData, ddp_keys, out, extra));
+  };
+  for (const int nproc : {1, 4}) {
+    INFO("resumed on " << nproc);
+    std::filesystem::remove_all(out);
+    REQUIRE(job(2, "--max_iters=3").exit_code == 0);
+    const CommandResult resumed = job(nproc, "--init_from=resume");
+    INFO(resumed.output);
+    REQUIRE(resumed.exit_code == 0);
+    CHECK_THAT(resumed.output, Contains("resuming training from " + out + " at iteration 3"));
+    CHECK_THAT(resumed.output, Contains(fmt::format("the checkpoint was written by 2 rank(s), this run has {}: each "
+                                                    "rank starts a fresh data stream (seed + rank)",
+                                                    nproc)));
+    CHECK(std::regex_search(resumed.output, std::regex(R"(\[rank 0\] iter 6: loss [0-9.]+,)")));
+  }
+  std::filesystem::remove_all(out);
+  REQUIRE(job(2, "--max_iters=3").exit_code == 0);
+  const CommandResult three = job(3, "--init_from=resume");
+  CHECK(three.exit_code != 0);
+  CHECK_THAT(three.output, Contains("gradient_accumulation_steps") && Contains("3"));
 }
 
 TEST_CASE("sample_gpt continues a start text from a train_gpt --dataset checkpoint", "[examples][nanogpt]") {
