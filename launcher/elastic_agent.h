@@ -5,9 +5,9 @@
 // node is lost, a node is waiting to join or this node is stopped, every node stops its
 // workers and joins the next round. A round ended by a failure counts as one restart of the
 // job (--max_restarts; every node counts the same, in the store), a change of membership does
-// not. When this node's workers have all finished the
-// node waits for the others' (an exit barrier), and the node hosting the store waits for the
-// others to be done with it before it ends.
+// not. Nodes may run different numbers of workers: a node's first rank is the workers of the
+// nodes before it. When this node's workers have all finished it waits for the others' (an
+// exit barrier), and the node hosting the store waits for the others to be done with it.
 #pragma once
 
 #include <ostream>
