@@ -142,7 +142,8 @@ bool zen4_with_avx512() {
   return zen4;
 }
 
-// An Intel CPU with AVX-512 selected: there oneDNN's sgemm ran every float32 product shape
+// An Intel CPU with AVX-512 selected now (read at each product, as the selection may change at
+// run time: set_cpu_isa, as large_products_on_avx2 below): there oneDNN's sgemm ran every float32 product shape
 // measured 13-23% faster than OpenBLAS's SkylakeX kernels (1024^3: 188.7 GFLOP/s against 167.4;
 // the MLP's x @ W1^T: 172.9 against 145.1; bench/README.md, "Intel AVX-512: oneDNN's sgemm"),
 // and where OpenBLAS 0.3.21 does not know the CPU it falls back to older kernels while oneDNN
@@ -162,7 +163,6 @@ constexpr int64_t kZen4L1Blocking = 64 << 10;
 struct EnginePolicy {
   std::optional<Engine> forced;
   const IsaKernels* openblas_table = nullptr;
-  bool onednn_f32 = false;  // large float32 products to oneDNN (an Intel CPU under AVX-512)
 };
 
 const EnginePolicy& engine_policy() {
@@ -172,7 +172,6 @@ const EnginePolicy& engine_policy() {
     const std::optional<CpuIsa> isa = openblas_core().isa;
     if (isa == CpuIsa::kAvx2) p.openblas_table = &avx2_kernels();
     if (isa == CpuIsa::kAvx512 && cpu_has(CpuIsa::kAvx512)) p.openblas_table = &avx512_kernels();
-    p.onednn_f32 = intel_avx512_selected();
     return p;
   }();
   return policy;
@@ -191,7 +190,7 @@ Engine engine(int64_t work, int64_t terms, bool f32) {
   const EnginePolicy& policy = engine_policy();
   if (policy.forced) return *policy.forced == Engine::kOneDnn && !f32 ? Engine::kOpenBlas : *policy.forced;
   if (work < kOpenBlasMinWork) return Engine::kEigen;
-  if (f32 && policy.onednn_f32) return Engine::kOneDnn;
+  if (f32 && intel_avx512_selected()) return Engine::kOneDnn;
   if (&isa_kernels() == policy.openblas_table && (terms >= kZenKernelsMinTerms || !openblas_core().zen))
     return Engine::kOpenBlas;
   return large_products_on_avx2() ? Engine::kEigenAvx2 : Engine::kEigen;
@@ -361,7 +360,7 @@ std::string matmul_engine() {
                                         : fmt::format("Eigen, {} build (forced)", cpu_isa_name(cpu_isa()));
   }
   // float32's engine for the large products when oneDNN takes them: "oneDNN for float32, ".
-  const std::string onednn = engine_policy().onednn_f32 ? "oneDNN for float32, " : "";
+  const std::string onednn = intel_avx512_selected() ? "oneDNN for float32, " : "";
   if (core.isa == cpu_isa()) {
     return fmt::format("{}OpenBLAS, {} kernels, from {} multiply-adds{}; Eigen, {} build, below", onednn, core.name,
                        kOpenBlasMinWork, core.zen ? fmt::format(" and {} terms", kZenKernelsMinTerms) : "",
