@@ -68,7 +68,8 @@ int launch(const LaunchConfig& options, std::ostream& log) {
     if (options.nnodes > 1) watch = std::make_unique<FailureWatch>(options, attempt, wake_fd(), kPeerWoke);
     const GroupResult group = run_group(options, spec, share, watch.get(), log);
     const std::string remote = watch ? watch->remote_failure() : std::string();
-    watch.reset();
+    // The watch lives through leave_nodes: its thread may not have sent this node's failure to
+    // the others yet, and a node whose rank hangs learns of it only that way.
     leave_nodes(options, *store, attempt, log);
     if (group.interrupted_by != 0) return 128 + group.interrupted_by;
     if (group.succeeded()) return 0;
