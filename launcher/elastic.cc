@@ -49,10 +49,9 @@ void ElasticRendezvous::check_run_id() {
              node_, options_.run_id, job);
 }
 
-bool ElasticRendezvous::close(int64_t round, int64_t size) {
+void ElasticRendezvous::close(int64_t round, int64_t size) {
   const std::string value = std::to_string(size);
   store_->compare_set(key(round, "closed"), {}, comm::Bytes(value.begin(), value.end()));
-  return true;
 }
 
 // "; lost since round k: [a, b]": the nodes of round `k` (when it ran) missing from `names`.

@@ -99,7 +99,7 @@ class ElasticRendezvous {
  private:
   std::string key(int64_t round, const std::string& rest) const;
   void check_run_id();
-  bool close(int64_t round, int64_t size);
+  void close(int64_t round, int64_t size);  // the first size written wins
   std::string lost_since(int64_t round, const std::vector<std::string>& names);
 
   std::shared_ptr<comm::Store> store_;

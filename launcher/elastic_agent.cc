@@ -314,7 +314,6 @@ void validate_elastic(const LaunchConfig& o) {
 }
 
 int run_elastic(const LaunchConfig& o, const CoreShare& share, std::ostream& log) {
-  validate_elastic(o);
   bool hosting = false;
   const std::shared_ptr<comm::TCPStore> store = open_elastic_store(o, hosting);
   const std::string node = node_name();

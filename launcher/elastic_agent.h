@@ -22,8 +22,8 @@ namespace tinyddp::launcher {
 std::pair<std::string, int> parse_endpoint(const std::string& endpoint);
 // Throws tinyddp::Error naming the first bad option of an elastic job.
 void validate_elastic(const LaunchConfig& options);
-// Runs this node's part of an elastic job; the exit status as launch() says, or 1 when the
-// store is lost, the rendezvous times out or another node ended the job with a failure.
+// Runs this node's part of an elastic job (its options validated: launch() does); the exit status as launch() says, or
+// 1 when the store is lost, the rendezvous times out or another node ended the job with a failure.
 int run_elastic(const LaunchConfig& options, const CoreShare& share, std::ostream& log);
 
 }  // namespace tinyddp::launcher
