@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -60,6 +61,18 @@ std::vector<std::vector<int64_t>> all_indices(const tensor::Shape& shape) {
 std::string temp_path(const std::string& name) {
   const char* dir = std::getenv("TEST_TMPDIR");
   return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+}
+
+std::string fresh_directory(const std::string& name) {
+  const std::string dir = temp_path(name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 std::vector<double> read_losses(const std::string& path) {

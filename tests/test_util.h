@@ -42,6 +42,10 @@ CommandResult run_command(const std::string& command);
 
 // `name` in the test's scratch directory ($TEST_TMPDIR, else /tmp).
 std::string temp_path(const std::string& name);
+// temp_path(name) as an empty directory (what was there is removed): one test's files.
+std::string fresh_directory(const std::string& name);
+// The whole of a text file ("" if it cannot be read).
+std::string read_file(const std::string& path);
 
 // Restores, when it goes out of scope, the intra-op thread count (tensor::set_num_threads) a
 // test changes.

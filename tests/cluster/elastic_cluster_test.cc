@@ -12,7 +12,6 @@
 
 using Catch::Contains;
 using tinyddp::testing::CommandResult;
-using tinyddp::testing::temp_path;
 using namespace tinyddp::testing::cluster;
 using namespace tinyddp::testing::elastic;
 
@@ -28,9 +27,7 @@ const std::string kElastic =
 // pieces. Returns the output.
 std::string run_elastic(const std::string& name, const std::string& fault, int before, int after, int64_t min_step,
                         const std::string& late = "") {
-  const std::string dir = temp_path("elastic_" + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::string dir = tinyddp::testing::fresh_directory("elastic_" + name);
   const std::string job = sim("--nodes " + std::to_string(before + (late.empty() ? 0 : 1)) + " --elastic 2:" +
                                   std::to_string(std::max(before, after)) + " " + late + " " + kElastic,
                               train(dir, "job"));

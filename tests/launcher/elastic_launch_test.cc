@@ -20,6 +20,7 @@
 
 using Catch::Contains;
 using tinyddp::testing::CommandResult;
+using tinyddp::testing::read_file;
 using tinyddp::testing::run_command;
 using namespace tinyddp::testing::elastic;
 
@@ -27,13 +28,7 @@ namespace {
 
 const std::string kLaunch = "launcher/launch";  // in the test's runfiles
 
-std::string scratch(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::filesystem::path dir = std::filesystem::path(tmp != nullptr ? tmp : "/tmp") / ("elastic_launch_" + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
+std::string scratch(const std::string& name) { return tinyddp::testing::fresh_directory("elastic_launch_" + name); }
 
 // One node of the job: a launcher run in the background, its output in <dir>/node<i>.log and
 // its pid in <dir>/node<i>.pid.

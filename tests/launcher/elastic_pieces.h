@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <string>
 
@@ -20,11 +19,6 @@ namespace tinyddp::testing::elastic {
 // Whether `text` has a match of the regular expression `pattern` somewhere.
 inline bool has_match(const std::string& text, const std::string& pattern) {
   return std::regex_search(text, std::regex(pattern));
-}
-
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 // The step the survivors resumed from ("resuming from PATH after N steps").

@@ -21,6 +21,7 @@
 
 using Catch::Contains;
 using tinyddp::testing::CommandResult;
+using tinyddp::testing::read_file;
 using tinyddp::testing::run_command;
 
 namespace {
@@ -30,18 +31,7 @@ const std::string kLaunch = "launcher/launch";  // in the test's runfiles
 CommandResult launch(const std::string& args) { return run_command(kLaunch + " " + args); }
 
 // A fresh directory for one test's files.
-std::string scratch(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::filesystem::path dir = std::filesystem::path(tmp != nullptr ? tmp : "/tmp") / ("launch_test_" + name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+std::string scratch(const std::string& name) { return tinyddp::testing::fresh_directory("launch_test_" + name); }
 
 // Whether `pid` is still a live process (a zombie counts as gone).
 bool alive(pid_t pid) {
