@@ -6,12 +6,16 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "tinyddp/tensor/dtype.h"
 
 namespace tinyddp::comm {
+
+class CallCheck;  // desync_check.h
 
 enum class ReduceOp { kSum, kProduct, kMin, kMax, kAvg };
 const char* reduce_op_name(ReduceOp op);
@@ -42,8 +46,15 @@ struct CallSignature {
 // errors ("allreduce (rank 1 of 4, 1000 x float32, sum)"); `signature` is what the ranks
 // compare. Point-to-point calls carry no signature (the ranks' calls differ by design).
 struct Call {
+  Call() = default;
+  Call(std::string what_, std::optional<CallSignature> signature_)
+      : what(std::move(what_)), signature(std::move(signature_)) {}
+
   std::string what;
   std::optional<CallSignature> signature;
+  // The desync check, for a backend that runs it itself just before the data moves
+  // (ProcessGroup::runs_call_checks); null when it was run already, or is off.
+  std::shared_ptr<CallCheck> check;
 };
 
 }  // namespace tinyddp::comm

@@ -9,5 +9,6 @@
 #include "tinyddp/comm/launch_env.h"
 #include "tinyddp/comm/nccl/process_group_nccl.h"
 #include "tinyddp/comm/process_group.h"
+#include "tinyddp/comm/process_group_wrapper.h"
 #include "tinyddp/comm/store.h"
 #include "tinyddp/comm/tcp_store.h"

@@ -3,17 +3,19 @@
 // allreduces another size, dtype or op, would otherwise hang until the timeout, abort inside
 // the transport, or (worst) finish with silently wrong numbers.
 //
-// One check for every backend. ProcessGroup's public collectives describe each call with a
-// CallSignature (call.h); the backend's CallCheck numbers the calls in the order they run,
-// swaps every rank's encoded row with the others on a CPU side channel and compares them
-// (find_mismatch) before any tensor is changed. Every rank sees the same rows, so every rank
-// raises the same CollectiveMismatchError, naming the ranks on each side and the calls they
-// made, and the group stays usable. Where the check runs is the backend's choice, as is the
-// side channel (ProcessGroup::enable_call_check): Gloo checks on its worker thread just before
-// the data moves, and on two ranks the row travels in the same message as a small allreduce's
-// data (so the check costs no extra round trip); NCCL checks on the calling thread before it
-// queues the collective, over a small Gloo group of its own, so no CUDA stream ever waits for
-// it. On by default (ProcessGroupOptions::check_calls; TINYDDP_DESYNC_CHECK=0 turns it off).
+// One check for every backend, with one home: ProcessGroupWrapper (process_group_wrapper.h),
+// which wraps the backend of every group init_process_group and new_process_group make.
+// ProcessGroup's public collectives describe each call with a CallSignature (call.h); the
+// wrapper's CallCheck numbers the calls in the order they run, swaps every rank's encoded row
+// with the others on a CPU side channel and compares them (find_mismatch) before any tensor is
+// changed. Every rank sees the same rows, so every rank raises the same
+// CollectiveMismatchError, naming the ranks on each side and the calls they made, and the
+// group stays usable. A backend that runs its calls on a worker of its own (Gloo) runs the
+// check there, just before the data moves, on its own connections (on two ranks the row
+// travels in the same message as a small allreduce's data, so the check costs no extra round
+// trip); any other (NCCL) is checked on the calling thread before the call is queued, over a
+// small Gloo group the wrapper makes, so no CUDA stream ever waits for it. On by default
+// (ProcessGroupOptions::check_calls; TINYDDP_DESYNC_CHECK=0 turns it off).
 // docs/comm.md, "Desync detection", says more; bench/README.md, "Desync check", measures it.
 #pragma once
 
@@ -60,11 +62,13 @@ class CallCheck {
   // when the exchange fails.
   using Exchange = std::function<DataFate(std::vector<Row>& rows)>;
 
-  // Collective, when a group of more than one rank is made: whether the check runs, as
-  // `requested` (unset: call_check_default()) says on every rank. Throws, on every rank and
-  // naming the ranks on each side, when they chose differently (a checked rank's rows would
-  // meet an unchecked rank's data). `group` starts the message ("ProcessGroupGloo").
-  static bool agree(Store& store, int rank, int size, std::optional<bool> requested, const std::string& group);
+  // Collective, once for a group of more than one rank: whether the check runs, as
+  // `requested` (unset: call_check_default()) says on every rank, waiting up to `timeout` for
+  // the others' choices (a TimeoutError past it). Throws, on every rank and naming the ranks on
+  // each side, when they chose differently (a checked rank's rows would meet an unchecked
+  // rank's data). `group` starts the message ("ProcessGroupGloo").
+  static bool agree(Store& store, int rank, int size, std::optional<bool> requested, const std::string& group,
+                    Millis timeout);
   // The same decision from every rank's choice (rank r's at r), gathered by the backend.
   static bool decide(const std::vector<bool>& on_per_rank, const std::string& group);
 

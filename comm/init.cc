@@ -14,6 +14,7 @@
 #include "tinyddp/comm/gloo/process_group_gloo.h"
 #include "tinyddp/comm/launch_env.h"
 #include "tinyddp/comm/nccl/process_group_nccl.h"
+#include "tinyddp/comm/process_group_wrapper.h"
 #include "tinyddp/comm/tcp_store.h"
 #include "tinyddp/tensor/cuda.h"
 
@@ -89,7 +90,6 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
   // A launcher that restarts its workers gives each attempt its own namespace in its store.
   if (const auto prefix = env_value("TINYDDP_STORE_PREFIX")) store = std::make_shared<PrefixStore>(*prefix, store);
   store->set_timeout(options.timeout());
-  std::shared_ptr<ProcessGroup> pg;
   if (backend == "nccl") {
     // One process per GPU: the main thread works on cuda:LOCAL_RANK from now on (unless the
     // program chose a device already), and the group's helper threads adopt it when they start
@@ -98,13 +98,28 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
     if (launched.local_rank && tensor::cuda::current_device() < 0) {
       tensor::cuda::set_device(*launched.local_rank % tensor::cuda::device_count());
     }
-    pg = std::make_shared<ProcessGroupNccl>(store, rank, world_size, pg_options);
-  } else {
-    pg = std::make_shared<ProcessGroupGloo>(store, rank, world_size, pg_options);
   }
+  std::shared_ptr<ProcessGroup> pg = new_process_group(backend, store, rank, world_size, pg_options);
   std::lock_guard<std::mutex> lock(default_mutex);
   default_pg = pg;
   return pg;
+}
+
+std::shared_ptr<ProcessGroup> new_process_group(const std::string& backend, std::shared_ptr<Store> store, int rank,
+                                                int size, const ProcessGroupOptions& options) {
+  TDDP_CHECK(backend == "gloo" || backend == "nccl",
+             "new_process_group: unknown backend '{}' (expected 'gloo' for CPU tensors or 'nccl' for CUDA tensors)",
+             backend);
+  std::shared_ptr<ProcessGroup> inner;
+  if (backend == "nccl") {
+    inner = std::make_shared<ProcessGroupNccl>(store, rank, size, options);
+  } else {
+    inner = std::make_shared<ProcessGroupGloo>(store, rank, size, options);
+  }
+  if (size == 1) return inner;
+  auto checked = std::make_shared<ProcessGroupWrapper>(std::move(inner), std::move(store), options);
+  if (backend == "gloo") checked->agree();  // the constructor met every rank already
+  return checked;
 }
 
 std::shared_ptr<ProcessGroup> init_from_env() { return init_process_group("gloo"); }

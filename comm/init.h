@@ -71,6 +71,13 @@ struct InitOptions {
 // the host; "nccl": CUDA tensors, one GPU per rank, needs a CUDA build and a GPU), makes it
 // the default group, and returns it. Errors name the variable or value that is wrong.
 std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend = "gloo", const InitOptions& options = {});
+// A group of `size` ranks over `store` with `backend` ("gloo" or "nccl"), checked for desync as
+// init_process_group's is (a ProcessGroupWrapper around the backend, unless the group has one
+// rank), without making it the default group: for a program that hosts its own store, or for
+// several groups on one. Gloo's ranks agree on the check when the group is made; NCCL's at the
+// first collective, as its constructor waits for no rank.
+std::shared_ptr<ProcessGroup> new_process_group(const std::string& backend, std::shared_ptr<Store> store, int rank,
+                                                int size, const ProcessGroupOptions& options = {});
 // init_process_group("gloo") with everything from the environment.
 std::shared_ptr<ProcessGroup> init_from_env();
 

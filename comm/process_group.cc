@@ -111,36 +111,9 @@ std::string ProcessGroup::describe(const char* op, const Tensor& t, const std::s
                      extra.empty() ? "" : ", ", extra);
 }
 
-void ProcessGroup::enable_call_check(std::unique_ptr<CallCheck> check, CheckAt at) {
-  call_check_ = std::move(check);
-  check_at_ = at;
-}
-
-namespace {
-template <typename E>
-std::shared_ptr<Work> failed_work(const std::string& what, E error) {
-  auto work = std::make_shared<Work>(what);
-  work->finish(std::make_exception_ptr(std::move(error)));
-  return work;
-}
-}  // namespace
-
 template <typename Impl>
 std::shared_ptr<Work> ProcessGroup::dispatch(Call call, Impl impl) {
   prepare_calls();
-  if (call_check_ && check_at_ == CheckAt::kIssue && call.signature) {
-    try {
-      call_check_->verify(*call.signature);
-    } catch (const CollectiveMismatchError& e) {
-      return failed_work(call.what, CollectiveMismatchError(fmt::format("{} failed: {}", call.what, e.what())));
-    } catch (const TimeoutError& e) {
-      return failed_work(call.what,
-                         TimeoutError(fmt::format("{} failed: the desync check's exchange: {}", call.what, e.what())));
-    } catch (const std::exception& e) {
-      return failed_work(call.what,
-                         Error(fmt::format("{} failed: the desync check's exchange: {}", call.what, e.what())));
-    }
-  }
   return impl(std::move(call));
 }
 
@@ -268,13 +241,6 @@ void exchange_rows_by_sum(std::vector<CallSignature::Row>& rows, int rank, Tenso
   sum(buffer);
   for (size_t r = 0; r < rows.size(); ++r)
     std::copy_n(buffer.data_ptr<int64_t>() + r * kWords, kWords, rows[r].begin());
-}
-
-CallCheck::Exchange exchange_rows_over(std::shared_ptr<ProcessGroup> side) {
-  return [side = std::move(side), buffer = Tensor()](std::vector<CallSignature::Row>& rows) mutable {
-    exchange_rows_by_sum(rows, side->rank(), buffer, [&](const Tensor& t) { side->allreduce(t)->wait(); });
-    return DataFate::kNotSent;
-  };
 }
 
 }  // namespace tinyddp::comm

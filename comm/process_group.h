@@ -87,10 +87,12 @@ struct ProcessGroupOptions {
     bind_address_ = std::move(v);
     return *this;
   }
-  // Desync detection (comm/desync_check.h), on every backend: before each collective's data
-  // moves, the ranks compare what they are about to call and all fail with a
-  // CollectiveMismatchError if they differ. Unset: on, unless the environment says
-  // TINYDDP_DESYNC_CHECK=0. Every rank must choose the same.
+  // Desync detection (comm/desync_check.h), for the groups init_process_group and
+  // new_process_group make (a ProcessGroupWrapper around the backend, which reads this; a
+  // backend made directly checks nothing): before each collective's data moves, the ranks
+  // compare what they are about to call and all fail with a CollectiveMismatchError if they
+  // differ. Unset: on, unless the environment says TINYDDP_DESYNC_CHECK=0. Every rank must
+  // choose the same.
   ProcessGroupOptions& check_calls(bool v) {
     check_calls_ = v;
     return *this;
@@ -124,8 +126,8 @@ struct TensorRules {
 // protected *_impl with arguments it may trust and a Call: the call's description and its
 // signature, which the desync check compares across ranks (desync_check.h). Adding a backend:
 // derive from ProcessGroup, give its name, display name and TensorRules to this constructor,
-// override the ten *_impl functions and create_subgroup, and give it the desync check with
-// enable_call_check (docs/comm.md, "Adding a backend").
+// override the ten *_impl functions and create_subgroup; the desync check comes from
+// ProcessGroupWrapper around it (docs/comm.md, "Adding a backend").
 class ProcessGroup {
  public:
   // Throws if rank is not in [0, size). `display_name` starts its error messages
@@ -196,23 +198,18 @@ class ProcessGroup {
   std::string prefix(const char* op) const;
   const std::string& display_name() const { return display_name_; }
 
-  // Where the desync check runs (desync_check.h).
-  enum class CheckAt {
-    // Here, on the calling thread, before the backend's *_impl is called: for a backend whose
-    // data may move as soon as the call is queued (NCCL). A mismatch gives a Work that failed.
-    kIssue,
-    // In the backend, which calls call_check() just before the call's data moves, in the order
-    // it runs the calls (Gloo's worker): the caller is never blocked.
-    kBackend,
-  };
-  // Gives this group the desync check (a backend's constructor calls it; null leaves it off).
-  void enable_call_check(std::unique_ptr<CallCheck> check, CheckAt at);
-  // The check, or null when it is off.
-  CallCheck* call_check() const { return call_check_.get(); }
-  // A backend's setup that must come before a collective's desync check, run by every
-  // collective on the calling thread before anything else (NCCL: the ranks' rendezvous, made
-  // at the first collective as PyTorch's is, which decides whether the check runs). Its errors
-  // throw from the collective. Default: nothing.
+  // For ProcessGroupWrapper, the desync check's home (process_group_wrapper.h). Whether this
+  // backend runs a call's check (Call::check) itself, just before the call's data moves, in the
+  // order it runs the calls, so that the caller is never blocked for it (Gloo's worker).
+  // Default: no; the wrapper then checks on the calling thread before the call reaches
+  // *_impl.
+  virtual bool runs_call_checks() const { return false; }
+  // The check's side channel on this backend's own connections (called on the thread that runs
+  // the checks), for a backend that runs them; null: the wrapper makes a Gloo group for it.
+  virtual CallCheck::Exchange own_row_exchange() { return nullptr; }
+  // A backend's setup that must come before a collective is checked or run, on the calling
+  // thread before anything else (NCCL: the ranks' rendezvous, made at the first collective as
+  // PyTorch's is). Its errors throw from the collective. Default: nothing.
   virtual void prepare_calls() {}
 
   int rank_;
@@ -230,7 +227,7 @@ class ProcessGroup {
   void check_root_list(const std::vector<Tensor>& list, const Tensor& mine, int root, const char* op,
                        bool list_is_output) const;
   std::string describe(const char* op, const Tensor& t, const std::string& extra = "") const;
-  // Runs the issue-time desync check (CheckAt::kIssue), then `impl(call)`.
+  // Runs prepare_calls(), then `impl(call)`.
   template <typename Impl>
   std::shared_ptr<Work> dispatch(Call call, Impl impl);
 
@@ -238,8 +235,9 @@ class ProcessGroup {
   std::string display_name_;
   TensorRules rules_;
   int groups_created_ = 0;
-  std::unique_ptr<CallCheck> call_check_;
-  CheckAt check_at_ = CheckAt::kBackend;
+
+  // The wrapper hands each checked call to the backend's *_impl.
+  friend class ProcessGroupWrapper;
 };
 
 // The desync check's rows swapped as a sum: `buffer` (size() rows of int64, reused) is zeroed,
@@ -247,10 +245,5 @@ class ProcessGroup {
 // every rank's row is read back into `rows`.
 void exchange_rows_by_sum(std::vector<CallSignature::Row>& rows, int rank, Tensor& buffer,
                           const std::function<void(const Tensor&)>& sum);
-
-// The desync check's exchange over `side`, a CPU group of the same ranks (Gloo, with its own
-// check off), by exchange_rows_by_sum. For a backend whose own transport cannot carry the
-// rows (NCCL).
-CallCheck::Exchange exchange_rows_over(std::shared_ptr<ProcessGroup> side);
 
 }  // namespace tinyddp::comm

@@ -38,10 +38,13 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce_impl(const std::vector<Tensor>
   if (size_ > 1 && tensors[0].is_cpu() && detail::SmallAllreduce::takes(tensors[0].dtype(), total) && total > 0) {
     if (size_ == 2) {
       const CallSignature signature = *call.signature;
+      std::shared_ptr<CallCheck> check = call.check;
       return enqueue(
           std::move(call),
-          [this, tensors, op, total, signature](uint32_t) { pair_allreduce(tensors, op, total, signature); }, {},
-          /*checks_itself=*/true);
+          [this, tensors, op, total, signature, check](uint32_t) {
+            pair_allreduce(tensors, op, total, signature, check.get());
+          },
+          {}, /*checks_itself=*/true);
     }
     return enqueue(std::move(call),
                    [this, tensors, op, total](uint32_t) { small_allreduce_->run(tensors, op, total); });

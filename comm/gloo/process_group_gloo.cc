@@ -86,17 +86,6 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   } catch (const std::exception& e) {
     std::rethrow_exception(rendezvous_failure(e, started));
   }
-  // The desync check, if every rank asks for it. Its rows travel on the small mesh (more than
-  // two ranks), so a group too large for it (over a thousand ranks) goes unchecked.
-  const bool rows_fit =
-      size == 2 || detail::SmallAllreduce::takes(tensor::kInt64, static_cast<int64_t>(size * CallSignature::kWords));
-  if (size > 1 &&
-      CallCheck::agree(*store_, rank, size, rows_fit ? options_.check_calls() : false, "ProcessGroupGloo")) {
-    enable_call_check(
-        std::make_unique<CallCheck>("ProcessGroupGloo", rank, size,
-                                    [this](std::vector<CallSignature::Row>& rows) { return exchange_call_rows(rows); }),
-        CheckAt::kBackend);
-  }
   // The worker stages CUDA tensors: it works on its creator's device from its start
   // (tensor/cuda/device_guard.h), never binding GPU 0 by default.
   worker_ = std::thread([this, device = tensor::cuda::current_device()] {
@@ -197,7 +186,7 @@ void ProcessGroupGloo::worker_loop() {
     const uint32_t seq = tag++;
     const auto started = Clock::now();
     try {
-      if (call_check() != nullptr && item.signature && !item.checks_itself) call_check()->verify(*item.signature);
+      if (item.check && item.signature && !item.checks_itself) item.check->verify(*item.signature);
       item.run(seq);
       item.work->finish();
     } catch (const CollectiveMismatchError& e) {
@@ -237,6 +226,14 @@ CallSignature::Row row_of(const std::vector<char>& message) {
 }
 }  // namespace
 
+CallCheck::Exchange ProcessGroupGloo::own_row_exchange() {
+  // More than two ranks swap the rows on the small mesh, which takes up to a thousand ranks'.
+  const bool fits =
+      size_ == 2 || detail::SmallAllreduce::takes(tensor::kInt64, static_cast<int64_t>(size_ * CallSignature::kWords));
+  if (size_ == 1 || !fits) return nullptr;
+  return [this](std::vector<CallSignature::Row>& rows) { return exchange_call_rows(rows); };
+}
+
 DataFate ProcessGroupGloo::exchange_call_rows(std::vector<CallSignature::Row>& rows) {
   if (size_ == 2) {
     write_prefix(pair_out_, rows[static_cast<size_t>(rank_)], 0);
@@ -252,19 +249,19 @@ DataFate ProcessGroupGloo::exchange_call_rows(std::vector<CallSignature::Row>& r
 }
 
 void ProcessGroupGloo::pair_allreduce(const std::vector<Tensor>& tensors, ReduceOp op, int64_t total,
-                                      const CallSignature& call) {
+                                      const CallSignature& call, CallCheck* check) {
   // One contiguous tensor is reduced in place; several (or a strided one) through a flat copy.
   const bool in_place = tensors.size() == 1 && tensors[0].is_contiguous();
   const Tensor flat = in_place ? tensors[0].view({total}) : flatten_all(tensors);
   std::vector<CallSignature::Row> rows(2);
   const auto mine = static_cast<size_t>(rank_), theirs = static_cast<size_t>(1 - rank_);
-  if (call_check() != nullptr) rows[mine] = call_check()->next_row(call);  // else a zero row, never compared
+  if (check != nullptr) rows[mine] = check->next_row(call);  // else a zero row, never compared
   write_prefix(pair_out_, rows[mine], flat.nbytes());
   std::memcpy(pair_out_.data() + kPrefixBytes, flat.raw_data_ptr(), flat.nbytes());
   const size_t received_bytes = tcp_ring_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes,
                                                 data_bytes_after, pair_in_, options_.timeout());
   rows[theirs] = row_of(pair_in_);
-  if (call_check() != nullptr) call_check()->compare(rows, DataFate::kDropped);  // throws before any tensor changed
+  if (check != nullptr) check->compare(rows, DataFate::kDropped);  // throws before any tensor changed
   // Without the check a size mismatch is still refused here rather than read past the data.
   TDDP_CHECK(
       received_bytes - kPrefixBytes == flat.nbytes(),
@@ -322,7 +319,7 @@ std::shared_ptr<Work> ProcessGroupGloo::enqueue(Call call, std::function<void(ui
     TDDP_CHECK(!stopping_ || chained, "ProcessGroupGloo: {} issued while the group is shutting down",
                work->description());
     (chained ? chained_ : queue_)
-        .push_back(Item{work, call.signature, checks_itself, std::move(run), std::move(marks)});
+        .push_back(Item{work, call.signature, std::move(call.check), checks_itself, std::move(run), std::move(marks)});
   }
   queue_cv_.notify_one();
   return work;

@@ -5,10 +5,11 @@
 // dtypes: float32, float64, float16, bfloat16, int64 (reductions are tinyddp's own functions,
 // so bfloat16 works too).
 //
-// The desync check (desync_check.h) runs on the worker, just before each collective's data
-// moves. Its side channel: on two ranks the ring's connections, where each call record
-// travels in the same message as a small allreduce's data (one message each way, with the
-// check or without it); on more, an exchange of the records on the small-allreduce mesh.
+// The desync check (desync_check.h), when ProcessGroupWrapper wraps this group, runs on the
+// worker, just before each collective's data moves. Its side channel: on two ranks the ring's
+// connections, where each call record travels in the same message as a small allreduce's data
+// (one message each way, with the check or without it); on more, an exchange of the records on
+// the small-allreduce mesh.
 //
 // CUDA tensors are accepted too, staged through host memory: the worker copies them to the
 // host (waiting for the kernels queued on their device, not blocking the caller), runs the
@@ -69,10 +70,14 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::shared_ptr<Work> send_impl(const Tensor& tensor, int dst, int tag, Call call) override;
   std::shared_ptr<Work> recv_impl(const Tensor& tensor, int src, int tag, Call call) override;
   std::shared_ptr<ProcessGroup> create_subgroup(int id, int rank, int size) override;
+  // The worker runs each call's check (Call::check) just before its data moves.
+  bool runs_call_checks() const override { return true; }
+  // exchange_call_rows, for a group of more than one rank whose rows fit the small mesh.
+  CallCheck::Exchange own_row_exchange() override;
 
  private:
   // Queues `run` for the worker; the returned Work finishes when it has run. The worker first
-  // runs the desync check on the call's signature, unless `run` carries the check itself
+  // runs the call's desync check (Call::check, if any), unless `run` carries the check itself
   // (checks_itself: pair_allreduce). For the CUDA tensors among `tensors`, a
   // mark is recorded now on their device's compute stream: the worker copies them to the host
   // once the work queued before the collective has run, not what the caller queues after it
@@ -84,8 +89,10 @@ class ProcessGroupGloo final : public ProcessGroup {
   DataFate exchange_call_rows(std::vector<CallSignature::Row>& rows);
   // A small allreduce on two ranks: one message each way on the ring's connections, the
   // call's row (the desync check's, or zeros without it) followed by the data; the rows are
-  // compared before any tensor changes, and both ranks reduce in rank order.
-  void pair_allreduce(const std::vector<Tensor>& tensors, ReduceOp op, int64_t total, const CallSignature& call);
+  // compared (by `check`, when not null) before any tensor changes, and both ranks reduce in
+  // rank order.
+  void pair_allreduce(const std::vector<Tensor>& tensors, ReduceOp op, int64_t total, const CallSignature& call,
+                      CallCheck* check);
   void worker_loop();
 
   using Clock = std::chrono::steady_clock;
@@ -126,6 +133,7 @@ class ProcessGroupGloo final : public ProcessGroup {
   struct Item {
     std::shared_ptr<Work> work;
     std::optional<CallSignature> signature;
+    std::shared_ptr<CallCheck> check;
     bool checks_itself = false;
     std::function<void(uint32_t)> run;
     std::vector<tensor::cuda::StreamMark> marks;  // one per CUDA device the collective reads

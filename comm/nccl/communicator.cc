@@ -192,15 +192,14 @@ void NcclCommunicator::throw_if_broken() {
   if (broken_) std::rethrow_exception(broken_);
 }
 
-std::vector<bool> NcclCommunicator::join() {
+void NcclCommunicator::join() {
   std::lock_guard<std::mutex> lock(join_mutex_);
-  if (!base_.empty()) return checks_;
+  if (!base_.empty()) return;
   // Groups made on one store get numbered keys (every rank makes them in the same order);
   // a retry after a failed join takes the same number.
   if (generation_ == 0) generation_ = store_->add("tinyddp/nccl/groups/rank" + std::to_string(rank_), 1);
   const std::string base = fmt::format("tinyddp/nccl/{}/", generation_);
-  const bool mine = options_.check_calls().value_or(call_check_default());
-  store_->set(base + "rank" + std::to_string(rank_), std::string(mine ? "check" : "nocheck"));
+  store_->set(base + "rank" + std::to_string(rank_), std::string("1"));
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back(base + "rank" + std::to_string(r));
   try {
@@ -211,11 +210,7 @@ std::vector<bool> NcclCommunicator::join() {
                     "every rank joined ({})",
                     rank_, size_, options_.timeout().count(), e.what()));
   }
-  std::vector<bool> checks;
-  for (const std::string& key : keys) checks.push_back(store_->get_string(key) == "check");
-  checks_ = std::move(checks);
   base_ = base;
-  return checks_;
 }
 
 void NcclCommunicator::ensure_comm(int device) {

@@ -72,12 +72,10 @@ class NcclCommunicator {
 
   void abort(const std::string& reason);
 
-  // The ranks' rendezvous, made once (later calls return its answer): this rank announces
-  // itself and its desync-check choice (ProcessGroupOptions::check_calls) under the group's
-  // next numbered key and waits, up to the timeout, for every other rank's. Returns each
-  // rank's choice (rank r's at r). Throws a TimeoutError naming the missing keys when a rank
-  // never joins.
-  std::vector<bool> join();
+  // The ranks' rendezvous, made once (later calls return at once): this rank announces itself
+  // under the group's next numbered key and waits, up to the timeout, for every other rank.
+  // Throws a TimeoutError naming the missing keys when a rank never joins.
+  void join();
 
  private:
   void throw_if_broken();
@@ -108,10 +106,9 @@ class NcclCommunicator {
 
   void watchdog_loop();
 
-  std::mutex join_mutex_;   // guards the three below; taken after comm_mutex_
+  std::mutex join_mutex_;   // guards the two below; taken after comm_mutex_
   int64_t generation_ = 0;  // the group's number on the store, 0 before the first join
   std::string base_;        // "tinyddp/nccl/<generation>/" once joined
-  std::vector<bool> checks_;
 
   std::shared_ptr<Store> store_;
   int rank_;

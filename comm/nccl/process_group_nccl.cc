@@ -8,7 +8,6 @@
 
 #include <cstdlib>
 
-#include "tinyddp/comm/gloo/process_group_gloo.h"
 #include "tinyddp/comm/nccl/communicator.h"
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/cuda/runtime.h"
@@ -28,21 +27,7 @@ ProcessGroupNccl::ProcessGroupNccl(std::shared_ptr<Store> store, int rank, int s
   impl_ = std::make_unique<detail::NcclCommunicator>(std::move(store), rank, size, std::move(options));
 }
 
-void ProcessGroupNccl::prepare_calls() {
-  std::lock_guard<std::mutex> lock(prepare_mutex_);
-  if (prepared_) return;
-  const std::vector<bool> on_per_rank = impl_->join();
-  if (impl_->size() > 1 && CallCheck::decide(on_per_rank, "ProcessGroupNccl")) {
-    ProcessGroupOptions side_options = impl_->options();
-    side_options.check_calls(false);
-    const int rank = impl_->rank(), size = impl_->size();
-    auto side = std::make_shared<ProcessGroupGloo>(
-        std::make_shared<PrefixStore>("tinyddp/nccl-call-check", impl_->store()), rank, size, side_options);
-    enable_call_check(std::make_unique<CallCheck>("ProcessGroupNccl", rank, size, exchange_rows_over(std::move(side))),
-                      CheckAt::kIssue);
-  }
-  prepared_ = true;
-}
+void ProcessGroupNccl::prepare_calls() { impl_->join(); }
 
 ProcessGroupNccl::~ProcessGroupNccl() = default;
 

@@ -20,8 +20,9 @@
 //    collective, and every later call on the group throws that error at once. Every live rank
 //    reaches the same state through its own watchdog.
 //
-// The desync check (desync_check.h) runs on the calling thread before a collective is queued:
-// the ranks swap their call records on a small Gloo group of their own (CPU, over the same
+// The desync check (desync_check.h), when ProcessGroupWrapper wraps this group (as
+// init_process_group does), runs on the calling thread before a collective is queued: the
+// ranks swap their call records on a small Gloo group the wrapper makes (CPU, over the same
 // store), so a mismatch fails every rank's call before any data moves and no CUDA stream
 // waits for the check; the host waits until every rank has issued the call.
 //
@@ -81,9 +82,8 @@ class ProcessGroupNccl final : public ProcessGroup {
   std::shared_ptr<ProcessGroup> create_subgroup(int id, int rank, int size) override;
   // Every tensor on the device the communicator was created on.
   void check_placement(const Tensor& t, const char* op, const std::string& what) const override;
-  // At the first collective: the ranks' rendezvous (the communicator's, NcclCommunicator::join),
-  // which also carries each rank's desync-check choice; the check and its side group follow
-  // when every rank chose it. The constructor waits for no other rank.
+  // At the first collective: the ranks' rendezvous (the communicator's, NcclCommunicator::join).
+  // The constructor waits for no other rank.
   void prepare_calls() override;
 
  private:
@@ -94,8 +94,6 @@ class ProcessGroupNccl final : public ProcessGroup {
   std::shared_ptr<Work> point_to_point(bool sending, const Tensor& tensor, int peer, std::string what);
 
   std::unique_ptr<detail::NcclCommunicator> impl_;
-  std::mutex prepare_mutex_;
-  bool prepared_ = false;  // under prepare_mutex_
 };
 
 }  // namespace tinyddp::comm

@@ -65,8 +65,8 @@ std::vector<std::string> run_threads(int size, const RankFn& fn, comm::Millis ti
       try {
         comm::ProcessGroupOptions options;
         options.timeout(timeout);
-        comm::ProcessGroupGloo pg(store, rank, size, options);
-        fn(pg, e);
+        const auto pg = comm::new_process_group("gloo", store, rank, size, options);
+        fn(*pg, e);
       } catch (const std::exception& ex) {
         e.failures.push_back(std::string("exception: ") + ex.what());
       }
@@ -98,9 +98,9 @@ namespace {
     comm::ProcessGroupOptions options;
     options.timeout(timeout);
     {
-      comm::ProcessGroupGloo pg(store, rank, size, options);
+      const auto pg = comm::new_process_group("gloo", store, rank, size, options);
       Expectations e;
-      fn(pg, e);
+      fn(*pg, e);
       for (const auto& f : e.failures) report += f + "\n";
     }
   } catch (const std::exception& ex) {
@@ -184,12 +184,6 @@ std::vector<std::string> run_processes(int size, const RankFn& fn, comm::Millis 
 RecordingGroup::RecordingGroup(std::shared_ptr<comm::ProcessGroup> inner)
     : ProcessGroup(inner->rank(), inner->size(), inner->backend(), "RecordingGroup", inner->tensor_rules()),
       inner_(std::move(inner)) {}
-
-void RecordingGroup::check_calls_at_issue(std::shared_ptr<comm::ProcessGroup> side) {
-  enable_call_check(
-      std::make_unique<comm::CallCheck>("RecordingGroup", rank(), size(), comm::exchange_rows_over(std::move(side))),
-      CheckAt::kIssue);
-}
 
 std::vector<RecordingGroup::Call> RecordingGroup::calls() const {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -17,6 +17,7 @@
 
 #include "tests/test_util.h"
 #include "tinyddp/comm/gloo/process_group_gloo.h"
+#include "tinyddp/comm/init.h"
 #include "tinyddp/comm/tcp_store.h"
 
 namespace tinyddp::testing {
@@ -83,9 +84,6 @@ class RecordingGroup final : public comm::ProcessGroup {
     std::thread::id thread;
   };
   explicit RecordingGroup(std::shared_ptr<comm::ProcessGroup> inner);
-  // Runs the desync check here, at issue, with the rows swapped over `side` (as NCCL does):
-  // a second backend, for the tests that the check is not Gloo's alone.
-  void check_calls_at_issue(std::shared_ptr<comm::ProcessGroup> side);
   std::vector<Call> calls() const;
   size_t count(const std::string& op) const;
   void note(const std::string& event);

@@ -166,7 +166,7 @@ TEST_CASE("desync: ranks that disagree on the switch are told so when the group 
       options.timeout(std::chrono::milliseconds(10000));
       options.check_calls(rank == 0);
       try {
-        ProcessGroupGloo pg(store, rank, 2, options);
+        new_process_group("gloo", store, rank, 2, options);
       } catch (const Error& e) {
         errors[static_cast<size_t>(rank)] = e.what();
       }
@@ -223,8 +223,9 @@ TEST_CASE("desync: on two ranks a small allreduce met by another call changes no
 
 TEST_CASE("desync: a backend that checks at issue over a side group (as NCCL does) reports the same errors",
           "[comm][desync]") {
-  // The check is ProcessGroup's, not Gloo's: here a forwarding backend (whose inner Gloo
-  // group checks nothing) swaps the rows over a second Gloo group before each call.
+  // The check is ProcessGroupWrapper's, not Gloo's: here it wraps a forwarding backend (whose
+  // inner Gloo group checks nothing) and swaps the rows over a second Gloo group before each
+  // call.
   auto store = std::make_shared<HashStore>();
   store->set_timeout(std::chrono::milliseconds(10000));
   std::vector<std::string> messages(2), failures;
@@ -239,8 +240,8 @@ TEST_CASE("desync: a backend that checks at issue over a side group (as NCCL doe
         off.check_calls(false);
         auto inner = std::make_shared<ProcessGroupGloo>(std::make_shared<PrefixStore>("inner", store), rank, 2, off);
         auto side = std::make_shared<ProcessGroupGloo>(std::make_shared<PrefixStore>("side", store), rank, 2, off);
-        testing::RecordingGroup pg(inner);
-        pg.check_calls_at_issue(side);
+        auto recording = std::make_shared<testing::RecordingGroup>(inner);
+        ProcessGroupWrapper pg(recording, side);
         const ReduceOp op = rank == 0 ? ReduceOp::kSum : ReduceOp::kMax;  // unchecked, this would give wrong numbers
         const Tensor mine = tensor::full({4}, rank + 1.0);
         try {
@@ -249,7 +250,7 @@ TEST_CASE("desync: a backend that checks at issue over a side group (as NCCL doe
         } catch (const CollectiveMismatchError& error) {
           messages[static_cast<size_t>(rank)] = error.what();
         }
-        e.expect(pg.count("allreduce") == 0, "the refused call reached the backend");
+        e.expect(recording->count("allreduce") == 0, "the refused call reached the backend");
         e.expect(tensor::equal(mine, tensor::full({4}, rank + 1.0)), "the refused call changed the tensor");
         Tensor t = tensor::full({4}, rank + 1.0);
         pg.allreduce(t)->wait();
@@ -272,12 +273,56 @@ TEST_CASE("desync: a backend that checks at issue over a side group (as NCCL doe
   CHECK(messages[0].substr(messages[0].find("failed: ")) == messages[1].substr(messages[1].find("failed: ")));
 }
 
+TEST_CASE("desync: new_process_group wraps the backend, and a subgroup is checked on its own", "[comm][desync]") {
+  // Three ranks; ranks 0 and 2 form a subgroup whose calls then differ. The subgroup's wrapper
+  // numbers its own calls (call 0, whatever the parent group did before).
+  require_no_failures(run_threads(3, [](ProcessGroup& pg, Expectations& e) {
+    auto* wrapper = dynamic_cast<ProcessGroupWrapper*>(&pg);
+    e.expect(wrapper != nullptr, "new_process_group did not wrap the backend");
+    if (wrapper == nullptr) return;
+    e.expect(dynamic_cast<ProcessGroupGloo*>(wrapper->wrapped().get()) != nullptr, "the wrapped group is not Gloo's");
+    e.expect(wrapper->checking(), "the check is off by default");
+    pg.barrier()->wait();
+    const auto pair = pg.new_group({0, 2});
+    const auto first = pg.new_group({0});  // a group of one: nothing to compare
+    e.expect(pg.rank() != 0 || (first != nullptr && dynamic_cast<ProcessGroupWrapper*>(first.get()) == nullptr),
+             "a group of one rank was wrapped");
+    if (pg.rank() == 1) {
+      e.expect(pair == nullptr, "rank 1 got a group it is not in");
+      return;
+    }
+    e.expect(dynamic_cast<ProcessGroupWrapper*>(pair.get()) != nullptr, "the subgroup is not checked");
+    const Tensor t = tensor::ones({pg.rank() == 0 ? 5 : 7});
+    try {
+      pair->allreduce(t)->wait();
+      e.expect(false, "the mismatched call did not fail");
+    } catch (const CollectiveMismatchError& error) {
+      const std::string message = error.what();
+      e.expect(message.find("rank 0 called allreduce (call 0, 5 x float32, sum); rank 1 called allreduce (call 0, 7 "
+                            "x float32, sum)") != std::string::npos,
+               message);
+    }
+    Tensor agreed = tensor::full({2}, pg.rank() + 1.0);
+    pair->allreduce(agreed)->wait();
+    e.expect(tensor::equal(agreed, tensor::full({2}, 4.0)), "the subgroup's allreduce after the mismatch is wrong");
+  }));
+}
+
+TEST_CASE("desync: a wrapper's side group must hold the wrapped group's ranks", "[comm][desync]") {
+  auto store = std::make_shared<HashStore>();
+  auto one = std::make_shared<ProcessGroupGloo>(std::make_shared<PrefixStore>("one", store), 0, 1);
+  auto other = std::make_shared<ProcessGroupGloo>(std::make_shared<PrefixStore>("other", store), 0, 1);
+  CHECK_NOTHROW(ProcessGroupWrapper(one, other));
+  CHECK_THROWS_WITH(ProcessGroupWrapper(one, nullptr),
+                    Contains("the side group must hold the same ranks as ProcessGroupGloo (rank 0 of 1)"));
+}
+
 // Two NCCL ranks on the one GPU: NCCL itself refuses them, but the rendezvous and the desync
 // check come first (at the first collective), so both can be seen on one device.
 namespace {
 // Runs `body` as ranks 0 and 1 of one NCCL group on cuda:0, on two threads; returns what each
 // threw (empty when nothing).
-std::vector<std::string> two_nccl_ranks(const std::function<void(ProcessGroupNccl&, int)>& body,
+std::vector<std::string> two_nccl_ranks(const std::function<void(ProcessGroup&, int)>& body,
                                         const std::function<void(ProcessGroupOptions&, int)>& options_for = nullptr) {
   auto store = std::make_shared<HashStore>();
   std::vector<std::string> errors(2);
@@ -288,8 +333,8 @@ std::vector<std::string> two_nccl_ranks(const std::function<void(ProcessGroupNcc
       options.timeout(comm::Millis(10000));
       if (options_for) options_for(options, rank);
       try {
-        ProcessGroupNccl pg(store, rank, 2, options);
-        body(pg, rank);
+        const auto pg = new_process_group("nccl", store, rank, 2, options);
+        body(*pg, rank);
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(rank)] = e.what();
       }
@@ -303,7 +348,7 @@ std::vector<std::string> two_nccl_ranks(const std::function<void(ProcessGroupNcc
 TEST_CASE("nccl: the desync check finds ranks calling different collectives before NCCL runs",
           "[comm][nccl][cuda][desync]") {
   if (!tensor::cuda::is_available()) TINYDDP_SKIP(tensor::cuda::unavailable_reason());
-  const auto errors = two_nccl_ranks([](ProcessGroupNccl& pg, int rank) {
+  const auto errors = two_nccl_ranks([](ProcessGroup& pg, int rank) {
     const Tensor t = tensor::ones({rank == 0 ? 4 : 6}, tensor::TensorOptions().device(tensor::Device::cuda(0)));
     pg.allreduce(t)->wait(comm::Millis(10000));
   });
@@ -320,7 +365,7 @@ TEST_CASE("nccl: ranks that disagree on the desync check are told so at the firs
   // The constructor waits for no other rank (rank 1 is made after rank 0's returned).
   { ProcessGroupNccl alone(std::make_shared<HashStore>(), 0, 2); }
   const auto errors = two_nccl_ranks(
-      [](ProcessGroupNccl& pg, int) {
+      [](ProcessGroup& pg, int) {
         pg.allreduce(tensor::ones({4}, tensor::TensorOptions().device(tensor::Device::cuda(0))));
       },
       [](ProcessGroupOptions& options, int rank) { options.check_calls(rank == 0); });
