@@ -105,6 +105,20 @@ bool call_check_default() {
   return value == nullptr || std::string(value) != "0";
 }
 
+namespace {
+// Whether the check runs, from every rank's choice (rank r's at r): throws if they differ.
+bool decide(const std::vector<bool>& on_per_rank, const std::string& group) {
+  std::vector<int> on_ranks, off_ranks;
+  for (size_t r = 0; r < on_per_rank.size(); ++r)
+    (on_per_rank[r] ? on_ranks : off_ranks).push_back(static_cast<int>(r));
+  TDDP_CHECK(on_ranks.empty() || off_ranks.empty(),
+             "{}: ranks disagree on the desync check: on for ranks [{}], off for ranks [{}]; every rank must set "
+             "ProcessGroupOptions::check_calls (or TINYDDP_DESYNC_CHECK) alike",
+             group, fmt::join(on_ranks, ", "), fmt::join(off_ranks, ", "));
+  return off_ranks.empty();
+}
+}  // namespace
+
 bool CallCheck::agree(Store& store, int rank, int size, std::optional<bool> requested, const std::string& group,
                       Millis timeout) {
   const bool on = requested.value_or(call_check_default());
@@ -120,17 +134,6 @@ bool CallCheck::agree(Store& store, int rank, int size, std::optional<bool> requ
   std::vector<bool> on_per_rank;
   for (const std::string& key : keys) on_per_rank.push_back(store.get_string(key) == "1");
   return decide(on_per_rank, group);
-}
-
-bool CallCheck::decide(const std::vector<bool>& on_per_rank, const std::string& group) {
-  std::vector<int> on_ranks, off_ranks;
-  for (size_t r = 0; r < on_per_rank.size(); ++r)
-    (on_per_rank[r] ? on_ranks : off_ranks).push_back(static_cast<int>(r));
-  TDDP_CHECK(on_ranks.empty() || off_ranks.empty(),
-             "{}: ranks disagree on the desync check: on for ranks [{}], off for ranks [{}]; every rank must set "
-             "ProcessGroupOptions::check_calls (or TINYDDP_DESYNC_CHECK) alike",
-             group, fmt::join(on_ranks, ", "), fmt::join(off_ranks, ", "));
-  return off_ranks.empty();
 }
 
 CallCheck::CallCheck(std::string group, int rank, int size, Exchange exchange)

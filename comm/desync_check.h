@@ -69,8 +69,6 @@ class CallCheck {
   // rank's data). `group` starts the message ("ProcessGroupGloo").
   static bool agree(Store& store, int rank, int size, std::optional<bool> requested, const std::string& group,
                     Millis timeout);
-  // The same decision from every rank's choice (rank r's at r), gathered by the backend.
-  static bool decide(const std::vector<bool>& on_per_rank, const std::string& group);
 
   CallCheck(std::string group, int rank, int size, Exchange exchange);
 
