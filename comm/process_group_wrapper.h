@@ -1,8 +1,10 @@
 // ProcessGroupWrapper: the desync check's home (desync_check.h), as a ProcessGroup that wraps
 // another. Every collective passes through it on its way to the wrapped backend; it hands the
 // call on only once every rank has been seen to make the same call (else every rank's call
-// fails with the same CollectiveMismatchError and nothing reaches the backend). The groups
-// init_process_group and new_process_group make (init.h) are wrapped when the check is on.
+// fails with the same CollectiveMismatchError and nothing reaches the backend). Every group of
+// more than one rank that init_process_group and new_process_group make (init.h) is wrapped;
+// with the check off, the wrapper hands each call straight on. Its subgroups (new_group) are
+// wrapped in turn, and their ranks agree on the switch at their first collective.
 //
 // Where the check runs is decided here, once, from what the backend offers:
 // - A backend that runs its calls in order on a thread of its own (Gloo's worker) says so
