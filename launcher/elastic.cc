@@ -71,9 +71,7 @@ Round ElasticRendezvous::next_round() {
   int64_t k = next_;
   const auto deadline = Clock::now() + options_.timeout;
   while (true) {
-    if (const std::string why = job_closed(); !why.empty()) {
-      throw RendezvousClosed(fmt::format("launch: job '{}' has ended: {}", options_.run_id, why));
-    }
+    throw_if_closed();
     if (store_->check({key(k, "closed")})) {
       ++k;
       continue;
@@ -90,9 +88,7 @@ Round ElasticRendezvous::next_round() {
         if (Clock::now() - *minimum_since >= options_.last_call) close(k, joined);
       }
       if (store_->check({key(k, "closed")})) break;
-      if (const std::string why = job_closed(); !why.empty()) {
-        throw RendezvousClosed(fmt::format("launch: job '{}' has ended: {}", options_.run_id, why));
-      }
+      throw_if_closed();
       if (Clock::now() > deadline) {
         std::vector<std::string> names;
         for (int64_t i = 0; i < joined; ++i) {
@@ -160,6 +156,10 @@ std::string ElasticRendezvous::new_round_due(const Round& round) {
 void ElasticRendezvous::close_job(const std::string& why) {
   const std::string value = fmt::format("{} (from {})", why, node_);
   store_->compare_set("elastic/job_closed", {}, comm::Bytes(value.begin(), value.end()));
+}
+
+void ElasticRendezvous::throw_if_closed() {
+  if (std::string why = job_closed(); !why.empty()) throw RendezvousClosed(options_.run_id, std::move(why));
 }
 
 std::string ElasticRendezvous::job_closed() {

@@ -23,7 +23,10 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "tinyddp/base/error.h"
 #include "tinyddp/comm/store.h"
@@ -49,10 +52,16 @@ struct Round {
   int size() const { return static_cast<int>(nodes.size()); }
 };
 
-// next_round's error once the job has ended (close_job): what() says why.
+// next_round's error once the job has ended (close_job): what() says why, and reason() is the
+// reason close_job was given.
 class RendezvousClosed : public Error {
  public:
-  using Error::Error;
+  RendezvousClosed(const std::string& run_id, std::string reason)
+      : Error(fmt::format("launch: job '{}' has ended: {}", run_id, reason)), reason_(std::move(reason)) {}
+  const std::string& reason() const { return reason_; }
+
+ private:
+  std::string reason_;
 };
 
 class ElasticRendezvous {
@@ -100,6 +109,7 @@ class ElasticRendezvous {
   std::string key(int64_t round, const std::string& rest) const;
   void check_run_id();
   void close(int64_t round, int64_t size);  // the first size written wins
+  void throw_if_closed();                   // RendezvousClosed once the job has ended
   std::string lost_since(int64_t round, const std::vector<std::string>& names);
 
   std::shared_ptr<comm::Store> store_;

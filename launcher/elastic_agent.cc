@@ -67,6 +67,11 @@ std::shared_ptr<comm::TCPStore> open_elastic_store(const LaunchConfig& o, bool& 
   }
 }
 
+// What the launcher says when the job's store stops answering.
+std::string lost_store_message(const std::string& endpoint, const std::string& why) {
+  return fmt::format("lost the job's store at {} (the node at --rdzv_endpoint hosts it): {}", endpoint, why);
+}
+
 std::string node_name() {
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
@@ -126,8 +131,7 @@ class ElasticWatch final : public PeerWatch {
         }
         if (const std::string due = rdzv->new_round_due(round_); !due.empty()) reason = "a new round is due: " + due;
       } catch (const std::exception& e) {
-        reason =
-            fmt::format("lost the job's store at {} (the node at --rdzv_endpoint hosts it): {}", endpoint_, e.what());
+        reason = lost_store_message(endpoint_, e.what());
         lost_store = true;
       }
       lock.lock();
@@ -280,9 +284,8 @@ int run_rounds(const LaunchConfig& o, const CoreShare& share, ElasticRendezvous&
     }
   } catch (const RendezvousClosed& closed) {
     if (last) leave(rdzv, *last, hosting, o.rdzv_timeout, log);
-    const bool finished = std::string(closed.what()).find(kFinished) != std::string::npos;
     log << closed.what() << std::endl;
-    return finished ? 0 : 1;
+    return closed.reason() == kFinished ? 0 : 1;
   }
 }
 
@@ -325,8 +328,7 @@ int run_elastic(const LaunchConfig& o, const CoreShare& share, std::ostream& log
     return run_rounds(o, share, rdzv, node, hosting, log);
   } catch (const std::exception& e) {
     if (std::string(e.what()).rfind("launch:", 0) == 0) throw;  // the launcher's own words
-    throw Error(fmt::format("launch: lost the job's store at {} (the node at --rdzv_endpoint hosts it): {}",
-                            o.rdzv_endpoint, e.what()));
+    throw Error("launch: " + lost_store_message(o.rdzv_endpoint, e.what()));
   }
 }
 
