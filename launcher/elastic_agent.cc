@@ -223,20 +223,14 @@ GroupSpec round_spec(const LaunchConfig& o, const Round& round, const World& wor
   const auto [host, port] = parse_endpoint(o.rdzv_endpoint);
   GroupSpec spec;
   spec.attempt = static_cast<int>(round.number);
+  spec.store_prefix = fmt::format("round_{}/", round.number);
   spec.first_rank = world.first_rank;
-  spec.env = {
-      {"WORLD_SIZE", std::to_string(world.size)},
-      {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
-      {"GROUP_RANK", std::to_string(round.node_rank)},
-      {"MASTER_ADDR", host},
-      {"MASTER_PORT", std::to_string(port)},
-      {"TINYDDP_STORE_HOSTED", "1"},
-      {"TINYDDP_STORE_PREFIX", fmt::format("round_{}/", round.number)},
-      {"TINYDDP_RESTART_COUNT", std::to_string(restarts)},
-      {"TORCHELASTIC_RESTART_COUNT", std::to_string(restarts)},
-      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)},
-      {"TORCHELASTIC_RUN_ID", o.rdzv_id},
-  };
+  spec.world_size = world.size;
+  spec.group_rank = round.node_rank;
+  spec.master_addr = host;
+  spec.master_port = port;
+  spec.restarts = restarts;
+  spec.run_id = o.rdzv_id;
   return spec;
 }
 

@@ -45,25 +45,17 @@ int launch(const LaunchConfig& options, std::ostream& log) {
   const SignalScope signals;
   if (options.elastic()) return run_elastic(options, share, log);
   const std::shared_ptr<comm::TCPStore> store = open_store(options);
-  const int world_size = options.nnodes * options.nproc_per_node;
   for (int attempt = 0;; ++attempt) {
     meet_nodes(options, *store, attempt);
     GroupSpec spec;
     spec.attempt = attempt;
+    spec.store_prefix = fmt::format("attempt_{}/", attempt);
     spec.first_rank = options.node_rank * options.nproc_per_node;
-    spec.env = {
-        {"WORLD_SIZE", std::to_string(world_size)},
-        {"LOCAL_WORLD_SIZE", std::to_string(options.nproc_per_node)},
-        {"GROUP_RANK", std::to_string(options.node_rank)},
-        {"MASTER_ADDR", options.master_addr},
-        {"MASTER_PORT", std::to_string(store->port())},
-        {"TINYDDP_STORE_HOSTED", "1"},
-        {"TINYDDP_STORE_PREFIX", fmt::format("attempt_{}/", attempt)},
-        {"TINYDDP_RESTART_COUNT", std::to_string(attempt)},
-        {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
-        {"TORCHELASTIC_MAX_RESTARTS", std::to_string(options.max_restarts)},
-        {"TORCHELASTIC_RUN_ID", "none"},
-    };
+    spec.world_size = options.nnodes * options.nproc_per_node;
+    spec.group_rank = options.node_rank;
+    spec.master_addr = options.master_addr;
+    spec.master_port = store->port();
+    spec.restarts = attempt;
     std::unique_ptr<FailureWatch> watch;
     if (options.nnodes > 1) watch = std::make_unique<FailureWatch>(options, attempt, wake_fd(), kPeerWoke);
     const GroupResult group = run_group(options, spec, share, watch.get(), log);

@@ -103,9 +103,19 @@ class Attempt {
       const size_t eq = entry.find('=');
       if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
     }
-    for (const auto& [key, value] : spec_.env) env[key] = value;
     env["RANK"] = std::to_string(w.rank);
     env["LOCAL_RANK"] = std::to_string(local);
+    env["WORLD_SIZE"] = std::to_string(spec_.world_size);
+    env["LOCAL_WORLD_SIZE"] = std::to_string(options_.nproc_per_node);
+    env["GROUP_RANK"] = std::to_string(spec_.group_rank);
+    env["MASTER_ADDR"] = spec_.master_addr;
+    env["MASTER_PORT"] = std::to_string(spec_.master_port);
+    env["TINYDDP_STORE_HOSTED"] = "1";
+    env["TINYDDP_STORE_PREFIX"] = spec_.store_prefix;
+    env["TINYDDP_RESTART_COUNT"] = std::to_string(spec_.restarts);
+    env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(spec_.restarts);
+    env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(options_.max_restarts);
+    env["TORCHELASTIC_RUN_ID"] = spec_.run_id;
     if (env.find("OMP_NUM_THREADS") == env.end()) env["OMP_NUM_THREADS"] = "1";
     if (env.find("TINYDDP_NUM_THREADS") == env.end()) env["TINYDDP_NUM_THREADS"] = std::to_string(share_.threads);
     cpu_set_t bind;

@@ -10,7 +10,6 @@
 #include <memory>
 #include <ostream>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "tinyddp/launcher/launcher.h"
@@ -48,10 +47,20 @@ class SignalScope {
   std::map<int, struct sigaction> saved_;
 };
 
+// Where a group's workers stand in the job. Each worker is told it in torchrun's variables
+// (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
+// TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID) and tinyddp's
+// (TINYDDP_STORE_HOSTED, TINYDDP_STORE_PREFIX, TINYDDP_RESTART_COUNT).
 struct GroupSpec {
-  int attempt = 0;                                       // the log folder's number: <log_dir>/attempt_<k>
-  int first_rank = 0;                                    // RANK of local rank 0
-  std::vector<std::pair<std::string, std::string>> env;  // set for every worker (RANK, LOCAL_RANK added)
+  int attempt = 0;           // the log folder's number: <log_dir>/attempt_<k>
+  std::string store_prefix;  // the workers' namespace in the launcher's store ("attempt_<k>/")
+  int first_rank = 0;        // RANK of local rank 0
+  int world_size = 0;
+  int group_rank = 0;  // this node's place among the nodes
+  std::string master_addr;
+  int master_port = 0;  // the launcher's store, which the workers use
+  int64_t restarts = 0;
+  std::string run_id = "none";
 };
 
 // How a group ended.
