@@ -20,7 +20,8 @@ namespace tinyddp::launcher {
 
 // --rdzv_endpoint's host and port; throws naming a bad value.
 std::pair<std::string, int> parse_endpoint(const std::string& endpoint);
-// Throws tinyddp::Error naming the first bad option of an elastic job.
+// Throws tinyddp::Error naming the first bad option of an elastic job's own (validate checks
+// what every job shares first).
 void validate_elastic(const LaunchConfig& options);
 // Runs this node's part of an elastic job (its options validated: launch() does); the exit status as launch() says, or
 // 1 when the store is lost, the rendezvous times out or another node ended the job with a failure.

@@ -104,11 +104,7 @@ int main(int argc, char** argv) {
   o.monitor_interval = std::chrono::milliseconds(static_cast<int64_t>(monitor_s * 1000));
   try {
     parse_nnodes(nnodes, o);
-    if (o.elastic()) {
-      tinyddp::launcher::validate_elastic(o);
-    } else {
-      tinyddp::launcher::validate(o);
-    }
+    tinyddp::launcher::validate(o);
   } catch (const std::exception& e) {
     std::cerr << e.what() << "\n";
     return 2;

@@ -20,13 +20,18 @@ namespace tinyddp::launcher {
 void validate(const LaunchConfig& o) {
   TDDP_CHECK(!o.program.empty(), "launch: no program given (usage: launch --nproc_per_node N -- PROGRAM [ARGS...])");
   TDDP_CHECK(o.nproc_per_node >= 1, "launch: --nproc_per_node must be at least 1, got {}", o.nproc_per_node);
-  TDDP_CHECK(o.nnodes >= 1, "launch: --nnodes must be at least 1, got {}", o.nnodes);
-  TDDP_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes,
-             "launch: --node_rank {} is out of range for --nnodes {} (0 to {})", o.node_rank, o.nnodes, o.nnodes - 1);
-  TDDP_CHECK(o.master_port >= 0 && o.master_port <= 65535, "launch: --master_port {} is not a TCP port", o.master_port);
-  TDDP_CHECK(o.nnodes == 1 || o.master_port > 0,
-             "launch: --master_port is needed when --nnodes > 1 (every node must use the same)");
-  TDDP_CHECK(!o.master_addr.empty(), "launch: --master_addr is empty");
+  if (o.elastic()) {
+    validate_elastic(o);  // the rendezvous endpoint and MIN:MAX in place of the master and --nnodes
+  } else {
+    TDDP_CHECK(o.nnodes >= 1, "launch: --nnodes must be at least 1, got {}", o.nnodes);
+    TDDP_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes,
+               "launch: --node_rank {} is out of range for --nnodes {} (0 to {})", o.node_rank, o.nnodes, o.nnodes - 1);
+    TDDP_CHECK(o.master_port >= 0 && o.master_port <= 65535, "launch: --master_port {} is not a TCP port",
+               o.master_port);
+    TDDP_CHECK(o.nnodes == 1 || o.master_port > 0,
+               "launch: --master_port is needed when --nnodes > 1 (every node must use the same)");
+    TDDP_CHECK(!o.master_addr.empty(), "launch: --master_addr is empty");
+  }
   TDDP_CHECK(o.max_restarts >= 0, "launch: --max_restarts must be at least 0, got {}", o.max_restarts);
   TDDP_CHECK(!o.tee || !o.log_dir.empty(),
              "launch: --tee copies the per-rank log files to the console; it needs --log_dir");
@@ -34,11 +39,7 @@ void validate(const LaunchConfig& o) {
 }
 
 int launch(const LaunchConfig& options, std::ostream& log) {
-  if (options.elastic()) {
-    validate_elastic(options);
-  } else {
-    validate(options);
-  }
+  validate(options);
   const CoreShare share =
       share_cores(options, available_cores(), available_physical_cores(), std::getenv("TINYDDP_NUM_THREADS"));
   log << share.message << std::endl;

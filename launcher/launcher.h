@@ -45,7 +45,8 @@ struct LaunchConfig {
   bool elastic() const { return !rdzv_endpoint.empty(); }
 };
 
-// Throws tinyddp::Error naming the first bad option.
+// Throws tinyddp::Error naming the first bad option, a static job's or an elastic one's
+// (validate_elastic).
 void validate(const LaunchConfig& options);
 
 // How a node's cores are shared among its `workers`: each gets `threads` intra-op threads
