@@ -142,12 +142,13 @@ bool zen4_with_avx512() {
   return zen4;
 }
 
-// An Intel CPU with AVX-512 selected now (read at each product, as the selection may change at
-// run time: set_cpu_isa, as large_products_on_avx2 below): there oneDNN's sgemm ran every float32 product shape
-// measured 13-23% faster than OpenBLAS's SkylakeX kernels (1024^3: 188.7 GFLOP/s against 167.4;
-// the MLP's x @ W1^T: 172.9 against 145.1; bench/README.md, "Intel AVX-512: oneDNN's sgemm"),
-// and where OpenBLAS 0.3.21 does not know the CPU it falls back to older kernels while oneDNN
-// dispatches by its own table. AMD CPUs keep OpenBLAS or Eigen (Zen 4 not measured with it).
+// An Intel CPU with AVX-512 selected now (read at each product, as the selection may change
+// at run time: set_cpu_isa, as large_products_on_avx2 below): there oneDNN's sgemm ran every
+// float32 product shape measured 13-23% faster than OpenBLAS's SkylakeX kernels (1024^3: 188.7
+// GFLOP/s against 167.4; the MLP's x @ W1^T: 172.9 against 145.1; bench/README.md, "Intel
+// AVX-512: oneDNN's sgemm"), and where OpenBLAS 0.3.21 does not know the CPU it falls back to
+// older kernels while oneDNN dispatches by its own table. AMD CPUs keep OpenBLAS or Eigen (Zen
+// 4 not measured with it).
 bool intel_avx512_selected() { return cpu_isa() == CpuIsa::kAvx512 && __builtin_cpu_is("intel"); }
 
 // Whether the large products go to Eigen's AVX2 build although AVX-512 is selected.

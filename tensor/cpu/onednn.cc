@@ -1,9 +1,10 @@
-// float32 products on Intel AVX-512 CPUs (onednn_sgemm) and bfloat16 matrix products on oneDNN (libdnnl, Debian's
-// oneDNN 2.6: the library PyTorch's CPU bfloat16 matmul calls here): 2-D, with Linear's bias folded in, and batched
-// over strided N-D views (attention's [batch, heads] products) in one call. oneDNN picks its kernels at run time: AMX
-// where the CPU has it, AVX512-BF16 (vdpbf16ps) otherwise, AVX-512 emulation without either. tinyddp calls it only
-// where cpu_isa() chose AVX-512; below that (or with TINYDDP_CPU_ISA=avx2) bfloat16 products compute in float32
-// (matmul.cc).
+// Matrix products on oneDNN (libdnnl, Debian's oneDNN 2.6: the library PyTorch's CPU bfloat16
+// matmul calls here): float32 products on Intel CPUs under AVX-512 (onednn_sgemm), and bfloat16
+// products, 2-D with Linear's bias folded in, and batched over strided N-D views (attention's
+// [batch, heads] products) in one call. oneDNN picks its kernels at run time: AMX where the CPU
+// has it, AVX512-BF16 (vdpbf16ps) otherwise, AVX-512 emulation without either. tinyddp calls it
+// only where cpu_isa() chose AVX-512; below that (or with TINYDDP_CPU_ISA=avx2) bfloat16
+// products compute in float32 (matmul.cc).
 //
 // One matmul primitive per shape and layout, kept per thread (oneDNN's own cache holds
 // primitives but each lookup would first build a descriptor, tens of µs). oneDNN threads
