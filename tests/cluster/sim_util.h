@@ -8,6 +8,8 @@
 #include <regex>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "tests/test_util.h"
 
 namespace tinyddp::testing::cluster {
@@ -49,18 +51,14 @@ inline CommandResult run_with_fault(const std::string& job, const std::string& o
   const std::string wait = when.empty() ? "sleep 3; "
                                         : "for i in $(seq 600); do grep -q '" + when + "' " + logs +
                                               "/node*.log 2>/dev/null && break; sleep 0.1; done; ";
-  return run_command("rm -f " + logs + "/node*.log; (" + job + " > " + out + " 2>&1; echo $? > " + out +
-                     ".status) & job=$!; " + wait + "tag=$(grep -o 'bridge td[0-9]*br' " + out +
-                     " | sed 's/^bridge //; s/br$//')\n" + action +
-                     "\n"
-                     "for i in $(seq 120); do [ -s " +
-                     out +
-                     ".status ] && break; sleep 0.25; done; "
-                     "[ -s " +
-                     out +
-                     ".status ] || { echo 'the job did not end: stopping it'; pkill -TERM -P $job; sleep 3; }; "
-                     "cat " +
-                     out + "; echo status $(cat " + out + ".status 2>/dev/null)");
+  return run_command(fmt::format(
+      "rm -f {logs}/node*.log; ({job} > {out} 2>&1; echo $? > {out}.status) & job=$!; {wait}"
+      "tag=$(grep -o 'bridge td[0-9]*br' {out} | sed 's/^bridge //; s/br$//')\n{action}\n"
+      "for i in $(seq 120); do [ -s {out}.status ] && break; sleep 0.25; done; "
+      "[ -s {out}.status ] || {{ echo 'the job did not end: stopping it'; pkill -TERM -P $job; sleep 3; }}; "
+      "cat {out}; echo status $(cat {out}.status 2>/dev/null)",
+      fmt::arg("logs", logs), fmt::arg("job", job), fmt::arg("out", out), fmt::arg("wait", wait),
+      fmt::arg("action", action)));
 }
 
 }  // namespace tinyddp::testing::cluster
