@@ -71,6 +71,16 @@ bool wait_for(const std::vector<std::unique_ptr<Node>>& nodes, const std::string
   return false;
 }
 
+// Waits for every node to end; returns their logs, one after another.
+std::string join_all(std::vector<std::unique_ptr<Node>>& nodes) {
+  std::string all;
+  for (auto& node : nodes) {
+    node->thread.join();
+    all += node->output() + "\n---\n";
+  }
+  return all;
+}
+
 std::string elastic(int port, const std::string& nnodes, const std::string& id, int timeout_s = 30) {
   return fmt::format(
       "--nnodes {} --rdzv_endpoint 127.0.0.1:{} --rdzv_id {} --rdzv_last_call 2 --monitor_interval 0.5 "
@@ -114,9 +124,7 @@ TEST_CASE("elastic launch: a node started mid-run joins at the next round; the j
   for (int i = 0; i < 2; ++i) nodes.push_back(start_node(dir, i, args));
   REQUIRE(wait_for(nodes, R"(\[rank 0\] step +1000/3000)"));
   nodes.push_back(start_node(dir, 2, args));
-  for (auto& node : nodes) node->thread.join();
-  std::string all;
-  for (const auto& node : nodes) all += node->output() + "\n---\n";
+  const std::string all = join_all(nodes);
   INFO(all);
   for (const auto& node : nodes) CHECK(node->result.exit_code == 0);
   CHECK_THAT(all, Contains("a new round is due: a node is waiting to join"));
@@ -259,9 +267,7 @@ TEST_CASE("elastic launch: a world the global batch does not split over is named
                            " -- examples/train --widths 32,64,4 --batch 20 --steps 10";
   std::vector<std::unique_ptr<Node>> nodes;
   for (int i = 0; i < 3; ++i) nodes.push_back(start_node(dir, i, args));
-  for (auto& node : nodes) node->thread.join();
-  std::string all;
-  for (const auto& node : nodes) all += node->output() + "\n---\n";
+  const std::string all = join_all(nodes);
   INFO(all);
   for (const auto& node : nodes) CHECK(node->result.exit_code == 1);
   CHECK_THAT(all, Contains("--batch 20 is not divisible by WORLD_SIZE 3: every rank takes an equal share"));
