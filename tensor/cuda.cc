@@ -7,7 +7,6 @@
 #include <atomic>
 
 #include "tinyddp/base/error.h"
-#include "tinyddp/tensor/cuda/backend.h"
 #include "tinyddp/tensor/factory.h"
 #include "tinyddp/tensor/grad_mode.h"
 #include "tinyddp/tensor/tensor.h"

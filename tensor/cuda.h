@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "tinyddp/tensor/cuda/device_guard.h"  // set_device, current_device, DeviceGuard
+#include "tinyddp/tensor/dtype.h"
+#include "tinyddp/tensor/shape.h"
 
 namespace tinyddp::tensor {
 class Tensor;
@@ -82,6 +84,10 @@ class StreamMark {
 // after it; the calling thread waits for the copy. Strided src: its span of storage is
 // copied, then gathered on the host (into page-locked memory as well).
 Tensor to_host_after(const Tensor& src, const StreamMark& after);
+
+// A new contiguous CPU tensor in page-locked memory, uninitialised (tensor/cuda.cc; throws,
+// saying why, without CUDA or a GPU); `op` names the caller in that error.
+Tensor empty_pinned(const Shape& sizes, DType dtype, const char* op);
 
 // A CUDA graph: the kernels and copies one thread queues on a device's compute stream between
 // capture_begin and capture_end, recorded once and then launched again as a whole by replay()

@@ -2,8 +2,9 @@
 // softmax, matmul, convolution, pooling, normalisation, attention, embedding, the optimizer
 // steps, and the out-variants behind the in-place methods. Each op validates its arguments
 // (shape, dtype, device: errors name the op and the offending argument), records its
-// backward, and dispatches on the device to the kernel of the same name in the CPU backend
-// (cpu/backend.h) or the CUDA one (cuda/backend.h); the ops live in ops/, a file per family.
+// backward, and calls the entry point of the same name on its device's backend (the one
+// interface of tensor/internal/backend.h, which the CPU and CUDA backends implement); the ops
+// live in ops/, a file per family.
 //
 // dtype rules: tensor operands of a binary op must share a dtype, except that floating dtypes
 // promote in arithmetic (add, sub, mul, div, maximum, minimum) as in PyTorch: float64 over

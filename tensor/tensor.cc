@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "tinyddp/tensor/cuda/backend.h"
+#include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/ops/graph_formulas.h"

@@ -25,19 +25,21 @@ Tensor result_for(const Tensor& out) {
 
 // out = t * scale, rounded to t's dtype, with the scale in that dtype (t: 16-bit).
 void scale_16bit(const Tensor& out, const Tensor& t, double scale) {
-  binary(BinaryOp::kMul, out, t, scalar_tensor(scale, TensorOptions(t.dtype())), 1.0);
+  const Tensor factor = empty({}, TensorOptions(t.dtype()));
+  backend().fill(factor, scale);
+  backend().binary(BinaryOp::kMul, out, t, factor, 1.0);
 }
 }  // namespace
 
-void causal_softmax(const Tensor& out, const Tensor& x, double scale) {
+void CpuBackend::causal_softmax(const Tensor& out, const Tensor& x, double scale) {
   Tensor in;
   if (is_16bit_float(x.dtype())) {  // the scaled scores, rounded; the kernel's own scale is then 1
     const Tensor scaled = empty(x.sizes(), x.dtype());
     scale_16bit(scaled, x, scale);
-    in = scaled.to(kFloat32);
+    in = converted(scaled, kFloat32);
     scale = 1.0;
   } else {
-    in = x.to(compute_dtype(x.dtype())).contiguous();
+    in = contiguous(converted(x, compute_dtype(x.dtype())));
   }
   const Tensor result = result_for(out);
   const int64_t m = x.size(1), n = x.size(2);
@@ -53,12 +55,12 @@ void causal_softmax(const Tensor& out, const Tensor& x, double scale) {
                                             scratch.data());
     }
   });
-  if (!result.is_same(out)) copy(out, result);
+  if (!result.is_same(out)) copy(out, result, false);
 }
 
-void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale) {
+void CpuBackend::causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale) {
   const DType c = compute_dtype(y.dtype());
-  const Tensor g = grad_out.to(c).contiguous(), yc = y.to(c).contiguous(), result = result_for(grad_x);
+  const Tensor g = contiguous(converted(grad_out, c)), yc = contiguous(converted(y, c)), result = result_for(grad_x);
   const int64_t m = y.size(1), n = y.size(2);
   const double kernel_scale = is_16bit_float(grad_x.dtype()) ? 1.0 : scale;  // 16-bit: scaled after rounding
   parallel_rows(y.size(0), m * n, [&](int64_t first, int64_t last) {
@@ -72,7 +74,7 @@ void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const
                                                      grad_x.dtype() == kBFloat16);
     }
   });
-  if (!result.is_same(grad_x)) copy(grad_x, result);
+  if (!result.is_same(grad_x)) copy(grad_x, result, false);
   if (is_16bit_float(grad_x.dtype())) scale_16bit(grad_x, grad_x, scale);
 }
 

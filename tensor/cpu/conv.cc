@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "tinyddp/tensor/cpu/algorithms.h"
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/cpu/loops.h"
@@ -101,7 +102,7 @@ struct PaddedPlane {
 
 }  // namespace
 
-void im2col(const Tensor& col, const Tensor& x, const Window2d& w, double pad_value) {
+void CpuBackend::im2col(const Tensor& col, const Tensor& x, const Window2d& w, double pad_value) {
   // Plane by plane: x's plane is copied into the interior of a padded frame whose border holds
   // pad_value, so that every tap's OH rows of OW elements are plain strided copies from L1.
   dispatch_floating(x.dtype(), "im2col", [&](auto tag) {
@@ -132,7 +133,7 @@ void im2col(const Tensor& col, const Tensor& x, const Window2d& w, double pad_va
   });
 }
 
-void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& w) {
+void CpuBackend::col2im(const Tensor& grad_x, const Tensor& col, const Window2d& w) {
   // Plane by plane: every tap's rows are added into a zeroed padded frame, whose interior is
   // then the plane of grad_x (the border, padding's share, is dropped).
   dispatch_floating(grad_x.dtype(), "col2im", [&](auto tag) {
@@ -229,7 +230,7 @@ void max_pool_plane(const T* __restrict in, T* __restrict out, int64_t* __restri
 
 }  // namespace
 
-void max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& w) {
+bool CpuBackend::max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& w) {
   dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const PoolTaps taps(w, x.stride(2), x.stride(3));
@@ -243,9 +244,11 @@ void max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const
       }
     });
   });
+  return true;
 }
 
-void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices, const Window2d& w) {
+bool CpuBackend::max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
+                                     const Window2d& w) {
   fill(grad_x, 0.0);
   dispatch_floating(grad_x.dtype(), "max_pool2d backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -264,6 +267,7 @@ void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Ten
       }
     });
   });
+  return true;
 }
 
 bool conv2d_direct_fits(int64_t in_channels, int64_t out_channels, int64_t padded_h, int64_t padded_w) {

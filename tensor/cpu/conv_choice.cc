@@ -3,6 +3,7 @@
 // kernels (conv.cc, isa/conv_kernels.cc) where they beat im2col + GEMM; false elsewhere, and
 // tensor/ops/conv.cc takes the im2col route. The rules are measured on this backend's kernels
 // (bench/README.md), so they live here, not in the op.
+#include "tinyddp/tensor/cpu/algorithms.h"
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cpu/onednn.h"
 
@@ -45,16 +46,16 @@ bool direct_input_grad_applies(const Window2d& win, int64_t out_channels) {
 
 }  // namespace
 
-bool conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window,
-            int64_t groups) {
+bool CpuBackend::conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        const Window2d& window, int64_t groups) {
   if (x.dtype() == kBFloat16) return onednn_conv2d(out, x, weight, bias, window, groups);
   if (!direct_applies(x.dtype(), window, out.size(1), groups)) return false;
   conv2d_direct(out, x, weight, bias, window, false);
   return true;
 }
 
-bool conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight, const Window2d& window,
-                           int64_t groups) {
+bool CpuBackend::conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight,
+                                       const Window2d& window, int64_t groups) {
   if (grad_out.dtype() == kBFloat16) return onednn_conv2d_backward_input(grad_x, grad_out, weight, window, groups);
   const int64_t out_channels = grad_out.size(1);
   if (!direct_applies(grad_out.dtype(), window, out_channels, groups) ||
@@ -65,15 +66,15 @@ bool conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const T
   return true;
 }
 
-bool conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x, const Window2d& window,
-                            int64_t groups) {
+bool CpuBackend::conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x,
+                                        const Window2d& window, int64_t groups) {
   if (grad_out.dtype() == kBFloat16) return onednn_conv2d_backward_weight(grad_weight, grad_out, x, window, groups);
   if (!direct_applies(grad_out.dtype(), window, grad_out.size(1), groups)) return false;
   conv2d_direct_weight_grad(grad_weight, x, grad_out, window);
   return true;
 }
 
-bool conv2d_native(const Window2d& window, int64_t out_channels, int64_t groups, bool bias, DType dtype) {
+bool CpuBackend::conv2d_native(const Window2d& window, int64_t out_channels, int64_t groups, bool bias, DType dtype) {
   return dtype != kBFloat16 || conv2d_bf16_served(window, out_channels, groups, bias);
 }
 

@@ -17,6 +17,11 @@ namespace tinyddp::tensor::cpu {
 
 namespace em = elementwise_math;
 
+CpuBackend& backend() {
+  static CpuBackend instance;
+  return instance;
+}
+
 Shape broadcast_strides(const Tensor& t, const Shape& shape) {
   Shape strides(shape.size(), 0);
   const size_t lead = shape.size() - t.sizes().size();
@@ -191,7 +196,7 @@ bool try_isa_unary(UnaryOp op, const Tensor& out, const Tensor& x) {
 
 }  // namespace
 
-void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
+void CpuBackend::binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
   dispatch_numeric(a.dtype(), "binary op", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
@@ -226,7 +231,7 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, do
   });
 }
 
-void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
+void CpuBackend::compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
   dispatch_all(a.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
@@ -241,7 +246,7 @@ void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) 
   });
 }
 
-void unary(UnaryOp op, const Tensor& out, const Tensor& x) {
+void CpuBackend::unary(UnaryOp op, const Tensor& out, const Tensor& x) {
   dispatch_numeric(x.dtype(), "unary op", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
@@ -269,7 +274,7 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& x) {
   });
 }
 
-void pow_scalar(const Tensor& out, const Tensor& x, double exponent) {
+void CpuBackend::pow_scalar(const Tensor& out, const Tensor& x, double exponent) {
   dispatch_numeric(x.dtype(), "pow", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
@@ -292,7 +297,7 @@ void pow_scalar(const Tensor& out, const Tensor& x, double exponent) {
   });
 }
 
-void pow_scalar_base(const Tensor& out, const Tensor& exponent, double base) {
+void CpuBackend::pow_scalar_base(const Tensor& out, const Tensor& exponent, double base) {
   dispatch_numeric(exponent.dtype(), "pow", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
@@ -305,7 +310,7 @@ void pow_scalar_base(const Tensor& out, const Tensor& exponent, double base) {
   });
 }
 
-void copy(const Tensor& dst, const Tensor& src) {
+void CpuBackend::copy(const Tensor& dst, const Tensor& src, bool /*non_blocking*/) {
   dispatch_all(dst.dtype(), [&](auto dst_tag) {
     using D = typename decltype(dst_tag)::type;
     dispatch_all(src.dtype(), [&](auto src_tag) {
@@ -321,7 +326,7 @@ void copy(const Tensor& dst, const Tensor& src) {
   });
 }
 
-void accumulate(const Tensor& dst, const Tensor& src) {
+void CpuBackend::accumulate(const Tensor& dst, const Tensor& src) {
   dispatch_numeric(dst.dtype(), "accumulate_into", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
@@ -345,7 +350,7 @@ void accumulate(const Tensor& dst, const Tensor& src) {
   });
 }
 
-void fill(const Tensor& dst, double value) {
+void CpuBackend::fill(const Tensor& dst, double value) {
   dispatch_all(dst.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T v = convert<T, double>(value);

@@ -10,7 +10,7 @@
 
 namespace tinyddp::tensor::cpu {
 
-void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids) {
+void CpuBackend::embedding(const Tensor& out, const Tensor& weight, const Tensor& ids) {
   dispatch_floating(weight.dtype(), "embedding", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int64_t n = ids.numel(), c = weight.size(1);
@@ -23,7 +23,7 @@ void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids) {
   });
 }
 
-void embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& ids) {
+void CpuBackend::embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& ids) {
   fill(grad_weight, 0.0);
   dispatch_floating(grad_weight.dtype(), "embedding backward", [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -16,7 +16,7 @@ namespace tinyddp::tensor::cpu {
 
 namespace {
 
-// The statistics' type (mean, rstd): float64 for float64 x, else float32 (cpu/backend.h).
+// The statistics' type (mean, rstd): float64 for float64 x, else float32 (internal/backend.h).
 template <typename T>
 using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
@@ -39,8 +39,8 @@ std::vector<C> values_or(const Tensor& t, int64_t n, C missing) {
 
 }  // namespace
 
-void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-                const Tensor& bias, double eps) {
+void CpuBackend::layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                            const Tensor& weight, const Tensor& bias, double eps) {
   dispatch_floating(x.dtype(), "layer_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
@@ -68,8 +68,9 @@ void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const
   });
 }
 
-void layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& dy,
-                         const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight) {
+bool CpuBackend::layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                                     const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                     const Tensor& weight) {
   // With g = dy * weight and xhat = (x - mean) * rstd, per row of n:
   // grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat)); over the rows,
   // grad_weight = sum of dy * xhat and grad_bias = sum of dy (accumulated in double).
@@ -121,6 +122,7 @@ void layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const 
       for (int64_t k = 0; k < n; ++k) p[k] = static_cast<T>(db[k]);
     }
   });
+  return true;
 }
 
 }  // namespace tinyddp::tensor::cpu

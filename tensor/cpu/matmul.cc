@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "tinyddp/tensor/cpu/algorithms.h"
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/cpu/loops.h"
@@ -272,8 +273,8 @@ template <typename T>
 void float_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   std::optional<MatrixLayout> la = matrix_layout(a_in);
   std::optional<MatrixLayout> lb = matrix_layout(b_in);
-  const Tensor a = la ? a_in : a_in.contiguous();
-  const Tensor b = lb ? b_in : b_in.contiguous();
+  const Tensor a = la ? a_in : backend().contiguous(a_in);
+  const Tensor b = lb ? b_in : backend().contiguous(b_in);
   if (!la) la = matrix_layout(a);
   if (!lb) lb = matrix_layout(b);
   GemmArgs<T> g;
@@ -304,8 +305,8 @@ void float_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
 
 // int64: out[i, j] = sum_p a[i, p] * b[p, j], in i-p-j order so the inner loop is contiguous.
 void int64_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
-  const Tensor a = a_in.contiguous();
-  const Tensor b = b_in.contiguous();
+  const Tensor a = backend().contiguous(a_in);
+  const Tensor b = backend().contiguous(b_in);
   const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
   const int64_t* pa = a.data_ptr<int64_t>();
   const int64_t* pb = b.data_ptr<int64_t>();
@@ -380,7 +381,7 @@ std::string matmul_engine() {
   return fmt::format("Eigen, {} build ({})", cpu_isa_name(cpu_isa()), openblas);
 }
 
-void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
+void CpuBackend::mm(const Tensor& out, const Tensor& a, const Tensor& b) {
   if (out.numel() == 0) return;
   if (a.size(1) == 0) {  // empty inner dimension: the sum of nothing
     fill(out, 0.0);
@@ -396,8 +397,8 @@ void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
       [[fallthrough]];
     case kFloat16: {
       Tensor result = empty(out.sizes(), TensorOptions(kFloat32));
-      float_mm<float>(result, a.to(kFloat32), b.to(kFloat32));
-      copy(out, result);
+      float_mm<float>(result, converted(a, kFloat32), converted(b, kFloat32));
+      copy(out, result, false);
       return;
     }
     case kBool: break;
@@ -405,13 +406,13 @@ void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
   throw Error(fmt::format("matmul: not supported for dtype {}", dtype_name(a.dtype())));
 }
 
-bool bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
+bool CpuBackend::bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
   return out.numel() > 0 && a.size(-1) > 0 && a.dtype() == kBFloat16 && bf16_bmm_onednn(out, a, b);
 }
 
-void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b) {
+void CpuBackend::addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b) {
   if (out.numel() == 0) return;
-  if (out.dtype() == kBFloat16 && a.size(1) > 0 && bf16_mm_blocks(out, a, b, bias.contiguous())) return;
+  if (out.dtype() == kBFloat16 && a.size(1) > 0 && bf16_mm_blocks(out, a, b, contiguous(bias))) return;
   mm(out, a, b);
   binary(BinaryOp::kAdd, out, out, bias, 1.0);
 }

@@ -38,7 +38,7 @@ template <typename T>
 std::vector<double> per_channel(const Tensor& t, int64_t channels, double missing) {
   std::vector<double> v(static_cast<size_t>(channels), missing);
   if (!t.defined()) return v;
-  const Tensor dense = t.contiguous();
+  const Tensor dense = backend().contiguous(t);
   const T* p = dense.data_ptr<T>();
   for (int64_t c = 0; c < channels; ++c) v[c] = static_cast<double>(static_cast<compute_t<T>>(p[c]));
   return v;
@@ -54,7 +54,7 @@ Tensor channel_tensor(const std::vector<double>& v, DType dtype) {
 
 }  // namespace
 
-std::tuple<Tensor, Tensor> batch_norm_mean_var(const Tensor& x) {
+std::optional<std::tuple<Tensor, Tensor>> CpuBackend::batch_norm_mean_var(const Tensor& x) {
   return dispatch_floating(x.dtype(), "batch_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const Layout l(x);
@@ -79,8 +79,8 @@ std::tuple<Tensor, Tensor> batch_norm_mean_var(const Tensor& x) {
   });
 }
 
-void batch_norm_elemt(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& mean,
-                      const Tensor& invstd) {
+bool CpuBackend::batch_norm_elemt(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  const Tensor& mean, const Tensor& invstd) {
   dispatch_floating(x.dtype(), "batch_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
@@ -100,9 +100,11 @@ void batch_norm_elemt(const Tensor& out, const Tensor& x, const Tensor& weight, 
       for (int64_t k = 0; k < l.s; ++k) o[offset + k] = static_cast<T>(static_cast<C>(in[offset + k]) * a + bb);
     });
   });
+  return true;
 }
 
-std::tuple<Tensor, Tensor> batch_norm_backward_reduce(const Tensor& dy, const Tensor& x, const Tensor& mean) {
+std::optional<std::tuple<Tensor, Tensor>> CpuBackend::batch_norm_backward_reduce(const Tensor& dy, const Tensor& x,
+                                                                                 const Tensor& mean) {
   return dispatch_floating(x.dtype(), "batch_norm backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const Layout l(x);
@@ -124,9 +126,9 @@ std::tuple<Tensor, Tensor> batch_norm_backward_reduce(const Tensor& dy, const Te
   });
 }
 
-void batch_norm_backward_elemt(const Tensor& grad_x, const Tensor& dy, const Tensor& x, const Tensor& mean,
-                               const Tensor& invstd, const Tensor& weight, const Tensor& sum_dy,
-                               const Tensor& sum_dy_xmu, double count) {
+bool CpuBackend::batch_norm_backward_elemt(const Tensor& grad_x, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                                           const Tensor& invstd, const Tensor& weight, const Tensor& sum_dy,
+                                           const Tensor& sum_dy_xmu, double count) {
   dispatch_floating(x.dtype(), "batch_norm backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
@@ -154,6 +156,7 @@ void batch_norm_backward_elemt(const Tensor& grad_x, const Tensor& dy, const Ten
       }
     });
   });
+  return true;
 }
 
 }  // namespace tinyddp::tensor::cpu

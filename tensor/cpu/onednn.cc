@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "tinyddp/base/error.h"
+#include "tinyddp/tensor/cpu/algorithms.h"
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cpu/onednn.h"
 #include "tinyddp/tensor/cpu_isa.h"
@@ -61,7 +62,7 @@ using dnnl::memory;
 // when it has none.
 std::pair<Tensor, memory::dims> readable(const Tensor& t) {
   std::optional<MatrixLayout> layout = matrix_layout(t);
-  const Tensor in_place = layout ? t : t.contiguous();
+  const Tensor in_place = layout ? t : backend().contiguous(t);
   if (!layout) layout = matrix_layout(in_place);
   return {in_place, layout->row_major ? memory::dims{layout->leading_dim, 1} : memory::dims{1, layout->leading_dim}};
 }

@@ -21,8 +21,18 @@ dnnl::stream& onednn_stream();
 // for the CPU), as GemmArgs describe it; matmul.cc calls it on Intel CPUs under AVX-512.
 void onednn_sgemm(const GemmArgs<float>& g);
 
-// onednn_conv.cc: bfloat16 convolutions, with the contracts of backend.h's conv2d entry
-// points; false, with nothing written, for other dtypes, below AVX-512 or where oneDNN has
+// out [n, m] (contiguous) = a [n, k] x b [k, m] (+ bias [m], contiguous, in each row, when
+// defined), all bfloat16, a and b with any strides, accumulated in float32 and rounded once, on
+// oneDNN's kernels. false, with nothing written, where oneDNN is not used (cpu_isa() below
+// AVX-512): the caller computes in float32.
+bool bf16_mm_onednn(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias = Tensor());
+// The same for out [..., n, m] (contiguous) = a [..., n, k] x b [..., k, m] in one call (the
+// same batch dims, with any strides but 0 for a batch dim longer than 1, and a unit stride in
+// each matrix); false where oneDNN is not used or these strides are not served.
+bool bf16_bmm_onednn(const Tensor& out, const Tensor& a, const Tensor& b);
+
+// onednn_conv.cc: bfloat16 convolutions, with the contracts of the conv2d entry points
+// (internal/backend.h); false, with nothing written, for other dtypes, below AVX-512 or where oneDNN has
 // no kernel.
 bool onednn_conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window,
                    int64_t groups);

@@ -17,6 +17,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "tinyddp/tensor/cpu/algorithms.h"
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cpu/onednn.h"
 

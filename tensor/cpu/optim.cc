@@ -1,8 +1,9 @@
-// The fused SGD step on the CPU (backend.h): the update of each element in one pass, in the
+// The fused SGD step on the CPU (CpuBackend::sgd_step): the update of each element in one pass, in the
 // selected instruction set's kernel (cpu/isa/kernels.h), on ranges of the parameter over the
 // intra-op threads.
 #include "tinyddp/tensor/cpu/backend.h"
 #include "tinyddp/tensor/cpu/isa/kernels.h"
+#include "tinyddp/tensor/factory.h"
 #include "tinyddp/tensor/parallel.h"
 
 namespace tinyddp::tensor::cpu {
@@ -41,12 +42,17 @@ void run(const SgdArgs<T>& args) {
 
 }  // namespace
 
-void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& buf, const SgdStep& step, bool first_step) {
+bool CpuBackend::sgd_step(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step) {
+  if (param.dtype() != kFloat32 && param.dtype() != kFloat64) return false;
+  const bool first_step = momentum_buffer != nullptr && !momentum_buffer->defined();
+  if (first_step) *momentum_buffer = empty(param.sizes(), TensorOptions(param.dtype()));
+  const Tensor buf = momentum_buffer != nullptr ? *momentum_buffer : Tensor();
   if (param.dtype() == kFloat32) {
     run(sgd_args<float>(param, grad, buf, step, first_step));
   } else {
     run(sgd_args<double>(param, grad, buf, step, first_step));
   }
+  return true;
 }
 
 }  // namespace tinyddp::tensor::cpu

@@ -87,13 +87,13 @@ bool is_nan(T v) {
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+Tensor CpuBackend::sum(const Tensor& x, const Shape& dims, bool keepdim) {
   int64_t inner = 0;
   const int64_t rows = leading_rows(x, dims, &inner);
   // [N, C, L] summed over N and L (a convolution's bias gradient, per-channel statistics):
   // each (n, c) row in place, accumulated per channel, rounded once; no reordered copy.
   const bool channels = rows == 0 && x.dim() == 3 && dims == Shape{0, 2} && x.is_contiguous() && x.numel() > 0;
-  const RowPlan plan = plan_rows(rows > 0 || channels ? Tensor() : x, dims, keepdim, x.sizes());
+  const RowPlan plan = plan_rows(*this, rows > 0 || channels ? Tensor() : x, dims, keepdim, x.sizes());
   const DType out_dtype = x.dtype() == kBool ? kInt64 : x.dtype();
   Tensor out = empty(plan.out_shape, out_dtype);
   dispatch_all(x.dtype(), [&](auto tag) {
@@ -132,10 +132,10 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
   return out;
 }
 
-Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
+Tensor CpuBackend::mean(const Tensor& x, const Shape& dims, bool keepdim) {
   int64_t inner = 0;
   const int64_t rows = leading_rows(x, dims, &inner);
-  const RowPlan plan = plan_rows(rows > 0 ? Tensor() : x, dims, keepdim, x.sizes());
+  const RowPlan plan = plan_rows(*this, rows > 0 ? Tensor() : x, dims, keepdim, x.sizes());
   Tensor out = empty(plan.out_shape, x.dtype());
   dispatch_floating(x.dtype(), "mean", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -157,8 +157,8 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   return out;
 }
 
-std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim) {
-  const RowPlan plan = plan_rows(x, dims, keepdim, x.sizes());
+std::tuple<Tensor, Tensor> CpuBackend::max(const Tensor& x, const Shape& dims, bool keepdim) {
+  const RowPlan plan = plan_rows(*this, x, dims, keepdim, x.sizes());
   Tensor values = empty(plan.out_shape, x.dtype());
   Tensor indices = empty(plan.out_shape, kInt64);
   dispatch_all(x.dtype(), [&](auto tag) {
@@ -185,13 +185,13 @@ std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim)
 // Rows along `dim` are made contiguous and run in the selected instruction set's kernel;
 // float16/bfloat16 rows go through float32, which is where their arithmetic happens anyway
 // (the result is rounded once, at the end, as before).
-void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) {
+void CpuBackend::softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
   const DType dtype = x.dtype();
   TDDP_CHECK(dtype == kFloat32 || dtype == kFloat64 || dtype == kFloat16 || dtype == kBFloat16,
              "{}: expected a floating-point tensor, got dtype {}", op, dtype_name(dtype));
   const DType compute = dtype == kFloat64 ? kFloat64 : kFloat32;
-  const Tensor rows = x.transpose(dim, -1).contiguous().to(compute);
+  const Tensor rows = converted(contiguous(x.transpose(dim, -1)), compute);
   const int64_t n = x.dim() == 0 ? 1 : x.size(dim);
   if (rows.numel() == 0) return;
   const int64_t outer = rows.numel() / n;
@@ -207,7 +207,7 @@ void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) {
                                      last - first, n, log, scratch.data());
     }
   });
-  copy(out, result.transpose(dim, -1));
+  copy(out, result.transpose(dim, -1), false);
 }
 
 }  // namespace tinyddp::tensor::cpu

@@ -1,80 +1,95 @@
-// The CUDA kernels that tensor/ops/ dispatches to for tensors on a GPU: the same entry points, with
-// the same contracts, as the CPU backend (tensor/cpu/backend.h). Arguments are validated by
-// tensor/ops/; the tensors passed to one call are on the same CUDA device (copy: see below). Work
-// is queued on the device's compute stream and not waited for. In a build without CUDA these
-// throw (no CUDA tensor can exist there anyway: allocation fails first).
+// The CUDA backend (--config=cuda): tensor/internal/backend.h's interface for tensors on a GPU,
+// one class. Work is queued on the device's compute stream and not waited for. Each entry point
+// lives in the file named beside it: kernels of ours (cuda/kernels.h, compiled by nvcc),
+// cuBLAS and cuDNN (cuda/libraries.h). Where it has no kernel of its own (batch normalisation,
+// max pooling, layer normalisation's parameter gradients, the fused SGD step, batched bf16
+// products) it declines, and ops/ composes the result (ops/composite.h).
 #pragma once
 
-#include "tinyddp/tensor/cuda.h"
-#include "tinyddp/tensor/internal/kernel_ops.h"
-#include "tinyddp/tensor/tensor.h"
+#include "tinyddp/tensor/internal/backend.h"
 
 namespace tinyddp::tensor::cuda {
 
-void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha);
-void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b);
-void unary(UnaryOp op, const Tensor& out, const Tensor& x);
-void pow_scalar(const Tensor& out, const Tensor& x, double exponent);
-void pow_scalar_base(const Tensor& out, const Tensor& exponent, double base);  // floating only
-void fill(const Tensor& dst, double value);
-void accumulate(const Tensor& dst, const Tensor& src);
-// dst = src (broadcast, dtype converted) where either side, or both, is on a GPU: between
-// devices the bytes move with cudaMemcpy (staged through a contiguous buffer of src's dtype
-// when src is strided). The stream rules (docs/tensor.md):
-// - host to GPU: from pinned memory; a pageable source is first copied into a pinned block
-//   the allocator keeps until the copy ran, so the host never waits for it. A source the
-//   caller pinned is the caller's memory: copy waits for the copy unless non_blocking.
-// - GPU to host: waits, unless non_blocking and dst is pinned, dense and of src's dtype.
-// - GPU to GPU: the destination's stream waits for the source's work so far, the copy runs
-//   there, and the source's stream waits for the copy before anything later writes src.
-void copy(const Tensor& dst, const Tensor& src, bool non_blocking = false);
-// to_host_after: declared in tensor/cuda.h.
-// A new contiguous CPU tensor in page-locked memory, uninitialised (tensor/cuda.cc; throws,
-// saying why, without CUDA or a GPU).
-Tensor empty_pinned(const Shape& sizes, DType dtype, const char* op);
-// Reductions with the CPU's contracts (`dims` wrapped and unique; empty: every dim).
-Tensor sum(const Tensor& x, const Shape& dims, bool keepdim);
-Tensor mean(const Tensor& x, const Shape& dims, bool keepdim);
-std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim);
-// cuDNN where it applies (float32/64/16), else our kernel.
-void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log);
-// Attention's causal softmax with the CPU's contracts (cpu/backend.h): one block per row
-// (reduce.cu).
-void causal_softmax(const Tensor& out, const Tensor& x, double scale);
-void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale);
-// Embedding lookups with the CPU's contracts (embedding.cu).
-void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids);
-void embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& ids);
-// Layer normalisation with the CPU's contracts (cpu/backend.h): one block per row
-// (reduce.cu).
-void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-                const Tensor& bias, double eps);
-// The input's gradient only: the weight's and bias's are column sums, composed in ops/
-// (composite::layer_norm_param_grads).
-void layer_norm_backward(const Tensor& grad_x, const Tensor& dy, const Tensor& x, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& weight);
-// im2col/col2im with the CPU's contracts, as a strided copy of the padded input's windows and an
-// accumulation into them (the copy and accumulate kernels).
-void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double pad_value);
-void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window);
-// No kernels of its own for batch normalisation, max pooling and layer normalisation's
-// parameter gradients: ops/ composes those from the ops above (ops/composite.h).
-// Convolution through cuDNN (dnn::conv_* in libraries.h, the same contracts; the forward adds
-// `bias` when defined): false where cuDNN does not apply, and ops/conv.cc then takes the
-// im2col route.
-bool conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window,
-            int64_t groups);
-bool conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight, const Window2d& window,
-                           int64_t groups);
-bool conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x, const Window2d& window,
-                            int64_t groups);
-// Whether the GPU convolves `dtype` itself: always (cuDNN, or im2col in that dtype).
-bool conv2d_native(const Window2d& window, int64_t out_channels, int64_t groups, bool bias, DType dtype);
-// out [n, m] (contiguous) = a [n, k] x b [k, m] through cuBLAS.
-void mm(const Tensor& out, const Tensor& a, const Tensor& b);
-// out [n, m] = a @ b + bias [m] (each row): Linear's forward.
-void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b);
-// Batched products in one call: not yet (false: the caller multiplies matrix by matrix).
-bool bmm(const Tensor& out, const Tensor& a, const Tensor& b);
+class CudaBackend final : public Backend {
+ public:
+  // backend.cc
+  void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) override;
+  void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void unary(UnaryOp op, const Tensor& out, const Tensor& x) override;
+  void pow_scalar(const Tensor& out, const Tensor& x, double exponent) override;
+  void pow_scalar_base(const Tensor& out, const Tensor& exponent, double base) override;
+  // copy.cc: dst = src (broadcast, dtype converted) where either side, or both, is on a GPU:
+  // between devices the bytes move with cudaMemcpy (staged through a contiguous buffer of
+  // src's dtype when src is strided). The stream rules (docs/tensor.md):
+  // - host to GPU: from pinned memory; a pageable source is first copied into a pinned block
+  //   the allocator keeps until the copy ran, so the host never waits for it. A source the
+  //   caller pinned is the caller's memory: copy waits for the copy unless non_blocking.
+  // - GPU to host: waits, unless non_blocking and dst is pinned, dense and of src's dtype.
+  // - GPU to GPU: the destination's stream waits for the source's work so far, the copy runs
+  //   there, and the source's stream waits for the copy before anything later writes src.
+  void copy(const Tensor& dst, const Tensor& src, bool non_blocking) override;
+  void fill(const Tensor& dst, double value) override;
+  void accumulate(const Tensor& dst, const Tensor& src) override;
+
+  // backend.cc: sums over rows or leading columns; softmax on cuDNN where it applies
+  // (float32/64/16), else our kernel.
+  Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) override;
+  Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) override;
+  std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim) override;
+  void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) override;
+
+  // Declined (false): ops/composite.h.
+  std::optional<std::tuple<Tensor, Tensor>> batch_norm_mean_var(const Tensor& x) override;
+  bool batch_norm_elemt(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        const Tensor& mean, const Tensor& invstd) override;
+  std::optional<std::tuple<Tensor, Tensor>> batch_norm_backward_reduce(const Tensor& dy, const Tensor& x,
+                                                                       const Tensor& mean) override;
+  bool batch_norm_backward_elemt(const Tensor& grad_x, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                                 const Tensor& invstd, const Tensor& weight, const Tensor& sum_dy,
+                                 const Tensor& sum_dy_xmu, double count) override;
+
+  // backend.cc (embedding.cu): atomic adds for the backward.
+  void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids) override;
+  void embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& ids) override;
+
+  // backend.cc (reduce.cu): one block per row; the backward writes the input's gradient only.
+  void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                  const Tensor& bias, double eps) override;
+  bool layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& dy,
+                           const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight) override;
+
+  // backend.cc (reduce.cu): one block per row.
+  void causal_softmax(const Tensor& out, const Tensor& x, double scale) override;
+  void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale) override;
+
+  // conv.cc: a strided copy of the padded input's windows and an accumulation into them.
+  void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double pad_value) override;
+  void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window) override;
+  // Declined (false): ops/composite.h.
+  bool max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& window) override;
+  bool max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
+                           const Window2d& window) override;
+
+  // backend.cc: cuBLAS (libraries.cc); batched products not yet (false).
+  void mm(const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b) override;
+  bool bmm(const Tensor& out, const Tensor& a, const Tensor& b) override;
+
+  // backend.cc: cuDNN (dnn_conv.cc) where it applies, the bias added per channel; a GPU
+  // convolves every dtype itself (cuDNN, or im2col in that dtype).
+  bool conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window,
+              int64_t groups) override;
+  bool conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight, const Window2d& window,
+                             int64_t groups) override;
+  bool conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x,
+                              const Window2d& window, int64_t groups) override;
+  bool conv2d_native(const Window2d& window, int64_t out_channels, int64_t groups, bool bias, DType dtype) override;
+
+  // Declined (false): the optimizer's op-by-op update.
+  bool sgd_step(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step) override;
+};
+
+// The one CUDA backend (backend_for(kCUDA) returns it in a CUDA build).
+CudaBackend& backend();
 
 }  // namespace tinyddp::tensor::cuda

@@ -1,4 +1,4 @@
-// im2col and col2im on a GPU (cuda/backend.h) from the copy, fill and accumulate kernels: the
+// im2col and col2im on a GPU (CudaBackend) from the copy, fill and accumulate kernels: the
 // input is copied into a padded buffer (filled with the pad value), whose kernel windows are one
 // strided view [N, C, kh, kw, OH, OW]; im2col copies that view into col, and col2im adds col
 // into the view of a zeroed buffer (accumulate's atomic adds sum the overlapping windows), then
@@ -15,7 +15,7 @@ namespace {
 Tensor padded_buffer(const Tensor& like, const Window2d& w, double value) {
   const Tensor padded =
       empty({w.n, w.c, w.padded_h(), w.padded_w()}, TensorOptions(like.dtype()).device(like.device()));
-  fill(padded, value);
+  backend().fill(padded, value);
   return padded;
 }
 
@@ -30,16 +30,16 @@ Tensor windows_of(const Tensor& padded, const Window2d& w) {
 
 }  // namespace
 
-void im2col(const Tensor& col, const Tensor& x, const Window2d& w, double pad_value) {
+void CudaBackend::im2col(const Tensor& col, const Tensor& x, const Window2d& w, double pad_value) {
   const Tensor padded = padded_buffer(x, w, pad_value);
-  copy(interior(padded, w), x);
-  copy(col, windows_of(padded, w));
+  copy(interior(padded, w), x, false);
+  copy(col, windows_of(padded, w), false);
 }
 
-void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& w) {
+void CudaBackend::col2im(const Tensor& grad_x, const Tensor& col, const Window2d& w) {
   const Tensor padded = padded_buffer(col, w, 0.0);
   accumulate(windows_of(padded, w), col);
-  copy(grad_x, interior(padded, w));
+  copy(grad_x, interior(padded, w), false);
 }
 
 }  // namespace tinyddp::tensor::cuda

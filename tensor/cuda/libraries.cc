@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "tinyddp/tensor/cuda.h"
+#include "tinyddp/tensor/cuda/backend.h"
 #include "tinyddp/tensor/cuda/handles.h"
 #include "tinyddp/tensor/cuda/plan.h"
 #include "tinyddp/tensor/cuda/runtime.h"
@@ -41,7 +42,7 @@ void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
   const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
   if (n == 0 || m == 0) return;
   if (k == 0) {
-    out.fill_(0.0);
+    backend().fill(out, 0.0);
     return;
   }
   cudaDataType type;
@@ -107,7 +108,7 @@ bool softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) {
   }
   const int64_t channels = x.dim() == 0 ? 1 : x.size(dim);
   if (x.numel() > INT_MAX || !out.is_contiguous()) return false;
-  const Tensor dense = x.contiguous();
+  const Tensor dense = backend().contiguous(x);
   const int device = x.device().index;
   const auto handle = dnn_handles().lease(device);
   TDDP_CUDNN_CHECK(cudnnSetStream(handle.get(), compute_stream(device)));

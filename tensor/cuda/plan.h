@@ -10,6 +10,7 @@
 
 #include "tinyddp/base/error.h"
 #include "tinyddp/tensor/cuda/kernels.h"
+#include "tinyddp/tensor/internal/backend.h"
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::cuda {
@@ -88,7 +89,9 @@ inline std::optional<GemmOperand> gemm_operand(const Tensor& t) {
 }
 
 // `t` itself when cuBLAS can read it in place, else a contiguous copy.
-inline Tensor gemm_ready(const Tensor& t) { return gemm_operand(t) ? t : t.contiguous(); }
+inline Tensor gemm_ready(const Tensor& t) {
+  return gemm_operand(t) ? t : backend_for(t.device(), "matmul").contiguous(t);
+}
 
 // Row-major out [n, m] (contiguous) = a [n, k] b [k, m] is column-major out^T = b^T a^T: one
 // cuBLAS GEMM C (m x n, ldc = m) = op(A) op(B) with A = b's memory and B = a's memory. a and b

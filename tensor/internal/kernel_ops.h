@@ -1,5 +1,5 @@
-// The elementwise kernels' op codes, shared by both backends (cpu/backend.h, cuda/backend.h)
-// and the ops that dispatch to them (tensor/ops/).
+// The elementwise kernels' op codes and the plain structs the backend interface takes
+// (internal/backend.h), shared by every backend, the per-ISA kernels and tensor/ops/.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +43,7 @@ struct Window2d {
   int64_t padded_w() const { return w + 2 * pw; }
 };
 
-// torch.optim.SGD's options for one parameter's update (fused_sgd_step_, cpu::sgd_step).
+// torch.optim.SGD's options for one parameter's update (fused_sgd_step_, Backend::sgd_step).
 struct SgdStep {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
   bool nesterov = false;

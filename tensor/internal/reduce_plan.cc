@@ -5,7 +5,7 @@
 
 namespace tinyddp::tensor {
 
-RowPlan plan_rows(const Tensor& x, const Shape& dims, bool keepdim, const Shape& sizes) {
+RowPlan plan_rows(Backend& backend, const Tensor& x, const Shape& dims, bool keepdim, const Shape& sizes) {
   const int64_t ndim = static_cast<int64_t>(sizes.size());
   std::vector<bool> reduced(static_cast<size_t>(ndim), dims.empty());
   for (int64_t d : dims) {
@@ -27,7 +27,7 @@ RowPlan plan_rows(const Tensor& x, const Shape& dims, bool keepdim, const Shape&
     perm.push_back(d);
     plan.inner *= sizes[d];
   }
-  if (x.defined()) plan.rows = x.permute(perm).contiguous();
+  if (x.defined()) plan.rows = backend.contiguous(x.permute(perm));
   return plan;
 }
 

@@ -3,6 +3,7 @@
 // per row) or, when the reduced dims lead a contiguous tensor, columns summed in place.
 #pragma once
 
+#include "tinyddp/tensor/internal/backend.h"
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor {
@@ -15,8 +16,9 @@ struct RowPlan {
 };
 
 // `dims` wrapped and unique (empty: every dim). `x` may be undefined when only the shapes are
-// wanted (the leading-rows path): `sizes` is x's shape either way.
-RowPlan plan_rows(const Tensor& x, const Shape& dims, bool keepdim, const Shape& sizes);
+// wanted (the leading-rows path): `sizes` is x's shape either way. The rows are copied by
+// `backend`, x's own.
+RowPlan plan_rows(Backend& backend, const Tensor& x, const Shape& dims, bool keepdim, const Shape& sizes);
 
 // When `dims` are exactly the leading dims of a contiguous tensor (a bias gradient's sum over
 // the batch), returns the number of reduced rows: each row of the remaining `*inner` elements

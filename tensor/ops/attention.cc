@@ -21,8 +21,8 @@ Tensor causal_softmax(const Tensor& scores, double scale) {
   {
     NoGradGuard no_grad;
     if (out.numel() > 0) {
-      TDDP_DISPATCH(scores.device(), "causal_softmax", causal_softmax, out.view({batch, m, n}),
-                    scores.contiguous().view({batch, m, n}), scale);
+      backend_for(scores.device(), "causal_softmax")
+          .causal_softmax(out.view({batch, m, n}), scores.contiguous().view({batch, m, n}), scale);
     }
   }
   if (!needs_grad(scores)) return out;
@@ -35,8 +35,9 @@ Tensor causal_softmax(const Tensor& scores, double scale) {
     }
     const Tensor grad = new_output(y.sizes(), y.dtype(), y.device());
     if (grad.numel() > 0) {
-      TDDP_DISPATCH(g.device(), "causal_softmax backward", causal_softmax_backward, grad.view({batch, m, n}),
-                    g.contiguous().view({batch, m, n}), y.view({batch, m, n}), scale);
+      backend_for(g.device(), "causal_softmax backward")
+          .causal_softmax_backward(grad.view({batch, m, n}), g.contiguous().view({batch, m, n}), y.view({batch, m, n}),
+                                   scale);
     }
     return std::vector<Tensor>{grad};
   });

@@ -19,16 +19,6 @@ std::pair<int64_t, int64_t> byte_range(const Tensor& t) {
 }
 }  // namespace
 
-[[noreturn]] void no_kernel(const char* op, Device device) {
-  throw Error(fmt::format("{}: no kernel for tensors on {} in this build", op, device.str()));
-}
-
-// Before a CUDA kernel: a build without CUDA has none (a CUDA tensor can only exist there
-// through a custom allocator, as tests make one).
-void require_cuda(const char* op, Device device) {
-  if (!cuda::is_built()) no_kernel(op, device);
-}
-
 void check_defined(const Tensor& t, const char* op, const char* arg) {
   TDDP_CHECK(t.defined(), "{}: argument '{}' is an undefined tensor", op, arg);
 }
@@ -109,11 +99,6 @@ void check_in_place(const Tensor& self, const Tensor* source, const char* op) {
 }
 
 // Before a kernel that exists for the CPU and, in CUDA builds, for GPUs.
-void check_kernel_device(const Tensor& x, const char* op) {
-  if (x.is_cuda())
-    require_cuda(op, x.device());
-  else if (!x.is_cpu())
-    no_kernel(op, x.device());
-}
+void check_kernel_device(const Tensor& x, const char* op) { backend_for(x.device(), op); }
 
 }  // namespace tinyddp::tensor::detail

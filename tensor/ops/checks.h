@@ -1,10 +1,10 @@
 // The checks and helpers every family of tensor ops shares (internal to tensor/ops/): argument
 // checks whose errors name the op, the argument and the shapes, dtypes or devices involved;
-// output allocation; overlap rules for written tensors. The one dispatch form into the
-// backends is dispatch.h, which every op file gets through this header.
+// output allocation; overlap rules for written tensors. Every op file gets the backends'
+// interface (internal/backend.h: backend_for) through this header.
 #pragma once
 
-#include "tinyddp/tensor/ops/dispatch.h"
+#include "tinyddp/tensor/internal/backend.h"
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::detail {

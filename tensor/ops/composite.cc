@@ -5,8 +5,8 @@
 #include <limits>
 
 #include "tinyddp/tensor/factory.h"
+#include "tinyddp/tensor/internal/backend.h"
 #include "tinyddp/tensor/ops.h"
-#include "tinyddp/tensor/ops/dispatch.h"
 
 namespace tinyddp::tensor::composite {
 
@@ -60,7 +60,7 @@ void batch_norm_backward_elemt(const Tensor& grad_x, const Tensor& dy, const Ten
 void max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& w) {
   const Tensor col = empty({w.n, w.c, w.kh, w.kw, w.oh, w.ow}, TensorOptions(x.dtype()).device(x.device()));
   const double pad = -std::numeric_limits<double>::infinity();
-  TDDP_DISPATCH(x.device(), "max_pool2d", im2col, col, x, w, pad);
+  backend_for(x.device(), "max_pool2d").im2col(col, x, w, pad);
   const auto [values, taps] = max(col.view({w.n, w.c, w.kh * w.kw, w.oh, w.ow}), {2}, false);
   out.copy_(values);
   indices.copy_(taps);  // the window's tap i * kw + j
@@ -70,7 +70,7 @@ void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Ten
   const Tensor taps = arange(w.kh * w.kw, TensorOptions(kInt64).device(grad_out.device())).view({1, 1, -1, 1, 1});
   const Tensor chosen = eq(indices.unsqueeze(2), taps).to(grad_out.dtype());  // one-hot over the window
   const Tensor col = mul(chosen, grad_out.unsqueeze(2)).view({w.n, w.c, w.kh, w.kw, w.oh, w.ow});
-  TDDP_DISPATCH(grad_x.device(), "max_pool2d backward", col2im, grad_x, col, w);
+  backend_for(grad_x.device(), "max_pool2d backward").col2im(grad_x, col, w);
 }
 
 void layer_norm_param_grads(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& dy, const Tensor& x,

@@ -1,10 +1,10 @@
-// Ops composed from other ops (internal to tensor/), for a backend that has no kernel of its
-// own for them: today the CUDA backend's batch normalisation (its four steps), max pooling and
-// layer normalisation's weight and bias gradients. ops/ sends those to these functions with
-// TDDP_DISPATCH_OR_COMPOSE (ops/dispatch.h), so a backend never calls back up into the ops.
-// They keep the CPU kernels' contracts (cpu/backend.h) and run on any device's tensors, which
-// lets tests/tensor/composite_test.cc hold them to the CPU's kernels. No graph is recorded:
-// callers hold a NoGradGuard.
+// Ops composed from other ops (internal to tensor/), for a backend that declines them (its
+// entry point returns false: internal/backend.h): today the CUDA backend's batch normalisation
+// (its four steps), max pooling and layer normalisation's weight and bias gradients. ops/ calls
+// these when the backend declined, so a backend never calls back up into the ops. They keep
+// the interface's contracts and run on any device's tensors, which lets
+// tests/tensor/composite_test.cc hold them to the CPU's kernels. No graph is recorded: callers
+// hold a NoGradGuard.
 #pragma once
 
 #include <tuple>

@@ -9,8 +9,6 @@
 #include <limits>
 
 #include "tinyddp/tensor/autocast.h"
-#include "tinyddp/tensor/cpu/backend.h"
-#include "tinyddp/tensor/cuda/backend.h"
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/ops/checks.h"
@@ -31,7 +29,7 @@ Shape col_shape(const Window& w) { return {w.n, w.c, w.kh, w.kw, w.oh, w.ow}; }
 // `pad_value`.
 void im2col_into(const Tensor& col, const Tensor& x, const Window& win, double pad_value) {
   NoGradGuard no_grad;
-  TDDP_DISPATCH(x.device(), "im2col", im2col, col, x, win, pad_value);
+  backend_for(x.device(), "im2col").im2col(col, x, win, pad_value);
 }
 
 // The gradient of im2col: a new [N, C, H, W] tensor where each input position holds the sum
@@ -39,7 +37,7 @@ void im2col_into(const Tensor& col, const Tensor& x, const Window& win, double p
 Tensor col2im(const Tensor& col, const Window& win) {
   NoGradGuard no_grad;
   const Tensor grad_x = new_output({win.n, win.c, win.h, win.w}, col.dtype(), col.device());
-  TDDP_DISPATCH(col.device(), "col2im", col2im, grad_x, col, win);
+  backend_for(col.device(), "col2im").col2im(grad_x, col, win);
   return grad_x;
 }
 
@@ -175,8 +173,8 @@ void grouped_mm(const Tensor& out, const Tensor& a, const Tensor& b, int64_t gro
   const int64_t out_rows = out.size(0) / groups, a_rows = a.size(0) / groups, b_rows = b.size(0) / groups;
   for (int64_t g = 0; g < groups; ++g) {
     const Tensor ag = a.narrow(0, g * a_rows, a_rows), bg = b.narrow(0, g * b_rows, b_rows);
-    TDDP_DISPATCH(out.device(), "conv2d", mm, out.narrow(0, g * out_rows, out_rows), transpose_a ? ag.t() : ag,
-                  transpose_b ? bg.t() : bg);
+    backend_for(out.device(), "conv2d")
+        .mm(out.narrow(0, g * out_rows, out_rows), transpose_a ? ag.t() : ag, transpose_b ? bg.t() : bg);
   }
 }
 
@@ -202,7 +200,7 @@ Tensor conv_forward(const Tensor& out, const Tensor& x, const Tensor& w2, const 
                             : out_buffer.narrow(0, 0, out_channels * part.n * positions).view({out_channels, -1});
     grouped_mm(out2, w2, col, groups, false, false);
     if (bias.defined()) {
-      TDDP_DISPATCH(out2.device(), "conv2d", binary, BinaryOp::kAdd, out2, out2, bias.view({out_channels, 1}), 1.0);
+      backend_for(out2.device(), "conv2d").binary(BinaryOp::kAdd, out2, out2, bias.view({out_channels, 1}), 1.0);
     }
     // [O, n, L] -> out[first : first + n] ([n, O, L])
     if (chunks.size > 1) {
@@ -244,13 +242,14 @@ void conv_backward(const Tensor& g, const Tensor& x, const Tensor& saved_col, co
       if (!saved_col.defined()) conv_columns(col, x.narrow(0, first, part.n), part);
       const bool into_result = first == 0;
       grouped_mm(into_result ? grad_weight : weight_part, g2, col, groups, false, true);
-      if (!into_result) TDDP_DISPATCH(g.device(), "conv2d", accumulate, grad_weight, weight_part);
+      if (!into_result) backend_for(g.device(), "conv2d").accumulate(grad_weight, weight_part);
     }
     if (grad_input.defined()) {
       const Tensor grad_col = col_buffer.narrow(0, 0, taps * part.n * positions).view({taps, -1});
       grouped_mm(grad_col, w2, g2, groups, true, false);
-      TDDP_DISPATCH(g.device(), "col2im", col2im, grad_input.narrow(0, first, part.n),
-                    grad_col.view({win.c, win.kh, win.kw, part.n, win.oh, win.ow}).permute({3, 0, 1, 2, 4, 5}), part);
+      backend_for(g.device(), "col2im")
+          .col2im(grad_input.narrow(0, first, part.n),
+                  grad_col.view({win.c, win.kh, win.kw, part.n, win.oh, win.ow}).permute({3, 0, 1, 2, 4, 5}), part);
     }
   }
 }
@@ -271,8 +270,8 @@ Tensor bias_grad(const Tensor& gc) {
 // channel. false (nothing written) where it has none: the im2col route then.
 bool library_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window& win,
                      int64_t groups) {
-  return TDDP_DISPATCH(out.device(), "conv2d", conv2d, out, x.contiguous(), weight.contiguous(),
-                       bias.defined() ? bias.contiguous() : Tensor(), win, groups);
+  return backend_for(out.device(), "conv2d")
+      .conv2d(out, x.contiguous(), weight.contiguous(), bias.defined() ? bias.contiguous() : Tensor(), win, groups);
 }
 
 // The backward after library_forward: the backend's own backward-data and backward-weight
@@ -281,11 +280,12 @@ bool library_forward(const Tensor& out, const Tensor& x, const Tensor& weight, c
 void library_backward(const Tensor& g, const Tensor& x, const Tensor& w2, const Shape& weight_shape, const Window& win,
                       int64_t groups, const Tensor& grad_input, const Tensor& grad_weight, Tensor* grad_bias) {
   const Tensor gc = g.contiguous();
-  const bool input_done = grad_input.defined() && TDDP_DISPATCH(g.device(), "conv2d backward", conv2d_backward_input,
-                                                                grad_input, gc, w2.view(weight_shape), win, groups);
-  const bool weight_done =
-      grad_weight.defined() && TDDP_DISPATCH(g.device(), "conv2d backward", conv2d_backward_weight,
-                                             grad_weight.view(weight_shape), gc, x.contiguous(), win, groups);
+  const bool input_done =
+      grad_input.defined() && backend_for(g.device(), "conv2d backward")
+                                  .conv2d_backward_input(grad_input, gc, w2.view(weight_shape), win, groups);
+  const bool weight_done = grad_weight.defined() &&
+                           backend_for(g.device(), "conv2d backward")
+                               .conv2d_backward_weight(grad_weight.view(weight_shape), gc, x.contiguous(), win, groups);
   if (grad_bias != nullptr) *grad_bias = bias_grad(gc);
   if ((grad_input.defined() && !input_done) || (grad_weight.defined() && !weight_done)) {
     conv_backward(gc, x, Tensor(), w2, win, groups, input_done ? Tensor() : grad_input,
@@ -322,13 +322,13 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   check_conv_args(x, weight, bias, groups);
   const Window win = make_window(x.sizes(), {weight.size(2), weight.size(3)}, stride, padding, dilation, "conv2d");
   const int64_t out_channels = weight.size(0);
-  if (!TDDP_DISPATCH(x.device(), "conv2d", conv2d_native, win, out_channels, groups, bias.defined(), x.dtype())) {
-    // A dtype the backend does not convolve itself (bfloat16 on a CPU where oneDNN does not):
-    // the float32 convolution of the same values, rounded once (exact products, float32 sums,
-    // as oneDNN's bfloat16 convolution), its gradients likewise; col2im's sums in bfloat16
-    // would round at every tap.
+  if (!backend_for(x.device(), "conv2d").conv2d_native(win, out_channels, groups, bias.defined(), x.dtype())) {
+    // A dtype the backend does not convolve itself (today: bfloat16 on a CPU where oneDNN
+    // does not): the float32 convolution of the same values, rounded once (exact products,
+    // float32 sums, as oneDNN's bfloat16 convolution), its gradients likewise; col2im's sums
+    // in bfloat16 would round at every tap.
     const auto wide = [](const Tensor& t) { return t.defined() && t.dtype() == kBFloat16 ? t.to(kFloat32) : t; };
-    const Autocast float32(DeviceType::kCPU, kBFloat16, false);  // not cast back down
+    const Autocast float32(x.device().type, kBFloat16, false);  // not cast back down
     return conv2d(wide(input), wide(weight), wide(bias), stride, padding, dilation, groups).to(kBFloat16);
   }
   // [O, C/g * kh * kw], contiguous; a recorded view (saved, it keeps its history for a double backward)

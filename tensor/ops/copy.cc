@@ -23,17 +23,15 @@ void copy_into(const Tensor& dst, const Tensor& src, bool non_blocking) {
   if (same_geometry(dst, src) && dst.shares_storage(src)) return;  // copying a tensor onto itself
   NoGradGuard no_grad;
   const Tensor source = detach_from_output(src, dst);
-  // The CUDA copy takes any pair with a GPU side: on one GPU, or between devices.
-  detail::dispatch(
-      dst.is_cpu() ? source.device() : dst.device(), "copy_", [&] { cpu::copy(dst, source); },
-      [&] { cuda::copy(dst, source, non_blocking); });
+  // A pair with a GPU side goes to the GPU's backend (on one GPU, or between devices).
+  backend_for(dst.is_cpu() ? source.device() : dst.device(), "copy_").copy(dst, source, non_blocking);
   dst.storage().bump_version();
 }
 
 void fill_out(const Tensor& dst, double value) {
   check_defined(dst, "fill_", "self");
   check_in_place(dst, nullptr, "fill_");
-  TDDP_DISPATCH(dst.device(), "fill_", fill, dst, value);
+  backend_for(dst.device(), "fill_").fill(dst, value);
   dst.storage().bump_version();
 }
 
@@ -46,7 +44,7 @@ void accumulate_into(const Tensor& dst, const Tensor& src) {
   check_in_place(dst, &src, "accumulate_into");
   check_same_device(dst, src, "accumulate_into", "dst", "src");
   NoGradGuard no_grad;
-  TDDP_DISPATCH(dst.device(), "accumulate_into", accumulate, dst, detach_from_output(src, dst));
+  backend_for(dst.device(), "accumulate_into").accumulate(dst, detach_from_output(src, dst));
   dst.storage().bump_version();
 }
 

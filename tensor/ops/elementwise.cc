@@ -32,7 +32,7 @@ void promote_floats(Tensor& a, Tensor& b) {
 
 void run_binary(BinaryOp kind, const Tensor& out, const Tensor& a, const Tensor& b, double alpha, const char* op) {
   NoGradGuard no_grad;
-  TDDP_DISPATCH(out.device(), op, binary, kind, out, a, b, alpha);
+  backend_for(out.device(), op).binary(kind, out, a, b, alpha);
 }
 
 // Shared checks of the out-variants: out = kind(a, b) with out already allocated.
@@ -69,7 +69,7 @@ Tensor compare(CompareOp kind, const Tensor& a, const Tensor& b, const char* op)
   check_pair(a, b, op);
   const Tensor out = new_output(broadcast_shapes(a.sizes(), b.sizes(), op), kBool, a.device());
   NoGradGuard no_grad;
-  TDDP_DISPATCH(out.device(), op, compare, kind, out, a, b);
+  backend_for(out.device(), op).compare(kind, out, a, b);
   return out;
 }
 
@@ -83,7 +83,7 @@ Tensor compare_scalar(CompareOp kind, const Tensor& a, double b, const char* op)
 Tensor run_unary(UnaryOp kind, const Tensor& x, const char* op) {
   NoGradGuard no_grad;
   const Tensor out = new_output(x.sizes(), x.dtype(), x.device());
-  TDDP_DISPATCH(x.device(), op, unary, kind, out, x);
+  backend_for(x.device(), op).unary(kind, out, x);
   return out;
 }
 
@@ -400,7 +400,7 @@ Tensor pow(const Tensor& x, double exponent) {
   const Tensor out = new_output(x.sizes(), x.dtype(), x.device());
   {
     NoGradGuard no_grad;
-    TDDP_DISPATCH(x.device(), "pow", pow_scalar, out, x, exponent);
+    backend_for(x.device(), "pow").pow_scalar(out, x, exponent);
   }
   // grad_x = grad_out * exponent * x^(exponent - 1) (zero when exponent is 0)
   return record_unary(x, out, "PowBackward", x, [exponent](const Tensor& v) {
@@ -421,7 +421,7 @@ Tensor pow(double base, const Tensor& exponent) {
   const Tensor out = new_output(exponent.sizes(), exponent.dtype(), exponent.device());
   {
     NoGradGuard no_grad;
-    TDDP_DISPATCH(exponent.device(), "pow", pow_scalar_base, out, exponent, base);
+    backend_for(exponent.device(), "pow").pow_scalar_base(out, exponent, base);
   }
   // grad_exponent = grad_out * out * log(base), as PyTorch: 0 where base is 0 and exponent >= 0
   if (!needs_grad(exponent)) return out;

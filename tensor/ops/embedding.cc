@@ -42,7 +42,7 @@ Tensor embedding(const Tensor& input, const Tensor& weight) {
   {
     NoGradGuard no_grad;
     ids = input.contiguous().view({n});
-    TDDP_DISPATCH(weight.device(), "embedding", embedding, out.view({n, dim}), weight.contiguous(), ids);
+    backend_for(weight.device(), "embedding").embedding(out.view({n, dim}), weight.contiguous(), ids);
   }
   // grad_out [..., C] -> grad_weight [V, C]: each row of grad_out added onto row ids[i].
   if (needs_grad(weight)) {
@@ -50,8 +50,8 @@ Tensor embedding(const Tensor& input, const Tensor& weight) {
       const Tensor grad_weight = new_output({rows, dim}, g.dtype(), g.device());
       {
         NoGradGuard no_grad;
-        TDDP_DISPATCH(g.device(), "embedding backward", embedding_backward, grad_weight, g.contiguous().view({n, dim}),
-                      ids);
+        backend_for(g.device(), "embedding backward")
+            .embedding_backward(grad_weight, g.contiguous().view({n, dim}), ids);
       }
       // create_graph: linear in g, so its own gradient is the lookup again
       if (needs_grad(g)) {

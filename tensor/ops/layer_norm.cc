@@ -4,6 +4,7 @@
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/ops/checks.h"
+#include "tinyddp/tensor/ops/composite.h"
 #include "tinyddp/tensor/ops/graph_formulas.h"
 
 namespace tinyddp::tensor {
@@ -55,7 +56,7 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
   {
     NoGradGuard no_grad;
     const Tensor b = bias.defined() ? bias.contiguous().view({n}) : Tensor();
-    TDDP_DISPATCH(input.device(), "layer_norm", layer_norm, out.view({rows, n}), mean, rstd, x, w, b, eps);
+    backend_for(input.device(), "layer_norm").layer_norm(out.view({rows, n}), mean, rstd, x, w, b, eps);
   }
   // grad_out [..., N] -> grad_input, grad_weight = sum over rows of grad_out * xhat and
   // grad_bias = sum over rows of grad_out, from the saved mean and rstd (one kernel).
@@ -74,19 +75,17 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
                                              need_weight ? sum(mul(g, d.xhat), {0}).view(affine_shape) : Tensor(),
                                              need_bias ? sum(g, {0}).view(affine_shape) : Tensor()};
                 }
-                // The CPU's kernel writes the three gradients asked for; the GPU's writes the
-                // input's, and the weight's and bias's are column sums composed from the ops.
+                // The backend's kernel writes the input's gradient and, where it can (the CPU's,
+                // in the same pass), the weight's and bias's; else those are column sums
+                // composed from the ops.
                 const Tensor grad_input = need_input ? new_output({rows, n}, g.dtype(), g.device()) : Tensor();
                 const Tensor grad_weight = need_weight ? new_output({n}, g.dtype(), g.device()) : Tensor();
                 const Tensor grad_bias = need_bias ? new_output({n}, g.dtype(), g.device()) : Tensor();
-                dispatch(
-                    g.device(), "layer_norm backward",
-                    [&] { cpu::layer_norm_backward(grad_input, grad_weight, grad_bias, g, x, mean, rstd, w); },
-                    [&] {
-                      if (grad_input.defined()) cuda::layer_norm_backward(grad_input, g, x, mean, rstd, w);
-                      NoGradGuard no_grad;
-                      composite::layer_norm_param_grads(grad_weight, grad_bias, g, x, mean, rstd);
-                    });
+                if (!backend_for(g.device(), "layer_norm backward")
+                         .layer_norm_backward(grad_input, grad_weight, grad_bias, g, x, mean, rstd, w)) {
+                  NoGradGuard no_grad;
+                  composite::layer_norm_param_grads(grad_weight, grad_bias, g, x, mean, rstd);
+                }
                 return std::vector<Tensor>{need_input ? grad_input.view(in_shape) : Tensor(),
                                            need_weight ? grad_weight.view(affine_shape) : Tensor(),
                                            need_bias ? grad_bias.view(affine_shape) : Tensor()};

@@ -16,7 +16,7 @@ using namespace detail;
 namespace {
 
 // out = a @ b on the tensors' device (checked by the caller).
-void run_mm(const Tensor& out, const Tensor& a, const Tensor& b) { TDDP_DISPATCH(out.device(), "mm", mm, out, a, b); }
+void run_mm(const Tensor& out, const Tensor& a, const Tensor& b) { backend_for(out.device(), "mm").mm(out, a, b); }
 
 // left @ right (2-D), computed so that the result has the memory layout of `like`: when
 // `like` is a transposed view of a contiguous matrix (Linear's weight.t()), the product is
@@ -82,7 +82,7 @@ Tensor batched_mm(const Tensor& a2, const Tensor& b2) {
   check_kernel_device(a2, "matmul");
   const Tensor out = new_output(out_shape, a2.dtype(), a2.device());
   // One call where a kernel serves the whole batch, else matrix by matrix.
-  if (TDDP_DISPATCH(out.device(), "matmul", bmm, out, ae, be)) return out;
+  if (backend_for(out.device(), "matmul").bmm(out, ae, be)) return out;
   const int64_t count = shape_numel(batch);
   for (int64_t i = 0; i < count; ++i) {
     // Select batch entry i (row-major over the batch dims) from all three tensors.
@@ -177,7 +177,7 @@ Tensor linear(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
     const Tensor out2 = new_output({x2.size(0), out_features}, input.dtype(), input.device());
     // x2 [n, in] @ weight^T [in, out] (+ bias)
     if (bias.defined()) {
-      TDDP_DISPATCH(out2.device(), "linear", addmm, out2, bias, x2, weight.t());
+      backend_for(out2.device(), "linear").addmm(out2, bias, x2, weight.t());
     } else {
       run_mm(out2, x2, weight.t());
     }

@@ -8,6 +8,7 @@
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/ops/checks.h"
+#include "tinyddp/tensor/ops/composite.h"
 #include "tinyddp/tensor/ops/graph_formulas.h"
 #include "tinyddp/tensor/random.h"
 
@@ -46,7 +47,9 @@ void check_bn_input(const Tensor& input, const char* op) {
 std::tuple<Tensor, Tensor> batch_norm_mean_var(const Tensor& input) {
   check_bn_input(input, "batch_norm_mean_var");
   NoGradGuard no_grad;
-  return TDDP_DISPATCH_OR_COMPOSE(input.device(), "batch_norm", batch_norm_mean_var, input.contiguous());
+  const Tensor x = input.contiguous();
+  if (auto stats = backend_for(x.device(), "batch_norm").batch_norm_mean_var(x)) return *stats;
+  return composite::batch_norm_mean_var(x);
 }
 
 Tensor batch_norm_elemt(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& mean,
@@ -57,8 +60,10 @@ Tensor batch_norm_elemt(const Tensor& input, const Tensor& weight, const Tensor&
   }
   NoGradGuard no_grad;
   const Tensor out = new_output(input.sizes(), input.dtype(), input.device());
-  TDDP_DISPATCH_OR_COMPOSE(input.device(), "batch_norm", batch_norm_elemt, out, input.contiguous(), weight, bias, mean,
-                           invstd);
+  const Tensor x = input.contiguous();
+  if (!backend_for(x.device(), "batch_norm").batch_norm_elemt(out, x, weight, bias, mean, invstd)) {
+    composite::batch_norm_elemt(out, x, weight, bias, mean, invstd);
+  }
   return out;
 }
 
@@ -69,8 +74,9 @@ std::tuple<Tensor, Tensor> batch_norm_backward_reduce(const Tensor& grad_out, co
              format_shape(grad_out.sizes()), format_shape(input.sizes()));
   check_channel_vector(mean, input, "mean");
   NoGradGuard no_grad;
-  return TDDP_DISPATCH_OR_COMPOSE(input.device(), "batch_norm backward", batch_norm_backward_reduce,
-                                  grad_out.contiguous(), input.contiguous(), mean);
+  const Tensor dy = grad_out.contiguous(), x = input.contiguous();
+  if (auto sums = backend_for(x.device(), "batch_norm backward").batch_norm_backward_reduce(dy, x, mean)) return *sums;
+  return composite::batch_norm_backward_reduce(dy, x, mean);
 }
 
 Tensor batch_norm_backward_elemt(const Tensor& grad_out, const Tensor& input, const Tensor& mean, const Tensor& invstd,
@@ -91,8 +97,11 @@ Tensor batch_norm_backward_elemt(const Tensor& grad_out, const Tensor& input, co
   }
   NoGradGuard no_grad;
   const Tensor grad_input = new_output(input.sizes(), input.dtype(), input.device());
-  TDDP_DISPATCH_OR_COMPOSE(input.device(), "batch_norm backward", batch_norm_backward_elemt, grad_input,
-                           grad_out.contiguous(), input.contiguous(), mean, invstd, weight, sum_dy, sum_dy_xmu, count);
+  const Tensor dy = grad_out.contiguous(), x = input.contiguous();
+  if (!backend_for(x.device(), "batch_norm backward")
+           .batch_norm_backward_elemt(grad_input, dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, count)) {
+    composite::batch_norm_backward_elemt(grad_input, dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, count);
+  }
   return grad_input;
 }
 

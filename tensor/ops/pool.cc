@@ -6,6 +6,7 @@
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/ops/checks.h"
+#include "tinyddp/tensor/ops/composite.h"
 #include "tinyddp/tensor/ops/window.h"
 
 namespace tinyddp::tensor {
@@ -55,7 +56,9 @@ Tensor max_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d>
   const Tensor indices = new_output(out.sizes(), kInt64, x.device());  // where each maximum came from
   {
     NoGradGuard no_grad;
-    TDDP_DISPATCH_OR_COMPOSE(x.device(), "max_pool2d", max_pool2d, out, indices, x, win);
+    if (!backend_for(x.device(), "max_pool2d").max_pool2d(out, indices, x, win)) {
+      composite::max_pool2d(out, indices, x, win);
+    }
   }
   // grad_out [N, C, OH, OW] -> grad_x [N, C, H, W]: each output's gradient added at its maximum.
   if (needs_grad(x)) {
@@ -63,8 +66,10 @@ Tensor max_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d>
       const Tensor grad_x = new_output({win.n, win.c, win.h, win.w}, g.dtype(), g.device());
       {
         NoGradGuard no_grad;
-        TDDP_DISPATCH_OR_COMPOSE(g.device(), "max_pool2d backward", max_pool2d_backward, grad_x, g.contiguous(),
-                                 indices, win);
+        const Tensor gc = g.contiguous();
+        if (!backend_for(g.device(), "max_pool2d backward").max_pool2d_backward(grad_x, gc, indices, win)) {
+          composite::max_pool2d_backward(grad_x, gc, indices, win);
+        }
       }
       // create_graph: linear in g (the maxima's places are fixed), so its own gradient picks
       // each window's maximum place out of the incoming one

@@ -53,7 +53,7 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
   Tensor out;
   {
     NoGradGuard no_grad;
-    out = TDDP_DISPATCH(x.device(), "sum", sum, x, wrapped, keepdim);
+    out = backend_for(x.device(), "sum").sum(x, wrapped, keepdim);
   }
   // grad_out: reduced shape -> grad_x: grad_out broadcast over x's shape
   if (needs_grad(x)) {
@@ -75,7 +75,7 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   Tensor out;
   {
     NoGradGuard no_grad;
-    out = TDDP_DISPATCH(x.device(), "mean", mean, x, wrapped, keepdim);
+    out = backend_for(x.device(), "mean").mean(x, wrapped, keepdim);
   }
   // grad_x = grad_out broadcast over x's shape / (number of elements averaged)
   if (needs_grad(x)) {
@@ -118,7 +118,7 @@ Tensor max(const Tensor& x) {
   Tensor out;
   {
     NoGradGuard no_grad;
-    out = std::get<0>(TDDP_DISPATCH(x.device(), "max", max, x, {}, false));
+    out = std::get<0>(backend_for(x.device(), "max").max(x, {}, false));
   }
   // grad_x: grad_out shared evenly among the elements equal to the maximum (all NaNs if NaN)
   if (needs_grad(x)) {
@@ -142,7 +142,7 @@ std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
   Tensor values, indices;
   {
     NoGradGuard no_grad;
-    std::tie(values, indices) = TDDP_DISPATCH(x.device(), "max", max, x, {d}, keepdim);
+    std::tie(values, indices) = backend_for(x.device(), "max").max(x, {d}, keepdim);
   }
   // grad_x: zeros except grad_out at each maximum's index along `d`
   if (needs_grad(x)) {
@@ -165,7 +165,7 @@ Tensor argmax(const Tensor& x) {
   TDDP_CHECK(x.numel() > 0, "argmax: expected a non-empty tensor, got shape {}", format_shape(x.sizes()));
   check_kernel_device(x, "argmax");
   NoGradGuard no_grad;
-  return std::get<1>(TDDP_DISPATCH(x.device(), "argmax", max, x, {}, false));
+  return std::get<1>(backend_for(x.device(), "argmax").max(x, {}, false));
 }
 
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
@@ -182,7 +182,7 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, bool log, const char* op) {
   const Tensor out = new_output(x.sizes(), x.dtype(), x.device());
   {
     NoGradGuard no_grad;
-    TDDP_DISPATCH(x.device(), op, softmax, out, x, d, log);
+    backend_for(x.device(), op).softmax(out, x, d, log);
   }
   if (!needs_grad(x)) return out;
   if (log) {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "tinyddp/tensor/cpu/backend.h"
+#include "tinyddp/tensor/internal/kernel_ops.h"
 #include "tinyddp/tensor/ops.h"  // Size2d
 #include "tinyddp/tensor/tensor.h"
 

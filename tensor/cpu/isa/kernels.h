@@ -103,7 +103,7 @@ struct IsaKernels {
   // elements.
   void (*softmax_rows_f32)(const float* x, float* out, int64_t rows, int64_t n, bool log, float* scratch);
   void (*softmax_rows_f64)(const double* x, double* out, int64_t rows, int64_t n, bool log, double* scratch);
-  // Causal softmax of contiguous [rows / m matrices of m, n] (cpu/backend.h): row r keeps its
+  // Causal softmax of contiguous [rows / m matrices of m, n] (internal/backend.h): row r keeps its
   // first r % m + n - m + 1 columns. The forward's rows round as softmax_rows' over the
   // masked row; the backward (dx from g and the forward's y) as sum and the elementwise ops,
   // with each row's sum(g * y) rounded to bfloat16 when `bf16_dot` (PyTorch's bfloat16

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "tinyddp/base/error.h"
-#include "tinyddp/tensor/cpu/backend.h"
+#include "tinyddp/tensor/cpu/algorithms.h"
 #include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/cpu_isa.h"
 

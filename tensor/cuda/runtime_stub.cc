@@ -1,0 +1,28 @@
+// tensor/cuda.h's runtime in a build without CUDA: every call says why it cannot run. (There
+// is no CUDA backend in such a build: backend_for names the op and the device instead.)
+#include "tinyddp/base/error.h"
+#include "tinyddp/tensor/cuda.h"
+#include "tinyddp/tensor/tensor.h"
+
+namespace tinyddp::tensor::cuda {
+
+namespace {
+[[noreturn]] void unavailable(const char* op) { throw Error(fmt::format("{}: {}", op, unavailable_reason())); }
+}  // namespace
+
+void runtime_set_device(int device) { throw Error(fmt::format("set_device({}): {}", device, unavailable_reason())); }
+
+Tensor to_host_after(const Tensor&, const StreamMark&) { unavailable("to_host_after"); }
+StreamMark StreamMark::record(int, bool) { unavailable("StreamMark::record"); }
+double StreamMark::elapsed_ms(const StreamMark&, const StreamMark&) { unavailable("StreamMark::elapsed_ms"); }
+struct CudaGraph::Impl {};
+CudaGraph::CudaGraph() : impl_(std::make_unique<Impl>()) {}
+CudaGraph::~CudaGraph() = default;
+void CudaGraph::capture_begin(int) { unavailable("CudaGraph::capture_begin"); }
+void CudaGraph::capture_end() { unavailable("CudaGraph::capture_end"); }
+void CudaGraph::replay() { unavailable("CudaGraph::replay"); }
+void CudaGraph::reset() {}
+bool CudaGraph::captured() const { return false; }
+bool is_capturing(int) { return false; }
+
+}  // namespace tinyddp::tensor::cuda

@@ -1,0 +1,47 @@
+// backend_for, the one place that maps a device type to its backend (internal/backend.h), and
+// the copies every backend builds on its own copy and fill.
+#include "tinyddp/tensor/internal/backend.h"
+
+#include "tinyddp/base/error.h"
+#include "tinyddp/tensor/cpu/backend.h"
+#include "tinyddp/tensor/factory.h"
+#if TINYDDP_WITH_CUDA
+#include "tinyddp/tensor/cuda/backend.h"
+#endif
+
+namespace tinyddp::tensor {
+
+Backend& backend_for(Device device, const char* op) {
+  switch (device.type) {
+    case DeviceType::kCPU: return cpu::backend();
+    case DeviceType::kCUDA:
+#if TINYDDP_WITH_CUDA
+      return cuda::backend();
+#else
+      break;  // a CUDA tensor exists in this build only through a custom allocator, as tests make one
+#endif
+  }
+  throw Error(fmt::format("{}: no kernel for tensors on {} in this build", op, device.str()));
+}
+
+Tensor Backend::contiguous(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  const Tensor out = empty(t.sizes(), TensorOptions(t.dtype()).device(t.device()));
+  copy(out, t, false);
+  return out;
+}
+
+Tensor Backend::converted(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  const Tensor out = empty(t.sizes(), TensorOptions(dtype).device(t.device()));
+  copy(out, t, false);
+  return out;
+}
+
+Tensor Backend::zeros(const Shape& sizes, DType dtype, Device device) {
+  const Tensor out = empty(sizes, TensorOptions(dtype).device(device));
+  fill(out, 0.0);
+  return out;
+}
+
+}  // namespace tinyddp::tensor

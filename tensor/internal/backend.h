@@ -1,0 +1,139 @@
+// The one backend interface (internal to tensor/): every kernel entry point that tensor/ops/
+// calls, declared once. The CPU backend (cpu/backend.h) and the CUDA backend (cuda/backend.h)
+// each implement it as one class; ops/ asks backend_for(device) and never names a device.
+// Adding a backend is writing one more class and one more case in backend_for
+// (internal/backend.cc).
+//
+// The contracts hold for every backend. Arguments are already validated by ops/: dtypes agree,
+// `out` has the broadcast shape, all tensors of one call are on the backend's device (copy: see
+// below). A backend never calls back up into ops/: it has its own copies, fills and
+// allocations. An entry point that returns bool (or an optional) may decline a case it has no
+// kernel for: it writes nothing and ops/ composes the result from other entry points
+// (ops/composite.h) or takes its general route.
+#pragma once
+
+#include <optional>
+#include <tuple>
+
+#include "tinyddp/tensor/internal/kernel_ops.h"
+#include "tinyddp/tensor/tensor.h"
+
+namespace tinyddp::tensor {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // Elementwise (cpu/elementwise.cc, cuda/elementwise.cu): out = op(a, b) with broadcasting.
+  virtual void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) = 0;
+  virtual void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) = 0;  // out: bool
+  virtual void unary(UnaryOp op, const Tensor& out, const Tensor& x) = 0;
+  virtual void pow_scalar(const Tensor& out, const Tensor& x, double exponent) = 0;
+  virtual void pow_scalar_base(const Tensor& out, const Tensor& exponent, double base) = 0;  // floating only
+  // dst = src, src broadcast to dst, any dtypes. The CUDA backend takes every pair with a GPU
+  // side, between devices too (its stream rules: cuda/backend.h); non_blocking means nothing
+  // on the CPU.
+  virtual void copy(const Tensor& dst, const Tensor& src, bool non_blocking) = 0;
+  virtual void fill(const Tensor& dst, double value) = 0;
+  virtual void accumulate(const Tensor& dst, const Tensor& src) = 0;  // dst += src; dst may overlap itself
+
+  // Reductions: `dims` are wrapped and unique; an empty list means every dim.
+  virtual Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) = 0;
+  virtual Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) = 0;
+  virtual std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim) = 0;  // values, indices
+  virtual void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) = 0;
+
+  // Batch normalisation over dim 1 of contiguous x [N, C, ...], statistics [C] in x's dtype
+  // (accumulated in double), weight/bias [C] or undefined; tensor/ops.h's batch_norm_mean_var
+  // and friends say what each computes.
+  virtual std::optional<std::tuple<Tensor, Tensor>> batch_norm_mean_var(const Tensor& x) = 0;
+  virtual bool batch_norm_elemt(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                const Tensor& mean, const Tensor& invstd) = 0;
+  virtual std::optional<std::tuple<Tensor, Tensor>> batch_norm_backward_reduce(const Tensor& dy, const Tensor& x,
+                                                                               const Tensor& mean) = 0;
+  virtual bool batch_norm_backward_elemt(const Tensor& grad_x, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                                         const Tensor& invstd, const Tensor& weight, const Tensor& sum_dy,
+                                         const Tensor& sum_dy_xmu, double count) = 0;
+
+  // out [n, C] = the rows of contiguous weight [V, C] at ids [n] (contiguous int64, each in
+  // [0, V)); the backward sets grad_weight [V, C] to the sum of grad_out's rows [n, C] at each
+  // id (repeated ids summed, unused rows zero).
+  virtual void embedding(const Tensor& out, const Tensor& weight, const Tensor& ids) = 0;
+  virtual void embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& ids) = 0;
+
+  // Layer normalisation over the rows of contiguous x [M, N]: out [M, N] = (x - mean) * rstd *
+  // weight + bias (weight, bias: contiguous [N] or undefined), with each row's mean and rstd =
+  // 1 / sqrt(biased variance + eps) written to mean, rstd [M] (float64 for float64 x, else
+  // float32). The backward writes grad_x [M, N] when defined, from dy [M, N] (contiguous), x,
+  // the forward's mean and rstd, and weight; it returns whether it also wrote grad_weight and
+  // grad_bias [N] (each when defined): false leaves those column sums to ops/.
+  virtual void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                          const Tensor& weight, const Tensor& bias, double eps) = 0;
+  virtual bool layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                                   const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                   const Tensor& weight) = 0;
+
+  // Attention's causal softmax over contiguous x [B, M, N] into out (same layout): row i of
+  // each [M, N] matrix keeps columns j <= i + N - M; the backward writes grad_x from grad_out
+  // and the forward's y (all contiguous [B, M, N]).
+  virtual void causal_softmax(const Tensor& out, const Tensor& x, double scale) = 0;
+  virtual void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y,
+                                       double scale) = 0;
+
+  // col (shape [N, C, kh, kw, OH, OW], any strides) = the windows of x [N, C, H, W] (any
+  // strides), padding reading as pad_value; and its gradient, grad_x (contiguous, zeroed here)
+  // = the sum, over the col entries that read each input element, of those entries.
+  virtual void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double pad_value) = 0;
+  virtual void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window) = 0;
+
+  // Max pooling: out [N, C, OH, OW] = each window's maximum (NaN wins; of equal values the
+  // first in row-major window order), `indices` (int64, same shape) saying where it came from,
+  // in a form only this backend's max_pool2d_backward reads; grad_x (contiguous, zeroed here)
+  // receives each output gradient at its window's maximum.
+  virtual bool max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& window) = 0;
+  virtual bool max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
+                                   const Window2d& window) = 0;
+
+  // Products. out [n, m] (contiguous) = a [n, k] x b [k, m], any strides on a and b; addmm
+  // adds bias [m] to each row (Linear's forward); bmm: out [..., n, m] (contiguous) = a [..., n,
+  // k] x b [..., k, m] (the same batch dims) as one call where a kernel serves it (false: ops/
+  // multiplies matrix by matrix).
+  virtual void mm(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  virtual void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b) = 0;
+  virtual bool bmm(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
+
+  // Convolution by the backend's own algorithms (x, weight, grad_out contiguous; out =
+  // conv(x, weight) + bias when bias is defined); false, with nothing written, where it has
+  // none: ops/conv.cc's im2col + GEMM route then. The backward passes are asked only after
+  // conv2d served the forward. conv2d_native: whether the backend convolves `dtype` at this
+  // geometry at all; false: ops/ convolves in float32 and rounds once.
+  virtual bool conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      const Window2d& window, int64_t groups) = 0;
+  virtual bool conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight,
+                                     const Window2d& window, int64_t groups) = 0;
+  virtual bool conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x,
+                                      const Window2d& window, int64_t groups) = 0;
+  virtual bool conv2d_native(const Window2d& window, int64_t out_channels, int64_t groups, bool bias,
+                             DType dtype) = 0;
+
+  // One SGD update of param in one pass over memory (tensor/ops.h's fused_sgd_step_). param,
+  // grad and *momentum_buffer (when defined) are contiguous, of one shape and dtype; a
+  // momentum buffer is allocated here on the first step with momentum, and takes d itself.
+  // false, with nothing written or allocated, where the backend has no fused kernel.
+  virtual bool sgd_step(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step) = 0;
+
+  // What a backend's own code needs of copies, on its own copy and fill (internal/backend.cc),
+  // so that it never calls back up into ops/ through Tensor::contiguous, to or fill_:
+  // t itself when already contiguous, else a contiguous copy on t's device;
+  Tensor contiguous(const Tensor& t);
+  // t itself when already of `dtype`, else a contiguous copy converted to it;
+  Tensor converted(const Tensor& t, DType dtype);
+  // a new contiguous tensor of zeros.
+  Tensor zeros(const Shape& sizes, DType dtype, Device device);
+};
+
+// The backend of `device`'s type. A device type this build has no backend for (CUDA without
+// --config=cuda) is an error naming `op` and the device.
+Backend& backend_for(Device device, const char* op);
+
+}  // namespace tinyddp::tensor
