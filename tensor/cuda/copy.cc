@@ -99,8 +99,9 @@ Tensor to_host_after(const Tensor& src, const StreamMark& after) {
 void CudaBackend::copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
   if (dst.numel() == 0) return;
   if (dst.is_cuda() && src.is_cuda() && dst.device() == src.device()) {
-    run<2>({&dst, &src}, "copy kernel",
-           [&](const kernels::Geometry& g, const auto& o, void* stream) { return kernels::copy(g, o[0], o[1], stream); });
+    run<2>({&dst, &src}, "copy kernel", [&](const kernels::Geometry& g, const auto& o, void* stream) {
+      return kernels::copy(g, o[0], o[1], stream);
+    });
     return;
   }
   // Between devices: move src's elements as they are (dense, src's dtype, src's shape), then

@@ -77,8 +77,7 @@ class Backend {
   // each [M, N] matrix keeps columns j <= i + N - M; the backward writes grad_x from grad_out
   // and the forward's y (all contiguous [B, M, N]).
   virtual void causal_softmax(const Tensor& out, const Tensor& x, double scale) = 0;
-  virtual void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y,
-                                       double scale) = 0;
+  virtual void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale) = 0;
 
   // col (shape [N, C, kh, kw, OH, OW], any strides) = the windows of x [N, C, H, W] (any
   // strides), padding reading as pad_value; and its gradient, grad_x (contiguous, zeroed here)
@@ -113,8 +112,7 @@ class Backend {
                                      const Window2d& window, int64_t groups) = 0;
   virtual bool conv2d_backward_weight(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& x,
                                       const Window2d& window, int64_t groups) = 0;
-  virtual bool conv2d_native(const Window2d& window, int64_t out_channels, int64_t groups, bool bias,
-                             DType dtype) = 0;
+  virtual bool conv2d_native(const Window2d& window, int64_t out_channels, int64_t groups, bool bias, DType dtype) = 0;
 
   // One SGD update of param in one pass over memory (tensor/ops.h's fused_sgd_step_). param,
   // grad and *momentum_buffer (when defined) are contiguous, of one shape and dtype; a
