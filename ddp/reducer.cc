@@ -37,7 +37,7 @@ Reducer::Reducer(std::vector<Tensor> params, std::vector<std::string> names, std
   TDDP_CHECK(params_.size() == names_.size(), "Reducer: {} parameters but {} names", params_.size(), names_.size());
   initialize_buckets(assign_buckets(params_, reverse_order(params_.size()), options_.first_bucket_cap_bytes(),
                                     options_.bucket_cap_bytes()));
-  iteration_ = Iteration(params_.size());
+  iteration_ = Iteration(assignment_, params_.size());
   local_used_map_.assign(params_.size(), 0);
   num_grad_hooks_triggered_.assign(params_.size(), 0);
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -53,14 +53,12 @@ void Reducer::initialize_buckets(const BucketAssignment& assignment) {
   assignment_ = assignment;
   NoGradGuard no_grad;
   std::vector<Bucket> buckets(assignment_.buckets.size());
-  std::vector<Tensor> views(params_.size());
-  bucket_of_.assign(params_.size(), 0);
+  slot_of_.assign(params_.size(), Slot{});
   for (size_t b = 0; b < buckets.size(); ++b) {
     Bucket& bucket = buckets[b];
-    bucket.params = assignment_.buckets[b];
     int64_t total = 0;
     std::vector<Tensor> members;
-    for (size_t i : bucket.params) {
+    for (size_t i : params_of(b)) {
       total += params_[i].numel();
       members.push_back(params_[i]);
     }
@@ -68,25 +66,30 @@ void Reducer::initialize_buckets(const BucketAssignment& assignment) {
     bucket.contents = tensor::zeros({total}, tensor::TensorOptions().dtype(first.dtype()).device(first.device()));
     // Each parameter's slot: its shape, row-major, inside the flat contents.
     bucket.views = comm::flat_views(bucket.contents, members);
-    for (size_t k = 0; k < bucket.params.size(); ++k) {
-      const size_t i = bucket.params[k];
-      views[i] = bucket.views[k];
-      bucket_of_[i] = b;
+    for (size_t k = 0; k < params_of(b).size(); ++k) {
+      const size_t i = params_of(b)[k];
+      slot_of_[i] = Slot{b, k};
       // gradient_as_bucket_view: an existing gradient moves into the (new) bucket slot.
       if (options_.gradient_as_bucket_view() && params_[i].grad().defined()) {
-        views[i].copy_(params_[i].grad());
-        params_[i].mutable_grad() = views[i];
+        bucket.views[k].copy_(params_[i].grad());
+        params_[i].mutable_grad() = bucket.views[k];
       }
     }
-    bucket.pending = bucket.params.size();
   }
   buckets_ = std::move(buckets);
-  views_ = std::move(views);
+}
+
+Reducer::Iteration::Iteration(const BucketAssignment& assignment, size_t params)
+    : ready(params, false), futures(assignment.buckets.size()) {
+  for (const std::vector<size_t>& bucket : assignment.buckets) pending.push_back(bucket.size());
 }
 
 Reducer::Snapshot Reducer::snapshot() const {
-  Snapshot s{assignment_, has_rebuilt_bucket_, {}, views_, iteration_.launch_order, iteration_.grad_ready_order};
+  Snapshot s{assignment_, has_rebuilt_bucket_,        {}, std::vector<Tensor>(params_.size()),
+             {},          iteration_.grad_ready_order};
   for (const Bucket& b : buckets_) s.bucket_contents.push_back(b.contents);
+  for (size_t i = 0; i < params_.size(); ++i) s.bucket_views[i] = view_of(i);
+  for (size_t b = 0; b < iteration_.launched; ++b) s.launch_order.push_back(b);
   return s;
 }
 
@@ -173,22 +176,20 @@ bool Reducer::rebuild_buckets() {
 }
 
 void Reducer::prepare_for_backward(const std::vector<Tensor>& outputs) {
-  iteration_ = Iteration(params_.size());
+  iteration_ = Iteration(assignment_, params_.size());
   iteration_.expect_autograd_hooks = true;
   if (options_.static_graph()) iteration_.hooks_left = num_grad_hooks_triggered_;
-  for (Bucket& b : buckets_) {
-    b.pending = b.params.size();
-    b.future.reset();
-  }
   if (dynamic_graph_find_unused()) search_unused_parameters(outputs);
 }
 
 void Reducer::set_divide_factor() {
-  if (div_factor_ != kUnsetDivFactor) return;
-  div_factor_ = pg_->size();
-  if (forward_pass_work_ && !use_static_world_size_) {
-    forward_pass_work_->wait();
-    div_factor_ = static_cast<int>(forward_pass_active_.item<int64_t>());
+  if (iteration_.div_factor != 0) return;
+  iteration_.div_factor = pg_->size();
+  // Join: this forward's count of the ranks still active, used once.
+  const std::shared_ptr<comm::Work> active = std::move(forward_pass_work_);
+  if (active && !use_static_world_size_) {
+    active->wait();
+    iteration_.div_factor = static_cast<int>(forward_pass_active_.item<int64_t>());
   }
 }
 

@@ -128,15 +128,19 @@ class Reducer {
   }
 
  private:
+  // Bucket b holds the parameters assignment_.buckets[b] (params_of), in that order.
   struct Bucket {
-    std::vector<size_t> params;
     Tensor contents;            // flat, one dtype
     std::vector<Tensor> views;  // each parameter's slot in contents (comm::flat_views), built once
-    Tensor inverse_div;         // 1 / div_factor_ as a 0-d tensor of the contents' dtype
+    Tensor inverse_div;         // 1 / the divisor as a 0-d tensor of the contents' dtype
     int inverse_div_of = 0;     // the divisor inverse_div holds
-    size_t pending = 0;
-    std::shared_ptr<Future> future;
   };
+  // Where parameter i lives: buckets_[bucket].views[index].
+  struct Slot {
+    size_t bucket = 0, index = 0;
+  };
+  const std::vector<size_t>& params_of(size_t b) const { return assignment_.buckets[b]; }
+  const Tensor& view_of(size_t i) const { return buckets_[slot_of_[i].bucket].views[slot_of_[i].index]; }
 
   // Backward, in the order things happen.
   void autograd_hook(size_t param);
@@ -151,7 +155,7 @@ class Reducer {
   void finalize_backward();
   // Writes bucket b's reduced contents to .grad; `result` is the hook's value (copied into
   // the contents first when it is another tensor).
-  void finalize_bucket_dense(Bucket& bucket, const Tensor& result);
+  void finalize_bucket_dense(size_t b, const Tensor& result);
   void finish_local_used_map();
   void copy_bucket_to_grad(size_t param, const Tensor& reduced_view, bool global_unused);
   bool globally_unused(size_t param);
@@ -182,23 +186,26 @@ class Reducer {
 
   BucketAssignment assignment_;
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;  // param -> bucket
-  std::vector<Tensor> views_;      // param -> its slot in the bucket contents (a bucket's views)
+  std::vector<Slot> slot_of_;  // param -> its bucket and place there
 
   // One synchronised backward pass (PyTorch's names): made afresh by prepare_for_backward,
   // the only place it is reset; finalize_backward disarms it and leaves the rest for a reader
   // (snapshot) and for the next forward's check (ensure_prior_reduction_finished).
   struct Iteration {
-    explicit Iteration(size_t params = 0) : ready(params, false) {}
+    Iteration() = default;
+    explicit Iteration(const BucketAssignment& assignment, size_t params);
     bool expect_autograd_hooks = false;  // armed: the hooks reduce (false: no_sync, or finalized)
     bool first_autograd_hook_called = false;
     bool has_marked_unused_parameters = false;  // this forward's unused parameters marked ready
     bool delay_all_reduce_queued = false;       // static_graph's first iteration
-    size_t next_bucket = 0;                     // the next bucket to launch, in index order
-    std::vector<bool> ready;                    // per parameter: marked ready
-    std::vector<size_t> grad_ready_order;       // parameters, in the order their gradients arrived
-    std::vector<size_t> launch_order;           // buckets, in the order they were launched
-    std::vector<int> hooks_left;                // static_graph: firings still to come, per parameter
+    int div_factor = 0;                         // the divisor, set by the first ready parameter
+    // Buckets launch strictly in index order: buckets 0 .. launched - 1 are on their way.
+    size_t launched = 0;
+    std::vector<bool> ready;                       // per parameter: marked ready
+    std::vector<size_t> pending;                   // per bucket: its parameters not yet ready
+    std::vector<std::shared_ptr<Future>> futures;  // per launched bucket: its reduction
+    std::vector<size_t> grad_ready_order;          // parameters, in the order their gradients arrived
+    std::vector<int> hooks_left;                   // static_graph: firings still to come, per parameter
   };
   Iteration iteration_;
   // Across iterations: whether a reduction started and has not been finalized (the next
@@ -225,9 +232,8 @@ class Reducer {
   std::vector<size_t> rebuilt_param_indices_;
   bool has_rebuilt_bucket_ = false;
 
-  // Division: the world size, or (Join) the number of ranks still active.
-  static constexpr int kUnsetDivFactor = -1;
-  int div_factor_ = kUnsetDivFactor;
+  // Division (Iteration::div_factor): the world size, or (Join) the number of ranks still
+  // active, which the forward's count (forward_pass_work_) gives once.
   std::shared_ptr<comm::Work> forward_pass_work_;
   Tensor forward_pass_active_;
   bool use_static_world_size_ = true;

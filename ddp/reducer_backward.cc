@@ -92,10 +92,10 @@ void Reducer::mark_variable_ready(size_t i) {
   iteration_.ready[i] = true;
   require_finalize_ = true;
   set_divide_factor();
-  const size_t b = bucket_of_[i];
+  const size_t b = slot_of_[i].bucket;
   copy_grad_to_bucket(i);
-  if (--buckets_[b].pending == 0) mark_bucket_ready(b);
-  if (iteration_.next_bucket == buckets_.size()) {
+  if (--iteration_.pending[b] == 0) mark_bucket_ready(b);
+  if (iteration_.launched == buckets_.size()) {
     // The last bucket is on its way: reduce the used-parameter map, and finish at the end of
     // this backward pass.
     if (dynamic_graph_find_unused()) all_reduce_local_used_map();
@@ -109,8 +109,9 @@ void Reducer::mark_variable_ready(size_t i) {
 }
 
 void Reducer::copy_grad_to_bucket(size_t i) {
-  Bucket& bucket = buckets_[bucket_of_[i]];
-  const Tensor& view = views_[i];
+  Bucket& bucket = buckets_[slot_of_[i].bucket];
+  const Tensor& view = view_of(i);
+  const int div_factor = iteration_.div_factor;
   Tensor& grad = params_[i].mutable_grad();
   const auto start = Recorder::Clock::now();
   if (!grad.defined()) {
@@ -131,13 +132,13 @@ void Reducer::copy_grad_to_bucket(size_t i) {
              view.device().str());
   if (aliases(grad, view)) {
     // gradient_as_bucket_view: .grad is the slot already.
-    if (builtin_hook_) view.div_(static_cast<double>(div_factor_));
+    if (builtin_hook_) view.div_(static_cast<double>(div_factor));
   } else {
     if (builtin_hook_) {
       // Divided on the way in: the sum the allreduce computes is then the average.
-      if (bucket.inverse_div_of != div_factor_) {
-        bucket.inverse_div = tensor::scalar_like(bucket.contents, 1.0 / div_factor_, "DistributedDataParallel");
-        bucket.inverse_div_of = div_factor_;
+      if (bucket.inverse_div_of != div_factor) {
+        bucket.inverse_div = tensor::scalar_like(bucket.contents, 1.0 / div_factor, "DistributedDataParallel");
+        bucket.inverse_div_of = div_factor;
       }
       tensor::mul_out(view, grad, bucket.inverse_div, "DistributedDataParallel");
     } else {
@@ -145,22 +146,21 @@ void Reducer::copy_grad_to_bucket(size_t i) {
     }
     if (options_.gradient_as_bucket_view()) grad = view;
   }
-  recorder_.gradient_copied(bucket_of_[i], names_[i], start);
+  recorder_.gradient_copied(slot_of_[i].bucket, names_[i], start);
 }
 
 void Reducer::mark_bucket_ready(size_t b) {
-  size_t& next = iteration_.next_bucket;
-  if (b != next) return;  // strictly in index order: it waits for the earlier ones
-  while (next < buckets_.size() && buckets_[next].pending == 0) {
-    all_reduce_bucket(next);
-    ++next;
+  if (b != iteration_.launched) return;  // strictly in index order: it waits for the earlier ones
+  while (iteration_.launched < buckets_.size() && iteration_.pending[iteration_.launched] == 0) {
+    all_reduce_bucket(iteration_.launched);
+    ++iteration_.launched;
   }
 }
 
 GradBucket Reducer::make_grad_bucket(size_t b, Tensor buffer) const {
   const Bucket& bucket = buckets_[b];
-  GradBucket grad_bucket{b, std::move(buffer), bucket.params, b + 1 == buckets_.size(), {}, builtin_hook_, {}};
-  for (size_t i : bucket.params) grad_bucket.params.push_back(params_[i]);
+  GradBucket grad_bucket{b, std::move(buffer), params_of(b), b + 1 == buckets_.size(), {}, builtin_hook_, {}};
+  for (size_t i : params_of(b)) grad_bucket.params.push_back(params_[i]);
   // The bucket's own views; for another buffer (Join's zeros), the same layout over it.
   grad_bucket.views = grad_bucket.buffer.is_same(bucket.contents)
                           ? bucket.views
@@ -169,15 +169,13 @@ GradBucket Reducer::make_grad_bucket(size_t b, Tensor buffer) const {
 }
 
 void Reducer::all_reduce_bucket(size_t b) {
-  Bucket& bucket = buckets_[b];
-  const bool first = iteration_.launch_order.empty();
+  const bool first = b == 0;  // buckets launch in index order
   recorder_.bucket_launching(first);
-  GradBucket grad_bucket = make_grad_bucket(b, bucket.contents);
-  bucket.future = comm_hook_(grad_bucket);
-  TDDP_CHECK(bucket.future != nullptr,
-             "DistributedDataParallel: the communication hook returned no future for bucket {}", b);
+  GradBucket grad_bucket = make_grad_bucket(b, buckets_[b].contents);
+  std::shared_ptr<Future>& future = iteration_.futures[b];
+  future = comm_hook_(grad_bucket);
+  TDDP_CHECK(future != nullptr, "DistributedDataParallel: the communication hook returned no future for bucket {}", b);
   recorder_.bucket_launched(b, first);
-  iteration_.launch_order.push_back(b);
 }
 
 // ---- finalize_backward: wait, then write the averages to .grad --------------------------------
@@ -192,26 +190,27 @@ void Reducer::copy_bucket_to_grad(size_t i, const Tensor& reduced_view, bool glo
   }
 }
 
-void Reducer::finalize_bucket_dense(Bucket& bucket, const Tensor& result) {
+void Reducer::finalize_bucket_dense(size_t b, const Tensor& result) {
+  Bucket& bucket = buckets_[b];
   if (!options_.gradient_as_bucket_view()) {
     // Straight from the hook's result: the bucket's views, or the same slots of another
     // tensor the hook returned (PyTorch's populate_bucket_views_out).
     const std::vector<Tensor> reduced =
         result.is_same(bucket.contents) ? bucket.views : comm::flat_views(result, bucket.views);
-    for (size_t k = 0; k < bucket.params.size(); ++k) {
-      copy_bucket_to_grad(bucket.params[k], reduced[k], globally_unused(bucket.params[k]));
+    for (size_t k = 0; k < params_of(b).size(); ++k) {
+      copy_bucket_to_grad(params_of(b)[k], reduced[k], globally_unused(params_of(b)[k]));
     }
     return;
   }
   // .grad is the bucket slot: another tensor the hook returned goes into the contents.
   if (!result.is_same(bucket.contents)) bucket.contents.copy_(result);
-  for (size_t i : bucket.params) {
+  for (size_t i : params_of(b)) {
     if (globally_unused(i)) continue;
     Tensor& grad = params_[i].mutable_grad();
     if (!grad.defined()) {
-      grad = views_[i];  // used elsewhere, not here: .grad becomes the slot
+      grad = view_of(i);  // used elsewhere, not here: .grad becomes the slot
     } else {
-      TDDP_CHECK(aliases(grad, views_[i]),
+      TDDP_CHECK(aliases(grad, view_of(i)),
                  "DistributedDataParallel: the .grad of parameter '{}' is no longer its bucket view "
                  "(gradient_as_bucket_view); was .grad replaced during backward?",
                  names_[i]);
@@ -226,12 +225,10 @@ void Reducer::finalize_backward() {
   require_finalize_ = false;
   // Wait for each bucket's reduction, in order, and write its averages to .grad.
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    const Tensor result = buckets_[b].future->wait();
-    recorder_.bucket_waited(b, buckets_[b].future->completed_at());
-    finalize_bucket_dense(buckets_[b], result);
+    const Tensor result = iteration_.futures[b]->wait();
+    recorder_.bucket_waited(b, iteration_.futures[b]->completed_at());
+    finalize_bucket_dense(b, result);
   }
-  div_factor_ = kUnsetDivFactor;  // Join may change it next time
-  forward_pass_work_.reset();
   finish_local_used_map();
   recorder_.finalized(start, assignment_.bytes);
 }

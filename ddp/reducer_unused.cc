@@ -57,9 +57,9 @@ void Reducer::delay_all_reduce() {
   for (size_t i = 0; i < params_.size(); ++i) {
     iteration_.ready[i] = true;
     copy_grad_to_bucket(i);
+    --iteration_.pending[slot_of_[i].bucket];
   }
-  for (Bucket& b : buckets_) b.pending = 0;
-  mark_bucket_ready(0);
+  mark_bucket_ready(0);  // every bucket, in order
   finalize_backward();
 }
 
