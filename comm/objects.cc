@@ -30,23 +30,24 @@ int64_t allreduce_int(ProcessGroup& pg, tensor::Device device, int64_t mine, Red
   return host_ints(t)[0];
 }
 
+std::vector<std::vector<int64_t>> allgather_equal_ints(ProcessGroup& pg, tensor::Device device,
+                                                       const std::vector<int64_t>& mine) {
+  std::vector<Tensor> all = gathered(pg, static_cast<int64_t>(mine.size()), device);
+  pg.allgather(all, int_tensor(mine, device))->wait();
+  std::vector<std::vector<int64_t>> out;
+  for (const Tensor& t : all) out.push_back(host_ints(t));
+  return out;
+}
+
 std::vector<std::vector<int64_t>> allgather_ints(ProcessGroup& pg, tensor::Device device,
                                                  const std::vector<int64_t>& mine) {
-  std::vector<Tensor> lengths = gathered(pg, 1, device);
-  pg.allgather(lengths, int_tensor({static_cast<int64_t>(mine.size())}, device))->wait();
   std::vector<int64_t> length_of;
-  for (const Tensor& l : lengths) length_of.push_back(host_ints(l)[0]);
+  for (const auto& l : allgather_equal_ints(pg, device, {static_cast<int64_t>(mine.size())})) length_of.push_back(l[0]);
   const int64_t longest = *std::max_element(length_of.begin(), length_of.end());
   std::vector<int64_t> padded = mine;
   padded.resize(static_cast<size_t>(longest), -1);
-  std::vector<Tensor> all = gathered(pg, longest, device);
-  pg.allgather(all, int_tensor(padded, device))->wait();
-  std::vector<std::vector<int64_t>> out;
-  for (size_t r = 0; r < all.size(); ++r) {
-    std::vector<int64_t> values = host_ints(all[r]);
-    values.resize(static_cast<size_t>(length_of[r]));
-    out.push_back(std::move(values));
-  }
+  std::vector<std::vector<int64_t>> out = allgather_equal_ints(pg, device, padded);
+  for (size_t r = 0; r < out.size(); ++r) out[r].resize(static_cast<size_t>(length_of[r]));
   return out;
 }
 
@@ -55,6 +56,31 @@ std::vector<int64_t> broadcast_ints(ProcessGroup& pg, tensor::Device device, con
   const Tensor t = int_tensor(values, device);
   pg.broadcast(t, root)->wait();
   return host_ints(t);
+}
+
+std::vector<std::vector<int64_t>> broadcast_int_lists(ProcessGroup& pg, tensor::Device device,
+                                                      const std::vector<std::vector<int64_t>>& lists, size_t max_ints,
+                                                      int root) {
+  std::vector<int64_t> flat;
+  if (pg.rank() == root) {
+    flat.push_back(static_cast<int64_t>(lists.size()));
+    for (const std::vector<int64_t>& list : lists) {
+      flat.push_back(static_cast<int64_t>(list.size()));
+      flat.insert(flat.end(), list.begin(), list.end());
+    }
+    TDDP_CHECK(flat.size() <= max_ints, "broadcast_int_lists: {} lists take {} integers, more than the bound {}",
+               lists.size(), flat.size(), max_ints);
+  }
+  flat.resize(max_ints, -1);  // the same length on every rank: one broadcast
+  const std::vector<int64_t> agreed = broadcast_ints(pg, device, flat, root);
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(agreed.empty() ? 0 : agreed[0]));
+  size_t pos = 1;
+  for (std::vector<int64_t>& list : out) {
+    const auto count = static_cast<size_t>(agreed[pos++]);
+    list.assign(agreed.begin() + static_cast<int64_t>(pos), agreed.begin() + static_cast<int64_t>(pos + count));
+    pos += count;
+  }
+  return out;
 }
 
 std::string broadcast_bytes(ProcessGroup& pg, tensor::Device device, const std::string& bytes, int root) {

@@ -18,6 +18,10 @@ namespace tinyddp::comm {
 // The reduction over the ranks of one integer each (a count, a flag, the highest rank).
 int64_t allreduce_int(ProcessGroup& pg, tensor::Device device, int64_t mine, ReduceOp op = ReduceOp::kSum);
 
+// Every rank's integers, in rank order, where every rank passes as many (one allgather).
+std::vector<std::vector<int64_t>> allgather_equal_ints(ProcessGroup& pg, tensor::Device device,
+                                                       const std::vector<int64_t>& mine);
+
 // Every rank's integers, in rank order; the lengths may differ (two allgathers: the lengths,
 // then the values padded to the longest).
 std::vector<std::vector<int64_t>> allgather_ints(ProcessGroup& pg, tensor::Device device,
@@ -27,6 +31,13 @@ std::vector<std::vector<int64_t>> allgather_ints(ProcessGroup& pg, tensor::Devic
 // (the others' values are replaced).
 std::vector<int64_t> broadcast_ints(ProcessGroup& pg, tensor::Device device, const std::vector<int64_t>& values,
                                     int root);
+
+// Rank `root`'s lists of integers on every rank, in one broadcast of at most `max_ints`
+// integers (the count, then each list's length and values, padded): every rank passes the same
+// bound, which the encoding of root's lists must fit (the others' `lists` are ignored).
+std::vector<std::vector<int64_t>> broadcast_int_lists(ProcessGroup& pg, tensor::Device device,
+                                                      const std::vector<std::vector<int64_t>>& lists, size_t max_ints,
+                                                      int root);
 
 // Rank `root`'s bytes on every rank (the others' `bytes` are ignored): the length, then the
 // bytes in 8-byte words.

@@ -149,21 +149,13 @@ bool Reducer::rebuild_buckets() {
   // assignment is the one every rank adopts.
   BucketAssignment mine = assign_buckets(params_, rebuilt_param_indices_, options_.first_bucket_cap_bytes(),
                                          options_.bucket_cap_bytes(), /*sort_by_first_parameter=*/false);
-  std::vector<int64_t> flat;  // bucket count, then each bucket's size and indices
-  flat.push_back(static_cast<int64_t>(mine.buckets.size()));
-  for (const auto& b : mine.buckets) {
-    flat.push_back(static_cast<int64_t>(b.size()));
-    flat.insert(flat.end(), b.begin(), b.end());
-  }
-  flat.resize(2 * params_.size() + 1, -1);  // the longest possible encoding: same length everywhere
-  const std::vector<int64_t> agreed = comm::broadcast_ints(*pg_, control_device_, flat, 0);
+  std::vector<std::vector<int64_t>> lists;
+  for (const auto& b : mine.buckets) lists.emplace_back(b.begin(), b.end());
+  // The longest encoding of any assignment (a bucket per parameter): the same bound everywhere.
+  const size_t bound = 2 * params_.size() + 1;
   BucketAssignment rank0;
-  size_t pos = 1;
-  for (int64_t b = 0; b < agreed[0]; ++b) {
-    const auto count = static_cast<size_t>(agreed[pos++]);
-    std::vector<size_t> bucket(agreed.begin() + static_cast<int64_t>(pos),
-                               agreed.begin() + static_cast<int64_t>(pos + count));
-    pos += count;
+  for (const std::vector<int64_t>& list : comm::broadcast_int_lists(*pg_, control_device_, lists, bound, 0)) {
+    std::vector<size_t> bucket(list.begin(), list.end());
     size_t bytes = 0;
     for (size_t i : bucket) bytes += params_[i].nbytes();
     rank0.buckets.push_back(std::move(bucket));

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tinyddp/base/error.h"
+#include "tinyddp/comm/objects.h"
 #include "tinyddp/tensor/factory.h"
 
 namespace tinyddp::ddp {
@@ -93,12 +94,9 @@ Timeline::Clock::time_point agree_on_time_zero(comm::ProcessGroup& pg, tensor::D
     pg.barrier()->wait();
     read = std::chrono::duration_cast<std::chrono::nanoseconds>(Timeline::Clock::now().time_since_epoch()).count();
   }
-  std::vector<tensor::Tensor> all;
-  for (int r = 0; r < pg.size(); ++r)
-    all.push_back(tensor::zeros({kRounds}, tensor::TensorOptions(tensor::kInt64).device(device)));
-  pg.allgather(all, tensor::from_vector(reads).to(device))->wait();
-  const std::vector<int64_t> mine = all[static_cast<size_t>(pg.rank())].to(tensor::kCPU).to_vector<int64_t>();
-  const std::vector<int64_t> first = all[0].to(tensor::kCPU).to_vector<int64_t>();
+  const std::vector<std::vector<int64_t>> all = comm::allgather_equal_ints(pg, device, reads);
+  const std::vector<int64_t>& mine = all[static_cast<size_t>(pg.rank())];
+  const std::vector<int64_t>& first = all[0];
   std::vector<int64_t> offsets(kRounds);
   for (int k = 0; k < kRounds; ++k) offsets[k] = mine[k] - first[k];
   std::nth_element(offsets.begin(), offsets.begin() + kRounds / 2, offsets.end());

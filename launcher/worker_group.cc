@@ -84,26 +84,27 @@ class Attempt {
   GroupResult result() const { return {failed_rank_, failed_status_, interrupted_by_, peer_reason_}; }
 
  private:
-  void spawn(int local) {
-    Worker& w = workers_.emplace_back();
-    w.rank = spec_.first_rank + local;
-    if (!options_.log_dir.empty()) {
-      const std::filesystem::path dir =
-          std::filesystem::path(options_.log_dir) / fmt::format("attempt_{}", spec_.attempt);
-      std::filesystem::create_directories(dir);
-      const std::filesystem::path file = dir / fmt::format("rank_{}.log", w.rank);
-      w.log_file = std::make_unique<std::ofstream>(file);
-      TDDP_CHECK(w.log_file->good(), "launch: cannot write the log file {}", file.string());
-    }
-    // Everything the child needs is built before fork: after it, only async-signal-safe calls.
-    std::vector<std::string> env_strings;
+  // The worker's log file under --log_dir (attempt_<k>/rank_<r>.log), when one is asked for.
+  void open_log(Worker& w) {
+    if (options_.log_dir.empty()) return;
+    const std::filesystem::path dir =
+        std::filesystem::path(options_.log_dir) / fmt::format("attempt_{}", spec_.attempt);
+    std::filesystem::create_directories(dir);
+    const std::filesystem::path file = dir / fmt::format("rank_{}.log", w.rank);
+    w.log_file = std::make_unique<std::ofstream>(file);
+    TDDP_CHECK(w.log_file->good(), "launch: cannot write the log file {}", file.string());
+  }
+
+  // The launcher's environment with the worker's variables (torchrun's and tinyddp's) set, as
+  // "KEY=value" strings for execve.
+  std::vector<std::string> environment(int rank, int local) const {
     std::map<std::string, std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
       const std::string entry(*e);
       const size_t eq = entry.find('=');
       if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
     }
-    env["RANK"] = std::to_string(w.rank);
+    env["RANK"] = std::to_string(rank);
     env["LOCAL_RANK"] = std::to_string(local);
     env["WORLD_SIZE"] = std::to_string(spec_.world_size);
     env["LOCAL_WORLD_SIZE"] = std::to_string(options_.nproc_per_node);
@@ -118,13 +119,23 @@ class Attempt {
     env["TORCHELASTIC_RUN_ID"] = spec_.run_id;
     if (env.find("OMP_NUM_THREADS") == env.end()) env["OMP_NUM_THREADS"] = "1";
     if (env.find("TINYDDP_NUM_THREADS") == env.end()) env["TINYDDP_NUM_THREADS"] = std::to_string(share_.threads);
+    std::vector<std::string> strings;
+    for (const auto& [key, value] : env) strings.push_back(key + "=" + value);
+    return strings;
+  }
+
+  void spawn(int local) {
+    Worker& w = workers_.emplace_back();
+    w.rank = spec_.first_rank + local;
+    open_log(w);
+    // Everything the child needs is built before fork: after it, only async-signal-safe calls.
+    std::vector<std::string> env_strings = environment(w.rank, local);
     cpu_set_t bind;
     CPU_ZERO(&bind);
     const bool bound = static_cast<size_t>(local) < share_.cpus.size();
     if (bound) {
       for (const int cpu : share_.cpus[static_cast<size_t>(local)]) CPU_SET(cpu, &bind);
     }
-    for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
     std::vector<char*> envp;
     for (std::string& s : env_strings) envp.push_back(s.data());
     envp.push_back(nullptr);
