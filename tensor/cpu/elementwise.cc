@@ -235,13 +235,17 @@ void CpuBackend::compare(CompareOp op, const Tensor& out, const Tensor& a, const
   dispatch_all(a.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
+    // One loop per op, each with its formula known at compile time.
+    const auto loop = [&](auto op_tag) {
+      binary_loop<bool, T>(out, a, b, [](C x, C y) { return em::compare<decltype(op_tag)::value>(x, y); });
+    };
     switch (op) {
-      case CompareOp::kEq: binary_loop<bool, T>(out, a, b, [](C x, C y) { return x == y; }); return;
-      case CompareOp::kNe: binary_loop<bool, T>(out, a, b, [](C x, C y) { return x != y; }); return;
-      case CompareOp::kLt: binary_loop<bool, T>(out, a, b, [](C x, C y) { return x < y; }); return;
-      case CompareOp::kLe: binary_loop<bool, T>(out, a, b, [](C x, C y) { return x <= y; }); return;
-      case CompareOp::kGt: binary_loop<bool, T>(out, a, b, [](C x, C y) { return x > y; }); return;
-      case CompareOp::kGe: binary_loop<bool, T>(out, a, b, [](C x, C y) { return x >= y; }); return;
+      case CompareOp::kEq: loop(std::integral_constant<CompareOp, CompareOp::kEq>{}); return;
+      case CompareOp::kNe: loop(std::integral_constant<CompareOp, CompareOp::kNe>{}); return;
+      case CompareOp::kLt: loop(std::integral_constant<CompareOp, CompareOp::kLt>{}); return;
+      case CompareOp::kLe: loop(std::integral_constant<CompareOp, CompareOp::kLe>{}); return;
+      case CompareOp::kGt: loop(std::integral_constant<CompareOp, CompareOp::kGt>{}); return;
+      case CompareOp::kGe: loop(std::integral_constant<CompareOp, CompareOp::kGe>{}); return;
     }
   });
 }
@@ -278,21 +282,14 @@ void CpuBackend::pow_scalar(const Tensor& out, const Tensor& x, double exponent)
   dispatch_numeric(x.dtype(), "pow", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
-    if constexpr (std::is_integral_v<T>) {
-      // Callers guarantee a non-negative integral exponent here.
-      const auto e = static_cast<int64_t>(exponent);
-      unary_loop<T, T>(out, x, [e](T base) {
-        T result = 1;
-        for (int64_t i = 0; i < e; ++i) result *= base;
-        return result;
-      });
-    } else if (exponent == 2.0) {  // exact, like PyTorch's special case
-      unary_loop<T, T>(out, x, [](T v) { return static_cast<T>(C(v) * C(v)); });
-    } else if (exponent == 0.5) {
-      unary_loop<T, T>(out, x, [](T v) { return static_cast<T>(std::sqrt(C(v))); });
-    } else {
-      const C e = static_cast<C>(exponent);
-      unary_loop<T, T>(out, x, [e](T v) { return static_cast<T>(std::pow(C(v), e)); });
+    const auto loop = [&](auto kind) {
+      unary_loop<T, T>(
+          out, x, [exponent](T v) { return static_cast<T>(em::pow_scalar<decltype(kind)::value>(C(v), exponent)); });
+    };
+    switch (em::pow_kind(exponent)) {
+      case em::PowKind::kSquare: loop(std::integral_constant<em::PowKind, em::PowKind::kSquare>{}); return;
+      case em::PowKind::kSqrt: loop(std::integral_constant<em::PowKind, em::PowKind::kSqrt>{}); return;
+      case em::PowKind::kGeneral: loop(std::integral_constant<em::PowKind, em::PowKind::kGeneral>{}); return;
     }
   });
 }
@@ -303,7 +300,7 @@ void CpuBackend::pow_scalar_base(const Tensor& out, const Tensor& exponent, doub
     using C = compute_t<T>;
     if constexpr (std::is_floating_point_v<C>) {
       const C b = static_cast<C>(base);  // the scalar in the tensor's dtype, as PyTorch's promotion
-      unary_loop<T, T>(out, exponent, [b](T v) { return static_cast<T>(std::pow(b, C(v))); });
+      unary_loop<T, T>(out, exponent, [b](T v) { return static_cast<T>(em::pow_scalar_base(b, C(v))); });
     } else {
       TDDP_CHECK(false, "pow: the exponent must be floating here, got {}", dtype_name(exponent.dtype()));
     }

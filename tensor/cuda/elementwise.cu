@@ -126,16 +126,7 @@ struct CompareFn {
     using C = compute_t<T>;
     const C x = load(at<T>(o.data[1], off[1]));
     const C y = load(at<T>(o.data[2], off[2]));
-    bool r;
-    switch (op) {
-      case kEq: r = x == y; break;
-      case kNe: r = x != y; break;
-      case kLt: r = x < y; break;
-      case kLe: r = x <= y; break;
-      case kGt: r = x > y; break;
-      default: r = x >= y; break;  // kGe
-    }
-    at<bool>(o.data[0], off[0]) = r;
+    at<bool>(o.data[0], off[0]) = elementwise_math::compare(static_cast<CompareOp>(op), x, y);
   }
 };
 
@@ -153,16 +144,8 @@ struct PowFn {
   __device__ void operator()(const Operands<2>& o, const int64_t (&off)[2]) const {
     using C = compute_t<T>;
     const C v = load(at<T>(o.data[1], off[1]));
-    C r;
-    if constexpr (std::is_integral_v<C>) {
-      r = 1;  // callers guarantee a non-negative integral exponent
-      for (int64_t i = 0; i < static_cast<int64_t>(exponent); ++i) r *= v;
-    } else {
-      r = exponent == 2.0   ? v * v
-          : exponent == 0.5 ? sqrt(v)
-                            : pow(v, static_cast<C>(exponent));  // x^2 exact, as on the CPU
-    }
-    at<T>(o.data[0], off[0]) = store<T>(r);
+    at<T>(o.data[0], off[0]) =
+        store<T>(elementwise_math::pow_scalar(elementwise_math::pow_kind(exponent), v, exponent));
   }
 };
 
@@ -173,7 +156,8 @@ struct PowBaseFn {
   __device__ void operator()(const Operands<2>& o, const int64_t (&off)[2]) const {
     using C = compute_t<T>;
     if constexpr (std::is_floating_point_v<C>) {
-      at<T>(o.data[0], off[0]) = store<T>(pow(static_cast<C>(base), load(at<T>(o.data[1], off[1]))));
+      at<T>(o.data[0], off[0]) =
+          store<T>(elementwise_math::pow_scalar_base(static_cast<C>(base), load(at<T>(o.data[1], off[1]))));
     }
   }
 };

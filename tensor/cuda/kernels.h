@@ -26,10 +26,7 @@ struct Operand {
   int64_t strides[kMaxDims] = {};
 };
 
-// Numbering shared with tensor::BinaryOp, CompareOp and UnaryOp (tensor/internal/kernel_ops.h).
-enum Binary : int { kAdd, kMul, kDiv, kMaximum, kMinimum, kReluBackward, kMaskedFill };
-enum Compare : int { kEq, kNe, kLt, kLe, kGt, kGe };
-enum Unary : int { kNeg, kAbs, kExp, kLog, kSqrt, kRelu, kTanh, kSigmoid, kGelu, kGeluTanh, kGeluGrad, kGeluTanhGrad };
+// `op`: a tensor::BinaryOp, CompareOp or UnaryOp (tensor/internal/kernel_ops.h) as an int.
 
 // out = a op b (kAdd: a + alpha * b); out, a, b share a dtype.
 int binary(int op, const Geometry& g, const Operand& out, const Operand& a, const Operand& b, double alpha,

@@ -1,8 +1,14 @@
 // The elementwise formulas, one definition each, for every backend: the CPU's scalar loops
 // (cpu/elementwise.cc), its per-instruction-set row kernels (cpu/isa/kernels.cc) and the CUDA
-// kernels (cuda/elementwise.cu), on the host and on the device, as gelu_math.h does for GELU.
-// Where a CPU kernel computes exp, log, tanh, sigmoid or GELU over a whole row with Eigen's
-// vectorised functions instead (isa/kernels.cc), it writes the same formula over arrays.
+// kernels (cuda/elementwise.cu), on the host and on the device. Sigmoid and GELU take their
+// math functions from a policy `M` (math_functions.h): ScalarMath for one value, or Eigen's
+// vectorised versions over a whole row (isa/kernels.cc), so the row kernels evaluate the very
+// expression the scalar loops do. As torch.nn.GELU:
+//   exact:  gelu(x) = x Phi(x) = x (1 + erf(x / sqrt 2)) / 2
+//           gelu'(x) = Phi(x) + x phi(x),  phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+//   tanh:   gelu(x) = x (1 + tanh(u)) / 2,  u = sqrt(2 / pi) (x + 0.044715 x^3)
+//           gelu'(x) = (1 + t) / 2 + x (1 - t^2) sqrt(2 / pi) (1 + 3 * 0.044715 x^2) / 2,  t = tanh(u)
+// with x^3 and x^2 computed first, as PyTorch's kernels do.
 //
 // `C` is the type the arithmetic runs in (compute_t: float for float16 and bfloat16). NaN
 // propagates: maximum and minimum return a NaN operand (std::max would drop one in its first
@@ -12,10 +18,53 @@
 #include <cmath>
 #include <type_traits>
 
-#include "tinyddp/tensor/internal/gelu_math.h"
 #include "tinyddp/tensor/internal/kernel_ops.h"
+#include "tinyddp/tensor/internal/math_functions.h"
 
 namespace tinyddp::tensor::elementwise_math {
+
+template <typename C>
+struct Constants {
+  static constexpr C kSqrtHalf = C(0.70710678118654752440);     // 1 / sqrt(2)
+  static constexpr C kInvSqrt2Pi = C(0.39894228040143267794);   // 1 / sqrt(2 pi)
+  static constexpr C kSqrt2OverPi = C(0.79788456080286535588);  // sqrt(2 / pi)
+  static constexpr C kCubic = C(0.044715);
+};
+
+// out = f(x) for one value (X a number) or a whole row (X an array expression, Out an array).
+template <typename M, typename Out, typename X>
+TINYDDP_HOST_DEVICE inline void sigmoid(Out& out, const X& x) {
+  using C = typename math::ScalarOf<X>::type;
+  out = C(1) / (C(1) + M::exp(-x));
+}
+
+template <typename M, typename Out, typename X>
+TINYDDP_HOST_DEVICE inline void gelu(Out& out, const X& x) {
+  using C = typename math::ScalarOf<X>::type;
+  out = C(0.5) * x * (C(1) + M::erf(x * Constants<C>::kSqrtHalf));
+}
+
+template <typename M, typename Out, typename X>
+TINYDDP_HOST_DEVICE inline void gelu_grad(Out& out, const X& x) {
+  using C = typename math::ScalarOf<X>::type;
+  using K = Constants<C>;
+  out = C(0.5) * (C(1) + M::erf(x * K::kSqrtHalf)) + x * M::exp(C(-0.5) * (x * x)) * K::kInvSqrt2Pi;
+}
+
+template <typename M, typename Out, typename X>
+TINYDDP_HOST_DEVICE inline void gelu_tanh(Out& out, const X& x) {
+  using C = typename math::ScalarOf<X>::type;
+  using K = Constants<C>;
+  out = C(0.5) * x * (C(1) + M::tanh(K::kSqrt2OverPi * (x + K::kCubic * (x * x * x))));
+}
+
+template <typename M, typename Out, typename X>
+TINYDDP_HOST_DEVICE inline void gelu_tanh_grad(Out& out, const X& x) {
+  using C = typename math::ScalarOf<X>::type;
+  using K = Constants<C>;
+  const auto t = M::eval(M::tanh(K::kSqrt2OverPi * (x + K::kCubic * (x * x * x))));
+  out = C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * (K::kSqrt2OverPi * (C(1) + C(3) * K::kCubic * (x * x)));
+}
 
 template <typename C>
 TINYDDP_HOST_DEVICE inline C nan_max(C a, C b) {
@@ -65,25 +114,96 @@ TINYDDP_HOST_DEVICE inline C unary(C v) {
   } else if constexpr (!std::is_floating_point_v<C>) {
     return v;  // no integer tensor reaches the others (the ops refuse them)
   } else if constexpr (op == UnaryOp::kExp) {
-    return gelu_math::exp_(v);
+    return math::exp_(v);
   } else if constexpr (op == UnaryOp::kLog) {
-    return gelu_math::log_(v);
+    return math::log_(v);
   } else if constexpr (op == UnaryOp::kSqrt) {
-    return gelu_math::sqrt_(v);
+    return math::sqrt_(v);
   } else if constexpr (op == UnaryOp::kTanh) {
-    return gelu_math::tanh_(v);
-  } else if constexpr (op == UnaryOp::kSigmoid) {
-    return C(1) / (C(1) + gelu_math::exp_(-v));
-  } else if constexpr (op == UnaryOp::kGelu) {
-    return gelu_math::gelu(v);
-  } else if constexpr (op == UnaryOp::kGeluTanh) {
-    return gelu_math::gelu_tanh(v);
-  } else if constexpr (op == UnaryOp::kGeluGrad) {
-    return gelu_math::gelu_grad(v);
+    return math::tanh_(v);
   } else {
-    static_assert(op == UnaryOp::kGeluTanhGrad);
-    return gelu_math::gelu_tanh_grad(v);
+    C r;
+    if constexpr (op == UnaryOp::kSigmoid) {
+      sigmoid<math::ScalarMath>(r, v);
+    } else if constexpr (op == UnaryOp::kGelu) {
+      gelu<math::ScalarMath>(r, v);
+    } else if constexpr (op == UnaryOp::kGeluTanh) {
+      gelu_tanh<math::ScalarMath>(r, v);
+    } else if constexpr (op == UnaryOp::kGeluGrad) {
+      gelu_grad<math::ScalarMath>(r, v);
+    } else {
+      static_assert(op == UnaryOp::kGeluTanhGrad);
+      gelu_tanh_grad<math::ScalarMath>(r, v);
+    }
+    return r;
   }
+}
+
+// CompareOp `op` of a and b (a compile-time op, as binary's; then the run-time form).
+template <CompareOp op, typename C>
+TINYDDP_HOST_DEVICE inline bool compare(C a, C b) {
+  if constexpr (op == CompareOp::kEq) {
+    return a == b;
+  } else if constexpr (op == CompareOp::kNe) {
+    return a != b;
+  } else if constexpr (op == CompareOp::kLt) {
+    return a < b;
+  } else if constexpr (op == CompareOp::kLe) {
+    return a <= b;
+  } else if constexpr (op == CompareOp::kGt) {
+    return a > b;
+  } else {
+    static_assert(op == CompareOp::kGe);
+    return a >= b;
+  }
+}
+template <typename C>
+TINYDDP_HOST_DEVICE inline bool compare(CompareOp op, C a, C b) {
+  switch (op) {
+    case CompareOp::kEq: return compare<CompareOp::kEq>(a, b);
+    case CompareOp::kNe: return compare<CompareOp::kNe>(a, b);
+    case CompareOp::kLt: return compare<CompareOp::kLt>(a, b);
+    case CompareOp::kLe: return compare<CompareOp::kLe>(a, b);
+    case CompareOp::kGt: return compare<CompareOp::kGt>(a, b);
+    case CompareOp::kGe: break;
+  }
+  return compare<CompareOp::kGe>(a, b);
+}
+
+// pow(x, exponent) for a scalar exponent: x * x for 2 (exact, as PyTorch's special case), sqrt
+// for 0.5, else pow; an integer x to a non-negative integral exponent (the ops check it) by
+// repeated products. pow_kind is decided once per tensor, so that each loop holds one formula.
+enum class PowKind { kSquare, kSqrt, kGeneral };
+TINYDDP_HOST_DEVICE inline PowKind pow_kind(double exponent) {
+  return exponent == 2.0 ? PowKind::kSquare : exponent == 0.5 ? PowKind::kSqrt : PowKind::kGeneral;
+}
+template <PowKind kind, typename C>
+TINYDDP_HOST_DEVICE inline C pow_scalar(C v, double exponent) {
+  if constexpr (std::is_integral_v<C>) {
+    C r = 1;
+    for (int64_t i = 0; i < static_cast<int64_t>(exponent); ++i) r *= v;
+    return r;
+  } else if constexpr (kind == PowKind::kSquare) {
+    return v * v;
+  } else if constexpr (kind == PowKind::kSqrt) {
+    return math::sqrt_(v);
+  } else {
+    return math::pow_(v, static_cast<C>(exponent));
+  }
+}
+template <typename C>
+TINYDDP_HOST_DEVICE inline C pow_scalar(PowKind kind, C v, double exponent) {
+  switch (kind) {
+    case PowKind::kSquare: return pow_scalar<PowKind::kSquare>(v, exponent);
+    case PowKind::kSqrt: return pow_scalar<PowKind::kSqrt>(v, exponent);
+    case PowKind::kGeneral: break;
+  }
+  return pow_scalar<PowKind::kGeneral>(v, exponent);
+}
+// base ** x for a scalar base, x floating.
+template <typename C>
+TINYDDP_HOST_DEVICE inline C pow_scalar_base(C base, C x) {
+  return math::pow_(base, x);
 }
 
 // The same with the op known only at run time (the CUDA kernels take it as an argument).

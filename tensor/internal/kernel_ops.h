@@ -11,7 +11,7 @@ namespace tinyddp::tensor {
 enum class BinaryOp { kAdd, kMul, kDiv, kMaximum, kMinimum, kReluBackward, kMaskedFill };
 enum class CompareOp { kEq, kNe, kLt, kLe, kGt, kGe };
 // kGelu / kGeluTanh: GELU exact (erf) and its tanh approximation; kGeluGrad / kGeluTanhGrad:
-// their derivatives d gelu / dx (gelu_math.h holds the formulas all backends share).
+// their derivatives d gelu / dx (elementwise_math.h holds the formulas all backends share).
 enum class UnaryOp {
   kNeg,
   kAbs,

@@ -369,7 +369,7 @@ Tensor masked_fill(const Tensor& input, const Tensor& mask, double value) {
 }
 
 namespace {
-// gelu'(x) (its own kernel: gelu_math.h); recorded under create_graph, with gelu'' from
+// gelu'(x) (its own kernel: elementwise_math.h); recorded under create_graph, with gelu'' from
 // graph_formulas.h.
 Tensor gelu_grad(const Tensor& v, bool tanh_form) {
   const Tensor d1 = floating_unary(tanh_form ? UnaryOp::kGeluTanhGrad : UnaryOp::kGeluGrad, v, "gelu backward");

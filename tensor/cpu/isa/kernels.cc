@@ -6,7 +6,6 @@
 #include "tinyddp/tensor/cpu/isa/kernels.h"
 #include "tinyddp/tensor/cpu/isa/isa_macros.h"
 #include "tinyddp/tensor/internal/elementwise_math.h"
-#include "tinyddp/tensor/internal/gelu_math.h"
 
 #include <immintrin.h>
 
@@ -173,31 +172,28 @@ void unary_row(int64_t n, T* o, const T* x, Op op) {
   for (int64_t i = 0; i < n; ++i) o[i] = op(x[i]);
 }
 
-// GELU and its derivative (gelu_math.h has the formulas) as Eigen array expressions, so
-// that erf, exp and tanh are Eigen's vectorised versions.
-template <typename Out, typename In>
-void gelu(UnaryOp op, Out& out, const In& in) {
-  using T = typename In::Scalar;
-  using K = gelu_math::Constants<T>;
-  switch (op) {
-    case UnaryOp::kGelu: out = T(0.5) * in * (T(1) + (in * K::kSqrtHalf).erf()); return;
-    case UnaryOp::kGeluGrad:
-      out = T(0.5) * (T(1) + (in * K::kSqrtHalf).erf()) + in * (T(-0.5) * in.square()).exp() * K::kInvSqrt2Pi;
-      return;
-    case UnaryOp::kGeluTanh:
-      out = T(0.5) * in * (T(1) + (K::kSqrt2OverPi * (in + K::kCubic * in.cube())).tanh());
-      return;
-    case UnaryOp::kGeluTanhGrad: {
-      const Eigen::Array<T, Eigen::Dynamic, 1> t = (K::kSqrt2OverPi * (in + K::kCubic * in.cube())).tanh();
-      out = T(0.5) * (T(1) + t) +
-            T(0.5) * in * (T(1) - t.square()) * (K::kSqrt2OverPi * (T(1) + T(3) * K::kCubic * in.square()));
-      return;
-    }
-    default: return;
+// The math functions of elementwise_math.h's formulas as Eigen's vectorised array versions,
+// so that sigmoid and GELU over a row are the scalar loops' expressions, evaluated in packets.
+struct ArrayMath {
+  template <typename X>
+  static auto erf(const X& x) {
+    return x.erf();
   }
-}
+  template <typename X>
+  static auto exp(const X& x) {
+    return x.exp();
+  }
+  template <typename X>
+  static auto tanh(const X& x) {
+    return x.tanh();
+  }
+  template <typename X>
+  static auto eval(const X& x) {
+    return x.eval();  // a plain array: the formula reads it twice
+  }
+};
 
-// exp, log, tanh and sigmoid use Eigen's vectorised versions; the rest are plain loops.
+// exp, log, tanh, sigmoid and GELU use Eigen's vectorised versions; the rest are plain loops.
 // sqrt is a loop too, which gcc turns into the exact sqrt instruction (-fno-math-errno):
 // Eigen's packet sqrt is an approximation under its default EIGEN_FAST_MATH (a reciprocal
 // square-root estimate and one Newton step) that differs between its AVX and AVX-512 code
@@ -214,8 +210,11 @@ void unary(UnaryOp op, int64_t n, T* o, const T* x) {
     case UnaryOp::kLog: out = in.log(); return;
     case UnaryOp::kSqrt: unary_row(n, o, x, em::unary<UnaryOp::kSqrt, T>); return;
     case UnaryOp::kTanh: out = in.tanh(); return;
-    case UnaryOp::kSigmoid: out = T(1) / (T(1) + (-in).exp()); return;
-    default: gelu(op, out, in); return;
+    case UnaryOp::kSigmoid: em::sigmoid<ArrayMath>(out, in); return;
+    case UnaryOp::kGelu: em::gelu<ArrayMath>(out, in); return;
+    case UnaryOp::kGeluTanh: em::gelu_tanh<ArrayMath>(out, in); return;
+    case UnaryOp::kGeluGrad: em::gelu_grad<ArrayMath>(out, in); return;
+    case UnaryOp::kGeluTanhGrad: em::gelu_tanh_grad<ArrayMath>(out, in); return;
   }
 }
 
