@@ -1,7 +1,6 @@
 // The CPU backend's own algorithms behind its entry points (internal to cpu/): the direct
-// convolutions (conv.cc) that conv_choice.cc chooses, how BLAS and oneDNN see a matrix
-// (matmul.cc), and the engines' names for cpu_kernels_summary. Their callers check the
-// conditions named here.
+// convolutions (conv.cc), how BLAS and oneDNN see a matrix (matmul.cc), and the product
+// engines; speed_rules.cc chooses among them. Their callers check the conditions named here.
 #pragma once
 
 #include <optional>
@@ -42,7 +41,13 @@ struct MatrixLayout {
 };
 std::optional<MatrixLayout> matrix_layout(const Tensor& t);
 
-// Which GEMM engine float32/float64 matmuls use now, in words (matmul.cc); what bfloat16
+// speed_rules.cc: the engine of a float32 or float64 product of `work` multiply-adds summing
+// `terms` each. kEigen: the selected instruction set's Eigen build; kEigenAvx2: the AVX2 build
+// whatever is selected (large products on Zen 4).
+enum class GemmEngine { kOpenBlas, kOneDnn, kEigen, kEigenAvx2 };
+GemmEngine gemm_engine(int64_t work, int64_t terms, bool f32);
+
+// Which GEMM engine float32/float64 matmuls use now, in words (speed_rules.cc); what bfloat16
 // products run on (onednn.cc: oneDNN's kernel name, or the float32 fallback).
 std::string matmul_engine();
 std::string bf16_matmul_engine();

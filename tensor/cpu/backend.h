@@ -62,7 +62,7 @@ class CpuBackend final : public Backend {
   void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b) override;
   bool bmm(const Tensor& out, const Tensor& a, const Tensor& b) override;
 
-  // conv_choice.cc: bfloat16 on oneDNN where it is used (onednn_conv.cc), float32 on the direct
+  // speed_rules.cc: bfloat16 on oneDNN where it is used (onednn_conv.cc), float32 on the direct
   // kernels where they pay (small maps, and "same" convolutions under AVX-512).
   bool conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window2d& window,
               int64_t groups) override;

@@ -266,7 +266,7 @@ Tensor bias_grad(const Tensor& gc) {
 
 // The backend convolves where it has an algorithm of its own: cuDNN on a GPU
 // (cuda/dnn_conv.cc); on the CPU, oneDNN for bfloat16 under AVX-512 and the direct kernels
-// for small float32 maps (cpu/conv_choice.cc): the forward into out, the bias added per
+// for small float32 maps (cpu/speed_rules.cc): the forward into out, the bias added per
 // channel. false (nothing written) where it has none: the im2col route then.
 bool library_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window& win,
                      int64_t groups) {
