@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks that every C++ file is formatted (scripts/check_format.sh) and within the size rule
-# (scripts/check_size.py) and that the files docs/architecture.md names exist
-# (scripts/check_doc_paths.py; one more case in the count each),
+# (scripts/check_size.py), that the files docs/architecture.md names exist
+# (scripts/check_doc_paths.py) and that the includes keep its dependency rules
+# (scripts/check_layers.py; one more case in the count each),
 # builds and runs every test with Bazel, then builds and runs examples/downstream (a user's own
 # workspace that depends on this checkout; one more case in the count), then (when nvcc is
 # present) builds the CUDA configuration so that CUDA code keeps compiling. Ends with one line
@@ -15,6 +16,8 @@ size_result=failed
 if python3 scripts/check_size.py; then size_result=passed; fi
 doc_paths_result=failed
 if python3 scripts/check_doc_paths.py; then doc_paths_result=passed; fi
+layers_result=failed
+if python3 scripts/check_layers.py; then layers_result=passed; fi
 
 summary=$(mktemp)
 trap 'rm -f "$summary"' EXIT
@@ -29,6 +32,7 @@ if bash scripts/downstream_test.sh; then downstream_result=passed; fi
 counts=$(python3 scripts/count_tests.py "$summary" --extra "$format_result:formatting (scripts/check_format.sh)" \
   --extra "$size_result:size rule (scripts/check_size.py)" \
   --extra "$doc_paths_result:docs/architecture.md's paths (scripts/check_doc_paths.py)" \
+  --extra "$layers_result:docs/architecture.md's dependency rules (scripts/check_layers.py)" \
   --extra "$downstream_result:examples/downstream (scripts/downstream_test.sh)")
 count_status=$?
 

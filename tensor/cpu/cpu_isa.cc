@@ -1,5 +1,6 @@
-// Chooses the CPU kernels' instruction set (tensor/cpu_isa.h) and hands out the matching
-// table of isa/kernels.h. Compiled once, for the baseline.
+// tensor/cpu_isa.h: chooses the CPU kernels' instruction set and hands out the matching table
+// of isa/kernels.h. Compiled once, for the baseline (not in isa/, whose files are compiled once
+// per instruction set).
 #include <algorithm>
 #include <atomic>
 #include <cctype>
