@@ -72,7 +72,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   if (options_.timeline().empty()) {
     if (const char* env = std::getenv("TINYDDP_DDP_TIMELINE"); env != nullptr && *env != '\0') options_.timeline(env);
   }
-  const bool any_timeline = verify_same_parameters(names);
+  const bool any_timeline = verify_same_parameters(names).any_timeline;
   // Every parameter (frozen ones too) and buffer starts as rank 0's.
   broadcast_coalesced(module_states());
   ReducerOptions reducer_options;
@@ -144,7 +144,8 @@ void DistributedDataParallel::write_timeline(const std::string& path) const {
   reducer_->recorder().timeline().write(path, pg_->rank());
 }
 
-bool DistributedDataParallel::verify_same_parameters(const std::vector<std::string>& names) const {
+DistributedDataParallel::RanksAgreed DistributedDataParallel::verify_same_parameters(
+    const std::vector<std::string>& names) const {
   // Each rank describes its parameters as int64s: count, then (dtype, ndim, sizes..., strides...)
   // each; and, last, whether its timeline is on (not compared: any rank's turns the clock
   // agreement on).
@@ -201,7 +202,7 @@ bool DistributedDataParallel::verify_same_parameters(const std::vector<std::stri
       pos += 2 + 2 * static_cast<size_t>(ndim);
     }
   }
-  return any_timeline;
+  return RanksAgreed{any_timeline};
 }
 
 void DistributedDataParallel::broadcast_coalesced(const std::vector<Tensor>& tensors, int root) const {

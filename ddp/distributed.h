@@ -182,9 +182,13 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   void join_hook_post(bool is_last_joiner);
 
  private:
-  // Throws on every rank unless all wrap the same parameters; returns whether any rank's
-  // timeline is on (then every rank agrees on its time zero).
-  bool verify_same_parameters(const std::vector<std::string>& names) const;
+  // What the ranks tell each other at construction, in one exchange: their parameters' shapes,
+  // strides and dtypes (every rank throws unless all wrap the same parameters) and whether
+  // their timeline is on.
+  struct RanksAgreed {
+    bool any_timeline = false;  // some rank records a timeline: all agree on its time zero
+  };
+  RanksAgreed verify_same_parameters(const std::vector<std::string>& names) const;
   // Broadcasts `tensors` from `root`, coalesced into flat buffers per device and dtype.
   void broadcast_coalesced(const std::vector<Tensor>& tensors, int root = 0) const;
   // Points every layer of the module with collectives of its own (layer_collectives.h:

@@ -1,5 +1,6 @@
-// How the launcher starts and describes its workers' processes (internal to launcher.cc):
-// the program's path, why it could not run, how a worker ended, and writes to the console.
+// How the launcher starts and describes its workers' processes (internal to launcher/: the
+// static launcher, the worker group and the elastic agent): the program's path, why it could
+// not run, how a worker ended, and writes to the console.
 #pragma once
 
 #include <string>
