@@ -50,8 +50,11 @@ TEST_CASE("cluster: elastic: node 2's link is cut mid-run; nodes 0 and 1 go on a
           "[cluster][elastic]") {
   if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
   const std::string out = run_elastic("cut", "ip link set ${tag}h2 down", 3, 2, 900);
-  CHECK_THAT(out,
-             Contains("[node 0] launch: a new round is due: node(s) ") && Contains("lost (no heartbeat for 1000 ms)"));
+  // A surviving node's heartbeat watch names node 2 lost. Which survivor sees it first is a
+  // race: a worker's collective may fail on the cut link (the kernel gives up resolving node
+  // 2's address after about 3 s) before its node's watch, slowed by a loaded machine, has
+  // missed two beats; that node then restarts for its failed worker instead.
+  CHECK(has_match(out, R"(\[node [01]\] launch: a new round is due: node\(s\) \S+ lost \(no heartbeat for 1000 ms\))"));
   CHECK_THAT(out, Contains("[node 2] launch: lost the job's store at "));
   CHECK_THAT(out, Contains("node 2's launcher exited with status 1"));
 }
