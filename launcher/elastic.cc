@@ -147,10 +147,11 @@ void ElasticRendezvous::request_new_round(const Round& round, const std::string&
 
 std::string ElasticRendezvous::new_round_due(const Round& round) {
   if (store_->check({key(round.number, "restart")})) return store_->get_string(key(round.number, "restart"));
-  if (round.size() < options_.max_nodes && store_->add(key(round.number + 1, "joined"), 0) > 0) {
-    return "a node is waiting to join";
-  }
-  return "";
+  return node_waiting(round) ? "a node is waiting to join" : "";
+}
+
+bool ElasticRendezvous::node_waiting(const Round& round) {
+  return round.size() < options_.max_nodes && store_->add(key(round.number + 1, "joined"), 0) > 0;
 }
 
 void ElasticRendezvous::close_job(const std::string& why) {

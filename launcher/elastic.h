@@ -102,8 +102,9 @@ class ElasticRendezvous {
   // Asks every node of `round` for a new round; `why` is kept for their messages.
   void request_new_round(const Round& round, const std::string& why);
   // Why a new round is due: a request, or a node waiting in the next round while this one has
-  // room for it; empty when none.
+  // room for it (node_waiting); empty when none.
   std::string new_round_due(const Round& round);
+  bool node_waiting(const Round& round);
 
  private:
   std::string key(int64_t round, const std::string& rest) const;

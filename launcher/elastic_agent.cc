@@ -266,6 +266,13 @@ int run_rounds(const LaunchConfig& o, const CoreShare& share, ElasticRendezvous&
       // the silence that follows for a lost node.
       const std::string failure = fmt::format("rank {} {}", group.failed_rank, describe(group.failed_status));
       rdzv.request_new_round(round, failure);
+      if (rdzv.node_waiting(round)) {
+        // The round was ending anyway, for a newcomer: the other nodes stop their workers for
+        // it, and this node's may fail first on the links they close. No restart is spent.
+        log << fmt::format("launch: {} while a node waits to join: a new round, no restart spent", failure)
+            << std::endl;
+        continue;
+      }
       const int64_t restarts = rdzv.count_failure(round);
       if (restarts > o.max_restarts) {
         log << fmt::format("launch: failed: {} (after {} restarts)", failure, o.max_restarts) << std::endl;

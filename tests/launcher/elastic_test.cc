@@ -86,6 +86,8 @@ TEST_CASE(
   Round roomy = rounds[0];
   ElasticRendezvous wide(store, "a", options(2, 3));
   CHECK_THAT(wide.new_round_due(roomy), Contains("a node is waiting to join"));
+  CHECK(wide.node_waiting(roomy));
+  CHECK_FALSE(a.node_waiting(rounds[0]));
   // The two join round 1 with the newcomer: three nodes, the newcomer first.
   const std::vector<Round> next = join_all(store, {"a", "b"}, options(2, 3));
   late.join();
