@@ -10,11 +10,13 @@
 // with the others on a CPU side channel and compares them (find_mismatch) before any tensor is
 // changed. Every rank sees the same rows, so every rank raises the same
 // CollectiveMismatchError, naming the ranks on each side and the calls they made, and the
-// group stays usable. A backend that runs its calls on a worker of its own (Gloo) runs the
-// check there, just before the data moves, on its own connections (on two ranks the row
-// travels in the same message as a small allreduce's data, so the check costs no extra round
-// trip); any other (NCCL) is checked on the calling thread before the call is queued, over a
-// small Gloo group the wrapper makes, so no CUDA stream ever waits for it. On by default
+// group stays usable. For a backend that runs its calls on a worker of its own (Gloo) the
+// wrapper hands the check to the backend as each call's CallHook (call.h), which the worker
+// runs just before the data moves, its rows travelling as the hook's records on the backend's
+// own connections (on two ranks in the same message as a small allreduce's data, so the check
+// costs no extra round trip); the backend knows nothing of the check. Any other backend
+// (NCCL) is checked on the calling thread before the call is queued, over a small Gloo group
+// the wrapper makes, so no CUDA stream ever waits for it. On by default
 // (ProcessGroupOptions::check_calls; TINYDDP_DESYNC_CHECK=0 turns it off).
 // docs/comm.md, "Desync detection", says more; bench/README.md, "Desync check", measures it.
 #pragma once
@@ -31,16 +33,11 @@
 
 namespace tinyddp::comm {
 
-// Ranks disagreed on a collective; what() names the ranks and both calls.
-class CollectiveMismatchError : public Error {
+// Ranks disagreed on a collective; what() names the ranks and both calls. A CallRefused: a
+// backend that runs the check as a call's hook fails the call with it as it is.
+class CollectiveMismatchError : public CallRefused {
  public:
-  explicit CollectiveMismatchError(const std::string& message) : Error(message) {}
-};
-
-// What happened to the tensors' data when a mismatch was found, for the message's end.
-enum class DataFate {
-  kNotSent,  // the rows travelled alone, before any data
-  kDropped,  // the data travelled with the rows and every rank dropped what it received
+  explicit CollectiveMismatchError(const std::string& message) : CallRefused(message) {}
 };
 
 // `rows` holds one encoded row per rank (rank r at r). Returns the error message when they
@@ -56,11 +53,8 @@ bool call_check_default();
 class CallCheck {
  public:
   using Row = CallSignature::Row;
-  // Swaps rows over the side channel: `rows` has one row per rank, this rank's filled in and
-  // the others zero; afterwards every rank's is there. Returns whether data travelled with
-  // the rows (the same on every rank). Throws (a TimeoutError within the group's timeout)
-  // when the exchange fails.
-  using Exchange = std::function<DataFate(std::vector<Row>& rows)>;
+  // Swaps the rows (RecordExchange: one per rank) over the side channel.
+  using Exchange = RecordExchange;
 
   // Collective, once for a group of more than one rank: whether the check runs, as
   // `requested` (unset: call_check_default()) says on every rank, waiting up to `timeout` for

@@ -230,17 +230,17 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ra
   return create_subgroup(id, static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()));
 }
 
-void exchange_rows_by_sum(std::vector<CallSignature::Row>& rows, int rank, Tensor& buffer,
-                          const std::function<void(const Tensor&)>& sum) {
-  constexpr size_t kWords = CallSignature::kWords;
-  const auto numel = static_cast<int64_t>(rows.size() * kWords);
+void exchange_records_by_sum(std::vector<CallHook::Record>& records, int rank, Tensor& buffer,
+                             const std::function<void(const Tensor&)>& sum) {
+  constexpr size_t kWords = std::tuple_size_v<CallHook::Record>;
+  const auto numel = static_cast<int64_t>(records.size() * kWords);
   if (!buffer.defined() || buffer.numel() != numel) buffer = tensor::zeros({numel}, tensor::kInt64);
   buffer.zero_();
-  const CallSignature::Row& mine = rows[static_cast<size_t>(rank)];
+  const CallHook::Record& mine = records[static_cast<size_t>(rank)];
   std::copy(mine.begin(), mine.end(), buffer.data_ptr<int64_t>() + static_cast<size_t>(rank) * kWords);
   sum(buffer);
-  for (size_t r = 0; r < rows.size(); ++r)
-    std::copy_n(buffer.data_ptr<int64_t>() + r * kWords, kWords, rows[r].begin());
+  for (size_t r = 0; r < records.size(); ++r)
+    std::copy_n(buffer.data_ptr<int64_t>() + r * kWords, kWords, records[r].begin());
 }
 
 }  // namespace tinyddp::comm

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "tinyddp/comm/call.h"
 #include "tinyddp/comm/completion.h"
-#include "tinyddp/comm/desync_check.h"
 #include "tinyddp/comm/store.h"
 #include "tinyddp/tensor/tensor.h"
 
@@ -198,15 +198,15 @@ class ProcessGroup {
   std::string prefix(const char* op) const;
   const std::string& display_name() const { return display_name_; }
 
-  // For ProcessGroupWrapper, the desync check's home (process_group_wrapper.h). Whether this
-  // backend runs a call's check (Call::check) itself, just before the call's data moves, in the
-  // order it runs the calls, so that the caller is never blocked for it (Gloo's worker).
-  // Default: no; the wrapper then checks on the calling thread before the call reaches
-  // *_impl.
-  virtual bool runs_call_checks() const { return false; }
-  // The check's side channel on this backend's own connections (called on the thread that runs
-  // the checks), for a backend that runs them; null: the wrapper makes a Gloo group for it.
-  virtual CallCheck::Exchange own_row_exchange() { return nullptr; }
+  // For the group that wraps this backend (ProcessGroupWrapper: the desync check). Whether
+  // this backend runs each call's hook (Call::hook) itself, just before the call's data moves,
+  // in the order it runs the calls, so that the caller is never blocked for it (Gloo's
+  // worker). Default: no; the wrapper then runs its step on the calling thread before the
+  // call reaches *_impl.
+  virtual bool runs_call_hooks() const { return false; }
+  // A channel for the hooks' records on this backend's own connections (called on the thread
+  // that runs the hooks), for a backend that runs them; null: the wrapper makes its own.
+  virtual RecordExchange own_record_exchange() { return nullptr; }
   // A backend's setup that must come before a collective is checked or run, on the calling
   // thread before anything else (NCCL: the ranks' rendezvous, made at the first collective as
   // PyTorch's is). Its errors throw from the collective. Default: nothing.
@@ -240,10 +240,10 @@ class ProcessGroup {
   friend class ProcessGroupWrapper;
 };
 
-// The desync check's rows swapped as a sum: `buffer` (size() rows of int64, reused) is zeroed,
-// this rank's row written at `rank`, `sum(buffer)` sums it across the ranks in place, and
-// every rank's row is read back into `rows`.
-void exchange_rows_by_sum(std::vector<CallSignature::Row>& rows, int rank, Tensor& buffer,
-                          const std::function<void(const Tensor&)>& sum);
+// Records (CallHook::Record, one per rank) swapped as a sum: `buffer` (size() records of
+// int64, reused) is zeroed, this rank's record written at `rank`, `sum(buffer)` sums it across
+// the ranks in place, and every rank's record is read back into `records`.
+void exchange_records_by_sum(std::vector<CallHook::Record>& records, int rank, Tensor& buffer,
+                             const std::function<void(const Tensor&)>& sum);
 
 }  // namespace tinyddp::comm

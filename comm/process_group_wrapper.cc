@@ -10,20 +10,57 @@
 namespace tinyddp::comm {
 
 namespace {
-// A group's rows over `side`, a CPU group of the same ranks, as a sum (exchange_rows_by_sum).
+// A group's rows over `side`, a CPU group of the same ranks, as a sum (exchange_records_by_sum).
 CallCheck::Exchange exchange_rows_over(std::shared_ptr<ProcessGroup> side) {
   return [side = std::move(side), buffer = Tensor()](std::vector<CallSignature::Row>& rows) mutable {
-    exchange_rows_by_sum(rows, side->rank(), buffer, [&](const Tensor& t) { side->allreduce(t)->wait(); });
+    exchange_records_by_sum(rows, side->rank(), buffer, [&](const Tensor& t) { side->allreduce(t)->wait(); });
     return DataFate::kNotSent;
   };
 }
 
-template <typename E>
-std::shared_ptr<Work> failed_work(const std::string& what, E error) {
-  auto work = std::make_shared<Work>(what);
-  work->finish(std::make_exception_ptr(std::move(error)));
-  return work;
-}
+// The check of one call, as the hook a backend runs where the data moves (or the wrapper runs
+// on the calling thread). A mismatch is refused with the call named ("allreduce (...) failed:
+// ..."); a failed exchange on the side group is named as the check's.
+class CheckHook final : public CallHook {
+ public:
+  CheckHook(std::shared_ptr<CallCheck> check, std::string what, CallSignature call)
+      : check_(std::move(check)), what_(std::move(what)), call_(std::move(call)) {}
+
+  void run() override {
+    refusing([&] { check_->verify(call_); });
+  }
+  Record record() override { return check_->next_row(call_); }
+  void settle(const std::vector<Record>& records, DataFate fate) override {
+    refusing([&] { check_->compare(records, fate); });
+  }
+  // run(), with the exchange's own failure named as the check's (side group: not the backend's).
+  void run_on_side() {
+    try {
+      run();
+    } catch (const CallRefused&) {
+      throw;
+    } catch (const TimeoutError& e) {
+      throw TimeoutError(fmt::format("{} failed: the desync check's exchange: {}", what_, e.what()));
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("{} failed: the desync check's exchange: {}", what_, e.what()));
+    }
+  }
+
+ private:
+  template <typename F>
+  void refusing(F&& step) {
+    try {
+      step();
+    } catch (const CollectiveMismatchError& e) {
+      throw CollectiveMismatchError(fmt::format("{} failed: {}", what_, e.what()));
+    }
+  }
+
+  std::shared_ptr<CallCheck> check_;
+  std::string what_;
+  CallSignature call_;
+};
+
 }  // namespace
 
 ProcessGroupWrapper::ProcessGroupWrapper(std::shared_ptr<ProcessGroup> inner, std::shared_ptr<Store> store,
@@ -47,7 +84,7 @@ void ProcessGroupWrapper::agree() {
   std::lock_guard<std::mutex> lock(agree_mutex_);
   if (agreed_) return;
   if (CallCheck::agree(*store_, rank_, size_, options_.check_calls(), display_name(), options_.timeout())) {
-    CallCheck::Exchange exchange = inner_->runs_call_checks() ? inner_->own_row_exchange() : nullptr;
+    CallCheck::Exchange exchange = inner_->runs_call_hooks() ? inner_->own_record_exchange() : nullptr;
     if (!exchange) {
       ProcessGroupOptions side_options = options_;
       side_options.check_calls(false);
@@ -73,19 +110,16 @@ void ProcessGroupWrapper::prepare_calls() {
 std::shared_ptr<Work> ProcessGroupWrapper::forward(Call call,
                                                    const std::function<std::shared_ptr<Work>(Call)>& hand_on) {
   if (check_ && call.signature) {
-    if (inner_->runs_call_checks()) {
-      call.check = check_;
+    auto hook = std::make_shared<CheckHook>(check_, call.what, *call.signature);
+    if (inner_->runs_call_hooks()) {
+      call.hook = std::move(hook);
     } else {
       try {
-        check_->verify(*call.signature);
-      } catch (const CollectiveMismatchError& e) {
-        return failed_work(call.what, CollectiveMismatchError(fmt::format("{} failed: {}", call.what, e.what())));
-      } catch (const TimeoutError& e) {
-        return failed_work(
-            call.what, TimeoutError(fmt::format("{} failed: the desync check's exchange: {}", call.what, e.what())));
-      } catch (const std::exception& e) {
-        return failed_work(call.what,
-                           Error(fmt::format("{} failed: the desync check's exchange: {}", call.what, e.what())));
+        hook->run_on_side();
+      } catch (...) {
+        auto work = std::make_shared<Work>(call.what);
+        work->finish(std::current_exception());
+        return work;
       }
     }
   }

@@ -8,16 +8,18 @@
 //
 // Where the check runs is decided here, once, from what the backend offers:
 // - A backend that runs its calls in order on a thread of its own (Gloo's worker) says so
-//   (ProcessGroup::runs_call_checks): the wrapper hands it the check with the call
-//   (Call::check), and the backend runs it on that thread just before the data moves. The
-//   caller is never blocked, so DDP keeps its overlap of allreduce with backward.
+//   (ProcessGroup::runs_call_hooks): the wrapper hands it the check of each call as the
+//   call's hook (Call::hook, a CallHook), and the backend runs it on that thread just before
+//   the data moves, knowing nothing of what it does. The caller is never blocked, so DDP keeps
+//   its overlap of allreduce with backward.
 // - Any other backend (NCCL, a test's recording group) is checked here, on the calling thread,
 //   before the call is handed on: the host waits until every rank has issued the call, but no
 //   CUDA stream ever waits for the check.
-// The rows travel on the backend's own connections when it offers them (own_row_exchange:
-// Gloo's, where on two ranks a small allreduce's row rides in the same message as its data,
-// so the check costs no round trip), else on a small Gloo group this wrapper makes over the
-// same ranks and store (side group), as PyTorch's ProcessGroupWrapper does.
+// The rows travel as the hooks' records on the backend's own connections when it offers them
+// (own_record_exchange: Gloo's, where on two ranks a small allreduce's message carries its
+// record ahead of the data, so the check costs no round trip), else on a small Gloo group
+// this wrapper makes over the same ranks and store (side group), as PyTorch's
+// ProcessGroupWrapper does.
 #pragma once
 
 #include <memory>
@@ -70,8 +72,8 @@ class ProcessGroupWrapper final : public ProcessGroup {
   void prepare_calls() override;
 
  private:
-  // Checks `call` here when the backend does not run checks itself, and returns it with the
-  // check attached when it does. A mismatch (or a failed exchange) becomes a failed Work.
+  // Checks `call` here when the backend does not run hooks, and hands it on with the check as
+  // its hook when it does. A mismatch (or a failed exchange) becomes a failed Work.
   std::shared_ptr<Work> forward(Call call, const std::function<std::shared_ptr<Work>(Call)>& hand_on);
 
   std::shared_ptr<ProcessGroup> inner_;

@@ -37,14 +37,11 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce_impl(const std::vector<Tensor>
   // values in one message each way (pair_allreduce); more use the small mesh.
   if (size_ > 1 && tensors[0].is_cpu() && detail::SmallAllreduce::takes(tensors[0].dtype(), total) && total > 0) {
     if (size_ == 2) {
-      const CallSignature signature = *call.signature;
-      std::shared_ptr<CallCheck> check = call.check;
+      std::shared_ptr<CallHook> hook = call.hook;
       return enqueue(
           std::move(call),
-          [this, tensors, op, total, signature, check](uint32_t) {
-            pair_allreduce(tensors, op, total, signature, check.get());
-          },
-          {}, /*checks_itself=*/true);
+          [this, tensors, op, total, hook](uint32_t) { pair_allreduce(tensors, op, total, hook.get()); }, {},
+          /*carries_hook=*/true);
     }
     return enqueue(std::move(call),
                    [this, tensors, op, total](uint32_t) { small_allreduce_->run(tensors, op, total); });

@@ -186,12 +186,11 @@ void ProcessGroupGloo::worker_loop() {
     const uint32_t seq = tag++;
     const auto started = Clock::now();
     try {
-      if (item.check && item.signature && !item.checks_itself) item.check->verify(*item.signature);
+      if (item.hook && !item.carries_hook) item.hook->run();
       item.run(seq);
       item.work->finish();
-    } catch (const CollectiveMismatchError& e) {
-      item.work->finish(std::make_exception_ptr(
-          CollectiveMismatchError(fmt::format("{} failed: {}", item.work->description(), e.what()))));
+    } catch (const CallRefused&) {
+      item.work->finish(std::current_exception());
     } catch (const std::exception& e) {
       item.work->finish(failure(*item.work, e, started));
     }
@@ -200,74 +199,74 @@ void ProcessGroupGloo::worker_loop() {
 }
 
 namespace {
-// The two-rank message of the desync check: this rank's row, then how many bytes of data follow.
-constexpr size_t kRowBytes = sizeof(CallSignature::Row);
-constexpr size_t kPrefixBytes = kRowBytes + sizeof(int64_t);
+// The two-rank message: the hook's record (zeros without a hook), then how many bytes of data
+// follow, then the data.
+constexpr size_t kRecordBytes = sizeof(CallHook::Record);
+constexpr size_t kPrefixBytes = kRecordBytes + sizeof(int64_t);
 
-void write_prefix(std::vector<char>& message, const CallSignature::Row& row, size_t data_bytes) {
+void write_prefix(std::vector<char>& message, const CallHook::Record& record, size_t data_bytes) {
   message.resize(kPrefixBytes + data_bytes);
   const auto bytes = static_cast<int64_t>(data_bytes);
-  std::memcpy(message.data(), row.data(), kRowBytes);
-  std::memcpy(message.data() + kRowBytes, &bytes, sizeof(bytes));
+  std::memcpy(message.data(), record.data(), kRecordBytes);
+  std::memcpy(message.data() + kRecordBytes, &bytes, sizeof(bytes));
 }
 
 size_t data_bytes_after(const char* prefix) {
   int64_t bytes = 0;
-  std::memcpy(&bytes, prefix + kRowBytes, sizeof(bytes));
+  std::memcpy(&bytes, prefix + kRecordBytes, sizeof(bytes));
   TDDP_CHECK(bytes >= 0 && bytes <= detail::SmallAllreduce::kMaxBytes,
-             "the peer's call record announces {} bytes of data: not a tinyddp peer, or a corrupted stream", bytes);
+             "the peer's message announces {} bytes of data: not a tinyddp peer, or a corrupted stream", bytes);
   return static_cast<size_t>(bytes);
 }
 
-CallSignature::Row row_of(const std::vector<char>& message) {
-  CallSignature::Row row{};
-  std::memcpy(row.data(), message.data(), kRowBytes);
-  return row;
+CallHook::Record record_of(const std::vector<char>& message) {
+  CallHook::Record record{};
+  std::memcpy(record.data(), message.data(), kRecordBytes);
+  return record;
 }
 }  // namespace
 
-CallCheck::Exchange ProcessGroupGloo::own_row_exchange() {
-  // More than two ranks swap the rows on the small mesh, which takes up to a thousand ranks'.
-  const bool fits =
-      size_ == 2 || detail::SmallAllreduce::takes(tensor::kInt64, static_cast<int64_t>(size_ * CallSignature::kWords));
+RecordExchange ProcessGroupGloo::own_record_exchange() {
+  // More than two ranks sum the records on the small mesh, which takes up to a thousand ranks'.
+  const auto words = static_cast<int64_t>(size_ * std::tuple_size_v<CallHook::Record>);
+  const bool fits = size_ == 2 || detail::SmallAllreduce::takes(tensor::kInt64, words);
   if (size_ == 1 || !fits) return nullptr;
-  return [this](std::vector<CallSignature::Row>& rows) { return exchange_call_rows(rows); };
+  return [this](std::vector<CallHook::Record>& records) { return exchange_records(records); };
 }
 
-DataFate ProcessGroupGloo::exchange_call_rows(std::vector<CallSignature::Row>& rows) {
+DataFate ProcessGroupGloo::exchange_records(std::vector<CallHook::Record>& records) {
   if (size_ == 2) {
-    write_prefix(pair_out_, rows[static_cast<size_t>(rank_)], 0);
+    write_prefix(pair_out_, records[static_cast<size_t>(rank_)], 0);
     const size_t received = tcp_ring_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes,
                                             data_bytes_after, pair_in_, options_.timeout());
-    rows[static_cast<size_t>(1 - rank_)] = row_of(pair_in_);
+    records[static_cast<size_t>(1 - rank_)] = record_of(pair_in_);
     // The peer may have sent a small allreduce's data with its record (and now drops ours).
     return received > kPrefixBytes ? DataFate::kDropped : DataFate::kNotSent;
   }
-  exchange_rows_by_sum(rows, rank_, call_rows_,
-                       [this](const Tensor& t) { small_allreduce_->run({t}, ReduceOp::kSum, t.numel()); });
+  exchange_records_by_sum(records, rank_, records_,
+                          [this](const Tensor& t) { small_allreduce_->run({t}, ReduceOp::kSum, t.numel()); });
   return DataFate::kNotSent;
 }
 
-void ProcessGroupGloo::pair_allreduce(const std::vector<Tensor>& tensors, ReduceOp op, int64_t total,
-                                      const CallSignature& call, CallCheck* check) {
+void ProcessGroupGloo::pair_allreduce(const std::vector<Tensor>& tensors, ReduceOp op, int64_t total, CallHook* hook) {
   // One contiguous tensor is reduced in place; several (or a strided one) through a flat copy.
   const bool in_place = tensors.size() == 1 && tensors[0].is_contiguous();
   const Tensor flat = in_place ? tensors[0].view({total}) : flatten_all(tensors);
-  std::vector<CallSignature::Row> rows(2);
+  std::vector<CallHook::Record> records(2);
   const auto mine = static_cast<size_t>(rank_), theirs = static_cast<size_t>(1 - rank_);
-  if (check != nullptr) rows[mine] = check->next_row(call);  // else a zero row, never compared
-  write_prefix(pair_out_, rows[mine], flat.nbytes());
+  if (hook != nullptr) records[mine] = hook->record();
+  write_prefix(pair_out_, records[mine], flat.nbytes());
   std::memcpy(pair_out_.data() + kPrefixBytes, flat.raw_data_ptr(), flat.nbytes());
   const size_t received_bytes = tcp_ring_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes,
                                                 data_bytes_after, pair_in_, options_.timeout());
-  rows[theirs] = row_of(pair_in_);
-  if (check != nullptr) check->compare(rows, DataFate::kDropped);  // throws before any tensor changed
-  // Without the check a size mismatch is still refused here rather than read past the data.
-  TDDP_CHECK(
-      received_bytes - kPrefixBytes == flat.nbytes(),
-      "rank {} sent {} bytes where this rank sent {}: the ranks allreduce different sizes (the desync check, off "
-      "here, would name both calls)",
-      1 - rank_, received_bytes - kPrefixBytes, flat.nbytes());
+  records[theirs] = record_of(pair_in_);
+  if (hook != nullptr) hook->settle(records, DataFate::kDropped);  // may refuse before any tensor changed
+  // Without a hook that refuses it a size mismatch is still refused here rather than read
+  // past the data.
+  TDDP_CHECK(received_bytes - kPrefixBytes == flat.nbytes(),
+             "rank {} sent {} bytes where this rank sent {}: the ranks allreduce different sizes (the desync check, "
+             "off here, would name both calls)",
+             1 - rank_, received_bytes - kPrefixBytes, flat.nbytes());
   // Rank 0's values come first on both ranks, so both hold the same bits (whatever the op
   // does with NaNs).
   const char* received = pair_in_.data() + kPrefixBytes;
@@ -303,7 +302,7 @@ std::exception_ptr ProcessGroupGloo::failure(const Work& work, const std::except
 }
 
 std::shared_ptr<Work> ProcessGroupGloo::enqueue(Call call, std::function<void(uint32_t)> run,
-                                                const std::vector<Tensor>& tensors, bool checks_itself) {
+                                                const std::vector<Tensor>& tensors, bool carries_hook) {
   auto work = std::make_shared<Work>(std::move(call.what));
   std::vector<tensor::cuda::StreamMark> marks;
   for (const Tensor& t : tensors) {
@@ -319,7 +318,7 @@ std::shared_ptr<Work> ProcessGroupGloo::enqueue(Call call, std::function<void(ui
     TDDP_CHECK(!stopping_ || chained, "ProcessGroupGloo: {} issued while the group is shutting down",
                work->description());
     (chained ? chained_ : queue_)
-        .push_back(Item{work, call.signature, std::move(call.check), checks_itself, std::move(run), std::move(marks)});
+        .push_back(Item{work, std::move(call.hook), carries_hook, std::move(run), std::move(marks)});
   }
   queue_cv_.notify_one();
   return work;

@@ -5,11 +5,12 @@
 // dtypes: float32, float64, float16, bfloat16, int64 (reductions are tinyddp's own functions,
 // so bfloat16 works too).
 //
-// The desync check (desync_check.h), when ProcessGroupWrapper wraps this group, runs on the
-// worker, just before each collective's data moves. Its side channel: on two ranks the ring's
-// connections, where each call record travels in the same message as a small allreduce's data
-// (one message each way, with the check or without it); on more, an exchange of the records on
-// the small-allreduce mesh.
+// The group that wraps this one (ProcessGroupWrapper, whose desync check this group knows
+// nothing of) may give each call a hook (CallHook, call.h): the worker runs it just before the
+// call's data moves. The hook's records travel on this group's own connections: on two ranks
+// the ring's, where a small allreduce's message carries its record ahead of the data (one
+// message each way, with a hook or without one); on more, a sum of the records on the
+// small-allreduce mesh.
 //
 // CUDA tensors are accepted too, staged through host memory: the worker copies them to the
 // host (waiting for the kernels queued on their device, not blocking the caller), runs the
@@ -70,29 +71,27 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::shared_ptr<Work> send_impl(const Tensor& tensor, int dst, int tag, Call call) override;
   std::shared_ptr<Work> recv_impl(const Tensor& tensor, int src, int tag, Call call) override;
   std::shared_ptr<ProcessGroup> create_subgroup(int id, int rank, int size) override;
-  // The worker runs each call's check (Call::check) just before its data moves.
-  bool runs_call_checks() const override { return true; }
-  // exchange_call_rows, for a group of more than one rank whose rows fit the small mesh.
-  CallCheck::Exchange own_row_exchange() override;
+  // The worker runs each call's hook (Call::hook) just before its data moves.
+  bool runs_call_hooks() const override { return true; }
+  // exchange_records, for a group of more than one rank whose records fit the small mesh.
+  RecordExchange own_record_exchange() override;
 
  private:
   // Queues `run` for the worker; the returned Work finishes when it has run. The worker first
-  // runs the call's desync check (Call::check, if any), unless `run` carries the check itself
-  // (checks_itself: pair_allreduce). For the CUDA tensors among `tensors`, a
+  // runs the call's hook (Call::hook, if any), unless `run` carries it in its own message
+  // (carries_hook: pair_allreduce). For the CUDA tensors among `tensors`, a
   // mark is recorded now on their device's compute stream: the worker copies them to the host
   // once the work queued before the collective has run, not what the caller queues after it
   // (docs/comm.md, "Gloo and CUDA tensors").
   std::shared_ptr<Work> enqueue(Call call, std::function<void(uint32_t tag)> run,
-                                const std::vector<Tensor>& tensors = {}, bool checks_itself = false);
-  // The desync check's side channel (CallCheck::Exchange): the rows alone, on the ring's
-  // connections (two ranks) or the small mesh (more).
-  DataFate exchange_call_rows(std::vector<CallSignature::Row>& rows);
+                                const std::vector<Tensor>& tensors = {}, bool carries_hook = false);
+  // The hooks' channel (RecordExchange): the records alone, on the ring's connections (two
+  // ranks) or the small mesh (more).
+  DataFate exchange_records(std::vector<CallHook::Record>& records);
   // A small allreduce on two ranks: one message each way on the ring's connections, the
-  // call's row (the desync check's, or zeros without it) followed by the data; the rows are
-  // compared (by `check`, when not null) before any tensor changes, and both ranks reduce in
-  // rank order.
-  void pair_allreduce(const std::vector<Tensor>& tensors, ReduceOp op, int64_t total, const CallSignature& call,
-                      CallCheck* check);
+  // hook's record (zeros without a hook) followed by the data; the hook settles on both
+  // records before any tensor changes, and both ranks reduce in rank order.
+  void pair_allreduce(const std::vector<Tensor>& tensors, ReduceOp op, int64_t total, CallHook* hook);
   void worker_loop();
 
   using Clock = std::chrono::steady_clock;
@@ -122,19 +121,17 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::unique_ptr<detail::TcpRing> tcp_ring_;
   // Which rank is behind each address Gloo's errors print.
   std::unique_ptr<detail::PeerAddresses> peers_;
-  // Buffers of the worker: size() encoded rows for the desync check on the small mesh
-  // (exchange_rows_by_sum); the
-  // two-rank messages (pair_allreduce, the check's rows), out and in.
-  Tensor call_rows_;
+  // Buffers of the worker: size() hook records on the small mesh (exchange_records_by_sum);
+  // the two-rank messages (pair_allreduce, the hooks' records), out and in.
+  Tensor records_;
   std::vector<char> pair_out_, pair_in_;
 
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
   struct Item {
     std::shared_ptr<Work> work;
-    std::optional<CallSignature> signature;
-    std::shared_ptr<CallCheck> check;
-    bool checks_itself = false;
+    std::shared_ptr<CallHook> hook;
+    bool carries_hook = false;
     std::function<void(uint32_t)> run;
     std::vector<tensor::cuda::StreamMark> marks;  // one per CUDA device the collective reads
   };
