@@ -30,7 +30,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
                      const Tensor& weight = Tensor());
 
 // The other losses of torch.nn.functional, composed from tensor ops (nll_loss in loss.cc beside cross_entropy, the rest
-// in loss_more.cc), with the same reductions ("mean" over every element unless said otherwise, "sum", "none"):
+// in loss_composed.cc), with the same reductions ("mean" over every element unless said otherwise, "sum", "none"):
 // nll_loss: log-probabilities [N, C] (or [N, C, d...], [C]) and int64 targets as cross_entropy
 // takes them (which is nll_loss of log_softmax): -input[i, target[i]], the mean over the rows
 // not ignored. A class weight scales as cross_entropy's.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Checks that every file docs/architecture.md names exists: its links (relative to docs/)
-and the paths it writes out (`tests/ddp/scenario_test.cc`, tensor/cpu/isa/, relative to the
+and the paths it writes out (`tests/ddp/scenario_test.cc`, tensor/backends/cpu/isa/, relative to the
 workspace root). Run from anywhere; exit status 1, naming the missing ones, if any is missing.
 scripts/test.sh runs it (one more case in the count).
 """

@@ -82,7 +82,7 @@ def main():
          [f"({oh},{ow})" for oh in range(OH) for ow in range(OW)])
     ax.text(out_left + 2, -8.2, "one GEMM per group; then viewed as\n[N, O, OH, OW] (a permuting copy)",
             ha="center", va="top", fontsize=8)
-    fig.suptitle("conv2d as im2col + GEMM (tensor/ops/conv.cc); the backward: grad_weight = grad_out @ col^T, "
+    fig.suptitle("conv2d as im2col + GEMM (tensor/native/conv.cc); the backward: grad_weight = grad_out @ col^T, "
                  "col2im(weight^T @ grad_out)", fontsize=10)
     fig.savefig(args.output, dpi=110, bbox_inches="tight")
 

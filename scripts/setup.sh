@@ -10,8 +10,8 @@ PACKAGES=(
   g++
   python3             # scripts/count_tests.py and the benchmark comparison
   libeigen3-dev       # CPU kernels, and GEMM where OpenBLAS lacks kernels for the chosen ISA
-  libopenblas-dev     # float32/float64 GEMM, kernels picked at run time (tensor/cpu/matmul.cc)
-  libdnnl-dev         # oneDNN: bfloat16 GEMM on AVX512-BF16 / AMX (tensor/cpu/onednn.cc)
+  libopenblas-dev     # float32/float64 GEMM, kernels picked at run time (tensor/backends/cpu/matmul.cc)
+  libdnnl-dev         # oneDNN: bfloat16 GEMM on AVX512-BF16 / AMX (tensor/backends/cpu/onednn.cc)
   catch2              # tests (Catch2 v2)
   libfmt-dev          # error messages and printing
   libgloo-dev         # CPU collectives (comm/)

@@ -71,6 +71,11 @@ std::string smoke_test(int device) { return fmt::format("cuda::smoke_test({}): {
 void synchronize(int) {}
 AllocatorStats allocator_stats(int) { return {}; }
 void empty_cache() {}
+// The one call of cuda.h on tensors (the CUDA backend's copies define it under CUDA); the rest
+// of the runtime's answers are in cuda/runtime_stub.cc.
+Tensor to_host_after(const Tensor&, const StreamMark&) {
+  throw Error(fmt::format("to_host_after: {}", unavailable_reason()));
+}
 
 #endif
 

@@ -4,7 +4,7 @@
 // (shape, dtype, device: errors name the op and the offending argument), records its
 // backward, and calls the entry point of the same name on its device's backend (the one
 // interface of tensor/internal/backend.h, which the CPU and CUDA backends implement); the ops
-// live in ops/, a file per family.
+// live in native/, a file per family.
 //
 // dtype rules: tensor operands of a binary op must share a dtype, except that floating dtypes
 // promote in arithmetic (add, sub, mul, div, maximum, minimum) as in PyTorch: float64 over
@@ -64,10 +64,10 @@ Tensor sigmoid(const Tensor& x);
 // inputs only.
 Tensor gelu(const Tensor& x, std::string_view approximate = "none");
 // As torch.nn.functional.celu: max(0, x) + min(0, alpha (exp(x / alpha) - 1)) (composed from
-// where and exp, tensor/ops/select.cc).
+// where and exp, tensor/native/select.cc).
 Tensor celu(const Tensor& x, double alpha = 1.0);
 // As torch.nn.functional.leaky_relu: x where x > 0, negative_slope x elsewhere (composed from
-// where and mul, tensor/ops/select.cc).
+// where and mul, tensor/native/select.cc).
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 Tensor pow(const Tensor& x, double exponent);
 // As torch.pow(self: Scalar, exponent: Tensor): base ** exponent elementwise, in the exponent's
@@ -119,7 +119,7 @@ std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = fals
 Tensor argmin(const Tensor& x);
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
 
-// ---- selecting elements (ops/select.cc) -------------------------------------------------------
+// ---- selecting elements (native/select.cc) -------------------------------------------------------
 // As torch.clamp: each element limited to [min, max] (either bound may be absent, not both;
 // NaN stays NaN; min > max gives max everywhere, as PyTorch). The gradient passes where the
 // input is within the bounds, ends included, and is 0 where a bound replaced it.

@@ -8,8 +8,8 @@
 
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/graph.h"
+#include "tinyddp/tensor/native/graph_formulas.h"
 #include "tinyddp/tensor/ops.h"
-#include "tinyddp/tensor/ops/graph_formulas.h"
 
 namespace tinyddp::tensor {
 
@@ -372,7 +372,7 @@ void Tensor::set_data(const Tensor& other) const {
 
 Tensor Tensor::detach() const { return make_view(*this, sizes(), strides(), storage_offset()); }
 
-// ---- conversion and in-place ops (kernels live in ops/ and cpu/) --------------------------
+// ---- conversion and in-place ops (kernels live in native/ and backends/cpu/) --------------------------
 
 namespace {
 // A copy of `t` converted to another dtype or device; grad_t = grad_out converted back.

@@ -1,8 +1,8 @@
-// tensor/cuda.h's runtime in a build without CUDA: every call says why it cannot run. (There
-// is no CUDA backend in such a build: backend_for names the op and the device instead.)
+// tensor/cuda.h's runtime in a build without CUDA: every call says why it cannot run (its one
+// call on tensors, to_host_after, answers in tensor/cuda.cc). There is no CUDA backend in such
+// a build: backend_for names the op and the device instead.
 #include "tinyddp/base/error.h"
 #include "tinyddp/tensor/cuda.h"
-#include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::cuda {
 
@@ -12,7 +12,6 @@ namespace {
 
 void runtime_set_device(int device) { throw Error(fmt::format("set_device({}): {}", device, unavailable_reason())); }
 
-Tensor to_host_after(const Tensor&, const StreamMark&) { unavailable("to_host_after"); }
 StreamMark StreamMark::record(int, bool) { unavailable("StreamMark::record"); }
 double StreamMark::elapsed_ms(const StreamMark&, const StreamMark&) { unavailable("StreamMark::elapsed_ms"); }
 struct CudaGraph::Impl {};

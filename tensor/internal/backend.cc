@@ -3,10 +3,10 @@
 #include "tinyddp/tensor/internal/backend.h"
 
 #include "tinyddp/base/error.h"
-#include "tinyddp/tensor/cpu/backend.h"
+#include "tinyddp/tensor/backends/cpu/backend.h"
 #include "tinyddp/tensor/factory.h"
 #if TINYDDP_WITH_CUDA
-#include "tinyddp/tensor/cuda/backend.h"
+#include "tinyddp/tensor/backends/cuda/backend.h"
 #endif
 
 namespace tinyddp::tensor {

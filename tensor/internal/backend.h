@@ -1,15 +1,15 @@
-// The one backend interface (internal to tensor/): every kernel entry point that tensor/ops/
-// calls, declared once. The CPU backend (cpu/backend.h) and the CUDA backend (cuda/backend.h)
-// each implement it as one class; ops/ asks backend_for(device) and never names a device.
+// The one backend interface (internal to tensor/): every kernel entry point that tensor/native/
+// calls, declared once. The CPU backend (backends/cpu/backend.h) and the CUDA backend (backends/cuda/backend.h)
+// each implement it as one class; native/ asks backend_for(device) and never names a device.
 // Adding a backend is writing one more class and one more case in backend_for
 // (internal/backend.cc).
 //
-// The contracts hold for every backend. Arguments are already validated by ops/: dtypes agree,
+// The contracts hold for every backend. Arguments are already validated by native/: dtypes agree,
 // `out` has the broadcast shape, all tensors of one call are on the backend's device (copy: see
-// below). A backend never calls back up into ops/: it has its own copies, fills and
+// below). A backend never calls back up into native/: it has its own copies, fills and
 // allocations. An entry point that returns bool (or an optional) may decline a case it has no
-// kernel for: it writes nothing and ops/ composes the result from other entry points
-// (ops/composite.h) or takes its general route.
+// kernel for: it writes nothing and native/ composes the result from other entry points
+// (native/composite.h) or takes its general route.
 #pragma once
 
 #include <optional>
@@ -24,14 +24,14 @@ class Backend {
  public:
   virtual ~Backend() = default;
 
-  // Elementwise (cpu/elementwise.cc, cuda/elementwise.cu): out = op(a, b) with broadcasting.
+  // Elementwise (backends/cpu/elementwise.cc, backends/cuda/elementwise.cu): out = op(a, b) with broadcasting.
   virtual void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) = 0;
   virtual void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) = 0;  // out: bool
   virtual void unary(UnaryOp op, const Tensor& out, const Tensor& x) = 0;
   virtual void pow_scalar(const Tensor& out, const Tensor& x, double exponent) = 0;
   virtual void pow_scalar_base(const Tensor& out, const Tensor& exponent, double base) = 0;  // floating only
   // dst = src, src broadcast to dst, any dtypes. The CUDA backend takes every pair with a GPU
-  // side, between devices too (its stream rules: cuda/backend.h); non_blocking means nothing
+  // side, between devices too (its stream rules: backends/cuda/backend.h); non_blocking means nothing
   // on the CPU.
   virtual void copy(const Tensor& dst, const Tensor& src, bool non_blocking) = 0;
   virtual void fill(const Tensor& dst, double value) = 0;
@@ -66,7 +66,7 @@ class Backend {
   // 1 / sqrt(biased variance + eps) written to mean, rstd [M] (float64 for float64 x, else
   // float32). The backward writes grad_x [M, N] when defined, from dy [M, N] (contiguous), x,
   // the forward's mean and rstd, and weight; it returns whether it also wrote grad_weight and
-  // grad_bias [N] (each when defined): false leaves those column sums to ops/.
+  // grad_bias [N] (each when defined): false leaves those column sums to native/.
   virtual void layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
                           const Tensor& weight, const Tensor& bias, double eps) = 0;
   virtual bool layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
@@ -95,7 +95,7 @@ class Backend {
 
   // Products. out [n, m] (contiguous) = a [n, k] x b [k, m], any strides on a and b; addmm
   // adds bias [m] to each row (Linear's forward); bmm: out [..., n, m] (contiguous) = a [..., n,
-  // k] x b [..., k, m] (the same batch dims) as one call where a kernel serves it (false: ops/
+  // k] x b [..., k, m] (the same batch dims) as one call where a kernel serves it (false: native/
   // multiplies matrix by matrix).
   virtual void mm(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
   virtual void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b) = 0;
@@ -103,9 +103,9 @@ class Backend {
 
   // Convolution by the backend's own algorithms (x, weight, grad_out contiguous; out =
   // conv(x, weight) + bias when bias is defined); false, with nothing written, where it has
-  // none: ops/conv.cc's im2col + GEMM route then. The backward passes are asked only after
+  // none: native/conv.cc's im2col + GEMM route then. The backward passes are asked only after
   // conv2d served the forward. conv2d_native: whether the backend convolves `dtype` at this
-  // geometry at all; false: ops/ convolves in float32 and rounds once.
+  // geometry at all; false: native/ convolves in float32 and rounds once.
   virtual bool conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
                       const Window2d& window, int64_t groups) = 0;
   virtual bool conv2d_backward_input(const Tensor& grad_x, const Tensor& grad_out, const Tensor& weight,
@@ -121,7 +121,7 @@ class Backend {
   virtual bool sgd_step(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step) = 0;
 
   // What a backend's own code needs of copies, on its own copy and fill (internal/backend.cc),
-  // so that it never calls back up into ops/ through Tensor::contiguous, to or fill_:
+  // so that it never calls back up into native/ through Tensor::contiguous, to or fill_:
   // t itself when already contiguous, else a contiguous copy on t's device;
   Tensor contiguous(const Tensor& t);
   // t itself when already of `dtype`, else a contiguous copy converted to it;

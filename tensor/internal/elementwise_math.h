@@ -1,6 +1,6 @@
 // The elementwise formulas, one definition each, for every backend: the CPU's scalar loops
-// (cpu/elementwise.cc), its per-instruction-set row kernels (cpu/isa/kernels.cc) and the CUDA
-// kernels (cuda/elementwise.cu), on the host and on the device. Sigmoid and GELU take their
+// (backends/cpu/elementwise.cc), its per-instruction-set row kernels (backends/cpu/isa/kernels.cc) and the CUDA
+// kernels (backends/cuda/elementwise.cu), on the host and on the device. Sigmoid and GELU take their
 // math functions from a policy `M` (math_functions.h): ScalarMath for one value, or Eigen's
 // vectorised versions over a whole row (isa/kernels.cc), so the row kernels evaluate the very
 // expression the scalar loops do. As torch.nn.GELU:

@@ -1,5 +1,5 @@
 // The elementwise kernels' op codes and the plain structs the backend interface takes
-// (internal/backend.h), shared by every backend, the per-ISA kernels and tensor/ops/.
+// (internal/backend.h), shared by every backend, the per-ISA kernels and tensor/native/.
 #pragma once
 
 #include <cstdint>

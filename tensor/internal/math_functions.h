@@ -1,7 +1,7 @@
 // The math functions under the elementwise formulas (elementwise_math.h), for host code and
 // CUDA device code alike: erf, exp, tanh, log, sqrt and pow of float or double, and
 // ScalarMath, the policy through which a formula written once calls them on one value (the
-// CPU's row kernels pass Eigen's vectorised versions instead: cpu/isa/kernels.cc).
+// CPU's row kernels pass Eigen's vectorised versions instead: backends/cpu/isa/kernels.cc).
 #pragma once
 
 #include <cmath>

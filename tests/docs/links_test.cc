@@ -121,7 +121,7 @@ TEST_CASE("docs: every plain link to a file of the project points at one that ex
 }
 
 TEST_CASE("docs: the files that comments in the code name exist", "[docs]") {
-  // "see small_allreduce.h", "(tensor/ops/checks.cc)": a name a file has anywhere in the
+  // "see small_allreduce.h", "(tensor/native/checks.cc)": a name a file has anywhere in the
   // checked packages, or a path from the workspace root or from the commenting file.
   static const std::vector<std::string> packages = {"autograd", "comm", "ddp", "examples", "launcher", "nn", "tensor"};
   static const std::regex named(R"((?:^|[\s(`'"])((?:[\w-]+/)*[\w-]+\.(?:cc|h|cu|cuh))\b)");

@@ -1,4 +1,4 @@
-// The composites of tensor/ops/composite.h (what the GPU runs for batch normalisation, max
+// The composites of tensor/native/composite.h (what the GPU runs for batch normalisation, max
 // pooling and layer normalisation's parameter gradients, composed from other ops) run on CPU
 // tensors here and are held to the CPU's own kernels, which the op tests hold to PyTorch. In
 // float64 both sides round at 2^-53 per operation over a few dozen terms: 1e-12 leaves room
@@ -8,8 +8,8 @@
 
 #include "tests/test_util.h"
 #include "tinyddp/tensor/all.h"
-#include "tinyddp/tensor/ops/composite.h"
-#include "tinyddp/tensor/ops/window.h"
+#include "tinyddp/tensor/native/composite.h"
+#include "tinyddp/tensor/native/window.h"
 
 using namespace tinyddp::tensor;
 

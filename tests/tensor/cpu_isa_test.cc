@@ -1,4 +1,4 @@
-// The CPU kernels compiled per instruction set (tensor/cpu/isa/kernels.h): TINYDDP_CPU_ISA's
+// The CPU kernels compiled per instruction set (tensor/backends/cpu/isa/kernels.h): TINYDDP_CPU_ISA's
 // parsing and errors; each table's GEMM against a naive double loop for every layout; and
 // every dispatched kernel run under AVX2 and under AVX-512 with the results compared (bit for
 // bit where the arithmetic is the same, within rounding where the summation order or the
@@ -8,7 +8,7 @@
 
 #include "tests/test_util.h"
 #include "tinyddp/autograd/autograd.h"
-#include "tinyddp/tensor/cpu/isa/kernels.h"
+#include "tinyddp/tensor/backends/cpu/isa/kernels.h"
 #include "tinyddp/tensor/cpu_isa.h"
 
 using namespace tinyddp::tensor;

@@ -7,7 +7,7 @@
 #include <array>
 
 #include "tests/test_util.h"
-#include "tinyddp/tensor/cuda/plan.h"
+#include "tinyddp/tensor/backends/cuda/plan.h"
 
 using namespace tinyddp::tensor;
 using tinyddp::testing::at;

@@ -1,4 +1,4 @@
-// The selection ops (tensor/ops/select.cc: clamp, where, index_select, gather, one_hot) and
+// The selection ops (tensor/native/select.cc: clamp, where, index_select, gather, one_hot) and
 // stack and min beside them, against PyTorch (fixtures/make_select_fixtures.py writes
 // select_reference.txt): forward and gradients in float64, where both sides make the same
 // few roundings (1e-12 leaves room for an ulp, none for a wrong formula); a float64 gradcheck

@@ -1,0 +1,248 @@
+// Elementwise CUDA kernels: one grid-stride loop over the iteration shape, each thread turning
+// a linear index into per-operand offsets (strides in elements; 0 for broadcast dims). The
+// host side (backend.cc) has merged every mergeable pair of dims, so contiguous operands reach
+// here as one dim and the offset arithmetic is a multiply. 16-bit floats are stored as their
+// bits and computed in float, rounding to nearest-even on the way back, as on the CPU.
+#include "tinyddp/tensor/backends/cuda/dtypes.cuh"
+#include "tinyddp/tensor/backends/cuda/kernels.h"
+#include "tinyddp/tensor/internal/elementwise_math.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace tinyddp::tensor::cuda::kernels {
+
+namespace {
+
+template <int N>
+struct Operands {
+  char* data[N];
+  int64_t strides[N][kMaxDims];
+};
+
+// The offsets (in elements) of linear index i in each operand.
+template <int N>
+__device__ inline void offsets(const Geometry& g, const Operands<N>& ops, int64_t i, int64_t (&off)[N]) {
+  for (int k = 0; k < N; ++k) off[k] = 0;
+  for (int d = g.ndim - 1; d >= 0; --d) {
+    const int64_t size = g.sizes[d];
+    const int64_t coord = i % size;
+    i /= size;
+    for (int k = 0; k < N; ++k) off[k] += coord * ops.strides[k][d];
+  }
+}
+
+// f(offsets) for every element; N operands. kFlat: the geometry is one dim (contiguous
+// operands, scalars broadcast with stride 0, after the host merged the dims), and each offset
+// is the index times the operand's stride. The general path pays a 64-bit division and
+// remainder per dim and element, which bounds a large contiguous add by the integer units
+// rather than by memory.
+template <int N, bool kFlat, typename F>
+__global__ void for_each(Geometry g, Operands<N> ops, F f) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < g.numel; i += stride) {
+    int64_t off[N];
+    if constexpr (kFlat) {
+      for (int k = 0; k < N; ++k) off[k] = i * ops.strides[k][0];
+    } else {
+      offsets<N>(g, ops, i, off);
+    }
+    f(ops, off);
+  }
+}
+
+constexpr int kThreads = 256;
+
+template <int N, typename F>
+cudaError_t launch(const Geometry& g, const Operand* const (&operands)[N], void* stream, F f) {
+  if (g.numel == 0) return cudaSuccess;
+  Operands<N> ops;
+  for (int k = 0; k < N; ++k) {
+    ops.data[k] = static_cast<char*>(operands[k]->data);
+    for (int d = 0; d < kMaxDims; ++d) ops.strides[k][d] = operands[k]->strides[d];
+  }
+  const int blocks = grid_stride_blocks(g.numel, kThreads);
+  if (g.ndim == 1) {
+    for_each<N, true><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(g, ops, f);
+  } else {
+    for_each<N, false><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(g, ops, f);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+__device__ inline T& at(char* base, int64_t offset) {
+  return reinterpret_cast<T*>(base)[offset];
+}
+
+// The formulas: elementwise_math.h (the ops' ints are the kernel_ops.h enums, cast by
+// cuda/backend.cc).
+template <typename C>
+__device__ inline C apply_unary(int op, C v) {
+  return elementwise_math::unary(static_cast<UnaryOp>(op), v);
+}
+
+// atomicAdd for the types CUDA lacks one for: a compare-and-swap loop on the enclosing word.
+__device__ inline void atomic_add(float* p, float v) { atomicAdd(p, v); }
+__device__ inline void atomic_add(double* p, double v) { atomicAdd(p, v); }
+__device__ inline void atomic_add(int64_t* p, int64_t v) {
+  atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+}
+template <typename T>
+__device__ inline void atomic_add16(T* p, float v) {
+  auto* word = reinterpret_cast<unsigned int*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(3));
+  const bool high = (reinterpret_cast<uintptr_t>(p) & 2) != 0;
+  unsigned int old = *word, assumed;
+  do {
+    assumed = old;
+    const uint16_t bits = high ? static_cast<uint16_t>(assumed >> 16) : static_cast<uint16_t>(assumed & 0xffff);
+    const uint16_t sum = store<T>(load<T>(T{bits}) + v).bits;
+    const unsigned int next =
+        high ? ((assumed & 0xffffu) | (static_cast<unsigned int>(sum) << 16)) : ((assumed & 0xffff0000u) | sum);
+    old = atomicCAS(word, assumed, next);
+  } while (assumed != old);
+}
+
+// The per-element work of each launcher, as functors (device lambdas cannot be defined
+// inside the generic lambdas that dispatch on dtype).
+template <typename T>
+struct BinaryFn {
+  int op;
+  compute_t<T> scale;
+  __device__ void operator()(const Operands<3>& o, const int64_t (&off)[3]) const {
+    using C = compute_t<T>;
+    const C x = load(at<T>(o.data[1], off[1]));
+    const C y = load(at<T>(o.data[2], off[2]));
+    at<T>(o.data[0], off[0]) = store<T>(elementwise_math::binary(static_cast<BinaryOp>(op), x, y, scale));
+  }
+};
+
+template <typename T>
+struct CompareFn {
+  int op;
+  __device__ void operator()(const Operands<3>& o, const int64_t (&off)[3]) const {
+    using C = compute_t<T>;
+    const C x = load(at<T>(o.data[1], off[1]));
+    const C y = load(at<T>(o.data[2], off[2]));
+    at<bool>(o.data[0], off[0]) = elementwise_math::compare(static_cast<CompareOp>(op), x, y);
+  }
+};
+
+template <typename T>
+struct UnaryFn {
+  int op;
+  __device__ void operator()(const Operands<2>& o, const int64_t (&off)[2]) const {
+    at<T>(o.data[0], off[0]) = store<T>(apply_unary<compute_t<T>>(op, load(at<T>(o.data[1], off[1]))));
+  }
+};
+
+template <typename T>
+struct PowFn {
+  double exponent;
+  __device__ void operator()(const Operands<2>& o, const int64_t (&off)[2]) const {
+    using C = compute_t<T>;
+    const C v = load(at<T>(o.data[1], off[1]));
+    at<T>(o.data[0], off[0]) =
+        store<T>(elementwise_math::pow_scalar(elementwise_math::pow_kind(exponent), v, exponent));
+  }
+};
+
+// base ** exponent for a floating exponent (ops.h refuses the rest).
+template <typename T>
+struct PowBaseFn {
+  double base;
+  __device__ void operator()(const Operands<2>& o, const int64_t (&off)[2]) const {
+    using C = compute_t<T>;
+    if constexpr (std::is_floating_point_v<C>) {
+      at<T>(o.data[0], off[0]) =
+          store<T>(elementwise_math::pow_scalar_base(static_cast<C>(base), load(at<T>(o.data[1], off[1]))));
+    }
+  }
+};
+
+template <typename D, typename S>
+struct CopyFn {
+  __device__ void operator()(const Operands<2>& o, const int64_t (&off)[2]) const {
+    at<D>(o.data[0], off[0]) = store<D>(load(at<S>(o.data[1], off[1])));
+  }
+};
+
+template <typename T>
+struct FillFn {
+  T value;
+  __device__ void operator()(const Operands<1>& o, const int64_t (&off)[1]) const { at<T>(o.data[0], off[0]) = value; }
+};
+
+template <typename T>
+struct AccumulateFn {
+  __device__ void operator()(const Operands<2>& o, const int64_t (&off)[2]) const {
+    T* target = &at<T>(o.data[0], off[0]);
+    const T& v = at<T>(o.data[1], off[1]);
+    if constexpr (std::is_same_v<T, F16> || std::is_same_v<T, BF16>) {
+      atomic_add16(target, load(v));
+    } else {
+      atomic_add(target, v);
+    }
+  }
+};
+
+}  // namespace
+
+int binary(int op, const Geometry& g, const Operand& out, const Operand& a, const Operand& b, double alpha,
+           void* stream) {
+  const Operand* const operands[3] = {&out, &a, &b};
+  return dispatch_numeric(out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return launch<3>(g, operands, stream, BinaryFn<T>{op, static_cast<compute_t<T>>(alpha)});
+  });
+}
+
+int compare(int op, const Geometry& g, const Operand& out, const Operand& a, const Operand& b, void* stream) {
+  const Operand* const operands[3] = {&out, &a, &b};
+  return dispatch(a.dtype, [&](auto tag) { return launch<3>(g, operands, stream, CompareFn<decltype(tag)>{op}); });
+}
+
+int unary(int op, const Geometry& g, const Operand& out, const Operand& x, void* stream) {
+  const Operand* const operands[2] = {&out, &x};
+  return dispatch_numeric(out.dtype,
+                          [&](auto tag) { return launch<2>(g, operands, stream, UnaryFn<decltype(tag)>{op}); });
+}
+
+int pow_scalar(const Geometry& g, const Operand& out, const Operand& x, double exponent, void* stream) {
+  const Operand* const operands[2] = {&out, &x};
+  return dispatch_numeric(out.dtype,
+                          [&](auto tag) { return launch<2>(g, operands, stream, PowFn<decltype(tag)>{exponent}); });
+}
+
+int pow_scalar_base(const Geometry& g, const Operand& out, const Operand& exponent, double base, void* stream) {
+  const Operand* const operands[2] = {&out, &exponent};
+  return dispatch_numeric(out.dtype,
+                          [&](auto tag) { return launch<2>(g, operands, stream, PowBaseFn<decltype(tag)>{base}); });
+}
+
+int copy(const Geometry& g, const Operand& dst, const Operand& src, void* stream) {
+  const Operand* const operands[2] = {&dst, &src};
+  return dispatch(dst.dtype, [&](auto dst_tag) {
+    return dispatch(src.dtype, [&](auto src_tag) {
+      return launch<2>(g, operands, stream, CopyFn<decltype(dst_tag), decltype(src_tag)>{});
+    });
+  });
+}
+
+int fill(const Geometry& g, const Operand& dst, double value, void* stream) {
+  const Operand* const operands[1] = {&dst};
+  return dispatch(dst.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return launch<1>(g, operands, stream, FillFn<T>{store<T>(value)});
+  });
+}
+
+int accumulate(const Geometry& g, const Operand& dst, const Operand& src, void* stream) {
+  const Operand* const operands[2] = {&dst, &src};
+  return dispatch_numeric(dst.dtype,
+                          [&](auto tag) { return launch<2>(g, operands, stream, AccumulateFn<decltype(tag)>{}); });
+}
+
+}  // namespace tinyddp::tensor::cuda::kernels

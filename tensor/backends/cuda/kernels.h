@@ -1,0 +1,74 @@
+// The plain-C++ interface to the nvcc-compiled kernels (tensor/backends/cuda/elementwise.cu, reduce.cu).
+// No CUDA or tinyddp headers here: the .cu side sees only these descriptors, built by
+// tensor/backends/cuda/backend.cc from Tensors (shapes broadcast, adjacent dims merged, devices and
+// dtypes already checked). Every launcher enqueues on `stream` (a cudaStream_t) and returns
+// the launch's error code (cudaError_t as int; 0 is success) for the caller to check.
+#pragma once
+
+#include <cstdint>
+
+namespace tinyddp::tensor::cuda::kernels {
+
+constexpr int kMaxDims = 8;
+
+// The shape iterated over (row-major, last dim fastest).
+struct Geometry {
+  int ndim = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t numel = 0;
+};
+
+// One operand: its first element and, per dim of the Geometry, its stride in elements (0 for
+// a broadcast dim). `dtype` uses tensor::DType's numbering.
+struct Operand {
+  void* data = nullptr;
+  int dtype = 0;
+  int64_t strides[kMaxDims] = {};
+};
+
+// `op`: a tensor::BinaryOp, CompareOp or UnaryOp (tensor/internal/kernel_ops.h) as an int.
+
+// out = a op b (kAdd: a + alpha * b); out, a, b share a dtype.
+int binary(int op, const Geometry& g, const Operand& out, const Operand& a, const Operand& b, double alpha,
+           void* stream);
+// out (bool) = a op b.
+int compare(int op, const Geometry& g, const Operand& out, const Operand& a, const Operand& b, void* stream);
+int unary(int op, const Geometry& g, const Operand& out, const Operand& x, void* stream);
+int pow_scalar(const Geometry& g, const Operand& out, const Operand& x, double exponent, void* stream);
+int pow_scalar_base(const Geometry& g, const Operand& out, const Operand& exponent, double base, void* stream);
+// dst = src converted to dst's dtype, as PyTorch casts (anything -> bool is != 0).
+int copy(const Geometry& g, const Operand& dst, const Operand& src, void* stream);
+int fill(const Geometry& g, const Operand& dst, double value, void* stream);
+// dst += src with atomic adds, so that a dst whose elements share memory (a broadcast view)
+// receives every contribution. float, double, int64 (and 16-bit floats through a CAS loop).
+int accumulate(const Geometry& g, const Operand& dst, const Operand& src, void* stream);
+
+// reduce.cu: contiguous inputs, outputs of the accumulated shape (see backend.cc's plans).
+// out[r] = scale * sum of row r of x [outer, inner]; out is int64 for bool x, else x's dtype.
+int sum_rows(const void* x, int dtype, void* out, int64_t outer, int64_t inner, double scale, void* stream);
+// out[j] = scale * sum over i of x[i, j], x [rows, inner].
+int sum_columns(const void* x, int dtype, void* out, int64_t rows, int64_t inner, double scale, void* stream);
+// The maximum of each row of x [outer, inner] (inner > 0) and its index in the row; NaN wins,
+// ties go to the first.
+int max_rows(const void* x, int dtype, void* values, int64_t* indices, int64_t outer, int64_t inner, void* stream);
+// (log_)softmax of each row of x [outer, n] into out (same layout); floating dtypes.
+int softmax_rows(const void* x, int dtype, void* out, int64_t outer, int64_t n, bool log_softmax, void* stream);
+// Causal softmax of the rows of contiguous [rows / m matrices of m, n]: with y null, out =
+// softmax(scale * x) over each row's first r % m + n - m + 1 columns, 0 beyond; with y (the
+// forward's output), x is the gradient and out = scale * y * (x - sum(x * y)), 0 beyond.
+int causal_softmax_rows(const void* x, const void* y, int dtype, void* out, int64_t rows, int64_t m, int64_t n,
+                        double scale, void* stream);
+// out [n, c] = the rows of weight [V, c] at ids [n] (in range); the backward adds grad [n, c]
+// onto acc [V, c] (float, or double for float64 grads; zeroed by the caller) at ids.
+int embedding_rows(const void* weight, const int64_t* ids, int dtype, void* out, int64_t n, int64_t c, void* stream);
+int embedding_backward_rows(const void* grad, const int64_t* ids, int dtype, void* acc, int64_t n, int64_t c,
+                            void* stream);
+// Layer normalisation of the rows of contiguous x [rows, n] (dtype: x, out, dy, dx, weight,
+// bias; weight/bias may be null): out, and each row's mean and rstd (float, or double for
+// float64); the backward writes dx from dy, x, mean, rstd and weight.
+int layer_norm_rows(const void* x, const void* weight, const void* bias, int dtype, void* out, void* mean, void* rstd,
+                    int64_t rows, int64_t n, double eps, void* stream);
+int layer_norm_backward_rows(const void* dy, const void* x, const void* mean, const void* rstd, const void* weight,
+                             int dtype, void* dx, int64_t rows, int64_t n, void* stream);
+
+}  // namespace tinyddp::tensor::cuda::kernels

@@ -1,0 +1,133 @@
+// tensor/backends/cuda/libraries.h: cuBLAS GEMMs and cuDNN softmax. Every library call is checked; a
+// failure names the call and the library's own description of the status.
+#include "tinyddp/tensor/backends/cuda/libraries.h"
+
+#include <climits>
+#include <memory>
+#include <optional>
+
+#include "tinyddp/tensor/backends/cuda/backend.h"
+#include "tinyddp/tensor/backends/cuda/handles.h"
+#include "tinyddp/tensor/backends/cuda/plan.h"
+#include "tinyddp/tensor/cuda.h"
+#include "tinyddp/tensor/cuda/runtime.h"
+
+namespace tinyddp::tensor::cuda {
+
+namespace {
+
+HandlePool<cublasHandle_t>& blas_handles() {
+  static auto* pool = new HandlePool<cublasHandle_t>([] {
+    cublasHandle_t handle = nullptr;
+    TDDP_CUBLAS_CHECK(cublasCreate(&handle));
+    return handle;
+  });
+  return *pool;
+}
+
+}  // namespace
+
+HandlePool<cudnnHandle_t>& dnn_handles() {
+  static auto* pool = new HandlePool<cudnnHandle_t>([] {
+    cudnnHandle_t handle = nullptr;
+    TDDP_CUDNN_CHECK(cudnnCreate(&handle));
+    return handle;
+  });
+  return *pool;
+}
+
+namespace blas {
+
+void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
+  const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
+  if (n == 0 || m == 0) return;
+  if (k == 0) {
+    backend().fill(out, 0.0);
+    return;
+  }
+  cudaDataType type;
+  cublasComputeType_t compute;
+  switch (a.dtype()) {
+    case kFloat32:
+      type = CUDA_R_32F;
+      compute = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      break;
+    case kFloat64:
+      type = CUDA_R_64F;
+      compute = CUBLAS_COMPUTE_64F;
+      break;
+    case kFloat16:
+      type = CUDA_R_16F;
+      compute = CUBLAS_COMPUTE_32F;
+      break;
+    case kBFloat16:
+      type = CUDA_R_16BF;
+      compute = CUBLAS_COMPUTE_32F;
+      break;
+    default:
+      throw Error(
+          fmt::format("matmul: not supported for dtype {} on CUDA (cuBLAS multiplies floating-point matrices; "
+                      "convert with .to(float32) or multiply on the CPU)",
+                      dtype_name(a.dtype())));
+  }
+  const Tensor ac = gemm_ready(a), bc = gemm_ready(b);
+  const Gemm g = plan_gemm(ac, bc);
+  const auto op = [](bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; };
+  const int device = out.device().index;
+  DeviceGuard guard(device);
+  const auto handle = blas_handles().lease(device);
+  TDDP_CUBLAS_CHECK(cublasSetStream(handle.get(), compute_stream(device)));
+  const float alpha_f = 1.0f, beta_f = 0.0f;
+  const double alpha_d = 1.0, beta_d = 0.0;
+  const bool dbl = compute == CUBLAS_COMPUTE_64F;
+  // Row-major out = a b is column-major out^T = b^T a^T: cuBLAS's A is b, its B is a (plan.h).
+  TDDP_CUBLAS_CHECK(cublasGemmEx_64(handle.get(), op(g.transpose_a), op(g.transpose_b), g.m, g.n, g.k,
+                                    dbl ? static_cast<const void*>(&alpha_d) : &alpha_f, bc.raw_data_ptr(), type, g.lda,
+                                    ac.raw_data_ptr(), type, g.ldb, dbl ? static_cast<const void*>(&beta_d) : &beta_f,
+                                    out.raw_data_ptr(), type, g.ldc, compute, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace blas
+
+namespace dnn {
+
+bool softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) {
+  cudnnDataType_t type;
+  switch (x.dtype()) {
+    case kFloat32: type = CUDNN_DATA_FLOAT; break;
+    case kFloat64: type = CUDNN_DATA_DOUBLE; break;
+    case kFloat16: type = CUDNN_DATA_HALF; break;
+    default: return false;
+  }
+  // x as NCHW: N = the dims before `dim`, C = dim, H = the dims after it; CHANNEL mode
+  // normalises over C for every (n, h).
+  int64_t before = 1, after = 1;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (d < dim) before *= x.size(d);
+    if (d > dim) after *= x.size(d);
+  }
+  const int64_t channels = x.dim() == 0 ? 1 : x.size(dim);
+  if (x.numel() > INT_MAX || !out.is_contiguous()) return false;
+  const Tensor dense = backend().contiguous(x);
+  const int device = x.device().index;
+  const auto handle = dnn_handles().lease(device);
+  TDDP_CUDNN_CHECK(cudnnSetStream(handle.get(), compute_stream(device)));
+  cudnnTensorDescriptor_t desc = nullptr;
+  TDDP_CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc));
+  const std::unique_ptr<cudnnTensorStruct, cudnnStatus_t (*)(cudnnTensorDescriptor_t)> owned(
+      desc, cudnnDestroyTensorDescriptor);
+  TDDP_CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc, CUDNN_TENSOR_NCHW, type, static_cast<int>(before),
+                                              static_cast<int>(channels), static_cast<int>(after), 1));
+  const float one_f = 1.0f, zero_f = 0.0f;
+  const double one_d = 1.0, zero_d = 0.0;
+  const bool dbl = type == CUDNN_DATA_DOUBLE;
+  TDDP_CUDNN_CHECK(cudnnSoftmaxForward(handle.get(), log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE,
+                                       CUDNN_SOFTMAX_MODE_CHANNEL, dbl ? static_cast<const void*>(&one_d) : &one_f,
+                                       desc, dense.raw_data_ptr(), dbl ? static_cast<const void*>(&zero_d) : &zero_f,
+                                       desc, out.raw_data_ptr()));
+  return true;
+}
+
+}  // namespace dnn
+
+}  // namespace tinyddp::tensor::cuda

@@ -1,0 +1,132 @@
+// Joining and splitting along a dim (cat, split, chunk) and the triangular parts of matrices
+// (tril, triu). split and chunk return narrow views, so their gradients flow through narrow's;
+// cat copies each input into its slice of a new tensor, and its backward hands each input the
+// matching slice of the gradient.
+#include "tinyddp/tensor/graph.h"
+#include "tinyddp/tensor/native/checks.h"
+#include "tinyddp/tensor/ops.h"
+
+namespace tinyddp::tensor {
+
+using namespace detail;
+
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  TDDP_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors");
+  const Tensor& first = tensors.front();
+  check_defined(first, "cat", "tensors[0]");
+  TDDP_CHECK(first.dim() > 0, "cat: zero-dimensional tensor (tensors[0]) cannot be concatenated");
+  const int64_t d = wrap_dim(dim, first.dim(), "cat");
+  Shape shape = first.sizes();
+  shape[d] = 0;
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    const std::string name = fmt::format("tensors[{}]", i);
+    check_defined(t, "cat", name.c_str());
+    check_same_dtype(first, t, "cat", "tensors[0]", name.c_str());
+    check_same_device(first, t, "cat", "tensors[0]", name.c_str());
+    bool fits = t.dim() == first.dim();
+    for (int64_t k = 0; fits && k < t.dim(); ++k) fits = k == d || t.size(k) == first.size(k);
+    TDDP_CHECK(fits, "cat: {} has shape {}, which does not match tensors[0]'s shape {} outside dim {}", name,
+               format_shape(t.sizes()), format_shape(first.sizes()), d);
+    sizes.push_back(t.size(d));
+    shape[d] += t.size(d);
+  }
+  const Tensor out = new_output(shape, first.dtype(), first.device());
+  {
+    NoGradGuard no_grad;
+    int64_t offset = 0;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      copy_into(out.narrow(d, offset, sizes[i]), tensors[i]);
+      offset += sizes[i];
+    }
+  }
+  // grad_out -> each input's slice of it along dim d (split's views).
+  bool any_grad = false;
+  for (const Tensor& t : tensors) any_grad = any_grad || needs_grad(t);
+  if (any_grad) {
+    record_op("CatBackward", out, tensors, [d, sizes](const Tensor& g) { return split(g, sizes, d); });
+  }
+  return out;
+}
+
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  TDDP_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
+  check_defined(tensors.front(), "stack", "tensors[0]");
+  const int64_t d = wrap_dim(dim, tensors.front().dim() + 1, "stack");
+  std::vector<Tensor> unsqueezed;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string name = fmt::format("tensors[{}]", i);
+    check_defined(tensors[i], "stack", name.c_str());
+    TDDP_CHECK(tensors[i].sizes() == tensors.front().sizes(),
+               "stack: expects each tensor to be equal size, but got {} at entry 0 and {} at entry {}",
+               format_shape(tensors.front().sizes()), format_shape(tensors[i].sizes()), i);
+    unsqueezed.push_back(tensors[i].unsqueeze(d));
+  }
+  return cat(unsqueezed, d);  // cat's checks name the dtype or device that differs
+}
+
+std::vector<Tensor> split(const Tensor& t, const std::vector<int64_t>& sizes, int64_t dim) {
+  check_defined(t, "split", "tensor");
+  const int64_t d = wrap_dim(dim, t.dim(), "split");
+  int64_t total = 0;
+  for (const int64_t s : sizes) {
+    TDDP_CHECK(s >= 0, "split: split sizes must be non-negative, got {}",
+               format_shape(Shape(sizes.begin(), sizes.end())));
+    total += s;
+  }
+  TDDP_CHECK(total == t.size(d), "split: split sizes {} sum to {}, but dim {} of the tensor (shape {}) has {}",
+             format_shape(Shape(sizes.begin(), sizes.end())), total, d, format_shape(t.sizes()), t.size(d));
+  std::vector<Tensor> parts;
+  int64_t offset = 0;
+  for (const int64_t s : sizes) {
+    parts.push_back(t.narrow(d, offset, s));
+    offset += s;
+  }
+  return parts;
+}
+
+std::vector<Tensor> split(const Tensor& t, int64_t split_size, int64_t dim) {
+  check_defined(t, "split", "tensor");
+  const int64_t d = wrap_dim(dim, t.dim(), "split");
+  TDDP_CHECK(split_size > 0 || (split_size == 0 && t.size(d) == 0),
+             "split: split_size must be positive, got {} (dim {} of shape {})", split_size, d, format_shape(t.sizes()));
+  std::vector<int64_t> sizes;
+  for (int64_t left = t.size(d); left > 0; left -= split_size) sizes.push_back(std::min(split_size, left));
+  if (sizes.empty()) sizes.push_back(0);
+  return split(t, sizes, d);
+}
+
+std::vector<Tensor> chunk(const Tensor& t, int64_t chunks, int64_t dim) {
+  check_defined(t, "chunk", "tensor");
+  TDDP_CHECK(chunks > 0, "chunk: expected a positive number of chunks, got {}", chunks);
+  const int64_t d = wrap_dim(dim, t.dim(), "chunk");
+  const int64_t size = t.size(d);
+  return split(t, std::max<int64_t>((size + chunks - 1) / chunks, size == 0 ? 0 : 1), d);
+}
+
+namespace {
+
+// input with the elements of its last two dims where (column - row) compares true against
+// `diagonal` replaced by zero.
+Tensor zero_where(const Tensor& input, int64_t diagonal, bool above, const char* op) {
+  check_defined(input, op, "input");
+  TDDP_CHECK(input.dim() >= 2, "{}: expected a tensor of at least 2 dims (matrices in the last two), got shape {}", op,
+             format_shape(input.sizes()));
+  const TensorOptions index = TensorOptions(kInt64).device(input.device());
+  const int64_t rows = input.size(-2), cols = input.size(-1);
+  Tensor drop;
+  {
+    NoGradGuard no_grad;
+    const Tensor offset = sub(arange(cols, index).view({1, cols}), arange(rows, index).view({rows, 1}));
+    drop = above ? gt(offset, static_cast<double>(diagonal)) : lt(offset, static_cast<double>(diagonal));
+  }
+  return masked_fill(input, drop, 0.0);
+}
+
+}  // namespace
+
+Tensor tril(const Tensor& input, int64_t diagonal) { return zero_where(input, diagonal, true, "tril"); }
+Tensor triu(const Tensor& input, int64_t diagonal) { return zero_where(input, diagonal, false, "triu"); }
+
+}  // namespace tinyddp::tensor

@@ -1,0 +1,44 @@
+// The checks and helpers every family of tensor ops shares (internal to tensor/native/): argument
+// checks whose errors name the op, the argument and the shapes, dtypes or devices involved;
+// output allocation; overlap rules for written tensors. Every op file gets the backends'
+// interface (internal/backend.h: backend_for) through this header.
+#pragma once
+
+#include "tinyddp/tensor/internal/backend.h"
+#include "tinyddp/tensor/tensor.h"
+
+namespace tinyddp::tensor::detail {
+
+void check_defined(const Tensor& t, const char* op, const char* arg);
+
+void check_same_device(const Tensor& a, const Tensor& b, const char* op, const char* name_a, const char* name_b);
+
+void check_same_dtype(const Tensor& a, const Tensor& b, const char* op, const char* name_a, const char* name_b);
+
+void check_not_bool(const Tensor& t, const char* op, const char* arg);
+
+void check_pair(const Tensor& a, const Tensor& b, const char* op);
+
+// True when some element of `t` is reachable through two different indices (a broadcast
+// dim of stride 0). Writing into such a tensor would be order-dependent.
+bool has_internal_overlap(const Tensor& t);
+
+bool same_geometry(const Tensor& a, const Tensor& b);
+
+// An input that overlaps the output in any way other than being exactly the output (the
+// in-place case) is copied first, so the result never depends on loop order.
+Tensor detach_from_output(const Tensor& input, const Tensor& out);
+
+void check_writable(const Tensor& out, const char* op);
+
+Tensor new_output(const Shape& shape, DType dtype, Device device);
+
+// In-place writes are not differentiable in tinyddp: refuse them where a gradient would be
+// lost or corrupted (the output or the source takes part in the graph) instead of giving
+// silently wrong gradients. Outside grad mode (optimizer steps, DDP buckets) they are fine.
+void check_in_place(const Tensor& self, const Tensor* source, const char* op);
+
+// Before a kernel that exists for the CPU and, in CUDA builds, for GPUs.
+void check_kernel_device(const Tensor& x, const char* op);
+
+}  // namespace tinyddp::tensor::detail

@@ -1,0 +1,68 @@
+// Embedding lookups (torch.nn.functional.embedding): each int64 id picks a row of the weight;
+// the backward adds the output's gradient rows back onto the rows they came from.
+#include "tinyddp/tensor/graph.h"
+#include "tinyddp/tensor/native/checks.h"
+#include "tinyddp/tensor/ops.h"
+
+namespace tinyddp::tensor {
+
+using namespace detail;
+
+namespace {
+
+void check_embedding(const Tensor& input, const Tensor& weight) {
+  check_defined(input, "embedding", "input");
+  check_defined(weight, "embedding", "weight");
+  TDDP_CHECK(input.dtype() == kInt64, "embedding: expected int64 indices, got dtype {}", dtype_name(input.dtype()));
+  TDDP_CHECK(weight.dim() == 2, "embedding: expected a 2-D weight [num_embeddings, embedding_dim], got shape {}",
+             format_shape(weight.sizes()));
+  TDDP_CHECK(weight.is_floating_point(), "embedding: expected a floating-point weight, got dtype {}",
+             dtype_name(weight.dtype()));
+  check_same_device(input, weight, "embedding", "input", "weight");
+  check_kernel_device(weight, "embedding");
+  if (input.numel() == 0) return;
+  // Every id in [0, V): the largest and the smallest (on a GPU this waits for them).
+  NoGradGuard no_grad;
+  const int64_t highest = max(input).item<int64_t>(), lowest = -max(neg(input)).item<int64_t>();
+  const int64_t bad = highest >= weight.size(0) ? highest : lowest;
+  TDDP_CHECK(lowest >= 0 && highest < weight.size(0),
+             "embedding: index {} is out of range for {} embeddings (weight shape {}, indices of shape {})", bad,
+             weight.size(0), format_shape(weight.sizes()), format_shape(input.sizes()));
+}
+
+}  // namespace
+
+Tensor embedding(const Tensor& input, const Tensor& weight) {
+  check_embedding(input, weight);
+  const int64_t n = input.numel(), dim = weight.size(1), rows = weight.size(0);
+  Shape out_shape = input.sizes();
+  out_shape.push_back(dim);
+  const Tensor out = new_output(out_shape, weight.dtype(), weight.device());
+  Tensor ids;
+  {
+    NoGradGuard no_grad;
+    ids = input.contiguous().view({n});
+    backend_for(weight.device(), "embedding").embedding(out.view({n, dim}), weight.contiguous(), ids);
+  }
+  // grad_out [..., C] -> grad_weight [V, C]: each row of grad_out added onto row ids[i].
+  if (needs_grad(weight)) {
+    record_op("EmbeddingBackward", out, {weight}, [ids, n, dim, rows](const Tensor& g) {
+      const Tensor grad_weight = new_output({rows, dim}, g.dtype(), g.device());
+      {
+        NoGradGuard no_grad;
+        backend_for(g.device(), "embedding backward")
+            .embedding_backward(grad_weight, g.contiguous().view({n, dim}), ids);
+      }
+      // create_graph: linear in g, so its own gradient is the lookup again
+      if (needs_grad(g)) {
+        record_op("EmbeddingBackwardBackward", grad_weight, {g}, [ids, shape = g.sizes()](const Tensor& gg) {
+          return std::vector<Tensor>{embedding(ids, gg).view(shape)};
+        });
+      }
+      return std::vector<Tensor>{grad_weight};
+    });
+  }
+  return out;
+}
+
+}  // namespace tinyddp::tensor

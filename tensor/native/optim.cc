@@ -1,0 +1,29 @@
+// Fused optimizer steps (tensor/ops.h): the checks that decide whether a parameter qualifies
+// (contiguous, with a gradient and momentum buffer of its shape and dtype), the backend's
+// fused kernel where it has one (Backend::sgd_step), and the version counters the update bumps.
+#include "tinyddp/tensor/native/checks.h"
+#include "tinyddp/tensor/ops.h"
+
+namespace tinyddp::tensor {
+
+namespace {
+
+bool fusable(const Tensor& t, const Tensor& param) {
+  return t.device() == param.device() && t.is_contiguous() && t.dtype() == param.dtype() && t.sizes() == param.sizes();
+}
+
+}  // namespace
+
+bool fused_sgd_step_(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step) {
+  if (!param.defined() || !grad.defined()) return false;
+  if (!param.is_contiguous() || !fusable(grad, param)) return false;
+  const bool momentum = step.momentum != 0;
+  if (momentum && momentum_buffer->defined() && !fusable(*momentum_buffer, param)) return false;
+  Tensor* buf = momentum ? momentum_buffer : nullptr;
+  if (!backend_for(param.device(), "fused_sgd_step_").sgd_step(param, grad, buf, step)) return false;
+  param.storage().bump_version();
+  if (momentum) buf->storage().bump_version();
+  return true;
+}
+
+}  // namespace tinyddp::tensor

@@ -1,0 +1,336 @@
+// Ops that select elements, composed from other ops (each differentiable through them, so no
+// kernel of their own): clamp and where elementwise (masked_fill, add), index_select and gather
+// by index (embedding's lookup and its scatter-add backward), one_hot (a comparison).
+#include <cmath>
+
+#include "tinyddp/tensor/native/checks.h"
+#include "tinyddp/tensor/ops.h"
+
+namespace tinyddp::tensor {
+
+using namespace detail;
+
+namespace {
+
+// Integers round-trip through float64 exactly up to 2^53 (the lookups run on floating rows).
+constexpr double kExactInteger = 9007199254740992.0;
+
+// `x` as rows for embedding's lookup: floating tensors as they are, integer and bool ones as
+// float64 (checked to round-trip), with what converts the result back.
+Tensor as_lookup_rows(const Tensor& x, const char* op) {
+  if (x.is_floating_point()) return x;
+  if (x.dtype() != kBool && x.numel() > 0) {
+    NoGradGuard no_grad;
+    const double largest = max(abs(x.to(kFloat64))).item<double>();
+    TDDP_CHECK(largest <= kExactInteger, "{}: int64 values up to 2^53 are supported, got {}", op, largest);
+  }
+  return x.to(kFloat64);
+}
+
+void check_index(const Tensor& index, const char* op) {
+  check_defined(index, op, "index");
+  TDDP_CHECK(index.dtype() == kInt64, "{}: expected an int64 index, got dtype {}", op, dtype_name(index.dtype()));
+}
+
+// The permutation that moves dim d of an n-dim tensor to the front (its inverse moves it back).
+Shape front_first(int64_t d, int64_t n) {
+  Shape order{d};
+  for (int64_t k = 0; k < n; ++k) {
+    if (k != d) order.push_back(k);
+  }
+  return order;
+}
+Shape inverse(const Shape& order) {
+  Shape back(order.size(), 0);
+  for (size_t k = 0; k < order.size(); ++k) back[static_cast<size_t>(order[k])] = static_cast<int64_t>(k);
+  return back;
+}
+
+// Refuses an index outside [0, size) along `dim` of x, naming it (on a GPU this waits for it).
+void check_index_range(const Tensor& index, int64_t size, int64_t dim, const Tensor& x, const char* op) {
+  if (index.numel() == 0) return;
+  NoGradGuard no_grad;
+  const int64_t highest = max(index).item<int64_t>(), lowest = min(index).item<int64_t>();
+  TDDP_CHECK(lowest >= 0 && highest < size, "{}: index {} is out of range for dim {} of size {} (input shape {})", op,
+             lowest < 0 ? lowest : highest, dim, size, format_shape(x.sizes()));
+}
+
+}  // namespace
+
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+  check_defined(x, "clamp", "x");
+  TDDP_CHECK(min || max, "clamp: at least one of min and max must be given");
+  check_not_bool(x, "clamp", "x");
+  // Each bound replaces what lies strictly beyond it (masked_fill passes the gradient where it
+  // did not fill); the max bound last and on the min-clamped values, so min > max gives max
+  // everywhere (and no gradient), as torch.clamp.
+  Tensor out = x;
+  if (min) out = masked_fill(out, lt(x, *min), *min);
+  if (max) out = masked_fill(out, gt(out, *max), *max);
+  return out;
+}
+
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
+  check_defined(condition, "where", "condition");
+  check_defined(a, "where", "a");
+  check_defined(b, "where", "b");
+  TDDP_CHECK(condition.dtype() == kBool, "where: expected a bool condition, got dtype {}",
+             dtype_name(condition.dtype()));
+  check_same_device(a, condition, "where", "a", "condition");
+  check_same_device(a, b, "where", "a", "b");
+  const Shape shape = broadcast_shapes(broadcast_shapes(condition.sizes(), a.sizes(), "where"), b.sizes(), "where");
+  const Tensor c = condition.expand(shape), not_c = eq(c.to(kInt64), 0.0);
+  // Each side zeroed where the other is taken (replaced, not multiplied: an inf or NaN there
+  // does not leak), then added: the sum promotes a and b as PyTorch's where does.
+  const Tensor from_a = masked_fill(a.expand(shape), not_c, 0.0);
+  const Tensor from_b = masked_fill(b.expand(shape), c, 0.0);
+  return add(from_a, from_b);
+}
+
+Tensor celu(const Tensor& x, double alpha) {
+  check_defined(x, "celu", "x");
+  TDDP_CHECK(x.is_floating_point(), "celu: expected a floating-point input, got dtype {}", dtype_name(x.dtype()));
+  TDDP_CHECK(alpha != 0, "celu: alpha must not be 0 (it divides x)");
+  // x where positive, alpha (exp(x / alpha) - 1) elsewhere (the same at 0: both are 0, and
+  // both slopes are 1 there).
+  return where(gt(x, 0.0), x, mul(sub(exp(div(x, alpha)), 1.0), alpha));
+}
+
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  check_defined(x, "leaky_relu", "x");
+  TDDP_CHECK(x.is_floating_point(), "leaky_relu: expected a floating-point input, got dtype {}", dtype_name(x.dtype()));
+  // x where positive, negative_slope x elsewhere (at 0 the slope is negative_slope, as PyTorch's)
+  return where(gt(x, 0.0), x, mul(x, negative_slope));
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  check_defined(x, "index_select", "x");
+  check_index(index, "index_select");
+  TDDP_CHECK(index.dim() <= 1, "index_select: expected a 0-D or 1-D index, got shape {}", format_shape(index.sizes()));
+  check_same_device(x, index, "index_select", "x", "index");
+  const Tensor src = x.dim() == 0 ? x.reshape({1}) : x;
+  const int64_t d = wrap_dim(dim, src.dim(), "index_select");
+  check_index_range(index, src.size(d), d, x, "index_select");
+  // dim to the front, the rest flattened: one row per slice, picked by embedding's lookup.
+  const Shape order = front_first(d, src.dim());
+  const Tensor rows = as_lookup_rows(src, "index_select").permute(order);
+  int64_t rest = 1;
+  for (size_t k = 1; k < order.size(); ++k) rest *= rows.size(static_cast<int64_t>(k));
+  const Tensor picked = embedding(index.reshape({-1}), rows.reshape({src.size(d), rest}));
+  Shape out_shape = rows.sizes();
+  out_shape[0] = index.numel();
+  Tensor out = picked.reshape(out_shape).permute(inverse(order));
+  if (x.dim() == 0) out = out.reshape({});
+  return out.dtype() == x.dtype() ? out : out.to(x.dtype());
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  check_defined(x, "gather", "x");
+  check_index(index, "gather");
+  check_same_device(x, index, "gather", "x", "index");
+  const int64_t n = std::max<int64_t>(x.dim(), 1);
+  TDDP_CHECK(std::max<int64_t>(index.dim(), 1) == n, "gather: index has {} dims, x has {} (they must match)",
+             index.dim(), x.dim());
+  const Tensor src = x.dim() == 0 ? x.reshape({1}) : x, idx = index.dim() == 0 ? index.reshape({1}) : index;
+  const int64_t d = wrap_dim(dim, n, "gather");
+  for (int64_t k = 0; k < n; ++k) {
+    TDDP_CHECK(k == d || idx.size(k) <= src.size(k),
+               "gather: index of shape {} is larger than x of shape {} in dim {} (only dim {} may differ)",
+               format_shape(index.sizes()), format_shape(x.sizes()), k, d);
+  }
+  check_index_range(idx, src.size(d), d, x, "gather");
+  // Each output's element of x as a flat position: the index along d, its own position
+  // elsewhere, through x's contiguous strides; then one lookup of 1-element rows.
+  const Tensor flat = as_lookup_rows(src, "gather").contiguous();
+  Tensor position = mul(idx, static_cast<double>(flat.stride(d)));
+  for (int64_t k = 0; k < n; ++k) {
+    if (k == d) continue;
+    Shape along(static_cast<size_t>(n), 1);
+    along[k] = idx.size(k);
+    const Tensor steps =
+        mul(arange(idx.size(k), TensorOptions(kInt64).device(x.device())), static_cast<double>(flat.stride(k)));
+    position = add(position, steps.view(along));
+  }
+  const Tensor picked = embedding(position, flat.reshape({-1, 1})).squeeze(-1);
+  const Tensor out = index.dim() == 0 ? picked.reshape({}) : picked;
+  return out.dtype() == x.dtype() ? out : out.to(x.dtype());
+}
+
+namespace {
+
+// Running sums along the last dim of x [..., n], n <= kBlock: x @ U, U upper-triangular ones.
+constexpr int64_t kBlock = 128;
+Tensor cumsum_last_small(const Tensor& x) {
+  const int64_t n = x.size(-1);
+  const Tensor upper = triu(ones({n, n}, TensorOptions(x.dtype()).device(x.device())));
+  return matmul(x, upper);
+}
+
+// Running sums along the last dim: blocks of kBlock summed within, each block then shifted by
+// the running sum of the blocks before it (the same function on the block totals).
+Tensor cumsum_last(const Tensor& x) {
+  const int64_t n = x.size(-1);
+  if (n <= kBlock) return cumsum_last_small(x);
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  Shape pad_shape = x.sizes();
+  pad_shape.back() = blocks * kBlock - n;
+  const Tensor padded =
+      pad_shape.back() > 0 ? cat({x, zeros(pad_shape, TensorOptions(x.dtype()).device(x.device()))}, -1) : x;
+  Shape blocked = x.sizes();
+  blocked.back() = blocks;
+  blocked.push_back(kBlock);
+  const Tensor inner = cumsum_last_small(padded.reshape(blocked));    // [..., blocks, kBlock]
+  const Tensor totals = inner.narrow(-1, kBlock - 1, 1).squeeze(-1);  // [..., blocks]
+  const Tensor before = sub(cumsum_last(totals), totals);             // what precedes each block
+  Shape flat = x.sizes();
+  flat.back() = blocks * kBlock;
+  return add(inner, before.unsqueeze(-1)).reshape(flat).narrow(-1, 0, n);
+}
+
+}  // namespace
+
+Tensor cumsum(const Tensor& x, int64_t dim) {
+  check_defined(x, "cumsum", "x");
+  const Tensor src = x.dim() == 0 ? x.reshape({1}) : x;
+  const int64_t d = wrap_dim(dim, src.dim(), "cumsum");
+  const Tensor values = src.is_floating_point() ? src : src.to(kInt64);
+  const Tensor out = cumsum_last(values.transpose(d, -1)).transpose(d, -1);
+  return x.dim() == 0 ? out.reshape({}) : out;
+}
+
+std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest) {
+  check_defined(x, "topk", "x");
+  const Tensor src = x.dim() == 0 ? x.reshape({1}) : x;
+  const int64_t d = wrap_dim(dim, src.dim(), "topk");
+  TDDP_CHECK(k >= 0 && k <= src.size(d), "topk: selected index k ({}) out of range for dim {} of size {}", k, d,
+             src.size(d));
+  check_not_bool(x, "topk", "x");
+  Tensor indices;
+  {
+    NoGradGuard no_grad;
+    // Each pass takes the best position not taken yet (for the smallest, the best of -x, or of
+    // -1 - x for integers, as min does; NaN then becomes the worst, as topk puts it last).
+    Tensor work = src.detach();
+    if (!largest) work = src.is_floating_point() ? neg(work) : sub(full_like(work, -1.0), work);
+    const double worst = work.is_floating_point() ? -INFINITY : static_cast<double>(INT64_MIN);
+    if (!largest && work.is_floating_point()) work = masked_fill(work, ne(work, work), worst);
+    Shape along(static_cast<size_t>(src.dim()), 1);
+    along[static_cast<size_t>(d)] = src.size(d);
+    const Tensor positions = arange(src.size(d), TensorOptions(kInt64).device(src.device())).view(along);
+    Tensor taken = zeros(src.sizes(), TensorOptions(kInt64).device(src.device()));  // 1 where picked
+    std::vector<Tensor> picked;
+    for (int64_t i = 0; i < k; ++i) {
+      Tensor at = std::get<1>(max(masked_fill(work, eq(taken, 1.0), worst), d, true));
+      // A tie of the worst value with a taken position (all that is left is worst): the first
+      // position not taken instead.
+      const Tensor first_free = argmax(eq(taken, 0.0).to(kInt64), d, true);
+      at = where(eq(gather(taken, d, at), 1.0), first_free, at);
+      picked.push_back(at);
+      taken = masked_fill(taken, eq(positions, at), 1.0);
+    }
+    Shape empty_shape = src.sizes();
+    empty_shape[static_cast<size_t>(d)] = 0;
+    indices = k > 0 ? cat(picked, d) : zeros(empty_shape, TensorOptions(kInt64).device(src.device()));
+  }
+  Tensor values = gather(src, d, indices);
+  if (x.dim() == 0) return {values.reshape({}), indices.reshape({})};
+  return {values, indices};
+}
+
+namespace {
+
+// `t` grown to `shape` with zeros after its end in every dim (cat: differentiable).
+Tensor pad_to(Tensor t, const Shape& shape) {
+  for (int64_t k = 0; k < t.dim(); ++k) {
+    const int64_t missing = shape[static_cast<size_t>(k)] - t.size(k);
+    if (missing == 0) continue;
+    Shape zeros_shape = t.sizes();
+    zeros_shape[static_cast<size_t>(k)] = missing;
+    t = cat({t, zeros(zeros_shape, TensorOptions(t.dtype()).device(t.device()))}, k);
+  }
+  return t;
+}
+
+// [rows, count] positions -> [rows, count, size] one-hot rows in `dtype`.
+Tensor one_hot_rows(const Tensor& positions, int64_t size, DType dtype) {
+  const Tensor classes = arange(size, TensorOptions(kInt64).device(positions.device()));
+  return eq(positions.unsqueeze(-1), classes).to(dtype);
+}
+
+}  // namespace
+
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source, double alpha) {
+  check_defined(x, "index_add", "x");
+  check_defined(source, "index_add", "source");
+  check_index(index, "index_add");
+  TDDP_CHECK(index.dim() <= 1, "index_add: expected a 0-D or 1-D index, got shape {}", format_shape(index.sizes()));
+  check_same_dtype(x, source, "index_add", "x", "source");
+  check_same_device(x, source, "index_add", "x", "source");
+  const Tensor base = x.dim() == 0 ? x.reshape({1}) : x, src = source.dim() == 0 ? source.reshape({1}) : source;
+  const int64_t d = wrap_dim(dim, base.dim(), "index_add"), k = index.numel(), n = base.size(d);
+  Shape want = base.sizes();
+  want[static_cast<size_t>(d)] = k;
+  TDDP_CHECK(src.sizes() == want,
+             "index_add: source of shape {} for x of shape {} and {} indices along dim {} "
+             "(expected {})",
+             format_shape(source.sizes()), format_shape(x.sizes()), k, d, format_shape(want));
+  check_index_range(index, n, d, x, "index_add");
+  // dim to the front, the rest as columns: x [n, rest] += one_hot(index)^T [n, k] @ source [k, rest].
+  const Shape order = front_first(d, base.dim());
+  const Tensor front = base.permute(order);
+  const int64_t rest = n > 0 ? front.numel() / n : 0;
+  const Tensor scaled = alpha == 1.0 ? src : mul(src, alpha);
+  const Tensor rows = scaled.permute(order).reshape({k, rest});
+  const Tensor picked = one_hot_rows(index.reshape({k}), n, x.dtype()).t();  // [n, k]
+  const Tensor out = add(front.reshape({n, rest}), matmul(picked, rows)).reshape(front.sizes()).permute(inverse(order));
+  return x.dim() == 0 ? out.reshape({}) : out;
+}
+
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  check_defined(x, "scatter_add", "x");
+  check_defined(src, "scatter_add", "src");
+  check_index(index, "scatter_add");
+  check_same_dtype(x, src, "scatter_add", "x", "src");
+  check_same_device(x, src, "scatter_add", "x", "src");
+  TDDP_CHECK(index.dim() == x.dim() && src.dim() == x.dim() && x.dim() >= 1,
+             "scatter_add: index ({} dims) and src ({} dims) must have x's {} dims", index.dim(), src.dim(), x.dim());
+  const int64_t d = wrap_dim(dim, x.dim(), "scatter_add"), n = x.size(d);
+  for (int64_t k = 0; k < x.dim(); ++k) {
+    TDDP_CHECK(index.size(k) <= src.size(k) && (k == d || index.size(k) <= x.size(k)),
+               "scatter_add: index of shape {} must be no larger than src of shape {}, nor than x of shape {} outside "
+               "dim {}",
+               format_shape(index.sizes()), format_shape(src.sizes()), format_shape(x.sizes()), d);
+  }
+  check_index_range(index, n, d, x, "scatter_add");
+  // The part of src the index covers; dim last, one row per position elsewhere: each row's
+  // values summed into n slots by a [1, m] @ [m, n] one-hot product.
+  Tensor used = src;
+  for (int64_t k = 0; k < x.dim(); ++k) used = used.narrow(k, 0, index.size(k));
+  Shape order;
+  for (int64_t k = 0; k < x.dim(); ++k) {
+    if (k != d) order.push_back(k);
+  }
+  order.push_back(d);
+  const Tensor idx_last = index.permute(order), src_last = used.permute(order);
+  const int64_t m = index.size(d), rows = m > 0 ? index.numel() / m : 0;
+  const Tensor sums = matmul(src_last.reshape({rows, 1, m}), one_hot_rows(idx_last.reshape({rows, m}), n, x.dtype()))
+                          .reshape({rows, n});
+  Shape summed = idx_last.sizes();
+  summed.back() = n;
+  return add(x, pad_to(sums.reshape(summed).permute(inverse(order)), x.sizes()));
+}
+
+Tensor one_hot(const Tensor& ids, int64_t num_classes) {
+  check_index(ids, "one_hot");
+  TDDP_CHECK(num_classes >= -1, "one_hot: num_classes must be -1 (from the ids) or positive, got {}", num_classes);
+  NoGradGuard no_grad;
+  if (num_classes == -1) {
+    TDDP_CHECK(ids.numel() > 0, "one_hot: cannot infer num_classes from an empty tensor (give num_classes)");
+    num_classes = max(ids).item<int64_t>() + 1;
+  }
+  check_index_range(ids, num_classes, 0, ids, "one_hot");
+  const Tensor classes = arange(num_classes, TensorOptions(kInt64).device(ids.device()));
+  return eq(ids.unsqueeze(-1), classes).to(kInt64);
+}
+
+}  // namespace tinyddp::tensor
