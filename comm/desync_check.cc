@@ -122,17 +122,16 @@ bool decide(const std::vector<bool>& on_per_rank, const std::string& group) {
 bool CallCheck::agree(Store& store, int rank, int size, std::optional<bool> requested, const std::string& group,
                       Millis timeout) {
   const bool on = requested.value_or(call_check_default());
-  store.set(fmt::format("tinyddp/check-calls/{}", rank), std::string(on ? "1" : "0"));
-  std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back(fmt::format("tinyddp/check-calls/{}", r));
+  std::vector<std::string> choices;
   try {
-    store.wait(keys, timeout);
-  } catch (const TimeoutError& e) {
-    throw TimeoutError(fmt::format("{}: rank {} of {} waited {} ms for the other ranks' choice on the desync check: {}",
-                                   group, rank, size, timeout.count(), e.what()));
+    choices = store_allgather(store, "tinyddp/check-calls/", rank, size, on ? "1" : "0", timeout);
+  } catch (const PartiesMissing& e) {
+    throw TimeoutError(fmt::format(
+        "{}: rank {} of {} waited {} ms for the other ranks' choice on the desync check: ranks [{}] never said ({})",
+        group, rank, size, timeout.count(), fmt::join(e.missing(), ", "), e.what()));
   }
   std::vector<bool> on_per_rank;
-  for (const std::string& key : keys) on_per_rank.push_back(store.get_string(key) == "1");
+  for (const std::string& choice : choices) on_per_rank.push_back(choice == "1");
   return decide(on_per_rank, group);
 }
 

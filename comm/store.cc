@@ -12,6 +12,27 @@ namespace tinyddp::comm {
 
 std::string format_keys(const std::vector<std::string>& keys) { return fmt::format("[{}]", fmt::join(keys, ", ")); }
 
+std::vector<std::string> store_allgather(Store& store, const std::string& prefix, int index, int size,
+                                         const std::string& mine, Millis timeout) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < size; ++i) keys.push_back(prefix + std::to_string(i));
+  store.set(keys[static_cast<size_t>(index)], mine);
+  try {
+    store.wait(keys, timeout);
+  } catch (const TimeoutError& e) {
+    std::vector<int> missing;
+    for (int i = 0; i < size; ++i) {
+      if (!store.check({keys[static_cast<size_t>(i)]})) missing.push_back(i);
+    }
+    const std::string message = fmt::format("parties [{}] of {} did not write '{}<index>' within {} ms ({})",
+                                            fmt::join(missing, ", "), size, prefix, timeout.count(), e.what());
+    throw PartiesMissing(message, std::move(missing));
+  }
+  std::vector<std::string> all;
+  for (const std::string& key : keys) all.push_back(store.get_string(key));
+  return all;
+}
+
 int64_t parse_counter(const Bytes& value, const std::string& key) {
   int64_t result = 0;
   const auto* begin = reinterpret_cast<const char*>(value.data());

@@ -59,6 +59,26 @@ class Store {
 // "[a, b]" for error messages.
 std::string format_keys(const std::vector<std::string>& keys);
 
+// store_allgather's error when some parties never wrote: missing() holds their indices, for
+// the caller to name them in its own words (ranks, nodes).
+class PartiesMissing : public TimeoutError {
+ public:
+  PartiesMissing(const std::string& message, std::vector<int> missing)
+      : TimeoutError(message), missing_(std::move(missing)) {}
+  const std::vector<int>& missing() const { return missing_; }
+
+ private:
+  std::vector<int> missing_;
+};
+
+// Each of `size` parties says `mine` to all the others through the store: party `index` sets
+// `prefix` + its index, waits up to `timeout` until every party has, and returns every value
+// (party i's at i). A barrier too, with any value. Throws PartiesMissing, naming the parties
+// that never said theirs, past the timeout; the store's own errors (a lost connection) as they
+// are.
+std::vector<std::string> store_allgather(Store& store, const std::string& prefix, int index, int size,
+                                         const std::string& mine, Millis timeout);
+
 // An in-process store for ranks that are threads of one process.
 class HashStore final : public Store {
  public:

@@ -168,21 +168,18 @@ std::string ElasticRendezvous::job_closed() {
 }
 
 std::vector<int64_t> ElasticRendezvous::share(const Round& round, const std::string& what, int64_t mine) {
-  store_->set(key(round.number, what + "/" + std::to_string(round.node_rank)), std::to_string(mine));
-  std::vector<std::string> keys;
-  for (int i = 0; i < round.size(); ++i) keys.push_back(key(round.number, what + "/" + std::to_string(i)));
+  std::vector<std::string> all;
   try {
-    store_->wait(keys, options_.timeout);
-  } catch (const TimeoutError&) {
+    all = comm::store_allgather(*store_, key(round.number, what + "/"), round.node_rank, round.size(),
+                                std::to_string(mine), options_.timeout);
+  } catch (const comm::PartiesMissing& e) {
     std::vector<std::string> silent;
-    for (int i = 0; i < round.size(); ++i) {
-      if (!store_->check({keys[static_cast<size_t>(i)]})) silent.push_back(round.nodes[static_cast<size_t>(i)]);
-    }
+    for (int i : e.missing()) silent.push_back(round.nodes[static_cast<size_t>(i)]);
     throw Error(fmt::format("launch: nodes [{}] of round {} did not say their {} within {} ms", fmt::join(silent, ", "),
                             round.number, what, options_.timeout.count()));
   }
   std::vector<int64_t> values;
-  for (const std::string& k : keys) values.push_back(std::stoll(store_->get_string(k)));
+  for (const std::string& value : all) values.push_back(std::stoll(value));
   return values;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "tinyddp/base/error.h"
 
@@ -35,8 +36,6 @@ std::shared_ptr<comm::TCPStore> open_store(const LaunchConfig& o) {
 void meet_nodes(const LaunchConfig& o, comm::Store& store, int attempt) {
   if (o.nnodes == 1) return;
   const std::string prefix = fmt::format("launch/attempt_{}/node_", attempt);
-  std::vector<std::string> keys;
-  for (int n = 0; n < o.nnodes; ++n) keys.push_back(prefix + std::to_string(n));
   // Node 0's launcher hosts the store: if it goes away, the others learn it from their
   // connection (refused or reset) at once, not at the end of the timeout.
   const auto store_lost = [&](const std::exception& e) {
@@ -46,18 +45,10 @@ void meet_nodes(const LaunchConfig& o, comm::Store& store, int attempt) {
                     o.node_rank, o.master_addr, o.master_port, attempt, e.what()));
   };
   try {
-    store.set(prefix + std::to_string(o.node_rank), std::string("1"));
-    store.wait(keys, o.rdzv_timeout);
-  } catch (const TimeoutError&) {
-    std::string missing;
-    try {
-      for (int n = 0; n < o.nnodes; ++n) {
-        if (!store.check({keys[static_cast<size_t>(n)]})) missing += (missing.empty() ? "" : ", ") + std::to_string(n);
-      }
-    } catch (const std::exception& e) {
-      throw store_lost(e);
-    }
-    throw Error(fmt::format("launch: nodes [{}] did not join within {} ms", missing, o.rdzv_timeout.count()));
+    comm::store_allgather(store, prefix, o.node_rank, o.nnodes, "1", o.rdzv_timeout);
+  } catch (const comm::PartiesMissing& e) {
+    throw Error(fmt::format("launch: nodes [{}] did not join within {} ms", fmt::join(e.missing(), ", "),
+                            o.rdzv_timeout.count()));
   } catch (const std::exception& e) {
     throw store_lost(e);
   }

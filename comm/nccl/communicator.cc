@@ -2,11 +2,11 @@
 #include "tinyddp/comm/nccl/communicator.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstdlib>
 
-#include "tinyddp/comm/desync_check.h"
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/cuda/runtime.h"
 
@@ -199,16 +199,13 @@ void NcclCommunicator::join() {
   // a retry after a failed join takes the same number.
   if (generation_ == 0) generation_ = store_->add("tinyddp/nccl/groups/rank" + std::to_string(rank_), 1);
   const std::string base = fmt::format("tinyddp/nccl/{}/", generation_);
-  store_->set(base + "rank" + std::to_string(rank_), std::string("1"));
-  std::vector<std::string> keys;
-  for (int r = 0; r < size_; ++r) keys.push_back(base + "rank" + std::to_string(r));
   try {
-    store_->wait(keys, options_.timeout());
-  } catch (const TimeoutError& e) {
+    store_allgather(*store_, base + "rank", rank_, size_, "1", options_.timeout());
+  } catch (const PartiesMissing& e) {
     throw TimeoutError(
-        fmt::format("ProcessGroupNccl: rank {} of {} gave up creating the communicator after {} ms: not "
-                    "every rank joined ({})",
-                    rank_, size_, options_.timeout().count(), e.what()));
+        fmt::format("ProcessGroupNccl: rank {} of {} gave up creating the communicator after {} ms: ranks [{}] "
+                    "never joined ({})",
+                    rank_, size_, options_.timeout().count(), fmt::join(e.missing(), ", "), e.what()));
   }
   base_ = base;
 }

@@ -104,6 +104,36 @@ TEST_CASE("PrefixStore namespaces keys", "[comm][store]") {
   CHECK(base->get_string("group1/k") == "1");
 }
 
+TEST_CASE("store_allgather: every party's value, in index order; the silent parties named past the timeout",
+          "[comm][store]") {
+  HashStore store;
+  std::vector<std::vector<std::string>> got(3);
+  {
+    std::vector<std::thread> parties;
+    for (int i = 0; i < 3; ++i) {
+      parties.emplace_back([&, i] {
+        got[static_cast<size_t>(i)] =
+            store_allgather(store, "g/", i, 3, "value" + std::to_string(i), std::chrono::milliseconds(5000));
+      });
+    }
+    for (auto& t : parties) t.join();
+  }
+  for (const auto& all : got) CHECK(all == std::vector<std::string>{"value0", "value1", "value2"});
+  // Parties 1 and 3 of four never write (party 2 has): party 0 hears which, within the timeout.
+  store.set("h/2", Bytes{'x'});
+  const auto started = Clock::now();
+  std::vector<int> missing;
+  try {
+    store_allgather(store, "h/", 0, 4, "x", std::chrono::milliseconds(200));
+    FAIL("store_allgather returned without every party");
+  } catch (const PartiesMissing& e) {
+    missing = e.missing();
+    CHECK_THAT(std::string(e.what()), Contains("parties [1, 3] of 4"));
+  }
+  CHECK(missing == std::vector<int>{1, 3});
+  CHECK(Clock::now() - started < std::chrono::seconds(5));
+}
+
 TEST_CASE("TCPStore semantics against a live server", "[comm][store][tcp]") {
   TCPStoreOptions options;
   options.is_server(true);
