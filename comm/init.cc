@@ -93,7 +93,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
   if (backend == "nccl") {
     // One process per GPU: the main thread works on cuda:LOCAL_RANK from now on (unless the
     // program chose a device already), and the group's helper threads adopt it when they start
-    // (tensor/cuda/device_guard.h); without LOCAL_RANK, the device is bound at the first
+    // (tensor/cuda_runtime/device_guard.h); without LOCAL_RANK, the device is bound at the first
     // collective.
     if (launched.local_rank && tensor::cuda::current_device() < 0) {
       tensor::cuda::set_device(*launched.local_rank % tensor::cuda::device_count());

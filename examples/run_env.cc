@@ -35,7 +35,7 @@ Placement choose_placement(const std::string& device, const std::string& backend
              "share GPUs)",
              local_world, gpus);
   // This process's GPU, chosen before anything touches CUDA (as torch.cuda.set_device): no
-  // thread of it ever makes a context on another GPU (tensor/cuda/device_guard.h).
+  // thread of it ever makes a context on another GPU (tensor/cuda_runtime/device_guard.h).
   if (p.on_gpu) t::cuda::set_device(p.device.index);
   return p;
 }

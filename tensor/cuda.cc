@@ -12,8 +12,8 @@
 #include "tinyddp/tensor/tensor.h"
 
 #if TINYDDP_WITH_CUDA
-#include "tinyddp/tensor/cuda/device_query.h"
-#include "tinyddp/tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda_runtime/device_query.h"
+#include "tinyddp/tensor/cuda_runtime/runtime.h"
 #endif
 
 namespace tinyddp::tensor::cuda {
@@ -72,7 +72,7 @@ void synchronize(int) {}
 AllocatorStats allocator_stats(int) { return {}; }
 void empty_cache() {}
 // The one call of cuda.h on tensors (the CUDA backend's copies define it under CUDA); the rest
-// of the runtime's answers are in cuda/runtime_stub.cc.
+// of the runtime's answers are in cuda_runtime/runtime_stub.cc.
 Tensor to_host_after(const Tensor&, const StreamMark&) {
   throw Error(fmt::format("to_host_after: {}", unavailable_reason()));
 }

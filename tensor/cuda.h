@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tinyddp/tensor/cuda/device_guard.h"  // set_device, current_device, DeviceGuard
+#include "tinyddp/tensor/cuda_runtime/device_guard.h"  // set_device, current_device, DeviceGuard
 #include "tinyddp/tensor/dtype.h"
 #include "tinyddp/tensor/shape.h"
 
@@ -42,7 +42,7 @@ std::string smoke_test(int device);
 // Waits until every kernel and copy queued on `device` has run (a no-op without CUDA).
 void synchronize(int device = 0);
 
-// The caching allocator's counters for one device (see tensor/cuda/runtime.h), as
+// The caching allocator's counters for one device (see tensor/cuda_runtime/runtime.h), as
 // torch.cuda.memory_stats; all zero without CUDA.
 struct AllocatorStats {
   size_t allocated_bytes = 0;  // in blocks handed out now (rounded sizes)

@@ -14,7 +14,7 @@
 
 #include "tinyddp/tensor/cuda.h"
 #if TINYDDP_WITH_CUDA
-#include "tinyddp/tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda_runtime/runtime.h"
 #endif
 #include "tinyddp/base/error.h"
 

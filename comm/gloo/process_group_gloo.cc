@@ -87,7 +87,7 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     std::rethrow_exception(rendezvous_failure(e, started));
   }
   // The worker stages CUDA tensors: it works on its creator's device from its start
-  // (tensor/cuda/device_guard.h), never binding GPU 0 by default.
+  // (tensor/cuda_runtime/device_guard.h), never binding GPU 0 by default.
   worker_ = std::thread([this, device = tensor::cuda::current_device()] {
     tensor::cuda::adopt_device(device);
     worker_loop();

@@ -8,7 +8,7 @@
 #include <cstdlib>
 
 #include "tinyddp/tensor/cuda.h"
-#include "tinyddp/tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda_runtime/runtime.h"
 
 namespace tinyddp::comm::detail {
 
@@ -101,7 +101,7 @@ class NcclWork final : public Work {
 NcclCommunicator::NcclCommunicator(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options)
     : store_(std::move(store)), rank_(rank), size_(size), options_(std::move(options)) {
   // The watchdog queries events: it works on the creating thread's device from its start
-  // (tensor/cuda/device_guard.h), and on the communicator's once that is bound.
+  // (tensor/cuda_runtime/device_guard.h), and on the communicator's once that is bound.
   watchdog_ = std::thread([this, device = tensor::cuda::current_device()] {
     tensor::cuda::adopt_device(device);
     watchdog_loop();

@@ -10,7 +10,7 @@
 
 #include "tinyddp/comm/nccl/communicator.h"
 #include "tinyddp/tensor/cuda.h"
-#include "tinyddp/tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda_runtime/runtime.h"
 #include "tinyddp/tensor/factory.h"
 
 namespace tinyddp::comm {

@@ -4,7 +4,7 @@
 // must be on that device.
 //
 // How one collective runs, step by step:
-// 1. The caller's work so far is on the device's compute stream (tensor/cuda/runtime.h): an
+// 1. The caller's work so far is on the device's compute stream (tensor/cuda_runtime/runtime.h): an
 //    event is recorded there, and the group's own NCCL stream waits on it, so the collective
 //    reads the tensors only after the kernels that wrote them.
 // 2. The NCCL call is queued on the NCCL stream, and an end event after it. The tensors are

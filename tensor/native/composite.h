@@ -1,6 +1,6 @@
 // Ops composed from other ops (internal to tensor/), for a backend that declines them (its
 // entry point returns false: internal/backend.h): today the CUDA backend's batch normalisation
-// (its four steps), max pooling and layer normalisation's weight and bias gradients. ops/ calls
+// (its four steps), max pooling and layer normalisation's weight and bias gradients. native/ calls
 // these when the backend declined, so a backend never calls back up into the ops. They keep
 // the interface's contracts and run on any device's tensors, which lets
 // tests/tensor/composite_test.cc hold them to the CPU's kernels. No graph is recorded: callers

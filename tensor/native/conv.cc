@@ -1,5 +1,5 @@
 // Convolution over NCHW tensors, forward beside backward, and the window helpers pooling
-// shares (ops/window.h, pool.cc). Both rest on one pair of data movements: im2col gathers
+// shares (native/window.h, pool.cc). Both rest on one pair of data movements: im2col gathers
 // every kernel window of the input into columns, col2im adds columns back onto the input
 // positions they came from (the gradient of im2col). A convolution is then one GEMM per
 // group, a pooling layer a reduction over each window's column. On the CPU, float32
@@ -265,8 +265,8 @@ Tensor bias_grad(const Tensor& gc) {
 }
 
 // The backend convolves where it has an algorithm of its own: cuDNN on a GPU
-// (cuda/dnn_conv.cc); on the CPU, oneDNN for bfloat16 under AVX-512 and the direct kernels
-// for small float32 maps (cpu/speed_rules.cc): the forward into out, the bias added per
+// (backends/cuda/dnn_conv.cc); on the CPU, oneDNN for bfloat16 under AVX-512 and the direct kernels
+// for small float32 maps (backends/cpu/speed_rules.cc): the forward into out, the bias added per
 // channel. false (nothing written) where it has none: the im2col route then.
 bool library_forward(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias, const Window& win,
                      int64_t groups) {

@@ -1,5 +1,5 @@
 // Pooling over NCHW tensors (max, average, adaptive average) and unfold, each forward beside
-// its backward formula, on the window helpers of ops/window.h (conv.cc): max pooling has a
+// its backward formula, on the window helpers of native/window.h (conv.cc): max pooling has a
 // kernel of its own, average pooling sums each window's column of im2col.
 #include <limits>
 

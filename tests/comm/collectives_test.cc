@@ -17,7 +17,7 @@
 
 #if TINYDDP_WITH_CUDA
 #include "tests/cuda_test_util.h"
-#include "tinyddp/tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda_runtime/runtime.h"
 #endif
 
 using namespace tinyddp;

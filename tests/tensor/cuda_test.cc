@@ -16,7 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "tests/cuda_test_util.h"
-#include "tinyddp/tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda_runtime/runtime.h"
 #endif
 
 using namespace tinyddp::tensor;

@@ -1,4 +1,4 @@
-// The per-thread device rules of tensor/cuda/device_guard.h, checked without a GPU: the
+// The per-thread device rules of tensor/cuda_runtime/device_guard.h, checked without a GPU: the
 // runtime's cudaSetDevice is replaced by a recorder, so each test sees exactly which devices
 // each thread asked for. The rule that matters on a many-GPU host: no thread ever asks for a
 // device it was not told to use (a context on GPU 0 in every rank is the symptom).
@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "tinyddp/tensor/cuda/device_guard.h"
+#include "tinyddp/tensor/cuda_runtime/device_guard.h"
 
 namespace cuda = tinyddp::tensor::cuda;
 

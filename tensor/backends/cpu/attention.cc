@@ -1,5 +1,5 @@
-// CPU causal softmax (cpu/backend.h): the rows run in the selected instruction set's kernels
-// (cpu/isa/kernels.h), which round as scale, masked_fill and softmax (and their backward)
+// CPU causal softmax (backends/cpu/backend.h): the rows run in the selected instruction set's kernels
+// (backends/cpu/isa/kernels.h), which round as scale, masked_fill and softmax (and their backward)
 // one after the other do. float16/bfloat16 scores go through float32, where their arithmetic
 // happens anyway, and round where those three ops would leave a 16-bit tensor: the scaled
 // scores (scaled by the scale rounded to their dtype, as PyTorch 1.13 multiplies by a Python

@@ -1,6 +1,6 @@
 // The CPU backend: tensor/internal/backend.h's interface for tensors in host memory, one class.
 // Each entry point lives in the .cc named beside it and chooses among the CPU's own algorithms
-// (cpu/algorithms.h, the ISA kernels of isa/kernels.h, OpenBLAS and oneDNN) where it has several.
+// (backends/cpu/algorithms.h, the ISA kernels of isa/kernels.h, OpenBLAS and oneDNN) where it has several.
 #pragma once
 
 #include "tinyddp/tensor/internal/backend.h"

@@ -1,4 +1,4 @@
-// CPU im2col and col2im (cpu/backend.h), the data movement under convolution and pooling, and
+// CPU im2col and col2im (backends/cpu/backend.h), the data movement under convolution and pooling, and
 // max pooling. im2col and col2im go plane by plane through a small padded frame (the plane
 // with its padding around it, in L1), so that no row needs bounds: each kernel tap (i, j)
 // moves OH rows of OW elements between the frame and col. Rows are short in small CNNs (2 to

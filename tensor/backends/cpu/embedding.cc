@@ -1,4 +1,4 @@
-// CPU embedding lookups (cpu/backend.h): the forward copies one weight row per id; the backward
+// CPU embedding lookups (backends/cpu/backend.h): the forward copies one weight row per id; the backward
 // adds each gradient row onto its id's row, so repeated ids sum. On the intra-op threads: the
 // forward by rows, the backward by ranges of columns (each column summed over the ids in order,
 // so repeated ids never race and the bits do not depend on the thread count).

@@ -1,4 +1,4 @@
-// CPU layer normalisation (cpu/backend.h) over the rows of a contiguous [M, N] matrix. Each row's
+// CPU layer normalisation (backends/cpu/backend.h) over the rows of a contiguous [M, N] matrix. Each row's
 // statistics accumulate in double from eight partial sums (one running sum would wait on
 // each add's latency): the mean, then the squared deviations from it (two passes, so a row of
 // large equal values has variance 0, not a cancellation's residue). The elementwise steps run

@@ -1,4 +1,4 @@
-// CPU batch-normalisation kernels (cpu/backend.h). x is contiguous [N, C, S] (S: the product
+// CPU batch-normalisation kernels (backends/cpu/backend.h). x is contiguous [N, C, S] (S: the product
 // of the dims after 1, 1 for [N, C]); each pass sweeps memory once in order, per channel
 // accumulating in double: the statistics in two passes (the mean, then the squared
 // deviations from it), the gradient sums in one.

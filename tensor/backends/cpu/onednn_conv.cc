@@ -9,7 +9,7 @@
 // its kernels (format_tag::any: blocked, e.g. nChw16c); the operands are reordered into them
 // and the result back, as PyTorch's mkldnn path does. The forward, backward-data and
 // backward-weights primitives of a geometry are made together and kept per thread; a geometry
-// oneDNN has no kernels for is not served (conv2d_bf16_served), and ops/conv.cc convolves it
+// oneDNN has no kernels for is not served (conv2d_bf16_served), and native/conv.cc convolves it
 // in float32 instead (conv2d_native says so).
 #include <map>
 #include <memory>

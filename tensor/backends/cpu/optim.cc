@@ -1,5 +1,5 @@
 // The fused SGD step on the CPU (CpuBackend::sgd_step): the update of each element in one pass, in the
-// selected instruction set's kernel (cpu/isa/kernels.h), on ranges of the parameter over the
+// selected instruction set's kernel (backends/cpu/isa/kernels.h), on ranges of the parameter over the
 // intra-op threads.
 #include "tinyddp/tensor/backends/cpu/backend.h"
 #include "tinyddp/tensor/backends/cpu/isa/kernels.h"

@@ -1,5 +1,5 @@
-// The CUDA backend's entry points (cuda/backend.h) but its copies (copy.cc) and im2col
-// (conv.cc): Tensors turned into the kernels' descriptors (cuda/kernels.h), launched on the
+// The CUDA backend's entry points (backends/cuda/backend.h) but its copies (copy.cc) and im2col
+// (conv.cc): Tensors turned into the kernels' descriptors (backends/cuda/kernels.h), launched on the
 // device's compute stream, each launch checked; cuBLAS and cuDNN through libraries.h.
 #include "tinyddp/tensor/backends/cuda/backend.h"
 
@@ -13,7 +13,7 @@
 #include "tinyddp/tensor/backends/cuda/launch.h"
 #include "tinyddp/tensor/backends/cuda/libraries.h"
 #include "tinyddp/tensor/backends/cuda/plan.h"
-#include "tinyddp/tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda_runtime/runtime.h"
 #include "tinyddp/tensor/factory.h"
 #include "tinyddp/tensor/internal/reduce_plan.h"
 
@@ -179,7 +179,7 @@ bool CudaBackend::layer_norm_backward(const Tensor& grad_x, const Tensor&, const
                                   weight.defined() ? weight.raw_data_ptr() : nullptr, static_cast<int>(x.dtype()),
                                   grad_x.raw_data_ptr(), x.size(0), x.size(1), compute_stream(device)),
       "layer_norm backward kernel");
-  return false;  // the weight's and bias's gradients: column sums composed in ops/
+  return false;  // the weight's and bias's gradients: column sums composed in native/
 }
 
 void CudaBackend::mm(const Tensor& out, const Tensor& a, const Tensor& b) { blas::mm(out, a, b); }

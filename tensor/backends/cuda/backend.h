@@ -1,9 +1,9 @@
 // The CUDA backend (--config=cuda): tensor/internal/backend.h's interface for tensors on a GPU,
 // one class. Work is queued on the device's compute stream and not waited for. Each entry point
-// lives in the file named beside it: kernels of ours (cuda/kernels.h, compiled by nvcc),
-// cuBLAS and cuDNN (cuda/libraries.h). Where it has no kernel of its own (batch normalisation,
+// lives in the file named beside it: kernels of ours (backends/cuda/kernels.h, compiled by nvcc),
+// cuBLAS and cuDNN (backends/cuda/libraries.h). Where it has no kernel of its own (batch normalisation,
 // max pooling, layer normalisation's parameter gradients, the fused SGD step, batched bf16
-// products) it declines, and ops/ composes the result (ops/composite.h).
+// products) it declines, and native/ composes the result (native/composite.h).
 #pragma once
 
 #include "tinyddp/tensor/internal/backend.h"
@@ -38,7 +38,7 @@ class CudaBackend final : public Backend {
   std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim) override;
   void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) override;
 
-  // Declined (false): ops/composite.h.
+  // Declined (false): native/composite.h.
   std::optional<std::tuple<Tensor, Tensor>> batch_norm_mean_var(const Tensor& x) override;
   bool batch_norm_elemt(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const Tensor& mean, const Tensor& invstd) override;
@@ -65,7 +65,7 @@ class CudaBackend final : public Backend {
   // conv.cc: a strided copy of the padded input's windows and an accumulation into them.
   void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double pad_value) override;
   void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window) override;
-  // Declined (false): ops/composite.h.
+  // Declined (false): native/composite.h.
   bool max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& window) override;
   bool max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
                            const Window2d& window) override;

@@ -1,4 +1,4 @@
-// The CUDA backend's copies (cuda/backend.h: copy, with its stream rules): on one GPU by the
+// The CUDA backend's copies (backends/cuda/backend.h: copy, with its stream rules): on one GPU by the
 // copy kernel, between GPUs and between host and GPU with cudaMemcpy, converting on the
 // destination's side; and tensor/cuda.h's marks (StreamMark) and to_host_after, which order
 // copies against the compute stream.
@@ -11,7 +11,7 @@
 #include "tinyddp/tensor/backends/cuda/launch.h"
 #include "tinyddp/tensor/backends/cuda/plan.h"
 #include "tinyddp/tensor/cuda.h"
-#include "tinyddp/tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda_runtime/runtime.h"
 #include "tinyddp/tensor/factory.h"
 
 namespace tinyddp::tensor::cuda {

@@ -13,8 +13,8 @@
 #include "tinyddp/tensor/backends/cuda/handles.h"
 #include "tinyddp/tensor/backends/cuda/libraries.h"
 #include "tinyddp/tensor/cuda.h"
-#include "tinyddp/tensor/cuda/device_guard.h"
-#include "tinyddp/tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda_runtime/device_guard.h"
+#include "tinyddp/tensor/cuda_runtime/runtime.h"
 #include "tinyddp/tensor/factory.h"
 
 namespace tinyddp::tensor::cuda::dnn {

@@ -78,7 +78,7 @@ __device__ inline T& at(char* base, int64_t offset) {
 }
 
 // The formulas: elementwise_math.h (the ops' ints are the kernel_ops.h enums, cast by
-// cuda/backend.cc).
+// backends/cuda/backend.cc).
 template <typename C>
 __device__ inline C apply_unary(int op, C v) {
   return elementwise_math::unary(static_cast<UnaryOp>(op), v);

@@ -1,4 +1,4 @@
-// Embedding lookups on the GPU (cuda/kernels.h): the forward one thread per output element (a
+// Embedding lookups on the GPU (backends/cuda/kernels.h): the forward one thread per output element (a
 // gather of weight rows); the backward adds each gradient element onto its id's row with an
 // atomic add into a float (double for float64) accumulator, so repeated ids sum in any order.
 #include <cuda_runtime.h>

@@ -1,4 +1,4 @@
-// Internal to tensor/cuda/ (host code, only under --config=cuda): the checks around cuBLAS and
+// Internal to tensor/cuda_runtime/ (host code, only under --config=cuda): the checks around cuBLAS and
 // cuDNN calls, and the per-device pools of library handles that libraries.cc and dnn_conv.cc
 // lease from. A failed call throws an Error naming the call and the library's description of
 // the status.

@@ -9,8 +9,8 @@
 
 #include "tinyddp/tensor/backends/cuda/kernels.h"
 #include "tinyddp/tensor/backends/cuda/plan.h"
-#include "tinyddp/tensor/cuda/device_guard.h"
-#include "tinyddp/tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda_runtime/device_guard.h"
+#include "tinyddp/tensor/cuda_runtime/runtime.h"
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::cuda {

@@ -10,7 +10,7 @@
 #include "tinyddp/tensor/backends/cuda/handles.h"
 #include "tinyddp/tensor/backends/cuda/plan.h"
 #include "tinyddp/tensor/cuda.h"
-#include "tinyddp/tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda_runtime/runtime.h"
 
 namespace tinyddp::tensor::cuda {
 

@@ -234,7 +234,7 @@ void column_sums(const T* x, int64_t rows, int64_t cols, double* __restrict acc)
 }
 
 // The sum of n values in double, from eight partial sums (so that the adds vectorise and do
-// not wait on each other): cpu/loops.h's partial_sums, which this file cannot include (its
+// not wait on each other): backends/cpu/loops.h's partial_sums, which this file cannot include (its
 // inline code, compiled here for AVX-512, could be the copy the linker keeps for all).
 // The sum over i < n of term(i) (a double).
 template <typename F>

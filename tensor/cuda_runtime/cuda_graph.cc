@@ -8,7 +8,7 @@
 
 #include "tinyddp/base/error.h"
 #include "tinyddp/tensor/cuda.h"
-#include "tinyddp/tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda_runtime/runtime.h"
 
 namespace tinyddp::tensor::cuda {
 

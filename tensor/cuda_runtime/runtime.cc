@@ -1,6 +1,6 @@
 // Checked CUDA calls, compute streams and the caching allocator of device memory: see
 // runtime.h (pinned host memory is in pinned.cc).
-#include "tinyddp/tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda_runtime/runtime.h"
 
 #include <fmt/format.h>
 
@@ -151,7 +151,7 @@ class CachingAllocator final : public Allocator {
     // Reuse only once the other streams' work queued so far has finished. This runs from
     // Storage's destructor, so it must not throw: if an event cannot be made, wait instead.
     // Any thread may free a tensor: the guard sets this block's device, and never sets a
-    // device on a thread that had none (tensor/cuda/device_guard.h).
+    // device on a thread that had none (tensor/cuda_runtime/device_guard.h).
     std::optional<DeviceGuard> guard;
     try {
       guard.emplace(device_);

@@ -1,12 +1,12 @@
 // The per-thread device rules (device_guard.h): which GPU the calling thread works on, set
 // and restored around each operation, as PyTorch's DeviceGuard.
-#include "tinyddp/tensor/cuda/device_guard.h"
+#include "tinyddp/tensor/cuda_runtime/device_guard.h"
 
 #include <atomic>
 
 namespace tinyddp::tensor::cuda {
 
-// cudaSetDevice, checked (tensor/cuda/runtime.cc); throws in a build without CUDA.
+// cudaSetDevice, checked (tensor/cuda_runtime/runtime.cc); throws in a build without CUDA.
 void runtime_set_device(int device);
 
 namespace {

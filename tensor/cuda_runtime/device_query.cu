@@ -1,6 +1,6 @@
 // The nvcc-compiled device query: device count and properties through the CUDA runtime, and
 // a one-kernel smoke test proving that code actually runs on the device.
-#include "tinyddp/tensor/cuda/device_query.h"
+#include "tinyddp/tensor/cuda_runtime/device_query.h"
 
 #include <cuda_runtime.h>
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tinyddp/base/error.h"
-#include "tinyddp/tensor/cuda/runtime.h"
+#include "tinyddp/tensor/cuda_runtime/runtime.h"
 
 namespace tinyddp::tensor::cuda {
 

@@ -25,7 +25,7 @@
 #include <string>
 
 #include "tinyddp/tensor/cuda.h"
-#include "tinyddp/tensor/cuda/device_guard.h"
+#include "tinyddp/tensor/cuda_runtime/device_guard.h"
 #include "tinyddp/tensor/storage.h"
 
 namespace tinyddp::tensor::cuda {

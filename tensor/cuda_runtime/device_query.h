@@ -1,4 +1,4 @@
-// Plain-C++ interface to tensor/cuda/device_query.cu, the nvcc-compiled part of the device
+// Plain-C++ interface to tensor/cuda_runtime/device_query.cu, the nvcc-compiled part of the device
 // query (only linked under --config=cuda). Errors come back as strings; callers throw.
 #pragma once
 
