@@ -5,14 +5,17 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <iostream>
+#include <thread>
 
 #include "tinyddp/base/error.h"
 #include "tinyddp/launcher/elastic.h"
 #include "tinyddp/launcher/elastic_agent.h"
 #include "tinyddp/launcher/launcher.h"
+#include "tinyddp/tensor/cuda.h"
 
 namespace {
 // --nnodes: "N", or torchrun's "MIN:MAX". Sets the static job's nnodes (MIN = MAX) and the
@@ -44,6 +47,36 @@ void parse_nnodes(const std::string& text, tinyddp::launcher::LaunchConfig& o) {
              "--rdzv_endpoint HOST:PORT (the node there hosts the store), or one number for a static job",
              text);
 }
+// --nproc_per_node: a number, or torchrun's gpu (one worker per visible GPU), cpu (one per
+// logical CPU) and auto (gpu when there is a GPU, else cpu).
+int parse_nproc(const std::string& text) {
+  const int gpus = text == "gpu" || text == "auto" ? tinyddp::tensor::cuda::device_count() : 0;
+  if (text == "gpu") {
+    TDDP_CHECK(
+        gpus > 0, "launch: --nproc_per_node gpu: no GPU is visible ({})",
+        tinyddp::tensor::cuda::is_built() ? "CUDA reports 0 devices" : tinyddp::tensor::cuda::unavailable_reason());
+    return gpus;
+  }
+  if (text == "cpu" || (text == "auto" && gpus == 0))
+    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (text == "auto") return gpus;
+  try {
+    size_t used = 0;
+    const int n = std::stoi(text, &used);
+    if (used == text.size()) return n;
+  } catch (const std::logic_error&) {
+  }
+  throw tinyddp::Error("launch: --nproc_per_node takes a number, gpu, cpu or auto, got '" + text + "'");
+}
+
+// --standalone: torchrun's single-node job on a free local port. It names what it replaces, so
+// a command that also says otherwise is refused rather than half obeyed.
+void standalone_job(const tinyddp::launcher::LaunchConfig& o) {
+  TDDP_CHECK(o.nnodes == 1 && o.max_nodes == 1,
+             "launch: --standalone is a single-node job, but --nnodes asks for {}:{}", o.min_nodes, o.max_nodes);
+  TDDP_CHECK(o.rdzv_endpoint.empty(), "launch: --standalone hosts its own store; drop --rdzv_endpoint {}",
+             o.rdzv_endpoint);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -63,32 +96,41 @@ int main(int argc, char** argv) {
       "and MASTER_PORT set (as torchrun does), print their output prefixed with the rank, and stop them all when\n"
       "one fails.\n\nUsage: launch [OPTIONS] -- PROGRAM [ARGS...]",
       "launch"};
-  app.add_option("--nproc_per_node", o.nproc_per_node, "worker processes on this node (default 1)");
+  std::string nproc = "1";
+  app.add_option("--nproc_per_node,--nproc-per-node", nproc,
+                 "worker processes on this node (default 1), or gpu (one per GPU), cpu (one per CPU), auto (gpu "
+                 "when there are GPUs, else cpu)");
+  bool standalone = false;
+  app.add_flag("--standalone", standalone,
+               "a single-node job on a free local port (torchrun's spelling; the default here already)");
   std::string nnodes = "1";
   app.add_option("--nnodes", nnodes,
                  "nodes in the job (default 1), or MIN:MAX for an elastic job (with --rdzv_endpoint)");
-  app.add_option("--node_rank", o.node_rank, "this node's rank, 0 to nnodes-1 (default 0)");
-  app.add_option("--master_addr", o.master_addr, "address of node 0, which hosts the job's store (default 127.0.0.1)");
-  app.add_option("--master_port", o.master_port,
+  app.add_option("--node_rank,--node-rank", o.node_rank, "this node's rank, 0 to nnodes-1 (default 0)");
+  app.add_option("--master_addr,--master-addr", o.master_addr,
+                 "address of node 0, which hosts the job's store (default 127.0.0.1)");
+  app.add_option("--master_port,--master-port", o.master_port,
                  "port of the store on node 0 (default: a free port; needed with --nnodes > 1)");
-  app.add_option("--max_restarts", o.max_restarts,
+  app.add_option("--max_restarts,--max-restarts", o.max_restarts,
                  "restart the whole group up to this many times after a failure (default 0)");
-  app.add_option("--log_dir", o.log_dir,
+  app.add_option("--log_dir,--log-dir", o.log_dir,
                  "write each worker's output to LOG_DIR/attempt_<k>/rank_<r>.log instead of the console");
   app.add_flag("--tee", o.tee, "with --log_dir: print to the console as well");
-  app.add_flag("--cpu_bind", o.cpu_bind,
+  app.add_flag("--cpu_bind,--cpu-bind", o.cpu_bind,
                "pin each worker to its own share of this node's physical cores (with their hyperthreads)");
-  app.add_option("--grace_period", grace_s, "seconds between SIGTERM and SIGKILL when stopping workers (default 5)");
-  app.add_option("--rdzv_timeout", rdzv_timeout_s,
+  app.add_option("--grace_period,--grace-period", grace_s,
+                 "seconds between SIGTERM and SIGKILL when stopping workers (default 5)");
+  app.add_option("--rdzv_timeout,--rdzv-timeout", rdzv_timeout_s,
                  "seconds for the nodes to meet through the store, or an elastic round to reach MIN (default 60)");
   double last_call_s = 30, monitor_s = 1;
-  app.add_option("--rdzv_endpoint", o.rdzv_endpoint,
+  app.add_option("--rdzv_endpoint,--rdzv-endpoint", o.rdzv_endpoint,
                  "HOST:PORT of an elastic job's store, hosted by the node at that address; ranks come from the "
                  "rendezvous");
-  app.add_option("--rdzv_id", o.rdzv_id, "the elastic job's id; a node with another id is refused (default none)");
-  app.add_option("--rdzv_last_call", last_call_s,
+  app.add_option("--rdzv_id,--rdzv-id", o.rdzv_id,
+                 "the elastic job's id; a node with another id is refused (default none)");
+  app.add_option("--rdzv_last_call,--rdzv-last-call", last_call_s,
                  "seconds an elastic round waits for more nodes once MIN have joined (default 30)");
-  app.add_option("--monitor_interval", monitor_s,
+  app.add_option("--monitor_interval,--monitor-interval", monitor_s,
                  "seconds between heartbeats in an elastic job; a node is lost after two missed (default 1)");
   app.prefix_command();  // everything from the program on belongs to the program
   try {
@@ -97,13 +139,23 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   o.program = app.remaining();
-  if (!o.program.empty() && o.program.front() == "--") o.program.erase(o.program.begin());
+  if (!o.program.empty() && o.program.front() == "--") {
+    o.program.erase(o.program.begin());
+  } else if (!o.program.empty() && o.program.front().size() > 1 && o.program.front()[0] == '-') {
+    // Without "--", the program starts at the first argument that is no option: one that looks
+    // like an option is a mistyped or unknown one, refused before anything starts.
+    std::cerr << "launch: unknown option '" << o.program.front()
+              << "' (see launch --help; the program and its arguments go after --)\n";
+    return 2;
+  }
   o.grace_period = std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
   o.rdzv_timeout = std::chrono::milliseconds(static_cast<int64_t>(rdzv_timeout_s * 1000));
   o.rdzv_last_call = std::chrono::milliseconds(static_cast<int64_t>(last_call_s * 1000));
   o.monitor_interval = std::chrono::milliseconds(static_cast<int64_t>(monitor_s * 1000));
   try {
+    o.nproc_per_node = parse_nproc(nproc);
     parse_nnodes(nnodes, o);
+    if (standalone) standalone_job(o);
     tinyddp::launcher::validate(o);
   } catch (const std::exception& e) {
     std::cerr << e.what() << "\n";

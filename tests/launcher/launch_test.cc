@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -14,10 +15,13 @@
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "tests/test_util.h"
 #include "tinyddp/base/cpus.h"
 #include "tinyddp/launcher/launcher.h"
 #include "tinyddp/launcher/spawn.h"
+#include "tinyddp/tensor/cuda.h"
 
 using Catch::Contains;
 using tinyddp::testing::CommandResult;
@@ -265,6 +269,11 @@ TEST_CASE("launch: bad arguments and an unreachable master give clear errors", "
       {"--nnodes 3:2 -- true", 2, "--nnodes MIN:MAX needs MIN <= MAX, got 3:2"},
       {"--nnodes 0:2 -- true", 2, "--nnodes MIN:MAX needs MIN >= 1, got 0"},
       {"--nnodes two -- true", 2, "--nnodes takes a number or MIN:MAX, got 'two'"},
+      {"--nproc_per_node two -- true", 2, "--nproc_per_node takes a number, gpu, cpu or auto, got 'two'"},
+      {"--bogus -- true", 2, "unknown option '--bogus' (see launch --help"},
+      {"--nproc_per_node 2 --standalon true", 2, "unknown option '--standalon'"},
+      {"--standalone --nnodes 2 --master_port 29500 -- true", 2, "--standalone is a single-node job"},
+      {"--standalone --nnodes 1:2 --rdzv_endpoint 127.0.0.1:29500 -- true", 2, "--standalone is a single-node job"},
       {"-- /nonexistent/program", 127, "cannot run '/nonexistent/program' for rank 0: No such file or directory"},
       {"-- /tmp", 127, "cannot run '/tmp' for rank 0: /tmp is a directory, not a program"},
       {"--nnodes 2 --node_rank 1 --master_port 1 --rdzv_timeout 1 -- true", 1,
@@ -286,6 +295,35 @@ TEST_CASE("launch: bad arguments and an unreachable master give clear errors", "
   CHECK(r.exit_code == 127);
   CHECK_THAT(r.output, Contains("Permission denied (the file is not executable: chmod +x " + script +
                                 ", or name its interpreter first)"));
+}
+
+TEST_CASE("launch: torchrun's spellings: dashed options, --standalone, --nproc_per_node cpu|gpu|auto", "[launcher]") {
+  const std::string show = " -- /bin/bash -c 'echo R=$RANK W=$WORLD_SIZE'";
+  const CommandResult dashed = launch("--standalone --nproc-per-node 2 --max-restarts 0 --monitor-interval 1" + show);
+  INFO(dashed.output);
+  CHECK(dashed.exit_code == 0);
+  CHECK_THAT(dashed.output, Contains("[rank 0] R=0 W=2"));
+  CHECK_THAT(dashed.output, Contains("[rank 1] R=1 W=2"));
+
+  const int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int gpus = tinyddp::tensor::cuda::device_count();
+  const CommandResult cpu = launch("--nproc_per_node cpu" + show);
+  INFO(cpu.output);
+  CHECK(cpu.exit_code == 0);
+  CHECK_THAT(cpu.output, Contains(fmt::format("[rank {}] R={} W={}", cpus - 1, cpus - 1, cpus)));
+  const CommandResult automatic = launch("--nproc_per_node auto" + show);
+  INFO(automatic.output);
+  CHECK(automatic.exit_code == 0);
+  CHECK_THAT(automatic.output, Contains(fmt::format("W={}", gpus > 0 ? gpus : cpus)));
+  const CommandResult gpu = launch("--nproc_per_node gpu" + show);
+  INFO(gpu.output);
+  if (gpus > 0) {
+    CHECK(gpu.exit_code == 0);
+    CHECK_THAT(gpu.output, Contains(fmt::format("W={}", gpus)));
+  } else {
+    CHECK(gpu.exit_code == 2);
+    CHECK_THAT(gpu.output, Contains("launch: --nproc_per_node gpu: no GPU is visible"));
+  }
 }
 
 TEST_CASE("launch: a relative program is found from the directory `bazel run` was typed in", "[launcher]") {
