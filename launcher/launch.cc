@@ -77,34 +77,22 @@ void standalone_job(const tinyddp::launcher::LaunchConfig& o) {
   TDDP_CHECK(o.rdzv_endpoint.empty(), "launch: --standalone hosts its own store; drop --rdzv_endpoint {}",
              o.rdzv_endpoint);
 }
-}  // namespace
+// The options whose values are not LaunchConfig's own fields as they are typed: parsed and
+// checked after CLI11 has read them.
+struct Typed {
+  std::string nproc = "1", nnodes = "1";
+  bool standalone = false;
+  double grace_s = 5, rdzv_timeout_s = 60, last_call_s = 30, monitor_s = 1;
+};
 
-int main(int argc, char** argv) {
-  // `bazel run @tinyddp//launcher:launch -- ... bazel-bin/prog` starts the launcher in its
-  // runfiles directory; relative paths (the program, its arguments, --log_dir) mean the
-  // directory the command was typed in, which Bazel passes as BUILD_WORKING_DIRECTORY.
-  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr && *dir != '\0') {
-    if (::chdir(dir) != 0) {
-      std::cerr << "launch: cannot change to BUILD_WORKING_DIRECTORY=" << dir << ": " << std::strerror(errno) << "\n";
-      return 2;
-    }
-  }
-  tinyddp::launcher::LaunchConfig o;
-  double grace_s = 5, rdzv_timeout_s = 60;
-  CLI::App app{
-      "Start one process per local rank with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR\n"
-      "and MASTER_PORT set (as torchrun does), print their output prefixed with the rank, and stop them all when\n"
-      "one fails.\n\nUsage: launch [OPTIONS] -- PROGRAM [ARGS...]",
-      "launch"};
-  std::string nproc = "1";
-  app.add_option("--nproc_per_node,--nproc-per-node", nproc,
+// Every option, with torchrun's dashed spelling beside the underscored one.
+void add_options(CLI::App& app, tinyddp::launcher::LaunchConfig& o, Typed& f) {
+  app.add_option("--nproc_per_node,--nproc-per-node", f.nproc,
                  "worker processes on this node (default 1), or gpu (one per GPU), cpu (one per CPU), auto (gpu "
                  "when there are GPUs, else cpu)");
-  bool standalone = false;
-  app.add_flag("--standalone", standalone,
+  app.add_flag("--standalone", f.standalone,
                "a single-node job on a free local port (torchrun's spelling; the default here already)");
-  std::string nnodes = "1";
-  app.add_option("--nnodes", nnodes,
+  app.add_option("--nnodes", f.nnodes,
                  "nodes in the job (default 1), or MIN:MAX for an elastic job (with --rdzv_endpoint)");
   app.add_option("--node_rank,--node-rank", o.node_rank, "this node's rank, 0 to nnodes-1 (default 0)");
   app.add_option("--master_addr,--master-addr", o.master_addr,
@@ -118,20 +106,40 @@ int main(int argc, char** argv) {
   app.add_flag("--tee", o.tee, "with --log_dir: print to the console as well");
   app.add_flag("--cpu_bind,--cpu-bind", o.cpu_bind,
                "pin each worker to its own share of this node's physical cores (with their hyperthreads)");
-  app.add_option("--grace_period,--grace-period", grace_s,
+  app.add_option("--grace_period,--grace-period", f.grace_s,
                  "seconds between SIGTERM and SIGKILL when stopping workers (default 5)");
-  app.add_option("--rdzv_timeout,--rdzv-timeout", rdzv_timeout_s,
+  app.add_option("--rdzv_timeout,--rdzv-timeout", f.rdzv_timeout_s,
                  "seconds for the nodes to meet through the store, or an elastic round to reach MIN (default 60)");
-  double last_call_s = 30, monitor_s = 1;
   app.add_option("--rdzv_endpoint,--rdzv-endpoint", o.rdzv_endpoint,
                  "HOST:PORT of an elastic job's store, hosted by the node at that address; ranks come from the "
                  "rendezvous");
   app.add_option("--rdzv_id,--rdzv-id", o.rdzv_id,
                  "the elastic job's id; a node with another id is refused (default none)");
-  app.add_option("--rdzv_last_call,--rdzv-last-call", last_call_s,
+  app.add_option("--rdzv_last_call,--rdzv-last-call", f.last_call_s,
                  "seconds an elastic round waits for more nodes once MIN have joined (default 30)");
-  app.add_option("--monitor_interval,--monitor-interval", monitor_s,
+  app.add_option("--monitor_interval,--monitor-interval", f.monitor_s,
                  "seconds between heartbeats in an elastic job; a node is lost after two missed (default 1)");
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  // `bazel run @tinyddp//launcher:launch -- ... bazel-bin/prog` starts the launcher in its
+  // runfiles directory; relative paths (the program, its arguments, --log_dir) mean the
+  // directory the command was typed in, which Bazel passes as BUILD_WORKING_DIRECTORY.
+  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr && *dir != '\0') {
+    if (::chdir(dir) != 0) {
+      std::cerr << "launch: cannot change to BUILD_WORKING_DIRECTORY=" << dir << ": " << std::strerror(errno) << "\n";
+      return 2;
+    }
+  }
+  tinyddp::launcher::LaunchConfig o;
+  CLI::App app{
+      "Start one process per local rank with RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR\n"
+      "and MASTER_PORT set (as torchrun does), print their output prefixed with the rank, and stop them all when\n"
+      "one fails.\n\nUsage: launch [OPTIONS] -- PROGRAM [ARGS...]",
+      "launch"};
+  Typed f;
+  add_options(app, o, f);
   app.prefix_command();  // everything from the program on belongs to the program
   try {
     app.parse(argc, argv);
@@ -148,14 +156,14 @@ int main(int argc, char** argv) {
               << "' (see launch --help; the program and its arguments go after --)\n";
     return 2;
   }
-  o.grace_period = std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000));
-  o.rdzv_timeout = std::chrono::milliseconds(static_cast<int64_t>(rdzv_timeout_s * 1000));
-  o.rdzv_last_call = std::chrono::milliseconds(static_cast<int64_t>(last_call_s * 1000));
-  o.monitor_interval = std::chrono::milliseconds(static_cast<int64_t>(monitor_s * 1000));
+  o.grace_period = std::chrono::milliseconds(static_cast<int64_t>(f.grace_s * 1000));
+  o.rdzv_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.rdzv_timeout_s * 1000));
+  o.rdzv_last_call = std::chrono::milliseconds(static_cast<int64_t>(f.last_call_s * 1000));
+  o.monitor_interval = std::chrono::milliseconds(static_cast<int64_t>(f.monitor_s * 1000));
   try {
-    o.nproc_per_node = parse_nproc(nproc);
-    parse_nnodes(nnodes, o);
-    if (standalone) standalone_job(o);
+    o.nproc_per_node = parse_nproc(f.nproc);
+    parse_nnodes(f.nnodes, o);
+    if (f.standalone) standalone_job(o);
     tinyddp::launcher::validate(o);
   } catch (const std::exception& e) {
     std::cerr << e.what() << "\n";

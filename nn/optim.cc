@@ -14,9 +14,10 @@ namespace tinyddp::nn {
 
 using tensor::NoGradGuard;
 
-namespace {
-std::vector<ParamGroup> one_group(std::vector<Tensor> params) { return {ParamGroup(std::move(params))}; }
-}  // namespace
+std::vector<ParamGroup> one_group(std::vector<Tensor> params) {
+  if (params.empty()) return {};
+  return {ParamGroup(std::move(params))};
+}
 
 std::vector<ParamGroup> weight_decay_groups(const Module& module, double weight_decay) {
   return weight_decay_groups(module.parameters(), weight_decay);
@@ -34,6 +35,7 @@ Optimizer::Optimizer(std::vector<Tensor> params, std::string name, double lr, do
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups, std::string name, double lr, double weight_decay)
     : name_(std::move(name)), default_lr_(lr), default_weight_decay_(weight_decay) {
+  TDDP_CHECK(!groups.empty(), "{}: optimizer got an empty parameter list", name_);
   for (ParamGroup& group : groups) append_group(std::move(group));
 }
 

@@ -47,6 +47,11 @@ struct ParamGroup {
 std::vector<ParamGroup> weight_decay_groups(const Module& module, double weight_decay);
 // The same split of the given tensors (a sharded model's shards: ddp::sharded_parameters).
 std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params, double weight_decay);
+// A plain parameter list as the optimizers take it: one group, or no group for an empty list,
+// which every optimizer refuses ("optimizer got an empty parameter list", as torch.optim: an
+// optimizer with nothing to step is a mistake, not a silent no-op). A group given as one may
+// be empty (ZeRO's ranks that own none of a group's parameters).
+std::vector<ParamGroup> one_group(std::vector<Tensor> params);
 
 class Optimizer {
  public:

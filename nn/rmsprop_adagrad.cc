@@ -9,8 +9,6 @@ using tensor::NoGradGuard;
 
 namespace {
 
-std::vector<ParamGroup> as_one_group(std::vector<Tensor> params) { return {ParamGroup(std::move(params))}; }
-
 // The step count of parameter i from a loaded state (PyTorch keeps it as a float tensor).
 int64_t loaded_step(const OrderedDict<Tensor>& state, size_t i) {
   const Tensor* step = state.find(state_key(i, "step"));
@@ -27,8 +25,7 @@ Tensor loaded(const OrderedDict<Tensor>& state, size_t i, const std::string& key
 
 // ---- RMSprop ----------------------------------------------------------------------------------
 
-RMSprop::RMSprop(std::vector<Tensor> params, RMSpropOptions options)
-    : RMSprop(as_one_group(std::move(params)), options) {}
+RMSprop::RMSprop(std::vector<Tensor> params, RMSpropOptions options) : RMSprop(one_group(std::move(params)), options) {}
 
 RMSprop::RMSprop(std::vector<ParamGroup> groups, RMSpropOptions options)
     : Optimizer(std::move(groups), "RMSprop", options.lr(), options.weight_decay()), options_(options),
@@ -110,8 +107,7 @@ void RMSprop::load_state_dict(const OrderedDict<Tensor>& state) {
 
 // ---- Adagrad ----------------------------------------------------------------------------------
 
-Adagrad::Adagrad(std::vector<Tensor> params, AdagradOptions options)
-    : Adagrad(as_one_group(std::move(params)), options) {}
+Adagrad::Adagrad(std::vector<Tensor> params, AdagradOptions options) : Adagrad(one_group(std::move(params)), options) {}
 
 Adagrad::Adagrad(std::vector<ParamGroup> groups, AdagradOptions options)
     : Optimizer(std::move(groups), "Adagrad", options.lr(), options.weight_decay()), options_(options) {

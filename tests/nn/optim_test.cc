@@ -163,6 +163,14 @@ TEST_CASE("optimizer option errors and zero_grad", "[nn][optim][errors]") {
                     Contains("nesterov momentum requires a momentum and zero dampening"));
   CHECK_THROWS_WITH(Adam({p}, AdamOptions().betas(1.0, 0.9)), Contains("Adam: invalid beta1 1"));
   CHECK_THROWS_WITH(SGD({tensor::arange(3)}, SGDOptions(0.1)), Contains("SGD: parameter 0 has dtype int64"));
+  // As torch.optim: nothing to step is an error, whichever optimizer and whichever form.
+  const std::vector<Tensor> none;
+  CHECK_THROWS_WITH(SGD(none, SGDOptions(0.1)), Contains("SGD: optimizer got an empty parameter list"));
+  CHECK_THROWS_WITH(AdamW(none, AdamWOptions()), Contains("AdamW: optimizer got an empty parameter list"));
+  CHECK_THROWS_WITH(Adam(std::vector<ParamGroup>{}, AdamOptions()),
+                    Contains("Adam: optimizer got an empty parameter list"));
+  CHECK_THROWS_WITH(RMSprop(none), Contains("RMSprop: optimizer got an empty parameter list"));
+  CHECK_NOTHROW(SGD(std::vector<ParamGroup>{ParamGroup(none)}, SGDOptions(0.1)));  // an empty group (ZeRO)
   SGD sgd({p}, SGDOptions(0.5));
   sgd.step();  // no gradient: nothing happens
   CHECK(tensor::equal(p, tensor::zeros({2})));
