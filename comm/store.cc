@@ -12,8 +12,10 @@ namespace tinyddp::comm {
 
 std::string format_keys(const std::vector<std::string>& keys) { return fmt::format("[{}]", fmt::join(keys, ", ")); }
 
-std::vector<std::string> store_allgather(Store& store, const std::string& prefix, int index, int size,
-                                         const std::string& mine, Millis timeout) {
+namespace {
+// Party `index` sets its key under `prefix` and waits for every party's; returns the keys.
+std::vector<std::string> say_and_wait(Store& store, const std::string& prefix, int index, int size,
+                                      const std::string& mine, Millis timeout) {
   std::vector<std::string> keys;
   for (int i = 0; i < size; ++i) keys.push_back(prefix + std::to_string(i));
   store.set(keys[static_cast<size_t>(index)], mine);
@@ -28,9 +30,21 @@ std::vector<std::string> store_allgather(Store& store, const std::string& prefix
                                             fmt::join(missing, ", "), size, prefix, timeout.count(), e.what());
     throw PartiesMissing(message, std::move(missing));
   }
+  return keys;
+}
+}  // namespace
+
+std::vector<std::string> store_allgather(Store& store, const std::string& prefix, int index, int size,
+                                         const std::string& mine, Millis timeout) {
   std::vector<std::string> all;
-  for (const std::string& key : keys) all.push_back(store.get_string(key));
+  for (const std::string& key : say_and_wait(store, prefix, index, size, mine, timeout)) {
+    all.push_back(store.get_string(key));
+  }
   return all;
+}
+
+void store_barrier(Store& store, const std::string& prefix, int index, int size, Millis timeout) {
+  say_and_wait(store, prefix, index, size, "1", timeout);
 }
 
 int64_t parse_counter(const Bytes& value, const std::string& key) {

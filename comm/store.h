@@ -73,11 +73,13 @@ class PartiesMissing : public TimeoutError {
 
 // Each of `size` parties says `mine` to all the others through the store: party `index` sets
 // `prefix` + its index, waits up to `timeout` until every party has, and returns every value
-// (party i's at i). A barrier too, with any value. Throws PartiesMissing, naming the parties
+// (party i's at i). Throws PartiesMissing, naming the parties
 // that never said theirs, past the timeout; the store's own errors (a lost connection) as they
 // are.
 std::vector<std::string> store_allgather(Store& store, const std::string& prefix, int index, int size,
                                          const std::string& mine, Millis timeout);
+// store_allgather as a barrier: the same keys and errors, and no values read back.
+void store_barrier(Store& store, const std::string& prefix, int index, int size, Millis timeout);
 
 // An in-process store for ranks that are threads of one process.
 class HashStore final : public Store {

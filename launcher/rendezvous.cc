@@ -45,7 +45,7 @@ void meet_nodes(const LaunchConfig& o, comm::Store& store, int attempt) {
                     o.node_rank, o.master_addr, o.master_port, attempt, e.what()));
   };
   try {
-    comm::store_allgather(store, prefix, o.node_rank, o.nnodes, "1", o.rdzv_timeout);
+    comm::store_barrier(store, prefix, o.node_rank, o.nnodes, o.rdzv_timeout);
   } catch (const comm::PartiesMissing& e) {
     throw Error(fmt::format("launch: nodes [{}] did not join within {} ms", fmt::join(e.missing(), ", "),
                             o.rdzv_timeout.count()));

@@ -200,7 +200,7 @@ void NcclCommunicator::join() {
   if (generation_ == 0) generation_ = store_->add("tinyddp/nccl/groups/rank" + std::to_string(rank_), 1);
   const std::string base = fmt::format("tinyddp/nccl/{}/", generation_);
   try {
-    store_allgather(*store_, base + "rank", rank_, size_, "1", options_.timeout());
+    store_barrier(*store_, base + "rank", rank_, size_, options_.timeout());
   } catch (const PartiesMissing& e) {
     throw TimeoutError(
         fmt::format("ProcessGroupNccl: rank {} of {} gave up creating the communicator after {} ms: ranks [{}] "

@@ -131,6 +131,11 @@ TEST_CASE("store_allgather: every party's value, in index order; the silent part
     CHECK_THAT(std::string(e.what()), Contains("parties [1, 3] of 4"));
   }
   CHECK(missing == std::vector<int>{1, 3});
+  // The barrier form: the same wait and the same error, no values read back.
+  CHECK_THROWS_AS(store_barrier(store, "h/", 0, 4, std::chrono::milliseconds(50)), PartiesMissing);
+  store.set("h/1", Bytes{'x'});
+  store.set("h/3", Bytes{'x'});
+  CHECK_NOTHROW(store_barrier(store, "h/", 0, 4, std::chrono::milliseconds(5000)));
   CHECK(Clock::now() - started < std::chrono::seconds(5));
 }
 
