@@ -274,8 +274,7 @@ int run(const Config& c) {
   const std::shared_ptr<tinyddp::ddp::PowerSGDState> powersgd = register_comm_hook(c, ddp.get(), pg);
   int64_t gradient_bytes = 0;
   for (const t::Tensor& p : w.model->parameters()) gradient_bytes += static_cast<int64_t>(p.nbytes());
-  const std::unique_ptr<nn::Optimizer> optimizer =
-      make_optimizer(c, c.mode == "fsdp" ? tinyddp::ddp::sharded_parameters(*w.model) : w.model->parameters(), pg);
+  const std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(c, w.model->parameters(), pg);
   const auto queue_step = [&] {
     optimizer->zero_grad(!c.zero_grad_in_place);
     forward_backward(c, w, ddp.get(), device);

@@ -20,21 +20,8 @@ namespace tinyddp::ddp {
 using tensor::NoGradGuard;
 using tensor::Tensor;
 
-struct FullyShardedUnit::Slot {
-  Tensor param;              // the module's parameter (full while gathered, else no elements)
-  tensor::Shape full_shape;  // its shape
-  int64_t rows = 1;          // its first dimension (1 for a scalar)
-  int64_t block_rows = 1;    // rows per rank: ceil(rows / W)
-  int64_t row_numel = 1;     // elements per row
-  int64_t offset = 0;        // where its block starts in the packed shard buffer
-  Tensor shard;              // this rank's block [block_rows, ...], padded with zeros
-  uint64_t version = 0;      // the gathered storage's version when the forward saw it
-  int64_t block_numel() const { return block_rows * row_numel; }
-};
-
 using detail::registry;
 using detail::Registry;
-using detail::shard_of;
 using detail::wait_for;
 
 namespace {
@@ -76,7 +63,7 @@ FullyShardedUnit::FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shar
   // Every rank starts from rank 0's values, as DDP's construction makes them.
   std::vector<const nn::Module*> inside;  // the sub-modules, whose units may hold parameters
   for (const auto& m : module->modules(/*include_self=*/false)) inside.push_back(m.get());
-  for (const auto& [name, p] : module->named_parameters()) {
+  for (const auto& [name, p] : module->named_registered_parameters()) {
     if (const std::optional<detail::Sharded> held = detail::sharded(p)) {
       // A sub-module's unit's; one held by a unit outside this module would be freed while
       // this module computes with it.
@@ -122,14 +109,7 @@ FullyShardedUnit::FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shar
   }
   if (!slots_.empty()) compute_dtype_ = mp.param_dtype.value_or(slots_.front().shard.dtype());
   reduce_dtype_ = mp.reduce_dtype.value_or(compute_dtype_);
-  {
-    Registry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    for (const Slot& slot : slots_) {
-      r.entries[slot.param.impl()] = {slot.shard, slot.full_shape, pg_, module_address_};
-      r.shard_impls.insert(slot.shard.impl());
-    }
-  }
+  register_shards(*module);
   stats_.shard_numel = shard_numel_;
   for (const Slot& slot : slots_) stats_.full_numel += slot.param.numel();
   ready_.assign(slots_.size(), false);

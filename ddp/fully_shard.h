@@ -3,7 +3,12 @@
 //
 //   for (auto& block : model->blocks) ddp::fully_shard(block, pg);   // the units, inside out
 //   ddp::fully_shard(model, pg);                                      // then the root
-//   nn::AdamW optimizer(ddp::sharded_parameters(*model), ...);        // steps the shards only
+//   nn::AdamW optimizer(model->parameters(), ...);                    // steps the shards only
+//
+// From fully_shard on, the module's parameters() and named_parameters() list the shards under
+// the parameters' names (as FSDP2's DTensor parameters), so the optimizer is built as usual;
+// the tensors the module computes with (its members, named_registered_parameters()) are
+// placeholders between uses, which an optimizer refuses.
 //
 // A unit is a module's own parameters (those no sub-module's unit took). Each parameter is
 // split along its first dimension into W equal row blocks (the last padded with zeros), rank r
@@ -121,7 +126,9 @@ bool is_a(const nn::Module& m) {
 }
 
 // Every parameter of `module` (named_parameters order), each replaced by its shard where a
-// unit holds it: what an optimizer steps. The named form keeps the parameters' names.
+// unit holds it: what an optimizer steps. The named form keeps the parameters' names. The
+// same as module.parameters() and module.named_parameters(), which list the shards since
+// fully_shard.
 std::vector<tensor::Tensor> sharded_parameters(const nn::Module& module);
 nn::OrderedDict<tensor::Tensor> sharded_named_parameters(const nn::Module& module);
 
@@ -197,6 +204,9 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
 
  private:
   enum class State { kSharded, kGathered, kFreedAfterForward };
+  // Enters the slots in the registry and puts each shard in its parameter's place in `module`'s
+  // tree (nn::Module::set_parameter_stand_in).
+  void register_shards(nn::Module& module);
   void arm();
   // Every rank's packed shards, a row each: start_gather issues the all-gather, gather_blocks
   // waits for it (or for the prefetched one); prefetch starts it early for a unit in the

@@ -1,6 +1,6 @@
-// The free functions of fully_shard.h: fully_shard itself (the module hooks around a unit),
-// set_requires_gradient_sync, the shards for an optimizer, the full state dict, and clipping
-// over shards.
+// The free functions of fully_shard.h: fully_shard itself (the registry of the units and their
+// shards, the module hooks around a unit), set_requires_gradient_sync, the shards for an
+// optimizer, the full state dict, and clipping over shards.
 #include <algorithm>
 #include <cmath>
 #include <mutex>
@@ -16,7 +16,6 @@ namespace tinyddp::ddp {
 using detail::is_shard;
 using detail::registry;
 using detail::Registry;
-using detail::shard_of;
 using detail::sharded;
 using detail::Sharded;
 using tensor::NoGradGuard;
@@ -28,7 +27,7 @@ namespace detail {
 // the other module computes with it), naming both places.
 void check_not_shared_across_units(const nn::Module& module, const std::string& name) {
   for (const auto& [path, m] : module.named_modules()) {
-    for (const auto& [local, p] : m->named_parameters(/*recurse=*/false)) {
+    for (const auto& [local, p] : m->named_registered_parameters(/*recurse=*/false)) {
       const std::optional<Sharded> held = sharded(p);
       if (!held || held->owner == m.get()) continue;
       bool within = false;  // m inside the holding unit's module
@@ -73,6 +72,26 @@ std::optional<nn::Tensors> FullyShardedUnit::cast_inputs(const nn::Tensors& inpu
 
 std::optional<nn::Tensors> FullyShardedUnit::cast_outputs(const nn::Tensors& outputs) const {
   return cast_floating(outputs, options_.mp_policy.output_dtype);
+}
+
+void FullyShardedUnit::register_shards(nn::Module& module) {
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    for (const Slot& slot : slots_) {
+      r.entries[slot.param.impl()] = {slot.shard, slot.full_shape, pg_, module_address_};
+      r.shard_impls.insert(slot.shard.impl());
+    }
+  }
+  // From now on the module lists each shard where its parameter is (FSDP2's DTensor
+  // parameters): under every name the parameter has, in whichever module of the tree.
+  for (const auto& m : module.modules()) {
+    for (const auto& [local, p] : m->named_registered_parameters(/*recurse=*/false)) {
+      for (const Slot& slot : slots_) {
+        if (slot.param.is_same(p)) m->set_parameter_stand_in(local, slot.shard);
+      }
+    }
+  }
 }
 
 std::shared_ptr<FullyShardedUnit> fully_shard(const std::shared_ptr<nn::Module>& module,
@@ -156,18 +175,11 @@ void set_requires_gradient_sync(const nn::Module& module, bool sync) {
 
 std::vector<Tensor> sharded_parameters(const nn::Module& module) { return sharded_named_parameters(module).values(); }
 
-nn::OrderedDict<Tensor> sharded_named_parameters(const nn::Module& module) {
-  nn::OrderedDict<Tensor> out;
-  for (const auto& [name, p] : module.named_parameters()) {
-    const Tensor shard = shard_of(p);
-    out.insert(name, shard.defined() ? shard : p);
-  }
-  return out;
-}
+nn::OrderedDict<Tensor> sharded_named_parameters(const nn::Module& module) { return module.named_parameters(); }
 
 nn::OrderedDict<Tensor> full_state_dict(const nn::Module& module) {
   NoGradGuard no_grad;
-  const nn::OrderedDict<Tensor> params = module.named_parameters();
+  const nn::OrderedDict<Tensor> params = module.named_registered_parameters();
   nn::OrderedDict<Tensor> out;
   for (const auto& [name, value] : module.state_dict()) {
     const Tensor* param = params.find(name);

@@ -41,7 +41,7 @@ void save_sharded_checkpoint(const std::string& path, const nn::Module& module, 
                              comm::ProcessGroup& pg, int64_t step, const nn::OrderedDict<Tensor>& extra) {
   TDDP_CHECK(step >= 0, "save_sharded_checkpoint: step must be non-negative, got {}", step);
   nn::OrderedDict<Tensor> all;
-  const nn::OrderedDict<Tensor> params = module.named_parameters();
+  const nn::OrderedDict<Tensor> params = module.named_registered_parameters();
   for (const auto& [name, value] : module.state_dict()) {
     const Tensor* param = params.find(name);
     const Tensor shard = param != nullptr ? detail::shard_of(*param) : Tensor();
@@ -86,7 +86,7 @@ nn::TrainingCheckpoint load_sharded_checkpoint(const std::string& path, nn::Modu
              "load_sharded_checkpoint: {} holds the state of {}, not of this {}", file, meta("tinyddp_optimizer"),
              optimizer.name());
   tensor::NoGradGuard no_grad;
-  const nn::OrderedDict<Tensor> params = module.named_parameters();
+  const nn::OrderedDict<Tensor> params = module.named_registered_parameters();
   for (const auto& [name, value] : module.state_dict()) {
     const Tensor* param = params.find(name);
     const Tensor shard = param != nullptr ? detail::shard_of(*param) : Tensor();

@@ -1,5 +1,6 @@
-// The registry behind fully_shard (internal to ddp/): which parameters are sharded (by their
-// TensorImpl), their shards, full shapes and groups, and each sharded module's unit. Ranks run
+// The registry behind fully_shard (internal to ddp/): a unit's slots (one per parameter), which
+// parameters are sharded (by their TensorImpl), their shards, full shapes and groups, and each
+// sharded module's unit. Ranks run
 // as threads of one process in tests, each with its own model, so the keys never collide.
 #pragma once
 
@@ -14,7 +15,22 @@
 
 #include "tinyddp/ddp/fully_shard.h"
 
-namespace tinyddp::ddp::detail {
+namespace tinyddp::ddp {
+
+// One parameter of a unit (fully_shard.cc's work, fully_shard_api.cc registers it).
+struct FullyShardedUnit::Slot {
+  tensor::Tensor param;      // the module's parameter (full while gathered, else no elements)
+  tensor::Shape full_shape;  // its shape
+  int64_t rows = 1;          // its first dimension (1 for a scalar)
+  int64_t block_rows = 1;    // rows per rank: ceil(rows / W)
+  int64_t row_numel = 1;     // elements per row
+  int64_t offset = 0;        // where its block starts in the packed shard buffer
+  tensor::Tensor shard;      // this rank's block [block_rows, ...], padded with zeros
+  uint64_t version = 0;      // the gathered storage's version when the forward saw it
+  int64_t block_numel() const { return block_rows * row_numel; }
+};
+
+namespace detail {
 
 using tensor::Tensor;
 
@@ -72,4 +88,5 @@ inline void wait_for(const std::shared_ptr<comm::Work>& work, const std::string&
 // outside that sub-module (a weight tied across units), naming both (fully_shard_api.cc).
 void check_not_shared_across_units(const nn::Module& module, const std::string& name);
 
-}  // namespace tinyddp::ddp::detail
+}  // namespace detail
+}  // namespace tinyddp::ddp

@@ -165,8 +165,7 @@ Run set_up(const GPTTrainConfig& config) {
     if (config.fsdp_param_dtype == "bfloat16") options.mp_policy.param_dtype = t::kBFloat16;
     run.units = ddp::fully_shard_by_policy(run.model, run.pg, ddp::is_a<nn::Block>, options);
   }
-  run.optimizer =
-      make_optimizer(config, run.units.empty() ? run.model->parameters() : ddp::sharded_parameters(*run.model), run.pg);
+  run.optimizer = make_optimizer(config, run.model->parameters(), run.pg);  // with fully_shard: the shards
   run.scheduler = make_scheduler(config, *run.optimizer);
   resume_if_asked(config, run);
   run.forward = run.model.get();
@@ -357,7 +356,7 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
   const int64_t log_every = config.log_every > 0 ? config.log_every : std::max<int64_t>(1, config.steps / 20);
   const auto start = std::chrono::steady_clock::now();
   const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  const std::vector<Tensor> params = run.units.empty() ? run.model->parameters() : ddp::sharded_parameters(*run.model);
+  const std::vector<Tensor> params = run.model->parameters();
   if (config.report_memory) {  // the steps' peaks, not construction's
     reset_peak_rss();
     t::reset_cpu_peak_memory();

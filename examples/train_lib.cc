@@ -158,7 +158,7 @@ Run set_up(const TrainConfig& config) {
   seed_training(config.seed, run.rank);  // Dropout's masks differ by rank (nanoGPT's seed + rank)
   if (config.fsdp && run.pg) {           // the optimizer steps the shards; a checkpoint is a file per rank
     run.runner = wrap_in_ddp(config, run.model.module, run.pg);
-    run.optimizer = make_optimizer(config, ddp::sharded_parameters(*run.model.module));
+    run.optimizer = make_optimizer(config, run.model.module->parameters());
     const std::string mine = ddp::sharded_checkpoint_file(config.checkpoint, run.rank, run.world);
     if (config.resume && std::filesystem::exists(mine)) {
       run.first_step = ddp::load_sharded_checkpoint(config.checkpoint, *run.model.module, *run.optimizer, *run.pg).step;

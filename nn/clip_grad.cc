@@ -11,7 +11,12 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   TDDP_CHECK(max_norm >= 0, "clip_grad_norm_: max_norm must not be negative, got {}", max_norm);
   tensor::NoGradGuard no_grad;
   std::vector<Tensor> grads;
-  for (const Tensor& p : params) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i];
+    TDDP_CHECK(!is_stand_in(p),
+               "clip_grad_norm_: parameter {} is a shard fully_shard keeps for its module: the total norm needs every "
+               "rank's shards; use ddp::clip_sharded_grad_norm_(params, max_norm, pg)",
+               i);
     if (p.grad().defined()) grads.push_back(p.grad());
   }
   if (grads.empty()) return tensor::scalar_tensor(0.0);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <functional>
 
+#include <mutex>
 #include <sstream>
 #include <typeinfo>
 #include <unordered_map>
@@ -68,14 +69,59 @@ Tensor Module::replace_parameter(const std::string& name, Tensor tensor) {
   TDDP_CHECK(tensor.defined() && tensor.is_leaf(), "replace_parameter: parameter '{}' must be a defined leaf tensor",
              name);
   parameters_.set(name, tensor);
+  stand_ins_.erase(name);
   return tensor;
 }
 
-void Module::collect(const std::string& prefix, bool recurse, bool params,
+namespace {
+// The placeholders and stand-ins of every module (is_placeholder, is_stand_in), each by its
+// impl, held weakly: an entry whose tensor is gone (its address maybe reused) counts as absent.
+struct StandInRegistry {
+  std::mutex mutex;
+  std::unordered_map<const tensor::TensorImpl*, std::weak_ptr<tensor::TensorImpl>> placeholders, stand_ins;
+};
+StandInRegistry& stand_in_registry() {
+  static StandInRegistry r;
+  return r;
+}
+bool registered_in(std::unordered_map<const tensor::TensorImpl*, std::weak_ptr<tensor::TensorImpl>>& entries,
+                   const Tensor& t) {
+  if (!t.defined()) return false;
+  StandInRegistry& r = stand_in_registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  const auto it = entries.find(t.impl());
+  if (it == entries.end()) return false;
+  if (it->second.lock() == t.impl_ptr()) return true;
+  entries.erase(it);  // a tensor that has gone, at the same address
+  return false;
+}
+}  // namespace
+
+bool is_placeholder(const Tensor& t) { return registered_in(stand_in_registry().placeholders, t); }
+bool is_stand_in(const Tensor& t) { return registered_in(stand_in_registry().stand_ins, t); }
+
+void Module::set_parameter_stand_in(const std::string& name, Tensor stand_in) {
+  const Tensor* registered = parameters_.find(name);
+  TDDP_CHECK(registered != nullptr, "set_parameter_stand_in: {} has no parameter '{}'", type_name_, name);
+  TDDP_CHECK(stand_in.defined() && stand_in.is_leaf(),
+             "set_parameter_stand_in: the stand-in of '{}' must be a defined leaf tensor", name);
+  {
+    StandInRegistry& r = stand_in_registry();
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    r.placeholders[registered->impl()] = registered->impl_ptr();
+    r.stand_ins[stand_in.impl()] = stand_in.impl_ptr();
+  }
+  stand_ins_[name] = std::move(stand_in);
+}
+
+void Module::collect(const std::string& prefix, bool recurse, Collect what,
                      std::vector<std::pair<std::string, Tensor>>& out) const {
-  for (const auto& [name, t] : params ? parameters_ : buffers_) out.emplace_back(prefix + name, t);
+  for (const auto& [name, t] : what == Collect::kBuffers ? buffers_ : parameters_) {
+    const auto stand_in = what == Collect::kParameters ? stand_ins_.find(name) : stand_ins_.end();
+    out.emplace_back(prefix + name, stand_in == stand_ins_.end() ? t : stand_in->second);
+  }
   if (!recurse) return;
-  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", true, params, out);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", true, what, out);
 }
 
 namespace {
@@ -100,7 +146,7 @@ OrderedDict<Tensor> first_names(const Named& all, std::vector<std::pair<std::str
 // its buffers, then its children), tied tensors under every name. The module's own tensors,
 // not detached aliases: those are new impls, in which ties would not show.
 void collect_state_tensors(const Module& module, const std::string& prefix, Named& out) {
-  for (const auto& [name, t] : module.named_parameters(false)) out.emplace_back(prefix + name, t);
+  for (const auto& [name, t] : module.named_registered_parameters(false)) out.emplace_back(prefix + name, t);
   for (const auto& [name, t] : module.named_buffers(false)) out.emplace_back(prefix + name, t);
   for (const auto& [name, child] : module.named_children()) collect_state_tensors(*child, prefix + name + ".", out);
 }
@@ -108,7 +154,13 @@ void collect_state_tensors(const Module& module, const std::string& prefix, Name
 
 OrderedDict<Tensor> Module::named_parameters(bool recurse) const {
   Named all;
-  collect("", recurse, true, all);
+  collect("", recurse, Collect::kParameters, all);
+  return first_names(all);
+}
+
+OrderedDict<Tensor> Module::named_registered_parameters(bool recurse) const {
+  Named all;
+  collect("", recurse, Collect::kRegisteredParameters, all);
   return first_names(all);
 }
 
@@ -116,7 +168,7 @@ std::vector<Tensor> Module::parameters(bool recurse) const { return named_parame
 
 OrderedDict<Tensor> Module::named_buffers(bool recurse) const {
   Named all;
-  collect("", recurse, false, all);
+  collect("", recurse, Collect::kBuffers, all);
   return first_names(all);
 }
 
@@ -301,18 +353,18 @@ void convert_all(const std::vector<Tensor>& tensors, Target target) {
 void Module::to(DType dtype) {
   TDDP_CHECK(tensor::is_floating_point(dtype), "Module::to: expected a floating-point dtype, got {}",
              tensor::dtype_name(dtype));
-  convert_all(parameters(), dtype);
+  convert_all(named_registered_parameters().values(), dtype);
   convert_all(buffers(), dtype);
 }
 
 void Module::to(Device device) {
-  convert_all(parameters(), device);
+  convert_all(named_registered_parameters().values(), device);
   convert_all(buffers(), device);
 }
 
 void Module::to(tensor::MemoryFormat format) {
   tensor::NoGradGuard no_grad;
-  for (const std::vector<Tensor>& tensors : {parameters(), buffers()}) {
+  for (const std::vector<Tensor>& tensors : {named_registered_parameters().values(), buffers()}) {
     for (const Tensor& t : tensors) {
       if (t.dim() == 4) t.set_data(t.contiguous(format));  // as PyTorch: the 4-D ones (convolution weights)
     }

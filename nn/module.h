@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -140,9 +141,20 @@ class Module : public std::enable_shared_from_this<Module> {
 
   // Own entries first, then each child's (depth first), names joined with '.'. A tensor
   // registered under several names (tied weights) is listed once, under the first name met,
-  // as PyTorch's named_parameters() does: optimizers, DDP and clipping see it once.
+  // as PyTorch's named_parameters() does: optimizers, DDP and clipping see it once. A
+  // parameter with a stand-in (below) is listed as its stand-in.
   std::vector<Tensor> parameters(bool recurse = true) const;
   OrderedDict<Tensor> named_parameters(bool recurse = true) const;
+  // Stand-ins, as FSDP2's sharded parameters: ddp::fully_shard keeps each parameter's local
+  // shard here, so that parameters(), named_parameters() and zero_grad() give the shards (what
+  // an optimizer built from model.parameters() must step), while the module's own code keeps
+  // computing with its registered tensor, which holds the gathered value around each use and
+  // is otherwise a placeholder without elements (is_placeholder: optimizers refuse one).
+  // state_dict(), load_state_dict() and to() keep to the registered tensors, which
+  // named_registered_parameters() lists. `name` must be a parameter of this module; the stand-in
+  // goes when replace_parameter replaces it.
+  void set_parameter_stand_in(const std::string& name, Tensor stand_in);
+  OrderedDict<Tensor> named_registered_parameters(bool recurse = true) const;
   std::vector<Tensor> buffers(bool recurse = true) const;
   OrderedDict<Tensor> named_buffers(bool recurse = true) const;
   std::vector<std::shared_ptr<Module>> children() const { return children_.values(); }
@@ -200,7 +212,8 @@ class Module : public std::enable_shared_from_this<Module> {
  private:
   void check_new_name(const std::string& name, const char* op) const;
   // Every (name, tensor) in order, tied tensors under each of their names.
-  void collect(const std::string& prefix, bool recurse, bool params,
+  enum class Collect { kParameters, kRegisteredParameters, kBuffers };
+  void collect(const std::string& prefix, bool recurse, Collect what,
                std::vector<std::pair<std::string, Tensor>>& out) const;
 
   bool has_hooks() const;
@@ -213,9 +226,16 @@ class Module : public std::enable_shared_from_this<Module> {
   std::string type_name_;
   OrderedDict<Tensor> parameters_;
   OrderedDict<Tensor> buffers_;
+  std::unordered_map<std::string, Tensor> stand_ins_;  // by parameter name: what parameters() lists in its place
   OrderedDict<std::shared_ptr<Module>> children_;
   bool training_ = true;
 };
+
+// Whether `t` is a registered parameter some module lists by a stand-in (a placeholder that
+// fully_shard fills only around its module's forward and backward), and whether `t` is such a
+// stand-in (a shard: its norm needs the other ranks' shards).
+bool is_placeholder(const Tensor& t);
+bool is_stand_in(const Tensor& t);
 
 // Removes `prefix` from the keys of `state` that start with it, as PyTorch's
 // torch.nn.modules.utils.consume_prefix_in_state_dict_if_present: a state dict saved from

@@ -56,6 +56,10 @@ void Optimizer::append_group(ParamGroup group) {
     TDDP_CHECK(p.defined() && p.is_leaf(), "{}: parameter {} must be a defined leaf tensor", name_, i);
     TDDP_CHECK(p.is_floating_point(), "{}: parameter {} has dtype {}; optimizers need floating point", name_, i,
                tensor::dtype_name(p.dtype()));
+    TDDP_CHECK(!is_placeholder(p),
+               "{}: parameter {} is a placeholder that fully_shard left in its module (the values live in the "
+               "shards): build the optimizer from model.parameters() after fully_shard, which lists the shards",
+               name_, i);
     const auto [it, fresh] = group_of.emplace(p.impl(), g);
     TDDP_CHECK(fresh || it->second == g,
                "{}: parameter {} of group {} is also in group {} (a parameter may be in one group only)", name_, i, g,

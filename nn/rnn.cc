@@ -66,7 +66,7 @@ int64_t RNNBase::gates() const {
 }
 
 std::vector<std::vector<Tensor>> RNNBase::all_weights() const {
-  const OrderedDict<Tensor> own = named_parameters(/*recurse=*/false);
+  const OrderedDict<Tensor> own = named_registered_parameters(/*recurse=*/false);
   std::vector<std::vector<Tensor>> out;
   for (int64_t layer = 0; layer < num_layers; ++layer) {
     for (int64_t direction = 0; direction < (bidirectional ? 2 : 1); ++direction) {

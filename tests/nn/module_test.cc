@@ -225,3 +225,41 @@ TEST_CASE("a tied weight is one parameter: listed, saved and given a gradient on
                     Contains("size mismatch for head.weight (checkpoint [4, 3], model [5, 3])"));
   CHECK_THROWS_WITH(model.load_state_dict({}), Contains("missing key(s): \"wte.weight\""));
 }
+
+TEST_CASE("a stand-in is what parameters() lists; the module keeps computing with its own tensor",
+          "[nn][module][stand_in]") {
+  tensor::manual_seed(0);
+  Block block;
+  const Tensor shard = tensor::full({1}, 7.0).requires_grad_();  // as fully_shard's half of `scale`
+  block.set_parameter_stand_in("scale", shard);
+  CHECK(block.named_parameters().keys() ==
+        std::vector<std::string>{"scale", "inner.weight", "inner.bias"});  // the names stay
+  CHECK(block.named_parameters().at("scale").is_same(shard));
+  CHECK(block.parameters()[0].is_same(shard));
+  CHECK(block.named_registered_parameters().at("scale").is_same(block.scale));
+  CHECK(block.state_dict().at("scale").sizes() == Shape{2});  // the registered tensors
+  CHECK(is_placeholder(block.scale));
+  CHECK(is_stand_in(shard));
+  CHECK(!is_placeholder(shard));
+  CHECK(!is_stand_in(block.scale));
+  CHECK(!is_placeholder(block.inner->weight));
+  // zero_grad reaches the stand-in, not the registered tensor.
+  shard.mutable_grad() = tensor::ones({1});
+  block.scale.mutable_grad() = tensor::ones({2});
+  block.zero_grad();
+  CHECK(!shard.grad().defined());
+  CHECK(block.scale.grad().defined());
+  // An optimizer steps what parameters() gives; a placeholder is refused, naming what to do.
+  CHECK_NOTHROW(SGD(block.parameters(), SGDOptions(0.1)));
+  CHECK_THROWS_WITH(SGD(block.named_registered_parameters().values(), SGDOptions(0.1)),
+                    Contains("SGD: parameter 0 is a placeholder that fully_shard left in its module") &&
+                        Contains("build the optimizer from model.parameters() after fully_shard"));
+  CHECK_THROWS_WITH(clip_grad_norm_(block.parameters(), 1.0),
+                    Contains("clip_grad_norm_: parameter 0 is a shard") && Contains("ddp::clip_sharded_grad_norm_"));
+  CHECK_THROWS_WITH(block.set_parameter_stand_in("nope", shard),
+                    Contains("set_parameter_stand_in: Block has no parameter 'nope'"));
+  // Replacing the parameter drops its stand-in.
+  const Tensor fresh = tensor::zeros({2});
+  block.replace_parameter("scale", fresh);
+  CHECK(block.parameters()[0].is_same(fresh));
+}
