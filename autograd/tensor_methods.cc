@@ -48,7 +48,7 @@ void Tensor::retain_grad() const {
   meta.grad_fn_->add_pre_hook([weak = std::weak_ptr<TensorImpl>(impl_ptr())](const Tensor& g) {
     if (std::shared_ptr<TensorImpl> impl = weak.lock()) {
       Tensor& slot = meta_of(Tensor(impl))->grad_;
-      slot = slot.defined() ? add(slot, g) : g.clone();
+      slot = slot.defined() ? tensor::add(slot, g) : g.clone();
     }
     return Tensor();
   });

@@ -88,6 +88,12 @@ std::vector<Tensor> split(const Tensor& t, int64_t split_size, int64_t dim = 0);
 std::vector<Tensor> split(const Tensor& t, const std::vector<int64_t>& sizes, int64_t dim = 0);
 // As torch.chunk: split into pieces of ceil(size / chunks) (fewer pieces when that runs out).
 std::vector<Tensor> chunk(const Tensor& t, int64_t chunks, int64_t dim = 0);
+// As torch.unbind: the slices along dim (views, select's), dim removed.
+std::vector<Tensor> unbind(const Tensor& t, int64_t dim = 0);
+// As torch.Tensor.repeat: the tensor tiled repeats[i] times along dim i (repeats may have more
+// entries than t has dims: t gains leading dims of 1 first); a new tensor (expand, then a
+// contiguous copy), differentiable.
+Tensor repeat(const Tensor& t, const Shape& repeats);
 // As torch.tril / torch.triu over the last two dims: the elements on and below (above) the
 // `diagonal`-th diagonal kept, the rest zero.
 Tensor tril(const Tensor& input, int64_t diagonal = 0);
@@ -99,13 +105,14 @@ Tensor masked_fill(const Tensor& input, const Tensor& mask, double value);
 // ---- reductions -------------------------------------------------------------------------------
 // Over all elements (a 0-d result), or over `dims` (an empty list also means all).
 Tensor sum(const Tensor& x);
-Tensor sum(const Tensor& x, const Shape& dims, bool keepdim = false);
+// `dims` as libtorch's: one dim (sum(x, 1)), a braced list (sum(x, {0, 2})) or a Shape.
+Tensor sum(const Tensor& x, DimList dims, bool keepdim = false);
 Tensor mean(const Tensor& x);
-Tensor mean(const Tensor& x, const Shape& dims, bool keepdim = false);
+Tensor mean(const Tensor& x, DimList dims, bool keepdim = false);
 // As torch.norm / Tensor.norm(p, dim, keepdim) for p = 2 (sqrt of the sum of squares; its
 // gradient x / norm is 0 where the norm is 0, as PyTorch's) and p = 1 (sum of |x|), over all
 // elements or `dims`; floating inputs. Other p are refused.
-Tensor norm(const Tensor& x, double p = 2.0, const Shape& dims = {}, bool keepdim = false);
+Tensor norm(const Tensor& x, double p = 2.0, DimList dims = {}, bool keepdim = false);
 // max over all elements; max along a dim gives (values, indices) with the first index of the
 // maximum (NaN counts as the maximum, as in PyTorch).
 Tensor max(const Tensor& x);
@@ -279,6 +286,28 @@ inline Tensor operator-(double a, const Tensor& b) { return add(neg(b), a); }
 inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
 Tensor operator/(double a, const Tensor& b);
 inline Tensor operator-(const Tensor& x) { return neg(x); }
+// Comparisons give bool masks, as torch's (x == y, x > 0); the in-place operators are add_,
+// sub_, mul_ and div_ (x += y, x *= 2).
+inline Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
+inline Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
+inline Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
+inline Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
+inline Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
+inline Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
+inline Tensor operator==(const Tensor& a, double b) { return eq(a, b); }
+inline Tensor operator!=(const Tensor& a, double b) { return ne(a, b); }
+inline Tensor operator<(const Tensor& a, double b) { return lt(a, b); }
+inline Tensor operator<=(const Tensor& a, double b) { return le(a, b); }
+inline Tensor operator>(const Tensor& a, double b) { return gt(a, b); }
+inline Tensor operator>=(const Tensor& a, double b) { return ge(a, b); }
+inline const Tensor& operator+=(const Tensor& a, const Tensor& b) { return a.add_(b); }
+inline const Tensor& operator-=(const Tensor& a, const Tensor& b) { return a.sub_(b); }
+inline const Tensor& operator*=(const Tensor& a, const Tensor& b) { return a.mul_(b); }
+inline const Tensor& operator/=(const Tensor& a, const Tensor& b) { return a.div_(b); }
+inline const Tensor& operator+=(const Tensor& a, double b) { return a.add_(b); }
+inline const Tensor& operator-=(const Tensor& a, double b) { return a.add_(-b); }
+inline const Tensor& operator*=(const Tensor& a, double b) { return a.mul_(b); }
+inline const Tensor& operator/=(const Tensor& a, double b) { return a.div_(b); }
 
 // ---- out-variants and helpers (also used by the in-place methods) ---------------------------
 // out = a + alpha * b, out = a * b, out = a / b, written into an existing tensor whose shape

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -14,8 +16,24 @@ namespace tinyddp::tensor {
 // Sizes, strides and dim lists: up to 6 entries without a heap allocation.
 using Shape = SmallVector<int64_t, 6>;
 
-// "[2, 3]" (PyTorch's spelling of torch.Size in error messages).
+// The dims a reduction runs over, as libtorch's IntArrayRef in a dim argument: one dim
+// (sum(x, 1)), a braced list (sum(x, {0, 2}); {}: none given), or a Shape.
+class DimList {
+ public:
+  DimList() = default;
+  DimList(int64_t dim) : dims_{dim} {}                           // NOLINT: implicit by design
+  DimList(std::initializer_list<int64_t> dims) : dims_(dims) {}  // NOLINT: implicit by design
+  DimList(const Shape& dims) : dims_(dims) {}                    // NOLINT: implicit by design
+  operator const Shape&() const { return dims_; }                // NOLINT: implicit by design
+
+ private:
+  Shape dims_;
+};
+
+// "[2, 3]" (PyTorch's spelling of torch.Size in error messages); also what
+// std::cout << x.sizes() prints, as libtorch's IntArrayRef.
 std::string format_shape(const Shape& shape);
+inline std::ostream& operator<<(std::ostream& os, const Shape& shape) { return os << format_shape(shape); }
 // Product of sizes; throws if a size is negative or the product overflows int64.
 int64_t shape_numel(const Shape& shape, const char* op = "shape");
 // Row-major strides for `sizes` (in elements).

@@ -271,7 +271,7 @@ Tensor Tensor::expand(const Shape& sizes) const {
   // grad_out: expanded shape -> grad_self: summed over the expanded dims
   if (needs_grad(*this)) {
     record_op("ExpandBackward", out, {*this},
-              [shape = this->sizes()](const Tensor& g) { return std::vector<Tensor>{sum_to_size(g, shape)}; });
+              [shape = this->sizes()](const Tensor& g) { return std::vector<Tensor>{tensor::sum_to_size(g, shape)}; });
   }
   return out;
 }
@@ -410,7 +410,7 @@ const Tensor& Tensor::add_(const Tensor& other, double alpha) const {
   return *this;
 }
 const Tensor& Tensor::add_(double value) const {
-  if (is_16bit_float(dtype())) return copy_(add(*this, value));
+  if (is_16bit_float(dtype())) return copy_(tensor::add(*this, value));
   return add_(scalar_like(*this, value, "add_"), 1.0);
 }
 const Tensor& Tensor::sub_(const Tensor& other) const { return add_(other, -1.0); }
@@ -419,7 +419,7 @@ const Tensor& Tensor::mul_(const Tensor& other) const {
   return *this;
 }
 const Tensor& Tensor::mul_(double value) const {
-  if (is_16bit_float(dtype())) return copy_(mul(*this, value));
+  if (is_16bit_float(dtype())) return copy_(tensor::mul(*this, value));
   return mul_(scalar_like(*this, value, "mul_"));
 }
 const Tensor& Tensor::div_(const Tensor& other) const {
@@ -427,7 +427,7 @@ const Tensor& Tensor::div_(const Tensor& other) const {
   return *this;
 }
 const Tensor& Tensor::div_(double value) const {
-  if (is_16bit_float(dtype())) return copy_(div(*this, value));
+  if (is_16bit_float(dtype())) return copy_(tensor::div(*this, value));
   return div_(scalar_like(*this, value, "div_"));
 }
 

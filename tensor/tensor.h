@@ -10,6 +10,8 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -33,6 +35,11 @@ namespace tinyddp::tensor {
 
 class Tensor;
 struct AutogradMetaInterface;
+class Generator;
+class TensorOptions;
+// Results of the methods that give several tensors (max(dim), topk; chunk, split, unbind).
+using TensorPair = std::tuple<Tensor, Tensor>;
+using TensorList = std::vector<Tensor>;
 
 // A backward formula: gradient of the op's output -> one gradient per input (see graph.h).
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
@@ -157,6 +164,24 @@ class Tensor {
 
   // PyTorch-style text: "tensor([[1., 2.],\n        [3., 4.]])".
   std::string str() const;
+
+  // --- the ops as methods, as torch::Tensor's (defined in methods.cc) -------------------------
+  // x.sum(1), x.softmax(-1), x.relu_(): each calls the free function of the same name (ops.h,
+  // factory.h, random.h), listed once in methods.inc; an in-place one writes the function's
+  // result into this tensor. The operators (x == y, x > 0, x += y) are at the end of ops.h.
+#define TDDP_METHOD(result, name, params, def_params, call) result name params const;
+#define TDDP_INPLACE(name, params, def_params, call) const Tensor& name params const;
+#include "tinyddp/tensor/methods.inc"
+#undef TDDP_METHOD
+#undef TDDP_INPLACE
+  // torch's spellings of what is above: x.size() (the sizes), x.T() (the dims reversed),
+  // x.mT() (the last two swapped), x.cpu(), x.cuda(), x.type_as(other).
+  const Shape& size() const { return sizes(); }
+  Tensor T() const;
+  Tensor mT() const { return transpose(-2, -1); }
+  Tensor cpu() const { return to(Device(kCPU)); }
+  Tensor cuda(bool non_blocking = false) const;
+  Tensor type_as(const Tensor& other) const { return to(other.dtype()); }
 
   // ---- autograd -------------------------------------------------------------------------
   // True for a leaf created with requires_grad_() and for every result of an op recorded

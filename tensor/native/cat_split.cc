@@ -1,5 +1,6 @@
-// Joining and splitting along a dim (cat, split, chunk) and the triangular parts of matrices
-// (tril, triu). split and chunk return narrow views, so their gradients flow through narrow's;
+// Joining, splitting and tiling along dims (cat, stack, split, chunk, unbind, repeat) and the
+// triangular parts of matrices (tril, triu). split, chunk and unbind return views, so their
+// gradients flow through narrow's and select's;
 // cat copies each input into its slice of a new tensor, and its backward hands each input the
 // matching slice of the gradient.
 #include "tinyddp/tensor/graph.h"
@@ -128,5 +129,32 @@ Tensor zero_where(const Tensor& input, int64_t diagonal, bool above, const char*
 
 Tensor tril(const Tensor& input, int64_t diagonal) { return zero_where(input, diagonal, true, "tril"); }
 Tensor triu(const Tensor& input, int64_t diagonal) { return zero_where(input, diagonal, false, "triu"); }
+
+std::vector<Tensor> unbind(const Tensor& t, int64_t dim) {
+  check_defined(t, "unbind", "input");
+  TDDP_CHECK(t.dim() > 0, "unbind: dimension specified as {} but tensor has no dimensions", dim);
+  const int64_t d = wrap_dim(dim, t.dim(), "unbind");
+  std::vector<Tensor> out;
+  for (int64_t i = 0; i < t.size(d); ++i) out.push_back(t.select(d, i));
+  return out;
+}
+
+Tensor repeat(const Tensor& t, const Shape& repeats) {
+  check_defined(t, "repeat", "input");
+  TDDP_CHECK(static_cast<int64_t>(repeats.size()) >= t.dim(),
+             "repeat: number of dimensions of repeat dims ({}) can not be smaller than number of dimensions of "
+             "tensor ({})",
+             repeats.size(), t.dim());
+  const size_t lead = repeats.size() - static_cast<size_t>(t.dim());
+  Shape pairs, tiled, out;  // [1, s0, 1, s1, ...] expanded to [r0, s0, r1, s1, ...], then [r0 s0, r1 s1, ...]
+  for (size_t i = 0; i < repeats.size(); ++i) {
+    TDDP_CHECK(repeats[i] >= 0, "repeat: repeats must be non-negative, got {}", format_shape(repeats));
+    const int64_t size = i < lead ? 1 : t.size(static_cast<int64_t>(i - lead));
+    for (int64_t v : {int64_t{1}, size}) pairs.push_back(v);
+    for (int64_t v : {repeats[i], size}) tiled.push_back(v);
+    out.push_back(repeats[i] * size);
+  }
+  return t.reshape(pairs).expand(tiled).contiguous().reshape(out);
+}
 
 }  // namespace tinyddp::tensor

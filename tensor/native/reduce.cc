@@ -46,7 +46,8 @@ Tensor expand_reduced(const Tensor& g, const Shape& input_shape, const Shape& di
 }  // namespace
 
 Tensor sum(const Tensor& x) { return sum(x, {}, false); }
-Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
+Tensor sum(const Tensor& x, DimList dim_list, bool keepdim) {
+  const Shape& dims = dim_list;
   check_defined(x, "sum", "x");
   check_kernel_device(x, "sum");
   const Shape wrapped = reduction_dims(x, dims, "sum");
@@ -65,7 +66,8 @@ Tensor sum(const Tensor& x, const Shape& dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x) { return mean(x, {}, false); }
-Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
+Tensor mean(const Tensor& x, DimList dim_list, bool keepdim) {
+  const Shape& dims = dim_list;
   check_defined(x, "mean", "x");
   TDDP_CHECK(x.is_floating_point(),
              "mean: could not infer output dtype; input dtype must be floating point, got {} (convert with .to())",
@@ -87,7 +89,8 @@ Tensor mean(const Tensor& x, const Shape& dims, bool keepdim) {
   return out;
 }
 
-Tensor norm(const Tensor& x, double p, const Shape& dims, bool keepdim) {
+Tensor norm(const Tensor& x, double p, DimList dim_list, bool keepdim) {
+  const Shape& dims = dim_list;
   check_defined(x, "norm", "x");
   TDDP_CHECK(x.is_floating_point(), "norm: expected a floating-point input, got dtype {}", dtype_name(x.dtype()));
   TDDP_CHECK(p == 1.0 || p == 2.0, "norm: p = {} is not supported (p = 1 and p = 2 are)", p);

@@ -248,3 +248,31 @@ TEST_CASE("index_add and scatter_add as torch's: repeats add up; gradients to x 
   CHECK_THROWS_WITH(scatter_add(zeros({3, 4}), 1, from_vector<int64_t>({4}, Shape{1, 1}), zeros({1, 1})),
                     Contains("scatter_add: index 4 is out of range for dim 1 of size 4"));
 }
+
+TEST_CASE("repeat tiles as torch's Tensor.repeat, unbind slices as torch.unbind; gradients as PyTorch's",
+          "[tensor][select]") {
+  const Tensor x = leaf("repeat_x", {2, 3});
+  const Tensor tiled = repeat(x, {2, 1, 3});
+  check_close(tiled, value("repeat_out", {2, 2, 9}));
+  tiled.backward(value("repeat_grad_out", {2, 2, 9}));
+  check_close(x.grad(), value("repeat_grad_x", {2, 3}));
+  CHECK(gradcheck([](const Inputs& v) { return repeat(v[0], {3, 2}); }, {random({2, 2}, 3)}) == "");
+  CHECK(repeat(zeros({2, 3}), {0, 1}).sizes() == Shape{0, 3});
+  CHECK_THROWS_WITH(repeat(zeros({2, 3}), {2}),
+                    Contains("repeat: number of dimensions of repeat dims (1) can not be smaller than number of "
+                             "dimensions of tensor (2)"));
+  CHECK_THROWS_WITH(repeat(zeros({2}), {-1}), Contains("repeat: repeats must be non-negative, got [-1]"));
+
+  const Tensor y = leaf("unbind_x", {3, 4});
+  const std::vector<Tensor> pieces = unbind(y, 1);
+  REQUIRE(pieces.size() == 4);
+  CHECK(pieces[2].shares_storage(y));  // views, as torch's
+  check_close(stack(pieces, 0), value("unbind_out", {4, 3}));
+  Tensor total = zeros({}, kFloat64);
+  for (size_t k = 0; k < pieces.size(); ++k) total = add(total, sum(mul(tanh(pieces[k]), double(k + 1))));
+  total.backward();
+  check_close(y.grad(), value("unbind_grad_x", {3, 4}));
+  CHECK(gradcheck([](const Inputs& v) { return mul(unbind(v[0], -1)[1], unbind(v[0], 0)[0]); }, {random({2, 2}, 4)}) ==
+        "");
+  CHECK_THROWS_WITH(unbind(zeros({}), 0), Contains("unbind: dimension specified as 0 but tensor has no dimensions"));
+}
