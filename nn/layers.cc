@@ -271,7 +271,7 @@ std::shared_ptr<Module> AdaptiveAvgPool2d::clone_structure() const {
 }
 std::shared_ptr<Module> Flatten::clone_structure() const { return std::make_shared<Flatten>(start_dim, end_dim); }
 std::shared_ptr<Module> Dropout::clone_structure() const { return std::make_shared<Dropout>(p); }
-std::shared_ptr<Module> ReLU::clone_structure() const { return std::make_shared<ReLU>(); }
+std::shared_ptr<Module> ReLU::clone_structure() const { return std::make_shared<ReLU>(inplace); }
 std::shared_ptr<Module> Tanh::clone_structure() const { return std::make_shared<Tanh>(); }
 std::shared_ptr<Module> Sigmoid::clone_structure() const { return std::make_shared<Sigmoid>(); }
 std::shared_ptr<Module> Embedding::clone_structure() const {

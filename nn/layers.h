@@ -117,11 +117,15 @@ class Dropout : public Module {
   double p;
 };
 
+// inplace (torch's ReLU(inplace=True)): the input itself is overwritten and returned (relu_),
+// which autograd records unless the input is a leaf that requires grad or a view.
 class ReLU : public Module {
  public:
   std::shared_ptr<Module> clone_structure() const override;
-  ReLU() : Module("ReLU") {}
-  Tensor forward(const Tensor& input) override { return tensor::relu(input); }
+  explicit ReLU(bool inplace = false) : Module("ReLU"), inplace(inplace) {}
+  Tensor forward(const Tensor& input) override { return inplace ? input.relu_() : tensor::relu(input); }
+  std::string extra_repr() const override { return inplace ? "inplace=True" : ""; }
+  bool inplace;
 };
 
 class Tanh : public Module {

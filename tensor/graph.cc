@@ -1,6 +1,8 @@
 // record_op, needs_grad and SavedTensor: the tensor side of the autograd seam.
 #include "tinyddp/tensor/graph.h"
 
+#include <fmt/format.h>
+
 namespace tinyddp::tensor {
 
 bool needs_grad(std::initializer_list<const Tensor*> inputs) {
@@ -13,7 +15,22 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs) {
 
 namespace {
 
+// Throws when `input`, a view in the graph, was taken before an in-place write into its
+// storage: its history does not hold the change, so its gradient would be wrong.
+void check_view_current(const char* name, const Tensor& input) {
+  const TensorImpl& impl = *input.impl();
+  if (!impl.is_view || impl.storage.version() == impl.view_version || !input.autograd_meta()->has_grad_fn()) return;
+  throw Error(
+      fmt::format("{}: an input ({} {}) is a view taken before its storage was modified by an in-place "
+                  "operation; its gradient would miss that change: take the view after the in-place op, or "
+                  "clone() it before",
+                  name, dtype_name(impl.dtype), format_shape(impl.sizes)));
+}
+
 void record(const char* name, const Tensor& output, const Tensor* inputs, size_t num_inputs, BackwardFn backward) {
+  for (size_t i = 0; i < num_inputs; ++i) {
+    if (inputs[i].defined() && inputs[i].requires_grad()) check_view_current(name, inputs[i]);
+  }
   for (size_t i = 0; i < num_inputs; ++i) {
     if (inputs[i].defined() && inputs[i].requires_grad()) {
       // Any tracked input's metadata can build the node; the first one does.
@@ -41,18 +58,33 @@ thread_local const RunningNode* running_node = nullptr;
 RunningNodeScope::RunningNodeScope(const RunningNode* node) : previous_(running_node) { running_node = node; }
 RunningNodeScope::~RunningNodeScope() { running_node = previous_; }
 
+namespace {
+thread_local const Storage* save_copies_of = nullptr;  // SaveCopiesGuard's storage
+}  // namespace
+
+SaveCopiesGuard::SaveCopiesGuard(const Storage& storage) : previous_(save_copies_of) { save_copies_of = &storage; }
+SaveCopiesGuard::~SaveCopiesGuard() { save_copies_of = previous_; }
+
 SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
   if (!t.defined()) return;
   data_ = is_output ? t.detach() : t;
-  version_ = t.storage().version();
+  if (save_copies_of != nullptr && t.storage().is_same(*save_copies_of)) {
+    const Storage* watched = save_copies_of;
+    save_copies_of = nullptr;  // the copy's own recording saves nothing of it
+    data_ = data_.clone();     // an input's copy keeps its history (CloneBackward)
+    save_copies_of = watched;
+  }
+  version_ = data_.storage().version();
   is_output_ = is_output;
 }
 
 const Tensor& SavedTensor::get(const char* node) const {
   TDDP_CHECK(!data_.defined() || data_.storage().version() == version_,
-             "{}: one of the tensors needed for gradient computation has been modified by an in-place operation "
-             "(storage version {} when saved, {} now); clone() it before modifying it",
-             node, version_, data_.defined() ? data_.storage().version() : 0);
+             "{}: one of the tensors needed for gradient computation has been modified by an in-place operation: "
+             "[{} {}], saved at version {}, is at version {} now; clone() it before modifying it, or use the "
+             "out-of-place op",
+             node, data_.defined() ? dtype_name(data_.dtype()) : "", data_.defined() ? format_shape(data_.sizes()) : "",
+             version_, data_.defined() ? data_.storage().version() : 0);
   if (is_output_ && running_node != nullptr && data_.defined()) return running_node->reattach_output(data_);
   return data_;
 }

@@ -44,6 +44,21 @@ class SavedTensor {
   bool is_output_ = false;
 };
 
+// While one lives on this thread, a SavedTensor of a tensor in `storage` keeps a copy of it,
+// taken when saved, instead of the tensor: an in-place op computes its result from the tensor
+// it then overwrites (write_in_place), and its backward needs the values from before. Only
+// what a formula saves is copied.
+class SaveCopiesGuard {
+ public:
+  explicit SaveCopiesGuard(const Storage& storage);
+  ~SaveCopiesGuard();
+  SaveCopiesGuard(const SaveCopiesGuard&) = delete;
+  SaveCopiesGuard& operator=(const SaveCopiesGuard&) = delete;
+
+ private:
+  const Storage* previous_;
+};
+
 // The node whose backward formula runs now on this thread, set by the autograd engine only
 // while it builds a graph of the gradients (create_graph). The tensor layer cannot see graph
 // nodes; this is the one question it asks of one.

@@ -15,6 +15,7 @@
 // float32, as in PyTorch. bool tensors take part in comparisons and copies, not arithmetic.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string_view>
 #include <tuple>
@@ -317,6 +318,15 @@ void mul_out(const Tensor& out, const Tensor& a, const Tensor& b, const char* op
 void div_out(const Tensor& out, const Tensor& a, const Tensor& b, const char* op);
 // dst = src (src broadcast to dst's shape, dtype converted, any strides on either side).
 void copy_into(const Tensor& dst, const Tensor& src, bool non_blocking = false);
+// An in-place op `op` (relu_, x += y, masked_fill_, ...): writes `compute()`, the out-of-place
+// result computed from `self`, into self and returns self. When autograd records it (grad mode
+// on and the result requires grad) self takes the result's history, as PyTorch's in-place
+// ops do: the backward of what computed it runs where self's gradient arrives, and whatever
+// that formula saves of self is a copy from before the write (SaveCopiesGuard). Refused: a
+// leaf that requires grad (as PyTorch) and a view (its base would not see the change), each
+// naming `op`. Saved tensors of self taken earlier see the storage's version move, so a
+// backward that needs them says so.
+const Tensor& write_in_place(const Tensor& self, const char* op, const std::function<Tensor()>& compute);
 void fill_out(const Tensor& dst, double value);
 // dst += src where elements of dst may share memory (a broadcast view): each write adds in
 // turn, so shared slots receive the sum. Used by as_strided's backward.

@@ -23,6 +23,8 @@ Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t storage
   impl->strides = std::move(strides);
   impl->storage_offset = storage_offset;
   impl->dtype = base.dtype();
+  impl->is_view = true;
+  impl->view_version = impl->storage.version();
   return Tensor(std::move(impl));
 }
 
@@ -403,45 +405,6 @@ Tensor Tensor::to(Device device, bool non_blocking) const {
   if (device == this->device()) return *this;
   return converted_copy(*this, dtype(), device, non_blocking);
 }
-
-// 16-bit float tensors combine with a scalar in float32 and round once (as out of place).
-const Tensor& Tensor::add_(const Tensor& other, double alpha) const {
-  add_out(*this, *this, other, alpha, "add_");
-  return *this;
-}
-const Tensor& Tensor::add_(double value) const {
-  if (is_16bit_float(dtype())) return copy_(tensor::add(*this, value));
-  return add_(scalar_like(*this, value, "add_"), 1.0);
-}
-const Tensor& Tensor::sub_(const Tensor& other) const { return add_(other, -1.0); }
-const Tensor& Tensor::mul_(const Tensor& other) const {
-  mul_out(*this, *this, other, "mul_");
-  return *this;
-}
-const Tensor& Tensor::mul_(double value) const {
-  if (is_16bit_float(dtype())) return copy_(tensor::mul(*this, value));
-  return mul_(scalar_like(*this, value, "mul_"));
-}
-const Tensor& Tensor::div_(const Tensor& other) const {
-  div_out(*this, *this, other, "div_");
-  return *this;
-}
-const Tensor& Tensor::div_(double value) const {
-  if (is_16bit_float(dtype())) return copy_(tensor::div(*this, value));
-  return div_(scalar_like(*this, value, "div_"));
-}
-
-const Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) const {
-  copy_into(*this, src, non_blocking);
-  return *this;
-}
-
-const Tensor& Tensor::fill_(double value) const {
-  fill_out(*this, value);
-  return *this;
-}
-
-const Tensor& Tensor::zero_() const { return fill_(0.0); }
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
 

@@ -52,6 +52,12 @@ struct TensorImpl {
   int64_t storage_offset = 0;
   DType dtype = kFloat32;
   std::shared_ptr<AutogradMetaInterface> autograd_meta;
+  // Made by a view op (view, narrow, select, transpose, expand, detach, ...) from another
+  // tensor, when the storage was at `view_version`: autograd refuses an in-place op on such a
+  // view, and the use of one whose storage changed in place since it was taken (its history
+  // would not know), rather than give a silently wrong gradient.
+  bool is_view = false;
+  uint64_t view_version = 0;
 };
 
 // How a 4-D tensor's elements are ordered in memory, as torch.memory_format: kContiguous

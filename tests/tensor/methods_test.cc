@@ -41,8 +41,7 @@ TEST_CASE("reductions as methods: x.sum(1), x.mean(-1, true), x.max(1), x.argmax
   CHECK(allclose(x.log_softmax(1).exp(), x.softmax(1), 1e-15, 1e-15));
 }
 
-TEST_CASE("elementwise methods and operators: x.relu(), x.pow(2), x == y, x > 2, x.clamp(1, 4)",
-          "[tensor][methods]") {
+TEST_CASE("elementwise methods and operators: x.relu(), x.pow(2), x == y, x > 2, x.clamp(1, 4)", "[tensor][methods]") {
   const Tensor x = grid();
   const Tensor y = values({0, 9, 2, 9, 4, 9}, {2, 3});
   CHECK(equal(x.sub(2.5).relu(), values({0, 0, 0, 0.5, 1.5, 2.5}, {2, 3})));
@@ -146,10 +145,9 @@ TEST_CASE("in-place methods and operators write into the tensor and return it: x
   CHECK(equal(x, values({1.5, 1.5, 1.5, 1.5, 1.75, 1.75}, {2, 3})));
   x.tril_().abs_();
   CHECK(equal(x, values({1.5, 0, 0, 1.5, 1.75, 0}, {2, 3})));
-  // A tensor that requires grad, under grad mode: refused, naming the op (until autograd
-  // records in-place ops).
+  // A leaf that requires grad, under grad mode: refused, naming the op, as PyTorch.
   const Tensor w = ones({2}).requires_grad_();
-  CHECK_THROWS_WITH(w.relu_(), Contains("copy_: in-place operation on a tensor that requires grad"));
+  CHECK_THROWS_WITH(w.relu_(), Contains("relu_: a leaf tensor that requires grad is used in an in-place operation"));
   {
     NoGradGuard no_grad;
     w.mul_(3).sigmoid_();  // fine outside it, as an optimizer's update
