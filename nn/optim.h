@@ -234,10 +234,15 @@ struct AdamOptions {
 };
 
 // Adam; with decoupled = true it is AdamW (decay applied to the weights, not the gradient).
+struct AdamWOptions;
 class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, AdamOptions options);
   Adam(std::vector<ParamGroup> groups, AdamOptions options);
+  // AdamW's options given to Adam (PyTorch: torch.optim.Adam(params, **adamw_kwargs) would add
+  // an L2 term instead of decoupled decay): refused at compile time; use nn::AdamW.
+  Adam(std::vector<Tensor> params, const AdamWOptions& options) = delete;
+  Adam(std::vector<ParamGroup> groups, const AdamWOptions& options) = delete;
   void step() override;
   OrderedDict<Tensor> state_dict() const override;
   void load_state_dict(const OrderedDict<Tensor>& state) override;
@@ -272,7 +277,27 @@ class AdamW : public Adam {
   AdamW(std::vector<ParamGroup> groups, AdamOptions options);
 };
 
-// AdamW's defaults, spelled out (weight decay 1e-2): the same as AdamOptions(lr) given to AdamW.
-inline AdamOptions AdamWOptions(double lr = 1e-3) { return AdamOptions(lr).weight_decay(1e-2); }
+// AdamW's options, as libtorch's AdamWOptions: AdamOptions whose weight decay starts at 1e-2
+// (the same as AdamOptions(lr) given to AdamW), their setters chaining as AdamWOptions, so
+// that nn::Adam, whose weight decay is an L2 term added to the gradient, refuses them at
+// compile time rather than decay otherwise than asked.
+struct AdamWOptions : AdamOptions {
+  explicit AdamWOptions(double lr = 1e-3) : AdamOptions(lr) { AdamOptions::weight_decay(1e-2); }
+  using AdamOptions::amsgrad;
+  using AdamOptions::betas;
+  using AdamOptions::capturable;
+  using AdamOptions::eps;
+  using AdamOptions::lr;
+  using AdamOptions::weight_decay;
+  AdamWOptions& lr(double v) { return chain(AdamOptions::lr(v)); }
+  AdamWOptions& betas(double beta1, double beta2) { return chain(AdamOptions::betas(beta1, beta2)); }
+  AdamWOptions& eps(double v) { return chain(AdamOptions::eps(v)); }
+  AdamWOptions& weight_decay(double v) { return chain(AdamOptions::weight_decay(v)); }
+  AdamWOptions& capturable(bool v) { return chain(AdamOptions::capturable(v)); }
+  AdamWOptions& amsgrad(bool v) { return chain(AdamOptions::amsgrad(v)); }
+
+ private:
+  AdamWOptions& chain(AdamOptions&) { return *this; }
+};
 
 }  // namespace tinyddp::nn

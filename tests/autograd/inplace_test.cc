@@ -97,8 +97,7 @@ TEST_CASE("nn::ReLU(inplace) overwrites its input, as torch's ReLU(inplace=True)
 
 TEST_CASE("in-place errors name the op and the tensor", "[autograd][inplace][errors]") {
   const Tensor w = leaf({2, 3}, 9);
-  CHECK_THROWS_WITH(w.relu_(),
-                    Contains("relu_: a leaf tensor that requires grad is used in an in-place operation"));
+  CHECK_THROWS_WITH(w.relu_(), Contains("relu_: a leaf tensor that requires grad is used in an in-place operation"));
   CHECK_THROWS_WITH(w.mul_(2), Contains("mul_: a leaf tensor that requires grad is used in an in-place operation"));
   const Tensor h = mul(w, 1.0);
   CHECK_THROWS_WITH(h.narrow(0, 0, 1).relu_(),

@@ -1,6 +1,8 @@
 // Optimizer tests: three steps of every SGD and Adam/AdamW configuration equal PyTorch's
 // parameters after each step; state saved and restored continues identically; errors.
+#include <type_traits>
 #include "tests/nn/json_fixture.h"
+
 #include "tests/nn/nn_test_util.h"
 
 using namespace tinyddp;
@@ -112,6 +114,22 @@ TEST_CASE("options left unset take torch.optim's defaults (AdamW's weight decay 
   unset.step();
   set.step();
   CHECK(tensor::equal(a, b));
+}
+
+// libtorch's AdamWOptions: chaining keeps the type, AdamW takes them (decay 1e-2 unless set),
+// and nn::Adam refuses them at compile time (its decay is an L2 term, not AdamW's).
+static_assert(std::is_same_v<decltype(AdamWOptions(0.1).betas(0.9, 0.95).eps(1e-6)), AdamWOptions&>);
+static_assert(std::is_constructible_v<AdamW, std::vector<Tensor>, AdamWOptions>);
+static_assert(!std::is_constructible_v<Adam, std::vector<Tensor>, AdamWOptions>);
+static_assert(!std::is_constructible_v<Adam, std::vector<ParamGroup>, AdamWOptions>);
+static_assert(std::is_constructible_v<Adam, std::vector<Tensor>, AdamOptions>);
+
+TEST_CASE("AdamWOptions: AdamW's defaults, chained as AdamWOptions", "[nn][optim]") {
+  const Tensor p = tensor::ones({2}).requires_grad_();
+  CHECK(AdamW({p}, AdamWOptions(0.01)).weight_decay(0) == 1e-2);
+  CHECK(AdamW({p}, AdamWOptions(0.01).weight_decay(0.2).betas(0.8, 0.9)).weight_decay(0) == 0.2);
+  CHECK(AdamWOptions().lr() == 1e-3);
+  CHECK(AdamWOptions(0.5).amsgrad(true).amsgrad());
 }
 
 TEST_CASE("optimizer state round-trips through a checkpoint", "[nn][optim][checkpoint]") {
