@@ -5,7 +5,11 @@
 #include "tinyddp/tensor/grad_mode.h"
 
 namespace tinyddp::autograd {
+using tensor::AutoGradMode;
 using tensor::EnableGradGuard;
 using tensor::GradMode;
+using tensor::InferenceMode;
+using tensor::is_grad_enabled;
 using tensor::NoGradGuard;
+using tensor::set_grad_enabled;
 }  // namespace tinyddp::autograd

@@ -3,6 +3,8 @@
 // tutorial's ToyModel.
 #include "tinyddp/nn/layers.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <utility>
 
@@ -207,12 +209,12 @@ GELU::GELU(std::string approximate_) : Module("GELU"), approximate(std::move(app
 
 std::string GELU::extra_repr() const { return fmt::format("approximate='{}'", approximate); }
 
-Sequential::Sequential(std::vector<std::shared_ptr<Module>> modules) : Module("Sequential") {
-  for (auto& m : modules) push_back(std::move(m));
-}
+Sequential::Sequential(std::vector<std::shared_ptr<Module>> modules) : Module("Sequential") { extend(modules); }
 
-void Sequential::push_back(std::shared_ptr<Module> module) {
-  register_module(std::to_string(size()), std::move(module));
+void Sequential::append(std::shared_ptr<Module> module) { register_module(std::to_string(size()), std::move(module)); }
+
+void Sequential::extend(const std::vector<std::shared_ptr<Module>>& modules) {
+  for (const auto& m : modules) append(m);
 }
 
 Tensor Sequential::forward(const Tensor& input) {
@@ -221,9 +223,20 @@ Tensor Sequential::forward(const Tensor& input) {
   return x;
 }
 
-std::shared_ptr<Module> Sequential::operator[](size_t index) const {
-  TDDP_CHECK(index < size(), "Sequential: index {} is out of range for {} modules", index, size());
-  return named_children().at(std::to_string(index));
+std::shared_ptr<Module> Sequential::operator[](int64_t index) const {
+  const auto n = static_cast<int64_t>(size());
+  TDDP_CHECK(index >= -n && index < n, "Sequential: index {} is out of range for {} modules", index, n);
+  return (named_children().begin() + (index < 0 ? index + n : index))->second;
+}
+
+std::shared_ptr<Sequential> Sequential::slice(int64_t start, int64_t stop) const {
+  const auto n = static_cast<int64_t>(size());
+  const auto clamp_end = [n](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
+  auto out = std::make_shared<Sequential>();
+  const auto first = named_children().begin();
+  for (int64_t i = clamp_end(start); i < clamp_end(stop); ++i)
+    out->register_module((first + i)->first, (first + i)->second);
+  return out;
 }
 
 std::shared_ptr<Sequential> mlp(const std::vector<int64_t>& widths) {
@@ -285,7 +298,7 @@ std::shared_ptr<Module> LeakyReLU::clone_structure() const { return std::make_sh
 std::shared_ptr<Module> GELU::clone_structure() const { return std::make_shared<GELU>(approximate); }
 std::shared_ptr<Module> Sequential::clone_structure() const {
   auto copy = std::make_shared<Sequential>();
-  for (const auto& child : children()) copy->push_back(child->clone_structure());
+  for (const auto& [name, child] : named_children()) copy->register_module(name, child->clone_structure());
   return copy;
 }
 std::shared_ptr<Module> ToyModel::clone_structure() const { return std::make_shared<ToyModel>(); }

@@ -228,10 +228,17 @@ class Sequential : public Module {
   std::shared_ptr<Module> clone_structure() const override;
   Sequential() : Module("Sequential") {}
   explicit Sequential(std::vector<std::shared_ptr<Module>> modules);
-  void push_back(std::shared_ptr<Module> module);
+  // torch's append (named by the count so far) and extend; push_back is append.
+  void append(std::shared_ptr<Module> module);
+  void push_back(std::shared_ptr<Module> module) { append(std::move(module)); }
+  void extend(const std::vector<std::shared_ptr<Module>>& modules);
   Tensor forward(const Tensor& input) override;
   size_t size() const { return named_children().size(); }
-  std::shared_ptr<Module> operator[](size_t index) const;
+  // seq[i] by position, a negative i counting from the end as in Python.
+  std::shared_ptr<Module> operator[](int64_t index) const;
+  // seq[start:stop] as Python slices it (negative ends count from the end, both clamped): a new
+  // Sequential of the same modules (shared, not copied) under their names here, as torch's.
+  std::shared_ptr<Sequential> slice(int64_t start, int64_t stop) const;
 };
 
 // Linear layers between consecutive widths with ReLU in between (none after the last):

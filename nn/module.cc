@@ -317,6 +317,58 @@ void Module::apply(const std::function<void(Module&)>& fn) {
   fn(*this);
 }
 
+std::shared_ptr<Module> Module::get_submodule(const std::string& target) const {
+  if (target.empty()) {
+    std::shared_ptr<Module> self = std::const_pointer_cast<Module>(weak_from_this().lock());
+    TDDP_CHECK(self != nullptr,
+               "get_submodule(''): this {} is not held by a std::shared_ptr (make it with std::make_shared)",
+               type_name_);
+    return self;
+  }
+  const Module* at = this;
+  std::shared_ptr<Module> found;
+  for (size_t start = 0;;) {
+    const size_t dot = target.find('.', start);
+    const std::string atom = target.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    const std::shared_ptr<Module>* child = at->children_.find(atom);
+    TDDP_CHECK(child != nullptr, "get_submodule('{}'): {} has no attribute `{}`", target, at->type_name_, atom);
+    found = *child;
+    at = found.get();
+    if (dot == std::string::npos) return found;
+    start = dot + 1;
+  }
+}
+
+namespace {
+// The module path and the last name of a dotted target ("0.weight" -> "0", "weight").
+std::pair<std::string, std::string> split_target(const std::string& target) {
+  const size_t dot = target.rfind('.');
+  if (dot == std::string::npos) return {"", target};
+  return {target.substr(0, dot), target.substr(dot + 1)};
+}
+}  // namespace
+
+Tensor Module::get_parameter(const std::string& target) const {
+  const auto [path, name] = split_target(target);
+  const Module& owner = path.empty() ? *this : *get_submodule(path);
+  const Tensor* p = owner.named_parameters(/*recurse=*/false).find(name);
+  TDDP_CHECK(p != nullptr, "get_parameter('{}'): {} has no parameter `{}`", target, owner.type_name_, name);
+  return *p;
+}
+
+Tensor Module::get_buffer(const std::string& target) const {
+  const auto [path, name] = split_target(target);
+  const Module& owner = path.empty() ? *this : *get_submodule(path);
+  const Tensor* b = owner.buffers_.find(name);
+  TDDP_CHECK(b != nullptr, "get_buffer('{}'): {} has no buffer `{}`", target, owner.type_name_, name);
+  return *b;
+}
+
+Module& Module::requires_grad_(bool requires_grad) {
+  for (const Tensor& p : parameters()) p.requires_grad_(requires_grad);
+  return *this;
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (const auto& [name, child] : children_) child->train(on);

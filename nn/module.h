@@ -168,6 +168,16 @@ class Module : public std::enable_shared_from_this<Module> {
   // Calls fn on every child's tree, then on this module, as torch's apply (the way an
   // initialiser is run over a model: model.apply([](nn::Module& m) { ... })).
   void apply(const std::function<void(Module&)>& fn);
+  // As torch's: the module, parameter or buffer at a dotted path ("transformer.h.0.attn",
+  // "0.weight"); get_submodule("") is this module (held by a std::shared_ptr). A missing name
+  // throws, naming the module that lacks it. get_parameter gives what named_parameters() lists
+  // (a stand-in where there is one).
+  std::shared_ptr<Module> get_submodule(const std::string& target) const;
+  Tensor get_parameter(const std::string& target) const;
+  Tensor get_buffer(const std::string& target) const;
+  // requires_grad_ on every parameter (freezing a model: model.requires_grad_(false)); returns
+  // this module, as torch's.
+  Module& requires_grad_(bool requires_grad = true);
 
   // Parameters and buffers by dotted name (detached aliases of the module's own tensors). A
   // tied tensor is saved once, under its first name (PyTorch saves it under every name).

@@ -34,4 +34,38 @@ class EnableGradGuard {
   bool previous_;
 };
 
+// Sets grad mode for its scope to `enabled` (libtorch's AutoGradMode; Python's
+// `with torch.set_grad_enabled(flag):`), restoring the previous mode.
+class AutoGradMode {
+ public:
+  explicit AutoGradMode(bool enabled) : previous_(GradMode::is_enabled()) { GradMode::set_enabled(enabled); }
+  ~AutoGradMode() { GradMode::set_enabled(previous_); }
+  AutoGradMode(const AutoGradMode&) = delete;
+  AutoGradMode& operator=(const AutoGradMode&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// torch.set_grad_enabled(flag) called as a function: grad mode on this thread from now on.
+inline void set_grad_enabled(bool enabled) { GradMode::set_enabled(enabled); }
+inline bool is_grad_enabled() { return GradMode::is_enabled(); }
+
+// As torch.inference_mode() / c10::InferenceMode: no recording for its scope (a NoGradGuard
+// that also answers is_enabled()). PyTorch's inference tensors also refuse to join a graph
+// later; tinyddp keeps no such mark, so a tensor made inside may be used in autograd after.
+class InferenceMode {
+ public:
+  explicit InferenceMode(bool enabled = true);
+  ~InferenceMode();
+  InferenceMode(const InferenceMode&) = delete;
+  InferenceMode& operator=(const InferenceMode&) = delete;
+  // Whether an InferenceMode(true) is the innermost one on this thread.
+  static bool is_enabled();
+
+ private:
+  AutoGradMode grad_mode_;
+  bool previous_;
+};
+
 }  // namespace tinyddp::tensor

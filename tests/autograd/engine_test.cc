@@ -152,6 +152,38 @@ TEST_CASE("grad mode: NoGradGuard records nothing", "[engine][grad_mode]") {
   CHECK(w.item<double>() == 5);
 }
 
+TEST_CASE("grad mode as torch spells it: set_grad_enabled, AutoGradMode, InferenceMode", "[engine][grad_mode]") {
+  const Tensor w = param({1});
+  {
+    AutoGradMode off(false);  // with torch.set_grad_enabled(False):
+    CHECK_FALSE(mul(w, 2.0).requires_grad());
+    {
+      AutoGradMode on(true);
+      CHECK(mul(w, 2.0).requires_grad());
+    }
+    CHECK_FALSE(is_grad_enabled());
+  }
+  CHECK(is_grad_enabled());
+  set_grad_enabled(false);
+  CHECK_FALSE(mul(w, 2.0).requires_grad());
+  set_grad_enabled(true);
+  CHECK(mul(w, 2.0).requires_grad());
+  {
+    InferenceMode guard;
+    CHECK(InferenceMode::is_enabled());
+    CHECK_FALSE(is_grad_enabled());
+    CHECK_FALSE(mul(w, 2.0).requires_grad());
+    {
+      InferenceMode off(false);  // as PyTorch's: grad mode comes back inside
+      CHECK_FALSE(InferenceMode::is_enabled());
+      CHECK(mul(w, 2.0).requires_grad());
+    }
+    CHECK(InferenceMode::is_enabled());
+  }
+  CHECK_FALSE(InferenceMode::is_enabled());
+  CHECK(is_grad_enabled());
+}
+
 TEST_CASE("detach cuts the graph and shares the data", "[engine]") {
   const Tensor w = param({2, 3});
   const Tensor d = w.detach();

@@ -95,3 +95,28 @@ TEST_CASE("named_modules, modules and apply walk the tree as PyTorch's", "[nn][c
   CHECK_THROWS_WITH(on_stack.named_modules(), Contains("named_modules: this Net is not held by a std::shared_ptr"));
   CHECK(on_stack.named_modules("", false).size() == 6);
 }
+
+TEST_CASE("Sequential: append, extend, negative indices and slices, as torch.nn.Sequential", "[nn][containers]") {
+  tensor::manual_seed(3);
+  auto seq = std::make_shared<Sequential>();
+  seq->append(std::make_shared<Linear>(4, 8));
+  seq->extend({std::make_shared<ReLU>(), std::make_shared<Linear>(8, 2), std::make_shared<Tanh>()});
+  CHECK(seq->size() == 4);
+  CHECK(seq->named_parameters().keys() == std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"});
+  CHECK((*seq)[-1]->type_name() == "Tanh");
+  CHECK((*seq)[-4].get() == (*seq)[0].get());
+  CHECK_THROWS_WITH((*seq)[4], Contains("Sequential: index 4 is out of range for 4 modules"));
+  CHECK_THROWS_WITH((*seq)[-5], Contains("Sequential: index -5 is out of range for 4 modules"));
+  // seq[1:3] keeps the modules (shared) and their names; seq[:-1] and an empty slice.
+  const auto middle = seq->slice(1, 3);
+  CHECK(middle->named_children().keys() == std::vector<std::string>{"1", "2"});
+  CHECK((*middle)[1].get() == (*seq)[2].get());
+  CHECK(middle->named_parameters().keys() == std::vector<std::string>{"2.weight", "2.bias"});
+  CHECK((*middle)[0]->type_name() == "ReLU");
+  CHECK(seq->slice(0, -1)->size() == 3);
+  CHECK(seq->slice(3, 1)->size() == 0);
+  CHECK(seq->slice(-10, 10)->size() == 4);
+  const Tensor x = tensor::randn({5, 4});
+  CHECK(tensor::equal((*seq->slice(2, 4))((*seq->slice(0, 2))(x)), (*seq)(x)));
+  CHECK(middle->clone_structure()->named_children().keys() == std::vector<std::string>{"1", "2"});
+}

@@ -263,3 +263,23 @@ TEST_CASE("a stand-in is what parameters() lists; the module keeps computing wit
   block.replace_parameter("scale", fresh);
   CHECK(block.parameters()[0].is_same(fresh));
 }
+
+TEST_CASE("get_submodule, get_parameter, get_buffer and requires_grad_, as torch's", "[nn][module]") {
+  tensor::manual_seed(0);
+  auto model = std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{std::make_shared<Block>()});
+  CHECK(model->get_submodule("").get() == model.get());
+  CHECK(model->get_submodule("0.inner")->type_name() == "Linear");
+  CHECK(model->get_parameter("0.inner.weight").is_same(model->named_parameters().at("0.inner.weight")));
+  CHECK(model->get_parameter("0.scale").sizes() == Shape{2});
+  CHECK(model->get_buffer("0.running").sizes() == Shape{2});
+  CHECK_THROWS_WITH(model->get_submodule("0.outer"),
+                    Contains("get_submodule('0.outer'): Block has no attribute `outer`"));
+  CHECK_THROWS_WITH(model->get_parameter("0.inner.scale"),
+                    Contains("get_parameter('0.inner.scale'): Linear has no parameter `scale`"));
+  CHECK_THROWS_WITH(model->get_buffer("0.scale"), Contains("get_buffer('0.scale'): Block has no buffer `scale`"));
+  Module& same = model->requires_grad_(false);  // frozen
+  CHECK(&same == model.get());
+  for (const Tensor& p : model->parameters()) CHECK_FALSE(p.requires_grad());
+  model->requires_grad_();
+  for (const Tensor& p : model->parameters()) CHECK(p.requires_grad());
+}
