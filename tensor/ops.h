@@ -11,8 +11,8 @@
 // float32 over float16/bfloat16, float16 with bfloat16 to float32.
 // A scalar keeps the tensor's dtype, except that a non-integral scalar with an int64 tensor
 // computes in float32, a float16/bfloat16 tensor combines with a scalar in float32 and rounds
-// the result once (as PyTorch 2.x), and div/exp/log/sqrt/tanh/sigmoid of int64 compute in
-// float32, as in PyTorch. bool tensors take part in comparisons and copies, not arithmetic.
+// the result once (as PyTorch 2.x), and div and the transcendental functions of int64 compute
+// in float32, as in PyTorch. bool tensors take part in comparisons and copies, not arithmetic.
 #pragma once
 
 #include <functional>
@@ -51,6 +51,11 @@ Tensor lt(const Tensor& a, double b);
 Tensor le(const Tensor& a, double b);
 Tensor gt(const Tensor& a, double b);
 Tensor ge(const Tensor& a, double b);
+// As torch.logical_and / or / xor / not: bool results, any dtype taken as true where nonzero.
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_xor(const Tensor& a, const Tensor& b);
+Tensor logical_not(const Tensor& a);
 
 // ---- elementwise, unary -------------------------------------------------------------------------
 Tensor neg(const Tensor& x);
@@ -76,6 +81,37 @@ Tensor pow(const Tensor& x, double exponent);
 // exponent, an integer result in PyTorch, is refused). Its gradient is out * log(base) (0
 // where base is 0 and the exponent >= 0). Adam's capturable bias correction, 1 - beta^step.
 Tensor pow(double base, const Tensor& exponent);
+// As torch.pow(Tensor, Tensor): x ** exponent elementwise, broadcasting, floating dtypes
+// promoting as in add (an integer tensor with a floating one computes in the floating dtype);
+// two int64 tensors give int64 (a negative exponent refused, as PyTorch refuses it). The
+// gradients are exponent x^(exponent - 1) (0 where the exponent is 0) and out log(x) (0 where
+// x is 0 and the exponent >= 0), as PyTorch's.
+Tensor pow(const Tensor& x, const Tensor& exponent);
+// The trigonometric and special functions (native/unary.cc); integers compute in float32.
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor erf(const Tensor& x);
+Tensor log1p(const Tensor& x);       // log(1 + x), accurate near 0
+Tensor rsqrt(const Tensor& x);       // 1 / sqrt(x)
+Tensor reciprocal(const Tensor& x);  // 1 / x
+Tensor square(const Tensor& x);      // pow(x, 2): integers stay integers
+// The roundings and sign keep the dtype and have zero gradients, as PyTorch's. round rounds
+// half to even (torch.round), at `decimals` digits after the point (before it if negative;
+// floating inputs) as round(x * 10^decimals) / 10^decimals. sign(NaN) is 0.
+Tensor floor(const Tensor& x);
+Tensor ceil(const Tensor& x);
+Tensor trunc(const Tensor& x);
+Tensor round(const Tensor& x, int64_t decimals = 0);
+Tensor sign(const Tensor& x);
+// bool masks of NaN, of +-inf and of neither (integer tensors: all false, false, true).
+Tensor isnan(const Tensor& x);
+Tensor isinf(const Tensor& x);
+Tensor isfinite(const Tensor& x);
+// As torch.nan_to_num: NaN replaced by `nan`, +inf by `posinf` and -inf by `neginf` (by
+// default the dtype's largest and lowest finite values); the gradient passes where x is
+// finite. Integer tensors come back as a copy.
+Tensor nan_to_num(const Tensor& x, double nan = 0.0, std::optional<double> posinf = std::nullopt,
+                  std::optional<double> neginf = std::nullopt);
 
 // ---- joining, splitting, triangles ------------------------------------------------------------
 // As torch.cat: tensors of one dtype and device whose shapes agree outside `dim`.
@@ -301,6 +337,12 @@ inline Tensor operator<(const Tensor& a, double b) { return lt(a, b); }
 inline Tensor operator<=(const Tensor& a, double b) { return le(a, b); }
 inline Tensor operator>(const Tensor& a, double b) { return gt(a, b); }
 inline Tensor operator>=(const Tensor& a, double b) { return ge(a, b); }
+// On bool tensors, &, |, ^ and ~ are logical_and, logical_or, logical_xor and logical_not
+// (mask = (x > 0) & (y < 1)); other dtypes are refused (no bitwise ops on integers here).
+Tensor operator&(const Tensor& a, const Tensor& b);
+Tensor operator|(const Tensor& a, const Tensor& b);
+Tensor operator^(const Tensor& a, const Tensor& b);
+Tensor operator~(const Tensor& a);
 inline const Tensor& operator+=(const Tensor& a, const Tensor& b) { return a.add_(b); }
 inline const Tensor& operator-=(const Tensor& a, const Tensor& b) { return a.sub_(b); }
 inline const Tensor& operator*=(const Tensor& a, const Tensor& b) { return a.mul_(b); }

@@ -80,7 +80,7 @@ TINYDDP_HOST_DEVICE inline C nan_min(C a, C b) {
 }
 
 // BinaryOp `op` of a and b (kernel_ops.h): kAdd is a + alpha * b, kReluBackward b > 0 ? a : 0
-// (a the gradient, b relu's output), kMaskedFill b != 0 ? alpha : a. A compile-time op, so
+// (a the gradient, b relu's output), kMaskedFill b != 0 ? alpha : a, kPow a ** b. A compile-time op, so
 // that each loop over a row holds one formula and vectorises.
 template <BinaryOp op, typename C>
 TINYDDP_HOST_DEVICE inline C binary(C a, C b, C alpha) {
@@ -96,9 +96,21 @@ TINYDDP_HOST_DEVICE inline C binary(C a, C b, C alpha) {
     return nan_min(a, b);
   } else if constexpr (op == BinaryOp::kReluBackward) {
     return b > C(0) ? a : C(0);
-  } else {
-    static_assert(op == BinaryOp::kMaskedFill);
+  } else if constexpr (op == BinaryOp::kMaskedFill) {
     return b != C(0) ? alpha : a;
+  } else {
+    static_assert(op == BinaryOp::kPow);
+    if constexpr (std::is_integral_v<C>) {  // b >= 0 (the op checks it): repeated squaring,
+      using U = std::make_unsigned_t<C>;    // wrapping around on overflow
+      U r = 1, base = static_cast<U>(a);
+      for (U e = static_cast<U>(b); e > 0; e >>= 1) {
+        if (e & 1) r *= base;
+        base *= base;
+      }
+      return static_cast<C>(r);
+    } else {
+      return math::pow_(a, b);
+    }
   }
 }
 
@@ -111,8 +123,30 @@ TINYDDP_HOST_DEVICE inline C unary(C v) {
     return v < C(0) ? -v : v;
   } else if constexpr (op == UnaryOp::kRelu) {
     return v < C(0) ? C(0) : v;  // NaN stays NaN
+  } else if constexpr (op == UnaryOp::kSign) {
+    return static_cast<C>((C(0) < v) - (v < C(0)));  // NaN: 0
   } else if constexpr (!std::is_floating_point_v<C>) {
-    return v;  // no integer tensor reaches the others (the ops refuse them)
+    return v;  // the roundings of an integer; no integer tensor reaches the others
+  } else if constexpr (op == UnaryOp::kSin) {
+    return math::sin_(v);
+  } else if constexpr (op == UnaryOp::kCos) {
+    return math::cos_(v);
+  } else if constexpr (op == UnaryOp::kErf) {
+    return math::erf_(v);
+  } else if constexpr (op == UnaryOp::kLog1p) {
+    return math::log1p_(v);
+  } else if constexpr (op == UnaryOp::kRsqrt) {
+    return C(1) / math::sqrt_(v);
+  } else if constexpr (op == UnaryOp::kReciprocal) {
+    return C(1) / v;
+  } else if constexpr (op == UnaryOp::kFloor) {
+    return math::floor_(v);
+  } else if constexpr (op == UnaryOp::kCeil) {
+    return math::ceil_(v);
+  } else if constexpr (op == UnaryOp::kTrunc) {
+    return math::trunc_(v);
+  } else if constexpr (op == UnaryOp::kRound) {
+    return math::rint_(v);
   } else if constexpr (op == UnaryOp::kExp) {
     return math::exp_(v);
   } else if constexpr (op == UnaryOp::kLog) {
@@ -152,9 +186,15 @@ TINYDDP_HOST_DEVICE inline bool compare(C a, C b) {
     return a <= b;
   } else if constexpr (op == CompareOp::kGt) {
     return a > b;
-  } else {
-    static_assert(op == CompareOp::kGe);
+  } else if constexpr (op == CompareOp::kGe) {
     return a >= b;
+  } else if constexpr (op == CompareOp::kLogicalAnd) {
+    return a != C(0) && b != C(0);
+  } else if constexpr (op == CompareOp::kLogicalOr) {
+    return a != C(0) || b != C(0);
+  } else {
+    static_assert(op == CompareOp::kLogicalXor);
+    return (a != C(0)) != (b != C(0));
   }
 }
 template <typename C>
@@ -166,6 +206,9 @@ TINYDDP_HOST_DEVICE inline bool compare(CompareOp op, C a, C b) {
     case CompareOp::kLe: return compare<CompareOp::kLe>(a, b);
     case CompareOp::kGt: return compare<CompareOp::kGt>(a, b);
     case CompareOp::kGe: break;
+    case CompareOp::kLogicalAnd: return compare<CompareOp::kLogicalAnd>(a, b);
+    case CompareOp::kLogicalOr: return compare<CompareOp::kLogicalOr>(a, b);
+    case CompareOp::kLogicalXor: return compare<CompareOp::kLogicalXor>(a, b);
   }
   return compare<CompareOp::kGe>(a, b);
 }
@@ -217,24 +260,17 @@ TINYDDP_HOST_DEVICE inline C binary(BinaryOp op, C a, C b, C alpha) {
     case BinaryOp::kMinimum: return binary<BinaryOp::kMinimum>(a, b, alpha);
     case BinaryOp::kReluBackward: return binary<BinaryOp::kReluBackward>(a, b, alpha);
     case BinaryOp::kMaskedFill: return binary<BinaryOp::kMaskedFill>(a, b, alpha);
+    case BinaryOp::kPow: return binary<BinaryOp::kPow>(a, b, alpha);
   }
   return a;
 }
 template <typename C>
 TINYDDP_HOST_DEVICE inline C unary(UnaryOp op, C v) {
   switch (op) {
-    case UnaryOp::kNeg: return unary<UnaryOp::kNeg>(v);
-    case UnaryOp::kAbs: return unary<UnaryOp::kAbs>(v);
-    case UnaryOp::kExp: return unary<UnaryOp::kExp>(v);
-    case UnaryOp::kLog: return unary<UnaryOp::kLog>(v);
-    case UnaryOp::kSqrt: return unary<UnaryOp::kSqrt>(v);
-    case UnaryOp::kRelu: return unary<UnaryOp::kRelu>(v);
-    case UnaryOp::kTanh: return unary<UnaryOp::kTanh>(v);
-    case UnaryOp::kSigmoid: return unary<UnaryOp::kSigmoid>(v);
-    case UnaryOp::kGelu: return unary<UnaryOp::kGelu>(v);
-    case UnaryOp::kGeluTanh: return unary<UnaryOp::kGeluTanh>(v);
-    case UnaryOp::kGeluGrad: return unary<UnaryOp::kGeluGrad>(v);
-    case UnaryOp::kGeluTanhGrad: return unary<UnaryOp::kGeluTanhGrad>(v);
+#define TINYDDP_UNARY_CASE(name) \
+  case UnaryOp::name: return unary<UnaryOp::name>(v);
+    TINYDDP_UNARY_OPS(TINYDDP_UNARY_CASE)
+#undef TINYDDP_UNARY_CASE
   }
   return v;
 }

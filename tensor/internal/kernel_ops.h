@@ -7,25 +7,41 @@
 namespace tinyddp::tensor {
 
 // kAdd computes a + alpha * b; kReluBackward computes b > 0 ? a : 0 (a: gradient, b: relu output);
-// kMaskedFill computes b != 0 ? alpha : a (b: the mask in a's dtype).
-enum class BinaryOp { kAdd, kMul, kDiv, kMaximum, kMinimum, kReluBackward, kMaskedFill };
-enum class CompareOp { kEq, kNe, kLt, kLe, kGt, kGe };
-// kGelu / kGeluTanh: GELU exact (erf) and its tanh approximation; kGeluGrad / kGeluTanhGrad:
-// their derivatives d gelu / dx (elementwise_math.h holds the formulas all backends share).
-enum class UnaryOp {
-  kNeg,
-  kAbs,
-  kExp,
-  kLog,
-  kSqrt,
-  kRelu,
-  kTanh,
-  kSigmoid,
-  kGelu,
-  kGeluTanh,
-  kGeluGrad,
-  kGeluTanhGrad
-};
+// kMaskedFill computes b != 0 ? alpha : a (b: the mask in a's dtype); kPow computes a ** b.
+enum class BinaryOp { kAdd, kMul, kDiv, kMaximum, kMinimum, kReluBackward, kMaskedFill, kPow };
+// kLogicalAnd / kLogicalOr / kLogicalXor: both operands taken as true where nonzero.
+enum class CompareOp { kEq, kNe, kLt, kLe, kGt, kGe, kLogicalAnd, kLogicalOr, kLogicalXor };
+// The unary ops, listed once (X(name) per op) for the enum and the switches over it. kGelu /
+// kGeluTanh: GELU exact (erf) and its tanh approximation; kGeluGrad / kGeluTanhGrad: their
+// derivatives d gelu / dx; kRound rounds half to even, as torch.round; kSign of NaN is 0, as
+// PyTorch's CPU kernel (elementwise_math.h holds the formulas all backends share).
+#define TINYDDP_UNARY_OPS(X) \
+  X(kNeg)                    \
+  X(kAbs)                    \
+  X(kExp)                    \
+  X(kLog)                    \
+  X(kSqrt)                   \
+  X(kRelu)                   \
+  X(kTanh)                   \
+  X(kSigmoid)                \
+  X(kGelu)                   \
+  X(kGeluTanh)               \
+  X(kGeluGrad)               \
+  X(kGeluTanhGrad)           \
+  X(kSin)                    \
+  X(kCos)                    \
+  X(kErf)                    \
+  X(kLog1p)                  \
+  X(kRsqrt)                  \
+  X(kReciprocal)             \
+  X(kFloor)                  \
+  X(kCeil)                   \
+  X(kTrunc)                  \
+  X(kRound)                  \
+  X(kSign)
+#define TINYDDP_UNARY_ENUMERATOR(name) name,
+enum class UnaryOp { TINYDDP_UNARY_OPS(TINYDDP_UNARY_ENUMERATOR) };
+#undef TINYDDP_UNARY_ENUMERATOR
 
 // A kernel window sliding over an [N, C, H, W] input (convolution, pooling): the input's
 // size, the kernel, stride, padding on each side and dilation, and the OH x OW output

@@ -1,7 +1,8 @@
 // The math functions under the elementwise formulas (elementwise_math.h), for host code and
-// CUDA device code alike: erf, exp, tanh, log, sqrt and pow of float or double, and
-// ScalarMath, the policy through which a formula written once calls them on one value (the
-// CPU's row kernels pass Eigen's vectorised versions instead: backends/cpu/isa/kernels.cc).
+// CUDA device code alike: erf, exp, tanh, log, sqrt, sin, cos, log1p, the roundings and pow of
+// float or double, and ScalarMath, the policy through which a formula written once calls them
+// on one value (the CPU's row kernels pass Eigen's vectorised versions instead:
+// backends/cpu/isa/kernels.cc).
 #pragma once
 
 #include <cmath>
@@ -15,59 +16,43 @@
 
 namespace tinyddp::tensor::math {
 
-// erf, exp, tanh, log, sqrt and pow of float or double: the CUDA math library's overloads in
-// device code, the standard library's on the host.
+// The one-argument functions (erf_, exp_, ... of float or double) and pow_: the CUDA math
+// library's overloads in device code, the standard library's on the host. rint rounds half to
+// even in the default rounding mode, as torch.round.
 #if defined(__CUDA_ARCH__)
-template <typename C>
-__device__ inline C erf_(C v) {
-  return ::erf(v);
-}
-template <typename C>
-__device__ inline C exp_(C v) {
-  return ::exp(v);
-}
-template <typename C>
-__device__ inline C tanh_(C v) {
-  return ::tanh(v);
-}
-template <typename C>
-__device__ inline C log_(C v) {
-  return ::log(v);
-}
-template <typename C>
-__device__ inline C sqrt_(C v) {
-  return ::sqrt(v);
-}
+#define TINYDDP_MATH_FUNCTION(name, fn) \
+  template <typename C>                 \
+  __device__ inline C name(C v) {       \
+    return ::fn(v);                     \
+  }
 template <typename C>
 __device__ inline C pow_(C v, C e) {
   return ::pow(v, e);
 }
 #else
-template <typename C>
-inline C erf_(C v) {
-  return std::erf(v);
-}
-template <typename C>
-inline C exp_(C v) {
-  return std::exp(v);
-}
-template <typename C>
-inline C tanh_(C v) {
-  return std::tanh(v);
-}
-template <typename C>
-inline C log_(C v) {
-  return std::log(v);
-}
-template <typename C>
-inline C sqrt_(C v) {
-  return std::sqrt(v);
-}
+#define TINYDDP_MATH_FUNCTION(name, fn) \
+  template <typename C>                 \
+  inline C name(C v) {                  \
+    return std::fn(v);                  \
+  }
 template <typename C>
 inline C pow_(C v, C e) {
   return std::pow(v, e);
 }
 #endif
+TINYDDP_MATH_FUNCTION(erf_, erf)
+TINYDDP_MATH_FUNCTION(exp_, exp)
+TINYDDP_MATH_FUNCTION(tanh_, tanh)
+TINYDDP_MATH_FUNCTION(log_, log)
+TINYDDP_MATH_FUNCTION(sqrt_, sqrt)
+TINYDDP_MATH_FUNCTION(sin_, sin)
+TINYDDP_MATH_FUNCTION(cos_, cos)
+TINYDDP_MATH_FUNCTION(log1p_, log1p)
+TINYDDP_MATH_FUNCTION(floor_, floor)
+TINYDDP_MATH_FUNCTION(ceil_, ceil)
+TINYDDP_MATH_FUNCTION(trunc_, trunc)
+TINYDDP_MATH_FUNCTION(rint_, rint)
+#undef TINYDDP_MATH_FUNCTION
 
 // The functions a formula calls, on one value; `eval` holds a value a formula uses twice.
 struct ScalarMath {

@@ -1,6 +1,6 @@
-// Elementwise ops: binary arithmetic (broadcasting; gradients summed back to each input's
-// shape with sum_to_size), comparisons (not differentiable: bool results), unary functions
-// and pow, each forward beside its backward formula (recorded via graph.h).
+// Elementwise ops of two tensors: binary arithmetic (broadcasting; gradients summed back to each
+// input's shape with sum_to_size), comparisons (not differentiable: bool results) and masked_fill,
+// each forward beside its backward formula (recorded via graph.h). The unary ones: unary.cc.
 #include "tinyddp/tensor/ops.h"
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/native/checks.h"
+#include "tinyddp/tensor/native/elementwise.h"
 #include "tinyddp/tensor/native/graph_formulas.h"
 
 namespace tinyddp::tensor {
@@ -52,14 +53,6 @@ void binary_out(BinaryOp kind, const Tensor& out, const Tensor& a, const Tensor&
   out.storage().bump_version();
 }
 
-Tensor binary(BinaryOp kind, const Tensor& a, const Tensor& b, double alpha, const char* op) {
-  check_pair(a, b, op);
-  check_not_bool(a, op, "a");
-  const Tensor out = new_output(broadcast_shapes(a.sizes(), b.sizes(), op), a.dtype(), a.device());
-  run_binary(kind, out, a, b, alpha, op);
-  return out;
-}
-
 void check_alpha(const Tensor& a, double alpha, const char* op) {
   TDDP_CHECK(a.is_floating_point() || alpha == std::trunc(alpha),
              "{}: for integral input tensors, alpha must be an integer, got {}", op, alpha);
@@ -80,30 +73,15 @@ Tensor compare_scalar(CompareOp kind, const Tensor& a, double b, const char* op)
   return compare(kind, a.to(s.dtype()), s, op);
 }
 
-Tensor run_unary(UnaryOp kind, const Tensor& x, const char* op) {
-  NoGradGuard no_grad;
-  const Tensor out = new_output(x.sizes(), x.dtype(), x.device());
-  backend_for(x.device(), op).unary(kind, out, x);
+}  // namespace
+
+Tensor detail::binary(BinaryOp kind, const Tensor& a, const Tensor& b, double alpha, const char* op) {
+  check_pair(a, b, op);
+  check_not_bool(a, op, "a");
+  const Tensor out = new_output(broadcast_shapes(a.sizes(), b.sizes(), op), a.dtype(), a.device());
+  run_binary(kind, out, a, b, alpha, op);
   return out;
 }
-
-// neg, abs, relu: any numeric dtype, result of the same dtype.
-Tensor numeric_unary(UnaryOp kind, const Tensor& x, const char* op) {
-  check_defined(x, op, "x");
-  check_not_bool(x, op, "x");
-  return run_unary(kind, x, op);
-}
-
-// exp, log, sqrt, tanh, sigmoid: integers compute in float32, as in PyTorch. The input is
-// made contiguous so that every layout takes the same (vectorised) code path.
-Tensor floating_unary(UnaryOp kind, const Tensor& x, const char* op) {
-  check_defined(x, op, "x");
-  NoGradGuard no_grad;
-  const Tensor input = x.is_floating_point() ? x : x.to(kFloat32);
-  return run_unary(kind, input.contiguous(), op);
-}
-
-}  // namespace
 
 // ---- binary arithmetic ---------------------------------------------------------------------
 // Gradients of broadcasting ops are summed back to each input's shape (sum_to_size).
@@ -246,6 +224,47 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
   return select_binary(BinaryOp::kMinimum, a, b, "minimum", "MinimumBackward");
 }
 
+Tensor pow(const Tensor& x_in, const Tensor& exponent_in) {
+  Tensor x = x_in, e = exponent_in;
+  check_defined(x, "pow", "x");
+  check_defined(e, "pow", "exponent");
+  check_not_bool(x, "pow", "x");
+  check_not_bool(e, "pow", "exponent");
+  if (x.is_floating_point() != e.is_floating_point()) {  // the integer side joins the floating one
+    (x.is_floating_point() ? e : x) = (x.is_floating_point() ? e.to(x.dtype()) : x.to(e.dtype()));
+  }
+  promote_floats(x, e);
+  check_pair(x, e, "pow");
+  if (!x.is_floating_point() && e.numel() > 0) {
+    NoGradGuard no_grad;
+    TDDP_CHECK(min(e).item<int64_t>() >= 0, "pow: integers to negative integer powers are not allowed");
+  }
+  const Tensor out = binary(BinaryOp::kPow, x, e, 1.0, "pow");
+  // grad_x = grad_out * e * x^(e - 1) (0 where e is 0); grad_e = grad_out * out * log(x) (0
+  // where x is 0 and e >= 0), each summed to its input's shape
+  if (needs_grad(x, e)) {
+    const bool need_x = x.requires_grad(), need_e = e.requires_grad();
+    record_op("PowBackward2", out, {x, e},
+              [sx = SavedTensor(x), se = SavedTensor(e), so = SavedTensor(need_e ? out : Tensor(), true),
+               x_shape = x.sizes(), e_shape = e.sizes(), need_x, need_e](const Tensor& g) {
+                const Tensor& xv = sx.get("PowBackward2");
+                const Tensor& ev = se.get("PowBackward2");
+                Tensor grad_x, grad_e;
+                if (need_x) {
+                  const Tensor factor = masked_fill(mul(ev, pow(xv, sub(ev, 1.0))), eq(ev, 0.0), 0.0);
+                  grad_x = sum_to_size(mul(g, factor), x_shape);
+                }
+                if (need_e) {
+                  const Tensor factor = mul(so.get("PowBackward2"), log(xv));
+                  grad_e =
+                      sum_to_size(mul(g, masked_fill(factor, logical_and(eq(xv, 0.0), ge(ev, 0.0)), 0.0)), e_shape);
+                }
+                return std::vector<Tensor>{grad_x, grad_e};
+              });
+  }
+  return out;
+}
+
 void add_out(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, const char* op) {
   if (a.defined()) check_alpha(a, alpha, op);
   binary_out(BinaryOp::kAdd, out, a, b, alpha, op);
@@ -277,71 +296,49 @@ Tensor le(const Tensor& a, double b) { return compare_scalar(CompareOp::kLe, a, 
 Tensor gt(const Tensor& a, double b) { return compare_scalar(CompareOp::kGt, a, b, "gt"); }
 Tensor ge(const Tensor& a, double b) { return compare_scalar(CompareOp::kGe, a, b, "ge"); }
 
-// ---- unary ------------------------------------------------------------------------------------
-// Shapes are unchanged: grad_x and grad_out both have x's shape.
-
 namespace {
-// Records a unary op whose gradient is grad_out * factor(saved), where `saved` is the input
-// or the output as the formula needs.
-template <typename F>
-Tensor record_unary(const Tensor& x, const Tensor& out, const char* node, const Tensor& saved, F factor) {
-  if (needs_grad(x)) {
-    record_op(node, out, {x}, [s = SavedTensor(saved, saved.is_same(out)), node, factor](const Tensor& g) {
-      return std::vector<Tensor>{mul(g, factor(s.get(node)))};
-    });
-  }
-  return out;
+Tensor truth(const Tensor& t, const char* op, const char* arg) {
+  check_defined(t, op, arg);
+  return t.dtype() == kBool ? t : ne(t, 0.0);
+}
+// a & b, a | b, a ^ b, ~a: bitwise ops, here of bool tensors only (their logical ops).
+void check_bool_operand(const Tensor& t, const char* op) {
+  check_defined(t, op, "operand");
+  TDDP_CHECK(t.dtype() == kBool,
+             "{}: bitwise operators take bool tensors here, got dtype {} (compare first, or use "
+             "logical_and / logical_or / logical_xor / logical_not)",
+             op, dtype_name(t.dtype()));
 }
 }  // namespace
 
-Tensor neg(const Tensor& x) {
-  const Tensor out = numeric_unary(UnaryOp::kNeg, x, "neg");
-  // grad_x = -grad_out
-  if (needs_grad(x)) record_op("NegBackward", out, {x}, [](const Tensor& g) { return std::vector<Tensor>{neg(g)}; });
-  return out;
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  return compare(CompareOp::kLogicalAnd, truth(a, "logical_and", "a"), truth(b, "logical_and", "b"), "logical_and");
 }
-Tensor abs(const Tensor& x) {
-  // grad_x = grad_out * sign(x) (0 at 0)
-  return record_unary(x, numeric_unary(UnaryOp::kAbs, x, "abs"), "AbsBackward", x,
-                      [](const Tensor& v) { return sub(gt(v, 0.0).to(v.dtype()), lt(v, 0.0).to(v.dtype())); });
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  return compare(CompareOp::kLogicalOr, truth(a, "logical_or", "a"), truth(b, "logical_or", "b"), "logical_or");
 }
-Tensor relu(const Tensor& x) {
-  const Tensor out = numeric_unary(UnaryOp::kRelu, x, "relu");
-  // grad_x = grad_out where out > 0, else 0 (one fused pass)
-  if (needs_grad(x)) {
-    record_op("ReluBackward", out, {x}, [so = SavedTensor(out, true)](const Tensor& g) {
-      const Tensor y = so.get("ReluBackward");
-      // create_graph: a recorded product with out > 0 (a mask: no gradient of its own)
-      if (GradMode::is_enabled()) return std::vector<Tensor>{mul(g, gt(y, 0.0).to(g.dtype()))};
-      return std::vector<Tensor>{binary(BinaryOp::kReluBackward, g, y, 1.0, "relu_backward")};
-    });
-  }
-  return out;
+Tensor logical_xor(const Tensor& a, const Tensor& b) {
+  return compare(CompareOp::kLogicalXor, truth(a, "logical_xor", "a"), truth(b, "logical_xor", "b"), "logical_xor");
 }
-Tensor exp(const Tensor& x) {
-  const Tensor out = floating_unary(UnaryOp::kExp, x, "exp");
-  // grad_x = grad_out * exp(x) = grad_out * out
-  return record_unary(x, out, "ExpBackward", out, [](const Tensor& y) { return y; });
+Tensor logical_not(const Tensor& a) { return eq(truth(a, "logical_not", "a"), 0.0); }
+Tensor operator&(const Tensor& a, const Tensor& b) {
+  check_bool_operand(a, "&");
+  check_bool_operand(b, "&");
+  return logical_and(a, b);
 }
-Tensor log(const Tensor& x) {
-  // grad_x = grad_out / x
-  return record_unary(x, floating_unary(UnaryOp::kLog, x, "log"), "LogBackward", x,
-                      [](const Tensor& v) { return 1.0 / v; });
+Tensor operator|(const Tensor& a, const Tensor& b) {
+  check_bool_operand(a, "|");
+  check_bool_operand(b, "|");
+  return logical_or(a, b);
 }
-Tensor sqrt(const Tensor& x) {
-  const Tensor out = floating_unary(UnaryOp::kSqrt, x, "sqrt");
-  // grad_x = grad_out / (2 sqrt(x)) = grad_out / (2 out)
-  return record_unary(x, out, "SqrtBackward", out, [](const Tensor& y) { return 0.5 / y; });
+Tensor operator^(const Tensor& a, const Tensor& b) {
+  check_bool_operand(a, "^");
+  check_bool_operand(b, "^");
+  return logical_xor(a, b);
 }
-Tensor tanh(const Tensor& x) {
-  const Tensor out = floating_unary(UnaryOp::kTanh, x, "tanh");
-  // grad_x = grad_out * (1 - out^2)
-  return record_unary(x, out, "TanhBackward", out, [](const Tensor& y) { return 1.0 - mul(y, y); });
-}
-Tensor sigmoid(const Tensor& x) {
-  const Tensor out = floating_unary(UnaryOp::kSigmoid, x, "sigmoid");
-  // grad_x = grad_out * out * (1 - out)
-  return record_unary(x, out, "SigmoidBackward", out, [](const Tensor& y) { return mul(y, 1.0 - y); });
+Tensor operator~(const Tensor& a) {
+  check_bool_operand(a, "~");
+  return logical_not(a);
 }
 
 Tensor masked_fill(const Tensor& input, const Tensor& mask, double value) {
@@ -365,72 +362,6 @@ Tensor masked_fill(const Tensor& input, const Tensor& mask, double value) {
     record_op("MaskedFillBackward", out, {input},
               [mask](const Tensor& g) { return std::vector<Tensor>{masked_fill(g, mask, 0.0)}; });
   }
-  return out;
-}
-
-namespace {
-// gelu'(x) (its own kernel: elementwise_math.h); recorded under create_graph, with gelu'' from
-// graph_formulas.h.
-Tensor gelu_grad(const Tensor& v, bool tanh_form) {
-  const Tensor d1 = floating_unary(tanh_form ? UnaryOp::kGeluTanhGrad : UnaryOp::kGeluGrad, v, "gelu backward");
-  return record_unary(v, d1, "GeluBackwardBackward", v,
-                      [tanh_form](const Tensor& x) { return gelu_second_derivative(x, tanh_form); });
-}
-}  // namespace
-
-Tensor gelu(const Tensor& x, std::string_view approximate) {
-  check_defined(x, "gelu", "x");
-  TDDP_CHECK(approximate == "none" || approximate == "tanh", "gelu: approximate must be 'none' or 'tanh', got '{}'",
-             approximate);
-  TDDP_CHECK(x.is_floating_point(), "gelu: expected a floating-point input, got dtype {}", dtype_name(x.dtype()));
-  const bool tanh_form = approximate == "tanh";
-  const Tensor out = floating_unary(tanh_form ? UnaryOp::kGeluTanh : UnaryOp::kGelu, x, "gelu");
-  // grad_x = grad_out * gelu'(x)
-  return record_unary(x, out, "GeluBackward", x, [tanh_form](const Tensor& v) { return gelu_grad(v, tanh_form); });
-}
-
-Tensor pow(const Tensor& x, double exponent) {
-  check_defined(x, "pow", "x");
-  check_not_bool(x, "pow", "x");
-  const bool integral_exponent = std::isfinite(exponent) && exponent == std::trunc(exponent);
-  if (x.dtype() == kInt64) {
-    if (!integral_exponent) return pow(x.to(kFloat32), exponent);
-    TDDP_CHECK(exponent >= 0, "pow: integers to negative integer powers are not allowed (exponent {})", exponent);
-  }
-  const Tensor out = new_output(x.sizes(), x.dtype(), x.device());
-  {
-    NoGradGuard no_grad;
-    backend_for(x.device(), "pow").pow_scalar(out, x, exponent);
-  }
-  // grad_x = grad_out * exponent * x^(exponent - 1) (zero when exponent is 0)
-  return record_unary(x, out, "PowBackward", x, [exponent](const Tensor& v) {
-    return exponent == 0.0 ? zeros_like(v) : mul(pow(v, exponent - 1.0), exponent);
-  });
-}
-
-Tensor pow(double base, const Tensor& exponent) {
-  check_defined(exponent, "pow", "exponent");
-  check_not_bool(exponent, "pow", "exponent");
-  if (exponent.dtype() == kInt64) {
-    TDDP_CHECK(!(std::isfinite(base) && base == std::trunc(base)),
-               "pow: an integral base ({}) with an int64 exponent gives integers, which are not supported: pass a "
-               "floating exponent",
-               base);
-    return pow(base, exponent.to(kFloat32));
-  }
-  const Tensor out = new_output(exponent.sizes(), exponent.dtype(), exponent.device());
-  {
-    NoGradGuard no_grad;
-    backend_for(exponent.device(), "pow").pow_scalar_base(out, exponent, base);
-  }
-  // grad_exponent = grad_out * out * log(base), as PyTorch: 0 where base is 0 and exponent >= 0
-  if (!needs_grad(exponent)) return out;
-  record_op("PowBackward1", out, {exponent},
-            [so = SavedTensor(out, true), se = SavedTensor(exponent), base](const Tensor& g) {
-              Tensor factor = mul(so.get("PowBackward1"), std::log(base));
-              if (base == 0) factor = masked_fill(factor, ge(se.get("PowBackward1"), 0.0), 0.0);
-              return std::vector<Tensor>{mul(g, factor)};
-            });
   return out;
 }
 

@@ -227,6 +227,7 @@ void CpuBackend::binary(BinaryOp op, const Tensor& out, const Tensor& a, const T
       case BinaryOp::kMinimum: formula(std::integral_constant<BinaryOp, BinaryOp::kMinimum>{}); return;
       case BinaryOp::kReluBackward: formula(std::integral_constant<BinaryOp, BinaryOp::kReluBackward>{}); return;
       case BinaryOp::kMaskedFill: formula(std::integral_constant<BinaryOp, BinaryOp::kMaskedFill>{}); return;
+      case BinaryOp::kPow: formula(std::integral_constant<BinaryOp, BinaryOp::kPow>{}); return;
     }
   });
 }
@@ -246,6 +247,9 @@ void CpuBackend::compare(CompareOp op, const Tensor& out, const Tensor& a, const
       case CompareOp::kLe: loop(std::integral_constant<CompareOp, CompareOp::kLe>{}); return;
       case CompareOp::kGt: loop(std::integral_constant<CompareOp, CompareOp::kGt>{}); return;
       case CompareOp::kGe: loop(std::integral_constant<CompareOp, CompareOp::kGe>{}); return;
+      case CompareOp::kLogicalAnd: loop(std::integral_constant<CompareOp, CompareOp::kLogicalAnd>{}); return;
+      case CompareOp::kLogicalOr: loop(std::integral_constant<CompareOp, CompareOp::kLogicalOr>{}); return;
+      case CompareOp::kLogicalXor: loop(std::integral_constant<CompareOp, CompareOp::kLogicalXor>{}); return;
     }
   });
 }
@@ -262,18 +266,12 @@ void CpuBackend::unary(UnaryOp op, const Tensor& out, const Tensor& x) {
       unary_loop<T, T>(out, x, [](T v) { return static_cast<T>(em::unary<decltype(kind)::value>(C(v))); });
     };
     switch (op) {
-      case UnaryOp::kNeg: run(std::integral_constant<UnaryOp, UnaryOp::kNeg>{}); return;
-      case UnaryOp::kAbs: run(std::integral_constant<UnaryOp, UnaryOp::kAbs>{}); return;
-      case UnaryOp::kRelu: run(std::integral_constant<UnaryOp, UnaryOp::kRelu>{}); return;
-      case UnaryOp::kExp: run(std::integral_constant<UnaryOp, UnaryOp::kExp>{}); return;
-      case UnaryOp::kLog: run(std::integral_constant<UnaryOp, UnaryOp::kLog>{}); return;
-      case UnaryOp::kSqrt: run(std::integral_constant<UnaryOp, UnaryOp::kSqrt>{}); return;
-      case UnaryOp::kTanh: run(std::integral_constant<UnaryOp, UnaryOp::kTanh>{}); return;
-      case UnaryOp::kSigmoid: run(std::integral_constant<UnaryOp, UnaryOp::kSigmoid>{}); return;
-      case UnaryOp::kGelu: run(std::integral_constant<UnaryOp, UnaryOp::kGelu>{}); return;
-      case UnaryOp::kGeluTanh: run(std::integral_constant<UnaryOp, UnaryOp::kGeluTanh>{}); return;
-      case UnaryOp::kGeluGrad: run(std::integral_constant<UnaryOp, UnaryOp::kGeluGrad>{}); return;
-      case UnaryOp::kGeluTanhGrad: run(std::integral_constant<UnaryOp, UnaryOp::kGeluTanhGrad>{}); return;
+#define TINYDDP_UNARY_CASE(name)                           \
+  case UnaryOp::name:                                      \
+    run(std::integral_constant<UnaryOp, UnaryOp::name>{}); \
+    return;
+      TINYDDP_UNARY_OPS(TINYDDP_UNARY_CASE)
+#undef TINYDDP_UNARY_CASE
     }
   });
 }

@@ -163,6 +163,7 @@ void binary(BinaryOp op, RowPattern pattern, int64_t n, T* o, const T* a, const 
     case BinaryOp::kMinimum: binary_row(pattern, n, o, a, b, formula<BinaryOp::kMinimum, T>(alpha)); return;
     case BinaryOp::kReluBackward: binary_row(pattern, n, o, a, b, formula<BinaryOp::kReluBackward, T>(alpha)); return;
     case BinaryOp::kMaskedFill: binary_row(pattern, n, o, a, b, formula<BinaryOp::kMaskedFill, T>(alpha)); return;
+    case BinaryOp::kPow: binary_row(pattern, n, o, a, b, formula<BinaryOp::kPow, T>(alpha)); return;
   }
 }
 
@@ -193,7 +194,8 @@ struct ArrayMath {
   }
 };
 
-// exp, log, tanh, sigmoid and GELU use Eigen's vectorised versions; the rest are plain loops.
+// exp, log, tanh, sigmoid and GELU use Eigen's vectorised versions; the rest are plain loops
+// (sin, cos, erf and log1p of the standard library, correctly rounded or nearly, as PyTorch's).
 // sqrt is a loop too, which gcc turns into the exact sqrt instruction (-fno-math-errno):
 // Eigen's packet sqrt is an approximation under its default EIGEN_FAST_MATH (a reciprocal
 // square-root estimate and one Newton step) that differs between its AVX and AVX-512 code
@@ -215,6 +217,17 @@ void unary(UnaryOp op, int64_t n, T* o, const T* x) {
     case UnaryOp::kGeluTanh: em::gelu_tanh<ArrayMath>(out, in); return;
     case UnaryOp::kGeluGrad: em::gelu_grad<ArrayMath>(out, in); return;
     case UnaryOp::kGeluTanhGrad: em::gelu_tanh_grad<ArrayMath>(out, in); return;
+    case UnaryOp::kSin: unary_row(n, o, x, em::unary<UnaryOp::kSin, T>); return;
+    case UnaryOp::kCos: unary_row(n, o, x, em::unary<UnaryOp::kCos, T>); return;
+    case UnaryOp::kErf: unary_row(n, o, x, em::unary<UnaryOp::kErf, T>); return;
+    case UnaryOp::kLog1p: unary_row(n, o, x, em::unary<UnaryOp::kLog1p, T>); return;
+    case UnaryOp::kRsqrt: unary_row(n, o, x, em::unary<UnaryOp::kRsqrt, T>); return;
+    case UnaryOp::kReciprocal: unary_row(n, o, x, em::unary<UnaryOp::kReciprocal, T>); return;
+    case UnaryOp::kFloor: unary_row(n, o, x, em::unary<UnaryOp::kFloor, T>); return;
+    case UnaryOp::kCeil: unary_row(n, o, x, em::unary<UnaryOp::kCeil, T>); return;
+    case UnaryOp::kTrunc: unary_row(n, o, x, em::unary<UnaryOp::kTrunc, T>); return;
+    case UnaryOp::kRound: unary_row(n, o, x, em::unary<UnaryOp::kRound, T>); return;
+    case UnaryOp::kSign: unary_row(n, o, x, em::unary<UnaryOp::kSign, T>); return;
   }
 }
 
