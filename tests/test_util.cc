@@ -99,4 +99,19 @@ CommandResult run_command(const std::string& command) {
   return result;
 }
 
+void expect_matches_cpu(const std::vector<tensor::Tensor>& inputs,
+                        const std::function<tensor::Tensor(const std::vector<tensor::Tensor>&)>& op,
+                        const std::string& what, double tol) {
+  const tensor::Device gpu = tensor::Device::cuda(0);
+  std::vector<tensor::Tensor> on_gpu;
+  for (const tensor::Tensor& t : inputs) on_gpu.push_back(t.to(gpu));
+  const tensor::Tensor want = op(inputs);
+  const tensor::Tensor got = op(on_gpu);
+  INFO(what);
+  REQUIRE(got.device() == gpu);
+  REQUIRE(got.sizes() == want.sizes());
+  REQUIRE(got.dtype() == want.dtype());
+  CHECK(tensor::allclose(got.to(tensor::kCPU), want, tol, tol, /*equal_nan=*/true));
+}
+
 }  // namespace tinyddp::testing

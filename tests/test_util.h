@@ -2,6 +2,7 @@
 // PyTorch fixtures, and element access by index for naive reference implementations.
 #pragma once
 
+#include <functional>
 #include <iostream>
 #include <map>
 #include <string>
@@ -53,6 +54,12 @@ struct KeepThreads {
   int saved = tensor::get_num_threads();
   ~KeepThreads() { tensor::set_num_threads(saved); }
 };
+
+// `op` on copies of `inputs` on cuda:0 equals `op` on the CPU tensors (within `tol`, relative
+// and absolute; NaN where the CPU gives NaN): shape, dtype and device checked too.
+void expect_matches_cpu(const std::vector<tensor::Tensor>& inputs,
+                        const std::function<tensor::Tensor(const std::vector<tensor::Tensor>&)>& op,
+                        const std::string& what, double tol);
 
 // The loss column of an examples' --metrics CSV ("step,loss[,...]"): the second field of
 // every row after the header.

@@ -40,7 +40,6 @@ Tensor floating_unary(UnaryOp kind, const Tensor& x, const char* op) {
   return run_unary(kind, input.contiguous(), op);
 }
 
-
 // Records a unary op whose gradient is grad_out * factor(saved), where `saved` is the input
 // or the output as the formula needs.
 template <typename F>
@@ -169,7 +168,6 @@ Tensor pow(double base, const Tensor& exponent) {
             });
   return out;
 }
-
 
 // ---- trigonometric and special functions (integers compute in float32) ------------------------
 

@@ -20,6 +20,7 @@
 #endif
 
 using namespace tinyddp::tensor;
+using tinyddp::testing::expect_matches_cpu;
 
 TEST_CASE("the device query is consistent", "[cuda]") {
   const int count = cuda::device_count();
@@ -45,20 +46,6 @@ TEST_CASE("a kernel runs on every CUDA device", "[cuda]") {
 namespace {
 
 const Device kGpu = Device::cuda(0);
-
-// `op` on the GPU copies of `inputs` equals `op` on the CPU tensors (within `tol`, relative).
-void expect_matches_cpu(const std::vector<Tensor>& inputs, const std::function<Tensor(const std::vector<Tensor>&)>& op,
-                        const std::string& what, double tol) {
-  std::vector<Tensor> on_gpu;
-  for (const Tensor& t : inputs) on_gpu.push_back(t.to(kGpu));
-  const Tensor want = op(inputs);
-  const Tensor got = op(on_gpu);
-  INFO(what);
-  REQUIRE(got.device() == kGpu);
-  REQUIRE(got.sizes() == want.sizes());
-  REQUIRE(got.dtype() == want.dtype());
-  CHECK(allclose(got.to(kCPU), want, tol, tol, /*equal_nan=*/true));
-}
 
 }  // namespace
 

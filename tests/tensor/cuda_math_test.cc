@@ -1,0 +1,110 @@
+// The math ops of tensor/native/unary.cc, pow of two tensors and the logical ops on a GPU
+// against the CPU (the same formulas from elementwise_math.h, compiled by nvcc): forward in
+// every floating dtype, gradients in float64, integers and bool masks exactly. Skips (with a
+// reason) without a GPU.
+#include <functional>
+#include <tuple>
+
+#include "tests/test_util.h"
+#include "tinyddp/tensor/all.h"
+#include "tinyddp/tensor/cuda.h"
+
+using namespace tinyddp::tensor;
+using tinyddp::testing::expect_matches_cpu;
+using UnaryFn = Tensor (*)(const Tensor&);
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+// The gradient of sum(f(x) * w) on the GPU equals the CPU's (float64, within `tol`).
+void expect_grad_matches_cpu(const Tensor& x, const std::function<Tensor(const Tensor&)>& f, const std::string& what,
+                             double tol) {
+  const Tensor w = randn(x.sizes(), TensorOptions(kFloat64));
+  const Tensor cpu_x = x.detach().requires_grad_(), gpu_x = x.detach().to(kGpu).requires_grad_();
+  sum(mul(f(cpu_x), w)).backward();
+  sum(mul(f(gpu_x), w.to(kGpu))).backward();
+  INFO(what);
+  CHECK(allclose(gpu_x.grad().to(kCPU), cpu_x.grad(), tol, tol, /*equal_nan=*/true));
+}
+
+}  // namespace
+
+TEST_CASE("CUDA: sin, cos, erf, log1p, rsqrt, reciprocal, the roundings and sign match the CPU", "[cuda]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  const std::vector<std::tuple<std::string, bool, UnaryFn>> ops = {
+      {"sin", false, [](const Tensor& x) { return sin(x); }},
+      {"cos", false, [](const Tensor& x) { return cos(x); }},
+      {"erf", false, [](const Tensor& x) { return erf(x); }},
+      {"log1p", true, [](const Tensor& x) { return log1p(x); }},
+      {"rsqrt", true, [](const Tensor& x) { return rsqrt(x); }},
+      {"reciprocal", false, [](const Tensor& x) { return reciprocal(x); }},
+      {"floor", false, [](const Tensor& x) { return floor(x); }},
+      {"ceil", false, [](const Tensor& x) { return ceil(x); }},
+      {"trunc", false, [](const Tensor& x) { return trunc(x); }},
+      {"round", false, [](const Tensor& x) { return round(x); }},
+      {"sign", false, [](const Tensor& x) { return sign(x); }},
+      {"nan_to_num", false, [](const Tensor& x) { return nan_to_num(x); }},
+  };
+  for (DType dtype : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    const double tol = dtype == kBFloat16 ? 1e-2 : dtype == kFloat16 ? 2e-3 : dtype == kFloat32 ? 1e-5 : 1e-12;
+    // halves for the roundings, a strided view, NaN and inf
+    Tensor a = mul(round(mul(randn({6, 5}, TensorOptions(kFloat64)), 6.0)), 0.5);
+    a = cat({a, from_vector<double>({NAN, INFINITY, -INFINITY, -0.0, 2.5}, Shape{1, 5})}).t().to(dtype);
+    const Tensor pos = add(rand({5, 7}, TensorOptions(kFloat64)), 0.1).to(dtype);
+    for (const auto& [name, positive, f] : ops) {
+      expect_matches_cpu(
+          {positive ? pos : a}, [f = f](const auto& v) { return f(v[0]); }, name + " " + dtype_name(dtype), tol);
+    }
+  }
+  const Tensor ints = from_vector<int64_t>({-7, 0, 5, 3}, Shape{2, 2});
+  for (const auto& [name, positive, f] : ops) {
+    if (name == "floor" || name == "round" || name == "sign" || name == "sin") {
+      expect_matches_cpu(
+          {ints}, [f = f](const auto& v) { return f(v[0]); }, name + " int64", 0);
+    }
+  }
+  const Tensor x = randn({4, 3}, TensorOptions(kFloat64));
+  expect_grad_matches_cpu(x, [](const Tensor& v) { return sin(v); }, "sin grad", 1e-12);
+  expect_grad_matches_cpu(x, [](const Tensor& v) { return cos(v); }, "cos grad", 1e-12);
+  expect_grad_matches_cpu(x, [](const Tensor& v) { return erf(v); }, "erf grad", 1e-12);
+  expect_grad_matches_cpu(x, [](const Tensor& v) { return log1p(abs(v)); }, "log1p grad", 1e-12);
+  expect_grad_matches_cpu(x, [](const Tensor& v) { return rsqrt(abs(v)); }, "rsqrt grad", 1e-12);
+  expect_grad_matches_cpu(x, [](const Tensor& v) { return reciprocal(v); }, "reciprocal grad", 1e-12);
+  expect_grad_matches_cpu(x, [](const Tensor& v) { return round(v); }, "round grad", 0);
+}
+
+TEST_CASE("CUDA: pow of two tensors, logical ops and the float tests match the CPU", "[cuda]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  const Tensor base = add(rand({3, 1}, TensorOptions(kFloat64)), 0.2), e = randn({4}, TensorOptions(kFloat64));
+  for (DType dtype : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    const double tol = dtype == kBFloat16 ? 1e-2 : dtype == kFloat16 ? 2e-3 : dtype == kFloat32 ? 1e-5 : 1e-12;
+    expect_matches_cpu(
+        {base.to(dtype), e.to(dtype)}, [](const auto& v) { return pow(v[0], v[1]); },
+        std::string("pow ") + dtype_name(dtype), tol);
+  }
+  const Tensor ints = from_vector<int64_t>({2, -3, 0, 7, 1, -1}, Shape{2, 3});
+  expect_matches_cpu(
+      {ints, from_vector<int64_t>({3, 2, 0}, Shape{3})}, [](const auto& v) { return pow(v[0], v[1]); }, "pow int64",
+      0);
+  expect_grad_matches_cpu(
+      base, [&](const Tensor& b) { return sum(pow(b, e.to(b.device())), 1); }, "pow grad of the base", 1e-12);
+  expect_grad_matches_cpu(
+      e, [&](const Tensor& x) { return pow(base.to(x.device()), x); }, "pow grad of the exponent", 1e-12);
+  const Tensor a = from_vector<double>({0.0, 1.5, -2.0, 0.0, NAN, INFINITY}, Shape{6});
+  const Tensor b = from_vector<double>({0.0, 0.0, 3.0, -1.0, 0.0, -INFINITY}, Shape{6});
+  expect_matches_cpu(
+      {a, b}, [](const auto& v) { return logical_and(v[0], v[1]); }, "logical_and", 0);
+  expect_matches_cpu(
+      {a, b}, [](const auto& v) { return logical_or(v[0], v[1]); }, "logical_or", 0);
+  expect_matches_cpu(
+      {a, b}, [](const auto& v) { return logical_xor(v[0], v[1]); }, "logical_xor", 0);
+  expect_matches_cpu(
+      {a}, [](const auto& v) { return logical_not(v[0]); }, "logical_not", 0);
+  expect_matches_cpu(
+      {a}, [](const auto& v) { return isnan(v[0]); }, "isnan", 0);
+  expect_matches_cpu(
+      {b}, [](const auto& v) { return isinf(v[0]); }, "isinf", 0);
+  expect_matches_cpu(
+      {a}, [](const auto& v) { return isfinite(v[0]); }, "isfinite", 0);
+}
