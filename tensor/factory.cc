@@ -2,6 +2,7 @@
 // forms), each allocating on the requested device and dtype.
 #include "tinyddp/tensor/factory.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -41,6 +42,39 @@ Tensor arange_impl(double start, double end, double step, DType default_dtype, T
   std::vector<double> values(static_cast<size_t>(std::max<int64_t>(count, 0)));
   for (size_t i = 0; i < values.size(); ++i) values[i] = start + static_cast<double>(i) * step;
   const DType dtype = options.dtype_or(default_dtype);
+  return from_vector(values).to(dtype).to(options.device());
+}
+
+Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions options) {
+  const int64_t cols = m.value_or(n);
+  TDDP_CHECK(n >= 0 && cols >= 0, "eye: n and m must be >= 0, got {} and {}", n, cols);
+  std::vector<double> values(static_cast<size_t>(n * cols), 0.0);
+  for (int64_t i = 0; i < std::min(n, cols); ++i) values[static_cast<size_t>(i * cols + i)] = 1.0;
+  return from_vector(values, Shape{n, cols}).to(options.dtype()).to(options.device());
+}
+
+namespace {
+// linspace's values in the compute type C of the dtype (float for float32 and the 16-bit
+// ones, as PyTorch), the first half counted up from start and the second down from end.
+template <typename C>
+std::vector<double> spaced(double start, double end, int64_t steps) {
+  const C first = static_cast<C>(start), last = static_cast<C>(end);
+  const C step = steps > 1 ? (last - first) / static_cast<C>(steps - 1) : C(0);
+  std::vector<double> values(static_cast<size_t>(steps));
+  const int64_t half = steps == 1 ? 1 : steps / 2;  // one step: start
+  for (int64_t i = 0; i < steps; ++i) {
+    values[static_cast<size_t>(i)] =
+        i < half ? first + step * static_cast<C>(i) : last - step * static_cast<C>(steps - 1 - i);
+  }
+  return values;
+}
+}  // namespace
+
+Tensor linspace(double start, double end, int64_t steps, TensorOptions options) {
+  TDDP_CHECK(steps >= 0, "linspace: number of steps must be non-negative, got {}", steps);
+  const DType dtype = options.dtype();
+  const std::vector<double> values =
+      dtype == kFloat64 || dtype == kInt64 ? spaced<double>(start, end, steps) : spaced<float>(start, end, steps);
   return from_vector(values).to(dtype).to(options.device());
 }
 

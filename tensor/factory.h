@@ -61,6 +61,13 @@ Tensor arange(S start, E end, P step = 1, TensorOptions options = {}) {
                      integral ? kInt64 : kFloat32, options);
 }
 
+// As torch.eye: the n x m (m defaults to n) identity matrix.
+Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, TensorOptions options = {});
+// As torch.linspace: `steps` values from start to end, evenly spaced (both ends included and
+// exact), in the dtype's compute type: the first half counted from start, the rest back from
+// end, as PyTorch's kernel (whose vectorised loop may differ from these by an ulp or two).
+Tensor linspace(double start, double end, int64_t steps, TensorOptions options = {});
+
 // 1-D and 2-D tensors from literals: tensor({1, 2, 3}), tensor({{1, 2}, {3, 4}}, kFloat64).
 // The default dtype is float32, as torch.tensor with Python floats.
 Tensor tensor(std::initializer_list<double> values, TensorOptions options = {});

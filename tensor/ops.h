@@ -35,6 +35,12 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, double b);
 Tensor div(const Tensor& a, const Tensor& b);  // true division
 Tensor div(const Tensor& a, double b);
+// As torch.lerp: start + weight (end - start), computed back from end for |weight| >= 0.5 as
+// PyTorch does; addcmul / addcdiv: input + value tensor1 * tensor2 (/ tensor2).
+Tensor lerp(const Tensor& start, const Tensor& end, double weight);
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight);
+Tensor addcmul(const Tensor& input, const Tensor& tensor1, const Tensor& tensor2, double value = 1.0);
+Tensor addcdiv(const Tensor& input, const Tensor& tensor1, const Tensor& tensor2, double value = 1.0);
 Tensor maximum(const Tensor& a, const Tensor& b);  // NaN wins, as in PyTorch
 Tensor minimum(const Tensor& a, const Tensor& b);
 
@@ -131,6 +137,23 @@ std::vector<Tensor> unbind(const Tensor& t, int64_t dim = 0);
 // entries than t has dims: t gains leading dims of 1 first); a new tensor (expand, then a
 // contiguous copy), differentiable.
 Tensor repeat(const Tensor& t, const Shape& repeats);
+// As torch.repeat_interleave: each slice along dim (of the flattened tensor without a dim)
+// repeated `repeats` times in place (an int64 tensor: a count per slice); differentiable.
+Tensor repeat_interleave(const Tensor& t, int64_t repeats, std::optional<int64_t> dim = std::nullopt);
+Tensor repeat_interleave(const Tensor& t, const Tensor& repeats, std::optional<int64_t> dim = std::nullopt);
+// As torch.flip: the order along each of `dims` reversed (a copy).
+Tensor flip(const Tensor& t, DimList dims);
+// As torch.roll: elements shifted along dims by shifts (wrapping around); without dims the
+// tensor is rolled flattened and reshaped back.
+Tensor roll(const Tensor& t, DimList shifts, DimList dims = {});
+// As torch.broadcast_to: an expanded view.
+Tensor broadcast_to(const Tensor& t, const Shape& shape);
+// As torch.meshgrid: 1-D inputs of sizes n0, n1, ... expanded to [n0, n1, ...] views ("ij");
+// with "xy" the first two dims are swapped, as numpy's.
+std::vector<Tensor> meshgrid(const std::vector<Tensor>& tensors, std::string_view indexing = "ij");
+// As torch.diag: a 2-D input's `diagonal`-th diagonal as a 1-D view, or a 1-D input placed on
+// that diagonal of a square matrix of zeros.
+Tensor diag(const Tensor& t, int64_t diagonal = 0);
 // As torch.tril / torch.triu over the last two dims: the elements on and below (above) the
 // `diagonal`-th diagonal kept, the rest zero.
 Tensor tril(const Tensor& input, int64_t diagonal = 0);
@@ -162,6 +185,26 @@ Tensor min(const Tensor& x);
 std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& x);
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+
+// As torch.var / torch.std over `dims` (all when empty): the sum of squared deviations from
+// the mean divided by N - correction (correction 1, Bessel's, by default; 0 for the
+// population's). std's gradient is 0 where std is 0, as PyTorch's. Floating inputs. Under
+// `using namespace`, call std qualified (tensor::std(x), as libtorch's torch::std) or as x.std().
+Tensor var(const Tensor& x, DimList dims = {}, int64_t correction = 1, bool keepdim = false);
+Tensor std(const Tensor& x, DimList dims = {}, int64_t correction = 1, bool keepdim = false);
+// As torch.amax / amin: the maximum (minimum) over `dims` (all when empty); the gradient is
+// shared evenly among the elements equal to it.
+Tensor amax(const Tensor& x, DimList dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, DimList dims = {}, bool keepdim = false);
+// As torch.logsumexp: log(sum(exp(x))) over `dims`, computed around the maximum so that it
+// neither overflows nor underflows; integers compute in float32.
+Tensor logsumexp(const Tensor& x, DimList dims, bool keepdim = false);
+// As torch.all / torch.any: bool, whether every (some) element is nonzero, over all elements
+// or `dims`.
+Tensor all(const Tensor& x);
+Tensor all(const Tensor& x, DimList dims, bool keepdim = false);
+Tensor any(const Tensor& x);
+Tensor any(const Tensor& x, DimList dims, bool keepdim = false);
 
 // ---- selecting elements (native/select.cc) -------------------------------------------------------
 // As torch.clamp: each element limited to [min, max] (either bound may be absent, not both;
@@ -212,6 +255,16 @@ Tensor causal_softmax(const Tensor& scores, double scale = 1.0);
 // ---- linear algebra ---------------------------------------------------------------------------
 // 1-D/2-D/batched as torch.matmul: batch dims broadcast; transposed views are used in place.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// The BLAS-named products, as torch's: bmm of [b, n, k] and [b, k, m] (no broadcasting), mv
+// of a matrix and a vector, dot of two vectors (a 0-d result), outer of two vectors; addmm
+// (beta input + alpha m1 m2) and baddbmm (beta input + alpha bmm(batch1, batch2)), the input
+// broadcast to the product's shape and ignored when beta is 0.
+Tensor bmm(const Tensor& a, const Tensor& b);
+Tensor mv(const Tensor& a, const Tensor& v);
+Tensor dot(const Tensor& a, const Tensor& b);
+Tensor outer(const Tensor& a, const Tensor& b);
+Tensor addmm(const Tensor& input, const Tensor& m1, const Tensor& m2, double beta = 1.0, double alpha = 1.0);
+Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, double beta = 1.0, double alpha = 1.0);
 Tensor mm(const Tensor& a, const Tensor& b);  // strictly 2-D x 2-D
 // input [..., in] @ weight^T [in, out] + bias [out] (bias may be undefined), as
 // torch.nn.functional.linear: one GEMM and one graph node, whose backward computes the

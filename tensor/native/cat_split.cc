@@ -1,8 +1,11 @@
-// Joining, splitting and tiling along dims (cat, stack, split, chunk, unbind, repeat) and the
-// triangular parts of matrices (tril, triu). split, chunk and unbind return views, so their
+// Joining, splitting, tiling and reordering along dims (cat, stack, split, chunk, unbind, repeat,
+// repeat_interleave, flip, roll, meshgrid, broadcast_to) and the triangular and diagonal parts of
+// matrices (tril, triu, diag). split, chunk and unbind return views, so their
 // gradients flow through narrow's and select's;
 // cat copies each input into its slice of a new tensor, and its backward hands each input the
 // matching slice of the gradient.
+#include <algorithm>
+
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/native/checks.h"
 #include "tinyddp/tensor/ops.h"
@@ -155,6 +158,114 @@ Tensor repeat(const Tensor& t, const Shape& repeats) {
     out.push_back(repeats[i] * size);
   }
   return t.reshape(pairs).expand(tiled).contiguous().reshape(out);
+}
+
+Tensor repeat_interleave(const Tensor& t, const Tensor& repeats, std::optional<int64_t> dim) {
+  check_defined(t, "repeat_interleave", "input");
+  check_defined(repeats, "repeat_interleave", "repeats");
+  TDDP_CHECK(repeats.dtype() == kInt64 && repeats.dim() <= 1,
+             "repeat_interleave: repeats must be a 0-d or 1-d int64 tensor, got dtype {} and shape {}",
+             dtype_name(repeats.dtype()), format_shape(repeats.sizes()));
+  const Tensor input = dim ? t : t.reshape({-1});
+  const int64_t d = dim ? wrap_dim(*dim, t.dim(), "repeat_interleave") : 0;
+  const int64_t n = input.size(d);
+  const std::vector<int64_t> counts = repeats.dim() == 0
+                                          ? std::vector<int64_t>(static_cast<size_t>(n), repeats.item<int64_t>())
+                                          : repeats.to(kCPU).contiguous().to_vector<int64_t>();
+  TDDP_CHECK(static_cast<int64_t>(counts.size()) == n,
+             "repeat_interleave: repeats must have the same size as input along dim ({} != {})", counts.size(), n);
+  std::vector<int64_t> index;
+  for (int64_t i = 0; i < n; ++i) {
+    TDDP_CHECK(counts[static_cast<size_t>(i)] >= 0, "repeat_interleave: repeats can not be negative");
+    index.insert(index.end(), static_cast<size_t>(counts[static_cast<size_t>(i)]), i);
+  }
+  // index_select's gradient adds the copies' gradients back into each slice
+  return index_select(input, d, from_vector(index, {}, input.device()));
+}
+Tensor repeat_interleave(const Tensor& t, int64_t repeats, std::optional<int64_t> dim) {
+  return repeat_interleave(t, scalar_tensor(static_cast<double>(repeats), TensorOptions(kInt64)), dim);
+}
+
+Tensor flip(const Tensor& t, DimList dims) {
+  check_defined(t, "flip", "input");
+  const Shape& list = dims;
+  Tensor out = t;
+  std::vector<bool> seen(static_cast<size_t>(t.dim()), false);
+  for (int64_t dim : list) {
+    const int64_t d = wrap_dim(dim, t.dim(), "flip");
+    TDDP_CHECK(!seen[static_cast<size_t>(d)], "flip: dim {} appears multiple times in the list of dims", d);
+    seen[static_cast<size_t>(d)] = true;
+    const int64_t n = t.size(d);
+    out = index_select(out, d, arange(n - 1, int64_t{-1}, int64_t{-1}, TensorOptions().device(t.device())));
+  }
+  return list.empty() ? t.clone() : out;
+}
+
+Tensor roll(const Tensor& t, DimList shifts, DimList dims) {
+  check_defined(t, "roll", "input");
+  const Shape& s = shifts;
+  const Shape& ds = dims;
+  if (ds.empty()) {
+    TDDP_CHECK(s.size() == 1, "roll: without dims, one shift is expected (got {})", s.size());
+    return roll(t.reshape({-1}), s, {0}).view(t.sizes());
+  }
+  TDDP_CHECK(s.size() == ds.size(), "roll: shifts and dimensions must align. shifts: {}, dims: {}", s.size(),
+             ds.size());
+  Tensor out = t;
+  for (size_t k = 0; k < ds.size(); ++k) {
+    const int64_t d = wrap_dim(ds[k], t.dim(), "roll");
+    const int64_t n = t.size(d);
+    if (n == 0) continue;
+    const int64_t shift = ((s[k] % n) + n) % n;  // the last `shift` elements come first
+    if (shift != 0) out = cat({out.narrow(d, n - shift, shift), out.narrow(d, 0, n - shift)}, d);
+  }
+  return out;
+}
+
+Tensor broadcast_to(const Tensor& t, const Shape& shape) {
+  check_defined(t, "broadcast_to", "input");
+  TDDP_CHECK(is_expandable_to(t.sizes(), shape), "broadcast_to: shape {} cannot be broadcast to {}",
+             format_shape(t.sizes()), format_shape(shape));
+  return t.expand(shape);
+}
+
+std::vector<Tensor> meshgrid(const std::vector<Tensor>& tensors, std::string_view indexing) {
+  TDDP_CHECK(indexing == "ij" || indexing == "xy", "meshgrid: indexing must be 'ij' or 'xy', got '{}'", indexing);
+  Shape shape;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    check_defined(tensors[i], "meshgrid", "tensors");
+    TDDP_CHECK(tensors[i].dim() <= 1, "meshgrid: expected 0-d or 1-d tensors, got shape {} at entry {}",
+               format_shape(tensors[i].sizes()), i);
+    shape.push_back(tensors[i].numel());
+  }
+  // "xy": the first two inputs swap their output dims (Cartesian x along columns)
+  const bool swap = indexing == "xy" && tensors.size() >= 2;
+  if (swap) std::swap(shape[0], shape[1]);
+  std::vector<Tensor> grids;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const size_t axis = swap && i < 2 ? 1 - i : i;
+    Shape view(shape.size(), 1);
+    view[axis] = tensors[i].numel();
+    grids.push_back(tensors[i].reshape(view).expand(shape));
+  }
+  return grids;
+}
+
+Tensor diag(const Tensor& t, int64_t diagonal) {
+  check_defined(t, "diag", "input");
+  TDDP_CHECK(t.dim() == 1 || t.dim() == 2, "diag: expected a 1-D or 2-D tensor, got shape {}", format_shape(t.sizes()));
+  const int64_t off = diagonal < 0 ? -diagonal : diagonal;
+  if (t.dim() == 2) {  // the diagonal as a view: stride rows + cols from its first element
+    const int64_t rows = t.size(0), cols = t.size(1);
+    const int64_t len = std::max<int64_t>(0, diagonal >= 0 ? std::min(rows, cols - off) : std::min(rows - off, cols));
+    const int64_t start = len == 0 ? 0 : diagonal >= 0 ? off * t.stride(1) : off * t.stride(0);
+    return t.as_strided({len}, {t.stride(0) + t.stride(1)}, t.storage_offset() + start);
+  }
+  // a vector onto the diagonal of an n x n matrix of zeros (index_add: the gradient is the diagonal)
+  const int64_t len = t.size(0), n = len + off;
+  const Tensor positions = add(mul(arange(len, TensorOptions().device(t.device())), static_cast<double>(n + 1)),
+                               static_cast<double>(diagonal >= 0 ? off : off * n));
+  return index_add(zeros({n * n}, TensorOptions(t.dtype()).device(t.device())), 0, positions, t).view({n, n});
 }
 
 }  // namespace tinyddp::tensor

@@ -265,6 +265,29 @@ Tensor pow(const Tensor& x_in, const Tensor& exponent_in) {
   return out;
 }
 
+// ---- combinations (composites: their gradients are their parts') -----------------------------
+
+Tensor lerp(const Tensor& start, const Tensor& end, double weight) {
+  check_pair(start, end, "lerp");
+  // As PyTorch: from start for weights below 0.5, back from end otherwise (exact at both ends).
+  const Tensor diff = sub(end, start);
+  return std::abs(weight) < 0.5 ? add(start, mul(diff, weight)) : sub(end, mul(diff, 1.0 - weight));
+}
+Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight) {
+  check_pair(start, end, "lerp");
+  check_defined(weight, "lerp", "weight");
+  const Tensor diff = sub(end, start);
+  return where(lt(abs(weight), 0.5), add(start, mul(weight, diff)), sub(end, mul(diff, 1.0 - weight)));
+}
+Tensor addcmul(const Tensor& input, const Tensor& tensor1, const Tensor& tensor2, double value) {
+  check_defined(input, "addcmul", "input");
+  return add(input, mul(value == 1.0 ? tensor1 : mul(tensor1, value), tensor2));
+}
+Tensor addcdiv(const Tensor& input, const Tensor& tensor1, const Tensor& tensor2, double value) {
+  check_defined(input, "addcdiv", "input");
+  return add(input, div(value == 1.0 ? tensor1 : mul(tensor1, value), tensor2));
+}
+
 void add_out(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, const char* op) {
   if (a.defined()) check_alpha(a, alpha, op);
   binary_out(BinaryOp::kAdd, out, a, b, alpha, op);

@@ -200,4 +200,64 @@ Tensor linear(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   return out;
 }
 
+// ---- the BLAS-named products (composites of matmul) --------------------------------------------
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  check_pair(a, b, "bmm");
+  TDDP_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected two 3-D tensors, got shapes {} and {}",
+             format_shape(a.sizes()), format_shape(b.sizes()));
+  TDDP_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(1),
+             "bmm: shapes {} and {} cannot be multiplied (batch sizes must be equal, and {} must equal {})",
+             format_shape(a.sizes()), format_shape(b.sizes()), a.size(2), b.size(1));
+  return matmul(a, b);
+}
+
+Tensor mv(const Tensor& a, const Tensor& v) {
+  check_pair(a, v, "mv");
+  TDDP_CHECK(a.dim() == 2 && v.dim() == 1 && a.size(1) == v.size(0),
+             "mv: expected a matrix [n, m] and a vector [m], got shapes {} and {}", format_shape(a.sizes()),
+             format_shape(v.sizes()));
+  return matmul(a, v);
+}
+
+Tensor dot(const Tensor& a, const Tensor& b) {
+  check_pair(a, b, "dot");
+  TDDP_CHECK(a.dim() == 1 && b.dim() == 1 && a.size(0) == b.size(0),
+             "dot: expected two 1-D tensors of the same size, got shapes {} and {}", format_shape(a.sizes()),
+             format_shape(b.sizes()));
+  return matmul(a, b);
+}
+
+Tensor outer(const Tensor& a, const Tensor& b) {
+  check_pair(a, b, "outer");
+  TDDP_CHECK(a.dim() == 1 && b.dim() == 1, "outer: expected two 1-D tensors, got shapes {} and {}",
+             format_shape(a.sizes()), format_shape(b.sizes()));
+  return mul(a.unsqueeze(1), b.unsqueeze(0));
+}
+
+namespace {
+// beta * input + alpha * product, as PyTorch's addmm family: with beta 0 the input is ignored
+// (its NaN and inf do not propagate, and it gets no gradient), its shape still checked.
+Tensor scaled_sum(const Tensor& input, const Tensor& product, double beta, double alpha, const char* op) {
+  check_defined(input, op, "input");
+  TDDP_CHECK(is_expandable_to(input.sizes(), product.sizes()),
+             "{}: input of shape {} cannot be broadcast to the product's shape {}", op, format_shape(input.sizes()),
+             format_shape(product.sizes()));
+  const Tensor scaled = alpha == 1.0 ? product : mul(product, alpha);
+  if (beta == 0.0) return scaled;
+  return add(beta == 1.0 ? input : mul(input, beta), scaled);
+}
+}  // namespace
+
+Tensor addmm(const Tensor& input, const Tensor& m1, const Tensor& m2, double beta, double alpha) {
+  check_pair(m1, m2, "addmm");
+  TDDP_CHECK(m1.dim() == 2 && m2.dim() == 2, "addmm: expected 2-D matrices, got shapes {} and {}",
+             format_shape(m1.sizes()), format_shape(m2.sizes()));
+  return scaled_sum(input, mm(m1, m2), beta, alpha, "addmm");
+}
+
+Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, double beta, double alpha) {
+  return scaled_sum(input, bmm(batch1, batch2), beta, alpha, "baddbmm");
+}
+
 }  // namespace tinyddp::tensor

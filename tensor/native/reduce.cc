@@ -1,5 +1,5 @@
-// Reductions (sum, mean, max, argmax) and softmax / log_softmax, each forward beside its
-// backward formula.
+// Reductions (sum, mean, norm, max, argmax, min, argmin, var, std, amax, amin, logsumexp, all,
+// any) and softmax / log_softmax, each forward beside its backward formula.
 #include "tinyddp/tensor/ops.h"
 
 #include <algorithm>
@@ -231,5 +231,130 @@ std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
 Tensor argmin(const Tensor& x) { return argmax(mirrored(x, "argmin")); }
 
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { return argmax(mirrored(x, "argmin"), dim, keepdim); }
+
+// ---- statistics and extrema over several dims (composites of the kernels above) ----------------
+
+namespace {
+// The shape `x` reduces to over the wrapped `dims` (all when empty) with keepdim.
+Shape kept_shape(const Tensor& x, const Shape& wrapped) {
+  Shape shape = x.sizes();
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (wrapped.empty() || std::find(wrapped.begin(), wrapped.end(), d) != wrapped.end()) shape[d] = 1;
+  }
+  return shape;
+}
+// The shape without the reduced dims (keepdim false).
+Shape dropped_shape(const Tensor& x, const Shape& wrapped) {
+  Shape shape;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (!wrapped.empty() && std::find(wrapped.begin(), wrapped.end(), d) == wrapped.end()) shape.push_back(x.size(d));
+  }
+  return shape;
+}
+Tensor reshaped_result(const Tensor& kept, const Tensor& x, const Shape& wrapped, bool keepdim) {
+  return keepdim ? kept : kept.reshape(dropped_shape(x, wrapped));
+}
+
+// amax / amin: the extreme over `dims` one dim at a time; the gradient shared evenly among
+// the elements equal to it, as PyTorch's.
+Tensor extreme(const Tensor& x, DimList dim_list, bool keepdim, bool largest, const char* op, const char* node) {
+  check_defined(x, op, "x");
+  const Shape wrapped = reduction_dims(x, dim_list, op);
+  Tensor kept;
+  {
+    NoGradGuard no_grad;
+    kept = x;
+    for (int64_t d = 0; d < x.dim(); ++d) {
+      if (!wrapped.empty() && std::find(wrapped.begin(), wrapped.end(), d) == wrapped.end()) continue;
+      TDDP_CHECK(x.size(d) > 0, "{}: cannot reduce dim {} of size 0 (shape {})", op, d, format_shape(x.sizes()));
+      kept = std::get<0>(largest ? max(kept, d, true) : min(kept, d, true));
+    }
+  }
+  const Tensor out = reshaped_result(kept, x, wrapped, keepdim);
+  if (needs_grad(x)) {
+    record_op(node, out, {x}, [sx = SavedTensor(x), sk = SavedTensor(kept), wrapped, node, keepdim](const Tensor& g) {
+      const Tensor& xv = sx.get(node);
+      const Tensor mask = eq(xv, sk.get(node)).to(g.dtype());
+      const Tensor share = div(mask, sum(mask, wrapped, true));
+      return std::vector<Tensor>{mul(expand_reduced(g, xv.sizes(), wrapped, keepdim), share)};
+    });
+  }
+  return out;
+}
+
+// (x - mean) and the divisor N - correction of var and std over `wrapped`.
+std::pair<Tensor, double> centered(const Tensor& x, const Shape& wrapped, int64_t correction) {
+  const Tensor c = sub(x, mean(x, wrapped, true));
+  const int64_t count = x.numel() == 0 ? 0 : x.numel() / shape_numel(kept_shape(x, wrapped));
+  return {c, static_cast<double>(std::max<int64_t>(count - correction, 0))};
+}
+}  // namespace
+
+Tensor amax(const Tensor& x, DimList dims, bool keepdim) {
+  return extreme(x, dims, keepdim, true, "amax", "AmaxBackward");
+}
+Tensor amin(const Tensor& x, DimList dims, bool keepdim) {
+  return extreme(x, dims, keepdim, false, "amin", "AminBackward");
+}
+
+Tensor var(const Tensor& x, DimList dims, int64_t correction, bool keepdim) {
+  check_defined(x, "var", "x");
+  TDDP_CHECK(x.is_floating_point(), "var: expected a floating-point input, got dtype {}", dtype_name(x.dtype()));
+  const Shape wrapped = reduction_dims(x, dims, "var");
+  const auto [c, divisor] = centered(x, wrapped, correction);
+  // the composite's gradient: 2 (x - mean) / (N - correction)
+  return div(sum(mul(c, c), wrapped, keepdim), divisor);
+}
+
+Tensor std(const Tensor& x, DimList dims, int64_t correction, bool keepdim) {
+  check_defined(x, "std", "x");
+  TDDP_CHECK(x.is_floating_point(), "std: expected a floating-point input, got dtype {}", dtype_name(x.dtype()));
+  const Shape wrapped = reduction_dims(x, dims, "std");
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = sqrt(var(x, wrapped, correction, keepdim));
+  }
+  // grad_x = grad_out (x - mean) / ((N - correction) std), 0 where std is 0 (as PyTorch's)
+  if (needs_grad(x)) {
+    record_op("StdBackward", out, {x},
+              [sx = SavedTensor(x), so = SavedTensor(out, true), wrapped, correction, keepdim](const Tensor& g) {
+                const Tensor& xv = sx.get("StdBackward");
+                const auto [c, divisor] = centered(xv, wrapped, correction);
+                const Tensor s = expand_reduced(so.get("StdBackward"), xv.sizes(), wrapped, keepdim);
+                const Tensor factor = masked_fill(div(c, mul(s, divisor)), eq(s, 0.0), 0.0);
+                return std::vector<Tensor>{mul(expand_reduced(g, xv.sizes(), wrapped, keepdim), factor)};
+              });
+  }
+  return out;
+}
+
+Tensor logsumexp(const Tensor& x, DimList dims, bool keepdim) {
+  check_defined(x, "logsumexp", "x");
+  const Tensor input = x.is_floating_point() ? x : x.to(kFloat32);
+  const Shape wrapped = reduction_dims(input, dims, "logsumexp");
+  // log(sum(exp(x - m))) + m with m the maximum (0 where it is infinite), a constant: the
+  // gradient is softmax(x) over the dims.
+  Tensor m = amax(input.detach(), wrapped, true);
+  m = masked_fill(m, isinf(m), 0.0);
+  const Tensor kept = add(log(sum(exp(sub(input, m)), wrapped, true)), m);
+  return reshaped_result(kept, input, wrapped, keepdim);
+}
+
+namespace {
+// all / any: whether every (some) element over dims is nonzero, as bool.
+Tensor count_truth(const Tensor& x, DimList dims, bool keepdim, bool every, const char* op) {
+  check_defined(x, op, "x");
+  const Shape wrapped = reduction_dims(x, dims, op);
+  NoGradGuard no_grad;
+  const Tensor misses = sum((every ? eq(x, 0.0) : ne(x, 0.0)).to(kInt64), wrapped, keepdim);
+  return every ? eq(misses, 0.0) : gt(misses, 0.0);
+}
+}  // namespace
+
+Tensor all(const Tensor& x) { return count_truth(x, {}, false, true, "all"); }
+Tensor all(const Tensor& x, DimList dims, bool keepdim) { return count_truth(x, dims, keepdim, true, "all"); }
+Tensor any(const Tensor& x) { return count_truth(x, {}, false, false, "any"); }
+Tensor any(const Tensor& x, DimList dims, bool keepdim) { return count_truth(x, dims, keepdim, false, "any"); }
 
 }  // namespace tinyddp::tensor

@@ -65,13 +65,20 @@ TEST_CASE("CUDA: sin, cos, erf, log1p, rsqrt, reciprocal, the roundings and sign
     }
   }
   const Tensor x = randn({4, 3}, TensorOptions(kFloat64));
-  expect_grad_matches_cpu(x, [](const Tensor& v) { return sin(v); }, "sin grad", 1e-12);
-  expect_grad_matches_cpu(x, [](const Tensor& v) { return cos(v); }, "cos grad", 1e-12);
-  expect_grad_matches_cpu(x, [](const Tensor& v) { return erf(v); }, "erf grad", 1e-12);
-  expect_grad_matches_cpu(x, [](const Tensor& v) { return log1p(abs(v)); }, "log1p grad", 1e-12);
-  expect_grad_matches_cpu(x, [](const Tensor& v) { return rsqrt(abs(v)); }, "rsqrt grad", 1e-12);
-  expect_grad_matches_cpu(x, [](const Tensor& v) { return reciprocal(v); }, "reciprocal grad", 1e-12);
-  expect_grad_matches_cpu(x, [](const Tensor& v) { return round(v); }, "round grad", 0);
+  expect_grad_matches_cpu(
+      x, [](const Tensor& v) { return sin(v); }, "sin grad", 1e-12);
+  expect_grad_matches_cpu(
+      x, [](const Tensor& v) { return cos(v); }, "cos grad", 1e-12);
+  expect_grad_matches_cpu(
+      x, [](const Tensor& v) { return erf(v); }, "erf grad", 1e-12);
+  expect_grad_matches_cpu(
+      x, [](const Tensor& v) { return log1p(abs(v)); }, "log1p grad", 1e-12);
+  expect_grad_matches_cpu(
+      x, [](const Tensor& v) { return rsqrt(abs(v)); }, "rsqrt grad", 1e-12);
+  expect_grad_matches_cpu(
+      x, [](const Tensor& v) { return reciprocal(v); }, "reciprocal grad", 1e-12);
+  expect_grad_matches_cpu(
+      x, [](const Tensor& v) { return round(v); }, "round grad", 0);
 }
 
 TEST_CASE("CUDA: pow of two tensors, logical ops and the float tests match the CPU", "[cuda]") {
@@ -85,8 +92,7 @@ TEST_CASE("CUDA: pow of two tensors, logical ops and the float tests match the C
   }
   const Tensor ints = from_vector<int64_t>({2, -3, 0, 7, 1, -1}, Shape{2, 3});
   expect_matches_cpu(
-      {ints, from_vector<int64_t>({3, 2, 0}, Shape{3})}, [](const auto& v) { return pow(v[0], v[1]); }, "pow int64",
-      0);
+      {ints, from_vector<int64_t>({3, 2, 0}, Shape{3})}, [](const auto& v) { return pow(v[0], v[1]); }, "pow int64", 0);
   expect_grad_matches_cpu(
       base, [&](const Tensor& b) { return sum(pow(b, e.to(b.device())), 1); }, "pow grad of the base", 1e-12);
   expect_grad_matches_cpu(
@@ -107,4 +113,44 @@ TEST_CASE("CUDA: pow of two tensors, logical ops and the float tests match the C
       {b}, [](const auto& v) { return isinf(v[0]); }, "isinf", 0);
   expect_matches_cpu(
       {a}, [](const auto& v) { return isfinite(v[0]); }, "isfinite", 0);
+}
+
+TEST_CASE("CUDA: the composites (var, std, amax, logsumexp, all, bmm, addmm, flip, roll, diag, lerp) match the CPU",
+          "[cuda]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  const Tensor x = randn({3, 4, 5}, TensorOptions(kFloat64));
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> ops = {
+      {"var",
+       [](const Tensor& v) {
+         return var(v, {0, 2});
+       }},
+      {"std", [](const Tensor& v) { return tinyddp::tensor::std(v, 1, 0, true); }},
+      {"amax",
+       [](const Tensor& v) {
+         return amax(v, {1, 2});
+       }},
+      {"logsumexp", [](const Tensor& v) { return logsumexp(v, 2); }},
+      {"bmm", [](const Tensor& v) { return bmm(v, v.transpose(1, 2)); }},
+      {"addmm", [](const Tensor& v) { return addmm(v[0][0], v[1], v[2].t(), 0.5, 2.0); }},
+      {"flip",
+       [](const Tensor& v) {
+         return flip(v, {0, 2});
+       }},
+      {"roll",
+       [](const Tensor& v) {
+         return roll(v, {2, -1}, {1, 2});
+       }},
+      {"diag", [](const Tensor& v) { return add(diag(v[0], 1), 0.0); }},
+      {"repeat_interleave", [](const Tensor& v) { return repeat_interleave(v, 2, 1); }},
+      {"lerp", [](const Tensor& v) { return lerp(v, mul(v, v), 0.7); }},
+  };
+  for (const auto& [name, f] : ops) {
+    expect_matches_cpu(
+        {x}, [f = f](const auto& v) { return f(v[0]); }, name, 1e-12);
+    expect_grad_matches_cpu(x, f, name + " grad", 1e-12);
+  }
+  expect_matches_cpu(
+      {x}, [](const auto& v) { return all(gt(v[0], -3.0), 1); }, "all", 0);
+  CHECK(equal(eye(3, 4, TensorOptions().device(kGpu)).to(kCPU), eye(3, 4)));
+  CHECK(equal(linspace(-1.0, 2.0, 9, TensorOptions().device(kGpu)).to(kCPU), linspace(-1.0, 2.0, 9)));
 }

@@ -2,7 +2,9 @@
 // seeded generator reproducing PyTorch's CPU random streams (from committed fixtures).
 #include <cmath>
 
+#include "tests/fixture_case.h"
 #include "tests/test_util.h"
+#include "tinyddp/autograd/gradcheck.h"
 
 using namespace tinyddp::tensor;
 using Catch::Contains;
@@ -142,4 +144,25 @@ TEST_CASE("expand_as broadcasts to the other tensor's shape without copying", "[
   CHECK(e.shares_storage(row));
   CHECK(e.to_vector<float>() == std::vector<float>{1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3});
   CHECK_THROWS(row.expand_as(zeros({4, 2})));
+}
+
+TEST_CASE("eye and linspace match PyTorch, in float32 and float64", "[tensor][factory]") {
+  const tinyddp::testing::Fixture f("tests/tensor/fixtures/math_reference.txt");
+  CHECK(equal(eye(3, 4), f.value("eye34", {3, 4}, kFloat32)));
+  CHECK(equal(eye(2, std::nullopt, TensorOptions(kInt64)), from_vector<int64_t>({1, 0, 0, 1}, Shape{2, 2})));
+  // within two ulps of the larger end (PyTorch's vectorised loop rounds some values the other
+  // way), and the ends exact
+  const Tensor short32 = linspace(-1.3, 2.1, 7), short64 = linspace(-1.3, 2.1, 7, TensorOptions(kFloat64));
+  const Tensor long32 = linspace(0.1, 1000.3, 1001);
+  CHECK(allclose(short32, f.value("linspace_f32", {7}, kFloat32), 0.0, 2 * 1.2e-7 * 2.1));
+  CHECK(allclose(short64, f.value("linspace_f64", {7}), 0.0, 2 * 2.3e-16 * 2.1));
+  // two float32 ulps at 1000 (2^-14 each)
+  CHECK(allclose(long32, f.value("linspace_long_f32", {1001}, kFloat32), 0.0, 2 * 6.2e-5));
+  CHECK(long32[0].item<float>() == 0.1f);
+  CHECK(long32[1000].item<float>() == 1000.3f);
+  CHECK(short64[6].item<double>() == 2.1);
+  CHECK(linspace(3.0, 5.0, 1).item<float>() == 3.0f);
+  CHECK(linspace(3.0, 5.0, 0).numel() == 0);
+  CHECK_THROWS_WITH(linspace(0.0, 1.0, -1), Contains("linspace: number of steps must be non-negative, got -1"));
+  CHECK_THROWS_WITH(eye(-1), Contains("eye: n and m must be >= 0"));
 }

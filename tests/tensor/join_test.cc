@@ -2,8 +2,10 @@
 // torch's documented piece sizes), their gradients, and the errors they give.
 #include <cmath>
 
+#include "tests/fixture_case.h"
 #include "tests/test_util.h"
 #include "tinyddp/autograd/autograd.h"
+#include "tinyddp/autograd/gradcheck.h"
 
 using namespace tinyddp::tensor;
 using Catch::Contains;
@@ -94,4 +96,32 @@ TEST_CASE("cat refuses mismatched tensors, naming which", "[join][errors]") {
   CHECK_THROWS_WITH(cat({ones({2}), ones({2}, kFloat64)}), Contains("cat") && Contains("tensors[1]"));
   CHECK_THROWS_WITH(split(ones({5}), {2, 2}), Contains("split: split sizes [2, 2] sum to 4, but dim 0"));
   CHECK_THROWS_WITH(chunk(ones({5}), 0), Contains("chunk: expected a positive number of chunks, got 0"));
+}
+
+TEST_CASE("flip, roll, repeat_interleave, diag and meshgrid match PyTorch, gradients too", "[join]") {
+  const tinyddp::testing::Fixture f("tests/tensor/fixtures/math_reference.txt");
+  using V = std::vector<Tensor>;
+  f.check_case("flip", {{"x", {2, 3, 4}}}, {2, 3, 4}, [](const V& v) { return flip(v[0], {0, 2}); });
+  f.check_case("roll", {{"x", {3, 4}}}, {3, 4}, [](const V& v) { return roll(v[0], {1, -2}, {0, 1}); });
+  f.check_case("roll_flat", {{"x", {3, 4}}}, {3, 4}, [](const V& v) { return v[0].roll(5); });
+  f.check_case("repeat_interleave", {{"x", {3, 2}}}, {5, 2}, [](const V& v) {
+    return repeat_interleave(v[0], from_vector<int64_t>({2, 0, 3}, Shape{3}), 0);
+  });
+  f.check_case("repeat_interleave_flat", {{"x", {2, 2}}}, {8}, [](const V& v) { return v[0].repeat_interleave(2); });
+  f.check_case("diag_embed", {{"x", {3}}}, {4, 4}, [](const V& v) { return diag(v[0], 1); });
+  f.check_case("diag_take", {{"x", {4, 3}}}, {3}, [](const V& v) { return v[0].diag(-1); });
+  const auto grids = meshgrid({arange(3.0, TensorOptions(kFloat64)), arange(2.0, TensorOptions(kFloat64))}, "xy");
+  CHECK(equal(grids[0].contiguous(), f.value("meshgrid_xy_0", {2, 3})));
+  CHECK(equal(grids[1].contiguous(), f.value("meshgrid_xy_1", {2, 3})));
+  const auto ij = meshgrid({arange(3.0), arange(2.0)});
+  CHECK(ij[0].sizes() == Shape{3, 2});
+  CHECK(equal(broadcast_to(arange(3.0), {2, 3}), arange(3.0).expand({2, 3})));
+  CHECK_THROWS_WITH(broadcast_to(zeros({3}), {2, 4}),
+                    Contains("broadcast_to: shape [3] cannot be broadcast to [2, 4]"));
+  CHECK_THROWS_WITH(flip(zeros({2, 3}), {1, -1}), Contains("flip: dim 1 appears multiple times"));
+  CHECK_THROWS_WITH(roll(zeros({2, 3}), {1, 2}, {0}), Contains("roll: shifts and dimensions must align"));
+  CHECK_THROWS_WITH(repeat_interleave(zeros({3}), from_vector<int64_t>({1, 2}, Shape{2})),
+                    Contains("repeat_interleave: repeats must have the same size as input along dim (2 != 3)"));
+  CHECK(tinyddp::autograd::gradcheck([](const V& v) { return roll(flip(v[0], {1}), {2}, {1}); },
+                                     {randn({2, 3}, TensorOptions(kFloat64)).requires_grad_()}) == "");
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 
+#include "tests/fixture_case.h"
 #include "tests/test_util.h"
 #include "tinyddp/autograd/gradcheck.h"
 #include "tinyddp/tensor/all.h"
@@ -226,4 +227,21 @@ TEST_CASE("the math ops as Tensor methods and in-place methods, recorded under a
   CHECK(equal(z, from_vector<double>({-2.0, 2.0, 0.0}, Shape{3})));
   z.pow_(from_vector<double>({2.0, 3.0, 1.0}, Shape{3}));
   CHECK(equal(z, from_vector<double>({4.0, 8.0, 0.0}, Shape{3})));
+}
+
+TEST_CASE("lerp, addcmul and addcdiv match PyTorch, gradients too", "[tensor][math]") {
+  const tinyddp::testing::Fixture f("tests/tensor/fixtures/math_reference.txt");
+  using V = std::vector<Tensor>;
+  f.check_case("lerp_low", {{"a", {3, 4}}, {"b", {3, 4}}}, {3, 4}, [](const V& v) { return lerp(v[0], v[1], 0.3); });
+  f.check_case("lerp_high", {{"a", {3, 4}}, {"b", {4}}}, {3, 4}, [](const V& v) { return v[0].lerp(v[1], 0.7); });
+  f.check_case("lerp_tensor", {{"a", {3, 4}}, {"b", {3, 4}}, {"w", {3, 4}}}, {3, 4},
+               [](const V& v) { return lerp(v[0], v[1], v[2]); });
+  f.check_case("addcmul", {{"i", {3, 4}}, {"a", {3, 4}}, {"b", {4}}}, {3, 4},
+               [](const V& v) { return addcmul(v[0], v[1], v[2], 0.5); });
+  f.check_case("addcdiv", {{"i", {3, 4}}, {"a", {3, 4}}, {"b", {3, 4}}}, {3, 4},
+               [](const V& v) { return v[0].addcdiv(v[1], v[2], -2.0); });
+  // exact at both ends, as PyTorch's two-sided formula
+  const Tensor a = from_vector<float>({0.1f, 1e8f}, Shape{2}), b = from_vector<float>({0.7f, -3.0f}, Shape{2});
+  CHECK(equal(lerp(a, b, 1.0), b));
+  CHECK(equal(lerp(a, b, 0.0), a));
 }

@@ -3,7 +3,9 @@
 // int64 and 16-bit dtypes, PyTorch's numbers, and the shape/dtype errors.
 #include <cmath>
 
+#include "tests/fixture_case.h"
 #include "tests/test_util.h"
+#include "tinyddp/autograd/gradcheck.h"
 #include "tinyddp/tensor/cpu_isa.h"
 
 using namespace tinyddp::tensor;
@@ -172,4 +174,30 @@ TEST_CASE("matmul errors name the shapes", "[matmul][errors]") {
   CHECK_THROWS_WITH(mm(zeros({3}), zeros({3, 2})), Contains("mm: 'a' must be a matrix (2-D), got shape [3]"));
   CHECK_THROWS_WITH(matmul(gt(zeros({2, 2}), 0), gt(zeros({2, 2}), 0)),
                     Contains("mm: arithmetic on bool tensors is not supported"));
+}
+
+TEST_CASE("bmm, baddbmm, addmm, mv, dot and outer match PyTorch, gradients too; shapes are checked",
+          "[tensor][matmul]") {
+  const tinyddp::testing::Fixture f("tests/tensor/fixtures/math_reference.txt");
+  using V = std::vector<Tensor>;
+  f.check_case("bmm", {{"a", {2, 3, 4}}, {"b", {2, 4, 5}}}, {2, 3, 5}, [](const V& v) { return bmm(v[0], v[1]); });
+  f.check_case("baddbmm", {{"i", {3, 5}}, {"a", {2, 3, 4}}, {"b", {2, 4, 5}}}, {2, 3, 5},
+               [](const V& v) { return baddbmm(v[0], v[1], v[2], 0.5, 2.0); });
+  f.check_case("addmm", {{"i", {5}}, {"a", {3, 4}}, {"b", {4, 5}}}, {3, 5},
+               [](const V& v) { return v[0].addmm(v[1], v[2], -1.5, 0.25); });
+  f.check_case("mv", {{"a", {3, 4}}, {"v", {4}}}, {3}, [](const V& v) { return mv(v[0], v[1]); });
+  f.check_case("dot", {{"a", {6}}, {"b", {6}}}, {}, [](const V& v) { return v[0].dot(v[1]); });
+  f.check_case("outer", {{"a", {3}}, {"b", {4}}}, {3, 4}, [](const V& v) { return outer(v[0], v[1]); });
+  Generator g(3);
+  const Tensor a = randn({2, 3, 4}, TensorOptions(kFloat64), &g).requires_grad_();
+  const Tensor b = randn({2, 4, 2}, TensorOptions(kFloat64), &g).requires_grad_();
+  const Tensor i = randn({3, 2}, TensorOptions(kFloat64), &g).requires_grad_();
+  CHECK(tinyddp::autograd::gradcheck([](const V& v) { return baddbmm(v[0], v[1], v[2], 0.5, 2.0); }, {i, a, b}) == "");
+  // beta 0 ignores the input's values (NaN does not propagate), as PyTorch's
+  const Tensor nan = full({3, 2}, NAN, TensorOptions(kFloat64));
+  CHECK(equal(baddbmm(nan, a, b, 0.0), bmm(a, b)));
+  CHECK_THROWS_WITH(bmm(zeros({2, 3, 4}), zeros({3, 4, 5})), Contains("bmm: shapes [2, 3, 4] and [3, 4, 5] cannot"));
+  CHECK_THROWS_WITH(bmm(zeros({3, 4}), zeros({4, 5})), Contains("bmm: expected two 3-D tensors"));
+  CHECK_THROWS_WITH(dot(zeros({3}), zeros({4})), Contains("dot: expected two 1-D tensors of the same size"));
+  CHECK_THROWS_WITH(addmm(zeros({4}), zeros({2, 3}), zeros({3, 5})), Contains("addmm: input of shape [4] cannot"));
 }

@@ -6,7 +6,9 @@
 #include <functional>
 #include <limits>
 
+#include "tests/fixture_case.h"
 #include "tests/test_util.h"
+#include "tinyddp/autograd/gradcheck.h"
 
 using namespace tinyddp::tensor;
 using Catch::Contains;
@@ -184,4 +186,51 @@ TEST_CASE("softmax and log_softmax: formula, stability, PyTorch's numbers", "[re
   check_close(log_softmax(a, 0), fixture.at("op_log_softmax_dim0"), 1e-6);
   check_close(tanh(a), fixture.at("op_tanh"), 1e-6);
   check_close(sigmoid(a), fixture.at("op_sigmoid"), 1e-6);
+}
+
+// ---- var, std, amax, amin, logsumexp, all, any against PyTorch (fixtures/make_math_fixtures.py) ----
+
+namespace {
+const tinyddp::testing::Fixture& math_fixture() {
+  static const tinyddp::testing::Fixture f("tests/tensor/fixtures/math_reference.txt");
+  return f;
+}
+Tensor random64(const Shape& shape, uint64_t seed) {
+  Generator g(seed);
+  return randn(shape, TensorOptions(kFloat64), &g).requires_grad_();
+}
+}  // namespace
+
+TEST_CASE("var, std, amax, amin and logsumexp match PyTorch, gradients too", "[tensor][reduce]") {
+  const auto& f = math_fixture();
+  using V = std::vector<Tensor>;
+  f.check_case("var_all", {{"x", {3, 4}}}, {}, [](const V& v) { return var(v[0]); });
+  f.check_case("var_dim1", {{"x", {3, 4}}}, {3, 1}, [](const V& v) { return var(v[0], 1, 0, true); });
+  f.check_case("std_dim1", {{"x", {3, 4}}}, {3},
+               [](const V& v) { return tinyddp::tensor::std(v[0], 1); });  // a row of std 0
+  f.check_case("std_dims", {{"x", {3, 4}}}, {}, [](const V& v) { return v[0].std({0, 1}); });
+  f.check_case("amax02", {{"x", {2, 3, 4}}}, {3}, [](const V& v) { return amax(v[0], {0, 2}); });
+  f.check_case("amin1", {{"x", {2, 3, 4}}}, {2, 1, 4}, [](const V& v) { return v[0].amin(1, true); });
+  f.check_case("logsumexp1", {{"x", {3, 5}}}, {3}, [](const V& v) { return logsumexp(v[0], 1); });
+  const Tensor t = f.value("truth_x", {2, 3});
+  CHECK(equal(all(t, 1), f.value("all_dim1", {2}, kBool)));
+  CHECK(equal(t.any(0), f.value("any_dim0", {3}, kBool)));
+  CHECK(all(t).item<bool>() == false);
+  CHECK(any(t).item<bool>() == true);
+  CHECK(all(ones({2, 2}, TensorOptions(kBool))).dtype() == kBool);
+}
+
+TEST_CASE("var, std, amax and logsumexp pass gradcheck; their errors name the op", "[tensor][reduce]") {
+  using tinyddp::autograd::gradcheck;
+  using V = std::vector<Tensor>;
+  CHECK(gradcheck([](const V& v) { return var(v[0], {0, 2}, 1, true); }, {random64({2, 3, 4}, 1)}) == "");
+  CHECK(gradcheck([](const V& v) { return tinyddp::tensor::std(v[0], 1); }, {random64({3, 4}, 2)}) == "");
+  CHECK(gradcheck([](const V& v) { return amax(v[0], 1); }, {random64({3, 4}, 3)}) == "");
+  CHECK(gradcheck([](const V& v) { return logsumexp(v[0], {0, 1}); }, {random64({3, 4}, 4)}) == "");
+  CHECK(tinyddp::autograd::gradgradcheck([](const V& v) { return logsumexp(v[0], 1); }, {random64({2, 3}, 5)}) == "");
+  // a correction at least N divides by 0, as PyTorch's (inf or NaN)
+  CHECK(std::isinf(var(from_vector<double>({1.0, 2.0}, Shape{2}), {}, 2).item<double>()));
+  CHECK_THROWS_WITH(var(ones({2}, TensorOptions(kInt64))), Contains("var: expected a floating-point input"));
+  CHECK_THROWS_WITH(amax(zeros({0, 3}), 0), Contains("amax: cannot reduce dim 0 of size 0"));
+  CHECK_THROWS_WITH(amax(zeros({2, 3}), {1, 1}), Contains("amax: dim 1 appears multiple times"));
 }
