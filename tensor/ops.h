@@ -162,6 +162,25 @@ Tensor triu(const Tensor& input, int64_t diagonal = 0);
 // where it is true (nanoGPT's causal mask: masked_fill(att, causal == 0, -inf)).
 Tensor masked_fill(const Tensor& input, const Tensor& mask, double value);
 
+// ---- sorting and data-dependent selections (native/sort.cc) -----------------------------------
+// As torch.sort: (values, indices) along dim, ascending (NaN last) or descending (NaN first);
+// ties keep their order (a stable sort, which `stable = false` permits too). Differentiable
+// through the values (gather's gradient).
+std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+// As torch.unique over all elements: (the distinct values sorted, each element's position in
+// them shaped as x, each value's count); all three are always computed. NaNs are distinct.
+std::tuple<Tensor, Tensor, Tensor> unique(const Tensor& x, bool sorted = true, bool return_inverse = false,
+                                          bool return_counts = false);
+// As torch.nonzero: the [count, x.dim()] int64 coordinates of the nonzero elements, row-major.
+Tensor nonzero(const Tensor& x);
+// As torch.masked_select: the elements of x where mask (bool; the two broadcast) is true, 1-D
+// in row-major order; differentiable.
+Tensor masked_select(const Tensor& x, const Tensor& mask);
+// As torch.bincount: counts (int64) or summed weights (their dtype) of each value of a 1-D
+// non-negative int64 x, max(x) + 1 bins at least, minlength at least.
+Tensor bincount(const Tensor& x, const Tensor& weights = Tensor(), int64_t minlength = 0);
+
 // ---- reductions -------------------------------------------------------------------------------
 // Over all elements (a 0-d result), or over `dims` (an empty list also means all).
 Tensor sum(const Tensor& x);
@@ -362,49 +381,6 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol 
 // Same shape and the same values (NaN != NaN).
 bool equal(const Tensor& a, const Tensor& b);
 
-// ---- operators ------------------------------------------------------------------------------
-inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-inline Tensor operator+(const Tensor& a, double b) { return add(a, b); }
-inline Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
-inline Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
-inline Tensor operator/(const Tensor& a, double b) { return div(a, b); }
-inline Tensor operator+(double a, const Tensor& b) { return add(b, a); }
-inline Tensor operator-(double a, const Tensor& b) { return add(neg(b), a); }
-inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
-Tensor operator/(double a, const Tensor& b);
-inline Tensor operator-(const Tensor& x) { return neg(x); }
-// Comparisons give bool masks, as torch's (x == y, x > 0); the in-place operators are add_,
-// sub_, mul_ and div_ (x += y, x *= 2).
-inline Tensor operator==(const Tensor& a, const Tensor& b) { return eq(a, b); }
-inline Tensor operator!=(const Tensor& a, const Tensor& b) { return ne(a, b); }
-inline Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
-inline Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
-inline Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
-inline Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
-inline Tensor operator==(const Tensor& a, double b) { return eq(a, b); }
-inline Tensor operator!=(const Tensor& a, double b) { return ne(a, b); }
-inline Tensor operator<(const Tensor& a, double b) { return lt(a, b); }
-inline Tensor operator<=(const Tensor& a, double b) { return le(a, b); }
-inline Tensor operator>(const Tensor& a, double b) { return gt(a, b); }
-inline Tensor operator>=(const Tensor& a, double b) { return ge(a, b); }
-// On bool tensors, &, |, ^ and ~ are logical_and, logical_or, logical_xor and logical_not
-// (mask = (x > 0) & (y < 1)); other dtypes are refused (no bitwise ops on integers here).
-Tensor operator&(const Tensor& a, const Tensor& b);
-Tensor operator|(const Tensor& a, const Tensor& b);
-Tensor operator^(const Tensor& a, const Tensor& b);
-Tensor operator~(const Tensor& a);
-inline const Tensor& operator+=(const Tensor& a, const Tensor& b) { return a.add_(b); }
-inline const Tensor& operator-=(const Tensor& a, const Tensor& b) { return a.sub_(b); }
-inline const Tensor& operator*=(const Tensor& a, const Tensor& b) { return a.mul_(b); }
-inline const Tensor& operator/=(const Tensor& a, const Tensor& b) { return a.div_(b); }
-inline const Tensor& operator+=(const Tensor& a, double b) { return a.add_(b); }
-inline const Tensor& operator-=(const Tensor& a, double b) { return a.add_(-b); }
-inline const Tensor& operator*=(const Tensor& a, double b) { return a.mul_(b); }
-inline const Tensor& operator/=(const Tensor& a, double b) { return a.div_(b); }
-
 // ---- out-variants and helpers (also used by the in-place methods) ---------------------------
 // out = a + alpha * b, out = a * b, out = a / b, written into an existing tensor whose shape
 // must be the broadcast shape; `op` names the caller in errors.
@@ -441,3 +417,6 @@ Tensor scalar_like(const Tensor& t, double value, const char* op);
 bool fused_sgd_step_(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step);
 
 }  // namespace tinyddp::tensor
+
+// The operators (x + y, x > 0, x += y, mask & other), written with the functions above.
+#include "tinyddp/tensor/operators.h"  // IWYU pragma: export

@@ -1,7 +1,9 @@
 // Random sampling on the CPU generator, mirroring the draws PyTorch's CPU generator makes.
 #include "tinyddp/tensor/random.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <numeric>
 #include <sstream>
 
 #include <cmath>
@@ -246,6 +248,90 @@ Tensor rand_like(const Tensor& t, Generator* generator) {
 
 Tensor randn_like(const Tensor& t, Generator* generator) {
   return randn(t.sizes(), TensorOptions().dtype(t.dtype()).device(t.device()), generator);
+}
+
+// ---- sampling from given probabilities and parameters ------------------------------------------
+
+Tensor bernoulli(const Tensor& p, Generator* generator) {
+  TDDP_CHECK(p.defined() && p.is_floating_point(), "bernoulli: expected a floating-point tensor of probabilities");
+  NoGradGuard no_grad;
+  if (p.numel() > 0) {
+    TDDP_CHECK(min(p).item<double>() >= 0 && max(p).item<double>() <= 1,
+               "bernoulli: all elements of p must be in [0, 1]");
+  }
+  return lt(rand_like(p, generator), p).to(p.dtype());
+}
+
+const Tensor& bernoulli_(const Tensor& t, double p, Generator* generator) {
+  check_sampling_target(t, "bernoulli_");
+  TDDP_CHECK(p >= 0 && p <= 1, "bernoulli_: expects 0 <= p <= 1, but got p={}", p);
+  NoGradGuard no_grad;
+  t.copy_(lt(rand_like(t, generator), p));
+  return t;
+}
+
+Tensor normal(const Tensor& mean, const Tensor& std, Generator* generator) {
+  TDDP_CHECK(mean.defined() && std.defined() && mean.is_floating_point(),
+             "normal: expected floating-point mean and std tensors");
+  NoGradGuard no_grad;
+  if (std.numel() > 0) TDDP_CHECK(min(std).item<double>() >= 0, "normal: expects all elements of std >= 0.0");
+  const Shape shape = broadcast_shapes(mean.sizes(), std.sizes(), "normal");
+  const Tensor noise = randn(shape, TensorOptions(mean.dtype()).device(mean.device()), generator);
+  return add(mean.detach(), mul(std.detach(), noise));
+}
+
+Tensor normal(double mean, double std, const Shape& sizes, Generator* generator, TensorOptions options) {
+  const Tensor out = empty(sizes, options);
+  normal_(out, mean, std, generator);
+  return out;
+}
+
+namespace {
+// One row of multinomial: `count` categories drawn by weight (cumulative sums searched with
+// uniform draws), each drawn category's weight zeroed first when not replacing.
+void draw_row(std::vector<double> w, int64_t count, bool replacement, Generator& g, int64_t* out) {
+  std::vector<double> cumulative(w.size());
+  for (int64_t k = 0; k < count; ++k) {
+    std::partial_sum(w.begin(), w.end(), cumulative.begin());
+    const double u = g.uniform_double() * cumulative.back();
+    auto it = std::upper_bound(cumulative.begin(), cumulative.end(), u);
+    if (it == cumulative.end()) --it;
+    while (w[static_cast<size_t>(it - cumulative.begin())] == 0) --it;  // never a zero-weight category
+    const int64_t picked = it - cumulative.begin();
+    out[k] = picked;
+    if (!replacement) w[static_cast<size_t>(picked)] = 0;
+  }
+}
+}  // namespace
+
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement, Generator* generator) {
+  TDDP_CHECK(probs.defined() && probs.is_floating_point() && (probs.dim() == 1 || probs.dim() == 2),
+             "multinomial: expected a 1-D or 2-D floating-point tensor of probabilities");
+  TDDP_CHECK(num_samples > 0, "multinomial: cannot sample n_sample <= 0 samples");
+  const Tensor rows = probs.dim() == 1 ? probs.unsqueeze(0) : probs;
+  const int64_t n = rows.size(1);
+  const std::vector<double> w = rows.detach().to(kCPU).to(kFloat64).contiguous().to_vector<double>();
+  std::vector<int64_t> out(static_cast<size_t>(rows.size(0) * num_samples));
+  Generator& g = pick(generator);
+  std::lock_guard<std::mutex> lock(g.mutex());
+  for (int64_t r = 0; r < rows.size(0); ++r) {
+    const std::vector<double> row(w.begin() + r * n, w.begin() + (r + 1) * n);
+    int64_t positive = 0;
+    double total = 0;
+    for (double v : row) {
+      TDDP_CHECK(std::isfinite(v) && v >= 0, "multinomial: probability tensor contains either inf, nan or element < 0");
+      positive += v > 0;
+      total += v;
+    }
+    TDDP_CHECK(total > 0, "multinomial: invalid multinomial distribution (sum of probabilities <= 0)");
+    TDDP_CHECK(replacement || num_samples <= positive,
+               "multinomial: cannot sample n_sample ({}) > prob_dist.size(-1) without replacement ({} categories "
+               "with nonzero probability)",
+               num_samples, positive);
+    draw_row(row, num_samples, replacement, g, out.data() + r * num_samples);
+  }
+  const Tensor result = from_vector(out, Shape{rows.size(0), num_samples}, probs.device());
+  return probs.dim() == 1 ? result.squeeze(0) : result;
 }
 
 }  // namespace tinyddp::tensor

@@ -74,4 +74,17 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, Generator* generat
 Tensor randint(int64_t high, const Shape& sizes, Generator* generator = nullptr);  // low 0
 Tensor randn_like(const Tensor& t, Generator* generator = nullptr);
 
+// As torch.bernoulli(p): 1 with probability p, else 0, elementwise in p's dtype (p in [0, 1]);
+// bernoulli_(t, p) fills t so. As torch.normal: one draw per element of the broadcast mean and
+// std tensors (not differentiable), or a tensor of `sizes` drawn from N(mean, std).
+Tensor bernoulli(const Tensor& p, Generator* generator = nullptr);
+const Tensor& bernoulli_(const Tensor& t, double p = 0.5, Generator* generator = nullptr);
+Tensor normal(const Tensor& mean, const Tensor& std, Generator* generator = nullptr);
+Tensor normal(double mean, double std, const Shape& sizes, Generator* generator = nullptr, TensorOptions options = {});
+// As torch.multinomial: `num_samples` category indices (int64) per row of a 1-D or 2-D tensor
+// of non-negative weights, with or without replacement (then at most as many as the
+// categories of nonzero weight). The draws differ from PyTorch's (its algorithm draws
+// differently); the distribution is the same.
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false, Generator* generator = nullptr);
+
 }  // namespace tinyddp::tensor

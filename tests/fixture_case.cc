@@ -16,8 +16,7 @@ tensor::Tensor Fixture::value(const std::string& name, const tensor::Shape& shap
 
 void Fixture::check_case(const std::string& name, const std::vector<std::pair<std::string, tensor::Shape>>& inputs,
                          const tensor::Shape& out_shape,
-                         const std::function<tensor::Tensor(const std::vector<tensor::Tensor>&)>& f,
-                         double tol) const {
+                         const std::function<tensor::Tensor(const std::vector<tensor::Tensor>&)>& f, double tol) const {
   INFO("fixture case " << name);
   std::vector<tensor::Tensor> leaves;
   for (const auto& [input, shape] : inputs) leaves.push_back(value(name + "_" + input, shape).requires_grad_());

@@ -27,8 +27,7 @@ class Fixture {
   // the gradients name_grad_<input> after backward of name_grad_out. Uses Catch's CHECKs.
   void check_case(const std::string& name, const std::vector<std::pair<std::string, tensor::Shape>>& inputs,
                   const tensor::Shape& out_shape,
-                  const std::function<tensor::Tensor(const std::vector<tensor::Tensor>&)>& f,
-                  double tol = 1e-12) const;
+                  const std::function<tensor::Tensor(const std::vector<tensor::Tensor>&)>& f, double tol = 1e-12) const;
 
  private:
   std::string path_;

@@ -154,3 +154,28 @@ TEST_CASE("CUDA: the composites (var, std, amax, logsumexp, all, bmm, addmm, fli
   CHECK(equal(eye(3, 4, TensorOptions().device(kGpu)).to(kCPU), eye(3, 4)));
   CHECK(equal(linspace(-1.0, 2.0, 9, TensorOptions().device(kGpu)).to(kCPU), linspace(-1.0, 2.0, 9)));
 }
+
+TEST_CASE("CUDA: sort, unique, nonzero, masked_select, bincount and the samplers give the CPU's results", "[cuda]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  const Tensor x = randn({4, 6}, TensorOptions(kFloat64));
+  expect_matches_cpu(
+      {x}, [](const auto& v) { return std::get<0>(sort(v[0], 1, true)); }, "sort values", 0);
+  expect_matches_cpu(
+      {x}, [](const auto& v) { return argsort(v[0], 0); }, "argsort", 0);
+  expect_grad_matches_cpu(
+      x, [](const Tensor& v) { return std::get<0>(sort(v, 1)); }, "sort grad", 0);
+  const Tensor ints = from_vector<int64_t>({3, 1, 3, 0, 1, 4}, Shape{6});
+  expect_matches_cpu(
+      {ints}, [](const auto& v) { return std::get<2>(unique(v[0])); }, "unique counts", 0);
+  expect_matches_cpu(
+      {ints}, [](const auto& v) { return bincount(v[0]); }, "bincount", 0);
+  expect_matches_cpu(
+      {x}, [](const auto& v) { return nonzero(gt(v[0], 0.0)); }, "nonzero", 0);
+  expect_matches_cpu(
+      {x}, [](const auto& v) { return masked_select(v[0], gt(v[0], 0.5)); }, "masked_select", 0);
+  const Tensor p = full({1000}, 0.5, TensorOptions(kFloat32).device(kGpu));
+  const Tensor draws = bernoulli(p);
+  CHECK(draws.device() == kGpu);
+  CHECK(all(logical_or(eq(draws, 0.0), eq(draws, 1.0))).item<bool>());
+  CHECK(multinomial(p, 10).device() == kGpu);
+}

@@ -276,3 +276,44 @@ TEST_CASE("repeat tiles as torch's Tensor.repeat, unbind slices as torch.unbind;
         "");
   CHECK_THROWS_WITH(unbind(zeros({}), 0), Contains("unbind: dimension specified as 0 but tensor has no dimensions"));
 }
+
+TEST_CASE("sort, argsort, unique, nonzero, masked_select and bincount match PyTorch", "[tensor][select]") {
+  const Tensor x = leaf("sort1_x", {3, 5});
+  const auto [values, indices] = sort(x, 1);
+  // NaN last (row 1); check_close compares NaN as unequal, so the rows apart
+  CHECK(std::isnan(values[1][4].item<double>()));
+  check_close(values.index_select(0, from_vector<int64_t>({0, 2}, Shape{2})),
+              value("sort1_out", {3, 5}).index_select(0, from_vector<int64_t>({0, 2}, Shape{2})));
+  CHECK(equal(indices, value("sort1_indices", {3, 5}, kInt64)));
+  values.backward(value("sort1_grad_out", {3, 5}));
+  check_close(x.grad(), value("sort1_grad_x", {3, 5}));
+  const Tensor y = leaf("sort0_desc_x", {3, 5});
+  const auto [dvalues, dindices] = y.sort(0, true);
+  CHECK(equal(dindices, value("sort0_desc_indices", {3, 5}, kInt64)));
+  dvalues.backward(value("sort0_desc_grad_out", {3, 5}));
+  check_close(y.grad(), value("sort0_desc_grad_x", {3, 5}));
+  CHECK(equal(argsort(from_vector<int64_t>({5, -2, 9, 0, 3}, Shape{5}), 0, true), value("argsort_int", {5}, kInt64)));
+  // ties keep their order (stable)
+  CHECK(equal(argsort(from_vector<double>({1.0, 0.0, 1.0, 0.0}, Shape{4})),
+              from_vector<int64_t>({1, 3, 0, 2}, Shape{4})));
+
+  const auto [u, inverse, counts] = unique(value("unique_x", {2, 3}, kFloat32), true, true, true);
+  CHECK(equal(u, value("unique_values", {4}, kFloat32)));
+  CHECK(equal(inverse, value("unique_inverse", {2, 3}, kInt64)));
+  CHECK(equal(counts, value("unique_counts", {4}, kInt64)));
+  CHECK(equal(nonzero(value("nonzero_x", {2, 3})), value("nonzero_out", {3, 2}, kInt64)));
+  CHECK(nonzero(zeros({2, 3})).sizes() == Shape{0, 2});
+
+  const Tensor m = leaf("masked_select_x", {3, 4});
+  const Tensor picked = masked_select(m, from_vector<double>({1, 0, 1, 1}, Shape{4}).ne(0.0));
+  check_close(picked, value("masked_select_out", {9}));
+  picked.backward(value("masked_select_grad_out", {9}));
+  check_close(m.grad(), value("masked_select_grad_x", {3, 4}));
+
+  const Tensor b = value("bincount_x", {6}, kInt64);
+  CHECK(equal(bincount(b, Tensor(), 7), value("bincount_out", {7}, kInt64)));
+  check_close(b.bincount(value("bincount_w", {6})), value("bincount_weighted", {5}));
+  CHECK_THROWS_WITH(bincount(from_vector<int64_t>({1, -1}, Shape{2})),
+                    Contains("bincount: input must be non-negative"));
+  CHECK_THROWS_WITH(masked_select(zeros({2}), zeros({2})), Contains("masked_select: expected a bool mask"));
+}
