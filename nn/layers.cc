@@ -138,6 +138,20 @@ AdaptiveAvgPool2d::AdaptiveAvgPool2d(tensor::Size2d output_size_)
 
 std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + pair_repr(output_size); }
 
+Tensor Unflatten::forward(const Tensor& input) {
+  const int64_t d = tensor::wrap_dim(dim, input.dim(), "Unflatten");
+  tensor::Shape shape(input.sizes().begin(), input.sizes().begin() + d);
+  shape.insert(shape.end(), unflattened_size.begin(), unflattened_size.end());
+  shape.insert(shape.end(), input.sizes().begin() + d + 1, input.sizes().end());
+  return input.reshape(shape);
+}
+std::string Unflatten::extra_repr() const {
+  std::string sizes;
+  for (size_t i = 0; i < unflattened_size.size(); ++i) sizes += (i ? ", " : "") + std::to_string(unflattened_size[i]);
+  if (unflattened_size.size() == 1) sizes += ",";
+  return fmt::format("dim={}, unflattened_size=({})", dim, sizes);
+}
+
 std::string Flatten::extra_repr() const { return fmt::format("start_dim={}, end_dim={}", start_dim, end_dim); }
 
 Dropout::Dropout(double p_) : Module("Dropout"), p(p_) {
@@ -283,6 +297,10 @@ std::shared_ptr<Module> AdaptiveAvgPool2d::clone_structure() const {
   return std::make_shared<AdaptiveAvgPool2d>(output_size);
 }
 std::shared_ptr<Module> Flatten::clone_structure() const { return std::make_shared<Flatten>(start_dim, end_dim); }
+std::shared_ptr<Module> Unflatten::clone_structure() const {
+  return std::make_shared<Unflatten>(dim, unflattened_size);
+}
+std::shared_ptr<Module> Identity::clone_structure() const { return std::make_shared<Identity>(); }
 std::shared_ptr<Module> Dropout::clone_structure() const { return std::make_shared<Dropout>(p); }
 std::shared_ptr<Module> ReLU::clone_structure() const { return std::make_shared<ReLU>(inplace); }
 std::shared_ptr<Module> Tanh::clone_structure() const { return std::make_shared<Tanh>(); }

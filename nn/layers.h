@@ -1,5 +1,5 @@
 // Layers: Linear and Conv2d (PyTorch's weight layouts and default initialisation), pooling,
-// Flatten, Dropout, Embedding, LayerNorm, the activations ReLU/Tanh/Sigmoid/GELU, Sequential
+// Flatten, Unflatten, Identity, Dropout, Embedding, LayerNorm, the activations ReLU/Tanh/Sigmoid/GELU, Sequential
 // (children "0", "1", ...), the mlp() builder, and PyTorch's DDP tutorial's ToyModel
 // (net1 = Linear(10, 10), ReLU, net2 = Linear(10, 5)). BatchNorm is in batchnorm.h; the GPT's
 // blocks in transformer.h.
@@ -104,6 +104,26 @@ class Flatten : public Module {
   Tensor forward(const Tensor& input) override { return input.flatten(start_dim, end_dim); }
   std::string extra_repr() const override;
   int64_t start_dim, end_dim;
+};
+
+// torch.nn.Unflatten: dim `dim` split into `unflattened_size` (one entry may be -1).
+class Unflatten : public Module {
+ public:
+  std::shared_ptr<Module> clone_structure() const override;
+  Unflatten(int64_t dim, tensor::Shape unflattened_size)
+      : Module("Unflatten"), dim(dim), unflattened_size(std::move(unflattened_size)) {}
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  int64_t dim;
+  tensor::Shape unflattened_size;
+};
+
+// torch.nn.Identity: its input, unchanged (a placeholder in a Sequential).
+class Identity : public Module {
+ public:
+  std::shared_ptr<Module> clone_structure() const override;
+  Identity() : Module("Identity") {}
+  Tensor forward(const Tensor& input) override { return input; }
 };
 
 // torch.nn.Dropout: tensor::dropout in training mode (the default generator's draws), the

@@ -2,6 +2,7 @@
 #include "tinyddp/nn/module.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include <mutex>
@@ -421,6 +422,12 @@ void Module::to(tensor::MemoryFormat format) {
       if (t.dim() == 4) t.set_data(t.contiguous(format));  // as PyTorch: the 4-D ones (convolution weights)
     }
   }
+}
+
+std::string repr_float(double value) {
+  std::string s = fmt::format("{}", value);
+  if (std::isfinite(value) && s.find_first_of(".en") == std::string::npos) s += ".0";
+  return s;
 }
 
 std::string Module::repr() const {

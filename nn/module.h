@@ -252,4 +252,7 @@ bool is_stand_in(const Tensor& t);
 // DistributedDataParallel ("module.fc.weight") then loads into the plain model.
 void consume_prefix_in_state_dict_if_present(OrderedDict<Tensor>& state, const std::string& prefix);
 
+// A float as Python's repr writes it in a module's repr: "1.0", "0.25", "1e-05".
+std::string repr_float(double value);
+
 }  // namespace tinyddp::nn

@@ -4,11 +4,13 @@
 // own: tinyddp/nn/transformer.h.
 #pragma once
 
+#include "tinyddp/nn/activation.h"
 #include "tinyddp/nn/batchnorm.h"
 #include "tinyddp/nn/checkpoint.h"
 #include "tinyddp/nn/clip_grad.h"
 #include "tinyddp/nn/containers.h"
 #include "tinyddp/nn/data.h"
+#include "tinyddp/nn/functional.h"
 #include "tinyddp/nn/grad_scaler.h"
 #include "tinyddp/nn/init.h"
 #include "tinyddp/nn/layers.h"

@@ -98,6 +98,7 @@ Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
 Tensor erf(const Tensor& x);
 Tensor log1p(const Tensor& x);       // log(1 + x), accurate near 0
+Tensor expm1(const Tensor& x);       // exp(x) - 1, accurate near 0
 Tensor rsqrt(const Tensor& x);       // 1 / sqrt(x)
 Tensor reciprocal(const Tensor& x);  // 1 / x
 Tensor square(const Tensor& x);      // pow(x, 2): integers stay integers

@@ -135,6 +135,8 @@ TINYDDP_HOST_DEVICE inline C unary(C v) {
     return math::erf_(v);
   } else if constexpr (op == UnaryOp::kLog1p) {
     return math::log1p_(v);
+  } else if constexpr (op == UnaryOp::kExpm1) {
+    return math::expm1_(v);
   } else if constexpr (op == UnaryOp::kRsqrt) {
     return C(1) / math::sqrt_(v);
   } else if constexpr (op == UnaryOp::kReciprocal) {

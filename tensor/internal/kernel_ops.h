@@ -32,6 +32,7 @@ enum class CompareOp { kEq, kNe, kLt, kLe, kGt, kGe, kLogicalAnd, kLogicalOr, kL
   X(kCos)                    \
   X(kErf)                    \
   X(kLog1p)                  \
+  X(kExpm1)                  \
   X(kRsqrt)                  \
   X(kReciprocal)             \
   X(kFloor)                  \

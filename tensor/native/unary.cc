@@ -191,6 +191,11 @@ Tensor log1p(const Tensor& x) {
   return record_unary(x, floating_unary(UnaryOp::kLog1p, x, "log1p"), "Log1PBackward", x,
                       [](const Tensor& v) { return 1.0 / add(v, 1.0); });
 }
+Tensor expm1(const Tensor& x) {
+  const Tensor out = floating_unary(UnaryOp::kExpm1, x, "expm1");
+  // grad_x = grad_out * exp(x) = grad_out * (out + 1)
+  return record_unary(x, out, "Expm1Backward", out, [](const Tensor& y) { return add(y, 1.0); });
+}
 Tensor rsqrt(const Tensor& x) {
   const Tensor out = floating_unary(UnaryOp::kRsqrt, x, "rsqrt");
   // grad_x = -grad_out * out^3 / 2

@@ -37,6 +37,7 @@ TEST_CASE("CUDA: sin, cos, erf, log1p, rsqrt, reciprocal, the roundings and sign
       {"cos", false, [](const Tensor& x) { return cos(x); }},
       {"erf", false, [](const Tensor& x) { return erf(x); }},
       {"log1p", true, [](const Tensor& x) { return log1p(x); }},
+      {"expm1", false, [](const Tensor& x) { return expm1(x); }},
       {"rsqrt", true, [](const Tensor& x) { return rsqrt(x); }},
       {"reciprocal", false, [](const Tensor& x) { return reciprocal(x); }},
       {"floor", false, [](const Tensor& x) { return floor(x); }},

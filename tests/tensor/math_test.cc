@@ -1,4 +1,4 @@
-// The math ops of tensor/native/unary.cc (sin, cos, erf, log1p, rsqrt, reciprocal, square, the
+// The math ops of tensor/native/unary.cc (sin, cos, erf, log1p, expm1, rsqrt, reciprocal, square, the
 // roundings and sign, the float tests, nan_to_num), pow of two tensors and the logical ops,
 // against PyTorch (fixtures/make_math_fixtures.py writes math_reference.txt): forward and
 // gradients in float64, where both sides call the same correctly rounded or nearly correctly
@@ -63,6 +63,7 @@ TEST_CASE("sin, cos, erf, log1p, rsqrt, reciprocal and square match PyTorch, gra
       {"cos", [](const Tensor& x) { return cos(x); }},
       {"erf", [](const Tensor& x) { return erf(x); }},
       {"square", [](const Tensor& x) { return square(x); }},
+      {"expm1", [](const Tensor& x) { return expm1(x); }},
       {"log1p", [](const Tensor& x) { return log1p(x); }},
       {"rsqrt", [](const Tensor& x) { return rsqrt(x); }},
       {"reciprocal", [](const Tensor& x) { return reciprocal(x); }},
@@ -71,6 +72,7 @@ TEST_CASE("sin, cos, erf, log1p, rsqrt, reciprocal and square match PyTorch, gra
   // erf's tails and log1p near 0, where erf(x) ~ 2x / sqrt(pi) and log1p(x) ~ x keep every digit.
   check_close(erf(value("erf_tail_x", {5})), value("erf_tail", {5}));
   check_close(log1p(value("log1p_tiny_x", {3})), value("log1p_tiny", {3}));
+  check_close(expm1(value("log1p_tiny_x", {3})), value("expm1_tiny", {3}));
 }
 
 TEST_CASE("the smooth math ops pass gradcheck and gradgradcheck in float64", "[tensor][math]") {
@@ -79,6 +81,7 @@ TEST_CASE("the smooth math ops pass gradcheck and gradgradcheck in float64", "[t
       {"cos", [](const Tensor& x) { return cos(x); }},
       {"erf", [](const Tensor& x) { return erf(x); }},
       {"square", [](const Tensor& x) { return square(x); }},
+      {"expm1", [](const Tensor& x) { return expm1(x); }},
       {"log1p", [](const Tensor& x) { return log1p(abs(x)); }},
       {"rsqrt", [](const Tensor& x) { return rsqrt(add(abs(x), 0.5)); }},
       {"reciprocal", [](const Tensor& x) { return reciprocal(add(abs(x), 0.5)); }},
@@ -99,6 +102,7 @@ TEST_CASE("float32 math ops agree with float64 within float32's rounding, contig
       {"sin", [](const Tensor& x) { return sin(x); }},
       {"cos", [](const Tensor& x) { return cos(x); }},
       {"erf", [](const Tensor& x) { return erf(x); }},
+      {"expm1", [](const Tensor& x) { return expm1(x); }},
       {"log1p", [](const Tensor& x) { return log1p(abs(x)); }},
       {"rsqrt", [](const Tensor& x) { return rsqrt(abs(x)); }},
       {"reciprocal", [](const Tensor& x) { return reciprocal(x); }},

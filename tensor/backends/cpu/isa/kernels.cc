@@ -195,7 +195,7 @@ struct ArrayMath {
 };
 
 // exp, log, tanh, sigmoid and GELU use Eigen's vectorised versions; the rest are plain loops
-// (sin, cos, erf and log1p of the standard library, correctly rounded or nearly, as PyTorch's).
+// (sin, cos, erf, log1p and expm1 of the standard library, correctly rounded or nearly, as PyTorch's).
 // sqrt is a loop too, which gcc turns into the exact sqrt instruction (-fno-math-errno):
 // Eigen's packet sqrt is an approximation under its default EIGEN_FAST_MATH (a reciprocal
 // square-root estimate and one Newton step) that differs between its AVX and AVX-512 code
@@ -221,6 +221,7 @@ void unary(UnaryOp op, int64_t n, T* o, const T* x) {
     case UnaryOp::kCos: unary_row(n, o, x, em::unary<UnaryOp::kCos, T>); return;
     case UnaryOp::kErf: unary_row(n, o, x, em::unary<UnaryOp::kErf, T>); return;
     case UnaryOp::kLog1p: unary_row(n, o, x, em::unary<UnaryOp::kLog1p, T>); return;
+    case UnaryOp::kExpm1: unary_row(n, o, x, em::unary<UnaryOp::kExpm1, T>); return;
     case UnaryOp::kRsqrt: unary_row(n, o, x, em::unary<UnaryOp::kRsqrt, T>); return;
     case UnaryOp::kReciprocal: unary_row(n, o, x, em::unary<UnaryOp::kReciprocal, T>); return;
     case UnaryOp::kFloor: unary_row(n, o, x, em::unary<UnaryOp::kFloor, T>); return;

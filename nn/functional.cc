@@ -1,0 +1,204 @@
+// The composites of functional.h: activations and helpers written with tensor ops.
+#include "tinyddp/nn/functional.h"
+
+#include <cmath>
+
+#include "tinyddp/tensor/all.h"
+#include "tinyddp/tensor/graph.h"
+
+namespace tinyddp::nn::functional {
+
+using namespace tensor;
+
+namespace {
+void check_floating(const Tensor& x, const char* op) {
+  TDDP_CHECK(x.defined(), "{}: the input is an undefined tensor", op);
+  TDDP_CHECK(x.is_floating_point(), "{}: expected a floating-point input, got dtype {}", op, dtype_name(x.dtype()));
+}
+}  // namespace
+
+Tensor elu(const Tensor& x, double alpha) {
+  check_floating(x, "elu");
+  // the gradient: 1 for x > 0, alpha exp(x) otherwise (at 0 too), as PyTorch's
+  return where(gt(x, 0.0), x, mul(expm1(x), alpha));
+}
+
+Tensor selu(const Tensor& x) {
+  constexpr double kAlpha = 1.6732632423543772848170429916717;
+  constexpr double kScale = 1.0507009873554804934193349852946;
+  return mul(elu(x, kAlpha), kScale);
+}
+
+Tensor silu(const Tensor& x) {
+  check_floating(x, "silu");
+  return mul(x, sigmoid(x));
+}
+
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  check_floating(x, "softplus");
+  const Tensor bx = mul(x, beta);
+  // The soft branch sees beta x capped at the threshold, so that exp never overflows where
+  // the linear branch is taken (an inf there would make the untaken branch's zero gradient NaN).
+  const Tensor soft = div(log1p(exp(clamp(bx, std::nullopt, threshold))), beta);
+  return where(gt(bx, threshold), x, soft);
+}
+
+Tensor mish(const Tensor& x) { return mul(x, tanh(softplus(x))); }
+
+Tensor hardtanh(const Tensor& x, double min_val, double max_val) {
+  check_floating(x, "hardtanh");
+  TDDP_CHECK(min_val <= max_val, "hardtanh: min_val ({}) cannot be greater than max_val ({})", min_val, max_val);
+  const Tensor inside = logical_and(gt(x, min_val), lt(x, max_val));
+  return where(inside, x, clamp(x.detach(), min_val, max_val));
+}
+
+Tensor relu6(const Tensor& x) { return hardtanh(x, 0.0, 6.0); }
+
+namespace {
+// relu6(x + 3) / 6, PyTorch's hardsigmoid and (times x) hardswish, computed without recording;
+// their gradients are recorded below as PyTorch's kernels compute them.
+Tensor hard_sigmoid_value(const Tensor& x) {
+  NoGradGuard no_grad;
+  return div(clamp(add(x, 3.0), 0.0, 6.0), 6.0);
+}
+}  // namespace
+
+Tensor hardsigmoid(const Tensor& x) {
+  check_floating(x, "hardsigmoid");
+  const Tensor out = hard_sigmoid_value(x);
+  // grad_x = grad_out / 6 strictly inside (-3, 3), else 0; PyTorch's kernel multiplies by
+  // 1/6 rounded to float32 in every dtype, so float64 gradients carry that rounding too.
+  if (needs_grad(x)) {
+    record_op("HardsigmoidBackward", out, {x}, [sx = SavedTensor(x)](const Tensor& g) {
+      const Tensor& v = sx.get("HardsigmoidBackward");
+      const Tensor inside = logical_and(gt(v, -3.0), lt(v, 3.0)).to(g.dtype());
+      return std::vector<Tensor>{mul(mul(g, static_cast<double>(1.0f / 6.0f)), inside)};
+    });
+  }
+  return out;
+}
+
+Tensor hardswish(const Tensor& x) {
+  check_floating(x, "hardswish");
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    out = mul(x, hard_sigmoid_value(x));
+  }
+  // grad_x = 0 below -3, grad_out (x / 3 + 1/2) on [-3, 3), grad_out from 3 on, as PyTorch's
+  // (vectorised) hardswish_backward
+  if (needs_grad(x)) {
+    record_op("HardswishBackward", out, {x}, [sx = SavedTensor(x)](const Tensor& g) {
+      const Tensor& v = sx.get("HardswishBackward");
+      const Tensor slope = where(ge(v, 3.0), ones_like(v), add(div(v, 3.0), 0.5));
+      return std::vector<Tensor>{mul(g, masked_fill(slope, lt(v, -3.0), 0.0))};
+    });
+  }
+  return out;
+}
+
+Tensor glu(const Tensor& x, int64_t dim) {
+  check_floating(x, "glu");
+  TDDP_CHECK(x.dim() > 0, "glu: glu does not support scalars because halving size must be even");
+  const int64_t d = wrap_dim(dim, x.dim(), "glu");
+  TDDP_CHECK(x.size(d) % 2 == 0, "glu: Halving dimension must be even, but dimension {} is size {}", d, x.size(d));
+  const auto halves = chunk(x, 2, d);
+  return mul(halves[0], sigmoid(halves[1]));
+}
+
+Tensor prelu(const Tensor& x, const Tensor& weight) {
+  check_floating(x, "prelu");
+  TDDP_CHECK(weight.defined() && weight.dim() <= 1, "prelu: weight must be a 0-d or 1-d tensor");
+  const int64_t channels = x.dim() >= 2 ? x.size(1) : 1;
+  TDDP_CHECK(weight.numel() == 1 || weight.numel() == channels,
+             "prelu: Mismatch of parameter numbers and input channel size. Found parameter numbers = {} and channel "
+             "size = {}.",
+             weight.numel(), channels);
+  Tensor w = weight.reshape({-1});
+  if (weight.numel() > 1) {  // one per channel: [C, 1, ...] against x's [N, C, ...]
+    tensor::Shape shape(static_cast<size_t>(x.dim() - 1), 1);
+    shape[0] = channels;
+    w = w.reshape(shape);
+  }
+  return where(gt(x, 0.0), x, mul(w, x));
+}
+
+Tensor normalize(const Tensor& x, double p, int64_t dim, double eps) {
+  check_floating(x, "normalize");
+  return div(x, clamp(norm(x, p, dim, true), eps, std::nullopt));
+}
+
+Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim, double eps) {
+  check_floating(x1, "cosine_similarity");
+  check_floating(x2, "cosine_similarity");
+  const tensor::Shape shape = broadcast_shapes(x1.sizes(), x2.sizes(), "cosine_similarity");
+  const Tensor a = x1.expand(shape), b = x2.expand(shape);
+  const Tensor na = clamp(norm(a, 2.0, dim, true), eps, std::nullopt);
+  const Tensor nb = clamp(norm(b, 2.0, dim, true), eps, std::nullopt);
+  return sum(mul(div(a, na), div(b, nb)), dim);
+}
+
+namespace {
+// The source positions of one padded dim of size n with `left` and `right` added (each >= 0).
+Tensor padded_positions(int64_t n, int64_t left, int64_t right, std::string_view mode) {
+  std::vector<int64_t> index;
+  for (int64_t i = -left; i < n + right; ++i) {
+    int64_t j = i;
+    if (mode == "reflect") {
+      j = i < 0 ? -i : i >= n ? 2 * (n - 1) - i : i;
+    } else if (mode == "replicate") {
+      j = i < 0 ? 0 : i >= n ? n - 1 : i;
+    } else {  // circular
+      j = ((i % n) + n) % n;
+    }
+    index.push_back(j);
+  }
+  return from_vector(index);
+}
+
+Tensor pad_constant(Tensor out, int64_t d, int64_t left, int64_t right, double value) {
+  if (left < 0) out = out.narrow(d, -left, out.size(d) + left);
+  if (right < 0) out = out.narrow(d, 0, out.size(d) + right);
+  std::vector<Tensor> parts;
+  const auto filler = [&](int64_t size) {
+    tensor::Shape shape = out.sizes();
+    shape[static_cast<size_t>(d)] = size;
+    return full(shape, value, TensorOptions(out.dtype()).device(out.device()));
+  };
+  if (left > 0) parts.push_back(filler(left));
+  parts.push_back(out);
+  if (right > 0) parts.push_back(filler(right));
+  return parts.size() == 1 ? out : cat(parts, d);
+}
+}  // namespace
+
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, std::string_view mode, double value) {
+  TDDP_CHECK(x.defined(), "pad: the input is an undefined tensor");
+  TDDP_CHECK(pad.size() % 2 == 0 && static_cast<int64_t>(pad.size()) / 2 <= x.dim(),
+             "pad: padding length must be even and at most twice the number of dims ({}), got {}", x.dim(), pad.size());
+  TDDP_CHECK(mode == "constant" || mode == "reflect" || mode == "replicate" || mode == "circular",
+             "pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got '{}'", mode);
+  Tensor out = x;
+  for (size_t k = 0; k < pad.size() / 2; ++k) {
+    const int64_t d = x.dim() - 1 - static_cast<int64_t>(k);
+    const int64_t left = pad[2 * k], right = pad[2 * k + 1], n = out.size(d);
+    if (mode == "constant") {
+      out = pad_constant(out, d, left, right, value);
+      continue;
+    }
+    TDDP_CHECK(left >= 0 && right >= 0, "pad: negative padding is only supported in constant mode, got {} and {}", left,
+               right);
+    if (mode == "reflect") {
+      TDDP_CHECK(left < n && right < n,
+                 "pad: padding size should be less than the corresponding input dimension, but got: padding ({}, {}) "
+                 "at dimension {} of input {}",
+                 left, right, d, format_shape(x.sizes()));
+    }
+    TDDP_CHECK(n > 0 || (left == 0 && right == 0), "pad: cannot pad an empty dim {} in mode '{}'", d, mode);
+    if (mode == "circular") TDDP_CHECK(left <= n && right <= n, "pad: circular padding wraps at most once");
+    out = index_select(out, d, padded_positions(n, left, right, mode).to(x.device()));
+  }
+  return out;
+}
+
+}  // namespace tinyddp::nn::functional

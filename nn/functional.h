@@ -1,0 +1,79 @@
+// torch.nn.functional, as libtorch's torch::nn::functional: `namespace F =
+// tinyddp::nn::functional;` then F::relu(x), F::silu(x), F::pad(x, {1, 1}), F::cross_entropy(...).
+// The ops that live in the tensor layer (relu, gelu, softmax, conv2d, dropout, ...) and the
+// losses (loss.h) are named here too; the activations and helpers below are composites of
+// tensor ops (functional.cc), so they run on every device and their gradients are their
+// parts' (each written so that it equals PyTorch's, boundaries included).
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "tinyddp/nn/loss.h"
+#include "tinyddp/tensor/ops.h"
+
+namespace tinyddp::nn::functional {
+
+using tensor::Tensor;
+
+using tensor::adaptive_avg_pool2d;
+using tensor::avg_pool2d;
+using tensor::batch_norm;
+using tensor::celu;
+using tensor::conv1d;
+using tensor::conv2d;
+using tensor::dropout;
+using tensor::embedding;
+using tensor::gelu;
+using tensor::group_norm;
+using tensor::layer_norm;
+using tensor::leaky_relu;
+using tensor::linear;
+using tensor::log_softmax;
+using tensor::max_pool2d;
+using tensor::one_hot;
+using tensor::relu;
+using tensor::sigmoid;
+using tensor::softmax;
+using tensor::tanh;
+using tensor::unfold;
+
+using nn::binary_cross_entropy;
+using nn::binary_cross_entropy_with_logits;
+using nn::cross_entropy;
+using nn::huber_loss;
+using nn::kl_div;
+using nn::l1_loss;
+using nn::mse_loss;
+using nn::nll_loss;
+using nn::smooth_l1_loss;
+
+// x for x > 0, alpha (exp(x) - 1) otherwise (expm1: accurate near 0).
+Tensor elu(const Tensor& x, double alpha = 1.0);
+// scale * elu(x, alpha) with the self-normalising constants.
+Tensor selu(const Tensor& x);
+// x sigmoid(x) (swish).
+Tensor silu(const Tensor& x);
+// log(1 + exp(beta x)) / beta, x itself where beta x > threshold.
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+// x tanh(softplus(x)).
+Tensor mish(const Tensor& x);
+// x clamped to [min_val, max_val]; the gradient passes strictly inside (0 on the bounds, as
+// PyTorch's hardtanh, where clamp's passes on them).
+Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0);
+Tensor relu6(const Tensor& x);        // hardtanh(x, 0, 6)
+Tensor hardsigmoid(const Tensor& x);  // relu6(x + 3) / 6
+Tensor hardswish(const Tensor& x);    // x relu6(x + 3) / 6
+// The first half of x along dim times the sigmoid of the second (dim's size must be even).
+Tensor glu(const Tensor& x, int64_t dim = -1);
+// x where positive, weight x elsewhere; weight has one element or one per channel (dim 1).
+Tensor prelu(const Tensor& x, const Tensor& weight);
+// x / max(||x||_p, eps) along dim (p = 1 or 2).
+Tensor normalize(const Tensor& x, double p = 2.0, int64_t dim = 1, double eps = 1e-12);
+// sum(x1 x2) / (max(||x1||, eps) max(||x2||, eps)) along dim, the two broadcast.
+Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, double eps = 1e-8);
+// As F.pad: `pad` lists (left, right) amounts for the last dim, then the one before, ...;
+// mode "constant" (with `value`; negative amounts crop), "reflect", "replicate" or "circular".
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, std::string_view mode = "constant", double value = 0.0);
+
+}  // namespace tinyddp::nn::functional

@@ -1,0 +1,129 @@
+// nn/functional.h's composites against PyTorch (fixtures/make_functional_fixtures.py): forward
+// and gradients in float64 on inputs that include each activation's boundaries (where
+// PyTorch's gradients are one-sided or exclusive), a float64 gradcheck of each away from
+// them, and the activation modules' forwards and reprs (PyTorch's strings), plus Identity
+// and Unflatten.
+#include <cmath>
+#include <functional>
+
+#include "tests/fixture_case.h"
+#include "tests/test_util.h"
+#include "tinyddp/autograd/gradcheck.h"
+#include "tinyddp/nn/nn.h"
+
+using namespace tinyddp;
+using tensor::Shape;
+using tensor::Tensor;
+using V = std::vector<Tensor>;
+using Catch::Contains;
+namespace F = tinyddp::nn::functional;
+
+namespace {
+const testing::Fixture& fixture() {
+  static const testing::Fixture f("tests/nn/fixtures/functional_reference.txt");
+  return f;
+}
+}  // namespace
+
+TEST_CASE("F:: activations match PyTorch on inputs that include their boundaries, gradients too", "[nn][functional]") {
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> cases = {
+      {"elu", [](const Tensor& x) { return F::elu(x, 1.5); }},
+      {"selu", [](const Tensor& x) { return F::selu(x); }},
+      {"silu", [](const Tensor& x) { return F::silu(x); }},
+      {"softplus", [](const Tensor& x) { return F::softplus(x); }},
+      {"softplus_beta", [](const Tensor& x) { return F::softplus(x, 2.0, 5.0); }},
+      {"mish", [](const Tensor& x) { return F::mish(x); }},
+      {"hardtanh", [](const Tensor& x) { return F::hardtanh(x); }},
+      {"relu6", [](const Tensor& x) { return F::relu6(x); }},
+      {"hardsigmoid", [](const Tensor& x) { return F::hardsigmoid(x); }},
+      {"hardswish", [](const Tensor& x) { return F::hardswish(x); }},
+  };
+  for (const auto& [name, f] : cases) {
+    fixture().check_case(name, {{"x", {4, 6}}}, {4, 6}, [f = f](const V& v) { return f(v[0]); });
+  }
+  fixture().check_case("glu", {{"x", {4, 6}}}, {4, 3}, [](const V& v) { return F::glu(v[0], 1); });
+  fixture().check_case("prelu", {{"x", {2, 3, 4}}, {"w", {3}}}, {2, 3, 4},
+                       [](const V& v) { return F::prelu(v[0], v[1]); });
+  fixture().check_case("prelu_one", {{"x", {2, 3}}, {"w", {1}}}, {2, 3},
+                       [](const V& v) { return F::prelu(v[0], v[1]); });
+}
+
+TEST_CASE("F::normalize, cosine_similarity and pad match PyTorch, gradients too", "[nn][functional]") {
+  const auto& f = fixture();
+  f.check_case("normalize", {{"x", {3, 4}}}, {3, 4}, [](const V& v) { return F::normalize(v[0]); });
+  f.check_case("normalize_p1", {{"x", {3, 4}}}, {3, 4}, [](const V& v) { return F::normalize(v[0], 1.0, 0); });
+  f.check_case("cosine_similarity", {{"a", {3, 4}}, {"b", {1, 4}}}, {3},
+               [](const V& v) { return F::cosine_similarity(v[0], v[1]); });
+  f.check_case("pad_constant", {{"x", {2, 3, 4}}}, {2, 3, 7}, [](const V& v) {
+    return F::pad(v[0], {1, 2, -1, 1}, "constant", 0.5);
+  });
+  f.check_case("pad_reflect", {{"x", {2, 3, 4}}}, {2, 3, 7}, [](const V& v) {
+    return F::pad(v[0], {2, 1}, "reflect");
+  });
+  f.check_case("pad_replicate", {{"x", {1, 2, 3, 4}}}, {1, 2, 5, 7}, [](const V& v) {
+    return F::pad(v[0], {1, 2, 2, 0}, "replicate");
+  });
+  f.check_case("pad_circular", {{"x", {1, 2, 4}}}, {1, 2, 8}, [](const V& v) {
+    return F::pad(v[0], {1, 3}, "circular");
+  });
+  CHECK_THROWS_WITH(F::pad(tensor::zeros({2, 3}), {3, 0}, "reflect"),
+                    Contains("pad: padding size should be less than the corresponding input dimension"));
+  CHECK_THROWS_WITH(F::pad(tensor::zeros({2, 3}), {1}), Contains("pad: padding length must be even"));
+  CHECK_THROWS_WITH(F::glu(tensor::zeros({2, 3})), Contains("glu: Halving dimension must be even"));
+  CHECK_THROWS_WITH(F::prelu(tensor::zeros({2, 3}), tensor::zeros({2})), Contains("prelu: Mismatch of parameter"));
+}
+
+TEST_CASE("F:: composites pass gradcheck away from their kinks", "[nn][functional]") {
+  tensor::Generator g(9);
+  const auto random = [&](const Shape& shape) {
+    return tensor::randn(shape, tensor::TensorOptions(tensor::kFloat64), &g).requires_grad_();
+  };
+  const std::vector<std::function<Tensor(const V&)>> fns = {
+      [](const V& v) { return F::elu(v[0]); },
+      [](const V& v) { return F::silu(v[0]); },
+      [](const V& v) { return F::softplus(v[0]); },
+      [](const V& v) { return F::mish(v[0]); },
+      [](const V& v) { return F::hardswish(v[0]); },
+      [](const V& v) { return F::glu(v[0], 0); },
+      [](const V& v) { return F::normalize(v[0]); },
+      [](const V& v) {
+        return F::pad(v[0], {1, 1}, "reflect");
+      },
+      [](const V& v) { return F::cosine_similarity(v[0], v[0].flip({1})); },
+  };
+  for (size_t i = 0; i < fns.size(); ++i) {
+    INFO("function " << i);
+    CHECK(autograd::gradcheck(fns[i], {random({4, 3})}) == "");
+  }
+}
+
+TEST_CASE("the activation modules run their functions and print as PyTorch's", "[nn][functional]") {
+  const Tensor x = tensor::randn({2, 4});
+  CHECK(tensor::equal(nn::SiLU()(x), F::silu(x)));
+  CHECK(tensor::equal(nn::Softmax(1)(x), tensor::softmax(x, 1)));
+  CHECK(tensor::equal(nn::Identity()(x), x));
+  CHECK(nn::Unflatten(1, {2, 2})(x).sizes() == Shape{2, 2, 2});
+  const std::vector<std::pair<std::shared_ptr<nn::Module>, std::string>> reprs = {
+      {std::make_shared<nn::Softplus>(), "Softplus(beta=1.0, threshold=20.0)"},
+      {std::make_shared<nn::ELU>(), "ELU(alpha=1.0)"},
+      {std::make_shared<nn::Hardtanh>(), "Hardtanh(min_val=-1.0, max_val=1.0)"},
+      {std::make_shared<nn::PReLU>(), "PReLU(num_parameters=1)"},
+      {std::make_shared<nn::GLU>(), "GLU(dim=-1)"},
+      {std::make_shared<nn::Softmax>(1), "Softmax(dim=1)"},
+      {std::make_shared<nn::LogSoftmax>(-1), "LogSoftmax(dim=-1)"},
+      {std::make_shared<nn::SiLU>(), "SiLU()"},
+      {std::make_shared<nn::ReLU6>(), "ReLU6()"},
+      {std::make_shared<nn::Mish>(), "Mish()"},
+      {std::make_shared<nn::Identity>(), "Identity()"},
+      {std::make_shared<nn::Unflatten>(1, Shape{2, 3}), "Unflatten(dim=1, unflattened_size=(2, 3))"},
+  };
+  for (const auto& [module, want] : reprs) {
+    CHECK(module->repr() == want);
+    CHECK(module->clone_structure()->repr() == want);
+  }
+  nn::PReLU prelu(3);
+  CHECK(prelu.named_parameters().size() == 1);
+  CHECK(tensor::equal(prelu.weight, tensor::full({3}, 0.25)));
+  CHECK(nn::repr_float(1e-5) == "1e-05");
+  CHECK(nn::repr_float(-2.0) == "-2.0");
+}
