@@ -10,6 +10,7 @@
 #include "tests/test_util.h"
 #include "tinyddp/autograd/gradcheck.h"
 #include "tinyddp/nn/nn.h"
+#include "tinyddp/tensor/cuda.h"
 
 using namespace tinyddp;
 using tensor::Shape;
@@ -126,4 +127,27 @@ TEST_CASE("the activation modules run their functions and print as PyTorch's", "
   CHECK(tensor::equal(prelu.weight, tensor::full({3}, 0.25)));
   CHECK(nn::repr_float(1e-5) == "1e-05");
   CHECK(nn::repr_float(-2.0) == "-2.0");
+}
+
+TEST_CASE("CUDA: the F:: composites match the CPU on a GPU", "[nn][functional][cuda]") {
+  if (!tensor::cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << tensor::cuda::unavailable_reason());
+  const Tensor x = tensor::randn({4, 6}, tensor::TensorOptions(tensor::kFloat64));
+  const std::vector<std::pair<std::string, std::function<Tensor(const V&)>>> fns = {
+      {"elu", [](const V& v) { return F::elu(v[0]); }},
+      {"softplus", [](const V& v) { return F::softplus(v[0], 2.0, 1.0); }},
+      {"mish", [](const V& v) { return F::mish(v[0]); }},
+      {"hardswish", [](const V& v) { return F::hardswish(v[0]); }},
+      {"relu6", [](const V& v) { return F::relu6(tensor::mul(v[0], 4.0)); }},
+      {"glu", [](const V& v) { return F::glu(v[0]); }},
+      {"normalize", [](const V& v) { return F::normalize(v[0]); }},
+      {"pad reflect",
+       [](const V& v) {
+         return F::pad(v[0], {2, 1}, "reflect");
+       }},
+      {"pad constant",
+       [](const V& v) {
+         return F::pad(v[0], {1, -1}, "constant", 3.0);
+       }},
+  };
+  for (const auto& [name, f] : fns) testing::expect_matches_cpu({x}, f, name, 1e-12);
 }
