@@ -9,6 +9,7 @@
 #include "tinyddp/nn/checkpoint.h"
 #include "tinyddp/nn/clip_grad.h"
 #include "tinyddp/nn/containers.h"
+#include "tinyddp/nn/cyclic_lr.h"
 #include "tinyddp/nn/data.h"
 #include "tinyddp/nn/functional.h"
 #include "tinyddp/nn/grad_scaler.h"

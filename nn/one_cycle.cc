@@ -10,6 +10,18 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, double max_lr, int64_t total_steps,
     : OneCycleLR(optimizer, std::vector<double>(optimizer.num_param_groups(), max_lr), total_steps,
                  std::move(options)) {}
 
+namespace {
+int64_t steps_of(int64_t epochs, int64_t steps_per_epoch) {
+  TDDP_CHECK(epochs > 0 && steps_per_epoch > 0, "OneCycleLR: expected positive epochs and steps_per_epoch, got {} and {}",
+             epochs, steps_per_epoch);
+  return epochs * steps_per_epoch;
+}
+}  // namespace
+
+OneCycleLR::OneCycleLR(Optimizer& optimizer, double max_lr, int64_t epochs, int64_t steps_per_epoch,
+                       OneCycleOptions options)
+    : OneCycleLR(optimizer, max_lr, steps_of(epochs, steps_per_epoch), std::move(options)) {}
+
 OneCycleLR::OneCycleLR(Optimizer& optimizer, std::vector<double> max_lrs, int64_t total_steps, OneCycleOptions options)
     : LRScheduler(optimizer, "OneCycleLR"), total_steps_(total_steps), options_(std::move(options)),
       max_lrs_(std::move(max_lrs)) {

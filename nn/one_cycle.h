@@ -79,6 +79,9 @@ class OneCycleLR : public LRScheduler {
   // max_lr for every group, or one per group.
   OneCycleLR(Optimizer& optimizer, double max_lr, int64_t total_steps, OneCycleOptions options = {});
   OneCycleLR(Optimizer& optimizer, std::vector<double> max_lrs, int64_t total_steps, OneCycleOptions options = {});
+  // PyTorch's other spelling: total_steps = epochs * steps_per_epoch.
+  OneCycleLR(Optimizer& optimizer, double max_lr, int64_t epochs, int64_t steps_per_epoch,
+             OneCycleOptions options = {});
   int64_t total_steps() const { return total_steps_; }
 
  protected:

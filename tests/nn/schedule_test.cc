@@ -304,3 +304,62 @@ TEST_CASE("parameter groups: each group steps as its own optimizer would", "[nn]
   CHECK_THROWS_WITH(grouped.set_lr(2, 0.1), Contains("AdamW: there is no parameter group 2 (2 groups)"));
   CHECK_THROWS_WITH(grouped.set_lr(0, -1), Contains("AdamW: invalid learning rate -1 (group 0)"));
 }
+
+TEST_CASE("ConstantLR, PolynomialLR, CosineAnnealingWarmRestarts and OneCycleLR(epochs, steps_per_epoch): PyTorch's "
+          "rates to the last bit",
+          "[nn][schedule][fixture]") {
+  {
+    TwoGroups g;
+    ConstantLR s(g.opt, 0.4, 4);
+    expect_rates("constant", g, s);
+  }
+  {
+    TwoGroups g;
+    PolynomialLR s(g.opt, 8, 1.7);
+    expect_rates("polynomial", g, s);
+  }
+  {
+    TwoGroups g;
+    CosineAnnealingWarmRestarts s(g.opt, 2, 2, 0.001);  // periods 2, 4, 8
+    expect_rates("warm_restarts", g, s);
+  }
+  {
+    TwoGroups g;
+    CosineAnnealingWarmRestarts s(g.opt, 5);
+    expect_rates("warm_restarts_flat", g, s);
+  }
+  {
+    TwoGroups g;
+    OneCycleLR s(g.opt, 0.5, 3, 4, OneCycleOptions().cycle_momentum(false));
+    CHECK(s.total_steps() == 12);
+    expect_rates("one_cycle_epochs", g, s);
+  }
+  TwoGroups g;
+  CHECK_THROWS_WITH(ConstantLR(g.opt, 1.5), Contains("ConstantLR: constant factor expected to be between 0 and 1"));
+  CHECK_THROWS_WITH(CosineAnnealingWarmRestarts(g.opt, 0), Contains("Expected positive integer T_0, but got 0"));
+  CHECK_THROWS_WITH(OneCycleLR(g.opt, 0.5, 0, 4), Contains("OneCycleLR: expected positive epochs and steps_per_epoch"));
+}
+
+TEST_CASE("CyclicLR cycles the rate and the momentum as PyTorch's, in its three modes", "[nn][schedule][fixture]") {
+  const auto check = [](const std::string& key, const CyclicLROptions& options) {
+    Tensor p = tensor::zeros({2}).requires_grad_(), q = tensor::zeros({3}).requires_grad_();
+    SGD opt{{ParamGroup({p}), ParamGroup({q}).set_lr(0.02)}, SGDOptions(0.1).momentum(0.9)};
+    CyclicLR s(opt, 0.01, 0.1, options);
+    const nlohmann::json& want = reference()[key];
+    for (size_t step = 0; step < want.size(); ++step) {
+      INFO(key << " step " << step);
+      for (size_t group = 0; group < 2; ++group) {
+        CHECK(opt.lr(group) == want[step][0][group].get<double>());
+        CHECK(opt.momentum(group) == want[step][1][group].get<double>());
+      }
+      opt.step();
+      s.step();
+    }
+  };
+  check("cyclic", CyclicLROptions().step_size_up(3).step_size_down(2));
+  check("cyclic_triangular2",
+        CyclicLROptions().step_size_up(2).mode("triangular2").base_momentum(0.7).max_momentum(0.95));
+  check("cyclic_exp_range", CyclicLROptions().step_size_up(2).mode("exp_range").gamma(0.9));
+  TwoGroups g;
+  CHECK_THROWS_WITH(CyclicLR(g.opt, 0.01, 0.1, CyclicLROptions().mode("saw")), Contains("CyclicLR: mode is invalid"));
+}
