@@ -12,8 +12,8 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, double max_lr, int64_t total_steps,
 
 namespace {
 int64_t steps_of(int64_t epochs, int64_t steps_per_epoch) {
-  TDDP_CHECK(epochs > 0 && steps_per_epoch > 0, "OneCycleLR: expected positive epochs and steps_per_epoch, got {} and {}",
-             epochs, steps_per_epoch);
+  TDDP_CHECK(epochs > 0 && steps_per_epoch > 0,
+             "OneCycleLR: expected positive epochs and steps_per_epoch, got {} and {}", epochs, steps_per_epoch);
   return epochs * steps_per_epoch;
 }
 }  // namespace

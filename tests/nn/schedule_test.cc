@@ -305,9 +305,10 @@ TEST_CASE("parameter groups: each group steps as its own optimizer would", "[nn]
   CHECK_THROWS_WITH(grouped.set_lr(0, -1), Contains("AdamW: invalid learning rate -1 (group 0)"));
 }
 
-TEST_CASE("ConstantLR, PolynomialLR, CosineAnnealingWarmRestarts and OneCycleLR(epochs, steps_per_epoch): PyTorch's "
-          "rates to the last bit",
-          "[nn][schedule][fixture]") {
+TEST_CASE(
+    "ConstantLR, PolynomialLR, CosineAnnealingWarmRestarts and OneCycleLR(epochs, steps_per_epoch): PyTorch's "
+    "rates to the last bit",
+    "[nn][schedule][fixture]") {
   {
     TwoGroups g;
     ConstantLR s(g.opt, 0.4, 4);
