@@ -11,6 +11,7 @@
 #include "tinyddp/nn/containers.h"
 #include "tinyddp/nn/cyclic_lr.h"
 #include "tinyddp/nn/data.h"
+#include "tinyddp/nn/datasets.h"
 #include "tinyddp/nn/functional.h"
 #include "tinyddp/nn/grad_scaler.h"
 #include "tinyddp/nn/init.h"
@@ -25,3 +26,4 @@
 #include "tinyddp/nn/rnn.h"
 #include "tinyddp/nn/safetensors.h"
 #include "tinyddp/nn/scheduler.h"
+#include "tinyddp/nn/utils.h"

@@ -12,6 +12,7 @@
 #include "tests/nn/json_fixture.h"
 #include "tests/nn/nn_test_util.h"
 #include "tinyddp/nn/data.h"
+#include "tinyddp/nn/datasets.h"
 
 namespace t = tinyddp::tensor;
 namespace nn = tinyddp::nn;
@@ -322,4 +323,36 @@ TEST_CASE("DataLoader with DistributedSampler: ranks' batches together are one p
     CHECK(distinct.size() == 23);
     CHECK(static_cast<int64_t>(seen.size()) == (23 + world - 1) / world * world);
   }
+}
+
+TEST_CASE("random_split and ConcatDataset give PyTorch's subsets and items", "[nn][data][fixture]") {
+  const auto dataset_of = [](int64_t n) {
+    return std::make_shared<nn::TensorDataset>(std::vector<t::Tensor>{t::arange(n)});
+  };
+  for (const json& c : reference()["random_split"]) {
+    const int64_t n = c["n"].get<int64_t>();
+    INFO("n " << n << " seed " << c["seed"].get<int64_t>());
+    t::Generator g(c["seed"].get<uint64_t>());
+    const auto parts = nn::random_split(dataset_of(n), c["lengths"].get<std::vector<double>>(), &g);
+    REQUIRE(parts.size() == c["indices"].size());
+    for (size_t k = 0; k < parts.size(); ++k) {
+      CHECK(parts[k]->indices() == c["indices"][k].get<std::vector<int64_t>>());
+      if (parts[k]->size() > 0) CHECK(parts[k]->get(0)[0].item<int64_t>() == parts[k]->indices()[0]);
+    }
+  }
+  const nn::ConcatDataset concat({dataset_of(3),
+                                  std::make_shared<nn::TensorDataset>(std::vector<t::Tensor>{t::arange(10, 12)}),
+                                  std::make_shared<nn::TensorDataset>(std::vector<t::Tensor>{t::arange(20, 24)})});
+  CHECK(concat.cumulative_sizes() == reference()["concat"]["cumulative_sizes"].get<std::vector<int64_t>>());
+  const auto items = reference()["concat"]["items"].get<std::vector<int64_t>>();
+  for (int64_t i = -9; i < 9; ++i) CHECK(concat.get(i)[0].item<int64_t>() == items[static_cast<size_t>(i + 9)]);
+  CHECK_THROWS_WITH(concat.get(9), Contains("ConcatDataset: index 9 is out of range for a dataset of 9"));
+  CHECK_THROWS_WITH(nn::random_split(dataset_of(5), {2, 2}), Contains("Sum of input lengths does not equal"));
+  CHECK_THROWS_WITH(nn::Subset(dataset_of(3), {0, 3}), Contains("Subset: index 3 is out of range for a dataset of 3"));
+  // a split is a Dataset: a DataLoader takes it
+  t::Generator g(1);
+  nn::DataLoader loader(nn::random_split(dataset_of(10), {0.5, 0.5}, &g)[0], nn::DataLoaderOptions(5));
+  int64_t batches = 0;
+  for (const nn::Example& batch : loader) batches += batch[0].size(0) == 5;
+  CHECK(batches == 1);
 }

@@ -151,3 +151,27 @@ TEST_CASE("CUDA: the F:: composites match the CPU on a GPU", "[nn][functional][c
   };
   for (const auto& [name, f] : fns) testing::expect_matches_cpu({x}, f, name, 1e-12);
 }
+
+TEST_CASE("pad_sequence, parameters_to_vector and vector_to_parameters match PyTorch's", "[nn][utils]") {
+  const auto& f = fixture();
+  const std::vector<std::pair<std::string, Shape>> seqs = {{"a", {2, 3}}, {"b", {4, 3}}, {"c", {3, 3}}};
+  f.check_case("pad_sequence", seqs, {3, 4, 3}, [](const V& v) {
+    return nn::pad_sequence({v[0], v[1], v[2]}, true, -1.0);
+  });
+  f.check_case("pad_sequence_time", seqs, {4, 3, 3}, [](const V& v) { return nn::pad_sequence({v[0], v[1], v[2]}); });
+  f.check_case("parameters_to_vector", {{"a", {2, 3}}, {"b", {4}}}, {10}, [](const V& v) {
+    return nn::parameters_to_vector({v[0], v[1]});
+  });
+  // left padding: the zeros come first
+  const Tensor left = nn::pad_sequence({tensor::ones({1}), tensor::ones({3})}, true, 0.0, "left");
+  CHECK(tensor::equal(left, tensor::from_vector<float>({0, 0, 1, 1, 1, 1}, Shape{2, 3})));
+  // vector_to_parameters writes each parameter's slice back
+  nn::Linear linear(3, 2);
+  const auto params = linear.parameters();
+  const Tensor v = tensor::arange(8.0);
+  nn::vector_to_parameters(v, params);
+  CHECK(tensor::equal(nn::parameters_to_vector(params).detach(), v));
+  CHECK_THROWS_WITH(nn::vector_to_parameters(tensor::arange(7.0), params),
+                    Contains("vector_to_parameters: vec has 7 elements but the parameters have 8"));
+  CHECK_THROWS_WITH(nn::pad_sequence({}), Contains("pad_sequence: received an empty list of sequences"));
+}
