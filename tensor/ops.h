@@ -285,6 +285,9 @@ Tensor dot(const Tensor& a, const Tensor& b);
 Tensor outer(const Tensor& a, const Tensor& b);
 Tensor addmm(const Tensor& input, const Tensor& m1, const Tensor& m2, double beta = 1.0, double alpha = 1.0);
 Tensor baddbmm(const Tensor& input, const Tensor& batch1, const Tensor& batch2, double beta = 1.0, double alpha = 1.0);
+// As torch.einsum("bij,bjk->bik", {a, b}): labels summed early, operands contracted left to
+// right by batched matmuls (native/einsum.cc); no ellipsis or repeated labels within an operand.
+Tensor einsum(std::string_view equation, const std::vector<Tensor>& tensors);
 Tensor mm(const Tensor& a, const Tensor& b);  // strictly 2-D x 2-D
 // input [..., in] @ weight^T [in, out] + bias [out] (bias may be undefined), as
 // torch.nn.functional.linear: one GEMM and one graph node, whose backward computes the

@@ -116,8 +116,10 @@ TEST_CASE("CUDA: pow of two tensors, logical ops and the float tests match the C
       {a}, [](const auto& v) { return isfinite(v[0]); }, "isfinite", 0);
 }
 
-TEST_CASE("CUDA: the composites (var, std, amax, logsumexp, all, bmm, addmm, flip, roll, diag, lerp) match the CPU",
-          "[cuda]") {
+TEST_CASE(
+    "CUDA: the composites (var, std, amax, logsumexp, all, bmm, addmm, flip, roll, diag, lerp, einsum) match the "
+    "CPU",
+    "[cuda]") {
   if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
   const Tensor x = randn({3, 4, 5}, TensorOptions(kFloat64));
   const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> ops = {
@@ -144,6 +146,10 @@ TEST_CASE("CUDA: the composites (var, std, amax, logsumexp, all, bmm, addmm, fli
       {"diag", [](const Tensor& v) { return add(diag(v[0], 1), 0.0); }},
       {"repeat_interleave", [](const Tensor& v) { return repeat_interleave(v, 2, 1); }},
       {"lerp", [](const Tensor& v) { return lerp(v, mul(v, v), 0.7); }},
+      {"einsum",
+       [](const Tensor& v) {
+         return einsum("bij,bkj->bik", {v, v});
+       }},
   };
   for (const auto& [name, f] : ops) {
     expect_matches_cpu(

@@ -201,3 +201,28 @@ TEST_CASE("bmm, baddbmm, addmm, mv, dot and outer match PyTorch, gradients too; 
   CHECK_THROWS_WITH(dot(zeros({3}), zeros({4})), Contains("dot: expected two 1-D tensors of the same size"));
   CHECK_THROWS_WITH(addmm(zeros({4}), zeros({2, 3}), zeros({3, 5})), Contains("addmm: input of shape [4] cannot"));
 }
+
+TEST_CASE("einsum matches PyTorch: batched products, contractions, implicit output, gradients too",
+          "[tensor][matmul]") {
+  const tinyddp::testing::Fixture f("tests/tensor/fixtures/math_reference.txt");
+  using V = std::vector<Tensor>;
+  f.check_case("einsum_bmm", {{"a", {2, 3, 4}}, {"b", {2, 4, 5}}}, {2, 3, 5},
+               [](const V& v) { return einsum("bij,bjk->bik", v); });
+  f.check_case("einsum_attention", {{"q", {2, 2, 3, 4}}, {"k", {2, 2, 5, 4}}}, {2, 2, 3, 5},
+               [](const V& v) { return einsum("bhqd,bhkd->bhqk", v); });
+  f.check_case("einsum_three", {{"a", {2, 3}}, {"b", {3, 4}}, {"c", {4, 2}}}, {2, 2},
+               [](const V& v) { return einsum("ij,jk,kl->il", v); });
+  f.check_case("einsum_implicit", {{"a", {3, 4}}, {"b", {2, 4}}}, {3, 2},
+               [](const V& v) { return einsum("ik,jk", v); });
+  f.check_case("einsum_sum_out", {{"a", {2, 3, 2}}, {"b", {3, 4, 3}}}, {4, 2},
+               [](const V& v) { return einsum("ijx,jky->ki", v); });
+  f.check_case("einsum_transpose", {{"a", {2, 3, 4}}}, {4, 2, 3}, [](const V& v) { return einsum("abc->cab", v); });
+  f.check_case("einsum_outer", {{"a", {3}}, {"b", {2}}}, {3, 2}, [](const V& v) { return einsum("i , j -> i j", v); });
+  CHECK_THROWS_WITH(einsum("ij,jk->ik", {zeros({2, 3})}),
+                    Contains("einsum: the equation 'ij,jk->ik' names 2 operands"));
+  CHECK_THROWS_WITH(einsum("ij,jk->ik", {zeros({2, 3}), zeros({4, 5})}),
+                    Contains("einsum: subscript j has size 3 for one operand and 4 for another"));
+  CHECK_THROWS_WITH(einsum("ii->i", {zeros({2, 2})}), Contains("repeated within operand 0"));
+  CHECK_THROWS_WITH(einsum("ij->iz", {zeros({2, 2})}), Contains("output subscript z does not appear"));
+  CHECK_THROWS_WITH(einsum("...ij->ij", {zeros({2, 2})}), Contains("ellipsis"));
+}
