@@ -3,6 +3,7 @@
 #pragma once
 
 #include "tinyddp/comm/desync_check.h"
+#include "tinyddp/comm/distributed.h"
 #include "tinyddp/comm/future.h"
 #include "tinyddp/comm/gloo/process_group_gloo.h"
 #include "tinyddp/comm/init.h"

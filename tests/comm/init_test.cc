@@ -114,3 +114,36 @@ TEST_CASE("processes meet through MASTER_ADDR and MASTER_PORT, rank 0 hosting th
   });
   CHECK(failed == 0);
 }
+
+TEST_CASE("torch.distributed's free functions run on the default group, or on the group given", "[comm][init]") {
+  clear_env();
+  CHECK_THROWS_WITH(comm::get_rank(), Contains("no process group yet; call init_process_group() first"));
+  ::setenv("WORLD_SIZE", "1", 1);
+  init_from_env();
+  CHECK(comm::get_rank() == 0);
+  CHECK(comm::get_world_size() == 1);
+  CHECK(comm::get_backend() == "gloo");
+  const Tensor t = tensor::full({3}, 2.0);
+  CHECK(comm::all_reduce(t, ReduceOp::kAvg) == nullptr);  // waited
+  CHECK(t.to_vector<float>()[2] == 2.0f);
+  comm::all_reduce(t, ReduceOp::kSum, nullptr, true)->wait();
+  comm::barrier();
+  destroy_process_group();
+  clear_env();
+  // three ranks as threads, each passing its own group
+  testing::require_no_failures(testing::run_threads(3, [](ProcessGroup& pg, testing::Expectations& e) {
+    const GroupPtr group = testing::borrow(pg);
+    e.expect_eq(comm::get_rank(group), pg.rank(), "get_rank");
+    e.expect_eq(comm::get_world_size(group), 3, "get_world_size");
+    const Tensor x = tensor::full({2}, static_cast<double>(pg.rank() + 1));
+    comm::all_reduce(x, ReduceOp::kSum, group);
+    e.expect_eq(static_cast<int>(x.to_vector<float>()[0]), 6, "all_reduce sum");
+    const Tensor y = tensor::full({2}, static_cast<double>(pg.rank()));
+    comm::broadcast(y, 2, group);
+    e.expect_eq(static_cast<int>(y.to_vector<float>()[1]), 2, "broadcast from rank 2");
+    std::vector<Tensor> gathered;
+    for (int r = 0; r < 3; ++r) gathered.push_back(tensor::zeros({1}));
+    comm::all_gather(gathered, tensor::full({1}, static_cast<double>(10 * pg.rank())), group);
+    e.expect_eq(static_cast<int>(gathered[2].to_vector<float>()[0]), 20, "all_gather");
+  }));
+}

@@ -1,0 +1,41 @@
+// torch.distributed's free functions: the collectives of process_group.h called as
+// dist.all_reduce(t) is, on the default group (the last init_process_group's) unless a group
+// is passed, waiting for the result unless async_op asks for the Work instead:
+//
+//   comm::init_process_group("gloo");
+//   if (comm::get_rank() == 0) ...;
+//   comm::all_reduce(t);                          // sum over the ranks, in place
+//   comm::all_reduce(t, comm::ReduceOp::kAvg);    // dist.all_reduce(t, op=ReduceOp.AVG)
+//
+// Without a default group each one throws init.h's "no process group yet" error.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "tinyddp/comm/process_group.h"
+
+namespace tinyddp::comm {
+
+using GroupPtr = std::shared_ptr<ProcessGroup>;
+
+// This rank in `group` (the default group when null) and the group's size, as
+// dist.get_rank() / dist.get_world_size(); get_backend names the backend ("gloo", "nccl").
+int get_rank(const GroupPtr& group = nullptr);
+int get_world_size(const GroupPtr& group = nullptr);
+std::string get_backend(const GroupPtr& group = nullptr);
+
+// Each waits for its Work and returns null, or with async_op returns the Work unwaited.
+std::shared_ptr<Work> all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::kSum, const GroupPtr& group = nullptr,
+                                 bool async_op = false);
+std::shared_ptr<Work> broadcast(const Tensor& tensor, int src, const GroupPtr& group = nullptr, bool async_op = false);
+std::shared_ptr<Work> all_gather(const std::vector<Tensor>& tensor_list, const Tensor& tensor,
+                                 const GroupPtr& group = nullptr, bool async_op = false);
+std::shared_ptr<Work> reduce(const Tensor& tensor, int dst, ReduceOp op = ReduceOp::kSum,
+                             const GroupPtr& group = nullptr, bool async_op = false);
+std::shared_ptr<Work> reduce_scatter(const Tensor& output, const std::vector<Tensor>& input_list,
+                                     ReduceOp op = ReduceOp::kSum, const GroupPtr& group = nullptr,
+                                     bool async_op = false);
+std::shared_ptr<Work> barrier(const GroupPtr& group = nullptr, bool async_op = false);
+
+}  // namespace tinyddp::comm
