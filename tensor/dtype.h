@@ -18,6 +18,11 @@ inline constexpr DType kFloat16 = DType::kFloat16;
 inline constexpr DType kBFloat16 = DType::kBFloat16;
 inline constexpr DType kInt64 = DType::kInt64;
 inline constexpr DType kBool = DType::kBool;
+// libtorch's other spellings of the same dtypes (torch::kFloat is torch::kFloat32, ...).
+inline constexpr DType kFloat = kFloat32;
+inline constexpr DType kDouble = kFloat64;
+inline constexpr DType kHalf = kFloat16;
+inline constexpr DType kLong = kInt64;
 
 size_t element_size(DType dtype);
 // "float32", "float64", "float16", "bfloat16", "int64", "bool" (PyTorch's names without "torch.").

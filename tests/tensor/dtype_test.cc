@@ -184,3 +184,12 @@ TEST_CASE("to(dtype) converts between every pair of dtypes", "[dtype]") {
   const Tensor same = base.to(kFloat32);
   CHECK(same.is_same(base));  // no copy when the dtype already matches
 }
+
+TEST_CASE("libtorch's other dtype spellings name the same dtypes", "[dtype]") {
+  STATIC_REQUIRE(kFloat == kFloat32);
+  STATIC_REQUIRE(kDouble == kFloat64);
+  STATIC_REQUIRE(kHalf == kFloat16);
+  STATIC_REQUIRE(kLong == kInt64);
+  CHECK(zeros({2}, TensorOptions(kLong)).dtype() == kInt64);
+  CHECK(std::string(dtype_name(kDouble)) == "float64");
+}
