@@ -22,15 +22,13 @@ using UnaryFn = std::function<Tensor(const Tensor&)>;
 
 namespace {
 
-const std::map<std::string, std::vector<double>>& reference() {
-  static const auto values = tinyddp::testing::load_fixture("tests/tensor/fixtures/math_reference.txt");
-  return values;
+const tinyddp::testing::Fixture& fixture() {
+  static const tinyddp::testing::Fixture f("tests/tensor/fixtures/math_reference.txt");
+  return f;
 }
 
 Tensor value(const std::string& name, const Shape& shape, DType dtype = kFloat64) {
-  const auto it = reference().find(name);
-  if (it == reference().end()) throw std::runtime_error("math_reference.txt has no entry " + name);
-  return from_vector<double>(it->second, shape).to(dtype);
+  return fixture().value(name, shape, dtype);
 }
 
 // Equal where both are numbers (within 1e-12 relative and absolute), and NaN where the
@@ -40,14 +38,9 @@ void check_close(const Tensor& got, const Tensor& want) {
   CHECK(allclose(got.to(kFloat64), want, 1e-12, 1e-12, /*equal_nan=*/true));
 }
 
-// Forward and the input's gradient of case `name` against PyTorch's.
+// Forward and the input's gradient of a one-input case against PyTorch's (fixture_case.h).
 void check_case(const std::string& name, const UnaryFn& f, const Shape& shape) {
-  INFO(name);
-  const Tensor x = value(name + "_x", shape).requires_grad_();
-  const Tensor out = f(x);
-  check_close(out, value(name + "_out", shape));
-  out.backward(value(name + "_grad_out", shape));
-  check_close(x.grad(), value(name + "_grad_x", shape));
+  fixture().check_case(name, {{"x", shape}}, shape, [&f](const Inputs& v) { return f(v[0]); });
 }
 
 Tensor random(const Shape& shape, uint64_t seed, double scale = 1.0, double shift = 0.0) {
@@ -234,7 +227,7 @@ TEST_CASE("the math ops as Tensor methods and in-place methods, recorded under a
 }
 
 TEST_CASE("lerp, addcmul and addcdiv match PyTorch, gradients too", "[tensor][math]") {
-  const tinyddp::testing::Fixture f("tests/tensor/fixtures/math_reference.txt");
+  const auto& f = fixture();
   using V = std::vector<Tensor>;
   f.check_case("lerp_low", {{"a", {3, 4}}, {"b", {3, 4}}}, {3, 4}, [](const V& v) { return lerp(v[0], v[1], 0.3); });
   f.check_case("lerp_high", {{"a", {3, 4}}, {"b", {4}}}, {3, 4}, [](const V& v) { return v[0].lerp(v[1], 0.7); });
