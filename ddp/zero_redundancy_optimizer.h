@@ -75,6 +75,7 @@ class ZeroRedundancyOptimizer : public nn::Optimizer, public Joinable {
                           std::shared_ptr<comm::ProcessGroup> pg = nullptr, ZeroOptions options = {});
 
   // The local step, then every rank receives every shard (inside NoGradGuard).
+  using Optimizer::step;
   void step() override;
 
   // partition()[r]: the indices (into params()) that rank r updates, in the order it keeps them.

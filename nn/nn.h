@@ -5,6 +5,7 @@
 #pragma once
 
 #include "tinyddp/nn/activation.h"
+#include "tinyddp/nn/adamax_nadam_radam.h"
 #include "tinyddp/nn/batchnorm.h"
 #include "tinyddp/nn/checkpoint.h"
 #include "tinyddp/nn/clip_grad.h"

@@ -115,6 +115,29 @@ void Optimizer::set_weight_decay(size_t g, double weight_decay) {
 
 void Optimizer::zero_grad(bool set_to_none) { nn::zero_grad(params_, set_to_none); }
 
+Tensor Optimizer::step(const std::function<Tensor()>& closure) {
+  TDDP_CHECK(closure != nullptr, "{}.step: the closure is empty", name_);
+  Tensor loss;
+  {
+    tensor::EnableGradGuard enable_grad;  // as torch's step: the closure runs under enable_grad
+    loss = closure();
+  }
+  step();
+  return loss;
+}
+
+Tensor Optimizer::step_grad(const Tensor& p, bool maximize) { return maximize ? tensor::neg(p.grad()) : p.grad(); }
+
+Tensor Optimizer::loaded_state(const OrderedDict<Tensor>& state, size_t i, const std::string& key) const {
+  const Tensor* t = state.find(state_key(i, key));
+  return t != nullptr ? t->to(params_[i].dtype()).to(params_[i].device()).clone() : Tensor();
+}
+
+int64_t Optimizer::loaded_step(const OrderedDict<Tensor>& state, size_t i) {
+  const Tensor* step = state.find(state_key(i, "step"));
+  return step != nullptr ? static_cast<int64_t>(step->to(tensor::kFloat64).item<double>()) : 0;
+}
+
 std::string state_key(size_t index, const std::string& key) { return fmt::format("state.{}.{}", index, key); }
 
 std::optional<StateKey> parse_state_key(const std::string& name) {
@@ -139,7 +162,7 @@ void Optimizer::check_state(const OrderedDict<Tensor>& state, const std::vector<
     TDDP_CHECK(std::find(keys.begin(), keys.end(), key) != keys.end(),
                "{}: load_state_dict: unexpected state '{}' in key '{}'", name_, key, name);
     TDDP_CHECK(t.defined(), "{}: load_state_dict: '{}' is undefined", name_, name);
-    if (key != "step") {
+    if (key != "step" && key != "mu_product") {  // (the scalars; every other state is per element)
       TDDP_CHECK(t.sizes() == params_[index].sizes(),
                  "{}: load_state_dict: '{}' has shape {} but parameter {} has shape {}", name_, name,
                  tensor::format_shape(t.sizes()), index, tensor::format_shape(params_[index].sizes()));
@@ -168,7 +191,7 @@ void SGD::step() {
       const Tensor& p = params_[i];
       if (!p.grad().defined()) continue;
       Tensor& buf = momentum_buffers_[i];
-      const Tensor& grad = p.grad();
+      const Tensor grad = step_grad(p, options_.maximize());
       // One pass over memory where the tensors allow (bit-identical to the ops below).
       if (tensor::fused_sgd_step_(p, grad, &buf, step)) continue;
       // The same update op by op (any layout or dtype).
@@ -262,7 +285,7 @@ void Adam::step_group(size_t g) {
     } else {
       ++s.step;
     }
-    Tensor grad = p.grad();
+    Tensor grad = step_grad(p, options_.maximize());
     if (decay != 0) {
       if (decoupled_) {
         p.mul_(1 - lr * decay);  // AdamW: decay the weights

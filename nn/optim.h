@@ -6,6 +6,7 @@
 // split (weight_decay_groups) needs.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -63,6 +64,10 @@ class Optimizer {
 
   // Updates every parameter that has a gradient (inside NoGradGuard).
   virtual void step() = 0;
+  // As torch.optim's step(closure): runs `closure` with gradients enabled (it typically zeroes
+  // the gradients, runs forward and backward and returns the loss), then steps; returns the
+  // closure's loss. Derived optimizers bring it in with `using Optimizer::step`.
+  Tensor step(const std::function<Tensor()>& closure);
   void zero_grad(bool set_to_none = true);
   // Every group's parameters, group after group: the indices of state_dict()'s keys.
   const std::vector<Tensor>& params() const { return params_; }
@@ -98,6 +103,13 @@ class Optimizer {
  protected:
   // Validates `state` against the keys `allowed` may produce for each parameter index.
   void check_state(const OrderedDict<Tensor>& state, const std::vector<std::string>& keys) const;
+  // Parameter i's state `key` from a loaded state_dict, copied into the parameter's dtype and
+  // device (undefined where absent); and its step count (0 where absent; PyTorch saves it as a
+  // float tensor).
+  Tensor loaded_state(const OrderedDict<Tensor>& state, size_t i, const std::string& key) const;
+  static int64_t loaded_step(const OrderedDict<Tensor>& state, size_t i);
+  // The gradient a step follows: p.grad(), negated under `maximize` (torch's maximize=True).
+  static Tensor step_grad(const Tensor& p, bool maximize);
   // After add_param_group: params() has grown; per-parameter state must cover it.
   virtual void params_added() {}
   // Derived constructors with a momentum: its name and the value every group starts with
@@ -145,11 +157,17 @@ struct SGDOptions {
     nesterov_ = v;
     return *this;
   }
+  // As torch's maximize=True (every optimizer here has it): ascend the gradient.
+  SGDOptions& maximize(bool v) {
+    maximize_ = v;
+    return *this;
+  }
   double lr() const { return lr_; }
   double momentum() const { return momentum_; }
   double dampening() const { return dampening_; }
   double weight_decay() const { return weight_decay_; }
   bool nesterov() const { return nesterov_; }
+  bool maximize() const { return maximize_; }
 
  private:
   double lr_;
@@ -157,6 +175,7 @@ struct SGDOptions {
   double dampening_ = 0;
   double weight_decay_ = 0;
   bool nesterov_ = false;
+  bool maximize_ = false;
 };
 
 class SGD : public Optimizer {
@@ -164,6 +183,7 @@ class SGD : public Optimizer {
   SGD(std::vector<Tensor> params, SGDOptions options);
   // Groups take their lr and weight_decay from the group where set, else from `options`.
   SGD(std::vector<ParamGroup> groups, SGDOptions options);
+  using Optimizer::step;
   void step() override;
   OrderedDict<Tensor> state_dict() const override;
   void load_state_dict(const OrderedDict<Tensor>& state) override;
@@ -213,6 +233,10 @@ struct AdamOptions {
     amsgrad_ = v;
     return *this;
   }
+  AdamOptions& maximize(bool v) {
+    maximize_ = v;
+    return *this;
+  }
   double lr() const { return lr_; }
   double beta1() const { return beta1_; }
   double beta2() const { return beta2_; }
@@ -222,6 +246,7 @@ struct AdamOptions {
   bool weight_decay_set() const { return weight_decay_.has_value(); }
   bool capturable() const { return capturable_; }
   bool amsgrad() const { return amsgrad_; }
+  bool maximize() const { return maximize_; }
 
  private:
   double lr_;
@@ -231,6 +256,7 @@ struct AdamOptions {
   std::optional<double> weight_decay_;
   bool capturable_ = false;
   bool amsgrad_ = false;
+  bool maximize_ = false;
 };
 
 // Adam; with decoupled = true it is AdamW (decay applied to the weights, not the gradient).
@@ -243,6 +269,7 @@ class Adam : public Optimizer {
   // an L2 term instead of decoupled decay): refused at compile time; use nn::AdamW.
   Adam(std::vector<Tensor> params, const AdamWOptions& options) = delete;
   Adam(std::vector<ParamGroup> groups, const AdamWOptions& options) = delete;
+  using Optimizer::step;
   void step() override;
   OrderedDict<Tensor> state_dict() const override;
   void load_state_dict(const OrderedDict<Tensor>& state) override;
@@ -288,6 +315,7 @@ struct AdamWOptions : AdamOptions {
   using AdamOptions::capturable;
   using AdamOptions::eps;
   using AdamOptions::lr;
+  using AdamOptions::maximize;
   using AdamOptions::weight_decay;
   AdamWOptions& lr(double v) { return chain(AdamOptions::lr(v)); }
   AdamWOptions& betas(double beta1, double beta2) { return chain(AdamOptions::betas(beta1, beta2)); }
@@ -295,6 +323,7 @@ struct AdamWOptions : AdamOptions {
   AdamWOptions& weight_decay(double v) { return chain(AdamOptions::weight_decay(v)); }
   AdamWOptions& capturable(bool v) { return chain(AdamOptions::capturable(v)); }
   AdamWOptions& amsgrad(bool v) { return chain(AdamOptions::amsgrad(v)); }
+  AdamWOptions& maximize(bool v) { return chain(AdamOptions::maximize(v)); }
 
  private:
   AdamWOptions& chain(AdamOptions&) { return *this; }

@@ -7,22 +7,6 @@ namespace tinyddp::nn {
 
 using tensor::NoGradGuard;
 
-namespace {
-
-// The step count of parameter i from a loaded state (PyTorch keeps it as a float tensor).
-int64_t loaded_step(const OrderedDict<Tensor>& state, size_t i) {
-  const Tensor* step = state.find(state_key(i, "step"));
-  return step != nullptr ? static_cast<int64_t>(step->to(tensor::kFloat64).item<double>()) : 0;
-}
-
-// A loaded state tensor for parameter i, in its dtype and on its device (undefined if absent).
-Tensor loaded(const OrderedDict<Tensor>& state, size_t i, const std::string& key, const Tensor& p) {
-  const Tensor* t = state.find(state_key(i, key));
-  return t != nullptr ? t->to(p.dtype()).to(p.device()).clone() : Tensor();
-}
-
-}  // namespace
-
 // ---- RMSprop ----------------------------------------------------------------------------------
 
 RMSprop::RMSprop(std::vector<Tensor> params, RMSpropOptions options) : RMSprop(one_group(std::move(params)), options) {}
@@ -52,7 +36,7 @@ void RMSprop::step() {
       // (torch makes it at the first step only; a momentum turned on later starts one here)
       if (momentum > 0 && !s.momentum_buffer.defined()) s.momentum_buffer = tensor::zeros_like(p);
       ++s.step;
-      Tensor grad = p.grad();
+      Tensor grad = step_grad(p, options_.maximize());
       if (decay != 0) grad = tensor::add(grad, p, decay);
       s.square_avg.mul_(alpha).add_(tensor::mul(tensor::mul(grad, 1 - alpha), grad));  // addcmul_
       Tensor avg;
@@ -88,21 +72,21 @@ OrderedDict<Tensor> RMSprop::state_dict() const {
 
 void RMSprop::load_state_dict(const OrderedDict<Tensor>& state) {
   check_state(state, {"step", "square_avg", "momentum_buffer", "grad_avg"});
-  std::vector<State> loaded_state(params_.size());
+  std::vector<State> fresh(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
-    State& s = loaded_state[i];
-    s.square_avg = loaded(state, i, "square_avg", params_[i]);
+    State& s = fresh[i];
+    s.square_avg = loaded_state(state, i, "square_avg");
     if (!s.square_avg.defined()) continue;
     s.step = loaded_step(state, i);
-    s.momentum_buffer = loaded(state, i, "momentum_buffer", params_[i]);
-    s.grad_avg = loaded(state, i, "grad_avg", params_[i]);
+    s.momentum_buffer = loaded_state(state, i, "momentum_buffer");
+    s.grad_avg = loaded_state(state, i, "grad_avg");
     // (a momentum buffer is kept whatever the momentum: a group's momentum may change, and a
     // missing buffer starts at zero when a momentum needs it)
     TDDP_CHECK(s.grad_avg.defined() == options_.centered(),
                "RMSprop: load_state_dict: the state of parameter {} was saved {} centered=true", i,
                options_.centered() ? "without" : "with");
   }
-  state_ = std::move(loaded_state);
+  state_ = std::move(fresh);
 }
 
 // ---- Adagrad ----------------------------------------------------------------------------------
@@ -135,7 +119,7 @@ void Adagrad::step() {
       if (!p.grad().defined()) continue;
       State& s = state_[i];
       ++s.step;
-      Tensor grad = p.grad();
+      Tensor grad = step_grad(p, options_.maximize());
       if (decay != 0) grad = tensor::add(grad, p, decay);
       const double clr = lr / (1 + static_cast<double>(s.step - 1) * options_.lr_decay());
       s.sum.add_(tensor::mul(grad, grad));  // addcmul_(grad, grad, value = 1)
@@ -156,13 +140,13 @@ OrderedDict<Tensor> Adagrad::state_dict() const {
 
 void Adagrad::load_state_dict(const OrderedDict<Tensor>& state) {
   check_state(state, {"step", "sum"});
-  std::vector<State> loaded_state(params_.size());
+  std::vector<State> fresh(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
-    loaded_state[i].sum = loaded(state, i, "sum", params_[i]);
-    TDDP_CHECK(loaded_state[i].sum.defined(), "Adagrad: load_state_dict: no 'sum' for parameter {}", i);
-    loaded_state[i].step = loaded_step(state, i);
+    fresh[i].sum = loaded_state(state, i, "sum");
+    TDDP_CHECK(fresh[i].sum.defined(), "Adagrad: load_state_dict: no 'sum' for parameter {}", i);
+    fresh[i].step = loaded_step(state, i);
   }
-  state_ = std::move(loaded_state);
+  state_ = std::move(fresh);
 }
 
 }  // namespace tinyddp::nn

@@ -34,16 +34,21 @@ struct RMSpropOptions {
     centered_ = v;
     return *this;
   }
+  RMSpropOptions& maximize(bool v) {
+    maximize_ = v;
+    return *this;
+  }
   double lr() const { return lr_; }
   double alpha() const { return alpha_; }
   double eps() const { return eps_; }
   double weight_decay() const { return weight_decay_; }
   double momentum() const { return momentum_; }
   bool centered() const { return centered_; }
+  bool maximize() const { return maximize_; }
 
  private:
   double lr_, alpha_ = 0.99, eps_ = 1e-8, weight_decay_ = 0, momentum_ = 0;
-  bool centered_ = false;
+  bool centered_ = false, maximize_ = false;
 };
 
 // square_avg = alpha square_avg + (1 - alpha) g^2; the step divides g by sqrt(square_avg) + eps
@@ -53,6 +58,7 @@ class RMSprop : public Optimizer {
  public:
   RMSprop(std::vector<Tensor> params, RMSpropOptions options = RMSpropOptions());
   RMSprop(std::vector<ParamGroup> groups, RMSpropOptions options = RMSpropOptions());
+  using Optimizer::step;
   void step() override;
   OrderedDict<Tensor> state_dict() const override;
   void load_state_dict(const OrderedDict<Tensor>& state) override;
@@ -92,14 +98,20 @@ struct AdagradOptions {
     eps_ = v;
     return *this;
   }
+  AdagradOptions& maximize(bool v) {
+    maximize_ = v;
+    return *this;
+  }
   double lr() const { return lr_; }
   double lr_decay() const { return lr_decay_; }
   double weight_decay() const { return weight_decay_; }
   double initial_accumulator_value() const { return initial_accumulator_value_; }
   double eps() const { return eps_; }
+  bool maximize() const { return maximize_; }
 
  private:
   double lr_, lr_decay_ = 0, weight_decay_ = 0, initial_accumulator_value_ = 0, eps_ = 1e-10;
+  bool maximize_ = false;
 };
 
 // sum += g^2 (from initial_accumulator_value); the step is lr / (1 + (step - 1) lr_decay) times
@@ -108,6 +120,7 @@ class Adagrad : public Optimizer {
  public:
   Adagrad(std::vector<Tensor> params, AdagradOptions options = AdagradOptions());
   Adagrad(std::vector<ParamGroup> groups, AdagradOptions options = AdagradOptions());
+  using Optimizer::step;
   void step() override;
   OrderedDict<Tensor> state_dict() const override;
   void load_state_dict(const OrderedDict<Tensor>& state) override;
