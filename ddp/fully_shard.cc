@@ -101,23 +101,23 @@ FullyShardedUnit::FullyShardedUnit(std::shared_ptr<nn::Module> module, std::shar
   }
   for (const Tensor& b : module->buffers())
     wait_for(pg_->broadcast(b, 0), name_, "broadcasting the buffers from rank 0");
-  const MixedPrecisionPolicy& mp = options_.mp_policy;
-  for (const auto& dtype : {mp.param_dtype, mp.reduce_dtype, mp.output_dtype}) {
+  const MixedPrecisionPolicy& mp = options_.mp_policy();
+  for (const auto& dtype : {mp.param_dtype(), mp.reduce_dtype(), mp.output_dtype()}) {
     TDDP_CHECK(!dtype || tensor::is_floating_point(*dtype),
                "fully_shard({}): mp_policy's dtypes must be floating-point types, got {}", name_,
                tensor::dtype_name(*dtype));
   }
-  if (!slots_.empty()) compute_dtype_ = mp.param_dtype.value_or(slots_.front().shard.dtype());
-  reduce_dtype_ = mp.reduce_dtype.value_or(compute_dtype_);
+  if (!slots_.empty()) compute_dtype_ = mp.param_dtype().value_or(slots_.front().shard.dtype());
+  reduce_dtype_ = mp.reduce_dtype().value_or(compute_dtype_);
   register_shards(*module);
   stats_.shard_numel = shard_numel_;
   for (const Slot& slot : slots_) stats_.full_numel += slot.param.numel();
   ready_.assign(slots_.size(), false);
-  if (options_.timeline && !options_.timeline->aligned()) {
-    options_.timeline->align(
+  if (options_.timeline() && !options_.timeline()->aligned()) {
+    options_.timeline()->align(
         agree_on_time_zero(*pg_, slots_.empty() ? tensor::Device(tensor::kCPU) : slots_.front().shard.device()));
-    options_.timeline->name_track(kGatherTrack, "all-gather");
-    options_.timeline->name_track(kReduceTrack, "reduce-scatter");
+    options_.timeline()->name_track(kGatherTrack, "all-gather");
+    options_.timeline()->name_track(kReduceTrack, "reduce-scatter");
   }
   for (size_t i = 0; i < slots_.size(); ++i) {
     handles_.push_back(slots_[i].param.grad_accumulator()->add_post_hook([this, i] { on_gradient(i); }));
@@ -152,20 +152,22 @@ Timeline::Clock::time_point finished(const comm::Work& work) {
 
 void FullyShardedUnit::record(const char* what, Timeline::Clock::time_point start,
                               Timeline::Clock::time_point end) const {
-  if (options_.timeline) options_.timeline->span(fmt::format("{} {}", what, label_), start, end, forward_epoch_now());
+  if (options_.timeline())
+    options_.timeline()->span(fmt::format("{} {}", what, label_), start, end, forward_epoch_now());
 }
 
 void FullyShardedUnit::record_collective(const char* what, Timeline::Clock::time_point start,
                                          Timeline::Clock::time_point end, int track, tensor::DType dtype,
                                          const char* more) const {
-  if (!options_.timeline) return;  // nothing formatted on the hot path without a timeline
+  if (!options_.timeline()) return;  // nothing formatted on the hot path without a timeline
   const double mib = static_cast<double>(shard_numel_ * pg_->size()) * tensor::element_size(dtype) / 1048576.0;
-  options_.timeline->span(fmt::format("{} {} ({:.2f} MiB{})", what, label_, mib, more), start, end, forward_epoch_now(),
-                          track);
+  options_.timeline()->span(fmt::format("{} {} ({:.2f} MiB{})", what, label_, mib, more), start, end,
+                            forward_epoch_now(), track);
 }
 
 void FullyShardedUnit::record_instant(const std::string& what) const {
-  if (options_.timeline) options_.timeline->instant(what + " " + label_, Timeline::Clock::now(), forward_epoch_now());
+  if (options_.timeline())
+    options_.timeline()->instant(what + " " + label_, Timeline::Clock::now(), forward_epoch_now());
 }
 
 std::pair<std::shared_ptr<comm::Work>, Tensor> FullyShardedUnit::start_gather() {
@@ -249,7 +251,7 @@ void FullyShardedUnit::unshard() {
 }
 
 void FullyShardedUnit::free_after_forward() {
-  if (state_ != State::kGathered || !options_.reshard_after_forward) return;
+  if (state_ != State::kGathered || !options_.reshard_after_forward()) return;
   for (const Slot& slot : slots_) slot.param.storage().free_bytes();
   state_ = State::kFreedAfterForward;
   stats_.gathered = false;
@@ -380,7 +382,7 @@ void FullyShardedUnit::begin_forward(bool root) {
     forward_order.clear();
     // The root broadcasts every buffer of its module (running statistics) from rank 0 when
     // the previous forward trained, as DDP's broadcast_buffers does.
-    if (options_.broadcast_buffers && pg_->size() > 1 && buffers_need_sync_) {
+    if (options_.broadcast_buffers() && pg_->size() > 1 && buffers_need_sync_) {
       if (const std::shared_ptr<nn::Module> module = module_.lock()) {
         NoGradGuard no_grad;
         for (const Tensor& b : module->buffers()) wait_for(pg_->broadcast(b, 0), name_, "broadcasting the buffers");

@@ -51,6 +51,7 @@
 #include <utility>
 #include <vector>
 
+#include "tinyddp/base/arg.h"
 #include "tinyddp/comm/process_group.h"
 #include "tinyddp/ddp/timeline.h"
 #include "tinyddp/nn/checkpoint.h"
@@ -63,35 +64,41 @@ namespace tinyddp::ddp {
 // shards, what the optimizer steps, stay in the parameters' own dtype (float32 master weights);
 // with param_dtype set, each gather casts them to it, so the all-gather moves and the forward
 // and backward compute in it, and the gradients come out in it.
-//   options.mp_policy.param_dtype = tensor::kBFloat16;   // bf16 gathers, compute, reduce-scatter
+//   options.mp_policy(ddp::MixedPrecisionPolicy().param_dtype(tensor::kBFloat16));  // bf16 gathers, compute,
+//   reduce-scatter
 struct MixedPrecisionPolicy {
-  std::optional<tensor::DType> param_dtype;   // the gathered parameters' dtype (unset: the shards')
-  std::optional<tensor::DType> reduce_dtype;  // the gradients' reduce-scatter (unset: param_dtype);
-                                              // its result is cast to the shards' dtype for .grad
-  std::optional<tensor::DType> output_dtype;  // the forward's floating-point outputs cast to it
-  bool cast_forward_inputs = true;            // the forward's floating-point inputs cast to param_dtype
+  // the gathered parameters' dtype (unset: the shards')
+  TINYDDP_ARG(std::optional<tensor::DType>, param_dtype);
+  // the gradients' reduce-scatter (unset: param_dtype); its result is cast to the shards' dtype
+  // for .grad
+  TINYDDP_ARG(std::optional<tensor::DType>, reduce_dtype);
+  // the forward's floating-point outputs cast to it
+  TINYDDP_ARG(std::optional<tensor::DType>, output_dtype);
+  // the forward's floating-point inputs cast to param_dtype
+  TINYDDP_ARG(bool, cast_forward_inputs) = true;
 };
 
-// fully_shard's options (PyTorch's keyword arguments of the same names).
+// fully_shard's options (PyTorch's keyword arguments of the same names), with setters:
+//   ddp::FullyShardOptions().reshard_after_forward(false).mp_policy(ddp::MixedPrecisionPolicy().param_dtype(tensor::kBFloat16))
 struct FullyShardOptions {
   // Free the gathered parameters' bytes after the forward and gather them again before the
   // unit's backward (ZeRO-3's memory: one unit's full parameters at a time); false keeps them
   // from the forward to the backward (ZeRO-2's, one all-gather per step fewer). The root unit
   // (the one whose forward holds the others') never frees after the forward, since its
   // backward comes first.
-  bool reshard_after_forward = true;
+  TINYDDP_ARG(bool, reshard_after_forward) = true;
   // The root's forward first broadcasts every buffer of its module from rank 0 (BatchNorm's
   // running statistics), after a forward that trained, as DDP's broadcast_buffers. Buffers are
   // never sharded.
-  bool broadcast_buffers = true;
+  TINYDDP_ARG(bool, broadcast_buffers) = true;
   // Mixed precision: unset, everything happens in the parameters' own dtype.
-  MixedPrecisionPolicy mp_policy;
+  TINYDDP_ARG(MixedPrecisionPolicy, mp_policy);
   // Record each unit's forward and backward (compute row), all-gathers and reduce-scatters
   // (their rows, from issue to completion) and frees on this timeline, a Chrome trace per rank
   // as DDP's (ddp/timeline.h). Give every unit the same one (fully_shard_by_policy does); the
   // first unit to get it agrees with the other ranks on its time zero (a collective, so every
   // rank must set it). Write it with timeline->write(path, rank).
-  std::shared_ptr<Timeline> timeline;
+  TINYDDP_ARG(std::shared_ptr<Timeline>, timeline);
 };
 
 // What one unit holds, for tests and reports.

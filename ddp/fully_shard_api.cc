@@ -66,12 +66,12 @@ std::optional<nn::Tensors> cast_floating(const nn::Tensors& tensors, std::option
 }  // namespace
 
 std::optional<nn::Tensors> FullyShardedUnit::cast_inputs(const nn::Tensors& inputs) const {
-  if (!options_.mp_policy.cast_forward_inputs) return std::nullopt;
-  return cast_floating(inputs, options_.mp_policy.param_dtype);
+  if (!options_.mp_policy().cast_forward_inputs()) return std::nullopt;
+  return cast_floating(inputs, options_.mp_policy().param_dtype());
 }
 
 std::optional<nn::Tensors> FullyShardedUnit::cast_outputs(const nn::Tensors& outputs) const {
-  return cast_floating(outputs, options_.mp_policy.output_dtype);
+  return cast_floating(outputs, options_.mp_policy().output_dtype());
 }
 
 void FullyShardedUnit::register_shards(nn::Module& module) {

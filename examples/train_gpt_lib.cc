@@ -162,7 +162,7 @@ Run set_up(const GPTTrainConfig& config) {
   seed_training(config.seed, run.rank);  // Dropout's masks differ by rank (nanoGPT's seed + rank)
   if (config.fsdp && run.pg) {
     ddp::FullyShardOptions options;
-    if (config.fsdp_param_dtype == "bfloat16") options.mp_policy.param_dtype = t::kBFloat16;
+    if (config.fsdp_param_dtype == "bfloat16") options.mp_policy(ddp::MixedPrecisionPolicy().param_dtype(t::kBFloat16));
     run.units = ddp::fully_shard_by_policy(run.model, run.pg, ddp::is_a<nn::Block>, options);
   }
   run.optimizer = make_optimizer(config, run.model->parameters(), run.pg);  // with fully_shard: the shards

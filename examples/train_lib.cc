@@ -95,10 +95,10 @@ Runner wrap_in_ddp(const TrainConfig& config, const std::shared_ptr<nn::Module>&
   if (!pg) return Runner{model, nullptr, nullptr, nullptr};
   if (config.fsdp) {  // every layer with parameters of its own a unit, then the root
     ddp::FullyShardOptions options;
-    if (!config.timeline.empty()) options.timeline = std::make_shared<ddp::Timeline>();
+    if (!config.timeline.empty()) options.timeline(std::make_shared<ddp::Timeline>());
     ddp::fully_shard_by_policy(
         model, pg, [](const nn::Module& m) { return m.children().empty() && !m.parameters().empty(); }, options);
-    return Runner{model, nullptr, nullptr, options.timeline};
+    return Runner{model, nullptr, nullptr, options.timeline()};
   }
   // In place: the optimizer keeps the same weight and buffer tensors.
   if (config.sync_bn) ddp::SyncBatchNorm::convert_sync_batchnorm(model, pg);

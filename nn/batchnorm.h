@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tinyddp/nn/module.h"
+#include "tinyddp/nn/options.h"
 
 namespace tinyddp::nn {
 
@@ -46,6 +47,8 @@ class BatchNorm1d : public BatchNorm {
   explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
                        bool affine = true, bool track_running_stats = true)
       : BatchNorm("BatchNorm1d", num_features, eps, momentum, affine, track_running_stats) {}
+  explicit BatchNorm1d(const BatchNormOptions& o)
+      : BatchNorm1d(o.num_features(), o.eps(), o.momentum(), o.affine(), o.track_running_stats()) {}
 
  protected:
   void check_input_dim(const Tensor& input) const override;
@@ -58,6 +61,8 @@ class BatchNorm2d : public BatchNorm {
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
                        bool affine = true, bool track_running_stats = true)
       : BatchNorm("BatchNorm2d", num_features, eps, momentum, affine, track_running_stats) {}
+  explicit BatchNorm2d(const BatchNormOptions& o)
+      : BatchNorm2d(o.num_features(), o.eps(), o.momentum(), o.affine(), o.track_running_stats()) {}
 
  protected:
   void check_input_dim(const Tensor& input) const override;

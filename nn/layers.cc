@@ -42,6 +42,9 @@ std::string Linear::extra_repr() const {
 
 namespace {
 std::string pair_repr(tensor::Size2d s) { return fmt::format("({}, {})", s.h, s.w); }
+// The pools keep the value they were given, so PyTorch prints MaxPool2d(2)'s kernel as 2 and
+// MaxPool2d((2, 3))'s as (2, 3): a square size is printed as the one number it usually was.
+std::string pool_repr(tensor::Size2d s) { return s.h == s.w ? std::to_string(s.h) : pair_repr(s); }
 }  // namespace
 
 Conv2d::Conv2d(int64_t in, int64_t out, tensor::Size2d kernel, tensor::Size2d stride_, tensor::Size2d padding_,
@@ -115,8 +118,8 @@ Tensor MaxPool2d::forward(const Tensor& input) {
 }
 
 std::string MaxPool2d::extra_repr() const {
-  return fmt::format("kernel_size={}, stride={}, padding={}, dilation={}", pair_repr(kernel_size), pair_repr(stride),
-                     pair_repr(padding), pair_repr(dilation));
+  return fmt::format("kernel_size={}, stride={}, padding={}, dilation={}, ceil_mode=False", pool_repr(kernel_size),
+                     pool_repr(stride), pool_repr(padding), pool_repr(dilation));
 }
 
 AvgPool2d::AvgPool2d(tensor::Size2d kernel, std::optional<tensor::Size2d> stride_, tensor::Size2d padding_,
@@ -129,14 +132,14 @@ Tensor AvgPool2d::forward(const Tensor& input) {
 }
 
 std::string AvgPool2d::extra_repr() const {
-  return fmt::format("kernel_size={}, stride={}, padding={}", pair_repr(kernel_size), pair_repr(stride),
-                     pair_repr(padding));
+  return fmt::format("kernel_size={}, stride={}, padding={}", pool_repr(kernel_size), pool_repr(stride),
+                     pool_repr(padding));
 }
 
 AdaptiveAvgPool2d::AdaptiveAvgPool2d(tensor::Size2d output_size_)
     : Module("AdaptiveAvgPool2d"), output_size(output_size_) {}
 
-std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + pair_repr(output_size); }
+std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + pool_repr(output_size); }
 
 Tensor Unflatten::forward(const Tensor& input) {
   const int64_t d = tensor::wrap_dim(dim, input.dim(), "Unflatten");

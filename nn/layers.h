@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tinyddp/nn/module.h"
+#include "tinyddp/nn/options.h"
 
 namespace tinyddp::nn {
 
@@ -38,6 +39,9 @@ class Conv2d : public Module {
   std::shared_ptr<Module> clone_structure() const override;
   Conv2d(int64_t in_channels, int64_t out_channels, tensor::Size2d kernel_size, tensor::Size2d stride = 1,
          tensor::Size2d padding = 0, tensor::Size2d dilation = 1, int64_t groups = 1, bool bias = true);
+  explicit Conv2d(const Conv2dOptions& o)
+      : Conv2d(o.in_channels(), o.out_channels(), o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.groups(),
+               o.bias()) {}
   // input: [N, in, H, W] (or [in, H, W]) -> [N, out, OH, OW]
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
@@ -55,6 +59,9 @@ class Conv1d : public Module {
   std::shared_ptr<Module> clone_structure() const override;
   Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1, int64_t padding = 0,
          int64_t dilation = 1, int64_t groups = 1, bool bias = true);
+  explicit Conv1d(const Conv1dOptions& o)
+      : Conv1d(o.in_channels(), o.out_channels(), o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.groups(),
+               o.bias()) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
 
@@ -70,6 +77,7 @@ class MaxPool2d : public Module {
   std::shared_ptr<Module> clone_structure() const override;
   MaxPool2d(tensor::Size2d kernel_size, std::optional<tensor::Size2d> stride = {}, tensor::Size2d padding = 0,
             tensor::Size2d dilation = 1);
+  explicit MaxPool2d(const MaxPool2dOptions& o) : MaxPool2d(o.kernel_size(), o.stride(), o.padding(), o.dilation()) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
   tensor::Size2d kernel_size, stride, padding, dilation;
@@ -80,6 +88,8 @@ class AvgPool2d : public Module {
   std::shared_ptr<Module> clone_structure() const override;
   AvgPool2d(tensor::Size2d kernel_size, std::optional<tensor::Size2d> stride = {}, tensor::Size2d padding = 0,
             bool count_include_pad = true);
+  explicit AvgPool2d(const AvgPool2dOptions& o)
+      : AvgPool2d(o.kernel_size(), o.stride(), o.padding(), o.count_include_pad()) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
   tensor::Size2d kernel_size, stride, padding;
@@ -184,6 +194,8 @@ class LayerNorm : public Module {
   std::shared_ptr<Module> clone_structure() const override;
   explicit LayerNorm(tensor::Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
                      bool bias = true);
+  explicit LayerNorm(const LayerNormOptions& o)
+      : LayerNorm(o.normalized_shape(), o.eps(), o.elementwise_affine(), o.bias()) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
 
@@ -200,6 +212,7 @@ class GroupNorm : public Module {
  public:
   std::shared_ptr<Module> clone_structure() const override;
   GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
+  explicit GroupNorm(const GroupNormOptions& o) : GroupNorm(o.num_groups(), o.num_channels(), o.eps(), o.affine()) {}
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
 

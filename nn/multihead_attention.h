@@ -25,6 +25,9 @@ class MultiheadAttention : public Module {
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true,
                      bool batch_first = false, bool add_bias_kv = false, bool add_zero_attn = false, int64_t kdim = 0,
                      int64_t vdim = 0);  // kdim, vdim 0: embed_dim
+  explicit MultiheadAttention(const MultiheadAttentionOptions& o)
+      : MultiheadAttention(o.embed_dim(), o.num_heads(), o.dropout(), o.bias(), o.batch_first(), o.add_bias_kv(),
+                           o.add_zero_attn(), o.kdim(), o.vdim()) {}
   // query [L, N, E] (batch_first: [N, L, E]; unbatched [L, E]), key and value [S, N, E]:
   // returns (attn_output like query, attn_weights [N, L, S] averaged over the heads, or
   // [N, heads, L, S] without averaging; undefined unless need_weights). key_padding_mask [N, S]

@@ -22,6 +22,7 @@
 #include "tinyddp/nn/multihead_attention.h"
 #include "tinyddp/nn/one_cycle.h"
 #include "tinyddp/nn/optim.h"
+#include "tinyddp/nn/options.h"
 #include "tinyddp/nn/plateau.h"
 #include "tinyddp/nn/rmsprop_adagrad.h"
 #include "tinyddp/nn/rnn.h"

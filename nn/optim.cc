@@ -191,7 +191,8 @@ void SGD::step() {
       const Tensor& p = params_[i];
       if (!p.grad().defined()) continue;
       Tensor& buf = momentum_buffers_[i];
-      const Tensor grad = step_grad(p, options_.maximize());
+      Tensor negated;  // (maximize: the gradient negated; otherwise the gradient itself, not copied)
+      const Tensor& grad = options_.maximize() ? (negated = tensor::neg(p.grad())) : p.grad();
       // One pass over memory where the tensors allow (bit-identical to the ops below).
       if (tensor::fused_sgd_step_(p, grad, &buf, step)) continue;
       // The same update op by op (any layout or dtype).

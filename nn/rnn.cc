@@ -191,6 +191,19 @@ LSTM::LSTM(int64_t input_size_, int64_t hidden_size_, int64_t num_layers_, bool 
            double dropout_, bool bidirectional_)
     : RNNBase("LSTM", input_size_, hidden_size_, num_layers_, bias_, batch_first_, dropout_, bidirectional_) {}
 
+namespace {
+// The options' nonlinearity is RNN's; an LSTM or GRU given another would silently ignore it.
+const RNNOptions& gated_options(const RNNOptions& o, const char* type) {
+  TDDP_CHECK(o.nonlinearity() == "tanh", "{}: nonlinearity '{}' is an option of RNN only ({} has fixed gates)", type,
+             o.nonlinearity(), type);
+  return o;
+}
+}  // namespace
+
+LSTM::LSTM(const LSTMOptions& o)
+    : LSTM(gated_options(o, "LSTM").input_size(), o.hidden_size(), o.num_layers(), o.bias(), o.batch_first(),
+           o.dropout(), o.bidirectional()) {}
+
 std::tuple<Tensor, std::tuple<Tensor, Tensor>> LSTM::forward(const Tensor& input,
                                                              const std::optional<std::tuple<Tensor, Tensor>>& hx) {
   const auto [output, h_n, c_n] = hx ? run(input, std::get<0>(*hx), std::get<1>(*hx)) : run(input, {}, {});
@@ -200,6 +213,10 @@ std::tuple<Tensor, std::tuple<Tensor, Tensor>> LSTM::forward(const Tensor& input
 GRU::GRU(int64_t input_size_, int64_t hidden_size_, int64_t num_layers_, bool bias_, bool batch_first_, double dropout_,
          bool bidirectional_)
     : RNNBase("GRU", input_size_, hidden_size_, num_layers_, bias_, batch_first_, dropout_, bidirectional_) {}
+
+GRU::GRU(const GRUOptions& o)
+    : GRU(gated_options(o, "GRU").input_size(), o.hidden_size(), o.num_layers(), o.bias(), o.batch_first(), o.dropout(),
+          o.bidirectional()) {}
 
 std::tuple<Tensor, Tensor> GRU::forward(const Tensor& input, const Tensor& hx) {
   const auto [output, h_n, unused] = run(input, hx, Tensor());

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tinyddp/nn/module.h"
+#include "tinyddp/nn/options.h"
 
 namespace tinyddp::nn {
 
@@ -51,6 +52,8 @@ class LSTM : public RNNBase {
  public:
   LSTM(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, bool bias = true, bool batch_first = false,
        double dropout = 0.0, bool bidirectional = false);
+  // (the options' nonlinearity is RNN's: anything but its default "tanh" is refused)
+  explicit LSTM(const LSTMOptions& o);
   using RNNBase::forward;
   // (output, (h_n, c_n)) as torch's; hx = (h0, c0) or {} for zeros.
   std::tuple<Tensor, std::tuple<Tensor, Tensor>> forward(const Tensor& input,
@@ -61,6 +64,7 @@ class GRU : public RNNBase {
  public:
   GRU(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, bool bias = true, bool batch_first = false,
       double dropout = 0.0, bool bidirectional = false);
+  explicit GRU(const GRUOptions& o);
   using RNNBase::forward;
   // (output, h_n); hx undefined: zeros.
   std::tuple<Tensor, Tensor> forward(const Tensor& input, const Tensor& hx);
@@ -71,6 +75,9 @@ class RNN : public RNNBase {
  public:
   RNN(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, const std::string& nonlinearity = "tanh",
       bool bias = true, bool batch_first = false, double dropout = 0.0, bool bidirectional = false);
+  explicit RNN(const RNNOptions& o)
+      : RNN(o.input_size(), o.hidden_size(), o.num_layers(), o.nonlinearity(), o.bias(), o.batch_first(), o.dropout(),
+            o.bidirectional()) {}
   using RNNBase::forward;
   std::tuple<Tensor, Tensor> forward(const Tensor& input, const Tensor& hx);
 };

@@ -138,7 +138,7 @@ TEST_CASE("fully_shard: bfloat16 mixed precision follows PyTorch's, within its b
   const nn::OrderedDict<Tensor>& ref = mixed_reference();
   testing::require_no_failures(testing::run_threads(kWorld, [&](comm::ProcessGroup& pg, Expectations& e) {
     ddp::FullyShardOptions options;
-    options.mp_policy.param_dtype = tensor::kBFloat16;
+    options.mp_policy(ddp::MixedPrecisionPolicy().param_dtype(tensor::kBFloat16));
     auto model = sharded_model(pg, options);
     // The module computes in bfloat16: its gathered parameters are, during the forward.
     autograd::RemovableHandle seen =

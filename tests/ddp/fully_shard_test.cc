@@ -64,7 +64,7 @@ void run_against_ddp(int world, const std::string& kind, bool reshard_after_forw
     auto [sharded, plain] = twin_mlps();
     std::vector<std::shared_ptr<ddp::FullyShardedUnit>> units;
     ddp::FullyShardOptions options;
-    options.reshard_after_forward = reshard_after_forward;
+    options.reshard_after_forward(reshard_after_forward);
     for (size_t i : {0, 2, 4}) units.push_back(ddp::fully_shard((*sharded)[i], testing::borrow(pg), options));
     units.push_back(ddp::fully_shard(sharded, testing::borrow(pg)));  // the root: nothing of its own left
     const auto first = std::dynamic_pointer_cast<nn::Linear>((*sharded)[0]);
@@ -349,9 +349,10 @@ TEST_CASE("fully_shard: mixed precision casts the inputs, computes in param_dtyp
   testing::require_no_failures(testing::run_threads(2, [](comm::ProcessGroup& pg, Expectations& e) {
     auto [sharded, plain] = twin_mlps();
     ddp::FullyShardOptions options;
-    options.mp_policy.param_dtype = tensor::kBFloat16;
-    options.mp_policy.reduce_dtype = tensor::kFloat32;
-    options.mp_policy.output_dtype = tensor::kFloat32;
+    options.mp_policy(ddp::MixedPrecisionPolicy()
+                          .param_dtype(tensor::kBFloat16)
+                          .reduce_dtype(tensor::kFloat32)
+                          .output_dtype(tensor::kFloat32));
     for (size_t i : {0, 2, 4}) ddp::fully_shard((*sharded)[i], testing::borrow(pg), options);
     ddp::fully_shard(sharded, testing::borrow(pg), options);
     tensor::Generator gen(3);
@@ -380,7 +381,8 @@ TEST_CASE("fully_shard: mixed precision casts the inputs, computes in param_dtyp
     }
     // Without cast_forward_inputs a float32 input meets bfloat16 weights: PyTorch's error.
     auto [other, unused] = twin_mlps();
-    options.mp_policy.cast_forward_inputs = false;
+    ddp::MixedPrecisionPolicy policy = options.mp_policy();
+    options.mp_policy(policy.cast_forward_inputs(false));
     for (size_t i : {0, 2, 4}) ddp::fully_shard((*other)[i], testing::borrow(pg), options);
     std::string message;
     try {

@@ -54,7 +54,7 @@ TEST_CASE("fully_shard's timeline: each unit's gathers, forward, backward, frees
           std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(64, 3)});
     }
     ddp::FullyShardOptions options;
-    options.timeline = std::make_shared<ddp::Timeline>();
+    options.timeline(std::make_shared<ddp::Timeline>());
     const auto units = ddp::fully_shard_by_policy(model, testing::borrow(pg), ddp::is_a<nn::Linear>, options);
     e.expect_eq(units[2]->label(), std::string("0"), "the first layer's unit is named by its path");
     e.expect_eq(units[3]->label(), std::string("Sequential"), "the root keeps its type");
@@ -65,7 +65,7 @@ TEST_CASE("fully_shard's timeline: each unit's gathers, forward, backward, frees
       optimizer.step();
       optimizer.zero_grad();
     }
-    const json trace = json::parse(options.timeline->json(pg.rank()));
+    const json trace = json::parse(options.timeline()->json(pg.rank()));
     e.expect_contains(trace["otherData"]["clock"].get<std::string>(), "aligned", "the ranks' clocks agree");
     std::map<int, std::string> rows;
     for (const json& ev : trace["traceEvents"]) {

@@ -1,0 +1,116 @@
+// The layers' options structs, as libtorch's: the required arguments in the constructor, every
+// other one a chained setter with PyTorch's default, so that
+//   nn::Conv2d(nn::Conv2dOptions(64, 64, 3).padding(1).bias(false))
+// reads as torch.nn.Conv2d(64, 64, 3, padding=1, bias=False). Each layer with more than three
+// arguments takes its options (the positional constructors stay); the defaults here are the
+// positional constructors' (tests/nn/options_test.cc builds every layer both ways).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "tinyddp/base/arg.h"
+#include "tinyddp/tensor/tensor.h"
+
+namespace tinyddp::nn {
+
+struct Conv1dOptions {
+  Conv1dOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
+  TINYDDP_ARG(int64_t, in_channels);
+  TINYDDP_ARG(int64_t, out_channels);
+  TINYDDP_ARG(int64_t, kernel_size);
+  TINYDDP_ARG(int64_t, stride) = 1;
+  TINYDDP_ARG(int64_t, padding) = 0;
+  TINYDDP_ARG(int64_t, dilation) = 1;
+  TINYDDP_ARG(int64_t, groups) = 1;
+  TINYDDP_ARG(bool, bias) = true;
+};
+
+struct Conv2dOptions {
+  Conv2dOptions(int64_t in_channels, int64_t out_channels, tensor::Size2d kernel_size)
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
+  TINYDDP_ARG(int64_t, in_channels);
+  TINYDDP_ARG(int64_t, out_channels);
+  TINYDDP_ARG(tensor::Size2d, kernel_size);
+  TINYDDP_ARG(tensor::Size2d, stride) = 1;
+  TINYDDP_ARG(tensor::Size2d, padding) = 0;
+  TINYDDP_ARG(tensor::Size2d, dilation) = 1;
+  TINYDDP_ARG(int64_t, groups) = 1;
+  TINYDDP_ARG(bool, bias) = true;
+};
+
+// MaxPool2d's and AvgPool2d's; stride unset: the kernel size.
+struct MaxPool2dOptions {
+  explicit MaxPool2dOptions(tensor::Size2d kernel_size) : kernel_size_(kernel_size) {}
+  TINYDDP_ARG(tensor::Size2d, kernel_size);
+  TINYDDP_ARG(std::optional<tensor::Size2d>, stride);
+  TINYDDP_ARG(tensor::Size2d, padding) = 0;
+  TINYDDP_ARG(tensor::Size2d, dilation) = 1;
+};
+
+struct AvgPool2dOptions {
+  explicit AvgPool2dOptions(tensor::Size2d kernel_size) : kernel_size_(kernel_size) {}
+  TINYDDP_ARG(tensor::Size2d, kernel_size);
+  TINYDDP_ARG(std::optional<tensor::Size2d>, stride);
+  TINYDDP_ARG(tensor::Size2d, padding) = 0;
+  TINYDDP_ARG(bool, count_include_pad) = true;
+};
+
+// BatchNorm1d's and BatchNorm2d's; momentum std::nullopt: a cumulative average (momentum=None).
+struct BatchNormOptions {
+  explicit BatchNormOptions(int64_t num_features) : num_features_(num_features) {}
+  TINYDDP_ARG(int64_t, num_features);
+  TINYDDP_ARG(double, eps) = 1e-5;
+  TINYDDP_ARG(std::optional<double>, momentum) = 0.1;
+  TINYDDP_ARG(bool, affine) = true;
+  TINYDDP_ARG(bool, track_running_stats) = true;
+};
+
+struct GroupNormOptions {
+  GroupNormOptions(int64_t num_groups, int64_t num_channels) : num_groups_(num_groups), num_channels_(num_channels) {}
+  TINYDDP_ARG(int64_t, num_groups);
+  TINYDDP_ARG(int64_t, num_channels);
+  TINYDDP_ARG(double, eps) = 1e-5;
+  TINYDDP_ARG(bool, affine) = true;
+};
+
+struct LayerNormOptions {
+  explicit LayerNormOptions(tensor::Shape normalized_shape) : normalized_shape_(std::move(normalized_shape)) {}
+  TINYDDP_ARG(tensor::Shape, normalized_shape);
+  TINYDDP_ARG(double, eps) = 1e-5;
+  TINYDDP_ARG(bool, elementwise_affine) = true;
+  TINYDDP_ARG(bool, bias) = true;
+};
+
+// LSTM's, GRU's and RNN's (nonlinearity: RNN's only, "tanh" or "relu").
+struct RNNOptions {
+  RNNOptions(int64_t input_size, int64_t hidden_size) : input_size_(input_size), hidden_size_(hidden_size) {}
+  TINYDDP_ARG(int64_t, input_size);
+  TINYDDP_ARG(int64_t, hidden_size);
+  TINYDDP_ARG(int64_t, num_layers) = 1;
+  TINYDDP_ARG(std::string, nonlinearity) = "tanh";
+  TINYDDP_ARG(bool, bias) = true;
+  TINYDDP_ARG(bool, batch_first) = false;
+  TINYDDP_ARG(double, dropout) = 0.0;
+  TINYDDP_ARG(bool, bidirectional) = false;
+};
+using LSTMOptions = RNNOptions;
+using GRUOptions = RNNOptions;
+
+// kdim, vdim 0: embed_dim.
+struct MultiheadAttentionOptions {
+  MultiheadAttentionOptions(int64_t embed_dim, int64_t num_heads) : embed_dim_(embed_dim), num_heads_(num_heads) {}
+  TINYDDP_ARG(int64_t, embed_dim);
+  TINYDDP_ARG(int64_t, num_heads);
+  TINYDDP_ARG(double, dropout) = 0.0;
+  TINYDDP_ARG(bool, bias) = true;
+  TINYDDP_ARG(bool, batch_first) = false;
+  TINYDDP_ARG(bool, add_bias_kv) = false;
+  TINYDDP_ARG(bool, add_zero_attn) = false;
+  TINYDDP_ARG(int64_t, kdim) = 0;
+  TINYDDP_ARG(int64_t, vdim) = 0;
+};
+
+}  // namespace tinyddp::nn
