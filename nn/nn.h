@@ -26,6 +26,7 @@
 #include "tinyddp/nn/plateau.h"
 #include "tinyddp/nn/rmsprop_adagrad.h"
 #include "tinyddp/nn/rnn.h"
+#include "tinyddp/nn/rnn_cell.h"
 #include "tinyddp/nn/safetensors.h"
 #include "tinyddp/nn/scheduler.h"
 #include "tinyddp/nn/utils.h"
