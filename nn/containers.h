@@ -3,7 +3,8 @@
 // to the model that holds the container, under PyTorch's names ("layers.0.weight",
 // "heads.cls.bias"): a state dict saved on either side loads on the other. Neither has a
 // forward; the model that holds one calls its modules in its own forward. (Sequential, which
-// runs its children in order, is in layers.h.)
+// runs its children in order, is in layers.h.) ParameterList and ParameterDict hold
+// parameters the same way ("scales.0", "gains.encoder").
 #pragma once
 
 #include <memory>
@@ -78,6 +79,50 @@ class ModuleDict : public Module {
   std::vector<std::shared_ptr<Module>> values() const { return children(); }
   const OrderedDict<std::shared_ptr<Module>>& items() const { return named_children(); }
   Tensor forward(const Tensor& input) override;  // an error that says to call the modules
+  std::shared_ptr<Module> clone_structure() const override;
+};
+
+// torch.nn.ParameterList: tensors registered as parameters "0", "1", ... (requiring grad).
+class ParameterList : public Module {
+ public:
+  ParameterList() : Module("ParameterList") {}
+  explicit ParameterList(const std::vector<Tensor>& params);
+  void append(const Tensor& param);
+  void push_back(const Tensor& param) { append(param); }
+  void extend(const std::vector<Tensor>& params);
+  size_t size() const { return parameters(false).size(); }
+  bool empty() const { return size() == 0; }
+  // list[i], a negative i counting from the end; out of range is an error.
+  Tensor operator[](int64_t index) const;
+  // Range-for over the parameters, in order.
+  std::vector<Tensor>::const_iterator begin() const;
+  std::vector<Tensor>::const_iterator end() const;
+  std::string extra_repr() const override;       // PyTorch's "(0): Parameter containing: [...]" lines
+  Tensor forward(const Tensor& input) override;  // an error: a container has no forward
+  std::shared_ptr<Module> clone_structure() const override;
+
+ private:
+  std::vector<Tensor> items_;  // the registered tensors, for iteration
+};
+
+// torch.nn.ParameterDict: parameters by key, in insertion order (as an OrderedDict given to
+// PyTorch's; a plain Python dict given to PyTorch 1.13's is sorted first).
+class ParameterDict : public Module {
+ public:
+  ParameterDict() : Module("ParameterDict") {}
+  explicit ParameterDict(const std::vector<std::pair<std::string, Tensor>>& params);
+  // dict[key] = param: a new key is added at the end, an existing one replaced in place.
+  void insert(const std::string& key, const Tensor& param);
+  void update(const std::vector<std::pair<std::string, Tensor>>& params);
+  // dict[key]; a missing key is an error naming it and the keys there are.
+  Tensor operator[](const std::string& key) const;
+  bool contains(const std::string& key) const { return named_parameters(false).contains(key); }
+  size_t size() const { return named_parameters(false).size(); }
+  std::vector<std::string> keys() const { return named_parameters(false).keys(); }
+  std::vector<Tensor> values() const { return parameters(false); }
+  OrderedDict<Tensor> items() const { return named_parameters(false); }
+  std::string extra_repr() const override;
+  Tensor forward(const Tensor& input) override;
   std::shared_ptr<Module> clone_structure() const override;
 };
 

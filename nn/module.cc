@@ -431,20 +431,20 @@ std::string repr_float(double value) {
 }
 
 std::string Module::repr() const {
-  std::ostringstream out;
-  out << type_name_ << "(" << extra_repr();
-  if (!children_.empty()) {
-    out << "\n";
-    for (const auto& [name, child] : children_) {
-      std::string child_repr = child->repr();
-      // Indent the child's continuation lines.
-      for (size_t pos = 0; (pos = child_repr.find('\n', pos)) != std::string::npos; pos += 3)
-        child_repr.insert(pos + 1, "  ");
-      out << "  (" << name << "): " << child_repr << "\n";
-    }
+  // PyTorch's layout: extra_repr's lines, then the children's, two spaces in (or one line).
+  const std::string extra = extra_repr();
+  if (!extra.empty() && extra.find('\n') == std::string::npos && children_.empty())
+    return type_name_ + "(" + extra + ")";
+  std::string out = type_name_ + "(";
+  std::istringstream extra_lines(extra);
+  for (std::string line; !extra.empty() && std::getline(extra_lines, line);) out += "\n  " + line;
+  for (const auto& [name, child] : children_) {
+    std::string child_repr = child->repr();
+    for (size_t pos = 0; (pos = child_repr.find('\n', pos)) != std::string::npos; pos += 3)
+      child_repr.insert(pos + 1, "  ");
+    out += "\n  (" + name + "): " + child_repr;
   }
-  out << ")";
-  return out.str();
+  return out + (out.size() > type_name_.size() + 1 ? "\n)" : ")");
 }
 
 }  // namespace tinyddp::nn

@@ -1,7 +1,8 @@
 // ModuleList, ModuleDict, named_modules/modules/apply against PyTorch
 // (fixtures/make_containers_fixture.py): a model of a list of Linear layers and a dict of heads
 // has PyTorch's module and parameter names, loads PyTorch's state dict and gives its output
-// (float32, 1e-6: a few ulp of the same products); the containers' own behaviour and errors.
+// (float32, 1e-6: a few ulp of the same products); the containers' own behaviour and errors;
+// ParameterList and ParameterDict's names and repr.
 #include <nlohmann/json.hpp>
 
 #include "tests/nn/json_fixture.h"
@@ -119,4 +120,40 @@ TEST_CASE("Sequential: append, extend, negative indices and slices, as torch.nn.
   const Tensor x = tensor::randn({5, 4});
   CHECK(tensor::equal((*seq->slice(2, 4))((*seq->slice(0, 2))(x)), (*seq)(x)));
   CHECK(middle->clone_structure()->named_children().keys() == std::vector<std::string>{"1", "2"});
+}
+
+TEST_CASE("ParameterList and ParameterDict: PyTorch's names and repr, indexing, errors", "[nn][containers]") {
+  // The fixture's Scaled: a ParameterList, a ParameterDict (in insertion order) and a Linear.
+  struct Scaled : Module {
+    Scaled() : Module("Scaled") {
+      scales = register_module("scales", std::make_shared<ParameterList>(std::vector<Tensor>{
+                                             tensor::ones({3, 4}), tensor::zeros({5}, tensor::kFloat64)}));
+      gains = register_module("gains", std::make_shared<ParameterDict>(std::vector<std::pair<std::string, Tensor>>{
+                                           {"encoder", tensor::ones({2})}, {"decoder", tensor::ones({1, 2})}}));
+      register_module("lin", std::make_shared<Linear>(2, 2));
+    }
+    Tensor forward(const Tensor& x) override { return x; }
+    std::shared_ptr<ParameterList> scales;
+    std::shared_ptr<ParameterDict> gains;
+  };
+  const nlohmann::json want = testing::read_nn_json_fixture("containers_reference.json")["parameter_containers"];
+  Scaled model;
+  CHECK(model.repr() == want["repr"].get<std::string>());
+  CHECK(model.named_parameters().keys() == want["names"].get<std::vector<std::string>>());
+  // Registered as parameters: they require grad and an optimizer sees them.
+  CHECK((*model.scales)[-1].requires_grad());
+  CHECK(model.parameters().size() == 6);
+  size_t n = 0;
+  for (const Tensor& p : *model.scales) n += static_cast<size_t>(p.numel());
+  CHECK(n == 17);
+  model.gains->insert("encoder", tensor::zeros({2}));  // replaced in place, order kept
+  CHECK(model.gains->keys() == std::vector<std::string>{"encoder", "decoder"});
+  CHECK(tensor::equal((*model.gains)["encoder"], tensor::zeros({2})));
+  CHECK(ParameterList().repr() == "ParameterList()");
+  CHECK_THROWS_WITH((*model.scales)[2], Contains("ParameterList: index 2 is out of range for 2 parameters"));
+  CHECK_THROWS_WITH((*model.gains)["bias"], Contains("ParameterDict: no parameter 'bias' (keys: encoder, decoder)"));
+  CHECK_THROWS_WITH(model.scales->forward(tensor::ones({1})), Contains("ParameterList has no forward"));
+  // clone_structure: the same names, shapes and dtypes.
+  const auto copy = model.scales->clone_structure();
+  CHECK(copy->repr() == model.scales->repr());
 }
