@@ -2,6 +2,7 @@
 #include "tinyddp/nn/functional.h"
 
 #include <cmath>
+#include <functional>
 
 #include "tinyddp/tensor/all.h"
 #include "tinyddp/tensor/graph.h"
@@ -199,6 +200,48 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, std::string_view mo
     out = index_select(out, d, padded_positions(n, left, right, mode).to(x.device()));
   }
   return out;
+}
+
+Tensor dropout2d(const Tensor& x, double p, bool training, tensor::Generator* generator) {
+  TDDP_CHECK(p >= 0.0 && p <= 1.0, "dropout2d: probability has to be between 0 and 1, but got {}", p);
+  TDDP_CHECK(x.dim() == 3 || x.dim() == 4,
+             "dropout2d: expected a 4-D input [N, C, H, W] or a 3-D one [C, H, W], got {}",
+             tensor::format_shape(x.sizes()));
+  if (!training || p == 0.0) return x;
+  if (x.dim() == 3) return dropout2d(x.unsqueeze(0), p, training, generator).squeeze(0);
+  // One draw per channel (PyTorch's feature dropout): a [N, C, 1, 1] mask of 1 / (1 - p) or 0.
+  Tensor mask = tensor::empty({x.size(0), x.size(1), 1, 1}, tensor::TensorOptions(x.dtype()).device(x.device()));
+  {
+    tensor::NoGradGuard no_grad;
+    tensor::bernoulli_(mask, 1.0 - p, generator);
+    if (p < 1.0) mask.div_(1.0 - p);
+  }
+  return x * mask;
+}
+
+namespace {
+// The 1-d pools as 2-d ones over [N, C, 1, L] (an unbatched [C, L] gains N).
+Tensor pool1d(const Tensor& x, const char* name, const std::function<Tensor(const Tensor&)>& pool2d) {
+  TDDP_CHECK(x.dim() == 2 || x.dim() == 3, "{}: expected a 2-D [C, L] or 3-D [N, C, L] input, got {}", name,
+             tensor::format_shape(x.sizes()));
+  return pool2d(x.unsqueeze(-2)).squeeze(-2);
+}
+}  // namespace
+
+Tensor max_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> stride, int64_t padding,
+                  int64_t dilation) {
+  const int64_t s = stride.value_or(kernel_size);
+  return pool1d(x, "max_pool1d", [&](const Tensor& y) {
+    return tensor::max_pool2d(y, {1, kernel_size}, tensor::Size2d{1, s}, {0, padding}, {1, dilation});
+  });
+}
+
+Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> stride, int64_t padding,
+                  bool count_include_pad) {
+  const int64_t s = stride.value_or(kernel_size);
+  return pool1d(x, "avg_pool1d", [&](const Tensor& y) {
+    return tensor::avg_pool2d(y, {1, kernel_size}, tensor::Size2d{1, s}, {0, padding}, count_include_pad);
+  });
 }
 
 }  // namespace tinyddp::nn::functional

@@ -6,11 +6,13 @@
 // parts' (each written so that it equals PyTorch's, boundaries included).
 #pragma once
 
+#include <optional>
 #include <string_view>
 #include <vector>
 
 #include "tinyddp/nn/loss.h"
 #include "tinyddp/tensor/ops.h"
+#include "tinyddp/tensor/random.h"
 
 namespace tinyddp::nn::functional {
 
@@ -75,5 +77,14 @@ Tensor cosine_similarity(const Tensor& x1, const Tensor& x2, int64_t dim = 1, do
 // As F.pad: `pad` lists (left, right) amounts for the last dim, then the one before, ...;
 // mode "constant" (with `value`; negative amounts crop), "reflect", "replicate" or "circular".
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, std::string_view mode = "constant", double value = 0.0);
+// Whole channels zeroed with probability p in training, the others scaled by 1 / (1 - p):
+// x [N, C, H, W], or [C, H, W] unbatched (PyTorch 2's reading); the identity outside training.
+Tensor dropout2d(const Tensor& x, double p = 0.5, bool training = true, tensor::Generator* generator = nullptr);
+// max_pool2d and avg_pool2d over the last dim of x [N, C, L] or [C, L] (stride unset: the
+// kernel size).
+Tensor max_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> stride = {}, int64_t padding = 0,
+                  int64_t dilation = 1);
+Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> stride = {}, int64_t padding = 0,
+                  bool count_include_pad = true);
 
 }  // namespace tinyddp::nn::functional

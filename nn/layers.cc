@@ -8,6 +8,8 @@
 #include <cmath>
 #include <utility>
 
+#include "tinyddp/nn/functional.h"
+
 namespace tinyddp::nn {
 
 namespace {
@@ -162,6 +164,39 @@ Dropout::Dropout(double p_) : Module("Dropout"), p(p_) {
 }
 
 std::string Dropout::extra_repr() const { return fmt::format("p={}, inplace=False", p); }
+
+Dropout2d::Dropout2d(double p_) : Module("Dropout2d"), p(p_) {
+  TDDP_CHECK(p >= 0.0 && p <= 1.0, "Dropout2d: probability p must be in [0, 1], got {}", p);
+}
+Tensor Dropout2d::forward(const Tensor& input) { return functional::dropout2d(input, p, is_training()); }
+std::string Dropout2d::extra_repr() const { return fmt::format("p={}, inplace=False", p); }
+
+MaxPool1d::MaxPool1d(int64_t kernel, std::optional<int64_t> stride_, int64_t padding_, int64_t dilation_)
+    : Module("MaxPool1d"), kernel_size(kernel), stride(stride_.value_or(kernel)), padding(padding_),
+      dilation(dilation_) {}
+Tensor MaxPool1d::forward(const Tensor& input) {
+  return functional::max_pool1d(input, kernel_size, stride, padding, dilation);
+}
+std::string MaxPool1d::extra_repr() const {
+  return fmt::format("kernel_size={}, stride={}, padding={}, dilation={}, ceil_mode=False", kernel_size, stride,
+                     padding, dilation);
+}
+std::shared_ptr<Module> MaxPool1d::clone_structure() const {
+  return std::make_shared<MaxPool1d>(kernel_size, stride, padding, dilation);
+}
+
+AvgPool1d::AvgPool1d(int64_t kernel, std::optional<int64_t> stride_, int64_t padding_, bool count_include_pad_)
+    : Module("AvgPool1d"), kernel_size(kernel), stride(stride_.value_or(kernel)), padding(padding_),
+      count_include_pad(count_include_pad_) {}
+Tensor AvgPool1d::forward(const Tensor& input) {
+  return functional::avg_pool1d(input, kernel_size, stride, padding, count_include_pad);
+}
+std::string AvgPool1d::extra_repr() const {
+  return fmt::format("kernel_size=({},), stride=({},), padding=({},)", kernel_size, stride, padding);
+}
+std::shared_ptr<Module> AvgPool1d::clone_structure() const {
+  return std::make_shared<AvgPool1d>(kernel_size, stride, padding, count_include_pad);
+}
 
 Embedding::Embedding(int64_t num, int64_t dim) : Module("Embedding"), num_embeddings(num), embedding_dim(dim) {
   TDDP_CHECK(num > 0 && dim > 0, "Embedding: num_embeddings ({}) and embedding_dim ({}) must be positive", num, dim);

@@ -147,6 +147,38 @@ class Dropout : public Module {
   double p;
 };
 
+// torch.nn.Dropout2d: whole channels of [N, C, H, W] (or [C, H, W]) zeroed in training.
+class Dropout2d : public Module {
+ public:
+  std::shared_ptr<Module> clone_structure() const override { return std::make_shared<Dropout2d>(p); }
+  explicit Dropout2d(double p = 0.5);
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  double p;
+};
+
+// torch.nn.MaxPool1d / AvgPool1d over the last dim of [N, C, L] or [C, L].
+class MaxPool1d : public Module {
+ public:
+  std::shared_ptr<Module> clone_structure() const override;
+  explicit MaxPool1d(int64_t kernel_size, std::optional<int64_t> stride = {}, int64_t padding = 0,
+                     int64_t dilation = 1);
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  int64_t kernel_size, stride, padding, dilation;
+};
+
+class AvgPool1d : public Module {
+ public:
+  std::shared_ptr<Module> clone_structure() const override;
+  explicit AvgPool1d(int64_t kernel_size, std::optional<int64_t> stride = {}, int64_t padding = 0,
+                     bool count_include_pad = true);
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  int64_t kernel_size, stride, padding;
+  bool count_include_pad;
+};
+
 // inplace (torch's ReLU(inplace=True)): the input itself is overwritten and returned (relu_),
 // which autograd records unless the input is a leaf that requires grad or a view.
 class ReLU : public Module {

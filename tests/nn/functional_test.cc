@@ -2,7 +2,7 @@
 // and gradients in float64 on inputs that include each activation's boundaries (where
 // PyTorch's gradients are one-sided or exclusive), a float64 gradcheck of each away from
 // them, and the activation modules' forwards and reprs (PyTorch's strings), plus Identity
-// and Unflatten.
+// and Unflatten; the 1-d pools and Dropout2d.
 #include <cmath>
 #include <functional>
 
@@ -91,6 +91,8 @@ TEST_CASE("F:: composites pass gradcheck away from their kinks", "[nn][functiona
         return F::pad(v[0], {1, 1}, "reflect");
       },
       [](const V& v) { return F::cosine_similarity(v[0], v[0].flip({1})); },
+      [](const V& v) { return F::max_pool1d(v[0], 2, 1); },  // (random values: no ties)
+      [](const V& v) { return F::avg_pool1d(v[0], 2, 1, 1); },
   };
   for (size_t i = 0; i < fns.size(); ++i) {
     INFO("function " << i);
@@ -148,6 +150,8 @@ TEST_CASE("CUDA: the F:: composites match the CPU on a GPU", "[nn][functional][c
        [](const V& v) {
          return F::pad(v[0], {1, -1}, "constant", 3.0);
        }},
+      {"max_pool1d", [](const V& v) { return F::max_pool1d(v[0], 3, 2, 1); }},
+      {"avg_pool1d", [](const V& v) { return F::avg_pool1d(v[0], 3, 2, 1, false); }},
   };
   for (const auto& [name, f] : fns) testing::expect_matches_cpu({x}, f, name, 1e-12);
 }
@@ -174,4 +178,41 @@ TEST_CASE("pad_sequence, parameters_to_vector and vector_to_parameters match PyT
   CHECK_THROWS_WITH(nn::vector_to_parameters(tensor::arange(7.0), params),
                     Contains("vector_to_parameters: vec has 7 elements but the parameters have 8"));
   CHECK_THROWS_WITH(nn::pad_sequence({}), Contains("pad_sequence: received an empty list of sequences"));
+}
+
+TEST_CASE("F::max_pool1d and avg_pool1d match PyTorch's; Dropout2d drops whole channels", "[nn][functional]") {
+  const auto& f = fixture();
+  f.check_case("max_pool1d", {{"x", {2, 3, 7}}}, {2, 3, 4}, [](const V& v) { return F::max_pool1d(v[0], 3, 2, 1); });
+  f.check_case("max_pool1d_dilated", {{"x", {3, 8}}}, {3, 3},
+               [](const V& v) { return F::max_pool1d(v[0], 2, std::nullopt, 0, 2); });
+  f.check_case("avg_pool1d", {{"x", {2, 3, 7}}}, {2, 3, 4}, [](const V& v) { return F::avg_pool1d(v[0], 3, 2, 1); });
+  f.check_case("avg_pool1d_exclude_pad", {{"x", {3, 7}}}, {3, 4},
+               [](const V& v) { return F::avg_pool1d(v[0], 3, 2, 1, false); });
+  CHECK(nn::MaxPool1d(3, 2, 1).repr() == "MaxPool1d(kernel_size=3, stride=2, padding=1, dilation=1, ceil_mode=False)");
+  CHECK(nn::AvgPool1d(2).repr() == "AvgPool1d(kernel_size=(2,), stride=(2,), padding=(0,))");
+  CHECK(nn::Dropout2d(0.3).repr() == "Dropout2d(p=0.3, inplace=False)");
+  // Dropout2d: each channel is all zeros or all x / (1 - p); about p of them are zeros; the
+  // gradient is the same mask; outside training the identity.
+  nn::Dropout2d drop(0.25);
+  const Tensor x = tensor::rand({64, 16, 3, 3}).add_(1.0).requires_grad_();
+  const Tensor y = drop.forward(x);
+  y.sum().backward();
+  const std::vector<float> xs = x.detach().to_vector<float>(), ys = y.detach().to_vector<float>(),
+                           gs = x.grad().to_vector<float>();
+  int64_t dropped = 0;
+  for (size_t c = 0; c < 64 * 16; ++c) {
+    const bool zero = ys[c * 9] == 0.0f;
+    dropped += zero;
+    for (size_t k = c * 9; k < c * 9 + 9; ++k) {
+      CHECK(ys[k] == (zero ? 0.0f : xs[k] * (1.0f / 0.75f)));
+      CHECK(gs[k] == (zero ? 0.0f : 1.0f / 0.75f));
+    }
+  }
+  // 1024 channels, p = 0.25: 256 expected, standard deviation sqrt(1024 * 0.25 * 0.75) ~ 13.9.
+  CHECK(std::abs(dropped - 256) < 6 * 14);
+  drop.eval();
+  CHECK(tensor::equal(drop.forward(x), x));
+  CHECK(F::dropout2d(tensor::ones({2, 3, 3}), 0.5).sizes() == Shape{2, 3, 3});  // unbatched [C, H, W]
+  CHECK_THROWS_WITH(F::dropout2d(tensor::ones({2, 3}), 0.5), Contains("dropout2d: expected a 4-D input"));
+  CHECK_THROWS_WITH(F::max_pool1d(tensor::ones({2, 3, 4, 5}), 2), Contains("max_pool1d: expected a 2-D [C, L] or 3-D"));
 }
