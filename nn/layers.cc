@@ -343,6 +343,18 @@ std::shared_ptr<Module> Dropout::clone_structure() const { return std::make_shar
 std::shared_ptr<Module> ReLU::clone_structure() const { return std::make_shared<ReLU>(inplace); }
 std::shared_ptr<Module> Tanh::clone_structure() const { return std::make_shared<Tanh>(); }
 std::shared_ptr<Module> Sigmoid::clone_structure() const { return std::make_shared<Sigmoid>(); }
+std::shared_ptr<Embedding> Embedding::from_pretrained(const Tensor& embeddings, bool freeze) {
+  TDDP_CHECK(embeddings.defined() && embeddings.dim() == 2,
+             "Embedding.from_pretrained: embeddings must be 2-dimensional [num_embeddings, embedding_dim], got {}",
+             embeddings.defined() ? tensor::format_shape(embeddings.sizes()) : "an undefined tensor");
+  std::shared_ptr<Embedding> e;
+  {
+    SkipInitGuard skip;  // (the weight is replaced next: no draw from the generator)
+    e = std::make_shared<Embedding>(embeddings.size(0), embeddings.size(1));
+  }
+  e->weight = e->replace_parameter("weight", embeddings.detach().requires_grad_(!freeze));
+  return e;
+}
 std::shared_ptr<Module> Embedding::clone_structure() const {
   return std::make_shared<Embedding>(num_embeddings, embedding_dim);
 }

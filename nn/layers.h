@@ -211,6 +211,9 @@ class Embedding : public Module {
  public:
   std::shared_ptr<Module> clone_structure() const override;
   Embedding(int64_t num_embeddings, int64_t embedding_dim);
+  // As torch.nn.Embedding.from_pretrained: the weight is `embeddings` itself (its storage, a
+  // [num_embeddings, embedding_dim] floating tensor), trained unless `freeze`.
+  static std::shared_ptr<Embedding> from_pretrained(const Tensor& embeddings, bool freeze = true);
   Tensor forward(const Tensor& input) override { return tensor::embedding(input, weight); }
   std::string extra_repr() const override;
 

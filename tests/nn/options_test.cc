@@ -1,7 +1,8 @@
 // The layers' *Options structs (nn/options.h): each layer built through its options, as a
 // libtorch user writes it, has the repr PyTorch gives the same layer built with keyword
 // arguments (fixtures/make_options_fixture.py), and the parameters of the same layer built
-// positionally after the same seed; the options' defaults are the positional constructors'.
+// positionally after the same seed; the options' defaults are the positional constructors';
+// Embedding::from_pretrained (the other way a layer is made).
 #include <nlohmann/json.hpp>
 
 #include "tests/nn/json_fixture.h"
@@ -91,4 +92,23 @@ TEST_CASE("the options' defaults are the positional constructors' (PyTorch's)", 
   CHECK_THROWS_WITH(LSTM(LSTMOptions(3, 4).nonlinearity("relu")),
                     Contains("LSTM: nonlinearity 'relu' is an option of RNN only"));
   CHECK_THROWS_WITH(GRU(GRUOptions(3, 4).nonlinearity("relu")), Contains("GRU: nonlinearity 'relu'"));
+}
+
+TEST_CASE("Embedding::from_pretrained: the given weights, frozen unless asked", "[nn][layers]") {
+  const Tensor vectors = tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, tensor::Shape{3, 2});
+  const auto frozen = Embedding::from_pretrained(vectors);
+  CHECK(frozen->repr() == "Embedding(3, 2)");
+  CHECK_FALSE(frozen->weight.requires_grad());
+  const Tensor ids = tensor::from_vector(std::vector<int64_t>{2, 0}, tensor::Shape{2});
+  CHECK(tensor::equal(frozen->forward(ids), tensor::from_vector(std::vector<float>{5, 6, 1, 2}, tensor::Shape{2, 2})));
+  // As PyTorch's Parameter(embeddings): the same storage.
+  CHECK(frozen->weight.data_ptr<float>() == vectors.data_ptr<float>());
+  const auto trained = Embedding::from_pretrained(vectors.clone(), false);
+  CHECK(trained->weight.requires_grad());
+  CHECK(trained->parameters().size() == 1);
+  trained->forward(ids).sum().backward();
+  CHECK(tensor::equal(trained->weight.grad(),
+                      tensor::from_vector(std::vector<float>{1, 1, 0, 0, 1, 1}, tensor::Shape{3, 2})));
+  CHECK_THROWS_WITH(Embedding::from_pretrained(tensor::ones({4})),
+                    Contains("Embedding.from_pretrained: embeddings must be 2-dimensional"));
 }
