@@ -12,9 +12,11 @@ using tensor::NoGradGuard;
 // ---- the shared state -------------------------------------------------------------------------
 
 MomentOptimizer::MomentOptimizer(std::vector<ParamGroup> groups, std::string name, double lr, double weight_decay,
-                                 double beta1, double beta2, double eps, std::string second_name, bool mu_product)
-    : Optimizer(std::move(groups), std::move(name), lr, weight_decay), state_(params_.size()),
-      second_name_(std::move(second_name)), has_mu_product_(mu_product) {
+                                 double beta1, double beta2, double eps, bool maximize, bool decoupled_weight_decay,
+                                 std::string second_name, bool mu_product)
+    : Optimizer(std::move(groups), std::move(name), lr, weight_decay), state_(params_.size()), maximize_(maximize),
+      decoupled_weight_decay_(decoupled_weight_decay), second_name_(std::move(second_name)),
+      has_mu_product_(mu_product) {
   TDDP_CHECK(eps >= 0, "{}: invalid epsilon value: {}", name_, eps);
   TDDP_CHECK(beta1 >= 0 && beta1 < 1, "{}: invalid beta parameter at index 0: {}", name_, beta1);
   TDDP_CHECK(beta2 >= 0 && beta2 < 1, "{}: invalid beta parameter at index 1: {}", name_, beta2);
@@ -22,14 +24,30 @@ MomentOptimizer::MomentOptimizer(std::vector<ParamGroup> groups, std::string nam
   use_momentum("beta1", beta1, true);
 }
 
-MomentOptimizer::State& MomentOptimizer::advance(size_t i) {
-  State& s = state_[i];
-  if (!s.exp_avg.defined()) {
-    s.exp_avg = tensor::zeros_like(params_[i]);
-    s.second = tensor::zeros_like(params_[i]);
+void MomentOptimizer::step() {
+  NoGradGuard no_grad;
+  for (size_t g = 0; g < num_param_groups(); ++g) {
+    const double lr = this->lr(g), decay = weight_decay(g), beta1 = momentum(g);
+    for (size_t i = group_begin(g); i < group_end(g); ++i) {
+      const Tensor& p = params_[i];
+      if (!p.grad().defined()) continue;
+      State& s = state_[i];
+      if (!s.exp_avg.defined()) {  // the moments start at zero at the parameter's first step
+        s.exp_avg = tensor::zeros_like(p);
+        s.second = tensor::zeros_like(p);
+      }
+      ++s.step;
+      Tensor grad = step_grad(p, maximize_);
+      if (decay != 0) {
+        if (decoupled_weight_decay_) {
+          p.mul_(1 - lr * decay);  // the weights decayed (AdamW's way)
+        } else {
+          grad = tensor::add(grad, p, decay);  // an L2 term through the gradient
+        }
+      }
+      update(p, s, grad, lr, beta1);
+    }
   }
-  ++s.step;
-  return s;
 }
 
 OrderedDict<Tensor> MomentOptimizer::state_dict() const {
@@ -69,17 +87,6 @@ void MomentOptimizer::load_state_dict(const OrderedDict<Tensor>& state) {
 
 namespace {
 
-// grad + weight_decay * p (the L2 term), or the weights decayed by lr * weight_decay
-// (decoupled), as the optimizers' weight_decay and decoupled_weight_decay ask.
-Tensor decayed_grad(const Tensor& p, Tensor grad, double lr, double weight_decay, bool decoupled) {
-  if (weight_decay == 0) return grad;
-  if (decoupled) {
-    p.mul_(1 - lr * weight_decay);
-    return grad;
-  }
-  return tensor::add(grad, p, weight_decay);
-}
-
 // exp_avg = beta1 exp_avg + (1 - beta1) g, exp_avg_sq = beta2 exp_avg_sq + (1 - beta2) g g.
 void update_moments(const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& grad, double beta1, double beta2) {
   exp_avg.mul_(beta1).add_(grad, 1 - beta1);
@@ -94,26 +101,16 @@ Adamax::Adamax(std::vector<Tensor> params, AdamaxOptions options) : Adamax(one_g
 
 Adamax::Adamax(std::vector<ParamGroup> groups, AdamaxOptions options)
     : MomentOptimizer(std::move(groups), "Adamax", options.lr(), options.weight_decay(), options.beta1(),
-                      options.beta2(), options.eps(), "exp_inf"),
+                      options.beta2(), options.eps(), options.maximize(), false, "exp_inf"),
       options_(options) {}
 
-void Adamax::step() {
-  NoGradGuard no_grad;
-  const double beta2 = options_.beta2(), eps = options_.eps();
-  for (size_t g = 0; g < num_param_groups(); ++g) {
-    const double lr = this->lr(g), decay = weight_decay(g), beta1 = momentum(g);
-    for (size_t i = group_begin(g); i < group_end(g); ++i) {
-      const Tensor& p = params_[i];
-      if (!p.grad().defined()) continue;
-      State& s = advance(i);
-      const Tensor grad = decayed_grad(p, step_grad(p, options_.maximize()), lr, decay, false);
-      s.exp_avg.mul_(beta1).add_(grad, 1 - beta1);
-      // The infinity norm: max(beta2 u, |g| + eps), NaN winning as torch.amax's.
-      s.second.copy_(tensor::maximum(tensor::mul(s.second, beta2), tensor::add(tensor::abs(grad), eps)));
-      const double clr = lr / (1 - std::pow(beta1, static_cast<double>(s.step)));
-      p.add_(tensor::div(tensor::mul(s.exp_avg, -clr), s.second));  // addcdiv_(exp_avg, exp_inf, -clr)
-    }
-  }
+void Adamax::update(const Tensor& p, State& s, const Tensor& grad, double lr, double beta1) {
+  s.exp_avg.mul_(beta1).add_(grad, 1 - beta1);
+  // The infinity norm: max(beta2 u, |g| + eps), NaN winning as torch.amax's.
+  s.second.copy_(
+      tensor::maximum(tensor::mul(s.second, options_.beta2()), tensor::add(tensor::abs(grad), options_.eps())));
+  const double clr = lr / (1 - std::pow(beta1, static_cast<double>(s.step)));
+  p.add_(tensor::div(tensor::mul(s.exp_avg, -clr), s.second));  // addcdiv_(exp_avg, exp_inf, -clr)
 }
 
 // ---- NAdam ------------------------------------------------------------------------------------
@@ -122,36 +119,26 @@ NAdam::NAdam(std::vector<Tensor> params, NAdamOptions options) : NAdam(one_group
 
 NAdam::NAdam(std::vector<ParamGroup> groups, NAdamOptions options)
     : MomentOptimizer(std::move(groups), "NAdam", options.lr(), options.weight_decay(), options.beta1(),
-                      options.beta2(), options.eps(), "exp_avg_sq", true),
+                      options.beta2(), options.eps(), options.maximize(), options.decoupled_weight_decay(),
+                      "exp_avg_sq", true),
       options_(options) {
   TDDP_CHECK(options_.momentum_decay() >= 0, "NAdam: invalid momentum_decay value: {}", options_.momentum_decay());
 }
 
-void NAdam::step() {
-  NoGradGuard no_grad;
-  const double beta2 = options_.beta2(), eps = options_.eps(), psi = options_.momentum_decay();
-  for (size_t g = 0; g < num_param_groups(); ++g) {
-    const double lr = this->lr(g), decay = weight_decay(g), beta1 = momentum(g);
-    for (size_t i = group_begin(g); i < group_end(g); ++i) {
-      const Tensor& p = params_[i];
-      if (!p.grad().defined()) continue;
-      State& s = advance(i);
-      const Tensor grad =
-          decayed_grad(p, step_grad(p, options_.maximize()), lr, decay, options_.decoupled_weight_decay());
-      const double t = static_cast<double>(s.step);
-      const double bias_correction2 = 1 - std::pow(beta2, t);
-      // The momentum schedule mu_t and mu_{t+1}; their running product is a float32 tensor in
-      // PyTorch, so it is rounded to float32 after each product here too.
-      const double mu = beta1 * (1.0 - 0.5 * std::pow(0.96, t * psi));
-      const double mu_next = beta1 * (1.0 - 0.5 * std::pow(0.96, (t + 1) * psi));
-      s.mu_product = s.mu_product * static_cast<float>(mu);
-      const float mu_product_next = s.mu_product * static_cast<float>(mu) * static_cast<float>(mu_next);
-      update_moments(s.exp_avg, s.second, grad, beta1, beta2);
-      const Tensor denom = tensor::sqrt(tensor::div(s.second, bias_correction2)).add_(eps);
-      p.add_(tensor::div(tensor::mul(grad, -lr * (1.0 - mu) / (1.0 - s.mu_product)), denom));
-      p.add_(tensor::div(tensor::mul(s.exp_avg, -lr * mu_next / (1.0 - mu_product_next)), denom));
-    }
-  }
+void NAdam::update(const Tensor& p, State& s, const Tensor& grad, double lr, double beta1) {
+  const double beta2 = options_.beta2(), psi = options_.momentum_decay();
+  const double t = static_cast<double>(s.step);
+  const double bias_correction2 = 1 - std::pow(beta2, t);
+  // The momentum schedule mu_t and mu_{t+1}; their running product is a float32 tensor in
+  // PyTorch, so it is rounded to float32 after each product here too.
+  const double mu = beta1 * (1.0 - 0.5 * std::pow(0.96, t * psi));
+  const double mu_next = beta1 * (1.0 - 0.5 * std::pow(0.96, (t + 1) * psi));
+  s.mu_product = s.mu_product * static_cast<float>(mu);
+  const float mu_product_next = s.mu_product * static_cast<float>(mu) * static_cast<float>(mu_next);
+  update_moments(s.exp_avg, s.second, grad, beta1, beta2);
+  const Tensor denom = tensor::sqrt(tensor::div(s.second, bias_correction2)).add_(options_.eps());
+  p.add_(tensor::div(tensor::mul(grad, -lr * (1.0 - mu) / (1.0 - s.mu_product)), denom));
+  p.add_(tensor::div(tensor::mul(s.exp_avg, -lr * mu_next / (1.0 - mu_product_next)), denom));
 }
 
 // ---- RAdam ------------------------------------------------------------------------------------
@@ -160,39 +147,28 @@ RAdam::RAdam(std::vector<Tensor> params, RAdamOptions options) : RAdam(one_group
 
 RAdam::RAdam(std::vector<ParamGroup> groups, RAdamOptions options)
     : MomentOptimizer(std::move(groups), "RAdam", options.lr(), options.weight_decay(), options.beta1(),
-                      options.beta2(), options.eps(), "exp_avg_sq"),
+                      options.beta2(), options.eps(), options.maximize(), options.decoupled_weight_decay(),
+                      "exp_avg_sq"),
       options_(options) {}
 
-void RAdam::step() {
-  NoGradGuard no_grad;
-  const double beta2 = options_.beta2(), eps = options_.eps();
-  // The largest length of the approximated simple moving average.
-  const double rho_inf = 2 / (1 - beta2) - 1;
-  for (size_t g = 0; g < num_param_groups(); ++g) {
-    const double lr = this->lr(g), decay = weight_decay(g), beta1 = momentum(g);
-    for (size_t i = group_begin(g); i < group_end(g); ++i) {
-      const Tensor& p = params_[i];
-      if (!p.grad().defined()) continue;
-      State& s = advance(i);
-      const Tensor grad =
-          decayed_grad(p, step_grad(p, options_.maximize()), lr, decay, options_.decoupled_weight_decay());
-      const double t = static_cast<double>(s.step);
-      const double bias_correction1 = 1 - std::pow(beta1, t);
-      const double bias_correction2 = 1 - std::pow(beta2, t);
-      update_moments(s.exp_avg, s.second, grad, beta1, beta2);
-      const Tensor corrected = tensor::div(s.exp_avg, bias_correction1);
-      const double rho_t = rho_inf - 2 * t * std::pow(beta2, t) / bias_correction2;
-      if (rho_t > 5) {
-        // The variance is tractable: Adam's step, rectified.
-        const double rect = std::sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t));
-        // (a number over a tensor is, in PyTorch, the tensor's reciprocal times the number)
-        const Tensor adaptive_lr =
-            tensor::mul(tensor::reciprocal(tensor::add(tensor::sqrt(s.second), eps)), std::sqrt(bias_correction2));
-        p.add_(tensor::mul(tensor::mul(tensor::mul(corrected, lr), adaptive_lr), rect), -1.0);
-      } else {
-        p.add_(tensor::mul(corrected, lr), -1.0);
-      }
-    }
+void RAdam::update(const Tensor& p, State& s, const Tensor& grad, double lr, double beta1) {
+  const double beta2 = options_.beta2();
+  const double rho_inf = 2 / (1 - beta2) - 1;  // the largest length of the approximated SMA
+  const double t = static_cast<double>(s.step);
+  const double bias_correction1 = 1 - std::pow(beta1, t);
+  const double bias_correction2 = 1 - std::pow(beta2, t);
+  update_moments(s.exp_avg, s.second, grad, beta1, beta2);
+  const Tensor corrected = tensor::div(s.exp_avg, bias_correction1);
+  const double rho_t = rho_inf - 2 * t * std::pow(beta2, t) / bias_correction2;
+  if (rho_t > 5) {
+    // The variance is tractable: Adam's step, rectified.
+    const double rect = std::sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t));
+    // (a number over a tensor is, in PyTorch, the tensor's reciprocal times the number)
+    const Tensor adaptive_lr = tensor::mul(tensor::reciprocal(tensor::add(tensor::sqrt(s.second), options_.eps())),
+                                           std::sqrt(bias_correction2));
+    p.add_(tensor::mul(tensor::mul(tensor::mul(corrected, lr), adaptive_lr), rect), -1.0);
+  } else {
+    p.add_(tensor::mul(corrected, lr), -1.0);
   }
 }
 

@@ -74,6 +74,9 @@ struct RAdamOptions : MomentOptions<RAdamOptions> {
 class MomentOptimizer : public Optimizer {
  public:
   using Optimizer::step;
+  // Every parameter with a gradient: its state advanced, its gradient negated (maximize) and
+  // decayed (an L2 term, or the weights decayed when decoupled), then the derived update.
+  void step() override;
   OrderedDict<Tensor> state_dict() const override;
   void load_state_dict(const OrderedDict<Tensor>& state) override;
 
@@ -85,14 +88,17 @@ class MomentOptimizer : public Optimizer {
   };
   // second_name: the second statistic's state key; mu_product: whether it keeps one (NAdam).
   MomentOptimizer(std::vector<ParamGroup> groups, std::string name, double lr, double weight_decay, double beta1,
-                  double beta2, double eps, std::string second_name, bool mu_product = false);
+                  double beta2, double eps, bool maximize, bool decoupled_weight_decay, std::string second_name,
+                  bool mu_product = false);
   void params_added() override { state_.resize(params_.size()); }
-  // The parameter's state, its moments made (zeros) at its first step, the step counted.
-  State& advance(size_t i);
+  // One parameter's step from its state (already counted) and its gradient (already decayed);
+  // lr and beta1 are its group's.
+  virtual void update(const Tensor& p, State& s, const Tensor& grad, double lr, double beta1) = 0;
 
   std::vector<State> state_;
 
  private:
+  bool maximize_, decoupled_weight_decay_;
   std::string second_name_;
   bool has_mu_product_;
 };
@@ -101,9 +107,10 @@ class Adamax : public MomentOptimizer {
  public:
   Adamax(std::vector<Tensor> params, AdamaxOptions options = AdamaxOptions());
   Adamax(std::vector<ParamGroup> groups, AdamaxOptions options = AdamaxOptions());
-  using Optimizer::step;
-  void step() override;
   const AdamaxOptions& defaults() const { return options_; }
+
+ protected:
+  void update(const Tensor& p, State& s, const Tensor& grad, double lr, double beta1) override;
 
  private:
   AdamaxOptions options_;
@@ -113,9 +120,10 @@ class NAdam : public MomentOptimizer {
  public:
   NAdam(std::vector<Tensor> params, NAdamOptions options = NAdamOptions());
   NAdam(std::vector<ParamGroup> groups, NAdamOptions options = NAdamOptions());
-  using Optimizer::step;
-  void step() override;
   const NAdamOptions& defaults() const { return options_; }
+
+ protected:
+  void update(const Tensor& p, State& s, const Tensor& grad, double lr, double beta1) override;
 
  private:
   NAdamOptions options_;
@@ -125,9 +133,10 @@ class RAdam : public MomentOptimizer {
  public:
   RAdam(std::vector<Tensor> params, RAdamOptions options = RAdamOptions());
   RAdam(std::vector<ParamGroup> groups, RAdamOptions options = RAdamOptions());
-  using Optimizer::step;
-  void step() override;
   const RAdamOptions& defaults() const { return options_; }
+
+ protected:
+  void update(const Tensor& p, State& s, const Tensor& grad, double lr, double beta1) override;
 
  private:
   RAdamOptions options_;
