@@ -6,8 +6,8 @@
 
 namespace tinyddp::nn {
 
-BatchNorm::BatchNorm(std::string type, int64_t num_features_, double eps_, std::optional<double> momentum_,
-                     bool affine_, bool track_running_stats_)
+NormBase::NormBase(std::string type, int64_t num_features_, double eps_, std::optional<double> momentum_, bool affine_,
+                   bool track_running_stats_)
     : Module(std::move(type)), num_features(num_features_), eps(eps_), momentum(momentum_), affine(affine_),
       track_running_stats(track_running_stats_) {
   TDDP_CHECK(num_features > 0, "{}: num_features must be positive, got {}", type_name(), num_features);
@@ -44,7 +44,7 @@ Tensor BatchNorm::forward(const Tensor& input) {
   return tensor::batch_norm(input, running_mean, running_var, weight, bias, uses_batch_stats(), factor, eps);
 }
 
-std::string BatchNorm::extra_repr() const {
+std::string NormBase::extra_repr() const {
   return fmt::format("{}, eps={}, momentum={}, affine={}, track_running_stats={}", num_features, eps,
                      momentum ? fmt::format("{}", *momentum) : "None", affine ? "True" : "False",
                      track_running_stats ? "True" : "False");

@@ -7,19 +7,19 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "tinyddp/nn/module.h"
 #include "tinyddp/nn/options.h"
 
 namespace tinyddp::nn {
 
-class BatchNorm : public Module {
+// What batch and instance normalisation share (PyTorch's _NormBase): the per-channel weight
+// (ones) and bias (zeros) when affine, the running statistics when tracked, and the repr.
+class NormBase : public Module {
  public:
-  // momentum: the running statistics' update weight; std::nullopt makes them a cumulative
-  // average over all batches seen (weight 1 / num_batches_tracked), as momentum=None does.
-  BatchNorm(std::string type_name, int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
-            bool affine = true, bool track_running_stats = true);
-  Tensor forward(const Tensor& input) override;
+  NormBase(std::string type_name, int64_t num_features, double eps, std::optional<double> momentum, bool affine,
+           bool track_running_stats);
   std::string extra_repr() const override;
 
   Tensor weight, bias;                                    // [C], undefined unless affine
@@ -28,6 +28,16 @@ class BatchNorm : public Module {
   double eps;
   std::optional<double> momentum;
   bool affine, track_running_stats;
+};
+
+class BatchNorm : public NormBase {
+ public:
+  // momentum: the running statistics' update weight; std::nullopt makes them a cumulative
+  // average over all batches seen (weight 1 / num_batches_tracked), as momentum=None does.
+  BatchNorm(std::string type_name, int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
+            bool affine = true, bool track_running_stats = true)
+      : NormBase(std::move(type_name), num_features, eps, momentum, affine, track_running_stats) {}
+  Tensor forward(const Tensor& input) override;
 
  protected:
   // Throws unless `input` has a dimensionality this module accepts (names the module and shape).

@@ -244,4 +244,56 @@ Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> s
   });
 }
 
+namespace {
+void check_attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool is_causal) {
+  constexpr const char* kOp = "scaled_dot_product_attention";
+  for (const Tensor* t : {&q, &k, &v}) check_floating(*t, kOp);
+  TDDP_CHECK(q.dtype() == k.dtype() && q.dtype() == v.dtype(),
+             "{}: Expected query, key, and value to have the same dtype, but got query.dtype: {} key.dtype: {} and "
+             "value.dtype: {} instead.",
+             kOp, dtype_name(q.dtype()), dtype_name(k.dtype()), dtype_name(v.dtype()));
+  TDDP_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2,
+             "{}: expected query, key and value of at least 2 dims, got {}, {} and {}", kOp, format_shape(q.sizes()),
+             format_shape(k.sizes()), format_shape(v.sizes()));
+  TDDP_CHECK(q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2),
+             "{}: query [..., L, E], key [..., S, E] and value [..., S, Ev] do not fit: {}, {} and {}", kOp,
+             format_shape(q.sizes()), format_shape(k.sizes()), format_shape(v.sizes()));
+  TDDP_CHECK(!(mask.defined() && is_causal), "{}: Explicit attn_mask should not be set when is_causal=True", kOp);
+  TDDP_CHECK(!mask.defined() || mask.dtype() == kBool || mask.dtype() == q.dtype(),
+             "{}: Expected attn_mask dtype to be bool or float or to match query dtype, got {}", kOp,
+             dtype_name(mask.defined() ? mask.dtype() : q.dtype()));
+}
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& attn_mask, double dropout_p, bool is_causal,
+                                    std::optional<double> scale, tensor::Generator* generator) {
+  check_attention_inputs(query, key, value, attn_mask, is_causal);
+  const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(query.size(-1))));
+  const int64_t length = query.size(-2), source = key.size(-2);
+  const Tensor scores = matmul(query, key.transpose(-2, -1));
+  Tensor weights;
+  if (is_causal && length == source) {
+    weights = causal_softmax(scores, s);  // one kernel; the square mask is tril's either way
+  } else if (is_causal) {
+    const Tensor future = eq(tril(ones({length, source}, TensorOptions(query.dtype()).device(query.device()))), 0.0);
+    weights = softmax(masked_fill(mul(scores, s), future, -INFINITY), -1);  // no row is all masked
+  } else if (attn_mask.defined()) {
+    const Tensor bias =
+        attn_mask.dtype() == kBool
+            ? masked_fill(zeros_like(attn_mask, TensorOptions(query.dtype()).device(attn_mask.device())),
+                          logical_not(attn_mask), -INFINITY)
+            : attn_mask;
+    const Tensor masked = add(mul(scores, s), bias);
+    // Safe softmax: a row that is -inf throughout becomes zeros (before the softmax too, so that
+    // neither the weights nor their gradient are NaN there).
+    const Tensor empty_rows = all(eq(masked, -INFINITY), {-1}, true);
+    weights = masked_fill(softmax(masked_fill(masked, empty_rows, 0.0), -1), empty_rows, 0.0);
+  } else {
+    weights = softmax(mul(scores, s), -1);
+  }
+  if (dropout_p > 0.0) weights = dropout(weights, dropout_p, true, generator);
+  return matmul(weights, value);
+}
+
 }  // namespace tinyddp::nn::functional

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tinyddp/nn/loss.h"
+#include "tinyddp/nn/options.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/random.h"
 
@@ -44,6 +45,7 @@ using nn::binary_cross_entropy;
 using nn::binary_cross_entropy_with_logits;
 using nn::cross_entropy;
 using nn::huber_loss;
+using nn::InterpolateFuncOptions;  // libtorch spells it F::InterpolateFuncOptions
 using nn::kl_div;
 using nn::l1_loss;
 using nn::mse_loss;
@@ -86,5 +88,32 @@ Tensor max_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> s
                   int64_t dilation = 1);
 Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> stride = {}, int64_t padding = 0,
                   bool count_include_pad = true);
+
+// As torch.nn.functional.instance_norm: input [N, C, ...], each (sample, channel) normalised
+// over its positions with its own mean and biased variance (use_input_stats), or with the
+// running statistics [C] (use_input_stats false: eval with tracked statistics); with both,
+// the running statistics move by momentum towards the samples' unbiased variances' average.
+// weight and bias [C] may be undefined. (nn/instancenorm.cc)
+Tensor instance_norm(const Tensor& input, const Tensor& running_mean = Tensor(), const Tensor& running_var = Tensor(),
+                     const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), bool use_input_stats = true,
+                     double momentum = 0.1, double eps = 1e-5);
+// As torch.nn.functional.interpolate over the spatial dims of input [N, C, d1, ...] (one to
+// three): to options.size(), or to floor(d scale_factor) per dim; mode "nearest" (source
+// floor(j in / out), PyTorch's legacy rule, in float32 as its kernels), "nearest-exact"
+// (floor((j + 1/2) in / out)), "linear" (3-D), "bilinear" (4-D), "trilinear" (5-D): each
+// spatial dim interpolated in turn, the last first, as PyTorch's kernels nest their weights,
+// pixel centres aligned unless align_corners; or "area" (4-D: adaptive_avg_pool2d). The
+// gradient is index_select's (what PyTorch's backward kernels add up). (nn/upsample.cc)
+Tensor interpolate(const Tensor& input, const InterpolateFuncOptions& options);
+// As torch.nn.functional.scaled_dot_product_attention (PyTorch 2's math path): query [..., L, E],
+// key [..., S, E], value [..., S, Ev] (batch dims broadcast) -> [..., L, Ev],
+// softmax(query key^T scale + mask) value with scale 1 / sqrt(E) unless given. attn_mask: bool
+// (true: attend) or floating (added), broadcastable to [..., L, S]; is_causal masks key j from
+// query i where j > i (top-left aligned; not with attn_mask). A query whose keys are all masked
+// gets zeros (PyTorch's safe softmax), its gradients zeros. dropout_p drops attention weights
+// always, as PyTorch's function does (pass 0 in eval).
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& attn_mask = Tensor(), double dropout_p = 0.0, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt, tensor::Generator* generator = nullptr);
 
 }  // namespace tinyddp::nn::functional

@@ -159,6 +159,39 @@ Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, std::string_vie
   return out;
 }
 
+namespace {
+// cross_entropy with class probabilities for targets (the logits' shape, floating): each
+// position's -sum_c weight[c] q[c] log_softmax(logits)[c], q the targets mixed with the uniform
+// distribution by label_smoothing; "mean" divides by the positions (numel / classes), as
+// PyTorch's, whatever the weights. Composed of tensor ops, so its gradient is theirs.
+Tensor cross_entropy_probabilities(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                   Reduction reduction, double label_smoothing, const Tensor& weight) {
+  TDDP_CHECK(ignore_index < 0, "cross_entropy: ignore_index is not supported for floating point target");
+  TDDP_CHECK(label_smoothing >= 0 && label_smoothing <= 1,
+             "cross_entropy: label_smoothing must be between 0.0 and 1.0, got {}", label_smoothing);
+  TDDP_CHECK(logits.defined() && logits.dim() >= 1, "cross_entropy: expected logits with a class dim");
+  TDDP_CHECK(targets.sizes() == logits.sizes(),
+             "cross_entropy: expected int64 class targets, or class probabilities of the logits' shape {}; got {} "
+             "targets of shape {}",
+             tensor::format_shape(logits.sizes()), tensor::dtype_name(targets.dtype()),
+             tensor::format_shape(targets.sizes()));
+  const int64_t class_dim = logits.dim() == 1 ? 0 : 1, classes = logits.size(class_dim);
+  check_class_weight(weight, logits, classes, "cross_entropy");
+  Tensor q = targets.to(logits.dtype());
+  if (label_smoothing > 0) q = tensor::add(tensor::mul(q, 1 - label_smoothing), label_smoothing / classes);
+  Tensor terms = tensor::mul(tensor::log_softmax(logits, class_dim), q);
+  if (weight.defined()) {
+    Shape shape(static_cast<size_t>(logits.dim() - class_dim), 1);  // [C, 1, ...] against [N, C, ...]
+    shape[0] = classes;
+    terms = tensor::mul(terms, weight.reshape(shape));
+  }
+  const Tensor losses = tensor::neg(tensor::sum(terms, {class_dim}));
+  if (reduction == Reduction::kNone) return losses;
+  const Tensor total = tensor::sum(losses);
+  return reduction == Reduction::kSum ? total : tensor::div(total, static_cast<double>(logits.numel() / classes));
+}
+}  // namespace
+
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ignore_index,
                      std::string_view reduction_name, double label_smoothing, const Tensor& weight_in) {
   Tensor logits = logits_in, weight = weight_in;  // float32 under autocast
@@ -166,6 +199,8 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ign
     return cross_entropy(logits, targets, ignore_index, reduction_name, label_smoothing, weight);
   }
   const Reduction reduction = parse_reduction(reduction_name, "cross_entropy");
+  if (targets.defined() && targets.is_floating_point())
+    return cross_entropy_probabilities(logits, targets, ignore_index, reduction, label_smoothing, weight);
   if (logits.defined() && targets.defined() && logits.dim() != 2) {
     return over_positions(logits, targets, reduction_name, "cross_entropy", "logits", "logits'",
                           [&](const Tensor& rows, const Tensor& flat) {

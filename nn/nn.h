@@ -16,6 +16,7 @@
 #include "tinyddp/nn/functional.h"
 #include "tinyddp/nn/grad_scaler.h"
 #include "tinyddp/nn/init.h"
+#include "tinyddp/nn/instancenorm.h"
 #include "tinyddp/nn/layers.h"
 #include "tinyddp/nn/loss.h"
 #include "tinyddp/nn/module.h"
@@ -29,4 +30,5 @@
 #include "tinyddp/nn/rnn_cell.h"
 #include "tinyddp/nn/safetensors.h"
 #include "tinyddp/nn/scheduler.h"
+#include "tinyddp/nn/upsample.h"
 #include "tinyddp/nn/utils.h"

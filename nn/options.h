@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tinyddp/base/arg.h"
 #include "tinyddp/tensor/tensor.h"
@@ -66,6 +67,36 @@ struct BatchNormOptions {
   TINYDDP_ARG(std::optional<double>, momentum) = 0.1;
   TINYDDP_ARG(bool, affine) = true;
   TINYDDP_ARG(bool, track_running_stats) = true;
+};
+
+// InstanceNorm1d's and InstanceNorm2d's (PyTorch's defaults: no affine, no running statistics).
+struct InstanceNormOptions {
+  explicit InstanceNormOptions(int64_t num_features) : num_features_(num_features) {}
+  TINYDDP_ARG(int64_t, num_features);
+  TINYDDP_ARG(double, eps) = 1e-5;
+  TINYDDP_ARG(double, momentum) = 0.1;
+  TINYDDP_ARG(bool, affine) = false;
+  TINYDDP_ARG(bool, track_running_stats) = false;
+};
+
+// Upsample's: one of size or scale_factor (one entry for every spatial dim, or one each); mode
+// "nearest", "nearest-exact", "linear", "bilinear", "trilinear" or "area"; align_corners only
+// for the linear modes (unset: false).
+struct UpsampleOptions {
+  TINYDDP_ARG(std::optional<std::vector<int64_t>>, size);
+  TINYDDP_ARG(std::optional<std::vector<double>>, scale_factor);
+  TINYDDP_ARG(std::string, mode) = "nearest";
+  TINYDDP_ARG(std::optional<bool>, align_corners);
+};
+
+// F::interpolate's: Upsample's, and recompute_scale_factor (true: the kernel's scale comes from
+// the sizes, not from scale_factor).
+struct InterpolateFuncOptions {
+  TINYDDP_ARG(std::optional<std::vector<int64_t>>, size);
+  TINYDDP_ARG(std::optional<std::vector<double>>, scale_factor);
+  TINYDDP_ARG(std::string, mode) = "nearest";
+  TINYDDP_ARG(std::optional<bool>, align_corners);
+  TINYDDP_ARG(std::optional<bool>, recompute_scale_factor);
 };
 
 struct GroupNormOptions {

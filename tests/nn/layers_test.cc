@@ -85,7 +85,8 @@ TEST_CASE("loss argument errors", "[nn][loss][errors]") {
                     Contains("mse_loss: input shape [2, 3] and target shape [3, 2] differ"));
   const Tensor logits = tensor::zeros({2, 3});
   CHECK_THROWS_WITH(cross_entropy(logits, tensor::tensor({0, 1})),
-                    Contains("cross_entropy: expected int64 class targets, got float32"));
+                    Contains("cross_entropy: expected int64 class targets, or class probabilities of the logits' shape "
+                             "[2, 3]; got float32 targets of shape [2]"));
   CHECK_THROWS_WITH(cross_entropy(logits, tensor::arange(3)),
                     Contains("expected targets of shape [2] for logits of shape [2, 3], got [3]"));
   CHECK_THROWS_WITH(cross_entropy(logits, tensor::tensor({0, 3}, tensor::kInt64)),

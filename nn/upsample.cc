@@ -1,0 +1,209 @@
+// F::interpolate and Upsample (upsample.h), composed of index_select: each spatial dim in turn,
+// the last first, takes its source positions (nearest) or its two neighbours weighted
+// (linear), with the positions and weights computed as PyTorch's kernels compute them (in
+// float32 for float32 inputs), so the output matches PyTorch's and the gradient is
+// index_select's sum of the same weights.
+#include "tinyddp/nn/upsample.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "tinyddp/nn/functional.h"
+
+namespace tinyddp::nn {
+
+namespace {
+
+using tensor::Tensor;
+
+bool is_linear(const std::string& mode) { return mode == "linear" || mode == "bilinear" || mode == "trilinear"; }
+
+// The source scale of one dim, as PyTorch's compute_scales_value: 1 / scale_factor when it is
+// given, else in / out (T: float for 32-bit and narrower inputs, double for float64).
+template <typename T>
+T source_scale(std::optional<double> scale, int64_t in, int64_t out) {
+  return scale && *scale > 0 ? static_cast<T>(1.0 / *scale) : static_cast<T>(in) / static_cast<T>(out);
+}
+
+// "nearest" (legacy: floor(j s), with its exact 1x and 2x cases) and "nearest-exact"
+// (floor((j + 1/2) s)), both in float32 as PyTorch's.
+std::vector<int64_t> nearest_sources(int64_t in, int64_t out, std::optional<double> scale, bool exact) {
+  const float s = source_scale<float>(scale, in, out);
+  std::vector<int64_t> index(static_cast<size_t>(out));
+  for (int64_t j = 0; j < out; ++j) {
+    int64_t i = 0;
+    if (exact) {
+      i = static_cast<int64_t>(std::floor(static_cast<float>((static_cast<double>(j) + 0.5) * s)));
+    } else if (out == in) {
+      i = j;
+    } else if (out == 2 * in) {
+      i = j >> 1;
+    } else {
+      i = static_cast<int64_t>(std::floor(static_cast<float>(j) * s));
+    }
+    index[static_cast<size_t>(j)] = std::min(i, in - 1);
+  }
+  return index;
+}
+
+// Linear interpolation's two neighbours of each output position and the second one's weight.
+struct LinearTaps {
+  std::vector<int64_t> lower, upper;
+  std::vector<double> weight;  // of upper; lower's is 1 - weight
+};
+
+template <typename T>
+LinearTaps linear_taps(int64_t in, int64_t out, std::optional<double> scale, bool align_corners) {
+  const T s = align_corners ? (out > 1 ? static_cast<T>(in - 1) / static_cast<T>(out - 1) : T(0))
+                            : source_scale<T>(scale, in, out);
+  LinearTaps taps;
+  for (int64_t j = 0; j < out; ++j) {
+    T src = align_corners ? s * static_cast<T>(j) : s * (static_cast<T>(j) + T(0.5)) - T(0.5);
+    if (src < T(0)) src = T(0);
+    const int64_t lo = std::min(static_cast<int64_t>(std::floor(src)), in - 1);
+    const T lambda = std::min(std::max(src - static_cast<T>(lo), T(0)), T(1));
+    taps.lower.push_back(lo);
+    taps.upper.push_back(lo + (lo < in - 1 ? 1 : 0));
+    taps.weight.push_back(static_cast<double>(lambda));
+  }
+  return taps;
+}
+
+// Column `values` [n] shaped to broadcast along dim d of x ([n, 1, ...]).
+Tensor along(const Tensor& values, const Tensor& x, int64_t d) {
+  tensor::Shape shape(static_cast<size_t>(x.dim() - d), 1);
+  shape[0] = values.numel();
+  return values.reshape(shape);
+}
+
+Tensor linear_along(const Tensor& x, int64_t d, int64_t out, std::optional<double> scale, bool align_corners) {
+  const int64_t in = x.size(d);
+  const LinearTaps taps = x.dtype() == tensor::kFloat64 ? linear_taps<double>(in, out, scale, align_corners)
+                                                        : linear_taps<float>(in, out, scale, align_corners);
+  std::vector<double> lower_weight;  // as PyTorch's lambda0 = 1 - lambda1, in the same type
+  for (const double w : taps.weight)
+    lower_weight.push_back(x.dtype() == tensor::kFloat64 ? 1.0 - w : 1.0f - static_cast<float>(w));
+  const auto column = [&](const std::vector<double>& values) {
+    return along(tensor::from_vector(values).to(x.dtype()).to(x.device()), x, d);
+  };
+  const Tensor w0 = column(lower_weight), w1 = column(taps.weight);
+  const Tensor lo = tensor::index_select(x, d, tensor::from_vector(taps.lower).to(x.device()));
+  const Tensor hi = tensor::index_select(x, d, tensor::from_vector(taps.upper).to(x.device()));
+  return tensor::add(tensor::mul(lo, w0), tensor::mul(hi, w1));
+}
+
+void check_interpolate(const Tensor& input, const InterpolateFuncOptions& o) {
+  TDDP_CHECK(input.defined() && input.is_floating_point(), "interpolate: expected a floating-point input");
+  const std::string& mode = o.mode();
+  TDDP_CHECK(mode == "nearest" || mode == "nearest-exact" || is_linear(mode) || mode == "area",
+             "interpolate: mode must be 'nearest', 'nearest-exact', 'linear', 'bilinear', 'trilinear' or 'area', got "
+             "'{}' (bicubic is not supported)",
+             mode);
+  TDDP_CHECK(input.dim() >= 3 && input.dim() <= 5,
+             "interpolate: Input Error: Only 3D, 4D and 5D input Tensors supported (got {}D) for the modes: nearest | "
+             "linear | bilinear | trilinear | area | nearest-exact (got {})",
+             input.dim(), mode);
+  const int64_t want = mode == "linear" ? 3 : mode == "bilinear" ? 4 : mode == "trilinear" ? 5 : input.dim();
+  TDDP_CHECK(input.dim() == want, "interpolate: Got {}D input, but {} mode needs {}D input", input.dim(), mode, want);
+  TDDP_CHECK(!o.align_corners() || is_linear(mode),
+             "interpolate: align_corners option can only be set with the interpolating modes: linear | bilinear | "
+             "bicubic | trilinear");
+  TDDP_CHECK(o.size() || o.scale_factor(), "interpolate: either size or scale_factor should be defined");
+  TDDP_CHECK(!(o.size() && o.scale_factor()), "interpolate: only one of size or scale_factor should be defined");
+  TDDP_CHECK(!(o.size() && o.recompute_scale_factor().value_or(false)),
+             "interpolate: recompute_scale_factor is not meaningful with an explicit size.");
+}
+
+// One entry per spatial dim: `values` itself, or its one entry repeated.
+template <typename T>
+std::vector<T> per_dim(const std::vector<T>& values, const Tensor& input, const char* what) {
+  const size_t dims = static_cast<size_t>(input.dim() - 2);
+  TDDP_CHECK(values.size() == 1 || values.size() == dims,
+             "interpolate: Input and output must have the same number of spatial dimensions, but got input with "
+             "spatial dimensions of {} and {} with {} entries",
+             tensor::format_shape(tensor::Shape(input.sizes().begin() + 2, input.sizes().end())), what, values.size());
+  return values.size() == dims ? values : std::vector<T>(dims, values[0]);
+}
+
+}  // namespace
+
+namespace functional {
+
+Tensor interpolate(const Tensor& input, const InterpolateFuncOptions& o) {
+  check_interpolate(input, o);
+  const int64_t dims = input.dim() - 2;
+  std::vector<int64_t> out(static_cast<size_t>(dims));
+  std::vector<std::optional<double>> scales(static_cast<size_t>(dims));
+  if (o.size()) {
+    out = per_dim(*o.size(), input, "output size");
+  } else {
+    const std::vector<double> factors = per_dim(*o.scale_factor(), input, "scale_factor");
+    for (int64_t k = 0; k < dims; ++k) {
+      const auto i = static_cast<size_t>(k);
+      out[i] = static_cast<int64_t>(std::floor(static_cast<double>(input.size(k + 2)) * factors[i]));
+      if (!o.recompute_scale_factor().value_or(false)) scales[i] = factors[i];
+    }
+  }
+  for (int64_t k = 0; k < dims; ++k) {
+    TDDP_CHECK(out[static_cast<size_t>(k)] > 0 && input.size(k + 2) > 0,
+               "interpolate: Input and output sizes should be greater than 0, but got input {} and output size {}",
+               tensor::format_shape(input.sizes()), out[static_cast<size_t>(k)]);
+  }
+  const std::string& mode = o.mode();
+  if (mode == "area") {  // adaptive average pooling (3-D inputs as 4-D of height 1)
+    if (dims == 1) return tensor::adaptive_avg_pool2d(input.unsqueeze(2), {1, out[0]}).squeeze(2);
+    TDDP_CHECK(dims == 2, "interpolate: mode 'area' takes a 3D or 4D input here, got {}D", input.dim());
+    return tensor::adaptive_avg_pool2d(input, {out[0], out[1]});
+  }
+  // 16-bit inputs interpolate in float32 (PyTorch's accumulation type) and round once.
+  const bool narrow = input.dtype() == tensor::kFloat16 || input.dtype() == tensor::kBFloat16;
+  Tensor x = narrow ? input.to(tensor::kFloat32) : input;
+  for (int64_t k = dims - 1; k >= 0; --k) {  // the last dim first: PyTorch's weights' nesting
+    const auto i = static_cast<size_t>(k);
+    const int64_t d = k + 2;
+    if (is_linear(mode)) {
+      x = linear_along(x, d, out[i], scales[i], o.align_corners().value_or(false));
+    } else {
+      const auto index = nearest_sources(x.size(d), out[i], scales[i], mode == "nearest-exact");
+      x = tensor::index_select(x, d, tensor::from_vector(index).to(x.device()));
+    }
+  }
+  return narrow ? x.to(input.dtype()) : x;
+}
+
+}  // namespace functional
+
+Upsample::Upsample(UpsampleOptions o) : Module("Upsample"), options(std::move(o)) {
+  // the checks that need no input; the rest are the forward's (interpolate's)
+  TDDP_CHECK(options.size() || options.scale_factor(), "Upsample: either size or scale_factor should be defined");
+  TDDP_CHECK(!(options.size() && options.scale_factor()),
+             "Upsample: only one of size or scale_factor should be defined");
+}
+
+Tensor Upsample::forward(const Tensor& input) {
+  return functional::interpolate(input, InterpolateFuncOptions()
+                                            .size(options.size())
+                                            .scale_factor(options.scale_factor())
+                                            .mode(options.mode())
+                                            .align_corners(options.align_corners()));
+}
+
+std::string Upsample::extra_repr() const {
+  // PyTorch 2's: scale_factor as a float (or a tuple of them), size as an int (or a tuple)
+  std::string info;
+  const auto tuple = [](const auto& values, const auto& format) {
+    if (values.size() == 1) return format(values[0]);
+    std::string s = "(";
+    for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + format(values[i]);
+    return s + ")";
+  };
+  if (options.scale_factor()) {
+    info = "scale_factor=" + tuple(*options.scale_factor(), [](double v) { return repr_float(v); });
+  } else {
+    info = "size=" + tuple(*options.size(), [](int64_t v) { return std::to_string(v); });
+  }
+  return info + ", mode='" + options.mode() + "'";
+}
+
+}  // namespace tinyddp::nn
