@@ -79,12 +79,13 @@ struct InstanceNormOptions {
   TINYDDP_ARG(bool, track_running_stats) = false;
 };
 
-// Upsample's: one of size or scale_factor (one entry for every spatial dim, or one each); mode
-// "nearest", "nearest-exact", "linear", "bilinear", "trilinear" or "area"; align_corners only
-// for the linear modes (unset: false).
+// Upsample's: one of size or scale_factor, one entry for every spatial dim or one for all
+// (empty: not given, so that .scale_factor({2.0, 2.0}) reads as PyTorch's); mode "nearest",
+// "nearest-exact", "linear", "bilinear", "trilinear" or "area"; align_corners only for the
+// linear modes (unset: false).
 struct UpsampleOptions {
-  TINYDDP_ARG(std::optional<std::vector<int64_t>>, size);
-  TINYDDP_ARG(std::optional<std::vector<double>>, scale_factor);
+  TINYDDP_ARG(std::vector<int64_t>, size);
+  TINYDDP_ARG(std::vector<double>, scale_factor);
   TINYDDP_ARG(std::string, mode) = "nearest";
   TINYDDP_ARG(std::optional<bool>, align_corners);
 };
@@ -92,8 +93,8 @@ struct UpsampleOptions {
 // F::interpolate's: Upsample's, and recompute_scale_factor (true: the kernel's scale comes from
 // the sizes, not from scale_factor).
 struct InterpolateFuncOptions {
-  TINYDDP_ARG(std::optional<std::vector<int64_t>>, size);
-  TINYDDP_ARG(std::optional<std::vector<double>>, scale_factor);
+  TINYDDP_ARG(std::vector<int64_t>, size);
+  TINYDDP_ARG(std::vector<double>, scale_factor);
   TINYDDP_ARG(std::string, mode) = "nearest";
   TINYDDP_ARG(std::optional<bool>, align_corners);
   TINYDDP_ARG(std::optional<bool>, recompute_scale_factor);

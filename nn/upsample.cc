@@ -109,9 +109,11 @@ void check_interpolate(const Tensor& input, const InterpolateFuncOptions& o) {
   TDDP_CHECK(!o.align_corners() || is_linear(mode),
              "interpolate: align_corners option can only be set with the interpolating modes: linear | bilinear | "
              "bicubic | trilinear");
-  TDDP_CHECK(o.size() || o.scale_factor(), "interpolate: either size or scale_factor should be defined");
-  TDDP_CHECK(!(o.size() && o.scale_factor()), "interpolate: only one of size or scale_factor should be defined");
-  TDDP_CHECK(!(o.size() && o.recompute_scale_factor().value_or(false)),
+  TDDP_CHECK(!o.size().empty() || !o.scale_factor().empty(),
+             "interpolate: either size or scale_factor should be defined");
+  TDDP_CHECK(o.size().empty() || o.scale_factor().empty(),
+             "interpolate: only one of size or scale_factor should be defined");
+  TDDP_CHECK(o.size().empty() || !o.recompute_scale_factor().value_or(false),
              "interpolate: recompute_scale_factor is not meaningful with an explicit size.");
 }
 
@@ -135,10 +137,10 @@ Tensor interpolate(const Tensor& input, const InterpolateFuncOptions& o) {
   const int64_t dims = input.dim() - 2;
   std::vector<int64_t> out(static_cast<size_t>(dims));
   std::vector<std::optional<double>> scales(static_cast<size_t>(dims));
-  if (o.size()) {
-    out = per_dim(*o.size(), input, "output size");
+  if (!o.size().empty()) {
+    out = per_dim(o.size(), input, "output size");
   } else {
-    const std::vector<double> factors = per_dim(*o.scale_factor(), input, "scale_factor");
+    const std::vector<double> factors = per_dim(o.scale_factor(), input, "scale_factor");
     for (int64_t k = 0; k < dims; ++k) {
       const auto i = static_cast<size_t>(k);
       out[i] = static_cast<int64_t>(std::floor(static_cast<double>(input.size(k + 2)) * factors[i]));
@@ -176,8 +178,9 @@ Tensor interpolate(const Tensor& input, const InterpolateFuncOptions& o) {
 
 Upsample::Upsample(UpsampleOptions o) : Module("Upsample"), options(std::move(o)) {
   // the checks that need no input; the rest are the forward's (interpolate's)
-  TDDP_CHECK(options.size() || options.scale_factor(), "Upsample: either size or scale_factor should be defined");
-  TDDP_CHECK(!(options.size() && options.scale_factor()),
+  TDDP_CHECK(!options.size().empty() || !options.scale_factor().empty(),
+             "Upsample: either size or scale_factor should be defined");
+  TDDP_CHECK(options.size().empty() || options.scale_factor().empty(),
              "Upsample: only one of size or scale_factor should be defined");
 }
 
@@ -198,10 +201,10 @@ std::string Upsample::extra_repr() const {
     for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + format(values[i]);
     return s + ")";
   };
-  if (options.scale_factor()) {
-    info = "scale_factor=" + tuple(*options.scale_factor(), [](double v) { return repr_float(v); });
+  if (!options.scale_factor().empty()) {
+    info = "scale_factor=" + tuple(options.scale_factor(), [](double v) { return repr_float(v); });
   } else {
-    info = "size=" + tuple(*options.size(), [](int64_t v) { return std::to_string(v); });
+    info = "size=" + tuple(options.size(), [](int64_t v) { return std::to_string(v); });
   }
   return info + ", mode='" + options.mode() + "'";
 }

@@ -100,7 +100,7 @@ TEST_CASE("F::interpolate matches PyTorch in every mode, gradients too; Upsample
   const Tensor x = tensor::zeros({1, 1, 2, 2});
   CHECK_THROWS_WITH(F::interpolate(x, F::InterpolateFuncOptions()),
                     Contains("either size or scale_factor should be defined"));
-  CHECK_THROWS_WITH(F::interpolate(x, size({3}).scale_factor(std::vector<double>{2.0})),
+  CHECK_THROWS_WITH(F::interpolate(x, size({3}).scale_factor({2.0})),
                     Contains("only one of size or scale_factor should be defined"));
   CHECK_THROWS_WITH(F::interpolate(x, size({3}, "linear")), Contains("Got 4D input, but linear mode needs 3D input"));
   CHECK_THROWS_WITH(F::interpolate(x, size({3}).align_corners(true)),
@@ -109,10 +109,10 @@ TEST_CASE("F::interpolate matches PyTorch in every mode, gradients too; Upsample
                     Contains("Input and output must have the same number of spatial dimensions"));
   CHECK_THROWS_WITH(F::interpolate(x, size({3}, "bicubic")), Contains("bicubic is not supported"));
 
-  nn::Upsample up(nn::UpsampleOptions().scale_factor(std::vector<double>{2.0}));
+  nn::Upsample up(nn::UpsampleOptions().scale_factor({2.0}));
   CHECK(up.repr() == "Upsample(scale_factor=2.0, mode='nearest')");
   CHECK(up.clone_structure()->repr() == up.repr());
-  CHECK(nn::Upsample(nn::UpsampleOptions().size(std::vector<int64_t>{3, 4}).mode("bilinear")).repr() ==
+  CHECK(nn::Upsample(nn::UpsampleOptions().size({3, 4}).mode("bilinear")).repr() ==
         "Upsample(size=(3, 4), mode='bilinear')");
   CHECK(tensor::equal(up(x), F::interpolate(x, scale({2.0}))));
   CHECK_THROWS_WITH(nn::Upsample(), Contains("either size or scale_factor should be defined"));
