@@ -30,5 +30,6 @@
 #include "tinyddp/nn/rnn_cell.h"
 #include "tinyddp/nn/safetensors.h"
 #include "tinyddp/nn/scheduler.h"
+#include "tinyddp/nn/transformer_encoder.h"
 #include "tinyddp/nn/upsample.h"
 #include "tinyddp/nn/utils.h"

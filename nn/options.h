@@ -145,4 +145,18 @@ struct MultiheadAttentionOptions {
   TINYDDP_ARG(int64_t, vdim) = 0;
 };
 
+// TransformerEncoderLayer's; activation "relu" or "gelu".
+struct TransformerEncoderLayerOptions {
+  TransformerEncoderLayerOptions(int64_t d_model, int64_t nhead) : d_model_(d_model), nhead_(nhead) {}
+  TINYDDP_ARG(int64_t, d_model);
+  TINYDDP_ARG(int64_t, nhead);
+  TINYDDP_ARG(int64_t, dim_feedforward) = 2048;
+  TINYDDP_ARG(double, dropout) = 0.1;
+  TINYDDP_ARG(std::string, activation) = "relu";
+  TINYDDP_ARG(double, layer_norm_eps) = 1e-5;
+  TINYDDP_ARG(bool, batch_first) = false;
+  TINYDDP_ARG(bool, norm_first) = false;
+  TINYDDP_ARG(bool, bias) = true;
+};
+
 }  // namespace tinyddp::nn

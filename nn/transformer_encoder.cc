@@ -1,0 +1,96 @@
+// TransformerEncoderLayer and TransformerEncoder (transformer_encoder.h), registered in
+// PyTorch's order (self_attn first: its out_proj and in_proj draws, then linear1's and
+// linear2's), so the same seed gives torch's initial weights.
+#include "tinyddp/nn/transformer_encoder.h"
+
+#include <cmath>
+
+namespace tinyddp::nn {
+
+TransformerEncoderLayer::TransformerEncoderLayer(const TransformerEncoderLayerOptions& o)
+    : Module("TransformerEncoderLayer"), options(o) {
+  TDDP_CHECK(o.activation() == "relu" || o.activation() == "gelu",
+             "TransformerEncoderLayer: activation should be relu/gelu, not {}", o.activation());
+  self_attn = register_module("self_attn",
+                              std::make_shared<MultiheadAttention>(MultiheadAttentionOptions(o.d_model(), o.nhead())
+                                                                       .dropout(o.dropout())
+                                                                       .bias(o.bias())
+                                                                       .batch_first(o.batch_first())));
+  linear1 = register_module("linear1", std::make_shared<Linear>(o.d_model(), o.dim_feedforward(), o.bias()));
+  dropout = register_module("dropout", std::make_shared<Dropout>(o.dropout()));
+  linear2 = register_module("linear2", std::make_shared<Linear>(o.dim_feedforward(), o.d_model(), o.bias()));
+  const auto layer_norm = [&] {
+    return std::make_shared<LayerNorm>(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps()).bias(o.bias()));
+  };
+  norm1 = register_module("norm1", layer_norm());
+  norm2 = register_module("norm2", layer_norm());
+  dropout1 = register_module("dropout1", std::make_shared<Dropout>(o.dropout()));
+  dropout2 = register_module("dropout2", std::make_shared<Dropout>(o.dropout()));
+}
+
+Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) {
+  const Tensor hidden = linear1->forward(x);
+  const Tensor active = options.activation() == "gelu" ? tensor::gelu(hidden) : tensor::relu(hidden);
+  return dropout2->forward(linear2->forward(dropout->forward(active)));
+}
+
+Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask) {
+  const auto attend = [&](const Tensor& x) {
+    return dropout1->forward(self_attn->forward(x, x, x, src_key_padding_mask, /*need_weights=*/false, src_mask).first);
+  };
+  if (options.norm_first()) {
+    const Tensor x = tensor::add(src, attend(norm1->forward(src)));
+    return tensor::add(x, feed_forward(norm2->forward(x)));
+  }
+  const Tensor x = norm1->forward(tensor::add(src, attend(src)));
+  return norm2->forward(tensor::add(x, feed_forward(x)));
+}
+
+std::shared_ptr<Module> TransformerEncoderLayer::clone_structure() const {
+  return std::make_shared<TransformerEncoderLayer>(options);
+}
+
+TransformerEncoder::TransformerEncoder(const TransformerEncoderLayer& encoder_layer, int64_t num_layers_,
+                                       std::shared_ptr<Module> norm_)
+    : Module("TransformerEncoder"), num_layers(num_layers_) {
+  TDDP_CHECK(num_layers > 0, "TransformerEncoder: num_layers must be positive, got {}", num_layers);
+  layers = register_module("layers", std::make_shared<ModuleList>());
+  const std::vector<Tensor> params = encoder_layer.parameters();
+  for (int64_t i = 0; i < num_layers; ++i) {  // deep copies, as PyTorch's copy.deepcopy
+    std::shared_ptr<Module> copy;
+    {
+      SkipInitGuard skip;
+      copy = encoder_layer.clone_structure();
+    }
+    if (!params.empty()) {
+      copy->to(params.front().dtype());
+      copy->to(params.front().device());
+    }
+    copy->load_state_dict(encoder_layer.state_dict());
+    copy->train(encoder_layer.is_training());
+    layers->append(copy);
+  }
+  if (norm_) norm = register_module("norm", std::move(norm_));
+}
+
+Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask) {
+  Tensor out = src;
+  for (const std::shared_ptr<Module>& layer : *layers) {
+    out = std::static_pointer_cast<TransformerEncoderLayer>(layer)->forward(out, mask, src_key_padding_mask);
+  }
+  return norm ? norm->forward(out) : out;
+}
+
+std::shared_ptr<Module> TransformerEncoder::clone_structure() const {
+  const auto first = layers->at<TransformerEncoderLayer>(0);
+  SkipInitGuard skip;
+  return std::make_shared<TransformerEncoder>(TransformerEncoderLayer(first->options), num_layers,
+                                              norm ? norm->clone_structure() : nullptr);
+}
+
+Tensor generate_square_subsequent_mask(int64_t size, tensor::TensorOptions options) {
+  TDDP_CHECK(size >= 0, "generate_square_subsequent_mask: size must be non-negative, got {}", size);
+  return tensor::triu(tensor::full({size, size}, -INFINITY, options), 1);
+}
+
+}  // namespace tinyddp::nn
