@@ -1,6 +1,7 @@
 // The schedules of cyclic_lr.h, each get_lr written as PyTorch's, in its order of operations.
 #include "tinyddp/nn/cyclic_lr.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace tinyddp::nn {
@@ -23,6 +24,13 @@ std::vector<double> ConstantLR::get_lr() const {
   return out;
 }
 
+std::optional<std::vector<double>> ConstantLR::closed_form_lr() const {
+  std::vector<double> out;
+  const double reached = last_epoch_ >= total_ ? 1.0 : 0.0;
+  for (const double base : base_lrs_) out.push_back(base * (factor_ + reached * (1 - factor_)));
+  return out;
+}
+
 PolynomialLR::PolynomialLR(Optimizer& optimizer, int64_t total_iters, double power)
     : LRScheduler(optimizer, "PolynomialLR"), total_(total_iters), power_(power) {
   TDDP_CHECK(total_ >= 1, "PolynomialLR: total_iters must be at least 1, got {}", total_);
@@ -36,6 +44,15 @@ std::vector<double> PolynomialLR::get_lr() const {
   for (size_t g = 0; g < optimizer_.num_param_groups(); ++g) {
     const double lr = optimizer_.lr(g);
     out.push_back(last_epoch_ == 0 || last_epoch_ > total_ ? lr : lr * decay);
+  }
+  return out;
+}
+
+std::optional<std::vector<double>> PolynomialLR::closed_form_lr() const {
+  std::vector<double> out;
+  const double done = static_cast<double>(std::min(total_, last_epoch_));
+  for (const double base : base_lrs_) {
+    out.push_back(base * std::pow(1.0 - done / static_cast<double>(total_), power_));
   }
   return out;
 }

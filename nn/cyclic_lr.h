@@ -22,6 +22,7 @@ class ConstantLR : public LRScheduler {
 
  protected:
   std::vector<double> get_lr() const override;
+  std::optional<std::vector<double>> closed_form_lr() const override;
 
  private:
   double factor_;
@@ -34,6 +35,7 @@ class PolynomialLR : public LRScheduler {
 
  protected:
   std::vector<double> get_lr() const override;
+  std::optional<std::vector<double>> closed_form_lr() const override;
 
  private:
   int64_t total_;

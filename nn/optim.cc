@@ -107,6 +107,12 @@ void Optimizer::set_lr(size_t g, double lr) {
   groups_[g].lr = lr;
 }
 
+void Optimizer::set_initial_lr(size_t g, double lr) {
+  group(g);
+  TDDP_CHECK(lr >= 0, "{}: invalid initial learning rate {} (group {})", name_, lr, g);
+  groups_[g].initial_lr = lr;
+}
+
 void Optimizer::set_weight_decay(size_t g, double weight_decay) {
   group(g);
   TDDP_CHECK(weight_decay >= 0, "{}: invalid weight_decay {} (group {})", name_, weight_decay, g);

@@ -81,6 +81,10 @@ class Optimizer {
   double weight_decay(size_t g = 0) const { return group(g).weight_decay; }
   void set_lr(size_t g, double lr);
   void set_weight_decay(size_t g, double weight_decay);
+  // The group's rate when its first scheduler was made (torch's group["initial_lr"]): what
+  // every scheduler of the group takes as its base rate, and what SequentialLR goes back to.
+  std::optional<double> initial_lr(size_t g = 0) const { return group(g).initial_lr; }
+  void set_initial_lr(size_t g, double lr);
   // The group's momentum, as torch's group["momentum"] (SGD, RMSprop) or group["betas"][0]
   // (Adam, AdamW): the options' value until set_momentum changes it (OneCycleLR cycles it).
   // momentum_name() is "momentum", "beta1", or empty for an optimizer without one (Adagrad),
@@ -124,6 +128,7 @@ class Optimizer {
     size_t begin, end;
     double lr, weight_decay;
     double momentum = 0;
+    std::optional<double> initial_lr;
   };
   const Group& group(size_t g) const;
   // Checks and appends one group (the constructor's and add_param_group's work).

@@ -9,7 +9,12 @@
 namespace tinyddp::nn {
 
 LRScheduler::LRScheduler(Optimizer& optimizer, const char* name) : optimizer_(optimizer), name_(name) {
-  for (size_t g = 0; g < optimizer_.num_param_groups(); ++g) base_lrs_.push_back(optimizer_.lr(g));
+  // As PyTorch's group.setdefault("initial_lr", group["lr"]): the first scheduler of a group
+  // fixes its base rate, the ones made after it (SequentialLR's, ChainedScheduler's) share it.
+  for (size_t g = 0; g < optimizer_.num_param_groups(); ++g) {
+    if (!optimizer_.initial_lr(g)) optimizer_.set_initial_lr(g, optimizer_.lr(g));
+    base_lrs_.push_back(*optimizer_.initial_lr(g));
+  }
 }
 
 void LRScheduler::initial_step() { step(); }
@@ -23,6 +28,50 @@ void LRScheduler::step() {
   last_lr_ = get_lr();
   for (size_t g = 0; g < last_lr_.size(); ++g) optimizer_.set_lr(g, last_lr_[g]);
   after_rates_set();
+}
+
+void LRScheduler::step_to(int64_t epoch) {
+  last_epoch_ = epoch;
+  last_lr_ = closed_form_lr().value_or(get_lr());
+  for (size_t g = 0; g < last_lr_.size(); ++g) optimizer_.set_lr(g, last_lr_[g]);
+  after_rates_set();
+}
+
+namespace {
+// f(base rate, group) for every group: the closed forms' shape.
+template <typename F>
+std::vector<double> from_base(const std::vector<double>& base_lrs, F f) {
+  std::vector<double> out;
+  for (size_t g = 0; g < base_lrs.size(); ++g) out.push_back(f(base_lrs[g], g));
+  return out;
+}
+}  // namespace
+
+// The closed forms, PyTorch's expressions in its order of operations.
+std::optional<std::vector<double>> StepLR::closed_form_lr() const {
+  const double k = static_cast<double>(last_epoch_ / step_size_);  // Python's // on epochs >= 0
+  return from_base(base_lrs_, [&](double base, size_t) { return base * std::pow(gamma_, k); });
+}
+std::optional<std::vector<double>> ExponentialLR::closed_form_lr() const {
+  return from_base(base_lrs_,
+                   [&](double base, size_t) { return base * std::pow(gamma_, static_cast<double>(last_epoch_)); });
+}
+std::optional<std::vector<double>> MultiStepLR::closed_form_lr() const {
+  // bisect_right over the sorted milestones: how many are <= last_epoch
+  const auto passed = std::count_if(milestones_.begin(), milestones_.end(), [&](int64_t m) { return m <= last_epoch_; });
+  return from_base(base_lrs_,
+                   [&](double base, size_t) { return base * std::pow(gamma_, static_cast<double>(passed)); });
+}
+std::optional<std::vector<double>> CosineAnnealingLR::closed_form_lr() const {
+  const double e = static_cast<double>(last_epoch_), t = static_cast<double>(t_max_);
+  return from_base(base_lrs_,
+                   [&](double base, size_t) { return eta_min_ + (base - eta_min_) * (1 + std::cos(M_PI * e / t)) / 2; });
+}
+std::optional<std::vector<double>> LinearLR::closed_form_lr() const {
+  const double done = static_cast<double>(std::min(total_, last_epoch_));
+  return from_base(base_lrs_, [&](double base, size_t) {
+    return base * (start_ + (end_ - start_) * done / static_cast<double>(total_));
+  });
 }
 
 OrderedDict<Tensor> LRScheduler::state_dict() const {
@@ -39,8 +88,9 @@ void LRScheduler::load_state_dict(const OrderedDict<Tensor>& state) {
     TDDP_CHECK(state.contains(key), "{}: load_state_dict: missing '{}'", name_, key);
   }
   const Tensor& epoch = state.at("last_epoch");
-  TDDP_CHECK(epoch.numel() == 1 && epoch.dtype() == tensor::kInt64 && epoch.item<int64_t>() >= 0,
-             "{}: load_state_dict: last_epoch must be one int64 >= 0", name_);
+  TDDP_CHECK(epoch.numel() == 1 && epoch.dtype() == tensor::kInt64 && epoch.item<int64_t>() >= -1,
+             "{}: load_state_dict: last_epoch must be one int64 >= -1 (-1: a SequentialLR's scheduler not started)",
+             name_);
   for (const char* key : {"base_lrs", "last_lr"}) {
     const Tensor& t = state.at(key);
     TDDP_CHECK(t.dim() == 1 && t.numel() == static_cast<int64_t>(groups) && t.dtype() == tensor::kFloat64,

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "tinyddp/nn/optim.h"
@@ -22,15 +23,16 @@ class LRScheduler {
   LRScheduler& operator=(const LRScheduler&) = delete;
 
   // One more epoch (or iteration): every group's lr becomes get_lr().
-  void step();
+  virtual void step();
   int64_t last_epoch() const { return last_epoch_; }
   const std::vector<double>& base_lrs() const { return base_lrs_; }  // the groups' lr when made
   const std::vector<double>& get_last_lr() const { return last_lr_; }
+  Optimizer& optimizer() const { return optimizer_; }  // the one whose rates it sets
 
   // last_epoch, base_lrs and last_lr (float64), for checkpoints; loading puts last_lr back
   // into the optimizer's groups, so a resumed run goes on with the same rates.
-  OrderedDict<Tensor> state_dict() const;
-  void load_state_dict(const OrderedDict<Tensor>& state);
+  virtual OrderedDict<Tensor> state_dict() const;
+  virtual void load_state_dict(const OrderedDict<Tensor>& state);
 
  protected:
   // Call initial_step() at the end of the derived constructor (it applies epoch 0).
@@ -41,6 +43,12 @@ class LRScheduler {
   // After step() or load_state_dict() has set the rates: schedules that set more than the rate
   // (OneCycleLR's momentum) set it here.
   virtual void after_rates_set() {}
+  // The rates at last_epoch() from the base rates alone, for the schedules that have such a
+  // form (PyTorch's _get_closed_form_lr); nothing for the others.
+  virtual std::optional<std::vector<double>> closed_form_lr() const { return std::nullopt; }
+  // Jumps to `epoch` (PyTorch's step(epoch)): the closed form's rates, else get_lr()'s.
+  void step_to(int64_t epoch);
+  friend class SequentialLR;
 
   Optimizer& optimizer_;
   const char* name_;
@@ -71,6 +79,7 @@ class StepLR : public LRScheduler {
 
  protected:
   std::vector<double> get_lr() const override;
+  std::optional<std::vector<double>> closed_form_lr() const override;
 
  private:
   int64_t step_size_;
@@ -84,6 +93,7 @@ class ExponentialLR : public LRScheduler {
 
  protected:
   std::vector<double> get_lr() const override;
+  std::optional<std::vector<double>> closed_form_lr() const override;
 
  private:
   double gamma_;
@@ -97,6 +107,7 @@ class MultiStepLR : public LRScheduler {
 
  protected:
   std::vector<double> get_lr() const override;
+  std::optional<std::vector<double>> closed_form_lr() const override;
 
  private:
   std::vector<int64_t> milestones_;
@@ -112,6 +123,7 @@ class CosineAnnealingLR : public LRScheduler {
 
  protected:
   std::vector<double> get_lr() const override;
+  std::optional<std::vector<double>> closed_form_lr() const override;
 
  private:
   int64_t t_max_;
@@ -126,6 +138,7 @@ class LinearLR : public LRScheduler {
 
  protected:
   std::vector<double> get_lr() const override;
+  std::optional<std::vector<double>> closed_form_lr() const override;
 
  private:
   double start_, end_;

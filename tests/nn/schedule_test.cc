@@ -12,6 +12,7 @@
 
 #include "tests/nn/json_fixture.h"
 #include "tests/nn/nn_test_util.h"
+#include "tinyddp/nn/sequential_lr.h"
 
 using namespace tinyddp;
 using namespace tinyddp::nn;
@@ -363,4 +364,65 @@ TEST_CASE("CyclicLR cycles the rate and the momentum as PyTorch's, in its three 
   check("cyclic_exp_range", CyclicLROptions().step_size_up(2).mode("exp_range").gamma(0.9));
   TwoGroups g;
   CHECK_THROWS_WITH(CyclicLR(g.opt, 0.01, 0.1, CyclicLROptions().mode("saw")), Contains("CyclicLR: mode is invalid"));
+}
+
+TEST_CASE("SequentialLR and ChainedScheduler set PyTorch's rates to the last bit, and resume", "[nn][schedule][fixture]") {
+  {
+    TwoGroups g;
+    LinearLR warmup(g.opt, 0.1, 1.0, 3);
+    ExponentialLR decay(g.opt, 0.9);
+    SequentialLR s(g.opt, {warmup, decay}, {3});
+    expect_rates("sequential", g, s);
+  }
+  {
+    TwoGroups g;
+    ConstantLR constant(g.opt, 0.5, 2);
+    StepLR step(g.opt, 2, 0.5);
+    CosineAnnealingLR cosine(g.opt, 4, 0.001);  // restarts from the base rate at its milestone
+    SequentialLR s(g.opt, {constant, step, cosine}, {2, 6});
+    expect_rates("sequential_three", g, s);
+  }
+  {
+    TwoGroups g;
+    ExponentialLR halve(g.opt, 0.5);
+    MultiStepLR steps(g.opt, {0, 3}, 0.1);  // its milestone 0 counts at its epoch 0
+    SequentialLR s(g.opt, {halve, steps}, {2});
+    expect_rates("sequential_multistep", g, s);
+  }
+  {
+    TwoGroups g;
+    PolynomialLR poly(g.opt, 4, 2.0);
+    LinearLR linear(g.opt, 0.2, 0.8, 5);
+    SequentialLR s(g.opt, {poly, linear}, {5});
+    expect_rates("sequential_polynomial", g, s);
+  }
+  {
+    TwoGroups g;
+    ConstantLR constant(g.opt, 0.5, 3);
+    ExponentialLR decay(g.opt, 0.9);
+    ChainedScheduler s({constant, decay});
+    expect_rates("chained", g, s);
+  }
+  // resume: a SequentialLR's state carries its schedulers'
+  const auto run = [](int steps, const OrderedDict<Tensor>* resume, OrderedDict<Tensor>* save) {
+    auto g = std::make_unique<TwoGroups>();
+    LinearLR warmup(g->opt, 0.1, 1.0, 3);
+    CosineAnnealingLR decay(g->opt, 6);
+    SequentialLR s(g->opt, {warmup, decay}, {3});
+    if (resume) s.load_state_dict(*resume);
+    for (int i = 0; i < steps; ++i) s.step();
+    if (save) *save = s.state_dict();
+    return std::vector<double>{g->opt.lr(0), g->opt.lr(1)};
+  };
+  OrderedDict<Tensor> saved;
+  run(2, nullptr, &saved);
+  CHECK(saved.contains("_schedulers.1.last_epoch"));
+  CHECK(run(5, &saved, nullptr) == run(7, nullptr, nullptr));  // 2 + 5 steps either way
+
+  TwoGroups g, other;
+  ExponentialLR a(g.opt, 0.9), b(other.opt, 0.9);
+  CHECK_THROWS_WITH(SequentialLR(g.opt, {a, b}, {2}), Contains("expects all schedulers to belong to the same optimizer"));
+  CHECK_THROWS_WITH(SequentialLR(g.opt, {a}, {2}),
+                    Contains("expects number of schedulers provided to be one more than the number of milestone"));
+  CHECK(g.opt.initial_lr(1) == 0.02);  // the groups' rates when the first scheduler was made
 }
