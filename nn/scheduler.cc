@@ -58,14 +58,15 @@ std::optional<std::vector<double>> ExponentialLR::closed_form_lr() const {
 }
 std::optional<std::vector<double>> MultiStepLR::closed_form_lr() const {
   // bisect_right over the sorted milestones: how many are <= last_epoch
-  const auto passed = std::count_if(milestones_.begin(), milestones_.end(), [&](int64_t m) { return m <= last_epoch_; });
+  const auto passed =
+      std::count_if(milestones_.begin(), milestones_.end(), [&](int64_t m) { return m <= last_epoch_; });
   return from_base(base_lrs_,
                    [&](double base, size_t) { return base * std::pow(gamma_, static_cast<double>(passed)); });
 }
 std::optional<std::vector<double>> CosineAnnealingLR::closed_form_lr() const {
   const double e = static_cast<double>(last_epoch_), t = static_cast<double>(t_max_);
-  return from_base(base_lrs_,
-                   [&](double base, size_t) { return eta_min_ + (base - eta_min_) * (1 + std::cos(M_PI * e / t)) / 2; });
+  return from_base(
+      base_lrs_, [&](double base, size_t) { return eta_min_ + (base - eta_min_) * (1 + std::cos(M_PI * e / t)) / 2; });
 }
 std::optional<std::vector<double>> LinearLR::closed_form_lr() const {
   const double done = static_cast<double>(std::min(total_, last_epoch_));

@@ -366,7 +366,8 @@ TEST_CASE("CyclicLR cycles the rate and the momentum as PyTorch's, in its three 
   CHECK_THROWS_WITH(CyclicLR(g.opt, 0.01, 0.1, CyclicLROptions().mode("saw")), Contains("CyclicLR: mode is invalid"));
 }
 
-TEST_CASE("SequentialLR and ChainedScheduler set PyTorch's rates to the last bit, and resume", "[nn][schedule][fixture]") {
+TEST_CASE("SequentialLR and ChainedScheduler set PyTorch's rates to the last bit, and resume",
+          "[nn][schedule][fixture]") {
   {
     TwoGroups g;
     LinearLR warmup(g.opt, 0.1, 1.0, 3);
@@ -421,7 +422,8 @@ TEST_CASE("SequentialLR and ChainedScheduler set PyTorch's rates to the last bit
 
   TwoGroups g, other;
   ExponentialLR a(g.opt, 0.9), b(other.opt, 0.9);
-  CHECK_THROWS_WITH(SequentialLR(g.opt, {a, b}, {2}), Contains("expects all schedulers to belong to the same optimizer"));
+  CHECK_THROWS_WITH(SequentialLR(g.opt, {a, b}, {2}),
+                    Contains("expects all schedulers to belong to the same optimizer"));
   CHECK_THROWS_WITH(SequentialLR(g.opt, {a}, {2}),
                     Contains("expects number of schedulers provided to be one more than the number of milestone"));
   CHECK(g.opt.initial_lr(1) == 0.02);  // the groups' rates when the first scheduler was made
