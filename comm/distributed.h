@@ -13,6 +13,8 @@
 #include <memory>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "tinyddp/comm/process_group.h"
 
 namespace tinyddp::comm {
@@ -37,5 +39,34 @@ std::shared_ptr<Work> reduce_scatter(const Tensor& output, const std::vector<Ten
                                      ReduceOp op = ReduceOp::kSum, const GroupPtr& group = nullptr,
                                      bool async_op = false);
 std::shared_ptr<Work> barrier(const GroupPtr& group = nullptr, bool async_op = false);
+
+// dist.all_to_all(output_tensor_list, input_tensor_list): every rank passes one tensor per rank
+// each way; output_list[i] receives rank i's input_list[this rank]. One scatter per rank (each
+// rank the root once), waited.
+void all_to_all(const std::vector<Tensor>& output_list, const std::vector<Tensor>& input_list,
+                const GroupPtr& group = nullptr);
+
+// dist.all_gather_object(object_list, obj) and dist.broadcast_object_list(object_list, src) for
+// JSON values, the C++ side of what PyTorch pickles: object_list must hold one entry per rank
+// (all_gather_object) or the same count on every rank (broadcast_object_list, whose entries
+// become src's). The typed forms below take any type nlohmann::json converts.
+void all_gather_object(std::vector<nlohmann::json>& object_list, const nlohmann::json& obj,
+                       const GroupPtr& group = nullptr);
+void broadcast_object_list(std::vector<nlohmann::json>& object_list, int src = 0, const GroupPtr& group = nullptr);
+
+template <class T>
+void all_gather_object(std::vector<T>& object_list, const T& obj, const GroupPtr& group = nullptr) {
+  std::vector<nlohmann::json> values(object_list.size());
+  all_gather_object(values, nlohmann::json(obj), group);
+  for (size_t i = 0; i < values.size(); ++i) object_list[i] = values[i].get<T>();
+}
+
+template <class T>
+void broadcast_object_list(std::vector<T>& object_list, int src = 0, const GroupPtr& group = nullptr) {
+  std::vector<nlohmann::json> values;
+  for (const T& v : object_list) values.emplace_back(v);
+  broadcast_object_list(values, src, group);
+  for (size_t i = 0; i < values.size(); ++i) object_list[i] = values[i].get<T>();
+}
 
 }  // namespace tinyddp::comm

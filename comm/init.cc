@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "tinyddp/base/distributed_info.h"
 #include "tinyddp/comm/gloo/process_group_gloo.h"
 #include "tinyddp/comm/launch_env.h"
 #include "tinyddp/comm/nccl/process_group_nccl.h"
@@ -102,6 +103,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
   std::shared_ptr<ProcessGroup> pg = new_process_group(backend, store, rank, world_size, pg_options);
   std::lock_guard<std::mutex> lock(default_mutex);
   default_pg = pg;
+  base::set_distributed_info(base::DistributedInfo{pg->rank(), pg->size()});
   return pg;
 }
 
@@ -138,6 +140,7 @@ bool is_initialized() {
 void destroy_process_group() {
   std::lock_guard<std::mutex> lock(default_mutex);
   default_pg.reset();
+  base::set_distributed_info(std::nullopt);
 }
 
 int local_rank() { return launch_env().local_rank.value_or(0); }

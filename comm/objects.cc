@@ -83,6 +83,19 @@ std::vector<std::vector<int64_t>> broadcast_int_lists(ProcessGroup& pg, tensor::
   return out;
 }
 
+std::vector<std::string> allgather_bytes(ProcessGroup& pg, tensor::Device device, const std::string& bytes) {
+  std::vector<int64_t> mine(1 + (bytes.size() + 7) / 8, 0);  // the length, then the bytes in words
+  mine[0] = static_cast<int64_t>(bytes.size());
+  if (!bytes.empty()) std::memcpy(mine.data() + 1, bytes.data(), bytes.size());
+  std::vector<std::string> out;
+  for (const std::vector<int64_t>& words : allgather_ints(pg, device, mine)) {
+    std::string s(static_cast<size_t>(words[0]), '\0');
+    if (!s.empty()) std::memcpy(s.data(), words.data() + 1, s.size());
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 std::string broadcast_bytes(ProcessGroup& pg, tensor::Device device, const std::string& bytes, int root) {
   const bool mine = pg.rank() == root;
   const auto size =

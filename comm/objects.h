@@ -39,6 +39,9 @@ std::vector<std::vector<int64_t>> broadcast_int_lists(ProcessGroup& pg, tensor::
                                                       const std::vector<std::vector<int64_t>>& lists, size_t max_ints,
                                                       int root);
 
+// Every rank's bytes, in rank order (each rank's own length).
+std::vector<std::string> allgather_bytes(ProcessGroup& pg, tensor::Device device, const std::string& bytes);
+
 // Rank `root`'s bytes on every rank (the others' `bytes` are ignored): the length, then the
 // bytes in 8-byte words.
 std::string broadcast_bytes(ProcessGroup& pg, tensor::Device device, const std::string& bytes, int root);

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "tinyddp/base/distributed_info.h"
 #include "tinyddp/base/error.h"
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/factory.h"
@@ -137,6 +138,22 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, i
   num_samples_ = drop_last ? dataset_size / replicas : (dataset_size + replicas - 1) / replicas;
   total_size_ = num_samples_ * replicas;
 }
+
+namespace {
+int from_default_group(std::optional<int> given, bool want_rank) {
+  if (given) return *given;
+  const std::optional<base::DistributedInfo> info = base::distributed_info();
+  TDDP_CHECK(info.has_value(),
+             "DistributedSampler: Default process group has not been initialized, please make sure to call "
+             "init_process_group (or pass num_replicas and rank)");
+  return want_rank ? info->rank : info->world_size;
+}
+}  // namespace
+
+DistributedSampler::DistributedSampler(const Dataset& dataset, std::optional<int> num_replicas, std::optional<int> rank,
+                                       bool shuffle, uint64_t seed, bool drop_last)
+    : DistributedSampler(dataset.size(), from_default_group(num_replicas, false), from_default_group(rank, true),
+                         shuffle, seed, drop_last) {}
 
 std::vector<int64_t> DistributedSampler::indices() {
   std::vector<int64_t> order;

@@ -102,6 +102,11 @@ class DistributedSampler : public Sampler {
  public:
   DistributedSampler(int64_t dataset_size, int num_replicas, int rank, bool shuffle = true, uint64_t seed = 0,
                      bool drop_last = false);
+  // As torch's DistributedSampler(dataset): num_replicas and rank, when not given, are the
+  // default process group's (comm::init_process_group; an error before it).
+  explicit DistributedSampler(const Dataset& dataset, std::optional<int> num_replicas = std::nullopt,
+                              std::optional<int> rank = std::nullopt, bool shuffle = true, uint64_t seed = 0,
+                              bool drop_last = false);
   std::vector<int64_t> indices() override;
   // num_samples: the length of every rank's list.
   int64_t size() const override { return num_samples_; }

@@ -2,10 +2,12 @@
 // Slurm's, launch_env.h), a world of one without a network, processes meeting through
 // MASTER_ADDR:MASTER_PORT, and clear errors.
 #include <cstdlib>
+#include <map>
 
 #include "tests/comm/comm_test_util.h"
 #include "tinyddp/comm/comm.h"
 #include "tinyddp/launcher/spawn.h"
+#include "tinyddp/nn/data.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;
@@ -33,9 +35,13 @@ TEST_CASE("a world of one needs no network", "[comm][init]") {
   const Tensor t = tensor::full({3}, 2.0);
   pg->allreduce(t)->wait();
   CHECK(t.to_vector<float>()[0] == 2.0f);
+  CHECK(nn::DistributedSampler(nn::TensorDataset({tensor::arange(5.0)})).size() == 5);
   destroy_process_group();
   CHECK_FALSE(is_initialized());
   CHECK_THROWS_WITH(default_group(), Contains("no process group yet; call init_process_group() first"));
+  CHECK_THROWS_WITH(nn::DistributedSampler(nn::TensorDataset({tensor::arange(5.0)})),
+                    Contains("Default process group has not been initialized"));
+  CHECK(nn::DistributedSampler(nn::TensorDataset({tensor::arange(5.0)}), 2, 1).size() == 3);  // given: no group needed
 }
 
 TEST_CASE("launch_env reads launch's, Open MPI's and Slurm's variables, in that order", "[comm][init]") {
@@ -104,7 +110,11 @@ TEST_CASE("processes meet through MASTER_ADDR and MASTER_PORT, rank 0 hosting th
       const Tensor t = tensor::full({4}, rank + 1);
       pg->allreduce(t)->wait();
       pg->barrier()->wait();  // nobody leaves (taking the store with it) before everyone is done
-      const bool ok = t.to_vector<float>()[3] == 6.0f;
+      // torch's DistributedSampler(dataset): this rank's share, from the default group
+      const nn::TensorDataset dataset({tensor::arange(10.0)});
+      nn::DistributedSampler from_group(dataset);
+      const bool sampled = from_group.size() == 4 && from_group.indices() == nn::DistributedSampler(10, 3, rank).indices();
+      const bool ok = t.to_vector<float>()[3] == 6.0f && sampled;
       destroy_process_group();
       return ok ? 0 : 3;
     } catch (const std::exception& e) {
@@ -145,5 +155,32 @@ TEST_CASE("torch.distributed's free functions run on the default group, or on th
     for (int r = 0; r < 3; ++r) gathered.push_back(tensor::zeros({1}));
     comm::all_gather(gathered, tensor::full({1}, static_cast<double>(10 * pg.rank())), group);
     e.expect_eq(static_cast<int>(gathered[2].to_vector<float>()[0]), 20, "all_gather");
+    // all_to_all: rank r sends 10 r + j to rank j, so rank j gets 10 i + j from each rank i
+    std::vector<Tensor> in, out;
+    for (int j = 0; j < 3; ++j) {
+      in.push_back(tensor::full({2}, 10.0 * pg.rank() + j));
+      out.push_back(tensor::zeros({2}));
+    }
+    comm::all_to_all(out, in, group);
+    for (int i = 0; i < 3; ++i) {
+      e.expect_eq(static_cast<int>(out[static_cast<size_t>(i)].to_vector<float>()[1]), 10 * i + pg.rank(),
+                  "all_to_all from rank " + std::to_string(i));
+    }
+    // objects: a map per rank gathered; rank 1's list of strings broadcast
+    std::vector<std::map<std::string, double>> metrics(3);
+    comm::all_gather_object(metrics, std::map<std::string, double>{{"loss", 0.5 * pg.rank()}}, group);
+    e.expect(metrics[2].at("loss") == 1.0, "all_gather_object: rank 2's map");
+    std::vector<std::string> words = {"mine", std::to_string(pg.rank())};
+    if (pg.rank() == 1) words = {"from", "one"};
+    comm::broadcast_object_list(words, 1, group);
+    e.expect(words == std::vector<std::string>{"from", "one"}, "broadcast_object_list: rank 1's list");
+    std::vector<int> wrong(2);
+    bool refused = false;
+    try {
+      comm::all_gather_object(wrong, 1, group);
+    } catch (const std::exception& error) {
+      refused = std::string(error.what()).find("one entry per rank (3), got 2") != std::string::npos;
+    }
+    e.expect(refused, "all_gather_object: a list of the wrong size is refused before any collective");
   }));
 }
