@@ -44,8 +44,8 @@ void all_to_all(const std::vector<Tensor>& output_list, const std::vector<Tensor
   ProcessGroup& pg = pick(group);
   const auto n = static_cast<size_t>(pg.size());
   TDDP_CHECK(output_list.size() == n && input_list.size() == n,
-             "all_to_all: expected one output and one input tensor per rank ({}), got {} and {}", n,
-             output_list.size(), input_list.size());
+             "all_to_all: expected one output and one input tensor per rank ({}), got {} and {}", n, output_list.size(),
+             input_list.size());
   for (int root = 0; root < pg.size(); ++root) {
     pg.scatter(output_list[static_cast<size_t>(root)], pg.rank() == root ? input_list : std::vector<Tensor>{}, root)
         ->wait();
@@ -69,8 +69,7 @@ nlohmann::json decode(const std::string& bytes) {
 void all_gather_object(std::vector<nlohmann::json>& object_list, const nlohmann::json& obj, const GroupPtr& group) {
   ProcessGroup& pg = pick(group);
   TDDP_CHECK(object_list.size() == static_cast<size_t>(pg.size()),
-             "all_gather_object: object_list must have one entry per rank ({}), got {}", pg.size(),
-             object_list.size());
+             "all_gather_object: object_list must have one entry per rank ({}), got {}", pg.size(), object_list.size());
   const std::vector<std::string> all = allgather_bytes(pg, object_device(pg), encode(obj));
   for (size_t r = 0; r < all.size(); ++r) object_list[r] = decode(all[r]);
 }

@@ -113,7 +113,8 @@ TEST_CASE("processes meet through MASTER_ADDR and MASTER_PORT, rank 0 hosting th
       // torch's DistributedSampler(dataset): this rank's share, from the default group
       const nn::TensorDataset dataset({tensor::arange(10.0)});
       nn::DistributedSampler from_group(dataset);
-      const bool sampled = from_group.size() == 4 && from_group.indices() == nn::DistributedSampler(10, 3, rank).indices();
+      const bool sampled =
+          from_group.size() == 4 && from_group.indices() == nn::DistributedSampler(10, 3, rank).indices();
       const bool ok = t.to_vector<float>()[3] == 6.0f && sampled;
       destroy_process_group();
       return ok ? 0 : 3;
