@@ -245,6 +245,55 @@ Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> s
 }
 
 namespace {
+// x [N, C, H, W] with s - 1 zeros after each element but the last along `dim` (2 or 3).
+Tensor spread(const Tensor& x, int64_t dim, int64_t s) {
+  if (s == 1 || x.size(dim) == 0) return x;
+  tensor::Shape zeros_shape = x.sizes();
+  zeros_shape.insert(zeros_shape.begin() + dim + 1, s - 1);
+  zeros_shape[static_cast<size_t>(dim)] = x.size(dim);
+  const Tensor gaps = zeros(zeros_shape, TensorOptions(x.dtype()).device(x.device()));
+  tensor::Shape merged = x.sizes();
+  merged[static_cast<size_t>(dim)] *= s;
+  return cat({x.unsqueeze(dim + 1), gaps}, dim + 1).reshape(merged).narrow(dim, 0, (x.size(dim) - 1) * s + 1);
+}
+}  // namespace
+
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias, tensor::Size2d stride,
+                        tensor::Size2d padding, tensor::Size2d output_padding, int64_t groups,
+                        tensor::Size2d dilation) {
+  check_floating(input, "conv_transpose2d");
+  TDDP_CHECK(input.dim() == 3 || input.dim() == 4, "conv_transpose2d: expected a 3-D or 4-D input, got {}",
+             format_shape(input.sizes()));
+  if (input.dim() == 3) {
+    return conv_transpose2d(input.unsqueeze(0), weight, bias, stride, padding, output_padding, groups, dilation)
+        .squeeze(0);
+  }
+  TDDP_CHECK(weight.defined() && weight.dim() == 4 && groups > 0 && weight.size(0) == input.size(1) &&
+                 input.size(1) % groups == 0,
+             "conv_transpose2d: expected weight [{}, out / groups, kh, kw] for an input of {} channels in {} groups, "
+             "got {}",
+             input.size(1), input.size(1), groups, weight.defined() ? format_shape(weight.sizes()) : "undefined");
+  TDDP_CHECK(stride.h > 0 && stride.w > 0 && dilation.h > 0 && dilation.w > 0 && padding.h >= 0 && padding.w >= 0,
+             "conv_transpose2d: stride and dilation must be positive and padding non-negative");
+  TDDP_CHECK((output_padding.h < stride.h || output_padding.h < dilation.h) &&
+                 (output_padding.w < stride.w || output_padding.w < dilation.w) && output_padding.h >= 0 &&
+                 output_padding.w >= 0,
+             "conv_transpose2d: output padding must be smaller than either stride or dilation, but got "
+             "output_padding=({}, {}), stride=({}, {}), dilation=({}, {})",
+             output_padding.h, output_padding.w, stride.h, stride.w, dilation.h, dilation.w);
+  const int64_t in = weight.size(0), out_per_group = weight.size(1), kh = weight.size(2), kw = weight.size(3);
+  // [in, out / g, kh, kw] -> [g, in / g, out / g, ...] -> [out, in / g, kh, kw], kernel flipped
+  const Tensor w = weight.reshape({groups, in / groups, out_per_group, kh, kw})
+                       .transpose(1, 2)
+                       .reshape({groups * out_per_group, in / groups, kh, kw})
+                       .flip({2, 3});
+  const int64_t ph = dilation.h * (kh - 1) - padding.h, pw = dilation.w * (kw - 1) - padding.w;
+  const Tensor x = pad(spread(spread(input, 2, stride.h), 3, stride.w),
+                       {pw, pw + output_padding.w, ph, ph + output_padding.h});  // negative: cropped
+  return conv2d(x, w, bias, 1, 0, dilation, groups);
+}
+
+namespace {
 void check_attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool is_causal) {
   constexpr const char* kOp = "scaled_dot_product_attention";
   for (const Tensor* t : {&q, &k, &v}) check_floating(*t, kOp);

@@ -89,6 +89,16 @@ Tensor max_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> s
 Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> stride = {}, int64_t padding = 0,
                   bool count_include_pad = true);
 
+// As torch.nn.functional.conv_transpose2d: input [N, C_in, H, W] (or [C_in, H, W]), weight
+// [C_in, C_out / groups, kh, kw], bias [C_out] -> [N, C_out, (H - 1) stride - 2 padding +
+// dilation (kh - 1) + output_padding + 1, ...]: conv2d's gradient with respect to its input,
+// computed as a conv2d of the input with stride - 1 zeros between its elements, padded by
+// dilation (k - 1) - padding (output_padding more at the end), with the weight's in and out
+// channels swapped and its kernel flipped. Gradients are those ops'.
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
+                        tensor::Size2d stride = 1, tensor::Size2d padding = 0, tensor::Size2d output_padding = 0,
+                        int64_t groups = 1, tensor::Size2d dilation = 1);
+
 // As torch.nn.functional.instance_norm: input [N, C, ...], each (sample, channel) normalised
 // over its positions with its own mean and biased variance (use_input_stats), or with the
 // running statistics [C] (use_input_stats false: eval with tracked statistics); with both,

@@ -79,6 +79,37 @@ std::string Conv2d::extra_repr() const {
   return s;
 }
 
+ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& o) : Module("ConvTranspose2d"), options(o) {
+  const int64_t in = o.in_channels(), out = o.out_channels(), groups = o.groups();
+  TDDP_CHECK(in > 0 && out > 0, "ConvTranspose2d: in_channels ({}) and out_channels ({}) must be positive", in, out);
+  TDDP_CHECK(groups > 0 && in % groups == 0 && out % groups == 0,
+             "ConvTranspose2d: groups ({}) must be positive and divide in_channels ({}) and out_channels ({})", groups,
+             in, out);
+  const tensor::Size2d k = o.kernel_size();
+  TDDP_CHECK(k.h > 0 && k.w > 0, "ConvTranspose2d: kernel_size must be positive, got {}", pair_repr(k));
+  const int64_t fan_in = out / groups * k.h * k.w;  // PyTorch's fan of a [in, out / groups, kh, kw] weight
+  weight = register_parameter("weight", uniform_init({in, out / groups, k.h, k.w}, fan_in));
+  if (o.bias()) bias = register_parameter("bias", uniform_init({out}, fan_in));
+}
+
+Tensor ConvTranspose2d::forward(const Tensor& input) {
+  return functional::conv_transpose2d(input, weight, bias, options.stride(), options.padding(),
+                                      options.output_padding(), options.groups(), options.dilation());
+}
+
+std::string ConvTranspose2d::extra_repr() const {
+  const ConvTranspose2dOptions& o = options;
+  std::string s = fmt::format("{}, {}, kernel_size={}, stride={}", o.in_channels(), o.out_channels(),
+                              pair_repr(o.kernel_size()), pair_repr(o.stride()));
+  const auto differs = [](tensor::Size2d a, int64_t v) { return a.h != v || a.w != v; };
+  if (differs(o.padding(), 0)) s += ", padding=" + pair_repr(o.padding());
+  if (differs(o.dilation(), 1)) s += ", dilation=" + pair_repr(o.dilation());
+  if (differs(o.output_padding(), 0)) s += ", output_padding=" + pair_repr(o.output_padding());
+  if (o.groups() != 1) s += fmt::format(", groups={}", o.groups());
+  if (!o.bias()) s += ", bias=False";
+  return s;
+}
+
 Conv1d::Conv1d(int64_t in, int64_t out, int64_t kernel, int64_t stride_, int64_t padding_, int64_t dilation_,
                int64_t groups_, bool with_bias)
     : Module("Conv1d"), in_channels(in), out_channels(out), kernel_size(kernel), stride(stride_), padding(padding_),
@@ -317,6 +348,9 @@ std::shared_ptr<Module> Linear::clone_structure() const {
 std::shared_ptr<Module> Conv2d::clone_structure() const {
   return std::make_shared<Conv2d>(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
                                   bias.defined());
+}
+std::shared_ptr<Module> ConvTranspose2d::clone_structure() const {
+  return std::make_shared<ConvTranspose2d>(options);
 }
 std::shared_ptr<Module> Conv1d::clone_structure() const {
   return std::make_shared<Conv1d>(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,

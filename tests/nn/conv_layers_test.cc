@@ -1,9 +1,13 @@
 // Conv2d, BatchNorm1d/2d, pooling, Flatten and Dropout as modules: PyTorch's initial values,
 // buffers and state-dict names, momentum=None, train/eval through a tree, repr, errors, and
-// checkpoints whose buffers are missing or mis-shaped.
-// References: tests/tensor/fixtures/make_conv_fixtures.py (PyTorch).
+// checkpoints whose buffers are missing or mis-shaped; ConvTranspose2d and F::conv_transpose2d.
+// References: tests/tensor/fixtures/make_conv_fixtures.py and
+// tests/nn/fixtures/make_functional_fixtures.py (PyTorch).
+#include "tests/fixture_case.h"
 #include "tests/test_util.h"
+#include "tinyddp/autograd/gradcheck.h"
 #include "tinyddp/nn/nn.h"
+#include "tinyddp/tensor/cuda.h"
 
 using namespace tinyddp;
 using Catch::Contains;
@@ -133,4 +137,56 @@ TEST_CASE("load_state_dict refuses a checkpoint whose BatchNorm buffers are miss
   fresh->load_state_dict(saved);  // buffers included
   CHECK(tensor::equal(fresh->state_dict().at("1.running_var"), saved.at("1.running_var")));
   CHECK(fresh->state_dict().at("1.num_batches_tracked").item<int64_t>() == 1);
+}
+
+TEST_CASE("ConvTranspose2d and F::conv_transpose2d match PyTorch: outputs, gradients, initial weights",
+          "[nn][conv][conv_transpose]") {
+  namespace F = tinyddp::nn::functional;
+  using V = std::vector<Tensor>;
+  const testing::Fixture f("tests/nn/fixtures/functional_reference.txt");
+  f.check_case("ct_basic", {{"x", {2, 3, 4, 5}}, {"w", {3, 2, 3, 3}}, {"b", {2}}}, {2, 2, 8, 10},
+               [](const V& v) { return F::conv_transpose2d(v[0], v[1], v[2], 2, 1, 1); });
+  f.check_case("ct_groups", {{"x", {1, 4, 3, 5}}, {"w", {4, 3, 2, 3}}}, {1, 6, 3, 5}, [](const V& v) {
+    return F::conv_transpose2d(v[0], v[1], Tensor(), {1, 2}, {1, 3}, 0, 2, {2, 1});
+  });
+  f.check_case("ct_unbatched", {{"x", {3, 4, 4}}, {"w", {3, 2, 2, 2}}}, {2, 8, 8},
+               [](const V& v) { return F::conv_transpose2d(v[0], v[1], Tensor(), 2); });
+
+  tensor::manual_seed(11);
+  nn::ConvTranspose2d layer(nn::ConvTranspose2dOptions(4, 6, 3).groups(2));
+  CHECK(tensor::equal(layer.weight, f.value("ct_init_weight", {4, 3, 3, 3}, tensor::kFloat32)));
+  CHECK(tensor::equal(layer.bias, f.value("ct_init_bias", {6}, tensor::kFloat32)));
+  CHECK(layer.repr() == "ConvTranspose2d(4, 6, kernel_size=(3, 3), stride=(1, 1), groups=2)");
+  CHECK(nn::ConvTranspose2d(nn::ConvTranspose2dOptions(3, 2, {2, 3})
+                                .stride(2)
+                                .padding(1)
+                                .output_padding(1)
+                                .bias(false)
+                                .dilation(2))
+            .repr() ==
+        "ConvTranspose2d(3, 2, kernel_size=(2, 3), stride=(2, 2), padding=(1, 1), dilation=(2, 2), "
+        "output_padding=(1, 1), bias=False)");
+  CHECK(layer.clone_structure()->repr() == layer.repr());
+  CHECK(layer(tensor::zeros({2, 4, 5, 5})).sizes() == tensor::Shape{2, 6, 7, 7});
+  CHECK_THROWS_WITH(F::conv_transpose2d(tensor::zeros({1, 3, 4, 4}), tensor::zeros({3, 2, 3, 3}), Tensor(), 1, 0, 1),
+                    Contains("output padding must be smaller than either stride or dilation"));
+  CHECK_THROWS_WITH(layer(tensor::zeros({2, 3, 5, 5})), Contains("expected weight [3, out / groups, kh, kw]"));
+
+  tensor::Generator g(2);
+  const auto random = [&](const tensor::Shape& shape) {
+    return tensor::randn(shape, tensor::TensorOptions(tensor::kFloat64), &g).requires_grad_();
+  };
+  CHECK(autograd::gradcheck([](const V& v) { return F::conv_transpose2d(v[0], v[1], v[2], 2, 1, 1); },
+                            {random({1, 2, 3, 3}), random({2, 2, 2, 2}), random({2})}) == "");
+}
+
+TEST_CASE("CUDA: conv_transpose2d matches the CPU", "[nn][conv][conv_transpose][cuda]") {
+  if (!tensor::cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << tensor::cuda::unavailable_reason());
+  const auto opts = tensor::TensorOptions(tensor::kFloat64);
+  testing::expect_matches_cpu(
+      {tensor::randn({2, 4, 3, 3}, opts), tensor::randn({4, 3, 3, 3}, opts), tensor::randn({6}, opts)},
+      [](const std::vector<Tensor>& v) {
+        return tinyddp::nn::functional::conv_transpose2d(v[0], v[1], v[2], 2, 1, 1, 2);
+      },
+      "conv_transpose2d", 1e-12);
 }
