@@ -349,9 +349,7 @@ std::shared_ptr<Module> Conv2d::clone_structure() const {
   return std::make_shared<Conv2d>(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
                                   bias.defined());
 }
-std::shared_ptr<Module> ConvTranspose2d::clone_structure() const {
-  return std::make_shared<ConvTranspose2d>(options);
-}
+std::shared_ptr<Module> ConvTranspose2d::clone_structure() const { return std::make_shared<ConvTranspose2d>(options); }
 std::shared_ptr<Module> Conv1d::clone_structure() const {
   return std::make_shared<Conv1d>(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
                                   bias.defined());

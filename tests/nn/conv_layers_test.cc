@@ -157,12 +157,8 @@ TEST_CASE("ConvTranspose2d and F::conv_transpose2d match PyTorch: outputs, gradi
   CHECK(tensor::equal(layer.weight, f.value("ct_init_weight", {4, 3, 3, 3}, tensor::kFloat32)));
   CHECK(tensor::equal(layer.bias, f.value("ct_init_bias", {6}, tensor::kFloat32)));
   CHECK(layer.repr() == "ConvTranspose2d(4, 6, kernel_size=(3, 3), stride=(1, 1), groups=2)");
-  CHECK(nn::ConvTranspose2d(nn::ConvTranspose2dOptions(3, 2, {2, 3})
-                                .stride(2)
-                                .padding(1)
-                                .output_padding(1)
-                                .bias(false)
-                                .dilation(2))
+  CHECK(nn::ConvTranspose2d(
+            nn::ConvTranspose2dOptions(3, 2, {2, 3}).stride(2).padding(1).output_padding(1).bias(false).dilation(2))
             .repr() ==
         "ConvTranspose2d(3, 2, kernel_size=(2, 3), stride=(2, 2), padding=(1, 1), dilation=(2, 2), "
         "output_padding=(1, 1), bias=False)");
