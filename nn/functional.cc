@@ -244,6 +244,32 @@ Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> s
   });
 }
 
+Tensor adaptive_max_pool2d(const Tensor& input, tensor::Size2d output_size) {
+  check_floating(input, "adaptive_max_pool2d");
+  TDDP_CHECK(input.dim() == 3 || input.dim() == 4, "adaptive_max_pool2d: expected a 3-D or 4-D input, got {}",
+             format_shape(input.sizes()));
+  if (input.dim() == 3) return adaptive_max_pool2d(input.unsqueeze(0), output_size).squeeze(0);
+  const int64_t h = input.size(2), w = input.size(3), oh = output_size.h, ow = output_size.w;
+  TDDP_CHECK(oh > 0 && ow > 0 && h > 0 && w > 0,
+             "adaptive_max_pool2d: output_size ({}, {}) and the input's height and width {} must be positive", oh, ow,
+             format_shape(input.sizes()));
+  if (h % oh == 0 && w % ow == 0) return max_pool2d(input, {h / oh, w / ow});
+  const auto start = [](int64_t i, int64_t in, int64_t out) { return i * in / out; };                  // floor
+  const auto end = [](int64_t i, int64_t in, int64_t out) { return ((i + 1) * in + out - 1) / out; };  // ceil
+  std::vector<Tensor> rows;
+  for (int64_t i = 0; i < oh; ++i) {
+    const int64_t r0 = start(i, h, oh), rows_in = end(i, h, oh) - r0;
+    const Tensor band = input.narrow(2, r0, rows_in);
+    std::vector<Tensor> cells;
+    for (int64_t j = 0; j < ow; ++j) {
+      const int64_t c0 = start(j, w, ow), cols_in = end(j, w, ow) - c0;
+      cells.push_back(max_pool2d(band.narrow(3, c0, cols_in), {rows_in, cols_in}));
+    }
+    rows.push_back(cat(cells, 3));
+  }
+  return cat(rows, 2);
+}
+
 namespace {
 // x [N, C, H, W] with s - 1 zeros after each element but the last along `dim` (2 or 3).
 Tensor spread(const Tensor& x, int64_t dim, int64_t s) {

@@ -89,6 +89,12 @@ Tensor max_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> s
 Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> stride = {}, int64_t padding = 0,
                   bool count_include_pad = true);
 
+// As torch.nn.functional.adaptive_max_pool2d: input [N, C, H, W] (or [C, H, W]) into an
+// output_size grid, cell (i, j) the maximum over rows [floor(i H / oh), ceil((i + 1) H / oh))
+// and the columns likewise, its gradient to the first maximum (row-major), as PyTorch's. One
+// max_pool2d when the sizes divide, else one per cell. (No return_indices.)
+Tensor adaptive_max_pool2d(const Tensor& input, tensor::Size2d output_size);
+
 // As torch.nn.functional.conv_transpose2d: input [N, C_in, H, W] (or [C_in, H, W]), weight
 // [C_in, C_out / groups, kh, kw], bias [C_out] -> [N, C_out, (H - 1) stride - 2 padding +
 // dilation (kh - 1) + output_padding + 1, ...]: conv2d's gradient with respect to its input,

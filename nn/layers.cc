@@ -174,6 +174,13 @@ AdaptiveAvgPool2d::AdaptiveAvgPool2d(tensor::Size2d output_size_)
 
 std::string AdaptiveAvgPool2d::extra_repr() const { return "output_size=" + pool_repr(output_size); }
 
+AdaptiveMaxPool2d::AdaptiveMaxPool2d(tensor::Size2d output_size_)
+    : Module("AdaptiveMaxPool2d"), output_size(output_size_) {}
+
+Tensor AdaptiveMaxPool2d::forward(const Tensor& input) { return functional::adaptive_max_pool2d(input, output_size); }
+
+std::string AdaptiveMaxPool2d::extra_repr() const { return "output_size=" + pool_repr(output_size); }
+
 Tensor Unflatten::forward(const Tensor& input) {
   const int64_t d = tensor::wrap_dim(dim, input.dim(), "Unflatten");
   tensor::Shape shape(input.sizes().begin(), input.sizes().begin() + d);
@@ -365,6 +372,9 @@ std::shared_ptr<Module> AvgPool2d::clone_structure() const {
 }
 std::shared_ptr<Module> AdaptiveAvgPool2d::clone_structure() const {
   return std::make_shared<AdaptiveAvgPool2d>(output_size);
+}
+std::shared_ptr<Module> AdaptiveMaxPool2d::clone_structure() const {
+  return std::make_shared<AdaptiveMaxPool2d>(output_size);
 }
 std::shared_ptr<Module> Flatten::clone_structure() const { return std::make_shared<Flatten>(start_dim, end_dim); }
 std::shared_ptr<Module> Unflatten::clone_structure() const {

@@ -127,6 +127,16 @@ class AdaptiveAvgPool2d : public Module {
   tensor::Size2d output_size;
 };
 
+// torch.nn.AdaptiveMaxPool2d (F::adaptive_max_pool2d; no return_indices).
+class AdaptiveMaxPool2d : public Module {
+ public:
+  std::shared_ptr<Module> clone_structure() const override;
+  explicit AdaptiveMaxPool2d(tensor::Size2d output_size);
+  Tensor forward(const Tensor& input) override;
+  std::string extra_repr() const override;
+  tensor::Size2d output_size;
+};
+
 // torch.nn.Flatten: dims start_dim..end_dim merged into one (by default all but the batch dim).
 class Flatten : public Module {
  public:

@@ -1,5 +1,5 @@
-// F::scaled_dot_product_attention, F::interpolate (and Upsample), F::instance_norm (and
-// InstanceNorm1d/2d) and cross_entropy with class-probability targets, against PyTorch
+// F::scaled_dot_product_attention, F::interpolate (and Upsample), F::adaptive_max_pool2d,
+// F::instance_norm (and InstanceNorm1d/2d) and cross_entropy with class-probability targets, against PyTorch
 // (fixtures/make_functional_fixtures.py): forwards and gradients in float64, a float64
 // gradcheck of each, PyTorch's errors and reprs, and on a GPU against the CPU.
 #include <functional>
@@ -188,6 +188,11 @@ TEST_CASE("the new F:: ops pass gradcheck", "[nn][functional]") {
             {random({1, 2, 3, 3})}) == "");
   CHECK(autograd::gradcheck([](const V& v) { return F::interpolate(v[0], size({5}, "nearest-exact")); },
                             {random({1, 2, 3})}) == "");
+  CHECK(autograd::gradcheck(
+            [](const V& v) {
+              return F::adaptive_max_pool2d(v[0], {2, 3});
+            },
+            {random({1, 2, 3, 4})}) == "");
   CHECK(autograd::gradcheck([](const V& v) { return F::instance_norm(v[0], Tensor(), Tensor(), v[1], v[2]); },
                             {random({2, 3, 4}), random({3}), random({3})}) == "");
   CHECK(autograd::gradcheck(
@@ -227,4 +232,20 @@ TEST_CASE("CUDA: attention, interpolate, instance_norm and probability cross_ent
   testing::expect_matches_cpu(
       {x, tensor::rand({1, 2, 3, 4}, opts)}, [](const V& t) { return nn::cross_entropy(t[0], t[1]); },
       "cross_entropy probs", 1e-12);
+}
+
+TEST_CASE("F::adaptive_max_pool2d and AdaptiveMaxPool2d match PyTorch, ties and overlapping cells too",
+          "[nn][functional][pool]") {
+  const auto& f = fixture();
+  f.check_case("amp_divides", {{"x", {2, 3, 4, 6}}}, {2, 3, 2, 3}, [](const V& v) {
+    return F::adaptive_max_pool2d(v[0], {2, 3});
+  });
+  f.check_case("amp_overlap", {{"x", {1, 2, 5, 7}}}, {1, 2, 3, 4}, [](const V& v) {
+    return F::adaptive_max_pool2d(v[0], {3, 4});
+  });
+  f.check_case("amp_ties", {{"x", {2, 3, 3}}}, {2, 2, 2},
+               [](const V& v) { return F::adaptive_max_pool2d(tensor::relu(v[0]), 2); });
+  CHECK(nn::AdaptiveMaxPool2d({3, 2}).repr() == "AdaptiveMaxPool2d(output_size=(3, 2))");
+  CHECK(nn::AdaptiveMaxPool2d(4).clone_structure()->repr() == "AdaptiveMaxPool2d(output_size=4)");
+  CHECK_THROWS_WITH(F::adaptive_max_pool2d(tensor::zeros({2, 3}), 1), Contains("expected a 3-D or 4-D input"));
 }
