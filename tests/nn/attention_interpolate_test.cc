@@ -230,6 +230,12 @@ TEST_CASE("CUDA: attention, interpolate, instance_norm and probability cross_ent
   testing::expect_matches_cpu(
       {x}, [](const V& t) { return F::instance_norm(t[0]); }, "instance_norm", 1e-12);
   testing::expect_matches_cpu(
+      {x},
+      [](const V& t) {
+        return F::adaptive_max_pool2d(t[0], {2, 3});
+      },
+      "adaptive_max_pool2d", 1e-12);
+  testing::expect_matches_cpu(
       {x, tensor::rand({1, 2, 3, 4}, opts)}, [](const V& t) { return nn::cross_entropy(t[0], t[1]); },
       "cross_entropy probs", 1e-12);
 }
