@@ -244,6 +244,18 @@ Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> s
   });
 }
 
+Tensor embedding(const Tensor& input, const Tensor& weight, int64_t padding_idx) {
+  TDDP_CHECK(weight.defined() && weight.dim() == 2, "embedding: expected a 2-D weight");
+  const int64_t rows = weight.size(0);
+  TDDP_CHECK(padding_idx < rows && padding_idx >= -rows,
+             "embedding: Padding_idx must be within num_embeddings, got {} for {}", padding_idx, rows);
+  const int64_t pad = padding_idx < 0 ? padding_idx + rows : padding_idx;
+  const Tensor looked_up = tensor::embedding(input, weight);
+  if (!needs_grad(weight)) return looked_up;
+  // the padding positions read the same row through a detached weight: no gradient reaches it
+  return where(eq(input, static_cast<double>(pad)).unsqueeze(-1), tensor::embedding(input, weight.detach()), looked_up);
+}
+
 Tensor adaptive_max_pool2d(const Tensor& input, tensor::Size2d output_size) {
   check_floating(input, "adaptive_max_pool2d");
   TDDP_CHECK(input.dim() == 3 || input.dim() == 4, "adaptive_max_pool2d: expected a 3-D or 4-D input, got {}",

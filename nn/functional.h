@@ -89,6 +89,10 @@ Tensor max_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> s
 Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> stride = {}, int64_t padding = 0,
                   bool count_include_pad = true);
 
+// As torch.nn.functional.embedding(input, weight, padding_idx): the rows of weight, the
+// padding_idx row (negative: from the end) taking no gradient from the positions that read it.
+Tensor embedding(const Tensor& input, const Tensor& weight, int64_t padding_idx);
+
 // As torch.nn.functional.adaptive_max_pool2d: input [N, C, H, W] (or [C, H, W]) into an
 // output_size grid, cell (i, j) the maximum over rows [floor(i H / oh), ceil((i + 1) H / oh))
 // and the columns likewise, its gradient to the first maximum (row-major), as PyTorch's. One

@@ -236,13 +236,31 @@ std::shared_ptr<Module> AvgPool1d::clone_structure() const {
   return std::make_shared<AvgPool1d>(kernel_size, stride, padding, count_include_pad);
 }
 
-Embedding::Embedding(int64_t num, int64_t dim) : Module("Embedding"), num_embeddings(num), embedding_dim(dim) {
+Embedding::Embedding(int64_t num, int64_t dim, std::optional<int64_t> padding)
+    : Module("Embedding"), num_embeddings(num), embedding_dim(dim) {
   TDDP_CHECK(num > 0 && dim > 0, "Embedding: num_embeddings ({}) and embedding_dim ({}) must be positive", num, dim);
-  weight =
-      register_parameter("weight", SkipInitGuard::active() ? tensor::empty({num, dim}) : tensor::randn({num, dim}));
+  if (padding) {
+    TDDP_CHECK(*padding < num && *padding >= -num,
+               "Embedding: Padding_idx must be within num_embeddings, got {} for {}", *padding, num);
+    padding_idx = *padding < 0 ? *padding + num : *padding;
+  }
+  const bool skip = SkipInitGuard::active();
+  weight = register_parameter("weight", skip ? tensor::empty({num, dim}) : tensor::randn({num, dim}));
+  if (padding_idx && !skip) {
+    tensor::NoGradGuard no_grad;
+    weight.select(0, *padding_idx).fill_(0.0);
+  }
 }
 
-std::string Embedding::extra_repr() const { return fmt::format("{}, {}", num_embeddings, embedding_dim); }
+Tensor Embedding::forward(const Tensor& input) {
+  return padding_idx ? functional::embedding(input, weight, *padding_idx) : tensor::embedding(input, weight);
+}
+
+std::string Embedding::extra_repr() const {
+  std::string s = fmt::format("{}, {}", num_embeddings, embedding_dim);
+  if (padding_idx) s += fmt::format(", padding_idx={}", *padding_idx);
+  return s;
+}
 
 LayerNorm::LayerNorm(tensor::Shape shape, double eps_, bool affine, bool with_bias)
     : Module("LayerNorm"), normalized_shape(std::move(shape)), eps(eps_), elementwise_affine(affine) {
@@ -385,20 +403,21 @@ std::shared_ptr<Module> Dropout::clone_structure() const { return std::make_shar
 std::shared_ptr<Module> ReLU::clone_structure() const { return std::make_shared<ReLU>(inplace); }
 std::shared_ptr<Module> Tanh::clone_structure() const { return std::make_shared<Tanh>(); }
 std::shared_ptr<Module> Sigmoid::clone_structure() const { return std::make_shared<Sigmoid>(); }
-std::shared_ptr<Embedding> Embedding::from_pretrained(const Tensor& embeddings, bool freeze) {
+std::shared_ptr<Embedding> Embedding::from_pretrained(const Tensor& embeddings, bool freeze,
+                                                      std::optional<int64_t> padding_idx) {
   TDDP_CHECK(embeddings.defined() && embeddings.dim() == 2,
              "Embedding.from_pretrained: embeddings must be 2-dimensional [num_embeddings, embedding_dim], got {}",
              embeddings.defined() ? tensor::format_shape(embeddings.sizes()) : "an undefined tensor");
   std::shared_ptr<Embedding> e;
   {
     SkipInitGuard skip;  // (the weight is replaced next: no draw from the generator)
-    e = std::make_shared<Embedding>(embeddings.size(0), embeddings.size(1));
+    e = std::make_shared<Embedding>(embeddings.size(0), embeddings.size(1), padding_idx);
   }
   e->weight = e->replace_parameter("weight", embeddings.detach().requires_grad_(!freeze));
   return e;
 }
 std::shared_ptr<Module> Embedding::clone_structure() const {
-  return std::make_shared<Embedding>(num_embeddings, embedding_dim);
+  return std::make_shared<Embedding>(num_embeddings, embedding_dim, padding_idx);
 }
 std::shared_ptr<Module> LayerNorm::clone_structure() const {
   return std::make_shared<LayerNorm>(normalized_shape, eps, elementwise_affine, bias.defined());

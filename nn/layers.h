@@ -242,15 +242,21 @@ class Sigmoid : public Module {
 class Embedding : public Module {
  public:
   std::shared_ptr<Module> clone_structure() const override;
-  Embedding(int64_t num_embeddings, int64_t embedding_dim);
+  // padding_idx (negative: from the end): that row starts as zeros and gets no gradient, as
+  // PyTorch's (F::embedding with a padding_idx).
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx = std::nullopt);
+  explicit Embedding(const EmbeddingOptions& o) : Embedding(o.num_embeddings(), o.embedding_dim(), o.padding_idx()) {}
   // As torch.nn.Embedding.from_pretrained: the weight is `embeddings` itself (its storage, a
-  // [num_embeddings, embedding_dim] floating tensor), trained unless `freeze`.
-  static std::shared_ptr<Embedding> from_pretrained(const Tensor& embeddings, bool freeze = true);
-  Tensor forward(const Tensor& input) override { return tensor::embedding(input, weight); }
+  // [num_embeddings, embedding_dim] floating tensor), trained unless `freeze`; its padding_idx
+  // row is kept as given.
+  static std::shared_ptr<Embedding> from_pretrained(const Tensor& embeddings, bool freeze = true,
+                                                    std::optional<int64_t> padding_idx = std::nullopt);
+  Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;
 
   Tensor weight;
   int64_t num_embeddings, embedding_dim;
+  std::optional<int64_t> padding_idx;  // in [0, num_embeddings) once made
 };
 
 // torch.nn.LayerNorm over the trailing dims `normalized_shape`: weight (ones) and bias (zeros)

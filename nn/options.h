@@ -42,6 +42,14 @@ struct Conv2dOptions {
   TINYDDP_ARG(bool, bias) = true;
 };
 
+struct EmbeddingOptions {
+  EmbeddingOptions(int64_t num_embeddings, int64_t embedding_dim)
+      : num_embeddings_(num_embeddings), embedding_dim_(embedding_dim) {}
+  TINYDDP_ARG(int64_t, num_embeddings);
+  TINYDDP_ARG(int64_t, embedding_dim);
+  TINYDDP_ARG(std::optional<int64_t>, padding_idx);
+};
+
 struct ConvTranspose2dOptions {
   ConvTranspose2dOptions(int64_t in_channels, int64_t out_channels, tensor::Size2d kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}

@@ -216,3 +216,26 @@ TEST_CASE("F::max_pool1d and avg_pool1d match PyTorch's; Dropout2d drops whole c
   CHECK_THROWS_WITH(F::dropout2d(tensor::ones({2, 3}), 0.5), Contains("dropout2d: expected a 4-D input"));
   CHECK_THROWS_WITH(F::max_pool1d(tensor::ones({2, 3, 4, 5}), 2), Contains("max_pool1d: expected a 2-D [C, L] or 3-D"));
 }
+
+TEST_CASE("Embedding(padding_idx) and F::embedding(..., padding_idx) match PyTorch: the padding row takes no gradient",
+          "[nn][embedding]") {
+  const auto& f = fixture();
+  const Tensor ids = tensor::from_vector<int64_t>({1, 4, 1, 0, 5, 3}, Shape{2, 3});
+  f.check_case("embedding_padding", {{"w", {6, 3}}}, {2, 3, 3}, [&](const V& v) { return F::embedding(ids, v[0], 1); });
+  f.check_case("embedding_padding_negative", {{"w", {6, 3}}}, {2, 3, 3},
+               [&](const V& v) { return F::embedding(ids, v[0], -1); });
+  tensor::manual_seed(13);
+  nn::Embedding layer(nn::EmbeddingOptions(6, 3).padding_idx(-2));
+  // randn's numbers up to the last bit or two of float32 (Box-Muller's log and cos), the padding row zeros
+  CHECK(tensor::allclose(layer.weight, f.value("embedding_init_weight", {6, 3}, tensor::kFloat32), 1e-6, 1e-7));
+  CHECK(tensor::equal(layer.weight.select(0, 4), tensor::zeros({3})));
+  CHECK(layer.repr() == "Embedding(6, 3, padding_idx=4)");
+  CHECK(layer.clone_structure()->repr() == layer.repr());
+  layer(tensor::from_vector<int64_t>({4, 4, 2}, Shape{3})).sum().backward();
+  CHECK(tensor::equal(layer.weight.grad().select(0, 4), tensor::zeros({3})));
+  CHECK(tensor::equal(layer.weight.grad().select(0, 2), tensor::ones({3})));
+  const auto pretrained = nn::Embedding::from_pretrained(tensor::ones({4, 2}), false, 0);
+  CHECK(tensor::equal(pretrained->weight.select(0, 0), tensor::ones({2})));  // kept as given
+  CHECK(pretrained->padding_idx == 0);
+  CHECK_THROWS_WITH(nn::Embedding(6, 3, 6), Contains("Padding_idx must be within num_embeddings"));
+}
