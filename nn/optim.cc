@@ -107,6 +107,25 @@ void Optimizer::set_lr(size_t g, double lr) {
   groups_[g].lr = lr;
 }
 
+std::vector<ParamGroupRef> Optimizer::param_groups() {
+  std::vector<ParamGroupRef> out;
+  for (size_t g = 0; g < groups_.size(); ++g) out.emplace_back(*this, g);
+  return out;
+}
+
+std::vector<Tensor> ParamGroupRef::params() const {
+  const std::vector<Tensor>& all = optimizer_->params();
+  return {all.begin() + static_cast<int64_t>(optimizer_->group_begin(index_)),
+          all.begin() + static_cast<int64_t>(optimizer_->group_end(index_))};
+}
+double ParamGroupRef::lr() const { return optimizer_->lr(index_); }
+void ParamGroupRef::set_lr(double lr) { optimizer_->set_lr(index_, lr); }
+double ParamGroupRef::weight_decay() const { return optimizer_->weight_decay(index_); }
+void ParamGroupRef::set_weight_decay(double weight_decay) { optimizer_->set_weight_decay(index_, weight_decay); }
+double ParamGroupRef::momentum() const { return optimizer_->momentum(index_); }
+void ParamGroupRef::set_momentum(double momentum) { optimizer_->set_momentum(index_, momentum); }
+std::optional<double> ParamGroupRef::initial_lr() const { return optimizer_->initial_lr(index_); }
+
 void Optimizer::set_initial_lr(size_t g, double lr) {
   group(g);
   TDDP_CHECK(lr >= 0, "{}: invalid initial learning rate {} (group {})", name_, lr, g);

@@ -54,6 +54,30 @@ std::vector<ParamGroup> weight_decay_groups(const std::vector<Tensor>& params, d
 // be empty (ZeRO's ranks that own none of a group's parameters).
 std::vector<ParamGroup> one_group(std::vector<Tensor> params);
 
+class Optimizer;
+
+// One parameter group of an optimizer, as an entry of torch's optimizer.param_groups (a dict
+// there): reads and writes go to the optimizer, so
+//   for (auto group : opt.param_groups()) group.set_lr(group.lr() * 0.5);  // g["lr"] *= 0.5
+// does what the PyTorch loop does. Valid while the optimizer lives.
+class ParamGroupRef {
+ public:
+  ParamGroupRef(Optimizer& optimizer, size_t index) : optimizer_(&optimizer), index_(index) {}
+  size_t index() const { return index_; }
+  std::vector<Tensor> params() const;  // group["params"]
+  double lr() const;
+  void set_lr(double lr);
+  double weight_decay() const;
+  void set_weight_decay(double weight_decay);
+  double momentum() const;  // group["momentum"] or group["betas"][0]; see Optimizer::momentum
+  void set_momentum(double momentum);
+  std::optional<double> initial_lr() const;
+
+ private:
+  Optimizer* optimizer_;
+  size_t index_;
+};
+
 class Optimizer {
  public:
   // One group, with the optimizer's own learning rate and weight decay.
@@ -75,6 +99,8 @@ class Optimizer {
 
   // The groups: group g holds params()[group_begin(g) .. group_end(g)).
   size_t num_param_groups() const { return groups_.size(); }
+  // torch's optimizer.param_groups: one ParamGroupRef per group, in order.
+  std::vector<ParamGroupRef> param_groups();
   size_t group_begin(size_t g) const { return group(g).begin; }
   size_t group_end(size_t g) const { return group(g).end; }
   double lr(size_t g = 0) const { return group(g).lr; }

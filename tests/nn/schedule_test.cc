@@ -304,6 +304,16 @@ TEST_CASE("parameter groups: each group steps as its own optimizer would", "[nn]
       Contains("AdamW: parameter 2 of group 1 is also in group 0 (a parameter may be in one group only)"));
   CHECK_THROWS_WITH(grouped.set_lr(2, 0.1), Contains("AdamW: there is no parameter group 2 (2 groups)"));
   CHECK_THROWS_WITH(grouped.set_lr(0, -1), Contains("AdamW: invalid learning rate -1 (group 0)"));
+  // param_groups(): PyTorch's `for g in opt.param_groups: g["lr"] *= 0.5`, through to the optimizer
+  for (auto group : grouped.param_groups()) group.set_lr(group.lr() * 0.5);
+  CHECK(grouped.lr(0) == 0.005);
+  CHECK(grouped.lr(1) == 0.025);
+  const auto groups_now = grouped.param_groups();
+  REQUIRE(groups_now.size() == 2);
+  CHECK(groups_now[1].params().size() == 2);
+  CHECK(groups_now[1].params()[0].is_same(a[1]));
+  CHECK(groups_now[0].weight_decay() == 0.1);
+  CHECK(groups_now[0].momentum() == 0.9);  // AdamW's betas[0]
 }
 
 TEST_CASE(
