@@ -247,11 +247,7 @@ OrderedDict<Tensor> SGD::state_dict() const {
 void SGD::load_state_dict(const OrderedDict<Tensor>& state) {
   check_state(state, {"momentum_buffer"});
   std::vector<Tensor> buffers(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (const Tensor* buf = state.find(state_key(i, "momentum_buffer"))) {
-      buffers[i] = buf->to(params_[i].dtype()).to(params_[i].device()).clone();
-    }
-  }
+  for (size_t i = 0; i < params_.size(); ++i) buffers[i] = loaded_state(state, i, "momentum_buffer");
   momentum_buffers_ = std::move(buffers);
 }
 
@@ -380,15 +376,14 @@ void Adam::load_state_dict(const OrderedDict<Tensor>& state) {
     if (options_.capturable()) {  // PyTorch's float32 step, which an int64 count also converts to
       loaded[i].step_t = step->to(tensor::kFloat32).reshape({1}).to(params_[i].device()).clone();
     } else {
-      loaded[i].step = static_cast<int64_t>(step->to(tensor::kFloat64).item<double>());
+      loaded[i].step = loaded_step(state, i);
     }
-    loaded[i].exp_avg = avg->to(params_[i].dtype()).to(params_[i].device()).clone();
-    loaded[i].exp_avg_sq = avg_sq->to(params_[i].dtype()).to(params_[i].device()).clone();
-    const Tensor* max_sq = state.find(state_key(i, "max_exp_avg_sq"));
-    TDDP_CHECK(options_.amsgrad() == (max_sq != nullptr),
+    loaded[i].exp_avg = loaded_state(state, i, "exp_avg");
+    loaded[i].exp_avg_sq = loaded_state(state, i, "exp_avg_sq");
+    loaded[i].max_exp_avg_sq = loaded_state(state, i, "max_exp_avg_sq");
+    TDDP_CHECK(options_.amsgrad() == loaded[i].max_exp_avg_sq.defined(),
                "{}: load_state_dict: parameter {}'s state {} max_exp_avg_sq, but amsgrad is {}", name_, i,
-               max_sq ? "has" : "lacks", options_.amsgrad() ? "on" : "off");
-    if (max_sq) loaded[i].max_exp_avg_sq = max_sq->to(params_[i].dtype()).to(params_[i].device()).clone();
+               loaded[i].max_exp_avg_sq.defined() ? "has" : "lacks", options_.amsgrad() ? "on" : "off");
   }
   state_ = std::move(loaded);
 }
