@@ -14,9 +14,7 @@ using Catch::Contains;
 
 namespace {
 
-Tensor doubles(const nlohmann::json& values, const tensor::Shape& shape) {
-  return tensor::from_vector(values.get<std::vector<double>>(), shape);
-}
+using tinyddp::testing::doubles;
 
 tensor::Shape shape_of(const nlohmann::json& dims) {
   const std::vector<int64_t> d = dims.get<std::vector<int64_t>>();

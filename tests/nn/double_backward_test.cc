@@ -23,9 +23,7 @@ const nlohmann::json& fixture() {
   return json;
 }
 
-Tensor doubles(const nlohmann::json& values, const tensor::Shape& shape) {
-  return tensor::from_vector(values.get<std::vector<double>>(), shape);
-}
+using tinyddp::testing::doubles;
 
 // Float64 sums of a few dozen terms, each product rounded once: 1e-12 relative is far above
 // their rounding (1e-15) and far below any wrong term.

@@ -18,4 +18,9 @@ inline nlohmann::json read_nn_json_fixture(const std::string& name) {
   return nlohmann::json::parse(in);
 }
 
+// A fixture's list of numbers as a float64 tensor of `shape`.
+inline tensor::Tensor doubles(const nlohmann::json& values, const tensor::Shape& shape) {
+  return tensor::from_vector(values.get<std::vector<double>>(), shape);
+}
+
 }  // namespace tinyddp::testing

@@ -16,9 +16,7 @@ using Catch::Contains;
 
 namespace {
 
-Tensor doubles(const nlohmann::json& values, const tensor::Shape& shape) {
-  return tensor::from_vector(values.get<std::vector<double>>(), shape);
-}
+using tinyddp::testing::doubles;
 
 // The fixture case's loss of `input`.
 Tensor loss_of(const nlohmann::json& c, const Tensor& input) {

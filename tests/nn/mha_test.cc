@@ -16,9 +16,7 @@ using Catch::Contains;
 
 namespace {
 
-Tensor doubles(const nlohmann::json& values, const tensor::Shape& shape) {
-  return tensor::from_vector(values.get<std::vector<double>>(), shape);
-}
+using tinyddp::testing::doubles;
 
 void check_close(const Tensor& got, const nlohmann::json& want) {
   CHECK(tensor::allclose(got, doubles(want, got.sizes()), 1e-12, 1e-12));

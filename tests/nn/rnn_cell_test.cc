@@ -21,9 +21,7 @@ const nlohmann::json& reference() {
   return j;
 }
 
-Tensor doubles(const nlohmann::json& values, const tensor::Shape& shape) {
-  return tensor::from_vector(values.get<std::vector<double>>(), shape);
-}
+using tinyddp::testing::doubles;
 
 void check_close(const Tensor& got, const nlohmann::json& want) {
   REQUIRE(got.defined());

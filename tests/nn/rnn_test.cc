@@ -17,9 +17,7 @@ using Catch::Contains;
 
 namespace {
 
-Tensor doubles(const nlohmann::json& values, const tensor::Shape& shape) {
-  return tensor::from_vector(values.get<std::vector<double>>(), shape);
-}
+using tinyddp::testing::doubles;
 
 void check_close(const Tensor& got, const nlohmann::json& want) {
   REQUIRE(got.defined());

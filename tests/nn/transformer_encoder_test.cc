@@ -16,9 +16,7 @@ using Catch::Contains;
 
 namespace {
 
-Tensor doubles(const nlohmann::json& values, const tensor::Shape& shape) {
-  return tensor::from_vector(values.get<std::vector<double>>(), shape);
-}
+using tinyddp::testing::doubles;
 
 void load(Module& m, const nlohmann::json& state) {
   m.to(tensor::kFloat64);
