@@ -31,6 +31,7 @@
 #include "tinyddp/nn/safetensors.h"
 #include "tinyddp/nn/scheduler.h"
 #include "tinyddp/nn/sequential_lr.h"
+#include "tinyddp/nn/transformer_decoder.h"
 #include "tinyddp/nn/transformer_encoder.h"
 #include "tinyddp/nn/upsample.h"
 #include "tinyddp/nn/utils.h"

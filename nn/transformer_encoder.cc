@@ -29,8 +29,7 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerEncoderLayerOp
 }
 
 Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) {
-  const Tensor hidden = linear1->forward(x);
-  const Tensor active = options.activation() == "gelu" ? tensor::gelu(hidden) : tensor::relu(hidden);
+  const Tensor active = transformer_activation(options.activation(), linear1->forward(x));
   return dropout2->forward(linear2->forward(dropout->forward(active)));
 }
 
@@ -50,26 +49,35 @@ std::shared_ptr<Module> TransformerEncoderLayer::clone_structure() const {
   return std::make_shared<TransformerEncoderLayer>(options);
 }
 
-TransformerEncoder::TransformerEncoder(const TransformerEncoderLayer& encoder_layer, int64_t num_layers_,
-                                       std::shared_ptr<Module> norm_)
-    : Module("TransformerEncoder"), num_layers(num_layers_) {
-  TDDP_CHECK(num_layers > 0, "TransformerEncoder: num_layers must be positive, got {}", num_layers);
-  layers = register_module("layers", std::make_shared<ModuleList>());
-  const std::vector<Tensor> params = encoder_layer.parameters();
-  for (int64_t i = 0; i < num_layers; ++i) {  // deep copies, as PyTorch's copy.deepcopy
+std::shared_ptr<ModuleList> layer_copies(const Module& layer, int64_t num_layers) {
+  auto copies = std::make_shared<ModuleList>();
+  const std::vector<Tensor> params = layer.parameters();
+  for (int64_t i = 0; i < num_layers; ++i) {
     std::shared_ptr<Module> copy;
     {
       SkipInitGuard skip;
-      copy = encoder_layer.clone_structure();
+      copy = layer.clone_structure();
     }
     if (!params.empty()) {
       copy->to(params.front().dtype());
       copy->to(params.front().device());
     }
-    copy->load_state_dict(encoder_layer.state_dict());
-    copy->train(encoder_layer.is_training());
-    layers->append(copy);
+    copy->load_state_dict(layer.state_dict());
+    copy->train(layer.is_training());
+    copies->append(copy);
   }
+  return copies;
+}
+
+Tensor transformer_activation(const std::string& activation, const Tensor& x) {
+  return activation == "gelu" ? tensor::gelu(x) : tensor::relu(x);
+}
+
+TransformerEncoder::TransformerEncoder(const TransformerEncoderLayer& encoder_layer, int64_t num_layers_,
+                                       std::shared_ptr<Module> norm_)
+    : Module("TransformerEncoder"), num_layers(num_layers_) {
+  TDDP_CHECK(num_layers > 0, "TransformerEncoder: num_layers must be positive, got {}", num_layers);
+  layers = register_module("layers", layer_copies(encoder_layer, num_layers));
   if (norm_) norm = register_module("norm", std::move(norm_));
 }
 

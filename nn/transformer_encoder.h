@@ -58,6 +58,12 @@ class TransformerEncoder : public Module {
   int64_t num_layers;
 };
 
+// num_layers deep copies of `layer` (values, dtype, device and training mode; no draws from
+// the generator), as PyTorch's copy.deepcopy of an encoder or decoder layer.
+std::shared_ptr<ModuleList> layer_copies(const Module& layer, int64_t num_layers);
+// relu or gelu of x, as the layers' activation string names.
+Tensor transformer_activation(const std::string& activation, const Tensor& x);
+
 // The causal float mask [size, size]: 0 on and below the diagonal, -inf above (PyTorch's
 // nn.Transformer.generate_square_subsequent_mask).
 Tensor generate_square_subsequent_mask(int64_t size, tensor::TensorOptions options = {});
