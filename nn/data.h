@@ -3,7 +3,7 @@
 // gives each rank its own share), default_collate, and the DataLoader that batches them, with
 // optional background workers that prefetch a bounded number of batches.
 //
-//   auto sampler = std::make_shared<nn::DistributedSampler>(dataset->size(), pg->size(), pg->rank());
+//   auto sampler = std::make_shared<nn::DistributedSampler>(*dataset);  // the default group's share
 //   nn::DataLoader loader(dataset, nn::DataLoaderOptions(32).sampler(sampler).num_workers(2));
 //   for (int epoch = 0; epoch < epochs; ++epoch) {
 //     sampler->set_epoch(epoch);                      // a new order, the same on every rank
