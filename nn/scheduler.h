@@ -25,7 +25,8 @@ class LRScheduler {
   // One more epoch (or iteration): every group's lr becomes get_lr().
   virtual void step();
   int64_t last_epoch() const { return last_epoch_; }
-  const std::vector<double>& base_lrs() const { return base_lrs_; }  // the groups' lr when made
+  // The groups' initial_lr: their rates when the group's first scheduler was made.
+  const std::vector<double>& base_lrs() const { return base_lrs_; }
   const std::vector<double>& get_last_lr() const { return last_lr_; }
   Optimizer& optimizer() const { return optimizer_; }  // the one whose rates it sets
 
