@@ -8,10 +8,7 @@ namespace tinyddp::nn {
 
 namespace {
 std::shared_ptr<MultiheadAttention> attention(const TransformerDecoderLayerOptions& o) {
-  return std::make_shared<MultiheadAttention>(MultiheadAttentionOptions(o.d_model(), o.nhead())
-                                                  .dropout(o.dropout())
-                                                  .bias(o.bias())
-                                                  .batch_first(o.batch_first()));
+  return transformer_attention(o.d_model(), o.nhead(), o.dropout(), o.bias(), o.batch_first());
 }
 }  // namespace
 
@@ -24,9 +21,7 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerDecoderLayerOp
   linear1 = register_module("linear1", std::make_shared<Linear>(o.d_model(), o.dim_feedforward(), o.bias()));
   dropout = register_module("dropout", std::make_shared<Dropout>(o.dropout()));
   linear2 = register_module("linear2", std::make_shared<Linear>(o.dim_feedforward(), o.d_model(), o.bias()));
-  const auto layer_norm = [&] {
-    return std::make_shared<LayerNorm>(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps()).bias(o.bias()));
-  };
+  const auto layer_norm = [&] { return transformer_norm(o.d_model(), o.layer_norm_eps(), o.bias()); };
   norm1 = register_module("norm1", layer_norm());
   norm2 = register_module("norm2", layer_norm());
   norm3 = register_module("norm3", layer_norm());
@@ -108,9 +103,7 @@ Transformer::Transformer(const TransformerOptions& o) : Module("Transformer"), o
                                  .batch_first(o.batch_first())
                                  .norm_first(o.norm_first())
                                  .bias(o.bias());
-  const auto final_norm = [&] {
-    return std::make_shared<LayerNorm>(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps()).bias(o.bias()));
-  };
+  const auto final_norm = [&] { return transformer_norm(o.d_model(), o.layer_norm_eps(), o.bias()); };
   encoder = register_module("encoder", std::make_shared<TransformerEncoder>(TransformerEncoderLayer(layer_options),
                                                                             o.num_encoder_layers(), final_norm()));
   decoder = register_module("decoder", std::make_shared<TransformerDecoder>(TransformerDecoderLayer(layer_options),

@@ -12,16 +12,11 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerEncoderLayerOp
   TDDP_CHECK(o.activation() == "relu" || o.activation() == "gelu",
              "TransformerEncoderLayer: activation should be relu/gelu, not {}", o.activation());
   self_attn = register_module("self_attn",
-                              std::make_shared<MultiheadAttention>(MultiheadAttentionOptions(o.d_model(), o.nhead())
-                                                                       .dropout(o.dropout())
-                                                                       .bias(o.bias())
-                                                                       .batch_first(o.batch_first())));
+                              transformer_attention(o.d_model(), o.nhead(), o.dropout(), o.bias(), o.batch_first()));
   linear1 = register_module("linear1", std::make_shared<Linear>(o.d_model(), o.dim_feedforward(), o.bias()));
   dropout = register_module("dropout", std::make_shared<Dropout>(o.dropout()));
   linear2 = register_module("linear2", std::make_shared<Linear>(o.dim_feedforward(), o.d_model(), o.bias()));
-  const auto layer_norm = [&] {
-    return std::make_shared<LayerNorm>(LayerNormOptions({o.d_model()}).eps(o.layer_norm_eps()).bias(o.bias()));
-  };
+  const auto layer_norm = [&] { return transformer_norm(o.d_model(), o.layer_norm_eps(), o.bias()); };
   norm1 = register_module("norm1", layer_norm());
   norm2 = register_module("norm2", layer_norm());
   dropout1 = register_module("dropout1", std::make_shared<Dropout>(o.dropout()));
@@ -47,6 +42,16 @@ Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mas
 
 std::shared_ptr<Module> TransformerEncoderLayer::clone_structure() const {
   return std::make_shared<TransformerEncoderLayer>(options);
+}
+
+std::shared_ptr<MultiheadAttention> transformer_attention(int64_t d_model, int64_t nhead, double dropout, bool bias,
+                                                          bool batch_first) {
+  return std::make_shared<MultiheadAttention>(
+      MultiheadAttentionOptions(d_model, nhead).dropout(dropout).bias(bias).batch_first(batch_first));
+}
+
+std::shared_ptr<LayerNorm> transformer_norm(int64_t d_model, double eps, bool bias) {
+  return std::make_shared<LayerNorm>(LayerNormOptions({d_model}).eps(eps).bias(bias));
 }
 
 std::shared_ptr<ModuleList> layer_copies(const Module& layer, int64_t num_layers) {

@@ -61,6 +61,11 @@ class TransformerEncoder : public Module {
 // num_layers deep copies of `layer` (values, dtype, device and training mode; no draws from
 // the generator), as PyTorch's copy.deepcopy of an encoder or decoder layer.
 std::shared_ptr<ModuleList> layer_copies(const Module& layer, int64_t num_layers);
+// The layers' attention (MultiheadAttention(d_model, nhead) with their dropout, bias and
+// batch_first) and LayerNorm([d_model], eps, bias), built one way for every layer.
+std::shared_ptr<MultiheadAttention> transformer_attention(int64_t d_model, int64_t nhead, double dropout, bool bias,
+                                                          bool batch_first);
+std::shared_ptr<LayerNorm> transformer_norm(int64_t d_model, double eps, bool bias);
 // relu or gelu of x, as the layers' activation string names.
 Tensor transformer_activation(const std::string& activation, const Tensor& x);
 

@@ -22,14 +22,6 @@ void check_close(const Tensor& got, const nlohmann::json& want) {
   CHECK(tensor::allclose(got, doubles(want, got.sizes()), 1e-12, 1e-12));
 }
 
-// The fixture's state dict, in float64.
-void load(MultiheadAttention& mha, const nlohmann::json& state) {
-  mha.to(tensor::kFloat64);
-  OrderedDict<Tensor> s;
-  for (const auto& [name, t] : mha.state_dict()) s.insert(name, doubles(state[name], t.sizes()));
-  mha.load_state_dict(s);
-}
-
 }  // namespace
 
 TEST_CASE("MultiheadAttention equals PyTorch's: initial weights, names, masked self- and cross-attention",
@@ -45,7 +37,7 @@ TEST_CASE("MultiheadAttention equals PyTorch's: initial weights, names, masked s
                          doubles(ref["init"]["out_proj.weight"], {8, 8}).to(tensor::kFloat32), 0, 0));
 
   MultiheadAttention mha(8, 2);
-  load(mha, ref["state"]);
+  tinyddp::testing::load_float64_state(mha, ref["state"]);
   const nlohmann::json& c = ref["self"];
   const Tensor x = doubles(c["x"], {5, 3, 8}).requires_grad_();
   const Tensor causal = tensor::triu(tensor::ones({5, 5}), 1).to(tensor::kBool);
@@ -63,7 +55,7 @@ TEST_CASE("MultiheadAttention equals PyTorch's: initial weights, names, masked s
   }
 
   MultiheadAttention cross(8, 2, 0.0, true, /*batch_first=*/true);
-  load(cross, ref["state"]);
+  tinyddp::testing::load_float64_state(cross, ref["state"]);
   const nlohmann::json& d = ref["cross"];
   const Tensor q = doubles(d["q"], {2, 4, 8}).requires_grad_(), kv = doubles(d["kv"], {2, 6, 8}).requires_grad_();
   const auto [out, per_head] = cross.forward(q, kv, kv, Tensor(), true, doubles(d["mask"], {4, 6}), false);
@@ -110,7 +102,7 @@ TEST_CASE("MultiheadAttention with kdim, vdim, add_bias_kv and add_zero_attn equ
     CHECK(tensor::equal(t, doubles(ref["init"][name], t.sizes()).to(tensor::kFloat32)));
   }
   MultiheadAttention mha = make();
-  load(mha, ref["state"]);
+  tinyddp::testing::load_float64_state(mha, ref["state"]);
   const Tensor q = doubles(ref["q"], {4, 3, 8}).requires_grad_(), k = doubles(ref["k"], {6, 3, 5}).requires_grad_(),
                v = doubles(ref["v"], {6, 3, 6}).requires_grad_();
   std::vector<int64_t> padding;

@@ -21,13 +21,6 @@ const nlohmann::json& reference() {
   return j;
 }
 
-void load(Module& m, const nlohmann::json& state) {
-  m.to(tensor::kFloat64);
-  OrderedDict<Tensor> s;
-  for (const auto& [name, t] : m.state_dict()) s.insert(name, doubles(state[name], t.sizes()));
-  m.load_state_dict(s);
-}
-
 // Every tensor of m's state dict equals the fixture's float32 values.
 void check_init(Module& m, const nlohmann::json& state) {
   REQUIRE(m.state_dict().size() == state.size());
@@ -61,7 +54,7 @@ TEST_CASE("TransformerDecoderLayer equals PyTorch's: initial weights, post- and 
 
   const Tensor causal = generate_square_subsequent_mask(5, tensor::TensorOptions(tensor::kFloat64));
   TransformerDecoderLayer post(TransformerDecoderLayerOptions(8, 2).dim_feedforward(16).dropout(0.0));
-  load(post, ref["decoder_state"]);
+  tinyddp::testing::load_float64_state(post, ref["decoder_state"]);
   const nlohmann::json& c = ref["decoder_post"];
   const Tensor memory = doubles(c["memory"], {6, 3, 8});
   const Tensor padding = bool_mask(c["memory_padding"], {3, 6});
@@ -78,7 +71,7 @@ TEST_CASE("TransformerDecoderLayer equals PyTorch's: initial weights, post- and 
                                   .activation("gelu")
                                   .batch_first(true)
                                   .norm_first(true));
-  load(pre, ref["decoder_state"]);
+  tinyddp::testing::load_float64_state(pre, ref["decoder_state"]);
   const nlohmann::json& d = ref["decoder_pre"];
   const Tensor xb = doubles(d["x"], {3, 5, 8}).requires_grad_();
   const Tensor yb = pre.forward(xb, doubles(d["memory"], {3, 6, 8}), Tensor(), doubles(d["memory_mask"], {5, 6}));
@@ -100,7 +93,7 @@ TEST_CASE("Transformer equals PyTorch's: xavier_uniform_ initial weights, forwar
   CHECK(model.state_dict().keys().back() == "decoder.norm.bias");
 
   model.to(tensor::kFloat64);
-  load(model, ref["transformer_init"]["state"]);  // the same values, now float64
+  tinyddp::testing::load_float64_state(model, ref["transformer_init"]["state"]);  // the same values, now float64
   const nlohmann::json& c = ref["transformer"];
   const Tensor src = doubles(c["src"], {6, 2, 8}).requires_grad_();
   const Tensor tgt = doubles(c["x"], {4, 2, 8}).requires_grad_();

@@ -18,13 +18,6 @@ namespace {
 
 using tinyddp::testing::doubles;
 
-void load(Module& m, const nlohmann::json& state) {
-  m.to(tensor::kFloat64);
-  OrderedDict<Tensor> s;
-  for (const auto& [name, t] : m.state_dict()) s.insert(name, doubles(state[name], t.sizes()));
-  m.load_state_dict(s);
-}
-
 // forward on the case's input, backward of its grad_out: output, input gradient and every
 // parameter's gradient within 1e-12.
 void check_case(Module& m, const nlohmann::json& c, const tensor::Shape& shape,
@@ -59,7 +52,7 @@ TEST_CASE("TransformerEncoderLayer equals PyTorch's: initial weights, post-norm 
                                           "norm1.bias", "norm2.weight", "norm2.bias"});
 
   TransformerEncoderLayer post(8, 2, 16, 0.0);
-  load(post, ref["state"]);
+  tinyddp::testing::load_float64_state(post, ref["state"]);
   const Tensor causal = generate_square_subsequent_mask(5, tensor::TensorOptions(tensor::kFloat64));
   check_case(post, ref["post"], {5, 3, 8}, [&](const Tensor& x) { return post.forward(x, causal); });
 
@@ -69,7 +62,7 @@ TEST_CASE("TransformerEncoderLayer equals PyTorch's: initial weights, post-norm 
                                   .activation("gelu")
                                   .batch_first(true)
                                   .norm_first(true));
-  load(pre, ref["state"]);
+  tinyddp::testing::load_float64_state(pre, ref["state"]);
   std::vector<float> padding;
   for (const bool b : ref["pre"]["padding"].get<std::vector<bool>>()) padding.push_back(b ? 1.0f : 0.0f);
   const Tensor pad = tensor::from_vector(padding, tensor::Shape{3, 5}).to(tensor::kBool);
@@ -79,7 +72,7 @@ TEST_CASE("TransformerEncoderLayer equals PyTorch's: initial weights, post-norm 
 TEST_CASE("TransformerEncoder deep-copies its layer and matches PyTorch's with a final norm", "[nn][transformer]") {
   const nlohmann::json ref = tinyddp::testing::read_nn_json_fixture("transformer_encoder_reference.json");
   TransformerEncoderLayer layer(8, 2, 16, 0.0);
-  load(layer, ref["state"]);
+  tinyddp::testing::load_float64_state(layer, ref["state"]);
   auto final_norm = std::make_shared<LayerNorm>(tensor::Shape{8});
   final_norm->to(tensor::kFloat64);
   TransformerEncoder encoder(layer, 2, final_norm);
