@@ -34,7 +34,7 @@ inline void check_saved_state(const std::string& path, const nlohmann::json& sta
   for (const auto& [name, t] : file.tensors) {
     INFO(name);
     REQUIRE(state.contains(name));
-    const std::vector<float> values = t.contiguous().to_vector<float>();
+    const std::vector<float> values = t.to(tensor::kFloat32).contiguous().to_vector<float>();
     const std::vector<float> want = state[name].get<std::vector<float>>();
     REQUIRE(values.size() == want.size());
     double worst = 0;
