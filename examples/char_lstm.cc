@@ -2,9 +2,10 @@
 // user would write it: Embedding -> 2-layer LSTM (batch_first) -> a ModuleList head of two
 // Linears initialised by model->apply(xavier_uniform_ / zeros_), log_softmax + nll_loss over
 // [B, vocab, T], AdamW under OneCycleLR. Each rank draws its own windows of the text (nanoGPT's
-// get_batch: torch.randint(len - T, (B,)) from a generator seeded seed + rank), DDP averages
-// the gradients, and rank 0 prints the loss (the mean over ranks) and, at the end, a greedy
-// continuation of a prompt. tests/examples/char_lstm_test.cc holds a run to PyTorch's DDP run
+// get_batch: torch.randint(len - T, (B,)) from a generator seeded seed + rank), --accum
+// micro-batches per step accumulate their gradients under no_sync but the last, whose backward
+// has DDP average them, and rank 0 prints the loss (the mean over ranks) and, at the end, a
+// continuation of a prompt, greedy or sampled (--temperature, multinomial). tests/examples/char_lstm_test.cc holds a run to PyTorch's DDP run
 // of the same script (tests/examples/fixtures/make_char_lstm_fixture.py) step by step.
 //   bazel run -c opt //examples:char_lstm                   (forks 2 ranks on the fortunes)
 //   launch --nproc_per_node 2 -- bazel-bin/examples/char_lstm --text FILE --steps 300
@@ -24,7 +25,9 @@ namespace {
 struct Config {
   std::string text = examples::kFortunesPath;
   int64_t steps = 300, batch_size = 32, seq_len = 64, embed = 32, hidden = 128, layers = 2, log_every = 20;
+  int64_t accum = 1;  // micro-batches per step, all but the last under no_sync
   double lr = 0.01, weight_decay = 0.01;
+  double temperature = 0;  // 0: continue the prompt greedily; else sample softmax(logits / temperature)
   uint64_t seed = 1337;
   int nproc = 2;
   std::string prompt = "The ", metrics, save;
@@ -68,10 +71,12 @@ std::pair<Tensor, Tensor> get_batch(const std::vector<int64_t>& ids, const Confi
   return {t::from_vector(x, shape), t::from_vector(y, shape)};
 }
 
-// The prompt continued by the most likely character, `count` times, the LSTM's state carried.
-std::string continue_greedily(CharLSTM& model, const examples::TextCorpus& corpus, const Config& c) {
+// The prompt continued `c.sample` characters, the LSTM's state carried: each the most likely one
+// (temperature 0) or drawn from softmax(log_probs / temperature) by multinomial.
+std::string continue_prompt(CharLSTM& model, const examples::TextCorpus& corpus, const Config& c) {
   t::NoGradGuard no_grad;
   model.eval();
+  t::Generator gen(c.seed);
   Tensor input = t::from_vector(corpus.encode(c.prompt), t::Shape{1, static_cast<int64_t>(c.prompt.size())});
   std::optional<std::tuple<Tensor, Tensor>> state;
   std::vector<int64_t> out;
@@ -79,8 +84,10 @@ std::string continue_greedily(CharLSTM& model, const examples::TextCorpus& corpu
     auto [hidden, next_state] = model.run(input, state);
     state = next_state;
     const Tensor last = model.log_probs(hidden.select(1, hidden.size(1) - 1));  // [1, vocab]
-    out.push_back(t::argmax(last).item<int64_t>());
-    input = t::from_vector(std::vector<int64_t>{out.back()}, t::Shape{1, 1});
+    const Tensor next = c.temperature > 0 ? t::multinomial((last / c.temperature).softmax(-1), 1, false, &gen)
+                                          : last.argmax(-1, /*keepdim=*/true);
+    out.push_back(next.item<int64_t>());
+    input = next;
   }
   model.train();
   return c.prompt + corpus.decode(out);
@@ -107,14 +114,26 @@ int train(int rank, const Config& c) {
   std::FILE* metrics = rank == 0 && !c.metrics.empty() ? std::fopen(c.metrics.c_str(), "w") : nullptr;
   if (metrics) std::fprintf(metrics, "step,loss,lr\n");
   for (int64_t step = 0; step < c.steps; ++step) {
-    const auto [x, y] = get_batch(corpus.ids(), c, gen);
     const double lr = optimizer.lr();
     optimizer.zero_grad();
-    const Tensor loss = nn::nll_loss(ddp_model(x), y);
-    loss.backward();
+    Tensor total = t::zeros({});
+    const auto accumulate = [&](const Tensor& x, const Tensor& y) {
+      const Tensor loss = nn::nll_loss(ddp_model(x), y) / static_cast<double>(c.accum);
+      loss.backward();
+      total += loss.detach();
+    };
+    for (int64_t micro = 0; micro < c.accum; ++micro) {
+      const auto [x, y] = get_batch(corpus.ids(), c, gen);
+      if (micro + 1 < c.accum) {  // gradients accumulate locally; the last backward averages them
+        auto no_sync = ddp_model.no_sync();
+        accumulate(x, y);
+      } else {
+        accumulate(x, y);
+      }
+    }
     optimizer.step();
     schedule.step();
-    const Tensor mean = loss.detach().clone();  // the loss averaged over the ranks, for the log
+    const Tensor mean = total.clone();  // the loss averaged over the ranks, for the log
     pg->allreduce({mean})->wait();
     const double value = mean.item<double>() / pg->size();
     if (metrics) std::fprintf(metrics, "%lld,%.9g,%.9g\n", static_cast<long long>(step), value, lr);
@@ -125,7 +144,7 @@ int train(int rank, const Config& c) {
   }
   if (metrics) std::fclose(metrics);
   if (rank == 0 && !c.save.empty()) nn::save_safetensors(c.save, model->state_dict());
-  if (rank == 0 && c.sample > 0) fmt::print("sample: {}\n", continue_greedily(*model, corpus, c));
+  if (rank == 0 && c.sample > 0) fmt::print("sample: {}\n", continue_prompt(*model, corpus, c));
   std::fflush(stdout);
   pg->barrier()->wait();
   comm::destroy_process_group();
@@ -146,12 +165,18 @@ int main(int argc, char** argv) {
   app.add_option("--embed", c.embed)->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--hidden", c.hidden)->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--layers", c.layers)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--accum", c.accum, "micro-batches per step (gradient accumulation under no_sync)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--lr", c.lr, "OneCycleLR's max_lr")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--weight_decay", c.weight_decay)->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--seed", c.seed)->capture_default_str();
   app.add_option("--log_every", c.log_every)->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--nproc", c.nproc, "ranks to fork when not under the launcher")->capture_default_str();
   app.add_option("--prompt", c.prompt)->capture_default_str();
+  app.add_option("--temperature", c.temperature, "0: greedy; else sample softmax(logits / temperature)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--sample", c.sample, "characters to generate at the end (0: none)")->capture_default_str();
   app.add_option("--metrics", c.metrics, "write step,loss,lr (the loss averaged over ranks) as CSV");
   app.add_option("--save", c.save, "write the final state dict (safetensors)");

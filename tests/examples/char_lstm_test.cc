@@ -6,6 +6,7 @@
 // 1e-5; runs whose weights differ by one unit in the last place stay within 3% of it).
 #include <cmath>
 #include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,7 @@ using Catch::Contains;
 using testing::check_saved_state;
 using testing::CommandResult;
 using testing::options_of;
+using testing::read_file;
 using testing::run_command;
 using testing::temp_path;
 
@@ -25,7 +27,7 @@ namespace {
 
 const char* const kText = "tests/examples/fixtures/char_lstm_text.txt";
 const std::vector<const char*> kOptions = {"steps",  "batch_size", "seq_len",      "embed", "hidden",
-                                           "layers", "lr",         "weight_decay", "seed"};
+                                           "layers", "lr",         "weight_decay", "seed", "accum"};
 
 nlohmann::json reference() {
   std::ifstream in("tests/examples/fixtures/char_lstm_reference.json");
@@ -60,6 +62,28 @@ TEST_CASE("examples: char_lstm on 2 ranks trains as PyTorch's DDP run of the sam
     CHECK(lr == Approx(record["lr"].get<double>()).epsilon(1e-8));  // printed to 9 digits
   }
   check_saved_state(saved, ref["state"], ref["weight_tolerance"].get<double>());
+}
+
+TEST_CASE("examples: char_lstm samples with a temperature: characters of the text, the same for the same seed",
+          "[examples][char_lstm][sample]") {
+  const auto sample_of = [](const std::string& args) {
+    const CommandResult r =
+        run_command(fmt::format("examples/char_lstm --nproc 1 --steps 2 --sample 40 --text {} {}", kText, args));
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    const size_t at = r.output.find("sample: The ");
+    REQUIRE(at != std::string::npos);
+    return r.output.substr(at + 12, 40);
+  };
+  const std::string sampled = sample_of("--temperature 1"), text = read_file(kText);
+  CHECK(sample_of("--temperature 1") == sampled);
+  CHECK(sample_of("--temperature 1 --seed 5") != sampled);
+  std::set<char> distinct;
+  for (const char ch : sampled) {
+    CHECK(text.find(ch) != std::string::npos);
+    distinct.insert(ch);
+  }
+  CHECK(distinct.size() >= 5);  // after 2 steps the model is near uniform over the vocabulary
 }
 
 TEST_CASE("examples: char_lstm's clear errors", "[examples][char_lstm][errors]") {
