@@ -5,8 +5,8 @@
 // get_batch: torch.randint(len - T, (B,)) from a generator seeded seed + rank), --accum
 // micro-batches per step accumulate their gradients under no_sync but the last, whose backward
 // has DDP average them, and rank 0 prints the loss (the mean over ranks) and, at the end, a
-// continuation of a prompt, greedy or sampled (--temperature, multinomial). tests/examples/char_lstm_test.cc holds a run to PyTorch's DDP run
-// of the same script (tests/examples/fixtures/make_char_lstm_fixture.py) step by step.
+// continuation of a prompt, greedy or sampled (--temperature, multinomial). tests/examples/char_lstm_test.cc holds a
+// run to PyTorch's DDP run of the same script (tests/examples/fixtures/make_char_lstm_fixture.py) step by step.
 //   bazel run -c opt //examples:char_lstm                   (forks 2 ranks on the fortunes)
 //   launch --nproc_per_node 2 -- bazel-bin/examples/char_lstm --text FILE --steps 300
 #include <CLI/CLI.hpp>

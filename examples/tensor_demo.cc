@@ -18,10 +18,10 @@ int main() {
     col.mul_(10);
     std::cout << "x.narrow(1, 1, 2).mul_(10) writes through the view into x:\n" << x << "\n\n";
 
-    const t::Tensor bias = t::tensor({1, 2, 3, 4});
+    const t::Tensor bias = t::tensor({1.0, 2.0, 3.0, 4.0});
     std::cout << "x + bias (shape [4] broadcasts over the rows):\n" << x + bias << "\n\n";
 
-    const t::Tensor w = t::tensor({{1, 0}, {0, 1}, {1, 1}, {2, -1}});
+    const t::Tensor w = t::tensor({{1.0, 0.0}, {0.0, 1.0}, {1.0, 1.0}, {2.0, -1.0}});
     std::cout << "matmul(x, w) with w [4, 2]:\n" << t::matmul(x, w) << "\n";
     std::cout << "matmul(x.t().t(), w) uses the transposed view without a copy:\n" << t::matmul(x.t().t(), w) << "\n\n";
 

@@ -78,20 +78,34 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions options) 
   return from_vector(values).to(dtype).to(options.device());
 }
 
-Tensor tensor(std::initializer_list<double> values, TensorOptions options) {
-  return from_vector(std::vector<double>(values)).to(options.dtype()).to(options.device());
+namespace {
+// The literals' tensor: options' dtype, else int64 when all are integers, else float32.
+Tensor literal_tensor(const std::vector<TensorLiteral>& literals, const Shape& shape, TensorOptions options) {
+  std::vector<double> values;
+  bool integral = true;
+  for (const TensorLiteral& v : literals) {
+    values.push_back(v.value);
+    integral = integral && v.integral;
+  }
+  const DType dtype = options.dtype_or(integral ? kInt64 : kFloat32);
+  return from_vector(values, shape).to(dtype).to(options.device());
+}
+}  // namespace
+
+Tensor tensor(std::initializer_list<TensorLiteral> values, TensorOptions options) {
+  return literal_tensor(std::vector<TensorLiteral>(values), Shape{static_cast<int64_t>(values.size())}, options);
 }
 
-Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorOptions options) {
+Tensor tensor(std::initializer_list<std::initializer_list<TensorLiteral>> rows, TensorOptions options) {
   const int64_t num_rows = static_cast<int64_t>(rows.size());
   const int64_t num_cols = num_rows == 0 ? 0 : static_cast<int64_t>(rows.begin()->size());
-  std::vector<double> values;
+  std::vector<TensorLiteral> values;
   for (const auto& row : rows) {
     TDDP_CHECK(static_cast<int64_t>(row.size()) == num_cols,
                "tensor: rows have different lengths ({} and {}); a 2-D tensor needs equal rows", num_cols, row.size());
     values.insert(values.end(), row.begin(), row.end());
   }
-  return from_vector(values, Shape{num_rows, num_cols}).to(options.dtype()).to(options.device());
+  return literal_tensor(values, Shape{num_rows, num_cols}, options);
 }
 
 namespace {

@@ -68,10 +68,23 @@ Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, TensorOptions opt
 // end, as PyTorch's kernel (whose vectorised loop may differ from these by an ulp or two).
 Tensor linspace(double start, double end, int64_t steps, TensorOptions options = {});
 
-// 1-D and 2-D tensors from literals: tensor({1, 2, 3}), tensor({{1, 2}, {3, 4}}, kFloat64).
-// The default dtype is float32, as torch.tensor with Python floats.
-Tensor tensor(std::initializer_list<double> values, TensorOptions options = {});
-Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, TensorOptions options = {});
+// One number of a tensor literal, remembering whether it was written as an integer (1, -3) or
+// as a floating-point value (1.0, 2.5f, NAN), as Python's numbers do.
+struct TensorLiteral {
+  TensorLiteral(int v) : value(v), integral(true) {}                // NOLINT: implicit by design
+  TensorLiteral(long v) : value(double(v)), integral(true) {}       // NOLINT
+  TensorLiteral(long long v) : value(double(v)), integral(true) {}  // NOLINT
+  TensorLiteral(float v) : value(v), integral(false) {}             // NOLINT
+  TensorLiteral(double v) : value(v), integral(false) {}            // NOLINT
+  double value;
+  bool integral;
+};
+
+// 1-D and 2-D tensors from literals, with torch.tensor's dtype rule: int64 when every number
+// is written as an integer (tensor({1, 2, 3})), float32 when any is not (tensor({1, 2.5}),
+// tensor({{1.0, 2}, {3, 4}})); a dtype in `options` wins (tensor({1, 2}, kFloat64)).
+Tensor tensor(std::initializer_list<TensorLiteral> values, TensorOptions options = {});
+Tensor tensor(std::initializer_list<std::initializer_list<TensorLiteral>> rows, TensorOptions options = {});
 
 // A tensor of dtype_of<T> holding a copy of `values`, shaped `sizes` (1-D when omitted).
 template <typename T>

@@ -247,6 +247,13 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 // 128 summed with a triangular product and the blocks' totals carried over, so memory stays
 // linear in the dim; differentiable (the gradient is the reversed running sum).
 Tensor cumsum(const Tensor& x, int64_t dim);
+// As torch.prod / torch.cumprod: the product over all elements or along dim, and the running
+// products along dim (integer and bool inputs multiply in int64). Pairwise products (a halving
+// tree; a doubling scan for cumprod), so the gradient, autograd's through the products, is
+// exact where inputs are zero too; rounding may differ from PyTorch's sequential loop by ulps.
+Tensor prod(const Tensor& x);
+Tensor prod(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor cumprod(const Tensor& x, int64_t dim);
 // As torch.topk: the k largest (largest = false: smallest) elements along dim, in order, and
 // their indices; NaN counts as the largest, ties go to the first index. k passes of max over
 // the dim; the values are gathered from x, so the gradient reaches it.
@@ -259,6 +266,12 @@ std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bo
 // the source; floating tensors (and int64 on the CPU).
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source, double alpha = 1.0);
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+// As torch.scatter: x with src[i][j][k] (or `value`) written at x[i][index[i][j][k]][k] (dim
+// 1, and so on), index and src as scatter_add's. Where an index repeats, the last write wins
+// (as PyTorch's CPU loop; PyTorch leaves it undefined). Gradients: x's where nothing was
+// written, src's gathered from the positions it was written to.
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, double value);
 // As torch.nn.functional.one_hot: int64 class ids -> int64 [..., num_classes] with a 1 at each
 // id; num_classes -1 takes max id + 1. Ids outside [0, num_classes) are refused.
 Tensor one_hot(const Tensor& ids, int64_t num_classes = -1);

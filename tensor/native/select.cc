@@ -156,48 +156,6 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   return out.dtype() == x.dtype() ? out : out.to(x.dtype());
 }
 
-namespace {
-
-// Running sums along the last dim of x [..., n], n <= kBlock: x @ U, U upper-triangular ones.
-constexpr int64_t kBlock = 128;
-Tensor cumsum_last_small(const Tensor& x) {
-  const int64_t n = x.size(-1);
-  const Tensor upper = triu(ones({n, n}, TensorOptions(x.dtype()).device(x.device())));
-  return matmul(x, upper);
-}
-
-// Running sums along the last dim: blocks of kBlock summed within, each block then shifted by
-// the running sum of the blocks before it (the same function on the block totals).
-Tensor cumsum_last(const Tensor& x) {
-  const int64_t n = x.size(-1);
-  if (n <= kBlock) return cumsum_last_small(x);
-  const int64_t blocks = (n + kBlock - 1) / kBlock;
-  Shape pad_shape = x.sizes();
-  pad_shape.back() = blocks * kBlock - n;
-  const Tensor padded =
-      pad_shape.back() > 0 ? cat({x, zeros(pad_shape, TensorOptions(x.dtype()).device(x.device()))}, -1) : x;
-  Shape blocked = x.sizes();
-  blocked.back() = blocks;
-  blocked.push_back(kBlock);
-  const Tensor inner = cumsum_last_small(padded.reshape(blocked));    // [..., blocks, kBlock]
-  const Tensor totals = inner.narrow(-1, kBlock - 1, 1).squeeze(-1);  // [..., blocks]
-  const Tensor before = sub(cumsum_last(totals), totals);             // what precedes each block
-  Shape flat = x.sizes();
-  flat.back() = blocks * kBlock;
-  return add(inner, before.unsqueeze(-1)).reshape(flat).narrow(-1, 0, n);
-}
-
-}  // namespace
-
-Tensor cumsum(const Tensor& x, int64_t dim) {
-  check_defined(x, "cumsum", "x");
-  const Tensor src = x.dim() == 0 ? x.reshape({1}) : x;
-  const int64_t d = wrap_dim(dim, src.dim(), "cumsum");
-  const Tensor values = src.is_floating_point() ? src : src.to(kInt64);
-  const Tensor out = cumsum_last(values.transpose(d, -1)).transpose(d, -1);
-  return x.dim() == 0 ? out.reshape({}) : out;
-}
-
 std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest) {
   check_defined(x, "topk", "x");
   const Tensor src = x.dim() == 0 ? x.reshape({1}) : x;
@@ -286,38 +244,89 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
   return x.dim() == 0 ? out.reshape({}) : out;
 }
 
-Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_defined(x, "scatter_add", "x");
-  check_defined(src, "scatter_add", "src");
-  check_index(index, "scatter_add");
-  check_same_dtype(x, src, "scatter_add", "x", "src");
-  check_same_device(x, src, "scatter_add", "x", "src");
+namespace {
+
+// scatter_add's and scatter's checks; returns dim wrapped.
+int64_t check_scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, const char* op) {
+  check_defined(x, op, "x");
+  check_defined(src, op, "src");
+  check_index(index, op);
+  check_same_dtype(x, src, op, "x", "src");
+  check_same_device(x, src, op, "x", "src");
   TDDP_CHECK(index.dim() == x.dim() && src.dim() == x.dim() && x.dim() >= 1,
-             "scatter_add: index ({} dims) and src ({} dims) must have x's {} dims", index.dim(), src.dim(), x.dim());
-  const int64_t d = wrap_dim(dim, x.dim(), "scatter_add"), n = x.size(d);
+             "{}: index ({} dims) and src ({} dims) must have x's {} dims", op, index.dim(), src.dim(), x.dim());
+  const int64_t d = wrap_dim(dim, x.dim(), op);
   for (int64_t k = 0; k < x.dim(); ++k) {
     TDDP_CHECK(index.size(k) <= src.size(k) && (k == d || index.size(k) <= x.size(k)),
-               "scatter_add: index of shape {} must be no larger than src of shape {}, nor than x of shape {} outside "
-               "dim {}",
-               format_shape(index.sizes()), format_shape(src.sizes()), format_shape(x.sizes()), d);
+               "{}: index of shape {} must be no larger than src of shape {}, nor than x of shape {} outside dim {}",
+               op, format_shape(index.sizes()), format_shape(src.sizes()), format_shape(x.sizes()), d);
   }
-  check_index_range(index, n, d, x, "scatter_add");
-  // The part of src the index covers; dim last, one row per position elsewhere: each row's
-  // values summed into n slots by a [1, m] @ [m, n] one-hot product.
+  check_index_range(index, x.size(d), d, x, op);
+  return d;
+}
+
+// The index and the part of src it covers with dim d last, as [rows, m] (one row per position
+// elsewhere); `back` turns a [rows, n] result into x's layout (x's size at d, zeros after the
+// index's end in the other dims).
+struct ScatterRows {
+  Tensor index, src;
+  int64_t rows = 0, m = 0;
+  Shape order, last_shape;
+  Tensor back(const Tensor& per_row, const Tensor& x) const {
+    Shape shape = last_shape;
+    shape.back() = per_row.size(-1);
+    return pad_to(per_row.reshape(shape).permute(inverse(order)), x.sizes());
+  }
+};
+ScatterRows scatter_rows(const Tensor& x, int64_t d, const Tensor& index, const Tensor& src) {
+  ScatterRows r;
   Tensor used = src;
   for (int64_t k = 0; k < x.dim(); ++k) used = used.narrow(k, 0, index.size(k));
-  Shape order;
   for (int64_t k = 0; k < x.dim(); ++k) {
-    if (k != d) order.push_back(k);
+    if (k != d) r.order.push_back(k);
   }
-  order.push_back(d);
-  const Tensor idx_last = index.permute(order), src_last = used.permute(order);
-  const int64_t m = index.size(d), rows = m > 0 ? index.numel() / m : 0;
-  const Tensor sums = matmul(src_last.reshape({rows, 1, m}), one_hot_rows(idx_last.reshape({rows, m}), n, x.dtype()))
-                          .reshape({rows, n});
-  Shape summed = idx_last.sizes();
-  summed.back() = n;
-  return add(x, pad_to(sums.reshape(summed).permute(inverse(order)), x.sizes()));
+  r.order.push_back(d);
+  const Tensor idx_last = index.permute(r.order);
+  r.last_shape = idx_last.sizes();
+  r.m = index.size(d);
+  r.rows = r.m > 0 ? index.numel() / r.m : 0;
+  r.index = idx_last.reshape({r.rows, r.m});
+  r.src = used.permute(r.order).reshape({r.rows, r.m});
+  return r;
+}
+
+}  // namespace
+
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  const int64_t d = check_scatter(x, dim, index, src, "scatter_add"), n = x.size(d);
+  if (index.numel() == 0) return add(x, zeros_like(x));
+  // Each row's values summed into n slots by a [1, m] @ [m, n] one-hot product.
+  const ScatterRows r = scatter_rows(x, d, index, src);
+  const Tensor sums = matmul(r.src.reshape({r.rows, 1, r.m}), one_hot_rows(r.index, n, x.dtype())).reshape({r.rows, n});
+  return add(x, r.back(sums, x));
+}
+
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  const int64_t d = check_scatter(x, dim, index, src, "scatter"), n = x.size(d);
+  if (index.numel() == 0) return add(x, zeros_like(x));
+  const ScatterRows r = scatter_rows(x, d, index, src);
+  Tensor last;  // [rows, n]: the last of a row's m positions that writes each slot, -1 for none
+  {
+    NoGradGuard no_grad;
+    const TensorOptions longs = TensorOptions(kInt64).device(x.device());
+    const Tensor hits = eq(r.index.unsqueeze(-1), arange(n, longs));  // [rows, m, n]
+    const Tensor positions = arange(r.m, longs).view({1, r.m, 1});
+    last = std::get<0>(max(where(hits, positions, full({}, -1.0, longs)), 1));
+  }
+  const Tensor written = gather(r.src, 1, where(ge(last, 0.0), last, zeros_like(last)));  // [rows, n]
+  const Tensor mask = gt(r.back(ge(last, 0.0).to(kInt64), x), 0.0);
+  return where(mask, r.back(written, x), x);
+}
+
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, double value) {
+  check_defined(x, "scatter", "x");
+  check_index(index, "scatter");
+  return scatter(x, dim, index, full(index.sizes(), value, TensorOptions(x.dtype()).device(x.device())));
 }
 
 Tensor one_hot(const Tensor& ids, int64_t num_classes) {

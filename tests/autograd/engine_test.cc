@@ -13,7 +13,7 @@ using tinyddp::autograd::RemovableHandle;
 
 namespace {
 Tensor param(std::initializer_list<double> values) {
-  Tensor t = tensor(values, kFloat64);
+  Tensor t = from_vector(std::vector<double>(values));
   t.requires_grad_();
   return t;
 }
@@ -37,7 +37,7 @@ TEST_CASE("leaves, grad_fn and requires_grad", "[engine]") {
   CHECK_FALSE(y.grad_fn()->next_edges()[1].is_valid());  // the scalar does not require grad
   CHECK(y.grad_fn()->sequence_nr() < sum(y).grad_fn()->sequence_nr());
   // Ops on tensors that do not require grad record nothing.
-  const Tensor plain = tensor({1, 2});
+  const Tensor plain = tensor({1.0, 2.0});
   CHECK_FALSE(mul(plain, plain).requires_grad());
   CHECK(mul(plain, plain).grad_fn() == nullptr);
   CHECK_THROWS_WITH(

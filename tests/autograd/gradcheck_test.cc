@@ -131,7 +131,7 @@ TEST_CASE("gradcheck: reductions", "[gradcheck]") {
     // Rows that are -inf except one entry (a causal mask's first row): the softmax is one-hot
     // there and its gradient zero; the other rows are ordinary.
     const Tensor x = leaf({3, 4});
-    const Tensor mask = ne(tensor({{0, 1, 1, 1}, {1, 0, 1, 1}, {0, 0, 0, 1}}), 0.0);
+    const Tensor mask = ne(tensor({{0.0, 1.0, 1.0, 1.0}, {1.0, 0.0, 1.0, 1.0}, {0.0, 0.0, 0.0, 1.0}}), 0.0);
     CHECK(gradcheck([&](const Inputs& v) { return softmax(masked_fill(v[0], mask, -INFINITY), 1); }, {x}) == "");
     CHECK(gradcheck([](const Inputs& v) { return causal_softmax(v[0], 0.5); }, {x}) == "");
     const Tensor y = softmax(masked_fill(x, mask, -INFINITY), 1);

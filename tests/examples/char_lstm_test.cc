@@ -27,7 +27,7 @@ namespace {
 
 const char* const kText = "tests/examples/fixtures/char_lstm_text.txt";
 const std::vector<const char*> kOptions = {"steps",  "batch_size", "seq_len",      "embed", "hidden",
-                                           "layers", "lr",         "weight_decay", "seed", "accum"};
+                                           "layers", "lr",         "weight_decay", "seed",  "accum"};
 
 nlohmann::json reference() {
   std::ifstream in("tests/examples/fixtures/char_lstm_reference.json");

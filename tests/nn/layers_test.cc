@@ -84,7 +84,7 @@ TEST_CASE("loss argument errors", "[nn][loss][errors]") {
   CHECK_THROWS_WITH(mse_loss(tensor::zeros({2, 3}), tensor::zeros({3, 2})),
                     Contains("mse_loss: input shape [2, 3] and target shape [3, 2] differ"));
   const Tensor logits = tensor::zeros({2, 3});
-  CHECK_THROWS_WITH(cross_entropy(logits, tensor::tensor({0, 1})),
+  CHECK_THROWS_WITH(cross_entropy(logits, tensor::tensor({0.0, 1.0})),
                     Contains("cross_entropy: expected int64 class targets, or class probabilities of the logits' shape "
                              "[2, 3]; got float32 targets of shape [2]"));
   CHECK_THROWS_WITH(cross_entropy(logits, tensor::arange(3)),

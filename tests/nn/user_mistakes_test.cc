@@ -9,8 +9,8 @@
 #include "tinyddp/nn/nn.h"
 
 using namespace tinyddp;
-using tensor::Tensor;
 using Catch::Contains;
+using tensor::Tensor;
 namespace F = tinyddp::nn::functional;
 
 TEST_CASE("user mistakes: a Linear given the wrong number of features names both", "[nn][mistakes]") {
@@ -50,12 +50,13 @@ TEST_CASE("user mistakes: a tensor saved for backward, then modified in place", 
   const Tensor h = w.exp();  // exp saves its output
   const Tensor loss = h.sum();
   h.mul_(2.0);
-  CHECK_THROWS_WITH(loss.backward(), Contains("ExpBackward") && Contains("modified by an in-place operation") && Contains("version 1"));
+  CHECK_THROWS_WITH(loss.backward(),
+                    Contains("ExpBackward") && Contains("modified by an in-place operation") && Contains("version 1"));
 }
 
 TEST_CASE("user mistakes: cross_entropy given float class indices, and a class out of range", "[nn][mistakes]") {
   const Tensor logits = tensor::randn({4, 3});
-  const Tensor float_targets = tensor::tensor({0, 2, 1, 1});
+  const Tensor float_targets = tensor::tensor({0.0, 2.0, 1.0, 1.0});
   CHECK_THROWS_WITH(F::cross_entropy(logits, float_targets), Contains("float") && Contains("int64"));
   const Tensor out_of_range = tensor::tensor({0, 3, 1, 1}, tensor::kLong);
   CHECK_THROWS_WITH(F::cross_entropy(logits, out_of_range), Contains("3"));

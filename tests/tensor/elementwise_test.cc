@@ -99,7 +99,7 @@ TEST_CASE("broadcasting follows NumPy rules", "[elementwise][broadcast]") {
 }
 
 TEST_CASE("scalar operands and operators", "[elementwise]") {
-  const Tensor x = tensor({1, -2, 3});
+  const Tensor x = tensor({1.0, -2.0, 3.0});
   CHECK((x + 1).to_vector<float>() == std::vector<float>{2, -1, 4});
   CHECK((x - 1).to_vector<float>() == std::vector<float>{0, -3, 2});
   CHECK((2.0 * x).to_vector<float>() == std::vector<float>{2, -4, 6});
@@ -223,8 +223,8 @@ TEST_CASE("special values propagate like PyTorch", "[elementwise][unary]") {
 }
 
 TEST_CASE("comparisons produce bool masks", "[elementwise][compare]") {
-  const Tensor a = tensor({1, 2, 3, 4});
-  const Tensor b = tensor({4, 2, 2, 5});
+  const Tensor a = tensor({1.0, 2.0, 3.0, 4.0});
+  const Tensor b = tensor({4.0, 2.0, 2.0, 5.0});
   CHECK(eq(a, b).to_vector<bool>() == std::vector<bool>{false, true, false, false});
   CHECK(ne(a, b).to_vector<bool>() == std::vector<bool>{true, false, true, true});
   CHECK(le(a, b).to_vector<bool>() == std::vector<bool>{true, true, false, true});
@@ -246,7 +246,7 @@ TEST_CASE("in-place ops write into the tensor and its views", "[elementwise][inp
   const Tensor z = arange(4, kFloat32).view({2, 2});
   z.add_(z.t());  // partial overlap: computed from a copy, so the result is z + z^T
   CHECK(z.to_vector<float>() == std::vector<float>{0, 3, 3, 6});
-  const Tensor w = tensor({2, 4});
+  const Tensor w = tensor({2.0, 4.0});
   w.div_(2).add_(1).mul_(3);
   CHECK(w.to_vector<float>() == std::vector<float>{6, 9});
   CHECK_THROWS_WITH(ones({3}).add_(ones({2, 3})),
@@ -267,7 +267,7 @@ TEST_CASE("copy_ handles any strides, broadcasting and dtype conversion", "[elem
   CHECK(at(big, {2, 6}) == 0);
   // Broadcast source.
   const Tensor rows = zeros({2, 3});
-  rows.copy_(tensor({1, 2, 3}));
+  rows.copy_(tensor({1.0, 2.0, 3.0}));
   CHECK(rows.to_vector<float>() == std::vector<float>{1, 2, 3, 1, 2, 3});
   // Overlapping source and destination (shifting within one buffer).
   const Tensor buf = arange(6, kFloat32);

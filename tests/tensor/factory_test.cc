@@ -51,11 +51,19 @@ TEST_CASE("arange picks int64 for integer bounds, float32 otherwise", "[factory]
 }
 
 TEST_CASE("tensors from C++ values", "[factory]") {
-  const Tensor t = tensor({{1, 2, 3}, {4, 5, 6}});
+  const Tensor t = tensor({{1.0, 2, 3}, {4, 5, 6}});
   CHECK(t.sizes() == Shape{2, 3});
-  CHECK(t.dtype() == kFloat32);
+  CHECK(t.dtype() == kFloat32);  // one number written as floating point: float32, as torch.tensor
   CHECK(t.to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
-  CHECK(tensor({1, 2}, kInt64).dtype() == kInt64);
+  // Integers only: int64, as torch.tensor([1, 2, 3]); a dtype given wins.
+  const Tensor ints = tensor({{1, 2, 3}, {4, 5, -6}});
+  CHECK(ints.dtype() == kInt64);
+  CHECK(ints.to_vector<int64_t>() == std::vector<int64_t>{1, 2, 3, 4, 5, -6});
+  CHECK(tensor({1, 2, 3}).str() == "tensor([1, 2, 3])");
+  CHECK(tensor({1, 2.5f}).dtype() == kFloat32);
+  CHECK(tensor({int64_t{1} << 40}).item<int64_t>() == int64_t{1} << 40);
+  CHECK(tensor({1, 2}, kFloat64).dtype() == kFloat64);
+  CHECK(tensor({1.0, 2.0}, kInt64).dtype() == kInt64);
   CHECK_THROWS_WITH(tensor({{1, 2}, {3}}), Contains("tensor: rows have different lengths (2 and 1)"));
   const Tensor v = from_vector(std::vector<double>{1, 2, 3, 4}, Shape{2, 2});
   CHECK(v.dtype() == kFloat64);

@@ -140,12 +140,12 @@ TEST_CASE("batched and vector forms follow torch.matmul", "[matmul][batched]") {
   const Tensor bb = matmul(randn({2, 1, 4, 5}, {}, &g), randn({3, 5, 2}, {}, &g));
   CHECK(bb.sizes() == Shape{2, 3, 4, 2});
   // Vectors.
-  const Tensor v = tensor({1, 2, 3});
+  const Tensor v = tensor({1.0, 2.0, 3.0});
   CHECK(matmul(v, v).dim() == 0);
   CHECK(matmul(v, v).item<float>() == 14);
   const Tensor m = arange(6, kFloat32).view({2, 3});
   CHECK(matmul(m, v).to_vector<float>() == std::vector<float>{8, 26});
-  CHECK(matmul(tensor({1, 1}), m).to_vector<float>() == std::vector<float>{3, 5, 7});
+  CHECK(matmul(tensor({1.0, 1.0}), m).to_vector<float>() == std::vector<float>{3, 5, 7});
   CHECK(matmul(a, randn({5}, {}, &g)).sizes() == Shape{3, 4});
   // Empty inner dimension: zeros.
   CHECK(equal(matmul(zeros({2, 0}), zeros({0, 3})), zeros({2, 3})));

@@ -4,11 +4,11 @@
 using namespace tinyddp::tensor;
 
 TEST_CASE("tensors print like PyTorch", "[print]") {
-  CHECK(tensor({1, 2, 3}).str() == "tensor([1., 2., 3.])");
+  CHECK(tensor({1.0, 2.0, 3.0}).str() == "tensor([1., 2., 3.])");
   CHECK(tensor({{1.5, 2}, {3, 4}}).str() == "tensor([[1.5000, 2.0000],\n        [3.0000, 4.0000]])");
   CHECK(arange(4).str() == "tensor([0, 1, 2, 3])");
   CHECK(tensor({-1, 10}, kInt64).str() == "tensor([-1, 10])");
-  CHECK(gt(tensor({1, -1}), 0).str() == "tensor([ True, False])");
+  CHECK(gt(tensor({1.0, -1.0}), 0).str() == "tensor([ True, False])");
   CHECK(tensor({0.5}, kFloat64).str() == "tensor([0.5000], dtype=torch.float64)");
   CHECK(scalar_tensor(2.25).str() == "tensor(2.2500)");
   CHECK(zeros({0}).str() == "tensor([])");

@@ -82,7 +82,7 @@ TEST_CASE("sum and mean over dims match naive loops on non-contiguous inputs", "
 TEST_CASE("sum dtypes: int64 stays int64, bool counts, float16 accumulates wide", "[reduce][dtype]") {
   CHECK(sum(arange(101)).item<int64_t>() == 5050);
   CHECK(sum(arange(101)).dtype() == kInt64);
-  const Tensor mask = gt(tensor({1, 5, 7, 0}), 2);
+  const Tensor mask = gt(tensor({1.0, 5.0, 7.0, 0.0}), 2);
   CHECK(sum(mask).dtype() == kInt64);
   CHECK(sum(mask).item<int64_t>() == 2);
   // 4096 halves of 1.0: a float16 running sum would stall at 2048.
@@ -116,13 +116,13 @@ TEST_CASE("max and argmax return the first maximum; NaN counts as the maximum", 
   CHECK(kv.sizes() == Shape{7, 1});
   CHECK(equal(argmax(x, 1, true), ki));
   // Ties: first index. NaN: wins and is reported.
-  const Tensor ties = tensor({1, 3, 3, 2});
+  const Tensor ties = tensor({1.0, 3.0, 3.0, 2.0});
   CHECK(argmax(ties).item<int64_t>() == 1);
   const Tensor with_nan = tensor({1, std::nan(""), 5, std::nan("")});
   CHECK(argmax(with_nan).item<int64_t>() == 1);
   CHECK(std::isnan(max(with_nan).item<float>()));
   // Over all elements of a 2-D tensor: the flat index in row-major order.
-  const Tensor m = tensor({{1, 9, 2}, {9, 0, 3}});
+  const Tensor m = tensor({{1.0, 9.0, 2.0}, {9.0, 0.0, 3.0}});
   CHECK(argmax(m).item<int64_t>() == 1);
   CHECK(argmax(m.t()).item<int64_t>() == 1);  // m.t() is [[1, 9], [9, 0], [2, 3]]
   CHECK(max(m).item<float>() == 9);
@@ -172,10 +172,10 @@ TEST_CASE("softmax and log_softmax: formula, stability, PyTorch's numbers", "[re
     }
   }
   // Large logits: the naive formula overflows, the stable one does not.
-  const Tensor big = tensor({1000, 1001, 1002});
+  const Tensor big = tensor({1000.0, 1001.0, 1002.0});
   const std::vector<float> sb = softmax(big, 0).to_vector<float>();
   CHECK(std::fabs(sb[2] - 0.66524096f) < 1e-6f);
-  const std::vector<float> lb = log_softmax(tensor({-1000, 0}), 0).to_vector<float>();
+  const std::vector<float> lb = log_softmax(tensor({-1000.0, 0.0}), 0).to_vector<float>();
   CHECK(lb[0] == -1000.0f);
   CHECK(lb[1] == 0.0f);
   // PyTorch fixtures.

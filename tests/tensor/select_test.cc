@@ -317,3 +317,65 @@ TEST_CASE("sort, argsort, unique, nonzero, masked_select and bincount match PyTo
                     Contains("bincount: input must be non-negative"));
   CHECK_THROWS_WITH(masked_select(zeros({2}), zeros({2})), Contains("masked_select: expected a bool mask"));
 }
+
+TEST_CASE("prod and cumprod as torch's: zeros in the input, keepdim, a long dim, integers; gradients",
+          "[tensor][select]") {
+  for (const auto& [c, shape, out_shape, f] :
+       {std::tuple<std::string, Shape, Shape, std::function<Tensor(const Tensor&)>>{
+            "prod1", {3, 5}, {3}, [](const Tensor& x) { return prod(x, 1); }},
+        {"prod_all", {2, 3}, {}, [](const Tensor& x) { return x.prod(); }},
+        {"prod_keep0", {4, 3}, {1, 3}, [](const Tensor& x) { return x.prod(0, /*keepdim=*/true); }},
+        {"cumprod1", {3, 6}, {3, 6}, [](const Tensor& x) { return cumprod(x, 1); }},
+        {"cumprod0", {5, 2}, {5, 2}, [](const Tensor& x) { return x.cumprod(0); }},
+        {"cumprod_long", {2, 40}, {2, 40}, [](const Tensor& x) { return cumprod(x, -1); }}}) {
+    INFO(c);
+    const Tensor x = leaf(c + "_x", shape);
+    const Tensor out = f(x);
+    check_close(out, value(c + "_out", out_shape));
+    out.backward(value(c + "_grad_out", out_shape));
+    check_close(x.grad(), value(c + "_grad_x", shape));
+  }
+  const Tensor ints = tensor({{3, -1, 4}, {1, 5, -9}});
+  CHECK(prod(ints, 1).dtype() == kInt64);
+  CHECK(equal(prod(ints, 1).to(kFloat64), value("prod_int", {2})));
+  CHECK(equal(cumprod(ints, 1).to(kFloat64), value("cumprod_int", {2, 3})));
+  CHECK(prod(zeros({0})).item<float>() == 1.0f);  // the empty product
+  CHECK(prod(full({}, 3.0)).item<float>() == 3.0f);
+  CHECK(gradcheck([](const Inputs& v) { return prod(v[0], 1); }, {random({3, 7}, 21)}) == "");
+  CHECK(gradcheck([](const Inputs& v) { return cumprod(v[0], 0); }, {random({9, 2}, 22)}) == "");
+  CHECK_THROWS_WITH(prod(zeros({2, 3}), 2),
+                    Contains("prod: dimension out of range (expected to be in range of [-2, 1], but got 2)"));
+}
+
+TEST_CASE("scatter as torch.scatter: src or a value along either dim, the last of repeats wins; gradients",
+          "[tensor][select]") {
+  const Tensor idx1 = tensor({{3, 0, 4}, {1, 2, 0}}), idx0 = tensor({{2, 0, 1}, {1, 2, 0}});
+  for (const auto& [c, d, x_shape, index] :
+       {std::tuple<std::string, int64_t, Shape, Tensor>{"scatter1", 1, {3, 5}, idx1}, {"scatter0", 0, {3, 3}, idx0}}) {
+    INFO(c);
+    const Tensor base = leaf(c + "_x", x_shape), src = leaf(c + "_s", {2, 3});
+    const Tensor out = scatter(base, d, index, src);
+    check_close(out, value(c + "_out", x_shape));
+    out.backward(value(c + "_grad_out", x_shape));
+    check_close(base.grad(), value(c + "_grad_x", x_shape));
+    check_close(src.grad(), value(c + "_grad_s", {2, 3}));
+    CHECK(gradcheck([&, d = d, index = index](const Inputs& v) { return scatter(v[0], d, index, v[1]); },
+                    {random(x_shape, 23), random({2, 3}, 24)}) == "");
+  }
+  const Tensor x = leaf("scatter_value_x", {3, 5});
+  const Tensor filled = x.scatter(1, idx1, 2.5);
+  check_close(filled, value("scatter_value_out", {3, 5}));
+  filled.backward(value("scatter_value_grad_out", {3, 5}));
+  check_close(x.grad(), value("scatter_value_grad_x", {3, 5}));
+  const Tensor repeats = tensor({{1, 3, 1}, {0, 0, 0}});
+  check_close(scatter(value("scatter_repeat_x", {2, 4}), 1, repeats, value("scatter_repeat_s", {2, 3})),
+              value("scatter_repeat_out", {2, 4}));
+  // In place, and integers; the errors name what is wrong.
+  const Tensor ints = zeros({2, 3}, kInt64);
+  ints.scatter_(1, tensor({2, 0}).unsqueeze(1), 7.0);
+  CHECK(ints.to_vector<int64_t>() == std::vector<int64_t>{0, 0, 7, 7, 0, 0});
+  CHECK_THROWS_WITH(scatter(zeros({2, 3}), 1, tensor({3, 0}).unsqueeze(1), 1.0), Contains("scatter"));
+  CHECK_THROWS_WITH(scatter(zeros({2, 3}), 1, tensor({1, 0}).unsqueeze(1), zeros({2, 1}, kFloat64)),
+                    Contains("scatter") && Contains("float64"));
+  CHECK_THROWS_WITH(scatter(zeros({2, 3}), 1, tensor({1, 0}), 1.0), Contains("scatter: index (1 dims)"));
+}

@@ -166,7 +166,7 @@ TEST_CASE("view errors name the op and the arguments", "[tensor][view][errors]")
 }
 
 TEST_CASE("data access checks the dtype", "[tensor]") {
-  const Tensor t = tensor({1, 2, 3});
+  const Tensor t = tensor({1.0, 2.0, 3.0});
   CHECK(t.data_ptr<float>()[1] == 2.0f);
   CHECK_THROWS_WITH(t.data_ptr<double>(),
                     Contains("data_ptr: expected a tensor of dtype float64 but it has dtype float32"));
