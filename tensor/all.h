@@ -6,6 +6,7 @@
 #include "tinyddp/tensor/device.h"
 #include "tinyddp/tensor/dtype.h"
 #include "tinyddp/tensor/factory.h"
+#include "tinyddp/tensor/indexing.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/parallel.h"
 #include "tinyddp/tensor/random.h"

@@ -65,6 +65,10 @@ struct TensorImpl {
 // kPreserve (as the tensor is).
 enum class MemoryFormat { kContiguous, kChannelsLast, kPreserve };
 
+namespace indexing {
+class TensorIndex;
+}  // namespace indexing
+
 class Tensor {
  public:
   Tensor() = default;  // undefined: defined() is false
@@ -180,6 +184,14 @@ class Tensor {
 #include "tinyddp/tensor/methods.inc"
 #undef TDDP_METHOD
 #undef TDDP_INPLACE
+  // Python's indexing (indexing.h, which declares the index types): x.index({Slice(), 0}),
+  // x.index_put_({mask}, 0.0), and libtorch's x.slice(dim, start, end, step).
+  Tensor index(const std::vector<indexing::TensorIndex>& indices) const;
+  const Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, const Tensor& values,
+                           bool accumulate = false) const;
+  const Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, double value) const;
+  Tensor slice(int64_t dim, std::optional<int64_t> start = std::nullopt, std::optional<int64_t> end = std::nullopt,
+               int64_t step = 1) const;
   // torch's spellings of what is above: x.size() (the sizes), x.T() (the dims reversed),
   // x.mT() (the last two swapped), x.cpu(), x.cuda(), x.type_as(other).
   const Shape& size() const { return sizes(); }
