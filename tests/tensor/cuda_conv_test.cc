@@ -240,6 +240,26 @@ TEST_CASE(
   CHECK(equal(one_hot(ids.to(kGpu), 4).to(kCPU), one_hot(ids, 4)));
 }
 
+TEST_CASE("CUDA: prod, cumprod, scatter, index and index_put_ equal the CPU's", "[cuda][select][indexing]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  using namespace indexing;
+  Generator gen(12);
+  const Tensor x = randn({4, 5}, {}, &gen), src = randn({4, 2}, {}, &gen), v = randn({4}, {}, &gen);
+  check_on_gpu([](const Inputs& in) { return prod(in[0], 1); }, {x});
+  check_on_gpu([](const Inputs& in) { return cumprod(in[0], 0); }, {x});
+  const Tensor sidx = from_vector<int64_t>({4, 0, 1, 3, 2, 1, 0, 4}, Shape{4, 2});
+  check_on_gpu([&](const Inputs& in) { return scatter(in[0], 1, in[0].is_cuda() ? sidx.to(kGpu) : sidx, in[1]); },
+               {x, src});
+  check_on_gpu([](const Inputs& in) { return in[0].index({Slice(1, None), Slice(None, None, 2)}); }, {x});
+  check_on_gpu(
+      [](const Inputs& in) {
+        const Tensor y = mul(in[0], 1.0);
+        y.index_put_({Slice(), 2}, in[1]);
+        return y;
+      },
+      {x, v});
+}
+
 TEST_CASE("CUDA: conv1d and group_norm and their gradients equal the CPU's", "[cuda][conv]") {
   if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
   Generator gen(10);
