@@ -331,6 +331,18 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
   return conv2d(x, w, bias, 1, 0, dilation, groups);
 }
 
+Tensor conv_transpose1d(const Tensor& input, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
+                        int64_t output_padding, int64_t groups, int64_t dilation) {
+  check_floating(input, "conv_transpose1d");
+  TDDP_CHECK(input.dim() == 2 || input.dim() == 3, "conv_transpose1d: expected a 2-D or 3-D input, got {}",
+             format_shape(input.sizes()));
+  TDDP_CHECK(weight.defined() && weight.dim() == 3, "conv_transpose1d: expected a weight [in, out / groups, k], got {}",
+             weight.defined() ? format_shape(weight.sizes()) : "undefined");
+  return conv_transpose2d(input.unsqueeze(-2), weight.unsqueeze(-2), bias, {1, stride}, {0, padding},
+                          {0, output_padding}, groups, {1, dilation})
+      .squeeze(-2);
+}
+
 namespace {
 void check_attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool is_causal) {
   constexpr const char* kOp = "scaled_dot_product_attention";

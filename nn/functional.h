@@ -109,6 +109,11 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
                         tensor::Size2d stride = 1, tensor::Size2d padding = 0, tensor::Size2d output_padding = 0,
                         int64_t groups = 1, tensor::Size2d dilation = 1);
 
+// As torch.nn.functional.conv_transpose1d: input [N, C_in, L] (or [C_in, L]), weight [C_in,
+// C_out / groups, k] -> conv_transpose2d over a height of 1.
+Tensor conv_transpose1d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
+                        int64_t padding = 0, int64_t output_padding = 0, int64_t groups = 1, int64_t dilation = 1);
+
 // As torch.nn.functional.instance_norm: input [N, C, ...], each (sample, channel) normalised
 // over its positions with its own mean and biased variance (use_input_stats), or with the
 // running statistics [C] (use_input_stats false: eval with tracked statistics); with both,

@@ -12,16 +12,15 @@
 
 namespace tinyddp::nn {
 
-namespace {
-// U(-bound, bound) with bound = 1/sqrt(fan_in): PyTorch's kaiming_uniform_(a=sqrt(5)) for
-// the weight and its bias rule, which both reduce to this bound.
-Tensor uniform_init(const tensor::Shape& shape, int64_t fan_in) {
+Tensor detail::uniform_init(const tensor::Shape& shape, int64_t fan_in) {
   const double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
   Tensor t = tensor::empty(shape);
   if (!SkipInitGuard::active()) tensor::uniform_(t, -bound, bound);
   return t;
 }
-}  // namespace
+
+using detail::pair_repr;
+using detail::uniform_init;
 
 Linear::Linear(int64_t in, int64_t out, bool with_bias) : Module("Linear"), in_features(in), out_features(out) {
   TDDP_CHECK(in >= 0 && out >= 0, "Linear: in_features ({}) and out_features ({}) must be >= 0", in, out);
@@ -42,8 +41,9 @@ std::string Linear::extra_repr() const {
                      bias.defined() ? "True" : "False");
 }
 
+std::string detail::pair_repr(tensor::Size2d s) { return fmt::format("({}, {})", s.h, s.w); }
+
 namespace {
-std::string pair_repr(tensor::Size2d s) { return fmt::format("({}, {})", s.h, s.w); }
 // The pools keep the value they were given, so PyTorch prints MaxPool2d(2)'s kernel as 2 and
 // MaxPool2d((2, 3))'s as (2, 3): a square size is printed as the one number it usually was.
 std::string pool_repr(tensor::Size2d s) { return s.h == s.w ? std::to_string(s.h) : pair_repr(s); }
@@ -76,37 +76,6 @@ std::string Conv2d::extra_repr() const {
   if (dilation.h != 1 || dilation.w != 1) s += ", dilation=" + pair_repr(dilation);
   if (groups != 1) s += fmt::format(", groups={}", groups);
   if (!bias.defined()) s += ", bias=False";
-  return s;
-}
-
-ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& o) : Module("ConvTranspose2d"), options(o) {
-  const int64_t in = o.in_channels(), out = o.out_channels(), groups = o.groups();
-  TDDP_CHECK(in > 0 && out > 0, "ConvTranspose2d: in_channels ({}) and out_channels ({}) must be positive", in, out);
-  TDDP_CHECK(groups > 0 && in % groups == 0 && out % groups == 0,
-             "ConvTranspose2d: groups ({}) must be positive and divide in_channels ({}) and out_channels ({})", groups,
-             in, out);
-  const tensor::Size2d k = o.kernel_size();
-  TDDP_CHECK(k.h > 0 && k.w > 0, "ConvTranspose2d: kernel_size must be positive, got {}", pair_repr(k));
-  const int64_t fan_in = out / groups * k.h * k.w;  // PyTorch's fan of a [in, out / groups, kh, kw] weight
-  weight = register_parameter("weight", uniform_init({in, out / groups, k.h, k.w}, fan_in));
-  if (o.bias()) bias = register_parameter("bias", uniform_init({out}, fan_in));
-}
-
-Tensor ConvTranspose2d::forward(const Tensor& input) {
-  return functional::conv_transpose2d(input, weight, bias, options.stride(), options.padding(),
-                                      options.output_padding(), options.groups(), options.dilation());
-}
-
-std::string ConvTranspose2d::extra_repr() const {
-  const ConvTranspose2dOptions& o = options;
-  std::string s = fmt::format("{}, {}, kernel_size={}, stride={}", o.in_channels(), o.out_channels(),
-                              pair_repr(o.kernel_size()), pair_repr(o.stride()));
-  const auto differs = [](tensor::Size2d a, int64_t v) { return a.h != v || a.w != v; };
-  if (differs(o.padding(), 0)) s += ", padding=" + pair_repr(o.padding());
-  if (differs(o.dilation(), 1)) s += ", dilation=" + pair_repr(o.dilation());
-  if (differs(o.output_padding(), 0)) s += ", output_padding=" + pair_repr(o.output_padding());
-  if (o.groups() != 1) s += fmt::format(", groups={}", o.groups());
-  if (!o.bias()) s += ", bias=False";
   return s;
 }
 
@@ -374,7 +343,6 @@ std::shared_ptr<Module> Conv2d::clone_structure() const {
   return std::make_shared<Conv2d>(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
                                   bias.defined());
 }
-std::shared_ptr<Module> ConvTranspose2d::clone_structure() const { return std::make_shared<ConvTranspose2d>(options); }
 std::shared_ptr<Module> Conv1d::clone_structure() const {
   return std::make_shared<Conv1d>(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
                                   bias.defined());

@@ -16,6 +16,15 @@
 
 namespace tinyddp::nn {
 
+namespace detail {
+// U(-bound, bound) with bound = 1/sqrt(fan_in): PyTorch's kaiming_uniform_(a=sqrt(5)) for a
+// layer's weight and its bias rule, which both reduce to this bound (nothing is drawn under
+// SkipInitGuard). The layers of layers.h and conv_transpose.h initialise with it.
+Tensor uniform_init(const tensor::Shape& shape, int64_t fan_in);
+// "(h, w)", as PyTorch prints a pair.
+std::string pair_repr(tensor::Size2d s);
+}  // namespace detail
+
 class Linear : public Module {
  public:
   std::shared_ptr<Module> clone_structure() const override;
@@ -50,28 +59,6 @@ class Conv2d : public Module {
   Tensor bias;    // [out], undefined without bias
   int64_t in_channels, out_channels, groups;
   tensor::Size2d kernel_size, stride, padding, dilation;
-};
-
-// torch.nn.ConvTranspose2d (the gradient of a Conv2d with respect to its input, as a layer):
-// weight [in, out / groups, kh, kw], bias [out], both ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with
-// fan_in = out / groups * kh * kw (PyTorch's reading of the weight's shape), weight first; the
-// output [N, out, (H - 1) stride - 2 padding + dilation (kh - 1) + output_padding + 1, ...].
-class ConvTranspose2d : public Module {
- public:
-  std::shared_ptr<Module> clone_structure() const override;
-  explicit ConvTranspose2d(const ConvTranspose2dOptions& options);
-  ConvTranspose2d(int64_t in_channels, int64_t out_channels, tensor::Size2d kernel_size, tensor::Size2d stride = 1,
-                  tensor::Size2d padding = 0, tensor::Size2d output_padding = 0)
-      : ConvTranspose2d(ConvTranspose2dOptions(in_channels, out_channels, kernel_size)
-                            .stride(stride)
-                            .padding(padding)
-                            .output_padding(output_padding)) {}
-  Tensor forward(const Tensor& input) override;
-  std::string extra_repr() const override;
-
-  ConvTranspose2dOptions options;
-  Tensor weight;  // [in, out / groups, kh, kw]
-  Tensor bias;    // [out], undefined without bias
 };
 
 // torch.nn.Conv1d: weight [out, in / groups, k], bias [out], initialised as Conv2d's (fan_in =

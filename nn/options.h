@@ -64,6 +64,20 @@ struct ConvTranspose2dOptions {
   TINYDDP_ARG(tensor::Size2d, dilation) = 1;
 };
 
+struct ConvTranspose1dOptions {
+  ConvTranspose1dOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
+  TINYDDP_ARG(int64_t, in_channels);
+  TINYDDP_ARG(int64_t, out_channels);
+  TINYDDP_ARG(int64_t, kernel_size);
+  TINYDDP_ARG(int64_t, stride) = 1;
+  TINYDDP_ARG(int64_t, padding) = 0;
+  TINYDDP_ARG(int64_t, output_padding) = 0;
+  TINYDDP_ARG(int64_t, groups) = 1;
+  TINYDDP_ARG(bool, bias) = true;
+  TINYDDP_ARG(int64_t, dilation) = 1;
+};
+
 // MaxPool2d's and AvgPool2d's; stride unset: the kernel size.
 struct MaxPool2dOptions {
   explicit MaxPool2dOptions(tensor::Size2d kernel_size) : kernel_size_(kernel_size) {}

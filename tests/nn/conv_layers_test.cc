@@ -1,6 +1,6 @@
 // Conv2d, BatchNorm1d/2d, pooling, Flatten and Dropout as modules: PyTorch's initial values,
 // buffers and state-dict names, momentum=None, train/eval through a tree, repr, errors, and
-// checkpoints whose buffers are missing or mis-shaped; ConvTranspose2d and F::conv_transpose2d.
+// checkpoints whose buffers are missing or mis-shaped; ConvTranspose1d/2d and F::conv_transpose1d/2d.
 // References: tests/tensor/fixtures/make_conv_fixtures.py and
 // tests/nn/fixtures/make_functional_fixtures.py (PyTorch).
 #include "tests/fixture_case.h"
@@ -174,6 +174,37 @@ TEST_CASE("ConvTranspose2d and F::conv_transpose2d match PyTorch: outputs, gradi
   };
   CHECK(autograd::gradcheck([](const V& v) { return F::conv_transpose2d(v[0], v[1], v[2], 2, 1, 1); },
                             {random({1, 2, 3, 3}), random({2, 2, 2, 2}), random({2})}) == "");
+}
+
+TEST_CASE("ConvTranspose1d and F::conv_transpose1d match PyTorch: outputs, gradients, initial weights",
+          "[nn][conv][conv_transpose]") {
+  namespace F = tinyddp::nn::functional;
+  using V = std::vector<Tensor>;
+  const testing::Fixture f("tests/nn/fixtures/functional_reference.txt");
+  f.check_case("ct1_basic", {{"x", {2, 3, 6}}, {"w", {3, 2, 3}}, {"b", {2}}}, {2, 2, 12},
+               [](const V& v) { return F::conv_transpose1d(v[0], v[1], v[2], 2, 1, 1); });
+  f.check_case("ct1_groups", {{"x", {1, 4, 5}}, {"w", {4, 3, 2}}}, {1, 6, 5},
+               [](const V& v) { return F::conv_transpose1d(v[0], v[1], Tensor(), 1, 1, 0, 2, 2); });
+  f.check_case("ct1_unbatched", {{"x", {3, 4}}, {"w", {3, 2, 2}}}, {2, 8},
+               [](const V& v) { return F::conv_transpose1d(v[0], v[1], Tensor(), 2); });
+  tensor::manual_seed(12);
+  nn::ConvTranspose1d layer(nn::ConvTranspose1dOptions(4, 6, 3).groups(2));
+  CHECK(tensor::equal(layer.weight, f.value("ct1_init_weight", {4, 3, 3}, tensor::kFloat32)));
+  CHECK(tensor::equal(layer.bias, f.value("ct1_init_bias", {6}, tensor::kFloat32)));
+  CHECK(layer.repr() == "ConvTranspose1d(4, 6, kernel_size=(3,), stride=(1,), groups=2)");
+  CHECK(layer.clone_structure()->repr() == layer.repr());
+  CHECK(nn::ConvTranspose1d(3, 2, 4, 2, 1, 1).repr() ==
+        "ConvTranspose1d(3, 2, kernel_size=(4,), stride=(2,), padding=(1,), output_padding=(1,))");
+  CHECK(layer(tensor::zeros({2, 4, 5})).sizes() == tensor::Shape{2, 6, 7});
+  CHECK_THROWS_WITH(layer(tensor::zeros({2, 4, 5, 5})), Contains("conv_transpose1d: expected a 2-D or 3-D input"));
+  CHECK_THROWS_WITH(nn::ConvTranspose1d(nn::ConvTranspose1dOptions(4, 6, 3).groups(3)),
+                    Contains("ConvTranspose1d: groups (3) must be positive and divide in_channels (4)"));
+  tensor::Generator g(3);
+  const auto random = [&](const tensor::Shape& shape) {
+    return tensor::randn(shape, tensor::TensorOptions(tensor::kFloat64), &g).requires_grad_();
+  };
+  CHECK(autograd::gradcheck([](const V& v) { return F::conv_transpose1d(v[0], v[1], v[2], 2, 1, 1); },
+                            {random({1, 2, 4}), random({2, 2, 3}), random({2})}) == "");
 }
 
 TEST_CASE("CUDA: conv_transpose2d matches the CPU", "[nn][conv][conv_transpose][cuda]") {
