@@ -5,6 +5,7 @@
 #include "examples/digits.h"
 #include "tinyddp/nn/batchnorm.h"
 #include "tinyddp/nn/checkpoint.h"
+#include "tinyddp/nn/conv.h"
 
 namespace tinyddp::examples {
 

@@ -49,67 +49,6 @@ namespace {
 std::string pool_repr(tensor::Size2d s) { return s.h == s.w ? std::to_string(s.h) : pair_repr(s); }
 }  // namespace
 
-Conv2d::Conv2d(int64_t in, int64_t out, tensor::Size2d kernel, tensor::Size2d stride_, tensor::Size2d padding_,
-               tensor::Size2d dilation_, int64_t groups_, bool with_bias)
-    : Module("Conv2d"), in_channels(in), out_channels(out), groups(groups_), kernel_size(kernel), stride(stride_),
-      padding(padding_), dilation(dilation_) {
-  TDDP_CHECK(in > 0 && out > 0, "Conv2d: in_channels ({}) and out_channels ({}) must be positive", in, out);
-  TDDP_CHECK(groups > 0 && in % groups == 0 && out % groups == 0,
-             "Conv2d: groups ({}) must be positive and divide in_channels ({}) and out_channels ({})", groups, in, out);
-  TDDP_CHECK(kernel.h > 0 && kernel.w > 0, "Conv2d: kernel_size must be positive, got {}", pair_repr(kernel));
-  const int64_t fan_in = in / groups * kernel.h * kernel.w;
-  weight = register_parameter("weight", uniform_init({out, in / groups, kernel.h, kernel.w}, fan_in));
-  if (with_bias) bias = register_parameter("bias", uniform_init({out}, fan_in));
-}
-
-Tensor Conv2d::forward(const Tensor& input) {
-  TDDP_CHECK((input.dim() == 3 || input.dim() == 4) && input.size(-3) == in_channels,
-             "Conv2d: expected input [N, {}, H, W] or [{}, H, W] ({} in_channels), got shape {}", in_channels,
-             in_channels, in_channels, tensor::format_shape(input.sizes()));
-  return tensor::conv2d(input, weight, bias, stride, padding, dilation, groups);
-}
-
-std::string Conv2d::extra_repr() const {
-  std::string s = fmt::format("{}, {}, kernel_size={}, stride={}", in_channels, out_channels, pair_repr(kernel_size),
-                              pair_repr(stride));
-  if (padding.h != 0 || padding.w != 0) s += ", padding=" + pair_repr(padding);
-  if (dilation.h != 1 || dilation.w != 1) s += ", dilation=" + pair_repr(dilation);
-  if (groups != 1) s += fmt::format(", groups={}", groups);
-  if (!bias.defined()) s += ", bias=False";
-  return s;
-}
-
-Conv1d::Conv1d(int64_t in, int64_t out, int64_t kernel, int64_t stride_, int64_t padding_, int64_t dilation_,
-               int64_t groups_, bool with_bias)
-    : Module("Conv1d"), in_channels(in), out_channels(out), kernel_size(kernel), stride(stride_), padding(padding_),
-      dilation(dilation_), groups(groups_) {
-  TDDP_CHECK(in > 0 && out > 0 && kernel > 0,
-             "Conv1d: in_channels ({}), out_channels ({}) and kernel_size ({}) must "
-             "be positive",
-             in, out, kernel);
-  TDDP_CHECK(groups > 0 && in % groups == 0 && out % groups == 0,
-             "Conv1d: groups ({}) must be positive and divide in_channels ({}) and out_channels ({})", groups, in, out);
-  weight = register_parameter("weight", uniform_init({out, in / groups, kernel}, in / groups * kernel));
-  if (with_bias) bias = register_parameter("bias", uniform_init({out}, in / groups * kernel));
-}
-
-Tensor Conv1d::forward(const Tensor& input) {
-  TDDP_CHECK((input.dim() == 2 || input.dim() == 3) && input.size(-2) == in_channels,
-             "Conv1d: expected input [N, {}, L] or [{}, L], got shape {}", in_channels, in_channels,
-             tensor::format_shape(input.sizes()));
-  return tensor::conv1d(input, weight, bias, stride, padding, dilation, groups);
-}
-
-std::string Conv1d::extra_repr() const {
-  std::string s =
-      fmt::format("{}, {}, kernel_size=({},), stride=({},)", in_channels, out_channels, kernel_size, stride);
-  if (padding != 0) s += fmt::format(", padding=({},)", padding);
-  if (dilation != 1) s += fmt::format(", dilation=({},)", dilation);
-  if (groups != 1) s += fmt::format(", groups={}", groups);
-  if (!bias.defined()) s += ", bias=False";
-  return s;
-}
-
 MaxPool2d::MaxPool2d(tensor::Size2d kernel, std::optional<tensor::Size2d> stride_, tensor::Size2d padding_,
                      tensor::Size2d dilation_)
     : Module("MaxPool2d"), kernel_size(kernel), stride(stride_.value_or(kernel)), padding(padding_),
@@ -338,14 +277,6 @@ Tensor ToyModel::forward(const Tensor& input) { return (*net2)((*relu)((*net1)(i
 
 std::shared_ptr<Module> Linear::clone_structure() const {
   return std::make_shared<Linear>(in_features, out_features, bias.defined());
-}
-std::shared_ptr<Module> Conv2d::clone_structure() const {
-  return std::make_shared<Conv2d>(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
-                                  bias.defined());
-}
-std::shared_ptr<Module> Conv1d::clone_structure() const {
-  return std::make_shared<Conv1d>(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
-                                  bias.defined());
 }
 std::shared_ptr<Module> GroupNorm::clone_structure() const {
   return std::make_shared<GroupNorm>(num_groups, num_channels, eps, affine);

@@ -19,7 +19,7 @@ namespace tinyddp::nn {
 namespace detail {
 // U(-bound, bound) with bound = 1/sqrt(fan_in): PyTorch's kaiming_uniform_(a=sqrt(5)) for a
 // layer's weight and its bias rule, which both reduce to this bound (nothing is drawn under
-// SkipInitGuard). The layers of layers.h and conv_transpose.h initialise with it.
+// SkipInitGuard). The layers of layers.h and conv.h initialise with it.
 Tensor uniform_init(const tensor::Shape& shape, int64_t fan_in);
 // "(h, w)", as PyTorch prints a pair.
 std::string pair_repr(tensor::Size2d s);
@@ -38,44 +38,6 @@ class Linear : public Module {
   Tensor weight;  // [out, in]
   Tensor bias;    // [out], undefined without bias
   int64_t in_features, out_features;
-};
-
-// torch.nn.Conv2d: weight [out, in / groups, kh, kw], bias [out]; both ~ U(-1/sqrt(fan_in),
-// 1/sqrt(fan_in)) with fan_in = in / groups * kh * kw, weight first (torch.nn.Conv2d's
-// values after the same manual_seed). Zero padding.
-class Conv2d : public Module {
- public:
-  std::shared_ptr<Module> clone_structure() const override;
-  Conv2d(int64_t in_channels, int64_t out_channels, tensor::Size2d kernel_size, tensor::Size2d stride = 1,
-         tensor::Size2d padding = 0, tensor::Size2d dilation = 1, int64_t groups = 1, bool bias = true);
-  explicit Conv2d(const Conv2dOptions& o)
-      : Conv2d(o.in_channels(), o.out_channels(), o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.groups(),
-               o.bias()) {}
-  // input: [N, in, H, W] (or [in, H, W]) -> [N, out, OH, OW]
-  Tensor forward(const Tensor& input) override;
-  std::string extra_repr() const override;
-
-  Tensor weight;  // [out, in / groups, kh, kw]
-  Tensor bias;    // [out], undefined without bias
-  int64_t in_channels, out_channels, groups;
-  tensor::Size2d kernel_size, stride, padding, dilation;
-};
-
-// torch.nn.Conv1d: weight [out, in / groups, k], bias [out], initialised as Conv2d's (fan_in =
-// in / groups * k); input [N, in, L] (or [in, L]) -> [N, out, OL] (tensor::conv1d).
-class Conv1d : public Module {
- public:
-  std::shared_ptr<Module> clone_structure() const override;
-  Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1, int64_t padding = 0,
-         int64_t dilation = 1, int64_t groups = 1, bool bias = true);
-  explicit Conv1d(const Conv1dOptions& o)
-      : Conv1d(o.in_channels(), o.out_channels(), o.kernel_size(), o.stride(), o.padding(), o.dilation(), o.groups(),
-               o.bias()) {}
-  Tensor forward(const Tensor& input) override;
-  std::string extra_repr() const override;
-
-  Tensor weight, bias;
-  int64_t in_channels, out_channels, kernel_size, stride, padding, dilation, groups;
 };
 
 // torch.nn.MaxPool2d / AvgPool2d / AdaptiveAvgPool2d (stride defaults to the kernel size).

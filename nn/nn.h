@@ -10,7 +10,7 @@
 #include "tinyddp/nn/checkpoint.h"
 #include "tinyddp/nn/clip_grad.h"
 #include "tinyddp/nn/containers.h"
-#include "tinyddp/nn/conv_transpose.h"
+#include "tinyddp/nn/conv.h"
 #include "tinyddp/nn/cyclic_lr.h"
 #include "tinyddp/nn/data.h"
 #include "tinyddp/nn/datasets.h"

@@ -16,6 +16,13 @@
 
 namespace tinyddp::nn {
 
+// padding(kSame) and padding(kValid) of Conv1dOptions and Conv2dOptions, as libtorch's
+// torch::kSame / torch::kValid (PyTorch's padding='same' / 'valid').
+struct PaddingSame {};
+inline constexpr PaddingSame kSame{};
+struct PaddingValid {};
+inline constexpr PaddingValid kValid{};
+
 struct Conv1dOptions {
   Conv1dOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
@@ -27,6 +34,21 @@ struct Conv1dOptions {
   TINYDDP_ARG(int64_t, dilation) = 1;
   TINYDDP_ARG(int64_t, groups) = 1;
   TINYDDP_ARG(bool, bias) = true;
+  // "zeros", "reflect", "replicate" or "circular", as PyTorch's padding_mode.
+  TINYDDP_ARG(std::string, padding_mode) = "zeros";
+
+ public:
+  // The output as long as the input (stride 1; the odd one of the padding at the end, as
+  // PyTorch's), or no padding.
+  Conv1dOptions& padding(PaddingSame) {
+    padding_same_ = true;
+    return *this;
+  }
+  Conv1dOptions& padding(PaddingValid) { return padding(int64_t{0}); }
+  bool padding_same() const { return padding_same_; }
+
+ private:
+  bool padding_same_ = false;
 };
 
 struct Conv2dOptions {
@@ -40,6 +62,18 @@ struct Conv2dOptions {
   TINYDDP_ARG(tensor::Size2d, dilation) = 1;
   TINYDDP_ARG(int64_t, groups) = 1;
   TINYDDP_ARG(bool, bias) = true;
+  TINYDDP_ARG(std::string, padding_mode) = "zeros";  // as Conv1dOptions'
+
+ public:
+  Conv2dOptions& padding(PaddingSame) {  // as Conv1dOptions'
+    padding_same_ = true;
+    return *this;
+  }
+  Conv2dOptions& padding(PaddingValid) { return padding(tensor::Size2d(0)); }
+  bool padding_same() const { return padding_same_; }
+
+ private:
+  bool padding_same_ = false;
 };
 
 struct EmbeddingOptions {

@@ -1,6 +1,7 @@
 // Conv2d, BatchNorm1d/2d, pooling, Flatten and Dropout as modules: PyTorch's initial values,
 // buffers and state-dict names, momentum=None, train/eval through a tree, repr, errors, and
-// checkpoints whose buffers are missing or mis-shaped; ConvTranspose1d/2d and F::conv_transpose1d/2d.
+// checkpoints whose buffers are missing or mis-shaped; ConvTranspose1d/2d and F::conv_transpose1d/2d; Conv1d/2d
+// with padding(kSame) and padding modes.
 // References: tests/tensor/fixtures/make_conv_fixtures.py and
 // tests/nn/fixtures/make_functional_fixtures.py (PyTorch).
 #include "tests/fixture_case.h"
@@ -205,6 +206,67 @@ TEST_CASE("ConvTranspose1d and F::conv_transpose1d match PyTorch: outputs, gradi
   };
   CHECK(autograd::gradcheck([](const V& v) { return F::conv_transpose1d(v[0], v[1], v[2], 2, 1, 1); },
                             {random({1, 2, 4}), random({2, 2, 3}), random({2})}) == "");
+}
+
+TEST_CASE("Conv2d and Conv1d with padding(kSame) and padding modes match PyTorch: weights, reprs, outputs, gradients",
+          "[nn][conv][padding]") {
+  using V = std::vector<Tensor>;
+  const testing::Fixture f("tests/nn/fixtures/functional_reference.txt");
+  struct Case {
+    std::string name;
+    uint64_t seed;
+    std::function<std::shared_ptr<nn::Module>()> make;
+    tensor::Shape input;
+    std::string repr;
+  };
+  const std::vector<Case> cases = {
+      {"conv_same_reflect",
+       14,
+       [] {
+         return std::make_shared<nn::Conv2d>(
+             nn::Conv2dOptions(2, 3, {3, 4}).padding(nn::kSame).dilation({1, 2}).padding_mode("reflect"));
+       },
+       {2, 2, 5, 9},
+       "Conv2d(2, 3, kernel_size=(3, 4), stride=(1, 1), padding=same, dilation=(1, 2), padding_mode=reflect)"},
+      {"conv_circular",
+       15,
+       [] { return std::make_shared<nn::Conv2d>(nn::Conv2dOptions(2, 3, 3).padding(1).padding_mode("circular")); },
+       {1, 2, 4, 5},
+       "Conv2d(2, 3, kernel_size=(3, 3), stride=(1, 1), padding=(1, 1), padding_mode=circular)"},
+      {"conv_same_zeros",
+       16,
+       [] { return std::make_shared<nn::Conv2d>(nn::Conv2dOptions(2, 2, 4).padding(nn::kSame).bias(false)); },
+       {1, 2, 5, 5},
+       "Conv2d(2, 2, kernel_size=(4, 4), stride=(1, 1), padding=same, bias=False)"},
+      {"conv1d_same_replicate",
+       17,
+       [] {
+         return std::make_shared<nn::Conv1d>(nn::Conv1dOptions(2, 3, 4).padding(nn::kSame).padding_mode("replicate"));
+       },
+       {2, 2, 7},
+       "Conv1d(2, 3, kernel_size=(4,), stride=(1,), padding=same, padding_mode=replicate)"}};
+  for (const Case& c : cases) {
+    INFO(c.name);
+    tensor::manual_seed(c.seed);
+    const std::shared_ptr<nn::Module> layer = c.make();
+    CHECK(layer->repr() == c.repr);
+    CHECK(layer->clone_structure()->repr() == c.repr);
+    for (const auto& [name, p] : layer->named_parameters()) {
+      CHECK(tensor::equal(p, f.value(c.name + "_" + name, p.sizes(), tensor::kFloat32)));
+    }
+    layer->to(tensor::kFloat64);
+    f.check_case(c.name, {{"x", c.input}},
+                 c.input.size() == 4 ? tensor::Shape{c.input[0], layer->parameters()[0].size(0), c.input[2], c.input[3]}
+                                     : tensor::Shape{c.input[0], 3, c.input[2]},
+                 [&](const V& v) { return layer->forward(v[0]); });
+  }
+  CHECK_THROWS_WITH(nn::Conv2d(nn::Conv2dOptions(2, 2, 3).padding(nn::kSame).stride(2)),
+                    Contains("Conv2d: padding='same' is not supported for strided convolutions"));
+  CHECK_THROWS_WITH(nn::Conv1d(nn::Conv1dOptions(2, 2, 3).padding_mode("mirror")),
+                    Contains("padding_mode must be one of ['zeros', 'reflect', 'replicate', 'circular'], but got "
+                             "padding_mode='mirror'"));
+  CHECK(nn::Conv2d(nn::Conv2dOptions(2, 2, 3).padding(nn::kValid))(tensor::zeros({1, 2, 5, 5})).sizes() ==
+        tensor::Shape{1, 2, 3, 3});
 }
 
 TEST_CASE("CUDA: conv_transpose2d matches the CPU", "[nn][conv][conv_transpose][cuda]") {
