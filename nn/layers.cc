@@ -160,13 +160,35 @@ Embedding::Embedding(int64_t num, int64_t dim, std::optional<int64_t> padding)
   }
 }
 
+Embedding::Embedding(const EmbeddingOptions& o) : Embedding(o.num_embeddings(), o.embedding_dim(), o.padding_idx()) {
+  TDDP_CHECK(!o.max_norm() || (*o.max_norm() > 0 && (o.norm_type() == 1.0 || o.norm_type() == 2.0)),
+             "Embedding: max_norm must be positive and norm_type 1 or 2, got max_norm {} and norm_type {}",
+             o.max_norm().value_or(0.0), o.norm_type());
+  max_norm = o.max_norm();
+  norm_type = o.norm_type();
+}
+
 Tensor Embedding::forward(const Tensor& input) {
+  if (max_norm) {  // PyTorch's embedding_renorm_: each row looked up scaled in place to the norm
+    tensor::NoGradGuard no_grad;
+    const Tensor rows = std::get<0>(tensor::unique(input.reshape({input.numel()})));
+    const Tensor picked = tensor::index_select(weight, 0, rows);
+    const Tensor norms = tensor::norm(picked, norm_type, {1}, true);
+    const Tensor scale =
+        tensor::where(tensor::gt(norms, *max_norm), tensor::div(tensor::full_like(norms, *max_norm), norms + 1e-7),
+                      tensor::ones_like(norms));
+    weight.index_put_({rows}, tensor::mul(picked, scale));
+  }
   return padding_idx ? functional::embedding(input, weight, *padding_idx) : tensor::embedding(input, weight);
 }
 
 std::string Embedding::extra_repr() const {
   std::string s = fmt::format("{}, {}", num_embeddings, embedding_dim);
   if (padding_idx) s += fmt::format(", padding_idx={}", *padding_idx);
+  // Python's float repr: 1.0, not fmt's 1.
+  const auto py = [](double v) { return v == std::floor(v) ? fmt::format("{:.1f}", v) : fmt::format("{}", v); };
+  if (max_norm) s += ", max_norm=" + py(*max_norm);
+  if (max_norm && norm_type != 2.0) s += ", norm_type=" + py(norm_type);
   return s;
 }
 
@@ -316,7 +338,8 @@ std::shared_ptr<Embedding> Embedding::from_pretrained(const Tensor& embeddings, 
   return e;
 }
 std::shared_ptr<Module> Embedding::clone_structure() const {
-  return std::make_shared<Embedding>(num_embeddings, embedding_dim, padding_idx);
+  return std::make_shared<Embedding>(
+      EmbeddingOptions(num_embeddings, embedding_dim).padding_idx(padding_idx).max_norm(max_norm).norm_type(norm_type));
 }
 std::shared_ptr<Module> LayerNorm::clone_structure() const {
   return std::make_shared<LayerNorm>(normalized_shape, eps, elementwise_affine, bias.defined());

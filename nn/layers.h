@@ -194,7 +194,7 @@ class Embedding : public Module {
   // padding_idx (negative: from the end): that row starts as zeros and gets no gradient, as
   // PyTorch's (F::embedding with a padding_idx).
   Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx = std::nullopt);
-  explicit Embedding(const EmbeddingOptions& o) : Embedding(o.num_embeddings(), o.embedding_dim(), o.padding_idx()) {}
+  explicit Embedding(const EmbeddingOptions& o);
   // As torch.nn.Embedding.from_pretrained: the weight is `embeddings` itself (its storage, a
   // [num_embeddings, embedding_dim] floating tensor), trained unless `freeze`; its padding_idx
   // row is kept as given.
@@ -206,6 +206,8 @@ class Embedding : public Module {
   Tensor weight;
   int64_t num_embeddings, embedding_dim;
   std::optional<int64_t> padding_idx;  // in [0, num_embeddings) once made
+  std::optional<double> max_norm;      // EmbeddingOptions' max_norm and norm_type
+  double norm_type = 2.0;
 };
 
 // torch.nn.LayerNorm over the trailing dims `normalized_shape`: weight (ones) and bias (zeros)

@@ -82,6 +82,10 @@ struct EmbeddingOptions {
   TINYDDP_ARG(int64_t, num_embeddings);
   TINYDDP_ARG(int64_t, embedding_dim);
   TINYDDP_ARG(std::optional<int64_t>, padding_idx);
+  // Rows looked up are first renormalised in place to a norm_type-norm of at most max_norm
+  // (PyTorch's max_norm; norm_type 1 or 2).
+  TINYDDP_ARG(std::optional<double>, max_norm);
+  TINYDDP_ARG(double, norm_type) = 2.0;
 };
 
 struct ConvTranspose2dOptions {

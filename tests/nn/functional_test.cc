@@ -239,3 +239,27 @@ TEST_CASE("Embedding(padding_idx) and F::embedding(..., padding_idx) match PyTor
   CHECK(pretrained->padding_idx == 0);
   CHECK_THROWS_WITH(nn::Embedding(6, 3, 6), Contains("Padding_idx must be within num_embeddings"));
 }
+
+TEST_CASE("Embedding with max_norm renormalises the rows it looks up in place, as PyTorch's", "[nn][embedding]") {
+  const Tensor ids = tensor::tensor({{1, 4, 1}, {0, 5, 3}});
+  for (const auto& [c, norm_type, repr] :
+       {std::tuple<std::string, double, std::string>{"embedding_max_norm", 2.0, "Embedding(6, 3, max_norm=1.0)"},
+        {"embedding_max_norm_l1", 1.0, "Embedding(6, 3, max_norm=1.0, norm_type=1.0)"}}) {
+    INFO(c);
+    nn::Embedding layer(nn::EmbeddingOptions(6, 3).max_norm(1.0).norm_type(norm_type));
+    CHECK(layer.repr() == repr);
+    CHECK(layer.clone_structure()->repr() == repr);
+    layer.to(tensor::kFloat64);
+    {
+      tensor::NoGradGuard no_grad;
+      layer.weight.copy_(fixture().value(c + "_weight", {6, 3}));
+    }
+    const Tensor out = layer.forward(ids);
+    CHECK(tensor::allclose(layer.weight, fixture().value(c + "_renormed", {6, 3}), 1e-12, 1e-12));
+    CHECK(tensor::allclose(out, fixture().value(c + "_out", {2, 3, 3}), 1e-12, 1e-12));
+    out.backward(fixture().value(c + "_grad_out", {2, 3, 3}));
+    CHECK(tensor::allclose(layer.weight.grad(), fixture().value(c + "_grad_weight", {6, 3}), 1e-12, 1e-12));
+  }
+  CHECK_THROWS_WITH(nn::Embedding(nn::EmbeddingOptions(6, 3).max_norm(1.0).norm_type(3.0)),
+                    Contains("Embedding: max_norm must be positive and norm_type 1 or 2"));
+}
