@@ -283,6 +283,36 @@ Tensor adaptive_max_pool2d(const Tensor& input, tensor::Size2d output_size) {
 }
 
 namespace {
+// Each cell's first maximum (NaN counting as the largest) in input [N, C, H, W], as a position
+// h * W + w of its plane.
+Tensor adaptive_max_indices(const Tensor& input, tensor::Size2d output_size) {
+  tensor::NoGradGuard no_grad;
+  const int64_t h = input.size(2), w = input.size(3), oh = output_size.h, ow = output_size.w;
+  const Tensor positions = tensor::arange(h * w, TensorOptions(tensor::kInt64).device(input.device())).view({h, w});
+  std::vector<Tensor> rows;
+  for (int64_t i = 0; i < oh; ++i) {
+    const int64_t r0 = i * h / oh, rows_in = ((i + 1) * h + oh - 1) / oh - r0;
+    std::vector<Tensor> cells;
+    for (int64_t j = 0; j < ow; ++j) {
+      const int64_t c0 = j * w / ow, cols_in = ((j + 1) * w + ow - 1) / ow - c0;
+      const Tensor cell = input.narrow(2, r0, rows_in).narrow(3, c0, cols_in).flatten(2);  // [N, C, cells]
+      const Tensor local = tensor::argmax(cell, 2, /*keepdim=*/true);
+      const Tensor global = positions.narrow(0, r0, rows_in).narrow(1, c0, cols_in).reshape({rows_in * cols_in});
+      cells.push_back(tensor::index_select(global, 0, local.reshape({local.numel()})).view(local.sizes()).unsqueeze(3));
+    }
+    rows.push_back(cat(cells, 3));
+  }
+  return cat(rows, 2);
+}
+}  // namespace
+
+std::tuple<Tensor, Tensor> adaptive_max_pool2d_with_indices(const Tensor& input, tensor::Size2d output_size) {
+  const Tensor values = adaptive_max_pool2d(input, output_size);  // (checks the arguments)
+  if (input.dim() == 3) return {values, adaptive_max_indices(input.unsqueeze(0), output_size).squeeze(0)};
+  return {values, adaptive_max_indices(input, output_size)};
+}
+
+namespace {
 // x [N, C, H, W] with s - 1 zeros after each element but the last along `dim` (2 or 3).
 Tensor spread(const Tensor& x, int64_t dim, int64_t s) {
   if (s == 1 || x.size(dim) == 0) return x;

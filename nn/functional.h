@@ -96,8 +96,11 @@ Tensor embedding(const Tensor& input, const Tensor& weight, int64_t padding_idx)
 // As torch.nn.functional.adaptive_max_pool2d: input [N, C, H, W] (or [C, H, W]) into an
 // output_size grid, cell (i, j) the maximum over rows [floor(i H / oh), ceil((i + 1) H / oh))
 // and the columns likewise, its gradient to the first maximum (row-major), as PyTorch's. One
-// max_pool2d when the sizes divide, else one per cell. (No return_indices.)
+// max_pool2d when the sizes divide, else one per cell. With indices (return_indices=True, as
+// torch.adaptive_max_pool2d returns them): also each maximum's position h * W + w in its
+// plane (int64, the output's shape).
 Tensor adaptive_max_pool2d(const Tensor& input, tensor::Size2d output_size);
+std::tuple<Tensor, Tensor> adaptive_max_pool2d_with_indices(const Tensor& input, tensor::Size2d output_size);
 
 // As torch.nn.functional.conv_transpose2d: input [N, C_in, H, W] (or [C_in, H, W]), weight
 // [C_in, C_out / groups, kh, kw], bias [C_out] -> [N, C_out, (H - 1) stride - 2 padding +

@@ -251,6 +251,16 @@ TEST_CASE("F::adaptive_max_pool2d and AdaptiveMaxPool2d match PyTorch, ties and 
   });
   f.check_case("amp_ties", {{"x", {2, 3, 3}}}, {2, 2, 2},
                [](const V& v) { return F::adaptive_max_pool2d(tensor::relu(v[0]), 2); });
+  for (const auto& [c, size, shape, out] : {std::tuple<std::string, tensor::Size2d, tensor::Shape, tensor::Shape>{
+                                                "amp_indices_divides", {2, 3}, {2, 3, 4, 6}, {2, 3, 2, 3}},
+                                            {"amp_indices_overlap", {3, 4}, {2, 5, 7}, {2, 3, 4}}}) {
+    INFO(c);
+    const Tensor x = f.value(c + "_x", shape);
+    const auto [values, indices] = F::adaptive_max_pool2d_with_indices(x, size);
+    CHECK(indices.dtype() == tensor::kInt64);
+    CHECK(tensor::equal(indices, f.value(c + "_indices", out, tensor::kInt64)));
+    CHECK(tensor::equal(values, F::adaptive_max_pool2d(x, size)));
+  }
   CHECK(nn::AdaptiveMaxPool2d({3, 2}).repr() == "AdaptiveMaxPool2d(output_size=(3, 2))");
   CHECK(nn::AdaptiveMaxPool2d(4).clone_structure()->repr() == "AdaptiveMaxPool2d(output_size=4)");
   CHECK_THROWS_WITH(F::adaptive_max_pool2d(tensor::zeros({2, 3}), 1), Contains("expected a 3-D or 4-D input"));
