@@ -256,6 +256,15 @@ Tensor embedding(const Tensor& input, const Tensor& weight, int64_t padding_idx)
   return where(eq(input, static_cast<double>(pad)).unsqueeze(-1), tensor::embedding(input, weight.detach()), looked_up);
 }
 
+namespace {
+// Cell i of `out` cells over `in` positions: [floor(i in / out), ceil((i + 1) in / out)), as
+// (start, length).
+std::pair<int64_t, int64_t> adaptive_cell(int64_t i, int64_t in, int64_t out) {
+  const int64_t start = i * in / out, end = ((i + 1) * in + out - 1) / out;
+  return {start, end - start};
+}
+}  // namespace
+
 Tensor adaptive_max_pool2d(const Tensor& input, tensor::Size2d output_size) {
   check_floating(input, "adaptive_max_pool2d");
   TDDP_CHECK(input.dim() == 3 || input.dim() == 4, "adaptive_max_pool2d: expected a 3-D or 4-D input, got {}",
@@ -266,15 +275,13 @@ Tensor adaptive_max_pool2d(const Tensor& input, tensor::Size2d output_size) {
              "adaptive_max_pool2d: output_size ({}, {}) and the input's height and width {} must be positive", oh, ow,
              format_shape(input.sizes()));
   if (h % oh == 0 && w % ow == 0) return max_pool2d(input, {h / oh, w / ow});
-  const auto start = [](int64_t i, int64_t in, int64_t out) { return i * in / out; };                  // floor
-  const auto end = [](int64_t i, int64_t in, int64_t out) { return ((i + 1) * in + out - 1) / out; };  // ceil
   std::vector<Tensor> rows;
   for (int64_t i = 0; i < oh; ++i) {
-    const int64_t r0 = start(i, h, oh), rows_in = end(i, h, oh) - r0;
+    const auto [r0, rows_in] = adaptive_cell(i, h, oh);
     const Tensor band = input.narrow(2, r0, rows_in);
     std::vector<Tensor> cells;
     for (int64_t j = 0; j < ow; ++j) {
-      const int64_t c0 = start(j, w, ow), cols_in = end(j, w, ow) - c0;
+      const auto [c0, cols_in] = adaptive_cell(j, w, ow);
       cells.push_back(max_pool2d(band.narrow(3, c0, cols_in), {rows_in, cols_in}));
     }
     rows.push_back(cat(cells, 3));
@@ -291,10 +298,10 @@ Tensor adaptive_max_indices(const Tensor& input, tensor::Size2d output_size) {
   const Tensor positions = tensor::arange(h * w, TensorOptions(tensor::kInt64).device(input.device())).view({h, w});
   std::vector<Tensor> rows;
   for (int64_t i = 0; i < oh; ++i) {
-    const int64_t r0 = i * h / oh, rows_in = ((i + 1) * h + oh - 1) / oh - r0;
+    const auto [r0, rows_in] = adaptive_cell(i, h, oh);
     std::vector<Tensor> cells;
     for (int64_t j = 0; j < ow; ++j) {
-      const int64_t c0 = j * w / ow, cols_in = ((j + 1) * w + ow - 1) / ow - c0;
+      const auto [c0, cols_in] = adaptive_cell(j, w, ow);
       const Tensor cell = input.narrow(2, r0, rows_in).narrow(3, c0, cols_in).flatten(2);  // [N, C, cells]
       const Tensor local = tensor::argmax(cell, 2, /*keepdim=*/true);
       const Tensor global = positions.narrow(0, r0, rows_in).narrow(1, c0, cols_in).reshape({rows_in * cols_in});

@@ -47,20 +47,7 @@ TEST_CASE("examples: char_lstm on 2 ranks trains as PyTorch's DDP run of the sam
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Contains("[rank 0] sample: The "));
-  std::ifstream csv(metrics);
-  std::string line;
-  std::getline(csv, line);
-  CHECK(line == "step,loss,lr");
-  const double loss_tolerance = ref["loss_tolerance"].get<double>();
-  for (const auto& record : ref["records"]) {
-    REQUIRE(std::getline(csv, line));
-    INFO(line);
-    double step = 0, loss = 0, lr = 0;
-    REQUIRE(std::sscanf(line.c_str(), "%lf,%lf,%lf", &step, &loss, &lr) == 3);
-    CHECK(step == record["step"].get<double>());
-    CHECK(std::fabs(loss - record["loss"].get<double>()) <= loss_tolerance);
-    CHECK(lr == Approx(record["lr"].get<double>()).epsilon(1e-8));  // printed to 9 digits
-  }
+  testing::check_metrics(metrics, ref);
   check_saved_state(saved, ref["state"], ref["weight_tolerance"].get<double>());
 }
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,27 @@ inline std::string options_of(const nlohmann::json& config, const std::vector<co
   std::string s;
   for (const char* key : keys) s += fmt::format(" --{} {}", key, config[key].dump());
   return s;
+}
+
+// A metrics CSV an example wrote ("step,loss,lr", then a line per step) against a fixture's
+// "records": the same steps, each loss within the fixture's loss_tolerance, each rate to the 9
+// digits printed, and no line more.
+inline void check_metrics(const std::string& path, const nlohmann::json& fixture) {
+  std::ifstream csv(path);
+  std::string line;
+  std::getline(csv, line);
+  CHECK(line == "step,loss,lr");
+  const double loss_tolerance = fixture["loss_tolerance"].get<double>();
+  for (const auto& record : fixture["records"]) {
+    REQUIRE(std::getline(csv, line));
+    INFO(line);
+    double step = 0, loss = 0, lr = 0;
+    REQUIRE(std::sscanf(line.c_str(), "%lf,%lf,%lf", &step, &loss, &lr) == 3);
+    CHECK(step == record["step"].get<double>());
+    CHECK(std::fabs(loss - record["loss"].get<double>()) <= loss_tolerance);
+    CHECK(lr == Approx(record["lr"].get<double>()).epsilon(1e-8));  // printed to 9 digits
+  }
+  CHECK_FALSE(std::getline(csv, line));
 }
 
 // A state dict an example saved (safetensors) against a fixture's "state" (name -> float32
