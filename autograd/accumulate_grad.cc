@@ -26,11 +26,14 @@ std::vector<Tensor> AccumulateGrad::apply(const Tensor& incoming) {
              incoming.device().str(), tensor::dtype_name(leaf.dtype()), leaf.device().str());
   Tensor& grad = leaf.mutable_grad();
   if (!grad.defined()) {
-    // The engine's buffer is the only holder (use_count 1 here) and no view shares its
-    // storage: adopt it as .grad instead of copying.
+    // The engine's buffer is the only holder (use_count 1 here), no view shares its storage and
+    // it is laid out as the leaf (PyTorch's layout contract: .grad in the leaf's memory
+    // format): adopt it as .grad instead of copying.
+    const tensor::MemoryFormat layout = leaf.suggest_memory_format();
     const bool stealable = incoming.use_count() == 1 && incoming.storage().use_count() == 1 &&
-                           incoming.is_contiguous() && incoming.storage_offset() == 0 && !incoming.requires_grad();
-    grad = stealable ? incoming : incoming.clone();
+                           incoming.is_contiguous(layout) && incoming.storage_offset() == 0 &&
+                           !incoming.requires_grad();
+    grad = stealable ? incoming : incoming.clone(layout);
   } else if (tensor::GradMode::is_enabled()) {
     grad = tensor::add(grad, incoming);  // create_graph: .grad keeps the sum's graph (out of place)
   } else {

@@ -61,6 +61,9 @@ def work(name):
         f = {k: int(v) for k, v in (part.split(":") for part in arg.split("/"))}
         passes = 3 if f["which"] == 1 else 1
         return "GFLOP", 2.0 * f["batch"] * f["T"] * (4 * 128 ** 2 + 2 * f["T"] * 128) * passes / 1e9
+    channels_last = {"BM_AddInPlaceChannelsLast": 3, "BM_ReluChannelsLast": 2}.get(base)
+    if channels_last:  # [32, 64, 56, 56] floats per stream
+        return "GB", channels_last * 4 * 32 * 64 * 56 * 56 / 1e9
     streams = {"BM_Memcpy": 2, "BM_AddOut": 3, "BM_AddInPlace": 3, "BM_Add": 3}.get(base)
     return ("GB", streams * 4 * int(arg) / 1e9) if streams else (None, 0)
 

@@ -1,7 +1,7 @@
 // Tensor benchmarks (Google Benchmark): float32 and bfloat16 matmul at 256/512/1024 and at the
 // GEMM shapes of the MLP 784-1024-1024-10 training step (batch 128), elementwise adds of 16 M
-// floats and the memcpy they are measured against. Build with -c opt; bench/compare.py runs
-// this beside PyTorch.
+// floats and the memcpy they are measured against, an add and a relu on channels-last tensors. Build with -c opt;
+// bench/compare.py runs this beside PyTorch.
 #include "bench/bench_main.h"
 
 #include <cstring>
@@ -145,6 +145,35 @@ void BM_AddInPlace(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * 3 * n * static_cast<int64_t>(sizeof(float)));
 }
 BENCHMARK(BM_AddInPlace)->Arg(16 << 20)->Unit(benchmark::kMillisecond);
+
+// The same ops on channels-last activations [32, 64, 56, 56] (a ResNet stage's shape): an
+// in-place add of two such tensors (a residual `out += identity`) and relu into a new one.
+// The loops walk memory order, so these run as the row-major ones do.
+t::Tensor channels_last_activation(t::Generator& g) {
+  return t::randn({32, 64, 56, 56}, {}, &g).contiguous(t::MemoryFormat::kChannelsLast);
+}
+
+void BM_AddInPlaceChannelsLast(benchmark::State& state) {
+  t::Generator g(0);
+  const t::Tensor a = channels_last_activation(g), b = channels_last_activation(g);
+  for (auto _ : state) {
+    a.add_(b);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * 3 * a.numel() * static_cast<int64_t>(sizeof(float)));
+}
+BENCHMARK(BM_AddInPlaceChannelsLast)->Unit(benchmark::kMillisecond);
+
+void BM_ReluChannelsLast(benchmark::State& state) {
+  t::Generator g(0);
+  const t::Tensor a = channels_last_activation(g);
+  for (auto _ : state) {
+    t::Tensor c = t::relu(a);
+    benchmark::DoNotOptimize(c.raw_data_ptr());
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * a.numel() * static_cast<int64_t>(sizeof(float)));
+}
+BENCHMARK(BM_ReluChannelsLast)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

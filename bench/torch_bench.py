@@ -65,6 +65,9 @@ def main():
     print(json.dumps({"name": f"BM_AddOut/{n}", "ms": timeit(lambda: torch.add(a, b, out=c))}))
     print(json.dumps({"name": f"BM_Add/{n}", "ms": timeit(lambda: torch.add(a, b))}))
     print(json.dumps({"name": f"BM_AddInPlace/{n}", "ms": timeit(lambda: a.add_(b))}))
+    a, b = (torch.randn(32, 64, 56, 56).contiguous(memory_format=torch.channels_last) for _ in range(2))
+    print(json.dumps({"name": "BM_AddInPlaceChannelsLast", "ms": timeit(lambda: a.add_(b))}))
+    print(json.dumps({"name": "BM_ReluChannelsLast", "ms": timeit(lambda: torch.relu(a))}))
     print(json.dumps({"name": "torch", "version": torch.__version__,
                       "blas": torch.__config__.show().split("BLAS_INFO=")[1].split(",")[0]}))
 

@@ -199,7 +199,8 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, std::string_view mo
     if (mode == "circular") TDDP_CHECK(left <= n && right <= n, "pad: circular padding wraps at most once");
     out = index_select(out, d, padded_positions(n, left, right, mode).to(x.device()));
   }
-  return out;
+  // Constant padding keeps a channels-last input's layout, as PyTorch's (its other modes do not).
+  return mode == "constant" && out.dim() == 4 ? out.contiguous(x.suggest_memory_format()) : out;
 }
 
 Tensor dropout2d(const Tensor& x, double p, bool training, tensor::Generator* generator) {
@@ -365,7 +366,8 @@ Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor&
   const int64_t ph = dilation.h * (kh - 1) - padding.h, pw = dilation.w * (kw - 1) - padding.w;
   const Tensor x = pad(spread(spread(input, 2, stride.h), 3, stride.w),
                        {pw, pw + output_padding.w, ph, ph + output_padding.h});  // negative: cropped
-  return conv2d(x, w, bias, 1, 0, dilation, groups);
+  // Row-major whatever the input's layout, as PyTorch's (1.13) CPU kernel gives it.
+  return conv2d(x.contiguous(), w, bias, 1, 0, dilation, groups).contiguous();
 }
 
 Tensor conv_transpose1d(const Tensor& input, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,

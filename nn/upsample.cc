@@ -171,7 +171,9 @@ Tensor interpolate(const Tensor& input, const InterpolateFuncOptions& o) {
       x = tensor::index_select(x, d, tensor::from_vector(index).to(x.device()));
     }
   }
-  return narrow ? x.to(input.dtype()) : x;
+  // Stored channels last when the input is, as PyTorch's kernels give it.
+  const Tensor result = narrow ? x.to(input.dtype()) : x;
+  return dims == 2 ? result.contiguous(input.suggest_memory_format()) : result;
 }
 
 }  // namespace functional

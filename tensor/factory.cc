@@ -6,17 +6,30 @@
 #include <cmath>
 #include <limits>
 
+#include "tinyddp/tensor/native/checks.h"
 #include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::tensor {
 
-Tensor empty(const Shape& sizes, TensorOptions options) {
+namespace {
+Tensor allocate(const Shape& sizes, const Shape& strides, TensorOptions options) {
   const int64_t numel = shape_numel(sizes, "empty");
   const DType dtype = options.dtype();
   TDDP_CHECK(static_cast<uint64_t>(numel) <= std::numeric_limits<size_t>::max() / element_size(dtype),
              "empty: shape {} of {} needs more bytes than size_t can count", format_shape(sizes), dtype_name(dtype));
   Storage storage(static_cast<size_t>(numel) * element_size(dtype), options.device());
-  return Tensor::make(std::move(storage), sizes, contiguous_strides(sizes), 0, dtype);
+  return Tensor::make(std::move(storage), sizes, strides, 0, dtype);
+}
+}  // namespace
+
+Tensor empty(const Shape& sizes, TensorOptions options) { return allocate(sizes, contiguous_strides(sizes), options); }
+
+Tensor empty(const Shape& sizes, TensorOptions options, MemoryFormat memory_format) {
+  TDDP_CHECK(memory_format != MemoryFormat::kPreserve,
+             "empty: memory_format preserve has no tensor to preserve (use empty_like)");
+  TDDP_CHECK(memory_format == MemoryFormat::kContiguous || sizes.size() == 4,
+             "empty: channels_last needs a 4-D [N, C, H, W] shape, got {}", format_shape(sizes));
+  return allocate(sizes, detail::memory_format_strides(sizes, memory_format), options);
 }
 
 Tensor zeros(const Shape& sizes, TensorOptions options) { return full(sizes, 0.0, options); }
@@ -115,17 +128,19 @@ TensorOptions like_options(const Tensor& t, const std::optional<TensorOptions>& 
 }
 }  // namespace
 
-Tensor empty_like(const Tensor& t, std::optional<TensorOptions> options) {
-  return empty(t.sizes(), like_options(t, options));
+Tensor empty_like(const Tensor& t, std::optional<TensorOptions> options, MemoryFormat memory_format) {
+  return empty(t.sizes(), like_options(t, options), detail::resolve_format(t, memory_format));
 }
-Tensor zeros_like(const Tensor& t, std::optional<TensorOptions> options) {
-  return zeros(t.sizes(), like_options(t, options));
+Tensor zeros_like(const Tensor& t, std::optional<TensorOptions> options, MemoryFormat memory_format) {
+  return full_like(t, 0.0, options, memory_format);
 }
-Tensor ones_like(const Tensor& t, std::optional<TensorOptions> options) {
-  return ones(t.sizes(), like_options(t, options));
+Tensor ones_like(const Tensor& t, std::optional<TensorOptions> options, MemoryFormat memory_format) {
+  return full_like(t, 1.0, options, memory_format);
 }
-Tensor full_like(const Tensor& t, double value, std::optional<TensorOptions> options) {
-  return full(t.sizes(), value, like_options(t, options));
+Tensor full_like(const Tensor& t, double value, std::optional<TensorOptions> options, MemoryFormat memory_format) {
+  Tensor out = empty_like(t, options, memory_format);
+  out.fill_(value);
+  return out;
 }
 
 }  // namespace tinyddp::tensor

@@ -40,6 +40,8 @@ class TensorOptions {
 };
 
 Tensor empty(const Shape& sizes, TensorOptions options = {});
+// Laid out in `memory_format` (kContiguous or kChannelsLast, as torch.empty's memory_format).
+Tensor empty(const Shape& sizes, TensorOptions options, MemoryFormat memory_format);
 Tensor zeros(const Shape& sizes, TensorOptions options = {});
 Tensor ones(const Shape& sizes, TensorOptions options = {});
 Tensor full(const Shape& sizes, double value, TensorOptions options = {});
@@ -90,10 +92,16 @@ Tensor tensor(std::initializer_list<std::initializer_list<TensorLiteral>> rows, 
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, std::optional<Shape> sizes = {}, Device device = {});
 
-Tensor empty_like(const Tensor& t, std::optional<TensorOptions> options = {});
-Tensor zeros_like(const Tensor& t, std::optional<TensorOptions> options = {});
-Tensor ones_like(const Tensor& t, std::optional<TensorOptions> options = {});
-Tensor full_like(const Tensor& t, double value, std::optional<TensorOptions> options = {});
+// t's shape, dtype and device unless `options` says otherwise; laid out as t (memory_format
+// kPreserve: channels last when t is, as PyTorch's default) or in `memory_format`.
+Tensor empty_like(const Tensor& t, std::optional<TensorOptions> options = {},
+                  MemoryFormat memory_format = MemoryFormat::kPreserve);
+Tensor zeros_like(const Tensor& t, std::optional<TensorOptions> options = {},
+                  MemoryFormat memory_format = MemoryFormat::kPreserve);
+Tensor ones_like(const Tensor& t, std::optional<TensorOptions> options = {},
+                 MemoryFormat memory_format = MemoryFormat::kPreserve);
+Tensor full_like(const Tensor& t, double value, std::optional<TensorOptions> options = {},
+                 MemoryFormat memory_format = MemoryFormat::kPreserve);
 
 // ---- template definitions ----------------------------------------------------------------
 

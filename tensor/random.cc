@@ -10,6 +10,7 @@
 #include <numbers>
 #include <type_traits>
 
+#include "tinyddp/tensor/internal/iteration_order.h"
 #include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::tensor {
@@ -97,9 +98,15 @@ namespace {
 Generator& pick(Generator* generator) { return generator != nullptr ? *generator : default_generator(); }
 
 // Writes values[i] into t in row-major order (t may be strided; dtype converted).
+// The values drawn one by one go into t in its memory order (a channels-last or transposed
+// tensor too), as PyTorch's kernels walk it (iteration_order.h): t's dims permuted outermost
+// first in memory, then filled row by row.
 void write_values(const Tensor& t, const std::vector<double>& values) {
   NoGradGuard no_grad;  // the caller has checked that t may be written
-  t.copy_(from_vector(values, t.sizes()));
+  const Shape inner_first = iteration_order<1>(t.sizes(), {t.strides()});
+  const Shape dims(inner_first.rbegin(), inner_first.rend());
+  const Tensor in_memory_order = t.permute(dims);
+  in_memory_order.copy_(from_vector(values, in_memory_order.sizes()));
 }
 
 void check_sampling_target(const Tensor& t, const char* op) {
@@ -174,7 +181,7 @@ const Tensor& normal_(const Tensor& t, double mean, double std, Generator* gener
   Generator& g = pick(generator);
   std::lock_guard<std::mutex> lock(g.mutex());
   const bool batched_type = t.dtype() == kFloat32 || t.dtype() == kFloat64;
-  if (batched_type && t.numel() >= 16 && (t.is_contiguous() || !t.is_cpu())) {
+  if (batched_type && t.numel() >= 16 && t.is_contiguous()) {
     // Drawn on the host (into t itself when it is a contiguous CPU tensor), then copied.
     const bool direct = t.is_cpu();
     const Tensor host = direct ? t : empty(t.sizes(), t.dtype());
@@ -243,11 +250,15 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, Generator* generat
 Tensor randint(int64_t high, const Shape& sizes, Generator* generator) { return randint(0, high, sizes, generator); }
 
 Tensor rand_like(const Tensor& t, Generator* generator) {
-  return rand(t.sizes(), TensorOptions().dtype(t.dtype()).device(t.device()), generator);
+  Tensor out = empty_like(t);
+  uniform_(out, 0.0, 1.0, generator);
+  return out;
 }
 
 Tensor randn_like(const Tensor& t, Generator* generator) {
-  return randn(t.sizes(), TensorOptions().dtype(t.dtype()).device(t.device()), generator);
+  Tensor out = empty_like(t);
+  normal_(out, 0.0, 1.0, generator);
+  return out;
 }
 
 // ---- sampling from given probabilities and parameters ------------------------------------------

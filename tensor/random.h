@@ -56,13 +56,15 @@ Generator& default_generator();
 // Seeds the default generator (torch.manual_seed).
 void manual_seed(uint64_t seed);
 
-// Fills t in place with U(from, to) / N(mean, std). Float32 and float64 tensors of 16 or more contiguous
+// Fills t in place with U(from, to) / N(mean, std), in t's memory order as PyTorch's kernels
+// (a channels-last or transposed t too). Float32 and float64 tensors of 16 or more contiguous
 // elements use PyTorch's batched Box-Muller layout, so the numbers match it.
 const Tensor& uniform_(const Tensor& t, double from = 0.0, double to = 1.0, Generator* generator = nullptr);
 const Tensor& normal_(const Tensor& t, double mean = 0.0, double std = 1.0, Generator* generator = nullptr);
 
 Tensor rand(const Shape& sizes, TensorOptions options = {}, Generator* generator = nullptr);
 Tensor randn(const Shape& sizes, TensorOptions options = {}, Generator* generator = nullptr);
+// The _like forms are laid out as t (channels last when t is), drawn in memory order.
 Tensor rand_like(const Tensor& t, Generator* generator = nullptr);
 // A random permutation of 0..n-1 as int64 on the CPU, the same as torch.randperm(n) on the CPU
 // after the same seed (a Fisher-Yates shuffle drawing one 32-bit number per position).

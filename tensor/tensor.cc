@@ -8,6 +8,7 @@
 
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/graph.h"
+#include "tinyddp/tensor/native/checks.h"
 #include "tinyddp/tensor/native/graph_formulas.h"
 #include "tinyddp/tensor/ops.h"
 
@@ -143,7 +144,7 @@ Tensor Tensor::reshape(const Shape& sizes) const {
   const Shape new_sizes = infer_size(sizes, numel(), "reshape");
   if (new_sizes == this->sizes()) return *this;  // nothing to do (also nothing to record)
   if (view_strides(this->sizes(), strides(), new_sizes)) return view(new_sizes);
-  return clone().view(new_sizes);
+  return clone(MemoryFormat::kContiguous).view(new_sizes);
 }
 
 Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
@@ -348,10 +349,10 @@ Tensor Tensor::as_strided(const Shape& sizes, const Shape& strides, std::optiona
   return out;
 }
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(MemoryFormat::kContiguous); }
 
-Tensor Tensor::clone() const {
-  Tensor out = empty(sizes(), TensorOptions().dtype(dtype()).device(device()));
+Tensor Tensor::clone(MemoryFormat format) const {
+  Tensor out = empty(sizes(), TensorOptions().dtype(dtype()).device(device()), detail::resolve_format(*this, format));
   {
     NoGradGuard no_grad;
     out.copy_(*this);
@@ -382,7 +383,8 @@ Tensor converted_copy(const Tensor& t, DType dtype, Device device, bool non_bloc
   // A non-blocking copy to the host lands in pinned memory, as PyTorch's does.
   const bool pinned_landing = non_blocking && device.type == DeviceType::kCPU && t.is_cuda();
   Tensor out = pinned_landing ? cuda::empty_pinned(t.sizes(), dtype, "to")
-                              : empty(t.sizes(), TensorOptions().dtype(dtype).device(device));
+                              : empty(t.sizes(), TensorOptions().dtype(dtype).device(device),
+                                      detail::resolve_format(t, MemoryFormat::kPreserve));
   {
     NoGradGuard no_grad;
     out.copy_(t, non_blocking);

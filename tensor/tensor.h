@@ -97,8 +97,9 @@ class Tensor {
   // In `format`'s order (kChannelsLast: a 4-D [N, C, H, W] tensor stored as N, H, W, C, strides
   // [H W C, 1, W C, C], as PyTorch's torch.channels_last; size-1 dims ignored).
   bool is_contiguous(MemoryFormat format) const;
-  // kChannelsLast when the tensor is 4-D, stored channels last and not also plainly
-  // contiguous (PyTorch's suggest_memory_format); else kContiguous.
+  // kChannelsLast when the tensor is 4-D with strides growing in C, W, H, N order (gaps
+  // allowed; where plain row-major would fit as well, row-major wins), as PyTorch's
+  // suggest_memory_format; else kContiguous.
   MemoryFormat suggest_memory_format() const;
   const Storage& storage() const { return checked()->storage; }
   // Same impl (the same tensor), or at least the same storage (a view of it).
@@ -139,15 +140,17 @@ class Tensor {
   Tensor contiguous() const;
   // The same in `format`'s order (differentiable; kPreserve: itself).
   Tensor contiguous(MemoryFormat format) const;
-  // A contiguous copy that shares nothing with this tensor.
-  Tensor clone() const;
+  // A copy that shares nothing with this tensor, laid out in `format` (kPreserve: channels
+  // last when suggest_memory_format() says so, else row-major; PyTorch keeps other dense
+  // layouts too, which tinyddp's results never have).
+  Tensor clone(MemoryFormat format = MemoryFormat::kPreserve) const;
   // Makes this handle (and every copy of it) refer to `other`'s data: storage, geometry and
   // dtype, keeping its own autograd metadata (torch's `t.data = other`). Used by
   // Module::to(); only for tensors without a grad_fn.
   void set_data(const Tensor& other) const;
 
   // --- conversion -----------------------------------------------------------------------
-  Tensor to(DType dtype) const;  // itself when the dtype already matches
+  Tensor to(DType dtype) const;  // itself when the dtype already matches; a copy keeps the layout
   // Itself when the device already matches. non_blocking (as in PyTorch): a copy between a
   // GPU and pinned host memory returns before it has run (see copy_).
   Tensor to(Device device, bool non_blocking = false) const;

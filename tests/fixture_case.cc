@@ -14,6 +14,14 @@ tensor::Tensor Fixture::value(const std::string& name, const tensor::Shape& shap
   return tensor::from_vector<double>(it->second, shape).to(dtype);
 }
 
+std::vector<std::string> Fixture::names(const std::string& prefix) const {
+  std::vector<std::string> out;
+  for (const auto& entry : values_) {
+    if (entry.first.rfind(prefix, 0) == 0) out.push_back(entry.first);
+  }
+  return out;
+}
+
 void Fixture::check_case(const std::string& name, const std::vector<std::pair<std::string, tensor::Shape>>& inputs,
                          const tensor::Shape& out_shape,
                          const std::function<tensor::Tensor(const std::vector<tensor::Tensor>&)>& f, double tol) const {

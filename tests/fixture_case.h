@@ -21,6 +21,8 @@ class Fixture {
   // the file when there is no such entry or the shape does not fit.
   tensor::Tensor value(const std::string& name, const tensor::Shape& shape,
                        tensor::DType dtype = tensor::kFloat64) const;
+  // The names of the entries that start with `prefix`, in name order.
+  std::vector<std::string> names(const std::string& prefix) const;
 
   // Case `name`: f of the inputs (entries name_<input>, each with its shape, as float64 leaves)
   // equals name_out (of out_shape) within `tol` (relative and absolute; NaN where NaN), and

@@ -36,7 +36,12 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     sizes.push_back(t.size(d));
     shape[d] += t.size(d);
   }
-  const Tensor out = new_output(shape, first.dtype(), first.device());
+  // Channels last when every input is, as PyTorch's cat; else row-major.
+  const bool channels_last = std::all_of(tensors.begin(), tensors.end(), [](const Tensor& t) {
+    return t.suggest_memory_format() == MemoryFormat::kChannelsLast;
+  });
+  const Tensor out = new_output(shape, first.dtype(), first.device(),
+                                channels_last ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous);
   {
     NoGradGuard no_grad;
     int64_t offset = 0;
@@ -198,7 +203,7 @@ Tensor flip(const Tensor& t, DimList dims) {
     const int64_t n = t.size(d);
     out = index_select(out, d, arange(n - 1, int64_t{-1}, int64_t{-1}, TensorOptions().device(t.device())));
   }
-  return list.empty() ? t.clone() : out;
+  return keep_layout(list.empty() ? t.clone() : out, t);
 }
 
 Tensor roll(const Tensor& t, DimList shifts, DimList dims) {

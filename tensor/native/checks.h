@@ -4,6 +4,8 @@
 // interface (internal/backend.h: backend_for) through this header.
 #pragma once
 
+#include <initializer_list>
+
 #include "tinyddp/tensor/internal/backend.h"
 #include "tinyddp/tensor/tensor.h"
 
@@ -32,6 +34,24 @@ Tensor detach_from_output(const Tensor& input, const Tensor& out);
 void check_writable(const Tensor& out, const char* op);
 
 Tensor new_output(const Shape& shape, DType dtype, Device device);
+Tensor new_output(const Shape& shape, DType dtype, Device device, MemoryFormat format);
+
+// The strides of a tensor of `sizes` laid out in `format` (kContiguous or kChannelsLast).
+Shape memory_format_strides(const Shape& sizes, MemoryFormat format);
+
+// `format`, with kPreserve resolved for a tensor like `like`: its suggest_memory_format().
+MemoryFormat resolve_format(const Tensor& like, MemoryFormat format);
+
+// The layout of an elementwise result of `shape` computed from `inputs` (at most 3; undefined
+// ones skipped), as PyTorch's TensorIterator lays its output out: inputs all of that shape and
+// one layout give theirs, else the dims ordered by the inputs' strides, the first input that
+// orders a pair deciding. kChannelsLast when that order is channels last, else kContiguous.
+MemoryFormat result_format(const Shape& shape, std::initializer_list<const Tensor*> inputs);
+
+// `out` (4-D) stored channels last when `input` suggests it, as PyTorch's kernels that work in
+// either layout give it; for the ops whose kernels here compute row-major, a (differentiable)
+// copy. Else `out` itself.
+Tensor keep_layout(const Tensor& out, const Tensor& input);
 
 // In-place writes are not differentiable in tinyddp: refuse them where a gradient would be
 // lost or corrupted (the output or the source takes part in the graph) instead of giving

@@ -60,7 +60,8 @@ void check_alpha(const Tensor& a, double alpha, const char* op) {
 
 Tensor compare(CompareOp kind, const Tensor& a, const Tensor& b, const char* op) {
   check_pair(a, b, op);
-  const Tensor out = new_output(broadcast_shapes(a.sizes(), b.sizes(), op), kBool, a.device());
+  const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), op);
+  const Tensor out = new_output(shape, kBool, a.device(), result_format(shape, {&a, &b}));
   NoGradGuard no_grad;
   backend_for(out.device(), op).compare(kind, out, a, b);
   return out;
@@ -78,7 +79,8 @@ Tensor compare_scalar(CompareOp kind, const Tensor& a, double b, const char* op)
 Tensor detail::binary(BinaryOp kind, const Tensor& a, const Tensor& b, double alpha, const char* op) {
   check_pair(a, b, op);
   check_not_bool(a, op, "a");
-  const Tensor out = new_output(broadcast_shapes(a.sizes(), b.sizes(), op), a.dtype(), a.device());
+  const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), op);
+  const Tensor out = new_output(shape, a.dtype(), a.device(), result_format(shape, {&a, &b}));
   run_binary(kind, out, a, b, alpha, op);
   return out;
 }
@@ -267,17 +269,27 @@ Tensor pow(const Tensor& x_in, const Tensor& exponent_in) {
 
 // ---- combinations (composites: their gradients are their parts') -----------------------------
 
+namespace {
+// The result laid out as PyTorch's one kernel over (start, end, weight) lays it out.
+Tensor lerp_layout(const Tensor& result, const Tensor& start, const Tensor& end, const Tensor* weight = nullptr) {
+  const MemoryFormat format = result_format(result.sizes(), {&start, &end, weight});
+  return result.is_contiguous(format) ? result : result.contiguous(format);
+}
+}  // namespace
+
 Tensor lerp(const Tensor& start, const Tensor& end, double weight) {
   check_pair(start, end, "lerp");
   // As PyTorch: from start for weights below 0.5, back from end otherwise (exact at both ends).
   const Tensor diff = sub(end, start);
-  return std::abs(weight) < 0.5 ? add(start, mul(diff, weight)) : sub(end, mul(diff, 1.0 - weight));
+  return lerp_layout(std::abs(weight) < 0.5 ? add(start, mul(diff, weight)) : sub(end, mul(diff, 1.0 - weight)), start,
+                     end);
 }
 Tensor lerp(const Tensor& start, const Tensor& end, const Tensor& weight) {
   check_pair(start, end, "lerp");
   check_defined(weight, "lerp", "weight");
   const Tensor diff = sub(end, start);
-  return where(lt(abs(weight), 0.5), add(start, mul(weight, diff)), sub(end, mul(diff, 1.0 - weight)));
+  return lerp_layout(where(lt(abs(weight), 0.5), add(start, mul(weight, diff)), sub(end, mul(diff, 1.0 - weight))),
+                     start, end, &weight);
 }
 Tensor addcmul(const Tensor& input, const Tensor& tensor1, const Tensor& tensor2, double value) {
   check_defined(input, "addcmul", "input");
@@ -364,7 +376,8 @@ Tensor operator~(const Tensor& a) {
   return logical_not(a);
 }
 
-Tensor masked_fill(const Tensor& input, const Tensor& mask, double value) {
+namespace {
+Tensor masked_fill_as(const Tensor& input, const Tensor& mask, double value, bool keep_layout) {
   check_defined(input, "masked_fill", "input");
   check_defined(mask, "masked_fill", "mask");
   check_not_bool(input, "masked_fill", "input");
@@ -375,17 +388,24 @@ Tensor masked_fill(const Tensor& input, const Tensor& mask, double value) {
              format_shape(input.sizes()));
   TDDP_CHECK(input.is_floating_point() || (std::isfinite(value) && value == std::trunc(value)),
              "masked_fill: value {} cannot be stored in a tensor of dtype {}", value, dtype_name(input.dtype()));
-  Tensor out;
-  {
-    NoGradGuard no_grad;
-    out = binary(BinaryOp::kMaskedFill, input, mask.to(input.dtype()), value, "masked_fill");
-  }
+  const MemoryFormat format = keep_layout ? result_format(input.sizes(), {&input}) : MemoryFormat::kContiguous;
+  const Tensor out = new_output(input.sizes(), input.dtype(), input.device(), format);
+  run_binary(BinaryOp::kMaskedFill, out, input, mask.to(input.dtype()), value, "masked_fill");
   // grad_input = grad_out where the mask is false, 0 where it filled
   if (needs_grad(input)) {
     record_op("MaskedFillBackward", out, {input},
-              [mask](const Tensor& g) { return std::vector<Tensor>{masked_fill(g, mask, 0.0)}; });
+              [mask](const Tensor& g) { return std::vector<Tensor>{masked_fill_keeping_layout(g, mask, 0.0)}; });
   }
   return out;
+}
+}  // namespace
+
+// Row-major whatever the input's layout, as PyTorch's out-of-place masked_fill.
+Tensor masked_fill(const Tensor& input, const Tensor& mask, double value) {
+  return masked_fill_as(input, mask, value, false);
+}
+Tensor detail::masked_fill_keeping_layout(const Tensor& input, const Tensor& mask, double value) {
+  return masked_fill_as(input, mask, value, true);
 }
 
 }  // namespace tinyddp::tensor

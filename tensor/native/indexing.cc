@@ -119,7 +119,9 @@ Tensor index(const Tensor& x, const std::vector<TensorIndex>& indices) {
       if (t.dtype() == kBool) {
         out = take_mask(out, dim++, t);
       } else {
-        out = take_positions(out, dim, t);
+        // A list of positions along dim 0 keeps a channels-last layout, as PyTorch's (the batch
+        // reshuffled, x[perm]); elsewhere the result is row-major.
+        out = dim == 0 && t.dim() == 1 ? keep_layout(take_positions(out, dim, t), out) : take_positions(out, dim, t);
         dim += t.dim();
       }
     }

@@ -242,7 +242,7 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
   per_channel[1] = channels;
   if (weight.defined()) y = mul(y, weight.view(per_channel));
   if (bias.defined()) y = add(y, bias.view(per_channel));
-  return y;
+  return keep_layout(y, input);
 }
 
 }  // namespace tinyddp::tensor

@@ -1,6 +1,7 @@
 // Pooling over NCHW tensors (max, average, adaptive average) and unfold, each forward beside
 // its backward formula, on the window helpers of native/window.h (conv.cc): max pooling has a
-// kernel of its own, average pooling sums each window's column of im2col.
+// kernel of its own, average pooling sums each window's column of im2col. Results are stored
+// channels last when the input is (keep_layout).
 #include <limits>
 
 #include "tinyddp/tensor/graph.h"
@@ -81,7 +82,7 @@ Tensor max_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d>
       return std::vector<Tensor>{grad_x};
     });
   }
-  return unbatch_like(out, input);
+  return keep_layout(unbatch_like(out, input), input);
 }
 
 Tensor avg_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d> stride, Size2d padding,
@@ -93,7 +94,7 @@ Tensor avg_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d>
   const Shape window_rows = {win.n, win.c, win.kh * win.kw, win.oh, win.ow};
   const Tensor sums = sum(patches(x, win, 0.0).view(window_rows), {2});
   if (count_include_pad || (win.ph == 0 && win.pw == 0)) {
-    return unbatch_like(div(sums, static_cast<double>(win.kh * win.kw)), input);
+    return keep_layout(unbatch_like(div(sums, static_cast<double>(win.kh * win.kw)), input), input);
   }
   // How many real (unpadded) input elements each window covers: the windows of a ones image.
   Tensor counts;
@@ -104,7 +105,7 @@ Tensor avg_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d>
     const Tensor ones_image = ones({1, 1, win.h, win.w}, TensorOptions(x.dtype()).device(x.device()));
     counts = sum(patches(ones_image, one, 0.0).view({1, 1, win.kh * win.kw, win.oh, win.ow}), {2});
   }
-  return unbatch_like(div(sums, counts), input);
+  return keep_layout(unbatch_like(div(sums, counts), input), input);
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& input, Size2d output_size) {

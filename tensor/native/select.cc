@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tinyddp/tensor/native/checks.h"
+#include "tinyddp/tensor/native/elementwise.h"
 #include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::tensor {
@@ -65,8 +66,8 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
   // did not fill); the max bound last and on the min-clamped values, so min > max gives max
   // everywhere (and no gradient), as torch.clamp.
   Tensor out = x;
-  if (min) out = masked_fill(out, lt(x, *min), *min);
-  if (max) out = masked_fill(out, gt(out, *max), *max);
+  if (min) out = masked_fill_keeping_layout(out, lt(x, *min), *min);
+  if (max) out = masked_fill_keeping_layout(out, gt(out, *max), *max);
   return out;
 }
 
@@ -82,8 +83,8 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
   const Tensor c = condition.expand(shape), not_c = eq(c.to(kInt64), 0.0);
   // Each side zeroed where the other is taken (replaced, not multiplied: an inf or NaN there
   // does not leak), then added: the sum promotes a and b as PyTorch's where does.
-  const Tensor from_a = masked_fill(a.expand(shape), not_c, 0.0);
-  const Tensor from_b = masked_fill(b.expand(shape), c, 0.0);
+  const Tensor from_a = masked_fill_keeping_layout(a.expand(shape), not_c, 0.0);
+  const Tensor from_b = masked_fill_keeping_layout(b.expand(shape), c, 0.0);
   return add(from_a, from_b);
 }
 

@@ -19,7 +19,7 @@ namespace {
 
 Tensor run_unary(UnaryOp kind, const Tensor& x, const char* op) {
   NoGradGuard no_grad;
-  const Tensor out = new_output(x.sizes(), x.dtype(), x.device());
+  const Tensor out = new_output(x.sizes(), x.dtype(), x.device(), result_format(x.sizes(), {&x}));
   backend_for(x.device(), op).unary(kind, out, x);
   return out;
 }
@@ -32,12 +32,13 @@ Tensor numeric_unary(UnaryOp kind, const Tensor& x, const char* op) {
 }
 
 // exp, log, sqrt, tanh, sigmoid: integers compute in float32, as in PyTorch. The input is
-// made contiguous so that every layout takes the same (vectorised) code path.
+// made dense (row-major, or channels last when the result is) so that every layout takes the
+// same (vectorised) code path.
 Tensor floating_unary(UnaryOp kind, const Tensor& x, const char* op) {
   check_defined(x, op, "x");
   NoGradGuard no_grad;
   const Tensor input = x.is_floating_point() ? x : x.to(kFloat32);
-  return run_unary(kind, input.contiguous(), op);
+  return run_unary(kind, input.contiguous(result_format(x.sizes(), {&x})), op);
 }
 
 // Records a unary op whose gradient is grad_out * factor(saved), where `saved` is the input
@@ -132,7 +133,7 @@ Tensor pow(const Tensor& x, double exponent) {
     if (!integral_exponent) return pow(x.to(kFloat32), exponent);
     TDDP_CHECK(exponent >= 0, "pow: integers to negative integer powers are not allowed (exponent {})", exponent);
   }
-  const Tensor out = new_output(x.sizes(), x.dtype(), x.device());
+  const Tensor out = new_output(x.sizes(), x.dtype(), x.device(), result_format(x.sizes(), {&x}));
   {
     NoGradGuard no_grad;
     backend_for(x.device(), "pow").pow_scalar(out, x, exponent);
@@ -153,7 +154,8 @@ Tensor pow(double base, const Tensor& exponent) {
                base);
     return pow(base, exponent.to(kFloat32));
   }
-  const Tensor out = new_output(exponent.sizes(), exponent.dtype(), exponent.device());
+  const Tensor out =
+      new_output(exponent.sizes(), exponent.dtype(), exponent.device(), result_format(exponent.sizes(), {&exponent}));
   {
     NoGradGuard no_grad;
     backend_for(exponent.device(), "pow").pow_scalar_base(out, exponent, base);
@@ -271,9 +273,9 @@ Tensor nan_to_num(const Tensor& x, double nan, std::optional<double> posinf, std
   if (!x.is_floating_point()) return x.clone();
   const double inf = std::numeric_limits<double>::infinity();
   // grad_x = grad_out where x is finite, 0 where it was replaced (masked_fill's)
-  Tensor out = masked_fill(x, isnan(x), nan);
-  out = masked_fill(out, eq(x, inf), posinf.value_or(largest_finite(x.dtype())));
-  return masked_fill(out, eq(x, -inf), neginf.value_or(-largest_finite(x.dtype())));
+  Tensor out = masked_fill_keeping_layout(x, isnan(x), nan);
+  out = masked_fill_keeping_layout(out, eq(x, inf), posinf.value_or(largest_finite(x.dtype())));
+  return masked_fill_keeping_layout(out, eq(x, -inf), neginf.value_or(-largest_finite(x.dtype())));
 }
 
 }  // namespace tinyddp::tensor

@@ -17,8 +17,8 @@
 // test_DistributedDataParallel_SyncBatchNorm_Channels_Last: a SyncBatchNorm(2, momentum 0.99)
 // under DDP on each rank's half of a channels-last batch, against the same layer on the whole
 // batch (PyTorch's reference is a SyncBatchNorm outside DDP that gathers the same whole batch
-// from every rank: a BatchNorm2d of it), 5 steps of param += grad: the outputs stay channels
-// last and the parameters equal.
+// from every rank: a BatchNorm2d of it), 5 steps of param += grad, the batch reshuffled by
+// input[randperm] after each: the outputs stay channels last and the parameters equal.
 //
 // test_ddp_create_graph: a module whose forward (no inputs) returns p^2 for a scalar parameter
 // p = 1; six backward(create_graph=true) calls under DDP must not throw and the parameters must
@@ -175,9 +175,9 @@ TEST_CASE("PyTorch's test_DistributedDataParallel_SyncBatchNorm_Channels_Last", 
     auto base = std::make_shared<nn::BatchNorm2d>(2, 1e-5, 0.99);
     auto sync = std::make_shared<ddp::SyncBatchNorm>(2, 1e-5, 0.99, true, true, testing::borrow(pg));
     ddp::DistributedDataParallel model_ddp(sync, testing::borrow(pg));
-    tensor::Generator gen(5);  // the same global batch on every rank, as the test's
+    tensor::Generator gen(5);  // the same global batch and shuffles on every rank, as the test's
     const auto channels_last = tensor::MemoryFormat::kChannelsLast;
-    const Tensor input = tensor::randn({global_bs, 2, 4, 4}, {}, &gen).contiguous(channels_last);
+    Tensor input = tensor::randn({global_bs, 2, 4, 4}, {}, &gen).contiguous(channels_last);
     const Tensor target = tensor::randn({global_bs, 2, 4, 4}, {}, &gen).contiguous(channels_last);
     for (int iter = 0; iter < 5; ++iter) {
       const Tensor out = (*base)(input);
@@ -193,6 +193,8 @@ TEST_CASE("PyTorch's test_DistributedDataParallel_SyncBatchNorm_Channels_Last", 
       e.expect(tensor::allclose(base->weight, sync->weight, 1e-5, 1e-6) &&
                    tensor::allclose(base->bias, sync->bias, 1e-5, 1e-6),
                fmt::format("iteration {}: the parameters differ", iter));
+      // The test's reshuffle, input[torch.randperm(batch_size)]: still channels last after.
+      input = input.index({tensor::randperm(global_bs, &gen)});
     }
   }));
 }

@@ -1,10 +1,12 @@
 // The host-side plans of the CUDA backend, checked on the CPU (they are plain C++): for an
-// elementwise launch, the merged geometry and strides must address, for every linear index,
-// the element a row-major walk of the broadcast shape reaches; for a matrix product, the
+// elementwise launch, the merged geometry and strides must reach every element of the broadcast
+// shape once, every operand at the same place for each linear index; for a matrix product, the
 // cuBLAS call (operand order, transposes, leading dimensions) emulated as a column-major GEMM
 // over the tensors' memory must give mm's result. These run in every CI build; the kernels
 // themselves are checked against the CPU on a GPU (cuda_test.cc).
 #include <array>
+#include <map>
+#include <vector>
 
 #include "tests/test_util.h"
 #include "tinyddp/tensor/backends/cuda/plan.h"
@@ -30,8 +32,20 @@ std::array<int64_t, N> kernel_offsets(const cuda::kernels::Geometry& g,
   return off;
 }
 
-// For each operand (broadcast to `shape`), the element the kernel reads at every linear index
-// equals the one at that row-major position.
+// The row-major multi-index of position j in `shape`.
+std::vector<int64_t> multi_index(const Shape& shape, int64_t j) {
+  std::vector<int64_t> index(shape.size());
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    index[d] = j % shape[d];
+    j /= shape[d];
+  }
+  return index;
+}
+
+// The kernel reaches every element of `shape` once, in whatever order the plan walks them
+// (memory order: iteration_order.h), and at each linear index every operand (broadcast to
+// `shape`) reads its element at the same place. Operand 0, the written one, holds distinct
+// values, which tell the place.
 template <size_t N>
 void check_geometry(const Shape& shape, const std::array<Tensor, N>& tensors, int expected_ndim) {
   std::array<const Tensor*, N> pointers;
@@ -40,16 +54,20 @@ void check_geometry(const Shape& shape, const std::array<Tensor, N>& tensors, in
   const cuda::kernels::Geometry g = cuda::geometry<N>(shape, pointers, ops, "test");
   CHECK(g.numel == shape_numel(shape));
   if (expected_ndim > 0) CHECK(g.ndim == expected_ndim);
+  std::map<double, int64_t> place_of;  // operand 0's value -> its row-major place in `shape`
+  for (int64_t j = 0; j < g.numel; ++j) place_of[at(tensors[0], multi_index(shape, j))] = j;
+  REQUIRE(static_cast<int64_t>(place_of.size()) == g.numel);
+  std::vector<bool> reached(static_cast<size_t>(g.numel), false);
   for (int64_t i = 0; i < g.numel; ++i) {
     const std::array<int64_t, N> off = kernel_offsets<N>(g, ops, i);
-    // The row-major multi-index of i in `shape`.
-    std::vector<int64_t> index(shape.size());
-    int64_t rest = i;
-    for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-      index[d] = rest % shape[d];
-      rest /= shape[d];
+    const auto found = place_of.find(static_cast<const double*>(ops[0].data)[off[0]]);
+    if (found == place_of.end() || reached[static_cast<size_t>(found->second)]) {
+      FAIL_CHECK("linear index " << i << " writes no element, or one already written");
+      return;
     }
-    for (size_t k = 0; k < N; ++k) {
+    reached[static_cast<size_t>(found->second)] = true;
+    const std::vector<int64_t> index = multi_index(shape, found->second);
+    for (size_t k = 1; k < N; ++k) {
       const Tensor& t = tensors[k];
       std::vector<int64_t> own(index.end() - t.dim(), index.end());  // right-aligned
       for (int64_t d = 0; d < t.dim(); ++d) {
@@ -90,8 +108,20 @@ TEST_CASE("CUDA launch plan: merged dims address the right elements", "[cuda][pl
     check_geometry<2>({}, {distinct({}), distinct({})}, 1);
     check_geometry<2>({0, 3}, {distinct({0, 3}), distinct({0, 3})}, 0);
   }
+  SECTION("dims in memory order: a channels-last pair and a reversed 9-D tensor are one dim each") {
+    const Tensor cl = distinct({2, 3, 4, 5}).contiguous(MemoryFormat::kChannelsLast);
+    check_geometry<2>({2, 3, 4, 5}, {cl, cl.clone()}, 1);
+    const Tensor reversed = distinct({2, 2, 2, 2, 2, 2, 2, 2, 2}).permute({8, 7, 6, 5, 4, 3, 2, 1, 0});
+    check_geometry<1>(reversed.sizes(), {reversed}, 1);
+    // A row-major output and a channels-last input: the output's order, the input strided.
+    check_geometry<2>({2, 3, 4, 5}, {distinct({2, 3, 4, 5}), cl}, 0);
+  }
   SECTION("more non-mergeable dims than the kernels take is an error") {
-    const Tensor wide = distinct({2, 2, 2, 2, 2, 2, 2, 2, 2}).permute({8, 7, 6, 5, 4, 3, 2, 1, 0});
+    // Every other element along each of 9 dims: no two dims merge in any order.
+    const Tensor base = distinct(Shape(9, 3));
+    Shape gapped;
+    for (const int64_t stride : base.strides()) gapped.push_back(2 * stride);
+    const Tensor wide = base.as_strided(Shape(9, 2), gapped);
     std::array<const Tensor*, 1> one{&wide};
     std::array<cuda::kernels::Operand, 1> ops;
     CHECK_THROWS_WITH(cuda::geometry<1>(wide.sizes(), one, ops, "add"),

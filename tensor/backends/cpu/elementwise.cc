@@ -172,12 +172,14 @@ void unary_loop(const Tensor& out, const Tensor& x, Op op) {
                                });
 }
 
-// Contiguous float/double unary ops run in the selected instruction set's kernels; float16
+// Dense (row-major or channels-last) float/double unary ops run in the selected instruction set's kernels; float16
 // and bfloat16 ones too, a block at a time widened to float32 and rounded back (each value
 // computed in float32 and rounded once, as the scalar loop does; autocast's GELU).
 template <typename T>
 bool try_isa_unary(UnaryOp op, const Tensor& out, const Tensor& x) {
-  if (!out.is_contiguous() || !x.is_contiguous() || x.sizes() != out.sizes()) return false;
+  // Both dense in one layout (row-major, or channels last): one flat row of elements.
+  const MemoryFormat layout = out.is_contiguous() ? MemoryFormat::kContiguous : MemoryFormat::kChannelsLast;
+  if (x.sizes() != out.sizes() || !out.is_contiguous(layout) || !x.is_contiguous(layout)) return false;
   T* po = out.data_ptr<T>();
   const T* px = x.data_ptr<T>();
   parallel_for(0, out.numel(), kElementwiseGrain, [&](int64_t from, int64_t to) {

@@ -1,7 +1,7 @@
 // CPU kernel plumbing: dtype dispatch (a switch calling a generic lambda with a type tag),
 // the compute type of each dtype, for_each_strided(), which walks N operands over one shape
-// with per-operand strides (0 along broadcast dims), coalescing dims so that a contiguous
-// case becomes one flat loop, and partial_sums() for row sums.
+// with per-operand strides (0 along broadcast dims), coalescing dims in memory order so that a
+// contiguous or channels-last case becomes one flat loop, and partial_sums() for row sums.
 #pragma once
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "tinyddp/tensor/internal/iteration_order.h"
 #include "tinyddp/tensor/parallel.h"
 #include "tinyddp/tensor/tensor.h"
 
@@ -80,9 +81,10 @@ struct StridedPlan {
 template <size_t N>
 StridedPlan<N> plan_strided(const Shape& shape, const std::array<Shape, N>& strides) {
   StridedPlan<N> plan;
-  // Keep dims of size > 1, innermost first, merging a dim into the one inside it when every
-  // operand steps over the inner dim's full extent with its stride.
-  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+  // Keep dims of size > 1, innermost first in the operands' memory order (iteration_order.h),
+  // merging a dim into the one inside it when every operand steps over the inner dim's full
+  // extent with its stride.
+  for (const int64_t d : iteration_order<N>(shape, strides)) {
     if (shape[d] == 1) continue;
     std::array<int64_t, N> s;
     for (size_t k = 0; k < N; ++k) s[k] = strides[k][d];

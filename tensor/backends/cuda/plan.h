@@ -11,13 +11,14 @@
 #include "tinyddp/base/error.h"
 #include "tinyddp/tensor/backends/cuda/kernels.h"
 #include "tinyddp/tensor/internal/backend.h"
+#include "tinyddp/tensor/internal/iteration_order.h"
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor::cuda {
 
 // The iteration shape `sizes` with each operand's strides broadcast to it, size-1 dims
-// dropped and every pair of dims merged that all operands traverse as one (so contiguous
-// operands become one dim).
+// dropped, the dims in the operands' memory order and every pair of dims merged that all
+// operands traverse as one (so contiguous or channels-last operands become one dim).
 template <size_t N>
 kernels::Geometry geometry(const Shape& sizes, const std::array<const Tensor*, N>& tensors,
                            std::array<kernels::Operand, N>& ops, const char* op) {
@@ -33,10 +34,10 @@ kernels::Geometry geometry(const Shape& sizes, const std::array<const Tensor*, N
       strides[i].push_back(td < 0 || t.size(td) == 1 ? 0 : t.stride(td));
     }
   }
-  // Merge from the innermost dim outwards.
+  // Merge from the innermost dim outwards, in the operands' memory order (iteration_order.h).
   std::vector<int64_t> merged_sizes;
   std::array<std::vector<int64_t>, N> merged_strides;
-  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
+  for (const int64_t d : iteration_order<N>(sizes, strides)) {
     if (sizes[d] == 1) continue;
     bool joins = !merged_sizes.empty();
     for (size_t i = 0; i < N && joins; ++i) {

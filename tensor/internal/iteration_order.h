@@ -1,0 +1,52 @@
+// The order in which an elementwise loop walks its dims, shared by the CPU loops and the CUDA
+// launch geometry: by the operands' strides, as PyTorch's TensorIterator orders them, so that
+// the written operand (the first) is walked in memory order. A channels-last tensor then
+// becomes one flat row, as a row-major one does; row-major operands keep the logical order.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "tinyddp/tensor/shape.h"
+
+namespace tinyddp::tensor {
+
+// Whether dim d0 belongs inside dim d1 (-1: d0 inside, 1: d1 inside, 0: no operand says):
+// the first operand with nonzero strides along both decides by the smaller stride, or, for
+// equal strides, puts the smaller dim inside.
+template <size_t N>
+int compare_dims(const Shape& shape, const std::array<Shape, N>& strides, size_t d0, size_t d1) {
+  for (size_t k = 0; k < N; ++k) {
+    const int64_t s0 = strides[k][d0], s1 = strides[k][d1];
+    if (s0 == 0 || s1 == 0) continue;  // broadcast along one of them: ask the next operand
+    if (s0 != s1) return s0 < s1 ? -1 : 1;
+    if (shape[d0] > shape[d1]) return 1;
+  }
+  return 0;
+}
+
+// Every dim of `shape`, innermost first: TensorIterator's insertion sort, in which an
+// undecided comparison moves on to the next outer dim without moving the one being placed
+// (so dims no operand orders keep their logical order). Size-1 dims are sorted too; loops
+// skip them.
+template <size_t N>
+Shape iteration_order(const Shape& shape, const std::array<Shape, N>& strides) {
+  Shape order;
+  for (size_t d = shape.size(); d-- > 0;) order.push_back(static_cast<int64_t>(d));
+  for (size_t i = 1; i < order.size(); ++i) {
+    size_t placed = i;
+    for (size_t j = i; j-- > 0;) {
+      const int c = compare_dims<N>(shape, strides, static_cast<size_t>(order[j]), static_cast<size_t>(order[placed]));
+      if (c < 0) break;
+      if (c > 0) {
+        std::swap(order[j], order[placed]);
+        placed = j;
+      }
+    }
+  }
+  return order;
+}
+
+}  // namespace tinyddp::tensor
