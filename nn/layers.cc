@@ -8,6 +8,7 @@
 #include <cmath>
 #include <utility>
 
+#include "tinyddp/nn/embedding_bag.h"
 #include "tinyddp/nn/functional.h"
 
 namespace tinyddp::nn {
@@ -169,16 +170,7 @@ Embedding::Embedding(const EmbeddingOptions& o) : Embedding(o.num_embeddings(), 
 }
 
 Tensor Embedding::forward(const Tensor& input) {
-  if (max_norm) {  // PyTorch's embedding_renorm_: each row looked up scaled in place to the norm
-    tensor::NoGradGuard no_grad;
-    const Tensor rows = std::get<0>(tensor::unique(input.reshape({input.numel()})));
-    const Tensor picked = tensor::index_select(weight, 0, rows);
-    const Tensor norms = tensor::norm(picked, norm_type, {1}, true);
-    const Tensor scale =
-        tensor::where(tensor::gt(norms, *max_norm), tensor::div(tensor::full_like(norms, *max_norm), norms + 1e-7),
-                      tensor::ones_like(norms));
-    weight.index_put_({rows}, tensor::mul(picked, scale));
-  }
+  if (max_norm) functional::embedding_renorm_(weight, input, *max_norm, norm_type);  // each row looked up
   return padding_idx ? functional::embedding(input, weight, *padding_idx) : tensor::embedding(input, weight);
 }
 

@@ -14,6 +14,7 @@
 #include "tinyddp/nn/cyclic_lr.h"
 #include "tinyddp/nn/data.h"
 #include "tinyddp/nn/datasets.h"
+#include "tinyddp/nn/embedding_bag.h"
 #include "tinyddp/nn/functional.h"
 #include "tinyddp/nn/grad_scaler.h"
 #include "tinyddp/nn/init.h"

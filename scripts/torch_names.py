@@ -30,7 +30,7 @@ OWN = {
     "shares_storage", "checked", "str", "to_vector", "item", "data_ptr", "is_placeholder", "is_stand_in",
     "autograd_meta", "check_dtype", "grad_accumulator", "impl_ptr", "make", "mutable_grad", "name_",
     "set_autograd_meta", "Tensor.maximum_", "Tensor.minimum_", "batch_norm_mean_var", "batch_norm_widens",
-    "torch.bernoulli_", "torch.normal_", "torch.uniform_", "torch.repeat", "calculate_fan_in_and_fan_out", "MomentOptimizer", "NanoGptLR", "WarmupCosineLR",
+    "torch.bernoulli_", "torch.normal_", "torch.uniform_", "F.embedding_renorm_", "torch.repeat", "calculate_fan_in_and_fan_out", "MomentOptimizer", "NanoGptLR", "WarmupCosineLR",
     "BatchNorm", "Block", "CausalSelfAttention", "GPT", "InstanceNorm", "MLP", "NormBase", "ToyModel",
 }
 # Names of libtorch's C++ API that Python's torch spells otherwise (x.sizes() for x.size(),
@@ -43,7 +43,7 @@ NEWER = {"F.scaled_dot_product_attention", "distributed.fsdp.fully_shard"}
 FUNCTION_SECTIONS = [
     ("torch functions", "torch.", "tensor::", ["tensor/ops.h", "tensor/factory.h", "tensor/random.h",
                                                 "tensor/indexing.h", "tensor/grad_mode.h"]),
-    ("torch.nn.functional", "F.", "F::", ["nn/functional.h"]),
+    ("torch.nn.functional", "F.", "F::", ["nn/functional.h", "nn/embedding_bag.h"]),
     ("torch.nn.init", "nn.init.", "nn::init::", ["nn/init.h"]),
     ("torch.nn.utils", "nn.utils.", "nn::", ["nn/clip_grad.h", "nn/utils.h"]),
     ("torch.distributed", "dist.", "comm::", ["comm/distributed.h"]),
