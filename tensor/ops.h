@@ -345,8 +345,9 @@ Tensor max_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d>
                   Size2d dilation = 1);
 Tensor avg_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d> stride = {}, Size2d padding = 0,
                   bool count_include_pad = true);
-// Averages into an output_size grid; here the input's height and width must be multiples of
-// it (1x1, global average pooling, always is).
+// Averages into an output_size grid of PyTorch's adaptive cells: cell (i, j) covers rows
+// [floor(i H / oh), ceil((i + 1) H / oh)) and the columns alike (overlapping where the sizes
+// do not divide; when they do, avg_pool2d's windows).
 Tensor adaptive_avg_pool2d(const Tensor& input, Size2d output_size);
 
 // ---- normalisation and dropout ------------------------------------------------------------------

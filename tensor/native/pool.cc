@@ -3,6 +3,7 @@
 // kernel of its own, average pooling sums each window's column of im2col. Results are stored
 // channels last when the input is (keep_layout).
 #include <limits>
+#include <vector>
 
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/native/checks.h"
@@ -108,18 +109,37 @@ Tensor avg_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d>
   return keep_layout(unbatch_like(div(sums, counts), input), input);
 }
 
+namespace {
+// PyTorch's adaptive cells along one dim of `in`: cell i covers [floor(i in / out),
+// ceil((i + 1) in / out)), so neighbouring cells overlap when out does not divide in. Each
+// cell's mean, the cells joined along `dim`.
+Tensor adaptive_means(const Tensor& x, int64_t dim, int64_t out) {
+  const int64_t in = x.size(dim);
+  std::vector<Tensor> cells;
+  for (int64_t i = 0; i < out; ++i) {
+    const int64_t start = i * in / out, end = ((i + 1) * in + out - 1) / out;
+    cells.push_back(mean(x.narrow(dim, start, end - start), {dim}, true));
+  }
+  return cat(cells, dim);
+}
+}  // namespace
+
 Tensor adaptive_avg_pool2d(const Tensor& input, Size2d output_size) {
   const Tensor x = as_batch(input, "adaptive_avg_pool2d");
   const int64_t h = x.size(2), w = x.size(3);
   TDDP_CHECK(output_size.h > 0 && output_size.w > 0, "adaptive_avg_pool2d: output_size must be positive, got {}",
              pair_str(output_size.h, output_size.w));
-  TDDP_CHECK(h % output_size.h == 0 && w % output_size.w == 0,
-             "adaptive_avg_pool2d: input height and width {} are not multiples of output_size {} (only evenly "
-             "dividing sizes are supported; input shape {})",
-             pair_str(h, w), pair_str(output_size.h, output_size.w), format_shape(input.sizes()));
+  TDDP_CHECK(h > 0 && w > 0, "adaptive_avg_pool2d: input height and width must be positive, got shape {}",
+             format_shape(input.sizes()));
   if (output_size.h == 1 && output_size.w == 1) return mean(input, {-2, -1}, true);
-  const Size2d kernel{h / output_size.h, w / output_size.w};
-  return avg_pool2d(input, kernel, kernel);
+  if (h % output_size.h == 0 && w % output_size.w == 0) {  // equal, disjoint windows: average pooling
+    const Size2d kernel{h / output_size.h, w / output_size.w};
+    return avg_pool2d(input, kernel, kernel);
+  }
+  // A rectangle's mean is the mean over its rows of each row's mean: the rows' cells, then the
+  // columns' (overlapping cells where the sizes do not divide).
+  const int64_t dims = input.dim();
+  return keep_layout(adaptive_means(adaptive_means(input, dims - 2, output_size.h), dims - 1, output_size.w), input);
 }
 
 }  // namespace tinyddp::tensor

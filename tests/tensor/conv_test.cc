@@ -98,6 +98,10 @@ TEST_CASE("pooling equals PyTorch, ties going to the first maximum", "[conv]") {
     Case c("adaptive_2x3", {{"input", {2, 2, 4, 6}}});
     c.check(adaptive_avg_pool2d(c["input"], {2, 3}));
   }
+  {
+    Case c("adaptive_overlap", {{"input", {2, 3, 5, 7}}});  // 5 -> 3 and 7 -> 4: overlapping cells
+    c.check(adaptive_avg_pool2d(c["input"], {3, 4}));
+  }
 }
 
 TEST_CASE("batch_norm equals PyTorch: batch statistics, running-statistics update, eval", "[conv]") {
@@ -179,8 +183,8 @@ TEST_CASE("conv2d, pooling, batch_norm and dropout: bad arguments get errors nam
                     Contains("max_pool2d: padding (2, 2) must be at most half of the kernel size (2, 2)"));
   CHECK_THROWS_WITH(avg_pool2d(zeros({2, 3, 4, 4}, kInt64), 2),
                     Contains("avg_pool2d: expected a floating-point input"));
-  CHECK_THROWS_WITH(adaptive_avg_pool2d(x, 2), Contains("adaptive_avg_pool2d: input height and width (5, 5) are not "
-                                                        "multiples of output_size (2, 2)"));
+  CHECK_THROWS_WITH(adaptive_avg_pool2d(x, {0, 2}),
+                    Contains("adaptive_avg_pool2d: output_size must be positive, got (0, 2)"));
   CHECK_THROWS_WITH(
       batch_norm(randn({1, 3}), zeros({3}), ones({3}), Tensor(), Tensor(), true),
       Contains("batch_norm: expected more than 1 value per channel when training, got input of shape [1, 3]"));
