@@ -12,13 +12,13 @@
 namespace tinyddp::tensor {
 
 namespace {
-Tensor allocate(const Shape& sizes, const Shape& strides, TensorOptions options) {
+Tensor allocate(const Shape& sizes, Shape strides, TensorOptions options) {
   const int64_t numel = shape_numel(sizes, "empty");
   const DType dtype = options.dtype();
   TDDP_CHECK(static_cast<uint64_t>(numel) <= std::numeric_limits<size_t>::max() / element_size(dtype),
              "empty: shape {} of {} needs more bytes than size_t can count", format_shape(sizes), dtype_name(dtype));
   Storage storage(static_cast<size_t>(numel) * element_size(dtype), options.device());
-  return Tensor::make(std::move(storage), sizes, strides, 0, dtype);
+  return Tensor::make(std::move(storage), sizes, std::move(strides), 0, dtype);
 }
 }  // namespace
 
@@ -27,8 +27,8 @@ Tensor empty(const Shape& sizes, TensorOptions options) { return allocate(sizes,
 Tensor empty(const Shape& sizes, TensorOptions options, MemoryFormat memory_format) {
   TDDP_CHECK(memory_format != MemoryFormat::kPreserve,
              "empty: memory_format preserve has no tensor to preserve (use empty_like)");
-  TDDP_CHECK(memory_format == MemoryFormat::kContiguous || sizes.size() == 4,
-             "empty: channels_last needs a 4-D [N, C, H, W] shape, got {}", format_shape(sizes));
+  if (memory_format == MemoryFormat::kContiguous) return empty(sizes, options);
+  TDDP_CHECK(sizes.size() == 4, "empty: channels_last needs a 4-D [N, C, H, W] shape, got {}", format_shape(sizes));
   return allocate(sizes, detail::memory_format_strides(sizes, memory_format), options);
 }
 

@@ -128,7 +128,8 @@ Tensor detail::keep_layout(const Tensor& out, const Tensor& input) {
 }
 
 Tensor detail::new_output(const Shape& shape, DType dtype, Device device, MemoryFormat format) {
-  return empty(shape, TensorOptions().dtype(dtype).device(device), format);
+  return format == MemoryFormat::kContiguous ? new_output(shape, dtype, device)
+                                             : empty(shape, TensorOptions().dtype(dtype).device(device), format);
 }
 
 }  // namespace tinyddp::tensor

@@ -35,6 +35,16 @@ template <size_t N>
 Shape iteration_order(const Shape& shape, const std::array<Shape, N>& strides) {
   Shape order;
   for (size_t d = shape.size(); d-- > 0;) order.push_back(static_cast<int64_t>(d));
+  // The common case, the first operand row-major (strides falling, none 0, outside size-1
+  // dims): it decides every pair, in the logical order. Nothing to sort.
+  int64_t previous = 0;
+  bool falling = true;
+  for (size_t d = shape.size(); d-- > 0 && falling;) {
+    if (shape[d] == 1) continue;
+    falling = strides[0][d] > previous;
+    previous = strides[0][d];
+  }
+  if (falling) return order;
   for (size_t i = 1; i < order.size(); ++i) {
     size_t placed = i;
     for (size_t j = i; j-- > 0;) {

@@ -1,4 +1,5 @@
-// einsum as a composite: labels summed out as early as possible, then the operands contracted
+// einsum as a composite: ellipses (...) spelled out as labels, repeated labels taken as
+// diagonals, size-1 dims broadcast; labels summed out as early as possible, then the operands contracted
 // left to right, each pair as one batched matmul ([batch, left, contracted] x [batch,
 // contracted, right]), and the result permuted to the output's order. Its gradient is that of
 // the sums, permutes, reshapes and matmuls it is made of, so it runs on every backend.
@@ -23,14 +24,18 @@ struct Operand {
   Labels labels;
 };
 
+constexpr char kEllipsis = '.';  // "..." in the parsed subscripts, one character
+
 // The subscripts of each input and of the output ("ij,jk->ik"; without "->" the labels that
-// appear once, in alphabetical order, as numpy's and PyTorch's implicit mode).
+// appear once, in alphabetical order, as numpy's and PyTorch's implicit mode), each "..."
+// written as one kEllipsis.
 std::pair<std::vector<Labels>, Labels> parse(std::string_view equation, size_t operands) {
   std::string eq;
   for (char c : equation) {
     if (c != ' ') eq.push_back(c);
   }
-  TDDP_CHECK(eq.find("...") == std::string::npos, "einsum: ellipsis (...) is not supported, in '{}'", equation);
+  for (size_t at = eq.find("..."); at != std::string::npos; at = eq.find("...", at + 1))
+    eq.replace(at, 3, 1, kEllipsis);
   const size_t arrow = eq.find("->");
   const std::string lhs = eq.substr(0, arrow);
   std::vector<Labels> inputs(1);
@@ -39,8 +44,10 @@ std::pair<std::vector<Labels>, Labels> parse(std::string_view equation, size_t o
       inputs.emplace_back();
       continue;
     }
-    TDDP_CHECK(std::isalpha(static_cast<unsigned char>(c)), "einsum: invalid subscript '{}' in '{}' (letters only)", c,
-               equation);
+    TDDP_CHECK(std::isalpha(static_cast<unsigned char>(c)) || c == kEllipsis,
+               "einsum: invalid subscript '{}' in '{}' (letters and one ... per operand)", c, equation);
+    TDDP_CHECK(c != kEllipsis || inputs.back().find(kEllipsis) == std::string::npos,
+               "einsum: more than one ellipsis (...) in operand {} of '{}'", inputs.size() - 1, equation);
     inputs.back().push_back(c);
   }
   TDDP_CHECK(inputs.size() == operands, "einsum: the equation '{}' names {} operands, but {} were given", equation,
@@ -49,8 +56,8 @@ std::pair<std::vector<Labels>, Labels> parse(std::string_view equation, size_t o
   if (arrow != std::string::npos) {
     output = eq.substr(arrow + 2);
     for (size_t i = 0; i < output.size(); ++i) {
-      TDDP_CHECK(std::isalpha(static_cast<unsigned char>(output[i])), "einsum: invalid output subscript '{}' in '{}'",
-                 output[i], equation);
+      TDDP_CHECK(std::isalpha(static_cast<unsigned char>(output[i])) || output[i] == kEllipsis,
+                 "einsum: invalid output subscript '{}' in '{}'", output[i], equation);
       TDDP_CHECK(output.find(output[i]) == i, "einsum: output subscript {} appears more than once in '{}'", output[i],
                  equation);
       TDDP_CHECK(lhs.find(output[i]) != std::string::npos,
@@ -59,18 +66,31 @@ std::pair<std::vector<Labels>, Labels> parse(std::string_view equation, size_t o
     }
   } else {
     std::map<char, int> count;
+    bool ellipsis = false;
     for (const Labels& in : inputs) {
-      for (char c : in) ++count[c];
+      for (char c : in) {
+        if (c == kEllipsis) {
+          ellipsis = true;
+        } else {
+          ++count[c];
+        }
+      }
     }
     for (const auto& [c, n] : count) {
       if (n == 1) output.push_back(c);
     }
     std::sort(output.begin(), output.end());
+    if (ellipsis) output.insert(output.begin(), kEllipsis);  // the broadcast dims lead
   }
   return {inputs, output};
 }
 
 bool has(const Labels& labels, char c) { return labels.find(c) != std::string::npos; }
+
+// A label as the user wrote it: a letter, or the ellipsis's k-th dim.
+std::string label_name(char c) {
+  return std::isalpha(static_cast<unsigned char>(c)) ? std::string(1, c) : fmt::format("... (dim {})", c - 1);
+}
 
 // `op` with the labels not in `keep` summed out.
 Operand sum_out(const Operand& op, const Labels& keep) {
@@ -127,24 +147,89 @@ Operand contract(const Operand& a, const Operand& b, const Labels& later) {
   return {matmul(lhs, rhs).reshape(shape), batch + left + right};
 }
 
+// "..." as the labels of the dims it covers: the ellipses' dims are right-aligned across the
+// operands (global dims 0 .. E - 1, labelled by the characters 1 .. E), and the output's "..."
+// is all E of them.
+void expand_ellipses(std::vector<Labels>& inputs, Labels& output, const std::vector<Tensor>& tensors) {
+  std::vector<int64_t> covered(inputs.size(), 0);
+  int64_t most = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!has(inputs[i], kEllipsis)) continue;
+    covered[i] = tensors[i].dim() - static_cast<int64_t>(inputs[i].size() - 1);
+    TDDP_CHECK(covered[i] >= 0,
+               "einsum: operand {} has {} dims, fewer than the {} subscripts besides its ellipsis (...)", i,
+               tensors[i].dim(), inputs[i].size() - 1);
+    most = std::max(most, covered[i]);
+  }
+  const auto labels = [&](int64_t first, int64_t count) {
+    Labels out;
+    for (int64_t j = first; j < first + count; ++j) out.push_back(static_cast<char>(1 + j));
+    return out;
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const size_t at = inputs[i].find(kEllipsis);
+    if (at != std::string::npos) inputs[i].replace(at, 1, labels(most - covered[i], covered[i]));
+  }
+  const size_t at = output.find(kEllipsis);
+  if (at != std::string::npos) output.replace(at, 1, labels(0, most));
+}
+
+// An operand with a label repeated takes that label's diagonal (a view, as torch.diagonal).
+Operand diagonals(Operand op, size_t index) {
+  for (size_t d = 0; d < op.labels.size(); ++d) {
+    const size_t twin = op.labels.find(op.labels[d], d + 1);
+    if (twin == std::string::npos) continue;
+    const auto a = static_cast<int64_t>(d), b = static_cast<int64_t>(twin);
+    TDDP_CHECK(op.t.size(a) == op.t.size(b),
+               "einsum: subscript {} is repeated for operand {} but the sizes don't match, {} != {}", op.labels[d],
+               index, op.t.size(a), op.t.size(b));
+    Shape sizes = op.t.sizes(), strides = op.t.strides();
+    strides[d] += strides[twin];
+    sizes.erase(sizes.begin() + b);
+    strides.erase(strides.begin() + b);
+    op.t = op.t.as_strided(sizes, strides, op.t.storage_offset());
+    op.labels.erase(twin, 1);
+    --d;  // the same label may repeat a third time
+  }
+  return op;
+}
+
+// Dims of size 1 broadcast to their label's size in the other operands, as PyTorch's einsum.
+void broadcast_labels(std::vector<Operand>& ops) {
+  std::map<char, int64_t> size;
+  for (const Operand& op : ops) {
+    for (size_t d = 0; d < op.labels.size(); ++d) {
+      const int64_t n = op.t.size(static_cast<int64_t>(d));
+      int64_t& s = size.try_emplace(op.labels[d], n).first->second;
+      TDDP_CHECK(s == n || s == 1 || n == 1,
+                 "einsum: subscript {} has size {} for one operand and {} for another (only size 1 broadcasts)",
+                 label_name(op.labels[d]), s, n);
+      s = std::max(s, n);
+    }
+  }
+  for (Operand& op : ops) {
+    Shape target = op.t.sizes();
+    for (size_t d = 0; d < op.labels.size(); ++d) target[d] = size[op.labels[d]];
+    if (target != op.t.sizes()) op.t = op.t.expand(target);
+  }
+}
+
 }  // namespace
 
 Tensor einsum(std::string_view equation, const std::vector<Tensor>& tensors) {
   TDDP_CHECK(!tensors.empty(), "einsum: must provide at least one operand");
-  const auto [inputs, output] = parse(equation, tensors.size());
+  auto [inputs, output] = parse(equation, tensors.size());
+  for (const Tensor& t : tensors) check_defined(t, "einsum", "operand");
+  expand_ellipses(inputs, output, tensors);
   std::vector<Operand> ops;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    check_defined(tensors[i], "einsum", "operand");
     TDDP_CHECK(static_cast<int64_t>(inputs[i].size()) == tensors[i].dim(),
                "einsum: the number of subscripts in the equation ({}) does not match the number of dimensions ({}) for "
                "operand {}",
                inputs[i].size(), tensors[i].dim(), i);
-    for (size_t d = 0; d < inputs[i].size(); ++d) {
-      TDDP_CHECK(inputs[i].find(inputs[i][d]) == d,
-                 "einsum: subscript {} repeated within operand {} (diagonals) is not supported", inputs[i][d], i);
-    }
-    ops.push_back({tensors[i], inputs[i]});
+    ops.push_back(diagonals({tensors[i], inputs[i]}, i));
   }
+  broadcast_labels(ops);
   // What operand k and the ones after it still need: the output's labels and later operands'.
   const auto needed_after = [&](size_t k) {
     Labels need = output;
