@@ -27,6 +27,19 @@ int compare_dims(const Shape& shape, const std::array<Shape, N>& strides, size_t
   return 0;
 }
 
+// Whether the first operand is row-major (strides falling, none 0, outside size-1 dims): then
+// it decides every pair of dims, in the logical order, and there is nothing to sort.
+template <size_t N>
+bool logical_order_holds(const Shape& shape, const std::array<Shape, N>& strides) {
+  int64_t previous = 0;
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] == 1) continue;
+    if (strides[0][d] <= previous) return false;
+    previous = strides[0][d];
+  }
+  return true;
+}
+
 // Every dim of `shape`, innermost first: TensorIterator's insertion sort, in which an
 // undecided comparison moves on to the next outer dim without moving the one being placed
 // (so dims no operand orders keep their logical order). Size-1 dims are sorted too; loops
@@ -35,16 +48,7 @@ template <size_t N>
 Shape iteration_order(const Shape& shape, const std::array<Shape, N>& strides) {
   Shape order;
   for (size_t d = shape.size(); d-- > 0;) order.push_back(static_cast<int64_t>(d));
-  // The common case, the first operand row-major (strides falling, none 0, outside size-1
-  // dims): it decides every pair, in the logical order. Nothing to sort.
-  int64_t previous = 0;
-  bool falling = true;
-  for (size_t d = shape.size(); d-- > 0 && falling;) {
-    if (shape[d] == 1) continue;
-    falling = strides[0][d] > previous;
-    previous = strides[0][d];
-  }
-  if (falling) return order;
+  if (logical_order_holds<N>(shape, strides)) return order;
   for (size_t i = 1; i < order.size(); ++i) {
     size_t placed = i;
     for (size_t j = i; j-- > 0;) {

@@ -84,7 +84,10 @@ StridedPlan<N> plan_strided(const Shape& shape, const std::array<Shape, N>& stri
   // Keep dims of size > 1, innermost first in the operands' memory order (iteration_order.h),
   // merging a dim into the one inside it when every operand steps over the inner dim's full
   // extent with its stride.
-  for (const int64_t d : iteration_order<N>(shape, strides)) {
+  const bool logical = logical_order_holds<N>(shape, strides);  // the common case: no order to build
+  const Shape order = logical ? Shape() : iteration_order<N>(shape, strides);
+  for (size_t k = 0; k < shape.size(); ++k) {
+    const int64_t d = logical ? static_cast<int64_t>(shape.size() - 1 - k) : order[k];
     if (shape[d] == 1) continue;
     std::array<int64_t, N> s;
     for (size_t k = 0; k < N; ++k) s[k] = strides[k][d];
