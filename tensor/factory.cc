@@ -11,18 +11,13 @@
 
 namespace tinyddp::tensor {
 
-namespace {
-Storage storage_for(const Shape& sizes, TensorOptions options) {
+Tensor empty(const Shape& sizes, TensorOptions options) {
   const int64_t numel = shape_numel(sizes, "empty");
   const DType dtype = options.dtype();
   TDDP_CHECK(static_cast<uint64_t>(numel) <= std::numeric_limits<size_t>::max() / element_size(dtype),
              "empty: shape {} of {} needs more bytes than size_t can count", format_shape(sizes), dtype_name(dtype));
-  return Storage(static_cast<size_t>(numel) * element_size(dtype), options.device());
-}
-}  // namespace
-
-Tensor empty(const Shape& sizes, TensorOptions options) {
-  return Tensor::make(storage_for(sizes, options), sizes, contiguous_strides(sizes), 0, options.dtype());
+  Storage storage(static_cast<size_t>(numel) * element_size(dtype), options.device());
+  return Tensor::make(std::move(storage), sizes, contiguous_strides(sizes), 0, dtype);
 }
 
 Tensor empty(const Shape& sizes, TensorOptions options, MemoryFormat memory_format) {
@@ -30,7 +25,8 @@ Tensor empty(const Shape& sizes, TensorOptions options, MemoryFormat memory_form
              "empty: memory_format preserve has no tensor to preserve (use empty_like)");
   if (memory_format == MemoryFormat::kContiguous) return empty(sizes, options);
   TDDP_CHECK(sizes.size() == 4, "empty: channels_last needs a 4-D [N, C, H, W] shape, got {}", format_shape(sizes));
-  return Tensor::make(storage_for(sizes, options), sizes, detail::memory_format_strides(sizes, memory_format), 0,
+  // The same storage as a row-major tensor's, seen with channels-last strides.
+  return Tensor::make(empty(sizes, options).storage(), sizes, detail::memory_format_strides(sizes, memory_format), 0,
                       options.dtype());
 }
 
