@@ -8,9 +8,12 @@
 //   x.index_put_({Slice(), 0}, 0.0);                        // in place, under autograd too
 //
 // Integers select (the dim goes), slices narrow (views; a step > 1 strides), None inserts a dim
-// of size 1, the ellipsis stands for the dims no other index names. One tensor index per call:
-// an int64 tensor picks positions along its dim (a copy; its shape replaces the dim), a bool
-// tensor picks the positions where it is true over as many dims as it has (a copy, 1-D there).
+// of size 1, the ellipsis stands for the dims no other index names. An int64 tensor picks
+// positions along its dim (a copy; its shape replaces the dim; negatives count from the end), a
+// bool tensor the positions where it is true over as many dims as it has (a copy, 1-D there).
+// Several tensor indices are taken together, as NumPy's and PyTorch's advanced indexing: they
+// broadcast to one shape (a mask as its nonzero coordinates), which replaces the dims they index
+// when those are adjacent and goes first when not (x.index({rows, cols}) is x[rows, cols]).
 #pragma once
 
 #include <cstdint>

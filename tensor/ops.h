@@ -169,10 +169,12 @@ Tensor masked_fill(const Tensor& input, const Tensor& mask, double value);
 // through the values (gather's gradient).
 std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
 Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
-// As torch.unique over all elements: (the distinct values sorted, each element's position in
-// them shaped as x, each value's count); all three are always computed. NaNs are distinct.
+// As torch.unique: over all elements, (the distinct values sorted, each element's position in
+// them shaped as x, each value's count); with `dim`, the distinct slices along it in
+// lexicographic order, each slice's position in them ([x.size(dim)]) and each one's count. All
+// three are always computed. NaNs are distinct. Not differentiable, as PyTorch's.
 std::tuple<Tensor, Tensor, Tensor> unique(const Tensor& x, bool sorted = true, bool return_inverse = false,
-                                          bool return_counts = false);
+                                          bool return_counts = false, std::optional<int64_t> dim = std::nullopt);
 // As torch.nonzero: the [count, x.dim()] int64 coordinates of the nonzero elements, row-major.
 Tensor nonzero(const Tensor& x);
 // As torch.masked_select: the elements of x where mask (bool; the two broadcast) is true, 1-D

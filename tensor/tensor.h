@@ -39,6 +39,7 @@ class Generator;
 class TensorOptions;
 // Results of the methods that give several tensors (max(dim), topk; chunk, split, unbind).
 using TensorPair = std::tuple<Tensor, Tensor>;
+using TensorTriple = std::tuple<Tensor, Tensor, Tensor>;
 using TensorList = std::vector<Tensor>;
 
 // A backward formula: gradient of the op's output -> one gradient per input (see graph.h).

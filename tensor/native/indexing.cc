@@ -1,7 +1,8 @@
 // Python's indexing (indexing.h): basic indices as views (select, narrow, as_strided for a
-// step, unsqueeze), one tensor index as a lookup (index_select), and index_put_ as a scatter of
-// the values into x's flat positions, which the in-place machinery writes into x (so autograd
-// records it as any in-place op: gradients reach both x's old values and the values).
+// step, unsqueeze), tensor indices as a lookup (index_select; several as one over their dims
+// flattened together), and index_put_ as a scatter of the values into x's flat positions,
+// which the in-place machinery writes into x (so autograd records it as any in-place op:
+// gradients reach both x's old values and the values).
 #include "tinyddp/tensor/indexing.h"
 
 #include <cstring>
@@ -46,32 +47,43 @@ Tensor slice(const Tensor& x, int64_t dim, std::optional<int64_t> start, std::op
 
 namespace {
 
-// The dims of x an index list names (ints, slices, tensors; None and the ellipsis name none).
-int64_t dims_named(const std::vector<TensorIndex>& indices) {
-  int64_t named = 0, tensors = 0, ellipses = 0;
+// What an index list names: the dims of x (ints, slices, tensors; None, the ellipsis and a 0-d
+// mask name none) and how many tensor indices it holds.
+struct Named {
+  int64_t dims = 0, tensors = 0;
+};
+
+Named dims_named(const std::vector<TensorIndex>& indices) {
+  Named named;
+  int64_t ellipses = 0;
   for (const TensorIndex& index : indices) {
     const auto& v = index.value();
-    if (std::holds_alternative<int64_t>(v) || std::holds_alternative<Slice>(v)) ++named;
+    if (std::holds_alternative<int64_t>(v) || std::holds_alternative<Slice>(v)) ++named.dims;
     if (std::holds_alternative<EllipsisType>(v)) ++ellipses;
     if (const Tensor* t = std::get_if<Tensor>(&v)) {
       check_defined(*t, "index", "tensor index");
       TDDP_CHECK(t->dtype() == kInt64 || t->dtype() == kBool,
                  "index: tensors used as indices must be int64 or bool, got {}", dtype_name(t->dtype()));
-      named += t->dtype() == kBool ? std::max<int64_t>(t->dim(), 1) : 1;
-      ++tensors;
+      named.dims += t->dtype() == kBool ? t->dim() : 1;
+      ++named.tensors;
     }
   }
   TDDP_CHECK(ellipses <= 1, "index: an index can only have a single ellipsis ('...')");
-  TDDP_CHECK(tensors <= 1,
-             "index: {} tensor indices in one call; one is supported (index with them one after the other, or "
-             "gather)",
-             tensors);
   return named;
+}
+
+// The int64 positions `t` along a dim of `size`: negatives count from the end, as Python's.
+Tensor wrapped_positions(const Tensor& t, int64_t size, int64_t dim) {
+  if (t.numel() == 0) return t;
+  const int64_t lowest = t.min().item<int64_t>(), highest = t.max().item<int64_t>();
+  TDDP_CHECK(lowest >= -size && highest < size, "index: index {} is out of bounds for dimension {} with size {}",
+             lowest < -size ? lowest : highest, dim, size);
+  return lowest < 0 ? where(lt(t, 0.0), add(t, static_cast<double>(size)), t) : t;
 }
 
 // x indexed by the int64 tensor `t` along dim d: t's shape in place of the dim.
 Tensor take_positions(const Tensor& x, int64_t d, const Tensor& t) {
-  const Tensor picked = index_select(x, d, t.reshape({t.numel()}));
+  const Tensor picked = index_select(x, d, wrapped_positions(t, x.size(d), d).reshape({t.numel()}));
   Shape shape;
   for (int64_t k = 0; k < d; ++k) shape.push_back(x.size(k));
   for (int64_t s : t.sizes()) shape.push_back(s);
@@ -79,34 +91,122 @@ Tensor take_positions(const Tensor& x, int64_t d, const Tensor& t) {
   return picked.reshape(shape);
 }
 
+void check_mask(const Tensor& x, int64_t d, const Tensor& m, const Shape& original) {
+  for (int64_t k = 0; k < m.dim(); ++k) {
+    TDDP_CHECK(d + k < x.dim() && m.size(k) == x.size(d + k),
+               "index: the shape of the mask {} does not match the shape of the indexed tensor {} at dim {}",
+               format_shape(m.sizes()), format_shape(original), d + k);
+  }
+}
+
 // x indexed by the bool mask `m` over dims d .. d + m.dim() - 1: those dims become one, the
 // positions where m is true.
 Tensor take_mask(const Tensor& x, int64_t d, const Tensor& m) {
   const Tensor mask = m.dim() == 0 ? m.reshape({1}) : m;
   const Tensor base = m.dim() == 0 ? x.unsqueeze(d) : x;
-  for (int64_t k = 0; k < mask.dim(); ++k) {
-    TDDP_CHECK(d + k < base.dim() && mask.size(k) == base.size(d + k),
-               "index: the shape of the mask {} does not match the shape of the indexed tensor {} at dim {}",
-               format_shape(m.sizes()), format_shape(x.sizes()), d + k);
-  }
+  check_mask(base, d, mask, x.sizes());
   const Tensor flat = mask.dim() > 1 ? base.flatten(d, d + mask.dim() - 1) : base;
   return index_select(flat, d, nonzero(mask.reshape({mask.numel()})).reshape({-1}));
+}
+
+// A tensor index met among several: the dim of the basic-indexed view it starts at.
+struct Pending {
+  int64_t dim;
+  Tensor index;
+};
+
+// The index tensors broadcast together (NumPy's advanced indexing), each named as PyTorch does.
+Shape broadcast_indices(const std::vector<std::pair<int64_t, Tensor>>& picks) {
+  Shape shape;
+  std::string shapes;
+  for (const auto& pick : picks) shapes += (shapes.empty() ? "" : ", ") + format_shape(pick.second.sizes());
+  for (const auto& pick : picks) {
+    const Shape& s = pick.second.sizes();
+    const size_t n = std::max(shape.size(), s.size());
+    Shape out(n);
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t a = i < n - shape.size() ? 1 : shape[i - (n - shape.size())];
+      const int64_t b = i < n - s.size() ? 1 : s[i - (n - s.size())];
+      TDDP_CHECK(a == b || a == 1 || b == 1,
+                 "index: shape mismatch: indexing tensors could not be broadcast together with shapes {}", shapes);
+      out[i] = a == 1 ? b : a;
+    }
+    shape = out;
+  }
+  return shape;
+}
+
+// x indexed by several tensors at once (NumPy's advanced indexing, as PyTorch's): the index
+// tensors (a mask as its nonzero coordinates, one per dim it covers) broadcast to one shape B,
+// which takes the place of the dims they index when those are adjacent, else goes first.
+Tensor take_together(const Tensor& x, const std::vector<Pending>& pending, const Shape& original) {
+  std::vector<std::pair<int64_t, Tensor>> picks;  // (dim of x, int64 positions)
+  for (const Pending& p : pending) {
+    if (p.index.dtype() == kBool) {
+      check_mask(x, p.dim, p.index, original);
+      const Tensor coords = nonzero(p.index);
+      for (int64_t k = 0; k < p.index.dim(); ++k) picks.emplace_back(p.dim + k, coords.select(1, k));
+    } else {
+      picks.emplace_back(p.dim, wrapped_positions(p.index, x.size(p.dim), p.dim));
+    }
+  }
+  const Shape shape = broadcast_indices(picks);
+  // The indexed dims to the front, flattened into one; each position becomes a row there.
+  Shape order, rest;
+  std::vector<bool> picked(static_cast<size_t>(x.dim()), false);
+  bool adjacent = true;
+  for (size_t i = 0; i < picks.size(); ++i) {
+    order.push_back(picks[i].first);
+    picked[static_cast<size_t>(picks[i].first)] = true;
+    adjacent = adjacent && (i == 0 || picks[i].first == picks[i - 1].first + 1);
+  }
+  Shape rows_shape = {1};
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (picked[static_cast<size_t>(d)]) {
+      rows_shape[0] *= x.size(d);
+    } else {
+      order.push_back(d);
+      rows_shape.push_back(x.size(d));
+      rest.push_back(x.size(d));
+    }
+  }
+  Tensor rows_index;
+  int64_t stride = 1;
+  for (size_t i = picks.size(); i-- > 0;) {
+    const Tensor term = stride == 1 ? picks[i].second : mul(picks[i].second, static_cast<double>(stride));
+    rows_index = rows_index.defined() ? add(term, rows_index) : term;
+    stride *= x.size(picks[i].first);
+  }
+  const int64_t count = shape_numel(shape);
+  Shape out_shape = shape;
+  for (int64_t s : rest) out_shape.push_back(s);
+  const Tensor out = index_select(x.permute(order).reshape(rows_shape), 0, rows_index.expand(shape).reshape({count}))
+                         .reshape(out_shape);
+  const int64_t first = picks.front().first, b = static_cast<int64_t>(shape.size());
+  if (!adjacent || first == 0) return out;
+  // Adjacent dims: B goes where they were (after the `first` dims before them).
+  Shape back;
+  for (int64_t k = 0; k < first; ++k) back.push_back(b + k);
+  for (int64_t k = 0; k < b; ++k) back.push_back(k);
+  for (int64_t k = b + first; k < out.dim(); ++k) back.push_back(k);
+  return out.permute(back);
 }
 
 }  // namespace
 
 Tensor index(const Tensor& x, const std::vector<TensorIndex>& indices) {
   check_defined(x, "index", "x");
-  const int64_t named = dims_named(indices);
-  TDDP_CHECK(named <= x.dim(), "index: too many indices for tensor of dimension {} (got {})", x.dim(), named);
+  const Named named = dims_named(indices);
+  TDDP_CHECK(named.dims <= x.dim(), "index: too many indices for tensor of dimension {} (got {})", x.dim(), named.dims);
   Tensor out = x;
   int64_t dim = 0;
+  std::vector<Pending> pending;  // with several tensor indices: taken together at the end
   for (const TensorIndex& index : indices) {
     const auto& v = index.value();
     if (std::holds_alternative<NoneType>(v)) {
       out = out.unsqueeze(dim++);
     } else if (std::holds_alternative<EllipsisType>(v)) {
-      dim += x.dim() - named;
+      dim += x.dim() - named.dims;
     } else if (const int64_t* i = std::get_if<int64_t>(&v)) {
       const int64_t size = out.size(dim);
       TDDP_CHECK(*i >= -size && *i < size, "index: index {} is out of bounds for dimension {} with size {}", *i, dim,
@@ -114,19 +214,20 @@ Tensor index(const Tensor& x, const std::vector<TensorIndex>& indices) {
       out = out.select(dim, *i);
     } else if (const Slice* s = std::get_if<Slice>(&v)) {
       out = slice(out, dim++, s->start, s->stop, s->step.value_or(1));
+    } else if (const Tensor& t = std::get<Tensor>(v); named.tensors > 1) {
+      if (t.dtype() == kBool && t.dim() == 0) out = out.unsqueeze(dim);  // a 0-d mask adds a dim of 1
+      pending.push_back({dim, t.dim() == 0 && t.dtype() == kBool ? t.reshape({1}) : t});
+      dim += t.dtype() == kBool ? std::max<int64_t>(t.dim(), 1) : 1;
+    } else if (t.dtype() == kBool) {
+      out = take_mask(out, dim++, t);
     } else {
-      const Tensor& t = std::get<Tensor>(v);
-      if (t.dtype() == kBool) {
-        out = take_mask(out, dim++, t);
-      } else {
-        // A list of positions along dim 0 keeps a channels-last layout, as PyTorch's (the batch
-        // reshuffled, x[perm]); elsewhere the result is row-major.
-        out = dim == 0 && t.dim() == 1 ? keep_layout(take_positions(out, dim, t), out) : take_positions(out, dim, t);
-        dim += t.dim();
-      }
+      // A list of positions along dim 0 keeps a channels-last layout, as PyTorch's (the batch
+      // reshuffled, x[perm]); elsewhere the result is row-major.
+      out = dim == 0 && t.dim() == 1 ? keep_layout(take_positions(out, dim, t), out) : take_positions(out, dim, t);
+      dim += t.dim();
     }
   }
-  return out;
+  return pending.empty() ? out : take_together(out, pending, x.sizes());
 }
 
 const Tensor& index_put_(const Tensor& x, const std::vector<TensorIndex>& indices, const Tensor& values,

@@ -71,33 +71,68 @@ Tensor argsort(const Tensor& x, int64_t dim, bool descending, bool stable) {
   return std::get<1>(sort(x, dim, descending, stable));
 }
 
-std::tuple<Tensor, Tensor, Tensor> unique(const Tensor& x, bool sorted, bool return_inverse, bool return_counts) {
+namespace {
+
+// The distinct rows of the [rows, width] row-major values v, in lexicographic order (NaN after
+// every number, as sort's): each first row of a run of equal ones, each row's run and each run's
+// length. A NaN equals nothing, so each row holding one is a run of its own.
+struct Runs {
+  std::vector<int64_t> firsts, inverse, counts;
+};
+
+template <typename T>
+Runs equal_runs(const std::vector<T>& v, int64_t rows, int64_t width) {
+  const auto row = [&](int64_t r) { return v.data() + r * width; };
+  const auto before = [](T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (std::isnan(a) || std::isnan(b)) return std::isnan(b) && !std::isnan(a);
+    }
+    return a < b;
+  };
+  std::vector<int64_t> order(static_cast<size_t>(rows));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t i, int64_t j) {
+    return std::lexicographical_compare(row(i), row(i) + width, row(j), row(j) + width, before);
+  });
+  Runs runs;
+  runs.inverse.resize(order.size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    const int64_t r = order[k];
+    if (k == 0 || !std::equal(row(r), row(r) + width, row(order[k - 1]))) {
+      runs.firsts.push_back(r);
+      runs.counts.push_back(0);
+    }
+    runs.inverse[static_cast<size_t>(r)] = static_cast<int64_t>(runs.firsts.size()) - 1;
+    ++runs.counts.back();
+  }
+  return runs;
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor, Tensor> unique(const Tensor& x, bool sorted, bool return_inverse, bool return_counts,
+                                          std::optional<int64_t> dim) {
   (void)sorted;  // always sorted, as PyTorch's CPU and CUDA kernels give
   (void)return_inverse;
   (void)return_counts;
   check_defined(x, "unique", "x");
-  const Tensor flat = x.reshape({-1});
-  const Tensor order = sorted_indices(flat, 0, false).to(kCPU);
-  const std::vector<int64_t> idx = order.to_vector<int64_t>();
-  const bool floating = x.is_floating_point();
-  const std::vector<double> fv = floating ? host_rows<double>(flat) : std::vector<double>();
-  const std::vector<int64_t> iv = floating ? std::vector<int64_t>() : host_rows<int64_t>(flat);
-  const auto same = [&](int64_t i, int64_t j) {
-    return floating ? fv[static_cast<size_t>(i)] == fv[static_cast<size_t>(j)]
-                    : iv[static_cast<size_t>(i)] == iv[static_cast<size_t>(j)];
-  };
-  std::vector<int64_t> firsts, inverse(idx.size()), counts;
-  for (size_t k = 0; k < idx.size(); ++k) {
-    if (k == 0 || !same(idx[k], idx[k - 1])) {  // NaN never equals: each NaN is its own value
-      firsts.push_back(idx[k]);
-      counts.push_back(0);
-    }
-    inverse[static_cast<size_t>(idx[k])] = static_cast<int64_t>(firsts.size()) - 1;
-    ++counts.back();
+  // Without a dim, the elements are the rows; with one, the slices along it (flattened in the
+  // order of the other dims, as PyTorch's).
+  TDDP_CHECK(!dim || x.dim() > 0, "unique: a dim was given ({}) but the tensor has no dimensions", dim.value_or(0));
+  const int64_t d = dim ? wrap_dim(*dim, x.dim(), "unique") : 0;
+  Shape order = {d};
+  for (int64_t k = 0; k < x.dim(); ++k) {
+    if (k != d) order.push_back(k);
   }
+  const Tensor rows = dim ? x.permute(order).reshape({x.size(d), -1}) : x.reshape({-1, 1});
+  const int64_t count = rows.size(0), width = rows.size(1);
+  const Runs runs = x.is_floating_point() ? equal_runs(host_rows<double>(rows), count, width)
+                                          : equal_runs(host_rows<int64_t>(rows), count, width);
   NoGradGuard no_grad;
-  const Tensor values = index_select(flat, 0, from_vector(firsts, {}, x.device()));
-  return {values, from_vector(inverse, x.sizes(), x.device()), from_vector(counts, {}, x.device())};
+  const Tensor firsts = from_vector(runs.firsts, {}, x.device());
+  const Tensor values = dim ? index_select(x, d, firsts) : index_select(x.reshape({-1}), 0, firsts);
+  return {values, from_vector(runs.inverse, dim ? Shape{count} : x.sizes(), x.device()),
+          from_vector(runs.counts, {}, x.device())};
 }
 
 Tensor nonzero(const Tensor& x) {

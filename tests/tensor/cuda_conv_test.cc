@@ -258,6 +258,17 @@ TEST_CASE("CUDA: prod, cumprod, scatter, index and index_put_ equal the CPU's", 
         return y;
       },
       {x, v});
+  // Several tensor indices at once (negatives among them) and an assignment through them.
+  const Tensor rows = from_vector<int64_t>({3, 0, -1}, Shape{3}), cols = from_vector<int64_t>({1, 4, -5}, Shape{3});
+  const auto on = [&](const Tensor& like, const Tensor& t) { return like.is_cuda() ? t.to(kGpu) : t; };
+  check_on_gpu([&](const Inputs& in) { return in[0].index({on(in[0], rows), on(in[0], cols)}); }, {x});
+  check_on_gpu(
+      [&](const Inputs& in) {
+        const Tensor y = mul(in[0], 1.0);
+        y.index_put_({on(in[0], rows), on(in[0], cols)}, in[1].slice(0, 0, 3), true);
+        return y;
+      },
+      {x, v});
 }
 
 TEST_CASE("CUDA: conv1d and group_norm and their gradients equal the CPU's", "[cuda][conv]") {

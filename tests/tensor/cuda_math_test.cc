@@ -174,6 +174,9 @@ TEST_CASE("CUDA: sort, unique, nonzero, masked_select, bincount and the samplers
   const Tensor ints = from_vector<int64_t>({3, 1, 3, 0, 1, 4}, Shape{6});
   expect_matches_cpu(
       {ints}, [](const auto& v) { return std::get<2>(unique(v[0])); }, "unique counts", 0);
+  const Tensor rows = from_vector<int64_t>({1, 2, 0, 1, 2, 0, 3, 3}, Shape{4, 2});
+  expect_matches_cpu(
+      {rows}, [](const auto& v) { return std::get<0>(v[0].unique(true, false, false, 0)); }, "unique(dim) values", 0);
   expect_matches_cpu(
       {ints}, [](const auto& v) { return bincount(v[0]); }, "bincount", 0);
   expect_matches_cpu(

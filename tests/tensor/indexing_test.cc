@@ -1,8 +1,8 @@
 // Python's indexing (tensor/indexing.h) against PyTorch (fixtures/make_indexing_fixtures.py):
 // values and gradients in float64 for slices (with a step, negative bounds), integers, None,
-// the ellipsis, an int64 and a bool tensor index, and assignments through index_put_ (a slice,
-// a value, a mask, accumulate with repeats); views where PyTorch gives views; float64
-// gradchecks; and the errors PyTorch gives for bad indices.
+// the ellipsis, an int64 and a bool tensor index, several at once (advanced indexing), and
+// assignments through index_put_ (a slice, a value, a mask, pairs, accumulate with repeats);
+// views where PyTorch gives views; float64 gradchecks; and the errors PyTorch gives.
 #include "tests/fixture_case.h"
 #include "tests/test_util.h"
 #include "tinyddp/autograd/gradcheck.h"
@@ -49,6 +49,52 @@ TEST_CASE("index reads as Python's x[...]: slices, steps, negatives, None, ellip
               return v[0].index({Slice(None, None, 3), Ellipsis, Slice(-2, None)});
             },
             {randn({7, 3, 4}, kFloat64).requires_grad_()}) == "");
+}
+
+TEST_CASE("index with several tensor indices as NumPy's advanced indexing: broadcast, adjacent or first; gradients",
+          "[tensor][indexing][fixture]") {
+  const auto& f = fixture();
+  const Tensor rows = tensor({2, 0, 2}), cols = tensor({1, -1, 3});
+  const Tensor two_rows = rows.slice(0, 0, 2), two_cols = cols.slice(0, 0, 2);
+  f.check_case("pairs", {{"x", {3, 4, 2}}}, {3, 2}, [&](const V& v) { return v[0].index({rows, cols}); });
+  f.check_case("broadcast_pairs", {{"x", {3, 4}}}, {3, 2}, [&](const V& v) {
+    return v[0].index({rows.unsqueeze(1), tensor({0, 3})});
+  });
+  f.check_case("middle_pairs", {{"x", {2, 3, 4, 2}}}, {2, 2, 2}, [&](const V& v) {
+    return v[0].index({Slice(), two_rows, two_cols});
+  });
+  f.check_case("apart_pairs", {{"x", {3, 2, 2}}}, {2, 3, 2}, [&](const V& v) {
+    return v[0].index({rows, Slice(), tensor({1, 0}).unsqueeze(1)});
+  });
+  f.check_case("int_and_pairs", {{"x", {2, 3, 2, 4}}}, {3, 2}, [&](const V& v) {
+    return v[0].index({1, rows, Slice(), cols});
+  });
+  f.check_case("mask_and_positions", {{"x", {4, 2}}}, {3}, [&](const V& v) {
+    return v[0].index({mask().select(0, 2), tensor({1, 0, 1})});
+  });
+  f.check_case("mask_scalar", {{"x", {2, 3}}}, {2, 3, 1}, [&](const V& v) {
+    return v[0].index({Ellipsis, tensor({1}).to(kBool).reshape({})});
+  });
+  f.check_case("negative_positions", {{"x", {3, 2}}}, {2, 2}, [&](const V& v) {
+    return v[0].index({tensor({-1, 0})});
+  });
+  f.check_case("put_pairs", {{"x", {3, 4}}, {"v", {2}}}, {3, 4}, [&](const V& v) {
+    return assigned(v[0], [&](const Tensor& y) { y.index_put_({two_rows, two_cols}, v[1]); });
+  });
+  f.check_case("put_pairs_accumulate", {{"x", {3, 4}}, {"v", {3}}}, {3, 4}, [&](const V& v) {
+    return assigned(v[0], [&](const Tensor& y) { y.index_put_({rows, tensor({1, 3, 1})}, v[1], true); });
+  });
+  CHECK(gradcheck(
+            [&](const V& v) {
+              return v[0].index({Slice(), rows, Slice(), two_cols.unsqueeze(1)});
+            },
+            {randn({2, 3, 2, 4}, kFloat64).requires_grad_()}) == "");
+  // Dims left of adjacent indices stay in front; apart, the broadcast shape goes first.
+  const Tensor x = arange(120, kFloat32).view({2, 3, 4, 5});
+  CHECK(x.index({Slice(), Slice(), two_rows, two_cols}).sizes() == Shape{2, 3, 2});
+  CHECK(x.index({Slice(), two_rows, Slice(), two_cols}).sizes() == Shape{2, 2, 4});
+  CHECK(x.index({Slice(), two_rows, Slice(), two_cols}).select(0, 1).select(0, 1).to_vector<float>() ==
+        x.index({1, 0, Slice(), 4}).to_vector<float>());
 }
 
 TEST_CASE("index gives views where Python does, and slice(dim, start, end, step) as libtorch's", "[tensor][indexing]") {
@@ -102,9 +148,13 @@ TEST_CASE("index: bad indices are errors that name them", "[tensor][indexing][er
   CHECK_THROWS_WITH(x.index({"..", 0}), Contains("a string index must be \"...\""));
   CHECK_THROWS_WITH(x.index({Ellipsis, Ellipsis}), Contains("a single ellipsis"));
   CHECK_THROWS_WITH(x.index({zeros({2})}), Contains("tensors used as indices must be int64 or bool, got float32"));
-  CHECK_THROWS_WITH(x.index({tensor({1, 0}), tensor({0, 1})}), Contains("2 tensor indices in one call"));
+  CHECK_THROWS_WITH(
+      x.index({tensor({1, 0}), tensor({0, 1, 2})}),
+      Contains("index: shape mismatch: indexing tensors could not be broadcast together with shapes [2], [3]"));
+  CHECK_THROWS_WITH(x.index({tensor({1, 0}), tensor({0, -4})}),
+                    Contains("index: index -4 is out of bounds for dimension 1 with size 3"));
   CHECK_THROWS_WITH(x.index({zeros({3}, kBool)}), Contains("the shape of the mask [3] does not match"));
-  CHECK_THROWS_WITH(x.index({tensor({0, 2})}), Contains("out of range"));
+  CHECK_THROWS_WITH(x.index({tensor({0, 2})}), Contains("index: index 2 is out of bounds for dimension 0 with size 2"));
   CHECK_THROWS_WITH(x.index_put_({0}, zeros({2})),
                     Contains("index_put_: values of shape [2] cannot be broadcast to the indexed shape [3]"));
 }

@@ -301,6 +301,19 @@ TEST_CASE("sort, argsort, unique, nonzero, masked_select and bincount match PyTo
   CHECK(equal(u, value("unique_values", {4}, kFloat32)));
   CHECK(equal(inverse, value("unique_inverse", {2, 3}, kInt64)));
   CHECK(equal(counts, value("unique_counts", {4}, kInt64)));
+  // Along a dim: rows of a matrix, columns and last-dim slices of a 3-d int64 tensor.
+  for (const auto& [name, shape, dim, out_shape] :
+       {std::tuple<std::string, Shape, int64_t, Shape>{"unique_dim0", {5, 3}, 0, {3, 3}},
+        {"unique_dim1", {2, 3, 2}, 1, {2, 2, 2}},
+        {"unique_dim_last", {2, 3, 2}, -1, {2, 3, 2}}}) {
+    INFO(name);
+    const DType dtype = dim == 0 ? kFloat32 : kInt64;
+    const auto [dv, di, dc] = value(name + "_x", shape, dtype).unique(true, true, true, dim);
+    CHECK(equal(dv, value(name + "_values", out_shape, dtype)));
+    CHECK(equal(di, value(name + "_inverse", {shape[dim < 0 ? 2 : dim]}, kInt64)));
+    CHECK(equal(dc, value(name + "_counts", {out_shape[dim < 0 ? 2 : dim]}, kInt64)));
+  }
+  CHECK_THROWS_WITH(unique(zeros({2, 3}), true, false, false, 2), Contains("unique: dimension out of range"));
   CHECK(equal(nonzero(value("nonzero_x", {2, 3})), value("nonzero_out", {3, 2}, kInt64)));
   CHECK(nonzero(zeros({2, 3})).sizes() == Shape{0, 2});
 
