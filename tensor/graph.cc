@@ -13,13 +13,32 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   return false;
 }
 
+bool writes_into_history(const Tensor& self) {
+  if (!GradMode::is_enabled() || !self.defined()) return false;  // (an undefined self: the op's own error)
+  if (self.requires_grad()) return true;
+  if (!self.impl()->is_view) return false;
+  const std::shared_ptr<TensorImpl> base = self.impl()->view_base.lock();
+  return base && Tensor(base).requires_grad();
+}
+
 namespace {
 
-// Throws when `input`, a view in the graph, was taken before an in-place write into its
-// storage: its history does not hold the change, so its gradient would be wrong.
+// `input`, a view in the graph, taken before an in-place write into its storage: its history
+// does not hold the change. Rebuilt from its base's, which does (as PyTorch regenerates a
+// view's grad_fn); without a live base, an error rather than a wrong gradient.
 void check_view_current(const char* name, const Tensor& input) {
-  const TensorImpl& impl = *input.impl();
+  TensorImpl& impl = *input.impl();
   if (!impl.is_view || impl.storage.version() == impl.view_version || !input.autograd_meta()->has_grad_fn()) return;
+  if (std::shared_ptr<TensorImpl> base_impl = impl.view_base.lock();
+      base_impl && base_impl->storage.is_same(impl.storage)) {
+    const Tensor base(std::move(base_impl));
+    if (base.requires_grad()) {
+      const Tensor again = base.as_strided(impl.sizes, impl.strides, impl.storage_offset);
+      input.set_autograd_meta(again.impl()->autograd_meta);
+      impl.view_version = impl.storage.version();
+      return;
+    }
+  }
   throw Error(
       fmt::format("{}: an input ({} {}) is a view taken before its storage was modified by an in-place "
                   "operation; its gradient would miss that change: take the view after the in-place op, or "

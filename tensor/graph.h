@@ -17,6 +17,9 @@ namespace tinyddp::tensor {
 bool needs_grad(std::initializer_list<const Tensor*> inputs);
 inline bool needs_grad(const Tensor& a) { return needs_grad({&a}); }
 inline bool needs_grad(const Tensor& a, const Tensor& b) { return needs_grad({&a, &b}); }
+// True when grad mode is on and an in-place write into `self` must be recorded even if what is
+// written does not require grad: self requires grad, or it is a view of a tensor that does.
+bool writes_into_history(const Tensor& self);
 
 // Makes `output` the result of op `name` (e.g. "MulBackward") applied to `inputs`. During
 // backward, `backward(grad_output)` returns one gradient per input, in order (an undefined

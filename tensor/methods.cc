@@ -30,7 +30,8 @@ TensorOptions like(const Tensor& t, const TensorOptions& options = {}) {
 // otherwise as every in-place op does (write_in_place). 16-bit float tensors combine with a
 // scalar in float32 and round once (as out of place).
 const Tensor& Tensor::add_(const Tensor& other, double alpha) const {
-  if (needs_grad(*this, other)) return write_in_place(*this, "add_", [&] { return tensor::add(*this, other, alpha); });
+  if (needs_grad(other) || writes_into_history(*this))
+    return write_in_place(*this, "add_", [&] { return tensor::add(*this, other, alpha); });
   add_out(*this, *this, other, alpha, "add_");
   return *this;
 }
@@ -40,7 +41,8 @@ const Tensor& Tensor::add_(double value) const {
 }
 const Tensor& Tensor::sub_(const Tensor& other) const { return add_(other, -1.0); }
 const Tensor& Tensor::mul_(const Tensor& other) const {
-  if (needs_grad(*this, other)) return write_in_place(*this, "mul_", [&] { return tensor::mul(*this, other); });
+  if (needs_grad(other) || writes_into_history(*this))
+    return write_in_place(*this, "mul_", [&] { return tensor::mul(*this, other); });
   mul_out(*this, *this, other, "mul_");
   return *this;
 }
@@ -49,7 +51,8 @@ const Tensor& Tensor::mul_(double value) const {
   return mul_(scalar_like(*this, value, "mul_"));
 }
 const Tensor& Tensor::div_(const Tensor& other) const {
-  if (needs_grad(*this, other)) return write_in_place(*this, "div_", [&] { return tensor::div(*this, other); });
+  if (needs_grad(other) || writes_into_history(*this))
+    return write_in_place(*this, "div_", [&] { return tensor::div(*this, other); });
   div_out(*this, *this, other, "div_");
   return *this;
 }
@@ -61,7 +64,7 @@ const Tensor& Tensor::div_(double value) const {
 // Under autograd, copying `src` in is the op "src in this tensor's shape, dtype and device":
 // the gradient goes to src (summed over what broadcast), none to the values overwritten.
 const Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) const {
-  if (needs_grad(*this, src)) {
+  if (needs_grad(src) || writes_into_history(*this)) {
     return write_in_place(*this, "copy_", [&] { return src.to(dtype()).to(device(), non_blocking).expand(sizes()); });
   }
   copy_into(*this, src, non_blocking);
@@ -69,6 +72,10 @@ const Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) const {
 }
 
 const Tensor& Tensor::fill_(double value) const {
+  // Over a tensor with a history (or a view of one), a constant written as any in-place op.
+  if (writes_into_history(*this)) {
+    return write_in_place(*this, "fill_", [&] { return full(sizes(), value, like(*this)); });
+  }
   fill_out(*this, value);
   return *this;
 }

@@ -16,6 +16,16 @@ namespace tinyddp::tensor {
 
 namespace {
 
+// Marks `view` as a view of `from`: its base is from's base when from is a view that has one,
+// else from itself.
+void mark_view(const Tensor& from, TensorImpl& view) {
+  const TensorImpl& source = *from.impl();
+  view.is_view = true;
+  view.view_version = view.storage.version();
+  view.view_base = source.is_view && !source.view_base.expired() ? source.view_base : from.impl_ptr();
+  view.view_made_without_grad = !GradMode::is_enabled();
+}
+
 // A view of `base` with new geometry; shares storage (and nothing else) with it.
 Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t storage_offset) {
   auto impl = std::make_shared<TensorImpl>();
@@ -24,8 +34,7 @@ Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t storage
   impl->strides = std::move(strides);
   impl->storage_offset = storage_offset;
   impl->dtype = base.dtype();
-  impl->is_view = true;
-  impl->view_version = impl->storage.version();
+  mark_view(base, *impl);
   return Tensor(std::move(impl));
 }
 
@@ -331,6 +340,7 @@ Tensor Tensor::squeeze(int64_t dim) const {
 
 Tensor Tensor::as_strided(const Shape& sizes, const Shape& strides, std::optional<int64_t> storage_offset) const {
   const Tensor out = make(storage(), sizes, strides, storage_offset.value_or(this->storage_offset()), dtype());
+  mark_view(*this, *out.impl());
   if (!needs_grad(*this)) return out;
   // grad_self: every output element's gradient added at its storage position, read back
   // through self's geometry. Needs self to be free of self-overlap (no stride-0 dims).
@@ -373,7 +383,11 @@ void Tensor::set_data(const Tensor& other) const {
   self->dtype = other.dtype();
 }
 
-Tensor Tensor::detach() const { return make_view(*this, sizes(), strides(), storage_offset()); }
+Tensor Tensor::detach() const {
+  const Tensor out = make_view(*this, sizes(), strides(), storage_offset());
+  out.impl()->view_base.reset();  // not a differentiable view: its in-place ops are its own
+  return out;
+}
 
 // ---- conversion and in-place ops (kernels live in native/ and backends/cpu/) --------------------------
 

@@ -53,12 +53,21 @@ struct TensorImpl {
   int64_t storage_offset = 0;
   DType dtype = kFloat32;
   std::shared_ptr<AutogradMetaInterface> autograd_meta;
-  // Made by a view op (view, narrow, select, transpose, expand, detach, ...) from another
-  // tensor, when the storage was at `view_version`: autograd refuses an in-place op on such a
-  // view, and the use of one whose storage changed in place since it was taken (its history
-  // would not know), rather than give a silently wrong gradient.
+  // Made by a view op (view, narrow, select, transpose, expand, as_strided, detach, ...) from
+  // another tensor, when the storage was at `view_version`.
   bool is_view = false;
   uint64_t view_version = 0;
+  // The tensor the view was taken from (the first in the chain that is not itself a view), as
+  // PyTorch's _base, held weakly: under autograd an in-place op on the view writes the change
+  // into the base's history too (CopySlices, native/inplace.cc), and a view whose storage
+  // changed since it was taken rebuilds its history from the base's (graph.cc). Empty for
+  // detach()'s alias, which starts a history of its own.
+  std::weak_ptr<TensorImpl> view_base;
+  // What makes autograd refuse an in-place op on the view, as PyTorch does: it was taken with
+  // grad mode off, or it is one of several views one op returned (chunk, split, unbind: that
+  // op's name).
+  bool view_made_without_grad = false;
+  const char* view_of_several = nullptr;
 };
 
 // How a 4-D tensor's elements are ordered in memory, as torch.memory_format: kContiguous

@@ -75,6 +75,17 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   return cat(unsqueezed, d);  // cat's checks name the dtype or device that differs
 }
 
+namespace {
+
+// The views one op returned together: autograd refuses an in-place op on any of them, as
+// PyTorch's (each one's history is that op's; a write would not reach its siblings').
+std::vector<Tensor> several_views(std::vector<Tensor> views, const char* op) {
+  for (const Tensor& v : views) v.impl()->view_of_several = op;
+  return views;
+}
+
+}  // namespace
+
 std::vector<Tensor> split(const Tensor& t, const std::vector<int64_t>& sizes, int64_t dim) {
   check_defined(t, "split", "tensor");
   const int64_t d = wrap_dim(dim, t.dim(), "split");
@@ -92,7 +103,7 @@ std::vector<Tensor> split(const Tensor& t, const std::vector<int64_t>& sizes, in
     parts.push_back(t.narrow(d, offset, s));
     offset += s;
   }
-  return parts;
+  return several_views(parts, "split");
 }
 
 std::vector<Tensor> split(const Tensor& t, int64_t split_size, int64_t dim) {
@@ -111,7 +122,7 @@ std::vector<Tensor> chunk(const Tensor& t, int64_t chunks, int64_t dim) {
   TDDP_CHECK(chunks > 0, "chunk: expected a positive number of chunks, got {}", chunks);
   const int64_t d = wrap_dim(dim, t.dim(), "chunk");
   const int64_t size = t.size(d);
-  return split(t, std::max<int64_t>((size + chunks - 1) / chunks, size == 0 ? 0 : 1), d);
+  return several_views(split(t, std::max<int64_t>((size + chunks - 1) / chunks, size == 0 ? 0 : 1), d), "chunk");
 }
 
 namespace {
@@ -144,7 +155,7 @@ std::vector<Tensor> unbind(const Tensor& t, int64_t dim) {
   const int64_t d = wrap_dim(dim, t.dim(), "unbind");
   std::vector<Tensor> out;
   for (int64_t i = 0; i < t.size(d); ++i) out.push_back(t.select(d, i));
-  return out;
+  return several_views(out, "unbind");
 }
 
 Tensor repeat(const Tensor& t, const Shape& repeats) {

@@ -28,36 +28,6 @@ void copy_into(const Tensor& dst, const Tensor& src, bool non_blocking) {
   dst.storage().bump_version();
 }
 
-const Tensor& write_in_place(const Tensor& self, const char* op, const std::function<Tensor()>& compute) {
-  check_defined(self, op, "self");
-  Tensor result;
-  {
-    SaveCopiesGuard copies(self.storage());
-    result = compute();
-  }
-  if (!GradMode::is_enabled() || !result.requires_grad()) {
-    copy_into(self, result);
-    return self;
-  }
-  TDDP_CHECK(!self.requires_grad() || self.autograd_meta()->has_grad_fn(),
-             "{}: a leaf tensor that requires grad is used in an in-place operation (as in PyTorch); write into a "
-             "copy, or use NoGradGuard for an update such as an optimizer's",
-             op);
-  TDDP_CHECK(!self.impl()->is_view,
-             "{}: in-place operation on a view ({} {}) under autograd: its base's history would not hold the change; "
-             "clone() the view first, or use the out-of-place op",
-             op, dtype_name(self.dtype()), format_shape(self.sizes()));
-  TDDP_CHECK(result.sizes() == self.sizes(), "{}: the result's shape {} does not fit the tensor written into, {}", op,
-             format_shape(result.sizes()), format_shape(self.sizes()));
-  if (result.dtype() != self.dtype()) result = result.to(self.dtype());  // differentiably, as PyTorch's casts
-  {
-    NoGradGuard no_grad;
-    copy_into(self, result);
-  }
-  self.set_autograd_meta(result.impl()->autograd_meta);  // self's grad_fn: what computed the result
-  return self;
-}
-
 void fill_out(const Tensor& dst, double value) {
   check_defined(dst, "fill_", "self");
   check_in_place(dst, nullptr, "fill_");

@@ -300,10 +300,10 @@ TEST_CASE("tensor hooks see and may replace gradients; retain_grad keeps non-lea
 
 TEST_CASE("in-place ops never give silently wrong gradients", "[engine][inplace]") {
   const Tensor w = param({1, 2});
-  // A leaf that requires grad is refused, as PyTorch refuses it; so is a fill, whose history
-  // autograd does not record.
+  // A leaf that requires grad is refused, as PyTorch refuses it, also through a view.
   CHECK_THROWS_WITH(w.add_(1), Contains("add_: a leaf tensor that requires grad is used in an in-place operation"));
-  CHECK_THROWS_WITH(w.narrow(0, 0, 1).zero_(), Contains("fill_: in-place operation on a tensor that requires grad"));
+  CHECK_THROWS_WITH(w.narrow(0, 0, 1).zero_(),
+                    Contains("fill_: a view of a leaf tensor that requires grad is used in an in-place operation"));
   CHECK_THROWS_WITH(uniform_(w), Contains("uniform_: in-place sampling into a tensor that requires grad"));
   // Anything else is recorded: the gradient of sum(3 * (2w * 2)) is 12, of copies and sums
   // what flows into the source.
