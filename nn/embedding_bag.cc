@@ -82,7 +82,8 @@ void check_arguments(const Tensor& input, const Tensor& weight, const EmbeddingB
              "embedding_bag: expected a 2D floating-point weight [num_embeddings, embedding_dim]");
   TDDP_CHECK(o.mode() == "sum" || o.mode() == "mean" || o.mode() == "max",
              "embedding_bag: mode has to be one of sum, mean or max, got '{}'", o.mode());
-  TDDP_CHECK(!o.scale_grad_by_freq(), "embedding_bag: scale_grad_by_freq=true is not supported in tinyddp");
+  TDDP_CHECK(!o.scale_grad_by_freq() || o.mode() != "max",
+             "embedding_bag: max mode does not support scaling the gradient by the frequency");
   TDDP_CHECK(!o.sparse(), "embedding_bag: sparse=true is not supported in tinyddp (no sparse gradients)");
   const Tensor& psw = o.per_sample_weights();
   if (!psw.defined()) return;
@@ -139,7 +140,7 @@ Tensor embedding_bag(const Tensor& input, const Tensor& weight, const EmbeddingB
   const Bags bags = lay_out(input, o, padding_idx);
   const tensor::TensorOptions ints = tensor::TensorOptions(tensor::kInt64).device(weight.device());
   const Tensor flat = input.reshape({input.numel()});
-  Tensor rows = tensor::embedding(flat, weight);  // [L, dim]
+  Tensor rows = tensor::embedding(flat, weight, std::nullopt, o.scale_grad_by_freq());  // [L, dim]
   if (o.mode() == "max") return max_of_bags(rows, bags, ints);
   if (o.per_sample_weights().defined()) rows = tensor::mul(rows, o.per_sample_weights().reshape({input.numel(), 1}));
   if (padding_idx)
@@ -213,6 +214,7 @@ Tensor EmbeddingBag::forward(const Tensor& input, const Tensor& offsets, const T
                                        .offsets(offsets)
                                        .max_norm(options.max_norm())
                                        .norm_type(options.norm_type())
+                                       .scale_grad_by_freq(options.scale_grad_by_freq())
                                        .mode(options.mode())
                                        .per_sample_weights(per_sample_weights)
                                        .include_last_offset(options.include_last_offset())
@@ -223,6 +225,7 @@ std::string EmbeddingBag::extra_repr() const {
   std::string s = fmt::format("{}, {}", options.num_embeddings(), options.embedding_dim());
   if (options.max_norm()) s += ", max_norm=" + repr_float(*options.max_norm());
   if (options.max_norm() && options.norm_type() != 2.0) s += ", norm_type=" + repr_float(options.norm_type());
+  if (options.scale_grad_by_freq()) s += ", scale_grad_by_freq=True";
   s += ", mode=" + options.mode();
   if (options.padding_idx()) s += fmt::format(", padding_idx={}", *options.padding_idx());
   return s;

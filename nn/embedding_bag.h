@@ -2,7 +2,8 @@
 // weight summed, averaged or maxed without the [bag, length, dim] tensor a user would build
 // with Embedding. Bags are the rows of a 2-D input, or the runs of a 1-D input that `offsets`
 // starts; per_sample_weights scale each row (mode "sum"); padding_idx entries are left out (of
-// the mean's count too); an empty bag gives zeros. Composed of embedding, index_add and max,
+// the mean's count too); an empty bag gives zeros; scale_grad_by_freq divides each id's
+// gradient by its count in input (sum and mean). Composed of embedding, index_add and max,
 // so each gradient is theirs (max: to each bag's maximum). Also embedding_renorm_, the in-place
 // max_norm rescaling Embedding and EmbeddingBag share.
 #pragma once
@@ -23,7 +24,7 @@ struct EmbeddingBagOptions {
   TINYDDP_ARG(int64_t, embedding_dim);
   TINYDDP_ARG(std::optional<double>, max_norm);
   TINYDDP_ARG(double, norm_type) = 2.0;
-  TINYDDP_ARG(bool, scale_grad_by_freq) = false;  // true is refused: not supported
+  TINYDDP_ARG(bool, scale_grad_by_freq) = false;  // "sum" and "mean" (as PyTorch's)
   TINYDDP_ARG(std::string, mode) = "mean";        // "sum", "mean" or "max"
   TINYDDP_ARG(bool, sparse) = false;              // true is refused: no sparse gradients
   TINYDDP_ARG(bool, include_last_offset) = false;

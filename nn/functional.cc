@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 
+#include "tinyddp/nn/embedding_bag.h"
 #include "tinyddp/tensor/all.h"
 #include "tinyddp/tensor/graph.h"
 
@@ -246,15 +247,21 @@ Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> s
 }
 
 Tensor embedding(const Tensor& input, const Tensor& weight, int64_t padding_idx) {
+  return embedding(input, weight, EmbeddingFuncOptions().padding_idx(padding_idx));
+}
+
+Tensor embedding(const Tensor& input, const Tensor& weight, const EmbeddingFuncOptions& options) {
   TDDP_CHECK(weight.defined() && weight.dim() == 2, "embedding: expected a 2-D weight");
+  TDDP_CHECK(!options.sparse(), "embedding: sparse=true is not supported in tinyddp (no sparse gradients)");
   const int64_t rows = weight.size(0);
-  TDDP_CHECK(padding_idx < rows && padding_idx >= -rows,
-             "embedding: Padding_idx must be within num_embeddings, got {} for {}", padding_idx, rows);
-  const int64_t pad = padding_idx < 0 ? padding_idx + rows : padding_idx;
-  const Tensor looked_up = tensor::embedding(input, weight);
-  if (!needs_grad(weight)) return looked_up;
-  // the padding positions read the same row through a detached weight: no gradient reaches it
-  return where(eq(input, static_cast<double>(pad)).unsqueeze(-1), tensor::embedding(input, weight.detach()), looked_up);
+  std::optional<int64_t> pad = options.padding_idx();
+  if (pad) {
+    TDDP_CHECK(*pad < rows && *pad >= -rows, "embedding: Padding_idx must be within num_embeddings, got {} for {}",
+               *pad, rows);
+    pad = *pad < 0 ? *pad + rows : *pad;
+  }
+  if (options.max_norm()) embedding_renorm_(weight, input, *options.max_norm(), options.norm_type());
+  return tensor::embedding(input, weight, pad, options.scale_grad_by_freq());
 }
 
 namespace {

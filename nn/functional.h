@@ -92,6 +92,18 @@ Tensor avg_pool1d(const Tensor& x, int64_t kernel_size, std::optional<int64_t> s
 // As torch.nn.functional.embedding(input, weight, padding_idx): the rows of weight, the
 // padding_idx row (negative: from the end) taking no gradient from the positions that read it.
 Tensor embedding(const Tensor& input, const Tensor& weight, int64_t padding_idx);
+// F.embedding's keyword arguments, as libtorch's F::EmbeddingFuncOptions: padding_idx as
+// above; max_norm renormalises the rows looked up in place first (norm_type 1 or 2);
+// scale_grad_by_freq divides each id's gradient by its count in input. sparse is refused
+// (tinyddp has no sparse gradients).
+struct EmbeddingFuncOptions {
+  TINYDDP_ARG(std::optional<int64_t>, padding_idx);
+  TINYDDP_ARG(std::optional<double>, max_norm);
+  TINYDDP_ARG(double, norm_type) = 2.0;
+  TINYDDP_ARG(bool, scale_grad_by_freq) = false;
+  TINYDDP_ARG(bool, sparse) = false;
+};
+Tensor embedding(const Tensor& input, const Tensor& weight, const EmbeddingFuncOptions& options);
 
 // As torch.nn.functional.adaptive_max_pool2d: input [N, C, H, W] (or [C, H, W]) into an
 // output_size grid, cell (i, j) the maximum over rows [floor(i H / oh), ceil((i + 1) H / oh))

@@ -165,13 +165,15 @@ Embedding::Embedding(const EmbeddingOptions& o) : Embedding(o.num_embeddings(), 
   TDDP_CHECK(!o.max_norm() || (*o.max_norm() > 0 && (o.norm_type() == 1.0 || o.norm_type() == 2.0)),
              "Embedding: max_norm must be positive and norm_type 1 or 2, got max_norm {} and norm_type {}",
              o.max_norm().value_or(0.0), o.norm_type());
+  TDDP_CHECK(!o.sparse(), "Embedding: sparse=true is not supported in tinyddp (no sparse gradients)");
   max_norm = o.max_norm();
   norm_type = o.norm_type();
+  scale_grad_by_freq = o.scale_grad_by_freq();
 }
 
 Tensor Embedding::forward(const Tensor& input) {
   if (max_norm) functional::embedding_renorm_(weight, input, *max_norm, norm_type);  // each row looked up
-  return padding_idx ? functional::embedding(input, weight, *padding_idx) : tensor::embedding(input, weight);
+  return tensor::embedding(input, weight, padding_idx, scale_grad_by_freq);
 }
 
 std::string Embedding::extra_repr() const {
@@ -181,6 +183,7 @@ std::string Embedding::extra_repr() const {
   const auto py = [](double v) { return v == std::floor(v) ? fmt::format("{:.1f}", v) : fmt::format("{}", v); };
   if (max_norm) s += ", max_norm=" + py(*max_norm);
   if (max_norm && norm_type != 2.0) s += ", norm_type=" + py(norm_type);
+  if (scale_grad_by_freq) s += ", scale_grad_by_freq=True";
   return s;
 }
 

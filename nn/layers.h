@@ -208,6 +208,7 @@ class Embedding : public Module {
   std::optional<int64_t> padding_idx;  // in [0, num_embeddings) once made
   std::optional<double> max_norm;      // EmbeddingOptions' max_norm and norm_type
   double norm_type = 2.0;
+  bool scale_grad_by_freq = false;
 };
 
 // torch.nn.LayerNorm over the trailing dims `normalized_shape`: weight (ones) and bias (zeros)

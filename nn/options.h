@@ -86,6 +86,9 @@ struct EmbeddingOptions {
   // (PyTorch's max_norm; norm_type 1 or 2).
   TINYDDP_ARG(std::optional<double>, max_norm);
   TINYDDP_ARG(double, norm_type) = 2.0;
+  // Each id's gradient divided by how often it occurs in the batch.
+  TINYDDP_ARG(bool, scale_grad_by_freq) = false;
+  TINYDDP_ARG(bool, sparse) = false;  // true is refused: tinyddp has no sparse gradients
 };
 
 struct ConvTranspose2dOptions {

@@ -385,6 +385,11 @@ class Generator;
 // [0, num_embeddings) (others are refused, naming one); weight [num_embeddings, embedding_dim].
 // The weight's gradient sums the rows of repeated ids.
 Tensor embedding(const Tensor& input, const Tensor& weight);
+// As torch.embedding(weight, input, padding_idx, scale_grad_by_freq): the same lookup, whose
+// gradient leaves row padding_idx (in [0, num_embeddings)) at zero and, with
+// scale_grad_by_freq, divides the gradient each id's rows send by how often it occurs in input.
+Tensor embedding(const Tensor& input, const Tensor& weight, std::optional<int64_t> padding_idx,
+                 bool scale_grad_by_freq);
 // torch.nn.functional.layer_norm: each slice over the trailing dims `normalized_shape` is
 // normalised with its mean and biased variance (eps added), then scaled by weight and shifted
 // by bias (either undefined, or of normalized_shape).

@@ -1,5 +1,7 @@
 // Embedding lookups (torch.nn.functional.embedding): each int64 id picks a row of the weight;
-// the backward adds the output's gradient rows back onto the rows they came from.
+// the backward adds the output's gradient rows back onto the rows they came from (divided by
+// their id's count with scale_grad_by_freq; none onto the padding row).
+#include "tinyddp/tensor/factory.h"
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/native/checks.h"
 #include "tinyddp/tensor/ops.h"
@@ -32,9 +34,15 @@ void check_embedding(const Tensor& input, const Tensor& weight) {
 
 }  // namespace
 
-Tensor embedding(const Tensor& input, const Tensor& weight) {
+Tensor embedding(const Tensor& input, const Tensor& weight) { return embedding(input, weight, std::nullopt, false); }
+
+Tensor embedding(const Tensor& input, const Tensor& weight, std::optional<int64_t> padding_idx,
+                 bool scale_grad_by_freq) {
   check_embedding(input, weight);
   const int64_t n = input.numel(), dim = weight.size(1), rows = weight.size(0);
+  TDDP_CHECK(!padding_idx || (*padding_idx >= 0 && *padding_idx < rows),
+             "embedding: padding_idx must be in [0, {}) for {} embeddings, got {}", rows, rows,
+             padding_idx.value_or(0));
   Shape out_shape = input.sizes();
   out_shape.push_back(dim);
   const Tensor out = new_output(out_shape, weight.dtype(), weight.device());
@@ -44,24 +52,37 @@ Tensor embedding(const Tensor& input, const Tensor& weight) {
     ids = input.contiguous().view({n});
     backend_for(weight.device(), "embedding").embedding(out.view({n, dim}), weight.contiguous(), ids);
   }
-  // grad_out [..., C] -> grad_weight [V, C]: each row of grad_out added onto row ids[i].
-  if (needs_grad(weight)) {
-    record_op("EmbeddingBackward", out, {weight}, [ids, n, dim, rows](const Tensor& g) {
-      const Tensor grad_weight = new_output({rows, dim}, g.dtype(), g.device());
-      {
-        NoGradGuard no_grad;
-        backend_for(g.device(), "embedding backward")
-            .embedding_backward(grad_weight, g.contiguous().view({n, dim}), ids);
-      }
-      // create_graph: linear in g, so its own gradient is the lookup again
-      if (needs_grad(g)) {
-        record_op("EmbeddingBackwardBackward", grad_weight, {g}, [ids, shape = g.sizes()](const Tensor& gg) {
-          return std::vector<Tensor>{embedding(ids, gg).view(shape)};
-        });
-      }
-      return std::vector<Tensor>{grad_weight};
-    });
+  if (!needs_grad(weight)) return out;
+  // What scales the gradient rows: 1 / (each id's count) with scale_grad_by_freq; zero for
+  // the padding row (a [rows, 1] factor applied to the weight's gradient).
+  Tensor per_position, per_row;
+  {
+    NoGradGuard no_grad;
+    const TensorOptions options = TensorOptions(weight.dtype()).device(weight.device());
+    if (scale_grad_by_freq && n > 0) {
+      per_position = reciprocal(index_select(bincount(ids, Tensor(), rows), 0, ids).to(weight.dtype())).view({n, 1});
+    }
+    if (padding_idx) {
+      per_row = ones({rows, 1}, options);
+      per_row.select(0, *padding_idx).fill_(0.0);
+    }
   }
+  // grad_out [..., C] -> grad_weight [V, C]: each row of grad_out added onto row ids[i].
+  record_op("EmbeddingBackward", out, {weight}, [ids, n, dim, rows, per_position, per_row](const Tensor& grad) {
+    const Tensor g = per_position.defined() ? mul(grad.reshape({n, dim}), per_position) : grad;
+    Tensor grad_weight = new_output({rows, dim}, g.dtype(), g.device());
+    {
+      NoGradGuard no_grad;
+      backend_for(g.device(), "embedding backward").embedding_backward(grad_weight, g.contiguous().view({n, dim}), ids);
+    }
+    // create_graph: linear in g, so its own gradient is the lookup again
+    if (needs_grad(g)) {
+      record_op("EmbeddingBackwardBackward", grad_weight, {g}, [ids, shape = g.sizes()](const Tensor& gg) {
+        return std::vector<Tensor>{embedding(ids, gg).view(shape)};
+      });
+    }
+    return std::vector<Tensor>{per_row.defined() ? mul(grad_weight, per_row) : grad_weight};
+  });
   return out;
 }
 

@@ -39,6 +39,16 @@ TEST_CASE("F::embedding_bag matches PyTorch: sum, mean, max, padding, empty bags
     return F::embedding_bag(tensor::tensor({1, 2, 2, 7}), v[0],
                             F::EmbeddingBagFuncOptions().offsets(tensor::tensor({0, 1})).max_norm(1.0));
   });
+  // scale_grad_by_freq: each id's gradient divided by its count in the whole input.
+  for (const std::string mode : {"sum", "mean"}) {
+    f.check_case("bag_freq_" + mode, {{"w", {6, 3}}}, {3, 3}, [&](const V& v) {
+      nn::EmbeddingBag bag(nn::EmbeddingBagOptions(6, 3).mode(mode).scale_grad_by_freq(true));
+      bag.weight = bag.replace_parameter("weight", v[0]);
+      return bag.forward(tensor::tensor({1, 2, 2, 5, 2, 1, 0}), tensor::tensor({0, 3, 5}));
+    });
+  }
+  CHECK(nn::EmbeddingBag(nn::EmbeddingBagOptions(6, 3).mode("sum").scale_grad_by_freq(true)).repr() ==
+        "EmbeddingBag(6, 3, scale_grad_by_freq=True, mode=sum)");
 }
 
 TEST_CASE("F::embedding_bag: the gradients of each mode against finite differences", "[nn][embedding_bag]") {
@@ -112,6 +122,8 @@ TEST_CASE("F::embedding_bag refuses what PyTorch refuses, naming it", "[nn][embe
   CHECK_THROWS_WITH(bag(ids2d(), F::EmbeddingBagFuncOptions().padding_idx(12)),
                     Contains("padding_idx must be within the number of embeddings, -10 through 9, but got 12"));
   CHECK_THROWS_WITH(bag(ids2d(), F::EmbeddingBagFuncOptions().sparse(true)), Contains("sparse=true is not supported"));
+  CHECK_THROWS_WITH(bag(ids2d(), F::EmbeddingBagFuncOptions().mode("max").scale_grad_by_freq(true)),
+                    Contains("max mode does not support scaling the gradient by the frequency"));
   CHECK_THROWS_WITH(bag(tensor::tensor({{1, 30}}), {}), Contains("out of range"));
   CHECK_THROWS_WITH(nn::EmbeddingBag(nn::EmbeddingBagOptions(10, 3).mode("avg")), Contains("mode has to be one of"));
 }

@@ -240,6 +240,26 @@ TEST_CASE("Embedding(padding_idx) and F::embedding(..., padding_idx) match PyTor
   CHECK_THROWS_WITH(nn::Embedding(6, 3, 6), Contains("Padding_idx must be within num_embeddings"));
 }
 
+TEST_CASE("Embedding(scale_grad_by_freq) and F::embedding's options match PyTorch: each id's gradient over its count",
+          "[nn][embedding]") {
+  const auto& f = fixture();
+  const Tensor ids = tensor::tensor({{3, 1, 3}, {3, 0, 1}});
+  f.check_case("embedding_freq", {{"w", {5, 3}}}, {2, 3, 3},
+               [&](const V& v) { return F::embedding(ids, v[0], F::EmbeddingFuncOptions().scale_grad_by_freq(true)); });
+  f.check_case("embedding_freq_padding", {{"w", {5, 3}}}, {2, 3, 3}, [&](const V& v) {
+    nn::Embedding layer(nn::EmbeddingOptions(5, 3).padding_idx(1).scale_grad_by_freq(true));
+    layer.weight = layer.replace_parameter("weight", v[0]);
+    return layer(ids);
+  });
+  CHECK(nn::Embedding(nn::EmbeddingOptions(5, 3).padding_idx(1).scale_grad_by_freq(true)).repr() ==
+        "Embedding(5, 3, padding_idx=1, scale_grad_by_freq=True)");
+  // (Not gradcheck's business: these gradients are scaled on purpose, away from the true ones.)
+  CHECK_THROWS_WITH(nn::Embedding(nn::EmbeddingOptions(5, 3).sparse(true)),
+                    Contains("Embedding: sparse=true is not supported in tinyddp (no sparse gradients)"));
+  CHECK_THROWS_WITH(F::embedding(ids, tensor::zeros({5, 3}), F::EmbeddingFuncOptions().sparse(true)),
+                    Contains("embedding: sparse=true is not supported"));
+}
+
 TEST_CASE("Embedding with max_norm renormalises the rows it looks up in place, as PyTorch's", "[nn][embedding]") {
   const Tensor ids = tensor::tensor({{1, 4, 1}, {0, 5, 3}});
   for (const auto& [c, norm_type, repr] :

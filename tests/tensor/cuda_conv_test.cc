@@ -195,6 +195,8 @@ TEST_CASE("CUDA: layer_norm, gelu and embedding, forward and gradients, equal th
     INFO(dtype_name(dtype));
     const Tensor w = randn({8, 40}, {}, &gen).to(dtype);
     check_on_gpu([&](const Inputs& v) { return embedding(v[0].is_cuda() ? ids.to(kGpu) : ids, v[0]); }, {w});
+    // padding_idx and scale_grad_by_freq: the padding row's gradient zero, each id's over its count
+    check_on_gpu([&](const Inputs& v) { return embedding(v[0].is_cuda() ? ids.to(kGpu) : ids, v[0], 1, true); }, {w});
   }
   CHECK_THROWS_WITH(embedding(from_vector<int64_t>({9}, Shape{1}).to(kGpu), randn({8, 4}).to(kGpu)),
                     Catch::Contains("embedding: index 9 is out of range for 8 embeddings"));
