@@ -26,15 +26,21 @@ void mark_view(const Tensor& from, TensorImpl& view) {
   view.view_made_without_grad = !GradMode::is_enabled();
 }
 
-// A view of `base` with new geometry; shares storage (and nothing else) with it.
-Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t storage_offset) {
+// A view of `base` with new geometry; shares storage (and nothing else) with it. Not
+// `differentiable` (detach()'s alias): no base, so its in-place ops are its own.
+Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t storage_offset, bool differentiable = true) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = base.storage();
   impl->sizes = std::move(sizes);
   impl->strides = std::move(strides);
   impl->storage_offset = storage_offset;
   impl->dtype = base.dtype();
-  mark_view(base, *impl);
+  if (differentiable) {
+    mark_view(base, *impl);
+  } else {
+    impl->is_view = true;
+    impl->view_version = impl->storage.version();
+  }
   return Tensor(std::move(impl));
 }
 
@@ -383,11 +389,7 @@ void Tensor::set_data(const Tensor& other) const {
   self->dtype = other.dtype();
 }
 
-Tensor Tensor::detach() const {
-  const Tensor out = make_view(*this, sizes(), strides(), storage_offset());
-  out.impl()->view_base.reset();  // not a differentiable view: its in-place ops are its own
-  return out;
-}
+Tensor Tensor::detach() const { return make_view(*this, sizes(), strides(), storage_offset(), false); }
 
 // ---- conversion and in-place ops (kernels live in native/ and backends/cpu/) --------------------------
 
