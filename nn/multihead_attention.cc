@@ -104,7 +104,10 @@ Tensor MultiheadAttention::merged_mask(const Tensor& attn_mask, const Tensor& ke
 std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query_in, const Tensor& key_in,
                                                       const Tensor& value_in, const Tensor& key_padding_mask,
                                                       bool need_weights, const Tensor& attn_mask,
-                                                      bool average_attn_weights) {
+                                                      bool average_attn_weights, bool is_causal) {
+  TDDP_CHECK(!is_causal || attn_mask.defined(),
+             "MultiheadAttention: Need attn_mask if specifying the is_causal hint. You may use the Transformer "
+             "module method `generate_square_subsequent_mask` to create this mask.");
   const bool unbatched = query_in.dim() == 2;
   TDDP_CHECK(query_in.dim() == 3 || unbatched, "MultiheadAttention: expected a 2-D or 3-D query, got shape {}",
              t::format_shape(query_in.sizes()));
@@ -139,7 +142,11 @@ std::pair<Tensor, Tensor> MultiheadAttention::forward(const Tensor& query_in, co
     k = t::cat({k, zero}, 1);
     v = t::cat({v, zero}, 1);
   }
-  const Tensor mask = merged_mask(attn_mask, key_padding_mask, unbatched, tgt, batch, src, q);
+  // The hint taken at its word where PyTorch takes it: query i attends keys 0..i.
+  const bool causal = is_causal && !key_padding_mask.defined() && !need_weights;
+  const Tensor given =
+      causal ? t::triu(t::full({tgt, src}, -INFINITY, t::TensorOptions(q.dtype()).device(q.device())), 1) : attn_mask;
+  const Tensor mask = merged_mask(given, key_padding_mask, unbatched, tgt, batch, src, q);
   Tensor scores = t::matmul(t::div(q, std::sqrt(static_cast<double>(head_dim))), k.transpose(1, 2));
   if (mask.defined()) scores = t::add(scores, mask);
   Tensor weights = t::softmax(scores, -1);  // [N * heads, L, S']

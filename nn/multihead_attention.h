@@ -32,9 +32,13 @@ class MultiheadAttention : public Module {
   // returns (attn_output like query, attn_weights [N, L, S] averaged over the heads, or
   // [N, heads, L, S] without averaging; undefined unless need_weights). key_padding_mask [N, S]
   // and attn_mask [L, S] or [N * heads, L, S]: bool (true: not attended) or float (added).
+  // is_causal, PyTorch 2's hint that attn_mask is the causal mask, needs attn_mask; without a
+  // key_padding_mask and need_weights, the causal mask is then applied in its place (query i
+  // sees keys 0..i), as PyTorch's, so a wrong hint gives the causal result there too.
   std::pair<Tensor, Tensor> forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const Tensor& key_padding_mask = Tensor(), bool need_weights = true,
-                                    const Tensor& attn_mask = Tensor(), bool average_attn_weights = true);
+                                    const Tensor& attn_mask = Tensor(), bool average_attn_weights = true,
+                                    bool is_causal = false);
   // Self-attention as one tensor in, the output out (weights not kept).
   Tensor forward(const Tensor& input) override;
   std::string extra_repr() const override;

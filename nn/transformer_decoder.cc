@@ -32,13 +32,16 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerDecoderLayerOp
 
 Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
                                         const Tensor& memory_mask, const Tensor& tgt_key_padding_mask,
-                                        const Tensor& memory_key_padding_mask) {
+                                        const Tensor& memory_key_padding_mask, bool tgt_is_causal,
+                                        bool memory_is_causal) {
   const auto self_block = [&](const Tensor& x) {
-    return dropout1->forward(self_attn->forward(x, x, x, tgt_key_padding_mask, false, tgt_mask).first);
+    return dropout1->forward(
+        self_attn->forward(x, x, x, tgt_key_padding_mask, false, tgt_mask, true, tgt_is_causal).first);
   };
   const auto cross_block = [&](const Tensor& x) {
     return dropout2->forward(
-        multihead_attn->forward(x, memory, memory, memory_key_padding_mask, false, memory_mask).first);
+        multihead_attn->forward(x, memory, memory, memory_key_padding_mask, false, memory_mask, true, memory_is_causal)
+            .first);
   };
   const auto feed_forward = [&](const Tensor& x) {
     const Tensor active = transformer_activation(options.activation(), linear1->forward(x));
@@ -73,11 +76,13 @@ TransformerDecoder::TransformerDecoder(const TransformerDecoderLayer& decoder_la
 
 Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask,
                                    const Tensor& memory_mask, const Tensor& tgt_key_padding_mask,
-                                   const Tensor& memory_key_padding_mask) {
+                                   const Tensor& memory_key_padding_mask, std::optional<bool> tgt_is_causal,
+                                   bool memory_is_causal) {
   Tensor out = tgt;
   for (const std::shared_ptr<Module>& layer : *layers) {
     out = std::static_pointer_cast<TransformerDecoderLayer>(layer)->forward(
-        out, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask);
+        out, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
+        tgt_is_causal.value_or(false), memory_is_causal);
   }
   return norm ? norm->forward(out) : out;
 }
@@ -116,7 +121,9 @@ Transformer::Transformer(const TransformerOptions& o) : Module("Transformer"), o
 
 Tensor Transformer::forward(const Tensor& src, const Tensor& tgt, const Tensor& src_mask, const Tensor& tgt_mask,
                             const Tensor& memory_mask, const Tensor& src_key_padding_mask,
-                            const Tensor& tgt_key_padding_mask, const Tensor& memory_key_padding_mask) {
+                            const Tensor& tgt_key_padding_mask, const Tensor& memory_key_padding_mask,
+                            std::optional<bool> src_is_causal, std::optional<bool> tgt_is_causal,
+                            bool memory_is_causal) {
   const bool batched = src.dim() == 3;
   const int64_t batch_dim = options.batch_first() ? 0 : 1;
   TDDP_CHECK(!batched || src.size(batch_dim) == tgt.size(batch_dim),
@@ -125,8 +132,9 @@ Tensor Transformer::forward(const Tensor& src, const Tensor& tgt, const Tensor& 
   TDDP_CHECK(src.size(-1) == options.d_model() && tgt.size(-1) == options.d_model(),
              "Transformer: the feature number of src and tgt must be equal to d_model ({}), got {} and {}",
              options.d_model(), tensor::format_shape(src.sizes()), tensor::format_shape(tgt.sizes()));
-  const Tensor memory = encoder->forward(src, src_mask, src_key_padding_mask);
-  return decoder->forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask);
+  const Tensor memory = encoder->forward(src, src_mask, src_key_padding_mask, src_is_causal);
+  return decoder->forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask,
+                          tgt_is_causal, memory_is_causal);
 }
 
 Tensor Transformer::forward(const Tensor&) {

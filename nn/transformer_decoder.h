@@ -20,10 +20,12 @@ class TransformerDecoderLayer : public Module {
   explicit TransformerDecoderLayer(const TransformerDecoderLayerOptions& options);
   // tgt [T, N, E] and memory [S, N, E] ([N, T, E], [N, S, E] with batch_first) -> like tgt.
   // Masks as MultiheadAttention's: tgt_mask [T, T], memory_mask [T, S], padding masks [N, T]
-  // and [N, S].
+  // and [N, S]. tgt_is_causal and memory_is_causal: PyTorch 2's hints that tgt_mask and
+  // memory_mask are causal (MultiheadAttention's is_causal).
   Tensor forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask = Tensor(),
                  const Tensor& memory_mask = Tensor(), const Tensor& tgt_key_padding_mask = Tensor(),
-                 const Tensor& memory_key_padding_mask = Tensor());
+                 const Tensor& memory_key_padding_mask = Tensor(), bool tgt_is_causal = false,
+                 bool memory_is_causal = false);
   Tensor forward(const Tensor& input) override;  // refused: a decoder layer needs the memory
   std::shared_ptr<Module> clone_structure() const override;
 
@@ -38,9 +40,11 @@ class TransformerDecoder : public Module {
  public:
   TransformerDecoder(const TransformerDecoderLayer& decoder_layer, int64_t num_layers,
                      std::shared_ptr<Module> norm = nullptr);
+  // tgt_is_causal unset: false (as the encoder's is_causal).
   Tensor forward(const Tensor& tgt, const Tensor& memory, const Tensor& tgt_mask = Tensor(),
                  const Tensor& memory_mask = Tensor(), const Tensor& tgt_key_padding_mask = Tensor(),
-                 const Tensor& memory_key_padding_mask = Tensor());
+                 const Tensor& memory_key_padding_mask = Tensor(), std::optional<bool> tgt_is_causal = std::nullopt,
+                 bool memory_is_causal = false);
   Tensor forward(const Tensor& input) override;  // refused, as the layer's
   std::shared_ptr<Module> clone_structure() const override;
 
@@ -73,7 +77,8 @@ class Transformer : public Module {
   Tensor forward(const Tensor& src, const Tensor& tgt, const Tensor& src_mask = Tensor(),
                  const Tensor& tgt_mask = Tensor(), const Tensor& memory_mask = Tensor(),
                  const Tensor& src_key_padding_mask = Tensor(), const Tensor& tgt_key_padding_mask = Tensor(),
-                 const Tensor& memory_key_padding_mask = Tensor());
+                 const Tensor& memory_key_padding_mask = Tensor(), std::optional<bool> src_is_causal = std::nullopt,
+                 std::optional<bool> tgt_is_causal = std::nullopt, bool memory_is_causal = false);
   Tensor forward(const Tensor& input) override;  // refused: a Transformer takes src and tgt
   std::shared_ptr<Module> clone_structure() const override;
   // nn.Transformer.generate_square_subsequent_mask

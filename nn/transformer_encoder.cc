@@ -28,9 +28,11 @@ Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) {
   return dropout2->forward(linear2->forward(dropout->forward(active)));
 }
 
-Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask) {
+Tensor TransformerEncoderLayer::forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask,
+                                        bool is_causal) {
   const auto attend = [&](const Tensor& x) {
-    return dropout1->forward(self_attn->forward(x, x, x, src_key_padding_mask, /*need_weights=*/false, src_mask).first);
+    return dropout1->forward(
+        self_attn->forward(x, x, x, src_key_padding_mask, /*need_weights=*/false, src_mask, true, is_causal).first);
   };
   if (options.norm_first()) {
     const Tensor x = tensor::add(src, attend(norm1->forward(src)));
@@ -86,10 +88,12 @@ TransformerEncoder::TransformerEncoder(const TransformerEncoderLayer& encoder_la
   if (norm_) norm = register_module("norm", std::move(norm_));
 }
 
-Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask) {
+Tensor TransformerEncoder::forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask,
+                                   std::optional<bool> is_causal) {
   Tensor out = src;
   for (const std::shared_ptr<Module>& layer : *layers) {
-    out = std::static_pointer_cast<TransformerEncoderLayer>(layer)->forward(out, mask, src_key_padding_mask);
+    out = std::static_pointer_cast<TransformerEncoderLayer>(layer)->forward(out, mask, src_key_padding_mask,
+                                                                            is_causal.value_or(false));
   }
   return norm ? norm->forward(out) : out;
 }

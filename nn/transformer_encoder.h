@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "tinyddp/nn/containers.h"
@@ -29,7 +30,9 @@ class TransformerEncoderLayer : public Module {
                                     .dropout(dropout)
                                     .activation(std::move(activation))) {}
   // src [S, N, E] ([N, S, E] with batch_first; unbatched [S, E]) -> the same shape.
-  Tensor forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask = Tensor());
+  // is_causal: PyTorch 2's hint that src_mask is the causal mask (MultiheadAttention's).
+  Tensor forward(const Tensor& src, const Tensor& src_mask, const Tensor& src_key_padding_mask = Tensor(),
+                 bool is_causal = false);
   Tensor forward(const Tensor& src) override { return forward(src, Tensor()); }
   std::shared_ptr<Module> clone_structure() const override;
 
@@ -49,7 +52,10 @@ class TransformerEncoder : public Module {
  public:
   TransformerEncoder(const TransformerEncoderLayer& encoder_layer, int64_t num_layers,
                      std::shared_ptr<Module> norm = nullptr);
-  Tensor forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask = Tensor());
+  // is_causal passed to each layer (unset: false; PyTorch then checks whether mask is the
+  // causal one, which changes its speed, not its numbers).
+  Tensor forward(const Tensor& src, const Tensor& mask, const Tensor& src_key_padding_mask = Tensor(),
+                 std::optional<bool> is_causal = std::nullopt);
   Tensor forward(const Tensor& src) override { return forward(src, Tensor()); }
   std::shared_ptr<Module> clone_structure() const override;
 

@@ -108,3 +108,39 @@ TEST_CASE("Transformer equals PyTorch's: xavier_uniform_ initial weights, forwar
   CHECK_THROWS_WITH(model.forward(src, tensor::zeros({4, 3, 8}, tensor::kFloat64)),
                     Contains("the batch number of src and tgt must be equal"));
 }
+
+TEST_CASE("is_causal hints as PyTorch 2's: the causal mask's numbers, taken at their word, refused without a mask",
+          "[nn][transformer]") {
+  // (PyTorch 1.13, the fixtures' version, has no is_causal: the reference is the causal mask.)
+  tensor::manual_seed(21);
+  MultiheadAttention attn(8, 2);
+  const Tensor x = tensor::randn({5, 3, 8});  // [L, N, E]
+  const Tensor causal = generate_square_subsequent_mask(5), none = tensor::zeros({5, 5});
+  const auto run = [&](const Tensor& mask, bool need_weights, bool hint, const Tensor& padding = Tensor()) {
+    return attn.forward(x, x, x, padding, need_weights, mask, true, hint).first;
+  };
+  const Tensor expected = run(causal, false, false);
+  CHECK(tensor::equal(run(causal, false, true), expected));
+  // A wrong hint is taken at its word where PyTorch takes it (no padding mask, no weights) ...
+  CHECK(tensor::equal(run(none, false, true), expected));
+  // ... and not where it needs the mask itself.
+  CHECK(tensor::equal(run(none, true, true), run(none, true, false)));
+  const Tensor padding = tensor::zeros({3, 5}, tensor::kBool);
+  CHECK(tensor::equal(run(none, false, true, padding), run(none, false, false, padding)));
+  CHECK_THROWS_WITH(run(Tensor(), false, true), Contains("MultiheadAttention: Need attn_mask if specifying the "
+                                                         "is_causal hint"));
+
+  auto options = TransformerEncoderLayerOptions(8, 2).dim_feedforward(16).dropout(0.0);
+  TransformerEncoder encoder(TransformerEncoderLayer(options), 2);
+  CHECK(tensor::equal(encoder.forward(x, causal, Tensor(), true), encoder.forward(x, causal)));
+  CHECK(tensor::equal(encoder.forward(x, none, Tensor(), true), encoder.forward(x, causal)));
+  Transformer model(
+      TransformerOptions(8, 2).num_encoder_layers(1).num_decoder_layers(1).dim_feedforward(16).dropout(0.0));
+  const Tensor tgt = tensor::randn({5, 3, 8});
+  CHECK(tensor::equal(model.forward(x, tgt, Tensor(), causal, Tensor(), Tensor(), Tensor(), Tensor(), false, true),
+                      model.forward(x, tgt, Tensor(), causal)));
+  TransformerDecoderLayer layer(options);
+  CHECK(tensor::equal(layer.forward(tgt, x, none, Tensor(), Tensor(), Tensor(), true), layer.forward(tgt, x, causal)));
+  CHECK_THROWS_WITH(layer.forward(tgt, x, Tensor(), Tensor(), Tensor(), Tensor(), false, true),
+                    Contains("Need attn_mask if specifying the is_causal hint"));
+}
