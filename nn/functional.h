@@ -140,10 +140,12 @@ Tensor instance_norm(const Tensor& input, const Tensor& running_mean = Tensor(),
 // As torch.nn.functional.interpolate over the spatial dims of input [N, C, d1, ...] (one to
 // three): to options.size(), or to floor(d scale_factor) per dim; mode "nearest" (source
 // floor(j in / out), PyTorch's legacy rule, in float32 as its kernels), "nearest-exact"
-// (floor((j + 1/2) in / out)), "linear" (3-D), "bilinear" (4-D), "trilinear" (5-D): each
-// spatial dim interpolated in turn, the last first, as PyTorch's kernels nest their weights,
-// pixel centres aligned unless align_corners; or "area" (4-D: adaptive_avg_pool2d). The
-// gradient is index_select's (what PyTorch's backward kernels add up). (nn/upsample.cc)
+// (floor((j + 1/2) in / out)), "linear" (3-D), "bilinear" (4-D), "bicubic" (4-D: four
+// neighbours, clamped at the edges, weighted by the cubic convolution with A = -0.75),
+// "trilinear" (5-D): each spatial dim interpolated in turn, the last first, as PyTorch's
+// kernels nest their weights, pixel centres aligned unless align_corners; or "area" (4-D:
+// adaptive_avg_pool2d). The gradient is index_select's (what PyTorch's backward kernels add
+// up). antialias=True is refused. (nn/upsample.cc)
 Tensor interpolate(const Tensor& input, const InterpolateFuncOptions& options);
 // As torch.nn.functional.scaled_dot_product_attention (PyTorch 2's math path): query [..., L, E],
 // key [..., S, E], value [..., S, Ev] (batch dims broadcast) -> [..., L, Ev],

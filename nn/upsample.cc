@@ -1,6 +1,6 @@
 // F::interpolate and Upsample (upsample.h), composed of index_select: each spatial dim in turn,
-// the last first, takes its source positions (nearest) or its two neighbours weighted
-// (linear), with the positions and weights computed as PyTorch's kernels compute them (in
+// the last first, takes its source positions (nearest), its two neighbours weighted (linear)
+// or its four (bicubic), with the positions and weights computed as PyTorch's kernels compute them (in
 // float32 for float32 inputs), so the output matches PyTorch's and the gradient is
 // index_select's sum of the same weights.
 #include "tinyddp/nn/upsample.h"
@@ -93,20 +93,68 @@ Tensor linear_along(const Tensor& x, int64_t d, int64_t out, std::optional<doubl
   return tensor::add(tensor::mul(lo, w0), tensor::mul(hi, w1));
 }
 
+// Bicubic interpolation's four neighbours of each output position (clamped to the edge) and
+// their weights: PyTorch's cubic convolution (A = -0.75) of the position's fraction, the source
+// position not clamped at 0 (its area_pixel_compute_source_index with cubic), in T.
+struct CubicTaps {
+  std::vector<int64_t> index[4];
+  std::vector<double> weight[4];
+};
+
+template <typename T>
+CubicTaps cubic_taps(int64_t in, int64_t out, std::optional<double> scale, bool align_corners) {
+  const T s = align_corners ? (out > 1 ? static_cast<T>(in - 1) / static_cast<T>(out - 1) : T(0))
+                            : source_scale<T>(scale, in, out);
+  const T a = T(-0.75);
+  const auto near = [a](T x) { return ((a + T(2)) * x - (a + T(3))) * x * x + T(1); };       // |x| <= 1
+  const auto far = [a](T x) { return ((a * x - T(5) * a) * x + T(8) * a) * x - T(4) * a; };  // 1 < |x| < 2
+  CubicTaps taps;
+  for (int64_t j = 0; j < out; ++j) {
+    const T src = align_corners ? s * static_cast<T>(j) : s * (static_cast<T>(j) + T(0.5)) - T(0.5);
+    const auto first = static_cast<int64_t>(std::floor(src));
+    const T t = src - static_cast<T>(first);
+    const T w[4] = {far(t + T(1)), near(t), near(T(1) - t), far(T(2) - t)};
+    for (int k = 0; k < 4; ++k) {
+      taps.index[k].push_back(std::min(std::max<int64_t>(first - 1 + k, 0), in - 1));
+      taps.weight[k].push_back(static_cast<double>(w[k]));
+    }
+  }
+  return taps;
+}
+
+Tensor cubic_along(const Tensor& x, int64_t d, int64_t out, std::optional<double> scale, bool align_corners) {
+  const int64_t in = x.size(d);
+  const CubicTaps taps = x.dtype() == tensor::kFloat64 ? cubic_taps<double>(in, out, scale, align_corners)
+                                                       : cubic_taps<float>(in, out, scale, align_corners);
+  Tensor sum;
+  for (int k = 0; k < 4; ++k) {  // x0 w0 + x1 w1 + x2 w2 + x3 w3, in PyTorch's order
+    const Tensor w = along(tensor::from_vector(taps.weight[k]).to(x.dtype()).to(x.device()), x, d);
+    const Tensor term = tensor::mul(tensor::index_select(x, d, tensor::from_vector(taps.index[k]).to(x.device())), w);
+    sum = sum.defined() ? tensor::add(sum, term) : term;
+  }
+  return sum;
+}
+
 void check_interpolate(const Tensor& input, const InterpolateFuncOptions& o) {
   TDDP_CHECK(input.defined() && input.is_floating_point(), "interpolate: expected a floating-point input");
   const std::string& mode = o.mode();
-  TDDP_CHECK(mode == "nearest" || mode == "nearest-exact" || is_linear(mode) || mode == "area",
-             "interpolate: mode must be 'nearest', 'nearest-exact', 'linear', 'bilinear', 'trilinear' or 'area', got "
-             "'{}' (bicubic is not supported)",
+  TDDP_CHECK(mode == "nearest" || mode == "nearest-exact" || is_linear(mode) || mode == "bicubic" || mode == "area",
+             "interpolate: mode must be 'nearest', 'nearest-exact', 'linear', 'bilinear', 'bicubic', 'trilinear' or "
+             "'area', got '{}'",
              mode);
   TDDP_CHECK(input.dim() >= 3 && input.dim() <= 5,
              "interpolate: Input Error: Only 3D, 4D and 5D input Tensors supported (got {}D) for the modes: nearest | "
-             "linear | bilinear | trilinear | area | nearest-exact (got {})",
+             "linear | bilinear | bicubic | trilinear | area | nearest-exact (got {})",
              input.dim(), mode);
-  const int64_t want = mode == "linear" ? 3 : mode == "bilinear" ? 4 : mode == "trilinear" ? 5 : input.dim();
+  const int64_t want = mode == "linear"                          ? 3
+                       : mode == "bilinear" || mode == "bicubic" ? 4
+                       : mode == "trilinear"                     ? 5
+                                                                 : input.dim();
   TDDP_CHECK(input.dim() == want, "interpolate: Got {}D input, but {} mode needs {}D input", input.dim(), mode, want);
-  TDDP_CHECK(!o.align_corners() || is_linear(mode),
+  TDDP_CHECK(!o.antialias() || mode == "bilinear" || mode == "bicubic",
+             "interpolate: Anti-alias option is only supported for bilinear and bicubic modes");
+  TDDP_CHECK(!o.antialias(), "interpolate: antialias=True is not supported in tinyddp yet");
+  TDDP_CHECK(!o.align_corners() || is_linear(mode) || mode == "bicubic",
              "interpolate: align_corners option can only be set with the interpolating modes: linear | bilinear | "
              "bicubic | trilinear");
   TDDP_CHECK(!o.size().empty() || !o.scale_factor().empty(),
@@ -166,6 +214,8 @@ Tensor interpolate(const Tensor& input, const InterpolateFuncOptions& o) {
     const int64_t d = k + 2;
     if (is_linear(mode)) {
       x = linear_along(x, d, out[i], scales[i], o.align_corners().value_or(false));
+    } else if (mode == "bicubic") {
+      x = cubic_along(x, d, out[i], scales[i], o.align_corners().value_or(false));
     } else {
       const auto index = nearest_sources(x.size(d), out[i], scales[i], mode == "nearest-exact");
       x = tensor::index_select(x, d, tensor::from_vector(index).to(x.device()));

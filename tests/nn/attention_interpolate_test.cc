@@ -96,6 +96,9 @@ TEST_CASE("F::interpolate matches PyTorch in every mode, gradients too; Upsample
   check("interp_trilinear", {{"x", {1, 2, 2, 3, 3}}}, {1, 2, 3, 4, 5},
         size({3, 4, 5}, "trilinear").align_corners(true));
   check("interp_area", {{"x", {1, 2, 4, 6}}}, {1, 2, 2, 2}, size({2, 2}, "area"));
+  check("interp_bicubic", x4, {1, 2, 6, 6}, scale({2.0, 1.5}, "bicubic"));
+  check("interp_bicubic_corners", x4, {1, 2, 5, 7}, size({5, 7}, "bicubic").align_corners(true));
+  check("interp_bicubic_down", {{"x", {1, 2, 5, 7}}}, {1, 2, 2, 3}, size({2, 3}, "bicubic"));
 
   const Tensor x = tensor::zeros({1, 1, 2, 2});
   CHECK_THROWS_WITH(F::interpolate(x, F::InterpolateFuncOptions()),
@@ -107,7 +110,12 @@ TEST_CASE("F::interpolate matches PyTorch in every mode, gradients too; Upsample
                     Contains("align_corners option can only be set with the interpolating modes"));
   CHECK_THROWS_WITH(F::interpolate(x, size({3, 3, 3})),
                     Contains("Input and output must have the same number of spatial dimensions"));
-  CHECK_THROWS_WITH(F::interpolate(x, size({3}, "bicubic")), Contains("bicubic is not supported"));
+  CHECK_THROWS_WITH(F::interpolate(x.squeeze(0), size({3}, "bicubic")),
+                    Contains("Got 3D input, but bicubic mode needs 4D input"));
+  CHECK_THROWS_WITH(F::interpolate(x, size({3}, "bilinear").antialias(true)),
+                    Contains("antialias=True is not supported in tinyddp yet"));
+  CHECK_THROWS_WITH(F::interpolate(x, size({3}).antialias(true)),
+                    Contains("Anti-alias option is only supported for bilinear and bicubic modes"));
 
   nn::Upsample up(nn::UpsampleOptions().scale_factor({2.0}));
   CHECK(up.repr() == "Upsample(scale_factor=2.0, mode='nearest')");
@@ -227,6 +235,12 @@ TEST_CASE("CUDA: attention, interpolate, instance_norm and probability cross_ent
         return F::interpolate(t[0], size({5, 7}));
       },
       "nearest", 1e-12);
+  testing::expect_matches_cpu(
+      {x},
+      [](const V& t) {
+        return F::interpolate(t[0], size({5, 7}, "bicubic").align_corners(true));
+      },
+      "bicubic", 1e-12);
   testing::expect_matches_cpu(
       {x}, [](const V& t) { return F::instance_norm(t[0]); }, "instance_norm", 1e-12);
   testing::expect_matches_cpu(
