@@ -18,26 +18,7 @@ namespace {
 constexpr std::array<size_t, 4> kChannelsLastOrder = {1, 3, 2, 0};
 
 bool channels_last_contiguous(const Shape& sizes, const Shape& strides) {
-  if (sizes.size() != 4) return false;
-  int64_t expected = 1;
-  for (const size_t d : kChannelsLastOrder) {
-    if (sizes[d] == 0) return true;
-    if (sizes[d] == 1) continue;
-    if (strides[d] != expected) return false;
-    expected *= sizes[d];
-  }
-  return true;
-}
-
-bool row_major(const Shape& sizes, const Shape& strides) {
-  int64_t expected = 1;
-  for (size_t d = sizes.size(); d-- > 0;) {
-    if (sizes[d] == 0) return true;
-    if (sizes[d] == 1) continue;
-    if (strides[d] != expected) return false;
-    expected *= sizes[d];
-  }
-  return true;
+  return sizes.size() == 4 && dense_in_order(sizes, strides, 4, [](size_t k) { return kChannelsLastOrder[k]; });
 }
 
 // PyTorch's test of channels-last strides: the strides grow in C, W, H, N order (not

@@ -8,6 +8,7 @@
 
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/graph.h"
+#include "tinyddp/tensor/internal/iteration_order.h"
 #include "tinyddp/tensor/native/checks.h"
 #include "tinyddp/tensor/native/graph_formulas.h"
 #include "tinyddp/tensor/ops.h"
@@ -94,17 +95,7 @@ int64_t Tensor::stride(int64_t dim) const {
 
 int64_t Tensor::numel() const { return shape_numel(sizes()); }
 
-bool Tensor::is_contiguous() const {
-  int64_t expected = 1;
-  for (int64_t d = dim() - 1; d >= 0; --d) {
-    const int64_t size = sizes()[d];
-    if (size == 0) return true;
-    if (size == 1) continue;
-    if (strides()[d] != expected) return false;
-    expected *= size;
-  }
-  return true;
-}
+bool Tensor::is_contiguous() const { return row_major(sizes(), strides()); }
 
 void* Tensor::raw_data_ptr() const {
   char* base = static_cast<char*>(storage().data());

@@ -85,7 +85,7 @@ StridedPlan<N> plan_strided(const Shape& shape, const std::array<Shape, N>& stri
   // merging a dim into the one inside it when every operand steps over the inner dim's full
   // extent with its stride.
   const bool logical = logical_order_holds<N>(shape, strides);  // the common case: no order to build
-  const Shape order = logical ? Shape() : iteration_order<N>(shape, strides);
+  const Shape order = logical ? Shape() : sorted_iteration_order<N>(shape, strides);
   for (size_t k = 0; k < shape.size(); ++k) {
     const int64_t d = logical ? static_cast<int64_t>(shape.size() - 1 - k) : order[k];
     if (shape[d] == 1) continue;
