@@ -205,6 +205,7 @@ struct RNNOptions {
   TINYDDP_ARG(bool, batch_first) = false;
   TINYDDP_ARG(double, dropout) = 0.0;
   TINYDDP_ARG(bool, bidirectional) = false;
+  TINYDDP_ARG(int64_t, proj_size) = 0;  // LSTM only: each h projected to this size (0: none)
 };
 using LSTMOptions = RNNOptions;
 using GRUOptions = RNNOptions;

@@ -32,10 +32,10 @@ std::string weight_name(const char* kind, int64_t layer, int64_t direction) {
 }  // namespace
 
 RNNBase::RNNBase(std::string mode_, int64_t input_size_, int64_t hidden_size_, int64_t num_layers_, bool bias_,
-                 bool batch_first_, double dropout_, bool bidirectional_)
+                 bool batch_first_, double dropout_, bool bidirectional_, int64_t proj_size_)
     : Module(type_of(mode_)), mode(std::move(mode_)), input_size(input_size_), hidden_size(hidden_size_),
-      num_layers(num_layers_), bias(bias_), batch_first(batch_first_), dropout(dropout_),
-      bidirectional(bidirectional_) {
+      num_layers(num_layers_), bias(bias_), batch_first(batch_first_), dropout(dropout_), bidirectional(bidirectional_),
+      proj_size(proj_size_) {
   TDDP_CHECK(input_size > 0, "{}: input_size must be positive, got {}", type_name(), input_size);
   TDDP_CHECK(hidden_size > 0, "{}: hidden_size must be positive, got {}", type_name(), hidden_size);
   TDDP_CHECK(num_layers >= 1, "{}: num_layers must be at least 1, got {}", type_name(), num_layers);
@@ -43,22 +43,32 @@ RNNBase::RNNBase(std::string mode_, int64_t input_size_, int64_t hidden_size_, i
              "{}: dropout must be a probability in [0, 1), got {} (it zeroes each layer's output but the last's "
              "in training)",
              type_name(), dropout);
-  const int64_t directions = bidirectional ? 2 : 1, rows = gates() * hidden_size;
+  TDDP_CHECK(proj_size >= 0, "{}: proj_size should be a positive integer or zero to disable projections, got {}",
+             type_name(), proj_size);
+  TDDP_CHECK(proj_size == 0 || mode == "LSTM", "{}: proj_size argument is only supported for LSTM, not RNN or GRU",
+             type_name());
+  TDDP_CHECK(proj_size < hidden_size, "{}: proj_size has to be smaller than hidden_size, got {} and {}", type_name(),
+             proj_size, hidden_size);
+  const int64_t directions = bidirectional ? 2 : 1, rows = gates() * hidden_size, out = output_size();
   for (int64_t layer = 0; layer < num_layers; ++layer) {
-    const int64_t in = layer == 0 ? input_size : hidden_size * directions;
+    const int64_t in = layer == 0 ? input_size : out * directions;
     for (int64_t direction = 0; direction < directions; ++direction) {
       register_parameter(weight_name("weight_ih", layer, direction), t::empty({rows, in}));
-      register_parameter(weight_name("weight_hh", layer, direction), t::empty({rows, hidden_size}));
+      register_parameter(weight_name("weight_hh", layer, direction), t::empty({rows, out}));
       if (bias) {
         register_parameter(weight_name("bias_ih", layer, direction), t::empty({rows}));
         register_parameter(weight_name("bias_hh", layer, direction), t::empty({rows}));
       }
+      if (proj_size > 0)
+        register_parameter(weight_name("weight_hr", layer, direction), t::empty({proj_size, hidden_size}));
     }
   }
   if (SkipInitGuard::active()) return;
   const double bound = 1.0 / std::sqrt(static_cast<double>(hidden_size));
   for (const Tensor& p : parameters()) init::uniform_(p, -bound, bound);  // torch's order: registration
 }
+
+int64_t RNNBase::output_size() const { return proj_size > 0 ? proj_size : hidden_size; }
 
 int64_t RNNBase::gates() const {
   if (mode == "LSTM") return 4;
@@ -71,7 +81,7 @@ std::vector<std::vector<Tensor>> RNNBase::all_weights() const {
   for (int64_t layer = 0; layer < num_layers; ++layer) {
     for (int64_t direction = 0; direction < (bidirectional ? 2 : 1); ++direction) {
       std::vector<Tensor>& w = out.emplace_back();
-      for (const char* kind : {"weight_ih", "weight_hh", "bias_ih", "bias_hh"}) {
+      for (const char* kind : {"weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr"}) {
         if (const Tensor* p = own.find(weight_name(kind, layer, direction))) w.push_back(*p);
       }
     }
@@ -105,8 +115,9 @@ std::tuple<Tensor, Tensor, Tensor> RNNBase::run(const Tensor& input, const Tenso
              type_name(), t::dtype_name(x.dtype()), x.device().str(), t::dtype_name(weights[0][0].dtype()),
              weights[0][0].device().str());
   const int64_t directions = bidirectional ? 2 : 1, steps = x.size(0);
-  const tensor::Shape state_shape{num_layers * directions, x.size(1), hidden_size};
   const auto initial = [&](const Tensor& given, const char* what) {
+    // h carries the projection's size, c the hidden size
+    const tensor::Shape state_shape{num_layers * directions, x.size(1), what[0] == 'h' ? output_size() : hidden_size};
     if (!given.defined()) return t::zeros(state_shape, t::TensorOptions(x.dtype()).device(x.device()));
     TDDP_CHECK(given.dim() == (unbatched ? 2 : 3), "{}: for a {}-D input, {} should be {}-D, got shape {}", type_name(),
                input.dim(), what, unbatched ? 2 : 3, t::format_shape(given.sizes()));
@@ -126,7 +137,13 @@ std::tuple<Tensor, Tensor, Tensor> RNNBase::run(const Tensor& input, const Tenso
       const Tensor b_ih = bias ? w[2] : Tensor(), b_hh = bias ? w[3] : Tensor();
       const bool reverse = direction == 1;
       const int64_t last = reverse ? 0 : steps - 1;  // where the direction's final h is
-      if (lstm) {
+      if (lstm && proj_size > 0) {
+        const auto [hs, c_last] = lstm_projected_layer(layer_input, h.select(0, index), c.select(0, index), w[0], w[1],
+                                                       b_ih, b_hh, w.back(), reverse);
+        outputs.push_back(hs);
+        h_n.push_back(hs.select(0, last));
+        c_n.push_back(c_last);
+      } else if (lstm) {
         const Tensor y = lstm_layer(layer_input, h.select(0, index), c.select(0, index), w[0], w[1], b_ih, b_hh,
                                     reverse);  // [T + 1, N, H]: the h_t, then the last c
         outputs.push_back(y.narrow(0, 0, steps));
@@ -168,6 +185,7 @@ std::vector<Tensor> RNNBase::forward_many(const std::vector<Tensor>& inputs) {
 
 std::string RNNBase::extra_repr() const {
   std::string s = fmt::format("{}, {}", input_size, hidden_size);
+  if (proj_size != 0) s += fmt::format(", proj_size={}", proj_size);
   if (num_layers != 1) s += fmt::format(", num_layers={}", num_layers);
   if (!bias) s += ", bias=False";
   if (batch_first) s += ", batch_first=True";
@@ -178,7 +196,8 @@ std::string RNNBase::extra_repr() const {
 
 std::shared_ptr<Module> RNNBase::clone_structure() const {
   if (mode == "LSTM") {
-    return std::make_shared<LSTM>(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional);
+    return std::make_shared<LSTM>(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                                  proj_size);
   }
   if (mode == "GRU") {
     return std::make_shared<GRU>(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional);
@@ -188,8 +207,9 @@ std::shared_ptr<Module> RNNBase::clone_structure() const {
 }
 
 LSTM::LSTM(int64_t input_size_, int64_t hidden_size_, int64_t num_layers_, bool bias_, bool batch_first_,
-           double dropout_, bool bidirectional_)
-    : RNNBase("LSTM", input_size_, hidden_size_, num_layers_, bias_, batch_first_, dropout_, bidirectional_) {}
+           double dropout_, bool bidirectional_, int64_t proj_size_)
+    : RNNBase("LSTM", input_size_, hidden_size_, num_layers_, bias_, batch_first_, dropout_, bidirectional_,
+              proj_size_) {}
 
 namespace {
 // The options' nonlinearity is RNN's; an LSTM or GRU given another would silently ignore it.
@@ -202,7 +222,7 @@ const RNNOptions& gated_options(const RNNOptions& o, const char* type) {
 
 LSTM::LSTM(const LSTMOptions& o)
     : LSTM(gated_options(o, "LSTM").input_size(), o.hidden_size(), o.num_layers(), o.bias(), o.batch_first(),
-           o.dropout(), o.bidirectional()) {}
+           o.dropout(), o.bidirectional(), o.proj_size()) {}
 
 std::tuple<Tensor, std::tuple<Tensor, Tensor>> LSTM::forward(const Tensor& input,
                                                              const std::optional<std::tuple<Tensor, Tensor>>& hx) {
@@ -215,8 +235,8 @@ GRU::GRU(int64_t input_size_, int64_t hidden_size_, int64_t num_layers_, bool bi
     : RNNBase("GRU", input_size_, hidden_size_, num_layers_, bias_, batch_first_, dropout_, bidirectional_) {}
 
 GRU::GRU(const GRUOptions& o)
-    : GRU(gated_options(o, "GRU").input_size(), o.hidden_size(), o.num_layers(), o.bias(), o.batch_first(), o.dropout(),
-          o.bidirectional()) {}
+    : RNNBase("GRU", gated_options(o, "GRU").input_size(), o.hidden_size(), o.num_layers(), o.bias(), o.batch_first(),
+              o.dropout(), o.bidirectional(), o.proj_size()) {}
 
 std::tuple<Tensor, Tensor> GRU::forward(const Tensor& input, const Tensor& hx) {
   const auto [output, h_n, unused] = run(input, hx, Tensor());
@@ -237,6 +257,10 @@ RNN::RNN(int64_t input_size_, int64_t hidden_size_, int64_t num_layers_, const s
          bool batch_first_, double dropout_, bool bidirectional_)
     : RNNBase(rnn_mode(nonlinearity), input_size_, hidden_size_, num_layers_, bias_, batch_first_, dropout_,
               bidirectional_) {}
+
+RNN::RNN(const RNNOptions& o)
+    : RNNBase(rnn_mode(o.nonlinearity()), o.input_size(), o.hidden_size(), o.num_layers(), o.bias(), o.batch_first(),
+              o.dropout(), o.bidirectional(), o.proj_size()) {}
 
 std::tuple<Tensor, Tensor> RNN::forward(const Tensor& input, const Tensor& hx) {
   const auto [output, h_n, unused] = run(input, hx, Tensor());

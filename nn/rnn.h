@@ -4,7 +4,8 @@
 // direction), gate order (LSTM i, f, g, o; GRU r, z, n) and initialisation (every parameter
 // ~ U(-1/sqrt(hidden), 1/sqrt(hidden)) in registration order), so state dicts load either way
 // and a seeded model starts with torch's weights. Each layer and direction is one graph node
-// (rnn_layer.h). Not supported (an error says so): proj_size.
+// (rnn_layer.h). LSTM's proj_size P > 0 projects each h to P (weight_hr_l{k} [P, H], after
+// the biases; h0, h_n and the output carry P, c0 and c_n H), as PyTorch's.
 #pragma once
 
 #include <optional>
@@ -21,7 +22,7 @@ class RNNBase : public Module {
  public:
   // mode: "LSTM", "GRU", "RNN_TANH" or "RNN_RELU" (PyTorch's names).
   RNNBase(std::string mode, int64_t input_size, int64_t hidden_size, int64_t num_layers, bool bias, bool batch_first,
-          double dropout, bool bidirectional);
+          double dropout, bool bidirectional, int64_t proj_size = 0);
   std::shared_ptr<Module> clone_structure() const override;
   std::string extra_repr() const override;
   // The output only (input [T, N, I], batch_first [N, T, I], or unbatched [T, I]).
@@ -34,8 +35,9 @@ class RNNBase : public Module {
   bool bias, batch_first;
   double dropout;
   bool bidirectional;
-  // Per layer and direction (layer-major): {w_ih, w_hh, b_ih, b_hh}, without the biases when
-  // bias is false (PyTorch's all_weights), looked up by name, so replace_parameter shows.
+  int64_t proj_size;
+  // Per layer and direction (layer-major): {w_ih, w_hh, b_ih, b_hh[, w_hr]}, without the biases
+  // when bias is false (PyTorch's all_weights), looked up by name, so replace_parameter shows.
   std::vector<std::vector<Tensor>> all_weights() const;
 
  protected:
@@ -45,13 +47,14 @@ class RNNBase : public Module {
 
  private:
   int64_t gates() const;
+  int64_t output_size() const;  // h's size: proj_size when set, else hidden_size
   void check_state(const Tensor& state, const char* what, const tensor::Shape& expected, const Tensor& input) const;
 };
 
 class LSTM : public RNNBase {
  public:
   LSTM(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, bool bias = true, bool batch_first = false,
-       double dropout = 0.0, bool bidirectional = false);
+       double dropout = 0.0, bool bidirectional = false, int64_t proj_size = 0);
   // (the options' nonlinearity is RNN's: anything but its default "tanh" is refused)
   explicit LSTM(const LSTMOptions& o);
   using RNNBase::forward;
@@ -75,9 +78,7 @@ class RNN : public RNNBase {
  public:
   RNN(int64_t input_size, int64_t hidden_size, int64_t num_layers = 1, const std::string& nonlinearity = "tanh",
       bool bias = true, bool batch_first = false, double dropout = 0.0, bool bidirectional = false);
-  explicit RNN(const RNNOptions& o)
-      : RNN(o.input_size(), o.hidden_size(), o.num_layers(), o.nonlinearity(), o.bias(), o.batch_first(), o.dropout(),
-            o.bidirectional()) {}
+  explicit RNN(const RNNOptions& o);
   using RNNBase::forward;
   std::tuple<Tensor, Tensor> forward(const Tensor& input, const Tensor& hx);
 };

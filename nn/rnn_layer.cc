@@ -290,6 +290,25 @@ struct RnnLayer : autograd::Function<RnnLayer> {
 
 }  // namespace
 
+std::pair<Tensor, Tensor> lstm_projected_layer(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
+                                               const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh,
+                                               const Tensor& w_hr, bool reverse) {
+  const int64_t steps = x.size(0), hidden = c0.size(1);
+  const Tensor xw = t::linear(x, w_ih, b_ih);  // [T, N, 4H]
+  std::vector<Tensor> hs(static_cast<size_t>(steps));
+  Tensor h = h0, c = c0;
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t time = time_at(s, steps, reverse);
+    const Tensor pre = t::add(xw.select(0, time), t::linear(h, w_hh, b_hh));  // [N, 4H]
+    const Tensor i = t::sigmoid(pre.narrow(1, 0, hidden)), f = t::sigmoid(pre.narrow(1, hidden, hidden)),
+                 g = t::tanh(pre.narrow(1, 2 * hidden, hidden)), o = t::sigmoid(pre.narrow(1, 3 * hidden, hidden));
+    c = f * c + i * g;
+    h = t::matmul(o * t::tanh(c), w_hr.t());  // [N, P]
+    hs[static_cast<size_t>(time)] = h;
+  }
+  return {t::stack(hs, 0), c};
+}
+
 Tensor lstm_layer(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih, const Tensor& w_hh,
                   const Tensor& b_ih, const Tensor& b_hh, bool reverse) {
   return LstmLayer::apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse);

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include "tinyddp/tensor/tensor.h"
 
@@ -25,6 +26,14 @@ using tensor::Tensor;
 //   c' = f c + i g,  h' = o tanh(c')
 Tensor lstm_layer(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih, const Tensor& w_hh,
                   const Tensor& b_ih, const Tensor& b_hh, bool reverse);
+
+// LSTM with a projection (PyTorch's proj_size P): h' = (o tanh(c')) w_hr^T, h0 and h_t [N, P],
+// w_hh [4H, P], w_hr [P, H]. -> (the h_t [T, N, P], the last cell state [N, H]). Composed of
+// ops step by step (a node per op, not one per layer), so its gradients, double backward
+// included, are theirs.
+std::pair<Tensor, Tensor> lstm_projected_layer(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
+                                               const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh,
+                                               const Tensor& w_hr, bool reverse);
 
 // GRU: -> [T, N, H], h_t at each time t.
 //   r, z = sigmoid(x_t w_ir^T + b_ir + h w_hr^T + b_hr), the same with z's rows

@@ -29,7 +29,9 @@ std::shared_ptr<RNNBase> make(const std::string& kind, const nlohmann::json& kw)
   const int64_t layers = kw.value("num_layers", 1);
   const bool bias = kw.value("bias", true), batch_first = kw.value("batch_first", false),
              bidirectional = kw.value("bidirectional", false);
-  if (kind == "LSTM") return std::make_shared<LSTM>(3, 4, layers, bias, batch_first, 0.0, bidirectional);
+  if (kind == "LSTM") {
+    return std::make_shared<LSTM>(3, 4, layers, bias, batch_first, 0.0, bidirectional, kw.value("proj_size", 0));
+  }
   if (kind == "GRU") return std::make_shared<GRU>(3, 4, layers, bias, batch_first, 0.0, bidirectional);
   return std::make_shared<RNN>(3, 4, layers, kw.value("nonlinearity", "tanh"), bias, batch_first, 0.0, bidirectional);
 }
@@ -42,11 +44,12 @@ TEST_CASE("LSTM, GRU, RNN: PyTorch's parameter names, repr and initial weights a
   for (const auto& [kind, kw] :
        std::vector<std::pair<std::string, nlohmann::json>>{{"LSTM", {{"num_layers", 2}}},
                                                            {"GRU", {{"bidirectional", true}}},
-                                                           {"RNN", {{"nonlinearity", "relu"}, {"bias", false}}}}) {
+                                                           {"RNN", {{"nonlinearity", "relu"}, {"bias", false}}},
+                                                           {"LSTM_proj", {{"num_layers", 2}, {"proj_size", 2}}}}) {
     INFO(kind);
     const nlohmann::json& want = ref["init"][kind];
     tensor::manual_seed(7);
-    const auto module = make(kind, kw);
+    const auto module = make(kind == "LSTM_proj" ? "LSTM" : kind, kw);
     CHECK(module->state_dict().keys() == want["names"].get<std::vector<std::string>>());
     CHECK(module->repr() == want["repr"].get<std::string>());
     for (const auto& [name, p] : module->state_dict()) {
@@ -67,8 +70,8 @@ TEST_CASE("LSTM, GRU, RNN equal PyTorch's in float64: outputs, final states, eve
     module->load_state_dict(state);
     const Tensor x = doubles(c["x"], c["shape"].get<tensor::Shape>()).requires_grad_();
     std::vector<Tensor> inputs{x};
-    for (const auto& values : c["initial"]) {
-      inputs.push_back(doubles(values, c["state_shape"].get<tensor::Shape>()).requires_grad_());
+    for (size_t k = 0; k < c["initial"].size(); ++k) {  // h0 (of proj_size, when set), then c0
+      inputs.push_back(doubles(c["initial"][k], c["initial_shapes"][k].get<tensor::Shape>()).requires_grad_());
     }
     const std::vector<Tensor> outputs = module->forward_many(inputs);
     REQUIRE(outputs.size() == c["finals"].size() + 1);
@@ -147,6 +150,17 @@ TEST_CASE("LSTM: dropout between layers in training only, and clear errors", "[n
                     Contains("GRU: expected a sequence of at least one step"));
   CHECK_THROWS_WITH(RNN(3, 4, 1, "sigmoid"), Contains("RNN: unknown nonlinearity 'sigmoid'"));
   CHECK_THROWS_WITH(GRU(3, 4, 0), Contains("GRU: num_layers must be at least 1, got 0"));
+  // proj_size: LSTM only, below hidden_size, h of its size and c of the hidden size.
+  CHECK_THROWS_WITH(GRU(GRUOptions(3, 4).proj_size(2)),
+                    Contains("GRU: proj_size argument is only supported for LSTM, not RNN or GRU"));
+  CHECK_THROWS_WITH(LSTM(LSTMOptions(3, 4).proj_size(4)),
+                    Contains("LSTM: proj_size has to be smaller than hidden_size"));
+  CHECK_THROWS_WITH(LSTM(LSTMOptions(3, 4).proj_size(-1)), Contains("proj_size should be a positive integer or zero"));
+  LSTM projected(LSTMOptions(3, 4).proj_size(2));
+  CHECK(projected.repr() == "LSTM(3, 4, proj_size=2)");
+  CHECK(projected.clone_structure()->repr() == projected.repr());
+  CHECK_THROWS_WITH(projected.forward(x, std::tuple{tensor::zeros({1, 2, 4}), tensor::zeros({1, 2, 4})}),
+                    Contains("LSTM: expected h0 of shape [1, 2, 2], got [1, 2, 4]"));
   // An unbatched input gives unbatched states.
   const auto [out, state] = one.forward(tensor::randn({5, 3}), {});
   CHECK(out.sizes() == tensor::Shape{5, 4});

@@ -313,6 +313,14 @@ TEST_CASE("CUDA: the LSTM, GRU and RNN recurrences and their backward on the GPU
                  {x, h0, r({12, 5}), r({12, 4}), r({12}), r({12})});
     check_on_gpu([&](const Inputs& v) { return rnn_layer(v[0], v[1], v[2], v[3], v[4], v[5], reverse, "tanh"); },
                  {x, h0, r({4, 5}), r({4, 4}), r({4}), r({4})});
+    // with a projection (proj_size 2): h [N, 2], c [N, 4]
+    check_on_gpu(
+        [&](const Inputs& v) {
+          const auto [hs, c] =
+              tinyddp::nn::lstm_projected_layer(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], reverse);
+          return cat({hs.reshape({-1}), c.reshape({-1})}, 0);
+        },
+        {x, r({3, 2}), c0, r({16, 5}), r({16, 2}), r({16}), r({16}), r({2, 4})});
   }
 }
 
