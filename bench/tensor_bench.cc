@@ -1,7 +1,8 @@
 // Tensor benchmarks (Google Benchmark): float32 and bfloat16 matmul at 256/512/1024 and at the
 // GEMM shapes of the MLP 784-1024-1024-10 training step (batch 128), elementwise adds of 16 M
-// floats and the memcpy they are measured against, an add and a relu on channels-last tensors. Build with -c opt;
-// bench/compare.py runs this beside PyTorch.
+// floats and the memcpy they are measured against, an add and a relu on channels-last tensors,
+// x[rows, cols] and an in-place op on a view with its backward. Build with -c opt;
+// bench/compare.py runs this beside PyTorch (bench/torch_indexing.py the last two).
 #include "bench/bench_main.h"
 
 #include <cstring>
@@ -174,6 +175,35 @@ void BM_ReluChannelsLast(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * 2 * a.numel() * static_cast<int64_t>(sizeof(float)));
 }
 BENCHMARK(BM_ReluChannelsLast)->Unit(benchmark::kMillisecond);
+
+// x[rows, cols] (several tensor indices, NumPy's advanced indexing): 1 M elements picked from
+// a [4096, 1024] float32 tensor, negative positions among them (bench/torch_indexing.py).
+void BM_IndexPairs(benchmark::State& state) {
+  t::Generator g(0);
+  const t::Tensor x = t::randn({4096, 1024}, {}, &g);
+  const t::Tensor rows = t::sub(t::randint(0, 8192, {1 << 20}, &g), 4096.0);
+  const t::Tensor cols = t::randint(0, 1024, {1 << 20}, &g);
+  for (auto _ : state) {
+    t::Tensor picked = x.index({rows, cols});
+    benchmark::DoNotOptimize(picked.raw_data_ptr());
+  }
+}
+BENCHMARK(BM_IndexPairs)->Unit(benchmark::kMillisecond);
+
+// An in-place op on a view under autograd and the backward through it (CopySlices): y = x * 1,
+// y[:, :512] *= w, y.sum().backward(), x [1024, 1024] and w [1024, 512] requiring grad.
+void BM_InPlaceViewBackward(benchmark::State& state) {
+  t::Generator g(0);
+  const t::Tensor x = t::randn({1024, 1024}, {}, &g).requires_grad_();
+  const t::Tensor w = t::randn({1024, 512}, {}, &g).requires_grad_();
+  for (auto _ : state) {
+    const t::Tensor y = t::mul(x, 1.0);
+    y.narrow(1, 0, 512).mul_(w);
+    t::sum(y).backward();
+    benchmark::DoNotOptimize(x.grad().raw_data_ptr());
+  }
+}
+BENCHMARK(BM_InPlaceViewBackward)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
