@@ -13,12 +13,18 @@ bool needs_grad(std::initializer_list<const Tensor*> inputs) {
   return false;
 }
 
+Tensor live_view_base(const Tensor& self) {
+  if (!self.impl()->is_view) return Tensor();
+  std::shared_ptr<TensorImpl> base = self.impl()->view_base.lock();
+  if (!base || !base->storage.is_same(self.storage())) return Tensor();
+  return Tensor(std::move(base));
+}
+
 bool writes_into_history(const Tensor& self) {
   if (!GradMode::is_enabled() || !self.defined()) return false;  // (an undefined self: the op's own error)
   if (self.requires_grad()) return true;
-  if (!self.impl()->is_view) return false;
-  const std::shared_ptr<TensorImpl> base = self.impl()->view_base.lock();
-  return base && Tensor(base).requires_grad();
+  const Tensor base = live_view_base(self);
+  return base.defined() && base.requires_grad();
 }
 
 namespace {
@@ -29,15 +35,11 @@ namespace {
 void check_view_current(const char* name, const Tensor& input) {
   TensorImpl& impl = *input.impl();
   if (!impl.is_view || impl.storage.version() == impl.view_version || !input.autograd_meta()->has_grad_fn()) return;
-  if (std::shared_ptr<TensorImpl> base_impl = impl.view_base.lock();
-      base_impl && base_impl->storage.is_same(impl.storage)) {
-    const Tensor base(std::move(base_impl));
-    if (base.requires_grad()) {
-      const Tensor again = base.as_strided(impl.sizes, impl.strides, impl.storage_offset);
-      input.set_autograd_meta(again.impl()->autograd_meta);
-      impl.view_version = impl.storage.version();
-      return;
-    }
+  if (const Tensor base = live_view_base(input); base.defined() && base.requires_grad()) {
+    const Tensor again = base.as_strided(impl.sizes, impl.strides, impl.storage_offset);
+    input.set_autograd_meta(again.impl()->autograd_meta);
+    impl.view_version = impl.storage.version();
+    return;
   }
   throw Error(
       fmt::format("{}: an input ({} {}) is a view taken before its storage was modified by an in-place "

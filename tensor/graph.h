@@ -20,6 +20,9 @@ inline bool needs_grad(const Tensor& a, const Tensor& b) { return needs_grad({&a
 // True when grad mode is on and an in-place write into `self` must be recorded even if what is
 // written does not require grad: self requires grad, or it is a view of a tensor that does.
 bool writes_into_history(const Tensor& self);
+// The tensor `self` is a view of (TensorImpl::view_base), when self is a view whose base is
+// alive and still over the same storage; else undefined.
+Tensor live_view_base(const Tensor& self);
 
 // Makes `output` the result of op `name` (e.g. "MulBackward") applied to `inputs`. During
 // backward, `backward(grad_output)` returns one gradient per input, in order (an undefined

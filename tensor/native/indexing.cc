@@ -118,20 +118,12 @@ struct Pending {
 // The index tensors broadcast together (NumPy's advanced indexing), each named as PyTorch does.
 Shape broadcast_indices(const std::vector<std::pair<int64_t, Tensor>>& picks) {
   Shape shape;
-  std::string shapes;
-  for (const auto& pick : picks) shapes += (shapes.empty() ? "" : ", ") + format_shape(pick.second.sizes());
-  for (const auto& pick : picks) {
-    const Shape& s = pick.second.sizes();
-    const size_t n = std::max(shape.size(), s.size());
-    Shape out(n);
-    for (size_t i = 0; i < n; ++i) {
-      const int64_t a = i < n - shape.size() ? 1 : shape[i - (n - shape.size())];
-      const int64_t b = i < n - s.size() ? 1 : s[i - (n - s.size())];
-      TDDP_CHECK(a == b || a == 1 || b == 1,
-                 "index: shape mismatch: indexing tensors could not be broadcast together with shapes {}", shapes);
-      out[i] = a == 1 ? b : a;
-    }
-    shape = out;
+  try {
+    for (const auto& pick : picks) shape = broadcast_shapes(shape, pick.second.sizes(), "index");
+  } catch (const Error&) {  // reworded as PyTorch's, naming every index tensor's shape
+    std::string shapes;
+    for (const auto& pick : picks) shapes += (shapes.empty() ? "" : ", ") + format_shape(pick.second.sizes());
+    TDDP_CHECK(false, "index: shape mismatch: indexing tensors could not be broadcast together with shapes {}", shapes);
   }
   return shape;
 }

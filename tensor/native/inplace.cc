@@ -15,14 +15,6 @@ using namespace detail;
 
 namespace {
 
-// The view's base, when `self` is a view whose base is alive and still over its storage.
-Tensor live_base(const Tensor& self) {
-  if (!self.impl()->is_view) return Tensor();
-  std::shared_ptr<TensorImpl> base = self.impl()->view_base.lock();
-  if (!base || !base->storage.is_same(self.storage())) return Tensor();
-  return Tensor(std::move(base));
-}
-
 // The elements a geometry reaches past its offset, plus one (0 when it has none).
 int64_t extent(const Geometry& g) {
   int64_t last = g.offset;
@@ -88,7 +80,7 @@ const Tensor& write_in_place(const Tensor& self, const char* op, const std::func
     SaveCopiesGuard copies(self.storage());
     result = compute();
   }
-  const Tensor base = GradMode::is_enabled() ? live_base(self) : Tensor();
+  const Tensor base = GradMode::is_enabled() ? live_view_base(self) : Tensor();
   const bool tracked = result.requires_grad() || self.requires_grad() || (base.defined() && base.requires_grad());
   if (!GradMode::is_enabled() || !tracked) {
     copy_into(self, result);
