@@ -12,13 +12,16 @@
 # when they would not fit. Only what gpu_run.sh runs goes in, packed with xz; the binaries are
 # stripped, and the kernels carry sm_90 code alone (no PTX, which only GPUs newer than the
 # H100/H200 need).
-# Usage: bash scripts/gpu_bundle.sh   then, on the device: bash .gpu/gpu_run.sh tests|sanitize|sanitize2|bench|bench2|cpu|short
+# Usage: bash scripts/gpu_bundle.sh   then, on the device: bash .gpu/gpu_run.sh tests|sanitize|sanitize2|sanitize3|bench|bench2|cpu|short
 set -euo pipefail
 cd "$(dirname "$0")/.."
 limit_bytes=$((64 * 1024 * 1024))
 
 binaries=(
   tests/tensor/cuda_test tests/tensor/cuda_conv_test tests/tensor/cuda_autocast_test tests/tensor/cuda_graph_test
+  tests/tensor/cuda_math_test tests/tensor/cuda_plan_test tests/tensor/device_guard_test
+  tests/nn/functional_test tests/nn/attention_interpolate_test tests/nn/conv_layers_test tests/nn/transformer_encoder_test
+  tests/ddp/data_parallel_test
   tests/comm/collectives_test tests/comm/desync_test tests/nn/threads_test
   tests/ddp/equivalence_test tests/ddp/zero_overlap_test tests/examples/examples_test
   examples/train examples/ddp_basic examples/ddp_checkpoint examples/ddp_join examples/ddp_zero_join launcher/launch
@@ -69,4 +72,4 @@ if [ "$total" -gt "$limit_bytes" ]; then
   find .gpu -type f -printf '%s %p\n' | sort -rn | head -8 | awk '{ printf "  %8.1f MiB  %s\n", $1 / 1048576, $2 }' >&2
   exit 1
 fi
-echo "gpu_bundle.sh: ready; on the device machine run, one call each: bash .gpu/gpu_run.sh tests | sanitize | sanitize2 | bench | bench2 | cpu | short"
+echo "gpu_bundle.sh: ready; on the device machine run, one call each: bash .gpu/gpu_run.sh tests | sanitize | sanitize2 | sanitize3 | bench | bench2 | cpu | short"

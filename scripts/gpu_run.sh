@@ -8,6 +8,9 @@
 #             (~6 min at most)
 #   sanitize2 the same four tools over the convolutional ops, CUDA graphs and autocast
 #             (cuda_conv_test, cuda_graph_test, cuda_autocast_test)
+#   sanitize3 the same four tools over the GPU cases written since (the math ops, the F::
+#             composites and layers, device guards, DataParallel), then memcheck over the
+#             collectives' staging of CUDA tensors
 #   bench     the training-step benchmarks against PyTorch on the same GPU    (~5 min at most)
 #   cpu       the host's CPU: the kernels chosen, then the MLP and CNN steps, the 1024 matmul and
 #             the example GPT on 1, 2, 4, 8 and 16 intra-op threads against PyTorch at the same
@@ -15,6 +18,9 @@
 #   bench2    matmul 4096 and add/copy of 256 M floats, TF32 and bf16 autocast steps, the CNN,
 #             the 4096-wide MLP at batch 256, the GPT at 32 x 256 tokens, and a DDP timeline of
 #             the GPT on the GPU (gpt_timeline.rank0.json, for scripts/plot_timeline.py)
+#   profile   every kernel of a few steps, timed by ncu (one metric: gpu__time_duration), in both
+#             frameworks: the example GPT (32 x 256 tokens, float32) and the 4096-wide MLP at
+#             batch 256; the CSVs go into profile.tar.gz for scripts/kernel_profile.py
 #   short     for a session with one call to spend: the four CUDA op tests, threads_test and the
 #             host's cores, the GPT's first steps on the GPU against PyTorch's, initcheck's control
 #             over PyTorch's bf16 GEMM, then equivalence_test, in that order, in the time left
@@ -26,8 +32,8 @@
 set -uo pipefail
 part=${1:-}
 case "$part" in
-  tests|sanitize|sanitize2|bench|bench2|cpu|short) ;;
-  *) echo "usage: gpu_run.sh tests|sanitize|sanitize2|bench|bench2|cpu|short   (one part per device call: each fits in 600 s)" >&2
+  tests|sanitize|sanitize2|sanitize3|bench|bench2|cpu|profile|short) ;;
+  *) echo "usage: gpu_run.sh tests|sanitize|sanitize2|sanitize3|bench|bench2|cpu|profile|short   (one part per device call: each fits in 600 s)" >&2
     exit 2 ;;
 esac
 here=$(cd "$(dirname "$0")" && pwd)
@@ -103,6 +109,12 @@ cuda_op_tests() {
   step cuda_conv_test 120 ours ./tests/tensor/cuda_conv_test --durations yes
   step cuda_autocast_test 60 ours ./tests/tensor/cuda_autocast_test --durations yes
   step cuda_graph_test 60 ours ./tests/tensor/cuda_graph_test --durations yes
+  step cuda_math_test 60 ours ./tests/tensor/cuda_math_test --durations yes
+  # The GPU cases of tests that are mostly CPU tests (their "[cuda]" tag picks them).
+  for t in tensor/cuda_plan_test tensor/device_guard_test nn/functional_test nn/attention_interpolate_test \
+    nn/conv_layers_test nn/transformer_encoder_test ddp/data_parallel_test; do
+    step "${t#*/}" 60 ours "./tests/$t" "[cuda]" --durations yes
+  done
 }
 gpt_cuda_args() {  # the GPT at 32 windows of 256 tokens on this repository's docs/ddp.md
   local repo
@@ -130,7 +142,7 @@ case "$part" in
     step equivalence_test 150 ours ./tests/ddp/equivalence_test --durations yes
     step examples_test 150 ours ./tests/examples/examples_test --durations yes
     ;;
-  sanitize | sanitize2)
+  sanitize | sanitize2 | sanitize3)
     # check NAME SECONDS TOOL BINARY [quiet]: one tool over BINARY's "[cuda]" cases; `quiet`
     # leaves API errors unreported (the libraries' own probing, below).
     check() {
@@ -140,6 +152,22 @@ case "$part" in
     }
     if [ ! -x "$sanitizer" ]; then
       note "compute-sanitizer: not found"
+    elif [ "$part" = sanitize3 ]; then
+      # The GPU cases written after the last sanitizer runs, tool by tool (memcheck first for
+      # all of them, should the time run out, then over the staging of strided CUDA tensors).
+      sanitize3_tool() {
+        check "${1}_math" 60 "$1" ./tests/tensor/cuda_math_test
+        check "${1}_functional" 40 "$1" ./tests/nn/functional_test quiet
+        check "${1}_attention" 40 "$1" ./tests/nn/attention_interpolate_test quiet
+        check "${1}_conv_layers" 30 "$1" ./tests/nn/conv_layers_test quiet
+        check "${1}_transformer" 30 "$1" ./tests/nn/transformer_encoder_test quiet
+        check "${1}_plan" 20 "$1" ./tests/tensor/cuda_plan_test
+        check "${1}_guard" 20 "$1" ./tests/tensor/device_guard_test
+        check "${1}_data_parallel" 30 "$1" ./tests/ddp/data_parallel_test quiet
+      }
+      sanitize3_tool memcheck
+      check memcheck_collectives 120 memcheck ./tests/comm/collectives_test quiet
+      for tool in initcheck racecheck synccheck; do sanitize3_tool "$tool"; done
     elif [ "$part" = sanitize ]; then
       # Our kernels and copies (the "[cuda]" cases); the library-heavy cases stay out, as
       # cuBLAS and cuDNN are not ours to check and slow the tools down tenfold.
@@ -250,6 +278,27 @@ case "$part" in
     step gpt_timeline 60 ours ./launcher/launch --nproc_per_node 1 -- ./examples/train_gpt "${gpt[@]}" --steps 4
     unset TINYDDP_DDP_TIMELINE
     cat "$logs"/*.log 2> /dev/null | grep -E "RESULT|tokens/s" | tee -a "$summary"
+    ;;
+  profile)
+    # ncu serialises the kernels and times each alone (--clock-control none: the clocks as they
+    # run); host gaps are not in this profile, only the device time of each kernel.
+    ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    kernels() {  # kernels NAME COMMAND...: every kernel's duration into NAME.csv
+      local name=$1
+      shift
+      step "ncu_$name" 120 "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+        --print-units base --log-file "$logs/$name.csv" "$@"
+      # An ncu that refuses --print-units: again without it (the script reads the units row).
+      grep -q '^"ID"' "$logs/$name.csv" 2> /dev/null ||
+        step "ncu_${name}_again" 120 "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum --csv \
+          --page raw --log-file "$logs/$name.csv" "$@"
+    }
+    read -ra gpt <<< "$(gpt_cuda_args)"
+    kernels gpt_tinyddp ours ./examples/train_gpt "${gpt[@]}" --steps 3
+    kernels gpt_torch python3 bench/torch_gpt_train.py --device cuda --block_size 256 --steps 3
+    kernels huge_tinyddp ours ./bench/train_step --device cuda --model huge --batch 256 --iterations 2 --warmup 1
+    kernels huge_torch python3 bench/torch_train_step.py --device cuda --model huge --batch 256 --iterations 2 --warmup 1
+    ls -l "$logs"/*.csv | tee -a "$summary"
     ;;
   short)
     cuda_op_tests
