@@ -31,6 +31,49 @@ def config(args):
     return GPTConfig(**{**CONFIG.__dict__, "block_size": args.block_size})
 
 
+class StepPhases:
+    """train_gpt --profile_phases's table for PyTorch: the device synchronised at each boundary."""
+
+    def __init__(self, on, device):
+        self.on, self.device, self.ms, self.last = on, device, {}, 0.0
+
+    def _sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def begin_step(self):
+        if self.on:
+            self._sync()
+            self.last = time.perf_counter()
+
+    def end_phase(self, name):
+        if self.on:
+            self._sync()
+            now = time.perf_counter()
+            self.ms.setdefault(name, []).append((now - self.last) * 1e3)
+            self.last = now
+
+    def table(self, skip):
+        if not self.ms:
+            return ""
+        kept = {name: sorted(v[skip:]) for name, v in self.ms.items()}
+        steps = sorted(sum(v[i] for v in self.ms.values()) for i in range(skip, len(next(iter(self.ms.values())))))
+        median = lambda v: (v[len(v) // 2] + v[(len(v) - 1) // 2]) / 2
+        lines = [f"step phases (device synchronised at each boundary; medians of {len(steps)} steps after {skip}):"]
+        for name, v in kept.items():
+            lines.append(f"  {name:<12} {median(v):8.3f} ms  {100 * median(v) / median(steps):5.1f}%")
+        lines.append(f"  {'step':<12} {median(steps):8.3f} ms")
+        return "\n".join(lines)
+
+
+def kernel_table(prof, device, top):
+    """The `top` kernels (CPU ops on the CPU) by their own time, from torch.profiler."""
+    averages = prof.key_averages()
+    keys = ("self_device_time_total", "self_cuda_time_total") if device.type == "cuda" else ()
+    key = next((k for k in keys if averages and hasattr(averages[0], k)), "self_cpu_time_total")
+    return averages.table(sort_by=key, row_limit=top)
+
+
 def run(rank, nproc, args, init_file):
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -48,21 +91,41 @@ def run(rank, nproc, args, init_file):
     rows = args.batch // nproc
     g = torch.Generator().manual_seed(rank)
     data = torch.randint(0, cfg.vocab_size, (100000,), generator=g)
+    phases = StepPhases(args.profile_phases and rank == 0, device)
+    profiler = None
     start = time.perf_counter()
     for step in range(args.steps):
+        if args.kernels > 0 and rank == 0 and step == args.steps - 3:  # the last three steps
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if device.type == "cuda":
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            profiler = torch.profiler.profile(activities=activities)
+            profiler.__enter__()
+        phases.begin_step()
         offsets = torch.randint(0, data.numel() - cfg.block_size - 1, (rows,), generator=g)
         x = torch.stack([data[o:o + cfg.block_size] for o in offsets]).to(device)
         y = torch.stack([data[o + 1:o + 1 + cfg.block_size] for o in offsets]).to(device)
+        phases.end_phase("batch")
         for group in opt.param_groups:
             group["lr"] = get_lr(step, 1e-3, 100, args.steps, 1e-4)
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device.type, torch.bfloat16, enabled=args.autocast):
             _, loss = wrapped(x, y)
+        phases.end_phase("forward")
         loss.backward()
+        phases.end_phase("backward")
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        phases.end_phase("clip")
         opt.step()
+        phases.end_phase("optimizer")
         loss.item()
+        phases.end_phase("read loss")
     seconds = time.perf_counter() - start
+    if phases.on:
+        print(phases.table(min(2, args.steps - 1)), flush=True)
+    if profiler is not None:
+        profiler.__exit__(None, None, None)
+        print(f"the last 3 steps' kernels (torch.profiler):\n{kernel_table(profiler, device, args.kernels)}", flush=True)
     if rank == 0:
         tokens = args.steps * args.batch * cfg.block_size
         autocast = " autocast=bf16" if args.autocast else ""
@@ -86,6 +149,10 @@ def main():
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: one process on cuda:0")
     parser.add_argument("--block_size", type=int, default=CONFIG.block_size)
     parser.add_argument("--tf32", action="store_true", help="float32 products on TF32 tensor cores (--device cuda)")
+    parser.add_argument("--profile_phases", action="store_true",
+                        help="time each part of a step, the device synchronised between them (train_gpt's flag)")
+    parser.add_argument("--kernels", type=int, default=0,
+                        help="print the N kernels with the most device time over the last 3 steps (torch.profiler)")
     args = parser.parse_args()
     if args.device == "cuda" and args.nproc != 1:
         parser.error("--device cuda runs one process")

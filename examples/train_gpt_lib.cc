@@ -12,6 +12,7 @@
 
 #include "examples/gpt_data.h"
 #include "examples/run_env.h"
+#include "examples/step_phases.h"
 #include "tinyddp/comm/init.h"
 #include "tinyddp/ddp/fully_shard.h"
 #include "tinyddp/ddp/zero_redundancy_optimizer.h"
@@ -223,6 +224,35 @@ Tensor forward_backward(const GPTTrainConfig& config, const Run& run, const Tens
   return total;
 }
 
+// One optimizer step: the batch, forward and backward, clipping, the update; returns the loss
+// and the gradients' norm, both still on the device. --profile_phases times each part.
+std::pair<Tensor, Tensor> train_step(const GPTTrainConfig& config, const Run& run, int64_t step,
+                                     const std::vector<Tensor>& params, StepPhases& phases) {
+  phases.begin_step();
+  const auto [x, y] = batch_of(run, step);
+  phases.end_phase("batch");
+  run.optimizer->zero_grad();
+  Tensor loss;
+  if (config.profile_phases && run.micro_steps == 1) {  // forward and backward apart
+    loss = forward_loss(config, run, x, y);
+    phases.end_phase("forward");
+    loss.backward();
+    phases.end_phase("backward");
+  } else {
+    loss = forward_backward(config, run, x, y);
+    phases.end_phase("fwd+bwd");
+  }
+  // After backward, DDP has averaged the gradients: every rank clips by the same factor.
+  const double clip = config.grad_clip > 0 ? config.grad_clip : INFINITY;
+  const Tensor norm =
+      run.units.empty() ? nn::clip_grad_norm_(params, clip) : ddp::clip_sharded_grad_norm_(params, clip, *run.pg);
+  phases.end_phase("clip");
+  run.optimizer->step();
+  run.scheduler->step();
+  phases.end_phase("optimizer");
+  return {loss, norm};
+}
+
 // The model's loss on the validation windows (every rank computes the same).
 double validation_loss(const GPTTrainConfig& config, const Run& run) {
   const auto [x, y] = run.text.split->validation(config.eval_windows);
@@ -357,23 +387,17 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
   const auto start = std::chrono::steady_clock::now();
   const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   const std::vector<Tensor> params = run.model->parameters();
+  StepPhases phases(config.profile_phases, run.placement.device);
   if (config.report_memory) {  // the steps' peaks, not construction's
     reset_peak_rss();
     t::reset_cpu_peak_memory();
   }
   for (int64_t step = run.first_step; step < config.steps; ++step) {
     fail_on_purpose_if_asked(config.fail_at_step, step, run.rank, "train_gpt");
-    const auto [x, y] = batch_of(run, step);
     const double lr = run.optimizer->lr(0);
-    run.optimizer->zero_grad();
-    const Tensor loss = forward_backward(config, run, x, y);
-    // After backward, DDP has averaged the gradients: every rank clips by the same factor.
-    const double clip = config.grad_clip > 0 ? config.grad_clip : INFINITY;
-    const Tensor norm_tensor =
-        run.units.empty() ? nn::clip_grad_norm_(params, clip) : ddp::clip_sharded_grad_norm_(params, clip, *run.pg);
-    run.optimizer->step();
-    run.scheduler->step();
+    const auto [loss, norm_tensor] = train_step(config, run, step, params, phases);
     result.losses.push_back(mean_over_ranks(run, loss.item<double>()));
+    phases.end_phase("read loss");
     TDDP_CHECK(std::isfinite(result.losses.back()), "the loss became {} at step {}; lower --lr", result.losses.back(),
                step);
     const bool log_now = (step + 1) % log_every == 0 || step + 1 == config.steps;
@@ -399,6 +423,7 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
   }
   out << fmt::format("done: {} steps in {:.1f} s, {:.0f} tokens/s\n", config.steps - run.first_step, result.seconds,
                      result.tokens_per_second);
+  out << phases.table(std::min<int64_t>(2, config.steps - run.first_step - 1));
   result.optimizer_state_bytes = report_memory(config, run, log);
   if (run.text.split) {
     result.validation_loss = validation_loss(config, run);

@@ -53,6 +53,7 @@ struct GPTTrainConfig {
   int64_t fail_at_step = -1;  // exit with status 3 before this step on the first attempt (launch --max_restarts)
   bool zero = false;
   bool report_memory = false;    // every rank prints its peak resident memory over the steps
+  bool profile_phases = false;   // rank 0 prints each step phase's median time (examples/step_phases.h)
   bool fsdp = false;             // under a launcher: fully_shard (each Block a unit, then the root) in place of DDP
   std::string fsdp_param_dtype;  // --fsdp's mixed precision: "bfloat16" gathers, computes and reduces in it
   std::string comm_hook = "allreduce";

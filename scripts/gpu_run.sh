@@ -18,9 +18,9 @@
 #   bench2    matmul 4096 and add/copy of 256 M floats, TF32 and bf16 autocast steps, the CNN,
 #             the 4096-wide MLP at batch 256, the GPT at 32 x 256 tokens, and a DDP timeline of
 #             the GPT on the GPU (gpt_timeline.rank0.json, for scripts/plot_timeline.py)
-#   profile   every kernel of a few steps, timed by ncu (one metric: gpu__time_duration), in both
-#             frameworks: the example GPT (32 x 256 tokens, float32) and the 4096-wide MLP at
-#             batch 256; the CSVs go into profile.tar.gz for scripts/kernel_profile.py
+#   profile   where the GPT's step time goes, phase by phase (the device synchronised between
+#             them), in both frameworks, at 32 and 128 windows, float32 and bf16; PyTorch's top
+#             kernels by device time (torch.profiler)
 #   short     for a session with one call to spend: the four CUDA op tests, threads_test and the
 #             host's cores, the GPT's first steps on the GPU against PyTorch's, initcheck's control
 #             over PyTorch's bf16 GEMM, then equivalence_test, in that order, in the time left
@@ -280,25 +280,24 @@ case "$part" in
     cat "$logs"/*.log 2> /dev/null | grep -E "RESULT|tokens/s" | tee -a "$summary"
     ;;
   profile)
-    # ncu serialises the kernels and times each alone (--clock-control none: the clocks as they
-    # run); host gaps are not in this profile, only the device time of each kernel.
-    ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-    kernels() {  # kernels NAME COMMAND...: every kernel's duration into NAME.csv
-      local name=$1
-      shift
-      step "ncu_$name" 120 "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
-        --print-units base --log-file "$logs/$name.csv" "$@"
-      # An ncu that refuses --print-units: again without it (the script reads the units row).
-      grep -q '^"ID"' "$logs/$name.csv" 2> /dev/null ||
-        step "ncu_${name}_again" 120 "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum --csv \
-          --page raw --log-file "$logs/$name.csv" "$@"
-    }
+    # Where a GPT step's time goes, both frameworks, phase by phase (--profile_phases: the device
+    # synchronised between batch, forward, backward, clip, optimizer and the loss read back), at
+    # 32 and 128 windows (a per-step cost that does not grow with the batch is host overhead),
+    # float32 and bf16 autocast; PyTorch's also lists its 25 kernels with the most device time
+    # over three steps (torch.profiler). ncu serialises every launch and took over a minute per
+    # step of this GPT (2026-11-30), so it is not used here.
     read -ra gpt <<< "$(gpt_cuda_args)"
-    kernels gpt_tinyddp ours ./examples/train_gpt "${gpt[@]}" --steps 3
-    kernels gpt_torch python3 bench/torch_gpt_train.py --device cuda --block_size 256 --steps 3
-    kernels huge_tinyddp ours ./bench/train_step --device cuda --model huge --batch 256 --iterations 2 --warmup 1
-    kernels huge_torch python3 bench/torch_train_step.py --device cuda --model huge --batch 256 --iterations 2 --warmup 1
-    ls -l "$logs"/*.csv | tee -a "$summary"
+    for batch in 32 128; do
+      for flags in "" "--autocast bf16"; do
+        name=b${batch}$(echo "$flags" | tr -d ' -')
+        # shellcheck disable=SC2086
+        step "phases_$name" 60 ours ./examples/train_gpt "${gpt[@]}" --batch "$batch" --profile_phases $flags
+        # shellcheck disable=SC2086,SC2046
+        step "torch_phases_$name" 90 python3 bench/torch_gpt_train.py --device cuda --block_size 256 --steps 30 \
+          --batch "$batch" --profile_phases --kernels 25 $(echo "$flags" | sed 's/ bf16//')
+      done
+    done
+    cat "$logs"/*phases*.log 2> /dev/null | grep -E "RESULT|tokens/s|^step phases|^  [a-z]" | tee -a "$summary"
     ;;
   short)
     cuda_op_tests

@@ -61,4 +61,10 @@ void check_in_place(const Tensor& self, const Tensor* source, const char* op);
 // Before a kernel that exists for the CPU and, in CUDA builds, for GPUs.
 void check_kernel_device(const Tensor& x, const char* op);
 
+// matmul for the ops that sum by a product with a one-hot or triangular matrix (index_add,
+// scatter_add, cumsum): integer operands are multiplied on the CPU and the product moved back
+// to their device, since a GPU's GEMM (cuBLAS) multiplies floating-point matrices only; the
+// rest is matmul itself, differentiable.
+Tensor summing_matmul(const Tensor& a, const Tensor& b);
+
 }  // namespace tinyddp::tensor::detail

@@ -101,6 +101,11 @@ Tensor batched_mm(const Tensor& a2, const Tensor& b2) {
 }
 }  // namespace
 
+Tensor detail::summing_matmul(const Tensor& a, const Tensor& b) {
+  if (a.is_floating_point() || (a.is_cpu() && b.is_cpu())) return matmul(a, b);
+  return matmul(a.to(kCPU), b.to(kCPU)).to(a.device());
+}
+
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   Tensor a = a_in, b = b_in;
   if (autocast_args(CastPolicy::kLowerPrecision, {&a, &b})) return matmul(a, b);

@@ -241,7 +241,8 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
   const Tensor scaled = alpha == 1.0 ? src : mul(src, alpha);
   const Tensor rows = scaled.permute(order).reshape({k, rest});
   const Tensor picked = one_hot_rows(index.reshape({k}), n, x.dtype()).t();  // [n, k]
-  const Tensor out = add(front.reshape({n, rest}), matmul(picked, rows)).reshape(front.sizes()).permute(inverse(order));
+  const Tensor out =
+      add(front.reshape({n, rest}), summing_matmul(picked, rows)).reshape(front.sizes()).permute(inverse(order));
   return x.dim() == 0 ? out.reshape({}) : out;
 }
 
@@ -303,7 +304,8 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
   if (index.numel() == 0) return add(x, zeros_like(x));
   // Each row's values summed into n slots by a [1, m] @ [m, n] one-hot product.
   const ScatterRows r = scatter_rows(x, d, index, src);
-  const Tensor sums = matmul(r.src.reshape({r.rows, 1, r.m}), one_hot_rows(r.index, n, x.dtype())).reshape({r.rows, n});
+  const Tensor sums =
+      summing_matmul(r.src.reshape({r.rows, 1, r.m}), one_hot_rows(r.index, n, x.dtype())).reshape({r.rows, n});
   return add(x, r.back(sums, x));
 }
 

@@ -20,9 +20,9 @@ const Device kGpu = Device::cuda(0);
 // The gradient of sum(f(x) * w) on the GPU equals the CPU's (float64, within `tol`).
 void expect_grad_matches_cpu(const Tensor& x, const std::function<Tensor(const Tensor&)>& f, const std::string& what,
                              double tol) {
-  const Tensor w = randn(x.sizes(), TensorOptions(kFloat64));
   const Tensor cpu_x = x.detach().requires_grad_(), gpu_x = x.detach().to(kGpu).requires_grad_();
-  sum(mul(f(cpu_x), w)).backward();
+  const Tensor cpu_y = f(cpu_x), w = randn(cpu_y.sizes(), TensorOptions(kFloat64));  // f's shape, not x's
+  sum(mul(cpu_y, w)).backward();
   sum(mul(f(gpu_x), w.to(kGpu))).backward();
   INFO(what);
   CHECK(allclose(gpu_x.grad().to(kCPU), cpu_x.grad(), tol, tol, /*equal_nan=*/true));
