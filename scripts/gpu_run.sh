@@ -20,7 +20,8 @@
 #             the GPT on the GPU (gpt_timeline.rank0.json, for scripts/plot_timeline.py)
 #   profile   where the GPT's step time goes, phase by phase (the device synchronised between
 #             them), in both frameworks, at 32 and 128 windows, float32 and bf16; PyTorch's top
-#             kernels by device time (torch.profiler)
+#             kernels by device time (torch.profiler); ncu's time for each kernel of one of
+#             tinyddp's steps, tabled by scripts/kernel_profile.py
 #   short     for a session with one call to spend: the four CUDA op tests, threads_test and the
 #             host's cores, the GPT's first steps on the GPU against PyTorch's, initcheck's control
 #             over PyTorch's bf16 GEMM, then equivalence_test, in that order, in the time left
@@ -284,8 +285,7 @@ case "$part" in
     # synchronised between batch, forward, backward, clip, optimizer and the loss read back), at
     # 32 and 128 windows (a per-step cost that does not grow with the batch is host overhead),
     # float32 and bf16 autocast; PyTorch's also lists its 25 kernels with the most device time
-    # over three steps (torch.profiler). ncu serialises every launch and took over a minute per
-    # step of this GPT (2026-11-30), so it is not used here.
+    # over three steps (torch.profiler).
     read -ra gpt <<< "$(gpt_cuda_args)"
     for batch in 32 128; do
       for flags in "" "--autocast bf16"; do
@@ -297,7 +297,14 @@ case "$part" in
           --batch "$batch" --profile_phases --kernels 25 $(echo "$flags" | sed 's/ bf16//')
       done
     done
+    # Then every kernel of one tinyddp step, timed by ncu (one metric, so one pass per launch:
+    # about 15 ms each), for scripts/kernel_profile.py: launches 1200-3000 of two steps.
+    ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    step ncu_gpt 120 ours "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+      --launch-skip 1200 --launch-count 1800 --log-file "$logs/gpt_kernels.csv" ./examples/train_gpt "${gpt[@]}" --steps 2
     cat "$logs"/*phases*.log 2> /dev/null | grep -E "RESULT|tokens/s|^step phases|^  [a-z]" | tee -a "$summary"
+    [ -s "$logs/gpt_kernels.csv" ] && python3 "$here/../scripts/kernel_profile.py" --top 12 "tinyddp=$logs/gpt_kernels.csv" |
+      tee -a "$summary"
     ;;
   short)
     cuda_op_tests

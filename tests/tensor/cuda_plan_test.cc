@@ -180,3 +180,38 @@ TEST_CASE("CUDA launch plan: the cuBLAS call reproduces mm for every operand lay
   CHECK(cuda::gemm_operand(a.t())->transpose == true);
   CHECK(cuda::gemm_operand(a.t())->ld == 7);
 }
+
+TEST_CASE("CUDA launch plan: one batch stride steps through a batched product's matrices", "[cuda][plan]") {
+  // For each layout: whether the strided-batched GEMM reads it in place, and that matrix i of
+  // what it reads (the first matrix's geometry, i batch strides further) is the tensor's i-th.
+  const Tensor x = distinct({2, 3, 4, 5});
+  struct Case {
+    Tensor t;
+    bool in_place;
+  };
+  const std::vector<Case> cases = {
+      {x, true},                                             // contiguous
+      {x.transpose(2, 3), true},                             // each matrix transposed
+      {distinct({4, 5}).expand({2, 3, 4, 5}), true},         // the whole batch broadcast: stride 0
+      {distinct({2, 1, 4, 5}), true},                        // a size-1 batch dim
+      {distinct({2, 3, 8, 5}).narrow(2, 2, 4), true},        // matrices apart by more than their size
+      {x.transpose(0, 1), false},                            // batch dims out of order: copied
+      {distinct({2, 1, 4, 5}).expand({2, 3, 4, 5}), false},  // partly broadcast: copied
+      {distinct({2, 3, 4, 10}).narrow(3, 0, 5).select(3, 0).unsqueeze(3).expand({2, 3, 4, 5}), false},
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    INFO("case " << c);
+    const Tensor& t = cases[c].t;
+    const Tensor ready = cuda::batch_gemm_ready(t, 2);
+    CHECK((ready.raw_data_ptr() == t.raw_data_ptr()) == cases[c].in_place);
+    REQUIRE(cuda::batch_stride(ready, 2).has_value());
+    REQUIRE(cuda::gemm_operand(cuda::first_matrix(ready)).has_value());
+    const int64_t stride = *cuda::batch_stride(ready, 2);
+    const Tensor first = cuda::first_matrix(ready);
+    for (int64_t i = 0; i < t.size(0) * t.size(1); ++i) {
+      const Tensor read = ready.as_strided(first.sizes(), first.strides(), ready.storage_offset() + i * stride);
+      CHECK(equal(read, t.select(0, i / t.size(1)).select(0, i % t.size(1))));
+    }
+  }
+  CHECK(cuda::batch_stride(distinct({1, 1, 4, 5}), 2) == 0);  // a batch of one
+}

@@ -36,10 +36,18 @@ Tensor scaled_sum(const Tensor& x, const Shape& dims, bool keepdim, DType out_dt
   const int64_t count = rows > 0 ? rows : plan.inner;
   const double scale = mean ? 1.0 / static_cast<double>(count) : 1.0;  // 0 elements: 0 * inf = NaN, as 0 / 0
   const int dtype = static_cast<int>(x.dtype());
-  check_launch(rows > 0 ? k::sum_columns(x.raw_data_ptr(), dtype, out.raw_data_ptr(), rows, inner, scale, stream)
-                        : k::sum_rows(plan.rows.raw_data_ptr(), dtype, out.raw_data_ptr(), plan.outer, plan.inner,
-                                      scale, stream),
-               op);
+  // The column sums' partial sums, one row per chunk of x's rows, in the accumulating dtype.
+  Tensor partial;
+  if (rows > 0 && k::sum_columns_chunks(rows, inner) > 1) {
+    const DType acc = x.is_floating_point() ? (x.dtype() == kFloat64 ? kFloat64 : kFloat32) : kInt64;
+    partial = tensor::empty({k::sum_columns_chunks(rows, inner), inner}, TensorOptions().dtype(acc).device(x.device()));
+  }
+  check_launch(
+      rows > 0
+          ? k::sum_columns(x.raw_data_ptr(), dtype, out.raw_data_ptr(),
+                           partial.defined() ? partial.raw_data_ptr() : nullptr, rows, inner, scale, stream)
+          : k::sum_rows(plan.rows.raw_data_ptr(), dtype, out.raw_data_ptr(), plan.outer, plan.inner, scale, stream),
+      op);
   return out;
 }
 
@@ -183,7 +191,10 @@ bool CudaBackend::layer_norm_backward(const Tensor& grad_x, const Tensor&, const
 }
 
 void CudaBackend::mm(const Tensor& out, const Tensor& a, const Tensor& b) { blas::mm(out, a, b); }
-bool CudaBackend::bmm(const Tensor&, const Tensor&, const Tensor&) { return false; }
+bool CudaBackend::bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
+  blas::bmm(out, a, b);
+  return true;
+}
 void CudaBackend::addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b) {
   blas::mm(out, a, b);
   binary(BinaryOp::kAdd, out, out, bias, 1.0);

@@ -46,8 +46,12 @@ int accumulate(const Geometry& g, const Operand& dst, const Operand& src, void* 
 // reduce.cu: contiguous inputs, outputs of the accumulated shape (see backend.cc's plans).
 // out[r] = scale * sum of row r of x [outer, inner]; out is int64 for bool x, else x's dtype.
 int sum_rows(const void* x, int dtype, void* out, int64_t outer, int64_t inner, double scale, void* stream);
-// out[j] = scale * sum over i of x[i, j], x [rows, inner].
-int sum_columns(const void* x, int dtype, void* out, int64_t rows, int64_t inner, double scale, void* stream);
+// out[j] = scale * sum over i of x[i, j], x [rows, inner]: the rows in sum_columns_chunks
+// chunks, whose partial sums go to `partial` [chunks, inner] (float for floating x, double for
+// float64, int64 for integers and bool; unused, and may be null, when there is one chunk).
+int64_t sum_columns_chunks(int64_t rows, int64_t inner);
+int sum_columns(const void* x, int dtype, void* out, void* partial, int64_t rows, int64_t inner, double scale,
+                void* stream);
 // The maximum of each row of x [outer, inner] (inner > 0) and its index in the row; NaN wins,
 // ties go to the first.
 int max_rows(const void* x, int dtype, void* values, int64_t* indices, int64_t outer, int64_t inner, void* stream);

@@ -5,6 +5,7 @@
 #include <climits>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "tinyddp/tensor/backends/cuda/backend.h"
 #include "tinyddp/tensor/backends/cuda/handles.h"
@@ -38,40 +39,31 @@ HandlePool<cudnnHandle_t>& dnn_handles() {
 
 namespace blas {
 
-void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
-  const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
-  if (n == 0 || m == 0) return;
-  if (k == 0) {
-    backend().fill(out, 0.0);
-    return;
-  }
-  cudaDataType type;
-  cublasComputeType_t compute;
-  switch (a.dtype()) {
-    case kFloat32:
-      type = CUDA_R_32F;
-      compute = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-      break;
-    case kFloat64:
-      type = CUDA_R_64F;
-      compute = CUBLAS_COMPUTE_64F;
-      break;
-    case kFloat16:
-      type = CUDA_R_16F;
-      compute = CUBLAS_COMPUTE_32F;
-      break;
-    case kBFloat16:
-      type = CUDA_R_16BF;
-      compute = CUBLAS_COMPUTE_32F;
-      break;
+namespace {
+
+// cuBLAS's data and compute types for a.dtype(); float32 uses TF32 only when allowed.
+std::pair<cudaDataType, cublasComputeType_t> gemm_types(DType dtype) {
+  switch (dtype) {
+    case kFloat32: return {CUDA_R_32F, allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
+    case kFloat64: return {CUDA_R_64F, CUBLAS_COMPUTE_64F};
+    case kFloat16: return {CUDA_R_16F, CUBLAS_COMPUTE_32F};
+    case kBFloat16: return {CUDA_R_16BF, CUBLAS_COMPUTE_32F};
     default:
       throw Error(
           fmt::format("matmul: not supported for dtype {} on CUDA (cuBLAS multiplies floating-point matrices; "
                       "convert with .to(float32) or multiply on the CPU)",
-                      dtype_name(a.dtype())));
+                      dtype_name(dtype)));
   }
-  const Tensor ac = gemm_ready(a), bc = gemm_ready(b);
-  const Gemm g = plan_gemm(ac, bc);
+}
+
+// One cuBLAS call for `count` products out_i = a_i b_i, the i-th matrices `stride_*` elements
+// apart (count 1: stride unused). a and b's matrices have gemm_operand layouts; out is
+// contiguous. Row-major out = a b is column-major out^T = b^T a^T: cuBLAS's A is b, its B is a
+// (plan.h).
+void gemm(const Tensor& out, const Tensor& a_first, const Tensor& b_first, const void* a, const void* b,
+          int64_t stride_a, int64_t stride_b, int64_t count) {
+  const auto [type, compute] = gemm_types(a_first.dtype());
+  const Gemm g = plan_gemm(a_first, b_first);
   const auto op = [](bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; };
   const int device = out.device().index;
   DeviceGuard guard(device);
@@ -80,11 +72,47 @@ void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
   const float alpha_f = 1.0f, beta_f = 0.0f;
   const double alpha_d = 1.0, beta_d = 0.0;
   const bool dbl = compute == CUBLAS_COMPUTE_64F;
-  // Row-major out = a b is column-major out^T = b^T a^T: cuBLAS's A is b, its B is a (plan.h).
-  TDDP_CUBLAS_CHECK(cublasGemmEx_64(handle.get(), op(g.transpose_a), op(g.transpose_b), g.m, g.n, g.k,
-                                    dbl ? static_cast<const void*>(&alpha_d) : &alpha_f, bc.raw_data_ptr(), type, g.lda,
-                                    ac.raw_data_ptr(), type, g.ldb, dbl ? static_cast<const void*>(&beta_d) : &beta_f,
-                                    out.raw_data_ptr(), type, g.ldc, compute, CUBLAS_GEMM_DEFAULT));
+  const void* alpha = dbl ? static_cast<const void*>(&alpha_d) : &alpha_f;
+  const void* beta = dbl ? static_cast<const void*>(&beta_d) : &beta_f;
+  if (count == 1) {
+    TDDP_CUBLAS_CHECK(cublasGemmEx_64(handle.get(), op(g.transpose_a), op(g.transpose_b), g.m, g.n, g.k, alpha, b, type,
+                                      g.lda, a, type, g.ldb, beta, out.raw_data_ptr(), type, g.ldc, compute,
+                                      CUBLAS_GEMM_DEFAULT));
+    return;
+  }
+  TDDP_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
+      handle.get(), op(g.transpose_a), op(g.transpose_b), g.m, g.n, g.k, alpha, b, type, g.lda, stride_b, a, type,
+      g.ldb, stride_a, beta, out.raw_data_ptr(), type, g.ldc, g.m * g.n, count, compute, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace
+
+void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
+  const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
+  if (n == 0 || m == 0) return;
+  if (k == 0) {
+    backend().fill(out, 0.0);
+    return;
+  }
+  gemm_types(a.dtype());  // an unsupported dtype is refused before any copy
+  const Tensor ac = gemm_ready(a), bc = gemm_ready(b);
+  gemm(out, ac, bc, ac.raw_data_ptr(), bc.raw_data_ptr(), 0, 0, 1);
+}
+
+void bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
+  const int64_t batch_dims = out.dim() - 2;
+  const int64_t n = a.size(-2), k = a.size(-1), m = b.size(-1);
+  int64_t count = 1;
+  for (int64_t d = 0; d < batch_dims; ++d) count *= out.size(d);
+  if (count == 0 || n == 0 || m == 0) return;
+  if (k == 0) {
+    backend().fill(out, 0.0);
+    return;
+  }
+  gemm_types(a.dtype());
+  const Tensor ac = batch_gemm_ready(a, batch_dims), bc = batch_gemm_ready(b, batch_dims);
+  gemm(out, first_matrix(ac), first_matrix(bc), ac.raw_data_ptr(), bc.raw_data_ptr(), *batch_stride(ac, batch_dims),
+       *batch_stride(bc, batch_dims), count);
 }
 
 }  // namespace blas

@@ -14,6 +14,10 @@ namespace blas {
 // float16 and bfloat16 (the 16-bit ones accumulate in float32). float32 products use TF32
 // tensor cores only when allow_tf32() (tensor/cuda.h) is on.
 void mm(const Tensor& out, const Tensor& a, const Tensor& b);
+// out [..., n, m] (contiguous) = a [..., n, k] x b [..., k, m] (the same batch dims, any
+// strides, broadcast ones too) in one strided-batched GEMM: the operands in place where one
+// stride steps through their matrices, else as contiguous copies.
+void bmm(const Tensor& out, const Tensor& a, const Tensor& b);
 }  // namespace blas
 
 namespace dnn {

@@ -108,4 +108,37 @@ inline Gemm plan_gemm(const Tensor& a, const Tensor& b) {
   return Gemm{lb.transpose, la.transpose, m, n, k, lb.ld, la.ld, std::max<int64_t>(1, m)};
 }
 
+// The one stride that steps through t's first `batch_dims` dims in row-major order of the
+// batch index, when there is one (a strided-batched GEMM's batch stride): each batch dim's
+// stride is the next one's times that one's size (size-1 dims skipped), or they are all 0 (a
+// broadcast batch). A batch of none or of ones has stride 0.
+inline std::optional<int64_t> batch_stride(const Tensor& t, int64_t batch_dims) {
+  int64_t stride = 0, span = 0;  // the innermost non-size-1 batch dim's stride; the sizes inwards
+  for (int64_t d = batch_dims - 1; d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (span == 0) {
+      stride = t.stride(d);
+      span = t.size(d);
+      continue;
+    }
+    if (t.stride(d) != stride * span) return std::nullopt;
+    span *= t.size(d);
+  }
+  return stride;
+}
+
+// `t` [..., rows, cols] itself when one batch stride steps through its matrices and cuBLAS reads
+// each as it is laid out, else a contiguous copy (a broadcast batch copied out once).
+inline Tensor batch_gemm_ready(const Tensor& t, int64_t batch_dims) {
+  const bool in_place = batch_stride(t, batch_dims) && gemm_operand(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1));
+  return in_place ? t : backend_for(t.device(), "matmul").contiguous(t);
+}
+
+// The first matrix of a batch [..., rows, cols] (batch index 0 in every batch dim).
+inline Tensor first_matrix(const Tensor& t) {
+  Tensor m = t;
+  while (m.dim() > 2) m = m.select(0, 0);
+  return m;
+}
+
 }  // namespace tinyddp::tensor::cuda

@@ -4,12 +4,15 @@
 //   kThreads threads per row (grid-striding over rows): each thread accumulates a strided
 //   share of the row, then the block combines the partial results in shared memory.
 // - columns: [rows, inner], reducing over the leading rows (a bias gradient's sum over the
-//   batch). One thread per output column walks down the rows: neighbouring threads read
-//   neighbouring addresses, so every load is coalesced and no transposing copy is needed.
+//   batch). Blocks of 32 columns x 8 row lanes, each over a chunk of the rows, then the
+//   chunks' partial sums added by a second launch (sum_columns_kernel): neighbouring threads
+//   read neighbouring addresses, so every load is coalesced and no transposing copy is
+//   needed, and a few columns over many rows still fill the GPU.
 // Sums accumulate in float for the floating types (double for float64) and in int64 for
 // integers and bools, as PyTorch's CUDA reductions do.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -62,14 +65,36 @@ __global__ void sum_rows_kernel(const T* x, O* out, int64_t outer, int64_t inner
   }
 }
 
+// A block sums a tile of kTileColumns adjacent columns over one chunk of the rows: lane
+// (tx, ty) adds rows ty, ty + kTileRows, ... of column tx (each warp reads 32 adjacent
+// addresses), then lane ty = 0 adds the kTileRows partial sums in order. Written to
+// out[chunk * inner + column], times scale: the result itself when there is one chunk, else a
+// chunk's partial sums, which a second launch of the same kernel adds up over the chunks (a
+// fixed order either way, so the bits do not depend on timing).
+constexpr int kTileColumns = 32, kTileRows = 8;
+
 template <typename T, typename O>
-__global__ void sum_columns_kernel(const T* x, O* out, int64_t rows, int64_t inner, acc_t<T> scale) {
+__global__ void sum_columns_kernel(const T* x, O* out, int64_t rows, int64_t inner, int64_t chunk_rows,
+                                   acc_t<T> scale) {
   using A = acc_t<T>;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < inner; j += step) {
+  __shared__ A buf[kTileRows][kTileColumns + 1];
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * chunk_rows;
+  const int64_t last = first + chunk_rows < rows ? first + chunk_rows : rows;
+  const int64_t tiles = (inner + kTileColumns - 1) / kTileColumns;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t j = tile * kTileColumns + threadIdx.x;
     A acc = 0;
-    for (int64_t i = 0; i < rows; ++i) acc += static_cast<A>(load(x[i * inner + j]));
-    out[j] = store<O>(acc * scale);
+    if (j < inner) {
+      for (int64_t i = first + threadIdx.y; i < last; i += kTileRows) acc += static_cast<A>(load(x[i * inner + j]));
+    }
+    buf[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < inner) {
+      A total = 0;
+      for (int r = 0; r < kTileRows; ++r) total += buf[r][threadIdx.x];
+      out[static_cast<int64_t>(blockIdx.y) * inner + j] = store<O>(total * scale);
+    }
+    __syncthreads();  // buf is reused by the next tile
   }
 }
 
@@ -265,14 +290,35 @@ int sum_rows(const void* x, int dtype, void* out, int64_t outer, int64_t inner, 
   });
 }
 
-int sum_columns(const void* x, int dtype, void* out, int64_t rows, int64_t inner, double scale, void* stream) {
+int64_t sum_columns_chunks(int64_t rows, int64_t inner) {
+  // Enough blocks to fill the GPU several times over, each with at least 64 rows to add.
+  const int64_t tiles = (inner + kTileColumns - 1) / kTileColumns;
+  const int64_t wanted = (1024 + tiles - 1) / tiles, most = (rows + 63) / 64;
+  return std::max<int64_t>(1, std::min<int64_t>(std::min<int64_t>(wanted, most), 1024));
+}
+
+int sum_columns(const void* x, int dtype, void* out, void* partial, int64_t rows, int64_t inner, double scale,
+                void* stream) {
   return dispatch_sum(dtype, [&](auto tag, auto out_tag) {
     using T = decltype(tag);
     using O = decltype(out_tag);
+    using A = acc_t<T>;
     if (inner == 0) return cudaSuccess;
-    const int blocks = grid_for((inner + kThreads - 1) / kThreads);
-    sum_columns_kernel<T, O><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        static_cast<const T*>(x), static_cast<O*>(out), rows, inner, static_cast<acc_t<T>>(scale));
+    const auto s = static_cast<cudaStream_t>(stream);
+    const int64_t chunks = sum_columns_chunks(rows, inner);
+    const dim3 block(kTileColumns, kTileRows);
+    const int tiles = grid_for((inner + kTileColumns - 1) / kTileColumns);
+    if (chunks == 1) {
+      sum_columns_kernel<T, O><<<dim3(tiles, 1), block, 0, s>>>(static_cast<const T*>(x), static_cast<O*>(out), rows,
+                                                                inner, rows, static_cast<A>(scale));
+      return cudaGetLastError();
+    }
+    if (partial == nullptr) return cudaErrorInvalidValue;  // backend.cc allocates [chunks, inner] of A
+    const int64_t chunk_rows = (rows + chunks - 1) / chunks;
+    sum_columns_kernel<T, A><<<dim3(tiles, static_cast<unsigned>(chunks)), block, 0, s>>>(
+        static_cast<const T*>(x), static_cast<A*>(partial), rows, inner, chunk_rows, A(1));
+    sum_columns_kernel<A, O><<<dim3(tiles, 1), block, 0, s>>>(static_cast<const A*>(partial), static_cast<O*>(out),
+                                                              chunks, inner, chunks, static_cast<A>(scale));
     return cudaGetLastError();
   });
 }
