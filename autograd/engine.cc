@@ -1,6 +1,8 @@
 // Engine::backward: dependency counting, a deterministic ready queue, input buffers, and
-// final callbacks. One backward runs at a time per thread, and one at a time through any
-// given node (its counters and buffer live in the node).
+// final callbacks. A backward may start inside another on the same thread (a node's backward
+// calling backward or grad: reentrant checkpointing); the counters and buffers live in the
+// nodes, and a nested pass sets aside and restores the enclosing passes' state in the nodes
+// they share.
 #include "tinyddp/autograd/engine.h"
 
 #include <algorithm>
@@ -21,14 +23,25 @@ struct GraphTask {
 
 thread_local GraphTask* current_task = nullptr;
 
-// Sets current_task for the duration of a backward and clears it on any exit.
+// Sets current_task for the duration of a backward and restores the enclosing pass's (a
+// backward started from inside another: reentrant checkpointing) on any exit.
 class TaskScope {
  public:
-  explicit TaskScope(GraphTask* task) { current_task = task; }
-  ~TaskScope() { current_task = nullptr; }
+  explicit TaskScope(GraphTask* task) : previous_(current_task) { current_task = task; }
+  ~TaskScope() { current_task = previous_; }
   TaskScope(const TaskScope&) = delete;
   TaskScope& operator=(const TaskScope&) = delete;
+
+ private:
+  GraphTask* previous_;
 };
+
+// The passes running on this thread, outermost first: a pass started inside another (a node's
+// backward calling backward or grad) finds the enclosing passes' counters and buffers in the
+// nodes both reach (a parameter's accumulator), keeps them aside and puts them back when it
+// ends, so the enclosing pass goes on as if nothing had run. Bounded, as a recursion.
+constexpr size_t kMaxPassDepth = 64;
+thread_local std::vector<uint64_t> running_passes;
 
 // Whether `t` may hold the sum of itself and `other` in place: the engine holds the only
 // reference to it and to its memory (no view, hook, saved tensor or user shares it), it is
@@ -104,6 +117,15 @@ std::vector<std::pair<Edge, Tensor>> root_edges(const std::vector<Tensor>& roots
 
 }  // namespace
 
+// A node's counters and buffers as an enclosing pass left them (count_dependencies).
+struct NodeState {
+  std::shared_ptr<Node> node;
+  uint64_t pass;
+  int pending;
+  Tensor buffer;
+  std::vector<Tensor> extra_buffers;
+};
+
 // The buffer of `node`'s input `input_nr`.
 bool Engine::take_captured(Capture& capture, Node* node) {
   if (const auto it = capture.at.find(node); it != capture.at.end()) {
@@ -162,8 +184,8 @@ void Engine::queue_callback(std::function<void()> callback) {
   current_task->callbacks.push_back(std::move(callback));
 }
 
-void Engine::count_dependencies(const std::vector<std::pair<Edge, Tensor>>& seeds,
-                                std::vector<std::shared_ptr<Node>>& alive) {
+uint64_t Engine::count_dependencies(const std::vector<std::pair<Edge, Tensor>>& seeds,
+                                    std::vector<std::shared_ptr<Node>>& alive, std::vector<NodeState>& set_aside) {
   // Counted in the nodes themselves; pass_ marks which pass the counters belong to.
   static std::atomic<uint64_t> pass_counter{0};
   const uint64_t pass = ++pass_counter;
@@ -172,6 +194,10 @@ void Engine::count_dependencies(const std::vector<std::pair<Edge, Tensor>>& seed
   stack.clear();
   const auto visit = [&](const std::shared_ptr<Node>& node) {
     if (node->pass_ == pass) return;
+    if (std::find(running_passes.begin(), running_passes.end(), node->pass_) != running_passes.end()) {
+      set_aside.push_back({node, node->pass_, node->pending_, std::move(node->buffer_),
+                           std::move(node->extra_buffers_)});  // an enclosing pass's state
+    }
     node->pass_ = pass;
     node->pending_ = 0;
     node->buffer_ = Tensor();
@@ -188,6 +214,17 @@ void Engine::count_dependencies(const std::vector<std::pair<Edge, Tensor>>& seed
       visit(next.function);
       ++next.function->pending_;
     }
+  }
+  return pass;
+}
+
+void Engine::end_pass(std::vector<NodeState>& set_aside) {
+  running_passes.pop_back();
+  for (NodeState& s : set_aside) {
+    s.node->pass_ = s.pass;
+    s.node->pending_ = s.pending;
+    s.node->buffer_ = std::move(s.buffer);
+    s.node->extra_buffers_ = std::move(s.extra_buffers);
   }
 }
 
@@ -239,26 +276,30 @@ void Engine::mark_needed(Capture& capture, const std::vector<std::shared_ptr<Nod
 
 void Engine::execute(const std::vector<Tensor>& roots, const std::vector<Tensor>& grad_roots, bool retain_graph,
                      bool create_graph, Capture* capture) {
-  TDDP_CHECK(current_task == nullptr,
-             "backward: called while another backward pass runs on this thread (from a hook?)");
+  TDDP_CHECK(running_passes.size() < kMaxPassDepth,
+             "backward: {} backward passes nested inside one another on this thread (a node's or hook's backward "
+             "starting another, without end?)",
+             running_passes.size());
   TDDP_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), "backward: got {} roots but {} gradients",
              roots.size(), grad_roots.size());
   // Gradient computations are recorded only when a graph of them is asked for.
-  const bool previous_mode = tensor::GradMode::is_enabled();
-  tensor::GradMode::set_enabled(create_graph);
-  struct RestoreMode {
-    bool mode;
-    ~RestoreMode() { tensor::GradMode::set_enabled(mode); }
-  } restore_mode{previous_mode};
+  const tensor::AutoGradMode grad_mode(create_graph);
 
   // 1. The root edges and their gradients.
   const std::vector<std::pair<Edge, Tensor>> seeds = root_edges(roots, grad_roots);
 
   // 2. Dependencies: how many edges of the reachable graph point at each node. `alive`
-  //    (scratch reused by every pass on this thread: passes are not reentrant) keeps every
-  //    node alive for the duration of the pass.
-  thread_local std::vector<std::shared_ptr<Node>> alive;
-  count_dependencies(seeds, alive);
+  //    (scratch kept per nesting depth, reused by the passes on this thread) keeps every node
+  //    alive for the duration of the pass. The state of enclosing passes found in those nodes
+  //    is put back last (members are destroyed in reverse order: after ClearBuffers).
+  struct PassScope {
+    std::vector<NodeState> set_aside;
+    ~PassScope() { end_pass(set_aside); }
+  } pass_scope;
+  thread_local std::vector<std::vector<std::shared_ptr<Node>>> alive_by_depth(kMaxPassDepth);
+  std::vector<std::shared_ptr<Node>>& alive = alive_by_depth[running_passes.size()];
+  running_passes.push_back(0);  // the pass number, once counted
+  running_passes.back() = count_dependencies(seeds, alive, pass_scope.set_aside);
   // Whatever happens below, no gradient stays behind in a node's buffer.
   struct ClearBuffers {
     std::vector<std::shared_ptr<Node>>& nodes;

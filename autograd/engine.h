@@ -17,6 +17,7 @@ namespace tinyddp::autograd {
 
 struct Edge;
 class Node;
+struct NodeState;
 
 class Engine {
  public:
@@ -26,8 +27,8 @@ class Engine {
   // summing gradients that meet at a node (in place into one of them when nothing else holds
   // it, as PyTorch). Saved tensors are freed unless retain_graph.
   // Runs with grad mode off, or on with create_graph: then every gradient computed (and .grad)
-  // has a graph of its own, for double backward. Not reentrant: a hook may not start another
-  // backward.
+  // has a graph of its own, for double backward. Reentrant: a node's backward (or a hook) may
+  // run another backward or grad to completion (utils::checkpoint does), up to 64 deep.
   static void backward(const std::vector<tensor::Tensor>& roots, const std::vector<tensor::Tensor>& grad_roots,
                        bool retain_graph = false, bool create_graph = false);
   // torch.autograd.grad: the gradients of `outputs` (weighted by grad_outputs, as backward's
@@ -71,8 +72,12 @@ class Engine {
   static std::vector<tensor::Tensor> run_many(Node* node, bool retain_graph);
   // backward's step 2: sets each node's count of incoming edges reachable from the seeds
   // (the root edges with their gradients) and collects the nodes into `alive`.
-  static void count_dependencies(const std::vector<std::pair<Edge, tensor::Tensor>>& seeds,
-                                 std::vector<std::shared_ptr<Node>>& alive);
+  // A pass's end: the enclosing passes' state set aside by count_dependencies put back.
+  static void end_pass(std::vector<NodeState>& set_aside);
+  // Returns the pass's number; the state of enclosing passes found in the nodes goes to
+  // `set_aside` (engine.cc's NodeState).
+  static uint64_t count_dependencies(const std::vector<std::pair<Edge, tensor::Tensor>>& seeds,
+                                     std::vector<std::shared_ptr<Node>>& alive, std::vector<NodeState>& set_aside);
 };
 
 // torch::autograd::grad, as libtorch spells it: Engine::grad, retain_graph defaulting to

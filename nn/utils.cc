@@ -1,6 +1,12 @@
 #include "tinyddp/nn/utils.h"
 
 #include <algorithm>
+#include <iostream>
+#include <mutex>
+#include <optional>
+
+#include "tinyddp/tensor/graph.h"
+#include "tinyddp/tensor/random.h"
 
 #include "tinyddp/tensor/all.h"
 
@@ -58,6 +64,90 @@ tensor::Tensor pad_sequence(const std::vector<Tensor>& sequences, bool batch_fir
     padded.push_back(padding_side == "right" ? tensor::cat({s, fill}) : tensor::cat({fill, s}));
   }
   return tensor::stack(padded, batch_first ? 0 : 1);
+}
+
+namespace {
+
+// Puts the default generator in `state` for its lifetime, then back where it was.
+class GeneratorAt {
+ public:
+  explicit GeneratorAt(const std::optional<std::string>& state) {
+    if (!state) return;
+    previous_ = tensor::default_generator().get_state();
+    tensor::default_generator().set_state(*state);
+  }
+  ~GeneratorAt() {
+    if (previous_) tensor::default_generator().set_state(*previous_);
+  }
+  GeneratorAt(const GeneratorAt&) = delete;
+  GeneratorAt& operator=(const GeneratorAt&) = delete;
+
+ private:
+  std::optional<std::string> previous_;
+};
+
+}  // namespace
+
+Tensor checkpoint(const std::function<Tensor(const std::vector<Tensor>&)>& function, const std::vector<Tensor>& inputs,
+                  bool preserve_rng_state) {
+  TDDP_CHECK(function, "checkpoint: expected a function");
+  bool any_requires_grad = false;
+  for (const Tensor& x : inputs) any_requires_grad = any_requires_grad || (x.defined() && x.requires_grad());
+  if (tensor::GradMode::is_enabled() && !any_requires_grad) {
+    static std::once_flag warned;
+    std::call_once(warned, [] {
+      std::cerr << "tinyddp: warning: checkpoint: none of the inputs have requires_grad=True; gradients will be "
+                   "None (as PyTorch's reentrant checkpoint)\n";
+    });
+  }
+  const std::optional<std::string> rng =
+      preserve_rng_state ? std::optional<std::string>(tensor::default_generator().get_state()) : std::nullopt;
+  Tensor out;
+  {
+    tensor::NoGradGuard no_grad;
+    out = function(inputs);
+  }
+  TDDP_CHECK(out.defined(), "checkpoint: the function returned an undefined tensor");
+  if (!tensor::GradMode::is_enabled() || !any_requires_grad) return out;
+  out = out.detach();  // a fresh handle: the function may have returned an input itself
+  std::vector<Tensor> recorded;
+  std::vector<tensor::SavedTensor> saved;
+  std::vector<bool> wants;
+  for (const Tensor& x : inputs) {
+    if (!x.defined()) continue;
+    recorded.push_back(x);
+    saved.emplace_back(x);
+    wants.push_back(x.requires_grad());
+  }
+  tensor::record_op("CheckpointFunctionBackward", out, recorded, [function, saved, wants, rng](const Tensor& grad) {
+    // The inputs again, as leaves of a graph of their own, and the function recorded.
+    std::vector<Tensor> again;
+    for (size_t i = 0; i < saved.size(); ++i) {
+      Tensor x = saved[i].get("CheckpointFunctionBackward").detach();
+      if (wants[i]) x.requires_grad_(true);
+      again.push_back(x);
+    }
+    Tensor y;
+    {
+      const GeneratorAt replay(rng);
+      tensor::EnableGradGuard grad_mode;
+      y = function(again);
+    }
+    TDDP_CHECK(y.defined() && y.requires_grad(),
+               "checkpoint: the recomputed output does not require grad (none of the inputs or parameters the "
+               "function uses does); checkpoint() is not needed here");
+    y.backward(grad);
+    std::vector<Tensor> grads;
+    for (size_t i = 0; i < again.size(); ++i) grads.push_back(wants[i] ? again[i].grad() : Tensor());
+    return grads;
+  });
+  return out;
+}
+
+Tensor checkpoint(const std::function<Tensor(const Tensor&)>& function, const Tensor& input, bool preserve_rng_state) {
+  TDDP_CHECK(function, "checkpoint: expected a function");
+  return checkpoint([function](const std::vector<Tensor>& v) { return function(v[0]); }, std::vector<Tensor>{input},
+                    preserve_rng_state);
 }
 
 }  // namespace tinyddp::nn

@@ -1,7 +1,8 @@
 // torch.nn.utils' helpers beyond gradient clipping (clip_grad.h): parameters flattened into
-// one vector and back, and rnn.pad_sequence.
+// one vector and back, and rnn.pad_sequence; torch.utils.checkpoint's activation checkpointing.
 #pragma once
 
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -21,5 +22,20 @@ void vector_to_parameters(const tensor::Tensor& vec, const std::vector<tensor::T
 // with batch_first. Differentiable.
 tensor::Tensor pad_sequence(const std::vector<tensor::Tensor>& sequences, bool batch_first = false,
                             double padding_value = 0.0, std::string_view padding_side = "right");
+
+// As torch.utils.checkpoint.checkpoint(function, *inputs, use_reentrant=True): runs
+// `function` on `inputs` without recording its graph, keeping only the inputs; backward runs
+// it again, recording this time, with the default generator put back as it was for the first
+// run (preserve_rng_state, so dropout draws the same mask), and backpropagates through that
+// graph from inside the backward (the engine is reentrant). The activations inside `function`
+// live only during their own backward. Gradients reach the inputs that require grad and the
+// parameters `function` uses (their accumulators fire from the nested pass: under DDP use
+// static_graph, as in PyTorch). As PyTorch's reentrant variant: when no input requires grad
+// the output does not either (a warning says so), and autograd::grad cannot see inside (use
+// backward). An input modified in place before the backward is an error naming the node.
+tensor::Tensor checkpoint(const std::function<tensor::Tensor(const std::vector<tensor::Tensor>&)>& function,
+                          const std::vector<tensor::Tensor>& inputs, bool preserve_rng_state = true);
+tensor::Tensor checkpoint(const std::function<tensor::Tensor(const tensor::Tensor&)>& function,
+                          const tensor::Tensor& input, bool preserve_rng_state = true);
 
 }  // namespace tinyddp::nn

@@ -166,8 +166,9 @@ TEST_CASE("static_graph: a graph that changes after the first iteration is a cle
 TEST_CASE("static_graph: a parameter whose hook fires twice per backward is ready after the second firing",
           "[ddp][static_graph]") {
   // Reentrant checkpointing makes a parameter's accumulator fire more than once in one backward
-  // pass. The engine here is not reentrant, so the second firing of the first layer's weight
-  // hooks is made by hand, from the post-hook of its bias (which runs later in the same pass).
+  // pass (the test after this one does it with nn::checkpoint); here the second firing of the
+  // first layer's weight hooks is made by hand, from the post-hook of its bias (which runs
+  // later in the same pass).
   const auto run = [](ProcessGroup& pg, Expectations& e, bool static_graph) {
     tensor::manual_seed(6);
     auto model = nn::mlp({6, 8, 3});
@@ -206,6 +207,55 @@ TEST_CASE("static_graph: a parameter whose hook fires twice per backward is read
     } catch (const Error& ex) {
       e.expect_contains(ex.what(), "marked ready twice");
     }
+  }));
+}
+
+namespace {
+
+// x -> out(checkpoint(shared, checkpoint(shared, x))): `shared`'s parameters are recomputed and
+// reach their gradients from two backward passes nested inside the outer one, firing twice.
+struct CheckpointedTwice : nn::Module {
+  std::shared_ptr<nn::Linear> shared = register_module("shared", std::make_shared<nn::Linear>(6, 6));
+  std::shared_ptr<nn::Linear> out = register_module("out", std::make_shared<nn::Linear>(6, 3));
+  bool checkpointed = true;
+  Tensor forward(const Tensor& x) override {
+    const auto step = [this](const Tensor& v) { return tensor::tanh((*shared)(v)); };
+    if (!checkpointed) return (*out)(step(step(x)));
+    return (*out)(nn::checkpoint(step, nn::checkpoint(step, x)));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("static_graph: reentrant checkpointing, a parameter's hook firing in two nested passes",
+          "[ddp][static_graph][checkpoint]") {
+  // The input requires grad (PyTorch's reentrant checkpoint passes gradients only when one
+  // does); DDP with static_graph trains as the same model without checkpointing does.
+  const auto train = [](ProcessGroup& pg, bool checkpointed) {
+    auto model = std::make_shared<CheckpointedTwice>();
+    model->checkpointed = checkpointed;
+    tensor::Generator init(8);  // the rank threads share the default generator: a local one
+    for (const Tensor& p : model->parameters()) {
+      tensor::NoGradGuard no_grad;
+      p.copy_(tensor::mul(tensor::randn(p.sizes(), {}, &init), 0.3));
+    }
+    DistributedDataParallel ddp(model, borrow(pg), DDPOptions().static_graph(true));
+    nn::SGD opt(model->parameters(), nn::SGDOptions(0.1));
+    tensor::Generator data(70 + pg.rank());
+    for (int it = 0; it < 3; ++it) {
+      opt.zero_grad();
+      const Tensor x = tensor::randn({4, 6}, {}, &data).requires_grad_();
+      nn::mse_loss(ddp(x), tensor::randn({4, 3}, {}, &data)).backward();
+      opt.step();
+    }
+    return model->shared->weight.detach().clone();
+  };
+  require_no_failures(run_threads(2, [&](ProcessGroup& pg, Expectations& e) {
+    const Tensor with = train(pg, true), without = train(pg, false);
+    e.expect_close(with, without, "the shared layer's weight, checkpointed against not");
+    std::vector<Tensor> all{tensor::zeros_like(with), tensor::zeros_like(with)};
+    pg.allgather(all, with)->wait();
+    e.expect_close(all[1], all[0], "rank 1's shared weight against rank 0's");
   }));
 }
 
