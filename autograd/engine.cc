@@ -192,9 +192,13 @@ uint64_t Engine::count_dependencies(const std::vector<std::pair<Edge, Tensor>>& 
   thread_local std::vector<Node*> stack;
   alive.clear();
   stack.clear();
+  // The enclosing passes (the last entry is this one's, not yet numbered); none, most often.
+  const auto enclosing_begin = running_passes.begin();
+  const auto enclosing_end = running_passes.end() - 1;
+  const bool nested = enclosing_begin != enclosing_end;
   const auto visit = [&](const std::shared_ptr<Node>& node) {
     if (node->pass_ == pass) return;
-    if (std::find(running_passes.begin(), running_passes.end(), node->pass_) != running_passes.end()) {
+    if (nested && std::find(enclosing_begin, enclosing_end, node->pass_) != enclosing_end) {
       set_aside.push_back({node, node->pass_, node->pending_, std::move(node->buffer_),
                            std::move(node->extra_buffers_)});  // an enclosing pass's state
     }
