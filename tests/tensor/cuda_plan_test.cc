@@ -132,7 +132,7 @@ TEST_CASE("CUDA launch plan: merged dims address the right elements", "[cuda][pl
 TEST_CASE("CUDA launch plan: the cuBLAS call reproduces mm for every operand layout", "[cuda][plan]") {
   // Column-major GEMM exactly as cuBLAS defines it, over the tensors' memory.
   const auto emulate = [](const Tensor& a, const Tensor& b) {
-    const Tensor ac = cuda::gemm_ready(a), bc = cuda::gemm_ready(b);
+    const Tensor ac = cuda::batch_gemm_ready(a, 0), bc = cuda::batch_gemm_ready(b, 0);
     const cuda::Gemm g = cuda::plan_gemm(ac, bc);
     const double* A = static_cast<const double*>(bc.raw_data_ptr());
     const double* B = static_cast<const double*>(ac.raw_data_ptr());

@@ -38,9 +38,9 @@ Tensor scaled_sum(const Tensor& x, const Shape& dims, bool keepdim, DType out_dt
   const int dtype = static_cast<int>(x.dtype());
   // The column sums' partial sums, one row per chunk of x's rows, in the accumulating dtype.
   Tensor partial;
-  if (rows > 0 && k::sum_columns_chunks(rows, inner) > 1) {
+  if (const int64_t chunks = rows > 0 ? k::sum_columns_chunks(rows, inner) : 1; chunks > 1) {
     const DType acc = x.is_floating_point() ? (x.dtype() == kFloat64 ? kFloat64 : kFloat32) : kInt64;
-    partial = tensor::empty({k::sum_columns_chunks(rows, inner), inner}, TensorOptions().dtype(acc).device(x.device()));
+    partial = tensor::empty({chunks, inner}, TensorOptions().dtype(acc).device(x.device()));
   }
   check_launch(
       rows > 0

@@ -56,14 +56,13 @@ std::pair<cudaDataType, cublasComputeType_t> gemm_types(DType dtype) {
   }
 }
 
-// One cuBLAS call for `count` products out_i = a_i b_i, the i-th matrices `stride_*` elements
-// apart (count 1: stride unused). a and b's matrices have gemm_operand layouts; out is
+// One cuBLAS call for the `count` products out_i = a_i b_i over the first `batch_dims` dims of
+// a and b (batch_gemm_ready layouts: one batch stride each; count 1: one GEMM). out is
 // contiguous. Row-major out = a b is column-major out^T = b^T a^T: cuBLAS's A is b, its B is a
 // (plan.h).
-void gemm(const Tensor& out, const Tensor& a_first, const Tensor& b_first, const void* a, const void* b,
-          int64_t stride_a, int64_t stride_b, int64_t count) {
-  const auto [type, compute] = gemm_types(a_first.dtype());
-  const Gemm g = plan_gemm(a_first, b_first);
+void gemm(const Tensor& out, const Tensor& a, const Tensor& b, int64_t batch_dims, int64_t count) {
+  const auto [type, compute] = gemm_types(a.dtype());
+  const Gemm g = plan_gemm(first_matrix(a), first_matrix(b));
   const auto op = [](bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; };
   const int device = out.device().index;
   DeviceGuard guard(device);
@@ -75,29 +74,21 @@ void gemm(const Tensor& out, const Tensor& a_first, const Tensor& b_first, const
   const void* alpha = dbl ? static_cast<const void*>(&alpha_d) : &alpha_f;
   const void* beta = dbl ? static_cast<const void*>(&beta_d) : &beta_f;
   if (count == 1) {
-    TDDP_CUBLAS_CHECK(cublasGemmEx_64(handle.get(), op(g.transpose_a), op(g.transpose_b), g.m, g.n, g.k, alpha, b, type,
-                                      g.lda, a, type, g.ldb, beta, out.raw_data_ptr(), type, g.ldc, compute,
-                                      CUBLAS_GEMM_DEFAULT));
+    TDDP_CUBLAS_CHECK(cublasGemmEx_64(handle.get(), op(g.transpose_a), op(g.transpose_b), g.m, g.n, g.k, alpha,
+                                      b.raw_data_ptr(), type, g.lda, a.raw_data_ptr(), type, g.ldb, beta,
+                                      out.raw_data_ptr(), type, g.ldc, compute, CUBLAS_GEMM_DEFAULT));
     return;
   }
   TDDP_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
-      handle.get(), op(g.transpose_a), op(g.transpose_b), g.m, g.n, g.k, alpha, b, type, g.lda, stride_b, a, type,
-      g.ldb, stride_a, beta, out.raw_data_ptr(), type, g.ldc, g.m * g.n, count, compute, CUBLAS_GEMM_DEFAULT));
+      handle.get(), op(g.transpose_a), op(g.transpose_b), g.m, g.n, g.k, alpha, b.raw_data_ptr(), type, g.lda,
+      *batch_stride(b, batch_dims), a.raw_data_ptr(), type, g.ldb, *batch_stride(a, batch_dims), beta,
+      out.raw_data_ptr(), type, g.ldc, g.m * g.n, count, compute, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace
 
-void mm(const Tensor& out, const Tensor& a, const Tensor& b) {
-  const int64_t n = a.size(0), k = a.size(1), m = b.size(1);
-  if (n == 0 || m == 0) return;
-  if (k == 0) {
-    backend().fill(out, 0.0);
-    return;
-  }
-  gemm_types(a.dtype());  // an unsupported dtype is refused before any copy
-  const Tensor ac = gemm_ready(a), bc = gemm_ready(b);
-  gemm(out, ac, bc, ac.raw_data_ptr(), bc.raw_data_ptr(), 0, 0, 1);
-}
+// A matrix product is a batch of one with no batch dims.
+void mm(const Tensor& out, const Tensor& a, const Tensor& b) { bmm(out, a, b); }
 
 void bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
   const int64_t batch_dims = out.dim() - 2;
@@ -109,10 +100,8 @@ void bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
     backend().fill(out, 0.0);
     return;
   }
-  gemm_types(a.dtype());
-  const Tensor ac = batch_gemm_ready(a, batch_dims), bc = batch_gemm_ready(b, batch_dims);
-  gemm(out, first_matrix(ac), first_matrix(bc), ac.raw_data_ptr(), bc.raw_data_ptr(), *batch_stride(ac, batch_dims),
-       *batch_stride(bc, batch_dims), count);
+  gemm_types(a.dtype());  // an unsupported dtype is refused before any copy
+  gemm(out, batch_gemm_ready(a, batch_dims), batch_gemm_ready(b, batch_dims), batch_dims, count);
 }
 
 }  // namespace blas

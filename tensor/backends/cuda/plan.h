@@ -89,14 +89,9 @@ inline std::optional<GemmOperand> gemm_operand(const Tensor& t) {
   return gemm_operand(t.size(0), t.size(1), t.stride(0), t.stride(1));
 }
 
-// `t` itself when cuBLAS can read it in place, else a contiguous copy.
-inline Tensor gemm_ready(const Tensor& t) {
-  return gemm_operand(t) ? t : backend_for(t.device(), "matmul").contiguous(t);
-}
-
 // Row-major out [n, m] (contiguous) = a [n, k] b [k, m] is column-major out^T = b^T a^T: one
 // cuBLAS GEMM C (m x n, ldc = m) = op(A) op(B) with A = b's memory and B = a's memory. a and b
-// must have gemm_operand layouts (pass them through gemm_ready).
+// must have gemm_operand layouts (pass them through batch_gemm_ready).
 struct Gemm {
   bool transpose_a = false, transpose_b = false;
   int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
@@ -128,7 +123,8 @@ inline std::optional<int64_t> batch_stride(const Tensor& t, int64_t batch_dims) 
 }
 
 // `t` [..., rows, cols] itself when one batch stride steps through its matrices and cuBLAS reads
-// each as it is laid out, else a contiguous copy (a broadcast batch copied out once).
+// each as it is laid out, else a contiguous copy (a broadcast batch copied out once). With no
+// batch dims: a matrix cuBLAS reads in place, or its contiguous copy.
 inline Tensor batch_gemm_ready(const Tensor& t, int64_t batch_dims) {
   const bool in_place = batch_stride(t, batch_dims) && gemm_operand(t.size(-2), t.size(-1), t.stride(-2), t.stride(-1));
   return in_place ? t : backend_for(t.device(), "matmul").contiguous(t);
