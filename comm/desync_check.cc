@@ -12,7 +12,7 @@ namespace tinyddp::comm {
 namespace {
 
 constexpr int64_t kCollectives = static_cast<int64_t>(Collective::kBarrier) + 1;
-constexpr int64_t kDTypes = static_cast<int64_t>(tensor::DType::kBool) + 1;
+constexpr int64_t kDTypes = static_cast<int64_t>(tensor::DType::kUInt8) + 1;  // the last DType
 constexpr int64_t kReduceOps = static_cast<int64_t>(ReduceOp::kAvg) + 1;
 // In the op word's high bits, so that a row of other data is not taken for a call.
 constexpr int64_t kMark = int64_t{0x5EC} << 16;

@@ -35,6 +35,8 @@ const char* safetensors_dtype(DType dtype) {
     case tensor::kBFloat16: return "BF16";
     case tensor::kInt64: return "I64";
     case tensor::kBool: return "BOOL";
+    case tensor::kInt32: return "I32";
+    case tensor::kUInt8: return "U8";
   }
   return "?";
 }
@@ -45,6 +47,8 @@ std::optional<DType> parse_dtype(const std::string& name) {
   if (name == "F16") return tensor::kFloat16;
   if (name == "BF16") return tensor::kBFloat16;
   if (name == "I64") return tensor::kInt64;
+  if (name == "I32") return tensor::kInt32;
+  if (name == "U8") return tensor::kUInt8;
   if (name == "BOOL") return tensor::kBool;
   return std::nullopt;
 }

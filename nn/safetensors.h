@@ -26,7 +26,7 @@ void save_safetensors(const std::string& path, const OrderedDict<tensor::Tensor>
                       const std::map<std::string, std::string>& metadata = {});
 
 // Reads and validates a file: header length within the file and the limit, valid JSON,
-// known dtype names (F64, F32, F16, BF16, I64, BOOL), non-negative shapes whose byte size
+// known dtype names (F64, F32, F16, BF16, I64, I32, U8, BOOL), non-negative shapes whose byte size
 // matches data_offsets, offsets inside the data, no overlaps, no gaps and no trailing bytes.
 // Any problem throws an error naming the file and the entry.
 SafetensorsFile load_safetensors(const std::string& path);

@@ -15,6 +15,8 @@ size_t element_size(DType dtype) {
     case kBFloat16: return 2;
     case kInt64: return 8;
     case kBool: return 1;
+    case kInt32: return 4;
+    case kUInt8: return 1;
   }
   throw Error(fmt::format("element_size: unknown dtype {}", static_cast<int>(dtype)));
 }
@@ -27,6 +29,8 @@ const char* dtype_name(DType dtype) {
     case kBFloat16: return "bfloat16";
     case kInt64: return "int64";
     case kBool: return "bool";
+    case kInt32: return "int32";
+    case kUInt8: return "uint8";
   }
   return "unknown";
 }
@@ -36,6 +40,34 @@ bool is_floating_point(DType dtype) {
 }
 
 bool is_16bit_float(DType dtype) { return dtype == kFloat16 || dtype == kBFloat16; }
+
+bool is_integral(DType dtype, bool include_bool) {
+  return dtype == kUInt8 || dtype == kInt32 || dtype == kInt64 || (include_bool && dtype == kBool);
+}
+
+namespace {
+// The rank of each dtype in promotion among its kind: bool, then the integers by width, then
+// the floats (the two 16-bit ones share a rank and meet in float32).
+int promotion_rank(DType dtype) {
+  switch (dtype) {
+    case kBool: return 0;
+    case kUInt8: return 1;
+    case kInt32: return 2;
+    case kInt64: return 3;
+    case kFloat16:
+    case kBFloat16: return 4;
+    case kFloat32: return 5;
+    case kFloat64: return 6;
+  }
+  return -1;
+}
+}  // namespace
+
+DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  if (is_16bit_float(a) && is_16bit_float(b)) return kFloat32;
+  return promotion_rank(a) >= promotion_rank(b) ? a : b;
+}
 
 namespace {
 

@@ -9,7 +9,8 @@
 
 namespace tinyddp::tensor {
 
-enum class DType : uint8_t { kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kBool };
+// New dtypes go at the end: the numbering is shared with the CUDA kernels (cuda/dtypes.cuh).
+enum class DType : uint8_t { kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kBool, kInt32, kUInt8 };
 
 // Short names, as torch::kFloat32 etc.
 inline constexpr DType kFloat32 = DType::kFloat32;
@@ -18,16 +19,26 @@ inline constexpr DType kFloat16 = DType::kFloat16;
 inline constexpr DType kBFloat16 = DType::kBFloat16;
 inline constexpr DType kInt64 = DType::kInt64;
 inline constexpr DType kBool = DType::kBool;
+inline constexpr DType kInt32 = DType::kInt32;
+inline constexpr DType kUInt8 = DType::kUInt8;
 // libtorch's other spellings of the same dtypes (torch::kFloat is torch::kFloat32, ...).
 inline constexpr DType kFloat = kFloat32;
 inline constexpr DType kDouble = kFloat64;
 inline constexpr DType kHalf = kFloat16;
 inline constexpr DType kLong = kInt64;
+inline constexpr DType kInt = kInt32;
+inline constexpr DType kByte = kUInt8;
 
 size_t element_size(DType dtype);
-// "float32", "float64", "float16", "bfloat16", "int64", "bool" (PyTorch's names without "torch.").
+// "float32", "float64", "float16", "bfloat16", "int64", "bool", "int32", "uint8" (PyTorch's names
+// without "torch.").
 const char* dtype_name(DType dtype);
 bool is_floating_point(DType dtype);
+// uint8, int32, int64, and bool when include_bool (as c10::isIntegralType).
+bool is_integral(DType dtype, bool include_bool);
+// The dtype two operands combine in, as torch.promote_types: bool < uint8 < int32 < int64 <
+// the floats; float16 with bfloat16 gives float32; an integer with a float gives the float.
+DType promote_types(DType a, DType b);
 // float16 or bfloat16: the dtypes whose arithmetic happens in float32, rounded back.
 bool is_16bit_float(DType dtype);
 
@@ -100,6 +111,14 @@ struct DTypeOf<BFloat16> {
 template <>
 struct DTypeOf<int64_t> {
   static constexpr DType value = kInt64;
+};
+template <>
+struct DTypeOf<int32_t> {
+  static constexpr DType value = kInt32;
+};
+template <>
+struct DTypeOf<uint8_t> {
+  static constexpr DType value = kUInt8;
 };
 template <>
 struct DTypeOf<bool> {

@@ -6,13 +6,11 @@
 // interface of tensor/internal/backend.h, which the CPU and CUDA backends implement); the ops
 // live in native/, a file per family.
 //
-// dtype rules: tensor operands of a binary op must share a dtype, except that floating dtypes
-// promote in arithmetic (add, sub, mul, div, maximum, minimum) as in PyTorch: float64 over
-// float32 over float16/bfloat16, float16 with bfloat16 to float32.
-// A scalar keeps the tensor's dtype, except that a non-integral scalar with an int64 tensor
-// computes in float32, a float16/bfloat16 tensor combines with a scalar in float32 and rounds
-// the result once (as PyTorch 2.x), and div and the transcendental functions of int64 compute
-// in float32, as in PyTorch. bool tensors take part in comparisons and copies, not arithmetic.
+// dtype rules, as PyTorch's (docs/tensor.md, "dtypes"): arithmetic and comparisons promote
+// their operands to result_type(a, b); matrix products, convolutions and normalisations take
+// one dtype; a scalar keeps the tensor's dtype but for the exceptions PyTorch makes (a
+// non-integral scalar with integers, 16-bit floats rounding once); integers wrap, and their
+// sums, products and cumulative sums are int64; bool tensors do not do arithmetic.
 #pragma once
 
 #include <functional>
@@ -25,6 +23,10 @@
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::tensor {
+
+// As torch.result_type: promote_types of the two, except that a 0-dim tensor joins in only when
+// of a higher kind (bool < integer < floating): float32 [3] with float64 [] is float32.
+DType result_type(const Tensor& a, const Tensor& b);
 
 // ---- elementwise, binary (broadcasting) -----------------------------------------------------
 Tensor add(const Tensor& a, const Tensor& b, double alpha = 1.0);  // a + alpha * b

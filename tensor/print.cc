@@ -41,7 +41,7 @@ FloatFormat choose_format(const std::vector<double>& values) {
 
 std::string format_value(double v, DType dtype, const FloatFormat& f) {
   if (dtype == kBool) return v != 0 ? "True" : "False";
-  if (dtype == kInt64) return fmt::format("{}", static_cast<int64_t>(v));
+  if (is_integral(dtype, false)) return fmt::format("{}", static_cast<int64_t>(v));
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   if (f.scientific) return fmt::format("{:.4e}", v);

@@ -39,6 +39,8 @@ double at(const tensor::Tensor& t, const std::vector<int64_t>& index) {
     case tensor::kBFloat16: return tensor::bfloat16_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
     case tensor::kInt64: return static_cast<double>(*reinterpret_cast<const int64_t*>(p));
     case tensor::kBool: return *reinterpret_cast<const bool*>(p) ? 1.0 : 0.0;
+    case tensor::kInt32: return static_cast<double>(*reinterpret_cast<const int32_t*>(p));
+    case tensor::kUInt8: return static_cast<double>(*reinterpret_cast<const uint8_t*>(p));
   }
   return 0;
 }

@@ -19,10 +19,13 @@ void with_element_type(tensor::DType dtype, const char* op, F&& f) {
     case tensor::kFloat16: f(tensor::Half{}); return;
     case tensor::kBFloat16: f(tensor::BFloat16{}); return;
     case tensor::kInt64: f(int64_t{}); return;
+    case tensor::kInt32: f(int32_t{}); return;
+    case tensor::kUInt8: f(uint8_t{}); return;
     case tensor::kBool: break;
   }
-  throw Error(fmt::format("ProcessGroupGloo {}: dtype {} is not supported (float32, float64, float16, bfloat16, int64)",
-                          op, tensor::dtype_name(dtype)));
+  throw Error(fmt::format(
+      "ProcessGroupGloo {}: dtype {} is not supported (float32, float64, float16, bfloat16, int64, int32, uint8)", op,
+      tensor::dtype_name(dtype)));
 }
 
 // The type arithmetic on T happens in: float for the 16-bit types, T otherwise.

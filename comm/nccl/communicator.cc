@@ -30,6 +30,8 @@ ncclDataType_t nccl_type(tensor::DType dtype) {
     case tensor::kBFloat16: return ncclBfloat16;
     case tensor::kInt64: return ncclInt64;
     case tensor::kBool: return ncclUint8;
+    case tensor::kInt32: return ncclInt32;
+    case tensor::kUInt8: return ncclUint8;
   }
   throw Error(fmt::format("ProcessGroupNccl: unsupported dtype {}", tensor::dtype_name(dtype)));
 }

@@ -5,6 +5,7 @@
 
 #include "tinyddp/tensor/factory.h"
 #include "tinyddp/tensor/grad_mode.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::tensor::detail {
 
@@ -45,6 +46,13 @@ void check_pair(const Tensor& a, const Tensor& b, const char* op) {
   check_defined(b, op, "b");
   check_same_device(a, b, op, "a", "b");
   check_same_dtype(a, b, op, "a", "b");
+}
+
+void promote_operands(Tensor& a, Tensor& b) {
+  if (!a.defined() || !b.defined() || a.dtype() == b.dtype()) return;
+  const DType dtype = result_type(a, b);
+  a = a.to(dtype);
+  b = b.to(dtype);
 }
 
 // True when some element of `t` is reachable through two different indices (a broadcast

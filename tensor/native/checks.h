@@ -21,6 +21,11 @@ void check_not_bool(const Tensor& t, const char* op, const char* arg);
 
 void check_pair(const Tensor& a, const Tensor& b, const char* op);
 
+// a and b converted to the dtype they combine in (tensor::result_type), as PyTorch's binary
+// ops promote their operands; the conversions are ops of their own, so each gradient returns
+// in its input's dtype. Two bool tensors stay bool (arithmetic refuses them).
+void promote_operands(Tensor& a, Tensor& b);
+
 // True when some element of `t` is reachable through two different indices (a broadcast
 // dim of stride 0). Writing into such a tensor would be order-dependent.
 bool has_internal_overlap(const Tensor& t);

@@ -73,7 +73,9 @@ bool equal(const Tensor& a, const Tensor& b) {
   check_same_device(a, b, "equal", "a", "b");
   if (a.sizes() != b.sizes()) return false;
   NoGradGuard no_grad;
-  if (a.dtype() == kInt64 && b.dtype() == kInt64) return a.to_vector<int64_t>() == b.to_vector<int64_t>();
+  if (is_integral(a.dtype(), true) && is_integral(b.dtype(), true)) {  // exact beyond 2^53
+    return a.to(kInt64).to_vector<int64_t>() == b.to(kInt64).to_vector<int64_t>();
+  }
   return a.to(kFloat64).to_vector<double>() == b.to(kFloat64).to_vector<double>();
 }
 

@@ -17,19 +17,8 @@ using namespace detail;
 
 namespace {
 
-// PyTorch's promotion between floating dtypes: float64 over float32 over the 16-bit ones,
-// float16 with bfloat16 giving float32 (autocast's bfloat16 results meet float32 ones, as a
-// residual stream does). The cast is an op of its own, so each gradient returns in its
-// input's dtype. Other mixes are left to the dtype check.
-DType promoted_float(DType a, DType b) { return a == kFloat64 || b == kFloat64 ? kFloat64 : kFloat32; }
-void promote_floats(Tensor& a, Tensor& b) {
-  if (!a.defined() || !b.defined() || a.dtype() == b.dtype() || !a.is_floating_point() || !b.is_floating_point()) {
-    return;
-  }
-  const DType dtype = promoted_float(a.dtype(), b.dtype());
-  a = a.to(dtype);
-  b = b.to(dtype);
-}
+// PyTorch's kinds of dtype, in promotion order.
+int dtype_kind(DType dtype) { return dtype == kBool ? 0 : is_integral(dtype, false) ? 1 : 2; }
 
 void run_binary(BinaryOp kind, const Tensor& out, const Tensor& a, const Tensor& b, double alpha, const char* op) {
   NoGradGuard no_grad;
@@ -59,6 +48,11 @@ void check_alpha(const Tensor& a, double alpha, const char* op) {
 }
 
 Tensor compare(CompareOp kind, const Tensor& a, const Tensor& b, const char* op) {
+  if (a.defined() && b.defined() && a.dtype() != b.dtype()) {  // promoted first, as PyTorch's
+    Tensor pa = a, pb = b;
+    promote_operands(pa, pb);
+    return compare(kind, pa, pb, op);
+  }
   check_pair(a, b, op);
   const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), op);
   const Tensor out = new_output(shape, kBool, a.device(), result_format(shape, {&a, &b}));
@@ -76,6 +70,17 @@ Tensor compare_scalar(CompareOp kind, const Tensor& a, double b, const char* op)
 
 }  // namespace
 
+DType result_type(const Tensor& a, const Tensor& b) {
+  check_defined(a, "result_type", "a");
+  check_defined(b, "result_type", "b");
+  if (a.dtype() == b.dtype()) return a.dtype();
+  if ((a.dim() == 0) == (b.dim() == 0)) return promote_types(a.dtype(), b.dtype());
+  // One 0-dim operand: it joins in only if it is of a higher kind (then promote_types, as
+  // torch's combine_categories: int32 [3] with float64 [] is float64).
+  const DType dims = (a.dim() > 0 ? a : b).dtype(), zero = (a.dim() > 0 ? b : a).dtype();
+  return dtype_kind(zero) > dtype_kind(dims) ? promote_types(dims, zero) : dims;
+}
+
 Tensor detail::binary(BinaryOp kind, const Tensor& a, const Tensor& b, double alpha, const char* op) {
   check_pair(a, b, op);
   check_not_bool(a, op, "a");
@@ -91,7 +96,7 @@ Tensor detail::binary(BinaryOp kind, const Tensor& a, const Tensor& b, double al
 Tensor scalar_like(const Tensor& t, double value, const char* op) {
   check_defined(t, op, "a");
   DType dtype = t.dtype();
-  if (dtype == kInt64 && !(std::isfinite(value) && value == std::trunc(value))) dtype = kFloat32;
+  if (is_integral(dtype, false) && !(std::isfinite(value) && value == std::trunc(value))) dtype = kFloat32;
   if (is_16bit_float(dtype)) dtype = kFloat32;  // the scalar is not rounded to 16 bits
   return scalar_tensor(value, TensorOptions().dtype(dtype).device(t.device()));
 }
@@ -122,7 +127,7 @@ Tensor with_scalar(const Tensor& a, double value, const char* op, F f) {
 // a + alpha * b, shared by add and sub.
 Tensor add_scaled(const Tensor& a_in, const Tensor& b_in, double alpha, const char* op, const char* node) {
   Tensor a = a_in, b = b_in;
-  promote_floats(a, b);
+  promote_operands(a, b);
   if (a.defined()) check_alpha(a, alpha, op);
   const Tensor out = binary(BinaryOp::kAdd, a, b, alpha, op);
   // grad_out: broadcast shape -> grad_a: a's shape, grad_b: alpha * grad_out in b's shape
@@ -146,7 +151,7 @@ Tensor sub(const Tensor& a, double b) {
 
 Tensor mul(const Tensor& a_in, const Tensor& b_in) {
   Tensor a = a_in, b = b_in;
-  promote_floats(a, b);
+  promote_operands(a, b);
   const Tensor out = binary(BinaryOp::kMul, a, b, 1.0, "mul");
   // grad_a = grad_out * b, grad_b = grad_out * a (each summed to its input's shape)
   if (needs_grad(a, b)) {
@@ -166,7 +171,7 @@ Tensor mul(const Tensor& a, double b) {
 
 Tensor div(const Tensor& a_in, const Tensor& b_in) {
   Tensor a = a_in, b = b_in;
-  promote_floats(a, b);
+  promote_operands(a, b);
   check_pair(a, b, "div");
   if (!a.is_floating_point()) return div(a.to(kFloat32), b.to(kFloat32));  // true division
   const Tensor out = binary(BinaryOp::kDiv, a, b, 1.0, "div");
@@ -199,7 +204,7 @@ namespace {
 // maximum/minimum: the gradient goes to the winning input; on a tie each gets half (PyTorch).
 Tensor select_binary(BinaryOp kind, const Tensor& a_in, const Tensor& b_in, const char* op, const char* node) {
   Tensor a = a_in, b = b_in;
-  promote_floats(a, b);
+  promote_operands(a, b);
   const Tensor out = binary(kind, a, b, 1.0, op);
   if (needs_grad(a, b)) {
     record_op(node, out, {a, b},
@@ -235,7 +240,7 @@ Tensor pow(const Tensor& x_in, const Tensor& exponent_in) {
   if (x.is_floating_point() != e.is_floating_point()) {  // the integer side joins the floating one
     (x.is_floating_point() ? e : x) = (x.is_floating_point() ? e.to(x.dtype()) : x.to(e.dtype()));
   }
-  promote_floats(x, e);
+  promote_operands(x, e);
   check_pair(x, e, "pow");
   if (!x.is_floating_point() && e.numel() > 0) {
     NoGradGuard no_grad;

@@ -15,7 +15,8 @@ namespace {
 void check_embedding(const Tensor& input, const Tensor& weight) {
   check_defined(input, "embedding", "input");
   check_defined(weight, "embedding", "weight");
-  TDDP_CHECK(input.dtype() == kInt64, "embedding: expected int64 indices, got dtype {}", dtype_name(input.dtype()));
+  TDDP_CHECK(input.dtype() == kInt64 || input.dtype() == kInt32,
+             "embedding: expected int64 or int32 indices, got dtype {}", dtype_name(input.dtype()));
   TDDP_CHECK(weight.dim() == 2, "embedding: expected a 2-D weight [num_embeddings, embedding_dim], got shape {}",
              format_shape(weight.sizes()));
   TDDP_CHECK(weight.is_floating_point(), "embedding: expected a floating-point weight, got dtype {}",
@@ -49,7 +50,7 @@ Tensor embedding(const Tensor& input, const Tensor& weight, std::optional<int64_
   Tensor ids;
   {
     NoGradGuard no_grad;
-    ids = input.contiguous().view({n});
+    ids = input.to(kInt64).contiguous().view({n});  // the kernels read int64 ids
     backend_for(weight.device(), "embedding").embedding(out.view({n, dim}), weight.contiguous(), ids);
   }
   if (!needs_grad(weight)) return out;

@@ -63,7 +63,7 @@ Named dims_named(const std::vector<TensorIndex>& indices) {
     if (const Tensor* t = std::get_if<Tensor>(&v)) {
       check_defined(*t, "index", "tensor index");
       TDDP_CHECK(t->dtype() == kInt64 || t->dtype() == kBool,
-                 "index: tensors used as indices must be int64 or bool, got {}", dtype_name(t->dtype()));
+                 "index: tensors used as indices must be int64, int32, bool or uint8, got {}", dtype_name(t->dtype()));
       named.dims += t->dtype() == kBool ? t->dim() : 1;
       ++named.tensors;
     }
@@ -184,10 +184,24 @@ Tensor take_together(const Tensor& x, const std::vector<Pending>& pending, const
   return out.permute(back);
 }
 
+// The tensor indices as the steps below take them: int32 positions as int64, uint8 masks as
+// bool (PyTorch's older mask dtype).
+std::vector<TensorIndex> long_or_mask(const std::vector<TensorIndex>& indices) {
+  std::vector<TensorIndex> out = indices;
+  for (TensorIndex& index : out) {
+    const Tensor* t = std::get_if<Tensor>(&index.value());
+    if (t != nullptr && t->defined() && (t->dtype() == kInt32 || t->dtype() == kUInt8)) {
+      index = TensorIndex(t->to(t->dtype() == kInt32 ? kInt64 : kBool));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
-Tensor index(const Tensor& x, const std::vector<TensorIndex>& indices) {
+Tensor index(const Tensor& x, const std::vector<TensorIndex>& indices_in) {
   check_defined(x, "index", "x");
+  const std::vector<TensorIndex> indices = long_or_mask(indices_in);
   const Named named = dims_named(indices);
   TDDP_CHECK(named.dims <= x.dim(), "index: too many indices for tensor of dimension {} (got {})", x.dim(), named.dims);
   Tensor out = x;

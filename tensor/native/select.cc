@@ -33,6 +33,14 @@ void check_index(const Tensor& index, const char* op) {
   TDDP_CHECK(index.dtype() == kInt64, "{}: expected an int64 index, got dtype {}", op, dtype_name(index.dtype()));
 }
 
+// index_select's and index_add's index, which may also be int32 (as PyTorch's), as int64.
+Tensor long_index(const Tensor& index, const char* op) {
+  check_defined(index, op, "index");
+  TDDP_CHECK(index.dtype() == kInt64 || index.dtype() == kInt32, "{}: expected an int64 or int32 index, got dtype {}",
+             op, dtype_name(index.dtype()));
+  return index.to(kInt64);
+}
+
 // The permutation that moves dim d of an n-dim tensor to the front (its inverse moves it back).
 Shape front_first(int64_t d, int64_t n) {
   Shape order{d};
@@ -104,9 +112,9 @@ Tensor leaky_relu(const Tensor& x, double negative_slope) {
   return where(gt(x, 0.0), x, mul(x, negative_slope));
 }
 
-Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
   check_defined(x, "index_select", "x");
-  check_index(index, "index_select");
+  const Tensor index = long_index(index_in, "index_select");
   TDDP_CHECK(index.dim() <= 1, "index_select: expected a 0-D or 1-D index, got shape {}", format_shape(index.sizes()));
   check_same_device(x, index, "index_select", "x", "index");
   const Tensor src = x.dim() == 0 ? x.reshape({1}) : x;
@@ -218,10 +226,10 @@ Tensor one_hot_rows(const Tensor& positions, int64_t size, DType dtype) {
 
 }  // namespace
 
-Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source, double alpha) {
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index_in, const Tensor& source, double alpha) {
   check_defined(x, "index_add", "x");
   check_defined(source, "index_add", "source");
-  check_index(index, "index_add");
+  const Tensor index = long_index(index_in, "index_add");
   TDDP_CHECK(index.dim() <= 1, "index_add: expected a 0-D or 1-D index, got shape {}", format_shape(index.sizes()));
   check_same_dtype(x, source, "index_add", "x", "source");
   check_same_device(x, source, "index_add", "x", "source");

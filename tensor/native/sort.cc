@@ -163,10 +163,12 @@ Tensor masked_select(const Tensor& x, const Tensor& mask) {
   return index_select(x.expand(shape).reshape({-1}), 0, positions);
 }
 
-Tensor bincount(const Tensor& x, const Tensor& weights, int64_t minlength) {
-  check_defined(x, "bincount", "x");
-  TDDP_CHECK(x.dim() == 1 && x.dtype() == kInt64, "bincount: expected a 1-D int64 tensor, got dtype {} and shape {}",
-             dtype_name(x.dtype()), format_shape(x.sizes()));
+Tensor bincount(const Tensor& x_in, const Tensor& weights, int64_t minlength) {
+  check_defined(x_in, "bincount", "x");
+  TDDP_CHECK(x_in.dim() == 1 && is_integral(x_in.dtype(), false),
+             "bincount: expected a 1-D integer tensor, got dtype {} and shape {}", dtype_name(x_in.dtype()),
+             format_shape(x_in.sizes()));
+  const Tensor x = x_in.to(kInt64);
   TDDP_CHECK(minlength >= 0, "bincount: minlength should be >= 0, got {}", minlength);
   int64_t bins = minlength;
   if (x.numel() > 0) {

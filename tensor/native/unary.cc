@@ -129,7 +129,7 @@ Tensor pow(const Tensor& x, double exponent) {
   check_defined(x, "pow", "x");
   check_not_bool(x, "pow", "x");
   const bool integral_exponent = std::isfinite(exponent) && exponent == std::trunc(exponent);
-  if (x.dtype() == kInt64) {
+  if (is_integral(x.dtype(), false)) {
     if (!integral_exponent) return pow(x.to(kFloat32), exponent);
     TDDP_CHECK(exponent >= 0, "pow: integers to negative integer powers are not allowed (exponent {})", exponent);
   }
@@ -147,9 +147,9 @@ Tensor pow(const Tensor& x, double exponent) {
 Tensor pow(double base, const Tensor& exponent) {
   check_defined(exponent, "pow", "exponent");
   check_not_bool(exponent, "pow", "exponent");
-  if (exponent.dtype() == kInt64) {
+  if (is_integral(exponent.dtype(), false)) {
     TDDP_CHECK(!(std::isfinite(base) && base == std::trunc(base)),
-               "pow: an integral base ({}) with an int64 exponent gives integers, which are not supported: pass a "
+               "pow: an integral base ({}) with an integer exponent gives integers, which are not supported: pass a "
                "floating exponent",
                base);
     return pow(base, exponent.to(kFloat32));

@@ -17,8 +17,9 @@
 
 namespace tinyddp::testing {
 
-inline const std::vector<tensor::DType> kDTypes = {tensor::kFloat32, tensor::kFloat64, tensor::kFloat16,
-                                                   tensor::kBFloat16, tensor::kInt64};
+inline const std::vector<tensor::DType> kDTypes = {tensor::kFloat32,  tensor::kFloat64, tensor::kFloat16,
+                                                   tensor::kBFloat16, tensor::kInt64,   tensor::kInt32,
+                                                   tensor::kUInt8};
 inline constexpr int64_t k25MiB = (25 << 20) / 4;  // float32 elements
 
 // Small integers: exact in every dtype, and their sums over 4 ranks too (<= 68 < 256).

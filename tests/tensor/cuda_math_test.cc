@@ -223,3 +223,51 @@ TEST_CASE("CUDA: column sums over many rows and batched products in every layout
         a, [&b, f = f](const Tensor& x) { return f(x, b.to(x.device())); }, name + " grad", 1e-12);
   }
 }
+
+TEST_CASE("CUDA: int32 and uint8 arithmetic, conversions, sums, products and indices give the CPU's results",
+          "[cuda][int]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  const Tensor u8 = from_vector<int64_t>({0, 1, 3, 100, 200, 255}).to(kUInt8);
+  const Tensor i32 = from_vector<int64_t>({-7, 3, 2147483647, -2147483648LL, 100, 0}).to(kInt32);
+  const Tensor j32 = from_vector<int64_t>({2, -3, 1, -1, 7, 5}).to(kInt32);
+  using V = std::vector<Tensor>;
+  expect_matches_cpu(
+      {u8, u8.flip({0})}, [](const V& v) { return v[0] * v[1] - v[1]; }, "uint8 wrap", 0);
+  expect_matches_cpu(
+      {i32, j32}, [](const V& v) { return v[0] + v[1] * 3.0; }, "int32 wrap", 0);
+  expect_matches_cpu(
+      {u8, j32}, [](const V& v) { return v[0] + v[1]; }, "uint8 + int32", 0);
+  expect_matches_cpu(
+      {u8}, [](const V& v) { return v[0] * 2.5; }, "uint8 * 2.5", 0);
+  expect_matches_cpu(
+      {i32}, [](const V& v) { return neg(abs(v[0])); }, "int32 abs", 0);
+  expect_matches_cpu(
+      {u8}, [](const V& v) { return v[0].sum(); }, "uint8 sum", 0);
+  expect_matches_cpu(
+      {i32.view({2, 3})}, [](const V& v) { return v[0].sum(0); }, "int32 column sums", 0);
+  expect_matches_cpu(
+      {u8}, [](const V& v) { return max(v[0]); }, "uint8 max", 0);
+  expect_matches_cpu(
+      {u8}, [](const V& v) { return cumsum(v[0], 0); }, "uint8 cumsum", 0);
+  const Tensor floats = from_vector<float>({-1.0f, 300.0f, 2.7f, -2.7f, 255.9f, 0.0f});
+  expect_matches_cpu(
+      {floats}, [](const V& v) { return v[0].to(kUInt8); }, "float -> uint8", 0);
+  expect_matches_cpu(
+      {floats}, [](const V& v) { return v[0].to(kInt32); }, "float -> int32", 0);
+  const Tensor m = from_vector<int64_t>({100, 2, 3, 200}, Shape{2, 2}).to(kUInt8);
+  expect_matches_cpu(
+      {m}, [](const V& v) { return matmul(v[0], v[0]); }, "uint8 matmul", 0);
+  const Tensor table = randn({5, 3});
+  expect_matches_cpu(
+      {table, j32.abs().clamp(std::nullopt, 4.0)}, [](const V& v) { return embedding(v[1], v[0]); },
+      "embedding of int32 ids", 0);
+  expect_matches_cpu(
+      {table, from_vector<int64_t>({1, 0, 1, 1, 0}).to(kUInt8)}, [](const V& v) { return v[0].index({v[1]}); },
+      "uint8 mask", 0);
+  expect_matches_cpu(
+      {u8, u8},
+      [](const V& v) {
+        return index_add(v[0], 0, from_vector<int64_t>({5, 5}).to(kInt32), v[1].slice(0, 4, 6));
+      },
+      "uint8 index_add wraps", 0);
+}

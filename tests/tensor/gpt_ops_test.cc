@@ -166,7 +166,7 @@ TEST_CASE("embedding refuses ids out of range and wrong dtypes, naming them", "[
                              "shape [3])"));
   CHECK_THROWS_WITH(embedding(from_vector<int64_t>({-1}, Shape{1}), w),
                     Contains("embedding: index -1 is out of range"));
-  CHECK_THROWS_WITH(embedding(ones({2}), w), Contains("embedding: expected int64 indices, got dtype float32"));
+  CHECK_THROWS_WITH(embedding(ones({2}), w), Contains("embedding: expected int64 or int32 indices, got dtype float32"));
   CHECK_THROWS_WITH(embedding(zeros({2}, kInt64), randn({5})),
                     Contains("embedding: expected a 2-D weight [num_embeddings, embedding_dim], got shape [5]"));
 }

@@ -147,7 +147,8 @@ TEST_CASE("index: bad indices are errors that name them", "[tensor][indexing][er
   CHECK_THROWS_WITH(x.index({Slice(None, None, 0)}), Contains("slice: step must be greater than zero, got 0"));
   CHECK_THROWS_WITH(x.index({"..", 0}), Contains("a string index must be \"...\""));
   CHECK_THROWS_WITH(x.index({Ellipsis, Ellipsis}), Contains("a single ellipsis"));
-  CHECK_THROWS_WITH(x.index({zeros({2})}), Contains("tensors used as indices must be int64 or bool, got float32"));
+  CHECK_THROWS_WITH(x.index({zeros({2})}),
+                    Contains("tensors used as indices must be int64, int32, bool or uint8, got float32"));
   CHECK_THROWS_WITH(
       x.index({tensor({1, 0}), tensor({0, 1, 2})}),
       Contains("index: shape mismatch: indexing tensors could not be broadcast together with shapes [2], [3]"));

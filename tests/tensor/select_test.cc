@@ -158,7 +158,7 @@ TEST_CASE("index_select and gather as torch's: repeats add gradients; integers; 
   CHECK_THROWS_WITH(index_select(m, 1, from_vector<int64_t>({-1}, Shape{1})),
                     Contains("index_select: index -1 is out of range for dim 1 of size 4"));
   CHECK_THROWS_WITH(index_select(m, 0, ones({1})),
-                    Contains("index_select: expected an int64 index, got dtype float32"));
+                    Contains("index_select: expected an int64 or int32 index, got dtype float32"));
   CHECK_THROWS_WITH(gather(m, 1, zeros({4, 1}, TensorOptions(kInt64))),
                     Contains("gather: index of shape [4, 1] is larger than x of shape [3, 4] in dim 0"));
   CHECK_THROWS_WITH(gather(m, 1, zeros({3}, TensorOptions(kInt64))), Contains("gather: index has 1 dims, x has 2"));

@@ -301,8 +301,9 @@ TEST_CASE("remaining error paths name the op and the argument", "[tensor][errors
   CHECK_THROWS_WITH(allclose(zeros({2}), zeros({3})), Contains("allclose: shapes [2] and [3] cannot be broadcast"));
   CHECK_THROWS_WITH(max(zeros({2}), 1), Contains("max: dimension out of range"));
   CHECK_THROWS_WITH(pow(gt(t, 0), 2), Contains("pow: arithmetic on bool tensors is not supported"));
-  CHECK_THROWS_WITH(maximum(t, zeros({2, 3}, kInt64)), Contains("maximum: expected tensors of the same dtype"));
-  CHECK_THROWS_WITH(lt(t, zeros({2, 3}, kInt64)), Contains("lt: expected tensors of the same dtype"));
+  CHECK(maximum(t, zeros({2, 3}, kInt64)).dtype() == kFloat32);  // promoted, as torch.maximum
+  CHECK_THROWS_WITH(lt(t, zeros({3, 3}, kInt64)), Contains("lt: shapes [2, 3] and [3, 3] cannot be broadcast"));
+  CHECK_THROWS_WITH(mm(zeros({2, 2}), zeros({2, 2}, kInt64)), Contains("mm: expected tensors of the same dtype"));
   CHECK_THROWS_WITH(t.mul_(zeros({3, 3})), Contains("mul_: shapes [2, 3] and [3, 3] cannot be broadcast"));
   CHECK_THROWS_WITH(t.view({-1, 0}), Contains("view: shape [-1, 0] is invalid for input of size 6"));
   // Equality helpers.

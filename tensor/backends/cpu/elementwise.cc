@@ -43,6 +43,10 @@ D convert(S value) {
     return static_cast<compute_t<S>>(value) != static_cast<compute_t<S>>(0);
   } else if constexpr (is_16bit_float_v<D>) {
     return D(static_cast<float>(static_cast<compute_t<S>>(value)));
+  } else if constexpr (std::is_unsigned_v<D> && std::is_floating_point_v<compute_t<S>>) {
+    // A negative float to an unsigned type is undefined in C++; through int64 it wraps as in
+    // PyTorch (-1.0 -> 255).
+    return static_cast<D>(static_cast<int64_t>(static_cast<compute_t<S>>(value)));
   } else {
     return static_cast<D>(static_cast<compute_t<S>>(value));
   }

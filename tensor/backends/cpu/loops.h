@@ -21,11 +21,14 @@ struct TypeTag {
   using type = T;
 };
 
-// Arithmetic on 16-bit floats happens in float; everything else computes in its own type.
+// Arithmetic on 16-bit floats happens in float; int32 in int64 (signed overflow is undefined in
+// C++; the result cast back wraps, as PyTorch's int32 arithmetic); everything else in its own
+// type (uint8 in C++'s int, cast back with wrap-around).
 template <typename T>
 constexpr bool is_16bit_float_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 template <typename T>
-using compute_t = std::conditional_t<is_16bit_float_v<T>, float, T>;
+using compute_t =
+    std::conditional_t<is_16bit_float_v<T>, float, std::conditional_t<std::is_same_v<T, int32_t>, int64_t, T>>;
 
 // f(TypeTag<T>{}) for the C++ type of `dtype`.
 template <typename F>
@@ -37,6 +40,8 @@ decltype(auto) dispatch_all(DType dtype, F&& f) {
     case kBFloat16: return f(TypeTag<BFloat16>{});
     case kInt64: return f(TypeTag<int64_t>{});
     case kBool: return f(TypeTag<bool>{});
+    case kInt32: return f(TypeTag<int32_t>{});
+    case kUInt8: return f(TypeTag<uint8_t>{});
   }
   throw Error("dispatch: unknown dtype");
 }
@@ -50,6 +55,8 @@ decltype(auto) dispatch_numeric(DType dtype, const char* op, F&& f) {
     case kFloat16: return f(TypeTag<Half>{});
     case kBFloat16: return f(TypeTag<BFloat16>{});
     case kInt64: return f(TypeTag<int64_t>{});
+    case kInt32: return f(TypeTag<int32_t>{});
+    case kUInt8: return f(TypeTag<uint8_t>{});
     case kBool: break;
   }
   throw Error(fmt::format("{}: not supported for dtype {}", op, dtype_name(dtype)));

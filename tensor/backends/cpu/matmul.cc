@@ -242,6 +242,13 @@ void CpuBackend::mm(const Tensor& out, const Tensor& a, const Tensor& b) {
       copy(out, result, false);
       return;
     }
+    case kInt32:
+    case kUInt8: {  // in int64, wrapped back to the narrow type (the same bits: modular arithmetic)
+      Tensor result = empty(out.sizes(), TensorOptions(kInt64));
+      int64_mm(result, converted(a, kInt64), converted(b, kInt64));
+      copy(out, result, false);
+      return;
+    }
     case kBool: break;
   }
   throw Error(fmt::format("matmul: not supported for dtype {}", dtype_name(a.dtype())));

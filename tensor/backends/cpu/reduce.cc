@@ -94,14 +94,14 @@ Tensor CpuBackend::sum(const Tensor& x, const Shape& dims, bool keepdim) {
   // each (n, c) row in place, accumulated per channel, rounded once; no reordered copy.
   const bool channels = rows == 0 && x.dim() == 3 && dims == Shape{0, 2} && x.is_contiguous() && x.numel() > 0;
   const RowPlan plan = plan_rows(*this, rows > 0 || channels ? Tensor() : x, dims, keepdim, x.sizes());
-  const DType out_dtype = x.dtype() == kBool ? kInt64 : x.dtype();
+  const DType out_dtype = is_integral(x.dtype(), true) ? kInt64 : x.dtype();  // as torch.sum
   Tensor out = empty(plan.out_shape, out_dtype);
   dispatch_all(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
     dispatch_all(out_dtype, [&](auto out_tag) {
       using O = typename decltype(out_tag)::type;
-      if constexpr (std::is_same_v<O, T> || (std::is_same_v<T, bool> && std::is_same_v<O, int64_t>)) {
+      if constexpr (std::is_same_v<O, T> || (std::is_integral_v<T> && std::is_same_v<O, int64_t>)) {
         O* o = out.data_ptr<O>();
         if (rows > 0) {
           const std::vector<A> acc = sum_rows<T, A>(x.data_ptr<T>(), rows, inner);

@@ -94,7 +94,7 @@ void CudaBackend::accumulate(const Tensor& dst, const Tensor& src) {
 }
 
 Tensor CudaBackend::sum(const Tensor& x, const Shape& dims, bool keepdim) {
-  return scaled_sum(x, dims, keepdim, x.dtype() == kBool ? kInt64 : x.dtype(), false, "sum kernel");
+  return scaled_sum(x, dims, keepdim, is_integral(x.dtype(), true) ? kInt64 : x.dtype(), false, "sum kernel");
 }
 
 Tensor CudaBackend::mean(const Tensor& x, const Shape& dims, bool keepdim) {

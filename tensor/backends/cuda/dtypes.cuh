@@ -59,12 +59,14 @@ __host__ __device__ inline T store(C v) {
     return BF16{__bfloat16_as_ushort(__float2bfloat16_rn(static_cast<float>(v)))};
   } else if constexpr (std::is_same_v<T, bool>) {
     return v != C(0);
+  } else if constexpr (std::is_unsigned_v<T> && std::is_floating_point_v<C>) {
+    return static_cast<T>(static_cast<int64_t>(v));  // through int64, as on the CPU: -1.0 -> 255
   } else {
     return static_cast<T>(v);
   }
 }
 
-// tensor::DType numbering: kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kBool.
+// tensor::DType numbering: kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kBool, kInt32, kUInt8.
 template <typename F>
 cudaError_t dispatch(int dtype, F&& f) {
   switch (dtype) {
@@ -74,6 +76,8 @@ cudaError_t dispatch(int dtype, F&& f) {
     case 3: return f(BF16{});
     case 4: return f(int64_t{});
     case 5: return f(bool{});
+    case 6: return f(int32_t{});
+    case 7: return f(uint8_t{});
   }
   return cudaErrorInvalidValue;
 }

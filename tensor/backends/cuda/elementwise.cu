@@ -90,6 +90,18 @@ __device__ inline void atomic_add(double* p, double v) { atomicAdd(p, v); }
 __device__ inline void atomic_add(int64_t* p, int64_t v) {
   atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
 }
+__device__ inline void atomic_add(int32_t* p, int32_t v) { atomicAdd(reinterpret_cast<int*>(p), static_cast<int>(v)); }
+// uint8: the byte's lane of its 32-bit word, added with wrap-around by compare-and-swap.
+__device__ inline void atomic_add(uint8_t* p, uint8_t v) {
+  auto* word = reinterpret_cast<unsigned int*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(3));
+  const unsigned int shift = 8u * static_cast<unsigned int>(reinterpret_cast<uintptr_t>(p) & 3);
+  unsigned int old = *word, assumed;
+  do {
+    assumed = old;
+    const unsigned int sum = ((assumed >> shift) + v) & 0xffu;
+    old = atomicCAS(word, assumed, (assumed & ~(0xffu << shift)) | (sum << shift));
+  } while (assumed != old);
+}
 template <typename T>
 __device__ inline void atomic_add16(T* p, float v) {
   auto* word = reinterpret_cast<unsigned int*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(3));

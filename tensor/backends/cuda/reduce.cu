@@ -264,12 +264,13 @@ __global__ void layer_norm_backward_kernel(const T* dy, const T* x, const S* mea
   }
 }
 
-// The output type of a sum: bool sums count into int64, everything else keeps its type.
+// The output type of a sum: integers and bools sum into int64 (as torch.sum), floats keep
+// their type.
 template <typename F>
 cudaError_t dispatch_sum(int dtype, F&& f) {
   return dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    using O = std::conditional_t<std::is_same_v<T, bool>, int64_t, T>;
+    using O = std::conditional_t<std::is_integral_v<T>, int64_t, T>;
     return f(tag, O{});
   });
 }
