@@ -37,5 +37,13 @@ tensor::Tensor checkpoint(const std::function<tensor::Tensor(const std::vector<t
                           const std::vector<tensor::Tensor>& inputs, bool preserve_rng_state = true);
 tensor::Tensor checkpoint(const std::function<tensor::Tensor(const tensor::Tensor&)>& function,
                           const tensor::Tensor& input, bool preserve_rng_state = true);
+// A function with several outputs, as checkpoint(function, ...) returning a tuple: the
+// floating-point outputs (of one dtype and device) come back as parts of one recorded tensor,
+// so a loss that uses any of them backpropagates through one recomputation (outputs it does not
+// use get zero gradients); integer and bool outputs come back without a graph, undefined ones
+// undefined.
+std::vector<tensor::Tensor> checkpoint(
+    const std::function<std::vector<tensor::Tensor>(const std::vector<tensor::Tensor>&)>& function,
+    const std::vector<tensor::Tensor>& inputs, bool preserve_rng_state = true);
 
 }  // namespace tinyddp::nn

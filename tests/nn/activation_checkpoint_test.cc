@@ -90,3 +90,58 @@ TEST_CASE("checkpoint: PyTorch's reentrant rules", "[nn][checkpoint][errors]") {
   }
   CHECK_THROWS_WITH(tensor::sum(y).backward(), Contains("CheckpointFunctionBackward"));
 }
+
+TEST_CASE("checkpoint: a function with several outputs, some unused or not differentiable", "[nn][checkpoint]") {
+  tensor::manual_seed(2);
+  auto a = std::make_shared<nn::Linear>(8, 5), b = std::make_shared<nn::Linear>(8, 3);
+  nn::Sequential model(std::vector<std::shared_ptr<nn::Module>>{a, b});
+  // (tanh(a(x)), b(x) * 2, argmax of a(x) as int64): the last has no gradient.
+  const auto heads = [&](const std::vector<Tensor>& v) {
+    const Tensor h = (*a)(v[0]);
+    return std::vector<Tensor>{tensor::tanh(h), (*b)(v[0]) * 2.0, tensor::argmax(h, 1)};
+  };
+  const auto loss_of = [](const std::vector<Tensor>& out, bool use_second) {
+    const Tensor first = tensor::sum(out[0] * out[0]);
+    return use_second ? first + tensor::sum(tensor::exp(out[1])) : first;
+  };
+  for (const bool use_second : {true, false}) {
+    INFO("the second output used: " << use_second);
+    const auto plain = gradients(model, [&](const Tensor& x) { return loss_of(heads({x}), use_second); });
+    const auto checkpointed = gradients(model, [&](const Tensor& x) {
+      const std::vector<Tensor> out = nn::checkpoint(heads, std::vector<Tensor>{x});
+      CHECK(out[0].requires_grad());
+      CHECK(out[1].requires_grad());
+      CHECK_FALSE(out[2].requires_grad());
+      CHECK(out[2].dtype() == tensor::kInt64);
+      CHECK(tensor::equal(out[2], tensor::argmax((*a)(x), 1)));
+      return loss_of(out, use_second);
+    });
+    REQUIRE(checkpointed.size() == plain.size());
+    for (size_t i = 0; i < plain.size(); ++i) {
+      INFO("gradient " << i);
+      REQUIRE(checkpointed[i].defined());
+      // b's parameters (gradients 3 and 4) when its output is unused: zeros, as PyTorch's
+      // checkpoint gives (its backward runs from every output that requires grad, with zeros
+      // for the unused ones), where the plain run leaves them undefined.
+      if (!plain[i].defined()) {
+        CHECK((!use_second && (i == 3 || i == 4)));
+        CHECK(tensor::equal(checkpointed[i], tensor::zeros_like(checkpointed[i])));
+        continue;
+      }
+      // The same ops in the same order on the used outputs' paths.
+      CHECK(tensor::equal(checkpointed[i], plain[i]));
+    }
+  }
+  const Tensor x = tensor::randn({2, 8}).requires_grad_();
+  CHECK_THROWS_WITH(nn::checkpoint(
+                        [](const std::vector<Tensor>& v) {
+                          return std::vector<Tensor>{v[0] * 2.0, v[0].to(tensor::kFloat64)};
+                        },
+                        std::vector<Tensor>{x}),
+                    Contains("checkpoint: the function's floating-point outputs must share a dtype and device, got "
+                             "float32 on cpu and float64 on cpu"));
+  CHECK_THROWS_WITH(
+      nn::checkpoint([](const std::vector<Tensor>& v) { return std::vector<Tensor>{tensor::argmax(v[0], 1)}; },
+                     std::vector<Tensor>{x}),
+      Contains("checkpoint: the function returned no floating-point tensor"));
+}
