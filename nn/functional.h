@@ -145,7 +145,10 @@ Tensor instance_norm(const Tensor& input, const Tensor& running_mean = Tensor(),
 // "trilinear" (5-D): each spatial dim interpolated in turn, the last first, as PyTorch's
 // kernels nest their weights, pixel centres aligned unless align_corners; or "area" (4-D:
 // adaptive_avg_pool2d). The gradient is index_select's (what PyTorch's backward kernels add
-// up). antialias=True is refused. (nn/upsample.cc)
+// up). antialias=True (bilinear, bicubic): PyTorch's (and Pillow's) separable resize, each output a
+// normalised sum under the triangle or the cubic (A = -0.5) filter, stretched by the scale when
+// shrinking so that every input in reach counts; a product with an [out, in] weight matrix per
+// resized dim (a dim whose size stays is skipped), its gradient the transposed product. (nn/upsample.cc)
 Tensor interpolate(const Tensor& input, const InterpolateFuncOptions& options);
 // As torch.nn.functional.scaled_dot_product_attention (PyTorch 2's math path): query [..., L, E],
 // key [..., S, E], value [..., S, Ev] (batch dims broadcast) -> [..., L, Ev],

@@ -175,7 +175,7 @@ struct InterpolateFuncOptions {
   TINYDDP_ARG(std::string, mode) = "nearest";
   TINYDDP_ARG(std::optional<bool>, align_corners);
   TINYDDP_ARG(std::optional<bool>, recompute_scale_factor);
-  TINYDDP_ARG(bool, antialias) = false;  // true is refused: not supported yet
+  TINYDDP_ARG(bool, antialias) = false;  // bilinear and bicubic only, as PyTorch's
 };
 
 struct GroupNormOptions {

@@ -135,6 +135,51 @@ Tensor cubic_along(const Tensor& x, int64_t d, int64_t out, std::optional<double
   return sum;
 }
 
+// antialias=True (bilinear, bicubic): output j is a normalised weighted sum of the inputs under a
+// filter centred on its source position s (j + 1/2) and, when shrinking (s > 1), stretched by s
+// so that every input within reach contributes (the separable filters of PyTorch's and Pillow's
+// resize: a triangle, or the cubic with a = -0.5). The weights as a dense [out, in] matrix, in
+// the input's precision.
+template <typename T>
+std::vector<T> antialias_weights(int64_t in, int64_t out, std::optional<double> scale, bool align_corners, bool cubic) {
+  const T s = align_corners ? (out > 1 ? static_cast<T>(in - 1) / static_cast<T>(out - 1) : T(0))
+                            : source_scale<T>(scale, in, out);
+  const T reach = cubic ? T(2) : T(1);  // the filter's half-width at scale 1
+  const T support = s >= T(1) ? reach * s : reach, invscale = s >= T(1) ? T(1) / s : T(1);
+  const auto filter = [cubic](T x) {
+    x = std::abs(x);
+    if (!cubic) return x < T(1) ? T(1) - x : T(0);
+    const T a = T(-0.5);
+    if (x < T(1)) return ((a + T(2)) * x - (a + T(3))) * x * x + T(1);
+    return x < T(2) ? ((a * x - T(5) * a) * x + T(8) * a) * x - T(4) * a : T(0);
+  };
+  std::vector<T> w(static_cast<size_t>(in * out), T(0));
+  for (int64_t j = 0; j < out; ++j) {
+    const T center = static_cast<T>(static_cast<double>(s) * (static_cast<double>(j) + 0.5));
+    const int64_t first = std::max<int64_t>(static_cast<int64_t>(center - support + T(0.5)), 0);
+    const int64_t last = std::min<int64_t>(static_cast<int64_t>(center + support + T(0.5)), in);
+    T* row = w.data() + j * in;
+    T total = T(0);
+    for (int64_t i = first; i < last; ++i) total += row[i] = filter((static_cast<T>(i) - center + T(0.5)) * invscale);
+    if (total != T(0)) {
+      for (int64_t i = first; i < last; ++i) row[i] /= total;
+    }
+  }
+  return w;
+}
+
+// x resized along dim d by antialias_weights: a product with the [in, out] matrix (so the
+// gradient is the transposed product, on any device).
+Tensor antialias_along(const Tensor& x, int64_t d, int64_t out, std::optional<double> scale, bool align_corners,
+                       bool cubic) {
+  const int64_t in = x.size(d);
+  const Tensor w = x.dtype() == tensor::kFloat64
+                       ? tensor::from_vector(antialias_weights<double>(in, out, scale, align_corners, cubic))
+                       : tensor::from_vector(antialias_weights<float>(in, out, scale, align_corners, cubic));
+  const Tensor weights = w.view({out, in}).t().to(x.device());
+  return tensor::matmul(x.transpose(d, -1), weights).transpose(d, -1);
+}
+
 void check_interpolate(const Tensor& input, const InterpolateFuncOptions& o) {
   TDDP_CHECK(input.defined() && input.is_floating_point(), "interpolate: expected a floating-point input");
   const std::string& mode = o.mode();
@@ -153,7 +198,6 @@ void check_interpolate(const Tensor& input, const InterpolateFuncOptions& o) {
   TDDP_CHECK(input.dim() == want, "interpolate: Got {}D input, but {} mode needs {}D input", input.dim(), mode, want);
   TDDP_CHECK(!o.antialias() || mode == "bilinear" || mode == "bicubic",
              "interpolate: Anti-alias option is only supported for bilinear and bicubic modes");
-  TDDP_CHECK(!o.antialias(), "interpolate: antialias=True is not supported in tinyddp yet");
   TDDP_CHECK(!o.align_corners() || is_linear(mode) || mode == "bicubic",
              "interpolate: align_corners option can only be set with the interpolating modes: linear | bilinear | "
              "bicubic | trilinear");
@@ -212,7 +256,12 @@ Tensor interpolate(const Tensor& input, const InterpolateFuncOptions& o) {
   for (int64_t k = dims - 1; k >= 0; --k) {  // the last dim first: PyTorch's weights' nesting
     const auto i = static_cast<size_t>(k);
     const int64_t d = k + 2;
-    if (is_linear(mode)) {
+    if (o.antialias()) {
+      // Dims whose size stays are left alone, as PyTorch's separable passes leave them.
+      if (x.size(d) != out[i]) {
+        x = antialias_along(x, d, out[i], scales[i], o.align_corners().value_or(false), mode == "bicubic");
+      }
+    } else if (is_linear(mode)) {
       x = linear_along(x, d, out[i], scales[i], o.align_corners().value_or(false));
     } else if (mode == "bicubic") {
       x = cubic_along(x, d, out[i], scales[i], o.align_corners().value_or(false));

@@ -99,6 +99,18 @@ TEST_CASE("F::interpolate matches PyTorch in every mode, gradients too; Upsample
   check("interp_bicubic", x4, {1, 2, 6, 6}, scale({2.0, 1.5}, "bicubic"));
   check("interp_bicubic_corners", x4, {1, 2, 5, 7}, size({5, 7}, "bicubic").align_corners(true));
   check("interp_bicubic_down", {{"x", {1, 2, 5, 7}}}, {1, 2, 2, 3}, size({2, 3}, "bicubic"));
+  const std::vector<std::pair<std::string, Shape>> x9 = {{"x", {1, 2, 9, 11}}};
+  check("interp_aa_bilinear_down", x9, {1, 2, 4, 5}, size({4, 5}, "bilinear").antialias(true));
+  check("interp_aa_bicubic_down", x9, {1, 2, 3, 4}, size({3, 4}, "bicubic").antialias(true));
+  check("interp_aa_bilinear_mixed", x9, {1, 2, 13, 5}, size({13, 5}, "bilinear").antialias(true));
+  check("interp_aa_bicubic_scale", x9, {1, 2, 3, 7}, scale({0.4, 0.7}, "bicubic").antialias(true));
+  check("interp_aa_bilinear_corners", x9, {1, 2, 4, 6}, size({4, 6}, "bilinear").antialias(true).align_corners(true));
+  check("interp_aa_bicubic_rows_kept", x9, {1, 2, 9, 4}, size({9, 4}, "bicubic").antialias(true));
+  // float32: PyTorch's float64 result within float32 rounding (weights and sums in float32).
+  const Tensor x32 = f.value("interp_aa_bicubic_down_x", {1, 2, 9, 11}).to(tensor::kFloat32);
+  const Tensor y32 = F::interpolate(x32, size({3, 4}, "bicubic").antialias(true));
+  CHECK(y32.dtype() == tensor::kFloat32);
+  CHECK(tensor::allclose(y32.to(tensor::kFloat64), f.value("interp_aa_bicubic_down_out", {1, 2, 3, 4}), 1e-5, 1e-5));
 
   const Tensor x = tensor::zeros({1, 1, 2, 2});
   CHECK_THROWS_WITH(F::interpolate(x, F::InterpolateFuncOptions()),
@@ -112,8 +124,6 @@ TEST_CASE("F::interpolate matches PyTorch in every mode, gradients too; Upsample
                     Contains("Input and output must have the same number of spatial dimensions"));
   CHECK_THROWS_WITH(F::interpolate(x.squeeze(0), size({3}, "bicubic")),
                     Contains("Got 3D input, but bicubic mode needs 4D input"));
-  CHECK_THROWS_WITH(F::interpolate(x, size({3}, "bilinear").antialias(true)),
-                    Contains("antialias=True is not supported in tinyddp yet"));
   CHECK_THROWS_WITH(F::interpolate(x, size({3}).antialias(true)),
                     Contains("Anti-alias option is only supported for bilinear and bicubic modes"));
 
@@ -196,6 +206,13 @@ TEST_CASE("the new F:: ops pass gradcheck", "[nn][functional]") {
             {random({1, 2, 3, 3})}) == "");
   CHECK(autograd::gradcheck([](const V& v) { return F::interpolate(v[0], size({5}, "nearest-exact")); },
                             {random({1, 2, 3})}) == "");
+  for (const char* mode : {"bilinear", "bicubic"}) {
+    CHECK(autograd::gradcheck(
+              [mode](const V& v) {
+                return F::interpolate(v[0], size({3, 7}, mode).antialias(true));
+              },
+              {random({1, 2, 8, 5})}) == "");
+  }
   CHECK(autograd::gradcheck(
             [](const V& v) {
               return F::adaptive_max_pool2d(v[0], {2, 3});
@@ -241,6 +258,19 @@ TEST_CASE("CUDA: attention, interpolate, instance_norm and probability cross_ent
         return F::interpolate(t[0], size({5, 7}, "bicubic").align_corners(true));
       },
       "bicubic", 1e-12);
+  const Tensor big = tensor::randn({2, 3, 17, 12}, opts);
+  testing::expect_matches_cpu(
+      {big},
+      [](const V& t) {
+        return F::interpolate(t[0], size({5, 20}, "bicubic").antialias(true));
+      },
+      "bicubic antialias", 1e-12);
+  testing::expect_matches_cpu(
+      {big.to(tensor::kFloat32)},
+      [](const V& t) {
+        return F::interpolate(t[0], scale({0.3, 0.5}, "bilinear").antialias(true));
+      },
+      "bilinear antialias, float32", 1e-5);
   testing::expect_matches_cpu(
       {x}, [](const V& t) { return F::instance_norm(t[0]); }, "instance_norm", 1e-12);
   testing::expect_matches_cpu(
