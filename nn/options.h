@@ -23,57 +23,54 @@ inline constexpr PaddingSame kSame{};
 struct PaddingValid {};
 inline constexpr PaddingValid kValid{};
 
-struct Conv1dOptions {
+// A convolution's padding setters: a size (an int64_t or a Size2d), kSame (the output as long
+// as the input at stride 1, the odd one of the padding at the end, as PyTorch's) or kValid (no
+// padding); the last one set holds, as libtorch's padding variant.
+template <typename Derived, typename Size>
+struct ConvPadding {
+  Derived& padding(const Size& size) {
+    padding_ = size;
+    padding_same_ = false;
+    return static_cast<Derived&>(*this);
+  }
+  Derived& padding(PaddingSame) {
+    padding_same_ = true;
+    return static_cast<Derived&>(*this);
+  }
+  Derived& padding(PaddingValid) { return padding(Size(0)); }
+  const Size& padding() const { return padding_; }
+  bool padding_same() const { return padding_same_; }
+
+ private:
+  Size padding_ = Size(0);
+  bool padding_same_ = false;
+};
+
+struct Conv1dOptions : ConvPadding<Conv1dOptions, int64_t> {
   Conv1dOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
   TINYDDP_ARG(int64_t, in_channels);
   TINYDDP_ARG(int64_t, out_channels);
   TINYDDP_ARG(int64_t, kernel_size);
   TINYDDP_ARG(int64_t, stride) = 1;
-  TINYDDP_ARG(int64_t, padding) = 0;
   TINYDDP_ARG(int64_t, dilation) = 1;
   TINYDDP_ARG(int64_t, groups) = 1;
   TINYDDP_ARG(bool, bias) = true;
   // "zeros", "reflect", "replicate" or "circular", as PyTorch's padding_mode.
   TINYDDP_ARG(std::string, padding_mode) = "zeros";
-
- public:
-  // The output as long as the input (stride 1; the odd one of the padding at the end, as
-  // PyTorch's), or no padding.
-  Conv1dOptions& padding(PaddingSame) {
-    padding_same_ = true;
-    return *this;
-  }
-  Conv1dOptions& padding(PaddingValid) { return padding(int64_t{0}); }
-  bool padding_same() const { return padding_same_; }
-
- private:
-  bool padding_same_ = false;
 };
 
-struct Conv2dOptions {
+struct Conv2dOptions : ConvPadding<Conv2dOptions, tensor::Size2d> {
   Conv2dOptions(int64_t in_channels, int64_t out_channels, tensor::Size2d kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
   TINYDDP_ARG(int64_t, in_channels);
   TINYDDP_ARG(int64_t, out_channels);
   TINYDDP_ARG(tensor::Size2d, kernel_size);
   TINYDDP_ARG(tensor::Size2d, stride) = 1;
-  TINYDDP_ARG(tensor::Size2d, padding) = 0;
   TINYDDP_ARG(tensor::Size2d, dilation) = 1;
   TINYDDP_ARG(int64_t, groups) = 1;
   TINYDDP_ARG(bool, bias) = true;
   TINYDDP_ARG(std::string, padding_mode) = "zeros";  // as Conv1dOptions'
-
- public:
-  Conv2dOptions& padding(PaddingSame) {  // as Conv1dOptions'
-    padding_same_ = true;
-    return *this;
-  }
-  Conv2dOptions& padding(PaddingValid) { return padding(tensor::Size2d(0)); }
-  bool padding_same() const { return padding_same_; }
-
- private:
-  bool padding_same_ = false;
 };
 
 struct EmbeddingOptions {

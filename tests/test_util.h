@@ -61,6 +61,10 @@ void expect_matches_cpu(const std::vector<tensor::Tensor>& inputs,
                         const std::function<tensor::Tensor(const std::vector<tensor::Tensor>&)>& op,
                         const std::string& what, double tol);
 
+// x * 1 (a non-leaf copy, recorded) with `write` applied to it in place: the in-place and
+// index-assignment fixtures' cases, whose gradient reaches x through the writes.
+tensor::Tensor written_copy(const tensor::Tensor& x, const std::function<void(const tensor::Tensor&)>& write);
+
 // The loss column of an examples' --metrics CSV ("step,loss[,...]"): the second field of
 // every row after the header.
 std::vector<double> read_losses(const std::string& path);

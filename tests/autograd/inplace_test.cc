@@ -154,12 +154,7 @@ const tinyddp::testing::Fixture& view_fixture() {
   return f;
 }
 
-// x * 1, written through `write`, then `then` of it: the fixture's cases.
-Tensor written_copy(const Tensor& x, const std::function<void(const Tensor&)>& write) {
-  const Tensor y = mul(x, 1.0);
-  write(y);
-  return y;
-}
+using tinyddp::testing::written_copy;
 }  // namespace
 
 TEST_CASE("in-place ops on views write into their base's history, as PyTorch's CopySlices",

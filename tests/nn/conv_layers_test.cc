@@ -267,6 +267,12 @@ TEST_CASE("Conv2d and Conv1d with padding(kSame) and padding modes match PyTorch
                              "padding_mode='mirror'"));
   CHECK(nn::Conv2d(nn::Conv2dOptions(2, 2, 3).padding(nn::kValid))(tensor::zeros({1, 2, 5, 5})).sizes() ==
         tensor::Shape{1, 2, 3, 3});
+  // The last padding set holds, as libtorch's padding variant: a size after kSame replaces it.
+  CHECK(nn::Conv2d(nn::Conv2dOptions(2, 2, 3).padding(nn::kSame).padding(2))(tensor::zeros({1, 2, 5, 5})).sizes() ==
+        tensor::Shape{1, 2, 7, 7});
+  CHECK(
+      nn::Conv1d(nn::Conv1dOptions(2, 2, 3).padding(nn::kSame).padding(nn::kValid))(tensor::zeros({1, 2, 5})).sizes() ==
+      tensor::Shape{1, 2, 3});
 }
 
 TEST_CASE("CUDA: conv_transpose2d matches the CPU", "[nn][conv][conv_transpose][cuda]") {

@@ -25,11 +25,7 @@ const Tensor kIdx = tensor({{2, 0}, {1, 2}});
 Tensor mask() { return tensor({{1, 0, 1, 0}, {0, 0, 0, 0}, {1, 1, 0, 1}}).to(kBool); }
 
 // x * 1 with `write` applied in place: an assignment through indexing, as the fixture's.
-Tensor assigned(const Tensor& x, const std::function<void(const Tensor&)>& write) {
-  const Tensor y = mul(x, 1.0);
-  write(y);
-  return y;
-}
+using tinyddp::testing::written_copy;
 
 }  // namespace
 
@@ -79,10 +75,10 @@ TEST_CASE("index with several tensor indices as NumPy's advanced indexing: broad
     return v[0].index({tensor({-1, 0})});
   });
   f.check_case("put_pairs", {{"x", {3, 4}}, {"v", {2}}}, {3, 4}, [&](const V& v) {
-    return assigned(v[0], [&](const Tensor& y) { y.index_put_({two_rows, two_cols}, v[1]); });
+    return written_copy(v[0], [&](const Tensor& y) { y.index_put_({two_rows, two_cols}, v[1]); });
   });
   f.check_case("put_pairs_accumulate", {{"x", {3, 4}}, {"v", {3}}}, {3, 4}, [&](const V& v) {
-    return assigned(v[0], [&](const Tensor& y) { y.index_put_({rows, tensor({1, 3, 1})}, v[1], true); });
+    return written_copy(v[0], [&](const Tensor& y) { y.index_put_({rows, tensor({1, 3, 1})}, v[1], true); });
   });
   CHECK(gradcheck(
             [&](const V& v) {
@@ -115,19 +111,19 @@ TEST_CASE("index_put_ as Python's x[...] = v: a slice, a value, a mask, accumula
           "[tensor][indexing][fixture]") {
   const auto& f = fixture();
   f.check_case("put_column", {{"x", {3, 5}}, {"v", {3}}}, {3, 5}, [](const V& v) {
-    return assigned(v[0], [&](const Tensor& y) { y.index_put_({Slice(), 0}, v[1]); });
+    return written_copy(v[0], [&](const Tensor& y) { y.index_put_({Slice(), 0}, v[1]); });
   });
   f.check_case("put_value", {{"x", {4, 7}}}, {4, 7}, [](const V& v) {
-    return assigned(v[0], [](const Tensor& y) { y.index_put_({Slice(1, None), Slice(None, None, 2)}, 0.5); });
+    return written_copy(v[0], [](const Tensor& y) { y.index_put_({Slice(1, None), Slice(None, None, 2)}, 0.5); });
   });
   f.check_case("put_mask", {{"x", {3, 4}}, {"v", {5}}}, {3, 4},
-               [](const V& v) { return assigned(v[0], [&](const Tensor& y) { y.index_put_({mask()}, v[1]); }); });
+               [](const V& v) { return written_copy(v[0], [&](const Tensor& y) { y.index_put_({mask()}, v[1]); }); });
   f.check_case("put_accumulate", {{"x", {4, 3}}, {"v", {3, 3}}}, {4, 3}, [](const V& v) {
-    return assigned(v[0], [&](const Tensor& y) { y.index_put_({tensor({0, 2, 0})}, v[1], /*accumulate=*/true); });
+    return written_copy(v[0], [&](const Tensor& y) { y.index_put_({tensor({0, 2, 0})}, v[1], /*accumulate=*/true); });
   });
   CHECK(gradcheck(
             [](const V& v) {
-              return assigned(v[0], [&](const Tensor& y) { y.index_put_({Slice(None, None, 2), 1}, v[1]); });
+              return written_copy(v[0], [&](const Tensor& y) { y.index_put_({Slice(None, None, 2), 1}, v[1]); });
             },
             {randn({5, 3}, kFloat64).requires_grad_(), randn({3}, kFloat64).requires_grad_()}) == "");
   // A leaf that requires grad is refused, as PyTorch; under no_grad it is written in place.
