@@ -32,6 +32,11 @@ OWN = {
     "set_autograd_meta", "Tensor.maximum_", "Tensor.minimum_", "batch_norm_mean_var", "batch_norm_widens",
     "torch.bernoulli_", "torch.normal_", "torch.uniform_", "F.embedding_renorm_", "torch.repeat", "calculate_fan_in_and_fan_out", "MomentOptimizer", "NanoGptLR", "WarmupCosineLR",
     "BatchNorm", "Block", "CausalSelfAttention", "GPT", "InstanceNorm", "MLP", "NormBase", "ToyModel",
+    # tensor/dtype.h's helpers (torch.is_floating_point takes a tensor; tinyddp's a dtype).
+    "torch.bfloat16_bits_to_float", "torch.dtype_name", "torch.element_size", "torch.float_to_bfloat16_bits",
+    "torch.float_to_half_bits", "torch.half_bits_to_float", "torch.is_16bit_float", "torch.is_floating_point",
+    "torch.is_integral",
+    "nn.utils.checkpoint",  # listed as torch.utils.checkpoint.checkpoint, its home (SINGLE_FUNCTIONS)
 }
 # Names of libtorch's C++ API that Python's torch spells otherwise (x.sizes() for x.size(),
 # x.index({...}) for x[...], torch::gelu for F.gelu), and names newer than Debian's torch 1.13.
@@ -42,14 +47,15 @@ NEWER = {"F.scaled_dot_product_attention", "distributed.fsdp.fully_shard"}
 # Where each kind of name comes from: (section, torch prefix, tinyddp prefix, headers).
 FUNCTION_SECTIONS = [
     ("torch functions", "torch.", "tensor::", ["tensor/ops.h", "tensor/factory.h", "tensor/random.h",
-                                                "tensor/indexing.h", "tensor/grad_mode.h"]),
+                                                "tensor/indexing.h", "tensor/grad_mode.h", "tensor/dtype.h"]),
     ("torch.nn.functional", "F.", "F::", ["nn/functional.h", "nn/embedding_bag.h"]),
     ("torch.nn.init", "nn.init.", "nn::init::", ["nn/init.h"]),
     ("torch.nn.utils", "nn.utils.", "nn::", ["nn/clip_grad.h", "nn/utils.h"]),
     ("torch.distributed", "dist.", "comm::", ["comm/distributed.h"]),
 ]
 # Single functions of headers that hold mostly tinyddp's own: (torch name, tinyddp name, header).
-SINGLE_FUNCTIONS = [("distributed.fsdp.fully_shard", "ddp::fully_shard", "ddp/fully_shard.h")]
+SINGLE_FUNCTIONS = [("distributed.fsdp.fully_shard", "ddp::fully_shard", "ddp/fully_shard.h"),
+                    ("utils.checkpoint.checkpoint", "nn::checkpoint", "nn/utils.h")]
 CLASS_HEADERS = ["nn/" + f for f in sorted(os.listdir(os.path.join(ROOT, "nn"))) if f.endswith(".h")] + [
     "ddp/data_parallel.h", "ddp/distributed.h", "ddp/sync_batchnorm.h", "ddp/zero_redundancy_optimizer.h"]
 # Classes whose PyTorch home is not their kind's: (torch prefix).
@@ -171,13 +177,15 @@ def verify():
     import torch.distributed
     import torch.distributed.optim
     import torch.nn.functional
+    import torch.utils.checkpoint
     import torch.utils.data
     roots = {"Tensor.": torch.Tensor, "torch.": torch, "F.": torch.nn.functional, "nn.init.": torch.nn.init,
              "nn.utils.": torch.nn.utils, "dist.": torch.distributed, "optim.lr_scheduler.": torch.optim.lr_scheduler,
              "optim.": torch.optim, "utils.data.": torch.utils.data, "nn.": torch.nn,
              "nn.parallel.": torch.nn.parallel, "distributed.optim.": torch.distributed.optim,
-             "distributed.fsdp.": None}  # (FSDP2's fully_shard is newer than torch 1.13: NEWER)
-    extra = {"nn.utils.pad_sequence": torch.nn.utils.rnn, "nn.utils.checkpoint": None}
+             "distributed.fsdp.": None,  # (FSDP2's fully_shard is newer than torch 1.13: NEWER)
+             "utils.checkpoint.": torch.utils.checkpoint}
+    extra = {"nn.utils.pad_sequence": torch.nn.utils.rnn}
     missing = []
     for _, rows in sections():
         for name, _, _ in rows:
