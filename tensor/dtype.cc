@@ -63,6 +63,11 @@ int promotion_rank(DType dtype) {
 }
 }  // namespace
 
+bool can_cast(DType from, DType to) {
+  if (is_floating_point(from) && is_integral(to, true)) return false;
+  return from == kBool || to != kBool;
+}
+
 DType promote_types(DType a, DType b) {
   if (a == b) return a;
   if (is_16bit_float(a) && is_16bit_float(b)) return kFloat32;

@@ -39,6 +39,9 @@ bool is_integral(DType dtype, bool include_bool);
 // The dtype two operands combine in, as torch.promote_types: bool < uint8 < int32 < int64 <
 // the floats; float16 with bfloat16 gives float32; an integer with a float gives the float.
 DType promote_types(DType a, DType b);
+// As torch.can_cast: whether a result of dtype `from` may be written into a tensor of dtype
+// `to` (in-place ops): not a float into an integer, nor anything but bool into bool.
+bool can_cast(DType from, DType to);
 // float16 or bfloat16: the dtypes whose arithmetic happens in float32, rounded back.
 bool is_16bit_float(DType dtype);
 

@@ -115,16 +115,26 @@ TINYDDP_HOST_DEVICE inline C binary(C a, C b, C alpha) {
 }
 
 // UnaryOp `op` of v (kernel_ops.h); the transcendental ones for floating C only.
+// v < 0, false for unsigned types without comparing (uint8: nvcc warns of a pointless test).
+template <typename C>
+TINYDDP_HOST_DEVICE inline bool below_zero(C v) {
+  if constexpr (std::is_unsigned_v<C>) {
+    return false;
+  } else {
+    return v < C(0);
+  }
+}
+
 template <UnaryOp op, typename C>
 TINYDDP_HOST_DEVICE inline C unary(C v) {
   if constexpr (op == UnaryOp::kNeg) {
     return -v;
   } else if constexpr (op == UnaryOp::kAbs) {
-    return v < C(0) ? -v : v;
+    return below_zero(v) ? -v : v;
   } else if constexpr (op == UnaryOp::kRelu) {
-    return v < C(0) ? C(0) : v;  // NaN stays NaN
+    return below_zero(v) ? C(0) : v;  // NaN stays NaN
   } else if constexpr (op == UnaryOp::kSign) {
-    return static_cast<C>((C(0) < v) - (v < C(0)));  // NaN: 0
+    return static_cast<C>((C(0) < v) - below_zero(v));  // NaN: 0
   } else if constexpr (!std::is_floating_point_v<C>) {
     return v;  // the roundings of an integer; no integer tensor reaches the others
   } else if constexpr (op == UnaryOp::kSin) {

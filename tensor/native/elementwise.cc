@@ -25,8 +25,29 @@ void run_binary(BinaryOp kind, const Tensor& out, const Tensor& a, const Tensor&
   backend_for(out.device(), op).binary(kind, out, a, b, alpha);
 }
 
+void binary_out(BinaryOp kind, const Tensor& out, const Tensor& a, const Tensor& b, double alpha, const char* op);
+
+// An out-variant whose operands' dtypes differ from each other or from out's: computed in
+// result_type(a, b) and written into out when that result can be cast to out's dtype, as
+// PyTorch's in-place ops (float32 x.add_(int64 y) works; int64 x.mul_(2.5) is refused).
+void mixed_binary_out(BinaryOp kind, const Tensor& out, const Tensor& a, const Tensor& b, double alpha,
+                      const char* op) {
+  const DType dtype = result_type(a, b);
+  TDDP_CHECK(can_cast(dtype, out.dtype()), "{}: result type {} can't be cast to the desired output type {}", op,
+             dtype_name(dtype), dtype_name(out.dtype()));
+  const Tensor pa = a.to(dtype), pb = b.to(dtype);
+  if (dtype == out.dtype()) return binary_out(kind, out, pa, pb, alpha, op);
+  const Tensor result = new_output(out.sizes(), dtype, out.device());
+  binary_out(kind, result, pa, pb, alpha, op);
+  NoGradGuard no_grad;
+  out.copy_(result);
+}
+
 // Shared checks of the out-variants: out = kind(a, b) with out already allocated.
 void binary_out(BinaryOp kind, const Tensor& out, const Tensor& a, const Tensor& b, double alpha, const char* op) {
+  if (a.defined() && b.defined() && out.defined() && (a.dtype() != b.dtype() || a.dtype() != out.dtype())) {
+    return mixed_binary_out(kind, out, a, b, alpha, op);
+  }
   check_pair(a, b, op);
   check_defined(out, op, "out");
   check_same_device(out, a, op, "out", "a");

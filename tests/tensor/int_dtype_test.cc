@@ -188,3 +188,25 @@ TEST_CASE("int32 and uint8 tensors: no gradients, printed and saved as PyTorch's
   CHECK(loaded.at("ints").dtype() == kInt32);
   CHECK(loaded.at("ints").to_vector<int32_t>() == std::vector<int32_t>{-2147483647 - 1, 5});
 }
+
+TEST_CASE("in-place arithmetic with other dtypes computes in the result type and casts as PyTorch's",
+          "[dtype][int][inplace]") {
+  // Values from PyTorch 1.13: the result cast into the tensor written (can_cast allows it).
+  const Tensor u = ints({250}, kUInt8);
+  u.add_(ints({10}, kInt32));
+  CHECK(u.to_vector<uint8_t>() == std::vector<uint8_t>{4});
+  const Tensor x = from_vector<float>({1.5f, 2.5f});
+  x.add_(ints({1, 2}, kInt64));
+  CHECK(x.to_vector<float>() == std::vector<float>{2.5f, 4.5f});
+  const Tensor f = from_vector<float>({1.0f, 2.0f});
+  f.mul_(from_vector<double>({3.0, 0.1}));  // computed in float64, rounded once into float32
+  CHECK(f.to_vector<float>() == std::vector<float>{3.0f, static_cast<float>(2.0 * 0.1)});
+  CHECK_THROWS_WITH(ints({1, 2}, kInt64).mul_(2.5),
+                    Contains("mul_: result type float32 can't be cast to the desired output type int64"));
+  CHECK_THROWS_WITH(ints({1}, kBool).add_(ints({1}, kInt64)),
+                    Contains("add_: result type int64 can't be cast to the desired output type bool"));
+  CHECK(can_cast(kInt32, kUInt8));
+  CHECK(can_cast(kBool, kFloat32));
+  CHECK_FALSE(can_cast(kFloat32, kBool));
+  CHECK_FALSE(can_cast(kFloat16, kInt32));
+}
