@@ -98,35 +98,37 @@ void RNNBase::check_state(const Tensor& state, const char* what, const tensor::S
              t::dtype_name(state.dtype()), state.device().str(), t::dtype_name(input.dtype()), input.device().str());
 }
 
-std::tuple<Tensor, Tensor, Tensor> RNNBase::run(const Tensor& input, const Tensor& hx, const Tensor& cx) {
-  TDDP_CHECK(input.defined() && (input.dim() == 2 || input.dim() == 3),
-             "{}: expected a 2-D (unbatched) or 3-D input, got {}", type_name(),
-             input.defined() ? t::format_shape(input.sizes()) : "an undefined tensor");
-  const bool unbatched = input.dim() == 2;
-  const Tensor x = unbatched ? input.unsqueeze(1) : (batch_first ? input.transpose(0, 1) : input);  // [T, N, I]
-  TDDP_CHECK(x.size(2) == input_size, "{}: input.size(-1) must be equal to input_size: expected {}, got {}",
-             type_name(), input_size, x.size(2));
-  TDDP_CHECK(x.size(0) > 0, "{}: expected a sequence of at least one step, got input of shape {}", type_name(),
-             t::format_shape(input.sizes()));
-  const std::vector<std::vector<Tensor>> weights = all_weights();
+std::vector<std::vector<Tensor>> RNNBase::checked_weights(const Tensor& x) const {
+  TDDP_CHECK(x.size(-1) == input_size, "{}: input.size(-1) must be equal to input_size: expected {}, got {}",
+             type_name(), input_size, x.size(-1));
+  std::vector<std::vector<Tensor>> weights = all_weights();
   TDDP_CHECK(weights[0][0].dtype() == x.dtype() && weights[0][0].device() == x.device(),
              "{}: input ({}, {}) and weights ({}, {}) must have the same dtype and device (convert the module "
              "with to())",
              type_name(), t::dtype_name(x.dtype()), x.device().str(), t::dtype_name(weights[0][0].dtype()),
              weights[0][0].device().str());
-  const int64_t directions = bidirectional ? 2 : 1, steps = x.size(0);
-  const auto initial = [&](const Tensor& given, const char* what) {
-    // h carries the projection's size, c the hidden size
-    const tensor::Shape state_shape{num_layers * directions, x.size(1), what[0] == 'h' ? output_size() : hidden_size};
-    if (!given.defined()) return t::zeros(state_shape, t::TensorOptions(x.dtype()).device(x.device()));
-    TDDP_CHECK(given.dim() == (unbatched ? 2 : 3), "{}: for a {}-D input, {} should be {}-D, got shape {}", type_name(),
-               input.dim(), what, unbatched ? 2 : 3, t::format_shape(given.sizes()));
-    const Tensor state = unbatched ? given.unsqueeze(1) : given;
-    check_state(state, what, state_shape, x);
-    return state;
-  };
+  return weights;
+}
+
+Tensor RNNBase::initial_state(const Tensor& given, const char* what, int64_t batch, const Tensor& x,
+                              bool unbatched) const {
+  // h carries the projection's size, c the hidden size
+  const tensor::Shape state_shape{num_layers * (bidirectional ? 2 : 1), batch,
+                                  what[0] == 'h' ? output_size() : hidden_size};
+  if (!given.defined()) return t::zeros(state_shape, t::TensorOptions(x.dtype()).device(x.device()));
+  const int dims = unbatched ? 2 : 3;
+  TDDP_CHECK(given.dim() == dims, "{}: for a {} input, {} should be {}-D, got shape {}", type_name(),
+             unbatched ? "2-D" : "batched", what, dims, t::format_shape(given.sizes()));
+  const Tensor state = unbatched ? given.unsqueeze(1) : given;
+  check_state(state, what, state_shape, x);
+  return state;
+}
+
+std::tuple<Tensor, Tensor, Tensor> RNNBase::layers(const Tensor& x, const Tensor& h, const Tensor& c,
+                                                   const std::vector<std::vector<Tensor>>& weights,
+                                                   const Tensor& mask) {
   const bool lstm = mode == "LSTM";
-  const Tensor h = initial(hx, "h0"), c = lstm ? initial(cx, "c0") : Tensor();
+  const int64_t directions = bidirectional ? 2 : 1, steps = x.size(0);
   std::vector<Tensor> h_n, c_n;
   Tensor layer_input = x;
   for (int64_t layer = 0; layer < num_layers; ++layer) {
@@ -136,23 +138,25 @@ std::tuple<Tensor, Tensor, Tensor> RNNBase::run(const Tensor& input, const Tenso
       const std::vector<Tensor>& w = weights[index];
       const Tensor b_ih = bias ? w[2] : Tensor(), b_hh = bias ? w[3] : Tensor();
       const bool reverse = direction == 1;
-      const int64_t last = reverse ? 0 : steps - 1;  // where the direction's final h is
+      // where the direction's final h is (a masked row holds it there too)
+      const int64_t last = reverse ? 0 : steps - 1;
       if (lstm && proj_size > 0) {
         const auto [hs, c_last] = lstm_projected_layer(layer_input, h.select(0, index), c.select(0, index), w[0], w[1],
-                                                       b_ih, b_hh, w.back(), reverse);
+                                                       b_ih, b_hh, w.back(), reverse, mask);
         outputs.push_back(hs);
         h_n.push_back(hs.select(0, last));
         c_n.push_back(c_last);
       } else if (lstm) {
         const Tensor y = lstm_layer(layer_input, h.select(0, index), c.select(0, index), w[0], w[1], b_ih, b_hh,
-                                    reverse);  // [T + 1, N, H]: the h_t, then the last c
+                                    reverse, mask);  // [T + 1, N, H]: the h_t, then the last c
         outputs.push_back(y.narrow(0, 0, steps));
         h_n.push_back(y.select(0, last));
         c_n.push_back(y.select(0, steps));
       } else {
-        const Tensor y = mode == "GRU" ? gru_layer(layer_input, h.select(0, index), w[0], w[1], b_ih, b_hh, reverse)
-                                       : rnn_layer(layer_input, h.select(0, index), w[0], w[1], b_ih, b_hh, reverse,
-                                                   mode == "RNN_RELU" ? "relu" : "tanh");
+        const Tensor y = mode == "GRU"
+                             ? gru_layer(layer_input, h.select(0, index), w[0], w[1], b_ih, b_hh, reverse, mask)
+                             : rnn_layer(layer_input, h.select(0, index), w[0], w[1], b_ih, b_hh, reverse,
+                                         mode == "RNN_RELU" ? "relu" : "tanh", mask);
         outputs.push_back(y);
         h_n.push_back(y.select(0, last));
       }
@@ -160,7 +164,22 @@ std::tuple<Tensor, Tensor, Tensor> RNNBase::run(const Tensor& input, const Tenso
     layer_input = directions == 2 ? t::cat(outputs, 2) : outputs[0];  // [T, N, D * H]
     if (dropout > 0 && is_training() && layer + 1 < num_layers) layer_input = t::dropout(layer_input, dropout);
   }
-  Tensor output = layer_input, h_last = t::stack(h_n, 0), c_last = lstm ? t::stack(c_n, 0) : Tensor();
+  return {layer_input, t::stack(h_n, 0), lstm ? t::stack(c_n, 0) : Tensor()};
+}
+
+std::tuple<Tensor, Tensor, Tensor> RNNBase::run(const Tensor& input, const Tensor& hx, const Tensor& cx) {
+  TDDP_CHECK(input.defined() && (input.dim() == 2 || input.dim() == 3),
+             "{}: expected a 2-D (unbatched) or 3-D input, got {}", type_name(),
+             input.defined() ? t::format_shape(input.sizes()) : "an undefined tensor");
+  const bool unbatched = input.dim() == 2;
+  const Tensor x = unbatched ? input.unsqueeze(1) : (batch_first ? input.transpose(0, 1) : input);  // [T, N, I]
+  TDDP_CHECK(x.size(0) > 0, "{}: expected a sequence of at least one step, got input of shape {}", type_name(),
+             t::format_shape(input.sizes()));
+  const std::vector<std::vector<Tensor>> weights = checked_weights(x);
+  const bool lstm = mode == "LSTM";
+  const Tensor h = initial_state(hx, "h0", x.size(1), x, unbatched),
+               c = lstm ? initial_state(cx, "c0", x.size(1), x, unbatched) : Tensor();
+  auto [output, h_last, c_last] = layers(x, h, c, weights, Tensor());
   if (unbatched) {
     output = output.squeeze(1);
     h_last = h_last.squeeze(1);
@@ -169,6 +188,35 @@ std::tuple<Tensor, Tensor, Tensor> RNNBase::run(const Tensor& input, const Tenso
     output = output.transpose(0, 1);
   }
   return {output, h_last, c_last};
+}
+
+std::tuple<PackedSequence, Tensor, Tensor> RNNBase::run_packed(const PackedSequence& input, const Tensor& hx,
+                                                               const Tensor& cx) {
+  const Tensor& data = input.data();
+  TDDP_CHECK(data.dim() == 2, "{}: a packed input's data must have 2 dimensions ([sum of lengths, {}]), got {}",
+             type_name(), input_size, t::format_shape(data.sizes()));
+  const std::vector<std::vector<Tensor>> weights = checked_weights(data);
+  const int64_t batch = input.batch_size_list().at(0);
+  const Tensor& sorted = input.sorted_indices();
+  // The states given follow the original batch order; the packed rows, the sorted one.
+  const auto initial = [&](const Tensor& given, const char* what) {
+    const Tensor state = initial_state(given, what, batch, data, /*unbatched=*/false);
+    return given.defined() && sorted.defined() ? t::index_select(state, 1, sorted) : state;
+  };
+  const bool lstm = mode == "LSTM";
+  const Tensor h = initial(hx, "h0"), c = lstm ? initial(cx, "c0") : Tensor();
+  // Run padded [T, N, I] in the sorted order, each sequence stepping over its own length only.
+  const auto [x, lengths] = pad_packed_sequence(PackedSequence(data, input.batch_sizes()));
+  const Tensor mask = t::lt(t::arange(x.size(0), t::TensorOptions(t::kInt64).device(x.device())).reshape({-1, 1, 1}),
+                            lengths.to(x.device()).reshape({1, -1, 1}));  // [T, N, 1]
+  const auto [output, h_n, c_n] = layers(x, h, c, weights, mask);
+  const Tensor& unsorted = input.unsorted_indices();
+  const auto original_order = [&](const Tensor& states) {
+    return unsorted.defined() ? t::index_select(states, 1, unsorted) : states;
+  };
+  const Tensor packed_output = pack_padded_sequence(output, lengths).data();
+  return {PackedSequence(packed_output, input.batch_sizes(), sorted, unsorted), original_order(h_n),
+          lstm ? original_order(c_n) : Tensor()};
 }
 
 Tensor RNNBase::forward(const Tensor& input) { return std::get<0>(run(input, Tensor(), Tensor())); }
@@ -230,6 +278,13 @@ std::tuple<Tensor, std::tuple<Tensor, Tensor>> LSTM::forward(const Tensor& input
   return {output, {h_n, c_n}};
 }
 
+std::tuple<PackedSequence, std::tuple<Tensor, Tensor>> LSTM::forward(
+    const PackedSequence& input, const std::optional<std::tuple<Tensor, Tensor>>& hx) {
+  const auto [output, h_n, c_n] =
+      hx ? run_packed(input, std::get<0>(*hx), std::get<1>(*hx)) : run_packed(input, {}, {});
+  return {output, {h_n, c_n}};
+}
+
 GRU::GRU(int64_t input_size_, int64_t hidden_size_, int64_t num_layers_, bool bias_, bool batch_first_, double dropout_,
          bool bidirectional_)
     : RNNBase("GRU", input_size_, hidden_size_, num_layers_, bias_, batch_first_, dropout_, bidirectional_) {}
@@ -240,6 +295,11 @@ GRU::GRU(const GRUOptions& o)
 
 std::tuple<Tensor, Tensor> GRU::forward(const Tensor& input, const Tensor& hx) {
   const auto [output, h_n, unused] = run(input, hx, Tensor());
+  return {output, h_n};
+}
+
+std::tuple<PackedSequence, Tensor> GRU::forward(const PackedSequence& input, const Tensor& hx) {
+  const auto [output, h_n, unused] = run_packed(input, hx, Tensor());
   return {output, h_n};
 }
 
@@ -264,6 +324,11 @@ RNN::RNN(const RNNOptions& o)
 
 std::tuple<Tensor, Tensor> RNN::forward(const Tensor& input, const Tensor& hx) {
   const auto [output, h_n, unused] = run(input, hx, Tensor());
+  return {output, h_n};
+}
+
+std::tuple<PackedSequence, Tensor> RNN::forward(const PackedSequence& input, const Tensor& hx) {
+  const auto [output, h_n, unused] = run_packed(input, hx, Tensor());
   return {output, h_n};
 }
 

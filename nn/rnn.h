@@ -5,7 +5,8 @@
 // ~ U(-1/sqrt(hidden), 1/sqrt(hidden)) in registration order), so state dicts load either way
 // and a seeded model starts with torch's weights. Each layer and direction is one graph node
 // (rnn_layer.h). LSTM's proj_size P > 0 projects each h to P (weight_hr_l{k} [P, H], after
-// the biases; h0, h_n and the output carry P, c0 and c_n H), as PyTorch's.
+// the biases; h0, h_n and the output carry P, c0 and c_n H), as PyTorch's. Given a
+// PackedSequence (packed_sequence.h), each sequence runs over its own length only.
 #pragma once
 
 #include <optional>
@@ -15,6 +16,7 @@
 
 #include "tinyddp/nn/module.h"
 #include "tinyddp/nn/options.h"
+#include "tinyddp/nn/packed_sequence.h"
 
 namespace tinyddp::nn {
 
@@ -44,9 +46,23 @@ class RNNBase : public Module {
   // output [T, N, D*H] (as the input's layout), h_n and c_n [num_layers * D, N, H] (unbatched:
   // without N); hx and cx undefined: zeros. c_n is undefined except for LSTM.
   std::tuple<Tensor, Tensor, Tensor> run(const Tensor& input, const Tensor& hx, const Tensor& cx);
+  // The same over a packed batch: the output packed as the input; hx and cx (as run's, N the
+  // batch, in the original order) and h_n, c_n in the batch's original order (PyTorch's
+  // permutation by sorted_indices and back).
+  std::tuple<PackedSequence, Tensor, Tensor> run_packed(const PackedSequence& input, const Tensor& hx,
+                                                        const Tensor& cx);
 
  private:
   int64_t gates() const;
+  // The weights, checked against the input x [*, I] (its last size, dtype and device).
+  std::vector<std::vector<Tensor>> checked_weights(const Tensor& x) const;
+  // The initial state `what` ("h0" or "c0") given for a batch of N (undefined: zeros), checked;
+  // [num_layers * D, N, *], an unbatched one (given_dim 2) unsqueezed.
+  Tensor initial_state(const Tensor& given, const char* what, int64_t batch, const Tensor& x, bool unbatched) const;
+  // The layers and directions over x [T, N, I] from the states h and c ([num_layers * D, N,
+  // *]); mask (bool [T, N, 1], optional) as rnn_layer.h's. -> (output [T, N, D * H_out], h_n, c_n).
+  std::tuple<Tensor, Tensor, Tensor> layers(const Tensor& x, const Tensor& h, const Tensor& c,
+                                            const std::vector<std::vector<Tensor>>& weights, const Tensor& mask);
   int64_t output_size() const;  // h's size: proj_size when set, else hidden_size
   void check_state(const Tensor& state, const char* what, const tensor::Shape& expected, const Tensor& input) const;
 };
@@ -61,6 +77,13 @@ class LSTM : public RNNBase {
   // (output, (h_n, c_n)) as torch's; hx = (h0, c0) or {} for zeros.
   std::tuple<Tensor, std::tuple<Tensor, Tensor>> forward(const Tensor& input,
                                                          const std::optional<std::tuple<Tensor, Tensor>>& hx);
+  // (packed output, (h_n, c_n)) for a packed input (libtorch's forward_with_packed_input).
+  std::tuple<PackedSequence, std::tuple<Tensor, Tensor>> forward(
+      const PackedSequence& input, const std::optional<std::tuple<Tensor, Tensor>>& hx = std::nullopt);
+  std::tuple<PackedSequence, std::tuple<Tensor, Tensor>> forward_with_packed_input(
+      const PackedSequence& input, const std::optional<std::tuple<Tensor, Tensor>>& hx = std::nullopt) {
+    return forward(input, hx);
+  }
 };
 
 class GRU : public RNNBase {
@@ -71,6 +94,11 @@ class GRU : public RNNBase {
   using RNNBase::forward;
   // (output, h_n); hx undefined: zeros.
   std::tuple<Tensor, Tensor> forward(const Tensor& input, const Tensor& hx);
+  // (packed output, h_n) for a packed input (libtorch's forward_with_packed_input).
+  std::tuple<PackedSequence, Tensor> forward(const PackedSequence& input, const Tensor& hx = {});
+  std::tuple<PackedSequence, Tensor> forward_with_packed_input(const PackedSequence& input, const Tensor& hx = {}) {
+    return forward(input, hx);
+  }
 };
 
 // The Elman RNN, h' = tanh (or relu) of x w_ih^T + b_ih + h w_hh^T + b_hh.
@@ -81,6 +109,11 @@ class RNN : public RNNBase {
   explicit RNN(const RNNOptions& o);
   using RNNBase::forward;
   std::tuple<Tensor, Tensor> forward(const Tensor& input, const Tensor& hx);
+  // (packed output, h_n) for a packed input (libtorch's forward_with_packed_input).
+  std::tuple<PackedSequence, Tensor> forward(const PackedSequence& input, const Tensor& hx = {});
+  std::tuple<PackedSequence, Tensor> forward_with_packed_input(const PackedSequence& input, const Tensor& hx = {}) {
+    return forward(input, hx);
+  }
 };
 
 }  // namespace tinyddp::nn

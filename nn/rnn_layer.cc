@@ -6,6 +6,7 @@
 
 #include <array>
 #include <initializer_list>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,25 @@ Tensor previous_hidden(const Tensor& hs, const Tensor& h0, bool reverse) {
 
 // [T, N, K] -> [T * N, K]
 Tensor rows(const Tensor& x) { return x.reshape({x.size(0) * x.size(1), x.size(2)}); }
+
+// A masked layer's state at time `time`: the step's where the mask is set, the held one
+// elsewhere (a sequence of a packed batch that has ended or not begun). No mask: the step's.
+Tensor keep(const Tensor& mask, int64_t time, const Tensor& stepped, const Tensor& held) {
+  return mask.defined() ? t::where(mask.select(0, time), stepped, held) : stepped;
+}
+
+// The gradient of a state split as keep() joined it: the part that reaches the step (its rows
+// that stepped) and the part that passes the step by to the held state (undefined: none).
+struct SplitGrad {
+  Tensor stepped, held;
+};
+SplitGrad split_at(const Tensor& mask, int64_t time, const Tensor& grad) {
+  if (!mask.defined()) return {grad, Tensor()};
+  const Tensor stepped = grad * mask.select(0, time).to(grad.dtype());
+  return {stepped, grad - stepped};
+}
+
+Tensor plus_held(const Tensor& x, const Tensor& held) { return held.defined() ? x + held : x; }
 
 // Which of x, w_ih, w_hh, b_ih, b_hh need a gradient, and the gradients.
 struct LayerGrads {
@@ -103,7 +123,7 @@ struct LstmSteps {
   Tensor gates, cells, out;  // [T, N, 4H] (i, f, g, o), [T, N, H], [T + 1, N, H]
 };
 LstmSteps lstm_steps(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih, const Tensor& w_hh,
-                     const Tensor& b_ih, const Tensor& b_hh, bool reverse) {
+                     const Tensor& b_ih, const Tensor& b_hh, bool reverse, const Tensor& mask) {
   const int64_t steps = x.size(0), hidden = h0.size(1);
   const Tensor xw = t::linear(x, w_ih, b_ih);  // [T, N, 4H], every step's input side at once
   ByTime gates(steps), cells(steps), hs(steps + 1);
@@ -114,8 +134,9 @@ LstmSteps lstm_steps(const Tensor& x, const Tensor& h0, const Tensor& c0, const 
     const Tensor sig = t::sigmoid(pre);
     const Tensor i = sig.narrow(1, 0, hidden), f = sig.narrow(1, hidden, hidden),
                  g = t::tanh(pre.narrow(1, 2 * hidden, hidden)), o = sig.narrow(1, 3 * hidden, hidden);
-    c = f * c + i * g;
-    h = o * t::tanh(c);
+    const Tensor c_new = f * c + i * g;
+    h = keep(mask, time, o * t::tanh(c_new), h);
+    c = keep(mask, time, c_new, c);
     gates.put(time, {sig.narrow(1, 0, 2 * hidden), g, o});
     cells.put(time, {c});
     hs.put(time, {h});
@@ -128,7 +149,7 @@ struct GruSteps {
   Tensor gates, hidden_n, out;  // [T, N, 3H] (r, z, n), [T, N, H] (h w_hn^T + b_hn, which r scales), [T, N, H]
 };
 GruSteps gru_steps(const Tensor& x, const Tensor& h0, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
-                   const Tensor& b_hh, bool reverse) {
+                   const Tensor& b_hh, bool reverse, const Tensor& mask) {
   const int64_t steps = x.size(0), hidden = h0.size(1);
   const Tensor xw = t::linear(x, w_ih, b_ih);  // [T, N, 3H]
   ByTime gates(steps), hidden_n(steps), hs(steps);
@@ -140,7 +161,7 @@ GruSteps gru_steps(const Tensor& x, const Tensor& h0, const Tensor& w_ih, const 
     const Tensor r = rz.narrow(1, 0, hidden), z = rz.narrow(1, hidden, hidden);
     const Tensor hn = hw.narrow(1, 2 * hidden, hidden);
     const Tensor n = t::tanh(xt.narrow(1, 2 * hidden, hidden) + r * hn);
-    h = n + z * (h - n);
+    h = keep(mask, time, n + z * (h - n), h);
     gates.put(time, {rz, n});
     hidden_n.put(time, {hn});
     hs.put(time, {h});
@@ -149,7 +170,7 @@ GruSteps gru_steps(const Tensor& x, const Tensor& h0, const Tensor& w_ih, const 
 }
 
 Tensor rnn_steps(const Tensor& x, const Tensor& h0, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
-                 const Tensor& b_hh, bool reverse, bool relu) {
+                 const Tensor& b_hh, bool reverse, bool relu, const Tensor& mask) {
   const int64_t steps = x.size(0);
   const Tensor xw = t::linear(x, w_ih, b_ih);  // [T, N, H]
   ByTime hs(steps);
@@ -157,7 +178,7 @@ Tensor rnn_steps(const Tensor& x, const Tensor& h0, const Tensor& w_ih, const Te
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t time = time_at(s, steps, reverse);
     const Tensor pre = t::add(xw.select(0, time), t::linear(h, w_hh, b_hh));
-    h = relu ? t::relu(pre) : t::tanh(pre);
+    h = keep(mask, time, relu ? t::relu(pre) : t::tanh(pre), h);
     hs.put(time, {h});
   }
   return hs.stacked();
@@ -165,9 +186,9 @@ Tensor rnn_steps(const Tensor& x, const Tensor& h0, const Tensor& w_ih, const Te
 
 struct LstmLayer : autograd::Function<LstmLayer> {
   static Tensor forward(FunctionCtx* ctx, const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
-                        const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh, bool reverse) {
-    LstmSteps run = lstm_steps(x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse);
-    ctx->save_for_backward({x, h0, c0, w_ih, w_hh, b_ih, b_hh, run.gates, run.cells, run.out});
+                        const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh, bool reverse, const Tensor& mask) {
+    LstmSteps run = lstm_steps(x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse, mask);
+    ctx->save_for_backward({x, h0, c0, w_ih, w_hh, b_ih, b_hh, run.gates, run.cells, run.out, mask});
     ctx->saved_data["reverse"] = reverse;
     return run.out;
   }
@@ -175,11 +196,11 @@ struct LstmLayer : autograd::Function<LstmLayer> {
   // grad [T + 1, N, H] (the h_t rows, then the last cell's) -> one gradient per argument
   static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& grad_outputs) {
     const std::vector<Tensor> saved = ctx->get_saved_variables();
-    const Tensor &x = saved[0], &h0 = saved[1], &c0 = saved[2], &w_ih = saved[3], &w_hh = saved[4];
+    const Tensor &x = saved[0], &h0 = saved[1], &c0 = saved[2], &w_ih = saved[3], &w_hh = saved[4], &mask = saved[10];
     const bool reverse = ctx->saved_data.get<bool>("reverse");
     // create_graph: the forward again, recorded (see lstm_steps).
     const LstmSteps run = tensor::GradMode::is_enabled()
-                              ? lstm_steps(x, h0, c0, w_ih, w_hh, saved[5], saved[6], reverse)
+                              ? lstm_steps(x, h0, c0, w_ih, w_hh, saved[5], saved[6], reverse, mask)
                               : LstmSteps{saved[7], saved[8], saved[9]};
     const Tensor& grad = grad_outputs[0];
     const int64_t steps = x.size(0), hidden = h0.size(1);
@@ -192,29 +213,32 @@ struct LstmLayer : autograd::Function<LstmLayer> {
                    g = act.narrow(1, 2 * hidden, hidden), o = act.narrow(1, 3 * hidden, hidden);
       const Tensor c_prev = s == 0 ? c0 : run.cells.select(0, time_at(s - 1, steps, reverse));
       const Tensor tanh_c = t::tanh(run.cells.select(0, time));
-      dh = dh + grad.select(0, time);
+      // (masked: only the rows that stepped reach the step; the others pass it by)
+      const SplitGrad h_grad = split_at(mask, time, dh + grad.select(0, time)), c_grad = split_at(mask, time, dc);
+      const Tensor& dh_step = h_grad.stepped;
       // h = o tanh(c): do = dh tanh(c), and dh reaches c through tanh
-      const Tensor d_o = dh * tanh_c * o * (1.0 - o);
-      dc = dc + dh * o * (1.0 - tanh_c * tanh_c);
+      const Tensor d_o = dh_step * tanh_c * o * (1.0 - o);
+      const Tensor dc_step = c_grad.stepped + dh_step * o * (1.0 - tanh_c * tanh_c);
       // c = f c_prev + i g
-      const Tensor d =
-          dgates.put(time, {dc * g * i * (1.0 - i), dc * c_prev * f * (1.0 - f), dc * i * (1.0 - g * g), d_o});
-      dc = dc * f;
-      dh = t::mm(d, w_hh);  // [N, 4H] x [4H, H]
+      const Tensor d = dgates.put(
+          time, {dc_step * g * i * (1.0 - i), dc_step * c_prev * f * (1.0 - f), dc_step * i * (1.0 - g * g), d_o});
+      dc = plus_held(dc_step * f, c_grad.held);
+      dh = plus_held(t::mm(d, w_hh), h_grad.held);  // [N, 4H] x [4H, H]
     }
     const Tensor hprev = previous_hidden(run.out.narrow(0, 0, steps), h0, reverse);
     const Tensor all = dgates.stacked();
     const LayerGrads g = input_and_weight_grads(*ctx, 3, x, hprev, w_ih, all, all);
     const auto& needs = ctx->needs_input_grad;
-    return {g.x, needs[1] ? dh : Tensor(), needs[2] ? dc : Tensor(), g.w_ih, g.w_hh, g.b_ih, g.b_hh, Tensor()};
+    return {g.x,     needs[1] ? dh : Tensor(), needs[2] ? dc : Tensor(), g.w_ih, g.w_hh, g.b_ih, g.b_hh, Tensor(),
+            Tensor()};
   }
 };
 
 struct GruLayer : autograd::Function<GruLayer> {
   static Tensor forward(FunctionCtx* ctx, const Tensor& x, const Tensor& h0, const Tensor& w_ih, const Tensor& w_hh,
-                        const Tensor& b_ih, const Tensor& b_hh, bool reverse) {
-    GruSteps run = gru_steps(x, h0, w_ih, w_hh, b_ih, b_hh, reverse);
-    ctx->save_for_backward({x, h0, w_ih, w_hh, b_ih, b_hh, run.gates, run.hidden_n, run.out});
+                        const Tensor& b_ih, const Tensor& b_hh, bool reverse, const Tensor& mask) {
+    GruSteps run = gru_steps(x, h0, w_ih, w_hh, b_ih, b_hh, reverse, mask);
+    ctx->save_for_backward({x, h0, w_ih, w_hh, b_ih, b_hh, run.gates, run.hidden_n, run.out, mask});
     ctx->saved_data["reverse"] = reverse;
     return run.out;
   }
@@ -222,10 +246,11 @@ struct GruLayer : autograd::Function<GruLayer> {
   // grad [T, N, H] -> one gradient per argument
   static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& grad_outputs) {
     const std::vector<Tensor> saved = ctx->get_saved_variables();
-    const Tensor &x = saved[0], &h0 = saved[1], &w_ih = saved[2], &w_hh = saved[3];
+    const Tensor &x = saved[0], &h0 = saved[1], &w_ih = saved[2], &w_hh = saved[3], &mask = saved[9];
     const bool reverse = ctx->saved_data.get<bool>("reverse");
-    const GruSteps run = tensor::GradMode::is_enabled() ? gru_steps(x, h0, w_ih, w_hh, saved[4], saved[5], reverse)
-                                                        : GruSteps{saved[6], saved[7], saved[8]};
+    const GruSteps run = tensor::GradMode::is_enabled()
+                             ? gru_steps(x, h0, w_ih, w_hh, saved[4], saved[5], reverse, mask)
+                             : GruSteps{saved[6], saved[7], saved[8]};
     const Tensor& grad = grad_outputs[0];
     const int64_t steps = x.size(0), hidden = h0.size(1);
     // The pre-activations differ on the two sides only in n's rows: x's side enters n as is,
@@ -238,26 +263,27 @@ struct GruLayer : autograd::Function<GruLayer> {
       const Tensor r = act.narrow(1, 0, hidden), z = act.narrow(1, hidden, hidden),
                    n = act.narrow(1, 2 * hidden, hidden);
       const Tensor h_prev = s == 0 ? h0 : run.out.select(0, time_at(s - 1, steps, reverse));
-      dh = dh + grad.select(0, time);
+      const SplitGrad h_grad = split_at(mask, time, dh + grad.select(0, time));
+      const Tensor& dh_step = h_grad.stepped;
       // h = n + z (h_prev - n) = (1 - z) n + z h_prev
-      const Tensor dn = dh * (1.0 - z) * (1.0 - n * n);
-      const Tensor dz = dh * (h_prev - n) * z * (1.0 - z);
+      const Tensor dn = dh_step * (1.0 - z) * (1.0 - n * n);
+      const Tensor dz = dh_step * (h_prev - n) * z * (1.0 - z);
       const Tensor dr = dn * run.hidden_n.select(0, time) * r * (1.0 - r);
       dxw.put(time, {dr, dz, dn});
       const Tensor dh_t = dhw.put(time, {dr, dz, dn * r});
-      dh = dh * z + t::mm(dh_t, w_hh);  // [N, 3H] x [3H, H]
+      dh = plus_held(dh_step * z + t::mm(dh_t, w_hh), h_grad.held);  // [N, 3H] x [3H, H]
     }
     const Tensor hprev = previous_hidden(run.out, h0, reverse);
     const LayerGrads g = input_and_weight_grads(*ctx, 2, x, hprev, w_ih, dxw.stacked(), dhw.stacked());
-    return {g.x, ctx->needs_input_grad[1] ? dh : Tensor(), g.w_ih, g.w_hh, g.b_ih, g.b_hh, Tensor()};
+    return {g.x, ctx->needs_input_grad[1] ? dh : Tensor(), g.w_ih, g.w_hh, g.b_ih, g.b_hh, Tensor(), Tensor()};
   }
 };
 
 struct RnnLayer : autograd::Function<RnnLayer> {
   static Tensor forward(FunctionCtx* ctx, const Tensor& x, const Tensor& h0, const Tensor& w_ih, const Tensor& w_hh,
-                        const Tensor& b_ih, const Tensor& b_hh, bool reverse, bool relu) {
-    const Tensor out = rnn_steps(x, h0, w_ih, w_hh, b_ih, b_hh, reverse, relu);
-    ctx->save_for_backward({x, h0, w_ih, w_hh, b_ih, b_hh, out});
+                        const Tensor& b_ih, const Tensor& b_hh, bool reverse, bool relu, const Tensor& mask) {
+    const Tensor out = rnn_steps(x, h0, w_ih, w_hh, b_ih, b_hh, reverse, relu, mask);
+    ctx->save_for_backward({x, h0, w_ih, w_hh, b_ih, b_hh, out, mask});
     ctx->saved_data["reverse"] = reverse;
     ctx->saved_data["relu"] = relu;
     return out;
@@ -266,10 +292,11 @@ struct RnnLayer : autograd::Function<RnnLayer> {
   // grad [T, N, H] -> one gradient per argument
   static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& grad_outputs) {
     const std::vector<Tensor> saved = ctx->get_saved_variables();
-    const Tensor &x = saved[0], &h0 = saved[1], &w_ih = saved[2], &w_hh = saved[3];
+    const Tensor &x = saved[0], &h0 = saved[1], &w_ih = saved[2], &w_hh = saved[3], &mask = saved[7];
     const bool reverse = ctx->saved_data.get<bool>("reverse"), relu = ctx->saved_data.get<bool>("relu");
-    const Tensor out =
-        tensor::GradMode::is_enabled() ? rnn_steps(x, h0, w_ih, w_hh, saved[4], saved[5], reverse, relu) : saved[6];
+    const Tensor out = tensor::GradMode::is_enabled()
+                           ? rnn_steps(x, h0, w_ih, w_hh, saved[4], saved[5], reverse, relu, mask)
+                           : saved[6];
     const Tensor& grad = grad_outputs[0];
     const int64_t steps = x.size(0);
     ByTime dpre(steps);
@@ -277,14 +304,16 @@ struct RnnLayer : autograd::Function<RnnLayer> {
     for (int64_t s = steps - 1; s >= 0; --s) {
       const int64_t time = time_at(s, steps, reverse);
       const Tensor h = out.select(0, time);
-      dh = dh + grad.select(0, time);
+      const SplitGrad h_grad = split_at(mask, time, dh + grad.select(0, time));
+      const Tensor& dh_step = h_grad.stepped;
       // relu passes where its output is positive (PyTorch's rule at 0); tanh' = 1 - h^2
-      const Tensor d = dpre.put(time, {relu ? dh * t::gt(h, 0.0).to(h.dtype()) : dh * (1.0 - h * h)});
-      dh = t::mm(d, w_hh);  // [N, H] x [H, H]
+      const Tensor d = dpre.put(time, {relu ? dh_step * t::gt(h, 0.0).to(h.dtype()) : dh_step * (1.0 - h * h)});
+      dh = plus_held(t::mm(d, w_hh), h_grad.held);  // [N, H] x [H, H]
     }
     const Tensor all = dpre.stacked();
     const LayerGrads g = input_and_weight_grads(*ctx, 2, x, previous_hidden(out, h0, reverse), w_ih, all, all);
-    return {g.x, ctx->needs_input_grad[1] ? dh : Tensor(), g.w_ih, g.w_hh, g.b_ih, g.b_hh, Tensor(), Tensor()};
+    return {g.x,     ctx->needs_input_grad[1] ? dh : Tensor(), g.w_ih, g.w_hh, g.b_ih, g.b_hh, Tensor(), Tensor(),
+            Tensor()};
   }
 };
 
@@ -292,7 +321,7 @@ struct RnnLayer : autograd::Function<RnnLayer> {
 
 std::pair<Tensor, Tensor> lstm_projected_layer(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
                                                const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh,
-                                               const Tensor& w_hr, bool reverse) {
+                                               const Tensor& w_hr, bool reverse, const Tensor& mask) {
   const int64_t steps = x.size(0), hidden = c0.size(1);
   const Tensor xw = t::linear(x, w_ih, b_ih);  // [T, N, 4H]
   std::vector<Tensor> hs(static_cast<size_t>(steps));
@@ -302,28 +331,29 @@ std::pair<Tensor, Tensor> lstm_projected_layer(const Tensor& x, const Tensor& h0
     const Tensor pre = t::add(xw.select(0, time), t::linear(h, w_hh, b_hh));  // [N, 4H]
     const Tensor i = t::sigmoid(pre.narrow(1, 0, hidden)), f = t::sigmoid(pre.narrow(1, hidden, hidden)),
                  g = t::tanh(pre.narrow(1, 2 * hidden, hidden)), o = t::sigmoid(pre.narrow(1, 3 * hidden, hidden));
-    c = f * c + i * g;
-    h = t::matmul(o * t::tanh(c), w_hr.t());  // [N, P]
+    const Tensor c_new = f * c + i * g;
+    h = keep(mask, time, t::matmul(o * t::tanh(c_new), w_hr.t()), h);  // [N, P]
+    c = keep(mask, time, c_new, c);
     hs[static_cast<size_t>(time)] = h;
   }
   return {t::stack(hs, 0), c};
 }
 
 Tensor lstm_layer(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih, const Tensor& w_hh,
-                  const Tensor& b_ih, const Tensor& b_hh, bool reverse) {
-  return LstmLayer::apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse);
+                  const Tensor& b_ih, const Tensor& b_hh, bool reverse, const Tensor& mask) {
+  return LstmLayer::apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse, mask);
 }
 
 Tensor gru_layer(const Tensor& x, const Tensor& h0, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
-                 const Tensor& b_hh, bool reverse) {
-  return GruLayer::apply(x, h0, w_ih, w_hh, b_ih, b_hh, reverse);
+                 const Tensor& b_hh, bool reverse, const Tensor& mask) {
+  return GruLayer::apply(x, h0, w_ih, w_hh, b_ih, b_hh, reverse, mask);
 }
 
 Tensor rnn_layer(const Tensor& x, const Tensor& h0, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih,
-                 const Tensor& b_hh, bool reverse, const std::string& nonlinearity) {
+                 const Tensor& b_hh, bool reverse, const std::string& nonlinearity, const Tensor& mask) {
   TDDP_CHECK(nonlinearity == "tanh" || nonlinearity == "relu",
              "RNN: unknown nonlinearity '{}' (expected 'tanh' or 'relu')", nonlinearity);
-  return RnnLayer::apply(x, h0, w_ih, w_hh, b_ih, b_hh, reverse, nonlinearity == "relu");
+  return RnnLayer::apply(x, h0, w_ih, w_hh, b_ih, b_hh, reverse, nonlinearity == "relu", mask);
 }
 
 }  // namespace tinyddp::nn

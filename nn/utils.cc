@@ -1,6 +1,5 @@
 #include "tinyddp/nn/utils.h"
 
-#include <algorithm>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -39,31 +38,6 @@ void vector_to_parameters(const Tensor& vec, const std::vector<Tensor>& paramete
     p.copy_(vec.narrow(0, offset, p.numel()).view(p.sizes()));
     offset += p.numel();
   }
-}
-
-tensor::Tensor pad_sequence(const std::vector<Tensor>& sequences, bool batch_first, double padding_value,
-                            std::string_view padding_side) {
-  TDDP_CHECK(!sequences.empty(), "pad_sequence: received an empty list of sequences");
-  TDDP_CHECK(padding_side == "right" || padding_side == "left",
-             "pad_sequence: Expected padding_side to be one of left or right, but got {}", padding_side);
-  int64_t longest = 0;
-  for (const Tensor& s : sequences) {
-    TDDP_CHECK(s.defined() && s.dim() >= 1, "pad_sequence: each sequence needs at least one dim");
-    longest = std::max(longest, s.size(0));
-  }
-  std::vector<Tensor> padded;
-  for (const Tensor& s : sequences) {
-    const int64_t missing = longest - s.size(0);
-    if (missing == 0) {
-      padded.push_back(s);
-      continue;
-    }
-    tensor::Shape fill_shape = s.sizes();
-    fill_shape[0] = missing;
-    const Tensor fill = tensor::full(fill_shape, padding_value, tensor::TensorOptions(s.dtype()).device(s.device()));
-    padded.push_back(padding_side == "right" ? tensor::cat({s, fill}) : tensor::cat({fill, s}));
-  }
-  return tensor::stack(padded, batch_first ? 0 : 1);
 }
 
 namespace {

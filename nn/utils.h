@@ -1,11 +1,12 @@
 // torch.nn.utils' helpers beyond gradient clipping (clip_grad.h): parameters flattened into
-// one vector and back, and rnn.pad_sequence; torch.utils.checkpoint's activation checkpointing.
+// one vector and back (rnn's padding and packing: packed_sequence.h); torch.utils.checkpoint's
+// activation checkpointing.
 #pragma once
 
 #include <functional>
-#include <string_view>
 #include <vector>
 
+#include "tinyddp/nn/packed_sequence.h"  // pad_sequence, once declared here
 #include "tinyddp/tensor/tensor.h"
 
 namespace tinyddp::nn {
@@ -16,12 +17,6 @@ tensor::Tensor parameters_to_vector(const std::vector<tensor::Tensor>& parameter
 // As torch.nn.utils.vector_to_parameters: each parameter's values replaced by its slice of
 // `vec` (not recorded by autograd); vec's size must be the parameters' total.
 void vector_to_parameters(const tensor::Tensor& vec, const std::vector<tensor::Tensor>& parameters);
-
-// As torch.nn.utils.rnn.pad_sequence: tensors [L_i, *] padded with `padding_value` to the
-// longest length (on the right, or the left) and stacked: [max_L, B, *], or [B, max_L, *]
-// with batch_first. Differentiable.
-tensor::Tensor pad_sequence(const std::vector<tensor::Tensor>& sequences, bool batch_first = false,
-                            double padding_value = 0.0, std::string_view padding_side = "right");
 
 // As torch.utils.checkpoint.checkpoint(function, *inputs, use_reentrant=True): runs
 // `function` on `inputs` without recording its graph, keeping only the inputs; backward runs

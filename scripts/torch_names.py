@@ -51,8 +51,12 @@ FUNCTION_SECTIONS = [
     ("torch.nn.functional", "F.", "F::", ["nn/functional.h", "nn/embedding_bag.h"]),
     ("torch.nn.init", "nn.init.", "nn::init::", ["nn/init.h"]),
     ("torch.nn.utils", "nn.utils.", "nn::", ["nn/clip_grad.h", "nn/utils.h"]),
+    ("torch.nn.utils.rnn", "nn.utils.rnn.", "nn::", ["nn/packed_sequence.h"]),
     ("torch.distributed", "dist.", "comm::", ["comm/distributed.h"]),
 ]
+# Classes that derive from no kind's base: (torch name, tinyddp name, header), listed in the section of
+# the torch prefix they start with.
+PLAIN_CLASSES = [("nn.utils.rnn.PackedSequence", "nn::PackedSequence", "nn/packed_sequence.h")]
 # Single functions of headers that hold mostly tinyddp's own: (torch name, tinyddp name, header).
 SINGLE_FUNCTIONS = [("distributed.fsdp.fully_shard", "ddp::fully_shard", "ddp/fully_shard.h"),
                     ("utils.checkpoint.checkpoint", "nn::checkpoint", "nn/utils.h")]
@@ -141,8 +145,11 @@ def sections():
         names = set()
         for p in paths:
             names |= free_functions(p)
-        out.append((title, [(f"{torch_prefix}{n}", f"{ours}{n}", headers_of(n, paths)) for n in sorted(names)
-                            if f"{torch_prefix}{n}" not in OWN]))
+        rows = [(f"{torch_prefix}{n}", f"{ours}{n}", headers_of(n, paths)) for n in sorted(names)
+                if f"{torch_prefix}{n}" not in OWN]
+        rows += [row for row in PLAIN_CLASSES if row[0].rsplit(".", 1)[0] + "." == torch_prefix and
+                 re.search(rf"^class {row[1].split('::')[1]} ", read(row[2]), re.M)]
+        out.append((title, rows))
     out.append(("torch.distributed.fsdp", [row for row in SINGLE_FUNCTIONS
                                            if re.search(rf"\b{row[1].split('::')[1]}\(", read(row[2]))]))
     found = classes()
@@ -177,15 +184,15 @@ def verify():
     import torch.distributed
     import torch.distributed.optim
     import torch.nn.functional
+    import torch.nn.utils.rnn
     import torch.utils.checkpoint
     import torch.utils.data
     roots = {"Tensor.": torch.Tensor, "torch.": torch, "F.": torch.nn.functional, "nn.init.": torch.nn.init,
-             "nn.utils.": torch.nn.utils, "dist.": torch.distributed, "optim.lr_scheduler.": torch.optim.lr_scheduler,
+             "nn.utils.": torch.nn.utils, "nn.utils.rnn.": torch.nn.utils.rnn, "dist.": torch.distributed, "optim.lr_scheduler.": torch.optim.lr_scheduler,
              "optim.": torch.optim, "utils.data.": torch.utils.data, "nn.": torch.nn,
              "nn.parallel.": torch.nn.parallel, "distributed.optim.": torch.distributed.optim,
              "distributed.fsdp.": None,  # (FSDP2's fully_shard is newer than torch 1.13: NEWER)
              "utils.checkpoint.": torch.utils.checkpoint}
-    extra = {"nn.utils.pad_sequence": torch.nn.utils.rnn}
     missing = []
     for _, rows in sections():
         for name, _, _ in rows:
@@ -195,8 +202,7 @@ def verify():
                 continue  # torch::gelu, torch::linear: libtorch's functions of F's names
             prefix = next(p for p in sorted(roots, key=len, reverse=True) if name.startswith(p))
             attr = name[len(prefix):]
-            if not hasattr(roots[prefix], attr) and not (name in extra and extra[name] is not None and
-                                                          hasattr(extra[name], attr)):
+            if not hasattr(roots[prefix], attr):
                 missing.append(name)
     return missing
 

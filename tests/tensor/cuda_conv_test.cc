@@ -11,6 +11,7 @@
 #include "tests/test_util.h"
 #include "tinyddp/autograd/autograd.h"
 #include "tinyddp/nn/nn.h"
+#include "tinyddp/nn/packed_sequence.h"
 #include "tinyddp/nn/rnn_layer.h"
 #include "tinyddp/tensor/cuda.h"
 
@@ -322,6 +323,41 @@ TEST_CASE("CUDA: the LSTM, GRU and RNN recurrences and their backward on the GPU
         },
         {x, r({3, 2}), c0, r({16, 5}), r({16, 2}), r({16}), r({16}), r({2, 4})});
   }
+}
+
+TEST_CASE("CUDA: packing, the masked recurrences a packed batch runs and unpacking equal the CPU's",
+          "[cuda][rnn][packed]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  using tinyddp::nn::gru_layer, tinyddp::nn::lstm_layer, tinyddp::nn::rnn_layer;
+  Generator gen(7);
+  const auto r = [&](const Shape& s) { return mul(randn(s, {}, &gen), 0.5); };
+  const std::vector<int64_t> lengths{2, 5, 3};
+  // steps 0..4 against the lengths: [5, 3, 1] bool
+  const Tensor mask = lt(arange(5, kInt64).reshape({-1, 1, 1}), from_vector(lengths).reshape({1, -1, 1}));
+  const Tensor x = r({5, 3, 5}), h0 = r({3, 4}), c0 = r({3, 4});
+  for (const bool reverse : {false, true}) {
+    INFO("reverse " << reverse);
+    check_on_gpu(
+        [&](const Inputs& v) {
+          const Tensor m = mask.to(v[0].device());
+          return lstm_layer(v[0], v[1], v[2], v[3], v[4], v[5], v[6], reverse, m);
+        },
+        {x, h0, c0, r({16, 5}), r({16, 4}), r({16}), r({16})});
+    check_on_gpu(
+        [&](const Inputs& v) { return gru_layer(v[0], v[1], v[2], v[3], v[4], v[5], reverse, mask.to(v[0].device())); },
+        {x, h0, r({12, 5}), r({12, 4}), r({12}), r({12})});
+    check_on_gpu(
+        [&](const Inputs& v) {
+          return rnn_layer(v[0], v[1], v[2], v[3], v[4], v[5], reverse, "relu", mask.to(v[0].device()));
+        },
+        {x, h0, r({4, 5}), r({4, 4}), r({4}), r({4})});
+  }
+  check_on_gpu(
+      [&](const Inputs& v) {
+        const auto packed = tinyddp::nn::pack_padded_sequence(v[0], lengths, false, /*enforce_sorted=*/false);
+        return std::get<0>(tinyddp::nn::pad_packed_sequence(packed, true, -1.0, 6));
+      },
+      {x});
 }
 
 TEST_CASE("CUDA: the weighted losses on the GPU equal the CPU's", "[cuda][loss]") {
