@@ -190,6 +190,32 @@ void BM_IndexPairs(benchmark::State& state) {
 }
 BENCHMARK(BM_IndexPairs)->Unit(benchmark::kMillisecond);
 
+// index_add: 16384 rows of 256 floats added into a [4096, 256] tensor at random rows (repeats
+// sum), and the backward of x[rows, cols] (64 K elements picked from a [1024, 256] tensor, whose
+// gradient adds them back through index_add), both beside bench/torch_indexing.py.
+void BM_IndexAdd(benchmark::State& state) {
+  t::Generator g(0);
+  const t::Tensor x = t::randn({4096, 256}, {}, &g), src = t::randn({16384, 256}, {}, &g);
+  const t::Tensor index = t::randint(0, 4096, {16384}, &g);
+  for (auto _ : state) {
+    t::Tensor out = t::index_add(x, 0, index, src);
+    benchmark::DoNotOptimize(out.raw_data_ptr());
+  }
+}
+BENCHMARK(BM_IndexAdd)->Unit(benchmark::kMillisecond);
+
+void BM_IndexPairsBackward(benchmark::State& state) {
+  t::Generator g(0);
+  const t::Tensor x = t::randn({1024, 256}, {}, &g).requires_grad_();
+  const t::Tensor rows = t::randint(0, 1024, {1 << 16}, &g), cols = t::randint(0, 256, {1 << 16}, &g);
+  for (auto _ : state) {
+    t::sum(x.index({rows, cols})).backward();
+    benchmark::DoNotOptimize(x.grad().raw_data_ptr());
+    x.mutable_grad() = t::Tensor();
+  }
+}
+BENCHMARK(BM_IndexPairsBackward)->Unit(benchmark::kMillisecond);
+
 // An in-place op on a view under autograd and the backward through it (CopySlices): y = x * 1,
 // y[:, :512] *= w, y.sum().backward(), x [1024, 1024] and w [1024, 512] requiring grad.
 void BM_InPlaceViewBackward(benchmark::State& state) {

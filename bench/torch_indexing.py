@@ -1,7 +1,9 @@
 #!/usr/bin/python3
-"""PyTorch's side of tensor_bench's BM_IndexPairs and BM_InPlaceViewBackward: x[rows, cols]
-picking 1 M elements of a [4096, 1024] float32 tensor, and y = x * 1; y[:, :512] *= w;
-y.sum().backward() with x [1024, 1024] and w [1024, 512]. Prints each one's best and median
+"""PyTorch's side of tensor_bench's BM_IndexPairs, BM_InPlaceViewBackward, BM_IndexAdd and
+BM_IndexPairsBackward: x[rows, cols] picking 1 M elements of a [4096, 1024] float32 tensor;
+y = x * 1; y[:, :512] *= w; y.sum().backward() with x [1024, 1024] and w [1024, 512];
+x.index_add(0, index, src) with 16384 rows of 256 into [4096, 256]; x[rows, cols].sum().backward()
+picking 64 K elements of a [1024, 256] tensor. Prints each one's best and median
 of the timed runs, in ms, at the thread count given (default: all cores).
 
     /usr/bin/python3 bench/torch_indexing.py [--threads N] [--runs 30]
@@ -45,6 +47,20 @@ def main():
 
     best, median = timed(step, args.runs)
     print(f"torch {torch.__version__} threads={args.threads} inplace_view_backward best={best:.3f} median={median:.3f} ms")
+    g = torch.Generator().manual_seed(0)
+    x, src = torch.randn(4096, 256, generator=g), torch.randn(16384, 256, generator=g)
+    index = torch.randint(0, 4096, (16384,), generator=g)
+    best, median = timed(lambda: x.index_add(0, index, src), args.runs)
+    print(f"torch {torch.__version__} threads={args.threads} index_add best={best:.3f} median={median:.3f} ms")
+    x = torch.randn(1024, 256, generator=g, requires_grad=True)
+    rows, cols = torch.randint(0, 1024, (1 << 16,), generator=g), torch.randint(0, 256, (1 << 16,), generator=g)
+
+    def pairs_backward():
+        x[rows, cols].sum().backward()
+        x.grad = None
+
+    best, median = timed(pairs_backward, args.runs)
+    print(f"torch {torch.__version__} threads={args.threads} index_pairs_backward best={best:.3f} median={median:.3f} ms")
 
 
 if __name__ == "__main__":

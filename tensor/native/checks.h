@@ -72,4 +72,10 @@ void check_kernel_device(const Tensor& x, const char* op);
 // rest is matmul itself, differentiable.
 Tensor summing_matmul(const Tensor& a, const Tensor& b);
 
+// src [k, C] (floating point) with its rows added into `rows` rows of zeros, row i onto row
+// ids[i] (int64 [k], each in [0, rows); repeats sum): embedding's backward kernel, O(k C).
+// Differentiable in src (the gradient gathers the rows back: embedding). index_add and
+// scatter_add sum through it.
+Tensor add_rows(const Tensor& src, const Tensor& ids, int64_t rows);
+
 }  // namespace tinyddp::tensor::detail

@@ -87,4 +87,21 @@ Tensor embedding(const Tensor& input, const Tensor& weight, std::optional<int64_
   return out;
 }
 
+Tensor detail::add_rows(const Tensor& src, const Tensor& ids, int64_t rows) {
+  const int64_t k = src.size(0), c = src.size(1);
+  if (k == 0 || c == 0) return zeros({rows, c}, TensorOptions(src.dtype()).device(src.device()));
+  check_kernel_device(src, "add_rows");
+  const Tensor out = new_output({rows, c}, src.dtype(), src.device());
+  {
+    NoGradGuard no_grad;
+    backend_for(src.device(), "add_rows").embedding_backward(out, src.contiguous(), ids.contiguous());
+  }
+  // linear in src: the gradient of row i is the gradient's row ids[i]
+  if (needs_grad(src)) {
+    record_op("AddRowsBackward", out, {src},
+              [ids](const Tensor& grad) { return std::vector<Tensor>{embedding(ids, grad)}; });
+  }
+  return out;
+}
+
 }  // namespace tinyddp::tensor

@@ -248,9 +248,11 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index_in, const Ten
   const int64_t rest = n > 0 ? front.numel() / n : 0;
   const Tensor scaled = alpha == 1.0 ? src : mul(src, alpha);
   const Tensor rows = scaled.permute(order).reshape({k, rest});
-  const Tensor picked = one_hot_rows(index.reshape({k}), n, x.dtype()).t();  // [n, k]
-  const Tensor out =
-      add(front.reshape({n, rest}), summing_matmul(picked, rows)).reshape(front.sizes()).permute(inverse(order));
+  // Floating point: the rows added by embedding's backward kernel; integers (which it does not
+  // take) by one_hot(index)^T [n, k] @ rows, exact in int64.
+  const Tensor added = x.is_floating_point() ? add_rows(rows, index.reshape({k}), n)
+                                             : summing_matmul(one_hot_rows(index.reshape({k}), n, x.dtype()).t(), rows);
+  const Tensor out = add(front.reshape({n, rest}), added).reshape(front.sizes()).permute(inverse(order));
   return x.dim() == 0 ? out.reshape({}) : out;
 }
 
@@ -310,10 +312,16 @@ ScatterRows scatter_rows(const Tensor& x, int64_t d, const Tensor& index, const 
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
   const int64_t d = check_scatter(x, dim, index, src, "scatter_add"), n = x.size(d);
   if (index.numel() == 0) return add(x, zeros_like(x));
-  // Each row's values summed into n slots by a [1, m] @ [m, n] one-hot product.
   const ScatterRows r = scatter_rows(x, d, index, src);
-  const Tensor sums =
-      summing_matmul(r.src.reshape({r.rows, 1, r.m}), one_hot_rows(r.index, n, x.dtype())).reshape({r.rows, n});
+  Tensor sums;  // [rows, n]
+  if (x.is_floating_point()) {
+    // Every value added at its slot of the rows laid end to end (row * n + index): one pass.
+    const Tensor starts = arange(int64_t{0}, r.rows * n, n, TensorOptions(kInt64).device(x.device()));
+    const Tensor slots = add(r.index, starts.view({r.rows, 1}));
+    sums = add_rows(r.src.reshape({r.rows * r.m, 1}), slots.reshape({r.rows * r.m}), r.rows * n).view({r.rows, n});
+  } else {  // each row's values summed into n slots by a [1, m] @ [m, n] one-hot product (int64)
+    sums = summing_matmul(r.src.reshape({r.rows, 1, r.m}), one_hot_rows(r.index, n, x.dtype())).reshape({r.rows, n});
+  }
   return add(x, r.back(sums, x));
 }
 
