@@ -80,6 +80,8 @@ const Tensor& write_in_place(const Tensor& self, const char* op, const std::func
     SaveCopiesGuard copies(self.storage());
     result = compute();
   }
+  TDDP_CHECK(can_cast(result.dtype(), self.dtype()), "{}: result type {} can't be cast to the desired output type {}",
+             op, dtype_name(result.dtype()), dtype_name(self.dtype()));
   const Tensor base = GradMode::is_enabled() ? live_view_base(self) : Tensor();
   const bool tracked = result.requires_grad() || self.requires_grad() || (base.defined() && base.requires_grad());
   if (!GradMode::is_enabled() || !tracked) {

@@ -205,6 +205,20 @@ TEST_CASE("in-place arithmetic with other dtypes computes in the result type and
                     Contains("mul_: result type float32 can't be cast to the desired output type int64"));
   CHECK_THROWS_WITH(ints({1}, kBool).add_(ints({1}, kInt64)),
                     Contains("add_: result type int64 can't be cast to the desired output type bool"));
+  // The other in-place ops refuse the same (their result computed first): an integer's sqrt_
+  // is float32, as PyTorch's; pow_ by a whole number and clamp_ keep the integers.
+  CHECK_THROWS_WITH(ints({1, 4}, kInt64).sqrt_(),
+                    Contains("sqrt_: result type float32 can't be cast to the desired output type int64"));
+  CHECK_THROWS_WITH(ints({1, 4}, kUInt8).exp_(),
+                    Contains("exp_: result type float32 can't be cast to the desired output type uint8"));
+  const Tensor squares = ints({3, -2}, kInt32);
+  squares.pow_(2.0);
+  CHECK(squares.to_vector<int32_t>() == std::vector<int32_t>{9, 4});
+  squares.clamp_(std::nullopt, 5.0);
+  CHECK(squares.to_vector<int32_t>() == std::vector<int32_t>{5, 4});
+  const Tensor half_values = from_vector<float>({1.0f, 2.0f}).to(kFloat16);
+  half_values.addcmul_(from_vector<float>({1.0f, 1.0f}), from_vector<float>({0.5f, 0.5f}));  // float32 into half
+  CHECK(half_values.to(kFloat32).to_vector<float>() == std::vector<float>{1.5f, 2.5f});
   CHECK(can_cast(kInt32, kUInt8));
   CHECK(can_cast(kBool, kFloat32));
   CHECK_FALSE(can_cast(kFloat32, kBool));
