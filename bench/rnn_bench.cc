@@ -65,6 +65,25 @@ void BM_LSTM(benchmark::State& state) { recurrent_step<nn::LSTM>(state); }
 BENCHMARK(BM_LSTM)->Apply(shapes);
 void BM_GRU(benchmark::State& state) { recurrent_step<nn::GRU>(state); }
 BENCHMARK(BM_GRU)->Apply(shapes);
+// An LSTM with proj_size (the fifth argument, P) over T steps, batch 32, 32 -> 128: its backward
+// is O(T) as one node (before it, composed of per-step ops, O(T^2) in the input's gradient).
+void BM_LSTM_proj(benchmark::State& state) {
+  const int64_t steps = state.range(0), batch = 32, in = 32, hidden = 128, proj = state.range(1);
+  t::manual_seed(0);
+  nn::LSTM layer(nn::LSTMOptions(in, hidden).batch_first(true).proj_size(proj));
+  t::Generator g(1);
+  const t::Tensor x = t::randn({batch, steps, in}, {}, &g).requires_grad_();
+  const t::Tensor grad = t::randn({batch, steps, proj}, {}, &g);
+  for (auto _ : state) {
+    const t::Tensor y = layer.forward(x);
+    y.backward(grad);
+    x.mutable_grad() = t::Tensor();
+    layer.zero_grad();
+    benchmark::DoNotOptimize(y.raw_data_ptr());
+  }
+}
+BENCHMARK(BM_LSTM_proj)->ArgNames({"steps", "proj"})->Args({64, 64})->Args({256, 64})->Unit(benchmark::kMillisecond);
+
 void BM_LSTM_packed(benchmark::State& state) { packed_step<nn::LSTM>(state); }
 BENCHMARK(BM_LSTM_packed)->Apply(shapes);
 void BM_GRU_packed(benchmark::State& state) { packed_step<nn::GRU>(state); }

@@ -38,9 +38,30 @@ def step_ms(kind, layers, steps, batch, inp, hidden, packed=False):
     return best
 
 
+def proj_ms(steps, proj, batch=32, inp=32, hidden=128):
+    """BM_LSTM_proj's step: one LSTM layer with proj_size, batch_first."""
+    torch.manual_seed(0)
+    layer = torch.nn.LSTM(inp, hidden, batch_first=True, proj_size=proj)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(batch, steps, inp, generator=g).requires_grad_()
+    grad = torch.randn(batch, steps, proj, generator=g)
+    best = float("inf")
+    for _ in range(5):
+        reps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < 1.0:
+            layer(x)[0].backward(grad)
+            x.grad = None
+            layer.zero_grad()
+            reps += 1
+        best = min(best, (time.perf_counter() - start) / reps * 1e3)
+    return best
+
+
 def main():
     threads = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 1
     torch.set_num_threads(threads)
+    for steps in (64, 256):
+        print(f"LSTM proj steps/proj ({steps}, 64): {proj_ms(steps, 64):.2f} ms ({threads} thread(s))")
     for packed in (False, True):
         for kind in ("LSTM", "GRU"):
             for shape in SHAPES:

@@ -119,14 +119,17 @@ class ByTime {
 // their graph), so the gradients below, built from ops too, carry a graph back to the inputs:
 // double backward, as PyTorch's CPU RNNs, which are composed of ops. Each returns what the
 // backward reads: the gates after their activations by time, and the layer's output.
+// With a projection w_hr [P, H] (defined), h = (o tanh(c)) w_hr^T of size P and `out` holds
+// the h_t only, [T, N, P].
 struct LstmSteps {
   Tensor gates, cells, out;  // [T, N, 4H] (i, f, g, o), [T, N, H], [T + 1, N, H]
 };
 LstmSteps lstm_steps(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih, const Tensor& w_hh,
-                     const Tensor& b_ih, const Tensor& b_hh, bool reverse, const Tensor& mask) {
-  const int64_t steps = x.size(0), hidden = h0.size(1);
+                     const Tensor& b_ih, const Tensor& b_hh, bool reverse, const Tensor& mask,
+                     const Tensor& w_hr = {}) {
+  const int64_t steps = x.size(0), hidden = c0.size(1);
   const Tensor xw = t::linear(x, w_ih, b_ih);  // [T, N, 4H], every step's input side at once
-  ByTime gates(steps), cells(steps), hs(steps + 1);
+  ByTime gates(steps), cells(steps), hs(w_hr.defined() ? steps : steps + 1);
   Tensor h = h0, c = c0;
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t time = time_at(s, steps, reverse);
@@ -134,14 +137,14 @@ LstmSteps lstm_steps(const Tensor& x, const Tensor& h0, const Tensor& c0, const 
     const Tensor sig = t::sigmoid(pre);
     const Tensor i = sig.narrow(1, 0, hidden), f = sig.narrow(1, hidden, hidden),
                  g = t::tanh(pre.narrow(1, 2 * hidden, hidden)), o = sig.narrow(1, 3 * hidden, hidden);
-    const Tensor c_new = f * c + i * g;
-    h = keep(mask, time, o * t::tanh(c_new), h);
+    const Tensor c_new = f * c + i * g, h_new = o * t::tanh(c_new);
+    h = keep(mask, time, w_hr.defined() ? t::mm(h_new, w_hr.t()) : h_new, h);
     c = keep(mask, time, c_new, c);
     gates.put(time, {sig.narrow(1, 0, 2 * hidden), g, o});
     cells.put(time, {c});
     hs.put(time, {h});
   }
-  hs.put(steps, {c});
+  if (!w_hr.defined()) hs.put(steps, {c});
   return {gates.stacked(), cells.stacked(), hs.stacked()};
 }
 
@@ -234,6 +237,70 @@ struct LstmLayer : autograd::Function<LstmLayer> {
   }
 };
 
+// LSTM with a projection as one node: the output is the h_t [T, N, P] and the last cell state
+// [N, H], flattened and joined (a node has one output). The backward is LstmLayer's with the
+// projection between h and o tanh(c): dm = dh w_hr, and w_hr's gradient one product at the end,
+// sum_t dh_t^T (o tanh(c))_t.
+struct LstmProjectedLayer : autograd::Function<LstmProjectedLayer> {
+  static Tensor forward(FunctionCtx* ctx, const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
+                        const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh, const Tensor& w_hr, bool reverse,
+                        const Tensor& mask) {
+    LstmSteps run = lstm_steps(x, h0, c0, w_ih, w_hh, b_ih, b_hh, reverse, mask, w_hr);
+    ctx->save_for_backward({x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, run.gates, run.cells, run.out, mask});
+    ctx->saved_data["reverse"] = reverse;
+    const Tensor c_last = run.cells.select(0, reverse ? 0 : x.size(0) - 1);
+    return t::cat({run.out.reshape({-1}), c_last.reshape({-1})}, 0);
+  }
+
+  static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& grad_outputs) {
+    const std::vector<Tensor> saved = ctx->get_saved_variables();
+    const Tensor &x = saved[0], &h0 = saved[1], &c0 = saved[2], &w_ih = saved[3], &w_hh = saved[4], &w_hr = saved[7],
+                 &mask = saved[11];
+    const bool reverse = ctx->saved_data.get<bool>("reverse");
+    const LstmSteps run = tensor::GradMode::is_enabled()
+                              ? lstm_steps(x, h0, c0, w_ih, w_hh, saved[5], saved[6], reverse, mask, w_hr)
+                              : LstmSteps{saved[8], saved[9], saved[10]};
+    const int64_t steps = x.size(0), hidden = c0.size(1), outputs = steps * h0.numel();
+    const Tensor grad_h = grad_outputs[0].narrow(0, 0, outputs).view(run.out.sizes());
+    ByTime dgates(steps), dhs(steps);  // of the pre-activations; of each step's projected h
+    Tensor dh = t::zeros_like(h0), dc = grad_outputs[0].narrow(0, outputs, c0.numel()).view(c0.sizes());
+    for (int64_t s = steps - 1; s >= 0; --s) {
+      const int64_t time = time_at(s, steps, reverse);
+      const Tensor act = run.gates.select(0, time);
+      const Tensor i = act.narrow(1, 0, hidden), f = act.narrow(1, hidden, hidden),
+                   g = act.narrow(1, 2 * hidden, hidden), o = act.narrow(1, 3 * hidden, hidden);
+      const Tensor c_prev = s == 0 ? c0 : run.cells.select(0, time_at(s - 1, steps, reverse));
+      const Tensor tanh_c = t::tanh(run.cells.select(0, time));
+      const SplitGrad h_grad = split_at(mask, time, dh + grad_h.select(0, time)), c_grad = split_at(mask, time, dc);
+      const Tensor dm = t::mm(dhs.put(time, {h_grad.stepped}), w_hr);  // h = m w_hr^T: [N, P] x [P, H]
+      const Tensor d_o = dm * tanh_c * o * (1.0 - o);
+      const Tensor dc_step = c_grad.stepped + dm * o * (1.0 - tanh_c * tanh_c);
+      const Tensor d = dgates.put(
+          time, {dc_step * g * i * (1.0 - i), dc_step * c_prev * f * (1.0 - f), dc_step * i * (1.0 - g * g), d_o});
+      dc = plus_held(dc_step * f, c_grad.held);
+      dh = plus_held(t::mm(d, w_hh), h_grad.held);  // [N, 4H] x [4H, P]
+    }
+    const Tensor all = dgates.stacked();
+    const LayerGrads grads = input_and_weight_grads(*ctx, 3, x, previous_hidden(run.out, h0, reverse), w_ih, all, all);
+    const auto& needs = ctx->needs_input_grad;
+    Tensor d_hr;  // sum over t of dh_t^T (o tanh(c))_t: [P, T*N] x [T*N, H]
+    if (needs[7]) {
+      const Tensor m = run.gates.narrow(2, 3 * hidden, hidden) * t::tanh(run.cells);
+      d_hr = t::mm(rows(dhs.stacked()).transpose(0, 1), rows(m));
+    }
+    return {grads.x,
+            needs[1] ? dh : Tensor(),
+            needs[2] ? dc : Tensor(),
+            grads.w_ih,
+            grads.w_hh,
+            grads.b_ih,
+            grads.b_hh,
+            d_hr,
+            Tensor(),
+            Tensor()};
+  }
+};
+
 struct GruLayer : autograd::Function<GruLayer> {
   static Tensor forward(FunctionCtx* ctx, const Tensor& x, const Tensor& h0, const Tensor& w_ih, const Tensor& w_hh,
                         const Tensor& b_ih, const Tensor& b_hh, bool reverse, const Tensor& mask) {
@@ -322,21 +389,10 @@ struct RnnLayer : autograd::Function<RnnLayer> {
 std::pair<Tensor, Tensor> lstm_projected_layer(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
                                                const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh,
                                                const Tensor& w_hr, bool reverse, const Tensor& mask) {
-  const int64_t steps = x.size(0), hidden = c0.size(1);
-  const Tensor xw = t::linear(x, w_ih, b_ih);  // [T, N, 4H]
-  std::vector<Tensor> hs(static_cast<size_t>(steps));
-  Tensor h = h0, c = c0;
-  for (int64_t s = 0; s < steps; ++s) {
-    const int64_t time = time_at(s, steps, reverse);
-    const Tensor pre = t::add(xw.select(0, time), t::linear(h, w_hh, b_hh));  // [N, 4H]
-    const Tensor i = t::sigmoid(pre.narrow(1, 0, hidden)), f = t::sigmoid(pre.narrow(1, hidden, hidden)),
-                 g = t::tanh(pre.narrow(1, 2 * hidden, hidden)), o = t::sigmoid(pre.narrow(1, 3 * hidden, hidden));
-    const Tensor c_new = f * c + i * g;
-    h = keep(mask, time, t::matmul(o * t::tanh(c_new), w_hr.t()), h);  // [N, P]
-    c = keep(mask, time, c_new, c);
-    hs[static_cast<size_t>(time)] = h;
-  }
-  return {t::stack(hs, 0), c};
+  const Tensor out = LstmProjectedLayer::apply(x, h0, c0, w_ih, w_hh, b_ih, b_hh, w_hr, reverse, mask);
+  const int64_t outputs = x.size(0) * h0.numel();  // then the last cell state's c0.numel()
+  return {out.narrow(0, 0, outputs).view({x.size(0), h0.size(0), h0.size(1)}),
+          out.narrow(0, outputs, c0.numel()).view(c0.sizes())};
 }
 
 Tensor lstm_layer(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih, const Tensor& w_hh,

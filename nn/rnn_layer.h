@@ -32,9 +32,8 @@ Tensor lstm_layer(const Tensor& x, const Tensor& h0, const Tensor& c0, const Ten
                   const Tensor& b_ih, const Tensor& b_hh, bool reverse, const Tensor& mask = {});
 
 // LSTM with a projection (PyTorch's proj_size P): h' = (o tanh(c')) w_hr^T, h0 and h_t [N, P],
-// w_hh [4H, P], w_hr [P, H]. -> (the h_t [T, N, P], the last cell state [N, H]). Composed of
-// ops step by step (a node per op, not one per layer), so its gradients, double backward
-// included, are theirs.
+// w_hh [4H, P], w_hr [P, H]. -> (the h_t [T, N, P], the last cell state [N, H]), views of one
+// node's output (both joined, flattened), whose backward is lstm_layer's with the projection.
 std::pair<Tensor, Tensor> lstm_projected_layer(const Tensor& x, const Tensor& h0, const Tensor& c0, const Tensor& w_ih,
                                                const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh,
                                                const Tensor& w_hr, bool reverse, const Tensor& mask = {});

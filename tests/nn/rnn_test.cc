@@ -112,6 +112,14 @@ TEST_CASE("The recurrences' backward through time against finite differences, an
     CHECK(autograd::gradcheck(gru, {x, h0, w3, u3, b3, v3}) == "");
     CHECK(autograd::gradgradcheck(gru, {x, h0, w3, u3, b3, v3}) == "");
     const Tensor w1 = randn({3, 3}), u1 = randn({3, 3}), b1 = randn({3}), v1 = randn({3});
+    // with a projection (P = 2 of H = 3), its one node's output as both parts joined
+    const Tensor hp0 = randn({2, 2}), up = randn({12, 2}), wr = randn({2, 3});
+    const auto projected = [&](const Inputs& v) {
+      const auto [hs, c] = lstm_projected_layer(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], reverse);
+      return tensor::cat({hs.flatten(), c.flatten()});
+    };
+    CHECK(autograd::gradcheck(projected, {x, hp0, c0, w4, up, b4, v4, wr}) == "");
+    CHECK(autograd::gradgradcheck(projected, {x, hp0, c0, w4, up, b4, v4, wr}) == "");
     for (const char* act : {"tanh", "relu"}) {
       INFO(act);
       const auto rnn = [&](const Inputs& v) { return rnn_layer(v[0], v[1], v[2], v[3], v[4], v[5], reverse, act); };
