@@ -6,7 +6,9 @@
 # store (rdzv_conf is_host). torchrun tells the workers its host name as MASTER_ADDR, so the
 # node gets a host name of its own, its address (a UTS namespace), and gloo uses eth0.
 set -euo pipefail
-address="${TINYDDP_BIND_ADDR:?run by scripts/sim_cluster.sh, which sets TINYDDP_BIND_ADDR}"
+# The node's address: its eth0's (a node of scripts/sim_cluster.sh has that one interface).
+address="$(ip -4 -o addr show dev eth0 | awk '{print $4}' | cut -d/ -f1)"
+[ -n "$address" ] || { echo "torchrun_node.sh: no IPv4 address on eth0 (run it through scripts/sim_cluster.sh)" >&2; exit 2; }
 endpoint=""
 for ((i = 1; i < $#; i++)); do
   if [ "${!i}" = "--rdzv_endpoint" ]; then j=$((i + 1)); endpoint="${!j}"; fi

@@ -3,8 +3,6 @@
 // every collective without an explicit one uses.
 #include "tinyddp/comm/init.h"
 
-#include <unistd.h>
-
 #include <charconv>
 #include <cstdlib>
 #include <mutex>
@@ -16,6 +14,7 @@
 #include "tinyddp/comm/launch_env.h"
 #include "tinyddp/comm/nccl/process_group_nccl.h"
 #include "tinyddp/comm/process_group_wrapper.h"
+#include "tinyddp/comm/socket.h"
 #include "tinyddp/comm/tcp_store.h"
 #include "tinyddp/tensor/cuda.h"
 
@@ -43,6 +42,36 @@ bool is_loopback(const std::string& address) {
   return address == "localhost" || address.rfind("127.", 0) == 0 || address == "::1";
 }
 
+// The address this rank's transport binds to and publishes to its peers: the options', else
+// TINYDDP_BIND_ADDR, else loopback for a master on loopback, else this host's address on the
+// route to the master (so no configuration finds the interface that reaches the other hosts).
+// A loopback address given for a master on another host would leave the peers unable to
+// connect: refused, naming both.
+std::string bind_address(const InitOptions& options, const std::string& master_addr, int rank) {
+  std::optional<std::string> given = options.bind_address();
+  const char* source = "InitOptions::bind_address";
+  if (!given) {
+    given = env_value("TINYDDP_BIND_ADDR");
+    source = "TINYDDP_BIND_ADDR";
+  }
+  if (is_loopback(master_addr)) return given.value_or("127.0.0.1");
+  const net::Route route = net::route_toward(master_addr);
+  TDDP_CHECK(given || !route.local.empty(),
+             "init_process_group: rank {} cannot find its address toward MASTER_ADDR {}: {} (check MASTER_ADDR, or "
+             "set TINYDDP_BIND_ADDR to this host's address that the other hosts reach)",
+             rank, master_addr, route.why);
+  if (!given) return route.local;
+  // The master is on this host when the route to it starts from its own address.
+  const bool master_here = !route.local.empty() && route.local == route.remote;
+  TDDP_CHECK(!is_loopback(*given) || master_here,
+             "init_process_group: rank {} would publish the loopback address {} ({}) to peers that reach the master "
+             "at MASTER_ADDR {}{}, another host: they could not connect to it; unset {} (the address on the route "
+             "to MASTER_ADDR{} is found by itself) or set it to this host's address",
+             rank, *given, source, master_addr, route.remote.empty() ? "" : " (" + route.remote + ")", source,
+             route.local.empty() ? "" : ", " + route.local + ",");
+  return *given;
+}
+
 }  // namespace
 
 std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, const InitOptions& options) {
@@ -61,15 +90,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, con
 
   ProcessGroupOptions pg_options;
   pg_options.timeout(options.timeout());
-  if (options.bind_address()) {
-    pg_options.bind_address(*options.bind_address());
-  } else if (const auto bind = env_value("TINYDDP_BIND_ADDR")) {
-    pg_options.bind_address(*bind);
-  } else if (!is_loopback(master_addr)) {
-    char host[256] = {};
-    ::gethostname(host, sizeof(host) - 1);
-    pg_options.bind_address(host);
-  }
+  pg_options.bind_address(bind_address(options, master_addr, rank));
 
   std::shared_ptr<Store> store;
   if (world_size == 1) {

@@ -43,8 +43,10 @@ struct InitOptions {
     timeout_ = v;
     return *this;
   }
-  // The address this rank's transport binds to: env TINYDDP_BIND_ADDR, else 127.0.0.1 when
-  // the master is on loopback, else this host's name.
+  // The address this rank's transport binds to and its peers connect to: env
+  // TINYDDP_BIND_ADDR, else 127.0.0.1 when the master is on loopback, else this host's source
+  // address on its route to MASTER_ADDR (as `ip route get` shows it). A loopback address for a
+  // master on another host is an error naming both.
   InitOptions& bind_address(std::string v) {
     bind_address_ = std::move(v);
     return *this;

@@ -3,6 +3,7 @@
 #include "tinyddp/comm/socket.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -86,6 +87,46 @@ sockaddr_storage with_port(sockaddr_storage a, uint16_t port) {
 void close_fd(int& fd) {
   if (fd >= 0) ::close(fd);
   fd = -1;
+}
+
+namespace {
+
+std::string numeric_address(const sockaddr* a, socklen_t length) {
+  char text[NI_MAXHOST] = {};
+  if (::getnameinfo(a, length, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) != 0) return "";
+  return text;
+}
+
+}  // namespace
+
+Route route_toward(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), "9", &hints, &found); rc != 0) {
+    return {"", "", "'" + host + "' does not resolve: " + ::gai_strerror(rc)};
+  }
+  Route route;
+  route.why = "no route reaches '" + host + "'";
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t length = sizeof(local);
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
+      route = {numeric_address(reinterpret_cast<sockaddr*>(&local), length), numeric_address(a->ai_addr, a->ai_addrlen),
+               ""};
+      close_fd(fd);
+      break;
+    }
+    route.why =
+        "no route reaches '" + host + "' (" + numeric_address(a->ai_addr, a->ai_addrlen) + "): " + errno_text(errno);
+    close_fd(fd);
+  }
+  ::freeaddrinfo(found);
+  return route;
 }
 
 }  // namespace tinyddp::comm::net

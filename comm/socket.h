@@ -45,6 +45,15 @@ sockaddr_storage with_port(sockaddr_storage a, uint16_t port);
 // "[10.0.0.2]:29500" for the peer a connected socket talks to ("[?]" when it cannot say).
 std::string peer_address(int fd);
 
+// The kernel's route from this host to `host` (a name or a numeric address): `remote`, the
+// address `host` resolved to, and `local`, the source address the route sends from (what
+// `ip route get` prints as src), found by connecting a UDP socket, which sends nothing. When
+// `host` does not resolve or no route reaches it, both are empty and `why` says which.
+struct Route {
+  std::string local, remote, why;
+};
+Route route_toward(const std::string& host);
+
 // Closes `fd` if open and sets it to -1.
 void close_fd(int& fd);
 

@@ -198,7 +198,8 @@ for ((i = 0; i < nodes; i++)); do
   fi
   # setsid: each node's launcher leads a process group of its own, so cleanup can stop all of it.
   # shellcheck disable=SC2086
-  setsid ip netns exec "${tag}n$i" env TINYDDP_BIND_ADDR="$base.$((i + 1))" \
+  # (no address to set: each rank binds to its source address on the route to the master)
+  setsid ip netns exec "${tag}n$i" \
     "$launch" "${job[@]}" --nproc_per_node "$nproc" $launch_args -- "$@" >"$logs/node$i.log" 2>&1 &
   pids+=($!)
   # Node 0 hosts an elastic job's store: the others start once it is there.

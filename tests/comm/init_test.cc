@@ -16,10 +16,10 @@ using tinyddp::launcher::spawn_local;
 
 namespace {
 void clear_env() {
-  for (const char* name :
-       {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TINYDDP_STORE_HOSTED",
-        "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
-        "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_LAUNCH_NODE_IPADDR"}) {
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                           "TINYDDP_STORE_HOSTED", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                           "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+                           "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_LAUNCH_NODE_IPADDR", "TINYDDP_BIND_ADDR"}) {
     ::unsetenv(name);
   }
 }
@@ -99,6 +99,28 @@ TEST_CASE("missing or bad environment variables name themselves", "[comm][init][
   CHECK(local_rank() == 0);
   ::setenv("LOCAL_RANK", "3", 1);
   CHECK(local_rank() == 3);
+  clear_env();
+}
+
+TEST_CASE("the transport's address comes from the route to MASTER_ADDR; a loopback one for another host is refused",
+          "[comm][init][errors]") {
+  // (tests/cluster's jobs, on hosts in network namespaces, find their addresses this way)
+  clear_env();
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("RANK", "1", 1);
+  ::setenv("MASTER_PORT", std::to_string(testing::free_port()).c_str(), 1);
+  ::setenv("MASTER_ADDR", "no-such-host.invalid", 1);
+  CHECK_THROWS_WITH(init_from_env(), Contains("rank 1 cannot find its address toward MASTER_ADDR no-such-host.invalid: "
+                                              "'no-such-host.invalid' does not resolve"));
+  // 192.0.2.1 (TEST-NET-1) is no address of this host.
+  ::setenv("MASTER_ADDR", "192.0.2.1", 1);
+  ::setenv("TINYDDP_BIND_ADDR", "127.0.0.1", 1);
+  CHECK_THROWS_WITH(init_from_env(), Contains("rank 1 would publish the loopback address 127.0.0.1 (TINYDDP_BIND_ADDR) "
+                                              "to peers that reach the master at MASTER_ADDR 192.0.2.1"));
+  InitOptions options;
+  options.bind_address("127.0.0.2");
+  CHECK_THROWS_WITH(init_process_group("gloo", options),
+                    Contains("the loopback address 127.0.0.2 (InitOptions::bind_address)"));
   clear_env();
 }
 
