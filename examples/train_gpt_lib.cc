@@ -319,7 +319,7 @@ void describe(const GPTTrainConfig& config, const Run& run, std::ostream& out) {
                            run.world, run.placement.backend)
              : "");
   if (run.placement.device.type == t::DeviceType::kCPU)
-    out << fmt::format("{} intra-op threads\n", t::get_num_threads());
+    out << fmt::format("{} intra-op threads ({})\n", t::get_num_threads(), t::num_threads_source());
 }
 
 std::string sample(const GPTTrainConfig& config, const Run& run) {

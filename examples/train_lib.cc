@@ -375,7 +375,8 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   // Resolves TINYDDP_CPU_ISA and the thread count now: a value this CPU cannot run, or a bad
   // --threads or TINYDDP_NUM_THREADS, stops here, before any work.
   const int threads = use_threads(config.threads);
-  const std::string cpu_kernels = fmt::format("{}; {} intra-op threads", tensor::cpu_kernels_summary(), threads);
+  const std::string cpu_kernels =
+      fmt::format("{}; {} intra-op threads ({})", tensor::cpu_kernels_summary(), threads, tensor::num_threads_source());
   Run run = set_up(config);
   std::ostringstream quiet;  // only rank 0 prints progress
   std::ostream& progress = run.rank == 0 ? log : quiet;

@@ -46,10 +46,24 @@ namespace {
 std::mutex count_mutex;
 std::atomic<int> thread_count{0};  // 0: not resolved yet
 
+std::string count_source = "the physical cores";  // what set thread_count (count_mutex)
+
 int default_num_threads() {
   for (const char* variable : {"TINYDDP_NUM_THREADS", "OMP_NUM_THREADS"}) {
-    if (const char* value = std::getenv(variable)) return parse_num_threads(variable, value, available_cpus());
+    if (const char* value = std::getenv(variable)) {
+      count_source = fmt::format("{}={}", variable, value);
+      return parse_num_threads(variable, value, available_cpus());
+    }
   }
+  // A Slurm task's CPUs (srun -c N): its share of the node where no affinity mask holds it to
+  // them (TaskPlugin=task/none), and never more than the physical cores it may use.
+  if (const char* per_task = std::getenv("SLURM_CPUS_PER_TASK")) {
+    const int threads = parse_num_threads("SLURM_CPUS_PER_TASK", per_task, available_cpus());
+    count_source = fmt::format("SLURM_CPUS_PER_TASK={}", per_task);
+    if (threads > available_physical_cores()) count_source += ", capped at the physical cores";
+    return std::min(threads, available_physical_cores());
+  }
+  count_source = "the physical cores";
   return available_physical_cores();
 }
 
@@ -213,6 +227,13 @@ void set_num_threads(int threads) {
              cpus);
   std::lock_guard<std::mutex> lock(count_mutex);
   thread_count = threads;  // the pool is resized at the next region
+  count_source = "set_num_threads";
+}
+
+std::string num_threads_source() {
+  get_num_threads();
+  std::lock_guard<std::mutex> lock(count_mutex);
+  return count_source;
 }
 
 bool in_parallel_region() { return inside_region; }

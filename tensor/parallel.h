@@ -8,8 +8,9 @@
 // order, so 1 thread and 16 give the same bits (PyTorch does not promise this; tinyddp does).
 //
 // The number of threads: set_num_threads(n), else TINYDDP_NUM_THREADS, else OMP_NUM_THREADS,
-// else the physical cores this process may run on (its CPU affinity, and its cgroup's CPU
-// quota where one is set), read once, at the first kernel that asks. A value that is not a
+// else under Slurm SLURM_CPUS_PER_TASK (a task's CPUs, `srun -c N`; at most the physical cores
+// below), else the physical cores this process may run on (its CPU affinity, and its cgroup's
+// CPU quota where one is set), read once, at the first kernel that asks. A value that is not a
 // whole number from 1 to 4 x the CPUs this process may use is an Error naming the variable,
 // the value and the range.
 //
@@ -34,6 +35,9 @@ int get_num_threads();
 // Sets it for the whole process, as torch.set_num_threads; throws an Error naming `threads`
 // and the allowed range (1 to 4 x the CPUs this process may use) when it is out of range.
 void set_num_threads(int threads);
+// What decided get_num_threads(): "set_num_threads", "TINYDDP_NUM_THREADS=4",
+// "OMP_NUM_THREADS=1", "SLURM_CPUS_PER_TASK=8" or "the physical cores" (the examples print it).
+std::string num_threads_source();
 
 // What TINYDDP_NUM_THREADS (or OMP_NUM_THREADS) = `value` sets, for `cpus` usable CPUs; throws
 // an Error naming `variable`, the value and the range when it is not a whole number in range.

@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -139,14 +138,20 @@ TEST_CASE("examples: bad thread counts stop train at start-up, naming the range;
     CHECK_THAT(r.output, Contains(std::string("train: error: TINYDDP_NUM_THREADS='") + bad + "'") &&
                              Contains("from 1 to " + most));
   }
-  const CommandResult omp = run_command("env -u TINYDDP_NUM_THREADS OMP_NUM_THREADS=x examples/train --steps 1");
-  CHECK_THAT(omp.output, Contains("OMP_NUM_THREADS='x': not a whole number"));
+  CHECK_THAT(run_command("env -u TINYDDP_NUM_THREADS OMP_NUM_THREADS=x examples/train --steps 1").output,
+             Contains("OMP_NUM_THREADS='x': not a whole number"));
   expect_train_error("--threads -1 --steps 1", "--threads must be positive (or 0: the default), got -1");
   expect_train_error("--threads 100000 --steps 1", "set_num_threads: 100000 threads; expected 1 to " + most);
   const CommandResult two = run_command("examples/train --steps 2 --threads 2");
   INFO(two.output);
   CHECK(two.exit_code == 0);
-  CHECK_THAT(two.output, Contains("; 2 intra-op threads"));
+  CHECK_THAT(two.output, Contains("; 2 intra-op threads (set_num_threads)"));
+  // Under Slurm (srun -c 1) the task's CPUs, said where they came from; a bad value is named.
+  const std::string slurm = "env -u TINYDDP_NUM_THREADS -u OMP_NUM_THREADS SLURM_CPUS_PER_TASK=";
+  CHECK_THAT(run_command(slurm + "1 examples/train --steps 1").output,
+             Contains("; 1 intra-op threads (SLURM_CPUS_PER_TASK=1)"));
+  CHECK_THAT(run_command(slurm + "x examples/train --steps 1").output,
+             Contains("train: error: SLURM_CPUS_PER_TASK='x': not a whole number"));
 }
 
 TEST_CASE("examples: TINYDDP_CPU_ISA=avx512 on a CPU without it stops train at start-up", "[examples][train][errors]") {
