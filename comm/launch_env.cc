@@ -51,6 +51,24 @@ const bool stdout_line_buffered = [] {
   return std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ) == 0;
 }();
 
+// mpirun's and srun's own variables must agree with each other: the rank below the size, the
+// local rank below the local size (Open MPI's; Slurm's per-node count is only checked when
+// every node has the same). A disagreement names the variables and their values.
+void check_agreement(const LaunchEnv& e, const char* rank, const char* size, const char* local_rank,
+                     const char* local_size) {
+  // (a size unset is no disagreement: sbatch's batch step may carry SLURM_PROCID alone, and a
+  // program started there trains alone)
+  if (!e.world_size) return;
+  TDDP_CHECK(*e.rank >= 0 && *e.rank < *e.world_size,
+             "init_process_group: {}={} is not in [0, {}={}) ({}'s variables disagree)", rank, *e.rank, size,
+             *e.world_size, e.source);
+  if (e.local_rank && e.local_world_size && local_size) {
+    TDDP_CHECK(*e.local_rank >= 0 && *e.local_rank < *e.local_world_size,
+               "init_process_group: {}={} is not in [0, {}={}) ({}'s variables disagree)", local_rank, *e.local_rank,
+               local_size, *e.local_world_size, e.source);
+  }
+}
+
 }  // namespace
 
 LaunchEnv launch_env() {
@@ -67,12 +85,17 @@ LaunchEnv launch_env() {
     e.world_size = env_int("OMPI_COMM_WORLD_SIZE");
     e.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK");
     e.local_world_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
+    check_agreement(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                    "OMPI_COMM_WORLD_LOCAL_SIZE");
   } else if (env_value("SLURM_PROCID")) {
     e.source = "Slurm";
     e.rank = env_int("SLURM_PROCID");
     e.world_size = env_int("SLURM_NTASKS");
     e.local_rank = env_int("SLURM_LOCALID");
     e.local_world_size = slurm_tasks_per_node();
+    const std::string per_node = env_value("SLURM_NTASKS_PER_NODE").value_or("");
+    const bool uniform = per_node.find(',') == std::string::npos;  // "2" or "2(x3)", not "2,1"
+    check_agreement(e, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", uniform ? "SLURM_NTASKS_PER_NODE" : nullptr);
   } else {
     e.source = "none";
     e.local_rank = env_int("LOCAL_RANK");  // set alone by hand: still this process's device

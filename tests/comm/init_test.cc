@@ -74,6 +74,22 @@ TEST_CASE("launch_env reads launch's, Open MPI's and Slurm's variables, in that 
   ::unsetenv("RANK");
   ::unsetenv("WORLD_SIZE");
   CHECK_THROWS_WITH(launch_env(), Contains("OMPI_COMM_WORLD_SIZE='x' is not an integer"));
+  // Their own variables must agree: each disagreement named, with the values.
+  ::setenv("OMPI_COMM_WORLD_SIZE", "1", 1);
+  CHECK_THROWS_WITH(launch_env(), Contains("OMPI_COMM_WORLD_RANK=1 is not in [0, OMPI_COMM_WORLD_SIZE=1) (Open MPI's "
+                                           "variables disagree)"));
+  for (const char* name :
+       {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
+    ::unsetenv(name);
+  }
+  ::setenv("SLURM_LOCALID", "2", 1);  // with SLURM_NTASKS_PER_NODE 2(x4)
+  CHECK_THROWS_WITH(launch_env(), Contains("SLURM_LOCALID=2 is not in [0, SLURM_NTASKS_PER_NODE=2)"));
+  ::setenv("SLURM_NTASKS_PER_NODE", "1,3", 1);  // uneven: this node's count unknown, not checked
+  CHECK(launch_env().local_rank == 2);
+  ::setenv("SLURM_PROCID", "8", 1);
+  CHECK_THROWS_WITH(launch_env(), Contains("SLURM_PROCID=8 is not in [0, SLURM_NTASKS=8)"));
+  ::unsetenv("SLURM_NTASKS");  // a batch step's SLURM_PROCID alone: no size, nothing to disagree
+  CHECK_FALSE(launch_env().world_size.has_value());
   clear_env();
 }
 
