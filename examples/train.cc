@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "examples/preemption.h"
 #include "examples/train_lib.h"
 #include "tinyddp/base/error.h"
 
@@ -63,7 +64,8 @@ int main(int argc, char** argv) {
                  "PowerSGD's start_powerSGD_iter: plain allreduce before it (default 1000, PyTorch's)");
   app.add_option(
       "--checkpoint", config.checkpoint,
-      "rank 0 writes the model, optimizer state and step here (every --checkpoint_every steps and at the end)");
+      "rank 0 writes the model, optimizer state and step here (every --checkpoint_every steps, at the end, and "
+      "when SIGUSR1 or SIGTERM stops the run: exit status 75, for a requeue)");
   app.add_option("--checkpoint_every", config.checkpoint_every, "steps between checkpoints (default: only at the end)");
   app.add_flag("--resume", config.resume,
                "continue from --checkpoint when it exists (e.g. after launch --max_restarts)");
@@ -79,8 +81,8 @@ int main(int argc, char** argv) {
                "communication and overlap per iteration");
   CLI11_PARSE(app, argc, argv);
   try {  // the values are checked once, by TrainConfig::validate (train_lib.h)
-    tinyddp::examples::train(config, std::cout);
-    return 0;
+    const tinyddp::examples::TrainResult result = tinyddp::examples::train(config, std::cout);
+    return result.stopped_after >= 0 ? tinyddp::kRequeueExitStatus : 0;
   } catch (const std::exception& e) {
     std::cerr << "train: error: " << e.what() << "\n";
     return 1;

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "examples/models.h"
+#include "examples/preemption.h"
 #include "examples/run_env.h"
 #include "examples/train_data.h"
 #include "tinyddp/comm/init.h"
@@ -203,10 +204,11 @@ Tensor loss_of(const TrainConfig& config, const Tensor& prediction, const Tensor
 
 // Rank 0 writes a checkpoint every --checkpoint_every steps and at the end.
 // --fsdp: every rank writes its own file of its shards (ddp::save_sharded_checkpoint).
-void save_checkpoint_if_due(const TrainConfig& config, const Run& run, int64_t steps_done) {
+// `now`: also when not due (the ranks stop for a requeue).
+void save_checkpoint_if_due(const TrainConfig& config, const Run& run, int64_t steps_done, bool now = false) {
   if (config.checkpoint.empty()) return;
   const bool last = steps_done == config.steps;
-  const bool due = config.checkpoint_every > 0 ? steps_done % config.checkpoint_every == 0 || last : last;
+  const bool due = now || (config.checkpoint_every > 0 ? steps_done % config.checkpoint_every == 0 || last : last);
   if (!due) return;
   if (config.fsdp && run.pg) {
     ddp::save_sharded_checkpoint(config.checkpoint, *run.model.module, *run.optimizer, *run.pg, steps_done);
@@ -230,14 +232,21 @@ class Log {
         start_(std::chrono::steady_clock::now()) {}
 
   // Before backward: the step's loss over all ranks (and on the last step, the accuracy).
-  void loss(int64_t step, const Tensor& loss, const Tensor& prediction, const Tensor& targets) {
-    const double value =
-        mean_over_ranks(t::scalar_tensor(loss.item<double>(), t::TensorOptions(t::kFloat64).device(report_device_)));
+  // `stop_signal` is the signal this rank got asking it to stop (preemption.h), or 0; it rides
+  // on the loss's allreduce, and what comes back says whether any rank got one: then every
+  // rank stops after this step.
+  bool loss(int64_t step, const Tensor& loss, const Tensor& prediction, const Tensor& targets, int stop_signal) {
+    const Tensor both = t::tensor({loss.item<double>(), stop_signal != 0 ? 1.0 : 0.0},
+                                  t::TensorOptions(t::kFloat64).device(report_device_));
+    if (run_.pg) run_.pg->allreduce(both, comm::ReduceOp::kAvg)->wait();
+    const std::vector<double> mean = both.to(t::kCPU).to_vector<double>();
+    const double value = mean[0];
     TDDP_CHECK(std::isfinite(value), "the loss became {} at step {}; lower --lr", value, step);
     result_.losses.push_back(value);
     if (classification(config_) && step + 1 == config_.steps) {
       result_.accuracy = mean_over_ranks(t::mean(t::eq(t::argmax(prediction, 1), targets).to(t::kFloat64)));
     }
+    return mean[1] > 0;
   }
 
   // After the update: the metrics row and, every log_every steps, a progress line.
@@ -321,6 +330,18 @@ void tear_down(const TrainConfig& config, Run& run) {
   comm::destroy_process_group();
 }
 
+// The ranks agreed to stop after `steps_done` steps (a signal, preemption.h): the checkpoint is
+// written; the group goes and the run ends early.
+TrainResult stop_for_requeue(const TrainConfig& config, Run& run, Log& logged, int signo, int64_t steps_done,
+                             std::ostream& progress) {
+  TrainResult result = logged.result();
+  result.seconds = logged.seconds();
+  result.stopped_after = steps_done;
+  progress << stop_message(signo, steps_done, config.steps, config.checkpoint) << "\n";
+  tear_down(config, run);
+  return result;
+}
+
 // The loss and the optimizer step as spans on DDP's timeline (nothing on one process).
 std::optional<ddp::DistributedDataParallel::TimelineSpan> timeline_span(const Run& run, const char* name) {
   if (!run.runner.ddp) return std::nullopt;
@@ -384,6 +405,9 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     progress << fmt::format("resuming from {} after {} steps\n", config.checkpoint, run.first_step);
   progress << describe_run(config, run) << "cpu kernels: " << cpu_kernels << "\n";
   Log logged(config, run, progress);
+  // With a checkpoint to write, SIGUSR1 and SIGTERM stop the run after a step (preemption.h).
+  std::optional<StopSignals> signals;
+  if (!config.checkpoint.empty()) signals.emplace();
   for (int64_t step = run.first_step; step < config.steps; ++step) {
     fail_on_purpose_if_asked(config.fail_at_step, step, run.rank, "train");
     const Batch mine = run.data->batch(step);  // this rank's share of the step's global batch
@@ -399,9 +423,10 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
       const auto marked = timeline_span(run, "loss");
       loss = loss_of(config, prediction, batch.targets);
     }
+    bool stop = false;
     {
       const auto marked = timeline_span(run, "loss logged (its mean over ranks)");
-      logged.loss(step, loss, prediction, batch.targets);
+      stop = logged.loss(step, loss, prediction, batch.targets, signals ? signals->received() : 0);
     }
     loss.backward();
     {
@@ -409,7 +434,9 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
       run.optimizer->step();
     }
     logged.step_done(step, mine.inputs.size(0));
-    save_checkpoint_if_due(config, run, step + 1);
+    save_checkpoint_if_due(config, run, step + 1, stop);
+    if (stop && step + 1 < config.steps)
+      return stop_for_requeue(config, run, logged, signals->received(), step + 1, progress);
   }
   TrainResult result = logged.result();
   result.seconds = logged.seconds();

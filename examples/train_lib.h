@@ -79,6 +79,9 @@ struct TrainResult {
   double held_out_accuracy = -1;  // cross-entropy: samples kept out of training, after training
   double seconds = 0;
   int64_t samples = 0;
+  // The steps done when the ranks stopped for a requeue (SIGUSR1 or SIGTERM with --checkpoint:
+  // preemption.h), or -1 when the run ended.
+  int64_t stopped_after = -1;
 };
 
 // Runs the training described by `config`, printing progress to `log`. Throws

@@ -16,6 +16,7 @@
 #include <fmt/ranges.h>
 
 #include "tinyddp/base/error.h"
+#include "tinyddp/base/exit_status.h"
 #include "tinyddp/comm/tcp_store.h"
 #include "tinyddp/launcher/elastic.h"
 #include "tinyddp/launcher/processes.h"
@@ -249,15 +250,19 @@ int run_rounds(const LaunchConfig& o, const CoreShare& share, ElasticRendezvous&
           << std::endl;
       ElasticWatch watch(o, node, round);
       const GroupResult group = run_group(o, round_spec(o, round, world, rdzv.restarts()), share, &watch, log);
-      if (group.interrupted_by != 0) {
+      if (group.interrupted_by != 0 || group.requeue) {
         // This node leaves; the others go on without it, unless it holds the store: then the
         // job ends for every node (at once, rather than when their store calls time out).
-        const std::string why = fmt::format("node {}{} was stopped by {}", node, hosting ? " (hosting the store)" : "",
-                                            ::strsignal(group.interrupted_by));
+        // Workers that stopped for a requeue stopped on every node, at the same step.
+        const std::string why =
+            group.requeue ? fmt::format("node {}'s workers stopped for a requeue", node)
+                          : fmt::format("node {}{} was stopped by {}", node, hosting ? " (hosting the store)" : "",
+                                        ::strsignal(group.interrupted_by));
         if (hosting) rdzv.close_job(why);
         rdzv.request_new_round(round, why);
         leave(rdzv, round, hosting, o.rdzv_timeout, log);
-        return 128 + group.interrupted_by;
+        if (group.requeue) log << "launch: " << why << "; exit status " << kRequeueExitStatus << std::endl;
+        return group.requeue ? kRequeueExitStatus : 128 + group.interrupted_by;
       }
       if (watch.store_lost()) throw Error("launch: failed: " + watch.stop_reason());
       if (group.succeeded()) return finish(rdzv, round, watch, hosting, o, log);

@@ -9,6 +9,7 @@
 
 #include "tinyddp/base/cpus.h"
 #include "tinyddp/base/error.h"
+#include "tinyddp/base/exit_status.h"
 #include "tinyddp/launcher/elastic_agent.h"
 #include "tinyddp/launcher/failure_watch.h"
 #include "tinyddp/launcher/processes.h"
@@ -64,6 +65,10 @@ int launch(const LaunchConfig& options, std::ostream& log) {
     // The watch lives through leave_nodes: its thread may not have sent this node's failure to
     // the others yet, and a node whose rank hangs learns of it only that way.
     leave_nodes(options, *store, attempt, log);
+    if (group.requeue) {
+      log << fmt::format("launch: the workers stopped for a requeue; exit status {}", kRequeueExitStatus) << std::endl;
+      return kRequeueExitStatus;
+    }
     if (group.interrupted_by != 0) return 128 + group.interrupted_by;
     if (group.succeeded()) return 0;
     if (attempt < options.max_restarts) {

@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "tinyddp/base/error.h"
+#include "tinyddp/base/exit_status.h"
 #include "tinyddp/launcher/processes.h"
 
 extern char** environ;
@@ -81,7 +82,15 @@ class Attempt {
     loop();
   }
 
-  GroupResult result() const { return {failed_rank_, failed_status_, interrupted_by_, peer_reason_}; }
+  GroupResult result() const {
+    // Stopped for a requeue: some worker exited with kRequeueExitStatus and none failed.
+    const bool requeue =
+        requeued_ && failed_rank_ < 0 && std::all_of(workers_.begin(), workers_.end(), [](const Worker& w) {
+          return !w.running && WIFEXITED(w.status) &&
+                 (WEXITSTATUS(w.status) == 0 || WEXITSTATUS(w.status) == kRequeueExitStatus);
+        });
+    return {failed_rank_, failed_status_, interrupted_by_, peer_reason_, requeue};
+  }
 
  private:
   // The worker's log file under --log_dir (attempt_<k>/rank_<r>.log), when one is asked for.
@@ -157,7 +166,7 @@ class Attempt {
       if (::getppid() != parent) ::_exit(1);
       struct sigaction dfl {};
       dfl.sa_handler = SIG_DFL;
-      for (int signo : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) ::sigaction(signo, &dfl, nullptr);
+      for (int signo : {SIGINT, SIGTERM, SIGUSR1, SIGCHLD, SIGPIPE}) ::sigaction(signo, &dfl, nullptr);
       sigset_t none;
       ::sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -252,6 +261,15 @@ class Attempt {
       w.running = false;
       w.status = status;
       ::kill(-w.pid, SIGKILL);  // whatever it left behind in its group goes with it
+      if (WIFEXITED(status) && WEXITSTATUS(status) == kRequeueExitStatus) {
+        // Not a failure: the ranks agreed to stop after a step (examples/preemption.h); the
+        // others stop at the same step, or fail in their collectives if they cannot.
+        if (!requeued_)
+          log_ << fmt::format("launch: rank {} stopped for a requeue (status {})", w.rank, kRequeueExitStatus)
+               << std::endl;
+        requeued_ = true;
+        continue;
+      }
       if (status != 0 && !stopping_) {
         log_ << fmt::format("launch: rank {} (pid {}) {}; stopping the other workers", w.rank, w.pid, describe(status))
              << std::endl;
@@ -272,6 +290,15 @@ class Attempt {
       peer_reason_ = reason;
       log_ << fmt::format("launch: {}; stopping this node's workers", peer_reason_) << std::endl;
       stop(SIGTERM);
+      return;
+    }
+    if (signo == SIGUSR1) {
+      // Slurm's early warning (sbatch --signal=USR1@60, scancel --signal=USR1): the workers
+      // decide what to do (stop after a step for a requeue); nothing is stopped here.
+      log_ << fmt::format("launch: got {}; passing it to the workers", ::strsignal(signo)) << std::endl;
+      for (const Worker& w : workers_) {
+        if (w.running) ::kill(-w.pid, SIGUSR1);
+      }
       return;
     }
     if (interrupted_by_ == 0 && failed_rank_ < 0) {
@@ -335,6 +362,7 @@ class Attempt {
   std::ostream& log_;
   std::vector<Worker> workers_;
   bool stopping_ = false;
+  bool requeued_ = false;  // a worker exited with kRequeueExitStatus
   bool killed_ = false;
   Clock::time_point kill_at_;
   int failed_rank_ = -1;
@@ -353,7 +381,7 @@ SignalScope::SignalScope() {
   action.sa_handler = on_signal;
   ::sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  for (int signo : {SIGINT, SIGTERM, SIGCHLD}) ::sigaction(signo, &action, &saved_[signo]);
+  for (int signo : {SIGINT, SIGTERM, SIGUSR1, SIGCHLD}) ::sigaction(signo, &action, &saved_[signo]);
   struct sigaction ignore {};
   ignore.sa_handler = SIG_IGN;
   ::sigaction(SIGPIPE, &ignore, &saved_[SIGPIPE]);

@@ -69,7 +69,10 @@ struct GroupResult {
   int failed_status = 0;    // its wait status
   int interrupted_by = 0;   // the signal the launcher got, or 0
   std::string peer_reason;  // the PeerWatch's stop_reason when the others stopped this node, or empty
-  bool succeeded() const { return failed_rank < 0 && interrupted_by == 0 && peer_reason.empty(); }
+  // Every worker ended with 0 or kRequeueExitStatus (base/exit_status.h), some with the latter:
+  // they stopped after a step on SIGUSR1 or SIGTERM, for the job to be run again.
+  bool requeue = false;
+  bool succeeded() const { return failed_rank < 0 && interrupted_by == 0 && peer_reason.empty() && !requeue; }
 };
 
 // Starts options.nproc_per_node workers as `spec` says and runs until all have ended. `watch`

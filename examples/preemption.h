@@ -1,0 +1,35 @@
+// Stopping for a requeue, as a Slurm job is asked to: SIGUSR1 (sbatch --signal=USR1@60 before
+// the time limit, scancel --signal=USR1) or SIGTERM (a preemption, scancel, the time limit)
+// asks the training to stop. Each rank notes the signal and goes on; at the next step's loss
+// the ranks learn whether any of them got one (the flag rides on the loss's allreduce, so
+// they agree on the step without a collective of its own), finish that step, rank 0 writes
+// the checkpoint, and every rank exits with kRequeueExitStatus (75, base/exit_status.h). A job started again with
+// --resume continues from that step (examples/slurm/train.sbatch requeues itself on it).
+// A second SIGTERM while stopping ends the process at once, as an unhandled one would.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tinyddp/base/exit_status.h"
+
+namespace tinyddp::examples {
+
+// While it lives, SIGUSR1 and SIGTERM are noted rather than fatal; the previous handlers come
+// back when it goes. One at a time per process.
+class StopSignals {
+ public:
+  StopSignals();
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  // The first signal received (SIGUSR1 or SIGTERM), or 0.
+  int received() const;
+};
+
+// "stopping after step N of M (<signal>): checkpoint PATH written; exit status 75 ...", rank
+// 0's line (`signo` 0: another rank got the signal).
+std::string stop_message(int signo, int64_t steps_done, int64_t steps, const std::string& checkpoint);
+
+}  // namespace tinyddp::examples
