@@ -130,6 +130,7 @@ mkdir -p "$state/ctld" "$state/spool"
   echo "SlurmdTimeout=10"
   echo "KillWait=10"
   echo "JobRequeue=1"
+  echo "SchedulerParameters=sched_interval=2,bf_interval=2"  # a requeued job starts soon after cred_expire
   echo "InactiveLimit=0"
   for ((i = 0; i < nodes; i++)); do echo "NodeName=n$i NodeAddr=$base.$((i + 1)) CPUs=$cpus State=UNKNOWN"; done
   echo "PartitionName=sim Nodes=ALL Default=YES MaxTime=INFINITE State=UP"

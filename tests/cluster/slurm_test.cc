@@ -1,0 +1,125 @@
+// Training under Slurm on the simulated cluster (scripts/sim_slurm.sh: munged, slurmctld and a
+// slurmd per network namespace), with examples/slurm/train.sbatch as a user submits it: the
+// job's parameters equal launch's on one machine, a stop for a requeue resumes and finishes as
+// its pieces do, scancel leaves nothing, and bad input is named. Needs root and Debian's
+// slurm-wlm and munge; skips with the reason otherwise. No TINYDDP_BIND_ADDR anywhere: each
+// rank finds its address on the route to the master.
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "tests/cluster/sim_util.h"
+#include "tests/launcher/elastic_pieces.h"
+#include "tests/test_util.h"
+
+using Catch::Contains;
+using tinyddp::testing::CommandResult;
+using tinyddp::testing::run_command;
+using namespace tinyddp::testing::elastic;
+
+namespace {
+
+// Why the cluster cannot be simulated here, or empty.
+std::string cannot_run_slurm() {
+  const std::string why = tinyddp::testing::cluster::cannot_simulate();
+  if (!why.empty()) return why;
+  if (run_command("command -v slurmctld slurmd munged").exit_code != 0) return "no slurm-wlm or munge (scripts/setup.sh)";
+  return "";
+}
+
+#define SKIP_WITHOUT_SLURM()                                     \
+  do {                                                           \
+    const std::string why = cannot_run_slurm();                  \
+    if (!why.empty()) {                                          \
+      WARN("skipped: " << why);                                  \
+      return;                                                    \
+    }                                                            \
+  } while (false)
+
+// `script` (shell) run on the submit host of a simulated cluster of `nodes` nodes, with
+// job_of (submits train.sbatch: `job_of NAME [sbatch options] -- [program options]` prints the
+// job id) and wait_job (waits, at most 240 s, until job $1 has ended; prints its state).
+CommandResult on_cluster(int nodes, const std::string& dir, const std::string& script) {
+  const std::string functions = fmt::format(
+      "job_of() {{ name=$1; shift; opts=(); while [ \"$1\" != -- ]; do opts+=(\"$1\"); shift; done; shift; "
+      "env -u TINYDDP_BIND_ADDR TINYDDP_PROGRAM=$PWD/examples/train TINYDDP_CHECKPOINT={0}/$name.ckpt "
+      "sbatch --parsable --chdir {0} --output {0}/$name.out \"${{opts[@]}}\" examples/slurm/train.sbatch "
+      "--widths 32,64,4 --batch 24 --steps 3000 --log_every 100 --timeout 10 --checkpoint_every 100 "
+      "--save {0}/$name.safetensors \"$@\"; }}\n"
+      "wait_job() {{ for i in $(seq 2400); do s=$(scontrol show job $1 2>/dev/null | grep -o 'JobState=[A-Z_]*'); "
+      "case $s in *COMPLETED|*FAILED|*CANCELLED|*TIMEOUT|*NODE_FAIL|*OUT_OF_MEMORY) break;; esac; sleep 0.1; done; "
+      "echo \"job $1 ended: $s\"; }}\n",
+      dir);
+  std::ofstream(dir + "/script.sh") << functions << script;
+  return run_command(fmt::format("bash scripts/sim_slurm.sh --nodes {} --logs {}/sim -- bash {}/script.sh", nodes,
+                                 dir, dir));
+}
+
+}  // namespace
+
+TEST_CASE("slurm: sbatch on 3 nodes x 2 tasks trains to the parameters of launch --nproc_per_node 6",
+          "[cluster][slurm]") {
+  SKIP_WITHOUT_SLURM();
+  const std::string dir = tinyddp::testing::fresh_directory("slurm_sbatch");
+  const CommandResult r = on_cluster(3, dir,
+                                     "job=$(job_of job --nodes 3 --ntasks-per-node 2 --cpus-per-task 1 --)\n"
+                                     "wait_job $job; cat " + dir + "/job.out\n");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("ended: JobState=COMPLETED"));
+  CHECK_THAT(r.output, Contains("6 task(s) on n[0-2]"));
+  CHECK_THAT(r.output, Contains("data-parallel on 6 ranks (gloo)"));
+  CHECK_THAT(r.output, Contains("1 intra-op threads (SLURM_CPUS_PER_TASK=1)"));
+  const CommandResult reference =
+      run_command(fmt::format("launcher/launch --nproc_per_node 6 -- {}", train(dir, "ref")));
+  INFO(reference.output);
+  REQUIRE(reference.exit_code == 0);
+  CHECK(max_difference(dir + "/job.safetensors", dir + "/ref.safetensors") < 1e-6);
+  CHECK(run_command("ip netns list").output.find("n0") == std::string::npos);  // the cluster is gone
+}
+
+TEST_CASE("slurm: SIGUSR1 (scancel --signal): a checkpoint at the signal, the job requeued, resumed on the same "
+          "nodes, and finished as its pieces",
+          "[cluster][slurm]") {
+  SKIP_WITHOUT_SLURM();
+  const std::string dir = tinyddp::testing::fresh_directory("slurm_requeue");
+  const CommandResult r = on_cluster(
+      2, dir,
+      fmt::format("job=$(job_of job --nodes 2 --ntasks-per-node 2 --)\n"
+                  "for i in $(seq 1200); do grep -q 'step  200/3000' {0}/job.out 2>/dev/null && break; sleep 0.1; done\n"
+                  "scancel --signal=USR1 $job\nwait_job $job\n"
+                  "scontrol show job $job | grep -o 'Restarts=[0-9]*'; cat {0}/job.out\n",
+                  dir));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("ended: JobState=COMPLETED"));
+  CHECK_THAT(r.output, Contains("Restarts=1"));
+  CHECK_THAT(r.output, Contains("requeueing it"));
+  CHECK_THAT(r.output, Contains("restart 1: 4 task(s)"));
+  std::smatch m;
+  REQUIRE(std::regex_search(r.output, m, std::regex(R"(stopping after step ([0-9]+) of 3000 \(User defined signal 1\))")));
+  const int64_t step = std::stoll(m[1]);
+  CHECK(resumed_step(r.output) == step);
+  CHECK(max_difference(dir + "/job.safetensors", reference(dir, 4, step, 4)) < 1e-6);
+  require_clean(dir, dir + "/job.ckpt");
+}
+
+TEST_CASE("slurm: scancel leaves no process of the job on any node within KillWait", "[cluster][slurm]") {
+  SKIP_WITHOUT_SLURM();
+  const std::string dir = tinyddp::testing::fresh_directory("slurm_scancel");
+  const CommandResult r = on_cluster(
+      2, dir,
+      fmt::format("job=$(job_of job --nodes 2 --ntasks-per-node 2 --)\n"
+                  "for i in $(seq 1200); do grep -q 'step  200/3000' {0}/job.out 2>/dev/null && break; sleep 0.1; done\n"
+                  "start=$(date +%s%N); scancel $job; wait_job $job\n"
+                  "for i in $(seq 150); do n=0; for ns in $(ip netns list | grep -o \"${{SIM_SLURM_TAG}}n[0-9]*\"); do "
+                  "n=$((n + $(ip netns pids $ns | xargs -r ps -o comm= -p | grep -c '^train$'))); done; "
+                  "[ $n = 0 ] && break; sleep 0.1; done\n"
+                  "echo \"left: $n after $((($(date +%s%N) - start) / 1000000)) ms\"; cat {0}/job.out\n",
+                  dir));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("ended: JobState=CANCELLED"));
+  CHECK_THAT(r.output, Contains("left: 0 after"));
+  CHECK_THAT(r.output, !Contains("requeueing it"));  // scancel ends the job: no requeue
+}
