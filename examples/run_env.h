@@ -31,6 +31,10 @@ Placement choose_placement(const std::string& device, const std::string& backend
 // any work. Returns the count.
 int use_threads(int threads);
 
+// The variable that set the world size, for messages: WORLD_SIZE (launch, torchrun),
+// SLURM_NTASKS (srun) or OMPI_COMM_WORLD_SIZE (mpirun).
+std::string world_size_variable();
+
 // The group of all ranks when run under a launcher (WORLD_SIZE set, 1 included), else null.
 std::shared_ptr<comm::ProcessGroup> join_ranks(const std::string& backend, double timeout_s);
 

@@ -146,14 +146,14 @@ Run set_up(const GPTTrainConfig& config) {
   run.world = run.pg ? run.pg->size() : 1;
   run.text = open_text(config, run.rank, run.world);
   TDDP_CHECK(run.text.file || config.batch % run.world == 0,
-             "--batch {} is not divisible by WORLD_SIZE {}: every rank takes an equal share of each batch",
-             config.batch, run.world);
+             "--batch {} is not divisible by {} {}: every rank takes an equal share of each batch", config.batch,
+             world_size_variable(), run.world);
   run.rows = run.text.file ? run.text.file->global_batch() / run.world : config.batch / run.world;
   const int64_t accumulation = config.gradient_accumulation_steps > 0 ? config.gradient_accumulation_steps : run.world;
   TDDP_CHECK(accumulation % run.world == 0,
-             "--gradient_accumulation_steps {} is not divisible by WORLD_SIZE {}: it counts the micro-steps of all "
+             "--gradient_accumulation_steps {} is not divisible by {} {}: it counts the micro-steps of all "
              "ranks, as nanoGPT's",
-             accumulation, run.world);
+             accumulation, world_size_variable(), run.world);
   run.micro_steps = accumulation / run.world;
   TDDP_CHECK(run.rows % run.micro_steps == 0,
              "each rank's {} rows per step do not split into its {} micro-steps (--gradient_accumulation_steps {} over "

@@ -117,8 +117,8 @@ Runner wrap_in_ddp(const TrainConfig& config, const std::shared_ptr<nn::Module>&
 std::unique_ptr<Dataset> open_dataset(const TrainConfig& config, const BuiltModel& model, int rank, int world) {
   const int64_t batch_size = config.batch > 0 ? config.batch : (config.model == "toy" ? 20 : 64);
   TDDP_CHECK(config.data.empty() ? batch_size % world == 0 : true,
-             "--batch {} is not divisible by WORLD_SIZE {}: every rank takes an equal share of each batch", batch_size,
-             world);
+             "--batch {} is not divisible by {} {}: every rank takes an equal share of each batch", batch_size,
+             world_size_variable(), world);
   if (!config.data.empty())
     return file_dataset(config.data, config.steps, model.sample, model.out, classification(config), rank, world);
   if (uses_digits(config)) {

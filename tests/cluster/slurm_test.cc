@@ -23,17 +23,18 @@ namespace {
 std::string cannot_run_slurm() {
   const std::string why = tinyddp::testing::cluster::cannot_simulate();
   if (!why.empty()) return why;
-  if (run_command("command -v slurmctld slurmd munged").exit_code != 0) return "no slurm-wlm or munge (scripts/setup.sh)";
+  if (run_command("command -v slurmctld slurmd munged").exit_code != 0)
+    return "no slurm-wlm or munge (scripts/setup.sh)";
   return "";
 }
 
-#define SKIP_WITHOUT_SLURM()                                     \
-  do {                                                           \
-    const std::string why = cannot_run_slurm();                  \
-    if (!why.empty()) {                                          \
-      WARN("skipped: " << why);                                  \
-      return;                                                    \
-    }                                                            \
+#define SKIP_WITHOUT_SLURM()                    \
+  do {                                          \
+    const std::string why = cannot_run_slurm(); \
+    if (!why.empty()) {                         \
+      WARN("skipped: " << why);                 \
+      return;                                   \
+    }                                           \
   } while (false)
 
 // `script` (shell) run on the submit host of a simulated cluster of `nodes` nodes, with
@@ -51,8 +52,8 @@ CommandResult on_cluster(int nodes, const std::string& dir, const std::string& s
       "echo \"job $1 ended: $s\"; }}\n",
       dir);
   std::ofstream(dir + "/script.sh") << functions << script;
-  return run_command(fmt::format("bash scripts/sim_slurm.sh --nodes {} --logs {}/sim -- bash {}/script.sh", nodes,
-                                 dir, dir));
+  return run_command(
+      fmt::format("bash scripts/sim_slurm.sh --nodes {} --logs {}/sim -- bash {}/script.sh", nodes, dir, dir));
 }
 
 }  // namespace
@@ -63,7 +64,8 @@ TEST_CASE("slurm: sbatch on 3 nodes x 2 tasks trains to the parameters of launch
   const std::string dir = tinyddp::testing::fresh_directory("slurm_sbatch");
   const CommandResult r = on_cluster(3, dir,
                                      "job=$(job_of job --nodes 3 --ntasks-per-node 2 --cpus-per-task 1 --)\n"
-                                     "wait_job $job; cat " + dir + "/job.out\n");
+                                     "wait_job $job; cat " +
+                                         dir + "/job.out\n");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Contains("ended: JobState=COMPLETED"));
@@ -78,18 +80,20 @@ TEST_CASE("slurm: sbatch on 3 nodes x 2 tasks trains to the parameters of launch
   CHECK(run_command("ip netns list").output.find("n0") == std::string::npos);  // the cluster is gone
 }
 
-TEST_CASE("slurm: SIGUSR1 (scancel --signal): a checkpoint at the signal, the job requeued, resumed on the same "
-          "nodes, and finished as its pieces",
-          "[cluster][slurm]") {
+TEST_CASE(
+    "slurm: SIGUSR1 (scancel --signal): a checkpoint at the signal, the job requeued, resumed on the same "
+    "nodes, and finished as its pieces",
+    "[cluster][slurm]") {
   SKIP_WITHOUT_SLURM();
   const std::string dir = tinyddp::testing::fresh_directory("slurm_requeue");
   const CommandResult r = on_cluster(
       2, dir,
-      fmt::format("job=$(job_of job --nodes 2 --ntasks-per-node 2 --)\n"
-                  "for i in $(seq 1200); do grep -q 'step  200/3000' {0}/job.out 2>/dev/null && break; sleep 0.1; done\n"
-                  "scancel --signal=USR1 $job\nwait_job $job\n"
-                  "scontrol show job $job | grep -o 'Restarts=[0-9]*'; cat {0}/job.out\n",
-                  dir));
+      fmt::format(
+          "job=$(job_of job --nodes 2 --ntasks-per-node 2 --)\n"
+          "for i in $(seq 1200); do grep -q 'step  200/3000' {0}/job.out 2>/dev/null && break; sleep 0.1; done\n"
+          "scancel --signal=USR1 $job\nwait_job $job\n"
+          "scontrol show job $job | grep -o 'Restarts=[0-9]*'; cat {0}/job.out\n",
+          dir));
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Contains("ended: JobState=COMPLETED"));
@@ -97,7 +101,8 @@ TEST_CASE("slurm: SIGUSR1 (scancel --signal): a checkpoint at the signal, the jo
   CHECK_THAT(r.output, Contains("requeueing it"));
   CHECK_THAT(r.output, Contains("restart 1: 4 task(s)"));
   std::smatch m;
-  REQUIRE(std::regex_search(r.output, m, std::regex(R"(stopping after step ([0-9]+) of 3000 \(User defined signal 1\))")));
+  REQUIRE(
+      std::regex_search(r.output, m, std::regex(R"(stopping after step ([0-9]+) of 3000 \(User defined signal 1\))")));
   const int64_t step = std::stoll(m[1]);
   CHECK(resumed_step(r.output) == step);
   CHECK(max_difference(dir + "/job.safetensors", reference(dir, 4, step, 4)) < 1e-6);
@@ -109,17 +114,45 @@ TEST_CASE("slurm: scancel leaves no process of the job on any node within KillWa
   const std::string dir = tinyddp::testing::fresh_directory("slurm_scancel");
   const CommandResult r = on_cluster(
       2, dir,
-      fmt::format("job=$(job_of job --nodes 2 --ntasks-per-node 2 --)\n"
-                  "for i in $(seq 1200); do grep -q 'step  200/3000' {0}/job.out 2>/dev/null && break; sleep 0.1; done\n"
-                  "start=$(date +%s%N); scancel $job; wait_job $job\n"
-                  "for i in $(seq 150); do n=0; for ns in $(ip netns list | grep -o \"${{SIM_SLURM_TAG}}n[0-9]*\"); do "
-                  "n=$((n + $(ip netns pids $ns | xargs -r ps -o comm= -p | grep -c '^train$'))); done; "
-                  "[ $n = 0 ] && break; sleep 0.1; done\n"
-                  "echo \"left: $n after $((($(date +%s%N) - start) / 1000000)) ms\"; cat {0}/job.out\n",
-                  dir));
+      fmt::format(
+          "job=$(job_of job --nodes 2 --ntasks-per-node 2 --)\n"
+          "for i in $(seq 1200); do grep -q 'step  200/3000' {0}/job.out 2>/dev/null && break; sleep 0.1; done\n"
+          "start=$(date +%s%N); scancel $job; wait_job $job\n"
+          "for i in $(seq 150); do n=0; for ns in $(ip netns list | grep -o \"${{SIM_SLURM_TAG}}n[0-9]*\"); do "
+          "n=$((n + $(ip netns pids $ns | xargs -r ps -o comm= -p | grep -c '^train$'))); done; "
+          "[ $n = 0 ] && break; sleep 0.1; done\n"
+          "echo \"left: $n after $((($(date +%s%N) - start) / 1000000)) ms\"; cat {0}/job.out\n",
+          dir));
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Contains("ended: JobState=CANCELLED"));
   CHECK_THAT(r.output, Contains("left: 0 after"));
   CHECK_THAT(r.output, !Contains("requeueing it"));  // scancel ends the job: no requeue
+}
+
+TEST_CASE(
+    "slurm: a MASTER_ADDR no node has, a task count the global batch cannot split and Slurm variables that "
+    "disagree are named; each job ends within the timeout",
+    "[cluster][slurm][errors]") {
+  SKIP_WITHOUT_SLURM();
+  const std::string dir = tinyddp::testing::fresh_directory("slurm_errors");
+  const CommandResult r = on_cluster(
+      3, dir,
+      fmt::format(
+          "a=$(MASTER_ADDR=10.1.2.3 job_of a --nodes 2 --ntasks-per-node 2 --)\n"
+          "b=$(job_of b --nodes 3 --ntasks 5 --)\n"
+          "c=$(sbatch --parsable --chdir {0} --output {0}/c.out --nodes 2 --ntasks-per-node 2 --wrap "
+          "\"MASTER_PORT=29555 srun bash -c 'SLURM_LOCALID=5 exec $PWD/examples/train --steps 10 --timeout 10'\")\n"
+          "for j in $a $b $c; do wait_job $j; scontrol show job $j | grep -o 'RunTime=[0-9:]*'; done\n"
+          "cat {0}/a.out {0}/b.out {0}/c.out\n",
+          dir));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  for (const char* job : {"1", "2", "3"})
+    CHECK_THAT(r.output, Contains(fmt::format("job {} ended: JobState=FAILED", job)));
+  // Ended by the errors, not by the 10 s timeout of a rank waiting for the others.
+  CHECK(std::regex_search(r.output, std::regex("RunTime=00:00:0[0-9]\\s+job 2")));
+  CHECK_THAT(r.output, Contains("cannot find its address toward MASTER_ADDR 10.1.2.3: no route reaches"));
+  CHECK_THAT(r.output, Contains("--batch 24 is not divisible by SLURM_NTASKS 5"));
+  CHECK_THAT(r.output, Contains("SLURM_LOCALID=5 is not in [0, SLURM_NTASKS_PER_NODE=2)"));
 }
