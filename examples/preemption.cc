@@ -1,5 +1,4 @@
-// StopSignals (preemption.h): the handler only stores the signal number; a second SIGTERM
-// while one is pending puts the default action back and raises it.
+// StopSignals (preemption.h): the handler only stores the first signal's number.
 #include "examples/preemption.h"
 
 #include <csignal>
@@ -19,15 +18,13 @@ std::atomic<bool> installed{false};
 struct sigaction saved_usr1 {
 }, saved_term{};
 
+// Repeated signals change nothing: under a launcher inside srun each worker gets SIGTERM
+// twice (from Slurm, which signals every process of the step, and from the launcher passing
+// it on). What ends a rank that cannot stop is the SIGKILL that follows (Slurm's KillWait,
+// the launcher's --grace_period).
 void on_stop_signal(int signo) {
   int expected = 0;
-  if (received_signal.compare_exchange_strong(expected, signo)) return;
-  if (signo != SIGTERM) return;  // a repeated SIGUSR1 changes nothing
-  struct sigaction fatal {};     // a second SIGTERM: no more waiting for the step
-  fatal.sa_handler = SIG_DFL;
-  ::sigemptyset(&fatal.sa_mask);
-  ::sigaction(SIGTERM, &fatal, nullptr);
-  ::raise(SIGTERM);
+  received_signal.compare_exchange_strong(expected, signo);
 }
 
 }  // namespace

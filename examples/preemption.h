@@ -5,7 +5,8 @@
 // they agree on the step without a collective of its own), finish that step, rank 0 writes
 // the checkpoint, and every rank exits with kRequeueExitStatus (75, base/exit_status.h). A job started again with
 // --resume continues from that step (examples/slurm/train.sbatch requeues itself on it).
-// A second SIGTERM while stopping ends the process at once, as an unhandled one would.
+// A rank that cannot finish its step is ended by the SIGKILL that follows (Slurm's KillWait,
+// the launcher's --grace_period).
 #pragma once
 
 #include <cstdint>
