@@ -38,13 +38,14 @@ std::string cannot_run_slurm() {
   } while (false)
 
 // `script` (shell) run on the submit host of a simulated cluster of `nodes` nodes, with
-// job_of (submits train.sbatch: `job_of NAME [sbatch options] -- [program options]` prints the
-// job id) and wait_job (waits, at most 240 s, until job $1 has ended; prints its state).
+// job_of (submits train.sbatch, or $SBATCH_SCRIPT: `job_of NAME [sbatch options] -- [program
+// options]` prints the job id) and wait_job (waits, at most 240 s, until job $1 has ended; prints its state).
 CommandResult on_cluster(int nodes, const std::string& dir, const std::string& script) {
   const std::string functions = fmt::format(
       "job_of() {{ name=$1; shift; opts=(); while [ \"$1\" != -- ]; do opts+=(\"$1\"); shift; done; shift; "
-      "env -u TINYDDP_BIND_ADDR TINYDDP_PROGRAM=$PWD/examples/train TINYDDP_CHECKPOINT={0}/$name.ckpt "
-      "sbatch --parsable --chdir {0} --output {0}/$name.out \"${{opts[@]}}\" examples/slurm/train.sbatch "
+      "env -u TINYDDP_BIND_ADDR TINYDDP_PROGRAM=$PWD/examples/train TINYDDP_LAUNCH=$PWD/launcher/launch "
+      "TINYDDP_CHECKPOINT={0}/$name.ckpt sbatch --parsable --chdir {0} --output {0}/$name.out \"${{opts[@]}}\" "
+      "${{SBATCH_SCRIPT:-examples/slurm/train.sbatch}} "
       "--widths 32,64,4 --batch 24 --steps 3000 --log_every 100 --timeout 10 --checkpoint_every 100 "
       "--save {0}/$name.safetensors \"$@\"; }}\n"
       "wait_job() {{ for i in $(seq 2400); do s=$(scontrol show job $1 2>/dev/null | grep -o 'JobState=[A-Z_]*'); "
@@ -106,6 +107,61 @@ TEST_CASE(
   const int64_t step = std::stoll(m[1]);
   CHECK(resumed_step(r.output) == step);
   CHECK(max_difference(dir + "/job.safetensors", reference(dir, 4, step, 4)) < 1e-6);
+  require_clean(dir, dir + "/job.ckpt");
+}
+
+TEST_CASE(
+    "slurm: train_elastic.sbatch: SIGTERM to every process of the step (launchers and workers alike): a "
+    "checkpoint, a requeue, and the resumed job equals its pieces",
+    "[cluster][slurm]") {
+  SKIP_WITHOUT_SLURM();
+  const std::string dir = tinyddp::testing::fresh_directory("slurm_elastic");
+  const CommandResult r = on_cluster(
+      2, dir,
+      fmt::format(
+          "job=$(SBATCH_SCRIPT=examples/slurm/train_elastic.sbatch TINYDDP_NPROC_PER_NODE=2 job_of job "
+          "--nodes 2 --ntasks-per-node 1 --cpus-per-task 2 --)\n"
+          "for i in $(seq 1200); do grep -q 'step  200/3000' {0}/job.out 2>/dev/null && break; sleep 0.1; done\n"
+          "scancel --signal=TERM $job\nwait_job $job\n"
+          "scontrol show job $job | grep -o 'Restarts=[0-9]*'; cat {0}/job.out\n",
+          dir));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("ended: JobState=COMPLETED"));
+  CHECK_THAT(r.output, Contains("Restarts=1"));
+  CHECK_THAT(r.output, Contains("workers stopped for a requeue; exit status 75"));
+  std::smatch m;
+  REQUIRE(std::regex_search(r.output, m, std::regex(R"(stopping after step ([0-9]+) of 3000 \(Terminated\))")));
+  const int64_t step = std::stoll(m[1]);
+  CHECK(resumed_step(r.output) == step);
+  CHECK(max_difference(dir + "/job.safetensors", reference(dir, 4, step, 4)) < 1e-6);
+  require_clean(dir, dir + "/job.ckpt");
+}
+
+TEST_CASE(
+    "slurm: a node killed mid-run (its slurmd, launcher and workers): train_elastic.sbatch's launchers go on "
+    "on the 2 nodes left with 4 ranks from the last checkpoint, and the job equals its pieces",
+    "[cluster][slurm]") {
+  SKIP_WITHOUT_SLURM();
+  const std::string dir = tinyddp::testing::fresh_directory("slurm_kill");
+  const CommandResult r = on_cluster(
+      3, dir,
+      fmt::format(
+          "job=$(SBATCH_SCRIPT=examples/slurm/train_elastic.sbatch TINYDDP_NPROC_PER_NODE=2 job_of job "
+          "--nodes 3 --ntasks-per-node 1 --cpus-per-task 2 --)\n"
+          "for i in $(seq 1200); do grep -q 'step  300/3000' {0}/job.out 2>/dev/null && break; sleep 0.1; done\n"
+          "ip netns pids ${{SIM_SLURM_TAG}}n2 | xargs -r kill -KILL\nwait_job $job\n"
+          "scontrol show job $job | grep -o 'Restarts=[0-9]*'; cat {0}/job.out\n",
+          dir));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("ended: JobState=COMPLETED"));
+  CHECK_THAT(r.output, Contains("restart 0: 3 node(s) n[0-2]"));
+  CHECK(std::regex_search(r.output, std::regex(R"(round [1-9] of job 'slurm-[0-9]+': 2 node\(s\))")));
+  const int64_t step = resumed_step(r.output);
+  CHECK(step >= 200);  // the last checkpoint before the kill (the one of step 300 may have been under way)
+  CHECK(step % 100 == 0);
+  CHECK(max_difference(dir + "/job.safetensors", reference(dir, 6, step, 4)) < 1e-6);
   require_clean(dir, dir + "/job.ckpt");
 }
 
