@@ -25,6 +25,8 @@ PACKAGES=(
   openmpi-bin         # mpirun, to test starting jobs with Open MPI's variables
   nftables            # packet loss on the simulated cluster's links (scripts/sim_cluster.sh)
   iptables            # and their delay without netem: NFQUEUE rules for scripts/link_delay
+  slurm-wlm           # the simulated Slurm cluster (scripts/sim_slurm.sh): slurmctld, slurmd, sbatch
+  munge               # Slurm's authentication, a munged of its own per simulated cluster
   libnetfilter-queue-dev  # scripts/link_delay
   clang-format        # scripts/check_format.sh (Debian 12: clang-format 14)
 )
