@@ -261,7 +261,13 @@ class Attempt {
       w.running = false;
       w.status = status;
       ::kill(-w.pid, SIGKILL);  // whatever it left behind in its group goes with it
-      if (WIFEXITED(status) && WEXITSTATUS(status) == kRequeueExitStatus) {
+      // Status 75 is a requeue when a signal reached this launcher from outside (srun signals
+      // every process of the step). When the launcher stops the workers for its own reasons
+      // (a failure, the other nodes, a new round), those given --checkpoint still stop after
+      // a step and exit 75, and so do the ranks of other nodes, which agree on the stop: that
+      // is a stop as asked here, and a failure on a node that asked nothing (as a rank failing
+      // in its collectives was), so the job restarts or forms its new round as before.
+      if (WIFEXITED(status) && WEXITSTATUS(status) == kRequeueExitStatus && (interrupted_by_ != 0 || got_usr1_)) {
         // Not a failure: the ranks agreed to stop after a step (examples/preemption.h); the
         // others stop at the same step, or fail in their collectives if they cannot.
         if (!requeued_)
@@ -296,6 +302,7 @@ class Attempt {
       // Slurm's early warning (sbatch --signal=USR1@60, scancel --signal=USR1): the workers
       // decide what to do (stop after a step for a requeue); nothing is stopped here.
       log_ << fmt::format("launch: got {}; passing it to the workers", ::strsignal(signo)) << std::endl;
+      got_usr1_ = true;
       for (const Worker& w : workers_) {
         if (w.running) ::kill(-w.pid, SIGUSR1);
       }
@@ -362,7 +369,8 @@ class Attempt {
   std::ostream& log_;
   std::vector<Worker> workers_;
   bool stopping_ = false;
-  bool requeued_ = false;  // a worker exited with kRequeueExitStatus
+  bool requeued_ = false;  // a worker exited with kRequeueExitStatus after a signal from outside
+  bool got_usr1_ = false;
   bool killed_ = false;
   Clock::time_point kill_at_;
   int failed_rank_ = -1;
