@@ -19,30 +19,16 @@ using Catch::Contains;
 
 namespace {
 
+using tinyddp::testing::check_close;
 using tinyddp::testing::doubles;
+using tinyddp::testing::make_rnn;
 
 const nlohmann::json& reference() {
   static const nlohmann::json ref = tinyddp::testing::read_nn_json_fixture("packed_sequence_reference.json");
   return ref;
 }
 
-void check_close(const Tensor& got, const nlohmann::json& want) {
-  REQUIRE(got.defined());
-  CHECK(tensor::allclose(got, doubles(want, got.sizes()), 1e-12, 1e-12));
-}
-
 std::vector<int64_t> longs(const Tensor& x) { return x.to(tensor::kInt64).to_vector<int64_t>(); }
-
-std::shared_ptr<RNNBase> make(const std::string& kind, const nlohmann::json& kw) {
-  const int64_t layers = kw.value("num_layers", 1);
-  const bool bias = kw.value("bias", true), batch_first = kw.value("batch_first", false),
-             bidirectional = kw.value("bidirectional", false);
-  if (kind == "LSTM") {
-    return std::make_shared<LSTM>(3, 4, layers, bias, batch_first, 0.0, bidirectional, kw.value("proj_size", 0));
-  }
-  if (kind == "GRU") return std::make_shared<GRU>(3, 4, layers, bias, batch_first, 0.0, bidirectional);
-  return std::make_shared<RNN>(3, 4, layers, kw.value("nonlinearity", "tanh"), bias, batch_first, 0.0, bidirectional);
-}
 
 // The module's (packed output, h_n, c_n) through its typed forward (c_n undefined but for LSTM).
 std::tuple<PackedSequence, Tensor, Tensor> run_packed(RNNBase& module, const PackedSequence& packed,
@@ -104,7 +90,7 @@ TEST_CASE("LSTM, GRU, RNN on packed batches equal PyTorch's in float64: outputs,
           "[nn][rnn][packed][fixture]") {
   for (const auto& [name, c] : reference()["cases"].items()) {
     INFO(name);
-    const auto module = make(c["kind"], c["kwargs"]);
+    const auto module = make_rnn(c["kind"], c["kwargs"]);
     tinyddp::testing::load_float64_state(*module, c["state"]);
     const Tensor x = doubles(c["x"], c["x_shape"].get<tensor::Shape>()).requires_grad_();
     std::vector<Tensor> initial;

@@ -17,24 +17,9 @@ using Catch::Contains;
 
 namespace {
 
+using tinyddp::testing::check_close;
 using tinyddp::testing::doubles;
-
-void check_close(const Tensor& got, const nlohmann::json& want) {
-  REQUIRE(got.defined());
-  CHECK(tensor::allclose(got, doubles(want, got.sizes()), 1e-12, 1e-12));
-}
-
-// The fixture's module for `kind` and its constructor arguments (defaults as torch's).
-std::shared_ptr<RNNBase> make(const std::string& kind, const nlohmann::json& kw) {
-  const int64_t layers = kw.value("num_layers", 1);
-  const bool bias = kw.value("bias", true), batch_first = kw.value("batch_first", false),
-             bidirectional = kw.value("bidirectional", false);
-  if (kind == "LSTM") {
-    return std::make_shared<LSTM>(3, 4, layers, bias, batch_first, 0.0, bidirectional, kw.value("proj_size", 0));
-  }
-  if (kind == "GRU") return std::make_shared<GRU>(3, 4, layers, bias, batch_first, 0.0, bidirectional);
-  return std::make_shared<RNN>(3, 4, layers, kw.value("nonlinearity", "tanh"), bias, batch_first, 0.0, bidirectional);
-}
+using tinyddp::testing::make_rnn;
 
 }  // namespace
 
@@ -49,7 +34,7 @@ TEST_CASE("LSTM, GRU, RNN: PyTorch's parameter names, repr and initial weights a
     INFO(kind);
     const nlohmann::json& want = ref["init"][kind];
     tensor::manual_seed(7);
-    const auto module = make(kind == "LSTM_proj" ? "LSTM" : kind, kw);
+    const auto module = make_rnn(kind == "LSTM_proj" ? "LSTM" : kind, kw);
     CHECK(module->state_dict().keys() == want["names"].get<std::vector<std::string>>());
     CHECK(module->repr() == want["repr"].get<std::string>());
     for (const auto& [name, p] : module->state_dict()) {
@@ -63,7 +48,7 @@ TEST_CASE("LSTM, GRU, RNN equal PyTorch's in float64: outputs, final states, eve
   const nlohmann::json ref = tinyddp::testing::read_nn_json_fixture("rnn_reference.json");
   for (const auto& [name, c] : ref["cases"].items()) {
     INFO(name);
-    const auto module = make(c["kind"], c["kwargs"]);
+    const auto module = make_rnn(c["kind"], c["kwargs"]);
     module->to(tensor::kFloat64);
     OrderedDict<Tensor> state;
     for (const auto& [key, t] : module->state_dict()) state.insert(key, doubles(c["state"][key], t.sizes()));
