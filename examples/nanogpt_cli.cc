@@ -15,6 +15,7 @@
 
 #include "examples/nanogpt_train.h"
 #include "tinyddp/base/error.h"
+#include "tinyddp/base/exit_status.h"
 
 namespace tinyddp::examples {
 
@@ -197,12 +198,11 @@ int nanogpt_main(int argc, char** argv) {
   try {
     TDDP_CHECK(!wandb_log, "--wandb_log=True: there is no wandb here (leave it False)");
     TDDP_CHECK(!compile, "--compile=True: there is no compiler here (leave it False)");
-    train_nanogpt(c, std::cout);
+    return train_nanogpt(c, std::cout).stopped_before >= 0 ? kRequeueExitStatus : 0;
   } catch (const std::exception& e) {
     std::cerr << "train_gpt: error: " << e.what() << std::endl;
     return 1;
   }
-  return 0;
 }
 
 }  // namespace tinyddp::examples

@@ -11,6 +11,7 @@
 
 #include "examples/nanogpt_checkpoint.h"
 #include "examples/nanogpt_data.h"
+#include "examples/preemption.h"
 #include "examples/run_env.h"
 #include "tinyddp/base/error.h"
 #include "tinyddp/comm/objects.h"
@@ -232,6 +233,31 @@ Tensor micro_steps(const NanoGptConfig& config, Run& run, const Batches& batches
   return loss;
 }
 
+// Whether any rank was asked to stop (`stop_signal`: this rank's signal, preemption.h, or 0):
+// nanoGPT's loop reduces no figure per iteration, so the flag takes an allreduce of one element
+// of its own (a few microseconds beside an iteration).
+bool any_rank_stopping(const Run& run, int stop_signal) {
+  if (!run.pg) return stop_signal != 0;
+  const Tensor flag =
+      t::tensor({stop_signal != 0 ? 1.0f : 0.0f}, t::TensorOptions(t::kFloat32).device(run.placement.device));
+  run.pg->allreduce(flag, comm::ReduceOp::kMax)->wait();
+  return flag.item<float>() > 0;
+}
+
+// The ranks agreed to stop before `iter`'s micro-steps (its evaluation is done): every rank
+// saves its part of the state there, as evaluate() does, and rank 0 says so.
+void stop_for_requeue(const NanoGptConfig& config, int64_t iter, int signo, Run& run, NanoGptState& state,
+                      NanoGptResult& result, std::ostream& out) {
+  state.iter = iter;
+  save_nanogpt_state(config, run.rank, run.world, *run.model, *run.optimizer, state);
+  if (run.rank == 0) {
+    out << stop_message(signo, fmt::format("before iteration {} of {}", iter, config.max_iters),
+                        checkpoint_path(config.out_dir), "--init_from=resume")
+        << "\n";
+  }
+  result.stopped_before = iter;
+}
+
 }  // namespace
 
 NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
@@ -262,6 +288,8 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
   }
   const int64_t first_iter = state.iter;
   const double peak = master ? peak_flops(run.placement, config.dtype, out) : 0.0;
+  StopSignals signals;  // SIGUSR1 and SIGTERM stop the run with a checkpoint (preemption.h)
+  bool stop = false;
   double running_mfu = -1.0;
   auto t0 = std::chrono::steady_clock::now();
   for (int64_t iter = first_iter;; ++iter) {
@@ -275,10 +303,15 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
                result, out);
     }
     if (iter == 0 && config.eval_only) break;
+    if (stop) {
+      stop_for_requeue(config, iter, signals.received(), run, state, result, out);
+      break;
+    }
     const Tensor loss = micro_steps(config, run, batches, state);
     if (config.grad_clip != 0.0) nn::clip_grad_norm_(params, config.grad_clip);
     optimizer.step();
     optimizer.zero_grad(true);
+    stop = any_rank_stopping(run, signals.received());
     const auto t1 = std::chrono::steady_clock::now();
     const double dt = std::chrono::duration<double>(t1 - t0).count();
     t0 = t1;

@@ -57,6 +57,9 @@ struct NanoGptResult {
   std::vector<double> iter_losses;             // rank 0's printed `iter N: loss` values, by iteration
   std::vector<double> train_evals, val_evals;  // estimate_loss at each eval
   int64_t iterations = 0;
+  // The iteration the ranks stopped before for a requeue (a signal, examples/preemption.h; the
+  // checkpoint in out_dir is written there), or -1: the run went to the end.
+  int64_t stopped_before = -1;
 };
 
 NanoGptResult train_nanogpt(const NanoGptConfig& config, std::ostream& log);

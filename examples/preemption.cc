@@ -48,11 +48,11 @@ StopSignals::~StopSignals() {
 
 int StopSignals::received() const { return received_signal.load(); }
 
-std::string stop_message(int signo, int64_t steps_done, int64_t steps, const std::string& checkpoint) {
-  return fmt::format(
-      "stopping after step {} of {} ({}): checkpoint {} written; exit status {} (run again with --resume to go on)",
-      steps_done, steps, signo != 0 ? ::strsignal(signo) : "another rank was signalled", checkpoint,
-      kRequeueExitStatus);
+std::string stop_message(int signo, const std::string& where, const std::string& checkpoint,
+                         const std::string& resume_with) {
+  return fmt::format("stopping {} ({}): checkpoint {} written; exit status {} (run again with {} to go on)", where,
+                     signo != 0 ? ::strsignal(signo) : "another rank was signalled", checkpoint, kRequeueExitStatus,
+                     resume_with);
 }
 
 }  // namespace tinyddp::examples

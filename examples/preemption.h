@@ -9,7 +9,6 @@
 // the launcher's --grace_period).
 #pragma once
 
-#include <cstdint>
 #include <string>
 
 #include "tinyddp/base/exit_status.h"
@@ -29,8 +28,9 @@ class StopSignals {
   int received() const;
 };
 
-// "stopping after step N of M (<signal>): checkpoint PATH written; exit status 75 ...", rank
-// 0's line (`signo` 0: another rank got the signal).
-std::string stop_message(int signo, int64_t steps_done, int64_t steps, const std::string& checkpoint);
+// Rank 0's line: "stopping <where> (<signal>): checkpoint <checkpoint> written; exit status 75
+// (run again with <resume_with> to go on)"; `signo` 0: another rank got the signal.
+std::string stop_message(int signo, const std::string& where, const std::string& checkpoint,
+                         const std::string& resume_with);
 
 }  // namespace tinyddp::examples

@@ -11,6 +11,7 @@
 #include "examples/nanogpt_train.h"
 #include "examples/train_gpt_lib.h"
 #include "tinyddp/base/error.h"
+#include "tinyddp/base/exit_status.h"
 
 int main(int argc, char** argv) {
   // --dataset: nanoGPT's train.py, its keys and its data files (nanogpt_train.h).
@@ -58,7 +59,9 @@ int main(int argc, char** argv) {
   app.add_option("--save", c.save, "write the final state dict here (safetensors, nanoGPT's names)");
   app.add_option("--metrics", c.metrics, "write a CSV with one row per step (step,loss,grad_norm,lr)");
   app.add_option("--log_every", c.log_every, "print progress every N steps (default: about twenty lines)");
-  app.add_option("--checkpoint", c.checkpoint, "rank 0 writes model, optimizer and schedule here");
+  app.add_option("--checkpoint", c.checkpoint,
+                 "rank 0 writes model, optimizer and schedule here; SIGUSR1 or SIGTERM then stops the run after a "
+                 "step with a checkpoint and exit status 75 (a requeue, examples/slurm/train.sbatch)");
   app.add_option("--checkpoint_every", c.checkpoint_every, "steps between checkpoints (default: only at the end)");
   app.add_flag("--resume", c.resume, "continue from --checkpoint when it exists");
   app.add_option("--fail_at_step", c.fail_at_step, "exit with status 3 before step N on the first attempt (tests)");
@@ -81,16 +84,11 @@ int main(int argc, char** argv) {
                  "OMP_NUM_THREADS, else the physical cores this process may use)");
   try {
     tinyddp::examples::check_flags_of_mode(std::vector<std::string>(argv + 1, argv + argc), /*nanogpt_mode=*/false);
+    CLI11_PARSE(app, argc, argv);
+    const tinyddp::examples::GPTTrainResult result = tinyddp::examples::train_gpt(c, std::cout);
+    return result.stopped_after >= 0 ? tinyddp::kRequeueExitStatus : 0;
   } catch (const std::exception& e) {
     std::cerr << "train_gpt: error: " << e.what() << std::endl;
     return 1;
   }
-  CLI11_PARSE(app, argc, argv);
-  try {
-    tinyddp::examples::train_gpt(c, std::cout);
-  } catch (const std::exception& e) {
-    std::cerr << "train_gpt: error: " << e.what() << std::endl;
-    return 1;
-  }
-  return 0;
 }

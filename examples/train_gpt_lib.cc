@@ -1,6 +1,7 @@
 // The training loop of //examples:train_gpt (train_gpt_lib.h). train_gpt() at the end is the
-// mainline: batch, forward, backward, clip, step, schedule, log. The named steps above it set
-// up the text, the model, the optimizer and its schedule, resuming and DDP, and report.
+// mainline: batch, forward, backward, clip, step, schedule, log, checkpoint. The named steps
+// above it set up the text, the model, the optimizer and its schedule, resuming and DDP; what
+// is printed and saved around the loop is train_gpt_report.cc's (train_gpt_run.h).
 #include "examples/train_gpt_lib.h"
 
 #include <chrono>
@@ -11,8 +12,10 @@
 #include <optional>
 
 #include "examples/gpt_data.h"
+#include "examples/preemption.h"
 #include "examples/run_env.h"
 #include "examples/step_phases.h"
+#include "examples/train_gpt_run.h"
 #include "tinyddp/comm/init.h"
 #include "tinyddp/ddp/fully_shard.h"
 #include "tinyddp/ddp/zero_redundancy_optimizer.h"
@@ -31,15 +34,8 @@ namespace {
 
 // ---- Setup, in the order train_gpt() runs it ---------------------------------------------------
 
-// The corpus and its split, or the batches of --data.
-struct Text {
-  std::unique_ptr<TextCorpus> corpus;  // where the split's reference expects it
-  std::unique_ptr<TextSplit> split;
-  std::unique_ptr<TokenBatches> file;
-};
-
-Text open_text(const GPTTrainConfig& config, int rank, int world) {
-  Text text;
+GptText open_text(const GPTTrainConfig& config, int rank, int world) {
+  GptText text;
   if (!config.data.empty()) {
     text.file = std::make_unique<TokenBatches>(config.data, config.steps, config.block_size, rank, world);
     TDDP_CHECK(text.file->max_id() < config.vocab_size,
@@ -55,7 +51,7 @@ Text open_text(const GPTTrainConfig& config, int rank, int world) {
   return text;
 }
 
-nn::GPTConfig model_config(const GPTTrainConfig& config, const Text& text) {
+nn::GPTConfig model_config(const GPTTrainConfig& config, const GptText& text) {
   nn::GPTConfig c;
   c.n_layer = config.n_layer;
   c.n_head = config.n_head;
@@ -99,27 +95,9 @@ std::unique_ptr<nn::LRScheduler> make_scheduler(const GPTTrainConfig& config, nn
   });
 }
 
-// Everything the loop uses.
-struct Run {
-  Placement placement;
-  std::shared_ptr<comm::ProcessGroup> pg;
-  int rank = 0, world = 1;
-  Text text;
-  std::shared_ptr<nn::GPT> model;
-  std::unique_ptr<nn::Optimizer> optimizer;
-  std::unique_ptr<nn::LRScheduler> scheduler;
-  std::shared_ptr<ddp::DistributedDataParallel> ddp;
-  std::vector<std::shared_ptr<ddp::FullyShardedUnit>> units;  // --fsdp: each Block's, then the root's
-  std::shared_ptr<ddp::PowerSGDState> powersgd;
-  nn::Module* forward = nullptr;  // the model, or DDP around it
-  int64_t first_step = 0;
-  int64_t rows = 0;         // this rank's windows per step
-  int64_t micro_steps = 1;  // this rank's share of --gradient_accumulation_steps
-};
-
 // --resume: the model, the optimizer, the scheduler and the generator from --checkpoint.
 // --fsdp: every rank its own file of its shards (ddp::load_sharded_checkpoint).
-void resume_if_asked(const GPTTrainConfig& config, Run& run) {
+void resume_if_asked(const GPTTrainConfig& config, GptRun& run) {
   if (!config.checkpoint.empty() && run.rank == 0) nn::remove_stale_checkpoint_temporaries(config.checkpoint);
   const bool sharded = !run.units.empty();
   const std::string file =
@@ -135,9 +113,9 @@ void resume_if_asked(const GPTTrainConfig& config, Run& run) {
   run.first_step = resumed.step;
 }
 
-Run set_up(const GPTTrainConfig& config) {
+GptRun set_up(const GPTTrainConfig& config) {
   use_threads(config.threads);  // a bad --threads or TINYDDP_NUM_THREADS stops here, before any work
-  Run run;
+  GptRun run;
   run.placement = choose_placement(config.device, config.backend);
   TDDP_CHECK(!config.tf32 || run.placement.on_gpu, "--tf32 needs the model on a GPU (--device cuda)");
   if (config.tf32) tensor::cuda::set_allow_tf32(true);
@@ -180,21 +158,26 @@ Run set_up(const GPTTrainConfig& config) {
 
 // ---- Inside the loop ---------------------------------------------------------------------------
 
-std::pair<Tensor, Tensor> batch_of(const Run& run, int64_t step) {
+std::pair<Tensor, Tensor> batch_of(const GptRun& run, int64_t step) {
   auto [x, y] = run.text.file ? run.text.file->batch(step) : run.text.split->train_batch(step, run.rank, run.rows);
   return {x.to(run.placement.device), y.to(run.placement.device)};
 }
 
-double mean_over_ranks(const Run& run, double value) {
-  if (!run.pg) return value;
-  const Tensor v = t::scalar_tensor(value, t::TensorOptions(t::kFloat64).device(run.placement.device));
-  run.pg->allreduce(v, comm::ReduceOp::kAvg)->wait();
-  return v.item<double>();
+// The step's loss averaged over the ranks, and whether any rank was asked to stop
+// (`stop_signal`: this rank's signal, preemption.h, or 0). The flag rides on the loss's
+// allreduce as a second element, so the ranks agree on the step without a collective of its own.
+std::pair<double, bool> loss_and_stop_over_ranks(const GptRun& run, double loss, int stop_signal) {
+  const double stop = stop_signal != 0 ? 1.0 : 0.0;
+  if (!run.pg) return {loss, stop > 0};
+  const Tensor both = t::tensor({loss, stop}, t::TensorOptions(t::kFloat64).device(run.placement.device));
+  run.pg->allreduce(both, comm::ReduceOp::kAvg)->wait();
+  const std::vector<double> mean = both.to(t::kCPU).to_vector<double>();
+  return {mean[0], mean[1] > 0};
 }
 
 // The step's loss: the forward (and loss) under autocast with --autocast bf16; the backward
 // is the caller's, outside the scope, as PyTorch's autocast is used.
-Tensor forward_loss(const GPTTrainConfig& config, const Run& run, const Tensor& x, const Tensor& y) {
+Tensor forward_loss(const GPTTrainConfig& config, const GptRun& run, const Tensor& x, const Tensor& y) {
   std::optional<tensor::Autocast> autocast;
   if (!config.autocast.empty()) autocast.emplace(x.device().type, tensor::kBFloat16);
   return (*run.forward)(x, y)[1];
@@ -203,7 +186,7 @@ Tensor forward_loss(const GPTTrainConfig& config, const Run& run, const Tensor& 
 // One step's forward and backward, in --gradient_accumulation_steps micro-steps: this rank's
 // rows in order, each micro-step's loss divided by their count; DDP reduces on the last one
 // only (the others run inside no_sync). Returns the step's loss (the divided losses' sum).
-Tensor forward_backward(const GPTTrainConfig& config, const Run& run, const Tensor& x, const Tensor& y) {
+Tensor forward_backward(const GPTTrainConfig& config, const GptRun& run, const Tensor& x, const Tensor& y) {
   if (run.micro_steps == 1) {
     const Tensor loss = forward_loss(config, run, x, y);
     loss.backward();
@@ -226,7 +209,7 @@ Tensor forward_backward(const GPTTrainConfig& config, const Run& run, const Tens
 
 // One optimizer step: the batch, forward and backward, clipping, the update; returns the loss
 // and the gradients' norm, both still on the device. --profile_phases times each part.
-std::pair<Tensor, Tensor> train_step(const GPTTrainConfig& config, const Run& run, int64_t step,
+std::pair<Tensor, Tensor> train_step(const GPTTrainConfig& config, const GptRun& run, int64_t step,
                                      const std::vector<Tensor>& params, StepPhases& phases) {
   phases.begin_step();
   const auto [x, y] = batch_of(run, step);
@@ -253,29 +236,13 @@ std::pair<Tensor, Tensor> train_step(const GPTTrainConfig& config, const Run& ru
   return {loss, norm};
 }
 
-// The model's loss on the validation windows (every rank computes the same).
-double validation_loss(const GPTTrainConfig& config, const Run& run) {
-  const auto [x, y] = run.text.split->validation(config.eval_windows);
-  t::NoGradGuard no_grad;
-  run.model->eval();
-  double total = 0;
-  const int64_t chunk = 16;
-  for (int64_t first = 0; first < x.size(0); first += chunk) {
-    const int64_t n = std::min(chunk, x.size(0) - first);
-    const Tensor loss =
-        (*run.model)(x.narrow(0, first, n).to(run.placement.device), y.narrow(0, first, n).to(run.placement.device))[1];
-    total += loss.item<double>() * static_cast<double>(n);
-  }
-  run.model->train();
-  return total / static_cast<double>(x.size(0));
-}
-
 // Rank 0 writes a checkpoint every --checkpoint_every steps and at the end (with ZeRO every
 // rank first sends it its shard of the optimizer state; with --fsdp every rank writes its own).
-void save_checkpoint_if_due(const GPTTrainConfig& config, const Run& run, int64_t steps_done) {
+// `now`: also when not due (the ranks stop for a requeue).
+void save_checkpoint_if_due(const GPTTrainConfig& config, const GptRun& run, int64_t steps_done, bool now) {
   if (config.checkpoint.empty()) return;
   const bool last = steps_done == config.steps;
-  if (!(config.checkpoint_every > 0 ? steps_done % config.checkpoint_every == 0 || last : last)) return;
+  if (!now && !(config.checkpoint_every > 0 ? steps_done % config.checkpoint_every == 0 || last : last)) return;
   if (!run.units.empty()) {  // --fsdp: every rank writes its shards
     ddp::save_sharded_checkpoint(config.checkpoint, *run.model, *run.optimizer, *run.pg, steps_done,
                                  run.scheduler->state_dict());
@@ -289,89 +256,24 @@ void save_checkpoint_if_due(const GPTTrainConfig& config, const Run& run, int64_
   }
 }
 
-std::ofstream open_metrics(const GPTTrainConfig& config, const Run& run) {
+std::ofstream open_metrics(const GPTTrainConfig& config, const GptRun& run) {
   if (config.metrics.empty() || run.rank != 0) return std::ofstream();
   return open_metrics_csv(config.metrics, "step,loss,grad_norm,lr", run.first_step);
 }
 
-// ---- Before and after the loop -----------------------------------------------------------------
-
-void describe(const GPTTrainConfig& config, const Run& run, std::ostream& out) {
-  const nn::GPTConfig& c = run.model->config;
-  out << fmt::format("GPT: {} layers, {} heads, {} wide, context {}, vocabulary {}; {:.2f}M parameters\n", c.n_layer,
-                     c.n_head, c.n_embd, c.block_size, c.vocab_size,
-                     static_cast<double>(run.model->num_parameters()) / 1e6);
-  if (run.text.split) {
-    out << fmt::format("corpus: {}, {} characters; split (seed {}): {} training, {} validation tokens\n",
-                       run.text.corpus->source(), run.text.corpus->size(), config.seed, run.text.split->train_tokens(),
-                       run.text.split->validation_tokens());
-  } else {
-    out << fmt::format("data: {}, global batch {}\n", config.data, run.text.file->global_batch());
-  }
-  out << fmt::format(
-      "AdamW lr {} ({} schedule, {} warmup steps, min {}), weight decay {} on {} tensors, clip {}{}; "
-      "{} steps of {} x {} tokens{}{}\n",
-      config.lr, config.lr_schedule, config.warmup_steps, config.min_lr, config.weight_decay,
-      run.optimizer->group_end(0), config.grad_clip, config.zero && run.pg ? ", ZeRO" : "", config.steps,
-      run.rows * run.world, config.block_size,
-      run.micro_steps > 1 ? fmt::format(" in {} micro-steps per rank", run.micro_steps) : "",
-      run.pg ? fmt::format(", {} on {} ranks ({})", run.units.empty() ? "data-parallel" : "fully sharded (fully_shard)",
-                           run.world, run.placement.backend)
-             : "");
-  if (run.placement.device.type == t::DeviceType::kCPU)
-    out << fmt::format("{} intra-op threads ({})\n", t::get_num_threads(), t::num_threads_source());
-}
-
-std::string sample(const GPTTrainConfig& config, const Run& run) {
-  const std::vector<int64_t> prompt = run.text.corpus->encode(config.prompt);
-  const Tensor ids = t::from_vector(prompt, t::Shape{1, static_cast<int64_t>(prompt.size())}).to(run.placement.device);
-  t::Generator generator(config.seed);
-  // --fsdp: generate calls the model's forward itself, so every unit is gathered first (on
-  // every rank, which all sample) and freed after.
-  for (const auto& unit : run.units) unit->unshard();
-  const Tensor out = run.model->generate(ids, config.sample_tokens, config.temperature, config.top_k, &generator);
-  for (const auto& unit : run.units) unit->reshard();
-  return run.text.corpus->decode(out[0].to(t::kCPU).to_vector<int64_t>());
-}
-
-// Every rank says how much optimizer state it holds (ZeRO's and fully_shard's differ by rank)
-// and, with --report_memory, its peak resident memory and peak tensor memory over the steps.
-// Returns the state's bytes.
-int64_t report_memory(const GPTTrainConfig& config, const Run& run, std::ostream& log) {
-  int64_t bytes = 0;
-  if (auto* zero = dynamic_cast<ddp::ZeroRedundancyOptimizer*>(run.optimizer.get())) {
-    bytes = zero->local_state_bytes();
-  } else {
-    for (const auto& [name, t] : run.optimizer->state_dict()) bytes += static_cast<int64_t>(t.nbytes());
-  }
-  log << fmt::format("optimizer state on rank {}: {:.2f} MB\n", run.rank, static_cast<double>(bytes) / 1e6);
-  if (config.report_memory) {
-    log << fmt::format("peak resident memory on rank {}: {} MiB\n", run.rank, peak_rss_mib());
-    // The tensors alone (parameters, gradients, optimizer state, activations, buffers in flight).
-    log << fmt::format("peak tensor memory on rank {}: {:.1f} MiB\n", run.rank,
-                       static_cast<double>(t::cpu_memory_stats().peak_allocated_bytes) / 1048576.0);
-  }
-  return bytes;
-}
-
-// --save: rank 0 writes the final state dict (--fsdp: gathered from the shards, every rank
-// taking part).
-void save_final_weights(const GPTTrainConfig& config, const Run& run, std::ostream& out) {
-  if (config.save.empty()) return;
-  if (!run.units.empty()) {
-    const nn::OrderedDict<Tensor> full = ddp::full_state_dict(*run.model);
-    if (run.rank == 0) nn::save_safetensors(config.save, full);
-  } else if (run.rank == 0) {
-    nn::save_state_dict(*run.model, config.save);
-  }
-  out << "saved the final weights to " << config.save << "\n";
+// Every rank waits for the others (rank 0 hosts the store), DDP goes, then the group.
+void leave_group(GptRun& run) {
+  if (!run.pg) return;
+  run.pg->barrier()->wait();
+  run.ddp.reset();
+  comm::destroy_process_group();
 }
 
 }  // namespace
 
 GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
   config.validate();
-  Run run = set_up(config);
+  GptRun run = set_up(config);
   std::ostringstream quiet;  // only rank 0 prints
   std::ostream& out = run.rank == 0 ? log : quiet;
   if (run.first_step > 0) out << fmt::format("resuming from {} after {} steps\n", config.checkpoint, run.first_step);
@@ -392,55 +294,47 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
     reset_peak_rss();
     t::reset_cpu_peak_memory();
   }
+  // With a checkpoint to write, SIGUSR1 and SIGTERM stop the run after a step (preemption.h).
+  std::optional<StopSignals> signals;
+  if (!config.checkpoint.empty()) signals.emplace();
   for (int64_t step = run.first_step; step < config.steps; ++step) {
     fail_on_purpose_if_asked(config.fail_at_step, step, run.rank, "train_gpt");
     const double lr = run.optimizer->lr(0);
     const auto [loss, norm_tensor] = train_step(config, run, step, params, phases);
-    result.losses.push_back(mean_over_ranks(run, loss.item<double>()));
+    const auto [mean_loss, stop] =
+        loss_and_stop_over_ranks(run, loss.item<double>(), signals ? signals->received() : 0);
+    result.losses.push_back(mean_loss);
     phases.end_phase("read loss");
-    TDDP_CHECK(std::isfinite(result.losses.back()), "the loss became {} at step {}; lower --lr", result.losses.back(),
-               step);
-    const bool log_now = (step + 1) % log_every == 0 || step + 1 == config.steps;
+    TDDP_CHECK(std::isfinite(mean_loss), "the loss became {} at step {}; lower --lr", mean_loss, step);
+    const bool log_now = (step + 1) % log_every == 0 || step + 1 == config.steps || stop;
     // The norm is read back only when it is written out (the loss above was read already).
     const double norm = metrics.is_open() || log_now ? norm_tensor.item<double>() : 0.0;
-    if (metrics.is_open())
-      metrics << fmt::format("{},{:.9g},{:.9g},{:.9g}", step, result.losses.back(), norm, lr) << std::endl;
+    if (metrics.is_open()) metrics << fmt::format("{},{:.9g},{:.9g},{:.9g}", step, mean_loss, norm, lr) << std::endl;
     const int64_t done = step + 1 - run.first_step;
     const double tokens = static_cast<double>(done * run.rows * run.world * config.block_size);
     if (log_now) {
       out << fmt::format("step {:>{}}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {:.0f} tokens/s\n", step + 1,
-                         std::to_string(config.steps).size(), config.steps, result.losses.back(), norm, lr,
-                         tokens / seconds())
+                         std::to_string(config.steps).size(), config.steps, mean_loss, norm, lr, tokens / seconds())
           << std::flush;
     }
     const bool eval_now = run.text.split && config.eval_every > 0 && (step + 1) % config.eval_every == 0;
     if (eval_now && step + 1 != config.steps) {
       out << fmt::format("step {}: validation loss {:.4f}\n", step + 1, validation_loss(config, run));
     }
-    save_checkpoint_if_due(config, run, step + 1);
+    save_checkpoint_if_due(config, run, step + 1, stop);
     result.seconds = seconds();
     result.tokens_per_second = tokens / result.seconds;
-  }
-  out << fmt::format("done: {} steps in {:.1f} s, {:.0f} tokens/s\n", config.steps - run.first_step, result.seconds,
-                     result.tokens_per_second);
-  out << phases.table(std::min<int64_t>(2, config.steps - run.first_step - 1));
-  result.optimizer_state_bytes = report_memory(config, run, log);
-  if (run.text.split) {
-    result.validation_loss = validation_loss(config, run);
-    out << fmt::format("validation loss {:.4f} (bigram model: {:.4f})\n", result.validation_loss, result.bigram_loss);
-    if (config.sample_tokens > 0) {
-      result.sample = sample(config, run);
-      out << fmt::format("sample (temperature {}, top-k {}, seed {}):\n{}\n", config.temperature, config.top_k,
-                         config.seed, result.sample);
+    if (stop && step + 1 < config.steps) {  // the ranks agreed to stop here: the checkpoint is written
+      out << stop_message(signals->received(), fmt::format("after step {} of {}", step + 1, config.steps),
+                          config.checkpoint, "--resume")
+          << "\n";
+      result.stopped_after = step + 1;
+      leave_group(run);
+      return result;
     }
   }
-  save_final_weights(config, run, out);
-  if (run.ddp) report_reductions(*run.ddp, (config.steps - run.first_step) * run.micro_steps, out);
-  if (run.pg) {
-    run.pg->barrier()->wait();
-    run.ddp.reset();
-    comm::destroy_process_group();
-  }
+  report_end(config, run, phases, result, log);
+  leave_group(run);
   return result;
 }
 

@@ -73,6 +73,9 @@ struct GPTTrainResult {
   std::string sample;                             // corpus only
   double seconds = 0, tokens_per_second = 0;
   int64_t optimizer_state_bytes = 0;  // this rank's Adam state (ZeRO: its shard's)
+  // The steps done when the ranks stopped early for a requeue (a signal, examples/preemption.h;
+  // the checkpoint is written there), or -1: the run went to the end.
+  int64_t stopped_after = -1;
 };
 
 GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log);

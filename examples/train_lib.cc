@@ -337,7 +337,9 @@ TrainResult stop_for_requeue(const TrainConfig& config, Run& run, Log& logged, i
   TrainResult result = logged.result();
   result.seconds = logged.seconds();
   result.stopped_after = steps_done;
-  progress << stop_message(signo, steps_done, config.steps, config.checkpoint) << "\n";
+  progress << stop_message(signo, fmt::format("after step {} of {}", steps_done, config.steps), config.checkpoint,
+                           "--resume")
+           << "\n";
   tear_down(config, run);
   return result;
 }

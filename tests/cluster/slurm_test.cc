@@ -4,7 +4,9 @@
 // its pieces do, scancel leaves nothing, and bad input is named. Needs root and Debian's
 // slurm-wlm and munge; skips with the reason otherwise. No TINYDDP_BIND_ADDR anywhere: each
 // rank finds its address on the route to the master.
+#include <cmath>
 #include <fstream>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -81,33 +83,67 @@ TEST_CASE("slurm: sbatch on 3 nodes x 2 tasks trains to the parameters of launch
   CHECK(run_command("ip netns list").output.find("n0") == std::string::npos);  // the cluster is gone
 }
 
+namespace {
+
+// On a cluster of 2 nodes: the job `submit` (shell setting $job) submits, `scancel --signal=SIGNAL`
+// once its output `dir`/job.out shows `progress`, and the job's end. Checks that it completed
+// after one requeue; returns the script's output.
+CommandResult signal_and_requeue(const std::string& dir, const std::string& submit, const std::string& progress,
+                                 const std::string& signal) {
+  const CommandResult r = on_cluster(
+      2, dir,
+      fmt::format("{1}\nfor i in $(seq 1200); do grep -q '{2}' {0}/job.out 2>/dev/null && break; sleep 0.1; done\n"
+                  "scancel --signal={3} $job\nwait_job $job\n"
+                  "scontrol show job $job | grep -o 'Restarts=[0-9]*'; cat {0}/job.out\n",
+                  dir, submit, progress, signal));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("ended: JobState=COMPLETED"));
+  CHECK_THAT(r.output, Contains("Restarts=1"));
+  return r;
+}
+
+// Whether `a` and `b` ("train loss X, val loss Y") hold the same numbers, each within `tolerance`.
+bool printed_numbers_close(const std::string& a, const std::string& b, double tolerance) {
+  const std::regex number(R"([0-9]+\.[0-9]+)");
+  std::vector<double> x, y;
+  for (auto it = std::sregex_iterator(a.begin(), a.end(), number); it != std::sregex_iterator(); ++it)
+    x.push_back(std::stod(it->str()));
+  for (auto it = std::sregex_iterator(b.begin(), b.end(), number); it != std::sregex_iterator(); ++it)
+    y.push_back(std::stod(it->str()));
+  if (x.size() != y.size() || x.empty()) return false;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::abs(x[i] - y[i]) > tolerance) return false;
+  }
+  return true;
+}
+
+// The step the ranks stopped after, on `signal_name`; the resumed job starts there and ends
+// with the parameters of its pieces (4 ranks before and after).
+void check_resumed_as_pieces(const std::string& dir, const std::string& output, const std::string& signal_name) {
+  std::smatch m;
+  REQUIRE(
+      std::regex_search(output, m, std::regex(R"(stopping after step ([0-9]+) of 3000 \()" + signal_name + R"(\))")));
+  const int64_t step = std::stoll(m[1]);
+  CHECK(resumed_step(output) == step);
+  CHECK(max_difference(dir + "/job.safetensors", reference(dir, 4, step, 4)) < 1e-6);
+  require_clean(dir, dir + "/job.ckpt");
+}
+
+}  // namespace
+
 TEST_CASE(
     "slurm: SIGUSR1 (scancel --signal): a checkpoint at the signal, the job requeued, resumed on the same "
     "nodes, and finished as its pieces",
     "[cluster][slurm]") {
   SKIP_WITHOUT_SLURM();
   const std::string dir = tinyddp::testing::fresh_directory("slurm_requeue");
-  const CommandResult r = on_cluster(
-      2, dir,
-      fmt::format(
-          "job=$(job_of job --nodes 2 --ntasks-per-node 2 --)\n"
-          "for i in $(seq 1200); do grep -q 'step  200/3000' {0}/job.out 2>/dev/null && break; sleep 0.1; done\n"
-          "scancel --signal=USR1 $job\nwait_job $job\n"
-          "scontrol show job $job | grep -o 'Restarts=[0-9]*'; cat {0}/job.out\n",
-          dir));
+  const CommandResult r =
+      signal_and_requeue(dir, "job=$(job_of job --nodes 2 --ntasks-per-node 2 --)", "step  200/3000", "USR1");
   INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.output, Contains("ended: JobState=COMPLETED"));
-  CHECK_THAT(r.output, Contains("Restarts=1"));
   CHECK_THAT(r.output, Contains("requeueing it"));
   CHECK_THAT(r.output, Contains("restart 1: 4 task(s)"));
-  std::smatch m;
-  REQUIRE(
-      std::regex_search(r.output, m, std::regex(R"(stopping after step ([0-9]+) of 3000 \(User defined signal 1\))")));
-  const int64_t step = std::stoll(m[1]);
-  CHECK(resumed_step(r.output) == step);
-  CHECK(max_difference(dir + "/job.safetensors", reference(dir, 4, step, 4)) < 1e-6);
-  require_clean(dir, dir + "/job.ckpt");
+  check_resumed_as_pieces(dir, r.output, "User defined signal 1");
 }
 
 TEST_CASE(
@@ -116,26 +152,50 @@ TEST_CASE(
     "[cluster][slurm]") {
   SKIP_WITHOUT_SLURM();
   const std::string dir = tinyddp::testing::fresh_directory("slurm_elastic");
-  const CommandResult r = on_cluster(
-      2, dir,
-      fmt::format(
-          "job=$(SBATCH_SCRIPT=examples/slurm/train_elastic.sbatch TINYDDP_NPROC_PER_NODE=2 job_of job "
-          "--nodes 2 --ntasks-per-node 1 --cpus-per-task 2 --)\n"
-          "for i in $(seq 1200); do grep -q 'step  200/3000' {0}/job.out 2>/dev/null && break; sleep 0.1; done\n"
-          "scancel --signal=TERM $job\nwait_job $job\n"
-          "scontrol show job $job | grep -o 'Restarts=[0-9]*'; cat {0}/job.out\n",
-          dir));
+  const CommandResult r = signal_and_requeue(dir,
+                                             "job=$(SBATCH_SCRIPT=examples/slurm/train_elastic.sbatch "
+                                             "TINYDDP_NPROC_PER_NODE=2 job_of job --nodes 2 --ntasks-per-node 1 "
+                                             "--cpus-per-task 2 --)",
+                                             "step  200/3000", "TERM");
   INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.output, Contains("ended: JobState=COMPLETED"));
-  CHECK_THAT(r.output, Contains("Restarts=1"));
   CHECK_THAT(r.output, Contains("workers stopped for a requeue; exit status 75"));
+  check_resumed_as_pieces(dir, r.output, "Terminated");
+}
+
+TEST_CASE(
+    "slurm: train_gpt --dataset (nanoGPT's loop) under train.sbatch with TINYDDP_OUT_DIR: SIGUSR1, a "
+    "checkpoint in out_dir, a requeue with --init_from=resume, and the losses of a run never stopped",
+    "[cluster][slurm][nanogpt]") {
+  SKIP_WITHOUT_SLURM();
+  const std::string dir = tinyddp::testing::fresh_directory("slurm_nanogpt");
+  const std::string keys = nanogpt_job_keys("$PWD/tests/examples/fixtures/nanogpt_data/story");
+  const CommandResult r = signal_and_requeue(
+      dir,
+      fmt::format("job=$(env -u TINYDDP_BIND_ADDR TINYDDP_PROGRAM=$PWD/examples/train_gpt TINYDDP_OUT_DIR={0}/out "
+                  "sbatch --parsable --chdir {0} --output {0}/job.out --nodes 2 --ntasks-per-node 2 "
+                  "examples/slurm/train.sbatch {1})",
+                  dir, keys),
+      "iter 100:", "USR1");
+  INFO(r.output);
   std::smatch m;
-  REQUIRE(std::regex_search(r.output, m, std::regex(R"(stopping after step ([0-9]+) of 3000 \(Terminated\))")));
-  const int64_t step = std::stoll(m[1]);
-  CHECK(resumed_step(r.output) == step);
-  CHECK(max_difference(dir + "/job.safetensors", reference(dir, 4, step, 4)) < 1e-6);
-  require_clean(dir, dir + "/job.ckpt");
+  REQUIRE(std::regex_search(r.output, m,
+                            std::regex(R"(stopping before iteration ([0-9]+) of 400 \(User defined signal 1\))")));
+  const int64_t iter = std::stoll(m[1]);
+  CHECK_THAT(r.output, Contains(fmt::format("resuming training from {}/out at iteration {}", dir, iter)));
+  // The same job on one machine, never stopped: from the iteration the job stopped before on,
+  // every printed loss, to the printed digits (4 ranks on either side).
+  const CommandResult whole =
+      run_command(fmt::format("launcher/launch --nproc_per_node 4 -- examples/train_gpt {} --out_dir={}/whole 2>&1",
+                              std::regex_replace(keys, std::regex("\\$PWD/"), ""), dir));
+  INFO(whole.output);
+  REQUIRE(whole.exit_code == 0);
+  const auto want = nanogpt_losses(whole.output, iter), got = nanogpt_losses(r.output, iter);
+  CHECK(want.size() >= static_cast<size_t>(401 - iter));
+  REQUIRE(got.size() == want.size());
+  for (const auto& [line, losses] : want) {
+    INFO(line << ": " << got.at(line) << " against " << losses);
+    CHECK(printed_numbers_close(got.at(line), losses, 1.0001e-4));
+  }
 }
 
 TEST_CASE(

@@ -4,11 +4,13 @@
 // for a run with biases, a constant rate and no clipping. Then the mode's errors.
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/launcher/elastic_pieces.h"
 #include "tests/test_util.h"
 #include "tinyddp/nn/safetensors.h"
 #include "tinyddp/tensor/ops.h"
@@ -262,6 +264,42 @@ TEST_CASE("init_from=resume at another world size (an elastic job) continues fro
   const CommandResult three = job(3, "--init_from=resume");
   CHECK(three.exit_code != 0);
   CHECK_THAT(three.output, Contains("gradient_accumulation_steps") && Contains("3"));
+}
+
+TEST_CASE(
+    "train_gpt --dataset: SIGUSR1 stops the ranks before an iteration with a checkpoint, status 75; "
+    "init_from=resume prints the uninterrupted run's losses",
+    "[examples][nanogpt][preemption]") {
+  const std::string keys = " " + tinyddp::testing::elastic::nanogpt_job_keys(kData);
+  const auto job = [&](const std::string& out, const std::string& extra) {
+    return fmt::format(
+        "TINYDDP_NUM_THREADS=1 launcher/launch --nproc_per_node 2 -- examples/train_gpt{} --out_dir={}{}", keys, out,
+        extra);
+  };
+  const std::string out = temp_path("nanogpt_preempt"), whole = temp_path("nanogpt_preempt_whole");
+  std::filesystem::remove_all(out);
+  std::filesystem::remove_all(whole);
+  std::filesystem::create_directories(out);
+  const CommandResult stopped = run_command(
+      fmt::format("{0} > {1}/log 2>&1 & pid=$!; for i in $(seq 600); do grep -q 'iter 100:' {1}/log && break; "
+                  "sleep 0.05; done; kill -USR1 $pid; wait $pid; echo status $?; cat {1}/log",
+                  job(out, ""), out));
+  INFO(stopped.output);
+  CHECK_THAT(stopped.output, Contains("status 75"));
+  CHECK_THAT(stopped.output, Contains("launch: the workers stopped for a requeue"));
+  std::smatch m;
+  REQUIRE(std::regex_search(stopped.output, m, std::regex(R"(stopping before iteration (\d+) of 400 \(User)")));
+  const int64_t iter = std::stoll(m[1]);
+  CHECK(iter > 100);
+  const CommandResult resumed = run_command(job(out, " --init_from=resume") + " 2>&1");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK_THAT(resumed.output, Contains(fmt::format("resuming training from {} at iteration {}", out, iter)));
+  const CommandResult reference_run = run_command(job(whole, "") + " 2>&1");
+  REQUIRE(reference_run.exit_code == 0);
+  const std::map<std::string, std::string> want = tinyddp::testing::elastic::nanogpt_losses(reference_run.output, iter);
+  CHECK(want.size() >= static_cast<size_t>(401 - iter));
+  CHECK(tinyddp::testing::elastic::nanogpt_losses(resumed.output, iter) == want);
 }
 
 TEST_CASE("sample_gpt continues a start text from a train_gpt --dataset checkpoint", "[examples][nanogpt]") {

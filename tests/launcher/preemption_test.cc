@@ -2,7 +2,8 @@
 // reaching the launcher or one rank alone (srun signals each task); the ranks agree on the
 // step, rank 0 writes the checkpoint, everything exits with status 75, and the job run again
 // with --resume, on the same or another number of ranks, finishes with the parameters of its
-// pieces. Without --checkpoint the signals end the run as they always did.
+// pieces; examples/train and examples/train_gpt alike. Without --checkpoint the signals end
+// the run as they always did.
 #include <fmt/format.h>
 
 #include "tests/launcher/elastic_pieces.h"
@@ -30,32 +31,44 @@ std::string wait_for_step_200(const std::string& file) {
                      file);
 }
 
-}  // namespace
-
-TEST_CASE(
-    "preemption: SIGUSR1 to the launcher stops every rank after one step with a checkpoint; resumed on 3 ranks "
-    "the job equals its pieces",
-    "[launcher][preemption]") {
-  const std::string dir = tinyddp::testing::fresh_directory("preempt_usr1");
+// `signal` (USR1, TERM) to a launcher of 2 ranks running `job` after its step 200: every rank
+// stops after one step with a checkpoint and the launcher exits 75; launched again on 3 ranks,
+// the job resumes from that step and ends with the parameters of its pieces.
+void stop_and_resume_on_3(Job job, const std::string& signal, const std::string& signal_name) {
+  const std::string dir = tinyddp::testing::fresh_directory("preempt_" + signal);
   const CommandResult stopped = run_command(
       fmt::format("TINYDDP_NUM_THREADS=1 launcher/launch --nproc_per_node 2 -- {0} > {1}/out 2>&1 & pid=$!; {2}"
-                  "kill -USR1 $pid; wait $pid; echo status $?; cat {1}/out",
-                  train(dir, "job"), dir, wait_for_step_200(dir + "/out")));
+                  "kill -{3} $pid; wait $pid; echo status $?; cat {1}/out",
+                  job(dir, "job"), dir, wait_for_step_200(dir + "/out"), signal));
   INFO(stopped.output);
   CHECK_THAT(stopped.output, Contains(fmt::format("status {}", tinyddp::kRequeueExitStatus)));
-  CHECK_THAT(stopped.output, Contains("launch: got User defined signal 1; passing it to the workers"));
+  CHECK_THAT(stopped.output, Contains("launch: got " + signal_name + "; passing it to the workers"));
   CHECK_THAT(stopped.output, Contains("launch: the workers stopped for a requeue"));
   const int64_t step = stopped_step(stopped.output);
   CHECK(step >= 200);
   CHECK(step < 3000);
   CHECK_THAT(stopped.output, !Contains("done:"));
   const CommandResult resumed =
-      run_command(fmt::format("TINYDDP_NUM_THREADS=1 launcher/launch --nproc_per_node 3 -- {}", train(dir, "job")));
+      run_command(fmt::format("TINYDDP_NUM_THREADS=1 launcher/launch --nproc_per_node 3 -- {}", job(dir, "job")));
   INFO(resumed.output);
   REQUIRE(resumed.exit_code == 0);
   CHECK(resumed_step(resumed.output) == step);  // the checkpoint holds the step the ranks stopped after
-  CHECK(max_difference(dir + "/job.safetensors", reference(dir, 2, step, 3)) < 1e-6);
+  CHECK(max_difference(dir + "/job.safetensors", reference(dir, 2, step, 3, job)) < 1e-6);
   require_clean(dir, dir + "/job.ckpt");
+}
+
+}  // namespace
+
+TEST_CASE(
+    "preemption: SIGUSR1 to the launcher stops every rank after one step with a checkpoint; resumed on 3 ranks "
+    "the job equals its pieces",
+    "[launcher][preemption]") {
+  stop_and_resume_on_3(train, "USR1", "User defined signal 1");
+}
+
+TEST_CASE("preemption: train_gpt stops as train does: SIGTERM to the launcher, resumed on 3 ranks, equal to its pieces",
+          "[launcher][preemption]") {
+  stop_and_resume_on_3(train_gpt, "TERM", "Terminated");
 }
 
 TEST_CASE("preemption: SIGTERM to one rank alone (as srun's tasks get it): the ranks agree on the step and all exit 75",
