@@ -82,6 +82,7 @@ LaunchEnv launch_env() {
   } else if (env_value("OMPI_COMM_WORLD_RANK")) {
     e.source = "Open MPI";
     e.rank = env_int("OMPI_COMM_WORLD_RANK");
+    e.world_size_variable = "OMPI_COMM_WORLD_SIZE";
     e.world_size = env_int("OMPI_COMM_WORLD_SIZE");
     e.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK");
     e.local_world_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -90,6 +91,7 @@ LaunchEnv launch_env() {
   } else if (env_value("SLURM_PROCID")) {
     e.source = "Slurm";
     e.rank = env_int("SLURM_PROCID");
+    e.world_size_variable = "SLURM_NTASKS";
     e.world_size = env_int("SLURM_NTASKS");
     e.local_rank = env_int("SLURM_LOCALID");
     e.local_world_size = slurm_tasks_per_node();

@@ -15,6 +15,9 @@ namespace tinyddp::comm {
 
 struct LaunchEnv {
   std::string source;  // "launch", "Open MPI", "Slurm", or "none"
+  // The variable the world size is read from (WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS),
+  // for messages about it; WORLD_SIZE when nothing launched this process.
+  std::string world_size_variable = "WORLD_SIZE";
   std::optional<int> rank, world_size, local_rank, local_world_size;
   std::optional<std::string> master_addr;
   std::optional<int> master_port;

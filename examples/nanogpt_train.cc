@@ -313,6 +313,7 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
     optimizer.step();
     optimizer.zero_grad(true);
     stop = any_rank_stopping(run, signals.received());
+    if (stop) signals.keep_until_exit();
     const auto t1 = std::chrono::steady_clock::now();
     const double dt = std::chrono::duration<double>(t1 - t0).count();
     t0 = t1;

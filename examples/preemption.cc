@@ -41,8 +41,10 @@ StopSignals::StopSignals() {
 }
 
 StopSignals::~StopSignals() {
-  ::sigaction(SIGUSR1, &saved_usr1, nullptr);
-  ::sigaction(SIGTERM, &saved_term, nullptr);
+  if (!keep_ && received() == 0) {  // a signal of this process's own: it is on its way out too
+    ::sigaction(SIGUSR1, &saved_usr1, nullptr);
+    ::sigaction(SIGTERM, &saved_term, nullptr);
+  }
   installed = false;
 }
 

@@ -26,6 +26,15 @@ class StopSignals {
 
   // The first signal received (SIGUSR1 or SIGTERM), or 0.
   int received() const;
+
+  // The ranks agreed to stop: the handlers stay after this object goes, until the process
+  // exits. srun and the launcher signal each task apart, so a rank may stop because another
+  // was signalled before its own signal arrives; arriving after the old handlers were back,
+  // it would kill the rank on its way out (a status other than 75: no requeue).
+  void keep_until_exit() { keep_ = true; }
+
+ private:
+  bool keep_ = false;
 };
 
 // Rank 0's line: "stopping <where> (<signal>): checkpoint <checkpoint> written; exit status 75

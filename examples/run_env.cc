@@ -114,12 +114,7 @@ std::ofstream open_metrics_csv(const std::string& path, const std::string& heade
   return metrics;
 }
 
-std::string world_size_variable() {
-  const std::string source = comm::launch_env().source;
-  if (source == "Slurm") return "SLURM_NTASKS";
-  if (source == "Open MPI") return "OMPI_COMM_WORLD_SIZE";
-  return "WORLD_SIZE";
-}
+std::string world_size_variable() { return comm::launch_env().world_size_variable; }
 
 void fail_on_purpose_if_asked(int64_t fail_at_step, int64_t step, int rank, const char* program) {
   if (step != fail_at_step) return;

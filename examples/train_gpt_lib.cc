@@ -322,6 +322,7 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
       out << fmt::format("step {}: validation loss {:.4f}\n", step + 1, validation_loss(config, run));
     }
     save_checkpoint_if_due(config, run, step + 1, stop);
+    if (stop && signals) signals->keep_until_exit();
     result.seconds = seconds();
     result.tokens_per_second = tokens / result.seconds;
     if (stop && step + 1 < config.steps) {  // the ranks agreed to stop here: the checkpoint is written

@@ -417,8 +417,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     run.optimizer->zero_grad();
     Tensor prediction, loss;
     {
-      // --autocast bf16: the forward and the loss in mixed precision, the backward after the
-      // scope (as PyTorch's autocast is used).
+      // --autocast bf16: forward and loss in mixed precision, backward after the scope (as PyTorch's).
       std::optional<tensor::Autocast> autocast;
       if (!config.autocast.empty()) autocast.emplace(run.placement.device.type, tensor::kBFloat16);
       prediction = (*run.runner.module)(batch.inputs);  // called: its hooks run (--fsdp's)
@@ -437,6 +436,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     }
     logged.step_done(step, mine.inputs.size(0));
     save_checkpoint_if_due(config, run, step + 1, stop);
+    if (stop && signals) signals->keep_until_exit();
     if (stop && step + 1 < config.steps)
       return stop_for_requeue(config, run, logged, signals->received(), step + 1, progress);
   }

@@ -209,15 +209,19 @@ class Attempt {
     if (watch_) watch_->report(fmt::format("rank {} {}", w.rank, describe(status)));
   }
 
-  // Sends `signo` to every running worker's process group, once; SIGKILL follows after the
-  // grace period.
+  // Sends `signo` to every running worker's process group.
+  void signal_workers(int signo) {
+    for (const Worker& w : workers_) {
+      if (w.running) ::kill(-w.pid, signo);
+    }
+  }
+
+  // Sends `signo` to the workers, once; SIGKILL follows after the grace period.
   void stop(int signo) {
     if (stopping_) return;
     stopping_ = true;
     kill_at_ = Clock::now() + options_.grace_period;
-    for (const Worker& w : workers_) {
-      if (w.running) ::kill(-w.pid, signo);
-    }
+    signal_workers(signo);
   }
 
   void emit(Worker& w, Stream& s, const std::string& line) {
@@ -303,9 +307,7 @@ class Attempt {
       // decide what to do (stop after a step for a requeue); nothing is stopped here.
       log_ << fmt::format("launch: got {}; passing it to the workers", ::strsignal(signo)) << std::endl;
       got_usr1_ = true;
-      for (const Worker& w : workers_) {
-        if (w.running) ::kill(-w.pid, SIGUSR1);
-      }
+      signal_workers(SIGUSR1);
       return;
     }
     if (interrupted_by_ == 0 && failed_rank_ < 0) {

@@ -118,12 +118,14 @@ bool printed_numbers_close(const std::string& a, const std::string& b, double to
   return true;
 }
 
-// The step the ranks stopped after, on `signal_name`; the resumed job starts there and ends
-// with the parameters of its pieces (4 ranks before and after).
+// The step the ranks stopped after, on `signal_name` (Slurm signals every task apart: rank 0,
+// which prints, may learn of a signal from another rank before its own arrives); the resumed
+// job starts there and ends with the parameters of its pieces (4 ranks before and after).
 void check_resumed_as_pieces(const std::string& dir, const std::string& output, const std::string& signal_name) {
   std::smatch m;
-  REQUIRE(
-      std::regex_search(output, m, std::regex(R"(stopping after step ([0-9]+) of 3000 \()" + signal_name + R"(\))")));
+  REQUIRE(std::regex_search(
+      output, m,
+      std::regex(R"(stopping after step ([0-9]+) of 3000 \(()" + signal_name + R"(|another rank was signalled)\))")));
   const int64_t step = std::stoll(m[1]);
   CHECK(resumed_step(output) == step);
   CHECK(max_difference(dir + "/job.safetensors", reference(dir, 4, step, 4)) < 1e-6);
@@ -178,8 +180,10 @@ TEST_CASE(
       "iter 100:", "USR1");
   INFO(r.output);
   std::smatch m;
-  REQUIRE(std::regex_search(r.output, m,
-                            std::regex(R"(stopping before iteration ([0-9]+) of 400 \(User defined signal 1\))")));
+  REQUIRE(std::regex_search(
+      r.output, m,
+      std::regex(
+          R"(stopping before iteration ([0-9]+) of 400 \((User defined signal 1|another rank was signalled)\))")));
   const int64_t iter = std::stoll(m[1]);
   CHECK_THAT(r.output, Contains(fmt::format("resuming training from {}/out at iteration {}", dir, iter)));
   // The same job on one machine, never stopped: from the iteration the job stopped before on,
@@ -198,31 +202,69 @@ TEST_CASE(
   }
 }
 
+namespace {
+
+// On a cluster of 3 nodes: the job `submit` (shell setting $job) submits, node n2 killed (its
+// slurmd and every process in it) once the job printed step 300, `then` (shell), the job's end.
+// Checks that it completed; returns the script's output.
+CommandResult kill_node_mid_run(const std::string& dir, const std::string& submit, const std::string& then) {
+  const CommandResult r = on_cluster(
+      3, dir,
+      fmt::format(
+          "{1}\nfor i in $(seq 1200); do grep -q 'step  300/3000' {0}/job.out 2>/dev/null && break; sleep 0.1; done\n"
+          "ip netns pids ${{SIM_SLURM_TAG}}n2 | xargs -r kill -KILL\n{2}\nwait_job $job\n"
+          "scontrol show job $job | grep -o 'Restarts=[0-9]*'; cat {0}/job.out\n",
+          dir, submit, then));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("ended: JobState=COMPLETED"));
+  return r;
+}
+
+// The job resumed from the last checkpoint before the kill (the one of step 300 may have been
+// under way) and ended with the parameters of its pieces: 6 ranks, then 4.
+void check_resumed_on_4(const std::string& dir, const std::string& output) {
+  const int64_t step = resumed_step(output);
+  CHECK(step >= 200);
+  CHECK(step % 100 == 0);
+  CHECK(max_difference(dir + "/job.safetensors", reference(dir, 6, step, 4)) < 1e-6);
+  require_clean(dir, dir + "/job.ckpt");
+}
+
+}  // namespace
+
+TEST_CASE(
+    "slurm: a node killed mid-run (its slurmd and tasks) under train.sbatch --nodes 2-3: Slurm requeues the job, "
+    "which resumes on the 2 nodes left with 4 tasks from the last checkpoint and equals its pieces",
+    "[cluster][slurm]") {
+  SKIP_WITHOUT_SLURM();
+  const std::string dir = tinyddp::testing::fresh_directory("slurm_kill_plain");
+  const CommandResult r = kill_node_mid_run(
+      dir, "job=$(job_of job --nodes 2-3 --)",
+      fmt::format("for i in $(seq 1200); do grep -q 'restart 1:' {}/job.out 2>/dev/null && break; sleep 0.1; done",
+                  dir));
+  INFO(r.output);
+  CHECK_THAT(r.output, Contains("Restarts=1"));
+  CHECK_THAT(r.output, Contains("restart 0: 6 task(s) on n[0-2]"));
+  CHECK_THAT(r.output, Contains("restart 1: 4 task(s) on n[0-1]"));
+  check_resumed_on_4(dir, r.output);
+}
+
 TEST_CASE(
     "slurm: a node killed mid-run (its slurmd, launcher and workers): train_elastic.sbatch's launchers go on "
     "on the 2 nodes left with 4 ranks from the last checkpoint, and the job equals its pieces",
     "[cluster][slurm]") {
   SKIP_WITHOUT_SLURM();
   const std::string dir = tinyddp::testing::fresh_directory("slurm_kill");
-  const CommandResult r = on_cluster(
-      3, dir,
-      fmt::format(
-          "job=$(SBATCH_SCRIPT=examples/slurm/train_elastic.sbatch TINYDDP_NPROC_PER_NODE=2 job_of job "
-          "--nodes 3 --ntasks-per-node 1 --cpus-per-task 2 --)\n"
-          "for i in $(seq 1200); do grep -q 'step  300/3000' {0}/job.out 2>/dev/null && break; sleep 0.1; done\n"
-          "ip netns pids ${{SIM_SLURM_TAG}}n2 | xargs -r kill -KILL\nwait_job $job\n"
-          "scontrol show job $job | grep -o 'Restarts=[0-9]*'; cat {0}/job.out\n",
-          dir));
+  const CommandResult r = kill_node_mid_run(dir,
+                                            "job=$(SBATCH_SCRIPT=examples/slurm/train_elastic.sbatch "
+                                            "TINYDDP_NPROC_PER_NODE=2 job_of job --nodes 3 --ntasks-per-node 1 "
+                                            "--cpus-per-task 2 --)",
+                                            "");
   INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.output, Contains("ended: JobState=COMPLETED"));
   CHECK_THAT(r.output, Contains("restart 0: 3 node(s) n[0-2]"));
   CHECK(std::regex_search(r.output, std::regex(R"(round [1-9] of job 'slurm-[0-9]+': 2 node\(s\))")));
-  const int64_t step = resumed_step(r.output);
-  CHECK(step >= 200);  // the last checkpoint before the kill (the one of step 300 may have been under way)
-  CHECK(step % 100 == 0);
-  CHECK(max_difference(dir + "/job.safetensors", reference(dir, 6, step, 4)) < 1e-6);
-  require_clean(dir, dir + "/job.ckpt");
+  check_resumed_on_4(dir, r.output);
 }
 
 TEST_CASE("slurm: scancel leaves no process of the job on any node within KillWait", "[cluster][slurm]") {
