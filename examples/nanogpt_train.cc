@@ -233,18 +233,6 @@ Tensor micro_steps(const NanoGptConfig& config, Run& run, const Batches& batches
   return loss;
 }
 
-// Whether any rank was asked to stop (`stop_signal`: this rank's signal, preemption.h, or 0):
-// nanoGPT's loop reduces no figure per iteration, so the flag takes an allreduce of one element
-// of its own (about 16 µs between 2 local ranks, bench/README.md "allreduce"; under 1% of an
-// iteration even of the tests' 2-layer, 32-wide model, 2-3.5 ms with -c opt).
-bool any_rank_stopping(const Run& run, int stop_signal) {
-  if (!run.pg) return stop_signal != 0;
-  const Tensor flag =
-      t::tensor({stop_signal != 0 ? 1.0f : 0.0f}, t::TensorOptions(t::kFloat32).device(run.placement.device));
-  run.pg->allreduce(flag, comm::ReduceOp::kMax)->wait();
-  return flag.item<float>() > 0;
-}
-
 // The ranks agreed to stop before `iter`'s micro-steps (its evaluation is done): every rank
 // saves its part of the state there, as evaluate() does, and rank 0 says so.
 void stop_for_requeue(const NanoGptConfig& config, int64_t iter, int signo, Run& run, NanoGptState& state,
@@ -312,8 +300,7 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
     if (config.grad_clip != 0.0) nn::clip_grad_norm_(params, config.grad_clip);
     optimizer.step();
     optimizer.zero_grad(true);
-    stop = any_rank_stopping(run, signals.received());
-    if (stop) signals.keep_until_exit();
+    stop = any_rank_stopping(run.pg.get(), run.placement.device, signals);
     const auto t1 = std::chrono::steady_clock::now();
     const double dt = std::chrono::duration<double>(t1 - t0).count();
     t0 = t1;

@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 
 #include "tinyddp/base/error.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/tensor/ops.h"
 
 namespace tinyddp::examples {
 namespace {
@@ -49,6 +51,31 @@ StopSignals::~StopSignals() {
 }
 
 int StopSignals::received() const { return received_signal.load(); }
+
+LossAndStop loss_and_stop_over_ranks(comm::ProcessGroup* pg, tensor::Device device, double loss, StopSignals* signals) {
+  const double flag = signals != nullptr && signals->received() != 0 ? 1.0 : 0.0;
+  LossAndStop result{loss, flag > 0};
+  if (pg != nullptr) {
+    const tensor::Tensor both = tensor::tensor({loss, flag}, tensor::TensorOptions(tensor::kFloat64).device(device));
+    pg->allreduce(both, comm::ReduceOp::kAvg)->wait();
+    const std::vector<double> mean = both.to(tensor::kCPU).to_vector<double>();
+    result = {mean[0], mean[1] > 0};
+  }
+  if (result.stop && signals != nullptr) signals->keep_until_exit();
+  return result;
+}
+
+bool any_rank_stopping(comm::ProcessGroup* pg, tensor::Device device, StopSignals& signals) {
+  bool stop = signals.received() != 0;
+  if (pg != nullptr) {
+    const tensor::Tensor flag =
+        tensor::tensor({stop ? 1.0f : 0.0f}, tensor::TensorOptions(tensor::kFloat32).device(device));
+    pg->allreduce(flag, comm::ReduceOp::kMax)->wait();
+    stop = flag.item<float>() > 0;
+  }
+  if (stop) signals.keep_until_exit();
+  return stop;
+}
 
 std::string stop_message(int signo, const std::string& where, const std::string& checkpoint,
                          const std::string& resume_with) {

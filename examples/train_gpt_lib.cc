@@ -163,18 +163,6 @@ std::pair<Tensor, Tensor> batch_of(const GptRun& run, int64_t step) {
   return {x.to(run.placement.device), y.to(run.placement.device)};
 }
 
-// The step's loss averaged over the ranks, and whether any rank was asked to stop
-// (`stop_signal`: this rank's signal, preemption.h, or 0). The flag rides on the loss's
-// allreduce as a second element, so the ranks agree on the step without a collective of its own.
-std::pair<double, bool> loss_and_stop_over_ranks(const GptRun& run, double loss, int stop_signal) {
-  const double stop = stop_signal != 0 ? 1.0 : 0.0;
-  if (!run.pg) return {loss, stop > 0};
-  const Tensor both = t::tensor({loss, stop}, t::TensorOptions(t::kFloat64).device(run.placement.device));
-  run.pg->allreduce(both, comm::ReduceOp::kAvg)->wait();
-  const std::vector<double> mean = both.to(t::kCPU).to_vector<double>();
-  return {mean[0], mean[1] > 0};
-}
-
 // The step's loss: the forward (and loss) under autocast with --autocast bf16; the backward
 // is the caller's, outside the scope, as PyTorch's autocast is used.
 Tensor forward_loss(const GPTTrainConfig& config, const GptRun& run, const Tensor& x, const Tensor& y) {
@@ -301,8 +289,8 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
     fail_on_purpose_if_asked(config.fail_at_step, step, run.rank, "train_gpt");
     const double lr = run.optimizer->lr(0);
     const auto [loss, norm_tensor] = train_step(config, run, step, params, phases);
-    const auto [mean_loss, stop] =
-        loss_and_stop_over_ranks(run, loss.item<double>(), signals ? signals->received() : 0);
+    const auto [mean_loss, stop] = loss_and_stop_over_ranks(run.pg.get(), run.placement.device, loss.item<double>(),
+                                                            signals ? &*signals : nullptr);
     result.losses.push_back(mean_loss);
     phases.end_phase("read loss");
     TDDP_CHECK(std::isfinite(mean_loss), "the loss became {} at step {}; lower --lr", mean_loss, step);
@@ -322,7 +310,6 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
       out << fmt::format("step {}: validation loss {:.4f}\n", step + 1, validation_loss(config, run));
     }
     save_checkpoint_if_due(config, run, step + 1, stop);
-    if (stop && signals) signals->keep_until_exit();
     result.seconds = seconds();
     result.tokens_per_second = tokens / result.seconds;
     if (stop && step + 1 < config.steps) {  // the ranks agreed to stop here: the checkpoint is written

@@ -231,22 +231,17 @@ class Log {
         report_device_(run.pg ? ddp::control_device(*run.pg, run.model.module->parameters()) : run.placement.device),
         start_(std::chrono::steady_clock::now()) {}
 
-  // Before backward: the step's loss over all ranks (and on the last step, the accuracy).
-  // `stop_signal` is the signal this rank got asking it to stop (preemption.h), or 0; it rides
-  // on the loss's allreduce, and what comes back says whether any rank got one: then every
-  // rank stops after this step.
-  bool loss(int64_t step, const Tensor& loss, const Tensor& prediction, const Tensor& targets, int stop_signal) {
-    const Tensor both = t::tensor({loss.item<double>(), stop_signal != 0 ? 1.0 : 0.0},
-                                  t::TensorOptions(t::kFloat64).device(report_device_));
-    if (run_.pg) run_.pg->allreduce(both, comm::ReduceOp::kAvg)->wait();
-    const std::vector<double> mean = both.to(t::kCPU).to_vector<double>();
-    const double value = mean[0];
+  // Before backward: the step's loss over all ranks (and on the last step, the accuracy), and
+  // whether any rank was asked to stop (`signals`, or null: preemption.h): then every rank
+  // stops after this step.
+  bool loss(int64_t step, const Tensor& loss, const Tensor& prediction, const Tensor& targets, StopSignals* signals) {
+    const auto [value, stop] = loss_and_stop_over_ranks(run_.pg.get(), report_device_, loss.item<double>(), signals);
     TDDP_CHECK(std::isfinite(value), "the loss became {} at step {}; lower --lr", value, step);
     result_.losses.push_back(value);
     if (classification(config_) && step + 1 == config_.steps) {
       result_.accuracy = mean_over_ranks(t::mean(t::eq(t::argmax(prediction, 1), targets).to(t::kFloat64)));
     }
-    return mean[1] > 0;
+    return stop;
   }
 
   // After the update: the metrics row and, every log_every steps, a progress line.
@@ -427,7 +422,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     bool stop = false;
     {
       const auto marked = timeline_span(run, "loss logged (its mean over ranks)");
-      stop = logged.loss(step, loss, prediction, batch.targets, signals ? signals->received() : 0);
+      stop = logged.loss(step, loss, prediction, batch.targets, signals ? &*signals : nullptr);
     }
     loss.backward();
     {
@@ -436,7 +431,6 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
     }
     logged.step_done(step, mine.inputs.size(0));
     save_checkpoint_if_due(config, run, step + 1, stop);
-    if (stop && signals) signals->keep_until_exit();
     if (stop && step + 1 < config.steps)
       return stop_for_requeue(config, run, logged, signals->received(), step + 1, progress);
   }
