@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <iostream>
+#include <vector>
 
 #include "tinyddp/tensor/all.h"
 #include "tinyddp/tensor/cpu_isa.h"
@@ -54,7 +55,7 @@ void BM_MatmulBf16(benchmark::State& state) {
   }
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
-  state.SetLabel(t::cpu_bf16_matmul_engine());
+  state.SetLabel(t::cpu_bf16_matmul_engine(n, n, n));
 }
 BENCHMARK(BM_MatmulBf16)->Arg(256)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond);
 
@@ -73,23 +74,44 @@ void run_mlp_gemm(benchmark::State& state, t::DType dtype) {
   }
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * batch * in * out, benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);
+  if (dtype == t::kBFloat16) state.SetLabel(t::cpu_bf16_matmul_engine(batch, in, out));
 }
 void BM_MlpGemm(benchmark::State& state) { run_mlp_gemm(state, t::kFloat32); }
 void BM_MlpGemmBf16(benchmark::State& state) { run_mlp_gemm(state, t::kBFloat16); }
+// Registers `shapes` ({batch, in, out, which} each) with their argument names.
+void linear_shapes(benchmark::internal::Benchmark* b, const std::vector<std::vector<int64_t>>& shapes) {
+  b->ArgNames({"batch", "in", "out", "which"});
+  for (const std::vector<int64_t>& shape : shapes) b->Args(shape);
+  b->Unit(benchmark::kMillisecond);
+}
 void mlp_shapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"batch", "in", "out", "which"})
-      ->Args({128, 784, 1024, 0})
-      ->Args({128, 1024, 1024, 0})
-      ->Args({128, 1024, 10, 0})
-      ->Args({128, 1024, 1024, 1})
-      ->Args({128, 1024, 10, 1})
-      ->Args({128, 784, 1024, 2})
-      ->Args({128, 1024, 1024, 2})
-      ->Args({128, 1024, 10, 2})
-      ->Unit(benchmark::kMillisecond);
+  linear_shapes(b, {{128, 784, 1024, 0},
+                    {128, 1024, 1024, 0},
+                    {128, 1024, 10, 0},
+                    {128, 1024, 1024, 1},
+                    {128, 1024, 10, 1},
+                    {128, 784, 1024, 2},
+                    {128, 1024, 1024, 2},
+                    {128, 1024, 10, 2}});
 }
 BENCHMARK(BM_MlpGemm)->Apply(mlp_shapes);
 BENCHMARK(BM_MlpGemmBf16)->Apply(mlp_shapes);
+
+// The example GPT's Linear products on one process (examples/train_gpt's defaults: 32 windows
+// of 64 tokens, 128 wide): attention's q/k/v and output projections, the MLP's two layers,
+// and the backward of its first. The same arguments as the MLP's.
+void gpt_shapes(benchmark::internal::Benchmark* b) {
+  linear_shapes(b, {{2048, 128, 384, 0},
+                    {2048, 128, 128, 0},
+                    {2048, 128, 512, 0},
+                    {2048, 512, 128, 0},
+                    {2048, 128, 512, 1},
+                    {2048, 128, 512, 2}});
+}
+void BM_GptGemm(benchmark::State& state) { run_mlp_gemm(state, t::kFloat32); }
+void BM_GptGemmBf16(benchmark::State& state) { run_mlp_gemm(state, t::kBFloat16); }
+BENCHMARK(BM_GptGemm)->Apply(gpt_shapes);
+BENCHMARK(BM_GptGemmBf16)->Apply(gpt_shapes);
 
 // The bandwidth the elementwise ops are held to: std::memcpy of n floats (read n, write n).
 void BM_Memcpy(benchmark::State& state) {

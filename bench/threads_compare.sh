@@ -3,8 +3,9 @@
 # see the same machine load: one process at 1, 2, 4, ... up to the physical cores (and at each
 # framework's default), for the MLP 784-1024-1024-10 and the digits CNN training steps
 # (bench/train_step, torch_train_step.py), the example GPT's training tokens/s (train_gpt,
-# torch_gpt_train.py) and a 1024 x 1024 matmul; then DDP on N ranks of 1 thread against one
-# process of N threads, both frameworks. PyTorch's thread count is torch.set_num_threads(t)
+# torch_gpt_train.py) and a 1024 x 1024 matmul, each also in bfloat16 (the steps under autocast,
+# the matmul's operands bfloat16: oneDNN's kernels under AVX-512 on both sides); then DDP on N
+# ranks of 1 thread against one process of N threads, both frameworks. PyTorch's thread count is torch.set_num_threads(t)
 # with OMP_NUM_THREADS=t and OPENBLAS_NUM_THREADS=t: Debian's OpenBLAS keeps a pool of its own
 # that torch.set_num_threads does not reach. "default" is what each framework does unset.
 # Prints RESULT lines. Usage: bash bench/threads_compare.sh [rounds]
@@ -20,31 +21,38 @@ gpt=(--steps 40 --batch 32 --eval_every 0 --eval_windows 1 --sample_tokens 0 --l
 torch_env() {  # threads: PyTorch's environment for that many (empty: its default)
   if [ -n "$1" ]; then echo "OMP_NUM_THREADS=$1 OPENBLAS_NUM_THREADS=$1"; fi
 }
-matmul_tinyddp() {  # threads
+matmul_tinyddp() {  # threads [bf16]
   # The best of 5 repetitions of at least 0.3 s each, as bench/torch_matmul.py measures.
-  TINYDDP_NUM_THREADS=$1 bazel-bin/bench/tensor_bench --benchmark_filter='BM_Matmul/1024$' \
+  local name=BM_Matmul${2:+Bf16}/1024
+  TINYDDP_NUM_THREADS=$1 bazel-bin/bench/tensor_bench --benchmark_filter="$name\$" \
     --benchmark_repetitions=5 --benchmark_min_time=0.3 --benchmark_report_aggregates_only=false 2>/dev/null |
-    awk -v t="$1" '$1 == "BM_Matmul/1024" && (best == "" || $2 < best) { best = $2 }
-      END { print "RESULT impl=tinyddp work=matmul1024 threads=" t " ms=" best }'
+    awk -v t="$1" -v name="$name" -v work="matmul1024${2:+_bf16}" '$1 == name && (best == "" || $2 < best) { best = $2 }
+      END { print "RESULT impl=tinyddp work=" work " threads=" t " ms=" best }'
 }
-gpt_tinyddp() {  # threads nproc
-  bazel-bin/launcher/launch --nproc_per_node "$2" -- bazel-bin/examples/train_gpt "${gpt[@]}" --threads "$1" 2>/dev/null |
-    sed -n 's/.*done: .* s, \([0-9]*\) tokens\/s.*/RESULT impl=tinyddp work=gpt nproc='"$2"' threads='"$1"' tokens_per_s=\1/p'
+gpt_tinyddp() {  # threads nproc [bf16]
+  bazel-bin/launcher/launch --nproc_per_node "$2" -- bazel-bin/examples/train_gpt "${gpt[@]}" --threads "$1" \
+    ${3:+--autocast bf16} 2>/dev/null |
+    sed -n 's/.*done: .* s, \([0-9]*\) tokens\/s.*/RESULT impl=tinyddp work=gpt'"${3:+_autocast}"' nproc='"$2"' threads='"$1"' tokens_per_s=\1/p'
 }
-gpt_torch() {  # threads nproc
-  env $(torch_env "$1") /usr/bin/python3 bench/torch_gpt_train.py --nproc "$2" --steps 40 --threads "$1" |
-    sed "s/^RESULT /RESULT work=gpt threads=$1 /"
+gpt_torch() {  # threads nproc [bf16]
+  env $(torch_env "$1") /usr/bin/python3 bench/torch_gpt_train.py --nproc "$2" --steps 40 --threads "$1" \
+    ${3:+--autocast} | sed "s/^RESULT /RESULT work=gpt${3:+_autocast} threads=$1 /"
 }
 for round in $(seq "$rounds"); do
   for t in "${counts[@]}"; do
-    for model in mlp cnn; do
-      bazel-bin/bench/train_step --model "$model" --threads "$t" | grep RESULT
-      env $(torch_env "$t") /usr/bin/python3 bench/torch_train_step.py --model "$model" --threads "$t" | grep RESULT
+    for autocast in "" --autocast; do
+      for model in mlp cnn; do
+        bazel-bin/bench/train_step --model "$model" --threads "$t" $autocast | grep RESULT
+        env $(torch_env "$t") /usr/bin/python3 bench/torch_train_step.py --model "$model" --threads "$t" $autocast |
+          grep RESULT
+      done
     done
-    matmul_tinyddp "$t"
-    env $(torch_env "$t") /usr/bin/python3 bench/torch_matmul.py "$t"
-    gpt_tinyddp "$t" 1
-    gpt_torch "$t" 1
+    for bf16 in "" bf16; do
+      matmul_tinyddp "$t" $bf16
+      env $(torch_env "$t") /usr/bin/python3 bench/torch_matmul.py "$t" ${bf16:+--dtype bfloat16}
+      gpt_tinyddp "$t" 1 $bf16
+      gpt_torch "$t" 1 $bf16
+    done
   done
   # Each framework unset: tinyddp's default is the physical cores; PyTorch's, OpenMP over the
   # cores plus OpenBLAS's own threads.

@@ -12,7 +12,7 @@
 # when they would not fit. Only what gpu_run.sh runs goes in, packed with xz; the binaries are
 # stripped, and the kernels carry sm_90 code alone (no PTX, which only GPUs newer than the
 # H100/H200 need).
-# Usage: bash scripts/gpu_bundle.sh   then, on the device: bash .gpu/gpu_run.sh tests|sanitize|sanitize2|sanitize3|bench|bench2|cpu|short
+# Usage: bash scripts/gpu_bundle.sh   then, on the device: bash .gpu/gpu_run.sh tests|sanitize|sanitize2|sanitize3|bench|bench2|cpu|cpu_bf16|short
 set -euo pipefail
 cd "$(dirname "$0")/.."
 limit_bytes=$((64 * 1024 * 1024))
@@ -42,7 +42,8 @@ for b in "${binaries[@]}"; do
   strip "$stage/root/$b"
 done
 # The PyTorch sides (torch_train_step imports torch_models; torch_gpt_train the fixtures' gpt_model).
-cp bench/torch_train_step.py bench/torch_models.py bench/torch_cuda_ops.py bench/torch_gpt_train.py bench/torch_matmul.py "$stage/root/bench/"
+cp bench/torch_train_step.py bench/torch_models.py bench/torch_cuda_ops.py bench/torch_gpt_train.py bench/torch_matmul.py \
+  "$stage/root/bench/"
 mkdir -p "$stage/root/tests/ddp/fixtures"
 cp tests/ddp/fixtures/gpt_model.py "$stage/root/tests/ddp/fixtures/"
 # The scripts examples_test runs on the timelines and results it makes.
@@ -72,4 +73,4 @@ if [ "$total" -gt "$limit_bytes" ]; then
   find .gpu -type f -printf '%s %p\n' | sort -rn | head -8 | awk '{ printf "  %8.1f MiB  %s\n", $1 / 1048576, $2 }' >&2
   exit 1
 fi
-echo "gpu_bundle.sh: ready; on the device machine run, one call each: bash .gpu/gpu_run.sh tests | sanitize | sanitize2 | sanitize3 | bench | bench2 | cpu | short"
+echo "gpu_bundle.sh: ready; on the device machine run, one call each: bash .gpu/gpu_run.sh tests | sanitize | sanitize2 | sanitize3 | bench | bench2 | cpu | cpu_bf16 | short"

@@ -15,6 +15,10 @@
 #   cpu       the host's CPU: the kernels chosen, then the MLP and CNN steps, the 1024 matmul and
 #             the example GPT on 1, 2, 4, 8 and 16 intra-op threads against PyTorch at the same
 #             count (~5 min)
+#   cpu_bf16  the host's bfloat16 products and autocast steps (AMX where it has it): the 1024
+#             matmul and the example GPT's Linear products, 5 processes of each framework taking
+#             turns at 1 thread and at every core (bench/bf16_matmul_compare.sh), then the MLP and
+#             CNN steps under autocast at both counts against PyTorch's (~8 min)
 #   bench2    matmul 4096 and add/copy of 256 M floats, TF32 and bf16 autocast steps, the CNN,
 #             the 4096-wide MLP at batch 256, the GPT at 32 x 256 tokens, and a DDP timeline of
 #             the GPT on the GPU (gpt_timeline.rank0.json, for scripts/plot_timeline.py)
@@ -33,8 +37,8 @@
 set -uo pipefail
 part=${1:-}
 case "$part" in
-  tests|sanitize|sanitize2|sanitize3|bench|bench2|cpu|profile|short) ;;
-  *) echo "usage: gpu_run.sh tests|sanitize|sanitize2|sanitize3|bench|bench2|cpu|profile|short   (one part per device call: each fits in 600 s)" >&2
+  tests|sanitize|sanitize2|sanitize3|bench|bench2|cpu|cpu_bf16|profile|short) ;;
+  *) echo "usage: gpu_run.sh tests|sanitize|sanitize2|sanitize3|bench|bench2|cpu|cpu_bf16|profile|short   (one part per device call: each fits in 600 s)" >&2
     exit 2 ;;
 esac
 here=$(cd "$(dirname "$0")" && pwd)
@@ -250,6 +254,23 @@ case "$part" in
         END { if (best != "") print "RESULT impl=tinyddp work=matmul1024 threads=" t " ms=" best }' \
         "$logs/matmul_t$t.log" 2> /dev/null | tee -a "$summary"
     done
+    ;;
+  cpu_bf16)
+    repo=$(cd "$here/.." && pwd)
+    host_cpu
+    note "cpu flags: $(grep -o -E 'amx[a-z0-9_]*|avx512_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+    step bf16_matmul 330 env TENSOR_BENCH="ours ./bench/tensor_bench" TORCH_PYTHON=python3 \
+      bash "$repo/bench/bf16_matmul_compare.sh" 5
+    grep -E '^\|' "$logs/bf16_matmul.log" | tee -a "$summary"
+    for t in 1 "$(nproc)"; do
+      torch_env=(env OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" OPENBLAS_NUM_THREADS="$t")
+      for model in mlp cnn; do
+        step "train_step_${model}_autocast_t$t" 30 ours ./bench/train_step --model "$model" --threads "$t" --autocast
+        step "torch_${model}_autocast_t$t" 40 "${torch_env[@]}" \
+          python3 bench/torch_train_step.py --model "$model" --threads "$t" --autocast
+      done
+    done
+    cat "$logs"/train_step_*.log "$logs"/torch_*.log 2> /dev/null | grep RESULT | tee -a "$summary"
     ;;
   bench2)
     repo=$(cd "$here/.." && pwd)

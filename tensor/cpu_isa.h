@@ -10,6 +10,7 @@
 // an Error at that first call that says what the CPU has; never an illegal instruction.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -40,7 +41,9 @@ CpuIsa resolve_cpu_isa(std::string_view request, bool cpu_has_avx512);
 std::string cpu_kernels_summary();
 
 // What bfloat16 matmuls run on now, in words: oneDNN's kernel (e.g. "oneDNN
-// brg:avx512_core_bf16") under AVX-512, else the float32 kernels with the result rounded.
-std::string cpu_bf16_matmul_engine();
+// brg:avx512_core_bf16", or brg:avx512_core_amx with AMX) under AVX-512, else the float32
+// kernels with the result rounded. The kernel is the one oneDNN picks for a row-major n x k by
+// k x m product (it may differ by shape).
+std::string cpu_bf16_matmul_engine(int64_t n = 64, int64_t k = 64, int64_t m = 64);
 
 }  // namespace tinyddp::tensor

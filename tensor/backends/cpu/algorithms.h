@@ -50,6 +50,6 @@ GemmEngine gemm_engine(int64_t work, int64_t terms, bool f32);
 // Which GEMM engine float32/float64 matmuls use now, in words (speed_rules.cc); what bfloat16
 // products run on (onednn.cc: oneDNN's kernel name, or the float32 fallback).
 std::string matmul_engine();
-std::string bf16_matmul_engine();
+std::string bf16_matmul_engine(int64_t n = 64, int64_t k = 64, int64_t m = 64);
 
 }  // namespace tinyddp::tensor::cpu

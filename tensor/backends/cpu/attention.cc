@@ -43,7 +43,7 @@ void CpuBackend::causal_softmax(const Tensor& out, const Tensor& x, double scale
   }
   const Tensor result = result_for(out);
   const int64_t m = x.size(1), n = x.size(2);
-  parallel_rows(x.size(0), m * n, [&](int64_t first, int64_t last) {
+  parallel_rows(x.size(0), m * n, kCostSoftmax, [&](int64_t first, int64_t last) {
     const int64_t at = first * m * n, rows = (last - first) * m;
     if (in.dtype() == kFloat64) {
       std::vector<double> scratch(static_cast<size_t>(n));
@@ -63,7 +63,7 @@ void CpuBackend::causal_softmax_backward(const Tensor& grad_x, const Tensor& gra
   const Tensor g = contiguous(converted(grad_out, c)), yc = contiguous(converted(y, c)), result = result_for(grad_x);
   const int64_t m = y.size(1), n = y.size(2);
   const double kernel_scale = is_16bit_float(grad_x.dtype()) ? 1.0 : scale;  // 16-bit: scaled after rounding
-  parallel_rows(y.size(0), m * n, [&](int64_t first, int64_t last) {
+  parallel_rows(y.size(0), m * n, kCostSoftmax, [&](int64_t first, int64_t last) {
     const int64_t at = first * m * n, rows = (last - first) * m;
     if (c == kFloat64) {
       isa_kernels().causal_softmax_backward_rows_f64(g.data_ptr<double>() + at, yc.data_ptr<double>() + at,

@@ -238,7 +238,7 @@ bool CpuBackend::max_pool2d(const Tensor& out, const Tensor& indices, const Tens
     const T* in = x.data_ptr<T>();
     T* o = out.data_ptr<T>();
     int64_t* where = indices.data_ptr<int64_t>();
-    parallel_rows(w.n * channels, positions * w.kh * w.kw, [&](int64_t first, int64_t last) {
+    parallel_rows(w.n * channels, positions * w.kh * w.kw, kCostPoolTap, [&](int64_t first, int64_t last) {
       for (int64_t p = first; p < last; ++p) {
         max_pool_plane(in + (p / channels) * s0 + (p % channels) * s1, o + p * positions, where + p * positions, taps);
       }

@@ -90,7 +90,7 @@ std::string cpu_kernels_summary() {
   return fmt::format("{}: {} (matmul: {})", cpu_model(), cpu_isa_name(cpu_isa()), cpu::matmul_engine());
 }
 
-std::string cpu_bf16_matmul_engine() { return cpu::bf16_matmul_engine(); }
+std::string cpu_bf16_matmul_engine(int64_t n, int64_t k, int64_t m) { return cpu::bf16_matmul_engine(n, k, m); }
 
 namespace cpu {
 

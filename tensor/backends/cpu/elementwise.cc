@@ -176,6 +176,26 @@ void unary_loop(const Tensor& out, const Tensor& x, Op op) {
                                });
 }
 
+// What an element of `op` costs in adds (loops.h): the transcendental functions more.
+int64_t unary_cost(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::kExp:
+    case UnaryOp::kLog:
+    case UnaryOp::kTanh:
+    case UnaryOp::kSigmoid:
+    case UnaryOp::kGelu:
+    case UnaryOp::kGeluTanh:
+    case UnaryOp::kGeluGrad:
+    case UnaryOp::kGeluTanhGrad:
+    case UnaryOp::kSin:
+    case UnaryOp::kCos:
+    case UnaryOp::kErf:
+    case UnaryOp::kLog1p:
+    case UnaryOp::kExpm1: return kCostTranscendental;
+    default: return 1;
+  }
+}
+
 // Dense (row-major or channels-last) float/double unary ops run in the selected instruction set's kernels; float16
 // and bfloat16 ones too, a block at a time widened to float32 and rounded back (each value
 // computed in float32 and rounded once, as the scalar loop does; autocast's GELU).
@@ -186,7 +206,7 @@ bool try_isa_unary(UnaryOp op, const Tensor& out, const Tensor& x) {
   if (x.sizes() != out.sizes() || !out.is_contiguous(layout) || !x.is_contiguous(layout)) return false;
   T* po = out.data_ptr<T>();
   const T* px = x.data_ptr<T>();
-  parallel_for(0, out.numel(), kElementwiseGrain, [&](int64_t from, int64_t to) {
+  parallel_for(0, out.numel(), kElementwiseGrain / unary_cost(op), [&](int64_t from, int64_t to) {
     if constexpr (std::is_same_v<T, float>) isa_kernels().unary_f32(op, to - from, po + from, px + from);
     if constexpr (std::is_same_v<T, double>) isa_kernels().unary_f64(op, to - from, po + from, px + from);
     if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {

@@ -51,7 +51,7 @@ void CpuBackend::layer_norm(const Tensor& out, const Tensor& mean, const Tensor&
     T* o = out.data_ptr<T>();
     S* mean_out = mean.data_ptr<S>();
     S* rstd_out = rstd.data_ptr<S>();
-    parallel_rows(rows, n, [&](int64_t first, int64_t last) {
+    parallel_rows(rows, n, kCostNormalize, [&](int64_t first, int64_t last) {
       for (int64_t r = first; r < last; ++r) {
         const T* row = in + r * n;
         const auto value = [row](int64_t k) { return static_cast<double>(static_cast<C>(row[k])); };

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tinyddp/tensor/internal/iteration_order.h"
@@ -173,11 +174,28 @@ void for_each_strided(const Shape& shape, const std::array<Shape, N>& strides, F
 // stays on the calling thread (a chunk must outweigh waking a thread, a few µs).
 constexpr int64_t kElementwiseGrain = 32768;
 
+// What one element of a costlier kernel is worth in adds, on one thread (bench/grain_compare.sh;
+// bench/README.md, "The intra-op grain, kernel by kernel": per element, an add 0.11 ns, a pass
+// of batch or layer normalisation 0.6, a softmax 1.2, a max-pooling tap 1.7, on Zen 4). Such a
+// kernel passes its cost to parallel_rows, so it splits at proportionally fewer elements: each
+// chunk is still a few µs of work, as kElementwiseGrain adds are. Rounded down from the
+// measurements, so a chunk errs on the larger side.
+constexpr int64_t kCostTranscendental = 2;  // exp, log, tanh, GELU, ... (exp 1.9, GELU 2.9)
+constexpr int64_t kCostNormalize = 4;       // a pass over a row or channel with double sums
+constexpr int64_t kCostSoftmax = 8;         // max, exp, sum and divide, per element
+constexpr int64_t kCostPoolTap = 8;         // one tap of a max-pooling window
+
 // fn(first, last) over independent rows [first, last) of [0, rows), each `row_length`
-// elements, on the intra-op threads (a range of rows at least kElementwiseGrain elements).
+// elements of `cost` adds' worth each, on the intra-op threads (a range of rows at least
+// kElementwiseGrain adds' worth).
+template <typename F>
+void parallel_rows(int64_t rows, int64_t row_length, int64_t cost, F&& fn) {
+  parallel_for(0, rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(row_length * cost, 1)), fn);
+}
+// The same for elements an add's worth each (elementwise loops, sums).
 template <typename F>
 void parallel_rows(int64_t rows, int64_t row_length, F&& fn) {
-  parallel_for(0, rows, std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(row_length, 1)), fn);
+  parallel_rows(rows, row_length, 1, std::forward<F>(fn));
 }
 
 // For sums over rows: [0, rows) in chunks of a size fixed by the shape (at least `min_rows`

@@ -26,7 +26,7 @@ struct Layout {
 // thread count, and no two threads touch one channel's accumulators).
 template <typename F>
 void for_each_row(const Layout& l, F&& f) {
-  parallel_rows(l.c, l.n * l.s, [&](int64_t first, int64_t last) {  // a channel: n * s elements
+  parallel_rows(l.c, l.n * l.s, kCostNormalize, [&](int64_t first, int64_t last) {  // a channel: n * s elements
     for (int64_t n = 0; n < l.n; ++n) {
       for (int64_t c = first; c < last; ++c) f(c, (n * l.c + c) * l.s);
     }

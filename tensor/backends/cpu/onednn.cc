@@ -151,14 +151,14 @@ bool bf16_bmm_onednn(const Tensor& out, const Tensor& a, const Tensor& b) {
              Tensor(), out);
 }
 
-std::string bf16_matmul_engine() {
+std::string bf16_matmul_engine(int64_t n, int64_t k, int64_t m) {
   if (!onednn_used()) {
     return fmt::format("float32 kernels, results rounded to bfloat16 (oneDNN not used: {} selected)",
                        cpu_isa_name(cpu_isa()));
   }
   onednn_stream();  // this thread set up for oneDNN
   try {
-    return "oneDNN " + product_for(Key{{64, 64}, {64, 1}, {64, 64}, {64, 1}, false}).implementation;
+    return "oneDNN " + product_for(Key{{n, k}, {k, 1}, {k, m}, {m, 1}, false}).implementation;
   } catch (const dnnl::error& e) {
     return fmt::format("float32 kernels, results rounded to bfloat16 (oneDNN has no bfloat16 matmul here: {})",
                        e.what());

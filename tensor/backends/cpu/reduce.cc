@@ -196,7 +196,7 @@ void CpuBackend::softmax(const Tensor& out, const Tensor& x, int64_t dim, bool l
   if (rows.numel() == 0) return;
   const int64_t outer = rows.numel() / n;
   Tensor result = empty(rows.sizes(), compute);
-  parallel_rows(outer, n, [&](int64_t first, int64_t last) {
+  parallel_rows(outer, n, kCostSoftmax, [&](int64_t first, int64_t last) {
     if (compute == kFloat32) {
       std::vector<float> scratch(static_cast<size_t>(n));
       isa_kernels().softmax_rows_f32(rows.data_ptr<float>() + first * n, result.data_ptr<float>() + first * n,
