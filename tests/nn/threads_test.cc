@@ -26,8 +26,12 @@ std::vector<Tensor> ops_at(int threads) {
       tensor::matmul(a.transpose(0, 1).contiguous().transpose(0, 1), b.transpose(0, 1).contiguous().transpose(0, 1)));
   out.push_back(tensor::matmul(b.transpose(0, 1), a.transpose(0, 1)));  // columns split, transposed operands
   out.push_back(tensor::matmul(a.to(tensor::kFloat64), b.to(tensor::kFloat64)));
-  // bfloat16: oneDNN's kernels where the CPU has them (row blocks on the threads), else float32's.
+  // bfloat16: oneDNN's kernels where the CPU has them (row blocks on the threads), else float32's;
+  // Linear's x @ W^T + bias on 96 rows, 640 wide: column blocks of W^T, the output and the bias.
   out.push_back(tensor::matmul(a.to(tensor::kBFloat16), b.to(tensor::kBFloat16)));
+  out.push_back(tensor::linear(a.narrow(0, 0, 96).to(tensor::kBFloat16),
+                               tensor::randn({640, 700}, {}, &gen).to(tensor::kBFloat16),
+                               tensor::randn({640}, {}, &gen).to(tensor::kBFloat16)));
   out.push_back(tensor::matmul(tensor::mul(a, 100.0).to(tensor::kInt64), tensor::mul(b, 100.0).to(tensor::kInt64)));
   out.push_back(tensor::add(tensor::mul(big, 3.0), tensor::exp(big)));
   out.push_back(tensor::mul(big.transpose(0, 1), 0.5));  // a strided loop

@@ -166,8 +166,11 @@ TEST_CASE("bfloat16 matmul is the exact product rounded once, under each instruc
     int64_t n, k, m;
     bool transpose_a, transpose_b;
   };
+  // The last two are cut into column blocks on a machine of 2 CPUs or more (matmul.cc's
+  // gemm_split): at least 8 M multiply-adds, more columns than rows.
   const Dims d = GENERATE(Dims{64, 64, 64, false, false}, Dims{37, 53, 29, false, true}, Dims{5, 300, 7, true, false},
-                          Dims{128, 1, 96, true, true}, Dims{1, 200, 1, false, false});
+                          Dims{128, 1, 96, true, true}, Dims{1, 200, 1, false, false},
+                          Dims{96, 256, 1000, false, false}, Dims{100, 300, 700, false, true});
   Generator gen(9);
   const Tensor a64 = randn(d.transpose_a ? Shape{d.k, d.n} : Shape{d.n, d.k}, {}, &gen).to(kBFloat16).to(kFloat64);
   const Tensor b64 = randn(d.transpose_b ? Shape{d.m, d.k} : Shape{d.k, d.m}, {}, &gen).to(kBFloat16).to(kFloat64);
@@ -187,6 +190,24 @@ TEST_CASE("bfloat16 matmul is the exact product rounded once, under each instruc
     CHECK(equal(le(abs(sub(out.to(kFloat64), exact)), bound), ones(exact.sizes(), kBool)));
   }
   set_cpu_isa(selected);
+}
+
+TEST_CASE("bfloat16 Linear in column blocks: each block adds its own columns of the bias, rounded once",
+          "[autocast][matmul]") {
+  // x [96, 256] @ W^T [256, 1000] + bias: at least 8 M multiply-adds and more columns than
+  // rows, so a machine of 2 CPUs or more cuts it into column blocks of W^T, the output and the
+  // bias. The bound as above, the bias's magnitude added to the sum's.
+  Generator gen(11);
+  const Tensor x64 = randn({96, 256}, {}, &gen).to(kBFloat16).to(kFloat64);
+  const Tensor w64 = randn({1000, 256}, {}, &gen).to(kBFloat16).to(kFloat64);
+  const Tensor bias64 = randn({1000}, {}, &gen).to(kBFloat16).to(kFloat64);
+  const Tensor exact = linear(x64, w64, bias64);
+  const Tensor magnitude = add(mm(abs(x64), abs(w64).t()), abs(bias64));
+  const Tensor bound = add(mul(abs(exact), std::ldexp(1.0, -8)), mul(magnitude, 259 * std::ldexp(1.0, -24)));
+  const Tensor out = linear(x64.to(kBFloat16), w64.to(kBFloat16), bias64.to(kBFloat16));
+  INFO(cpu_isa_name(cpu_isa()) << ": " << cpu_bf16_matmul_engine(96, 256, 1000));
+  REQUIRE(out.dtype() == kBFloat16);
+  CHECK(equal(le(abs(sub(out.to(kFloat64), exact)), bound), ones(exact.sizes(), kBool)));
 }
 
 TEST_CASE("batched bfloat16 matmul: attention's strided views in one call, broadcast batches matrix by matrix",

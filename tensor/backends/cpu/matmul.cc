@@ -191,23 +191,33 @@ void int64_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   });
 }
 
-// bfloat16 through oneDNN (false where it has no kernel), cut into row blocks as float_mm's
-// products are, each block on a pool thread with that thread's oneDNN stream and primitives
-// (onednn.cc). A product gemm_split would cut by columns runs whole: oneDNN writes dense rows.
+// bfloat16 through oneDNN (false where it has no kernel), cut into blocks as float_mm's products
+// are, each block on a pool thread with that thread's oneDNN stream and primitives
+// (onednn.cc): row blocks of out and a, or column blocks of out, b and the bias (out's rows stay
+// dense, with out's row stride).
 bool bf16_mm_blocks(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias = Tensor()) {
   const GemmSplit split = gemm_split(a.size(0), a.size(1), b.size(1));
-  if (split.blocks == 1 || !split.by_rows) return bf16_mm_onednn(out, a, b, bias);
-  std::vector<std::pair<Tensor, Tensor>> blocks;  // (out's rows, a's rows), made on this thread
+  if (split.blocks == 1) return bf16_mm_onednn(out, a, b, bias);
+  struct Block {
+    Tensor out, a, b, bias;
+  };
+  std::vector<Block> blocks;  // views made on this thread
   {
     const NoGradGuard no_grad;
     for (int64_t from = 0; from < split.side; from += split.size) {
-      const int64_t rows = std::min(split.size, split.side - from);
-      blocks.emplace_back(out.narrow(0, from, rows), a.narrow(0, from, rows));
+      const int64_t size = std::min(split.size, split.side - from);
+      if (split.by_rows) {
+        blocks.push_back({out.narrow(0, from, size), a.narrow(0, from, size), b, bias});
+      } else {
+        blocks.push_back({out.narrow(1, from, size), a, b.narrow(1, from, size),
+                          bias.defined() ? bias.narrow(0, from, size) : bias});
+      }
     }
   }
   std::atomic<bool> all_ran{true};
   parallel_chunks(split.blocks, [&](int64_t block) {
-    if (!bf16_mm_onednn(blocks[block].first, blocks[block].second, b, bias)) all_ran = false;
+    const Block& piece = blocks[block];
+    if (!bf16_mm_onednn(piece.out, piece.a, piece.b, piece.bias)) all_ran = false;
   });
   return all_ran;  // false: the caller computes the whole product in float32
 }

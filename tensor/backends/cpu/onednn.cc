@@ -9,7 +9,7 @@
 // One matmul primitive per shape and layout, kept per thread (oneDNN's own cache holds
 // primitives but each lookup would first build a descriptor, tens of µs). oneDNN threads
 // with OpenMP: one OpenMP thread per calling thread (onednn_stream); the intra-op threads
-// share a product out as row blocks, each on its own stream (matmul.cc). The engine and
+// share a product out as row or column blocks, each on its own stream (matmul.cc). The engine and
 // streams are shared with the convolutions (onednn_conv.cc).
 #include <omp.h>
 
@@ -67,9 +67,10 @@ std::pair<Tensor, memory::dims> readable(const Tensor& t) {
   return {in_place, layout->row_major ? memory::dims{layout->leading_dim, 1} : memory::dims{1, layout->leading_dim}};
 }
 
-// One product's operands: a's dims and strides, b's, whether a bias row is added. 2-D, or
-// N-D with the same batch dims in front (out: contiguous, its dims a's and b's).
-using Key = std::tuple<memory::dims, memory::dims, memory::dims, memory::dims, bool>;
+// One product's operands: a's dims and strides, b's, out's strides, whether a bias row is
+// added. 2-D, or N-D with the same batch dims in front (out: its dims a's and b's; its rows
+// dense, possibly a column block of a wider matrix).
+using Key = std::tuple<memory::dims, memory::dims, memory::dims, memory::dims, memory::dims, bool>;
 
 struct Product {
   dnnl::matmul primitive;
@@ -78,15 +79,10 @@ struct Product {
 
 memory::desc bias_desc(int64_t m) { return memory::desc({1, m}, memory::data_type::bf16, memory::dims{m, 1}); }
 
-// The product's contiguous output: a's dims with b's last.
-memory::desc out_desc(const memory::dims& a_dims, const memory::dims& b_dims) {
-  memory::dims dims = a_dims, strides(a_dims.size());
+// The product's output: a's dims with b's last, with `strides`.
+memory::desc out_desc(const memory::dims& a_dims, const memory::dims& b_dims, const memory::dims& strides) {
+  memory::dims dims = a_dims;
   dims.back() = b_dims.back();
-  int64_t step = 1;
-  for (size_t d = dims.size(); d-- > 0;) {
-    strides[d] = step;
-    step *= dims[d];
-  }
   return memory::desc(dims, memory::data_type::bf16, strides);
 }
 
@@ -97,10 +93,10 @@ const Product& product_for(const Key& key) {
   thread_local std::map<Key, Product> products;
   if (const auto it = products.find(key); it != products.end()) return it->second;
   if (products.size() >= kMaxProducts) products.clear();
-  const auto& [a_dims, a_strides, b_dims, b_strides, with_bias] = key;
+  const auto& [a_dims, a_strides, b_dims, b_strides, out_strides, with_bias] = key;
   const memory::desc a(a_dims, memory::data_type::bf16, a_strides);
   const memory::desc b(b_dims, memory::data_type::bf16, b_strides);
-  const memory::desc c = out_desc(a_dims, b_dims);
+  const memory::desc c = out_desc(a_dims, b_dims, out_strides);
   const dnnl::matmul::desc desc =
       with_bias ? dnnl::matmul::desc(a, b, bias_desc(b_dims.back()), c) : dnnl::matmul::desc(a, b, c);
   const dnnl::matmul::primitive_desc pd(desc, onednn_engine());
@@ -113,12 +109,12 @@ bool run(const Key& key, const Tensor& a, const Tensor& b, const Tensor& bias, c
   dnnl::stream& stream = onednn_stream();
   try {
     const Product& p = product_for(key);
-    const auto& [a_dims, a_strides, b_dims, b_strides, with_bias] = key;
+    const auto& [a_dims, a_strides, b_dims, b_strides, out_strides, with_bias] = key;
     dnnl::engine& engine = onednn_engine();
     std::unordered_map<int, memory> args{
         {DNNL_ARG_SRC, memory(memory::desc(a_dims, memory::data_type::bf16, a_strides), engine, a.raw_data_ptr())},
         {DNNL_ARG_WEIGHTS, memory(memory::desc(b_dims, memory::data_type::bf16, b_strides), engine, b.raw_data_ptr())},
-        {DNNL_ARG_DST, memory(out_desc(a_dims, b_dims), engine, out.raw_data_ptr())}};
+        {DNNL_ARG_DST, memory(out_desc(a_dims, b_dims, out_strides), engine, out.raw_data_ptr())}};
     if (with_bias) args.emplace(DNNL_ARG_BIAS, memory(bias_desc(b_dims.back()), engine, bias.raw_data_ptr()));
     p.primitive.execute(stream, args);
     stream.wait();
@@ -134,9 +130,11 @@ memory::dims dims_of(const Shape& s) { return memory::dims(s.begin(), s.end()); 
 
 bool bf16_mm_onednn(const Tensor& out, const Tensor& a_in, const Tensor& b_in, const Tensor& bias) {
   if (!onednn_used()) return false;
+  if (out.stride(1) != 1) return false;  // dense rows only (out is contiguous, or a column block of it)
   const auto [a, a_strides] = readable(a_in);
   const auto [b, b_strides] = readable(b_in);
-  return run(Key{dims_of(a.sizes()), a_strides, dims_of(b.sizes()), b_strides, bias.defined()}, a, b, bias, out);
+  return run(Key{dims_of(a.sizes()), a_strides, dims_of(b.sizes()), b_strides, dims_of(out.strides()), bias.defined()},
+             a, b, bias, out);
 }
 
 bool bf16_bmm_onednn(const Tensor& out, const Tensor& a, const Tensor& b) {
@@ -147,8 +145,10 @@ bool bf16_bmm_onednn(const Tensor& out, const Tensor& a, const Tensor& b) {
     }
     if (t->stride(-1) != 1 && t->stride(-2) != 1) return false;  // no unit stride in the matrices
   }
-  return run(Key{dims_of(a.sizes()), dims_of(a.strides()), dims_of(b.sizes()), dims_of(b.strides()), false}, a, b,
-             Tensor(), out);
+  if (!out.is_contiguous()) return false;
+  return run(Key{dims_of(a.sizes()), dims_of(a.strides()), dims_of(b.sizes()), dims_of(b.strides()),
+                 dims_of(out.strides()), false},
+             a, b, Tensor(), out);
 }
 
 std::string bf16_matmul_engine(int64_t n, int64_t k, int64_t m) {
@@ -158,7 +158,7 @@ std::string bf16_matmul_engine(int64_t n, int64_t k, int64_t m) {
   }
   onednn_stream();  // this thread set up for oneDNN
   try {
-    return "oneDNN " + product_for(Key{{n, k}, {k, 1}, {k, m}, {m, 1}, false}).implementation;
+    return "oneDNN " + product_for(Key{{n, k}, {k, 1}, {k, m}, {m, 1}, {m, 1}, false}).implementation;
   } catch (const dnnl::error& e) {
     return fmt::format("float32 kernels, results rounded to bfloat16 (oneDNN has no bfloat16 matmul here: {})",
                        e.what());
