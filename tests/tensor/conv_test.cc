@@ -1,6 +1,7 @@
 // conv2d, pooling and batch_norm against PyTorch (fixtures/make_conv_fixtures.py: forward and
 // every gradient, float64), dropout's statistics, and the errors for bad arguments.
 #include <cmath>
+#include <limits>
 
 #include "tests/test_util.h"
 #include "tinyddp/autograd/autograd.h"
@@ -101,6 +102,33 @@ TEST_CASE("pooling equals PyTorch, ties going to the first maximum", "[conv]") {
   {
     Case c("adaptive_overlap", {{"input", {2, 3, 5, 7}}});  // 5 -> 3 and 7 -> 4: overlapping cells
     c.check(adaptive_avg_pool2d(c["input"], {3, 4}));
+  }
+}
+
+TEST_CASE("2 x 2 max pooling keeps PyTorch's rule: the first maximum, the last NaN, -inf, signed zeros", "[conv]") {
+  // PyTorch takes a tap when it is greater than the best so far or is NaN. Four 2 x 2 windows
+  // (taps a b / c d): [3 5 / 5 1] -> 5 at b; all -inf -> -inf at a; [NaN 2 / NaN 7] -> NaN at c;
+  // [-0 +0 / -1 -2] -> -0 at a. The gradient of the sum marks the tap each output took.
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<double> in = {3,   5, -inf, -inf,  //
+                                  5,   1, -inf, -inf,  //
+                                  nan, 2, -0.0, 0.0,   //
+                                  nan, 7, -1,   -2};
+  const std::vector<double> taken = {0, 1, 1, 0,  //
+                                     0, 0, 0, 0,  //
+                                     0, 0, 1, 0,  //
+                                     1, 0, 0, 0};
+  for (const DType dtype : {kFloat64, kFloat32, kBFloat16}) {
+    INFO(dtype_name(dtype));
+    const Tensor x = from_vector<double>(in, Shape{1, 1, 4, 4}).to(dtype).requires_grad_();
+    const Tensor y = max_pool2d(x, 2);
+    const std::vector<double> out = y.to(kFloat64).to_vector<double>();
+    CHECK(out[0] == 5);
+    CHECK(out[1] == -inf);
+    CHECK(std::isnan(out[2]));
+    CHECK((out[3] == 0 && std::signbit(out[3])));
+    sum(y).backward();
+    CHECK(x.grad().to(kFloat64).to_vector<double>() == taken);
   }
 }
 

@@ -230,9 +230,62 @@ void max_pool_plane(const T* __restrict in, T* __restrict out, int64_t* __restri
 
 }  // namespace
 
+// 2 x 2 windows with stride 2 and no padding or dilation (the usual pooling), rows dense: each
+// window's four taps read in place, by max_pool_plane's rule and as branch-free (the maximum,
+// then the first tap holding it, row-major; a NaN, if any, wins: the last NaN).
+template <typename T>
+void max_pool_2x2_plane(const T* __restrict in, int64_t row_stride, T* __restrict out, int64_t* __restrict where,
+                        const Window2d& w) {
+  using C = compute_t<T>;
+  for (int64_t oh = 0; oh < w.oh; ++oh) {
+    const T* top = in + 2 * oh * row_stride;
+    const T* bottom = top + row_stride;
+    const int64_t first = 2 * oh * w.w;  // the window's top-left element, ih * W + iw
+    for (int64_t ow = 0; ow < w.ow; ++ow) {
+      const C v[4] = {static_cast<C>(top[2 * ow]), static_cast<C>(top[2 * ow + 1]), static_cast<C>(bottom[2 * ow]),
+                      static_cast<C>(bottom[2 * ow + 1])};
+      const int64_t at[4] = {first + 2 * ow, first + 2 * ow + 1, first + w.w + 2 * ow, first + w.w + 2 * ow + 1};
+      C best = v[0];
+      for (int t = 1; t < 4; ++t) best = v[t] > best ? v[t] : best;
+      // Which taps hold the maximum, and which are NaN, as bits 0-3: the first of the one (no
+      // chain of selects from tap to tap), else the last of the other.
+      unsigned hits = 0, nans = 0;
+      for (int t = 0; t < 4; ++t) {
+        hits |= static_cast<unsigned>(v[t] == best) << t;
+        nans |= static_cast<unsigned>(v[t] != v[t]) << t;
+      }
+      int64_t best_at = at[__builtin_ctz(hits | 8u)];
+      if (nans != 0) {  // rare
+        best = std::numeric_limits<C>::quiet_NaN();
+        best_at = at[31 - __builtin_clz(nans)];
+      }
+      out[oh * w.ow + ow] = static_cast<T>(best);
+      where[oh * w.ow + ow] = best_at;
+    }
+  }
+}
+
+bool pools_2x2(const Window2d& w, const Tensor& x) {
+  return w.kh == 2 && w.kw == 2 && w.sh == 2 && w.sw == 2 && w.ph == 0 && w.pw == 0 && w.dh == 1 && w.dw == 1 &&
+         x.stride(3) == 1 && 2 * w.oh <= w.h && 2 * w.ow <= w.w;  // every window inside (not ceil_mode's last)
+}
+
 bool CpuBackend::max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& w) {
   dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
+    if (pools_2x2(w, x)) {
+      const int64_t positions = w.oh * w.ow, s0 = x.stride(0), s1 = x.stride(1), s2 = x.stride(2), channels = w.c;
+      const T* in = x.data_ptr<T>();
+      T* o = out.data_ptr<T>();
+      int64_t* where = indices.data_ptr<int64_t>();
+      parallel_rows(w.n * channels, positions * w.kh * w.kw, kCostPoolTap, [&](int64_t first, int64_t last) {
+        for (int64_t p = first; p < last; ++p) {
+          max_pool_2x2_plane(in + (p / channels) * s0 + (p % channels) * s1, s2, o + p * positions,
+                             where + p * positions, w);
+        }
+      });
+      return;
+    }
     const PoolTaps taps(w, x.stride(2), x.stride(3));
     const int64_t positions = w.oh * w.ow, s0 = x.stride(0), s1 = x.stride(1), channels = w.c;
     const T* in = x.data_ptr<T>();

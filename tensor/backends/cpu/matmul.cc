@@ -271,6 +271,14 @@ bool CpuBackend::bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
 void CpuBackend::addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b) {
   if (out.numel() == 0) return;
   if (out.dtype() == kBFloat16 && a.size(1) > 0 && bf16_mm_blocks(out, a, b, contiguous(bias))) return;
+  if (is_16bit_float(out.dtype())) {  // the product and the bias in float32, rounded once, as oneDNN's
+    if (out.dtype() == kBFloat16) warn_bf16_in_float32();
+    const Tensor result = empty(out.sizes(), TensorOptions(kFloat32));
+    mm(result, converted(a, kFloat32), converted(b, kFloat32));
+    binary(BinaryOp::kAdd, result, result, converted(bias, kFloat32), 1.0);
+    copy(out, result, false);
+    return;
+  }
   mm(out, a, b);
   binary(BinaryOp::kAdd, out, out, bias, 1.0);
 }
