@@ -1,5 +1,6 @@
-// assign_buckets (buckets.h): parameters in the given order into buckets of at most the cap's
-// bytes (the first bucket's own, smaller cap), one dtype and device per bucket.
+// assign_buckets (buckets.h): parameters in the given order into buckets, each closed once it
+// holds at least the cap's bytes (the first bucket's own, smaller cap; the parameter that
+// reaches the cap is in it, so a bucket can be larger), one dtype and device per bucket.
 #include "tinyddp/ddp/buckets.h"
 
 #include <algorithm>
