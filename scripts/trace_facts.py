@@ -82,7 +82,7 @@ def accumulation(path):
 
 def bucket_sweep(path):
     """bench/bucket_sweep.sh's 1 Gbit/s runs: the range of the step over every cap and round, and
-    the hidden share at one parameter per bucket (the smallest cap)."""
+    the hidden share at the smallest cap (0.001 MiB: five buckets for the MLP's six parameters)."""
     steps, hidden = [], []
     for line in open(path, encoding="utf-8"):
         m = re.match(r"link=1gbit cap=([\d.]+) round=\d+ RESULT .* hidden=(\d+)% median_us=([\d.]+)$", line.strip())
@@ -92,8 +92,8 @@ def bucket_sweep(path):
                 hidden.append(int(m.group(2)))
     if not steps or not hidden:
         sys.exit(f"trace_facts: {path} holds no 1 Gbit/s runs (made by sudo bash bench/bucket_sweep.sh)")
-    return (f"on the 1 Gbit/s link the step took {min(steps):.1f}-{max(steps):.1f} ms whatever the cap, and one "
-            f"parameter per bucket hid {min(hidden)}-{max(hidden)}% of the communication")
+    return (f"on the 1 Gbit/s link the step took {min(steps):.1f}-{max(steps):.1f} ms whatever the cap, and the "
+            f"smallest cap's five buckets hid {min(hidden)}-{max(hidden)}% of the communication")
 
 
 def dp_backward(path):
