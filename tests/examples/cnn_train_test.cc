@@ -121,8 +121,8 @@ TEST_CASE("examples: train --model cnn's bad options and data get clear errors",
 
 TEST_CASE("train --model cnn with Dropout on 2 ranks, restarted by launch, resumes each rank's own generator",
           "[examples][train][cnn][restart]") {
-  // Each rank draws its own Dropout masks (seeded seed + rank after the model is built, as
-  // nanoGPT's seed_offset), so rank 0's checkpoint holds every rank's generator: a restarted run
+  // Each rank draws its own Dropout masks (seeded seed + rank after the model is built; nanoGPT
+  // seeds with its seed_offset before), so rank 0's checkpoint holds every rank's generator: a restarted run
   // that gave rank 1 rank 0's stream would take other masks after step 20 and end elsewhere.
   const std::string args = "examples/train --model cnn --dataset digits --steps 30 --log_every 30 --batch 32";
   const std::string full = temp_path("cnn_full.safetensors"), restarted = temp_path("cnn_restarted.safetensors");
