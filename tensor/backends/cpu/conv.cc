@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -273,27 +274,22 @@ bool pools_2x2(const Window2d& w, const Tensor& x) {
 bool CpuBackend::max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& w) {
   dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (pools_2x2(w, x)) {
-      const int64_t positions = w.oh * w.ow, s0 = x.stride(0), s1 = x.stride(1), s2 = x.stride(2), channels = w.c;
-      const T* in = x.data_ptr<T>();
-      T* o = out.data_ptr<T>();
-      int64_t* where = indices.data_ptr<int64_t>();
-      parallel_rows(w.n * channels, positions * w.kh * w.kw, kCostPoolTap, [&](int64_t first, int64_t last) {
-        for (int64_t p = first; p < last; ++p) {
-          max_pool_2x2_plane(in + (p / channels) * s0 + (p % channels) * s1, s2, o + p * positions,
-                             where + p * positions, w);
-        }
-      });
-      return;
-    }
-    const PoolTaps taps(w, x.stride(2), x.stride(3));
-    const int64_t positions = w.oh * w.ow, s0 = x.stride(0), s1 = x.stride(1), channels = w.c;
+    // The 2 x 2 kernel reads its taps in place; any other window goes through the tap tables.
+    const bool two_by_two = pools_2x2(w, x);
+    std::optional<PoolTaps> taps;
+    if (!two_by_two) taps.emplace(w, x.stride(2), x.stride(3));
+    const int64_t positions = w.oh * w.ow, s0 = x.stride(0), s1 = x.stride(1), s2 = x.stride(2), channels = w.c;
     const T* in = x.data_ptr<T>();
     T* o = out.data_ptr<T>();
     int64_t* where = indices.data_ptr<int64_t>();
     parallel_rows(w.n * channels, positions * w.kh * w.kw, kCostPoolTap, [&](int64_t first, int64_t last) {
       for (int64_t p = first; p < last; ++p) {
-        max_pool_plane(in + (p / channels) * s0 + (p % channels) * s1, o + p * positions, where + p * positions, taps);
+        const T* plane = in + (p / channels) * s0 + (p % channels) * s1;
+        if (two_by_two) {
+          max_pool_2x2_plane(plane, s2, o + p * positions, where + p * positions, w);
+        } else {
+          max_pool_plane(plane, o + p * positions, where + p * positions, *taps);
+        }
       }
     });
   });

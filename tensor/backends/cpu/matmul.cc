@@ -230,6 +230,18 @@ void warn_bf16_in_float32() {
       once, [] { std::fprintf(stderr, "tinyddp: warning: bfloat16 matmul on %s\n", bf16_matmul_engine().c_str()); });
 }
 
+// a @ b of 16-bit matrices in float32 (their exact products, float32 sums), for the caller
+// to round once.
+Tensor float32_product(const Tensor& a, const Tensor& b) {
+  Tensor result = empty({a.size(0), b.size(1)}, TensorOptions(kFloat32));
+  if (a.size(1) == 0) {  // the sum of nothing
+    backend().fill(result, 0.0);
+    return result;
+  }
+  float_mm<float>(result, backend().converted(a, kFloat32), backend().converted(b, kFloat32));
+  return result;
+}
+
 }  // namespace
 
 void CpuBackend::mm(const Tensor& out, const Tensor& a, const Tensor& b) {
@@ -246,12 +258,7 @@ void CpuBackend::mm(const Tensor& out, const Tensor& a, const Tensor& b) {
       if (bf16_mm_blocks(out, a, b)) return;
       warn_bf16_in_float32();
       [[fallthrough]];
-    case kFloat16: {
-      Tensor result = empty(out.sizes(), TensorOptions(kFloat32));
-      float_mm<float>(result, converted(a, kFloat32), converted(b, kFloat32));
-      copy(out, result, false);
-      return;
-    }
+    case kFloat16: copy(out, float32_product(a, b), false); return;
     case kInt32:
     case kUInt8: {  // in int64, wrapped back to the narrow type (the same bits: modular arithmetic)
       Tensor result = empty(out.sizes(), TensorOptions(kInt64));
@@ -273,8 +280,7 @@ void CpuBackend::addmm(const Tensor& out, const Tensor& bias, const Tensor& a, c
   if (out.dtype() == kBFloat16 && a.size(1) > 0 && bf16_mm_blocks(out, a, b, contiguous(bias))) return;
   if (is_16bit_float(out.dtype())) {  // the product and the bias in float32, rounded once, as oneDNN's
     if (out.dtype() == kBFloat16) warn_bf16_in_float32();
-    const Tensor result = empty(out.sizes(), TensorOptions(kFloat32));
-    mm(result, converted(a, kFloat32), converted(b, kFloat32));
+    const Tensor result = float32_product(a, b);
     binary(BinaryOp::kAdd, result, result, converted(bias, kFloat32), 1.0);
     copy(out, result, false);
     return;
