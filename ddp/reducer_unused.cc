@@ -3,6 +3,8 @@
 // static_graph's first iteration (reduce after backward), and whether a parameter no rank
 // used keeps its .grad. The main steps are in reducer.cc and reducer_backward.cc.
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -34,6 +36,16 @@ void Reducer::search_unused_parameters(const std::vector<Tensor>& outputs) {
   unused_parameters_.clear();
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!reached[i]) unused_parameters_.push_back(i);
+  }
+  // The search costs a walk of the graph every iteration; when it finds nothing, say so once
+  // per process (as PyTorch's Reducer warns once).
+  static std::atomic<bool> warned{false};
+  if (unused_parameters_.empty() && !warned.exchange(true)) {
+    std::fprintf(stderr,
+                 "DistributedDataParallel: find_unused_parameters is on, but this forward pass used every parameter. "
+                 "The search walks the autograd graph every iteration and costs time: turn the option off if the "
+                 "model never leaves a parameter unused (later iterations that take other branches may still need "
+                 "it)\n");
   }
 }
 

@@ -43,6 +43,7 @@ BuiltModel build_model(const TrainConfig& config, const tensor::Device& device, 
   }
   TDDP_CHECK(!classification || m.out >= 2, "--loss ce needs at least 2 output classes, the model has {}", m.out);
   if (!config.init.empty()) nn::load_state_dict(*m.module, config.init);
+  if (config.dtype == "float64") m.module->to(tensor::kFloat64);  // initialised in float32, as PyTorch's .double()
   m.module->to(device);
   return m;
 }

@@ -11,11 +11,10 @@
 #include "examples/train_lib.h"
 #include "tinyddp/base/error.h"
 
-int main(int argc, char** argv) {
-  tinyddp::examples::TrainConfig config;
-  CLI::App app{"Train a model with tinyddp (data-parallel when started by launch with WORLD_SIZE > 1)."};
-  // An option given twice takes its last value (scripts/main.sh's defaults, then the user's).
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+namespace {
+
+// The model, the data and the optimization.
+void add_training_options(CLI::App& app, tinyddp::examples::TrainConfig& config) {
   app.add_option("--model", config.model,
                  "mlp (default: a classifier, widths 784,256,10), toy (the DDP tutorial's ToyModel) or cnn (two "
                  "Conv2d-BatchNorm2d-ReLU-MaxPool2d blocks, Dropout, Linear: for --dataset digits)");
@@ -41,17 +40,31 @@ int main(int argc, char** argv) {
   app.add_option("--steps", config.steps, "number of training steps");
   app.add_option("--seed", config.seed, "seed for the initial weights and the synthetic data");
   app.add_option("--batch", config.batch, "global batch size, split over the ranks (default 20 toy, 64 mlp)");
+  app.add_option("--batch_per_rank", config.batch_per_rank,
+                 "each rank's batch instead: the global batch grows with the ranks (not with --batch)");
+  app.add_flag("--scale_lr", config.scale_lr,
+               "multiply --lr by the number of ranks (the linear scaling rule, for --batch_per_rank)");
+  app.add_option("--dtype", config.dtype,
+                 "float32 (default) or float64: the parameters, inputs and arithmetic (float64 shows that 1, 2 and 4 "
+                 "ranks differ only by rounding)");
   app.add_option("--init", config.init, "safetensors state dict with the initial weights");
   app.add_option("--data", config.data, "safetensors file with 'inputs' and 'targets' batches");
   app.add_option("--save", config.save, "write the final state dict here (safetensors)");
   app.add_option("--metrics", config.metrics, "write a CSV with one row per step (step,loss)");
   app.add_option("--log_every", config.log_every, "print progress every N steps (default: about ten lines)");
+}
+
+// Where and how the run goes: devices, DDP, checkpoints, faults, threads, statistics.
+void add_run_options(CLI::App& app, tinyddp::examples::TrainConfig& config) {
   app.add_option("--device", config.device, "auto, cpu or cuda (auto: CUDA when built with it and a GPU is present)");
   app.add_option("--backend", config.backend,
                  "auto, gloo or nccl: the process group when launched on several ranks (auto: nccl on GPUs when every "
                  "local rank has its own, else gloo)");
   app.add_option("--bucket_cap_mb", config.bucket_cap_mb, "DDP bucket size in MiB (default 25)");
   app.add_option("--first_bucket_cap_mb", config.first_bucket_cap_mb, "DDP's first bucket size in MiB (default 1)");
+  app.add_flag("--find_unused_parameters", config.find_unused_parameters,
+               "DDP looks for parameters the forward did not use, every iteration (PyTorch's option: it warns once "
+               "when there are none, since the search costs time)");
   app.add_option("--timeline", config.timeline,
                  "write DDP's (or --fsdp's) events of each rank to PATH.rank<r>.json (Chrome trace; merge with "
                  "scripts/merge_timelines.py)");
@@ -79,6 +92,17 @@ int main(int argc, char** argv) {
   app.add_flag("--stats", config.stats,
                "print DDP's statistics at the end: buckets, rebuilt or not, compute, "
                "communication and overlap per iteration");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tinyddp::examples::TrainConfig config;
+  CLI::App app{"Train a model with tinyddp (data-parallel when started by launch with WORLD_SIZE > 1)."};
+  // An option given twice takes its last value (scripts/main.sh's defaults, then the user's).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_training_options(app, config);
+  add_run_options(app, config);
   CLI11_PARSE(app, argc, argv);
   try {  // the values are checked once, by TrainConfig::validate (train_lib.h)
     const tinyddp::examples::TrainResult result = tinyddp::examples::train(config, std::cout);

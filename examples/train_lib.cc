@@ -53,20 +53,13 @@ std::string describe_stats(const ddp::DDPStats& s, int rank) {
       s.avg_backward_comm_us > 0 ? 100 * s.avg_overlap_us / s.avg_backward_comm_us : 0.0);
 }
 
-// ---- The configuration -----------------------------------------------------------------------
-
-std::string loss_name(const TrainConfig& c) { return c.loss.empty() ? (c.model == "toy" ? "mse" : "ce") : c.loss; }
-bool classification(const TrainConfig& c) { return loss_name(c) == "ce"; }
-bool uses_digits(const TrainConfig& c) { return c.data.empty() && c.dataset == "digits"; }
-
 // ---- Setup, in the order train() runs it ------------------------------------------------------
 
 // Over the model's parameters (--fsdp: its shards).
-std::unique_ptr<nn::Optimizer> make_optimizer(const TrainConfig& config, const std::vector<Tensor>& params) {
-  if (config.optimizer == "sgd") {
-    return std::make_unique<nn::SGD>(params, nn::SGDOptions(config.lr).momentum(config.momentum));
-  }
-  return std::make_unique<nn::Adam>(params, nn::AdamOptions(config.lr));
+std::unique_ptr<nn::Optimizer> make_optimizer(const TrainConfig& config, const std::vector<Tensor>& params, int world) {
+  const double lr = config.lr_on(world);
+  if (config.optimizer == "sgd") return std::make_unique<nn::SGD>(params, nn::SGDOptions(lr).momentum(config.momentum));
+  return std::make_unique<nn::Adam>(params, nn::AdamOptions(lr));
 }
 
 // --checkpoint: one file (nn::save_checkpoint) with the model, the optimizer and the steps
@@ -105,6 +98,7 @@ Runner wrap_in_ddp(const TrainConfig& config, const std::shared_ptr<nn::Module>&
   if (config.sync_bn) ddp::SyncBatchNorm::convert_sync_batchnorm(model, pg);
   ddp::DDPOptions options;
   options.bucket_cap_mb(config.bucket_cap_mb).first_bucket_cap_mb(config.first_bucket_cap_mb);
+  options.find_unused_parameters(config.find_unused_parameters);
   if (!config.timeline.empty()) options.timeline(config.timeline);
   Runner r;
   r.ddp = std::make_shared<ddp::DistributedDataParallel>(model, pg, options);
@@ -115,17 +109,17 @@ Runner wrap_in_ddp(const TrainConfig& config, const std::shared_ptr<nn::Module>&
 
 // This rank's share of each step's global batch (train_data.h).
 std::unique_ptr<Dataset> open_dataset(const TrainConfig& config, const BuiltModel& model, int rank, int world) {
-  const int64_t batch_size = config.batch > 0 ? config.batch : (config.model == "toy" ? 20 : 64);
+  const int64_t batch_size = config.global_batch(world);
   TDDP_CHECK(config.data.empty() ? batch_size % world == 0 : true,
              "--batch {} is not divisible by {} {}: every rank takes an equal share of each batch", batch_size,
              world_size_variable(), world);
   if (!config.data.empty())
-    return file_dataset(config.data, config.steps, model.sample, model.out, classification(config), rank, world);
-  if (uses_digits(config)) {
+    return file_dataset(config.data, config.steps, model.sample, model.out, config.classification(), rank, world);
+  if (config.uses_digits()) {
     return digits_dataset(config.digits.empty() ? default_digits_path() : config.digits, config.seed, batch_size, rank,
                           world);
   }
-  return synthetic_dataset(config.seed, batch_size, model.in, model.out, classification(config), rank, world);
+  return synthetic_dataset(config.seed, batch_size, model.in, model.out, config.classification(), rank, world);
 }
 
 // The metrics CSV ("step,loss"), on rank 0.
@@ -144,6 +138,14 @@ struct Run {
   int64_t first_step = 0;
   Runner runner;
   std::unique_ptr<Dataset> data;
+  t::DType dtype = t::kFloat32;  // --dtype: the parameters' and so the inputs'
+
+  // A batch of the data shaped for the model, on this run's device, in its dtype (class targets
+  // stay int64).
+  Batch placed(const Batch& b) const {
+    const auto cast = [&](const Tensor& x) { return t::is_floating_point(x.dtype()) ? x.to(dtype) : x; };
+    return Batch{model.shaped(cast(b.inputs).to(placement.device)), cast(b.targets).to(placement.device)};
+  }
 };
 
 Run set_up(const TrainConfig& config) {
@@ -155,11 +157,12 @@ Run set_up(const TrainConfig& config) {
   TDDP_CHECK(config.timeline.empty() || run.pg,
              "--timeline records DDP's events, but this run is on one process: start it with launch --nproc_per_node 2 "
              "(or more)");
-  run.model = build_model(config, run.placement.device, classification(config), uses_digits(config));
+  run.model = build_model(config, run.placement.device, config.classification(), config.uses_digits());
+  run.dtype = config.dtype == "float64" ? t::kFloat64 : t::kFloat32;
   seed_training(config.seed, run.rank);  // Dropout's masks differ by rank (nanoGPT's seed + rank)
   if (config.fsdp && run.pg) {           // the optimizer steps the shards; a checkpoint is a file per rank
     run.runner = wrap_in_ddp(config, run.model.module, run.pg);
-    run.optimizer = make_optimizer(config, run.model.module->parameters());
+    run.optimizer = make_optimizer(config, run.model.module->parameters(), run.world);
     const std::string mine = ddp::sharded_checkpoint_file(config.checkpoint, run.rank, run.world);
     if (config.resume && std::filesystem::exists(mine)) {
       run.first_step = ddp::load_sharded_checkpoint(config.checkpoint, *run.model.module, *run.optimizer, *run.pg).step;
@@ -167,7 +170,7 @@ Run set_up(const TrainConfig& config) {
                  config.checkpoint, run.first_step, config.steps);
     }
   } else {
-    run.optimizer = make_optimizer(config, run.model.module->parameters());
+    run.optimizer = make_optimizer(config, run.model.module->parameters(), run.world);
     const std::optional<nn::TrainingCheckpoint> resumed =
         resume_if_asked(config, run.rank, run.world, *run.model.module, *run.optimizer);
     run.first_step = resumed ? resumed->step : 0;
@@ -187,7 +190,9 @@ Run set_up(const TrainConfig& config) {
 std::string describe_run(const TrainConfig& config, const Run& run) {
   std::ostringstream line;
   line << "training " << config.model << " (" << run.model.module->parameters().size() << " parameter tensors) with "
-       << config.optimizer << " lr " << config.lr << ", " << loss_name(config) << " loss, " << config.steps
+       << config.optimizer << " lr " << config.lr_on(run.world)
+       << (config.scale_lr ? fmt::format(" ({} x {} ranks: --scale_lr)", config.lr, run.world) : std::string()) << ", "
+       << config.loss_used() << " loss, " << (config.dtype == "float32" ? "" : config.dtype + ", ") << config.steps
        << " steps, " << run.data->describe()
        << (run.pg ? fmt::format(", {} on {} ranks ({})", config.fsdp ? "fully sharded (fully_shard)" : "data-parallel",
                                 run.world, run.placement.backend)
@@ -199,7 +204,7 @@ std::string describe_run(const TrainConfig& config, const Run& run) {
 // ---- Inside the loop ------------------------------------------------------------------------
 
 Tensor loss_of(const TrainConfig& config, const Tensor& prediction, const Tensor& targets) {
-  return classification(config) ? nn::cross_entropy(prediction, targets) : nn::mse_loss(prediction, targets);
+  return config.classification() ? nn::cross_entropy(prediction, targets) : nn::mse_loss(prediction, targets);
 }
 
 // Rank 0 writes a checkpoint every --checkpoint_every steps and at the end.
@@ -238,7 +243,7 @@ class Log {
     const auto [value, stop] = loss_and_stop_over_ranks(run_.pg.get(), report_device_, loss.item<double>(), signals);
     TDDP_CHECK(std::isfinite(value), "the loss became {} at step {}; lower --lr", value, step);
     result_.losses.push_back(value);
-    if (classification(config_) && step + 1 == config_.steps) {
+    if (config_.classification() && step + 1 == config_.steps) {
       result_.accuracy = mean_over_ranks(t::mean(t::eq(t::argmax(prediction, 1), targets).to(t::kFloat64)));
     }
     return stop;
@@ -248,7 +253,9 @@ class Log {
   void step_done(int64_t step, int64_t rank_samples) {
     result_.samples += rank_samples * run_.world;
     const double value = result_.losses.back();
-    if (metrics_.is_open()) metrics_ << step << "," << fmt::format("{:.9g}", value) << std::endl;
+    // Every digit the run's dtype carries (9 for float32, 17 for float64), so that the file tells runs apart as
+    // far as their arithmetic does.
+    if (metrics_.is_open()) metrics_ << step << "," << fmt::format("{:.{}g}", value, digits_) << std::endl;
     if ((step + 1) % log_every_ != 0 && step + 1 != config_.steps) return;
     const double elapsed = seconds();
     progress_ << fmt::format("step {:>{}}/{}  loss {:.6f}  {:.0f} samples/s  elapsed {:.2f} s\n", step + 1,
@@ -270,6 +277,7 @@ class Log {
   std::ostream& progress_;
   std::ofstream metrics_;
   int64_t log_every_;
+  int digits_ = run_.dtype == t::kFloat64 ? 17 : 9;
   t::Device report_device_;
   std::chrono::steady_clock::time_point start_;
   TrainResult result_;
@@ -284,14 +292,14 @@ void report(const TrainConfig& config, const Run& run, TrainResult& result, std:
                           result.losses.front(), result.losses.back());
   if (result.accuracy >= 0) progress << fmt::format("; accuracy on the last batch {:.1f}%", 100 * result.accuracy);
   progress << "\n";
-  if (const std::optional<Batch> held = classification(config) ? run.data->held_out() : std::nullopt) {
+  if (const std::optional<Batch> held = config.classification() ? run.data->held_out() : std::nullopt) {
     // The same model on every rank, the same held-out samples: every rank gets the same figure.
     t::NoGradGuard no_grad;
-    const t::Device& device = run.placement.device;
     run.model.module->eval();  // BatchNorm's running statistics, no dropout
-    const Tensor predicted = t::argmax(run.model.module->forward(run.model.shaped(held->inputs.to(device))), 1);
+    const Batch placed = run.placed(*held);
+    const Tensor predicted = t::argmax(run.model.module->forward(placed.inputs), 1);
     run.model.module->train();
-    result.held_out_accuracy = t::mean(t::eq(predicted, held->targets.to(device)).to(t::kFloat64)).item<double>();
+    result.held_out_accuracy = t::mean(t::eq(predicted, placed.targets).to(t::kFloat64)).item<double>();
     progress << fmt::format("held-out accuracy {:.1f}% on {}\n", 100 * result.held_out_accuracy,
                             run.data->describe_held_out());
   }
@@ -347,47 +355,6 @@ std::optional<ddp::DistributedDataParallel::TimelineSpan> timeline_span(const Ru
 
 }  // namespace
 
-void TrainConfig::validate() const {
-  TDDP_CHECK(model == "toy" || model == "mlp" || model == "cnn", "--model must be toy, mlp or cnn, got '{}'", model);
-  const std::string loss_used = loss_name(*this);
-  TDDP_CHECK(loss_used == "mse" || loss_used == "ce", "--loss must be mse or ce, got '{}'", loss_used);
-  TDDP_CHECK(optimizer == "sgd" || optimizer == "adam", "--optimizer must be sgd or adam, got '{}'", optimizer);
-  TDDP_CHECK(autocast.empty() || autocast == "bf16", "--autocast must be bf16 (or absent), got '{}'", autocast);
-  TDDP_CHECK(steps >= 1, "--steps must be at least 1, got {}", steps);
-  TDDP_CHECK(lr > 0, "--lr must be positive, got {}", lr);
-  TDDP_CHECK(momentum >= 0, "--momentum must not be negative, got {}", momentum);
-  TDDP_CHECK(batch >= 0, "--batch must be positive, got {}", batch);
-  TDDP_CHECK(log_every >= 0, "--log_every must be positive, got {}", log_every);
-  TDDP_CHECK(dataset == "synthetic" || dataset == "digits", "--dataset must be synthetic or digits, got '{}'", dataset);
-  TDDP_CHECK(
-      !uses_digits(*this) || (model != "toy" && loss_used == "ce"),
-      "--dataset digits trains a classifier: use --model mlp or cnn with the ce loss (got --model {}, --loss {})",
-      model, loss_used);
-  TDDP_CHECK(model != "cnn" || ((uses_digits(*this) || !data.empty()) && loss_used == "ce"),
-             "--model cnn classifies 8x8 images: use it with --dataset digits or --data, and the ce loss (got "
-             "--dataset {}, --loss {})",
-             dataset, loss_used);
-  TDDP_CHECK(dropout >= 0 && dropout < 1, "--dropout must be in [0, 1), got {}", dropout);
-  TDDP_CHECK(!sync_bn || model == "cnn",
-             "--sync_bn applies to --model cnn (the only model with BatchNorm), got --model {}", model);
-  TDDP_CHECK(bucket_cap_mb > 0 && first_bucket_cap_mb > 0,
-             "--bucket_cap_mb and --first_bucket_cap_mb must be positive, got {} and {}", bucket_cap_mb,
-             first_bucket_cap_mb);
-  TDDP_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device must be auto, cpu or cuda, got '{}'",
-             device);
-  TDDP_CHECK(backend == "auto" || backend == "gloo" || backend == "nccl",
-             "--backend must be auto, gloo or nccl, got '{}'", backend);
-  TDDP_CHECK(timeout_s > 0, "--timeout must be positive, got {}", timeout_s);
-  TDDP_CHECK(known_comm_hook(comm_hook), "--comm_hook must be {}, got '{}'", comm_hook_choices(), comm_hook);
-  TDDP_CHECK(powersgd_rank >= 1, "--powersgd_rank must be at least 1, got {}", powersgd_rank);
-  TDDP_CHECK(powersgd_start_iter >= 2, "--powersgd_start_iter must be at least 2, got {}", powersgd_start_iter);
-  TDDP_CHECK(checkpoint_every >= 0, "--checkpoint_every must not be negative, got {}", checkpoint_every);
-  TDDP_CHECK(!resume || !checkpoint.empty(), "--resume needs --checkpoint PATH");
-  TDDP_CHECK(!fsdp || (!sync_bn && comm_hook == "allreduce" && autocast.empty()),
-             "--fsdp does not take --sync_bn, --comm_hook or --autocast (DDP's options)");
-  TDDP_CHECK(threads >= 0, "--threads must be positive (or 0: the default), got {}", threads);
-}
-
 TrainResult train(const TrainConfig& config, std::ostream& log) {
   config.validate();
   // Resolves TINYDDP_CPU_ISA and the thread count now: a value this CPU cannot run, or a bad
@@ -408,7 +375,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   for (int64_t step = run.first_step; step < config.steps; ++step) {
     fail_on_purpose_if_asked(config.fail_at_step, step, run.rank, "train");
     const Batch mine = run.data->batch(step);  // this rank's share of the step's global batch
-    const Batch batch{run.model.shaped(mine.inputs.to(run.placement.device)), mine.targets.to(run.placement.device)};
+    const Batch batch = run.placed(mine);
     run.optimizer->zero_grad();
     Tensor prediction, loss;
     {

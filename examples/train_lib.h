@@ -33,7 +33,15 @@ struct TrainConfig {
   int64_t steps = 100;
   uint64_t seed = 0;
   int64_t batch = 0;  // the global batch (not with `data`); 0: 20 for toy, 64 for mlp
-  std::string init;   // safetensors state dict to start from
+  // Adding ranks with the per-rank batch fixed: the global batch is batch_per_rank x W (not
+  // with `batch` or `data`). scale_lr: the rate is lr x W (the linear scaling rule, Goyal et
+  // al. 2017), so `lr` is the rate of one rank's batch.
+  int64_t batch_per_rank = 0;
+  bool scale_lr = false;
+  // float32 | float64: the parameters, the inputs and the arithmetic (float64 shows that the
+  // ranks' curves part only by rounding: docs/ddp.md, "One curve on 1, 2 and 4 processes").
+  std::string dtype = "float32";
+  std::string init;  // safetensors state dict to start from
   // safetensors with "inputs" [steps, batch, in] ([steps, batch, 1, 8, 8] for cnn) and "targets"
   std::string data;
   std::string save;             // where to write the final state dict
@@ -47,6 +55,9 @@ struct TrainConfig {
   // (scripts/merge_timelines.py).
   double bucket_cap_mb = 25;
   double first_bucket_cap_mb = 1;
+  // DDP walks the graph from the outputs every iteration to find the parameters the forward did
+  // not use (PyTorch's option; it warns once when it finds none, as PyTorch does).
+  bool find_unused_parameters = false;
   std::string timeline;
   bool stats = false;  // print DDP's statistics (DDPStats) at the end
   // How DDP reduces each bucket: allreduce (DDP's default), fp16, bf16 or powersgd (rank
@@ -71,6 +82,13 @@ struct TrainConfig {
   // Throws tinyddp::Error naming the first option that is out of range or unknown (the one
   // place the options are checked; train() calls it first).
   void validate() const;
+
+  // What the options mean once the defaults are filled in (train_config.cc).
+  std::string loss_used() const;          // mse for toy, ce otherwise, unless --loss says
+  bool classification() const;            // the ce loss: int64 class targets, accuracies
+  bool uses_digits() const;               // --dataset digits (and no --data)
+  int64_t global_batch(int world) const;  // --batch, --batch_per_rank x W, or the model's default
+  double lr_on(int world) const;          // --lr, times W with --scale_lr
 };
 
 struct TrainResult {
