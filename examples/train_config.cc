@@ -59,8 +59,9 @@ void TrainConfig::validate() const {
   TDDP_CHECK(powersgd_start_iter >= 2, "--powersgd_start_iter must be at least 2, got {}", powersgd_start_iter);
   TDDP_CHECK(checkpoint_every >= 0, "--checkpoint_every must not be negative, got {}", checkpoint_every);
   TDDP_CHECK(!resume || !checkpoint.empty(), "--resume needs --checkpoint PATH");
-  TDDP_CHECK(!fsdp || (!sync_bn && comm_hook == "allreduce" && autocast.empty() && !find_unused_parameters),
-             "--fsdp does not take --sync_bn, --comm_hook, --autocast or --find_unused_parameters (DDP's options)");
+  TDDP_CHECK(!fsdp || (!sync_bn && comm_hook == "allreduce" && autocast.empty()),
+             "--fsdp does not take --sync_bn, --comm_hook or --autocast (DDP's options)");
+  TDDP_CHECK(!fsdp || !find_unused_parameters, "--fsdp does not take --find_unused_parameters (an option of DDP)");
   TDDP_CHECK(threads >= 0, "--threads must be positive (or 0: the default), got {}", threads);
 }
 

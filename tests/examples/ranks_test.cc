@@ -144,7 +144,8 @@ TEST_CASE("train --batch_per_rank --scale_lr: more ranks, a larger batch, and th
   }
 }
 
-TEST_CASE("train --batch_per_rank and --dtype refuse what they cannot do", "[examples][train][errors]") {
+TEST_CASE("train --batch_per_rank, --dtype and --find_unused_parameters refuse what they cannot do",
+          "[examples][train][errors]") {
   const CommandResult both = run_command("examples/train --batch 64 --batch_per_rank 32");
   CHECK(both.exit_code == 1);
   CHECK_THAT(both.output, Contains("--batch_per_rank sets the global batch (it times the world size)"));
@@ -154,6 +155,9 @@ TEST_CASE("train --batch_per_rank and --dtype refuse what they cannot do", "[exa
   const CommandResult autocast = run_command("examples/train --dtype float64 --autocast bf16");
   CHECK(autocast.exit_code == 1);
   CHECK_THAT(autocast.output, Contains("--autocast bf16 keeps float32 master weights: drop --dtype float64"));
+  const CommandResult fsdp = run_command("examples/train --fsdp --find_unused_parameters");
+  CHECK(fsdp.exit_code == 1);
+  CHECK_THAT(fsdp.output, Contains("--fsdp does not take --find_unused_parameters (an option of DDP)"));
 }
 
 TEST_CASE("train --find_unused_parameters: the same run, and PyTorch's warning when nothing is unused",
