@@ -1,12 +1,16 @@
 // The examples that teach one idea each, run on 2 ranks under //launcher:launch: ddp_rebuild
-// (why the buckets are rebuilt in the order the gradients came) and join_counter (a Joinable of
-// one's own, PyTorch's Counter), with what they print checked against what the idea predicts.
+// (why the buckets are rebuilt in the order the gradients came), join_counter (a Joinable of
+// one's own, PyTorch's Counter) and desync (two ranks calling different collectives), with what
+// they print checked against what the idea predicts and what the pages quote.
+#include <sstream>
+
 #include "tests/examples/example_runs.h"
 
 using Catch::Contains;
 using tinyddp::testing::all_matches;
 using tinyddp::testing::CommandResult;
 using tinyddp::testing::launch2;
+using tinyddp::testing::read_file;
 using tinyddp::testing::require_same_on_both_ranks;
 
 TEST_CASE("examples: ddp_rebuild, buckets built in reverse registration order are rebuilt in gradient order",
@@ -39,4 +43,29 @@ TEST_CASE("examples: join_counter, a Joinable of one's own counts 10 and 11 inpu
   require_same_on_both_ranks(r.output, R"((\d+) inputs processed across all ranks!)");
   CHECK_THAT(r.output, Contains("[rank 0] 11 inputs processed across all ranks!"));
   CHECK(r.seconds < 30);
+}
+
+TEST_CASE("examples: desync, ranks that call different collectives get the error docs/comm.md quotes",
+          "[examples][comm]") {
+  const CommandResult r = launch2("examples/desync");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.seconds < 30);  // at once, not after a timeout
+  // Both ranks caught the same error naming both calls, kept their tensors, and then agreed.
+  require_same_on_both_ranks(
+      r.output, R"(\[rank [01]\] caught CollectiveMismatchError: \w+ \(rank [01] of 2, .*\) failed: (.*))");
+  CHECK_THAT(r.output, Contains("[rank 0] its tensor after the refused call: [1, 1, 1, 1, 1, 1, 1, 1]"));
+  CHECK_THAT(r.output, Contains("[rank 1] its tensor after the refused call: [2, 2, 2, 2, 2, 2, 2, 2]"));
+  // Every line docs/comm.md quotes from the run (the block after the command) is in the output.
+  const std::string page = read_file("docs/comm.md");
+  const std::string command = "$ bazel-bin/launcher/launch --nproc_per_node 2 -- bazel-bin/examples/desync\n";
+  const size_t start = page.find(command);
+  REQUIRE(start != std::string::npos);
+  std::istringstream block(page.substr(start + command.size()));
+  int quoted = 0;
+  for (std::string line; std::getline(block, line) && line != "```"; ++quoted) {
+    INFO("docs/comm.md quotes: " << line);
+    CHECK(r.output.find(line) != std::string::npos);
+  }
+  CHECK(quoted == 5);
 }
