@@ -85,11 +85,20 @@ Reducer::Iteration::Iteration(const BucketAssignment& assignment, size_t params)
 }
 
 Reducer::Snapshot Reducer::snapshot() const {
-  Snapshot s{assignment_, has_rebuilt_bucket_,        {}, std::vector<Tensor>(params_.size()),
-             {},          iteration_.grad_ready_order};
+  Snapshot s;
+  s.assignment = assignment_;
+  s.buckets_rebuilt = has_rebuilt_bucket_;
   for (const Bucket& b : buckets_) s.bucket_contents.push_back(b.contents);
+  s.bucket_views.resize(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) s.bucket_views[i] = view_of(i);
   for (size_t b = 0; b < iteration_.launched; ++b) s.launch_order.push_back(b);
+  s.grad_ready_order = iteration_.grad_ready_order;
+  s.pending = iteration_.pending;
+  s.launched = iteration_.launched;
+  for (size_t b = 0; b < iteration_.launched && b < iteration_.futures.size(); ++b)
+    s.reduced.push_back(iteration_.futures[b] != nullptr && iteration_.futures[b]->done());
+  s.div_factor = iteration_.div_factor;
+  s.divided_on_copy = builtin_hook_;
   return s;
 }
 

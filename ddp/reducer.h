@@ -112,6 +112,13 @@ class Reducer {
     std::vector<Tensor> bucket_views;      // each parameter's view of its bucket (by index)
     std::vector<size_t> launch_order;      // buckets, in the order the last synchronised backward launched them
     std::vector<size_t> grad_ready_order;  // parameters, in the order their gradients arrived then
+    // The synchronised backward under way (or the last one), as a gradient hook sees it
+    // (examples/ddp_walk prints it at every hook).
+    std::vector<size_t> pending;   // per bucket: its parameters whose gradient has not arrived
+    size_t launched = 0;           // buckets 0 .. launched - 1 are handed to the comm hook
+    std::vector<bool> reduced;     // per launched bucket: its reduction has completed
+    int div_factor = 0;            // what each gradient is divided by (0: no gradient yet)
+    bool divided_on_copy = false;  // no hook registered: divided on the way into the bucket
   };
   Snapshot snapshot() const;
   // Replaces the default hooks::allreduce of each bucket; once, before the first backward

@@ -1,7 +1,12 @@
 // The examples that teach one idea each, run on 2 ranks under //launcher:launch: ddp_rebuild
 // (why the buckets are rebuilt in the order the gradients came), join_counter (a Joinable of
-// one's own, PyTorch's Counter) and desync (two ranks calling different collectives), with what
-// they print checked against what the idea predicts and what the pages quote.
+// one's own, PyTorch's Counter), desync (two ranks calling different collectives) and ddp_walk
+// (one iteration told from the Reducer's state), with what they print checked against what the
+// idea predicts and what the pages quote.
+#include <cmath>
+#include <cstdio>
+#include <regex>
+#include <set>
 #include <sstream>
 
 #include "tests/examples/example_runs.h"
@@ -11,6 +16,24 @@ using tinyddp::testing::all_matches;
 using tinyddp::testing::CommandResult;
 using tinyddp::testing::launch2;
 using tinyddp::testing::read_file;
+
+namespace {
+
+// The lines `page` quotes from a run of `program` on 2 ranks: the code block after the line
+// "$ bazel-bin/launcher/launch --nproc_per_node 2 -- bazel-bin/<program>".
+std::vector<std::string> quoted_run(const std::string& page, const std::string& program) {
+  const std::string text = read_file(page);
+  const std::string command = "$ bazel-bin/launcher/launch --nproc_per_node 2 -- bazel-bin/" + program + "\n";
+  const size_t start = text.find(command);
+  INFO(page << " should quote a run after the line " << command);
+  REQUIRE(start != std::string::npos);
+  std::istringstream block(text.substr(start + command.size()));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(block, line) && line != "```";) lines.push_back(line);
+  return lines;
+}
+
+}  // namespace
 using tinyddp::testing::require_same_on_both_ranks;
 
 TEST_CASE("examples: ddp_rebuild, buckets built in reverse registration order are rebuilt in gradient order",
@@ -56,16 +79,48 @@ TEST_CASE("examples: desync, ranks that call different collectives get the error
       r.output, R"(\[rank [01]\] caught CollectiveMismatchError: \w+ \(rank [01] of 2, .*\) failed: (.*))");
   CHECK_THAT(r.output, Contains("[rank 0] its tensor after the refused call: [1, 1, 1, 1, 1, 1, 1, 1]"));
   CHECK_THAT(r.output, Contains("[rank 1] its tensor after the refused call: [2, 2, 2, 2, 2, 2, 2, 2]"));
-  // Every line docs/comm.md quotes from the run (the block after the command) is in the output.
-  const std::string page = read_file("docs/comm.md");
-  const std::string command = "$ bazel-bin/launcher/launch --nproc_per_node 2 -- bazel-bin/examples/desync\n";
-  const size_t start = page.find(command);
-  REQUIRE(start != std::string::npos);
-  std::istringstream block(page.substr(start + command.size()));
-  int quoted = 0;
-  for (std::string line; std::getline(block, line) && line != "```"; ++quoted) {
+  // Every line docs/comm.md quotes from the run is in the output.
+  const std::vector<std::string> quoted = quoted_run("docs/comm.md", "examples/desync");
+  CHECK(quoted.size() == 5);
+  for (const std::string& line : quoted) {
     INFO("docs/comm.md quotes: " << line);
     CHECK(r.output.find(line) != std::string::npos);
   }
-  CHECK(quoted == 5);
+}
+
+TEST_CASE("examples: ddp_walk tells one iteration from the Reducer's state, as docs/learn.md quotes it",
+          "[examples][ddp]") {
+  const CommandResult r = launch2("examples/ddp_walk");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  // Each of the six gradients arrives once, each bucket's pending count falls to 0, and the
+  // buckets launch in index order, each when its last gradient is in.
+  const std::vector<std::string> arrived = all_matches(r.output, R"(gradient \d of 6: (\S+) +->)");
+  CHECK(std::set<std::string>(arrived.begin(), arrived.end()).size() == 6);
+  CHECK(all_matches(r.output, R"(pending 1 -> 0\n\[rank 0\]   bucket (\d) complete and next in order: launched)") ==
+        std::vector<std::string>{"0", "1"});
+  // One number: the bucket holds half this rank's gradient, .grad the mean of both ranks'.
+  const std::vector<std::string> path =
+      all_matches(r.output, R"(4\.bias\[0\]: gradient (-?[0-9.]+ here, -?[0-9.]+ on rank 1; in the bucket -?[0-9.]+))");
+  const std::vector<std::string> average = all_matches(r.output, R"(\.grad = (-?[0-9.]+), the average)");
+  REQUIRE(path.size() == 1);
+  REQUIRE(average.size() == 1);
+  double here = 0, theirs = 0, in_bucket = 0;
+  REQUIRE(std::sscanf(path[0].c_str(), "%lf here, %lf on rank 1; in the bucket %lf", &here, &theirs, &in_bucket) == 3);
+  CHECK(std::fabs(in_bucket - here / 2) <= 1e-6);  // printed to 6 decimals
+  CHECK(std::fabs(std::stod(average[0]) - (here + theirs) / 2) <= 1.5e-6);
+  // docs/learn.md's quote, the numbers aside: the printed values may differ in their last
+  // digits from one CPU to another, and whether a hook sees an allreduce finish is timing.
+  const auto masked = [](const std::string& line) {
+    return std::regex_replace(std::regex_replace(line, std::regex(R"(-?\d+\.\d+)"), "#"), std::regex(R"(saw \d of)"),
+                              "saw # of");
+  };
+  const std::string output = masked(r.output);
+  const std::vector<std::string> quoted = quoted_run("docs/learn.md", "examples/ddp_walk");
+  CHECK(quoted.size() >= 15);
+  for (const std::string& line : quoted) {
+    INFO("docs/learn.md quotes: " << line);
+    if (line.find("has finished (seen at this hook)") == std::string::npos)
+      CHECK(output.find(masked(line)) != std::string::npos);
+  }
 }
