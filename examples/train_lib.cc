@@ -18,6 +18,7 @@
 #include "examples/preemption.h"
 #include "examples/run_env.h"
 #include "examples/train_data.h"
+#include "examples/train_exact.h"
 #include "tinyddp/comm/init.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/ddp/fully_shard.h"
@@ -139,6 +140,7 @@ struct Run {
   Runner runner;
   std::unique_ptr<Dataset> data;
   t::DType dtype = t::kFloat32;  // --dtype: the parameters' and so the inputs'
+  std::unique_ptr<ddp::ExactGradientSum> exact;  // --deterministic, in place of DDP (made at the first step)
 
   // A batch of the data shaped for the model, on this run's device, in its dtype (class targets
   // stay int64).
@@ -159,7 +161,9 @@ Run set_up(const TrainConfig& config) {
              "(or more)");
   run.model = build_model(config, run.placement.device, config.classification(), config.uses_digits());
   run.dtype = config.dtype == "float64" ? t::kFloat64 : t::kFloat32;
-  seed_training(config.seed, run.rank);  // Dropout's masks differ by rank (nanoGPT's seed + rank)
+  // Dropout's masks differ by rank (nanoGPT's seed + rank); --deterministic: every rank draws
+  // the one-process stream (it reads the whole global batch, and the models it takes draw nothing).
+  seed_training(config.seed, config.deterministic ? 0 : run.rank);
   if (config.fsdp && run.pg) {           // the optimizer steps the shards; a checkpoint is a file per rank
     run.runner = wrap_in_ddp(config, run.model.module, run.pg);
     run.optimizer = make_optimizer(config, run.model.module->parameters(), run.world);
@@ -174,9 +178,12 @@ Run set_up(const TrainConfig& config) {
     const std::optional<nn::TrainingCheckpoint> resumed =
         resume_if_asked(config, run.rank, run.world, *run.model.module, *run.optimizer);
     run.first_step = resumed ? resumed->step : 0;
-    run.runner = wrap_in_ddp(config, run.model.module, run.pg);
+    run.runner = config.deterministic ? Runner{run.model.module, nullptr, nullptr, nullptr}
+                                      : wrap_in_ddp(config, run.model.module, run.pg);
   }
-  run.data = open_dataset(config, run.model, run.rank, run.world);
+  // --deterministic: every rank reads the one-process batches and runs its chunks of each.
+  run.data = config.deterministic ? open_dataset(config, run.model, 0, 1)
+                                  : open_dataset(config, run.model, run.rank, run.world);
   // Resuming: the data's generators where they were. Skipping draws from the default
   // generator too (each epoch's loader draws a seed from it, as PyTorch's), which the
   // checkpoint already counts: its state, this rank's, is put back after.
@@ -239,11 +246,14 @@ class Log {
   // Before backward: the step's loss over all ranks (and on the last step, the accuracy), and
   // whether any rank was asked to stop (`signals`, or null: preemption.h): then every rank
   // stops after this step.
-  bool loss(int64_t step, const Tensor& loss, const Tensor& prediction, const Tensor& targets, StopSignals* signals) {
-    const auto [value, stop] = loss_and_stop_over_ranks(run_.pg.get(), report_device_, loss.item<double>(), signals);
+  // `global`: the loss is already the whole batch's, the same on every rank (--deterministic).
+  bool loss(int64_t step, const Tensor& loss, const Tensor& prediction, const Tensor& targets, StopSignals* signals,
+            bool global = false) {
+    auto [value, stop] = loss_and_stop_over_ranks(run_.pg.get(), report_device_, loss.item<double>(), signals);
+    if (global) value = loss.item<double>();
     TDDP_CHECK(std::isfinite(value), "the loss became {} at step {}; lower --lr", value, step);
     result_.losses.push_back(value);
-    if (config_.classification() && step + 1 == config_.steps) {
+    if (config_.classification() && step + 1 == config_.steps && prediction.defined()) {
       result_.accuracy = mean_over_ranks(t::mean(t::eq(t::argmax(prediction, 1), targets).to(t::kFloat64)));
     }
     return stop;
@@ -353,6 +363,40 @@ std::optional<ddp::DistributedDataParallel::TimelineSpan> timeline_span(const Ru
   return run.runner.ddp->timeline_span(name);
 }
 
+// One step's forward, loss (logged) and backward: through DDP (or the model alone), or, with
+// --deterministic, this rank's chunks of the whole batch summed exactly. Returns whether the
+// ranks agreed to stop after this step.
+bool forward_and_backward(const TrainConfig& config, Run& run, Log& logged, int64_t step, const Batch& batch,
+                          StopSignals* signals) {
+  if (config.deterministic) {
+    const ChunkShare share = chunk_share(batch.inputs.size(0), config.chunk_size, run.rank, run.world);
+    if (!run.exact) {
+      std::vector<std::string> names;
+      for (const auto& [name, p] : run.model.module->named_parameters()) names.push_back(name);
+      run.exact = std::make_unique<ddp::ExactGradientSum>(run.model.module->parameters(), names, run.pg, share.total);
+    }
+    const double value = exact_step(*run.model.module, *run.exact, run.pg.get(), batch, share,
+                                    [&](const Tensor& p, const Tensor& y) { return loss_of(config, p, y); });
+    return logged.loss(step, t::full({}, value, t::TensorOptions().dtype(t::kFloat64)), {}, {}, signals, true);
+  }
+  Tensor prediction, loss;
+  {
+    // --autocast bf16: forward and loss in mixed precision, backward after the scope (as PyTorch's).
+    std::optional<tensor::Autocast> autocast;
+    if (!config.autocast.empty()) autocast.emplace(run.placement.device.type, tensor::kBFloat16);
+    prediction = (*run.runner.module)(batch.inputs);  // called: its hooks run (--fsdp's)
+    const auto marked = timeline_span(run, "loss");
+    loss = loss_of(config, prediction, batch.targets);
+  }
+  bool stop = false;
+  {
+    const auto marked = timeline_span(run, "loss logged (its mean over ranks)");
+    stop = logged.loss(step, loss, prediction, batch.targets, signals);
+  }
+  loss.backward();
+  return stop;
+}
+
 }  // namespace
 
 TrainResult train(const TrainConfig& config, std::ostream& log) {
@@ -375,28 +419,13 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
   for (int64_t step = run.first_step; step < config.steps; ++step) {
     fail_on_purpose_if_asked(config.fail_at_step, step, run.rank, "train");
     const Batch mine = run.data->batch(step);  // this rank's share of the step's global batch
-    const Batch batch = run.placed(mine);
     run.optimizer->zero_grad();
-    Tensor prediction, loss;
-    {
-      // --autocast bf16: forward and loss in mixed precision, backward after the scope (as PyTorch's).
-      std::optional<tensor::Autocast> autocast;
-      if (!config.autocast.empty()) autocast.emplace(run.placement.device.type, tensor::kBFloat16);
-      prediction = (*run.runner.module)(batch.inputs);  // called: its hooks run (--fsdp's)
-      const auto marked = timeline_span(run, "loss");
-      loss = loss_of(config, prediction, batch.targets);
-    }
-    bool stop = false;
-    {
-      const auto marked = timeline_span(run, "loss logged (its mean over ranks)");
-      stop = logged.loss(step, loss, prediction, batch.targets, signals ? &*signals : nullptr);
-    }
-    loss.backward();
+    const bool stop = forward_and_backward(config, run, logged, step, run.placed(mine), signals ? &*signals : nullptr);
     {
       const auto marked = timeline_span(run, "optimizer step");
       run.optimizer->step();
     }
-    logged.step_done(step, mine.inputs.size(0));
+    logged.step_done(step, mine.inputs.size(0) / (config.deterministic ? run.world : 1));  // --deterministic: all rows
     save_checkpoint_if_due(config, run, step + 1, stop);
     if (stop && step + 1 < config.steps)
       return stop_for_requeue(config, run, logged, signals->received(), step + 1, progress);

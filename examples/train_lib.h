@@ -41,6 +41,10 @@ struct TrainConfig {
   // float32 | float64: the parameters, the inputs and the arithmetic (float64 shows that the
   // ranks' curves part only by rounding: docs/ddp.md, "One curve on 1, 2 and 4 processes").
   std::string dtype = "float32";
+  // The same bits at any world size (train_exact.h): the global batch in chunks of chunk_size
+  // rows, each chunk's gradient added exactly; every rank reads the whole global batch.
+  bool deterministic = false;
+  int64_t chunk_size = 16;
   std::string init;  // safetensors state dict to start from
   // safetensors with "inputs" [steps, batch, in] ([steps, batch, 1, 8, 8] for cnn) and "targets"
   std::string data;

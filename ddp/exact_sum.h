@@ -1,0 +1,78 @@
+// Gradient sums whose bits do not depend on the world size: the global batch is cut into fixed
+// chunks, each chunk's gradient is rounded once onto a fixed-point grid, and the chunks are
+// added as integers, which is exact, so the sum is the same whatever ranks hold which chunks,
+// in whatever order they are added and however the allreduce adds them (docs/ddp.md,
+// "The same bits at any world size").
+//
+// The grid of parameter p is 2^-(B - E_p - H): E_p bounds its gradients (every chunk's
+// |g| < 2^E_p, agreed by a max-allreduce of the ranks' exponents), H = headroom_bits lets the
+// gradients grow by 2^H before the grid must move, and B = 62 - guard bits, where the guard bits
+// are enough for the sum of every chunk of the step not to overflow an int64. E_p comes from the
+// previous step; a step whose gradients outgrow it (or the first step, when nothing is known
+// yet) is refused by finish() on every rank alike, and the caller runs its chunks again: the
+// same parameters and data give the same gradients, which the agreed E_p now bounds.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tinyddp/comm/process_group.h"
+
+namespace tinyddp::ddp {
+
+using tensor::Tensor;
+
+class ExactGradientSum {
+ public:
+  // `params`: float32 or float64 tensors (any device: the sums are made on the CPU). `pg`: the
+  // ranks (null: one process). `total_chunks`: the chunks of one step over all ranks, the
+  // divisor of the mean. Throws when total_chunks leaves too few bits for the grid.
+  ExactGradientSum(std::vector<Tensor> params, std::vector<std::string> names, std::shared_ptr<comm::ProcessGroup> pg,
+                   int64_t total_chunks, int headroom_bits = 4);
+
+  // After one chunk's backward (.grad held zeros or nothing before it): adds each parameter's
+  // .grad to its integer sum and zeroes .grad. A NaN or an infinity throws, naming the
+  // parameter.
+  void add_chunk();
+
+  // After this rank's last chunk of the step (a collective: every rank calls it). Returns true
+  // with every .grad set to the exact sum over all chunks divided by total_chunks, rounded once
+  // to the parameter's dtype; or false on every rank when some chunk outgrew its grid (or on
+  // the first step): the sums are dropped, the grids now bound this step's gradients, and the
+  // caller runs the step's chunks again.
+  bool finish();
+
+  int64_t total_chunks() const { return total_chunks_; }
+  // Bits of the grid below the agreed bound of the gradients (B - H): the sum's resolution is
+  // 2^-(that) of the largest gradient.
+  int precision_bits() const { return bits_ - headroom_; }
+  // Steps finish() refused so far (the first step's, and any whose gradients outgrew the grid).
+  int64_t reruns() const { return reruns_; }
+
+ private:
+  static constexpr int kUnknown = -100000;
+
+  std::vector<Tensor> params_;
+  std::vector<std::string> names_;
+  std::shared_ptr<comm::ProcessGroup> pg_;
+  int64_t total_chunks_;
+  int headroom_;
+  int bits_;                       // B: |q| < 2^B for every chunk's q
+  std::vector<int64_t> offsets_;   // where parameter p's sums start in sums_
+  std::vector<int64_t> sums_;      // the integer sums of this rank's chunks, then the count of chunks
+  std::vector<int> bound_;         // E_p, agreed (kUnknown before the first step)
+  std::vector<int> step_bound_;    // this rank's bound of this step's gradients so far
+  bool outgrown_ = false;          // a chunk of this step did not fit its grid
+  int64_t chunks_ = 0;             // chunks added on this rank this step
+  int64_t reruns_ = 0;
+};
+
+// The mean of one value per chunk (a chunk's loss), the same bits on any world size: rank r
+// holds the values of chunks first .. first + mine.size() - 1 of `total`; every rank returns
+// their sum in chunk order divided by total. Exact exchange: each chunk's slot has one nonzero
+// contribution, the other ranks' zeros.
+double chunk_mean(comm::ProcessGroup* pg, const std::vector<double>& mine, int64_t first, int64_t total);
+
+}  // namespace tinyddp::ddp

@@ -1,0 +1,161 @@
+// ddp::ExactGradientSum: the mean of a step's chunk gradients has the same bits on 1, 2, 3, 4
+// and 6 ranks (threads of this process over Gloo), is within its grid's resolution of the exact
+// mean, moves its grid when the gradients outgrow it (a rerun, the same on every world size),
+// and refuses what it cannot hold. Against it, plain float sums of the same chunks grouped by
+// rank differ from one world size to another.
+#include <cmath>
+#include <map>
+#include <mutex>
+
+#include "tests/comm/comm_test_util.h"
+#include "tinyddp/ddp/exact_sum.h"
+#include "tinyddp/tensor/random.h"
+
+using namespace tinyddp;
+using Catch::Contains;
+using tinyddp::testing::borrow;
+using tinyddp::testing::Expectations;
+using tinyddp::testing::require_no_failures;
+using tinyddp::testing::run_threads;
+namespace t = tinyddp::tensor;
+
+namespace {
+
+constexpr int64_t kChunks = 12;  // divisible by 1, 2, 3, 4 and 6
+
+// Chunk c's gradient of one parameter at one step: normal values times magnitudes spread over
+// about eight decades (e^(3 z)), as gradients of one tensor are, times `scale`.
+t::Tensor chunk_gradient(int64_t step, int64_t c, const t::Shape& shape, t::DType dtype, double scale) {
+  t::Generator generator(static_cast<uint64_t>(1000 * step + c));
+  const t::Tensor values = t::randn(shape, t::TensorOptions().dtype(t::kFloat64), &generator);
+  const t::Tensor spread = t::exp(t::mul(t::randn(shape, t::TensorOptions().dtype(t::kFloat64), &generator), 3.0));
+  return t::mul(t::mul(values, spread), scale).to(dtype);
+}
+
+struct Param {
+  t::Shape shape;
+  t::DType dtype;
+};
+const std::vector<Param> kParams = {{{5, 7}, t::kFloat32}, {{13}, t::kFloat64}};
+// Step 1 calibrates, step 2 grows within the headroom, step 3 outgrows the grid.
+const std::vector<double> kScales = {1.0, 4.0, 1000.0};
+
+struct Result {
+  std::vector<std::vector<double>> means;  // per step and parameter, flattened in order
+  int64_t reruns = 0;
+};
+
+// The means of every step on `world` ranks, each rank adding chunks [r C / W, (r + 1) C / W).
+Result means_on(int world) {
+  Result result;
+  std::mutex mutex;
+  require_no_failures(run_threads(world, [&](comm::ProcessGroup& pg, Expectations& e) {
+    std::vector<t::Tensor> params;
+    for (const Param& p : kParams) params.push_back(t::zeros(p.shape, t::TensorOptions().dtype(p.dtype)));
+    ddp::ExactGradientSum sum(params, {"a", "b"}, borrow(pg), kChunks);
+    const int64_t per_rank = kChunks / world, first = pg.rank() * per_rank;
+    std::vector<std::vector<double>> means;
+    for (size_t step = 0; step < kScales.size(); ++step) {
+      bool done = false;
+      for (int attempt = 0; attempt < 2 && !done; ++attempt) {
+        for (int64_t c = first; c < first + per_rank; ++c) {
+          for (size_t p = 0; p < params.size(); ++p)
+            params[p].mutable_grad() = chunk_gradient(step, c, kParams[p].shape, kParams[p].dtype, kScales[step]);
+          sum.add_chunk();
+          for (const t::Tensor& p : params) e.expect(t::all(t::eq(p.grad(), 0.0)).item<bool>(), "add_chunk zeroes .grad");
+        }
+        done = sum.finish();
+      }
+      e.expect(done, "the step's second run fits the grid it agreed");
+      std::vector<double> flat;
+      for (const t::Tensor& p : params) {
+        for (double v : p.grad().to(t::kFloat64).to_vector<double>()) flat.push_back(v);
+      }
+      means.push_back(flat);
+    }
+    if (pg.rank() == 0) {
+      std::lock_guard<std::mutex> lock(mutex);
+      result.means = means;
+      result.reruns = sum.reruns();
+    }
+  }));
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("ExactGradientSum gives the same bits on 1, 2, 3, 4 and 6 ranks, within its grid of the exact mean",
+          "[ddp][exact]") {
+  const Result one = means_on(1);
+  REQUIRE(one.means.size() == kScales.size());
+  // The first step calibrates the grid, the second fits in its headroom, the third outgrows it.
+  CHECK(one.reruns == 2);
+  for (int world : {2, 3, 4, 6}) {
+    INFO(world << " ranks");
+    const Result other = means_on(world);
+    CHECK(other.reruns == one.reruns);
+    CHECK(other.means == one.means);  // bit for bit: doubles compared with ==
+  }
+  // Against the exact mean (long double sums of the chunks' values): the grid's resolution,
+  // 2^-precision of the bound 2^E (every chunk's |g| < 2^E <= 2 max|g|), plus the one rounding
+  // to the parameter's dtype.
+  const int precision = ddp::ExactGradientSum({t::zeros({1})}, {"x"}, nullptr, kChunks).precision_bits();
+  CHECK(precision == 62 - 4 - 4);  // 12 chunks: 4 guard bits; 4 bits of headroom
+  for (size_t step = 0; step < kScales.size(); ++step) {
+    size_t at = 0;
+    for (const Param& p : kParams) {
+      std::vector<long double> exact(static_cast<size_t>(t::shape_numel(p.shape, "test")), 0.0L);
+      double largest = 0;
+      for (int64_t c = 0; c < kChunks; ++c) {
+        const std::vector<double> g = chunk_gradient(step, c, p.shape, p.dtype, kScales[step]).to(t::kFloat64).to_vector<double>();
+        for (size_t i = 0; i < g.size(); ++i) {
+          exact[i] += g[i];
+          largest = std::max(largest, std::fabs(g[i]));
+        }
+      }
+      const double epsilon = p.dtype == t::kFloat32 ? 0x1p-24 : 0x1p-53;
+      for (size_t i = 0; i < exact.size(); ++i, ++at) {
+        const double reference = static_cast<double>(exact[i] / kChunks);
+        const double tolerance = std::ldexp(2 * largest, -precision) + epsilon * std::fabs(reference);
+        INFO("step " << step << ", element " << i << ": " << one.means[step][at] << " against " << reference);
+        CHECK(std::fabs(one.means[step][at] - reference) <= tolerance);
+      }
+    }
+  }
+}
+
+TEST_CASE("Plain float sums of the same chunks, grouped by rank, differ between world sizes", "[ddp][exact]") {
+  // What ExactGradientSum is for: each rank sums its chunks in float32, then the ranks' sums
+  // are added. 3 and 4 ranks group the 12 chunks differently, and some element rounds apart.
+  const auto grouped = [](int world) {
+    std::vector<t::Tensor> partial;
+    for (int r = 0; r < world; ++r) {
+      t::Tensor s = t::zeros({5, 7});
+      for (int64_t c = r * (kChunks / world); c < (r + 1) * (kChunks / world); ++c)
+        s = t::add(s, chunk_gradient(0, c, {5, 7}, t::kFloat32, 1.0));
+      partial.push_back(s);
+    }
+    t::Tensor total = partial[0];
+    for (int r = 1; r < world; ++r) total = t::add(total, partial[r]);
+    return total.to_vector<float>();
+  };
+  CHECK(grouped(3) != grouped(4));
+}
+
+TEST_CASE("ExactGradientSum refuses a NaN, a gradient it cannot hold and a count of chunks that is off",
+          "[ddp][exact][errors]") {
+  const t::Tensor w = t::zeros({3});
+  ddp::ExactGradientSum sum({w}, {"fc.weight"}, nullptr, 2);
+  w.mutable_grad() = t::from_vector(std::vector<float>{1.0F, NAN, 2.0F});
+  CHECK_THROWS_WITH(sum.add_chunk(), Contains("the gradient of 'fc.weight' holds a NaN or an infinity"));
+  w.mutable_grad() = t::ones({3});
+  sum.add_chunk();
+  CHECK_FALSE(sum.finish());  // the first step calibrates
+  w.mutable_grad() = t::ones({3});
+  sum.add_chunk();  // one chunk of the two
+  CHECK_THROWS_WITH(sum.finish(), Contains("the ranks added 1 chunks this step (1 on this rank), but a step has 2"));
+  CHECK_THROWS_WITH(ddp::ExactGradientSum({t::zeros({1}, t::TensorOptions().dtype(t::kInt64))}, {"steps"}, nullptr, 2),
+                    Contains("parameter 'steps' is int64; the exact sum takes float32 or float64"));
+  CHECK_THROWS_WITH(ddp::ExactGradientSum({w}, {"w"}, nullptr, int64_t{1} << 40),
+                    Contains("use fewer, larger chunks"));
+}
