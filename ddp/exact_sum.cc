@@ -2,11 +2,18 @@
 // integers over the chunks and the ranks, and turned back into one mean per parameter.
 #include "tinyddp/ddp/exact_sum.h"
 
+#include "tinyddp/autograd/accumulate_grad.h"
+
+#include <emmintrin.h>
+
 #include <algorithm>
 #include <cmath>
+#include <mutex>
+#include <type_traits>
 
 #include "tinyddp/base/error.h"
 #include "tinyddp/tensor/ops.h"
+#include "tinyddp/tensor/parallel.h"
 
 namespace tinyddp::ddp {
 
@@ -14,24 +21,45 @@ namespace {
 
 namespace t = tinyddp::tensor;
 
-// The smallest e with |x| < 2^e for every x of `values` (kUnknown-like floor for all zeros).
-template <typename T>
-int bound_of(const T* values, int64_t n, int floor) {
-  T largest = 0;
-  for (int64_t i = 0; i < n; ++i) largest = std::max(largest, std::fabs(values[i]));
-  if (largest == 0) return floor;
-  int exponent = 0;
-  std::frexp(static_cast<double>(largest), &exponent);  // largest = m * 2^exponent, 0.5 <= m < 1
-  return exponent;
-}
+constexpr int64_t kGrain = 1 << 14;  // elements per task
+constexpr double kLimit = 0x1p62;    // no chunk's rounded value reaches it (|q| < 2^B <= 2^62)
 
+// One pass over a chunk's gradient: returns the smallest e with |x| < 2^e for every x (`floor`
+// when all are zero), sets `finite` false when a value is a NaN or an infinity, and, when
+// `sums` is not null, adds every x rounded onto the grid 2^-scale to its sum. The largest |x|
+// does not depend on how the threads split the values. A value beyond the grid's range is not
+// added: the bound it returns makes the caller refuse the step.
 template <typename T>
-void add_rounded(const T* values, int64_t n, int scale, int64_t* sums) {
-  for (int64_t i = 0; i < n; ++i) {
-    // x * 2^scale is exact in double; rounding to the nearest integer (ties to even) is the one
-    // rounding a chunk's gradient gets, the same whichever rank holds the chunk.
-    sums[i] += static_cast<int64_t>(std::nearbyint(std::ldexp(static_cast<double>(values[i]), scale)));
-  }
+int add_chunk_values(const T* values, int64_t n, int floor, bool& finite, int64_t* sums, int scale) {
+  const double factor = std::ldexp(1.0, scale);
+  auto* wrapping = reinterpret_cast<uint64_t*>(sums);
+  std::mutex mutex;
+  double largest = 0;
+  finite = true;
+  t::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    T mine = 0;
+    bool ok = true;
+    for (int64_t i = begin; i < end; ++i) {
+      const T a = std::fabs(values[i]);
+      ok = ok && std::isfinite(a);
+      mine = a > mine ? a : mine;
+      // x * 2^scale is exact in double; rounding it to the nearest integer (ties to even, the
+      // SSE2 conversion under the default rounding mode) is the one rounding a chunk's gradient
+      // gets, the same whichever rank holds the chunk.
+      if (wrapping != nullptr) {
+        const double scaled = static_cast<double>(values[i]) * factor;
+        // Beyond the grid (the step will be refused): nothing is added, so no sum can overflow.
+        if (std::fabs(scaled) < kLimit) wrapping[i] += static_cast<uint64_t>(_mm_cvtsd_si64(_mm_set_sd(scaled)));
+      }
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    largest = std::max(largest, static_cast<double>(mine));
+    finite = finite && ok;
+  });
+  if (largest == 0 || !finite) return floor;
+  int exponent = 0;
+  std::frexp(largest, &exponent);  // largest = m * 2^exponent, 0.5 <= m < 1
+  return exponent;
 }
 
 // Bits a sum of `count` integers needs beyond one of them.
@@ -45,10 +73,7 @@ int guard_bits(int64_t count) {
 
 ExactGradientSum::ExactGradientSum(std::vector<Tensor> params, std::vector<std::string> names,
                                    std::shared_ptr<comm::ProcessGroup> pg, int64_t total_chunks, int headroom_bits)
-    : params_(std::move(params)),
-      names_(std::move(names)),
-      pg_(std::move(pg)),
-      total_chunks_(total_chunks),
+    : params_(std::move(params)), names_(std::move(names)), pg_(std::move(pg)), total_chunks_(total_chunks),
       headroom_(headroom_bits) {
   TDDP_CHECK(names_.size() == params_.size(), "ExactGradientSum: {} names for {} parameters", names_.size(),
              params_.size());
@@ -70,86 +95,121 @@ ExactGradientSum::ExactGradientSum(std::vector<Tensor> params, std::vector<std::
     offset += params_[p].numel();
   }
   offsets_.push_back(offset);
-  sums_.assign(static_cast<size_t>(offset) + 1, 0);  // the last slot counts the chunks
+  sums_ = t::zeros({offset}, t::TensorOptions().dtype(t::kInt64));
   bound_.assign(params_.size(), kUnknown);
   step_bound_.assign(params_.size(), kUnknown);
+  added_.assign(params_.size(), false);
+  launched_.assign(params_.size(), nullptr);
+}
+
+ExactGradientSum::~ExactGradientSum() {
+  for (auto& hook : hooks_) hook.remove();
+}
+
+void ExactGradientSum::overlap_next_chunk() {
+  if (hooks_.empty()) {
+    for (size_t p = 0; p < params_.size(); ++p) {
+      hooks_.push_back(params_[p].grad_accumulator()->add_post_hook([this, p] {
+        if (!overlapping_) return;
+        add_gradient(p);
+        if (pg_) launched_[p] = pg_->allreduce(sums_.narrow(0, offsets_[p], offsets_[p + 1] - offsets_[p]));
+      }));
+    }
+  }
+  overlapping_ = true;
+}
+
+void ExactGradientSum::add_gradient(size_t p) {
+  t::NoGradGuard no_grad;
+  added_[p] = true;
+  Tensor grad = params_[p].grad();
+  if (!grad.defined()) return;  // no gradient: zeros
+  const Tensor host = grad.to(t::Device(t::kCPU)).contiguous();
+  const int64_t n = host.numel();
+  const bool single = host.dtype() == t::kFloat32;
+  // Added on the grid agreed before the step, unless nothing is agreed yet or a chunk already
+  // outgrew its grid (the step will be refused: only the bounds matter then).
+  const bool adding = bound_[p] != kUnknown && !outgrown_;
+  const int scale = adding ? bits_ - (bound_[p] + headroom_) : 0;  // |x| < 2^(bound + H): |x 2^scale| < 2^B
+  int64_t* sums = adding ? sums_.data_ptr<int64_t>() + offsets_[p] : nullptr;
+  bool finite = true;
+  const int bound = single ? add_chunk_values(host.data_ptr<float>(), n, kUnknown, finite, sums, scale)
+                           : add_chunk_values(host.data_ptr<double>(), n, kUnknown, finite, sums, scale);
+  TDDP_CHECK(finite,
+             "deterministic mode: the gradient of '{}' holds a NaN or an infinity; the fixed-point sum cannot hold it "
+             "(lower the learning rate, or clip the gradients)",
+             names_[p]);
+  step_bound_[p] = std::max(step_bound_[p], bound);
+  if (bound != kUnknown && (bound_[p] == kUnknown || bound > bound_[p] + headroom_)) outgrown_ = true;
+  grad.zero_();
 }
 
 void ExactGradientSum::add_chunk() {
-  t::NoGradGuard no_grad;
   for (size_t p = 0; p < params_.size(); ++p) {
-    Tensor grad = params_[p].grad();
-    if (!grad.defined()) continue;  // no gradient: zeros
-    const Tensor host = grad.to(t::Device(t::kCPU)).contiguous();
-    TDDP_CHECK(t::all(t::isfinite(host)).item<bool>(),
-               "deterministic mode: the gradient of '{}' holds a NaN or an infinity; the fixed-point sum cannot hold "
-               "it (lower the learning rate, or clip the gradients)",
-               names_[p]);
-    const int64_t n = host.numel();
-    const bool single = host.dtype() == t::kFloat32;
-    const int bound = single ? bound_of(host.data_ptr<float>(), n, kUnknown) : bound_of(host.data_ptr<double>(), n, kUnknown);
-    step_bound_[p] = std::max(step_bound_[p], bound);
-    if (bound == kUnknown) {
-      grad.zero_();
-      continue;  // all zeros: nothing to add
-    }
-    if (bound_[p] == kUnknown || bound > bound_[p] + headroom_) outgrown_ = true;
-    if (!outgrown_) {
-      const int scale = bits_ - (bound_[p] + headroom_);  // |x| < 2^(bound + headroom): |x * 2^scale| < 2^B
-      int64_t* sums = sums_.data() + offsets_[p];
-      if (single) {
-        add_rounded(host.data_ptr<float>(), n, scale, sums);
-      } else {
-        add_rounded(host.data_ptr<double>(), n, scale, sums);
-      }
-    }
-    grad.zero_();
+    if (!added_[p]) add_gradient(p);  // what no hook added (every parameter, without overlap)
   }
+  std::fill(added_.begin(), added_.end(), false);
+  overlapping_ = false;
   ++chunks_;
-  sums_.back() = chunks_;
 }
 
 bool ExactGradientSum::finish() {
   t::NoGradGuard no_grad;
-  // One max-allreduce: whether any rank's chunk outgrew its grid, and the bound of each
-  // parameter's gradients over every chunk of the step.
-  std::vector<int64_t> control{outgrown_ ? 1 : 0};
+  // One max-allreduce: whether any rank's chunk outgrew its grid, this rank's count of chunks
+  // (and its negative: the least count), and the bound of each parameter's gradients over
+  // every chunk of the step. The sums overlapped with the last backward are on their way.
+  std::vector<int64_t> control{outgrown_ ? 1 : 0, chunks_, -chunks_};
   for (int b : step_bound_) control.push_back(b);
   Tensor agreed = t::from_vector(control);
-  Tensor sums = t::from_vector(sums_);
-  if (pg_) {
-    pg_->allreduce(agreed, comm::ReduceOp::kMax)->wait();
-    if (agreed.to_vector<int64_t>()[0] == 0) pg_->allreduce(sums, comm::ReduceOp::kSum)->wait();
+  if (pg_) pg_->allreduce(agreed, comm::ReduceOp::kMax)->wait();
+  const std::vector<int64_t> got = agreed.to_vector<int64_t>();
+  const bool refused = got[0] != 0;
+  if (pg_ && !refused) {
+    for (size_t p = 0; p < params_.size(); ++p) {
+      if (!launched_[p]) launched_[p] = pg_->allreduce(sums_.narrow(0, offsets_[p], offsets_[p + 1] - offsets_[p]));
+    }
   }
-  const std::vector<int64_t> bounds = agreed.to_vector<int64_t>();
-  const bool refused = bounds[0] != 0;
+  for (auto& work : launched_) {
+    if (work) work->wait();
+    work = nullptr;
+  }
   const std::vector<int> previous = bound_;
-  for (size_t p = 0; p < params_.size(); ++p) bound_[p] = static_cast<int>(bounds[p + 1]);
+  for (size_t p = 0; p < params_.size(); ++p) bound_[p] = static_cast<int>(got[p + 3]);
   std::fill(step_bound_.begin(), step_bound_.end(), kUnknown);
   outgrown_ = false;
-  const int64_t chunks_here = chunks_;
+  const int64_t chunks_here = chunks_, world = pg_ ? pg_->size() : 1;
   chunks_ = 0;
-  if (refused) {
-    std::fill(sums_.begin(), sums_.end(), 0);
+  TDDP_CHECK(got[1] == -got[2] && got[1] * world == total_chunks_,
+             "deterministic mode: the ranks added {} to {} chunks this step ({} on this rank), but a step has {} "
+             "chunks, {} per rank",
+             -got[2], got[1], chunks_here, total_chunks_, total_chunks_ / world);
+  if (refused) {  // on every rank alike
+    sums_.zero_();
     ++reruns_;
     return false;
   }
-  const std::vector<int64_t> total = sums.to_vector<int64_t>();
-  std::fill(sums_.begin(), sums_.end(), 0);
-  TDDP_CHECK(total.back() == total_chunks_,
-             "deterministic mode: the ranks added {} chunks this step ({} on this rank), but a step has {}",
-             total.back(), chunks_here, total_chunks_);
+  const int64_t* total = sums_.data_ptr<int64_t>();
   for (size_t p = 0; p < params_.size(); ++p) {
-    // The grid this step's chunks were added on (the bound agreed before it), back to floats.
+    // The grid this step's chunks were added on (the bound agreed before it), back to floats:
+    // sum x 2^-scale / total_chunks, rounded to double, then once more to float32 parameters.
     const int scale = previous[p] == kUnknown ? 0 : bits_ - (previous[p] + headroom_);
-    std::vector<double> mean(static_cast<size_t>(offsets_[p + 1] - offsets_[p]));
-    for (size_t i = 0; i < mean.size(); ++i) {
-      const int64_t sum = total[static_cast<size_t>(offsets_[p]) + i];
-      mean[i] = std::ldexp(static_cast<double>(sum), -scale) / static_cast<double>(total_chunks_);
+    const double factor = std::ldexp(1.0, -scale), chunks = static_cast<double>(total_chunks_);
+    const int64_t* sum = total + offsets_[p];
+    Tensor mean = t::empty(params_[p].sizes(), t::TensorOptions().dtype(params_[p].dtype()));
+    const auto convert = [&](auto* out) {
+      t::parallel_for(0, mean.numel(), kGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+          out[i] = static_cast<std::remove_pointer_t<decltype(out)>>(static_cast<double>(sum[i]) * factor / chunks);
+      });
+    };
+    if (mean.dtype() == t::kFloat32) {
+      convert(mean.data_ptr<float>());
+    } else {
+      convert(mean.data_ptr<double>());
     }
-    const Tensor value = t::from_vector(mean, params_[p].sizes()).to(params_[p].dtype()).to(params_[p].device());
-    params_[p].mutable_grad() = value;
+    params_[p].mutable_grad() = mean.to(params_[p].device());
   }
+  sums_.zero_();
   return true;
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "tinyddp/autograd/node.h"
 #include "tinyddp/comm/process_group.h"
 
 namespace tinyddp::ddp {
@@ -32,10 +33,21 @@ class ExactGradientSum {
   ExactGradientSum(std::vector<Tensor> params, std::vector<std::string> names, std::shared_ptr<comm::ProcessGroup> pg,
                    int64_t total_chunks, int headroom_bits = 4);
 
+  ExactGradientSum(const ExactGradientSum&) = delete;
+  ExactGradientSum& operator=(const ExactGradientSum&) = delete;
+  ~ExactGradientSum();
+
   // After one chunk's backward (.grad held zeros or nothing before it): adds each parameter's
   // .grad to its integer sum and zeroes .grad. A NaN or an infinity throws, naming the
   // parameter.
   void add_chunk();
+
+  // Before the backward of this rank's last chunk of the step: each parameter's gradient is
+  // added as soon as its AccumulateGrad has run (a post-hook, as DDP's), and the allreduce of
+  // its sums starts at once, while backward computes the earlier layers, as DDP overlaps its
+  // buckets (a step finish() refuses drops them). Then add_chunk() and finish() as always.
+  // The parameters must be leaves that require grad.
+  void overlap_next_chunk();
 
   // After this rank's last chunk of the step (a collective: every rank calls it). Returns true
   // with every .grad set to the exact sum over all chunks divided by total_chunks, rounded once
@@ -54,19 +66,27 @@ class ExactGradientSum {
  private:
   static constexpr int kUnknown = -100000;
 
+  void add_gradient(size_t p);
+
   std::vector<Tensor> params_;
   std::vector<std::string> names_;
   std::shared_ptr<comm::ProcessGroup> pg_;
   int64_t total_chunks_;
   int headroom_;
-  int bits_;                       // B: |q| < 2^B for every chunk's q
-  std::vector<int64_t> offsets_;   // where parameter p's sums start in sums_
-  std::vector<int64_t> sums_;      // the integer sums of this rank's chunks, then the count of chunks
-  std::vector<int> bound_;         // E_p, agreed (kUnknown before the first step)
-  std::vector<int> step_bound_;    // this rank's bound of this step's gradients so far
-  bool outgrown_ = false;          // a chunk of this step did not fit its grid
-  int64_t chunks_ = 0;             // chunks added on this rank this step
+  int bits_;                      // B: |q| < 2^B for every chunk's q
+  std::vector<int64_t> offsets_;  // where parameter p's sums start in sums_
+  Tensor sums_;                   // int64: the sums of this rank's chunks, parameter after parameter
+  std::vector<int> bound_;        // E_p, agreed (kUnknown before the first step)
+  std::vector<int> step_bound_;   // this rank's bound of this step's gradients so far
+  bool outgrown_ = false;         // a chunk of this step did not fit its grid
+  int64_t chunks_ = 0;            // chunks added on this rank this step
   int64_t reruns_ = 0;
+  // overlap_next_chunk: the hooks, whether they add, what they added in this chunk, and the
+  // allreduces they started.
+  std::vector<autograd::RemovableHandle> hooks_;
+  bool overlapping_ = false;
+  std::vector<bool> added_;
+  std::vector<std::shared_ptr<comm::Work>> launched_;
 };
 
 // The mean of one value per chunk (a chunk's loss), the same bits on any world size: rank r

@@ -34,6 +34,7 @@ double exact_step(nn::Module& model, ddp::ExactGradientSum& sum, comm::ProcessGr
       const tensor::Tensor targets = global.targets.narrow(0, c * share.chunk_size, share.chunk_size);
       const tensor::Tensor loss = loss_of(model.forward(inputs), targets);
       losses.push_back(loss.item<double>());
+      if (c + 1 == share.first + share.count) sum.overlap_next_chunk();  // its sums travel during backward
       loss.backward();
       sum.add_chunk();
     }

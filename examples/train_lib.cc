@@ -139,7 +139,7 @@ struct Run {
   int64_t first_step = 0;
   Runner runner;
   std::unique_ptr<Dataset> data;
-  t::DType dtype = t::kFloat32;  // --dtype: the parameters' and so the inputs'
+  t::DType dtype = t::kFloat32;                  // --dtype: the parameters' and so the inputs'
   std::unique_ptr<ddp::ExactGradientSum> exact;  // --deterministic, in place of DDP (made at the first step)
 
   // A batch of the data shaped for the model, on this run's device, in its dtype (class targets
@@ -164,7 +164,7 @@ Run set_up(const TrainConfig& config) {
   // Dropout's masks differ by rank (nanoGPT's seed + rank); --deterministic: every rank draws
   // the one-process stream (it reads the whole global batch, and the models it takes draw nothing).
   seed_training(config.seed, config.deterministic ? 0 : run.rank);
-  if (config.fsdp && run.pg) {           // the optimizer steps the shards; a checkpoint is a file per rank
+  if (config.fsdp && run.pg) {  // the optimizer steps the shards; a checkpoint is a file per rank
     run.runner = wrap_in_ddp(config, run.model.module, run.pg);
     run.optimizer = make_optimizer(config, run.model.module->parameters(), run.world);
     const std::string mine = ddp::sharded_checkpoint_file(config.checkpoint, run.rank, run.world);

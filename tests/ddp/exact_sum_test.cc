@@ -62,7 +62,8 @@ Result means_on(int world) {
           for (size_t p = 0; p < params.size(); ++p)
             params[p].mutable_grad() = chunk_gradient(step, c, kParams[p].shape, kParams[p].dtype, kScales[step]);
           sum.add_chunk();
-          for (const t::Tensor& p : params) e.expect(t::all(t::eq(p.grad(), 0.0)).item<bool>(), "add_chunk zeroes .grad");
+          for (const t::Tensor& p : params)
+            e.expect(t::all(t::eq(p.grad(), 0.0)).item<bool>(), "add_chunk zeroes .grad");
         }
         done = sum.finish();
       }
@@ -107,7 +108,8 @@ TEST_CASE("ExactGradientSum gives the same bits on 1, 2, 3, 4 and 6 ranks, withi
       std::vector<long double> exact(static_cast<size_t>(t::shape_numel(p.shape, "test")), 0.0L);
       double largest = 0;
       for (int64_t c = 0; c < kChunks; ++c) {
-        const std::vector<double> g = chunk_gradient(step, c, p.shape, p.dtype, kScales[step]).to(t::kFloat64).to_vector<double>();
+        const std::vector<double> g =
+            chunk_gradient(step, c, p.shape, p.dtype, kScales[step]).to(t::kFloat64).to_vector<double>();
         for (size_t i = 0; i < g.size(); ++i) {
           exact[i] += g[i];
           largest = std::max(largest, std::fabs(g[i]));
@@ -148,14 +150,58 @@ TEST_CASE("ExactGradientSum refuses a NaN, a gradient it cannot hold and a count
   ddp::ExactGradientSum sum({w}, {"fc.weight"}, nullptr, 2);
   w.mutable_grad() = t::from_vector(std::vector<float>{1.0F, NAN, 2.0F});
   CHECK_THROWS_WITH(sum.add_chunk(), Contains("the gradient of 'fc.weight' holds a NaN or an infinity"));
-  w.mutable_grad() = t::ones({3});
-  sum.add_chunk();
+  for (int chunk = 0; chunk < 2; ++chunk) {
+    w.mutable_grad() = t::ones({3});
+    sum.add_chunk();
+  }
   CHECK_FALSE(sum.finish());  // the first step calibrates
   w.mutable_grad() = t::ones({3});
   sum.add_chunk();  // one chunk of the two
-  CHECK_THROWS_WITH(sum.finish(), Contains("the ranks added 1 chunks this step (1 on this rank), but a step has 2"));
+  CHECK_THROWS_WITH(sum.finish(),
+                    Contains("the ranks added 1 to 1 chunks this step (1 on this rank), but a step has 2 chunks, 2 per "
+                             "rank"));
   CHECK_THROWS_WITH(ddp::ExactGradientSum({t::zeros({1}, t::TensorOptions().dtype(t::kInt64))}, {"steps"}, nullptr, 2),
                     Contains("parameter 'steps' is int64; the exact sum takes float32 or float64"));
-  CHECK_THROWS_WITH(ddp::ExactGradientSum({w}, {"w"}, nullptr, int64_t{1} << 40),
-                    Contains("use fewer, larger chunks"));
+  CHECK_THROWS_WITH(ddp::ExactGradientSum({w}, {"w"}, nullptr, int64_t{1} << 40), Contains("use fewer, larger chunks"));
+}
+
+TEST_CASE("ExactGradientSum's overlapped last chunk gives the bits of the plain one, on 1, 2 and 4 ranks",
+          "[ddp][exact]") {
+  // A Linear layer's gradients on 8 chunks of 4 rows; the last chunk of each rank added by the
+  // AccumulateGrad hooks, its sums' allreduces started during backward.
+  const auto grads_on = [](int world, bool overlap) {
+    std::vector<double> out;
+    std::mutex mutex;
+    require_no_failures(run_threads(world, [&](comm::ProcessGroup& pg, Expectations& e) {
+      t::Generator init(7);
+      const t::Tensor w = t::randn({3, 5}, {}, &init).requires_grad_();
+      const t::Tensor b = t::randn({3}, {}, &init).requires_grad_();
+      ddp::ExactGradientSum sum({w, b}, {"weight", "bias"}, borrow(pg), 8);
+      const int64_t per_rank = 8 / world;
+      bool done = false;
+      for (int attempt = 0; attempt < 2 && !done; ++attempt) {
+        for (int64_t c = pg.rank() * per_rank; c < (pg.rank() + 1) * per_rank; ++c) {
+          t::Generator data(100 + static_cast<uint64_t>(c));
+          const t::Tensor x = t::randn({4, 5}, {}, &data);
+          const t::Tensor loss = t::sum(t::pow(t::linear(x, w, b), 2));
+          if (overlap && c + 1 == (pg.rank() + 1) * per_rank) sum.overlap_next_chunk();
+          loss.backward();
+          sum.add_chunk();
+        }
+        done = sum.finish();
+      }
+      e.expect(done, "the second run fits");
+      if (pg.rank() != 0) return;
+      std::lock_guard<std::mutex> lock(mutex);
+      for (const t::Tensor& p : {w, b})
+        for (float v : p.grad().to_vector<float>()) out.push_back(v);
+    }));
+    return out;
+  };
+  const std::vector<double> plain = grads_on(1, false);
+  REQUIRE(plain.size() == 18);
+  for (int world : {1, 2, 4}) {
+    INFO(world << " ranks");
+    CHECK(grads_on(world, true) == plain);
+  }
 }
