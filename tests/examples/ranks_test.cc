@@ -173,3 +173,42 @@ TEST_CASE("train --find_unused_parameters: the same run, and PyTorch's warning w
   CHECK(all_matches(warned, R"((find_unused_parameters is on, but this forward pass used every parameter))").size() ==
         2);
 }
+
+TEST_CASE("train --deterministic: 1, 2, 3, 4 and 6 ranks train the MLP to the same bytes", "[examples][train][exact]") {
+  if (!have_digits()) TINYDDP_SKIP("python3-sklearn's digits are missing: bash scripts/setup.sh installs them");
+  // 12 chunks of 8 rows per global batch of 96: every world size that divides 12. The saved
+  // weights and the losses (17 digits in float64) are compared byte for byte.
+  const std::string args =
+      "--dataset digits --steps 60 --lr 0.05 --momentum 0.9 --batch 96 --log_every 60 --deterministic --chunk_size 8";
+  const auto run = [&](int ranks) {
+    const std::string stem = temp_path("exact_" + std::to_string(ranks));
+    train_on(ranks, args + " --metrics " + stem + ".csv --save " + stem + ".safetensors");
+    return tinyddp::testing::read_file(stem + ".safetensors") + tinyddp::testing::read_file(stem + ".csv");
+  };
+  const std::string alone = run(1);
+  REQUIRE(alone.size() > 1000);
+  for (int ranks : {2, 3, 4, 6}) {
+    INFO(ranks << " ranks");
+    CHECK(run(ranks) == alone);
+  }
+  // And it trains as the plain run does: the same data and rate, the mean over the same rows.
+  const std::string plain = temp_path("exact_plain.csv");
+  train_on(1, "--dataset digits --steps 60 --lr 0.05 --momentum 0.9 --batch 96 --log_every 60 --metrics " + plain);
+  const std::vector<double> a = read_losses(plain), b = read_losses(temp_path("exact_1.csv"));
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(std::fabs(a[i] - b[i]) <= 1e-4 * std::fabs(a[i]));
+}
+
+TEST_CASE("train --deterministic refuses chunks that do not split and models it cannot hold",
+          "[examples][train][exact][errors]") {
+  const CommandResult uneven = run_command("examples/train --deterministic --batch 64 --chunk_size 24 --steps 1");
+  CHECK(uneven.exit_code == 1);
+  CHECK_THAT(uneven.output, Contains("--chunk_size 24 does not divide the global batch of 64 rows"));
+  const CommandResult world = run_command(
+      "launcher/launch --nproc_per_node 3 -- examples/train --deterministic --batch 64 --chunk_size 16 --steps 1");
+  CHECK(world.exit_code != 0);
+  CHECK_THAT(world.output, Contains("the 4 chunks of 16 rows do not split over WORLD_SIZE 3"));
+  const CommandResult cnn = run_command("examples/train --deterministic --model cnn --dataset digits");
+  CHECK(cnn.exit_code == 1);
+  CHECK_THAT(cnn.output, Contains("--deterministic trains --model mlp or toy"));
+}
