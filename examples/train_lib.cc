@@ -73,7 +73,8 @@ std::optional<nn::TrainingCheckpoint> resume_if_asked(const TrainConfig& config,
   nn::TrainingCheckpoint resumed = nn::load_checkpoint(config.checkpoint, model, optimizer);
   TDDP_CHECK(resumed.step < config.steps, "--resume: {} is {} steps in, nothing left of --steps {}", config.checkpoint,
              resumed.step, config.steps);
-  restore_generator(resumed.metadata, rank, world, config.seed, resumed.step);  // this rank's Dropout stream
+  // This rank's Dropout stream (--deterministic: the one-process stream, on every world size).
+  restore_generator(resumed.metadata, config.deterministic ? 0 : rank, world, config.seed, resumed.step);
   return resumed;
 }
 

@@ -212,3 +212,24 @@ TEST_CASE("train --deterministic refuses chunks that do not split and models it 
   CHECK(cnn.exit_code == 1);
   CHECK_THAT(cnn.output, Contains("--deterministic trains --model mlp or toy"));
 }
+
+TEST_CASE(
+    "train --deterministic resumed on another world size (3, then 2, then 3 ranks) ends in the static run's bytes",
+    "[examples][train][exact]") {
+  if (!have_digits()) TINYDDP_SKIP("python3-sklearn's digits are missing: bash scripts/setup.sh installs them");
+  // What an elastic job that loses a node and gets it back does: the checkpoint of 3 ranks
+  // resumed on 2, theirs on 3 again, against one process that never stopped.
+  const std::string args =
+      "--dataset digits --lr 0.05 --momentum 0.9 --batch 96 --log_every 100 --deterministic --chunk_size 8";
+  const std::string checkpoint = temp_path("elastic_exact.ckpt"), saved = temp_path("elastic_exact.safetensors");
+  const std::string alone = temp_path("static_exact.safetensors");
+  std::filesystem::remove(checkpoint);
+  train_on(1, args + " --steps 45 --save " + alone);
+  train_on(3, args + " --steps 10 --checkpoint " + checkpoint);  // epochs are 15 steps: cut inside them
+  train_on(2, args + " --steps 25 --checkpoint " + checkpoint + " --resume");
+  const std::string output = train_on(3, args + " --steps 45 --checkpoint " + checkpoint + " --resume --save " + saved);
+  CHECK_THAT(output, Contains("resuming from " + checkpoint + " after 25 steps"));
+  const std::string expected = tinyddp::testing::read_file(alone);
+  REQUIRE(expected.size() > 1000);
+  CHECK(tinyddp::testing::read_file(saved) == expected);
+}
