@@ -23,16 +23,26 @@ ChunkShare chunk_share(int64_t rows, int64_t chunk_size, int rank, int world) {
   return share;
 }
 
-double exact_step(nn::Module& model, ddp::ExactGradientSum& sum, comm::ProcessGroup* pg, const Batch& global,
-                  const ChunkShare& share,
-                  const std::function<tensor::Tensor(const tensor::Tensor&, const tensor::Tensor&)>& loss_of) {
+std::unique_ptr<ddp::ExactGradientSum> exact_sum_of(const nn::Module& module, std::shared_ptr<comm::ProcessGroup> pg,
+                                                    int64_t total_chunks) {
+  std::vector<std::string> names;
+  std::vector<tensor::Tensor> params;
+  for (const auto& [name, p] : module.named_parameters()) {
+    names.push_back(name);
+    params.push_back(p);
+  }
+  return std::make_unique<ddp::ExactGradientSum>(params, names, std::move(pg), total_chunks);
+}
+
+double exact_step(ddp::ExactGradientSum& sum, comm::ProcessGroup* pg, const Batch& global, const ChunkShare& share,
+                  const std::function<tensor::Tensor(const tensor::Tensor&, const tensor::Tensor&)>& chunk_loss) {
   std::vector<double> losses;
   for (int attempt = 0; attempt < 2; ++attempt) {
     losses.clear();
     for (int64_t c = share.first; c < share.first + share.count; ++c) {
       const tensor::Tensor inputs = global.inputs.narrow(0, c * share.chunk_size, share.chunk_size);
       const tensor::Tensor targets = global.targets.narrow(0, c * share.chunk_size, share.chunk_size);
-      const tensor::Tensor loss = loss_of(model.forward(inputs), targets);
+      const tensor::Tensor loss = chunk_loss(inputs, targets);
       losses.push_back(loss.item<double>());
       if (c + 1 == share.first + share.count) sum.overlap_next_chunk();  // its sums travel during backward
       loss.backward();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 
 #include "examples/train_data.h"
 #include "tinyddp/ddp/exact_sum.h"
@@ -19,13 +20,16 @@ struct ChunkShare {
 };
 ChunkShare chunk_share(int64_t rows, int64_t chunk_size, int rank, int world);
 
-// Runs this rank's chunks of `global` (the whole global batch, on every rank) through `model`,
-// each a forward, `loss_of` and a backward, adds each chunk's gradients to `sum` and, when the
-// sum asks (its first step, or gradients that outgrew its grid), runs them again. Leaves .grad
-// holding the mean over all chunks; returns the step's loss, the mean of the chunks' losses
-// (the same bits on every world size).
-double exact_step(nn::Module& model, ddp::ExactGradientSum& sum, comm::ProcessGroup* pg, const Batch& global,
-                  const ChunkShare& share,
-                  const std::function<tensor::Tensor(const tensor::Tensor&, const tensor::Tensor&)>& loss_of);
+// Runs this rank's chunks of `global` (the whole global batch, on every rank: inputs and
+// targets with rows first), each through `chunk_loss` (its forward and loss) and a backward,
+// adds each chunk's gradients to `sum` and, when the sum asks (its first step, or gradients
+// that outgrew its grid), runs them again. Leaves .grad holding the mean over all chunks;
+// returns the step's loss, the mean of the chunks' losses (the same bits on every world size).
+double exact_step(ddp::ExactGradientSum& sum, comm::ProcessGroup* pg, const Batch& global, const ChunkShare& share,
+                  const std::function<tensor::Tensor(const tensor::Tensor&, const tensor::Tensor&)>& chunk_loss);
+
+// The exact sum over `module`'s parameters (with their names), for `total_chunks` chunks a step.
+std::unique_ptr<ddp::ExactGradientSum> exact_sum_of(const nn::Module& module, std::shared_ptr<comm::ProcessGroup> pg,
+                                                    int64_t total_chunks);
 
 }  // namespace tinyddp::examples

@@ -13,15 +13,10 @@
 #include "tinyddp/base/error.h"
 #include "tinyddp/base/exit_status.h"
 
-int main(int argc, char** argv) {
-  // --dataset: nanoGPT's train.py, its keys and its data files (nanogpt_train.h).
-  if (tinyddp::examples::wants_nanogpt_mode(argc, argv)) return tinyddp::examples::nanogpt_main(argc, argv);
-  tinyddp::examples::GPTTrainConfig c;
-  CLI::App app{
-      "Train a small GPT on text with tinyddp (data-parallel when started by launch with WORLD_SIZE > 1).\n"
-      "Given --dataset=DIR or a nanoGPT config file, it is nanoGPT's train.py instead, with nanoGPT's keys\n"
-      "(--batch_size, --max_iters, --learning_rate, ...): `train_gpt --dataset=x --help` lists them."};
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+namespace {
+
+// The model, the data, the optimization and the run: every option but the device's.
+void add_options(CLI::App& app, tinyddp::examples::GPTTrainConfig& c) {
   app.add_option("--n_layer", c.n_layer, "transformer blocks (default 4)");
   app.add_option("--n_head", c.n_head, "attention heads per block (default 4)");
   app.add_option("--n_embd", c.n_embd, "embedding width (default 128)");
@@ -36,6 +31,10 @@ int main(int argc, char** argv) {
   app.add_option("--gradient_accumulation_steps", c.gradient_accumulation_steps,
                  "micro-steps per step over all ranks, as nanoGPT's key (default: one per rank); each rank splits "
                  "its rows into count / WORLD_SIZE micro-steps and DDP reduces on the last one only");
+  app.add_flag("--deterministic", c.deterministic,
+               "the same bits on any number of ranks: the global batch in chunks of --chunk_size windows, their "
+               "gradients summed exactly (fixed point, integer allreduce)");
+  app.add_option("--chunk_size", c.chunk_size, "windows per chunk with --deterministic (default 4)");
   app.add_option("--seed", c.seed, "seed of the weights, the split, the windows and the sample (default 1337)");
   app.add_option("--init", c.init, "a nanoGPT-named state dict (safetensors) to start from");
   app.add_option("--lr", c.lr, "peak learning rate of AdamW (default 1e-3)");
@@ -75,6 +74,10 @@ int main(int argc, char** argv) {
                  "--fsdp's mixed precision: bfloat16 gathers, computes and reduce-scatters in it; float32 shards stay");
   app.add_option("--comm_hook", c.comm_hook,
                  "how DDP reduces: allreduce (default), fp16, bf16 or powersgd (sum or none: wrong on purpose)");
+}
+
+// Where the run goes: the device, the backend, the threads.
+void add_device_options(CLI::App& app, tinyddp::examples::GPTTrainConfig& c) {
   app.add_option("--device", c.device, "cpu (default), cuda or auto");
   app.add_option("--backend", c.backend, "auto (default), gloo or nccl");
   app.add_flag("--tf32", c.tf32, "on a GPU, float32 matrix products may use TF32 tensor cores (default: off)");
@@ -82,6 +85,21 @@ int main(int argc, char** argv) {
   app.add_option("--threads", c.threads,
                  "intra-op threads per process, as torch.set_num_threads (default: TINYDDP_NUM_THREADS, "
                  "OMP_NUM_THREADS, else the physical cores this process may use)");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // --dataset: nanoGPT's train.py, its keys and its data files (nanogpt_train.h).
+  if (tinyddp::examples::wants_nanogpt_mode(argc, argv)) return tinyddp::examples::nanogpt_main(argc, argv);
+  tinyddp::examples::GPTTrainConfig c;
+  CLI::App app{
+      "Train a small GPT on text with tinyddp (data-parallel when started by launch with WORLD_SIZE > 1).\n"
+      "Given --dataset=DIR or a nanoGPT config file, it is nanoGPT's train.py instead, with nanoGPT's keys\n"
+      "(--batch_size, --max_iters, --learning_rate, ...): `train_gpt --dataset=x --help` lists them."};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_options(app, c);
+  add_device_options(app, c);
   try {
     tinyddp::examples::check_flags_of_mode(std::vector<std::string>(argv + 1, argv + argc), /*nanogpt_mode=*/false);
     CLI11_PARSE(app, argc, argv);

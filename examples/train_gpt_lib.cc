@@ -15,6 +15,7 @@
 #include "examples/preemption.h"
 #include "examples/run_env.h"
 #include "examples/step_phases.h"
+#include "examples/train_exact.h"
 #include "examples/train_gpt_run.h"
 #include "tinyddp/comm/init.h"
 #include "tinyddp/ddp/fully_shard.h"
@@ -122,23 +123,25 @@ GptRun set_up(const GPTTrainConfig& config) {
   run.pg = join_ranks(run.placement.backend, config.timeout_s);
   run.rank = run.pg ? run.pg->rank() : 0;
   run.world = run.pg ? run.pg->size() : 1;
-  run.text = open_text(config, run.rank, run.world);
-  TDDP_CHECK(run.text.file || config.batch % run.world == 0,
+  // --deterministic: every rank reads the one-process batches and runs its chunks of each.
+  const int share_of = config.deterministic ? 1 : run.world;
+  run.text = open_text(config, config.deterministic ? 0 : run.rank, share_of);
+  TDDP_CHECK(run.text.file || config.batch % share_of == 0,
              "--batch {} is not divisible by {} {}: every rank takes an equal share of each batch", config.batch,
              world_size_variable(), run.world);
-  run.rows = run.text.file ? run.text.file->global_batch() / run.world : config.batch / run.world;
-  const int64_t accumulation = config.gradient_accumulation_steps > 0 ? config.gradient_accumulation_steps : run.world;
-  TDDP_CHECK(accumulation % run.world == 0,
+  run.rows = run.text.file ? run.text.file->global_batch() / share_of : config.batch / share_of;
+  const int64_t accumulation = config.gradient_accumulation_steps > 0 ? config.gradient_accumulation_steps : share_of;
+  TDDP_CHECK(accumulation % share_of == 0,
              "--gradient_accumulation_steps {} is not divisible by {} {}: it counts the micro-steps of all "
              "ranks, as nanoGPT's",
              accumulation, world_size_variable(), run.world);
-  run.micro_steps = accumulation / run.world;
+  run.micro_steps = accumulation / share_of;
   TDDP_CHECK(run.rows % run.micro_steps == 0,
              "each rank's {} rows per step do not split into its {} micro-steps (--gradient_accumulation_steps {} over "
              "{} ranks)",
              run.rows, run.micro_steps, accumulation, run.world);
   run.model = build_model(config, model_config(config, run.text), run.placement.device);
-  seed_training(config.seed, run.rank);  // Dropout's masks differ by rank (nanoGPT's seed + rank)
+  seed_training(config.seed, config.deterministic ? 0 : run.rank);  // Dropout's masks differ by rank (seed + rank)
   if (config.fsdp && run.pg) {
     ddp::FullyShardOptions options;
     if (config.fsdp_param_dtype == "bfloat16") options.mp_policy(ddp::MixedPrecisionPolicy().param_dtype(t::kBFloat16));
@@ -148,7 +151,9 @@ GptRun set_up(const GPTTrainConfig& config) {
   run.scheduler = make_scheduler(config, *run.optimizer);
   resume_if_asked(config, run);
   run.forward = run.model.get();
-  if (run.pg && run.units.empty()) {
+  if (config.deterministic) {
+    run.exact = exact_sum_of(*run.model, run.pg, chunk_share(run.rows, config.chunk_size, run.rank, run.world).total);
+  } else if (run.pg && run.units.empty()) {
     run.ddp = std::make_shared<ddp::DistributedDataParallel>(run.model, run.pg);
     run.powersgd = register_comm_hook(*run.ddp, run.pg, config.comm_hook, 1, 1000);
     run.forward = run.ddp.get();
@@ -159,7 +164,8 @@ GptRun set_up(const GPTTrainConfig& config) {
 // ---- Inside the loop ---------------------------------------------------------------------------
 
 std::pair<Tensor, Tensor> batch_of(const GptRun& run, int64_t step) {
-  auto [x, y] = run.text.file ? run.text.file->batch(step) : run.text.split->train_batch(step, run.rank, run.rows);
+  auto [x, y] = run.text.file ? run.text.file->batch(step)
+                              : run.text.split->train_batch(step, run.exact ? 0 : run.rank, run.rows);
   return {x.to(run.placement.device), y.to(run.placement.device)};
 }
 
@@ -175,6 +181,12 @@ Tensor forward_loss(const GPTTrainConfig& config, const GptRun& run, const Tenso
 // rows in order, each micro-step's loss divided by their count; DDP reduces on the last one
 // only (the others run inside no_sync). Returns the step's loss (the divided losses' sum).
 Tensor forward_backward(const GPTTrainConfig& config, const GptRun& run, const Tensor& x, const Tensor& y) {
+  if (run.exact) {  // --deterministic: this rank's chunks of the whole batch; the loss is already the batch's
+    const double loss = exact_step(
+        *run.exact, run.pg.get(), Batch{x, y}, chunk_share(x.size(0), config.chunk_size, run.rank, run.world),
+        [&](const Tensor& xs, const Tensor& ys) { return forward_loss(config, run, xs, ys); });
+    return t::full({}, loss, t::TensorOptions().dtype(t::kFloat64));
+  }
   if (run.micro_steps == 1) {
     const Tensor loss = forward_loss(config, run, x, y);
     loss.backward();
@@ -204,7 +216,7 @@ std::pair<Tensor, Tensor> train_step(const GPTTrainConfig& config, const GptRun&
   phases.end_phase("batch");
   run.optimizer->zero_grad();
   Tensor loss;
-  if (config.profile_phases && run.micro_steps == 1) {  // forward and backward apart
+  if (config.profile_phases && run.micro_steps == 1 && !run.exact) {  // forward and backward apart
     loss = forward_loss(config, run, x, y);
     phases.end_phase("forward");
     loss.backward();
@@ -289,8 +301,9 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
     fail_on_purpose_if_asked(config.fail_at_step, step, run.rank, "train_gpt");
     const double lr = run.optimizer->lr(0);
     const auto [loss, norm_tensor] = train_step(config, run, step, params, phases);
-    const auto [mean_loss, stop] = loss_and_stop_over_ranks(run.pg.get(), run.placement.device, loss.item<double>(),
-                                                            signals ? &*signals : nullptr);
+    auto [mean_loss, stop] = loss_and_stop_over_ranks(run.pg.get(), run.placement.device, loss.item<double>(),
+                                                      signals ? &*signals : nullptr);
+    if (run.exact) mean_loss = loss.item<double>();  // the whole batch's already, the same bits everywhere
     result.losses.push_back(mean_loss);
     phases.end_phase("read loss");
     TDDP_CHECK(std::isfinite(mean_loss), "the loss became {} at step {}; lower --lr", mean_loss, step);
@@ -299,7 +312,7 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
     const double norm = metrics.is_open() || log_now ? norm_tensor.item<double>() : 0.0;
     if (metrics.is_open()) metrics << fmt::format("{},{:.9g},{:.9g},{:.9g}", step, mean_loss, norm, lr) << std::endl;
     const int64_t done = step + 1 - run.first_step;
-    const double tokens = static_cast<double>(done * run.rows * run.world * config.block_size);
+    const double tokens = static_cast<double>(done * run.global_rows() * config.block_size);
     if (log_now) {
       out << fmt::format("step {:>{}}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {:.0f} tokens/s\n", step + 1,
                          std::to_string(config.steps).size(), config.steps, mean_loss, norm, lr, tokens / seconds())

@@ -27,6 +27,11 @@ struct GPTTrainConfig {
   // share of the step's rows into gradient_accumulation_steps / world micro-steps, in order,
   // divides each one's loss by that count and lets DDP reduce on the last one only (no_sync).
   int64_t gradient_accumulation_steps = 0;
+  // The same bits at any world size (docs/ddp.md): the global batch in chunks of chunk_size
+  // windows, each chunk's gradient added exactly (ddp::ExactGradientSum); every rank reads the
+  // one-process batches. Not with dropout, ZeRO, fully_shard, a comm hook or accumulation steps.
+  bool deterministic = false;
+  int64_t chunk_size = 4;
   uint64_t seed = 1337;
   std::string init;  // a nanoGPT-named state dict (safetensors) to start from
   // AdamW (decay on weights of two or more dimensions), clipping (0: off) and the schedule:

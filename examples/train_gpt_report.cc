@@ -47,11 +47,18 @@ void describe(const GPTTrainConfig& config, const GptRun& run, std::ostream& out
       "{} steps of {} x {} tokens{}{}\n",
       config.lr, config.lr_schedule, config.warmup_steps, config.min_lr, config.weight_decay,
       run.optimizer->group_end(0), config.grad_clip, config.zero && run.pg ? ", ZeRO" : "", config.steps,
-      run.rows * run.world, config.block_size,
+      run.global_rows(), config.block_size,
       run.micro_steps > 1 ? fmt::format(" in {} micro-steps per rank", run.micro_steps) : "",
-      run.pg ? fmt::format(", {} on {} ranks ({})", run.units.empty() ? "data-parallel" : "fully sharded (fully_shard)",
+      run.pg ? fmt::format(", {} on {} ranks ({})",
+                           run.exact           ? "exact sums (--deterministic)"
+                           : run.units.empty() ? "data-parallel"
+                                               : "fully sharded (fully_shard)",
                            run.world, run.placement.backend)
              : "");
+  if (run.exact) {
+    out << fmt::format("--deterministic: chunks of {} windows, {} a step; int64 sums, {} bits below each bound\n",
+                       config.chunk_size, run.exact->total_chunks(), run.exact->precision_bits());
+  }
   if (run.placement.device.type == t::DeviceType::kCPU)
     out << fmt::format("{} intra-op threads ({})\n", t::get_num_threads(), t::num_threads_source());
 }

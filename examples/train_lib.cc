@@ -371,13 +371,10 @@ bool forward_and_backward(const TrainConfig& config, Run& run, Log& logged, int6
                           StopSignals* signals) {
   if (config.deterministic) {
     const ChunkShare share = chunk_share(batch.inputs.size(0), config.chunk_size, run.rank, run.world);
-    if (!run.exact) {
-      std::vector<std::string> names;
-      for (const auto& [name, p] : run.model.module->named_parameters()) names.push_back(name);
-      run.exact = std::make_unique<ddp::ExactGradientSum>(run.model.module->parameters(), names, run.pg, share.total);
-    }
-    const double value = exact_step(*run.model.module, *run.exact, run.pg.get(), batch, share,
-                                    [&](const Tensor& p, const Tensor& y) { return loss_of(config, p, y); });
+    if (!run.exact) run.exact = exact_sum_of(*run.model.module, run.pg, share.total);
+    const double value = exact_step(*run.exact, run.pg.get(), batch, share, [&](const Tensor& x, const Tensor& y) {
+      return loss_of(config, run.model.module->forward(x), y);
+    });
     return logged.loss(step, t::full({}, value, t::TensorOptions().dtype(t::kFloat64)), {}, {}, signals, true);
   }
   Tensor prediction, loss;
