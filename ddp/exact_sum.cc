@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "tinyddp/base/error.h"
+#include "tinyddp/ddp/reducer.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/parallel.h"
 
@@ -95,6 +96,10 @@ ExactGradientSum::ExactGradientSum(std::vector<Tensor> params, std::vector<std::
     offset += params_[p].numel();
   }
   offsets_.push_back(offset);
+  TDDP_CHECK(!pg_ || control_device(*pg_, params_).type == t::kCPU,
+             "ExactGradientSum: the sums are made and allreduced on the CPU, but this process group ({}) takes device "
+             "tensors only: run the exact sums over a gloo group",
+             pg_ ? pg_->backend() : "");
   sums_ = t::zeros({offset}, t::TensorOptions().dtype(t::kInt64));
   bound_.assign(params_.size(), kUnknown);
   step_bound_.assign(params_.size(), kUnknown);
