@@ -24,6 +24,8 @@ namespace {
 constexpr double kCapMb = 1000.0 / (1 << 20);
 
 struct Walk {
+  explicit Walk(const ddp::Reducer& r) : reducer(r) {}
+
   const ddp::Reducer& reducer;
   std::vector<std::string> names;
   std::vector<t::Tensor> params;
@@ -82,7 +84,7 @@ int worker(int rank) {
   };
   forward().backward();  // iteration 0: the next forward rebuilds the buckets in the order the gradients came
 
-  Walk walk{ddp.reducer(), {}, {}, {}};
+  Walk walk(ddp.reducer());
   for (const auto& [name, p] : model->named_parameters()) {
     walk.names.push_back(name);
     walk.params.push_back(p);
