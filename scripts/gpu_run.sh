@@ -18,7 +18,8 @@
 #   cpu_bf16  the host's bfloat16 products and autocast steps (AMX where it has it): the 1024
 #             matmul and the example GPT's Linear products, 5 processes of each framework taking
 #             turns at 1 thread and at every core (bench/bf16_matmul_compare.sh), then the MLP and
-#             CNN steps under autocast at both counts against PyTorch's (~8 min)
+#             CNN steps under autocast at both counts against PyTorch's (~8 min; BF16_PROCESSES=3
+#             takes 3 processes of each, for a call shared with other parts)
 #   bench2    matmul 4096 and add/copy of 256 M floats, TF32 and bf16 autocast steps, the CNN,
 #             the 4096-wide MLP at batch 256, the GPT at 32 x 256 tokens, and a DDP timeline of
 #             the GPT on the GPU (gpt_timeline.rank0.json, for scripts/plot_timeline.py)
@@ -260,7 +261,7 @@ case "$part" in
     host_cpu
     note "cpu flags: $(grep -o -E 'amx[a-z0-9_]*|avx512_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
     step bf16_matmul 330 env TENSOR_BENCH="ours ./bench/tensor_bench" TORCH_PYTHON=python3 \
-      bash "$repo/bench/bf16_matmul_compare.sh" 5
+      bash "$repo/bench/bf16_matmul_compare.sh" "${BF16_PROCESSES:-5}"
     grep -E '^\|' "$logs/bf16_matmul.log" | tee -a "$summary"
     for t in 1 "$(nproc)"; do
       torch_env=(env OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" OPENBLAS_NUM_THREADS="$t")

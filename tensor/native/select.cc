@@ -233,6 +233,7 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index_in, const Ten
   TDDP_CHECK(index.dim() <= 1, "index_add: expected a 0-D or 1-D index, got shape {}", format_shape(index.sizes()));
   check_same_dtype(x, source, "index_add", "x", "source");
   check_same_device(x, source, "index_add", "x", "source");
+  check_same_device(x, index, "index_add", "x", "index");  // as PyTorch's: no index from another device
   const Tensor base = x.dim() == 0 ? x.reshape({1}) : x, src = source.dim() == 0 ? source.reshape({1}) : source;
   const int64_t d = wrap_dim(dim, base.dim(), "index_add"), k = index.numel(), n = base.size(d);
   Shape want = base.sizes();

@@ -268,7 +268,12 @@ TEST_CASE("CUDA: int32 and uint8 arithmetic, conversions, sums and indices give 
   expect_matches_cpu(
       {u8, u8},
       [](const V& v) {
-        return index_add(v[0], 0, from_vector<int64_t>({5, 5}).to(kInt32), v[1].slice(0, 4, 6));
+        return index_add(v[0], 0, from_vector<int64_t>({5, 5}).to(kInt32).to(v[0].device()), v[1].slice(0, 4, 6));
       },
       "uint8 index_add wraps", 0);
+  // An index on another device is refused by name (the H200 run of 2026-11-30 found the check missing: the
+  // message came from an inner add).
+  CHECK_THROWS_WITH(index_add(u8.to(kGpu), 0, from_vector<int64_t>({5}), u8.slice(0, 0, 1).to(kGpu)),
+                    Catch::Contains("index_add: expected all tensors on the same device, but 'x' is on cuda:0 and "
+                                    "'index' is on cpu"));
 }
