@@ -50,6 +50,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     params_.push_back(p);
     names.push_back(name);
   }
+  param_names_ = names;
   TDDP_CHECK(
       !params_.empty(),
       "DistributedDataParallel: the module has no parameter that requires a gradient (apart from those in "
@@ -69,6 +70,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
                       : "call module->to(Device(kCUDA, local_rank)) first, or use the gloo backend");
   }
   control_device_ = control_device(*pg_, params_);
+  if (options_.deterministic()) check_deterministic();
   if (options_.timeline().empty()) {
     if (const char* env = std::getenv("TINYDDP_DDP_TIMELINE"); env != nullptr && *env != '\0') options_.timeline(env);
   }
@@ -266,6 +268,13 @@ nn::Value DistributedDataParallel::forward_kwargs(const std::vector<Tensor>& arg
 
 nn::Value DistributedDataParallel::run_forward(const std::function<nn::Value()>& module_forward) {
   const bool grad_enabled = tensor::GradMode::is_enabled();
+  if (options_.deterministic()) {  // the module alone: deterministic_step sums the gradients
+    TDDP_CHECK(!grad_enabled || in_deterministic_step_,
+               "DistributedDataParallel: with the deterministic option, training forwards run inside "
+               "deterministic_step(inputs, targets, chunk_loss) (with grad mode off, e.g. for evaluation, they run "
+               "anywhere)");
+    return module_forward();
+  }
   const bool synchronize = grad_enabled && require_sync_;
   if (synchronize) reducer_->prepare_for_forward();
   notify_join_context();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tinyddp/comm/process_group.h"
+#include "tinyddp/ddp/exact_sum.h"
 #include "tinyddp/ddp/join.h"
 #include "tinyddp/ddp/reducer.h"
 #include "tinyddp/nn/module.h"
@@ -57,6 +58,20 @@ struct DDPOptions {
     return *this;
   }
   const std::string& timeline() const { return timeline_; }
+  // The same bits at any world size (docs/ddp.md): training steps go through
+  // DistributedDataParallel::deterministic_step, which cuts the global batch into chunks of
+  // chunk_size rows and sums their gradients exactly (exact_sum.h) in place of the Reducer's
+  // buckets. Not in PyTorch, whose sums depend on the world size.
+  DDPOptions& deterministic(bool v) {
+    deterministic_ = v;
+    return *this;
+  }
+  DDPOptions& chunk_size(int64_t rows) {
+    chunk_size_ = rows;
+    return *this;
+  }
+  bool deterministic() const { return deterministic_; }
+  int64_t chunk_size() const { return chunk_size_; }
   double bucket_cap_mb() const { return bucket_cap_mb_; }
   double first_bucket_cap_mb() const { return first_bucket_cap_mb_; }
   bool find_unused_parameters() const { return find_unused_parameters_; }
@@ -72,6 +87,8 @@ struct DDPOptions {
   bool static_graph_ = false;
   std::vector<std::string> ignore_;
   std::string timeline_;
+  bool deterministic_ = false;
+  int64_t chunk_size_ = 16;
 };
 
 class DistributedDataParallel : public nn::Module, public Joinable {
@@ -105,18 +122,37 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   // them), as PyTorch's DDP forward(*inputs, **kwargs). ddp.call_kwargs(args, kwargs) calls it.
   nn::Value forward_kwargs(const std::vector<Tensor>& args, const nn::Value& kwargs) override;
   std::shared_ptr<nn::Module> module() const { return module_; }
+  const DDPOptions& options() const { return options_; }
   const Reducer& reducer() const { return *reducer_; }
   comm::ProcessGroup& process_group() const { return *pg_; }
   std::shared_ptr<comm::ProcessGroup> process_group_ptr() const { return pg_; }
 
+  // The deterministic option's training step (distributed_exact.cc). `inputs` and `targets`
+  // hold the whole global batch, rows first, the same on every rank; it is cut into chunks of
+  // chunk_size rows, and this rank runs its share (chunks r C / W .. (r + 1) C / W - 1), each
+  // through chunk_loss (the forward, through this DDP, and the loss of those rows) and a
+  // backward. Leaves every .grad the mean over all C chunks, summed exactly (whatever .grad held
+  // before is dropped, as zero_grad(set_to_none) would), and returns the mean of the chunks'
+  // losses: the same bits on any world size. Clear errors when chunk_size does not divide the
+  // batch or the world the chunks. A step whose gradients outgrow the fixed-point grid runs its
+  // chunks once more (ExactGradientSum::finish), so chunk_loss must not change state it reads.
+  using ChunkLoss = std::function<Tensor(const Tensor& inputs, const Tensor& targets)>;
+  double deterministic_step(const Tensor& inputs, const Tensor& targets, const ChunkLoss& chunk_loss);
+  // The exact sum's grids (ExactGradientSum::grid_state), for checkpoints: a run resumed with
+  // them, on any world size, gives the bits of the uninterrupted run.
+  std::vector<int64_t> deterministic_state() const;
+  void load_deterministic_state(std::vector<int64_t> bounds);
+  // Null before the first deterministic_step.
+  const ExactGradientSum* exact_sum() const { return exact_.get(); }
+
   // How each bucket is reduced (see comm_hooks.h); once, before the first forward. `state` is
   // handed to the hook with the bucket, as in PyTorch: register_comm_hook(pg, hook) with
   // hook(pg, bucket).
-  void register_comm_hook(CommHook hook) { reducer_->register_comm_hook(std::move(hook)); }
+  // The deterministic option sums exactly and refuses a hook.
+  void register_comm_hook(CommHook hook);
   template <typename State, typename Hook>
   void register_comm_hook(State state, Hook hook) {
-    reducer_->register_comm_hook(
-        [state = std::move(state), hook = std::move(hook)](GradBucket& b) { return hook(state, b); });
+    register_comm_hook([state = std::move(state), hook = std::move(hook)](GradBucket& b) { return hook(state, b); });
   }
 
   // While the guard lives, backward passes only accumulate .grad locally; the first
@@ -205,11 +241,14 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   void sync_module_buffers(bool candidate);
   // forward and forward_many around the module's own call (which returns its outputs).
   nn::Value run_forward(const std::function<nn::Value()>& module_forward);
+  // The deterministic option: what it cannot take, refused by name at construction.
+  void check_deterministic() const;
 
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<comm::ProcessGroup> pg_;
   DDPOptions options_;
   std::vector<Tensor> params_;
+  std::vector<std::string> param_names_;  // params_'s names in the module
   std::unordered_set<std::string> ignored_;
   tensor::Device control_device_;  // see control_device() in reducer.h
   std::unique_ptr<Reducer> reducer_;
@@ -217,6 +256,11 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   bool require_forward_param_sync_ = true;  // the previous forward synchronised: broadcast buffers first
   Tensor should_sync_flag_;                 // Join: this forward's "my backward synchronises" (1 or 0)
   std::shared_ptr<comm::Work> should_sync_work_;
+  // The deterministic option: the exact sum (made at the first step, again when the chunk
+  // count changes), grids loaded before it exists, and whether a step is running.
+  std::unique_ptr<ExactGradientSum> exact_;
+  std::vector<int64_t> loaded_grids_;
+  bool in_deterministic_step_ = false;
 };
 
 }  // namespace tinyddp::ddp

@@ -5,6 +5,7 @@
 // The order of those collectives, twin by twin: join.cc's opening comment.
 #include <memory>
 
+#include "tinyddp/base/error.h"
 #include "tinyddp/comm/objects.h"
 #include "tinyddp/ddp/distributed.h"
 
@@ -22,7 +23,12 @@ class DDPJoinHook : public JoinHook {
 };
 }  // namespace
 
-std::unique_ptr<JoinHook> DistributedDataParallel::join_hook() { return std::make_unique<DDPJoinHook>(*this); }
+std::unique_ptr<JoinHook> DistributedDataParallel::join_hook() {
+  TDDP_CHECK(!options_.deterministic(),
+             "DistributedDataParallel: join does not take the deterministic option (every rank runs the same number "
+             "of chunks in each deterministic_step, so inputs are never uneven)");
+  return std::make_unique<DDPJoinHook>(*this);
+}
 
 void DistributedDataParallel::join(const std::function<void()>& loop, JoinOptions options) {
   Join::run({this}, loop, options);

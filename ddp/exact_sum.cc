@@ -218,6 +218,25 @@ bool ExactGradientSum::finish() {
   return true;
 }
 
+int ExactGradientSum::precision_bits_for(int64_t total_chunks, int headroom_bits) {
+  return 62 - guard_bits(total_chunks) - headroom_bits;
+}
+
+std::vector<int64_t> ExactGradientSum::grid_state() const { return {bound_.begin(), bound_.end()}; }
+
+void ExactGradientSum::load_grid_state(const std::vector<int64_t>& bounds) {
+  TDDP_CHECK(bounds.size() == params_.size(),
+             "ExactGradientSum::load_grid_state: {} bounds for {} parameters (a state saved for another model?)",
+             bounds.size(), params_.size());
+  for (size_t p = 0; p < bounds.size(); ++p) {
+    // A float64 gradient's exponent lies within [-1073, 1024]; nothing outside can be a bound.
+    TDDP_CHECK(bounds[p] == kUnknownBound || (bounds[p] >= -1100 && bounds[p] <= 1100),
+               "ExactGradientSum::load_grid_state: the bound {} of '{}' is not an exponent (a corrupt state?)",
+               bounds[p], names_[p]);
+    bound_[p] = static_cast<int>(bounds[p]);
+  }
+}
+
 double chunk_mean(comm::ProcessGroup* pg, const std::vector<double>& mine, int64_t first, int64_t total) {
   TDDP_CHECK(first >= 0 && first + static_cast<int64_t>(mine.size()) <= total,
              "chunk_mean: chunks {}..{} are not within the {} chunks of the step", first,

@@ -60,11 +60,24 @@ class ExactGradientSum {
   // Bits of the grid below the agreed bound of the gradients (B - H): the sum's resolution is
   // 2^-(that) of the largest gradient.
   int precision_bits() const { return bits_ - headroom_; }
+  // The same before a sum exists: for total_chunks chunks a step and headroom_bits.
+  static int precision_bits_for(int64_t total_chunks, int headroom_bits = 4);
   // Steps finish() refused so far (the first step's, and any whose gradients outgrew the grid).
   int64_t reruns() const { return reruns_; }
 
+  // The grids, for checkpoints (as a GradScaler's scale is saved): each parameter's agreed
+  // bound E_p, in parameter order (kUnknownBound before the first step). A run resumed with it
+  // adds its next step on the grids the uninterrupted run used, so it gives the same bits;
+  // without it the first step is refused and its grids come from its own gradients, which
+  // round the chunks (far below float32's precision) differently.
+  std::vector<int64_t> grid_state() const;
+  // Takes what grid_state() returned (on any world size: the bounds are agreed by all ranks).
+  // Throws when the count is not this sum's parameter count or a bound is out of range.
+  void load_grid_state(const std::vector<int64_t>& bounds);
+  static constexpr int64_t kUnknownBound = -100000;
+
  private:
-  static constexpr int kUnknown = -100000;
+  static constexpr int kUnknown = static_cast<int>(kUnknownBound);
 
   void add_gradient(size_t p);
 

@@ -1,10 +1,19 @@
 // examples/train --deterministic's step (train_exact.h).
 #include "examples/train_exact.h"
 
+#include <sstream>
+#include <vector>
+
 #include "examples/run_env.h"
 #include "tinyddp/base/error.h"
+#include "tinyddp/comm/init.h"
+#include "tinyddp/comm/store.h"
 
 namespace tinyddp::examples {
+
+namespace {
+constexpr const char* kGridsKey = "deterministic.grids";
+}  // namespace
 
 ChunkShare chunk_share(int64_t rows, int64_t chunk_size, int rank, int world) {
   TDDP_CHECK(rows % chunk_size == 0,
@@ -23,36 +32,44 @@ ChunkShare chunk_share(int64_t rows, int64_t chunk_size, int rank, int world) {
   return share;
 }
 
-std::unique_ptr<ddp::ExactGradientSum> exact_sum_of(const nn::Module& module, std::shared_ptr<comm::ProcessGroup> pg,
-                                                    int64_t total_chunks) {
-  std::vector<std::string> names;
-  std::vector<tensor::Tensor> params;
-  for (const auto& [name, p] : module.named_parameters()) {
-    names.push_back(name);
-    params.push_back(p);
-  }
-  return std::make_unique<ddp::ExactGradientSum>(params, names, std::move(pg), total_chunks);
+std::shared_ptr<ddp::DistributedDataParallel> deterministic_ddp(std::shared_ptr<nn::Module> model,
+                                                                std::shared_ptr<comm::ProcessGroup> pg,
+                                                                int64_t chunk_size) {
+  if (!pg) pg = comm::new_process_group("gloo", std::make_shared<comm::HashStore>(), 0, 1);
+  return std::make_shared<ddp::DistributedDataParallel>(std::move(model), std::move(pg),
+                                                        ddp::DDPOptions().deterministic(true).chunk_size(chunk_size));
 }
 
-double exact_step(ddp::ExactGradientSum& sum, comm::ProcessGroup* pg, const Batch& global, const ChunkShare& share,
+double exact_step(ddp::DistributedDataParallel& ddp, const Batch& global,
                   const std::function<tensor::Tensor(const tensor::Tensor&, const tensor::Tensor&)>& chunk_loss) {
-  std::vector<double> losses;
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    losses.clear();
-    for (int64_t c = share.first; c < share.first + share.count; ++c) {
-      const tensor::Tensor inputs = global.inputs.narrow(0, c * share.chunk_size, share.chunk_size);
-      const tensor::Tensor targets = global.targets.narrow(0, c * share.chunk_size, share.chunk_size);
-      const tensor::Tensor loss = chunk_loss(inputs, targets);
-      losses.push_back(loss.item<double>());
-      if (c + 1 == share.first + share.count) sum.overlap_next_chunk();  // its sums travel during backward
-      loss.backward();
-      sum.add_chunk();
+  const comm::ProcessGroup& pg = ddp.process_group();
+  chunk_share(global.inputs.size(0), ddp.options().chunk_size(), pg.rank(), pg.size());  // the flags' errors first
+  return ddp.deterministic_step(global.inputs, global.targets, chunk_loss);
+}
+
+void save_grids(const ddp::DistributedDataParallel& ddp, std::map<std::string, std::string>& metadata) {
+  std::ostringstream out;
+  const std::vector<int64_t> grids = ddp.deterministic_state();
+  for (size_t p = 0; p < grids.size(); ++p) out << (p > 0 ? "," : "") << grids[p];
+  metadata[kGridsKey] = out.str();
+}
+
+void load_grids(const std::map<std::string, std::string>& metadata, ddp::DistributedDataParallel& ddp) {
+  const auto it = metadata.find(kGridsKey);
+  if (it == metadata.end()) return;
+  std::vector<int64_t> grids;
+  std::istringstream in(it->second);
+  for (std::string item; std::getline(in, item, ',');) {
+    try {
+      size_t used = 0;
+      grids.push_back(std::stoll(item, &used));
+      TDDP_CHECK(used == item.size(), "trailing characters");
+    } catch (const std::exception&) {
+      throw Error(fmt::format("the checkpoint's '{}' holds '{}', not a list of integers (a corrupt checkpoint?)",
+                              kGridsKey, it->second));
     }
-    // The first step, or gradients that outgrew the grid: every rank runs its chunks again
-    // (the same parameters and data: the same gradients, which the agreed grid now bounds).
-    if (sum.finish()) return ddp::chunk_mean(pg, losses, share.first, share.total);
   }
-  throw Error("--deterministic: the step's gradients changed when its chunks ran again (a nondeterministic kernel?)");
+  ddp.load_deterministic_state(grids);
 }
 
 }  // namespace tinyddp::examples

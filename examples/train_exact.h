@@ -1,35 +1,46 @@
-// One step of examples/train --deterministic: the global batch cut into chunks of chunk_size
-// rows, this rank's chunks run one forward and backward each, their gradients summed exactly
-// over the chunks and the ranks (ddp::ExactGradientSum), so that 1, 2, 3, 4 or 6 ranks train
-// to the same bits (docs/ddp.md, "The same bits at any world size").
+// --deterministic in examples/train and train_gpt: DistributedDataParallel's deterministic
+// option (the global batch cut into chunks of chunk_size rows, this rank's chunks run one
+// forward and backward each, their gradients summed exactly over the chunks and the ranks), so
+// that 1, 2, 3, 4 or 6 ranks train to the same bits (docs/ddp.md, "The same bits at any world
+// size"), and its grids in the checkpoints, so that a resumed run, on any world size, does too.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "examples/train_data.h"
-#include "tinyddp/ddp/exact_sum.h"
+#include "tinyddp/ddp/distributed.h"
 #include "tinyddp/nn/nn.h"
 
 namespace tinyddp::examples {
 
 // The chunks of a global batch of `rows`, and rank `rank` of `world`'s share of them (clear
-// errors when chunk_size does not divide the batch, or the world the chunks).
+// errors naming --chunk_size and the world size when chunk_size does not divide the batch, or
+// the world the chunks).
 struct ChunkShare {
   int64_t chunk_size = 0, total = 0, first = 0, count = 0;
 };
 ChunkShare chunk_share(int64_t rows, int64_t chunk_size, int rank, int world);
 
-// Runs this rank's chunks of `global` (the whole global batch, on every rank: inputs and
-// targets with rows first), each through `chunk_loss` (its forward and loss) and a backward,
-// adds each chunk's gradients to `sum` and, when the sum asks (its first step, or gradients
-// that outgrew its grid), runs them again. Leaves .grad holding the mean over all chunks;
-// returns the step's loss, the mean of the chunks' losses (the same bits on every world size).
-double exact_step(ddp::ExactGradientSum& sum, comm::ProcessGroup* pg, const Batch& global, const ChunkShare& share,
+// DDP with the deterministic option around `model`, over `pg`, or over a world of one (a gloo
+// group of this process alone) when the run has no process group.
+std::shared_ptr<ddp::DistributedDataParallel> deterministic_ddp(std::shared_ptr<nn::Module> model,
+                                                                std::shared_ptr<comm::ProcessGroup> pg,
+                                                                int64_t chunk_size);
+
+// One step of the whole global batch (on every rank: inputs and targets with rows first): the
+// flags checked first (chunk_share), then ddp.deterministic_step, each chunk through
+// `chunk_loss` (its forward and loss). Leaves .grad holding the mean over all chunks; returns
+// the step's loss, the mean of the chunks' losses (the same bits on every world size).
+double exact_step(ddp::DistributedDataParallel& ddp, const Batch& global,
                   const std::function<tensor::Tensor(const tensor::Tensor&, const tensor::Tensor&)>& chunk_loss);
 
-// The exact sum over `module`'s parameters (with their names), for `total_chunks` chunks a step.
-std::unique_ptr<ddp::ExactGradientSum> exact_sum_of(const nn::Module& module, std::shared_ptr<comm::ProcessGroup> pg,
-                                                    int64_t total_chunks);
+// The grids (DistributedDataParallel::deterministic_state) as checkpoint metadata
+// ("deterministic.grids": the bounds, comma-separated), and back (nothing when the checkpoint
+// has none: its first step then runs twice and takes its grids from its own gradients).
+void save_grids(const ddp::DistributedDataParallel& ddp, std::map<std::string, std::string>& metadata);
+void load_grids(const std::map<std::string, std::string>& metadata, ddp::DistributedDataParallel& ddp);
 
 }  // namespace tinyddp::examples

@@ -110,6 +110,7 @@ void resume_if_asked(const GPTTrainConfig& config, GptRun& run) {
   TDDP_CHECK(resumed.step < config.steps, "--resume: {} is {} steps in, nothing left of --steps {}", config.checkpoint,
              resumed.step, config.steps);
   if (!sharded) restore_generator(resumed.metadata, run.rank, run.world, config.seed, resumed.step);
+  run.resumed_metadata = resumed.metadata;
   run.scheduler->load_state_dict(resumed.extra);
   run.first_step = resumed.step;
 }
@@ -152,7 +153,11 @@ GptRun set_up(const GPTTrainConfig& config) {
   resume_if_asked(config, run);
   run.forward = run.model.get();
   if (config.deterministic) {
-    run.exact = exact_sum_of(*run.model, run.pg, chunk_share(run.rows, config.chunk_size, run.rank, run.world).total);
+    chunk_share(run.rows, config.chunk_size, run.rank, run.world);  // the flags' errors before any step
+    run.exact = true;
+    run.ddp = deterministic_ddp(run.model, run.pg, config.chunk_size);
+    load_grids(run.resumed_metadata, *run.ddp);
+    run.forward = run.ddp.get();
   } else if (run.pg && run.units.empty()) {
     run.ddp = std::make_shared<ddp::DistributedDataParallel>(run.model, run.pg);
     run.powersgd = register_comm_hook(*run.ddp, run.pg, config.comm_hook, 1, 1000);
@@ -183,8 +188,7 @@ Tensor forward_loss(const GPTTrainConfig& config, const GptRun& run, const Tenso
 Tensor forward_backward(const GPTTrainConfig& config, const GptRun& run, const Tensor& x, const Tensor& y) {
   if (run.exact) {  // --deterministic: this rank's chunks of the whole batch; the loss is already the batch's
     const double loss = exact_step(
-        *run.exact, run.pg.get(), Batch{x, y}, chunk_share(x.size(0), config.chunk_size, run.rank, run.world),
-        [&](const Tensor& xs, const Tensor& ys) { return forward_loss(config, run, xs, ys); });
+        *run.ddp, Batch{x, y}, [&](const Tensor& xs, const Tensor& ys) { return forward_loss(config, run, xs, ys); });
     return t::full({}, loss, t::TensorOptions().dtype(t::kFloat64));
   }
   if (run.micro_steps == 1) {
@@ -249,10 +253,11 @@ void save_checkpoint_if_due(const GPTTrainConfig& config, const GptRun& run, int
     return;
   }
   if (auto* zero = dynamic_cast<ddp::ZeroRedundancyOptimizer*>(run.optimizer.get())) zero->consolidate_state_dict(0);
-  const std::map<std::string, std::string> generators = generator_states(run.pg.get(), run.placement.device);
+  std::map<std::string, std::string> metadata = generator_states(run.pg.get(), run.placement.device);
+  if (run.exact) save_grids(*run.ddp, metadata);
   if (run.rank == 0) {
     nn::save_checkpoint(config.checkpoint, *run.model, *run.optimizer, steps_done, run.scheduler->state_dict(),
-                        generators);
+                        metadata);
   }
 }
 

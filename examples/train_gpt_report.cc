@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "examples/train_exact.h"
 #include "examples/train_gpt_run.h"
 #include "tinyddp/ddp/zero_redundancy_optimizer.h"
 #include "tinyddp/tensor/parallel.h"
@@ -56,8 +57,9 @@ void describe(const GPTTrainConfig& config, const GptRun& run, std::ostream& out
                            run.world, run.placement.backend)
              : "");
   if (run.exact) {
+    const int64_t chunks = chunk_share(run.rows, config.chunk_size, run.rank, run.world).total;
     out << fmt::format("--deterministic: chunks of {} windows, {} a step; int64 sums, {} bits below each bound\n",
-                       config.chunk_size, run.exact->total_chunks(), run.exact->precision_bits());
+                       config.chunk_size, chunks, ddp::ExactGradientSum::precision_bits_for(chunks));
   }
   if (run.placement.device.type == t::DeviceType::kCPU)
     out << fmt::format("{} intra-op threads ({})\n", t::get_num_threads(), t::num_threads_source());
@@ -121,7 +123,7 @@ void report_end(const GPTTrainConfig& config, GptRun& run, const StepPhases& pha
     }
   }
   save_final_weights(config, run, out);
-  if (run.ddp) report_reductions(*run.ddp, (config.steps - run.first_step) * run.micro_steps, out);
+  if (run.ddp && !run.exact) report_reductions(*run.ddp, (config.steps - run.first_step) * run.micro_steps, out);
 }
 
 }  // namespace tinyddp::examples

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -13,7 +14,6 @@
 #include "examples/run_env.h"
 #include "examples/step_phases.h"
 #include "examples/train_gpt_lib.h"
-#include "tinyddp/ddp/exact_sum.h"
 #include "tinyddp/ddp/fully_shard.h"
 #include "tinyddp/nn/nn.h"
 #include "tinyddp/nn/transformer.h"
@@ -43,9 +43,11 @@ struct GptRun {
   int64_t first_step = 0;
   int64_t rows = 0;         // this rank's windows per step
   int64_t micro_steps = 1;  // this rank's share of --gradient_accumulation_steps
-  // --deterministic: rows is the whole global batch (every rank reads it), summed exactly.
-  std::unique_ptr<ddp::ExactGradientSum> exact;
+  // --deterministic: rows is the whole global batch (every rank reads it), summed exactly by
+  // DDP's deterministic option (ddp, on one process too).
+  bool exact = false;
   int64_t global_rows() const { return exact ? rows : rows * world; }
+  std::map<std::string, std::string> resumed_metadata;  // the checkpoint's, when resumed (its grids)
 };
 
 // ---- Around the loop (train_gpt_report.cc) -----------------------------------------------------

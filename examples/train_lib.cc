@@ -140,8 +140,7 @@ struct Run {
   int64_t first_step = 0;
   Runner runner;
   std::unique_ptr<Dataset> data;
-  t::DType dtype = t::kFloat32;                  // --dtype: the parameters' and so the inputs'
-  std::unique_ptr<ddp::ExactGradientSum> exact;  // --deterministic, in place of DDP (made at the first step)
+  t::DType dtype = t::kFloat32;  // --dtype: the parameters' and so the inputs'
 
   // A batch of the data shaped for the model, on this run's device, in its dtype (class targets
   // stay int64).
@@ -179,8 +178,13 @@ Run set_up(const TrainConfig& config) {
     const std::optional<nn::TrainingCheckpoint> resumed =
         resume_if_asked(config, run.rank, run.world, *run.model.module, *run.optimizer);
     run.first_step = resumed ? resumed->step : 0;
-    run.runner = config.deterministic ? Runner{run.model.module, nullptr, nullptr, nullptr}
-                                      : wrap_in_ddp(config, run.model.module, run.pg);
+    if (config.deterministic) {  // DDP's deterministic option, on one process too; the grids from the checkpoint
+      run.runner.ddp = deterministic_ddp(run.model.module, run.pg, config.chunk_size);
+      run.runner.module = run.runner.ddp;
+      if (resumed) load_grids(resumed->metadata, *run.runner.ddp);
+    } else {
+      run.runner = wrap_in_ddp(config, run.model.module, run.pg);
+    }
   }
   // --deterministic: every rank reads the one-process batches and runs its chunks of each.
   run.data = config.deterministic ? open_dataset(config, run.model, 0, 1)
@@ -228,9 +232,10 @@ void save_checkpoint_if_due(const TrainConfig& config, const Run& run, int64_t s
     return;
   }
   // Every rank's generator (a collective), then rank 0 writes.
-  const std::map<std::string, std::string> generators = generator_states(run.pg.get(), run.placement.device);
+  std::map<std::string, std::string> metadata = generator_states(run.pg.get(), run.placement.device);
+  if (config.deterministic) save_grids(*run.runner.ddp, metadata);
   if (run.rank == 0)
-    nn::save_checkpoint(config.checkpoint, *run.model.module, *run.optimizer, steps_done, {}, generators);
+    nn::save_checkpoint(config.checkpoint, *run.model.module, *run.optimizer, steps_done, {}, metadata);
 }
 
 // The losses and accuracy of the run (averaged over ranks: the figures of the whole global
@@ -318,7 +323,12 @@ void report(const TrainConfig& config, const Run& run, TrainResult& result, std:
     progress << fmt::format("PowerSGD rank {}: {:.1f}x fewer gradient elements sent (from iteration {} on)\n",
                             config.powersgd_rank, run.runner.powersgd->compression_rate(), config.powersgd_start_iter);
   }
-  if (config.stats) {
+  if (config.stats && config.deterministic && run.runner.ddp->exact_sum() != nullptr) {
+    const ddp::ExactGradientSum* sum = run.runner.ddp->exact_sum();
+    progress << fmt::format(
+        "deterministic: {} chunks of {} rows a step, {} bits below each bound, {} step(s) run twice\n",
+        sum->total_chunks(), config.chunk_size, sum->precision_bits(), sum->reruns());
+  } else if (config.stats) {
     progress << (run.runner.ddp
                      ? describe_stats(run.runner.ddp->stats(), run.rank)
                      : "no DDP statistics: this run trained on one process (start it with launch for DDP)\n");
@@ -370,11 +380,9 @@ std::optional<ddp::DistributedDataParallel::TimelineSpan> timeline_span(const Ru
 bool forward_and_backward(const TrainConfig& config, Run& run, Log& logged, int64_t step, const Batch& batch,
                           StopSignals* signals) {
   if (config.deterministic) {
-    const ChunkShare share = chunk_share(batch.inputs.size(0), config.chunk_size, run.rank, run.world);
-    if (!run.exact) run.exact = exact_sum_of(*run.model.module, run.pg, share.total);
-    const double value = exact_step(*run.exact, run.pg.get(), batch, share, [&](const Tensor& x, const Tensor& y) {
-      return loss_of(config, run.model.module->forward(x), y);
-    });
+    ddp::DistributedDataParallel& model = *run.runner.ddp;
+    const double value = exact_step(
+        model, batch, [&](const Tensor& x, const Tensor& y) { return loss_of(config, model.forward(x), y); });
     return logged.loss(step, t::full({}, value, t::TensorOptions().dtype(t::kFloat64)), {}, {}, signals, true);
   }
   Tensor prediction, loss;

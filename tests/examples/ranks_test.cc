@@ -231,8 +231,13 @@ TEST_CASE(
   train_on(1, args + " --steps 45 --save " + alone);
   train_on(3, args + " --steps 10 --checkpoint " + checkpoint);  // epochs are 15 steps: cut inside them
   train_on(2, args + " --steps 25 --checkpoint " + checkpoint + " --resume");
-  const std::string output = train_on(3, args + " --steps 45 --checkpoint " + checkpoint + " --resume --save " + saved);
+  const std::string output =
+      train_on(3, args + " --steps 45 --checkpoint " + checkpoint + " --resume --stats --save " + saved);
   CHECK_THAT(output, Contains("resuming from " + checkpoint + " after 25 steps"));
+  // The grids came with the checkpoint: the resumed steps round on the static run's grids, and
+  // none runs twice (a checkpoint without them makes the first step calibrate again).
+  CHECK_THAT(output,
+             Contains("deterministic: 12 chunks of 8 rows a step, 54 bits below each bound, 0 step(s) run twice"));
   const std::string expected = tinyddp::testing::read_file(alone);
   REQUIRE(expected.size() > 1000);
   CHECK(tinyddp::testing::read_file(saved) == expected);
@@ -268,6 +273,6 @@ TEST_CASE(
   }
   const CommandResult dropout = run_command("examples/train_gpt --deterministic --dropout 0.1 --steps 1");
   CHECK(dropout.exit_code == 1);
-  CHECK_THAT(dropout.output, Contains("--deterministic sums the chunks itself, in place of DDP: it does not take "
+  CHECK_THAT(dropout.output, Contains("--deterministic trains through DDP's deterministic option: it does not take "
                                       "--dropout (each rank draws its own masks)"));
 }

@@ -1,0 +1,120 @@
+// DistributedDataParallel's deterministic option (distributed.h): the global batch in chunks,
+// this rank's chunks run one forward and backward each, their gradients summed exactly over the
+// chunks and the ranks by an ExactGradientSum, so that every world size gives the same bits
+// (docs/ddp.md, "The same bits at any world size").
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tinyddp/base/error.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/ddp/sync_batchnorm.h"
+#include "tinyddp/nn/batchnorm.h"
+#include "tinyddp/nn/layers.h"
+
+namespace tinyddp::ddp {
+
+void DistributedDataParallel::check_deterministic() const {
+  TDDP_CHECK(options_.chunk_size() >= 1, "DistributedDataParallel: chunk_size must be at least 1 row, got {}",
+             options_.chunk_size());
+  TDDP_CHECK(control_device_.type == tensor::kCPU,
+             "DistributedDataParallel: the deterministic option sums on the CPU, but this process group ({}) takes "
+             "device tensors only: use a gloo group",
+             pg_->backend());
+  TDDP_CHECK(!options_.find_unused_parameters() && !options_.static_graph(),
+             "DistributedDataParallel: the deterministic option does not take find_unused_parameters or static_graph "
+             "(a parameter without a gradient adds zeros to the exact sum)");
+  // What would make a chunk's result depend on the rank that runs it, or on the chunks before it.
+  for (const auto& [name, m] : module_->named_modules()) {
+    const std::string where = name.empty() ? "the module" : fmt::format("'{}'", name);
+    TDDP_CHECK(dynamic_cast<SyncBatchNorm*>(m.get()) == nullptr,
+               "DistributedDataParallel: the deterministic option does not take SyncBatchNorm ({}): its statistics "
+               "are gathered over the ranks, whose count changes",
+               where);
+    TDDP_CHECK(dynamic_cast<nn::BatchNorm*>(m.get()) == nullptr,
+               "DistributedDataParallel: the deterministic option does not take BatchNorm yet ({}): its running "
+               "statistics would follow the chunks each rank runs, not the chunk order",
+               where);
+    const auto* dropout = dynamic_cast<nn::Dropout*>(m.get());
+    const auto* dropout2d = dynamic_cast<nn::Dropout2d*>(m.get());
+    TDDP_CHECK((dropout == nullptr || dropout->p == 0) && (dropout2d == nullptr || dropout2d->p == 0),
+               "DistributedDataParallel: the deterministic option does not take dropout yet ({} with p > 0): each "
+               "rank draws its own masks, so a chunk's mask would depend on the rank that runs it",
+               where);
+  }
+}
+
+void DistributedDataParallel::register_comm_hook(CommHook hook) {
+  TDDP_CHECK(!options_.deterministic(),
+             "DistributedDataParallel: the deterministic option sums the gradients exactly and takes no comm hook");
+  reducer_->register_comm_hook(std::move(hook));
+}
+
+double DistributedDataParallel::deterministic_step(const Tensor& inputs, const Tensor& targets,
+                                                   const ChunkLoss& chunk_loss) {
+  TDDP_CHECK(options_.deterministic(),
+             "DistributedDataParallel::deterministic_step: the deterministic option is off "
+             "(DDPOptions().deterministic(true).chunk_size(rows))");
+  TDDP_CHECK(inputs.dim() >= 1 && targets.dim() >= 1 && inputs.size(0) == targets.size(0),
+             "deterministic_step: inputs and targets must hold the same rows first, got shapes {} and {}",
+             tensor::format_shape(inputs.sizes()), tensor::format_shape(targets.sizes()));
+  const int64_t rows = inputs.size(0), chunk = options_.chunk_size(), world = pg_->size();
+  TDDP_CHECK(rows % chunk == 0,
+             "deterministic_step: chunk_size {} does not divide the global batch of {} rows: choose a chunk size "
+             "that divides it",
+             chunk, rows);
+  const int64_t total = rows / chunk;
+  TDDP_CHECK(total % world == 0,
+             "deterministic_step: the {} chunks of {} rows do not split over {} ranks: every rank takes the same "
+             "number of chunks (choose a world size that divides {}, or another chunk_size)",
+             total, chunk, world, total);
+  if (!exact_ || exact_->total_chunks() != total) {
+    std::vector<int64_t> grids = exact_ ? exact_->grid_state() : loaded_grids_;
+    exact_ = std::make_unique<ExactGradientSum>(params_, param_names_, pg_, total);
+    if (!grids.empty()) exact_->load_grid_state(grids);
+  }
+  for (Tensor& p : params_) p.mutable_grad() = Tensor();  // the step's .grad is its own
+  const int64_t count = total / world, first = pg_->rank() * count;
+  in_deterministic_step_ = true;
+  struct Leave {
+    bool& flag;
+    ~Leave() { flag = false; }
+  } leave{in_deterministic_step_};
+  std::vector<double> losses;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    losses.clear();
+    for (int64_t c = first; c < first + count; ++c) {
+      const Tensor loss = chunk_loss(inputs.narrow(0, c * chunk, chunk), targets.narrow(0, c * chunk, chunk));
+      TDDP_CHECK(loss.defined() && loss.numel() == 1,
+                 "deterministic_step: chunk_loss must return the chunk's loss, one value, got {}",
+                 loss.defined() ? tensor::format_shape(loss.sizes()) : std::string("an undefined tensor"));
+      losses.push_back(loss.item<double>());
+      if (c + 1 == first + count) exact_->overlap_next_chunk();  // its sums travel during backward
+      loss.backward();
+      exact_->add_chunk();
+    }
+    // The first step, or gradients that outgrew the grid: every rank runs its chunks again (the
+    // same parameters and data: the same gradients, which the agreed grid now bounds).
+    if (exact_->finish()) return chunk_mean(pg_.get(), losses, first, total);
+  }
+  throw Error(
+      "deterministic_step: the step's gradients changed when its chunks ran again (a nondeterministic kernel, or "
+      "a chunk_loss that changes state it reads?)");
+}
+
+std::vector<int64_t> DistributedDataParallel::deterministic_state() const {
+  return exact_ ? exact_->grid_state() : loaded_grids_;
+}
+
+void DistributedDataParallel::load_deterministic_state(std::vector<int64_t> bounds) {
+  TDDP_CHECK(options_.deterministic(),
+             "DistributedDataParallel::load_deterministic_state: the deterministic option is off");
+  TDDP_CHECK(bounds.size() == params_.size(),
+             "DistributedDataParallel::load_deterministic_state: {} bounds for {} parameters (a state saved for "
+             "another model?)",
+             bounds.size(), params_.size());
+  if (exact_) exact_->load_grid_state(bounds);
+  loaded_grids_ = std::move(bounds);
+}
+
+}  // namespace tinyddp::ddp

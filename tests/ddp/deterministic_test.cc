@@ -1,0 +1,200 @@
+// DistributedDataParallel's deterministic option: 1, 2, 3, 4 and 6 ranks (threads over Gloo)
+// train an MLP to the same bits through deterministic_step; the step's gradient is the whole
+// batch's (against one process's backward of the batch's loss, in float64); a run resumed on
+// another world size with the grids (deterministic_state) gives the uninterrupted run's bits
+// without running its first step twice; and what the option cannot take is refused by name.
+#include <map>
+#include <mutex>
+
+#include "tests/comm/comm_test_util.h"
+#include "tinyddp/ddp/distributed.h"
+#include "tinyddp/nn/nn.h"
+
+using namespace tinyddp;
+using Catch::Contains;
+using tinyddp::testing::borrow;
+using tinyddp::testing::Expectations;
+using tinyddp::testing::require_no_failures;
+using tinyddp::testing::run_threads;
+namespace t = tinyddp::tensor;
+
+namespace {
+
+constexpr int64_t kChunk = 2, kRows = 24;  // 12 chunks: 1, 2, 3, 4 and 6 ranks
+
+struct Batches {
+  std::vector<t::Tensor> inputs, targets;
+};
+Batches make_batches(int steps, t::DType dtype) {
+  t::Generator g(7);
+  Batches b;
+  for (int s = 0; s < steps; ++s) {
+    b.inputs.push_back(t::randn({kRows, 6}, t::TensorOptions().dtype(dtype), &g));
+    b.targets.push_back(t::randn({kRows, 3}, t::TensorOptions().dtype(dtype), &g));
+  }
+  return b;
+}
+
+// The same weights on every thread and world size (a generator of its own: threads share the
+// default one in no fixed order).
+std::shared_ptr<nn::Module> make_model(t::DType dtype) {
+  auto model = nn::mlp({6, 16, 3});
+  model->to(dtype);
+  t::Generator init(3);
+  t::NoGradGuard no_grad;
+  for (const t::Tensor& p : model->parameters()) t::uniform_(p, -0.5, 0.5, &init);
+  return model;
+}
+
+ddp::DDPOptions deterministic() { return ddp::DDPOptions().deterministic(true).chunk_size(kChunk); }
+
+struct Trained {
+  std::map<std::string, std::vector<double>> params;
+  std::vector<double> losses;
+  std::vector<int64_t> grids;
+  int64_t reruns = 0;
+};
+
+// Steps [first, last) of SGD through deterministic_step on `pg`, from `start` (state dict and
+// grids, or rank 0's fresh model); rank 0's result lands in `out`.
+void train_steps(comm::ProcessGroup& pg, Expectations& e, const Batches& data, int first, int last,
+                 const Trained* start, Trained& out, std::mutex& mutex) {
+  auto model = make_model(t::kFloat32);
+  if (start != nullptr) {
+    nn::OrderedDict<t::Tensor> state;
+    for (const auto& [name, values] : start->params) {
+      const t::Tensor saved = t::from_vector(values).to(t::kFloat32);
+      state.insert(name, saved.reshape(model->named_parameters().at(name).sizes()));
+    }
+    model->load_state_dict(state);
+  }
+  auto ddp = std::make_shared<ddp::DistributedDataParallel>(model, borrow(pg), deterministic());
+  if (start != nullptr && !start->grids.empty()) ddp->load_deterministic_state(start->grids);
+  nn::SGD opt(model->parameters(), nn::SGDOptions(0.05));
+  Trained mine = start != nullptr ? *start : Trained{};
+  for (int s = first; s < last; ++s) {
+    mine.losses.push_back(ddp->deterministic_step(
+        data.inputs[s], data.targets[s],
+        [&](const t::Tensor& x, const t::Tensor& y) { return nn::mse_loss(ddp->forward(x), y); }));
+    opt.step();
+  }
+  e.expect(ddp->exact_sum() != nullptr, "the exact sum exists after a step");
+  mine.grids = ddp->deterministic_state();
+  mine.reruns = ddp->exact_sum()->reruns();
+  for (const auto& [name, p] : model->named_parameters()) mine.params[name] = p.to(t::kFloat64).to_vector<double>();
+  if (pg.rank() == 0) {
+    std::lock_guard<std::mutex> lock(mutex);
+    out = mine;
+  }
+}
+
+Trained train_on(int world, const Batches& data, int first, int last, const Trained* start = nullptr) {
+  Trained out;
+  std::mutex mutex;
+  require_no_failures(run_threads(world, [&](comm::ProcessGroup& pg, Expectations& e) {
+    train_steps(pg, e, data, first, last, start, out, mutex);
+  }));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("DDP's deterministic option trains to the same bits on 1, 2, 3, 4 and 6 ranks", "[ddp][exact]") {
+  const Batches data = make_batches(4, t::kFloat32);
+  const Trained one = train_on(1, data, 0, 4);
+  CHECK(one.reruns == 1);  // the first step calibrates the grids
+  for (int world : {2, 3, 4, 6}) {
+    INFO(world << " ranks");
+    const Trained other = train_on(world, data, 0, 4);
+    CHECK(other.params == one.params);  // bit for bit
+    CHECK(other.losses == one.losses);
+    CHECK(other.grids == one.grids);
+  }
+}
+
+TEST_CASE("A run resumed on another world size with the grids gives the uninterrupted run's bits", "[ddp][exact]") {
+  const Batches data = make_batches(4, t::kFloat32);
+  const Trained straight = train_on(2, data, 0, 4);
+  const Trained half = train_on(3, data, 0, 2);
+  const Trained resumed = train_on(4, data, 2, 4, &half);
+  CHECK(resumed.params == straight.params);
+  CHECK(resumed.losses == straight.losses);
+  CHECK(resumed.reruns == 0);  // its first step added on the saved grids
+  Trained no_grids = half;
+  no_grids.grids.clear();
+  CHECK(train_on(4, data, 2, 4, &no_grids).reruns == 1);  // without them the first step runs twice
+}
+
+TEST_CASE("deterministic_step leaves the whole batch's gradient and returns its loss", "[ddp][exact]") {
+  // float64: the exact mean of the chunks' gradients, rounded once, against one backward of the
+  // batch's mean loss (the same sum in another order): within a few float64 roundings.
+  const Batches data = make_batches(1, t::kFloat64);
+  auto reference = make_model(t::kFloat64);
+  const t::Tensor ref_loss = nn::mse_loss(reference->forward(data.inputs[0]), data.targets[0]);
+  ref_loss.backward();
+  require_no_failures(run_threads(3, [&](comm::ProcessGroup& pg, Expectations& e) {
+    auto model = make_model(t::kFloat64);
+    ddp::DistributedDataParallel ddp(model, borrow(pg), deterministic());
+    const double loss =
+        ddp.deterministic_step(data.inputs[0], data.targets[0],
+                               [&](const t::Tensor& x, const t::Tensor& y) { return nn::mse_loss(ddp.forward(x), y); });
+    e.expect(std::abs(loss - ref_loss.item<double>()) <= 1e-14 * std::abs(ref_loss.item<double>()), "the loss");
+    const auto ref_params = reference->named_parameters();
+    for (const auto& [name, p] : model->named_parameters()) {
+      const t::Tensor want = ref_params.at(name).grad();
+      const double err = t::max(t::abs(t::sub(p.grad(), want))).item<double>();
+      const double scale = t::max(t::abs(want)).item<double>();
+      e.expect(err <= 1e-13 * scale, fmt::format("{}'s gradient differs by {:.3g} (scale {:.3g})", name, err, scale));
+    }
+  }));
+}
+
+TEST_CASE("DDP's deterministic option refuses what it cannot take, by name", "[ddp][exact]") {
+  require_no_failures(run_threads(2, [&](comm::ProcessGroup& pg, Expectations& e) {
+    const auto refused = [&](const std::function<void()>& f, const std::string& message) {
+      try {
+        f();
+        e.expect(false, "expected an error containing: " + message);
+      } catch (const std::exception& ex) {
+        e.expect(std::string(ex.what()).find(message) != std::string::npos,
+                 fmt::format("'{}' does not contain '{}'", ex.what(), message));
+      }
+    };
+    auto model = make_model(t::kFloat32);
+    ddp::DistributedDataParallel ddp(model, borrow(pg), deterministic());
+    const t::Tensor x = t::randn({kRows, 6}), y = t::randn({kRows, 3});
+    const auto loss = [&](const t::Tensor& a, const t::Tensor& b) { return nn::mse_loss(ddp.forward(a), b); };
+    refused([&] { ddp.forward(x); }, "training forwards run inside deterministic_step");
+    refused([&] { ddp.deterministic_step(x.narrow(0, 0, 5), y.narrow(0, 0, 5), loss); },
+            "chunk_size 2 does not divide the global batch of 5 rows");
+    refused([&] { ddp.deterministic_step(x.narrow(0, 0, 6), y.narrow(0, 0, 6), loss); },
+            "the 3 chunks of 2 rows do not split over 2 ranks");
+    refused([&] { ddp.register_comm_hook([](ddp::GradBucket&) { return std::shared_ptr<ddp::Future>(); }); },
+            "takes no comm hook");
+    refused([&] { ddp.load_deterministic_state({1, 2}); }, "2 bounds for 4 parameters");
+    refused([&] { ddp.join([] {}); }, "join does not take the deterministic option");
+    refused(
+        [&] {
+          ddp::DistributedDataParallel made(make_model(t::kFloat32), borrow(pg),
+                                            deterministic().find_unused_parameters(true));
+        },
+        "does not take find_unused_parameters or static_graph");
+    {
+      t::NoGradGuard no_grad;
+      e.expect(ddp.forward(x).size(0) == kRows, "an evaluation forward runs anywhere");
+    }
+    auto with_bn = std::make_shared<nn::Sequential>();
+    with_bn->push_back(std::make_shared<nn::Linear>(6, 4));
+    with_bn->push_back(std::make_shared<nn::BatchNorm1d>(4));
+    refused([&] { ddp::DistributedDataParallel made(with_bn, borrow(pg), deterministic()); },
+            "does not take BatchNorm yet ('1')");
+    auto with_dropout = std::make_shared<nn::Sequential>();
+    with_dropout->push_back(std::make_shared<nn::Linear>(6, 4));
+    with_dropout->push_back(std::make_shared<nn::Dropout>(0.1));
+    refused([&] { ddp::DistributedDataParallel made(with_dropout, borrow(pg), deterministic()); },
+            "does not take dropout yet ('1' with p > 0)");
+    auto plain = make_model(t::kFloat32);
+    ddp::DistributedDataParallel off(plain, borrow(pg));
+    refused([&] { off.deterministic_step(x, y, loss); }, "the deterministic option is off");
+  }));
+}
