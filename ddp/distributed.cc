@@ -77,6 +77,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   const bool any_timeline = verify_same_parameters(names).any_timeline;
   // Every parameter (frozen ones too) and buffer starts as rank 0's.
   broadcast_coalesced(module_states());
+  if (options_.deterministic()) agree_chunk_seed();
   ReducerOptions reducer_options;
   reducer_options.first_bucket_cap_bytes(static_cast<size_t>(options_.first_bucket_cap_mb() * (1 << 20)));
   reducer_options.bucket_cap_bytes(static_cast<size_t>(options_.bucket_cap_mb() * (1 << 20)));

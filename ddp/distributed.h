@@ -138,8 +138,14 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   // chunks once more (ExactGradientSum::finish), so chunk_loss must not change state it reads.
   using ChunkLoss = std::function<Tensor(const Tensor& inputs, const Tensor& targets)>;
   double deterministic_step(const Tensor& inputs, const Tensor& targets, const ChunkLoss& chunk_loss);
-  // The exact sum's grids (ExactGradientSum::grid_state), for checkpoints: a run resumed with
-  // them, on any world size, gives the bits of the uninterrupted run.
+  // Randomness inside a chunk (dropout) is the chunk's own: before its forward the default
+  // generator is seeded from rank 0's initial seed, the step's count and the chunk's index, and
+  // after the step it is put back where it was, so a mask depends on neither the rank nor the
+  // world size (the CPU generator's draws; CUDA's generator is not forked yet).
+  //
+  // The option's state, for checkpoints: the steps done, then the exact sum's grids
+  // (ExactGradientSum::grid_state). A run resumed with it, on any world size, gives the bits of
+  // the uninterrupted run.
   std::vector<int64_t> deterministic_state() const;
   void load_deterministic_state(std::vector<int64_t> bounds);
   // Null before the first deterministic_step.
@@ -241,8 +247,10 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   void sync_module_buffers(bool candidate);
   // forward and forward_many around the module's own call (which returns its outputs).
   nn::Value run_forward(const std::function<nn::Value()>& module_forward);
-  // The deterministic option: what it cannot take, refused by name at construction.
+  // The deterministic option: what it cannot take, refused by name at construction; then
+  // (a collective) rank 0's seed for the chunks' randomness.
   void check_deterministic() const;
+  void agree_chunk_seed();
 
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<comm::ProcessGroup> pg_;
@@ -261,6 +269,8 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   std::unique_ptr<ExactGradientSum> exact_;
   std::vector<int64_t> loaded_grids_;
   bool in_deterministic_step_ = false;
+  uint64_t chunk_seed_ = 0;          // rank 0's initial seed, agreed at construction
+  int64_t deterministic_steps_ = 0;  // steps done (the chunks' seeds count them)
 };
 
 }  // namespace tinyddp::ddp

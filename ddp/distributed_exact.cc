@@ -10,7 +10,7 @@
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/ddp/sync_batchnorm.h"
 #include "tinyddp/nn/batchnorm.h"
-#include "tinyddp/nn/layers.h"
+#include "tinyddp/tensor/random.h"
 
 namespace tinyddp::ddp {
 
@@ -35,14 +35,26 @@ void DistributedDataParallel::check_deterministic() const {
                "DistributedDataParallel: the deterministic option does not take BatchNorm yet ({}): its running "
                "statistics would follow the chunks each rank runs, not the chunk order",
                where);
-    const auto* dropout = dynamic_cast<nn::Dropout*>(m.get());
-    const auto* dropout2d = dynamic_cast<nn::Dropout2d*>(m.get());
-    TDDP_CHECK((dropout == nullptr || dropout->p == 0) && (dropout2d == nullptr || dropout2d->p == 0),
-               "DistributedDataParallel: the deterministic option does not take dropout yet ({} with p > 0): each "
-               "rank draws its own masks, so a chunk's mask would depend on the rank that runs it",
-               where);
   }
 }
+
+void DistributedDataParallel::agree_chunk_seed() {
+  Tensor seed = tensor::from_vector<int64_t>({static_cast<int64_t>(tensor::default_generator().initial_seed())});
+  pg_->broadcast(seed, 0)->wait();
+  chunk_seed_ = static_cast<uint64_t>(seed.item<int64_t>());
+}
+
+namespace {
+
+// splitmix64's finaliser: a well-mixed 64-bit seed from the step and chunk counts.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
 
 void DistributedDataParallel::register_comm_hook(CommHook hook) {
   TDDP_CHECK(!options_.deterministic(),
@@ -76,14 +88,23 @@ double DistributedDataParallel::deterministic_step(const Tensor& inputs, const T
   for (Tensor& p : params_) p.mutable_grad() = Tensor();  // the step's .grad is its own
   const int64_t count = total / world, first = pg_->rank() * count;
   in_deterministic_step_ = true;
+  // The rank's own generator comes back after the step, whatever the chunks drew.
+  tensor::Generator& generator = tensor::default_generator();
   struct Leave {
     bool& flag;
-    ~Leave() { flag = false; }
-  } leave{in_deterministic_step_};
+    tensor::Generator& generator;
+    std::string state;
+    ~Leave() {
+      flag = false;
+      generator.set_state(state);
+    }
+  } leave{in_deterministic_step_, generator, generator.get_state()};
   std::vector<double> losses;
   for (int attempt = 0; attempt < 2; ++attempt) {
     losses.clear();
     for (int64_t c = first; c < first + count; ++c) {
+      generator.manual_seed(mix(mix(chunk_seed_ ^ mix(static_cast<uint64_t>(deterministic_steps_))) +
+                                static_cast<uint64_t>(c)));  // this chunk's draws, on any rank
       const Tensor loss = chunk_loss(inputs.narrow(0, c * chunk, chunk), targets.narrow(0, c * chunk, chunk));
       TDDP_CHECK(loss.defined() && loss.numel() == 1,
                  "deterministic_step: chunk_loss must return the chunk's loss, one value, got {}",
@@ -95,7 +116,10 @@ double DistributedDataParallel::deterministic_step(const Tensor& inputs, const T
     }
     // The first step, or gradients that outgrew the grid: every rank runs its chunks again (the
     // same parameters and data: the same gradients, which the agreed grid now bounds).
-    if (exact_->finish()) return chunk_mean(pg_.get(), losses, first, total);
+    if (exact_->finish()) {
+      ++deterministic_steps_;
+      return chunk_mean(pg_.get(), losses, first, total);
+    }
   }
   throw Error(
       "deterministic_step: the step's gradients changed when its chunks ran again (a nondeterministic kernel, or "
@@ -103,18 +127,23 @@ double DistributedDataParallel::deterministic_step(const Tensor& inputs, const T
 }
 
 std::vector<int64_t> DistributedDataParallel::deterministic_state() const {
-  return exact_ ? exact_->grid_state() : loaded_grids_;
+  std::vector<int64_t> state{deterministic_steps_};
+  for (int64_t bound : exact_ ? exact_->grid_state() : loaded_grids_) state.push_back(bound);
+  if (!exact_ && loaded_grids_.empty()) state.resize(1 + params_.size(), ExactGradientSum::kUnknownBound);
+  return state;
 }
 
-void DistributedDataParallel::load_deterministic_state(std::vector<int64_t> bounds) {
+void DistributedDataParallel::load_deterministic_state(std::vector<int64_t> state) {
   TDDP_CHECK(options_.deterministic(),
              "DistributedDataParallel::load_deterministic_state: the deterministic option is off");
-  TDDP_CHECK(bounds.size() == params_.size(),
-             "DistributedDataParallel::load_deterministic_state: {} bounds for {} parameters (a state saved for "
-             "another model?)",
-             bounds.size(), params_.size());
+  TDDP_CHECK(state.size() == params_.size() + 1 && state[0] >= 0,
+             "DistributedDataParallel::load_deterministic_state: {} values, expected {} (the steps done, then a bound "
+             "for each of the {} parameters): a state saved for another model?",
+             state.size(), params_.size() + 1, params_.size());
+  std::vector<int64_t> bounds(state.begin() + 1, state.end());
   if (exact_) exact_->load_grid_state(bounds);
   loaded_grids_ = std::move(bounds);
+  deterministic_steps_ = state[0];
 }
 
 }  // namespace tinyddp::ddp

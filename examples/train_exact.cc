@@ -12,7 +12,7 @@
 namespace tinyddp::examples {
 
 namespace {
-constexpr const char* kGridsKey = "deterministic.grids";
+constexpr const char* kGridsKey = "deterministic.state";
 }  // namespace
 
 ChunkShare chunk_share(int64_t rows, int64_t chunk_size, int rank, int world) {

@@ -45,10 +45,9 @@ void GPTTrainConfig::validate() const {
              fsdp ? "" : " without --fsdp");
   TDDP_CHECK(chunk_size >= 1, "--chunk_size must be positive, got {}", chunk_size);
   TDDP_CHECK(
-      !deterministic ||
-          (dropout == 0 && !zero && !fsdp && comm_hook == "allreduce" && gradient_accumulation_steps == 0),
-      "--deterministic trains through DDP's deterministic option: it does not take --dropout (each rank draws its "
-      "own masks), --zero, --fsdp, --comm_hook or --gradient_accumulation_steps");
+      !deterministic || (!zero && !fsdp && comm_hook == "allreduce" && gradient_accumulation_steps == 0),
+      "--deterministic trains through DDP's deterministic option: it does not take --zero, --fsdp, --comm_hook or "
+      "--gradient_accumulation_steps (its chunks are the micro-steps)");
   TDDP_CHECK(timeout_s > 0, "--timeout must be positive, got {}", timeout_s);
   TDDP_CHECK(threads >= 0, "--threads must be positive (or 0: the default), got {}", threads);
 }

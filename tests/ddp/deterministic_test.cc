@@ -6,7 +6,10 @@
 #include <map>
 #include <mutex>
 
+#include <fstream>
+
 #include "tests/comm/comm_test_util.h"
+#include "tests/test_util.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/nn/nn.h"
 
@@ -15,6 +18,7 @@ using Catch::Contains;
 using tinyddp::testing::borrow;
 using tinyddp::testing::Expectations;
 using tinyddp::testing::require_no_failures;
+using tinyddp::testing::run_processes;
 using tinyddp::testing::run_threads;
 namespace t = tinyddp::tensor;
 
@@ -171,7 +175,7 @@ TEST_CASE("DDP's deterministic option refuses what it cannot take, by name", "[d
             "the 3 chunks of 2 rows do not split over 2 ranks");
     refused([&] { ddp.register_comm_hook([](ddp::GradBucket&) { return std::shared_ptr<ddp::Future>(); }); },
             "takes no comm hook");
-    refused([&] { ddp.load_deterministic_state({1, 2}); }, "2 bounds for 4 parameters");
+    refused([&] { ddp.load_deterministic_state({1, 2}); }, "2 values, expected 5 (the steps done, then a bound");
     refused([&] { ddp.join([] {}); }, "join does not take the deterministic option");
     refused(
         [&] {
@@ -188,13 +192,54 @@ TEST_CASE("DDP's deterministic option refuses what it cannot take, by name", "[d
     with_bn->push_back(std::make_shared<nn::BatchNorm1d>(4));
     refused([&] { ddp::DistributedDataParallel made(with_bn, borrow(pg), deterministic()); },
             "does not take BatchNorm yet ('1')");
-    auto with_dropout = std::make_shared<nn::Sequential>();
-    with_dropout->push_back(std::make_shared<nn::Linear>(6, 4));
-    with_dropout->push_back(std::make_shared<nn::Dropout>(0.1));
-    refused([&] { ddp::DistributedDataParallel made(with_dropout, borrow(pg), deterministic()); },
-            "does not take dropout yet ('1' with p > 0)");
     auto plain = make_model(t::kFloat32);
     ddp::DistributedDataParallel off(plain, borrow(pg));
     refused([&] { off.deterministic_step(x, y, loss); }, "the deterministic option is off");
   }));
+}
+
+namespace {
+
+// Processes (the default generator is per process): an MLP with Dropout(0.5) for 3 steps
+// through deterministic_step on `world` ranks; rank 0 writes its parameters and losses, in
+// text with 17 digits, to the returned path.
+std::string dropout_run(int world, const std::string& name) {
+  const std::string path = tinyddp::testing::temp_path(name);
+  const Batches data = make_batches(3, t::kFloat32);
+  require_no_failures(run_processes(world, [&](comm::ProcessGroup& pg, Expectations& e) {
+    t::manual_seed(11 + static_cast<uint64_t>(pg.rank()));  // each rank its own stream, as train's seed + rank
+    auto net = std::make_shared<nn::Sequential>();
+    net->push_back(std::make_shared<nn::Linear>(6, 32));
+    net->push_back(std::make_shared<nn::ReLU>());
+    net->push_back(std::make_shared<nn::Dropout>(0.5));
+    net->push_back(std::make_shared<nn::Linear>(32, 3));
+    ddp::DistributedDataParallel model(net, borrow(pg), deterministic());
+    nn::SGD opt(net->parameters(), nn::SGDOptions(0.05));
+    std::ofstream out;
+    if (pg.rank() == 0) out.open(path);
+    out.precision(17);
+    const std::string before = t::default_generator().get_state();
+    for (int s = 0; s < 3; ++s) {
+      out << model.deterministic_step(data.inputs[s], data.targets[s], [&](const t::Tensor& x, const t::Tensor& y) {
+        return nn::mse_loss(model.forward(x), y);
+      }) << "\n";
+      opt.step();
+    }
+    e.expect(t::default_generator().get_state() == before, "the rank's generator is where it was");
+    for (const t::Tensor& p : net->parameters()) {
+      for (double v : p.to(t::kFloat64).to_vector<double>()) out << v << "\n";
+    }
+  }));
+  return tinyddp::testing::read_file(path);
+}
+
+}  // namespace
+
+TEST_CASE("Dropout under the deterministic option: each chunk's masks are its own, on any world size", "[ddp][exact]") {
+  const std::string one = dropout_run(1, "deterministic_dropout_1.txt");
+  REQUIRE(one.size() > 1000);
+  for (int world : {2, 3}) {
+    INFO(world << " ranks");
+    CHECK(dropout_run(world, "deterministic_dropout_" + std::to_string(world) + ".txt") == one);
+  }
 }

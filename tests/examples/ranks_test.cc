@@ -271,8 +271,18 @@ TEST_CASE(
       CHECK(tinyddp::testing::read_file(saved) == alone);
     }
   }
-  const CommandResult dropout = run_command("examples/train_gpt --deterministic --dropout 0.1 --steps 1");
-  CHECK(dropout.exit_code == 1);
-  CHECK_THAT(dropout.output, Contains("--deterministic trains through DDP's deterministic option: it does not take "
-                                      "--dropout (each rank draws its own masks)"));
+  // With dropout: each chunk draws its masks from a seed of its own (the step and the chunk's
+  // index), so 3 ranks still give one process's bytes.
+  const std::string dropout_alone = temp_path("gpt_exact_dropout_1.safetensors"),
+                    dropout_three = temp_path("gpt_exact_dropout_3.safetensors");
+  REQUIRE(run_command(args + dropout_alone + " --dropout 0.1").exit_code == 0);
+  REQUIRE(run_command("launcher/launch --nproc_per_node 3 -- " + args + dropout_three + " --dropout 0.1").exit_code ==
+          0);
+  const std::string dropped = tinyddp::testing::read_file(dropout_alone);
+  CHECK(dropped != alone);  // the masks changed the run
+  CHECK(tinyddp::testing::read_file(dropout_three) == dropped);
+  const CommandResult zero = run_command("examples/train_gpt --deterministic --zero --steps 1");
+  CHECK(zero.exit_code == 1);
+  CHECK_THAT(zero.output, Contains("--deterministic trains through DDP's deterministic option: it does not take "
+                                   "--zero, --fsdp"));
 }
