@@ -14,6 +14,8 @@
 
 namespace tinyddp::ddp {
 
+using tensor::splitmix64;
+
 void DistributedDataParallel::check_deterministic() const {
   TDDP_CHECK(options_.chunk_size() >= 1, "DistributedDataParallel: chunk_size must be at least 1 row, got {}",
              options_.chunk_size());
@@ -43,18 +45,6 @@ void DistributedDataParallel::agree_chunk_seed() {
   pg_->broadcast(seed, 0)->wait();
   chunk_seed_ = static_cast<uint64_t>(seed.item<int64_t>());
 }
-
-namespace {
-
-// splitmix64's finaliser: a well-mixed 64-bit seed from the step and chunk counts.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 void DistributedDataParallel::register_comm_hook(CommHook hook) {
   TDDP_CHECK(!options_.deterministic(),
@@ -103,8 +93,9 @@ double DistributedDataParallel::deterministic_step(const Tensor& inputs, const T
   for (int attempt = 0; attempt < 2; ++attempt) {
     losses.clear();
     for (int64_t c = first; c < first + count; ++c) {
-      generator.manual_seed(mix(mix(chunk_seed_ ^ mix(static_cast<uint64_t>(deterministic_steps_))) +
-                                static_cast<uint64_t>(c)));  // this chunk's draws, on any rank
+      generator.manual_seed(
+          splitmix64(splitmix64(chunk_seed_ ^ splitmix64(static_cast<uint64_t>(deterministic_steps_))) +
+                     static_cast<uint64_t>(c)));  // this chunk's draws, on any rank
       const Tensor loss = chunk_loss(inputs.narrow(0, c * chunk, chunk), targets.narrow(0, c * chunk, chunk));
       TDDP_CHECK(loss.defined() && loss.numel() == 1,
                  "deterministic_step: chunk_loss must return the chunk's loss, one value, got {}",

@@ -18,6 +18,7 @@
 namespace tinyddp::examples {
 
 namespace fs = std::filesystem;
+using tensor::splitmix64;
 using tensor::Tensor;
 
 namespace {
@@ -43,14 +44,6 @@ std::string read_file(const fs::path& path) {
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-// SplitMix64's finaliser: seeds that differ in one bit give unrelated streams.
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
 }
 
 }  // namespace
@@ -131,7 +124,7 @@ TextSplit::TextSplit(const TextCorpus& corpus, uint64_t seed, int64_t context)
   TDDP_CHECK(starts.size() >= 2,
              "corpus: {} has {} tokens, too few for a training and a validation part with windows of {} + 1 tokens",
              corpus.source(), corpus.size(), context);
-  tensor::Generator g(mix(seed) ^ 0x5711);
+  tensor::Generator g(splitmix64(seed) ^ 0x5711);
   const Tensor order = tensor::randperm(static_cast<int64_t>(starts.size()), &g);
   const int64_t validation = std::max<int64_t>(1, static_cast<int64_t>(starts.size()) / 10);
   for (int64_t i = 0; i < order.numel(); ++i) {
@@ -158,11 +151,13 @@ std::pair<Tensor, Tensor> TextSplit::windows(const std::vector<int64_t>& blocks,
 }
 
 std::pair<Tensor, Tensor> TextSplit::train_batch(int64_t step, int rank, int64_t rows) const {
-  return windows(train_blocks_, mix(mix(mix(seed_) + static_cast<uint64_t>(rank)) + static_cast<uint64_t>(step)), rows);
+  return windows(train_blocks_,
+                 splitmix64(splitmix64(splitmix64(seed_) + static_cast<uint64_t>(rank)) + static_cast<uint64_t>(step)),
+                 rows);
 }
 
 std::pair<Tensor, Tensor> TextSplit::validation(int64_t count) const {
-  return windows(validation_blocks_, mix(seed_ ^ 0xE7A1), count);
+  return windows(validation_blocks_, splitmix64(seed_ ^ 0xE7A1), count);
 }
 
 double TextSplit::bigram_loss(int64_t count) const {

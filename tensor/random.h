@@ -51,6 +51,15 @@ class Generator {
   std::mutex mutex_;
 };
 
+// SplitMix64's finaliser: a well-mixed 64-bit value from any 64-bit input (seeds that differ
+// in one bit give unrelated streams). Used to derive seeds from counters.
+constexpr uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
 // The default CPU generator used when none is given.
 Generator& default_generator();
 // Seeds the default generator (torch.manual_seed).
