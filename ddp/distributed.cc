@@ -43,14 +43,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     ignored_.insert(name);
   }
   // Parameters that require grad, each once even if shared between layers.
-  std::vector<std::string> names;
   std::unordered_set<const tensor::TensorImpl*> seen;
   for (const auto& [name, p] : named_params) {
     if (ignored_.count(name) != 0 || !p.requires_grad() || !seen.insert(p.impl()).second) continue;
     params_.push_back(p);
-    names.push_back(name);
+    param_names_.push_back(name);
   }
-  param_names_ = names;
   TDDP_CHECK(
       !params_.empty(),
       "DistributedDataParallel: the module has no parameter that requires a gradient (apart from those in "
@@ -60,11 +58,11 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
         params_[i].device() == params_.front().device(),
         "DistributedDataParallel: parameters are on several devices ('{}' on {}, '{}' on {}); move the module to "
         "one device (module->to(device)) before wrapping it",
-        names.front(), params_.front().device().str(), names[i], params_[i].device().str());
+        param_names_.front(), params_.front().device().str(), param_names_[i], params_[i].device().str());
     const bool on_gpu = params_[i].is_cuda();
     TDDP_CHECK(pg_->tensor_rules().accepts(params_[i].device()),
                "DistributedDataParallel: the {} backend needs the module on {}, but parameter '{}' is on {} ({}); {}",
-               pg_->backend(), on_gpu ? "the CPU" : "this rank's GPU", names[i], params_[i].device().str(),
+               pg_->backend(), on_gpu ? "the CPU" : "this rank's GPU", param_names_[i], params_[i].device().str(),
                pg_->tensor_rules().takes,
                on_gpu ? "call module->to(kCPU) first"
                       : "call module->to(Device(kCUDA, local_rank)) first, or use the gloo backend");
@@ -74,25 +72,46 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   if (options_.timeline().empty()) {
     if (const char* env = std::getenv("TINYDDP_DDP_TIMELINE"); env != nullptr && *env != '\0') options_.timeline(env);
   }
-  const bool any_timeline = verify_same_parameters(names).any_timeline;
+  const bool any_timeline = verify_same_parameters(param_names_).any_timeline;
   // Every parameter (frozen ones too) and buffer starts as rank 0's.
   broadcast_coalesced(module_states());
-  if (options_.deterministic()) agree_chunk_seed();
-  ReducerOptions reducer_options;
-  reducer_options.first_bucket_cap_bytes(static_cast<size_t>(options_.first_bucket_cap_mb() * (1 << 20)));
-  reducer_options.bucket_cap_bytes(static_cast<size_t>(options_.bucket_cap_mb() * (1 << 20)));
-  reducer_options.find_unused_parameters(options_.find_unused_parameters());
-  reducer_options.gradient_as_bucket_view(options_.gradient_as_bucket_view());
-  reducer_options.static_graph(options_.static_graph());
-  reducer_ = std::make_unique<Reducer>(params_, names, pg_, reducer_options);
+  if (options_.deterministic()) {
+    // No Reducer and no gradient hooks: deterministic_step sums the gradients. The timeline
+    // gets a recorder of its own (the step's user spans).
+    agree_chunk_seed();
+    loaded_grids_.assign(params_.size(), ExactGradientSum::kUnknownBound);
+    deterministic_recorder_ = std::make_unique<Recorder>(-1);
+  } else {
+    ReducerOptions reducer_options;
+    reducer_options.first_bucket_cap_bytes(static_cast<size_t>(options_.first_bucket_cap_mb() * (1 << 20)));
+    reducer_options.bucket_cap_bytes(static_cast<size_t>(options_.bucket_cap_mb() * (1 << 20)));
+    reducer_options.find_unused_parameters(options_.find_unused_parameters());
+    reducer_options.gradient_as_bucket_view(options_.gradient_as_bucket_view());
+    reducer_options.static_graph(options_.static_graph());
+    reducer_ = std::make_unique<Reducer>(params_, param_names_, pg_, reducer_options);
+  }
   if (!options_.timeline().empty()) {
-    reducer_->recorder().enable_timeline();
+    recorder().enable_timeline();
     observe_layer_collectives(true);
   }
   // One clock for every rank's timeline (agree_on_time_zero), when any rank records one:
   // every rank takes part then, whether its own timeline is on or not, so ranks that disagree
   // on the option still make the same collectives.
-  if (any_timeline) reducer_->recorder().align_timeline(agree_on_time_zero(*pg_, control_device_));
+  if (any_timeline) recorder().align_timeline(agree_on_time_zero(*pg_, control_device_));
+}
+
+Recorder& DistributedDataParallel::recorder() const {
+  return reducer_ ? reducer_->recorder() : *deterministic_recorder_;
+}
+
+DDPStats DistributedDataParallel::stats() const {
+  return reducer_ ? reducer_->stats() : deterministic_recorder_->stats({}, false);
+}
+
+const Reducer& DistributedDataParallel::reducer() const {
+  TDDP_CHECK(reducer_ != nullptr,
+             "DistributedDataParallel::reducer: the deterministic option has no Reducer (exact_sum() holds its sums)");
+  return *reducer_;
 }
 
 std::vector<Tensor> DistributedDataParallel::module_states() const {
@@ -123,9 +142,10 @@ void DistributedDataParallel::observe_layer_collectives(bool on) {
     if (auto* sync = dynamic_cast<LayerCollectives*>(m.get())) {
       sync->on_collective = nullptr;
       if (on) {
-        sync->on_collective = [recorder = &reducer_->recorder()](
-                                  const std::string& name, Recorder::Clock::time_point start,
-                                  Recorder::Clock::time_point end) { recorder->layer_collective(name, start, end); };
+        sync->on_collective = [recorder = &recorder()](const std::string& name, Recorder::Clock::time_point start,
+                                                       Recorder::Clock::time_point end) {
+          recorder->layer_collective(name, start, end);
+        };
       }
     }
     for (const auto& child : m->children()) pending.push_back(child);
@@ -144,7 +164,7 @@ DistributedDataParallel::~DistributedDataParallel() {
 
 void DistributedDataParallel::write_timeline(const std::string& path) const {
   TDDP_CHECK(!options_.timeline().empty(), "write_timeline: the timeline option is off (DDPOptions().timeline(path))");
-  reducer_->recorder().timeline().write(path, pg_->rank());
+  recorder().timeline().write(path, pg_->rank());
 }
 
 DistributedDataParallel::RanksAgreed DistributedDataParallel::verify_same_parameters(

@@ -102,7 +102,8 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   ~DistributedDataParallel() override;
 
   // Bucket sizes, whether they were rebuilt, and per-iteration timings (see DDPStats).
-  DDPStats stats() const { return reducer_->stats(); }
+  // (Empty under the deterministic option, which has no Reducer: see exact_sum().)
+  DDPStats stats() const;
   // Writes this rank's timeline (requires the timeline option) to `path`.
   void write_timeline(const std::string& path) const;
 
@@ -123,7 +124,7 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   nn::Value forward_kwargs(const std::vector<Tensor>& args, const nn::Value& kwargs) override;
   std::shared_ptr<nn::Module> module() const { return module_; }
   const DDPOptions& options() const { return options_; }
-  const Reducer& reducer() const { return *reducer_; }
+  const Reducer& reducer() const;  // throws under the deterministic option (no Reducer)
   comm::ProcessGroup& process_group() const { return *pg_; }
   std::shared_ptr<comm::ProcessGroup> process_group_ptr() const { return pg_; }
 
@@ -200,7 +201,7 @@ class DistributedDataParallel : public nn::Module, public Joinable {
     std::string name_;
     Recorder::Clock::time_point start_;
   };
-  TimelineSpan timeline_span(std::string name) { return TimelineSpan(reducer_->recorder(), std::move(name)); }
+  TimelineSpan timeline_span(std::string name) { return TimelineSpan(recorder(), std::move(name)); }
 
   // Uneven inputs (PyTorch's `with ddp.join():`): every rank calls join() with its own
   // training loop. Each forward inside tells the others this rank is still active; a rank
@@ -251,6 +252,8 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   // (a collective) rank 0's seed for the chunks' randomness.
   void check_deterministic() const;
   void agree_chunk_seed();
+  // The Reducer's recorder, or the deterministic option's own.
+  Recorder& recorder() const;
 
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<comm::ProcessGroup> pg_;
@@ -258,16 +261,18 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   std::vector<Tensor> params_;
   std::vector<std::string> param_names_;  // params_'s names in the module
   std::unordered_set<std::string> ignored_;
-  tensor::Device control_device_;  // see control_device() in reducer.h
-  std::unique_ptr<Reducer> reducer_;
+  tensor::Device control_device_;           // see control_device() in reducer.h
+  std::unique_ptr<Reducer> reducer_;        // null under the deterministic option
   bool require_sync_ = true;                // false inside no_sync (PyTorch's require_backward_grad_sync)
   bool require_forward_param_sync_ = true;  // the previous forward synchronised: broadcast buffers first
   Tensor should_sync_flag_;                 // Join: this forward's "my backward synchronises" (1 or 0)
   std::shared_ptr<comm::Work> should_sync_work_;
   // The deterministic option: the exact sum (made at the first step, again when the chunk
-  // count changes), grids loaded before it exists, and whether a step is running.
+  // count changes), the grids loaded before it exists (kUnknownBound each at first), whether
+  // a step is running, and the timeline's recorder.
   std::unique_ptr<ExactGradientSum> exact_;
   std::vector<int64_t> loaded_grids_;
+  std::unique_ptr<Recorder> deterministic_recorder_;
   bool in_deterministic_step_ = false;
   uint64_t chunk_seed_ = 0;          // rank 0's initial seed, agreed at construction
   int64_t deterministic_steps_ = 0;  // steps done (the chunks' seeds count them)

@@ -71,9 +71,9 @@ double DistributedDataParallel::deterministic_step(const Tensor& inputs, const T
              "number of chunks (choose a world size that divides {}, or another chunk_size)",
              total, chunk, world, total);
   if (!exact_ || exact_->total_chunks() != total) {
-    std::vector<int64_t> grids = exact_ ? exact_->grid_state() : loaded_grids_;
+    const std::vector<int64_t> grids = exact_ ? exact_->grid_state() : loaded_grids_;
     exact_ = std::make_unique<ExactGradientSum>(params_, param_names_, pg_, total);
-    if (!grids.empty()) exact_->load_grid_state(grids);
+    exact_->load_grid_state(grids);
   }
   for (Tensor& p : params_) p.mutable_grad() = Tensor();  // the step's .grad is its own
   const int64_t count = total / world, first = pg_->rank() * count;
@@ -120,7 +120,6 @@ double DistributedDataParallel::deterministic_step(const Tensor& inputs, const T
 std::vector<int64_t> DistributedDataParallel::deterministic_state() const {
   std::vector<int64_t> state{deterministic_steps_};
   for (int64_t bound : exact_ ? exact_->grid_state() : loaded_grids_) state.push_back(bound);
-  if (!exact_ && loaded_grids_.empty()) state.resize(1 + params_.size(), ExactGradientSum::kUnknownBound);
   return state;
 }
 

@@ -177,6 +177,8 @@ TEST_CASE("DDP's deterministic option refuses what it cannot take, by name", "[d
             "takes no comm hook");
     refused([&] { ddp.load_deterministic_state({1, 2}); }, "2 values, expected 5 (the steps done, then a bound");
     refused([&] { ddp.join([] {}); }, "join does not take the deterministic option");
+    refused([&] { ddp.reducer(); }, "the deterministic option has no Reducer");
+    e.expect(ddp.stats().bucket_bytes.empty() && ddp.stats().iterations == 0, "no Reducer: no buckets, no iterations");
     refused(
         [&] {
           ddp::DistributedDataParallel made(make_model(t::kFloat32), borrow(pg),
