@@ -111,13 +111,17 @@ ExactGradientSum::~ExactGradientSum() {
   for (auto& hook : hooks_) hook.remove();
 }
 
+void ExactGradientSum::launch(size_t p) {
+  launched_[p] = pg_->allreduce(sums_.narrow(0, offsets_[p], offsets_[p + 1] - offsets_[p]));
+}
+
 void ExactGradientSum::overlap_next_chunk() {
   if (hooks_.empty()) {
     for (size_t p = 0; p < params_.size(); ++p) {
       hooks_.push_back(params_[p].grad_accumulator()->add_post_hook([this, p] {
         if (!overlapping_) return;
         add_gradient(p);
-        if (pg_) launched_[p] = pg_->allreduce(sums_.narrow(0, offsets_[p], offsets_[p + 1] - offsets_[p]));
+        if (pg_) launch(p);
       }));
     }
   }
@@ -171,7 +175,7 @@ bool ExactGradientSum::finish() {
   const bool refused = got[0] != 0;
   if (pg_ && !refused) {
     for (size_t p = 0; p < params_.size(); ++p) {
-      if (!launched_[p]) launched_[p] = pg_->allreduce(sums_.narrow(0, offsets_[p], offsets_[p + 1] - offsets_[p]));
+      if (!launched_[p]) launch(p);
     }
   }
   for (auto& work : launched_) {

@@ -80,6 +80,8 @@ class ExactGradientSum {
   static constexpr int kUnknown = static_cast<int>(kUnknownBound);
 
   void add_gradient(size_t p);
+  // Starts the allreduce of parameter p's integer sums.
+  void launch(size_t p);
 
   std::vector<Tensor> params_;
   std::vector<std::string> names_;

@@ -8,6 +8,7 @@
 #include "tinyddp/base/error.h"
 #include "tinyddp/comm/init.h"
 #include "tinyddp/comm/store.h"
+#include "tinyddp/tensor/factory.h"
 
 namespace tinyddp::examples {
 
@@ -40,11 +41,13 @@ std::shared_ptr<ddp::DistributedDataParallel> deterministic_ddp(std::shared_ptr<
                                                         ddp::DDPOptions().deterministic(true).chunk_size(chunk_size));
 }
 
-double exact_step(ddp::DistributedDataParallel& ddp, const Batch& global,
-                  const std::function<tensor::Tensor(const tensor::Tensor&, const tensor::Tensor&)>& chunk_loss) {
+tensor::Tensor exact_step(
+    ddp::DistributedDataParallel& ddp, const Batch& global,
+    const std::function<tensor::Tensor(const tensor::Tensor&, const tensor::Tensor&)>& chunk_loss) {
   const comm::ProcessGroup& pg = ddp.process_group();
   chunk_share(global.inputs.size(0), ddp.options().chunk_size(), pg.rank(), pg.size());  // the flags' errors first
-  return ddp.deterministic_step(global.inputs, global.targets, chunk_loss);
+  return tensor::full({}, ddp.deterministic_step(global.inputs, global.targets, chunk_loss),
+                      tensor::TensorOptions().dtype(tensor::kFloat64));
 }
 
 void save_grids(const ddp::DistributedDataParallel& ddp, std::map<std::string, std::string>& metadata) {

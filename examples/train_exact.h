@@ -33,12 +33,14 @@ std::shared_ptr<ddp::DistributedDataParallel> deterministic_ddp(std::shared_ptr<
 // One step of the whole global batch (on every rank: inputs and targets with rows first): the
 // flags checked first (chunk_share), then ddp.deterministic_step, each chunk through
 // `chunk_loss` (its forward and loss). Leaves .grad holding the mean over all chunks; returns
-// the step's loss, the mean of the chunks' losses (the same bits on every world size).
-double exact_step(ddp::DistributedDataParallel& ddp, const Batch& global,
-                  const std::function<tensor::Tensor(const tensor::Tensor&, const tensor::Tensor&)>& chunk_loss);
+// the step's loss, the mean of the chunks' losses (the same bits on every world size), as a
+// float64 scalar.
+tensor::Tensor exact_step(
+    ddp::DistributedDataParallel& ddp, const Batch& global,
+    const std::function<tensor::Tensor(const tensor::Tensor&, const tensor::Tensor&)>& chunk_loss);
 
-// The grids (DistributedDataParallel::deterministic_state) as checkpoint metadata
-// ("deterministic.grids": the bounds, comma-separated), and back (nothing when the checkpoint
+// The option's state (DistributedDataParallel::deterministic_state: the steps done, then the
+// grids' bounds) as checkpoint metadata ("deterministic.state", comma-separated), and back (nothing when the checkpoint
 // has none: its first step then runs twice and takes its grids from its own gradients).
 void save_grids(const ddp::DistributedDataParallel& ddp, std::map<std::string, std::string>& metadata);
 void load_grids(const std::map<std::string, std::string>& metadata, ddp::DistributedDataParallel& ddp);

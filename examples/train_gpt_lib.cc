@@ -187,9 +187,8 @@ Tensor forward_loss(const GPTTrainConfig& config, const GptRun& run, const Tenso
 // only (the others run inside no_sync). Returns the step's loss (the divided losses' sum).
 Tensor forward_backward(const GPTTrainConfig& config, const GptRun& run, const Tensor& x, const Tensor& y) {
   if (run.exact) {  // --deterministic: this rank's chunks of the whole batch; the loss is already the batch's
-    const double loss = exact_step(
-        *run.ddp, Batch{x, y}, [&](const Tensor& xs, const Tensor& ys) { return forward_loss(config, run, xs, ys); });
-    return t::full({}, loss, t::TensorOptions().dtype(t::kFloat64));
+    return exact_step(*run.ddp, Batch{x, y},
+                      [&](const Tensor& xs, const Tensor& ys) { return forward_loss(config, run, xs, ys); });
   }
   if (run.micro_steps == 1) {
     const Tensor loss = forward_loss(config, run, x, y);

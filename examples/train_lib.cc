@@ -381,9 +381,9 @@ bool forward_and_backward(const TrainConfig& config, Run& run, Log& logged, int6
                           StopSignals* signals) {
   if (config.deterministic) {
     ddp::DistributedDataParallel& model = *run.runner.ddp;
-    const double value = exact_step(
+    const Tensor loss = exact_step(
         model, batch, [&](const Tensor& x, const Tensor& y) { return loss_of(config, model.forward(x), y); });
-    return logged.loss(step, t::full({}, value, t::TensorOptions().dtype(t::kFloat64)), {}, {}, signals, true);
+    return logged.loss(step, loss, {}, {}, signals, true);
   }
   Tensor prediction, loss;
   {
