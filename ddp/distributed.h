@@ -252,6 +252,11 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   // (a collective) rank 0's seed for the chunks' randomness.
   void check_deterministic() const;
   void agree_chunk_seed();
+  // deterministic_step's parts: the batch's checks and its chunk count (the exact sum made for
+  // it), and this rank's chunks [first, first + count) run, returning their losses.
+  int64_t step_chunks(const Tensor& inputs, const Tensor& targets);
+  std::vector<double> run_chunks(const Tensor& inputs, const Tensor& targets, const ChunkLoss& chunk_loss,
+                                 int64_t first, int64_t count);
   // The Reducer's recorder, or the deterministic option's own.
   Recorder& recorder() const;
 

@@ -33,10 +33,6 @@ void DistributedDataParallel::check_deterministic() const {
                "DistributedDataParallel: the deterministic option does not take SyncBatchNorm ({}): its statistics "
                "are gathered over the ranks, whose count changes",
                where);
-    TDDP_CHECK(dynamic_cast<nn::BatchNorm*>(m.get()) == nullptr,
-               "DistributedDataParallel: the deterministic option does not take BatchNorm yet ({}): its running "
-               "statistics would follow the chunks each rank runs, not the chunk order",
-               where);
   }
 }
 
@@ -52,8 +48,74 @@ void DistributedDataParallel::register_comm_hook(CommHook hook) {
   reducer_->register_comm_hook(std::move(hook));
 }
 
-double DistributedDataParallel::deterministic_step(const Tensor& inputs, const Tensor& targets,
-                                                   const ChunkLoss& chunk_loss) {
+namespace {
+
+// BatchNorm under the option: each rank keeps its chunks' batch statistics (BatchNorm's
+// deferred statistics) instead of moving the running ones.
+std::vector<nn::BatchNorm*> tracked_norms(nn::Module& module) {
+  std::vector<nn::BatchNorm*> norms;
+  for (const auto& [name, m] : module.named_modules()) {
+    auto* norm = dynamic_cast<nn::BatchNorm*>(m.get());
+    if (norm != nullptr && norm->track_running_stats) norms.push_back(norm);
+  }
+  return norms;
+}
+
+// After the step: the ranks' chunk statistics gathered (in rank order, which is chunk order;
+// float64 holds any float32 bit for bit), and every rank moves each BatchNorm's running
+// statistics through all the step's chunks in order: the bits of one process that ran them.
+void replay_chunk_statistics(comm::ProcessGroup& pg, const std::vector<nn::BatchNorm*>& norms, int64_t count) {
+  if (norms.empty()) return;
+  // Calls per chunk (a shared module may run several times in one chunk), agreed.
+  std::vector<int64_t> calls;
+  for (nn::BatchNorm* norm : norms) {
+    const auto made = static_cast<int64_t>(norm->deferred_statistics().size());
+    TDDP_CHECK(made % count == 0,
+               "deterministic_step: a BatchNorm ran {} times in {} chunks: every chunk must run it "
+               "the same number of times",
+               made, count);
+    calls.push_back(made / count);
+  }
+  Tensor agreed = tensor::from_vector(calls);
+  for (int64_t c : calls) agreed = tensor::cat({agreed, tensor::from_vector<int64_t>({-c})});
+  pg.allreduce(agreed, comm::ReduceOp::kMax)->wait();
+  const std::vector<int64_t> got = agreed.to_vector<int64_t>();
+  for (size_t b = 0; b < norms.size(); ++b) {
+    TDDP_CHECK(got[b] == -got[norms.size() + b],
+               "deterministic_step: the ranks ran a BatchNorm a different number of "
+               "times per chunk (from {} to {}): chunk_loss must do the same on every rank",
+               -got[norms.size() + b], got[b]);
+  }
+  std::vector<Tensor> mine;  // chunk by chunk: each BatchNorm's calls, mean then variance
+  for (int64_t c = 0; c < count; ++c) {
+    for (size_t b = 0; b < norms.size(); ++b) {
+      for (int64_t k = 0; k < calls[b]; ++k) {
+        const nn::BatchNorm::BatchStatistics& st = norms[b]->deferred_statistics()[c * calls[b] + k];
+        mine.push_back(st.mean.to(tensor::kFloat64));
+        mine.push_back(st.unbiased_var.to(tensor::kFloat64));
+      }
+    }
+  }
+  const Tensor flat = tensor::cat(mine);
+  std::vector<Tensor> all;
+  for (int r = 0; r < pg.size(); ++r) all.push_back(tensor::empty_like(flat));
+  pg.allgather(all, flat)->wait();
+  for (const Tensor& rank_chunks : all) {
+    int64_t at = 0;
+    for (int64_t c = 0; c < count; ++c) {
+      for (size_t b = 0; b < norms.size(); ++b) {
+        const int64_t n = norms[b]->num_features;
+        for (int64_t k = 0; k < calls[b]; ++k, at += 2 * n) {
+          norms[b]->apply_running_stats(rank_chunks.narrow(0, at, n), rank_chunks.narrow(0, at + n, n));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int64_t DistributedDataParallel::step_chunks(const Tensor& inputs, const Tensor& targets) {
   TDDP_CHECK(options_.deterministic(),
              "DistributedDataParallel::deterministic_step: the deterministic option is off "
              "(DDPOptions().deterministic(true).chunk_size(rows))");
@@ -75,39 +137,56 @@ double DistributedDataParallel::deterministic_step(const Tensor& inputs, const T
     exact_ = std::make_unique<ExactGradientSum>(params_, param_names_, pg_, total);
     exact_->load_grid_state(grids);
   }
+  return total;
+}
+
+std::vector<double> DistributedDataParallel::run_chunks(const Tensor& inputs, const Tensor& targets,
+                                                        const ChunkLoss& chunk_loss, int64_t first, int64_t count) {
+  const int64_t chunk = options_.chunk_size();
+  std::vector<double> losses;
+  for (int64_t c = first; c < first + count; ++c) {
+    tensor::default_generator().manual_seed(
+        splitmix64(splitmix64(chunk_seed_ ^ splitmix64(static_cast<uint64_t>(deterministic_steps_))) +
+                   static_cast<uint64_t>(c)));  // this chunk's draws, on any rank
+    const Tensor loss = chunk_loss(inputs.narrow(0, c * chunk, chunk), targets.narrow(0, c * chunk, chunk));
+    TDDP_CHECK(loss.defined() && loss.numel() == 1,
+               "deterministic_step: chunk_loss must return the chunk's loss, one value, got {}",
+               loss.defined() ? tensor::format_shape(loss.sizes()) : std::string("an undefined tensor"));
+    losses.push_back(loss.item<double>());
+    if (c + 1 == first + count) exact_->overlap_next_chunk();  // its sums travel during backward
+    loss.backward();
+    exact_->add_chunk();
+  }
+  return losses;
+}
+
+double DistributedDataParallel::deterministic_step(const Tensor& inputs, const Tensor& targets,
+                                                   const ChunkLoss& chunk_loss) {
+  const int64_t total = step_chunks(inputs, targets);
   for (Tensor& p : params_) p.mutable_grad() = Tensor();  // the step's .grad is its own
-  const int64_t count = total / world, first = pg_->rank() * count;
+  const int64_t count = total / pg_->size(), first = pg_->rank() * count;
   in_deterministic_step_ = true;
-  // The rank's own generator comes back after the step, whatever the chunks drew.
-  tensor::Generator& generator = tensor::default_generator();
+  const std::vector<nn::BatchNorm*> norms = tracked_norms(*module_);
+  // The rank's own generator comes back after the step, whatever the chunks drew, and the
+  // BatchNorms move their running statistics themselves again.
   struct Leave {
     bool& flag;
     tensor::Generator& generator;
     std::string state;
+    const std::vector<nn::BatchNorm*>& norms;
     ~Leave() {
       flag = false;
       generator.set_state(state);
+      for (nn::BatchNorm* norm : norms) norm->defer_running_stats(false);
     }
-  } leave{in_deterministic_step_, generator, generator.get_state()};
-  std::vector<double> losses;
+  } leave{in_deterministic_step_, tensor::default_generator(), tensor::default_generator().get_state(), norms};
   for (int attempt = 0; attempt < 2; ++attempt) {
-    losses.clear();
-    for (int64_t c = first; c < first + count; ++c) {
-      generator.manual_seed(
-          splitmix64(splitmix64(chunk_seed_ ^ splitmix64(static_cast<uint64_t>(deterministic_steps_))) +
-                     static_cast<uint64_t>(c)));  // this chunk's draws, on any rank
-      const Tensor loss = chunk_loss(inputs.narrow(0, c * chunk, chunk), targets.narrow(0, c * chunk, chunk));
-      TDDP_CHECK(loss.defined() && loss.numel() == 1,
-                 "deterministic_step: chunk_loss must return the chunk's loss, one value, got {}",
-                 loss.defined() ? tensor::format_shape(loss.sizes()) : std::string("an undefined tensor"));
-      losses.push_back(loss.item<double>());
-      if (c + 1 == first + count) exact_->overlap_next_chunk();  // its sums travel during backward
-      loss.backward();
-      exact_->add_chunk();
-    }
+    for (nn::BatchNorm* norm : norms) norm->defer_running_stats(true);  // (a rerun drops the first run's)
+    const std::vector<double> losses = run_chunks(inputs, targets, chunk_loss, first, count);
     // The first step, or gradients that outgrew the grid: every rank runs its chunks again (the
     // same parameters and data: the same gradients, which the agreed grid now bounds).
     if (exact_->finish()) {
+      replay_chunk_statistics(*pg_, norms, count);
       ++deterministic_steps_;
       return chunk_mean(pg_.get(), losses, first, total);
     }

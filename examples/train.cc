@@ -46,7 +46,7 @@ void add_training_options(CLI::App& app, tinyddp::examples::TrainConfig& config)
                "multiply --lr by the number of ranks (the linear scaling rule, for --batch_per_rank)");
   app.add_flag("--deterministic", config.deterministic,
                "the same bits on any number of ranks: the global batch in chunks of --chunk_size rows, their "
-               "gradients summed exactly (fixed point, integer allreduce); mlp and toy");
+               "gradients summed exactly (fixed point, integer allreduce); a BatchNorm normalises per chunk");
   app.add_option("--chunk_size", config.chunk_size, "rows per chunk with --deterministic (default 16)");
   app.add_option("--dtype", config.dtype,
                  "float32 (default) or float64: the parameters, inputs and arithmetic (float64 shows that 1, 2 and 4 "

@@ -62,10 +62,6 @@ void TrainConfig::validate() const {
   TDDP_CHECK(!fsdp || (!sync_bn && comm_hook == "allreduce" && autocast.empty()),
              "--fsdp does not take --sync_bn, --comm_hook or --autocast (DDP's options)");
   TDDP_CHECK(chunk_size >= 1, "--chunk_size must be positive, got {}", chunk_size);
-  TDDP_CHECK(
-      !deterministic || model != "cnn",
-      "--deterministic trains --model mlp or toy: the cnn's BatchNorm running statistics are not yet the same on "
-      "every world size");
   TDDP_CHECK(!deterministic || (!fsdp && !sync_bn && comm_hook == "allreduce" && autocast.empty() &&
                                 !find_unused_parameters && timeline.empty()),
              "--deterministic replaces DDP's reduction: it does not take --fsdp, --sync_bn, --comm_hook, --autocast, "

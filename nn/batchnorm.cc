@@ -30,6 +30,10 @@ void BatchNorm::check_channels(const Tensor& input) const {
 
 double BatchNorm::advance_running_stats() {
   if (!is_training() || !track_running_stats) return momentum.value_or(0.0);
+  return count_batch();
+}
+
+double BatchNorm::count_batch() {
   tensor::NoGradGuard no_grad;
   num_batches_tracked.add_(1.0);
   if (momentum) return *momentum;
@@ -39,9 +43,33 @@ double BatchNorm::advance_running_stats() {
 Tensor BatchNorm::forward(const Tensor& input) {
   check_input_dim(input);
   check_channels(input);
+  if (deferring_ && is_training() && track_running_stats) {
+    // Momentum 1 into zeros: the batch's mean and unbiased variance, exactly as batch_norm
+    // would blend them into the running statistics.
+    BatchStatistics batch{tensor::zeros_like(running_mean), tensor::zeros_like(running_var)};
+    Tensor out = tensor::batch_norm(input, batch.mean, batch.unbiased_var, weight, bias, true, 1.0, eps);
+    deferred_.push_back(std::move(batch));
+    return out;
+  }
   const double factor = advance_running_stats();
   // In training the running statistics are updated (when tracked); in eval they normalise.
   return tensor::batch_norm(input, running_mean, running_var, weight, bias, uses_batch_stats(), factor, eps);
+}
+
+void BatchNorm::defer_running_stats(bool on) {
+  deferring_ = on;
+  deferred_.clear();
+}
+
+void BatchNorm::apply_running_stats(const Tensor& mean, const Tensor& unbiased_var) {
+  TDDP_CHECK(track_running_stats, "{}: apply_running_stats needs track_running_stats", type_name());
+  TDDP_CHECK(mean.sizes() == running_mean.sizes() && unbiased_var.sizes() == running_var.sizes(),
+             "{}: apply_running_stats takes [{}] statistics, got {} and {}", type_name(), num_features,
+             tensor::format_shape(mean.sizes()), tensor::format_shape(unbiased_var.sizes()));
+  const double factor = count_batch();
+  tensor::NoGradGuard no_grad;
+  running_mean.mul_(1.0 - factor).add_(mean.to(running_mean.dtype()), factor);
+  running_var.mul_(1.0 - factor).add_(unbiased_var.to(running_var.dtype()), factor);
 }
 
 std::string NormBase::extra_repr() const {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "tinyddp/nn/module.h"
 #include "tinyddp/nn/options.h"
@@ -39,6 +40,21 @@ class BatchNorm : public NormBase {
       : NormBase(std::move(type_name), num_features, eps, momentum, affine, track_running_stats) {}
   Tensor forward(const Tensor& input) override;
 
+  // Deferred running statistics (DDP's deterministic option runs a step's chunks on several
+  // ranks and must update the running statistics in chunk order): while deferring, a training
+  // forward normalises with the batch's statistics as usual but leaves running_mean,
+  // running_var and num_batches_tracked alone, keeping the batch's mean and unbiased variance
+  // in deferred_statistics(); apply_running_stats(mean, var) later moves the running
+  // statistics as that forward would have (momentum, or the cumulative average), one batch
+  // per call. Without track_running_stats nothing is kept.
+  struct BatchStatistics {
+    Tensor mean, unbiased_var;  // [C], in the running statistics' dtype
+  };
+  void defer_running_stats(bool on);
+  bool deferring_running_stats() const { return deferring_; }
+  std::vector<BatchStatistics>& deferred_statistics() { return deferred_; }
+  void apply_running_stats(const Tensor& mean, const Tensor& unbiased_var);
+
  protected:
   // Throws unless `input` has a dimensionality this module accepts (names the module and shape).
   virtual void check_input_dim(const Tensor& input) const = 0;
@@ -48,6 +64,13 @@ class BatchNorm : public NormBase {
   // Whether forward normalises with the batch's statistics: in training, or with no running ones.
   bool uses_batch_stats() const { return is_training() || !running_mean.defined(); }
   void check_channels(const Tensor& input) const;
+
+ private:
+  // Counts one batch in num_batches_tracked and returns its weight in the running statistics.
+  double count_batch();
+
+  bool deferring_ = false;
+  std::vector<BatchStatistics> deferred_;
 };
 
 // Input [N, C] or [N, C, L].
