@@ -67,6 +67,7 @@ void save_nanogpt_state(const NanoGptConfig& config, int rank, int world, const 
                                                 {"model_args.vocab_size", std::to_string(c.vocab_size)},
                                                 {"config.dataset", config.dataset},
                                                 {"world_size", std::to_string(world)}};
+    metadata.insert(state.metadata.begin(), state.metadata.end());
     nn::save_checkpoint(main_path(config), model, optimizer, state.iter, batch, metadata);
     return;
   }
@@ -97,10 +98,15 @@ NanoGptState resume_nanogpt_state(const NanoGptConfig& config, int rank, int wor
   NanoGptState state;
   state.iter = std::stoll(metadata_of(checkpoint.metadata, "iter_num", path));
   state.best_val_loss = std::stof(metadata_of(checkpoint.metadata, "best_val_loss", path));
+  for (const auto& [key, value] : checkpoint.metadata) {
+    if (key.rfind("deterministic.", 0) == 0) state.metadata[key] = value;
+  }
   // A checkpoint from before the world size was recorded is taken to be of this world.
   const auto saved_world = checkpoint.metadata.find("world_size");
   const int written_at = saved_world == checkpoint.metadata.end() ? world : std::stoi(saved_world->second);
-  if (written_at != world) {
+  if (config.deterministic) {
+    rank = 0;  // every rank draws one process's stream: rank 0's generator and batch, on any world
+  } else if (written_at != world) {
     state.fresh_streams_from_world = written_at;
     return state;
   }

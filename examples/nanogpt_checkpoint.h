@@ -28,6 +28,9 @@ struct NanoGptState {
   // Resumed at another world size than the checkpoint's (its size then): no generator or batch
   // was restored; the caller seeds seed + rank and draws the next batch. 0 otherwise.
   int fresh_streams_from_world = 0;
+  // Extra metadata rank 0's checkpoint carries, and gets back on resume: keys starting
+  // "deterministic." (DDP's deterministic state, train_exact.h).
+  std::map<std::string, std::string> metadata;
 };
 
 void save_nanogpt_state(const NanoGptConfig& config, int rank, int world, const nn::GPT& model,

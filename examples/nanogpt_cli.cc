@@ -182,6 +182,9 @@ int nanogpt_main(int argc, char** argv) {
   app.add_option("--seed", c.seed, "each rank's generator starts from seed + rank (default 1337, nanoGPT's)");
   app.add_option("--timeout", c.timeout_s, "seconds a collective waits for the other ranks (default 60)");
   app.add_option("--threads", c.threads, "intra-op threads per process (default: the physical cores)");
+  app.add_option("--deterministic", c.deterministic,
+                 "tinyddp's: the same bits on any number of ranks (one process's batches, micro-batches summed "
+                 "exactly; default False)");
   app.add_option("--wandb_log", wandb_log, "accepted for nanoGPT's config files: False (there is no wandb here)");
   app.add_option("--wandb_project,--wandb_run_name", ignored, "accepted for nanoGPT's config files; unused");
   try {

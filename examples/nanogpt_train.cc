@@ -13,6 +13,7 @@
 #include "examples/nanogpt_data.h"
 #include "examples/preemption.h"
 #include "examples/run_env.h"
+#include "examples/train_exact.h"
 #include "tinyddp/base/error.h"
 #include "tinyddp/comm/objects.h"
 #include "tinyddp/ddp/distributed.h"
@@ -122,6 +123,9 @@ void evaluate(const NanoGptConfig& config, int64_t iter, int rank, comm::Process
       state.best_val_loss = val_loss;
       save = iter > 0;
     }
+  } else if (config.deterministic) {
+    // One process's stream on every rank: the draws rank 0's estimate_loss made.
+    for (int64_t k = 0; k < 2 * config.eval_iters; ++k) batches.get(k < config.eval_iters);
   }
   if (pg != nullptr) save = comm::broadcast_ints(*pg, device, {save ? 1 : 0}, 0)[0] != 0;
   if (save) {
@@ -176,6 +180,7 @@ struct Run {
   std::shared_ptr<nn::GPT> model;
   std::unique_ptr<nn::AdamW> optimizer;
   std::shared_ptr<ddp::DistributedDataParallel> ddp;
+  bool exact = false;  // deterministic=True: ddp has the deterministic option
 };
 
 // train.py up to its loop: the ranks, the seed, the data, the model, AdamW, DDP.
@@ -198,7 +203,8 @@ Run set_up(const NanoGptConfig& config, std::ostream& out) {
                        run.micro_steps * run.world * config.batch_size * config.block_size);
     std::filesystem::create_directories(config.out_dir);
   }
-  t::manual_seed(config.seed + static_cast<uint64_t>(run.rank));  // nanoGPT's seed_offset: the rank
+  // nanoGPT's seed_offset (the rank); deterministic=True: one process's stream on every rank.
+  t::manual_seed(config.seed + static_cast<uint64_t>(config.deterministic ? 0 : run.rank));
   run.data =
       std::make_unique<NanoGptDataset>(open_dataset(dataset_dir(config.dataset), config.block_size, config.vocab_size));
   if (run.data->vocab) {
@@ -208,8 +214,33 @@ Run set_up(const NanoGptConfig& config, std::ostream& out) {
   run.model->to(run.placement.device);
   run.optimizer = std::make_unique<nn::AdamW>(nn::weight_decay_groups(*run.model, config.weight_decay),
                                               nn::AdamOptions(config.learning_rate).betas(config.beta1, config.beta2));
-  if (run.pg) run.ddp = std::make_shared<ddp::DistributedDataParallel>(run.model, run.pg);
+  run.exact = config.deterministic;
+  if (run.exact) {
+    // Each micro-batch of batch_size windows is a chunk; a single process gets a world of one.
+    run.ddp = deterministic_ddp(run.model, run.pg, config.batch_size);
+  } else if (run.pg) {
+    run.ddp = std::make_shared<ddp::DistributedDataParallel>(run.model, run.pg);
+  }
   return run;
+}
+
+// deterministic=True: the iteration's gradient_accumulation_steps micro-batches, drawn in one
+// process's order (the batch in hand, the rest, then the next iteration's first), as one
+// global batch whose chunks DDP's deterministic option runs on the ranks and sums exactly.
+// Returns the mean loss over all of them (float64).
+Tensor exact_iteration(const NanoGptConfig& config, Run& run, const Batches& batches, NanoGptState& state) {
+  std::vector<Tensor> xs{state.x}, ys{state.y};
+  for (int64_t k = 1; k < config.gradient_accumulation_steps; ++k) {
+    auto [x, y] = batches.get(true);
+    xs.push_back(x);
+    ys.push_back(y);
+  }
+  std::tie(state.x, state.y) = batches.get(true);
+  ddp::DistributedDataParallel& model = *run.ddp;
+  const Tensor loss = exact_step(model, Batch{t::cat(xs), t::cat(ys)},
+                                 [&](const Tensor& x, const Tensor& y) { return model(x, y)[1]; });
+  save_grids(model, state.metadata);  // what a checkpoint of the next evaluation carries
+  return loss;
 }
 
 // One iteration's micro-steps: the forward (under nanoGPT's context: autocast on a GPU, on the
@@ -217,6 +248,7 @@ Run set_up(const NanoGptConfig& config, std::ostream& out) {
 // backward, as nanoGPT's), the backward; DDP reduces on the last micro-step only (nanoGPT's
 // require_backward_grad_sync). Returns the last micro-step's loss.
 Tensor micro_steps(const NanoGptConfig& config, Run& run, const Batches& batches, NanoGptState& state) {
+  if (run.exact) return exact_iteration(config, run, batches, state);
   nn::Module& forward = run.ddp ? static_cast<nn::Module&>(*run.ddp) : static_cast<nn::Module&>(*run.model);
   Tensor loss;
   for (int64_t micro = 0; micro < run.micro_steps; ++micro) {
@@ -263,6 +295,7 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
   NanoGptState state;
   if (resume) {
     state = resume_nanogpt_state(config, run.rank, run.world, *run.model, optimizer, run.placement.device);
+    if (run.exact) load_grids(state.metadata, *run.ddp);
     out << fmt::format("resuming training from {} at iteration {}\n", config.out_dir, state.iter);
     if (state.fresh_streams_from_world != 0) {  // the world changed: every rank draws anew
       out << fmt::format(
@@ -305,7 +338,8 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
     const double dt = std::chrono::duration<double>(t1 - t0).count();
     t0 = t1;
     if (iter % config.log_interval == 0 && master) {
-      const double lossf = static_cast<double>(loss.item<float>()) * static_cast<double>(run.micro_steps);
+      const double lossf = run.exact ? loss.item<double>()  // the iteration's mean, exact
+                                     : static_cast<double>(loss.item<float>()) * static_cast<double>(run.micro_steps);
       result.iter_losses.push_back(lossf);
       if (iter - first_iter >= 5 && peak > 0) {  // let the loop settle, as nanoGPT's
         const double mfu = flops_per_iteration(*run.model, config.batch_size * run.micro_steps) / dt / peak;
@@ -318,7 +352,12 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
     result.iterations = iter + 1;
     if (iter + 1 > config.max_iters) break;
   }
-  if (run.ddp && master) report_reductions(*run.ddp, (result.iterations - first_iter) * run.micro_steps, out);
+  if (run.exact && master && run.ddp->exact_sum() != nullptr) {
+    out << fmt::format("deterministic: {} chunks of {} windows an iteration, exact sums, {} iteration(s) run twice\n",
+                       config.gradient_accumulation_steps, config.batch_size, run.ddp->exact_sum()->reruns());
+  } else if (run.ddp && master && !run.exact) {
+    report_reductions(*run.ddp, (result.iterations - first_iter) * run.micro_steps, out);
+  }
   return result;
 }
 

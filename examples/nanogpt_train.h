@@ -48,6 +48,11 @@ struct NanoGptConfig {
   double timeout_s = 60;
   int threads = 0;
   uint64_t seed = 1337;  // each rank seeds its generator with seed + rank (nanoGPT: 1337 + seed_offset)
+  // tinyddp's own key: DDP's deterministic option, the same bits on any world size. Every rank
+  // draws one process's batches (seed, not seed + rank), and each iteration's
+  // gradient_accumulation_steps micro-batches are its chunks, summed exactly; `iter` lines
+  // print the iteration's mean loss over all of them. Resumes on any world size.
+  bool deterministic = false;
 
   // Throws tinyddp::Error naming the first key out of range.
   void validate() const;
