@@ -3,7 +3,9 @@
 // (its launcher and workers). The other two form a new round, resume from the last checkpoint
 // on 2 ranks and finish with the parameters of a reference made of the same pieces (the
 // first steps on 3 ranks, then from that checkpoint on 2); nothing is lost or left. And a
-// fourth node started mid-run is admitted at the next round.
+// fourth node started mid-run is admitted at the next round. With train --deterministic, the
+// job whose node is killed ends in the bytes of one process that never stopped.
+#include <regex>
 #include <string>
 
 #include "tests/cluster/sim_util.h"
@@ -76,4 +78,33 @@ TEST_CASE("cluster: elastic: a 4th node started mid-run joins at the next round;
   CHECK_THAT(out, Contains("a new round is due: a node is waiting to join"));
   CHECK(has_match(out, R"(\[node 3\] launch: round [1-9] of job \S+: 4 node\(s\))"));
   CHECK_THAT(out, Contains("node 3's launcher exited with status 0"));
+}
+
+TEST_CASE("cluster: elastic, deterministic: node 2 killed mid-run, the job ends in the bytes of one process",
+          "[cluster][elastic][exact]") {
+  if (const std::string why = cannot_simulate(); !why.empty()) TINYDDP_SKIP(why);
+  // train --deterministic (12 chunks of 2 rows a step) on 3 nodes; node 2 is killed; nodes 0
+  // and 1 resume from the last checkpoint (the option's state inside) on 2 ranks. No reference
+  // of pieces is needed: the weights are those of one process that ran all 3000 steps alone.
+  const std::string dir = tinyddp::testing::fresh_directory("elastic_exact");
+  const std::string exact = " --deterministic --chunk_size 2";
+  const std::string job = sim("--nodes 3 --elastic 2:3 " + kElastic, train(dir, "job") + exact);
+  const CommandResult r = run_with_fault(job, dir + "/out.txt", "ip netns pids ${tag}n2 | xargs -r kill -KILL",
+                                         R"(\[rank 0\] step  *1000/3000)");
+  INFO(r.output);
+  CHECK_THAT(r.output, Contains("node 0's launcher exited with status 0"));
+  CHECK_THAT(r.output, Contains("node 1's launcher exited with status 0"));
+  CHECK_THAT(r.output, Contains("data-parallel on 2 ranks"));
+  CHECK(resumed_step(r.output) >= 900);
+  const std::string alone = std::regex_replace(train(dir, "alone"),
+                                               std::regex(" --checkpoint \\S+ --checkpoint_every "
+                                                          "[0-9]+ --resume"),
+                                               "");
+  const CommandResult one = tinyddp::testing::run_command(alone + exact);
+  INFO(one.output);
+  REQUIRE(one.exit_code == 0);
+  CHECK(tinyddp::testing::read_file(dir + "/job.safetensors") ==
+        tinyddp::testing::read_file(dir + "/alone.safetensors"));
+  require_clean(dir, dir + "/job.ckpt");
+  require_removed(tag_of(r.output));
 }
