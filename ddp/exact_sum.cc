@@ -27,11 +27,12 @@ constexpr double kLimit = 0x1p62;    // no chunk's rounded value reaches it (|q|
 
 // One pass over a chunk's gradient: returns the smallest e with |x| < 2^e for every x (`floor`
 // when all are zero), sets `finite` false when a value is a NaN or an infinity, and, when
-// `sums` is not null, adds every x rounded onto the grid 2^-scale to its sum. The largest |x|
-// does not depend on how the threads split the values. A value beyond the grid's range is not
-// added: the bound it returns makes the caller refuse the step.
+// `sums` is not null, adds every x rounded onto the grid 2^-scale to its sum; then sets the
+// value to zero (the next chunk's backward accumulates into it), in the same pass. The largest
+// |x| does not depend on how the threads split the values. A value beyond the grid's range is
+// not added: the bound it returns makes the caller refuse the step.
 template <typename T>
-int add_chunk_values(const T* values, int64_t n, int floor, bool& finite, int64_t* sums, int scale) {
+int add_chunk_values(T* values, int64_t n, int floor, bool& finite, int64_t* sums, int scale) {
   const double factor = std::ldexp(1.0, scale);
   auto* wrapping = reinterpret_cast<uint64_t*>(sums);
   std::mutex mutex;
@@ -52,6 +53,7 @@ int add_chunk_values(const T* values, int64_t n, int floor, bool& finite, int64_
         // Beyond the grid (the step will be refused): nothing is added, so no sum can overflow.
         if (std::fabs(scaled) < kLimit) wrapping[i] += static_cast<uint64_t>(_mm_cvtsd_si64(_mm_set_sd(scaled)));
       }
+      values[i] = 0;
     }
     std::lock_guard<std::mutex> lock(mutex);
     largest = std::max(largest, static_cast<double>(mine));
@@ -133,7 +135,7 @@ void ExactGradientSum::add_gradient(size_t p) {
   added_[p] = true;
   Tensor grad = params_[p].grad();
   if (!grad.defined()) return;  // no gradient: zeros
-  const Tensor host = grad.to(t::Device(t::kCPU)).contiguous();
+  Tensor host = grad.to(t::Device(t::kCPU)).contiguous();  // grad itself when it is on the CPU, contiguous
   const int64_t n = host.numel();
   const bool single = host.dtype() == t::kFloat32;
   // Added on the grid agreed before the step, unless nothing is agreed yet or a chunk already
@@ -150,7 +152,7 @@ void ExactGradientSum::add_gradient(size_t p) {
              names_[p]);
   step_bound_[p] = std::max(step_bound_[p], bound);
   if (bound != kUnknown && (bound_[p] == kUnknown || bound > bound_[p] + headroom_)) outgrown_ = true;
-  grad.zero_();
+  if (!host.is_same(grad)) grad.zero_();  // (the pass zeroed host: a copy)
 }
 
 void ExactGradientSum::add_chunk() {
