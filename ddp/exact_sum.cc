@@ -4,14 +4,13 @@
 
 #include "tinyddp/autograd/accumulate_grad.h"
 
-#include <emmintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <type_traits>
 
 #include "tinyddp/base/error.h"
+#include "tinyddp/ddp/exact_fold.h"
 #include "tinyddp/ddp/reducer.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/parallel.h"
@@ -23,38 +22,23 @@ namespace {
 namespace t = tinyddp::tensor;
 
 constexpr int64_t kGrain = 1 << 14;  // elements per task
-constexpr double kLimit = 0x1p62;    // no chunk's rounded value reaches it (|q| < 2^B <= 2^62)
 
 // One pass over a chunk's gradient: returns the smallest e with |x| < 2^e for every x (`floor`
 // when all are zero), sets `finite` false when a value is a NaN or an infinity, and, when
-// `sums` is not null, adds every x rounded onto the grid 2^-scale to its sum; then sets the
-// value to zero (the next chunk's backward accumulates into it), in the same pass. The largest
-// |x| does not depend on how the threads split the values. A value beyond the grid's range is
-// not added: the bound it returns makes the caller refuse the step.
+// `sums` is not null, adds every x rounded onto the grid 2^-scale to its sum. The largest |x|
+// does not depend on how the threads split the values. A value beyond the grid's range is not
+// added: the bound it returns makes the caller refuse the step.
 template <typename T>
-int add_chunk_values(T* values, int64_t n, int floor, bool& finite, int64_t* sums, int scale) {
-  const double factor = std::ldexp(1.0, scale);
-  auto* wrapping = reinterpret_cast<uint64_t*>(sums);
+int add_chunk_values(const T* values, int64_t n, int floor, bool& finite, int64_t* sums, int scale) {
   std::mutex mutex;
   double largest = 0;
   finite = true;
   t::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
     T mine = 0;
     bool ok = true;
-    for (int64_t i = begin; i < end; ++i) {
-      const T a = std::fabs(values[i]);
-      ok = ok && std::isfinite(a);
-      mine = a > mine ? a : mine;
-      // x * 2^scale is exact in double; rounding it to the nearest integer (ties to even, the
-      // SSE2 conversion under the default rounding mode) is the one rounding a chunk's gradient
-      // gets, the same whichever rank holds the chunk.
-      if (wrapping != nullptr) {
-        const double scaled = static_cast<double>(values[i]) * factor;
-        // Beyond the grid (the step will be refused): nothing is added, so no sum can overflow.
-        if (std::fabs(scaled) < kLimit) wrapping[i] += static_cast<uint64_t>(_mm_cvtsd_si64(_mm_set_sd(scaled)));
-      }
-      values[i] = 0;
-    }
+    // Each x rounded onto the grid: the one rounding a chunk's gradient gets, the same
+    // whichever rank holds the chunk (exact_fold.h).
+    exact::fold(values + begin, end - begin, sums == nullptr ? nullptr : sums + begin, scale, mine, ok);
     std::lock_guard<std::mutex> lock(mutex);
     largest = std::max(largest, static_cast<double>(mine));
     finite = finite && ok;
@@ -135,7 +119,7 @@ void ExactGradientSum::add_gradient(size_t p) {
   added_[p] = true;
   Tensor grad = params_[p].grad();
   if (!grad.defined()) return;  // no gradient: zeros
-  Tensor host = grad.to(t::Device(t::kCPU)).contiguous();  // grad itself when it is on the CPU, contiguous
+  const Tensor host = grad.to(t::Device(t::kCPU)).contiguous();
   const int64_t n = host.numel();
   const bool single = host.dtype() == t::kFloat32;
   // Added on the grid agreed before the step, unless nothing is agreed yet or a chunk already
@@ -152,7 +136,9 @@ void ExactGradientSum::add_gradient(size_t p) {
              names_[p]);
   step_bound_[p] = std::max(step_bound_[p], bound);
   if (bound != kUnknown && (bound_[p] == kUnknown || bound > bound_[p] + headroom_)) outgrown_ = true;
-  if (!host.is_same(grad)) grad.zero_();  // (the pass zeroed host: a copy)
+  // Folded: the next chunk's backward gives the parameter a .grad of its own (no pass to zero
+  // this one, none to add into it).
+  params_[p].mutable_grad() = Tensor();
 }
 
 void ExactGradientSum::add_chunk() {

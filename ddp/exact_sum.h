@@ -38,8 +38,9 @@ class ExactGradientSum {
   ~ExactGradientSum();
 
   // After one chunk's backward (.grad held zeros or nothing before it): adds each parameter's
-  // .grad to its integer sum and zeroes .grad. A NaN or an infinity throws, naming the
-  // parameter.
+  // .grad to its integer sum and sets .grad to None (the next chunk's backward then gives it
+  // a gradient of its own: no pass to zero it, none to add into it). A NaN or an infinity
+  // throws, naming the parameter.
   void add_chunk();
 
   // Before the backward of this rank's last chunk of the step: each parameter's gradient is
