@@ -135,6 +135,7 @@ int64_t DistributedDataParallel::step_chunks(const Tensor& inputs, const Tensor&
   if (!exact_ || exact_->total_chunks() != total) {
     const std::vector<int64_t> grids = exact_ ? exact_->grid_state() : loaded_grids_;
     exact_ = std::make_unique<ExactGradientSum>(params_, param_names_, pg_, total);
+    exact_->keep_chunks(8);
     exact_->load_grid_state(grids);
   }
   return total;

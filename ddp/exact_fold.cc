@@ -51,10 +51,18 @@ __m256i integral_to_int64(__m256d r) {
 }  // namespace
 
 void fold(const double* values, int64_t n, int64_t* sums, int scale, double& largest, bool& finite) {
-  fold_scalar(values, n, sums, std::ldexp(1.0, scale), largest, finite);
+  fold(&values, 1, n, sums, scale, largest, finite);
 }
 
 void fold(const float* values, int64_t n, int64_t* sums, int scale, float& largest, bool& finite) {
+  fold(&values, 1, n, sums, scale, largest, finite);
+}
+
+void fold(const double* const* chunks, int count, int64_t n, int64_t* sums, int scale, double& largest, bool& finite) {
+  for (int c = 0; c < count; ++c) fold_scalar(chunks[c], n, sums, std::ldexp(1.0, scale), largest, finite);
+}
+
+void fold(const float* const* chunks, int count, int64_t n, int64_t* sums, int scale, float& largest, bool& finite) {
   const double factor = std::ldexp(1.0, scale);
   const __m256 sign = _mm256_set1_ps(-0.0f), infinity = _mm256_set1_ps(std::numeric_limits<float>::infinity());
   const __m256d factors = _mm256_set1_pd(factor), limit = _mm256_set1_pd(kLimit), dsign = _mm256_set1_pd(-0.0);
@@ -62,27 +70,37 @@ void fold(const float* values, int64_t n, int64_t* sums, int scale, float& large
   __m256 all_finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 x = _mm256_loadu_ps(values + i);
-    const __m256 a = _mm256_andnot_ps(sign, x);
-    all_finite = _mm256_and_ps(all_finite, _mm256_cmp_ps(a, infinity, _CMP_LT_OQ));  // false for NaN and inf
-    most = _mm256_max_ps(a, most);                                                   // a NaN in `a` leaves `most`
+    __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     if (sums != nullptr) {
+      sum[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + i));
+      sum[1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + i + 4));
+    }
+    for (int c = 0; c < count; ++c) {
+      const __m256 x = _mm256_loadu_ps(chunks[c] + i);
+      const __m256 a = _mm256_andnot_ps(sign, x);
+      all_finite = _mm256_and_ps(all_finite, _mm256_cmp_ps(a, infinity, _CMP_LT_OQ));  // false for NaN and inf
+      most = _mm256_max_ps(a, most);                                                   // a NaN in `a` leaves `most`
+      if (sums == nullptr) continue;
       for (int half = 0; half < 2; ++half) {
         const __m256d scaled = _mm256_mul_pd(
             _mm256_cvtps_pd(half == 0 ? _mm256_castps256_ps128(x) : _mm256_extractf128_ps(x, 1)), factors);
         const __m256d inside = _mm256_cmp_pd(_mm256_andnot_pd(dsign, scaled), limit, _CMP_LT_OQ);
         const __m256i q = integral_to_int64(_mm256_round_pd(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        auto* at = reinterpret_cast<__m256i*>(sums + i + 4 * half);
-        _mm256_storeu_si256(at,
-                            _mm256_add_epi64(_mm256_loadu_si256(at), _mm256_and_si256(q, _mm256_castpd_si256(inside))));
+        sum[half] = _mm256_add_epi64(sum[half], _mm256_and_si256(q, _mm256_castpd_si256(inside)));
       }
+    }
+    if (sums != nullptr) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + i), sum[0]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(sums + i + 4), sum[1]);
     }
   }
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, most);
   for (float lane : lanes) largest = lane > largest ? lane : largest;
   finite = finite && _mm256_movemask_ps(all_finite) == 0xFF;
-  fold_scalar(values + i, n - i, sums == nullptr ? nullptr : sums + i, factor, largest, finite);
+  for (int c = 0; c < count; ++c) {
+    fold_scalar(chunks[c] + i, n - i, sums == nullptr ? nullptr : sums + i, factor, largest, finite);
+  }
 }
 
 }  // namespace tinyddp::ddp::exact

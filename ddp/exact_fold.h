@@ -13,5 +13,9 @@ namespace tinyddp::ddp::exact {
 // time (AVX2), float64 one by one; both give the scalar definition's bits.
 void fold(const float* values, int64_t n, int64_t* sums, int scale, float& largest, bool& finite);
 void fold(const double* values, int64_t n, int64_t* sums, int scale, double& largest, bool& finite);
+// The same for `count` chunks' values of one parameter at once (chunks[c][0, n)), added in
+// one pass: sums are read and written once, not once per chunk. The integers are the same.
+void fold(const float* const* chunks, int count, int64_t n, int64_t* sums, int scale, float& largest, bool& finite);
+void fold(const double* const* chunks, int count, int64_t n, int64_t* sums, int scale, double& largest, bool& finite);
 
 }  // namespace tinyddp::ddp::exact

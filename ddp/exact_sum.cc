@@ -23,13 +23,14 @@ namespace t = tinyddp::tensor;
 
 constexpr int64_t kGrain = 1 << 14;  // elements per task
 
-// One pass over a chunk's gradient: returns the smallest e with |x| < 2^e for every x (`floor`
+// One pass over chunks' gradients of one parameter: returns the smallest e with |x| < 2^e for every x (`floor`
 // when all are zero), sets `finite` false when a value is a NaN or an infinity, and, when
 // `sums` is not null, adds every x rounded onto the grid 2^-scale to its sum. The largest |x|
 // does not depend on how the threads split the values. A value beyond the grid's range is not
 // added: the bound it returns makes the caller refuse the step.
 template <typename T>
-int add_chunk_values(const T* values, int64_t n, int floor, bool& finite, int64_t* sums, int scale) {
+int add_chunk_values(const std::vector<const T*>& chunks, int64_t n, int floor, bool& finite, int64_t* sums,
+                     int scale) {
   std::mutex mutex;
   double largest = 0;
   finite = true;
@@ -38,7 +39,10 @@ int add_chunk_values(const T* values, int64_t n, int floor, bool& finite, int64_
     bool ok = true;
     // Each x rounded onto the grid: the one rounding a chunk's gradient gets, the same
     // whichever rank holds the chunk (exact_fold.h).
-    exact::fold(values + begin, end - begin, sums == nullptr ? nullptr : sums + begin, scale, mine, ok);
+    std::vector<const T*> at;
+    for (const T* values : chunks) at.push_back(values + begin);
+    exact::fold(at.data(), static_cast<int>(at.size()), end - begin, sums == nullptr ? nullptr : sums + begin, scale,
+                mine, ok);
     std::lock_guard<std::mutex> lock(mutex);
     largest = std::max(largest, static_cast<double>(mine));
     finite = finite && ok;
@@ -91,6 +95,7 @@ ExactGradientSum::ExactGradientSum(std::vector<Tensor> params, std::vector<std::
   step_bound_.assign(params_.size(), kUnknown);
   added_.assign(params_.size(), false);
   launched_.assign(params_.size(), nullptr);
+  pending_.assign(params_.size(), {});
 }
 
 ExactGradientSum::~ExactGradientSum() {
@@ -107,6 +112,7 @@ void ExactGradientSum::overlap_next_chunk() {
       hooks_.push_back(params_[p].grad_accumulator()->add_post_hook([this, p] {
         if (!overlapping_) return;
         add_gradient(p);
+        fold_pending(p);
         if (pg_) launch(p);
       }));
     }
@@ -117,28 +123,44 @@ void ExactGradientSum::overlap_next_chunk() {
 void ExactGradientSum::add_gradient(size_t p) {
   t::NoGradGuard no_grad;
   added_[p] = true;
-  Tensor grad = params_[p].grad();
+  const Tensor grad = params_[p].grad();
   if (!grad.defined()) return;  // no gradient: zeros
-  const Tensor host = grad.to(t::Device(t::kCPU)).contiguous();
-  const int64_t n = host.numel();
-  const bool single = host.dtype() == t::kFloat32;
+  pending_[p].push_back(grad.to(t::Device(t::kCPU)).contiguous());
+  // Kept: the next chunk's backward gives the parameter a .grad of its own (no pass to zero
+  // this one, none to add into it).
+  params_[p].mutable_grad() = Tensor();
+  if (pending_[p].size() >= max_pending_) fold_pending(p);
+}
+
+void ExactGradientSum::keep_chunks(size_t count) {
+  TDDP_CHECK(count >= 1, "ExactGradientSum::keep_chunks: keeps at least 1 chunk, got {}", count);
+  max_pending_ = count;
+}
+
+void ExactGradientSum::fold_pending(size_t p) {
+  std::vector<Tensor>& kept = pending_[p];
+  if (kept.empty()) return;
+  const int64_t n = kept.front().numel();
   // Added on the grid agreed before the step, unless nothing is agreed yet or a chunk already
   // outgrew its grid (the step will be refused: only the bounds matter then).
   const bool adding = bound_[p] != kUnknown && !outgrown_;
   const int scale = adding ? bits_ - (bound_[p] + headroom_) : 0;  // |x| < 2^(bound + H): |x 2^scale| < 2^B
   int64_t* sums = adding ? sums_.data_ptr<int64_t>() + offsets_[p] : nullptr;
   bool finite = true;
-  const int bound = single ? add_chunk_values(host.data_ptr<float>(), n, kUnknown, finite, sums, scale)
-                           : add_chunk_values(host.data_ptr<double>(), n, kUnknown, finite, sums, scale);
+  const auto fold_all = [&](auto type) {
+    using T = decltype(type);
+    std::vector<const T*> chunks;
+    for (const Tensor& g : kept) chunks.push_back(g.data_ptr<T>());
+    return add_chunk_values(chunks, n, kUnknown, finite, sums, scale);
+  };
+  const int bound = kept.front().dtype() == t::kFloat32 ? fold_all(float{}) : fold_all(double{});
+  kept.clear();
   TDDP_CHECK(finite,
              "deterministic mode: the gradient of '{}' holds a NaN or an infinity; the fixed-point sum cannot hold it "
              "(lower the learning rate, or clip the gradients)",
              names_[p]);
   step_bound_[p] = std::max(step_bound_[p], bound);
   if (bound != kUnknown && (bound_[p] == kUnknown || bound > bound_[p] + headroom_)) outgrown_ = true;
-  // Folded: the next chunk's backward gives the parameter a .grad of its own (no pass to zero
-  // this one, none to add into it).
-  params_[p].mutable_grad() = Tensor();
 }
 
 void ExactGradientSum::add_chunk() {
@@ -152,6 +174,7 @@ void ExactGradientSum::add_chunk() {
 
 bool ExactGradientSum::finish() {
   t::NoGradGuard no_grad;
+  for (size_t p = 0; p < params_.size(); ++p) fold_pending(p);
   // One max-allreduce: whether any rank's chunk outgrew its grid, this rank's count of chunks
   // (and its negative: the least count), and the bound of each parameter's gradients over
   // every chunk of the step. The sums overlapped with the last backward are on their way.

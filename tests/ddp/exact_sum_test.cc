@@ -47,13 +47,15 @@ struct Result {
 };
 
 // The means of every step on `world` ranks, each rank adding chunks [r C / W, (r + 1) C / W).
-Result means_on(int world) {
+// With `keep` > 1, the chunks' gradients are kept and folded together (keep_chunks).
+Result means_on(int world, size_t keep = 1) {
   Result result;
   std::mutex mutex;
   require_no_failures(run_threads(world, [&](comm::ProcessGroup& pg, Expectations& e) {
     std::vector<t::Tensor> params;
     for (const Param& p : kParams) params.push_back(t::zeros(p.shape, t::TensorOptions().dtype(p.dtype)));
     ddp::ExactGradientSum sum(params, {"a", "b"}, borrow(pg), kChunks);
+    sum.keep_chunks(keep);
     const int64_t per_rank = kChunks / world, first = pg.rank() * per_rank;
     std::vector<std::vector<double>> means;
     for (size_t step = 0; step < kScales.size(); ++step) {
@@ -96,6 +98,10 @@ TEST_CASE("ExactGradientSum gives the same bits on 1, 2, 3, 4 and 6 ranks, withi
     const Result other = means_on(world);
     CHECK(other.reruns == one.reruns);
     CHECK(other.means == one.means);  // bit for bit: doubles compared with ==
+  }
+  for (int world : {1, 3}) {  // chunks kept and folded 4 at a time: the same integers
+    INFO(world << " ranks, 4 chunks folded together");
+    CHECK(means_on(world, 4).means == one.means);
   }
   // Against the exact mean (long double sums of the chunks' values): the grid's resolution,
   // 2^-precision of the bound 2^E (every chunk's |g| < 2^E <= 2 max|g|), plus the one rounding
@@ -260,6 +266,24 @@ TEST_CASE("The exact sum's vector fold gives the definition's integers: ties to 
     CHECK(finite);
     CHECK(folded == values);  // read only
   }
+  // Three chunks folded at once: the sums of three folds one after another.
+  std::vector<float> second(values.size()), third(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    second[i] = values[values.size() - 1 - i];
+    third[i] = -0.75f * values[i];
+  }
+  std::vector<int64_t> one_by_one = start, together = start;
+  float largest_one = 0, largest_together = 0;
+  bool finite_one = true, finite_together = true;
+  for (const std::vector<float>* chunk : {&values, &second, &third}) {
+    ddp::exact::fold(chunk->data(), static_cast<int64_t>(chunk->size()), one_by_one.data(), 21, largest_one,
+                     finite_one);
+  }
+  const float* chunks[] = {values.data(), second.data(), third.data()};
+  ddp::exact::fold(chunks, 3, static_cast<int64_t>(values.size()), together.data(), 21, largest_together,
+                   finite_together);
+  CHECK(together == one_by_one);
+  CHECK(largest_together == largest_one);
   // A NaN or an infinity: not finite, left out of the sums, not the largest.
   std::vector<float> bad{1.0f, std::nanf(""), 2.0f, 3.0f, -INFINITY, 4.0f, 5.0f, 6.0f, 7.0f};
   const Folded want = fold_by_definition(bad, std::vector<int64_t>(bad.size()), 3);
