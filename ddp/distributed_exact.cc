@@ -76,8 +76,9 @@ void replay_chunk_statistics(comm::ProcessGroup& pg, const std::vector<nn::Batch
                made, count);
     calls.push_back(made / count);
   }
-  Tensor agreed = tensor::from_vector(calls);
-  for (int64_t c : calls) agreed = tensor::cat({agreed, tensor::from_vector<int64_t>({-c})});
+  std::vector<int64_t> control = calls;  // then their negatives: the max gives the least count too
+  for (int64_t c : calls) control.push_back(-c);
+  Tensor agreed = tensor::from_vector(control);
   pg.allreduce(agreed, comm::ReduceOp::kMax)->wait();
   const std::vector<int64_t> got = agreed.to_vector<int64_t>();
   for (size_t b = 0; b < norms.size(); ++b) {
