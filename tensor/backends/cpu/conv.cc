@@ -232,8 +232,11 @@ void max_pool_plane(const T* __restrict in, T* __restrict out, int64_t* __restri
 }  // namespace
 
 // 2 x 2 windows with stride 2 and no padding or dilation (the usual pooling), rows dense: each
-// window's four taps read in place, by max_pool_plane's rule and as branch-free (the maximum,
-// then the first tap holding it, row-major; a NaN, if any, wins: the last NaN).
+// window's four taps read in place, by max_pool_plane's rule (the maximum, then the first tap
+// holding it, row-major; a NaN, if any, wins: the last NaN). Selects only, no branches (which
+// tap wins is data, and mispredicts) and no tap arrays: each pair's winner keeps the first on
+// ties, and so does the pairs' winner, so it is the first maximal tap; the value written is
+// that tap's own (no rounding back from C). A row with a NaN is written again by the NaN rule.
 template <typename T>
 void max_pool_2x2_plane(const T* __restrict in, int64_t row_stride, T* __restrict out, int64_t* __restrict where,
                         const Window2d& w) {
@@ -242,26 +245,35 @@ void max_pool_2x2_plane(const T* __restrict in, int64_t row_stride, T* __restric
     const T* top = in + 2 * oh * row_stride;
     const T* bottom = top + row_stride;
     const int64_t first = 2 * oh * w.w;  // the window's top-left element, ih * W + iw
+    T* o = out + oh * w.ow;
+    int64_t* at = where + oh * w.ow;
     for (int64_t ow = 0; ow < w.ow; ++ow) {
+      const C a = static_cast<C>(top[2 * ow]), b = static_cast<C>(top[2 * ow + 1]);
+      const C c = static_cast<C>(bottom[2 * ow]), d = static_cast<C>(bottom[2 * ow + 1]);
+      const bool b_wins = b > a, d_wins = d > c;
+      const C ab = b_wins ? b : a, cd = d_wins ? d : c;
+      const bool bottom_wins = cd > ab;
+      const T top_best = select_bits(b_wins, top[2 * ow + 1], top[2 * ow]);
+      const T bottom_best = select_bits(d_wins, bottom[2 * ow + 1], bottom[2 * ow]);
+      o[ow] = select_bits(bottom_wins, bottom_best, top_best);
+      at[ow] = first + 2 * ow + select_bits(bottom_wins, w.w + d_wins, static_cast<int64_t>(b_wins));
+    }
+    bool nan = false;  // a pass of its own over the taps: it vectorises
+    for (int64_t k = 0; k < 2 * w.ow; ++k) {
+      nan |=
+          (static_cast<C>(top[k]) != static_cast<C>(top[k])) | (static_cast<C>(bottom[k]) != static_cast<C>(bottom[k]));
+    }
+    if (!nan) continue;
+    for (int64_t ow = 0; ow < w.ow; ++ow) {  // rare
       const C v[4] = {static_cast<C>(top[2 * ow]), static_cast<C>(top[2 * ow + 1]), static_cast<C>(bottom[2 * ow]),
                       static_cast<C>(bottom[2 * ow + 1])};
-      const int64_t at[4] = {first + 2 * ow, first + 2 * ow + 1, first + w.w + 2 * ow, first + w.w + 2 * ow + 1};
-      C best = v[0];
-      for (int t = 1; t < 4; ++t) best = v[t] > best ? v[t] : best;
-      // Which taps hold the maximum, and which are NaN, as bits 0-3: the first of the one (no
-      // chain of selects from tap to tap), else the last of the other.
-      unsigned hits = 0, nans = 0;
+      const int64_t offset[4] = {0, 1, w.w, w.w + 1};
       for (int t = 0; t < 4; ++t) {
-        hits |= static_cast<unsigned>(v[t] == best) << t;
-        nans |= static_cast<unsigned>(v[t] != v[t]) << t;
+        if (v[t] != v[t]) {
+          o[ow] = static_cast<T>(std::numeric_limits<C>::quiet_NaN());
+          at[ow] = first + 2 * ow + offset[t];
+        }
       }
-      int64_t best_at = at[__builtin_ctz(hits | 8u)];
-      if (nans != 0) {  // rare
-        best = std::numeric_limits<C>::quiet_NaN();
-        best_at = at[31 - __builtin_clz(nans)];
-      }
-      out[oh * w.ow + ow] = static_cast<T>(best);
-      where[oh * w.ow + ow] = best_at;
     }
   }
 }

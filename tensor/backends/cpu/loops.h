@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -30,6 +31,21 @@ constexpr bool is_16bit_float_v = std::is_same_v<T, Half> || std::is_same_v<T, B
 template <typename T>
 using compute_t =
     std::conditional_t<is_16bit_float_v<T>, float, std::conditional_t<std::is_same_v<T, int32_t>, int64_t, T>>;
+
+// yes ? a : b by masks of the bits, so that the compiler does not branch on it.
+template <typename T>
+T select_bits(bool yes, T a, T b) {
+  using Bits = std::conditional_t<sizeof(T) == 2, uint16_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>;
+  static_assert(sizeof(T) == sizeof(Bits));
+  Bits x, y;
+  std::memcpy(&x, &a, sizeof(T));
+  std::memcpy(&y, &b, sizeof(T));
+  const Bits mask = static_cast<Bits>(-static_cast<Bits>(yes));
+  const Bits chosen = static_cast<Bits>((x & mask) | (y & static_cast<Bits>(~mask)));
+  T out;
+  std::memcpy(&out, &chosen, sizeof(T));
+  return out;
+}
 
 // f(TypeTag<T>{}) for the C++ type of `dtype`.
 template <typename F>

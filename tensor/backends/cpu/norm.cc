@@ -1,8 +1,11 @@
 // CPU batch-normalisation kernels (backends/cpu/backend.h). x is contiguous [N, C, S] (S: the product
 // of the dims after 1, 1 for [N, C]); each pass sweeps memory once in order, per channel
 // accumulating in double: the statistics in two passes (the mean, then the squared
-// deviations from it), the gradient sums in one.
+// deviations from it), the gradient sums in one. Each row's sum runs in kLanes lanes (element k
+// into lane k mod kLanes), added in a fixed order at the row's end: the lanes vectorise and
+// do not wait on one another's adds, and the order depends on no thread count.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -33,6 +36,33 @@ void for_each_row(const Layout& l, F&& f) {
   });
 }
 
+constexpr int kLanes = 8;
+
+// The double sums over k in [0, n) of each of f(k)'s `Sums` values (f fills an array of them),
+// in kLanes lanes.
+template <int Sums, typename F>
+std::array<double, Sums> lane_sums(int64_t n, F&& f) {
+  double lanes[Sums][kLanes] = {};
+  double v[Sums];
+  int64_t k = 0;
+  for (; k + kLanes <= n; k += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      f(k + j, v);
+      for (int i = 0; i < Sums; ++i) lanes[i][j] += v[i];
+    }
+  }
+  for (int j = 0; k + j < n; ++j) {
+    f(k + j, v);
+    for (int i = 0; i < Sums; ++i) lanes[i][j] += v[i];
+  }
+  std::array<double, Sums> sums{};
+  for (int i = 0; i < Sums; ++i) {
+    const double* l = lanes[i];
+    sums[i] = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+  }
+  return sums;
+}
+
 // A [C] tensor's values as double (1 where undefined, for a missing weight).
 template <typename T>
 std::vector<double> per_channel(const Tensor& t, int64_t channels, double missing) {
@@ -60,19 +90,17 @@ std::optional<std::tuple<Tensor, Tensor>> CpuBackend::batch_norm_mean_var(const 
     const Layout l(x);
     const T* data = x.data_ptr<T>();
     std::vector<double> mean(static_cast<size_t>(l.c), 0.0), var(static_cast<size_t>(l.c), 0.0);
+    const auto value = [data](int64_t e) { return static_cast<double>(static_cast<compute_t<T>>(data[e])); };
     for_each_row(l, [&](int64_t c, int64_t offset) {
-      double acc = 0;
-      for (int64_t k = 0; k < l.s; ++k) acc += static_cast<double>(static_cast<compute_t<T>>(data[offset + k]));
-      mean[c] += acc;
+      mean[c] += lane_sums<1>(l.s, [&](int64_t k, double* v) { v[0] = value(offset + k); })[0];
     });
     for (double& m : mean) m /= l.count();
     for_each_row(l, [&](int64_t c, int64_t offset) {
-      double acc = 0;
-      for (int64_t k = 0; k < l.s; ++k) {
-        const double d = static_cast<double>(static_cast<compute_t<T>>(data[offset + k])) - mean[c];
-        acc += d * d;
-      }
-      var[c] += acc;
+      const double m = mean[c];
+      var[c] += lane_sums<1>(l.s, [&](int64_t k, double* v) {
+        const double d = value(offset + k) - m;
+        v[0] = d * d;
+      })[0];
     });
     for (double& v : var) v /= l.count();
     return std::make_tuple(channel_tensor<T>(mean, x.dtype()), channel_tensor<T>(var, x.dtype()));
@@ -113,12 +141,11 @@ std::optional<std::tuple<Tensor, Tensor>> CpuBackend::batch_norm_backward_reduce
     const T* g = dy.data_ptr<T>();
     const T* in = x.data_ptr<T>();
     for_each_row(l, [&](int64_t c, int64_t offset) {
-      double a = 0, b = 0;
-      for (int64_t k = 0; k < l.s; ++k) {
-        const double d = static_cast<double>(static_cast<compute_t<T>>(g[offset + k]));
-        a += d;
-        b += d * (static_cast<double>(static_cast<compute_t<T>>(in[offset + k])) - m[c]);
-      }
+      const double mc = m[c];
+      const auto [a, b] = lane_sums<2>(l.s, [&](int64_t k, double* v) {
+        v[0] = static_cast<double>(static_cast<compute_t<T>>(g[offset + k]));
+        v[1] = v[0] * (static_cast<double>(static_cast<compute_t<T>>(in[offset + k])) - mc);
+      });
       sum_dy[c] += a;
       sum_dy_xmu[c] += b;
     });
