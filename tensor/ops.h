@@ -364,13 +364,14 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
                   double momentum = 0.1, double eps = 1e-5);
 // Whether batch_norm (and SyncBatchNorm) normalise a 16-bit input in float32 and round the
 // result back once: autocast's bfloat16 activations into a float32 BatchNorm, known by its
-// running_mean or, without running statistics, its weight.
+// running_mean or, without running statistics, its weight (batch_norm: mixed, no copy).
 bool batch_norm_widens(const Tensor& input, const Tensor& running_mean, const Tensor& weight);
 // Batch normalisation's steps, as PyTorch's torch.batch_norm_stats / batch_norm_elemt /
 // batch_norm_backward_reduce / batch_norm_backward_elemt (not differentiable; batch_norm and
 // SyncBatchNorm are built from them). Over dim 1 of input [N, C, ...], results [C]:
-// the per-channel mean and biased variance;
-std::tuple<Tensor, Tensor> batch_norm_mean_var(const Tensor& input);
+// the per-channel mean and biased variance (in the input's dtype, or float32 for a 16-bit input:
+// the steps take float32 [C] vectors beside one, and give them);
+std::tuple<Tensor, Tensor> batch_norm_mean_var(const Tensor& input, std::optional<DType> stats_dtype = std::nullopt);
 // (input - mean) * invstd * weight + bias (weight, bias may be undefined);
 Tensor batch_norm_elemt(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& mean,
                         const Tensor& invstd);

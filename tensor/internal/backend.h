@@ -43,10 +43,13 @@ class Backend {
   virtual std::tuple<Tensor, Tensor> max(const Tensor& x, const Shape& dims, bool keepdim) = 0;  // values, indices
   virtual void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) = 0;
 
-  // Batch normalisation over dim 1 of contiguous x [N, C, ...], statistics [C] in x's dtype
-  // (accumulated in double), weight/bias [C] or undefined; tensor/ops.h's batch_norm_mean_var
-  // and friends say what each computes.
-  virtual std::optional<std::tuple<Tensor, Tensor>> batch_norm_mean_var(const Tensor& x) = 0;
+  // Batch normalisation over dim 1 of contiguous x [N, C, ...], statistics [C] (accumulated in
+  // double) in x's dtype or, for a 16-bit x, in float32 (autocast's activations into float32
+  // parameters: mixed, as PyTorch's CPU kernels; the results the same as normalising the values
+  // widened to float32), weight/bias [C] or undefined, every [C] vector of one call in the one
+  // statistics dtype (mean_var's `stats_dtype`; backward_reduce's sums in mean's); tensor/ops.h's
+  // batch_norm_mean_var and friends say what each computes.
+  virtual std::optional<std::tuple<Tensor, Tensor>> batch_norm_mean_var(const Tensor& x, DType stats_dtype) = 0;
   virtual bool batch_norm_elemt(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
                                 const Tensor& mean, const Tensor& invstd) = 0;
   virtual std::optional<std::tuple<Tensor, Tensor>> batch_norm_backward_reduce(const Tensor& dy, const Tensor& x,

@@ -18,10 +18,26 @@ using namespace detail;
 
 namespace {
 
-// A [C] parameter or statistic checked against input [N, C, ...].
-void check_channel_vector(const Tensor& t, const Tensor& input, const char* name) {
+// The dtype of the [C] vectors beside `input`: the input's, or float32 for a 16-bit input
+// beside any float32 vector (autocast's activations into a float32 BatchNorm: computed mixed,
+// as PyTorch's CPU kernels, never widened and rounded back).
+DType stats_dtype_for(const Tensor& input, std::initializer_list<const Tensor*> vectors) {
+  if (input.defined() && is_16bit_float(input.dtype())) {
+    for (const Tensor* t : vectors) {
+      if (t->defined() && t->dtype() == kFloat32) return kFloat32;
+    }
+  }
+  return input.dtype();
+}
+
+// A [C] parameter or statistic checked against input [N, C, ...] and the call's statistics
+// dtype.
+void check_channel_vector(const Tensor& t, const Tensor& input, const char* name, DType stats) {
   if (!t.defined()) return;
-  check_same_dtype(input, t, "batch_norm", "input", name);
+  if (stats == input.dtype()) check_same_dtype(input, t, "batch_norm", "input", name);
+  TDDP_CHECK(t.dtype() == stats,
+             "batch_norm: expected '{}' of dtype {} (the {} input's [C] vectors are all {} or all float32), got {}",
+             name, dtype_name(stats), dtype_name(input.dtype()), dtype_name(input.dtype()), dtype_name(t.dtype()));
   check_same_device(input, t, "batch_norm", "input", name);
   TDDP_CHECK(t.dim() == 1 && t.size(0) == input.size(1),
              "batch_norm: expected '{}' of shape [{}] (the input's channels, dim 1 of {}), got {}", name, input.size(1),
@@ -44,19 +60,24 @@ void check_bn_input(const Tensor& input, const char* op) {
 
 }  // namespace
 
-std::tuple<Tensor, Tensor> batch_norm_mean_var(const Tensor& input) {
+std::tuple<Tensor, Tensor> batch_norm_mean_var(const Tensor& input, std::optional<DType> stats_dtype) {
   check_bn_input(input, "batch_norm_mean_var");
+  const DType stats = stats_dtype.value_or(input.dtype());
+  TDDP_CHECK(stats == input.dtype() || (is_16bit_float(input.dtype()) && stats == kFloat32),
+             "batch_norm_mean_var: statistics of a {} input come in {} (or float32 for a 16-bit input), not {}",
+             dtype_name(input.dtype()), dtype_name(input.dtype()), dtype_name(stats));
   NoGradGuard no_grad;
   const Tensor x = input.contiguous();
-  if (auto stats = backend_for(x.device(), "batch_norm").batch_norm_mean_var(x)) return *stats;
-  return composite::batch_norm_mean_var(x);
+  if (auto found = backend_for(x.device(), "batch_norm").batch_norm_mean_var(x, stats)) return *found;
+  return composite::batch_norm_mean_var(x.to(stats));
 }
 
 Tensor batch_norm_elemt(const Tensor& input, const Tensor& weight, const Tensor& bias, const Tensor& mean,
                         const Tensor& invstd) {
   check_bn_input(input, "batch_norm_elemt");
+  const DType stats = stats_dtype_for(input, {&weight, &bias, &mean, &invstd});
   for (const auto& [t, name] : {std::pair{&weight, "weight"}, {&bias, "bias"}, {&mean, "mean"}, {&invstd, "invstd"}}) {
-    check_channel_vector(*t, input, name);
+    check_channel_vector(*t, input, name, stats);
   }
   NoGradGuard no_grad;
   const Tensor out = new_output(input.sizes(), input.dtype(), input.device());
@@ -72,11 +93,12 @@ std::tuple<Tensor, Tensor> batch_norm_backward_reduce(const Tensor& grad_out, co
   check_same_dtype(input, grad_out, "batch_norm_backward_reduce", "input", "grad_out");
   TDDP_CHECK(grad_out.sizes() == input.sizes(), "batch_norm_backward_reduce: grad_out of shape {} for input {}",
              format_shape(grad_out.sizes()), format_shape(input.sizes()));
-  check_channel_vector(mean, input, "mean");
+  TDDP_CHECK(mean.defined(), "batch_norm_backward_reduce: 'mean' is undefined");
+  check_channel_vector(mean, input, "mean", stats_dtype_for(input, {&mean}));
   NoGradGuard no_grad;
   const Tensor dy = grad_out.contiguous(), x = input.contiguous();
   if (auto sums = backend_for(x.device(), "batch_norm backward").batch_norm_backward_reduce(dy, x, mean)) return *sums;
-  return composite::batch_norm_backward_reduce(dy, x, mean);
+  return composite::batch_norm_backward_reduce(dy.to(mean.dtype()), x.to(mean.dtype()), mean);
 }
 
 Tensor batch_norm_backward_elemt(const Tensor& grad_out, const Tensor& input, const Tensor& mean, const Tensor& invstd,
@@ -88,12 +110,13 @@ Tensor batch_norm_backward_elemt(const Tensor& grad_out, const Tensor& input, co
   TDDP_CHECK(sum_dy.defined() == sum_dy_xmu.defined(),
              "batch_norm_backward_elemt: give both sums (batch statistics) or neither (fixed statistics)");
   TDDP_CHECK(!sum_dy.defined() || count > 0, "batch_norm_backward_elemt: count must be positive, got {}", count);
+  const DType stats = stats_dtype_for(input, {&mean, &invstd, &weight, &sum_dy, &sum_dy_xmu});
   for (const auto& [t, name] : {std::pair{&mean, "mean"},
                                 {&invstd, "invstd"},
                                 {&weight, "weight"},
                                 {&sum_dy, "sum_dy"},
                                 {&sum_dy_xmu, "sum_dy_xmu"}}) {
-    check_channel_vector(*t, input, name);
+    check_channel_vector(*t, input, name, stats);
   }
   NoGradGuard no_grad;
   const Tensor grad_input = new_output(input.sizes(), input.dtype(), input.device());
@@ -137,17 +160,17 @@ bool batch_norm_widens(const Tensor& input, const Tensor& running_mean, const Te
 
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps) {
-  // A 16-bit input into float32 parameters and statistics (PyTorch allows it): normalised in
-  // float32 and rounded back once; the statistics stay float32.
-  if (batch_norm_widens(input, running_mean, weight)) {
-    return batch_norm(input.to(kFloat32), running_mean, running_var, weight, bias, training, momentum, eps)
-        .to(input.dtype());
-  }
   check_bn_input(input, "batch_norm");
-  check_channel_vector(running_mean, input, "running_mean");
-  check_channel_vector(running_var, input, "running_var");
-  check_channel_vector(weight, input, "weight");
-  check_channel_vector(bias, input, "bias");
+  // A 16-bit input into float32 parameters and statistics (PyTorch allows it): the statistics,
+  // the sums and the arithmetic in float32 from the 16-bit values, each result rounded once to
+  // the input's dtype (the steps below take the mixed dtypes; no widened copy).
+  const DType stats = stats_dtype_for(input, {&running_mean, &running_var, &weight, &bias});
+  for (const auto& [t, name] : {std::pair{&running_mean, "running_mean"},
+                                {&running_var, "running_var"},
+                                {&weight, "weight"},
+                                {&bias, "bias"}}) {
+    check_channel_vector(*t, input, name, stats);
+  }
   const int64_t channels = input.size(1);
   const int64_t count = input.numel() / std::max<int64_t>(channels, 1);  // values per channel
   Tensor mean, invstd;                                                   // [C]
@@ -156,7 +179,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
                format_shape(input.sizes()));
     NoGradGuard no_grad;
     Tensor var;  // biased: it normalises this batch
-    std::tie(mean, var) = batch_norm_mean_var(input);
+    std::tie(mean, var) = batch_norm_mean_var(input, stats);
     invstd = 1.0 / sqrt(add(var, eps));
     // The running statistics take the unbiased variance: it estimates the population's.
     if (running_mean.defined()) running_mean.mul_(1.0 - momentum).add_(mean, momentum);
@@ -182,8 +205,12 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
                need_weight, need_bias](const Tensor& g) {
                 const Tensor x = sx.get("NativeBatchNormBackward");
                 if (GradMode::is_enabled()) {  // create_graph: the same formulas from recorded ops
-                  return batch_norm_backward_graph(g, x, sw.get("NativeBatchNormBackward"), mean, invstd, training, eps,
-                                                   {need_input, need_weight, need_bias});
+                  // (Mixed: in float32, the input's gradient rounded back to its dtype.)
+                  std::vector<Tensor> grads = batch_norm_backward_graph(
+                      g.to(mean.dtype()), x.to(mean.dtype()), sw.get("NativeBatchNormBackward"), mean, invstd, training,
+                      eps, {need_input, need_weight, need_bias});
+                  if (grads[0].defined()) grads[0] = grads[0].to(x.dtype());
+                  return grads;
                 }
                 const auto [sum_dy, sum_dy_xmu] = batch_norm_backward_reduce(g, x, mean);
                 Tensor grad_input;

@@ -57,6 +57,40 @@ TEST_CASE("composite batch normalisation equals the CPU kernels, step by step", 
   CHECK(max_diff(grad_x, batch_norm_backward_elemt(dy, x, mean, invstd, weight, Tensor(), Tensor(), count)) < kTol);
 }
 
+TEST_CASE("composite batch normalisation takes a bfloat16 input with float32 vectors, as the CPU kernels do",
+          "[tensor][composite]") {
+  // The route of a backend without batch-norm kernels (CUDA) under autocast: a bfloat16 input,
+  // float32 statistics and parameters. Results within one bfloat16 step of the CPU's mixed
+  // kernels (both compute in float32 and round once; the sums agree to float32's precision).
+  NoGradGuard no_grad;
+  const Tensor x = random({4, 3, 5, 5}, 7).to(kBFloat16), dy = random({4, 3, 5, 5}, 8).to(kBFloat16);
+  const Tensor weight = random({3}, 9).to(kFloat32), bias = random({3}, 10).to(kFloat32);
+  const auto [mean, var] = batch_norm_mean_var(x, kFloat32);
+  REQUIRE(mean.dtype() == kFloat32);
+  const auto [c_mean, c_var] = composite::batch_norm_mean_var(x.to(kFloat32));
+  // float32 sums of 100 terms against double ones: at most 100 eps32 times the sum of |terms|
+  // (the variance's terms hold the mean's error too: twice that).
+  const auto bound = [](const Tensor& terms) { return 100 * std::ldexp(1.0, -24) * sum(abs(terms)).item<double>(); };
+  const Tensor centered = sub(x.to(kFloat64), mean.to(kFloat64).view({1, 3, 1, 1}));
+  CHECK(max_diff(c_mean, mean) <= bound(x.to(kFloat64)) / 100);
+  CHECK(max_diff(c_var, var) <= 2 * bound(mul(centered, centered)) / 100);
+  const Tensor invstd = pow(add(var, 1e-5), -0.5);
+  const auto within_a_step = [](const Tensor& got, const Tensor& want) {
+    return got.dtype() == kBFloat16 && allclose(got.to(kFloat32), want.to(kFloat32), 1.0 / 128, 1e-6);
+  };
+  const Tensor out = empty_like(x);
+  composite::batch_norm_elemt(out, x, weight, bias, mean, invstd);
+  CHECK(within_a_step(out, batch_norm_elemt(x, weight, bias, mean, invstd)));
+  const auto [sum_dy, sum_dy_xmu] = batch_norm_backward_reduce(dy, x, mean);
+  REQUIRE(sum_dy.dtype() == kFloat32);
+  const auto [c_sum_dy, c_sum_dy_xmu] = composite::batch_norm_backward_reduce(dy.to(kFloat32), x.to(kFloat32), mean);
+  CHECK(max_diff(c_sum_dy, sum_dy) <= bound(dy.to(kFloat64)));
+  CHECK(max_diff(c_sum_dy_xmu, sum_dy_xmu) <= bound(mul(dy.to(kFloat64), centered)));
+  const Tensor grad_x = empty_like(x);
+  composite::batch_norm_backward_elemt(grad_x, dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, 100.0);
+  CHECK(within_a_step(grad_x, batch_norm_backward_elemt(dy, x, mean, invstd, weight, sum_dy, sum_dy_xmu, 100.0)));
+}
+
 TEST_CASE("composite max pooling equals the CPU kernel, forward and backward", "[tensor][composite]") {
   const Tensor x = random({2, 3, 7, 6}, 5).requires_grad_(true);
   const Tensor out = max_pool2d(x, 3, Size2d(2, 1), 1);

@@ -185,6 +185,60 @@ TEST_CASE("dropout zeroes about p of the elements, scales the rest by 1/(1-p), a
   CHECK(equal(leaf.grad(), dropout(ones({50}, kFloat64), 0.5, true, &g2)));
 }
 
+TEST_CASE("batch_norm: a bfloat16 input with float32 parameters is computed mixed, as its float32 values would be",
+          "[conv]") {
+  // Autocast's activations into a float32 BatchNorm (PyTorch's CPU kernels take them mixed):
+  // statistics and sums in float32 from the 16-bit values, each result rounded once to
+  // bfloat16, no float32 copy of the input (the graph's node is the batch norm's own). The
+  // reference: the same input's values in float32 through the float32 batch norm, rounded
+  // once. The running statistics and the parameters' gradients (sums in double of the same
+  // values) agree exactly; the output and the input's gradient within one bfloat16 step.
+  Generator gen(11);
+  const Tensor values = randn({4, 3, 5, 5}, {}, &gen).mul(3.0).add(1.0).to(kBFloat16);
+  const Tensor upstream = randn({4, 3, 5, 5}, {}, &gen).to(kBFloat16);
+  const Tensor w0 = randn({3}, {}, &gen), b0 = randn({3}, {}, &gen);
+  const auto within_a_step = [](const Tensor& got, const Tensor& want) {
+    return allclose(got.to(kFloat32), want.to(kBFloat16).to(kFloat32), 1.0 / 128, 0.0);
+  };
+  for (const bool training : {true, false}) {
+    INFO("training " << training);
+    struct Run {
+      Tensor x, w, b, mean, var, y;
+    };
+    const auto run = [&](DType dtype) {
+      Run r{values.to(dtype).clone().requires_grad_(),
+            w0.clone().requires_grad_(),
+            b0.clone().requires_grad_(),
+            full({3}, 0.25),
+            full({3}, 2.0),
+            Tensor()};
+      r.y = batch_norm(r.x, r.mean, r.var, r.w, r.b, training, 0.1, 1e-5);
+      sum(mul(r.y, upstream.to(dtype))).backward();
+      return r;
+    };
+    const Run mixed = run(kBFloat16), wide = run(kFloat32);
+    CHECK(mixed.y.dtype() == kBFloat16);
+    CHECK(mixed.y.grad_fn()->name() == "NativeBatchNormBackward");
+    CHECK(within_a_step(mixed.y, wide.y));
+    CHECK(mixed.x.grad().dtype() == kBFloat16);
+    CHECK(within_a_step(mixed.x.grad(), wide.x.grad()));
+    CHECK(equal(mixed.w.grad(), wide.w.grad()));
+    CHECK(equal(mixed.b.grad(), wide.b.grad()));
+    CHECK(equal(mixed.mean, wide.mean));
+    CHECK(equal(mixed.var, wide.var));
+    // create_graph: the formulas from recorded ops give the input's gradient in its dtype too.
+    const Tensor x = values.clone().requires_grad_(), w = w0.clone().requires_grad_();
+    const Tensor y = batch_norm(x, full({3}, 0.25), full({3}, 2.0), w, b0, training, 0.1, 1e-5);
+    const std::vector<Tensor> g = tinyddp::autograd::grad({sum(mul(y, upstream))}, {x, w}, {}, false, true);
+    CHECK(g[0].dtype() == kBFloat16);
+    CHECK(within_a_step(g[0], wide.x.grad()));
+    CHECK(allclose(g[1], wide.w.grad(), 1e-5, 1e-5));
+  }
+  // A 16-bit input whose vectors mix float32 with its own dtype is refused, naming the vector.
+  CHECK_THROWS_WITH(batch_norm(values, full({3}, 0.0), full({3}, 1.0).to(kBFloat16), Tensor(), Tensor(), false),
+                    Catch::Contains("expected 'running_var' of dtype float32"));
+}
+
 TEST_CASE("conv2d, pooling, batch_norm and dropout: bad arguments get errors naming the op, shapes and expectation",
           "[conv][errors]") {
   using Catch::Contains;

@@ -1,9 +1,7 @@
 // CPU batch-normalisation kernels (backends/cpu/backend.h). x is contiguous [N, C, S] (S: the product
 // of the dims after 1, 1 for [N, C]); each pass sweeps memory once in order, per channel
 // accumulating in double: the statistics in two passes (the mean, then the squared
-// deviations from it), the gradient sums in one. Each row's sum runs in kLanes lanes (element k
-// into lane k mod kLanes), added in a fixed order at the row's end: the lanes vectorise and
-// do not wait on one another's adds, and the order depends on no thread count.
+// deviations from it), the gradient sums in one, each channel's sums in lanes (LaneSums).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -38,72 +36,89 @@ void for_each_row(const Layout& l, F&& f) {
 
 constexpr int kLanes = 8;
 
-// The double sums over k in [0, n) of each of f(k)'s `Sums` values (f fills an array of them),
-// in kLanes lanes.
-template <int Sums, typename F>
-std::array<double, Sums> lane_sums(int64_t n, F&& f) {
-  double lanes[Sums][kLanes] = {};
-  double v[Sums];
-  int64_t k = 0;
-  for (; k + kLanes <= n; k += kLanes) {
-    for (int j = 0; j < kLanes; ++j) {
-      f(k + j, v);
-      for (int i = 0; i < Sums; ++i) lanes[i][j] += v[i];
+// Per-channel sums (Sums of them) in kLanes lanes of double: element k of a row goes to lane
+// k mod kLanes, a channel's rows in order of n, and each channel's lanes are added in a fixed
+// order at the end (total). The lanes vectorise and do not wait on one another's adds; nothing
+// depends on the thread count (a channel's rows all run on one thread).
+template <int Sums>
+class LaneSums {
+ public:
+  explicit LaneSums(int64_t channels) : lanes_(static_cast<size_t>(channels)) {}
+  // Adds f(k, v) (which fills v[0 .. Sums)) for k in [0, n) to channel c's lanes.
+  template <typename F>
+  void add(int64_t c, int64_t n, F&& f) {
+    Lanes acc = lanes_[c];  // in registers for the row
+    double v[Sums];
+    int64_t k = 0;
+    for (; k + kLanes <= n; k += kLanes) {
+      for (int j = 0; j < kLanes; ++j) {
+        f(k + j, v);
+        for (int i = 0; i < Sums; ++i) acc[i][j] += v[i];
+      }
     }
+    for (int j = 0; k + j < n; ++j) {
+      f(k + j, v);
+      for (int i = 0; i < Sums; ++i) acc[i][j] += v[i];
+    }
+    lanes_[c] = acc;
   }
-  for (int j = 0; k + j < n; ++j) {
-    f(k + j, v);
-    for (int i = 0; i < Sums; ++i) lanes[i][j] += v[i];
+  double total(int64_t c, int i) const {
+    const std::array<double, kLanes>& l = lanes_[c][i];
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
   }
-  std::array<double, Sums> sums{};
-  for (int i = 0; i < Sums; ++i) {
-    const double* l = lanes[i];
-    sums[i] = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-  }
-  return sums;
-}
 
-// A [C] tensor's values as double (1 where undefined, for a missing weight).
-template <typename T>
+ private:
+  using Lanes = std::array<std::array<double, kLanes>, Sums>;
+  std::vector<Lanes> lanes_;  // zeros to begin with
+};
+
+// A [C] tensor's values as double (1 where undefined, for a missing weight), in its own dtype
+// (x's, or float32 beside a 16-bit x).
 std::vector<double> per_channel(const Tensor& t, int64_t channels, double missing) {
   std::vector<double> v(static_cast<size_t>(channels), missing);
   if (!t.defined()) return v;
   const Tensor dense = backend().contiguous(t);
-  const T* p = dense.data_ptr<T>();
-  for (int64_t c = 0; c < channels; ++c) v[c] = static_cast<double>(static_cast<compute_t<T>>(p[c]));
+  dispatch_floating(t.dtype(), "batch_norm", [&](auto tag) {
+    using P = typename decltype(tag)::type;
+    const P* p = dense.data_ptr<P>();
+    for (int64_t c = 0; c < channels; ++c) v[c] = static_cast<double>(static_cast<compute_t<P>>(p[c]));
+  });
   return v;
 }
 
-template <typename T>
 Tensor channel_tensor(const std::vector<double>& v, DType dtype) {
   Tensor out = empty({static_cast<int64_t>(v.size())}, dtype);
-  T* p = out.data_ptr<T>();
-  for (size_t c = 0; c < v.size(); ++c) p[c] = static_cast<T>(static_cast<compute_t<T>>(v[c]));
+  dispatch_floating(dtype, "batch_norm", [&](auto tag) {
+    using P = typename decltype(tag)::type;
+    P* p = out.data_ptr<P>();
+    for (size_t c = 0; c < v.size(); ++c) p[c] = static_cast<P>(static_cast<compute_t<P>>(v[c]));
+  });
   return out;
 }
 
 }  // namespace
 
-std::optional<std::tuple<Tensor, Tensor>> CpuBackend::batch_norm_mean_var(const Tensor& x) {
+std::optional<std::tuple<Tensor, Tensor>> CpuBackend::batch_norm_mean_var(const Tensor& x, DType stats_dtype) {
   return dispatch_floating(x.dtype(), "batch_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const Layout l(x);
     const T* data = x.data_ptr<T>();
-    std::vector<double> mean(static_cast<size_t>(l.c), 0.0), var(static_cast<size_t>(l.c), 0.0);
+    std::vector<double> mean(static_cast<size_t>(l.c)), var(static_cast<size_t>(l.c));
     const auto value = [data](int64_t e) { return static_cast<double>(static_cast<compute_t<T>>(data[e])); };
+    LaneSums<1> sums(l.c), squares(l.c);
     for_each_row(l, [&](int64_t c, int64_t offset) {
-      mean[c] += lane_sums<1>(l.s, [&](int64_t k, double* v) { v[0] = value(offset + k); })[0];
+      sums.add(c, l.s, [&](int64_t k, double* v) { v[0] = value(offset + k); });
     });
-    for (double& m : mean) m /= l.count();
+    for (int64_t c = 0; c < l.c; ++c) mean[c] = sums.total(c, 0) / l.count();
     for_each_row(l, [&](int64_t c, int64_t offset) {
       const double m = mean[c];
-      var[c] += lane_sums<1>(l.s, [&](int64_t k, double* v) {
+      squares.add(c, l.s, [&](int64_t k, double* v) {
         const double d = value(offset + k) - m;
         v[0] = d * d;
-      })[0];
+      });
     });
-    for (double& v : var) v /= l.count();
-    return std::make_tuple(channel_tensor<T>(mean, x.dtype()), channel_tensor<T>(var, x.dtype()));
+    for (int64_t c = 0; c < l.c; ++c) var[c] = squares.total(c, 0) / l.count();
+    return std::make_tuple(channel_tensor(mean, stats_dtype), channel_tensor(var, stats_dtype));
   });
 }
 
@@ -114,8 +129,8 @@ bool CpuBackend::batch_norm_elemt(const Tensor& out, const Tensor& x, const Tens
     using C = compute_t<T>;
     const Layout l(x);
     // out = x * alpha + beta with alpha = invstd * weight, beta = bias - mean * alpha (PyTorch's form).
-    const std::vector<double> m = per_channel<T>(mean, l.c, 0), is = per_channel<T>(invstd, l.c, 1);
-    const std::vector<double> w = per_channel<T>(weight, l.c, 1), b = per_channel<T>(bias, l.c, 0);
+    const std::vector<double> m = per_channel(mean, l.c, 0), is = per_channel(invstd, l.c, 1);
+    const std::vector<double> w = per_channel(weight, l.c, 1), b = per_channel(bias, l.c, 0);
     std::vector<C> alpha(static_cast<size_t>(l.c)), beta(static_cast<size_t>(l.c));
     for (int64_t c = 0; c < l.c; ++c) {
       alpha[c] = static_cast<C>(is[c] * w[c]);
@@ -136,20 +151,23 @@ std::optional<std::tuple<Tensor, Tensor>> CpuBackend::batch_norm_backward_reduce
   return dispatch_floating(x.dtype(), "batch_norm backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const Layout l(x);
-    const std::vector<double> m = per_channel<T>(mean, l.c, 0);
-    std::vector<double> sum_dy(static_cast<size_t>(l.c), 0.0), sum_dy_xmu(static_cast<size_t>(l.c), 0.0);
+    const std::vector<double> m = per_channel(mean, l.c, 0);
+    std::vector<double> sum_dy(static_cast<size_t>(l.c)), sum_dy_xmu(static_cast<size_t>(l.c));
     const T* g = dy.data_ptr<T>();
     const T* in = x.data_ptr<T>();
+    LaneSums<2> sums(l.c);
     for_each_row(l, [&](int64_t c, int64_t offset) {
       const double mc = m[c];
-      const auto [a, b] = lane_sums<2>(l.s, [&](int64_t k, double* v) {
+      sums.add(c, l.s, [&](int64_t k, double* v) {
         v[0] = static_cast<double>(static_cast<compute_t<T>>(g[offset + k]));
         v[1] = v[0] * (static_cast<double>(static_cast<compute_t<T>>(in[offset + k])) - mc);
       });
-      sum_dy[c] += a;
-      sum_dy_xmu[c] += b;
     });
-    return std::make_tuple(channel_tensor<T>(sum_dy, x.dtype()), channel_tensor<T>(sum_dy_xmu, x.dtype()));
+    for (int64_t c = 0; c < l.c; ++c) {
+      sum_dy[c] = sums.total(c, 0);
+      sum_dy_xmu[c] = sums.total(c, 1);
+    }
+    return std::make_tuple(channel_tensor(sum_dy, mean.dtype()), channel_tensor(sum_dy_xmu, mean.dtype()));
   });
 }
 
@@ -160,9 +178,9 @@ bool CpuBackend::batch_norm_backward_elemt(const Tensor& grad_x, const Tensor& d
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
     const Layout l(x);
-    const std::vector<double> m = per_channel<T>(mean, l.c, 0), is = per_channel<T>(invstd, l.c, 1);
-    const std::vector<double> w = per_channel<T>(weight, l.c, 1);
-    const std::vector<double> sd = per_channel<T>(sum_dy, l.c, 0), sdx = per_channel<T>(sum_dy_xmu, l.c, 0);
+    const std::vector<double> m = per_channel(mean, l.c, 0), is = per_channel(invstd, l.c, 1);
+    const std::vector<double> w = per_channel(weight, l.c, 1);
+    const std::vector<double> sd = per_channel(sum_dy, l.c, 0), sdx = per_channel(sum_dy_xmu, l.c, 0);
     // grad_x = (dy - sum_dy / n - (x - mean) * k) * invstd * weight, k = invstd^2 * sum_dy_xmu / n.
     std::vector<C> mean_c(static_cast<size_t>(l.c)), k(static_cast<size_t>(l.c)), grad_mean(static_cast<size_t>(l.c)),
         scale(static_cast<size_t>(l.c));

@@ -216,7 +216,9 @@ bool CudaBackend::conv2d_backward_weight(const Tensor& grad_weight, const Tensor
 }
 bool CudaBackend::conv2d_native(const Window2d&, int64_t, int64_t, bool, DType) { return true; }
 
-std::optional<std::tuple<Tensor, Tensor>> CudaBackend::batch_norm_mean_var(const Tensor&) { return std::nullopt; }
+std::optional<std::tuple<Tensor, Tensor>> CudaBackend::batch_norm_mean_var(const Tensor&, DType) {
+  return std::nullopt;
+}
 bool CudaBackend::batch_norm_elemt(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                    const Tensor&) {
   return false;

@@ -39,7 +39,7 @@ class CudaBackend final : public Backend {
   void softmax(const Tensor& out, const Tensor& x, int64_t dim, bool log) override;
 
   // Declined (false): native/composite.h.
-  std::optional<std::tuple<Tensor, Tensor>> batch_norm_mean_var(const Tensor& x) override;
+  std::optional<std::tuple<Tensor, Tensor>> batch_norm_mean_var(const Tensor& x, DType stats_dtype) override;
   bool batch_norm_elemt(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
                         const Tensor& mean, const Tensor& invstd) override;
   std::optional<std::tuple<Tensor, Tensor>> batch_norm_backward_reduce(const Tensor& dy, const Tensor& x,
