@@ -49,11 +49,12 @@ BENCHMARK(BM_Conv2d)->Apply(conv_shapes);
 void BM_Conv2dBf16(benchmark::State& state) { conv2d_in(state, t::kBFloat16); }
 BENCHMARK(BM_Conv2dBf16)->Apply(conv_shapes);
 
-// max_pool2d(2) forward + backward at the digits CNN's first pooling layer: [64, 16, 8, 8].
-void BM_MaxPool2d(benchmark::State& state) {
+// max_pool2d(2) forward + backward at the digits CNN's first pooling layer: [64, 16, 8, 8], in
+// float32 and (autocast's activations) bfloat16.
+void max_pool2d_in(benchmark::State& state, t::DType dtype) {
   t::Generator g(0);
-  const t::Tensor x = t::randn({64, 16, 8, 8}, {}, &g).requires_grad_();
-  const t::Tensor grad = t::randn({64, 16, 4, 4}, {}, &g);
+  const t::Tensor x = t::randn({64, 16, 8, 8}, {}, &g).to(dtype).requires_grad_();
+  const t::Tensor grad = t::randn({64, 16, 4, 4}, {}, &g).to(dtype);
   for (auto _ : state) {
     const t::Tensor y = t::max_pool2d(x, 2);
     y.backward(grad);
@@ -61,7 +62,10 @@ void BM_MaxPool2d(benchmark::State& state) {
     benchmark::DoNotOptimize(y.raw_data_ptr());
   }
 }
+void BM_MaxPool2d(benchmark::State& state) { max_pool2d_in(state, t::kFloat32); }
 BENCHMARK(BM_MaxPool2d)->Unit(benchmark::kMicrosecond);
+void BM_MaxPool2dBf16(benchmark::State& state) { max_pool2d_in(state, t::kBFloat16); }
+BENCHMARK(BM_MaxPool2dBf16)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

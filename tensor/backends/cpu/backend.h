@@ -52,6 +52,7 @@ class CpuBackend final : public Backend {
   // conv.cc
   void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double pad_value) override;
   void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window) override;
+  // pool.cc
   bool max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& window) override;
   bool max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
                            const Window2d& window) override;

@@ -1,0 +1,199 @@
+// CPU max pooling (backends/cpu/backend.h): max_pool2d and its backward, by PyTorch's rule (each
+// window's maximum, the first tap holding it, row-major; a NaN, if any, wins: the last NaN),
+// through per-position tap tables for any window and a kernel of its own for the usual 2 x 2
+// windows of stride 2.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <type_traits>
+#include <vector>
+
+#include "tinyddp/tensor/backends/cpu/backend.h"
+#include "tinyddp/tensor/backends/cpu/loops.h"
+
+namespace tinyddp::tensor::cpu {
+
+namespace {
+
+// Every output position's taps that fall inside the input (the same for every plane): for
+// position k, entries [begin[k], begin[k + 1]) of `offset` (in elements of x) and `index` (ih * W + iw).
+struct PoolTaps {
+  std::vector<int64_t> begin, offset, index;
+  PoolTaps(const Window2d& w, int64_t row_stride, int64_t col_stride) {
+    for (int64_t oh = 0; oh < w.oh; ++oh) {
+      for (int64_t ow = 0; ow < w.ow; ++ow) {
+        begin.push_back(static_cast<int64_t>(offset.size()));
+        for (int64_t i = 0; i < w.kh; ++i) {
+          const int64_t ih = oh * w.sh - w.ph + i * w.dh;
+          for (int64_t j = 0; j < w.kw; ++j) {
+            const int64_t iw = ow * w.sw - w.pw + j * w.dw;
+            if (ih < 0 || ih >= w.h || iw < 0 || iw >= w.w) continue;
+            offset.push_back(ih * row_stride + iw * col_stride);
+            index.push_back(ih * w.w + iw);
+          }
+        }
+      }
+    }
+    begin.push_back(static_cast<int64_t>(offset.size()));
+  }
+};
+
+// One plane's pooling: as PyTorch, each window's maximum, the first tap holding it (row-major),
+// and a NaN, if any, wins (the last NaN). Branch-free passes: which tap wins is data, and
+// mispredicted branches would cost more than the pooling itself.
+template <typename T>
+void max_pool_plane(const T* __restrict in, T* __restrict out, int64_t* __restrict where, const PoolTaps& taps) {
+  using C = compute_t<T>;
+  const int64_t positions = static_cast<int64_t>(taps.begin.size()) - 1;
+  const int64_t* offset = taps.offset.data();
+  const int64_t* index = taps.index.data();
+  for (int64_t k = 0; k < positions; ++k) {
+    const int64_t first = taps.begin[k], last = taps.begin[k + 1];
+    C best = -std::numeric_limits<C>::infinity();
+    bool nan = false;
+    for (int64_t t = first; t < last; ++t) {
+      const C v = static_cast<C>(in[offset[t]]);
+      best = v > best ? v : best;
+      nan |= v != v;
+    }
+    int64_t best_at = index[first];
+    for (int64_t t = last - 1; t >= first; --t) {
+      const int64_t hit = static_cast<C>(in[offset[t]]) == best;  // 0 or 1: arithmetic, not a branch
+      best_at += (index[t] - best_at) * hit;
+    }
+    if (nan) {  // rare
+      best = std::numeric_limits<C>::quiet_NaN();
+      for (int64_t t = first; t < last; ++t) {
+        if (static_cast<C>(in[offset[t]]) != static_cast<C>(in[offset[t]])) best_at = index[t];
+      }
+    }
+    out[k] = static_cast<T>(best);
+    where[k] = best_at;  // the input element ih * W + iw of the plane
+  }
+}
+
+}  // namespace
+
+// 2 x 2 windows with stride 2 and no padding or dilation (the usual pooling), rows dense: each
+// window's four taps read in place, by max_pool_plane's rule (the maximum, then the first tap
+// holding it, row-major; a NaN, if any, wins: the last NaN). Selects only, no branches (which
+// tap wins is data, and mispredicts) and no tap arrays: each pair's winner keeps the first on
+// ties, and so does the pairs' winner, so it is the first maximal tap; the value written is
+// that tap's own (no rounding back from C). A row with a NaN is written again by the NaN rule.
+template <typename T>
+void max_pool_2x2_plane(const T* __restrict in, int64_t row_stride, T* __restrict out, int64_t* __restrict where,
+                        const Window2d& w) {
+  using C = compute_t<T>;
+  for (int64_t oh = 0; oh < w.oh; ++oh) {
+    const T* top = in + 2 * oh * row_stride;
+    const T* bottom = top + row_stride;
+    const int64_t first = 2 * oh * w.w;  // the window's top-left element, ih * W + iw
+    T* o = out + oh * w.ow;
+    int64_t* at = where + oh * w.ow;
+    for (int64_t ow = 0; ow < w.ow; ++ow) {
+      const C a = static_cast<C>(top[2 * ow]), b = static_cast<C>(top[2 * ow + 1]);
+      const C c = static_cast<C>(bottom[2 * ow]), d = static_cast<C>(bottom[2 * ow + 1]);
+      const bool b_wins = b > a, d_wins = d > c;
+      const C ab = b_wins ? b : a, cd = d_wins ? d : c;
+      const bool bottom_wins = cd > ab;
+      const T top_best = select_bits(b_wins, top[2 * ow + 1], top[2 * ow]);
+      const T bottom_best = select_bits(d_wins, bottom[2 * ow + 1], bottom[2 * ow]);
+      o[ow] = select_bits(bottom_wins, bottom_best, top_best);
+      at[ow] = first + 2 * ow + select_bits(bottom_wins, w.w + d_wins, static_cast<int64_t>(b_wins));
+    }
+    bool nan = false;  // a pass of its own over the taps: it vectorises
+    for (int64_t k = 0; k < 2 * w.ow; ++k) {
+      nan |=
+          (static_cast<C>(top[k]) != static_cast<C>(top[k])) | (static_cast<C>(bottom[k]) != static_cast<C>(bottom[k]));
+    }
+    if (!nan) continue;
+    for (int64_t ow = 0; ow < w.ow; ++ow) {  // rare
+      const C v[4] = {static_cast<C>(top[2 * ow]), static_cast<C>(top[2 * ow + 1]), static_cast<C>(bottom[2 * ow]),
+                      static_cast<C>(bottom[2 * ow + 1])};
+      const int64_t offset[4] = {0, 1, w.w, w.w + 1};
+      for (int t = 0; t < 4; ++t) {
+        if (v[t] != v[t]) {
+          o[ow] = static_cast<T>(std::numeric_limits<C>::quiet_NaN());
+          at[ow] = first + 2 * ow + offset[t];
+        }
+      }
+    }
+  }
+}
+
+// The same for a 16-bit type: the plane widened to float32 first and the result rounded back
+// (exactly: each output is one of the inputs), both conversions vectorised, so that the
+// selection runs as float32's.
+template <typename T>
+void max_pool_2x2_plane_16bit(const T* in, int64_t row_stride, T* out, int64_t* where, const Window2d& w) {
+  thread_local std::vector<float> plane, pooled;
+  plane.resize(static_cast<size_t>(2 * w.oh * w.w));
+  pooled.resize(static_cast<size_t>(w.oh * w.ow));
+  for (int64_t h = 0; h < 2 * w.oh; ++h) {
+    const T* row = in + h * row_stride;
+    float* to = plane.data() + h * w.w;
+    for (int64_t k = 0; k < w.w; ++k) to[k] = static_cast<float>(row[k]);
+  }
+  max_pool_2x2_plane(plane.data(), w.w, pooled.data(), where, w);
+  for (int64_t k = 0; k < w.oh * w.ow; ++k) out[k] = static_cast<T>(pooled[k]);
+}
+
+bool pools_2x2(const Window2d& w, const Tensor& x) {
+  return w.kh == 2 && w.kw == 2 && w.sh == 2 && w.sw == 2 && w.ph == 0 && w.pw == 0 && w.dh == 1 && w.dw == 1 &&
+         x.stride(3) == 1 && 2 * w.oh <= w.h && 2 * w.ow <= w.w;  // every window inside (not ceil_mode's last)
+}
+
+bool CpuBackend::max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& w) {
+  dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    // The 2 x 2 kernel reads its taps in place; any other window goes through the tap tables.
+    const bool two_by_two = pools_2x2(w, x);
+    std::optional<PoolTaps> taps;
+    if (!two_by_two) taps.emplace(w, x.stride(2), x.stride(3));
+    const int64_t positions = w.oh * w.ow, s0 = x.stride(0), s1 = x.stride(1), s2 = x.stride(2), channels = w.c;
+    const T* in = x.data_ptr<T>();
+    T* o = out.data_ptr<T>();
+    int64_t* where = indices.data_ptr<int64_t>();
+    parallel_rows(w.n * channels, positions * w.kh * w.kw, kCostPoolTap, [&](int64_t first, int64_t last) {
+      for (int64_t p = first; p < last; ++p) {
+        const T* plane = in + (p / channels) * s0 + (p % channels) * s1;
+        if (two_by_two) {
+          if constexpr (is_16bit_float_v<T>) {
+            max_pool_2x2_plane_16bit(plane, s2, o + p * positions, where + p * positions, w);
+          } else {
+            max_pool_2x2_plane(plane, s2, o + p * positions, where + p * positions, w);
+          }
+        } else {
+          max_pool_plane(plane, o + p * positions, where + p * positions, *taps);
+        }
+      }
+    });
+  });
+  return true;
+}
+
+bool CpuBackend::max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
+                                     const Window2d& w) {
+  fill(grad_x, 0.0);
+  dispatch_floating(grad_x.dtype(), "max_pool2d backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    const T* g = grad_out.data_ptr<T>();
+    const int64_t* where = indices.data_ptr<int64_t>();
+    T* gx = grad_x.data_ptr<T>();
+    const int64_t per_plane = w.oh * w.ow, plane = w.h * w.w;
+    parallel_rows(w.n * w.c, per_plane, [&](int64_t first, int64_t last) {  // each plane its own
+      for (int64_t p = first; p < last; ++p) {
+        T* target = gx + p * plane;
+        for (int64_t k = p * per_plane; k < (p + 1) * per_plane; ++k) {
+          T& d = target[where[k]];
+          d = static_cast<T>(static_cast<C>(d) + static_cast<C>(g[k]));
+        }
+      }
+    });
+  });
+  return true;
+}
+
+}  // namespace tinyddp::tensor::cpu
