@@ -26,9 +26,8 @@ constexpr int64_t kGrain = 1 << 14;  // elements per task
 // One pass over chunks' gradients of one parameter: returns the smallest e with |x| < 2^e for
 // every x (`floor` when all are zero), sets `finite` false when a value is a NaN or an
 // infinity, and, when `sums` is not null, adds every x rounded onto the grid 2^-scale to its
-// sum. The largest |x|
-// does not depend on how the threads split the values. A value beyond the grid's range is not
-// added: the bound it returns makes the caller refuse the step.
+// sum. The largest |x| does not depend on how the threads split the values. A value beyond
+// the grid's range is not added: the bound it returns makes the caller refuse the step.
 template <typename T>
 int add_chunk_values(const std::vector<const T*>& chunks, int64_t n, int floor, bool& finite, int64_t* sums,
                      int scale) {

@@ -77,10 +77,11 @@ void max_pool_plane(const T* __restrict in, T* __restrict out, int64_t* __restri
 
 // 2 x 2 windows with stride 2 and no padding or dilation (the usual pooling), rows dense: each
 // window's four taps read in place, by max_pool_plane's rule (the maximum, then the first tap
-// holding it, row-major; a NaN, if any, wins: the last NaN). Selects only, no branches (which
-// tap wins is data, and mispredicts) and no tap arrays: each pair's winner keeps the first on
-// ties, and so does the pairs' winner, so it is the first maximal tap; the value written is
-// that tap's own (no rounding back from C). A row with a NaN is written again by the NaN rule.
+// holding it, row-major; a NaN, if any, wins: the last NaN). Selects by bit masks
+// (select_bits), no branches (which tap wins is data, and mispredicts) and no tap arrays, so
+// that the float32 loop vectorises: each pair's winner keeps the first on ties, and so does
+// the pairs' winner, so it is the first maximal tap. A row with a NaN is written again by the
+// NaN rule. float32 and float64 only: 16-bit planes go through max_pool_2x2_plane_16bit.
 template <typename T>
 void max_pool_2x2_plane(const T* __restrict in, int64_t row_stride, T* __restrict out, int64_t* __restrict where,
                         const Window2d& w) {
