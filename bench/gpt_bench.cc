@@ -2,8 +2,8 @@
 // projection, the masked softmax over q k^T, att @ v, the output projection), forward and
 // forward + backward, at the example GPT's width (n_embd 128, 4 heads) and T = 64 and 256 (1024
 // tokens per call either way); layer_norm and gelu forward + backward on the block's
-// activations. Build with -c opt; `python3 bench/compare.py gpt` runs this beside PyTorch
-// (bench/torch_gpt_bench.py).
+// activations; the causal softmax alone, float32 and bfloat16. Build with -c opt; `python3
+// bench/compare.py gpt` runs this beside PyTorch (bench/torch_gpt_bench.py).
 #include "bench/bench_main.h"
 #include "tinyddp/autograd/autograd.h"
 #include "tinyddp/nn/nn.h"
@@ -80,6 +80,23 @@ void BM_Gelu(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Gelu)->Unit(benchmark::kMicrosecond);
+
+// The attention's scale, causal mask and softmax (t::causal_softmax) on [128, 64, 64] scores,
+// the example GPT's 32 windows of 4 heads, forward + backward; bf16:1 on bfloat16 scores, as
+// under autocast.
+void BM_CausalSoftmax(benchmark::State& state) {
+  const t::DType dtype = state.range(0) == 1 ? t::kBFloat16 : t::kFloat32;
+  t::Generator g(0);
+  const t::Tensor x = t::randn({128, 64, 64}, {}, &g).to(dtype).requires_grad_();
+  const t::Tensor grad = t::randn({128, 64, 64}, {}, &g).to(dtype);
+  for (auto _ : state) {
+    const t::Tensor y = t::causal_softmax(x, 0.25);
+    y.backward(grad);
+    x.mutable_grad() = t::Tensor();
+    benchmark::DoNotOptimize(y.raw_data_ptr());
+  }
+}
+BENCHMARK(BM_CausalSoftmax)->ArgName("bf16")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

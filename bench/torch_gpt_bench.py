@@ -67,6 +67,16 @@ def main():
         h.grad = None
 
     print(json.dumps({"name": "BM_Gelu", "ms": timeit(gelu_step)}))
+    future = torch.ones(64, 64).tril() == 0
+    for bf16, dtype in ((0, torch.float32), (1, torch.bfloat16)):
+        scores = torch.randn(128, 64, 64).to(dtype).requires_grad_()
+        sgrad = torch.randn(128, 64, 64).to(dtype)
+
+        def softmax_step():
+            (scores * 0.25).masked_fill(future, float("-inf")).softmax(dim=-1).backward(sgrad)
+            scores.grad = None
+
+        print(json.dumps({"name": f"BM_CausalSoftmax/bf16:{bf16}", "ms": timeit(softmax_step)}))
     print(json.dumps({"name": "torch", "version": torch.__version__,
                       "blas": torch.__config__.show().split("BLAS_INFO=")[1].split(",")[0]}))
 

@@ -311,3 +311,31 @@ TEST_CASE("causal_softmax gives the bits of mul, masked_fill and softmax, forwar
     CHECK(equal(fused.grad(), parts.grad()));
   }
 }
+
+TEST_CASE("causal_softmax on bfloat16 gives the bits of its float32 steps, rounded where PyTorch rounds",
+          "[gpt][causal_softmax][autocast]") {
+  // Forward: the bits of mul (by the scale rounded to bfloat16, as PyTorch 1.13 multiplies by
+  // a Python number), masked_fill and softmax on bfloat16 (which computes in float32), for
+  // rows of every length and so every alignment of the matrices. Backward, as PyTorch's bfloat16 softmax backward and
+  // the scale's mul: the row's sum(grad * y) rounded to bfloat16, y * (grad - sum) in float32 rounded once, then times
+  // the bfloat16 scale, rounded (bfloat16 products are exact in float32 and their sums in double).
+  manual_seed(9);
+  const Tensor scale = scalar_tensor(0.3, TensorOptions(kBFloat16));
+  for (int64_t n : {5, 8, 13, 64, 100}) {
+    for (int64_t m : {n, std::min<int64_t>(n, 3)}) {
+      INFO("M = " << m << ", N = " << n);
+      const Tensor s = mul(randn({3, m, n}), 3.0).to(kBFloat16).requires_grad_();
+      const Tensor y = causal_softmax(s, 0.3);
+      const Tensor future = gt(sub(arange(n).unsqueeze(0), arange(m).unsqueeze(1)), static_cast<double>(n - m));
+      REQUIRE(y.dtype() == kBFloat16);
+      CHECK(equal(y, softmax(masked_fill(mul(s.detach(), scale), future, -INFINITY), -1)));
+      const Tensor g = randn({3, m, n}).to(kBFloat16);
+      y.backward(g);
+      const Tensor y32 = y.detach().to(kFloat32), g32 = g.to(kFloat32);
+      const Tensor dot = sum(mul(g.to(kFloat64), y.detach().to(kFloat64)), {-1}, true).to(kFloat32).to(kBFloat16);
+      const Tensor want = mul(mul(y32, sub(g32, dot.to(kFloat32))).to(kBFloat16), scale);
+      REQUIRE(s.grad().dtype() == kBFloat16);
+      CHECK(equal(s.grad(), want));
+    }
+  }
+}

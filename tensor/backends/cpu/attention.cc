@@ -1,11 +1,13 @@
 // CPU causal softmax (backends/cpu/backend.h): the rows run in the selected instruction set's kernels
 // (backends/cpu/isa/kernels.h), which round as scale, masked_fill and softmax (and their backward)
-// one after the other do. float16/bfloat16 scores go through float32, where their arithmetic
+// one after the other do. float16/bfloat16 scores compute in float32, where their arithmetic
 // happens anyway, and round where those three ops would leave a 16-bit tensor: the scaled
 // scores (scaled by the scale rounded to their dtype, as PyTorch 1.13 multiplies by a Python
 // number) and, in the backward, the softmax's gradient before the scale; bfloat16's backward
-// also rounds each row's sum(grad * y), as PyTorch's bfloat16 softmax backward does. The
-// [m, n] matrices run on the intra-op threads, whole (a row's mask depends on its place).
+// also rounds each row's sum(grad * y), as PyTorch's bfloat16 softmax backward does. They go
+// a matrix at a time through float32 buffers: one pass over the 16-bit tensors each way, the
+// buffers in cache (a row's bits do not depend on its address: isa/kernels.cc's exp_packets).
+// The [m, n] matrices run on the intra-op threads, whole (a row's mask depends on its place).
 #include <vector>
 
 #include "tinyddp/tensor/backends/cpu/backend.h"
@@ -16,32 +18,73 @@
 namespace tinyddp::tensor::cpu {
 
 namespace {
-DType compute_dtype(DType dtype) { return dtype == kFloat64 ? kFloat64 : kFloat32; }
-
-// `out` itself when it has the compute dtype, else a buffer for it.
-Tensor result_for(const Tensor& out) {
-  return out.dtype() == compute_dtype(out.dtype()) ? out : empty(out.sizes(), compute_dtype(out.dtype()));
+// The scale rounded to the 16-bit dtype, as a float.
+float scale_in(DType dtype, double scale) {
+  const Tensor factor = empty({}, TensorOptions(dtype));
+  backend().fill(factor, scale);
+  return backend().converted(factor, kFloat32).data_ptr<float>()[0];
 }
 
-// out = t * scale, rounded to t's dtype, with the scale in that dtype (t: 16-bit).
-void scale_16bit(const Tensor& out, const Tensor& t, double scale) {
-  const Tensor factor = empty({}, TensorOptions(t.dtype()));
-  backend().fill(factor, scale);
-  backend().binary(BinaryOp::kMul, out, t, factor, 1.0);
+template <typename T>
+void causal_softmax_16bit(const Tensor& out, const Tensor& x, double scale) {
+  const float s = scale_in(x.dtype(), scale);
+  const T* px = x.data_ptr<T>();
+  T* po = out.data_ptr<T>();
+  const int64_t m = x.size(1), n = x.size(2), size = m * n;
+  parallel_rows(x.size(0), size, kCostSoftmax, [&](int64_t first, int64_t last) {
+    std::vector<float> scratch(static_cast<size_t>(n)), buffer(static_cast<size_t>(size));
+    float* w = buffer.data();
+    for (int64_t b = first; b < last; ++b) {
+      const int64_t at = b * size;
+      for (int64_t i = 0; i < size; ++i) w[i] = static_cast<float>(T(static_cast<float>(px[at + i]) * s));
+      isa_kernels().causal_softmax_rows_f32(w, w, m, m, n, 1.0, scratch.data());
+      for (int64_t i = 0; i < size; ++i) po[at + i] = T(w[i]);
+    }
+  });
+}
+
+template <typename T>
+void causal_softmax_backward_16bit(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale) {
+  const float s = scale_in(y.dtype(), scale);
+  const T* pg = grad_out.data_ptr<T>();
+  const T* py = y.data_ptr<T>();
+  T* pd = grad_x.data_ptr<T>();
+  const int64_t m = y.size(1), n = y.size(2), size = m * n;
+  parallel_rows(y.size(0), size, kCostSoftmax, [&](int64_t first, int64_t last) {
+    std::vector<float> g(static_cast<size_t>(size)), yw(g.size()), dx(g.size());
+    for (int64_t b = first; b < last; ++b) {
+      const int64_t at = b * size;
+      for (int64_t i = 0; i < size; ++i) {
+        g[i] = static_cast<float>(pg[at + i]);
+        yw[i] = static_cast<float>(py[at + i]);
+      }
+      isa_kernels().causal_softmax_backward_rows_f32(g.data(), yw.data(), dx.data(), m, m, n, 1.0,
+                                                     std::is_same_v<T, BFloat16>);
+      // The softmax's gradient rounded, then times the rounded scale, rounded again.
+      for (int64_t i = 0; i < size; ++i) pd[at + i] = T(static_cast<float>(T(dx[i])) * s);
+    }
+  });
+}
+
+// fn.template operator()<T>() with T the 16-bit type of `dtype`.
+template <typename F>
+void with_16bit(DType dtype, F&& fn) {
+  if (dtype == kBFloat16) {
+    fn(BFloat16{});
+  } else {
+    fn(Half{});
+  }
 }
 }  // namespace
 
 void CpuBackend::causal_softmax(const Tensor& out, const Tensor& x, double scale) {
-  Tensor in;
-  if (is_16bit_float(x.dtype())) {  // the scaled scores, rounded; the kernel's own scale is then 1
-    const Tensor scaled = empty(x.sizes(), x.dtype());
-    scale_16bit(scaled, x, scale);
-    in = converted(scaled, kFloat32);
-    scale = 1.0;
-  } else {
-    in = contiguous(converted(x, compute_dtype(x.dtype())));
+  if (is_16bit_float(x.dtype())) {
+    const Tensor result = out.is_contiguous() ? out : empty(out.sizes(), out.dtype());
+    with_16bit(x.dtype(), [&](auto tag) { causal_softmax_16bit<decltype(tag)>(result, contiguous(x), scale); });
+    if (!result.is_same(out)) copy(out, result, false);
+    return;
   }
-  const Tensor result = result_for(out);
+  const Tensor in = contiguous(x), result = out.is_contiguous() ? out : empty(out.sizes(), out.dtype());
   const int64_t m = x.size(1), n = x.size(2);
   parallel_rows(x.size(0), m * n, kCostSoftmax, [&](int64_t first, int64_t last) {
     const int64_t at = first * m * n, rows = (last - first) * m;
@@ -59,23 +102,29 @@ void CpuBackend::causal_softmax(const Tensor& out, const Tensor& x, double scale
 }
 
 void CpuBackend::causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale) {
-  const DType c = compute_dtype(y.dtype());
-  const Tensor g = contiguous(converted(grad_out, c)), yc = contiguous(converted(y, c)), result = result_for(grad_x);
+  if (is_16bit_float(y.dtype())) {
+    const Tensor result = grad_x.is_contiguous() ? grad_x : empty(grad_x.sizes(), grad_x.dtype());
+    with_16bit(y.dtype(), [&](auto tag) {
+      causal_softmax_backward_16bit<decltype(tag)>(result, contiguous(grad_out), contiguous(y), scale);
+    });
+    if (!result.is_same(grad_x)) copy(grad_x, result, false);
+    return;
+  }
+  const DType c = y.dtype();
+  const Tensor g = contiguous(grad_out), yc = contiguous(y);
+  const Tensor result = grad_x.is_contiguous() ? grad_x : empty(grad_x.sizes(), c);
   const int64_t m = y.size(1), n = y.size(2);
-  const double kernel_scale = is_16bit_float(grad_x.dtype()) ? 1.0 : scale;  // 16-bit: scaled after rounding
   parallel_rows(y.size(0), m * n, kCostSoftmax, [&](int64_t first, int64_t last) {
     const int64_t at = first * m * n, rows = (last - first) * m;
     if (c == kFloat64) {
       isa_kernels().causal_softmax_backward_rows_f64(g.data_ptr<double>() + at, yc.data_ptr<double>() + at,
-                                                     result.data_ptr<double>() + at, rows, m, n, kernel_scale, false);
+                                                     result.data_ptr<double>() + at, rows, m, n, scale, false);
     } else {
       isa_kernels().causal_softmax_backward_rows_f32(g.data_ptr<float>() + at, yc.data_ptr<float>() + at,
-                                                     result.data_ptr<float>() + at, rows, m, n, kernel_scale,
-                                                     grad_x.dtype() == kBFloat16);
+                                                     result.data_ptr<float>() + at, rows, m, n, scale, false);
     }
   });
   if (!result.is_same(grad_x)) copy(grad_x, result, false);
-  if (is_16bit_float(grad_x.dtype())) scale_16bit(grad_x, grad_x, scale);
 }
 
 }  // namespace tinyddp::tensor::cpu
