@@ -252,6 +252,38 @@ TEST_CASE("batched bfloat16 matmul: attention's strided views in one call, broad
   set_cpu_isa(selected);
 }
 
+TEST_CASE("a batched bfloat16 matmul cut for the threads: within the bound, the same bits at any thread count",
+          "[autocast][matmul][threads]") {
+  // The example GPT's attention products (16 windows, 4 heads, T = 64, head size 32): enough
+  // work that the batch is cut into blocks for the pool (one per CPU of the machine, at most),
+  // each its own oneDNN call. Reference and bound as above; 1, 2 and 3 threads give one result.
+  Generator gen(12);
+  const int64_t b = 16, h = 4, t = 64, d = 32;
+  const Tensor qkv64 = randn({b, t, 3, h, d}, {}, &gen).to(kBFloat16).to(kFloat64);
+  const Tensor att64 = softmax(randn({b, h, t, t}, {}, &gen), -1).to(kBFloat16).to(kFloat64);
+  const auto view = [](const Tensor& x, int64_t i) { return x.select(2, i).transpose(1, 2); };  // [B, H, T, D]
+  const Tensor qkv = qkv64.to(kBFloat16), att = att64.to(kBFloat16);
+  const int threads = get_num_threads();
+  for (const auto& [name, x, y, x64, y64] : {std::tuple{"q @ k^T", view(qkv, 0), view(qkv, 1).transpose(-2, -1),
+                                                        view(qkv64, 0), view(qkv64, 1).transpose(-2, -1)},
+                                             std::tuple{"att @ v", att, view(qkv, 2), att64, view(qkv64, 2)}}) {
+    INFO(name);
+    const Tensor exact = matmul(x64, y64), magnitude = matmul(abs(x64), abs(y64));
+    const Tensor bound =
+        add(mul(abs(exact), std::ldexp(1.0, -8)), mul(magnitude, (x.size(-1) + 2) * std::ldexp(1.0, -24)));
+    Tensor first;
+    for (const int n : {1, 2, 3}) {
+      INFO(n << " threads");
+      set_num_threads(n);
+      const Tensor out = matmul(x, y);
+      CHECK(equal(le(abs(sub(out.to(kFloat64), exact)), bound), ones(exact.sizes(), kBool)));
+      if (!first.defined()) first = out;
+      CHECK(equal(out, first));
+    }
+  }
+  set_num_threads(threads);
+}
+
 TEST_CASE("floating dtypes promote in arithmetic, each gradient in its input's dtype", "[autocast][dtype]") {
   const Tensor h = full({2, 3}, 1.5, kBFloat16).requires_grad_(), x = full({2, 3}, 0.25).requires_grad_();
   const Tensor y = add(x, h);

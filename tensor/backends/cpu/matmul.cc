@@ -18,6 +18,7 @@
 #include <cpuid.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cctype>
 #include <climits>
@@ -271,8 +272,32 @@ void CpuBackend::mm(const Tensor& out, const Tensor& a, const Tensor& b) {
   throw Error(fmt::format("matmul: not supported for dtype {}", dtype_name(a.dtype())));
 }
 
+// A batched bfloat16 product cut along its first batch dim for the intra-op threads, by the
+// rule of gemm_split (blocks of at least kBlockMinWork multiply-adds, at most one per CPU of the
+// machine: the cut depends on the shapes and the machine, never on the thread count). Each
+// block is one oneDNN call on a pool thread; a batch broadcast in dim 0 stays whole.
 bool CpuBackend::bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
-  return out.numel() > 0 && a.size(-1) > 0 && a.dtype() == kBFloat16 && bf16_bmm_onednn(out, a, b);
+  if (out.numel() == 0 || a.size(-1) == 0 || a.dtype() != kBFloat16) return false;
+  const int64_t batch = out.size(0), n = a.size(-2), k = a.size(-1), m = b.size(-1);
+  const int64_t work = out.numel() / (n * m) * n * k * m;
+  const int64_t blocks =
+      a.size(0) == batch && b.size(0) == batch ? std::min({machine_cpus(), work / kBlockMinWork, batch}) : int64_t{1};
+  if (blocks <= 1) return bf16_bmm_onednn(out, a, b);
+  const int64_t size = (batch + blocks - 1) / blocks;
+  std::vector<std::array<Tensor, 3>> pieces;  // views made on this thread
+  {
+    const NoGradGuard no_grad;
+    for (int64_t from = 0; from < batch; from += size) {
+      const int64_t count = std::min(size, batch - from);
+      pieces.push_back({out.narrow(0, from, count), a.narrow(0, from, count), b.narrow(0, from, count)});
+    }
+  }
+  std::atomic<bool> all_ran{true};
+  parallel_chunks(static_cast<int64_t>(pieces.size()), [&](int64_t i) {
+    const auto& [o, x, y] = pieces[static_cast<size_t>(i)];
+    if (!bf16_bmm_onednn(o, x, y)) all_ran = false;
+  });
+  return all_ran;  // false: the caller multiplies matrix by matrix
 }
 
 void CpuBackend::addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b) {
