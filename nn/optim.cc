@@ -308,6 +308,12 @@ void Adam::step_group(size_t g) {
     } else {
       ++s.step;
     }
+    if (!options_.capturable() && !options_.amsgrad() &&
+        tensor::fused_adam_step_(
+            p, p.grad(), s.exp_avg, s.exp_avg_sq,
+            {lr, beta1, options_.beta2(), options_.eps(), decay, s.step, decoupled_, options_.maximize()})) {
+      continue;  // the same operations in one pass (tensor/ops.h)
+    }
     Tensor grad = step_grad(p, options_.maximize());
     if (decay != 0) {
       if (decoupled_) {

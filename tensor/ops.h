@@ -434,16 +434,15 @@ void accumulate_into(const Tensor& dst, const Tensor& src);
 Tensor scalar_like(const Tensor& t, double value, const char* op);
 
 // ---- fused optimizer steps --------------------------------------------------------------------
-// (SgdStep, torch.optim.SGD's options for one parameter's update: kernel_ops.h.)
-// One SGD update of `param` in a single pass over memory, in the selected instruction set's
-// kernel: the same float operations, in the same order and rounding, as SGD's op-by-op update
-// (grad + wd * p; buf = buf * momentum + (1 - dampening) * d, or d itself on the first step;
-// p += -lr * d), so both give bit-identical parameters. With momentum, an undefined
-// `*momentum_buffer` means the first step: it is allocated here. Applies to CPU
-// float32/float64 tensors that are contiguous, of one shape and dtype; returns false,
-// touching nothing, for anything else.
+// One SGD (SgdStep: torch.optim.SGD's options, kernel_ops.h) or Adam/AdamW (AdamStep) update
+// of `param` in a single pass over memory, in the selected instruction set's kernel: the same
+// float operations, in the same order and rounding, as the optimizer's op-by-op update, so
+// bit-identical results. SGD with momentum: an undefined `*momentum_buffer` means the first
+// step (allocated here). For CPU float32/float64 tensors that are contiguous, of one shape
+// and dtype; false, touching nothing, for anything else.
 bool fused_sgd_step_(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step);
-
+bool fused_adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                      const AdamStep& step);
 }  // namespace tinyddp::tensor
 
 // The operators (x + y, x > 0, x += y, mask & other), written with the functions above.

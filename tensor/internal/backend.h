@@ -122,6 +122,11 @@ class Backend {
   // momentum buffer is allocated here on the first step with momentum, and takes d itself.
   // false, with nothing written or allocated, where the backend has no fused kernel.
   virtual bool sgd_step(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step) = 0;
+  // One Adam step of param (tensor/ops.h's fused_adam_step_): param, grad, exp_avg and
+  // exp_avg_sq contiguous, of one shape and dtype. false, with nothing written, where the
+  // backend has no fused kernel.
+  virtual bool adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                         const AdamStep& step) = 0;
 
   // What a backend's own code needs of copies, on its own copy and fill (internal/backend.cc),
   // so that it never calls back up into native/ through Tensor::contiguous, to or fill_:

@@ -66,4 +66,12 @@ struct SgdStep {
   bool nesterov = false;
 };
 
+// One Adam (or AdamW, `decoupled`) step of a parameter, torch.optim.Adam's single-tensor step
+// without amsgrad and capturable: `step` is the step's count from 1 (its bias corrections).
+struct AdamStep {
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  int64_t step = 1;
+  bool decoupled = false, maximize = false;
+};
+
 }  // namespace tinyddp::tensor

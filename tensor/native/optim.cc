@@ -1,6 +1,7 @@
 // Fused optimizer steps (tensor/ops.h): the checks that decide whether a parameter qualifies
 // (contiguous, with a gradient and momentum buffer of its shape and dtype), the backend's
-// fused kernel where it has one (Backend::sgd_step), and the version counters the update bumps.
+// fused kernel where it has one (Backend::sgd_step, adam_step), and the version counters the
+// update bumps.
 #include "tinyddp/tensor/native/checks.h"
 #include "tinyddp/tensor/ops.h"
 
@@ -23,6 +24,17 @@ bool fused_sgd_step_(const Tensor& param, const Tensor& grad, Tensor* momentum_b
   if (!backend_for(param.device(), "fused_sgd_step_").sgd_step(param, grad, buf, step)) return false;
   param.storage().bump_version();
   if (momentum) buf->storage().bump_version();
+  return true;
+}
+
+bool fused_adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                      const AdamStep& step) {
+  if (!param.defined() || !grad.defined() || !exp_avg.defined() || !exp_avg_sq.defined()) return false;
+  if (!param.is_contiguous() || !fusable(grad, param) || !fusable(exp_avg, param) || !fusable(exp_avg_sq, param)) {
+    return false;
+  }
+  if (!backend_for(param.device(), "fused_adam_step_").adam_step(param, grad, exp_avg, exp_avg_sq, step)) return false;
+  for (const Tensor* t : {&param, &exp_avg, &exp_avg_sq}) t->storage().bump_version();
   return true;
 }
 

@@ -317,3 +317,41 @@ TEST_CASE("the fused SGD path and the op-by-op path give identical parameters", 
     }
   }
 }
+
+TEST_CASE("the fused Adam path and the op-by-op path give identical parameters and moments", "[nn][optim]") {
+  // As for SGD: a contiguous parameter takes the fused kernel, a transposed view the ops. Adam
+  // with an L2 term, AdamW's decay, maximize, betas and eps of their own; float32 and float64.
+  using Options = std::pair<AdamOptions, bool>;  // the options, decoupled (AdamW)
+  for (const auto& [options, decoupled] :
+       {Options{AdamOptions(0.01), false}, Options{AdamOptions(0.01).weight_decay(0.1), false},
+        Options{AdamOptions(0.02).weight_decay(0.1), true},
+        Options{AdamOptions(0.003).betas(0.8, 0.99).eps(1e-3).maximize(true).weight_decay(0.05), true}}) {
+    for (const tensor::DType dtype : {tensor::kFloat32, tensor::kFloat64}) {
+      INFO("decoupled " << decoupled << ", " << tensor::dtype_name(dtype));
+      tensor::Generator g(6);
+      const Tensor start = tensor::randn({5, 3}, {}, &g).to(dtype);
+      const Tensor fused = start.clone().requires_grad_();
+      const Tensor strided = start.t().contiguous().t().requires_grad_();  // same values, transposed layout
+      REQUIRE_FALSE(strided.is_contiguous());
+      const auto make = [&, &options = options, decoupled = decoupled](const Tensor& p) -> std::unique_ptr<Optimizer> {
+        if (decoupled) return std::make_unique<AdamW>(std::vector<Tensor>{p}, options);
+        return std::make_unique<Adam>(std::vector<Tensor>{p}, options);
+      };
+      const auto a = make(fused), b = make(strided);
+      for (int step = 0; step < 5; ++step) {
+        const Tensor grad = tensor::randn({5, 3}, {}, &g).to(dtype);
+        fused.mutable_grad() = grad.clone();
+        strided.mutable_grad() = grad.clone();
+        a->step();
+        b->step();
+        REQUIRE(tensor::equal(fused, strided));
+      }
+      const OrderedDict<Tensor> sa = a->state_dict(), sb = b->state_dict();
+      for (const char* key : {"state.0.exp_avg", "state.0.exp_avg_sq"}) {
+        INFO(key);
+        REQUIRE(sa.find(key) != nullptr);
+        CHECK(tensor::equal(*sa.find(key), *sb.find(key)));
+      }
+    }
+  }
+}

@@ -111,6 +111,26 @@ void conv_results(KernelResults& r, const std::string& d, const TensorOptions& o
   r.close.push_back({d + "conv2d small maps, weight gradient", w.grad(), 4 * eps * 48, 4 * eps * 48});
 }
 
+// The fused optimizer steps: SGD with weight decay and momentum (its first step, then a later
+// one), nesterov; AdamW's, two steps (the bias corrections change).
+void optimizer_results(KernelResults& r, const std::string& d, const Tensor& a, const Tensor& b) {
+  for (const bool nesterov : {false, true}) {
+    Tensor p = a.clone(), buf;
+    const SgdStep step{0.1, 0.9, 0.0, 0.01, nesterov};
+    REQUIRE(fused_sgd_step_(p, b, &buf, step));  // the first step allocates the buffer
+    REQUIRE(fused_sgd_step_(p, a, &buf, step));
+    r.exact.push_back({d + "sgd param" + (nesterov ? " nesterov" : ""), p});
+    r.exact.push_back({d + "sgd momentum buffer" + (nesterov ? " nesterov" : ""), buf});
+  }
+  const Tensor p = a.clone(), m = zeros_like(a), v = zeros_like(a);
+  for (const int64_t k : {1, 2}) {
+    REQUIRE(fused_adam_step_(p, k == 1 ? b : a, m, v, AdamStep{1e-3, 0.9, 0.999, 1e-8, 0.01, k, true, false}));
+  }
+  r.exact.push_back({d + "adam param", p});
+  r.exact.push_back({d + "adam exp_avg", m});
+  r.exact.push_back({d + "adam exp_avg_sq", v});
+}
+
 KernelResults run_every_kernel() {
   KernelResults r;
   Generator gen(11);
@@ -169,15 +189,7 @@ KernelResults run_every_kernel() {
     const Tensor x = a.clone().requires_grad_(true);
     relu(x).backward(b);
     r.exact.push_back({d + "relu backward", x.grad()});
-    // Fused SGD: weight decay, momentum (first step, then a later one), nesterov.
-    for (const bool nesterov : {false, true}) {
-      Tensor p = a.clone(), buf;
-      const SgdStep step{0.1, 0.9, 0.0, 0.01, nesterov};
-      REQUIRE(fused_sgd_step_(p, b, &buf, step));  // the first step allocates the buffer
-      REQUIRE(fused_sgd_step_(p, a, &buf, step));
-      r.exact.push_back({d + "sgd param" + (nesterov ? " nesterov" : ""), p});
-      r.exact.push_back({d + "sgd momentum buffer" + (nesterov ? " nesterov" : ""), buf});
-    }
+    optimizer_results(r, d, a, b);
     // Matmul in every transposition case, and batched.
     const Tensor w = randn({1031, 77}, opt, &gen);
     gemm("matmul NN", matmul(a, w), 1031);

@@ -76,6 +76,8 @@ class CpuBackend final : public Backend {
   // optim.cc: float32 and float64, in the selected instruction set's kernel, its elements split
   // over the intra-op threads.
   bool sgd_step(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step) override;
+  bool adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                 const AdamStep& step) override;
 };
 
 // The one CPU backend (backend_for(kCPU) returns it).

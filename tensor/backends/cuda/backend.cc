@@ -234,6 +234,9 @@ bool CudaBackend::batch_norm_backward_elemt(const Tensor&, const Tensor&, const 
 bool CudaBackend::max_pool2d(const Tensor&, const Tensor&, const Tensor&, const Window2d&) { return false; }
 bool CudaBackend::max_pool2d_backward(const Tensor&, const Tensor&, const Tensor&, const Window2d&) { return false; }
 bool CudaBackend::sgd_step(const Tensor&, const Tensor&, Tensor*, const SgdStep&) { return false; }
+bool CudaBackend::adam_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamStep&) {
+  return false;
+}
 
 CudaBackend& backend() {
   static CudaBackend instance;

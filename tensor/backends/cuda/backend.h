@@ -87,6 +87,8 @@ class CudaBackend final : public Backend {
 
   // Declined (false): the optimizer's op-by-op update.
   bool sgd_step(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step) override;
+  bool adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                 const AdamStep& step) override;
 };
 
 // The one CUDA backend (backend_for(kCUDA) returns it in a CUDA build).

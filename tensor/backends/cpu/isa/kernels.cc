@@ -269,6 +269,9 @@ double sum_in_double(const T* v, int64_t n) {
 
 // o[k] = exp(s[k]), all in Eigen's packets (the tail padded): the bits do not depend on the row's
 // address, as in an Eigen expression, whose scalar head runs up to the first aligned element.
+// (Eigen's packet types carry vector attributes that a template argument drops: harmless here.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wignored-attributes"
 template <typename T>
 void exp_packets(const T* s, T* o, int64_t n) {
   namespace ei = Eigen::internal;
@@ -283,6 +286,7 @@ void exp_packets(const T* s, T* o, int64_t n) {
     std::copy(tail, tail + (n - i), o + i);
   }
 }
+#pragma GCC diagnostic pop
 
 // Subtracts the row's maximum, takes the exponentials (exp_packets), sums them in double, and
 // divides (float: multiplies by the sum's reciprocal; log: subtracts the log of the sum).
@@ -365,51 +369,13 @@ void causal_softmax_backward_rows(const T* g, const T* y, T* dx, int64_t rows, i
   }
 }
 
-// ---- SGD --------------------------------------------------------------------------------------
-
-// The float operations of torch.optim.SGD's single-tensor step, in its order, each rounded to
-// T. The options are template parameters so that each variant is a branch-free loop.
-template <typename T, bool kWeightDecay, bool kMomentum, bool kNesterov, bool kFirst>
-void sgd_loop(const SgdArgs<T>& s) {
-  T* __restrict p = s.param;
-  const T* __restrict g = s.grad;
-  T* __restrict buf = s.buf;
-  const T wd = static_cast<T>(s.weight_decay);
-  const T momentum = static_cast<T>(s.momentum);
-  const T keep = static_cast<T>(1 - s.dampening);
-  const T step = static_cast<T>(-s.lr);
-  for (int64_t i = 0; i < s.n; ++i) {
-    T d = g[i];
-    if constexpr (kWeightDecay) d = d + wd * p[i];
-    if constexpr (kMomentum) {
-      const T b = kFirst ? d : static_cast<T>(buf[i] * momentum) + keep * d;
-      buf[i] = b;
-      d = kNesterov ? d + momentum * b : b;
-    }
-    p[i] = p[i] + step * d;
-  }
-}
-
-template <typename T>
-void sgd(const SgdArgs<T>& s) {
-  const bool wd = s.weight_decay != 0;
-  if (s.momentum == 0) {
-    (wd ? sgd_loop<T, true, false, false, false> : sgd_loop<T, false, false, false, false>)(s);
-    return;
-  }
-  using Loop = void (*)(const SgdArgs<T>&);
-  // [weight decay][nesterov][first step]
-  static constexpr Loop kLoops[2][2][2] = {
-      {{sgd_loop<T, false, true, false, false>, sgd_loop<T, false, true, false, true>},
-       {sgd_loop<T, false, true, true, false>, sgd_loop<T, false, true, true, true>}},
-      {{sgd_loop<T, true, true, false, false>, sgd_loop<T, true, true, false, true>},
-       {sgd_loop<T, true, true, true, false>, sgd_loop<T, true, true, true, true>}}};
-  kLoops[wd][s.nesterov][s.first_step](s);
-}
-
 }  // namespace
 
-// conv_kernels.cc (the same instruction set's build).
+// optim_kernels.cc and conv_kernels.cc (the same instruction set's build).
+template <typename T>
+void sgd(const SgdArgs<T>& s);
+template <typename T>
+void adam(const AdamArgs<T>& s);
 void conv2d_direct(const DirectConvArgs& a);
 void conv2d_direct_weight_grad(const DirectConvArgs& a);
 int64_t conv2d_direct_weight_grad_scratch(const DirectConvArgs& a);
@@ -437,6 +403,8 @@ constexpr IsaKernels kKernels = {
     causal_softmax_backward_rows<double>,
     sgd<float>,
     sgd<double>,
+    adam<float>,
+    adam<double>,
     conv2d_direct,
     conv2d_direct_weight_grad,
     conv2d_direct_weight_grad_scratch,

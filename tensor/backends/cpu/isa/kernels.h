@@ -48,6 +48,18 @@ struct SgdArgs {
   bool nesterov = false, first_step = false;
 };
 
+// An Adam step (kernel_ops.h's AdamStep) of n elements: param, exp_avg and exp_avg_sq updated
+// in place from grad.
+template <typename T>
+struct AdamArgs {
+  T* param = nullptr;
+  const T* grad = nullptr;
+  T* exp_avg = nullptr;
+  T* exp_avg_sq = nullptr;
+  int64_t n = 0;
+  AdamStep step;
+};
+
 // A direct 2-D convolution, stride 1, dilation 1, for small feature maps (no im2col matrix):
 // out[n, o, y, x] = bias[o] + sum over c, i, j of wt[(c * kh + i) * kw + j][o] *
 // in[n, c, y + i - pad_h, x + j - pad_w] (zero outside the input). `in` is [n, c, h, w] and
@@ -119,6 +131,8 @@ struct IsaKernels {
 
   void (*sgd_f32)(const SgdArgs<float>&);
   void (*sgd_f64)(const SgdArgs<double>&);
+  void (*adam_f32)(const AdamArgs<float>&);
+  void (*adam_f64)(const AdamArgs<double>&);
 
   void (*conv2d_direct_f32)(const DirectConvArgs&);
   void (*conv2d_direct_weight_grad_f32)(const DirectConvArgs&);
