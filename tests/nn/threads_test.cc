@@ -1,7 +1,7 @@
 // The same bits at any thread count (tensor/parallel.h): the ops the intra-op threads split
-// (matmul in every layout and dtype, elementwise and unary loops, sums over rows and over many rows,
-// softmax rows) and a few training steps of an MLP whose every kernel splits, compared bit for
-// bit between 1, 2, 3 and 4 threads.
+// (matmul in every layout and dtype, elementwise and unary loops, sums over rows and over many
+// rows, softmax rows, convolutions in float32 and bfloat16) and a few training steps of an MLP
+// whose every kernel splits, compared bit for bit between 1, 2, 3 and 4 threads.
 #include <vector>
 
 #include "tests/test_util.h"
@@ -63,6 +63,16 @@ std::vector<Tensor> ops_at(int threads) {
   total.backward();
   for (const Tensor& t : {conv, strided, pooled, normed, ln, looked, attention}) out.push_back(t.detach());
   for (const Tensor& t : {image, kernel, kernel_bias, rows, gain, shift, table, scores}) out.push_back(t.grad());
+  // A bfloat16 convolution: oneDNN's kernels where the CPU has them (blocks of images on the
+  // threads, the weights' gradient added block by block), else float32's. 18,432 weights: enough
+  // that another order of the float32 sums changes some of them in bfloat16.
+  const auto leaf16 = [&](const tensor::Shape& shape) {
+    return tensor::randn(shape, {}, &gen).to(tensor::kBFloat16).requires_grad_();
+  };
+  const Tensor image16 = leaf16({40, 32, 8, 8}), kernel16 = leaf16({64, 32, 3, 3}), bias16 = leaf16({64});
+  const Tensor conv16 = tensor::conv2d(image16, kernel16, bias16, 1, 1);
+  conv16.backward(tensor::randn(conv16.sizes(), {}, &gen).to(tensor::kBFloat16));
+  for (const Tensor& t : {conv16.detach(), image16.grad(), kernel16.grad(), bias16.grad()}) out.push_back(t);
   return out;
 }
 

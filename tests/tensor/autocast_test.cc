@@ -385,12 +385,14 @@ TEST_CASE("bfloat16 conv2d is the exact convolution rounded once, both ways, und
   // bfloat16 inputs, the float64 convolution of the same values as the reference, and the
   // bound of the products above: relative 2^-8 for the rounding, plus (taps + 2) 2^-24 of the
   // sum of |x||w| for float32 sums. AVX-512: oneDNN's bfloat16 convolution (forward with
-  // the bias, backward data, backward weights); AVX2: float32 kernels, rounded once.
+  // the bias, backward data, backward weights; 35 images: blocks of images on a machine of 2
+  // or more CPUs, the last block shorter); AVX2: float32 kernels, rounded once.
   struct Geometry {
     int64_t n, c, h, w, o, k, stride, padding, dilation, groups;
   };
   const Geometry g = GENERATE(Geometry{2, 3, 8, 8, 8, 3, 1, 1, 1, 1}, Geometry{2, 4, 11, 9, 6, 3, 2, 1, 1, 2},
-                              Geometry{1, 8, 12, 12, 16, 3, 1, 2, 2, 1}, Geometry{3, 16, 5, 7, 8, 1, 1, 0, 1, 1});
+                              Geometry{1, 8, 12, 12, 16, 3, 1, 2, 2, 1}, Geometry{3, 16, 5, 7, 8, 1, 1, 0, 1, 1},
+                              Geometry{35, 3, 6, 6, 8, 3, 1, 1, 1, 1});
   Generator gen(12);
   const auto bf16_values = [&](const Shape& s) { return randn(s, {}, &gen).to(kBFloat16).to(kFloat64); };
   const Tensor x64 = bf16_values({g.n, g.c, g.h, g.w}), w64 = bf16_values({g.o, g.c / g.groups, g.k, g.k});

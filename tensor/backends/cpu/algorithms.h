@@ -33,6 +33,10 @@ void conv2d_direct_weight_grad(const Tensor& grad_weight, const Tensor& x, const
 // selected, and its forward, backward-data and backward-weights kernels exist).
 bool conv2d_bf16_served(const Window2d& window, int64_t out_channels, int64_t groups, bool bias);
 
+// matmul.cc: the machine's CPUs (not this process's share of them: a worker pinned to some
+// cores cuts its products and convolutions as an unpinned one does).
+int64_t machine_cpus();
+
 // How a 2-D tensor sits in memory, as BLAS (and oneDNN) sees it; matrix_layout: its layout
 // if a GEMM can read it in place (one unit stride; size-1 dims may have any stride).
 struct MatrixLayout {

@@ -51,6 +51,11 @@ void cblas_dgemm(int order, int trans_a, int trans_b, int m, int n, int k, doubl
 
 namespace tinyddp::tensor::cpu {
 
+int64_t machine_cpus() {
+  static const int64_t cpus = std::max(1u, std::thread::hardware_concurrency());
+  return cpus;
+}
+
 // The layout of a 2-D tensor if a GEMM can read it in place. Size-1 dims may have any stride.
 std::optional<MatrixLayout> matrix_layout(const Tensor& t) {
   const int64_t rows = t.size(0);
@@ -92,13 +97,6 @@ void openblas_gemm(const GemmArgs<T>& g) {
 // block repacks the operand it does not cut (about 1% of a 1024-wide product's time per
 // block at one thread, bench/README.md), so there are no more blocks than CPUs to run them.
 constexpr int64_t kBlockMinWork = int64_t(1) << 22, kBlockMinSide = 64;
-
-// The machine's CPUs (not this process's share of them: a worker pinned to some cores cuts
-// its products as an unpinned one does).
-int64_t machine_cpus() {
-  static const int64_t cpus = std::max(1u, std::thread::hardware_concurrency());
-  return cpus;
-}
 
 struct GemmSplit {
   bool by_rows = true;
@@ -215,12 +213,10 @@ bool bf16_mm_blocks(const Tensor& out, const Tensor& a, const Tensor& b, const T
       }
     }
   }
-  std::atomic<bool> all_ran{true};
-  parallel_chunks(split.blocks, [&](int64_t block) {
-    const Block& piece = blocks[block];
-    if (!bf16_mm_onednn(piece.out, piece.a, piece.b, piece.bias)) all_ran = false;
+  return all_blocks_ran(split.blocks, [&](int64_t block) {  // false: the caller computes it in float32
+    const Block& piece = blocks[static_cast<size_t>(block)];
+    return bf16_mm_onednn(piece.out, piece.a, piece.b, piece.bias);
   });
-  return all_ran;  // false: the caller computes the whole product in float32
 }
 
 // Once per process: bfloat16 products without oneDNN compute in float32 (exact products of
@@ -292,12 +288,10 @@ bool CpuBackend::bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
       pieces.push_back({out.narrow(0, from, count), a.narrow(0, from, count), b.narrow(0, from, count)});
     }
   }
-  std::atomic<bool> all_ran{true};
-  parallel_chunks(static_cast<int64_t>(pieces.size()), [&](int64_t i) {
+  return all_blocks_ran(static_cast<int64_t>(pieces.size()), [&](int64_t i) {  // false: matrix by matrix
     const auto& [o, x, y] = pieces[static_cast<size_t>(i)];
-    if (!bf16_bmm_onednn(o, x, y)) all_ran = false;
+    return bf16_bmm_onednn(o, x, y);
   });
-  return all_ran;  // false: the caller multiplies matrix by matrix
 }
 
 void CpuBackend::addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b) {

@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
@@ -28,6 +29,7 @@
 #include "tinyddp/tensor/backends/cpu/backend.h"
 #include "tinyddp/tensor/backends/cpu/onednn.h"
 #include "tinyddp/tensor/cpu_isa.h"
+#include "tinyddp/tensor/parallel.h"
 
 namespace tinyddp::tensor::cpu {
 
@@ -52,6 +54,14 @@ dnnl::stream& onednn_stream() {
     return dnnl::stream(onednn_engine());
   }();
   return stream;
+}
+
+bool all_blocks_ran(int64_t blocks, const std::function<bool(int64_t)>& block) {
+  std::atomic<bool> all_ran{true};
+  parallel_chunks(blocks, [&](int64_t i) {
+    if (!block(i)) all_ran = false;
+  });
+  return all_ran;
 }
 
 namespace {

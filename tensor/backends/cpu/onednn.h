@@ -2,6 +2,7 @@
 // thread's stream, and the one-thread setting of its OpenMP (internal to the CPU backend).
 #pragma once
 
+#include <functional>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "tinyddp/tensor/backends/cpu/isa/kernels.h"
@@ -16,6 +17,11 @@ dnnl::engine& onednn_engine();
 // This thread's stream; the first call on a thread also sets its OpenMP regions (oneDNN's
 // included) to one thread, as every tinyddp CPU kernel runs.
 dnnl::stream& onednn_stream();
+
+// Runs block(i) for each i < blocks on the intra-op threads (each thread with its own oneDNN
+// stream and primitives); false if any block returned false (the caller then computes the whole
+// result another way).
+bool all_blocks_ran(int64_t blocks, const std::function<bool(int64_t)>& block);
 
 // A float32 product c = a x b on this thread (oneDNN's sgemm, its kernels picked at run time
 // for the CPU), as GemmArgs describe it; matmul.cc calls it on Intel CPUs under AVX-512.
