@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The PyTorch side of `python3 bench/compare.py conv`: the convolutions of conv_bench.cc, one thread.
+"""The PyTorch side of `python3 bench/compare.py conv`: the convolutions and max pooling of conv_bench.cc, one thread.
 
 Prints one JSON object per line: {"name": ..., "ms": ...}, then {"name": "torch", ...}.
 """
@@ -33,6 +33,16 @@ def main():
 
         name = f"{bench}/batch:{batch}/in:{cin}/out:{cout}/size:{size}/which:{which}"
         print(json.dumps({"name": name, "ms": timeit(step)}))
+    # max_pool2d(2) forward + backward at the digits CNN's first pooling layer.
+    for bench, dtype in (("BM_MaxPool2d", torch.float32), ("BM_MaxPool2dBf16", torch.bfloat16)):
+        x = torch.randn(64, 16, 8, 8).to(dtype).requires_grad_()
+        grad = torch.randn(64, 16, 4, 4).to(dtype)
+
+        def pool_step():
+            F.max_pool2d(x, 2).backward(grad)
+            x.grad = None
+
+        print(json.dumps({"name": bench, "ms": timeit(pool_step)}))
     print(json.dumps({"name": "torch", "version": torch.__version__,
                       "blas": torch.__config__.show().split("BLAS_INFO=")[1].split(",")[0]}))
 

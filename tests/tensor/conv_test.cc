@@ -132,6 +132,72 @@ TEST_CASE("2 x 2 max pooling keeps PyTorch's rule: the first maximum, the last N
   }
 }
 
+namespace {
+
+// Each 2 x 2 window by PyTorch's rule, in double: its taps row-major, a tap taken when it is
+// greater than the best so far or NaN. Returns the maxima and the gradient of sum(out * g).
+std::pair<std::vector<double>, std::vector<double>> pool_2x2_reference(const std::vector<double>& x, const Shape& s,
+                                                                       const std::vector<double>& g) {
+  const int64_t planes = s[0] * s[1], h = s[2], w = s[3], oh = h / 2, ow = w / 2;
+  std::vector<double> out, grad(x.size(), 0.0);
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t i = 0; i < oh; ++i) {
+      for (int64_t j = 0; j < ow; ++j) {
+        int64_t best = -1;
+        for (const int64_t at :
+             {2 * i * w + 2 * j, 2 * i * w + 2 * j + 1, (2 * i + 1) * w + 2 * j, (2 * i + 1) * w + 2 * j + 1}) {
+          const double v = x[static_cast<size_t>(p * h * w + at)];
+          if (best < 0 || v > x[static_cast<size_t>(p * h * w + best)] || std::isnan(v)) best = at;
+        }
+        grad[static_cast<size_t>(p * h * w + best)] += g[out.size()];
+        out.push_back(x[static_cast<size_t>(p * h * w + best)]);
+      }
+    }
+  }
+  return {out, grad};
+}
+
+}  // namespace
+
+TEST_CASE("2 x 2 max pooling over many planes: each window by PyTorch's rule, forward and backward", "[conv]") {
+  // Small integers (ties everywhere) and a NaN every 37 elements; planes in ranges (contiguous)
+  // and one by one (a slice of the channels), output widths the kernel knows when compiled
+  // (2, 4, 8) and others (5, 16), maps the windows tile and maps with a last row and column
+  // left out (7 x 9); float64, float32 and bfloat16 (every value exact in each).
+  for (const auto& [shape, sliced] : std::vector<std::pair<Shape, bool>>{{{3, 5, 8, 8}, false},
+                                                                         {{2, 3, 6, 10}, false},
+                                                                         {{2, 4, 7, 9}, false},
+                                                                         {{2, 3, 4, 32}, false},
+                                                                         {{4, 2, 4, 4}, false},
+                                                                         {{3, 6, 16, 16}, false},
+                                                                         {{2, 6, 8, 8}, true}}) {
+    const int64_t numel = shape[0] * shape[1] * shape[2] * shape[3];
+    std::vector<double> values(static_cast<size_t>(numel));
+    for (int64_t i = 0; i < numel; ++i) {
+      values[static_cast<size_t>(i)] = i % 37 == 5 ? std::numeric_limits<double>::quiet_NaN() : (i * 7919 % 11) - 5.0;
+    }
+    for (const DType dtype : {kFloat64, kFloat32, kBFloat16}) {
+      INFO(format_shape(shape) << (sliced ? ", channels 1 to C - 2" : "") << ", " << dtype_name(dtype));
+      const Tensor whole = from_vector<double>(values, shape).to(dtype).requires_grad_();
+      const Tensor x = sliced ? whole.narrow(1, 1, shape[1] - 2) : whole;
+      const Tensor out = max_pool2d(x, 2);
+      std::vector<double> g(static_cast<size_t>(out.numel()));
+      for (size_t k = 0; k < g.size(); ++k) g[k] = static_cast<double>(k % 5) + 1.0;
+      sum(mul(out, from_vector<double>(g, out.sizes()).to(dtype))).backward();
+      const auto [want, want_grad] = pool_2x2_reference(x.to(kFloat64).contiguous().to_vector<double>(), x.sizes(), g);
+      const std::vector<double> got = out.to(kFloat64).contiguous().to_vector<double>();
+      REQUIRE(got.size() == want.size());
+      for (size_t k = 0; k < got.size(); ++k) {
+        INFO("output " << k);
+        CHECK((got[k] == want[k] || (std::isnan(got[k]) && std::isnan(want[k]))));
+      }
+      const Tensor grad = sliced ? whole.grad().narrow(1, 1, shape[1] - 2) : whole.grad();
+      CHECK(grad.to(kFloat64).contiguous().to_vector<double>() == want_grad);
+      if (sliced) CHECK(sum(abs(whole.grad().narrow(1, 0, 1).to(kFloat64))).item<double>() == 0.0);
+    }
+  }
+}
+
 TEST_CASE("batch_norm equals PyTorch: batch statistics, running-statistics update, eval", "[conv]") {
   for (const auto& [name, shape, momentum] : std::vector<std::tuple<std::string, Shape, double>>{
            {"bn_train4d", {4, 3, 5, 5}, 0.1}, {"bn_train3d", {3, 4, 6}, 0.3}, {"bn_train2d", {5, 6}, 0.1}}) {

@@ -80,64 +80,87 @@ void max_pool_plane(const T* __restrict in, T* __restrict out, int64_t* __restri
 // holding it, row-major; a NaN, if any, wins: the last NaN). Selects by bit masks
 // (select_bits), no branches (which tap wins is data, and mispredicts) and no tap arrays, so
 // that the float32 loop vectorises: each pair's winner keeps the first on ties, and so does
-// the pairs' winner, so it is the first maximal tap. A row with a NaN is written again by the
-// NaN rule. float32 and float64 only: 16-bit planes go through max_pool_2x2_plane_16bit.
+// the pairs' winner, so it is the first maximal tap. A window with a NaN is written again by
+// the NaN rule. `planes` planes, plane_stride elements apart (their outputs one after another):
+// the small maps of a CNN cost per row and per call more than per tap, so a range of planes is
+// one call. float32 and float64 only: 16-bit planes are widened first (max_pool_2x2_16bit).
 template <typename T>
-void max_pool_2x2_plane(const T* __restrict in, int64_t row_stride, T* __restrict out, int64_t* __restrict where,
-                        const Window2d& w) {
+void max_pool_2x2(const T* __restrict in, int64_t row_stride, int64_t plane_stride, int64_t planes, T* __restrict out,
+                  int64_t* __restrict where, const Window2d& w) {
   using C = compute_t<T>;
-  for (int64_t oh = 0; oh < w.oh; ++oh) {
-    const T* top = in + 2 * oh * row_stride;
-    const T* bottom = top + row_stride;
-    const int64_t first = 2 * oh * w.w;  // the window's top-left element, ih * W + iw
-    T* o = out + oh * w.ow;
-    int64_t* at = where + oh * w.ow;
-    for (int64_t ow = 0; ow < w.ow; ++ow) {
-      const C a = static_cast<C>(top[2 * ow]), b = static_cast<C>(top[2 * ow + 1]);
-      const C c = static_cast<C>(bottom[2 * ow]), d = static_cast<C>(bottom[2 * ow + 1]);
-      const bool b_wins = b > a, d_wins = d > c;
-      const C ab = b_wins ? b : a, cd = d_wins ? d : c;
-      const bool bottom_wins = cd > ab;
-      const T top_best = select_bits(b_wins, top[2 * ow + 1], top[2 * ow]);
-      const T bottom_best = select_bits(d_wins, bottom[2 * ow + 1], bottom[2 * ow]);
-      o[ow] = select_bits(bottom_wins, bottom_best, top_best);
-      at[ow] = first + 2 * ow + select_bits(bottom_wins, w.w + d_wins, static_cast<int64_t>(b_wins));
+  const auto row_pair = [&](int64_t p, int64_t oh) { return in + p * plane_stride + 2 * oh * row_stride; };
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t oh = 0; oh < w.oh; ++oh) {
+      const T* top = row_pair(p, oh);
+      const T* bottom = top + row_stride;
+      const int64_t first = 2 * oh * w.w;  // the window's top-left element, ih * W + iw
+      T* o = out + (p * w.oh + oh) * w.ow;
+      int64_t* at = where + (p * w.oh + oh) * w.ow;
+      for (int64_t ow = 0; ow < w.ow; ++ow) {
+        const C a = static_cast<C>(top[2 * ow]), b = static_cast<C>(top[2 * ow + 1]);
+        const C c = static_cast<C>(bottom[2 * ow]), d = static_cast<C>(bottom[2 * ow + 1]);
+        const bool b_wins = b > a, d_wins = d > c;
+        const C ab = b_wins ? b : a, cd = d_wins ? d : c;
+        const bool bottom_wins = cd > ab;
+        const T top_best = select_bits(b_wins, top[2 * ow + 1], top[2 * ow]);
+        const T bottom_best = select_bits(d_wins, bottom[2 * ow + 1], bottom[2 * ow]);
+        o[ow] = select_bits(bottom_wins, bottom_best, top_best);
+        at[ow] = first + 2 * ow + select_bits(bottom_wins, w.w + d_wins, static_cast<int64_t>(b_wins));
+      }
     }
-    bool nan = false;  // a pass of its own over the taps: it vectorises
-    for (int64_t k = 0; k < 2 * w.ow; ++k) {
-      nan |=
-          (static_cast<C>(top[k]) != static_cast<C>(top[k])) | (static_cast<C>(bottom[k]) != static_cast<C>(bottom[k]));
-    }
-    if (!nan) continue;
-    for (int64_t ow = 0; ow < w.ow; ++ow) {  // rare
-      const C v[4] = {static_cast<C>(top[2 * ow]), static_cast<C>(top[2 * ow + 1]), static_cast<C>(bottom[2 * ow]),
-                      static_cast<C>(bottom[2 * ow + 1])};
-      const int64_t offset[4] = {0, 1, w.w, w.w + 1};
-      for (int t = 0; t < 4; ++t) {
-        if (v[t] != v[t]) {
-          o[ow] = static_cast<T>(std::numeric_limits<C>::quiet_NaN());
-          at[ow] = first + 2 * ow + offset[t];
+  }
+  // NaNs: a pass of its own, over the whole range at once where its rows are dense (it
+  // vectorises; rows of a few elements would each cost a loop), then the windows holding one
+  // are written again by the NaN rule.
+  const auto has_nan = [](const T* x, int64_t count) {
+    int32_t nans = 0;  // an int: GCC vectorises this sum, not a bool's or
+    for (int64_t k = 0; k < count; ++k) nans += static_cast<C>(x[k]) != static_cast<C>(x[k]);
+    return nans != 0;
+  };
+  if (row_stride == w.w && plane_stride == 2 * w.oh * w.w && !has_nan(in, planes * plane_stride)) return;
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t oh = 0; oh < w.oh; ++oh) {
+      const T* top = row_pair(p, oh);
+      const T* bottom = top + row_stride;
+      if (!has_nan(top, 2 * w.ow) && !has_nan(bottom, 2 * w.ow)) continue;
+      const int64_t first = 2 * oh * w.w;
+      for (int64_t ow = 0; ow < w.ow; ++ow) {  // rare
+        const C v[4] = {static_cast<C>(top[2 * ow]), static_cast<C>(top[2 * ow + 1]), static_cast<C>(bottom[2 * ow]),
+                        static_cast<C>(bottom[2 * ow + 1])};
+        const int64_t offset[4] = {0, 1, w.w, w.w + 1};
+        for (int t = 0; t < 4; ++t) {
+          if (v[t] != v[t]) {
+            out[(p * w.oh + oh) * w.ow + ow] = static_cast<T>(std::numeric_limits<C>::quiet_NaN());
+            where[(p * w.oh + oh) * w.ow + ow] = first + 2 * ow + offset[t];
+          }
         }
       }
     }
   }
 }
 
-// The same for a 16-bit type: the plane widened to float32 first and the result rounded back
-// (exactly: each output is one of the inputs), both conversions vectorised, so that the
-// selection runs as float32's.
+// Elements widened at a time for 16-bit pooling (in L1).
+constexpr int64_t kWidenedElements = 4096;
+
+// The same for 16-bit planes: widened to float32 first (the rows each window reads, a range of
+// planes at once) and the results rounded back (exactly: each output is one of the inputs),
+// both conversions vectorised, so that the selection runs as float32's.
 template <typename T>
-void max_pool_2x2_plane_16bit(const T* in, int64_t row_stride, T* out, int64_t* where, const Window2d& w) {
-  thread_local std::vector<float> plane, pooled;
-  plane.resize(static_cast<size_t>(2 * w.oh * w.w));
-  pooled.resize(static_cast<size_t>(w.oh * w.ow));
-  for (int64_t h = 0; h < 2 * w.oh; ++h) {
-    const T* row = in + h * row_stride;
-    float* to = plane.data() + h * w.w;
-    for (int64_t k = 0; k < w.w; ++k) to[k] = static_cast<float>(row[k]);
+void max_pool_2x2_16bit(const T* in, int64_t row_stride, int64_t plane_stride, int64_t planes, T* out, int64_t* where,
+                        const Window2d& w) {
+  thread_local std::vector<float> wide, pooled;
+  const int64_t rows = 2 * w.oh, plane = rows * w.w, positions = w.oh * w.ow;
+  wide.resize(static_cast<size_t>(planes * plane));
+  pooled.resize(static_cast<size_t>(planes * positions));
+  for (int64_t p = 0; p < planes; ++p) {
+    for (int64_t h = 0; h < rows; ++h) {
+      const T* row = in + p * plane_stride + h * row_stride;
+      float* to = wide.data() + p * plane + h * w.w;
+      for (int64_t k = 0; k < w.w; ++k) to[k] = static_cast<float>(row[k]);
+    }
   }
-  max_pool_2x2_plane(plane.data(), w.w, pooled.data(), where, w);
-  for (int64_t k = 0; k < w.oh * w.ow; ++k) out[k] = static_cast<T>(pooled[k]);
+  max_pool_2x2(wide.data(), w.w, plane, planes, pooled.data(), where, w);
+  for (int64_t k = 0; k < planes * positions; ++k) out[k] = static_cast<T>(pooled[k]);
 }
 
 bool pools_2x2(const Window2d& w, const Tensor& x) {
@@ -153,21 +176,24 @@ bool CpuBackend::max_pool2d(const Tensor& out, const Tensor& indices, const Tens
     std::optional<PoolTaps> taps;
     if (!two_by_two) taps.emplace(w, x.stride(2), x.stride(3));
     const int64_t positions = w.oh * w.ow, s0 = x.stride(0), s1 = x.stride(1), s2 = x.stride(2), channels = w.c;
+    // Planes one stride apart (N and C merge: a contiguous x): a range of them is one call.
+    const bool even_planes = w.n == 1 || s0 == channels * s1;
     const T* in = x.data_ptr<T>();
     T* o = out.data_ptr<T>();
     int64_t* where = indices.data_ptr<int64_t>();
     parallel_rows(w.n * channels, positions * w.kh * w.kw, kCostPoolTap, [&](int64_t first, int64_t last) {
-      for (int64_t p = first; p < last; ++p) {
+      for (int64_t p = first; p < last;) {
         const T* plane = in + (p / channels) * s0 + (p % channels) * s1;
-        if (two_by_two) {
-          if constexpr (is_16bit_float_v<T>) {
-            max_pool_2x2_plane_16bit(plane, s2, o + p * positions, where + p * positions, w);
-          } else {
-            max_pool_2x2_plane(plane, s2, o + p * positions, where + p * positions, w);
-          }
-        } else {
+        int64_t planes = two_by_two && even_planes ? last - p : 1;
+        if constexpr (is_16bit_float_v<T>) planes = std::clamp(kWidenedElements / (2 * w.oh * w.w), int64_t{1}, planes);
+        if (!two_by_two) {
           max_pool_plane(plane, o + p * positions, where + p * positions, *taps);
+        } else if constexpr (is_16bit_float_v<T>) {
+          max_pool_2x2_16bit(plane, s2, s1, planes, o + p * positions, where + p * positions, w);
+        } else {
+          max_pool_2x2(plane, s2, s1, planes, o + p * positions, where + p * positions, w);
         }
+        p += planes;
       }
     });
   });
