@@ -152,11 +152,15 @@ void max_pool_2x2_16bit(const T* in, int64_t row_stride, int64_t plane_stride, i
   const int64_t rows = 2 * w.oh, plane = rows * w.w, positions = w.oh * w.ow;
   wide.resize(static_cast<size_t>(planes * plane));
   pooled.resize(static_cast<size_t>(planes * positions));
-  for (int64_t p = 0; p < planes; ++p) {
-    for (int64_t h = 0; h < rows; ++h) {
-      const T* row = in + p * plane_stride + h * row_stride;
-      float* to = wide.data() + p * plane + h * w.w;
-      for (int64_t k = 0; k < w.w; ++k) to[k] = static_cast<float>(row[k]);
+  if (row_stride == w.w && plane_stride == plane) {  // dense: one loop (rows are a few elements)
+    for (int64_t k = 0; k < planes * plane; ++k) wide[static_cast<size_t>(k)] = static_cast<float>(in[k]);
+  } else {
+    for (int64_t p = 0; p < planes; ++p) {
+      for (int64_t h = 0; h < rows; ++h) {
+        const T* row = in + p * plane_stride + h * row_stride;
+        float* to = wide.data() + p * plane + h * w.w;
+        for (int64_t k = 0; k < w.w; ++k) to[k] = static_cast<float>(row[k]);
+      }
     }
   }
   max_pool_2x2(wide.data(), w.w, plane, planes, pooled.data(), where, w);
