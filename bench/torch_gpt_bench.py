@@ -59,14 +59,15 @@ def main():
         x.grad = w.grad = b.grad = None
 
     print(json.dumps({"name": "BM_LayerNorm", "ms": timeit(layer_norm_step)}))
-    h = torch.randn(1024, 4 * EMBD, requires_grad=True)
-    hgrad = torch.randn(1024, 4 * EMBD)
+    for bf16, dtype in ((0, torch.float32), (1, torch.bfloat16)):
+        h = torch.randn(1024, 4 * EMBD).to(dtype).requires_grad_()
+        hgrad = torch.randn(1024, 4 * EMBD).to(dtype)
 
-    def gelu_step():
-        F.gelu(h).backward(hgrad)
-        h.grad = None
+        def gelu_step():
+            F.gelu(h).backward(hgrad)
+            h.grad = None
 
-    print(json.dumps({"name": "BM_Gelu", "ms": timeit(gelu_step)}))
+        print(json.dumps({"name": f"BM_Gelu/bf16:{bf16}", "ms": timeit(gelu_step)}))
     future = torch.ones(64, 64).tril() == 0
     for bf16, dtype in ((0, torch.float32), (1, torch.bfloat16)):
         scores = torch.randn(128, 64, 64).to(dtype).requires_grad_()

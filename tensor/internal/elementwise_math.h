@@ -80,7 +80,8 @@ TINYDDP_HOST_DEVICE inline C nan_min(C a, C b) {
 }
 
 // BinaryOp `op` of a and b (kernel_ops.h): kAdd is a + alpha * b, kReluBackward b > 0 ? a : 0
-// (a the gradient, b relu's output), kMaskedFill b != 0 ? alpha : a, kPow a ** b. A compile-time op, so
+// (a the gradient, b relu's output), kMaskedFill b != 0 ? alpha : a, kPow a ** b, kGeluBackward
+// a * gelu'(b) (b gelu's input). A compile-time op, so
 // that each loop over a row holds one formula and vectorises.
 template <BinaryOp op, typename C>
 TINYDDP_HOST_DEVICE inline C binary(C a, C b, C alpha) {
@@ -98,6 +99,18 @@ TINYDDP_HOST_DEVICE inline C binary(C a, C b, C alpha) {
     return b > C(0) ? a : C(0);
   } else if constexpr (op == BinaryOp::kMaskedFill) {
     return b != C(0) ? alpha : a;
+  } else if constexpr (op == BinaryOp::kGeluBackward || op == BinaryOp::kGeluTanhBackward) {
+    if constexpr (std::is_floating_point_v<C>) {  // floating only (the op checks it)
+      C d;
+      if constexpr (op == BinaryOp::kGeluBackward) {
+        gelu_grad<math::ScalarMath>(d, b);
+      } else {
+        gelu_tanh_grad<math::ScalarMath>(d, b);
+      }
+      return a * d;
+    } else {
+      return a;
+    }
   } else {
     static_assert(op == BinaryOp::kPow);
     if constexpr (std::is_integral_v<C>) {  // b >= 0 (the op checks it): repeated squaring,
@@ -273,6 +286,8 @@ TINYDDP_HOST_DEVICE inline C binary(BinaryOp op, C a, C b, C alpha) {
     case BinaryOp::kReluBackward: return binary<BinaryOp::kReluBackward>(a, b, alpha);
     case BinaryOp::kMaskedFill: return binary<BinaryOp::kMaskedFill>(a, b, alpha);
     case BinaryOp::kPow: return binary<BinaryOp::kPow>(a, b, alpha);
+    case BinaryOp::kGeluBackward: return binary<BinaryOp::kGeluBackward>(a, b, alpha);
+    case BinaryOp::kGeluTanhBackward: return binary<BinaryOp::kGeluTanhBackward>(a, b, alpha);
   }
   return a;
 }

@@ -7,8 +7,21 @@
 namespace tinyddp::tensor {
 
 // kAdd computes a + alpha * b; kReluBackward computes b > 0 ? a : 0 (a: gradient, b: relu output);
-// kMaskedFill computes b != 0 ? alpha : a (b: the mask in a's dtype); kPow computes a ** b.
-enum class BinaryOp { kAdd, kMul, kDiv, kMaximum, kMinimum, kReluBackward, kMaskedFill, kPow };
+// kMaskedFill computes b != 0 ? alpha : a (b: the mask in a's dtype); kPow computes a ** b;
+// kGeluBackward / kGeluTanhBackward compute a * gelu'(b) (a: gradient, b: gelu's input), in the
+// compute type and rounded once.
+enum class BinaryOp {
+  kAdd,
+  kMul,
+  kDiv,
+  kMaximum,
+  kMinimum,
+  kReluBackward,
+  kMaskedFill,
+  kPow,
+  kGeluBackward,
+  kGeluTanhBackward
+};
 // kLogicalAnd / kLogicalOr / kLogicalXor: both operands taken as true where nonzero.
 enum class CompareOp { kEq, kNe, kLt, kLe, kGt, kGe, kLogicalAnd, kLogicalOr, kLogicalXor };
 // The unary ops, listed once (X(name) per op) for the enum and the switches over it. kGelu /

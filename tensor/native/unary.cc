@@ -121,8 +121,17 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
   TDDP_CHECK(x.is_floating_point(), "gelu: expected a floating-point input, got dtype {}", dtype_name(x.dtype()));
   const bool tanh_form = approximate == "tanh";
   const Tensor out = floating_unary(tanh_form ? UnaryOp::kGeluTanh : UnaryOp::kGelu, x, "gelu");
-  // grad_x = grad_out * gelu'(x)
-  return record_unary(x, out, "GeluBackward", x, [tanh_form](const Tensor& v) { return gelu_grad(v, tanh_form); });
+  // grad_x = grad_out * gelu'(x): one fused pass (one rounding in a 16-bit dtype, as PyTorch's);
+  // create_graph records the product with gelu'(x), whose own gradient is gelu''
+  if (needs_grad(x)) {
+    record_op("GeluBackward", out, {x}, [sx = SavedTensor(x), tanh_form](const Tensor& g) {
+      const Tensor v = sx.get("GeluBackward");
+      if (GradMode::is_enabled()) return std::vector<Tensor>{mul(g, gelu_grad(v, tanh_form))};
+      const BinaryOp op = tanh_form ? BinaryOp::kGeluTanhBackward : BinaryOp::kGeluBackward;
+      return std::vector<Tensor>{binary(op, g, v, 1.0, "gelu backward")};
+    });
+  }
+  return out;
 }
 
 Tensor pow(const Tensor& x, double exponent) {

@@ -3,7 +3,7 @@
 // two dims), embedding (repeated ids), cross_entropy's ignore_index, masked_fill, tril/triu,
 // cat, chunk and a whole transformer Block with nanoGPT's names, forward and gradients, in
 // float64 (to ~1e-12) and float32 (the float kernels against PyTorch's float32), the 16-bit
-// dtypes against float64, the modules, and bad arguments.
+// dtypes against float64 and bfloat16 GELU against PyTorch's, the modules, and bad arguments.
 #include <functional>
 
 #include "tests/test_util.h"
@@ -23,6 +23,14 @@ const std::map<std::string, std::vector<double>>& reference() {
 Tensor value(const std::string& name, const Shape& shape, DType dtype) {
   const auto it = reference().find(name);
   if (it == reference().end()) throw std::runtime_error("gpt_reference.txt has no entry " + name);
+  return from_vector<double>(it->second, shape).to(dtype);
+}
+
+// PyTorch's bfloat16 GELU (fixtures/make_autocast_fixtures.py writes it beside the autocast cases).
+Tensor autocast_value(const std::string& name, const Shape& shape, DType dtype = kFloat32) {
+  static const auto values = tinyddp::testing::load_fixture("tests/tensor/fixtures/autocast_reference.txt");
+  const auto it = values.find(name);
+  if (it == values.end()) throw std::runtime_error("autocast_reference.txt has no entry " + name);
   return from_vector<double>(it->second, shape).to(dtype);
 }
 
@@ -52,7 +60,9 @@ TEST_CASE("gelu and its gradient equal torch.nn.functional.gelu, exact and tanh,
   }
 }
 
-TEST_CASE("gelu in float16 and bfloat16 is float64's result within the 16-bit type's rounding", "[gpt]") {
+TEST_CASE(
+    "gelu in float16 and bfloat16 is float64's result within the 16-bit type's rounding; its gradient rounds once",
+    "[gpt]") {
   Generator gen(3);
   const Tensor x = mul(randn({64}, {}, &gen), 3.0);
   for (const DType dtype : {kFloat16, kBFloat16}) {
@@ -60,10 +70,45 @@ TEST_CASE("gelu in float16 and bfloat16 is float64's result within the 16-bit ty
     const Tensor x16 = x.to(dtype);
     const double ulp = dtype == kFloat16 ? 0x1p-10 : 0x1p-7;  // of 1.0
     for (const std::string form : {"none", "tanh"}) {
-      const Tensor got = gelu(x16, form);
+      INFO(form);
+      const Tensor leaf = x16.detach().requires_grad_();
+      const Tensor got = gelu(leaf, form);
       CHECK(got.dtype() == dtype);
       CHECK(allclose(got.to(kFloat64), gelu(x16.to(kFloat64), form), ulp, ulp * 1e-3));
+      // The gradient as PyTorch's 16-bit kernel makes it: grad_out * gelu'(x) in float32, rounded
+      // once (not gelu'(x) rounded, then the product rounded again). gelu'(x) in float32 is the
+      // float32 op's gradient for a grad_out of ones (checked against PyTorch above).
+      const Tensor g16 = mul(randn({64}, {}, &gen), 0.7).to(dtype);
+      got.backward(g16);
+      const Tensor x32 = x16.to(kFloat32).requires_grad_();
+      gelu(x32, form).backward(ones({64}));
+      CHECK(leaf.grad().dtype() == dtype);
+      CHECK(equal(leaf.grad(), mul(g16.to(kFloat32), x32.grad()).to(dtype)));
     }
+  }
+}
+
+TEST_CASE("GELU on bfloat16 equals PyTorch's, forward and backward (the gradient rounded once)",
+          "[autocast][elementwise]") {
+  // PyTorch's bfloat16 GELU computes in float32 and rounds once, its backward grad_out *
+  // gelu'(x) too (fixtures/make_autocast_fixtures.py). Both sides use a float32 erf, which may
+  // differ by an ulp: for x >= -4 at least 99% of the elements equal, and every element within
+  // one bfloat16 step plus 1e-6: below -4, 1 + erf(x / sqrt 2) cancels in float32 on both
+  // sides, which leaves each side's erf error (tiny values, most of them unequal). Rounding
+  // gelu'(x) before the product changes about a quarter of the gradients.
+  const Shape shape{3000};
+  const Tensor x = autocast_value("gelu_bf16_x", shape, kBFloat16).requires_grad_();
+  const Tensor out = gelu(x);
+  REQUIRE(out.dtype() == kBFloat16);
+  out.backward(autocast_value("gelu_bf16_grad_out", shape, kBFloat16));
+  REQUIRE(x.grad().dtype() == kBFloat16);
+  for (const auto& [name, got] : {std::pair<std::string, Tensor>{"out", out}, {"grad_x", x.grad()}}) {
+    INFO(name);
+    const Tensor want = autocast_value("gelu_bf16_" + name, shape).to(kFloat64), have = got.to(kFloat64);
+    const Tensor body = ge(x.detach(), -4.0);
+    const double equal_in_body = sum(logical_and(eq(have, want), body).to(kFloat64)).item<double>();
+    CHECK(equal_in_body >= 0.99 * sum(body.to(kFloat64)).item<double>());
+    CHECK(allclose(have, want, 1.0 / 128, 1e-6));
   }
 }
 

@@ -254,6 +254,10 @@ void CpuBackend::binary(BinaryOp op, const Tensor& out, const Tensor& a, const T
       case BinaryOp::kReluBackward: formula(std::integral_constant<BinaryOp, BinaryOp::kReluBackward>{}); return;
       case BinaryOp::kMaskedFill: formula(std::integral_constant<BinaryOp, BinaryOp::kMaskedFill>{}); return;
       case BinaryOp::kPow: formula(std::integral_constant<BinaryOp, BinaryOp::kPow>{}); return;
+      case BinaryOp::kGeluBackward: formula(std::integral_constant<BinaryOp, BinaryOp::kGeluBackward>{}); return;
+      case BinaryOp::kGeluTanhBackward:
+        formula(std::integral_constant<BinaryOp, BinaryOp::kGeluTanhBackward>{});
+        return;
     }
   });
 }

@@ -148,6 +148,9 @@ auto formula(T alpha) {
 }
 
 template <typename T>
+void gelu_backward_row(BinaryOp op, RowPattern pattern, int64_t n, T* o, const T* a, const T* b);
+
+template <typename T>
 void binary(BinaryOp op, RowPattern pattern, int64_t n, T* o, const T* a, const T* b, T alpha) {
   switch (op) {
     case BinaryOp::kAdd:
@@ -164,6 +167,8 @@ void binary(BinaryOp op, RowPattern pattern, int64_t n, T* o, const T* a, const 
     case BinaryOp::kReluBackward: binary_row(pattern, n, o, a, b, formula<BinaryOp::kReluBackward, T>(alpha)); return;
     case BinaryOp::kMaskedFill: binary_row(pattern, n, o, a, b, formula<BinaryOp::kMaskedFill, T>(alpha)); return;
     case BinaryOp::kPow: binary_row(pattern, n, o, a, b, formula<BinaryOp::kPow, T>(alpha)); return;
+    case BinaryOp::kGeluBackward:
+    case BinaryOp::kGeluTanhBackward: gelu_backward_row(op, pattern, n, o, a, b); return;
   }
 }
 
@@ -193,6 +198,31 @@ struct ArrayMath {
     return x.eval();  // a plain array: the formula reads it twice
   }
 };
+
+// a * gelu'(b) along a row: gelu' of a block of b in Eigen's packets (the unary kernel's
+// expression: float32 gives gelu's gradient the bits it had as its own op), then the
+// products, rounded once. A broadcast operand (rare) takes the scalar formula.
+template <typename T>
+void gelu_backward_row(BinaryOp op, RowPattern pattern, int64_t n, T* o, const T* a, const T* b) {
+  const bool exact = op == BinaryOp::kGeluBackward;
+  if (pattern != RowPattern::kBoth) {
+    if (exact) return binary_row(pattern, n, o, a, b, formula<BinaryOp::kGeluBackward, T>(T(1)));
+    return binary_row(pattern, n, o, a, b, formula<BinaryOp::kGeluTanhBackward, T>(T(1)));
+  }
+  constexpr int64_t kBlock = 256;
+  alignas(64) T d[kBlock];
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const int64_t m = std::min(kBlock, n - i);
+    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> grad(d, m);
+    Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> in(b + i, m);
+    if (exact) {
+      em::gelu_grad<ArrayMath>(grad, in);
+    } else {
+      em::gelu_tanh_grad<ArrayMath>(grad, in);
+    }
+    for (int64_t k = 0; k < m; ++k) o[i + k] = a[i + k] * d[k];
+  }
+}
 
 // exp, log, tanh, sigmoid and GELU use Eigen's vectorised versions; the rest are plain loops
 // (sin, cos, erf, log1p and expm1 of the standard library, correctly rounded or nearly, as PyTorch's).
