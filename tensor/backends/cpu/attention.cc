@@ -8,6 +8,7 @@
 // a matrix at a time through float32 buffers: one pass over the 16-bit tensors each way, the
 // buffers in cache (a row's bits do not depend on its address: isa/kernels.cc's exp_packets).
 // The [m, n] matrices run on the intra-op threads, whole (a row's mask depends on its place).
+#include <type_traits>
 #include <vector>
 
 #include "tinyddp/tensor/backends/cpu/backend.h"
@@ -66,65 +67,76 @@ void causal_softmax_backward_16bit(const Tensor& grad_x, const Tensor& grad_out,
   });
 }
 
-// fn.template operator()<T>() with T the 16-bit type of `dtype`.
-template <typename F>
-void with_16bit(DType dtype, F&& fn) {
-  if (dtype == kBFloat16) {
-    fn(BFloat16{});
-  } else {
-    fn(Half{});
-  }
-}
-}  // namespace
-
-void CpuBackend::causal_softmax(const Tensor& out, const Tensor& x, double scale) {
-  if (is_16bit_float(x.dtype())) {
-    const Tensor result = out.is_contiguous() ? out : empty(out.sizes(), out.dtype());
-    with_16bit(x.dtype(), [&](auto tag) { causal_softmax_16bit<decltype(tag)>(result, contiguous(x), scale); });
-    if (!result.is_same(out)) copy(out, result, false);
-    return;
-  }
-  const Tensor in = contiguous(x), result = out.is_contiguous() ? out : empty(out.sizes(), out.dtype());
+// float32 and float64 rows in place: the kernel of the dtype, matrices on the intra-op threads.
+template <typename T>
+void causal_softmax_float(const Tensor& out, const Tensor& x, double scale) {
   const int64_t m = x.size(1), n = x.size(2);
   parallel_rows(x.size(0), m * n, kCostSoftmax, [&](int64_t first, int64_t last) {
     const int64_t at = first * m * n, rows = (last - first) * m;
-    if (in.dtype() == kFloat64) {
-      std::vector<double> scratch(static_cast<size_t>(n));
-      isa_kernels().causal_softmax_rows_f64(in.data_ptr<double>() + at, result.data_ptr<double>() + at, rows, m, n,
-                                            scale, scratch.data());
+    std::vector<T> scratch(static_cast<size_t>(n));
+    if constexpr (std::is_same_v<T, double>) {
+      isa_kernels().causal_softmax_rows_f64(x.data_ptr<T>() + at, out.data_ptr<T>() + at, rows, m, n, scale,
+                                            scratch.data());
     } else {
-      std::vector<float> scratch(static_cast<size_t>(n));
-      isa_kernels().causal_softmax_rows_f32(in.data_ptr<float>() + at, result.data_ptr<float>() + at, rows, m, n, scale,
+      isa_kernels().causal_softmax_rows_f32(x.data_ptr<T>() + at, out.data_ptr<T>() + at, rows, m, n, scale,
                                             scratch.data());
     }
   });
-  if (!result.is_same(out)) copy(out, result, false);
 }
 
-void CpuBackend::causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale) {
-  if (is_16bit_float(y.dtype())) {
-    const Tensor result = grad_x.is_contiguous() ? grad_x : empty(grad_x.sizes(), grad_x.dtype());
-    with_16bit(y.dtype(), [&](auto tag) {
-      causal_softmax_backward_16bit<decltype(tag)>(result, contiguous(grad_out), contiguous(y), scale);
-    });
-    if (!result.is_same(grad_x)) copy(grad_x, result, false);
-    return;
-  }
-  const DType c = y.dtype();
-  const Tensor g = contiguous(grad_out), yc = contiguous(y);
-  const Tensor result = grad_x.is_contiguous() ? grad_x : empty(grad_x.sizes(), c);
+template <typename T>
+void causal_softmax_backward_float(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale) {
   const int64_t m = y.size(1), n = y.size(2);
   parallel_rows(y.size(0), m * n, kCostSoftmax, [&](int64_t first, int64_t last) {
     const int64_t at = first * m * n, rows = (last - first) * m;
-    if (c == kFloat64) {
-      isa_kernels().causal_softmax_backward_rows_f64(g.data_ptr<double>() + at, yc.data_ptr<double>() + at,
-                                                     result.data_ptr<double>() + at, rows, m, n, scale, false);
+    const T* g = grad_out.data_ptr<T>() + at;
+    if constexpr (std::is_same_v<T, double>) {
+      isa_kernels().causal_softmax_backward_rows_f64(g, y.data_ptr<T>() + at, grad_x.data_ptr<T>() + at, rows, m, n,
+                                                     scale, false);
     } else {
-      isa_kernels().causal_softmax_backward_rows_f32(g.data_ptr<float>() + at, yc.data_ptr<float>() + at,
-                                                     result.data_ptr<float>() + at, rows, m, n, scale, false);
+      isa_kernels().causal_softmax_backward_rows_f32(g, y.data_ptr<T>() + at, grad_x.data_ptr<T>() + at, rows, m, n,
+                                                     scale, false);
     }
   });
-  if (!result.is_same(grad_x)) copy(grad_x, result, false);
+}
+
+// Runs fn(result) with result `out` itself when it is contiguous, else a contiguous buffer then
+// copied into out.
+template <typename F>
+void into_contiguous(const Tensor& out, F&& fn) {
+  const Tensor result = out.is_contiguous() ? out : empty(out.sizes(), out.dtype());
+  fn(result);
+  if (!result.is_same(out)) backend().copy(out, result, false);
+}
+
+}  // namespace
+
+void CpuBackend::causal_softmax(const Tensor& out, const Tensor& x, double scale) {
+  const Tensor in = contiguous(x);
+  into_contiguous(out, [&](const Tensor& result) {
+    dispatch_floating(x.dtype(), "causal_softmax", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (is_16bit_float_v<T>) {
+        causal_softmax_16bit<T>(result, in, scale);
+      } else {
+        causal_softmax_float<T>(result, in, scale);
+      }
+    });
+  });
+}
+
+void CpuBackend::causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale) {
+  const Tensor g = contiguous(grad_out), yc = contiguous(y);
+  into_contiguous(grad_x, [&](const Tensor& result) {
+    dispatch_floating(y.dtype(), "causal_softmax backward", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (is_16bit_float_v<T>) {
+        causal_softmax_backward_16bit<T>(result, g, yc, scale);
+      } else {
+        causal_softmax_backward_float<T>(result, g, yc, scale);
+      }
+    });
+  });
 }
 
 }  // namespace tinyddp::tensor::cpu
