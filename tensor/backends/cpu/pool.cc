@@ -189,7 +189,8 @@ bool CpuBackend::max_pool2d(const Tensor& out, const Tensor& indices, const Tens
       for (int64_t p = first; p < last;) {
         const T* plane = in + (p / channels) * s0 + (p % channels) * s1;
         int64_t planes = two_by_two && even_planes ? last - p : 1;
-        if constexpr (is_16bit_float_v<T>) planes = std::clamp(kWidenedElements / (2 * w.oh * w.w), int64_t{1}, planes);
+        if constexpr (is_16bit_float_v<T>)
+          planes = std::clamp(kWidenedElements / std::max<int64_t>(2 * w.oh * w.w, 1), int64_t{1}, planes);
         if (!two_by_two) {
           max_pool_plane(plane, o + p * positions, where + p * positions, *taps);
         } else if constexpr (is_16bit_float_v<T>) {
