@@ -222,6 +222,11 @@ void conv_backward(const Tensor& g, const Tensor& x, const Tensor& saved_col, co
   const Chunks chunks = image_chunks(win, g.element_size());
   const int64_t out_channels = w2.size(0), positions = win.oh * win.ow, taps = w2.size(1) * groups;
   const TensorOptions options = TensorOptions(g.dtype()).device(g.device());
+  if (win.n == 0) {  // no images: the weight's and the bias's gradients are sums of nothing
+    if (grad_weight.defined()) backend_for(g.device(), "conv2d").fill(grad_weight, 0.0);
+    if (grad_bias != nullptr) *grad_bias = zeros({out_channels}, options);
+    return;
+  }
   const Tensor col_buffer = empty({taps * chunks.size * positions}, options);
   // One image per chunk of a contiguous g: g[first] is already [O, L] (no reordering copy).
   const bool in_place = chunks.size == 1 && g.is_contiguous();
@@ -259,7 +264,7 @@ void conv_backward(const Tensor& g, const Tensor& x, const Tensor& saved_col, co
 // float16/bfloat16 in one reduction all the same, rounded once (as PyTorch's oneDNN backward
 // rounds it): their rows' sums would round on the way.
 Tensor bias_grad(const Tensor& gc) {
-  const Tensor g3 = gc.view({gc.size(0), gc.size(1), -1});
+  const Tensor g3 = gc.view({gc.size(0), gc.size(1), gc.size(2) * gc.size(3)});  // no -1: N may be 0
   if (is_16bit_float(gc.dtype())) return sum(g3, {0, 2});
   return sum(sum(g3, {2}), {0});
 }

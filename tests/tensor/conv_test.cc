@@ -198,6 +198,21 @@ TEST_CASE("2 x 2 max pooling over many planes: each window by PyTorch's rule, fo
   }
 }
 
+TEST_CASE("conv2d of an empty batch gives empty results and zero weight gradients, float32 and bfloat16", "[conv]") {
+  for (const DType dtype : {kFloat32, kBFloat16}) {
+    INFO(dtype_name(dtype));
+    // As PyTorch: the gradients of sums over no images are zeros (they were left unwritten).
+    const Tensor x = zeros({0, 3, 8, 8}, dtype).requires_grad_(), w = ones({4, 3, 3, 3}, dtype).requires_grad_();
+    const Tensor b = ones({4}, dtype).requires_grad_();
+    const Tensor out = conv2d(x, w, b, 1, 1);
+    CHECK(out.sizes() == Shape{0, 4, 8, 8});
+    sum(out).backward();
+    CHECK(x.grad().sizes() == Shape{0, 3, 8, 8});
+    CHECK(equal(w.grad(), zeros({4, 3, 3, 3}, dtype)));
+    CHECK(equal(b.grad(), zeros({4}, dtype)));
+  }
+}
+
 TEST_CASE("batch_norm equals PyTorch: batch statistics, running-statistics update, eval", "[conv]") {
   for (const auto& [name, shape, momentum] : std::vector<std::tuple<std::string, Shape, double>>{
            {"bn_train4d", {4, 3, 5, 5}, 0.1}, {"bn_train3d", {3, 4, 6}, 0.3}, {"bn_train2d", {5, 6}, 0.1}}) {

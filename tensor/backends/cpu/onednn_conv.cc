@@ -194,8 +194,7 @@ bool for_image_blocks(const Geometry& whole, F&& pass) {
 
 // The elements of image `first` of a contiguous NCHW tensor.
 void* image(const Tensor& t, int64_t first) {
-  return static_cast<char*>(t.raw_data_ptr()) +
-         first * (t.numel() / t.size(0)) * static_cast<int64_t>(t.element_size());
+  return static_cast<char*>(t.raw_data_ptr()) + first * t.stride(0) * static_cast<int64_t>(t.element_size());
 }
 
 bool served(const Tensor& t) { return t.dtype() == kBFloat16 && onednn_used(); }
