@@ -76,7 +76,7 @@ struct Convolution {
   dnnl::convolution_backward_weights backward_weights_primitive{backward_weights};
   // The reorders between the plain layouts and the ones a pass wants, by pass and argument
   // (made once: making one, even from oneDNN's cache, costs about as much as running it here).
-  std::map<std::pair<const dnnl::primitive*, int>, dnnl::reorder> reorders;
+  std::map<std::pair<const dnnl::primitive*, int>, dnnl::reorder> reorders{};
 };
 
 std::unique_ptr<Convolution> make_convolution(const Geometry& g) {
