@@ -113,8 +113,8 @@ void max_pool_2x2(const T* __restrict in, int64_t row_stride, int64_t plane_stri
   // vectorises; rows of a few elements would each cost a loop), then the windows holding one
   // are written again by the NaN rule.
   const auto has_nan = [](const T* x, int64_t count) {
-    int32_t nans = 0;  // an int: GCC vectorises this sum, not a bool's or
-    for (int64_t k = 0; k < count; ++k) nans += static_cast<C>(x[k]) != static_cast<C>(x[k]);
+    uint32_t nans = 0;  // an unsigned or: GCC vectorises it, not a bool's
+    for (int64_t k = 0; k < count; ++k) nans |= static_cast<uint32_t>(static_cast<C>(x[k]) != static_cast<C>(x[k]));
     return nans != 0;
   };
   if (row_stride == w.w && plane_stride == 2 * w.oh * w.w && !has_nan(in, planes * plane_stride)) return;
