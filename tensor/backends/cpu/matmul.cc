@@ -192,10 +192,17 @@ void int64_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
 // bfloat16 through oneDNN (false where it has no kernel), cut into blocks as float_mm's products
 // are, each block on a pool thread with that thread's oneDNN stream and primitives
 // (onednn.cc): row blocks of out and a, or column blocks of out, b and the bias (out's rows stay
-// dense, with out's row stride).
+// dense, with out's row stride). Row blocks read b packed once for all of them
+// (bf16_mm_row_blocks_onednn), and a column-major a as a dense copy of each block, except where
+// a is column-major with more terms than columns (k > m): there oneDNN's gemm on the strided
+// block was faster than the copy (bench/README.md, "bfloat16 row blocks").
 bool bf16_mm_blocks(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias = Tensor()) {
   const GemmSplit split = gemm_split(a.size(0), a.size(1), b.size(1));
   if (split.blocks == 1) return bf16_mm_onednn(out, a, b, bias);
+  const std::optional<MatrixLayout> la = matrix_layout(a);
+  if (split.by_rows && (!la || la->row_major || a.size(1) <= b.size(1))) {
+    return bf16_mm_row_blocks_onednn(out, a, b, bias, split.size);
+  }
   struct Block {
     Tensor out, a, b, bias;
   };

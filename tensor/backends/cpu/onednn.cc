@@ -8,14 +8,18 @@
 //
 // One matmul primitive per shape and layout, kept per thread (oneDNN's own cache holds
 // primitives but each lookup would first build a descriptor, tens of µs). oneDNN threads
-// with OpenMP: one OpenMP thread per calling thread (onednn_stream); the intra-op threads
-// share a product out as row or column blocks, each on its own stream (matmul.cc). The engine and
+// with OpenMP: one OpenMP thread per calling thread (onednn_stream, called on a thread before
+// its first primitive is made: a primitive made for more threads may sum in another order); the
+// intra-op threads share a product out as row or column blocks, each on its own stream
+// (matmul.cc), row blocks reading b packed once (bf16_mm_row_blocks_onednn). The engine and
 // streams are shared with the convolutions (onednn_conv.cc).
 #include <omp.h>
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
@@ -23,12 +27,14 @@
 #include <tuple>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "tinyddp/base/error.h"
 #include "tinyddp/tensor/backends/cpu/algorithms.h"
 #include "tinyddp/tensor/backends/cpu/backend.h"
 #include "tinyddp/tensor/backends/cpu/onednn.h"
 #include "tinyddp/tensor/cpu_isa.h"
+#include "tinyddp/tensor/factory.h"
 #include "tinyddp/tensor/parallel.h"
 
 namespace tinyddp::tensor::cpu {
@@ -80,11 +86,14 @@ std::pair<Tensor, memory::dims> readable(const Tensor& t) {
 // One product's operands: a's dims and strides, b's, out's strides, whether a bias row is
 // added. 2-D, or N-D with the same batch dims in front (out: its dims a's and b's; its rows
 // dense, possibly a column block of a wider matrix).
-using Key = std::tuple<memory::dims, memory::dims, memory::dims, memory::dims, memory::dims, bool>;
+// The last flag: the kernel reads b packed, copied into the layout it prefers (`weights`), from
+// b as the other dims describe it (pack, below).
+using Key = std::tuple<memory::dims, memory::dims, memory::dims, memory::dims, memory::dims, bool, bool>;
 
 struct Product {
   dnnl::matmul primitive;
   std::string implementation;  // oneDNN's name for the kernel, e.g. "brg:avx512_core_bf16"
+  memory::desc weights;        // the layout in which the kernel reads b
 };
 
 memory::desc bias_desc(int64_t m) { return memory::desc({1, m}, memory::data_type::bf16, memory::dims{m, 1}); }
@@ -103,28 +112,30 @@ const Product& product_for(const Key& key) {
   thread_local std::map<Key, Product> products;
   if (const auto it = products.find(key); it != products.end()) return it->second;
   if (products.size() >= kMaxProducts) products.clear();
-  const auto& [a_dims, a_strides, b_dims, b_strides, out_strides, with_bias] = key;
+  const auto& [a_dims, a_strides, b_dims, b_strides, out_strides, with_bias, packed] = key;
   const memory::desc a(a_dims, memory::data_type::bf16, a_strides);
   const memory::desc b(b_dims, memory::data_type::bf16, b_strides);
+  const memory::desc b_any(b_dims, memory::data_type::bf16, memory::format_tag::any);
   const memory::desc c = out_desc(a_dims, b_dims, out_strides);
+  const memory::desc& weights = packed ? b_any : b;
   const dnnl::matmul::desc desc =
-      with_bias ? dnnl::matmul::desc(a, b, bias_desc(b_dims.back()), c) : dnnl::matmul::desc(a, b, c);
+      with_bias ? dnnl::matmul::desc(a, weights, bias_desc(b_dims.back()), c) : dnnl::matmul::desc(a, weights, c);
   const dnnl::matmul::primitive_desc pd(desc, onednn_engine());
-  return products.emplace(key, Product{dnnl::matmul(pd), pd.impl_info_str()}).first->second;
+  return products.emplace(key, Product{dnnl::matmul(pd), pd.impl_info_str(), pd.weights_desc()}).first->second;
 }
 
-// Runs the product `key` describes on a's and b's elements (and bias) into out; false where
-// oneDNN has no kernel for it.
-bool run(const Key& key, const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
+// Runs the product `key` describes on the elements at a and b (b in the kernel's own layout when
+// the key says packed) and bias, into out; false where oneDNN has no kernel for it.
+bool run(const Key& key, const void* a, const void* b, const Tensor& bias, void* out) {
   dnnl::stream& stream = onednn_stream();
   try {
     const Product& p = product_for(key);
-    const auto& [a_dims, a_strides, b_dims, b_strides, out_strides, with_bias] = key;
+    const auto& [a_dims, a_strides, b_dims, b_strides, out_strides, with_bias, packed] = key;
     dnnl::engine& engine = onednn_engine();
     std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC, memory(memory::desc(a_dims, memory::data_type::bf16, a_strides), engine, a.raw_data_ptr())},
-        {DNNL_ARG_WEIGHTS, memory(memory::desc(b_dims, memory::data_type::bf16, b_strides), engine, b.raw_data_ptr())},
-        {DNNL_ARG_DST, memory(out_desc(a_dims, b_dims, out_strides), engine, out.raw_data_ptr())}};
+        {DNNL_ARG_SRC, memory(memory::desc(a_dims, memory::data_type::bf16, a_strides), engine, const_cast<void*>(a))},
+        {DNNL_ARG_WEIGHTS, memory(p.weights, engine, const_cast<void*>(b))},
+        {DNNL_ARG_DST, memory(out_desc(a_dims, b_dims, out_strides), engine, out)}};
     if (with_bias) args.emplace(DNNL_ARG_BIAS, memory(bias_desc(b_dims.back()), engine, bias.raw_data_ptr()));
     p.primitive.execute(stream, args);
     stream.wait();
@@ -136,6 +147,60 @@ bool run(const Key& key, const Tensor& a, const Tensor& b, const Tensor& bias, c
 
 memory::dims dims_of(const Shape& s) { return memory::dims(s.begin(), s.end()); }
 
+// The columns in one block of `layout` (64 in AMX's BA16a64b2a), and whether it pads no dim.
+int64_t column_block(const memory::desc& layout) {
+  const dnnl_blocking_desc_t& blocking = layout.data.format_desc.blocking;
+  int64_t columns = 1;
+  for (int i = 0; i < blocking.inner_nblks; ++i) {
+    if (blocking.inner_idxs[i] == 1) columns *= blocking.inner_blks[i];
+  }
+  return columns;
+}
+bool unpadded(const memory::desc& layout) {
+  return layout.data.format_kind == dnnl_blocked && layout.data.padded_dims[0] == layout.data.dims[0] &&
+         layout.data.padded_dims[1] == layout.data.dims[1];
+}
+
+// One piece of a reorder into a product's weights layout: columns [from, from + width) of b.
+struct PackPiece {
+  dnnl::reorder reorder;
+  memory::desc src, dst;
+};
+
+// b [k, m] (as the packed product `key` reads it, before packing) reordered into `layout` at
+// `packed`: in up to `pieces` column pieces of whole layout blocks on the intra-op threads where
+// the layout pads nothing (each piece then writes only its own blocks), else in one piece.
+bool pack(const Key& key, const void* b, const memory::desc& layout, void* packed, int64_t pieces) {
+  const memory::dims& b_dims = std::get<2>(key);
+  const memory::desc b_desc(b_dims, memory::data_type::bf16, std::get<3>(key));
+  const int64_t k = b_dims[0], m = b_dims[1], unit = column_block(layout);
+  if (!unpadded(layout) || m % unit != 0) pieces = 1;
+  const int64_t width = (m / unit + pieces - 1) / pieces * unit;
+  return all_blocks_ran((m + width - 1) / width, [&](int64_t i) {
+    constexpr size_t kMaxPieces = 512;
+    thread_local std::map<std::tuple<Key, int64_t, int64_t>, PackPiece> cached;
+    const std::tuple<Key, int64_t, int64_t> piece_key{key, i * width, std::min(width, m - i * width)};
+    dnnl::stream& stream = onednn_stream();
+    try {
+      auto it = cached.find(piece_key);
+      if (it == cached.end()) {
+        if (cached.size() >= kMaxPieces) cached.clear();
+        const memory::desc src = b_desc.submemory_desc({k, std::get<2>(piece_key)}, {0, std::get<1>(piece_key)});
+        const memory::desc dst = layout.submemory_desc({k, std::get<2>(piece_key)}, {0, std::get<1>(piece_key)});
+        const dnnl::reorder::primitive_desc pd(onednn_engine(), src, onednn_engine(), dst);
+        it = cached.emplace(piece_key, PackPiece{dnnl::reorder(pd), src, dst}).first;
+      }
+      memory from(it->second.src, onednn_engine(), const_cast<void*>(b));
+      memory to(it->second.dst, onednn_engine(), packed);
+      it->second.reorder.execute(stream, from, to);
+      stream.wait();
+    } catch (const dnnl::error&) {
+      return false;
+    }
+    return true;
+  });
+}
+
 }  // namespace
 
 bool bf16_mm_onednn(const Tensor& out, const Tensor& a_in, const Tensor& b_in, const Tensor& bias) {
@@ -143,8 +208,9 @@ bool bf16_mm_onednn(const Tensor& out, const Tensor& a_in, const Tensor& b_in, c
   if (out.stride(1) != 1) return false;  // dense rows only (out is contiguous, or a column block of it)
   const auto [a, a_strides] = readable(a_in);
   const auto [b, b_strides] = readable(b_in);
-  return run(Key{dims_of(a.sizes()), a_strides, dims_of(b.sizes()), b_strides, dims_of(out.strides()), bias.defined()},
-             a, b, bias, out);
+  return run(
+      Key{dims_of(a.sizes()), a_strides, dims_of(b.sizes()), b_strides, dims_of(out.strides()), bias.defined(), false},
+      a.raw_data_ptr(), b.raw_data_ptr(), bias, out.raw_data_ptr());
 }
 
 bool bf16_bmm_onednn(const Tensor& out, const Tensor& a, const Tensor& b) {
@@ -157,8 +223,57 @@ bool bf16_bmm_onednn(const Tensor& out, const Tensor& a, const Tensor& b) {
   }
   if (!out.is_contiguous()) return false;
   return run(Key{dims_of(a.sizes()), dims_of(a.strides()), dims_of(b.sizes()), dims_of(b.strides()),
-                 dims_of(out.strides()), false},
-             a, b, Tensor(), out);
+                 dims_of(out.strides()), false, false},
+             a.raw_data_ptr(), b.raw_data_ptr(), Tensor(), out.raw_data_ptr());
+}
+
+bool bf16_mm_row_blocks_onednn(const Tensor& out, const Tensor& a_in, const Tensor& b_in, const Tensor& bias,
+                               int64_t rows) {
+  if (!onednn_used() || out.stride(1) != 1) return false;
+  const auto [a, a_strides] = readable(a_in);
+  const auto [b, b_strides] = readable(b_in);
+  const int64_t n = a.size(0), k = a.size(1), m = b.size(1), blocks = (n + rows - 1) / rows;
+  // A block of a column-major a is read from a dense copy (its columns one after another):
+  // oneDNN's AMX kernels take a transposed a only dense, the rest went to its slower gemm.
+  const bool a_columns = a_strides[0] == 1 && k > 1;
+  const auto block_key = [&, &a_strides = a_strides, &b_strides = b_strides](int64_t count, bool packed) {
+    const memory::dims block_a = a_columns ? memory::dims{1, count} : a_strides;
+    return Key{{count, k}, block_a, {k, m}, b_strides, dims_of(out.strides()), bias.defined(), packed};
+  };
+  Tensor packed;
+  memory::desc layout;
+  onednn_stream();  // this thread's OpenMP at one thread before a primitive is made for it
+  try {
+    layout = product_for(block_key(rows, true)).weights;
+    packed = empty({static_cast<int64_t>(layout.get_size())}, TensorOptions(kUInt8));
+  } catch (const dnnl::error&) {
+    return false;
+  }
+  const int64_t pieces = std::min<int64_t>(blocks, get_num_threads());  // a copy: any cut gives the same bits
+  if (!pack(block_key(rows, true), b.raw_data_ptr(), layout, packed.raw_data_ptr(), pieces)) return false;
+  const auto* a_data = static_cast<const uint16_t*>(a.raw_data_ptr());
+  auto* out_rows = static_cast<uint16_t*>(out.raw_data_ptr());
+  const int64_t lda = a_columns ? a_strides[1] : a_strides[0];
+  return all_blocks_ran(blocks, [&](int64_t i) {
+    const int64_t from = i * rows, count = std::min(rows, n - from);
+    const uint16_t* block_a = a_data + from * (a_columns ? 1 : lda);
+    thread_local std::vector<uint16_t> dense;
+    if (a_columns) {
+      dense.resize(static_cast<size_t>(count * k));
+      for (int64_t p = 0; p < k; ++p) std::copy_n(block_a + p * lda, count, dense.data() + p * count);
+      block_a = dense.data();
+    }
+    bool same_layout = false;
+    onednn_stream();  // before this thread's first primitive, as above
+    try {
+      same_layout = product_for(block_key(count, true)).weights == layout;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+    // a shorter last block whose kernel reads b in another layout: b as it is
+    return run(block_key(count, same_layout), block_a, same_layout ? packed.raw_data_ptr() : b.raw_data_ptr(), bias,
+               out_rows + from * out.stride(0));
+  });
 }
 
 std::string bf16_matmul_engine(int64_t n, int64_t k, int64_t m) {
@@ -168,7 +283,7 @@ std::string bf16_matmul_engine(int64_t n, int64_t k, int64_t m) {
   }
   onednn_stream();  // this thread set up for oneDNN
   try {
-    return "oneDNN " + product_for(Key{{n, k}, {k, 1}, {k, m}, {m, 1}, {m, 1}, false}).implementation;
+    return "oneDNN " + product_for(Key{{n, k}, {k, 1}, {k, m}, {m, 1}, {m, 1}, false, false}).implementation;
   } catch (const dnnl::error& e) {
     return fmt::format("float32 kernels, results rounded to bfloat16 (oneDNN has no bfloat16 matmul here: {})",
                        e.what());

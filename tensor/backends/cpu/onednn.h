@@ -35,6 +35,13 @@ bool bf16_mm_onednn(const Tensor& out, const Tensor& a, const Tensor& b, const T
 // The same for out [..., n, m] (contiguous) = a [..., n, k] x b [..., k, m] in one call (the
 // same batch dims, with any strides but 0 for a batch dim longer than 1, and a unit stride in
 // each matrix); false where oneDNN is not used or these strides are not served.
+// The same product cut into blocks of `rows` rows of out and a (the last may have fewer), each
+// block one call on the intra-op threads, with b packed once for all of them into the layout
+// the blocks' kernel reads (each call would otherwise repack it: about 12% of a 1024-wide
+// product at one thread on AMX), and a column-major a read from a dense copy of each block
+// (oneDNN's AMX kernels take a transposed a only dense). Packing and copying move values only:
+// the bits are those of the blocks on b and a as they are.
+bool bf16_mm_row_blocks_onednn(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias, int64_t rows);
 bool bf16_bmm_onednn(const Tensor& out, const Tensor& a, const Tensor& b);
 
 // onednn_conv.cc: bfloat16 convolutions, with the contracts of the conv2d entry points
