@@ -38,6 +38,7 @@ std::vector<Tensor> ops_at(int threads) {
   out.push_back(tensor::matmul(tall, narrow));
   out.push_back(
       tensor::matmul(tensor::randn({256, 512}, {}, &gen).to(tensor::kBFloat16).t(), narrow.narrow(0, 0, 256)));
+  out.push_back(tensor::matmul(tall.t().contiguous().t(), narrow));  // k > m: the blocks read a in place
   out.push_back(tensor::linear(a.narrow(0, 0, 96).to(tensor::kBFloat16),
                                tensor::randn({640, 700}, {}, &gen).to(tensor::kBFloat16),
                                tensor::randn({640}, {}, &gen).to(tensor::kBFloat16)));

@@ -190,39 +190,13 @@ void int64_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
 }
 
 // bfloat16 through oneDNN (false where it has no kernel), cut into blocks as float_mm's products
-// are, each block on a pool thread with that thread's oneDNN stream and primitives
-// (onednn.cc): row blocks of out and a, or column blocks of out, b and the bias (out's rows stay
-// dense, with out's row stride). Row blocks read b packed once for all of them
-// (bf16_mm_row_blocks_onednn), and a column-major a as a dense copy of each block, except where
-// a is column-major with more terms than columns (k > m): there oneDNN's gemm on the strided
-// block was faster than the copy (bench/README.md, "bfloat16 row blocks").
+// are: row blocks of out and a, or column blocks of out, b and the bias, each block one call on
+// a pool thread with that thread's oneDNN stream and primitives (onednn.cc).
 bool bf16_mm_blocks(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias = Tensor()) {
   const GemmSplit split = gemm_split(a.size(0), a.size(1), b.size(1));
   if (split.blocks == 1) return bf16_mm_onednn(out, a, b, bias);
-  const std::optional<MatrixLayout> la = matrix_layout(a);
-  if (split.by_rows && (!la || la->row_major || a.size(1) <= b.size(1))) {
-    return bf16_mm_row_blocks_onednn(out, a, b, bias, split.size);
-  }
-  struct Block {
-    Tensor out, a, b, bias;
-  };
-  std::vector<Block> blocks;  // views made on this thread
-  {
-    const NoGradGuard no_grad;
-    for (int64_t from = 0; from < split.side; from += split.size) {
-      const int64_t size = std::min(split.size, split.side - from);
-      if (split.by_rows) {
-        blocks.push_back({out.narrow(0, from, size), a.narrow(0, from, size), b, bias});
-      } else {
-        blocks.push_back({out.narrow(1, from, size), a, b.narrow(1, from, size),
-                          bias.defined() ? bias.narrow(0, from, size) : bias});
-      }
-    }
-  }
-  return all_blocks_ran(split.blocks, [&](int64_t block) {  // false: the caller computes it in float32
-    const Block& piece = blocks[static_cast<size_t>(block)];
-    return bf16_mm_onednn(piece.out, piece.a, piece.b, piece.bias);
-  });
+  return split.by_rows ? bf16_mm_row_blocks_onednn(out, a, b, bias, split.size)
+                       : bf16_mm_column_blocks_onednn(out, a, b, bias, split.size);
 }
 
 // Once per process: bfloat16 products without oneDNN compute in float32 (exact products of

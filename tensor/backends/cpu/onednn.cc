@@ -27,7 +27,6 @@
 #include <tuple>
 #include <unordered_map>
 #include <utility>
-#include <vector>
 
 #include "tinyddp/base/error.h"
 #include "tinyddp/tensor/backends/cpu/algorithms.h"
@@ -126,7 +125,7 @@ const Product& product_for(const Key& key) {
 
 // Runs the product `key` describes on the elements at a and b (b in the kernel's own layout when
 // the key says packed) and bias, into out; false where oneDNN has no kernel for it.
-bool run(const Key& key, const void* a, const void* b, const Tensor& bias, void* out) {
+bool run(const Key& key, const void* a, const void* b, const void* bias, void* out) {
   dnnl::stream& stream = onednn_stream();
   try {
     const Product& p = product_for(key);
@@ -136,7 +135,7 @@ bool run(const Key& key, const void* a, const void* b, const Tensor& bias, void*
         {DNNL_ARG_SRC, memory(memory::desc(a_dims, memory::data_type::bf16, a_strides), engine, const_cast<void*>(a))},
         {DNNL_ARG_WEIGHTS, memory(p.weights, engine, const_cast<void*>(b))},
         {DNNL_ARG_DST, memory(out_desc(a_dims, b_dims, out_strides), engine, out)}};
-    if (with_bias) args.emplace(DNNL_ARG_BIAS, memory(bias_desc(b_dims.back()), engine, bias.raw_data_ptr()));
+    if (with_bias) args.emplace(DNNL_ARG_BIAS, memory(bias_desc(b_dims.back()), engine, const_cast<void*>(bias)));
     p.primitive.execute(stream, args);
     stream.wait();
   } catch (const dnnl::error&) {
@@ -146,6 +145,7 @@ bool run(const Key& key, const void* a, const void* b, const Tensor& bias, void*
 }
 
 memory::dims dims_of(const Shape& s) { return memory::dims(s.begin(), s.end()); }
+const void* data_or_null(const Tensor& t) { return t.defined() ? t.raw_data_ptr() : nullptr; }
 
 // The columns in one block of `layout` (64 in AMX's BA16a64b2a), and whether it pads no dim.
 int64_t column_block(const memory::desc& layout) {
@@ -210,7 +210,7 @@ bool bf16_mm_onednn(const Tensor& out, const Tensor& a_in, const Tensor& b_in, c
   const auto [b, b_strides] = readable(b_in);
   return run(
       Key{dims_of(a.sizes()), a_strides, dims_of(b.sizes()), b_strides, dims_of(out.strides()), bias.defined(), false},
-      a.raw_data_ptr(), b.raw_data_ptr(), bias, out.raw_data_ptr());
+      a.raw_data_ptr(), b.raw_data_ptr(), data_or_null(bias), out.raw_data_ptr());
 }
 
 bool bf16_bmm_onednn(const Tensor& out, const Tensor& a, const Tensor& b) {
@@ -224,7 +224,7 @@ bool bf16_bmm_onednn(const Tensor& out, const Tensor& a, const Tensor& b) {
   if (!out.is_contiguous()) return false;
   return run(Key{dims_of(a.sizes()), dims_of(a.strides()), dims_of(b.sizes()), dims_of(b.strides()),
                  dims_of(out.strides()), false, false},
-             a.raw_data_ptr(), b.raw_data_ptr(), Tensor(), out.raw_data_ptr());
+             a.raw_data_ptr(), b.raw_data_ptr(), nullptr, out.raw_data_ptr());
 }
 
 bool bf16_mm_row_blocks_onednn(const Tensor& out, const Tensor& a_in, const Tensor& b_in, const Tensor& bias,
@@ -233,46 +233,72 @@ bool bf16_mm_row_blocks_onednn(const Tensor& out, const Tensor& a_in, const Tens
   const auto [a, a_strides] = readable(a_in);
   const auto [b, b_strides] = readable(b_in);
   const int64_t n = a.size(0), k = a.size(1), m = b.size(1), blocks = (n + rows - 1) / rows;
-  // A block of a column-major a is read from a dense copy (its columns one after another):
-  // oneDNN's AMX kernels take a transposed a only dense, the rest went to its slower gemm.
-  const bool a_columns = a_strides[0] == 1 && k > 1;
+  // A column-major a: each block copied dense (oneDNN's AMX kernels take a transposed a only
+  // dense, and ran the strided blocks on its slower gemm), except with more terms than columns,
+  // where that gemm on the blocks in place, reading b plain, was the faster (bench/README.md).
+  const bool a_columns = a_strides[0] == 1 && k > 1, in_place = a_columns && k > m, copy_a = a_columns && !in_place;
   const auto block_key = [&, &a_strides = a_strides, &b_strides = b_strides](int64_t count, bool packed) {
-    const memory::dims block_a = a_columns ? memory::dims{1, count} : a_strides;
+    const memory::dims block_a = copy_a ? memory::dims{1, count} : a_strides;
     return Key{{count, k}, block_a, {k, m}, b_strides, dims_of(out.strides()), bias.defined(), packed};
   };
   Tensor packed;
   memory::desc layout;
   onednn_stream();  // this thread's OpenMP at one thread before a primitive is made for it
-  try {
-    layout = product_for(block_key(rows, true)).weights;
-    packed = empty({static_cast<int64_t>(layout.get_size())}, TensorOptions(kUInt8));
-  } catch (const dnnl::error&) {
-    return false;
-  }
-  const int64_t pieces = std::min<int64_t>(blocks, get_num_threads());  // a copy: any cut gives the same bits
-  if (!pack(block_key(rows, true), b.raw_data_ptr(), layout, packed.raw_data_ptr(), pieces)) return false;
-  const auto* a_data = static_cast<const uint16_t*>(a.raw_data_ptr());
-  auto* out_rows = static_cast<uint16_t*>(out.raw_data_ptr());
-  const int64_t lda = a_columns ? a_strides[1] : a_strides[0];
-  return all_blocks_ran(blocks, [&](int64_t i) {
-    const int64_t from = i * rows, count = std::min(rows, n - from);
-    const uint16_t* block_a = a_data + from * (a_columns ? 1 : lda);
-    thread_local std::vector<uint16_t> dense;
-    if (a_columns) {
-      dense.resize(static_cast<size_t>(count * k));
-      for (int64_t p = 0; p < k; ++p) std::copy_n(block_a + p * lda, count, dense.data() + p * count);
-      block_a = dense.data();
-    }
-    bool same_layout = false;
-    onednn_stream();  // before this thread's first primitive, as above
+  if (!in_place) {
     try {
-      same_layout = product_for(block_key(count, true)).weights == layout;
+      layout = product_for(block_key(rows, true)).weights;
+      packed = empty({static_cast<int64_t>(layout.get_size())}, TensorOptions(kUInt8));
     } catch (const dnnl::error&) {
       return false;
     }
-    // a shorter last block whose kernel reads b in another layout: b as it is
-    return run(block_key(count, same_layout), block_a, same_layout ? packed.raw_data_ptr() : b.raw_data_ptr(), bias,
-               out_rows + from * out.stride(0));
+    const int64_t pieces = std::min<int64_t>(blocks, get_num_threads());  // a copy: any cut gives the same bits
+    if (!pack(block_key(rows, true), b.raw_data_ptr(), layout, packed.raw_data_ptr(), pieces)) return false;
+  }
+  const auto* a_data = static_cast<const uint16_t*>(a.raw_data_ptr());
+  auto* out_rows = static_cast<uint16_t*>(out.raw_data_ptr());
+  const int64_t lda = a_columns ? a_strides[1] : a_strides[0];
+  const Tensor copies = copy_a ? empty({n * k}, TensorOptions(kBFloat16)) : Tensor();  // block i's at i * rows * k
+  return all_blocks_ran(blocks, [&](int64_t i) {
+    const int64_t from = i * rows, count = std::min(rows, n - from);
+    const uint16_t* block_a = a_data + from * (a_columns ? 1 : lda);
+    if (copy_a) {
+      auto* dense = static_cast<uint16_t*>(copies.raw_data_ptr()) + from * k;
+      for (int64_t p = 0; p < k; ++p) std::copy_n(block_a + p * lda, count, dense + p * count);
+      block_a = dense;
+    }
+    bool use_packed = false;
+    onednn_stream();  // before this thread's first primitive, as above
+    try {
+      // not where a shorter last block's kernel reads b in another layout: it reads b as it is
+      use_packed = !in_place && product_for(block_key(count, true)).weights == layout;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+    return run(block_key(count, use_packed), block_a, use_packed ? packed.raw_data_ptr() : b.raw_data_ptr(),
+               data_or_null(bias), out_rows + from * out.stride(0));
+  });
+}
+
+bool bf16_mm_column_blocks_onednn(const Tensor& out, const Tensor& a_in, const Tensor& b_in, const Tensor& bias,
+                                  int64_t columns) {
+  if (!onednn_used() || out.stride(1) != 1) return false;
+  const auto [a, a_strides] = readable(a_in);
+  const auto [b, b_strides] = readable(b_in);
+  const int64_t n = a.size(0), k = a.size(1), m = b.size(1), blocks = (m + columns - 1) / columns;
+  const auto* b_data = static_cast<const uint16_t*>(b.raw_data_ptr());
+  const auto* bias_data = static_cast<const uint16_t*>(data_or_null(bias));
+  auto* out_data = static_cast<uint16_t*>(out.raw_data_ptr());
+  const int64_t b_column = b_strides[1];                            // elements from one column of b to the next
+  const Tensor outputs = empty({n * m}, TensorOptions(kBFloat16));  // block i's, its rows dense, at i * columns * n
+  return all_blocks_ran(blocks, [&, &a = a, &a_strides = a_strides, &b_strides = b_strides](int64_t i) {
+    const int64_t from = i * columns, count = std::min(columns, m - from);
+    auto* dense = static_cast<uint16_t*>(outputs.raw_data_ptr()) + from * n;
+    const Key key{{n, k}, a_strides, {k, count}, b_strides, {count, 1}, bias.defined(), false};
+    if (!run(key, a.raw_data_ptr(), b_data + from * b_column, bias_data ? bias_data + from : nullptr, dense)) {
+      return false;
+    }
+    for (int64_t r = 0; r < n; ++r) std::copy_n(dense + r * count, count, out_data + r * out.stride(0) + from);
+    return true;
   });
 }
 

@@ -39,9 +39,16 @@ bool bf16_mm_onednn(const Tensor& out, const Tensor& a, const Tensor& b, const T
 // block one call on the intra-op threads, with b packed once for all of them into the layout
 // the blocks' kernel reads (each call would otherwise repack it: about 12% of a 1024-wide
 // product at one thread on AMX), and a column-major a read from a dense copy of each block
-// (oneDNN's AMX kernels take a transposed a only dense). Packing and copying move values only:
-// the bits are those of the blocks on b and a as they are.
+// (oneDNN's AMX kernels take a transposed a only dense), except a column-major a with more
+// terms than columns (k > m), whose blocks are read in place with b as it is. Packing and
+// copying move values only.
 bool bf16_mm_row_blocks_onednn(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias, int64_t rows);
+// The same product cut into blocks of `columns` columns of out, b and the bias (the last may
+// have fewer), each block one call on the intra-op threads that writes a dense buffer of its own,
+// copied into out's columns after: oneDNN 2.6's AMX kernels take an output only with dense rows,
+// and ran a block written in place (rows as long as out's) on its slower non-AMX gemm.
+bool bf16_mm_column_blocks_onednn(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
+                                  int64_t columns);
 bool bf16_bmm_onednn(const Tensor& out, const Tensor& a, const Tensor& b);
 
 // onednn_conv.cc: bfloat16 convolutions, with the contracts of the conv2d entry points
