@@ -32,15 +32,12 @@ void onednn_sgemm(const GemmArgs<float>& g);
 // oneDNN's kernels. false, with nothing written, where oneDNN is not used (cpu_isa() below
 // AVX-512): the caller computes in float32.
 bool bf16_mm_onednn(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias = Tensor());
-// The same for out [..., n, m] (contiguous) = a [..., n, k] x b [..., k, m] in one call (the
-// same batch dims, with any strides but 0 for a batch dim longer than 1, and a unit stride in
-// each matrix); false where oneDNN is not used or these strides are not served.
-// The same product cut into blocks of `rows` rows of out and a (the last may have fewer), each
-// block one call on the intra-op threads, with b packed once for all of them into the layout
-// the blocks' kernel reads (each call would otherwise repack it: about 12% of a 1024-wide
-// product at one thread on AMX), and a column-major a read from a dense copy of each block
-// (oneDNN's AMX kernels take a transposed a only dense), except a column-major a with more
-// terms than columns (k > m), whose blocks are read in place with b as it is. Packing and
+// bf16_mm_onednn's product cut into blocks of `rows` rows of out and a (the last may have
+// fewer), each block one call on the intra-op threads, with b packed once for all of them into
+// the layout the blocks' kernel reads (each call would otherwise repack it: about 12% of a
+// 1024-wide product at one thread on AMX), and a column-major a read from a dense copy of each
+// block (oneDNN's AMX kernels take a transposed a only dense), except a column-major a with
+// more terms than columns (k > m), whose blocks are read in place with b as it is. Packing and
 // copying move values only.
 bool bf16_mm_row_blocks_onednn(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias, int64_t rows);
 // The same product cut into blocks of `columns` columns of out, b and the bias (the last may
@@ -49,6 +46,10 @@ bool bf16_mm_row_blocks_onednn(const Tensor& out, const Tensor& a, const Tensor&
 // and ran a block written in place (rows as long as out's) on its slower non-AMX gemm.
 bool bf16_mm_column_blocks_onednn(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
                                   int64_t columns);
+// The batched product out [..., n, m] (contiguous) = a [..., n, k] x b [..., k, m] in one call
+// (the same batch dims, with any strides but 0 for a batch dim longer than 1, and a unit stride
+// in each matrix), as bf16_mm_onednn computes each matrix; false where oneDNN is not used or
+// these strides are not served.
 bool bf16_bmm_onednn(const Tensor& out, const Tensor& a, const Tensor& b);
 
 // onednn_conv.cc: bfloat16 convolutions, with the contracts of the conv2d entry points
