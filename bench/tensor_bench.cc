@@ -198,6 +198,32 @@ void BM_ReluChannelsLast(benchmark::State& state) {
 }
 BENCHMARK(BM_ReluChannelsLast)->Unit(benchmark::kMillisecond);
 
+// Copies between layouts that disagree on the inner dimension: x.t().contiguous() of a
+// [n, n] float32 (Arg 0) or bfloat16 (Arg 1) matrix, and an NCHW activation made channels-last
+// (bench/torch_bench.py does the same).
+void BM_TransposeCopy(benchmark::State& state) {
+  t::Generator g(0);
+  const int64_t n = state.range(0);
+  const t::Tensor x = t::randn({n, n}, {}, &g).to(state.range(1) == 0 ? t::kFloat32 : t::kBFloat16);
+  for (auto _ : state) {
+    t::Tensor c = x.t().contiguous();
+    benchmark::DoNotOptimize(c.raw_data_ptr());
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * x.nbytes());
+}
+BENCHMARK(BM_TransposeCopy)->Args({1024, 0})->Args({1024, 1})->Args({4096, 0})->Unit(benchmark::kMillisecond);
+
+void BM_ToChannelsLast(benchmark::State& state) {
+  t::Generator g(0);
+  const t::Tensor x = t::randn({32, 64, 56, 56}, {}, &g);
+  for (auto _ : state) {
+    t::Tensor c = x.contiguous(t::MemoryFormat::kChannelsLast);
+    benchmark::DoNotOptimize(c.raw_data_ptr());
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * x.nbytes());
+}
+BENCHMARK(BM_ToChannelsLast)->Unit(benchmark::kMillisecond);
+
 // x[rows, cols] (several tensor indices, NumPy's advanced indexing): 1 M elements picked from
 // a [4096, 1024] float32 tensor, negative positions among them (bench/torch_indexing.py).
 void BM_IndexPairs(benchmark::State& state) {

@@ -2,9 +2,13 @@
 """The PyTorch side of bench/compare.py: the same operations as tensor_bench.cc, one thread.
 
 Prints one JSON object per line: {"name": ..., "ms": ...}. Run with Debian's python3-torch
-and OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 (compare.py sets them).
+and OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 (compare.py sets them). Usage:
+python3 bench/torch_bench.py [threads] [--filter REGEX] (at another thread count, set the
+OMP_ and OPENBLAS_ variables to it too).
 """
+import argparse
 import json
+import re
 import time
 
 import torch
@@ -34,40 +38,55 @@ def timeit(fn, min_seconds=0.4, repetitions=5):
 
 
 def main():
-    torch.set_num_threads(1)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("threads", nargs="?", type=int, default=1, help="torch.set_num_threads (default 1)")
+    parser.add_argument("--filter", default="", help="only the benchmarks whose names this regex finds")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    def emit(name, fn):
+        if re.search(args.filter, name):
+            print(json.dumps({"name": name, "ms": timeit(fn)}))
+
     torch.manual_seed(0)
     for n in (256, 512, 1024):
         a, b = torch.randn(n, n), torch.randn(n, n)
-        print(json.dumps({"name": f"BM_Matmul/{n}", "ms": timeit(lambda: torch.matmul(a, b))}))
+        emit(f"BM_Matmul/{n}", lambda: torch.matmul(a, b))
     a, b = torch.randn(1024, 1024), torch.randn(1024, 1024).t()
-    print(json.dumps({"name": "BM_MatmulTransposedB/1024", "ms": timeit(lambda: torch.matmul(a, b))}))
+    emit("BM_MatmulTransposedB/1024", lambda: torch.matmul(a, b))
     a, b = torch.randn(1024, 1024).t(), torch.randn(1024, 1024)
-    print(json.dumps({"name": "BM_MatmulTransposedA/1024", "ms": timeit(lambda: torch.matmul(a, b))}))
+    emit("BM_MatmulTransposedA/1024", lambda: torch.matmul(a, b))
     for batch, fan_in, fan_out, which in MLP_GEMMS:
         x, w, g = torch.randn(batch, fan_in), torch.randn(fan_out, fan_in), torch.randn(batch, fan_out)
         fn = [lambda: torch.matmul(x, w.t()), lambda: torch.matmul(g, w), lambda: torch.matmul(g.t(), x)][which]
         name = f"BM_MlpGemm/batch:{batch}/in:{fan_in}/out:{fan_out}/which:{which}"
-        print(json.dumps({"name": name, "ms": timeit(fn)}))
+        emit(name, fn)
     for n in (256, 512, 1024):  # bfloat16: oneDNN's kernels
         a, b = torch.randn(n, n).bfloat16(), torch.randn(n, n).bfloat16()
-        print(json.dumps({"name": f"BM_MatmulBf16/{n}", "ms": timeit(lambda: torch.matmul(a, b))}))
+        emit(f"BM_MatmulBf16/{n}", lambda: torch.matmul(a, b))
     for batch, fan_in, fan_out, which in MLP_GEMMS:
         x, w, g = (torch.randn(batch, fan_in).bfloat16(), torch.randn(fan_out, fan_in).bfloat16(),
                    torch.randn(batch, fan_out).bfloat16())
         fn = [lambda: torch.matmul(x, w.t()), lambda: torch.matmul(g, w), lambda: torch.matmul(g.t(), x)][which]
         name = f"BM_MlpGemmBf16/batch:{batch}/in:{fan_in}/out:{fan_out}/which:{which}"
-        print(json.dumps({"name": name, "ms": timeit(fn)}))
+        emit(name, fn)
     n = 16 << 20
     a, b = torch.randn(n), torch.randn(n)
     dst = torch.empty(n)
-    print(json.dumps({"name": f"BM_Memcpy/{n}", "ms": timeit(lambda: dst.copy_(a))}))
+    emit(f"BM_Memcpy/{n}", lambda: dst.copy_(a))
     c = torch.empty(n)
-    print(json.dumps({"name": f"BM_AddOut/{n}", "ms": timeit(lambda: torch.add(a, b, out=c))}))
-    print(json.dumps({"name": f"BM_Add/{n}", "ms": timeit(lambda: torch.add(a, b))}))
-    print(json.dumps({"name": f"BM_AddInPlace/{n}", "ms": timeit(lambda: a.add_(b))}))
+    emit(f"BM_AddOut/{n}", lambda: torch.add(a, b, out=c))
+    emit(f"BM_Add/{n}", lambda: torch.add(a, b))
+    emit(f"BM_AddInPlace/{n}", lambda: a.add_(b))
     a, b = (torch.randn(32, 64, 56, 56).contiguous(memory_format=torch.channels_last) for _ in range(2))
-    print(json.dumps({"name": "BM_AddInPlaceChannelsLast", "ms": timeit(lambda: a.add_(b))}))
-    print(json.dumps({"name": "BM_ReluChannelsLast", "ms": timeit(lambda: torch.relu(a))}))
+    emit("BM_AddInPlaceChannelsLast", lambda: a.add_(b))
+    emit("BM_ReluChannelsLast", lambda: torch.relu(a))
+    for n, dtype in ((1024, torch.float32), (1024, torch.bfloat16), (4096, torch.float32)):
+        x = torch.randn(n, n).to(dtype)
+        name = f"BM_TransposeCopy/{n}/{0 if dtype == torch.float32 else 1}"
+        emit(name, lambda: x.t().contiguous())
+    x = torch.randn(32, 64, 56, 56)
+    emit("BM_ToChannelsLast", lambda: x.contiguous(memory_format=torch.channels_last))
     print(json.dumps({"name": "torch", "version": torch.__version__,
                       "blas": torch.__config__.show().split("BLAS_INFO=")[1].split(",")[0]}))
 

@@ -1,6 +1,7 @@
 // Elementwise op tests: every binary and unary op against a naive per-index reference on
 // contiguous, transposed, narrowed and broadcast operands; broadcasting rules and errors;
-// in-place ops (including aliasing); copy_ across strides and dtypes; the dtype rules.
+// in-place ops (including aliasing); copy_ across strides and dtypes, transposed ones in tiles;
+// the dtype rules.
 #include <cmath>
 #include <functional>
 
@@ -10,6 +11,7 @@ using namespace tinyddp::tensor;
 using Catch::Contains;
 using tinyddp::testing::all_indices;
 using tinyddp::testing::at;
+using tinyddp::testing::KeepThreads;
 
 namespace {
 
@@ -281,6 +283,50 @@ TEST_CASE("copy_ handles any strides, broadcasting and dtype conversion", "[elem
   m.t().narrow(0, 1, 1).zero_();
   CHECK(m.to_vector<float>() == std::vector<float>{1, 0, 1, 1, 0, 1, 1, 0, 1});
   CHECK(full({2}, 3, kBool).to_vector<bool>() == std::vector<bool>{true, true});
+}
+
+// Loops whose operands are transposed against each other go in tiles where rows would miss
+// the cache (tensor/backends/cpu/loops.h's tiles_pay): a stride that is a multiple of 512 with
+// rows of over 256 elements (300 columns: a last tile of 12), or rows spanning 3 M elements
+// (1000 rows: a last band of 8). Every element lands where a per-index loop puts it, at any
+// thread count.
+TEST_CASE("Transposed copies and ops in tiles put every element in place, at any thread count", "[elementwise][copy]") {
+  KeepThreads keep;
+  struct Case {
+    int64_t batch, rows, cols;
+  };
+  for (const Case c : {Case{1, 1024, 300}, Case{3, 1024, 300}, Case{1, 1000, 3200}, Case{2, 512, 512}}) {
+    const int64_t numel = c.batch * c.rows * c.cols;
+    // Integers below 2^8 (exact in bfloat16) in a [batch, cols, rows] source.
+    std::vector<float> flat(static_cast<size_t>(numel));
+    for (size_t i = 0; i < flat.size(); ++i) flat[i] = static_cast<float>(i % 251);
+    const Tensor src = from_vector(flat, Shape{c.batch, c.cols, c.rows});
+    const Tensor seen = src.transpose(1, 2);  // [batch, rows, cols], the inner dim strided by `rows`
+    std::vector<float> expected(static_cast<size_t>(numel));
+    for (int64_t b = 0; b < c.batch; ++b) {
+      for (int64_t i = 0; i < c.cols; ++i) {
+        for (int64_t j = 0; j < c.rows; ++j) {
+          expected[static_cast<size_t>((b * c.rows + j) * c.cols + i)] =
+              flat[static_cast<size_t>((b * c.cols + i) * c.rows + j)];
+        }
+      }
+    }
+    std::vector<float> negated(expected.size()), plus_one(expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      negated[i] = -expected[i];
+      plus_one[i] = expected[i] + 1.0f;
+    }
+    for (int threads : {1, 2, 3}) {
+      INFO("batch " << c.batch << ", rows " << c.rows << ", cols " << c.cols << ", " << threads << " threads");
+      set_num_threads(threads);
+      CHECK(seen.contiguous().to_vector<float>() == expected);
+      CHECK(neg(seen).to_vector<float>() == negated);
+      CHECK(add(seen, ones({c.batch, c.rows, c.cols})).to_vector<float>() == plus_one);
+      const Tensor converted = empty({c.batch, c.rows, c.cols}, kFloat32);
+      converted.copy_(src.to(kBFloat16).transpose(1, 2));
+      CHECK(converted.to_vector<float>() == expected);
+    }
+  }
 }
 
 namespace {

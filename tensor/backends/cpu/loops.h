@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <utility>
@@ -148,23 +149,10 @@ bool dense_over(const Shape& shape, const std::array<Shape, N>& strides, int64_t
   return dense;
 }
 
-// Calls inner(n, offsets, inner_strides) once per innermost row: n elements starting at
-// element offsets[k] of operand k, stepping inner_strides[k]. Nothing is called when the
-// shape has no elements.
+// inner(n, offsets, inner_strides) for each innermost row of a plan (of a shape with elements),
+// outer dims as an odometer.
 template <size_t N, typename F>
-void for_each_strided(const Shape& shape, const std::array<Shape, N>& strides, F&& inner) {
-  for (int64_t size : shape) {
-    if (size == 0) return;
-  }
-  // Fast path: every operand row-major over the whole shape is one flat row.
-  int64_t numel = 0;
-  if (dense_over<N>(shape, strides, &numel)) {
-    std::array<int64_t, N> zeros{}, ones;
-    ones.fill(1);
-    inner(numel, zeros, ones);
-    return;
-  }
-  const StridedPlan<N> plan = plan_strided<N>(shape, strides);
+void for_each_planned(const StridedPlan<N>& plan, F& inner) {
   const size_t outer_dims = plan.sizes.size() - 1;
   const int64_t n = plan.sizes.back();
   const std::array<int64_t, N> inner_strides = plan.strides.back();
@@ -184,6 +172,25 @@ void for_each_strided(const Shape& shape, const std::array<Shape, N>& strides, F
     }
     if (outer_dims == 0) return;
   }
+}
+
+// Calls inner(n, offsets, inner_strides) once per innermost row: n elements starting at
+// element offsets[k] of operand k, stepping inner_strides[k]. Nothing is called when the
+// shape has no elements.
+template <size_t N, typename F>
+void for_each_strided(const Shape& shape, const std::array<Shape, N>& strides, F&& inner) {
+  for (int64_t size : shape) {
+    if (size == 0) return;
+  }
+  // Fast path: every operand row-major over the whole shape is one flat row.
+  int64_t numel = 0;
+  if (dense_over<N>(shape, strides, &numel)) {
+    std::array<int64_t, N> zeros{}, ones;
+    ones.fill(1);
+    inner(numel, zeros, ones);
+    return;
+  }
+  for_each_planned<N>(plan_strided<N>(shape, strides), inner);
 }
 
 // Elements per chunk of an elementwise loop on the intra-op threads: below twice this a loop
@@ -228,11 +235,65 @@ auto parallel_row_partials(int64_t rows, int64_t row_length, int64_t min_rows, F
   return parts;
 }
 
+// Whether a loop over the plan goes faster in tiles: when its two innermost dims are transposed
+// between the operands (one operand steps the inner dim with a long stride and the dim outside
+// it with stride 1: out = x.t().contiguous()), a row reads that operand one cache line per
+// element, and the lines come back for the next row only while the caches hold a row's worth.
+// They do not when the stride is a multiple of 512 elements (the lines fall into a few cache
+// sets) in rows of more than 256, nor when a row spans 3 M elements or more (more pages than the
+// TLB holds); elsewhere rows are faster than tiles (bench/README.md, "Transposed copies": the
+// 1024 float32 transpose 5.3 -> 1.8 ms in tiles, NCHW to channels-last and 1000 x 1000 slower).
+template <size_t N>
+bool tiles_pay(const StridedPlan<N>& plan) {
+  const size_t dims = plan.sizes.size();
+  if (dims < 2) return false;
+  const int64_t cols = plan.sizes[dims - 1];
+  for (size_t k = 0; k < N; ++k) {
+    const int64_t stride = std::abs(plan.strides[dims - 1][k]);
+    if (stride <= 1 || plan.strides[dims - 2][k] != 1) continue;
+    if ((stride % 512 == 0 && cols > 256) || stride * cols >= (int64_t{3} << 20)) return true;
+  }
+  return false;
+}
+
+// Such loops go in tiles of kTransposeTile x kTransposeTile elements of the two inner dims:
+// a tile's rows reuse the lines its first row loaded.
+constexpr int64_t kTransposeTile = 32;
+
+// for_each_strided's rows of a transposed plan, tile by tile, for units [first, last): a unit
+// is a band of kTransposeTile rows of the second-innermost dim at one index of the dims outside.
+template <size_t N, typename F>
+void for_each_tile(const StridedPlan<N>& plan, int64_t first, int64_t last, F& inner) {
+  const size_t dims = plan.sizes.size();
+  const int64_t rows = plan.sizes[dims - 2], cols = plan.sizes[dims - 1];
+  const int64_t bands = chunk_count(rows, kTransposeTile);
+  const std::array<int64_t, N>& row_step = plan.strides[dims - 2];
+  const std::array<int64_t, N>& col_step = plan.strides[dims - 1];
+  for (int64_t unit = first; unit < last; ++unit) {
+    std::array<int64_t, N> base{};
+    int64_t rest = unit / bands;
+    for (size_t d = dims - 2; d-- > 0;) {
+      const int64_t index = rest % plan.sizes[d];
+      rest /= plan.sizes[d];
+      for (size_t k = 0; k < N; ++k) base[k] += index * plan.strides[d][k];
+    }
+    const int64_t row_first = unit % bands * kTransposeTile, row_last = std::min(rows, row_first + kTransposeTile);
+    for (int64_t col = 0; col < cols; col += kTransposeTile) {
+      for (int64_t row = row_first; row < row_last; ++row) {
+        std::array<int64_t, N> offsets;
+        for (size_t k = 0; k < N; ++k) offsets[k] = base[k] + row * row_step[k] + col * col_step[k];
+        inner(std::min(kTransposeTile, cols - col), offsets, col_step);
+      }
+    }
+  }
+}
+
 // for_each_strided on the intra-op threads (tensor/parallel.h): the rows of the outermost
 // dimension (or, for one strided row, the row itself) are split into ranges, each walked by
-// one thread. Operand 0 is the one written: when it writes any element twice (a 0 stride), or
-// when the shape has fewer than 2 * kElementwiseGrain elements, this is for_each_strided
-// itself. Every element is computed as for_each_strided computes it: the same bits.
+// one thread; a transposed plan goes by tiles where they pay, in bands of rows. Operand 0 is the one written:
+// when it writes any element twice (a 0 stride), this is for_each_strided itself, in its
+// order; under 2 * kElementwiseGrain elements it runs on the calling thread. Every element is
+// computed as for_each_strided computes it: the same bits.
 template <size_t N, typename F>
 void parallel_for_each_strided(const Shape& shape, const std::array<Shape, N>& strides, F&& inner) {
   int64_t numel = 1;
@@ -241,21 +302,29 @@ void parallel_for_each_strided(const Shape& shape, const std::array<Shape, N>& s
     numel *= shape[d];
     overlapping_output |= shape[d] > 1 && strides[0][d] == 0;
   }
-  if (numel < 2 * kElementwiseGrain || overlapping_output || get_num_threads() == 1 || in_parallel_region()) {
-    return for_each_strided<N>(shape, strides, inner);
-  }
-  // Dense: one flat range of elements, cut anywhere.
+  const bool serial = numel < 2 * kElementwiseGrain || get_num_threads() == 1 || in_parallel_region();
   int64_t span = 0;
-  if (dense_over<N>(shape, strides, &span)) {
-    std::array<int64_t, N> ones;
-    ones.fill(1);
-    return parallel_for(0, numel, kElementwiseGrain, [&](int64_t from, int64_t to) {
-      std::array<int64_t, N> offsets;
-      offsets.fill(from);
-      inner(to - from, offsets, ones);
-    });
+  const bool dense = dense_over<N>(shape, strides, &span);
+  if (overlapping_output || dense || numel < kTransposeTile * kTransposeTile) {
+    if (overlapping_output || serial) return for_each_strided<N>(shape, strides, inner);
+    if (dense) {  // one flat range of elements, cut anywhere
+      std::array<int64_t, N> ones;
+      ones.fill(1);
+      return parallel_for(0, numel, kElementwiseGrain, [&](int64_t from, int64_t to) {
+        std::array<int64_t, N> offsets;
+        offsets.fill(from);
+        inner(to - from, offsets, ones);
+      });
+    }
   }
   const StridedPlan<N> plan = plan_strided<N>(shape, strides);
+  if (tiles_pay(plan)) {  // bands of tiles
+    const int64_t cols = plan.sizes.back(), rows = plan.sizes[plan.sizes.size() - 2];
+    const int64_t units = numel / cols / rows * chunk_count(rows, kTransposeTile);
+    const int64_t grain = serial ? units : std::max<int64_t>(1, kElementwiseGrain / (kTransposeTile * cols));
+    return parallel_for(0, units, grain, [&](int64_t from, int64_t to) { for_each_tile<N>(plan, from, to, inner); });
+  }
+  if (serial) return for_each_planned<N>(plan, inner);
   const int64_t row = plan.sizes.back();
   if (plan.sizes.size() == 1) {  // one strided row: cut it
     return parallel_for(0, row, kElementwiseGrain, [&](int64_t from, int64_t to) {
