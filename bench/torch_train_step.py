@@ -3,6 +3,9 @@
 SGD lr 0.01 momentum 0.9), one thread; with --cuda_graph, replays of one captured step. Prints "RESULT model=<name> mode=torch median_us=<x>".
 
 Run: OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/torch_train_step.py --model mlp
+--turns R (as train_step's): R rounds at 1 thread and at --threads taking turns in this process,
+torch.set_num_threads and OpenBLAS's own pool (openblas_set_num_threads) switched each time;
+a RESULT line per count with the median of its rounds' medians and the rounds it won.
 """
 import argparse
 import statistics
@@ -12,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from torch_models import ToyModel, digits_cnn, mlp
+from torch_turns import in_turns
 
 
 def main():
@@ -27,7 +31,11 @@ def main():
                         help="time replays of one step captured in a CUDA graph (--device cuda)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch.set_num_threads (default 1; 0: PyTorch's default, the physical cores)")
+    parser.add_argument("--turns", type=int, default=0,
+                        help="rounds of 1 thread and --threads taking turns in this process (CPU)")
     args = parser.parse_args()
+    if args.turns and (args.device != "cpu" or args.threads < 1):
+        parser.error("--turns times the CPU at 1 thread against --threads (1 or more)")
     if (args.cuda_graph or args.tf32) and args.device != "cuda":
         parser.error("--cuda_graph and --tf32 need --device cuda")
     if args.threads > 0:
@@ -83,20 +91,38 @@ def main():
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             queue_step()
+    if args.turns:
+        return time_in_turns(args, iterations, step)
     for _ in range(args.warmup):
         step()
-    times = []
-    for _ in range(iterations):
-        start = time.perf_counter()
-        step()
-        times.append((time.perf_counter() - start) * 1e6)
+    us = median_us(step, iterations)
     device = " device=cuda" if gpu else ""
     autocast = " autocast=bf16" if args.autocast else ""
     autocast += " cuda_graph=1" if args.cuda_graph else ""
     autocast += " tf32=1" if args.tf32 else ""
     autocast += f" threads={torch.get_num_threads()}"
-    print(f"RESULT model={args.model} mode=torch{device}{autocast} median_us={statistics.median(times):.1f}")
+    print(f"RESULT model={args.model} mode=torch{device}{autocast} median_us={us:.1f}")
 
+
+def median_us(step, iterations):
+    times = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(times)
+
+
+def time_in_turns(args, iterations, step):
+    def measure():
+        for _ in range(max(args.warmup, 3)):
+            step()
+        return median_us(step, iterations)
+
+    autocast = " autocast=bf16" if args.autocast else ""
+    for count, us, faster in in_turns(measure, args.threads, args.turns):
+        print(f"RESULT model={args.model} mode=torch{autocast} threads={count} turns={args.turns} "
+              f"median_us={us:.1f} faster_rounds={faster}")
 
 if __name__ == "__main__":
     main()

@@ -17,6 +17,9 @@
 // CudaGraph (zero_grad, forward, loss, backward, optimizer step) and each timed step replays
 // it (toy, mlp, huge; the CNN's dropout samples on the host, which a capture cannot, and
 // stops with the error that names it).
+// --turns R: R rounds at 1 thread and at --threads taking turns in this one process (each
+// count's median of round medians and the rounds it won): thread scaling that the host's
+// swings between fast and slow phases hit alike.
 // Build with -c opt: bazel run -c opt //bench:train_step -- --model mlp --mode ddp --nproc 2
 #include <CLI/CLI.hpp>
 
@@ -24,6 +27,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <thread>
@@ -67,6 +71,7 @@ struct Config {
   std::string memory_trace;         // rank 0 writes the live CPU tensor bytes over one more step here
   int accumulate = 1;               // micro-batches per step (gradient accumulation)
   bool sync_each = false;           // with --accumulate: every micro-batch allreduces (no no_sync)
+  int turns = 0;                    // rounds of 1 thread and --threads taking turns in this process
 };
 
 // " find_unused_parameters=1 ...": the DDP options set away from their defaults.
@@ -254,6 +259,38 @@ void set_up_gpu_flags(const Config& c, bool gpu) {
   t::cuda::set_cudnn_allow_tf32(c.tf32);
 }
 
+// --turns: `c.turns` rounds, each timing --iterations steps at one thread and then at
+// --threads, in this one process, so that the host's swings between fast and slow phases hit
+// both counts alike (bench/README.md: processes on this host land in either). Prints a RESULT
+// line per count: the median of its rounds' medians, and the rounds in which it was faster.
+void time_in_turns(const Config& c, int iterations, const std::function<void()>& step) {
+  const std::vector<int> counts{1, t::get_num_threads()};
+  std::vector<std::vector<double>> medians(counts.size());
+  for (int round = 0; round < c.turns; ++round) {
+    for (size_t k = 0; k < counts.size(); ++k) {
+      t::set_num_threads(counts[k]);
+      for (int i = 0; i < std::max(c.warmup, 3); ++i) step();
+      std::vector<double> us;
+      for (int i = 0; i < iterations; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        step();
+        us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+      }
+      std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
+      medians[k].push_back(us[us.size() / 2]);
+    }
+  }
+  for (size_t k = 0; k < counts.size(); ++k) {
+    int faster = 0;
+    for (int round = 0; round < c.turns; ++round) faster += medians[k][round] < medians[1 - k][round];
+    std::vector<double> sorted = medians[k];
+    std::sort(sorted.begin(), sorted.end());
+    std::cout << "RESULT model=" << c.model << " mode=local" << (c.autocast ? " autocast=bf16" : "")
+              << " threads=" << counts[k] << " turns=" << c.turns << " median_us=" << sorted[sorted.size() / 2]
+              << " faster_rounds=" << faster << std::endl;
+  }
+}
+
 int run(const Config& c) {
   const bool gpu = c.device == "cuda";
   const std::string backend = !c.backend.empty() ? c.backend : gpu ? "nccl" : "gloo";
@@ -290,6 +327,11 @@ int run(const Config& c) {
     if (gpu) t::cuda::synchronize(device.index);  // the step is done when the GPU is
   };
   set_up_gpu_flags(c, gpu);
+  if (c.turns > 0) {
+    TDDP_CHECK(!gpu && c.mode == "local" && !pg, "--turns times one local process on the CPU");
+    time_in_turns(c, iterations, step);
+    return 0;
+  }
   for (int i = 0; i < c.warmup; ++i) step();
   if (c.cuda_graph) {
     graph.capture_begin(device.index);
@@ -374,6 +416,10 @@ int main(int argc, char** argv) {
   app.add_option("--threads", c.threads,
                  "intra-op threads per process (default 1; 0: tinyddp's default, the physical cores)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--turns", c.turns,
+                 "rounds of --iterations steps at 1 thread and at --threads taking turns in this process (--mode "
+                 "local, CPU); a RESULT line per thread count: the median of the rounds' medians, the rounds it won")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 #ifndef NDEBUG
   std::cerr << "train_step: built without -c opt; these numbers mean nothing\n";
