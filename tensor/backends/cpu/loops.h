@@ -242,7 +242,7 @@ auto parallel_row_partials(int64_t rows, int64_t row_length, int64_t min_rows, F
 // They do not when the stride is a multiple of 512 elements (the lines fall into a few cache
 // sets) in rows of more than 256, nor when a row spans 3 M elements or more (more pages than the
 // TLB holds); elsewhere rows are faster than tiles (bench/README.md, "Transposed copies": the
-// 1024 float32 transpose 5.3 -> 1.8 ms in tiles, NCHW to channels-last and 1000 x 1000 slower).
+// 1024 float32 transpose 5.0 -> 1.5 ms in tiles, NCHW to channels-last and 1000 x 1000 slower).
 template <size_t N>
 bool tiles_pay(const StridedPlan<N>& plan) {
   const size_t dims = plan.sizes.size();
@@ -290,10 +290,10 @@ void for_each_tile(const StridedPlan<N>& plan, int64_t first, int64_t last, F& i
 
 // for_each_strided on the intra-op threads (tensor/parallel.h): the rows of the outermost
 // dimension (or, for one strided row, the row itself) are split into ranges, each walked by
-// one thread; a transposed plan goes by tiles where they pay, in bands of rows. Operand 0 is the one written:
-// when it writes any element twice (a 0 stride), this is for_each_strided itself, in its
-// order; under 2 * kElementwiseGrain elements it runs on the calling thread. Every element is
-// computed as for_each_strided computes it: the same bits.
+// one thread; a transposed plan goes by tiles where they pay, in bands of rows. Operand 0 is
+// the one written: when it writes any element twice (a 0 stride), this is for_each_strided
+// itself, in its order; under 2 * kElementwiseGrain elements it runs on the calling thread.
+// Every element is computed as for_each_strided computes it: the same bits.
 template <size_t N, typename F>
 void parallel_for_each_strided(const Shape& shape, const std::array<Shape, N>& strides, F&& inner) {
   int64_t numel = 1;
