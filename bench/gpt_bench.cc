@@ -2,8 +2,11 @@
 // projection, the masked softmax over q k^T, att @ v, the output projection), forward and
 // forward + backward, at the example GPT's width (n_embd 128, 4 heads) and T = 64 and 256 (1024
 // tokens per call either way); layer_norm and gelu forward + backward on the block's
-// activations; the causal softmax alone, float32 and bfloat16. Build with -c opt; `python3
+// activations; the causal softmax alone, float32 and bfloat16; attention alone, composed and
+// flash_attention, at the example GPT's and GPT-2 small's shapes. Build with -c opt; `python3
 // bench/compare.py gpt` runs this beside PyTorch (bench/torch_gpt_bench.py).
+#include <cmath>
+
 #include "bench/bench_main.h"
 #include "tinyddp/autograd/autograd.h"
 #include "tinyddp/nn/nn.h"
@@ -50,6 +53,35 @@ BENCHMARK(BM_Attention)
     ->Args({16, 64, 1})
     ->Args({4, 256, 0})
     ->Args({4, 256, 1})
+    ->Unit(benchmark::kMillisecond);
+
+// Attention alone, softmax(q k^T / sqrt(head), causal) v, forward + backward on [batch, heads,
+// T, head] float32: composed (matmul, causal_softmax, matmul: the T x T weights kept) against
+// tensor::flash_attention. Shapes: the example GPT's layer (32 windows of 256, 4 heads of 32)
+// and GPT-2 small's (12 heads of 64, T = 1024), at batch 4.
+// Arguments: batch, heads, T, head, flash (0 composed, 1 flash_attention).
+void BM_AttentionCore(benchmark::State& state) {
+  const int64_t batch = state.range(0), heads = state.range(1), seq = state.range(2), head = state.range(3);
+  const bool flash = state.range(4) == 1;
+  t::Generator g(0);
+  const t::Shape shape{batch, heads, seq, head};
+  const t::Tensor q = t::randn(shape, {}, &g).requires_grad_(), k = t::randn(shape, {}, &g).requires_grad_();
+  const t::Tensor v = t::randn(shape, {}, &g).requires_grad_(), grad = t::randn(shape, {}, &g);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head));
+  for (auto _ : state) {
+    const t::Tensor y = flash ? t::flash_attention(q, k, v, true, scale)
+                              : t::matmul(t::causal_softmax(t::matmul(q, k.transpose(-2, -1)), scale), v);
+    y.backward(grad);
+    for (const t::Tensor* p : {&q, &k, &v}) p->mutable_grad() = t::Tensor();
+    benchmark::DoNotOptimize(y.raw_data_ptr());
+  }
+}
+BENCHMARK(BM_AttentionCore)
+    ->ArgNames({"batch", "heads", "T", "head", "flash"})
+    ->Args({32, 4, 256, 32, 0})
+    ->Args({32, 4, 256, 32, 1})
+    ->Args({4, 12, 1024, 64, 0})
+    ->Args({4, 12, 1024, 64, 1})
     ->Unit(benchmark::kMillisecond);
 
 // layer_norm over the last dim of [1024, 128] (with weight and bias), forward + backward.

@@ -50,6 +50,22 @@ def main():
                     x.grad = None
 
             print(json.dumps({"name": f"BM_Attention/batch:{batch}/T:{seq}/which:{which}", "ms": timeit(step)}))
+    # Attention alone: PyTorch 1.13 has only the composed ops, so both of gpt_bench's rows
+    # (composed, flash) are timed against them.
+    for batch, heads, seq, head in ((32, 4, 256, 32), (4, 12, 1024, 64)):
+        q, k, v = (torch.randn(batch, heads, seq, head, requires_grad=True) for _ in range(3))
+        agrad = torch.randn(batch, heads, seq, head)
+        future = torch.ones(seq, seq).tril() == 0
+
+        def core_step():
+            att = ((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(head))).masked_fill(future, float("-inf"))
+            (att.softmax(dim=-1) @ v).backward(agrad)
+            q.grad = k.grad = v.grad = None
+
+        ms = timeit(core_step)
+        for flash in (0, 1):
+            name = f"BM_AttentionCore/batch:{batch}/heads:{heads}/T:{seq}/head:{head}/flash:{flash}"
+            print(json.dumps({"name": name, "ms": ms}))
     x = torch.randn(1024, EMBD, requires_grad=True)
     w, b = torch.randn(EMBD, requires_grad=True), torch.randn(EMBD, requires_grad=True)
     grad = torch.randn(1024, EMBD)

@@ -156,7 +156,9 @@ Tensor interpolate(const Tensor& input, const InterpolateFuncOptions& options);
 // (true: attend) or floating (added), broadcastable to [..., L, S]; is_causal masks key j from
 // query i where j > i (top-left aligned; not with attn_mask). A query whose keys are all masked
 // gets zeros (PyTorch's safe softmax), its gradients zeros. dropout_p drops attention weights
-// always, as PyTorch's function does (pass 0 in eval).
+// always, as PyTorch's function does (pass 0 in eval). With no mask, no dropout and the same
+// leading dims (a square mask where causal) it is one op, tensor::flash_attention (a fused
+// kernel, no [L, S] matrix in memory, where the backend has one).
 Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                     const Tensor& attn_mask = Tensor(), double dropout_p = 0.0, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt, tensor::Generator* generator = nullptr);

@@ -8,7 +8,7 @@
 #             (~6 min at most)
 #   sanitize2 the same four tools over the convolutional ops, CUDA graphs and autocast
 #             (cuda_conv_test, cuda_graph_test, cuda_autocast_test)
-#   sanitize3 the same four tools over the GPU cases written since (the math ops, the F::
+#   sanitize3 the same four tools over the GPU cases written since (flash attention, the math ops, the F::
 #             composites and layers, device guards, DataParallel), then memcheck over the
 #             collectives' staging of CUDA tensors
 #   bench     the training-step benchmarks against PyTorch on the same GPU    (~5 min at most)
@@ -117,7 +117,7 @@ cuda_op_tests() {
   step cuda_graph_test 60 ours ./tests/tensor/cuda_graph_test --durations yes
   step cuda_math_test 60 ours ./tests/tensor/cuda_math_test --durations yes
   # The GPU cases of tests that are mostly CPU tests (their "[cuda]" tag picks them).
-  for t in tensor/cuda_plan_test tensor/device_guard_test nn/functional_test nn/attention_interpolate_test \
+  for t in tensor/attention_test tensor/cuda_plan_test tensor/device_guard_test nn/functional_test nn/attention_interpolate_test \
     nn/conv_layers_test nn/transformer_encoder_test ddp/data_parallel_test; do
     step "${t#*/}" 60 ours "./tests/$t" "[cuda]" --durations yes
   done
@@ -162,6 +162,7 @@ case "$part" in
       # The GPU cases written after the last sanitizer runs, tool by tool (memcheck first for
       # all of them, should the time run out, then over the staging of strided CUDA tensors).
       sanitize3_tool() {
+        check "${1}_flash" 60 "$1" ./tests/tensor/attention_test
         check "${1}_math" 60 "$1" ./tests/tensor/cuda_math_test
         check "${1}_functional" 40 "$1" ./tests/nn/functional_test quiet
         check "${1}_attention" 40 "$1" ./tests/nn/attention_interpolate_test quiet

@@ -282,12 +282,16 @@ Tensor one_hot(const Tensor& ids, int64_t num_classes = -1);
 // Numerically stable (the row maximum is subtracted first).
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
-// Attention's masked softmax in one kernel: scores [..., M, N] (M <= N) -> softmax over the
-// last dim of scale * scores with the future masked out, column j of row i kept only while
-// j <= i + N - M (tril's mask; the square case: j <= i). Masked entries come out 0. The same
-// numbers as softmax(masked_fill(mul(scores, scale), future, -inf), -1), in one pass over
-// memory each way instead of three (its backward: one kernel too).
+// Attention's masked softmax in one kernel: scores [..., M, N] (M <= N) -> softmax over the last
+// dim of scale * scores, column j of row i kept only while j <= i + N - M (tril's mask), masked
+// entries 0. The numbers of softmax(masked_fill(mul(scores, scale), future, -inf), -1), in one
+// pass over memory each way instead of three (its backward: one kernel too).
 Tensor causal_softmax(const Tensor& scores, double scale = 1.0);
+// Attention in one op: softmax(scale * query key^T) value, is_causal masking as causal_softmax;
+// query [..., M, E], key [..., N, E], value [..., N, Ev] (same leading dims) -> [..., M, Ev]. Flash
+// attention where the backend has a kernel (no [M, N] weights in memory); else, and for
+// create_graph, matmul and (causal_)softmax (docs/tensor.md, "Attention in one op").
+Tensor flash_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal, double scale);
 
 // ---- linear algebra ---------------------------------------------------------------------------
 // 1-D/2-D/batched as torch.matmul: batch dims broadcast; transposed views are used in place.
@@ -398,9 +402,8 @@ Tensor embedding(const Tensor& input, const Tensor& weight, std::optional<int64_
 // by bias (either undefined, or of normalized_shape).
 Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
-// torch.nn.functional.dropout: in training each element is zeroed with probability p (drawn
-// from `generator`, default the global one) and the others scaled by 1 / (1 - p); p must be in
-// [0, 1). Outside training, or with p = 0, the input itself.
+// torch.nn.functional.dropout: in training each element zeroed with probability p in [0, 1) (from
+// `generator`, default the global one), the others scaled by 1 / (1 - p); else, or at p = 0, the input.
 Tensor dropout(const Tensor& input, double p = 0.5, bool training = true, Generator* generator = nullptr);
 
 // ---- comparing whole tensors ------------------------------------------------------------------
@@ -434,12 +437,10 @@ void accumulate_into(const Tensor& dst, const Tensor& src);
 Tensor scalar_like(const Tensor& t, double value, const char* op);
 
 // ---- fused optimizer steps --------------------------------------------------------------------
-// One SGD (SgdStep: torch.optim.SGD's options, kernel_ops.h) or Adam/AdamW (AdamStep) update
-// of `param` in a single pass over memory, in the selected instruction set's kernel: the same
-// float operations, in the same order and rounding, as the optimizer's op-by-op update, so
-// bit-identical results. SGD with momentum: an undefined `*momentum_buffer` means the first
-// step (allocated here). For CPU float32/float64 tensors that are contiguous, of one shape
-// and dtype; false, touching nothing, for anything else.
+// One SGD (SgdStep: torch.optim.SGD's options, kernel_ops.h) or Adam/AdamW (AdamStep) update of
+// `param` in one pass over memory: the op-by-op update's float operations in the same order (the
+// same bits). SGD with momentum: an undefined `*momentum_buffer` is the first step (allocated
+// here). For contiguous CPU float32/float64 tensors of one shape and dtype; false, touching nothing, else.
 bool fused_sgd_step_(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step);
 bool fused_adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                       const AdamStep& step);

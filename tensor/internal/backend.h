@@ -82,6 +82,19 @@ class Backend {
   virtual void causal_softmax(const Tensor& out, const Tensor& x, double scale) = 0;
   virtual void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale) = 0;
 
+  // Attention in one pass, as flash attention: q [B, M, E], k [B, N, E], v [B, N, Ev] (all
+  // contiguous, one dtype; causal: M <= N and row i sees keys j <= i + N - M) -> out [B, M, Ev]
+  // = softmax(scale * q k^T) v and lse [B, M] = each row's log-sum-exp of its scaled scores
+  // (float64 for float64 q, else float32), computed over blocks of keys with a running maximum
+  // so that no [M, N] matrix is ever in memory. The backward writes dq, dk, dv (contiguous, the
+  // shapes of q, k, v) from dout [B, M, Ev], the inputs, out and lse, recomputing the blocks.
+  // false, with nothing written, where the backend has no kernel (a dtype, a head size).
+  virtual bool flash_attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                               bool causal, double scale) = 0;
+  virtual bool flash_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                        const Tensor& lse, bool causal, double scale) = 0;
+
   // col (shape [N, C, kh, kw, OH, OW], any strides) = the windows of x [N, C, H, W] (any
   // strides), padding reading as pad_value; and its gradient, grad_x (contiguous, zeroed here)
   // = the sum, over the col entries that read each input element, of those entries.

@@ -1,5 +1,6 @@
 // causal_softmax (ops.h): attention's scale, causal mask and softmax in one op, its backward
-// beside it. The kernels see contiguous [B, M, N] (B: every leading dim).
+// beside it. The kernels see contiguous [B, M, N] (B: every leading dim). flash_attention
+// (ops.h): the whole of attention in one op where the backend has a kernel, else composed.
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/native/checks.h"
 #include "tinyddp/tensor/ops.h"
@@ -42,6 +43,87 @@ Tensor causal_softmax(const Tensor& scores, double scale) {
     return std::vector<Tensor>{grad};
   });
   return out;
+}
+
+namespace {
+
+// softmax(scale * q k^T), causal or not, from recorded ops.
+Tensor attention_weights(const Tensor& q, const Tensor& k, bool causal, double scale) {
+  const Tensor scores = matmul(q, k.transpose(-2, -1));
+  return causal ? causal_softmax(scores, scale) : softmax(mul(scores, scale), -1);
+}
+
+void check_flash_inputs(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+  constexpr const char* kOp = "flash_attention";
+  check_defined(q, kOp, "query");
+  check_defined(k, kOp, "key");
+  check_defined(v, kOp, "value");
+  TDDP_CHECK(q.is_floating_point(), "flash_attention: expected a floating-point query, got dtype {}",
+             dtype_name(q.dtype()));
+  check_same_dtype(q, k, kOp, "query", "key");
+  check_same_dtype(q, v, kOp, "query", "value");
+  check_same_device(q, k, kOp, "query", "key");
+  check_same_device(q, v, kOp, "query", "value");
+  const auto lead = [](const Tensor& t) { return Shape(t.sizes().begin(), t.sizes().end() - 2); };
+  TDDP_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim() && lead(q) == lead(k) && lead(q) == lead(v) &&
+                 q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2),
+             "flash_attention: expected query [..., M, E], key [..., N, E] and value [..., N, Ev] with the same "
+             "leading dims, got {}, {} and {}",
+             format_shape(q.sizes()), format_shape(k.sizes()), format_shape(v.sizes()));
+  TDDP_CHECK(!causal || q.size(-2) <= k.size(-2),
+             "flash_attention: is_causal needs at most as many queries as keys (every row keeps a key), got {} "
+             "queries and {} keys",
+             q.size(-2), k.size(-2));
+  check_kernel_device(q, kOp);
+}
+
+// t as a contiguous [heads, rows, cols] (a view where it already is contiguous).
+Tensor as_heads(const Tensor& t, int64_t heads) { return t.contiguous().view({heads, t.size(-2), t.size(-1)}); }
+
+}  // namespace
+
+Tensor flash_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal, double scale) {
+  check_flash_inputs(query, key, value, is_causal);
+  const int64_t m = query.size(-2), n = key.size(-2), ev = value.size(-1);
+  const int64_t heads = shape_numel(Shape(query.sizes().begin(), query.sizes().end() - 2));
+  Shape out_sizes = query.sizes();
+  out_sizes.back() = ev;
+  const DType stats = query.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  const Tensor out = new_output({heads, m, ev}, query.dtype(), query.device());
+  const Tensor lse = new_output({heads, m}, stats, query.device());
+  bool fused = false;
+  if (heads * m * n * query.size(-1) * ev > 0) {
+    NoGradGuard no_grad;
+    fused = backend_for(query.device(), "flash_attention")
+                .flash_attention(out, lse, as_heads(query, heads), as_heads(key, heads), as_heads(value, heads),
+                                 is_causal, scale);
+  }
+  if (!fused) return matmul(attention_weights(query, key, is_causal, scale), value);
+  const Tensor result = out.view(out_sizes);
+  if (!needs_grad({&query, &key, &value})) return result;
+  record_op(
+      "FlashAttentionBackward", result, {query, key, value},
+      [sq = SavedTensor(query), sk = SavedTensor(key), sv = SavedTensor(value), so = SavedTensor(result, true), lse,
+       is_causal, scale, heads](const Tensor& g) {
+        constexpr const char* kNode = "FlashAttentionBackward";
+        const Tensor &q = sq.get(kNode), &k = sk.get(kNode), &v = sv.get(kNode);
+        if (GradMode::is_enabled()) {  // create_graph: the weights' gradients from recorded ops
+          const Tensor w = attention_weights(q, k, is_causal, scale);
+          const Tensor dw = matmul(g, v.transpose(-2, -1));
+          const Tensor ds = mul(mul(w, sub(dw, sum(mul(dw, w), {-1}, true))), scale);
+          return std::vector<Tensor>{matmul(ds, k), matmul(ds.transpose(-2, -1), q), matmul(w.transpose(-2, -1), g)};
+        }
+        const Tensor q3 = as_heads(q, heads), k3 = as_heads(k, heads), v3 = as_heads(v, heads);
+        const Tensor dq = new_output(q3.sizes(), q.dtype(), q.device());
+        const Tensor dk = new_output(k3.sizes(), q.dtype(), q.device());
+        const Tensor dv = new_output(v3.sizes(), q.dtype(), q.device());
+        const bool done = backend_for(q.device(), "flash_attention backward")
+                              .flash_attention_backward(dq, dk, dv, as_heads(g, heads), q3, k3, v3,
+                                                        as_heads(so.get(kNode), heads), lse, is_causal, scale);
+        TDDP_CHECK(done, "flash_attention: the backend ran the forward but declined the backward");
+        return std::vector<Tensor>{dq.view(q.sizes()), dk.view(k.sizes()), dv.view(v.sizes())};
+      });
+  return result;
 }
 
 }  // namespace tinyddp::tensor

@@ -48,6 +48,12 @@ class CpuBackend final : public Backend {
   // attention.cc
   void causal_softmax(const Tensor& out, const Tensor& x, double scale) override;
   void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale) override;
+  // flash_attention.cc: float32 and float64 (16-bit dtypes declined).
+  bool flash_attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                       bool causal, double scale) override;
+  bool flash_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                                const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                                bool causal, double scale) override;
 
   // conv.cc
   void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double pad_value) override;

@@ -61,6 +61,12 @@ class CudaBackend final : public Backend {
   // backend.cc (reduce.cu): one block per row.
   void causal_softmax(const Tensor& out, const Tensor& x, double scale) override;
   void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale) override;
+  // attention.cu: float32, float64, bfloat16 and float16 up to 128 per head.
+  bool flash_attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                       bool causal, double scale) override;
+  bool flash_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                                const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                                bool causal, double scale) override;
 
   // conv.cc: a strided copy of the padded input's windows and an accumulation into them.
   void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double pad_value) override;

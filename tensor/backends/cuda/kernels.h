@@ -1,4 +1,5 @@
-// The plain-C++ interface to the nvcc-compiled kernels (tensor/backends/cuda/elementwise.cu, reduce.cu).
+// The plain-C++ interface to the nvcc-compiled kernels (tensor/backends/cuda/elementwise.cu, reduce.cu,
+// attention.cu, embedding.cu).
 // No CUDA or tinyddp headers here: the .cu side sees only these descriptors, built by
 // tensor/backends/cuda/backend.cc from Tensors (shapes broadcast, adjacent dims merged, devices and
 // dtypes already checked). Every launcher enqueues on `stream` (a cudaStream_t) and returns
@@ -62,6 +63,18 @@ int softmax_rows(const void* x, int dtype, void* out, int64_t outer, int64_t n, 
 // forward's output), x is the gradient and out = scale * y * (x - sum(x * y)), 0 beyond.
 int causal_softmax_rows(const void* x, const void* y, int dtype, void* out, int64_t rows, int64_t m, int64_t n,
                         double scale, void* stream);
+// attention.cu: flash attention over contiguous q [heads, m, e], k [heads, n, e], v [heads,
+// n, ev] of one floating dtype (causal: m <= n, row i sees keys j <= i + n - m): out [heads, m,
+// ev] and lse [heads, m] (float, or double for float64). The backward writes dq, dk, dv (the
+// inputs' shapes) from dout and the forward's out and lse, with `delta` [heads, m] (lse's type)
+// as scratch. flash_attention_supported: whether the kernels take this dtype and head widths
+// (float up to 128, double up to 64); otherwise they return cudaErrorNotSupported.
+bool flash_attention_supported(int dtype, int64_t e, int64_t ev);
+int flash_attention(const void* q, const void* k, const void* v, int dtype, void* out, void* lse, int64_t heads,
+                    int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, void* stream);
+int flash_attention_backward(const void* q, const void* k, const void* v, const void* out, const void* dout,
+                             const void* lse, void* delta, int dtype, void* dq, void* dk, void* dv, int64_t heads,
+                             int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, void* stream);
 // out [n, c] = the rows of weight [V, c] at ids [n] (in range); the backward adds grad [n, c]
 // onto acc [V, c] (float, or double for float64 grads; zeroed by the caller) at ids.
 int embedding_rows(const void* weight, const int64_t* ids, int dtype, void* out, int64_t n, int64_t c, void* stream);

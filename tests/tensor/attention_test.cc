@@ -1,0 +1,204 @@
+// tensor::flash_attention: against PyTorch's attention (fixtures/make_attention_fixtures.py
+// writes attention_reference.txt), against the same attention composed from matmul and
+// softmax, float64 gradcheck and gradgradcheck, the same bits at any thread count, the
+// composed route for the dtypes the CPU kernel declines, bad arguments, and (with a GPU) the CUDA
+// kernels against the CPU in every floating dtype and head width.
+#include <cmath>
+
+#include "tests/fixture_case.h"
+#include "tests/test_util.h"
+#include "tinyddp/autograd/engine.h"
+#include "tinyddp/autograd/gradcheck.h"
+#include "tinyddp/tensor/all.h"
+#include "tinyddp/tensor/cuda.h"
+
+using namespace tinyddp::tensor;
+using Catch::Contains;
+using tinyddp::autograd::gradcheck;
+using tinyddp::autograd::gradgradcheck;
+
+namespace {
+
+const tinyddp::testing::Fixture& reference() {
+  static const tinyddp::testing::Fixture fixture("tests/tensor/fixtures/attention_reference.txt");
+  return fixture;
+}
+
+// The attention flash_attention computes, composed from the ops it replaces.
+Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  const Tensor scores = mul(matmul(q, k.transpose(-2, -1)), scale);
+  if (!causal) return matmul(softmax(scores, -1), v);
+  const int64_t m = q.size(-2), n = k.size(-2);
+  const Tensor future = eq(tril(ones({m, n}, TensorOptions(q.dtype())), n - m), 0.0);
+  return matmul(softmax(masked_fill(scores, future, -INFINITY), -1), v);
+}
+
+Tensor draw(const Shape& shape, DType dtype = kFloat64) { return randn(shape, TensorOptions(dtype)); }
+
+}  // namespace
+
+TEST_CASE("flash_attention equals PyTorch's attention and its gradients, float64, across blocks", "[attention]") {
+  struct Case {
+    const char* name;
+    bool causal;
+    double scale;
+    Shape q, k, v;
+  };
+  for (const Case& c : {Case{"causal_square_f64", true, 0.5, {1, 70, 4}, {1, 70, 4}, {1, 70, 3}},
+                        Case{"causal_wide_f64", true, 0.35, {2, 3, 4}, {2, 130, 4}, {2, 130, 3}},
+                        Case{"full_f64", false, 0.8, {2, 5, 4}, {2, 70, 4}, {2, 70, 2}}}) {
+    INFO(c.name);
+    Shape out = c.q;
+    out.back() = c.v.back();
+    reference().check_case(
+        c.name, {{"query", c.q}, {"key", c.k}, {"value", c.v}}, out,
+        [&](const std::vector<Tensor>& x) { return flash_attention(x[0], x[1], x[2], c.causal, c.scale); });
+  }
+}
+
+TEST_CASE("flash_attention in float32 is within float32 rounding of PyTorch's float32 attention", "[attention]") {
+  const std::string c = "causal_square_f32";
+  const Shape shape{1, 1, 100, 4};
+  const Tensor q = reference().value(c + "_query", shape, kFloat32).requires_grad_();
+  const Tensor k = reference().value(c + "_key", shape, kFloat32).requires_grad_();
+  const Tensor v = reference().value(c + "_value", shape, kFloat32).requires_grad_();
+  const Tensor out = flash_attention(q, k, v, true, 0.5);
+  // Scores |q k| * 0.5 up to ~20 and sums over 100 keys: each side rounds exp(s - max) and
+  // sums of 100 terms, a few hundred float32 epsilons of the largest terms at most.
+  CHECK(allclose(out, reference().value(c + "_out", shape, kFloat32), 1e-4, 1e-5));
+  out.backward(reference().value(c + "_grad_out", shape, kFloat32));
+  for (const auto& [name, t] : {std::pair<std::string, Tensor>{"query", q}, {"key", k}, {"value", v}}) {
+    INFO(name);
+    CHECK(allclose(t.grad(), reference().value(c + "_grad_" + name, shape, kFloat32), 1e-4, 1e-4));
+  }
+}
+
+TEST_CASE("flash_attention equals the composed attention in float64 at GPT shapes, forward and gradients",
+          "[attention]") {
+  manual_seed(3);
+  // [batch, heads, T, head]: several blocks of queries and keys, a last block of 5 and of 1.
+  for (const int64_t t : {64, 129, 197}) {
+    for (const bool causal : {true, false}) {
+      INFO("T " << t << (causal ? " causal" : " full"));
+      const Tensor q = draw({2, 3, t, 16}).requires_grad_(), k = draw({2, 3, t, 16}).requires_grad_();
+      const Tensor v = draw({2, 3, t, 8}).requires_grad_();
+      const Tensor g = draw({2, 3, t, 8});
+      const Tensor out = flash_attention(q, k, v, causal, 0.25);
+      const auto grads = tinyddp::autograd::grad({out}, {q, k, v}, {g});
+      const Tensor q2 = q.detach().requires_grad_(), k2 = k.detach().requires_grad_(), v2 = v.detach().requires_grad_();
+      const Tensor ref = composed(q2, k2, v2, causal, 0.25);
+      const auto ref_grads = tinyddp::autograd::grad({ref}, {q2, k2, v2}, {g});
+      CHECK(allclose(out, ref, 1e-12, 1e-13));
+      for (size_t i = 0; i < 3; ++i) CHECK(allclose(grads[i], ref_grads[i], 1e-11, 1e-12));
+    }
+  }
+}
+
+TEST_CASE("flash_attention passes gradcheck and gradgradcheck in float64", "[attention][gradcheck]") {
+  manual_seed(4);
+  for (const bool causal : {true, false}) {
+    INFO(causal);
+    // 3 queries of 5 keys: the wide causal mask; 67 keys cross a key block.
+    for (const int64_t n : {5, 67}) {
+      const Tensor q = draw({2, 3, 4}).requires_grad_(), k = draw({2, n, 4}).requires_grad_();
+      const Tensor v = draw({2, n, 3}).requires_grad_();
+      const auto f = [&](const std::vector<Tensor>& x) { return flash_attention(x[0], x[1], x[2], causal, 0.7); };
+      CHECK(gradcheck(f, {q, k, v}) == "");
+      if (n == 5) CHECK(gradgradcheck(f, {q, k, v}) == "");
+    }
+  }
+}
+
+TEST_CASE("flash_attention gives the same bits at 1, 2 and 3 threads", "[attention][threads]") {
+  tinyddp::testing::KeepThreads keep;
+  manual_seed(6);
+  const Tensor q = draw({2, 4, 150, 32}, kFloat32), k = draw({2, 4, 150, 32}, kFloat32);
+  const Tensor v = draw({2, 4, 150, 32}, kFloat32), g = draw({2, 4, 150, 32}, kFloat32);
+  std::vector<std::vector<Tensor>> runs;
+  for (const int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    const Tensor ql = q.clone().requires_grad_(), kl = k.clone().requires_grad_(), vl = v.clone().requires_grad_();
+    const Tensor out = flash_attention(ql, kl, vl, true, 0.125);
+    out.backward(g);
+    runs.push_back({out.detach(), ql.grad(), kl.grad(), vl.grad()});
+  }
+  for (size_t r = 1; r < runs.size(); ++r) {
+    for (size_t i = 0; i < 4; ++i) CHECK(equal(runs[r][i], runs[0][i]));
+  }
+}
+
+TEST_CASE("flash_attention takes transposed views, composes what the kernel declines, and empty shapes",
+          "[attention]") {
+  manual_seed(7);
+  // Heads as a transposed view of [B, T, heads, head], as a GPT makes them.
+  const Tensor x = draw({2, 70, 3, 8});
+  const Tensor q = x.transpose(1, 2);
+  CHECK(allclose(flash_attention(q, q, q, true, 0.3), composed(q, q, q, true, 0.3), 1e-12, 1e-13));
+  // bfloat16 on the CPU: composed (causal_softmax's rounding), as the ops it replaces.
+  const Tensor b = draw({2, 9, 8}, kBFloat16);
+  const Tensor scores = matmul(b, b.transpose(-2, -1));
+  CHECK(equal(flash_attention(b, b, b, true, 0.5), matmul(causal_softmax(scores, 0.5), b)));
+  // No queries, no head width.
+  CHECK(flash_attention(draw({2, 0, 8}), draw({2, 5, 8}), draw({2, 5, 3}), false, 1.0).sizes() == Shape{2, 0, 3});
+  CHECK(flash_attention(draw({2, 4, 8}), draw({2, 5, 8}), draw({2, 5, 0}), true, 1.0).sizes() == Shape{2, 4, 0});
+}
+
+TEST_CASE("flash_attention refuses mismatched shapes, dtypes and causal masks with more queries than keys",
+          "[attention]") {
+  const Tensor q = draw({2, 4, 8});
+  CHECK_THROWS_WITH(flash_attention(q, draw({2, 5, 6}), draw({2, 5, 3}), false, 1.0),
+                    Contains("expected query [..., M, E], key [..., N, E] and value [..., N, Ev]"));
+  CHECK_THROWS_WITH(flash_attention(q, draw({3, 5, 8}), draw({3, 5, 3}), false, 1.0), Contains("[2, 4, 8]"));
+  CHECK_THROWS_WITH(flash_attention(q, draw({2, 5, 8}), draw({2, 6, 3}), false, 1.0), Contains("[2, 6, 3]"));
+  CHECK_THROWS_WITH(flash_attention(q, draw({2, 5, 8}, kFloat32), draw({2, 5, 3}), false, 1.0), Contains("key"));
+  CHECK_THROWS_WITH(flash_attention(q, draw({2, 3, 8}), draw({2, 3, 3}), true, 1.0),
+                    Contains("got 4 queries and 3 keys"));
+  CHECK_THROWS_WITH(flash_attention(ones({2, 4, 8}, TensorOptions(kInt64)), q, q, false, 1.0),
+                    Contains("floating-point query"));
+}
+
+TEST_CASE("CUDA: flash_attention and its gradients equal the CPU's in every floating dtype and head width",
+          "[attention][cuda]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  const Device gpu = Device::cuda(0);
+  manual_seed(8);
+  struct Case {
+    DType dtype;
+    Shape q, k, v;
+    double tol;  // float32: sums of a few hundred terms; 16-bit: the inputs' and outputs' rounding
+  };
+  // Widths 8, 40 and 64 (the kernels' bound of 64), 100 and 128 (128's), 200 (declined: composed on the GPU).
+  for (const Case& c : {Case{kFloat32, {2, 3, 150, 64}, {2, 3, 150, 64}, {2, 3, 150, 64}, 1e-4},
+                        Case{kFloat32, {3, 70, 40}, {3, 200, 40}, {3, 200, 8}, 1e-4},
+                        Case{kFloat32, {1, 2, 130, 128}, {1, 2, 130, 128}, {1, 2, 130, 100}, 1e-4},
+                        Case{kFloat32, {1, 65, 200}, {1, 65, 200}, {1, 65, 200}, 1e-4},
+                        Case{kFloat64, {2, 129, 64}, {2, 129, 64}, {2, 129, 32}, 1e-12},
+                        Case{kBFloat16, {2, 2, 100, 64}, {2, 2, 100, 64}, {2, 2, 100, 64}, 3e-2},
+                        Case{kFloat16, {2, 2, 100, 64}, {2, 2, 100, 64}, {2, 2, 100, 64}, 5e-3}}) {
+    for (const bool causal : {true, false}) {
+      if (causal && c.q[c.q.size() - 2] > c.k[c.k.size() - 2]) continue;
+      INFO(dtype_name(c.dtype) << " q " << format_shape(c.q) << (causal ? " causal" : " full"));
+      // The CPU reference in float64 from the same (rounded) inputs.
+      const Tensor q = draw(c.q, c.dtype), k = draw(c.k, c.dtype), v = draw(c.v, c.dtype);
+      Shape out_shape = c.q;
+      out_shape.back() = c.v.back();
+      const Tensor g = draw(out_shape, c.dtype);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.q.back()));
+      std::vector<Tensor> cpu{q.to(kFloat64).requires_grad_(), k.to(kFloat64).requires_grad_(),
+                              v.to(kFloat64).requires_grad_()};
+      std::vector<Tensor> dev{q.to(gpu).requires_grad_(), k.to(gpu).requires_grad_(), v.to(gpu).requires_grad_()};
+      const Tensor ref = flash_attention(cpu[0], cpu[1], cpu[2], causal, scale);
+      const Tensor out = flash_attention(dev[0], dev[1], dev[2], causal, scale);
+      REQUIRE(out.is_cuda());
+      CHECK(allclose(out.to(kCPU).to(kFloat64), ref, c.tol, c.tol));
+      ref.backward(g.to(kFloat64));
+      out.backward(g.to(gpu));
+      for (size_t i = 0; i < 3; ++i) {
+        INFO("gradient of input " << i);
+        CHECK(allclose(dev[i].grad().to(kCPU).to(kFloat64), cpu[i].grad(), 4 * c.tol, 4 * c.tol));
+      }
+      // No atomics: a second run gives the same bits.
+      CHECK(equal(flash_attention(dev[0], dev[1], dev[2], causal, scale), out));
+    }
+  }
+}
