@@ -34,7 +34,8 @@ def run_tinyddp(binary):
     # fastest repetition is the least disturbed one). torch_bench.py does the same.
     cmd = [os.path.join(ROOT, "bazel-bin/bench", binary), "--benchmark_format=json",
            "--benchmark_min_time=0.4", f"--benchmark_repetitions={REPETITIONS}"]
-    report = json.loads(subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True).stdout)
+    env = dict(os.environ, TINYDDP_NUM_THREADS="1")  # one thread, as PyTorch's side
+    report = json.loads(subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout)
     results = {}
     for b in report["benchmarks"]:
         if b.get("run_type", "iteration") != "iteration":

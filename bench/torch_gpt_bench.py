@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""The PyTorch side of `python3 bench/compare.py gpt`: the benchmarks of gpt_bench.cc, one thread.
+"""The PyTorch side of `python3 bench/compare.py gpt`: the benchmarks of gpt_bench.cc, one thread
+(or `python3 bench/torch_gpt_bench.py THREADS`).
 
 The attention is the same module as nn::CausalSelfAttention (nanoGPT's, with the explicit
 masked softmax: PyTorch 1.13 has no fused attention). Prints one JSON object per line:
@@ -7,6 +8,7 @@ masked softmax: PyTorch 1.13 has no fused attention). Prints one JSON object per
 """
 import json
 import math
+import sys
 
 import torch
 import torch.nn as nn
@@ -34,7 +36,7 @@ class Attention(nn.Module):
 
 
 def main():
-    torch.set_num_threads(1)
+    torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
     torch.manual_seed(0)
     for batch, seq in ((16, 64), (4, 256)):
         attn = Attention(seq)

@@ -76,6 +76,27 @@ void gemm_add(Rows<T>& c, Rows<T>& scratch, int64_t k, Operand<T> a, Operand<T> 
   c += scratch;
 }
 
+// s[r, :] = exp(s[r, :] - shift[r]) in the selected instruction set's kernels (vector exp
+// throughout: the bits do not depend on the buffer's address).
+template <typename T>
+void exp_shifted(Rows<T>& s, const T* shift) {
+  const IsaKernels& isa = isa_kernels();
+  const int64_t cols = s.cols();
+  for (int64_t r = 0; r < s.rows(); ++r) {
+    T* row = s.data() + r * cols;
+    if constexpr (std::is_same_v<T, float>) {
+      isa.binary_f32(BinaryOp::kAdd, RowPattern::kScalarB, cols, row, row, shift + r, -1.0f);
+    } else {
+      isa.binary_f64(BinaryOp::kAdd, RowPattern::kScalarB, cols, row, row, shift + r, -1.0);
+    }
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    isa.exp_f32(s.data(), s.data(), s.size());
+  } else {
+    isa.exp_f64(s.data(), s.data(), s.size());
+  }
+}
+
 // One call's sizes: `heads` of q [M, E], k [N, E], v [N, Ev].
 struct Sizes {
   int64_t heads, m, n, e, ev;
@@ -118,11 +139,11 @@ void forward_block(const Sizes& z, T scale, const T* q, const T* k, const T* v, 
     for (int64_t r = 0; r < rows; ++r) {
       const T grown = std::max(top(r), s.row(r).maxCoeff());  // finite: every row sees key 0
       const T shrink = std::exp(top(r) - grown);              // 0 on the first block
-      s.row(r).array() = (s.row(r).array() - grown).exp();
       top(r) = grown;
       total(r) *= shrink;
       acc.row(r) *= shrink;
     }
+    exp_shifted<T>(s, top.data());
     mask_block<T>(s, z, row0, col0, T(0));  // exp(-inf) is 0 whatever the exp's range
     total += s.rowwise().sum().array();
     gemm_add<T>(acc, scratch, cols, Operand<T>{s.data(), cols}, Operand<T>{v + (head * z.n + col0) * z.ev, z.ev});
@@ -148,7 +169,7 @@ void backward_head(const Sizes& z, T scale, const T* q, const T* k, const T* v, 
       const int64_t rows = std::min(kQueryBlock, z.m - row0);
       const T *qi = q + row0 * z.e, *doi = dout + row0 * z.ev;
       scores<T>(s, rows, cols, qi, kj, scale, z, row0, col0);
-      for (int64_t r = 0; r < rows; ++r) s.row(r).array() = (s.row(r).array() - lse[row0 + r]).exp();
+      exp_shifted<T>(s, lse + row0);
       mask_block<T>(s, z, row0, col0, T(0));
       gemm_add<T>(dvj, scratch, rows, transposed(s.data(), cols), Operand<T>{doi, z.ev});
       dp.resize(rows, cols);

@@ -421,6 +421,8 @@ constexpr IsaKernels kKernels = {
     binary<double>,
     unary<float>,
     unary<double>,
+    exp_packets<float>,
+    exp_packets<double>,
     accumulate<float>,
     accumulate<double>,
     column_sums<float>,

@@ -103,6 +103,10 @@ struct IsaKernels {
   // o[i] = op(x[i]); o may be x.
   void (*unary_f32)(UnaryOp op, int64_t n, float* o, const float* x);
   void (*unary_f64)(UnaryOp op, int64_t n, double* o, const double* x);
+  // o[i] = exp(x[i]), every element in vector packets (unary's kExp runs a scalar head up to the
+  // first aligned element, so its bits depend on the address; these do not).
+  void (*exp_f32)(const float* x, float* o, int64_t n);
+  void (*exp_f64)(const double* x, double* o, int64_t n);
   // dst[i] += src[i] (distinct memory).
   void (*accumulate_f32)(int64_t n, float* dst, const float* src);
   void (*accumulate_f64)(int64_t n, double* dst, const double* src);
