@@ -112,7 +112,10 @@ __global__ void forward_kernel(const T* q, const T* k, const T* v, T* out, acc_t
       top = grown;
     }
     if (active) {
-      for (int d = 0; d < z.ev; ++d) out[(head * z.m + row) * z.ev + d] = store<T>(acc[d] / total);
+#pragma unroll
+      for (int d = 0; d < D; ++d) {  // unrolled: a register array is indexed by constants only
+        if (d < z.ev) out[(head * z.m + row) * z.ev + d] = store<T>(acc[d] / total);
+      }
       lse[head * z.m + row] = top + log(total);
     }
   }
@@ -171,7 +174,10 @@ __global__ void dq_kernel(const T* q, const T* k, const T* v, const T* dout, con
       }
     }
     if (active) {
-      for (int d = 0; d < z.e; ++d) dq[at * z.e + d] = store<T>(dqr[d]);
+#pragma unroll
+      for (int d = 0; d < D; ++d) {
+        if (d < z.e) dq[at * z.e + d] = store<T>(dqr[d]);
+      }
     }
   }
 }
@@ -231,8 +237,11 @@ __global__ void dkdv_kernel(const T* q, const T* k, const T* v, const T* dout, c
       }
     }
     if (active) {
-      for (int d = 0; d < z.e; ++d) dk[(head * z.n + key) * z.e + d] = store<T>(dkr[d]);
-      for (int d = 0; d < z.ev; ++d) dv[(head * z.n + key) * z.ev + d] = store<T>(dvr[d]);
+#pragma unroll
+      for (int d = 0; d < D; ++d) {
+        if (d < z.e) dk[(head * z.n + key) * z.e + d] = store<T>(dkr[d]);
+        if (d < z.ev) dv[(head * z.n + key) * z.ev + d] = store<T>(dvr[d]);
+      }
     }
   }
 }
