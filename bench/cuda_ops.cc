@@ -4,6 +4,9 @@
 //     "RESULT op=matmul dtype=<float32|tf32|bfloat16> n=4096 ms=<x> tflops=<y>"
 //   an elementwise add of 256 M floats into a third tensor, and a same-device copy of them:
 //     "RESULT op=<add|copy> n=268435456 ms=<x> gbps=<y>" (bytes read and written per ms)
+//   causal attention at GPT-2 small's shape [8, 12, 1024, 64], forward + backward, float32 and
+//   bfloat16, composed (matmul, causal_softmax, matmul) and tensor::flash_attention:
+//     "RESULT op=attention route=<composed|flash> dtype=<float32|bfloat16> ms=<x>"
 // bench/torch_cuda_ops.py prints the same lines for PyTorch on the same GPU.
 // Usage (a --config=cuda build): bazel-bin/bench/cuda_ops [--repeats 20] [--n 4096] [--elements 268435456]
 #include <CLI/CLI.hpp>
@@ -60,12 +63,33 @@ void elementwise(int64_t elements, int repeats) {
             << std::endl;
 }
 
+void attention(int repeats) {
+  const t::Device gpu = t::Device::cuda(0);
+  const t::Shape shape{8, 12, 1024, 64};
+  for (const t::DType dtype : {t::kFloat32, t::kBFloat16}) {
+    std::vector<t::Tensor> qkv;
+    for (int i = 0; i < 3; ++i) qkv.push_back(t::randn(shape).to(dtype).to(gpu).requires_grad_());
+    const t::Tensor grad = t::randn(shape).to(dtype).to(gpu);
+    for (const bool flash : {false, true}) {
+      const double ms = median_ms(repeats, [&] {
+        const t::Tensor& q = qkv[0];
+        const t::Tensor y = flash ? t::flash_attention(q, qkv[1], qkv[2], true, 0.125)
+                                  : t::matmul(t::causal_softmax(t::matmul(q, qkv[1].transpose(-2, -1)), 0.125), qkv[2]);
+        y.backward(grad);
+        for (const t::Tensor& x : qkv) x.mutable_grad() = t::Tensor();
+      });
+      std::cout << "RESULT op=attention route=" << (flash ? "flash" : "composed") << " dtype=" << t::dtype_name(dtype)
+                << " ms=" << ms << std::endl;
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int repeats = 20;
   int64_t n = 4096, elements = int64_t{256} << 20;
-  CLI::App app{"Time tinyddp's GPU matmul, add and copy (CUDA events, medians)."};
+  CLI::App app{"Time tinyddp's GPU matmul, add, copy and attention (CUDA events, medians)."};
   app.add_option("--repeats", repeats, "timed calls of each (default 20)")->check(CLI::PositiveNumber);
   app.add_option("--n", n, "matmul size (default 4096)")->check(CLI::PositiveNumber);
   app.add_option("--elements", elements, "floats per operand of add and copy (default 268435456)")
@@ -75,6 +99,7 @@ int main(int argc, char** argv) {
     if (!t::cuda::is_available()) throw tinyddp::Error(t::cuda::unavailable_reason());
     matmuls(n, repeats);
     elementwise(elements, repeats);
+    attention(repeats);
   } catch (const std::exception& e) {
     std::cerr << "cuda_ops: " << e.what() << "\n";
     return 1;

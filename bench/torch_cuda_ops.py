@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """PyTorch side of //bench:cuda_ops on the same GPU: matmul 4096 (float32 with TF32 off, TF32,
 bfloat16), an add of 256 M floats into a third tensor and a same-device copy (cudaMemcpy),
-timed with CUDA events (median of --repeats after 3 untimed calls). Prints the same RESULT
+causal attention at GPT-2 small's shape forward + backward (composed as nanoGPT's slow path,
+and F.scaled_dot_product_attention as its flash path), timed with CUDA events (median of --repeats after 3 untimed calls). Prints the same RESULT
 lines with impl=torch.
 
 Run on a GPU machine: python3 bench/torch_cuda_ops.py
@@ -48,6 +49,21 @@ def main():
     print(f"RESULT impl=torch op=add n={m} ms={ms:.4f} gbps={3 * nbytes / (ms * 1e6):.1f}")
     ms = median_ms(args.repeats, lambda: c.copy_(a))
     print(f"RESULT impl=torch op=copy n={m} ms={ms:.4f} gbps={2 * nbytes / (ms * 1e6):.1f}")
+    del a, b, c
+    future = torch.ones(1024, 1024, device="cuda").tril() == 0
+    for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+        q, k, v = (torch.randn(8, 12, 1024, 64, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
+        grad = torch.randn(8, 12, 1024, 64, device="cuda", dtype=dtype)
+        routes = {
+            "composed": lambda: ((q @ k.transpose(-2, -1)) * 0.125).masked_fill(future, float("-inf")).softmax(-1) @ v,
+            "flash": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.125),
+        }
+        for route, fn in routes.items():
+            def step():
+                fn().backward(grad)
+                q.grad = k.grad = v.grad = None
+            ms = median_ms(args.repeats, step)
+            print(f"RESULT impl=torch op=attention route={route} dtype={name} ms={ms:.4f}")
 
 
 if __name__ == "__main__":

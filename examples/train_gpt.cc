@@ -65,7 +65,9 @@ void add_options(CLI::App& app, tinyddp::examples::GPTTrainConfig& c) {
   app.add_flag("--resume", c.resume, "continue from --checkpoint when it exists");
   app.add_option("--fail_at_step", c.fail_at_step, "exit with status 3 before step N on the first attempt (tests)");
   app.add_flag("--zero", c.zero, "ZeroRedundancyOptimizer: each rank keeps Adam's state for its share only");
-  app.add_flag("--report_memory", c.report_memory, "each rank prints its peak resident memory (Linux's VmHWM)");
+  app.add_flag("--report_memory", c.report_memory,
+               "each rank prints its peak resident memory (Linux's VmHWM), tensor memory and, on a GPU, the caching "
+               "allocator's peak");
   app.add_flag("--profile_phases", c.profile_phases, "print the median time of each part of a step (step_phases.h)");
   app.add_flag("--fsdp", c.fsdp,
                "fully sharded data parallelism (ddp::fully_shard, each Block a unit) in place of DDP: parameters, "

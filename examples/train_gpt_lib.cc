@@ -297,6 +297,7 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
   if (config.report_memory) {  // the steps' peaks, not construction's
     reset_peak_rss();
     t::reset_cpu_peak_memory();
+    if (run.placement.on_gpu) t::cuda::reset_peak_memory_stats(run.placement.device.index);
   }
   // With a checkpoint to write, SIGUSR1 and SIGTERM stop the run after a step (preemption.h).
   std::optional<StopSignals> signals;

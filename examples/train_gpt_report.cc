@@ -8,6 +8,7 @@
 #include "examples/train_exact.h"
 #include "examples/train_gpt_run.h"
 #include "tinyddp/ddp/zero_redundancy_optimizer.h"
+#include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/parallel.h"
 
 namespace tinyddp::examples {
@@ -90,6 +91,11 @@ int64_t report_memory(const GPTTrainConfig& config, const GptRun& run, std::ostr
     // The tensors alone (parameters, gradients, optimizer state, activations, buffers in flight).
     log << fmt::format("peak tensor memory on rank {}: {:.1f} MiB\n", run.rank,
                        static_cast<double>(t::cpu_memory_stats().peak_allocated_bytes) / 1048576.0);
+    if (run.placement.on_gpu) {  // the caching allocator's, as torch.cuda.max_memory_allocated
+      const auto gpu = t::cuda::allocator_stats(run.placement.device.index);
+      log << fmt::format("peak GPU tensor memory on rank {}: {:.1f} MiB\n", run.rank,
+                         static_cast<double>(gpu.peak_allocated_bytes) / 1048576.0);
+    }
   }
   return bytes;
 }

@@ -71,6 +71,7 @@ std::string smoke_test(int device) { return fmt::format("cuda::smoke_test({}): {
 void synchronize(int) {}
 AllocatorStats allocator_stats(int) { return {}; }
 void empty_cache() {}
+void reset_peak_memory_stats(int) {}
 // The one call of cuda.h on tensors (the CUDA backend's copies define it under CUDA); the rest
 // of the runtime's answers are in cuda_runtime/runtime_stub.cc.
 Tensor to_host_after(const Tensor&, const StreamMark&) {

@@ -56,6 +56,9 @@ struct AllocatorStats {
 AllocatorStats allocator_stats(int device = 0);
 // Returns every cached, unused block to CUDA, as torch.cuda.empty_cache().
 void empty_cache();
+// Starts the peak (AllocatorStats::peak_allocated_bytes) again from what is allocated now, as
+// torch.cuda.reset_peak_memory_stats (a no-op without CUDA).
+void reset_peak_memory_stats(int device = 0);
 
 // A point in a device's compute stream: the work queued there when it was recorded. For
 // work another thread does later on what the stream has produced by then, without waiting

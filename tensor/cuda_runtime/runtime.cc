@@ -193,6 +193,10 @@ class CachingAllocator final : public Allocator {
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_;
   }
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.peak_allocated_bytes = stats_.allocated_bytes;
+  }
 
   // From now on, requests are served from (and new blocks belong to) `pool`, the private pool
   // of a graph being captured; 0 goes back to the shared cache.
@@ -365,6 +369,10 @@ AllocatorStats allocator_stats(int device) {
 
 void empty_cache() {
   for (int d = 0; d < device_count(); ++d) allocator_of(d)->empty();
+}
+
+void reset_peak_memory_stats(int device) {
+  if (device_count() > 0) allocator_of(device)->reset_peak();
 }
 
 void record_stream(const void* ptr, int device, cudaStream_t stream) {
