@@ -93,6 +93,8 @@ def run(rank, nproc, args, init_file):
     data = torch.randint(0, cfg.vocab_size, (100000,), generator=g)
     phases = StepPhases(args.profile_phases and rank == 0, device)
     profiler = None
+    if device.type == "cuda":  # the steps' peak, as train_gpt --report_memory prints it
+        torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
     for step in range(args.steps):
         if args.kernels > 0 and rank == 0 and step == args.steps - 3:  # the last three steps
@@ -133,6 +135,8 @@ def run(rank, nproc, args, init_file):
         autocast += " tf32=1" if args.tf32 else ""
         print(f"RESULT impl=torch nproc={nproc} steps={args.steps}{autocast} tokens_per_s={tokens / seconds:.0f}",
               flush=True)
+        if device.type == "cuda":
+            print(f"peak GPU tensor memory: {torch.cuda.max_memory_allocated(device) / 1048576:.1f} MiB", flush=True)
     if nproc > 1:
         dist.barrier()
         dist.destroy_process_group()

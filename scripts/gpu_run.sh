@@ -21,7 +21,8 @@
 #             CNN steps under autocast at both counts against PyTorch's (~8 min; BF16_PROCESSES=3
 #             takes 3 processes of each, for a call shared with other parts)
 #   bench2    matmul 4096 and add/copy of 256 M floats, TF32 and bf16 autocast steps, the CNN,
-#             the 4096-wide MLP at batch 256, the GPT at 32 x 256 tokens, and a DDP timeline of
+#             the 4096-wide MLP at batch 256, the GPT at 32 x 256 tokens (and its peak GPU memory, both
+#             frameworks), and a DDP timeline of
 #             the GPT on the GPU (gpt_timeline.rank0.json, for scripts/plot_timeline.py)
 #   profile   where the GPT's step time goes, phase by phase (the device synchronised between
 #             them), in both frameworks, at 32 and 128 windows, float32 and bf16; PyTorch's top
@@ -292,7 +293,7 @@ case "$part" in
     for flags in "" "--tf32" "--autocast bf16"; do
       name=gpt$(echo "$flags" | tr -d ' -')
       # shellcheck disable=SC2086
-      step "train_$name" 90 ours ./examples/train_gpt "${gpt[@]}" $flags
+      step "train_$name" 90 ours ./examples/train_gpt "${gpt[@]}" --report_memory $flags
       # shellcheck disable=SC2086,SC2046  # the flags are words
       step "torch_$name" 90 python3 bench/torch_gpt_train.py --device cuda --block_size 256 --steps 30 \
         $(echo "$flags" | sed 's/ bf16//')
@@ -301,7 +302,7 @@ case "$part" in
     export TINYDDP_DDP_TIMELINE="$out/gpt_timeline"
     step gpt_timeline 60 ours ./launcher/launch --nproc_per_node 1 -- ./examples/train_gpt "${gpt[@]}" --steps 4
     unset TINYDDP_DDP_TIMELINE
-    cat "$logs"/*.log 2> /dev/null | grep -E "RESULT|tokens/s" | tee -a "$summary"
+    cat "$logs"/*.log 2> /dev/null | grep -E "RESULT|tokens/s|peak GPU" | tee -a "$summary"
     ;;
   profile)
     # Where a GPT step's time goes, both frameworks, phase by phase (--profile_phases: the device
