@@ -50,6 +50,16 @@ __device__ void stage(A* dst, const T* src, int64_t first, int count, int64_t wi
     dst[i] = static_cast<A>(load(src[first * width + i]));
 }
 
+// The block of keys and values [col0, col0 + cols) of `head` into ks and vs, between two
+// barriers (the previous block's readers done first; every thread sees the whole block after).
+template <typename T, typename A>
+__device__ void stage_keys(A* ks, A* vs, const T* k, const T* v, const Sizes& z, int64_t head, int64_t col0, int cols) {
+  __syncthreads();
+  stage(ks, k + head * z.n * z.e, col0, cols, z.e);
+  stage(vs, v + head * z.n * z.ev, col0, cols, z.ev);
+  __syncthreads();
+}
+
 template <typename A, int D>
 __device__ A dot(const A (&row)[D], const A* other, int64_t width) {
   A total = 0;
@@ -85,10 +95,7 @@ __global__ void forward_kernel(const T* q, const T* k, const T* v, T* out, acc_t
     A top = -INFINITY, total = 0;
     for (int64_t col0 = 0; col0 < keys; col0 += kTile) {
       const int cols = static_cast<int>(smaller(kTile, keys - col0));
-      __syncthreads();
-      stage(ks, k + head * z.n * z.e, col0, cols, z.e);
-      stage(vs, v + head * z.n * z.ev, col0, cols, z.ev);
-      __syncthreads();
+      stage_keys(ks, vs, k, v, z, head, col0, cols);
       if (!active) continue;
       A grown = top;
       for (int c = 0; c < cols; ++c) {
@@ -159,10 +166,7 @@ __global__ void dq_kernel(const T* q, const T* k, const T* v, const T* dout, con
     for (int d = 0; d < D; ++d) dqr[d] = 0;
     for (int64_t col0 = 0; col0 < keys; col0 += kTile) {
       const int cols = static_cast<int>(smaller(kTile, keys - col0));
-      __syncthreads();
-      stage(ks, k + head * z.n * z.e, col0, cols, z.e);
-      stage(vs, v + head * z.n * z.ev, col0, cols, z.ev);
-      __syncthreads();
+      stage_keys(ks, vs, k, v, z, head, col0, cols);
       if (!active) continue;
       for (int c = 0; c < cols && col0 + c < mine; ++c) {
         const A p = exp(dot<A, D>(qr, ks + c * z.e, z.e) * scale - row_lse);
