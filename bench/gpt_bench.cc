@@ -3,7 +3,8 @@
 // forward + backward, at the example GPT's width (n_embd 128, 4 heads) and T = 64 and 256 (1024
 // tokens per call either way); layer_norm and gelu forward + backward on the block's
 // activations; the causal softmax alone, float32 and bfloat16; attention alone, composed and
-// flash_attention, at the example GPT's and GPT-2 small's shapes. Build with -c opt; `python3
+// flash_attention, at the example GPT's and GPT-2 small's shapes; the loss (cross_entropy) at
+// both models' logits. Build with -c opt; `python3
 // bench/compare.py gpt` runs this beside PyTorch (bench/torch_gpt_bench.py).
 #include <cmath>
 
@@ -131,6 +132,27 @@ void BM_CausalSoftmax(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_CausalSoftmax)->ArgName("bf16")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+
+// The language model's loss, nn::cross_entropy (mean over the rows, ignore_index -1 as nanoGPT's)
+// forward + backward, on the example GPT's logits (32 windows of 256 tokens, 65 characters) and on
+// GPT-2 small's (1024 tokens of one window, a vocabulary of 50304).
+void BM_CrossEntropy(benchmark::State& state) {
+  const int64_t rows = state.range(0), classes = state.range(1);
+  t::Generator g(0);
+  const t::Tensor logits = t::randn({rows, classes}, {}, &g).requires_grad_();
+  const t::Tensor targets = t::randint(0, classes, {rows}, &g);
+  for (auto _ : state) {
+    const t::Tensor loss = nn::cross_entropy(logits, targets, -1);
+    loss.backward();
+    logits.mutable_grad() = t::Tensor();
+    benchmark::DoNotOptimize(loss.raw_data_ptr());
+  }
+}
+BENCHMARK(BM_CrossEntropy)
+    ->ArgNames({"rows", "classes"})
+    ->Args({8192, 65})
+    ->Args({1024, 50304})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

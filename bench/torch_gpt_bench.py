@@ -96,6 +96,15 @@ def main():
             scores.grad = None
 
         print(json.dumps({"name": f"BM_CausalSoftmax/bf16:{bf16}", "ms": timeit(softmax_step)}))
+    for rows, classes in ((8192, 65), (1024, 50304)):
+        logits = torch.randn(rows, classes, requires_grad=True)
+        targets = torch.randint(0, classes, (rows,))
+
+        def loss_step():
+            F.cross_entropy(logits, targets, ignore_index=-1).backward()
+            logits.grad = None
+
+        print(json.dumps({"name": f"BM_CrossEntropy/rows:{rows}/classes:{classes}", "ms": timeit(loss_step)}))
     print(json.dumps({"name": "torch", "version": torch.__version__,
                       "blas": torch.__config__.show().split("BLAS_INFO=")[1].split(",")[0]}))
 

@@ -1,5 +1,5 @@
-// mse_loss and cross_entropy: see loss.h. Each loss is one graph node (as PyTorch's fused
-// loss kernels), with its backward formula right below its forward.
+// mse_loss, cross_entropy and nll_loss: see loss.h. mse_loss is one graph node, its backward
+// formula right below its forward; cross_entropy's rows are one fused op (tensor/fused.h).
 #include "tinyddp/nn/loss.h"
 
 #include <functional>
@@ -19,17 +19,6 @@ using tensor::SavedTensor;
 using tensor::Shape;
 
 namespace {
-
-// The class indices 0 .. classes - 1 on `device` ([1, classes], int64), made once per device
-// and count: on a GPU, making them copies from the host, which a CUDA graph's capture cannot.
-Tensor class_indices(int64_t classes, const tensor::Device& device) {
-  static std::mutex mutex;
-  static auto* cache = new std::map<std::pair<std::string, int64_t>, Tensor>();  // never destroyed
-  std::lock_guard<std::mutex> lock(mutex);
-  Tensor& entry = (*cache)[{device.str(), classes}];
-  if (!entry.defined()) entry = tensor::arange(classes, tensor::TensorOptions().device(device)).unsqueeze(0);
-  return entry;
-}
 
 // Every target not ignored lies in [0, classes): one read of the smallest and the largest.
 void check_target_range(const Tensor& targets, const Tensor& ignored, int64_t classes, const char* op) {
@@ -91,6 +80,17 @@ Tensor over_positions(const Tensor& scores, const Tensor& targets, std::string_v
   return reduction == "none" ? out.reshape(targets.sizes()) : out;
 }
 
+// The class indices 0 .. classes - 1 on `device` ([1, classes], int64), made once per device
+// and count: on a GPU, making them copies from the host, which a CUDA graph's capture cannot.
+Tensor class_indices(int64_t classes, const tensor::Device& device) {
+  static std::mutex mutex;
+  static auto* cache = new std::map<std::pair<std::string, int64_t>, Tensor>();  // never destroyed
+  std::lock_guard<std::mutex> lock(mutex);
+  Tensor& entry = (*cache)[{device.str(), classes}];
+  if (!entry.defined()) entry = tensor::arange(classes, tensor::TensorOptions().device(device)).unsqueeze(0);
+  return entry;
+}
+
 // cross_entropy's marks of the targets: one_hot [batch, classes] (each row's target class,
 // times weight[target] with a class weight; a zero row where the target is ignored: it is
 // outside [0, classes), or masked when ignore_index is a class), kept [batch, 1], and what
@@ -122,6 +122,72 @@ TargetMarks target_marks(const Tensor& logits, const Tensor& targets, int64_t ig
                                : static_cast<double>(targets.numel() - tensor::sum(ignored).item<int64_t>());
   }
   return m;
+}
+
+// cross_entropy of 16-bit logits, composed as before the fused op, in the logits' dtype:
+// log_softmax, the targets' one-hot marks, products and sums, and a backward of
+// (softmax mass - distribution) / count op by op, each step rounded to the dtype (as close to
+// PyTorch's 16-bit log_softmax and nll_loss as the fused kernel's float arithmetic, and the
+// numbers the mixed-precision tests were written against).
+Tensor cross_entropy_16bit(const Tensor& logits, const Tensor& targets, int64_t ignore_index, Reduction reduction,
+                           double label_smoothing, const Tensor& weight) {
+  const int64_t classes = logits.size(1);
+  check_class_weight(weight, logits, classes, "cross_entropy");
+  const bool on_gpu = logits.is_cuda();  // (target_marks: what a GPU reads back)
+  const bool check_range = !(on_gpu && tensor::cuda::is_capturing(logits.device().index));
+  // log_probs is recorded (saved, it keeps its history for a double backward); the rest is not.
+  const Tensor log_probs = tensor::log_softmax(logits, 1);
+  Tensor dist, mass, out;
+  TargetMarks marks;
+  {
+    NoGradGuard no_grad;
+    marks = target_marks(logits, targets, ignore_index, weight, check_range);
+    const Tensor &one_hot = marks.one_hot, &kept = marks.kept;
+    const double count = marks.count;
+    const Tensor& count_on_gpu = marks.count_on_gpu;
+    // Sums of rows as the reduction asks: the mean over the kept rows, the sum, or per row.
+    const auto reduce = [&](const Tensor& weighted) {
+      if (reduction == Reduction::kNone) return tensor::neg(tensor::sum(weighted, {1}));
+      const Tensor total = tensor::sum(weighted);
+      if (reduction == Reduction::kSum) return tensor::neg(total);
+      return tensor::neg(on_gpu ? tensor::div(total, count_on_gpu) : tensor::div(total, count));
+    };
+    out = reduce(tensor::mul(log_probs, one_hot));
+    dist = one_hot;
+    // Each row's weight, what its softmax is scaled by in the gradient: weight[targets[i]]
+    // (without a class weight, kept itself).
+    if (weight.defined()) mass = tensor::sum(one_hot, {1}, /*keepdim=*/true);
+    if (label_smoothing > 0) {
+      // PyTorch: (1 - s) nll + (s / classes) smooth, smooth = -sum_c weight[c] log_probs over
+      // kept rows; the gradient's target distribution is (1 - s) one_hot + s / classes weight.
+      const double share = label_smoothing / static_cast<double>(classes);
+      const Tensor spread = weight.defined() ? tensor::mul(kept, weight.unsqueeze(0)) : kept;
+      out = tensor::add(tensor::mul(out, 1 - label_smoothing),
+                        tensor::mul(reduce(tensor::mul(log_probs, spread)), share));
+      dist = tensor::add(tensor::mul(one_hot, 1 - label_smoothing), tensor::mul(spread, share));
+      if (weight.defined()) {
+        mass = tensor::add(tensor::mul(mass, 1 - label_smoothing),
+                           tensor::mul(kept, tensor::mul(tensor::sum(weight), share)));
+      }
+    }
+  }
+  // grad_logits [batch, classes] = grad_out * (softmax(logits) mass - dist), mass = 1 on kept
+  // rows without a class weight; / count for the mean, row by row for "none"
+  if (tensor::needs_grad(logits)) {
+    tensor::record_op("CrossEntropyBackward", out, {logits, targets},
+                      [sl = SavedTensor(log_probs), sd = SavedTensor(dist), kept = marks.kept, mass,
+                       count = marks.count, count_on_gpu = marks.count_on_gpu, reduction](const Tensor& g) {
+                        const Tensor probs = tensor::exp(sl.get("CrossEntropyBackward"));
+                        const Tensor diff = mass.defined()
+                                                ? tensor::sub(tensor::mul(probs, mass), sd.get("CrossEntropyBackward"))
+                                                : tensor::mul(tensor::sub(probs, sd.get("CrossEntropyBackward")), kept);
+                        Tensor scale = g.unsqueeze(-1);  // "none": each row's own; "sum": one number
+                        if (reduction == Reduction::kMean)
+                          scale = count_on_gpu.defined() ? tensor::div(g, count_on_gpu) : tensor::div(g, count);
+                        return std::vector<Tensor>{tensor::mul(diff, scale), Tensor()};
+                      });
+  }
+  return out;
 }
 
 }  // namespace
@@ -217,63 +283,27 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ign
   TDDP_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0),
              "cross_entropy: expected targets of shape [{}] for logits of shape {}, got {}", logits.size(0),
              tensor::format_shape(logits.sizes()), tensor::format_shape(targets.sizes()));
-  const int64_t classes = logits.size(1);
-  check_class_weight(weight, logits, classes, "cross_entropy");
-  const bool on_gpu = logits.is_cuda();  // (target_marks: what a GPU reads back)
-  const bool check_range = !(on_gpu && tensor::cuda::is_capturing(logits.device().index));
-  // log_probs is recorded (saved, it keeps its history for a double backward); the rest is not.
-  const Tensor log_probs = tensor::log_softmax(logits, 1);
-  Tensor dist, mass, out;
-  TargetMarks marks;
+  check_class_weight(weight, logits, logits.size(1), "cross_entropy");
+  if (tensor::is_16bit_float(logits.dtype())) {
+    return cross_entropy_16bit(logits, targets, ignore_index, reduction, label_smoothing, weight);
+  }
+  // The rows' losses in one kernel each way (tensor/fused.h), then the reduction: "mean" divides
+  // by the kept rows, or the sum of their targets' weights (PyTorch's), as a tensor (NaN when
+  // every row is ignored, as PyTorch; on a GPU nothing is read back).
+  const Tensor losses = tensor::cross_entropy_rows(logits, targets, weight, ignore_index, label_smoothing);
+  if (reduction == Reduction::kNone) return losses;
+  const Tensor total = tensor::sum(losses);
+  if (reduction == Reduction::kSum) return total;
+  Tensor count;
   {
     NoGradGuard no_grad;
-    marks = target_marks(logits, targets, ignore_index, weight, check_range);
-    const Tensor &one_hot = marks.one_hot, &kept = marks.kept;
-    const double count = marks.count;
-    const Tensor& count_on_gpu = marks.count_on_gpu;
-    // Sums of rows as the reduction asks: the mean over the kept rows, the sum, or per row.
-    const auto reduce = [&](const Tensor& weighted) {
-      if (reduction == Reduction::kNone) return tensor::neg(tensor::sum(weighted, {1}));
-      const Tensor total = tensor::sum(weighted);
-      if (reduction == Reduction::kSum) return tensor::neg(total);
-      return tensor::neg(on_gpu ? tensor::div(total, count_on_gpu) : tensor::div(total, count));
-    };
-    out = reduce(tensor::mul(log_probs, one_hot));
-    dist = one_hot;
-    // Each row's weight, what its softmax is scaled by in the gradient: weight[targets[i]]
-    // (without a class weight, kept itself).
-    if (weight.defined()) mass = tensor::sum(one_hot, {1}, /*keepdim=*/true);
-    if (label_smoothing > 0) {
-      // PyTorch: (1 - s) nll + (s / classes) smooth, smooth = -sum_c weight[c] log_probs over
-      // kept rows; the gradient's target distribution is (1 - s) one_hot + s / classes weight.
-      const double share = label_smoothing / static_cast<double>(classes);
-      const Tensor spread = weight.defined() ? tensor::mul(kept, weight.unsqueeze(0)) : kept;
-      out = tensor::add(tensor::mul(out, 1 - label_smoothing),
-                        tensor::mul(reduce(tensor::mul(log_probs, spread)), share));
-      dist = tensor::add(tensor::mul(one_hot, 1 - label_smoothing), tensor::mul(spread, share));
-      if (weight.defined()) {
-        mass = tensor::add(tensor::mul(mass, 1 - label_smoothing),
-                           tensor::mul(kept, tensor::mul(tensor::sum(weight), share)));
-      }
-    }
+    const Tensor ignored = tensor::eq(targets, static_cast<double>(ignore_index));
+    const Tensor kept = tensor::logical_not(ignored).to(logits.dtype());
+    count = weight.defined() ? tensor::sum(tensor::mul(
+                                   tensor::index_select(weight, 0, tensor::masked_fill(targets, ignored, 0.0)), kept))
+                             : tensor::sum(kept);
   }
-  // grad_logits [batch, classes] = grad_out * (softmax(logits) mass - dist), mass = 1 on kept
-  // rows without a class weight; / count for the mean, row by row for "none"
-  if (tensor::needs_grad(logits)) {
-    tensor::record_op("CrossEntropyBackward", out, {logits, targets},
-                      [sl = SavedTensor(log_probs), sd = SavedTensor(dist), kept = marks.kept, mass,
-                       count = marks.count, count_on_gpu = marks.count_on_gpu, reduction](const Tensor& g) {
-                        const Tensor probs = tensor::exp(sl.get("CrossEntropyBackward"));
-                        const Tensor diff = mass.defined()
-                                                ? tensor::sub(tensor::mul(probs, mass), sd.get("CrossEntropyBackward"))
-                                                : tensor::mul(tensor::sub(probs, sd.get("CrossEntropyBackward")), kept);
-                        Tensor scale = g.unsqueeze(-1);  // "none": each row's own; "sum": one number
-                        if (reduction == Reduction::kMean)
-                          scale = count_on_gpu.defined() ? tensor::div(g, count_on_gpu) : tensor::div(g, count);
-                        return std::vector<Tensor>{tensor::mul(diff, scale), Tensor()};
-                      });
-  }
-  return out;
+  return tensor::div(total, count);
 }
 
 Tensor nll_loss(const Tensor& input_in, const Tensor& target, int64_t ignore_index, std::string_view reduction_name,

@@ -287,6 +287,8 @@ void Adam::step() {
 void Adam::step_group(size_t g) {
   NoGradGuard no_grad;
   const double lr = this->lr(g), decay = weight_decay(g), beta1 = momentum(g), beta2 = options_.beta2();
+  // The parameters with a gradient: their state made and their step counted first.
+  std::vector<size_t> stepped;
   for (size_t i = group_begin(g); i < group_end(g); ++i) {
     const Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
@@ -308,12 +310,30 @@ void Adam::step_group(size_t g) {
     } else {
       ++s.step;
     }
-    if (!options_.capturable() && !options_.amsgrad() &&
-        tensor::fused_adam_step_(
-            p, p.grad(), s.exp_avg, s.exp_avg_sq,
-            {lr, beta1, options_.beta2(), options_.eps(), decay, s.step, decoupled_, options_.maximize()})) {
-      continue;  // the same operations in one pass (tensor/ops.h)
+    stepped.push_back(i);
+  }
+  if (stepped.empty()) return;
+  // All of them in one call where they allow (tensor/fused.h: on a GPU, a few launches for the
+  // group), else each in one pass, else op by op: the same operations every way.
+  const auto fused_step = [&](int64_t count) {
+    return tensor::AdamStep{lr, beta1, beta2, options_.eps(), decay, count, decoupled_, options_.maximize()};
+  };
+  const bool plain = !options_.capturable() && !options_.amsgrad();
+  if (plain && std::all_of(stepped.begin(), stepped.end(),
+                           [&](size_t i) { return state_[i].step == state_[stepped[0]].step; })) {
+    std::vector<Tensor> ps, grads, avgs, avg_sqs;
+    for (const size_t i : stepped) {
+      ps.push_back(params_[i]);
+      grads.push_back(params_[i].grad());
+      avgs.push_back(state_[i].exp_avg);
+      avg_sqs.push_back(state_[i].exp_avg_sq);
     }
+    if (tensor::fused_adam_steps_(ps, grads, avgs, avg_sqs, fused_step(state_[stepped[0]].step))) return;
+  }
+  for (const size_t i : stepped) {
+    const Tensor& p = params_[i];
+    State& s = state_[i];
+    if (plain && tensor::fused_adam_step_(p, p.grad(), s.exp_avg, s.exp_avg_sq, fused_step(s.step))) continue;
     Tensor grad = step_grad(p, options_.maximize());
     if (decay != 0) {
       if (decoupled_) {

@@ -24,7 +24,7 @@ OUT = os.path.join(ROOT, "docs", "torch_names.md")
 # or, where the name is PyTorch's elsewhere, qualified ("torch.normal_": torch has Tensor.normal_).
 OWN = {
     "add_out", "mul_out", "div_out", "copy_into", "write_in_place", "fill_out", "accumulate_into", "scalar_like",
-    "fused_sgd_step_", "fused_adam_step_", "arange_impl", "from_vector", "format_shape", "causal_softmax", "flash_attention",
+    "fused_sgd_step_", "fused_adam_step_", "fused_adam_steps_", "arange_impl", "from_vector", "format_shape", "causal_softmax", "flash_attention", "cross_entropy_rows",
     "broadcast_shapes",
     "is_expandable_to", "infer_size", "contiguous_strides", "wrap_dim", "numel_of", "scaled_dot_product",
     "im2col", "col2im", "sum_to_size", "dropout_mask", "set_data", "raw_data_ptr", "use_count", "impl", "is_same",
@@ -47,7 +47,7 @@ NEWER = {"F.scaled_dot_product_attention", "distributed.fsdp.fully_shard"}
 
 # Where each kind of name comes from: (section, torch prefix, tinyddp prefix, headers).
 FUNCTION_SECTIONS = [
-    ("torch functions", "torch.", "tensor::", ["tensor/ops.h", "tensor/factory.h", "tensor/random.h",
+    ("torch functions", "torch.", "tensor::", ["tensor/ops.h", "tensor/fused.h", "tensor/factory.h", "tensor/random.h",
                                                 "tensor/indexing.h", "tensor/grad_mode.h", "tensor/dtype.h"]),
     ("torch.nn.functional", "F.", "F::", ["nn/functional.h", "nn/embedding_bag.h"]),
     ("torch.nn.init", "nn.init.", "nn::init::", ["nn/init.h"]),

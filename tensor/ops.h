@@ -1,7 +1,7 @@
 // The tensor operations: elementwise math with NumPy broadcasting, comparisons, reductions,
-// softmax, matmul, convolution, pooling, normalisation, attention, embedding, the optimizer
-// steps, and the out-variants behind the in-place methods. Each op validates its arguments
-// (shape, dtype, device: errors name the op and the offending argument), records its
+// softmax, matmul, convolution, pooling, normalisation, embedding, and the out-variants behind
+// the in-place methods (the fused ops: fused.h, included at the end). Each op validates its
+// arguments (shape, dtype, device: errors name the op and the offending argument), records its
 // backward, and calls the entry point of the same name on its device's backend (the one
 // interface of tensor/internal/backend.h, which the CPU and CUDA backends implement); the ops
 // live in native/, a file per family.
@@ -282,16 +282,6 @@ Tensor one_hot(const Tensor& ids, int64_t num_classes = -1);
 // Numerically stable (the row maximum is subtracted first).
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
-// Attention's masked softmax in one kernel: scores [..., M, N] (M <= N) -> softmax over the last
-// dim of scale * scores, column j of row i kept only while j <= i + N - M (tril's mask), masked
-// entries 0. The numbers of softmax(masked_fill(mul(scores, scale), future, -inf), -1), in one
-// pass over memory each way instead of three (its backward: one kernel too).
-Tensor causal_softmax(const Tensor& scores, double scale = 1.0);
-// Attention in one op: softmax(scale * query key^T) value, is_causal masking as causal_softmax;
-// query [..., M, E], key [..., N, E], value [..., N, Ev] (same leading dims) -> [..., M, Ev]. Flash
-// attention where the backend has a kernel (no [M, N] weights in memory); else, and for
-// create_graph, matmul and (causal_)softmax (docs/tensor.md, "Attention in one op").
-Tensor flash_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal, double scale);
 
 // ---- linear algebra ---------------------------------------------------------------------------
 // 1-D/2-D/batched as torch.matmul: batch dims broadcast; transposed views are used in place.
@@ -435,16 +425,10 @@ void fill_out(const Tensor& dst, double value);
 void accumulate_into(const Tensor& dst, const Tensor& src);
 // The scalar `value` as a 0-d tensor in the dtype it combines with `t` in (the rules above).
 Tensor scalar_like(const Tensor& t, double value, const char* op);
-
-// ---- fused optimizer steps --------------------------------------------------------------------
-// One SGD (SgdStep: torch.optim.SGD's options, kernel_ops.h) or Adam/AdamW (AdamStep) update of
-// `param` in one pass over memory: the op-by-op update's float operations in the same order (the
-// same bits). SGD with momentum: an undefined `*momentum_buffer` is the first step (allocated
-// here). For contiguous CPU float32/float64 tensors of one shape and dtype; false, touching nothing, else.
-bool fused_sgd_step_(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step);
-bool fused_adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                      const AdamStep& step);
 }  // namespace tinyddp::tensor
 
+// The fused ops (attention, cross-entropy, the optimizer steps: one kernel for what a model
+// would otherwise compose).
+#include "tinyddp/tensor/fused.h"  // IWYU pragma: export
 // The operators (x + y, x > 0, x += y, mask & other), written with the functions above.
 #include "tinyddp/tensor/operators.h"  // IWYU pragma: export

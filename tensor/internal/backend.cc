@@ -24,6 +24,13 @@ Backend& backend_for(Device device, const char* op) {
   throw Error(fmt::format("{}: no kernel for tensors on {} in this build", op, device.str()));
 }
 
+bool Backend::adam_steps(const std::vector<AdamTensors>& list, const AdamStep& step) {
+  for (const AdamTensors& t : list) {
+    if (!adam_step(t.param, t.grad, t.exp_avg, t.exp_avg_sq, step)) return false;  // (one dtype: the first)
+  }
+  return true;
+}
+
 Tensor Backend::contiguous(const Tensor& t) {
   if (t.is_contiguous()) return t;
   const Tensor out = empty(t.sizes(), TensorOptions(t.dtype()).device(t.device()));

@@ -14,6 +14,7 @@
 
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include "tinyddp/tensor/internal/kernel_ops.h"
 #include "tinyddp/tensor/tensor.h"
@@ -95,6 +96,18 @@ class Backend {
                                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                         const Tensor& lse, bool causal, double scale) = 0;
 
+  // Cross-entropy's rows in one pass over the logits (tensor/fused.h's cross_entropy_rows):
+  // logits [N, C] contiguous floating, targets [N] int64 (each in [0, C) or ignore_index: checked
+  // by the op), weight [C] of the logits' dtype or undefined -> loss [N] (the logits' dtype) and
+  // lse [N], each row's log-sum-exp (float64 for float64 logits, else float32). The backward
+  // writes grad_logits [N, C] from grad_loss [N] (contiguous), the logits and lse. false, with
+  // nothing written, where the backend has no kernel (a dtype).
+  virtual bool cross_entropy(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& targets,
+                             const Tensor& weight, int64_t ignore_index, double label_smoothing) = 0;
+  virtual bool cross_entropy_backward(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits,
+                                      const Tensor& lse, const Tensor& targets, const Tensor& weight,
+                                      int64_t ignore_index, double label_smoothing) = 0;
+
   // col (shape [N, C, kh, kw, OH, OW], any strides) = the windows of x [N, C, H, W] (any
   // strides), padding reading as pad_value; and its gradient, grad_x (contiguous, zeroed here)
   // = the sum, over the col entries that read each input element, of those entries.
@@ -130,16 +143,23 @@ class Backend {
                                       const Window2d& window, int64_t groups) = 0;
   virtual bool conv2d_native(const Window2d& window, int64_t out_channels, int64_t groups, bool bias, DType dtype) = 0;
 
-  // One SGD update of param in one pass over memory (tensor/ops.h's fused_sgd_step_). param,
+  // One SGD update of param in one pass over memory (tensor/fused.h's fused_sgd_step_). param,
   // grad and *momentum_buffer (when defined) are contiguous, of one shape and dtype; a
   // momentum buffer is allocated here on the first step with momentum, and takes d itself.
   // false, with nothing written or allocated, where the backend has no fused kernel.
   virtual bool sgd_step(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step) = 0;
-  // One Adam step of param (tensor/ops.h's fused_adam_step_): param, grad, exp_avg and
+  // One Adam step of param (tensor/fused.h's fused_adam_step_): param, grad, exp_avg and
   // exp_avg_sq contiguous, of one shape and dtype. false, with nothing written, where the
   // backend has no fused kernel.
   virtual bool adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                          const AdamStep& step) = 0;
+  // The Adam steps of many parameters of one group (tensor/fused.h's fused_adam_steps_), every
+  // parameter's tensors as adam_step's and all of one dtype: a backend that can updates them
+  // all in a few launches. Here (the default): adam_step on each in turn.
+  struct AdamTensors {
+    Tensor param, grad, exp_avg, exp_avg_sq;
+  };
+  virtual bool adam_steps(const std::vector<AdamTensors>& list, const AdamStep& step);
 
   // What a backend's own code needs of copies, on its own copy and fill (internal/backend.cc),
   // so that it never calls back up into native/ through Tensor::contiguous, to or fill_:

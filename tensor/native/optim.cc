@@ -1,4 +1,4 @@
-// Fused optimizer steps (tensor/ops.h): the checks that decide whether a parameter qualifies
+// Fused optimizer steps (tensor/fused.h): the checks that decide whether a parameter qualifies
 // (contiguous, with a gradient and momentum buffer of its shape and dtype), the backend's
 // fused kernel where it has one (Backend::sgd_step, adam_step), and the version counters the
 // update bumps.
@@ -35,6 +35,27 @@ bool fused_adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp
   }
   if (!backend_for(param.device(), "fused_adam_step_").adam_step(param, grad, exp_avg, exp_avg_sq, step)) return false;
   for (const Tensor* t : {&param, &exp_avg, &exp_avg_sq}) t->storage().bump_version();
+  return true;
+}
+
+bool fused_adam_steps_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                       const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                       const AdamStep& step) {
+  const size_t n = params.size();
+  if (n == 0 || grads.size() != n || exp_avgs.size() != n || exp_avg_sqs.size() != n) return false;
+  std::vector<Backend::AdamTensors> list;
+  list.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& p = params[i];
+    if (!p.defined() || !grads[i].defined() || !exp_avgs[i].defined() || !exp_avg_sqs[i].defined()) return false;
+    if (p.device() != params[0].device() || p.dtype() != params[0].dtype() || !p.is_contiguous()) return false;
+    if (!fusable(grads[i], p) || !fusable(exp_avgs[i], p) || !fusable(exp_avg_sqs[i], p)) return false;
+    list.push_back({p, grads[i], exp_avgs[i], exp_avg_sqs[i]});
+  }
+  if (!backend_for(params[0].device(), "fused_adam_steps_").adam_steps(list, step)) return false;
+  for (const Backend::AdamTensors& t : list) {
+    for (const Tensor* u : {&t.param, &t.exp_avg, &t.exp_avg_sq}) u->storage().bump_version();
+  }
   return true;
 }
 

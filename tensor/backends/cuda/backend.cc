@@ -220,6 +220,36 @@ bool CudaBackend::flash_attention_backward(const Tensor& dq, const Tensor& dk, c
   return true;
 }
 
+bool CudaBackend::cross_entropy(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& targets,
+                                const Tensor& weight, int64_t ignore_index, double label_smoothing) {
+  const int device = device_of(logits);
+  DeviceGuard guard(device);
+  check_launch(
+      k::cross_entropy_rows(logits.raw_data_ptr(), targets.data_ptr<int64_t>(),
+                            weight.defined() ? weight.raw_data_ptr() : nullptr, static_cast<int>(logits.dtype()),
+                            loss.raw_data_ptr(), lse.raw_data_ptr(), logits.size(0), logits.size(1), ignore_index,
+                            label_smoothing, compute_stream(device)),
+      "cross_entropy kernel");
+  return true;
+}
+
+bool CudaBackend::cross_entropy_backward(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits,
+                                         const Tensor& lse, const Tensor& targets, const Tensor& weight,
+                                         int64_t ignore_index, double label_smoothing) {
+  const int device = device_of(logits);
+  DeviceGuard guard(device);
+  // The weight's sum, where the smoothing's terms need it, on the device (nothing read back).
+  const Tensor weight_sum = weight.defined() ? converted(sum(weight, {0}, false), lse.dtype()) : Tensor();
+  check_launch(
+      k::cross_entropy_backward_rows(logits.raw_data_ptr(), grad_loss.raw_data_ptr(), targets.data_ptr<int64_t>(),
+                                     lse.raw_data_ptr(), weight.defined() ? weight.raw_data_ptr() : nullptr,
+                                     weight_sum.defined() ? weight_sum.raw_data_ptr() : nullptr,
+                                     static_cast<int>(logits.dtype()), grad_logits.raw_data_ptr(), logits.size(0),
+                                     logits.size(1), ignore_index, label_smoothing, compute_stream(device)),
+      "cross_entropy backward kernel");
+  return true;
+}
+
 void CudaBackend::mm(const Tensor& out, const Tensor& a, const Tensor& b) { blas::mm(out, a, b); }
 bool CudaBackend::bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
   blas::bmm(out, a, b);
@@ -264,8 +294,26 @@ bool CudaBackend::batch_norm_backward_elemt(const Tensor&, const Tensor&, const 
 bool CudaBackend::max_pool2d(const Tensor&, const Tensor&, const Tensor&, const Window2d&) { return false; }
 bool CudaBackend::max_pool2d_backward(const Tensor&, const Tensor&, const Tensor&, const Window2d&) { return false; }
 bool CudaBackend::sgd_step(const Tensor&, const Tensor&, Tensor*, const SgdStep&) { return false; }
-bool CudaBackend::adam_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamStep&) {
-  return false;
+bool CudaBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                            const AdamStep& step) {
+  return adam_steps({{param, grad, exp_avg, exp_avg_sq}}, step);
+}
+bool CudaBackend::adam_steps(const std::vector<AdamTensors>& list, const AdamStep& step) {
+  if (list.empty()) return true;
+  const DType dtype = list[0].param.dtype();
+  if (dtype != kFloat32 && dtype != kFloat64) return false;  // 16-bit: op by op
+  std::vector<k::AdamTensorPointers> pointers;
+  pointers.reserve(list.size());
+  for (const AdamTensors& t : list) {
+    pointers.push_back({t.param.raw_data_ptr(), t.grad.raw_data_ptr(), t.exp_avg.raw_data_ptr(),
+                        t.exp_avg_sq.raw_data_ptr(), t.param.numel()});
+  }
+  const int device = device_of(list[0].param);
+  DeviceGuard guard(device);
+  check_launch(k::adam_steps(pointers.data(), static_cast<int>(pointers.size()), static_cast<int>(dtype), step,
+                             compute_stream(device)),
+               "adam step kernel");
+  return true;
 }
 
 CudaBackend& backend() {

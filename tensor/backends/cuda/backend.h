@@ -67,6 +67,12 @@ class CudaBackend final : public Backend {
   bool flash_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                 const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                                 bool causal, double scale) override;
+  // loss.cu: every floating dtype, a block per row.
+  bool cross_entropy(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& targets,
+                     const Tensor& weight, int64_t ignore_index, double label_smoothing) override;
+  bool cross_entropy_backward(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits,
+                              const Tensor& lse, const Tensor& targets, const Tensor& weight, int64_t ignore_index,
+                              double label_smoothing) override;
 
   // conv.cc: a strided copy of the padded input's windows and an accumulation into them.
   void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double pad_value) override;
@@ -91,10 +97,12 @@ class CudaBackend final : public Backend {
                               const Window2d& window, int64_t groups) override;
   bool conv2d_native(const Window2d& window, int64_t out_channels, int64_t groups, bool bias, DType dtype) override;
 
-  // Declined (false): the optimizer's op-by-op update.
+  // SGD declined (false): the optimizer's op-by-op update. Adam (optim.cu): float32 and float64
+  // parameters, several per launch.
   bool sgd_step(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step) override;
   bool adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                  const AdamStep& step) override;
+  bool adam_steps(const std::vector<AdamTensors>& list, const AdamStep& step) override;
 };
 
 // The one CUDA backend (backend_for(kCUDA) returns it in a CUDA build).

@@ -37,6 +37,10 @@ struct Compute<BF16> {
 template <typename T>
 using compute_t = typename Compute<T>::type;
 
+// The floating dtypes: float, double and the 16-bit floats (computed in float).
+template <typename T>
+constexpr bool is_floating = std::is_floating_point_v<compute_t<T>>;
+
 template <typename T>
 __host__ __device__ inline compute_t<T> load(const T& v) {
   return v;

@@ -1,5 +1,5 @@
 // The plain-C++ interface to the nvcc-compiled kernels (tensor/backends/cuda/elementwise.cu, reduce.cu,
-// attention.cu, embedding.cu).
+// attention.cu, embedding.cu, loss.cu, optim.cu).
 // No CUDA or tinyddp headers here: the .cu side sees only these descriptors, built by
 // tensor/backends/cuda/backend.cc from Tensors (shapes broadcast, adjacent dims merged, devices and
 // dtypes already checked). Every launcher enqueues on `stream` (a cudaStream_t) and returns
@@ -7,6 +7,10 @@
 #pragma once
 
 #include <cstdint>
+
+namespace tinyddp::tensor {
+struct AdamStep;  // internal/kernel_ops.h
+}  // namespace tinyddp::tensor
 
 namespace tinyddp::tensor::cuda::kernels {
 
@@ -75,6 +79,16 @@ int flash_attention(const void* q, const void* k, const void* v, int dtype, void
 int flash_attention_backward(const void* q, const void* k, const void* v, const void* out, const void* dout,
                              const void* lse, void* delta, int dtype, void* dq, void* dk, void* dv, int64_t heads,
                              int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, void* stream);
+// loss.cu: cross-entropy's rows of contiguous x [rows, n] (tensor/fused.h), targets [rows] (each
+// in [0, n) or ignore_index), weight [n] (x's dtype) or null: loss [rows] (x's dtype) and lse
+// [rows] (float, or double for float64). The backward writes grad [rows, n] from grad_loss
+// [rows], x and lse; weight_sum (lse's type, on the device) is the weight's sum, null without a
+// weight (n is used).
+int cross_entropy_rows(const void* x, const int64_t* targets, const void* weight, int dtype, void* loss, void* lse,
+                       int64_t rows, int64_t n, int64_t ignore_index, double smoothing, void* stream);
+int cross_entropy_backward_rows(const void* x, const void* grad_loss, const int64_t* targets, const void* lse,
+                                const void* weight, const void* weight_sum, int dtype, void* grad, int64_t rows,
+                                int64_t n, int64_t ignore_index, double smoothing, void* stream);
 // out [n, c] = the rows of weight [V, c] at ids [n] (in range); the backward adds grad [n, c]
 // onto acc [V, c] (float, or double for float64 grads; zeroed by the caller) at ids.
 int embedding_rows(const void* weight, const int64_t* ids, int dtype, void* out, int64_t n, int64_t c, void* stream);
@@ -87,5 +101,18 @@ int layer_norm_rows(const void* x, const void* weight, const void* bias, int dty
                     int64_t rows, int64_t n, double eps, void* stream);
 int layer_norm_backward_rows(const void* dy, const void* x, const void* mean, const void* rstd, const void* weight,
                              int dtype, void* dx, int64_t rows, int64_t n, void* stream);
+
+// optim.cu: the Adam step of `count` parameters (tensor/fused.h's fused_adam_steps_), each
+// param, grad, exp_avg and exp_avg_sq contiguous of `numel` elements and of `dtype` (float or
+// double; others: cudaErrorNotSupported), up to kTensorsPerLaunch per launch.
+constexpr int kTensorsPerLaunch = 40;
+struct AdamTensorPointers {
+  void* param;
+  const void* grad;
+  void* exp_avg;
+  void* exp_avg_sq;
+  int64_t numel;
+};
+int adam_steps(const AdamTensorPointers* list, int count, int dtype, const AdamStep& step, void* stream);
 
 }  // namespace tinyddp::tensor::cuda::kernels

@@ -275,9 +275,6 @@ cudaError_t dispatch_sum(int dtype, F&& f) {
   });
 }
 
-template <typename T>
-constexpr bool is_floating = std::is_floating_point_v<compute_t<T>>;
-
 }  // namespace
 
 int sum_rows(const void* x, int dtype, void* out, int64_t outer, int64_t inner, double scale, void* stream) {

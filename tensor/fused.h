@@ -1,0 +1,59 @@
+// The fused ops: one kernel each way for what a model would otherwise compose from several ops
+// (attention's masked softmax, attention itself, cross-entropy's rows, the optimizer steps), so
+// that no intermediate the size of the scores, weights or log-probabilities is written to
+// memory and read back. Each gives the numbers of its composition (within the arithmetic's
+// rounding; the optimizer steps: the same bits) and falls back to it where the backend has no
+// kernel and for create_graph. Included by ops.h (docs/tensor.md: "Attention in one op", "Cross-entropy in one op").
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tinyddp/tensor/internal/kernel_ops.h"
+#include "tinyddp/tensor/tensor.h"
+
+namespace tinyddp::tensor {
+
+// Attention's masked softmax in one kernel: scores [..., M, N] (M <= N) -> softmax over the last
+// dim of scale * scores, column j of row i kept only while j <= i + N - M (tril's mask), masked
+// entries 0. The numbers of mul by scale, masked_fill of the future with -inf and softmax, in one
+// pass over memory each way instead of three (its backward: one kernel too).
+Tensor causal_softmax(const Tensor& scores, double scale = 1.0);
+// Attention in one op: the softmax of scale * query key^T times value, is_causal masking as causal_softmax;
+// query [..., M, E], key [..., N, E], value [..., N, Ev] (same leading dims) -> [..., M, Ev]. Flash
+// attention where the backend has a kernel (no [M, N] weights in memory); else, and for
+// create_graph, matmul and (causal_)softmax (docs/tensor.md, "Attention in one op").
+Tensor flash_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal, double scale);
+// Cross-entropy of each row, as nn::cross_entropy(logits, targets, ignore_index, "none",
+// label_smoothing, weight) (torch.nn.functional.cross_entropy's numbers): logits [N, C] floating,
+// targets [N] int64, each in [0, C) or equal to ignore_index (others are refused, naming one),
+// weight [C] of the logits' dtype or undefined -> losses [N]:
+//   (1 - label_smoothing) w[t] (lse - x[t]) + label_smoothing / C sum_c w[c] (lse - x[c])
+// for row x with target t and log-sum-exp lse (w = 1 without a weight), 0 where ignored. Where the
+// backend has a kernel, one pass over the logits each way: the forward keeps each row's lse, never
+// the [N, C] log-probabilities, and the backward writes the logits' gradient
+//   grad[i] (mass_i p[c] - (1 - label_smoothing) w[t] [c == t] - label_smoothing / C w[c])
+// (p: the row's softmax; mass_i: the sum of the subtracted terms over c) in one pass. Else, and for create_graph,
+// log_softmax and gathers. The weight gets no gradient (as PyTorch's).
+Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, const Tensor& weight = Tensor(),
+                          int64_t ignore_index = -100, double label_smoothing = 0.0);
+
+// ---- optimizer steps --------------------------------------------------------------------------
+// One SGD (SgdStep: torch.optim.SGD's options, kernel_ops.h) or Adam/AdamW (AdamStep) update of
+// `param` in one pass over memory: the op-by-op update's float operations in the same order (the
+// same bits). SGD with momentum: an undefined `*momentum_buffer` is the first step (allocated
+// here). For contiguous float32/float64 tensors of one shape and dtype (the CPU's; a GPU's Adam
+// too); false, touching nothing, else.
+bool fused_sgd_step_(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step);
+bool fused_adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                      const AdamStep& step);
+// The Adam step of every parameter of one group (one AdamStep, one step count) as
+// fused_adam_step_ each: on a GPU in a few launches for all of them (as PyTorch's fused and
+// foreach optimizers; one launch per op per parameter op by op). Every list has one entry per
+// parameter; all must qualify as fused_adam_step_'s and share a dtype and device, else false,
+// touching nothing.
+bool fused_adam_steps_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                       const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                       const AdamStep& step);
+
+}  // namespace tinyddp::tensor

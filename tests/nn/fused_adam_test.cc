@@ -1,0 +1,101 @@
+// The Adam step of a whole group at once (tensor::fused_adam_steps_: on a GPU a few launches for
+// every parameter, backends/cuda/optim.cu) against the op-by-op update (transposed copies of the
+// same parameters, which the fused paths decline), bit for bit, on the CPU and on a GPU: a
+// group of more parameters than one launch takes, one of more elements than a block's chunk,
+// parameters whose step counts differ, Adam and AdamW with their options.
+#include <memory>
+
+#include "tests/nn/nn_test_util.h"
+#include "tinyddp/tensor/cuda.h"
+
+using namespace tinyddp;
+using namespace tinyddp::nn;
+
+namespace {
+
+using Options = std::pair<AdamOptions, bool>;  // the options, decoupled (AdamW)
+
+std::unique_ptr<Optimizer> make(const std::vector<Tensor>& params, const Options& options) {
+  if (options.second) return std::make_unique<AdamW>(params, options.first);
+  return std::make_unique<Adam>(params, options.first);
+}
+
+// 45 parameters (past the 40 a GPU launch takes), the first of 70,000 elements (past the
+// 65,536 of a block's chunk), each stepped 4 times with fused_adam_steps_' group path and with
+// the op-by-op path; the last parameter has no gradient at the first step, so its step count
+// lags and the group's first steps go one parameter at a time.
+void check_group(const tensor::Device& device, const Options& options, tensor::DType dtype) {
+  tensor::Generator g(9);
+  std::vector<Tensor> fused, strided;
+  for (int i = 0; i < 45; ++i) {
+    const tensor::Shape shape = i == 0 ? tensor::Shape{700, 100} : tensor::Shape{3 + i % 5, 4};
+    const Tensor start = tensor::randn(shape, {}, &g).to(dtype).to(device);
+    fused.push_back(start.clone().requires_grad_());
+    strided.push_back(start.t().contiguous().t().requires_grad_());  // same values, not contiguous
+  }
+  const auto a = make(fused, options), b = make(strided, options);
+  for (int step = 0; step < 4; ++step) {
+    for (size_t i = 0; i < fused.size(); ++i) {
+      const bool skip = step == 0 && i + 1 == fused.size();
+      const Tensor grad = tensor::randn(fused[i].sizes(), {}, &g).to(dtype).to(device);
+      fused[i].mutable_grad() = skip ? Tensor() : grad.clone();
+      strided[i].mutable_grad() = skip ? Tensor() : grad.clone();
+    }
+    a->step();
+    b->step();
+    for (size_t i = 0; i < fused.size(); ++i) {
+      INFO("step " << step << ", parameter " << i);
+      REQUIRE(tensor::equal(fused[i], strided[i]));
+    }
+  }
+  const OrderedDict<Tensor> sa = a->state_dict(), sb = b->state_dict();
+  for (const std::string key : {"state.0.exp_avg", "state.0.exp_avg_sq", "state.44.exp_avg_sq", "state.44.step"}) {
+    INFO(key);
+    REQUIRE(sa.find(key) != nullptr);
+    CHECK(tensor::equal(*sa.find(key), *sb.find(key)));
+  }
+}
+
+const std::vector<Options>& all_options() {
+  static const std::vector<Options> options{
+      {AdamOptions(0.01), false},
+      {AdamOptions(0.01).weight_decay(0.1), false},
+      {AdamOptions(0.02).weight_decay(0.1), true},
+      {AdamOptions(0.003).betas(0.8, 0.99).eps(1e-3).maximize(true).weight_decay(0.05), true}};
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("Adam's whole-group step equals the op-by-op update bit for bit", "[nn][optim]") {
+  for (const Options& options : all_options()) {
+    for (const tensor::DType dtype : {tensor::kFloat32, tensor::kFloat64}) {
+      INFO("decoupled " << options.second << ", " << tensor::dtype_name(dtype));
+      check_group(tensor::kCPU, options, dtype);
+    }
+  }
+}
+
+TEST_CASE("fused_adam_steps_ declines lists it cannot take, touching nothing", "[nn][optim]") {
+  const Tensor p = tensor::ones({4}), q = tensor::ones({4}, tensor::TensorOptions(tensor::kFloat64));
+  const tensor::AdamStep step{0.1, 0.9, 0.999, 1e-8, 0, 1, false, false};
+  // Mixed dtypes, a transposed parameter, lists of different lengths, an empty list.
+  CHECK_FALSE(
+      tensor::fused_adam_steps_({p, q}, {p.clone(), q.clone()}, {p.clone(), q.clone()}, {p.clone(), q.clone()}, step));
+  const Tensor t = tensor::ones({3, 2}).t();
+  CHECK_FALSE(tensor::fused_adam_steps_({t}, {t.clone()}, {t.clone()}, {t.clone()}, step));
+  CHECK_FALSE(tensor::fused_adam_steps_({p}, {}, {p.clone()}, {p.clone()}, step));
+  CHECK_FALSE(tensor::fused_adam_steps_({}, {}, {}, {}, step));
+  CHECK(tensor::equal(p, tensor::ones({4})));
+}
+
+TEST_CASE("CUDA: Adam's whole-group step (a few launches) equals the op-by-op update bit for bit",
+          "[nn][optim][cuda]") {
+  if (!tensor::cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << tensor::cuda::unavailable_reason());
+  for (const Options& options : all_options()) {
+    for (const tensor::DType dtype : {tensor::kFloat32, tensor::kFloat64}) {
+      INFO("decoupled " << options.second << ", " << tensor::dtype_name(dtype));
+      check_group(tensor::Device::cuda(0), options, dtype);
+    }
+  }
+}
