@@ -2,6 +2,7 @@
 // gradient, each scaled by max_norm / (total + 1e-6) when above) and clip_grad_value_.
 #include "tinyddp/nn/clip_grad.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace tinyddp::nn {
@@ -32,9 +33,19 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
     return n.to(x.dtype());
   };
   const Tensor& first = grads.front();
-  std::vector<Tensor> norms;
-  for (const Tensor& g : grads) norms.push_back(norm(g).to(first.dtype()).to(first.device()).reshape({1}));
-  const Tensor total = norm(tensor::cat(norms, 0));
+  // One dtype and device, the 2-norm: every gradient's norm from one list op (tensor/fused.h: on a
+  // GPU two launches for all, and the scaling below a few), the same composition elsewhere.
+  const bool listed = norm_type == 2 && std::all_of(grads.begin(), grads.end(), [&](const Tensor& g) {
+                        return g.dtype() == first.dtype() && g.device() == first.device();
+                      });
+  Tensor total;
+  if (listed) {
+    total = norm(tensor::foreach_norm(grads));
+  } else {
+    std::vector<Tensor> norms;
+    for (const Tensor& g : grads) norms.push_back(norm(g).to(first.dtype()).to(first.device()).reshape({1}));
+    total = norm(tensor::cat(norms, 0));
+  }
   if (error_if_nonfinite) {
     const double value = total.to(tensor::kFloat64).item<double>();
     TDDP_CHECK(std::isfinite(value),
@@ -47,7 +58,11 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   const Tensor shifted = tensor::add(total, 1e-6);
   const Tensor one = tensor::ones_like(shifted);
   const Tensor coef = tensor::minimum(tensor::mul(tensor::div(one, shifted), max_norm), one);
-  for (const Tensor& g : grads) g.mul_(coef.to(g.dtype()).to(g.device()));
+  if (listed) {
+    tensor::foreach_mul_(grads, coef);
+  } else {
+    for (const Tensor& g : grads) g.mul_(coef.to(g.dtype()).to(g.device()));
+  }
   return total;
 }
 

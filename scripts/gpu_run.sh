@@ -8,7 +8,8 @@
 #             (~6 min at most)
 #   sanitize2 the same four tools over the convolutional ops, CUDA graphs and autocast
 #             (cuda_conv_test, cuda_graph_test, cuda_autocast_test)
-#   sanitize3 the same four tools over the GPU cases written since (flash attention, the math ops, the F::
+#   sanitize3 the same four tools over the GPU cases written since (flash attention, cross-entropy, the
+#             fused Adam step, the foreach ops, the math ops, the F::
 #             composites and layers, device guards, DataParallel), then memcheck over the
 #             collectives' staging of CUDA tensors
 #   bench     the training-step benchmarks against PyTorch on the same GPU    (~5 min at most)
@@ -118,7 +119,7 @@ cuda_op_tests() {
   step cuda_graph_test 60 ours ./tests/tensor/cuda_graph_test --durations yes
   step cuda_math_test 60 ours ./tests/tensor/cuda_math_test --durations yes
   # The GPU cases of tests that are mostly CPU tests (their "[cuda]" tag picks them).
-  for t in tensor/attention_test tensor/cuda_plan_test tensor/device_guard_test nn/functional_test nn/attention_interpolate_test \
+  for t in tensor/attention_test tensor/cross_entropy_test tensor/foreach_test nn/fused_adam_test tensor/cuda_plan_test tensor/device_guard_test nn/functional_test nn/attention_interpolate_test \
     nn/conv_layers_test nn/transformer_encoder_test ddp/data_parallel_test; do
     step "${t#*/}" 60 ours "./tests/$t" "[cuda]" --durations yes
   done
@@ -164,6 +165,9 @@ case "$part" in
       # all of them, should the time run out, then over the staging of strided CUDA tensors).
       sanitize3_tool() {
         check "${1}_flash" 60 "$1" ./tests/tensor/attention_test
+        check "${1}_cross_entropy" 40 "$1" ./tests/tensor/cross_entropy_test
+        check "${1}_fused_adam" 40 "$1" ./tests/nn/fused_adam_test
+        check "${1}_foreach" 30 "$1" ./tests/tensor/foreach_test
         check "${1}_math" 60 "$1" ./tests/tensor/cuda_math_test
         check "${1}_functional" 40 "$1" ./tests/nn/functional_test quiet
         check "${1}_attention" 40 "$1" ./tests/nn/attention_interpolate_test quiet

@@ -56,4 +56,14 @@ bool fused_adam_steps_(const std::vector<Tensor>& params, const std::vector<Tens
                        const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                        const AdamStep& step);
 
+// ---- lists of tensors (as torch._foreach_*) ---------------------------------------------------
+// The 2-norm of each tensor (floating, all of one dtype and device; 16-bit ones summed in float32
+// and rounded once) as a [n] tensor of their dtype, as torch._foreach_norm. On a GPU one pass
+// over all of them in two launches (each norm summed in a fixed order: the same bits every
+// run); elsewhere each tensor's sqrt(sum(x * x)).
+Tensor foreach_norm(const std::vector<Tensor>& tensors);
+// Each tensor multiplied in place by `scale`, a one-element tensor on their device (as
+// torch._foreach_mul_ with a tensor): on a GPU a few launches for all of them.
+void foreach_mul_(const std::vector<Tensor>& tensors, const Tensor& scale);
+
 }  // namespace tinyddp::tensor

@@ -31,6 +31,9 @@ bool Backend::adam_steps(const std::vector<AdamTensors>& list, const AdamStep& s
   return true;
 }
 
+bool Backend::foreach_norm(const Tensor&, const std::vector<Tensor>&) { return false; }
+bool Backend::foreach_mul_(const std::vector<Tensor>&, const Tensor&) { return false; }
+
 Tensor Backend::contiguous(const Tensor& t) {
   if (t.is_contiguous()) return t;
   const Tensor out = empty(t.sizes(), TensorOptions(t.dtype()).device(t.device()));

@@ -160,6 +160,11 @@ class Backend {
     Tensor param, grad, exp_avg, exp_avg_sq;
   };
   virtual bool adam_steps(const std::vector<AdamTensors>& list, const AdamStep& step);
+  // tensor/fused.h's foreach_norm (out [n], the tensors' dtype; 16-bit tensors summed in float)
+  // and foreach_mul_ (scale: one element of their dtype), every tensor contiguous and of one
+  // dtype: false, with nothing written, where the backend has no list kernel (native/ composes).
+  virtual bool foreach_norm(const Tensor& out, const std::vector<Tensor>& tensors);
+  virtual bool foreach_mul_(const std::vector<Tensor>& tensors, const Tensor& scale);
 
   // What a backend's own code needs of copies, on its own copy and fill (internal/backend.cc),
   // so that it never calls back up into native/ through Tensor::contiguous, to or fill_:

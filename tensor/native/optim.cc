@@ -1,7 +1,7 @@
 // Fused optimizer steps (tensor/fused.h): the checks that decide whether a parameter qualifies
 // (contiguous, with a gradient and momentum buffer of its shape and dtype), the backend's
 // fused kernel where it has one (Backend::sgd_step, adam_step), and the version counters the
-// update bumps.
+// update bumps; the list ops foreach_norm and foreach_mul_.
 #include "tinyddp/tensor/native/checks.h"
 #include "tinyddp/tensor/ops.h"
 
@@ -57,6 +57,56 @@ bool fused_adam_steps_(const std::vector<Tensor>& params, const std::vector<Tens
     for (const Tensor* u : {&t.param, &t.exp_avg, &t.exp_avg_sq}) u->storage().bump_version();
   }
   return true;
+}
+
+namespace {
+
+// Every tensor defined, floating, contiguous, of the first's dtype and device (`op` in errors);
+// whether the backend's list kernels may take them (else each is composed).
+bool check_list(const std::vector<Tensor>& tensors, const char* op) {
+  bool listable = true;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    TDDP_CHECK(t.defined(), "{}: tensor {} is undefined", op, i);
+    TDDP_CHECK(t.is_floating_point(), "{}: expected floating-point tensors, tensor {} is {}", op, i,
+               dtype_name(t.dtype()));
+    TDDP_CHECK(t.dtype() == tensors[0].dtype() && t.device() == tensors[0].device(),
+               "{}: expected tensors of one dtype and device, tensor {} is {} on {}, tensor 0 {} on {}", op, i,
+               dtype_name(t.dtype()), t.device().str(), dtype_name(tensors[0].dtype()), tensors[0].device().str());
+    listable = listable && t.is_contiguous();
+  }
+  return listable;
+}
+
+}  // namespace
+
+Tensor foreach_norm(const std::vector<Tensor>& tensors) {
+  TDDP_CHECK(!tensors.empty(), "foreach_norm: expected at least one tensor");
+  NoGradGuard no_grad;
+  const bool listable = check_list(tensors, "foreach_norm");
+  const Tensor out =
+      detail::new_output({static_cast<int64_t>(tensors.size())}, tensors[0].dtype(), tensors[0].device());
+  if (listable && backend_for(out.device(), "foreach_norm").foreach_norm(out, tensors)) return out;
+  std::vector<Tensor> norms;
+  for (const Tensor& x : tensors) {
+    const Tensor wide = is_16bit_float(x.dtype()) ? x.to(kFloat32) : x;
+    norms.push_back(sqrt(sum(mul(wide, wide))).to(x.dtype()).reshape({1}));
+  }
+  return cat(norms, 0);
+}
+
+void foreach_mul_(const std::vector<Tensor>& tensors, const Tensor& scale) {
+  if (tensors.empty()) return;
+  NoGradGuard no_grad;
+  const bool listable = check_list(tensors, "foreach_mul_");
+  TDDP_CHECK(scale.defined() && scale.numel() == 1 && scale.device() == tensors[0].device(),
+             "foreach_mul_: expected a one-element scale on the tensors' device ({})", tensors[0].device().str());
+  const Tensor factor = scale.to(tensors[0].dtype()).reshape({});
+  if (listable && backend_for(factor.device(), "foreach_mul_").foreach_mul_(tensors, factor)) {
+    for (const Tensor& t : tensors) t.storage().bump_version();
+    return;
+  }
+  for (const Tensor& t : tensors) t.mul_(factor);
 }
 
 }  // namespace tinyddp::tensor

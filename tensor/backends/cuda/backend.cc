@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -313,6 +314,43 @@ bool CudaBackend::adam_steps(const std::vector<AdamTensors>& list, const AdamSte
   check_launch(k::adam_steps(pointers.data(), static_cast<int>(pointers.size()), static_cast<int>(dtype), step,
                              compute_stream(device)),
                "adam step kernel");
+  return true;
+}
+
+namespace {
+// The tensors' pointers and sizes, as the list kernels take them.
+void list_of(const std::vector<Tensor>& tensors, std::vector<void*>& data, std::vector<int64_t>& numel) {
+  for (const Tensor& t : tensors) {
+    data.push_back(t.raw_data_ptr());
+    numel.push_back(t.numel());
+  }
+}
+}  // namespace
+
+bool CudaBackend::foreach_norm(const Tensor& out, const std::vector<Tensor>& tensors) {
+  std::vector<void*> data;
+  std::vector<int64_t> numel;
+  list_of(tensors, data, numel);
+  const int device = device_of(out);
+  DeviceGuard guard(device);
+  const int count = static_cast<int>(tensors.size());
+  const Tensor partial = zeros({std::max<int64_t>(1, k::foreach_norm_scratch(numel.data(), count))},
+                               out.dtype() == kFloat64 ? kFloat64 : kFloat32, out.device());
+  check_launch(k::foreach_norm(data.data(), numel.data(), count, static_cast<int>(out.dtype()), partial.raw_data_ptr(),
+                               out.raw_data_ptr(), compute_stream(device)),
+               "foreach_norm kernels");
+  return true;
+}
+
+bool CudaBackend::foreach_mul_(const std::vector<Tensor>& tensors, const Tensor& scale) {
+  std::vector<void*> data;
+  std::vector<int64_t> numel;
+  list_of(tensors, data, numel);
+  const int device = device_of(scale);
+  DeviceGuard guard(device);
+  check_launch(k::foreach_mul(data.data(), numel.data(), static_cast<int>(tensors.size()),
+                              static_cast<int>(scale.dtype()), scale.raw_data_ptr(), compute_stream(device)),
+               "foreach_mul_ kernel");
   return true;
 }
 

@@ -103,6 +103,9 @@ class CudaBackend final : public Backend {
   bool adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                  const AdamStep& step) override;
   bool adam_steps(const std::vector<AdamTensors>& list, const AdamStep& step) override;
+  // optim.cu: lists of tensors, several per launch.
+  bool foreach_norm(const Tensor& out, const std::vector<Tensor>& tensors) override;
+  bool foreach_mul_(const std::vector<Tensor>& tensors, const Tensor& scale) override;
 };
 
 // The one CUDA backend (backend_for(kCUDA) returns it in a CUDA build).

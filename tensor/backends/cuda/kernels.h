@@ -114,5 +114,12 @@ struct AdamTensorPointers {
   int64_t numel;
 };
 int adam_steps(const AdamTensorPointers* list, int count, int dtype, const AdamStep& step, void* stream);
+// foreach_norm: out[i] (`dtype`) = the 2-norm of tensor i (data[i], numel[i] elements, contiguous,
+// floating), its sum of squares in float (double for float64) over chunks whose partial sums go
+// to `partial` (foreach_norm_scratch(numel, count) of them, of that type); foreach_mul: every
+// tensor times *scale (one element of `dtype` on the device).
+int64_t foreach_norm_scratch(const int64_t* numel, int count);
+int foreach_norm(void* const* data, const int64_t* numel, int count, int dtype, void* partial, void* out, void* stream);
+int foreach_mul(void* const* data, const int64_t* numel, int count, int dtype, const void* scale, void* stream);
 
 }  // namespace tinyddp::tensor::cuda::kernels

@@ -1,5 +1,6 @@
-// The Adam / AdamW step on the GPU for a list of parameters (tensor/fused.h's fused_adam_steps_;
-// the CPU twin: backends/cpu/isa/optim_kernels.cc), several parameters per launch: the list is
+// Kernels over lists of tensors (tensor/fused.h): the Adam / AdamW step of a parameter group
+// (fused_adam_steps_; the CPU twin: backends/cpu/isa/optim_kernels.cc), foreach_norm and
+// foreach_mul_, several tensors per launch: the list is
 // cut into launches of up to kTensorsPerLaunch parameters, whose pointers travel in the kernel's
 // arguments; each block takes one chunk of kChunk elements of one parameter (found from the
 // chunks' running count), each thread a strided share of the chunk. A GPT-2's 148 parameters
@@ -15,7 +16,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
+#include "tinyddp/tensor/backends/cuda/dtypes.cuh"
 #include "tinyddp/tensor/backends/cuda/kernels.h"
 #include "tinyddp/tensor/internal/kernel_ops.h"
 
@@ -124,6 +127,92 @@ int adam_launches(const AdamTensorPointers* list, int count, const AdamStep& opt
   return cudaSuccess;
 }
 
+// ---- foreach_norm, foreach_mul_ ------------------------------------------------------------------
+
+// One launch's tensors: pointers, sizes and the running count of chunks before each.
+template <typename T>
+struct ListLaunch {
+  T* data[kTensorsPerLaunch];
+  int64_t numel[kTensorsPerLaunch];
+  int64_t first_chunk[kTensorsPerLaunch + 1];
+  int count;
+};
+
+template <typename T>
+__device__ int list_tensor(const ListLaunch<T>& launch) {
+  int t = 0;
+  while (t + 1 < launch.count && launch.first_chunk[t + 1] <= blockIdx.x) ++t;
+  return t;
+}
+
+template <typename A>
+using acc_of = std::conditional_t<std::is_same_v<A, double>, double, float>;
+
+// partial[b] = the sum of squares of block b's chunk, in float (double for float64): each
+// thread's strided share, then the block's tree in shared memory, in a fixed order.
+template <typename T>
+__global__ void squares_kernel(ListLaunch<T> launch, acc_of<compute_t<T>>* partial) {
+  using A = acc_of<compute_t<T>>;
+  __shared__ A buf[kThreads];
+  const int t = list_tensor(launch);
+  const int64_t begin = (blockIdx.x - launch.first_chunk[t]) * kChunk;
+  const int64_t end = begin + kChunk < launch.numel[t] ? begin + kChunk : launch.numel[t];
+  A total = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const A v = static_cast<A>(load(launch.data[t][i]));
+    total += v * v;
+  }
+  buf[threadIdx.x] = total;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = buf[0];
+}
+
+// out[i] = sqrt of the sum of tensor i's partial sums, added in chunk order (a thread per tensor).
+template <typename T>
+__global__ void norms_kernel(ListLaunch<T> launch, const acc_of<compute_t<T>>* partial, T* out) {
+  using A = acc_of<compute_t<T>>;
+  const int t = static_cast<int>(threadIdx.x);
+  if (t >= launch.count) return;
+  A total = 0;
+  for (int64_t c = launch.first_chunk[t]; c < launch.first_chunk[t + 1]; ++c) total += partial[c];
+  out[t] = store<T>(sqrt(total));
+}
+
+template <typename T>
+__global__ void scale_kernel(ListLaunch<T> launch, const T* scale) {
+  const int t = list_tensor(launch);
+  const int64_t begin = (blockIdx.x - launch.first_chunk[t]) * kChunk;
+  const int64_t end = begin + kChunk < launch.numel[t] ? begin + kChunk : launch.numel[t];
+  const compute_t<T> s = load(*scale);
+  T* x = launch.data[t];
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) x[i] = store<T>(load(x[i]) * s);
+}
+
+// The launches over `count` tensors, kTensorsPerLaunch at a time: fn(launch, chunks, first) for
+// each, `first` the index of its first tensor; the first error stops them.
+template <typename T, typename F>
+int list_launches(void* const* data, const int64_t* numel, int count, F&& fn) {
+  for (int first = 0; first < count; first += kTensorsPerLaunch) {
+    ListLaunch<T> launch{};
+    launch.count = std::min(kTensorsPerLaunch, count - first);
+    int64_t chunks = 0;
+    for (int k = 0; k < launch.count; ++k) {
+      launch.data[k] = static_cast<T*>(data[first + k]);
+      launch.numel[k] = numel[first + k];
+      launch.first_chunk[k] = chunks;
+      chunks += (numel[first + k] + kChunk - 1) / kChunk;
+    }
+    launch.first_chunk[launch.count] = chunks;
+    const cudaError_t status = fn(launch, chunks, first);
+    if (status != cudaSuccess) return status;
+  }
+  return cudaSuccess;
+}
+
 }  // namespace
 
 int adam_steps(const AdamTensorPointers* list, int count, int dtype, const AdamStep& options, void* stream) {
@@ -131,6 +220,54 @@ int adam_steps(const AdamTensorPointers* list, int count, int dtype, const AdamS
   if (dtype == 0) return adam_launches<float>(list, count, options, s);
   if (dtype == 1) return adam_launches<double>(list, count, options, s);
   return cudaErrorNotSupported;  // 16-bit parameters: the op-by-op update
+}
+
+}  // namespace tinyddp::tensor::cuda::kernels
+
+namespace tinyddp::tensor::cuda::kernels {
+
+int64_t foreach_norm_scratch(const int64_t* numel, int count) {
+  int64_t chunks = 0;
+  for (int i = 0; i < count; ++i) chunks += (numel[i] + kChunk - 1) / kChunk;
+  return chunks;
+}
+
+int foreach_norm(void* const* data, const int64_t* numel, int count, int dtype, void* partial, void* out,
+                 void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  return dispatch(dtype, [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    if constexpr (!is_floating<T>) {
+      return cudaErrorInvalidValue;  // tensor/native/optim.cc refuses other dtypes
+    } else {
+      using A = acc_of<compute_t<T>>;
+      A* scratch = static_cast<A*>(partial);
+      return static_cast<cudaError_t>(
+          list_launches<T>(data, numel, count, [&](const ListLaunch<T>& launch, int64_t chunks, int first) {
+            if (chunks > 0) squares_kernel<T><<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(launch, scratch);
+            norms_kernel<T><<<1, kTensorsPerLaunch, 0, s>>>(launch, scratch, static_cast<T*>(out) + first);
+            scratch += chunks;
+            return cudaGetLastError();
+          }));
+    }
+  });
+}
+
+int foreach_mul(void* const* data, const int64_t* numel, int count, int dtype, const void* scale, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  return dispatch(dtype, [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    if constexpr (!is_floating<T>) {
+      return cudaErrorInvalidValue;
+    } else {
+      return static_cast<cudaError_t>(
+          list_launches<T>(data, numel, count, [&](const ListLaunch<T>& launch, int64_t chunks, int) {
+            if (chunks == 0) return cudaSuccess;
+            scale_kernel<T><<<static_cast<unsigned>(chunks), kThreads, 0, s>>>(launch, static_cast<const T*>(scale));
+            return cudaGetLastError();
+          }));
+    }
+  });
 }
 
 }  // namespace tinyddp::tensor::cuda::kernels
