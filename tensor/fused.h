@@ -30,11 +30,13 @@ Tensor flash_attention(const Tensor& query, const Tensor& key, const Tensor& val
 // weight [C] of the logits' dtype or undefined -> losses [N]:
 //   (1 - label_smoothing) w[t] (lse - x[t]) + label_smoothing / C sum_c w[c] (lse - x[c])
 // for row x with target t and log-sum-exp lse (w = 1 without a weight), 0 where ignored. Where the
-// backend has a kernel, one pass over the logits each way: the forward keeps each row's lse, never
-// the [N, C] log-probabilities, and the backward writes the logits' gradient
+// backend has a kernel, one pass over the logits each way: the forward keeps each row's maximum
+// and log-sum, never the [N, C] log-probabilities, and the backward writes the logits' gradient
 //   grad[i] (mass_i p[c] - (1 - label_smoothing) w[t] [c == t] - label_smoothing / C w[c])
-// (p: the row's softmax; mass_i: the sum of the subtracted terms over c) in one pass. Else, and for create_graph,
-// log_softmax and gathers. The weight gets no gradient (as PyTorch's).
+// (p: the row's softmax; mass_i: the sum of the subtracted terms over c) in one pass. Else (an
+// empty batch), and for create_graph, log_softmax, gathers and softmax. 16-bit logits: computed
+// in float from log-probabilities rounded to their dtype (PyTorch's). The weight gets no
+// gradient (as PyTorch's).
 Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, const Tensor& weight = Tensor(),
                           int64_t ignore_index = -100, double label_smoothing = 0.0);
 

@@ -99,13 +99,15 @@ class Backend {
   // Cross-entropy's rows in one pass over the logits (tensor/fused.h's cross_entropy_rows):
   // logits [N, C] contiguous floating, targets [N] int64 (each in [0, C) or ignore_index: checked
   // by the op), weight [C] of the logits' dtype or undefined -> loss [N] (the logits' dtype) and
-  // lse [N], each row's log-sum-exp (float64 for float64 logits, else float32). The backward
-  // writes grad_logits [N, C] from grad_loss [N] (contiguous), the logits and lse. false, with
-  // nothing written, where the backend has no kernel (a dtype).
-  virtual bool cross_entropy(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& targets,
+  // stats [N, 2], each row's maximum and the log of its sum of exp(x - maximum) (float64 for
+  // float64 logits, else float32; kept apart, not added, so that (x - max) - log-sum keeps its
+  // precision at large logits). The backward writes grad_logits [N, C] from grad_loss [N]
+  // (contiguous), the logits and stats. false, with nothing written, where the backend has no
+  // kernel (a dtype).
+  virtual bool cross_entropy(const Tensor& loss, const Tensor& stats, const Tensor& logits, const Tensor& targets,
                              const Tensor& weight, int64_t ignore_index, double label_smoothing) = 0;
   virtual bool cross_entropy_backward(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits,
-                                      const Tensor& lse, const Tensor& targets, const Tensor& weight,
+                                      const Tensor& stats, const Tensor& targets, const Tensor& weight,
                                       int64_t ignore_index, double label_smoothing) = 0;
 
   // col (shape [N, C, kh, kw, OH, OW], any strides) = the windows of x [N, C, H, W] (any

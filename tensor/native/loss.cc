@@ -109,16 +109,16 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, const Ten
   }
   const Tensor x = logits.contiguous(), t = targets.contiguous(), w = weight.defined() ? weight.contiguous() : weight;
   const Tensor loss = new_output({rows}, logits.dtype(), logits.device());
-  const Tensor lse = new_output({rows}, logits.dtype() == kFloat64 ? kFloat64 : kFloat32, logits.device());
+  const Tensor stats = new_output({rows, 2}, logits.dtype() == kFloat64 ? kFloat64 : kFloat32, logits.device());
   bool fused = false;
   if (rows * classes > 0) {
     NoGradGuard no_grad;
-    fused = backend_for(logits.device(), kOp).cross_entropy(loss, lse, x, t, w, ignore_index, label_smoothing);
+    fused = backend_for(logits.device(), kOp).cross_entropy(loss, stats, x, t, w, ignore_index, label_smoothing);
   }
   if (!fused) return composed_rows(logits, targets, ignored, weight, label_smoothing);
   if (!needs_grad(logits)) return loss;
   record_op("CrossEntropyBackward", loss, {logits},
-            [sx = SavedTensor(x), lse, t, w, ignore_index, label_smoothing](const Tensor& g) {
+            [sx = SavedTensor(x), stats, t, w, ignore_index, label_smoothing](const Tensor& g) {
               const Tensor& xs = sx.get("CrossEntropyBackward");
               if (GradMode::is_enabled()) {
                 return std::vector<Tensor>{composed_grad(xs, g, t, w, ignore_index, label_smoothing)};
@@ -126,7 +126,7 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, const Ten
               const Tensor grad = new_output(xs.sizes(), xs.dtype(), xs.device());
               const bool done =
                   backend_for(xs.device(), "cross_entropy backward")
-                      .cross_entropy_backward(grad, g.contiguous(), xs, lse, t, w, ignore_index, label_smoothing);
+                      .cross_entropy_backward(grad, g.contiguous(), xs, stats, t, w, ignore_index, label_smoothing);
               TDDP_CHECK(done, "cross_entropy: the backend ran the forward but declined the backward");
               return std::vector<Tensor>{grad};
             });

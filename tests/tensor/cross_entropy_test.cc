@@ -84,6 +84,20 @@ TEST_CASE("cross_entropy_rows in float32 is within float32 rounding of PyTorch's
   CHECK(allclose(logits.grad(), reference().value("wide_f32_grad_logits", shape, kFloat32), 1e-5, 1e-6));
 }
 
+TEST_CASE("cross_entropy_rows keeps float32's precision at logits of 1000", "[cross_entropy]") {
+  // (x - max) - log-sum, as log_softmax computes it: at logits near 1000 the log-sum-exp itself
+  // rounds to 6e-5 in float32, which x - lse would carry into every probability.
+  manual_seed(9);
+  const Tensor x = add(mul(draw({6, 50}), 2.0), 1000.0), targets = randint(0, 50, {6});
+  const Tensor a = x.to(kFloat32).requires_grad_(), b = x.to(kFloat32).to(kFloat64).requires_grad_();
+  const Tensor out = cross_entropy_rows(a, targets), ref = composed(b, targets, Tensor(), -100, 0.0);
+  CHECK(allclose(out.to(kFloat64), ref, 1e-6, 1e-6));
+  out.sum().backward();
+  ref.sum().backward();
+  // Probabilities below 1 from exp of an argument within a float32 rounding of 10.
+  CHECK(allclose(a.grad().to(kFloat64), b.grad(), 0.0, 1e-6));
+}
+
 TEST_CASE("cross_entropy_rows equals the composed rows in float64, forward and gradients", "[cross_entropy]") {
   manual_seed(3);
   // Widths below, at and past the eight partial sums, a vocabulary's; -inf logits (masked classes).

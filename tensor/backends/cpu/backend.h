@@ -55,10 +55,10 @@ class CpuBackend final : public Backend {
                                 const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                                 bool causal, double scale) override;
   // loss.cc: float32 and float64 (16-bit dtypes declined), a row per intra-op thread.
-  bool cross_entropy(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& targets,
+  bool cross_entropy(const Tensor& loss, const Tensor& stats, const Tensor& logits, const Tensor& targets,
                      const Tensor& weight, int64_t ignore_index, double label_smoothing) override;
   bool cross_entropy_backward(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits,
-                              const Tensor& lse, const Tensor& targets, const Tensor& weight, int64_t ignore_index,
+                              const Tensor& stats, const Tensor& targets, const Tensor& weight, int64_t ignore_index,
                               double label_smoothing) override;
 
   // conv.cc

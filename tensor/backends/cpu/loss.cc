@@ -1,10 +1,11 @@
 // CPU cross-entropy rows (backends/cpu/backend.h; the formulas: tensor/fused.h), every floating
 // dtype (the 16-bit ones computed in float from log-probabilities rounded to their dtype, as
-// PyTorch's log_softmax then nll_loss): each row whole on one intra-op thread (the same bits at any thread count). The
-// forward takes the row's maximum from eight partial maxima, the exponentials of the shifted row in the instruction
-// set's vector exp (isa/kernels.h exp_f32, exp_f64: the bits do not depend on the row's address), their sum and the
-// loss's sums in double; it keeps the log-sum-exp. The backward is one exp per element and a multiply-subtract, into
-// the gradient's row.
+// PyTorch's log_softmax then nll_loss), each row whole on one intra-op thread (the same bits at
+// any thread count). The forward takes the row's maximum from eight partial maxima, the
+// exponentials of the shifted row in the instruction set's vector exp (isa/kernels.h exp_f32,
+// exp_f64: the bits do not depend on the row's address), their sum and the loss's sums in
+// double; it keeps the maximum and the log of the sum. The backward is one exp of
+// (x - max) - log-sum per element and a multiply-subtract, into the gradient's row.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -84,22 +85,22 @@ C as_logits_type(C v) {
   return static_cast<C>(static_cast<T>(v));
 }
 
-// T: the logits' type; C: the one computed in (float for the 16-bit types), also lse's.
+// T: the logits' type; C: the one computed in (float for the 16-bit types), also the stats'.
 template <typename T, typename C = compute_t<T>>
-void forward_rows(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& targets,
+void forward_rows(const Tensor& loss, const Tensor& stats, const Tensor& logits, const Tensor& targets,
                   const RowTerms<T, C>& terms) {
   const int64_t rows = logits.size(0), n = logits.size(1);
   const T* x = logits.data_ptr<T>();
   const int64_t* target = targets.data_ptr<int64_t>();
   T* loss_out = loss.data_ptr<T>();
-  C* lse_out = lse.data_ptr<C>();
+  C* stats_out = stats.data_ptr<C>();  // [rows, 2]: the maximum, the log of the sum
   parallel_rows(rows, n, kCostSoftmax, [&](int64_t first, int64_t last) {
     std::vector<C> shifted(static_cast<size_t>(n)), e(static_cast<size_t>(n)), buffer(static_cast<size_t>(n));
     for (int64_t r = first; r < last; ++r) {
       const int64_t t = target[r];
       if (t == terms.ignore_index) {
         loss_out[r] = static_cast<T>(0.0f);
-        lse_out[r] = C(0);
+        stats_out[2 * r] = stats_out[2 * r + 1] = C(0);
         continue;
       }
       const C* row = compute_row(x, r, n, buffer);
@@ -107,11 +108,12 @@ void forward_rows(const Tensor& loss, const Tensor& lse, const Tensor& logits, c
       for (int64_t k = 0; k < n; ++k) shifted[k] = row[k] - m;
       exp_row(shifted.data(), e.data(), n);
       const double total = partial_sums<double>(n, [&](int64_t k) { return static_cast<double>(e[k]); });
-      const double row_lse = static_cast<double>(m) + std::log(total);
-      // -log_softmax[c] (16-bit: rounded to T from float, as PyTorch's log_softmax output).
+      const double log_sum = std::log(total), row_lse = static_cast<double>(m) + log_sum;
+      // -log_softmax[c] (16-bit: (x - max) - log-sum in float rounded to T, as PyTorch's
+      // log_softmax output).
       const auto minus_log_prob = [&](int64_t c) {
         if constexpr (std::is_same_v<T, C>) return row_lse - static_cast<double>(row[c]);
-        return static_cast<double>(as_logits_type<T>(static_cast<C>(row_lse) - row[c]));
+        return -static_cast<double>(as_logits_type<T>((row[c] - m) - static_cast<C>(log_sum)));
       };
       double value = (1 - terms.smoothing) * terms.weight_of(t) * minus_log_prob(t);
       if (terms.smoothing > 0) {
@@ -119,18 +121,19 @@ void forward_rows(const Tensor& loss, const Tensor& lse, const Tensor& logits, c
             terms.share * partial_sums<double>(n, [&](int64_t c) { return terms.weight_of(c) * minus_log_prob(c); });
       }
       loss_out[r] = static_cast<T>(static_cast<C>(value));
-      lse_out[r] = static_cast<C>(row_lse);
+      stats_out[2 * r] = m;
+      stats_out[2 * r + 1] = static_cast<C>(log_sum);
     }
   });
 }
 
 template <typename T, typename C = compute_t<T>>
-void backward_rows(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits, const Tensor& lse,
+void backward_rows(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits, const Tensor& stats,
                    const Tensor& targets, const RowTerms<T, C>& terms) {
   const int64_t rows = logits.size(0), n = logits.size(1);
   const T* x = logits.data_ptr<T>();
   const T* g = grad_loss.data_ptr<T>();
-  const C* row_lse = lse.data_ptr<C>();
+  const C* row_stats = stats.data_ptr<C>();
   const int64_t* target = targets.data_ptr<int64_t>();
   T* out = grad_logits.data_ptr<T>();
   parallel_rows(rows, n, kCostSoftmax, [&](int64_t first, int64_t last) {
@@ -149,7 +152,8 @@ void backward_rows(const Tensor& grad_logits, const Tensor& grad_loss, const Ten
         out_row = result.data();
       }
       const C* row = compute_row(x, r, n, buffer);
-      for (int64_t k = 0; k < n; ++k) shifted[k] = row[k] - row_lse[r];
+      const C m = row_stats[2 * r], log_sum = row_stats[2 * r + 1];
+      for (int64_t k = 0; k < n; ++k) shifted[k] = (row[k] - m) - log_sum;
       if constexpr (!std::is_same_v<T, C>) {  // the forward's log-probabilities, rounded to T
         for (int64_t k = 0; k < n; ++k) shifted[k] = as_logits_type<T>(shifted[k]);
       }
@@ -172,21 +176,21 @@ void backward_rows(const Tensor& grad_logits, const Tensor& grad_loss, const Ten
 
 }  // namespace
 
-bool CpuBackend::cross_entropy(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& targets,
+bool CpuBackend::cross_entropy(const Tensor& loss, const Tensor& stats, const Tensor& logits, const Tensor& targets,
                                const Tensor& weight, int64_t ignore_index, double label_smoothing) {
   dispatch_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    forward_rows<T>(loss, lse, logits, targets, {weight, logits.size(1), ignore_index, label_smoothing});
+    forward_rows<T>(loss, stats, logits, targets, {weight, logits.size(1), ignore_index, label_smoothing});
   });
   return true;
 }
 
 bool CpuBackend::cross_entropy_backward(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits,
-                                        const Tensor& lse, const Tensor& targets, const Tensor& weight,
+                                        const Tensor& stats, const Tensor& targets, const Tensor& weight,
                                         int64_t ignore_index, double label_smoothing) {
   dispatch_floating(logits.dtype(), "cross_entropy backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    backward_rows<T>(grad_logits, grad_loss, logits, lse, targets,
+    backward_rows<T>(grad_logits, grad_loss, logits, stats, targets,
                      {weight, logits.size(1), ignore_index, label_smoothing});
   });
   return true;

@@ -221,29 +221,29 @@ bool CudaBackend::flash_attention_backward(const Tensor& dq, const Tensor& dk, c
   return true;
 }
 
-bool CudaBackend::cross_entropy(const Tensor& loss, const Tensor& lse, const Tensor& logits, const Tensor& targets,
+bool CudaBackend::cross_entropy(const Tensor& loss, const Tensor& stats, const Tensor& logits, const Tensor& targets,
                                 const Tensor& weight, int64_t ignore_index, double label_smoothing) {
   const int device = device_of(logits);
   DeviceGuard guard(device);
   check_launch(
       k::cross_entropy_rows(logits.raw_data_ptr(), targets.data_ptr<int64_t>(),
                             weight.defined() ? weight.raw_data_ptr() : nullptr, static_cast<int>(logits.dtype()),
-                            loss.raw_data_ptr(), lse.raw_data_ptr(), logits.size(0), logits.size(1), ignore_index,
+                            loss.raw_data_ptr(), stats.raw_data_ptr(), logits.size(0), logits.size(1), ignore_index,
                             label_smoothing, compute_stream(device)),
       "cross_entropy kernel");
   return true;
 }
 
 bool CudaBackend::cross_entropy_backward(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits,
-                                         const Tensor& lse, const Tensor& targets, const Tensor& weight,
+                                         const Tensor& stats, const Tensor& targets, const Tensor& weight,
                                          int64_t ignore_index, double label_smoothing) {
   const int device = device_of(logits);
   DeviceGuard guard(device);
   // The weight's sum, where the smoothing's terms need it, on the device (nothing read back).
-  const Tensor weight_sum = weight.defined() ? converted(sum(weight, {0}, false), lse.dtype()) : Tensor();
+  const Tensor weight_sum = weight.defined() ? converted(sum(weight, {0}, false), stats.dtype()) : Tensor();
   check_launch(
       k::cross_entropy_backward_rows(logits.raw_data_ptr(), grad_loss.raw_data_ptr(), targets.data_ptr<int64_t>(),
-                                     lse.raw_data_ptr(), weight.defined() ? weight.raw_data_ptr() : nullptr,
+                                     stats.raw_data_ptr(), weight.defined() ? weight.raw_data_ptr() : nullptr,
                                      weight_sum.defined() ? weight_sum.raw_data_ptr() : nullptr,
                                      static_cast<int>(logits.dtype()), grad_logits.raw_data_ptr(), logits.size(0),
                                      logits.size(1), ignore_index, label_smoothing, compute_stream(device)),

@@ -80,13 +80,13 @@ int flash_attention_backward(const void* q, const void* k, const void* v, const 
                              const void* lse, void* delta, int dtype, void* dq, void* dk, void* dv, int64_t heads,
                              int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, void* stream);
 // loss.cu: cross-entropy's rows of contiguous x [rows, n] (tensor/fused.h), targets [rows] (each
-// in [0, n) or ignore_index), weight [n] (x's dtype) or null: loss [rows] (x's dtype) and lse
-// [rows] (float, or double for float64). The backward writes grad [rows, n] from grad_loss
-// [rows], x and lse; weight_sum (lse's type, on the device) is the weight's sum, null without a
-// weight (n is used).
-int cross_entropy_rows(const void* x, const int64_t* targets, const void* weight, int dtype, void* loss, void* lse,
+// in [0, n) or ignore_index), weight [n] (x's dtype) or null: loss [rows] (x's dtype) and stats
+// [rows, 2], each row's maximum and log-sum (float, or double for float64). The backward writes
+// grad [rows, n] from grad_loss [rows], x and stats; weight_sum (stats' type, on the device) is
+// the weight's sum, null without a weight (n is used).
+int cross_entropy_rows(const void* x, const int64_t* targets, const void* weight, int dtype, void* loss, void* stats,
                        int64_t rows, int64_t n, int64_t ignore_index, double smoothing, void* stream);
-int cross_entropy_backward_rows(const void* x, const void* grad_loss, const int64_t* targets, const void* lse,
+int cross_entropy_backward_rows(const void* x, const void* grad_loss, const int64_t* targets, const void* stats,
                                 const void* weight, const void* weight_sum, int dtype, void* grad, int64_t rows,
                                 int64_t n, int64_t ignore_index, double smoothing, void* stream);
 // out [n, c] = the rows of weight [V, c] at ids [n] (in range); the backward adds grad [n, c]
