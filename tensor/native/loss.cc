@@ -1,5 +1,5 @@
 // cross_entropy_rows (fused.h): cross-entropy's rows in one kernel each way where the backend has
-// one (the forward keeps each row's log-sum-exp, the backward writes the logits' gradient in one
+// one (the forward keeps each row's maximum and log-sum, the backward writes the logits' gradient in one
 // pass), else log_softmax and gathers. nn::cross_entropy reduces the rows.
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/graph.h"
