@@ -10,6 +10,7 @@ Run: OMP_NUM_THREADS=1 /usr/bin/python3 bench/torch_gpt_train.py --nproc 2
 """
 import argparse
 import datetime
+import json
 import os
 import sys
 import tempfile
@@ -21,14 +22,28 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "ddp", "fixtures"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt_model  # noqa: E402
+from torch_kinds import kernel_kinds  # noqa: E402
 from gpt_model import GPT, GPTConfig, get_lr  # noqa: E402
 
 CONFIG = GPTConfig(block_size=64, vocab_size=114, n_layer=4, n_head=4, n_embd=128, dropout=0.0, bias=True)
 
 
 def config(args):
-    """CONFIG with --block_size (the GPU runs use 256)."""
-    return GPTConfig(**{**CONFIG.__dict__, "block_size": args.block_size})
+    """CONFIG with the command line's shape (the GPU runs use 256 tokens; GPT-2 small is 12 x 768, 1024, 50304)."""
+    shape = {key: getattr(args, key) for key in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd")}
+    return GPTConfig(**{**CONFIG.__dict__, **shape})
+
+
+def sdpa_forward(self, x):
+    """CausalSelfAttention's forward through scaled_dot_product_attention (one fused kernel on a
+    GPU, as nanoGPT's model.py uses where PyTorch has it)."""
+    b, t, c = x.shape
+    q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+    q, k, v = (m.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for m in (q, k, v))
+    y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return self.resid_dropout(self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c)))
 
 
 class StepPhases:
@@ -84,6 +99,8 @@ def run(rank, nproc, args, init_file):
     if nproc > 1:
         dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=nproc,
                                 timeout=datetime.timedelta(seconds=60))
+    if args.sdpa:
+        gpt_model.CausalSelfAttention.forward = sdpa_forward
     torch.manual_seed(1337)
     model = GPT(cfg).to(device)
     wrapped = DDP(model) if nproc > 1 else model
@@ -97,7 +114,7 @@ def run(rank, nproc, args, init_file):
         torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
     for step in range(args.steps):
-        if args.kernels > 0 and rank == 0 and step == args.steps - 3:  # the last three steps
+        if (args.kernels > 0 or args.kinds_json) and rank == 0 and step == args.steps - 3:  # the last three
             activities = [torch.profiler.ProfilerActivity.CPU]
             if device.type == "cuda":
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -127,7 +144,12 @@ def run(rank, nproc, args, init_file):
         print(phases.table(min(2, args.steps - 1)), flush=True)
     if profiler is not None:
         profiler.__exit__(None, None, None)
-        print(f"the last 3 steps' kernels (torch.profiler):\n{kernel_table(profiler, device, args.kernels)}", flush=True)
+        if args.kernels > 0:
+            print(f"the last 3 steps' kernels (torch.profiler):\n{kernel_table(profiler, device, args.kernels)}",
+                  flush=True)
+        if args.kinds_json:
+            with open(args.kinds_json, "w") as f:
+                json.dump(kernel_kinds(profiler, 3), f, indent=1)
     if rank == 0:
         tokens = args.steps * args.batch * cfg.block_size
         autocast = " autocast=bf16" if args.autocast else ""
@@ -152,6 +174,14 @@ def main():
     parser.add_argument("--autocast", action="store_true", help="forward and loss under autocast (bfloat16)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: one process on cuda:0")
     parser.add_argument("--block_size", type=int, default=CONFIG.block_size)
+    parser.add_argument("--vocab_size", type=int, default=CONFIG.vocab_size)
+    parser.add_argument("--n_layer", type=int, default=CONFIG.n_layer)
+    parser.add_argument("--n_head", type=int, default=CONFIG.n_head)
+    parser.add_argument("--n_embd", type=int, default=CONFIG.n_embd)
+    parser.add_argument("--sdpa", action="store_true",
+                        help="attention through scaled_dot_product_attention (one fused kernel on a GPU)")
+    parser.add_argument("--kinds_json", default="",
+                        help="write each kind of kernel's GPU time per step over the last 3 steps here (JSON)")
     parser.add_argument("--tf32", action="store_true", help="float32 products on TF32 tensor cores (--device cuda)")
     parser.add_argument("--profile_phases", action="store_true",
                         help="time each part of a step, the device synchronised between them (train_gpt's flag)")

@@ -8,12 +8,14 @@ torch.set_num_threads and OpenBLAS's own pool (openblas_set_num_threads) switche
 a RESULT line per count with the median of its rounds' medians and the rounds it won.
 """
 import argparse
+import json
 import statistics
 import time
 
 import torch
 import torch.nn.functional as F
 
+from torch_kinds import kernel_kinds
 from torch_models import ToyModel, digits_cnn, mlp
 from torch_turns import in_turns
 
@@ -31,6 +33,8 @@ def main():
                         help="time replays of one step captured in a CUDA graph (--device cuda)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch.set_num_threads (default 1; 0: PyTorch's default, the physical cores)")
+    parser.add_argument("--kinds_json", default="",
+                        help="after timing, profile 3 steps and write each kind of kernel's GPU time per step here")
     parser.add_argument("--turns", type=int, default=0,
                         help="rounds of 1 thread and --threads taking turns in this process (CPU)")
     args = parser.parse_args()
@@ -102,6 +106,13 @@ def main():
     autocast += " tf32=1" if args.tf32 else ""
     autocast += f" threads={torch.get_num_threads()}"
     print(f"RESULT model={args.model} mode=torch{device}{autocast} median_us={us:.1f}")
+    if args.kinds_json:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                step()
+        with open(args.kinds_json, "w") as f:
+            json.dump(kernel_kinds(prof, 3), f, indent=1)
 
 
 def median_us(step, iterations):

@@ -34,6 +34,7 @@
 
 #include "bench/memory_trace.h"
 #include "examples/models.h"
+#include "examples/op_profile.h"
 #include "examples/run_env.h"
 #include "tinyddp/comm/init.h"
 #include "tinyddp/ddp/distributed.h"
@@ -69,6 +70,7 @@ struct Config {
   bool tf32 = false;                // float32 products and convolutions on TF32 tensor cores (--device cuda)
   int threads = 1;                  // intra-op threads per process; 0: tinyddp's default (the physical cores)
   std::string memory_trace;         // rank 0 writes the live CPU tensor bytes over one more step here
+  std::string profile_trace;        // rank 0 profiles three more steps' ops and writes their trace here
   int accumulate = 1;               // micro-batches per step (gradient accumulation)
   bool sync_each = false;           // with --accumulate: every micro-batch allreduces (no no_sync)
   int turns = 0;                    // rounds of 1 thread and --threads taking turns in this process
@@ -347,6 +349,8 @@ int run(const Config& c) {
     us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
   }
   trace_memory(c, w, ddp.get(), *optimizer, device, pg.get());
+  if (!c.profile_trace.empty())
+    tinyddp::examples::profile_steps(step, 3, !pg || pg->rank() == 0, c.profile_trace, std::cout);
   std::sort(us.begin(), us.end());
   if (!pg || pg->rank() == 0) {
     std::cout << "RESULT model=" << c.model << " mode=" << c.mode << (gpu ? " device=cuda" : "") << ddp_flags(c)
@@ -409,6 +413,9 @@ int main(int argc, char** argv) {
   app.add_option("--memory_trace", c.memory_trace,
                  "after the timed steps, one more with the bytes of live CPU tensors sampled every 100 us; rank 0 "
                  "writes them to this file (scripts/plot_memory.py draws them)");
+  app.add_option("--profile_trace", c.profile_trace,
+                 "after the timed steps, three more under the op profiler: rank 0 prints its table and writes the "
+                 "Chrome trace here");
   app.add_option("--nproc", nproc, "processes to fork when not under a launcher")->check(CLI::Range(1, 64));
   app.add_option("--device", c.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--backend", c.backend, "gloo or nccl (default: nccl with --device cuda, else gloo)")

@@ -185,6 +185,9 @@ int nanogpt_main(int argc, char** argv) {
   app.add_option("--deterministic", c.deterministic,
                  "tinyddp's: the same bits on any number of ranks (one process's batches, micro-batches summed "
                  "exactly; default False)");
+  app.add_option("--profile_ops", c.profile_ops,
+                 "tinyddp's: profile N iterations after the first, time per op and kind of kernel (default 0)");
+  app.add_option("--profile_trace", c.profile_trace, "tinyddp's: with profile_ops, write their Chrome trace here");
   app.add_option("--wandb_log", wandb_log, "accepted for nanoGPT's config files: False (there is no wandb here)");
   app.add_option("--wandb_project,--wandb_run_name", ignored, "accepted for nanoGPT's config files; unused");
   try {

@@ -11,6 +11,7 @@
 
 #include "examples/nanogpt_checkpoint.h"
 #include "examples/nanogpt_data.h"
+#include "examples/op_profile.h"
 #include "examples/preemption.h"
 #include "examples/run_env.h"
 #include "examples/train_exact.h"
@@ -53,6 +54,8 @@ void NanoGptConfig::validate() const {
              "lr_decay_iters equals warmup_iters ({}): nanoGPT's get_lr would divide by zero there", warmup_iters);
   TDDP_CHECK(dtype == "float32" || dtype == "bfloat16" || dtype == "float16",
              "dtype={}: float32, bfloat16 or float16, as nanoGPT's", dtype);
+  TDDP_CHECK(profile_ops >= 0 && (profile_trace.empty() || profile_ops > 0),
+             "profile_ops={} must not be negative, and profile_trace needs profile_ops", profile_ops);
 }
 
 namespace {
@@ -313,6 +316,7 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
   StopSignals signals;  // SIGUSR1 and SIGTERM stop the run with a checkpoint (preemption.h)
   bool stop = false;
   double running_mfu = -1.0;
+  OpProfileWindow op_profile(first_iter, config.max_iters + 1, config.profile_ops, config.profile_trace, run.rank);
   auto t0 = std::chrono::steady_clock::now();
   for (int64_t iter = first_iter;; ++iter) {
     const double lr = config.decay_lr ? nn::NanoGptLR::at(iter, config.learning_rate, config.warmup_iters,
@@ -329,6 +333,7 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
       stop_for_requeue(config, iter, signals.received(), run, state, result, out);
       break;
     }
+    op_profile.begin_step(iter);
     const Tensor loss = micro_steps(config, run, batches, state);
     if (config.grad_clip != 0.0) nn::clip_grad_norm_(params, config.grad_clip);
     optimizer.step();
@@ -349,6 +354,7 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
           << (peak > 0 ? fmt::format(", mfu {:.2f}%", running_mfu * 100) : "") << "\n"
           << std::flush;
     }
+    op_profile.end_step(iter, out);
     result.iterations = iter + 1;
     if (iter + 1 > config.max_iters) break;
   }

@@ -53,6 +53,10 @@ struct NanoGptConfig {
   // gradient_accumulation_steps micro-batches are its chunks, summed exactly; `iter` lines
   // print the iteration's mean loss over all of them. Resumes on any world size.
   bool deterministic = false;
+  // tinyddp's own keys: the op profiler over profile_ops iterations after the first, its table
+  // printed by rank 0, each rank's Chrome trace written to profile_trace (examples/op_profile.h).
+  int64_t profile_ops = 0;
+  std::string profile_trace;
 
   // Throws tinyddp::Error naming the first key out of range.
   void validate() const;

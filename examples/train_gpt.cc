@@ -69,6 +69,9 @@ void add_options(CLI::App& app, tinyddp::examples::GPTTrainConfig& c) {
                "each rank prints its peak resident memory (Linux's VmHWM), tensor memory and, on a GPU, the caching "
                "allocator's peak");
   app.add_flag("--profile_phases", c.profile_phases, "print the median time of each part of a step (step_phases.h)");
+  app.add_option("--profile_ops", c.profile_ops,
+                 "profile N steps after the first: time per op and per kind of kernel (tensor/profiler.h)");
+  app.add_option("--profile_trace", c.profile_trace, "with --profile_ops: write the profiled steps' Chrome trace here");
   app.add_flag("--fsdp", c.fsdp,
                "fully sharded data parallelism (ddp::fully_shard, each Block a unit) in place of DDP: parameters, "
                "gradients and Adam's state split over the ranks");

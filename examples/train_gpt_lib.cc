@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "examples/gpt_data.h"
+#include "examples/op_profile.h"
 #include "examples/preemption.h"
 #include "examples/run_env.h"
 #include "examples/step_phases.h"
@@ -294,6 +295,7 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
   const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   const std::vector<Tensor> params = run.model->parameters();
   StepPhases phases(config.profile_phases, run.placement.device);
+  OpProfileWindow op_profile(run.first_step, config.steps, config.profile_ops, config.profile_trace, run.rank);
   if (config.report_memory) {  // the steps' peaks, not construction's
     reset_peak_rss();
     t::reset_cpu_peak_memory();
@@ -304,6 +306,7 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
   if (!config.checkpoint.empty()) signals.emplace();
   for (int64_t step = run.first_step; step < config.steps; ++step) {
     fail_on_purpose_if_asked(config.fail_at_step, step, run.rank, "train_gpt");
+    op_profile.begin_step(step);
     const double lr = run.optimizer->lr(0);
     const auto [loss, norm_tensor] = train_step(config, run, step, params, phases);
     auto [mean_loss, stop] = loss_and_stop_over_ranks(run.pg.get(), run.placement.device, loss.item<double>(),
@@ -330,6 +333,7 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
     save_checkpoint_if_due(config, run, step + 1, stop);
     result.seconds = seconds();
     result.tokens_per_second = tokens / result.seconds;
+    op_profile.end_step(step, out);
     if (stop && step + 1 < config.steps) {  // the ranks agreed to stop here: the checkpoint is written
       out << stop_message(signals->received(), fmt::format("after step {} of {}", step + 1, config.steps),
                           config.checkpoint, "--resume")

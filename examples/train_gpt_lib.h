@@ -59,6 +59,8 @@ struct GPTTrainConfig {
   bool zero = false;
   bool report_memory = false;    // every rank prints its peak resident memory over the steps
   bool profile_phases = false;   // rank 0 prints each step phase's median time (examples/step_phases.h)
+  int64_t profile_ops = 0;       // the op profiler over this many steps after the first (examples/op_profile.h)
+  std::string profile_trace;     // with profile_ops: each rank's Chrome trace of them
   bool fsdp = false;             // under a launcher: fully_shard (each Block a unit, then the root) in place of DDP
   std::string fsdp_param_dtype;  // --fsdp's mixed precision: "bfloat16" gathers, computes and reduces in it
   std::string comm_hook = "allreduce";

@@ -20,7 +20,7 @@ limit_bytes=$((64 * 1024 * 1024))
 binaries=(
   tests/tensor/cuda_test tests/tensor/cuda_conv_test tests/tensor/cuda_autocast_test tests/tensor/cuda_graph_test
   tests/tensor/cuda_math_test tests/tensor/cuda_plan_test tests/tensor/device_guard_test tests/tensor/attention_test
-  tests/tensor/cross_entropy_test tests/tensor/foreach_test tests/nn/fused_adam_test
+  tests/tensor/cross_entropy_test tests/tensor/foreach_test tests/nn/fused_adam_test tests/tensor/profiler_test
   tests/nn/functional_test tests/nn/attention_interpolate_test tests/nn/conv_layers_test tests/nn/transformer_encoder_test
   tests/ddp/data_parallel_test
   tests/comm/collectives_test tests/comm/desync_test tests/nn/threads_test
@@ -44,12 +44,14 @@ for b in "${binaries[@]}"; do
 done
 # The PyTorch sides (torch_train_step imports torch_models; torch_gpt_train the fixtures' gpt_model).
 cp bench/torch_train_step.py bench/torch_models.py bench/torch_cuda_ops.py bench/torch_gpt_train.py bench/torch_matmul.py \
+  bench/torch_kinds.py bench/torch_turns.py \
   "$stage/root/bench/"
 mkdir -p "$stage/root/tests/ddp/fixtures"
 cp tests/ddp/fixtures/gpt_model.py "$stage/root/tests/ddp/fixtures/"
 # The scripts examples_test runs on the timelines and results it makes.
 mkdir -p "$stage/root/scripts"
 cp scripts/merge_timelines.py scripts/plot_data_parallel.py scripts/plot_loss.py scripts/plot_timeline.py \
+  scripts/profile_compare.py scripts/kernel_profile.py \
   "$stage/root/scripts/"
 
 # Shared libraries outside glibc and outside the CUDA toolkit (fmt, Gloo, libstdc++, ...).

@@ -25,10 +25,12 @@
 #             the 4096-wide MLP at batch 256, the GPT at 32 x 256 tokens (and its peak GPU memory, both
 #             frameworks), and a DDP timeline of
 #             the GPT on the GPU (gpt_timeline.rank0.json, for scripts/plot_timeline.py)
-#   profile   where the GPT's step time goes, phase by phase (the device synchronised between
-#             them), in both frameworks, at 32 and 128 windows, float32 and bf16; PyTorch's top
-#             kernels by device time (torch.profiler); ncu's time for each kernel of one of
-#             tinyddp's steps, tabled by scripts/kernel_profile.py
+#   profile   GPU time per kind of kernel (GEMM, attention, norm, elementwise, optimizer, copy,
+#             ...), calls, and the GPU's idle gaps, tinyddp's op profiler (tensor/profiler.h)
+#             beside torch.profiler's (scripts/profile_compare.py): the example GPT (float32,
+#             bf16), GPT-2 small's shape (bf16; PyTorch's attention through SDPA), the
+#             4096-wide MLP; the GPT's phases (device synchronised between them); ncu's time for
+#             each kernel of one of tinyddp's GPT steps (scripts/kernel_profile.py)
 #   short     for a session with one call to spend: the four CUDA op tests, threads_test and the
 #             host's cores, the GPT's first steps on the GPU against PyTorch's, initcheck's control
 #             over PyTorch's bf16 GEMM, then equivalence_test, in that order, in the time left
@@ -119,7 +121,7 @@ cuda_op_tests() {
   step cuda_graph_test 60 ours ./tests/tensor/cuda_graph_test --durations yes
   step cuda_math_test 60 ours ./tests/tensor/cuda_math_test --durations yes
   # The GPU cases of tests that are mostly CPU tests (their "[cuda]" tag picks them).
-  for t in tensor/attention_test tensor/cross_entropy_test tensor/foreach_test nn/fused_adam_test tensor/cuda_plan_test tensor/device_guard_test nn/functional_test nn/attention_interpolate_test \
+  for t in tensor/attention_test tensor/cross_entropy_test tensor/foreach_test nn/fused_adam_test tensor/profiler_test tensor/cuda_plan_test tensor/device_guard_test nn/functional_test nn/attention_interpolate_test \
     nn/conv_layers_test nn/transformer_encoder_test ddp/data_parallel_test; do
     step "${t#*/}" 60 ours "./tests/$t" "[cuda]" --durations yes
   done
@@ -309,30 +311,57 @@ case "$part" in
     cat "$logs"/*.log 2> /dev/null | grep -E "RESULT|tokens/s|peak GPU" | tee -a "$summary"
     ;;
   profile)
-    # Where a GPT step's time goes, both frameworks, phase by phase (--profile_phases: the device
-    # synchronised between batch, forward, backward, clip, optimizer and the loss read back), at
-    # 32 and 128 windows (a per-step cost that does not grow with the batch is host overhead),
-    # float32 and bf16 autocast; PyTorch's also lists its 25 kernels with the most device time
-    # over three steps (torch.profiler).
+    # Per kind of kernel, both frameworks, a few steps after the warm-up (ours: --profile_ops;
+    # PyTorch: torch.profiler's device events, bench/torch_kinds.py), side by side.
+    compare_ops() {  # compare_ops NAME: ours NAME.json beside torch's torch_NAME.json
+      [ -s "$out/ops_$1.json" ] || return
+      echo "== $1 (tinyddp beside PyTorch eager; per step)" | tee -a "$summary"
+      python3 scripts/profile_compare.py "$out/ops_$1.json" "$out/torch_ops_$1.json" 2>&1 | tee -a "$summary"
+    }
     read -ra gpt <<< "$(gpt_cuda_args)"
-    for batch in 32 128; do
-      for flags in "" "--autocast bf16"; do
-        name=b${batch}$(echo "$flags" | tr -d ' -')
-        # shellcheck disable=SC2086
-        step "phases_$name" 60 ours ./examples/train_gpt "${gpt[@]}" --batch "$batch" --profile_phases $flags
-        # shellcheck disable=SC2086,SC2046
-        step "torch_phases_$name" 90 python3 bench/torch_gpt_train.py --device cuda --block_size 256 --steps 30 \
-          --batch "$batch" --profile_phases --kernels 25 $(echo "$flags" | sed 's/ bf16//')
-      done
+    for flags in "" "--autocast bf16"; do
+      name=gpt$(echo "$flags" | tr -d ' -')
+      # shellcheck disable=SC2086
+      step "ops_$name" 60 ours ./examples/train_gpt "${gpt[@]}" --steps 6 --profile_ops 3 \
+        --profile_trace "$out/ops_$name.json" $flags
+      # shellcheck disable=SC2086,SC2046
+      step "torch_ops_$name" 90 python3 bench/torch_gpt_train.py --device cuda --block_size 256 --steps 8 --sdpa \
+        --kinds_json "$out/torch_ops_$name.json" $(echo "$flags" | sed 's/ bf16//')
+      compare_ops "$name"
     done
+    # GPT-2 small's shape: 12 x 768, 1024 tokens, batch 8, vocabulary 50304, biases (as the
+    # PyTorch side's model), bf16 autocast; ours in nanoGPT's mode on random token ids.
+    gpt2_data=$(mktemp -d)
+    python3 -c "import numpy as np, sys; r = np.random.default_rng(0)
+for s, n in (('train', 200000), ('val', 20000)): r.integers(0, 50257, n, dtype=np.uint16).tofile(sys.argv[1] + '/' + s + '.bin')" "$gpt2_data"
+    step ops_gpt2 120 ours ./examples/train_gpt --dataset="$gpt2_data" --n_layer=12 --n_head=12 --n_embd=768 \
+      --block_size=1024 --batch_size=8 --gradient_accumulation_steps=1 --max_iters=5 --eval_interval=1000000 \
+      --eval_iters=1 --log_interval=1 --bias=True --device=cuda --dtype=bfloat16 --always_save_checkpoint=False \
+      --out_dir="$gpt2_data/out" --profile_ops=3 --profile_trace="$out/ops_gpt2.json"
+    step torch_ops_gpt2 120 python3 bench/torch_gpt_train.py --device cuda --n_layer 12 --n_head 12 --n_embd 768 \
+      --block_size 1024 --vocab_size 50304 --batch 8 --steps 8 --sdpa --autocast --kinds_json "$out/torch_ops_gpt2.json"
+    compare_ops gpt2
+    rm -rf "$gpt2_data"
+    # The 4096-wide MLP (1024-4096-4096-1024, batch 256), float32.
+    step ops_mlp 60 ours ./bench/train_step --device cuda --model huge --batch 256 --iterations 5 \
+      --profile_trace "$out/ops_mlp.json"
+    step torch_ops_mlp 60 python3 bench/torch_train_step.py --device cuda --model huge --batch 256 --iterations 5 \
+      --kinds_json "$out/torch_ops_mlp.json"
+    compare_ops mlp
+    # The GPT's step phase by phase (--profile_phases: the device synchronised between batch,
+    # forward, backward, clip, optimizer and the loss read back), both frameworks, float32.
+    step phases_gpt 60 ours ./examples/train_gpt "${gpt[@]}" --profile_phases
+    step torch_phases_gpt 90 python3 bench/torch_gpt_train.py --device cuda --block_size 256 --steps 30 --profile_phases
     # Then every kernel of one tinyddp step, timed by ncu (one metric, so one pass per launch:
     # about 15 ms each), for scripts/kernel_profile.py: launches 1200-3000 of two steps.
     ncu_bin=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     step ncu_gpt 120 ours "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
       --launch-skip 1200 --launch-count 1800 --log-file "$logs/gpt_kernels.csv" ./examples/train_gpt "${gpt[@]}" --steps 2
-    cat "$logs"/*phases*.log 2> /dev/null | grep -E "RESULT|tokens/s|^step phases|^  [a-z]" | tee -a "$summary"
-    [ -s "$logs/gpt_kernels.csv" ] && python3 "$here/../scripts/kernel_profile.py" --top 12 "tinyddp=$logs/gpt_kernels.csv" |
+    cat "$logs"/ops_*.log "$logs"/*phases*.log 2> /dev/null | grep -E "RESULT|tokens/s|^step phases|^  [a-z]|^iter" |
       tee -a "$summary"
+    [ -s "$logs/gpt_kernels.csv" ] && python3 scripts/kernel_profile.py --top 12 "tinyddp=$logs/gpt_kernels.csv" |
+      tee -a "$summary"
+    cp "$logs"/ops_*.log "$out/" 2> /dev/null
     ;;
   short)
     cuda_op_tests

@@ -9,5 +9,6 @@
 #include "tinyddp/tensor/indexing.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/parallel.h"
+#include "tinyddp/tensor/profiler.h"
 #include "tinyddp/tensor/random.h"
 #include "tinyddp/tensor/tensor.h"

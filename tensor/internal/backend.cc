@@ -5,13 +5,16 @@
 #include "tinyddp/base/error.h"
 #include "tinyddp/tensor/backends/cpu/backend.h"
 #include "tinyddp/tensor/factory.h"
+#include "tinyddp/tensor/internal/profiling.h"
 #if TINYDDP_WITH_CUDA
 #include "tinyddp/tensor/backends/cuda/backend.h"
 #endif
 
 namespace tinyddp::tensor {
 
-Backend& backend_for(Device device, const char* op) {
+namespace {
+
+Backend& device_backend(Device device, const char* op) {
   switch (device.type) {
     case DeviceType::kCPU: return cpu::backend();
     case DeviceType::kCUDA:
@@ -22,6 +25,14 @@ Backend& backend_for(Device device, const char* op) {
 #endif
   }
   throw Error(fmt::format("{}: no kernel for tensors on {} in this build", op, device.str()));
+}
+
+}  // namespace
+
+Backend& backend_for(Device device, const char* op) {
+  Backend& backend = device_backend(device, op);
+  // While a Profile records, each call is timed on its way to the backend (tensor/profiler.h).
+  return profiler::is_enabled() ? profiling_backend(backend, op) : backend;
 }
 
 bool Backend::adam_steps(const std::vector<AdamTensors>& list, const AdamStep& step) {
