@@ -85,6 +85,11 @@ void add_options(CLI::App& app, tinyddp::examples::GPTTrainConfig& c) {
 void add_device_options(CLI::App& app, tinyddp::examples::GPTTrainConfig& c) {
   app.add_option("--device", c.device, "cpu (default), cuda or auto");
   app.add_option("--backend", c.backend, "auto (default), gloo or nccl");
+  app.add_flag("--capturable", c.capturable,
+               "AdamW with capturable=True: its step count and rate are device tensors (what --cuda_graph uses)");
+  app.add_flag("--cuda_graph", c.cuda_graph,
+               "on a GPU, one process: three eager steps, then the whole step (forward, backward, clipping, AdamW) "
+               "captured in a CUDA graph and replayed each step");
   app.add_flag("--tf32", c.tf32, "on a GPU, float32 matrix products may use TF32 tensor cores (default: off)");
   app.add_option("--timeout", c.timeout_s, "seconds a collective waits for the other ranks (default 60)");
   app.add_option("--threads", c.threads,

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -77,14 +78,24 @@ std::shared_ptr<nn::GPT> build_model(const GPTTrainConfig& config, const nn::GPT
 // `params`: the model's, or under --fsdp its shards (their dims are the parameters').
 std::unique_ptr<nn::Optimizer> make_optimizer(const GPTTrainConfig& config, const std::vector<Tensor>& params,
                                               const std::shared_ptr<comm::ProcessGroup>& pg) {
-  const nn::AdamOptions options =
-      nn::AdamOptions(config.lr).betas(config.beta1, config.beta2).eps(config.eps).weight_decay(config.weight_decay);
+  const bool capturable = config.capturable || config.cuda_graph;
+  const nn::AdamOptions options = nn::AdamOptions(config.lr)
+                                      .betas(config.beta1, config.beta2)
+                                      .eps(config.eps)
+                                      .weight_decay(config.weight_decay)
+                                      .capturable(capturable);
   std::vector<nn::ParamGroup> groups = nn::weight_decay_groups(params, config.weight_decay);
   if (config.zero && pg) {
     return std::make_unique<ddp::ZeroRedundancyOptimizer>(std::move(groups), ddp::optimizer_class<nn::AdamW>(options),
                                                           pg);
   }
-  return std::make_unique<nn::AdamW>(std::move(groups), options);
+  auto adamw = std::make_unique<nn::AdamW>(std::move(groups), options);
+  // capturable: each group's rate a float32 tensor on the parameters' device, which the
+  // scheduler fills (as param_group["lr"] = torch.tensor(lr, device=...)); a captured step reads it.
+  for (size_t g = 0; capturable && g < adamw->num_param_groups(); ++g) {
+    adamw->set_lr_tensor(g, t::scalar_tensor(config.lr, t::kFloat32).to(params.front().device()));
+  }
+  return adamw;
 }
 
 std::unique_ptr<nn::LRScheduler> make_scheduler(const GPTTrainConfig& config, nn::Optimizer& optimizer) {
@@ -122,6 +133,13 @@ GptRun set_up(const GPTTrainConfig& config) {
   run.placement = choose_placement(config.device, config.backend);
   TDDP_CHECK(!config.tf32 || run.placement.on_gpu, "--tf32 needs the model on a GPU (--device cuda)");
   if (config.tf32) tensor::cuda::set_allow_tf32(true);
+  if (config.cuda_graph) {  // before joining the ranks: one process only
+    TDDP_CHECK(run.placement.on_gpu, "--cuda_graph captures the step on a GPU; this run is on {}",
+               run.placement.device.str());
+    const char* world = std::getenv("WORLD_SIZE");
+    TDDP_CHECK(world == nullptr || std::string(world) == "1",
+               "--cuda_graph runs one process ({} ranks here): DDP's collectives are not captured", world);
+  }
   run.pg = join_ranks(run.placement.backend, config.timeout_s);
   run.rank = run.pg ? run.pg->rank() : 0;
   run.world = run.pg ? run.pg->size() : 1;
@@ -164,6 +182,7 @@ GptRun set_up(const GPTTrainConfig& config) {
     run.powersgd = register_comm_hook(*run.ddp, run.pg, config.comm_hook, 1, 1000);
     run.forward = run.ddp.get();
   }
+  if (config.cuda_graph) run.graphed = std::make_unique<GptRun::Graphed>();
   return run;
 }
 
@@ -211,6 +230,13 @@ Tensor forward_backward(const GPTTrainConfig& config, const GptRun& run, const T
   return total;
 }
 
+// The gradients' total norm, clipped to --grad_clip. After backward, DDP has averaged the
+// gradients: every rank clips by the same factor.
+Tensor clip_gradients(const GPTTrainConfig& config, const GptRun& run, const std::vector<Tensor>& params) {
+  const double clip = config.grad_clip > 0 ? config.grad_clip : INFINITY;
+  return run.units.empty() ? nn::clip_grad_norm_(params, clip) : ddp::clip_sharded_grad_norm_(params, clip, *run.pg);
+}
+
 // One optimizer step: the batch, forward and backward, clipping, the update; returns the loss
 // and the gradients' norm, both still on the device. --profile_phases times each part.
 std::pair<Tensor, Tensor> train_step(const GPTTrainConfig& config, const GptRun& run, int64_t step,
@@ -229,15 +255,41 @@ std::pair<Tensor, Tensor> train_step(const GPTTrainConfig& config, const GptRun&
     loss = forward_backward(config, run, x, y);
     phases.end_phase("fwd+bwd");
   }
-  // After backward, DDP has averaged the gradients: every rank clips by the same factor.
-  const double clip = config.grad_clip > 0 ? config.grad_clip : INFINITY;
-  const Tensor norm =
-      run.units.empty() ? nn::clip_grad_norm_(params, clip) : ddp::clip_sharded_grad_norm_(params, clip, *run.pg);
+  const Tensor norm = clip_gradients(config, run, params);
   phases.end_phase("clip");
   run.optimizer->step();
   run.scheduler->step();
   phases.end_phase("optimizer");
   return {loss, norm};
+}
+
+// --cuda_graph: the first three steps run eagerly (cuBLAS's workspaces, AdamW's state, the
+// checks that read back); the fourth is captured (forward, backward, clipping and AdamW, whose
+// step count and rate are device tensors), and every step from it on copies its batch into
+// the graph's inputs and replays it: one launch a step. The scheduler fills the rate's tensor
+// between replays; the loss and norm are where the graph writes them.
+std::pair<Tensor, Tensor> graphed_step(const GPTTrainConfig& config, const GptRun& run, int64_t step,
+                                       const std::vector<Tensor>& params, StepPhases& phases) {
+  constexpr int64_t kEagerSteps = 3;
+  if (step < run.first_step + kEagerSteps) return train_step(config, run, step, params, phases);
+  GptRun::Graphed& g = *run.graphed;
+  const auto [x, y] = batch_of(run, step);
+  if (!g.graph.captured()) {
+    g.x = x;
+    g.y = y;
+    run.optimizer->zero_grad();  // set to none: the captured backward makes them, in the graph's pool
+    g.graph.capture_begin(run.placement.device.index);
+    g.loss = forward_backward(config, run, g.x, g.y);
+    g.norm = clip_gradients(config, run, params);
+    run.optimizer->step();
+    g.graph.capture_end();  // nothing ran yet: the replay below runs this step
+  } else {
+    g.x.copy_(x);
+    g.y.copy_(y);
+  }
+  g.graph.replay();
+  run.scheduler->step();
+  return {g.loss, g.norm};
 }
 
 // Rank 0 writes a checkpoint every --checkpoint_every steps and at the end (with ZeRO every
@@ -308,7 +360,8 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
     fail_on_purpose_if_asked(config.fail_at_step, step, run.rank, "train_gpt");
     op_profile.begin_step(step);
     const double lr = run.optimizer->lr(0);
-    const auto [loss, norm_tensor] = train_step(config, run, step, params, phases);
+    const auto [loss, norm_tensor] =
+        run.graphed ? graphed_step(config, run, step, params, phases) : train_step(config, run, step, params, phases);
     auto [mean_loss, stop] = loss_and_stop_over_ranks(run.pg.get(), run.placement.device, loss.item<double>(),
                                                       signals ? &*signals : nullptr);
     if (run.exact) mean_loss = loss.item<double>();  // the whole batch's already, the same bits everywhere

@@ -65,8 +65,10 @@ struct GPTTrainConfig {
   std::string fsdp_param_dtype;  // --fsdp's mixed precision: "bfloat16" gathers, computes and reduces in it
   std::string comm_hook = "allreduce";
   std::string device = "cpu", backend = "auto";
-  std::string autocast;  // "" (float32) | bf16: the forward and loss under tensor::Autocast
-  bool tf32 = false;     // on a GPU: float32 products on TF32 tensor cores (default: full float32)
+  std::string autocast;     // "" (float32) | bf16: the forward and loss under tensor::Autocast
+  bool tf32 = false;        // on a GPU: float32 products on TF32 tensor cores (default: full float32)
+  bool capturable = false;  // AdamW's step count and rate on the device (as torch's capturable=True)
+  bool cuda_graph = false;  // on a GPU: 3 eager steps, then each step one replay of a captured one
   double timeout_s = 60;
   int threads = 0;  // intra-op threads per process (tensor::set_num_threads); 0: the default
 

@@ -17,6 +17,7 @@
 #include "tinyddp/ddp/fully_shard.h"
 #include "tinyddp/nn/nn.h"
 #include "tinyddp/nn/transformer.h"
+#include "tinyddp/tensor/cuda.h"
 
 namespace tinyddp::examples {
 
@@ -48,6 +49,12 @@ struct GptRun {
   bool exact = false;
   int64_t global_rows() const { return exact ? rows : rows * world; }
   std::map<std::string, std::string> resumed_metadata;  // the checkpoint's, when resumed (its grids)
+  // --cuda_graph: the captured step, the inputs it reads and the loss and norm it writes.
+  struct Graphed {
+    tensor::cuda::CudaGraph graph;
+    tensor::Tensor x, y, loss, norm;
+  };
+  std::unique_ptr<Graphed> graphed;
 };
 
 // ---- Around the loop (train_gpt_report.cc) -----------------------------------------------------

@@ -106,6 +106,19 @@ void Optimizer::set_lr(size_t g, double lr) {
   group(g);
   TDDP_CHECK(lr >= 0, "{}: invalid learning rate {} (group {})", name_, lr, g);
   groups_[g].lr = lr;
+  if (groups_[g].lr_tensor.defined()) groups_[g].lr_tensor.fill_(lr);
+}
+
+void Optimizer::set_lr_tensor(size_t g, const Tensor& lr) {
+  group(g);
+  TDDP_CHECK(lr.defined() && lr.numel() == 1 && tensor::is_floating_point(lr.dtype()),
+             "{}: set_lr_tensor takes a floating tensor of one element (group {}), got {}", name_, g,
+             lr.defined() ? fmt::format("{} of {} elements", tensor::dtype_name(lr.dtype()), lr.numel())
+                          : std::string("an undefined tensor"));
+  const double value = lr.item<double>();
+  TDDP_CHECK(value >= 0, "{}: invalid learning rate {} (group {})", name_, value, g);
+  groups_[g].lr = value;
+  groups_[g].lr_tensor = lr;
 }
 
 std::vector<ParamGroupRef> Optimizer::param_groups() {
@@ -287,6 +300,8 @@ void Adam::step() {
 void Adam::step_group(size_t g) {
   NoGradGuard no_grad;
   const double lr = this->lr(g), decay = weight_decay(g), beta1 = momentum(g), beta2 = options_.beta2();
+  // With capturable, a group's tensor rate is read on the device (a captured step follows it).
+  const Tensor lr_t = options_.capturable() ? lr_tensor(g) : Tensor();
   // The parameters with a gradient: their state made and their step counted first.
   std::vector<size_t> stepped;
   for (size_t i = group_begin(g); i < group_end(g); ++i) {
@@ -336,7 +351,9 @@ void Adam::step_group(size_t g) {
     if (plain && tensor::fused_adam_step_(p, p.grad(), s.exp_avg, s.exp_avg_sq, fused_step(s.step))) continue;
     Tensor grad = step_grad(p, options_.maximize());
     if (decay != 0) {
-      if (decoupled_) {
+      if (decoupled_ && lr_t.defined()) {
+        p.mul_(1.0 - tensor::mul(lr_t, decay));  // AdamW, the rate a tensor: 1 - lr * decay there
+      } else if (decoupled_) {
         p.mul_(1 - lr * decay);  // AdamW: decay the weights
       } else {
         grad = tensor::add(grad, p, decay);  // Adam: L2 through the gradient
@@ -345,11 +362,11 @@ void Adam::step_group(size_t g) {
     s.exp_avg.mul_(beta1).add_(grad, 1 - beta1);
     // addcmul_(grad, grad, value = 1 - beta2): value * grad * grad, left to right
     s.exp_avg_sq.mul_(beta2).add_(tensor::mul(tensor::mul(grad, 1 - beta2), grad));
-    update(p, s, lr, beta1);
+    update(p, s, lr, lr_t, beta1);
   }
 }
 
-void Adam::update(const Tensor& p, State& s, double lr, double beta1) const {
+void Adam::update(const Tensor& p, State& s, double lr, const Tensor& lr_t, double beta1) const {
   const double beta2 = options_.beta2(), eps = options_.eps();
   // amsgrad: the running maximum of the second moment stands in for it (torch.maximum: NaN
   // wins). Updated in place, as every state here: a captured step must write where it reads.
@@ -369,7 +386,9 @@ void Adam::update(const Tensor& p, State& s, double lr, double beta1) const {
   // denom = sqrt(v) / (sqrt(bc2) * -step_size) + eps / -step_size and p += m / denom.
   const Tensor bias_correction1 = 1.0 - tensor::pow(beta1, s.step_t);
   const Tensor bias_correction2 = 1.0 - tensor::pow(beta2, s.step_t);
-  const Tensor step_size_neg = tensor::neg(tensor::mul(1.0 / bias_correction1, lr));
+  // The rate: the group's tensor (lr / bc1, tensor by tensor) or a number (bc1's reciprocal times it).
+  const Tensor step_size_neg = lr_t.defined() ? tensor::neg(tensor::div(lr_t, bias_correction1))
+                                              : tensor::neg(tensor::mul(1.0 / bias_correction1, lr));
   const Tensor denom = tensor::div(tensor::sqrt(second), tensor::mul(tensor::sqrt(bias_correction2), step_size_neg))
                            .add_(tensor::mul(1.0 / step_size_neg, eps));
   p.add_(tensor::div(s.exp_avg, denom));

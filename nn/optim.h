@@ -106,6 +106,13 @@ class Optimizer {
   double lr(size_t g = 0) const { return group(g).lr; }
   double weight_decay(size_t g = 0) const { return group(g).weight_decay; }
   void set_lr(size_t g, double lr);
+  // As torch's param_group["lr"] = torch.tensor(rate, device=...): the group's rate held in a
+  // one-element floating tensor too (its value becomes lr(g)), which set_lr then fills in place
+  // (as PyTorch's schedulers fill_ a tensor rate). Adam and AdamW with capturable compute with
+  // it on its device, so that a step captured in a CUDA graph reads the rate of each replay.
+  void set_lr_tensor(size_t g, const Tensor& lr);
+  // The group's tensor rate, or an undefined tensor when it has none.
+  const Tensor& lr_tensor(size_t g = 0) const { return group(g).lr_tensor; }
   void set_weight_decay(size_t g, double weight_decay);
   // The group's rate when its first scheduler was made (torch's group["initial_lr"]): what
   // every scheduler of the group takes as its base rate, and what SequentialLR goes back to.
@@ -155,6 +162,7 @@ class Optimizer {
     double lr, weight_decay;
     double momentum = 0;
     std::optional<double> initial_lr;
+    Tensor lr_tensor;  // set_lr_tensor's
   };
   const Group& group(size_t g) const;
   // Checks and appends one group (the constructor's and add_param_group's work).
@@ -319,8 +327,8 @@ class Adam : public Optimizer {
     Tensor max_exp_avg_sq;  // with amsgrad
   };
   // The parameter update from the moments: host bias corrections, or (capturable) tensor ones
-  // (beta1: the group's).
-  void update(const Tensor& p, State& s, double lr, double beta1) const;
+  // (beta1: the group's; lr_t: the group's tensor rate, with capturable, else undefined).
+  void update(const Tensor& p, State& s, double lr, const Tensor& lr_t, double beta1) const;
   AdamOptions options_;
   bool decoupled_;
   std::vector<State> state_;

@@ -116,7 +116,10 @@ Tensor GPT::forward(const Tensor& ids) {
   const int64_t t = ids.size(1);
   TDDP_CHECK(t <= config.block_size, "GPT: sequence length {} is longer than block_size {} (the context)", t,
              config.block_size);
-  const Tensor positions = tensor::arange(int64_t{0}, t, int64_t{1}, tensor::TensorOptions(ids.device()));
+  if (!positions_.defined() || positions_.device() != ids.device()) {
+    positions_ = tensor::arange(int64_t{0}, config.block_size, int64_t{1}, tensor::TensorOptions(ids.device()));
+  }
+  const Tensor positions = positions_.narrow(0, 0, t);
   Tensor x = (*drop)(tensor::add((*wte)(ids), (*wpe)(positions)));
   for (const auto& block : h) x = (*block)(x);
   return (*lm_head)((*ln_f)(x));

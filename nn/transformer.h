@@ -98,6 +98,12 @@ class GPT : public Module {
   std::vector<std::shared_ptr<Block>> h;  // transformer.h.<i>
   std::shared_ptr<LayerNorm> ln_f;
   std::shared_ptr<Linear> lm_head;
+
+ private:
+  // 0 .. block_size - 1 on the device of the last forward, made once there: a forward
+  // captured in a CUDA graph then reads positions already on the GPU (arange writes them
+  // from the host, which a capture cannot). Not a parameter or buffer: not in the state dict.
+  Tensor positions_;
 };
 
 }  // namespace tinyddp::nn

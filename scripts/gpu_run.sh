@@ -121,7 +121,7 @@ cuda_op_tests() {
   step cuda_graph_test 60 ours ./tests/tensor/cuda_graph_test --durations yes
   step cuda_math_test 60 ours ./tests/tensor/cuda_math_test --durations yes
   # The GPU cases of tests that are mostly CPU tests (their "[cuda]" tag picks them).
-  for t in tensor/attention_test tensor/cross_entropy_test tensor/foreach_test nn/fused_adam_test tensor/profiler_test tensor/cuda_plan_test tensor/device_guard_test nn/functional_test nn/attention_interpolate_test \
+  for t in tensor/attention_test tensor/cross_entropy_test tensor/foreach_test nn/fused_adam_test tensor/profiler_test examples/train_gpt_graph_test tensor/cuda_plan_test tensor/device_guard_test nn/functional_test nn/attention_interpolate_test \
     nn/conv_layers_test nn/transformer_encoder_test ddp/data_parallel_test; do
     step "${t#*/}" 60 ours "./tests/$t" "[cuda]" --durations yes
   done
@@ -170,6 +170,7 @@ case "$part" in
         check "${1}_cross_entropy" 40 "$1" ./tests/tensor/cross_entropy_test
         check "${1}_fused_adam" 40 "$1" ./tests/nn/fused_adam_test
         check "${1}_foreach" 30 "$1" ./tests/tensor/foreach_test
+        check "${1}_profiler" 30 "$1" ./tests/tensor/profiler_test
         check "${1}_math" 60 "$1" ./tests/tensor/cuda_math_test
         check "${1}_functional" 40 "$1" ./tests/nn/functional_test quiet
         check "${1}_attention" 40 "$1" ./tests/nn/attention_interpolate_test quiet
@@ -296,6 +297,11 @@ case "$part" in
     # The GPT at 32 windows of 256 tokens: float32, TF32, bf16 autocast; tinyddp reads this
     # repository's docs/ddp.md as its corpus (no fortunes here).
     read -ra gpt <<< "$(gpt_cuda_args)"
+    # --cuda_graph: ours only (PyTorch's whole-step capture of this loop is not in its script).
+    for flags in "--cuda_graph" "--autocast bf16 --cuda_graph"; do
+      # shellcheck disable=SC2086
+      step "train_gpt$(echo "$flags" | tr -d ' -')" 60 ours ./examples/train_gpt "${gpt[@]}" $flags
+    done
     for flags in "" "--tf32" "--autocast bf16"; do
       name=gpt$(echo "$flags" | tr -d ' -')
       # shellcheck disable=SC2086

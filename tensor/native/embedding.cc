@@ -1,6 +1,7 @@
 // Embedding lookups (torch.nn.functional.embedding): each int64 id picks a row of the weight;
 // the backward adds the output's gradient rows back onto the rows they came from (divided by
 // their id's count with scale_grad_by_freq; none onto the padding row).
+#include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/factory.h"
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/native/checks.h"
@@ -24,7 +25,10 @@ void check_embedding(const Tensor& input, const Tensor& weight) {
   check_same_device(input, weight, "embedding", "input", "weight");
   check_kernel_device(weight, "embedding");
   if (input.numel() == 0) return;
-  // Every id in [0, V): the largest and the smallest (on a GPU this waits for them).
+  // Every id in [0, V): the largest and the smallest (on a GPU this waits for them). Not while
+  // a CUDA graph is captured, which cannot read back: the eager steps before it checked theirs,
+  // and a replay's ids are the caller's to keep in range (train_gpt checks its data on loading).
+  if (input.is_cuda() && cuda::is_capturing(input.device().index)) return;
   NoGradGuard no_grad;
   const int64_t highest = max(input).item<int64_t>(), lowest = -max(neg(input)).item<int64_t>();
   const int64_t bad = highest >= weight.size(0) ? highest : lowest;

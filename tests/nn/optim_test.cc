@@ -43,6 +43,15 @@ std::unique_ptr<Optimizer> make(const std::string& name, const Tensor& p) {
     return std::make_unique<Adam>(std::vector<Tensor>{p},
                                   AdamOptions(0.01).betas(0.9, 0.5).amsgrad(true).capturable(true));
   }
+  if (name == "adam_capturable_lr_tensor" || name == "adamw_capturable_lr_tensor") {
+    // The rate a float32 tensor (torch.tensor(0.01)); the test halves it before each later step.
+    const AdamOptions options = AdamOptions(0.01).weight_decay(0.1).capturable(true);
+    std::unique_ptr<Optimizer> opt =
+        name[4] == 'w' ? std::unique_ptr<Optimizer>(std::make_unique<AdamW>(std::vector<Tensor>{p}, options))
+                       : std::make_unique<Adam>(std::vector<Tensor>{p}, options);
+    opt->set_lr_tensor(0, tensor::scalar_tensor(0.01, tensor::kFloat32));
+    return opt;
+  }
   if (name == "adamw_capturable") {
     return std::make_unique<AdamW>(std::vector<Tensor>{p}, AdamOptions(0.01).weight_decay(0.1).capturable(true));
   }
@@ -62,7 +71,9 @@ const std::vector<std::string> kConfigs = {"sgd",
                                            "adamw_capturable",
                                            "adam_amsgrad",
                                            "adamw_amsgrad",
-                                           "adam_amsgrad_capturable"};
+                                           "adam_amsgrad_capturable",
+                                           "adam_capturable_lr_tensor",
+                                           "adamw_capturable_lr_tensor"};
 
 }  // namespace
 
@@ -73,6 +84,8 @@ TEST_CASE("every optimizer configuration matches PyTorch step by step", "[nn][op
     auto optimizer = make(name, p);
     for (int k = 0; k < 3; ++k) {
       INFO(name << " step " << k);
+      // A tensor rate: halved in place before each later step, as a scheduler fills it.
+      if (optimizer->lr_tensor(0).defined()) optimizer->set_lr(0, 0.01 * std::pow(0.5, k));
       p.mutable_grad() = f.at("grad" + std::to_string(k)).clone();
       optimizer->step();
       CHECK(max_abs_diff(p, f.at(name + ".step" + std::to_string(k))) < 1e-6);
@@ -240,6 +253,42 @@ TEST_CASE("capturable Adam keeps PyTorch's float32 step tensor; states convert b
   CHECK(tensor::equal(r, p));
   CHECK(max_abs_diff(q, p) < 1e-6);
   CHECK(max_abs_diff(p, f.at("adam_capturable.step2")) < 1e-6);
+}
+
+TEST_CASE("a group's tensor rate: set_lr fills it, capturable Adam and AdamW read it there", "[nn][optim]") {
+  for (const bool adamw : {false, true}) {
+    INFO((adamw ? "AdamW" : "Adam"));
+    const Tensor p = tensor::randn({4, 3}).requires_grad_();
+    const AdamOptions options = AdamOptions(0.01).weight_decay(0.1).capturable(true);
+    std::unique_ptr<Optimizer> opt;
+    if (adamw) {
+      opt = std::make_unique<AdamW>(std::vector<Tensor>{p}, options);
+    } else {
+      opt = std::make_unique<Adam>(std::vector<Tensor>{p}, options);
+    }
+    CHECK_FALSE(opt->lr_tensor(0).defined());
+    opt->set_lr_tensor(0, tensor::scalar_tensor(0.25, tensor::kFloat32));
+    CHECK(opt->lr(0) == 0.25);  // the tensor's value becomes the group's rate
+    opt->set_lr(0, 0.01);
+    CHECK(opt->lr_tensor(0).item<double>() == static_cast<double>(0.01f));  // filled in place
+    // A rate of zero in the tensor, the host's still 0.01: the step reads the tensor and leaves
+    // the parameter as it was (no update, no decay); then the tensor's 0.01 moves it.
+    opt->lr_tensor(0).fill_(0.0);
+    const Tensor before = p.detach().clone();
+    p.mutable_grad() = tensor::randn({4, 3});
+    opt->step();
+    CHECK(tensor::equal(p, before));
+    opt->lr_tensor(0).fill_(0.01);
+    opt->step();
+    CHECK_FALSE(tensor::equal(p, before));
+  }
+  Adam adam({tensor::zeros({2}).requires_grad_()}, AdamOptions(0.01));
+  CHECK_THROWS_WITH(adam.set_lr_tensor(0, tensor::zeros({2})),
+                    Contains("set_lr_tensor takes a floating tensor of one element (group 0), got float32 of 2 "
+                             "elements"));
+  CHECK_THROWS_WITH(adam.set_lr_tensor(0, tensor::scalar_tensor(1.0, tensor::kInt64)),
+                    Contains("got int64 of 1 elements"));
+  CHECK_THROWS_WITH(adam.set_lr_tensor(0, tensor::scalar_tensor(-1.0)), Contains("invalid learning rate -1"));
 }
 
 TEST_CASE("add_param_group: the new group steps as its own optimizer would; the rest go on", "[nn][optim][groups]") {
