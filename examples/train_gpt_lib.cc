@@ -326,6 +326,46 @@ void leave_group(GptRun& run) {
   comm::destroy_process_group();
 }
 
+// The bigram model's validation loss (corpus runs only; -1 otherwise), printed by rank 0.
+double bigram_baseline(const GPTTrainConfig& config, const GptRun& run, std::ostream& out) {
+  if (!run.text.split) return -1;
+  const double loss = run.text.split->bigram_loss(config.eval_windows);
+  out << fmt::format("bigram model (next-character counts of the training split): validation loss {:.4f}\n", loss);
+  return loss;
+}
+
+// --report_memory: the peaks start again from here.
+void reset_peaks(const GptRun& run) {
+  reset_peak_rss();
+  t::reset_cpu_peak_memory();
+  if (run.placement.on_gpu) t::cuda::reset_peak_memory_stats(run.placement.device.index);
+}
+
+// The losses of steps that print nothing, left on the device (no host wait inside those
+// steps: on a GPU the host queues the next step while this one runs), read back in one copy
+// at the next step that prints, and checked then. A copy of each (a replayed graph writes its
+// loss to the same tensor every step).
+struct PendingLosses {
+  explicit PendingLosses(bool on) : on(on) {}
+  void keep(int64_t step, const Tensor& loss) {
+    steps.push_back(step);
+    losses.push_back(loss.detach().clone());
+  }
+  void flush(std::vector<double>& out) {
+    if (losses.empty()) return;
+    const std::vector<double> values = t::stack(losses).to(t::kCPU).to(t::kFloat64).to_vector<double>();
+    for (size_t i = 0; i < values.size(); ++i) {
+      TDDP_CHECK(std::isfinite(values[i]), "the loss became {} at step {}; lower --lr", values[i], steps[i]);
+      out.push_back(values[i]);
+    }
+    steps.clear();
+    losses.clear();
+  }
+  const bool on;
+  std::vector<int64_t> steps;
+  std::vector<Tensor> losses;
+};
+
 }  // namespace
 
 GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
@@ -336,11 +376,7 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
   if (run.first_step > 0) out << fmt::format("resuming from {} after {} steps\n", config.checkpoint, run.first_step);
   describe(config, run, out);
   GPTTrainResult result;
-  if (run.text.split) {
-    result.bigram_loss = run.text.split->bigram_loss(config.eval_windows);
-    out << fmt::format("bigram model (next-character counts of the training split): validation loss {:.4f}\n",
-                       result.bigram_loss);
-  }
+  result.bigram_loss = bigram_baseline(config, run, out);
   std::ofstream metrics = open_metrics(config, run);
   const int64_t log_every = config.log_every > 0 ? config.log_every : std::max<int64_t>(1, config.steps / 20);
   const auto start = std::chrono::steady_clock::now();
@@ -348,20 +384,26 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
   const std::vector<Tensor> params = run.model->parameters();
   StepPhases phases(config.profile_phases, run.placement.device);
   OpProfileWindow op_profile(run.first_step, config.steps, config.profile_ops, config.profile_trace, run.rank);
-  if (config.report_memory) {  // the steps' peaks, not construction's
-    reset_peak_rss();
-    t::reset_cpu_peak_memory();
-    if (run.placement.on_gpu) t::cuda::reset_peak_memory_stats(run.placement.device.index);
-  }
+  if (config.report_memory) reset_peaks(run);  // the steps' peaks, not construction's
   // With a checkpoint to write, SIGUSR1 and SIGTERM stop the run after a step (preemption.h).
   std::optional<StopSignals> signals;
   if (!config.checkpoint.empty()) signals.emplace();
+  // One process that writes no metrics row and waits for no signal reads a step's loss only
+  // when it prints or evaluates (PendingLosses).
+  PendingLosses pending(!run.pg && !signals && !metrics.is_open() && !config.profile_phases);
   for (int64_t step = run.first_step; step < config.steps; ++step) {
     fail_on_purpose_if_asked(config.fail_at_step, step, run.rank, "train_gpt");
     op_profile.begin_step(step);
     const double lr = run.optimizer->lr(0);
     const auto [loss, norm_tensor] =
         run.graphed ? graphed_step(config, run, step, params, phases) : train_step(config, run, step, params, phases);
+    const bool eval_now = run.text.split && config.eval_every > 0 && (step + 1) % config.eval_every == 0;
+    if (pending.on && (step + 1) % log_every != 0 && step + 1 != config.steps && !eval_now) {
+      pending.keep(step, loss);
+      op_profile.end_step(step, out);
+      continue;
+    }
+    pending.flush(result.losses);
     auto [mean_loss, stop] = loss_and_stop_over_ranks(run.pg.get(), run.placement.device, loss.item<double>(),
                                                       signals ? &*signals : nullptr);
     if (run.exact) mean_loss = loss.item<double>();  // the whole batch's already, the same bits everywhere
@@ -379,7 +421,6 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
                          std::to_string(config.steps).size(), config.steps, mean_loss, norm, lr, tokens / seconds())
           << std::flush;
     }
-    const bool eval_now = run.text.split && config.eval_every > 0 && (step + 1) % config.eval_every == 0;
     if (eval_now && step + 1 != config.steps) {
       out << fmt::format("step {}: validation loss {:.4f}\n", step + 1, validation_loss(config, run));
     }

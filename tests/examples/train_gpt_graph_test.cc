@@ -1,11 +1,13 @@
-// train_gpt --capturable and --cuda_graph (examples/train_gpt_lib.cc): AdamW with its step count
-// and rate on the device follows the ordinary run within float32's rounding of those two; the
-// options' errors; with a GPU, the captured and replayed steps give the capturable eager run's
-// losses and norms bit for bit.
+// train_gpt without host round trips (examples/train_gpt_lib.cc): the losses of steps that print
+// nothing, read back later, are every step's; --capturable (AdamW with its step count and rate
+// on the device) follows the ordinary run within float32's rounding of those two; the options'
+// errors; with a GPU, --cuda_graph's captured and replayed steps give the capturable eager
+// run's losses and norms bit for bit.
 #include <cmath>
 #include <fstream>
 #include <sstream>
 
+#include "examples/train_gpt_lib.h"
 #include "tests/test_util.h"
 #include "tinyddp/tensor/cuda.h"
 
@@ -51,6 +53,26 @@ std::vector<std::vector<double>> run(const std::string& extra) {
 }
 
 }  // namespace
+
+TEST_CASE("train_gpt keeps quiet steps' losses on the device and reads them all back", "[examples][gpt]") {
+  tinyddp::examples::GPTTrainConfig config;
+  config.n_layer = 1;
+  config.n_head = 2;
+  config.n_embd = 16;
+  config.block_size = 8;
+  config.batch = 4;
+  config.steps = 10;
+  config.log_every = 4;  // steps 4 and 8 print, and the last: the others' losses wait on the device
+  config.eval_every = 0;
+  config.eval_windows = 2;
+  config.sample_tokens = 0;
+  std::ostringstream log;
+  const auto quiet = tinyddp::examples::train_gpt(config, log);
+  config.metrics = temp_path("every_step.csv");  // a row per step: every loss read at its step
+  const auto each = tinyddp::examples::train_gpt(config, log);
+  REQUIRE(quiet.losses.size() == 10);
+  CHECK(quiet.losses == each.losses);
+}
 
 TEST_CASE("train_gpt --capturable follows the ordinary run within float32's rounding of the rate and corrections",
           "[examples][gpt][graph]") {
