@@ -69,7 +69,7 @@ void Optimizer::append_group(ParamGroup group) {
   for (Tensor& p : group.params) params_.push_back(std::move(p));
   groups_.push_back(Group{begin, params_.size(), group.lr.value_or(default_lr_),
                           group.weight_decay.value_or(default_weight_decay_), default_momentum_,
-                          /*initial_lr=*/std::nullopt});
+                          /*initial_lr=*/std::nullopt, /*lr_tensor=*/Tensor()});
 }
 
 void Optimizer::use_momentum(std::string name, double initial, bool below_one) {
