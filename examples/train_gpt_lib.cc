@@ -326,6 +326,11 @@ void leave_group(GptRun& run) {
   comm::destroy_process_group();
 }
 
+// Every loss read back is finite, or the run stops naming its step.
+void check_loss(double loss, int64_t step) {
+  TDDP_CHECK(std::isfinite(loss), "the loss became {} at step {}; lower --lr", loss, step);
+}
+
 // The bigram model's validation loss (corpus runs only; -1 otherwise), printed by rank 0.
 double bigram_baseline(const GPTTrainConfig& config, const GptRun& run, std::ostream& out) {
   if (!run.text.split) return -1;
@@ -355,7 +360,7 @@ struct PendingLosses {
     if (losses.empty()) return;
     const std::vector<double> values = t::stack(losses).to(t::kCPU).to(t::kFloat64).to_vector<double>();
     for (size_t i = 0; i < values.size(); ++i) {
-      TDDP_CHECK(std::isfinite(values[i]), "the loss became {} at step {}; lower --lr", values[i], steps[i]);
+      check_loss(values[i], steps[i]);
       out.push_back(values[i]);
     }
     steps.clear();
@@ -409,7 +414,7 @@ GPTTrainResult train_gpt(const GPTTrainConfig& config, std::ostream& log) {
     if (run.exact) mean_loss = loss.item<double>();  // the whole batch's already, the same bits everywhere
     result.losses.push_back(mean_loss);
     phases.end_phase("read loss");
-    TDDP_CHECK(std::isfinite(mean_loss), "the loss became {} at step {}; lower --lr", mean_loss, step);
+    check_loss(mean_loss, step);
     const bool log_now = (step + 1) % log_every == 0 || step + 1 == config.steps || stop;
     // The norm is read back only when it is written out (the loss above was read already).
     const double norm = metrics.is_open() || log_now ? norm_tensor.item<double>() : 0.0;

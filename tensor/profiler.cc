@@ -1,18 +1,13 @@
 // The op profiler (profiler.h): the live Profile's state, the scopes that record kernels and
-// ranges into it, and its reports (key averages, the per-kind summary, the Chrome trace).
+// ranges into it, and the device times read at stop() (the reports: profiler_report.cc).
 #include "tinyddp/tensor/profiler.h"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
-#include <fstream>
 #include <map>
 #include <mutex>
-#include <tuple>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "tinyddp/base/error.h"
 #include "tinyddp/tensor/internal/profiling.h"

@@ -57,6 +57,8 @@ struct Event {
   double flops = 0;   // floating-point operations of products and attention (a multiply-add is 2); else 0
   double host_us() const { return host_end_us - host_start_us; }
   double device_us() const { return device_start_us < 0 ? 0 : device_end_us - device_start_us; }
+  // What the kernel's own time is: device time on a GPU (0 when captured), host time on the CPU.
+  double time_us() const { return device.is_cuda() ? device_us() : host_us(); }
 };
 
 // key_averages' row: the events of one (name, kernel, device type).

@@ -79,7 +79,7 @@ Summary Profile::summary() const {
     if (!is_kernel(e)) continue;
     s.host_in_kernels_us += e.host_us();
     if (on_gpu(e)) device_spans[e.device.index].push_back({e.device_start_us, e.device_end_us});
-    per_kind[e.kind] += on_gpu(e) ? e.device_us() : e.device.is_cuda() ? 0 : e.host_us();
+    per_kind[e.kind] += e.time_us();
   }
   for (const auto& [device, spans] : device_spans) {
     const auto [busy, span] = union_and_span(spans);
