@@ -3,7 +3,9 @@
 tests/ddp/fixtures/gpt_model.py: 4 layers, 4 heads, 128 wide, context 64, 114 characters)
 trained with AdamW over nanoGPT's groups, clipping at 1.0 and warmup + cosine, one thread
 per process, alone or under DistributedDataParallel (gloo) on --nproc processes; the global
-batch of --batch windows is split over them. Prints from rank 0:
+batch of --batch windows is split over them. On a GPU AdamW is fused=True, as nanoGPT's
+train.py makes it there (--unfused: foreach=False, as on the CPU); --compile wraps the model in
+torch.compile; --warmup N leaves the first N steps out of the timing. Prints from rank 0:
 RESULT impl=torch nproc=<n> steps=<s> tokens_per_s=<x>
 
 Run: OMP_NUM_THREADS=1 /usr/bin/python3 bench/torch_gpt_train.py --nproc 2
@@ -104,7 +106,12 @@ def run(rank, nproc, args, init_file):
     torch.manual_seed(1337)
     model = GPT(cfg).to(device)
     wrapped = DDP(model) if nproc > 1 else model
+    if args.compile:
+        wrapped = torch.compile(wrapped)
     opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.95))
+    if device.type == "cuda" and not args.unfused:  # nanoGPT's train.py: fused AdamW on a GPU
+        groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in opt.param_groups]
+        opt = torch.optim.AdamW(groups, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, fused=True)
     rows = args.batch // nproc
     g = torch.Generator().manual_seed(rank)
     data = torch.randint(0, cfg.vocab_size, (100000,), generator=g)
@@ -114,6 +121,10 @@ def run(rank, nproc, args, init_file):
         torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
     for step in range(args.steps):
+        if step == args.warmup:  # the timed steps start here
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
         if (args.kernels > 0 or args.kinds_json) and rank == 0 and step == args.steps - 3:  # the last three
             activities = [torch.profiler.ProfilerActivity.CPU]
             if device.type == "cuda":
@@ -151,10 +162,12 @@ def run(rank, nproc, args, init_file):
             with open(args.kinds_json, "w") as f:
                 json.dump(kernel_kinds(profiler, 3), f, indent=1)
     if rank == 0:
-        tokens = args.steps * args.batch * cfg.block_size
+        tokens = (args.steps - args.warmup) * args.batch * cfg.block_size
         autocast = " autocast=bf16" if args.autocast else ""
         autocast += f" device={args.device} block_size={cfg.block_size}" if device.type == "cuda" else ""
         autocast += " tf32=1" if args.tf32 else ""
+        autocast += f" batch={args.batch} warmup={args.warmup}" if args.warmup else ""
+        autocast += " compile=1" if args.compile else ""
         print(f"RESULT impl=torch nproc={nproc} steps={args.steps}{autocast} tokens_per_s={tokens / seconds:.0f}",
               flush=True)
         if device.type == "cuda":
@@ -187,7 +200,16 @@ def main():
                         help="time each part of a step, the device synchronised between them (train_gpt's flag)")
     parser.add_argument("--kernels", type=int, default=0,
                         help="print the N kernels with the most device time over the last 3 steps (torch.profiler)")
+    parser.add_argument("--warmup", type=int, default=0,
+                        help="steps before the timed ones (default 0: every step timed)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (one process)")
+    parser.add_argument("--unfused", action="store_true",
+                        help="on a GPU, AdamW step by step (foreach=False) instead of nanoGPT's fused=True")
     args = parser.parse_args()
+    if not 0 <= args.warmup < args.steps:
+        parser.error("--warmup must be in [0, --steps)")
+    if args.compile and args.nproc != 1:
+        parser.error("--compile runs one process")
     if args.device == "cuda" and args.nproc != 1:
         parser.error("--device cuda runs one process")
     if args.nproc == 1:

@@ -188,6 +188,13 @@ int nanogpt_main(int argc, char** argv) {
   app.add_option("--profile_ops", c.profile_ops,
                  "tinyddp's: profile N iterations after the first, time per op and kind of kernel (default 0)");
   app.add_option("--profile_trace", c.profile_trace, "tinyddp's: with profile_ops, write their Chrome trace here");
+  app.add_option("--capturable", c.capturable,
+                 "tinyddp's: AdamW's step count and rate as tensors on the device (default False)");
+  app.add_option("--cuda_graph", c.cuda_graph,
+                 "tinyddp's: on one GPU, capture the fourth iteration in a CUDA graph and replay it from then on "
+                 "(default False)");
+  app.add_option("--report_memory", c.report_memory,
+                 "tinyddp's: print the peak tensor memory of the iterations at the end (default False)");
   app.add_option("--wandb_log", wandb_log, "accepted for nanoGPT's config files: False (there is no wandb here)");
   app.add_option("--wandb_project,--wandb_run_name", ignored, "accepted for nanoGPT's config files; unused");
   try {

@@ -4,13 +4,16 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <string>
 
 #include <fmt/format.h>
 
 #include "examples/nanogpt_checkpoint.h"
 #include "examples/nanogpt_data.h"
+#include "examples/nanogpt_report.h"
 #include "examples/op_profile.h"
 #include "examples/preemption.h"
 #include "examples/run_env.h"
@@ -23,7 +26,6 @@
 #include "tinyddp/nn/scheduler.h"
 #include "tinyddp/nn/transformer.h"
 #include "tinyddp/tensor/autocast.h"
-#include "tinyddp/tensor/cpu_peak.h"
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/parallel.h"
@@ -56,6 +58,10 @@ void NanoGptConfig::validate() const {
              "dtype={}: float32, bfloat16 or float16, as nanoGPT's", dtype);
   TDDP_CHECK(profile_ops >= 0 && (profile_trace.empty() || profile_ops > 0),
              "profile_ops={} must not be negative, and profile_trace needs profile_ops", profile_ops);
+  TDDP_CHECK(!cuda_graph || device != "cpu", "cuda_graph=True captures the iteration on a GPU: pass --device=cuda");
+  TDDP_CHECK(!cuda_graph || (!deterministic && dropout == 0),
+             "cuda_graph=True does not take deterministic=True or dropout > 0 (the iteration it captures draws no "
+             "random numbers and reduces nothing across ranks)");
 }
 
 namespace {
@@ -138,41 +144,6 @@ void evaluate(const NanoGptConfig& config, int64_t iter, int rank, comm::Process
   }
 }
 
-// The FLOP/s this process could reach, for nanoGPT's MFU: on the CPU the measured core peak
-// (tensor/cpu_peak.h) times the intra-op threads; on a GPU the datasheet's dense tensor-core
-// figure for the precision (TF32 for float32, as nanoGPT turns it on), for the GPUs this
-// project is run on; 0 (no MFU) for any other.
-double peak_flops(const Placement& placement, const std::string& dtype, std::ostream& out) {
-  if (!placement.on_gpu) {
-    const t::CpuPeak core = t::measure_cpu_peak(3, 0.02);
-    const int threads = t::get_num_threads();
-    out << fmt::format("mfu against this CPU's peak: {} x {} threads = {:.1f} GFLOP/s\n", core.formula, threads,
-                       core.peak_gflops * threads);
-    return core.peak_gflops * 1e9 * threads;
-  }
-  const std::string name = t::cuda::device_properties().at(static_cast<size_t>(placement.device.index)).name;
-  const bool bf16 = dtype == "bfloat16";
-  double tflops = 0;
-  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) tflops = bf16 ? 989.4 : 494.7;
-  if (name.find("A100") != std::string::npos) tflops = bf16 ? 312 : 156;
-  out << (tflops > 0 ? fmt::format("mfu against the {}'s {} TFLOP/s ({})\n", name, tflops, bf16 ? "bfloat16" : "TF32")
-                     : fmt::format("mfu: no datasheet peak known for {}; none printed\n", name));
-  return tflops * 1e12;
-}
-
-// nanoGPT's estimate_mfu: 6 N + 12 L H Q T FLOPs per token (N without the position table).
-double flops_per_iteration(const nn::GPT& model, int64_t windows) {
-  const nn::GPTConfig& c = model.config;
-  const double n = static_cast<double>(model.num_parameters(true));
-  const double per_token =
-      6 * n + 12.0 * static_cast<double>(c.n_layer * c.n_head * (c.n_embd / c.n_head) * c.block_size);
-  return per_token * static_cast<double>(c.block_size) * static_cast<double>(windows);
-}
-
-}  // namespace
-
-namespace {
-
 // What the loop runs on.
 struct Run {
   Placement placement;
@@ -184,6 +155,11 @@ struct Run {
   std::unique_ptr<nn::AdamW> optimizer;
   std::shared_ptr<ddp::DistributedDataParallel> ddp;
   bool exact = false;  // deterministic=True: ddp has the deterministic option
+  struct Graphed {     // cuda_graph=True: the captured iteration and its inputs and loss
+    t::cuda::CudaGraph graph;
+    Tensor x, y, loss;  // x, y: [micro-steps, batch_size, block_size]
+  };
+  std::unique_ptr<Graphed> graphed;
 };
 
 // train.py up to its loop: the ranks, the seed, the data, the model, AdamW, DDP.
@@ -194,6 +170,14 @@ Run set_up(const NanoGptConfig& config, std::ostream& out) {
   if (run.placement.on_gpu) t::cuda::set_allow_tf32(true);  // as nanoGPT's train.py
   TDDP_CHECK(!run.placement.on_gpu || config.dtype != "float16",
              "dtype=float16 on a GPU needs nanoGPT's GradScaler, which this mode lacks so far: use bfloat16");
+  if (config.cuda_graph) {  // before joining the ranks: one process only
+    TDDP_CHECK(run.placement.on_gpu, "cuda_graph=True captures the iteration on a GPU; this run is on {}",
+               run.placement.device.str());
+    const char* world = std::getenv("WORLD_SIZE");
+    TDDP_CHECK(world == nullptr || std::string(world) == "1",
+               "cuda_graph=True runs one process ({} ranks here): DDP's collectives are not captured", world);
+    run.graphed = std::make_unique<Run::Graphed>();
+  }
   run.pg = join_ranks(run.placement.backend, config.timeout_s);
   run.rank = run.pg ? run.pg->rank() : 0;
   run.world = run.pg ? run.pg->size() : 1;
@@ -215,8 +199,13 @@ Run set_up(const NanoGptConfig& config, std::ostream& out) {
   }
   run.model = std::make_shared<nn::GPT>(model_config(config, run.data->vocab_size));
   run.model->to(run.placement.device);
-  run.optimizer = std::make_unique<nn::AdamW>(nn::weight_decay_groups(*run.model, config.weight_decay),
-                                              nn::AdamOptions(config.learning_rate).betas(config.beta1, config.beta2));
+  const bool capturable = config.capturable || config.cuda_graph;
+  run.optimizer = std::make_unique<nn::AdamW>(
+      nn::weight_decay_groups(*run.model, config.weight_decay),
+      nn::AdamOptions(config.learning_rate).betas(config.beta1, config.beta2).capturable(capturable));
+  for (size_t g = 0; capturable && g < run.optimizer->num_param_groups(); ++g) {  // set_lr fills them
+    run.optimizer->set_lr_tensor(g, t::scalar_tensor(config.learning_rate, t::kFloat32).to(run.placement.device));
+  }
   run.exact = config.deterministic;
   if (run.exact) {
     // Each micro-batch of batch_size windows is a chunk; a single process gets a world of one.
@@ -268,6 +257,55 @@ Tensor micro_steps(const NanoGptConfig& config, Run& run, const Batches& batches
   return loss;
 }
 
+// One iteration's micro-steps, clipping and AdamW's step; zero_grad(true) after the step, as
+// nanoGPT's. cuda_graph=True: from the fourth iteration on, the same work captured once and
+// replayed: the iteration's batches are drawn first, in micro_steps' order (the one in hand, then
+// one per micro-step, the last kept for the next iteration: nothing in between draws from the
+// generator), and copied into the graph's inputs. The graph's first backward writes the
+// gradients (none at the capture), so they are not zeroed after a replay. Returns the last
+// micro-step's loss (divided by the count).
+Tensor run_iteration(const NanoGptConfig& config, Run& run, const std::vector<Tensor>& params, const Batches& batches,
+                     NanoGptState& state, int64_t done) {
+  constexpr int64_t kEagerIterations = 3;
+  if (!run.graphed || done < kEagerIterations) {
+    const Tensor loss = micro_steps(config, run, batches, state);
+    if (config.grad_clip != 0.0) nn::clip_grad_norm_(params, config.grad_clip);
+    run.optimizer->step();
+    run.optimizer->zero_grad(true);
+    return loss;
+  }
+  std::vector<Tensor> xs{state.x}, ys{state.y};
+  for (int64_t micro = 0; micro < run.micro_steps; ++micro) {
+    std::tie(state.x, state.y) = batches.get(true);
+    if (micro + 1 < run.micro_steps) {
+      xs.push_back(state.x);
+      ys.push_back(state.y);
+    }
+  }
+  Run::Graphed& g = *run.graphed;
+  if (g.graph.captured()) {
+    g.x.copy_(t::stack(xs));
+    g.y.copy_(t::stack(ys));
+  } else {
+    g.x = t::stack(xs);
+    g.y = t::stack(ys);
+    g.graph.capture_begin(run.placement.device.index);
+    for (int64_t micro = 0; micro < run.micro_steps; ++micro) {
+      std::optional<t::Autocast> autocast;
+      if (config.dtype == "bfloat16") autocast.emplace(t::DeviceType::kCUDA, t::kBFloat16);
+      g.loss =
+          t::div((*run.model)(g.x.select(0, micro), g.y.select(0, micro))[1], static_cast<double>(run.micro_steps));
+      autocast.reset();
+      g.loss.backward();
+    }
+    if (config.grad_clip != 0.0) nn::clip_grad_norm_(params, config.grad_clip);
+    run.optimizer->step();
+    g.graph.capture_end();  // nothing ran yet: the replay below runs this iteration
+  }
+  g.graph.replay();
+  return g.loss;
+}
+
 // The ranks agreed to stop before `iter`'s micro-steps (its evaluation is done): every rank
 // saves its part of the state there, as evaluate() does, and rank 0 says so.
 void stop_for_requeue(const NanoGptConfig& config, int64_t iter, int signo, Run& run, NanoGptState& state,
@@ -317,6 +355,7 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
   bool stop = false;
   double running_mfu = -1.0;
   OpProfileWindow op_profile(first_iter, config.max_iters + 1, config.profile_ops, config.profile_trace, run.rank);
+  if (config.report_memory) reset_memory_peaks(run.placement);  // the iterations', not construction's
   auto t0 = std::chrono::steady_clock::now();
   for (int64_t iter = first_iter;; ++iter) {
     const double lr = config.decay_lr ? nn::NanoGptLR::at(iter, config.learning_rate, config.warmup_iters,
@@ -334,10 +373,7 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
       break;
     }
     op_profile.begin_step(iter);
-    const Tensor loss = micro_steps(config, run, batches, state);
-    if (config.grad_clip != 0.0) nn::clip_grad_norm_(params, config.grad_clip);
-    optimizer.step();
-    optimizer.zero_grad(true);
+    const Tensor loss = run_iteration(config, run, params, batches, state, iter - first_iter);
     stop = any_rank_stopping(run.pg.get(), run.placement.device, signals);
     const auto t1 = std::chrono::steady_clock::now();
     const double dt = std::chrono::duration<double>(t1 - t0).count();
@@ -358,6 +394,7 @@ NanoGptResult train_nanogpt(const NanoGptConfig& given, std::ostream& out) {
     result.iterations = iter + 1;
     if (iter + 1 > config.max_iters) break;
   }
+  if (config.report_memory && master) report_memory_peak(run.placement, out);
   if (run.exact && master && run.ddp->exact_sum() != nullptr) {
     out << fmt::format("deterministic: {} chunks of {} windows an iteration, exact sums, {} iteration(s) run twice\n",
                        config.gradient_accumulation_steps, config.batch_size, run.ddp->exact_sum()->reruns());

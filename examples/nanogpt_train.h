@@ -57,6 +57,15 @@ struct NanoGptConfig {
   // printed by rank 0, each rank's Chrome trace written to profile_trace (examples/op_profile.h).
   int64_t profile_ops = 0;
   std::string profile_trace;
+  // tinyddp's own keys, on one GPU: capturable, AdamW's step count and rate as tensors on the
+  // device (torch's capturable=True, param_group["lr"] a tensor); cuda_graph (implies capturable),
+  // three iterations eagerly, then the fourth's micro-steps, clipping and AdamW captured in a
+  // CUDA graph and each later iteration one replay (its batches copied into the graph's inputs;
+  // the same draws in the same order). Not with deterministic, dropout or more than one rank.
+  bool capturable = false, cuda_graph = false;
+  // tinyddp's own key: rank 0 prints the peak tensor memory of the iterations at the end (on a
+  // GPU the caching allocator's, as torch.cuda.max_memory_allocated; on the CPU the tensors').
+  bool report_memory = false;
 
   // Throws tinyddp::Error naming the first key out of range.
   void validate() const;

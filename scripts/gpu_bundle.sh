@@ -12,7 +12,7 @@
 # when they would not fit. Only what gpu_run.sh runs goes in, packed with xz; the binaries are
 # stripped, and the kernels carry sm_90 code alone (no PTX, which only GPUs newer than the
 # H100/H200 need).
-# Usage: bash scripts/gpu_bundle.sh   then, on the device: bash .gpu/gpu_run.sh tests|sanitize|sanitize2|sanitize3|bench|bench2|cpu|cpu_bf16|short
+# Usage: bash scripts/gpu_bundle.sh   then, on the device: bash .gpu/gpu_run.sh tests|sanitize|sanitize2|sanitize3|bench|bench2|gpt2|cpu|cpu_bf16|profile|short
 set -euo pipefail
 cd "$(dirname "$0")/.."
 limit_bytes=$((64 * 1024 * 1024))
@@ -47,12 +47,14 @@ done
 cp bench/torch_train_step.py bench/torch_models.py bench/torch_cuda_ops.py bench/torch_gpt_train.py bench/torch_matmul.py \
   bench/torch_kinds.py bench/torch_turns.py \
   "$stage/root/bench/"
-mkdir -p "$stage/root/tests/ddp/fixtures"
+mkdir -p "$stage/root/tests/ddp/fixtures" "$stage/root/tests/examples/fixtures/nanogpt_data"
 cp tests/ddp/fixtures/gpt_model.py "$stage/root/tests/ddp/fixtures/"
+# train_gpt_graph_test's nanoGPT-mode runs read the story data.
+cp -r tests/examples/fixtures/nanogpt_data/story "$stage/root/tests/examples/fixtures/nanogpt_data/"
 # The scripts examples_test runs on the timelines and results it makes.
 mkdir -p "$stage/root/scripts"
 cp scripts/merge_timelines.py scripts/plot_data_parallel.py scripts/plot_loss.py scripts/plot_timeline.py \
-  scripts/profile_compare.py scripts/kernel_profile.py \
+  scripts/profile_compare.py scripts/kernel_profile.py scripts/nanogpt_log_summary.py \
   "$stage/root/scripts/"
 
 # Shared libraries outside glibc and outside the CUDA toolkit (fmt, Gloo, libstdc++, ...).
@@ -77,4 +79,4 @@ if [ "$total" -gt "$limit_bytes" ]; then
   find .gpu -type f -printf '%s %p\n' | sort -rn | head -8 | awk '{ printf "  %8.1f MiB  %s\n", $1 / 1048576, $2 }' >&2
   exit 1
 fi
-echo "gpu_bundle.sh: ready; on the device machine run, one call each: bash .gpu/gpu_run.sh tests | sanitize | sanitize2 | sanitize3 | bench | bench2 | cpu | cpu_bf16 | short"
+echo "gpu_bundle.sh: ready; on the device machine run, one call each: bash .gpu/gpu_run.sh tests | sanitize | sanitize2 | sanitize3 | bench | bench2 | gpt2 | cpu | cpu_bf16 | profile | short"

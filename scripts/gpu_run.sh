@@ -25,6 +25,11 @@
 #             the 4096-wide MLP at batch 256, the GPT at 32 x 256 tokens (and its peak GPU memory, both
 #             frameworks), and a DDP timeline of
 #             the GPT on the GPU (gpt_timeline.rank0.json, for scripts/plot_timeline.py)
+#   gpt2      GPT-2 small (12 x 768, 1024 tokens, vocabulary 50304, biases) on random token ids:
+#             ours in nanoGPT's mode, float32 (TF32, as nanoGPT) and bf16 autocast, batch 8 and 16,
+#             eager and cuda_graph=True; PyTorch eager (SDPA, fused AdamW, as nanoGPT) the same, and
+#             torch.compile at bf16 batch 8; tokens/s over the iterations after the fifth, MFU, peak
+#             GPU memory (~6 min)
 #   profile   GPU time per kind of kernel (GEMM, attention, norm, elementwise, optimizer, copy,
 #             ...), calls, and the GPU's idle gaps, tinyddp's op profiler (tensor/profiler.h)
 #             beside torch.profiler's (scripts/profile_compare.py): the example GPT (float32,
@@ -42,8 +47,8 @@
 set -uo pipefail
 part=${1:-}
 case "$part" in
-  tests|sanitize|sanitize2|sanitize3|bench|bench2|cpu|cpu_bf16|profile|short) ;;
-  *) echo "usage: gpu_run.sh tests|sanitize|sanitize2|sanitize3|bench|bench2|cpu|cpu_bf16|profile|short   (one part per device call: each fits in 600 s)" >&2
+  tests|sanitize|sanitize2|sanitize3|bench|bench2|gpt2|cpu|cpu_bf16|profile|short) ;;
+  *) echo "usage: gpu_run.sh tests|sanitize|sanitize2|sanitize3|bench|bench2|gpt2|cpu|cpu_bf16|profile|short   (one part per device call: each fits in 600 s)" >&2
     exit 2 ;;
 esac
 here=$(cd "$(dirname "$0")" && pwd)
@@ -131,6 +136,19 @@ gpt_cuda_args() {  # the GPT at 32 windows of 256 tokens on this repository's do
   repo=$(cd "$here/.." && pwd)
   echo --device cuda --block_size 256 --batch 32 --steps 30 --eval_every 0 --eval_windows 1 --sample_tokens 0 \
     --corpus "$repo/docs/ddp.md"
+}
+
+gpt2_dataset() {  # a directory of random GPT-2 token ids (train.bin, val.bin), printed
+  local dir
+  dir=$(mktemp -d)
+  python3 -c "import numpy as np, sys; r = np.random.default_rng(0)
+for s, n in (('train', 200000), ('val', 20000)): r.integers(0, 50257, n, dtype=np.uint16).tofile(sys.argv[1] + '/' + s + '.bin')" "$dir"
+  echo "$dir"
+}
+gpt2_keys() {  # nanoGPT's keys for GPT-2 small on gpt2_dataset's directory $1, one GPU, no evaluation
+  echo --dataset="$1" --n_layer=12 --n_head=12 --n_embd=768 --block_size=1024 --gradient_accumulation_steps=1 \
+    --eval_interval=1000000 --eval_iters=1 --log_interval=1 --bias=True --device=cuda \
+    --always_save_checkpoint=False --out_dir="$1/out"
 }
 
 case "$part" in
@@ -316,6 +334,32 @@ case "$part" in
     unset TINYDDP_DDP_TIMELINE
     cat "$logs"/*.log 2> /dev/null | grep -E "RESULT|tokens/s|peak GPU" | tee -a "$summary"
     ;;
+  gpt2)
+    # GPT-2 small, 15 iterations each (the first 5 not timed), both frameworks, taking turns.
+    gpt2_data=$(gpt2_dataset)
+    for batch in 8 16; do
+      for dtype in bfloat16 float32; do
+        torch_flags="--tf32"
+        [ "$dtype" = bfloat16 ] && torch_flags="--autocast"
+        for graph in False True; do
+          # shellcheck disable=SC2046  # the keys are words
+          step "gpt2_${dtype}_b${batch}_graph$graph" 90 ours ./examples/train_gpt $(gpt2_keys "$gpt2_data") \
+            --batch_size="$batch" --max_iters=14 --dtype="$dtype" --cuda_graph="$graph" --report_memory=True
+        done
+        step "torch_gpt2_${dtype}_b$batch" 90 python3 bench/torch_gpt_train.py --device cuda --n_layer 12 --n_head 12 \
+          --n_embd 768 --block_size 1024 --vocab_size 50304 --batch "$batch" --steps 15 --warmup 5 --sdpa "$torch_flags"
+      done
+    done
+    step torch_gpt2_bfloat16_b8_compile 240 python3 bench/torch_gpt_train.py --device cuda --n_layer 12 --n_head 12 \
+      --n_embd 768 --block_size 1024 --vocab_size 50304 --batch 8 --steps 25 --warmup 10 --sdpa --autocast --compile
+    rm -rf "$gpt2_data"
+    # Ours: the median iteration time after the fifth as tokens/s, the last MFU, the peak.
+    for f in "$logs"/gpt2_*.log; do
+      python3 scripts/nanogpt_log_summary.py "$f" | tee -a "$summary"
+    done
+    grep -h -E "RESULT|peak GPU" "$logs"/torch_gpt2_*.log 2> /dev/null | tee -a "$summary"
+    cp "$logs"/gpt2_*.log "$logs"/torch_gpt2_*.log "$out/" 2> /dev/null
+    ;;
   profile)
     # Per kind of kernel, both frameworks, a few steps after the warm-up (ours: --profile_ops;
     # PyTorch: torch.profiler's device events, bench/torch_kinds.py), side by side.
@@ -337,13 +381,10 @@ case "$part" in
     done
     # GPT-2 small's shape: 12 x 768, 1024 tokens, batch 8, vocabulary 50304, biases (as the
     # PyTorch side's model), bf16 autocast; ours in nanoGPT's mode on random token ids.
-    gpt2_data=$(mktemp -d)
-    python3 -c "import numpy as np, sys; r = np.random.default_rng(0)
-for s, n in (('train', 200000), ('val', 20000)): r.integers(0, 50257, n, dtype=np.uint16).tofile(sys.argv[1] + '/' + s + '.bin')" "$gpt2_data"
-    step ops_gpt2 120 ours ./examples/train_gpt --dataset="$gpt2_data" --n_layer=12 --n_head=12 --n_embd=768 \
-      --block_size=1024 --batch_size=8 --gradient_accumulation_steps=1 --max_iters=5 --eval_interval=1000000 \
-      --eval_iters=1 --log_interval=1 --bias=True --device=cuda --dtype=bfloat16 --always_save_checkpoint=False \
-      --out_dir="$gpt2_data/out" --profile_ops=3 --profile_trace="$out/ops_gpt2.json"
+    gpt2_data=$(gpt2_dataset)
+    # shellcheck disable=SC2046  # the keys are words
+    step ops_gpt2 120 ours ./examples/train_gpt $(gpt2_keys "$gpt2_data") --batch_size=8 --max_iters=5 \
+      --dtype=bfloat16 --profile_ops=3 --profile_trace="$out/ops_gpt2.json"
     step torch_ops_gpt2 120 python3 bench/torch_gpt_train.py --device cuda --n_layer 12 --n_head 12 --n_embd 768 \
       --block_size 1024 --vocab_size 50304 --batch 8 --steps 8 --sdpa --autocast --kinds_json "$out/torch_ops_gpt2.json"
     compare_ops gpt2

@@ -394,6 +394,7 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 // torch.nn.functional.dropout: in training each element zeroed with probability p in [0, 1) (from
 // `generator`, default the global one), the others scaled by 1 / (1 - p); else, or at p = 0, the input.
+// On a GPU the mask is drawn there under one key from the generator (docs/tensor.md, "Dropout").
 Tensor dropout(const Tensor& input, double p = 0.5, bool training = true, Generator* generator = nullptr);
 
 // ---- comparing whole tensors ------------------------------------------------------------------

@@ -3,7 +3,9 @@
 // the same numbers as torch.manual_seed(s) (uniform exactly; normal to float rounding).
 // Tensors on a GPU are filled from the same host generator (drawn on the CPU, then copied):
 // a model initialised under one seed is identical on the CPU and on any GPU. PyTorch keeps a
-// separate generator per GPU instead, so its GPU draws differ from its CPU draws.
+// separate generator per GPU instead, so its GPU draws differ from its CPU draws. Dropout on a
+// GPU is the exception: its masks are drawn on the device under one key from the generator
+// (tensor/internal/philox.h; docs/tensor.md, "Dropout").
 #pragma once
 
 #include <cstdint>

@@ -43,6 +43,7 @@ bool Backend::adam_steps(const std::vector<AdamTensors>& list, const AdamStep& s
 }
 
 bool Backend::foreach_norm(const Tensor&, const std::vector<Tensor>&) { return false; }
+bool Backend::dropout_mask(const Tensor&, double, uint64_t) { return false; }
 bool Backend::foreach_mul_(const std::vector<Tensor>&, const Tensor&) { return false; }
 
 Tensor Backend::contiguous(const Tensor& t) {

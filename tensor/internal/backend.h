@@ -168,6 +168,12 @@ class Backend {
   virtual bool foreach_norm(const Tensor& out, const std::vector<Tensor>& tensors);
   virtual bool foreach_mul_(const std::vector<Tensor>& tensors, const Tensor& scale);
 
+  // Dropout's mask drawn where the tensors are: mask (contiguous, floating) = 1 / (1 - p) where
+  // philox::dropout_keep(seed, i, 1 - p) keeps element i (internal/philox.h), else 0. false,
+  // with nothing written, where the backend draws no masks (the CPU: native/ draws from the
+  // generator itself, PyTorch's CPU stream).
+  virtual bool dropout_mask(const Tensor& mask, double p, uint64_t seed);
+
   // What a backend's own code needs of copies, on its own copy and fill (internal/backend.cc),
   // so that it never calls back up into native/ through Tensor::contiguous, to or fill_:
   // t itself when already contiguous, else a contiguous copy on t's device;

@@ -274,6 +274,10 @@ class ProfilingBackend final : public Backend {
     KernelScope s(name(), "foreach_mul_", Kind::kOptimizer, scale.device(), 2 * nbytes(tensors), 0);
     return ran(s, inner_.foreach_mul_(tensors, scale));
   }
+  bool dropout_mask(const Tensor& mask, double p, uint64_t seed) override {
+    KernelScope s(name(), "dropout_mask", Kind::kElementwise, mask.device(), nbytes(mask), 0);
+    return ran(s, inner_.dropout_mask(mask, p, seed));
+  }
 
  private:
   const char* name() const { return op_.c_str(); }

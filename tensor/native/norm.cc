@@ -2,10 +2,13 @@
 // beside it) and dropout (written with the differentiable ops, whose gradients compose).
 #include <algorithm>
 #include <array>
+#include <mutex>
 #include <tuple>
 #include <utility>
 
+#include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/graph.h"
+#include "tinyddp/tensor/internal/backend.h"
 #include "tinyddp/tensor/native/checks.h"
 #include "tinyddp/tensor/native/composite.h"
 #include "tinyddp/tensor/native/graph_formulas.h"
@@ -229,6 +232,29 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   return out.contiguous(input.suggest_memory_format());
 }
 
+namespace {
+
+// Off the CPU, dropout's mask drawn where the input is, by the backend's counter-based kernel
+// (internal/philox.h) under one 64-bit key drawn from the generator: no mask crosses from the
+// host. Undefined on the CPU (or a backend without the kernel). A key drawn during a CUDA
+// graph capture would be replayed unchanged, every replay dropping the same elements: refused.
+Tensor device_dropout_mask(const Tensor& input, double p, Generator* generator) {
+  if (input.device().type == DeviceType::kCPU) return Tensor();
+  TDDP_CHECK(!(input.is_cuda() && cuda::is_capturing(input.device().index)),
+             "dropout: its mask's random key is drawn on the host, so a CUDA graph would replay one mask at every "
+             "replay; run dropout outside the capture (or set p = 0 / eval() for the captured part)");
+  Generator& g = generator != nullptr ? *generator : default_generator();
+  uint64_t seed = 0;
+  {
+    std::lock_guard<std::mutex> lock(g.mutex());
+    seed = g.random64();
+  }
+  const Tensor mask = empty(input.sizes(), TensorOptions(input.dtype()).device(input.device()));
+  return backend_for(input.device(), "dropout").dropout_mask(mask, p, seed) ? mask : Tensor();
+}
+
+}  // namespace
+
 Tensor dropout(const Tensor& input, double p, bool training, Generator* generator) {
   check_defined(input, "dropout", "input");
   TDDP_CHECK(p >= 0.0 && p < 1.0,
@@ -241,8 +267,11 @@ Tensor dropout(const Tensor& input, double p, bool training, Generator* generato
   Tensor mask;  // 1 / (1 - p) where kept, 0 where dropped
   {
     NoGradGuard no_grad;
-    const Tensor kept = lt(rand_like(input, generator), 1.0 - p);
-    mask = mul(kept.to(input.dtype()), 1.0 / (1.0 - p));
+    mask = device_dropout_mask(input, p, generator);
+    if (!mask.defined()) {  // the CPU: drawn from the generator in PyTorch's CPU order
+      const Tensor kept = lt(rand_like(input, generator), 1.0 - p);
+      mask = mul(kept.to(input.dtype()), 1.0 / (1.0 - p));
+    }
   }
   return mul(input, mask);
 }

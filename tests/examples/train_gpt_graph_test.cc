@@ -2,11 +2,17 @@
 // nothing, read back later, are every step's; --capturable (AdamW with its step count and rate
 // on the device) follows the ordinary run within float32's rounding of those two; the options'
 // errors; with a GPU, --cuda_graph's captured and replayed steps give the capturable eager
-// run's losses and norms bit for bit.
+// run's losses and norms bit for bit. The same for nanoGPT's mode (--dataset): capturable=True
+// and cuda_graph=True, whose captured iteration holds its micro-steps.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
+
+#include "examples/nanogpt_train.h"
 #include "examples/train_gpt_lib.h"
 #include "tests/test_util.h"
 #include "tinyddp/tensor/cuda.h"
@@ -118,4 +124,124 @@ TEST_CASE("CUDA: train_gpt --cuda_graph replays the capturable eager run's steps
       run_command("launcher/launch --nproc_per_node 2 -- examples/train_gpt --steps 2 --device cuda --cuda_graph");
   CHECK(two.exit_code != 0);
   CHECK_THAT(two.output, Contains("--cuda_graph runs one process (2 ranks here)"));
+}
+
+namespace {
+
+// nanoGPT's mode on the story data: 2 micro-steps an iteration, clipping on, the rate warming
+// up then decaying, an evaluation at 0 and 8 (eager, between replays).
+tinyddp::examples::NanoGptConfig nanogpt_config(const std::string& device) {
+  tinyddp::examples::NanoGptConfig c;
+  c.dataset = "tests/examples/fixtures/nanogpt_data/story";
+  c.out_dir = temp_path("graph_nanogpt_" + device);
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 32;
+  c.block_size = 16;
+  c.batch_size = 4;
+  c.gradient_accumulation_steps = 2;
+  c.max_iters = 11;
+  c.eval_interval = 8;
+  c.eval_iters = 2;
+  c.learning_rate = 1e-2;
+  c.warmup_iters = 3;
+  c.lr_decay_iters = 11;
+  c.min_lr = 1e-3;
+  c.always_save_checkpoint = false;
+  c.device = device;
+  return c;
+}
+
+tinyddp::examples::NanoGptResult train(const tinyddp::examples::NanoGptConfig& c, std::string* printed = nullptr) {
+  std::ostringstream log;
+  const auto result = tinyddp::examples::train_nanogpt(c, log);
+  INFO(log.str());
+  REQUIRE(result.iter_losses.size() == 12);  // iterations 0 to max_iters
+  if (printed != nullptr) *printed = log.str();
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("train_gpt --dataset --capturable=True follows the ordinary run within float32's rounding; report_memory",
+          "[examples][nanogpt][graph]") {
+  auto c = nanogpt_config("cpu");
+  const auto plain = train(c);
+  c.capturable = true;
+  c.report_memory = true;
+  std::string printed;
+  const auto capturable = train(c, &printed);
+  CHECK_THAT(printed, Contains("peak CPU tensor memory on rank 0: "));
+  for (size_t i = 0; i < plain.iter_losses.size(); ++i) {
+    INFO("iter " << i);
+    // As the replay mode's case above: the rate and bias corrections in float32 tensors.
+    CHECK(capturable.iter_losses[i] == Approx(plain.iter_losses[i]).margin(1e-4));
+  }
+  CHECK(capturable.iter_losses[0] == plain.iter_losses[0]);  // before any update: the same forward
+}
+
+TEST_CASE("train_gpt --dataset --cuda_graph=True names what it cannot capture", "[examples][nanogpt][graph][errors]") {
+  const auto error_of = [](const std::string& keys) {
+    const CommandResult r = run_command(
+        "examples/train_gpt --dataset=tests/examples/fixtures/nanogpt_data/story --n_layer=1 --n_head=1 --n_embd=8 "
+        "--block_size=8 --max_iters=2 --out_dir=" +
+        temp_path("graph_nanogpt_errors") + " " + keys);
+    CHECK(r.exit_code == 1);
+    return r.output;
+  };
+  CHECK_THAT(error_of("--cuda_graph=True"),
+             Contains("cuda_graph=True captures the iteration on a GPU: pass --device=cuda"));
+  CHECK_THAT(error_of("--cuda_graph=True --device=cuda --dropout=0.1"),
+             Contains("cuda_graph=True does not take deterministic=True or dropout > 0"));
+  CHECK_THAT(error_of("--cuda_graph=True --device=cuda --deterministic=True"), Contains("does not take"));
+}
+
+TEST_CASE("CUDA: train_gpt --dataset --cuda_graph=True replays the capturable eager iterations bit for bit",
+          "[examples][nanogpt][graph][cuda]") {
+  if (!tinyddp::tensor::cuda::is_available()) {
+    TINYDDP_SKIP("no CUDA device: " << tinyddp::tensor::cuda::unavailable_reason());
+  }
+  for (const std::string dtype : {"float32", "bfloat16"}) {
+    INFO(dtype);
+    auto c = nanogpt_config("cuda");
+    c.dtype = dtype;
+    c.capturable = true;
+    const auto eager = train(c);
+    c.capturable = false;
+    c.cuda_graph = true;
+    const auto graphed = train(c);
+    CHECK(graphed.iter_losses == eager.iter_losses);  // the same kernels on the same values and batches
+    CHECK(graphed.train_evals == eager.train_evals);
+    CHECK(graphed.val_evals == eager.val_evals);
+  }
+}
+
+TEST_CASE("scripts/nanogpt_log_summary.py: the median iteration time after the warm-up, as tokens/s",
+          "[examples][nanogpt][graph]") {
+  const std::string log = temp_path("summary_b4_cpu.log");
+  const CommandResult r = run_command(
+      "examples/train_gpt --dataset=tests/examples/fixtures/nanogpt_data/story --n_layer=1 --n_head=2 --n_embd=16 "
+      "--block_size=16 --batch_size=4 --gradient_accumulation_steps=1 --max_iters=9 --eval_interval=100 "
+      "--eval_iters=1 --always_save_checkpoint=False --report_memory=True --out_dir=" +
+      temp_path("summary_out") + " > " + log + " 2>&1");
+  REQUIRE(r.exit_code == 0);
+  // The times of iterations 5 to 9 from the log itself, their median by hand.
+  std::ifstream in(log);
+  std::vector<double> times;
+  for (std::string line; std::getline(in, line);) {
+    int iter = -1;
+    double loss = 0, ms = 0;
+    if (std::sscanf(line.c_str(), "iter %d: loss %lf, time %lfms", &iter, &loss, &ms) == 3 && iter >= 5) {
+      times.push_back(ms);
+    }
+  }
+  REQUIRE(times.size() == 5);
+  std::sort(times.begin(), times.end());
+  const CommandResult summary = run_command("python3 scripts/nanogpt_log_summary.py --tokens 64 " + log);
+  INFO(summary.output);
+  REQUIRE(summary.exit_code == 0);
+  CHECK_THAT(summary.output,
+             Contains("work=summary_b4_cpu iterations=5 ms_per_iter=" + fmt::format("{:.1f}", times[2])));
+  CHECK_THAT(summary.output, Contains(fmt::format("tokens_per_s={:.0f}", 64 / times[2] * 1e3)));
+  CHECK_THAT(summary.output, Contains("peak_mib=") && !Contains("peak_mib=?"));
 }

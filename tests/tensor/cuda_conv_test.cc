@@ -1,6 +1,7 @@
 // The CNN ops on a GPU against the CPU (whose numbers tests/tensor/conv_test.cc checks against
 // PyTorch): conv2d over stride, padding, dilation and groups, max pooling with ties, average
-// and adaptive pooling, batch norm in both modes with its running statistics, dropout, and
+// and adaptive pooling, batch norm in both modes with its running statistics, dropout (its
+// mask drawn on the device, against the same Philox mask rebuilt on the host), and
 // the digits CNN's forward and gradients; forward values and every gradient; convolution through
 // cuDNN in each floating dtype and with TF32; layer_norm, gelu, embedding and causal_softmax
 // (the GPT's ops, whose kernels are in reduce.cu, elementwise.cu and embedding.cu). Every GPU
@@ -14,6 +15,7 @@
 #include "tinyddp/nn/packed_sequence.h"
 #include "tinyddp/nn/rnn_layer.h"
 #include "tinyddp/tensor/cuda.h"
+#include "tinyddp/tensor/internal/philox.h"
 
 using namespace tinyddp::tensor;
 
@@ -121,6 +123,36 @@ TEST_CASE("CUDA: dropout keeps about 1 - p of the elements, scaled, and its grad
   CHECK(std::abs(kept - 75000) < 6 * 137);
   CHECK(equal(x.grad().to(kCPU), y.detach().to(kCPU)));
   CHECK(dropout(x, 0.25, false).is_same(x));
+}
+
+TEST_CASE("CUDA: dropout's mask is drawn on the device, element i from Philox under one key from the generator",
+          "[cuda][conv]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  for (const DType dtype : {kFloat32, kBFloat16}) {
+    INFO(dtype_name(dtype));
+    const Tensor x = randn({999, 37}).to(dtype);  // 36,963 elements: the last Philox block partial
+    Generator gen(11), same(11);
+    const uint64_t key = same.random64();  // the one draw the op makes
+    const Tensor y = dropout(x.to(kGpu), 0.3, true, &gen).to(kCPU);
+    CHECK(gen.random() == same.random());  // the generator moved on by that draw only
+    // The mask rebuilt on the host (tensor/internal/philox.h): x times 1 / 0.7 in x's dtype, or 0.
+    const Tensor scale = full({}, 1.0 / 0.7, TensorOptions(dtype));
+    const std::vector<double> xs = mul(x, scale).to(kFloat64).to_vector<double>();
+    const std::vector<double> ys = y.to(kFloat64).to_vector<double>();
+    int64_t wrong = 0, kept = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const bool keep = tinyddp::tensor::philox::dropout_keep(key, i, 0.7f);
+      kept += keep;
+      wrong += ys[i] != (keep ? xs[i] : 0.0);
+    }
+    CHECK(wrong == 0);
+    CHECK(std::abs(static_cast<double>(kept) - 0.7 * 36963) < 5 * std::sqrt(0.21 * 36963));
+  }
+  // A key drawn during a capture would be replayed unchanged: refused, naming why.
+  const Tensor x = ones({64}, TensorOptions().device(kGpu));
+  cuda::CudaGraph graph;
+  graph.capture_begin(0);
+  CHECK_THROWS_WITH(dropout(x, 0.5), Catch::Contains("dropout: its mask's random key is drawn on the host"));
 }
 
 TEST_CASE("CUDA: the digits CNN's forward and gradients on the GPU equal the CPU's", "[cuda][conv][nn]") {

@@ -2,11 +2,14 @@
 // frequencies and moments of many draws against the distribution's, within 5 standard errors
 // (a fixed seed, so each run draws the same numbers; 5 sigma leaves room for any seed), the
 // structural promises (no repeats without replacement, zero-weight categories never drawn,
-// shapes, dtypes), reproducibility from a seed, and the errors PyTorch gives.
+// shapes, dtypes), reproducibility from a seed, and the errors PyTorch gives. Then the
+// counter-based generator of dropout's masks on a GPU: Random123's known answers.
 #include <cmath>
 #include <set>
+#include <vector>
 
 #include "tests/test_util.h"
+#include "tinyddp/tensor/internal/philox.h"
 
 using namespace tinyddp::tensor;
 using Catch::Contains;
@@ -78,4 +81,46 @@ TEST_CASE("multinomial draws categories by weight, with and without replacement"
   CHECK_THROWS_WITH(multinomial(weights, 4), Contains("cannot sample n_sample (4) > prob_dist.size(-1) without"));
   CHECK_THROWS_WITH(multinomial(zeros({3}, TensorOptions(kFloat64)), 1), Contains("sum of probabilities <= 0"));
   CHECK_THROWS_WITH(multinomial(from_vector<double>({1.0, -1.0}, Shape{2}), 1), Contains("element < 0"));
+}
+
+// ---- the counter-based generator of the device-side dropout masks (internal/philox.h) ----------
+
+TEST_CASE("Philox4x32-10 gives Random123's known answers", "[tensor][random][philox]") {
+  using tinyddp::tensor::philox::Block;
+  using tinyddp::tensor::philox::philox4x32_10;
+  // Random123's kat_vectors for philox4x32 with 10 rounds: counter, key, output.
+  const auto words = [](const Block& b) { return std::vector<uint32_t>(b.w, b.w + 4); };
+  CHECK(words(philox4x32_10({{0, 0, 0, 0}}, 0, 0)) ==
+        std::vector<uint32_t>{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8});
+  CHECK(words(philox4x32_10({{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}}, 0xffffffff, 0xffffffff)) ==
+        std::vector<uint32_t>{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd});
+  CHECK(words(philox4x32_10({{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}}, 0xa4093822, 0x299f31d0)) ==
+        std::vector<uint32_t>{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1});
+}
+
+TEST_CASE("Dropout's counter-based mask keeps about 1 - p, independently of the neighbours",
+          "[tensor][random][philox]") {
+  using tinyddp::tensor::philox::dropout_keep;
+  using tinyddp::tensor::philox::uniform;
+  CHECK(uniform(0) == 0.0f);
+  CHECK(uniform(0xffffffffu) == 1.0f - std::ldexp(1.0f, -24));  // below 1
+  const int64_t n = 200000;
+  for (const float keep : {0.9f, 0.5f, 0.2f}) {
+    int64_t kept = 0, both = 0;
+    bool last = false;
+    for (int64_t i = 0; i < n; ++i) {
+      const bool k = dropout_keep(0x1234abcd5678ef90ULL, static_cast<uint64_t>(i), keep);
+      kept += k;
+      both += k && last;  // pairs of neighbours (within a block and across blocks) kept together
+      last = k;
+    }
+    INFO("keep " << keep);
+    CHECK(std::abs(static_cast<double>(kept) / n - keep) < 5 * std::sqrt(keep * (1 - keep) / n));
+    const double pair = static_cast<double>(keep) * keep;
+    CHECK(std::abs(static_cast<double>(both) / (n - 1) - pair) < 5 * std::sqrt(pair * (1 - pair) / n));
+  }
+  // Another key, another mask: about half the elements differ at keep 0.5.
+  int64_t differ = 0;
+  for (uint64_t i = 0; i < 10000; ++i) differ += dropout_keep(1, i, 0.5f) != dropout_keep(2, i, 0.5f);
+  CHECK(std::abs(differ - 5000) < 5 * 50);
 }

@@ -354,6 +354,15 @@ bool CudaBackend::foreach_mul_(const std::vector<Tensor>& tensors, const Tensor&
   return true;
 }
 
+bool CudaBackend::dropout_mask(const Tensor& mask, double p, uint64_t seed) {
+  const int device = device_of(mask);
+  DeviceGuard guard(device);
+  check_launch(k::dropout_mask(mask.raw_data_ptr(), static_cast<int>(mask.dtype()), mask.numel(), p, seed,
+                               compute_stream(device)),
+               "dropout mask kernel");
+  return true;
+}
+
 CudaBackend& backend() {
   static CudaBackend instance;
   return instance;

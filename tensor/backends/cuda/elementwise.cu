@@ -6,6 +6,7 @@
 #include "tinyddp/tensor/backends/cuda/dtypes.cuh"
 #include "tinyddp/tensor/backends/cuda/kernels.h"
 #include "tinyddp/tensor/internal/elementwise_math.h"
+#include "tinyddp/tensor/internal/philox.h"
 
 #include <cuda_runtime.h>
 
@@ -255,6 +256,35 @@ int accumulate(const Geometry& g, const Operand& dst, const Operand& src, void* 
   const Operand* const operands[2] = {&dst, &src};
   return dispatch_numeric(dst.dtype,
                           [&](auto tag) { return launch<2>(g, operands, stream, AccumulateFn<decltype(tag)>{}); });
+}
+
+// Dropout's mask drawn on the device: a thread per block of 4 elements (one Philox block), each
+// element `scale` where philox::dropout_keep keeps it, else 0.
+template <typename T>
+__global__ void dropout_mask_kernel(T* mask, int64_t numel, float keep, T scale, uint64_t seed) {
+  const int64_t blocks = (numel + 3) / 4;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < blocks; b += stride) {
+    const philox::Block bits = philox::block_at(seed, static_cast<uint64_t>(b));
+    for (int k = 0; k < 4 && 4 * b + k < numel; ++k) {
+      mask[4 * b + k] = philox::uniform(bits.w[k]) < keep ? scale : store<T>(0.0f);
+    }
+  }
+}
+
+int dropout_mask(void* mask, int dtype, int64_t numel, double p, uint64_t seed, void* stream) {
+  if (numel == 0) return cudaSuccess;
+  return dispatch(dtype, [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    if constexpr (is_floating<T>) {
+      const int blocks = grid_stride_blocks((numel + 3) / 4, kThreads);
+      dropout_mask_kernel<T><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+          static_cast<T*>(mask), numel, static_cast<float>(1.0 - p), store<T>(1.0 / (1.0 - p)), seed);
+      return cudaGetLastError();
+    } else {
+      return cudaErrorInvalidValue;
+    }
+  });
 }
 
 }  // namespace tinyddp::tensor::cuda::kernels

@@ -47,6 +47,9 @@ int fill(const Geometry& g, const Operand& dst, double value, void* stream);
 // dst += src with atomic adds, so that a dst whose elements share memory (a broadcast view)
 // receives every contribution. float, double, int64 (and 16-bit floats through a CAS loop).
 int accumulate(const Geometry& g, const Operand& dst, const Operand& src, void* stream);
+// Dropout's mask (contiguous, floating `dtype`, numel elements): element i is 1 / (1 - p) where
+// philox::dropout_keep(seed, i, 1 - p) keeps it (tensor/internal/philox.h), else 0.
+int dropout_mask(void* mask, int dtype, int64_t numel, double p, uint64_t seed, void* stream);
 
 // reduce.cu: contiguous inputs, outputs of the accumulated shape (see backend.cc's plans).
 // out[r] = scale * sum of row r of x [outer, inner]; out is int64 for bool x, else x's dtype.
