@@ -416,11 +416,11 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   check_attention_inputs(query, key, value, attn_mask, is_causal);
   const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(query.size(-1))));
   const int64_t length = query.size(-2), source = key.size(-2);
-  // Fused (flash_attention) without mask or dropout, causal only when square (tril's mask there).
+  // Fused: no mask, causal only when square; dropout off the CPU only (the CPU's: PyTorch's stream).
   const auto lead = [](const Tensor& t) { return Shape(t.sizes().begin(), t.sizes().end() - 2); };
-  if (!attn_mask.defined() && dropout_p == 0.0 && (!is_causal || length == source) && lead(key) == lead(query) &&
-      lead(value) == lead(query)) {
-    return flash_attention(query, key, value, is_causal, s);
+  if (!attn_mask.defined() && (dropout_p == 0.0 || query.device().type != tensor::DeviceType::kCPU) &&
+      (!is_causal || length == source) && lead(key) == lead(query) && lead(value) == lead(query)) {
+    return flash_attention(query, key, value, is_causal, s, dropout_p, generator);
   }
   const Tensor scores = matmul(query, key.transpose(-2, -1));
   Tensor weights;

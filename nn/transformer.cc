@@ -30,17 +30,18 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   const std::vector<Tensor> qkv = tensor::split((*c_attn)(x), n_embd, 2);
   const auto heads = [&](const Tensor& m) { return m.view({b, t, n_head, head}).transpose(1, 2); };
   const Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
-  // softmax(q k^T / sqrt(head), future masked out) v. Without attention dropout (nanoGPT's
-  // default, and in eval) in one op, flash attention's way where the backend has a kernel (no
-  // T x T matrix in memory), as nanoGPT's scaled_dot_product_attention branch; with it, the
-  // weights in one kernel (nanoGPT's mul, masked_fill and softmax, the same numbers), dropped
-  // out, times v.
+  // softmax(q k^T / sqrt(head), future masked out) v in one op, flash attention's way where
+  // the backend has a kernel (no T x T matrix in memory), as nanoGPT's
+  // scaled_dot_product_attention branch; attention dropout inside it off the CPU (its mask is
+  // dropout's own there). With attention dropout on the CPU, where dropout draws PyTorch's CPU
+  // stream: the weights in one kernel (nanoGPT's mul, masked_fill and softmax, the same
+  // numbers), dropped out, times v.
   const double scale = 1.0 / std::sqrt(static_cast<double>(head));
-  const bool dropping = is_training() && attn_dropout->p > 0.0;
+  const double p = is_training() ? attn_dropout->p : 0.0;
   const Tensor heads_out =
-      dropping
+      p > 0.0 && x.device().type == tensor::DeviceType::kCPU
           ? tensor::matmul((*attn_dropout)(tensor::causal_softmax(tensor::matmul(q, k.transpose(-2, -1)), scale)), v)
-          : tensor::flash_attention(q, k, v, true, scale);
+          : tensor::flash_attention(q, k, v, true, scale, p);
   // [B, n_head, T, head] -> [B, T, C], the heads side by side
   const Tensor y = heads_out.transpose(1, 2).contiguous().view({b, t, n_embd});
   return (*resid_dropout)((*c_proj)(y));

@@ -23,7 +23,11 @@ Tensor causal_softmax(const Tensor& scores, double scale = 1.0);
 // query [..., M, E], key [..., N, E], value [..., N, Ev] (same leading dims) -> [..., M, Ev]. Flash
 // attention where the backend has a kernel (no [M, N] weights in memory); else, and for
 // create_graph, matmul and (causal_)softmax (docs/tensor.md, "Attention in one op").
-Tensor flash_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal, double scale);
+// dropout_p in [0, 1): attention dropout on the weights, with the mask tensor::dropout draws on
+// a GPU (one 64-bit key from `generator`, default the global one; the same mask on the CPU
+// and any GPU, and on the fused and the composed routes), regenerated in the backward.
+Tensor flash_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal, double scale,
+                       double dropout_p = 0.0, Generator* generator = nullptr);
 // Cross-entropy of each row, as nn::cross_entropy(logits, targets, ignore_index, "none",
 // label_smoothing, weight) (torch.nn.functional.cross_entropy's numbers): logits [N, C] floating,
 // targets [N] int64, each in [0, C) or equal to ignore_index (others are refused, naming one),

@@ -89,12 +89,15 @@ class Backend {
   // (float64 for float64 q, else float32), computed over blocks of keys with a running maximum
   // so that no [M, N] matrix is ever in memory. The backward writes dq, dk, dv (contiguous, the
   // shapes of q, k, v) from dout [B, M, Ev], the inputs, out and lse, recomputing the blocks.
-  // false, with nothing written, where the backend has no kernel (a dtype, a head size).
+  // With dropout (kernel_ops.h's AttentionDropout), out = (softmax(...) * mask) v, the mask
+  // regenerated from its key in the backward; lse stays the undropped rows'. false, with
+  // nothing written, where the backend has no kernel (a dtype, a head size).
   virtual bool flash_attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                               bool causal, double scale) = 0;
+                               bool causal, double scale, const AttentionDropout& dropout) = 0;
   virtual bool flash_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                        const Tensor& lse, bool causal, double scale) = 0;
+                                        const Tensor& lse, bool causal, double scale,
+                                        const AttentionDropout& dropout) = 0;
 
   // Cross-entropy's rows in one pass over the logits (tensor/fused.h's cross_entropy_rows):
   // logits [N, C] contiguous floating, targets [N] int64 (each in [0, C) or ignore_index: checked

@@ -73,6 +73,16 @@ struct Window2d {
   int64_t padded_w() const { return w + 2 * pw; }
 };
 
+// Attention dropout inside flash attention (Backend::flash_attention): weight (head, i, j) of
+// the [heads, M, N] attention weights kept where philox::dropout_keep(seed, (head * M + i) * N
+// + j, 1 - p) (internal/philox.h: dropout's own mask over the contiguous weights, so that the
+// fused and the composed routes drop the same weights), the kept ones scaled by 1 / (1 - p).
+// p = 0: no dropout.
+struct AttentionDropout {
+  double p = 0.0;
+  uint64_t seed = 0;
+};
+
 // torch.optim.SGD's options for one parameter's update (fused_sgd_step_, Backend::sgd_step).
 struct SgdStep {
   double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;

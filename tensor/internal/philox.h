@@ -61,4 +61,26 @@ TINYDDP_HOST_DEVICE inline bool dropout_keep(uint64_t seed, uint64_t i, float ke
   return uniform(block_at(seed, i >> 2).w[i & 3]) < keep;
 }
 
+// dropout_keep for indices asked in increasing order (a row of a mask): one Philox block per
+// four consecutive indices, not one per index.
+class KeepStream {
+ public:
+  TINYDDP_HOST_DEVICE KeepStream(uint64_t seed, float keep) : seed_(seed), keep_(keep) {}
+  TINYDDP_HOST_DEVICE bool operator()(uint64_t i) {
+    if (!cached_ || i >> 2 != block_) {
+      block_ = i >> 2;
+      bits_ = block_at(seed_, block_);
+      cached_ = true;
+    }
+    return uniform(bits_.w[i & 3]) < keep_;
+  }
+
+ private:
+  uint64_t seed_;
+  float keep_;
+  uint64_t block_ = 0;
+  Block bits_{};
+  bool cached_ = false;
+};
+
 }  // namespace tinyddp::tensor::philox

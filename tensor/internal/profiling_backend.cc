@@ -164,18 +164,18 @@ class ProfilingBackend final : public Backend {
     inner_.causal_softmax_backward(grad_x, grad_out, y, scale);
   }
   bool flash_attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                       bool causal, double scale) override {
+                       bool causal, double scale, const AttentionDropout& dropout) override {
     const double flops = 2 * attention_pairs(q, k, causal) * static_cast<double>(q.size(2) + v.size(2));
     KernelScope s(name(), "flash_attention", Kind::kAttention, q.device(), bytes(out, lse, q, k, v), flops);
-    return ran(s, inner_.flash_attention(out, lse, q, k, v, causal, scale));
+    return ran(s, inner_.flash_attention(out, lse, q, k, v, causal, scale, dropout));
   }
   bool flash_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                 const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                                bool causal, double scale) override {
+                                bool causal, double scale, const AttentionDropout& dropout) override {
     const double flops = 2 * attention_pairs(q, k, causal) * static_cast<double>(3 * q.size(2) + 2 * v.size(2));
     KernelScope s(name(), "flash_attention_backward", Kind::kAttention, q.device(),
                   bytes(dq, dk, dv, dout, q, k, v, out, lse), flops);
-    return ran(s, inner_.flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, causal, scale));
+    return ran(s, inner_.flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, causal, scale, dropout));
   }
 
   bool cross_entropy(const Tensor& loss, const Tensor& stats, const Tensor& logits, const Tensor& targets,

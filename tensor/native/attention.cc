@@ -1,9 +1,14 @@
 // causal_softmax (ops.h): attention's scale, causal mask and softmax in one op, its backward
 // beside it. The kernels see contiguous [B, M, N] (B: every leading dim). flash_attention
 // (ops.h): the whole of attention in one op where the backend has a kernel, else composed.
+#include <mutex>
+
+#include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/graph.h"
+#include "tinyddp/tensor/internal/backend.h"
 #include "tinyddp/tensor/native/checks.h"
 #include "tinyddp/tensor/ops.h"
+#include "tinyddp/tensor/random.h"
 
 namespace tinyddp::tensor {
 
@@ -80,10 +85,43 @@ void check_flash_inputs(const Tensor& q, const Tensor& k, const Tensor& v, bool 
 // t as a contiguous [heads, rows, cols] (a view where it already is contiguous).
 Tensor as_heads(const Tensor& t, int64_t heads) { return t.contiguous().view({heads, t.size(-2), t.size(-1)}); }
 
+// Attention dropout's key: one 64-bit draw from the generator (none at p = 0). Refused while a
+// CUDA graph captures: every replay would drop the same weights.
+AttentionDropout attention_dropout(const Tensor& q, double p, Generator* generator) {
+  TDDP_CHECK(p >= 0.0 && p < 1.0, "flash_attention: dropout_p must be in [0, 1), got {}", p);
+  if (p == 0.0) return AttentionDropout{};
+  TDDP_CHECK(!(q.is_cuda() && cuda::is_capturing(q.device().index)),
+             "flash_attention: attention dropout's random key is drawn on the host, so a CUDA graph would replay one "
+             "mask at every replay; run it outside the capture (or with dropout_p = 0)");
+  Generator& g = generator != nullptr ? *generator : default_generator();
+  std::lock_guard<std::mutex> lock(g.mutex());
+  return AttentionDropout{p, g.random64()};
+}
+
+// The composed route's mask for weights w: the fused kernels' (the backend's dropout_mask over
+// the contiguous [heads, M, N] weights, under the same key); undefined without dropout.
+Tensor dropout_mask_for(const Tensor& w, const AttentionDropout& dropout) {
+  if (dropout.p == 0.0) return Tensor();
+  const Tensor mask = new_output(w.sizes(), w.dtype(), w.device());
+  if (mask.numel() > 0) {
+    TDDP_CHECK(backend_for(w.device(), "flash_attention dropout").dropout_mask(mask, dropout.p, dropout.seed),
+               "flash_attention: the {} backend draws no dropout masks", w.device().str());
+  }
+  return mask;
+}
+
+// The weights from recorded ops, dropped out.
+Tensor dropped_weights(const Tensor& q, const Tensor& k, bool causal, double scale, const AttentionDropout& dropout) {
+  const Tensor w = attention_weights(q, k, causal, scale), mask = dropout_mask_for(w, dropout);
+  return mask.defined() ? mul(w, mask) : w;
+}
+
 }  // namespace
 
-Tensor flash_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal, double scale) {
+Tensor flash_attention(const Tensor& query, const Tensor& key, const Tensor& value, bool is_causal, double scale,
+                       double dropout_p, Generator* generator) {
   check_flash_inputs(query, key, value, is_causal);
+  const AttentionDropout dropout = attention_dropout(query, dropout_p, generator);
   const int64_t m = query.size(-2), n = key.size(-2), ev = value.size(-1);
   const int64_t heads = shape_numel(Shape(query.sizes().begin(), query.sizes().end() - 2));
   Shape out_sizes = query.sizes();
@@ -96,33 +134,36 @@ Tensor flash_attention(const Tensor& query, const Tensor& key, const Tensor& val
     NoGradGuard no_grad;
     fused = backend_for(query.device(), "flash_attention")
                 .flash_attention(out, lse, as_heads(query, heads), as_heads(key, heads), as_heads(value, heads),
-                                 is_causal, scale);
+                                 is_causal, scale, dropout);
   }
-  if (!fused) return matmul(attention_weights(query, key, is_causal, scale), value);
+  if (!fused) return matmul(dropped_weights(query, key, is_causal, scale, dropout), value);
   const Tensor result = out.view(out_sizes);
   if (!needs_grad({&query, &key, &value})) return result;
-  record_op(
-      "FlashAttentionBackward", result, {query, key, value},
-      [sq = SavedTensor(query), sk = SavedTensor(key), sv = SavedTensor(value), so = SavedTensor(result, true), lse,
-       is_causal, scale, heads](const Tensor& g) {
-        constexpr const char* kNode = "FlashAttentionBackward";
-        const Tensor &q = sq.get(kNode), &k = sk.get(kNode), &v = sv.get(kNode);
-        if (GradMode::is_enabled()) {  // create_graph: the weights' gradients from recorded ops
-          const Tensor w = attention_weights(q, k, is_causal, scale);
-          const Tensor dw = matmul(g, v.transpose(-2, -1));
-          const Tensor ds = mul(mul(w, sub(dw, sum(mul(dw, w), {-1}, true))), scale);
-          return std::vector<Tensor>{matmul(ds, k), matmul(ds.transpose(-2, -1), q), matmul(w.transpose(-2, -1), g)};
-        }
-        const Tensor q3 = as_heads(q, heads), k3 = as_heads(k, heads), v3 = as_heads(v, heads);
-        const Tensor dq = new_output(q3.sizes(), q.dtype(), q.device());
-        const Tensor dk = new_output(k3.sizes(), q.dtype(), q.device());
-        const Tensor dv = new_output(v3.sizes(), q.dtype(), q.device());
-        const bool done = backend_for(q.device(), "flash_attention backward")
-                              .flash_attention_backward(dq, dk, dv, as_heads(g, heads), q3, k3, v3,
-                                                        as_heads(so.get(kNode), heads), lse, is_causal, scale);
-        TDDP_CHECK(done, "flash_attention: the backend ran the forward but declined the backward");
-        return std::vector<Tensor>{dq.view(q.sizes()), dk.view(k.sizes()), dv.view(v.sizes())};
-      });
+  record_op("FlashAttentionBackward", result, {query, key, value},
+            [sq = SavedTensor(query), sk = SavedTensor(key), sv = SavedTensor(value), so = SavedTensor(result, true),
+             lse, is_causal, scale, heads, dropout](const Tensor& g) {
+              constexpr const char* kNode = "FlashAttentionBackward";
+              const Tensor &q = sq.get(kNode), &k = sk.get(kNode), &v = sv.get(kNode);
+              if (GradMode::is_enabled()) {  // create_graph: the same from recorded ops (the mask a constant)
+                const Tensor w = attention_weights(q, k, is_causal, scale), mask = dropout_mask_for(w, dropout);
+                const Tensor dropped = mask.defined() ? mul(w, mask) : w;
+                Tensor dw = matmul(g, v.transpose(-2, -1));  // of the dropped weights; of w after the mask
+                if (mask.defined()) dw = mul(dw, mask);
+                const Tensor ds = mul(mul(w, sub(dw, sum(mul(dw, w), {-1}, true))), scale);
+                return std::vector<Tensor>{matmul(ds, k), matmul(ds.transpose(-2, -1), q),
+                                           matmul(dropped.transpose(-2, -1), g)};
+              }
+              const Tensor q3 = as_heads(q, heads), k3 = as_heads(k, heads), v3 = as_heads(v, heads);
+              const Tensor dq = new_output(q3.sizes(), q.dtype(), q.device());
+              const Tensor dk = new_output(k3.sizes(), q.dtype(), q.device());
+              const Tensor dv = new_output(v3.sizes(), q.dtype(), q.device());
+              const bool done =
+                  backend_for(q.device(), "flash_attention backward")
+                      .flash_attention_backward(dq, dk, dv, as_heads(g, heads), q3, k3, v3,
+                                                as_heads(so.get(kNode), heads), lse, is_causal, scale, dropout);
+              TDDP_CHECK(done, "flash_attention: the backend ran the forward but declined the backward");
+              return std::vector<Tensor>{dq.view(q.sizes()), dk.view(k.sizes()), dv.view(v.sizes())};
+            });
   return result;
 }
 

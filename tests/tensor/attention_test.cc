@@ -2,7 +2,9 @@
 // writes attention_reference.txt), against the same attention composed from matmul and
 // softmax, float64 gradcheck and gradgradcheck, the same bits at any thread count, the
 // composed route for the dtypes the CPU kernel declines, bad arguments, and (with a GPU) the CUDA
-// kernels against the CPU in every floating dtype and head width.
+// kernels against the CPU in every floating dtype and head width. Attention dropout: against
+// the composed attention times the mask rebuilt from tensor/internal/philox.h, gradcheck, the
+// threads, and the GPU against the CPU under one key.
 #include <cmath>
 
 #include "tests/fixture_case.h"
@@ -11,6 +13,7 @@
 #include "tinyddp/autograd/gradcheck.h"
 #include "tinyddp/tensor/all.h"
 #include "tinyddp/tensor/cuda.h"
+#include "tinyddp/tensor/internal/philox.h"
 
 using namespace tinyddp::tensor;
 using Catch::Contains;
@@ -34,6 +37,31 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, 
 }
 
 Tensor draw(const Shape& shape, DType dtype = kFloat64) { return randn(shape, TensorOptions(dtype)); }
+
+// Attention dropout's mask over weights of shape `weights`, rebuilt element by element from
+// the Philox generator: weight (head, i, j) kept where dropout_keep(key, (head M + i) N + j,
+// 1 - p), and scaled by 1 / (1 - p).
+Tensor philox_mask(const Shape& weights, uint64_t key, double p) {
+  std::vector<double> mask(static_cast<size_t>(shape_numel(weights)));
+  for (size_t i = 0; i < mask.size(); ++i) {
+    mask[i] = philox::dropout_keep(key, i, static_cast<float>(1.0 - p)) ? 1.0 / (1.0 - p) : 0.0;
+  }
+  return from_vector<double>(mask, weights);
+}
+
+// The composed attention with its weights times `mask`.
+Tensor composed_dropped(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                        const Tensor& mask) {
+  Tensor scores = mul(matmul(q, k.transpose(-2, -1)), scale);
+  if (causal) {
+    const int64_t m = q.size(-2), n = k.size(-2);
+    scores = masked_fill(scores, eq(tril(ones({m, n}, TensorOptions(q.dtype())), n - m), 0.0), -INFINITY);
+  }
+  return matmul(mul(softmax(scores, -1), mask.to(q.dtype())), v);
+}
+
+// The key flash_attention draws from Generator(seed): its first 64-bit draw.
+uint64_t key_of(uint64_t seed) { return Generator(seed).random64(); }
 
 }  // namespace
 
@@ -155,6 +183,109 @@ TEST_CASE("flash_attention refuses mismatched shapes, dtypes and causal masks wi
                     Contains("got 4 queries and 3 keys"));
   CHECK_THROWS_WITH(flash_attention(ones({2, 4, 8}, TensorOptions(kInt64)), q, q, false, 1.0),
                     Contains("floating-point query"));
+}
+
+TEST_CASE("flash_attention's attention dropout drops the weights its Philox mask names, forward and gradients",
+          "[attention][dropout]") {
+  manual_seed(9);
+  for (const int64_t t : {64, 129}) {
+    for (const bool causal : {true, false}) {
+      INFO("T " << t << (causal ? " causal" : " full"));
+      const Tensor q = draw({2, 3, t, 16}).requires_grad_(), k = draw({2, 3, t, 16}).requires_grad_();
+      const Tensor v = draw({2, 3, t, 8}).requires_grad_(), g = draw({2, 3, t, 8});
+      Generator gen(21);
+      const Tensor out = flash_attention(q, k, v, causal, 0.25, 0.2, &gen);
+      CHECK(gen.random() == [] {  // the op drew one 64-bit key and nothing else
+        Generator after(21);
+        after.random64();
+        return after.random();
+      }());
+      const auto grads = tinyddp::autograd::grad({out}, {q, k, v}, {g});
+      const Tensor q2 = q.detach().requires_grad_(), k2 = k.detach().requires_grad_(), v2 = v.detach().requires_grad_();
+      const Tensor ref = composed_dropped(q2, k2, v2, causal, 0.25, philox_mask({2, 3, t, t}, key_of(21), 0.2));
+      const auto ref_grads = tinyddp::autograd::grad({ref}, {q2, k2, v2}, {g});
+      CHECK(allclose(out, ref, 1e-12, 1e-13));
+      for (size_t i = 0; i < 3; ++i) CHECK(allclose(grads[i], ref_grads[i], 1e-11, 1e-12));
+      // About 1 - p of the weights kept: the output is not the undropped attention's.
+      CHECK_FALSE(allclose(out, composed(q2, k2, v2, causal, 0.25), 1e-3, 1e-3));
+    }
+  }
+  // The composed route (bfloat16 on the CPU) drops the same weights: the composed ops times the mask.
+  const Tensor b = draw({2, 9, 8}, kBFloat16);
+  Generator gen(5);
+  const Tensor mask = philox_mask({2, 9, 9}, key_of(5), 0.5).to(kBFloat16);  // 0 or 2: exact in bfloat16
+  CHECK(equal(flash_attention(b, b, b, true, 0.5, 0.5, &gen),
+              matmul(mul(causal_softmax(matmul(b, b.transpose(-2, -1)), 0.5), mask), b)));
+}
+
+TEST_CASE(
+    "flash_attention with attention dropout passes gradcheck and gradgradcheck, the same bits at any thread "
+    "count",
+    "[attention][dropout][gradcheck][threads]") {
+  manual_seed(10);
+  for (const bool causal : {true, false}) {
+    for (const int64_t n : {5, 67}) {
+      INFO((causal ? "causal, " : "full, ") << n << " keys");
+      const Tensor q = draw({2, 3, 4}).requires_grad_(), k = draw({2, n, 4}).requires_grad_();
+      const Tensor v = draw({2, n, 3}).requires_grad_();
+      const auto f = [&](const std::vector<Tensor>& x) {
+        Generator gen(13);  // the same key at every evaluation: one mask
+        return flash_attention(x[0], x[1], x[2], causal, 0.7, 0.3, &gen);
+      };
+      CHECK(gradcheck(f, {q, k, v}) == "");
+      if (n == 5) CHECK(gradgradcheck(f, {q, k, v}) == "");
+    }
+  }
+  tinyddp::testing::KeepThreads keep;
+  const Tensor q = draw({2, 2, 130, 16}, kFloat32), g = draw({2, 2, 130, 16}, kFloat32);
+  std::vector<std::vector<Tensor>> runs;
+  for (const int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    const Tensor ql = q.clone().requires_grad_();
+    Generator gen(17);
+    const Tensor out = flash_attention(ql, ql, ql, true, 0.25, 0.1, &gen);
+    out.backward(g);
+    runs.push_back({out.detach(), ql.grad()});
+  }
+  for (size_t r = 1; r < runs.size(); ++r) {
+    CHECK(equal(runs[r][0], runs[0][0]));
+    CHECK(equal(runs[r][1], runs[0][1]));
+  }
+  CHECK_THROWS_WITH(flash_attention(q, q, q, true, 0.25, 1.0), Contains("dropout_p must be in [0, 1), got 1"));
+  CHECK_THROWS_WITH(flash_attention(q, q, q, true, 0.25, -0.5), Contains("got -0.5"));
+}
+
+TEST_CASE("CUDA: flash_attention's attention dropout equals the CPU's under the same key",
+          "[attention][dropout][cuda]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  manual_seed(11);
+  for (const DType dtype : {kFloat64, kFloat32}) {
+    const double tol = dtype == kFloat64 ? 1e-12 : 1e-4;
+    for (const bool causal : {true, false}) {
+      INFO(dtype_name(dtype) << (causal ? " causal" : " full"));
+      const Tensor q = draw({2, 3, 150, 32}, dtype), k = draw({2, 3, 150, 32}, dtype), v = draw({2, 3, 150, 16}, dtype);
+      const Tensor g = draw({2, 3, 150, 16}, dtype);
+      std::vector<Tensor> cpu{q.to(kFloat64).requires_grad_(), k.to(kFloat64).requires_grad_(),
+                              v.to(kFloat64).requires_grad_()};
+      std::vector<Tensor> dev{q.to(Device::cuda(0)).requires_grad_(), k.to(Device::cuda(0)).requires_grad_(),
+                              v.to(Device::cuda(0)).requires_grad_()};
+      Generator a(23), b(23);
+      const Tensor ref = flash_attention(cpu[0], cpu[1], cpu[2], causal, 0.2, 0.25, &a);
+      const Tensor out = flash_attention(dev[0], dev[1], dev[2], causal, 0.2, 0.25, &b);
+      CHECK(allclose(out.to(kCPU).to(kFloat64), ref, tol, tol));
+      ref.backward(g.to(kFloat64));
+      out.backward(g.to(Device::cuda(0)));
+      for (size_t i = 0; i < 3; ++i) {
+        INFO("gradient of input " << i);
+        CHECK(allclose(dev[i].grad().to(kCPU).to(kFloat64), cpu[i].grad(), 4 * tol, 4 * tol));
+      }
+      // The GPU's composed route (dropout on the weights) drops the same ones.
+      Generator c(23);
+      const Tensor w = causal ? causal_softmax(matmul(dev[0], dev[1].transpose(-2, -1)), 0.2)
+                              : softmax(mul(matmul(dev[0], dev[1].transpose(-2, -1)), 0.2), -1);
+      CHECK(allclose(matmul(dropout(w, 0.25, true, &c), dev[2]).to(kCPU).to(kFloat64), ref, tol, tol));
+    }
+  }
 }
 
 TEST_CASE("CUDA: flash_attention and its gradients equal the CPU's in every floating dtype and head width",

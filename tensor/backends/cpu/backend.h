@@ -50,10 +50,10 @@ class CpuBackend final : public Backend {
   void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale) override;
   // flash_attention.cc: float32 and float64 (16-bit dtypes declined).
   bool flash_attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                       bool causal, double scale) override;
+                       bool causal, double scale, const AttentionDropout& dropout) override;
   bool flash_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                 const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                                bool causal, double scale) override;
+                                bool causal, double scale, const AttentionDropout& dropout) override;
   // loss.cc: float32 and float64 (16-bit dtypes declined), a row per intra-op thread.
   bool cross_entropy(const Tensor& loss, const Tensor& stats, const Tensor& logits, const Tensor& targets,
                      const Tensor& weight, int64_t ignore_index, double label_smoothing) override;
@@ -90,6 +90,9 @@ class CpuBackend final : public Backend {
   bool sgd_step(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step) override;
   bool adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                  const AdamStep& step) override;
+  // norm.cc: the device kernel's mask, for flash attention's composed route on the CPU (tensor::
+  // dropout on the CPU draws PyTorch's CPU stream instead and never asks).
+  bool dropout_mask(const Tensor& mask, double p, uint64_t seed) override;
 };
 
 // The one CPU backend (backend_for(kCPU) returns it).

@@ -13,6 +13,9 @@
 // Eigen arrays in per-unit buffers. A unit of work (a query block in the forward, a
 // head in the backward) runs whole on one thread in a fixed order, so the bits do not depend
 // on the thread count. float32 and float64; 16-bit scores are declined (native/ composes them).
+// Attention dropout (AttentionDropout): the probabilities that multiply v are masked and scaled
+// (the row sums l are the undropped ones); in the backward dv takes the masked P and
+// dS = P * (mask * (dout v^T) - D), D = rowsum(dout * out) with out already dropped.
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
@@ -23,6 +26,7 @@
 #include "tinyddp/tensor/backends/cpu/backend.h"
 #include "tinyddp/tensor/backends/cpu/isa/kernels.h"
 #include "tinyddp/tensor/backends/cpu/loops.h"
+#include "tinyddp/tensor/internal/philox.h"
 
 namespace tinyddp::tensor::cpu {
 
@@ -126,9 +130,21 @@ void scores(Rows<T>& s, int64_t rows, int64_t cols, const T* qi, const T* kj, T 
   mask_block<T>(s, z, row0, col0, -std::numeric_limits<T>::infinity());
 }
 
+// s [rows, cols] (query rows from row0, keys from col0, of `head`) times dropout's mask: each
+// kept entry scaled by 1 / (1 - p), the others 0.
+template <typename T>
+void drop_block(Rows<T>& s, const Sizes& z, const AttentionDropout& dropout, int64_t head, int64_t row0, int64_t col0) {
+  philox::KeepStream keep(dropout.seed, static_cast<float>(1.0 - dropout.p));
+  const T kept = static_cast<T>(1.0 / (1.0 - dropout.p));
+  for (int64_t r = 0; r < s.rows(); ++r) {
+    const uint64_t first = static_cast<uint64_t>((head * z.m + row0 + r) * z.n + col0);
+    for (int64_t c = 0; c < s.cols(); ++c) s(r, c) = keep(first + static_cast<uint64_t>(c)) ? s(r, c) * kept : T(0);
+  }
+}
+
 template <typename T>
 void forward_block(const Sizes& z, T scale, const T* q, const T* k, const T* v, T* out, T* lse, int64_t head,
-                   int64_t row0) {
+                   int64_t row0, const AttentionDropout& dropout) {
   const int64_t rows = std::min(kQueryBlock, z.m - row0), keys = z.keys_for(row0 + rows - 1);
   const T* qi = q + (head * z.m + row0) * z.e;
   Rows<T> acc = Rows<T>::Zero(rows, z.ev), s, scratch;
@@ -146,6 +162,7 @@ void forward_block(const Sizes& z, T scale, const T* q, const T* k, const T* v, 
     exp_shifted<T>(s, top.data());
     mask_block<T>(s, z, row0, col0, T(0));  // exp(-inf) is 0 whatever the exp's range
     total += s.rowwise().sum().array();
+    if (dropout.p > 0) drop_block<T>(s, z, dropout, head, row0, col0);
     gemm_add<T>(acc, scratch, cols, Operand<T>{s.data(), cols}, Operand<T>{v + (head * z.n + col0) * z.ev, z.ev});
   }
   Eigen::Map<Rows<T>>(out + (head * z.m + row0) * z.ev, rows, z.ev) = total.inverse().matrix().asDiagonal() * acc;
@@ -153,11 +170,11 @@ void forward_block(const Sizes& z, T scale, const T* q, const T* k, const T* v, 
   Eigen::Map<Column<T>>(lse + head * z.m + row0, rows) = l;
 }
 
-// One head's gradients (the pointers at the head's first row); delta [M] = rowsum(dout * out).
+// One head's gradients (the pointers at head `head`'s first row); delta [M] = rowsum(dout * out).
 template <typename T>
 void backward_head(const Sizes& z, T scale, const T* q, const T* k, const T* v, const T* dout, const T* lse,
-                   const T* delta, T* dq, T* dk, T* dv) {
-  Rows<T> dqh = Rows<T>::Zero(z.m, z.e), s, dp, dkj, dvj, scratch, dqi;
+                   const T* delta, T* dq, T* dk, T* dv, int64_t head, const AttentionDropout& dropout) {
+  Rows<T> dqh = Rows<T>::Zero(z.m, z.e), s, dp, dkj, dvj, scratch, dqi, dropped;
   for (int64_t col0 = 0; col0 < z.n; col0 += kKeyBlock) {
     const int64_t cols = std::min(kKeyBlock, z.n - col0);
     const T *kj = k + col0 * z.e, *vj = v + col0 * z.ev;
@@ -171,9 +188,14 @@ void backward_head(const Sizes& z, T scale, const T* q, const T* k, const T* v, 
       scores<T>(s, rows, cols, qi, kj, scale, z, row0, col0);
       exp_shifted<T>(s, lse + row0);
       mask_block<T>(s, z, row0, col0, T(0));
-      gemm_add<T>(dvj, scratch, rows, transposed(s.data(), cols), Operand<T>{doi, z.ev});
+      if (dropout.p > 0) {  // dv from the dropped P; dP = mask * (dout v^T)
+        dropped = s;
+        drop_block<T>(dropped, z, dropout, head, row0, col0);
+      }
+      gemm_add<T>(dvj, scratch, rows, transposed((dropout.p > 0 ? dropped : s).data(), cols), Operand<T>{doi, z.ev});
       dp.resize(rows, cols);
       gemm(dp.data(), rows, z.ev, cols, Operand<T>{doi, z.ev}, transposed(vj, z.ev));
+      if (dropout.p > 0) drop_block<T>(dp, z, dropout, head, row0, col0);
       // dS = P * (dP - D), scaled once: the gradient of the scores before the scale.
       for (int64_t r = 0; r < rows; ++r) s.row(r).array() *= (dp.row(r).array() - delta[row0 + r]) * scale;
       dqi.resize(rows, z.e);
@@ -205,7 +227,7 @@ bool for_float_types(DType dtype, F&& f) {
 }  // namespace
 
 bool CpuBackend::flash_attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                 const Tensor& v, bool causal, double scale) {
+                                 const Tensor& v, bool causal, double scale, const AttentionDropout& dropout) {
   const Sizes z = sizes_of(q, k, v, causal);
   const int64_t blocks = (z.m + kQueryBlock - 1) / kQueryBlock;
   return for_float_types(q.dtype(), [&](auto tag) {
@@ -214,7 +236,7 @@ bool CpuBackend::flash_attention(const Tensor& out, const Tensor& lse, const Ten
     parallel_for(0, z.heads * blocks, 1, [&](int64_t from, int64_t to) {
       for (int64_t u = from; u < to; ++u) {
         forward_block<T>(z, static_cast<T>(scale), q.data_ptr<T>(), k.data_ptr<T>(), v.data_ptr<T>(), out.data_ptr<T>(),
-                         lse.data_ptr<T>(), u / blocks, u % blocks * kQueryBlock);
+                         lse.data_ptr<T>(), u / blocks, u % blocks * kQueryBlock, dropout);
       }
     });
   });
@@ -222,7 +244,8 @@ bool CpuBackend::flash_attention(const Tensor& out, const Tensor& lse, const Ten
 
 bool CpuBackend::flash_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                           const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                          const Tensor& lse, bool causal, double scale) {
+                                          const Tensor& lse, bool causal, double scale,
+                                          const AttentionDropout& dropout) {
   const Sizes z = sizes_of(q, k, v, causal);
   return for_float_types(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -238,7 +261,7 @@ bool CpuBackend::flash_attention_backward(const Tensor& dq, const Tensor& dk, co
         backward_head<T>(z, static_cast<T>(scale), q.data_ptr<T>() + h * z.m * z.e, k.data_ptr<T>() + h * z.n * z.e,
                          v.data_ptr<T>() + h * z.n * z.ev, g, lse.data_ptr<T>() + h * z.m, delta.data(),
                          dq.data_ptr<T>() + h * z.m * z.e, dk.data_ptr<T>() + h * z.n * z.e,
-                         dv.data_ptr<T>() + h * z.n * z.ev);
+                         dv.data_ptr<T>() + h * z.n * z.ev, h, dropout);
       }
     });
   });

@@ -10,6 +10,7 @@
 #include "tinyddp/tensor/backends/cpu/backend.h"
 #include "tinyddp/tensor/backends/cpu/loops.h"
 #include "tinyddp/tensor/factory.h"
+#include "tinyddp/tensor/internal/philox.h"
 
 namespace tinyddp::tensor::cpu {
 
@@ -199,6 +200,27 @@ bool CpuBackend::batch_norm_backward_elemt(const Tensor& grad_x, const Tensor& d
         const C dx = (static_cast<C>(in[e]) - mc) * kc;
         o[e] = static_cast<T>((static_cast<C>(g[e]) - gm - dx) * sc);
       }
+    });
+  });
+  return true;
+}
+
+bool CpuBackend::dropout_mask(const Tensor& mask, double p, uint64_t seed) {
+  dispatch_floating(mask.dtype(), "dropout_mask", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const auto as_t = [](double value) {  // 16-bit floats through float, as the casts
+      if constexpr (is_16bit_float_v<T>) {
+        return T(static_cast<float>(value));
+      } else {
+        return static_cast<T>(value);
+      }
+    };
+    const T kept = as_t(1.0 / (1.0 - p)), dropped = as_t(0.0);
+    const float keep = static_cast<float>(1.0 - p);
+    T* out = mask.data_ptr<T>();
+    parallel_for(0, mask.numel(), kElementwiseGrain, [&](int64_t from, int64_t to) {
+      philox::KeepStream stream(seed, keep);
+      for (int64_t i = from; i < to; ++i) out[i] = stream(static_cast<uint64_t>(i)) ? kept : dropped;
     });
   });
   return true;

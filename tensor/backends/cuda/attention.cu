@@ -11,6 +11,10 @@
 //   query rows that see it (its own k and v rows in shared memory, padded against bank
 //   conflicts). No atomics: every gradient element is summed by one thread in key (query) order,
 //   so the bits do not depend on scheduling.
+// - attention dropout: the probabilities that multiply v are masked and scaled (Drop, from the
+//   Philox key: element (head, i, j) at index (head m + i) n + j, as dropout's own mask over the
+//   weights); the row sums stay undropped. The backward: dv from the dropped P, and
+//   dS = P (mask dP - delta), as the CPU twin.
 // float, double, and the 16-bit floats (computed in float, rounded once on the way out); head
 // widths up to 128 (float) or 64 (double), as a template bound so that the rows stay in
 // registers.
@@ -22,6 +26,7 @@
 
 #include "tinyddp/tensor/backends/cuda/dtypes.cuh"
 #include "tinyddp/tensor/backends/cuda/kernels.h"
+#include "tinyddp/tensor/internal/philox.h"
 
 namespace tinyddp::tensor::cuda::kernels {
 
@@ -42,6 +47,23 @@ struct Sizes {
   // How many keys (a prefix) query row `row` sees.
   __device__ int64_t keys_for(int64_t row) const { return causal ? smaller(n, row + n - m + 1) : n; }
 };
+
+// Attention dropout: the factor of weight index i (1 / keep where kept, else 0; 1 when off).
+template <typename A>
+struct Drop {
+  bool on;
+  uint64_t seed;
+  float keep;
+  A kept;
+  __device__ A factor(uint64_t i) const { return !on || philox::dropout_keep(seed, i, keep) ? kept : A(0); }
+  // The same for increasing indices (a row of the weights), a Philox block per four.
+  __device__ A factor(philox::KeepStream& stream, uint64_t i) const { return !on || stream(i) ? kept : A(0); }
+};
+
+template <typename A>
+Drop<A> drop_of(double p, uint64_t seed) {
+  return Drop<A>{p > 0, seed, static_cast<float>(1.0 - p), static_cast<A>(p > 0 ? 1.0 / (1.0 - p) : 1.0)};
+}
 
 // Copies rows [first, first + count) of a [rows, width] head into shared memory as A.
 template <typename T, typename A>
@@ -77,7 +99,8 @@ __device__ void load_row(A (&row)[D], const T* src, int64_t width) {
 }
 
 template <typename T, int D>
-__global__ void forward_kernel(const T* q, const T* k, const T* v, T* out, acc_t<T>* lse, Sizes z, acc_t<T> scale) {
+__global__ void forward_kernel(const T* q, const T* k, const T* v, T* out, acc_t<T>* lse, Sizes z, acc_t<T> scale,
+                               Drop<acc_t<T>> drop) {
   using A = acc_t<T>;
   extern __shared__ unsigned char shared[];
   A* ks = reinterpret_cast<A*>(shared);
@@ -93,6 +116,8 @@ __global__ void forward_kernel(const T* q, const T* k, const T* v, T* out, acc_t
 #pragma unroll
     for (int d = 0; d < D; ++d) acc[d] = 0;
     A top = -INFINITY, total = 0;
+    philox::KeepStream stream(drop.seed, drop.keep);
+    const uint64_t weights = static_cast<uint64_t>((head * z.m + row) * z.n);  // this row's first weight index
     for (int64_t col0 = 0; col0 < keys; col0 += kTile) {
       const int cols = static_cast<int>(smaller(kTile, keys - col0));
       stage_keys(ks, vs, k, v, z, head, col0, cols);
@@ -111,9 +136,10 @@ __global__ void forward_kernel(const T* q, const T* k, const T* v, T* out, acc_t
         const A sc = scores[c * kRows + threadIdx.x];
         const A p = sc == A(-INFINITY) ? A(0) : exp(sc - grown);
         total += p;
+        const A pv = drop.on ? p * drop.factor(stream, weights + static_cast<uint64_t>(col0 + c)) : p;
 #pragma unroll
         for (int d = 0; d < D; ++d) {
-          if (d < z.ev) acc[d] += p * vs[c * z.ev + d];
+          if (d < z.ev) acc[d] += pv * vs[c * z.ev + d];
         }
       }
       top = grown;
@@ -144,7 +170,7 @@ __global__ void delta_kernel(const T* dout, const T* out, acc_t<T>* delta, int64
 // dq: a thread per query row, over the key blocks it sees.
 template <typename T, int D>
 __global__ void dq_kernel(const T* q, const T* k, const T* v, const T* dout, const acc_t<T>* lse, const acc_t<T>* delta,
-                          T* dq, Sizes z, acc_t<T> scale) {
+                          T* dq, Sizes z, acc_t<T> scale, Drop<acc_t<T>> drop) {
   using A = acc_t<T>;
   extern __shared__ unsigned char shared[];
   A* ks = reinterpret_cast<A*>(shared);
@@ -164,13 +190,16 @@ __global__ void dq_kernel(const T* q, const T* k, const T* v, const T* dout, con
     }
 #pragma unroll
     for (int d = 0; d < D; ++d) dqr[d] = 0;
+    philox::KeepStream stream(drop.seed, drop.keep);
     for (int64_t col0 = 0; col0 < keys; col0 += kTile) {
       const int cols = static_cast<int>(smaller(kTile, keys - col0));
       stage_keys(ks, vs, k, v, z, head, col0, cols);
       if (!active) continue;
       for (int c = 0; c < cols && col0 + c < mine; ++c) {
         const A p = exp(dot<A, D>(qr, ks + c * z.e, z.e) * scale - row_lse);
-        const A ds = p * (dot<A, D>(dor, vs + c * z.ev, z.ev) - row_delta) * scale;
+        A dp = dot<A, D>(dor, vs + c * z.ev, z.ev);
+        if (drop.on) dp *= drop.factor(stream, static_cast<uint64_t>(at * z.n + col0 + c));
+        const A ds = p * (dp - row_delta) * scale;
 #pragma unroll
         for (int d = 0; d < D; ++d) {
           if (d < z.e) dqr[d] += ds * ks[c * z.e + d];
@@ -189,7 +218,7 @@ __global__ void dq_kernel(const T* q, const T* k, const T* v, const T* dout, con
 // dk, dv: a thread per key row, over the blocks of query rows that see it.
 template <typename T, int D>
 __global__ void dkdv_kernel(const T* q, const T* k, const T* v, const T* dout, const acc_t<T>* lse,
-                            const acc_t<T>* delta, T* dk, T* dv, Sizes z, acc_t<T> scale) {
+                            const acc_t<T>* delta, T* dk, T* dv, Sizes z, acc_t<T> scale, Drop<acc_t<T>> drop) {
   using A = acc_t<T>;
   extern __shared__ unsigned char shared[];
   A* own_k = reinterpret_cast<A*>(shared);  // [kRows][e + 1]: a thread's row, padded
@@ -232,10 +261,11 @@ __global__ void dkdv_kernel(const T* q, const T* k, const T* v, const T* dout, c
         for (int d = 0; d < z.e; ++d) s += qs[c * z.e + d] * kr[d];
         for (int d = 0; d < z.ev; ++d) dp += dos[c * z.ev + d] * vr[d];
         const A p = exp(s * scale - stats[c]);
-        const A ds = p * (dp - stats[kTile + c]) * scale;
+        const A f = drop.on ? drop.factor(static_cast<uint64_t>(((head * z.m + row0 + c) * z.n) + key)) : A(1);
+        const A ds = p * (f * dp - stats[kTile + c]) * scale, pv = f * p;
 #pragma unroll
         for (int d = 0; d < D; ++d) {
-          if (d < z.ev) dvr[d] += p * dos[c * z.ev + d];
+          if (d < z.ev) dvr[d] += pv * dos[c * z.ev + d];
           if (d < z.e) dkr[d] += ds * qs[c * z.e + d];
         }
       }
@@ -300,7 +330,8 @@ bool flash_attention_supported(int dtype, int64_t e, int64_t ev) {
 }
 
 int flash_attention(const void* q, const void* k, const void* v, int dtype, void* out, void* lse, int64_t heads,
-                    int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, void* stream) {
+                    int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, double dropout_p,
+                    uint64_t seed, void* stream) {
   const Sizes z{heads, m, n, e, ev, causal};
   return with_bound(dtype, e, ev, [&](auto tag, auto bound) {
     using T = decltype(tag);
@@ -308,13 +339,14 @@ int flash_attention(const void* q, const void* k, const void* v, int dtype, void
     const size_t bytes = sizeof(A) * kTile * (e + ev + kRows);
     return launch(forward_kernel<T, decltype(bound)::value>, grid_for(m, heads), bytes, stream,
                   static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(out),
-                  static_cast<A*>(lse), z, static_cast<A>(scale));
+                  static_cast<A*>(lse), z, static_cast<A>(scale), drop_of<A>(dropout_p, seed));
   });
 }
 
 int flash_attention_backward(const void* q, const void* k, const void* v, const void* out, const void* dout,
                              const void* lse, void* delta, int dtype, void* dq, void* dk, void* dv, int64_t heads,
-                             int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, void* stream) {
+                             int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, double dropout_p,
+                             uint64_t seed, void* stream) {
   const Sizes z{heads, m, n, e, ev, causal};
   return with_bound(dtype, e, ev, [&](auto tag, auto bound) {
     using T = decltype(tag);
@@ -326,16 +358,16 @@ int flash_attention_backward(const void* q, const void* k, const void* v, const 
         static_cast<const T*>(dout), static_cast<const T*>(out), static_cast<A*>(delta), rows, ev);
     cudaError_t status = cudaGetLastError();
     if (status != cudaSuccess) return status;
-    status =
-        launch(dq_kernel<T, D>, grid_for(m, heads), sizeof(A) * kTile * (e + ev), stream, static_cast<const T*>(q),
-               static_cast<const T*>(k), static_cast<const T*>(v), static_cast<const T*>(dout),
-               static_cast<const A*>(lse), static_cast<const A*>(delta), static_cast<T*>(dq), z, static_cast<A>(scale));
+    status = launch(dq_kernel<T, D>, grid_for(m, heads), sizeof(A) * kTile * (e + ev), stream, static_cast<const T*>(q),
+                    static_cast<const T*>(k), static_cast<const T*>(v), static_cast<const T*>(dout),
+                    static_cast<const A*>(lse), static_cast<const A*>(delta), static_cast<T*>(dq), z,
+                    static_cast<A>(scale), drop_of<A>(dropout_p, seed));
     if (status != cudaSuccess) return status;
     const size_t bytes = sizeof(A) * (kRows * (e + 1 + ev + 1) + kTile * (e + ev + 2));
     return launch(dkdv_kernel<T, D>, grid_for(n, heads), bytes, stream, static_cast<const T*>(q),
                   static_cast<const T*>(k), static_cast<const T*>(v), static_cast<const T*>(dout),
                   static_cast<const A*>(lse), static_cast<const A*>(delta), static_cast<T*>(dk), static_cast<T*>(dv), z,
-                  static_cast<A>(scale));
+                  static_cast<A>(scale), drop_of<A>(dropout_p, seed));
   });
 }
 

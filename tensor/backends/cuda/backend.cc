@@ -192,32 +192,33 @@ bool CudaBackend::layer_norm_backward(const Tensor& grad_x, const Tensor&, const
 }
 
 bool CudaBackend::flash_attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                  const Tensor& v, bool causal, double scale) {
+                                  const Tensor& v, bool causal, double scale, const AttentionDropout& dropout) {
   const int dtype = static_cast<int>(q.dtype());
   if (!k::flash_attention_supported(dtype, q.size(2), v.size(2))) return false;
   const int device = device_of(q);
   DeviceGuard guard(device);
   check_launch(k::flash_attention(q.raw_data_ptr(), k.raw_data_ptr(), v.raw_data_ptr(), dtype, out.raw_data_ptr(),
                                   lse.raw_data_ptr(), q.size(0), q.size(1), k.size(1), q.size(2), v.size(2), causal,
-                                  scale, compute_stream(device)),
+                                  scale, dropout.p, dropout.seed, compute_stream(device)),
                "flash_attention kernel");
   return true;
 }
 
 bool CudaBackend::flash_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                            const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                           const Tensor& lse, bool causal, double scale) {
+                                           const Tensor& lse, bool causal, double scale,
+                                           const AttentionDropout& dropout) {
   const int dtype = static_cast<int>(q.dtype());
   if (!k::flash_attention_supported(dtype, q.size(2), v.size(2))) return false;
   const int device = device_of(q);
   DeviceGuard guard(device);
   const Tensor delta = zeros(lse.sizes(), lse.dtype(), lse.device());
-  check_launch(
-      k::flash_attention_backward(q.raw_data_ptr(), k.raw_data_ptr(), v.raw_data_ptr(), out.raw_data_ptr(),
-                                  dout.raw_data_ptr(), lse.raw_data_ptr(), delta.raw_data_ptr(), dtype,
-                                  dq.raw_data_ptr(), dk.raw_data_ptr(), dv.raw_data_ptr(), q.size(0), q.size(1),
-                                  k.size(1), q.size(2), v.size(2), causal, scale, compute_stream(device)),
-      "flash_attention backward kernels");
+  check_launch(k::flash_attention_backward(q.raw_data_ptr(), k.raw_data_ptr(), v.raw_data_ptr(), out.raw_data_ptr(),
+                                           dout.raw_data_ptr(), lse.raw_data_ptr(), delta.raw_data_ptr(), dtype,
+                                           dq.raw_data_ptr(), dk.raw_data_ptr(), dv.raw_data_ptr(), q.size(0),
+                                           q.size(1), k.size(1), q.size(2), v.size(2), causal, scale, dropout.p,
+                                           dropout.seed, compute_stream(device)),
+               "flash_attention backward kernels");
   return true;
 }
 

@@ -63,10 +63,10 @@ class CudaBackend final : public Backend {
   void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale) override;
   // attention.cu: float32, float64, bfloat16 and float16 up to 128 per head.
   bool flash_attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                       bool causal, double scale) override;
+                       bool causal, double scale, const AttentionDropout& dropout) override;
   bool flash_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                 const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                                bool causal, double scale) override;
+                                bool causal, double scale, const AttentionDropout& dropout) override;
   // loss.cu: every floating dtype, a block per row.
   bool cross_entropy(const Tensor& loss, const Tensor& stats, const Tensor& logits, const Tensor& targets,
                      const Tensor& weight, int64_t ignore_index, double label_smoothing) override;

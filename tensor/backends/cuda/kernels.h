@@ -77,11 +77,14 @@ int causal_softmax_rows(const void* x, const void* y, int dtype, void* out, int6
 // as scratch. flash_attention_supported: whether the kernels take this dtype and head widths
 // (float up to 128, double up to 64); otherwise they return cudaErrorNotSupported.
 bool flash_attention_supported(int dtype, int64_t e, int64_t ev);
+// dropout_p > 0: attention dropout under `seed` (tensor/internal/kernel_ops.h's AttentionDropout).
 int flash_attention(const void* q, const void* k, const void* v, int dtype, void* out, void* lse, int64_t heads,
-                    int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, void* stream);
+                    int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, double dropout_p,
+                    uint64_t seed, void* stream);
 int flash_attention_backward(const void* q, const void* k, const void* v, const void* out, const void* dout,
                              const void* lse, void* delta, int dtype, void* dq, void* dk, void* dv, int64_t heads,
-                             int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, void* stream);
+                             int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, double dropout_p,
+                             uint64_t seed, void* stream);
 // loss.cu: cross-entropy's rows of contiguous x [rows, n] (tensor/fused.h), targets [rows] (each
 // in [0, n) or ignore_index), weight [n] (x's dtype) or null: loss [rows] (x's dtype) and stats
 // [rows, 2], each row's maximum and log-sum (float, or double for float64). The backward writes
