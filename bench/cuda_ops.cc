@@ -5,8 +5,9 @@
 //   an elementwise add of 256 M floats into a third tensor, and a same-device copy of them:
 //     "RESULT op=<add|copy> n=268435456 ms=<x> gbps=<y>" (bytes read and written per ms)
 //   causal attention at GPT-2 small's shape [8, 12, 1024, 64], forward + backward, float32 and
-//   bfloat16, composed (matmul, causal_softmax, matmul) and tensor::flash_attention:
-//     "RESULT op=attention route=<composed|flash> dtype=<float32|bfloat16> ms=<x>"
+//   bfloat16, composed (matmul, causal_softmax, matmul) and tensor::flash_attention, without
+//   and with attention dropout 0.1 (composed: dropout on the weights):
+//     "RESULT op=attention route=<composed|flash> dropout=<0|0.1> dtype=<float32|bfloat16> ms=<x>"
 // bench/torch_cuda_ops.py prints the same lines for PyTorch on the same GPU.
 // Usage (a --config=cuda build): bazel-bin/bench/cuda_ops [--repeats 20] [--n 4096] [--elements 268435456]
 #include <CLI/CLI.hpp>
@@ -70,16 +71,19 @@ void attention(int repeats) {
     std::vector<t::Tensor> qkv;
     for (int i = 0; i < 3; ++i) qkv.push_back(t::randn(shape).to(dtype).to(gpu).requires_grad_());
     const t::Tensor grad = t::randn(shape).to(dtype).to(gpu);
-    for (const bool flash : {false, true}) {
-      const double ms = median_ms(repeats, [&] {
-        const t::Tensor& q = qkv[0];
-        const t::Tensor y = flash ? t::flash_attention(q, qkv[1], qkv[2], true, 0.125)
-                                  : t::matmul(t::causal_softmax(t::matmul(q, qkv[1].transpose(-2, -1)), 0.125), qkv[2]);
-        y.backward(grad);
-        for (const t::Tensor& x : qkv) x.mutable_grad() = t::Tensor();
-      });
-      std::cout << "RESULT op=attention route=" << (flash ? "flash" : "composed") << " dtype=" << t::dtype_name(dtype)
-                << " ms=" << ms << std::endl;
+    for (const double p : {0.0, 0.1}) {  // without and with attention dropout
+      for (const bool flash : {false, true}) {
+        const double ms = median_ms(repeats, [&] {
+          const t::Tensor& q = qkv[0];
+          const t::Tensor w = flash ? t::Tensor() : t::causal_softmax(t::matmul(q, qkv[1].transpose(-2, -1)), 0.125);
+          const t::Tensor y =
+              flash ? t::flash_attention(q, qkv[1], qkv[2], true, 0.125, p) : t::matmul(t::dropout(w, p), qkv[2]);
+          y.backward(grad);
+          for (const t::Tensor& x : qkv) x.mutable_grad() = t::Tensor();
+        });
+        std::cout << "RESULT op=attention route=" << (flash ? "flash" : "composed") << " dropout=" << p
+                  << " dtype=" << t::dtype_name(dtype) << " ms=" << ms << std::endl;
+      }
     }
   }
 }

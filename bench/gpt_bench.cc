@@ -59,30 +59,36 @@ BENCHMARK(BM_Attention)
 // Attention alone, softmax(q k^T / sqrt(head), causal) v, forward + backward on [batch, heads,
 // T, head] float32: composed (matmul, causal_softmax, matmul: the T x T weights kept) against
 // tensor::flash_attention. Shapes: the example GPT's layer (32 windows of 256, 4 heads of 32)
-// and GPT-2 small's (12 heads of 64, T = 1024), at batch 4.
-// Arguments: batch, heads, T, head, flash (0 composed, 1 flash_attention).
+// and GPT-2 small's (12 heads of 64, T = 1024), at batch 4. With attention dropout (p in
+// thousandths): composed, tensor::dropout on the weights (the CPU's PyTorch stream); flash, the
+// mask inside the kernels (Philox).
+// Arguments: batch, heads, T, head, flash (0 composed, 1 flash_attention), dropout (p x 1000).
 void BM_AttentionCore(benchmark::State& state) {
   const int64_t batch = state.range(0), heads = state.range(1), seq = state.range(2), head = state.range(3);
   const bool flash = state.range(4) == 1;
+  const double p = static_cast<double>(state.range(5)) / 1000.0;
   t::Generator g(0);
   const t::Shape shape{batch, heads, seq, head};
   const t::Tensor q = t::randn(shape, {}, &g).requires_grad_(), k = t::randn(shape, {}, &g).requires_grad_();
   const t::Tensor v = t::randn(shape, {}, &g).requires_grad_(), grad = t::randn(shape, {}, &g);
   const double scale = 1.0 / std::sqrt(static_cast<double>(head));
   for (auto _ : state) {
-    const t::Tensor y = flash ? t::flash_attention(q, k, v, true, scale)
-                              : t::matmul(t::causal_softmax(t::matmul(q, k.transpose(-2, -1)), scale), v);
+    const t::Tensor y = flash
+                            ? t::flash_attention(q, k, v, true, scale, p)
+                            : t::matmul(t::dropout(t::causal_softmax(t::matmul(q, k.transpose(-2, -1)), scale), p), v);
     y.backward(grad);
-    for (const t::Tensor* p : {&q, &k, &v}) p->mutable_grad() = t::Tensor();
+    for (const t::Tensor* x : {&q, &k, &v}) x->mutable_grad() = t::Tensor();
     benchmark::DoNotOptimize(y.raw_data_ptr());
   }
 }
 BENCHMARK(BM_AttentionCore)
-    ->ArgNames({"batch", "heads", "T", "head", "flash"})
-    ->Args({32, 4, 256, 32, 0})
-    ->Args({32, 4, 256, 32, 1})
-    ->Args({4, 12, 1024, 64, 0})
-    ->Args({4, 12, 1024, 64, 1})
+    ->ArgNames({"batch", "heads", "T", "head", "flash", "dropout"})
+    ->Args({32, 4, 256, 32, 0, 0})
+    ->Args({32, 4, 256, 32, 1, 0})
+    ->Args({32, 4, 256, 32, 0, 100})
+    ->Args({32, 4, 256, 32, 1, 100})
+    ->Args({4, 12, 1024, 64, 0, 0})
+    ->Args({4, 12, 1024, 64, 1, 0})
     ->Unit(benchmark::kMillisecond);
 
 // layer_norm over the last dim of [1024, 128] (with weight and bias), forward + backward.

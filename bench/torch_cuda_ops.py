@@ -54,16 +54,19 @@ def main():
     for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
         q, k, v = (torch.randn(8, 12, 1024, 64, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
         grad = torch.randn(8, 12, 1024, 64, device="cuda", dtype=dtype)
-        routes = {
-            "composed": lambda: ((q @ k.transpose(-2, -1)) * 0.125).masked_fill(future, float("-inf")).softmax(-1) @ v,
-            "flash": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.125),
-        }
-        for route, fn in routes.items():
-            def step():
-                fn().backward(grad)
-                q.grad = k.grad = v.grad = None
-            ms = median_ms(args.repeats, step)
-            print(f"RESULT impl=torch op=attention route={route} dtype={name} ms={ms:.4f}")
+        for p in (0.0, 0.1):  # without and with attention dropout
+            routes = {
+                "composed": lambda: torch.nn.functional.dropout(
+                    ((q @ k.transpose(-2, -1)) * 0.125).masked_fill(future, float("-inf")).softmax(-1), p) @ v,
+                "flash": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True,
+                                                                                  scale=0.125),
+            }
+            for route, fn in routes.items():
+                def step():
+                    fn().backward(grad)
+                    q.grad = k.grad = v.grad = None
+                ms = median_ms(args.repeats, step)
+                print(f"RESULT impl=torch op=attention route={route} dropout={p} dtype={name} ms={ms:.4f}")
 
 
 if __name__ == "__main__":

@@ -173,8 +173,9 @@ class Backend {
 
   // Dropout's mask drawn where the tensors are: mask (contiguous, floating) = 1 / (1 - p) where
   // philox::dropout_keep(seed, i, 1 - p) keeps element i (internal/philox.h), else 0. false,
-  // with nothing written, where the backend draws no masks (the CPU: native/ draws from the
-  // generator itself, PyTorch's CPU stream).
+  // with nothing written, where the backend draws no masks. tensor::dropout asks only off the
+  // CPU (on the CPU it draws PyTorch's CPU stream); flash attention's composed route asks on
+  // every device, for the mask its kernels use.
   virtual bool dropout_mask(const Tensor& mask, double p, uint64_t seed);
 
   // What a backend's own code needs of copies, on its own copy and fill (internal/backend.cc),
