@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -171,11 +170,7 @@ Run set_up(const NanoGptConfig& config, std::ostream& out) {
   TDDP_CHECK(!run.placement.on_gpu || config.dtype != "float16",
              "dtype=float16 on a GPU needs nanoGPT's GradScaler, which this mode lacks so far: use bfloat16");
   if (config.cuda_graph) {  // before joining the ranks: one process only
-    TDDP_CHECK(run.placement.on_gpu, "cuda_graph=True captures the iteration on a GPU; this run is on {}",
-               run.placement.device.str());
-    const char* world = std::getenv("WORLD_SIZE");
-    TDDP_CHECK(world == nullptr || std::string(world) == "1",
-               "cuda_graph=True runs one process ({} ranks here): DDP's collectives are not captured", world);
+    check_graph_placement(run.placement, "cuda_graph=True", "iteration");
     run.graphed = std::make_unique<Run::Graphed>();
   }
   run.pg = join_ranks(run.placement.backend, config.timeout_s);

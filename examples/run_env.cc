@@ -45,6 +45,13 @@ int use_threads(int threads) {
   return tensor::get_num_threads();
 }
 
+void check_graph_placement(const Placement& placement, const std::string& option, const std::string& what) {
+  TDDP_CHECK(placement.on_gpu, "{} captures the {} on a GPU; this run is on {}", option, what, placement.device.str());
+  const char* world = std::getenv("WORLD_SIZE");
+  TDDP_CHECK(world == nullptr || std::string(world) == "1",
+             "{} runs one process ({} ranks here): DDP's collectives are not captured", option, world);
+}
+
 std::shared_ptr<comm::ProcessGroup> join_ranks(const std::string& backend, double timeout_s) {
   // Under a launcher a process group is made even for a world of one (as nanoGPT's train.py
   // wraps its model in DDP whenever torchrun set RANK): `launch --nproc_per_node 1` runs the

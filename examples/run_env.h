@@ -35,6 +35,11 @@ int use_threads(int threads);
 // SLURM_NTASKS (srun) or OMPI_COMM_WORLD_SIZE (mpirun).
 std::string world_size_variable();
 
+// For an option that captures a CUDA graph (train_gpt's --cuda_graph, nanoGPT mode's
+// cuda_graph=True, named by `option`, capturing its `what`): throws unless the run is on a GPU
+// and in one process. Called before joining the ranks.
+void check_graph_placement(const Placement& placement, const std::string& option, const std::string& what);
+
 // The group of all ranks when run under a launcher (WORLD_SIZE set, 1 included), else null.
 std::shared_ptr<comm::ProcessGroup> join_ranks(const std::string& backend, double timeout_s);
 

@@ -6,7 +6,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -133,13 +132,7 @@ GptRun set_up(const GPTTrainConfig& config) {
   run.placement = choose_placement(config.device, config.backend);
   TDDP_CHECK(!config.tf32 || run.placement.on_gpu, "--tf32 needs the model on a GPU (--device cuda)");
   if (config.tf32) tensor::cuda::set_allow_tf32(true);
-  if (config.cuda_graph) {  // before joining the ranks: one process only
-    TDDP_CHECK(run.placement.on_gpu, "--cuda_graph captures the step on a GPU; this run is on {}",
-               run.placement.device.str());
-    const char* world = std::getenv("WORLD_SIZE");
-    TDDP_CHECK(world == nullptr || std::string(world) == "1",
-               "--cuda_graph runs one process ({} ranks here): DDP's collectives are not captured", world);
-  }
+  if (config.cuda_graph) check_graph_placement(run.placement, "--cuda_graph", "step");  // before joining the ranks
   run.pg = join_ranks(run.placement.backend, config.timeout_s);
   run.rank = run.pg ? run.pg->rank() : 0;
   run.world = run.pg ? run.pg->size() : 1;

@@ -1,14 +1,10 @@
 // causal_softmax (ops.h): attention's scale, causal mask and softmax in one op, its backward
 // beside it. The kernels see contiguous [B, M, N] (B: every leading dim). flash_attention
 // (ops.h): the whole of attention in one op where the backend has a kernel, else composed.
-#include <mutex>
-
-#include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/internal/backend.h"
 #include "tinyddp/tensor/native/checks.h"
 #include "tinyddp/tensor/ops.h"
-#include "tinyddp/tensor/random.h"
 
 namespace tinyddp::tensor {
 
@@ -90,12 +86,11 @@ Tensor as_heads(const Tensor& t, int64_t heads) { return t.contiguous().view({he
 AttentionDropout attention_dropout(const Tensor& q, double p, Generator* generator) {
   TDDP_CHECK(p >= 0.0 && p < 1.0, "flash_attention: dropout_p must be in [0, 1), got {}", p);
   if (p == 0.0) return AttentionDropout{};
-  TDDP_CHECK(!(q.is_cuda() && cuda::is_capturing(q.device().index)),
-             "flash_attention: attention dropout's random key is drawn on the host, so a CUDA graph would replay one "
-             "mask at every replay; run it outside the capture (or with dropout_p = 0)");
-  Generator& g = generator != nullptr ? *generator : default_generator();
-  std::lock_guard<std::mutex> lock(g.mutex());
-  return AttentionDropout{p, g.random64()};
+  return AttentionDropout{
+      p,
+      device_random_key(q, generator,
+                        "flash_attention: attention dropout's random key is drawn on the host, so a CUDA graph "
+                        "would replay one mask at every replay; run it outside the capture (or with dropout_p = 0)")};
 }
 
 // The composed route's mask for weights w: the fused kernels' (the backend's dropout_mask over

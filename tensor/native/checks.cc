@@ -3,9 +3,13 @@
 // written tensors.
 #include "tinyddp/tensor/native/checks.h"
 
+#include <mutex>
+
+#include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/factory.h"
 #include "tinyddp/tensor/grad_mode.h"
 #include "tinyddp/tensor/ops.h"
+#include "tinyddp/tensor/random.h"
 
 namespace tinyddp::tensor::detail {
 
@@ -108,5 +112,12 @@ void check_in_place(const Tensor& self, const Tensor* source, const char* op) {
 
 // Before a kernel that exists for the CPU and, in CUDA builds, for GPUs.
 void check_kernel_device(const Tensor& x, const char* op) { backend_for(x.device(), op); }
+
+uint64_t device_random_key(const Tensor& t, Generator* generator, const char* refusal) {
+  TDDP_CHECK(!(t.is_cuda() && cuda::is_capturing(t.device().index)), "{}", refusal);
+  Generator& g = generator != nullptr ? *generator : default_generator();
+  std::lock_guard<std::mutex> lock(g.mutex());
+  return g.random64();
+}
 
 }  // namespace tinyddp::tensor::detail

@@ -66,6 +66,11 @@ void check_in_place(const Tensor& self, const Tensor* source, const char* op);
 // Before a kernel that exists for the CPU and, in CUDA builds, for GPUs.
 void check_kernel_device(const Tensor& x, const char* op);
 
+// One 64-bit key from `generator` (default: the global one) for a mask a kernel draws on t's
+// device (internal/philox.h). Throws `refusal` while a CUDA graph captures on t's device: the
+// key, a host draw, would be replayed unchanged.
+uint64_t device_random_key(const Tensor& t, Generator* generator, const char* refusal);
+
 // matmul for the ops that sum by a product with a one-hot or triangular matrix (index_add,
 // scatter_add, cumsum): integer operands are multiplied on the CPU and the product moved back
 // to their device, since a GPU's GEMM (cuBLAS) multiplies floating-point matrices only; the

@@ -2,11 +2,9 @@
 // beside it) and dropout (written with the differentiable ops, whose gradients compose).
 #include <algorithm>
 #include <array>
-#include <mutex>
 #include <tuple>
 #include <utility>
 
-#include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/internal/backend.h"
 #include "tinyddp/tensor/native/checks.h"
@@ -240,15 +238,10 @@ namespace {
 // graph capture would be replayed unchanged, every replay dropping the same elements: refused.
 Tensor device_dropout_mask(const Tensor& input, double p, Generator* generator) {
   if (input.device().type == DeviceType::kCPU) return Tensor();
-  TDDP_CHECK(!(input.is_cuda() && cuda::is_capturing(input.device().index)),
-             "dropout: its mask's random key is drawn on the host, so a CUDA graph would replay one mask at every "
-             "replay; run dropout outside the capture (or set p = 0 / eval() for the captured part)");
-  Generator& g = generator != nullptr ? *generator : default_generator();
-  uint64_t seed = 0;
-  {
-    std::lock_guard<std::mutex> lock(g.mutex());
-    seed = g.random64();
-  }
+  const uint64_t seed = device_random_key(
+      input, generator,
+      "dropout: its mask's random key is drawn on the host, so a CUDA graph would replay one mask at every "
+      "replay; run dropout outside the capture (or set p = 0 / eval() for the captured part)");
   const Tensor mask = empty(input.sizes(), TensorOptions(input.dtype()).device(input.device()));
   return backend_for(input.device(), "dropout").dropout_mask(mask, p, seed) ? mask : Tensor();
 }
