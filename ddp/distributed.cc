@@ -78,8 +78,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   if (options_.deterministic()) {
     // No Reducer and no gradient hooks: deterministic_step sums the gradients. The timeline
     // gets a recorder of its own (the step's user spans).
-    agree_chunk_seed();
-    loaded_grids_.assign(params_.size(), ExactGradientSum::kUnknownBound);
+    start_exact_steps();
     deterministic_recorder_ = std::make_unique<Recorder>(-1);
   } else {
     ReducerOptions reducer_options;
@@ -290,7 +289,7 @@ nn::Value DistributedDataParallel::forward_kwargs(const std::vector<Tensor>& arg
 nn::Value DistributedDataParallel::run_forward(const std::function<nn::Value()>& module_forward) {
   const bool grad_enabled = tensor::GradMode::is_enabled();
   if (options_.deterministic()) {  // the module alone: deterministic_step sums the gradients
-    TDDP_CHECK(!grad_enabled || in_deterministic_step_,
+    TDDP_CHECK(!grad_enabled || exact_->in_step(),
                "DistributedDataParallel: with the deterministic option, training forwards run inside "
                "deterministic_step(inputs, targets, chunk_loss) (with grad mode off, e.g. for evaluation, they run "
                "anywhere)");

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "tinyddp/comm/process_group.h"
-#include "tinyddp/ddp/exact_sum.h"
+#include "tinyddp/ddp/exact_step.h"
 #include "tinyddp/ddp/join.h"
 #include "tinyddp/ddp/reducer.h"
 #include "tinyddp/nn/module.h"
@@ -137,7 +137,7 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   // losses: the same bits on any world size. Clear errors when chunk_size does not divide the
   // batch or the world the chunks. A step whose gradients outgrow the fixed-point grid runs its
   // chunks once more (ExactGradientSum::finish), so chunk_loss must not change state it reads.
-  using ChunkLoss = std::function<Tensor(const Tensor& inputs, const Tensor& targets)>;
+  using ChunkLoss = ddp::ChunkLoss;
   double deterministic_step(const Tensor& inputs, const Tensor& targets, const ChunkLoss& chunk_loss);
   // Randomness inside a chunk (dropout) is the chunk's own: before its forward the default
   // generator is seeded from rank 0's initial seed, the step's count and the chunk's index, and
@@ -150,7 +150,7 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   std::vector<int64_t> deterministic_state() const;
   void load_deterministic_state(std::vector<int64_t> bounds);
   // Null before the first deterministic_step.
-  const ExactGradientSum* exact_sum() const { return exact_.get(); }
+  const ExactGradientSum* exact_sum() const { return exact_ ? exact_->sum() : nullptr; }
 
   // How each bucket is reduced (see comm_hooks.h); once, before the first forward. `state` is
   // handed to the hook with the bucket, as in PyTorch: register_comm_hook(pg, hook) with
@@ -249,14 +249,9 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   // forward and forward_many around the module's own call (which returns its outputs).
   nn::Value run_forward(const std::function<nn::Value()>& module_forward);
   // The deterministic option: what it cannot take, refused by name at construction; then
-  // (a collective) rank 0's seed for the chunks' randomness.
+  // its steps (ExactSteps: a collective, for rank 0's seed of the chunks' randomness).
   void check_deterministic() const;
-  void agree_chunk_seed();
-  // deterministic_step's parts: the batch's checks and its chunk count (the exact sum made for
-  // it), and this rank's chunks [first, first + count) run, returning their losses.
-  int64_t step_chunks(const Tensor& inputs, const Tensor& targets);
-  std::vector<double> run_chunks(const Tensor& inputs, const Tensor& targets, const ChunkLoss& chunk_loss,
-                                 int64_t first, int64_t count);
+  void start_exact_steps();
   // The Reducer's recorder, or the deterministic option's own.
   Recorder& recorder() const;
 
@@ -272,15 +267,10 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   bool require_forward_param_sync_ = true;  // the previous forward synchronised: broadcast buffers first
   Tensor should_sync_flag_;                 // Join: this forward's "my backward synchronises" (1 or 0)
   std::shared_ptr<comm::Work> should_sync_work_;
-  // The deterministic option: the exact sum (made at the first step, again when the chunk
-  // count changes), the grids loaded before it exists (kUnknownBound each at first), whether
-  // a step is running, and the timeline's recorder.
-  std::unique_ptr<ExactGradientSum> exact_;
-  std::vector<int64_t> loaded_grids_;
+  // The deterministic option: its steps (the exact sum, the grids, the chunks' seed) and the
+  // timeline's recorder.
+  std::unique_ptr<ExactSteps> exact_;
   std::unique_ptr<Recorder> deterministic_recorder_;
-  bool in_deterministic_step_ = false;
-  uint64_t chunk_seed_ = 0;          // rank 0's initial seed, agreed at construction
-  int64_t deterministic_steps_ = 0;  // steps done (the chunks' seeds count them)
 };
 
 }  // namespace tinyddp::ddp

@@ -66,6 +66,22 @@ ExactGradientSum::ExactGradientSum(std::vector<Tensor> params, std::vector<std::
                                    std::shared_ptr<comm::ProcessGroup> pg, int64_t total_chunks, int headroom_bits)
     : params_(std::move(params)), names_(std::move(names)), pg_(std::move(pg)), total_chunks_(total_chunks),
       headroom_(headroom_bits) {
+  lay_out();
+}
+
+ExactGradientSum::ExactGradientSum(std::vector<Tensor> params, std::vector<std::string> names,
+                                   std::shared_ptr<comm::ProcessGroup> pg, int64_t total_chunks,
+                                   ShardedGradients sharded, int headroom_bits)
+    : params_(std::move(params)), names_(std::move(names)), pg_(std::move(pg)), total_chunks_(total_chunks),
+      headroom_(headroom_bits), sharded_(std::move(sharded)) {
+  TDDP_CHECK(sharded_.shards.size() == params_.size() && sharded_.full_shapes.size() == params_.size() &&
+                 sharded_.block_rows.size() == params_.size(),
+             "ExactGradientSum: {} shards, {} shapes and {} block sizes for {} parameters", sharded_.shards.size(),
+             sharded_.full_shapes.size(), sharded_.block_rows.size(), params_.size());
+  lay_out();
+}
+
+void ExactGradientSum::lay_out() {
   TDDP_CHECK(names_.size() == params_.size(), "ExactGradientSum: {} names for {} parameters", names_.size(),
              params_.size());
   TDDP_CHECK(total_chunks_ >= 1, "ExactGradientSum: total_chunks must be at least 1, got {}", total_chunks_);
@@ -76,21 +92,38 @@ ExactGradientSum::ExactGradientSum(std::vector<Tensor> params, std::vector<std::
              "ExactGradientSum: {} chunks per step leave {} bits of the int64 sums below the gradients' bound, fewer "
              "than 30: use fewer, larger chunks",
              total_chunks_, bits_ - headroom_);
-  int64_t offset = 0;
+  const bool sharded = !sharded_.shards.empty();
+  const int64_t world = pg_ ? pg_->size() : 1;
+  int64_t offset = 0, block_offset = 0;
   for (size_t p = 0; p < params_.size(); ++p) {
-    const t::DType dtype = params_[p].dtype();
+    const t::DType dtype = target(p).dtype();
     TDDP_CHECK(dtype == t::kFloat32 || dtype == t::kFloat64,
                "ExactGradientSum: parameter '{}' is {}; the exact sum takes float32 or float64", names_[p],
                t::dtype_name(dtype));
     offsets_.push_back(offset);
-    offset += params_[p].numel();
+    if (!sharded) {
+      offset += params_[p].numel();
+      continue;
+    }
+    // W blocks of block_rows rows, the last ones padded: the reduce-scatter's inputs.
+    const t::Shape& shape = sharded_.full_shapes[p];
+    const int64_t rows = shape.empty() ? 1 : shape[0];
+    const int64_t block = sharded_.block_rows[p] * (rows == 0 ? 0 : t::shape_numel(shape) / rows);
+    TDDP_CHECK(sharded_.block_rows[p] * world >= rows && sharded_.shards[p].numel() == block,
+               "ExactGradientSum: the shard of '{}' holds {} elements, not a block of {} rows of its {} over {} ranks",
+               names_[p], sharded_.shards[p].numel(), sharded_.block_rows[p], t::format_shape(shape), world);
+    block_offsets_.push_back(block_offset);
+    block_offset += block;
+    offset += world * block;
   }
   offsets_.push_back(offset);
+  block_offsets_.push_back(block_offset);
   TDDP_CHECK(!pg_ || control_device(*pg_, params_).type == t::kCPU,
              "ExactGradientSum: the sums are made and allreduced on the CPU, but this process group ({}) takes device "
              "tensors only: run the exact sums over a gloo group",
              pg_ ? pg_->backend() : "");
   sums_ = t::zeros({offset}, t::TensorOptions().dtype(t::kInt64));
+  if (sharded) blocks_ = t::zeros({block_offset}, t::TensorOptions().dtype(t::kInt64));
   bound_.assign(params_.size(), kUnknown);
   step_bound_.assign(params_.size(), kUnknown);
   added_.assign(params_.size(), false);
@@ -103,7 +136,23 @@ ExactGradientSum::~ExactGradientSum() {
 }
 
 void ExactGradientSum::launch(size_t p) {
-  launched_[p] = pg_->allreduce(sums_.narrow(0, offsets_[p], offsets_[p + 1] - offsets_[p]));
+  const Tensor sums = sums_.narrow(0, offsets_[p], offsets_[p + 1] - offsets_[p]);
+  if (sharded_.shards.empty()) {
+    launched_[p] = pg_->allreduce(sums);
+    return;
+  }
+  // Row block r of the sums to rank r: the integer sums over the ranks of its rows.
+  const int64_t block = block_offsets_[p + 1] - block_offsets_[p];
+  std::vector<Tensor> inputs;
+  for (int64_t r = 0; r < pg_->size(); ++r) inputs.push_back(sums.narrow(0, r * block, block));
+  launched_[p] = pg_->reduce_scatter(blocks_.narrow(0, block_offsets_[p], block), inputs, comm::ReduceOp::kSum);
+}
+
+void ExactGradientSum::clear_gradients() {
+  for (size_t p = 0; p < params_.size(); ++p) {
+    params_[p].mutable_grad() = Tensor();
+    if (!sharded_.shards.empty()) sharded_.shards[p].mutable_grad() = Tensor();
+  }
 }
 
 void ExactGradientSum::overlap_next_chunk() {
@@ -125,7 +174,9 @@ void ExactGradientSum::add_gradient(size_t p) {
   added_[p] = true;
   const Tensor grad = params_[p].grad();
   if (!grad.defined()) return;  // no gradient: zeros
-  pending_[p].push_back(grad.to(t::Device(t::kCPU)).contiguous());
+  // (A float16 or bfloat16 gradient, fully_shard's mixed precision, is exact in float32.)
+  const bool half = grad.dtype() == t::kFloat16 || grad.dtype() == t::kBFloat16;
+  pending_[p].push_back(half ? grad.to(t::Device(t::kCPU)).to(t::kFloat32) : grad.to(t::Device(t::kCPU)).contiguous());
   // Kept: the next chunk's backward gives the parameter a .grad of its own (no pass to zero
   // this one, none to add into it).
   params_[p].mutable_grad() = Tensor();
@@ -208,14 +259,16 @@ bool ExactGradientSum::finish() {
     ++reruns_;
     return false;
   }
-  const int64_t* total = sums_.data_ptr<int64_t>();
+  // The sums over the ranks: all of them, or (sharded) this rank's blocks.
+  const bool blocks = !sharded_.shards.empty() && pg_;
+  const int64_t* total = (blocks ? blocks_ : sums_).data_ptr<int64_t>();
   for (size_t p = 0; p < params_.size(); ++p) {
     // The grid this step's chunks were added on (the bound agreed before it), back to floats:
     // sum x 2^-scale / total_chunks, rounded to double, then once more to float32 parameters.
     const int scale = previous[p] == kUnknown ? 0 : bits_ - (previous[p] + headroom_);
     const double factor = std::ldexp(1.0, -scale), chunks = static_cast<double>(total_chunks_);
-    const int64_t* sum = total + offsets_[p];
-    Tensor mean = t::empty(params_[p].sizes(), t::TensorOptions().dtype(params_[p].dtype()));
+    const int64_t* sum = total + (blocks ? block_offsets_[p] : offsets_[p]);
+    Tensor mean = t::empty(target(p).sizes(), t::TensorOptions().dtype(target(p).dtype()));
     const auto convert = [&](auto* out) {
       t::parallel_for(0, mean.numel(), kGrain, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i)
@@ -227,7 +280,7 @@ bool ExactGradientSum::finish() {
     } else {
       convert(mean.data_ptr<double>());
     }
-    params_[p].mutable_grad() = mean.to(params_[p].device());
+    target(p).mutable_grad() = mean.to(target(p).device());
   }
   sums_.zero_();
   return true;
@@ -250,6 +303,60 @@ void ExactGradientSum::load_grid_state(const std::vector<int64_t>& bounds) {
                bounds[p], names_[p]);
     bound_[p] = static_cast<int>(bounds[p]);
   }
+}
+
+double exact_square_sum(const std::vector<Tensor>& values, comm::ProcessGroup* pg) {
+  t::NoGradGuard no_grad;
+  using Wide = unsigned __int128;
+  std::vector<Tensor> host;  // float64: the squares of the narrower types are exact there
+  for (const Tensor& v : values) host.push_back(v.to(t::Device(t::kCPU)).to(t::kFloat64).contiguous());
+  // Each task's part of a pass over every element, combined under a lock: the largest square
+  // and whether a NaN was seen, then the integers (associative: any split, the same sum).
+  std::mutex mutex;
+  const auto each_task = [&](auto&& body) {
+    for (const Tensor& h : host) {
+      const double* x = h.data_ptr<double>();
+      t::parallel_for(0, h.numel(), kGrain, [&](int64_t begin, int64_t end) { body(x + begin, end - begin); });
+    }
+  };
+  double largest = 0, nan = 0;
+  each_task([&](const double* x, int64_t n) {
+    double mine = 0;
+    bool saw_nan = false;
+    for (int64_t i = 0; i < n; ++i) {
+      saw_nan = saw_nan || std::isnan(x[i]);
+      mine = std::max(mine, x[i] * x[i]);
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    largest = std::max(largest, mine);
+    if (saw_nan) nan = 1;
+  });
+  Tensor agreed = t::from_vector(std::vector<double>{largest, nan});
+  if (pg) pg->allreduce(agreed, comm::ReduceOp::kMax)->wait();
+  largest = agreed.to_vector<double>()[0];
+  if (agreed.to_vector<double>()[1] != 0) return std::nan("");
+  if (largest == 0 || std::isinf(largest)) return largest;
+  int exponent = 0;
+  std::frexp(largest, &exponent);  // every square < 2^exponent
+  const int scale = 72 - exponent;
+  Wide sum = 0;  // below 2^72 per element: room for 2^48 elements per rank
+  each_task([&](const double* x, int64_t n) {
+    Wide mine = 0;
+    for (int64_t i = 0; i < n; ++i) mine += static_cast<Wide>(std::nearbyint(std::ldexp(x[i] * x[i], scale)));
+    std::lock_guard<std::mutex> lock(mutex);
+    sum += mine;
+  });
+  // Over the ranks in 40-bit limbs, which int64 adds exactly for up to 2^23 ranks.
+  constexpr int kLimb = 40;
+  const Wide mask = (Wide{1} << kLimb) - 1;
+  Tensor limbs =
+      t::from_vector(std::vector<int64_t>{static_cast<int64_t>(sum & mask), static_cast<int64_t>((sum >> kLimb) & mask),
+                                          static_cast<int64_t>(sum >> (2 * kLimb))});
+  if (pg) pg->allreduce(limbs, comm::ReduceOp::kSum)->wait();
+  const std::vector<int64_t> got = limbs.to_vector<int64_t>();
+  const Wide total =
+      static_cast<Wide>(got[0]) + (static_cast<Wide>(got[1]) << kLimb) + (static_cast<Wide>(got[2]) << (2 * kLimb));
+  return std::ldexp(static_cast<double>(total), -scale);
 }
 
 double chunk_mean(comm::ProcessGroup* pg, const std::vector<double>& mine, int64_t first, int64_t total) {

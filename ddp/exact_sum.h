@@ -25,6 +25,16 @@ namespace tinyddp::ddp {
 
 using tensor::Tensor;
 
+// fully_shard's form of the sum: parameter p's integer sums are reduce-scattered over its W
+// blocks of block_rows[p] rows (the rows past the parameter's own padded with zeros), and this
+// rank's block of the mean goes to shards[p].grad, in the shard's dtype: each shard receives
+// its rows of the mean the unsharded sum gives, the same bits.
+struct ShardedGradients {
+  std::vector<Tensor> shards;              // each this rank's block [block_rows, ...]
+  std::vector<tensor::Shape> full_shapes;  // the parameters' shapes (a freed one has no elements)
+  std::vector<int64_t> block_rows;         // rows per rank
+};
+
 class ExactGradientSum {
  public:
   // `params`: float32 or float64 tensors (any device: the sums are made on the CPU). `pg`: the
@@ -32,6 +42,11 @@ class ExactGradientSum {
   // divisor of the mean. Throws when total_chunks leaves too few bits for the grid.
   ExactGradientSum(std::vector<Tensor> params, std::vector<std::string> names, std::shared_ptr<comm::ProcessGroup> pg,
                    int64_t total_chunks, int headroom_bits = 4);
+  // fully_shard's: `params` are the full parameters, whose .grad each chunk's backward fills
+  // (float32 or float64, or float16 and bfloat16 gradients, which are exact in float32); the
+  // means go to `sharded`'s shards (float32 or float64).
+  ExactGradientSum(std::vector<Tensor> params, std::vector<std::string> names, std::shared_ptr<comm::ProcessGroup> pg,
+                   int64_t total_chunks, ShardedGradients sharded, int headroom_bits = 4);
 
   ExactGradientSum(const ExactGradientSum&) = delete;
   ExactGradientSum& operator=(const ExactGradientSum&) = delete;
@@ -63,6 +78,10 @@ class ExactGradientSum {
   // caller runs the step's chunks again.
   bool finish();
 
+  // Sets every .grad the sum writes (and, sharded, the full parameters' .grad) to None: a
+  // step's gradients are its own.
+  void clear_gradients();
+
   int64_t total_chunks() const { return total_chunks_; }
   // Bits of the grid below the agreed bound of the gradients (B - H): the sum's resolution is
   // 2^-(that) of the largest gradient.
@@ -91,21 +110,28 @@ class ExactGradientSum {
   void add_gradient(size_t p);
   // Adds the kept chunks' gradients of p to its sums, in one pass over the sums.
   void fold_pending(size_t p);
-  // Starts the allreduce of parameter p's integer sums.
+  // Starts the allreduce (sharded: the reduce-scatter) of parameter p's integer sums.
   void launch(size_t p);
+  // The constructors' common part: the checks, the sums' layout.
+  void lay_out();
+  // Where parameter p's mean goes, and its elements there.
+  const Tensor& target(size_t p) const { return sharded_.shards.empty() ? params_[p] : sharded_.shards[p]; }
 
   std::vector<Tensor> params_;
   std::vector<std::string> names_;
   std::shared_ptr<comm::ProcessGroup> pg_;
   int64_t total_chunks_;
   int headroom_;
-  int bits_;                      // B: |q| < 2^B for every chunk's q
-  std::vector<int64_t> offsets_;  // where parameter p's sums start in sums_
-  Tensor sums_;                   // int64: the sums of this rank's chunks, parameter after parameter
-  std::vector<int> bound_;        // E_p, agreed (kUnknown before the first step)
-  std::vector<int> step_bound_;   // this rank's bound of this step's gradients so far
-  bool outgrown_ = false;         // a chunk of this step did not fit its grid
-  int64_t chunks_ = 0;            // chunks added on this rank this step
+  int bits_;                            // B: |q| < 2^B for every chunk's q
+  ShardedGradients sharded_;            // empty unless fully_shard's
+  std::vector<int64_t> offsets_;        // where parameter p's sums start in sums_ (sharded: W blocks)
+  Tensor sums_;                         // int64: the sums of this rank's chunks, parameter after parameter
+  std::vector<int64_t> block_offsets_;  // sharded: where parameter p's block starts in blocks_
+  Tensor blocks_;                       // sharded: this rank's blocks of the sums over the ranks
+  std::vector<int> bound_;              // E_p, agreed (kUnknown before the first step)
+  std::vector<int> step_bound_;         // this rank's bound of this step's gradients so far
+  bool outgrown_ = false;               // a chunk of this step did not fit its grid
+  int64_t chunks_ = 0;                  // chunks added on this rank this step
   int64_t reruns_ = 0;
   // overlap_next_chunk: the hooks, whether they add, what they added in this chunk, and the
   // allreduces they started.
@@ -124,5 +150,15 @@ class ExactGradientSum {
 // their sum in chunk order divided by total. Exact exchange: each chunk's slot has one nonzero
 // contribution, the other ranks' zeros.
 double chunk_mean(comm::ProcessGroup* pg, const std::vector<double>& mine, int64_t first, int64_t total);
+
+// The sum over every rank of the squares of `values`' elements (float32, float64, float16 or
+// bfloat16 tensors on any device), the same bits on any world size and however the elements
+// are split over the ranks and threads: each square (exact in float64 for the 16- and 32-bit
+// types) is rounded once onto a grid 2^-72 of the largest square, agreed by a max-allreduce,
+// summed as 128-bit integers on each rank and over the ranks as 40-bit limbs in int64 (an
+// allreduce), then turned back to a double once. The error is below 2^-72 of the largest
+// square per element. A NaN or an infinity is returned as the largest value. `pg` null: one
+// process. (fully_shard's clip_sharded_grad_norm_ under the deterministic option.)
+double exact_square_sum(const std::vector<Tensor>& values, comm::ProcessGroup* pg);
 
 }  // namespace tinyddp::ddp

@@ -376,6 +376,11 @@ void FullyShardedUnit::finish_reduce() {
 }
 
 void FullyShardedUnit::begin_forward(bool root) {
+  TDDP_CHECK(!root || !options_.deterministic() || !tensor::GradMode::is_enabled() || (exact_ && exact_->in_step()),
+             "fully_shard({}): with the deterministic option, training forwards run inside "
+             "ddp::deterministic_step(module, inputs, targets, chunk_loss) (with grad mode off, e.g. for evaluation, "
+             "they run anywhere)",
+             name_);
   is_root_ = root;
   if (root) {
     ++forward_epoch;

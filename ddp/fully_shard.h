@@ -53,6 +53,7 @@
 
 #include "tinyddp/base/arg.h"
 #include "tinyddp/comm/process_group.h"
+#include "tinyddp/ddp/exact_step.h"
 #include "tinyddp/ddp/timeline.h"
 #include "tinyddp/nn/checkpoint.h"
 #include "tinyddp/nn/module.h"
@@ -99,6 +100,13 @@ struct FullyShardOptions {
   // first unit to get it agrees with the other ranks on its time zero (a collective, so every
   // rank must set it). Write it with timeline->write(path, rank).
   TINYDDP_ARG(std::shared_ptr<Timeline>, timeline);
+  // The deterministic option, as DDPOptions().deterministic: training steps go through
+  // ddp::deterministic_step(module, inputs, targets, chunk_loss) (below), which cuts the global
+  // batch into chunks of chunk_size rows and sums their gradients exactly, so that 1, 2, 3 or 8
+  // ranks train to the same bits (docs/ddp.md, "The same bits at any world size"). Give every
+  // unit the same options (fully_shard_by_policy does).
+  TINYDDP_ARG(bool, deterministic) = false;
+  TINYDDP_ARG(int64_t, chunk_size) = 16;
 };
 
 // What one unit holds, for tests and reports.
@@ -147,10 +155,27 @@ void set_requires_gradient_sync(const nn::Module& module, bool sync);
 // norm_type INFINITY, the largest magnitude) of the gradients whose shards `params` holds,
 // reduced over `pg`, so that every rank scales its shards by the factor plain clipping of the
 // full gradients would use. Parameters that are not shards (the same on every rank) count
-// once. Summed in float64 on the host; returns the total norm, a 0-d tensor in the first
-// gradient's dtype.
+// once. Summed in float64 on the host; when a shard's unit has the deterministic option, the
+// squares are summed exactly (exact_square_sum), so the norm has the same bits on any world
+// size. Returns the total norm, a 0-d tensor in the first gradient's dtype.
 tensor::Tensor clip_sharded_grad_norm_(const std::vector<tensor::Tensor>& params, double max_norm,
                                        comm::ProcessGroup& pg, double norm_type = 2.0);
+
+// The deterministic option's training step (FullyShardOptions().deterministic(true)) for a
+// module fully_shard made the root of its units, as DistributedDataParallel::deterministic_step
+// (distributed.h says what it does): `inputs` and `targets` hold the whole global batch on
+// every rank, this rank runs its chunks through chunk_loss (the module's forward and the loss
+// of those rows) and a backward, and each shard's .grad becomes its rows of the exact mean over
+// all chunks (the integer sums reduce-scattered: DDP's bits, sharded). The units keep their
+// full gradients only until each chunk's are added (the int64 sums of the full gradients live
+// through the step: twice the float32 model's bytes). Returns the mean of the chunks' losses.
+double deterministic_step(nn::Module& module, const tensor::Tensor& inputs, const tensor::Tensor& targets,
+                          const ChunkLoss& chunk_loss);
+// The option's state (the steps done, then a grid bound per parameter, in the module's
+// parameter order: DDP's layout), for a checkpoint, and back on any world size. Collectives the
+// first time (the ranks agree on the chunks' seed).
+std::vector<int64_t> deterministic_state(nn::Module& module);
+void load_deterministic_state(nn::Module& module, std::vector<int64_t> state);
 
 // The full parameters and buffers of `module`, gathered from the shards on every rank (a
 // collective: every rank calls it), under the module's own names: loadable by a module that
@@ -190,6 +215,13 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
   // accumulate over the backward passes until one with true reduces their sum: gradient
   // accumulation as DDP's no_sync, at the cost of holding the full gradients meanwhile.
   void set_requires_gradient_sync(bool sync) { requires_gradient_sync_ = sync; }
+  const FullyShardOptions& options() const { return options_; }
+  // The deterministic option (fully_shard_exact.cc), on the root's unit: its steps (made on
+  // first use, a collective), and one step with every unit inside the root keeping its full
+  // gradients for the exact sum.
+  ExactSteps& exact_steps(const nn::Module& root);
+  double exact_step(nn::Module& root, const tensor::Tensor& inputs, const tensor::Tensor& targets,
+                    const ChunkLoss& chunk_loss);
   // What the timeline calls this unit: its module's type until the root's fully_shard names
   // each unit inside it by its module's path ("transformer.h.0"; the root "(root)").
   void set_label(std::string label) { label_ = std::move(label); }
@@ -275,6 +307,7 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
   std::weak_ptr<FullyShardedUnit> next_forward_, next_backward_;  // the previous forward's order
   FullyShardStats stats_;
   std::vector<autograd::RemovableHandle> handles_;
+  std::unique_ptr<ExactSteps> exact_;  // the root's, under the deterministic option
 };
 
 }  // namespace tinyddp::ddp

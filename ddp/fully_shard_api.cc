@@ -125,7 +125,9 @@ std::shared_ptr<FullyShardedUnit> fully_shard(const std::shared_ptr<nn::Module>&
   }
   // Gather before the forward; with grad mode on, count this backward's gradients.
   module->register_forward_pre_hook([unit](nn::Module&, const nn::Tensors& inputs) -> std::optional<nn::Tensors> {
-    unit->begin_forward(units_in_forward++ == 0);
+    // (Counted once it began: a refusal leaves the count as it was.)
+    unit->begin_forward(units_in_forward == 0);
+    ++units_in_forward;
     return unit->cast_inputs(inputs);
   });
   // After it: without grad mode no backward will come, so free the parameters; with it, free
@@ -199,6 +201,21 @@ nn::OrderedDict<Tensor> full_state_dict(const nn::Module& module) {
   return out;
 }
 
+namespace {
+// Whether `shard`'s unit has the deterministic option.
+bool deterministic_shard(const Tensor& shard) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (const auto& [impl, entry] : r.entries) {
+    if (!entry.shard.is_same(shard)) continue;
+    const auto it = r.units.find(entry.owner);
+    const std::shared_ptr<FullyShardedUnit> unit = it == r.units.end() ? nullptr : it->second.lock();
+    return unit != nullptr && unit->options().deterministic();
+  }
+  return false;
+}
+}  // namespace
+
 Tensor clip_sharded_grad_norm_(const std::vector<Tensor>& params, double max_norm, comm::ProcessGroup& pg,
                                double norm_type) {
   TDDP_CHECK(norm_type == 2.0 || std::isinf(norm_type),
@@ -207,18 +224,27 @@ Tensor clip_sharded_grad_norm_(const std::vector<Tensor>& params, double max_nor
   NoGradGuard no_grad;
   const bool inf = std::isinf(norm_type);
   // This rank's part: its shards, and the parameters every rank holds whole on rank 0 only.
-  Tensor local = tensor::zeros({1}, tensor::kFloat64);  // summed in float64 on the host
-  std::vector<Tensor> grads;
+  std::vector<Tensor> grads, mine;
+  bool exact = false;  // the deterministic option's: the same bits on any world size
   for (const Tensor& p : params) {
     if (!p.grad().defined()) continue;
     grads.push_back(p.grad());
-    if (!is_shard(p) && pg.rank() != 0) continue;
-    const Tensor g = p.grad().to(tensor::kFloat64).to(tensor::Device());
-    local = inf ? tensor::maximum(local, tensor::max(tensor::abs(g)).reshape({1}))
-                : local + tensor::sum(tensor::mul(g, g)).reshape({1});
+    exact = exact || (!inf && is_shard(p) && deterministic_shard(p));  // (the largest is exact anyway)
+    if (is_shard(p) || pg.rank() == 0) mine.push_back(p.grad());
   }
-  pg.allreduce(local, inf ? comm::ReduceOp::kMax : comm::ReduceOp::kSum)->wait();
-  const Tensor total = (inf ? local : tensor::sqrt(local)).reshape({});
+  Tensor total;
+  if (exact) {
+    total = tensor::full({}, std::sqrt(exact_square_sum(mine, &pg)), tensor::TensorOptions().dtype(tensor::kFloat64));
+  } else {
+    Tensor local = tensor::zeros({1}, tensor::kFloat64);  // summed in float64 on the host
+    for (const Tensor& grad : mine) {
+      const Tensor g = grad.to(tensor::kFloat64).to(tensor::Device());
+      local = inf ? tensor::maximum(local, tensor::max(tensor::abs(g)).reshape({1}))
+                  : local + tensor::sum(tensor::mul(g, g)).reshape({1});
+    }
+    pg.allreduce(local, inf ? comm::ReduceOp::kMax : comm::ReduceOp::kSum)->wait();
+    total = (inf ? local : tensor::sqrt(local)).reshape({});
+  }
   const double coef = std::min(1.0, max_norm / (total.item<double>() + 1e-6));
   for (const Tensor& g : grads) g.mul_(coef);
   return grads.empty() ? total.to(tensor::kFloat32) : total.to(grads.front().dtype());

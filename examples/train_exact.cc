@@ -33,11 +33,14 @@ ChunkShare chunk_share(int64_t rows, int64_t chunk_size, int rank, int world) {
   return share;
 }
 
+std::shared_ptr<comm::ProcessGroup> world_of_one(std::shared_ptr<comm::ProcessGroup> pg) {
+  return pg ? pg : comm::new_process_group("gloo", std::make_shared<comm::HashStore>(), 0, 1);
+}
+
 std::shared_ptr<ddp::DistributedDataParallel> deterministic_ddp(std::shared_ptr<nn::Module> model,
                                                                 std::shared_ptr<comm::ProcessGroup> pg,
                                                                 int64_t chunk_size) {
-  if (!pg) pg = comm::new_process_group("gloo", std::make_shared<comm::HashStore>(), 0, 1);
-  return std::make_shared<ddp::DistributedDataParallel>(std::move(model), std::move(pg),
+  return std::make_shared<ddp::DistributedDataParallel>(std::move(model), world_of_one(std::move(pg)),
                                                         ddp::DDPOptions().deterministic(true).chunk_size(chunk_size));
 }
 
@@ -48,6 +51,27 @@ tensor::Tensor exact_step(
   chunk_share(global.inputs.size(0), ddp.options().chunk_size(), pg.rank(), pg.size());  // the flags' errors first
   return tensor::full({}, ddp.deterministic_step(global.inputs, global.targets, chunk_loss),
                       tensor::TensorOptions().dtype(tensor::kFloat64));
+}
+
+tensor::Tensor exact_step(
+    nn::Module& sharded, const comm::ProcessGroup& pg, int64_t chunk_size, const Batch& global,
+    const std::function<tensor::Tensor(const tensor::Tensor&, const tensor::Tensor&)>& chunk_loss) {
+  chunk_share(global.inputs.size(0), chunk_size, pg.rank(), pg.size());  // the flags' errors first
+  return tensor::full({}, ddp::deterministic_step(sharded, global.inputs, global.targets, chunk_loss),
+                      tensor::TensorOptions().dtype(tensor::kFloat64));
+}
+
+void save_grids(nn::Module& sharded, nn::OrderedDict<tensor::Tensor>& extra) {
+  extra.insert(kGridsKey, tensor::from_vector(ddp::deterministic_state(sharded)));
+}
+
+void load_grids(const nn::OrderedDict<tensor::Tensor>& extra, nn::Module& sharded) {
+  const tensor::Tensor* state = extra.find(kGridsKey);
+  if (state == nullptr) return;
+  TDDP_CHECK(state->dtype() == tensor::kInt64 && state->dim() == 1,
+             "the checkpoint's '{}' is {} {}, not a list of int64 (a corrupt checkpoint?)", kGridsKey,
+             tensor::dtype_name(state->dtype()), tensor::format_shape(state->sizes()));
+  ddp::load_deterministic_state(sharded, state->to_vector<int64_t>());
 }
 
 void save_grids(const ddp::DistributedDataParallel& ddp, std::map<std::string, std::string>& metadata) {

@@ -12,6 +12,7 @@
 
 #include "examples/train_data.h"
 #include "tinyddp/ddp/distributed.h"
+#include "tinyddp/ddp/fully_shard.h"
 #include "tinyddp/nn/nn.h"
 
 namespace tinyddp::examples {
@@ -26,6 +27,8 @@ ChunkShare chunk_share(int64_t rows, int64_t chunk_size, int rank, int world);
 
 // DDP with the deterministic option around `model`, over `pg`, or over a world of one (a gloo
 // group of this process alone) when the run has no process group.
+// `pg`, or (null) a gloo group of this process alone.
+std::shared_ptr<comm::ProcessGroup> world_of_one(std::shared_ptr<comm::ProcessGroup> pg = nullptr);
 std::shared_ptr<ddp::DistributedDataParallel> deterministic_ddp(std::shared_ptr<nn::Module> model,
                                                                 std::shared_ptr<comm::ProcessGroup> pg,
                                                                 int64_t chunk_size);
@@ -38,11 +41,20 @@ std::shared_ptr<ddp::DistributedDataParallel> deterministic_ddp(std::shared_ptr<
 tensor::Tensor exact_step(
     ddp::DistributedDataParallel& ddp, const Batch& global,
     const std::function<tensor::Tensor(const tensor::Tensor&, const tensor::Tensor&)>& chunk_loss);
+// The same for a module fully_shard made the root of its units with the deterministic option
+// (ddp::deterministic_step), over `pg` in chunks of `chunk_size` rows.
+tensor::Tensor exact_step(
+    nn::Module& sharded, const comm::ProcessGroup& pg, int64_t chunk_size, const Batch& global,
+    const std::function<tensor::Tensor(const tensor::Tensor&, const tensor::Tensor&)>& chunk_loss);
 
 // The option's state (DistributedDataParallel::deterministic_state: the steps done, then the
 // grids' bounds) as checkpoint metadata ("deterministic.state", comma-separated), and back (nothing when the checkpoint
 // has none: its first step then runs twice and takes its grids from its own gradients).
 void save_grids(const ddp::DistributedDataParallel& ddp, std::map<std::string, std::string>& metadata);
 void load_grids(const std::map<std::string, std::string>& metadata, ddp::DistributedDataParallel& ddp);
+// fully_shard's (ddp::deterministic_state): an int64 tensor "deterministic.state" among a
+// sharded checkpoint's extra tensors, and back (nothing when there is none).
+void save_grids(nn::Module& sharded, nn::OrderedDict<tensor::Tensor>& extra);
+void load_grids(const nn::OrderedDict<tensor::Tensor>& extra, nn::Module& sharded);
 
 }  // namespace tinyddp::examples

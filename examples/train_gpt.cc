@@ -33,7 +33,7 @@ void add_options(CLI::App& app, tinyddp::examples::GPTTrainConfig& c) {
                  "its rows into count / WORLD_SIZE micro-steps and DDP reduces on the last one only");
   app.add_flag("--deterministic", c.deterministic,
                "the same bits on any number of ranks: the global batch in chunks of --chunk_size windows, their "
-               "gradients summed exactly (fixed point, integer allreduce)");
+               "gradients summed exactly (fixed point, integer allreduce; with --fsdp, integer reduce-scatter)");
   app.add_option("--chunk_size", c.chunk_size, "windows per chunk with --deterministic (default 4)");
   app.add_option("--seed", c.seed, "seed of the weights, the split, the windows and the sample (default 1337)");
   app.add_option("--init", c.init, "a nanoGPT-named state dict (safetensors) to start from");

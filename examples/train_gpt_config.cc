@@ -44,9 +44,9 @@ void GPTTrainConfig::validate() const {
              "--fsdp_param_dtype takes bfloat16 or float32, with --fsdp; got '{}'{}", fsdp_param_dtype,
              fsdp ? "" : " without --fsdp");
   TDDP_CHECK(chunk_size >= 1, "--chunk_size must be positive, got {}", chunk_size);
-  TDDP_CHECK(!deterministic || (!fsdp && comm_hook == "allreduce" && gradient_accumulation_steps == 0),
-             "--deterministic trains through DDP's deterministic option: it does not take --fsdp, --comm_hook or "
-             "--gradient_accumulation_steps (its chunks are the micro-steps)");
+  TDDP_CHECK(!deterministic || (comm_hook == "allreduce" && gradient_accumulation_steps == 0),
+             "--deterministic trains through the deterministic option (DDP's, or fully_shard's with --fsdp): it does "
+             "not take --comm_hook or --gradient_accumulation_steps (its chunks are the micro-steps)");
   TDDP_CHECK(timeout_s > 0, "--timeout must be positive, got {}", timeout_s);
   TDDP_CHECK(threads >= 0, "--threads must be positive (or 0: the default), got {}", threads);
   TDDP_CHECK(!cuda_graph || device != "cpu", "--cuda_graph captures the step on a GPU: pass --device cuda");

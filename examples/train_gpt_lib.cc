@@ -116,13 +116,14 @@ void resume_if_asked(const GPTTrainConfig& config, GptRun& run) {
       sharded ? ddp::sharded_checkpoint_file(config.checkpoint, run.rank, run.world) : config.checkpoint;
   if (!config.resume || !std::filesystem::exists(file)) return;
   const nn::TrainingCheckpoint resumed =
-      sharded ? ddp::load_sharded_checkpoint(config.checkpoint, *run.model, *run.optimizer, *run.pg)
+      sharded ? ddp::load_sharded_checkpoint(config.checkpoint, *run.model, *run.optimizer, *run.shard_pg)
               : nn::load_checkpoint(config.checkpoint, *run.model, *run.optimizer);
   TDDP_CHECK(resumed.step < config.steps, "--resume: {} is {} steps in, nothing left of --steps {}", config.checkpoint,
              resumed.step, config.steps);
   if (!sharded) restore_generator(resumed.metadata, run.rank, run.world, config.seed, resumed.step);
   run.resumed_metadata = resumed.metadata;
   run.scheduler->load_state_dict(resumed.extra);
+  if (sharded && config.deterministic) load_grids(resumed.extra, *run.model);
   run.first_step = resumed.step;
 }
 
@@ -155,10 +156,11 @@ GptRun set_up(const GPTTrainConfig& config) {
              run.rows, run.micro_steps, accumulation, run.world);
   run.model = build_model(config, model_config(config, run.text), run.placement.device);
   seed_training(config.seed, config.deterministic ? 0 : run.rank);  // Dropout's masks differ by rank (seed + rank)
-  if (config.fsdp && run.pg) {
-    ddp::FullyShardOptions options;
+  if (config.fsdp && (run.pg || config.deterministic)) {
+    run.shard_pg = run.pg ? run.pg : world_of_one();
+    auto options = ddp::FullyShardOptions().deterministic(config.deterministic).chunk_size(config.chunk_size);
     if (config.fsdp_param_dtype == "bfloat16") options.mp_policy(ddp::MixedPrecisionPolicy().param_dtype(t::kBFloat16));
-    run.units = ddp::fully_shard_by_policy(run.model, run.pg, ddp::is_a<nn::Block>, options);
+    run.units = ddp::fully_shard_by_policy(run.model, run.shard_pg, ddp::is_a<nn::Block>, options);
   }
   run.optimizer = make_optimizer(config, run.model->parameters(), run.pg);  // with fully_shard: the shards
   run.scheduler = make_scheduler(config, *run.optimizer);
@@ -167,9 +169,11 @@ GptRun set_up(const GPTTrainConfig& config) {
   if (config.deterministic) {
     chunk_share(run.rows, config.chunk_size, run.rank, run.world);  // the flags' errors before any step
     run.exact = true;
-    run.ddp = deterministic_ddp(run.model, run.pg, config.chunk_size);
-    load_grids(run.resumed_metadata, *run.ddp);
-    run.forward = run.ddp.get();
+    if (run.units.empty()) {
+      run.ddp = deterministic_ddp(run.model, run.pg, config.chunk_size);
+      load_grids(run.resumed_metadata, *run.ddp);
+      run.forward = run.ddp.get();
+    }
   } else if (run.pg && run.units.empty()) {
     run.ddp = std::make_shared<ddp::DistributedDataParallel>(run.model, run.pg);
     run.powersgd = register_comm_hook(*run.ddp, run.pg, config.comm_hook, 1, 1000);
@@ -200,8 +204,9 @@ Tensor forward_loss(const GPTTrainConfig& config, const GptRun& run, const Tenso
 // only (the others run inside no_sync). Returns the step's loss (the divided losses' sum).
 Tensor forward_backward(const GPTTrainConfig& config, const GptRun& run, const Tensor& x, const Tensor& y) {
   if (run.exact) {  // --deterministic: this rank's chunks of the whole batch; the loss is already the batch's
-    return exact_step(*run.ddp, Batch{x, y},
-                      [&](const Tensor& xs, const Tensor& ys) { return forward_loss(config, run, xs, ys); });
+    const auto chunk_loss = [&](const Tensor& xs, const Tensor& ys) { return forward_loss(config, run, xs, ys); };
+    return run.units.empty() ? exact_step(*run.ddp, Batch{x, y}, chunk_loss)
+                             : exact_step(*run.model, *run.shard_pg, config.chunk_size, Batch{x, y}, chunk_loss);
   }
   if (run.micro_steps == 1) {
     const Tensor loss = forward_loss(config, run, x, y);
@@ -227,7 +232,8 @@ Tensor forward_backward(const GPTTrainConfig& config, const GptRun& run, const T
 // gradients: every rank clips by the same factor.
 Tensor clip_gradients(const GPTTrainConfig& config, const GptRun& run, const std::vector<Tensor>& params) {
   const double clip = config.grad_clip > 0 ? config.grad_clip : INFINITY;
-  return run.units.empty() ? nn::clip_grad_norm_(params, clip) : ddp::clip_sharded_grad_norm_(params, clip, *run.pg);
+  return run.units.empty() ? nn::clip_grad_norm_(params, clip)
+                           : ddp::clip_sharded_grad_norm_(params, clip, *run.shard_pg);
 }
 
 // One optimizer step: the batch, forward and backward, clipping, the update; returns the loss
@@ -293,8 +299,9 @@ void save_checkpoint_if_due(const GPTTrainConfig& config, const GptRun& run, int
   const bool last = steps_done == config.steps;
   if (!now && !(config.checkpoint_every > 0 ? steps_done % config.checkpoint_every == 0 || last : last)) return;
   if (!run.units.empty()) {  // --fsdp: every rank writes its shards
-    ddp::save_sharded_checkpoint(config.checkpoint, *run.model, *run.optimizer, *run.pg, steps_done,
-                                 run.scheduler->state_dict());
+    nn::OrderedDict<Tensor> extra = run.scheduler->state_dict();
+    if (run.exact) save_grids(*run.model, extra);
+    ddp::save_sharded_checkpoint(config.checkpoint, *run.model, *run.optimizer, *run.shard_pg, steps_done, extra);
     return;
   }
   if (auto* zero = dynamic_cast<ddp::ZeroRedundancyOptimizer*>(run.optimizer.get())) zero->consolidate_state_dict(0);

@@ -52,7 +52,8 @@ void describe(const GPTTrainConfig& config, const GptRun& run, std::ostream& out
       run.global_rows(), config.block_size,
       run.micro_steps > 1 ? fmt::format(" in {} micro-steps per rank", run.micro_steps) : "",
       run.pg ? fmt::format(", {} on {} ranks ({})",
-                           run.exact           ? "exact sums (--deterministic)"
+                           run.exact           ? (run.units.empty() ? "exact sums (--deterministic)"
+                                                                    : "fully sharded, exact sums (--deterministic)")
                            : run.units.empty() ? "data-parallel"
                                                : "fully sharded (fully_shard)",
                            run.world, run.placement.backend)

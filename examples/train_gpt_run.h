@@ -39,13 +39,16 @@ struct GptRun {
   std::unique_ptr<nn::LRScheduler> scheduler;
   std::shared_ptr<ddp::DistributedDataParallel> ddp;
   std::vector<std::shared_ptr<ddp::FullyShardedUnit>> units;  // --fsdp: each Block's, then the root's
+  // Their group; --deterministic on one process shards over a world of one, so that it gives
+  // the ranks' bits (clipping included).
+  std::shared_ptr<comm::ProcessGroup> shard_pg;
   std::shared_ptr<ddp::PowerSGDState> powersgd;
   nn::Module* forward = nullptr;  // the model, or DDP around it
   int64_t first_step = 0;
   int64_t rows = 0;         // this rank's windows per step
   int64_t micro_steps = 1;  // this rank's share of --gradient_accumulation_steps
   // --deterministic: rows is the whole global batch (every rank reads it), summed exactly by
-  // DDP's deterministic option (ddp, on one process too).
+  // DDP's deterministic option (ddp, on one process too), or with --fsdp by fully_shard's.
   bool exact = false;
   int64_t global_rows() const { return exact ? rows : rows * world; }
   std::map<std::string, std::string> resumed_metadata;  // the checkpoint's, when resumed (its grids)

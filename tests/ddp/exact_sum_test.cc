@@ -3,6 +3,7 @@
 // mean, moves its grid when the gradients outgrow it (a rerun, the same on every world size),
 // and refuses what it cannot hold. Against it, plain float sums of the same chunks grouped by
 // rank differ from one world size to another.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -294,4 +295,68 @@ TEST_CASE("The exact sum's vector fold gives the definition's integers: ties to 
   CHECK_FALSE(finite);
   CHECK(sums == want.sums);
   CHECK(largest == want.largest);
+}
+
+namespace {
+// Elements [first, first + count) of two tensors (float32 and float64, magnitudes over eight
+// decades): what one rank of `world` holds of them.
+std::vector<t::Tensor> square_sum_share(int rank, int world) {
+  const t::Tensor a = chunk_gradient(9, 0, {6000}, t::kFloat32, 1.0);
+  const t::Tensor b = chunk_gradient(9, 1, {600}, t::kFloat64, 1e-3);
+  std::vector<t::Tensor> mine;
+  for (const t::Tensor& v : {a, b}) {
+    const int64_t share = v.numel() / world;
+    mine.push_back(v.narrow(0, rank * share, share));
+  }
+  return mine;
+}
+}  // namespace
+
+TEST_CASE("exact_square_sum gives the same bits however 1, 2, 3, 4 or 6 ranks split the elements", "[ddp][exact]") {
+  // The reference: every square in long double, summed from the smallest up (64-bit mantissa:
+  // a relative error below 6600 x 2^-64; the float64 squares of float64 values round by 2^-53).
+  std::vector<long double> squares;
+  for (const t::Tensor& v : square_sum_share(0, 1)) {
+    for (double x : v.to(t::kFloat64).to_vector<double>()) squares.push_back(static_cast<long double>(x) * x);
+  }
+  std::sort(squares.begin(), squares.end());
+  long double reference = 0;
+  for (long double s : squares) reference += s;
+  std::map<int, double> exact, plain;
+  for (int world : {1, 2, 3, 4, 6}) {
+    std::mutex mutex;
+    require_no_failures(run_threads(world, [&](comm::ProcessGroup& pg, Expectations&) {
+      const std::vector<t::Tensor> mine = square_sum_share(pg.rank(), world);
+      const double got = ddp::exact_square_sum(mine, &pg);
+      // What it replaces: each rank's float64 sum, then the ranks' sums added.
+      double local = 0;
+      for (const t::Tensor& v : mine) {
+        for (double x : v.to(t::kFloat64).to_vector<double>()) local += x * x;
+      }
+      t::Tensor all = t::from_vector(std::vector<double>{local});
+      pg.allreduce(all)->wait();
+      std::lock_guard<std::mutex> lock(mutex);
+      exact[world] = got;
+      plain[world] = all.to_vector<double>()[0];
+    }));
+    INFO(world << " ranks");
+    CHECK(exact[world] == exact[1]);  // bit for bit
+    CHECK(std::abs(exact[world] - static_cast<double>(reference)) <= 1e-15 * static_cast<double>(reference));
+  }
+  CHECK((plain[3] != plain[4] || plain[2] != plain[6]));  // why: float sums move with the split
+  // One process; nothing, zeros, an infinity, a NaN.
+  CHECK(ddp::exact_square_sum({}, nullptr) == 0.0);
+  CHECK(ddp::exact_square_sum({t::zeros({4})}, nullptr) == 0.0);
+  CHECK(std::isinf(ddp::exact_square_sum({t::from_vector(std::vector<float>{1.0F, INFINITY})}, nullptr)));
+  CHECK(std::isnan(ddp::exact_square_sum({t::from_vector(std::vector<float>{NAN, INFINITY})}, nullptr)));
+  CHECK(ddp::exact_square_sum({t::from_vector(std::vector<float>{3.0F, -4.0F}).to(t::kBFloat16)}, nullptr) == 25.0);
+}
+
+TEST_CASE("ExactGradientSum's sharded form refuses a layout that does not match", "[ddp][exact][errors]") {
+  const t::Tensor w = t::zeros({5, 2});
+  CHECK_THROWS_WITH(ddp::ExactGradientSum({w}, {"w"}, nullptr, 2, ddp::ShardedGradients{{t::zeros({3, 2})}, {}, {}}),
+                    Contains("1 shards, 0 shapes and 0 block sizes for 1 parameters"));
+  CHECK_THROWS_WITH(
+      ddp::ExactGradientSum({w}, {"w"}, nullptr, 2, ddp::ShardedGradients{{t::zeros({3, 2})}, {{5, 2}}, {2}}),
+      Contains("the shard of 'w' holds 6 elements, not a block of 2 rows of its [5, 2] over 1 ranks"));
 }

@@ -26,6 +26,12 @@ bool have_digits() {
 }
 
 // examples/train `args` on `ranks` processes (one: without the launcher); it must succeed.
+// The example GPT's deterministic runs (train_gpt --deterministic): 12 steps of 12 chunks of 2
+// windows, AdamW with warmup and clipping at 1.0.
+constexpr const char* kGptExact =
+    "examples/train_gpt --steps 12 --batch 24 --n_layer 2 --n_embd 32 --n_head 2 --block_size 16 --warmup_steps 4 "
+    "--log_every 12 --sample_tokens 0 --deterministic --chunk_size 2";
+
 std::string train_on(int ranks, const std::string& args) {
   const std::string train = "examples/train " + args;
   const CommandResult r =
@@ -270,9 +276,7 @@ TEST_CASE(
   }
   // 12 chunks of 2 windows a step; clipping at 1.0 (the default) acts on the exact mean, which
   // every rank holds, so the clipped step is the same bits too.
-  const std::string args =
-      "examples/train_gpt --steps 12 --batch 24 --n_layer 2 --n_embd 32 --n_head 2 --block_size 16 --warmup_steps 4 "
-      "--log_every 12 --sample_tokens 0 --deterministic --chunk_size 2 --save ";
+  const std::string args = std::string(kGptExact) + " --save ";
   std::string alone;
   for (int ranks : {1, 2, 3, 4}) {
     INFO(ranks << " ranks");
@@ -305,8 +309,57 @@ TEST_CASE(
   const std::string zero_three = temp_path("gpt_exact_zero_3.safetensors");
   REQUIRE(run_command("launcher/launch --nproc_per_node 3 -- " + args + zero_three + " --zero").exit_code == 0);
   CHECK(tinyddp::testing::read_file(zero_three) == alone);
-  const CommandResult fsdp = run_command("examples/train_gpt --deterministic --fsdp --steps 1");
-  CHECK(fsdp.exit_code == 1);
-  CHECK_THAT(fsdp.output, Contains("--deterministic trains through DDP's deterministic option: it does not take "
-                                   "--fsdp"));
+  const CommandResult hooked = run_command("examples/train_gpt --deterministic --comm_hook fp16 --steps 1");
+  CHECK(hooked.exit_code == 1);
+  CHECK_THAT(hooked.output, Contains("(DDP's, or fully_shard's with --fsdp): it does not take --comm_hook"));
+}
+
+TEST_CASE("train_gpt --deterministic --fsdp: the sharded GPT trains to the same bytes on 1, 2, 3 and 4 ranks",
+          "[examples][gpt][exact][fsdp]") {
+  if (!std::filesystem::exists("/usr/share/games/fortunes")) {
+    TINYDDP_SKIP("the fortunes corpus is missing: bash scripts/setup.sh installs it");
+  }
+  // Each Block a unit: the chunks' int64 sums reduce-scattered to the shards, AdamW on the
+  // shards, clipping's norm summed exactly over them; one process shards over a world of one.
+  const auto run = [](int ranks, const std::string& more) {
+    const std::string command =
+        std::string(ranks == 1 ? "" : "launcher/launch --nproc_per_node " + std::to_string(ranks) + " -- ") +
+        kGptExact + " --fsdp " + more;
+    const CommandResult r = run_command(command);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    return r.output;
+  };
+  std::string alone;
+  for (int ranks : {1, 2, 3, 4}) {
+    INFO(ranks << " ranks");
+    const std::string saved = temp_path("gpt_exact_fsdp_" + std::to_string(ranks) + ".safetensors");
+    const std::string output = run(ranks, "--save " + saved);
+    if (ranks > 1)
+      CHECK_THAT(output, Contains("fully sharded, exact sums (--deterministic) on " + std::to_string(ranks)));
+    if (ranks == 1) {
+      alone = tinyddp::testing::read_file(saved);
+      REQUIRE(alone.size() > 1000);
+    } else {
+      CHECK(tinyddp::testing::read_file(saved) == alone);
+    }
+  }
+  // A job stopped after 5 steps and resumed from its sharded checkpoints (the grids among
+  // them) ends in the bytes of one process that never stopped (a constant rate after warmup:
+  // the stopped run's schedule is the whole run's).
+  const std::string checkpoint = temp_path("gpt_exact_fsdp.ckpt"), resumed = temp_path("gpt_exact_fsdp_r.safetensors");
+  const std::string straight = temp_path("gpt_exact_fsdp_s.safetensors");
+  for (int r = 0; r < 3; ++r) std::filesystem::remove(checkpoint + ".rank" + std::to_string(r) + "-of-3");
+  run(1, "--lr_schedule constant --save " + straight);
+  run(3, "--lr_schedule constant --checkpoint " + checkpoint + " --steps 5");
+  CHECK_THAT(run(3, "--lr_schedule constant --checkpoint " + checkpoint + " --resume --save " + resumed),
+             Contains("resuming from " + checkpoint + " after 5 steps"));
+  CHECK(tinyddp::testing::read_file(resumed) == tinyddp::testing::read_file(straight));
+  // bfloat16 gathers: the gradients arrive in bfloat16, exact in float32's sums.
+  const std::string bf16_one = temp_path("gpt_exact_fsdp_bf16_1.safetensors"),
+                    bf16_two = temp_path("gpt_exact_fsdp_bf16_2.safetensors");
+  run(1, "--fsdp_param_dtype bfloat16 --save " + bf16_one);
+  run(2, "--fsdp_param_dtype bfloat16 --save " + bf16_two);
+  CHECK(tinyddp::testing::read_file(bf16_two) == tinyddp::testing::read_file(bf16_one));
+  CHECK(tinyddp::testing::read_file(bf16_one) != alone);
 }
