@@ -22,6 +22,16 @@ void Expectations::expect_contains(const std::string& text, const std::string& p
     failures.push_back(fmt::format("{} does not contain \"{}\": {}", what, part, text));
 }
 
+void Expectations::expect_throws(const std::function<void()>& f, const std::string& part) {
+  try {
+    f();
+  } catch (const std::exception& ex) {
+    expect_contains(ex.what(), part, "the error");
+    return;
+  }
+  failures.push_back(fmt::format("expected an error containing \"{}\", but nothing was thrown", part));
+}
+
 void Expectations::expect_close(const tensor::Tensor& actual, const tensor::Tensor& expected, const std::string& what,
                                 double rtol, double atol) {
   if (!actual.defined() || !expected.defined()) {

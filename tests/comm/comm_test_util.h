@@ -36,6 +36,8 @@ class Expectations {
   }
   // `text` contains `part`; the whole text is printed when it does not.
   void expect_contains(const std::string& text, const std::string& part, const std::string& what = "message");
+  // f() throws, and its message contains `part` (both printed when not).
+  void expect_throws(const std::function<void()>& f, const std::string& part);
   // Same shape and every element within atol + rtol * |expected| (0, 0: bitwise equal values);
   // a failure names the worst element, both values and the difference.
   void expect_close(const tensor::Tensor& actual, const tensor::Tensor& expected, const std::string& what,

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "tests/comm/comm_test_util.h"
+#include "tests/ddp/exact_batches.h"
 #include "tests/test_util.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/ddp/sync_batchnorm.h"
@@ -16,8 +17,11 @@
 
 using namespace tinyddp;
 using Catch::Contains;
+using tinyddp::testing::Batches;
 using tinyddp::testing::borrow;
 using tinyddp::testing::Expectations;
+using tinyddp::testing::kChunk;
+using tinyddp::testing::kRows;
 using tinyddp::testing::require_no_failures;
 using tinyddp::testing::run_processes;
 using tinyddp::testing::run_threads;
@@ -25,20 +29,7 @@ namespace t = tinyddp::tensor;
 
 namespace {
 
-constexpr int64_t kChunk = 2, kRows = 24;  // 12 chunks: 1, 2, 3, 4 and 6 ranks
-
-struct Batches {
-  std::vector<t::Tensor> inputs, targets;
-};
-Batches make_batches(int steps, t::DType dtype) {
-  t::Generator g(7);
-  Batches b;
-  for (int s = 0; s < steps; ++s) {
-    b.inputs.push_back(t::randn({kRows, 6}, t::TensorOptions().dtype(dtype), &g));
-    b.targets.push_back(t::randn({kRows, 3}, t::TensorOptions().dtype(dtype), &g));
-  }
-  return b;
-}
+Batches make_batches(int steps, t::DType dtype) { return tinyddp::testing::make_batches(steps, dtype, 7); }
 
 // The same weights on every thread and world size (a generator of its own: threads share the
 // default one in no fixed order).
@@ -156,31 +147,26 @@ TEST_CASE("deterministic_step leaves the whole batch's gradient and returns its 
 
 TEST_CASE("DDP's deterministic option refuses what it cannot take, by name", "[ddp][exact]") {
   require_no_failures(run_threads(2, [&](comm::ProcessGroup& pg, Expectations& e) {
-    const auto refused = [&](const std::function<void()>& f, const std::string& message) {
-      try {
-        f();
-        e.expect(false, "expected an error containing: " + message);
-      } catch (const std::exception& ex) {
-        e.expect(std::string(ex.what()).find(message) != std::string::npos,
-                 fmt::format("'{}' does not contain '{}'", ex.what(), message));
-      }
-    };
     auto model = make_model(t::kFloat32);
     ddp::DistributedDataParallel ddp(model, borrow(pg), deterministic());
     const t::Tensor x = t::randn({kRows, 6}), y = t::randn({kRows, 3});
     const auto loss = [&](const t::Tensor& a, const t::Tensor& b) { return nn::mse_loss(ddp.forward(a), b); };
-    refused([&] { ddp.forward(x); }, "training forwards run inside deterministic_step");
-    refused([&] { ddp.deterministic_step(x.narrow(0, 0, 5), y.narrow(0, 0, 5), loss); },
-            "chunk_size 2 does not divide the global batch of 5 rows");
-    refused([&] { ddp.deterministic_step(x.narrow(0, 0, 6), y.narrow(0, 0, 6), loss); },
-            "the 3 chunks of 2 rows do not split over 2 ranks");
-    refused([&] { ddp.register_comm_hook([](ddp::GradBucket&) { return std::shared_ptr<ddp::Future>(); }); },
-            "takes no comm hook");
-    refused([&] { ddp.load_deterministic_state({1, 2}); }, "2 values, expected 5 (the steps done, then a bound");
-    refused([&] { ddp.join([] {}); }, "join does not take the deterministic option");
-    refused([&] { ddp.reducer(); }, "the deterministic option has no Reducer");
+    e.expect_throws([&] { ddp.forward(x); }, "training forwards run inside deterministic_step");
+    e.expect_throws([&] { ddp.deterministic_step(x.narrow(0, 0, 5), y.narrow(0, 0, 5), loss); },
+                    "chunk_size 2 does not divide the global batch of 5 rows");
+    e.expect_throws([&] { ddp.deterministic_step(x.narrow(0, 0, 6), y.narrow(0, 0, 6), loss); },
+                    "the 3 chunks of 2 rows do not split over 2 ranks");
+    e.expect_throws([&] { ddp.register_comm_hook([](ddp::GradBucket&) { return std::shared_ptr<ddp::Future>(); }); },
+                    "takes no comm hook");
+    e.expect_throws(
+        [&] {
+          ddp.load_deterministic_state({1, 2});
+        },
+        "2 values, expected 5 (the steps done, then a bound");
+    e.expect_throws([&] { ddp.join([] {}); }, "join does not take the deterministic option");
+    e.expect_throws([&] { ddp.reducer(); }, "the deterministic option has no Reducer");
     e.expect(ddp.stats().bucket_bytes.empty() && ddp.stats().iterations == 0, "no Reducer: no buckets, no iterations");
-    refused(
+    e.expect_throws(
         [&] {
           ddp::DistributedDataParallel made(make_model(t::kFloat32), borrow(pg),
                                             deterministic().find_unused_parameters(true));
@@ -193,11 +179,11 @@ TEST_CASE("DDP's deterministic option refuses what it cannot take, by name", "[d
     auto with_bn = std::make_shared<nn::Sequential>();
     with_bn->push_back(std::make_shared<nn::Linear>(6, 4));
     with_bn->push_back(std::make_shared<ddp::SyncBatchNorm>(4));
-    refused([&] { ddp::DistributedDataParallel made(with_bn, borrow(pg), deterministic()); },
-            "does not take SyncBatchNorm ('1')");
+    e.expect_throws([&] { ddp::DistributedDataParallel made(with_bn, borrow(pg), deterministic()); },
+                    "does not take SyncBatchNorm ('1')");
     auto plain = make_model(t::kFloat32);
     ddp::DistributedDataParallel off(plain, borrow(pg));
-    refused([&] { off.deterministic_step(x, y, loss); }, "the deterministic option is off");
+    e.expect_throws([&] { off.deterministic_step(x, y, loss); }, "the deterministic option is off");
   }));
 }
 

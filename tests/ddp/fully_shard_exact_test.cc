@@ -9,34 +9,25 @@
 #include <mutex>
 
 #include "tests/comm/comm_test_util.h"
+#include "tests/ddp/exact_batches.h"
 #include "tinyddp/ddp/distributed.h"
 #include "tinyddp/ddp/fully_shard.h"
 #include "tinyddp/ddp/sync_batchnorm.h"
 #include "tinyddp/nn/nn.h"
 
 using namespace tinyddp;
+using tinyddp::testing::Batches;
 using tinyddp::testing::borrow;
 using tinyddp::testing::Expectations;
+using tinyddp::testing::kChunk;
+using tinyddp::testing::kRows;
 using tinyddp::testing::require_no_failures;
 using tinyddp::testing::run_threads;
 namespace t = tinyddp::tensor;
 
 namespace {
 
-constexpr int64_t kChunk = 2, kRows = 24;  // 12 chunks: 1, 2, 3, 4 and 6 ranks
-
-struct Batches {
-  std::vector<t::Tensor> inputs, targets;
-};
-Batches make_batches(int steps) {
-  t::Generator g(11);
-  Batches b;
-  for (int s = 0; s < steps; ++s) {
-    b.inputs.push_back(t::randn({kRows, 6}, {}, &g));
-    b.targets.push_back(t::randn({kRows, 3}, {}, &g));
-  }
-  return b;
-}
+Batches make_batches(int steps) { return tinyddp::testing::make_batches(steps, t::kFloat32, 11); }
 
 // The same weights on every thread and world size (a generator of its own).
 std::shared_ptr<nn::Sequential> make_model() {
@@ -176,26 +167,17 @@ TEST_CASE("fully_shard's deterministic state resumes on another world size to th
 
 TEST_CASE("fully_shard's deterministic option refuses what it cannot take, by name", "[fsdp][exact]") {
   require_no_failures(run_threads(2, [&](comm::ProcessGroup& pg, Expectations& e) {
-    const auto refused = [&](const std::function<void()>& f, const std::string& message) {
-      try {
-        f();
-        e.expect(false, "expected an error containing: " + message);
-      } catch (const std::exception& ex) {
-        e.expect(std::string(ex.what()).find(message) != std::string::npos,
-                 fmt::format("'{}' does not contain '{}'", ex.what(), message));
-      }
-    };
     const t::Tensor x = t::randn({kRows, 6}), y = t::randn({kRows, 3});
     auto model = make_model();
     const auto options = ddp::FullyShardOptions().deterministic(true).chunk_size(kChunk);
     ddp::fully_shard_by_policy(model, borrow(pg), ddp::is_a<nn::Linear>, options);
     const auto loss = [&](const t::Tensor& a, const t::Tensor& b) { return nn::mse_loss((*model)(a), b); };
-    refused([&] { (*model)(x); }, "training forwards run inside ddp::deterministic_step");
-    refused([&] { ddp::deterministic_step(*model, x.narrow(0, 0, 5), y.narrow(0, 0, 5), loss); },
-            "chunk_size 2 does not divide the global batch of 5 rows");
-    refused([&] { ddp::deterministic_step(*model, x.narrow(0, 0, 6), y.narrow(0, 0, 6), loss); },
-            "the 3 chunks of 2 rows do not split over 2 ranks");
-    refused(
+    e.expect_throws([&] { (*model)(x); }, "training forwards run inside ddp::deterministic_step");
+    e.expect_throws([&] { ddp::deterministic_step(*model, x.narrow(0, 0, 5), y.narrow(0, 0, 5), loss); },
+                    "chunk_size 2 does not divide the global batch of 5 rows");
+    e.expect_throws([&] { ddp::deterministic_step(*model, x.narrow(0, 0, 6), y.narrow(0, 0, 6), loss); },
+                    "the 3 chunks of 2 rows do not split over 2 ranks");
+    e.expect_throws(
         [&] {
           ddp::load_deterministic_state(*model, {1, 2});
         },
@@ -206,21 +188,21 @@ TEST_CASE("fully_shard's deterministic option refuses what it cannot take, by na
     }
     // Not a unit's root, or a unit without the option.
     auto plain = make_model();
-    refused([&] { ddp::deterministic_step(*plain, x, y, loss); },
-            "deterministic_step: the module (Sequential) is not sharded");
+    e.expect_throws([&] { ddp::deterministic_step(*plain, x, y, loss); },
+                    "deterministic_step: the module (Sequential) is not sharded");
     auto off = make_model();
     ddp::fully_shard(off, borrow(pg));
-    refused([&] { ddp::deterministic_state(*off); }, "deterministic_state: the deterministic option is off");
+    e.expect_throws([&] { ddp::deterministic_state(*off); }, "deterministic_state: the deterministic option is off");
     // The option at the root only: every unit must have it.
     auto mixed = make_model();
     ddp::fully_shard((*mixed)[0], borrow(pg));
     ddp::fully_shard(mixed, borrow(pg), options);
-    refused([&] { ddp::deterministic_state(*mixed); }, "on at the root but off at the unit of '0'");
+    e.expect_throws([&] { ddp::deterministic_state(*mixed); }, "on at the root but off at the unit of '0'");
     auto with_bn = std::make_shared<nn::Sequential>();
     with_bn->push_back(std::make_shared<nn::Linear>(6, 4));
     with_bn->push_back(std::make_shared<ddp::SyncBatchNorm>(4));
     ddp::fully_shard(with_bn, borrow(pg), options);
-    refused([&] { ddp::deterministic_state(*with_bn); }, "does not take SyncBatchNorm ('1')");
+    e.expect_throws([&] { ddp::deterministic_state(*with_bn); }, "does not take SyncBatchNorm ('1')");
     // The ordinary path is untouched: without the option, clipping and training as before.
     e.expect(!ddp::sharded_parameters(*off).empty(), "the plain unit's shards");
   }));
