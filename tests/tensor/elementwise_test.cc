@@ -295,7 +295,9 @@ TEST_CASE("Transposed copies and ops in tiles put every element in place, at any
   struct Case {
     int64_t batch, rows, cols;
   };
-  for (const Case c : {Case{1, 1024, 300}, Case{3, 1024, 300}, Case{1, 1000, 3200}, Case{2, 512, 512}}) {
+  // (1030 rows: a last band of 6, under the 8 x 8 blocks of a float32 copy's tiles.)
+  for (const Case c :
+       {Case{1, 1024, 300}, Case{3, 1024, 300}, Case{1, 1000, 3200}, Case{2, 512, 512}, Case{1, 1030, 3100}}) {
     const int64_t numel = c.batch * c.rows * c.cols;
     // Integers below 2^8 (exact in bfloat16) in a [batch, cols, rows] source.
     std::vector<float> flat(static_cast<size_t>(numel));
@@ -325,6 +327,7 @@ TEST_CASE("Transposed copies and ops in tiles put every element in place, at any
       const Tensor converted = empty({c.batch, c.rows, c.cols}, kFloat32);
       converted.copy_(src.to(kBFloat16).transpose(1, 2));
       CHECK(converted.to_vector<float>() == expected);
+      CHECK(src.to(kInt32).transpose(1, 2).contiguous().to(kFloat32).to_vector<float>() == expected);
     }
   }
 }

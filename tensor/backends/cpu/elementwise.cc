@@ -335,6 +335,42 @@ void CpuBackend::pow_scalar_base(const Tensor& out, const Tensor& exponent, doub
   });
 }
 
+namespace {
+// A copy of 4-byte elements whose two inner dims are transposed between dst (its rows
+// contiguous) and src (its columns contiguous), as x.t().contiguous(), where tiles pay
+// (tiles_pay): each tile transposed in registers (transpose_32) instead of read one element
+// per cache line. The bits moved, never computed on. False when the copy is not such.
+// The bytes a tensor's elements span, from its first to its last.
+std::pair<const char*, const char*> byte_span(const Tensor& t) {
+  const char* first = static_cast<const char*>(t.raw_data_ptr());
+  const char* last = first;
+  for (size_t d = 0; d < t.sizes().size(); ++d) {
+    const int64_t reach = (t.sizes()[d] - 1) * t.strides()[d] * static_cast<int64_t>(t.element_size());
+    (reach < 0 ? first : last) += reach;
+  }
+  return {first, last + t.element_size()};
+}
+
+bool copy_transposed_32(const Tensor& dst, const Tensor& src) {
+  if (dst.element_size() != 4 || dst.sizes() != src.sizes() || dst.numel() < kTransposeTile * kTransposeTile)
+    return false;
+  const auto [out_first, out_end] = byte_span(dst);
+  const auto [in_first, in_end] = byte_span(src);
+  if (out_first < in_end && in_first < out_end) return false;  // overlapping: the rows' order, as before
+  const StridedPlan<2> plan = plan_strided<2>(dst.sizes(), {dst.strides(), src.strides()});
+  const size_t dims = plan.sizes.size();
+  if (dims < 2 || plan.strides[dims - 1][0] != 1 || plan.strides[dims - 2][1] != 1 || !tiles_pay(plan)) return false;
+  auto* out = static_cast<float*>(dst.raw_data_ptr());
+  const auto* in = static_cast<const float*>(src.raw_data_ptr());
+  const int64_t ld_out = plan.strides[dims - 2][0], ld_in = plan.strides[dims - 1][1];
+  const bool serial = dst.numel() < 2 * kElementwiseGrain || get_num_threads() == 1 || in_parallel_region();
+  parallel_tiles<2>(plan, serial, [&](const std::array<int64_t, 2>& first, int64_t rows, int64_t cols) {
+    isa_kernels().transpose_32(rows, cols, out + first[0], ld_out, in + first[1], ld_in);
+  });
+  return true;
+}
+}  // namespace
+
 void CpuBackend::copy(const Tensor& dst, const Tensor& src, bool /*non_blocking*/) {
   dispatch_all(dst.dtype(), [&](auto dst_tag) {
     using D = typename decltype(dst_tag)::type;
@@ -345,6 +381,7 @@ void CpuBackend::copy(const Tensor& dst, const Tensor& src, bool /*non_blocking*
           if (dst.numel() > 0) std::memcpy(dst.raw_data_ptr(), src.raw_data_ptr(), dst.nbytes());
           return;
         }
+        if (copy_transposed_32(dst, src)) return;
       }
       unary_loop<D, S>(dst, src, [](S v) { return convert<D, S>(v); });
     });

@@ -260,10 +260,12 @@ bool tiles_pay(const StridedPlan<N>& plan) {
 // a tile's rows reuse the lines its first row loaded.
 constexpr int64_t kTransposeTile = 32;
 
-// for_each_strided's rows of a transposed plan, tile by tile, for units [first, last): a unit
-// is a band of kTransposeTile rows of the second-innermost dim at one index of the dims outside.
+// A transposed plan's tiles for units [first, last): a unit is a band of kTransposeTile rows of
+// the second-innermost dim at one index of the dims outside. block(offsets, rows, cols) per
+// tile: its first element's offsets, its rows and columns (a row steps the plan's
+// second-innermost strides, a column the innermost).
 template <size_t N, typename F>
-void for_each_tile(const StridedPlan<N>& plan, int64_t first, int64_t last, F& inner) {
+void for_each_tile(const StridedPlan<N>& plan, int64_t first, int64_t last, F& block) {
   const size_t dims = plan.sizes.size();
   const int64_t rows = plan.sizes[dims - 2], cols = plan.sizes[dims - 1];
   const int64_t bands = chunk_count(rows, kTransposeTile);
@@ -279,13 +281,23 @@ void for_each_tile(const StridedPlan<N>& plan, int64_t first, int64_t last, F& i
     }
     const int64_t row_first = unit % bands * kTransposeTile, row_last = std::min(rows, row_first + kTransposeTile);
     for (int64_t col = 0; col < cols; col += kTransposeTile) {
-      for (int64_t row = row_first; row < row_last; ++row) {
-        std::array<int64_t, N> offsets;
-        for (size_t k = 0; k < N; ++k) offsets[k] = base[k] + row * row_step[k] + col * col_step[k];
-        inner(std::min(kTransposeTile, cols - col), offsets, col_step);
-      }
+      std::array<int64_t, N> offsets;
+      for (size_t k = 0; k < N; ++k) offsets[k] = base[k] + row_first * row_step[k] + col * col_step[k];
+      block(offsets, row_last - row_first, std::min(kTransposeTile, cols - col));
     }
   }
+}
+
+// A transposed plan's tiles on the intra-op threads, in bands of rows (on the calling thread
+// when `serial`): block(offsets, rows, cols) as for_each_tile calls it.
+template <size_t N, typename F>
+void parallel_tiles(const StridedPlan<N>& plan, bool serial, F&& block) {
+  const size_t dims = plan.sizes.size();
+  const int64_t cols = plan.sizes[dims - 1], rows = plan.sizes[dims - 2];
+  int64_t units = chunk_count(rows, kTransposeTile);
+  for (size_t d = 0; d + 2 < dims; ++d) units *= plan.sizes[d];
+  const int64_t grain = serial ? units : std::max<int64_t>(1, kElementwiseGrain / (kTransposeTile * cols));
+  parallel_for(0, units, grain, [&](int64_t from, int64_t to) { for_each_tile<N>(plan, from, to, block); });
 }
 
 // for_each_strided on the intra-op threads (tensor/parallel.h): the rows of the outermost
@@ -318,11 +330,15 @@ void parallel_for_each_strided(const Shape& shape, const std::array<Shape, N>& s
     }
   }
   const StridedPlan<N> plan = plan_strided<N>(shape, strides);
-  if (tiles_pay(plan)) {  // bands of tiles
-    const int64_t cols = plan.sizes.back(), rows = plan.sizes[plan.sizes.size() - 2];
-    const int64_t units = numel / cols / rows * chunk_count(rows, kTransposeTile);
-    const int64_t grain = serial ? units : std::max<int64_t>(1, kElementwiseGrain / (kTransposeTile * cols));
-    return parallel_for(0, units, grain, [&](int64_t from, int64_t to) { for_each_tile<N>(plan, from, to, inner); });
+  if (tiles_pay(plan)) {  // bands of tiles, each walked row by row
+    const std::array<int64_t, N>& row_step = plan.strides[plan.sizes.size() - 2];
+    return parallel_tiles<N>(plan, serial, [&](const std::array<int64_t, N>& first, int64_t rows, int64_t cols) {
+      for (int64_t row = 0; row < rows; ++row) {
+        std::array<int64_t, N> offsets;
+        for (size_t k = 0; k < N; ++k) offsets[k] = first[k] + row * row_step[k];
+        inner(cols, offsets, plan.strides.back());
+      }
+    });
   }
   if (serial) return for_each_planned<N>(plan, inner);
   const int64_t row = plan.sizes.back();

@@ -25,7 +25,6 @@
 
 namespace tinyddp::tensor::cpu {
 namespace TINYDDP_ISA_NAMESPACE {
-
 namespace em = elementwise_math;
 // gemm_kernels.cc (the same instruction set's build): the products with a dimension of 16 or
 // less, in the layouts it serves; false for the rest.
@@ -34,7 +33,6 @@ bool narrow_gemm(const GemmArgs<float>& g);
 namespace {
 
 // ---- GEMM -------------------------------------------------------------------------------------
-
 template <typename T, int Order>
 using MatrixMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, 0, Eigen::OuterStride<>>;
 
@@ -401,11 +399,12 @@ void causal_softmax_backward_rows(const T* g, const T* y, T* dx, int64_t rows, i
 
 }  // namespace
 
-// optim_kernels.cc and conv_kernels.cc (the same instruction set's build).
+// optim_kernels.cc, conv_kernels.cc and transpose_kernels.cc (the same instruction set's build).
 template <typename T>
 void sgd(const SgdArgs<T>& s);
 template <typename T>
 void adam(const AdamArgs<T>& s);
+void transpose_32(int64_t rows, int64_t cols, float* dst, int64_t ld_dst, const float* src, int64_t ld_src);
 void conv2d_direct(const DirectConvArgs& a);
 void conv2d_direct_weight_grad(const DirectConvArgs& a);
 int64_t conv2d_direct_weight_grad_scratch(const DirectConvArgs& a);
@@ -423,6 +422,7 @@ constexpr IsaKernels kKernels = {
     unary<double>,
     exp_packets<float>,
     exp_packets<double>,
+    transpose_32,
     accumulate<float>,
     accumulate<double>,
     column_sums<float>,

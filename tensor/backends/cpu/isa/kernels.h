@@ -107,6 +107,9 @@ struct IsaKernels {
   // first aligned element, so its bits depend on the address; these do not).
   void (*exp_f32)(const float* x, float* o, int64_t n);
   void (*exp_f64)(const double* x, double* o, int64_t n);
+  // dst[r * ld_dst + c] = src[c * ld_src + r] for r < rows, c < cols: a block of 4-byte elements
+  // (any type's bits, moved as floats) transposed, 8 x 8 at a time in registers (transpose_kernels.cc).
+  void (*transpose_32)(int64_t rows, int64_t cols, float* dst, int64_t ld_dst, const float* src, int64_t ld_src);
   // dst[i] += src[i] (distinct memory).
   void (*accumulate_f32)(int64_t n, float* dst, const float* src);
   void (*accumulate_f64)(int64_t n, double* dst, const double* src);
