@@ -92,7 +92,6 @@ void ExactGradientSum::lay_out() {
              "ExactGradientSum: {} chunks per step leave {} bits of the int64 sums below the gradients' bound, fewer "
              "than 30: use fewer, larger chunks",
              total_chunks_, bits_ - headroom_);
-  const bool sharded = !sharded_.shards.empty();
   const int64_t world = pg_ ? pg_->size() : 1;
   int64_t offset = 0, block_offset = 0;
   for (size_t p = 0; p < params_.size(); ++p) {
@@ -101,7 +100,7 @@ void ExactGradientSum::lay_out() {
                "ExactGradientSum: parameter '{}' is {}; the exact sum takes float32 or float64", names_[p],
                t::dtype_name(dtype));
     offsets_.push_back(offset);
-    if (!sharded) {
+    if (!sharded()) {
       offset += params_[p].numel();
       continue;
     }
@@ -123,7 +122,7 @@ void ExactGradientSum::lay_out() {
              "tensors only: run the exact sums over a gloo group",
              pg_ ? pg_->backend() : "");
   sums_ = t::zeros({offset}, t::TensorOptions().dtype(t::kInt64));
-  if (sharded) blocks_ = t::zeros({block_offset}, t::TensorOptions().dtype(t::kInt64));
+  if (sharded()) blocks_ = t::zeros({block_offset}, t::TensorOptions().dtype(t::kInt64));
   bound_.assign(params_.size(), kUnknown);
   step_bound_.assign(params_.size(), kUnknown);
   added_.assign(params_.size(), false);
@@ -137,7 +136,7 @@ ExactGradientSum::~ExactGradientSum() {
 
 void ExactGradientSum::launch(size_t p) {
   const Tensor sums = sums_.narrow(0, offsets_[p], offsets_[p + 1] - offsets_[p]);
-  if (sharded_.shards.empty()) {
+  if (!sharded()) {
     launched_[p] = pg_->allreduce(sums);
     return;
   }
@@ -151,7 +150,7 @@ void ExactGradientSum::launch(size_t p) {
 void ExactGradientSum::clear_gradients() {
   for (size_t p = 0; p < params_.size(); ++p) {
     params_[p].mutable_grad() = Tensor();
-    if (!sharded_.shards.empty()) sharded_.shards[p].mutable_grad() = Tensor();
+    if (sharded()) sharded_.shards[p].mutable_grad() = Tensor();
   }
 }
 
@@ -260,7 +259,7 @@ bool ExactGradientSum::finish() {
     return false;
   }
   // The sums over the ranks: all of them, or (sharded) this rank's blocks.
-  const bool blocks = !sharded_.shards.empty() && pg_;
+  const bool blocks = sharded() && pg_;
   const int64_t* total = (blocks ? blocks_ : sums_).data_ptr<int64_t>();
   for (size_t p = 0; p < params_.size(); ++p) {
     // The grid this step's chunks were added on (the bound agreed before it), back to floats:
@@ -333,8 +332,9 @@ double exact_square_sum(const std::vector<Tensor>& values, comm::ProcessGroup* p
   });
   Tensor agreed = t::from_vector(std::vector<double>{largest, nan});
   if (pg) pg->allreduce(agreed, comm::ReduceOp::kMax)->wait();
-  largest = agreed.to_vector<double>()[0];
-  if (agreed.to_vector<double>()[1] != 0) return std::nan("");
+  const std::vector<double> got_max = agreed.to_vector<double>();
+  largest = got_max[0];
+  if (got_max[1] != 0) return std::nan("");
   if (largest == 0 || std::isinf(largest)) return largest;
   int exponent = 0;
   std::frexp(largest, &exponent);  // every square < 2^exponent

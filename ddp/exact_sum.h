@@ -115,7 +115,8 @@ class ExactGradientSum {
   // The constructors' common part: the checks, the sums' layout.
   void lay_out();
   // Where parameter p's mean goes, and its elements there.
-  const Tensor& target(size_t p) const { return sharded_.shards.empty() ? params_[p] : sharded_.shards[p]; }
+  bool sharded() const { return !sharded_.shards.empty(); }
+  const Tensor& target(size_t p) const { return sharded() ? sharded_.shards[p] : params_[p]; }
 
   std::vector<Tensor> params_;
   std::vector<std::string> names_;

@@ -363,10 +363,10 @@ bool copy_transposed_32(const Tensor& dst, const Tensor& src) {
   auto* out = static_cast<float*>(dst.raw_data_ptr());
   const auto* in = static_cast<const float*>(src.raw_data_ptr());
   const int64_t ld_out = plan.strides[dims - 2][0], ld_in = plan.strides[dims - 1][1];
-  const bool serial = dst.numel() < 2 * kElementwiseGrain || get_num_threads() == 1 || in_parallel_region();
-  parallel_tiles<2>(plan, serial, [&](const std::array<int64_t, 2>& first, int64_t rows, int64_t cols) {
-    isa_kernels().transpose_32(rows, cols, out + first[0], ld_out, in + first[1], ld_in);
-  });
+  parallel_tiles<2>(plan, elementwise_serial(dst.numel()),
+                    [&](const std::array<int64_t, 2>& first, int64_t rows, int64_t cols) {
+                      isa_kernels().transpose_32(rows, cols, out + first[0], ld_out, in + first[1], ld_in);
+                    });
   return true;
 }
 }  // namespace

@@ -221,6 +221,12 @@ void parallel_rows(int64_t rows, int64_t row_length, F&& fn) {
   parallel_rows(rows, row_length, 1, std::forward<F>(fn));
 }
 
+// Whether an elementwise loop of `numel` elements stays on the calling thread: too small to
+// split, one intra-op thread, or already inside a parallel region.
+inline bool elementwise_serial(int64_t numel) {
+  return numel < 2 * kElementwiseGrain || get_num_threads() == 1 || in_parallel_region();
+}
+
 // For sums over rows: [0, rows) in chunks of a size fixed by the shape (at least `min_rows`
 // rows and kElementwiseGrain elements), each chunk's partial result partial(first, last)
 // computed on the intra-op threads. Returns the partials in chunk order, for the caller to
@@ -314,7 +320,7 @@ void parallel_for_each_strided(const Shape& shape, const std::array<Shape, N>& s
     numel *= shape[d];
     overlapping_output |= shape[d] > 1 && strides[0][d] == 0;
   }
-  const bool serial = numel < 2 * kElementwiseGrain || get_num_threads() == 1 || in_parallel_region();
+  const bool serial = elementwise_serial(numel);
   int64_t span = 0;
   const bool dense = dense_over<N>(shape, strides, &span);
   if (overlapping_output || dense || numel < kTransposeTile * kTransposeTile) {
