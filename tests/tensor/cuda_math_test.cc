@@ -277,3 +277,43 @@ TEST_CASE("CUDA: int32 and uint8 arithmetic, conversions, sums and indices give 
                     Catch::Contains("index_add: expected all tensors on the same device, but 'x' is on cuda:0 and "
                                     "'index' is on cpu"));
 }
+
+TEST_CASE("CUDA: the elementwise vector path matches the CPU: tails, views that start mid-vector, scalars", "[cuda]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  using V = std::vector<Tensor>;
+  // Each length leaves a different tail past the last 16-byte pack (1 to 16 elements a pack);
+  // each start offset moves a view off the allocator's alignment (0: the vector path; others
+  // element by element, or, 16 bytes in, the vector path again).
+  for (DType dtype : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kInt32, kUInt8}) {
+    for (int64_t n : {1, 3, 8, 9, 31, 1027}) {
+      for (int64_t start : {0, 1, 2, 16}) {
+        const std::string name =
+            std::string(dtype_name(dtype)) + " n " + std::to_string(n) + " start " + std::to_string(start);
+        const Tensor a = abs(randn({n + start}) * 20.0).to(dtype), b = abs(randn({n + start}) * 20.0).to(dtype);
+        const auto view = [n, start](const Tensor& t) { return t.narrow(0, start, n); };
+        expect_matches_cpu(
+            {a, b}, [&](const V& v) { return add(view(v[0]), view(v[1])); }, name + " add", 0);
+        expect_matches_cpu(
+            {a, b}, [&](const V& v) { return mul(view(v[0]), v[1].select(0, 0)); }, name + " mul by a scalar", 0);
+        expect_matches_cpu(
+            {a}, [&](const V& v) { return neg(view(v[0])); }, name + " neg", 0);
+        expect_matches_cpu(
+            {a, b}, [&](const V& v) { return gt(view(v[0]), view(v[1])); }, name + " gt", 0);
+        expect_matches_cpu(
+            {a}, [&](const V& v) { return view(v[0]).to(kFloat32); }, name + " to float32", 0);
+        expect_matches_cpu(
+            {a}, [&](const V& v) { return view(v[0]).clone(); }, name + " clone", 0);
+        expect_matches_cpu(
+            {a}, [&](const V& v) { return full_like(view(v[0]), 3.0); }, name + " full_like", 0);
+        expect_matches_cpu(
+            {a, b},
+            [&](const V& v) {
+              const Tensor out = view(v[0]).clone();
+              out.copy_(view(v[1]));
+              return out;
+            },
+            name + " copy_ of a view", 0);
+      }
+    }
+  }
+}

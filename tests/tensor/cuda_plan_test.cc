@@ -129,6 +129,63 @@ TEST_CASE("CUDA launch plan: merged dims address the right elements", "[cuda][pl
   }
 }
 
+namespace {
+
+// The width elementwise.cu's vector path takes for out = f(inputs...) (kernels.h's
+// vector_width over the merged geometry); tensors[0] is the output.
+template <size_t N>
+int width_of(const std::array<Tensor, N>& tensors) {
+  std::array<const Tensor*, N> pointers;
+  for (size_t k = 0; k < N; ++k) pointers[k] = &tensors[k];
+  std::array<cuda::kernels::Operand, N> ops;
+  const cuda::kernels::Geometry g = cuda::geometry<N>(tensors[0].sizes(), pointers, ops, "test");
+  const cuda::kernels::Operand* list[N];
+  for (size_t k = 0; k < N; ++k) list[k] = &ops[k];
+  return cuda::kernels::vector_width<static_cast<int>(N)>(g, list);
+}
+int width_of(const Tensor& out, const Tensor& a) { return width_of<2>({out, a}); }
+int width_of(const Tensor& out, const Tensor& a, const Tensor& b) { return width_of<3>({out, a, b}); }
+
+}  // namespace
+
+TEST_CASE("CUDA launch plan: the vector path takes dense, aligned operands in 16-byte packs", "[cuda][plan]") {
+  const auto make = [](const Shape& shape, DType dtype) { return zeros(shape, dtype); };
+  const Tensor x = make({1000}, kFloat32);
+  // CPU storage is 64-byte aligned, as the GPU allocator's blocks are (256): views decide.
+  REQUIRE(reinterpret_cast<uintptr_t>(x.raw_data_ptr()) % 64 == 0);
+  SECTION("16 bytes of the widest operand's elements per thread") {
+    CHECK(width_of(x, make({1000}, kFloat32), make({1000}, kFloat32)) == 4);
+    CHECK(width_of(make({999}, kFloat64), make({999}, kFloat64)) == 2);
+    CHECK(width_of(make({7}, kBFloat16), make({7}, kBFloat16), make({7}, kBFloat16)) == 8);
+    CHECK(width_of(make({33}, kUInt8), make({33}, kUInt8)) == 16);
+    CHECK(width_of(make({1000}, kBool), x, x) == 4);                       // a comparison: the inputs are wider
+    CHECK(width_of(make({1000}, kBFloat16), x) == 4);                      // a conversion: float32's 4
+    CHECK(width_of(make({1000}, kFloat64), x) == 2);                       // float64's 2
+    CHECK(width_of(make({5, 7}, kFloat32), make({5, 7}, kFloat32)) == 4);  // merged into one dim
+    const Tensor cl = make({2, 3, 4, 5}, kFloat32).contiguous(MemoryFormat::kChannelsLast);
+    CHECK(width_of(cl, cl.clone()) == 4);  // dense in memory order
+  }
+  SECTION("a broadcast scalar input rides along") {
+    CHECK(width_of(x, x, make({}, kFloat32)) == 4);
+    CHECK(width_of(x, make({1}, kFloat32)) == 4);
+  }
+  SECTION("element by element where a view starts mid-vector") {
+    CHECK(width_of(make({999}, kFloat32), x.narrow(0, 1, 999)) == 1);
+    CHECK(width_of(x.narrow(0, 1, 999), make({999}, kFloat32)) == 1);  // the output
+    CHECK(width_of(make({998}, kFloat32), x.narrow(0, 2, 998)) == 1);  // 8 bytes in
+    CHECK(width_of(make({996}, kFloat32), x.narrow(0, 4, 996)) == 4);  // 16 bytes in
+    const Tensor d = make({100}, kFloat64);
+    CHECK(width_of(make({98}, kFloat64), d.narrow(0, 2, 98)) == 2);
+    CHECK(width_of(make({99}, kFloat64), d.narrow(0, 1, 99)) == 1);
+  }
+  SECTION("element by element where the launch is not one dense dim") {
+    const Tensor m = make({40, 25}, kFloat32);
+    CHECK(width_of(make({25, 40}, kFloat32), m.t()) == 1);                       // transposed: two dims
+    CHECK(width_of(make({500}, kFloat32), x.view({500, 2}).select(1, 0)) == 1);  // one dim, stride 2
+    CHECK(width_of(m, m, make({25}, kFloat32)) == 1);                            // a broadcast row
+  }
+}
+
 TEST_CASE("CUDA launch plan: the cuBLAS call reproduces mm for every operand layout", "[cuda][plan]") {
   // Column-major GEMM exactly as cuBLAS defines it, over the tensors' memory.
   const auto emulate = [](const Tensor& a, const Tensor& b) {

@@ -1,7 +1,7 @@
-// The CUDA backend's copies (backends/cuda/backend.h: copy, with its stream rules): on one GPU by the
-// copy kernel, between GPUs and between host and GPU with cudaMemcpy, converting on the
-// destination's side; and tensor/cuda.h's marks (StreamMark) and to_host_after, which order
-// copies against the compute stream.
+// The CUDA backend's copies (backends/cuda/backend.h: copy, with its stream rules): on one GPU by
+// cudaMemcpyAsync where the bytes move as they are, else by the copy kernel, between GPUs and between host and GPU with
+// cudaMemcpy, converting on the destination's side; and tensor/cuda.h's marks (StreamMark) and to_host_after, which
+// order copies against the compute stream.
 #include <cuda_runtime_api.h>
 
 #include "tinyddp/base/error.h"
@@ -32,6 +32,25 @@ void copy_peer(const Tensor& landing, const Tensor& dense_src) {
   }
   stream_wait(src_stream, dst_stream, to);
   record_stream(dense_src.raw_data_ptr(), from, dst_stream);
+}
+
+// One GPU, one dtype, both dense in row-major order and apart in memory: the bytes move with
+// cudaMemcpyAsync on the compute stream (the copy engine's bandwidth, as PyTorch's copy_; a
+// CUDA graph captures it as a copy node). Returns false for every other pair.
+bool copy_bytes_on_device(const Tensor& dst, const Tensor& src) {
+  if (dst.dtype() != src.dtype() || dst.sizes() != src.sizes() || !dst.is_contiguous() || !src.is_contiguous()) {
+    return false;
+  }
+  const auto* d = static_cast<const char*>(dst.raw_data_ptr());
+  const auto* s = static_cast<const char*>(src.raw_data_ptr());
+  const size_t bytes = dst.nbytes();
+  if (d == s) return true;
+  if (d < s + bytes && s < d + bytes) return false;  // overlapping ranges: the kernel, element by element
+  const int device = device_of(dst);
+  DeviceGuard guard(device);
+  TDDP_CUDA_CHECK(
+      cudaMemcpyAsync(dst.raw_data_ptr(), src.raw_data_ptr(), bytes, cudaMemcpyDeviceToDevice, compute_stream(device)));
+  return true;
 }
 
 }  // namespace
@@ -99,6 +118,7 @@ Tensor to_host_after(const Tensor& src, const StreamMark& after) {
 void CudaBackend::copy(const Tensor& dst, const Tensor& src, bool non_blocking) {
   if (dst.numel() == 0) return;
   if (dst.is_cuda() && src.is_cuda() && dst.device() == src.device()) {
+    if (copy_bytes_on_device(dst, src)) return;
     run<2>({&dst, &src}, "copy kernel", [&](const kernels::Geometry& g, const auto& o, void* stream) {
       return kernels::copy(g, o[0], o[1], stream);
     });

@@ -1,7 +1,8 @@
 // Elementwise CUDA kernels: one grid-stride loop over the iteration shape, each thread turning
 // a linear index into per-operand offsets (strides in elements; 0 for broadcast dims). The
 // host side (backend.cc) has merged every mergeable pair of dims, so contiguous operands reach
-// here as one dim and the offset arithmetic is a multiply. 16-bit floats are stored as their
+// here as one dim and the offset arithmetic is a multiply; dense, aligned ones go in packs of
+// 16 bytes per operand (flat_vectors: 128-bit loads and stores). 16-bit floats are stored as their
 // bits and computed in float, rounding to nearest-even on the way back, as on the CPU.
 #include "tinyddp/tensor/backends/cuda/dtypes.cuh"
 #include "tinyddp/tensor/backends/cuda/kernels.h"
@@ -56,14 +57,20 @@ __global__ void for_each(Geometry g, Operands<N> ops, F f) {
 
 constexpr int kThreads = 256;
 
-template <int N, typename F>
-cudaError_t launch(const Geometry& g, const Operand* const (&operands)[N], void* stream, F f) {
-  if (g.numel == 0) return cudaSuccess;
+template <int N>
+Operands<N> operands_of(const Operand* const (&operands)[N]) {
   Operands<N> ops;
   for (int k = 0; k < N; ++k) {
     ops.data[k] = static_cast<char*>(operands[k]->data);
     for (int d = 0; d < kMaxDims; ++d) ops.strides[k][d] = operands[k]->strides[d];
   }
+  return ops;
+}
+
+template <int N, typename F>
+cudaError_t launch(const Geometry& g, const Operand* const (&operands)[N], void* stream, F f) {
+  if (g.numel == 0) return cudaSuccess;
+  const Operands<N> ops = operands_of(operands);
   const int blocks = grid_stride_blocks(g.numel, kThreads);
   if (g.ndim == 1) {
     for_each<N, true><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(g, ops, f);
@@ -118,74 +125,134 @@ __device__ inline void atomic_add16(T* p, float v) {
   } while (assumed != old);
 }
 
-// The per-element work of each launcher, as functors (device lambdas cannot be defined
-// inside the generic lambdas that dispatch on dtype).
+// One element's work as a value function (the inputs' elements in, the output's element out),
+// and how it runs: ByOffset on the general and flat paths (an offset per operand and element),
+// flat_vectors on the vector path (kernels.h's vector_width: a pack of W elements per operand
+// and step, loaded and stored whole). Out: the output's element type; In: the inputs'.
+template <typename Out, typename In, int kInputs, typename V>
+struct ByOffset {
+  V v;
+  __device__ void operator()(const Operands<kInputs + 1>& o, const int64_t (&off)[kInputs + 1]) const {
+    Out& out = at<Out>(o.data[0], off[0]);
+    if constexpr (kInputs == 0) {
+      out = v();
+    } else if constexpr (kInputs == 1) {
+      out = v(at<In>(o.data[1], off[1]));
+    } else {
+      out = v(at<In>(o.data[1], off[1]), at<In>(o.data[2], off[2]));
+    }
+  }
+};
+
+template <typename T, int W>
+struct alignas(sizeof(T) * W) Pack {
+  T v[W];
+};
+
+template <typename Out, typename In, int kInputs, int W, typename V>
+__global__ void flat_vectors(int64_t numel, Operands<kInputs + 1> o, V v) {
+  const int64_t packs = numel / W;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t p = first; p < packs; p += step) {
+    Pack<In, W> in[kInputs > 0 ? kInputs : 1];
+#pragma unroll
+    for (int k = 0; k < kInputs; ++k) {
+      if (o.strides[k + 1][0] == 0) {
+        const In scalar = at<In>(o.data[k + 1], 0);
+#pragma unroll
+        for (int j = 0; j < W; ++j) in[k].v[j] = scalar;
+      } else {
+        in[k] = reinterpret_cast<const Pack<In, W>*>(o.data[k + 1])[p];
+      }
+    }
+    Pack<Out, W> out;
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      if constexpr (kInputs == 0) {
+        out.v[j] = v();
+      } else if constexpr (kInputs == 1) {
+        out.v[j] = v(in[0].v[j]);
+      } else {
+        out.v[j] = v(in[0].v[j], in[1].v[j]);
+      }
+    }
+    reinterpret_cast<Pack<Out, W>*>(o.data[0])[p] = out;
+  }
+  const ByOffset<Out, In, kInputs, V> one{v};
+  for (int64_t i = packs * W + first; i < numel; i += step) {  // the last numel % W elements
+    int64_t off[kInputs + 1];
+    for (int k = 0; k <= kInputs; ++k) off[k] = i * o.strides[k][0];
+    one(o, off);
+  }
+}
+
+// Runs value function v over the launch: the vector path where kernels.h's vector_width allows
+// it, else element by element.
+template <typename Out, typename In, int kInputs, typename V>
+cudaError_t launch_values(const Geometry& g, const Operand* const (&operands)[kInputs + 1], void* stream, V v) {
+  constexpr int kWidth = 16 / static_cast<int>(sizeof(Out) > sizeof(In) ? sizeof(Out) : sizeof(In));
+  static_assert(kWidth >= 2, "a vector holds at least two elements");
+  if (g.numel == 0) return cudaSuccess;
+  if (vector_width<kInputs + 1>(g, operands) != kWidth) {
+    return launch<kInputs + 1>(g, operands, stream, ByOffset<Out, In, kInputs, V>{v});
+  }
+  const int blocks = grid_stride_blocks((g.numel + kWidth - 1) / kWidth, kThreads);
+  flat_vectors<Out, In, kInputs, kWidth>
+      <<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(g.numel, operands_of(operands), v);
+  return cudaGetLastError();
+}
+
 template <typename T>
-struct BinaryFn {
+struct BinaryValue {
   int op;
   compute_t<T> scale;
-  __device__ void operator()(const Operands<3>& o, const int64_t (&off)[3]) const {
-    using C = compute_t<T>;
-    const C x = load(at<T>(o.data[1], off[1]));
-    const C y = load(at<T>(o.data[2], off[2]));
-    at<T>(o.data[0], off[0]) = store<T>(elementwise_math::binary(static_cast<BinaryOp>(op), x, y, scale));
+  __device__ T operator()(T x, T y) const {
+    return store<T>(elementwise_math::binary(static_cast<BinaryOp>(op), load(x), load(y), scale));
   }
 };
 
 template <typename T>
-struct CompareFn {
+struct CompareValue {
   int op;
-  __device__ void operator()(const Operands<3>& o, const int64_t (&off)[3]) const {
-    using C = compute_t<T>;
-    const C x = load(at<T>(o.data[1], off[1]));
-    const C y = load(at<T>(o.data[2], off[2]));
-    at<bool>(o.data[0], off[0]) = elementwise_math::compare(static_cast<CompareOp>(op), x, y);
+  __device__ bool operator()(T x, T y) const {
+    return elementwise_math::compare(static_cast<CompareOp>(op), load(x), load(y));
   }
 };
 
 template <typename T>
-struct UnaryFn {
+struct UnaryValue {
   int op;
-  __device__ void operator()(const Operands<2>& o, const int64_t (&off)[2]) const {
-    at<T>(o.data[0], off[0]) = store<T>(apply_unary<compute_t<T>>(op, load(at<T>(o.data[1], off[1]))));
-  }
+  __device__ T operator()(T x) const { return store<T>(apply_unary<compute_t<T>>(op, load(x))); }
 };
 
 template <typename T>
-struct PowFn {
+struct PowValue {
   double exponent;
-  __device__ void operator()(const Operands<2>& o, const int64_t (&off)[2]) const {
-    using C = compute_t<T>;
-    const C v = load(at<T>(o.data[1], off[1]));
-    at<T>(o.data[0], off[0]) =
-        store<T>(elementwise_math::pow_scalar(elementwise_math::pow_kind(exponent), v, exponent));
+  __device__ T operator()(T x) const {
+    return store<T>(elementwise_math::pow_scalar(elementwise_math::pow_kind(exponent), load(x), exponent));
   }
 };
 
 // base ** exponent for a floating exponent (ops.h refuses the rest).
 template <typename T>
-struct PowBaseFn {
+struct PowBaseValue {
   double base;
-  __device__ void operator()(const Operands<2>& o, const int64_t (&off)[2]) const {
+  __device__ T operator()(T x) const {
     using C = compute_t<T>;
-    if constexpr (std::is_floating_point_v<C>) {
-      at<T>(o.data[0], off[0]) =
-          store<T>(elementwise_math::pow_scalar_base(static_cast<C>(base), load(at<T>(o.data[1], off[1]))));
-    }
+    return store<T>(elementwise_math::pow_scalar_base(static_cast<C>(base), load(x)));
   }
 };
 
 template <typename D, typename S>
-struct CopyFn {
-  __device__ void operator()(const Operands<2>& o, const int64_t (&off)[2]) const {
-    at<D>(o.data[0], off[0]) = store<D>(load(at<S>(o.data[1], off[1])));
-  }
+struct CopyValue {
+  __device__ D operator()(S x) const { return store<D>(load(x)); }
 };
 
 template <typename T>
-struct FillFn {
+struct FillValue {
   T value;
-  __device__ void operator()(const Operands<1>& o, const int64_t (&off)[1]) const { at<T>(o.data[0], off[0]) = value; }
+  __device__ T operator()() const { return value; }
 };
 
 template <typename T>
@@ -208,38 +275,53 @@ int binary(int op, const Geometry& g, const Operand& out, const Operand& a, cons
   const Operand* const operands[3] = {&out, &a, &b};
   return dispatch_numeric(out.dtype, [&](auto tag) {
     using T = decltype(tag);
-    return launch<3>(g, operands, stream, BinaryFn<T>{op, static_cast<compute_t<T>>(alpha)});
+    return launch_values<T, T, 2>(g, operands, stream, BinaryValue<T>{op, static_cast<compute_t<T>>(alpha)});
   });
 }
 
 int compare(int op, const Geometry& g, const Operand& out, const Operand& a, const Operand& b, void* stream) {
   const Operand* const operands[3] = {&out, &a, &b};
-  return dispatch(a.dtype, [&](auto tag) { return launch<3>(g, operands, stream, CompareFn<decltype(tag)>{op}); });
+  return dispatch(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return launch_values<bool, T, 2>(g, operands, stream, CompareValue<T>{op});
+  });
 }
 
 int unary(int op, const Geometry& g, const Operand& out, const Operand& x, void* stream) {
   const Operand* const operands[2] = {&out, &x};
-  return dispatch_numeric(out.dtype,
-                          [&](auto tag) { return launch<2>(g, operands, stream, UnaryFn<decltype(tag)>{op}); });
+  return dispatch_numeric(out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return launch_values<T, T, 1>(g, operands, stream, UnaryValue<T>{op});
+  });
 }
 
 int pow_scalar(const Geometry& g, const Operand& out, const Operand& x, double exponent, void* stream) {
   const Operand* const operands[2] = {&out, &x};
-  return dispatch_numeric(out.dtype,
-                          [&](auto tag) { return launch<2>(g, operands, stream, PowFn<decltype(tag)>{exponent}); });
+  return dispatch_numeric(out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return launch_values<T, T, 1>(g, operands, stream, PowValue<T>{exponent});
+  });
 }
 
 int pow_scalar_base(const Geometry& g, const Operand& out, const Operand& exponent, double base, void* stream) {
   const Operand* const operands[2] = {&out, &exponent};
-  return dispatch_numeric(out.dtype,
-                          [&](auto tag) { return launch<2>(g, operands, stream, PowBaseFn<decltype(tag)>{base}); });
+  return dispatch_numeric(out.dtype, [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    if constexpr (is_floating<T>) {
+      return launch_values<T, T, 1>(g, operands, stream, PowBaseValue<T>{base});
+    } else {
+      return cudaErrorInvalidValue;
+    }
+  });
 }
 
 int copy(const Geometry& g, const Operand& dst, const Operand& src, void* stream) {
   const Operand* const operands[2] = {&dst, &src};
   return dispatch(dst.dtype, [&](auto dst_tag) {
     return dispatch(src.dtype, [&](auto src_tag) {
-      return launch<2>(g, operands, stream, CopyFn<decltype(dst_tag), decltype(src_tag)>{});
+      using D = decltype(dst_tag);
+      using S = decltype(src_tag);
+      return launch_values<D, S, 1>(g, operands, stream, CopyValue<D, S>{});
     });
   });
 }
@@ -248,7 +330,7 @@ int fill(const Geometry& g, const Operand& dst, double value, void* stream) {
   const Operand* const operands[1] = {&dst};
   return dispatch(dst.dtype, [&](auto tag) {
     using T = decltype(tag);
-    return launch<1>(g, operands, stream, FillFn<T>{store<T>(value)});
+    return launch_values<T, T, 0>(g, operands, stream, FillValue<T>{store<T>(value)});
   });
 }
 

@@ -31,6 +31,34 @@ struct Operand {
   int64_t strides[kMaxDims] = {};
 };
 
+// Bytes of one element of `dtype` (tensor::DType's numbering).
+constexpr int dtype_bytes(int dtype) {
+  constexpr int bytes[] = {4, 8, 2, 2, 8, 1, 4, 1};
+  return dtype >= 0 && dtype < 8 ? bytes[dtype] : 0;
+}
+
+// The elementwise kernels' vector path (elementwise.cu, flat_vectors): where the geometry is one
+// dim, the output dense (stride 1) and every input dense or one element broadcast (stride 0),
+// each thread moves `width` consecutive elements with one load of at most 16 bytes per dense
+// input and one store (width = 16 bytes over the widest operand's element, as PyTorch's
+// vectorised elementwise kernels), the last numel % width elements one by one. Returns that
+// width, or 1 (element by element) where the launch is not flat or a dense operand's first
+// element is not aligned to its vector (a view that starts mid-vector).
+template <int N>
+inline int vector_width(const Geometry& g, const Operand* const (&ops)[N]) {
+  if (g.ndim != 1) return 1;
+  int widest = 1;
+  for (int k = 0; k < N; ++k) widest = dtype_bytes(ops[k]->dtype) > widest ? dtype_bytes(ops[k]->dtype) : widest;
+  const int width = 16 / widest;
+  for (int k = 0; k < N; ++k) {
+    const int64_t stride = ops[k]->strides[0];
+    if (stride == 0 && k > 0) continue;
+    const auto address = reinterpret_cast<uintptr_t>(ops[k]->data);
+    if (stride != 1 || address % static_cast<uintptr_t>(width * dtype_bytes(ops[k]->dtype)) != 0) return 1;
+  }
+  return width;
+}
+
 // `op`: a tensor::BinaryOp, CompareOp or UnaryOp (tensor/internal/kernel_ops.h) as an int.
 
 // out = a op b (kAdd: a + alpha * b); out, a, b share a dtype.
