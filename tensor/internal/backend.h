@@ -133,6 +133,11 @@ class Backend {
   // multiplies matrix by matrix).
   virtual void mm(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
   virtual void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b) = 0;
+  // Linear's weight and bias gradients from one product, where the backend sums the bias's
+  // gradient inside it: grad_weight [m, k] (contiguous) = g [n, m]^T x [n, k] and grad_bias [m]
+  // = the sum of g's rows, both of g's dtype (g and x: one dtype; nothing: native/ multiplies
+  // and sums apart).
+  virtual std::optional<std::tuple<Tensor, Tensor>> mm_bias_grad(const Tensor& g, const Tensor& x) = 0;
   virtual bool bmm(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
 
   // Convolution by the backend's own algorithms (x, weight, grad_out contiguous; out =

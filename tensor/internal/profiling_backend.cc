@@ -219,6 +219,11 @@ class ProfilingBackend final : public Backend {
     KernelScope s(name(), "addmm", Kind::kGemm, out.device(), bytes(out, bias, a, b), mm_flops(a, b));
     inner_.addmm(out, bias, a, b);
   }
+  std::optional<std::tuple<Tensor, Tensor>> mm_bias_grad(const Tensor& g, const Tensor& x) override {
+    const double flops = 2.0 * static_cast<double>(g.numel()) * static_cast<double>(x.size(1));
+    KernelScope s(name(), "mm_bias_grad", Kind::kGemm, g.device(), bytes(g, x), flops);
+    return ran(s, inner_.mm_bias_grad(g, x));
+  }
   bool bmm(const Tensor& out, const Tensor& a, const Tensor& b) override {
     const double flops = 2.0 * static_cast<double>(out.numel()) * static_cast<double>(a.size(a.dim() - 1));
     KernelScope s(name(), "bmm", Kind::kGemm, out.device(), bytes(out, a, b), flops);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "tinyddp/tensor/autocast.h"
 #include "tinyddp/tensor/graph.h"
@@ -26,6 +27,16 @@ Tensor mm_in_layout_of(const Tensor& left, const Tensor& right, const Tensor& li
   const bool transposed =
       like.dim() == 2 && like.size(0) > 1 && like.size(1) > 1 && like.stride(0) == 1 && like.stride(1) == like.size(0);
   return transposed ? mm(right.t(), left.t()).t() : mm(left, right);
+}
+
+// Linear's weight gradient g2^T x2 (x2 undefined: not wanted) and, when wanted, its bias's
+// gradient, the sum of g2's rows: from one product where the backend sums the bias's gradient
+// inside it (not for create_graph, whose gradients are recorded ops), else apart.
+std::tuple<Tensor, Tensor> weight_and_bias_grads(const Tensor& g2, const Tensor& x2, bool need_bias) {
+  if (x2.defined() && need_bias && !GradMode::is_enabled() && g2.dtype() == x2.dtype() && g2.size(0) > 0) {
+    if (auto both = backend_for(g2.device(), "linear").mm_bias_grad(g2, x2)) return *both;
+  }
+  return {x2.defined() ? mm(g2.t(), x2) : Tensor(), need_bias ? sum(g2, {0}) : Tensor()};
 }
 
 }  // namespace
@@ -197,9 +208,10 @@ Tensor linear(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
               [sx = SavedTensor(need_weight ? x2 : Tensor()), sw = SavedTensor(need_input ? weight : Tensor()),
                in_shape = input.sizes(), out_features, need_input, need_weight, need_bias](const Tensor& g) {
                 const Tensor g2 = g.reshape({-1, out_features});
+                auto [grad_weight, grad_bias] =
+                    weight_and_bias_grads(g2, need_weight ? sx.get("LinearBackward") : Tensor(), need_bias);
                 return std::vector<Tensor>{need_input ? mm(g2, sw.get("LinearBackward")).reshape(in_shape) : Tensor(),
-                                           need_weight ? mm(g2.t(), sx.get("LinearBackward")) : Tensor(),
-                                           need_bias ? sum(g2, {0}) : Tensor()};
+                                           grad_weight, grad_bias};
               });
   }
   return out;

@@ -317,3 +317,39 @@ TEST_CASE("CUDA: the elementwise vector path matches the CPU: tails, views that 
     }
   }
 }
+
+TEST_CASE("CUDA: Linear with its bias in the product's epilogue gives the CPU's output and gradients", "[cuda]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  // cuBLASLt adds the bias (and sums its gradient) in float32 and rounds once, as the CPU's
+  // kernels do: the two sides differ by the products' summation order, and in 16 bits by at
+  // most an ulp of the rounded result (2^-7 relative for bfloat16).
+  const auto tol_of = [](DType d) { return d == kFloat64 ? 1e-10 : d == kFloat32 ? 1e-4 : 2e-2; };
+  for (DType dtype : {kFloat32, kFloat16, kBFloat16, kFloat64}) {
+    for (const Shape& shape : std::vector<Shape>{{33, 70}, {4, 9, 70}, {1, 70}}) {
+      for (int64_t out_features : {12, 45}) {
+        for (bool offset_bias : {false, true}) {  // a bias 4 bytes into its storage: added apart
+          INFO(dtype_name(dtype) << " input " << shape.size() << "-D, " << out_features << " out, offset bias "
+                                 << offset_bias);
+          const Tensor x = randn(shape).to(dtype), w = randn({out_features, 70}).to(dtype);
+          const Tensor b = randn({out_features + 1}).to(dtype);
+          Shape out_shape = shape;
+          out_shape.back() = out_features;
+          const Tensor r = randn(out_shape).to(dtype);
+          std::vector<std::vector<Tensor>> sides;
+          for (const Device device : {Device(kCPU), kGpu}) {
+            const Tensor xs = x.detach().to(device).requires_grad_(), ws = w.detach().to(device).requires_grad_();
+            const Tensor bs = b.detach().to(device).requires_grad_();  // the bias: a view of it on the device
+            const Tensor y = linear(xs, ws, bs.narrow(0, offset_bias ? 1 : 0, out_features));
+            sum(mul(y, r.to(device))).backward();
+            sides.push_back({y, xs.grad(), ws.grad(), bs.grad()});
+          }
+          const double tol = tol_of(dtype);
+          for (size_t k = 0; k < 4; ++k) {
+            INFO("output, then the gradients of x, weight and bias: " << k);
+            CHECK(allclose(sides[1][k].to(kCPU).to(kFloat64), sides[0][k].to(kFloat64), tol, tol));
+          }
+        }
+      }
+    }
+  }
+}

@@ -70,9 +70,11 @@ class CpuBackend final : public Backend {
                            const Window2d& window) override;
 
   // matmul.cc: OpenBLAS, oneDNN or Eigen by shape and ISA; bfloat16 on oneDNN where it is used
-  // (addmm takes the bias into its kernel, so each result is rounded once, as PyTorch's addmm).
+  // (addmm takes the bias into its kernel, so each result is rounded once, as PyTorch's addmm;
+  // the bias's gradient is a column sum of its own: mm_bias_grad declines).
   void mm(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b) override;
+  std::optional<std::tuple<Tensor, Tensor>> mm_bias_grad(const Tensor&, const Tensor&) override { return std::nullopt; }
   bool bmm(const Tensor& out, const Tensor& a, const Tensor& b) override;
 
   // speed_rules.cc: bfloat16 on oneDNN where it is used (onednn_conv.cc), float32 on the direct

@@ -258,8 +258,16 @@ bool CudaBackend::bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
   return true;
 }
 void CudaBackend::addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b) {
+  if (blas::mm_bias(out, a, b, bias)) return;
   blas::mm(out, a, b);
   binary(BinaryOp::kAdd, out, out, bias, 1.0);
+}
+std::optional<std::tuple<Tensor, Tensor>> CudaBackend::mm_bias_grad(const Tensor& g, const Tensor& x) {
+  const TensorOptions options = TensorOptions().dtype(g.dtype()).device(g.device());
+  const Tensor grad_weight = tensor::empty({g.size(1), x.size(1)}, options),
+               grad_bias = tensor::empty({g.size(1)}, options);
+  if (!blas::mm_bias_grad(grad_weight, grad_bias, g, x)) return std::nullopt;
+  return std::make_tuple(grad_weight, grad_bias);
 }
 
 bool CudaBackend::conv2d(const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,

@@ -82,9 +82,11 @@ class CudaBackend final : public Backend {
   bool max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
                            const Window2d& window) override;
 
-  // backend.cc: cuBLAS (libraries.cc); batched products not yet (false).
+  // backend.cc: cuBLAS (libraries.cc); addmm and mm_bias_grad take the bias, or its gradient,
+  // into cuBLASLt's epilogue where it has one (blas_lt.cc; else addmm adds apart).
   void mm(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void addmm(const Tensor& out, const Tensor& bias, const Tensor& a, const Tensor& b) override;
+  std::optional<std::tuple<Tensor, Tensor>> mm_bias_grad(const Tensor& g, const Tensor& x) override;
   bool bmm(const Tensor& out, const Tensor& a, const Tensor& b) override;
 
   // backend.cc: cuDNN (dnn_conv.cc) where it applies, the bias added per channel; a GPU

@@ -1,7 +1,7 @@
 // The vendor libraries behind some CUDA ops (host code, only under --config=cuda): matrix
-// products through cuBLAS, softmax and convolution through cuDNN. Handles are per device, taken from a
-// pool for the duration of one call (so threads never share one at the same time) and bound
-// to the device's compute stream, so library work is ordered with our own kernels.
+// products through cuBLAS (Linear's, with their bias epilogues, through cuBLASLt), softmax and convolution through
+// cuDNN. Handles are per device, taken from a pool for the duration of one call (so threads never share one at the same
+// time) and bound to the device's compute stream, so library work is ordered with our own kernels.
 #pragma once
 
 #include "tinyddp/tensor/internal/kernel_ops.h"
@@ -18,6 +18,15 @@ void mm(const Tensor& out, const Tensor& a, const Tensor& b);
 // strides, broadcast ones too) in one strided-batched GEMM: the operands in place where one
 // stride steps through their matrices, else as contiguous copies.
 void bmm(const Tensor& out, const Tensor& a, const Tensor& b);
+// Linear's products through cuBLASLt (blas_lt.cc), float32, float16 and bfloat16, a and b (g and
+// x) read in place: out [n, m] (contiguous) = a [n, k] x b [k, m] + bias [m] on every row, the
+// bias added in the product's epilogue (in float32, rounded once); grad_weight [m, k]
+// (contiguous) = g [n, m]^T x [n, k] with grad_bias [m] = the sum of g's rows in the product's
+// epilogue. Each returns false, writing nothing, where it does not apply (another dtype, a
+// layout cuBLAS cannot read in place, an empty product, no algorithm from cuBLASLt's heuristics
+// for the shape, layout and alignments, a bias not aligned to 16 bytes).
+bool mm_bias(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias);
+bool mm_bias_grad(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& g, const Tensor& x);
 }  // namespace blas
 
 namespace dnn {
