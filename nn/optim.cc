@@ -1,5 +1,6 @@
-// SGD and Adam/AdamW steps, mirroring torch.optim's single-tensor code paths (PyTorch 1.13 /
-// 2.x foreach=False) operation for operation, and their state for checkpoints.
+// The optimizers' common part (parameter groups, learning rates, state checks) and the
+// Adam/AdamW steps, mirroring torch.optim's single-tensor code paths (PyTorch 1.13 / 2.x
+// foreach=False) operation for operation, and their state for checkpoints (SGD: sgd.cc).
 #include "tinyddp/nn/optim.h"
 
 #include <algorithm>
@@ -207,62 +208,6 @@ void Optimizer::check_state(const OrderedDict<Tensor>& state, const std::vector<
                  tensor::format_shape(t.sizes()), index, tensor::format_shape(params_[index].sizes()));
     }
   }
-}
-
-// ---- SGD --------------------------------------------------------------------------------------
-
-SGD::SGD(std::vector<Tensor> params, SGDOptions options) : SGD(one_group(std::move(params)), options) {}
-
-SGD::SGD(std::vector<ParamGroup> groups, SGDOptions options)
-    : Optimizer(std::move(groups), "SGD", options.lr(), options.weight_decay()), options_(options),
-      momentum_buffers_(params_.size()) {
-  TDDP_CHECK(options_.momentum() >= 0, "SGD: invalid momentum {}", options_.momentum());
-  TDDP_CHECK(!options_.nesterov() || (options_.momentum() > 0 && options_.dampening() == 0),
-             "SGD: nesterov momentum requires a momentum and zero dampening");
-  use_momentum("momentum", options_.momentum(), false);
-}
-
-void SGD::step() {
-  NoGradGuard no_grad;
-  for (size_t g = 0; g < num_param_groups(); ++g) {
-    const tensor::SgdStep step{lr(g), momentum(g), options_.dampening(), weight_decay(g), options_.nesterov()};
-    for (size_t i = group_begin(g); i < group_end(g); ++i) {
-      const Tensor& p = params_[i];
-      if (!p.grad().defined()) continue;
-      Tensor& buf = momentum_buffers_[i];
-      Tensor negated;  // (maximize: the gradient negated; otherwise the gradient itself, not copied)
-      const Tensor& grad = options_.maximize() ? (negated = tensor::neg(p.grad())) : p.grad();
-      // One pass over memory where the tensors allow (bit-identical to the ops below).
-      if (tensor::fused_sgd_step_(p, grad, &buf, step)) continue;
-      // The same update op by op (any layout or dtype).
-      Tensor d_p = grad;
-      if (step.weight_decay != 0) d_p = tensor::add(d_p, p, step.weight_decay);
-      if (step.momentum != 0) {
-        if (!buf.defined()) {
-          buf = d_p.clone();  // the buffer starts as the first gradient
-        } else {
-          buf.mul_(step.momentum).add_(d_p, 1 - step.dampening);
-        }
-        d_p = step.nesterov ? tensor::add(d_p, buf, step.momentum) : buf;
-      }
-      p.add_(d_p, -step.lr);
-    }
-  }
-}
-
-OrderedDict<Tensor> SGD::state_dict() const {
-  OrderedDict<Tensor> out;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (momentum_buffers_[i].defined()) out.insert(state_key(i, "momentum_buffer"), momentum_buffers_[i]);
-  }
-  return out;
-}
-
-void SGD::load_state_dict(const OrderedDict<Tensor>& state) {
-  check_state(state, {"momentum_buffer"});
-  std::vector<Tensor> buffers(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) buffers[i] = loaded_state(state, i, "momentum_buffer");
-  momentum_buffers_ = std::move(buffers);
 }
 
 // ---- Adam / AdamW -----------------------------------------------------------------------------

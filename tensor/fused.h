@@ -48,8 +48,8 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, const Ten
 // One SGD (SgdStep: torch.optim.SGD's options, kernel_ops.h) or Adam/AdamW (AdamStep) update of
 // `param` in one pass over memory: the op-by-op update's float operations in the same order (the
 // same bits). SGD with momentum: an undefined `*momentum_buffer` is the first step (allocated
-// here). For contiguous float32/float64 tensors of one shape and dtype (the CPU's; a GPU's Adam
-// too); false, touching nothing, else.
+// here). For contiguous float32/float64 tensors of one shape and dtype (on the CPU and a GPU);
+// false, touching nothing, else.
 bool fused_sgd_step_(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step);
 bool fused_adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                       const AdamStep& step);
@@ -61,6 +61,12 @@ bool fused_adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp
 bool fused_adam_steps_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                        const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                        const AdamStep& step);
+// The SGD step of every parameter of one group (one SgdStep) as fused_sgd_step_ each, in a few
+// launches on a GPU. With momentum, `momentum_buffers` holds one buffer per parameter (an
+// undefined one: that parameter's first step, allocated here); without, it is ignored (may be
+// null). The same qualifications and refusals as fused_adam_steps_.
+bool fused_sgd_steps_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                      std::vector<Tensor>* momentum_buffers, const SgdStep& step);
 
 // ---- lists of tensors (as torch._foreach_*) ---------------------------------------------------
 // The 2-norm of each tensor (floating, all of one dtype and device; 16-bit ones summed in float32

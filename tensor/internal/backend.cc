@@ -42,6 +42,14 @@ bool Backend::adam_steps(const std::vector<AdamTensors>& list, const AdamStep& s
   return true;
 }
 
+bool Backend::sgd_steps(std::vector<SgdTensors>& list, const SgdStep& step) {
+  for (SgdTensors& t : list) {
+    // (one dtype: the first declines or none does)
+    if (!sgd_step(t.param, t.grad, step.momentum != 0 ? &t.momentum_buffer : nullptr, step)) return false;
+  }
+  return true;
+}
+
 bool Backend::foreach_norm(const Tensor&, const std::vector<Tensor>&) { return false; }
 bool Backend::dropout_mask(const Tensor&, double, uint64_t) { return false; }
 bool Backend::foreach_mul_(const std::vector<Tensor>&, const Tensor&) { return false; }

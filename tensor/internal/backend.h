@@ -158,6 +158,14 @@ class Backend {
   // momentum buffer is allocated here on the first step with momentum, and takes d itself.
   // false, with nothing written or allocated, where the backend has no fused kernel.
   virtual bool sgd_step(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step) = 0;
+  // The SGD steps of many parameters of one group (tensor/fused.h's fused_sgd_steps_), each
+  // parameter's tensors as sgd_step's and all of one dtype; with momentum, an undefined buffer
+  // is that parameter's first step and is allocated here. A backend that can updates them all
+  // in a few launches. Here (the default): sgd_step on each in turn.
+  struct SgdTensors {
+    Tensor param, grad, momentum_buffer;
+  };
+  virtual bool sgd_steps(std::vector<SgdTensors>& list, const SgdStep& step);
   // One Adam step of param (tensor/fused.h's fused_adam_step_): param, grad, exp_avg and
   // exp_avg_sq contiguous, of one shape and dtype. false, with nothing written, where the
   // backend has no fused kernel.

@@ -257,6 +257,13 @@ class ProfilingBackend final : public Backend {
     KernelScope s(name(), "sgd_step", Kind::kOptimizer, param.device(), bytes(param, param, grad) + buffer, 0);
     return ran(s, inner_.sgd_step(param, grad, momentum_buffer, step));
   }
+  bool sgd_steps(std::vector<SgdTensors>& list, const SgdStep& step) override {
+    int64_t total = 0;
+    for (const SgdTensors& t : list) total += bytes(t.param, t.param, t.grad) + 2 * nbytes(t.momentum_buffer);
+    const Device device = list.empty() ? Device() : list.front().param.device();
+    KernelScope s(name(), "sgd_steps", Kind::kOptimizer, device, total, 0);
+    return ran(s, inner_.sgd_steps(list, step));
+  }
   bool adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                  const AdamStep& step) override {
     KernelScope s(name(), "adam_step", Kind::kOptimizer, param.device(),

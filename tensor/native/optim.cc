@@ -59,6 +59,32 @@ bool fused_adam_steps_(const std::vector<Tensor>& params, const std::vector<Tens
   return true;
 }
 
+bool fused_sgd_steps_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                      std::vector<Tensor>* momentum_buffers, const SgdStep& step) {
+  const size_t n = params.size();
+  const bool momentum = step.momentum != 0;
+  if (n == 0 || grads.size() != n) return false;
+  if (momentum && (momentum_buffers == nullptr || momentum_buffers->size() != n)) return false;
+  std::vector<Backend::SgdTensors> list;
+  list.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& p = params[i];
+    const Tensor buf = momentum ? (*momentum_buffers)[i] : Tensor();
+    if (!p.defined() || !grads[i].defined()) return false;
+    if (p.device() != params[0].device() || p.dtype() != params[0].dtype() || !p.is_contiguous()) return false;
+    if (!fusable(grads[i], p) || (buf.defined() && !fusable(buf, p))) return false;
+    list.push_back({p, grads[i], buf});
+  }
+  if (!backend_for(params[0].device(), "fused_sgd_steps_").sgd_steps(list, step)) return false;
+  for (size_t i = 0; i < n; ++i) {
+    params[i].storage().bump_version();
+    if (!momentum) continue;
+    (*momentum_buffers)[i] = list[i].momentum_buffer;
+    list[i].momentum_buffer.storage().bump_version();
+  }
+  return true;
+}
+
 namespace {
 
 // Every tensor defined, floating, contiguous, of the first's dtype and device (`op` in errors);

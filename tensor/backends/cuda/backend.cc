@@ -303,7 +303,32 @@ bool CudaBackend::batch_norm_backward_elemt(const Tensor&, const Tensor&, const 
 }
 bool CudaBackend::max_pool2d(const Tensor&, const Tensor&, const Tensor&, const Window2d&) { return false; }
 bool CudaBackend::max_pool2d_backward(const Tensor&, const Tensor&, const Tensor&, const Window2d&) { return false; }
-bool CudaBackend::sgd_step(const Tensor&, const Tensor&, Tensor*, const SgdStep&) { return false; }
+bool CudaBackend::sgd_step(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step) {
+  std::vector<SgdTensors> list{{param, grad, momentum_buffer != nullptr ? *momentum_buffer : Tensor()}};
+  if (!sgd_steps(list, step)) return false;
+  if (momentum_buffer != nullptr) *momentum_buffer = list[0].momentum_buffer;
+  return true;
+}
+bool CudaBackend::sgd_steps(std::vector<SgdTensors>& list, const SgdStep& step) {
+  if (list.empty()) return true;
+  const DType dtype = list[0].param.dtype();
+  if (dtype != kFloat32 && dtype != kFloat64) return false;  // 16-bit: op by op
+  const bool momentum = step.momentum != 0;
+  std::vector<k::SgdTensorPointers> pointers;
+  pointers.reserve(list.size());
+  for (SgdTensors& t : list) {
+    const bool first_step = momentum && !t.momentum_buffer.defined();
+    if (first_step) t.momentum_buffer = tensor::empty(t.param.sizes(), TensorOptions(dtype).device(t.param.device()));
+    pointers.push_back({t.param.raw_data_ptr(), t.grad.raw_data_ptr(),
+                        momentum ? t.momentum_buffer.raw_data_ptr() : nullptr, t.param.numel(), first_step});
+  }
+  const int device = device_of(list[0].param);
+  DeviceGuard guard(device);
+  check_launch(k::sgd_steps(pointers.data(), static_cast<int>(pointers.size()), static_cast<int>(dtype), step,
+                            compute_stream(device)),
+               "sgd step kernel");
+  return true;
+}
 bool CudaBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                             const AdamStep& step) {
   return adam_steps({{param, grad, exp_avg, exp_avg_sq}}, step);

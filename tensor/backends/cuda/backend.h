@@ -2,7 +2,7 @@
 // one class. Work is queued on the device's compute stream and not waited for. Each entry point
 // lives in the file named beside it: kernels of ours (backends/cuda/kernels.h, compiled by nvcc),
 // cuBLAS and cuDNN (backends/cuda/libraries.h). Where it has no kernel of its own (batch normalisation,
-// max pooling, layer normalisation's parameter gradients, the fused SGD step, batched bf16
+// max pooling, layer normalisation's parameter gradients, 16-bit optimizer steps, batched bf16
 // products) it declines, and native/ composes the result (native/composite.h).
 #pragma once
 
@@ -99,9 +99,10 @@ class CudaBackend final : public Backend {
                               const Window2d& window, int64_t groups) override;
   bool conv2d_native(const Window2d& window, int64_t out_channels, int64_t groups, bool bias, DType dtype) override;
 
-  // SGD declined (false): the optimizer's op-by-op update. Adam (optim.cu): float32 and float64
-  // parameters, several per launch.
+  // SGD and Adam (optim.cu): float32 and float64 parameters, several per launch (sgd_step: a
+  // list of one).
   bool sgd_step(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step) override;
+  bool sgd_steps(std::vector<SgdTensors>& list, const SgdStep& step) override;
   bool adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                  const AdamStep& step) override;
   bool adam_steps(const std::vector<AdamTensors>& list, const AdamStep& step) override;

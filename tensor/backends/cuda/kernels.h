@@ -10,6 +10,7 @@
 
 namespace tinyddp::tensor {
 struct AdamStep;  // internal/kernel_ops.h
+struct SgdStep;
 }  // namespace tinyddp::tensor
 
 namespace tinyddp::tensor::cuda::kernels {
@@ -148,6 +149,17 @@ struct AdamTensorPointers {
   int64_t numel;
 };
 int adam_steps(const AdamTensorPointers* list, int count, int dtype, const AdamStep& step, void* stream);
+// The SGD step of `count` parameters (tensor/fused.h's fused_sgd_steps_) as adam_steps takes
+// Adam's: param, grad and momentum_buffer (null without momentum) contiguous of `numel`
+// elements; first_step: the buffer takes the step's direction itself.
+struct SgdTensorPointers {
+  void* param;
+  const void* grad;
+  void* momentum_buffer;
+  int64_t numel;
+  bool first_step;
+};
+int sgd_steps(const SgdTensorPointers* list, int count, int dtype, const SgdStep& step, void* stream);
 // foreach_norm: out[i] (`dtype`) = the 2-norm of tensor i (data[i], numel[i] elements, contiguous,
 // floating), its sum of squares in float (double for float64) over chunks whose partial sums go
 // to `partial` (foreach_norm_scratch(numel, count) of them, of that type); foreach_mul: every

@@ -1,5 +1,5 @@
-// Kernels over lists of tensors (tensor/fused.h): the Adam / AdamW step of a parameter group
-// (fused_adam_steps_; the CPU twin: backends/cpu/isa/optim_kernels.cc), foreach_norm and
+// Kernels over lists of tensors (tensor/fused.h): the Adam / AdamW and SGD steps of a parameter
+// group (fused_adam_steps_, fused_sgd_steps_; the CPU twins: backends/cpu/isa/optim_kernels.cc), foreach_norm and
 // foreach_mul_, several tensors per launch: the list is
 // cut into launches of up to kTensorsPerLaunch parameters, whose pointers travel in the kernel's
 // arguments; each block takes one chunk of kChunk elements of one parameter (found from the
@@ -61,13 +61,40 @@ __device__ inline double sqrt_rn(double a) { return __dsqrt_rn(a); }
 __device__ inline float add_scaled(float a, float alpha, float b) { return __fmaf_rn(alpha, b, a); }
 __device__ inline double add_scaled(double a, double alpha, double b) { return __fma_rn(alpha, b, a); }
 
-template <typename T>
-__global__ void adam_kernel(AdamLaunch<T> launch, AdamNumbers<T> c) {
-  // The parameter whose chunk this block takes: the last whose first chunk is not past it.
+// The tensor whose chunk this block takes (the last whose first chunk is not past it), and the
+// chunk's range of its elements.
+template <typename Launch>
+__device__ int list_tensor(const Launch& launch) {
   int t = 0;
   while (t + 1 < launch.count && launch.first_chunk[t + 1] <= blockIdx.x) ++t;
-  const int64_t begin = (blockIdx.x - launch.first_chunk[t]) * kChunk;
-  const int64_t end = begin + kChunk < launch.numel[t] ? begin + kChunk : launch.numel[t];
+  return t;
+}
+template <typename Launch>
+__device__ void chunk_range(const Launch& launch, int t, int64_t& begin, int64_t& end) {
+  begin = (blockIdx.x - launch.first_chunk[t]) * kChunk;
+  end = begin + kChunk < launch.numel[t] ? begin + kChunk : launch.numel[t];
+}
+
+// Sets launch.numel, first_chunk and count for `count` tensors of numel_of(k) elements; returns
+// the launch's chunks (its blocks).
+template <typename Launch, typename NumelOf>
+int64_t lay_out_chunks(Launch& launch, int count, NumelOf numel_of) {
+  int64_t chunks = 0;
+  for (int k = 0; k < count; ++k) {
+    launch.numel[k] = numel_of(k);
+    launch.first_chunk[k] = chunks;
+    chunks += (launch.numel[k] + kChunk - 1) / kChunk;
+  }
+  launch.first_chunk[count] = chunks;
+  launch.count = count;
+  return chunks;
+}
+
+template <typename T>
+__global__ void adam_kernel(AdamLaunch<T> launch, AdamNumbers<T> c) {
+  const int t = list_tensor(launch);
+  int64_t begin, end;
+  chunk_range(launch, t, begin, end);
   T* p = launch.param[t];
   const T* g = launch.grad[t];
   T* m = launch.exp_avg[t];
@@ -106,21 +133,87 @@ int adam_launches(const AdamTensorPointers* list, int count, const AdamStep& opt
   const AdamNumbers<T> c = numbers<T>(options);
   for (int first = 0; first < count; first += kTensorsPerLaunch) {
     AdamLaunch<T> launch{};
-    launch.count = std::min(kTensorsPerLaunch, count - first);
-    int64_t chunks = 0;
+    const int64_t chunks = lay_out_chunks(launch, std::min(kTensorsPerLaunch, count - first),
+                                          [&](int k) { return list[first + k].numel; });
     for (int k = 0; k < launch.count; ++k) {
       const AdamTensorPointers& e = list[first + k];
       launch.param[k] = static_cast<T*>(e.param);
       launch.grad[k] = static_cast<const T*>(e.grad);
       launch.exp_avg[k] = static_cast<T*>(e.exp_avg);
       launch.exp_avg_sq[k] = static_cast<T*>(e.exp_avg_sq);
-      launch.numel[k] = e.numel;
-      launch.first_chunk[k] = chunks;
-      chunks += (e.numel + kChunk - 1) / kChunk;
     }
-    launch.first_chunk[launch.count] = chunks;
     if (chunks == 0) continue;
     adam_kernel<T><<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(launch, c);
+    const cudaError_t status = cudaGetLastError();
+    if (status != cudaSuccess) return status;
+  }
+  return cudaSuccess;
+}
+
+// ---- SGD ----------------------------------------------------------------------------------------
+
+template <typename T>
+struct SgdLaunch {
+  T* param[kTensorsPerLaunch];
+  const T* grad[kTensorsPerLaunch];
+  T* buf[kTensorsPerLaunch];
+  int64_t numel[kTensorsPerLaunch];
+  int64_t first_chunk[kTensorsPerLaunch + 1];
+  bool first_step[kTensorsPerLaunch];
+  int count;
+};
+
+// The step's numbers, rounded to T once (as the op-by-op update's scalars are).
+template <typename T>
+struct SgdNumbers {
+  T decay, momentum, keep, step;
+  bool weight_decay, use_momentum, nesterov;
+};
+
+// nn/optim.cc's SGD::step op by op (torch.optim.SGD's single-tensor step), each op's rounding:
+// d = grad + decay * p (add with alpha: one fused multiply-add), buf = buf * momentum (rounded)
+// + (1 - dampening) * d (add_ with alpha), or d itself on the first step; d = d + momentum *
+// buf with nesterov, else buf; p = p + (-lr) * d.
+template <typename T>
+__global__ void sgd_kernel(SgdLaunch<T> launch, SgdNumbers<T> c) {
+  const int t = list_tensor(launch);
+  int64_t begin, end;
+  chunk_range(launch, t, begin, end);
+  T* p = launch.param[t];
+  const T* g = launch.grad[t];
+  T* buf = launch.buf[t];
+  const bool first = launch.first_step[t];
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    T d = g[i];
+    if (c.weight_decay) d = add_scaled(d, c.decay, p[i]);
+    if (c.use_momentum) {
+      const T b = first ? d : add_scaled(mul_rn(buf[i], c.momentum), c.keep, d);
+      buf[i] = b;
+      d = c.nesterov ? add_scaled(d, c.momentum, b) : b;
+    }
+    p[i] = add_scaled(p[i], c.step, d);
+  }
+}
+
+template <typename T>
+int sgd_launches(const SgdTensorPointers* list, int count, const SgdStep& options, cudaStream_t stream) {
+  SgdNumbers<T> c;
+  c.decay = static_cast<T>(options.weight_decay), c.momentum = static_cast<T>(options.momentum);
+  c.keep = static_cast<T>(1 - options.dampening), c.step = static_cast<T>(-options.lr);
+  c.weight_decay = options.weight_decay != 0, c.use_momentum = options.momentum != 0, c.nesterov = options.nesterov;
+  for (int first = 0; first < count; first += kTensorsPerLaunch) {
+    SgdLaunch<T> launch{};
+    const int64_t chunks = lay_out_chunks(launch, std::min(kTensorsPerLaunch, count - first),
+                                          [&](int k) { return list[first + k].numel; });
+    for (int k = 0; k < launch.count; ++k) {
+      const SgdTensorPointers& e = list[first + k];
+      launch.param[k] = static_cast<T*>(e.param);
+      launch.grad[k] = static_cast<const T*>(e.grad);
+      launch.buf[k] = static_cast<T*>(e.momentum_buffer);
+      launch.first_step[k] = e.first_step;
+    }
+    if (chunks == 0) continue;
+    sgd_kernel<T><<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(launch, c);
     const cudaError_t status = cudaGetLastError();
     if (status != cudaSuccess) return status;
   }
@@ -138,13 +231,6 @@ struct ListLaunch {
   int count;
 };
 
-template <typename T>
-__device__ int list_tensor(const ListLaunch<T>& launch) {
-  int t = 0;
-  while (t + 1 < launch.count && launch.first_chunk[t + 1] <= blockIdx.x) ++t;
-  return t;
-}
-
 template <typename A>
 using acc_of = std::conditional_t<std::is_same_v<A, double>, double, float>;
 
@@ -155,8 +241,8 @@ __global__ void squares_kernel(ListLaunch<T> launch, acc_of<compute_t<T>>* parti
   using A = acc_of<compute_t<T>>;
   __shared__ A buf[kThreads];
   const int t = list_tensor(launch);
-  const int64_t begin = (blockIdx.x - launch.first_chunk[t]) * kChunk;
-  const int64_t end = begin + kChunk < launch.numel[t] ? begin + kChunk : launch.numel[t];
+  int64_t begin, end;
+  chunk_range(launch, t, begin, end);
   A total = 0;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const A v = static_cast<A>(load(launch.data[t][i]));
@@ -185,8 +271,8 @@ __global__ void norms_kernel(ListLaunch<T> launch, const acc_of<compute_t<T>>* p
 template <typename T>
 __global__ void scale_kernel(ListLaunch<T> launch, const T* scale) {
   const int t = list_tensor(launch);
-  const int64_t begin = (blockIdx.x - launch.first_chunk[t]) * kChunk;
-  const int64_t end = begin + kChunk < launch.numel[t] ? begin + kChunk : launch.numel[t];
+  int64_t begin, end;
+  chunk_range(launch, t, begin, end);
   const compute_t<T> s = load(*scale);
   T* x = launch.data[t];
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) x[i] = store<T>(load(x[i]) * s);
@@ -198,15 +284,9 @@ template <typename T, typename F>
 int list_launches(void* const* data, const int64_t* numel, int count, F&& fn) {
   for (int first = 0; first < count; first += kTensorsPerLaunch) {
     ListLaunch<T> launch{};
-    launch.count = std::min(kTensorsPerLaunch, count - first);
-    int64_t chunks = 0;
-    for (int k = 0; k < launch.count; ++k) {
-      launch.data[k] = static_cast<T*>(data[first + k]);
-      launch.numel[k] = numel[first + k];
-      launch.first_chunk[k] = chunks;
-      chunks += (numel[first + k] + kChunk - 1) / kChunk;
-    }
-    launch.first_chunk[launch.count] = chunks;
+    const int64_t chunks =
+        lay_out_chunks(launch, std::min(kTensorsPerLaunch, count - first), [&](int k) { return numel[first + k]; });
+    for (int k = 0; k < launch.count; ++k) launch.data[k] = static_cast<T*>(data[first + k]);
     const cudaError_t status = fn(launch, chunks, first);
     if (status != cudaSuccess) return status;
   }
@@ -220,6 +300,13 @@ int adam_steps(const AdamTensorPointers* list, int count, int dtype, const AdamS
   if (dtype == 0) return adam_launches<float>(list, count, options, s);
   if (dtype == 1) return adam_launches<double>(list, count, options, s);
   return cudaErrorNotSupported;  // 16-bit parameters: the op-by-op update
+}
+
+int sgd_steps(const SgdTensorPointers* list, int count, int dtype, const SgdStep& options, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (dtype == 0) return sgd_launches<float>(list, count, options, s);
+  if (dtype == 1) return sgd_launches<double>(list, count, options, s);
+  return cudaErrorNotSupported;
 }
 
 }  // namespace tinyddp::tensor::cuda::kernels
