@@ -12,33 +12,18 @@ using namespace tinyddp::nn;
 
 namespace {
 
-// 45 parameters (past the 40 a GPU launch takes), the first of 70,000 elements (past the 65,536
-// of a block's chunk), each stepped 4 times with the group path and with the op-by-op path; the
-// last parameter has no gradient at the first step, so its buffer's first step is the group's
-// second.
+// The twin parameters (nn_test_util.h: twin_params), each stepped 4 times with the fused path
+// and with the op-by-op path; the last parameter has no gradient at the first step, so its
+// buffer's first step is the group's second.
 void check_group(const tensor::Device& device, const SGDOptions& options, tensor::DType dtype) {
   tensor::Generator g(11);
-  std::vector<Tensor> fused, strided;
-  for (int i = 0; i < 45; ++i) {
-    const tensor::Shape shape = i == 0 ? tensor::Shape{700, 100} : tensor::Shape{3 + i % 5, 4};
-    const Tensor start = tensor::randn(shape, {}, &g).to(dtype).to(device);
-    fused.push_back(start.clone().requires_grad_());
-    strided.push_back(start.t().contiguous().t().requires_grad_());  // same values, not contiguous
-  }
-  SGD a(fused, options), b(strided, options);
+  testing::TwinParams twins = testing::twin_params(g, device, dtype);
+  SGD a(twins.fused, options), b(twins.strided, options);
   for (int step = 0; step < 4; ++step) {
-    for (size_t i = 0; i < fused.size(); ++i) {
-      const bool skip = step == 0 && i + 1 == fused.size();
-      const Tensor grad = tensor::randn(fused[i].sizes(), {}, &g).to(dtype).to(device);
-      fused[i].mutable_grad() = skip ? Tensor() : grad.clone();
-      strided[i].mutable_grad() = skip ? Tensor() : grad.clone();
-    }
+    testing::twin_grads(twins, g, step);
     a.step();
     b.step();
-    for (size_t i = 0; i < fused.size(); ++i) {
-      INFO("step " << step << ", parameter " << i);
-      REQUIRE(tensor::equal(fused[i], strided[i]));
-    }
+    testing::require_twins_equal(twins, step);
   }
   const OrderedDict<Tensor> sa = a.state_dict(), sb = b.state_dict();
   CHECK(sa.size() == sb.size());

@@ -16,7 +16,6 @@
 #include "tinyddp/tensor/backends/cuda/handles.h"
 #include "tinyddp/tensor/backends/cuda/libraries.h"
 #include "tinyddp/tensor/backends/cuda/plan.h"
-#include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/cuda_runtime/runtime.h"
 #include "tinyddp/tensor/factory.h"
 
@@ -75,18 +74,10 @@ struct LtCall {
 using AlgoKey = std::tuple<int, int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int, uint32_t, uint32_t,
                            uint32_t, uint32_t>;
 
-std::pair<cudaDataType, cublasComputeType_t> lt_types(DType dtype) {
-  switch (dtype) {
-    case kFloat32: return {CUDA_R_32F, allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
-    case kFloat16: return {CUDA_R_16F, CUBLAS_COMPUTE_32F};
-    default: return {CUDA_R_16BF, CUBLAS_COMPUTE_32F};
-  }
-}
-
 // Builds the descriptors and returns the algorithm (kept per device, shape, layout, types,
 // epilogue and alignments), or nothing where cuBLASLt has none.
 std::optional<cublasLtMatmulAlgo_t> describe(const LtCall& c, cublasLtHandle_t handle, int device, Descriptors& d) {
-  const auto [type, compute] = lt_types(c.dtype);
+  const auto [type, compute] = gemm_types(c.dtype);
   const Gemm& g = c.g;
   TDDP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d.op, compute, CUDA_R_32F));
   const cublasOperation_t ta = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N,

@@ -10,9 +10,11 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "tinyddp/base/error.h"
+#include "tinyddp/tensor/dtype.h"
 
 namespace tinyddp::tensor::cuda {
 
@@ -81,5 +83,12 @@ class HandlePool {
 };
 
 HandlePool<cudnnHandle_t>& dnn_handles();
+
+namespace blas {
+// cuBLAS's data and compute types for a product of `dtype` (libraries.cc; blas_lt.cc's
+// cuBLASLt calls too): float32 uses TF32 only when allow_tf32(). Other dtypes than the four
+// floating ones are refused with an error naming the dtype.
+std::pair<cudaDataType, cublasComputeType_t> gemm_types(DType dtype);
+}  // namespace blas
 
 }  // namespace tinyddp::tensor::cuda

@@ -39,9 +39,6 @@ HandlePool<cudnnHandle_t>& dnn_handles() {
 
 namespace blas {
 
-namespace {
-
-// cuBLAS's data and compute types for a.dtype(); float32 uses TF32 only when allowed.
 std::pair<cudaDataType, cublasComputeType_t> gemm_types(DType dtype) {
   switch (dtype) {
     case kFloat32: return {CUDA_R_32F, allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F};
@@ -55,6 +52,8 @@ std::pair<cudaDataType, cublasComputeType_t> gemm_types(DType dtype) {
                       dtype_name(dtype)));
   }
 }
+
+namespace {
 
 // One cuBLAS call for the `count` products out_i = a_i b_i over the first `batch_dims` dims of
 // a and b (batch_gemm_ready layouts: one batch stride each; count 1: one GEMM). out is
