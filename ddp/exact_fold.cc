@@ -1,7 +1,10 @@
-// exact_fold.h: the scalar definition, and its AVX2 form for float32 gradients. A float32 x
-// scaled by 2^scale is exact in double; _mm256_round_pd rounds it to the nearest integer, ties
-// to even (what the scalar conversion does under the default rounding mode); the integral
-// double becomes an int64 from its bits: the 53-bit significand shifted by the exponent.
+// exact_fold.h: the scalar definitions and their vector forms. A float32 x scaled by 2^scale is
+// exact in double. The AVX2 fold rounds it with _mm256_round_pd to the nearest integer, ties to
+// even (what the scalar conversion does under the default rounding mode), and makes the
+// integral double an int64 from its bits: the 53-bit significand shifted by the exponent. The
+// AVX-512 fold converts it with vcvtpd2qq under the same rounding. The unfold converts four
+// int64 to double with one rounding each, as the scalar conversion does, and then divides as the
+// scalar expression does.
 #include "tinyddp/ddp/exact_fold.h"
 
 #include <emmintrin.h>
@@ -10,6 +13,8 @@
 #include <cmath>
 #include <limits>
 
+#include "tinyddp/tensor/cpu_isa.h"
+
 namespace tinyddp::ddp::exact {
 
 namespace {
@@ -17,17 +22,17 @@ namespace {
 constexpr double kLimit = 0x1p62;  // no chunk's rounded value reaches it (|q| < 2^B <= 2^62)
 
 template <typename T>
-void fold_scalar(const T* values, int64_t n, int64_t* sums, double factor, T& largest, bool& finite) {
+void fold_scalar(const T* values, int64_t n, int64_t* sums, double factor, Into into, T& largest, bool& finite) {
   auto* wrapping = reinterpret_cast<uint64_t*>(sums);
   for (int64_t i = 0; i < n; ++i) {
     const T a = std::fabs(values[i]);
     finite = finite && std::isfinite(a);
     largest = a > largest ? a : largest;
-    if (wrapping != nullptr) {
-      const double scaled = static_cast<double>(values[i]) * factor;
-      // Beyond the grid (the step will be refused): nothing is added, so no sum can overflow.
-      if (std::fabs(scaled) < kLimit) wrapping[i] += static_cast<uint64_t>(_mm_cvtsd_si64(_mm_set_sd(scaled)));
-    }
+    if (wrapping == nullptr) continue;
+    if (into == Into::kStore) wrapping[i] = 0;
+    const double scaled = static_cast<double>(values[i]) * factor;
+    // Beyond the grid (the step will be refused): nothing is added, so no sum can overflow.
+    if (std::fabs(scaled) < kLimit) wrapping[i] += static_cast<uint64_t>(_mm_cvtsd_si64(_mm_set_sd(scaled)));
   }
 }
 
@@ -48,22 +53,9 @@ __m256i integral_to_int64(__m256d r) {
   return _mm256_sub_epi64(_mm256_xor_si256(magnitude, negative), negative);
 }
 
-}  // namespace
-
-void fold(const double* values, int64_t n, int64_t* sums, int scale, double& largest, bool& finite) {
-  fold(&values, 1, n, sums, scale, largest, finite);
-}
-
-void fold(const float* values, int64_t n, int64_t* sums, int scale, float& largest, bool& finite) {
-  fold(&values, 1, n, sums, scale, largest, finite);
-}
-
-void fold(const double* const* chunks, int count, int64_t n, int64_t* sums, int scale, double& largest, bool& finite) {
-  for (int c = 0; c < count; ++c) fold_scalar(chunks[c], n, sums, std::ldexp(1.0, scale), largest, finite);
-}
-
-void fold(const float* const* chunks, int count, int64_t n, int64_t* sums, int scale, float& largest, bool& finite) {
-  const double factor = std::ldexp(1.0, scale);
+// The float32 fold, 8 values at a time, over the first n - n % 8 values; returns where it stopped.
+int64_t fold_avx2(const float* const* chunks, int count, int64_t n, int64_t* sums, double factor, Into into,
+                  float& largest, bool& finite) {
   const __m256 sign = _mm256_set1_ps(-0.0f), infinity = _mm256_set1_ps(std::numeric_limits<float>::infinity());
   const __m256d factors = _mm256_set1_pd(factor), limit = _mm256_set1_pd(kLimit), dsign = _mm256_set1_pd(-0.0);
   __m256 most = _mm256_setzero_ps();
@@ -71,7 +63,7 @@ void fold(const float* const* chunks, int count, int64_t n, int64_t* sums, int s
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256i sum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-    if (sums != nullptr) {
+    if (sums != nullptr && into == Into::kAdd) {
       sum[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + i));
       sum[1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + i + 4));
     }
@@ -98,9 +90,113 @@ void fold(const float* const* chunks, int count, int64_t n, int64_t* sums, int s
   _mm256_store_ps(lanes, most);
   for (float lane : lanes) largest = lane > largest ? lane : largest;
   finite = finite && _mm256_movemask_ps(all_finite) == 0xFF;
-  for (int c = 0; c < count; ++c) {
-    fold_scalar(chunks[c] + i, n - i, sums == nullptr ? nullptr : sums + i, factor, largest, finite);
+  return i;
+}
+
+// The same 16 values at a time (x86-64-v4: the CPU kernels' AVX-512 level), the conversion one
+// instruction (vcvtpd2qq, round to nearest even) and the grid's edge a mask on the add.
+__attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) int64_t fold_avx512(const float* const* chunks, int count,
+                                                                                  int64_t n, int64_t* sums,
+                                                                                  double factor, Into into,
+                                                                                  float& largest, bool& finite) {
+  const __m512 infinity = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  const __m512d factors = _mm512_set1_pd(factor), limit = _mm512_set1_pd(kLimit);
+  __m512 most = _mm512_setzero_ps();
+  __mmask16 all_finite = 0xFFFF;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512i sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    if (sums != nullptr && into == Into::kAdd) {
+      sum[0] = _mm512_loadu_si512(sums + i);
+      sum[1] = _mm512_loadu_si512(sums + i + 8);
+    }
+    for (int c = 0; c < count; ++c) {
+      const __m512 x = _mm512_loadu_ps(chunks[c] + i);
+      const __m512 a = _mm512_abs_ps(x);
+      all_finite &= _mm512_cmp_ps_mask(a, infinity, _CMP_LT_OQ);  // false for NaN and inf
+      most = _mm512_max_ps(a, most);                              // a NaN in `a` leaves `most`
+      if (sums == nullptr) continue;
+      for (int half = 0; half < 2; ++half) {
+        const __m512d scaled = _mm512_mul_pd(
+            _mm512_cvtps_pd(half == 0 ? _mm512_castps512_ps256(x) : _mm512_extractf32x8_ps(x, 1)), factors);
+        const __mmask8 inside = _mm512_cmp_pd_mask(_mm512_abs_pd(scaled), limit, _CMP_LT_OQ);
+        const __m512i q = _mm512_cvt_roundpd_epi64(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        sum[half] = _mm512_mask_add_epi64(sum[half], inside, sum[half], q);
+      }
+    }
+    if (sums != nullptr) {
+      _mm512_storeu_si512(sums + i, sum[0]);
+      _mm512_storeu_si512(sums + i + 8, sum[1]);
+    }
   }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, most);
+  for (float lane : lanes) largest = lane > largest ? lane : largest;
+  finite = finite && all_finite == 0xFFFF;
+  return i;
+}
+
+// Four int64 as doubles, each rounded once as the scalar conversion rounds it: v = h 2^32 + l
+// (h the signed upper half, l the unsigned lower one); h 2^32 + 2^31 and l - 2^31 are exact
+// doubles, and their sum, v, is rounded once.
+__m256d int64_to_double(__m256i v) {
+  const __m256i halves = _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+  const __m128i low = _mm_xor_si128(_mm256_castsi256_si128(halves), _mm_set1_epi32(std::numeric_limits<int>::min()));
+  const __m128i high = _mm256_extracti128_si256(halves, 1);
+  const __m256d upper = _mm256_fmadd_pd(_mm256_cvtepi32_pd(high), _mm256_set1_pd(0x1p32), _mm256_set1_pd(0x1p31));
+  return _mm256_add_pd(upper, _mm256_cvtepi32_pd(low));
+}
+
+void store_means(float* out, __m256d means) { _mm_storeu_ps(out, _mm256_cvtpd_ps(means)); }
+void store_means(double* out, __m256d means) { _mm256_storeu_pd(out, means); }
+
+template <typename T>
+void unfold_values(const int64_t* sums, int64_t n, int scale, double chunks, T* out) {
+  const double factor = std::ldexp(1.0, -scale);
+  const __m256d factors = _mm256_set1_pd(factor), divisor = _mm256_set1_pd(chunks);
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256d sum = int64_to_double(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums + i)));
+    store_means(out + i, _mm256_div_pd(_mm256_mul_pd(sum, factors), divisor));
+  }
+  for (; i < n; ++i) out[i] = static_cast<T>(static_cast<double>(sums[i]) * factor / chunks);
+}
+
+}  // namespace
+
+void fold(const double* values, int64_t n, int64_t* sums, int scale, double& largest, bool& finite) {
+  fold(&values, 1, n, sums, scale, largest, finite);
+}
+
+void fold(const float* values, int64_t n, int64_t* sums, int scale, float& largest, bool& finite) {
+  fold(&values, 1, n, sums, scale, largest, finite);
+}
+
+void fold(const double* const* chunks, int count, int64_t n, int64_t* sums, int scale, double& largest, bool& finite,
+          Into into) {
+  for (int c = 0; c < count; ++c) {
+    fold_scalar(chunks[c], n, sums, std::ldexp(1.0, scale), c == 0 ? into : Into::kAdd, largest, finite);
+  }
+}
+
+void fold(const float* const* chunks, int count, int64_t n, int64_t* sums, int scale, float& largest, bool& finite,
+          Into into) {
+  const double factor = std::ldexp(1.0, scale);
+  const int64_t i = tensor::cpu_isa() == tensor::CpuIsa::kAvx512
+                        ? fold_avx512(chunks, count, n, sums, factor, into, largest, finite)
+                        : fold_avx2(chunks, count, n, sums, factor, into, largest, finite);
+  for (int c = 0; c < count; ++c) {
+    fold_scalar(chunks[c] + i, n - i, sums == nullptr ? nullptr : sums + i, factor, c == 0 ? into : Into::kAdd, largest,
+                finite);
+  }
+}
+
+void unfold(const int64_t* sums, int64_t n, int scale, double chunks, float* out) {
+  unfold_values(sums, n, scale, chunks, out);
+}
+
+void unfold(const int64_t* sums, int64_t n, int scale, double chunks, double* out) {
+  unfold_values(sums, n, scale, chunks, out);
 }
 
 }  // namespace tinyddp::ddp::exact

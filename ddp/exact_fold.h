@@ -1,21 +1,36 @@
-// The exact sum's inner loop (exact_sum.h), apart so that its vector form can be tested against
-// the scalar definition: one pass over part of a chunk's gradient.
+// The exact sum's inner loops (exact_sum.h), apart so that their vector forms can be tested
+// against the scalar definitions: one pass over part of a chunk's gradient into the int64 sums,
+// and one pass from the sums back to the means.
 #pragma once
 
 #include <cstdint>
 
 namespace tinyddp::ddp::exact {
 
+// What a fold does with `sums`: adds to what they hold, or writes the folded chunks over it
+// (the step's first fold of a parameter: its sums need no pass to zero them first).
+enum class Into { kAdd, kStore };
+
 // Over values[0, n): `largest` becomes the largest of itself and every finite-or-infinite |x|
 // (NaNs are skipped), `finite` false when some x is a NaN or an infinity; when `sums` is not
 // null, sums[i] += x 2^scale rounded to the nearest integer (ties to even) for every x with
-// |x 2^scale| < 2^62 (int64 wrapping; values beyond are left out). float32 runs 8 values at a
-// time (AVX2), float64 one by one; both give the scalar definition's bits.
+// |x 2^scale| < 2^62 (int64 wrapping; values beyond are left out). float32 runs 16 values at a
+// time where the CPU kernels use AVX-512 (tensor/cpu_isa.h), else 8 (AVX2); float64 one by one;
+// every form gives the scalar definition's bits.
 void fold(const float* values, int64_t n, int64_t* sums, int scale, float& largest, bool& finite);
 void fold(const double* values, int64_t n, int64_t* sums, int scale, double& largest, bool& finite);
 // The same for `count` chunks' values of one parameter at once (chunks[c][0, n)), added in
 // one pass: sums are read and written once, not once per chunk. The integers are the same.
-void fold(const float* const* chunks, int count, int64_t n, int64_t* sums, int scale, float& largest, bool& finite);
-void fold(const double* const* chunks, int count, int64_t n, int64_t* sums, int scale, double& largest, bool& finite);
+// With Into::kStore the sums' old values are not read: sums[i] becomes the chunks' integers.
+void fold(const float* const* chunks, int count, int64_t n, int64_t* sums, int scale, float& largest, bool& finite,
+          Into into = Into::kAdd);
+void fold(const double* const* chunks, int count, int64_t n, int64_t* sums, int scale, double& largest, bool& finite,
+          Into into = Into::kAdd);
+
+// The means: out[i] = double(sums[i]) * 2^-scale / chunks, then rounded to the output's type,
+// each step rounded as that C++ expression rounds it (the int64's conversion to double once,
+// the division once, the float32 result once), 4 values at a time (AVX2).
+void unfold(const int64_t* sums, int64_t n, int scale, double chunks, float* out);
+void unfold(const int64_t* sums, int64_t n, int scale, double chunks, double* out);
 
 }  // namespace tinyddp::ddp::exact

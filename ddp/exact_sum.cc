@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
-#include <type_traits>
 
 #include "tinyddp/base/error.h"
 #include "tinyddp/ddp/exact_fold.h"
@@ -26,11 +25,11 @@ constexpr int64_t kGrain = 1 << 14;  // elements per task
 // One pass over chunks' gradients of one parameter: returns the smallest e with |x| < 2^e for
 // every x (`floor` when all are zero), sets `finite` false when a value is a NaN or an
 // infinity, and, when `sums` is not null, adds every x rounded onto the grid 2^-scale to its
-// sum. The largest |x| does not depend on how the threads split the values. A value beyond
-// the grid's range is not added: the bound it returns makes the caller refuse the step.
+// sum (or, Into::kStore, writes their sum over it). The largest |x| does not depend on how the threads split the
+// values. A value beyond the grid's range is not added: the bound it returns makes the caller refuse the step.
 template <typename T>
-int add_chunk_values(const std::vector<const T*>& chunks, int64_t n, int floor, bool& finite, int64_t* sums,
-                     int scale) {
+int add_chunk_values(const std::vector<const T*>& chunks, int64_t n, int floor, bool& finite, int64_t* sums, int scale,
+                     exact::Into into) {
   std::mutex mutex;
   double largest = 0;
   finite = true;
@@ -42,7 +41,7 @@ int add_chunk_values(const std::vector<const T*>& chunks, int64_t n, int floor, 
     std::vector<const T*> at;
     for (const T* values : chunks) at.push_back(values + begin);
     exact::fold(at.data(), static_cast<int>(at.size()), end - begin, sums == nullptr ? nullptr : sums + begin, scale,
-                mine, ok);
+                mine, ok, into);
     std::lock_guard<std::mutex> lock(mutex);
     largest = std::max(largest, static_cast<double>(mine));
     finite = finite && ok;
@@ -126,6 +125,7 @@ void ExactGradientSum::lay_out() {
   bound_.assign(params_.size(), kUnknown);
   step_bound_.assign(params_.size(), kUnknown);
   added_.assign(params_.size(), false);
+  holds_.assign(params_.size(), false);
   launched_.assign(params_.size(), nullptr);
   pending_.assign(params_.size(), {});
 }
@@ -134,8 +134,15 @@ ExactGradientSum::~ExactGradientSum() {
   for (auto& hook : hooks_) hook.remove();
 }
 
+Tensor ExactGradientSum::step_sums(size_t p) {
+  Tensor sums = sums_.narrow(0, offsets_[p], offsets_[p + 1] - offsets_[p]);
+  if (!holds_[p]) sums.zero_();  // no chunk of this step folded into them (no gradient, or a refused step)
+  holds_[p] = true;
+  return sums;
+}
+
 void ExactGradientSum::launch(size_t p) {
-  const Tensor sums = sums_.narrow(0, offsets_[p], offsets_[p + 1] - offsets_[p]);
+  const Tensor sums = step_sums(p);
   if (!sharded()) {
     launched_[p] = pg_->allreduce(sums);
     return;
@@ -196,15 +203,18 @@ void ExactGradientSum::fold_pending(size_t p) {
   const bool adding = bound_[p] != kUnknown && !outgrown_;
   const int scale = adding ? bits_ - (bound_[p] + headroom_) : 0;  // |x| < 2^(bound + H): |x 2^scale| < 2^B
   int64_t* sums = adding ? sums_.data_ptr<int64_t>() + offsets_[p] : nullptr;
+  // The step's first fold into p's sums writes over what the last step left (no pass zeroes them).
+  const exact::Into into = holds_[p] ? exact::Into::kAdd : exact::Into::kStore;
   bool finite = true;
   const auto fold_all = [&](auto type) {
     using T = decltype(type);
     std::vector<const T*> chunks;
     for (const Tensor& g : kept) chunks.push_back(g.data_ptr<T>());
-    return add_chunk_values(chunks, n, kUnknown, finite, sums, scale);
+    return add_chunk_values(chunks, n, kUnknown, finite, sums, scale, into);
   };
   const int bound = kept.front().dtype() == t::kFloat32 ? fold_all(float{}) : fold_all(double{});
   kept.clear();
+  if (sums != nullptr) holds_[p] = true;
   TDDP_CHECK(finite,
              "deterministic mode: the gradient of '{}' holds a NaN or an infinity; the fixed-point sum cannot hold it "
              "(lower the learning rate, or clip the gradients)",
@@ -254,24 +264,25 @@ bool ExactGradientSum::finish() {
              "chunks, {} per rank",
              -got[2], got[1], chunks_here, total_chunks_, total_chunks_ / world);
   if (refused) {  // on every rank alike
-    sums_.zero_();
+    std::fill(holds_.begin(), holds_.end(), false);
     ++reruns_;
     return false;
   }
   // The sums over the ranks: all of them, or (sharded) this rank's blocks.
   const bool blocks = sharded() && pg_;
+  if (!pg_) {
+    for (size_t p = 0; p < params_.size(); ++p) step_sums(p);
+  }
   const int64_t* total = (blocks ? blocks_ : sums_).data_ptr<int64_t>();
   for (size_t p = 0; p < params_.size(); ++p) {
     // The grid this step's chunks were added on (the bound agreed before it), back to floats:
     // sum x 2^-scale / total_chunks, rounded to double, then once more to float32 parameters.
     const int scale = previous[p] == kUnknown ? 0 : bits_ - (previous[p] + headroom_);
-    const double factor = std::ldexp(1.0, -scale), chunks = static_cast<double>(total_chunks_);
     const int64_t* sum = total + (blocks ? block_offsets_[p] : offsets_[p]);
     Tensor mean = t::empty(target(p).sizes(), t::TensorOptions().dtype(target(p).dtype()));
     const auto convert = [&](auto* out) {
       t::parallel_for(0, mean.numel(), kGrain, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i)
-          out[i] = static_cast<std::remove_pointer_t<decltype(out)>>(static_cast<double>(sum[i]) * factor / chunks);
+        exact::unfold(sum + begin, end - begin, scale, static_cast<double>(total_chunks_), out + begin);
       });
     };
     if (mean.dtype() == t::kFloat32) {
@@ -281,7 +292,7 @@ bool ExactGradientSum::finish() {
     }
     target(p).mutable_grad() = mean.to(target(p).device());
   }
-  sums_.zero_();
+  std::fill(holds_.begin(), holds_.end(), false);
   return true;
 }
 

@@ -110,6 +110,8 @@ class ExactGradientSum {
   void add_gradient(size_t p);
   // Adds the kept chunks' gradients of p to its sums, in one pass over the sums.
   void fold_pending(size_t p);
+  // Parameter p's sums in sums_, zeroed first where no chunk of this step folded into them.
+  Tensor step_sums(size_t p);
   // Starts the allreduce (sharded: the reduce-scatter) of parameter p's integer sums.
   void launch(size_t p);
   // The constructors' common part: the checks, the sums' layout.
@@ -127,6 +129,7 @@ class ExactGradientSum {
   ShardedGradients sharded_;            // empty unless fully_shard's
   std::vector<int64_t> offsets_;        // where parameter p's sums start in sums_ (sharded: W blocks)
   Tensor sums_;                         // int64: the sums of this rank's chunks, parameter after parameter
+  std::vector<bool> holds_;             // sums_ of p hold this step's chunks (else last step's values)
   std::vector<int64_t> block_offsets_;  // sharded: where parameter p's block starts in blocks_
   Tensor blocks_;                       // sharded: this rank's blocks of the sums over the ranks
   std::vector<int> bound_;              // E_p, agreed (kUnknown before the first step)

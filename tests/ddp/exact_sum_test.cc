@@ -5,12 +5,14 @@
 // rank differ from one world size to another.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <mutex>
 
 #include "tests/comm/comm_test_util.h"
 #include "tinyddp/ddp/exact_fold.h"
 #include "tinyddp/ddp/exact_sum.h"
+#include "tinyddp/tensor/cpu_isa.h"
 #include "tinyddp/tensor/random.h"
 
 using namespace tinyddp;
@@ -39,8 +41,11 @@ struct Param {
   t::DType dtype;
 };
 const std::vector<Param> kParams = {{{5, 7}, t::kFloat32}, {{13}, t::kFloat64}};
-// Step 1 calibrates, step 2 grows within the headroom, step 3 outgrows the grid.
-const std::vector<double> kScales = {1.0, 4.0, 1000.0};
+// Step 1 calibrates, step 2 grows within the headroom, step 3 outgrows the grid, step 4 fits
+// it and gives the second parameter no gradient (its mean: zeros, whatever its sums held before).
+const std::vector<double> kScales = {1.0, 4.0, 1000.0, 2.0};
+constexpr size_t kNoGradientStep = 3, kNoGradientParam = 1;
+bool has_gradient(size_t step, size_t p) { return step != kNoGradientStep || p != kNoGradientParam; }
 
 struct Result {
   std::vector<std::vector<double>> means;  // per step and parameter, flattened in order
@@ -63,8 +68,13 @@ Result means_on(int world, size_t keep = 1) {
       bool done = false;
       for (int attempt = 0; attempt < 2 && !done; ++attempt) {
         for (int64_t c = first; c < first + per_rank; ++c) {
-          for (size_t p = 0; p < params.size(); ++p)
+          for (size_t p = 0; p < params.size(); ++p) {
+            if (!has_gradient(step, p)) {
+              params[p].mutable_grad() = t::Tensor();  // (the last step's mean is not a gradient of this one)
+              continue;
+            }
             params[p].mutable_grad() = chunk_gradient(step, c, kParams[p].shape, kParams[p].dtype, kScales[step]);
+          }
           sum.add_chunk();
           for (const t::Tensor& p : params) e.expect(!p.grad().defined(), "add_chunk sets .grad to None");
         }
@@ -111,10 +121,11 @@ TEST_CASE("ExactGradientSum gives the same bits on 1, 2, 3, 4 and 6 ranks, withi
   CHECK(precision == 62 - 4 - 4);  // 12 chunks: 4 guard bits; 4 bits of headroom
   for (size_t step = 0; step < kScales.size(); ++step) {
     size_t at = 0;
-    for (const Param& p : kParams) {
+    for (size_t param = 0; param < kParams.size(); ++param) {
+      const Param& p = kParams[param];
       std::vector<long double> exact(static_cast<size_t>(t::shape_numel(p.shape, "test")), 0.0L);
       double largest = 0;
-      for (int64_t c = 0; c < kChunks; ++c) {
+      for (int64_t c = 0; c < kChunks && has_gradient(step, param); ++c) {
         const std::vector<double> g =
             chunk_gradient(step, c, p.shape, p.dtype, kScales[step]).to(t::kFloat64).to_vector<double>();
         for (size_t i = 0; i < g.size(); ++i) {
@@ -237,10 +248,26 @@ Folded fold_by_definition(const std::vector<float>& values, std::vector<int64_t>
   return f;
 }
 
+// The fold's checks, run under the instruction set the CPU kernels use now (cpu_isa.h).
+void check_fold_against_definition();
+
 }  // namespace
 
 TEST_CASE("The exact sum's vector fold gives the definition's integers: ties to even, the grid's edge, the tail",
           "[ddp][exact]") {
+  const t::CpuIsa chosen = t::cpu_isa();
+  for (t::CpuIsa isa : {t::CpuIsa::kAvx2, t::CpuIsa::kAvx512}) {
+    if (!t::cpu_has(isa)) continue;  // AVX-512 on an x86-64-v4 CPU only
+    INFO(t::cpu_isa_name(isa));
+    t::set_cpu_isa(isa);
+    check_fold_against_definition();
+  }
+  t::set_cpu_isa(chosen);
+}
+
+namespace {
+
+void check_fold_against_definition() {
   t::Generator g(17);
   std::vector<float> values;
   for (int i = 0; i < 1000; ++i) {  // every magnitude from 2^-40 to 2^20, both signs
@@ -285,8 +312,24 @@ TEST_CASE("The exact sum's vector fold gives the definition's integers: ties to 
                    finite_together);
   CHECK(together == one_by_one);
   CHECK(largest_together == largest_one);
+  // Into::kStore: the sums' old values are not read; the chunks' integers replace them.
+  std::vector<int64_t> stored = start;
+  float largest_stored = 0;
+  bool finite_stored = true;
+  ddp::exact::fold(chunks, 3, static_cast<int64_t>(values.size()), stored.data(), 21, largest_stored, finite_stored,
+                   ddp::exact::Into::kStore);
+  std::vector<int64_t> from_zero(values.size());
+  for (const std::vector<float>* chunk : {&values, &second, &third})
+    from_zero = fold_by_definition(*chunk, from_zero, 21).sums;
+  CHECK(stored == from_zero);
+  CHECK(largest_stored == largest_one);
   // A NaN or an infinity: not finite, left out of the sums, not the largest.
-  std::vector<float> bad{1.0f, std::nanf(""), 2.0f, 3.0f, -INFINITY, 4.0f, 5.0f, 6.0f, 7.0f};
+  // (33 values: both vector widths' blocks hold the NaN and the infinity, the tail does not.)
+  std::vector<float> bad(33);
+  for (size_t i = 0; i < bad.size(); ++i) bad[i] = static_cast<float>(i) + 1.0f;
+  bad[1] = std::nanf("");
+  bad[20] = -INFINITY;
+  bad[25] = 100.0f;
   const Folded want = fold_by_definition(bad, std::vector<int64_t>(bad.size()), 3);
   std::vector<int64_t> sums(bad.size());
   float largest = 0;
@@ -296,6 +339,8 @@ TEST_CASE("The exact sum's vector fold gives the definition's integers: ties to 
   CHECK(sums == want.sums);
   CHECK(largest == want.largest);
 }
+
+}  // namespace
 
 namespace {
 // Elements [first, first + count) of two tensors (float32 and float64, magnitudes over eight
@@ -311,6 +356,39 @@ std::vector<t::Tensor> square_sum_share(int rank, int world) {
   return mine;
 }
 }  // namespace
+
+TEST_CASE("The exact sum's vector unfold gives the scalar expression's bits: ties, the int64 range, the tail",
+          "[ddp][exact]") {
+  t::Generator g(23);
+  std::vector<int64_t> sums;
+  for (int i = 0; i < 997; ++i) {  // magnitudes from 1 to 2^62, both signs; 997: a tail of 1
+    const auto magnitude = static_cast<int64_t>(g.random64() >> (2 + g.random64() % 61));
+    sums.push_back(g.random64() % 2 == 0 ? magnitude : -magnitude);
+  }
+  // int64s a double cannot hold: halfway between two doubles (ties to even) and beside them.
+  for (int64_t v : {(int64_t{1} << 53) + 1, (int64_t{1} << 53) + 3, (int64_t{1} << 54) + 2, (int64_t{1} << 62) - 1,
+                    -(int64_t{1} << 62) + 1, -(int64_t{1} << 53) - 1, int64_t{0}, int64_t{-1}, int64_t{1} << 32}) {
+    sums.push_back(v);
+  }
+  for (double chunks : {1.0, 3.0, 12.0}) {
+    for (int scale : {0, 30, 58}) {
+      INFO(chunks << " chunks, scale " << scale);
+      const double factor = std::ldexp(1.0, -scale);
+      std::vector<float> floats(sums.size());
+      std::vector<double> doubles(sums.size());
+      ddp::exact::unfold(sums.data(), static_cast<int64_t>(sums.size()), scale, chunks, floats.data());
+      ddp::exact::unfold(sums.data(), static_cast<int64_t>(sums.size()), scale, chunks, doubles.data());
+      size_t differ = 0;
+      for (size_t i = 0; i < sums.size(); ++i) {
+        const double want = static_cast<double>(sums[i]) * factor / chunks;
+        differ += std::memcmp(&doubles[i], &want, sizeof want) != 0;
+        const float want_float = static_cast<float>(want);
+        differ += std::memcmp(&floats[i], &want_float, sizeof want_float) != 0;
+      }
+      CHECK(differ == 0);
+    }
+  }
+}
 
 TEST_CASE("exact_square_sum gives the same bits however 1, 2, 3, 4 or 6 ranks split the elements", "[ddp][exact]") {
   // The reference: every square in long double, summed from the smallest up (64-bit mantissa:
