@@ -25,8 +25,9 @@ constexpr int64_t kGrain = 1 << 14;  // elements per task
 // One pass over chunks' gradients of one parameter: returns the smallest e with |x| < 2^e for
 // every x (`floor` when all are zero), sets `finite` false when a value is a NaN or an
 // infinity, and, when `sums` is not null, adds every x rounded onto the grid 2^-scale to its
-// sum (or, Into::kStore, writes their sum over it). The largest |x| does not depend on how the threads split the
-// values. A value beyond the grid's range is not added: the bound it returns makes the caller refuse the step.
+// sum (or, Into::kStore, writes their sum over it). The largest |x| does not depend on how the
+// threads split the values. A value beyond the grid's range is not added: the bound it returns
+// makes the caller refuse the step.
 template <typename T>
 int add_chunk_values(const std::vector<const T*>& chunks, int64_t n, int floor, bool& finite, int64_t* sums, int scale,
                      exact::Into into) {
@@ -270,15 +271,12 @@ bool ExactGradientSum::finish() {
   }
   // The sums over the ranks: all of them, or (sharded) this rank's blocks.
   const bool blocks = sharded() && pg_;
-  if (!pg_) {
-    for (size_t p = 0; p < params_.size(); ++p) step_sums(p);
-  }
-  const int64_t* total = (blocks ? blocks_ : sums_).data_ptr<int64_t>();
   for (size_t p = 0; p < params_.size(); ++p) {
     // The grid this step's chunks were added on (the bound agreed before it), back to floats:
     // sum x 2^-scale / total_chunks, rounded to double, then once more to float32 parameters.
     const int scale = previous[p] == kUnknown ? 0 : bits_ - (previous[p] + headroom_);
-    const int64_t* sum = total + (blocks ? block_offsets_[p] : offsets_[p]);
+    // (step_sums: the sums the allreduce added up, or zeros where no chunk folded into them.)
+    const int64_t* sum = blocks ? blocks_.data_ptr<int64_t>() + block_offsets_[p] : step_sums(p).data_ptr<int64_t>();
     Tensor mean = t::empty(target(p).sizes(), t::TensorOptions().dtype(target(p).dtype()));
     const auto convert = [&](auto* out) {
       t::parallel_for(0, mean.numel(), kGrain, [&](int64_t begin, int64_t end) {
