@@ -51,7 +51,7 @@ def work(name):
     base, _, arg = name.partition("/")
     if base in ("BM_Matmul", "BM_MatmulTransposedA", "BM_MatmulTransposedB", "BM_MatmulBf16"):
         return "GFLOP", 2.0 * int(arg) ** 3 / 1e9
-    if base in ("BM_MlpGemm", "BM_MlpGemmBf16"):
+    if base in ("BM_MlpGemm", "BM_MlpGemmBf16", "BM_ChunkGemm"):
         fields = dict(part.split(":") for part in arg.split("/"))
         return "GFLOP", 2.0 * int(fields["batch"]) * int(fields["in"]) * int(fields["out"]) / 1e9
     if base == "BM_Conv2d":  # 3x3, padding 1; forward + backward is three such products

@@ -84,18 +84,20 @@ void linear_shapes(benchmark::internal::Benchmark* b, const std::vector<std::vec
   for (const std::vector<int64_t>& shape : shapes) b->Args(shape);
   b->Unit(benchmark::kMillisecond);
 }
-void mlp_shapes(benchmark::internal::Benchmark* b) {
-  linear_shapes(b, {{128, 784, 1024, 0},
-                    {128, 1024, 1024, 0},
-                    {128, 1024, 10, 0},
-                    {128, 1024, 1024, 1},
-                    {128, 1024, 10, 1},
-                    {128, 784, 1024, 2},
-                    {128, 1024, 1024, 2},
-                    {128, 1024, 10, 2}});
+// The MLP 784-1024-1024-10's products at `batch` rows.
+std::vector<std::vector<int64_t>> mlp_products(int64_t batch) {
+  return {{batch, 784, 1024, 0}, {batch, 1024, 1024, 0}, {batch, 1024, 10, 0},   {batch, 1024, 1024, 1},
+          {batch, 1024, 10, 1},  {batch, 784, 1024, 2},  {batch, 1024, 1024, 2}, {batch, 1024, 10, 2}};
 }
+void mlp_shapes(benchmark::internal::Benchmark* b) { linear_shapes(b, mlp_products(128)); }
 BENCHMARK(BM_MlpGemm)->Apply(mlp_shapes);
 BENCHMARK(BM_MlpGemmBf16)->Apply(mlp_shapes);
+
+// The same MLP's products on one chunk of 16 rows (train --deterministic --chunk_size 16: each
+// chunk is its own forward and backward), float32.
+void chunk_shapes(benchmark::internal::Benchmark* b) { linear_shapes(b, mlp_products(16)); }
+void BM_ChunkGemm(benchmark::State& state) { run_mlp_gemm(state, t::kFloat32); }
+BENCHMARK(BM_ChunkGemm)->Apply(chunk_shapes);
 
 // The example GPT's Linear products on one process (examples/train_gpt's defaults: 32 windows
 // of 64 tokens, 128 wide): attention's q/k/v and output projections, the MLP's two layers,

@@ -18,6 +18,8 @@ import torch
 # 1 = grad @ W, 2 = grad^T @ x.
 MLP_GEMMS = [(128, 784, 1024, 0), (128, 1024, 1024, 0), (128, 1024, 10, 0), (128, 1024, 1024, 1),
              (128, 1024, 10, 1), (128, 784, 1024, 2), (128, 1024, 1024, 2), (128, 1024, 10, 2)]
+# BM_ChunkGemm: the same products on one chunk of 16 rows (train --deterministic --chunk_size 16).
+CHUNK_GEMMS = [(16,) + shape[1:] for shape in MLP_GEMMS]
 
 
 def timeit(fn, min_seconds=0.4, repetitions=5):
@@ -56,11 +58,11 @@ def main():
     emit("BM_MatmulTransposedB/1024", lambda: torch.matmul(a, b))
     a, b = torch.randn(1024, 1024).t(), torch.randn(1024, 1024)
     emit("BM_MatmulTransposedA/1024", lambda: torch.matmul(a, b))
-    for batch, fan_in, fan_out, which in MLP_GEMMS:
-        x, w, g = torch.randn(batch, fan_in), torch.randn(fan_out, fan_in), torch.randn(batch, fan_out)
-        fn = [lambda: torch.matmul(x, w.t()), lambda: torch.matmul(g, w), lambda: torch.matmul(g.t(), x)][which]
-        name = f"BM_MlpGemm/batch:{batch}/in:{fan_in}/out:{fan_out}/which:{which}"
-        emit(name, fn)
+    for bench, shapes in (("BM_MlpGemm", MLP_GEMMS), ("BM_ChunkGemm", CHUNK_GEMMS)):
+        for batch, fan_in, fan_out, which in shapes:
+            x, w, g = torch.randn(batch, fan_in), torch.randn(fan_out, fan_in), torch.randn(batch, fan_out)
+            fn = [lambda: torch.matmul(x, w.t()), lambda: torch.matmul(g, w), lambda: torch.matmul(g.t(), x)][which]
+            emit(f"{bench}/batch:{batch}/in:{fan_in}/out:{fan_out}/which:{which}", fn)
     for n in (256, 512, 1024):  # bfloat16: oneDNN's kernels
         a, b = torch.randn(n, n).bfloat16(), torch.randn(n, n).bfloat16()
         emit(f"BM_MatmulBf16/{n}", lambda: torch.matmul(a, b))

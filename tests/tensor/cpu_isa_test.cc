@@ -5,6 +5,7 @@
 // vectorised math library differs). On a CPU without AVX-512 that half skips, saying so.
 #include <cstdlib>
 #include <cstring>
+#include <tuple>
 
 #include "tests/test_util.h"
 #include "tinyddp/autograd/autograd.h"
@@ -53,7 +54,12 @@ void check_table_gemm(const tinyddp::tensor::cpu::IsaKernels& kernels, double to
                                                                    {10, 128, 1030},
                                                                    {16, 53, 40},
                                                                    {13, 31, 17},
-                                                                   {1, 200, 9}}) {
+                                                                   {1, 200, 9},
+                                                                   // A chunk's x @ W^T (dots over W's rows) and
+                                                                   // g @ W (row strips, prefetched).
+                                                                   {16, 300, 203},
+                                                                   {2, 130, 77},
+                                                                   {11, 200, 70}}) {
     const Tensor a = randn({n, k}, {}, &gen), b = randn({k, m}, {}, &gen);
     std::vector<T> av(n * k), bv(k * m);
     for (int64_t i = 0; i < n * k; ++i) av[i] = static_cast<T>(a.data_ptr<float>()[i]);
@@ -75,7 +81,18 @@ void check_table_gemm(const tinyddp::tensor::cpu::IsaKernels& kernels, double to
       GemmArgs<T> g;
       g.n = n, g.k = k, g.m = m, g.a = as.data(), g.lda = lda, g.a_row_major = a_rows;
       g.b = bs.data(), g.ldb = ldb, g.b_row_major = b_rows, g.c = c.data();
-      if constexpr (std::is_same_v<T, float>) kernels.gemm_f32(g);
+      if constexpr (std::is_same_v<T, float>) {
+        // The narrow loops alone: the bits gemm_f32 gives where they take the product (it tries
+        // them first), c untouched where they do not.
+        std::vector<float> narrow(c.size(), -7.0f);
+        GemmArgs<float> gn = g;
+        gn.c = narrow.data();
+        const bool taken = kernels.narrow_gemm_f32(gn);
+        kernels.gemm_f32(g);
+        INFO(kernels.isa << " narrow gemm " << n << "x" << k << "x" << m << " layout " << layout << " taken " << taken);
+        CHECK(std::memcmp(narrow.data(), taken ? c.data() : std::vector<float>(c.size(), -7.0f).data(),
+                          c.size() * sizeof(float)) == 0);
+      }
       if constexpr (std::is_same_v<T, double>) kernels.gemm_f64(g);
       double worst = 0;
       for (size_t i = 0; i < c.size(); ++i) worst = std::max(worst, std::abs(double(c[i]) - ref[i]));
@@ -295,6 +312,31 @@ TEST_CASE("sqrt of contiguous float32 is correctly rounded, as PyTorch's, under 
     }
     INFO(cpu_isa_name(isa));
     CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("a chunk's narrow products of 5 M multiply-adds or more equal a naive loop under each instruction set") {
+  // Large products may go to another GEMM engine (on Zen 4, Eigen's AVX2 build) while their
+  // narrow ones stay on the selected build's loops (matmul.cc): x @ W^T and g @ W of 16 rows.
+  IsaRestore restore;
+  Generator gen(11);
+  const Tensor x = randn({16, 784}, {}, &gen), w1 = randn({1024, 784}, {}, &gen);
+  const Tensor g = randn({16, 1024}, {}, &gen), w2 = randn({1024, 1024}, {}, &gen);
+  for (const CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (!cpu_has(isa)) continue;
+    set_cpu_isa(isa);
+    for (const auto& [a, b, transposed] : {std::tuple{x, w1, true}, std::tuple{g, w2, false}}) {
+      const Tensor c = matmul(a, transposed ? b.t() : b);
+      const Tensor bt = transposed ? b.t().contiguous() : b;
+      const int64_t n = a.size(0), k = a.size(1), m = bt.size(1);
+      const std::vector<double> ref =
+          naive_gemm(std::vector<float>(a.data_ptr<float>(), a.data_ptr<float>() + n * k),
+                     std::vector<float>(bt.data_ptr<float>(), bt.data_ptr<float>() + k * m), n, k, m);
+      double worst = 0;
+      for (int64_t i = 0; i < n * m; ++i) worst = std::max(worst, std::abs(double(c.data_ptr<float>()[i]) - ref[i]));
+      INFO(cpu_isa_name(isa) << " " << n << "x" << k << "x" << m << ": worst error " << worst);
+      CHECK(worst <= 1e-6 * static_cast<double>(k));
+    }
   }
 }
 

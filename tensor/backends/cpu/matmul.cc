@@ -157,6 +157,9 @@ void float_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
       openblas_gemm(piece);
     } else if constexpr (std::is_same_v<T, float>) {
       if (e == GemmEngine::kOneDnn) return onednn_sgemm(piece);
+      // Zen 4 (large products on Eigen's AVX2 build): the narrow ones stay on the selected
+      // build's loops, whose 32 registers hold larger blocks (bench/README.md, "Narrow products").
+      if (e == GemmEngine::kEigenAvx2 && isa_kernels().narrow_gemm_f32(piece)) return;
       table.gemm_f32(piece);
     } else {
       table.gemm_f64(piece);

@@ -3,8 +3,9 @@
 // 16 or less (a classifier's 10 outputs: the MLP's h @ W3^T, g @ W3 and g^T @ h) gives a
 // general GEMM little to block: Eigen's packed kernel ran them at 41-68% of the FMA peak on
 // the Zen 4 machine (bench/README.md). Two register-blocked loops do them instead:
-//  - dots: c [n, m <= 16] = a (row-major) x b (column-major): each output is the dot product
-//    of a row of a and a column of b, both contiguous; R x C of them at once, k in vectors.
+//  - dots: c [n, m] = a (row-major) x b (column-major) with m <= 16 or n <= 16 (a chunk's
+//    x @ W^T, 16 rows): each output is the dot product of a row of a and a column of b, both
+//    contiguous; R x C of them at once, k in vectors.
 //  - rows: c = a x b (row-major) with n <= 16 or k <= 16: R rows x V vectors of c in
 //    registers, each step adds a(i, p) (broadcast) times V vectors of b's row p.
 // Other layouts and sizes (narrow_gemm, at the end, says which) take the general GEMM.
@@ -97,22 +98,35 @@ constexpr DotsTable dots_table(std::integer_sequence<int, Rs...>) {
 }
 constexpr DotsTable kDots = dots_table(std::make_integer_sequence<int, kDotRows>());
 
+// The block at (i0, j0), R and C cut to what is left of c.
+void dots_at(const GemmArgs<float>& g, int64_t i0, int64_t j0, int64_t cols) {
+  const int64_t r = g.n - i0 < kDotRows ? g.n - i0 : kDotRows;
+  const int64_t c = g.m - j0 < cols ? g.m - j0 : cols;
+  kDots.rows[r - 1].cols[c - 1](g, i0, j0);
+}
+
+// The longer side's loop outside: each block of it is read from memory once while the short
+// side's rows (16 or fewer, k terms each) stay in the cache, be the long side a's rows (h @ W3^T,
+// 10 outputs) or b's columns (one chunk's x @ W^T: 16 rows of x, W's 1024 rows).
 void dots(const GemmArgs<float>& g) {
   const int64_t cols = even_block(g.m, kDotCols);
-  for (int64_t i0 = 0; i0 < g.n; i0 += kDotRows) {
-    const int64_t rows = g.n - i0 < kDotRows ? g.n - i0 : kDotRows;
+  if (g.n >= g.m) {
+    for (int64_t i0 = 0; i0 < g.n; i0 += kDotRows) {
+      for (int64_t j0 = 0; j0 < g.m; j0 += cols) dots_at(g, i0, j0, cols);
+    }
+  } else {
     for (int64_t j0 = 0; j0 < g.m; j0 += cols) {
-      const int64_t c = g.m - j0 < cols ? g.m - j0 : cols;
-      kDots.rows[rows - 1].cols[c - 1](g, i0, j0);
+      for (int64_t i0 = 0; i0 < g.n; i0 += kDotRows) dots_at(g, i0, j0, cols);
     }
   }
 }
 
 // ---- rows: c[i0 + r, j0 .. j0 + V vectors) for r < R -------------------------------------------
 // The last vector holds `last` columns when kPartial (masked loads and stores), else kLanes.
+// Each step prefetches b's row `ahead` rows on (0: the row it loads, nothing to fetch).
 
 template <int R, int V, bool kPartial>
-void rows_block(const GemmArgs<float>& g, int64_t i0, int64_t j0, int last) {
+void rows_block(const GemmArgs<float>& g, int64_t i0, int64_t j0, int last, int64_t ahead) {
   const int64_t a_row = g.a_row_major ? g.lda : 1, a_col = g.a_row_major ? 1 : g.lda;
   const float* a = g.a + i0 * a_row;
   const float* b = g.b + j0;
@@ -127,6 +141,7 @@ void rows_block(const GemmArgs<float>& g, int64_t i0, int64_t j0, int last) {
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) {
       bv[v] = kPartial && v == V - 1 ? vload_part(b + v * kLanes, last) : vload(b + v * kLanes);
+      _mm_prefetch(reinterpret_cast<const char*>(b + ahead * g.ldb + v * kLanes), _MM_HINT_T0);
     }
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
@@ -149,7 +164,7 @@ void rows_block(const GemmArgs<float>& g, int64_t i0, int64_t j0, int last) {
   }
 }
 
-using RowsBlock = void (*)(const GemmArgs<float>&, int64_t, int64_t, int);
+using RowsBlock = void (*)(const GemmArgs<float>&, int64_t, int64_t, int, int64_t);
 
 // The instantiations for up to kR rows and kV vectors: [R - 1][vectors - 1], with all
 // vectors full or the last one partial.
@@ -170,24 +185,35 @@ constexpr RowsTable<kR, kV> rows_table(std::integer_sequence<int, Rs...>) {
   return t;
 }
 
-// Rows [i0, i0 + R) of c, all columns: chunks of kV vectors, then what is left.
+// c in blocks of R rows or fewer by strips of kV vectors (the last strip what is left). With
+// few rows, strip by strip, each down all row blocks: a strip of b (k rows of kV vectors) is read
+// from memory once and from the cache for the other row blocks (16 x 1024 x 1024: 0.55 -> 0.36
+// ms). With few terms, row block by row block: c, the most memory, is written in order.
+// A long strip's rows are a row of b apart (4 KB at 1024 columns: a page, past the hardware's
+// stride prefetcher), so they are prefetched 16 rows ahead: in the MLP's training step at chunks
+// of 16 rows (2 processes), g @ W2 took 0.51 ms a call without, 0.29 with (bench/README.md).
 template <int kR, int kV>
-void rows_across(const RowsTable<kR, kV>& t, const GemmArgs<float>& g, int64_t i0, int R) {
+void rows(const RowsTable<kR, kV>& t, const GemmArgs<float>& g, bool strips_outside) {
   constexpr int64_t kChunk = int64_t(kV) * kLanes;
-  int64_t j0 = 0;
-  for (; j0 + kChunk <= g.m; j0 += kChunk) t.full[R - 1][kV - 1](g, i0, j0, kLanes);
-  const int64_t left = g.m - j0;
-  if (left == 0) return;
+  const int64_t ahead = strips_outside && g.k >= 4 * kNarrow ? kNarrow : 0;
+  const int64_t block = even_block(g.n, kR);
+  const int64_t full_end = g.m / kChunk * kChunk, left = g.m - full_end;
   const int vectors = static_cast<int>((left + kLanes - 1) / kLanes);
   const int last = static_cast<int>(left - int64_t(vectors - 1) * kLanes);
-  (last == kLanes ? t.full : t.part)[R - 1][vectors - 1](g, i0, j0, last);
-}
-
-template <int kR, int kV>
-void rows(const RowsTable<kR, kV>& t, const GemmArgs<float>& g) {
-  const int64_t block = even_block(g.n, kR);
-  for (int64_t i0 = 0; i0 < g.n; i0 += block)
-    rows_across(t, g, i0, static_cast<int>(g.n - i0 < block ? g.n - i0 : block));
+  const auto one = [&](int64_t i0, int64_t j0) {
+    const int r = static_cast<int>(g.n - i0 < block ? g.n - i0 : block);
+    if (j0 < full_end) return t.full[r - 1][kV - 1](g, i0, j0, kLanes, ahead);
+    (last == kLanes ? t.full : t.part)[r - 1][vectors - 1](g, i0, j0, last, ahead);
+  };
+  if (strips_outside) {
+    for (int64_t j0 = 0; j0 < g.m; j0 += kChunk) {
+      for (int64_t i0 = 0; i0 < g.n; i0 += block) one(i0, j0);
+    }
+  } else {
+    for (int64_t i0 = 0; i0 < g.n; i0 += block) {
+      for (int64_t j0 = 0; j0 < g.m; j0 += kChunk) one(i0, j0);
+    }
+  }
 }
 
 // Few rows (n <= 16, k long): all of them at once, two vectors wide. Few terms (k <= 16, n
@@ -201,24 +227,27 @@ constexpr auto kFewTerms = rows_table<kFewTermsR, kFewTermsV>(std::make_integer_
 // Where each loop beat Eigen's GEMM (Zen 4, AVX-512; bench/README.md, "Narrow products"):
 //  - dots: every shape measured with k >= 128 (m = 10 and 16, n = 64-4096, k = 128-4096).
 //    Each output ends in a horizontal sum of its vector, which a short k does not pay for:
-//    24 x 64 x 16 took 1.22 us against Eigen's 1.13, 48 x 16 x 13 1.19 against 1.00.
+//    24 x 64 x 16 took 1.22 us against Eigen's 1.13, 48 x 16 x 13 1.19 against 1.00. With
+//    n = 2-16 rows (m = 64-4096, k = 128-4096) 1.15-10x Eigen's speed; with n = 1 (Eigen's
+//    matrix-vector product) 0.91-1.35x, so n = 1 keeps Eigen unless m is narrow.
 //  - rows, few rows: 2 <= n <= 16 while b has at most 2 M elements (8 MiB); with n = 1 (a
 //    matrix-vector product) or a larger b, each pass down a column strip waits on memory.
 //  - rows, few terms: k <= 8, or k <= 16 while c has at most 256 K elements (1 MiB): with
 //    a larger c and k of 12-16, Eigen's packed kernel was 6-20% faster.
 bool narrow_gemm(const GemmArgs<float>& g) {
   if (g.n == 0 || g.m == 0 || g.k == 0) return false;
-  if (g.m <= kNarrow && g.k >= kDotsMinTerms && g.a_row_major && !g.b_row_major) {
+  const bool few_outputs = g.m <= kNarrow || (g.n >= 2 && g.n <= kNarrow);
+  if (few_outputs && g.k >= kDotsMinTerms && g.a_row_major && !g.b_row_major) {
     dots(g);
     return true;
   }
   if (!g.b_row_major) return false;
   if (g.n >= 2 && g.n <= kNarrow && g.k * g.m <= (int64_t(2) << 20)) {
-    rows(kFewRows, g);
+    rows(kFewRows, g, true);
     return true;
   }
   if (g.k <= 8 || (g.k <= kNarrow && g.n * g.m <= (int64_t(256) << 10))) {
-    rows(kFewTerms, g);
+    rows(kFewTerms, g, false);
     return true;
   }
   return false;

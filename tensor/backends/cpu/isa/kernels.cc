@@ -26,8 +26,7 @@
 namespace tinyddp::tensor::cpu {
 namespace TINYDDP_ISA_NAMESPACE {
 namespace em = elementwise_math;
-// gemm_kernels.cc (the same instruction set's build): the products with a dimension of 16 or
-// less, in the layouts it serves; false for the rest.
+// gemm_kernels.cc (the same build): IsaKernels::narrow_gemm_f32.
 bool narrow_gemm(const GemmArgs<float>& g);
 
 namespace {
@@ -415,6 +414,7 @@ constexpr IsaKernels kKernels = {
     TINYDDP_STRING(TINYDDP_ISA),
     gemm<float>,
     gemm<double>,
+    narrow_gemm,
     set_gemm_l1_blocking,
     binary<float>,
     binary<double>,

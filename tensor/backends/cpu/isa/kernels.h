@@ -92,6 +92,10 @@ struct IsaKernels {
 
   void (*gemm_f32)(const GemmArgs<float>&);
   void (*gemm_f64)(const GemmArgs<double>&);
+  // float32's products with a dimension of 16 or less, in the layouts and sizes the
+  // register-blocked loops serve (gemm_kernels.cc); false, with c untouched, for the rest.
+  // gemm_f32 tries it first.
+  bool (*narrow_gemm_f32)(const GemmArgs<float>&);
   // The level-1 cache size Eigen's GEMM blocks its products for (its depth blocking grows with
   // it); the other levels stay as Eigen detected them. Call before the first product.
   void (*set_gemm_l1_blocking)(int64_t bytes);
