@@ -56,8 +56,10 @@ void check_table_gemm(const tinyddp::tensor::cpu::IsaKernels& kernels, double to
                                                                    {13, 31, 17},
                                                                    {1, 200, 9},
                                                                    // A chunk's x @ W^T (dots over W's rows) and
-                                                                   // g @ W (row strips, prefetched).
+                                                                   // g @ W (row strips, prefetched), and
+                                                                   // few terms with a result over 256 K.
                                                                    {16, 300, 203},
+                                                                   {600, 14, 500},
                                                                    {2, 130, 77},
                                                                    {11, 200, 70}}) {
     const Tensor a = randn({n, k}, {}, &gen), b = randn({k, m}, {}, &gen);
