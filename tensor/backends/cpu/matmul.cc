@@ -158,7 +158,7 @@ void float_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
     } else if constexpr (std::is_same_v<T, float>) {
       if (e == GemmEngine::kOneDnn) return onednn_sgemm(piece);
       // Zen 4 (large products on Eigen's AVX2 build): the narrow ones stay on the selected
-      // build's loops, whose 32 registers hold larger blocks (bench/README.md, "Narrow products").
+      // build's loops, whose 32 registers hold larger blocks (bench/README.md, "A chunk's 16 rows").
       if (e == GemmEngine::kEigenAvx2 && isa_kernels().narrow_gemm_f32(piece)) return;
       table.gemm_f32(piece);
     } else {
