@@ -35,6 +35,14 @@ std::vector<double> naive_gemm(const std::vector<T>& a, const std::vector<T>& b,
   return c;
 }
 
+// The largest |c[i] - ref[i]| over ref's elements.
+template <typename T>
+double worst_error(const T* c, const std::vector<double>& ref) {
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::abs(double(c[i]) - ref[i]));
+  return worst;
+}
+
 // One table's GEMM for every operand layout (row- or column-major, padded leading dimensions).
 template <typename T>
 void check_table_gemm(const tinyddp::tensor::cpu::IsaKernels& kernels, double tol) {
@@ -96,8 +104,7 @@ void check_table_gemm(const tinyddp::tensor::cpu::IsaKernels& kernels, double to
                           c.size() * sizeof(float)) == 0);
       }
       if constexpr (std::is_same_v<T, double>) kernels.gemm_f64(g);
-      double worst = 0;
-      for (size_t i = 0; i < c.size(); ++i) worst = std::max(worst, std::abs(double(c[i]) - ref[i]));
+      const double worst = worst_error(c.data(), ref);
       INFO(kernels.isa << " gemm " << n << "x" << k << "x" << m << " layout " << layout << ": worst error " << worst);
       CHECK(worst <= tol * static_cast<double>(k));
     }
@@ -334,8 +341,7 @@ TEST_CASE("a chunk's narrow products of 5 M multiply-adds or more equal a naive 
       const std::vector<double> ref =
           naive_gemm(std::vector<float>(a.data_ptr<float>(), a.data_ptr<float>() + n * k),
                      std::vector<float>(bt.data_ptr<float>(), bt.data_ptr<float>() + k * m), n, k, m);
-      double worst = 0;
-      for (int64_t i = 0; i < n * m; ++i) worst = std::max(worst, std::abs(double(c.data_ptr<float>()[i]) - ref[i]));
+      const double worst = worst_error(c.data_ptr<float>(), ref);
       INFO(cpu_isa_name(isa) << " " << n << "x" << k << "x" << m << ": worst error " << worst);
       CHECK(worst <= 1e-6 * static_cast<double>(k));
     }
