@@ -255,7 +255,11 @@ bool ExactGradientSum::finish() {
     work = nullptr;
   }
   const std::vector<int> previous = bound_;
-  for (size_t p = 0; p < params_.size(); ++p) bound_[p] = static_cast<int>(got[p + 3]);
+  // A parameter no chunk of the step gave a gradient (an unused layer) keeps its grid: its next
+  // gradients are added on it, not refused as on a first step.
+  for (size_t p = 0; p < params_.size(); ++p) {
+    if (got[p + 3] != kUnknown) bound_[p] = static_cast<int>(got[p + 3]);
+  }
   std::fill(step_bound_.begin(), step_bound_.end(), kUnknown);
   outgrown_ = false;
   const int64_t chunks_here = chunks_, world = pg_ ? pg_->size() : 1;

@@ -8,9 +8,10 @@
 // |g| < 2^E_p, agreed by a max-allreduce of the ranks' exponents), H = headroom_bits lets the
 // gradients grow by 2^H before the grid must move, and B = 62 - guard bits, where the guard bits
 // are enough for the sum of every chunk of the step not to overflow an int64. E_p comes from the
-// previous step; a step whose gradients outgrow it (or the first step, when nothing is known
-// yet) is refused by finish() on every rank alike, and the caller runs its chunks again: the
-// same parameters and data give the same gradients, which the agreed E_p now bounds.
+// last step that gave p a gradient; a step whose gradients outgrow it (or one before which no
+// step gave p a gradient: the first) is refused by finish() on every rank alike, and the caller
+// runs its chunks again: the same parameters and data give the same gradients, which the
+// agreed E_p now bounds.
 #pragma once
 
 #include <cstdint>
@@ -92,7 +93,7 @@ class ExactGradientSum {
   int64_t reruns() const { return reruns_; }
 
   // The grids, for checkpoints (as a GradScaler's scale is saved): each parameter's agreed
-  // bound E_p, in parameter order (kUnknownBound before the first step). A run resumed with it
+  // bound E_p, in parameter order (kUnknownBound before a step gave it a gradient). A run resumed with it
   // adds its next step on the grids the uninterrupted run used, so it gives the same bits;
   // without it the first step is refused and its grids come from its own gradients, which
   // round the chunks (far below float32's precision) differently.
