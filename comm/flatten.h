@@ -65,6 +65,13 @@ inline Tensor end_to_end_view(const std::vector<Tensor>& list) {
   return Tensor::make(list.front().storage(), {total}, {1}, list.front().storage_offset(), list.front().dtype());
 }
 
+// Whether a and b are the same contiguous CPU elements (one storage, one offset, one count):
+// a collective's output that is its own input (the in-place forms).
+inline bool same_elements(const Tensor& a, const Tensor& b) {
+  return a.is_cpu() && b.is_cpu() && a.is_contiguous() && b.is_contiguous() && a.dtype() == b.dtype() &&
+         a.numel() == b.numel() && a.storage().is_same(b.storage()) && a.storage_offset() == b.storage_offset();
+}
+
 // A new flat tensor of `list`'s dtype on `list`'s device, holding the tensors end to end.
 inline Tensor flatten(const std::vector<Tensor>& list) {
   int64_t total = 0;

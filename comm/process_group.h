@@ -158,7 +158,9 @@ class ProcessGroup {
   std::shared_ptr<Work> scatter(const Tensor& output, const std::vector<Tensor>& inputs, int root = 0);
   // Only root's tensor receives the reduction (other ranks' tensors are left as they are).
   std::shared_ptr<Work> reduce(const Tensor& tensor, int root = 0, ReduceOp op = ReduceOp::kSum);
-  // output on rank r = reduction over ranks of inputs[r].
+  // output on rank r = reduction over ranks of inputs[r]. In place, as NCCL's: when output is
+  // inputs[rank] itself and the inputs lie end to end in one buffer, the Gloo backend's ring
+  // works in that buffer (no copies), and the other inputs are left holding partial sums.
   std::shared_ptr<Work> reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
                                        ReduceOp op = ReduceOp::kSum);
   std::shared_ptr<Work> barrier();

@@ -21,6 +21,10 @@ namespace {
 namespace t = tinyddp::tensor;
 
 constexpr int64_t kGrain = 1 << 14;  // elements per task
+// From this many elements a parameter's int64 sums are reduce-scattered and its means
+// allgathered (each rank converts 1/W of them; (W - 1) / W of 8 + 4 bytes an element on the
+// wire, not 2 x 8); below, one allreduce of the sums, whose small messages cost less.
+constexpr int64_t kScatterElements = 1 << 16;
 
 // One pass over chunks' gradients of one parameter: returns the smallest e with |x| < 2^e for
 // every x (`floor` when all are zero), sets `finite` false when a value is a NaN or an
@@ -93,7 +97,7 @@ void ExactGradientSum::lay_out() {
              "than 30: use fewer, larger chunks",
              total_chunks_, bits_ - headroom_);
   const int64_t world = pg_ ? pg_->size() : 1;
-  int64_t offset = 0, block_offset = 0;
+  int64_t offset = 0;
   for (size_t p = 0; p < params_.size(); ++p) {
     const t::DType dtype = target(p).dtype();
     TDDP_CHECK(dtype == t::kFloat32 || dtype == t::kFloat64,
@@ -101,7 +105,12 @@ void ExactGradientSum::lay_out() {
                t::dtype_name(dtype));
     offsets_.push_back(offset);
     if (!sharded()) {
-      offset += params_[p].numel();
+      // A large parameter's sums in W blocks of ceil(n / W) (the last padded with zeros), for
+      // the reduce-scatter; a small one's whole, for one allreduce (a single message each way).
+      const int64_t n = params_[p].numel();
+      scattered_.push_back(world > 1 && n >= kScatterElements);
+      block_.push_back(scattered_.back() ? (n + world - 1) / world : n);
+      offset += scattered_.back() ? world * block_.back() : n;
       continue;
     }
     // W blocks of block_rows rows, the last ones padded: the reduce-scatter's inputs.
@@ -111,18 +120,16 @@ void ExactGradientSum::lay_out() {
     TDDP_CHECK(sharded_.block_rows[p] * world >= rows && sharded_.shards[p].numel() == block,
                "ExactGradientSum: the shard of '{}' holds {} elements, not a block of {} rows of its {} over {} ranks",
                names_[p], sharded_.shards[p].numel(), sharded_.block_rows[p], t::format_shape(shape), world);
-    block_offsets_.push_back(block_offset);
-    block_offset += block;
+    scattered_.push_back(true);
+    block_.push_back(block);
     offset += world * block;
   }
   offsets_.push_back(offset);
-  block_offsets_.push_back(block_offset);
   TDDP_CHECK(!pg_ || control_device(*pg_, params_).type == t::kCPU,
              "ExactGradientSum: the sums are made and allreduced on the CPU, but this process group ({}) takes device "
              "tensors only: run the exact sums over a gloo group",
              pg_ ? pg_->backend() : "");
   sums_ = t::zeros({offset}, t::TensorOptions().dtype(t::kInt64));
-  if (sharded()) blocks_ = t::zeros({block_offset}, t::TensorOptions().dtype(t::kInt64));
   bound_.assign(params_.size(), kUnknown);
   step_bound_.assign(params_.size(), kUnknown);
   added_.assign(params_.size(), false);
@@ -144,15 +151,43 @@ Tensor ExactGradientSum::step_sums(size_t p) {
 
 void ExactGradientSum::launch(size_t p) {
   const Tensor sums = step_sums(p);
-  if (!sharded()) {
+  if (!scattered_[p]) {
     launched_[p] = pg_->allreduce(sums);
     return;
   }
-  // Row block r of the sums to rank r: the integer sums over the ranks of its rows.
-  const int64_t block = block_offsets_[p + 1] - block_offsets_[p];
+  // Block r of the sums to rank r, in place: the integer sums over the ranks of its elements
+  // (sharded: of its rows).
+  const int64_t block = block_[p];
   std::vector<Tensor> inputs;
   for (int64_t r = 0; r < pg_->size(); ++r) inputs.push_back(sums.narrow(0, r * block, block));
-  launched_[p] = pg_->reduce_scatter(blocks_.narrow(0, block_offsets_[p], block), inputs, comm::ReduceOp::kSum);
+  launched_[p] = pg_->reduce_scatter(inputs[static_cast<size_t>(pg_->rank())], inputs, comm::ReduceOp::kSum);
+}
+
+Tensor ExactGradientSum::means(size_t p, int scale, std::shared_ptr<comm::Work>& gather) {
+  // sum x 2^-scale / total_chunks, rounded to double, then once more to float32 parameters.
+  // (step_sums: the sums the collective added up, or zeros where no chunk folded into them.)
+  const int64_t world = pg_ ? pg_->size() : 1, rank = pg_ ? pg_->rank() : 0;
+  const int64_t first = scattered_[p] ? rank * block_[p] : 0;
+  const int64_t* sum = step_sums(p).data_ptr<int64_t>() + first;
+  const t::TensorOptions options = t::TensorOptions().dtype(target(p).dtype());
+  const bool gathered = scattered_[p] && !sharded();
+  Tensor out = gathered ? t::empty({world * block_[p]}, options) : t::empty(target(p).sizes(), options);
+  const Tensor own = gathered ? out.narrow(0, first, block_[p]) : out;
+  const auto convert = [&](auto* values) {
+    t::parallel_for(0, own.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      exact::unfold(sum + begin, end - begin, scale, static_cast<double>(total_chunks_), values + begin);
+    });
+  };
+  if (out.dtype() == t::kFloat32) {
+    convert(own.data_ptr<float>());
+  } else {
+    convert(own.data_ptr<double>());
+  }
+  if (!gathered) return out;
+  std::vector<Tensor> blocks;
+  for (int64_t r = 0; r < world; ++r) blocks.push_back(out.narrow(0, r * block_[p], block_[p]));
+  gather = pg_->allgather(blocks, own);  // in place: own is blocks[rank]
+  return out.narrow(0, 0, params_[p].numel()).view(params_[p].sizes());
 }
 
 void ExactGradientSum::clear_gradients() {
@@ -273,26 +308,16 @@ bool ExactGradientSum::finish() {
     ++reruns_;
     return false;
   }
-  // The sums over the ranks: all of them, or (sharded) this rank's blocks.
-  const bool blocks = sharded() && pg_;
+  // Back to floats on the grid this step's chunks were added on (the bound agreed before it):
+  // each rank its blocks of the scattered sums, whose means an allgather then shares.
+  std::vector<Tensor> means_of(params_.size());
+  std::vector<std::shared_ptr<comm::Work>> gathers(params_.size());
   for (size_t p = 0; p < params_.size(); ++p) {
-    // The grid this step's chunks were added on (the bound agreed before it), back to floats:
-    // sum x 2^-scale / total_chunks, rounded to double, then once more to float32 parameters.
-    const int scale = previous[p] == kUnknown ? 0 : bits_ - (previous[p] + headroom_);
-    // (step_sums: the sums the allreduce added up, or zeros where no chunk folded into them.)
-    const int64_t* sum = blocks ? blocks_.data_ptr<int64_t>() + block_offsets_[p] : step_sums(p).data_ptr<int64_t>();
-    Tensor mean = t::empty(target(p).sizes(), t::TensorOptions().dtype(target(p).dtype()));
-    const auto convert = [&](auto* out) {
-      t::parallel_for(0, mean.numel(), kGrain, [&](int64_t begin, int64_t end) {
-        exact::unfold(sum + begin, end - begin, scale, static_cast<double>(total_chunks_), out + begin);
-      });
-    };
-    if (mean.dtype() == t::kFloat32) {
-      convert(mean.data_ptr<float>());
-    } else {
-      convert(mean.data_ptr<double>());
-    }
-    target(p).mutable_grad() = mean.to(target(p).device());
+    means_of[p] = means(p, previous[p] == kUnknown ? 0 : bits_ - (previous[p] + headroom_), gathers[p]);
+  }
+  for (size_t p = 0; p < params_.size(); ++p) {
+    if (gathers[p]) gathers[p]->wait();
+    target(p).mutable_grad() = means_of[p].to(target(p).device());
   }
   std::fill(holds_.begin(), holds_.end(), false);
   return true;

@@ -113,8 +113,12 @@ class ExactGradientSum {
   void fold_pending(size_t p);
   // Parameter p's sums in sums_, zeroed first where no chunk of this step folded into them.
   Tensor step_sums(size_t p);
-  // Starts the allreduce (sharded: the reduce-scatter) of parameter p's integer sums.
+  // Starts the allreduce (scattered: the reduce-scatter) of parameter p's integer sums.
   void launch(size_t p);
+  // Parameter p's means, from its sums over the ranks on the grid 2^-scale (scattered: this
+  // rank's block of them, whose allgather it starts into `gather`). Unsharded and scattered, the
+  // tensor holds W blocks, the parameter's elements first.
+  Tensor means(size_t p, int scale, std::shared_ptr<comm::Work>& gather);
   // The constructors' common part: the checks, the sums' layout.
   void lay_out();
   // Where parameter p's mean goes, and its elements there.
@@ -126,17 +130,20 @@ class ExactGradientSum {
   std::shared_ptr<comm::ProcessGroup> pg_;
   int64_t total_chunks_;
   int headroom_;
-  int bits_;                            // B: |q| < 2^B for every chunk's q
-  ShardedGradients sharded_;            // empty unless fully_shard's
-  std::vector<int64_t> offsets_;        // where parameter p's sums start in sums_ (sharded: W blocks)
-  Tensor sums_;                         // int64: the sums of this rank's chunks, parameter after parameter
-  std::vector<bool> holds_;             // sums_ of p hold this step's chunks (else last step's values)
-  std::vector<int64_t> block_offsets_;  // sharded: where parameter p's block starts in blocks_
-  Tensor blocks_;                       // sharded: this rank's blocks of the sums over the ranks
-  std::vector<int> bound_;              // E_p, agreed (kUnknown before the first step)
-  std::vector<int> step_bound_;         // this rank's bound of this step's gradients so far
-  bool outgrown_ = false;               // a chunk of this step did not fit its grid
-  int64_t chunks_ = 0;                  // chunks added on this rank this step
+  int bits_;                      // B: |q| < 2^B for every chunk's q
+  ShardedGradients sharded_;      // empty unless fully_shard's
+  std::vector<int64_t> offsets_;  // where parameter p's sums start in sums_ (scattered: W blocks)
+  Tensor sums_;                   // int64: the sums of this rank's chunks, parameter after parameter
+  std::vector<bool> holds_;       // sums_ of p hold this step's chunks (else last step's values)
+  // Whether p's sums are reduce-scattered in place (sharded, or a large parameter: each rank
+  // turns its block of the sums over the ranks into means, which an allgather shares), and the
+  // elements of each of their W blocks.
+  std::vector<bool> scattered_;
+  std::vector<int64_t> block_;
+  std::vector<int> bound_;       // E_p, agreed (kUnknown before the first step)
+  std::vector<int> step_bound_;  // this rank's bound of this step's gradients so far
+  bool outgrown_ = false;        // a chunk of this step did not fit its grid
+  int64_t chunks_ = 0;           // chunks added on this rank this step
   int64_t reruns_ = 0;
   // overlap_next_chunk: the hooks, whether they add, what they added in this chunk, and the
   // allreduces they started.

@@ -102,7 +102,8 @@ std::shared_ptr<Work> ProcessGroupGloo::allgather_impl(const std::vector<Tensor>
                      // The ring's allgather half: this rank's block in place, the others
                      // passed around the ring (the thread that asked moves the bytes, not
                      // Gloo's event loop: tcp_ring.h says why).
-                     flat.narrow(0, input.numel() * rank_, input.numel()).copy_(in.reshape({-1}));
+                     const Tensor mine = flat.narrow(0, input.numel() * rank_, input.numel());
+                     if (!same_elements(mine, in)) mine.copy_(in.reshape({-1}));  // (in place: it is there)
                      tcp_ring_->allgather(flat.raw_data_ptr(), static_cast<size_t>(input.numel()), in.element_size(),
                                           options_.timeout());
                    } else if (input.numel() > 0) {
@@ -204,11 +205,13 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter_impl(const Tensor& output
                                                             ReduceOp op, Call call) {
   // The ring's reduce-scatter half: each rank sends (W - 1) / W of the inputs, half an
   // allreduce's traffic. (Gloo has no reduce_scatter with this interface; a group of one has
-  // no ring, and allreduces its single input.)
+  // no ring, and allreduces its single input.) In place (process_group.h), the ring runs on
+  // the inputs' own buffer: neither the copy of the inputs nor the one into output.
   return enqueue(
       std::move(call),
       [this, output, inputs, op](uint32_t tag) {
-        const Tensor flat = flatten_all(inputs);
+        const Tensor whole = tcp_ring_ && same_elements(output, inputs[rank_]) ? end_to_end_view(inputs) : Tensor();
+        const Tensor flat = whole.defined() ? whole : flatten_all(inputs);
         if (flat.numel() > 0 && tcp_ring_) {
           with_element_type(output.dtype(), "reduce_scatter", [&](auto tag_type) {
             using T = decltype(tag_type);
@@ -228,7 +231,7 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter_impl(const Tensor& output
         }
         Tensor mine = flat.narrow(0, output.numel() * rank_, output.numel()).view(output.sizes());
         if (op == ReduceOp::kAvg) mine = tensor::div(mine, static_cast<double>(size_));
-        output.copy_(mine);
+        if (!whole.defined() || op == ReduceOp::kAvg) output.copy_(mine);
       },
       inputs);
 }

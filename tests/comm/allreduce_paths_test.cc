@@ -1,7 +1,9 @@
 // The paths an allreduce takes in ProcessGroupGloo, each checked against a double-precision
 // reference on 2-4 ranks: small allreduces (up to 64 KiB: comm/gloo/small_allreduce.h, and on
 // two ranks one message each way) around their size limit, and large ones on the TCP ring
-// (comm/transport/tcp_ring.h) for every dtype and op; every rank must hold the same bits.
+// (comm/transport/tcp_ring.h) for every dtype and op; every rank must hold the same bits. And
+// the ring's two halves, the reduce-scatter and the allgather, alone and in place.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -129,6 +131,84 @@ TEST_CASE("large allreduces: every dtype and op on 2-4 ranks, identical bytes on
           }
         }
       }
+    }));
+  }
+}
+
+TEST_CASE("allreduce is a reduce-scatter followed by an all-gather, on 2-4 ranks", "[comm][gloo][threads]") {
+  // The identity the ring allreduce is built on (docs/comm.md): each rank reduces one chunk
+  // over all ranks, then every rank gathers every reduced chunk. Random float32 values; both
+  // routes are sums of W terms, within (W - 1) float32 roundings of the float64 sum of the
+  // magnitudes, so of each other within twice that.
+  for (int size : {2, 3, 4}) {
+    INFO("world size " << size);
+    require_no_failures(run_threads(size, [](ProcessGroup& pg, Expectations& e) {
+      const int w = pg.size();
+      const int64_t chunk = 997, n = chunk * w;
+      std::vector<Tensor> mine;  // every rank's values, made alike on each thread
+      for (int q = 0; q < w; ++q) {
+        tensor::Generator gen(100 + q);
+        mine.push_back(tensor::randn({n}, {}, &gen));
+      }
+      Tensor exact = tensor::zeros({n}, tensor::kFloat64), magnitude = tensor::zeros({n}, tensor::kFloat64);
+      for (const Tensor& x : mine) {
+        exact = tensor::add(exact, x.to(tensor::kFloat64));
+        magnitude = tensor::add(magnitude, tensor::abs(x.to(tensor::kFloat64)));
+      }
+      const double bound = (w - 1) * std::ldexp(1.0, -24) * tensor::max(magnitude).item<double>();
+      const Tensor summed = mine[static_cast<size_t>(pg.rank())].clone();
+      pg.allreduce(summed)->wait();
+      std::vector<Tensor> pieces;
+      for (int q = 0; q < w; ++q) pieces.push_back(mine[static_cast<size_t>(pg.rank())].narrow(0, q * chunk, chunk));
+      const Tensor reduced = tensor::zeros({chunk});
+      pg.reduce_scatter(reduced, pieces)->wait();
+      std::vector<Tensor> gathered;
+      for (int q = 0; q < w; ++q) gathered.push_back(tensor::zeros({chunk}));
+      pg.allgather(gathered, reduced)->wait();
+      const Tensor two_steps = tensor::cat(gathered, 0);
+      e.expect_close(summed.to(tensor::kFloat64), exact, "allreduce against the float64 sum", 0.0, bound);
+      e.expect_close(two_steps.to(tensor::kFloat64), exact, "reduce-scatter + all-gather against the float64 sum", 0.0,
+                     bound);
+      e.expect_close(two_steps, summed, "reduce-scatter + all-gather against allreduce", 0.0, 2 * bound);
+    }));
+  }
+}
+
+TEST_CASE("reduce_scatter and allgather in place: the output is the rank's own block of the inputs, on 1-4 ranks",
+          "[comm][gloo][threads]") {
+  // int64 values (the sums are exact: the reference is their formula), an odd block size; the
+  // reduce-scatter's output is inputs[rank], the allgather's input is outputs[rank], all views
+  // of one buffer (process_group.h); then float32 averages, in place and not, bit for bit.
+  for (int size : {1, 2, 3, 4}) {
+    INFO("world size " << size);
+    require_no_failures(run_threads(size, [](ProcessGroup& pg, Expectations& e) {
+      const int64_t w = pg.size(), r = pg.rank(), block = 1001, n = block * w;
+      const auto value = [](int64_t rank, int64_t i) { return ((rank + 1) * 1000003 * (i + 7)) % 9973 - 4000; };
+      std::vector<int64_t> values(static_cast<size_t>(n)), sums(static_cast<size_t>(n), 0);
+      for (int64_t i = 0; i < n; ++i) {
+        values[static_cast<size_t>(i)] = value(r, i);
+        for (int64_t q = 0; q < w; ++q) sums[static_cast<size_t>(i)] += value(q, i);
+      }
+      const Tensor buffer = tensor::from_vector(values);
+      std::vector<Tensor> blocks;
+      for (int64_t q = 0; q < w; ++q) blocks.push_back(buffer.narrow(0, q * block, block));
+      pg.reduce_scatter(blocks[static_cast<size_t>(r)], blocks)->wait();
+      const std::vector<int64_t> got = blocks[static_cast<size_t>(r)].to_vector<int64_t>();
+      e.expect(std::equal(got.begin(), got.end(), sums.begin() + r * block), "this rank's block holds its sums");
+      pg.allgather(blocks, blocks[static_cast<size_t>(r)])->wait();
+      e.expect(buffer.to_vector<int64_t>() == sums, "the allgather in place gives every block its sums");
+
+      tensor::Generator gen(300 + static_cast<uint64_t>(r));
+      const Tensor x = tensor::randn({n}, {}, &gen);
+      std::vector<Tensor> copies;
+      for (int64_t q = 0; q < w; ++q) copies.push_back(x.narrow(0, q * block, block).clone());
+      const Tensor out = tensor::zeros({block});
+      pg.reduce_scatter(out, copies, comm::ReduceOp::kAvg)->wait();
+      std::vector<Tensor> in_place;
+      for (int64_t q = 0; q < w; ++q) in_place.push_back(x.narrow(0, q * block, block));
+      pg.reduce_scatter(in_place[static_cast<size_t>(r)], in_place, comm::ReduceOp::kAvg)->wait();
+      e.expect(in_place[static_cast<size_t>(r)].to_vector<float>() == out.to_vector<float>(),
+               "an average in place has the bits of one into another tensor");
     }));
   }
 }

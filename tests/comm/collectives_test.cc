@@ -191,45 +191,6 @@ TEST_CASE("collectives on 2-4 ranks as processes over TCPStore", "[comm][gloo][p
   }
 }
 
-TEST_CASE("allreduce is a reduce-scatter followed by an all-gather, on 2-4 ranks", "[comm][gloo][threads]") {
-  // The identity the ring allreduce is built on (docs/comm.md): each rank reduces one chunk
-  // over all ranks, then every rank gathers every reduced chunk. Random float32 values; both
-  // routes are sums of W terms, within (W - 1) float32 roundings of the float64 sum of the
-  // magnitudes, so of each other within twice that.
-  for (int size : {2, 3, 4}) {
-    INFO("world size " << size);
-    require_no_failures(run_threads(size, [](ProcessGroup& pg, Expectations& e) {
-      const int w = pg.size();
-      const int64_t chunk = 997, n = chunk * w;
-      std::vector<Tensor> mine;  // every rank's values, made alike on each thread
-      for (int q = 0; q < w; ++q) {
-        tensor::Generator gen(100 + q);
-        mine.push_back(tensor::randn({n}, {}, &gen));
-      }
-      Tensor exact = tensor::zeros({n}, tensor::kFloat64), magnitude = tensor::zeros({n}, tensor::kFloat64);
-      for (const Tensor& x : mine) {
-        exact = tensor::add(exact, x.to(tensor::kFloat64));
-        magnitude = tensor::add(magnitude, tensor::abs(x.to(tensor::kFloat64)));
-      }
-      const double bound = (w - 1) * std::ldexp(1.0, -24) * tensor::max(magnitude).item<double>();
-      const Tensor summed = mine[static_cast<size_t>(pg.rank())].clone();
-      pg.allreduce(summed)->wait();
-      std::vector<Tensor> pieces;
-      for (int q = 0; q < w; ++q) pieces.push_back(mine[static_cast<size_t>(pg.rank())].narrow(0, q * chunk, chunk));
-      const Tensor reduced = tensor::zeros({chunk});
-      pg.reduce_scatter(reduced, pieces)->wait();
-      std::vector<Tensor> gathered;
-      for (int q = 0; q < w; ++q) gathered.push_back(tensor::zeros({chunk}));
-      pg.allgather(gathered, reduced)->wait();
-      const Tensor two_steps = tensor::cat(gathered, 0);
-      e.expect_close(summed.to(tensor::kFloat64), exact, "allreduce against the float64 sum", 0.0, bound);
-      e.expect_close(two_steps.to(tensor::kFloat64), exact, "reduce-scatter + all-gather against the float64 sum", 0.0,
-                     bound);
-      e.expect_close(two_steps, summed, "reduce-scatter + all-gather against allreduce", 0.0, 2 * bound);
-    }));
-  }
-}
-
 TEST_CASE("several allreduces in flight complete in issue order", "[comm][gloo][async]") {
   require_no_failures(run_threads(3, [](ProcessGroup& pg, Expectations& e) {
     std::vector<Tensor> tensors;

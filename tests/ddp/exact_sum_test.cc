@@ -40,7 +40,9 @@ struct Param {
   t::Shape shape;
   t::DType dtype;
 };
-const std::vector<Param> kParams = {{{5, 7}, t::kFloat32}, {{13}, t::kFloat64}};
+// The third is large enough (67,591 elements: no world size here divides it) that its sums are
+// reduce-scattered and its means allgathered; the small ones are allreduced.
+const std::vector<Param> kParams = {{{5, 7}, t::kFloat32}, {{13}, t::kFloat64}, {{257, 263}, t::kFloat32}};
 // Step 1 calibrates, step 2 grows within the headroom, step 3 outgrows the grid, step 4 fits
 // it and gives the second parameter no gradient (its mean: zeros, whatever its sums held before),
 // step 5 gives it one again, on the grid step 3 agreed (no rerun).
@@ -61,7 +63,7 @@ Result means_on(int world, size_t keep = 1) {
   require_no_failures(run_threads(world, [&](comm::ProcessGroup& pg, Expectations& e) {
     std::vector<t::Tensor> params;
     for (const Param& p : kParams) params.push_back(t::zeros(p.shape, t::TensorOptions().dtype(p.dtype)));
-    ddp::ExactGradientSum sum(params, {"a", "b"}, borrow(pg), kChunks);
+    ddp::ExactGradientSum sum(params, {"a", "b", "c"}, borrow(pg), kChunks);
     sum.keep_chunks(keep);
     const int64_t per_rank = kChunks / world, first = pg.rank() * per_rank;
     std::vector<std::vector<double>> means;
