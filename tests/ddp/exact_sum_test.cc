@@ -285,18 +285,24 @@ void check_fold_against_definition() {
   for (int i = 0; i < 5; ++i) values.push_back(static_cast<float>(i) + 0.5f);  // 1014 + 5: a tail of 3
   std::vector<int64_t> start(values.size());
   for (size_t i = 0; i < start.size(); ++i) start[i] = static_cast<int64_t>(g.random64() >> 4) - (int64_t{1} << 58);
-  for (int scale : {0, 21}) {
-    INFO("scale " << scale);
-    const Folded want = fold_by_definition(values, start, scale);
-    std::vector<float> folded = values;
-    std::vector<int64_t> sums = start;
-    float largest = 0;
-    bool finite = true;
-    ddp::exact::fold(folded.data(), static_cast<int64_t>(folded.size()), sums.data(), scale, largest, finite);
-    CHECK(sums == want.sums);
-    CHECK(largest == want.largest);
-    CHECK(finite);
-    CHECK(folded == values);  // read only
+  // The values as they are at scales 0 (the ties) and 21 (2^41 up: the grid's edge), and moved by
+  // 2^(0 - scale) and 2^(21 - scale) to meet other scales (the ties through subnormals).
+  for (int scale : {-3, 0, 21, 127, 128, 140}) {
+    for (int at : {0, 21}) {
+      INFO("scale " << scale << ", values moved by 2^" << at - scale);
+      std::vector<float> moved;
+      for (float v : values) moved.push_back(std::ldexp(v, at - scale));
+      const Folded want = fold_by_definition(moved, start, scale);
+      std::vector<float> folded = moved;
+      std::vector<int64_t> sums = start;
+      float largest = 0;
+      bool finite = true;
+      ddp::exact::fold(folded.data(), static_cast<int64_t>(folded.size()), sums.data(), scale, largest, finite);
+      CHECK(sums == want.sums);
+      CHECK(largest == want.largest);
+      CHECK(finite);
+      CHECK(folded == moved);  // read only
+    }
   }
   // Three chunks folded at once: the sums of three folds one after another.
   std::vector<float> second(values.size()), third(values.size());
