@@ -1,10 +1,9 @@
 // exact_fold.h: the scalar definitions and their vector forms. A float32 x scaled by 2^scale is
-// exact in double. The AVX2 fold rounds it with _mm256_round_pd to the nearest integer, ties to
-// even (what the scalar conversion does under the default rounding mode), and makes the
-// integral double an int64 from its bits: the 53-bit significand shifted by the exponent. The
-// AVX-512 fold converts it with vcvtpd2qq under the same rounding. The unfold converts four
-// int64 to double with one rounding each, as the scalar conversion does, and then divides as the
-// scalar expression does.
+// exact in double. The AVX2 fold rounds it to the nearest integer, ties to even (what the scalar
+// conversion does under the default rounding mode), by adding 1.5 2^52, whose bits then hold the
+// integer (round_to_int64). The AVX-512 fold converts it with vcvtpd2qq under the same rounding. The unfold converts
+// four int64 to double with one rounding each, as the scalar conversion does, and then divides as the scalar expression
+// does.
 #include "tinyddp/ddp/exact_fold.h"
 
 #include <emmintrin.h>
@@ -36,21 +35,20 @@ void fold_scalar(const T* values, int64_t n, int64_t* sums, double factor, Into 
   }
 }
 
-// Four integral doubles (|r| < 2^62) as int64: the significand with its hidden bit, shifted
-// left by e - 52 or right by 52 - e (e the unbiased exponent; zero shifts out entirely).
-__m256i integral_to_int64(__m256d r) {
-  const __m256i bits = _mm256_castpd_si256(r);
-  const __m256i exponent = _mm256_sub_epi64(_mm256_and_si256(_mm256_srli_epi64(bits, 52), _mm256_set1_epi64x(0x7FF)),
-                                            _mm256_set1_epi64x(1023));
-  const __m256i significand = _mm256_or_si256(_mm256_and_si256(bits, _mm256_set1_epi64x((int64_t{1} << 52) - 1)),
-                                              _mm256_set1_epi64x(int64_t{1} << 52));
-  const __m256i k52 = _mm256_set1_epi64x(52);
-  // Counts beyond 63 (zero's exponent; the unused direction) give 0.
-  const __m256i right = _mm256_srlv_epi64(significand, _mm256_sub_epi64(k52, exponent));
-  const __m256i left = _mm256_sllv_epi64(significand, _mm256_sub_epi64(exponent, k52));
-  const __m256i magnitude = _mm256_blendv_epi8(right, left, _mm256_cmpgt_epi64(exponent, k52));
-  const __m256i negative = _mm256_cmpgt_epi64(_mm256_setzero_si256(), bits);  // the sign bit
-  return _mm256_sub_epi64(_mm256_xor_si256(magnitude, negative), negative);
+// Four doubles v = x 2^scale (x a float32, |v| < 2^62) rounded to the nearest int64, ties to
+// even. Below 2^51, v + 1.5 2^52 lies in [2^52, 2^53), where the spacing is 1: the addition
+// rounds v to an integer as the scalar conversion does, and the sum's bits less the constant's
+// are that integer. From 2^51 on, v (24 significant bits) is a multiple of 2^28: v 2^-11 is
+// an integer below 2^51, converted the same way and shifted back. (Products by powers of two
+// are exact, so the compiler's fusing a multiply with the addition changes nothing.)
+__m256i round_to_int64(__m256d v) {
+  const __m256d magic = _mm256_set1_pd(0x1.8p52);
+  const auto convert = [&](__m256d w) {
+    return _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(w, magic)), _mm256_castpd_si256(magic));
+  };
+  const __m256d small = _mm256_cmp_pd(_mm256_andnot_pd(_mm256_set1_pd(-0.0), v), _mm256_set1_pd(0x1p51), _CMP_LT_OQ);
+  const __m256i large = _mm256_slli_epi64(convert(_mm256_mul_pd(v, _mm256_set1_pd(0x1p-11))), 11);
+  return _mm256_blendv_epi8(large, convert(v), _mm256_castpd_si256(small));
 }
 
 // The float32 fold, 8 values at a time, over the first n - n % 8 values; returns where it stopped.
@@ -77,7 +75,7 @@ int64_t fold_avx2(const float* const* chunks, int count, int64_t n, int64_t* sum
         const __m256d scaled = _mm256_mul_pd(
             _mm256_cvtps_pd(half == 0 ? _mm256_castps256_ps128(x) : _mm256_extractf128_ps(x, 1)), factors);
         const __m256d inside = _mm256_cmp_pd(_mm256_andnot_pd(dsign, scaled), limit, _CMP_LT_OQ);
-        const __m256i q = integral_to_int64(_mm256_round_pd(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        const __m256i q = round_to_int64(scaled);
         sum[half] = _mm256_add_epi64(sum[half], _mm256_and_si256(q, _mm256_castpd_si256(inside)));
       }
     }

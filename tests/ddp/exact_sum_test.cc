@@ -274,9 +274,9 @@ namespace {
 void check_fold_against_definition() {
   t::Generator g(17);
   std::vector<float> values;
-  for (int i = 0; i < 1000; ++i) {  // every magnitude from 2^-40 to 2^20, both signs
+  for (int i = 0; i < 1000; ++i) {  // every magnitude from 2^-40 to 2^40, both signs
     const double u = g.uniform_double(), v = g.uniform_double();
-    values.push_back(static_cast<float>((v < 0.5 ? -1 : 1) * std::ldexp(0.5 + u / 2, static_cast<int>(v * 60) - 40)));
+    values.push_back(static_cast<float>((v < 0.5 ? -1 : 1) * std::ldexp(0.5 + u / 2, static_cast<int>(v * 80) - 40)));
   }
   for (float tie : {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 1e-45f, -0.0f, 0.0f}) values.push_back(tie);
   values.push_back(std::ldexp(1.0f, 40));   // 2^40 2^21 = 2^61: inside the grid
@@ -285,8 +285,8 @@ void check_fold_against_definition() {
   for (int i = 0; i < 5; ++i) values.push_back(static_cast<float>(i) + 0.5f);  // 1014 + 5: a tail of 3
   std::vector<int64_t> start(values.size());
   for (size_t i = 0; i < start.size(); ++i) start[i] = static_cast<int64_t>(g.random64() >> 4) - (int64_t{1} << 58);
-  // The values as they are at scales 0 (the ties) and 21 (2^41 up: the grid's edge), and moved by
-  // 2^(0 - scale) and 2^(21 - scale) to meet other scales (the ties through subnormals).
+  // The values as they are at scales 0 (the ties) and 21 (up to 2^61, and the grid's edge), and
+  // moved by 2^(0 - scale) and 2^(21 - scale) to meet other scales (the ties via subnormals).
   for (int scale : {-3, 0, 21, 127, 128, 140}) {
     for (int at : {0, 21}) {
       INFO("scale " << scale << ", values moved by 2^" << at - scale);
