@@ -1,9 +1,9 @@
 // exact_fold.h: the scalar definitions and their vector forms. A float32 x scaled by 2^scale is
-// exact in double. The AVX2 fold rounds it to the nearest integer, ties to even (what the scalar
-// conversion does under the default rounding mode), by adding 1.5 2^52, whose bits then hold the
-// integer (round_to_int64). The AVX-512 fold converts it with vcvtpd2qq under the same rounding. The unfold converts
-// four int64 to double with one rounding each, as the scalar conversion does, and then divides as the scalar expression
-// does.
+// exact in double. The AVX2 fold rounds it to the nearest integer, ties to even (what the
+// scalar conversion does under the default rounding mode), by adding 1.5 2^52, whose bits then
+// hold the integer (round_to_int64). The AVX-512 fold converts it with vcvtpd2qq under the same
+// rounding. The unfold converts four int64 to double with one rounding each, as the scalar
+// conversion does, and then divides as the scalar expression does.
 #include "tinyddp/ddp/exact_fold.h"
 
 #include <emmintrin.h>

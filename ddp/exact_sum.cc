@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "tinyddp/base/error.h"
+#include "tinyddp/comm/flatten.h"
 #include "tinyddp/ddp/exact_fold.h"
 #include "tinyddp/ddp/reducer.h"
 #include "tinyddp/tensor/ops.h"
@@ -157,9 +158,7 @@ void ExactGradientSum::launch(size_t p) {
   }
   // Block r of the sums to rank r, in place: the integer sums over the ranks of its elements
   // (sharded: of its rows).
-  const int64_t block = block_[p];
-  std::vector<Tensor> inputs;
-  for (int64_t r = 0; r < pg_->size(); ++r) inputs.push_back(sums.narrow(0, r * block, block));
+  const std::vector<Tensor> inputs = comm::flat_views(sums, std::vector<t::Shape>(pg_->size(), {block_[p]}));
   launched_[p] = pg_->reduce_scatter(inputs[static_cast<size_t>(pg_->rank())], inputs, comm::ReduceOp::kSum);
 }
 
@@ -184,9 +183,8 @@ Tensor ExactGradientSum::means(size_t p, int scale, std::shared_ptr<comm::Work>&
     convert(own.data_ptr<double>());
   }
   if (!gathered) return out;
-  std::vector<Tensor> blocks;
-  for (int64_t r = 0; r < world; ++r) blocks.push_back(out.narrow(0, r * block_[p], block_[p]));
-  gather = pg_->allgather(blocks, own);  // in place: own is blocks[rank]
+  gather = pg_->allgather(comm::flat_views(out, std::vector<t::Shape>(world, {block_[p]})),
+                          own);  // in place: own is blocks[rank]
   return out.narrow(0, 0, params_[p].numel()).view(params_[p].sizes());
 }
 
