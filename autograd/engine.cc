@@ -175,6 +175,8 @@ std::vector<Tensor> Engine::run_many(Node* node, bool retain_graph) {
 
 bool Engine::in_backward() { return current_task != nullptr; }
 
+size_t Engine::pass_depth() { return running_passes.size(); }
+
 std::chrono::steady_clock::time_point Engine::backward_started_at() {
   return current_task != nullptr ? current_task->started : std::chrono::steady_clock::now();
 }

@@ -48,6 +48,9 @@ class Engine {
 
   // True while a backward pass runs on this thread.
   static bool in_backward();
+  // The backward passes running on this thread: 0 outside backward, 1 in one, 2 in a pass a
+  // node's backward started inside another (reentrant checkpointing), and so on.
+  static size_t pass_depth();
   // When the backward pass running on this thread started (for DDP's statistics).
   static std::chrono::steady_clock::time_point backward_started_at();
 

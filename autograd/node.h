@@ -75,6 +75,7 @@ class Node : public std::enable_shared_from_this<Node> {
 
   RemovableHandle add_pre_hook(PreHook hook);
   RemovableHandle add_post_hook(PostHook hook);
+  bool has_pre_hooks() const { return !pre_hooks_.empty(); }
   // Used by the engine: pre-hooks in registration order, each seeing the previous result.
   Tensor run_pre_hooks(Tensor grad);
   void run_post_hooks();

@@ -134,6 +134,172 @@ __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) int64_t fold_avx51
   return i;
 }
 
+// ---- products folded from registers (fold_products) -------------------------------------------
+// A block of R rows by V vectors of c for every product in turn: the product's chain of fused
+// multiply-adds in registers, then its values folded into the block's sums, which stay in L1
+// from one product to the next.
+
+constexpr int kProductRows = 4;
+
+template <int R, int V>
+__attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) void product_block_avx512(
+    const Product* products, int count, int64_t m, int64_t i0, int64_t j0, int64_t* sums, double factor, Into into,
+    __m512& most, __mmask16& all_finite) {
+  const __m512 infinity = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  const __m512d factors = _mm512_set1_pd(factor), limit = _mm512_set1_pd(kLimit);
+  for (int t = 0; t < count; ++t) {
+    const Product& pr = products[t];
+    __m512 acc[R][V];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+    }
+    const float* g = pr.g + i0 * pr.g_col;
+    const float* x = pr.x + j0;
+    for (int64_t p = 0; p < pr.k; ++p, g += pr.g_row, x += pr.x_row) {
+      __m512 b[V];
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) b[v] = _mm512_loadu_ps(x + 16 * v);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512 a = _mm512_set1_ps(g[r * pr.g_col]);
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(a, b[v], acc[r][v]);
+      }
+    }
+    const bool store = t == 0 && into == Into::kStore;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) {
+        const __m512 a = _mm512_abs_ps(acc[r][v]);
+        all_finite &= _mm512_cmp_ps_mask(a, infinity, _CMP_LT_OQ);
+        most = _mm512_max_ps(a, most);
+        if (sums == nullptr) continue;
+        int64_t* s = sums + (i0 + r) * m + j0 + 16 * v;
+        for (int half = 0; half < 2; ++half) {
+          const __m512d scaled = _mm512_mul_pd(
+              _mm512_cvtps_pd(half == 0 ? _mm512_castps512_ps256(acc[r][v]) : _mm512_extractf32x8_ps(acc[r][v], 1)),
+              factors);
+          const __mmask8 inside = _mm512_cmp_pd_mask(_mm512_abs_pd(scaled), limit, _CMP_LT_OQ);
+          const __m512i q = _mm512_cvt_roundpd_epi64(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+          const __m512i old = store ? _mm512_setzero_si512() : _mm512_loadu_si512(s + 8 * half);
+          _mm512_storeu_si512(s + 8 * half, _mm512_mask_add_epi64(old, inside, old, q));
+        }
+      }
+    }
+  }
+}
+
+template <int R, int V>
+void product_block_avx2(const Product* products, int count, int64_t m, int64_t i0, int64_t j0, int64_t* sums,
+                        double factor, Into into, __m256& most, __m256& all_finite) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), infinity = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  const __m256d factors = _mm256_set1_pd(factor), limit = _mm256_set1_pd(kLimit), dsign = _mm256_set1_pd(-0.0);
+  for (int t = 0; t < count; ++t) {
+    const Product& pr = products[t];
+    __m256 acc[R][V];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
+    }
+    const float* g = pr.g + i0 * pr.g_col;
+    const float* x = pr.x + j0;
+    for (int64_t p = 0; p < pr.k; ++p, g += pr.g_row, x += pr.x_row) {
+      __m256 b[V];
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) b[v] = _mm256_loadu_ps(x + 8 * v);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m256 a = _mm256_broadcast_ss(g + r * pr.g_col);
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(a, b[v], acc[r][v]);
+      }
+    }
+    const bool store = t == 0 && into == Into::kStore;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) {
+        const __m256 a = _mm256_andnot_ps(sign, acc[r][v]);
+        all_finite = _mm256_and_ps(all_finite, _mm256_cmp_ps(a, infinity, _CMP_LT_OQ));
+        most = _mm256_max_ps(a, most);
+        if (sums == nullptr) continue;
+        int64_t* s = sums + (i0 + r) * m + j0 + 8 * v;
+        for (int half = 0; half < 2; ++half) {
+          const __m256d scaled = _mm256_mul_pd(
+              _mm256_cvtps_pd(half == 0 ? _mm256_castps256_ps128(acc[r][v]) : _mm256_extractf128_ps(acc[r][v], 1)),
+              factors);
+          const __m256d inside = _mm256_cmp_pd(_mm256_andnot_pd(dsign, scaled), limit, _CMP_LT_OQ);
+          const __m256i q = _mm256_and_si256(round_to_int64(scaled), _mm256_castpd_si256(inside));
+          auto* at = reinterpret_cast<__m256i*>(s + 4 * half);
+          _mm256_storeu_si256(at, store ? q : _mm256_add_epi64(_mm256_loadu_si256(at), q));
+        }
+      }
+    }
+  }
+}
+
+// Rows [row_begin, row_end) by the columns [0, full_end) (a multiple of the vector width): blocks
+// of kProductRows rows (fewer at the end) by kV vectors (single vectors at the end).
+template <int kV, int kLanes, typename Most, typename Finite, typename Block>
+void product_blocks(const Product* products, int count, int64_t m, int64_t full_end, int64_t row_begin, int64_t row_end,
+                    int64_t* sums, double factor, Into into, Most& most, Finite& all_finite,
+                    const Block (&wide)[kProductRows], const Block (&narrow)[kProductRows]) {
+  for (int64_t i0 = row_begin; i0 < row_end; i0 += kProductRows) {
+    const int64_t rows = row_end - i0 < kProductRows ? row_end - i0 : kProductRows;
+    int64_t j0 = 0;
+    for (; j0 + kV * kLanes <= full_end; j0 += kV * kLanes) {
+      wide[rows - 1](products, count, m, i0, j0, sums, factor, into, most, all_finite);
+    }
+    for (; j0 < full_end; j0 += kLanes)
+      narrow[rows - 1](products, count, m, i0, j0, sums, factor, into, most, all_finite);
+  }
+}
+
+using BlockAvx512 = void (*)(const Product*, int, int64_t, int64_t, int64_t, int64_t*, double, Into, __m512&,
+                             __mmask16&);
+using BlockAvx2 = void (*)(const Product*, int, int64_t, int64_t, int64_t, int64_t*, double, Into, __m256&, __m256&);
+
+__attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) int64_t products_avx512(
+    const Product* products, int count, int64_t m, int64_t row_begin, int64_t row_end, int64_t* sums, double factor,
+    Into into, float& largest, bool& finite) {
+  static constexpr BlockAvx512 kWide[] = {product_block_avx512<1, 4>, product_block_avx512<2, 4>,
+                                          product_block_avx512<3, 4>, product_block_avx512<4, 4>};
+  static constexpr BlockAvx512 kNarrow[] = {product_block_avx512<1, 1>, product_block_avx512<2, 1>,
+                                            product_block_avx512<3, 1>, product_block_avx512<4, 1>};
+  const int64_t full_end = m / 16 * 16;
+  __m512 most = _mm512_setzero_ps();
+  __mmask16 all_finite = 0xFFFF;
+  product_blocks<4, 16>(products, count, m, full_end, row_begin, row_end, sums, factor, into, most, all_finite, kWide,
+                        kNarrow);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, most);
+  for (float lane : lanes) largest = lane > largest ? lane : largest;
+  finite = finite && all_finite == 0xFFFF;
+  return full_end;
+}
+
+int64_t products_avx2(const Product* products, int count, int64_t m, int64_t row_begin, int64_t row_end, int64_t* sums,
+                      double factor, Into into, float& largest, bool& finite) {
+  static constexpr BlockAvx2 kWide[] = {product_block_avx2<1, 2>, product_block_avx2<2, 2>, product_block_avx2<3, 2>,
+                                        product_block_avx2<4, 2>};
+  static constexpr BlockAvx2 kNarrow[] = {product_block_avx2<1, 1>, product_block_avx2<2, 1>, product_block_avx2<3, 1>,
+                                          product_block_avx2<4, 1>};
+  const int64_t full_end = m / 8 * 8;
+  __m256 most = _mm256_setzero_ps();
+  __m256 all_finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+  product_blocks<2, 8>(products, count, m, full_end, row_begin, row_end, sums, factor, into, most, all_finite, kWide,
+                       kNarrow);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, most);
+  for (float lane : lanes) largest = lane > largest ? lane : largest;
+  finite = finite && _mm256_movemask_ps(all_finite) == 0xFF;
+  return full_end;
+}
+
 // Four int64 as doubles, each rounded once as the scalar conversion rounds it: v = h 2^32 + l
 // (h the signed upper half, l the unsigned lower one); h 2^32 + 2^31 and l - 2^31 are exact
 // doubles, and their sum, v, is rounded once.
@@ -186,6 +352,27 @@ void fold(const float* const* chunks, int count, int64_t n, int64_t* sums, int s
   for (int c = 0; c < count; ++c) {
     fold_scalar(chunks[c] + i, n - i, sums == nullptr ? nullptr : sums + i, factor, c == 0 ? into : Into::kAdd, largest,
                 finite);
+  }
+}
+
+void fold_products(const Product* products, int count, int64_t m, int64_t row_begin, int64_t row_end, int64_t* sums,
+                   int scale, float& largest, bool& finite, Into into) {
+  const double factor = std::ldexp(1.0, scale);
+  const int64_t full_end =
+      tensor::cpu_isa() == tensor::CpuIsa::kAvx512
+          ? products_avx512(products, count, m, row_begin, row_end, sums, factor, into, largest, finite)
+          : products_avx2(products, count, m, row_begin, row_end, sums, factor, into, largest, finite);
+  // The columns past the last full vector, one element at a time.
+  for (int64_t i = row_begin; i < row_end; ++i) {
+    for (int64_t j = full_end; j < m; ++j) {
+      for (int t = 0; t < count; ++t) {
+        const Product& pr = products[t];
+        float d = 0;
+        for (int64_t p = 0; p < pr.k; ++p) d = std::fma(pr.g[p * pr.g_row + i * pr.g_col], pr.x[p * pr.x_row + j], d);
+        fold_scalar(&d, 1, sums == nullptr ? nullptr : sums + i * m + j, factor, t == 0 ? into : Into::kAdd, largest,
+                    finite);
+      }
+    }
   }
 }
 

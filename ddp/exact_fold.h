@@ -27,6 +27,26 @@ void fold(const float* const* chunks, int count, int64_t n, int64_t* sums, int s
 void fold(const double* const* chunks, int count, int64_t n, int64_t* sums, int scale, double& largest, bool& finite,
           Into into = Into::kAdd);
 
+// One chunk's contribution to a weight's gradient, the product c = g^T x of its k rows: g
+// [k, n] at g[p * g_row + i * g_col], x [k, m] at x[p * x_row + j] (the columns contiguous).
+struct Product {
+  const float* g;
+  int64_t g_row, g_col;
+  const float* x;
+  int64_t x_row;
+  int64_t k;
+};
+
+// Rows [row_begin, row_end) of the n x m sums (sums[i * m + j], row-major): for each of the
+// `count` products in turn, its element (i, j), d = the float32 chain of fused multiply-adds
+// d = fma(g[p, i], x[p, j], d) from d = 0 over p = 0 .. k - 1, folded as fold() folds a value
+// (Into::kStore: the first product's integers replace the sums). The float32 gradient is
+// never written: each product goes from registers into the integers, and the sums are read
+// and written once for all the products (sums null: only `largest` and `finite`). 4 rows by
+// 4 vectors of 16 columns at a time under AVX-512, 4 by 2 of 8 under AVX2; the same bits.
+void fold_products(const Product* products, int count, int64_t m, int64_t row_begin, int64_t row_end, int64_t* sums,
+                   int scale, float& largest, bool& finite, Into into = Into::kAdd);
+
 // The means: out[i] = double(sums[i]) * 2^-scale / chunks, then rounded to the output's type,
 // each step rounded as that C++ expression rounds it (the int64's conversion to double once,
 // the division once, the float32 result once), 4 values at a time (AVX2).

@@ -137,7 +137,10 @@ std::vector<double> ExactSteps::run_chunks(const Tensor& inputs, const Tensor& t
                loss.defined() ? tensor::format_shape(loss.sizes()) : std::string("an undefined tensor"));
     losses.push_back(loss.item<double>());
     if (c + 1 == first + count) sum_->overlap_next_chunk();  // its sums travel during backward
-    loss.backward();
+    {
+      tensor::WeightGradientSinkScope products(sum_.get());  // linear()'s weight products go to the sum
+      loss.backward();
+    }
     sum_->add_chunk();
   }
   return losses;

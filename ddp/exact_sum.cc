@@ -3,6 +3,7 @@
 #include "tinyddp/ddp/exact_sum.h"
 
 #include "tinyddp/autograd/accumulate_grad.h"
+#include "tinyddp/autograd/engine.h"
 
 #include <algorithm>
 #include <cmath>
@@ -137,6 +138,12 @@ void ExactGradientSum::lay_out() {
   holds_.assign(params_.size(), false);
   launched_.assign(params_.size(), nullptr);
   pending_.assign(params_.size(), {});
+  taken_.assign(params_.size(), {});
+  taken_now_.assign(params_.size(), 0);
+  got_grad_.assign(params_.size(), false);
+  solo_.assign(params_.size(), false);
+  mixed_.assign(params_.size(), false);
+  for (size_t p = 0; p < params_.size(); ++p) by_impl_[params_[p].impl_ptr().get()] = p;
 }
 
 ExactGradientSum::~ExactGradientSum() {
@@ -192,6 +199,7 @@ void ExactGradientSum::clear_gradients() {
   for (size_t p = 0; p < params_.size(); ++p) {
     params_[p].mutable_grad() = Tensor();
     if (sharded()) sharded_.shards[p].mutable_grad() = Tensor();
+    taken_[p].clear();  // (a step that threw left them)
   }
 }
 
@@ -200,13 +208,29 @@ void ExactGradientSum::overlap_next_chunk() {
     for (size_t p = 0; p < params_.size(); ++p) {
       hooks_.push_back(params_[p].grad_accumulator()->add_post_hook([this, p] {
         if (!overlapping_) return;
+        if (launched_[p]) {  // its sums left after a take (solo): this gradient comes too late
+          late_ = true;
+          mixed_[p] = true;
+          params_[p].mutable_grad() = Tensor();
+          return;
+        }
         add_gradient(p);
         fold_pending(p);
-        if (pg_) launch(p);
+        ready(p);
       }));
     }
   }
   overlapping_ = true;
+  ready_.assign(params_.size(), false);
+  next_launch_ = static_cast<int64_t>(params_.size()) - 1;
+}
+
+void ExactGradientSum::ready(size_t p) {
+  if (!pg_) return;
+  ready_[p] = true;
+  for (; next_launch_ >= 0 && ready_[static_cast<size_t>(next_launch_)]; --next_launch_) {
+    launch(static_cast<size_t>(next_launch_));
+  }
 }
 
 void ExactGradientSum::add_gradient(size_t p) {
@@ -214,6 +238,7 @@ void ExactGradientSum::add_gradient(size_t p) {
   added_[p] = true;
   const Tensor grad = params_[p].grad();
   if (!grad.defined()) return;  // no gradient: zeros
+  got_grad_[p] = true;
   // (A float16 or bfloat16 gradient, fully_shard's mixed precision, is exact in float32.)
   const bool half = grad.dtype() == t::kFloat16 || grad.dtype() == t::kBFloat16;
   pending_[p].push_back(half ? grad.to(t::Device(t::kCPU)).to(t::kFloat32) : grad.to(t::Device(t::kCPU)).contiguous());
@@ -230,25 +255,33 @@ void ExactGradientSum::keep_chunks(size_t count) {
 
 void ExactGradientSum::fold_pending(size_t p) {
   std::vector<Tensor>& kept = pending_[p];
-  if (kept.empty()) return;
-  const int64_t n = kept.front().numel();
+  if (kept.empty() && taken_[p].empty()) return;
   // Added on the grid agreed before the step, unless nothing is agreed yet or a chunk already
   // outgrew its grid (the step will be refused: only the bounds matter then).
   const bool adding = bound_[p] != kUnknown && !outgrown_;
   const int scale = adding ? bits_ - (bound_[p] + headroom_) : 0;  // |x| < 2^(bound + H): |x 2^scale| < 2^B
   int64_t* sums = adding ? sums_.data_ptr<int64_t>() + offsets_[p] : nullptr;
   // The step's first fold into p's sums writes over what the last step left (no pass zeroes them).
-  const exact::Into into = holds_[p] ? exact::Into::kAdd : exact::Into::kStore;
+  const auto into = [&] { return holds_[p] ? exact::Into::kAdd : exact::Into::kStore; };
   bool finite = true;
-  const auto fold_all = [&](auto type) {
-    using T = decltype(type);
-    std::vector<const T*> chunks;
-    for (const Tensor& g : kept) chunks.push_back(g.data_ptr<T>());
-    return add_chunk_values(chunks, n, kUnknown, finite, sums, scale, into);
-  };
-  const int bound = kept.front().dtype() == t::kFloat32 ? fold_all(float{}) : fold_all(double{});
-  kept.clear();
-  if (sums != nullptr) holds_[p] = true;
+  int bound = kUnknown;
+  if (!kept.empty()) {
+    const auto fold_all = [&](auto type) {
+      using T = decltype(type);
+      std::vector<const T*> chunks;
+      for (const Tensor& g : kept) chunks.push_back(g.data_ptr<T>());
+      return add_chunk_values(chunks, kept.front().numel(), kUnknown, finite, sums, scale, into());
+    };
+    bound = kept.front().dtype() == t::kFloat32 ? fold_all(float{}) : fold_all(double{});
+    kept.clear();
+    if (sums != nullptr) holds_[p] = true;
+  }
+  if (!taken_[p].empty()) {
+    bool products_finite = true;
+    bound = std::max(bound, fold_products(p, sums, scale, into(), products_finite));
+    finite = finite && products_finite;
+    if (sums != nullptr) holds_[p] = true;
+  }
   TDDP_CHECK(finite,
              "deterministic mode: the gradient of '{}' holds a NaN or an infinity; the fixed-point sum cannot hold it "
              "(lower the learning rate, or clip the gradients)",
@@ -257,11 +290,76 @@ void ExactGradientSum::fold_pending(size_t p) {
   if (bound != kUnknown && (bound_[p] == kUnknown || bound > bound_[p] + headroom_)) outgrown_ = true;
 }
 
+bool ExactGradientSum::take(const t::TensorImpl* weight, const Tensor& grad_out, const Tensor& input) {
+  const auto it = by_impl_.find(weight);
+  if (it == by_impl_.end() || sharded() || t::GradMode::is_enabled() || autograd::Engine::pass_depth() != 1) {
+    return false;
+  }
+  const size_t p = it->second;
+  const Tensor& param = params_[p];
+  const auto plain = [](const Tensor& v) { return v.dtype() == t::kFloat32 && v.device().type == t::kCPU; };
+  if (!plain(param) || !plain(grad_out) || !plain(input) || param.dim() != 2 || grad_out.dim() != 2 ||
+      input.dim() != 2 || grad_out.size(0) != input.size(0) || grad_out.size(1) != param.size(0) ||
+      input.size(1) != param.size(1) || param.grad_accumulator()->has_pre_hooks()) {
+    return false;
+  }
+  if (overlapping_ && launched_[p]) {  // its sums already left: more of its gradient, too late
+    late_ = true;
+    mixed_[p] = true;
+    return true;
+  }
+  const Tensor x = input.stride(1) == 1 ? input : input.contiguous();
+  taken_[p].push_back({grad_out, x, grad_out.storage().version(), x.storage().version()});
+  ++taken_now_[p];
+  if (overlapping_ && solo_[p]) {  // its accumulator will not run: its sums may leave
+    added_[p] = true;
+    fold_pending(p);
+    ready(p);
+  } else if (taken_[p].size() >= max_pending_) {
+    fold_pending(p);  // as many as keep_chunks keeps
+  }
+  return true;
+}
+
+int ExactGradientSum::fold_products(size_t p, int64_t* sums, int scale, exact::Into into, bool& finite) {
+  std::vector<exact::Product> products;
+  for (const Taken& k : taken_[p]) {
+    TDDP_CHECK(k.g.storage().version() == k.g_version && k.x.storage().version() == k.x_version,
+               "deterministic mode: the input or output gradient of the linear layer of '{}' was modified in place "
+               "after its chunk's backward, before its product was summed",
+               names_[p]);
+    products.push_back(
+        {k.g.data_ptr<float>(), k.g.stride(0), k.g.stride(1), k.x.data_ptr<float>(), k.x.stride(0), k.g.size(0)});
+  }
+  const int64_t rows = params_[p].size(0), m = params_[p].size(1);
+  std::mutex mutex;
+  float largest = 0;
+  finite = true;
+  // Rows of the sums per task: about kGrain outputs each (any split gives the same integers).
+  t::parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(m, 1)), [&](int64_t begin, int64_t end) {
+    float mine = 0;
+    bool ok = true;
+    exact::fold_products(products.data(), static_cast<int>(products.size()), m, begin, end, sums, scale, mine, ok,
+                         into);
+    std::lock_guard<std::mutex> lock(mutex);
+    largest = std::max(largest, mine);
+    finite = finite && ok;
+  });
+  taken_[p].clear();
+  if (largest == 0 || !finite) return kUnknown;
+  int exponent = 0;
+  std::frexp(static_cast<double>(largest), &exponent);
+  return exponent;
+}
+
 void ExactGradientSum::add_chunk() {
   for (size_t p = 0; p < params_.size(); ++p) {
     if (!added_[p]) add_gradient(p);  // what no hook added (every parameter, without overlap)
+    solo_[p] = taken_now_[p] == 1 && !got_grad_[p] && !mixed_[p];
   }
   std::fill(added_.begin(), added_.end(), false);
+  std::fill(taken_now_.begin(), taken_now_.end(), 0);
+  std::fill(got_grad_.begin(), got_grad_.end(), false);
   overlapping_ = false;
   ++chunks_;
 }
@@ -269,20 +367,23 @@ void ExactGradientSum::add_chunk() {
 bool ExactGradientSum::finish() {
   t::NoGradGuard no_grad;
   for (size_t p = 0; p < params_.size(); ++p) fold_pending(p);
-  // One max-allreduce: whether any rank's chunk outgrew its grid, this rank's count of chunks
-  // (and its negative: the least count), and the bound of each parameter's gradients over
-  // every chunk of the step. The sums overlapped with the last backward are on their way.
-  std::vector<int64_t> control{outgrown_ ? 1 : 0, chunks_, -chunks_};
+  // Every sum not on its way yet leaves now, in the order the overlap launches them (the last
+  // parameter first): whatever each rank launched early, the ranks issue the same collectives
+  // in the same order (a refused step's sums are dropped).
+  if (pg_) {
+    for (size_t p = params_.size(); p-- > 0;) {
+      if (!launched_[p]) launch(p);
+    }
+  }
+  // One max-allreduce: whether any rank's chunk outgrew its grid (or had gradient after its
+  // sums left), this rank's count of chunks (and its negative: the least count), and the bound
+  // of each parameter's gradients over every chunk of the step.
+  std::vector<int64_t> control{outgrown_ || late_ ? 1 : 0, chunks_, -chunks_};
   for (int b : step_bound_) control.push_back(b);
   Tensor agreed = t::from_vector(control);
   if (pg_) pg_->allreduce(agreed, comm::ReduceOp::kMax)->wait();
   const std::vector<int64_t> got = agreed.to_vector<int64_t>();
   const bool refused = got[0] != 0;
-  if (pg_ && !refused) {
-    for (size_t p = 0; p < params_.size(); ++p) {
-      if (!launched_[p]) launch(p);
-    }
-  }
   for (auto& work : launched_) {
     if (work) work->wait();
     work = nullptr;
@@ -294,7 +395,7 @@ bool ExactGradientSum::finish() {
     if (got[p + 3] != kUnknown) bound_[p] = static_cast<int>(got[p + 3]);
   }
   std::fill(step_bound_.begin(), step_bound_.end(), kUnknown);
-  outgrown_ = false;
+  outgrown_ = late_ = false;
   const int64_t chunks_here = chunks_, world = pg_ ? pg_->size() : 1;
   chunks_ = 0;
   TDDP_CHECK(got[1] == -got[2] && got[1] * world == total_chunks_,
@@ -338,74 +439,6 @@ void ExactGradientSum::load_grid_state(const std::vector<int64_t>& bounds) {
                bounds[p], names_[p]);
     bound_[p] = static_cast<int>(bounds[p]);
   }
-}
-
-double exact_square_sum(const std::vector<Tensor>& values, comm::ProcessGroup* pg) {
-  t::NoGradGuard no_grad;
-  using Wide = unsigned __int128;
-  std::vector<Tensor> host;  // float64: the squares of the narrower types are exact there
-  for (const Tensor& v : values) host.push_back(v.to(t::Device(t::kCPU)).to(t::kFloat64).contiguous());
-  // Each task's part of a pass over every element, combined under a lock: the largest square
-  // and whether a NaN was seen, then the integers (associative: any split, the same sum).
-  std::mutex mutex;
-  const auto each_task = [&](auto&& body) {
-    for (const Tensor& h : host) {
-      const double* x = h.data_ptr<double>();
-      t::parallel_for(0, h.numel(), kGrain, [&](int64_t begin, int64_t end) { body(x + begin, end - begin); });
-    }
-  };
-  double largest = 0, nan = 0;
-  each_task([&](const double* x, int64_t n) {
-    double mine = 0;
-    bool saw_nan = false;
-    for (int64_t i = 0; i < n; ++i) {
-      saw_nan = saw_nan || std::isnan(x[i]);
-      mine = std::max(mine, x[i] * x[i]);
-    }
-    std::lock_guard<std::mutex> lock(mutex);
-    largest = std::max(largest, mine);
-    if (saw_nan) nan = 1;
-  });
-  Tensor agreed = t::from_vector(std::vector<double>{largest, nan});
-  if (pg) pg->allreduce(agreed, comm::ReduceOp::kMax)->wait();
-  const std::vector<double> got_max = agreed.to_vector<double>();
-  largest = got_max[0];
-  if (got_max[1] != 0) return std::nan("");
-  if (largest == 0 || std::isinf(largest)) return largest;
-  int exponent = 0;
-  std::frexp(largest, &exponent);  // every square < 2^exponent
-  const int scale = 72 - exponent;
-  Wide sum = 0;  // below 2^72 per element: room for 2^48 elements per rank
-  each_task([&](const double* x, int64_t n) {
-    Wide mine = 0;
-    for (int64_t i = 0; i < n; ++i) mine += static_cast<Wide>(std::nearbyint(std::ldexp(x[i] * x[i], scale)));
-    std::lock_guard<std::mutex> lock(mutex);
-    sum += mine;
-  });
-  // Over the ranks in 40-bit limbs, which int64 adds exactly for up to 2^23 ranks.
-  constexpr int kLimb = 40;
-  const Wide mask = (Wide{1} << kLimb) - 1;
-  Tensor limbs =
-      t::from_vector(std::vector<int64_t>{static_cast<int64_t>(sum & mask), static_cast<int64_t>((sum >> kLimb) & mask),
-                                          static_cast<int64_t>(sum >> (2 * kLimb))});
-  if (pg) pg->allreduce(limbs, comm::ReduceOp::kSum)->wait();
-  const std::vector<int64_t> got = limbs.to_vector<int64_t>();
-  const Wide total =
-      static_cast<Wide>(got[0]) + (static_cast<Wide>(got[1]) << kLimb) + (static_cast<Wide>(got[2]) << (2 * kLimb));
-  return std::ldexp(static_cast<double>(total), -scale);
-}
-
-double chunk_mean(comm::ProcessGroup* pg, const std::vector<double>& mine, int64_t first, int64_t total) {
-  TDDP_CHECK(first >= 0 && first + static_cast<int64_t>(mine.size()) <= total,
-             "chunk_mean: chunks {}..{} are not within the {} chunks of the step", first,
-             first + static_cast<int64_t>(mine.size()) - 1, total);
-  std::vector<double> slots(static_cast<size_t>(total), 0.0);
-  std::copy(mine.begin(), mine.end(), slots.begin() + first);
-  Tensor all = tensor::from_vector(slots);
-  if (pg) pg->allreduce(all, comm::ReduceOp::kSum)->wait();
-  double sum = 0;
-  for (double v : all.to_vector<double>()) sum += v;  // in chunk order, on every rank
-  return sum / static_cast<double>(total);
 }
 
 }  // namespace tinyddp::ddp

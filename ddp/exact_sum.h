@@ -19,8 +19,12 @@
 #include <string>
 #include <vector>
 
+#include <unordered_map>
+
 #include "tinyddp/autograd/node.h"
 #include "tinyddp/comm/process_group.h"
+#include "tinyddp/ddp/exact_fold.h"
+#include "tinyddp/tensor/graph.h"
 
 namespace tinyddp::ddp {
 
@@ -36,7 +40,7 @@ struct ShardedGradients {
   std::vector<int64_t> block_rows;         // rows per rank
 };
 
-class ExactGradientSum {
+class ExactGradientSum : public tensor::WeightGradientSink {
  public:
   // `params`: float32 or float64 tensors (any device: the sums are made on the CPU). `pg`: the
   // ranks (null: one process). `total_chunks`: the chunks of one step over all ranks, the
@@ -51,7 +55,7 @@ class ExactGradientSum {
 
   ExactGradientSum(const ExactGradientSum&) = delete;
   ExactGradientSum& operator=(const ExactGradientSum&) = delete;
-  ~ExactGradientSum();
+  ~ExactGradientSum() override;
 
   // After one chunk's backward (.grad held zeros or nothing before it): adds each parameter's
   // .grad to its integer sum and sets .grad to None (the next chunk's backward then gives it
@@ -64,6 +68,16 @@ class ExactGradientSum {
   // or an infinity then throws when its chunk is folded: at the latest in finish(). 1, the
   // default: each chunk folded (and checked) in add_chunk.
   void keep_chunks(size_t count);
+
+  // While installed as this thread's WeightGradientSink (tensor/graph.h) around a chunk's
+  // backward (ExactSteps does), a float32 CPU weight's product from linear()'s backward is kept
+  // instead of computed, and folded with the parameter's other kept chunks from registers into
+  // the sums (exact::fold_products; as many at once as keep_chunks keeps): no float32 gradient
+  // is written and read back. Such a product is rounded onto the grid by itself (a weight that
+  // also gets a gradient elsewhere in the chunk has that rounded apart), on every world size
+  // alike. Declined (computed as usual): the sharded form, other dtypes or devices, a weight
+  // with a tensor hook, a pass nested in the backward, create_graph.
+  bool take(const tensor::TensorImpl* weight, const Tensor& grad_out, const Tensor& input) override;
 
   // Before the backward of this rank's last chunk of the step: each parameter's gradient is
   // added as soon as its AccumulateGrad has run (a post-hook, as DDP's), and the allreduce of
@@ -109,12 +123,16 @@ class ExactGradientSum {
   // Keeps parameter p's .grad of this chunk (and sets .grad to None); folds what is kept once
   // max_pending_ chunks wait.
   void add_gradient(size_t p);
-  // Adds the kept chunks' gradients of p to its sums, in one pass over the sums.
+  // Adds the kept chunks' gradients and products of p to its sums, in one pass over the sums.
   void fold_pending(size_t p);
+  // The kept products of p into its sums (or only their bound: sums null); returns the bound.
+  int fold_products(size_t p, int64_t* sums, int scale, exact::Into into, bool& finite);
   // Parameter p's sums in sums_, zeroed first where no chunk of this step folded into them.
   Tensor step_sums(size_t p);
   // Starts the allreduce (scattered: the reduce-scatter) of parameter p's integer sums.
   void launch(size_t p);
+  // In the overlapped chunk: p's sums are complete; launches those whose turn has come.
+  void ready(size_t p);
   // Parameter p's means, from its sums over the ranks on the grid 2^-scale (scattered: this
   // rank's block of them, whose allgather it starts into `gather`). Unsharded and scattered, the
   // tensor holds W blocks, the parameter's elements first.
@@ -155,6 +173,26 @@ class ExactGradientSum {
   size_t max_pending_ = 1;
   std::vector<std::vector<Tensor>> pending_;
   std::vector<std::shared_ptr<comm::Work>> launched_;
+  // take(): the parameters by their tensors, and p's products not yet in the sums, with the
+  // versions of their factors' storage (an in-place change before the fold is refused).
+  struct Taken {
+    Tensor g, x;
+    uint64_t g_version, x_version;
+  };
+  std::unordered_map<const tensor::TensorImpl*, size_t> by_impl_;
+  std::vector<std::vector<Taken>> taken_;
+  // This chunk: products taken of p, and whether p had a .grad too. A parameter whose last chunk
+  // gave it one product and no .grad is "solo": in the overlapped chunk its sums leave at the
+  // take (its accumulator will not run). Should more gradient of it come after that (the graph
+  // changed), the step is refused (late_) and run again, and p is never solo again (mixed_).
+  std::vector<int> taken_now_;
+  std::vector<bool> got_grad_, solo_, mixed_;
+  // The overlapped chunk launches the sums in a fixed order, the last parameter first, each when
+  // it and those after it are ready: the same collectives in the same order on every rank,
+  // whichever parameters each rank's graph made ready when.
+  std::vector<bool> ready_;
+  int64_t next_launch_ = -1;
+  bool late_ = false;
 };
 
 // The mean of one value per chunk (a chunk's loss), the same bits on any world size: rank r

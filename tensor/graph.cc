@@ -86,6 +86,16 @@ thread_local const Storage* save_copies_of = nullptr;  // SaveCopiesGuard's stor
 SaveCopiesGuard::SaveCopiesGuard(const Storage& storage) : previous_(save_copies_of) { save_copies_of = &storage; }
 SaveCopiesGuard::~SaveCopiesGuard() { save_copies_of = previous_; }
 
+namespace {
+thread_local WeightGradientSink* weight_sink = nullptr;
+}  // namespace
+
+WeightGradientSinkScope::WeightGradientSinkScope(WeightGradientSink* sink) : previous_(weight_sink) {
+  weight_sink = sink;
+}
+WeightGradientSinkScope::~WeightGradientSinkScope() { weight_sink = previous_; }
+WeightGradientSink* weight_gradient_sink() { return weight_sink; }
+
 SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
   if (!t.defined()) return;
   data_ = is_output ? t.detach() : t;

@@ -87,4 +87,31 @@ class RunningNodeScope {
   const RunningNode* previous_;
 };
 
+// While one is installed on this thread (WeightGradientSinkScope), linear()'s backward offers
+// it each weight gradient as the product it would compute, grad_out^T @ input (both 2-D, their
+// rows the product's terms), before computing it. When take() returns true the sink keeps the
+// factors and the weight gets no gradient from that call (its accumulator does not run for it):
+// DDP's deterministic option folds each chunk's product from registers into its integer sums
+// (ddp/exact_sum.h), no float32 gradient written and read back. `weight` only identifies the
+// parameter: the sink compares it with its own.
+struct WeightGradientSink {
+  virtual ~WeightGradientSink() = default;
+  virtual bool take(const TensorImpl* weight, const Tensor& grad_out, const Tensor& input) = 0;
+};
+
+// Installs `sink` on this thread for its lifetime (null: none), restoring the previous one.
+class WeightGradientSinkScope {
+ public:
+  explicit WeightGradientSinkScope(WeightGradientSink* sink);
+  ~WeightGradientSinkScope();
+  WeightGradientSinkScope(const WeightGradientSinkScope&) = delete;
+  WeightGradientSinkScope& operator=(const WeightGradientSinkScope&) = delete;
+
+ private:
+  WeightGradientSink* previous_;
+};
+
+// This thread's sink, or null.
+WeightGradientSink* weight_gradient_sink();
+
 }  // namespace tinyddp::tensor

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "tinyddp/tensor/cpu_isa.h"
+
 namespace tinyddp::testing {
 
 std::map<std::string, std::vector<double>> load_fixture(const std::string& path) {
@@ -120,6 +122,17 @@ void expect_matches_cpu(const std::vector<tensor::Tensor>& inputs,
   REQUIRE(got.sizes() == want.sizes());
   REQUIRE(got.dtype() == want.dtype());
   CHECK(tensor::allclose(got.to(tensor::kCPU), want, tol, tol, /*equal_nan=*/true));
+}
+
+void for_each_cpu_isa(const std::function<void()>& body) {
+  const tensor::CpuIsa chosen = tensor::cpu_isa();
+  for (tensor::CpuIsa isa : {tensor::CpuIsa::kAvx2, tensor::CpuIsa::kAvx512}) {
+    if (!tensor::cpu_has(isa)) continue;
+    INFO(tensor::cpu_isa_name(isa));
+    tensor::set_cpu_isa(isa);
+    body();
+  }
+  tensor::set_cpu_isa(chosen);
 }
 
 }  // namespace tinyddp::testing

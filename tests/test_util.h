@@ -69,4 +69,8 @@ tensor::Tensor written_copy(const tensor::Tensor& x, const std::function<void(co
 // every row after the header.
 std::vector<double> read_losses(const std::string& path);
 
+// Runs `body` under each instruction set the CPU has (tensor/cpu_isa.h: AVX2, and AVX-512 on an
+// x86-64-v4 CPU), the set's name in Catch's messages, and puts the chosen one back after.
+void for_each_cpu_isa(const std::function<void()>& body);
+
 }  // namespace tinyddp::testing

@@ -206,10 +206,15 @@ Tensor linear(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
     const bool need_bias = bias.defined() && bias.requires_grad();
     record_op("LinearBackward", out, {input, weight, bias},
               [sx = SavedTensor(need_weight ? x2 : Tensor()), sw = SavedTensor(need_input ? weight : Tensor()),
-               in_shape = input.sizes(), out_features, need_input, need_weight, need_bias](const Tensor& g) {
+               in_shape = input.sizes(), out_features, need_input, need_weight, need_bias,
+               weight_key = weight.impl_ptr().get()](const Tensor& g) {
                 const Tensor g2 = g.reshape({-1, out_features});
-                auto [grad_weight, grad_bias] =
-                    weight_and_bias_grads(g2, need_weight ? sx.get("LinearBackward") : Tensor(), need_bias);
+                Tensor x = need_weight ? sx.get("LinearBackward") : Tensor();
+                // A sink (graph.h) may take the weight's product instead.
+                if (WeightGradientSink* sink = weight_gradient_sink(); x.defined() && sink != nullptr) {
+                  if (sink->take(weight_key, g2, x)) x = Tensor();
+                }
+                auto [grad_weight, grad_bias] = weight_and_bias_grads(g2, x, need_bias);
                 return std::vector<Tensor>{need_input ? mm(g2, sw.get("LinearBackward")).reshape(in_shape) : Tensor(),
                                            grad_weight, grad_bias};
               });

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "tests/comm/comm_test_util.h"
+#include "tests/test_util.h"
 #include "tinyddp/ddp/exact_fold.h"
 #include "tinyddp/ddp/exact_sum.h"
 #include "tinyddp/tensor/cpu_isa.h"
@@ -259,14 +260,7 @@ void check_fold_against_definition();
 
 TEST_CASE("The exact sum's vector fold gives the definition's integers: ties to even, the grid's edge, the tail",
           "[ddp][exact]") {
-  const t::CpuIsa chosen = t::cpu_isa();
-  for (t::CpuIsa isa : {t::CpuIsa::kAvx2, t::CpuIsa::kAvx512}) {
-    if (!t::cpu_has(isa)) continue;  // AVX-512 on an x86-64-v4 CPU only
-    INFO(t::cpu_isa_name(isa));
-    t::set_cpu_isa(isa);
-    check_fold_against_definition();
-  }
-  t::set_cpu_isa(chosen);
+  tinyddp::testing::for_each_cpu_isa(check_fold_against_definition);
 }
 
 namespace {
