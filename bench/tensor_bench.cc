@@ -93,9 +93,13 @@ void mlp_shapes(benchmark::internal::Benchmark* b) { linear_shapes(b, mlp_produc
 BENCHMARK(BM_MlpGemm)->Apply(mlp_shapes);
 BENCHMARK(BM_MlpGemmBf16)->Apply(mlp_shapes);
 
-// The same MLP's products on one chunk of 16 rows (train --deterministic --chunk_size 16: each
-// chunk is its own forward and backward), float32.
-void chunk_shapes(benchmark::internal::Benchmark* b) { linear_shapes(b, mlp_products(16)); }
+// The same MLP's products on one chunk of 16 or 32 rows (train --deterministic --chunk_size 16
+// or 32: each chunk is its own forward and backward), float32.
+void chunk_shapes(benchmark::internal::Benchmark* b) {
+  std::vector<std::vector<int64_t>> shapes = mlp_products(16);
+  for (const std::vector<int64_t>& shape : mlp_products(32)) shapes.push_back(shape);
+  linear_shapes(b, shapes);
+}
 void BM_ChunkGemm(benchmark::State& state) { run_mlp_gemm(state, t::kFloat32); }
 BENCHMARK(BM_ChunkGemm)->Apply(chunk_shapes);
 

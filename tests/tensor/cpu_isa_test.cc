@@ -69,7 +69,11 @@ void check_table_gemm(const tinyddp::tensor::cpu::IsaKernels& kernels, double to
                                                                    {16, 300, 203},
                                                                    {600, 14, 500},
                                                                    {2, 130, 77},
-                                                                   {11, 200, 70}}) {
+                                                                   {11, 200, 70},
+                                                                   // A chunk of 17-32 rows: dots,
+                                                                   // and row strips under AVX-512.
+                                                                   {29, 150, 203},
+                                                                   {30, 60, 77}}) {
     const Tensor a = randn({n, k}, {}, &gen), b = randn({k, m}, {}, &gen);
     std::vector<T> av(n * k), bv(k * m);
     for (int64_t i = 0; i < n * k; ++i) av[i] = static_cast<T>(a.data_ptr<float>()[i]);
@@ -326,7 +330,8 @@ TEST_CASE("sqrt of contiguous float32 is correctly rounded, as PyTorch's, under 
 
 TEST_CASE("a chunk's narrow products of 5 M multiply-adds or more equal a naive loop under each instruction set") {
   // Large products may go to another GEMM engine (on Zen 4, Eigen's AVX2 build) while their
-  // narrow ones stay on the selected build's loops (matmul.cc): x @ W^T and g @ W of 16 rows.
+  // narrow ones stay on the selected build's loops (matmul.cc): x @ W^T and g @ W of 16 rows
+  // (and of 32: dots, and under AVX-512 row strips).
   IsaRestore restore;
   Generator gen(11);
   const Tensor x = randn({16, 784}, {}, &gen), w1 = randn({1024, 784}, {}, &gen);
@@ -334,7 +339,8 @@ TEST_CASE("a chunk's narrow products of 5 M multiply-adds or more equal a naive 
   for (const CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     if (!cpu_has(isa)) continue;
     set_cpu_isa(isa);
-    for (const auto& [a, b, transposed] : {std::tuple{x, w1, true}, std::tuple{g, w2, false}}) {
+    for (const auto& [a, b, transposed] : {std::tuple{x, w1, true}, std::tuple{g, w2, false},
+                                           std::tuple{cat({x, x}), w1, true}, std::tuple{cat({g, g}), w2, false}}) {
       const Tensor c = matmul(a, transposed ? b.t() : b);
       const Tensor bt = transposed ? b.t().contiguous() : b;
       const int64_t n = a.size(0), k = a.size(1), m = bt.size(1);

@@ -27,11 +27,14 @@ namespace {
 #if defined(__AVX512F__)
 constexpr int kFewRowsR = 12, kFewRowsV = 2, kFewTermsR = 6, kFewTermsV = 4, kDotRows = 4, kDotCols = 5;
 constexpr int64_t kFewTermsMostOutputs = INT64_MAX;  // narrow_gemm says why
+constexpr int64_t kFewRowsMost = 32;
 #else
 constexpr int64_t kFewTermsMostOutputs = int64_t(256) << 10;
+constexpr int64_t kFewRowsMost = 16;
 constexpr int kFewRowsR = 6, kFewRowsV = 2, kFewTermsR = 3, kFewTermsV = 4, kDotRows = 3, kDotCols = 4;
 #endif
 constexpr int kNarrow = 16;                    // the widest dimension that counts as narrow
+constexpr int64_t kDotsMostRows = 32;          // dots: rows (when the outputs are not few)
 constexpr int64_t kDotsMinTerms = 8 * kLanes;  // dots: at least 8 vectors' worth of k per output
 
 // The size of the blocks of at most `most` that cover `total` most evenly (the last may be
@@ -231,23 +234,27 @@ constexpr auto kFewTerms = rows_table<kFewTermsR, kFewTermsV>(std::make_integer_
 //  - dots: every shape measured with k >= 128 (m = 10 and 16, n = 64-4096, k = 128-4096).
 //    Each output ends in a horizontal sum of its vector, which a short k does not pay for:
 //    24 x 64 x 16 took 1.22 us against Eigen's 1.13, 48 x 16 x 13 1.19 against 1.00. With
-//    n = 2-16 rows (m = 64-4096, k = 128-4096) 1.15-10x Eigen's speed; with n = 1 (Eigen's
+//    n = 2-16 rows (m = 64-4096, k = 128-4096) 1.15-10x Eigen's speed, and up to 32 rows (a
+//    chunk of 32: 32 x 784-1024 x 1024 at 89-96 GFLOP/s against Eigen's 62-70 under AVX-512,
+//    69-89 against 58-65 under AVX2, which packs all of W for every call); with n = 1 (Eigen's
 //    matrix-vector product) 0.91-1.35x, so n = 1 keeps Eigen unless m is narrow.
-//  - rows, few rows: 2 <= n <= 16 while b has at most 2 M elements (8 MiB); with n = 1 (a
-//    matrix-vector product) or a larger b, each pass down a column strip waits on memory.
+//  - rows, few rows: 2 <= n <= 16 (32 under AVX-512: 32 x 1024 x 1024 at 82-94 GFLOP/s against
+//    Eigen's 57-68; under AVX2, 6-row blocks, 37-41 against 59-71) while b has at most 2 M
+//    elements (8 MiB); with n = 1 (a matrix-vector product) or a larger b, each pass down a
+//    column strip waits on memory.
 //  - rows, few terms: k <= 8, or k <= 16 while c has at most 256 K elements (1 MiB) under
 //    AVX2: with a larger c and k of 12-16, Eigen's packed kernel was 6-20% faster. Under
 //    AVX-512 (6 x 4 blocks, Eigen's product zeroes c before it adds to it) any c: a chunk's
 //    weight gradients, 1024 x 12-16 x 784-4096, 1.2-2.2x Eigen's speed.
 bool narrow_gemm(const GemmArgs<float>& g) {
   if (g.n == 0 || g.m == 0 || g.k == 0) return false;
-  const bool few_outputs = g.m <= kNarrow || (g.n >= 2 && g.n <= kNarrow);
+  const bool few_outputs = g.m <= kNarrow || (g.n >= 2 && g.n <= kDotsMostRows);
   if (few_outputs && g.k >= kDotsMinTerms && g.a_row_major && !g.b_row_major) {
     dots(g);
     return true;
   }
   if (!g.b_row_major) return false;
-  if (g.n >= 2 && g.n <= kNarrow && g.k * g.m <= (int64_t(2) << 20)) {
+  if (g.n >= 2 && g.n <= kFewRowsMost && g.k * g.m <= (int64_t(2) << 20)) {
     rows(kFewRows, g, true);
     return true;
   }
