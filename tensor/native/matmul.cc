@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <tuple>
 
 #include "tinyddp/tensor/autocast.h"
@@ -207,12 +208,14 @@ Tensor linear(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
     record_op("LinearBackward", out, {input, weight, bias},
               [sx = SavedTensor(need_weight ? x2 : Tensor()), sw = SavedTensor(need_input ? weight : Tensor()),
                in_shape = input.sizes(), out_features, need_input, need_weight, need_bias,
-               weight_key = weight.impl_ptr().get()](const Tensor& g) {
+               weight_key = std::weak_ptr<TensorImpl>(weight.impl_ptr())](const Tensor& g) {
                 const Tensor g2 = g.reshape({-1, out_features});
                 Tensor x = need_weight ? sx.get("LinearBackward") : Tensor();
-                // A sink (graph.h) may take the weight's product instead.
+                // A sink (graph.h) may take the weight's product instead (a weight still alive:
+                // the sink compares it with its parameters).
                 if (WeightGradientSink* sink = weight_gradient_sink(); x.defined() && sink != nullptr) {
-                  if (sink->take(weight_key, g2, x)) x = Tensor();
+                  const std::shared_ptr<TensorImpl> w = weight_key.lock();
+                  if (w != nullptr && sink->take(w.get(), g2, x)) x = Tensor();
                 }
                 auto [grad_weight, grad_bias] = weight_and_bias_grads(g2, x, need_bias);
                 return std::vector<Tensor>{need_input ? mm(g2, sw.get("LinearBackward")).reshape(in_shape) : Tensor(),
