@@ -28,6 +28,15 @@ constexpr int64_t kGrain = 1 << 14;  // elements per task
 // wire, not 2 x 8); below, one allreduce of the sums, whose small messages cost less.
 constexpr int64_t kScatterElements = 1 << 16;
 
+// The smallest e with |x| < 2^e for values whose largest magnitude is `largest` (`floor` when
+// all are zero or one is not finite).
+int bound_of(double largest, bool finite, int floor) {
+  if (largest == 0 || !finite) return floor;
+  int exponent = 0;
+  std::frexp(largest, &exponent);  // largest = m * 2^exponent, 0.5 <= m < 1
+  return exponent;
+}
+
 // One pass over chunks' gradients of one parameter: returns the smallest e with |x| < 2^e for
 // every x (`floor` when all are zero), sets `finite` false when a value is a NaN or an
 // infinity, and, when `sums` is not null, adds every x rounded onto the grid 2^-scale to its
@@ -53,10 +62,7 @@ int add_chunk_values(const std::vector<const T*>& chunks, int64_t n, int floor, 
     largest = std::max(largest, static_cast<double>(mine));
     finite = finite && ok;
   });
-  if (largest == 0 || !finite) return floor;
-  int exponent = 0;
-  std::frexp(largest, &exponent);  // largest = m * 2^exponent, 0.5 <= m < 1
-  return exponent;
+  return bound_of(largest, finite, floor);
 }
 
 // Bits a sum of `count` integers needs beyond one of them.
@@ -346,10 +352,7 @@ int ExactGradientSum::fold_products(size_t p, int64_t* sums, int scale, exact::I
     finite = finite && ok;
   });
   taken_[p].clear();
-  if (largest == 0 || !finite) return kUnknown;
-  int exponent = 0;
-  std::frexp(static_cast<double>(largest), &exponent);
-  return exponent;
+  return bound_of(largest, finite, kUnknown);
 }
 
 void ExactGradientSum::add_chunk() {
