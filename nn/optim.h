@@ -317,21 +317,38 @@ class Adam : public Optimizer {
  protected:
   Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled, std::string name);
   void step_group(size_t g);
-  void params_added() override { state_.resize(params_.size()); }
+  void params_added() override {
+    state_.resize(params_.size());
+    group_steps_.resize(num_param_groups());
+  }
 
  private:
   struct State {
     int64_t step = 0;  // without capturable
-    Tensor step_t;     // with capturable: float32 [1] on the parameter's device, as PyTorch's
+    // With capturable: float32 [1] on the parameter's device, as PyTorch's; where the group's
+    // parameters share a device, a view of the group's counts (group_steps_).
+    Tensor step_t;
     Tensor exp_avg, exp_avg_sq;
     Tensor max_exp_avg_sq;  // with amsgrad
   };
-  // The parameter update from the moments: host bias corrections, or (capturable) tensor ones
-  // (beta1: the group's; lr_t: the group's tensor rate, with capturable, else undefined).
-  void update(const Tensor& p, State& s, double lr, const Tensor& lr_t, double beta1) const;
+  // Capturable: the step counts of group g's parameters in one float32 tensor on their device
+  // (made on first use), so that the numbers the update needs are computed for the whole group
+  // by one op each; undefined where the group's parameters are on more than one device.
+  const Tensor& group_steps(size_t g);
+  // Parameter i's (of group g) capturable step count: its view of group_steps, else its own.
+  Tensor step_count(size_t g, size_t i);
+  // The group's stepped parameters' capturable numbers (tensor/fused.h's AdamDeviceNumbers):
+  // PyTorch's capturable arithmetic on the counts, op for op.
+  tensor::AdamDeviceNumbers device_numbers(size_t g, const std::vector<size_t>& stepped, double lr, const Tensor& lr_t,
+                                           double beta1);
+  // Parameter p's (of group g) step op by op: the decay, the moments, then the update with host
+  // bias corrections, or (capturable) its numbers denom_scale, eps_term and keep (from device_numbers).
+  void update(size_t g, const Tensor& p, State& s, const Tensor& denom_scale, const Tensor& eps_term,
+              const Tensor& keep) const;
   AdamOptions options_;
   bool decoupled_;
   std::vector<State> state_;
+  std::vector<Tensor> group_steps_;
 };
 
 // AdamW, as torch.optim.AdamW: a weight_decay the options leave unset is 1e-2, torch's

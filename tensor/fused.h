@@ -58,9 +58,22 @@ bool fused_adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp
 // foreach optimizers; one launch per op per parameter op by op). Every list has one entry per
 // parameter; all must qualify as fused_adam_step_'s and share a dtype and device, else false,
 // touching nothing.
+//
+// With `device_numbers` (capturable Adam and AdamW, as torch.optim.Adam(capturable=True)), the
+// numbers that depend on the step count and the rate are one-element tensors of the parameters'
+// dtype on their device, computed there by the caller, and `step`'s lr and step are not used:
+// denom_scale[i] = sqrt(bias_correction2) * -step_size and eps_term[i] = eps / -step_size of
+// parameter i, so that its update is the op-by-op capturable one's,
+//   p += m / (sqrt(v) / denom_scale[i] + eps_term[i]),
+// and `keep` (AdamW with a tensor rate: 1 - lr * weight_decay; undefined: step's host numbers).
+// Nothing is read back: a CUDA graph can capture the step and replay it with later counts.
+struct AdamDeviceNumbers {
+  std::vector<Tensor> denom_scale, eps_term;
+  Tensor keep;
+};
 bool fused_adam_steps_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                        const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                       const AdamStep& step);
+                       const AdamStep& step, const AdamDeviceNumbers* device_numbers = nullptr);
 // The SGD step of every parameter of one group (one SgdStep) as fused_sgd_step_ each, in a few
 // launches on a GPU. With momentum, `momentum_buffers` holds one buffer per parameter (an
 // undefined one: that parameter's first step, allocated here); without, it is ignored (may be

@@ -173,9 +173,12 @@ class Backend {
                          const AdamStep& step) = 0;
   // The Adam steps of many parameters of one group (tensor/fused.h's fused_adam_steps_), every
   // parameter's tensors as adam_step's and all of one dtype: a backend that can updates them
-  // all in a few launches. Here (the default): adam_step on each in turn.
+  // all in a few launches. Here (the default): adam_step on each in turn. The capturable form
+  // (fused.h's AdamDeviceNumbers) has denom_scale and eps_term defined (one element each, of
+  // the parameter's dtype and device; keep too for AdamW with a tensor rate): the default declines it.
   struct AdamTensors {
     Tensor param, grad, exp_avg, exp_avg_sq;
+    Tensor denom_scale, eps_term, keep;
   };
   virtual bool adam_steps(const std::vector<AdamTensors>& list, const AdamStep& step);
   // tensor/fused.h's foreach_norm (out [n], the tensors' dtype; 16-bit tensors summed in float)

@@ -38,9 +38,31 @@ bool fused_adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp
   return true;
 }
 
+namespace {
+
+// A one-element tensor of param's dtype on its device (capturable Adam's numbers).
+bool device_number(const Tensor& t, const Tensor& param) {
+  return t.defined() && t.numel() == 1 && t.device() == param.device() && t.dtype() == param.dtype();
+}
+
+// The device numbers' entries for n parameters, each as device_number, keep where defined.
+bool device_numbers_fit(const AdamDeviceNumbers& numbers, const std::vector<Tensor>& params) {
+  const size_t n = params.size();
+  if (numbers.denom_scale.size() != n || numbers.eps_term.size() != n) return false;
+  if (numbers.keep.defined() && !device_number(numbers.keep, params[0])) return false;
+  for (size_t i = 0; i < n; ++i) {
+    if (!device_number(numbers.denom_scale[i], params[i]) || !device_number(numbers.eps_term[i], params[i])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 bool fused_adam_steps_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                        const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-                       const AdamStep& step) {
+                       const AdamStep& step, const AdamDeviceNumbers* device_numbers) {
   const size_t n = params.size();
   if (n == 0 || grads.size() != n || exp_avgs.size() != n || exp_avg_sqs.size() != n) return false;
   std::vector<Backend::AdamTensors> list;
@@ -50,7 +72,15 @@ bool fused_adam_steps_(const std::vector<Tensor>& params, const std::vector<Tens
     if (!p.defined() || !grads[i].defined() || !exp_avgs[i].defined() || !exp_avg_sqs[i].defined()) return false;
     if (p.device() != params[0].device() || p.dtype() != params[0].dtype() || !p.is_contiguous()) return false;
     if (!fusable(grads[i], p) || !fusable(exp_avgs[i], p) || !fusable(exp_avg_sqs[i], p)) return false;
-    list.push_back({p, grads[i], exp_avgs[i], exp_avg_sqs[i]});
+    list.push_back({p, grads[i], exp_avgs[i], exp_avg_sqs[i], {}, {}, {}});
+  }
+  if (device_numbers != nullptr) {
+    if (!device_numbers_fit(*device_numbers, params)) return false;
+    for (size_t i = 0; i < n; ++i) {
+      list[i].denom_scale = device_numbers->denom_scale[i];
+      list[i].eps_term = device_numbers->eps_term[i];
+      list[i].keep = device_numbers->keep;
+    }
   }
   if (!backend_for(params[0].device(), "fused_adam_steps_").adam_steps(list, step)) return false;
   for (const Backend::AdamTensors& t : list) {

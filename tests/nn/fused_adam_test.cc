@@ -2,7 +2,8 @@
 // every parameter, backends/cuda/optim.cu) against the op-by-op update (transposed copies of the
 // same parameters, which the fused paths decline), bit for bit, on the CPU and on a GPU: a
 // group of more parameters than one launch takes, one of more elements than a block's chunk,
-// parameters whose step counts differ, Adam and AdamW with their options.
+// parameters whose step counts differ, Adam and AdamW with their options, capturable too (the
+// numbers from the counts on the device; the rate a host number or a tensor).
 #include <memory>
 
 #include "tests/nn/nn_test_util.h"
@@ -13,17 +14,29 @@ using namespace tinyddp::nn;
 
 namespace {
 
-using Options = std::pair<AdamOptions, bool>;  // the options, decoupled (AdamW)
+struct Options {
+  AdamOptions options;
+  bool decoupled = false;  // AdamW
+  bool lr_tensor = false;  // capturable, the rate a tensor on the parameters' device (halved each step)
+};
 
 std::unique_ptr<Optimizer> make(const std::vector<Tensor>& params, const Options& options) {
-  if (options.second) return std::make_unique<AdamW>(params, options.first);
-  return std::make_unique<Adam>(params, options.first);
+  std::unique_ptr<Optimizer> out;
+  if (options.decoupled) {
+    out = std::make_unique<AdamW>(params, options.options);
+  } else {
+    out = std::make_unique<Adam>(params, options.options);
+  }
+  if (options.lr_tensor) {
+    out->set_lr_tensor(0, tensor::full({1}, options.options.lr(), tensor::TensorOptions().device(params[0].device())));
+  }
+  return out;
 }
 
 // The twin parameters (nn_test_util.h: twin_params), each stepped 4 times with
 // fused_adam_steps_' group path and with the op-by-op path; the last parameter has no gradient
 // at the first step, so its step count lags and the group's first steps go one parameter at a
-// time.
+// time (capturable: the counts of the stepped parameters added one by one).
 void check_group(const tensor::Device& device, const Options& options, tensor::DType dtype) {
   tensor::Generator g(9);
   testing::TwinParams twins = testing::twin_params(g, device, dtype);
@@ -33,6 +46,10 @@ void check_group(const tensor::Device& device, const Options& options, tensor::D
     a->step();
     b->step();
     testing::require_twins_equal(twins, step);
+    if (options.lr_tensor) {  // a rate that changes between steps: read where it is
+      a->set_lr(0, a->lr(0) / 2);
+      b->set_lr(0, b->lr(0) / 2);
+    }
   }
   const OrderedDict<Tensor> sa = a->state_dict(), sb = b->state_dict();
   for (const std::string key : {"state.0.exp_avg", "state.0.exp_avg_sq", "state.44.exp_avg_sq", "state.44.step"}) {
@@ -47,7 +64,13 @@ const std::vector<Options>& all_options() {
       {AdamOptions(0.01), false},
       {AdamOptions(0.01).weight_decay(0.1), false},
       {AdamOptions(0.02).weight_decay(0.1), true},
-      {AdamOptions(0.003).betas(0.8, 0.99).eps(1e-3).maximize(true).weight_decay(0.05), true}};
+      {AdamOptions(0.003).betas(0.8, 0.99).eps(1e-3).maximize(true).weight_decay(0.05), true},
+      // capturable: the counts and the numbers that depend on them computed on the device
+      {AdamOptions(0.01).capturable(true), false},
+      {AdamOptions(0.01).weight_decay(0.1).capturable(true), false},
+      {AdamOptions(0.02).weight_decay(0.1).capturable(true), true},
+      {AdamOptions(0.003).betas(0.8, 0.99).eps(1e-3).maximize(true).weight_decay(0.05).capturable(true), true, true},
+      {AdamOptions(0.01).weight_decay(0.1).capturable(true), false, true}};
   return options;
 }
 
@@ -56,7 +79,8 @@ const std::vector<Options>& all_options() {
 TEST_CASE("Adam's whole-group step equals the op-by-op update bit for bit", "[nn][optim]") {
   for (const Options& options : all_options()) {
     for (const tensor::DType dtype : {tensor::kFloat32, tensor::kFloat64}) {
-      INFO("decoupled " << options.second << ", " << tensor::dtype_name(dtype));
+      INFO("decoupled " << options.decoupled << ", capturable " << options.options.capturable() << ", lr tensor "
+                        << options.lr_tensor << ", " << tensor::dtype_name(dtype));
       check_group(tensor::kCPU, options, dtype);
     }
   }
@@ -80,7 +104,8 @@ TEST_CASE("CUDA: Adam's whole-group step (a few launches) equals the op-by-op up
   if (!tensor::cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << tensor::cuda::unavailable_reason());
   for (const Options& options : all_options()) {
     for (const tensor::DType dtype : {tensor::kFloat32, tensor::kFloat64}) {
-      INFO("decoupled " << options.second << ", " << tensor::dtype_name(dtype));
+      INFO("decoupled " << options.decoupled << ", capturable " << options.options.capturable() << ", lr tensor "
+                        << options.lr_tensor << ", " << tensor::dtype_name(dtype));
       check_group(tensor::Device::cuda(0), options, dtype);
     }
   }

@@ -92,6 +92,7 @@ class CpuBackend final : public Backend {
   bool sgd_step(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step) override;
   bool adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                  const AdamStep& step) override;
+  bool adam_steps(const std::vector<AdamTensors>& list, const AdamStep& step) override;
   // norm.cc: the device kernel's mask, for flash attention's composed route on the CPU (tensor::
   // dropout on the CPU draws PyTorch's CPU stream instead and never asks).
   bool dropout_mask(const Tensor& mask, double p, uint64_t seed) override;

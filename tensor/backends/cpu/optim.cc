@@ -43,16 +43,23 @@ void run(const SgdArgs<T>& args) {
 }
 
 template <typename T>
-void run_adam(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-              const AdamStep& step) {
-  parallel_for(0, param.numel(), kOptimGrain, [&](int64_t from, int64_t to) {
-    AdamArgs<T> part;
-    part.param = param.data_ptr<T>() + from;
-    part.grad = grad.data_ptr<T>() + from;
-    part.exp_avg = exp_avg.data_ptr<T>() + from;
-    part.exp_avg_sq = exp_avg_sq.data_ptr<T>() + from;
+void run_adam(const Backend::AdamTensors& t, const AdamStep& step) {
+  AdamArgs<T> args;
+  args.step = step;
+  if (t.denom_scale.defined()) {  // capturable: the numbers' values (this device's memory)
+    args.device_numbers = true;
+    args.denom_scale = *t.denom_scale.data_ptr<T>();
+    args.eps_term = *t.eps_term.data_ptr<T>();
+    args.has_keep = t.keep.defined();
+    if (args.has_keep) args.keep = *t.keep.data_ptr<T>();
+  }
+  parallel_for(0, t.param.numel(), kOptimGrain, [&](int64_t from, int64_t to) {
+    AdamArgs<T> part = args;
+    part.param = t.param.data_ptr<T>() + from;
+    part.grad = t.grad.data_ptr<T>() + from;
+    part.exp_avg = t.exp_avg.data_ptr<T>() + from;
+    part.exp_avg_sq = t.exp_avg_sq.data_ptr<T>() + from;
     part.n = to - from;
-    part.step = step;
     if constexpr (std::is_same_v<T, float>) {
       isa_kernels().adam_f32(part);
     } else {
@@ -78,12 +85,19 @@ bool CpuBackend::sgd_step(const Tensor& param, const Tensor& grad, Tensor* momen
 
 bool CpuBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                            const AdamStep& step) {
-  if (param.dtype() == kFloat32) {
-    run_adam<float>(param, grad, exp_avg, exp_avg_sq, step);
-  } else if (param.dtype() == kFloat64) {
-    run_adam<double>(param, grad, exp_avg, exp_avg_sq, step);
-  } else {
-    return false;
+  return adam_steps({{param, grad, exp_avg, exp_avg_sq, {}, {}, {}}}, step);
+}
+
+bool CpuBackend::adam_steps(const std::vector<AdamTensors>& list, const AdamStep& step) {
+  if (list.empty()) return true;
+  const DType dtype = list[0].param.dtype();
+  if (dtype != kFloat32 && dtype != kFloat64) return false;  // (one dtype: tensor/native/optim.cc checks)
+  for (const AdamTensors& t : list) {
+    if (dtype == kFloat32) {
+      run_adam<float>(t, step);
+    } else {
+      run_adam<double>(t, step);
+    }
   }
   return true;
 }

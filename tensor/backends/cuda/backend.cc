@@ -331,7 +331,7 @@ bool CudaBackend::sgd_steps(std::vector<SgdTensors>& list, const SgdStep& step) 
 }
 bool CudaBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                             const AdamStep& step) {
-  return adam_steps({{param, grad, exp_avg, exp_avg_sq}}, step);
+  return adam_steps({{param, grad, exp_avg, exp_avg_sq, {}, {}, {}}}, step);
 }
 bool CudaBackend::adam_steps(const std::vector<AdamTensors>& list, const AdamStep& step) {
   if (list.empty()) return true;
@@ -339,9 +339,11 @@ bool CudaBackend::adam_steps(const std::vector<AdamTensors>& list, const AdamSte
   if (dtype != kFloat32 && dtype != kFloat64) return false;  // 16-bit: op by op
   std::vector<k::AdamTensorPointers> pointers;
   pointers.reserve(list.size());
+  const auto pointer = [](const Tensor& t) -> const void* { return t.defined() ? t.raw_data_ptr() : nullptr; };
   for (const AdamTensors& t : list) {
     pointers.push_back({t.param.raw_data_ptr(), t.grad.raw_data_ptr(), t.exp_avg.raw_data_ptr(),
-                        t.exp_avg_sq.raw_data_ptr(), t.param.numel()});
+                        t.exp_avg_sq.raw_data_ptr(), t.param.numel(), pointer(t.denom_scale), pointer(t.eps_term),
+                        pointer(t.keep)});
   }
   const int device = device_of(list[0].param);
   DeviceGuard guard(device);

@@ -139,7 +139,10 @@ int layer_norm_backward_rows(const void* dy, const void* x, const void* mean, co
 
 // optim.cu: the Adam step of `count` parameters (tensor/fused.h's fused_adam_steps_), each
 // param, grad, exp_avg and exp_avg_sq contiguous of `numel` elements and of `dtype` (float or
-// double; others: cudaErrorNotSupported), up to kTensorsPerLaunch per launch.
+// double; others: cudaErrorNotSupported), up to kTensorsPerLaunch per launch. Capturable Adam
+// (fused.h's AdamDeviceNumbers): denom_scale and eps_term point at one element each on the
+// device (null: the host's numbers, for every parameter of the list alike), keep too for AdamW
+// with a tensor rate.
 constexpr int kTensorsPerLaunch = 40;
 struct AdamTensorPointers {
   void* param;
@@ -147,6 +150,9 @@ struct AdamTensorPointers {
   void* exp_avg;
   void* exp_avg_sq;
   int64_t numel;
+  const void* denom_scale = nullptr;
+  const void* eps_term = nullptr;
+  const void* keep = nullptr;
 };
 int adam_steps(const AdamTensorPointers* list, int count, int dtype, const AdamStep& step, void* stream);
 // The SGD step of `count` parameters (tensor/fused.h's fused_sgd_steps_) as adam_steps takes

@@ -36,6 +36,10 @@ struct AdamLaunch {
   const T* grad[kTensorsPerLaunch];
   T* exp_avg[kTensorsPerLaunch];
   T* exp_avg_sq[kTensorsPerLaunch];
+  // Capturable Adam's numbers on the device (null: AdamNumbers' host ones).
+  const T* denom_scale[kTensorsPerLaunch];
+  const T* eps_term[kTensorsPerLaunch];
+  const T* keep[kTensorsPerLaunch];
   int64_t numel[kTensorsPerLaunch];
   int64_t first_chunk[kTensorsPerLaunch + 1];
   int count;
@@ -99,15 +103,23 @@ __global__ void adam_kernel(AdamLaunch<T> launch, AdamNumbers<T> c) {
   const T* g = launch.grad[t];
   T* m = launch.exp_avg[t];
   T* v = launch.exp_avg_sq[t];
+  // Capturable: this parameter's numbers, read once per block (written by the ops before).
+  const bool device = launch.denom_scale[t] != nullptr;
+  const T scale = device ? *launch.denom_scale[t] : T(1), eps_term = device ? *launch.eps_term[t] : T(0);
+  const T keep = launch.keep[t] != nullptr ? *launch.keep[t] : c.keep;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     T d = c.maximize ? -g[i] : g[i];
     T w = p[i];
-    if (c.weight_decay && c.decoupled) w = mul_rn(w, c.keep);           // p.mul_(1 - lr * decay)
+    if (c.weight_decay && c.decoupled) w = mul_rn(w, keep);             // p.mul_(1 - lr * decay)
     if (c.weight_decay && !c.decoupled) d = add_scaled(d, c.decay, w);  // add(grad, p, decay)
     const T first = add_scaled(mul_rn(m[i], c.beta1), c.rest1, d);      // m.mul_(b1).add_(d, 1 - b1)
     const T second = add_rn(mul_rn(v[i], c.beta2), mul_rn(mul_rn(d, c.rest2), d));
-    const T denom = add_rn(div_rn(sqrt_rn(second), c.root2), c.eps);
-    p[i] = add_rn(w, div_rn(mul_rn(first, c.step), denom));  // p.add_(m * -step_size / denom)
+    if (device) {  // denom = sqrt(v).div(denom_scale).add_(eps_term); p.add_(m / denom)
+      p[i] = add_rn(w, div_rn(first, add_rn(div_rn(sqrt_rn(second), scale), eps_term)));
+    } else {
+      const T denom = add_rn(div_rn(sqrt_rn(second), c.root2), c.eps);
+      p[i] = add_rn(w, div_rn(mul_rn(first, c.step), denom));  // p.add_(m * -step_size / denom)
+    }
     m[i] = first;
     v[i] = second;
   }
@@ -141,6 +153,9 @@ int adam_launches(const AdamTensorPointers* list, int count, const AdamStep& opt
       launch.grad[k] = static_cast<const T*>(e.grad);
       launch.exp_avg[k] = static_cast<T*>(e.exp_avg);
       launch.exp_avg_sq[k] = static_cast<T*>(e.exp_avg_sq);
+      launch.denom_scale[k] = static_cast<const T*>(e.denom_scale);
+      launch.eps_term[k] = static_cast<const T*>(e.eps_term);
+      launch.keep[k] = static_cast<const T*>(e.keep);
     }
     if (chunks == 0) continue;
     adam_kernel<T><<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(launch, c);

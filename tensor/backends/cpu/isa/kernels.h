@@ -49,7 +49,9 @@ struct SgdArgs {
 };
 
 // An Adam step (kernel_ops.h's AdamStep) of n elements: param, exp_avg and exp_avg_sq updated
-// in place from grad.
+// in place from grad. device_numbers: capturable Adam's form (tensor/fused.h's
+// AdamDeviceNumbers, their values here), whose update divides m by sqrt(v) / denom_scale +
+// eps_term (step.lr and step.step unused); has_keep: AdamW's factor 1 - lr * decay given.
 template <typename T>
 struct AdamArgs {
   T* param = nullptr;
@@ -58,6 +60,8 @@ struct AdamArgs {
   T* exp_avg_sq = nullptr;
   int64_t n = 0;
   AdamStep step;
+  bool device_numbers = false, has_keep = false;
+  T denom_scale = 0, eps_term = 0, keep = 0;
 };
 
 // A direct 2-D convolution, stride 1, dilation 1, for small feature maps (no im2col matrix):

@@ -37,8 +37,10 @@ void sgd_loop(const SgdArgs<T>& s) {
 
 // torch.optim.Adam's step (nn/optim.cc's Adam::step_group and update, op by op): AdamW's decay
 // of the weights or Adam's L2 term in the gradient, the moments, then p += (-step_size * m) /
-// (sqrt(v) / sqrt(bias_correction2) + eps). The options are template parameters, as sgd_loop's.
-template <typename T, bool kDecay, bool kDecoupled, bool kMaximize>
+// (sqrt(v) / sqrt(bias_correction2) + eps); with kDeviceNumbers (capturable Adam: AdamArgs's
+// numbers from tensors) p += m / (sqrt(v) / denom_scale + eps_term), the decay's factor `keep`
+// AdamArgs's where it has one. The options are template parameters, as sgd_loop's.
+template <typename T, bool kDecay, bool kDecoupled, bool kMaximize, bool kDeviceNumbers>
 void adam_loop(const AdamArgs<T>& s) {
   const AdamStep& a = s.step;
   T* __restrict p = s.param;
@@ -47,7 +49,8 @@ void adam_loop(const AdamArgs<T>& s) {
   T* __restrict v = s.exp_avg_sq;
   const double bias_correction1 = 1 - std::pow(a.beta1, static_cast<double>(a.step));
   const double bias_correction2 = 1 - std::pow(a.beta2, static_cast<double>(a.step));
-  const T keep = static_cast<T>(1 - a.lr * a.weight_decay), decay = static_cast<T>(a.weight_decay);
+  const T keep = s.has_keep ? s.keep : static_cast<T>(1 - a.lr * a.weight_decay);
+  const T decay = static_cast<T>(a.weight_decay);
   const T beta1 = static_cast<T>(a.beta1), rest1 = static_cast<T>(1 - a.beta1);
   const T beta2 = static_cast<T>(a.beta2), rest2 = static_cast<T>(1 - a.beta2);
   const T root2 = static_cast<T>(std::sqrt(bias_correction2)), eps = static_cast<T>(a.eps);
@@ -59,8 +62,12 @@ void adam_loop(const AdamArgs<T>& s) {
     if constexpr (kDecay && !kDecoupled) d = d + decay * w;
     const T first = static_cast<T>(m[i] * beta1) + rest1 * d;
     const T second = static_cast<T>(v[i] * beta2) + static_cast<T>(d * rest2) * d;
-    const T denom = std::sqrt(second) / root2 + eps;
-    p[i] = w + static_cast<T>(first * step) / denom;
+    if constexpr (kDeviceNumbers) {
+      p[i] = w + first / (std::sqrt(second) / s.denom_scale + s.eps_term);
+    } else {
+      const T denom = std::sqrt(second) / root2 + eps;
+      p[i] = w + static_cast<T>(first * step) / denom;
+    }
     m[i] = first;
     v[i] = second;
   }
@@ -88,12 +95,18 @@ void sgd(const SgdArgs<T>& s) {
 template <typename T>
 void adam(const AdamArgs<T>& s) {
   using Loop = void (*)(const AdamArgs<T>&);
-  // [weight decay][decoupled][maximize]
-  static constexpr Loop kLoops[2][2][2] = {{{adam_loop<T, false, false, false>, adam_loop<T, false, false, true>},
-                                            {adam_loop<T, false, true, false>, adam_loop<T, false, true, true>}},
-                                           {{adam_loop<T, true, false, false>, adam_loop<T, true, false, true>},
-                                            {adam_loop<T, true, true, false>, adam_loop<T, true, true, true>}}};
-  kLoops[s.step.weight_decay != 0][s.step.decoupled][s.step.maximize](s);
+  // [weight decay][decoupled][maximize], for the host's numbers and the device's
+  static constexpr Loop kHost[2][2][2] = {
+      {{adam_loop<T, false, false, false, false>, adam_loop<T, false, false, true, false>},
+       {adam_loop<T, false, true, false, false>, adam_loop<T, false, true, true, false>}},
+      {{adam_loop<T, true, false, false, false>, adam_loop<T, true, false, true, false>},
+       {adam_loop<T, true, true, false, false>, adam_loop<T, true, true, true, false>}}};
+  static constexpr Loop kDevice[2][2][2] = {
+      {{adam_loop<T, false, false, false, true>, adam_loop<T, false, false, true, true>},
+       {adam_loop<T, false, true, false, true>, adam_loop<T, false, true, true, true>}},
+      {{adam_loop<T, true, false, false, true>, adam_loop<T, true, false, true, true>},
+       {adam_loop<T, true, true, false, true>, adam_loop<T, true, true, true, true>}}};
+  (s.device_numbers ? kDevice : kHost)[s.step.weight_decay != 0][s.step.decoupled][s.step.maximize](s);
 }
 
 template void sgd<float>(const SgdArgs<float>&);
