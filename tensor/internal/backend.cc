@@ -35,15 +35,7 @@ Backend& backend_for(Device device, const char* op) {
   return profiler::is_enabled() ? profiling_backend(backend, op) : backend;
 }
 
-bool Backend::adam_steps(const std::vector<AdamTensors>& list, const AdamStep& step) {
-  for (const AdamTensors& t : list) {
-    if (t.denom_scale.defined()) return false;  // capturable: a backend that takes device numbers
-  }
-  for (const AdamTensors& t : list) {
-    if (!adam_step(t.param, t.grad, t.exp_avg, t.exp_avg_sq, step)) return false;  // (one dtype: the first)
-  }
-  return true;
-}
+bool Backend::adam_steps(const std::vector<AdamTensors>&, const AdamStep&) { return false; }
 
 bool Backend::sgd_steps(std::vector<SgdTensors>& list, const SgdStep& step) {
   for (SgdTensors& t : list) {

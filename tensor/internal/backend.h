@@ -166,16 +166,13 @@ class Backend {
     Tensor param, grad, momentum_buffer;
   };
   virtual bool sgd_steps(std::vector<SgdTensors>& list, const SgdStep& step);
-  // One Adam step of param (tensor/fused.h's fused_adam_step_): param, grad, exp_avg and
-  // exp_avg_sq contiguous, of one shape and dtype. false, with nothing written, where the
-  // backend has no fused kernel.
-  virtual bool adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                         const AdamStep& step) = 0;
-  // The Adam steps of many parameters of one group (tensor/fused.h's fused_adam_steps_), every
-  // parameter's tensors as adam_step's and all of one dtype: a backend that can updates them
-  // all in a few launches. Here (the default): adam_step on each in turn. The capturable form
-  // (fused.h's AdamDeviceNumbers) has denom_scale and eps_term defined (one element each, of
-  // the parameter's dtype and device; keep too for AdamW with a tensor rate): the default declines it.
+  // The Adam steps of many parameters of one group (tensor/fused.h's fused_adam_steps_ and
+  // fused_adam_step_, a list of one): param, grad, exp_avg and exp_avg_sq contiguous, of one
+  // shape and dtype each, and every parameter of one dtype; a backend that can updates them
+  // all in a few launches. The capturable form (fused.h's AdamDeviceNumbers) has denom_scale
+  // and eps_term defined (one element each, of the parameter's dtype and device; keep too for
+  // AdamW with a tensor rate). false, with nothing written, where the backend has no fused
+  // kernel (the default).
   struct AdamTensors {
     Tensor param, grad, exp_avg, exp_avg_sq;
     Tensor denom_scale, eps_term, keep;

@@ -264,12 +264,6 @@ class ProfilingBackend final : public Backend {
     KernelScope s(name(), "sgd_steps", Kind::kOptimizer, device, total, 0);
     return ran(s, inner_.sgd_steps(list, step));
   }
-  bool adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                 const AdamStep& step) override {
-    KernelScope s(name(), "adam_step", Kind::kOptimizer, param.device(),
-                  bytes(param, grad, exp_avg, exp_avg_sq) + bytes(param, exp_avg, exp_avg_sq), 0);
-    return ran(s, inner_.adam_step(param, grad, exp_avg, exp_avg_sq, step));
-  }
   bool adam_steps(const std::vector<AdamTensors>& list, const AdamStep& step) override {
     int64_t total = 0;
     for (const AdamTensors& t : list)

@@ -1,6 +1,6 @@
 // Fused optimizer steps (tensor/fused.h): the checks that decide whether a parameter qualifies
 // (contiguous, with a gradient and momentum buffer of its shape and dtype), the backend's
-// fused kernel where it has one (Backend::sgd_step, adam_step), and the version counters the
+// fused kernel where it has one (Backend::sgd_step, adam_steps), and the version counters the
 // update bumps; the list ops foreach_norm and foreach_mul_.
 #include "tinyddp/tensor/native/checks.h"
 #include "tinyddp/tensor/ops.h"
@@ -29,13 +29,7 @@ bool fused_sgd_step_(const Tensor& param, const Tensor& grad, Tensor* momentum_b
 
 bool fused_adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                       const AdamStep& step) {
-  if (!param.defined() || !grad.defined() || !exp_avg.defined() || !exp_avg_sq.defined()) return false;
-  if (!param.is_contiguous() || !fusable(grad, param) || !fusable(exp_avg, param) || !fusable(exp_avg_sq, param)) {
-    return false;
-  }
-  if (!backend_for(param.device(), "fused_adam_step_").adam_step(param, grad, exp_avg, exp_avg_sq, step)) return false;
-  for (const Tensor* t : {&param, &exp_avg, &exp_avg_sq}) t->storage().bump_version();
-  return true;
+  return fused_adam_steps_({param}, {grad}, {exp_avg}, {exp_avg_sq}, step);
 }
 
 namespace {

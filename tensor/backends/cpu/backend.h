@@ -90,8 +90,6 @@ class CpuBackend final : public Backend {
   // optim.cc: float32 and float64, in the selected instruction set's kernel, its elements split
   // over the intra-op threads.
   bool sgd_step(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step) override;
-  bool adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                 const AdamStep& step) override;
   bool adam_steps(const std::vector<AdamTensors>& list, const AdamStep& step) override;
   // norm.cc: the device kernel's mask, for flash attention's composed route on the CPU (tensor::
   // dropout on the CPU draws PyTorch's CPU stream instead and never asks).

@@ -1,4 +1,4 @@
-// The fused SGD and Adam steps on the CPU (CpuBackend::sgd_step, adam_step): the update of each
+// The fused SGD and Adam steps on the CPU (CpuBackend::sgd_step, adam_steps): the update of each
 // element in one pass, in the selected instruction set's kernel (backends/cpu/isa/kernels.h), on
 // ranges of the parameter over the intra-op threads.
 #include "tinyddp/tensor/backends/cpu/backend.h"
@@ -81,11 +81,6 @@ bool CpuBackend::sgd_step(const Tensor& param, const Tensor& grad, Tensor* momen
     run(sgd_args<double>(param, grad, buf, step, first_step));
   }
   return true;
-}
-
-bool CpuBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                           const AdamStep& step) {
-  return adam_steps({{param, grad, exp_avg, exp_avg_sq, {}, {}, {}}}, step);
 }
 
 bool CpuBackend::adam_steps(const std::vector<AdamTensors>& list, const AdamStep& step) {

@@ -329,10 +329,6 @@ bool CudaBackend::sgd_steps(std::vector<SgdTensors>& list, const SgdStep& step) 
                "sgd step kernel");
   return true;
 }
-bool CudaBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                            const AdamStep& step) {
-  return adam_steps({{param, grad, exp_avg, exp_avg_sq, {}, {}, {}}}, step);
-}
 bool CudaBackend::adam_steps(const std::vector<AdamTensors>& list, const AdamStep& step) {
   if (list.empty()) return true;
   const DType dtype = list[0].param.dtype();

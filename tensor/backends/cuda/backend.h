@@ -103,8 +103,6 @@ class CudaBackend final : public Backend {
   // list of one).
   bool sgd_step(const Tensor& param, const Tensor& grad, Tensor* momentum_buffer, const SgdStep& step) override;
   bool sgd_steps(std::vector<SgdTensors>& list, const SgdStep& step) override;
-  bool adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                 const AdamStep& step) override;
   bool adam_steps(const std::vector<AdamTensors>& list, const AdamStep& step) override;
   // optim.cu: lists of tensors, several per launch.
   bool foreach_norm(const Tensor& out, const std::vector<Tensor>& tensors) override;
