@@ -99,6 +99,65 @@ TEST_CASE("fused_adam_steps_ declines lists it cannot take, touching nothing", "
   CHECK(tensor::equal(p, tensor::ones({4})));
 }
 
+namespace {
+
+// Capturable AdamW over one group (its counts one tensor, its numbers computed once for all)
+// against the same parameters one group each, updated op by op (torch's single-tensor
+// capturable step, parameter by parameter): the same bits, with a host rate and a tensor one.
+// Then the group's state saved and loaded into a second optimizer over copies: the next steps
+// agree too.
+void check_group_counts(const tensor::Device& device) {
+  for (const bool lr_tensor : {false, true}) {
+    INFO("lr tensor " << lr_tensor);
+    tensor::Generator g(11);
+    testing::TwinParams twins = testing::twin_params(g, device, tensor::kFloat32);
+    std::vector<ParamGroup> singles;
+    for (const Tensor& p : twins.strided) singles.emplace_back(std::vector<Tensor>{p});
+    const AdamOptions options = AdamOptions(0.02).weight_decay(0.1).capturable(true);
+    AdamW grouped(twins.fused, options), each(singles, options);
+    if (lr_tensor) {
+      grouped.set_lr_tensor(0, tensor::full({1}, 0.02, tensor::TensorOptions().device(device)));
+      for (size_t i = 0; i < singles.size(); ++i) {
+        each.set_lr_tensor(i, tensor::full({1}, 0.02, tensor::TensorOptions().device(device)));
+      }
+    }
+    for (int step = 0; step < 3; ++step) {
+      testing::twin_grads(twins, g, step);
+      grouped.step();
+      each.step();
+      testing::require_twins_equal(twins, step);
+    }
+    std::vector<Tensor> copies;
+    for (const Tensor& p : twins.fused) copies.push_back(p.detach().clone().requires_grad_());
+    AdamW loaded(copies, options);
+    if (lr_tensor) loaded.set_lr_tensor(0, tensor::full({1}, 0.02, tensor::TensorOptions().device(device)));
+    loaded.load_state_dict(grouped.state_dict());
+    CHECK(tensor::equal(*loaded.state_dict().find("state.44.step"), *grouped.state_dict().find("state.44.step")));
+    for (int step = 3; step < 5; ++step) {
+      testing::twin_grads(twins, g, step);
+      for (size_t i = 0; i < copies.size(); ++i) copies[i].mutable_grad() = twins.fused[i].grad().clone();
+      grouped.step();
+      loaded.step();
+      for (size_t i = 0; i < copies.size(); ++i) {
+        INFO("step " << step << ", parameter " << i);
+        REQUIRE(tensor::equal(copies[i], twins.fused[i]));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("capturable AdamW: a group's counts in one tensor give each parameter its own step's bits", "[nn][optim]") {
+  check_group_counts(tensor::kCPU);
+}
+
+TEST_CASE("CUDA: capturable AdamW: a group's counts in one tensor give each parameter its own step's bits",
+          "[nn][optim][cuda]") {
+  if (!tensor::cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << tensor::cuda::unavailable_reason());
+  check_group_counts(tensor::Device::cuda(0));
+}
+
 TEST_CASE("CUDA: Adam's whole-group step (a few launches) equals the op-by-op update bit for bit",
           "[nn][optim][cuda]") {
   if (!tensor::cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << tensor::cuda::unavailable_reason());
