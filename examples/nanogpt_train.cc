@@ -58,9 +58,9 @@ void NanoGptConfig::validate() const {
   TDDP_CHECK(profile_ops >= 0 && (profile_trace.empty() || profile_ops > 0),
              "profile_ops={} must not be negative, and profile_trace needs profile_ops", profile_ops);
   TDDP_CHECK(!cuda_graph || device != "cpu", "cuda_graph=True captures the iteration on a GPU: pass --device=cuda");
-  TDDP_CHECK(!cuda_graph || (!deterministic && dropout == 0),
-             "cuda_graph=True does not take deterministic=True or dropout > 0 (the iteration it captures draws no "
-             "random numbers and reduces nothing across ranks)");
+  TDDP_CHECK(!cuda_graph || !deterministic,
+             "cuda_graph=True does not take deterministic=True (the iteration it captures reduces nothing across "
+             "ranks)");
 }
 
 namespace {
@@ -255,8 +255,9 @@ Tensor micro_steps(const NanoGptConfig& config, Run& run, const Batches& batches
 // One iteration's micro-steps, clipping and AdamW's step; zero_grad(true) after the step, as
 // nanoGPT's. cuda_graph=True: from the fourth iteration on, the same work captured once and
 // replayed: the iteration's batches are drawn first, in micro_steps' order (the one in hand, then
-// one per micro-step, the last kept for the next iteration: nothing in between draws from the
-// generator), and copied into the graph's inputs. The graph's first backward writes the
+// one per micro-step, the last kept for the next iteration), and copied into the graph's
+// inputs; with dropout the replay then draws its masks' keys (eagerly they come between the
+// batches: other masks, as likely). The graph's first backward writes the
 // gradients (none at the capture), so they are not zeroed after a replay. Returns the last
 // micro-step's loss (divided by the count).
 Tensor run_iteration(const NanoGptConfig& config, Run& run, const std::vector<Tensor>& params, const Batches& batches,

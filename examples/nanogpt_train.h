@@ -61,7 +61,9 @@ struct NanoGptConfig {
   // device (torch's capturable=True, param_group["lr"] a tensor); cuda_graph (implies capturable),
   // three iterations eagerly, then the fourth's micro-steps, clipping and AdamW captured in a
   // CUDA graph and each later iteration one replay (its batches copied into the graph's inputs;
-  // the same draws in the same order). Not with deterministic, dropout or more than one rank.
+  // the same draws in the same order). With dropout each replay draws its masks' keys after the
+  // iteration's batches, so its masks are not the eager iteration's, which draws batches between
+  // micro-steps. Not with deterministic or more than one rank.
   bool capturable = false, cuda_graph = false;
   // tinyddp's own key: rank 0 prints the peak tensor memory of the iterations at the end (on a
   // GPU the caching allocator's, as torch.cuda.max_memory_allocated; on the CPU the tensors').

@@ -265,8 +265,8 @@ std::pair<Tensor, Tensor> train_step(const GPTTrainConfig& config, const GptRun&
 // --cuda_graph: the first three steps run eagerly (cuBLAS's workspaces, AdamW's state, the
 // checks that read back); the fourth is captured (forward, backward, clipping and AdamW, whose
 // step count and rate are device tensors), and every step from it on copies its batch into
-// the graph's inputs and replays it: one launch a step. The scheduler fills the rate's tensor
-// between replays; the loss and norm are where the graph writes them.
+// the graph's inputs and replays it: one launch a step (--dropout: the eager masks, tensor/cuda.h).
+// The scheduler fills the rate's tensor between replays; the graph writes the loss and norm.
 std::pair<Tensor, Tensor> graphed_step(const GPTTrainConfig& config, const GptRun& run, int64_t step,
                                        const std::vector<Tensor>& params, StepPhases& phases) {
   constexpr int64_t kEagerSteps = 3;

@@ -105,6 +105,11 @@ Tensor empty_pinned(const Shape& sizes, DType dtype, const char* op);
 //   - The host cannot wait for the GPU during capture: a copy to or from the host, .item(),
 //     synchronize() or random sampling (drawn on the host) is an Error that names it, and the
 //     capture is abandoned (capture_end throws; reset() or the destructor clean up).
+//   - Dropout (and attention dropout) is captured with its key in device memory: each replay
+//     first draws a fresh key from the default generator for every dropout call it holds, in
+//     the order the calls were captured, as the same calls run eagerly draw theirs. A replay
+//     thus drops what the eager step would at the same generator state (bit for bit), and no
+//     two replays drop alike. Capturing draws nothing. Other generators are refused there.
 // Throws without CUDA.
 class CudaGraph {
  public:
@@ -127,6 +132,10 @@ class CudaGraph {
 };
 // True while a CudaGraph is capturing on `device` (false without CUDA).
 bool is_capturing(int device = 0);
+// For the random kernels (tensor/native's dropout), while a CudaGraph captures on `device`: a
+// word of device memory for the key of one captured kernel, which every replay fills before it
+// runs (see CudaGraph). Throws when no graph captures there.
+const uint64_t* graph_random_key_slot(int device);
 
 // Whether float32 matrix products may use TF32 tensor cores (10-bit mantissa inputs, float32
 // accumulation): off by default, so that GPU results match float32 CPU results within

@@ -1,14 +1,18 @@
 // CudaGraph (tensor/cuda.h): stream capture on a device's compute stream into a graph with a
-// private pool of the caching allocator, and the check that refuses host waits meanwhile
-// (runtime.h).
+// private pool of the caching allocator, the check that refuses host waits meanwhile
+// (runtime.h), and the device words that hold captured dropout's keys, filled before each replay.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "tinyddp/base/error.h"
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/cuda_runtime/runtime.h"
+#include "tinyddp/tensor/random.h"
 
 namespace tinyddp::tensor::cuda {
 
@@ -23,6 +27,61 @@ std::atomic<const char*> refused_on[kMaxDevices] = {};
 std::atomic<uint64_t> next_pool{1};
 
 bool flag(int device) { return device >= 0 && device < kMaxDevices && capturing_on[device].load(); }
+
+// The keys of a graph's random kernels: words of device memory in chunks (allocated during the
+// capture, from the graph's pool), slot i at chunks[i / kChunk][i % kChunk]. Before each replay
+// `fill` copies a fresh draw of the default generator into each, in the order handed out.
+class KeySlots {
+ public:
+  static constexpr int64_t kChunk = 64;  // 512 bytes, the allocator's rounding
+
+  const uint64_t* next(int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (count_ % kChunk == 0) {
+      chunks_.push_back(static_cast<uint64_t*>(caching_allocator(device)->allocate(kBytes)));
+    }
+    return chunks_.back() + count_++ % kChunk;
+  }
+
+  // Queues, on `stream`, the copies of one new key per slot from page-locked memory, which the
+  // pinned allocator does not hand out again before the copies are done.
+  void fill(cudaStream_t stream) {
+    if (count_ == 0) return;
+    const size_t bytes = static_cast<size_t>(count_) * sizeof(uint64_t);
+    auto* keys = static_cast<uint64_t*>(pinned_allocator()->allocate(bytes));
+    {
+      Generator& generator = default_generator();
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      for (int64_t i = 0; i < count_; ++i) keys[i] = generator.random64();  // dropout's eager draw, in call order
+    }
+    cudaError_t status = cudaSuccess;
+    for (size_t c = 0; c < chunks_.size() && status == cudaSuccess; ++c) {
+      const int64_t first = static_cast<int64_t>(c) * kChunk, n = std::min(kChunk, count_ - first);
+      status = cudaMemcpyAsync(chunks_[c], keys + first, static_cast<size_t>(n) * sizeof(uint64_t),
+                               cudaMemcpyHostToDevice, stream);
+    }
+    record_pinned_use(keys, stream);
+    pinned_allocator()->deallocate(keys, bytes);
+    if (status != cudaSuccess)
+      throw_cuda_error(status, "cudaMemcpyAsync (a CUDA graph's random keys)", __FILE__, __LINE__);
+  }
+
+  // Back to the allocator (the graph's pool), once no replay can read them.
+  void release(int device) {
+    for (uint64_t* chunk : chunks_) caching_allocator(device)->deallocate(chunk, kBytes);
+    chunks_.clear();
+    count_ = 0;
+  }
+
+ private:
+  static constexpr size_t kBytes = kChunk * sizeof(uint64_t);
+  std::mutex mutex_;
+  std::vector<uint64_t*> chunks_;
+  int64_t count_ = 0;
+};
+
+// The key slots of the graph capturing on each device, or null.
+std::atomic<KeySlots*> capturing_keys[kMaxDevices] = {};
 
 }  // namespace
 
@@ -45,12 +104,14 @@ struct CudaGraph::Impl {
   const char* refused = nullptr;  // what check_not_capturing refused during the capture, if anything
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
+  KeySlots keys;  // captured dropout's keys
 
   // Ends the capture on the device and stops routing allocations to the pool; the partial
   // graph, if CUDA returns one, is the caller's.
   cudaError_t stop_capture(cudaGraph_t* out) {
     capturing = false;
     capturing_on[device].store(false);
+    capturing_keys[device].store(nullptr);
     refused = refused_on[device].exchange(nullptr);
     set_allocator_capture_pool(device, 0);
     return cudaStreamEndCapture(compute_stream(device), out);
@@ -92,7 +153,14 @@ void CudaGraph::capture_begin(int device) {
   }
   impl_->capturing = true;
   refused_on[device].store(nullptr);
+  capturing_keys[device].store(&impl_->keys);
   capturing_on[device].store(true);
+}
+
+const uint64_t* graph_random_key_slot(int device) {
+  KeySlots* keys = device >= 0 && device < kMaxDevices ? capturing_keys[device].load() : nullptr;
+  TDDP_CHECK(keys != nullptr, "graph_random_key_slot: no CudaGraph is capturing on cuda:{}", device);
+  return keys->next(device);
 }
 
 void CudaGraph::capture_end() {
@@ -133,7 +201,9 @@ void CudaGraph::capture_end() {
 void CudaGraph::replay() {
   TDDP_CHECK(impl_->exec != nullptr, "CudaGraph::replay: nothing captured (capture_begin, the work, capture_end)");
   DeviceGuard guard(impl_->device);
-  TDDP_CUDA_CHECK(cudaGraphLaunch(impl_->exec, compute_stream(impl_->device)));
+  const cudaStream_t stream = compute_stream(impl_->device);
+  impl_->keys.fill(stream);  // queued before the launch: the graph's kernels read them
+  TDDP_CUDA_CHECK(cudaGraphLaunch(impl_->exec, stream));
 }
 
 void CudaGraph::reset() {
@@ -150,6 +220,7 @@ void CudaGraph::reset() {
       impl_->exec != nullptr ? cudaStreamSynchronize(compute_stream(impl_->device)) : cudaSuccess;
   if (impl_->exec != nullptr) cudaGraphExecDestroy(impl_->exec);
   if (impl_->graph != nullptr) cudaGraphDestroy(impl_->graph);
+  impl_->keys.release(impl_->device);
   if (impl_->pool != 0) release_allocator_pool(impl_->device, impl_->pool);
   impl_->exec = nullptr;
   impl_->graph = nullptr;

@@ -23,5 +23,6 @@ void CudaGraph::replay() { unavailable("CudaGraph::replay"); }
 void CudaGraph::reset() {}
 bool CudaGraph::captured() const { return false; }
 bool is_capturing(int) { return false; }
+const uint64_t* graph_random_key_slot(int) { unavailable("graph_random_key_slot"); }
 
 }  // namespace tinyddp::tensor::cuda

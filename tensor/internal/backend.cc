@@ -46,7 +46,7 @@ bool Backend::sgd_steps(std::vector<SgdTensors>& list, const SgdStep& step) {
 }
 
 bool Backend::foreach_norm(const Tensor&, const std::vector<Tensor>&) { return false; }
-bool Backend::dropout_mask(const Tensor&, double, uint64_t) { return false; }
+bool Backend::dropout_mask(const Tensor&, double, const RandomKey&) { return false; }
 bool Backend::foreach_mul_(const std::vector<Tensor>&, const Tensor&) { return false; }
 
 Tensor Backend::contiguous(const Tensor& t) {

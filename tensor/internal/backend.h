@@ -185,11 +185,12 @@ class Backend {
   virtual bool foreach_mul_(const std::vector<Tensor>& tensors, const Tensor& scale);
 
   // Dropout's mask drawn where the tensors are: mask (contiguous, floating) = 1 / (1 - p) where
-  // philox::dropout_keep(seed, i, 1 - p) keeps element i (internal/philox.h), else 0. false,
-  // with nothing written, where the backend draws no masks. tensor::dropout asks only off the
-  // CPU (on the CPU it draws PyTorch's CPU stream); flash attention's composed route asks on
-  // every device, for the mask its kernels use.
-  virtual bool dropout_mask(const Tensor& mask, double p, uint64_t seed);
+  // philox::dropout_keep(key, i, 1 - p) keeps element i (internal/philox.h), else 0 (the key
+  // read from its slot when the kernel runs, where it has one: kernel_ops.h). false, with
+  // nothing written, where the backend draws no masks. tensor::dropout asks only off the CPU
+  // (on the CPU it draws PyTorch's CPU stream); flash attention's composed route asks on every
+  // device, for the mask its kernels use.
+  virtual bool dropout_mask(const Tensor& mask, double p, const RandomKey& key);
 
   // What a backend's own code needs of copies, on its own copy and fill (internal/backend.cc),
   // so that it never calls back up into native/ through Tensor::contiguous, to or fill_:

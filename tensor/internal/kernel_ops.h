@@ -73,14 +73,23 @@ struct Window2d {
   int64_t padded_w() const { return w + 2 * pw; }
 };
 
+// The 64-bit Philox key of a random kernel (dropout's masks, internal/philox.h): a number drawn
+// on the host (`value`), or, for a kernel that a CUDA graph captured, `slot`, a word of device
+// memory the kernel reads when it runs, which the graph fills with a fresh draw of the
+// generator before each replay (tensor/cuda.h's CudaGraph). Only device kernels see a slot.
+struct RandomKey {
+  uint64_t value = 0;
+  const uint64_t* slot = nullptr;
+};
+
 // Attention dropout inside flash attention (Backend::flash_attention): weight (head, i, j) of
-// the [heads, M, N] attention weights kept where philox::dropout_keep(seed, (head * M + i) * N
+// the [heads, M, N] attention weights kept where philox::dropout_keep(key, (head * M + i) * N
 // + j, 1 - p) (internal/philox.h: dropout's own mask over the contiguous weights, so that the
 // fused and the composed routes drop the same weights), the kept ones scaled by 1 / (1 - p).
 // p = 0: no dropout.
 struct AttentionDropout {
   double p = 0.0;
-  uint64_t seed = 0;
+  RandomKey key;
 };
 
 // torch.optim.SGD's options for one parameter's update (fused_sgd_step_, Backend::sgd_step).

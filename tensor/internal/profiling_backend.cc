@@ -280,9 +280,9 @@ class ProfilingBackend final : public Backend {
     KernelScope s(name(), "foreach_mul_", Kind::kOptimizer, scale.device(), 2 * nbytes(tensors), 0);
     return ran(s, inner_.foreach_mul_(tensors, scale));
   }
-  bool dropout_mask(const Tensor& mask, double p, uint64_t seed) override {
+  bool dropout_mask(const Tensor& mask, double p, const RandomKey& key) override {
     KernelScope s(name(), "dropout_mask", Kind::kElementwise, mask.device(), nbytes(mask), 0);
-    return ran(s, inner_.dropout_mask(mask, p, seed));
+    return ran(s, inner_.dropout_mask(mask, p, key));
   }
 
  private:

@@ -81,16 +81,12 @@ void check_flash_inputs(const Tensor& q, const Tensor& k, const Tensor& v, bool 
 // t as a contiguous [heads, rows, cols] (a view where it already is contiguous).
 Tensor as_heads(const Tensor& t, int64_t heads) { return t.contiguous().view({heads, t.size(-2), t.size(-1)}); }
 
-// Attention dropout's key: one 64-bit draw from the generator (none at p = 0). Refused while a
-// CUDA graph captures: every replay would drop the same weights.
+// Attention dropout's key: one 64-bit draw from the generator (none at p = 0), or inside a CUDA
+// graph's capture a device word that each replay fills anew (device_random_key).
 AttentionDropout attention_dropout(const Tensor& q, double p, Generator* generator) {
   TDDP_CHECK(p >= 0.0 && p < 1.0, "flash_attention: dropout_p must be in [0, 1), got {}", p);
   if (p == 0.0) return AttentionDropout{};
-  return AttentionDropout{
-      p,
-      device_random_key(q, generator,
-                        "flash_attention: attention dropout's random key is drawn on the host, so a CUDA graph "
-                        "would replay one mask at every replay; run it outside the capture (or with dropout_p = 0)")};
+  return AttentionDropout{p, device_random_key(q, generator, "flash_attention (attention dropout)")};
 }
 
 // The composed route's mask for weights w: the fused kernels' (the backend's dropout_mask over
@@ -99,7 +95,7 @@ Tensor dropout_mask_for(const Tensor& w, const AttentionDropout& dropout) {
   if (dropout.p == 0.0) return Tensor();
   const Tensor mask = new_output(w.sizes(), w.dtype(), w.device());
   if (mask.numel() > 0) {
-    TDDP_CHECK(backend_for(w.device(), "flash_attention dropout").dropout_mask(mask, dropout.p, dropout.seed),
+    TDDP_CHECK(backend_for(w.device(), "flash_attention dropout").dropout_mask(mask, dropout.p, dropout.key),
                "flash_attention: the {} backend draws no dropout masks", w.device().str());
   }
   return mask;

@@ -113,11 +113,17 @@ void check_in_place(const Tensor& self, const Tensor* source, const char* op) {
 // Before a kernel that exists for the CPU and, in CUDA builds, for GPUs.
 void check_kernel_device(const Tensor& x, const char* op) { backend_for(x.device(), op); }
 
-uint64_t device_random_key(const Tensor& t, Generator* generator, const char* refusal) {
-  TDDP_CHECK(!(t.is_cuda() && cuda::is_capturing(t.device().index)), "{}", refusal);
+RandomKey device_random_key(const Tensor& t, Generator* generator, const char* op) {
   Generator& g = generator != nullptr ? *generator : default_generator();
+  if (t.is_cuda() && cuda::is_capturing(t.device().index)) {
+    TDDP_CHECK(&g == &default_generator(),
+               "{}: a CUDA graph being captured draws its random keys from the default generator at every replay; "
+               "pass no generator to the ops it captures (or run this one outside the capture)",
+               op);
+    return RandomKey{0, cuda::graph_random_key_slot(t.device().index)};
+  }
   std::lock_guard<std::mutex> lock(g.mutex());
-  return g.random64();
+  return RandomKey{g.random64(), nullptr};
 }
 
 }  // namespace tinyddp::tensor::detail

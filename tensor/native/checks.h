@@ -66,10 +66,11 @@ void check_in_place(const Tensor& self, const Tensor* source, const char* op);
 // Before a kernel that exists for the CPU and, in CUDA builds, for GPUs.
 void check_kernel_device(const Tensor& x, const char* op);
 
-// One 64-bit key from `generator` (default: the global one) for a mask a kernel draws on t's
-// device (internal/philox.h). Throws `refusal` while a CUDA graph captures on t's device: the
-// key, a host draw, would be replayed unchanged.
-uint64_t device_random_key(const Tensor& t, Generator* generator, const char* refusal);
+// The key of a mask that `op`'s kernel draws on t's device (internal/philox.h): one 64-bit draw
+// from `generator` (default: the global one), or, while a CUDA graph captures on t's device, a
+// slot that every replay fills with a fresh draw of the default generator (tensor/cuda.h).
+// Another generator is refused there, naming `op`.
+RandomKey device_random_key(const Tensor& t, Generator* generator, const char* op);
 
 // matmul for the ops that sum by a product with a one-hot or triangular matrix (index_add,
 // scatter_add, cumsum): integer operands are multiplied on the CPU and the product moved back

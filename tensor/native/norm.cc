@@ -234,16 +234,13 @@ namespace {
 
 // Off the CPU, dropout's mask drawn where the input is, by the backend's counter-based kernel
 // (internal/philox.h) under one 64-bit key drawn from the generator: no mask crosses from the
-// host. Undefined on the CPU (or a backend without the kernel). A key drawn during a CUDA
-// graph capture would be replayed unchanged, every replay dropping the same elements: refused.
+// host. Undefined on the CPU (or a backend without the kernel). Inside a CUDA graph's capture
+// the key is a device word that each replay fills anew (device_random_key).
 Tensor device_dropout_mask(const Tensor& input, double p, Generator* generator) {
   if (input.device().type == DeviceType::kCPU) return Tensor();
-  const uint64_t seed = device_random_key(
-      input, generator,
-      "dropout: its mask's random key is drawn on the host, so a CUDA graph would replay one mask at every "
-      "replay; run dropout outside the capture (or set p = 0 / eval() for the captured part)");
+  const RandomKey key = device_random_key(input, generator, "dropout");
   const Tensor mask = empty(input.sizes(), TensorOptions(input.dtype()).device(input.device()));
-  return backend_for(input.device(), "dropout").dropout_mask(mask, p, seed) ? mask : Tensor();
+  return backend_for(input.device(), "dropout").dropout_mask(mask, p, key) ? mask : Tensor();
 }
 
 }  // namespace

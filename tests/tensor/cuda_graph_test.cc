@@ -4,12 +4,16 @@
 // replayed gives the parameters of the same steps run eagerly, bit for bit (the same kernels in
 // the same order), with MSE and with cross-entropy whose number of ignored targets changes at
 // each step (its count of kept rows is computed on the GPU, not frozen), with
-// clip_grad_norm_ in the step, and with a capturable AdamW. Waits on the host
-// during capture, and Adam's step (its bias correction is a host number), are Errors that name
-// them, after which the graph resets and the device works on. Without CUDA every call but
-// reset() says so; the GPU cases skip without a GPU.
+// clip_grad_norm_ in the step, and with a capturable AdamW. Dropout and attention dropout in a
+// captured step: each replay draws its keys as the eager step would, so the parameters are the
+// eager steps' bit for bit, and two replays on the same inputs drop differently. Waits on the
+// host during capture, Adam's step (its bias correction is a host number) and dropout with its
+// own generator are Errors that name them, after which the graph resets and the device works on. Without CUDA every
+// call but reset() says so; the GPU cases skip without a GPU.
 #include <memory>
 #include <vector>
+
+#include "tinyddp/tensor/fused.h"
 
 #include "tests/test_util.h"
 #include "tinyddp/nn/nn.h"
@@ -78,6 +82,40 @@ std::vector<std::vector<Tensor>> train(const std::vector<Tensor>& xs, const std:
     record();
   }
   return params;
+}
+
+// Steps of Linear -> dropout(0.3) -> causal flash attention over 2 heads with attention dropout
+// 0.25 -> squared sum, with SGD, on one batch: eagerly, or two eagerly then one captured and
+// replayed. Returns the weight after every step.
+std::vector<Tensor> train_dropped(bool graph, int steps) {
+  tensor::manual_seed(5);
+  nn::Linear linear(8, 16);
+  linear.to(kGpu);
+  nn::SGD sgd(linear.parameters(), nn::SGDOptions(0.05));
+  const Tensor x = tensor::randn({12, 8}).to(kGpu);
+  const auto step = [&] {
+    sgd.zero_grad();
+    const Tensor h = tensor::dropout(linear.forward(x), 0.3).view({12, 2, 8}).transpose(0, 1);
+    const Tensor out = tensor::flash_attention(h, h, h, true, 0.35, 0.25);
+    tensor::sum(tensor::mul(out, out)).backward();
+    sgd.step();
+  };
+  std::vector<Tensor> weights;
+  CudaGraph g;
+  for (int i = 0; i < steps; ++i) {
+    if (!graph || i < 2) {
+      step();
+    } else {
+      if (!g.captured()) {
+        g.capture_begin(0);
+        step();
+        g.capture_end();
+      }
+      g.replay();
+    }
+    weights.push_back(linear.weight.detach().to(tensor::kCPU));
+  }
+  return weights;
 }
 
 }  // namespace
@@ -153,6 +191,44 @@ TEST_CASE("A training step captured in a CudaGraph gives the eager steps' parame
       CHECK(tensor::equal(adam_replayed[step][i], adam_eager[step][i]));
     }
   }
+}
+
+TEST_CASE("Dropout in a captured step draws new masks at each replay, the eager step's", "[cuda][graph]") {
+  REQUIRE_GPU();
+  const auto eager = train_dropped(false, 6), replayed = train_dropped(true, 6);
+  for (size_t step = 0; step < eager.size(); ++step) {
+    INFO("step " << step);
+    CHECK(tensor::equal(replayed[step], eager[step]));
+  }
+  // Two replays on the same input give different outputs (a frozen key would repeat its mask);
+  // after manual_seed the same replays give the same outputs again.
+  const Tensor x = tensor::ones({4096}, tensor::TensorOptions().device(kGpu));
+  CudaGraph g;
+  g.capture_begin(0);
+  const Tensor y = tensor::dropout(x, 0.5);
+  g.capture_end();
+  tensor::manual_seed(9);
+  g.replay();
+  const Tensor first = y.to(tensor::kCPU);
+  g.replay();
+  const Tensor second = y.to(tensor::kCPU);
+  CHECK_FALSE(tensor::equal(first, second));
+  const double kept = tensor::sum(tensor::gt(first, 0.0)).item<double>();
+  CHECK(kept > 4096 * 0.5 - 5 * 32);  // Binomial(4096, 0.5): mean 2048, sd 32
+  CHECK(kept < 4096 * 0.5 + 5 * 32);
+  tensor::manual_seed(9);
+  g.replay();
+  CHECK(tensor::equal(y.to(tensor::kCPU), first));
+  // A generator of the caller's own: refused, naming the op (the graph draws from the default one).
+  tensor::Generator own(1);
+  CudaGraph refused;
+  refused.capture_begin(0);
+  const Tensor doubled = tensor::mul(x, 2.0);
+  CHECK_THROWS_WITH(tensor::dropout(x, 0.5, true, &own),
+                    Catch::Contains("dropout: a CUDA graph being captured draws its random keys from the default"));
+  refused.capture_end();  // the refused call queued nothing: the capture itself is whole
+  refused.replay();
+  CHECK(tensor::equal(doubled.to(tensor::kCPU), tensor::full({4096}, 2.0)));
 }
 
 TEST_CASE("Host waits during capture are Errors that name them; the graph then resets", "[cuda][graph]") {

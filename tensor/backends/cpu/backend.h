@@ -93,7 +93,7 @@ class CpuBackend final : public Backend {
   bool adam_steps(const std::vector<AdamTensors>& list, const AdamStep& step) override;
   // norm.cc: the device kernel's mask, for flash attention's composed route on the CPU (tensor::
   // dropout on the CPU draws PyTorch's CPU stream instead and never asks).
-  bool dropout_mask(const Tensor& mask, double p, uint64_t seed) override;
+  bool dropout_mask(const Tensor& mask, double p, const RandomKey& key) override;
 };
 
 // The one CPU backend (backend_for(kCPU) returns it).

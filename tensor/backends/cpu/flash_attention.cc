@@ -134,7 +134,7 @@ void scores(Rows<T>& s, int64_t rows, int64_t cols, const T* qi, const T* kj, T 
 // kept entry scaled by 1 / (1 - p), the others 0.
 template <typename T>
 void drop_block(Rows<T>& s, const Sizes& z, const AttentionDropout& dropout, int64_t head, int64_t row0, int64_t col0) {
-  philox::KeepStream keep(dropout.seed, static_cast<float>(1.0 - dropout.p));
+  philox::KeepStream keep(dropout.key.value, static_cast<float>(1.0 - dropout.p));  // a slot is a device's
   const T kept = static_cast<T>(1.0 / (1.0 - dropout.p));
   for (int64_t r = 0; r < s.rows(); ++r) {
     const uint64_t first = static_cast<uint64_t>((head * z.m + row0 + r) * z.n + col0);

@@ -205,7 +205,8 @@ bool CpuBackend::batch_norm_backward_elemt(const Tensor& grad_x, const Tensor& d
   return true;
 }
 
-bool CpuBackend::dropout_mask(const Tensor& mask, double p, uint64_t seed) {
+// The key's value: only a device's kernels are handed a slot (kernel_ops.h's RandomKey).
+bool CpuBackend::dropout_mask(const Tensor& mask, double p, const RandomKey& key) {
   dispatch_floating(mask.dtype(), "dropout_mask", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const auto as_t = [](double value) {  // 16-bit floats through float, as the casts
@@ -219,7 +220,7 @@ bool CpuBackend::dropout_mask(const Tensor& mask, double p, uint64_t seed) {
     const float keep = static_cast<float>(1.0 - p);
     T* out = mask.data_ptr<T>();
     parallel_for(0, mask.numel(), kElementwiseGrain, [&](int64_t from, int64_t to) {
-      philox::KeepStream stream(seed, keep);
+      philox::KeepStream stream(key.value, keep);
       for (int64_t i = from; i < to; ++i) out[i] = stream(static_cast<uint64_t>(i)) ? kept : dropped;
     });
   });

@@ -49,20 +49,26 @@ struct Sizes {
 };
 
 // Attention dropout: the factor of weight index i (1 / keep where kept, else 0; 1 when off).
+// The key is `seed`, or the word at `slot` (a CUDA graph's, filled before each replay), which
+// each kernel reads first (resolve).
 template <typename A>
 struct Drop {
   bool on;
   uint64_t seed;
+  const uint64_t* slot;
   float keep;
   A kept;
+  __device__ void resolve() {
+    if (on && slot != nullptr) seed = *slot;
+  }
   __device__ A factor(uint64_t i) const { return !on || philox::dropout_keep(seed, i, keep) ? kept : A(0); }
   // The same for increasing indices (a row of the weights), a Philox block per four.
   __device__ A factor(philox::KeepStream& stream, uint64_t i) const { return !on || stream(i) ? kept : A(0); }
 };
 
 template <typename A>
-Drop<A> drop_of(double p, uint64_t seed) {
-  return Drop<A>{p > 0, seed, static_cast<float>(1.0 - p), static_cast<A>(p > 0 ? 1.0 / (1.0 - p) : 1.0)};
+Drop<A> drop_of(double p, uint64_t seed, const uint64_t* slot) {
+  return Drop<A>{p > 0, seed, slot, static_cast<float>(1.0 - p), static_cast<A>(p > 0 ? 1.0 / (1.0 - p) : 1.0)};
 }
 
 // Copies rows [first, first + count) of a [rows, width] head into shared memory as A.
@@ -102,6 +108,7 @@ template <typename T, int D>
 __global__ void forward_kernel(const T* q, const T* k, const T* v, T* out, acc_t<T>* lse, Sizes z, acc_t<T> scale,
                                Drop<acc_t<T>> drop) {
   using A = acc_t<T>;
+  drop.resolve();
   extern __shared__ unsigned char shared[];
   A* ks = reinterpret_cast<A*>(shared);
   A* vs = ks + kTile * z.e;
@@ -172,6 +179,7 @@ template <typename T, int D>
 __global__ void dq_kernel(const T* q, const T* k, const T* v, const T* dout, const acc_t<T>* lse, const acc_t<T>* delta,
                           T* dq, Sizes z, acc_t<T> scale, Drop<acc_t<T>> drop) {
   using A = acc_t<T>;
+  drop.resolve();
   extern __shared__ unsigned char shared[];
   A* ks = reinterpret_cast<A*>(shared);
   A* vs = ks + kTile * z.e;
@@ -220,6 +228,7 @@ template <typename T, int D>
 __global__ void dkdv_kernel(const T* q, const T* k, const T* v, const T* dout, const acc_t<T>* lse,
                             const acc_t<T>* delta, T* dk, T* dv, Sizes z, acc_t<T> scale, Drop<acc_t<T>> drop) {
   using A = acc_t<T>;
+  drop.resolve();
   extern __shared__ unsigned char shared[];
   A* own_k = reinterpret_cast<A*>(shared);  // [kRows][e + 1]: a thread's row, padded
   A* own_v = own_k + kRows * (z.e + 1);     // [kRows][ev + 1]
@@ -331,7 +340,7 @@ bool flash_attention_supported(int dtype, int64_t e, int64_t ev) {
 
 int flash_attention(const void* q, const void* k, const void* v, int dtype, void* out, void* lse, int64_t heads,
                     int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, double dropout_p,
-                    uint64_t seed, void* stream) {
+                    uint64_t seed, const uint64_t* seed_slot, void* stream) {
   const Sizes z{heads, m, n, e, ev, causal};
   return with_bound(dtype, e, ev, [&](auto tag, auto bound) {
     using T = decltype(tag);
@@ -339,14 +348,14 @@ int flash_attention(const void* q, const void* k, const void* v, int dtype, void
     const size_t bytes = sizeof(A) * kTile * (e + ev + kRows);
     return launch(forward_kernel<T, decltype(bound)::value>, grid_for(m, heads), bytes, stream,
                   static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(out),
-                  static_cast<A*>(lse), z, static_cast<A>(scale), drop_of<A>(dropout_p, seed));
+                  static_cast<A*>(lse), z, static_cast<A>(scale), drop_of<A>(dropout_p, seed, seed_slot));
   });
 }
 
 int flash_attention_backward(const void* q, const void* k, const void* v, const void* out, const void* dout,
                              const void* lse, void* delta, int dtype, void* dq, void* dk, void* dv, int64_t heads,
                              int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, double dropout_p,
-                             uint64_t seed, void* stream) {
+                             uint64_t seed, const uint64_t* seed_slot, void* stream) {
   const Sizes z{heads, m, n, e, ev, causal};
   return with_bound(dtype, e, ev, [&](auto tag, auto bound) {
     using T = decltype(tag);
@@ -361,13 +370,13 @@ int flash_attention_backward(const void* q, const void* k, const void* v, const 
     status = launch(dq_kernel<T, D>, grid_for(m, heads), sizeof(A) * kTile * (e + ev), stream, static_cast<const T*>(q),
                     static_cast<const T*>(k), static_cast<const T*>(v), static_cast<const T*>(dout),
                     static_cast<const A*>(lse), static_cast<const A*>(delta), static_cast<T*>(dq), z,
-                    static_cast<A>(scale), drop_of<A>(dropout_p, seed));
+                    static_cast<A>(scale), drop_of<A>(dropout_p, seed, seed_slot));
     if (status != cudaSuccess) return status;
     const size_t bytes = sizeof(A) * (kRows * (e + 1 + ev + 1) + kTile * (e + ev + 2));
     return launch(dkdv_kernel<T, D>, grid_for(n, heads), bytes, stream, static_cast<const T*>(q),
                   static_cast<const T*>(k), static_cast<const T*>(v), static_cast<const T*>(dout),
                   static_cast<const A*>(lse), static_cast<const A*>(delta), static_cast<T*>(dk), static_cast<T*>(dv), z,
-                  static_cast<A>(scale), drop_of<A>(dropout_p, seed));
+                  static_cast<A>(scale), drop_of<A>(dropout_p, seed, seed_slot));
   });
 }
 

@@ -199,7 +199,7 @@ bool CudaBackend::flash_attention(const Tensor& out, const Tensor& lse, const Te
   DeviceGuard guard(device);
   check_launch(k::flash_attention(q.raw_data_ptr(), k.raw_data_ptr(), v.raw_data_ptr(), dtype, out.raw_data_ptr(),
                                   lse.raw_data_ptr(), q.size(0), q.size(1), k.size(1), q.size(2), v.size(2), causal,
-                                  scale, dropout.p, dropout.seed, compute_stream(device)),
+                                  scale, dropout.p, dropout.key.value, dropout.key.slot, compute_stream(device)),
                "flash_attention kernel");
   return true;
 }
@@ -217,7 +217,7 @@ bool CudaBackend::flash_attention_backward(const Tensor& dq, const Tensor& dk, c
                                            dout.raw_data_ptr(), lse.raw_data_ptr(), delta.raw_data_ptr(), dtype,
                                            dq.raw_data_ptr(), dk.raw_data_ptr(), dv.raw_data_ptr(), q.size(0),
                                            q.size(1), k.size(1), q.size(2), v.size(2), causal, scale, dropout.p,
-                                           dropout.seed, compute_stream(device)),
+                                           dropout.key.value, dropout.key.slot, compute_stream(device)),
                "flash_attention backward kernels");
   return true;
 }
@@ -386,11 +386,11 @@ bool CudaBackend::foreach_mul_(const std::vector<Tensor>& tensors, const Tensor&
   return true;
 }
 
-bool CudaBackend::dropout_mask(const Tensor& mask, double p, uint64_t seed) {
+bool CudaBackend::dropout_mask(const Tensor& mask, double p, const RandomKey& key) {
   const int device = device_of(mask);
   DeviceGuard guard(device);
-  check_launch(k::dropout_mask(mask.raw_data_ptr(), static_cast<int>(mask.dtype()), mask.numel(), p, seed,
-                               compute_stream(device)),
+  check_launch(k::dropout_mask(mask.raw_data_ptr(), static_cast<int>(mask.dtype()), mask.numel(), p, key.value,
+                               key.slot, compute_stream(device)),
                "dropout mask kernel");
   return true;
 }

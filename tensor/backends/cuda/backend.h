@@ -108,7 +108,7 @@ class CudaBackend final : public Backend {
   bool foreach_norm(const Tensor& out, const std::vector<Tensor>& tensors) override;
   bool foreach_mul_(const std::vector<Tensor>& tensors, const Tensor& scale) override;
   // elementwise.cu: the mask drawn on the device, a Philox block per 4 elements.
-  bool dropout_mask(const Tensor& mask, double p, uint64_t seed) override;
+  bool dropout_mask(const Tensor& mask, double p, const RandomKey& key) override;
 };
 
 // The one CUDA backend (backend_for(kCUDA) returns it in a CUDA build).

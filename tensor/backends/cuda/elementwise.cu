@@ -341,9 +341,11 @@ int accumulate(const Geometry& g, const Operand& dst, const Operand& src, void* 
 }
 
 // Dropout's mask drawn on the device: a thread per block of 4 elements (one Philox block), each
-// element `scale` where philox::dropout_keep keeps it, else 0.
+// element `scale` where philox::dropout_keep keeps it, else 0. The key is `seed`, or the word at
+// `slot` when there is one (a CUDA graph's, filled before each replay).
 template <typename T>
-__global__ void dropout_mask_kernel(T* mask, int64_t numel, float keep, T scale, uint64_t seed) {
+__global__ void dropout_mask_kernel(T* mask, int64_t numel, float keep, T scale, uint64_t seed, const uint64_t* slot) {
+  if (slot != nullptr) seed = *slot;
   const int64_t blocks = (numel + 3) / 4;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < blocks; b += stride) {
@@ -354,14 +356,15 @@ __global__ void dropout_mask_kernel(T* mask, int64_t numel, float keep, T scale,
   }
 }
 
-int dropout_mask(void* mask, int dtype, int64_t numel, double p, uint64_t seed, void* stream) {
+int dropout_mask(void* mask, int dtype, int64_t numel, double p, uint64_t seed, const uint64_t* seed_slot,
+                 void* stream) {
   if (numel == 0) return cudaSuccess;
   return dispatch(dtype, [&](auto tag) -> cudaError_t {
     using T = decltype(tag);
     if constexpr (is_floating<T>) {
       const int blocks = grid_stride_blocks((numel + 3) / 4, kThreads);
       dropout_mask_kernel<T><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-          static_cast<T*>(mask), numel, static_cast<float>(1.0 - p), store<T>(1.0 / (1.0 - p)), seed);
+          static_cast<T*>(mask), numel, static_cast<float>(1.0 - p), store<T>(1.0 / (1.0 - p)), seed, seed_slot);
       return cudaGetLastError();
     } else {
       return cudaErrorInvalidValue;

@@ -78,7 +78,8 @@ int fill(const Geometry& g, const Operand& dst, double value, void* stream);
 int accumulate(const Geometry& g, const Operand& dst, const Operand& src, void* stream);
 // Dropout's mask (contiguous, floating `dtype`, numel elements): element i is 1 / (1 - p) where
 // philox::dropout_keep(seed, i, 1 - p) keeps it (tensor/internal/philox.h), else 0.
-int dropout_mask(void* mask, int dtype, int64_t numel, double p, uint64_t seed, void* stream);
+int dropout_mask(void* mask, int dtype, int64_t numel, double p, uint64_t seed, const uint64_t* seed_slot,
+                 void* stream);
 
 // reduce.cu: contiguous inputs, outputs of the accumulated shape (see backend.cc's plans).
 // out[r] = scale * sum of row r of x [outer, inner]; out is int64 for bool x, else x's dtype.
@@ -106,14 +107,15 @@ int causal_softmax_rows(const void* x, const void* y, int dtype, void* out, int6
 // as scratch. flash_attention_supported: whether the kernels take this dtype and head widths
 // (float up to 128, double up to 64); otherwise they return cudaErrorNotSupported.
 bool flash_attention_supported(int dtype, int64_t e, int64_t ev);
-// dropout_p > 0: attention dropout under `seed` (tensor/internal/kernel_ops.h's AttentionDropout).
+// dropout_p > 0: attention dropout under `seed`, or the key in device memory at `seed_slot`
+// where that is not null (tensor/internal/kernel_ops.h's AttentionDropout and RandomKey).
 int flash_attention(const void* q, const void* k, const void* v, int dtype, void* out, void* lse, int64_t heads,
                     int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, double dropout_p,
-                    uint64_t seed, void* stream);
+                    uint64_t seed, const uint64_t* seed_slot, void* stream);
 int flash_attention_backward(const void* q, const void* k, const void* v, const void* out, const void* dout,
                              const void* lse, void* delta, int dtype, void* dq, void* dk, void* dv, int64_t heads,
                              int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, double dropout_p,
-                             uint64_t seed, void* stream);
+                             uint64_t seed, const uint64_t* seed_slot, void* stream);
 // loss.cu: cross-entropy's rows of contiguous x [rows, n] (tensor/fused.h), targets [rows] (each
 // in [0, n) or ignore_index), weight [n] (x's dtype) or null: loss [rows] (x's dtype) and stats
 // [rows, 2], each row's maximum and log-sum (float, or double for float64). The backward writes
