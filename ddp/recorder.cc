@@ -9,8 +9,14 @@
 
 namespace tinyddp::ddp {
 
+bool Recorder::device_timing() const {
+  // A CUDA graph's capture records no marks: an event recorded then is a node of the graph,
+  // which no host can time (its replays run no host code, so they are not counted either).
+  return timing_device_ >= 0 && !tensor::cuda::is_capturing(timing_device_);
+}
+
 void Recorder::mark(tensor::cuda::StreamMark& slot) const {
-  if (timing_device_ >= 0) slot = tensor::cuda::StreamMark::record(timing_device_, /*timing=*/true);
+  if (device_timing()) slot = tensor::cuda::StreamMark::record(timing_device_, /*timing=*/true);
 }
 
 void Recorder::forward_start() {
@@ -100,18 +106,23 @@ void Recorder::finalized(Clock::time_point start, const std::vector<size_t>& byt
   };
   const auto end = Clock::now();
   const int64_t iteration = stats_.iterations++;
-  if (timing_device_ >= 0) {
+  if (device_timing()) {
     // The previous iteration's marks have long passed; this one's are measured next time.
     mark(marks_.comm_end);
     if (unmeasured_) {
       if (const auto times = measure(*unmeasured_)) add_times(*times, stats_, sums_, measured_iterations_);
     }
     unmeasured_ = marks_;
-  } else {
+  } else if (timing_device_ < 0) {  // (a captured iteration has no marks: the last eager one waits)
     add_times(Times{us(forward_start_, forward_end_), us(backward_start_, last_hook_), us(first_launch_, comm_end_),
                     us(first_launch_, std::min(last_hook_, comm_end_))},
               stats_, sums_, measured_iterations_);
   }
+  finish_timeline(start, end, iteration, bytes);
+}
+
+void Recorder::finish_timeline(Clock::time_point start, Clock::time_point end, int64_t iteration,
+                               const std::vector<size_t>& bytes) {
   if (timeline_enabled_) {
     timeline_.span("backward (to the last gradient)", backward_start_, last_hook_, iteration);
     for (size_t b = 0; b < bytes.size(); ++b) {

@@ -83,7 +83,12 @@ class Recorder {
   struct DeviceMarks {
     tensor::cuda::StreamMark forward_start, forward_end, backward_end, comm_start, comm_end;
   };
+  // Whether this iteration is timed on the GPU (a device, and no CUDA graph capturing on it).
+  bool device_timing() const;
   void mark(tensor::cuda::StreamMark& slot) const;
+  // finalized's timeline spans for `iteration` (finalize ran from `start` to `end`).
+  void finish_timeline(Clock::time_point start, Clock::time_point end, int64_t iteration,
+                       const std::vector<size_t>& bytes);
   // One iteration's times from its marks (waits for the last); nothing if a mark is missing.
   static std::optional<Times> measure(const DeviceMarks& m);
   // Adds one iteration's times to `stats` as its last ones and to the sums.

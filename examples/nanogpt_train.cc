@@ -170,7 +170,7 @@ Run set_up(const NanoGptConfig& config, std::ostream& out) {
   TDDP_CHECK(!run.placement.on_gpu || config.dtype != "float16",
              "dtype=float16 on a GPU needs nanoGPT's GradScaler, which this mode lacks so far: use bfloat16");
   if (config.cuda_graph) {  // before joining the ranks: one process only
-    check_graph_placement(run.placement, "cuda_graph=True", "iteration");
+    check_graph_placement(run.placement, "cuda_graph=True", "iteration", /*collectives=*/false);
     run.graphed = std::make_unique<Run::Graphed>();
   }
   run.pg = join_ranks(run.placement.backend, config.timeout_s);

@@ -45,11 +45,16 @@ int use_threads(int threads) {
   return tensor::get_num_threads();
 }
 
-void check_graph_placement(const Placement& placement, const std::string& option, const std::string& what) {
+void check_graph_placement(const Placement& placement, const std::string& option, const std::string& what,
+                           bool collectives) {
   TDDP_CHECK(placement.on_gpu, "{} captures the {} on a GPU; this run is on {}", option, what, placement.device.str());
   const char* world = std::getenv("WORLD_SIZE");
-  TDDP_CHECK(world == nullptr || std::string(world) == "1",
+  if (world == nullptr) return;
+  TDDP_CHECK(collectives || std::string(world) == "1",
              "{} runs one process ({} ranks here): DDP's collectives are not captured", option, world);
+  TDDP_CHECK(placement.backend == "nccl",
+             "{} captures DDP's collectives only on the nccl backend (gloo's run on the host); this run uses {}",
+             option, placement.backend);
 }
 
 std::shared_ptr<comm::ProcessGroup> join_ranks(const std::string& backend, double timeout_s) {

@@ -36,9 +36,11 @@ int use_threads(int threads);
 std::string world_size_variable();
 
 // For an option that captures a CUDA graph (train_gpt's --cuda_graph, nanoGPT mode's
-// cuda_graph=True, named by `option`, capturing its `what`): throws unless the run is on a GPU
-// and in one process. Called before joining the ranks.
-void check_graph_placement(const Placement& placement, const std::string& option, const std::string& what);
+// cuda_graph=True, named by `option`, capturing its `what`): throws unless the run is on a GPU,
+// and, under a launcher, on the nccl backend (whose collectives a graph holds) and, unless
+// `collectives`, in one process. Called before joining the ranks.
+void check_graph_placement(const Placement& placement, const std::string& option, const std::string& what,
+                           bool collectives);
 
 // The group of all ranks when run under a launcher (WORLD_SIZE set, 1 included), else null.
 std::shared_ptr<comm::ProcessGroup> join_ranks(const std::string& backend, double timeout_s);

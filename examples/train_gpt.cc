@@ -88,8 +88,8 @@ void add_device_options(CLI::App& app, tinyddp::examples::GPTTrainConfig& c) {
   app.add_flag("--capturable", c.capturable,
                "AdamW with capturable=True: its step count and rate are device tensors (what --cuda_graph uses)");
   app.add_flag("--cuda_graph", c.cuda_graph,
-               "on a GPU, one process: three eager steps, then the whole step (forward, backward, clipping, AdamW) "
-               "captured in a CUDA graph and replayed each step");
+               "on a GPU (alone, or under DDP on nccl): three eager steps, then the whole step (forward, backward "
+               "with DDP's allreduces, clipping, AdamW) captured in a CUDA graph and replayed each step");
   app.add_flag("--tf32", c.tf32, "on a GPU, float32 matrix products may use TF32 tensor cores (default: off)");
   app.add_option("--timeout", c.timeout_s, "seconds a collective waits for the other ranks (default 60)");
   app.add_option("--threads", c.threads,

@@ -50,9 +50,9 @@ void GPTTrainConfig::validate() const {
   TDDP_CHECK(timeout_s > 0, "--timeout must be positive, got {}", timeout_s);
   TDDP_CHECK(threads >= 0, "--threads must be positive (or 0: the default), got {}", threads);
   TDDP_CHECK(!cuda_graph || device != "cpu", "--cuda_graph captures the step on a GPU: pass --device cuda");
-  TDDP_CHECK(!cuda_graph || (!fsdp && !zero && !deterministic && !profile_phases),
-             "--cuda_graph does not take --fsdp, --zero, --deterministic or --profile_phases (the step it captures "
-             "has no collectives and no host waits)");
+  TDDP_CHECK(!cuda_graph || (!fsdp && !zero && !deterministic && !profile_phases && comm_hook != "powersgd"),
+             "--cuda_graph does not take --fsdp, --zero, --deterministic, --comm_hook powersgd or --profile_phases "
+             "(the step it captures has DDP's bucket allreduces as its only collectives, and no host waits)");
   TDDP_CHECK(profile_ops >= 0, "--profile_ops must not be negative, got {}", profile_ops);
   TDDP_CHECK(profile_trace.empty() || profile_ops > 0, "--profile_trace needs --profile_ops N (the steps to profile)");
 }

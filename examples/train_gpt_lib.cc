@@ -133,7 +133,7 @@ GptRun set_up(const GPTTrainConfig& config) {
   run.placement = choose_placement(config.device, config.backend);
   TDDP_CHECK(!config.tf32 || run.placement.on_gpu, "--tf32 needs the model on a GPU (--device cuda)");
   if (config.tf32) tensor::cuda::set_allow_tf32(true);
-  if (config.cuda_graph) check_graph_placement(run.placement, "--cuda_graph", "step");  // before joining the ranks
+  if (config.cuda_graph) check_graph_placement(run.placement, "--cuda_graph", "step", true);  // before joining
   run.pg = join_ranks(run.placement.backend, config.timeout_s);
   run.rank = run.pg ? run.pg->rank() : 0;
   run.world = run.pg ? run.pg->size() : 1;

@@ -25,7 +25,7 @@ binaries=(
   tests/nn/functional_test tests/nn/attention_interpolate_test tests/nn/conv_layers_test tests/nn/transformer_encoder_test
   tests/ddp/data_parallel_test
   tests/comm/collectives_test tests/comm/desync_test tests/nn/threads_test
-  tests/ddp/equivalence_test tests/ddp/zero_overlap_test tests/examples/examples_test
+  tests/ddp/equivalence_test tests/ddp/cuda_graph_test tests/ddp/zero_overlap_test tests/examples/examples_test
   examples/train examples/ddp_basic examples/ddp_checkpoint examples/ddp_join examples/ddp_zero_join launcher/launch
   bench/train_step bench/cuda_ops bench/tensor_bench examples/train_gpt
 )

@@ -168,6 +168,7 @@ case "$part" in
     step collectives_test 120 ours ./tests/comm/collectives_test --durations yes
     step desync_test 60 ours ./tests/comm/desync_test "[nccl]" --durations yes
     step equivalence_test 150 ours ./tests/ddp/equivalence_test --durations yes
+    step ddp_cuda_graph_test 90 ours ./tests/ddp/cuda_graph_test --durations yes
     step examples_test 150 ours ./tests/examples/examples_test --durations yes
     ;;
   sanitize | sanitize2 | sanitize3)

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -110,6 +111,9 @@ Tensor empty_pinned(const Shape& sizes, DType dtype, const char* op);
 //     the order the calls were captured, as the same calls run eagerly draw theirs. A replay
 //     thus drops what the eager step would at the same generator state (bit for bit), and no
 //     two replays drop alike. Capturing draws nothing. Other generators are refused there.
+//   - NCCL collectives are captured too (a DDP step's bucket allreduces): their group checks
+//     and watches each replay through on_graph_replay (comm/nccl/process_group_nccl.h). Reset
+//     the graph before its group goes.
 // Throws without CUDA.
 class CudaGraph {
  public:
@@ -136,6 +140,16 @@ bool is_capturing(int device = 0);
 // word of device memory for the key of one captured kernel, which every replay fills before it
 // runs (see CudaGraph). Throws when no graph captures there.
 const uint64_t* graph_random_key_slot(int device);
+// For captured work that the host must check or watch at each replay (a captured collective:
+// comm/nccl): while a CudaGraph captures on `device`, adds `around`, which that graph's every
+// replay() calls with the launch itself. `around` calls `launch` once (holding what it must
+// hold, checking before and registering after), or throws instead, which refuses the replay
+// (nothing is launched). Several wrap one another in the order added; they go with the graph
+// (reset()). Throws when no graph captures there.
+using ReplayLaunch = std::function<void()>;
+void on_graph_replay(int device, std::function<void(const ReplayLaunch& launch)> around);
+// A number that names the capture open on `device` (each capture its own), 0 when none.
+uint64_t capture_id(int device);
 
 // Whether float32 matrix products may use TF32 tensor cores (10-bit mantissa inputs, float32
 // accumulation): off by default, so that GPU results match float32 CPU results within

@@ -50,9 +50,11 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 // The Work of one NCCL collective: finished by the watchdog when its end event has passed.
 class NcclWork final : public Work {
  public:
-  NcclWork(std::string description, int device, cudaEvent_t end, std::vector<Tensor> tensors, bool host_wait)
+  // `captured`: queued during a CudaGraph's capture (see wait()).
+  NcclWork(std::string description, int device, cudaEvent_t end, std::vector<Tensor> tensors, bool host_wait,
+           bool captured = false)
       : Work(std::move(description)), device_(device), end_(end), tensors_(std::move(tensors)), host_wait_(host_wait),
-        started_(Clock::now()) {}
+        captured_(captured), started_(Clock::now()) {}
   ~NcclWork() override {
     try {
       DeviceGuard guard(device_);  // whichever thread drops it: never a context on another GPU
@@ -62,7 +64,14 @@ class NcclWork final : public Work {
   }
 
   void wait(std::optional<Millis> timeout) override {
-    if (timeout || host_wait_) {
+    if (captured_) {
+      // Its end is a node of the graph: the compute stream waits for it inside the capture;
+      // the host cannot wait for it, and after the capture only a replay runs it.
+      TDDP_CHECK(!timeout && tensor::cuda::is_capturing(device_),
+                 "{}: this collective was captured into a CUDA graph: wait() for it (untimed) inside the capture, "
+                 "and read its results after a replay",
+                 description());
+    } else if (timeout || host_wait_) {
       Work::wait(timeout);
       return;
     }
@@ -97,11 +106,14 @@ class NcclWork final : public Work {
   cudaEvent_t end_;
   std::vector<Tensor> tensors_;  // kept alive until the collective has finished
   bool host_wait_;
+  bool captured_;
   Clock::time_point started_;
 };
 
 NcclCommunicator::NcclCommunicator(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options)
-    : store_(std::move(store)), rank_(rank), size_(size), options_(std::move(options)) {
+    : store_(std::move(store)), rank_(rank), size_(size), options_(std::move(options)),
+      alive_(std::make_shared<Alive>()) {
+  alive_->comm = this;
   // The watchdog queries events: it works on the creating thread's device from its start
   // (tensor/cuda_runtime/device_guard.h), and on the communicator's once that is bound.
   watchdog_ = std::thread([this, device = tensor::cuda::current_device()] {
@@ -111,6 +123,10 @@ NcclCommunicator::NcclCommunicator(std::shared_ptr<Store> store, int rank, int s
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  {
+    std::lock_guard<std::mutex> lock(alive_->mutex);  // a replay in progress finishes first
+    alive_->comm = nullptr;                           // later ones are refused
+  }
   // Pending collectives get until the timeout to finish (the watchdog aborts them after).
   {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -144,6 +160,14 @@ std::shared_ptr<Work> NcclCommunicator::launch(std::string description, int devi
                                                const StreamWork& before, const StreamWork& after) {
   std::unique_lock<std::mutex> comm_lock(comm_mutex_);  // no abort while NCCL calls are made
   throw_if_broken();
+  const bool captured = tensor::cuda::is_capturing(device);
+  if (captured) {
+    if (host_wait) tensor::cuda::check_not_capturing(device, "ProcessGroupNccl::barrier");
+    TDDP_CHECK(comm_ != nullptr,
+               "{}: the group's first collective cannot be captured into a CUDA graph (it creates the NCCL "
+               "communicator, which allocates and synchronises): run the step eagerly once before capturing",
+               description);
+  }
   ensure_comm(device);
   DeviceGuard guard(device);
   tensor::cuda::stream_wait(stream_, tensor::cuda::compute_stream(device), device);
@@ -164,8 +188,10 @@ std::shared_ptr<Work> NcclCommunicator::launch(std::string description, int devi
   for (const Tensor& t : tensors) {
     if (t.defined() && t.numel() > 0) tensor::cuda::record_stream(t.raw_data_ptr(), device, stream_);
   }
-  auto work = std::make_shared<NcclWork>(std::move(description), device, end, std::move(tensors), host_wait);
+  if (captured) note_captured(device, description);
+  auto work = std::make_shared<NcclWork>(std::move(description), device, end, std::move(tensors), host_wait, captured);
   if (after_queued_for_testing) after_queued_for_testing();
+  if (captured) return work;  // a replay runs it: the watchdog watches the replay
   {
     // Registered before comm_mutex_ is released: abort() and the watchdog's abort take it,
     // so they see this work and fail it. (Registered after, an abort in between would kill
@@ -181,6 +207,12 @@ std::shared_ptr<Work> NcclCommunicator::launch(std::string description, int devi
   comm_lock.unlock();
   wake_cv_.notify_all();
   return work;
+}
+
+void NcclCommunicator::watch(std::string description, int device, cudaEvent_t end) {
+  auto work = std::make_shared<NcclWork>(std::move(description), device, end, std::vector<Tensor>{}, false);
+  std::lock_guard<std::mutex> lock(mutex_);
+  pending_.push_back(std::move(work));
 }
 
 void NcclCommunicator::abort(const std::string& reason) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tinyddp/comm/process_group.h"
+#include "tinyddp/tensor/cuda.h"
 
 namespace tinyddp::comm::detail {
 
@@ -72,6 +73,16 @@ class NcclCommunicator {
 
   void abort(const std::string& reason);
 
+  // A collective launched while a CudaGraph captures on its device is recorded into the graph
+  // (NCCL captures its kernels) and not watched: its end event is a node of the graph, which no
+  // host can query. Instead, the first one of each capture adds a hook to the graph (
+  // tensor/cuda.h, on_graph_replay) that, at every replay, refuses to launch on a broken group
+  // and then hands the watchdog an event after the replay (replay_captured).
+  struct Captured {
+    uint64_t capture = 0;                   // tensor::cuda::capture_id
+    std::vector<std::string> descriptions;  // the collectives, in capture order
+  };
+
   // The ranks' rendezvous, made once (later calls return at once): this rank announces itself
   // under the group's next numbered key and waits, up to the timeout, for every other rank.
   // Throws a TimeoutError naming the missing keys when a rank never joins.
@@ -105,6 +116,27 @@ class NcclCommunicator {
   void fail_and_abort(std::unique_lock<std::mutex>& lock, const std::string& reason, bool timeout);
 
   void watchdog_loop();
+
+  // Hands the watchdog `end` (an event already recorded) as one pending work named
+  // `description`. Caller holds comm_mutex_.
+  void watch(std::string description, int device, cudaEvent_t end);
+
+  // For a collective queued during a capture: its graph replays it; the first of the capture
+  // adds the replay hook. Caller holds comm_mutex_.
+  void note_captured(int device, const std::string& description);
+  // The hook's body at each replay of a graph holding `captured`: the graph is launched under
+  // comm_mutex_ (no abort in between) unless the group is broken, then its end is watched as
+  // one pending work.
+  void replay_captured(const Captured& captured, int device, const tensor::cuda::ReplayLaunch& launch);
+
+  // What the graphs' hooks reach this communicator through: cleared (under its mutex) first
+  // thing in the destructor, so that a replay after it is refused.
+  struct Alive {
+    std::mutex mutex;
+    NcclCommunicator* comm = nullptr;
+  };
+  std::shared_ptr<Alive> alive_;
+  std::shared_ptr<Captured> captured_;  // the latest capture's collectives (under comm_mutex_)
 
   std::mutex join_mutex_;   // guards the two below; taken after comm_mutex_
   int64_t generation_ = 0;  // the group's number on the store, 0 before the first join

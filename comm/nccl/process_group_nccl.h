@@ -20,6 +20,15 @@
 //    collective, and every later call on the group throws that error at once. Every live rank
 //    reaches the same state through its own watchdog.
 //
+// 5. Inside a CUDA graph's capture (tensor/cuda.h, CudaGraph) a collective is queued the same
+//    way, so NCCL's kernels become nodes of the graph, and the NCCL stream joins the capture
+//    until the compute stream waits for the end event. The watchdog does not see it (a
+//    captured event cannot be queried); the graph's replays are checked and watched instead:
+//    a replay on a failed group is refused, and one that does not finish within the timeout
+//    aborts the communicator as in step 4. A captured Work is waited for inside the capture
+//    only; barrier() and the group's first collective cannot be captured
+//    (communicator_graphs.cc).
+//
 // The desync check (desync_check.h), when ProcessGroupWrapper wraps this group (as
 // init_process_group does), runs on the calling thread before a collective is queued: the
 // ranks swap their call records on a small Gloo group the wrapper makes (CPU, over the same

@@ -1,10 +1,12 @@
 // CudaGraph (tensor/cuda.h): stream capture on a device's compute stream into a graph with a
 // private pool of the caching allocator, the check that refuses host waits meanwhile
-// (runtime.h), and the device words that hold captured dropout's keys, filled before each replay.
+// (runtime.h), the device words that hold captured dropout's keys, filled before each replay,
+// and the hooks that captured collectives run around each replay (on_graph_replay).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -83,6 +85,35 @@ class KeySlots {
 // The key slots of the graph capturing on each device, or null.
 std::atomic<KeySlots*> capturing_keys[kMaxDevices] = {};
 
+// The replay hooks of a graph (on_graph_replay), in the order they were added: each wraps the
+// ones added after it, the innermost the launch.
+struct ReplayHooks {
+  using Around = std::function<void(const ReplayLaunch&)>;
+  std::mutex mutex;
+  std::vector<Around> list;
+
+  void run(const ReplayLaunch& launch) {
+    std::vector<Around> copy;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      copy = list;
+    }
+    run_from(copy, 0, launch);
+  }
+
+ private:
+  static void run_from(const std::vector<Around>& hooks, size_t i, const ReplayLaunch& launch) {
+    if (i == hooks.size()) {
+      launch();
+      return;
+    }
+    hooks[i]([&] { run_from(hooks, i + 1, launch); });
+  }
+};
+// The hooks of the graph capturing on each device, or null, and the capture's number.
+std::atomic<ReplayHooks*> capturing_hooks[kMaxDevices] = {};
+std::atomic<uint64_t> capture_ids[kMaxDevices] = {};
+
 }  // namespace
 
 bool is_capturing(int device) { return flag(device); }
@@ -104,17 +135,22 @@ struct CudaGraph::Impl {
   const char* refused = nullptr;  // what check_not_capturing refused during the capture, if anything
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  KeySlots keys;  // captured dropout's keys
+  KeySlots keys;      // captured dropout's keys
+  ReplayHooks hooks;  // what captured work asked to run at each replay (on_graph_replay)
 
   // Ends the capture on the device and stops routing allocations to the pool; the partial
   // graph, if CUDA returns one, is the caller's.
+  // The capture ends before the pool does: blocks freed during it get their events on streams
+  // no longer captured (the allocator's deferred frees).
   cudaError_t stop_capture(cudaGraph_t* out) {
     capturing = false;
     capturing_on[device].store(false);
     capturing_keys[device].store(nullptr);
+    capturing_hooks[device].store(nullptr);
     refused = refused_on[device].exchange(nullptr);
+    const cudaError_t status = cudaStreamEndCapture(compute_stream(device), out);
     set_allocator_capture_pool(device, 0);
-    return cudaStreamEndCapture(compute_stream(device), out);
+    return status;
   }
 };
 
@@ -154,6 +190,8 @@ void CudaGraph::capture_begin(int device) {
   impl_->capturing = true;
   refused_on[device].store(nullptr);
   capturing_keys[device].store(&impl_->keys);
+  capturing_hooks[device].store(&impl_->hooks);
+  capture_ids[device].store(impl_->pool);  // unique per capture
   capturing_on[device].store(true);
 }
 
@@ -162,6 +200,15 @@ const uint64_t* graph_random_key_slot(int device) {
   TDDP_CHECK(keys != nullptr, "graph_random_key_slot: no CudaGraph is capturing on cuda:{}", device);
   return keys->next(device);
 }
+
+void on_graph_replay(int device, std::function<void(const ReplayLaunch&)> around) {
+  ReplayHooks* hooks = device >= 0 && device < kMaxDevices ? capturing_hooks[device].load() : nullptr;
+  TDDP_CHECK(hooks != nullptr, "on_graph_replay: no CudaGraph is capturing on cuda:{}", device);
+  std::lock_guard<std::mutex> lock(hooks->mutex);
+  hooks->list.push_back(std::move(around));
+}
+
+uint64_t capture_id(int device) { return flag(device) ? capture_ids[device].load() : 0; }
 
 void CudaGraph::capture_end() {
   TDDP_CHECK(impl_->capturing, "CudaGraph::capture_end: no capture is open (capture_begin first)");
@@ -202,8 +249,12 @@ void CudaGraph::replay() {
   TDDP_CHECK(impl_->exec != nullptr, "CudaGraph::replay: nothing captured (capture_begin, the work, capture_end)");
   DeviceGuard guard(impl_->device);
   const cudaStream_t stream = compute_stream(impl_->device);
-  impl_->keys.fill(stream);  // queued before the launch: the graph's kernels read them
-  TDDP_CUDA_CHECK(cudaGraphLaunch(impl_->exec, stream));
+  // Around the launch, what captured work asked for (a collective's group checks it is whole,
+  // then watches the replay); a hook that throws refuses the replay.
+  impl_->hooks.run([&] {
+    impl_->keys.fill(stream);  // queued before the launch: the graph's kernels read them
+    TDDP_CUDA_CHECK(cudaGraphLaunch(impl_->exec, stream));
+  });
 }
 
 void CudaGraph::reset() {
@@ -221,6 +272,10 @@ void CudaGraph::reset() {
   if (impl_->exec != nullptr) cudaGraphExecDestroy(impl_->exec);
   if (impl_->graph != nullptr) cudaGraphDestroy(impl_->graph);
   impl_->keys.release(impl_->device);
+  {
+    std::lock_guard<std::mutex> lock(impl_->hooks.mutex);
+    impl_->hooks.list.clear();
+  }
   if (impl_->pool != 0) release_allocator_pool(impl_->device, impl_->pool);
   impl_->exec = nullptr;
   impl_->graph = nullptr;

@@ -148,27 +148,14 @@ class CachingAllocator final : public Allocator {
       cache(block);
       return;
     }
-    // Reuse only once the other streams' work queued so far has finished. This runs from
-    // Storage's destructor, so it must not throw: if an event cannot be made, wait instead.
-    // Any thread may free a tensor: the guard sets this block's device, and never sets a
-    // device on a thread that had none (tensor/cuda_runtime/device_guard.h).
-    std::optional<DeviceGuard> guard;
-    try {
-      guard.emplace(device_);
-    } catch (...) {
+    if (capture_pool_ != 0) {
+      // During a capture the other streams (a collective's, joined to the capture) are captured
+      // too: an event recorded there now would be a node of the graph, not a point in time. The
+      // block waits, unused, until the capture ends (set_capture_pool(0) records the events).
+      deferred_.push_back(block);
+      return;
     }
-    for (cudaStream_t s : block->other_streams) {
-      cudaEvent_t event = nullptr;
-      if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) == cudaSuccess &&
-          cudaEventRecord(event, s) == cudaSuccess) {
-        block->pending_events.push_back(event);
-      } else {
-        if (event != nullptr) cudaEventDestroy(event);
-        cudaStreamSynchronize(s);
-      }
-    }
-    block->other_streams.clear();
-    pending_.push_back(block);
+    record_other_streams(block);
   }
 
   Device device() const override { return Device::cuda(device_); }
@@ -203,6 +190,10 @@ class CachingAllocator final : public Allocator {
   void set_capture_pool(uint64_t pool) {
     std::lock_guard<std::mutex> lock(mutex_);
     capture_pool_ = pool;
+    if (pool != 0) return;
+    std::vector<Block*> deferred;
+    deferred.swap(deferred_);
+    for (Block* block : deferred) record_other_streams(block);
   }
 
   // The graph that owned `pool` is gone: its blocks join the shared cache (those in use
@@ -259,6 +250,32 @@ class CachingAllocator final : public Allocator {
     std::vector<cudaStream_t> other_streams;
     std::vector<cudaEvent_t> pending_events;
   };
+
+  // Events on the other streams that used `block`, after which it may be reused; the block
+  // waits in pending_ until they have passed. Caller holds mutex_.
+  void record_other_streams(Block* block) {
+    // Reuse only once the other streams' work queued so far has finished. This runs from
+    // Storage's destructor, so it must not throw: if an event cannot be made, wait instead.
+    // Any thread may free a tensor: the guard sets this block's device, and never sets a
+    // device on a thread that had none (tensor/cuda_runtime/device_guard.h).
+    std::optional<DeviceGuard> guard;
+    try {
+      guard.emplace(device_);
+    } catch (...) {
+    }
+    for (cudaStream_t s : block->other_streams) {
+      cudaEvent_t event = nullptr;
+      if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) == cudaSuccess &&
+          cudaEventRecord(event, s) == cudaSuccess) {
+        block->pending_events.push_back(event);
+      } else {
+        if (event != nullptr) cudaEventDestroy(event);
+        cudaStreamSynchronize(s);
+      }
+    }
+    block->other_streams.clear();
+    pending_.push_back(block);
+  }
 
   // A free block, back in the cache of its stream and pool.
   void cache(Block* block) { free_[{block->stream, block->pool}].emplace(block->size, block); }
@@ -340,8 +357,9 @@ class CachingAllocator final : public Allocator {
   std::unordered_map<void*, std::unique_ptr<Block>> blocks_;  // every block we hold
   // Free blocks per (stream, pool), by size.
   std::map<std::pair<cudaStream_t, uint64_t>, std::multimap<size_t, Block*>> free_;
-  std::vector<Block*> pending_;  // freed, other streams busy
-  uint64_t capture_pool_ = 0;    // the pool of the graph being captured, 0 when none
+  std::vector<Block*> pending_;   // freed, other streams busy
+  std::vector<Block*> deferred_;  // freed during a capture, other streams used: no events yet
+  uint64_t capture_pool_ = 0;     // the pool of the graph being captured, 0 when none
   AllocatorStats stats_;
 };
 

@@ -24,5 +24,7 @@ void CudaGraph::reset() {}
 bool CudaGraph::captured() const { return false; }
 bool is_capturing(int) { return false; }
 const uint64_t* graph_random_key_slot(int) { unavailable("graph_random_key_slot"); }
+void on_graph_replay(int, std::function<void(const ReplayLaunch&)>) { unavailable("on_graph_replay"); }
+uint64_t capture_id(int) { return 0; }
 
 }  // namespace tinyddp::tensor::cuda

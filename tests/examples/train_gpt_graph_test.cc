@@ -2,8 +2,8 @@
 // nothing, read back later, are every step's; --capturable (AdamW with its step count and rate
 // on the device) follows the ordinary run within float32's rounding of those two; the options'
 // errors; with a GPU, --cuda_graph's captured and replayed steps give the capturable eager
-// run's losses and norms bit for bit. The same for nanoGPT's mode (--dataset): capturable=True
-// and cuda_graph=True, whose captured iteration holds its micro-steps.
+// run's losses and norms bit for bit, also under DDP over NCCL. The same for nanoGPT's mode
+// (--dataset): capturable=True and cuda_graph=True, whose captured iteration holds its micro-steps.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -50,9 +50,10 @@ std::vector<std::vector<double>> rows_of(const std::string& path) {
   return rows;
 }
 
-std::vector<std::vector<double>> run(const std::string& extra) {
+// `launcher`: a prefix such as "launcher/launch --nproc_per_node 1 -- " (DDP on a world of one).
+std::vector<std::vector<double>> run(const std::string& extra, const std::string& launcher = "") {
   const std::string metrics = temp_path("graph_metrics.csv");
-  const CommandResult r = run_command("examples/train_gpt" + flags() + " --metrics " + metrics + extra);
+  const CommandResult r = run_command(launcher + "examples/train_gpt" + flags() + " --metrics " + metrics + extra);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   return rows_of(metrics);
@@ -104,7 +105,9 @@ TEST_CASE("train_gpt --cuda_graph names what it cannot capture", "[examples][gpt
   };
   CHECK_THAT(error_of("--cuda_graph"), Contains("--cuda_graph captures the step on a GPU: pass --device cuda"));
   CHECK_THAT(error_of("--cuda_graph --device cuda --zero"),
-             Contains("--cuda_graph does not take --fsdp, --zero, --deterministic or --profile_phases"));
+             Contains("--cuda_graph does not take --fsdp, --zero, --deterministic, --comm_hook powersgd or "
+                      "--profile_phases"));
+  CHECK_THAT(error_of("--cuda_graph --device cuda --comm_hook powersgd"), Contains("does not take"));
   CHECK_THAT(error_of("--cuda_graph --device cuda --profile_phases"), Contains("does not take"));
 }
 
@@ -130,10 +133,23 @@ TEST_CASE("CUDA: train_gpt --cuda_graph replays the capturable eager run's steps
     CHECK(graphed_dropped[s] == eager_dropped[s]);
   }
   CHECK(eager_dropped[5][1] != eager[5][1]);  // dropout did drop (guards the comparison above)
-  const CommandResult two =
-      run_command("launcher/launch --nproc_per_node 2 -- examples/train_gpt --steps 2 --device cuda --cuda_graph");
+  // Under DDP over NCCL (a world of one on this one GPU): the captured step holds the buckets'
+  // allreduces, and replays the eager DDP run's steps bit for bit; with the bf16 hook too.
+  const std::string one = "launcher/launch --nproc_per_node 1 -- ";
+  for (const std::string hook : {"allreduce", "bf16"}) {
+    const auto eager_ddp = run(" --device cuda --capturable --comm_hook " + hook, one),
+               graphed_ddp = run(" --device cuda --cuda_graph --comm_hook " + hook, one);
+    REQUIRE(graphed_ddp.size() == 12);
+    for (size_t s = 0; s < eager.size(); ++s) {
+      INFO("DDP, comm hook " << hook << ", step " << s);
+      CHECK(graphed_ddp[s] == eager_ddp[s]);
+    }
+  }
+  // Gloo's collectives run on the host: a graph cannot hold them.
+  const CommandResult two = run_command(
+      "launcher/launch --nproc_per_node 2 -- examples/train_gpt --steps 2 --device cuda --backend gloo --cuda_graph");
   CHECK(two.exit_code != 0);
-  CHECK_THAT(two.output, Contains("--cuda_graph runs one process (2 ranks here)"));
+  CHECK_THAT(two.output, Contains("--cuda_graph captures DDP's collectives only on the nccl backend"));
 }
 
 namespace {
