@@ -262,11 +262,10 @@ std::pair<Tensor, Tensor> train_step(const GPTTrainConfig& config, const GptRun&
   return {loss, norm};
 }
 
-// --cuda_graph: the first three steps run eagerly (cuBLAS's workspaces, AdamW's state, the
-// checks that read back); the fourth is captured (forward, backward, clipping and AdamW, whose
-// step count and rate are device tensors), and every step from it on copies its batch into
-// the graph's inputs and replays it: one launch a step (--dropout: the eager masks, tensor/cuda.h).
-// The scheduler fills the rate's tensor between replays; the graph writes the loss and norm.
+// --cuda_graph: three eager steps (cuBLAS's workspaces, AdamW's state, DDP's rebuilt buckets, the checks
+// that read back), then the fourth captured: forward, backward with DDP's allreduces, clipping, AdamW (its
+// step count and rate device tensors). Each later step copies its batch in and replays: one launch a step
+// (--dropout: the eager masks). The scheduler fills the rate between replays; the graph writes loss and norm.
 std::pair<Tensor, Tensor> graphed_step(const GPTTrainConfig& config, const GptRun& run, int64_t step,
                                        const std::vector<Tensor>& params, StepPhases& phases) {
   constexpr int64_t kEagerSteps = 3;
@@ -318,9 +317,10 @@ std::ofstream open_metrics(const GPTTrainConfig& config, const GptRun& run) {
   return open_metrics_csv(config.metrics, "step,loss,grad_norm,lr", run.first_step);
 }
 
-// Every rank waits for the others (rank 0 hosts the store), DDP goes, then the group.
+// Every rank waits for the others (rank 0 hosts the store); the graph, DDP, then the group go.
 void leave_group(GptRun& run) {
   if (!run.pg) return;
+  if (run.graphed) run.graphed->graph.reset();
   run.pg->barrier()->wait();
   run.ddp.reset();
   comm::destroy_process_group();

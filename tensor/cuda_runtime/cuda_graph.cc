@@ -138,10 +138,9 @@ struct CudaGraph::Impl {
   KeySlots keys;      // captured dropout's keys
   ReplayHooks hooks;  // what captured work asked to run at each replay (on_graph_replay)
 
-  // Ends the capture on the device and stops routing allocations to the pool; the partial
-  // graph, if CUDA returns one, is the caller's.
-  // The capture ends before the pool does: blocks freed during it get their events on streams
-  // no longer captured (the allocator's deferred frees).
+  // Ends the capture on the device, then stops routing allocations to the pool (in that order:
+  // blocks freed during the capture get their events on streams no longer captured, the
+  // allocator's deferred frees); the partial graph, if CUDA returns one, is the caller's.
   cudaError_t stop_capture(cudaGraph_t* out) {
     capturing = false;
     capturing_on[device].store(false);
