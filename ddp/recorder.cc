@@ -113,7 +113,7 @@ void Recorder::finalized(Clock::time_point start, const std::vector<size_t>& byt
       if (const auto times = measure(*unmeasured_)) add_times(*times, stats_, sums_, measured_iterations_);
     }
     unmeasured_ = marks_;
-  } else if (timing_device_ < 0) {  // (a captured iteration has no marks: the last eager one waits)
+  } else if (timing_device_ < 0) {  // host clocks (a captured GPU iteration is timed by neither)
     add_times(Times{us(forward_start_, forward_end_), us(backward_start_, last_hook_), us(first_launch_, comm_end_),
                     us(first_launch_, std::min(last_hook_, comm_end_))},
               stats_, sums_, measured_iterations_);

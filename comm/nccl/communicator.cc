@@ -192,27 +192,27 @@ std::shared_ptr<Work> NcclCommunicator::launch(std::string description, int devi
   auto work = std::make_shared<NcclWork>(std::move(description), device, end, std::move(tensors), host_wait, captured);
   if (after_queued_for_testing) after_queued_for_testing();
   if (captured) return work;  // a replay runs it: the watchdog watches the replay
-  {
-    // Registered before comm_mutex_ is released: abort() and the watchdog's abort take it,
-    // so they see this work and fail it. (Registered after, an abort in between would kill
-    // the kernel, its end event would pass, and wait() would report success.)
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (broken_) {
-      work->finish(broken_);
-      work->release_tensors();
-    } else {
-      pending_.push_back(work);
-    }
-  }
+  // Registered before comm_mutex_ is released: abort() and the watchdog's abort take it, so
+  // they see this work and fail it. (Registered after, an abort in between would kill the
+  // kernel, its end event would pass, and wait() would report success.)
+  pend(work);
   comm_lock.unlock();
   wake_cv_.notify_all();
   return work;
 }
 
-void NcclCommunicator::watch(std::string description, int device, cudaEvent_t end) {
-  auto work = std::make_shared<NcclWork>(std::move(description), device, end, std::vector<Tensor>{}, false);
+void NcclCommunicator::pend(const std::shared_ptr<NcclWork>& work) {
   std::lock_guard<std::mutex> lock(mutex_);
-  pending_.push_back(std::move(work));
+  if (broken_) {
+    work->finish(broken_);
+    work->release_tensors();
+  } else {
+    pending_.push_back(work);
+  }
+}
+
+void NcclCommunicator::watch(std::string description, int device, cudaEvent_t end) {
+  pend(std::make_shared<NcclWork>(std::move(description), device, end, std::vector<Tensor>{}, false));
 }
 
 void NcclCommunicator::abort(const std::string& reason) {

@@ -117,6 +117,9 @@ class NcclCommunicator {
 
   void watchdog_loop();
 
+  // Registers `work` with the watchdog, or fails it at once on a broken group. Caller holds
+  // comm_mutex_ (so no abort comes between the check and the registration).
+  void pend(const std::shared_ptr<NcclWork>& work);
   // Hands the watchdog `end` (an event already recorded) as one pending work named
   // `description`. Caller holds comm_mutex_.
   void watch(std::string description, int device, cudaEvent_t end);

@@ -31,20 +31,13 @@ void NcclCommunicator::note_captured(int device, const std::string& description)
 
 void NcclCommunicator::replay_captured(const Captured& captured, int device, const tensor::cuda::ReplayLaunch& launch) {
   std::unique_lock<std::mutex> comm_lock(comm_mutex_);  // no abort between the check and the launch
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (broken_) {
-      std::string reason = "an error";
-      try {
-        std::rethrow_exception(broken_);
-      } catch (const std::exception& e) {
-        reason = e.what();
-      }
-      throw Error(fmt::format(
-          "CudaGraph::replay: refused: the graph holds {} collective(s) (the first: {}) on a ProcessGroupNccl that "
-          "has failed: {}",
-          captured.descriptions.size(), captured.descriptions.front(), reason));
-    }
+  try {
+    throw_if_broken();
+  } catch (const std::exception& e) {
+    throw Error(fmt::format(
+        "CudaGraph::replay: refused: the graph holds {} collective(s) (the first: {}) on a ProcessGroupNccl that has "
+        "failed: {}",
+        captured.descriptions.size(), captured.descriptions.front(), e.what()));
   }
   launch();
   // The replay's end, watched as one collective: past the timeout the watchdog aborts the
