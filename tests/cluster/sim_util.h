@@ -40,6 +40,23 @@ inline void require_removed(const std::string& tag) {
   CHECK(run_command("ip link show " + tag + "br").exit_code != 0);
 }
 
+// The first line of `output` that starts with `prefix` (as "[node 0] [rank 0] train: error: "),
+// or empty when there is none.
+inline std::string line_starting(const std::string& output, const std::string& prefix) {
+  for (size_t at = output.find(prefix); at != std::string::npos; at = output.find(prefix, at + 1)) {
+    if (at == 0 || output[at - 1] == '\n') return output.substr(at, output.find('\n', at) - at);
+  }
+  return "";
+}
+
+// Whether a collective's error `line` names the peer it waited for: the ring's "(rank N)" after
+// the peer's address, or Gloo's point-to-point timeout "waited for rank N," (which one depends
+// on the collective in flight when the fault came).
+inline bool names_peer(const std::string& line, int rank) {
+  return line.find(fmt::format("(rank {})", rank)) != std::string::npos ||
+         line.find(fmt::format("waited for rank {},", rank)) != std::string::npos;
+}
+
 // Runs `job` in the background with its output in `out`, runs `action` (shell, with $tag set
 // to the cluster's name) 3 s in, or once a node's output matches the grep pattern `when` (at
 // most 60 s), and waits up to 30 s for the job to end; a job still running then gets SIGTERM (the
