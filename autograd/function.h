@@ -17,7 +17,8 @@
 //   };
 //   Tensor y = Cube::apply(x);
 //
-// One tensor output per function (tinyddp's graph nodes have one output each).
+// One tensor output per function (the library's own ops with several go through
+// tensor::record_multi_op).
 #pragma once
 
 #include <any>

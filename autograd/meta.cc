@@ -29,16 +29,37 @@ Edge gradient_edge(const Tensor& t) {
   return {};
 }
 
-void AutogradMeta::record_op(const char* name, const Tensor& output, const Tensor* inputs, size_t num_inputs,
-                             tensor::BackwardFn backward) const {
+namespace {
+
+// The edges of a node over `inputs`, each carrying its input's shape.
+std::vector<Edge> edges_to(const Tensor* inputs, size_t num_inputs) {
   std::vector<Edge> edges;
   edges.reserve(num_inputs);
   for (const Tensor& input : std::span<const Tensor>(inputs, num_inputs)) {
     edges.push_back(gradient_edge(input));
     if (input.defined()) edges.back().shape = input.sizes();
   }
-  auto node = std::make_shared<FunctionNode>(name, std::move(edges), std::move(backward));
+  return edges;
+}
+
+}  // namespace
+
+void AutogradMeta::record_op(const char* name, const Tensor& output, const Tensor* inputs, size_t num_inputs,
+                             tensor::BackwardFn backward) const {
+  auto node = std::make_shared<FunctionNode>(name, edges_to(inputs, num_inputs), std::move(backward));
   ensure_meta(output).grad_fn_ = std::move(node);
+}
+
+void AutogradMeta::record_multi_op(const char* name, const std::vector<Tensor>& outputs, const Tensor* inputs,
+                                   size_t num_inputs, tensor::MultiBackwardFn backward) const {
+  auto node = std::make_shared<MultiOutputNode>(name, edges_to(inputs, num_inputs),
+                                                static_cast<uint32_t>(outputs.size()), std::move(backward));
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    // output k's gradient -> input k of the node
+    ensure_meta(outputs[k]).grad_fn_ = std::make_shared<FunctionNode>(
+        name, std::vector<Edge>{Edge{node, static_cast<uint32_t>(k), outputs[k].sizes()}},
+        [](const Tensor& g) { return std::vector<Tensor>{g}; });
+  }
 }
 
 }  // namespace tinyddp::autograd

@@ -17,6 +17,9 @@ class AutogradMeta final : public tensor::AutogradMetaInterface {
   // Creates the FunctionNode for `output` = op(inputs) and makes it output's grad_fn.
   void record_op(const char* name, const Tensor& output, const Tensor* inputs, size_t num_inputs,
                  tensor::BackwardFn backward) const override;
+  // One MultiOutputNode for all of `outputs`, each with an identity node in front of it.
+  void record_multi_op(const char* name, const std::vector<Tensor>& outputs, const Tensor* inputs, size_t num_inputs,
+                       tensor::MultiBackwardFn backward) const override;
 
   bool requires_grad_ = false;  // set on leaves by requires_grad_()
   Tensor grad_;

@@ -1,5 +1,6 @@
-// Node (node.h): its pre- and post-hooks and the handles that remove them, and FunctionNode,
-// the node an op's backward closure becomes (it runs the closure, then frees what it saved).
+// Node (node.h): its pre- and post-hooks and the handles that remove them, FunctionNode, the
+// node an op's backward closure becomes (it runs the closure, then frees what it saved), and
+// MultiOutputNode, the same for an op with several outputs.
 #include "tinyddp/autograd/node.h"
 
 #include <atomic>
@@ -70,11 +71,41 @@ uint64_t next_sequence_nr() {
 FunctionNode::FunctionNode(std::string name, std::vector<Edge> next_edges, tensor::BackwardFn backward)
     : Node(std::move(name), std::move(next_edges), next_sequence_nr()), backward_(std::move(backward)) {}
 
-std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
-  TDDP_CHECK(!released_,
+namespace {
+
+void check_not_released(bool released, const Node& node) {
+  TDDP_CHECK(!released,
              "{}: trying to backward through the graph a second time, but its saved tensors were freed after the first "
              "backward; pass retain_graph=true to the first backward if you need to run it twice",
-             name());
+             node.name());
+}
+
+// What a formula returned for `node`: one gradient per next edge, each of its input's shape,
+// and, under create_graph with `grads_have_graph` (a gradient arriving with a graph), with a
+// graph of its own.
+void check_formula_grads(const Node& node, const std::vector<Tensor>& grads, bool create_graph, bool grads_have_graph) {
+  const std::vector<Edge>& edges = node.next_edges();
+  TDDP_CHECK(grads.size() == edges.size(), "{}: the backward formula returned {} gradients for {} inputs", node.name(),
+             grads.size(), edges.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Shape& expected = edges[i].shape;
+    TDDP_CHECK(!grads[i].defined() || grads[i].sizes() == expected,
+               "{}: the gradient for input {} has shape {} but the input has shape {}", node.name(), i,
+               tensor::format_shape(grads[i].sizes()), tensor::format_shape(expected));
+    // A gradient is linear in grad_output: when that has a graph, so must the result, or the
+    // formula ran a kernel autograd cannot see and a second derivative would be silently wrong.
+    TDDP_CHECK(
+        !create_graph || !grads_have_graph || !grads[i].defined() || grads[i].requires_grad() || !edges[i].is_valid(),
+        "{}: double backward is not supported (its gradient for input {} was computed without a graph; "
+        "create_graph=true needs every backward formula on the path to be differentiable)",
+        node.name(), i);
+  }
+}
+
+}  // namespace
+
+std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
+  check_not_released(released_, *this);
   const bool create_graph = tensor::GradMode::is_enabled();
   std::vector<Tensor> grads;
   if (create_graph) {
@@ -87,21 +118,7 @@ std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
   } else {
     grads = backward_(grad_output);
   }
-  TDDP_CHECK(grads.size() == next_edges().size(), "{}: the backward formula returned {} gradients for {} inputs",
-             name(), grads.size(), next_edges().size());
-  for (size_t i = 0; i < grads.size(); ++i) {
-    const Shape& expected = next_edges()[i].shape;
-    TDDP_CHECK(!grads[i].defined() || grads[i].sizes() == expected,
-               "{}: the gradient for input {} has shape {} but the input has shape {}", name(), i,
-               tensor::format_shape(grads[i].sizes()), tensor::format_shape(expected));
-    // A gradient is linear in grad_output: when that has a graph, so must the result, or the
-    // formula ran a kernel autograd cannot see and a second derivative would be silently wrong.
-    TDDP_CHECK(!create_graph || !grad_output.requires_grad() || !grads[i].defined() || grads[i].requires_grad() ||
-                   !next_edges()[i].is_valid(),
-               "{}: double backward is not supported (its gradient for input {} was computed without a graph; "
-               "create_graph=true needs every backward formula on the path to be differentiable)",
-               name(), i);
-  }
+  check_formula_grads(*this, grads, create_graph, grad_output.requires_grad());
   return grads;
 }
 
@@ -113,6 +130,25 @@ const Tensor& FunctionNode::reattach_output(const Tensor& output_data) const {
 
 void FunctionNode::release_saved() {
   backward_ = nullptr;  // drops the closure and the SavedTensors it captured
+  released_ = true;
+}
+
+MultiOutputNode::MultiOutputNode(std::string name, std::vector<Edge> next_edges, uint32_t num_outputs,
+                                 tensor::MultiBackwardFn backward)
+    : Node(std::move(name), std::move(next_edges), next_sequence_nr()), num_outputs_(num_outputs),
+      backward_(std::move(backward)) {}
+
+std::vector<Tensor> MultiOutputNode::apply_many(std::vector<Tensor> grads) {
+  check_not_released(released_, *this);
+  bool have_graph = false;
+  for (const Tensor& g : grads) have_graph = have_graph || (g.defined() && g.requires_grad());
+  std::vector<Tensor> out = backward_(grads);
+  check_formula_grads(*this, out, tensor::GradMode::is_enabled(), have_graph);
+  return out;
+}
+
+void MultiOutputNode::release_saved() {
+  backward_ = nullptr;
   released_ = true;
 }
 

@@ -1,6 +1,7 @@
 // The graph: Node (a backward function with next_edges, a sequence number and a name),
-// Edge (node + input index), hooks with removable handles, and FunctionNode, the node that
-// tensor ops record (tensor/graph.h) with their backward closure.
+// Edge (node + input index), hooks with removable handles, FunctionNode, the node that tensor
+// ops record (tensor/graph.h) with their backward closure, and MultiOutputNode, the one node
+// of an op with several outputs.
 #pragma once
 
 #include <cstdint>
@@ -22,10 +23,10 @@ using tensor::Tensor;
 class Node;
 
 // Where a gradient goes next: input `input_nr` of `function` (an op's node has one input, the
-// gradient of its single output, so input_nr is 0; only the node of a module's backward hooks
-// has several, autograd/backward_hook.h). Invalid when the tensor it stands for does not
-// require grad. `shape` is that tensor's shape, which the gradient sent
-// along the edge must have (FunctionNode checks it).
+// gradient of its single output, so input_nr is 0; only the node of a module's backward hooks,
+// autograd/backward_hook.h, and that of an op with several outputs, MultiOutputNode below,
+// have several). Invalid when the tensor it stands for does not require grad. `shape` is that tensor's shape, which the
+// gradient sent along the edge must have (FunctionNode checks it).
 struct Edge {
   std::shared_ptr<Node> function;
   uint32_t input_nr = 0;
@@ -118,6 +119,26 @@ class FunctionNode final : public Node, public tensor::RunningNode {
   // create_graph (a list: references to them stay valid as more are added, and an empty one
   // allocates nothing); cleared after.
   mutable std::forward_list<Tensor> reattached_;
+};
+
+// The node of an op with several outputs (split, unbind; tensor::record_multi_op): input k is
+// the gradient of output k, and the formula runs once with all of them (undefined where none
+// arrived). Each output's grad_fn is a one-input identity node, named as the op, whose edge
+// leads to input k here, so a hook or retain_grad() on one output sees that output's gradient
+// alone.
+class MultiOutputNode final : public Node {
+ public:
+  MultiOutputNode(std::string name, std::vector<Edge> next_edges, uint32_t num_outputs,
+                  tensor::MultiBackwardFn backward);
+  uint32_t num_inputs() const override { return num_outputs_; }
+  std::vector<Tensor> apply(const Tensor& grad_output) override { return apply_many({grad_output}); }
+  std::vector<Tensor> apply_many(std::vector<Tensor> grads) override;
+  void release_saved() override;
+
+ private:
+  uint32_t num_outputs_;
+  tensor::MultiBackwardFn backward_;
+  bool released_ = false;
 };
 
 }  // namespace tinyddp::autograd

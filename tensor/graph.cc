@@ -48,18 +48,20 @@ void check_view_current(const char* name, const Tensor& input) {
                   name, dtype_name(impl.dtype), format_shape(impl.sizes)));
 }
 
-void record(const char* name, const Tensor& output, const Tensor* inputs, size_t num_inputs, BackwardFn backward) {
+// The metadata of the first input that requires grad (any tracked input's can build the
+// node), after each such input's history is brought up to date.
+const AutogradMetaInterface& recorder(const char* name, const Tensor* inputs, size_t num_inputs) {
   for (size_t i = 0; i < num_inputs; ++i) {
     if (inputs[i].defined() && inputs[i].requires_grad()) check_view_current(name, inputs[i]);
   }
   for (size_t i = 0; i < num_inputs; ++i) {
-    if (inputs[i].defined() && inputs[i].requires_grad()) {
-      // Any tracked input's metadata can build the node; the first one does.
-      inputs[i].autograd_meta()->record_op(name, output, inputs, num_inputs, std::move(backward));
-      return;
-    }
+    if (inputs[i].defined() && inputs[i].requires_grad()) return *inputs[i].autograd_meta();
   }
   throw Error(fmt::format("record_op({}): no input requires grad", name));
+}
+
+void record(const char* name, const Tensor& output, const Tensor* inputs, size_t num_inputs, BackwardFn backward) {
+  recorder(name, inputs, num_inputs).record_op(name, output, inputs, num_inputs, std::move(backward));
 }
 
 }  // namespace
@@ -70,6 +72,12 @@ void record_op(const char* name, const Tensor& output, std::initializer_list<Ten
 
 void record_op(const char* name, const Tensor& output, const std::vector<Tensor>& inputs, BackwardFn backward) {
   record(name, output, inputs.data(), inputs.size(), std::move(backward));
+}
+
+void record_multi_op(const char* name, const std::vector<Tensor>& outputs, std::initializer_list<Tensor> inputs,
+                     MultiBackwardFn backward) {
+  recorder(name, inputs.begin(), inputs.size())
+      .record_multi_op(name, outputs, inputs.begin(), inputs.size(), std::move(backward));
 }
 
 namespace {

@@ -30,6 +30,13 @@ Tensor live_view_base(const Tensor& self);
 void record_op(const char* name, const Tensor& output, std::initializer_list<Tensor> inputs, BackwardFn backward);
 // The same for a number of inputs known only at run time (autograd::Function).
 void record_op(const char* name, const Tensor& output, const std::vector<Tensor>& inputs, BackwardFn backward);
+// Makes `outputs` the results of one op (split, unbind): one node whose backward runs once,
+// with the gradients of all the outputs that got one (undefined for the others), instead of
+// one node per output each writing its gradient into a tensor of the input's shape. The
+// formula may not save one of the op's own outputs (only a one-output op's node hands a saved
+// output back with its history under create_graph).
+void record_multi_op(const char* name, const std::vector<Tensor>& outputs, std::initializer_list<Tensor> inputs,
+                     MultiBackwardFn backward);
 
 // A tensor kept for the backward pass, plus its storage version at save time. An op's own
 // output is kept as a detached alias (its data without its history): holding the output

@@ -44,6 +44,9 @@ using TensorList = std::vector<Tensor>;
 
 // A backward formula: gradient of the op's output -> one gradient per input (see graph.h).
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
+// The formula of an op with several outputs: one gradient per output (undefined where none
+// arrived) -> one gradient per input.
+using MultiBackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs)>;
 
 // The shared state behind a Tensor handle. Element (not byte) strides and offset.
 struct TensorImpl {
@@ -272,6 +275,9 @@ struct AutogradMetaInterface {
   // formula.
   virtual void record_op(const char* name, const Tensor& output, const Tensor* inputs, size_t num_inputs,
                          BackwardFn backward) const = 0;
+  // The same for an op with several outputs and one formula for all of them.
+  virtual void record_multi_op(const char* name, const std::vector<Tensor>& outputs, const Tensor* inputs,
+                               size_t num_inputs, MultiBackwardFn backward) const = 0;
 };
 
 inline bool Tensor::requires_grad() const {

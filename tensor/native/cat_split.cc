@@ -1,10 +1,12 @@
 // Joining, splitting, tiling and reordering along dims (cat, stack, split, chunk, unbind, repeat,
 // repeat_interleave, flip, roll, meshgrid, broadcast_to) and the triangular and diagonal parts of
-// matrices (tril, triu, diag). split, chunk and unbind return views, so their
-// gradients flow through narrow's and select's;
+// matrices (tril, triu, diag). split, chunk and unbind return views with one node for all of
+// them (SplitBackward, UnbindBackward), whose backward joins the pieces' gradients with one cat
+// or stack, zeros standing in for a piece that got none;
 // cat copies each input into its slice of a new tensor, and its backward hands each input the
 // matching slice of the gradient.
 #include <algorithm>
+#include <functional>
 
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/native/checks.h"
@@ -84,6 +86,51 @@ std::vector<Tensor> several_views(std::vector<Tensor> views, const char* op) {
   return views;
 }
 
+// The views `take` makes of t, one per piece, with one node `name` for all of them when t
+// needs a gradient: `join` turns the pieces' gradients, zeros for those without one, into t's.
+std::vector<Tensor> views_of(const Tensor& t, size_t pieces, const std::function<Tensor(size_t)>& take,
+                             const char* name, std::function<Tensor(std::vector<Tensor>)> join) {
+  const bool record = needs_grad(t);
+  std::vector<Tensor> views;
+  {
+    NoGradGuard no_grad;  // no node per view: the one below stands for them all
+    for (size_t k = 0; k < pieces; ++k) views.push_back(take(k));
+  }
+  for (const Tensor& v : views) v.impl()->view_made_without_grad = !GradMode::is_enabled();
+  if (record && !views.empty()) {
+    std::vector<Shape> shapes;
+    for (const Tensor& v : views) shapes.push_back(v.sizes());
+    const TensorOptions options = TensorOptions(t.dtype()).device(t.device());
+    record_multi_op(name, views, {t},
+                    [join = std::move(join), shapes = std::move(shapes), options](const std::vector<Tensor>& grads) {
+                      std::vector<Tensor> parts(grads.size());
+                      for (size_t k = 0; k < grads.size(); ++k) {
+                        parts[k] = grads[k].defined() ? grads[k] : zeros(shapes[k], options);
+                      }
+                      return std::vector<Tensor>{join(std::move(parts))};
+                    });
+  }
+  return views;
+}
+
+std::vector<Tensor> split_views(const Tensor& t, const std::vector<int64_t>& sizes, int64_t d, const char* name) {
+  std::vector<int64_t> offsets{0};
+  for (const int64_t s : sizes) offsets.push_back(offsets.back() + s);
+  return views_of(
+      t, sizes.size(), [&](size_t k) { return t.narrow(d, offsets[k], sizes[k]); }, name,
+      [d](std::vector<Tensor> grads) { return cat(grads, d); });
+}
+
+// split's checks and sizes: `split_size` pieces, the last one shorter.
+std::vector<int64_t> split_sizes(const Tensor& t, int64_t split_size, int64_t d) {
+  TDDP_CHECK(split_size > 0 || (split_size == 0 && t.size(d) == 0),
+             "split: split_size must be positive, got {} (dim {} of shape {})", split_size, d, format_shape(t.sizes()));
+  std::vector<int64_t> sizes;
+  for (int64_t left = t.size(d); left > 0; left -= split_size) sizes.push_back(std::min(split_size, left));
+  if (sizes.empty()) sizes.push_back(0);
+  return sizes;
+}
+
 }  // namespace
 
 std::vector<Tensor> split(const Tensor& t, const std::vector<int64_t>& sizes, int64_t dim) {
@@ -97,24 +144,13 @@ std::vector<Tensor> split(const Tensor& t, const std::vector<int64_t>& sizes, in
   }
   TDDP_CHECK(total == t.size(d), "split: split sizes {} sum to {}, but dim {} of the tensor (shape {}) has {}",
              format_shape(Shape(sizes.begin(), sizes.end())), total, d, format_shape(t.sizes()), t.size(d));
-  std::vector<Tensor> parts;
-  int64_t offset = 0;
-  for (const int64_t s : sizes) {
-    parts.push_back(t.narrow(d, offset, s));
-    offset += s;
-  }
-  return several_views(parts, "split");
+  return several_views(split_views(t, sizes, d, "SplitWithSizesBackward"), "split");
 }
 
 std::vector<Tensor> split(const Tensor& t, int64_t split_size, int64_t dim) {
   check_defined(t, "split", "tensor");
   const int64_t d = wrap_dim(dim, t.dim(), "split");
-  TDDP_CHECK(split_size > 0 || (split_size == 0 && t.size(d) == 0),
-             "split: split_size must be positive, got {} (dim {} of shape {})", split_size, d, format_shape(t.sizes()));
-  std::vector<int64_t> sizes;
-  for (int64_t left = t.size(d); left > 0; left -= split_size) sizes.push_back(std::min(split_size, left));
-  if (sizes.empty()) sizes.push_back(0);
-  return split(t, sizes, d);
+  return several_views(split_views(t, split_sizes(t, split_size, d), d, "SplitBackward"), "split");
 }
 
 std::vector<Tensor> chunk(const Tensor& t, int64_t chunks, int64_t dim) {
@@ -122,7 +158,8 @@ std::vector<Tensor> chunk(const Tensor& t, int64_t chunks, int64_t dim) {
   TDDP_CHECK(chunks > 0, "chunk: expected a positive number of chunks, got {}", chunks);
   const int64_t d = wrap_dim(dim, t.dim(), "chunk");
   const int64_t size = t.size(d);
-  return several_views(split(t, std::max<int64_t>((size + chunks - 1) / chunks, size == 0 ? 0 : 1), d), "chunk");
+  const int64_t split_size = std::max<int64_t>((size + chunks - 1) / chunks, size == 0 ? 0 : 1);
+  return several_views(split_views(t, split_sizes(t, split_size, d), d, "SplitBackward"), "chunk");
 }
 
 namespace {
@@ -153,8 +190,9 @@ std::vector<Tensor> unbind(const Tensor& t, int64_t dim) {
   check_defined(t, "unbind", "input");
   TDDP_CHECK(t.dim() > 0, "unbind: dimension specified as {} but tensor has no dimensions", dim);
   const int64_t d = wrap_dim(dim, t.dim(), "unbind");
-  std::vector<Tensor> out;
-  for (int64_t i = 0; i < t.size(d); ++i) out.push_back(t.select(d, i));
+  const std::vector<Tensor> out = views_of(
+      t, static_cast<size_t>(t.size(d)), [&](size_t i) { return t.select(d, static_cast<int64_t>(i)); },
+      "UnbindBackward", [d](std::vector<Tensor> grads) { return stack(grads, d); });
   return several_views(out, "unbind");
 }
 
