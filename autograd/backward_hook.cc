@@ -62,10 +62,8 @@ std::vector<Tensor> through_backward_hook(const std::vector<Tensor>& tensors, Gr
     const Tensor& t = tensors[positions[k]];
     Tensor alias = t.detach();  // the same data, a tensor of its own
     // grad -> input k of the node
-    auto identity = std::make_shared<FunctionNode>("BackwardHookFunctionBackward",
-                                                   std::vector<Edge>{Edge{node, static_cast<uint32_t>(k), t.sizes()}},
-                                                   [](const Tensor& g) { return std::vector<Tensor>{g}; });
-    ensure_meta(alias).grad_fn_ = std::move(identity);
+    ensure_meta(alias).grad_fn_ =
+        identity_node("BackwardHookFunctionBackward", node, static_cast<uint32_t>(k), t.sizes());
     out[positions[k]] = alias;
   }
   return out;

@@ -56,9 +56,7 @@ void AutogradMeta::record_multi_op(const char* name, const std::vector<Tensor>& 
                                                 static_cast<uint32_t>(outputs.size()), std::move(backward));
   for (size_t k = 0; k < outputs.size(); ++k) {
     // output k's gradient -> input k of the node
-    ensure_meta(outputs[k]).grad_fn_ = std::make_shared<FunctionNode>(
-        name, std::vector<Edge>{Edge{node, static_cast<uint32_t>(k), outputs[k].sizes()}},
-        [](const Tensor& g) { return std::vector<Tensor>{g}; });
+    ensure_meta(outputs[k]).grad_fn_ = identity_node(name, node, static_cast<uint32_t>(k), outputs[k].sizes());
   }
 }
 

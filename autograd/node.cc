@@ -133,6 +133,13 @@ void FunctionNode::release_saved() {
   released_ = true;
 }
 
+std::shared_ptr<FunctionNode> identity_node(std::string name, std::shared_ptr<Node> target, uint32_t input_nr,
+                                            Shape shape) {
+  return std::make_shared<FunctionNode>(std::move(name),
+                                        std::vector<Edge>{Edge{std::move(target), input_nr, std::move(shape)}},
+                                        [](const Tensor& g) { return std::vector<Tensor>{g}; });
+}
+
 MultiOutputNode::MultiOutputNode(std::string name, std::vector<Edge> next_edges, uint32_t num_outputs,
                                  tensor::MultiBackwardFn backward)
     : Node(std::move(name), std::move(next_edges), next_sequence_nr()), num_outputs_(num_outputs),

@@ -25,8 +25,8 @@ class Node;
 // Where a gradient goes next: input `input_nr` of `function` (an op's node has one input, the
 // gradient of its single output, so input_nr is 0; only the node of a module's backward hooks,
 // autograd/backward_hook.h, and that of an op with several outputs, MultiOutputNode below,
-// have several). Invalid when the tensor it stands for does not require grad. `shape` is that tensor's shape, which the
-// gradient sent along the edge must have (FunctionNode checks it).
+// have several). Invalid when the tensor it stands for does not require grad. `shape` is that
+// tensor's shape, which the gradient sent along the edge must have (FunctionNode checks it).
 struct Edge {
   std::shared_ptr<Node> function;
   uint32_t input_nr = 0;
@@ -120,6 +120,11 @@ class FunctionNode final : public Node, public tensor::RunningNode {
   // allocates nothing); cleared after.
   mutable std::forward_list<Tensor> reattached_;
 };
+
+// A one-input node `name` that hands its gradient, unchanged, to input `input_nr` of `target`
+// (checked against `shape`): the grad_fn of each tensor a node of several inputs stands for.
+std::shared_ptr<FunctionNode> identity_node(std::string name, std::shared_ptr<Node> target, uint32_t input_nr,
+                                            Shape shape);
 
 // The node of an op with several outputs (split, unbind; tensor::record_multi_op): input k is
 // the gradient of output k, and the formula runs once with all of them (undefined where none
