@@ -288,16 +288,18 @@ TEST_CASE("copy_ handles any strides, broadcasting and dtype conversion", "[elem
 // Loops whose operands are transposed against each other go in tiles where rows would miss
 // the cache (tensor/backends/cpu/loops.h's tiles_pay): a stride that is a multiple of 512 with
 // rows of over 256 elements (300 columns: a last tile of 12), or rows spanning 3 M elements
-// (1000 rows: a last band of 8). Every element lands where a per-index loop puts it, at any
-// thread count.
+// (1000 rows: a last band of 8). Elsewhere a float32 copy goes row by row, two rows at a time
+// and 8 columns to a register (NCHW to channels-last: 64 columns of stride 100; an odd last
+// row and 3 or 5 columns past the last 8). Every element lands where a per-index loop puts
+// it, at any thread count.
 TEST_CASE("Transposed copies and ops in tiles put every element in place, at any thread count", "[elementwise][copy]") {
   KeepThreads keep;
   struct Case {
     int64_t batch, rows, cols;
   };
   // (1030 rows: a last band of 6, under the 8 x 8 blocks of a float32 copy's tiles.)
-  for (const Case c :
-       {Case{1, 1024, 300}, Case{3, 1024, 300}, Case{1, 1000, 3200}, Case{2, 512, 512}, Case{1, 1030, 3100}}) {
+  for (const Case c : {Case{1, 1024, 300}, Case{3, 1024, 300}, Case{1, 1000, 3200}, Case{2, 512, 512},
+                       Case{1, 1030, 3100}, Case{2, 100, 64}, Case{3, 99, 67}, Case{1, 999, 37}, Case{5, 1025, 5}}) {
     const int64_t numel = c.batch * c.rows * c.cols;
     // Integers below 2^8 (exact in bfloat16) in a [batch, cols, rows] source.
     std::vector<float> flat(static_cast<size_t>(numel));

@@ -336,10 +336,6 @@ void CpuBackend::pow_scalar_base(const Tensor& out, const Tensor& exponent, doub
 }
 
 namespace {
-// A copy of 4-byte elements whose two inner dims are transposed between dst (its rows
-// contiguous) and src (its columns contiguous), as x.t().contiguous(), where tiles pay
-// (tiles_pay): each tile transposed in registers (transpose_32) instead of read one element
-// per cache line. The bits moved, never computed on. False when the copy is not such.
 // The bytes a tensor's elements span, from its first to its last.
 std::pair<const char*, const char*> byte_span(const Tensor& t) {
   const char* first = static_cast<const char*>(t.raw_data_ptr());
@@ -351,6 +347,12 @@ std::pair<const char*, const char*> byte_span(const Tensor& t) {
   return {first, last + t.element_size()};
 }
 
+// A copy of 4-byte elements whose two inner dims are transposed between dst (its rows
+// contiguous) and src (its columns contiguous), as x.t().contiguous() or NCHW to channels-last,
+// moved in registers: where tiles pay (tiles_pay), each tile transposed 8 x 8 (transpose_32);
+// elsewhere whole rows, two at a time, each 8 elements gathered into one vector store
+// (transpose_rows_32) instead of one store per element. The bits moved, never computed on.
+// False when the copy is not such.
 bool copy_transposed_32(const Tensor& dst, const Tensor& src) {
   if (dst.element_size() != 4 || dst.sizes() != src.sizes() || dst.numel() < kTransposeTile * kTransposeTile)
     return false;
@@ -359,14 +361,18 @@ bool copy_transposed_32(const Tensor& dst, const Tensor& src) {
   if (out_first < in_end && in_first < out_end) return false;  // overlapping: the rows' order, as before
   const StridedPlan<2> plan = plan_strided<2>(dst.sizes(), {dst.strides(), src.strides()});
   const size_t dims = plan.sizes.size();
-  if (dims < 2 || plan.strides[dims - 1][0] != 1 || plan.strides[dims - 2][1] != 1 || !tiles_pay(plan)) return false;
+  if (dims < 2 || plan.strides[dims - 1][0] != 1 || plan.strides[dims - 2][1] != 1) return false;
   auto* out = static_cast<float*>(dst.raw_data_ptr());
   const auto* in = static_cast<const float*>(src.raw_data_ptr());
   const int64_t ld_out = plan.strides[dims - 2][0], ld_in = plan.strides[dims - 1][1];
-  parallel_tiles<2>(plan, elementwise_serial(dst.numel()),
-                    [&](const std::array<int64_t, 2>& first, int64_t rows, int64_t cols) {
-                      isa_kernels().transpose_32(rows, cols, out + first[0], ld_out, in + first[1], ld_in);
-                    });
+  const bool tiles = tiles_pay(plan);
+  const auto kernel = tiles ? isa_kernels().transpose_32 : isa_kernels().transpose_rows_32;
+  parallel_tiles<2>(
+      plan, elementwise_serial(dst.numel()),
+      [&](const std::array<int64_t, 2>& first, int64_t rows, int64_t cols) {
+        kernel(rows, cols, out + first[0], ld_out, in + first[1], ld_in);
+      },
+      tiles ? kTransposeTile : plan.sizes[dims - 1]);
   return true;
 }
 }  // namespace

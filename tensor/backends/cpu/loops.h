@@ -267,11 +267,11 @@ bool tiles_pay(const StridedPlan<N>& plan) {
 constexpr int64_t kTransposeTile = 32;
 
 // A transposed plan's tiles for units [first, last): a unit is a band of kTransposeTile rows of
-// the second-innermost dim at one index of the dims outside. block(offsets, rows, cols) per
-// tile: its first element's offsets, its rows and columns (a row steps the plan's
-// second-innermost strides, a column the innermost).
+// the second-innermost dim at one index of the dims outside, cut into tiles of `tile_cols`
+// columns. block(offsets, rows, cols) per tile: its first element's offsets, its rows and
+// columns (a row steps the plan's second-innermost strides, a column the innermost).
 template <size_t N, typename F>
-void for_each_tile(const StridedPlan<N>& plan, int64_t first, int64_t last, F& block) {
+void for_each_tile(const StridedPlan<N>& plan, int64_t first, int64_t last, int64_t tile_cols, F& block) {
   const size_t dims = plan.sizes.size();
   const int64_t rows = plan.sizes[dims - 2], cols = plan.sizes[dims - 1];
   const int64_t bands = chunk_count(rows, kTransposeTile);
@@ -286,24 +286,25 @@ void for_each_tile(const StridedPlan<N>& plan, int64_t first, int64_t last, F& b
       for (size_t k = 0; k < N; ++k) base[k] += index * plan.strides[d][k];
     }
     const int64_t row_first = unit % bands * kTransposeTile, row_last = std::min(rows, row_first + kTransposeTile);
-    for (int64_t col = 0; col < cols; col += kTransposeTile) {
+    for (int64_t col = 0; col < cols; col += tile_cols) {
       std::array<int64_t, N> offsets;
       for (size_t k = 0; k < N; ++k) offsets[k] = base[k] + row_first * row_step[k] + col * col_step[k];
-      block(offsets, row_last - row_first, std::min(kTransposeTile, cols - col));
+      block(offsets, row_last - row_first, std::min(tile_cols, cols - col));
     }
   }
 }
 
 // A transposed plan's tiles on the intra-op threads, in bands of rows (on the calling thread
-// when `serial`): block(offsets, rows, cols) as for_each_tile calls it.
+// when `serial`): block(offsets, rows, cols) as for_each_tile calls it, tile_cols columns at a
+// time (a band's whole rows at once when tile_cols is the plan's innermost size).
 template <size_t N, typename F>
-void parallel_tiles(const StridedPlan<N>& plan, bool serial, F&& block) {
+void parallel_tiles(const StridedPlan<N>& plan, bool serial, F&& block, int64_t tile_cols = kTransposeTile) {
   const size_t dims = plan.sizes.size();
   const int64_t cols = plan.sizes[dims - 1], rows = plan.sizes[dims - 2];
   int64_t units = chunk_count(rows, kTransposeTile);
   for (size_t d = 0; d + 2 < dims; ++d) units *= plan.sizes[d];
   const int64_t grain = serial ? units : std::max<int64_t>(1, kElementwiseGrain / (kTransposeTile * cols));
-  parallel_for(0, units, grain, [&](int64_t from, int64_t to) { for_each_tile<N>(plan, from, to, block); });
+  parallel_for(0, units, grain, [&](int64_t from, int64_t to) { for_each_tile<N>(plan, from, to, tile_cols, block); });
 }
 
 // for_each_strided on the intra-op threads (tensor/parallel.h): the rows of the outermost

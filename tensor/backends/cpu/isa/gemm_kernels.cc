@@ -16,6 +16,7 @@
 
 #include "tinyddp/tensor/backends/cpu/isa/isa_macros.h"
 #include "tinyddp/tensor/backends/cpu/isa/isa_vec.h"
+#include "tinyddp/tensor/backends/cpu/isa/kernel_parts.h"
 #include "tinyddp/tensor/backends/cpu/isa/kernels.h"
 
 namespace tinyddp::tensor::cpu {

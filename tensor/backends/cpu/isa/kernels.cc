@@ -5,6 +5,7 @@
 // name that the other build (or the rest of tinyddp) also defines.
 #include "tinyddp/tensor/backends/cpu/isa/kernels.h"
 #include "tinyddp/tensor/backends/cpu/isa/isa_macros.h"
+#include "tinyddp/tensor/backends/cpu/isa/kernel_parts.h"
 #include "tinyddp/tensor/internal/elementwise_math.h"
 
 #include <immintrin.h>
@@ -26,8 +27,6 @@
 namespace tinyddp::tensor::cpu {
 namespace TINYDDP_ISA_NAMESPACE {
 namespace em = elementwise_math;
-// gemm_kernels.cc (the same build): IsaKernels::narrow_gemm_f32.
-bool narrow_gemm(const GemmArgs<float>& g);
 
 namespace {
 
@@ -398,16 +397,7 @@ void causal_softmax_backward_rows(const T* g, const T* y, T* dx, int64_t rows, i
 
 }  // namespace
 
-// optim_kernels.cc, conv_kernels.cc and transpose_kernels.cc (the same instruction set's build).
-template <typename T>
-void sgd(const SgdArgs<T>& s);
-template <typename T>
-void adam(const AdamArgs<T>& s);
-void transpose_32(int64_t rows, int64_t cols, float* dst, int64_t ld_dst, const float* src, int64_t ld_src);
-void conv2d_direct(const DirectConvArgs& a);
-void conv2d_direct_weight_grad(const DirectConvArgs& a);
-int64_t conv2d_direct_weight_grad_scratch(const DirectConvArgs& a);
-
+// The kernels defined beside this file are declared in kernel_parts.h.
 namespace {
 
 constexpr IsaKernels kKernels = {
@@ -423,6 +413,7 @@ constexpr IsaKernels kKernels = {
     exp_packets<float>,
     exp_packets<double>,
     transpose_32,
+    transpose_rows_32,
     accumulate<float>,
     accumulate<double>,
     column_sums<float>,

@@ -118,6 +118,9 @@ struct IsaKernels {
   // dst[r * ld_dst + c] = src[c * ld_src + r] for r < rows, c < cols: a block of 4-byte elements
   // (any type's bits, moved as floats) transposed, 8 x 8 at a time in registers (transpose_kernels.cc).
   void (*transpose_32)(int64_t rows, int64_t cols, float* dst, int64_t ld_dst, const float* src, int64_t ld_src);
+  // The same copy row by row, each row's elements gathered 8 to a register and stored as one
+  // vector: for the copies whose src lines survive in the caches from row to row (tiles_pay false).
+  void (*transpose_rows_32)(int64_t rows, int64_t cols, float* dst, int64_t ld_dst, const float* src, int64_t ld_src);
   // dst[i] += src[i] (distinct memory).
   void (*accumulate_f32)(int64_t n, float* dst, const float* src);
   void (*accumulate_f64)(int64_t n, double* dst, const double* src);

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "tinyddp/tensor/backends/cpu/isa/isa_macros.h"
+#include "tinyddp/tensor/backends/cpu/isa/kernel_parts.h"
 #include "tinyddp/tensor/backends/cpu/isa/kernels.h"
 
 namespace tinyddp::tensor::cpu {

@@ -1,9 +1,11 @@
-// Transposed blocks of 4-byte elements (isa/kernels.h: transpose_32), built twice beside
-// kernels.cc, in the same namespace isa_<name>: 8 x 8 blocks transposed in AVX registers (the
-// bits moved, never computed on), the block's edges element by element.
+// Transposed blocks of 4-byte elements (isa/kernels.h: transpose_32 and transpose_rows_32),
+// built twice beside kernels.cc, in the same namespace isa_<name>: 8 x 8 blocks transposed in AVX
+// registers, or rows gathered 8 elements to a register (the bits moved, never computed on), the
+// edges element by element.
 #include <immintrin.h>
 
 #include "tinyddp/tensor/backends/cpu/isa/isa_macros.h"
+#include "tinyddp/tensor/backends/cpu/isa/kernel_parts.h"
 #include "tinyddp/tensor/backends/cpu/isa/kernels.h"
 
 namespace tinyddp::tensor::cpu {
@@ -35,6 +37,11 @@ inline void transpose_8x8(float* dst, int64_t ld_dst, const float* src, int64_t 
   }
 }
 
+// Elements 0, ld, ..., 7 ld of src in one register.
+inline __m256 gather_8(const float* src, int64_t ld) {
+  return _mm256_setr_ps(src[0], src[ld], src[2 * ld], src[3 * ld], src[4 * ld], src[5 * ld], src[6 * ld], src[7 * ld]);
+}
+
 }  // namespace
 
 void transpose_32(int64_t rows, int64_t cols, float* dst, int64_t ld_dst, const float* src, int64_t ld_src) {
@@ -49,6 +56,33 @@ void transpose_32(int64_t rows, int64_t cols, float* dst, int64_t ld_dst, const 
   }
   for (int64_t r = 0; r < full_rows; ++r) {
     for (int64_t c = full_cols; c < cols; ++c) dst[r * ld_dst + c] = src[c * ld_src + r];
+  }
+}
+
+// Row by row, two rows at a time: each row's next 8 elements gathered from 8 lines of src (the
+// second row's from the same lines) and stored as one vector. For the copies tiles do not pay
+// for (loops.h: tiles_pay), where src's lines stay in the caches from one row to the next.
+void transpose_rows_32(int64_t rows, int64_t cols, float* dst, int64_t ld_dst, const float* src, int64_t ld_src) {
+  const int64_t full_cols = cols / 8 * 8;
+  int64_t r = 0;
+  for (; r + 2 <= rows; r += 2) {
+    float* out = dst + r * ld_dst;
+    const float* in = src + r;
+    for (int64_t c = 0; c < full_cols; c += 8) {
+      const float* column = in + c * ld_src;
+      _mm256_storeu_ps(out + c, gather_8(column, ld_src));
+      _mm256_storeu_ps(out + ld_dst + c, gather_8(column + 1, ld_src));
+    }
+    for (int64_t c = full_cols; c < cols; ++c) {
+      out[c] = in[c * ld_src];
+      out[ld_dst + c] = in[c * ld_src + 1];
+    }
+  }
+  if (r < rows) {  // an odd last row
+    float* out = dst + r * ld_dst;
+    const float* in = src + r;
+    for (int64_t c = 0; c < full_cols; c += 8) _mm256_storeu_ps(out + c, gather_8(in + c * ld_src, ld_src));
+    for (int64_t c = full_cols; c < cols; ++c) out[c] = in[c * ld_src];
   }
 }
 
