@@ -207,7 +207,7 @@ bool CpuBackend::max_pool2d(const Tensor& out, const Tensor& indices, const Tens
 
 bool CpuBackend::max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
                                      const Window2d& w) {
-  fill(grad_x, 0.0);
+  TDDP_CHECK(grad_x.is_contiguous(), "max_pool2d backward: the input's gradient must be contiguous");
   dispatch_floating(grad_x.dtype(), "max_pool2d backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
@@ -215,9 +215,12 @@ bool CpuBackend::max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_ou
     const int64_t* where = indices.data_ptr<int64_t>();
     T* gx = grad_x.data_ptr<T>();
     const int64_t per_plane = w.oh * w.ow, plane = w.h * w.w;
-    parallel_rows(w.n * w.c, per_plane, [&](int64_t first, int64_t last) {  // each plane its own
+    // Each plane its own: zeroed, then each output's gradient added at its maximum while the
+    // plane is in the cache (one pass over grad_x, not a fill of all of it first).
+    parallel_rows(w.n * w.c, per_plane + plane, [&](int64_t first, int64_t last) {
       for (int64_t p = first; p < last; ++p) {
         T* target = gx + p * plane;
+        std::fill(target, target + plane, T(0));
         for (int64_t k = p * per_plane; k < (p + 1) * per_plane; ++k) {
           T& d = target[where[k]];
           d = static_cast<T>(static_cast<C>(d) + static_cast<C>(g[k]));
