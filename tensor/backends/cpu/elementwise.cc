@@ -365,10 +365,18 @@ bool copy_transposed_32(const Tensor& dst, const Tensor& src) {
   auto* out = static_cast<float*>(dst.raw_data_ptr());
   const auto* in = static_cast<const float*>(src.raw_data_ptr());
   const int64_t ld_out = plan.strides[dims - 2][0], ld_in = plan.strides[dims - 1][1];
-  const bool tiles = tiles_pay(plan);
+  const bool tiles = tiles_pay(plan), serial = elementwise_serial(dst.numel());
+  if (!tiles && !serial) {
+    // Whole rows go in bands of kTransposeTile rows; a copy of a few long rows (an HWC image's
+    // [3, H * W] to CHW) has too few bands for the threads, and goes to the strided loop,
+    // which cuts them.
+    int64_t bands = chunk_count(plan.sizes[dims - 2], kTransposeTile);
+    for (size_t d = 0; d + 2 < dims; ++d) bands *= plan.sizes[d];
+    if (bands < 4 * get_num_threads()) return false;
+  }
   const auto kernel = tiles ? isa_kernels().transpose_32 : isa_kernels().transpose_rows_32;
   parallel_tiles<2>(
-      plan, elementwise_serial(dst.numel()),
+      plan, serial,
       [&](const std::array<int64_t, 2>& first, int64_t rows, int64_t cols) {
         kernel(rows, cols, out + first[0], ld_out, in + first[1], ld_in);
       },
