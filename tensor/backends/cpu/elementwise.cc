@@ -366,14 +366,10 @@ bool copy_transposed_32(const Tensor& dst, const Tensor& src) {
   const auto* in = static_cast<const float*>(src.raw_data_ptr());
   const int64_t ld_out = plan.strides[dims - 2][0], ld_in = plan.strides[dims - 1][1];
   const bool tiles = tiles_pay(plan), serial = elementwise_serial(dst.numel());
-  if (!tiles && !serial) {
-    // Whole rows go in bands of kTransposeTile rows; a copy of a few long rows (an HWC image's
-    // [3, H * W] to CHW) has too few bands for the threads, and goes to the strided loop,
-    // which cuts them.
-    int64_t bands = chunk_count(plan.sizes[dims - 2], kTransposeTile);
-    for (size_t d = 0; d + 2 < dims; ++d) bands *= plan.sizes[d];
-    if (bands < 4 * get_num_threads()) return false;
-  }
+  // Whole rows go in bands of kTransposeTile rows; a copy of a few long rows (an HWC image's
+  // [3, H * W] to CHW) has too few bands for the threads, and goes to the strided loop, which
+  // cuts them.
+  if (!tiles && !serial && tile_bands(plan) < 4 * get_num_threads()) return false;
   const auto kernel = tiles ? isa_kernels().transpose_32 : isa_kernels().transpose_rows_32;
   parallel_tiles<2>(
       plan, serial,

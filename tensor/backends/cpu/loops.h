@@ -294,15 +294,22 @@ void for_each_tile(const StridedPlan<N>& plan, int64_t first, int64_t last, int6
   }
 }
 
+// The units for_each_tile walks: bands of kTransposeTile rows of the second-innermost dim, at
+// every index of the dims outside.
+template <size_t N>
+int64_t tile_bands(const StridedPlan<N>& plan) {
+  const size_t dims = plan.sizes.size();
+  int64_t units = chunk_count(plan.sizes[dims - 2], kTransposeTile);
+  for (size_t d = 0; d + 2 < dims; ++d) units *= plan.sizes[d];
+  return units;
+}
+
 // A transposed plan's tiles on the intra-op threads, in bands of rows (on the calling thread
 // when `serial`): block(offsets, rows, cols) as for_each_tile calls it, tile_cols columns at a
 // time (a band's whole rows at once when tile_cols is the plan's innermost size).
 template <size_t N, typename F>
 void parallel_tiles(const StridedPlan<N>& plan, bool serial, F&& block, int64_t tile_cols = kTransposeTile) {
-  const size_t dims = plan.sizes.size();
-  const int64_t cols = plan.sizes[dims - 1], rows = plan.sizes[dims - 2];
-  int64_t units = chunk_count(rows, kTransposeTile);
-  for (size_t d = 0; d + 2 < dims; ++d) units *= plan.sizes[d];
+  const int64_t cols = plan.sizes.back(), units = tile_bands(plan);
   const int64_t grain = serial ? units : std::max<int64_t>(1, kElementwiseGrain / (kTransposeTile * cols));
   parallel_for(0, units, grain, [&](int64_t from, int64_t to) { for_each_tile<N>(plan, from, to, tile_cols, block); });
 }
