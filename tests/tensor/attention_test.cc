@@ -265,8 +265,8 @@ TEST_CASE("CUDA: flash_attention's attention dropout equals the CPU's under the 
       INFO(dtype_name(dtype) << (causal ? " causal" : " full"));
       const Tensor q = draw({2, 3, 150, 32}, dtype), k = draw({2, 3, 150, 32}, dtype), v = draw({2, 3, 150, 16}, dtype);
       const Tensor g = draw({2, 3, 150, 16}, dtype);
-      std::vector<Tensor> cpu{q.to(kFloat64).requires_grad_(), k.to(kFloat64).requires_grad_(),
-                              v.to(kFloat64).requires_grad_()};
+      std::vector<Tensor> cpu{q.to(kFloat64).detach().requires_grad_(), k.to(kFloat64).detach().requires_grad_(),
+                              v.to(kFloat64).detach().requires_grad_()};
       std::vector<Tensor> dev{q.to(Device::cuda(0)).requires_grad_(), k.to(Device::cuda(0)).requires_grad_(),
                               v.to(Device::cuda(0)).requires_grad_()};
       Generator a(23), b(23);
@@ -315,8 +315,8 @@ TEST_CASE("CUDA: flash_attention and its gradients equal the CPU's in every floa
       out_shape.back() = c.v.back();
       const Tensor g = draw(out_shape, c.dtype);
       const double scale = 1.0 / std::sqrt(static_cast<double>(c.q.back()));
-      std::vector<Tensor> cpu{q.to(kFloat64).requires_grad_(), k.to(kFloat64).requires_grad_(),
-                              v.to(kFloat64).requires_grad_()};
+      std::vector<Tensor> cpu{q.to(kFloat64).detach().requires_grad_(), k.to(kFloat64).detach().requires_grad_(),
+                              v.to(kFloat64).detach().requires_grad_()};
       std::vector<Tensor> dev{q.to(gpu).requires_grad_(), k.to(gpu).requires_grad_(), v.to(gpu).requires_grad_()};
       const Tensor ref = flash_attention(cpu[0], cpu[1], cpu[2], causal, scale);
       const Tensor out = flash_attention(dev[0], dev[1], dev[2], causal, scale);

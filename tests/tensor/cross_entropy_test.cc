@@ -89,7 +89,7 @@ TEST_CASE("cross_entropy_rows keeps float32's precision at logits of 1000", "[cr
   // rounds to 6e-5 in float32, which x - lse would carry into every probability.
   manual_seed(9);
   const Tensor x = add(mul(draw({6, 50}), 2.0), 1000.0), targets = randint(0, 50, {6});
-  const Tensor a = x.to(kFloat32).requires_grad_(), b = x.to(kFloat32).to(kFloat64).requires_grad_();
+  const Tensor a = x.to(kFloat32).requires_grad_(), b = x.to(kFloat32).to(kFloat64).detach().requires_grad_();
   const Tensor out = cross_entropy_rows(a, targets), ref = composed(b, targets, Tensor(), -100, 0.0);
   CHECK(allclose(out.to(kFloat64), ref, 1e-6, 1e-6));
   out.sum().backward();
@@ -218,7 +218,7 @@ TEST_CASE("CUDA: cross_entropy_rows and its gradient equal the CPU's in every fl
         const Tensor targets = draw_targets(c.rows, c.classes, -1, 6);
         const Tensor weight = weighted ? add(rand({c.classes}, TensorOptions(c.dtype)), 0.5) : Tensor();
         // The CPU reference in float64 from the same (rounded) inputs.
-        const Tensor cpu = x.to(kFloat64).requires_grad_(), dev = x.to(gpu).requires_grad_();
+        const Tensor cpu = x.to(kFloat64).detach().requires_grad_(), dev = x.to(gpu).requires_grad_();
         const Tensor ref = cross_entropy_rows(cpu, targets, weighted ? weight.to(kFloat64) : Tensor(), -1, smoothing);
         const Tensor out =
             cross_entropy_rows(dev, targets.to(gpu), weighted ? weight.to(gpu) : Tensor(), -1, smoothing);

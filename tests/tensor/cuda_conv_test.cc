@@ -224,7 +224,7 @@ TEST_CASE("CUDA: layer_norm, gelu and embedding, forward and gradients, equal th
   check_on_gpu([](const Inputs& v) { return gelu(v[0]); }, {x});
   check_on_gpu([](const Inputs& v) { return gelu(v[0], "tanh"); }, {x});
   const Tensor ids = from_vector<int64_t>({3, 0, 3, 6, 1, 1, 3, 6, 6, 0}, Shape{2, 5});
-  for (const DType dtype : {kFloat32, kFloat64}) {  // repeated ids: atomic adds on the GPU
+  for (const DType dtype : {kFloat32, kFloat64}) {  // repeated ids: summed in their order on the GPU
     INFO(dtype_name(dtype));
     const Tensor w = randn({8, 40}, {}, &gen).to(dtype);
     check_on_gpu([&](const Inputs& v) { return embedding(v[0].is_cuda() ? ids.to(kGpu) : ids, v[0]); }, {w});

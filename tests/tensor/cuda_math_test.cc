@@ -353,3 +353,34 @@ TEST_CASE("CUDA: Linear with its bias in the product's epilogue gives the CPU's 
     }
   }
 }
+
+TEST_CASE("CUDA: embedding's gradient sums each id's rows in their order: the CPU's bits, the same at every run",
+          "[cuda][embedding]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  Generator gen(21);
+  // Ids drawn from a few rows (long runs of one id, as a frequent token or a position under a
+  // large batch) and from GPT-2's 50304 (17 bits to sort); rows of 67 columns (no multiple of 32).
+  for (const int64_t rows : {int64_t{7}, int64_t{300}, int64_t{50304}}) {
+    const Tensor ids = randint(0, rows, {5000}, &gen);
+    for (const DType dtype : {kFloat32, kFloat64, kBFloat16}) {
+      INFO(rows << " rows, " << dtype_name(dtype));
+      const Tensor table = randn({rows, 67}, {}, &gen).to(dtype), g = randn({5000, 67}, {}, &gen).to(dtype);
+      std::vector<Tensor> grads;
+      for (const Device device : {Device(kCPU), kGpu, kGpu}) {
+        const Tensor w = table.detach().to(device).requires_grad_();
+        embedding(ids.to(device), w).backward(g.to(device));
+        grads.push_back(w.grad().to(kCPU));
+      }
+      CHECK(equal(grads[2], grads[1]));  // no atomics: two runs, one result
+      if (dtype == kBFloat16) {
+        // The CPU rounds to bfloat16 after each add; the GPU sums in float and rounds once: within
+        // bfloat16's half unit (2^-9 relative) of the float64 sum of the same inputs.
+        const Tensor w = table.to(kFloat64).requires_grad_();
+        embedding(ids, w).backward(g.to(kFloat64));
+        CHECK(allclose(grads[1].to(kFloat64), w.grad(), 4e-3, 1e-3));
+      } else {
+        CHECK(equal(grads[1], grads[0]));  // the same adds in the same order
+      }
+    }
+  }
+}

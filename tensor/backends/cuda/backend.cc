@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 
 #include "tinyddp/base/error.h"
@@ -155,16 +156,19 @@ void CudaBackend::embedding(const Tensor& out, const Tensor& weight, const Tenso
 }
 
 void CudaBackend::embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& ids) {
-  // Atomic adds into a float (double) accumulator, then converted to grad_weight's dtype.
+  // The ids sorted (stably) on the device, then each id's rows summed in their order: no atomics.
   const int device = device_of(grad_out);
   DeviceGuard guard(device);
-  const DType acc_dtype = grad_out.dtype() == kFloat64 ? kFloat64 : kFloat32;
-  const Tensor acc = zeros(grad_weight.sizes(), acc_dtype, grad_out.device());
-  check_launch(
-      k::embedding_backward_rows(grad_out.raw_data_ptr(), ids.data_ptr<int64_t>(), static_cast<int>(grad_out.dtype()),
-                                 acc.raw_data_ptr(), ids.numel(), grad_weight.size(1), compute_stream(device)),
-      "embedding backward kernel");
-  copy(grad_weight, acc, false);
+  const int64_t n = ids.numel(), rows = grad_weight.size(0);
+  TDDP_CHECK(n <= INT32_MAX, "embedding backward on CUDA: {} ids, more than 2^31 - 1 (the sort's limit)", n);
+  fill(grad_weight, 0.0);
+  const size_t bytes = k::embedding_backward_scratch_bytes(n, rows);
+  TDDP_CHECK(n == 0 || bytes > 0, "embedding backward on CUDA: CUB could not size the sort of {} ids", n);
+  const Tensor scratch = empty({static_cast<int64_t>(bytes)}, TensorOptions(kUInt8).device(grad_out.device()));
+  check_launch(k::embedding_backward_rows(grad_out.raw_data_ptr(), ids.data_ptr<int64_t>(),
+                                          static_cast<int>(grad_out.dtype()), grad_weight.raw_data_ptr(), n,
+                                          grad_weight.size(1), rows, scratch.raw_data_ptr(), compute_stream(device)),
+               "embedding backward kernel");
 }
 
 void CudaBackend::layer_norm(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,

@@ -126,11 +126,14 @@ int cross_entropy_rows(const void* x, const int64_t* targets, const void* weight
 int cross_entropy_backward_rows(const void* x, const void* grad_loss, const int64_t* targets, const void* stats,
                                 const void* weight, const void* weight_sum, int dtype, void* grad, int64_t rows,
                                 int64_t n, int64_t ignore_index, double smoothing, void* stream);
-// out [n, c] = the rows of weight [V, c] at ids [n] (in range); the backward adds grad [n, c]
-// onto acc [V, c] (float, or double for float64 grads; zeroed by the caller) at ids.
+// out [n, c] = the rows of weight [V, c] at ids [n] (in range); the backward writes into out
+// [rows, c] (zeroed by the caller) each id's sum of the rows of grad [n, c] that came from it, in
+// their order (no atomics: the same bits at every run), n < 2^31. Its scratch, on the device, is
+// embedding_backward_scratch_bytes(n, rows) long (0: CUB failed to size it).
 int embedding_rows(const void* weight, const int64_t* ids, int dtype, void* out, int64_t n, int64_t c, void* stream);
-int embedding_backward_rows(const void* grad, const int64_t* ids, int dtype, void* acc, int64_t n, int64_t c,
-                            void* stream);
+size_t embedding_backward_scratch_bytes(int64_t n, int64_t rows);
+int embedding_backward_rows(const void* grad, const int64_t* ids, int dtype, void* out, int64_t n, int64_t c,
+                            int64_t rows, void* scratch, void* stream);
 // Layer normalisation of the rows of contiguous x [rows, n] (dtype: x, out, dy, dx, weight,
 // bias; weight/bias may be null): out, and each row's mean and rstd (float, or double for
 // float64); the backward writes dx from dy, x, mean, rstd and weight.

@@ -17,11 +17,29 @@ namespace tinyddp::tensor::cuda {
 
 namespace {
 
-HandlePool<cublasHandle_t>& blas_handles() {
-  static auto* pool = new HandlePool<cublasHandle_t>([] {
-    cublasHandle_t handle = nullptr;
-    TDDP_CUBLAS_CHECK(cublasCreate(&handle));
-    return handle;
+// A cuBLAS handle with a workspace of its own, as PyTorch gives each of its handles. Without
+// one, cuBLAS takes its default workspace pool, and under stream capture another workspace of
+// its own making; it may then choose other kernels in a CUDA graph than in the eager step, whose
+// sums differ in the last bits. With its own workspace set before every call (cublasSetStream
+// resets it), a handle runs the same kernels eager and captured.
+struct BlasHandle {
+  cublasHandle_t handle = nullptr;
+  void* workspace = nullptr;
+};
+constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;  // PyTorch's size on Hopper
+
+HandlePool<BlasHandle>& blas_handles() {
+  static auto* pool = new HandlePool<BlasHandle>([] {
+    BlasHandle h;
+    TDDP_CUBLAS_CHECK(cublasCreate(&h.handle));
+    // Made outside any capture in progress on this thread (relaxed mode allows cudaMalloc there):
+    // the workspace lives as long as the handle, past every graph.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    TDDP_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    const cudaError_t status = cudaMalloc(&h.workspace, kBlasWorkspaceBytes);
+    TDDP_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    TDDP_CUDA_CHECK(status);
+    return h;
   });
   return *pool;
 }
@@ -65,21 +83,23 @@ void gemm(const Tensor& out, const Tensor& a, const Tensor& b, int64_t batch_dim
   const auto op = [](bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; };
   const int device = out.device().index;
   DeviceGuard guard(device);
-  const auto handle = blas_handles().lease(device);
-  TDDP_CUBLAS_CHECK(cublasSetStream(handle.get(), compute_stream(device)));
+  const auto lease = blas_handles().lease(device);
+  const cublasHandle_t handle = lease.get().handle;
+  TDDP_CUBLAS_CHECK(cublasSetStream(handle, compute_stream(device)));
+  TDDP_CUBLAS_CHECK(cublasSetWorkspace(handle, lease.get().workspace, kBlasWorkspaceBytes));
   const float alpha_f = 1.0f, beta_f = 0.0f;
   const double alpha_d = 1.0, beta_d = 0.0;
   const bool dbl = compute == CUBLAS_COMPUTE_64F;
   const void* alpha = dbl ? static_cast<const void*>(&alpha_d) : &alpha_f;
   const void* beta = dbl ? static_cast<const void*>(&beta_d) : &beta_f;
   if (count == 1) {
-    TDDP_CUBLAS_CHECK(cublasGemmEx_64(handle.get(), op(g.transpose_a), op(g.transpose_b), g.m, g.n, g.k, alpha,
+    TDDP_CUBLAS_CHECK(cublasGemmEx_64(handle, op(g.transpose_a), op(g.transpose_b), g.m, g.n, g.k, alpha,
                                       b.raw_data_ptr(), type, g.lda, a.raw_data_ptr(), type, g.ldb, beta,
                                       out.raw_data_ptr(), type, g.ldc, compute, CUBLAS_GEMM_DEFAULT));
     return;
   }
   TDDP_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
-      handle.get(), op(g.transpose_a), op(g.transpose_b), g.m, g.n, g.k, alpha, b.raw_data_ptr(), type, g.lda,
+      handle, op(g.transpose_a), op(g.transpose_b), g.m, g.n, g.k, alpha, b.raw_data_ptr(), type, g.lda,
       *batch_stride(b, batch_dims), a.raw_data_ptr(), type, g.ldb, *batch_stride(a, batch_dims), beta,
       out.raw_data_ptr(), type, g.ldc, g.m * g.n, count, compute, CUBLAS_GEMM_DEFAULT));
 }
