@@ -73,6 +73,7 @@ void attention(int repeats) {
     const t::Tensor grad = t::randn(shape).to(dtype).to(gpu);
     for (const double p : {0.0, 0.1}) {  // without and with attention dropout
       for (const bool flash : {false, true}) {
+        t::cuda::enable_math_sdp(!flash);  // "flash": the kernel at any size (cuda.h, enable_math_sdp)
         const double ms = median_ms(repeats, [&] {
           const t::Tensor& q = qkv[0];
           const t::Tensor w = flash ? t::Tensor() : t::causal_softmax(t::matmul(q, qkv[1].transpose(-2, -1)), 0.125);
@@ -81,6 +82,7 @@ void attention(int repeats) {
           y.backward(grad);
           for (const t::Tensor& x : qkv) x.mutable_grad() = t::Tensor();
         });
+        t::cuda::enable_math_sdp(true);
         std::cout << "RESULT op=attention route=" << (flash ? "flash" : "composed") << " dropout=" << p
                   << " dtype=" << t::dtype_name(dtype) << " ms=" << ms << std::endl;
       }

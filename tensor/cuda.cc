@@ -121,11 +121,17 @@ namespace tinyddp::tensor::cuda {
 namespace {
 std::atomic<bool> tf32_allowed{false};
 std::atomic<bool> cudnn_tf32_allowed{true};
+std::atomic<bool> flash_sdp{true};
+std::atomic<bool> math_sdp{true};
 }  // namespace
 
 bool allow_tf32() { return tf32_allowed.load(std::memory_order_relaxed); }
 void set_allow_tf32(bool allow) { tf32_allowed.store(allow, std::memory_order_relaxed); }
 bool cudnn_allow_tf32() { return cudnn_tf32_allowed.load(std::memory_order_relaxed); }
 void set_cudnn_allow_tf32(bool allow) { cudnn_tf32_allowed.store(allow, std::memory_order_relaxed); }
+bool flash_sdp_enabled() { return flash_sdp.load(std::memory_order_relaxed); }
+void enable_flash_sdp(bool enabled) { flash_sdp.store(enabled, std::memory_order_relaxed); }
+bool math_sdp_enabled() { return math_sdp.load(std::memory_order_relaxed); }
+void enable_math_sdp(bool enabled) { math_sdp.store(enabled, std::memory_order_relaxed); }
 
 }  // namespace tinyddp::tensor::cuda

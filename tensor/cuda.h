@@ -163,4 +163,19 @@ void set_allow_tf32(bool allow);
 bool cudnn_allow_tf32();
 void set_cudnn_allow_tf32(bool allow);
 
+// The routes tensor::flash_attention (and so F::scaled_dot_product_attention and the GPT's
+// attention) may take on a GPU, as torch.backends.cuda.enable_flash_sdp / enable_math_sdp: both
+// on by default. With both, a call whose attention weights (heads x queries x keys elements of
+// the inputs' dtype) take at most kComposedAttentionBytes goes the composed way (matmul, causal
+// softmax, matmul on cuBLAS's tensor cores: the weights kept for the backward, but 5-12x faster
+// than the flash kernel at GPT-2 small's shape on an H200, bench/README.md), a longer one through
+// the flash kernel (no T x T matrix in memory). With one of them on, that one wherever it applies
+// (the flash kernel takes head widths up to 128); where none applies, the call is refused by name.
+// The CPU's flash kernel is fast, and these switches leave the CPU alone (as PyTorch's).
+constexpr int64_t kComposedAttentionBytes = int64_t{1} << 30;
+bool flash_sdp_enabled();
+void enable_flash_sdp(bool enabled);
+bool math_sdp_enabled();
+void enable_math_sdp(bool enabled);
+
 }  // namespace tinyddp::tensor::cuda

@@ -9,6 +9,7 @@
 
 #include "tests/fixture_case.h"
 #include "tests/test_util.h"
+#include "tinyddp/autograd/autograd.h"
 #include "tinyddp/autograd/engine.h"
 #include "tinyddp/autograd/gradcheck.h"
 #include "tinyddp/tensor/all.h"
@@ -37,6 +38,18 @@ Tensor composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, 
 }
 
 Tensor draw(const Shape& shape, DType dtype = kFloat64) { return randn(shape, TensorOptions(dtype)); }
+
+// While it lives, a GPU call takes the flash kernel wherever the kernel applies (the composed
+// route off, cuda::enable_math_sdp), so that the GPU cases test the kernel at any size.
+struct FlashKernelOnly {
+  explicit FlashKernelOnly(bool on = true) { cuda::enable_math_sdp(!on); }
+  ~FlashKernelOnly() { cuda::enable_math_sdp(true); }
+  FlashKernelOnly(const FlashKernelOnly&) = delete;
+  FlashKernelOnly& operator=(const FlashKernelOnly&) = delete;
+};
+bool took_kernel(const Tensor& out) {
+  return out.grad_fn() != nullptr && out.grad_fn()->name() == "FlashAttentionBackward";
+}
 
 // Attention dropout's mask over weights of shape `weights`, rebuilt element by element from
 // the Philox generator: weight (head, i, j) kept where dropout_keep(key, (head M + i) N + j,
@@ -259,6 +272,7 @@ TEST_CASE("CUDA: flash_attention's attention dropout equals the CPU's under the 
           "[attention][dropout][cuda]") {
   if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
   manual_seed(11);
+  const FlashKernelOnly kernel;
   for (const DType dtype : {kFloat64, kFloat32}) {
     const double tol = dtype == kFloat64 ? 1e-12 : 1e-4;
     for (const bool causal : {true, false}) {
@@ -319,8 +333,10 @@ TEST_CASE("CUDA: flash_attention and its gradients equal the CPU's in every floa
                               v.to(kFloat64).detach().requires_grad_()};
       std::vector<Tensor> dev{q.to(gpu).requires_grad_(), k.to(gpu).requires_grad_(), v.to(gpu).requires_grad_()};
       const Tensor ref = flash_attention(cpu[0], cpu[1], cpu[2], causal, scale);
+      const FlashKernelOnly kernel(c.q.back() <= 128);  // 200: composed, the kernel's bound passed
       const Tensor out = flash_attention(dev[0], dev[1], dev[2], causal, scale);
       REQUIRE(out.is_cuda());
+      CHECK(took_kernel(out) == (c.q.back() <= 128));
       CHECK(allclose(out.to(kCPU).to(kFloat64), ref, c.tol, c.tol));
       ref.backward(g.to(kFloat64));
       out.backward(g.to(gpu));
@@ -332,4 +348,46 @@ TEST_CASE("CUDA: flash_attention and its gradients equal the CPU's in every floa
       CHECK(equal(flash_attention(dev[0], dev[1], dev[2], causal, scale), out));
     }
   }
+}
+
+TEST_CASE("cuda::enable_flash_sdp and enable_math_sdp choose the GPU's route, not the CPU's", "[attention]") {
+  CHECK(cuda::flash_sdp_enabled());  // PyTorch's defaults: both on
+  CHECK(cuda::math_sdp_enabled());
+  const Tensor q = draw({2, 40, 16}).requires_grad_();
+  cuda::enable_flash_sdp(false);
+  cuda::enable_math_sdp(false);
+  CHECK(took_kernel(flash_attention(q, q, q, true, 0.25)));  // the CPU keeps its kernel
+  cuda::enable_flash_sdp(true);
+  cuda::enable_math_sdp(true);
+}
+
+TEST_CASE("CUDA: attention is composed where its weights fit in kComposedAttentionBytes, else the flash kernel",
+          "[attention][cuda]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  const Device gpu = Device::cuda(0);
+  manual_seed(12);
+  const Tensor q = draw({2, 3, 70, 32}, kFloat32).to(gpu).requires_grad_();
+  const Tensor composed_out = flash_attention(q, q, q, true, 0.2);  // 117 KiB of weights
+  CHECK_FALSE(took_kernel(composed_out));
+  {
+    const FlashKernelOnly kernel;
+    const Tensor kernel_out = flash_attention(q, q, q, true, 0.2);
+    CHECK(took_kernel(kernel_out));
+    CHECK(allclose(kernel_out, composed_out, 1e-5, 1e-5));
+  }
+  // Past the bound (65,537 heads of 64 queries and 64 keys: 1 GiB + 16 KiB of float32 weights),
+  // the kernel without a switch.
+  const int64_t heads = cuda::kComposedAttentionBytes / (4 * 64 * 64) + 1;
+  const Tensor long_q = zeros({heads, 64, 4}, TensorOptions(kFloat32).device(gpu)).requires_grad_();
+  CHECK(took_kernel(flash_attention(long_q, long_q, long_q, true, 0.5)));
+  cuda::enable_flash_sdp(false);
+  CHECK_FALSE(took_kernel(flash_attention(q, q, q, true, 0.2)));
+  cuda::enable_math_sdp(false);
+  CHECK_THROWS_WITH(flash_attention(q, q, q, true, 0.2),
+                    Contains("no route left: the composed one is off (cuda::enable_math_sdp(false)) and the flash "
+                             "kernel is off (cuda::enable_flash_sdp(false))"));
+  cuda::enable_flash_sdp(true);
+  const Tensor wide = draw({1, 8, 200}, kFloat32).to(gpu);
+  CHECK_THROWS_WITH(flash_attention(wide, wide, wide, true, 0.1), Contains("takes head widths up to 128, not 200"));
+  cuda::enable_math_sdp(true);
 }

@@ -15,6 +15,7 @@
 #include "tinyddp/tensor/backends/cuda/launch.h"
 #include "tinyddp/tensor/backends/cuda/libraries.h"
 #include "tinyddp/tensor/backends/cuda/plan.h"
+#include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/cuda_runtime/runtime.h"
 #include "tinyddp/tensor/factory.h"
 #include "tinyddp/tensor/internal/reduce_plan.h"
@@ -198,7 +199,16 @@ bool CudaBackend::layer_norm_backward(const Tensor& grad_x, const Tensor&, const
 bool CudaBackend::flash_attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                                   const Tensor& v, bool causal, double scale, const AttentionDropout& dropout) {
   const int dtype = static_cast<int>(q.dtype());
-  if (!k::flash_attention_supported(dtype, q.size(2), v.size(2))) return false;
+  // The route (cuda.h, enable_flash_sdp): declined, the op composes it from matmuls.
+  const bool kernel = flash_sdp_enabled() && k::flash_attention_supported(dtype, q.size(2), v.size(2));
+  const bool composed = math_sdp_enabled();
+  TDDP_CHECK(kernel || composed,
+             "flash_attention on CUDA: no route left: the composed one is off (cuda::enable_math_sdp(false)) and "
+             "the flash kernel {}",
+             flash_sdp_enabled() ? fmt::format("takes head widths up to 128, not {} and {}", q.size(2), v.size(2))
+                                 : std::string("is off (cuda::enable_flash_sdp(false))"));
+  const int64_t weight_bytes = q.size(0) * q.size(1) * k.size(1) * static_cast<int64_t>(q.element_size());
+  if (!kernel || (composed && weight_bytes <= kComposedAttentionBytes)) return false;
   const int device = device_of(q);
   DeviceGuard guard(device);
   check_launch(k::flash_attention(q.raw_data_ptr(), k.raw_data_ptr(), v.raw_data_ptr(), dtype, out.raw_data_ptr(),
