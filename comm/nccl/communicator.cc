@@ -111,8 +111,8 @@ class NcclWork final : public Work {
 };
 
 NcclCommunicator::NcclCommunicator(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options)
-    : store_(std::move(store)), rank_(rank), size_(size), options_(std::move(options)),
-      alive_(std::make_shared<Alive>()) {
+    : alive_(std::make_shared<Alive>()), store_(std::move(store)), rank_(rank), size_(size),
+      options_(std::move(options)) {
   alive_->comm = this;
   // The watchdog queries events: it works on the creating thread's device from its start
   // (tensor/cuda_runtime/device_guard.h), and on the communicator's once that is bound.
