@@ -17,8 +17,10 @@
 //   };
 //   Tensor y = Cube::apply(x);
 //
-// One tensor output per function (the library's own ops with several go through
-// tensor::record_multi_op).
+// A forward that returns a std::vector<Tensor> (libtorch's variable_list) makes apply return
+// one too, and backward gets one gradient per output: zeros where an output got none (as
+// PyTorch; ctx->set_materialize_grads(false) passes undefined tensors instead). Outputs named
+// in ctx->mark_non_differentiable (an argmax, a mask) come out without a history.
 #pragma once
 
 #include <any>
@@ -76,6 +78,13 @@ class FunctionCtx {
   // One entry per forward argument: true for a tensor that requires grad (with grad mode
   // on); backward may skip the others and return an undefined tensor for them.
   std::vector<bool> needs_input_grad;
+  // Outputs of forward that get no gradient (indices, masks): apply returns them without a
+  // history, and backward sees zeros for them (or undefined tensors, below).
+  void mark_non_differentiable(const std::vector<Tensor>& outputs);
+  // Whether backward gets zeros of an output's shape for an output that received no gradient
+  // (true, PyTorch's default) or an undefined tensor.
+  void set_materialize_grads(bool value) { materialize_grads_ = value; }
+  bool materialize_grads() const { return materialize_grads_; }
   const std::string& name() const { return name_; }
 
  private:
@@ -85,12 +94,17 @@ class FunctionCtx {
     name_ = std::move(name);
     saved_data.function_ = name_;
   }
-  // Saved tensors that alias the output are kept detached (no cycle output -> node -> output).
-  void mark_output(const Tensor& output);
-  std::vector<Tensor> to_save_;
+  friend std::vector<bool> mark_outputs(FunctionCtx& ctx, const std::vector<Tensor>& outputs);
+  std::vector<Tensor> to_save_, non_differentiable_;
   std::vector<tensor::SavedTensor> saved_;
   std::string name_ = "Function";
+  bool materialize_grads_ = true;
 };
+
+// Which of forward's outputs are differentiable (not marked otherwise); the saved tensors that
+// alias one of those are kept detached (no cycle output -> node -> output) and come back with
+// their history under create_graph. Called by apply once forward has returned.
+std::vector<bool> mark_outputs(FunctionCtx& ctx, const std::vector<Tensor>& outputs);
 
 namespace detail {
 
@@ -104,83 +118,63 @@ const Tensor* as_tensor(const A&) {
 // The node's name: the function's type name ("Cube") plus "Backward", as PyTorch names them.
 std::string function_name(const char* mangled);
 
-// T::backward, with a std::bad_any_cast from a std::any_cast of saved_data turned into an
-// error that names the function and says which read names the key.
-[[noreturn]] void rethrow_bad_any_cast(const FunctionCtx& ctx);
-template <class T>
-std::vector<Tensor> run_backward(FunctionCtx* ctx, const Tensor& grad_output) {
-  try {
-    return T::backward(ctx, {grad_output});
-  } catch (const std::bad_any_cast&) {
-    rethrow_bad_any_cast(*ctx);
+// A call's tensor arguments, in order, and where each sits among all its arguments.
+struct Arguments {
+  std::vector<Tensor> tensors;
+  std::vector<size_t> positions;
+  size_t count = 0;
+  void add(const Tensor* t) {
+    if (t != nullptr) {
+      tensors.push_back(*t);
+      positions.push_back(count);
+    }
+    ++count;
   }
-}
+};
+
+// Fills ctx.needs_input_grad; true when the call records a node (grad mode on and a tensor
+// argument requires grad).
+bool needs_node(FunctionCtx& ctx, const Arguments& arguments);
+
+using BackwardOf = std::vector<Tensor> (*)(FunctionCtx* ctx, const std::vector<Tensor>& grad_outputs);
+// Checks forward's outputs, and where the call records, replaces them with fresh handles and
+// makes them the results of one node whose backward is `backward` (one output: a node of its
+// own; several: tensor::record_multi_op's). `single`: forward returned a Tensor.
+void record_outputs(const std::shared_ptr<FunctionCtx>& ctx, const Arguments& arguments, std::vector<Tensor>& outputs,
+                    bool single, bool record, BackwardOf backward);
 
 }  // namespace detail
 
 template <class T>
 struct Function {
   template <typename... Args>
-  static Tensor apply(Args&&... args) {
+  static auto apply(Args&&... args) {
     auto ctx = std::make_shared<FunctionCtx>();
     ctx->set_name(detail::function_name(typeid(T).name()));
-    // The tensor arguments, in order, and where each sits among all the arguments.
-    std::vector<Tensor> inputs;
-    std::vector<size_t> positions;
-    size_t position = 0;
-    const auto collect = [&](const auto& arg) {
-      if (const Tensor* t = detail::as_tensor(arg)) {
-        inputs.push_back(*t);
-        positions.push_back(position);
-      }
-      ++position;
-    };
-    (collect(args), ...);
-    const size_t num_args = position;
-    const bool record = tensor::GradMode::is_enabled() && [&] {
-      for (const Tensor& t : inputs) {
-        if (t.defined() && t.requires_grad()) return true;
-      }
-      return false;
-    }();
-    ctx->needs_input_grad.assign(num_args, false);
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      ctx->needs_input_grad[positions[i]] = record && inputs[i].defined() && inputs[i].requires_grad();
-    }
-    Tensor output;
+    detail::Arguments arguments;
+    (arguments.add(detail::as_tensor(args)), ...);
+    const bool record = detail::needs_node(*ctx, arguments);
+    using Output = decltype(T::forward(ctx.get(), std::forward<Args>(args)...));
+    constexpr bool kSingle = std::is_same_v<Output, Tensor>;
+    static_assert(kSingle || std::is_same_v<Output, std::vector<Tensor>>,
+                  "autograd::Function: forward must return a Tensor or a std::vector<Tensor>");
+    std::vector<Tensor> outputs;
     {
       tensor::NoGradGuard no_grad;  // the forward's own ops are not recorded
-      output = T::forward(ctx.get(), std::forward<Args>(args)...);
+      if constexpr (kSingle) {
+        outputs.push_back(T::forward(ctx.get(), std::forward<Args>(args)...));
+      } else {
+        outputs = T::forward(ctx.get(), std::forward<Args>(args)...);
+      }
     }
-    TDDP_CHECK(output.defined(), "{}: forward returned an undefined tensor", ctx->name());
-    if (!record) return output;  // no node: the context is dropped with everything it saved
-    output = output.detach();    // a fresh handle: the forward may have returned an input itself
-    ctx->mark_output(output);
-    const std::string name = ctx->name();
-    tensor::record_op(name.c_str(), output, inputs,
-                      [ctx, positions, num_args](const Tensor& grad_output) -> std::vector<Tensor> {
-                        const std::vector<Tensor> grads = detail::run_backward<T>(ctx.get(), grad_output);
-                        TDDP_CHECK(grads.size() == num_args,
-                                   "{}: backward returned {} gradients for the {} arguments of forward (one per "
-                                   "argument, undefined for non-tensors)",
-                                   ctx->name(), grads.size(), num_args);
-                        std::vector<Tensor> per_input;
-                        per_input.reserve(positions.size());
-                        size_t next = 0;
-                        for (size_t k = 0; k < num_args; ++k) {
-                          if (next < positions.size() && positions[next] == k) {
-                            per_input.push_back(grads[k]);
-                            ++next;
-                          } else {
-                            TDDP_CHECK(!grads[k].defined(),
-                                       "{}: backward returned a gradient for argument {}, which is not a tensor "
-                                       "(return an undefined Tensor() there)",
-                                       ctx->name(), k);
-                          }
-                        }
-                        return per_input;
-                      });
-    return output;
+    detail::record_outputs(
+        ctx, arguments, outputs, kSingle, record,
+        [](FunctionCtx* c, const std::vector<Tensor>& grads) -> std::vector<Tensor> { return T::backward(c, grads); });
+    if constexpr (kSingle) {
+      return outputs.front();
+    } else {
+      return outputs;
+    }
   }
 };
 

@@ -122,7 +122,7 @@ std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
   return grads;
 }
 
-const Tensor& FunctionNode::reattach_output(const Tensor& output_data) const {
+const Tensor& FunctionNode::reattach_output(const Tensor& output_data, uint32_t /*output_nr*/) const {
   Tensor alias = output_data.detach();
   ensure_meta(alias).grad_fn_ = std::const_pointer_cast<Node>(shared_from_this());
   return reattached_.emplace_front(std::move(alias));
@@ -149,9 +149,27 @@ std::vector<Tensor> MultiOutputNode::apply_many(std::vector<Tensor> grads) {
   check_not_released(released_, *this);
   bool have_graph = false;
   for (const Tensor& g : grads) have_graph = have_graph || (g.defined() && g.requires_grad());
-  std::vector<Tensor> out = backward_(grads);
-  check_formula_grads(*this, out, tensor::GradMode::is_enabled(), have_graph);
+  const bool create_graph = tensor::GradMode::is_enabled();
+  std::vector<Tensor> out;
+  if (create_graph) {
+    struct Running {  // the saved outputs rejoin this node while the formula runs
+      const MultiOutputNode* node;
+      tensor::RunningNodeScope scope{node};
+      ~Running() { node->reattached_.clear(); }
+    } running{this};
+    out = backward_(grads);
+  } else {
+    out = backward_(grads);
+  }
+  check_formula_grads(*this, out, create_graph, have_graph);
   return out;
+}
+
+const Tensor& MultiOutputNode::reattach_output(const Tensor& output_data, uint32_t output_nr) const {
+  Tensor alias = output_data.detach();
+  ensure_meta(alias).grad_fn_ =
+      identity_node(name(), std::const_pointer_cast<Node>(shared_from_this()), output_nr, output_data.sizes());
+  return reattached_.emplace_front(std::move(alias));
 }
 
 void MultiOutputNode::release_saved() {

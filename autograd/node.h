@@ -110,7 +110,7 @@ class FunctionNode final : public Node, public tensor::RunningNode {
   FunctionNode(std::string name, std::vector<Edge> next_edges, tensor::BackwardFn backward);
   std::vector<Tensor> apply(const Tensor& grad_output) override;
   void release_saved() override;
-  const Tensor& reattach_output(const Tensor& output_data) const override;
+  const Tensor& reattach_output(const Tensor& output_data, uint32_t output_nr) const override;
 
  private:
   tensor::BackwardFn backward_;
@@ -126,12 +126,12 @@ class FunctionNode final : public Node, public tensor::RunningNode {
 std::shared_ptr<FunctionNode> identity_node(std::string name, std::shared_ptr<Node> target, uint32_t input_nr,
                                             Shape shape);
 
-// The node of an op with several outputs (split, unbind; tensor::record_multi_op): input k is
-// the gradient of output k, and the formula runs once with all of them (undefined where none
-// arrived). Each output's grad_fn is a one-input identity node, named as the op, whose edge
-// leads to input k here, so a hook or retain_grad() on one output sees that output's gradient
-// alone.
-class MultiOutputNode final : public Node {
+// The node of an op with several outputs (split, unbind, a user's Function; tensor::record_multi_op):
+// input k is the gradient of output k, and the formula runs once with all of them (undefined
+// where none arrived). Each output's grad_fn is a one-input identity node, named as the op, whose
+// edge leads to input k here, so a hook or retain_grad() on one output sees that output's
+// gradient alone. Under create_graph a saved output k comes back behind such an identity node.
+class MultiOutputNode final : public Node, public tensor::RunningNode {
  public:
   MultiOutputNode(std::string name, std::vector<Edge> next_edges, uint32_t num_outputs,
                   tensor::MultiBackwardFn backward);
@@ -139,11 +139,13 @@ class MultiOutputNode final : public Node {
   std::vector<Tensor> apply(const Tensor& grad_output) override { return apply_many({grad_output}); }
   std::vector<Tensor> apply_many(std::vector<Tensor> grads) override;
   void release_saved() override;
+  const Tensor& reattach_output(const Tensor& output_data, uint32_t output_nr) const override;
 
  private:
   uint32_t num_outputs_;
   tensor::MultiBackwardFn backward_;
   bool released_ = false;
+  mutable std::forward_list<Tensor> reattached_;  // as FunctionNode's
 };
 
 }  // namespace tinyddp::autograd

@@ -80,6 +80,12 @@ void record_multi_op(const char* name, const std::vector<Tensor>& outputs, std::
       .record_multi_op(name, outputs, inputs.begin(), inputs.size(), std::move(backward));
 }
 
+void record_multi_op(const char* name, const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                     MultiBackwardFn backward) {
+  recorder(name, inputs.data(), inputs.size())
+      .record_multi_op(name, outputs, inputs.data(), inputs.size(), std::move(backward));
+}
+
 namespace {
 thread_local const RunningNode* running_node = nullptr;
 }  // namespace
@@ -104,7 +110,7 @@ WeightGradientSinkScope::WeightGradientSinkScope(WeightGradientSink* sink) : pre
 WeightGradientSinkScope::~WeightGradientSinkScope() { weight_sink = previous_; }
 WeightGradientSink* weight_gradient_sink() { return weight_sink; }
 
-SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
+SavedTensor::SavedTensor(const Tensor& t, bool is_output, uint32_t output_nr) {
   if (!t.defined()) return;
   data_ = is_output ? t.detach() : t;
   if (save_copies_of != nullptr && t.storage().is_same(*save_copies_of)) {
@@ -115,6 +121,7 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
   }
   version_ = data_.storage().version();
   is_output_ = is_output;
+  output_nr_ = output_nr;
 }
 
 const Tensor& SavedTensor::get(const char* node) const {
@@ -124,7 +131,7 @@ const Tensor& SavedTensor::get(const char* node) const {
              "out-of-place op",
              node, data_.defined() ? dtype_name(data_.dtype()) : "", data_.defined() ? format_shape(data_.sizes()) : "",
              version_, data_.defined() ? data_.storage().version() : 0);
-  if (is_output_ && running_node != nullptr && data_.defined()) return running_node->reattach_output(data_);
+  if (is_output_ && running_node != nullptr && data_.defined()) return running_node->reattach_output(data_, output_nr_);
   return data_;
 }
 

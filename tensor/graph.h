@@ -30,12 +30,14 @@ Tensor live_view_base(const Tensor& self);
 void record_op(const char* name, const Tensor& output, std::initializer_list<Tensor> inputs, BackwardFn backward);
 // The same for a number of inputs known only at run time (autograd::Function).
 void record_op(const char* name, const Tensor& output, const std::vector<Tensor>& inputs, BackwardFn backward);
-// Makes `outputs` the results of one op (split, unbind): one node whose backward runs once,
-// with the gradients of all the outputs that got one (undefined for the others), instead of
-// one node per output each writing its gradient into a tensor of the input's shape. The
-// formula may not save one of the op's own outputs (only a one-output op's node hands a saved
-// output back with its history under create_graph).
+// Makes `outputs` the results of one op (split, unbind, a user's autograd::Function): one node
+// whose backward runs once, with the gradients of all the outputs that got one (undefined for
+// the others), instead of one node per output each writing its gradient into a tensor of the
+// input's shape. A saved output (SavedTensor(out_k, true, k)) comes back with its history under
+// create_graph, as a one-output op's.
 void record_multi_op(const char* name, const std::vector<Tensor>& outputs, std::initializer_list<Tensor> inputs,
+                     MultiBackwardFn backward);
+void record_multi_op(const char* name, const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                      MultiBackwardFn backward);
 
 // A tensor kept for the backward pass, plus its storage version at save time. An op's own
@@ -44,7 +46,8 @@ void record_multi_op(const char* name, const std::vector<Tensor>& outputs, std::
 class SavedTensor {
  public:
   SavedTensor() = default;
-  explicit SavedTensor(const Tensor& t, bool is_output = false);
+  // `output_nr`: which of its op's outputs `t` is, when is_output (0 for a one-output op).
+  explicit SavedTensor(const Tensor& t, bool is_output = false, uint32_t output_nr = 0);
   // The saved data; throws naming `node` if it was modified in place since it was saved. While
   // a backward that builds a graph of the gradients runs (create_graph), a saved output comes
   // back with its history: the node running now (RunningNode below) as its grad_fn, as
@@ -55,6 +58,7 @@ class SavedTensor {
   Tensor data_;
   uint64_t version_ = 0;
   bool is_output_ = false;
+  uint32_t output_nr_ = 0;
 };
 
 // While one lives on this thread, a SavedTensor of a tensor in `storage` keeps a copy of it,
@@ -77,9 +81,9 @@ class SaveCopiesGuard {
 // nodes; this is the one question it asks of one.
 struct RunningNode {
   virtual ~RunningNode() = default;
-  // An alias of `output_data` whose grad_fn is this node (the node's own output again), kept
-  // by the node until its backward formula returns.
-  virtual const Tensor& reattach_output(const Tensor& output_data) const = 0;
+  // An alias of `output_data`, the node's output `output_nr`, whose gradient flows back into
+  // this node (its own output again), kept by the node until its backward formula returns.
+  virtual const Tensor& reattach_output(const Tensor& output_data, uint32_t output_nr) const = 0;
 };
 
 // Makes `node` the running node for its lifetime (null: none), restoring the previous one.

@@ -9,6 +9,7 @@ using namespace tinyddp::tensor;
 using Catch::Contains;
 using tinyddp::autograd::FunctionCtx;
 using tinyddp::autograd::gradcheck;
+using tinyddp::autograd::gradgradcheck;
 
 namespace {
 
@@ -87,6 +88,49 @@ struct ReadsSaved : tinyddp::autograd::Function<ReadsSaved<Read, kAnyCast>> {
 // Returns its input as it is.
 struct Identity : tinyddp::autograd::Function<Identity> {
   static Tensor forward(FunctionCtx*, const Tensor& x) { return x; }
+  static std::vector<Tensor> backward(FunctionCtx*, const std::vector<Tensor>& g) { return {g[0]}; }
+};
+
+// Two outputs, the first saved: (exp(x), sin(x)); backward g0 exp(x) + g1 cos(x). Records the
+// gradients it was handed.
+struct ExpSin : tinyddp::autograd::Function<ExpSin> {
+  static inline std::vector<Tensor> seen;
+  static inline bool materialize = true;
+  static std::vector<Tensor> forward(FunctionCtx* ctx, const Tensor& x) {
+    ctx->set_materialize_grads(materialize);
+    Tensor e = exp(x);
+    ctx->save_for_backward({e, x});
+    return {e, sin(x)};
+  }
+  static std::vector<Tensor> backward(FunctionCtx* ctx, const std::vector<Tensor>& g) {
+    seen = g;
+    const std::vector<Tensor> saved = ctx->get_saved_variables();
+    Tensor grad;
+    if (g[0].defined()) grad = mul(g[0], saved[0]);
+    if (g[1].defined()) {
+      const Tensor part = mul(g[1], cos(saved[1]));
+      grad = grad.defined() ? add(grad, part) : part;
+    }
+    return {grad};
+  }
+};
+
+// (2 x, the mask x > 0 as x's dtype), the mask marked non-differentiable.
+struct DoubleAndMask : tinyddp::autograd::Function<DoubleAndMask> {
+  static inline std::vector<Tensor> seen;
+  static std::vector<Tensor> forward(FunctionCtx* ctx, const Tensor& x) {
+    Tensor mask = gt(x, 0.0).to(x.dtype());
+    ctx->mark_non_differentiable({mask});
+    return {mul(x, 2.0), mask};
+  }
+  static std::vector<Tensor> backward(FunctionCtx*, const std::vector<Tensor>& g) {
+    seen = g;
+    return {mul(g[0], 2.0)};
+  }
+};
+
+struct UndefinedSecond : tinyddp::autograd::Function<UndefinedSecond> {
+  static std::vector<Tensor> forward(FunctionCtx*, const Tensor& x) { return {mul(x, 2.0), Tensor()}; }
   static std::vector<Tensor> backward(FunctionCtx*, const std::vector<Tensor>& g) { return {g[0]}; }
 };
 
@@ -174,4 +218,50 @@ TEST_CASE("Function: a bad backward or a saved tensor changed in place is named"
   CHECK_THROWS_WITH(sum(y).backward(),
                     Contains("CubeBackward: one of the tensors needed for gradient computation has been "
                              "modified by an in-place operation"));
+}
+
+TEST_CASE("Function: several outputs, zeros for the unused ones, a saved output under create_graph",
+          "[autograd][function]") {
+  // Against finite differences, first and second derivatives: the saved exp(x) comes back with
+  // its history in the double backward (without it, d/dx of g0 exp(x) would miss a term).
+  const auto f = [](const std::vector<Tensor>& in) {
+    const std::vector<Tensor> out = ExpSin::apply(in[0]);
+    return add(mul(out[0], 2.0), mul(out[1], out[1]));
+  };
+  CHECK(gradcheck(f, {leaf({5}, 10)}) == "");
+  CHECK(gradgradcheck(f, {leaf({5}, 11)}) == "");
+
+  const Tensor x = leaf({4}, 12);
+  const std::vector<Tensor> out = ExpSin::apply(x);
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].grad_fn()->name() == "ExpSinBackward");
+  CHECK(out[1].grad_fn()->name() == "ExpSinBackward");
+  sum(out[1]).backward();  // only sin(x) used: backward sees zeros for exp(x), as PyTorch's
+  REQUIRE(ExpSin::seen.size() == 2);
+  CHECK(ExpSin::seen[0].defined());
+  CHECK(equal(ExpSin::seen[0], zeros({4}, TensorOptions(kFloat64))));
+  CHECK(allclose(x.grad(), cos(x.detach())));
+  ExpSin::materialize = false;  // ctx->set_materialize_grads(false): undefined instead
+  const Tensor y = leaf({4}, 13);
+  sum(ExpSin::apply(y)[1]).backward();
+  CHECK_FALSE(ExpSin::seen[0].defined());
+  CHECK(allclose(y.grad(), cos(y.detach())));
+  ExpSin::materialize = true;
+
+  // A non-differentiable output: no history; backward gets zeros for it.
+  const std::vector<Tensor> dm = DoubleAndMask::apply(x);
+  CHECK(dm[0].requires_grad());
+  CHECK_FALSE(dm[1].requires_grad());
+  CHECK(dm[1].grad_fn() == nullptr);
+  x.mutable_grad() = Tensor();
+  sum(dm[0]).backward();
+  CHECK(equal(DoubleAndMask::seen[1], zeros({4}, TensorOptions(kFloat64))));
+  CHECK(allclose(x.grad(), full({4}, 2.0, TensorOptions(kFloat64))));
+  // Without grad mode: the outputs as forward returned them, no node.
+  {
+    NoGradGuard no_grad;
+    for (const Tensor& t : ExpSin::apply(x)) CHECK(t.grad_fn() == nullptr);
+  }
+  CHECK_THROWS_WITH(UndefinedSecond::apply(x),
+                    Contains("UndefinedSecondBackward: forward returned an undefined tensor as output 1"));
 }
