@@ -98,16 +98,18 @@ namespace {
 }
 
 // backward's gradients, one per argument of forward, as the node's: one per tensor argument.
-std::vector<Tensor> per_input(const FunctionCtx& ctx, const std::vector<Tensor>& grads, const Arguments& arguments) {
-  TDDP_CHECK(grads.size() == arguments.count,
+// `positions`: where the tensor arguments sit among the `count` arguments.
+std::vector<Tensor> per_input(const FunctionCtx& ctx, const std::vector<Tensor>& grads,
+                              const std::vector<size_t>& positions, size_t count) {
+  TDDP_CHECK(grads.size() == count,
              "{}: backward returned {} gradients for the {} arguments of forward (one per argument, undefined for "
              "non-tensors)",
-             ctx.name(), grads.size(), arguments.count);
+             ctx.name(), grads.size(), count);
   std::vector<Tensor> out;
-  out.reserve(arguments.positions.size());
+  out.reserve(positions.size());
   size_t next = 0;
-  for (size_t k = 0; k < arguments.count; ++k) {
-    if (next < arguments.positions.size() && arguments.positions[next] == k) {
+  for (size_t k = 0; k < count; ++k) {
+    if (next < positions.size() && positions[next] == k) {
       out.push_back(grads[k]);
       ++next;
     } else {
@@ -158,7 +160,9 @@ void record_outputs(const std::shared_ptr<FunctionCtx>& ctx, const Arguments& ar
     if (differentiable[k]) recorded.push_back(outputs[k]);
   }
   if (recorded.empty()) return;  // every output marked non-differentiable
-  auto run = [ctx, arguments, differentiable, like, backward](const std::vector<Tensor>& node_grads) {
+  // The node keeps where the tensor arguments sit, not the tensors (their data would live on).
+  auto run = [ctx, positions = arguments.positions, count = arguments.count, differentiable, like,
+              backward](const std::vector<Tensor>& node_grads) {
     std::vector<Tensor> grads(like.size());
     for (size_t k = 0, r = 0; k < like.size(); ++k) {
       if (differentiable[k]) grads[k] = node_grads[r++];
@@ -166,7 +170,7 @@ void record_outputs(const std::shared_ptr<FunctionCtx>& ctx, const Arguments& ar
         grads[k] = tensor::zeros(like[k].shape, tensor::TensorOptions(like[k].dtype).device(like[k].device));
     }
     try {
-      return per_input(*ctx, backward(ctx.get(), grads), arguments);
+      return per_input(*ctx, backward(ctx.get(), grads), positions, count);
     } catch (const std::bad_any_cast&) {
       rethrow_bad_any_cast(*ctx);
     }
