@@ -102,22 +102,27 @@ void check_formula_grads(const Node& node, const std::vector<Tensor>& grads, boo
   }
 }
 
+// Runs a node's backward formula; under create_graph with `node` running (its saved outputs
+// rejoin it through reattach_output), the aliases it handed out dropped once the formula returns.
+template <typename Formula>
+std::vector<Tensor> run_formula(const tensor::RunningNode* node, std::forward_list<Tensor>& reattached,
+                                bool create_graph, const Formula& formula) {
+  if (!create_graph) return formula();
+  const tensor::RunningNodeScope scope(node);
+  struct Clear {
+    std::forward_list<Tensor>& list;
+    ~Clear() { list.clear(); }
+  } clear{reattached};
+  return formula();
+}
+
 }  // namespace
 
 std::vector<Tensor> FunctionNode::apply(const Tensor& grad_output) {
   check_not_released(released_, *this);
   const bool create_graph = tensor::GradMode::is_enabled();
-  std::vector<Tensor> grads;
-  if (create_graph) {
-    struct Running {  // the saved outputs rejoin this node while the formula runs
-      const FunctionNode* node;
-      tensor::RunningNodeScope scope{node};
-      ~Running() { node->reattached_.clear(); }
-    } running{this};
-    grads = backward_(grad_output);
-  } else {
-    grads = backward_(grad_output);
-  }
+  const std::vector<Tensor> grads =
+      run_formula(this, reattached_, create_graph, [&] { return backward_(grad_output); });
   check_formula_grads(*this, grads, create_graph, grad_output.requires_grad());
   return grads;
 }
@@ -150,17 +155,7 @@ std::vector<Tensor> MultiOutputNode::apply_many(std::vector<Tensor> grads) {
   bool have_graph = false;
   for (const Tensor& g : grads) have_graph = have_graph || (g.defined() && g.requires_grad());
   const bool create_graph = tensor::GradMode::is_enabled();
-  std::vector<Tensor> out;
-  if (create_graph) {
-    struct Running {  // the saved outputs rejoin this node while the formula runs
-      const MultiOutputNode* node;
-      tensor::RunningNodeScope scope{node};
-      ~Running() { node->reattached_.clear(); }
-    } running{this};
-    out = backward_(grads);
-  } else {
-    out = backward_(grads);
-  }
+  std::vector<Tensor> out = run_formula(this, reattached_, create_graph, [&] { return backward_(grads); });
   check_formula_grads(*this, out, create_graph, have_graph);
   return out;
 }
