@@ -5,16 +5,19 @@
 //   an elementwise add of 256 M floats into a third tensor, and a same-device copy of them:
 //     "RESULT op=<add|copy> n=268435456 ms=<x> gbps=<y>" (bytes read and written per ms)
 //   causal attention at GPT-2 small's shape [8, 12, 1024, 64], forward + backward, float32 and
-//   bfloat16, composed (matmul, causal_softmax, matmul) and tensor::flash_attention, without
-//   and with attention dropout 0.1 (composed: dropout on the weights):
+//   bfloat16, composed (matmul, causal_softmax, matmul) and tensor::flash_attention's kernels
+//   (bfloat16: the tensor-core ones), without and with attention dropout 0.1 (composed: dropout
+//   on the weights), alone with --only attention:
 //     "RESULT op=attention route=<composed|flash> dropout=<0|0.1> dtype=<float32|bfloat16> ms=<x>"
 // bench/torch_cuda_ops.py prints the same lines for PyTorch on the same GPU.
 // Usage (a --config=cuda build): bazel-bin/bench/cuda_ops [--repeats 20] [--n 4096] [--elements 268435456]
+//   [--only attention]
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <functional>
 #include <iostream>
+#include <string>
 #include <vector>
 
 #include "tinyddp/tensor/all.h"
@@ -100,11 +103,15 @@ int main(int argc, char** argv) {
   app.add_option("--n", n, "matmul size (default 4096)")->check(CLI::PositiveNumber);
   app.add_option("--elements", elements, "floats per operand of add and copy (default 268435456)")
       ->check(CLI::PositiveNumber);
+  std::string only;
+  app.add_option("--only", only, "time only this (the others first, by default)")->check(CLI::IsMember({"attention"}));
   CLI11_PARSE(app, argc, argv);
   try {
     if (!t::cuda::is_available()) throw tinyddp::Error(t::cuda::unavailable_reason());
-    matmuls(n, repeats);
-    elementwise(elements, repeats);
+    if (only.empty()) {
+      matmuls(n, repeats);
+      elementwise(elements, repeats);
+    }
     attention(repeats);
   } catch (const std::exception& e) {
     std::cerr << "cuda_ops: " << e.what() << "\n";

@@ -32,7 +32,14 @@ def main():
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--elements", type=int, default=256 << 20)
+    parser.add_argument("--only", choices=["attention"], help="time only this (the others first, by default)")
     args = parser.parse_args()
+    if args.only != "attention":
+        products_and_elementwise(args)
+    attention(args)
+
+
+def products_and_elementwise(args):
     n = args.n
     a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
     for mode in ("float32", "tf32", "bfloat16"):
@@ -50,6 +57,9 @@ def main():
     ms = median_ms(args.repeats, lambda: c.copy_(a))
     print(f"RESULT impl=torch op=copy n={m} ms={ms:.4f} gbps={2 * nbytes / (ms * 1e6):.1f}")
     del a, b, c
+
+
+def attention(args):
     future = torch.ones(1024, 1024, device="cuda").tril() == 0
     for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
         q, k, v = (torch.randn(8, 12, 1024, 64, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))

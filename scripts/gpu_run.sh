@@ -30,6 +30,9 @@
 #             eager and cuda_graph=True; PyTorch eager (SDPA, fused AdamW, as nanoGPT) the same, and
 #             torch.compile at bf16 batch 8; tokens/s over the iterations after the fifth, MFU, peak
 #             GPU memory (~6 min)
+#   attention the tensor-core flash attention: attention_test's GPU cases, memcheck, racecheck and
+#             synccheck over its case, its time against the composed route and PyTorch's SDPA,
+#             GPT-2 small bf16 batch 8 on each route (TINYDDP_CUDA_SDP) and PyTorch's (~5 min)
 #   profile   GPU time per kind of kernel (GEMM, attention, norm, elementwise, optimizer, copy,
 #             ...), calls, and the GPU's idle gaps, tinyddp's op profiler (tensor/profiler.h)
 #             beside torch.profiler's (scripts/profile_compare.py): the example GPT (float32,
@@ -47,8 +50,8 @@
 set -uo pipefail
 part=${1:-}
 case "$part" in
-  tests|sanitize|sanitize2|sanitize3|bench|bench2|gpt2|cpu|cpu_bf16|profile|short) ;;
-  *) echo "usage: gpu_run.sh tests|sanitize|sanitize2|sanitize3|bench|bench2|gpt2|cpu|cpu_bf16|profile|short   (one part per device call: each fits in 600 s)" >&2
+  tests|sanitize|sanitize2|sanitize3|bench|bench2|gpt2|attention|cpu|cpu_bf16|profile|short) ;;
+  *) echo "usage: gpu_run.sh tests|sanitize|sanitize2|sanitize3|bench|bench2|gpt2|attention|cpu|cpu_bf16|profile|short   (one part per device call: each fits in 600 s)" >&2
     exit 2 ;;
 esac
 here=$(cd "$(dirname "$0")" && pwd)
@@ -347,6 +350,11 @@ case "$part" in
           step "gpt2_${dtype}_b${batch}_graph$graph" 90 ours ./examples/train_gpt $(gpt2_keys "$gpt2_data") \
             --batch_size="$batch" --max_iters=14 --dtype="$dtype" --cuda_graph="$graph" --report_memory=True
         done
+        if [ "$dtype" = bfloat16 ] && [ "$batch" = 8 ]; then  # the flash route alone: the tensor-core kernels
+          # shellcheck disable=SC2046
+          TINYDDP_CUDA_SDP=flash step "gpt2_${dtype}_b${batch}_flash" 90 ours ./examples/train_gpt \
+            $(gpt2_keys "$gpt2_data") --batch_size="$batch" --max_iters=14 --dtype="$dtype" --report_memory=True
+        fi
         step "torch_gpt2_${dtype}_b$batch" 90 python3 bench/torch_gpt_train.py --device cuda --n_layer 12 --n_head 12 \
           --n_embd 768 --block_size 1024 --vocab_size 50304 --batch "$batch" --steps 15 --warmup 5 --sdpa "$torch_flags"
       done
@@ -360,6 +368,30 @@ case "$part" in
     done
     grep -h -E "RESULT|peak GPU" "$logs"/torch_gpt2_*.log 2> /dev/null | tee -a "$summary"
     cp "$logs"/gpt2_*.log "$logs"/torch_gpt2_*.log "$out/" 2> /dev/null
+    ;;
+  attention)
+    # The tensor-core flash attention (tensor/backends/cuda/attention_tc.cu): the GPU cases of
+    # attention_test, three sanitizers over its own case, its time against the composed route
+    # and PyTorch's, then GPT-2 small in bf16 at batch 8 on each route and PyTorch's.
+    step attention_test 90 ours ./tests/tensor/attention_test "[cuda]"
+    for tool in memcheck racecheck synccheck; do
+      step "${tool}_tc" 90 ours "$sanitizer" --tool "$tool" --error-exitcode 99 ./tests/tensor/attention_test \
+        "CUDA: the tensor-core kernels*"
+    done
+    step cuda_ops 60 ours ./bench/cuda_ops --only attention
+    step torch_cuda_ops 60 python3 bench/torch_cuda_ops.py --only attention
+    grep -h RESULT "$logs/cuda_ops.log" "$logs/torch_cuda_ops.log" 2> /dev/null | tee -a "$summary"
+    gpt2_data=$(gpt2_dataset)
+    for route in auto flash; do
+      # shellcheck disable=SC2046  # the keys are words
+      TINYDDP_CUDA_SDP=$route step "gpt2_bfloat16_b8_$route" 90 ours ./examples/train_gpt $(gpt2_keys "$gpt2_data") \
+        --batch_size=8 --max_iters=14 --dtype=bfloat16 --report_memory=True
+    done
+    step torch_gpt2_bfloat16_b8 90 python3 bench/torch_gpt_train.py --device cuda --n_layer 12 --n_head 12 \
+      --n_embd 768 --block_size 1024 --vocab_size 50304 --batch 8 --steps 15 --warmup 5 --sdpa --autocast
+    rm -rf "$gpt2_data"
+    for f in "$logs"/gpt2_*.log; do python3 scripts/nanogpt_log_summary.py "$f" | tee -a "$summary"; done
+    grep -h -E "RESULT|peak GPU" "$logs"/torch_gpt2_*.log 2> /dev/null | tee -a "$summary"
     ;;
   profile)
     # Per kind of kernel, both frameworks, a few steps after the warm-up (ours: --profile_ops;

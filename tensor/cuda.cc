@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 
 #include "tinyddp/base/error.h"
 #include "tinyddp/tensor/factory.h"
@@ -121,17 +123,33 @@ namespace tinyddp::tensor::cuda {
 namespace {
 std::atomic<bool> tf32_allowed{false};
 std::atomic<bool> cudnn_tf32_allowed{true};
-std::atomic<bool> flash_sdp{true};
-std::atomic<bool> math_sdp{true};
+
+// The attention routes' switches, both on unless TINYDDP_CUDA_SDP names one route (flash or
+// math) for measurements; read once, at the first question or switch.
+struct SdpSwitches {
+  std::atomic<bool> flash{true}, math{true};
+  SdpSwitches() {
+    const char* env = std::getenv("TINYDDP_CUDA_SDP");
+    const std::string value = env == nullptr ? "" : env;
+    TDDP_CHECK(value.empty() || value == "auto" || value == "flash" || value == "math",
+               "TINYDDP_CUDA_SDP='{}' names no attention route: use auto, flash or math", value);
+    if (value == "flash") math = false;
+    if (value == "math") flash = false;
+  }
+};
+SdpSwitches& sdp() {
+  static SdpSwitches switches;
+  return switches;
+}
 }  // namespace
 
 bool allow_tf32() { return tf32_allowed.load(std::memory_order_relaxed); }
 void set_allow_tf32(bool allow) { tf32_allowed.store(allow, std::memory_order_relaxed); }
 bool cudnn_allow_tf32() { return cudnn_tf32_allowed.load(std::memory_order_relaxed); }
 void set_cudnn_allow_tf32(bool allow) { cudnn_tf32_allowed.store(allow, std::memory_order_relaxed); }
-bool flash_sdp_enabled() { return flash_sdp.load(std::memory_order_relaxed); }
-void enable_flash_sdp(bool enabled) { flash_sdp.store(enabled, std::memory_order_relaxed); }
-bool math_sdp_enabled() { return math_sdp.load(std::memory_order_relaxed); }
-void enable_math_sdp(bool enabled) { math_sdp.store(enabled, std::memory_order_relaxed); }
+bool flash_sdp_enabled() { return sdp().flash.load(std::memory_order_relaxed); }
+void enable_flash_sdp(bool enabled) { sdp().flash.store(enabled, std::memory_order_relaxed); }
+bool math_sdp_enabled() { return sdp().math.load(std::memory_order_relaxed); }
+void enable_math_sdp(bool enabled) { sdp().math.store(enabled, std::memory_order_relaxed); }
 
 }  // namespace tinyddp::tensor::cuda

@@ -172,6 +172,7 @@ void set_cudnn_allow_tf32(bool allow);
 // the flash kernel (no T x T matrix in memory). With one of them on, that one wherever it applies
 // (the flash kernel takes head widths up to 128); where none applies, the call is refused by name.
 // The CPU's flash kernel is fast, and these switches leave the CPU alone (as PyTorch's).
+// TINYDDP_CUDA_SDP=flash (or =math) starts a process with only that route on, for measurements.
 constexpr int64_t kComposedAttentionBytes = int64_t{1} << 30;
 bool flash_sdp_enabled();
 void enable_flash_sdp(bool enabled);

@@ -391,3 +391,48 @@ TEST_CASE("CUDA: attention is composed where its weights fit in kComposedAttenti
   CHECK_THROWS_WITH(flash_attention(wide, wide, wide, true, 0.1), Contains("takes head widths up to 128, not 200"));
   cuda::enable_math_sdp(true);
 }
+
+TEST_CASE(
+    "CUDA: the tensor-core kernels (16-bit, widths 64 and 128) equal the float64 attention, with fewer "
+    "queries than keys, attention dropout, and views off 16 bytes",
+    "[attention][dropout][cuda]") {
+  if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
+  const Device gpu = Device::cuda(0);
+  manual_seed(13);
+  const FlashKernelOnly kernel;
+  for (const DType dtype : {kBFloat16, kFloat16}) {
+    const double tol = dtype == kBFloat16 ? 3e-2 : 5e-3;  // the inputs', probabilities' and outputs' rounding
+    for (const int64_t e : {64, 128}) {
+      for (const double p : {0.0, 0.2}) {
+        for (const bool causal : {true, false}) {
+          INFO(dtype_name(dtype) << " width " << e << " dropout " << p << (causal ? " causal" : " full"));
+          // 70 queries against 200 keys: partial tiles on both sides, several key tiles per row.
+          const Tensor q = draw({2, 3, 70, e}, dtype), k = draw({2, 3, 200, e}, dtype);
+          const Tensor v = draw({2, 3, 200, e}, dtype), g = draw({2, 3, 70, e}, dtype);
+          std::vector<Tensor> cpu{q.to(kFloat64).detach().requires_grad_(), k.to(kFloat64).detach().requires_grad_(),
+                                  v.to(kFloat64).detach().requires_grad_()};
+          std::vector<Tensor> dev{q.to(gpu).requires_grad_(), k.to(gpu).requires_grad_(), v.to(gpu).requires_grad_()};
+          const double scale = 1.0 / std::sqrt(static_cast<double>(e));
+          Generator a(29), b(29), c(29);
+          const Tensor ref = flash_attention(cpu[0], cpu[1], cpu[2], causal, scale, p, &a);
+          const Tensor out = flash_attention(dev[0], dev[1], dev[2], causal, scale, p, &b);
+          CHECK(took_kernel(out));
+          CHECK(allclose(out.to(kCPU).to(kFloat64), ref, tol, tol));
+          ref.backward(g.to(kFloat64));
+          out.backward(g.to(gpu));
+          for (size_t i = 0; i < 3; ++i) {
+            INFO("gradient of input " << i);
+            CHECK(allclose(dev[i].grad().to(kCPU).to(kFloat64), cpu[i].grad(), 4 * tol, 4 * tol));
+          }
+          CHECK(equal(flash_attention(dev[0], dev[1], dev[2], causal, scale, p, &c), out));  // no atomics
+        }
+      }
+    }
+  }
+  // A view 2 bytes past a 16-byte boundary goes to the CUDA-core kernels: the same attention.
+  const Tensor flat = draw({1 + 2 * 64 * 64}, kBFloat16).to(gpu);
+  const Tensor off = flat.narrow(0, 1, 2 * 64 * 64).view({2, 64, 64});
+  const Tensor aligned = off.clone();
+  CHECK(allclose(flash_attention(off, off, off, true, 0.125).to(kCPU).to(kFloat64),
+                 flash_attention(aligned, aligned, aligned, true, 0.125).to(kCPU).to(kFloat64), 3e-2, 3e-2));
+}

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "tinyddp/tensor/backends/cuda/attention.cuh"
 #include "tinyddp/tensor/backends/cuda/dtypes.cuh"
 #include "tinyddp/tensor/backends/cuda/kernels.h"
 #include "tinyddp/tensor/internal/philox.h"
@@ -38,38 +39,11 @@ constexpr int kTile = 64;  // keys (or query rows) staged in shared memory at a 
 template <typename T>
 using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-__host__ __device__ inline int64_t smaller(int64_t a, int64_t b) { return a < b ? a : b; }
-__host__ __device__ inline int64_t larger(int64_t a, int64_t b) { return a > b ? a : b; }
-
-struct Sizes {
-  int64_t heads, m, n, e, ev;
-  bool causal;
-  // How many keys (a prefix) query row `row` sees.
-  __device__ int64_t keys_for(int64_t row) const { return causal ? smaller(n, row + n - m + 1) : n; }
-};
-
-// Attention dropout: the factor of weight index i (1 / keep where kept, else 0; 1 when off).
-// The key is `seed`, or the word at `slot` (a CUDA graph's, filled before each replay), which
-// each kernel reads first (resolve).
-template <typename A>
-struct Drop {
-  bool on;
-  uint64_t seed;
-  const uint64_t* slot;
-  float keep;
-  A kept;
-  __device__ void resolve() {
-    if (on && slot != nullptr) seed = *slot;
-  }
-  __device__ A factor(uint64_t i) const { return !on || philox::dropout_keep(seed, i, keep) ? kept : A(0); }
-  // The same for increasing indices (a row of the weights), a Philox block per four.
-  __device__ A factor(philox::KeepStream& stream, uint64_t i) const { return !on || stream(i) ? kept : A(0); }
-};
-
-template <typename A>
-Drop<A> drop_of(double p, uint64_t seed, const uint64_t* slot) {
-  return Drop<A>{p > 0, seed, slot, static_cast<float>(1.0 - p), static_cast<A>(p > 0 ? 1.0 / (1.0 - p) : 1.0)};
-}
+using attention::Drop;
+using attention::drop_of;
+using attention::larger;
+using attention::Sizes;
+using attention::smaller;
 
 // Copies rows [first, first + count) of a [rows, width] head into shared memory as A.
 template <typename T, typename A>
@@ -342,7 +316,12 @@ int flash_attention(const void* q, const void* k, const void* v, int dtype, void
                     int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, double dropout_p,
                     uint64_t seed, const uint64_t* seed_slot, void* stream) {
   const Sizes z{heads, m, n, e, ev, causal};
-  return with_bound(dtype, e, ev, [&](auto tag, auto bound) {
+  const void* const pointers[] = {q, k, v, out};
+  if (heads > 0 && m > 0 && n > 0 && attention::tc_takes(dtype, e, ev, pointers, 4)) {
+    return attention::tc_forward(q, k, v, dtype, out, static_cast<float*>(lse), z, scale,
+                                 drop_of<float>(dropout_p, seed, seed_slot), static_cast<cudaStream_t>(stream));
+  }
+  return with_bound(dtype, e, ev, [&](auto tag, auto bound) -> cudaError_t {
     using T = decltype(tag);
     using A = acc_t<T>;
     const size_t bytes = sizeof(A) * kTile * (e + ev + kRows);
@@ -367,6 +346,14 @@ int flash_attention_backward(const void* q, const void* k, const void* v, const 
         static_cast<const T*>(dout), static_cast<const T*>(out), static_cast<A*>(delta), rows, ev);
     cudaError_t status = cudaGetLastError();
     if (status != cudaSuccess) return status;
+    const void* const pointers[] = {q, k, v, out, dout, dq, dk, dv};
+    if constexpr (std::is_same_v<A, float>) {
+      if (heads > 0 && m > 0 && n > 0 && attention::tc_takes(dtype, e, ev, pointers, 8)) {
+        return static_cast<cudaError_t>(attention::tc_backward(q, k, v, dout, static_cast<const float*>(lse),
+                                                               static_cast<const float*>(delta), dtype, dq, dk, dv, z,
+                                                               scale, drop_of<float>(dropout_p, seed, seed_slot), s));
+      }
+    }
     status = launch(dq_kernel<T, D>, grid_for(m, heads), sizeof(A) * kTile * (e + ev), stream, static_cast<const T*>(q),
                     static_cast<const T*>(k), static_cast<const T*>(v), static_cast<const T*>(dout),
                     static_cast<const A*>(lse), static_cast<const A*>(delta), static_cast<T*>(dq), z,

@@ -105,7 +105,9 @@ int causal_softmax_rows(const void* x, const void* y, int dtype, void* out, int6
 // ev] and lse [heads, m] (float, or double for float64). The backward writes dq, dk, dv (the
 // inputs' shapes) from dout and the forward's out and lse, with `delta` [heads, m] (lse's type)
 // as scratch. flash_attention_supported: whether the kernels take this dtype and head widths
-// (float up to 128, double up to 64); otherwise they return cudaErrorNotSupported.
+// (float up to 128, double up to 64); otherwise they return cudaErrorNotSupported. 16-bit
+// calls with e == ev of 64 or 128 and 16-byte aligned pointers run on tensor cores
+// (attention_tc.cu).
 bool flash_attention_supported(int dtype, int64_t e, int64_t ev);
 // dropout_p > 0: attention dropout under `seed`, or the key in device memory at `seed_slot`
 // where that is not null (tensor/internal/kernel_ops.h's AttentionDropout and RandomKey).

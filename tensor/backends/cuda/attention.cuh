@@ -1,0 +1,63 @@
+// What the two flash attention files share: attention.cu (CUDA cores, every floating dtype and
+// the entry points of kernels.h) and attention_tc.cu (tensor cores, 16-bit dtypes, the widths
+// 64 and 128). Both walk the keys in blocks of 64 with a running maximum per query row, as the
+// CPU twin (tensor/backends/cpu/flash_attention.cc) does, and keep lse = max + log(sum) per row
+// so that either backward takes either forward's statistics.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "tinyddp/tensor/internal/philox.h"
+
+namespace tinyddp::tensor::cuda::kernels::attention {
+
+__host__ __device__ inline int64_t smaller(int64_t a, int64_t b) { return a < b ? a : b; }
+__host__ __device__ inline int64_t larger(int64_t a, int64_t b) { return a > b ? a : b; }
+
+struct Sizes {
+  int64_t heads, m, n, e, ev;
+  bool causal;
+  // How many keys (a prefix) query row `row` sees.
+  __device__ int64_t keys_for(int64_t row) const { return causal ? smaller(n, row + n - m + 1) : n; }
+  // Whether query row `row` sees key `key`.
+  __device__ bool sees(int64_t row, int64_t key) const { return !causal || key <= row + n - m; }
+};
+
+// Attention dropout: the factor of weight index i (1 / keep where kept, else 0; 1 when off).
+// Element (head, i, j) of the [heads, m, n] weights has index (head m + i) n + j, as dropout's
+// own mask over the weights. The key is `seed`, or the word at `slot` (a CUDA graph's, filled
+// before each replay), which each kernel reads first (resolve).
+template <typename A>
+struct Drop {
+  bool on;
+  uint64_t seed;
+  const uint64_t* slot;
+  float keep;
+  A kept;
+  __device__ void resolve() {
+    if (on && slot != nullptr) seed = *slot;
+  }
+  __device__ A factor(uint64_t i) const { return !on || philox::dropout_keep(seed, i, keep) ? kept : A(0); }
+  // The same for increasing indices (a row of the weights), a Philox block per four.
+  __device__ A factor(philox::KeepStream& stream, uint64_t i) const { return !on || stream(i) ? kept : A(0); }
+};
+
+template <typename A>
+Drop<A> drop_of(double p, uint64_t seed, const uint64_t* slot) {
+  return Drop<A>{p > 0, seed, slot, static_cast<float>(1.0 - p), static_cast<A>(p > 0 ? 1.0 / (1.0 - p) : 1.0)};
+}
+
+// attention_tc.cu. takes: whether the tensor-core kernels take this call (float16 or bfloat16,
+// e == ev of 64 or 128, every pointer 16-byte aligned for the vector loads). The forward writes
+// out and lse (float); the backward writes dq, dk, dv from the forward's out and lse and from
+// delta [heads, m] = rowsum(dout * out), which the caller has computed.
+bool tc_takes(int dtype, int64_t e, int64_t ev, const void* const* pointers, int count);
+int tc_forward(const void* q, const void* k, const void* v, int dtype, void* out, float* lse, const Sizes& z,
+               double scale, const Drop<float>& drop, cudaStream_t stream);
+int tc_backward(const void* q, const void* k, const void* v, const void* dout, const float* lse, const float* delta,
+                int dtype, void* dq, void* dk, void* dv, const Sizes& z, double scale, const Drop<float>& drop,
+                cudaStream_t stream);
+
+}  // namespace tinyddp::tensor::cuda::kernels::attention
