@@ -5,7 +5,9 @@
 // so that either backward takes either forward's statistics.
 #pragma once
 
+#ifndef TINYDDP_CUDA_EMULATION  // tests/tensor/cuda_emulation.h supplies CUDA's names instead
 #include <cuda_runtime.h>
+#endif
 
 #include <cstdint>
 
