@@ -1,7 +1,8 @@
 // Tensor benchmarks (Google Benchmark): float32 and bfloat16 matmul at 256/512/1024 and at the
 // GEMM shapes of the MLP 784-1024-1024-10 training step (batch 128), elementwise adds of 16 M
 // floats and the memcpy they are measured against, an add and a relu on channels-last tensors,
-// x[rows, cols] and an in-place op on a view with its backward. Build with -c opt;
+// x[rows, cols], an in-place op on a view with its backward, and batch_norm's backward sums at
+// the digits CNN's shapes. Build with -c opt;
 // bench/compare.py runs this beside PyTorch (bench/torch_indexing.py the last two).
 #include "bench/bench_main.h"
 
@@ -284,6 +285,20 @@ void BM_InPlaceViewBackward(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_InPlaceViewBackward)->Unit(benchmark::kMillisecond);
+
+// batch_norm's backward sums (sum dy, sum dy (x - mean) per channel) at the digits CNN's two
+// shapes, [64, 16, 8, 8] and [64, 32, 4, 4] (rows of 64 and 16 elements), float32.
+void BM_BatchNormBackwardReduce(benchmark::State& state) {
+  const int64_t channels = state.range(0), side = state.range(1);
+  t::Generator g(0);
+  const t::Tensor x = t::randn({64, channels, side, side}, {}, &g), dy = t::randn({64, channels, side, side}, {}, &g);
+  const t::Tensor mean = t::zeros({channels});
+  for (auto _ : state) {
+    auto sums = t::batch_norm_backward_reduce(dy, x, mean);
+    benchmark::DoNotOptimize(std::get<0>(sums).raw_data_ptr());
+  }
+}
+BENCHMARK(BM_BatchNormBackwardReduce)->Args({16, 8})->Args({32, 4})->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

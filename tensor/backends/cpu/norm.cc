@@ -69,7 +69,11 @@ class LaneSums {
   }
 
  private:
-  using Lanes = std::array<std::array<double, kLanes>, Sums>;
+  // Each channel's lanes on cache lines of their own: the threads write neighbouring channels'
+  // lanes once per row, and two channels sharing a line made the backward's 2-thread pass over
+  // [64, 32, 4, 4] slower than one thread's (bench/README.md, "False sharing in the batch-norm
+  // sums").
+  struct alignas(64) Lanes : std::array<std::array<double, kLanes>, Sums> {};
   std::vector<Lanes> lanes_;  // zeros to begin with
 };
 
