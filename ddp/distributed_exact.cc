@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tinyddp/base/error.h"
+#include "tinyddp/comm/host_staging.h"
 #include "tinyddp/ddp/distributed.h"
 
 namespace tinyddp::ddp {
@@ -15,10 +16,6 @@ namespace tinyddp::ddp {
 void DistributedDataParallel::check_deterministic() const {
   TDDP_CHECK(options_.chunk_size() >= 1, "DistributedDataParallel: chunk_size must be at least 1 row, got {}",
              options_.chunk_size());
-  TDDP_CHECK(control_device_.type == tensor::kCPU,
-             "DistributedDataParallel: the deterministic option sums on the CPU, but this process group ({}) takes "
-             "device tensors only: use a gloo group",
-             pg_->backend());
   TDDP_CHECK(!options_.find_unused_parameters() && !options_.static_graph(),
              "DistributedDataParallel: the deterministic option does not take find_unused_parameters or static_graph "
              "(a parameter without a gradient adds zeros to the exact sum)");
@@ -27,8 +24,10 @@ void DistributedDataParallel::check_deterministic() const {
 }
 
 void DistributedDataParallel::start_exact_steps() {
-  exact_ = std::make_unique<ExactSteps>(pg_, options_.chunk_size(), params_.size(), [this](int64_t total) {
-    auto sum = std::make_unique<ExactGradientSum>(params_, param_names_, pg_, total);
+  // The steps' collectives take CPU tensors: on NCCL they are copied to the GPU and back.
+  const std::shared_ptr<comm::ProcessGroup> group = comm::host_staged(pg_, control_device_);
+  exact_ = std::make_unique<ExactSteps>(group, options_.chunk_size(), params_.size(), [this, group](int64_t total) {
+    auto sum = std::make_unique<ExactGradientSum>(params_, param_names_, group, total);
     sum->keep_chunks(8);
     return sum;
   });

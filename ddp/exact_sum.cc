@@ -11,6 +11,7 @@
 
 #include "tinyddp/base/error.h"
 #include "tinyddp/comm/flatten.h"
+#include "tinyddp/comm/host_staging.h"
 #include "tinyddp/ddp/exact_fold.h"
 #include "tinyddp/ddp/reducer.h"
 #include "tinyddp/tensor/ops.h"
@@ -133,10 +134,9 @@ void ExactGradientSum::lay_out() {
     offset += world * block;
   }
   offsets_.push_back(offset);
-  TDDP_CHECK(!pg_ || control_device(*pg_, params_).type == t::kCPU,
-             "ExactGradientSum: the sums are made and allreduced on the CPU, but this process group ({}) takes device "
-             "tensors only: run the exact sums over a gloo group",
-             pg_ ? pg_->backend() : "");
+  // The sums live on the CPU; a group that takes device tensors only (NCCL) adds them on the
+  // device, each collective's tensors copied there and back (comm/host_staging.h).
+  if (pg_) pg_ = comm::host_staged(pg_, control_device(*pg_, params_));
   sums_ = t::zeros({offset}, t::TensorOptions().dtype(t::kInt64));
   bound_.assign(params_.size(), kUnknown);
   step_bound_.assign(params_.size(), kUnknown);

@@ -5,8 +5,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tinyddp/comm/host_staging.h"
 #include "tinyddp/ddp/fully_shard.h"
 #include "tinyddp/ddp/fully_shard_registry.h"
+#include "tinyddp/ddp/reducer.h"
 
 namespace tinyddp::ddp {
 
@@ -79,8 +81,10 @@ ExactSteps& FullyShardedUnit::exact_steps(const nn::Module& root) {
   }
   // (One chunk's gradients folded at a time: keeping more, as DDP does, would hold more full
   // gradients, what sharding saves.)
-  exact_ = std::make_unique<ExactSteps>(pg_, options_.chunk_size(), params.size(),
-                                        [params, names, layout, pg = pg_](int64_t total) {
+  // The steps' collectives take CPU tensors: on NCCL they are copied to the GPU and back.
+  const std::shared_ptr<comm::ProcessGroup> group = comm::host_staged(pg_, control_device(*pg_, params));
+  exact_ = std::make_unique<ExactSteps>(group, options_.chunk_size(), params.size(),
+                                        [params, names, layout, pg = group](int64_t total) {
                                           return std::make_unique<ExactGradientSum>(params, names, pg, total, layout);
                                         });
   return *exact_;

@@ -30,9 +30,10 @@
 #             eager and cuda_graph=True; PyTorch eager (SDPA, fused AdamW, as nanoGPT) the same, and
 #             torch.compile at bf16 batch 8; tokens/s over the iterations after the fifth, MFU, peak
 #             GPU memory (~6 min)
-#   attention the tensor-core flash attention: attention_test's GPU cases, memcheck, racecheck and
-#             synccheck over its case, its time against the composed route and PyTorch's SDPA,
-#             GPT-2 small bf16 batch 8 on each route (TINYDDP_CUDA_SDP) and PyTorch's (~5 min)
+#   new       what landed since the last GPU run: the tensor-core flash attention (attention_test's
+#             GPU cases, memcheck, racecheck and synccheck over its case, its time against the
+#             composed route and PyTorch's SDPA, GPT-2 small bf16 batch 8 on each route by
+#             TINYDDP_CUDA_SDP and PyTorch's) and the deterministic option over NCCL (~5 min)
 #   profile   GPU time per kind of kernel (GEMM, attention, norm, elementwise, optimizer, copy,
 #             ...), calls, and the GPU's idle gaps, tinyddp's op profiler (tensor/profiler.h)
 #             beside torch.profiler's (scripts/profile_compare.py): the example GPT (float32,
@@ -50,8 +51,8 @@
 set -uo pipefail
 part=${1:-}
 case "$part" in
-  tests|sanitize|sanitize2|sanitize3|bench|bench2|gpt2|attention|cpu|cpu_bf16|profile|short) ;;
-  *) echo "usage: gpu_run.sh tests|sanitize|sanitize2|sanitize3|bench|bench2|gpt2|attention|cpu|cpu_bf16|profile|short   (one part per device call: each fits in 600 s)" >&2
+  tests|sanitize|sanitize2|sanitize3|bench|bench2|gpt2|new|cpu|cpu_bf16|profile|short) ;;
+  *) echo "usage: gpu_run.sh tests|sanitize|sanitize2|sanitize3|bench|bench2|gpt2|new|cpu|cpu_bf16|profile|short   (one part per device call: each fits in 600 s)" >&2
     exit 2 ;;
 esac
 here=$(cd "$(dirname "$0")" && pwd)
@@ -369,11 +370,13 @@ case "$part" in
     grep -h -E "RESULT|peak GPU" "$logs"/torch_gpt2_*.log 2> /dev/null | tee -a "$summary"
     cp "$logs"/gpt2_*.log "$logs"/torch_gpt2_*.log "$out/" 2> /dev/null
     ;;
-  attention)
+  new)
     # The tensor-core flash attention (tensor/backends/cuda/attention_tc.cu): the GPU cases of
     # attention_test, three sanitizers over its own case, its time against the composed route
-    # and PyTorch's, then GPT-2 small in bf16 at batch 8 on each route and PyTorch's.
+    # and PyTorch's, then GPT-2 small in bf16 at batch 8 on each route and PyTorch's; after its
+    # cases, the deterministic option's integer sums over NCCL (comm/host_staging.h).
     step attention_test 90 ours ./tests/tensor/attention_test "[cuda]"
+    step exact_nccl 60 ours ./tests/ddp/equivalence_test "*deterministic option on CUDA over NCCL*"
     for tool in memcheck racecheck synccheck; do
       step "${tool}_tc" 90 ours "$sanitizer" --tool "$tool" --error-exitcode 99 ./tests/tensor/attention_test \
         "CUDA: the tensor-core kernels*"

@@ -169,3 +169,38 @@ TEST_CASE("DDP on CUDA over NCCL (a world of one): trains like one process, allr
   CHECK(s.last_backward_comm_us > 0);
   CHECK(s.last_overlap_us > 0);  // the first bucket's allreduce ran while backward went on
 }
+
+TEST_CASE("DDP's deterministic option on CUDA over NCCL (a world of one): the bits of the same steps over Gloo",
+          "[ddp][cuda][nccl][exact]") {
+  if (!tensor::cuda::is_available()) TINYDDP_SKIP(tensor::cuda::unavailable_reason());
+  const tensor::Device gpu = tensor::Device::cuda(0);
+  const Data data = make_data(3, 8);
+  // Three deterministic steps of SGD on pg (its int64 sums staged through the GPU on NCCL,
+  // comm/host_staging.h); the parameters after them.
+  const auto train = [&](ProcessGroup& pg) {
+    auto model = nn::mlp({6, 16, 3});
+    tensor::Generator init(3);
+    {
+      tensor::NoGradGuard no_grad;
+      for (const Tensor& p : model->parameters()) tensor::uniform_(p, -0.5, 0.5, &init);
+    }
+    model->to(gpu);
+    DistributedDataParallel ddp(model, borrow(pg), DDPOptions().deterministic(true).chunk_size(2));
+    nn::SGD opt(model->parameters(), nn::SGDOptions(0.05));
+    for (int s = 0; s < 3; ++s) {
+      ddp.deterministic_step(data.inputs[s].to(gpu), data.targets[s].to(gpu),
+                             [&](const Tensor& x, const Tensor& y) { return nn::mse_loss(ddp.forward(x), y); });
+      opt.step();
+    }
+    std::vector<double> params;
+    for (const Tensor& p : model->parameters()) {
+      for (double v : p.to(tensor::kCPU).to(tensor::kFloat64).to_vector<double>()) params.push_back(v);
+    }
+    return params;
+  };
+  comm::ProcessGroupNccl nccl(std::make_shared<comm::HashStore>(), 0, 1);
+  const std::vector<double> over_nccl = train(nccl);
+  std::vector<double> over_gloo;
+  require_no_failures(run_threads(1, [&](ProcessGroup& pg, Expectations&) { over_gloo = train(pg); }));
+  CHECK(over_nccl == over_gloo);  // bit for bit
+}

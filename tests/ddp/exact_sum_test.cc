@@ -11,6 +11,7 @@
 
 #include "tests/comm/comm_test_util.h"
 #include "tests/test_util.h"
+#include "tinyddp/comm/host_staging.h"
 #include "tinyddp/ddp/exact_fold.h"
 #include "tinyddp/ddp/exact_sum.h"
 #include "tinyddp/tensor/cpu_isa.h"
@@ -57,14 +58,16 @@ struct Result {
 };
 
 // The means of every step on `world` ranks, each rank adding chunks [r C / W, (r + 1) C / W).
-// With `keep` > 1, the chunks' gradients are kept and folded together (keep_chunks).
-Result means_on(int world, size_t keep = 1) {
+// With `keep` > 1, the chunks' gradients are kept and folded together (keep_chunks); `staged`:
+// through comm::stage_through (NCCL's path: each collective's tensors copied and back).
+Result means_on(int world, size_t keep = 1, bool staged = false) {
   Result result;
   std::mutex mutex;
   require_no_failures(run_threads(world, [&](comm::ProcessGroup& pg, Expectations& e) {
     std::vector<t::Tensor> params;
     for (const Param& p : kParams) params.push_back(t::zeros(p.shape, t::TensorOptions().dtype(p.dtype)));
-    ddp::ExactGradientSum sum(params, {"a", "b", "c"}, borrow(pg), kChunks);
+    const auto group = staged ? comm::stage_through(borrow(pg), t::Device(t::kCPU)) : borrow(pg);
+    ddp::ExactGradientSum sum(params, {"a", "b", "c"}, group, kChunks);
     sum.keep_chunks(keep);
     const int64_t per_rank = kChunks / world, first = pg.rank() * per_rank;
     std::vector<std::vector<double>> means;
@@ -118,6 +121,7 @@ TEST_CASE("ExactGradientSum gives the same bits on 1, 2, 3, 4 and 6 ranks, withi
   for (int world : {1, 3}) {  // chunks kept and folded 4 at a time: the same integers
     INFO(world << " ranks, 4 chunks folded together");
     CHECK(means_on(world, 4).means == one.means);
+    CHECK(means_on(world, 1, true).means == one.means);  // and through a host-staged group
   }
   // Against the exact mean (long double sums of the chunks' values): the grid's resolution,
   // 2^-precision of the bound 2^E, plus the one rounding to the parameter's dtype. The grid is
