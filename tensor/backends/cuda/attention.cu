@@ -17,7 +17,8 @@
 //   dS = P (mask dP - delta), as the CPU twin.
 // float, double, and the 16-bit floats (computed in float, rounded once on the way out); head
 // widths up to 128 (float) or 64 (double), as a template bound so that the rows stay in
-// registers.
+// registers. 16-bit calls of width 64 or 128 with 16-byte aligned pointers go to the
+// tensor-core kernels of attention_tc.cuh instead (the entry points below choose).
 #include <cuda_runtime.h>
 
 #include <algorithm>
