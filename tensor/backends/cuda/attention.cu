@@ -270,21 +270,10 @@ int bound_for(int64_t width, bool is_double) {
   return width <= 128 && !is_double ? 128 : 0;
 }
 
-dim3 grid_for(int64_t rows, int64_t heads) {
-  return dim3(static_cast<unsigned>((rows + kRows - 1) / kRows), static_cast<unsigned>(smaller(heads, 65535)));
-}
-
-// Launches kernel with `bytes` of dynamic shared memory (raising the kernel's limit past 48 KB
-// where needed).
+// A kernel over blocks of kRows query (or key) rows by heads (attention.cuh's launch_tiles).
 template <typename Kernel, typename... Args>
-cudaError_t launch(Kernel kernel, dim3 grid, size_t bytes, void* stream, Args... args) {
-  if (bytes > 48 * 1024) {
-    const cudaError_t status =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-    if (status != cudaSuccess) return status;
-  }
-  kernel<<<grid, kRows, bytes, static_cast<cudaStream_t>(stream)>>>(args...);
-  return cudaGetLastError();
+cudaError_t launch(Kernel kernel, int64_t rows, int64_t heads, size_t bytes, void* stream, Args... args) {
+  return attention::launch_tiles(kernel, rows, kRows, heads, kRows, bytes, static_cast<cudaStream_t>(stream), args...);
 }
 
 // f(T{}, std::integral_constant<int, D>{}) for a floating dtype and a supported width.
@@ -326,9 +315,9 @@ int flash_attention(const void* q, const void* k, const void* v, int dtype, void
     using T = decltype(tag);
     using A = acc_t<T>;
     const size_t bytes = sizeof(A) * kTile * (e + ev + kRows);
-    return launch(forward_kernel<T, decltype(bound)::value>, grid_for(m, heads), bytes, stream,
-                  static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(out),
-                  static_cast<A*>(lse), z, static_cast<A>(scale), drop_of<A>(dropout_p, seed, seed_slot));
+    return launch(forward_kernel<T, decltype(bound)::value>, m, heads, bytes, stream, static_cast<const T*>(q),
+                  static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(out), static_cast<A*>(lse), z,
+                  static_cast<A>(scale), drop_of<A>(dropout_p, seed, seed_slot));
   });
 }
 
@@ -355,16 +344,16 @@ int flash_attention_backward(const void* q, const void* k, const void* v, const 
                                                                scale, drop_of<float>(dropout_p, seed, seed_slot), s));
       }
     }
-    status = launch(dq_kernel<T, D>, grid_for(m, heads), sizeof(A) * kTile * (e + ev), stream, static_cast<const T*>(q),
+    status = launch(dq_kernel<T, D>, m, heads, sizeof(A) * kTile * (e + ev), stream, static_cast<const T*>(q),
                     static_cast<const T*>(k), static_cast<const T*>(v), static_cast<const T*>(dout),
                     static_cast<const A*>(lse), static_cast<const A*>(delta), static_cast<T*>(dq), z,
                     static_cast<A>(scale), drop_of<A>(dropout_p, seed, seed_slot));
     if (status != cudaSuccess) return status;
     const size_t bytes = sizeof(A) * (kRows * (e + 1 + ev + 1) + kTile * (e + ev + 2));
-    return launch(dkdv_kernel<T, D>, grid_for(n, heads), bytes, stream, static_cast<const T*>(q),
-                  static_cast<const T*>(k), static_cast<const T*>(v), static_cast<const T*>(dout),
-                  static_cast<const A*>(lse), static_cast<const A*>(delta), static_cast<T*>(dk), static_cast<T*>(dv), z,
-                  static_cast<A>(scale), drop_of<A>(dropout_p, seed, seed_slot));
+    return launch(dkdv_kernel<T, D>, n, heads, bytes, stream, static_cast<const T*>(q), static_cast<const T*>(k),
+                  static_cast<const T*>(v), static_cast<const T*>(dout), static_cast<const A*>(lse),
+                  static_cast<const A*>(delta), static_cast<T*>(dk), static_cast<T*>(dv), z, static_cast<A>(scale),
+                  drop_of<A>(dropout_p, seed, seed_slot));
   });
 }
 

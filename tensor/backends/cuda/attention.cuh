@@ -51,6 +51,24 @@ Drop<A> drop_of(double p, uint64_t seed, const uint64_t* slot) {
   return Drop<A>{p > 0, seed, slot, static_cast<float>(1.0 - p), static_cast<A>(p > 0 ? 1.0 / (1.0 - p) : 1.0)};
 }
 
+#ifdef __CUDACC__
+// Launches kernel over blocks of `tile` rows (of `rows`) by heads (past 65,535 heads each block
+// loops over several), `threads` per block and `bytes` of dynamic shared memory, raising the
+// kernel's limit past 48 KB where needed. Both files' kernels go through it.
+template <typename Kernel, typename... Args>
+cudaError_t launch_tiles(Kernel kernel, int64_t rows, int tile, int64_t heads, int threads, size_t bytes,
+                         cudaStream_t stream, Args... args) {
+  if (bytes > 48 * 1024) {
+    const cudaError_t status =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+    if (status != cudaSuccess) return status;
+  }
+  const dim3 grid(static_cast<unsigned>((rows + tile - 1) / tile), static_cast<unsigned>(smaller(heads, 65535)));
+  kernel<<<grid, threads, bytes, stream>>>(args...);
+  return cudaGetLastError();
+}
+#endif
+
 // attention_tc.cu. takes: whether the tensor-core kernels take this call (float16 or bfloat16,
 // e == ev of 64 or 128, every pointer 16-byte aligned for the vector loads). The forward writes
 // out and lse (float); the backward writes dq, dk, dv from the forward's out and lse and from

@@ -1,6 +1,6 @@
 // Launches the tensor-core flash attention kernels of attention_tc.cuh (attention.cuh's
-// tc_takes, tc_forward, tc_backward): grids of 64-row tiles by heads, shared memory sized by
-// each kernel's Layout.
+// tc_takes, tc_forward, tc_backward): grids of 64-row tiles by heads (launch_tiles), shared
+// memory sized by each kernel's layout.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -18,23 +18,6 @@ using tc::dq_kernel;
 using tc::forward_kernel;
 using tc::kThreads;
 using tc::kTile;
-using tc::Layout;
-
-dim3 grid_for(int64_t rows, int64_t heads) {
-  return dim3(static_cast<unsigned>((rows + kTile - 1) / kTile), static_cast<unsigned>(smaller(heads, 65535)));
-}
-
-// Launches kernel with `bytes` of dynamic shared memory, raising its limit past 48 KB.
-template <typename Kernel, typename... Args>
-cudaError_t launch(Kernel kernel, dim3 grid, size_t bytes, cudaStream_t stream, Args... args) {
-  if (bytes > 48 * 1024) {
-    const cudaError_t status =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-    if (status != cudaSuccess) return status;
-  }
-  kernel<<<grid, kThreads, bytes, stream>>>(args...);
-  return cudaGetLastError();
-}
 
 // f(W{}, std::integral_constant<int, E>{}) for float16 (2) or bfloat16 (3) and E of 64 or 128.
 template <typename F>
@@ -64,9 +47,9 @@ int tc_forward(const void* q, const void* k, const void* v, int dtype, void* out
   return with_types(dtype, z.e, [&](auto tag, auto width) {
     using W = decltype(tag);
     constexpr int E = decltype(width)::value;
-    return launch(forward_kernel<W, E>, grid_for(z.m, z.heads), Layout<E>{2, 1, 1}.bytes(), stream,
-                  static_cast<const W*>(q), static_cast<const W*>(k), static_cast<const W*>(v), static_cast<W*>(out),
-                  lse, z, static_cast<float>(scale), drop);
+    return launch_tiles(forward_kernel<W, E>, z.m, kTile, z.heads, kThreads, tc::forward_layout<E>().bytes(), stream,
+                        static_cast<const W*>(q), static_cast<const W*>(k), static_cast<const W*>(v),
+                        static_cast<W*>(out), lse, z, static_cast<float>(scale), drop);
   });
 }
 
@@ -81,11 +64,11 @@ int tc_backward(const void* q, const void* k, const void* v, const void* dout, c
     const auto* vw = static_cast<const W*>(v);
     const auto* dw = static_cast<const W*>(dout);
     const float s = static_cast<float>(scale);
-    const cudaError_t status = launch(dq_kernel<W, E>, grid_for(z.m, z.heads), Layout<E>{2, 2, 1}.bytes(), stream, qw,
-                                      kw, vw, dw, lse, delta, static_cast<W*>(dq), z, s, drop);
+    const cudaError_t status = launch_tiles(dq_kernel<W, E>, z.m, kTile, z.heads, kThreads, tc::dq_layout<E>().bytes(),
+                                            stream, qw, kw, vw, dw, lse, delta, static_cast<W*>(dq), z, s, drop);
     if (status != cudaSuccess) return status;
-    return launch(dkdv_kernel<W, E>, grid_for(z.n, z.heads), Layout<E>{2, 2, 2}.bytes() + sizeof(float) * 2 * kTile,
-                  stream, qw, kw, vw, dw, lse, delta, static_cast<W*>(dk), static_cast<W*>(dv), z, s, drop);
+    return launch_tiles(dkdv_kernel<W, E>, z.n, kTile, z.heads, kThreads, tc::dkdv_layout<E>().bytes(), stream, qw, kw,
+                        vw, dw, lse, delta, static_cast<W*>(dk), static_cast<W*>(dv), z, s, drop);
   });
 }
 

@@ -66,17 +66,32 @@ inline __device__ __half to_w<__half>(float v) {
 
 // Shared memory, in bytes (each piece a multiple of 32, as WMMA's pointers need): `tiles` staged
 // tiles of 64 rows of width E, then per warp `floats` float [16][kLdS] score tiles, `halves`
-// 16-bit [16][kLdP] tiles and 32 floats of row statistics.
+// 16-bit [16][kLdP] tiles and 32 floats of row statistics, then `block_floats` floats for the
+// whole block.
 template <int E>
 struct Layout {
   static constexpr int kLd = E + kPad;
-  int tiles, floats, halves;
+  int tiles, floats, halves, block_floats;
   __host__ __device__ constexpr size_t tile_bytes() const { return size_t{2} * kTile * kLd; }
   __host__ __device__ constexpr size_t warp_bytes() const {
     return sizeof(float) * (16 * kLdS * floats + 32) + size_t{2} * 16 * kLdP * halves;
   }
-  __host__ __device__ constexpr size_t bytes() const { return tile_bytes() * tiles + warp_bytes() * kWarps; }
+  __host__ __device__ constexpr size_t warps_end() const { return tile_bytes() * tiles + warp_bytes() * kWarps; }
+  __host__ __device__ constexpr size_t bytes() const { return warps_end() + sizeof(float) * block_floats; }
 };
+// Each kernel's, read by the kernel and by its launch (attention_tc.cu).
+template <int E>
+__host__ __device__ constexpr Layout<E> forward_layout() {
+  return {2, 1, 1, 0};
+}
+template <int E>
+__host__ __device__ constexpr Layout<E> dq_layout() {
+  return {2, 2, 1, 0};
+}
+template <int E>
+__host__ __device__ constexpr Layout<E> dkdv_layout() {
+  return {2, 2, 2, 2 * kTile};  // the block: the query tile's lse and delta
+}
 
 // A warp's pieces of a Layout.
 template <typename W, int E>
@@ -188,7 +203,7 @@ __device__ void write_rows(W* dst, Acc (&acc)[E / 16], int64_t first, int64_t li
 template <typename W, int E>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(const W* q, const W* k, const W* v, W* out, float* lse, Sizes z, float scale, Drop<float> drop) {
-  constexpr Layout<E> layout{2, 1, 1};
+  constexpr Layout<E> layout = forward_layout<E>();
   drop.resolve();
   extern __shared__ __align__(128) unsigned char shared[];
   const Pieces<W, E> at(shared, layout);
@@ -257,7 +272,7 @@ template <typename W, int E>
 __global__ void __launch_bounds__(kThreads)
     dq_kernel(const W* q, const W* k, const W* v, const W* dout, const float* lse, const float* delta, W* dq, Sizes z,
               float scale, Drop<float> drop) {
-  constexpr Layout<E> layout{2, 2, 1};
+  constexpr Layout<E> layout = dq_layout<E>();
   drop.resolve();
   extern __shared__ __align__(128) unsigned char shared[];
   const Pieces<W, E> at(shared, layout);
@@ -309,13 +324,13 @@ template <typename W, int E>
 __global__ void __launch_bounds__(kThreads)
     dkdv_kernel(const W* q, const W* k, const W* v, const W* dout, const float* lse, const float* delta, W* dk, W* dv,
                 Sizes z, float scale, Drop<float> drop) {
-  constexpr Layout<E> layout{2, 2, 2};
+  constexpr Layout<E> layout = dkdv_layout<E>();
   drop.resolve();
   extern __shared__ __align__(128) unsigned char shared[];
   const Pieces<W, E> at(shared, layout);
   W *qs = at.tile[0], *dos = at.tile[1];
   W *pt = at.halves[0], *dst = at.halves[1];
-  float* row_stats = reinterpret_cast<float*>(shared + layout.bytes());  // [kTile] lse, [kTile] delta
+  float* row_stats = reinterpret_cast<float*>(shared + layout.warps_end());  // [kTile] lse, [kTile] delta
   const int lane = threadIdx.x % 32, r = lane / 2, h = lane % 2;
   const int64_t key0 = static_cast<int64_t>(blockIdx.x) * kTile;
   const int64_t warp_key0 = key0 + (threadIdx.x / 32) * 16, key = warp_key0 + r;
