@@ -9,9 +9,13 @@
 //   (bfloat16: the tensor-core ones), without and with attention dropout 0.1 (composed: dropout
 //   on the weights), alone with --only attention:
 //     "RESULT op=attention route=<composed|flash> dropout=<0|0.1> dtype=<float32|bfloat16> ms=<x>"
+//   the general (strided, broadcast) elementwise path at GPT-2 small's sizes, alone with --only
+//   strided: the heads' transpose of [8, 1024, 12, 64] bfloat16 into a dense [8, 12, 1024, 64],
+//   and a float32 [8192, 768] minus a [8192, 1] column:
+//     "RESULT op=<transpose_copy|broadcast_sub> ms=<x> gbps=<y>" (bytes read and written per ms)
 // bench/torch_cuda_ops.py prints the same lines for PyTorch on the same GPU.
 // Usage (a --config=cuda build): bazel-bin/bench/cuda_ops [--repeats 20] [--n 4096] [--elements 268435456]
-//   [--only attention]
+//   [--only attention|strided]
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -93,6 +97,19 @@ void attention(int repeats) {
   }
 }
 
+void strided(int repeats) {
+  const t::Device gpu = t::Device::cuda(0);
+  const t::Tensor heads = t::randn({8, 1024, 12, 64}).to(gpu).to(t::kBFloat16);
+  const t::Tensor dense = t::empty({8, 12, 1024, 64}, t::TensorOptions(t::kBFloat16).device(gpu));
+  const double copy_ms = median_ms(repeats, [&] { dense.copy_(heads.transpose(1, 2)); });
+  std::cout << "RESULT op=transpose_copy ms=" << copy_ms << " gbps=" << 2.0 * heads.nbytes() / (copy_ms * 1e6)
+            << std::endl;
+  const t::Tensor x = t::randn({8192, 768}).to(gpu), column = t::randn({8192, 1}).to(gpu);
+  const t::Tensor out = t::empty({8192, 768}, t::TensorOptions().device(gpu));
+  const double sub_ms = median_ms(repeats, [&] { t::add_out(out, x, column, -1.0, "sub"); });
+  std::cout << "RESULT op=broadcast_sub ms=" << sub_ms << " gbps=" << 2.0 * x.nbytes() / (sub_ms * 1e6) << std::endl;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -104,7 +121,8 @@ int main(int argc, char** argv) {
   app.add_option("--elements", elements, "floats per operand of add and copy (default 268435456)")
       ->check(CLI::PositiveNumber);
   std::string only;
-  app.add_option("--only", only, "time only this (the others first, by default)")->check(CLI::IsMember({"attention"}));
+  app.add_option("--only", only, "time only this (the others first, by default)")
+      ->check(CLI::IsMember({"attention", "strided"}));
   CLI11_PARSE(app, argc, argv);
   try {
     if (!t::cuda::is_available()) throw tinyddp::Error(t::cuda::unavailable_reason());
@@ -112,7 +130,8 @@ int main(int argc, char** argv) {
       matmuls(n, repeats);
       elementwise(elements, repeats);
     }
-    attention(repeats);
+    if (only != "strided") attention(repeats);
+    if (only != "attention") strided(repeats);
   } catch (const std::exception& e) {
     std::cerr << "cuda_ops: " << e.what() << "\n";
     return 1;

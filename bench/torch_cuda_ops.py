@@ -2,7 +2,8 @@
 """PyTorch side of //bench:cuda_ops on the same GPU: matmul 4096 (float32 with TF32 off, TF32,
 bfloat16), an add of 256 M floats into a third tensor and a same-device copy (cudaMemcpy),
 causal attention at GPT-2 small's shape forward + backward (composed as nanoGPT's slow path,
-and F.scaled_dot_product_attention as its flash path), timed with CUDA events (median of --repeats after 3 untimed calls). Prints the same RESULT
+and F.scaled_dot_product_attention as its flash path), the heads' transpose and a broadcast
+subtraction (the general elementwise path), timed with CUDA events (median of --repeats after 3 untimed calls). Prints the same RESULT
 lines with impl=torch.
 
 Run on a GPU machine: python3 bench/torch_cuda_ops.py
@@ -32,11 +33,14 @@ def main():
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--elements", type=int, default=256 << 20)
-    parser.add_argument("--only", choices=["attention"], help="time only this (the others first, by default)")
+    parser.add_argument("--only", choices=["attention", "strided"], help="time only this (the others first, by default)")
     args = parser.parse_args()
-    if args.only != "attention":
+    if args.only is None:
         products_and_elementwise(args)
-    attention(args)
+    if args.only != "strided":
+        attention(args)
+    if args.only != "attention":
+        strided(args)
 
 
 def products_and_elementwise(args):
@@ -77,6 +81,18 @@ def attention(args):
                     q.grad = k.grad = v.grad = None
                 ms = median_ms(args.repeats, step)
                 print(f"RESULT impl=torch op=attention route={route} dropout={p} dtype={name} ms={ms:.4f}")
+
+
+def strided(args):
+    heads = torch.randn(8, 1024, 12, 64, device="cuda").bfloat16()
+    dense = torch.empty(8, 12, 1024, 64, device="cuda", dtype=torch.bfloat16)
+    nbytes = heads.numel() * heads.element_size()
+    ms = median_ms(args.repeats, lambda: dense.copy_(heads.transpose(1, 2)))
+    print(f"RESULT impl=torch op=transpose_copy ms={ms:.4f} gbps={2 * nbytes / (ms * 1e6):.1f}")
+    x, column = torch.randn(8192, 768, device="cuda"), torch.randn(8192, 1, device="cuda")
+    out = torch.empty(8192, 768, device="cuda")
+    ms = median_ms(args.repeats, lambda: torch.sub(x, column, out=out))
+    print(f"RESULT impl=torch op=broadcast_sub ms={ms:.4f} gbps={2 * x.numel() * 4 / (ms * 1e6):.1f}")
 
 
 if __name__ == "__main__":

@@ -31,8 +31,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   const auto heads = [&](const Tensor& m) { return m.view({b, t, n_head, head}).transpose(1, 2); };
   const Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
   // softmax(q k^T / sqrt(head), future masked out) v in one op, flash attention's way where
-  // the backend has a kernel (no T x T matrix in memory; on a GPU only past
-  // cuda::kComposedAttentionBytes of weights, docs/tensor.md), as nanoGPT's
+  // the backend has a kernel (no T x T matrix in memory; on a GPU in 16 bits on tensor cores,
+  // else only past cuda::kComposedAttentionBytes of weights, docs/tensor.md), as nanoGPT's
   // scaled_dot_product_attention branch; attention dropout inside it off the CPU (its mask is
   // dropout's own there). With attention dropout on the CPU, where dropout draws PyTorch's CPU
   // stream: the weights in one kernel (nanoGPT's mul, masked_fill and softmax, the same

@@ -165,11 +165,14 @@ void set_cudnn_allow_tf32(bool allow);
 
 // The routes tensor::flash_attention (and so F::scaled_dot_product_attention and the GPT's
 // attention) may take on a GPU, as torch.backends.cuda.enable_flash_sdp / enable_math_sdp: both
-// on by default. With both, a call whose attention weights (heads x queries x keys elements of
-// the inputs' dtype) take at most kComposedAttentionBytes goes the composed way (matmul, causal
-// softmax, matmul on cuBLAS's tensor cores: the weights kept for the backward, but 5-12x faster
-// than the flash kernel at GPT-2 small's shape on an H200, bench/README.md), a longer one through
-// the flash kernel (no T x T matrix in memory). With one of them on, that one wherever it applies
+// on by default. With both, a 16-bit call with heads 64 or 128 wide (q, k, v on 16-byte
+// boundaries) takes the flash kernel on tensor cores (1.25x faster than the composed route at
+// GPT-2 small's shape on an H200, bench/README.md, and no T x T matrix in memory); any other
+// call whose attention weights (heads x queries x keys elements of the inputs' dtype) take at
+// most kComposedAttentionBytes goes the composed way (matmul, causal softmax, matmul on
+// cuBLAS's tensor cores: the weights kept for the backward, but 5x faster than the CUDA-core
+// flash kernel in float32), a longer one through the flash kernel (no T x T matrix in memory).
+// With one of them on, that one wherever it applies
 // (the flash kernel takes head widths up to 128); where none applies, the call is refused by name.
 // The CPU's flash kernel is fast, and these switches leave the CPU alone (as PyTorch's).
 // TINYDDP_CUDA_SDP=flash (or =math) starts a process with only that route on, for measurements.

@@ -361,8 +361,10 @@ TEST_CASE("cuda::enable_flash_sdp and enable_math_sdp choose the GPU's route, no
   cuda::enable_math_sdp(true);
 }
 
-TEST_CASE("CUDA: attention is composed where its weights fit in kComposedAttentionBytes, else the flash kernel",
-          "[attention][cuda]") {
+TEST_CASE(
+    "CUDA: attention is composed where its weights fit in kComposedAttentionBytes, else the flash kernel; "
+    "16-bit heads of 64 take the tensor-core kernel",
+    "[attention][cuda]") {
   if (!cuda::is_available()) TINYDDP_SKIP("no CUDA device: " << cuda::unavailable_reason());
   const Device gpu = Device::cuda(0);
   manual_seed(12);
@@ -380,8 +382,14 @@ TEST_CASE("CUDA: attention is composed where its weights fit in kComposedAttenti
   const int64_t heads = cuda::kComposedAttentionBytes / (4 * 64 * 64) + 1;
   const Tensor long_q = zeros({heads, 64, 4}, TensorOptions(kFloat32).device(gpu)).requires_grad_();
   CHECK(took_kernel(flash_attention(long_q, long_q, long_q, true, 0.5)));
+  // 16-bit heads 64 wide: the tensor-core kernel at any length; 32 wide: composed.
+  const Tensor half64 = draw({2, 3, 70, 64}, kBFloat16).to(gpu).requires_grad_();
+  CHECK(took_kernel(flash_attention(half64, half64, half64, true, 0.125)));
+  const Tensor half32 = draw({2, 3, 70, 32}, kBFloat16).to(gpu).requires_grad_();
+  CHECK_FALSE(took_kernel(flash_attention(half32, half32, half32, true, 0.125)));
   cuda::enable_flash_sdp(false);
   CHECK_FALSE(took_kernel(flash_attention(q, q, q, true, 0.2)));
+  CHECK_FALSE(took_kernel(flash_attention(half64, half64, half64, true, 0.125)));
   cuda::enable_math_sdp(false);
   CHECK_THROWS_WITH(flash_attention(q, q, q, true, 0.2),
                     Contains("no route left: the composed one is off (cuda::enable_math_sdp(false)) and the flash "

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tests/test_util.h"
+#include "tinyddp/tensor/backends/cuda/index_math.h"
 #include "tinyddp/tensor/backends/cuda/plan.h"
 
 using namespace tinyddp::tensor;
@@ -58,8 +59,24 @@ void check_geometry(const Shape& shape, const std::array<Tensor, N>& tensors, in
   for (int64_t j = 0; j < g.numel; ++j) place_of[at(tensors[0], multi_index(shape, j))] = j;
   REQUIRE(static_cast<int64_t>(place_of.size()) == g.numel);
   std::vector<bool> reached(static_cast<size_t>(g.numel), false);
+  // The general path's 32-bit form (index_math.h), which these small launches take: the same
+  // offsets as the 64-bit arithmetic at every index.
+  const cuda::kernels::Operand* operand_list[N];
+  for (size_t k = 0; k < N; ++k) operand_list[k] = &ops[k];
+  cuda::kernels::NarrowGeometry<static_cast<int>(N)> narrow;
+  // (An empty launch runs no kernel, and has no sizes to divide by.)
+  REQUIRE(cuda::kernels::narrow_geometry<static_cast<int>(N)>(g, operand_list, narrow) == (g.numel > 0));
   for (int64_t i = 0; i < g.numel; ++i) {
     const std::array<int64_t, N> off = kernel_offsets<N>(g, ops, i);
+    int64_t narrow_off[N];
+    cuda::kernels::narrow_offsets<static_cast<int>(N)>(narrow, static_cast<uint32_t>(i), narrow_off);
+    for (size_t k = 0; k < N; ++k) {
+      if (narrow_off[k] != off[k]) {
+        FAIL_CHECK("operand " << k << " at linear index " << i << ": 32-bit offset " << narrow_off[k] << ", 64-bit "
+                              << off[k]);
+        return;
+      }
+    }
     const auto found = place_of.find(static_cast<const double*>(ops[0].data)[off[0]]);
     if (found == place_of.end() || reached[static_cast<size_t>(found->second)]) {
       FAIL_CHECK("linear index " << i << " writes no element, or one already written");
@@ -127,6 +144,74 @@ TEST_CASE("CUDA launch plan: merged dims address the right elements", "[cuda][pl
     CHECK_THROWS_WITH(cuda::geometry<1>(wide.sizes(), one, ops, "add"),
                       Catch::Contains("at most 8 non-mergeable dims"));
   }
+}
+
+TEST_CASE("CUDA launch plan: 32-bit division by multiply-high and shift is exact", "[cuda][plan]") {
+  using cuda::kernels::Divider32;
+  const auto check_all = [](uint32_t d, const std::vector<uint32_t>& numerators) {
+    const Divider32 divider = Divider32::of(d);
+    for (const uint32_t n : numerators) {
+      if (divider.divide(n) != n / d) {
+        FAIL_CHECK(n << " / " << d << " gave " << divider.divide(n));
+        return false;
+      }
+    }
+    return true;
+  };
+  constexpr uint32_t kTop = (uint32_t{1} << 31) - 1;  // the largest index a narrow launch has
+  std::vector<uint32_t> divisors;
+  for (uint32_t d = 1; d <= 4096; ++d) divisors.push_back(d);
+  for (uint32_t s = 12; s < 31; ++s) {
+    for (const int64_t delta : {-1, 0, 1}) divisors.push_back(static_cast<uint32_t>((int64_t{1} << s) + delta));
+  }
+  for (const uint32_t d : {50304u, 768u * 1024u, 1000003u, 123456789u, kTop - 1, kTop}) divisors.push_back(d);
+  uint64_t state = 88172645463325252ull;  // xorshift: numerators spread over [0, 2^31)
+  const auto next = [&state] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return static_cast<uint32_t>(state % (uint64_t{kTop} + 1));
+  };
+  for (const uint32_t d : divisors) {
+    // Around each multiple of d near 0, near the top, and random ones.
+    std::vector<uint32_t> n = {0, 1, kTop, kTop - 1};
+    for (const uint64_t base : {uint64_t{d}, uint64_t{d} * 2, uint64_t{d} * 3, (uint64_t{kTop} / d) * d}) {
+      for (const int64_t delta : {-1, 0, 1}) {
+        const int64_t value = static_cast<int64_t>(base) + delta;
+        if (value >= 0 && value <= kTop) n.push_back(static_cast<uint32_t>(value));
+      }
+    }
+    for (int k = 0; k < 64; ++k) n.push_back(next());
+    if (!check_all(d, n)) break;
+  }
+  // Every numerator up to 2^20 for a few divisors.
+  std::vector<uint32_t> dense(uint32_t{1} << 20);
+  for (uint32_t n = 0; n < dense.size(); ++n) dense[n] = n;
+  for (const uint32_t d : {3u, 7u, 12u, 64u, 641u, 1024u, 50304u}) CHECK(check_all(d, dense));
+}
+
+TEST_CASE("CUDA launch plan: launches beyond 32-bit offsets keep the 64-bit arithmetic", "[cuda][plan]") {
+  cuda::kernels::Geometry g;
+  g.ndim = 2;
+  g.sizes[0] = 3;
+  g.sizes[1] = 5;
+  g.numel = 15;
+  cuda::kernels::Operand out, in;
+  out.strides[0] = 5;
+  out.strides[1] = 1;
+  in.strides[0] = 1;
+  in.strides[1] = int64_t{1} << 29;  // the last element 4 * 2^29 + 2 elements from the first
+  const cuda::kernels::Operand* operands[2] = {&out, &in};
+  cuda::kernels::NarrowGeometry<2> narrow;
+  CHECK_FALSE(cuda::kernels::narrow_geometry<2>(g, operands, narrow));
+  in.strides[1] = (int64_t{1} << 29) - 1;  // 4 * (2^29 - 1) + 2 < 2^31: fits
+  CHECK(cuda::kernels::narrow_geometry<2>(g, operands, narrow));
+  g.sizes[0] = int64_t{1} << 31;  // 2^31 elements or more
+  g.numel = g.sizes[0] * 5;
+  in.strides[1] = 1;
+  out.strides[0] = 0;
+  in.strides[0] = 0;
+  CHECK_FALSE(cuda::kernels::narrow_geometry<2>(g, operands, narrow));
 }
 
 namespace {

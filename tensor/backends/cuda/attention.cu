@@ -302,6 +302,11 @@ bool flash_attention_supported(int dtype, int64_t e, int64_t ev) {
   return floating && bound_for(std::max(e, ev), dtype == 1) != 0;
 }
 
+bool flash_attention_on_tensor_cores(int dtype, int64_t e, int64_t ev, const void* q, const void* k, const void* v) {
+  const void* const pointers[] = {q, k, v};
+  return attention::tc_takes(dtype, e, ev, pointers, 3);
+}
+
 int flash_attention(const void* q, const void* k, const void* v, int dtype, void* out, void* lse, int64_t heads,
                     int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, double dropout_p,
                     uint64_t seed, const uint64_t* seed_slot, void* stream) {

@@ -208,7 +208,10 @@ bool CudaBackend::flash_attention(const Tensor& out, const Tensor& lse, const Te
              flash_sdp_enabled() ? fmt::format("takes head widths up to 128, not {} and {}", q.size(2), v.size(2))
                                  : std::string("is off (cuda::enable_flash_sdp(false))"));
   const int64_t weight_bytes = q.size(0) * q.size(1) * k.size(1) * static_cast<int64_t>(q.element_size());
-  if (!kernel || (composed && weight_bytes <= kComposedAttentionBytes)) return false;
+  // The tensor-core kernels beat the composed route at any length (and keep no weights).
+  const bool tensor_cores = kernel && k::flash_attention_on_tensor_cores(dtype, q.size(2), v.size(2), q.raw_data_ptr(),
+                                                                         k.raw_data_ptr(), v.raw_data_ptr());
+  if (!kernel || (composed && !tensor_cores && weight_bytes <= kComposedAttentionBytes)) return false;
   const int device = device_of(q);
   DeviceGuard guard(device);
   check_launch(k::flash_attention(q.raw_data_ptr(), k.raw_data_ptr(), v.raw_data_ptr(), dtype, out.raw_data_ptr(),

@@ -1,10 +1,12 @@
 // Elementwise CUDA kernels: one grid-stride loop over the iteration shape, each thread turning
 // a linear index into per-operand offsets (strides in elements; 0 for broadcast dims). The
 // host side (backend.cc) has merged every mergeable pair of dims, so contiguous operands reach
-// here as one dim and the offset arithmetic is a multiply; dense, aligned ones go in packs of
+// here as one dim and the offset arithmetic is a multiply (other launches divide in 32 bits by
+// multiply-high and shift where they fit: index_math.h); dense, aligned ones go in packs of
 // 16 bytes per operand (flat_vectors: 128-bit loads and stores). 16-bit floats are stored as their
 // bits and computed in float, rounding to nearest-even on the way back, as on the CPU.
 #include "tinyddp/tensor/backends/cuda/dtypes.cuh"
+#include "tinyddp/tensor/backends/cuda/index_math.h"
 #include "tinyddp/tensor/backends/cuda/kernels.h"
 #include "tinyddp/tensor/internal/elementwise_math.h"
 #include "tinyddp/tensor/internal/philox.h"
@@ -38,9 +40,9 @@ __device__ inline void offsets(const Geometry& g, const Operands<N>& ops, int64_
 
 // f(offsets) for every element; N operands. kFlat: the geometry is one dim (contiguous
 // operands, scalars broadcast with stride 0, after the host merged the dims), and each offset
-// is the index times the operand's stride. The general path pays a 64-bit division and
-// remainder per dim and element, which bounds a large contiguous add by the integer units
-// rather than by memory.
+// is the index times the operand's stride. Otherwise a 64-bit division and remainder per dim
+// and element, which bounds a copy by the integer units rather than by memory: only launches
+// too large for for_each_narrow's 32-bit arithmetic take it.
 template <int N, bool kFlat, typename F>
 __global__ void for_each(Geometry g, Operands<N> ops, F f) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -51,6 +53,18 @@ __global__ void for_each(Geometry g, Operands<N> ops, F f) {
     } else {
       offsets<N>(g, ops, i, off);
     }
+    f(ops, off);
+  }
+}
+
+// The general path in 32-bit arithmetic (index_math.h): what nearly every strided or
+// broadcast launch takes.
+template <int N, typename F>
+__global__ void for_each_narrow(NarrowGeometry<N> g, Operands<N> ops, F f) {
+  const uint32_t stride = gridDim.x * blockDim.x;
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < g.numel; i += stride) {
+    int64_t off[N];
+    narrow_offsets<N>(g, i, off);
     f(ops, off);
   }
 }
@@ -72,8 +86,11 @@ cudaError_t launch(const Geometry& g, const Operand* const (&operands)[N], void*
   if (g.numel == 0) return cudaSuccess;
   const Operands<N> ops = operands_of(operands);
   const int blocks = grid_stride_blocks(g.numel, kThreads);
+  NarrowGeometry<N> narrow;
   if (g.ndim == 1) {
     for_each<N, true><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(g, ops, f);
+  } else if (narrow_geometry<N>(g, operands, narrow)) {
+    for_each_narrow<N><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(narrow, ops, f);
   } else {
     for_each<N, false><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(g, ops, f);
   }

@@ -109,6 +109,9 @@ int causal_softmax_rows(const void* x, const void* y, int dtype, void* out, int6
 // calls with e == ev of 64 or 128 and 16-byte aligned pointers run on tensor cores
 // (attention_tc.cu).
 bool flash_attention_supported(int dtype, int64_t e, int64_t ev);
+// Whether flash_attention runs on tensor cores for these inputs (the outputs a caller allocates
+// are on 16-byte boundaries).
+bool flash_attention_on_tensor_cores(int dtype, int64_t e, int64_t ev, const void* q, const void* k, const void* v);
 // dropout_p > 0: attention dropout under `seed`, or the key in device memory at `seed_slot`
 // where that is not null (tensor/internal/kernel_ops.h's AttentionDropout and RandomKey).
 int flash_attention(const void* q, const void* k, const void* v, int dtype, void* out, void* lse, int64_t heads,
