@@ -50,11 +50,15 @@ void BM_Conv2dBf16(benchmark::State& state) { conv2d_in(state, t::kBFloat16); }
 BENCHMARK(BM_Conv2dBf16)->Apply(conv_shapes);
 
 // max_pool2d(2) forward + backward at the digits CNN's first pooling layer: [64, 16, 8, 8], in
-// float32 and (autocast's activations) bfloat16.
-void max_pool2d_in(benchmark::State& state, t::DType dtype) {
+// float32 and (autocast's activations) bfloat16; and at its second, [64, 32, 4, 4], channels-last
+// (as oneDNN's convolutions leave a map).
+void max_pool2d_in(benchmark::State& state, t::DType dtype, bool channels_last = false) {
   t::Generator g(0);
-  const t::Tensor x = t::randn({64, 16, 8, 8}, {}, &g).to(dtype).requires_grad_();
-  const t::Tensor grad = t::randn({64, 16, 4, 4}, {}, &g).to(dtype);
+  const t::Shape shape = channels_last ? t::Shape{64, 32, 4, 4} : t::Shape{64, 16, 8, 8};
+  t::Tensor x = t::randn(shape, {}, &g).to(dtype);
+  if (channels_last) x = x.contiguous(t::MemoryFormat::kChannelsLast);
+  x.requires_grad_();
+  const t::Tensor grad = t::randn({shape[0], shape[1], shape[2] / 2, shape[3] / 2}, {}, &g).to(dtype);
   for (auto _ : state) {
     const t::Tensor y = t::max_pool2d(x, 2);
     y.backward(grad);
@@ -66,6 +70,10 @@ void BM_MaxPool2d(benchmark::State& state) { max_pool2d_in(state, t::kFloat32); 
 BENCHMARK(BM_MaxPool2d)->Unit(benchmark::kMicrosecond);
 void BM_MaxPool2dBf16(benchmark::State& state) { max_pool2d_in(state, t::kBFloat16); }
 BENCHMARK(BM_MaxPool2dBf16)->Unit(benchmark::kMicrosecond);
+void BM_MaxPool2dChannelsLast(benchmark::State& state) { max_pool2d_in(state, t::kFloat32, true); }
+BENCHMARK(BM_MaxPool2dChannelsLast)->Unit(benchmark::kMicrosecond);
+void BM_MaxPool2dChannelsLastBf16(benchmark::State& state) { max_pool2d_in(state, t::kBFloat16, true); }
+BENCHMARK(BM_MaxPool2dChannelsLastBf16)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

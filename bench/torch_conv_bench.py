@@ -33,10 +33,15 @@ def main():
 
         name = f"{bench}/batch:{batch}/in:{cin}/out:{cout}/size:{size}/which:{which}"
         print(json.dumps({"name": name, "ms": timeit(step)}))
-    # max_pool2d(2) forward + backward at the digits CNN's first pooling layer.
-    for bench, dtype in (("BM_MaxPool2d", torch.float32), ("BM_MaxPool2dBf16", torch.bfloat16)):
-        x = torch.randn(64, 16, 8, 8).to(dtype).requires_grad_()
-        grad = torch.randn(64, 16, 4, 4).to(dtype)
+    # max_pool2d(2) forward + backward at the digits CNN's first pooling layer, and at its second
+    # in channels-last (as oneDNN's convolutions leave a map).
+    for bench, dtype, shape, layout in (
+            ("BM_MaxPool2d", torch.float32, (64, 16, 8, 8), torch.contiguous_format),
+            ("BM_MaxPool2dBf16", torch.bfloat16, (64, 16, 8, 8), torch.contiguous_format),
+            ("BM_MaxPool2dChannelsLast", torch.float32, (64, 32, 4, 4), torch.channels_last),
+            ("BM_MaxPool2dChannelsLastBf16", torch.bfloat16, (64, 32, 4, 4), torch.channels_last)):
+        x = torch.randn(*shape).to(dtype).contiguous(memory_format=layout).requires_grad_()
+        grad = torch.randn(shape[0], shape[1], shape[2] // 2, shape[3] // 2).to(dtype)
 
         def pool_step():
             F.max_pool2d(x, 2).backward(grad)

@@ -160,25 +160,27 @@ std::pair<std::vector<double>, std::vector<double>> pool_2x2_reference(const std
 }  // namespace
 
 TEST_CASE("2 x 2 max pooling over many planes: each window by PyTorch's rule, forward and backward", "[conv]") {
-  // Small integers (ties everywhere) and a NaN every 37 elements; planes in ranges (contiguous)
-  // and one by one (a slice of the channels), output widths the kernel knows when compiled
-  // (2, 4, 8) and others (5, 16), maps the windows tile and maps with a last row and column
-  // left out (7 x 9); float64, float32 and bfloat16 (every value exact in each).
-  for (const auto& [shape, sliced] : std::vector<std::pair<Shape, bool>>{{{3, 5, 8, 8}, false},
-                                                                         {{2, 3, 6, 10}, false},
-                                                                         {{2, 4, 7, 9}, false},
-                                                                         {{2, 3, 4, 32}, false},
-                                                                         {{4, 2, 4, 4}, false},
-                                                                         {{3, 6, 16, 16}, false},
-                                                                         {{2, 6, 8, 8}, true}}) {
+  // Small integers (ties everywhere), a NaN every 37 elements; planes in ranges, one by one (a
+  // slice of the channels) and gathered (channels-last); output widths 2, 4, 8, 5, 16; maps with
+  // a last row and column left out (7 x 9); float64, float32, bfloat16 (every value exact).
+  enum Layout { kDense, kSliced, kChannelsLast };
+  const std::vector<std::pair<Shape, Layout>> cases = {
+      {{3, 5, 8, 8}, kDense},  {{2, 3, 6, 10}, kDense},        {{2, 4, 7, 9}, kDense},
+      {{2, 3, 4, 32}, kDense}, {{4, 2, 4, 4}, kDense},         {{3, 6, 16, 16}, kDense},
+      {{2, 6, 8, 8}, kSliced}, {{3, 32, 4, 4}, kChannelsLast}, {{2, 5, 7, 9}, kChannelsLast}};
+  for (const auto& [shape, layout] : cases) {
+    const bool sliced = layout == kSliced;
     const int64_t numel = shape[0] * shape[1] * shape[2] * shape[3];
     std::vector<double> values(static_cast<size_t>(numel));
     for (int64_t i = 0; i < numel; ++i) {
       values[static_cast<size_t>(i)] = i % 37 == 5 ? std::numeric_limits<double>::quiet_NaN() : (i * 7919 % 11) - 5.0;
     }
     for (const DType dtype : {kFloat64, kFloat32, kBFloat16}) {
-      INFO(format_shape(shape) << (sliced ? ", channels 1 to C - 2" : "") << ", " << dtype_name(dtype));
-      const Tensor whole = from_vector<double>(values, shape).to(dtype).requires_grad_();
+      INFO(format_shape(shape) << (sliced ? ", channels 1 to C - 2" : "")
+                               << (layout == kChannelsLast ? ", channels-last" : "") << ", " << dtype_name(dtype));
+      Tensor whole = from_vector<double>(values, shape).to(dtype);
+      if (layout == kChannelsLast) whole = whole.contiguous(MemoryFormat::kChannelsLast);
+      whole.requires_grad_();
       const Tensor x = sliced ? whole.narrow(1, 1, shape[1] - 2) : whole;
       const Tensor out = max_pool2d(x, 2);
       std::vector<double> g(static_cast<size_t>(out.numel()));

@@ -1,7 +1,7 @@
 // CPU max pooling (backends/cpu/backend.h): max_pool2d and its backward, by PyTorch's rule (each
 // window's maximum, the first tap holding it, row-major; a NaN, if any, wins: the last NaN),
 // through per-position tap tables for any window and a kernel of its own for the usual 2 x 2
-// windows of stride 2.
+// windows of stride 2 (channels-last and 16-bit maps gathered into dense planes for it first).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -83,7 +83,7 @@ void max_pool_plane(const T* __restrict in, T* __restrict out, int64_t* __restri
 // the pairs' winner, so it is the first maximal tap. A window with a NaN is written again by
 // the NaN rule. `planes` planes, plane_stride elements apart (their outputs one after another):
 // the small maps of a CNN cost per row and per call more than per tap, so a range of planes is
-// one call. float32 and float64 only: 16-bit planes are widened first (max_pool_2x2_16bit).
+// one call. float32 and float64 only: 16-bit planes are widened first (max_pool_2x2_gathered).
 template <typename T>
 void max_pool_2x2(const T* __restrict in, int64_t row_stride, int64_t plane_stride, int64_t planes, T* __restrict out,
                   int64_t* __restrict where, const Window2d& w) {
@@ -139,27 +139,37 @@ void max_pool_2x2(const T* __restrict in, int64_t row_stride, int64_t plane_stri
   }
 }
 
-// Elements widened at a time for 16-bit pooling (in L1).
-constexpr int64_t kWidenedElements = 4096;
+// Elements gathered at a time (in L1).
+constexpr int64_t kGatheredElements = 4096;
 
-// The same for 16-bit planes: widened to float32 first (the rows each window reads, a range of
-// planes at once) and the results rounded back (exactly: each output is one of the inputs),
-// both conversions vectorised, so that the selection runs as float32's.
+// The same for 16-bit planes, and for planes whose rows are not dense (channels-last, where a
+// row's elements lie C apart and the planes of one image are neighbours): the rows each window
+// reads gathered into dense planes of the compute type first (16-bit widened to float32), a
+// range of planes at once in the order memory holds them, then pooled as dense float32 or
+// float64 planes, and the results rounded back (exactly: each output is one of the inputs).
 template <typename T>
-void max_pool_2x2_16bit(const T* in, int64_t row_stride, int64_t plane_stride, int64_t planes, T* out, int64_t* where,
-                        const Window2d& w) {
-  thread_local std::vector<float> wide, pooled;
+void max_pool_2x2_gathered(const T* in, int64_t plane_stride, int64_t row_stride, int64_t col_stride, int64_t planes,
+                           T* out, int64_t* where, const Window2d& w) {
+  using C = compute_t<T>;
+  thread_local std::vector<C> wide, pooled;
   const int64_t rows = 2 * w.oh, plane = rows * w.w, positions = w.oh * w.ow;
   wide.resize(static_cast<size_t>(planes * plane));
   pooled.resize(static_cast<size_t>(planes * positions));
-  if (row_stride == w.w && plane_stride == plane) {  // dense: one loop (rows are a few elements)
-    for (int64_t k = 0; k < planes * plane; ++k) wide[static_cast<size_t>(k)] = static_cast<float>(in[k]);
+  C* to = wide.data();
+  if (col_stride == 1 && row_stride == w.w && plane_stride == plane) {  // dense: one loop (rows are a few elements)
+    for (int64_t k = 0; k < planes * plane; ++k) to[k] = static_cast<C>(in[k]);
+  } else if (plane_stride < col_stride) {  // channels-last: the planes' elements side by side
+    for (int64_t h = 0; h < rows; ++h) {
+      for (int64_t k = 0; k < w.w; ++k) {
+        const T* from = in + h * row_stride + k * col_stride;
+        for (int64_t p = 0; p < planes; ++p) to[p * plane + h * w.w + k] = static_cast<C>(from[p * plane_stride]);
+      }
+    }
   } else {
     for (int64_t p = 0; p < planes; ++p) {
       for (int64_t h = 0; h < rows; ++h) {
         const T* row = in + p * plane_stride + h * row_stride;
-        float* to = wide.data() + p * plane + h * w.w;
-        for (int64_t k = 0; k < w.w; ++k) to[k] = static_cast<float>(row[k]);
+        for (int64_t k = 0; k < w.w; ++k) to[p * plane + h * w.w + k] = static_cast<C>(row[k * col_stride]);
       }
     }
   }
@@ -167,20 +177,24 @@ void max_pool_2x2_16bit(const T* in, int64_t row_stride, int64_t plane_stride, i
   for (int64_t k = 0; k < planes * positions; ++k) out[k] = static_cast<T>(pooled[k]);
 }
 
-bool pools_2x2(const Window2d& w, const Tensor& x) {
+bool pools_2x2(const Window2d& w) {
   return w.kh == 2 && w.kw == 2 && w.sh == 2 && w.sw == 2 && w.ph == 0 && w.pw == 0 && w.dh == 1 && w.dw == 1 &&
-         x.stride(3) == 1 && 2 * w.oh <= w.h && 2 * w.ow <= w.w;  // every window inside (not ceil_mode's last)
+         2 * w.oh <= w.h && 2 * w.ow <= w.w;  // every window inside (not ceil_mode's last)
 }
 
 bool CpuBackend::max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& w) {
   dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    // The 2 x 2 kernel reads its taps in place; any other window goes through the tap tables.
-    const bool two_by_two = pools_2x2(w, x);
+    // 2 x 2 windows: taps read in place from dense rows, else (16-bit, channels-last) from
+    // gathered planes; any other window goes through the tap tables.
+    const bool two_by_two = pools_2x2(w);
+    const int64_t positions = w.oh * w.ow, s0 = x.stride(0), s1 = x.stride(1), s2 = x.stride(2), s3 = x.stride(3);
+    const bool gathered = two_by_two && (is_16bit_float_v<T> || s3 != 1);
     std::optional<PoolTaps> taps;
-    if (!two_by_two) taps.emplace(w, x.stride(2), x.stride(3));
-    const int64_t positions = w.oh * w.ow, s0 = x.stride(0), s1 = x.stride(1), s2 = x.stride(2), channels = w.c;
-    // Planes one stride apart (N and C merge: a contiguous x): a range of them is one call.
+    if (!two_by_two) taps.emplace(w, s2, s3);
+    const int64_t channels = w.c;
+    // Planes one stride apart (N and C merge: a contiguous x): a range of them is one call;
+    // otherwise a range within one image (the channels of a channels-last x).
     const bool even_planes = w.n == 1 || s0 == channels * s1;
     const T* in = x.data_ptr<T>();
     T* o = out.data_ptr<T>();
@@ -188,13 +202,12 @@ bool CpuBackend::max_pool2d(const Tensor& out, const Tensor& indices, const Tens
     parallel_rows(w.n * channels, positions * w.kh * w.kw, kCostPoolTap, [&](int64_t first, int64_t last) {
       for (int64_t p = first; p < last;) {
         const T* plane = in + (p / channels) * s0 + (p % channels) * s1;
-        int64_t planes = two_by_two && even_planes ? last - p : 1;
-        if constexpr (is_16bit_float_v<T>)
-          planes = std::clamp(kWidenedElements / std::max<int64_t>(2 * w.oh * w.w, 1), int64_t{1}, planes);
+        int64_t planes = !two_by_two ? 1 : even_planes ? last - p : std::min(last, (p / channels + 1) * channels) - p;
+        if (gathered) planes = std::clamp(kGatheredElements / std::max<int64_t>(2 * w.oh * w.w, 1), int64_t{1}, planes);
         if (!two_by_two) {
           max_pool_plane(plane, o + p * positions, where + p * positions, *taps);
-        } else if constexpr (is_16bit_float_v<T>) {
-          max_pool_2x2_16bit(plane, s2, s1, planes, o + p * positions, where + p * positions, w);
+        } else if (gathered) {
+          max_pool_2x2_gathered(plane, s1, s2, s3, planes, o + p * positions, where + p * positions, w);
         } else {
           max_pool_2x2(plane, s2, s1, planes, o + p * positions, where + p * positions, w);
         }
