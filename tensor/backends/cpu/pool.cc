@@ -1,7 +1,8 @@
 // CPU max pooling (backends/cpu/backend.h): max_pool2d and its backward, by PyTorch's rule (each
 // window's maximum, the first tap holding it, row-major; a NaN, if any, wins: the last NaN),
-// through per-position tap tables for any window and a kernel of its own for the usual 2 x 2
-// windows of stride 2 (channels-last and 16-bit maps gathered into dense planes for it first).
+// through per-position tap tables for any window and kernels of their own for the usual 2 x 2
+// windows of stride 2: dense rows in place, channels-last maps in place with the channels as
+// vector lanes, and other maps (16-bit, sliced channels-last) gathered into dense planes first.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -177,6 +178,45 @@ void max_pool_2x2_gathered(const T* in, int64_t plane_stride, int64_t row_stride
   for (int64_t k = 0; k < planes * positions; ++k) out[k] = static_cast<T>(pooled[k]);
 }
 
+// Channels-last maps (channel stride 1, column stride C) in place, images [first, last): each
+// output position's four taps are dense runs of C channels, so the channels are the vector
+// lanes, with max_pool_2x2's selection and NaN rule written as selects per lane. The outputs go
+// to their [N, C, OH, OW] places (out's and where's planes `positions` apart).
+template <typename T>
+void max_pool_2x2_channels_last(const T* in, int64_t image_stride, int64_t row_stride, int64_t first, int64_t last,
+                                T* out, int64_t* where, const Window2d& w) {
+  using C = compute_t<T>;
+  const int64_t channels = w.c, col_stride = channels, positions = w.oh * w.ow;
+  const C nan = std::numeric_limits<C>::quiet_NaN();
+  for (int64_t n = first; n < last; ++n) {
+    for (int64_t oh = 0; oh < w.oh; ++oh) {
+      for (int64_t ow = 0; ow < w.ow; ++ow) {
+        const T* a = in + n * image_stride + 2 * oh * row_stride + 2 * ow * col_stride;
+        const T *b = a + col_stride, *c = a + row_stride, *d = c + col_stride;
+        const int64_t corner = 2 * oh * w.w + 2 * ow, k = oh * w.ow + ow;  // the window's top-left, its output
+        T* o = out + n * channels * positions + k;
+        int64_t* at = where + n * channels * positions + k;
+        for (int64_t ch = 0; ch < channels; ++ch) {
+          const C va = static_cast<C>(a[ch]), vb = static_cast<C>(b[ch]);
+          const C vc = static_cast<C>(c[ch]), vd = static_cast<C>(d[ch]);
+          const bool b_wins = vb > va, d_wins = vd > vc;
+          const C ab = b_wins ? vb : va, cd = d_wins ? vd : vc;
+          const bool bottom_wins = cd > ab;
+          int64_t offset = bottom_wins ? w.w + d_wins : static_cast<int64_t>(b_wins);
+          C best = bottom_wins ? cd : ab;
+          // A NaN wins, the last one row-major.
+          const bool na = va != va, nb = vb != vb, nc = vc != vc, nd = vd != vd;
+          const int64_t last_nan = nd ? w.w + 1 : nc ? w.w : nb ? 1 : 0;
+          offset = na || nb || nc || nd ? last_nan : offset;
+          best = na || nb || nc || nd ? nan : best;
+          o[ch * positions] = static_cast<T>(best);
+          at[ch * positions] = corner + offset;
+        }
+      }
+    }
+  }
+}
+
 bool pools_2x2(const Window2d& w) {
   return w.kh == 2 && w.kw == 2 && w.sh == 2 && w.sw == 2 && w.ph == 0 && w.pw == 0 && w.dh == 1 && w.dw == 1 &&
          2 * w.oh <= w.h && 2 * w.ow <= w.w;  // every window inside (not ceil_mode's last)
@@ -199,6 +239,12 @@ bool CpuBackend::max_pool2d(const Tensor& out, const Tensor& indices, const Tens
     const T* in = x.data_ptr<T>();
     T* o = out.data_ptr<T>();
     int64_t* where = indices.data_ptr<int64_t>();
+    if (two_by_two && s1 == 1 && s3 == channels && channels > 1) {  // channels-last: an image at a time
+      parallel_rows(w.n, channels * positions * 4, kCostPoolTap, [&](int64_t first, int64_t last) {
+        max_pool_2x2_channels_last(in, s0, s2, first, last, o, where, w);
+      });
+      return;
+    }
     parallel_rows(w.n * channels, positions * w.kh * w.kw, kCostPoolTap, [&](int64_t first, int64_t last) {
       for (int64_t p = first; p < last;) {
         const T* plane = in + (p / channels) * s0 + (p % channels) * s1;
