@@ -143,8 +143,9 @@ void max_pool_2x2(const T* __restrict in, int64_t row_stride, int64_t plane_stri
 // Elements gathered at a time (in L1).
 constexpr int64_t kGatheredElements = 4096;
 
-// The same for 16-bit planes, and for planes whose rows are not dense (channels-last, where a
-// row's elements lie C apart and the planes of one image are neighbours): the rows each window
+// The same for 16-bit planes, and for planes whose rows are not dense (a channels-last map whose
+// channels are a slice, where a row's elements lie apart and the planes of one image are
+// neighbours; a whole channels-last map takes max_pool_2x2_channels_last): the rows each window
 // reads gathered into dense planes of the compute type first (16-bit widened to float32), a
 // range of planes at once in the order memory holds them, then pooled as dense float32 or
 // float64 planes, and the results rounded back (exactly: each output is one of the inputs).
@@ -225,8 +226,9 @@ bool pools_2x2(const Window2d& w) {
 bool CpuBackend::max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& w) {
   dispatch_floating(x.dtype(), "max_pool2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    // 2 x 2 windows: taps read in place from dense rows, else (16-bit, channels-last) from
-    // gathered planes; any other window goes through the tap tables.
+    // 2 x 2 windows: channels-last maps in place with the channels as lanes, dense rows in
+    // place, else (16-bit, channels-last with sliced channels) from gathered planes; any other
+    // window goes through the tap tables.
     const bool two_by_two = pools_2x2(w);
     const int64_t positions = w.oh * w.ow, s0 = x.stride(0), s1 = x.stride(1), s2 = x.stride(2), s3 = x.stride(3);
     const bool gathered = two_by_two && (is_16bit_float_v<T> || s3 != 1);
