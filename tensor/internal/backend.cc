@@ -63,6 +63,14 @@ Tensor Backend::converted(const Tensor& t, DType dtype) {
   return out;
 }
 
+Tensor Backend::stand_in(const Tensor& out) {
+  return out.is_contiguous() ? out : empty(out.sizes(), TensorOptions(out.dtype()).device(out.device()));
+}
+
+void Backend::settle(const Tensor& out, const Tensor& stand_in) {
+  if (stand_in.raw_data_ptr() != out.raw_data_ptr()) copy(out, stand_in, false);
+}
+
 Tensor Backend::zeros(const Shape& sizes, DType dtype, Device device) {
   const Tensor out = empty(sizes, TensorOptions(dtype).device(device));
   fill(out, 0.0);

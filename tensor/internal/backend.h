@@ -83,12 +83,15 @@ class Backend {
   virtual void causal_softmax(const Tensor& out, const Tensor& x, double scale) = 0;
   virtual void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale) = 0;
 
-  // Attention in one pass, as flash attention: q [B, M, E], k [B, N, E], v [B, N, Ev] (all
-  // contiguous, one dtype; causal: M <= N and row i sees keys j <= i + N - M) -> out [B, M, Ev]
-  // = softmax(scale * q k^T) v and lse [B, M] = each row's log-sum-exp of its scaled scores
-  // (float64 for float64 q, else float32), computed over blocks of keys with a running maximum
-  // so that no [M, N] matrix is ever in memory. The backward writes dq, dk, dv (contiguous, the
-  // shapes of q, k, v) from dout [B, M, Ev], the inputs, out and lse, recomputing the blocks.
+  // Attention in one pass, as flash attention: q [B, H, M, E], k [B, H, N, E], v [B, H, N, Ev]
+  // (one dtype; causal: M <= N and row i sees keys j <= i + N - M) -> out [B, H, M, Ev] =
+  // softmax(scale * q k^T) v and lse [B * H, M] (contiguous) = each row's log-sum-exp of its
+  // scaled scores (float64 for float64 q, else float32), computed over blocks of keys with a
+  // running maximum so that no [M, N] matrix is ever in memory. Every operand but lse may lie in
+  // any layout whose last dim is dense (stride 1), as the heads of a [B, T, H, E] tensor do, and
+  // out, dq, dk, dv are written where they lie (a backend whose kernels need contiguous operands
+  // makes them: contiguous, stand_in). The backward writes dq, dk, dv (the shapes of q, k, v)
+  // from dout [B, H, M, Ev], the inputs, out and lse, recomputing the blocks.
   // With dropout (kernel_ops.h's AttentionDropout), out = (softmax(...) * mask) v, the mask
   // regenerated from its key in the backward; lse stays the undropped rows'. false, with
   // nothing written, where the backend has no kernel (a dtype, a head size).
@@ -198,8 +201,12 @@ class Backend {
   Tensor contiguous(const Tensor& t);
   // t itself when already of `dtype`, else a contiguous copy converted to it;
   Tensor converted(const Tensor& t, DType dtype);
-  // a new contiguous tensor of zeros.
+  // a new contiguous tensor of zeros;
   Tensor zeros(const Shape& sizes, DType dtype, Device device);
+  // for a kernel that writes contiguous outputs only: out itself where it is contiguous, else a
+  // contiguous stand-in, whose values settle then copies into out (nothing where it was out).
+  Tensor stand_in(const Tensor& out);
+  void settle(const Tensor& out, const Tensor& stand_in);
 };
 
 // The backend of `device`'s type. A device type this build has no backend for (CUDA without

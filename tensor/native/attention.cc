@@ -1,6 +1,8 @@
 // causal_softmax (ops.h): attention's scale, causal mask and softmax in one op, its backward
 // beside it. The kernels see contiguous [B, M, N] (B: every leading dim). flash_attention
-// (ops.h): the whole of attention in one op where the backend has a kernel, else composed.
+// (ops.h): the whole of attention in one op where the backend has a kernel, else composed; 4-D
+// operands go to the backend as they lie, and the output and gradients of non-contiguous ones
+// come in PyTorch's flash layout (heads_output).
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/internal/backend.h"
 #include "tinyddp/tensor/native/checks.h"
@@ -78,8 +80,24 @@ void check_flash_inputs(const Tensor& q, const Tensor& k, const Tensor& v, bool 
   check_kernel_device(q, kOp);
 }
 
-// t as a contiguous [heads, rows, cols] (a view where it already is contiguous).
-Tensor as_heads(const Tensor& t, int64_t heads) { return t.contiguous().view({heads, t.size(-2), t.size(-1)}); }
+// t as the backends' [B, H, rows, cols] with a dense last dim (internal/backend.h): t itself
+// where it is 4-D with one (the heads of a [B, T, H, E] tensor, transposed, included), else a
+// contiguous [1, heads, rows, cols] (a view where t already is contiguous).
+Tensor as_heads(const Tensor& t, int64_t heads) {
+  if (t.dim() == 4 && t.stride(3) == 1) return t;
+  return t.contiguous().view({1, heads, t.size(-2), t.size(-1)});
+}
+
+// A new output of `sizes` [B, H, rows, cols] beside the operand `like` (as_heads'): contiguous
+// where like is, else laid out as [B, rows, H, cols], PyTorch's flash layout, where the heads of
+// a [B, T, H, E] tensor lie: its transpose(1, 2) is then a contiguous [B, T, H, E] (the model's
+// [B, T, C] with no copy), and the kernels that take any layout write it in place.
+Tensor heads_output(const Shape& sizes, const Tensor& like, DType dtype) {
+  if (like.is_contiguous()) return new_output(sizes, dtype, like.device());
+  const int64_t b = sizes[0], h = sizes[1], rows = sizes[2], cols = sizes[3];
+  const Tensor buffer = new_output({b, rows, h, cols}, dtype, like.device());
+  return Tensor::make(buffer.storage(), sizes, {rows * h * cols, cols, h * cols, 1}, 0, dtype);
+}
 
 // Attention dropout's key: one 64-bit draw from the generator (none at p = 0), or inside a CUDA
 // graph's capture a device word that each replay fills anew (device_random_key).
@@ -118,17 +136,19 @@ Tensor flash_attention(const Tensor& query, const Tensor& key, const Tensor& val
   Shape out_sizes = query.sizes();
   out_sizes.back() = ev;
   const DType stats = query.dtype() == kFloat64 ? kFloat64 : kFloat32;
-  const Tensor out = new_output({heads, m, ev}, query.dtype(), query.device());
+  const Tensor q4 = as_heads(query, heads);
+  Shape out4 = q4.sizes();
+  out4.back() = ev;
+  const Tensor out = heads_output(out4, q4, query.dtype());
   const Tensor lse = new_output({heads, m}, stats, query.device());
   bool fused = false;
   if (heads * m * n * query.size(-1) * ev > 0) {
     NoGradGuard no_grad;
     fused = backend_for(query.device(), "flash_attention")
-                .flash_attention(out, lse, as_heads(query, heads), as_heads(key, heads), as_heads(value, heads),
-                                 is_causal, scale, dropout);
+                .flash_attention(out, lse, q4, as_heads(key, heads), as_heads(value, heads), is_causal, scale, dropout);
   }
   if (!fused) return matmul(dropped_weights(query, key, is_causal, scale, dropout), value);
-  const Tensor result = out.view(out_sizes);
+  const Tensor result = out.sizes() == out_sizes ? out : out.view(out_sizes);
   if (!needs_grad({&query, &key, &value})) return result;
   record_op("FlashAttentionBackward", result, {query, key, value},
             [sq = SavedTensor(query), sk = SavedTensor(key), sv = SavedTensor(value), so = SavedTensor(result, true),
@@ -144,16 +164,19 @@ Tensor flash_attention(const Tensor& query, const Tensor& key, const Tensor& val
                 return std::vector<Tensor>{matmul(ds, k), matmul(ds.transpose(-2, -1), q),
                                            matmul(dropped.transpose(-2, -1), g)};
               }
-              const Tensor q3 = as_heads(q, heads), k3 = as_heads(k, heads), v3 = as_heads(v, heads);
-              const Tensor dq = new_output(q3.sizes(), q.dtype(), q.device());
-              const Tensor dk = new_output(k3.sizes(), q.dtype(), q.device());
-              const Tensor dv = new_output(v3.sizes(), q.dtype(), q.device());
+              const Tensor q4 = as_heads(q, heads), k4 = as_heads(k, heads), v4 = as_heads(v, heads);
+              const Tensor dq = heads_output(q4.sizes(), q4, q.dtype());
+              const Tensor dk = heads_output(k4.sizes(), k4, q.dtype());
+              const Tensor dv = heads_output(v4.sizes(), v4, q.dtype());
               const bool done =
                   backend_for(q.device(), "flash_attention backward")
-                      .flash_attention_backward(dq, dk, dv, as_heads(g, heads), q3, k3, v3,
+                      .flash_attention_backward(dq, dk, dv, as_heads(g, heads), q4, k4, v4,
                                                 as_heads(so.get(kNode), heads), lse, is_causal, scale, dropout);
               TDDP_CHECK(done, "flash_attention: the backend ran the forward but declined the backward");
-              return std::vector<Tensor>{dq.view(q.sizes()), dk.view(k.sizes()), dv.view(v.sizes())};
+              const auto shaped = [](const Tensor& grad, const Tensor& input) {
+                return grad.sizes() == input.sizes() ? grad : grad.view(input.sizes());
+              };
+              return std::vector<Tensor>{shaped(dq, q), shaped(dk, k), shaped(dv, v)};
             });
   return result;
 }

@@ -142,9 +142,21 @@ void drop_block(Rows<T>& s, const Sizes& z, const AttentionDropout& dropout, int
   }
 }
 
+// Where the output's rows lie: the op's [B, H, M, Ev] out (any layout with a dense last dim),
+// written in place.
 template <typename T>
-void forward_block(const Sizes& z, T scale, const T* q, const T* k, const T* v, T* out, T* lse, int64_t head,
-                   int64_t row0, const AttentionDropout& dropout) {
+struct OutRows {
+  T* first;
+  int64_t per_batch, batch, head, row;
+  explicit OutRows(const Tensor& out)
+      : first(out.data_ptr<T>()), per_batch(out.size(1)), batch(out.stride(0)), head(out.stride(1)),
+        row(out.stride(2)) {}
+  T* at(int64_t h, int64_t r) const { return first + h / per_batch * batch + h % per_batch * head + r * row; }
+};
+
+template <typename T>
+void forward_block(const Sizes& z, T scale, const T* q, const T* k, const T* v, const OutRows<T>& out, T* lse,
+                   int64_t head, int64_t row0, const AttentionDropout& dropout) {
   const int64_t rows = std::min(kQueryBlock, z.m - row0), keys = z.keys_for(row0 + rows - 1);
   const T* qi = q + (head * z.m + row0) * z.e;
   Rows<T> acc = Rows<T>::Zero(rows, z.ev), s, scratch;
@@ -165,7 +177,8 @@ void forward_block(const Sizes& z, T scale, const T* q, const T* k, const T* v, 
     if (dropout.p > 0) drop_block<T>(s, z, dropout, head, row0, col0);
     gemm_add<T>(acc, scratch, cols, Operand<T>{s.data(), cols}, Operand<T>{v + (head * z.n + col0) * z.ev, z.ev});
   }
-  Eigen::Map<Rows<T>>(out + (head * z.m + row0) * z.ev, rows, z.ev) = total.inverse().matrix().asDiagonal() * acc;
+  Eigen::Map<Rows<T>, 0, Eigen::OuterStride<>>(out.at(head, row0), rows, z.ev, Eigen::OuterStride<>(out.row)) =
+      total.inverse().matrix().asDiagonal() * acc;
   const Column<T> l = top + total.log();  // in this buffer: the packet/scalar split not the output's address's
   Eigen::Map<Column<T>>(lse + head * z.m + row0, rows) = l;
 }
@@ -209,62 +222,79 @@ void backward_head(const Sizes& z, T scale, const T* q, const T* k, const T* v, 
   Eigen::Map<Rows<T>>(dq, z.m, z.e) = dqh;
 }
 
+// The op's [B, H, rows, width] operands (any layout with a dense last dim, backend.h) as the
+// kernels take them: contiguous, heads = B * H.
+Tensor heads_of(const Tensor& t) { return backend().contiguous(t); }
+
 Sizes sizes_of(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
-  return Sizes{q.size(0), q.size(1), k.size(1), q.size(2), v.size(2), causal};
+  return Sizes{q.size(0) * q.size(1), q.size(2), k.size(2), q.size(3), v.size(3), causal};
 }
 
+bool float_type(DType dtype) { return dtype == kFloat32 || dtype == kFloat64; }
+
 template <typename F>
-bool for_float_types(DType dtype, F&& f) {
+void for_float_types(DType dtype, F&& f) {
   if (dtype == kFloat32)
     f(float{});
-  else if (dtype == kFloat64)
-    f(double{});
   else
-    return false;
-  return true;
+    f(double{});
 }
 
 }  // namespace
 
 bool CpuBackend::flash_attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                                  const Tensor& v, bool causal, double scale, const AttentionDropout& dropout) {
-  const Sizes z = sizes_of(q, k, v, causal);
+  if (!float_type(q.dtype())) return false;
+  const Tensor qh = heads_of(q), kh = heads_of(k), vh = heads_of(v);
+  const Sizes z = sizes_of(qh, kh, vh, causal);
   const int64_t blocks = (z.m + kQueryBlock - 1) / kQueryBlock;
-  return for_float_types(q.dtype(), [&](auto tag) {
+  for_float_types(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    const OutRows<T> written(out);
     // A unit is a block of query rows of one head: 64 x N x (E + Ev) multiply-adds at least.
     parallel_for(0, z.heads * blocks, 1, [&](int64_t from, int64_t to) {
       for (int64_t u = from; u < to; ++u) {
-        forward_block<T>(z, static_cast<T>(scale), q.data_ptr<T>(), k.data_ptr<T>(), v.data_ptr<T>(), out.data_ptr<T>(),
+        forward_block<T>(z, static_cast<T>(scale), qh.data_ptr<T>(), kh.data_ptr<T>(), vh.data_ptr<T>(), written,
                          lse.data_ptr<T>(), u / blocks, u % blocks * kQueryBlock, dropout);
       }
     });
   });
+  return true;
 }
 
 bool CpuBackend::flash_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                                           const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                           const Tensor& lse, bool causal, double scale,
                                           const AttentionDropout& dropout) {
-  const Sizes z = sizes_of(q, k, v, causal);
-  return for_float_types(q.dtype(), [&](auto tag) {
+  if (!float_type(q.dtype())) return false;
+  // out only meets dout in delta, row by row: read where it lies.
+  const Tensor qh = heads_of(q), kh = heads_of(k), vh = heads_of(v), gh = heads_of(dout);
+  const Tensor dqw = stand_in(dq), dkw = stand_in(dk), dvw = stand_in(dv);
+  const Sizes z = sizes_of(qh, kh, vh, causal);
+  for_float_types(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    const OutRows<T> outputs(out);
     parallel_for(0, z.heads, 1, [&](int64_t from, int64_t to) {
       std::vector<T> delta(static_cast<size_t>(z.m));
       for (int64_t h = from; h < to; ++h) {
-        const T *o = out.data_ptr<T>() + h * z.m * z.ev, *g = dout.data_ptr<T>() + h * z.m * z.ev;
+        const T* g = gh.data_ptr<T>() + h * z.m * z.ev;
         for (int64_t r = 0; r < z.m; ++r) {  // in order, whatever the addresses
+          const T* o = outputs.at(h, r);
           T dot = 0;
-          for (int64_t d = 0; d < z.ev; ++d) dot += o[r * z.ev + d] * g[r * z.ev + d];
+          for (int64_t d = 0; d < z.ev; ++d) dot += o[d] * g[r * z.ev + d];
           delta[static_cast<size_t>(r)] = dot;
         }
-        backward_head<T>(z, static_cast<T>(scale), q.data_ptr<T>() + h * z.m * z.e, k.data_ptr<T>() + h * z.n * z.e,
-                         v.data_ptr<T>() + h * z.n * z.ev, g, lse.data_ptr<T>() + h * z.m, delta.data(),
-                         dq.data_ptr<T>() + h * z.m * z.e, dk.data_ptr<T>() + h * z.n * z.e,
-                         dv.data_ptr<T>() + h * z.n * z.ev, h, dropout);
+        backward_head<T>(z, static_cast<T>(scale), qh.data_ptr<T>() + h * z.m * z.e, kh.data_ptr<T>() + h * z.n * z.e,
+                         vh.data_ptr<T>() + h * z.n * z.ev, g, lse.data_ptr<T>() + h * z.m, delta.data(),
+                         dqw.data_ptr<T>() + h * z.m * z.e, dkw.data_ptr<T>() + h * z.n * z.e,
+                         dvw.data_ptr<T>() + h * z.n * z.ev, h, dropout);
       }
     });
   });
+  settle(dq, dqw);
+  settle(dk, dkw);
+  settle(dv, dvw);
+  return true;
 }
 
 }  // namespace tinyddp::tensor::cpu

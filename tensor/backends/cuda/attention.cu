@@ -136,15 +136,19 @@ __global__ void forward_kernel(const T* q, const T* k, const T* v, T* out, acc_t
   }
 }
 
-// delta[r] = sum over d of dout[r, d] * out[r, d], in key order, one thread per row.
+// delta[r] = sum over d of dout[r, d] * out[r, d], in order, one thread per row r (row r % m of
+// head r / m, wherever the layouts place it).
 template <typename T>
-__global__ void delta_kernel(const T* dout, const T* out, acc_t<T>* delta, int64_t rows, int64_t ev) {
+__global__ void delta_kernel(const T* dout, const T* out, acc_t<T>* delta, int64_t rows, int64_t m, int64_t ev,
+                             AttentionLayouts layouts) {
   using A = acc_t<T>;
   for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
        r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t head = r / m, i = r % m;
+    const T* g = attention::head_of(dout, layouts.dout, head, layouts.per_batch) + i * layouts.dout.row;
+    const T* o = attention::head_of(out, layouts.out, head, layouts.per_batch) + i * layouts.out.row;
     A total = 0;
-    for (int64_t d = 0; d < ev; ++d)
-      total += static_cast<A>(load(dout[r * ev + d])) * static_cast<A>(load(out[r * ev + d]));
+    for (int64_t d = 0; d < ev; ++d) total += static_cast<A>(load(g[d])) * static_cast<A>(load(o[d]));
     delta[r] = total;
   }
 }
@@ -276,6 +280,18 @@ cudaError_t launch(Kernel kernel, int64_t rows, int64_t heads, size_t bytes, voi
   return attention::launch_tiles(kernel, rows, kRows, heads, kRows, bytes, static_cast<cudaStream_t>(stream), args...);
 }
 
+// Whether the operands are contiguous heads, all the CUDA-core kernels take (the forward's q,
+// k, v, out; the backward's every one).
+bool dense_operands(const AttentionLayouts& l, const Sizes& z, bool backward) {
+  const auto dense = [&](const HeadStrides& s, int64_t rows, int64_t width) {
+    const HeadStrides d = dense_heads(l.per_batch, rows, width);
+    return s.batch == d.batch && s.head == d.head && s.row == d.row;
+  };
+  const bool forward = dense(l.q, z.m, z.e) && dense(l.k, z.n, z.e) && dense(l.v, z.n, z.ev) && dense(l.out, z.m, z.ev);
+  return forward && (!backward || (dense(l.dout, z.m, z.ev) && dense(l.dq, z.m, z.e) && dense(l.dk, z.n, z.e) &&
+                                   dense(l.dv, z.n, z.ev)));
+}
+
 // f(T{}, std::integral_constant<int, D>{}) for a floating dtype and a supported width.
 template <typename F>
 cudaError_t with_bound(int dtype, int64_t e, int64_t ev, F&& f) {
@@ -302,20 +318,21 @@ bool flash_attention_supported(int dtype, int64_t e, int64_t ev) {
   return floating && bound_for(std::max(e, ev), dtype == 1) != 0;
 }
 
-bool flash_attention_on_tensor_cores(int dtype, int64_t e, int64_t ev, const void* q, const void* k, const void* v) {
-  const void* const pointers[] = {q, k, v};
-  return attention::tc_takes(dtype, e, ev, pointers, 3);
+bool flash_attention_on_tensor_cores(int dtype, int64_t e, int64_t ev, const void* const* pointers, int count,
+                                     const AttentionLayouts& layouts) {
+  return attention::tc_takes(dtype, e, ev, pointers, count, layouts);
 }
 
 int flash_attention(const void* q, const void* k, const void* v, int dtype, void* out, void* lse, int64_t heads,
-                    int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, double dropout_p,
-                    uint64_t seed, const uint64_t* seed_slot, void* stream) {
+                    int64_t m, int64_t n, int64_t e, int64_t ev, const AttentionLayouts& layouts, bool causal,
+                    double scale, double dropout_p, uint64_t seed, const uint64_t* seed_slot, void* stream) {
   const Sizes z{heads, m, n, e, ev, causal};
   const void* const pointers[] = {q, k, v, out};
-  if (heads > 0 && m > 0 && n > 0 && attention::tc_takes(dtype, e, ev, pointers, 4)) {
-    return attention::tc_forward(q, k, v, dtype, out, static_cast<float*>(lse), z, scale,
+  if (heads > 0 && m > 0 && n > 0 && attention::tc_takes(dtype, e, ev, pointers, 4, layouts)) {
+    return attention::tc_forward(q, k, v, dtype, out, static_cast<float*>(lse), z, layouts, scale,
                                  drop_of<float>(dropout_p, seed, seed_slot), static_cast<cudaStream_t>(stream));
   }
+  if (!dense_operands(layouts, z, false)) return cudaErrorInvalidValue;
   return with_bound(dtype, e, ev, [&](auto tag, auto bound) -> cudaError_t {
     using T = decltype(tag);
     using A = acc_t<T>;
@@ -328,9 +345,12 @@ int flash_attention(const void* q, const void* k, const void* v, int dtype, void
 
 int flash_attention_backward(const void* q, const void* k, const void* v, const void* out, const void* dout,
                              const void* lse, void* delta, int dtype, void* dq, void* dk, void* dv, int64_t heads,
-                             int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, double dropout_p,
-                             uint64_t seed, const uint64_t* seed_slot, void* stream) {
+                             int64_t m, int64_t n, int64_t e, int64_t ev, const AttentionLayouts& layouts, bool causal,
+                             double scale, double dropout_p, uint64_t seed, const uint64_t* seed_slot, void* stream) {
   const Sizes z{heads, m, n, e, ev, causal};
+  const void* const pointers[] = {q, k, v, out, dout, dq, dk, dv};
+  const bool tensor_cores = heads > 0 && m > 0 && n > 0 && attention::tc_takes(dtype, e, ev, pointers, 8, layouts);
+  if (!tensor_cores && !dense_operands(layouts, z, true)) return cudaErrorInvalidValue;
   return with_bound(dtype, e, ev, [&](auto tag, auto bound) {
     using T = decltype(tag);
     using A = acc_t<T>;
@@ -338,15 +358,14 @@ int flash_attention_backward(const void* q, const void* k, const void* v, const 
     const auto s = static_cast<cudaStream_t>(stream);
     const int64_t rows = heads * m;
     delta_kernel<T><<<static_cast<unsigned>(smaller((rows + 255) / 256, 65535)), 256, 0, s>>>(
-        static_cast<const T*>(dout), static_cast<const T*>(out), static_cast<A*>(delta), rows, ev);
+        static_cast<const T*>(dout), static_cast<const T*>(out), static_cast<A*>(delta), rows, m, ev, layouts);
     cudaError_t status = cudaGetLastError();
     if (status != cudaSuccess) return status;
-    const void* const pointers[] = {q, k, v, out, dout, dq, dk, dv};
     if constexpr (std::is_same_v<A, float>) {
-      if (heads > 0 && m > 0 && n > 0 && attention::tc_takes(dtype, e, ev, pointers, 8)) {
-        return static_cast<cudaError_t>(attention::tc_backward(q, k, v, dout, static_cast<const float*>(lse),
-                                                               static_cast<const float*>(delta), dtype, dq, dk, dv, z,
-                                                               scale, drop_of<float>(dropout_p, seed, seed_slot), s));
+      if (tensor_cores) {
+        return static_cast<cudaError_t>(attention::tc_backward(
+            q, k, v, dout, static_cast<const float*>(lse), static_cast<const float*>(delta), dtype, dq, dk, dv, z,
+            layouts, scale, drop_of<float>(dropout_p, seed, seed_slot), s));
       }
     }
     status = launch(dq_kernel<T, D>, m, heads, sizeof(A) * kTile * (e + ev), stream, static_cast<const T*>(q),

@@ -11,12 +11,22 @@
 
 #include <cstdint>
 
+#include "tinyddp/tensor/backends/cuda/kernels.h"
 #include "tinyddp/tensor/internal/philox.h"
 
 namespace tinyddp::tensor::cuda::kernels::attention {
 
 __host__ __device__ inline int64_t smaller(int64_t a, int64_t b) { return a < b ? a : b; }
 __host__ __device__ inline int64_t larger(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// Where head `head` (of batch x per_batch) of an operand laid out as `s` starts, in elements.
+__host__ __device__ inline int64_t head_offset(const HeadStrides& s, int64_t head, int64_t per_batch) {
+  return head / per_batch * s.batch + head % per_batch * s.head;
+}
+template <typename T>
+__host__ __device__ T* head_of(T* first, const HeadStrides& s, int64_t head, int64_t per_batch) {
+  return first + head_offset(s, head, per_batch);
+}
 
 struct Sizes {
   int64_t heads, m, n, e, ev;
@@ -70,14 +80,17 @@ cudaError_t launch_tiles(Kernel kernel, int64_t rows, int tile, int64_t heads, i
 #endif
 
 // attention_tc.cu. takes: whether the tensor-core kernels take this call (float16 or bfloat16,
-// e == ev of 64 or 128, every pointer 16-byte aligned for the vector loads). The forward writes
-// out and lse (float); the backward writes dq, dk, dv from the forward's out and lse and from
-// delta [heads, m] = rowsum(dout * out), which the caller has computed.
-bool tc_takes(int dtype, int64_t e, int64_t ev, const void* const* pointers, int count);
+// e == ev of 64 or 128, every pointer 16-byte aligned and every stride of the layouts a whole
+// number of 16 bytes, for the vector loads). The operands may lie in any such layouts
+// (kernels.h's AttentionLayouts); lse and delta are contiguous [heads, m]. The forward writes
+// out and lse (float); the backward writes dq, dk, dv from the forward's lse and from delta =
+// rowsum(dout * out), which the caller has computed.
+bool tc_takes(int dtype, int64_t e, int64_t ev, const void* const* pointers, int count,
+              const AttentionLayouts& layouts);
 int tc_forward(const void* q, const void* k, const void* v, int dtype, void* out, float* lse, const Sizes& z,
-               double scale, const Drop<float>& drop, cudaStream_t stream);
+               const AttentionLayouts& layouts, double scale, const Drop<float>& drop, cudaStream_t stream);
 int tc_backward(const void* q, const void* k, const void* v, const void* dout, const float* lse, const float* delta,
-                int dtype, void* dq, void* dk, void* dv, const Sizes& z, double scale, const Drop<float>& drop,
-                cudaStream_t stream);
+                int dtype, void* dq, void* dk, void* dv, const Sizes& z, const AttentionLayouts& layouts, double scale,
+                const Drop<float>& drop, cudaStream_t stream);
 
 }  // namespace tinyddp::tensor::cuda::kernels::attention

@@ -15,6 +15,9 @@
 // - backward: dk and dv, a block per 64 keys over the query tiles that see them; dq, a block
 //   per 64 query rows over their key tiles (S and dP recomputed: 7 products where atomics
 //   would need 5, for the same bits at every run).
+// - operands in any layout of kernels.h's AttentionLayouts (a head's rows any whole number of 16
+//   bytes apart), so that the heads of a [B, T, H, E] tensor are read and written where they lie,
+//   as PyTorch's flash kernels do, with no transposing copies around the call.
 // - attention dropout: the weights that meet v (and dP) are masked and scaled by the Philox
 //   mask of Drop, element (head, i, j) at index (head m + i) n + j, as attention.cu.
 // Device code only, in a header so that tests/tensor/attention_tc_emulation_test.cc can run
@@ -109,15 +112,15 @@ struct Pieces {
   }
 };
 
-// Rows [first, first + kTile) of a [rows, E] matrix into dst [kTile][E + kPad], zeros from
-// `limit` on; every thread of the block takes part.
+// Rows [first, first + kTile) of a head (rows `ld` elements apart) into dst [kTile][E + kPad],
+// zeros from `limit` on; every thread of the block takes part.
 template <typename W, int E>
-__device__ void stage(W* dst, const W* src, int64_t first, int64_t limit) {
+__device__ void stage(W* dst, const W* src, int64_t ld, int64_t first, int64_t limit) {
   constexpr int chunks = E / 8;  // 16 bytes each
   for (int i = threadIdx.x; i < kTile * chunks; i += kThreads) {
     const int r = i / chunks, c = i % chunks;
     uint4 value = make_uint4(0, 0, 0, 0);
-    if (first + r < limit) value = *reinterpret_cast<const uint4*>(src + (first + r) * E + c * 8);
+    if (first + r < limit) value = *reinterpret_cast<const uint4*>(src + (first + r) * ld + c * 8);
     *reinterpret_cast<uint4*>(dst + r * (E + kPad) + c * 8) = value;
   }
 }
@@ -182,10 +185,10 @@ __device__ void fragments_of(FragA<W> (&a)[E / 16], const W* tile) {
   for (int kk = 0; kk < E / 16; ++kk) wmma::load_matrix_sync(a[kk], mine + kk * 16, E + kPad);
 }
 
-// Writes the warp's 16 x E accumulators to rows first.. of dst [rows, E], rounded to W (rows
-// from `limit` on skipped), through scratch (256 floats of the warp).
+// Writes the warp's 16 x E accumulators to rows first.. of a head (rows `ld` elements apart),
+// rounded to W (rows from `limit` on skipped), through scratch (256 floats of the warp).
 template <typename W, int E>
-__device__ void write_rows(W* dst, Acc (&acc)[E / 16], int64_t first, int64_t limit, float* scratch) {
+__device__ void write_rows(W* dst, int64_t ld, Acc (&acc)[E / 16], int64_t first, int64_t limit, float* scratch) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int t = 0; t < E / 16; ++t) {
@@ -193,7 +196,7 @@ __device__ void write_rows(W* dst, Acc (&acc)[E / 16], int64_t first, int64_t li
     __syncwarp();
     for (int i = lane; i < 256; i += 32) {
       const int64_t row = first + i / 16;
-      if (row < limit) dst[row * E + t * 16 + i % 16] = to_w<W>(scratch[i]);
+      if (row < limit) dst[row * ld + t * 16 + i % 16] = to_w<W>(scratch[i]);
     }
     __syncwarp();
   }
@@ -202,9 +205,11 @@ __device__ void write_rows(W* dst, Acc (&acc)[E / 16], int64_t first, int64_t li
 // The forward: a block per 64 query rows (the causal tiles with the most keys first).
 template <typename W, int E>
 __global__ void __launch_bounds__(kThreads)
-    forward_kernel(const W* q, const W* k, const W* v, W* out, float* lse, Sizes z, float scale, Drop<float> drop) {
+    forward_kernel(const W* q, const W* k, const W* v, W* out, float* lse, Sizes z, AttentionLayouts layouts,
+                   float scale, Drop<float> drop) {
   constexpr Layout<E> layout = forward_layout<E>();
   drop.resolve();
+  const int64_t pb = layouts.per_batch;
   extern __shared__ __align__(128) unsigned char shared[];
   const Pieces<W, E> at(shared, layout);
   W *ks = at.tile[0], *vs = at.tile[1];
@@ -220,7 +225,7 @@ __global__ void __launch_bounds__(kThreads)
   row_numbers(rows, scores);
   for (int64_t head = blockIdx.y; head < z.heads; head += gridDim.y) {
     __syncthreads();
-    stage<W, E>(qs, q + head * z.m * E, row0, z.m);
+    stage<W, E>(qs, head_of(q, layouts.q, head, pb), layouts.q.row, row0, z.m);
     __syncthreads();
     FragA<W> qa[E / 16];
     fragments_of<W, E>(qa, qs);
@@ -231,8 +236,8 @@ __global__ void __launch_bounds__(kThreads)
     const uint64_t weights = static_cast<uint64_t>((head * z.m + row) * z.n);
     for (int64_t col0 = 0; col0 < keys; col0 += kTile) {
       __syncthreads();
-      stage<W, E>(ks, k + head * z.n * E, col0, z.n);
-      stage<W, E>(vs, v + head * z.n * E, col0, z.n);
+      stage<W, E>(ks, head_of(k, layouts.k, head, pb), layouts.k.row, col0, z.n);
+      stage<W, E>(vs, head_of(v, layouts.v, head, pb), layouts.v.row, col0, z.n);
       __syncthreads();
       scores_of<W, E>(scores, qa, ks);
       __syncwarp();
@@ -262,7 +267,7 @@ __global__ void __launch_bounds__(kThreads)
     if (h == 0) at.stats[r] = 1.0f / total;
     __syncwarp();
     scale_rows(acc, rows, at.stats);
-    write_rows<W, E>(out + head * z.m * E, acc, warp_row0, z.m, scores);
+    write_rows<W, E>(head_of(out, layouts.out, head, pb), layouts.out.row, acc, warp_row0, z.m, scores);
     if (h == 0 && row < z.m) lse[head * z.m + row] = top + logf(total);
   }
 }
@@ -271,9 +276,10 @@ __global__ void __launch_bounds__(kThreads)
 template <typename W, int E>
 __global__ void __launch_bounds__(kThreads)
     dq_kernel(const W* q, const W* k, const W* v, const W* dout, const float* lse, const float* delta, W* dq, Sizes z,
-              float scale, Drop<float> drop) {
+              AttentionLayouts layouts, float scale, Drop<float> drop) {
   constexpr Layout<E> layout = dq_layout<E>();
   drop.resolve();
+  const int64_t pb = layouts.per_batch;
   extern __shared__ __align__(128) unsigned char shared[];
   const Pieces<W, E> at(shared, layout);
   W *ks = at.tile[0], *vs = at.tile[1];
@@ -286,8 +292,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t mine = row < z.m ? z.keys_for(row) : 0;
   for (int64_t head = blockIdx.y; head < z.heads; head += gridDim.y) {
     __syncthreads();
-    stage<W, E>(qs, q + head * z.m * E, row0, z.m);
-    stage<W, E>(dos, dout + head * z.m * E, row0, z.m);
+    stage<W, E>(qs, head_of(q, layouts.q, head, pb), layouts.q.row, row0, z.m);
+    stage<W, E>(dos, head_of(dout, layouts.dout, head, pb), layouts.dout.row, row0, z.m);
     __syncthreads();
     FragA<W> qa[E / 16], da[E / 16];
     fragments_of<W, E>(qa, qs);
@@ -300,8 +306,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int t = 0; t < E / 16; ++t) wmma::fill_fragment(acc[t], 0.0f);
     for (int64_t col0 = 0; col0 < keys; col0 += kTile) {
       __syncthreads();
-      stage<W, E>(ks, k + head * z.n * E, col0, z.n);
-      stage<W, E>(vs, v + head * z.n * E, col0, z.n);
+      stage<W, E>(ks, head_of(k, layouts.k, head, pb), layouts.k.row, col0, z.n);
+      stage<W, E>(vs, head_of(v, layouts.v, head, pb), layouts.v.row, col0, z.n);
       __syncthreads();
       scores_of<W, E>(at.scores[0], qa, ks);  // S
       scores_of<W, E>(at.scores[1], da, vs);  // dP = dout v^T
@@ -315,7 +321,7 @@ __global__ void __launch_bounds__(kThreads)
       accumulate<W, E>(acc, ds, ks);
     }
     __syncwarp();
-    write_rows<W, E>(dq + head * z.m * E, acc, warp_row0, z.m, at.scores[0]);
+    write_rows<W, E>(head_of(dq, layouts.dq, head, pb), layouts.dq.row, acc, warp_row0, z.m, at.scores[0]);
   }
 }
 
@@ -323,9 +329,10 @@ __global__ void __launch_bounds__(kThreads)
 template <typename W, int E>
 __global__ void __launch_bounds__(kThreads)
     dkdv_kernel(const W* q, const W* k, const W* v, const W* dout, const float* lse, const float* delta, W* dk, W* dv,
-                Sizes z, float scale, Drop<float> drop) {
+                Sizes z, AttentionLayouts layouts, float scale, Drop<float> drop) {
   constexpr Layout<E> layout = dkdv_layout<E>();
   drop.resolve();
+  const int64_t pb = layouts.per_batch;
   extern __shared__ __align__(128) unsigned char shared[];
   const Pieces<W, E> at(shared, layout);
   W *qs = at.tile[0], *dos = at.tile[1];
@@ -337,8 +344,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t first = z.causal ? larger(key0 - (z.n - z.m), 0) : 0;  // the first row that sees key0
   for (int64_t head = blockIdx.y; head < z.heads; head += gridDim.y) {
     __syncthreads();
-    stage<W, E>(qs, k + head * z.n * E, key0, z.n);  // the block's own keys and values, into registers
-    stage<W, E>(dos, v + head * z.n * E, key0, z.n);
+    // The block's own keys and values, into registers.
+    stage<W, E>(qs, head_of(k, layouts.k, head, pb), layouts.k.row, key0, z.n);
+    stage<W, E>(dos, head_of(v, layouts.v, head, pb), layouts.v.row, key0, z.n);
     __syncthreads();
     FragA<W> ka[E / 16], va[E / 16];
     fragments_of<W, E>(ka, qs);
@@ -351,8 +359,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     for (int64_t row0 = first; row0 < z.m; row0 += kTile) {
       __syncthreads();
-      stage<W, E>(qs, q + head * z.m * E, row0, z.m);
-      stage<W, E>(dos, dout + head * z.m * E, row0, z.m);
+      stage<W, E>(qs, head_of(q, layouts.q, head, pb), layouts.q.row, row0, z.m);
+      stage<W, E>(dos, head_of(dout, layouts.dout, head, pb), layouts.dout.row, row0, z.m);
       for (int i = threadIdx.x; i < kTile; i += kThreads) {
         const bool real = row0 + i < z.m;
         row_stats[i] = real ? lse[head * z.m + row0 + i] : 0.0f;
@@ -375,8 +383,8 @@ __global__ void __launch_bounds__(kThreads)
       accumulate<W, E>(dk_acc, dst, qs);
     }
     __syncwarp();
-    write_rows<W, E>(dk + head * z.n * E, dk_acc, warp_key0, z.n, at.scores[0]);
-    write_rows<W, E>(dv + head * z.n * E, dv_acc, warp_key0, z.n, at.scores[0]);
+    write_rows<W, E>(head_of(dk, layouts.dk, head, pb), layouts.dk.row, dk_acc, warp_key0, z.n, at.scores[0]);
+    write_rows<W, E>(head_of(dv, layouts.dv, head, pb), layouts.dv.row, dv_acc, warp_key0, z.n, at.scores[0]);
   }
 }
 

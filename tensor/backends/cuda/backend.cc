@@ -196,49 +196,6 @@ bool CudaBackend::layer_norm_backward(const Tensor& grad_x, const Tensor&, const
   return false;  // the weight's and bias's gradients: column sums composed in native/
 }
 
-bool CudaBackend::flash_attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                                  const Tensor& v, bool causal, double scale, const AttentionDropout& dropout) {
-  const int dtype = static_cast<int>(q.dtype());
-  // The route (cuda.h, enable_flash_sdp): declined, the op composes it from matmuls.
-  const bool kernel = flash_sdp_enabled() && k::flash_attention_supported(dtype, q.size(2), v.size(2));
-  const bool composed = math_sdp_enabled();
-  TDDP_CHECK(kernel || composed,
-             "flash_attention on CUDA: no route left: the composed one is off (cuda::enable_math_sdp(false)) and "
-             "the flash kernel {}",
-             flash_sdp_enabled() ? fmt::format("takes head widths up to 128, not {} and {}", q.size(2), v.size(2))
-                                 : std::string("is off (cuda::enable_flash_sdp(false))"));
-  const int64_t weight_bytes = q.size(0) * q.size(1) * k.size(1) * static_cast<int64_t>(q.element_size());
-  // The tensor-core kernels beat the composed route at any length (and keep no weights).
-  const bool tensor_cores = kernel && k::flash_attention_on_tensor_cores(dtype, q.size(2), v.size(2), q.raw_data_ptr(),
-                                                                         k.raw_data_ptr(), v.raw_data_ptr());
-  if (!kernel || (composed && !tensor_cores && weight_bytes <= kComposedAttentionBytes)) return false;
-  const int device = device_of(q);
-  DeviceGuard guard(device);
-  check_launch(k::flash_attention(q.raw_data_ptr(), k.raw_data_ptr(), v.raw_data_ptr(), dtype, out.raw_data_ptr(),
-                                  lse.raw_data_ptr(), q.size(0), q.size(1), k.size(1), q.size(2), v.size(2), causal,
-                                  scale, dropout.p, dropout.key.value, dropout.key.slot, compute_stream(device)),
-               "flash_attention kernel");
-  return true;
-}
-
-bool CudaBackend::flash_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
-                                           const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                                           const Tensor& lse, bool causal, double scale,
-                                           const AttentionDropout& dropout) {
-  const int dtype = static_cast<int>(q.dtype());
-  if (!k::flash_attention_supported(dtype, q.size(2), v.size(2))) return false;
-  const int device = device_of(q);
-  DeviceGuard guard(device);
-  const Tensor delta = zeros(lse.sizes(), lse.dtype(), lse.device());
-  check_launch(k::flash_attention_backward(q.raw_data_ptr(), k.raw_data_ptr(), v.raw_data_ptr(), out.raw_data_ptr(),
-                                           dout.raw_data_ptr(), lse.raw_data_ptr(), delta.raw_data_ptr(), dtype,
-                                           dq.raw_data_ptr(), dk.raw_data_ptr(), dv.raw_data_ptr(), q.size(0),
-                                           q.size(1), k.size(1), q.size(2), v.size(2), causal, scale, dropout.p,
-                                           dropout.key.value, dropout.key.slot, compute_stream(device)),
-               "flash_attention backward kernels");
-  return true;
-}
-
 bool CudaBackend::cross_entropy(const Tensor& loss, const Tensor& stats, const Tensor& logits, const Tensor& targets,
                                 const Tensor& weight, int64_t ignore_index, double label_smoothing) {
   const int device = device_of(logits);

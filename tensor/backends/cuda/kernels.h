@@ -100,27 +100,44 @@ int softmax_rows(const void* x, int dtype, void* out, int64_t outer, int64_t n, 
 // forward's output), x is the gradient and out = scale * y * (x - sum(x * y)), 0 beyond.
 int causal_softmax_rows(const void* x, const void* y, int dtype, void* out, int64_t rows, int64_t m, int64_t n,
                         double scale, void* stream);
-// attention.cu: flash attention over contiguous q [heads, m, e], k [heads, n, e], v [heads,
-// n, ev] of one floating dtype (causal: m <= n, row i sees keys j <= i + n - m): out [heads, m,
-// ev] and lse [heads, m] (float, or double for float64). The backward writes dq, dk, dv (the
-// inputs' shapes) from dout and the forward's out and lse, with `delta` [heads, m] (lse's type)
-// as scratch. flash_attention_supported: whether the kernels take this dtype and head widths
-// (float up to 128, double up to 64); otherwise they return cudaErrorNotSupported. 16-bit
-// calls with e == ev of 64 or 128 and 16-byte aligned pointers run on tensor cores
-// (attention_tc.cu).
+// attention.cu's operands: heads [batch, per_batch, rows, width] with a dense last dim, element
+// (b, h, r, c) at b * batch + h * head + r * row + c elements from the first (a contiguous one:
+// dense_heads). The forward reads q, k, v and writes out; the backward reads dout and out too
+// and writes dq, dk, dv.
+struct HeadStrides {
+  int64_t batch = 0, head = 0, row = 0;
+};
+struct AttentionLayouts {
+  int64_t per_batch = 1;
+  HeadStrides q, k, v, out, dout, dq, dk, dv;
+};
+inline HeadStrides dense_heads(int64_t per_batch, int64_t rows, int64_t width) {
+  return HeadStrides{per_batch * rows * width, rows * width, width};
+}
+// attention.cu: flash attention over q [heads, m, e], k [heads, n, e], v [heads, n, ev] of one
+// floating dtype (heads = batch x layouts.per_batch; causal: m <= n, row i sees keys j <= i + n -
+// m): out [heads, m, ev] and lse [heads, m] (contiguous; float, or double for float64). The
+// backward writes dq, dk, dv (the inputs' shapes) from dout and the forward's out and lse, with
+// `delta` [heads, m] (lse's type) as scratch. flash_attention_supported: whether the kernels take
+// this dtype and head widths (float up to 128, double up to 64); otherwise they return
+// cudaErrorNotSupported. 16-bit calls with e == ev of 64 or 128, 16-byte aligned pointers and
+// strides of whole 16 bytes run on tensor cores (attention_tc.cu) and take any such layouts;
+// the CUDA-core kernels take contiguous operands only (cudaErrorInvalidValue otherwise).
 bool flash_attention_supported(int dtype, int64_t e, int64_t ev);
-// Whether flash_attention runs on tensor cores for these inputs (the outputs a caller allocates
-// are on 16-byte boundaries).
-bool flash_attention_on_tensor_cores(int dtype, int64_t e, int64_t ev, const void* q, const void* k, const void* v);
+// Whether flash_attention (and its backward) run on tensor cores for these operands: `count`
+// pointers (every operand of the call) and the layouts' strides (those the call does not use
+// left 0).
+bool flash_attention_on_tensor_cores(int dtype, int64_t e, int64_t ev, const void* const* pointers, int count,
+                                     const AttentionLayouts& layouts);
 // dropout_p > 0: attention dropout under `seed`, or the key in device memory at `seed_slot`
 // where that is not null (tensor/internal/kernel_ops.h's AttentionDropout and RandomKey).
 int flash_attention(const void* q, const void* k, const void* v, int dtype, void* out, void* lse, int64_t heads,
-                    int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, double dropout_p,
-                    uint64_t seed, const uint64_t* seed_slot, void* stream);
+                    int64_t m, int64_t n, int64_t e, int64_t ev, const AttentionLayouts& layouts, bool causal,
+                    double scale, double dropout_p, uint64_t seed, const uint64_t* seed_slot, void* stream);
 int flash_attention_backward(const void* q, const void* k, const void* v, const void* out, const void* dout,
                              const void* lse, void* delta, int dtype, void* dq, void* dk, void* dv, int64_t heads,
-                             int64_t m, int64_t n, int64_t e, int64_t ev, bool causal, double scale, double dropout_p,
-                             uint64_t seed, const uint64_t* seed_slot, void* stream);
+                             int64_t m, int64_t n, int64_t e, int64_t ev, const AttentionLayouts& layouts, bool causal,
+                             double scale, double dropout_p, uint64_t seed, const uint64_t* seed_slot, void* stream);
 // loss.cu: cross-entropy's rows of contiguous x [rows, n] (tensor/fused.h), targets [rows] (each
 // in [0, n) or ignore_index), weight [n] (x's dtype) or null: loss [rows] (x's dtype) and stats
 // [rows, 2], each row's maximum and log-sum (float, or double for float64). The backward writes
