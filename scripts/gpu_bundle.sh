@@ -20,6 +20,7 @@ limit_bytes=$((64 * 1024 * 1024))
 binaries=(
   tests/tensor/cuda_test tests/tensor/cuda_conv_test tests/tensor/cuda_autocast_test tests/tensor/cuda_graph_test
   tests/tensor/cuda_math_test tests/tensor/cuda_plan_test tests/tensor/device_guard_test tests/tensor/attention_test
+  tests/tensor/attention_layout_test
   tests/tensor/cross_entropy_test tests/tensor/foreach_test tests/nn/fused_adam_test tests/tensor/profiler_test
   tests/examples/train_gpt_graph_test
   tests/nn/functional_test tests/nn/attention_interpolate_test tests/nn/conv_layers_test tests/nn/transformer_encoder_test

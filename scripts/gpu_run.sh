@@ -32,7 +32,8 @@
 #             torch.compile at bf16 batch 8; tokens/s over the iterations after the fifth, MFU, peak
 #             GPU memory (~6 min)
 #   new       what landed since the last GPU run: attention_test's GPU cases (16-bit calls routed
-#             to the tensor-core kernels), cuda_test, cuda_math_test and cuda_conv_test (the
+#             to the tensor-core kernels), attention_layout_test's (heads read and written where
+#             they lie), cuda_test, cuda_math_test and cuda_conv_test (the
 #             elementwise kernels' 32-bit general path), the heads' transpose and a broadcast
 #             subtraction beside PyTorch's, GPT-2 small bf16 batch 8 on the default route beside
 #             PyTorch's, and its per-kind profile (~3 min)
@@ -132,7 +133,7 @@ cuda_op_tests() {
   step cuda_graph_test 60 ours ./tests/tensor/cuda_graph_test --durations yes
   step cuda_math_test 60 ours ./tests/tensor/cuda_math_test --durations yes
   # The GPU cases of tests that are mostly CPU tests (their "[cuda]" tag picks them).
-  for t in tensor/attention_test tensor/cross_entropy_test tensor/foreach_test nn/fused_adam_test tensor/profiler_test examples/train_gpt_graph_test tensor/cuda_plan_test tensor/device_guard_test nn/functional_test nn/attention_interpolate_test \
+  for t in tensor/attention_test tensor/attention_layout_test tensor/cross_entropy_test tensor/foreach_test nn/fused_adam_test tensor/profiler_test examples/train_gpt_graph_test tensor/cuda_plan_test tensor/device_guard_test nn/functional_test nn/attention_interpolate_test \
     nn/conv_layers_test nn/transformer_encoder_test ddp/data_parallel_test; do
     step "${t#*/}" 60 ours "./tests/$t" "[cuda]" --durations yes
   done
@@ -192,6 +193,7 @@ case "$part" in
       # all of them, should the time run out, then over the staging of strided CUDA tensors).
       sanitize3_tool() {
         check "${1}_flash" 120 "$1" ./tests/tensor/attention_test
+        check "${1}_flash_layout" 60 "$1" ./tests/tensor/attention_layout_test
         check "${1}_cross_entropy" 40 "$1" ./tests/tensor/cross_entropy_test
         check "${1}_fused_adam" 90 "$1" ./tests/nn/fused_adam_test
         check "${1}_foreach" 30 "$1" ./tests/tensor/foreach_test
@@ -372,11 +374,13 @@ case "$part" in
     ;;
   new)
     # What landed since the last GPU run, most needed first: the 16-bit attention's route to the
-    # tensor-core kernels (attention_test's routing case), the elementwise kernels' 32-bit
+    # tensor-core kernels (attention_test's routing case) and their strided heads
+    # (attention_layout_test), the elementwise kernels' 32-bit
     # general path (the op tests against the CPU; the heads' transpose and a broadcast
     # subtraction beside PyTorch's), then GPT-2 small in bf16 at batch 8 on the default route
     # beside PyTorch's, and its per-kind profile beside torch.profiler's.
     step attention_test 60 ours ./tests/tensor/attention_test "[cuda]"
+    step attention_layout_test 60 ours ./tests/tensor/attention_layout_test "[cuda]"
     step cuda_test 60 ours ./tests/tensor/cuda_test
     step cuda_math_test 60 ours ./tests/tensor/cuda_math_test
     step cuda_conv_test 60 ours ./tests/tensor/cuda_conv_test
