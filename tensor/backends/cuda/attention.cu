@@ -17,8 +17,10 @@
 //   dS = P (mask dP - delta), as the CPU twin.
 // float, double, and the 16-bit floats (computed in float, rounded once on the way out); head
 // widths up to 128 (float) or 64 (double), as a template bound so that the rows stay in
-// registers. 16-bit calls of width 64 or 128 with 16-byte aligned pointers go to the
-// tensor-core kernels of attention_tc.cuh instead (the entry points below choose).
+// registers; contiguous heads only (attention_route.cc makes them). 16-bit calls of width 64 or
+// 128 with 16-byte aligned pointers and strides go to the tensor-core kernels of
+// attention_tc.cuh instead, in any such layout (the entry points below choose); the delta
+// kernel takes any layout too.
 #include <cuda_runtime.h>
 
 #include <algorithm>

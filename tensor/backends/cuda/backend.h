@@ -61,7 +61,7 @@ class CudaBackend final : public Backend {
   // backend.cc (reduce.cu): one block per row.
   void causal_softmax(const Tensor& out, const Tensor& x, double scale) override;
   void causal_softmax_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& y, double scale) override;
-  // attention.cu: float32, float64, bfloat16 and float16 up to 128 per head.
+  // attention_route.cc (attention.cu): float32, float64, bfloat16 and float16 up to 128 per head.
   bool flash_attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                        bool causal, double scale, const AttentionDropout& dropout) override;
   bool flash_attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
