@@ -122,8 +122,9 @@ class Backend {
   virtual void im2col(const Tensor& col, const Tensor& x, const Window2d& window, double pad_value) = 0;
   virtual void col2im(const Tensor& grad_x, const Tensor& col, const Window2d& window) = 0;
 
-  // Max pooling: out [N, C, OH, OW] = each window's maximum (NaN wins; of equal values the
-  // first in row-major window order), `indices` (int64, same shape) saying where it came from,
+  // Max pooling: out [N, C, OH, OW] (contiguous or channels last) = each window's maximum (NaN
+  // wins; of equal values the first in row-major window order), `indices` (int64, same shape,
+  // contiguous) saying where it came from,
   // in a form only this backend's max_pool2d_backward reads; grad_x (contiguous, zeroed here)
   // receives each output gradient at its window's maximum.
   virtual bool max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& window) = 0;

@@ -54,7 +54,10 @@ Tensor max_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d>
   const Window win =
       make_window(x.sizes(), kernel_size, stride_or_kernel(stride, kernel_size), padding, dilation, "max_pool2d");
   check_pool_padding(win, "max_pool2d");
-  const Tensor out = new_output({win.n, win.c, win.oh, win.ow}, x.dtype(), x.device());
+  // The output in the input's layout, as PyTorch's (a channels-last map's pooled in place by the
+  // CPU's kernel); the indices row-major.
+  const MemoryFormat format = input.dim() == 4 ? input.suggest_memory_format() : MemoryFormat::kContiguous;
+  const Tensor out = new_output({win.n, win.c, win.oh, win.ow}, x.dtype(), x.device(), format);
   const Tensor indices = new_output(out.sizes(), kInt64, x.device());  // where each maximum came from
   {
     NoGradGuard no_grad;

@@ -98,6 +98,7 @@ TEST_CASE("2 x 2 max pooling over many planes: each window by PyTorch's rule, fo
       whole.requires_grad_();
       const Tensor x = sliced ? whole.narrow(1, 1, shape[1] - 2) : whole;
       const Tensor out = max_pool2d(x, 2);
+      CHECK(out.is_contiguous(layout == kChannelsLast ? MemoryFormat::kChannelsLast : MemoryFormat::kContiguous));
       std::vector<double> g(static_cast<size_t>(out.numel()));
       for (size_t k = 0; k < g.size(); ++k) g[k] = static_cast<double>(k % 5) + 1.0;
       sum(mul(out, from_vector<double>(g, out.sizes()).to(dtype))).backward();

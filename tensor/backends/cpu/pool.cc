@@ -181,9 +181,10 @@ void max_pool_2x2_gathered(const T* in, int64_t plane_stride, int64_t row_stride
 
 // Channels-last maps (channel stride 1, column stride C) in place, images [first, last): each
 // output position's four taps are dense runs of C channels, so the channels are the vector
-// lanes, with max_pool_2x2's selection and NaN rule written as selects per lane. The outputs go
-// to their [N, C, OH, OW] places (out's and where's planes `positions` apart).
-template <typename T>
+// lanes, with max_pool_2x2's selection and NaN rule written as selects per lane. The maxima go
+// to a channels-last out (kOutLast: dense runs of C, as the input's) or to [N, C, OH, OW]
+// places; the indices to their [N, C, OH, OW] places (planes `positions` apart).
+template <typename T, bool kOutLast>
 void max_pool_2x2_channels_last(const T* in, int64_t image_stride, int64_t row_stride, int64_t first, int64_t last,
                                 T* out, int64_t* where, const Window2d& w) {
   using C = compute_t<T>;
@@ -195,7 +196,7 @@ void max_pool_2x2_channels_last(const T* in, int64_t image_stride, int64_t row_s
         const T* a = in + n * image_stride + 2 * oh * row_stride + 2 * ow * col_stride;
         const T *b = a + col_stride, *c = a + row_stride, *d = c + col_stride;
         const int64_t corner = 2 * oh * w.w + 2 * ow, k = oh * w.ow + ow;  // the window's top-left, its output
-        T* o = out + n * channels * positions + k;
+        T* o = out + n * channels * positions + (kOutLast ? k * channels : k);
         int64_t* at = where + n * channels * positions + k;
         for (int64_t ch = 0; ch < channels; ++ch) {
           const C va = static_cast<C>(a[ch]), vb = static_cast<C>(b[ch]);
@@ -210,7 +211,7 @@ void max_pool_2x2_channels_last(const T* in, int64_t image_stride, int64_t row_s
           const int64_t last_nan = nd ? w.w + 1 : nc ? w.w : nb ? 1 : 0;
           offset = na || nb || nc || nd ? last_nan : offset;
           best = na || nb || nc || nd ? nan : best;
-          o[ch * positions] = static_cast<T>(best);
+          o[kOutLast ? ch : ch * positions] = static_cast<T>(best);
           at[ch * positions] = corner + offset;
         }
       }
@@ -242,11 +243,18 @@ bool CpuBackend::max_pool2d(const Tensor& out, const Tensor& indices, const Tens
     T* o = out.data_ptr<T>();
     int64_t* where = indices.data_ptr<int64_t>();
     if (two_by_two && s1 == 1 && s3 == channels && channels > 1) {  // channels-last: an image at a time
+      const bool out_last = !out.is_contiguous();  // then channels-last too (native/pool.cc keeps x's format)
       parallel_rows(w.n, channels * positions * 4, kCostPoolTap, [&](int64_t first, int64_t last) {
-        max_pool_2x2_channels_last(in, s0, s2, first, last, o, where, w);
+        if (out_last) {
+          max_pool_2x2_channels_last<T, true>(in, s0, s2, first, last, o, where, w);
+        } else {
+          max_pool_2x2_channels_last<T, false>(in, s0, s2, first, last, o, where, w);
+        }
       });
       return;
     }
+    const Tensor planes_out = stand_in(out);  // the kernels below write [N, C, OH, OW] planes
+    o = planes_out.data_ptr<T>();
     parallel_rows(w.n * channels, positions * w.kh * w.kw, kCostPoolTap, [&](int64_t first, int64_t last) {
       for (int64_t p = first; p < last;) {
         const T* plane = in + (p / channels) * s0 + (p % channels) * s1;
@@ -262,6 +270,7 @@ bool CpuBackend::max_pool2d(const Tensor& out, const Tensor& indices, const Tens
         p += planes;
       }
     });
+    settle(out, planes_out);
   });
   return true;
 }
