@@ -67,11 +67,12 @@ Tensor max_pool2d(const Tensor& input, Size2d kernel_size, std::optional<Size2d>
   }
   // grad_out [N, C, OH, OW] -> grad_x [N, C, H, W]: each output's gradient added at its maximum.
   if (needs_grad(x)) {
-    record_op("MaxPool2DWithIndicesBackward", out, {x}, [indices, win, sx = SavedTensor(x)](const Tensor& g) {
-      const Tensor grad_x = new_output({win.n, win.c, win.h, win.w}, g.dtype(), g.device());
+    record_op("MaxPool2DWithIndicesBackward", out, {x}, [indices, win, format, sx = SavedTensor(x)](const Tensor& g) {
+      // The input's gradient in the input's layout, from the output's gradient in that layout.
+      const Tensor grad_x = new_output({win.n, win.c, win.h, win.w}, g.dtype(), g.device(), format);
       {
         NoGradGuard no_grad;
-        const Tensor gc = g.contiguous();
+        const Tensor gc = g.contiguous(format);
         if (!backend_for(g.device(), "max_pool2d backward").max_pool2d_backward(grad_x, gc, indices, win)) {
           composite::max_pool2d_backward(grad_x, gc, indices, win);
         }

@@ -277,14 +277,36 @@ bool CpuBackend::max_pool2d(const Tensor& out, const Tensor& indices, const Tens
 
 bool CpuBackend::max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
                                      const Window2d& w) {
-  TDDP_CHECK(grad_x.is_contiguous(), "max_pool2d backward: the input's gradient must be contiguous");
+  const bool last = !grad_x.is_contiguous();  // channels last, grad_out too (backend.h)
+  TDDP_CHECK(!last || (grad_x.is_contiguous(MemoryFormat::kChannelsLast) &&
+                       grad_out.is_contiguous(MemoryFormat::kChannelsLast)),
+             "max_pool2d backward: the gradients must be contiguous or both channels last");
   dispatch_floating(grad_x.dtype(), "max_pool2d backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = compute_t<T>;
     const T* g = grad_out.data_ptr<T>();
     const int64_t* where = indices.data_ptr<int64_t>();
     T* gx = grad_x.data_ptr<T>();
-    const int64_t per_plane = w.oh * w.ow, plane = w.h * w.w;
+    const int64_t per_plane = w.oh * w.ow, plane = w.h * w.w, channels = w.c;
+    if (last) {
+      // An image at a time: zeroed, then output k's gradients (C of them, a dense run) added at
+      // their maxima, each element's gradients in the order of k, as the planes below.
+      parallel_rows(w.n, channels * (per_plane + plane), [&](int64_t first, int64_t end) {
+        for (int64_t n = first; n < end; ++n) {
+          T* target = gx + n * plane * channels;
+          std::fill(target, target + plane * channels, T(0));
+          const T* from = g + n * per_plane * channels;
+          const int64_t* at = where + n * channels * per_plane;
+          for (int64_t k = 0; k < per_plane; ++k) {
+            for (int64_t ch = 0; ch < channels; ++ch) {
+              T& d = target[at[ch * per_plane + k] * channels + ch];
+              d = static_cast<T>(static_cast<C>(d) + static_cast<C>(from[k * channels + ch]));
+            }
+          }
+        }
+      });
+      return;
+    }
     // Each plane its own: zeroed, then each output's gradient added at its maximum while the
     // plane is in the cache (one pass over grad_x, not a fill of all of it first).
     parallel_rows(w.n * w.c, per_plane + plane, [&](int64_t first, int64_t last) {
