@@ -124,9 +124,9 @@ class Backend {
 
   // Max pooling: out [N, C, OH, OW] (contiguous or channels last) = each window's maximum (NaN
   // wins; of equal values the first in row-major window order), `indices` (int64, same shape,
-  // contiguous) saying where it came from,
-  // in a form only this backend's max_pool2d_backward reads; grad_x (zeroed here; contiguous,
-  // or channels last with grad_out so too) receives each output gradient at its window's maximum.
+  // contiguous) saying where it came from, in a form only this backend's max_pool2d_backward
+  // reads; grad_x (zeroed here; contiguous, or channels last with grad_out so too) receives each
+  // output gradient at its window's maximum.
   virtual bool max_pool2d(const Tensor& out, const Tensor& indices, const Tensor& x, const Window2d& window) = 0;
   virtual bool max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& indices,
                                    const Window2d& window) = 0;
