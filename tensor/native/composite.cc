@@ -70,11 +70,11 @@ void max_pool2d_backward(const Tensor& grad_x, const Tensor& grad_out, const Ten
   const Tensor taps = arange(w.kh * w.kw, TensorOptions(kInt64).device(grad_out.device())).view({1, 1, -1, 1, 1});
   const Tensor chosen = eq(indices.unsqueeze(2), taps).to(grad_out.dtype());  // one-hot over the window
   const Tensor col = mul(chosen, grad_out.unsqueeze(2)).view({w.n, w.c, w.kh, w.kw, w.oh, w.ow});
-  // col2im writes a row-major gradient: a channels-last one takes it through a copy.
-  const Tensor target =
-      grad_x.is_contiguous() ? grad_x : empty(grad_x.sizes(), TensorOptions(grad_x.dtype()).device(grad_x.device()));
-  backend_for(grad_x.device(), "max_pool2d backward").col2im(target, col, w);
-  if (!target.is_same(grad_x)) grad_x.copy_(target);
+  // col2im writes a row-major gradient: a channels-last one takes it through a stand-in.
+  Backend& backend = backend_for(grad_x.device(), "max_pool2d backward");
+  const Tensor target = backend.stand_in(grad_x);
+  backend.col2im(target, col, w);
+  backend.settle(grad_x, target);
 }
 
 void layer_norm_param_grads(const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& dy, const Tensor& x,

@@ -222,10 +222,8 @@ void backward_head(const Sizes& z, T scale, const T* q, const T* k, const T* v, 
   Eigen::Map<Rows<T>>(dq, z.m, z.e) = dqh;
 }
 
-// The op's [B, H, rows, width] operands (any layout with a dense last dim, backend.h) as the
-// kernels take them: contiguous, heads = B * H.
-Tensor heads_of(const Tensor& t) { return backend().contiguous(t); }
-
+// The op's [B, H, rows, width] operands (any layout with a dense last dim, backend.h) reach the
+// kernels contiguous (Backend::contiguous), heads = B * H.
 Sizes sizes_of(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
   return Sizes{q.size(0) * q.size(1), q.size(2), k.size(2), q.size(3), v.size(3), causal};
 }
@@ -245,7 +243,7 @@ void for_float_types(DType dtype, F&& f) {
 bool CpuBackend::flash_attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
                                  const Tensor& v, bool causal, double scale, const AttentionDropout& dropout) {
   if (!float_type(q.dtype())) return false;
-  const Tensor qh = heads_of(q), kh = heads_of(k), vh = heads_of(v);
+  const Tensor qh = contiguous(q), kh = contiguous(k), vh = contiguous(v);
   const Sizes z = sizes_of(qh, kh, vh, causal);
   const int64_t blocks = (z.m + kQueryBlock - 1) / kQueryBlock;
   for_float_types(q.dtype(), [&](auto tag) {
@@ -268,7 +266,7 @@ bool CpuBackend::flash_attention_backward(const Tensor& dq, const Tensor& dk, co
                                           const AttentionDropout& dropout) {
   if (!float_type(q.dtype())) return false;
   // out only meets dout in delta, row by row: read where it lies.
-  const Tensor qh = heads_of(q), kh = heads_of(k), vh = heads_of(v), gh = heads_of(dout);
+  const Tensor qh = contiguous(q), kh = contiguous(k), vh = contiguous(v), gh = contiguous(dout);
   const Tensor dqw = stand_in(dq), dkw = stand_in(dk), dvw = stand_in(dv);
   const Sizes z = sizes_of(qh, kh, vh, causal);
   for_float_types(q.dtype(), [&](auto tag) {
