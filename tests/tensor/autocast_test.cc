@@ -167,15 +167,18 @@ TEST_CASE("bfloat16 matmul is the exact product rounded once, under each instruc
     bool transpose_a, transpose_b;
   };
   // On a machine of 2 CPUs or more (matmul.cc's gemm_split: at least 8 M multiply-adds) the
-  // 6th and 7th are cut into column blocks, the next three into row blocks with b packed (a
+  // 6th and 7th are cut into column blocks, the next five into row blocks with b packed (a
   // shorter last block; a transposed a copied per block, with k in and out of the packing's
-  // blocks of 32 and b in one piece or in column pieces), the last into row blocks of a
-  // transposed a read in place (k > m).
+  // blocks of 32 and b in one piece or in column pieces; where the kernel reads AMX's
+  // pair-interleaved blocks, the last three of these packed by tinyddp's own copy, from a
+  // row-major b and from a column-major one), the last into row blocks of a transposed a read
+  // in place (k > m).
   const Dims d =
       GENERATE(Dims{64, 64, 64, false, false}, Dims{37, 53, 29, false, true}, Dims{5, 300, 7, true, false},
                Dims{128, 1, 96, true, true}, Dims{1, 200, 1, false, false}, Dims{96, 256, 1000, false, false},
                Dims{100, 300, 700, false, true}, Dims{333, 256, 100, false, true}, Dims{600, 100, 200, true, false},
-               Dims{512, 256, 320, true, false}, Dims{256, 512, 128, true, false});
+               Dims{512, 256, 320, true, false}, Dims{520, 64, 448, false, false}, Dims{600, 128, 384, false, true},
+               Dims{256, 512, 128, true, false});
   Generator gen(9);
   const Tensor a64 = randn(d.transpose_a ? Shape{d.k, d.n} : Shape{d.n, d.k}, {}, &gen).to(kBFloat16).to(kFloat64);
   const Tensor b64 = randn(d.transpose_b ? Shape{d.m, d.k} : Shape{d.k, d.m}, {}, &gen).to(kBFloat16).to(kFloat64);

@@ -161,6 +161,43 @@ bool unpadded(const memory::desc& layout) {
          layout.data.padded_dims[1] == layout.data.dims[1];
 }
 
+// The width of the pair-interleaved blocks (isa/kernels.h: PairPackArgs) `layout` stores b [k, m]
+// in unpadded, or 0 for any other layout.
+int64_t pair_block_width(const memory::desc& layout, int64_t k, int64_t m) {
+  using Tag = memory::format_tag;
+  for (const auto& [tag, width] : {std::pair{Tag::BA16a64b2a, 64}, std::pair{Tag::BA16a48b2a, 48},
+                                   std::pair{Tag::BA16a32b2a, 32}, std::pair{Tag::BA16a16b2a, 16}}) {
+    if (k % 32 == 0 && m % width == 0 && layout == memory::desc({k, m}, memory::data_type::bf16, tag)) return width;
+  }
+  return 0;
+}
+
+// b [k, m] (strides {row, column}) packed into AMX's pair-interleaved blocks of `width` columns by
+// tinyddp's own copy (pack_pairs_16: oneDNN 2.6's reorder into them moved 8-13 GB/s,
+// bench/README.md), in up to `pieces` runs of whole blocks on the intra-op threads; false, with
+// nothing written, where b's strides do not suit it (neither row- nor column-major with its pairs
+// as aligned 4-byte words).
+bool pack_pairs(const uint16_t* b, const memory::dims& dims, const memory::dims& strides, int64_t width, void* packed,
+                int64_t pieces) {
+  const bool row_major = strides[1] == 1;
+  const bool column_major =
+      strides[0] == 1 && strides[1] % 2 == 0 && reinterpret_cast<uintptr_t>(b) % alignof(float) == 0;
+  if (width == 0 || !(row_major || column_major)) return false;
+  const int64_t blocks = dims[1] / width, per_piece = (blocks + pieces - 1) / pieces;
+  parallel_chunks((blocks + per_piece - 1) / per_piece, [&](int64_t piece) {
+    const PairPackArgs args{b,
+                            dims[0],
+                            row_major ? strides[0] : 1,
+                            row_major ? 1 : strides[1],
+                            width,
+                            piece * per_piece,
+                            std::min(blocks, (piece + 1) * per_piece),
+                            static_cast<uint16_t*>(packed)};
+    isa_kernels().pack_pairs_16(args);
+  });
+  return true;
+}
+
 // One piece of a reorder into a product's weights layout: columns [from, from + width) of b.
 struct PackPiece {
   dnnl::reorder reorder;
@@ -174,6 +211,10 @@ bool pack(const Key& key, const void* b, const memory::desc& layout, void* packe
   const memory::dims& b_dims = std::get<2>(key);
   const memory::desc b_desc(b_dims, memory::data_type::bf16, std::get<3>(key));
   const int64_t k = b_dims[0], m = b_dims[1], unit = column_block(layout);
+  if (pack_pairs(static_cast<const uint16_t*>(b), b_dims, std::get<3>(key), pair_block_width(layout, k, m), packed,
+                 pieces)) {
+    return true;
+  }
   if (!unpadded(layout) || m % unit != 0) pieces = 1;
   const int64_t width = (m / unit + pieces - 1) / pieces * unit;
   return all_blocks_ran((m + width - 1) / width, [&](int64_t i) {

@@ -21,6 +21,7 @@ void adam(const AdamArgs<T>& s);
 // transpose_kernels.cc.
 void transpose_32(int64_t rows, int64_t cols, float* dst, int64_t ld_dst, const float* src, int64_t ld_src);
 void transpose_rows_32(int64_t rows, int64_t cols, float* dst, int64_t ld_dst, const float* src, int64_t ld_src);
+void pack_pairs_16(const PairPackArgs& p);
 // conv_kernels.cc and conv_grad_kernels.cc.
 void conv2d_direct(const DirectConvArgs& a);
 void conv2d_direct_weight_grad(const DirectConvArgs& a);

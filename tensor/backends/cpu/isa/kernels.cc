@@ -414,6 +414,7 @@ constexpr IsaKernels kKernels = {
     exp_packets<double>,
     transpose_32,
     transpose_rows_32,
+    pack_pairs_16,
     accumulate<float>,
     accumulate<double>,
     column_sums<float>,

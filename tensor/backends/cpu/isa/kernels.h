@@ -19,6 +19,19 @@ namespace tinyddp::tensor::cpu {
 
 // c [n, m] (row-major, leading dimension ldc, or m) = a [n, k] x b [k, m]. Each operand is row-major
 // or column-major with the given leading dimension (elements between rows, or columns).
+// A 16-bit matrix b [k, m] (element (p, j) at b[p * row_stride + j * column_stride], one of the
+// strides 1, the other even, b 4-byte aligned) copied into the pair-interleaved blocks AMX's
+// bfloat16 products read b in (oneDNN's BA16a<width>b2a): column blocks of `width` columns, each
+// k x width elements, one after another; in a block, line q (q < k / 2) holds rows 2q and 2q + 1
+// interleaved, (b[2q][j], b[2q + 1][j]) for each of the block's columns j in order. Blocks
+// [block_from, block_to) of dst; k even, m a whole number of blocks.
+struct PairPackArgs {
+  const uint16_t* b;
+  int64_t k, row_stride, column_stride, width;
+  int64_t block_from, block_to;
+  uint16_t* dst;
+};
+
 template <typename T>
 struct GemmArgs {
   int64_t n = 0, k = 0, m = 0;
@@ -121,6 +134,8 @@ struct IsaKernels {
   // The same copy row by row, each row's elements gathered 8 to a register and stored as one
   // vector: for the copies whose src lines survive in the caches from row to row (tiles_pay false).
   void (*transpose_rows_32)(int64_t rows, int64_t cols, float* dst, int64_t ld_dst, const float* src, int64_t ld_src);
+  // The copy PairPackArgs describes (transpose_kernels.cc).
+  void (*pack_pairs_16)(const PairPackArgs& p);
   // dst[i] += src[i] (distinct memory).
   void (*accumulate_f32)(int64_t n, float* dst, const float* src);
   void (*accumulate_f64)(int64_t n, double* dst, const double* src);

@@ -1,7 +1,8 @@
-// Transposed blocks of 4-byte elements (isa/kernels.h: transpose_32 and transpose_rows_32),
-// built twice beside kernels.cc, in the same namespace isa_<name>: 8 x 8 blocks transposed in AVX
-// registers, or rows gathered 8 elements to a register (the bits moved, never computed on), the
-// edges element by element.
+// Transposed blocks of 4-byte elements (isa/kernels.h: transpose_32 and transpose_rows_32) and
+// 16-bit matrices in AMX's pair-interleaved blocks (pack_pairs_16), built twice beside
+// kernels.cc, in the same namespace isa_<name>: 8 x 8 blocks transposed in AVX registers, or
+// rows gathered 8 elements to a register, or two rows interleaved 16 columns at a time (the bits
+// moved, never computed on), the edges element by element.
 #include <immintrin.h>
 
 #include "tinyddp/tensor/backends/cpu/isa/isa_macros.h"
@@ -83,6 +84,45 @@ void transpose_rows_32(int64_t rows, int64_t cols, float* dst, int64_t ld_dst, c
     const float* in = src + r;
     for (int64_t c = 0; c < full_cols; c += 8) _mm256_storeu_ps(out + c, gather_8(in + c * ld_src, ld_src));
     for (int64_t c = full_cols; c < cols; ++c) out[c] = in[c * ld_src];
+  }
+}
+
+// Rows 2q and 2q + 1 of a row-major b interleaved into the block's line q: 16 columns at a time
+// in registers (unpacking works within 128-bit lanes, so the lanes are put back in order after).
+void interleave_rows(const uint16_t* top, const uint16_t* bottom, int64_t width, uint16_t* line) {
+  int64_t c = 0;
+  for (; c + 16 <= width; c += 16) {
+    const __m256i r0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(top + c));
+    const __m256i r1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bottom + c));
+    const __m256i lo = _mm256_unpacklo_epi16(r0, r1);  // columns 0-3 and 8-11, in pairs
+    const __m256i hi = _mm256_unpackhi_epi16(r0, r1);  // columns 4-7 and 12-15
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(line + 2 * c), _mm256_permute2x128_si256(lo, hi, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(line + 2 * c + 16), _mm256_permute2x128_si256(lo, hi, 0x31));
+  }
+  for (; c < width; ++c) {
+    line[2 * c] = top[c];
+    line[2 * c + 1] = bottom[c];
+  }
+}
+
+void pack_pairs_16(const PairPackArgs& p) {
+  const int64_t pairs = p.k / 2, block_elements = p.k * p.width;
+  if (p.row_stride == 1) {  // column-major: each column's pairs are 4-byte words, transposed as such
+    for (int64_t block = p.block_from; block < p.block_to; ++block) {
+      transpose_32(pairs, p.width, reinterpret_cast<float*>(p.dst + block * block_elements), p.width,
+                   reinterpret_cast<const float*>(p.b + block * p.width * p.column_stride), p.column_stride / 2);
+    }
+    return;
+  }
+  // Row-major: rows 2q and 2q + 1 interleaved, read once from end to end (a line of each block in
+  // turn), not once per block.
+  const int64_t first = p.block_from * p.width, width = (p.block_to - p.block_from) * p.width;
+  for (int64_t q = 0; q < pairs; ++q) {
+    const uint16_t* top = p.b + 2 * q * p.row_stride;
+    for (int64_t c = 0; c < width; c += p.width) {
+      interleave_rows(top + first + c, top + p.row_stride + first + c, p.width,
+                      p.dst + (first + c) * p.k + q * 2 * p.width);
+    }
   }
 }
 
