@@ -17,14 +17,12 @@
 
 namespace tinyddp::tensor::cpu {
 
-// c [n, m] (row-major, leading dimension ldc, or m) = a [n, k] x b [k, m]. Each operand is row-major
-// or column-major with the given leading dimension (elements between rows, or columns).
 // A 16-bit matrix b [k, m] (element (p, j) at b[p * row_stride + j * column_stride], one of the
-// strides 1, the other even, b 4-byte aligned) copied into the pair-interleaved blocks AMX's
-// bfloat16 products read b in (oneDNN's BA16a<width>b2a): column blocks of `width` columns, each
-// k x width elements, one after another; in a block, line q (q < k / 2) holds rows 2q and 2q + 1
-// interleaved, (b[2q][j], b[2q + 1][j]) for each of the block's columns j in order. Blocks
-// [block_from, block_to) of dst; k even, m a whole number of blocks.
+// strides 1; where the row stride is, the column stride even and b 4-byte aligned) copied into
+// the pair-interleaved blocks AMX's bfloat16 products read b in (oneDNN's BA16a<width>b2a):
+// column blocks of `width` columns, each k x width elements, one after another; in a block, line
+// q (q < k / 2) holds rows 2q and 2q + 1 interleaved, (b[2q][j], b[2q + 1][j]) for each of the
+// block's columns j in order. Blocks [block_from, block_to) of dst; k even, m whole blocks.
 struct PairPackArgs {
   const uint16_t* b;
   int64_t k, row_stride, column_stride, width;
@@ -32,6 +30,8 @@ struct PairPackArgs {
   uint16_t* dst;
 };
 
+// c [n, m] (row-major, leading dimension ldc, or m) = a [n, k] x b [k, m]. Each operand is row-major
+// or column-major with the given leading dimension (elements between rows, or columns).
 template <typename T>
 struct GemmArgs {
   int64_t n = 0, k = 0, m = 0;
