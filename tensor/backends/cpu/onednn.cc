@@ -172,30 +172,25 @@ int64_t pair_block_width(const memory::desc& layout, int64_t k, int64_t m) {
   return 0;
 }
 
-// b [k, m] (strides {row, column}) packed into AMX's pair-interleaved blocks of `width` columns by
-// tinyddp's own copy (pack_pairs_16: oneDNN 2.6's reorder into them moved 8-13 GB/s,
-// bench/README.md), in up to `pieces` runs of whole blocks on the intra-op threads; false, with
-// nothing written, where b's strides do not suit it (neither row- nor column-major with its pairs
-// as aligned 4-byte words).
-bool pack_pairs(const uint16_t* b, const memory::dims& dims, const memory::dims& strides, int64_t width, void* packed,
-                int64_t pieces) {
+// The whole of b [k, m] (strides {row, column}) as pack_pairs_16 copies it into `layout` at
+// `packed` (tinyddp's own copy: oneDNN 2.6's reorder into these blocks moved 8-13 GB/s,
+// bench/README.md); none where `layout` is not the pair-interleaved one or b's strides do not
+// suit the copy (neither row- nor column-major with its pairs as aligned 4-byte words).
+std::optional<PairPackArgs> pair_pack(const void* b, const memory::dims& dims, const memory::dims& strides,
+                                      const memory::desc& layout, void* packed) {
+  const int64_t width = pair_block_width(layout, dims[0], dims[1]);
   const bool row_major = strides[1] == 1;
   const bool column_major =
       strides[0] == 1 && strides[1] % 2 == 0 && reinterpret_cast<uintptr_t>(b) % alignof(float) == 0;
-  if (width == 0 || !(row_major || column_major)) return false;
-  const int64_t blocks = dims[1] / width, per_piece = (blocks + pieces - 1) / pieces;
-  parallel_chunks((blocks + per_piece - 1) / per_piece, [&](int64_t piece) {
-    const PairPackArgs args{b,
-                            dims[0],
-                            row_major ? strides[0] : 1,
-                            row_major ? 1 : strides[1],
-                            width,
-                            piece * per_piece,
-                            std::min(blocks, (piece + 1) * per_piece),
-                            static_cast<uint16_t*>(packed)};
-    isa_kernels().pack_pairs_16(args);
-  });
-  return true;
+  if (width == 0 || !(row_major || column_major)) return std::nullopt;
+  return PairPackArgs{static_cast<const uint16_t*>(b),
+                      dims[0],
+                      row_major ? strides[0] : 1,
+                      row_major ? 1 : strides[1],
+                      width,
+                      0,
+                      dims[1] / width,
+                      static_cast<uint16_t*>(packed)};
 }
 
 // One piece of a reorder into a product's weights layout: columns [from, from + width) of b.
@@ -206,18 +201,22 @@ struct PackPiece {
 
 // b [k, m] (as the packed product `key` reads it, before packing) reordered into `layout` at
 // `packed`: in up to `pieces` column pieces of whole layout blocks on the intra-op threads where
-// the layout pads nothing (each piece then writes only its own blocks), else in one piece.
+// the layout pads nothing (each piece then writes only its own blocks), else in one piece; by
+// pack_pairs_16 where pair_pack serves, else by oneDNN's reorder.
 bool pack(const Key& key, const void* b, const memory::desc& layout, void* packed, int64_t pieces) {
   const memory::dims& b_dims = std::get<2>(key);
-  const memory::desc b_desc(b_dims, memory::data_type::bf16, std::get<3>(key));
-  const int64_t k = b_dims[0], m = b_dims[1], unit = column_block(layout);
-  if (pack_pairs(static_cast<const uint16_t*>(b), b_dims, std::get<3>(key), pair_block_width(layout, k, m), packed,
-                 pieces)) {
-    return true;
-  }
+  const std::optional<PairPackArgs> pairs = pair_pack(b, b_dims, std::get<3>(key), layout, packed);
+  const int64_t k = b_dims[0], m = b_dims[1], unit = pairs ? pairs->width : column_block(layout);
   if (!unpadded(layout) || m % unit != 0) pieces = 1;
   const int64_t width = (m / unit + pieces - 1) / pieces * unit;
   return all_blocks_ran((m + width - 1) / width, [&](int64_t i) {
+    if (pairs) {
+      PairPackArgs piece = *pairs;
+      piece.block_from = i * width / unit;
+      piece.block_to = std::min(m, (i + 1) * width) / unit;
+      isa_kernels().pack_pairs_16(piece);
+      return true;
+    }
     constexpr size_t kMaxPieces = 512;
     thread_local std::map<std::tuple<Key, int64_t, int64_t>, PackPiece> cached;
     const std::tuple<Key, int64_t, int64_t> piece_key{key, i * width, std::min(width, m - i * width)};
@@ -226,6 +225,7 @@ bool pack(const Key& key, const void* b, const memory::desc& layout, void* packe
       auto it = cached.find(piece_key);
       if (it == cached.end()) {
         if (cached.size() >= kMaxPieces) cached.clear();
+        const memory::desc b_desc(b_dims, memory::data_type::bf16, std::get<3>(key));
         const memory::desc src = b_desc.submemory_desc({k, std::get<2>(piece_key)}, {0, std::get<1>(piece_key)});
         const memory::desc dst = layout.submemory_desc({k, std::get<2>(piece_key)}, {0, std::get<1>(piece_key)});
         const dnnl::reorder::primitive_desc pd(onednn_engine(), src, onednn_engine(), dst);
