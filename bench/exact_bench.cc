@@ -2,10 +2,11 @@
 // 784-1024-1024-10 (1,863,690 values; bench/exact_compare.sh trains it): the fold of `chunks`
 // chunks' float32 gradients (near 2^-10) into int64 sums on the grid 2^-64 (Into::kStore: the
 // step's first fold), `values` the MLP's count or 16 K (the data stays in L2: the arithmetic
-// alone), and the unfold of the sums into float32 means. TINYDDP_CPU_ISA=avx2 runs the AVX2
-// forms.
+// alone), a chunk's weight products folded from registers, and the unfold of the sums into
+// float32 means. TINYDDP_CPU_ISA=avx2 runs the AVX2 forms.
 #include "bench/bench_main.h"
 
+#include <cmath>
 #include <vector>
 
 #include "tinyddp/ddp/exact_fold.h"
@@ -46,17 +47,54 @@ void fold_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_ExactFold)->Apply(fold_args);
 
+// The weight gradient of the MLP's second layer (1024 x 1024) for `chunks` chunks of 16 rows,
+// each product's outputs folded from registers (exact::fold_products), on the grid 2^-scale:
+// 64 takes the float32 form of the conversion, 130 the double one (the factors moved by
+// 2^(64 - scale) so that the values sit on both grids alike).
+void BM_ExactFoldProducts(benchmark::State& state) {
+  const auto chunks = static_cast<int>(state.range(0));
+  const auto scale = static_cast<int>(state.range(1));
+  constexpr int64_t kRows = 16, kOut = 1024, kIn = 1024;
+  t::Generator g(2);
+  std::vector<t::Tensor> factors;
+  std::vector<exact::Product> products;
+  for (int c = 0; c < chunks; ++c) {
+    factors.push_back(t::mul(t::randn({kRows, kOut}, {}, &g), std::ldexp(0x1p-6, 64 - scale)));
+    factors.push_back(t::mul(t::randn({kRows, kIn}, {}, &g), 0x1p-6));
+    const t::Tensor& grad = factors[factors.size() - 2];
+    const t::Tensor& x = factors.back();
+    products.push_back({grad.data_ptr<float>(), kOut, 1, x.data_ptr<float>(), kIn, kRows});
+  }
+  std::vector<int64_t> sums(static_cast<size_t>(kOut * kIn));
+  for (auto _ : state) {
+    float largest = 0;
+    bool finite = true;
+    exact::fold_products(products.data(), chunks, kIn, 0, kOut, sums.data(), scale, largest, finite,
+                         exact::Into::kStore);
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * chunks * kRows * kOut * kIn, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_ExactFoldProducts)
+    ->ArgNames({"chunks", "scale"})
+    ->Args({1, 64})
+    ->Args({4, 64})
+    ->Args({4, 130})
+    ->Unit(benchmark::kMicrosecond);
+
 void BM_ExactUnfold(benchmark::State& state) {
   t::Generator g(1);
   const t::Tensor sums = t::mul(t::randn({kValues}, t::TensorOptions().dtype(t::kFloat64), &g), 0x1p50).to(t::kInt64);
   std::vector<float> means(static_cast<size_t>(kValues));
   for (auto _ : state) {
-    exact::unfold(sums.data_ptr<int64_t>(), kValues, 64, 12.0, means.data());
+    exact::unfold(sums.data_ptr<int64_t>(), kValues, 64, static_cast<double>(state.range(0)), means.data());
     benchmark::DoNotOptimize(means.data());
   }
   state.SetBytesProcessed(state.iterations() * kValues * 12);
 }
-BENCHMARK(BM_ExactUnfold)->Unit(benchmark::kMicrosecond);
+// 12 chunks: a division per value; 8: a product by the exact reciprocal.
+BENCHMARK(BM_ExactUnfold)->ArgName("chunks")->Arg(12)->Arg(8)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <iostream>
+#include <utility>
 #include <vector>
 
 #include "tinyddp/tensor/all.h"
@@ -103,6 +104,22 @@ void chunk_shapes(benchmark::internal::Benchmark* b) {
 }
 void BM_ChunkGemm(benchmark::State& state) { run_mlp_gemm(state, t::kFloat32); }
 BENCHMARK(BM_ChunkGemm)->Apply(chunk_shapes);
+
+// x @ W^T on few rows (2-32: a chunk, a small batch, a decoding step) for the example GPT's,
+// GPT-2's and the huge MLP's widths, float32: where the dots loop (isa/gemm_kernels.cc) reads
+// W once in place and a general GEMM packs it for every call (speed_rules.cc: gemm_engine).
+void few_rows_shapes(benchmark::internal::Benchmark* b) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (const int64_t rows : {2, 8, 16, 32, 48}) {
+    for (const auto& [in, out] :
+         {std::pair<int64_t, int64_t>{128, 512}, {256, 1024}, {512, 2048}, {768, 3072}, {3072, 768}, {4096, 4096}}) {
+      shapes.push_back({rows, in, out, 0});
+    }
+  }
+  linear_shapes(b, shapes);
+}
+void BM_FewRowsGemm(benchmark::State& state) { run_mlp_gemm(state, t::kFloat32); }
+BENCHMARK(BM_FewRowsGemm)->Apply(few_rows_shapes);
 
 // The example GPT's Linear products on one process (examples/train_gpt's defaults: 32 windows
 // of 64 tokens, 128 wide): attention's q/k/v and output projections, the MLP's two layers,

@@ -49,7 +49,8 @@ void fold_products(const Product* products, int count, int64_t m, int64_t row_be
 
 // The means: out[i] = double(sums[i]) * 2^-scale / chunks, then rounded to the output's type,
 // each step rounded as that C++ expression rounds it (the int64's conversion to double once,
-// the division once, the float32 result once), 4 values at a time (AVX2).
+// the division once, the float32 result once), 4 values at a time under AVX2, 8 under AVX-512;
+// a power-of-two chunk count multiplies by its exact reciprocal (the same rounding).
 void unfold(const int64_t* sums, int64_t n, int scale, double chunks, float* out);
 void unfold(const int64_t* sums, int64_t n, int scale, double chunks, double* out);
 

@@ -85,18 +85,38 @@ void check_products_against_definition() {
       for (int64_t& s : start) s = static_cast<int64_t>(gen.random64() >> 4) - (int64_t{1} << 58);
       // Rows [1, n - 1) where there are three or more: the others are not touched.
       const int64_t begin = n >= 3 ? 1 : 0, end = n >= 3 ? n - 1 : n;
-      for (Into into : {Into::kAdd, Into::kStore}) {
-        for (int scale : {0, 30}) {
-          std::vector<int64_t> want = start, got = start;
-          float want_largest = 0, got_largest = 0;
-          bool want_finite = true, got_finite = true;
-          fold_by_definition(products, m, begin, end, &want, scale, into, want_largest, want_finite);
-          ddp::exact::fold_products(products.data(), count, m, begin, end, got.data(), scale, got_largest, got_finite,
-                                    into);
-          CHECK(got == want);
-          CHECK(got_largest == want_largest);
-          CHECK(got_finite);
-          ++cases;
+      // Grids on both sides of the float32 one (1 <= 2^scale <= 2^127) and past it, the products
+      // moved by 2^(30 - scale) to meet each (through float32's subnormals at 128 and 140), and
+      // further, so that the largest land past the grid's edge (in [2^62, 2^63): 2^(30 + lift)
+      // |x| with 2^(top - 1) <= |x| < 2^top) and the next binade just inside it.
+      float unlifted = 0;
+      bool unlifted_finite = true;
+      fold_by_definition(products, m, begin, end, nullptr, 0, Into::kAdd, unlifted, unlifted_finite);
+      int top = 0;
+      std::frexp(unlifted, &top);
+      for (int scale : {-3, 0, 30, 127, 128, 140}) {
+        for (int lift : {0, 33 - top}) {
+          std::vector<std::vector<float>> moved;
+          std::vector<Product> at_scale = products;
+          for (Product& pr : at_scale) {
+            const int64_t size = pr.g_row == 0 ? 1 : pr.k * n;
+            moved.emplace_back(pr.g, pr.g + size);
+            for (float& v : moved.back()) v = std::ldexp(v, 30 - scale + lift);
+            pr.g = moved.back().data();
+          }
+          for (Into into : {Into::kAdd, Into::kStore}) {
+            INFO("scale " << scale << ", lifted by 2^" << lift << (into == Into::kStore ? ", stored" : ", added"));
+            std::vector<int64_t> want = start, got = start;
+            float want_largest = 0, got_largest = 0;
+            bool want_finite = true, got_finite = true;
+            fold_by_definition(at_scale, m, begin, end, &want, scale, into, want_largest, want_finite);
+            ddp::exact::fold_products(at_scale.data(), count, m, begin, end, got.data(), scale, got_largest, got_finite,
+                                      into);
+            CHECK(got == want);
+            CHECK(got_largest == want_largest);
+            CHECK(got_finite);
+            ++cases;
+          }
         }
       }
       // The bounds alone (no sums: the grid is not agreed yet).
@@ -108,7 +128,7 @@ void check_products_against_definition() {
       CHECK(finite);
     }
   }
-  CHECK(cases == 5 * 10 * 4);
+  CHECK(cases == 5 * 10 * 6 * 2 * 2);
   // A NaN in one factor: the elements it reaches are not finite, and not the largest.
   Factors f = make_factors(gen, 5, 6, 33, false, false, 0);
   f.g[2 * 6 + 3] = std::nanf("");

@@ -45,11 +45,12 @@ struct MatrixLayout {
 };
 std::optional<MatrixLayout> matrix_layout(const Tensor& t);
 
-// speed_rules.cc: the engine of a float32 or float64 product of `work` multiply-adds summing
-// `terms` each. kEigen: the selected instruction set's Eigen build; kEigenAvx2: the AVX2 build
+// speed_rules.cc: the engine of a float32 or float64 product of n x k x m (transposed_b: a
+// row-major and b column-major, Linear's x @ W^T). kEigen: the selected instruction set's
+// Eigen build, whose gemm_f32 tries its narrow loops first; kEigenAvx2: the AVX2 build
 // whatever is selected (large products on Zen 4).
 enum class GemmEngine { kOpenBlas, kOneDnn, kEigen, kEigenAvx2 };
-GemmEngine gemm_engine(int64_t work, int64_t terms, bool f32);
+GemmEngine gemm_engine(int64_t n, int64_t k, int64_t m, bool transposed_b, bool f32);
 
 // Which GEMM engine float32/float64 matmuls use now, in words (speed_rules.cc); what bfloat16
 // products run on (onednn.cc: oneDNN's kernel name, or the float32 fallback).

@@ -150,7 +150,7 @@ void float_mm(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   g.b = b.data_ptr<T>(), g.ldb = lb->leading_dim, g.b_row_major = lb->row_major;
   g.c = out.data_ptr<T>();
   const bool int_sized = fits_int(g.n) && fits_int(g.k) && fits_int(g.m) && fits_int(g.lda) && fits_int(g.ldb);
-  const GemmEngine e = gemm_engine(g.n * g.k * g.m, g.k, std::is_same_v<T, float>);
+  const GemmEngine e = gemm_engine(g.n, g.k, g.m, g.a_row_major && !g.b_row_major, std::is_same_v<T, float>);
   const IsaKernels& table = e == GemmEngine::kEigenAvx2 ? avx2_kernels() : isa_kernels();
   const auto run = [&](const GemmArgs<T>& piece) {
     if (int_sized && e == GemmEngine::kOpenBlas) {

@@ -219,13 +219,28 @@ constexpr int64_t kZenKernelsMinTerms = 129;
 
 }  // namespace
 
-// The engine of a product of `work` multiply-adds summing `terms` each, in float32 or float64.
-GemmEngine gemm_engine(int64_t work, int64_t terms, bool f32) {
+// x @ W^T on few rows where oneDNN would take it: oneDNN's sgemm packs all of W for every call,
+// which the dots loop (isa/gemm_kernels.cc) reads once in place. On the model-167 AMX Xeon at
+// one thread (`bazel-bin/bench/tensor_bench --benchmark_filter=BM_FewRowsGemm`, each engine
+// forced, bench/README.md): 8-16 rows of 512-4096 terms 0.42-0.79x oneDNN's time (16 x 1024 x
+// 1024, a chunk of train --deterministic: 0.27 ms against 0.42), 32 rows 0.87-0.94x, 2 rows
+// even; 256 terms lost at 2 and 32 rows, 128 at every count, and 48 rows lost (1.03-1.36x).
+constexpr int64_t kDotsMostRows = 32, kDotsMinTerms = 512;
+bool dots_before_onednn(int64_t n, int64_t k, bool transposed_b) {
+  return transposed_b && n >= 2 && n <= kDotsMostRows && k >= kDotsMinTerms;
+}
+
+// The engine of a float32 or float64 product of n x k x m (transposed_b: a row-major and b
+// column-major, as Linear's x @ W^T).
+GemmEngine gemm_engine(int64_t n, int64_t k, int64_t m, bool transposed_b, bool f32) {
   const EnginePolicy& policy = engine_policy();
   if (policy.forced) return *policy.forced == GemmEngine::kOneDnn && !f32 ? GemmEngine::kOpenBlas : *policy.forced;
+  const int64_t work = n * k * m;
   if (work < kOpenBlasMinWork) return GemmEngine::kEigen;
-  if (f32 && intel_avx512_selected()) return GemmEngine::kOneDnn;
-  if (&isa_kernels() == policy.openblas_table && (terms >= kZenKernelsMinTerms || !openblas_core().zen))
+  if (f32 && intel_avx512_selected()) {
+    return dots_before_onednn(n, k, transposed_b) ? GemmEngine::kEigen : GemmEngine::kOneDnn;
+  }
+  if (&isa_kernels() == policy.openblas_table && (k >= kZenKernelsMinTerms || !openblas_core().zen))
     return GemmEngine::kOpenBlas;
   return large_products_on_avx2() ? GemmEngine::kEigenAvx2 : GemmEngine::kEigen;
 }
