@@ -47,23 +47,24 @@ void fold_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_ExactFold)->Apply(fold_args);
 
-// The weight gradient of the MLP's second layer (1024 x 1024) for `chunks` chunks of 16 rows,
+// The weight gradient of the MLP's second layer (1024 x 1024) for `chunks` chunks of `rows` rows,
 // each product's outputs folded from registers (exact::fold_products), on the grid 2^-scale:
 // 64 takes the float32 form of the conversion, 130 the double one (the factors moved by
 // 2^(64 - scale) so that the values sit on both grids alike).
 void BM_ExactFoldProducts(benchmark::State& state) {
   const auto chunks = static_cast<int>(state.range(0));
-  const auto scale = static_cast<int>(state.range(1));
-  constexpr int64_t kRows = 16, kOut = 1024, kIn = 1024;
+  const int64_t rows = state.range(1);
+  const auto scale = static_cast<int>(state.range(2));
+  constexpr int64_t kOut = 1024, kIn = 1024;
   t::Generator g(2);
   std::vector<t::Tensor> factors;
   std::vector<exact::Product> products;
   for (int c = 0; c < chunks; ++c) {
-    factors.push_back(t::mul(t::randn({kRows, kOut}, {}, &g), std::ldexp(0x1p-6, 64 - scale)));
-    factors.push_back(t::mul(t::randn({kRows, kIn}, {}, &g), 0x1p-6));
+    factors.push_back(t::mul(t::randn({rows, kOut}, {}, &g), std::ldexp(0x1p-6, 64 - scale)));
+    factors.push_back(t::mul(t::randn({rows, kIn}, {}, &g), 0x1p-6));
     const t::Tensor& grad = factors[factors.size() - 2];
     const t::Tensor& x = factors.back();
-    products.push_back({grad.data_ptr<float>(), kOut, 1, x.data_ptr<float>(), kIn, kRows});
+    products.push_back({grad.data_ptr<float>(), kOut, 1, x.data_ptr<float>(), kIn, rows});
   }
   std::vector<int64_t> sums(static_cast<size_t>(kOut * kIn));
   for (auto _ : state) {
@@ -74,13 +75,14 @@ void BM_ExactFoldProducts(benchmark::State& state) {
     benchmark::DoNotOptimize(sums.data());
   }
   state.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * chunks * kRows * kOut * kIn, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+      2.0 * chunks * rows * kOut * kIn, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_ExactFoldProducts)
-    ->ArgNames({"chunks", "scale"})
-    ->Args({1, 64})
-    ->Args({4, 64})
-    ->Args({4, 130})
+    ->ArgNames({"chunks", "rows", "scale"})
+    ->Args({1, 16, 64})
+    ->Args({4, 16, 64})
+    ->Args({4, 16, 130})
+    ->Args({1, 64, 64})
     ->Unit(benchmark::kMicrosecond);
 
 void BM_ExactUnfold(benchmark::State& state) {

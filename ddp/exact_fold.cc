@@ -265,8 +265,11 @@ void product_block_avx2(const Product* products, int count, int64_t m, int64_t i
 
 // Rows [row_begin, row_end) by the columns [0, full_end) (a multiple of the vector width): blocks
 // of kProductRows rows (fewer at the end) by kV vectors (single vectors at the end). Rows
-// outermost: the sums are written row after row (column strips outermost, which keep a strip
-// of x in L1, went down the sums' rows a strip at a time and ran 1.1-1.7x slower).
+// outermost: the sums are written row after row, which the memory's prefetch follows (one
+// chunk's fold is bound by writing them). Column strips outermost (x's strip in L1 while the
+// blocks go down the rows) ran 1.1-1.7x slower, and so did strips over groups of rows whose
+// sums stay in L2, each strip of x first copied contiguous; 6-row blocks gained nothing
+// measurable over 4 (bench/README.md).
 template <int kV, int kLanes, typename Most, typename Finite, typename Block>
 void product_blocks(const Product* products, int count, int64_t m, int64_t full_end, int64_t row_begin, int64_t row_end,
                     int64_t* sums, double factor, Into into, Most& most, Finite& all_finite,
