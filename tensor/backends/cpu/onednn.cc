@@ -93,7 +93,10 @@ struct Product {
   dnnl::matmul primitive;
   std::string implementation;  // oneDNN's name for the kernel, e.g. "brg:avx512_core_bf16"
   memory::desc weights;        // the layout in which the kernel reads b
+  int64_t pair_width = 0;      // packed: the width of weights' pair-interleaved blocks, or 0 (pair_block_width)
 };
+
+int64_t pair_block_width(const memory::desc& layout, int64_t k, int64_t m);
 
 memory::desc bias_desc(int64_t m) { return memory::desc({1, m}, memory::data_type::bf16, memory::dims{m, 1}); }
 
@@ -120,7 +123,9 @@ const Product& product_for(const Key& key) {
   const dnnl::matmul::desc desc =
       with_bias ? dnnl::matmul::desc(a, weights, bias_desc(b_dims.back()), c) : dnnl::matmul::desc(a, weights, c);
   const dnnl::matmul::primitive_desc pd(desc, onednn_engine());
-  return products.emplace(key, Product{dnnl::matmul(pd), pd.impl_info_str(), pd.weights_desc()}).first->second;
+  const int64_t pair_width = packed ? pair_block_width(pd.weights_desc(), b_dims[0], b_dims[1]) : 0;
+  return products.emplace(key, Product{dnnl::matmul(pd), pd.impl_info_str(), pd.weights_desc(), pair_width})
+      .first->second;
 }
 
 // Runs the product `key` describes on the elements at a and b (b in the kernel's own layout when
@@ -172,13 +177,13 @@ int64_t pair_block_width(const memory::desc& layout, int64_t k, int64_t m) {
   return 0;
 }
 
-// The whole of b [k, m] (strides {row, column}) as pack_pairs_16 copies it into `layout` at
-// `packed` (tinyddp's own copy: oneDNN 2.6's reorder into these blocks moved 8-13 GB/s,
-// bench/README.md); none where `layout` is not the pair-interleaved one or b's strides do not
-// suit the copy (neither row- nor column-major with its pairs as aligned 4-byte words).
+// The whole of b [k, m] (strides {row, column}) as pack_pairs_16 copies it into blocks of
+// `width` columns (the product's pair_width) at `packed` (tinyddp's own copy: oneDNN 2.6's
+// reorder into these blocks moved 8-13 GB/s, bench/README.md); none where the layout is not the
+// pair-interleaved one (width 0) or b's strides do not suit the copy (neither row- nor
+// column-major with its pairs as aligned 4-byte words).
 std::optional<PairPackArgs> pair_pack(const void* b, const memory::dims& dims, const memory::dims& strides,
-                                      const memory::desc& layout, void* packed) {
-  const int64_t width = pair_block_width(layout, dims[0], dims[1]);
+                                      int64_t width, void* packed) {
   const bool row_major = strides[1] == 1;
   const bool column_major =
       strides[0] == 1 && strides[1] % 2 == 0 && reinterpret_cast<uintptr_t>(b) % alignof(float) == 0;
@@ -199,13 +204,14 @@ struct PackPiece {
   memory::desc src, dst;
 };
 
-// b [k, m] (as the packed product `key` reads it, before packing) reordered into `layout` at
-// `packed`: in up to `pieces` column pieces of whole layout blocks on the intra-op threads where
-// the layout pads nothing (each piece then writes only its own blocks), else in one piece; by
-// pack_pairs_16 where pair_pack serves, else by oneDNN's reorder.
-bool pack(const Key& key, const void* b, const memory::desc& layout, void* packed, int64_t pieces) {
+// b [k, m] (as the packed product `key` reads it, before packing) reordered into the layout
+// `product` reads it in, at `packed`: in up to `pieces` column pieces of whole layout blocks on
+// the intra-op threads where the layout pads nothing (each piece then writes only its own
+// blocks), else in one piece; by pack_pairs_16 where pair_pack serves, else by oneDNN's reorder.
+bool pack(const Key& key, const Product& product, const void* b, void* packed, int64_t pieces) {
   const memory::dims& b_dims = std::get<2>(key);
-  const std::optional<PairPackArgs> pairs = pair_pack(b, b_dims, std::get<3>(key), layout, packed);
+  const memory::desc& layout = product.weights;
+  const std::optional<PairPackArgs> pairs = pair_pack(b, b_dims, std::get<3>(key), product.pair_width, packed);
   const int64_t k = b_dims[0], m = b_dims[1], unit = pairs ? pairs->width : column_block(layout);
   if (!unpadded(layout) || m % unit != 0) pieces = 1;
   const int64_t width = (m / unit + pieces - 1) / pieces * unit;
@@ -286,14 +292,16 @@ bool bf16_mm_row_blocks_onednn(const Tensor& out, const Tensor& a_in, const Tens
   memory::desc layout;
   onednn_stream();  // this thread's OpenMP at one thread before a primitive is made for it
   if (!in_place) {
+    const Product* product = nullptr;
     try {
-      layout = product_for(block_key(rows, true)).weights;
+      product = &product_for(block_key(rows, true));
+      layout = product->weights;
       packed = empty({static_cast<int64_t>(layout.get_size())}, TensorOptions(kUInt8));
     } catch (const dnnl::error&) {
       return false;
     }
     const int64_t pieces = std::min<int64_t>(blocks, get_num_threads());  // a copy: any cut gives the same bits
-    if (!pack(block_key(rows, true), b.raw_data_ptr(), layout, packed.raw_data_ptr(), pieces)) return false;
+    if (!pack(block_key(rows, true), *product, b.raw_data_ptr(), packed.raw_data_ptr(), pieces)) return false;
   }
   const auto* a_data = static_cast<const uint16_t*>(a.raw_data_ptr());
   auto* out_rows = static_cast<uint16_t*>(out.raw_data_ptr());
