@@ -7,7 +7,8 @@
 // float32/float64 go to one of three GEMM engines (docs/tensor.md, "Matmul"): on Intel CPUs
 // under AVX-512, float32 products of at least kOpenBlasMinWork multiply-adds go to oneDNN's
 // sgemm (onednn.cc: 13-23% faster than OpenBLAS's SkylakeX kernels on every shape measured,
-// bench/README.md); otherwise OpenBLAS, whose kernels are picked at run time for the CPU (the
+// bench/README.md), except x @ W^T on 2-32 rows, which the dots loop reads in place
+// (speed_rules.cc); otherwise OpenBLAS, whose kernels are picked at run time for the CPU (the
 // library PyTorch's matmul calls on Debian), for products of at least kOpenBlasMinWork
 // multiply-adds when the kernels it picked use the instruction set cpu_isa() selected;
 // otherwise Eigen's GEMM compiled for that instruction set (isa/kernels.cc), except that on
