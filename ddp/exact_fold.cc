@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "tinyddp/tensor/cpu_isa.h"
 
@@ -149,8 +150,8 @@ constexpr int kProductRows = 4;
 // products run at k = 16 terms, where the fold costs as much as the multiply-adds).
 template <int R, int V, bool kFloatGrid>
 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) void product_block_avx512(
-    const Product* products, int count, int64_t m, int64_t i0, int64_t j0, int64_t* sums, double factor, Into into,
-    __m512& most, __mmask16& all_finite) {
+    const Product* products, int count, int64_t m, int64_t i0, int64_t j0, int64_t g0, int64_t* sums, double factor,
+    Into into, __m512& most, __mmask16& all_finite) {
   const __m512 infinity = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   const __m512d factors = _mm512_set1_pd(factor), limit = _mm512_set1_pd(kLimit);
   const __m512 float_factors = _mm512_set1_ps(kFloatGrid ? static_cast<float>(factor) : 0.0f);
@@ -163,7 +164,7 @@ __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) void product_block
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
     }
-    const float* g = pr.g + i0 * pr.g_col;
+    const float* g = pr.g + g0 * pr.g_col;
     const float* x = pr.x + j0;
     for (int64_t p = 0; p < pr.k; ++p, g += pr.g_row, x += pr.x_row) {
       __m512 b[V];
@@ -214,8 +215,8 @@ __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) void product_block
 }
 
 template <int R, int V>
-void product_block_avx2(const Product* products, int count, int64_t m, int64_t i0, int64_t j0, int64_t* sums,
-                        double factor, Into into, __m256& most, __m256& all_finite) {
+void product_block_avx2(const Product* products, int count, int64_t m, int64_t i0, int64_t j0, int64_t g0,
+                        int64_t* sums, double factor, Into into, __m256& most, __m256& all_finite) {
   const __m256 sign = _mm256_set1_ps(-0.0f), infinity = _mm256_set1_ps(std::numeric_limits<float>::infinity());
   const __m256d factors = _mm256_set1_pd(factor), limit = _mm256_set1_pd(kLimit), dsign = _mm256_set1_pd(-0.0);
   for (int t = 0; t < count; ++t) {
@@ -226,7 +227,7 @@ void product_block_avx2(const Product* products, int count, int64_t m, int64_t i
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
     }
-    const float* g = pr.g + i0 * pr.g_col;
+    const float* g = pr.g + g0 * pr.g_col;
     const float* x = pr.x + j0;
     for (int64_t p = 0; p < pr.k; ++p, g += pr.g_row, x += pr.x_row) {
       __m256 b[V];
@@ -266,28 +267,47 @@ void product_block_avx2(const Product* products, int count, int64_t m, int64_t i
 // Rows [row_begin, row_end) by the columns [0, full_end) (a multiple of the vector width): blocks
 // of kProductRows rows (fewer at the end) by kV vectors (single vectors at the end). Rows
 // outermost: the sums are written row after row, which the memory's prefetch follows (one
-// chunk's fold is bound by writing them). Column strips outermost (x's strip in L1 while the
-// blocks go down the rows) ran 1.1-1.7x slower, and so did strips over groups of rows whose
-// sums stay in L2, each strip of x first copied contiguous; 6-row blocks gained nothing
-// measurable over 4 (bench/README.md).
+// chunk's fold is bound by writing them). Each product's g for the block's rows is first copied
+// contiguous (k x kProductRows floats): read in place, its k terms lie a row of g apart, in the
+// same few L1 sets, and came from L2 again for every block along the row (5-10% of the fold's
+// time). Column strips outermost (x's strip in L1 while the blocks go down the rows) ran
+// 1.1-1.7x slower, and so did strips over groups of rows whose sums stay in L2, each strip of x
+// first copied contiguous; 6-row blocks gained nothing measurable over 4 (bench/README.md).
 template <int kV, int kLanes, typename Most, typename Finite, typename Block>
 void product_blocks(const Product* products, int count, int64_t m, int64_t full_end, int64_t row_begin, int64_t row_end,
                     int64_t* sums, double factor, Into into, Most& most, Finite& all_finite,
                     const Block (&wide)[kProductRows], const Block (&narrow)[kProductRows]) {
+  thread_local std::vector<float> rows_of_g;
+  int64_t terms = 0;
+  for (int t = 0; t < count; ++t) terms += products[t].k;
+  if (rows_of_g.size() < static_cast<size_t>(terms * kProductRows)) rows_of_g.resize(terms * kProductRows);
+  std::vector<Product> packed(products, products + count);
   for (int64_t i0 = row_begin; i0 < row_end; i0 += kProductRows) {
     const int64_t rows = row_end - i0 < kProductRows ? row_end - i0 : kProductRows;
+    float* at = rows_of_g.data();
+    for (int t = 0; t < count; ++t) {
+      const Product& pr = products[t];
+      for (int64_t p = 0; p < pr.k; ++p) {
+        for (int64_t r = 0; r < rows; ++r) at[p * kProductRows + r] = pr.g[p * pr.g_row + (i0 + r) * pr.g_col];
+      }
+      packed[t].g = at;
+      packed[t].g_row = kProductRows;
+      packed[t].g_col = 1;
+      at += pr.k * kProductRows;
+    }
     int64_t j0 = 0;
     for (; j0 + kV * kLanes <= full_end; j0 += kV * kLanes) {
-      wide[rows - 1](products, count, m, i0, j0, sums, factor, into, most, all_finite);
+      wide[rows - 1](packed.data(), count, m, i0, j0, 0, sums, factor, into, most, all_finite);
     }
     for (; j0 < full_end; j0 += kLanes)
-      narrow[rows - 1](products, count, m, i0, j0, sums, factor, into, most, all_finite);
+      narrow[rows - 1](packed.data(), count, m, i0, j0, 0, sums, factor, into, most, all_finite);
   }
 }
 
-using BlockAvx512 = void (*)(const Product*, int, int64_t, int64_t, int64_t, int64_t*, double, Into, __m512&,
+using BlockAvx512 = void (*)(const Product*, int, int64_t, int64_t, int64_t, int64_t, int64_t*, double, Into, __m512&,
                              __mmask16&);
-using BlockAvx2 = void (*)(const Product*, int, int64_t, int64_t, int64_t, int64_t*, double, Into, __m256&, __m256&);
+using BlockAvx2 = void (*)(const Product*, int, int64_t, int64_t, int64_t, int64_t, int64_t*, double, Into, __m256&,
+                           __m256&);
 
 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) int64_t products_avx512(
     const Product* products, int count, int64_t m, int64_t row_begin, int64_t row_end, int64_t* sums, double factor,
