@@ -138,7 +138,8 @@ __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) int64_t fold_avx51
 // ---- products folded from registers (fold_products) -------------------------------------------
 // A block of R rows by V vectors of c for every product in turn: the product's chain of fused
 // multiply-adds in registers, then its values folded into the block's sums, which stay in L1
-// from one product to the next.
+// from one product to the next. Each product's g is given at the block's first row (rows i0 ..
+// i0 + R - 1 of the sums); x at its full width, read from column j0.
 
 constexpr int kProductRows = 4;
 
@@ -150,8 +151,8 @@ constexpr int kProductRows = 4;
 // products run at k = 16 terms, where the fold costs as much as the multiply-adds).
 template <int R, int V, bool kFloatGrid>
 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) void product_block_avx512(
-    const Product* products, int count, int64_t m, int64_t i0, int64_t j0, int64_t g0, int64_t* sums, double factor,
-    Into into, __m512& most, __mmask16& all_finite) {
+    const Product* products, int count, int64_t m, int64_t i0, int64_t j0, int64_t* sums, double factor, Into into,
+    __m512& most, __mmask16& all_finite) {
   const __m512 infinity = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   const __m512d factors = _mm512_set1_pd(factor), limit = _mm512_set1_pd(kLimit);
   const __m512 float_factors = _mm512_set1_ps(kFloatGrid ? static_cast<float>(factor) : 0.0f);
@@ -164,7 +165,7 @@ __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) void product_block
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
     }
-    const float* g = pr.g + g0 * pr.g_col;
+    const float* g = pr.g;  // at the block's first row (product_blocks)
     const float* x = pr.x + j0;
     for (int64_t p = 0; p < pr.k; ++p, g += pr.g_row, x += pr.x_row) {
       __m512 b[V];
@@ -215,8 +216,8 @@ __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) void product_block
 }
 
 template <int R, int V>
-void product_block_avx2(const Product* products, int count, int64_t m, int64_t i0, int64_t j0, int64_t g0,
-                        int64_t* sums, double factor, Into into, __m256& most, __m256& all_finite) {
+void product_block_avx2(const Product* products, int count, int64_t m, int64_t i0, int64_t j0, int64_t* sums,
+                        double factor, Into into, __m256& most, __m256& all_finite) {
   const __m256 sign = _mm256_set1_ps(-0.0f), infinity = _mm256_set1_ps(std::numeric_limits<float>::infinity());
   const __m256d factors = _mm256_set1_pd(factor), limit = _mm256_set1_pd(kLimit), dsign = _mm256_set1_pd(-0.0);
   for (int t = 0; t < count; ++t) {
@@ -227,7 +228,7 @@ void product_block_avx2(const Product* products, int count, int64_t m, int64_t i
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
     }
-    const float* g = pr.g + g0 * pr.g_col;
+    const float* g = pr.g;  // at the block's first row (product_blocks)
     const float* x = pr.x + j0;
     for (int64_t p = 0; p < pr.k; ++p, g += pr.g_row, x += pr.x_row) {
       __m256 b[V];
@@ -297,17 +298,16 @@ void product_blocks(const Product* products, int count, int64_t m, int64_t full_
     }
     int64_t j0 = 0;
     for (; j0 + kV * kLanes <= full_end; j0 += kV * kLanes) {
-      wide[rows - 1](packed.data(), count, m, i0, j0, 0, sums, factor, into, most, all_finite);
+      wide[rows - 1](packed.data(), count, m, i0, j0, sums, factor, into, most, all_finite);
     }
     for (; j0 < full_end; j0 += kLanes)
-      narrow[rows - 1](packed.data(), count, m, i0, j0, 0, sums, factor, into, most, all_finite);
+      narrow[rows - 1](packed.data(), count, m, i0, j0, sums, factor, into, most, all_finite);
   }
 }
 
-using BlockAvx512 = void (*)(const Product*, int, int64_t, int64_t, int64_t, int64_t, int64_t*, double, Into, __m512&,
+using BlockAvx512 = void (*)(const Product*, int, int64_t, int64_t, int64_t, int64_t*, double, Into, __m512&,
                              __mmask16&);
-using BlockAvx2 = void (*)(const Product*, int, int64_t, int64_t, int64_t, int64_t, int64_t*, double, Into, __m256&,
-                           __m256&);
+using BlockAvx2 = void (*)(const Product*, int, int64_t, int64_t, int64_t, int64_t*, double, Into, __m256&, __m256&);
 
 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) int64_t products_avx512(
     const Product* products, int count, int64_t m, int64_t row_begin, int64_t row_end, int64_t* sums, double factor,
