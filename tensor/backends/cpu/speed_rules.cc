@@ -225,9 +225,10 @@ constexpr int64_t kZenKernelsMinTerms = 129;
 // forced, bench/README.md): 8-16 rows of 512-4096 terms 0.42-0.79x oneDNN's time (16 x 1024 x
 // 1024, a chunk of train --deterministic: 0.27 ms against 0.42), 32 rows 0.87-0.94x, 2 rows
 // even; 256 terms lost at 2 and 32 rows, 128 at every count, and 48 rows lost (1.03-1.36x).
-constexpr int64_t kDotsMostRows = 32, kDotsMinTerms = 512;
+// Within the dots loop's own bounds (gemm_kernels.cc: narrow_gemm takes these shapes there).
+constexpr int64_t kDotsBeforeOneDnnMostRows = 32, kDotsBeforeOneDnnMinTerms = 512;
 bool dots_before_onednn(int64_t n, int64_t k, bool transposed_b) {
-  return transposed_b && n >= 2 && n <= kDotsMostRows && k >= kDotsMinTerms;
+  return transposed_b && n >= 2 && n <= kDotsBeforeOneDnnMostRows && k >= kDotsBeforeOneDnnMinTerms;
 }
 
 // The engine of a float32 or float64 product of n x k x m (transposed_b: a row-major and b
