@@ -8,9 +8,11 @@
 #include <emmintrin.h>
 #include <immintrin.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tinyddp/tensor/cpu_isa.h"
@@ -138,10 +140,14 @@ __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) int64_t fold_avx51
 // ---- products folded from registers (fold_products) -------------------------------------------
 // A block of R rows by V vectors of c for every product in turn: the product's chain of fused
 // multiply-adds in registers, then its values folded into the block's sums, which stay in L1
-// from one product to the next. Each product's g is given at the block's first row (rows i0 ..
-// i0 + R - 1 of the sums); x at its full width, read from column j0.
+// from one product to the next. Each product's g holds the block's R rows (i0 .. i0 + R - 1 of
+// the sums) contiguous, k x R (product_blocks' copy); x at its full width, read from column j0.
+// Each term's V vectors of x come from L2 (a block's strip is used once per product): the more
+// rows, the fewer bytes per multiply-add. AVX-512 takes 6 rows by 4 vectors (24 accumulators of
+// its 32 registers; 8 by 2, 8 by 3 and 12 by 2 ran the products as fast and the folds slower,
+// 4 by 4 both slower: bench/README.md), AVX2 4 by 2 (8 of its 16).
 
-constexpr int kProductRows = 4;
+constexpr int kRowsAvx512 = 6, kRowsAvx2 = 4;
 
 // The grid in float32 (kFloatGrid, where 1 <= 2^scale <= 2^127): acc 2^scale is then exact in
 // float32 as in double (a product by a power of two that is not below 1 loses no bit; one
@@ -152,7 +158,11 @@ constexpr int kProductRows = 4;
 template <int R, int V, bool kFloatGrid>
 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) void product_block_avx512(
     const Product* products, int count, int64_t m, int64_t i0, int64_t j0, int64_t* sums, double factor, Into into,
-    __m512& most, __mmask16& all_finite) {
+    __m512& most_so_far, __mmask16& finite_so_far) {
+  // Kept in registers: through the references, every store to the sums (which may alias a
+  // vector) would write them back and read them again.
+  __m512 most = most_so_far;
+  __mmask16 all_finite = finite_so_far;
   const __m512 infinity = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   const __m512d factors = _mm512_set1_pd(factor), limit = _mm512_set1_pd(kLimit);
   const __m512 float_factors = _mm512_set1_ps(kFloatGrid ? static_cast<float>(factor) : 0.0f);
@@ -160,28 +170,28 @@ __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) void product_block
   for (int t = 0; t < count; ++t) {
     const Product& pr = products[t];
     __m512 acc[R][V];
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
+#pragma GCC unroll 16
       for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
     }
-    const float* g = pr.g;  // at the block's first row (product_blocks)
+    const float* g = pr.g;  // the block's R rows, term after term (product_blocks' copy)
     const float* x = pr.x + j0;
-    for (int64_t p = 0; p < pr.k; ++p, g += pr.g_row, x += pr.x_row) {
+    for (int64_t p = 0; p < pr.k; ++p, g += R, x += pr.x_row) {
       __m512 b[V];
-#pragma GCC unroll 4
+#pragma GCC unroll 16
       for (int v = 0; v < V; ++v) b[v] = _mm512_loadu_ps(x + 16 * v);
-#pragma GCC unroll 4
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
-        const __m512 a = _mm512_set1_ps(g[r * pr.g_col]);
-#pragma GCC unroll 4
+        const __m512 a = _mm512_set1_ps(g[r]);
+#pragma GCC unroll 16
         for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(a, b[v], acc[r][v]);
       }
     }
     const bool store = t == 0 && into == Into::kStore;
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
+#pragma GCC unroll 16
       for (int v = 0; v < V; ++v) {
         const __m512 a = _mm512_abs_ps(acc[r][v]);
         all_finite &= _mm512_cmp_ps_mask(a, infinity, _CMP_LT_OQ);
@@ -213,38 +223,41 @@ __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) void product_block
       }
     }
   }
+  most_so_far = most;
+  finite_so_far = all_finite;
 }
 
 template <int R, int V>
 void product_block_avx2(const Product* products, int count, int64_t m, int64_t i0, int64_t j0, int64_t* sums,
-                        double factor, Into into, __m256& most, __m256& all_finite) {
+                        double factor, Into into, __m256& most_so_far, __m256& finite_so_far) {
+  __m256 most = most_so_far, all_finite = finite_so_far;  // in registers, as the AVX-512 block's
   const __m256 sign = _mm256_set1_ps(-0.0f), infinity = _mm256_set1_ps(std::numeric_limits<float>::infinity());
   const __m256d factors = _mm256_set1_pd(factor), limit = _mm256_set1_pd(kLimit), dsign = _mm256_set1_pd(-0.0);
   for (int t = 0; t < count; ++t) {
     const Product& pr = products[t];
     __m256 acc[R][V];
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
+#pragma GCC unroll 16
       for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
     }
-    const float* g = pr.g;  // at the block's first row (product_blocks)
+    const float* g = pr.g;  // the block's R rows, term after term (product_blocks' copy)
     const float* x = pr.x + j0;
-    for (int64_t p = 0; p < pr.k; ++p, g += pr.g_row, x += pr.x_row) {
+    for (int64_t p = 0; p < pr.k; ++p, g += R, x += pr.x_row) {
       __m256 b[V];
-#pragma GCC unroll 4
+#pragma GCC unroll 16
       for (int v = 0; v < V; ++v) b[v] = _mm256_loadu_ps(x + 8 * v);
-#pragma GCC unroll 4
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
-        const __m256 a = _mm256_broadcast_ss(g + r * pr.g_col);
-#pragma GCC unroll 4
+        const __m256 a = _mm256_broadcast_ss(g + r);
+#pragma GCC unroll 16
         for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(a, b[v], acc[r][v]);
       }
     }
     const bool store = t == 0 && into == Into::kStore;
-#pragma GCC unroll 4
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
+#pragma GCC unroll 16
       for (int v = 0; v < V; ++v) {
         const __m256 a = _mm256_andnot_ps(sign, acc[r][v]);
         all_finite = _mm256_and_ps(all_finite, _mm256_cmp_ps(a, infinity, _CMP_LT_OQ));
@@ -263,38 +276,40 @@ void product_block_avx2(const Product* products, int count, int64_t m, int64_t i
       }
     }
   }
+  most_so_far = most;
+  finite_so_far = all_finite;
 }
 
 // Rows [row_begin, row_end) by the columns [0, full_end) (a multiple of the vector width): blocks
-// of kProductRows rows (fewer at the end) by kV vectors (single vectors at the end). Rows
-// outermost: the sums are written row after row, which the memory's prefetch follows (one
-// chunk's fold is bound by writing them). Each product's g for the block's rows is first copied
-// contiguous (k x kProductRows floats): read in place, its k terms lie a row of g apart, in the
-// same few L1 sets, and came from L2 again for every block along the row (5-10% of the fold's
-// time). Column strips outermost (x's strip in L1 while the blocks go down the rows) ran
-// 1.1-1.7x slower, and so did strips over groups of rows whose sums stay in L2, each strip of x
-// first copied contiguous; 6-row blocks gained nothing measurable over 4 (bench/README.md).
-template <int kV, int kLanes, typename Most, typename Finite, typename Block>
+// of kRows rows (fewer at the end) by kV vectors (single vectors at the end). Rows outermost:
+// the sums are written row after row, which the memory's prefetch follows (one chunk's fold is
+// bound by writing them). Each product's g for the block's rows is first copied contiguous (k x
+// kRows floats): read in place, its k terms lie a row of g apart, in the same few L1 sets, and
+// came from L2 again for every block along the row (5-10% of the fold's time). Column strips
+// outermost (x's strip in L1 while the blocks go down the rows) ran 1.1-1.7x slower, and so did
+// strips over groups of rows whose sums stay in L2, each strip of x first copied contiguous
+// (bench/README.md).
+template <int kRows, int kV, int kLanes, typename Most, typename Finite, typename Block>
 void product_blocks(const Product* products, int count, int64_t m, int64_t full_end, int64_t row_begin, int64_t row_end,
                     int64_t* sums, double factor, Into into, Most& most, Finite& all_finite,
-                    const Block (&wide)[kProductRows], const Block (&narrow)[kProductRows]) {
+                    const std::array<Block, kRows>& wide, const std::array<Block, kRows>& narrow) {
   thread_local std::vector<float> rows_of_g;
   int64_t terms = 0;
   for (int t = 0; t < count; ++t) terms += products[t].k;
-  if (rows_of_g.size() < static_cast<size_t>(terms * kProductRows)) rows_of_g.resize(terms * kProductRows);
+  if (rows_of_g.size() < static_cast<size_t>(terms * kRows)) rows_of_g.resize(terms * kRows);
   std::vector<Product> packed(products, products + count);
-  for (int64_t i0 = row_begin; i0 < row_end; i0 += kProductRows) {
-    const int64_t rows = row_end - i0 < kProductRows ? row_end - i0 : kProductRows;
+  for (int64_t i0 = row_begin; i0 < row_end; i0 += kRows) {
+    const int64_t rows = row_end - i0 < kRows ? row_end - i0 : kRows;
     float* at = rows_of_g.data();
     for (int t = 0; t < count; ++t) {
       const Product& pr = products[t];
       for (int64_t p = 0; p < pr.k; ++p) {
-        for (int64_t r = 0; r < rows; ++r) at[p * kProductRows + r] = pr.g[p * pr.g_row + (i0 + r) * pr.g_col];
+        for (int64_t r = 0; r < rows; ++r) at[p * rows + r] = pr.g[p * pr.g_row + (i0 + r) * pr.g_col];
       }
       packed[t].g = at;
-      packed[t].g_row = kProductRows;
+      packed[t].g_row = rows;
       packed[t].g_col = 1;
-      at += pr.k * kProductRows;
+      at += pr.k * rows;
     }
     int64_t j0 = 0;
     for (; j0 + kV * kLanes <= full_end; j0 += kV * kLanes) {
@@ -317,12 +332,16 @@ __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) int64_t products_a
   __mmask16 all_finite = 0xFFFF;
   const auto blocks = [&](auto float_grid) {
     constexpr bool kFloat = decltype(float_grid)::value;
-    static constexpr BlockAvx512 kWide[] = {product_block_avx512<1, 4, kFloat>, product_block_avx512<2, 4, kFloat>,
-                                            product_block_avx512<3, 4, kFloat>, product_block_avx512<4, 4, kFloat>};
-    static constexpr BlockAvx512 kNarrow[] = {product_block_avx512<1, 1, kFloat>, product_block_avx512<2, 1, kFloat>,
-                                              product_block_avx512<3, 1, kFloat>, product_block_avx512<4, 1, kFloat>};
-    product_blocks<4, 16>(products, count, m, full_end, row_begin, row_end, sums, factor, into, most, all_finite, kWide,
-                          kNarrow);
+    // The block for R = 1 .. kRowsAvx512 rows, V vectors wide.
+    const auto table = []<int... kR>(auto v, std::integer_sequence<int, kR...>) {
+      return std::array<BlockAvx512, sizeof...(kR)>{product_block_avx512<kR + 1, decltype(v)::value, kFloat>...};
+    };
+    static constexpr auto kWide =
+        table(std::integral_constant<int, 4>{}, std::make_integer_sequence<int, kRowsAvx512>{});
+    static constexpr auto kNarrow =
+        table(std::integral_constant<int, 1>{}, std::make_integer_sequence<int, kRowsAvx512>{});
+    product_blocks<kRowsAvx512, 4, 16>(products, count, m, full_end, row_begin, row_end, sums, factor, into, most,
+                                       all_finite, kWide, kNarrow);
   };
   if (factor >= 1 && factor <= 0x1p127) {
     blocks(std::true_type{});
@@ -338,15 +357,15 @@ __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) int64_t products_a
 
 int64_t products_avx2(const Product* products, int count, int64_t m, int64_t row_begin, int64_t row_end, int64_t* sums,
                       double factor, Into into, float& largest, bool& finite) {
-  static constexpr BlockAvx2 kWide[] = {product_block_avx2<1, 2>, product_block_avx2<2, 2>, product_block_avx2<3, 2>,
-                                        product_block_avx2<4, 2>};
-  static constexpr BlockAvx2 kNarrow[] = {product_block_avx2<1, 1>, product_block_avx2<2, 1>, product_block_avx2<3, 1>,
-                                          product_block_avx2<4, 1>};
+  static constexpr std::array<BlockAvx2, kRowsAvx2> kWide = {product_block_avx2<1, 2>, product_block_avx2<2, 2>,
+                                                             product_block_avx2<3, 2>, product_block_avx2<4, 2>};
+  static constexpr std::array<BlockAvx2, kRowsAvx2> kNarrow = {product_block_avx2<1, 1>, product_block_avx2<2, 1>,
+                                                               product_block_avx2<3, 1>, product_block_avx2<4, 1>};
   const int64_t full_end = m / 8 * 8;
   __m256 most = _mm256_setzero_ps();
   __m256 all_finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-  product_blocks<2, 8>(products, count, m, full_end, row_begin, row_end, sums, factor, into, most, all_finite, kWide,
-                       kNarrow);
+  product_blocks<kRowsAvx2, 2, 8>(products, count, m, full_end, row_begin, row_end, sums, factor, into, most,
+                                  all_finite, kWide, kNarrow);
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, most);
   for (float lane : lanes) largest = lane > largest ? lane : largest;

@@ -42,7 +42,7 @@ struct Product {
 // d = fma(g[p, i], x[p, j], d) from d = 0 over p = 0 .. k - 1, folded as fold() folds a value
 // (Into::kStore: the first product's integers replace the sums). The float32 gradient is
 // never written: each product goes from registers into the integers, and the sums are read
-// and written once for all the products (sums null: only `largest` and `finite`). 4 rows by
+// and written once for all the products (sums null: only `largest` and `finite`). 6 rows by
 // 4 vectors of 16 columns at a time under AVX-512, 4 by 2 of 8 under AVX2; the same bits.
 void fold_products(const Product* products, int count, int64_t m, int64_t row_begin, int64_t row_end, int64_t* sums,
                    int scale, float& largest, bool& finite, Into into = Into::kAdd);
