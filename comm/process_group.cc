@@ -196,6 +196,28 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output, const s
       dispatch(std::move(call), [&](Call c) { return reduce_scatter_impl(output, inputs, op, std::move(c)); }), output);
 }
 
+std::shared_ptr<Work> ProcessGroup::reduce_scatter_widened(const Tensor& sums, const Tensor& values,
+                                                           const Widen& widen) {
+  check_tensor(sums, "reduce_scatter", "sums", Use::kReduce);
+  check_tensor(values, "reduce_scatter", "values", Use::kMove);
+  TDDP_CHECK(sums.dim() == 1 && values.dim() == 1 && sums.is_contiguous() && values.is_contiguous() &&
+                 sums.numel() == values.numel() && sums.numel() % size_ == 0 && sums.device().type == tensor::kCPU &&
+                 values.device().type == tensor::kCPU,
+             "{}expected flat contiguous CPU sums and values of one size, {} blocks of it; got {} and {} elements",
+             prefix("reduce_scatter"), size_, sums.numel(), values.numel());
+  const int64_t block = sums.numel() / size_;
+  Call call{describe("reduce_scatter (widened)", values, fmt::format("into {}", tensor::dtype_name(sums.dtype()))),
+            CallSignature{Collective::kReduceScatter, sums.dtype(), block, -1, ReduceOp::kSum}};
+  std::shared_ptr<Work> work =
+      dispatch(std::move(call), [&](Call c) { return reduce_scatter_widened_impl(sums, values, widen, std::move(c)); });
+  if (work) return with_result(work, sums);
+  // The general form: every block widened here, then the sums reduce-scattered in place.
+  widen(sums.raw_data_ptr(), values.raw_data_ptr(), static_cast<size_t>(sums.numel()), false);
+  std::vector<Tensor> blocks;
+  for (int r = 0; r < size_; ++r) blocks.push_back(sums.narrow(0, r * block, block));
+  return reduce_scatter(blocks[static_cast<size_t>(rank_)], blocks, ReduceOp::kSum);
+}
+
 std::shared_ptr<Work> ProcessGroup::barrier() {
   Call call{fmt::format("barrier (rank {} of {})", rank_, size_),
             CallSignature{Collective::kBarrier, tensor::kInt64, 0, -1, std::nullopt}};

@@ -163,6 +163,16 @@ class ProcessGroup {
   // works in that buffer (no copies), and the other inputs are left holding partial sums.
   std::shared_ptr<Work> reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
                                        ReduceOp op = ReduceOp::kSum);
+  // out[i] = widened in[i] (add: out[i] plus it) for n elements of the two tensors' dtypes.
+  using Widen = std::function<void(void* out, const void* in, size_t n, bool add)>;
+  // A reduce-scatter whose contributions change dtype on the way (the deterministic option's
+  // float32 chunk rounded into int64 sums at one chunk per rank: ddp/exact_sum.h). `values`
+  // (this rank's contributions) and `sums` are flat, size() blocks of sums.numel() / size()
+  // elements each; block rank() of `sums` ends as the sum over the ranks of their widened
+  // values' block rank() (its other blocks are scratch). The Gloo ring carries the values' own
+  // bytes on its first hop (on 2 ranks, all of them); other backends widen every block first
+  // and reduce-scatter the sums in place.
+  std::shared_ptr<Work> reduce_scatter_widened(const Tensor& sums, const Tensor& values, const Widen& widen);
   std::shared_ptr<Work> barrier();
   // Point to point; `tag` pairs a send with its recv.
   std::shared_ptr<Work> send(const Tensor& tensor, int dst, int tag = 0);
@@ -187,6 +197,11 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> reduce_impl(const Tensor& tensor, int root, ReduceOp op, Call call) = 0;
   virtual std::shared_ptr<Work> reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs,
                                                     ReduceOp op, Call call) = 0;
+  // The backend's own form of reduce_scatter_widened, or null for the general one.
+  virtual std::shared_ptr<Work> reduce_scatter_widened_impl(const Tensor& /*sums*/, const Tensor& /*values*/,
+                                                            const Widen& /*widen*/, Call /*call*/) {
+    return nullptr;
+  }
   virtual std::shared_ptr<Work> barrier_impl(Call call) = 0;
   virtual std::shared_ptr<Work> send_impl(const Tensor& tensor, int dst, int tag, Call call) = 0;
   virtual std::shared_ptr<Work> recv_impl(const Tensor& tensor, int src, int tag, Call call) = 0;

@@ -159,6 +159,14 @@ std::shared_ptr<Work> ProcessGroupWrapper::reduce_scatter_impl(const Tensor& out
                  [&](Call c) { return inner_->reduce_scatter_impl(output, inputs, op, std::move(c)); });
 }
 
+std::shared_ptr<Work> ProcessGroupWrapper::reduce_scatter_widened_impl(const Tensor& sums, const Tensor& values,
+                                                                       const Widen& widen, Call call) {
+  // (A backend that runs the calls' hooks, Gloo's, has its ring on every group it wraps: it
+  // never declines, so the hook it was handed always runs.)
+  return forward(std::move(call),
+                 [&](Call c) { return inner_->reduce_scatter_widened_impl(sums, values, widen, std::move(c)); });
+}
+
 std::shared_ptr<Work> ProcessGroupWrapper::barrier_impl(Call call) {
   return forward(std::move(call), [&](Call c) { return inner_->barrier_impl(std::move(c)); });
 }

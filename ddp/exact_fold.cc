@@ -157,8 +157,8 @@ constexpr int kRowsAvx512 = 6, kRowsAvx2 = 4;
 // products run at k = 16 terms, where the fold costs as much as the multiply-adds).
 template <int R, int V, bool kFloatGrid>
 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) void product_block_avx512(
-    const Product* products, int count, int64_t m, int64_t i0, int64_t j0, int64_t* sums, double factor, Into into,
-    __m512& most_so_far, __mmask16& finite_so_far) {
+    const Product* products, int count, int64_t m, int64_t i0, int64_t j0, int64_t* sums, float* values, double factor,
+    Into into, __m512& most_so_far, __mmask16& finite_so_far) {
   // Kept in registers: through the references, every store to the sums (which may alias a
   // vector) would write them back and read them again.
   __m512 most = most_so_far;
@@ -196,6 +196,7 @@ __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) void product_block
         const __m512 a = _mm512_abs_ps(acc[r][v]);
         all_finite &= _mm512_cmp_ps_mask(a, infinity, _CMP_LT_OQ);
         most = _mm512_max_ps(a, most);
+        if (values != nullptr) _mm512_storeu_ps(values + (i0 + r) * m + j0 + 16 * v, acc[r][v]);
         if (sums == nullptr) continue;
         int64_t* s = sums + (i0 + r) * m + j0 + 16 * v;
         if constexpr (kFloatGrid) {
@@ -229,7 +230,7 @@ __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) void product_block
 
 template <int R, int V>
 void product_block_avx2(const Product* products, int count, int64_t m, int64_t i0, int64_t j0, int64_t* sums,
-                        double factor, Into into, __m256& most_so_far, __m256& finite_so_far) {
+                        float* values, double factor, Into into, __m256& most_so_far, __m256& finite_so_far) {
   __m256 most = most_so_far, all_finite = finite_so_far;  // in registers, as the AVX-512 block's
   const __m256 sign = _mm256_set1_ps(-0.0f), infinity = _mm256_set1_ps(std::numeric_limits<float>::infinity());
   const __m256d factors = _mm256_set1_pd(factor), limit = _mm256_set1_pd(kLimit), dsign = _mm256_set1_pd(-0.0);
@@ -262,6 +263,7 @@ void product_block_avx2(const Product* products, int count, int64_t m, int64_t i
         const __m256 a = _mm256_andnot_ps(sign, acc[r][v]);
         all_finite = _mm256_and_ps(all_finite, _mm256_cmp_ps(a, infinity, _CMP_LT_OQ));
         most = _mm256_max_ps(a, most);
+        if (values != nullptr) _mm256_storeu_ps(values + (i0 + r) * m + j0 + 8 * v, acc[r][v]);
         if (sums == nullptr) continue;
         int64_t* s = sums + (i0 + r) * m + j0 + 8 * v;
         for (int half = 0; half < 2; ++half) {
@@ -291,7 +293,7 @@ void product_block_avx2(const Product* products, int count, int64_t m, int64_t i
 // (bench/README.md).
 template <int kRows, int kV, int kLanes, typename Most, typename Finite, typename Block>
 void product_blocks(const Product* products, int count, int64_t m, int64_t full_end, int64_t row_begin, int64_t row_end,
-                    int64_t* sums, double factor, Into into, Most& most, Finite& all_finite,
+                    int64_t* sums, float* values, double factor, Into into, Most& most, Finite& all_finite,
                     const std::array<Block, kRows>& wide, const std::array<Block, kRows>& narrow) {
   thread_local std::vector<float> rows_of_g;
   int64_t terms = 0;
@@ -313,20 +315,21 @@ void product_blocks(const Product* products, int count, int64_t m, int64_t full_
     }
     int64_t j0 = 0;
     for (; j0 + kV * kLanes <= full_end; j0 += kV * kLanes) {
-      wide[rows - 1](packed.data(), count, m, i0, j0, sums, factor, into, most, all_finite);
+      wide[rows - 1](packed.data(), count, m, i0, j0, sums, values, factor, into, most, all_finite);
     }
     for (; j0 < full_end; j0 += kLanes)
-      narrow[rows - 1](packed.data(), count, m, i0, j0, sums, factor, into, most, all_finite);
+      narrow[rows - 1](packed.data(), count, m, i0, j0, sums, values, factor, into, most, all_finite);
   }
 }
 
-using BlockAvx512 = void (*)(const Product*, int, int64_t, int64_t, int64_t, int64_t*, double, Into, __m512&,
+using BlockAvx512 = void (*)(const Product*, int, int64_t, int64_t, int64_t, int64_t*, float*, double, Into, __m512&,
                              __mmask16&);
-using BlockAvx2 = void (*)(const Product*, int, int64_t, int64_t, int64_t, int64_t*, double, Into, __m256&, __m256&);
+using BlockAvx2 = void (*)(const Product*, int, int64_t, int64_t, int64_t, int64_t*, float*, double, Into, __m256&,
+                           __m256&);
 
 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) int64_t products_avx512(
-    const Product* products, int count, int64_t m, int64_t row_begin, int64_t row_end, int64_t* sums, double factor,
-    Into into, float& largest, bool& finite) {
+    const Product* products, int count, int64_t m, int64_t row_begin, int64_t row_end, int64_t* sums, float* values,
+    double factor, Into into, float& largest, bool& finite) {
   const int64_t full_end = m / 16 * 16;
   __m512 most = _mm512_setzero_ps();
   __mmask16 all_finite = 0xFFFF;
@@ -340,8 +343,8 @@ __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) int64_t products_a
         table(std::integral_constant<int, 4>{}, std::make_integer_sequence<int, kRowsAvx512>{});
     static constexpr auto kNarrow =
         table(std::integral_constant<int, 1>{}, std::make_integer_sequence<int, kRowsAvx512>{});
-    product_blocks<kRowsAvx512, 4, 16>(products, count, m, full_end, row_begin, row_end, sums, factor, into, most,
-                                       all_finite, kWide, kNarrow);
+    product_blocks<kRowsAvx512, 4, 16>(products, count, m, full_end, row_begin, row_end, sums, values, factor, into,
+                                       most, all_finite, kWide, kNarrow);
   };
   if (factor >= 1 && factor <= 0x1p127) {
     blocks(std::true_type{});
@@ -356,7 +359,7 @@ __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw"))) int64_t products_a
 }
 
 int64_t products_avx2(const Product* products, int count, int64_t m, int64_t row_begin, int64_t row_end, int64_t* sums,
-                      double factor, Into into, float& largest, bool& finite) {
+                      float* values, double factor, Into into, float& largest, bool& finite) {
   static constexpr std::array<BlockAvx2, kRowsAvx2> kWide = {product_block_avx2<1, 2>, product_block_avx2<2, 2>,
                                                              product_block_avx2<3, 2>, product_block_avx2<4, 2>};
   static constexpr std::array<BlockAvx2, kRowsAvx2> kNarrow = {product_block_avx2<1, 1>, product_block_avx2<2, 1>,
@@ -364,7 +367,7 @@ int64_t products_avx2(const Product* products, int count, int64_t m, int64_t row
   const int64_t full_end = m / 8 * 8;
   __m256 most = _mm256_setzero_ps();
   __m256 all_finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
-  product_blocks<kRowsAvx2, 2, 8>(products, count, m, full_end, row_begin, row_end, sums, factor, into, most,
+  product_blocks<kRowsAvx2, 2, 8>(products, count, m, full_end, row_begin, row_end, sums, values, factor, into, most,
                                   all_finite, kWide, kNarrow);
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, most);
@@ -402,13 +405,15 @@ void fold(const float* const* chunks, int count, int64_t n, int64_t* sums, int s
   }
 }
 
-void fold_products(const Product* products, int count, int64_t m, int64_t row_begin, int64_t row_end, int64_t* sums,
-                   int scale, float& largest, bool& finite, Into into) {
+namespace {
+// fold_products and product_values: the vector blocks, then the columns past them.
+void products(const Product* products, int count, int64_t m, int64_t row_begin, int64_t row_end, int64_t* sums,
+              float* values, int scale, float& largest, bool& finite, Into into) {
   const double factor = std::ldexp(1.0, scale);
   const int64_t full_end =
       tensor::cpu_isa() == tensor::CpuIsa::kAvx512
-          ? products_avx512(products, count, m, row_begin, row_end, sums, factor, into, largest, finite)
-          : products_avx2(products, count, m, row_begin, row_end, sums, factor, into, largest, finite);
+          ? products_avx512(products, count, m, row_begin, row_end, sums, values, factor, into, largest, finite)
+          : products_avx2(products, count, m, row_begin, row_end, sums, values, factor, into, largest, finite);
   // The columns past the last full vector, one element at a time.
   for (int64_t i = row_begin; i < row_end; ++i) {
     for (int64_t j = full_end; j < m; ++j) {
@@ -416,11 +421,23 @@ void fold_products(const Product* products, int count, int64_t m, int64_t row_be
         const Product& pr = products[t];
         float d = 0;
         for (int64_t p = 0; p < pr.k; ++p) d = std::fma(pr.g[p * pr.g_row + i * pr.g_col], pr.x[p * pr.x_row + j], d);
+        if (values != nullptr) values[i * m + j] = d;
         fold_scalar(&d, 1, sums == nullptr ? nullptr : sums + i * m + j, factor, t == 0 ? into : Into::kAdd, largest,
                     finite);
       }
     }
   }
+}
+}  // namespace
+
+void fold_products(const Product* products_in, int count, int64_t m, int64_t row_begin, int64_t row_end, int64_t* sums,
+                   int scale, float& largest, bool& finite, Into into) {
+  products(products_in, count, m, row_begin, row_end, sums, nullptr, scale, largest, finite, into);
+}
+
+void product_values(const Product& product, int64_t m, int64_t row_begin, int64_t row_end, float* values,
+                    float& largest, bool& finite) {
+  products(&product, 1, m, row_begin, row_end, nullptr, values, 0, largest, finite, Into::kStore);
 }
 
 }  // namespace tinyddp::ddp::exact

@@ -47,6 +47,12 @@ struct Product {
 void fold_products(const Product* products, int count, int64_t m, int64_t row_begin, int64_t row_end, int64_t* sums,
                    int scale, float& largest, bool& finite, Into into = Into::kAdd);
 
+// One product's values themselves, the same float32 chains (fold_products rounds them), into
+// rows [row_begin, row_end) of values[i * m + j], with their bound and whether they are finite:
+// at one chunk per rank the ranks send these and the receiver rounds them (exact_sum.h).
+void product_values(const Product& product, int64_t m, int64_t row_begin, int64_t row_end, float* values,
+                    float& largest, bool& finite);
+
 // The means: out[i] = double(sums[i]) * 2^-scale / chunks, then rounded to the output's type,
 // each step rounded as that C++ expression rounds it (the int64's conversion to double once,
 // the division once, the float32 result once), 4 values at a time under AVX2, 8 under AVX-512;

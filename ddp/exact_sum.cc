@@ -13,6 +13,7 @@
 #include "tinyddp/comm/flatten.h"
 #include "tinyddp/comm/host_staging.h"
 #include "tinyddp/ddp/exact_fold.h"
+#include "tinyddp/ddp/exact_values.h"
 #include "tinyddp/ddp/reducer.h"
 #include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/parallel.h"
@@ -22,49 +23,14 @@ namespace tinyddp::ddp {
 namespace {
 
 namespace t = tinyddp::tensor;
+using exact_detail::add_chunk_values;
+using exact_detail::bound_of;
+using exact_detail::kGrain;
 
-constexpr int64_t kGrain = 1 << 14;  // elements per task
 // From this many elements a parameter's int64 sums are reduce-scattered and its means
 // allgathered (each rank converts 1/W of them; (W - 1) / W of 8 + 4 bytes an element on the
 // wire, not 2 x 8); below, one allreduce of the sums, whose small messages cost less.
 constexpr int64_t kScatterElements = 1 << 16;
-
-// The smallest e with |x| < 2^e for values whose largest magnitude is `largest` (`floor` when
-// all are zero or one is not finite).
-int bound_of(double largest, bool finite, int floor) {
-  if (largest == 0 || !finite) return floor;
-  int exponent = 0;
-  std::frexp(largest, &exponent);  // largest = m * 2^exponent, 0.5 <= m < 1
-  return exponent;
-}
-
-// One pass over chunks' gradients of one parameter: returns the smallest e with |x| < 2^e for
-// every x (`floor` when all are zero), sets `finite` false when a value is a NaN or an
-// infinity, and, when `sums` is not null, adds every x rounded onto the grid 2^-scale to its
-// sum (or, Into::kStore, writes their sum over it). The largest |x| does not depend on how the
-// threads split the values. A value beyond the grid's range is not added: the bound it returns
-// makes the caller refuse the step.
-template <typename T>
-int add_chunk_values(const std::vector<const T*>& chunks, int64_t n, int floor, bool& finite, int64_t* sums, int scale,
-                     exact::Into into) {
-  std::mutex mutex;
-  double largest = 0;
-  finite = true;
-  t::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-    T mine = 0;
-    bool ok = true;
-    // Each x rounded onto the grid: the one rounding a chunk's gradient gets, the same
-    // whichever rank holds the chunk (exact_fold.h).
-    std::vector<const T*> at;
-    for (const T* values : chunks) at.push_back(values + begin);
-    exact::fold(at.data(), static_cast<int>(at.size()), end - begin, sums == nullptr ? nullptr : sums + begin, scale,
-                mine, ok, into);
-    std::lock_guard<std::mutex> lock(mutex);
-    largest = std::max(largest, static_cast<double>(mine));
-    finite = finite && ok;
-  });
-  return bound_of(largest, finite, floor);
-}
 
 // Bits a sum of `count` integers needs beyond one of them.
 int guard_bits(int64_t count) {
@@ -143,6 +109,10 @@ void ExactGradientSum::lay_out() {
   added_.assign(params_.size(), false);
   holds_.assign(params_.size(), false);
   launched_.assign(params_.size(), nullptr);
+  widened_.assign(params_.size(), false);
+  contributions_.assign(params_.size(), 0);
+  values_.assign(params_.size(), Tensor());
+  buffers_.assign(params_.size(), Tensor());
   pending_.assign(params_.size(), {});
   taken_.assign(params_.size(), {});
   taken_now_.assign(params_.size(), 0);
@@ -164,6 +134,10 @@ Tensor ExactGradientSum::step_sums(size_t p) {
 }
 
 void ExactGradientSum::launch(size_t p) {
+  if (widened_[p]) {
+    launch_widened(p);
+    return;
+  }
   const Tensor sums = step_sums(p);
   if (!scattered_[p]) {
     launched_[p] = pg_->allreduce(sums);
@@ -216,6 +190,7 @@ void ExactGradientSum::overlap_next_chunk() {
         if (!overlapping_) return;
         if (launched_[p]) {  // its sums left after a take (solo): this gradient comes too late
           late_ = true;
+          ++contributions_[p];
           mixed_[p] = true;
           params_[p].mutable_grad() = Tensor();
           return;
@@ -245,6 +220,7 @@ void ExactGradientSum::add_gradient(size_t p) {
   const Tensor grad = params_[p].grad();
   if (!grad.defined()) return;  // no gradient: zeros
   got_grad_[p] = true;
+  ++contributions_[p];
   // (A float16 or bfloat16 gradient, fully_shard's mixed precision, is exact in float32.)
   const bool half = grad.dtype() == t::kFloat16 || grad.dtype() == t::kBFloat16;
   pending_[p].push_back(half ? grad.to(t::Device(t::kCPU)).to(t::kFloat32) : grad.to(t::Device(t::kCPU)).contiguous());
@@ -262,9 +238,11 @@ void ExactGradientSum::keep_chunks(size_t count) {
 void ExactGradientSum::fold_pending(size_t p) {
   std::vector<Tensor>& kept = pending_[p];
   if (kept.empty() && taken_[p].empty()) return;
+  if (widened_[p] && take_values(p)) return;  // its values leave as they are (exact_widened.cc)
   // Added on the grid agreed before the step, unless nothing is agreed yet or a chunk already
-  // outgrew its grid (the step will be refused: only the bounds matter then).
-  const bool adding = bound_[p] != kUnknown && !outgrown_;
+  // outgrew its grid (the step will be refused: only the bounds matter then), or the sums come
+  // from the ranks' values.
+  const bool adding = bound_[p] != kUnknown && !outgrown_ && !widened_[p];
   const int scale = adding ? bits_ - (bound_[p] + headroom_) : 0;  // |x| < 2^(bound + H): |x 2^scale| < 2^B
   int64_t* sums = adding ? sums_.data_ptr<int64_t>() + offsets_[p] : nullptr;
   // The step's first fold into p's sums writes over what the last step left (no pass zeroes them).
@@ -312,11 +290,13 @@ bool ExactGradientSum::take(const t::TensorImpl* weight, const Tensor& grad_out,
   if (overlapping_ && launched_[p]) {  // its sums already left: more of its gradient, too late
     late_ = true;
     mixed_[p] = true;
+    ++contributions_[p];
     return true;
   }
   const Tensor x = input.stride(1) == 1 ? input : input.contiguous();
   taken_[p].push_back({grad_out, x, grad_out.storage().version(), x.storage().version()});
   ++taken_now_[p];
+  ++contributions_[p];
   if (overlapping_ && solo_[p]) {  // its accumulator will not run: its sums may leave
     added_[p] = true;
     fold_pending(p);
@@ -383,6 +363,7 @@ bool ExactGradientSum::finish() {
   // of each parameter's gradients over every chunk of the step.
   std::vector<int64_t> control{outgrown_ || late_ ? 1 : 0, chunks_, -chunks_};
   for (int b : step_bound_) control.push_back(b);
+  for (int c : contributions_) control.push_back(c > 1 ? 1 : 0);  // (widened_: next step's)
   Tensor agreed = t::from_vector(control);
   if (pg_) pg_->allreduce(agreed, comm::ReduceOp::kMax)->wait();
   const std::vector<int64_t> got = agreed.to_vector<int64_t>();
@@ -397,6 +378,7 @@ bool ExactGradientSum::finish() {
   for (size_t p = 0; p < params_.size(); ++p) {
     if (got[p + 3] != kUnknown) bound_[p] = static_cast<int>(got[p + 3]);
   }
+  choose_widened(got);
   std::fill(step_bound_.begin(), step_bound_.end(), kUnknown);
   outgrown_ = late_ = false;
   const int64_t chunks_here = chunks_, world = pg_ ? pg_->size() : 1;

@@ -105,6 +105,11 @@ class ExactGradientSum : public tensor::WeightGradientSink {
   static int precision_bits_for(int64_t total_chunks, int headroom_bits = 4);
   // Steps finish() refused so far (the first step's, and any whose gradients outgrew the grid).
   int64_t reruns() const { return reruns_; }
+  // Whether parameter p's chunk leaves this step as its float32 values, rounded by the rank
+  // that sums them (exact_widened.cc): one chunk per rank, a reduce-scattered float32
+  // parameter to which no rank's chunk gave two gradients (two products, a product and a .grad)
+  // in the last step. The same integers either way, half the bytes of int64 sums on 2 ranks.
+  bool widened(size_t p) const { return widened_[p]; }
 
   // The grids, for checkpoints (as a GradScaler's scale is saved): each parameter's agreed
   // bound E_p, in parameter order (kUnknownBound before a step gave it a gradient). A run resumed with it
@@ -131,6 +136,12 @@ class ExactGradientSum : public tensor::WeightGradientSink {
   Tensor step_sums(size_t p);
   // Starts the allreduce (scattered: the reduce-scatter) of parameter p's integer sums.
   void launch(size_t p);
+  // widened(p): this rank's chunk's one gradient of p kept as float32 values (false, and the
+  // step refused, when it gave p more than one); their reduce-scatter into the sums, each
+  // rank rounding what it receives onto the grid; after a step, which parameters go so next.
+  bool take_values(size_t p);
+  void launch_widened(size_t p);
+  void choose_widened(const std::vector<int64_t>& agreed);
   // In the overlapped chunk: p's sums are complete; launches those whose turn has come.
   void ready(size_t p);
   // Parameter p's means, from its sums over the ranks on the grid 2^-scale (scattered: this
@@ -173,6 +184,11 @@ class ExactGradientSum : public tensor::WeightGradientSink {
   size_t max_pending_ = 1;
   std::vector<std::vector<Tensor>> pending_;
   std::vector<std::shared_ptr<comm::Work>> launched_;
+  // widened(): the parameters whose values leave as they are, this rank's gradients of each in
+  // this step, the values on their way and the buffers for products and padded copies.
+  std::vector<bool> widened_;
+  std::vector<int> contributions_;
+  std::vector<Tensor> values_, buffers_;
   // take(): the parameters by their tensors, and p's products not yet in the sums, with the
   // versions of their factors' storage (an in-place change before the fold is refused).
   struct Taken {

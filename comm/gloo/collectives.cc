@@ -236,6 +236,20 @@ std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter_impl(const Tensor& output
       inputs);
 }
 
+std::shared_ptr<Work> ProcessGroupGloo::reduce_scatter_widened_impl(const Tensor& sums, const Tensor& values,
+                                                                    const Widen& widen, Call call) {
+  if (!tcp_ring_) return nullptr;
+  return enqueue(std::move(call),
+                 [this, sums, values, widen](uint32_t) {
+                   const int64_t block = sums.numel() / size_;
+                   tcp_ring_->reduce_scatter_widened(values.raw_data_ptr(), values.element_size(),
+                                                     sums.narrow(0, block * rank_, block).raw_data_ptr(),
+                                                     sums.element_size(), static_cast<size_t>(block), widen,
+                                                     options_.timeout());
+                 },
+                 {sums, values});
+}
+
 std::shared_ptr<Work> ProcessGroupGloo::barrier_impl(Call call) {
   return enqueue(std::move(call), [this](uint32_t tag) {
     gloo::BarrierOptions opts(context_);

@@ -67,6 +67,9 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::shared_ptr<Work> reduce_impl(const Tensor& tensor, int root, ReduceOp op, Call call) override;
   std::shared_ptr<Work> reduce_scatter_impl(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
                                             Call call) override;
+  // The ring's form (its first hop carries the values' own bytes), where there is a ring.
+  std::shared_ptr<Work> reduce_scatter_widened_impl(const Tensor& sums, const Tensor& values, const Widen& widen,
+                                                    Call call) override;
   std::shared_ptr<Work> barrier_impl(Call call) override;
   std::shared_ptr<Work> send_impl(const Tensor& tensor, int dst, int tag, Call call) override;
   std::shared_ptr<Work> recv_impl(const Tensor& tensor, int src, int tag, Call call) override;

@@ -270,6 +270,51 @@ void TcpRing::allgather(void* data, size_t chunk_count, size_t element_size, std
                   Clock::now() + timeout);
 }
 
+void TcpRing::reduce_scatter_widened(const void* data, size_t in_size, void* out, size_t out_size, size_t chunk_count,
+                                     const Widen& widen, std::chrono::milliseconds timeout) {
+  check_usable("reduce_scatter");
+  if (chunk_count == 0) return;
+  const auto deadline = Clock::now() + timeout;
+  const auto own = [&](size_t k) { return static_cast<const char*>(data) + k * chunk_count * in_size; };
+  const auto chunk = [&](int k) { return static_cast<size_t>(((k - 1) % size_ + size_) % size_); };
+  // Step s sends chunk (rank - s - 1) and receives chunk (rank - s - 2), which then holds the
+  // contributions of s + 2 ranks; the last step's is chunk rank, received into `out`. Step 0
+  // sends this rank's own values and receives the previous rank's (in_size bytes each); later
+  // steps pass the widened sums on, each received into the buffer not being sent.
+  if (scratch_.size() < chunk_count * in_size) scratch_.resize(chunk_count * in_size);
+  char* const raw = scratch_.data();
+  std::vector<char> sums[2];
+  for (int s = 0; s + 1 < size_; ++s) {
+    const size_t in = chunk(rank_ - s - 1);
+    char* target = static_cast<char*>(out);
+    if (s + 2 < size_) {
+      sums[s % 2].resize(chunk_count * out_size);
+      target = sums[s % 2].data();
+    }
+    const char* mine = own(in);
+    size_t done = 0;  // elements of `in` complete so far
+    const auto combine = [&](size_t received, size_t element_size) {
+      const size_t ready = received / element_size;
+      if (ready <= done) return;
+      void* at = target + done * out_size;
+      if (s == 0) {
+        widen(at, mine + done * in_size, ready - done, false);
+        widen(at, raw + done * in_size, ready - done, true);
+      } else {
+        widen(at, mine + done * in_size, ready - done, true);  // the received partial sums already lie there
+      }
+      done = ready;
+    };
+    if (s == 0) {
+      exchange(own(chunk(rank_)), chunk_count * in_size, raw, chunk_count * in_size, deadline,
+               [&](size_t received) { combine(received, in_size); });
+    } else {
+      exchange(sums[(s - 1) % 2].data(), chunk_count * out_size, target, chunk_count * out_size, deadline,
+               [&](size_t received) { combine(received, out_size); });
+    }
+  }
+}
+
 size_t TcpRing::swap(const std::vector<char>& message, size_t prefix_bytes, size_t max_rest_bytes,
                      const std::function<size_t(const char*)>& rest_of, std::vector<char>& received,
                      std::chrono::milliseconds timeout) {

@@ -63,6 +63,16 @@ class TcpRing {
   void reduce_scatter(void* data, size_t chunk_count, size_t element_size, const Reduce& reduce,
                       std::chrono::milliseconds timeout);
   void allgather(void* data, size_t chunk_count, size_t element_size, std::chrono::milliseconds timeout);
+  // out[i] = widened in[i] (add: out[i] plus it) for n elements.
+  using Widen = std::function<void(void* out, const void* in, size_t n, bool add)>;
+  // A reduce-scatter whose contributions change type on the way (the deterministic option's
+  // float32 chunks rounded into int64 sums, ddp/exact_sum.h): `data` holds this rank's size x
+  // chunk_count elements of in_size bytes; `out` receives chunk `rank` of the sum over the ranks
+  // of their widened values (chunk_count elements of out_size bytes; `reduce` adds widened
+  // values). The first hop carries the contributions' own bytes, the rest widened partial sums:
+  // on 2 ranks every byte on the wire is an input's.
+  void reduce_scatter_widened(const void* data, size_t in_size, void* out, size_t out_size, size_t chunk_count,
+                              const Widen& widen, std::chrono::milliseconds timeout);
 
   // Two ranks only (next and previous are the peer): sends `message` to the peer while
   // receiving the peer's message into the front of `received` (grown once to the longest

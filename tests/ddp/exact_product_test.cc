@@ -3,8 +3,9 @@
 // multiply-adds over its terms, from zero, then rounded onto the grid and added) computed
 // here one element at a time, under AVX2 and (where the CPU has it) AVX-512; every block shape
 // and tail, strided and broadcast factors, a part of the rows, the sums stored or added, the
-// bounds alone, and a NaN.
+// bounds alone, one product's float32 values (product_values), and a NaN.
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "tests/test_util.h"
@@ -65,6 +66,31 @@ void fold_by_definition(const std::vector<Product>& products, int64_t m, int64_t
       }
     }
   }
+}
+
+// One product's values themselves (at one chunk per rank they leave as float32): its chains bit
+// for bit in rows [begin, end), and the other rows untouched.
+void check_values_against_definition(const Product& product, int64_t n, int64_t m, int64_t begin, int64_t end) {
+  std::vector<float> values(static_cast<size_t>(n * m), -7.0f);
+  float values_largest = 0, first_largest = 0;
+  bool values_finite = true, first_finite = true;
+  ddp::exact::product_values(product, m, begin, end, values.data(), values_largest, values_finite);
+  fold_by_definition({product}, m, begin, end, nullptr, 0, Into::kAdd, first_largest, first_finite);
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < m; ++j) {
+      float d = -7.0f;
+      if (i >= begin && i < end) {
+        const Product& pr = product;
+        d = 0;
+        for (int64_t p = 0; p < pr.k; ++p) d = std::fma(pr.g[p * pr.g_row + i * pr.g_col], pr.x[p * pr.x_row + j], d);
+      }
+      wrong += std::memcmp(&d, &values[static_cast<size_t>(i * m + j)], sizeof d) != 0 ? 1 : 0;
+    }
+  }
+  CHECK(wrong == 0);
+  CHECK(values_largest == first_largest);
+  CHECK(values_finite);
 }
 
 void check_products_against_definition() {
@@ -128,6 +154,7 @@ void check_products_against_definition() {
       ddp::exact::fold_products(products.data(), count, m, 0, n, nullptr, 0, largest, finite);
       CHECK(largest == want_largest);
       CHECK(finite);
+      check_values_against_definition(products[0], n, m, begin, end);
     }
   }
   CHECK(cases == 11 * 10 * 6 * 2 * 2);
