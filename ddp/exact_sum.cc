@@ -180,6 +180,8 @@ void ExactGradientSum::clear_gradients() {
     params_[p].mutable_grad() = Tensor();
     if (sharded()) sharded_.shards[p].mutable_grad() = Tensor();
     taken_[p].clear();  // (a step that threw left them)
+    values_[p] = Tensor();
+    contributions_[p] = 0;
   }
 }
 
