@@ -23,7 +23,17 @@ namespace tinyddp::comm {
 enum class ReduceOp { kSum, kProduct, kMin, kMax, kAvg };
 const char* reduce_op_name(ReduceOp op);
 
-enum class Collective { kAllreduce, kBroadcast, kAllgather, kGather, kScatter, kReduce, kReduceScatter, kBarrier };
+enum class Collective {
+  kAllreduce,
+  kBroadcast,
+  kAllgather,
+  kGather,
+  kScatter,
+  kReduce,
+  kReduceScatter,
+  kReduceScatterWidened,
+  kBarrier  // the last (desync_check.cc counts them from it)
+};
 const char* collective_name(Collective c);
 
 // What every rank must agree on for one collective. numel is the elements this rank

@@ -44,6 +44,7 @@ const char* collective_name(Collective c) {
     case Collective::kScatter: return "scatter";
     case Collective::kReduce: return "reduce";
     case Collective::kReduceScatter: return "reduce_scatter";
+    case Collective::kReduceScatterWidened: return "reduce_scatter_widened";
     case Collective::kBarrier: return "barrier";
   }
   return "?";

@@ -206,8 +206,8 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_widened(const Tensor& sums, c
              "{}expected flat contiguous CPU sums and values of one size, {} blocks of it; got {} and {} elements",
              prefix("reduce_scatter"), size_, sums.numel(), values.numel());
   const int64_t block = sums.numel() / size_;
-  Call call{describe("reduce_scatter (widened)", values, fmt::format("into {}", tensor::dtype_name(sums.dtype()))),
-            CallSignature{Collective::kReduceScatter, sums.dtype(), block, -1, ReduceOp::kSum}};
+  Call call{describe("reduce_scatter_widened", values, fmt::format("into {}", tensor::dtype_name(sums.dtype()))),
+            CallSignature{Collective::kReduceScatterWidened, sums.dtype(), block, -1, ReduceOp::kSum}};
   std::shared_ptr<Work> work =
       dispatch(std::move(call), [&](Call c) { return reduce_scatter_widened_impl(sums, values, widen, std::move(c)); });
   if (work) return with_result(work, sums);
