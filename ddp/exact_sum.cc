@@ -110,6 +110,7 @@ void ExactGradientSum::lay_out() {
   holds_.assign(params_.size(), false);
   launched_.assign(params_.size(), nullptr);
   widened_.assign(params_.size(), false);
+  several_.assign(params_.size(), false);
   contributions_.assign(params_.size(), 0);
   values_.assign(params_.size(), Tensor());
   buffers_.assign(params_.size(), Tensor());

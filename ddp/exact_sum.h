@@ -107,8 +107,8 @@ class ExactGradientSum : public tensor::WeightGradientSink {
   int64_t reruns() const { return reruns_; }
   // Whether parameter p's chunk leaves this step as its float32 values, rounded by the rank
   // that sums them (exact_widened.cc): one chunk per rank, a reduce-scattered float32
-  // parameter to which no rank's chunk gave two gradients (two products, a product and a .grad)
-  // in the last step. The same integers either way, half the bytes of int64 sums on 2 ranks.
+  // parameter to which no rank's chunk ever gave two gradients (two products, a product and a
+  // .grad) in a step so far. The same integers either way, half the bytes of int64 sums on 2 ranks.
   bool widened(size_t p) const { return widened_[p]; }
 
   // The grids, for checkpoints (as a GradScaler's scale is saved): each parameter's agreed
@@ -186,7 +186,7 @@ class ExactGradientSum : public tensor::WeightGradientSink {
   std::vector<std::shared_ptr<comm::Work>> launched_;
   // widened(): the parameters whose values leave as they are, this rank's gradients of each in
   // this step, the values on their way and the buffers for products and padded copies.
-  std::vector<bool> widened_;
+  std::vector<bool> widened_, several_;  // several_: a chunk gave p two gradients once
   std::vector<int> contributions_;
   std::vector<Tensor> values_, buffers_;
   // take(): the parameters by their tensors, and p's products not yet in the sums, with the

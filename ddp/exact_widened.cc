@@ -97,8 +97,11 @@ void ExactGradientSum::choose_widened(const std::vector<int64_t>& agreed) {
   const int64_t world = pg_ ? pg_->size() : 1;
   const size_t count = params_.size();
   for (size_t p = 0; p < count; ++p) {
+    // Once some rank's chunk gave p two gradients, p keeps int64 sums: a graph that does so now
+    // and then would otherwise cost a rerun each time.
+    if (agreed[3 + count + p] != 0) several_[p] = true;
     widened_[p] = world > 1 && total_chunks_ == world && scattered_[p] && !sharded() &&
-                  params_[p].dtype() == t::kFloat32 && bound_[p] != kUnknown && agreed[3 + count + p] == 0;
+                  params_[p].dtype() == t::kFloat32 && bound_[p] != kUnknown && !several_[p];
   }
   std::fill(contributions_.begin(), contributions_.end(), 0);
   std::fill(values_.begin(), values_.end(), Tensor());
