@@ -310,7 +310,7 @@ bool ExactGradientSum::take(const t::TensorImpl* weight, const Tensor& grad_out,
   return true;
 }
 
-int ExactGradientSum::fold_products(size_t p, int64_t* sums, int scale, exact::Into into, bool& finite) {
+int ExactGradientSum::fold_products(size_t p, int64_t* sums, int scale, exact::Into into, bool& finite, float* values) {
   std::vector<exact::Product> products;
   for (const Taken& k : taken_[p]) {
     TDDP_CHECK(k.g.storage().version() == k.g_version && k.x.storage().version() == k.x_version,
@@ -328,8 +328,12 @@ int ExactGradientSum::fold_products(size_t p, int64_t* sums, int scale, exact::I
   t::parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(m, 1)), [&](int64_t begin, int64_t end) {
     float mine = 0;
     bool ok = true;
-    exact::fold_products(products.data(), static_cast<int>(products.size()), m, begin, end, sums, scale, mine, ok,
-                         into);
+    if (values != nullptr) {
+      exact::product_values(products.front(), m, begin, end, values, mine, ok);
+    } else {
+      exact::fold_products(products.data(), static_cast<int>(products.size()), m, begin, end, sums, scale, mine, ok,
+                           into);
+    }
     std::lock_guard<std::mutex> lock(mutex);
     largest = std::max(largest, mine);
     finite = finite && ok;

@@ -131,7 +131,8 @@ class ExactGradientSum : public tensor::WeightGradientSink {
   // Adds the kept chunks' gradients and products of p to its sums, in one pass over the sums.
   void fold_pending(size_t p);
   // The kept products of p into its sums (or only their bound: sums null); returns the bound.
-  int fold_products(size_t p, int64_t* sums, int scale, exact::Into into, bool& finite);
+  // With `values`, p's one kept product is written there as float32 instead (widened()).
+  int fold_products(size_t p, int64_t* sums, int scale, exact::Into into, bool& finite, float* values = nullptr);
   // Parameter p's sums in sums_, zeroed first where no chunk of this step folded into them.
   Tensor step_sums(size_t p);
   // Starts the allreduce (scattered: the reduce-scatter) of parameter p's integer sums.

@@ -3,15 +3,12 @@
 // gradient and let the rank that sums each block round it: the same integers (the rounding of
 // a value does not depend on where it runs), 4 bytes an element on the wire instead of 8.
 #include <algorithm>
-#include <mutex>
 
 #include "tinyddp/base/error.h"
 #include "tinyddp/ddp/exact_fold.h"
 #include "tinyddp/ddp/exact_sum.h"
 #include "tinyddp/ddp/exact_values.h"
 #include "tinyddp/tensor/factory.h"
-#include "tinyddp/tensor/grad_mode.h"
-#include "tinyddp/tensor/parallel.h"
 
 namespace tinyddp::ddp {
 
@@ -30,29 +27,8 @@ bool ExactGradientSum::take_values(size_t p) {
   bool finite = true;
   int bound = kUnknown;
   if (!taken_[p].empty()) {  // a product from linear()'s backward: computed here, as the fold would
-    const Taken& k = taken_[p].front();
-    TDDP_CHECK(k.g.storage().version() == k.g_version && k.x.storage().version() == k.x_version,
-               "deterministic mode: the input or output gradient of the linear layer of '{}' was modified in place "
-               "after its chunk's backward, before its product was summed",
-               names_[p]);
-    const exact::Product product{k.g.data_ptr<float>(), k.g.stride(0), k.g.stride(1),
-                                 k.x.data_ptr<float>(), k.x.stride(0), k.g.size(0)};
-    const int64_t rows = params_[p].size(0), m = params_[p].size(1);
-    float* values = buffers_[p].data_ptr<float>();
-    std::mutex mutex;
-    float largest = 0;
-    t::parallel_for(0, rows, std::max<int64_t>(1, exact_detail::kGrain / std::max<int64_t>(m, 1)),
-                    [&](int64_t begin, int64_t end) {
-                      float mine = 0;
-                      bool ok = true;
-                      exact::product_values(product, m, begin, end, values, mine, ok);
-                      std::lock_guard<std::mutex> lock(mutex);
-                      largest = std::max(largest, mine);
-                      finite = finite && ok;
-                    });
-    bound = exact_detail::bound_of(largest, finite, kUnknown);
+    bound = fold_products(p, nullptr, 0, exact::Into::kStore, finite, buffers_[p].data_ptr<float>());
     values_[p] = buffers_[p];
-    taken_[p].clear();
   } else {  // a .grad, as it is where it fills the blocks, else copied into the padded buffer
     const Tensor& grad = kept.front();
     const std::vector<const float*> chunk{grad.data_ptr<float>()};

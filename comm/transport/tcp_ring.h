@@ -68,8 +68,8 @@ class TcpRing {
   // A reduce-scatter whose contributions change type on the way (the deterministic option's
   // float32 chunks rounded into int64 sums, ddp/exact_sum.h): `data` holds this rank's size x
   // chunk_count elements of in_size bytes; `out` receives chunk `rank` of the sum over the ranks
-  // of their widened values (chunk_count elements of out_size bytes; `reduce` adds widened
-  // values). The first hop carries the contributions' own bytes, the rest widened partial sums:
+  // of their widened values (chunk_count elements of out_size bytes; widen(add) adds them up). The
+  // first hop carries the contributions' own bytes, the rest widened partial sums:
   // on 2 ranks every byte on the wire is an input's.
   void reduce_scatter_widened(const void* data, size_t in_size, void* out, size_t out_size, size_t chunk_count,
                               const Widen& widen, std::chrono::milliseconds timeout);

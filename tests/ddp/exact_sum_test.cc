@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "tests/comm/comm_test_util.h"
+#include "tests/ddp/exact_batches.h"
 #include "tests/test_util.h"
 #include "tinyddp/comm/host_staging.h"
 #include "tinyddp/ddp/exact_sum.h"
@@ -216,14 +217,7 @@ std::vector<double> two_layer_grads(int world, bool overlap, bool wide, bool pro
         const t::Tensor x = t::randn({4, in}, {}, &data);
         const t::Tensor h = t::relu(t::linear(x, w1, b1));
         const t::Tensor loss = t::sum(t::pow(t::linear(h, w2, b2), 2));
-        if (overlap && c + 1 == (pg.rank() + 1) * per_rank) sum.overlap_next_chunk();
-        if (products) {
-          t::WeightGradientSinkScope sink(&sum);
-          loss.backward();
-        } else {
-          loss.backward();
-        }
-        sum.add_chunk();
+        tinyddp::testing::chunk_backward(sum, loss, overlap && c + 1 == (pg.rank() + 1) * per_rank, products);
       }
       done = sum.finish();
     }

@@ -8,10 +8,10 @@
 #include <mutex>
 
 #include "tests/comm/comm_test_util.h"
+#include "tests/ddp/exact_batches.h"
 #include "tests/test_util.h"
 #include "tinyddp/comm/host_staging.h"
 #include "tinyddp/ddp/exact_sum.h"
-#include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/random.h"
 
 using namespace tinyddp;
@@ -61,14 +61,7 @@ Run run(int world, int64_t chunks, bool products, Tied tied, bool staged = false
           const bool second = tied == Tied::kAlways || (tied == Tied::kSometimes && x.to_vector<float>()[0] > 0);
           if (second) h = t::add(h, t::linear(t::mul(x, 0.5), w1));
           const t::Tensor loss = t::sum(t::pow(t::linear(h, w2, b2), 2));
-          if (c + 1 == (pg.rank() + 1) * per_rank) sum.overlap_next_chunk();
-          if (products) {
-            t::WeightGradientSinkScope sink(&sum);
-            loss.backward();
-          } else {
-            loss.backward();
-          }
-          sum.add_chunk();
+          tinyddp::testing::chunk_backward(sum, loss, c + 1 == (pg.rank() + 1) * per_rank, products);
         }
         done = sum.finish();
       }
