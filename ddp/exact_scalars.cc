@@ -1,7 +1,10 @@
 // exact_sum.h's sums of one value per element or per chunk: exact_square_sum (the clipping
-// norm's, fully_shard's under the deterministic option) and chunk_mean (the step's loss).
+// norm's, fully_shard's under the deterministic option) and the chunks' slots
+// (chunk_slots, slots_mean, chunk_mean: the step's loss).
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <mutex>
 
 #include "tinyddp/ddp/exact_sum.h"
@@ -70,17 +73,25 @@ double exact_square_sum(const std::vector<Tensor>& values, comm::ProcessGroup* p
   return std::ldexp(static_cast<double>(total), -scale);
 }
 
-double chunk_mean(comm::ProcessGroup* pg, const std::vector<double>& mine, int64_t first, int64_t total) {
+std::vector<int64_t> chunk_slots(const std::vector<double>& mine, int64_t first, int64_t total) {
   TDDP_CHECK(first >= 0 && first + static_cast<int64_t>(mine.size()) <= total,
              "chunk_mean: chunks {}..{} are not within the {} chunks of the step", first,
              first + static_cast<int64_t>(mine.size()) - 1, total);
-  std::vector<double> slots(static_cast<size_t>(total), 0.0);
-  std::copy(mine.begin(), mine.end(), slots.begin() + first);
-  Tensor all = tensor::from_vector(slots);
-  if (pg) pg->allreduce(all, comm::ReduceOp::kSum)->wait();
+  std::vector<int64_t> slots(static_cast<size_t>(total), std::numeric_limits<int64_t>::min());
+  for (size_t c = 0; c < mine.size(); ++c) slots[static_cast<size_t>(first) + c] = std::bit_cast<int64_t>(mine[c]);
+  return slots;
+}
+
+double slots_mean(const std::vector<int64_t>& slots) {
   double sum = 0;
-  for (double v : all.to_vector<double>()) sum += v;  // in chunk order, on every rank
-  return sum / static_cast<double>(total);
+  for (int64_t bits : slots) sum += std::bit_cast<double>(bits);  // in chunk order, on every rank
+  return sum / static_cast<double>(slots.size());
+}
+
+double chunk_mean(comm::ProcessGroup* pg, const std::vector<double>& mine, int64_t first, int64_t total) {
+  Tensor all = tensor::from_vector(chunk_slots(mine, first, total));
+  if (pg) pg->allreduce(all, comm::ReduceOp::kMax)->wait();
+  return slots_mean(all.to_vector<int64_t>());
 }
 
 }  // namespace tinyddp::ddp

@@ -157,23 +157,24 @@ double ExactSteps::step(nn::Module& module, const Tensor& inputs, const Tensor& 
   struct Leave {
     bool& flag;
     tensor::Generator& generator;
-    std::string state;
+    tensor::Generator::Snapshot state;
     const std::vector<nn::BatchNorm*>& norms;
     ~Leave() {
       flag = false;
-      generator.set_state(state);
+      generator.restore(state);
       for (nn::BatchNorm* norm : norms) norm->defer_running_stats(false);
     }
-  } leave{in_step_, tensor::default_generator(), tensor::default_generator().get_state(), norms};
+  } leave{in_step_, tensor::default_generator(), tensor::default_generator().snapshot(), norms};
   for (int attempt = 0; attempt < 2; ++attempt) {
     for (nn::BatchNorm* norm : norms) norm->defer_running_stats(true);  // (a rerun drops the first run's)
-    const std::vector<double> losses = run_chunks(inputs, targets, chunk_loss, first, count);
+    // The chunks' losses ride the sum's control allreduce (chunk_slots).
+    std::vector<int64_t> losses = chunk_slots(run_chunks(inputs, targets, chunk_loss, first, count), first, total);
     // The first step, or gradients that outgrew the grid: every rank runs its chunks again (the
     // same parameters and data: the same gradients, which the agreed grid now bounds).
-    if (sum_->finish()) {
+    if (sum_->finish(&losses)) {
       replay_chunk_statistics(*pg_, norms, count);
       ++steps_;
-      return chunk_mean(pg_.get(), losses, first, total);
+      return slots_mean(losses);
     }
   }
   throw Error(

@@ -72,20 +72,18 @@ void ExactGradientSum::lay_out() {
              "than 30: use fewer, larger chunks",
              total_chunks_, bits_ - headroom_);
   const int64_t world = pg_ ? pg_->size() : 1;
-  int64_t offset = 0;
   for (size_t p = 0; p < params_.size(); ++p) {
     const t::DType dtype = target(p).dtype();
     TDDP_CHECK(dtype == t::kFloat32 || dtype == t::kFloat64,
                "ExactGradientSum: parameter '{}' is {}; the exact sum takes float32 or float64", names_[p],
                t::dtype_name(dtype));
-    offsets_.push_back(offset);
     if (!sharded()) {
       // A large parameter's sums in W blocks of ceil(n / W) (the last padded with zeros), for
-      // the reduce-scatter; a small one's whole, for one allreduce (a single message each way).
+      // the reduce-scatter; a small one's whole, for the small parameters' one allreduce.
       const int64_t n = params_[p].numel();
       scattered_.push_back(world > 1 && n >= kScatterElements);
       block_.push_back(scattered_.back() ? (n + world - 1) / world : n);
-      offset += scattered_.back() ? world * block_.back() : n;
+      lengths_.push_back(scattered_.back() ? world * block_.back() : n);
       continue;
     }
     // W blocks of block_rows rows, the last ones padded: the reduce-scatter's inputs.
@@ -97,9 +95,20 @@ void ExactGradientSum::lay_out() {
                names_[p], sharded_.shards[p].numel(), sharded_.block_rows[p], t::format_shape(shape), world);
     scattered_.push_back(true);
     block_.push_back(block);
-    offset += world * block;
+    lengths_.push_back(world * block);
   }
-  offsets_.push_back(offset);
+  // The scattered parameters' sums first, in parameter order, then the small ones' together.
+  int64_t offset = 0;
+  offsets_.assign(params_.size(), 0);
+  for (int small = 0; small < 2; ++small) {
+    if (small == 1) small_offset_ = offset;
+    for (size_t p = 0; p < params_.size(); ++p) {
+      if (scattered_[p] == (small == 1)) continue;
+      offsets_[p] = offset;
+      offset += lengths_[p];
+      if (small == 1 && first_small_ < 0) first_small_ = static_cast<int64_t>(p);
+    }
+  }
   // The sums live on the CPU; a group that takes device tensors only (NCCL) adds them on the
   // device, each collective's tensors copied there and back (comm/host_staging.h).
   if (pg_) pg_ = comm::host_staged(pg_, control_device(*pg_, params_));
@@ -125,29 +134,6 @@ void ExactGradientSum::lay_out() {
 
 ExactGradientSum::~ExactGradientSum() {
   for (auto& hook : hooks_) hook.remove();
-}
-
-Tensor ExactGradientSum::step_sums(size_t p) {
-  Tensor sums = sums_.narrow(0, offsets_[p], offsets_[p + 1] - offsets_[p]);
-  if (!holds_[p]) sums.zero_();  // no chunk of this step folded into them (no gradient, or a refused step)
-  holds_[p] = true;
-  return sums;
-}
-
-void ExactGradientSum::launch(size_t p) {
-  if (widened_[p]) {
-    launch_widened(p);
-    return;
-  }
-  const Tensor sums = step_sums(p);
-  if (!scattered_[p]) {
-    launched_[p] = pg_->allreduce(sums);
-    return;
-  }
-  // Block r of the sums to rank r, in place: the integer sums over the ranks of its elements
-  // (sharded: of its rows).
-  const std::vector<Tensor> inputs = comm::flat_views(sums, std::vector<t::Shape>(pg_->size(), {block_[p]}));
-  launched_[p] = pg_->reduce_scatter(inputs[static_cast<size_t>(pg_->rank())], inputs, comm::ReduceOp::kSum);
 }
 
 Tensor ExactGradientSum::means(size_t p, int scale, std::shared_ptr<comm::Work>& gather) {
@@ -183,37 +169,6 @@ void ExactGradientSum::clear_gradients() {
     taken_[p].clear();  // (a step that threw left them)
     values_[p] = Tensor();
     contributions_[p] = 0;
-  }
-}
-
-void ExactGradientSum::overlap_next_chunk() {
-  if (hooks_.empty()) {
-    for (size_t p = 0; p < params_.size(); ++p) {
-      hooks_.push_back(params_[p].grad_accumulator()->add_post_hook([this, p] {
-        if (!overlapping_) return;
-        if (launched_[p]) {  // its sums left after a take (solo): this gradient comes too late
-          late_ = true;
-          ++contributions_[p];
-          mixed_[p] = true;
-          params_[p].mutable_grad() = Tensor();
-          return;
-        }
-        add_gradient(p);
-        fold_pending(p);
-        ready(p);
-      }));
-    }
-  }
-  overlapping_ = true;
-  ready_.assign(params_.size(), false);
-  next_launch_ = static_cast<int64_t>(params_.size()) - 1;
-}
-
-void ExactGradientSum::ready(size_t p) {
-  if (!pg_) return;
-  ready_[p] = true;
-  for (; next_launch_ >= 0 && ready_[static_cast<size_t>(next_launch_)]; --next_launch_) {
-    launch(static_cast<size_t>(next_launch_));
   }
 }
 
@@ -354,7 +309,7 @@ void ExactGradientSum::add_chunk() {
   ++chunks_;
 }
 
-bool ExactGradientSum::finish() {
+bool ExactGradientSum::finish(std::vector<int64_t>* maxed) {
   t::NoGradGuard no_grad;
   for (size_t p = 0; p < params_.size(); ++p) fold_pending(p);
   // Every sum not on its way yet leaves now, in the order the overlap launches them (the last
@@ -371,9 +326,12 @@ bool ExactGradientSum::finish() {
   std::vector<int64_t> control{outgrown_ || late_ ? 1 : 0, chunks_, -chunks_};
   for (int b : step_bound_) control.push_back(b);
   for (int c : contributions_) control.push_back(c > 1 ? 1 : 0);  // (widened_: next step's)
+  const size_t own = control.size();
+  if (maxed != nullptr) control.insert(control.end(), maxed->begin(), maxed->end());
   Tensor agreed = t::from_vector(control);
   if (pg_) pg_->allreduce(agreed, comm::ReduceOp::kMax)->wait();
   const std::vector<int64_t> got = agreed.to_vector<int64_t>();
+  if (maxed != nullptr) std::copy(got.begin() + static_cast<std::ptrdiff_t>(own), got.end(), maxed->begin());
   const bool refused = got[0] != 0;
   for (auto& work : launched_) {
     if (work) work->wait();

@@ -90,8 +90,10 @@ class ExactGradientSum : public tensor::WeightGradientSink {
   // with every .grad set to the exact sum over all chunks divided by total_chunks, rounded once
   // to the parameter's dtype; or false on every rank when some chunk outgrew its grid (or on
   // the first step): the sums are dropped, the grids now bound this step's gradients, and the
-  // caller runs the step's chunks again.
-  bool finish();
+  // caller runs the step's chunks again. `maxed` (optional): the caller's values, which ride
+  // the step's control allreduce and come back as their maximum over the ranks (ExactSteps
+  // sends its chunks' losses so: chunk_slots).
+  bool finish(std::vector<int64_t>* maxed = nullptr);
 
   // Sets every .grad the sum writes (and, sharded, the full parameters' .grad) to None: a
   // step's gradients are its own.
@@ -160,11 +162,15 @@ class ExactGradientSum : public tensor::WeightGradientSink {
   std::shared_ptr<comm::ProcessGroup> pg_;
   int64_t total_chunks_;
   int headroom_;
-  int bits_;                      // B: |q| < 2^B for every chunk's q
-  ShardedGradients sharded_;      // empty unless fully_shard's
-  std::vector<int64_t> offsets_;  // where parameter p's sums start in sums_ (scattered: W blocks)
-  Tensor sums_;                   // int64: the sums of this rank's chunks, parameter after parameter
-  std::vector<bool> holds_;       // sums_ of p hold this step's chunks (else last step's values)
+  int bits_;                  // B: |q| < 2^B for every chunk's q
+  ShardedGradients sharded_;  // empty unless fully_shard's
+  // Where parameter p's sums start in sums_ and their elements (scattered: W blocks): the
+  // scattered parameters first, then from small_offset_ the others, which one allreduce adds up
+  // (launched at the turn of first_small_, the lowest-numbered of them).
+  std::vector<int64_t> offsets_, lengths_;
+  int64_t small_offset_ = 0, first_small_ = -1;
+  Tensor sums_;              // int64: the sums of this rank's chunks
+  std::vector<bool> holds_;  // sums_ of p hold this step's chunks (else last step's values)
   // Whether p's sums are reduce-scattered in place (sharded, or a large parameter: each rank
   // turns its block of the sums over the ranks into means, which an allgather shares), and the
   // elements of each of their W blocks.
@@ -214,9 +220,13 @@ class ExactGradientSum : public tensor::WeightGradientSink {
 
 // The mean of one value per chunk (a chunk's loss), the same bits on any world size: rank r
 // holds the values of chunks first .. first + mine.size() - 1 of `total`; every rank returns
-// their sum in chunk order divided by total. Exact exchange: each chunk's slot has one nonzero
-// contribution, the other ranks' zeros.
+// their sum in chunk order divided by total. Exact exchange by a max-allreduce of chunk_slots.
 double chunk_mean(comm::ProcessGroup* pg, const std::vector<double>& mine, int64_t first, int64_t total);
+// A slot per chunk of the step holding this rank's values' bits (a double's, as an int64) and
+// INT64_MIN where another rank's chunk goes: their maximum over the ranks is every chunk's
+// value, exactly. slots_mean: the values' sum in chunk order divided by their count.
+std::vector<int64_t> chunk_slots(const std::vector<double>& mine, int64_t first, int64_t total);
+double slots_mean(const std::vector<int64_t>& slots);
 
 // The sum over every rank of the squares of `values`' elements (float32, float64, float16 or
 // bfloat16 tensors on any device), the same bits on any world size and however the elements

@@ -45,19 +45,19 @@ namespace {
 // Puts the default generator in `state` for its lifetime, then back where it was.
 class GeneratorAt {
  public:
-  explicit GeneratorAt(const std::optional<std::string>& state) {
+  explicit GeneratorAt(const std::optional<tensor::Generator::Snapshot>& state) {
     if (!state) return;
-    previous_ = tensor::default_generator().get_state();
-    tensor::default_generator().set_state(*state);
+    previous_ = tensor::default_generator().snapshot();
+    tensor::default_generator().restore(*state);
   }
   ~GeneratorAt() {
-    if (previous_) tensor::default_generator().set_state(*previous_);
+    if (previous_) tensor::default_generator().restore(*previous_);
   }
   GeneratorAt(const GeneratorAt&) = delete;
   GeneratorAt& operator=(const GeneratorAt&) = delete;
 
  private:
-  std::optional<std::string> previous_;
+  std::optional<tensor::Generator::Snapshot> previous_;
 };
 
 }  // namespace
@@ -115,8 +115,8 @@ std::vector<Tensor> checkpoint(const std::function<std::vector<Tensor>(const std
                    "None (as PyTorch's reentrant checkpoint)\n";
     });
   }
-  const std::optional<std::string> rng =
-      preserve_rng_state ? std::optional<std::string>(tensor::default_generator().get_state()) : std::nullopt;
+  const std::optional<tensor::Generator::Snapshot> rng =
+      preserve_rng_state ? std::optional(tensor::default_generator().snapshot()) : std::nullopt;
   std::vector<Tensor> outs;
   {
     tensor::NoGradGuard no_grad;

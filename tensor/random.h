@@ -42,6 +42,19 @@ class Generator {
   // throws on text that get_state did not write.
   std::string get_state() const;
   void set_state(const std::string& state);
+  // The same state as a value, for a caller that puts it back within the process (no text
+  // written or parsed: a deterministic step saves and restores it around every step).
+  struct Snapshot {
+    uint64_t seed;
+    std::mt19937 engine;
+    std::optional<double> next_normal;
+  };
+  Snapshot snapshot() const { return {seed_, engine_, next_normal_}; }
+  void restore(const Snapshot& saved) {
+    seed_ = saved.seed;
+    engine_ = saved.engine;
+    next_normal_ = saved.next_normal;
+  }
 
   // Callers that draw many numbers hold this for the whole batch.
   std::mutex& mutex() { return mutex_; }

@@ -33,14 +33,14 @@ Batches make_batches(int steps, t::DType dtype) { return tinyddp::testing::make_
 
 // The same weights on every thread and world size (a generator of its own: threads share the
 // default one in no fixed order).
-// Without `last_bias`, the last layer has a weight only.
-std::shared_ptr<nn::Module> make_model(t::DType dtype, bool last_bias = true) {
+// Without `last_bias`, the last layer has a weight only, and `hidden` units.
+std::shared_ptr<nn::Module> make_model(t::DType dtype, bool last_bias = true, int64_t hidden = 16) {
   std::shared_ptr<nn::Module> model = nn::mlp({6, 16, 3});
   if (!last_bias) {
     auto net = std::make_shared<nn::Sequential>();
-    net->push_back(std::make_shared<nn::Linear>(6, 16));
+    net->push_back(std::make_shared<nn::Linear>(6, hidden));
     net->push_back(std::make_shared<nn::ReLU>());
-    net->push_back(std::make_shared<nn::Linear>(16, 3, false));
+    net->push_back(std::make_shared<nn::Linear>(hidden, 3, false));
     model = net;
   }
   model->to(dtype);
@@ -60,12 +60,12 @@ struct Trained {
 };
 
 // Steps [first, last) of SGD through deterministic_step on `pg`, from `start` (state dict and
-// grids, or rank 0's fresh model); rank 0's result lands in `out`. With `reuse`, the last layer
-// has no bias and some chunks (by their data) also take the first weight through a second
-// linear() and the last one through a penalty.
+// grids, or rank 0's fresh model); rank 0's result lands in `out`. With `reuse` (the hidden
+// units, else 0), the last layer has no bias and some chunks (by their data) also take the
+// first weight through a second linear() and the last one through a penalty.
 void train_steps(comm::ProcessGroup& pg, Expectations& e, const Batches& data, int first, int last,
-                 const Trained* start, Trained& out, std::mutex& mutex, bool reuse) {
-  auto model = make_model(t::kFloat32, !reuse);
+                 const Trained* start, Trained& out, std::mutex& mutex, int64_t reuse) {
+  auto model = make_model(t::kFloat32, reuse == 0, reuse == 0 ? 16 : reuse);
   if (start != nullptr) {
     nn::OrderedDict<t::Tensor> state;
     for (const auto& [name, values] : start->params) {
@@ -82,7 +82,7 @@ void train_steps(comm::ProcessGroup& pg, Expectations& e, const Batches& data, i
     mine.losses.push_back(
         ddp->deterministic_step(data.inputs[s], data.targets[s], [&](const t::Tensor& x, const t::Tensor& y) {
           t::Tensor loss = nn::mse_loss(ddp->forward(x), y);
-          if (!reuse) return loss;
+          if (reuse == 0) return loss;
           const t::Tensor first_w = model->parameters().front(), last_w = model->parameters().back();
           const std::vector<float> v = x.to_vector<float>();                                // [2, 6], row-major
           if (v[0] > 0) loss = t::add(loss, t::mul(t::mean(t::linear(x, first_w)), 0.1));   // a second product
@@ -102,7 +102,7 @@ void train_steps(comm::ProcessGroup& pg, Expectations& e, const Batches& data, i
 }
 
 Trained train_on(int world, const Batches& data, int first, int last, const Trained* start = nullptr,
-                 bool reuse = false) {
+                 int64_t reuse = 0) {
   Trained out;
   std::mutex mutex;
   require_no_failures(run_threads(world, [&](comm::ProcessGroup& pg, Expectations& e) {
@@ -128,20 +128,25 @@ TEST_CASE("DDP's deterministic option trains to the same bits on 1, 2, 3, 4 and 
 
 TEST_CASE("A weight that some chunks also use elsewhere trains to the same bits on 1, 2, 3, 4 and 6 ranks",
           "[ddp][exact]") {
-  // Its products and its other gradient are rounded apart, in every chunk alike. A rank whose
-  // last chunk uses it more than the chunk before had its sums on their way too early: that
-  // step runs again (a rerun more) with them waiting, and the bits do not change.
+  // Its products and its other gradient are rounded apart, in every chunk alike. With 22,000
+  // hidden units the last weight (66,000 elements) is reduce-scattered, and a rank whose last
+  // chunk uses it more than the chunk before had its sums on their way too early: that step
+  // runs again (a rerun more) with them waiting, and the bits do not change. With 16, every
+  // parameter is small and their one allreduce leaves after the last of them is complete.
   const Batches data = make_batches(4, t::kFloat32);
-  const Trained one = train_on(1, data, 0, 4, nullptr, true);
-  int64_t most_reruns = one.reruns;
-  for (int world : {2, 3, 4, 6}) {
-    INFO(world << " ranks");
-    const Trained other = train_on(world, data, 0, 4, nullptr, true);
-    CHECK(other.params == one.params);
-    CHECK(other.losses == one.losses);
-    most_reruns = std::max(most_reruns, other.reruns);
+  for (int64_t hidden : {16, 22000}) {
+    INFO(hidden << " hidden units");
+    const Trained one = train_on(1, data, 0, 4, nullptr, hidden);
+    int64_t most_reruns = one.reruns;
+    for (int world : {2, 3, 4, 6}) {
+      INFO(world << " ranks");
+      const Trained other = train_on(world, data, 0, 4, nullptr, hidden);
+      CHECK(other.params == one.params);
+      CHECK(other.losses == one.losses);
+      most_reruns = std::max(most_reruns, other.reruns);
+    }
+    if (hidden > 16) CHECK(most_reruns > 1);  // the late path ran on some world size
   }
-  CHECK(most_reruns > 1);  // the late path ran on some world size
 }
 
 TEST_CASE("A run resumed on another world size with the grids gives the uninterrupted run's bits", "[ddp][exact]") {

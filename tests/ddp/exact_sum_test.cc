@@ -4,6 +4,7 @@
 // and refuses what it cannot hold. Against it, plain float sums of the same chunks grouped by
 // rank differ from one world size to another.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -308,4 +309,32 @@ TEST_CASE("ExactGradientSum's sharded form refuses a layout that does not match"
   CHECK_THROWS_WITH(
       ddp::ExactGradientSum({w}, {"w"}, nullptr, 2, ddp::ShardedGradients{{t::zeros({3, 2})}, {{5, 2}}, {2}}),
       Contains("the shard of 'w' holds 6 elements, not a block of 2 rows of its [5, 2] over 1 ranks"));
+}
+
+TEST_CASE("chunk_mean: every chunk's value in chunk order, the same bits on 1, 2, 3, 4 and 6 ranks", "[ddp][exact]") {
+  // Negative values, a negative zero and values whose float sum depends on the order: the
+  // slots' max-allreduce must hand every rank each chunk's value exactly as its rank had it.
+  std::vector<double> values;
+  for (int64_t c = 0; c < kChunks; ++c) values.push_back((c % 2 == 0 ? -1.0 : 1.0) * std::ldexp(1.0 + c, 40 - 8 * c));
+  values[5] = -0.0;
+  double expected = 0;
+  for (double v : values) expected += v;  // in chunk order
+  expected /= static_cast<double>(kChunks);
+  const std::vector<int64_t> slots = ddp::chunk_slots(values, 0, kChunks);
+  CHECK(ddp::slots_mean(slots) == expected);
+  CHECK(std::signbit(std::bit_cast<double>(slots[5])));
+  for (int world : {1, 2, 3, 4, 6}) {
+    INFO(world << " ranks");
+    std::mutex mutex;
+    std::vector<double> got;
+    require_no_failures(run_threads(world, [&](comm::ProcessGroup& pg, Expectations&) {
+      const int64_t per_rank = kChunks / world, first = pg.rank() * per_rank;
+      const std::vector<double> mine(values.begin() + first, values.begin() + first + per_rank);
+      const double mean = ddp::chunk_mean(&pg, mine, first, kChunks);
+      std::lock_guard<std::mutex> lock(mutex);
+      got.push_back(mean);
+    }));
+    for (double mean : got) CHECK(mean == expected);  // bit for bit, on every rank
+  }
+  CHECK_THROWS_WITH(ddp::chunk_slots({1.0, 2.0}, 11, kChunks), Contains("chunks 11..12 are not within the 12 chunks"));
 }
