@@ -22,17 +22,13 @@ void ExactGradientSum::launch(size_t p) {
     return;
   }
   if (!scattered_[p]) {
-    // The small parameters' sums leave together, at the turn of the first of them (the last the
-    // launch order reaches): one message each way, not one per parameter.
-    if (static_cast<int64_t>(p) != first_small_) return;
-    for (size_t q = 0; q < params_.size(); ++q) {
-      if (!scattered_[q]) step_sums(q);
-    }
-    const std::shared_ptr<comm::Work> work =
-        pg_->allreduce(sums_.narrow(0, small_offset_, sums_.numel() - small_offset_));
-    for (size_t q = 0; q < params_.size(); ++q) {
-      if (!scattered_[q]) launched_[q] = work;
-    }
+    // A run of small parameters leaves together, at the turn of its last member in the launch
+    // order (the lowest-numbered, whose turn comes when all of them are complete).
+    const SmallRun& run = runs_[static_cast<size_t>(run_of_[p])];
+    if (p != run.members.back()) return;
+    for (size_t q : run.members) step_sums(q);
+    const std::shared_ptr<comm::Work> work = pg_->allreduce(sums_.narrow(0, run.offset, run.length));
+    for (size_t q : run.members) launched_[q] = work;
     return;
   }
   const Tensor sums = step_sums(p);

@@ -97,18 +97,17 @@ void ExactGradientSum::lay_out() {
     block_.push_back(block);
     lengths_.push_back(world * block);
   }
-  // The scattered parameters' sums first, in parameter order, then the small ones' together.
+  // The scattered parameters' sums first, in parameter order, then the small ones'.
   int64_t offset = 0;
   offsets_.assign(params_.size(), 0);
   for (int small = 0; small < 2; ++small) {
-    if (small == 1) small_offset_ = offset;
     for (size_t p = 0; p < params_.size(); ++p) {
       if (scattered_[p] == (small == 1)) continue;
       offsets_[p] = offset;
       offset += lengths_[p];
-      if (small == 1 && first_small_ < 0) first_small_ = static_cast<int64_t>(p);
     }
   }
+  lay_out_runs();
   // The sums live on the CPU; a group that takes device tensors only (NCCL) adds them on the
   // device, each collective's tensors copied there and back (comm/host_staging.h).
   if (pg_) pg_ = comm::host_staged(pg_, control_device(*pg_, params_));
@@ -130,6 +129,26 @@ void ExactGradientSum::lay_out() {
   solo_.assign(params_.size(), false);
   mixed_.assign(params_.size(), false);
   for (size_t p = 0; p < params_.size(); ++p) by_impl_[params_[p].impl_ptr().get()] = p;
+}
+
+void ExactGradientSum::lay_out_runs() {
+  // Runs of small parameters with no scattered one between them, in launch order (the last
+  // parameter first), each up to kScatterElements: side by side in the sums, so one allreduce.
+  run_of_.assign(params_.size(), -1);
+  bool open = false;
+  for (size_t p = params_.size(); p-- > 0;) {
+    if (scattered_[p]) {
+      open = false;
+      continue;
+    }
+    if (!open || runs_.back().length + lengths_[p] > kScatterElements) runs_.push_back({});
+    open = true;
+    SmallRun& run = runs_.back();
+    run.members.push_back(p);
+    run.offset = offsets_[p];  // the lowest so far: the members are laid out in parameter order
+    run.length += lengths_[p];
+    run_of_[p] = static_cast<int>(runs_.size()) - 1;
+  }
 }
 
 ExactGradientSum::~ExactGradientSum() {

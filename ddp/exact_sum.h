@@ -153,6 +153,8 @@ class ExactGradientSum : public tensor::WeightGradientSink {
   Tensor means(size_t p, int scale, std::shared_ptr<comm::Work>& gather);
   // The constructors' common part: the checks, the sums' layout.
   void lay_out();
+  // The runs of small parameters (runs_, run_of_), once offsets_ is laid out.
+  void lay_out_runs();
   // Where parameter p's mean goes, and its elements there.
   bool sharded() const { return !sharded_.shards.empty(); }
   const Tensor& target(size_t p) const { return sharded() ? sharded_.shards[p] : params_[p]; }
@@ -165,10 +167,16 @@ class ExactGradientSum : public tensor::WeightGradientSink {
   int bits_;                  // B: |q| < 2^B for every chunk's q
   ShardedGradients sharded_;  // empty unless fully_shard's
   // Where parameter p's sums start in sums_ and their elements (scattered: W blocks): the
-  // scattered parameters first, then from small_offset_ the others, which one allreduce adds up
-  // (launched at the turn of first_small_, the lowest-numbered of them).
+  // scattered parameters first, then the others. Small parameters with no scattered one between
+  // them (up to kScatterElements) form a run, whose sums lie side by side and leave in one
+  // allreduce: run_of_[p] (-1 for a scattered parameter), members in launch order.
   std::vector<int64_t> offsets_, lengths_;
-  int64_t small_offset_ = 0, first_small_ = -1;
+  struct SmallRun {
+    int64_t offset = 0, length = 0;
+    std::vector<size_t> members;
+  };
+  std::vector<SmallRun> runs_;
+  std::vector<int> run_of_;
   Tensor sums_;              // int64: the sums of this rank's chunks
   std::vector<bool> holds_;  // sums_ of p hold this step's chunks (else last step's values)
   // Whether p's sums are reduce-scattered in place (sharded, or a large parameter: each rank

@@ -338,3 +338,50 @@ TEST_CASE("chunk_mean: every chunk's value in chunk order, the same bits on 1, 2
   }
   CHECK_THROWS_WITH(ddp::chunk_slots({1.0, 2.0}, 11, kChunks), Contains("chunks 11..12 are not within the 12 chunks"));
 }
+
+TEST_CASE("Runs of small parameters (split by reduce-scattered ones and by size) give one process's bits",
+          "[ddp][exact]") {
+  // Launch order p7, p6, L5, p4, p3, p2, L1, p0: on more than one rank the small sums leave in
+  // four allreduces, [p7, p6], [p4, p3], [p2] (p2 would take the run past 65,536 elements) and
+  // [p0], each at its last member's turn, with or without the last chunk overlapped.
+  const std::vector<int64_t> sizes{100, 70000, 30000, 20, 40000, 65536, 10, 5};
+  const auto grads = [&](int world, bool overlap) {
+    std::vector<double> out;
+    std::mutex mutex;
+    require_no_failures(run_threads(world, [&](comm::ProcessGroup& pg, Expectations& e) {
+      std::vector<t::Tensor> params;
+      std::vector<std::string> names;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        params.push_back(t::zeros({sizes[i]}).requires_grad_());
+        names.push_back("p" + std::to_string(i));
+      }
+      ddp::ExactGradientSum sum(params, names, borrow(pg), kChunks);
+      const int64_t per_rank = kChunks / world;
+      bool done = false;
+      for (int attempt = 0; attempt < 2 && !done; ++attempt) {
+        for (int64_t c = pg.rank() * per_rank; c < (pg.rank() + 1) * per_rank; ++c) {
+          t::Tensor loss = t::zeros({});
+          for (size_t i = 0; i < sizes.size(); ++i) {
+            const t::Tensor weights = chunk_gradient(1, c * 10 + static_cast<int64_t>(i), {sizes[i]}, t::kFloat32, 1.0);
+            loss = t::add(loss, t::sum(t::mul(params[i], weights)));
+          }
+          tinyddp::testing::chunk_backward(sum, loss, overlap && c + 1 == (pg.rank() + 1) * per_rank, false);
+        }
+        done = sum.finish();
+      }
+      e.expect(done, "the second run fits");
+      if (pg.rank() != 0) return;
+      std::lock_guard<std::mutex> lock(mutex);
+      for (const t::Tensor& p : params)
+        for (float v : p.grad().to_vector<float>()) out.push_back(v);
+    }));
+    return out;
+  };
+  const std::vector<double> one = grads(1, false);
+  REQUIRE(one.size() == 205671);
+  for (int world : {2, 3, 4}) {
+    INFO(world << " ranks");
+    CHECK(grads(world, false) == one);
+    CHECK(grads(world, true) == one);
+  }
+}
