@@ -32,6 +32,11 @@ using exact_detail::kGrain;
 // wire, not 2 x 8); below, one allreduce of the sums, whose small messages cost less.
 constexpr int64_t kScatterElements = 1 << 16;
 
+// Products of more rows than this are declined by take(): there the product's multiply-adds
+// outweigh the float32 gradient's one write and read, and the GEMM's kernels run them faster
+// than the register fold does (bench/README.md, "Deep products").
+constexpr int64_t kFoldRows = 128;
+
 // Bits a sum of `count` integers needs beyond one of them.
 int guard_bits(int64_t count) {
   int bits = 0;
@@ -261,7 +266,7 @@ bool ExactGradientSum::take(const t::TensorImpl* weight, const Tensor& grad_out,
   const auto plain = [](const Tensor& v) { return v.dtype() == t::kFloat32 && v.device().type == t::kCPU; };
   if (!plain(param) || !plain(grad_out) || !plain(input) || param.dim() != 2 || grad_out.dim() != 2 ||
       input.dim() != 2 || grad_out.size(0) != input.size(0) || grad_out.size(1) != param.size(0) ||
-      input.size(1) != param.size(1) || param.grad_accumulator()->has_pre_hooks()) {
+      input.size(1) != param.size(1) || param.grad_accumulator()->has_pre_hooks() || grad_out.size(0) > kFoldRows) {
     return false;
   }
   if (overlapping_ && launched_[p]) {  // its sums already left: more of its gradient, too late

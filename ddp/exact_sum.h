@@ -75,8 +75,10 @@ class ExactGradientSum : public tensor::WeightGradientSink {
   // the sums (exact::fold_products; as many at once as keep_chunks keeps): no float32 gradient
   // is written and read back. Such a product is rounded onto the grid by itself (a weight that
   // also gets a gradient elsewhere in the chunk has that rounded apart), on every world size
-  // alike. Declined (computed as usual): the sharded form, other dtypes or devices, a weight
-  // with a tensor hook, a pass nested in the backward, create_graph.
+  // alike. Declined (computed as usual): products of more than 128 rows (whose multiply-adds
+  // the GEMM runs faster than the fold, and outweigh one write and read of the gradient), the
+  // sharded form, other dtypes or devices, a weight with a tensor hook, a pass nested in the
+  // backward, create_graph.
   bool take(const tensor::TensorImpl* weight, const Tensor& grad_out, const Tensor& input) override;
 
   // Before the backward of this rank's last chunk of the step: each parameter's gradient is

@@ -385,3 +385,23 @@ TEST_CASE("Runs of small parameters (split by reduce-scattered ones and by size)
     CHECK(grads(world, true) == one);
   }
 }
+
+TEST_CASE("ExactGradientSum takes linear()'s products of up to 128 rows and leaves deeper ones to the GEMM",
+          "[ddp][exact]") {
+  // A taken product leaves no .grad (the fold computes it later); a declined one is computed
+  // by linear()'s backward as usual and added from .grad.
+  for (const auto& [rows, taken] : {std::pair<int64_t, bool>{16, true}, {128, true}, {129, false}, {512, false}}) {
+    INFO(rows << " rows");
+    t::Generator init(5);
+    const t::Tensor w = t::randn({7, 5}, {}, &init).requires_grad_();
+    ddp::ExactGradientSum sum({w}, {"w"}, nullptr, 1);
+    const t::Tensor loss = t::sum(t::linear(t::randn({rows, 5}, {}, &init), w));
+    {
+      t::WeightGradientSinkScope sink(&sum);
+      loss.backward();
+    }
+    CHECK(w.grad().defined() == !taken);
+    sum.add_chunk();
+    CHECK_FALSE(sum.finish());  // the first step calibrates
+  }
+}
