@@ -1,6 +1,7 @@
 // ExactGradientSum's collectives (exact_sum.h): when each parameter's integer sums leave, in
 // the overlapped last chunk of a step (a fixed order, the last parameter first, each as soon
-// as it and those after it are complete) or at finish(); the small parameters' sums together.
+// as it and those after it are complete) or at finish(); the small parameters' sums in runs,
+// one allreduce a run.
 #include "tinyddp/autograd/accumulate_grad.h"
 #include "tinyddp/comm/flatten.h"
 #include "tinyddp/ddp/exact_sum.h"
