@@ -29,7 +29,8 @@ using exact_detail::kGrain;
 
 // From this many elements a parameter's int64 sums are reduce-scattered and its means
 // allgathered (each rank converts 1/W of them; (W - 1) / W of 8 + 4 bytes an element on the
-// wire, not 2 x 8); below, one allreduce of the sums, whose small messages cost less.
+// wire, not 2 x 8); below, its sums share an allreduce with the small parameters beside it
+// (a run of up to this many elements), whose small messages cost less.
 constexpr int64_t kScatterElements = 1 << 16;
 
 // Products of more rows than this are declined by take(): there the product's multiply-adds
@@ -84,7 +85,7 @@ void ExactGradientSum::lay_out() {
                t::dtype_name(dtype));
     if (!sharded()) {
       // A large parameter's sums in W blocks of ceil(n / W) (the last padded with zeros), for
-      // the reduce-scatter; a small one's whole, for the small parameters' one allreduce.
+      // the reduce-scatter; a small one's whole, for its run's allreduce (lay_out_runs).
       const int64_t n = params_[p].numel();
       scattered_.push_back(world > 1 && n >= kScatterElements);
       block_.push_back(scattered_.back() ? (n + world - 1) / world : n);
