@@ -214,7 +214,7 @@ void write_prefix(std::vector<char>& message, const CallHook::Record& record, si
 size_t data_bytes_after(const char* prefix) {
   int64_t bytes = 0;
   std::memcpy(&bytes, prefix + kRecordBytes, sizeof(bytes));
-  TDDP_CHECK(bytes >= 0 && bytes <= detail::SmallAllreduce::kMaxBytes,
+  TDDP_CHECK(bytes >= 0 && bytes <= ProcessGroupGloo::kPairMaxBytes,
              "the peer's message announces {} bytes of data: not a tinyddp peer, or a corrupted stream", bytes);
   return static_cast<size_t>(bytes);
 }
@@ -237,8 +237,8 @@ RecordExchange ProcessGroupGloo::own_record_exchange() {
 DataFate ProcessGroupGloo::exchange_records(std::vector<CallHook::Record>& records) {
   if (size_ == 2) {
     write_prefix(pair_out_, records[static_cast<size_t>(rank_)], 0);
-    const size_t received = tcp_ring_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes,
-                                            data_bytes_after, pair_in_, options_.timeout());
+    const size_t received =
+        tcp_ring_->swap(pair_out_, kPrefixBytes, kPairMaxBytes, data_bytes_after, pair_in_, options_.timeout());
     records[static_cast<size_t>(1 - rank_)] = record_of(pair_in_);
     // The peer may have sent a small allreduce's data with its record (and now drops ours).
     return received > kPrefixBytes ? DataFate::kDropped : DataFate::kNotSent;
@@ -257,8 +257,8 @@ void ProcessGroupGloo::pair_allreduce(const std::vector<Tensor>& tensors, Reduce
   if (hook != nullptr) records[mine] = hook->record();
   write_prefix(pair_out_, records[mine], flat.nbytes());
   std::memcpy(pair_out_.data() + kPrefixBytes, flat.raw_data_ptr(), flat.nbytes());
-  const size_t received_bytes = tcp_ring_->swap(pair_out_, kPrefixBytes, detail::SmallAllreduce::kMaxBytes,
-                                                data_bytes_after, pair_in_, options_.timeout());
+  const size_t received_bytes =
+      tcp_ring_->swap(pair_out_, kPrefixBytes, kPairMaxBytes, data_bytes_after, pair_in_, options_.timeout());
   records[theirs] = record_of(pair_in_);
   if (hook != nullptr) hook->settle(records, DataFate::kDropped);  // may refuse before any tensor changed
   // Without a hook that refuses it a size mismatch is still refused here rather than read

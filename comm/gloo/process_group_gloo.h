@@ -56,6 +56,11 @@ class ProcessGroupGloo final : public ProcessGroup {
 
   const ProcessGroupOptions& options() const { return options_; }
 
+  // Two ranks allreduce up to this many bytes in one message each way (pair_allreduce): below
+  // it that beats the ring's two round trips, above it the ring's pieces win (bench/README.md,
+  // "Allreduce against PyTorch").
+  static constexpr int64_t kPairMaxBytes = 192 << 10;
+
  protected:
   std::shared_ptr<Work> allreduce_impl(const std::vector<Tensor>& tensors, ReduceOp op, Call call) override;
   std::shared_ptr<Work> broadcast_impl(const Tensor& tensor, int root, Call call) override;
@@ -95,6 +100,10 @@ class ProcessGroupGloo final : public ProcessGroup {
   // hook's record (zeros without a hook) followed by the data; the hook settles on both
   // records before any tensor changes, and both ranks reduce in rank order.
   void pair_allreduce(const std::vector<Tensor>& tensors, ReduceOp op, int64_t total, CallHook* hook);
+  // Whether pair_allreduce takes an allreduce on two ranks (up to kPairMaxBytes, not bools).
+  static bool takes_pair(tensor::DType dtype, int64_t numel) {
+    return dtype != tensor::kBool && numel * static_cast<int64_t>(tensor::element_size(dtype)) <= kPairMaxBytes;
+  }
   void worker_loop();
 
   using Clock = std::chrono::steady_clock;

@@ -1,6 +1,6 @@
 // The paths an allreduce takes in ProcessGroupGloo, each checked against a double-precision
 // reference on 2-4 ranks: small allreduces (up to 64 KiB: comm/gloo/small_allreduce.h, and on
-// two ranks one message each way) around their size limit, and large ones on the TCP ring
+// two ranks up to 192 KiB in one message each way) around their size limits, and large ones on the TCP ring
 // (comm/transport/tcp_ring.h) for every dtype and op; every rank must hold the same bits. And
 // the ring's two halves, the reduce-scatter and the allgather, alone and in place.
 #include <algorithm>
@@ -24,10 +24,10 @@ using tinyddp::testing::require_no_failures;
 using tinyddp::testing::run_threads;
 using tinyddp::testing::value;
 
-// Allreduces of up to 64 KiB take a path of their own (comm/gloo/small_allreduce.h). Around
-// its size limit, on 2 and 3 ranks, with values whose float32 sums round: the results match
-// a double-precision sum and are bit-identical on every rank; more distinct sizes than the
-// path keeps algorithms for, revisited, stay correct; small and large calls interleave.
+// Allreduces of up to 64 KiB take a path of their own (comm/gloo/small_allreduce.h), on two
+// ranks up to 192 KiB (ProcessGroupGloo::kPairMaxBytes). Around both limits, on 2 and 3 ranks, with values whose
+// float32 sums round: the results match a double-precision sum and are bit-identical on every rank; more distinct sizes
+// than the path keeps algorithms for, revisited, stay correct; small and large calls interleave.
 TEST_CASE("small allreduces: bit-identical on every rank, around the size limit", "[comm][gloo][small]") {
   for (int size : {2, 3}) {
     INFO("world size " << size);
@@ -36,9 +36,10 @@ TEST_CASE("small allreduces: bit-identical on every rank, around the size limit"
       const auto x = [](int rank, int64_t i) {
         return 0.1 * (rank + 1) + 1e-3 * static_cast<double>(i % 1000) + 1.0 / 3.0;
       };
-      std::vector<int64_t> sizes = {1, 5, 16383, 16384, 16385, 40000};  // 16384 floats = 64 KiB
-      for (int64_t n = 2; n < 140; n += 2) sizes.push_back(n);          // past the 64 kept
-      for (int64_t n = 2; n < 20; n += 2) sizes.push_back(n);           // evicted ones again
+      // 16384 floats = 64 KiB, 49152 = 192 KiB
+      std::vector<int64_t> sizes = {1, 5, 16383, 16384, 16385, 40000, 49151, 49152, 49153};
+      for (int64_t n = 2; n < 140; n += 2) sizes.push_back(n);  // past the 64 kept
+      for (int64_t n = 2; n < 20; n += 2) sizes.push_back(n);   // evicted ones again
       for (int64_t n : sizes) {
         std::vector<double> mine(static_cast<size_t>(n));
         for (int64_t i = 0; i < n; ++i) mine[static_cast<size_t>(i)] = x(r, i);
@@ -64,8 +65,8 @@ TEST_CASE("small allreduces: bit-identical on every rank, around the size limit"
   }
 }
 
-// Allreduces above 64 KiB run on a TCP ring of their own (comm/transport/tcp_ring.h): on 2 ranks
-// both exchange everything, on more a reduce-scatter then allgather over chunks of unequal
+// Larger allreduces run on a TCP ring of their own (comm/transport/tcp_ring.h): on 2 ranks a
+// reduce-scatter and an allgather of halves, on more a reduce-scatter then allgather over chunks of unequal
 // size when the element count does not divide. Every dtype and op, values whose sums round,
 // a NaN for min/max (combined in rank order on every rank): results match a double-precision
 // reference and every rank holds the same bytes.
@@ -79,8 +80,8 @@ TEST_CASE("large allreduces: every dtype and op on 2-4 ranks, identical bytes on
       };
       for (DType dtype : kDTypes) {
         const bool integral = !tensor::is_floating_point(dtype);
-        const int64_t n = 40009;  // > 64 KiB in every dtype but the 16-bit ones; those get twice as many
-        const int64_t count = tensor::element_size(dtype) == 2 ? 2 * n : n;
+        // 256 KiB and a few elements: past both small paths in every dtype.
+        const int64_t count = (256 << 10) / static_cast<int64_t>(tensor::element_size(dtype)) + 9;
         const auto input = [&](int rank, int64_t i) { return integral ? value(rank, i) : x(rank, i); };
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct, ReduceOp::kAvg}) {
           if (op == ReduceOp::kAvg && integral) continue;
