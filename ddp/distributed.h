@@ -137,8 +137,12 @@ class DistributedDataParallel : public nn::Module, public Joinable {
   // losses: the same bits on any world size. Clear errors when chunk_size does not divide the
   // batch or the world the chunks. A step whose gradients outgrow the fixed-point grid runs its
   // chunks once more (ExactGradientSum::finish), so chunk_loss must not change state it reads.
+  // With BatchRows::kRank, `inputs` and `targets` hold only this rank's chunks (rows r n ..
+  // (r + 1) n - 1 of a global batch of W n rows), which each rank loads alone: the same chunks,
+  // the same bits.
   using ChunkLoss = ddp::ChunkLoss;
-  double deterministic_step(const Tensor& inputs, const Tensor& targets, const ChunkLoss& chunk_loss);
+  double deterministic_step(const Tensor& inputs, const Tensor& targets, const ChunkLoss& chunk_loss,
+                            BatchRows rows = BatchRows::kGlobal);
   // Randomness inside a chunk (dropout) is the chunk's own: before its forward the default
   // generator is seeded from rank 0's initial seed, the step's count and the chunk's index, and
   // after the step it is put back where it was, so a mask depends on neither the rank nor the

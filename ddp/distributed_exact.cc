@@ -40,11 +40,11 @@ void DistributedDataParallel::register_comm_hook(CommHook hook) {
 }
 
 double DistributedDataParallel::deterministic_step(const Tensor& inputs, const Tensor& targets,
-                                                   const ChunkLoss& chunk_loss) {
+                                                   const ChunkLoss& chunk_loss, BatchRows rows) {
   TDDP_CHECK(options_.deterministic(),
              "DistributedDataParallel::deterministic_step: the deterministic option is off "
              "(DDPOptions().deterministic(true).chunk_size(rows))");
-  return exact_->step(*module_, inputs, targets, chunk_loss);
+  return exact_->step(*module_, inputs, targets, chunk_loss, rows);
 }
 
 std::vector<int64_t> DistributedDataParallel::deterministic_state() const {

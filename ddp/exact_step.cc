@@ -101,11 +101,18 @@ void replay_chunk_statistics(comm::ProcessGroup& pg, const std::vector<nn::Batch
 
 }  // namespace
 
-int64_t ExactSteps::prepare(const Tensor& inputs, const Tensor& targets) {
+int64_t ExactSteps::prepare(const Tensor& inputs, const Tensor& targets, BatchRows held) {
   TDDP_CHECK(inputs.dim() >= 1 && targets.dim() >= 1 && inputs.size(0) == targets.size(0),
              "deterministic_step: inputs and targets must hold the same rows first, got shapes {} and {}",
              tensor::format_shape(inputs.sizes()), tensor::format_shape(targets.sizes()));
-  const int64_t rows = inputs.size(0), chunk = chunk_size_, world = pg_->size();
+  const int64_t chunk = chunk_size_, world = pg_->size();
+  if (held == BatchRows::kRank) {
+    TDDP_CHECK(inputs.size(0) % chunk == 0,
+               "deterministic_step: this rank's {} rows (BatchRows::kRank) are not a whole number of chunks of {} "
+               "rows: each rank holds its chunks, the same number on every rank",
+               inputs.size(0), chunk);
+  }
+  const int64_t rows = held == BatchRows::kRank ? inputs.size(0) * world : inputs.size(0);
   TDDP_CHECK(rows % chunk == 0,
              "deterministic_step: chunk_size {} does not divide the global batch of {} rows: choose a chunk size "
              "that divides it",
@@ -124,14 +131,15 @@ int64_t ExactSteps::prepare(const Tensor& inputs, const Tensor& targets) {
 }
 
 std::vector<double> ExactSteps::run_chunks(const Tensor& inputs, const Tensor& targets, const ChunkLoss& chunk_loss,
-                                           int64_t first, int64_t count) {
+                                           int64_t first, int64_t count, int64_t held) {
   const int64_t chunk = chunk_size_;
   std::vector<double> losses;
   for (int64_t c = first; c < first + count; ++c) {
     tensor::default_generator().manual_seed(
         splitmix64(splitmix64(chunk_seed_ ^ splitmix64(static_cast<uint64_t>(steps_))) +
                    static_cast<uint64_t>(c)));  // this chunk's draws, on any rank
-    const Tensor loss = chunk_loss(inputs.narrow(0, c * chunk, chunk), targets.narrow(0, c * chunk, chunk));
+    const int64_t at = (c - held) * chunk;
+    const Tensor loss = chunk_loss(inputs.narrow(0, at, chunk), targets.narrow(0, at, chunk));
     TDDP_CHECK(loss.defined() && loss.numel() == 1,
                "deterministic_step: chunk_loss must return the chunk's loss, one value, got {}",
                loss.defined() ? tensor::format_shape(loss.sizes()) : std::string("an undefined tensor"));
@@ -146,10 +154,12 @@ std::vector<double> ExactSteps::run_chunks(const Tensor& inputs, const Tensor& t
   return losses;
 }
 
-double ExactSteps::step(nn::Module& module, const Tensor& inputs, const Tensor& targets, const ChunkLoss& chunk_loss) {
-  const int64_t total = prepare(inputs, targets);
+double ExactSteps::step(nn::Module& module, const Tensor& inputs, const Tensor& targets, const ChunkLoss& chunk_loss,
+                        BatchRows rows) {
+  const int64_t total = prepare(inputs, targets, rows);
   sum_->clear_gradients();  // the step's .grad is its own
   const int64_t count = total / pg_->size(), first = pg_->rank() * count;
+  const int64_t held = rows == BatchRows::kRank ? first : 0;
   in_step_ = true;
   const std::vector<nn::BatchNorm*> norms = tracked_norms(module);
   // The rank's own generator comes back after the step, whatever the chunks drew, and the
@@ -168,7 +178,8 @@ double ExactSteps::step(nn::Module& module, const Tensor& inputs, const Tensor& 
   for (int attempt = 0; attempt < 2; ++attempt) {
     for (nn::BatchNorm* norm : norms) norm->defer_running_stats(true);  // (a rerun drops the first run's)
     // The chunks' losses ride the sum's control allreduce (chunk_slots).
-    std::vector<int64_t> losses = chunk_slots(run_chunks(inputs, targets, chunk_loss, first, count), first, total);
+    std::vector<int64_t> losses =
+        chunk_slots(run_chunks(inputs, targets, chunk_loss, first, count, held), first, total);
     // The first step, or gradients that outgrew the grid: every rank runs its chunks again (the
     // same parameters and data: the same gradients, which the agreed grid now bounds).
     if (sum_->finish(&losses)) {

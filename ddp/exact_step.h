@@ -20,6 +20,12 @@ namespace tinyddp::ddp {
 // One chunk's forward and loss: rows of the global batch in, a one-element loss out.
 using ChunkLoss = std::function<Tensor(const Tensor& inputs, const Tensor& targets)>;
 
+// The rows a deterministic step is handed: the whole global batch, the same on every rank
+// (kGlobal), or only this rank's chunks (kRank): rows [r n, (r + 1) n) of a global batch of
+// W n rows, which a rank can load alone (the other ranks' rows never read). Either way chunk c
+// is rows [c chunk_size, (c + 1) chunk_size) of the global batch: the same bits.
+enum class BatchRows { kGlobal, kRank };
+
 // Throws, naming the module and `who`, when `module` holds what would make a chunk's result
 // depend on the ranks (SyncBatchNorm, whose statistics span them).
 void check_exact_module(const nn::Module& module, const std::string& who);
@@ -33,10 +39,12 @@ class ExactSteps {
   // `param_count`: the parameters the sum will hold (the size of the state).
   ExactSteps(std::shared_ptr<comm::ProcessGroup> pg, int64_t chunk_size, size_t param_count, MakeSum make_sum);
 
-  // One step over the whole global batch (`inputs` and `targets`, rows first, the same on every
-  // rank), through `module`'s BatchNorms (DistributedDataParallel::deterministic_step says the
-  // rest). Returns the mean of the chunks' losses.
-  double step(nn::Module& module, const Tensor& inputs, const Tensor& targets, const ChunkLoss& chunk_loss);
+  // One step over the global batch (`inputs` and `targets`, rows first: all of it, or this
+  // rank's chunks, as `rows` says), through `module`'s BatchNorms
+  // (DistributedDataParallel::deterministic_step says the rest). Returns the mean of the
+  // chunks' losses.
+  double step(nn::Module& module, const Tensor& inputs, const Tensor& targets, const ChunkLoss& chunk_loss,
+              BatchRows rows = BatchRows::kGlobal);
   bool in_step() const { return in_step_; }
 
   // The steps done, then the grids' bounds (ExactGradientSum::grid_state), and back; `who`
@@ -47,11 +55,12 @@ class ExactSteps {
   const ExactGradientSum* sum() const { return sum_.get(); }
 
  private:
-  // The batch's checks and its chunk count (the sum made for it).
-  int64_t prepare(const Tensor& inputs, const Tensor& targets);
-  // This rank's chunks [first, first + count), returning their losses.
+  // The batch's checks and the step's chunk count (the sum made for it).
+  int64_t prepare(const Tensor& inputs, const Tensor& targets, BatchRows rows);
+  // This rank's chunks [first, first + count), returning their losses; chunk c is rows
+  // [(c - held) chunk_size, ...) of `inputs` (held: the first chunk `inputs` holds).
   std::vector<double> run_chunks(const Tensor& inputs, const Tensor& targets, const ChunkLoss& chunk_loss,
-                                 int64_t first, int64_t count);
+                                 int64_t first, int64_t count, int64_t held);
 
   std::shared_ptr<comm::ProcessGroup> pg_;
   int64_t chunk_size_;

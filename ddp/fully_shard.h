@@ -169,8 +169,9 @@ tensor::Tensor clip_sharded_grad_norm_(const std::vector<tensor::Tensor>& params
 // all chunks (the integer sums reduce-scattered: DDP's bits, sharded). The units keep their
 // full gradients only until each chunk's are added (the int64 sums of the full gradients live
 // through the step: twice the float32 model's bytes). Returns the mean of the chunks' losses.
+// BatchRows::kRank: `inputs` and `targets` hold only this rank's chunks, as DDP's.
 double deterministic_step(nn::Module& module, const tensor::Tensor& inputs, const tensor::Tensor& targets,
-                          const ChunkLoss& chunk_loss);
+                          const ChunkLoss& chunk_loss, BatchRows rows = BatchRows::kGlobal);
 // The option's state (the steps done, then a grid bound per parameter, in the module's
 // parameter order: DDP's layout), for a checkpoint, and back on any world size. Collectives the
 // first time (the ranks agree on the chunks' seed).
@@ -221,7 +222,7 @@ class FullyShardedUnit : public std::enable_shared_from_this<FullyShardedUnit> {
   // gradients for the exact sum.
   ExactSteps& exact_steps(const nn::Module& root);
   double exact_step(nn::Module& root, const tensor::Tensor& inputs, const tensor::Tensor& targets,
-                    const ChunkLoss& chunk_loss);
+                    const ChunkLoss& chunk_loss, BatchRows rows);
   // What the timeline calls this unit: its module's type until the root's fully_shard names
   // each unit inside it by its module's path ("transformer.h.0"; the root "(root)").
   void set_label(std::string label) { label_ = std::move(label); }

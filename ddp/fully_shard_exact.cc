@@ -91,7 +91,7 @@ ExactSteps& FullyShardedUnit::exact_steps(const nn::Module& root) {
 }
 
 double FullyShardedUnit::exact_step(nn::Module& root, const Tensor& inputs, const Tensor& targets,
-                                    const ChunkLoss& chunk_loss) {
+                                    const ChunkLoss& chunk_loss, BatchRows rows) {
   ExactSteps& steps = exact_steps(root);
   // No reduce-scatter of floats: each unit keeps its full gradients after a chunk's backward,
   // and the exact sum takes them (and sets them to None) before the next.
@@ -107,12 +107,12 @@ double FullyShardedUnit::exact_step(nn::Module& root, const Tensor& inputs, cons
     restore.sync.push_back(unit->requires_gradient_sync_);
     unit->requires_gradient_sync_ = false;
   }
-  return steps.step(root, inputs, targets, chunk_loss);
+  return steps.step(root, inputs, targets, chunk_loss, rows);
 }
 
-double deterministic_step(nn::Module& module, const Tensor& inputs, const Tensor& targets,
-                          const ChunkLoss& chunk_loss) {
-  return exact_root(module, "deterministic_step")->exact_step(module, inputs, targets, chunk_loss);
+double deterministic_step(nn::Module& module, const Tensor& inputs, const Tensor& targets, const ChunkLoss& chunk_loss,
+                          BatchRows rows) {
+  return exact_root(module, "deterministic_step")->exact_step(module, inputs, targets, chunk_loss, rows);
 }
 
 std::vector<int64_t> deterministic_state(nn::Module& module) {

@@ -98,14 +98,41 @@ class SyntheticDataset : public Dataset {
   Tensor reference_;
 };
 
+// Rows [rank n, (rank + 1) n) of each batch of `batch` = world n indices of `order`: a rank's
+// contiguous block of every one-process batch (whole batches only).
+class BatchBlockSampler : public nn::Sampler {
+ public:
+  BatchBlockSampler(std::shared_ptr<nn::Sampler> order, int64_t batch, int rank, int world)
+      : order_(std::move(order)), batch_(batch), share_(batch / world), rank_(rank) {}
+  std::vector<int64_t> indices() override {
+    const std::vector<int64_t> all = order_->indices();
+    std::vector<int64_t> mine;
+    mine.reserve(static_cast<size_t>(size()));
+    for (int64_t start = 0; start + batch_ <= static_cast<int64_t>(all.size()); start += batch_) {
+      const auto from = all.begin() + start + rank_ * share_;
+      mine.insert(mine.end(), from, from + share_);
+    }
+    return mine;
+  }
+  int64_t size() const override { return order_->size() / batch_ * share_; }
+
+ private:
+  std::shared_ptr<nn::Sampler> order_;
+  int64_t batch_, share_, rank_;
+};
+
 class DigitsDataset : public Dataset {
  public:
-  DigitsDataset(const std::string& path, uint64_t seed, int64_t batch, int rank, int world)
+  DigitsDataset(const std::string& path, uint64_t seed, int64_t batch, int rank, int world, bool blocks)
       : path_(path), digits_(load_digits(path)), split_(split_digits(digits_.rows(), kDigitsHeldOut, seed)),
         batch_(batch), train_(std::make_shared<nn::TensorDataset>(
                            std::vector<Tensor>{digits_.inputs(split_.train), digits_.targets(split_.train)})),
-        sampler_(std::make_shared<nn::DistributedSampler>(train_->size(), world, rank, /*shuffle=*/true, seed)),
-        loader_(train_, nn::DataLoaderOptions(batch / world).sampler(sampler_).drop_last(true)) {
+        sampler_(std::make_shared<nn::DistributedSampler>(train_->size(), blocks ? 1 : world, blocks ? 0 : rank,
+                                                          /*shuffle=*/true, seed)),
+        loader_(train_, nn::DataLoaderOptions(batch / world)
+                            .sampler(blocks ? std::make_shared<BatchBlockSampler>(sampler_, batch, rank, world)
+                                            : std::shared_ptr<nn::Sampler>(sampler_))
+                            .drop_last(true)) {
     TDDP_CHECK(batch <= train_->size(), "--batch {}: larger than the {} training digits of {}", batch, train_->size(),
                path);
   }
@@ -157,8 +184,9 @@ std::unique_ptr<Dataset> synthetic_dataset(uint64_t seed, int64_t batch, int64_t
   return std::make_unique<SyntheticDataset>(seed, batch, in, out, classification, rank, world);
 }
 
-std::unique_ptr<Dataset> digits_dataset(const std::string& path, uint64_t seed, int64_t batch, int rank, int world) {
-  return std::make_unique<DigitsDataset>(path, seed, batch, rank, world);
+std::unique_ptr<Dataset> digits_dataset(const std::string& path, uint64_t seed, int64_t batch, int rank, int world,
+                                        bool blocks) {
+  return std::make_unique<DigitsDataset>(path, seed, batch, rank, world, blocks);
 }
 
 }  // namespace tinyddp::examples

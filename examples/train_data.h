@@ -49,8 +49,11 @@ std::unique_ptr<Dataset> synthetic_dataset(uint64_t seed, int64_t batch, int64_t
 // The digits of `path` (digits.h), split once with `seed`: kDigitsHeldOut rows held out, the
 // rest a TensorDataset served by a DataLoader with drop_last, batches of batch / world rows
 // from DistributedSampler(rows, world, rank, shuffle, seed), epoch number = step / batches per
-// epoch. The ranks' batches of a step together are one process's batch of `batch` rows.
+// epoch. The ranks' batches of a step together are one process's batch of `batch` rows. With
+// `blocks` (--deterministic), rank r's batch is instead rows [r n, (r + 1) n) of one process's
+// batch (n = batch / world): its chunks, the same rows on any world size.
 inline constexpr int64_t kDigitsHeldOut = 297;
-std::unique_ptr<Dataset> digits_dataset(const std::string& path, uint64_t seed, int64_t batch, int rank, int world);
+std::unique_ptr<Dataset> digits_dataset(const std::string& path, uint64_t seed, int64_t batch, int rank, int world,
+                                        bool blocks = false);
 
 }  // namespace tinyddp::examples

@@ -44,12 +44,13 @@ std::shared_ptr<ddp::DistributedDataParallel> deterministic_ddp(std::shared_ptr<
                                                         ddp::DDPOptions().deterministic(true).chunk_size(chunk_size));
 }
 
-tensor::Tensor exact_step(
-    ddp::DistributedDataParallel& ddp, const Batch& global,
-    const std::function<tensor::Tensor(const tensor::Tensor&, const tensor::Tensor&)>& chunk_loss) {
+tensor::Tensor exact_step(ddp::DistributedDataParallel& ddp, const Batch& batch,
+                          const std::function<tensor::Tensor(const tensor::Tensor&, const tensor::Tensor&)>& chunk_loss,
+                          ddp::BatchRows rows) {
   const comm::ProcessGroup& pg = ddp.process_group();
-  chunk_share(global.inputs.size(0), ddp.options().chunk_size(), pg.rank(), pg.size());  // the flags' errors first
-  return tensor::full({}, ddp.deterministic_step(global.inputs, global.targets, chunk_loss),
+  const int64_t global = batch.inputs.size(0) * (rows == ddp::BatchRows::kRank ? pg.size() : 1);
+  chunk_share(global, ddp.options().chunk_size(), pg.rank(), pg.size());  // the flags' errors first
+  return tensor::full({}, ddp.deterministic_step(batch.inputs, batch.targets, chunk_loss, rows),
                       tensor::TensorOptions().dtype(tensor::kFloat64));
 }
 

@@ -33,14 +33,14 @@ std::shared_ptr<ddp::DistributedDataParallel> deterministic_ddp(std::shared_ptr<
                                                                 std::shared_ptr<comm::ProcessGroup> pg,
                                                                 int64_t chunk_size);
 
-// One step of the whole global batch (on every rank: inputs and targets with rows first): the
-// flags checked first (chunk_share), then ddp.deterministic_step, each chunk through
-// `chunk_loss` (its forward and loss). Leaves .grad holding the mean over all chunks; returns
-// the step's loss, the mean of the chunks' losses (the same bits on every world size), as a
-// float64 scalar.
-tensor::Tensor exact_step(
-    ddp::DistributedDataParallel& ddp, const Batch& global,
-    const std::function<tensor::Tensor(const tensor::Tensor&, const tensor::Tensor&)>& chunk_loss);
+// One step of the whole global batch (on every rank: inputs and targets with rows first; with
+// BatchRows::kRank only this rank's chunks of it): the flags checked first (chunk_share), then
+// ddp.deterministic_step, each chunk through `chunk_loss` (its forward and loss). Leaves .grad
+// holding the mean over all chunks; returns the step's loss, the mean of the chunks' losses
+// (the same bits on every world size), as a float64 scalar.
+tensor::Tensor exact_step(ddp::DistributedDataParallel& ddp, const Batch& batch,
+                          const std::function<tensor::Tensor(const tensor::Tensor&, const tensor::Tensor&)>& chunk_loss,
+                          ddp::BatchRows rows = ddp::BatchRows::kGlobal);
 // The same for a module fully_shard made the root of its units with the deterministic option
 // (ddp::deterministic_step), over `pg` in chunks of `chunk_size` rows.
 tensor::Tensor exact_step(

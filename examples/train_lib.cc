@@ -119,7 +119,7 @@ std::unique_ptr<Dataset> open_dataset(const TrainConfig& config, const BuiltMode
     return file_dataset(config.data, config.steps, model.sample, model.out, config.classification(), rank, world);
   if (config.uses_digits()) {
     return digits_dataset(config.digits.empty() ? default_digits_path() : config.digits, config.seed, batch_size, rank,
-                          world);
+                          world, /*blocks=*/config.deterministic);
   }
   return synthetic_dataset(config.seed, batch_size, model.in, model.out, config.classification(), rank, world);
 }
@@ -186,9 +186,11 @@ Run set_up(const TrainConfig& config) {
       run.runner = wrap_in_ddp(config, run.model.module, run.pg);
     }
   }
-  // --deterministic: every rank reads the one-process batches and runs its chunks of each.
-  run.data = config.deterministic ? open_dataset(config, run.model, 0, 1)
-                                  : open_dataset(config, run.model, run.rank, run.world);
+  // --deterministic: each rank reads its chunks of the one-process batches (rows r n .. (r + 1)
+  // n - 1 of each), and runs them; the chunks' errors come first.
+  if (config.deterministic && config.data.empty())
+    chunk_share(config.global_batch(run.world), config.chunk_size, run.rank, run.world);
+  run.data = open_dataset(config, run.model, run.rank, run.world);
   // Resuming: the data's generators where they were. Skipping draws from the default
   // generator too (each epoch's loader draws a seed from it, as PyTorch's), which the
   // checkpoint already counts: its state, this rank's, is put back after.
@@ -382,7 +384,8 @@ bool forward_and_backward(const TrainConfig& config, Run& run, Log& logged, int6
   if (config.deterministic) {
     ddp::DistributedDataParallel& model = *run.runner.ddp;
     const Tensor loss = exact_step(
-        model, batch, [&](const Tensor& x, const Tensor& y) { return loss_of(config, model.forward(x), y); });
+        model, batch, [&](const Tensor& x, const Tensor& y) { return loss_of(config, model.forward(x), y); },
+        ddp::BatchRows::kRank);
     return logged.loss(step, loss, {}, {}, signals, true);
   }
   Tensor prediction, loss;
@@ -431,7 +434,7 @@ TrainResult train(const TrainConfig& config, std::ostream& log) {
       const auto marked = timeline_span(run, "optimizer step");
       run.optimizer->step();
     }
-    logged.step_done(step, mine.inputs.size(0) / (config.deterministic ? run.world : 1));  // --deterministic: all rows
+    logged.step_done(step, mine.inputs.size(0));
     save_checkpoint_if_due(config, run, step + 1, stop);
     if (stop && step + 1 < config.steps)
       return stop_for_requeue(config, run, logged, signals->received(), step + 1, progress);

@@ -62,9 +62,10 @@ struct Trained {
 // Steps [first, last) of SGD through deterministic_step on `pg`, from `start` (state dict and
 // grids, or rank 0's fresh model); rank 0's result lands in `out`. With `reuse` (the hidden
 // units, else 0), the last layer has no bias and some chunks (by their data) also take the
-// first weight through a second linear() and the last one through a penalty.
+// first weight through a second linear() and the last one through a penalty. With
+// BatchRows::kRank each rank is handed only its rows of each batch.
 void train_steps(comm::ProcessGroup& pg, Expectations& e, const Batches& data, int first, int last,
-                 const Trained* start, Trained& out, std::mutex& mutex, int64_t reuse) {
+                 const Trained* start, Trained& out, std::mutex& mutex, int64_t reuse, ddp::BatchRows rows) {
   auto model = make_model(t::kFloat32, reuse == 0, reuse == 0 ? 16 : reuse);
   if (start != nullptr) {
     nn::OrderedDict<t::Tensor> state;
@@ -78,9 +79,14 @@ void train_steps(comm::ProcessGroup& pg, Expectations& e, const Batches& data, i
   if (start != nullptr && !start->grids.empty()) ddp->load_deterministic_state(start->grids);
   nn::SGD opt(model->parameters(), nn::SGDOptions(0.05));
   Trained mine = start != nullptr ? *start : Trained{};
+  const auto held = [&](const t::Tensor& batch) {  // kRank: rows [r n, (r + 1) n) of the batch
+    const int64_t n = batch.size(0) / pg.size();
+    return rows == ddp::BatchRows::kRank ? batch.narrow(0, pg.rank() * n, n).clone() : batch;
+  };
   for (int s = first; s < last; ++s) {
-    mine.losses.push_back(
-        ddp->deterministic_step(data.inputs[s], data.targets[s], [&](const t::Tensor& x, const t::Tensor& y) {
+    mine.losses.push_back(ddp->deterministic_step(
+        held(data.inputs[s]), held(data.targets[s]),
+        [&](const t::Tensor& x, const t::Tensor& y) {
           t::Tensor loss = nn::mse_loss(ddp->forward(x), y);
           if (reuse == 0) return loss;
           const t::Tensor first_w = model->parameters().front(), last_w = model->parameters().back();
@@ -88,7 +94,8 @@ void train_steps(comm::ProcessGroup& pg, Expectations& e, const Batches& data, i
           if (v[0] > 0) loss = t::add(loss, t::mul(t::mean(t::linear(x, first_w)), 0.1));   // a second product
           if (v[6] > 0) loss = t::add(loss, t::mul(t::sum(t::mul(last_w, last_w)), 0.01));  // a .grad besides
           return loss;
-        }));
+        },
+        rows));
     opt.step();
   }
   e.expect(ddp->exact_sum() != nullptr, "the exact sum exists after a step");
@@ -101,12 +108,12 @@ void train_steps(comm::ProcessGroup& pg, Expectations& e, const Batches& data, i
   }
 }
 
-Trained train_on(int world, const Batches& data, int first, int last, const Trained* start = nullptr,
-                 int64_t reuse = 0) {
+Trained train_on(int world, const Batches& data, int first, int last, const Trained* start = nullptr, int64_t reuse = 0,
+                 ddp::BatchRows rows = ddp::BatchRows::kGlobal) {
   Trained out;
   std::mutex mutex;
   require_no_failures(run_threads(world, [&](comm::ProcessGroup& pg, Expectations& e) {
-    train_steps(pg, e, data, first, last, start, out, mutex, reuse);
+    train_steps(pg, e, data, first, last, start, out, mutex, reuse, rows);
   }));
   return out;
 }
@@ -123,6 +130,11 @@ TEST_CASE("DDP's deterministic option trains to the same bits on 1, 2, 3, 4 and 
     CHECK(other.params == one.params);  // bit for bit
     CHECK(other.losses == one.losses);
     CHECK(other.grids == one.grids);
+    // Each rank handed only its chunks' rows (BatchRows::kRank): the same bits.
+    const Trained own_rows = train_on(world, data, 0, 4, nullptr, 0, ddp::BatchRows::kRank);
+    CHECK(own_rows.params == one.params);
+    CHECK(own_rows.losses == one.losses);
+    CHECK(own_rows.grids == one.grids);
   }
 }
 
@@ -222,6 +234,8 @@ TEST_CASE("DDP's deterministic option refuses what it cannot take, by name", "[d
                     "chunk_size 2 does not divide the global batch of 5 rows");
     e.expect_throws([&] { ddp.deterministic_step(x.narrow(0, 0, 6), y.narrow(0, 0, 6), loss); },
                     "the 3 chunks of 2 rows do not split over 2 ranks");
+    e.expect_throws([&] { ddp.deterministic_step(x.narrow(0, 0, 3), y.narrow(0, 0, 3), loss, ddp::BatchRows::kRank); },
+                    "this rank's 3 rows (BatchRows::kRank) are not a whole number of chunks of 2 rows");
     e.expect_throws([&] { ddp.register_comm_hook([](ddp::GradBucket&) { return std::shared_ptr<ddp::Future>(); }); },
                     "takes no comm hook");
     e.expect_throws(

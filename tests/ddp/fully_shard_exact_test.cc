@@ -41,6 +41,7 @@ std::shared_ptr<nn::Sequential> make_model() {
 struct Setup {
   std::string optimizer = "sgd";  // or "adamw" (with clipping at 0.05)
   bool bf16 = false;              // mp_policy's param_dtype
+  bool rank_rows = false;         // each rank handed only its chunks' rows (BatchRows::kRank)
 };
 
 struct Trained {
@@ -77,10 +78,15 @@ void train_sharded(comm::ProcessGroup& pg, const Batches& data, const Setup& set
   const std::vector<t::Tensor> shards = ddp::sharded_parameters(*model);
   auto opt = make_optimizer(setup, shards);
   Trained mine = start != nullptr ? *start : Trained{};
+  const auto rows = setup.rank_rows ? ddp::BatchRows::kRank : ddp::BatchRows::kGlobal;
+  const auto held = [&](const t::Tensor& batch) {
+    const int64_t n = batch.size(0) / pg.size();
+    return setup.rank_rows ? batch.narrow(0, pg.rank() * n, n).clone() : batch;
+  };
   for (int s = first; s < last; ++s) {
     mine.losses.push_back(ddp::deterministic_step(
-        *model, data.inputs[s], data.targets[s],
-        [&](const t::Tensor& x, const t::Tensor& y) { return nn::mse_loss((*model)(x).to(t::kFloat32), y); }));
+        *model, held(data.inputs[s]), held(data.targets[s]),
+        [&](const t::Tensor& x, const t::Tensor& y) { return nn::mse_loss((*model)(x).to(t::kFloat32), y); }, rows));
     if (setup.optimizer != "sgd") mine.norms.push_back(ddp::clip_sharded_grad_norm_(shards, 0.05, pg).item<double>());
     opt->step();
   }
@@ -135,6 +141,11 @@ TEST_CASE("fully_shard's deterministic option gives DDP's deterministic bits on 
     CHECK(got.params == reference.params);  // bit for bit
     CHECK(got.losses == reference.losses);
     CHECK(got.state == reference.state);  // the same grids, in DDP's layout
+    Setup own_rows;
+    own_rows.rank_rows = true;
+    const Trained held = sharded_on(world, data, own_rows, 0, 4);
+    CHECK(held.params == reference.params);
+    CHECK(held.losses == reference.losses);
   }
 }
 
