@@ -2,6 +2,7 @@
 // formula right below its forward; cross_entropy's rows are one fused op (tensor/fused.h).
 #include "tinyddp/nn/loss.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -295,6 +296,12 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ign
   const Tensor total = tensor::sum(losses);
   if (reduction == Reduction::kSum) return total;
   Tensor count;
+  if (!weight.defined() && targets.is_cpu()) {  // the kept rows, counted on the host
+    const Tensor t = targets.contiguous();
+    const int64_t* v = t.data_ptr<int64_t>();
+    const int64_t kept = t.numel() - std::count(v, v + t.numel(), ignore_index);
+    return tensor::div(total, tensor::full({}, static_cast<double>(kept), tensor::TensorOptions(logits.dtype())));
+  }
   {
     NoGradGuard no_grad;
     const Tensor ignored = tensor::eq(targets, static_cast<double>(ignore_index));

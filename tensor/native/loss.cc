@@ -1,6 +1,8 @@
 // cross_entropy_rows (fused.h): cross-entropy's rows in one kernel each way where the backend has
 // one (the forward keeps each row's maximum and log-sum, the backward writes the logits' gradient in one
 // pass), else log_softmax and gathers. nn::cross_entropy reduces the rows.
+#include <algorithm>
+
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/native/checks.h"
@@ -39,16 +41,31 @@ void check_rows_inputs(const Tensor& logits, const Tensor& targets, const Tensor
   check_kernel_device(logits, kOp);
 }
 
-// Every target not ignored lies in [0, classes): one read of the smallest and the largest (none
-// while a CUDA graph is captured, which cannot read back: its warm-up steps checked them).
-void check_target_range(const Tensor& targets, const Tensor& ignored, int64_t classes) {
+// Every target not ignored lies in [0, classes): on the host one pass over them, on a device one
+// read of the smallest and the largest (none while a CUDA graph is captured, which cannot read
+// back: its warm-up steps checked them). Ignored rows count as 0, which passes.
+void check_target_range(const Tensor& targets, int64_t ignore_index, int64_t classes) {
   if (targets.numel() == 0) return;
-  if (targets.is_cuda() && cuda::is_capturing(targets.device().index)) return;
-  const Tensor checked = masked_fill(targets, ignored, 0.0);  // ignored rows pass the check
-  const std::vector<int64_t> ends =
-      cat({neg(max(neg(checked))).reshape({1}), max(checked).reshape({1})}, 0).to(kCPU).to_vector<int64_t>();
-  TDDP_CHECK(ends[0] >= 0 && ends[1] < classes, "cross_entropy: target {} is out of bounds for {} classes",
-             ends[0] < 0 ? ends[0] : ends[1], classes);
+  int64_t lowest = 0, highest = 0;
+  if (targets.is_cpu()) {
+    const Tensor t = targets.contiguous();
+    const int64_t* v = t.data_ptr<int64_t>();
+    lowest = highest = v[0] == ignore_index ? 0 : v[0];
+    for (int64_t i = 1; i < t.numel(); ++i) {
+      const int64_t value = v[i] == ignore_index ? 0 : v[i];
+      lowest = std::min(lowest, value);
+      highest = std::max(highest, value);
+    }
+  } else {
+    if (targets.is_cuda() && cuda::is_capturing(targets.device().index)) return;
+    const Tensor checked = masked_fill(targets, eq(targets, static_cast<double>(ignore_index)), 0.0);
+    const std::vector<int64_t> ends =
+        cat({neg(max(neg(checked))).reshape({1}), max(checked).reshape({1})}, 0).to(kCPU).to_vector<int64_t>();
+    lowest = ends[0];
+    highest = ends[1];
+  }
+  TDDP_CHECK(lowest >= 0 && highest < classes, "cross_entropy: target {} is out of bounds for {} classes",
+             lowest < 0 ? lowest : highest, classes);
 }
 
 // Each row's target as a [N, 1] index, 0 where ignored (a row that reads class 0, then drops it).
@@ -101,11 +118,9 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, const Ten
                           double label_smoothing) {
   check_rows_inputs(logits, targets, weight, label_smoothing);
   const int64_t rows = logits.size(0), classes = logits.size(1);
-  Tensor ignored;
   {
     NoGradGuard no_grad;
-    ignored = eq(targets, static_cast<double>(ignore_index));
-    check_target_range(targets, ignored, classes);
+    check_target_range(targets, ignore_index, classes);
   }
   const Tensor x = logits.contiguous(), t = targets.contiguous(), w = weight.defined() ? weight.contiguous() : weight;
   const Tensor loss = new_output({rows}, logits.dtype(), logits.device());
@@ -115,7 +130,14 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, const Ten
     NoGradGuard no_grad;
     fused = backend_for(logits.device(), kOp).cross_entropy(loss, stats, x, t, w, ignore_index, label_smoothing);
   }
-  if (!fused) return composed_rows(logits, targets, ignored, weight, label_smoothing);
+  if (!fused) {
+    Tensor ignored;
+    {
+      NoGradGuard no_grad;
+      ignored = eq(targets, static_cast<double>(ignore_index));
+    }
+    return composed_rows(logits, targets, ignored, weight, label_smoothing);
+  }
   if (!needs_grad(logits)) return loss;
   record_op("CrossEntropyBackward", loss, {logits},
             [sx = SavedTensor(x), stats, t, w, ignore_index, label_smoothing](const Tensor& g) {

@@ -186,6 +186,15 @@ TEST_CASE("cross_entropy_rows refuses bad targets, weights and smoothing, naming
                     Contains("target 6 is out of bounds for 6 classes"));
   CHECK_THROWS_WITH(cross_entropy_rows(x, tensor({0, -2, 1, 2}, TensorOptions(kInt64)), Tensor(), -1),
                     Contains("target -2 is out of bounds"));
+  CHECK_THROWS_WITH(cross_entropy_rows(x, tensor({7, 1, -100, 2}, TensorOptions(kInt64)), Tensor(), -100),
+                    Contains("target 7 is out of bounds for 6 classes"));  // the first row
+  // A strided view: only its own elements are checked (the 9s between them are not its).
+  const Tensor strided = tensor({0, 9, 1, 9, 5, 9, 6, 9}, TensorOptions(kInt64)).view({4, 2}).select(1, 0);
+  CHECK_THROWS_WITH(cross_entropy_rows(x, strided), Contains("target 6 is out of bounds for 6 classes"));
+  CHECK_NOTHROW(cross_entropy_rows(x, strided.sub(1).clamp_min(0)));
+  // Ignored rows pass whatever their value.
+  CHECK_NOTHROW(cross_entropy_rows(x, tensor({-100, 1, 5, -100}, TensorOptions(kInt64)), Tensor(), -100));
+  CHECK_NOTHROW(cross_entropy_rows(x, tensor({9, 1, 5, 9}, TensorOptions(kInt64)), Tensor(), 9));
   CHECK_THROWS_WITH(cross_entropy_rows(x, targets.to(kFloat64)), Contains("expected int64 class targets"));
   CHECK_THROWS_WITH(cross_entropy_rows(x, targets.narrow(0, 0, 3)), Contains("expected targets of shape [4]"));
   CHECK_THROWS_WITH(cross_entropy_rows(draw({2, 4, 6}), targets),
