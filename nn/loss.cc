@@ -21,17 +21,6 @@ using tensor::Shape;
 
 namespace {
 
-// Every target not ignored lies in [0, classes): one read of the smallest and the largest.
-void check_target_range(const Tensor& targets, const Tensor& ignored, int64_t classes, const char* op) {
-  const Tensor checked = tensor::masked_fill(targets, ignored, 0.0);  // ignored rows pass the check
-  const std::vector<int64_t> ends =
-      tensor::cat({tensor::neg(tensor::max(tensor::neg(checked))).reshape({1}), tensor::max(checked).reshape({1})}, 0)
-          .to(tensor::kCPU)
-          .to_vector<int64_t>();
-  TDDP_CHECK(ends[0] >= 0 && ends[1] < classes, "{}: target {} is out of bounds for {} classes", op,
-             ends[0] < 0 ? ends[0] : ends[1], classes);
-}
-
 // A class weight, where given: one value per class, in the scores' dtype and on their device.
 void check_class_weight(const Tensor& weight, const Tensor& scores, int64_t classes, const char* op) {
   if (!weight.defined()) return;
@@ -110,7 +99,7 @@ TargetMarks target_marks(const Tensor& logits, const Tensor& targets, int64_t ig
   TargetMarks m;
   const Tensor ignored = tensor::eq(targets, static_cast<double>(ignore_index));
   m.kept = tensor::ne(targets, static_cast<double>(ignore_index)).to(logits.dtype()).unsqueeze(1);
-  if (targets.numel() > 0 && check_range) check_target_range(targets, ignored, classes, "cross_entropy");
+  if (check_range) tensor::check_class_targets(targets, ignore_index, classes, "cross_entropy");
   m.one_hot =
       tensor::masked_fill(tensor::eq(targets.unsqueeze(1), class_indices(classes, logits.device())).to(logits.dtype()),
                           ignored.unsqueeze(1), 0.0);
@@ -334,7 +323,7 @@ Tensor nll_loss(const Tensor& input_in, const Tensor& target, int64_t ignore_ind
              tensor::format_shape(input.sizes()), tensor::format_shape(target.sizes()));
   check_class_weight(weight, input, input.size(1), "nll_loss");
   const Tensor ignored = tensor::eq(target, static_cast<double>(ignore_index));
-  if (target.numel() > 0) check_target_range(target, ignored, input.size(1), "nll_loss");
+  tensor::check_class_targets(target, ignore_index, input.size(1), "nll_loss");
   // -input[i, target[i]] (times weight[target[i]]), 0 where ignored (such a row reads class
   // 0, then drops it).
   const Tensor classes = tensor::masked_fill(target, ignored, 0.0);

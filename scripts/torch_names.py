@@ -24,7 +24,7 @@ OUT = os.path.join(ROOT, "docs", "torch_names.md")
 # or, where the name is PyTorch's elsewhere, qualified ("torch.normal_": torch has Tensor.normal_).
 OWN = {
     "add_out", "mul_out", "div_out", "copy_into", "write_in_place", "fill_out", "accumulate_into", "scalar_like",
-    "fused_sgd_step_", "fused_sgd_steps_", "fused_adam_step_", "fused_adam_steps_", "foreach_norm", "foreach_mul_", "arange_impl", "from_vector", "format_shape", "causal_softmax", "flash_attention", "cross_entropy_rows",
+    "fused_sgd_step_", "fused_sgd_steps_", "fused_adam_step_", "fused_adam_steps_", "foreach_norm", "foreach_mul_", "arange_impl", "from_vector", "format_shape", "causal_softmax", "flash_attention", "cross_entropy_rows", "check_class_targets",
     "broadcast_shapes",
     "is_expandable_to", "infer_size", "contiguous_strides", "wrap_dim", "numel_of", "scaled_dot_product",
     "im2col", "col2im", "sum_to_size", "dropout_mask", "set_data", "raw_data_ptr", "use_count", "impl", "is_same",

@@ -43,6 +43,10 @@ Tensor flash_attention(const Tensor& query, const Tensor& key, const Tensor& val
 // gradient (as PyTorch's).
 Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, const Tensor& weight = Tensor(),
                           int64_t ignore_index = -100, double label_smoothing = 0.0);
+// Throws "<op>: target T is out of bounds for C classes" unless every int64 target other than
+// ignore_index lies in [0, classes): one loop on the host, one read of the extremes from a
+// device (none while a CUDA graph is captured, which cannot read back).
+void check_class_targets(const Tensor& targets, int64_t ignore_index, int64_t classes, const char* op);
 
 // ---- optimizer steps --------------------------------------------------------------------------
 // One SGD (SgdStep: torch.optim.SGD's options, kernel_ops.h) or Adam/AdamW (AdamStep) update of

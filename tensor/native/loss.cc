@@ -41,10 +41,11 @@ void check_rows_inputs(const Tensor& logits, const Tensor& targets, const Tensor
   check_kernel_device(logits, kOp);
 }
 
-// Every target not ignored lies in [0, classes): on the host one pass over them, on a device one
-// read of the smallest and the largest (none while a CUDA graph is captured, which cannot read
-// back: its warm-up steps checked them). Ignored rows count as 0, which passes.
-void check_target_range(const Tensor& targets, int64_t ignore_index, int64_t classes) {
+}  // namespace
+
+// Ignored rows count as 0, which passes; a captured CUDA graph's warm-up steps checked its
+// targets.
+void check_class_targets(const Tensor& targets, int64_t ignore_index, int64_t classes, const char* op) {
   if (targets.numel() == 0) return;
   int64_t lowest = 0, highest = 0;
   if (targets.is_cpu()) {
@@ -64,9 +65,11 @@ void check_target_range(const Tensor& targets, int64_t ignore_index, int64_t cla
     lowest = ends[0];
     highest = ends[1];
   }
-  TDDP_CHECK(lowest >= 0 && highest < classes, "cross_entropy: target {} is out of bounds for {} classes",
+  TDDP_CHECK(lowest >= 0 && highest < classes, "{}: target {} is out of bounds for {} classes", op,
              lowest < 0 ? lowest : highest, classes);
 }
+
+namespace {
 
 // Each row's target as a [N, 1] index, 0 where ignored (a row that reads class 0, then drops it).
 Tensor safe_targets(const Tensor& targets, const Tensor& ignored) {
@@ -120,7 +123,7 @@ Tensor cross_entropy_rows(const Tensor& logits, const Tensor& targets, const Ten
   const int64_t rows = logits.size(0), classes = logits.size(1);
   {
     NoGradGuard no_grad;
-    check_target_range(targets, ignore_index, classes);
+    check_class_targets(targets, ignore_index, classes, kOp);
   }
   const Tensor x = logits.contiguous(), t = targets.contiguous(), w = weight.defined() ? weight.contiguous() : weight;
   const Tensor loss = new_output({rows}, logits.dtype(), logits.device());
