@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <typeinfo>
 
 #include <fmt/format.h>
 
@@ -16,6 +17,7 @@
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/factory.h"
 #include "tinyddp/tensor/grad_mode.h"
+#include "tinyddp/tensor/ops.h"
 #include "tinyddp/tensor/parallel.h"
 #include "tinyddp/tensor/shape.h"
 
@@ -42,6 +44,21 @@ Example TensorDataset::get(int64_t index) const {
   sample.reserve(tensors_.size());
   for (const Tensor& t : tensors_) sample.push_back(t.select(0, index));
   return sample;
+}
+
+std::optional<Example> TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
+  for (const Tensor& t : tensors_) {
+    if (!t.is_contiguous()) return std::nullopt;
+  }
+  for (int64_t index : indices) {
+    TDDP_CHECK(index >= 0 && index < size(), "TensorDataset: index {} is out of range for {} samples", index, size());
+  }
+  tensor::NoGradGuard no_grad;  // as default_collate
+  const Tensor rows = tensor::from_vector(indices);
+  Example batch;
+  batch.reserve(tensors_.size());
+  for (const Tensor& t : tensors_) batch.push_back(tensor::index_select(t, 0, t.is_cpu() ? rows : rows.to(t.device())));
+  return batch;
 }
 
 // ---- collate ---------------------------------------------------------------------------------
@@ -300,10 +317,19 @@ class DataLoaderEpoch {
   static Example load(const Shared& s, int64_t index, int worker) {
     const std::vector<int64_t>& indices = s.batches[static_cast<size_t>(index)];
     try {
+      // A TensorDataset itself (not a subclass, whose get may differ) gathers the batch at once.
+      const auto* whole =
+          typeid(*s.dataset) == typeid(TensorDataset) ? static_cast<const TensorDataset*>(s.dataset.get()) : nullptr;
+      std::optional<Example> gathered;
+      if (whole != nullptr && !s.options.collate() && !indices.empty()) gathered = whole->get_batch(indices);
       std::vector<Example> samples;
-      samples.reserve(indices.size());
-      for (int64_t i : indices) samples.push_back(s.dataset->get(i));
-      Example batch = s.options.collate() ? s.options.collate()(samples) : default_collate(samples);
+      if (!gathered) {
+        samples.reserve(indices.size());
+        for (int64_t i : indices) samples.push_back(s.dataset->get(i));
+      }
+      Example batch = gathered              ? std::move(*gathered)
+                      : s.options.collate() ? s.options.collate()(samples)
+                                            : default_collate(samples);
       if (s.options.pin_memory() && tensor::cuda::is_available()) {
         for (Tensor& t : batch) {
           if (t.defined() && t.is_cpu()) t = t.pin_memory();

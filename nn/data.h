@@ -46,6 +46,11 @@ class TensorDataset : public Dataset {
   explicit TensorDataset(std::vector<Tensor> tensors);
   int64_t size() const override;
   Example get(int64_t index) const override;
+  // default_collate of get(i) for each of `indices`, as one gather per tensor (the DataLoader's
+  // path for a TensorDataset with the default collate, as PyTorch's fetcher takes a dataset's
+  // __getitems__): the same batch. Null when a tensor is not contiguous (its samples are then
+  // stacked one by one).
+  std::optional<Example> get_batch(const std::vector<int64_t>& indices) const;
   const std::vector<Tensor>& tensors() const { return tensors_; }
 
  private:

@@ -3,6 +3,7 @@
 // written tensors.
 #include "tinyddp/tensor/native/checks.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "tinyddp/tensor/cuda.h"
@@ -112,6 +113,18 @@ void check_in_place(const Tensor& self, const Tensor* source, const char* op) {
 
 // Before a kernel that exists for the CPU and, in CUDA builds, for GPUs.
 void check_kernel_device(const Tensor& x, const char* op) { backend_for(x.device(), op); }
+
+std::pair<int64_t, int64_t> integer_extremes(const Tensor& t) {
+  NoGradGuard no_grad;
+  if (t.is_cpu()) {
+    const Tensor values = t.to(kInt64).contiguous();
+    const int64_t* v = values.data_ptr<int64_t>();
+    const auto [lowest, highest] = std::minmax_element(v, v + values.numel());
+    return {*lowest, *highest};
+  }
+  const Tensor values = t.to(kInt64);
+  return {-max(neg(values)).item<int64_t>(), max(values).item<int64_t>()};
+}
 
 RandomKey device_random_key(const Tensor& t, Generator* generator, const char* op) {
   Generator& g = generator != nullptr ? *generator : default_generator();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <utility>
 
 #include "tinyddp/tensor/internal/backend.h"
 #include "tinyddp/tensor/tensor.h"
@@ -65,6 +66,10 @@ void check_in_place(const Tensor& self, const Tensor* source, const char* op);
 
 // Before a kernel that exists for the CPU and, in CUDA builds, for GPUs.
 void check_kernel_device(const Tensor& x, const char* op);
+
+// The smallest and the largest value of a non-empty integer tensor (an index's range): one loop
+// on the host, two reductions read back from a device (which waits for them).
+std::pair<int64_t, int64_t> integer_extremes(const Tensor& t);
 
 // The key of a mask that `op`'s kernel draws on t's device (internal/philox.h): one 64-bit draw
 // from `generator` (default: the global one), or, while a CUDA graph captures on t's device, a

@@ -29,8 +29,7 @@ void check_embedding(const Tensor& input, const Tensor& weight) {
   // a CUDA graph is captured, which cannot read back: the eager steps before it checked theirs,
   // and a replay's ids are the caller's to keep in range (train_gpt checks its data on loading).
   if (input.is_cuda() && cuda::is_capturing(input.device().index)) return;
-  NoGradGuard no_grad;
-  const int64_t highest = max(input).item<int64_t>(), lowest = -max(neg(input)).item<int64_t>();
+  const auto [lowest, highest] = integer_extremes(input);
   const int64_t bad = highest >= weight.size(0) ? highest : lowest;
   TDDP_CHECK(lowest >= 0 && highest < weight.size(0),
              "embedding: index {} is out of range for {} embeddings (weight shape {}, indices of shape {})", bad,

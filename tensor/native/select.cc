@@ -1,8 +1,12 @@
 // Ops that select elements, composed from other ops (each differentiable through them, so no
 // kernel of their own): clamp and where elementwise (masked_fill, add), index_select and gather
-// by index (embedding's lookup and its scatter-add backward), one_hot (a comparison).
+// by index (embedding's lookup and its scatter-add backward; index_select of a host tensor with
+// no gradient to record copies its rows), one_hot (a comparison).
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
+#include "tinyddp/tensor/graph.h"
 #include "tinyddp/tensor/native/checks.h"
 #include "tinyddp/tensor/native/elementwise.h"
 #include "tinyddp/tensor/ops.h"
@@ -21,8 +25,8 @@ constexpr double kExactInteger = 9007199254740992.0;
 Tensor as_lookup_rows(const Tensor& x, const char* op) {
   if (x.is_floating_point()) return x;
   if (x.dtype() != kBool && x.numel() > 0) {
-    NoGradGuard no_grad;
-    const double largest = max(abs(x.to(kFloat64))).item<double>();
+    const auto [lowest, highest] = integer_extremes(x);
+    const double largest = std::max(std::fabs(static_cast<double>(lowest)), std::fabs(static_cast<double>(highest)));
     TDDP_CHECK(largest <= kExactInteger, "{}: int64 values up to 2^53 are supported, got {}", op, largest);
   }
   return x.to(kFloat64);
@@ -58,8 +62,7 @@ Shape inverse(const Shape& order) {
 // Refuses an index outside [0, size) along `dim` of x, naming it (on a GPU this waits for it).
 void check_index_range(const Tensor& index, int64_t size, int64_t dim, const Tensor& x, const char* op) {
   if (index.numel() == 0) return;
-  NoGradGuard no_grad;
-  const int64_t highest = max(index).item<int64_t>(), lowest = min(index).item<int64_t>();
+  const auto [lowest, highest] = integer_extremes(index);
   TDDP_CHECK(lowest >= 0 && highest < size, "{}: index {} is out of range for dim {} of size {} (input shape {})", op,
              lowest < 0 ? lowest : highest, dim, size, format_shape(x.sizes()));
 }
@@ -120,6 +123,19 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
   const Tensor src = x.dim() == 0 ? x.reshape({1}) : x;
   const int64_t d = wrap_dim(dim, src.dim(), "index_select");
   check_index_range(index, src.size(d), d, x, "index_select");
+  if (d == 0 && src.is_cpu() && src.is_contiguous() && !needs_grad(src)) {
+    // Rows of a host tensor with no gradient to record (a batch of a dataset): copied as they are.
+    Shape out_shape = src.sizes();
+    out_shape[0] = index.numel();
+    Tensor out = empty(out_shape, TensorOptions(src.dtype()));
+    const Tensor ids = index.contiguous();
+    const int64_t* id = ids.data_ptr<int64_t>();
+    const size_t row_bytes = src.numel() == 0 ? 0 : src.nbytes() / static_cast<size_t>(src.size(0));
+    const auto* from = static_cast<const char*>(src.raw_data_ptr());
+    auto* to = static_cast<char*>(out.raw_data_ptr());
+    for (int64_t i = 0; i < index.numel(); ++i) std::memcpy(to + i * row_bytes, from + id[i] * row_bytes, row_bytes);
+    return x.dim() == 0 ? out.reshape({}) : out;
+  }
   // dim to the front, the rest flattened: one row per slice, picked by embedding's lookup.
   const Shape order = front_first(d, src.dim());
   const Tensor rows = as_lookup_rows(src, "index_select").permute(order);

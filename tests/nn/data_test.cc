@@ -230,6 +230,52 @@ TEST_CASE("TensorDataset and default_collate stack fields; mismatches are named"
   CHECK_THROWS_WITH(too_far.begin(), Contains("the sampler gave index 6, out of range for a dataset of 6 samples"));
 }
 
+namespace {
+// A TensorDataset the loader cannot recognise as one: its samples go through get and
+// default_collate one by one.
+class SampleBySample : public nn::TensorDataset {
+ public:
+  using nn::TensorDataset::TensorDataset;
+  nn::Example get(int64_t index) const override { return nn::TensorDataset::get(index); }
+};
+
+std::vector<nn::Example> epoch_of(const std::shared_ptr<nn::Dataset>& dataset, int workers) {
+  nn::DataLoader loader(dataset, nn::DataLoaderOptions(5).shuffle(true).seed(7).num_workers(workers));
+  std::vector<nn::Example> out;
+  for (const nn::Example& b : loader) out.push_back(b);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("A TensorDataset's batches gathered at once equal its samples stacked one by one", "[nn][data]") {
+  t::Generator g(3);
+  const t::Tensor images = t::randn({23, 2, 3}, {}, &g), labels = t::arange(23);
+  const t::Tensor strided = t::randn({3, 23}, {}, &g).t();  // not contiguous: stacked one by one
+  const t::Tensor halves = t::randn({23, 4}, {}, &g).to(t::kBFloat16);
+  for (const std::vector<t::Tensor>& fields :
+       std::vector<std::vector<t::Tensor>>{{images, labels}, {images, strided, labels}, {halves, labels}}) {
+    for (int workers : {0, 2}) {
+      INFO(fields.size() << " fields, " << workers << " workers");
+      const auto fast = epoch_of(std::make_shared<nn::TensorDataset>(fields), workers);
+      const auto slow = epoch_of(std::make_shared<SampleBySample>(fields), workers);
+      REQUIRE(fast.size() == slow.size());
+      REQUIRE(fast.size() == 5);  // 23 samples in batches of 5, the last one of 3
+      for (size_t b = 0; b < fast.size(); ++b) {
+        REQUIRE(fast[b].size() == slow[b].size());
+        for (size_t f = 0; f < fast[b].size(); ++f) {
+          CHECK(fast[b][f].sizes() == slow[b][f].sizes());
+          CHECK(fast[b][f].dtype() == slow[b][f].dtype());
+          CHECK(fast[b][f].is_contiguous());
+          CHECK(t::equal(fast[b][f], slow[b][f]));
+        }
+      }
+    }
+  }
+  const nn::TensorDataset dataset({images, labels});
+  CHECK_THROWS_WITH(dataset.get_batch({0, 23}), Contains("index 23 is out of range for 23 samples"));
+  CHECK_FALSE(nn::TensorDataset({strided}).get_batch({0, 1}).has_value());
+}
+
 TEST_CASE("DataLoader workers: same batches in order, bounded prefetch, a custom collate", "[nn][data][workers]") {
   auto dataset = std::make_shared<TestDataset>(50, -1, std::chrono::milliseconds(1));
   nn::DataLoader serial(dataset, nn::DataLoaderOptions(4).shuffle(true).seed(3));

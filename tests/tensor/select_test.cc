@@ -152,6 +152,22 @@ TEST_CASE("index_select and gather as torch's: repeats add gradients; integers; 
     check_close(src.grad(), value(c + "_grad_x", {3, 4}));
     CHECK(gradcheck([&](const Inputs& v) { return gather(v[0], d, index); }, {random({3, 4}, 8)}) == "");
   }
+  // Rows of a host tensor with no gradient to record are copied as they are: the values of the
+  // recorded path, for a strided index, an empty one, int32 indices, bools and a 0-d tensor.
+  const Tensor table = random({6, 2, 3}, 9);
+  const Tensor strided = from_vector<int64_t>({5, 9, 0, 9, 5, 9, 3, 9}, Shape{4, 2}).select(1, 0);
+  const Tensor traced = table.detach().requires_grad_(true);
+  for (const Tensor& rows : {strided, strided.to(kInt32), from_vector<int64_t>({}, Shape{0})}) {
+    const Tensor copied = index_select(table, 0, rows), recorded = index_select(traced, 0, rows);
+    CHECK(recorded.requires_grad());
+    CHECK(copied.sizes() == recorded.sizes());
+    CHECK(equal(copied, recorded.detach()));
+  }
+  CHECK(equal(index_select(table, 0, strided).select(0, 0), table.select(0, 5)));  // the ids 5, 0, 5, 3
+  CHECK(equal(index_select(table, 0, strided).select(0, 3), table.select(0, 3)));
+  CHECK(equal(index_select(gt(table, 0.0), 0, strided).to(kFloat32),
+              gt(index_select(table, 0, strided), 0.0).to(kFloat32)));
+  CHECK(index_select(full({}, 7.0), 0, from_vector<int64_t>({0}, Shape{1})).item<double>() == 7.0);
   const Tensor m = zeros({3, 4});
   CHECK_THROWS_WITH(index_select(m, 0, from_vector<int64_t>({3}, Shape{1})),
                     Contains("index_select: index 3 is out of range for dim 0 of size 3"));
