@@ -36,10 +36,9 @@ std::shared_ptr<Work> ProcessGroupGloo::allreduce_impl(const std::vector<Tensor>
   // CPU tensors only: a CUDA tensor pays its staging copies anyway. Two ranks exchange their
   // values in one message each way (pair_allreduce, up to kPairMaxBytes); more use the small
   // mesh (up to 64 KiB).
-  static_assert(kPairMaxBytes >= detail::SmallAllreduce::kMaxBytes, "two ranks take the pair path at least as far");
-  const bool pair = size_ == 2 && takes_pair(tensors[0].dtype(), total);
-  if (size_ > 1 && tensors[0].is_cpu() && (pair || detail::SmallAllreduce::takes(tensors[0].dtype(), total)) &&
-      total > 0) {
+  const bool small =
+      size_ == 2 ? takes_pair(tensors[0].dtype(), total) : detail::SmallAllreduce::takes(tensors[0].dtype(), total);
+  if (size_ > 1 && tensors[0].is_cpu() && small && total > 0) {
     if (size_ == 2) {
       std::shared_ptr<CallHook> hook = call.hook;
       return enqueue(

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <vector>
 
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/factory.h"
@@ -122,8 +123,10 @@ std::pair<int64_t, int64_t> integer_extremes(const Tensor& t) {
     const auto [lowest, highest] = std::minmax_element(v, v + values.numel());
     return {*lowest, *highest};
   }
-  const Tensor values = t.to(kInt64);
-  return {-max(neg(values)).item<int64_t>(), max(values).item<int64_t>()};
+  const Tensor values = t.to(kInt64);  // both read back at once
+  const std::vector<int64_t> ends =
+      cat({neg(max(neg(values))).reshape({1}), max(values).reshape({1})}, 0).to(kCPU).to_vector<int64_t>();
+  return {ends[0], ends[1]};
 }
 
 RandomKey device_random_key(const Tensor& t, Generator* generator, const char* op) {

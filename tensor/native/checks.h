@@ -68,7 +68,7 @@ void check_in_place(const Tensor& self, const Tensor* source, const char* op);
 void check_kernel_device(const Tensor& x, const char* op);
 
 // The smallest and the largest value of a non-empty integer tensor (an index's range): one loop
-// on the host, two reductions read back from a device (which waits for them).
+// on the host, two reductions read back together from a device (which waits for them).
 std::pair<int64_t, int64_t> integer_extremes(const Tensor& t);
 
 // The key of a mask that `op`'s kernel draws on t's device (internal/philox.h): one 64-bit draw

@@ -2,6 +2,7 @@
 // one (the forward keeps each row's maximum and log-sum, the backward writes the logits' gradient in one
 // pass), else log_softmax and gathers. nn::cross_entropy reduces the rows.
 #include <algorithm>
+#include <tuple>
 
 #include "tinyddp/tensor/cuda.h"
 #include "tinyddp/tensor/graph.h"
@@ -59,11 +60,8 @@ void check_class_targets(const Tensor& targets, int64_t ignore_index, int64_t cl
     }
   } else {
     if (targets.is_cuda() && cuda::is_capturing(targets.device().index)) return;
-    const Tensor checked = masked_fill(targets, eq(targets, static_cast<double>(ignore_index)), 0.0);
-    const std::vector<int64_t> ends =
-        cat({neg(max(neg(checked))).reshape({1}), max(checked).reshape({1})}, 0).to(kCPU).to_vector<int64_t>();
-    lowest = ends[0];
-    highest = ends[1];
+    std::tie(lowest, highest) =
+        integer_extremes(masked_fill(targets, eq(targets, static_cast<double>(ignore_index)), 0.0));
   }
   TDDP_CHECK(lowest >= 0 && highest < classes, "{}: target {} is out of bounds for {} classes", op,
              lowest < 0 ? lowest : highest, classes);
